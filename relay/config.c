@@ -1,0 +1,370 @@
+#include "config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { OPT_STRING, OPT_INT, OPT_LOG_LEVEL, OPT_KAFKA } OptType;
+
+typedef struct OptionDef {
+    const char *name;    /* flag without "--"; also the config file key */
+    OptType type;
+    const char *env;     /* environment fallback, or NULL */
+    const char *def;     /* default as text, or NULL for none */
+    long min, max;       /* inclusive range of an OPT_INT */
+    size_t offset;       /* field in Config */
+    const char *metavar; /* placeholder shown in --help */
+    const char *help;
+} OptionDef;
+
+#define FIELD(f) offsetof(Config, f)
+
+static const OptionDef options[] = {
+    {"database-url", OPT_STRING, "DATABASE_URL", NULL, 0, 0, FIELD(database_url), "URL",
+     "PostgreSQL connection string (URL or key=value form); required"},
+    {"brokers", OPT_STRING, "KAFKA_BROKERS", NULL, 0, 0, FIELD(brokers), "LIST",
+     "Kafka bootstrap servers, host:port[,host:port...]; required by run"},
+    {"config", OPT_STRING, NULL, NULL, 0, 0, FIELD(config_file), "FILE",
+     "JSON config file: an object whose keys are these option names"},
+    {"batch-size", OPT_INT, NULL, "1000", 1, 100000, FIELD(batch_size), "N",
+     "rows claimed per transaction (1-100000)"},
+    {"topic-template", OPT_STRING, NULL, "outbox.event.{aggregate_type}", 0, 0,
+     FIELD(topic_template), "TEMPLATE",
+     "Kafka topic per row; {aggregate_type} and {event_type} are replaced"},
+    {"kafka", OPT_KAFKA, NULL, NULL, 0, 0, FIELD(kafka), "KEY=VALUE",
+     "librdkafka producer property, repeatable (in a config file: an object)"},
+    {"log-level", OPT_LOG_LEVEL, NULL, "info", 0, 0, FIELD(log_level), "LEVEL",
+     "debug, info, warn or error"},
+    {"poll-interval", OPT_INT, NULL, "1000", 1, 3600000, FIELD(poll_interval_ms), "MS",
+     "fallback poll when no wakeup arrives, in milliseconds"},
+    {"shutdown-timeout", OPT_INT, NULL, "10000", 0, 3600000, FIELD(shutdown_timeout_ms), "MS",
+     "on SIGTERM/SIGINT, how long to wait for in-flight acknowledgements"},
+};
+
+#define N_OPTIONS (sizeof(options) / sizeof(options[0]))
+
+static const struct {
+    const char *name;
+    Command command;
+    const char *help;
+} commands[] = {
+    {"run", CMD_RUN, "relay unsent outbox rows to Kafka until SIGTERM or SIGINT"},
+    {"migrate", CMD_MIGRATE, "apply the embedded schema migrations, then exit"},
+    {"help", CMD_HELP, "show this help (also --help, -h)"},
+    {"version", CMD_VERSION, "show the version (also --version)"},
+};
+
+static bool fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static bool fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+static const OptionDef *find_option(const char *name, size_t len)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++)
+        if (strlen(options[i].name) == len && strncmp(options[i].name, name, len) == 0)
+            return &options[i];
+    return NULL;
+}
+
+bool config_parse_kafka_prop(const char *text, KafkaProp *out)
+{
+    const char *eq = strchr(text, '=');
+    if (!eq || eq == text)
+        return false;
+    out->key = strndup(text, (size_t)(eq - text));
+    out->value = strdup(eq + 1);
+    return true;
+}
+
+static void kafka_append(Config *cfg, KafkaProp prop)
+{
+    KafkaProp *grown = realloc(cfg->kafka, (cfg->kafka_len + 1) * sizeof(*grown));
+    if (!grown) {
+        perror("outbox-relay");
+        exit(1);
+    }
+    cfg->kafka = grown;
+    cfg->kafka[cfg->kafka_len++] = prop;
+}
+
+/* Stores one textual value into its Config field after checking type and range. `source` names
+ * where the value came from ("--batch-size", "DATABASE_URL", "config file x.json: key ...") so
+ * the error says exactly what to fix. */
+static bool set_value(Config *cfg, const OptionDef *opt, const char *value, const char *source,
+                      char *err, size_t errlen)
+{
+    void *field = (char *)cfg + opt->offset;
+    switch (opt->type) {
+    case OPT_STRING: {
+        char **slot = field;
+        if (*value == '\0')
+            return fail(err, errlen, "%s: value must not be empty", source);
+        free(*slot);
+        *slot = strdup(value);
+        return true;
+    }
+    case OPT_INT: {
+        char *end;
+        errno = 0;
+        long n = strtol(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || errno != 0 || n < opt->min || n > opt->max)
+            return fail(err, errlen, "%s: expected an integer from %ld to %ld, got '%s'", source,
+                        opt->min, opt->max, value);
+        *(long *)field = n;
+        return true;
+    }
+    case OPT_LOG_LEVEL:
+        if (!log_level_parse(value, (LogLevel *)field))
+            return fail(err, errlen, "%s: expected debug, info, warn or error, got '%s'", source,
+                        value);
+        return true;
+    case OPT_KAFKA: {
+        KafkaProp prop;
+        if (!config_parse_kafka_prop(value, &prop))
+            return fail(err, errlen, "%s: expected KEY=VALUE, got '%s'", source, value);
+        kafka_append(cfg, prop);
+        return true;
+    }
+    }
+    return fail(err, errlen, "%s: unsupported option type", source);
+}
+
+/* A JSON scalar as the text a flag would carry; NULL for objects, arrays and null. */
+static char *json_scalar_text(json_t *v)
+{
+    char buf[64];
+    if (json_is_string(v))
+        return strdup(json_string_value(v));
+    if (json_is_integer(v)) {
+        snprintf(buf, sizeof(buf), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return strdup(buf);
+    }
+    if (json_is_real(v)) {
+        snprintf(buf, sizeof(buf), "%.17g", json_real_value(v));
+        return strdup(buf);
+    }
+    if (json_is_boolean(v))
+        return strdup(json_is_true(v) ? "true" : "false");
+    return NULL;
+}
+
+static bool load_file(Config *cfg, const char *path, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        if (jerr.line <= 0)
+            return fail(err, errlen, "config file %s: %s", path, jerr.text);
+        return fail(err, errlen, "config file %s: line %d column %d: %s", path, jerr.line,
+                    jerr.column, jerr.text);
+    }
+    bool ok = true;
+    if (!json_is_object(root)) {
+        ok = fail(err, errlen, "config file %s: expected a JSON object at the top level", path);
+        goto done;
+    }
+
+    const char *key;
+    json_t *value;
+    char source[512];
+    json_object_foreach(root, key, value)
+    {
+        const OptionDef *opt = find_option(key, strlen(key));
+        snprintf(source, sizeof(source), "config file %s: key \"%s\"", path, key);
+        if (!opt || strcmp(key, "config") == 0) {
+            ok = fail(err, errlen, "config file %s: unknown key \"%s\"", path, key);
+            goto done;
+        }
+        if (opt->type == OPT_KAFKA) {
+            if (!json_is_object(value)) {
+                ok = fail(err, errlen, "%s: expected an object of librdkafka properties", source);
+                goto done;
+            }
+            const char *pkey;
+            json_t *pval;
+            json_object_foreach(value, pkey, pval)
+            {
+                char *text = json_scalar_text(pval);
+                if (!text || *pkey == '\0') {
+                    free(text);
+                    ok = fail(err, errlen, "%s: property \"%s\" must be a string, number or boolean",
+                              source, pkey);
+                    goto done;
+                }
+                kafka_append(cfg, (KafkaProp){strdup(pkey), text});
+            }
+            continue;
+        }
+        /* Integers must be JSON numbers or numeric strings; other scalars go in as text and
+         * set_value checks them like a flag. */
+        char *text = json_scalar_text(value);
+        if (!text) {
+            ok = fail(err, errlen, "%s: expected a string or a number", source);
+            goto done;
+        }
+        ok = set_value(cfg, opt, text, source, err, errlen);
+        free(text);
+        if (!ok)
+            goto done;
+    }
+done:
+    json_decref(root);
+    return ok;
+}
+
+/* A flag given on the command line, kept until the file and environment are applied. */
+typedef struct FlagValue {
+    const OptionDef *opt;
+    const char *value;
+    const char *spelling; /* "--batch-size" as typed, for errors */
+} FlagValue;
+
+bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->command = CMD_HELP;
+    if (argc < 2)
+        return fail(err, errlen, "missing command: try 'outbox-relay --help'");
+
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
+        cmd = "help";
+    else if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0)
+        cmd = "version";
+    bool known = false;
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        if (strcmp(cmd, commands[i].name) == 0) {
+            cfg->command = commands[i].command;
+            known = true;
+        }
+    }
+    if (!known) {
+        if (cmd[0] == '-')
+            return fail(err, errlen, "expected a command before '%s': try 'outbox-relay --help'",
+                        cmd);
+        return fail(err, errlen, "unknown command '%s': try 'outbox-relay --help'", cmd);
+    }
+
+    /* Pass 1: collect flags. They are applied last so that they win. */
+    FlagValue *flags = calloc((size_t)argc, sizeof(*flags));
+    size_t n_flags = 0;
+    bool ok = true;
+    if (!flags) {
+        perror("outbox-relay");
+        exit(1);
+    }
+    for (int i = 2; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            cfg->command = CMD_HELP;
+            goto out;
+        }
+        if (strncmp(arg, "--", 2) != 0) {
+            ok = fail(err, errlen, "unexpected argument '%s': try 'outbox-relay --help'", arg);
+            goto out;
+        }
+        const char *name = arg + 2;
+        const char *eq = strchr(name, '=');
+        size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
+        const OptionDef *opt = find_option(name, name_len);
+        if (!opt) {
+            ok = fail(err, errlen, "unknown option '--%.*s': try 'outbox-relay --help'",
+                      (int)name_len, name);
+            goto out;
+        }
+        const char *value = eq ? eq + 1 : NULL;
+        if (!value) {
+            if (i + 1 >= argc) {
+                ok = fail(err, errlen, "option --%s needs a value (%s)", opt->name, opt->metavar);
+                goto out;
+            }
+            value = argv[++i];
+        }
+        flags[n_flags++] = (FlagValue){opt, value, arg};
+    }
+
+    /* Pass 2: defaults, then the file, then the environment, then the flags. */
+    for (size_t i = 0; i < N_OPTIONS && ok; i++)
+        if (options[i].def)
+            ok = set_value(cfg, &options[i], options[i].def, "default", err, errlen);
+
+    const char *config_path = NULL;
+    for (size_t i = 0; i < n_flags; i++)
+        if (strcmp(flags[i].opt->name, "config") == 0)
+            config_path = flags[i].value;
+    if (ok && config_path)
+        ok = load_file(cfg, config_path, err, errlen);
+
+    for (size_t i = 0; i < N_OPTIONS && ok; i++) {
+        const char *env = options[i].env ? getenv(options[i].env) : NULL;
+        if (env && *env)
+            ok = set_value(cfg, &options[i], env, options[i].env, err, errlen);
+    }
+
+    for (size_t i = 0; i < n_flags && ok; i++) {
+        char source[128];
+        snprintf(source, sizeof(source), "--%s", flags[i].opt->name);
+        ok = set_value(cfg, flags[i].opt, flags[i].value, source, err, errlen);
+    }
+    if (!ok)
+        goto out;
+
+    if ((cfg->command == CMD_RUN || cfg->command == CMD_MIGRATE) && !cfg->database_url) {
+        ok = fail(err, errlen, "missing database URL: pass --database-url or set DATABASE_URL");
+        goto out;
+    }
+    if (cfg->command == CMD_RUN && !cfg->brokers)
+        ok = fail(err, errlen, "missing Kafka brokers: pass --brokers or set KAFKA_BROKERS");
+out:
+    free(flags);
+    return ok;
+}
+
+void config_free(Config *cfg)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++)
+        if (options[i].type == OPT_STRING) {
+            char **slot = (char **)((char *)cfg + options[i].offset);
+            free(*slot);
+            *slot = NULL;
+        }
+    for (size_t i = 0; i < cfg->kafka_len; i++) {
+        free(cfg->kafka[i].key);
+        free(cfg->kafka[i].value);
+    }
+    free(cfg->kafka);
+    cfg->kafka = NULL;
+    cfg->kafka_len = 0;
+}
+
+void config_print_help(FILE *out)
+{
+    fprintf(out, "Usage: outbox-relay COMMAND [OPTIONS]\n\n"
+                 "Moves rows from a PostgreSQL outbox table to Kafka, at least once, in order per\n"
+                 "aggregate.\n\nCommands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(out, "\nOptions (precedence: flag > environment > config file > default):\n");
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const OptionDef *o = &options[i];
+        char lhs[64];
+        snprintf(lhs, sizeof(lhs), "--%s %s", o->name, o->metavar);
+        fprintf(out, "  %-28s %s", lhs, o->help);
+        if (o->env)
+            fprintf(out, " [env %s]", o->env);
+        if (o->def)
+            fprintf(out, " [default %s]", o->def);
+        fputc('\n', out);
+    }
+    fprintf(out, "\nExit status: 0 on success, 1 on a runtime failure, 2 on bad input.\n");
+}

@@ -1,0 +1,52 @@
+/* config: the relay's options, from flags, environment, a JSON config file and defaults.
+ *
+ * One table (config.c) names every option once, with its type, range, environment variable,
+ * default and help text; parsing, validation and --help are all driven from it. Precedence is
+ * flag > environment > config file > default. */
+#ifndef OUTBOX_CONFIG_H
+#define OUTBOX_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "log.h"
+
+typedef enum { CMD_RUN, CMD_MIGRATE, CMD_HELP, CMD_VERSION } Command;
+
+/* One librdkafka property, passed through as given (validated by librdkafka at start-up). */
+typedef struct KafkaProp {
+    char *key;
+    char *value;
+} KafkaProp;
+
+typedef struct Config {
+    Command command;
+    char *database_url;
+    char *brokers;
+    char *config_file;
+    long batch_size;
+    char *topic_template;
+    KafkaProp *kafka; /* in the order given: config file entries first, then flags */
+    size_t kafka_len;
+    LogLevel log_level;
+    long poll_interval_ms;
+    long shutdown_timeout_ms;
+} Config;
+
+/* Fills cfg from argv (argv[1] is the command), the environment and the config file named by
+ * --config. On bad input returns false with one line (no newline) in err naming the problem;
+ * cfg must still be released with config_free. */
+bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/* Releases what config_load allocated; safe on a zeroed or partly loaded Config. */
+void config_free(Config *cfg);
+
+/* Writes the usage text, generated from the option table. */
+void config_print_help(FILE *out);
+
+/* Splits "key=value" into a KafkaProp (both parts copied; key must be non-empty). */
+bool config_parse_kafka_prop(const char *text, KafkaProp *out);
+
+#endif

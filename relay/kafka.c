@@ -1,0 +1,202 @@
+#include "kafka.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+struct KafkaProducer {
+    struct ev_loop *loop;
+    rd_kafka_t *rk;
+    int pipe_fds[2];
+    ev_io io;
+    KafkaDeliveryFn on_delivery;
+    void *arg;
+    bool up;
+    bool down_logged;
+    bool fatal;
+};
+
+static bool conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, const char *source,
+                     char *err, size_t errlen)
+{
+    char why[512];
+    if (rd_kafka_conf_set(conf, key, value, why, sizeof(why)) == RD_KAFKA_CONF_OK)
+        return true;
+    snprintf(err, errlen, "%s %s: %s", source, key, why);
+    return false;
+}
+
+rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    /* Idempotence gives acks=all, at most 5 requests in flight and no reordering or duplicates
+     * within a partition: the per-aggregate order rests on it. A claim transaction stays open
+     * until every report arrives, so the message timeout is 30 s rather than librdkafka's 5 min. */
+    bool ok = conf_set(conf, "enable.idempotence", "true", "default", err, errlen) &&
+              conf_set(conf, "message.timeout.ms", "30000", "default", err, errlen) &&
+              conf_set(conf, "client.id", "outbox-relay", "default", err, errlen) &&
+              (!cfg->brokers ||
+               conf_set(conf, "bootstrap.servers", cfg->brokers, "--brokers", err, errlen));
+    for (size_t i = 0; ok && i < cfg->kafka_len; i++) {
+        const KafkaProp *p = &cfg->kafka[i];
+        if (strcmp(p->key, "enable.idempotence") == 0 && strcmp(p->value, "true") != 0) {
+            snprintf(err, errlen,
+                     "--kafka enable.idempotence=%s: must stay true, per-aggregate order depends "
+                     "on it",
+                     p->value);
+            ok = false;
+        } else if (strcmp(p->key, "dr_msg_cb") == 0 || strcmp(p->key, "dr_cb") == 0 ||
+                   strcmp(p->key, "opaque") == 0) {
+            snprintf(err, errlen, "--kafka %s: cannot be set from configuration", p->key);
+            ok = false;
+        } else {
+            ok = conf_set(conf, p->key, p->value, "--kafka", err, errlen);
+        }
+    }
+    if (!ok) {
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    return conf;
+}
+
+static void on_delivery_report(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
+{
+    KafkaProducer *kp = opaque;
+    if (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR && !kp->up) {
+        kp->up = true;
+        if (kp->down_logged)
+            log_info("kafka reachable again", NULL);
+        kp->down_logged = false;
+    }
+    kp->on_delivery(msg->_private, msg->err, kp->arg);
+}
+
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    KafkaProducer *kp = opaque;
+    char q[512];
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char why[512];
+        rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, why, sizeof(why));
+        log_error("kafka producer fatal error, recreating the producer", "error=%s code=%s",
+                  log_quote(why, q, sizeof(q)), rd_kafka_err2name(orig));
+        kp->fatal = true;
+        return;
+    }
+    if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+        kp->up = false;
+        if (!kp->down_logged)
+            log_warn("kafka unreachable", "error=%s", log_quote(reason, q, sizeof(q)));
+        kp->down_logged = true;
+        return;
+    }
+    /* Transport errors to single brokers repeat on every retry; they are only worth a debug
+     * line, the all-brokers-down state above is what an operator needs. */
+    log_debug("kafka error", "code=%s error=%s", rd_kafka_err2name((rd_kafka_resp_err_t)err),
+              log_quote(reason, q, sizeof(q)));
+}
+
+static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    char q[512];
+    /* Configuration warnings matter once at start-up; the rest repeats what on_error reports. */
+    LogLevel lvl = strcmp(fac, "CONFWARN") == 0 ? LOG_WARN : LOG_DEBUG;
+    log_write(lvl, "librdkafka", "facility=%s text=%s", fac, log_quote(buf, q, sizeof(q)));
+}
+
+void kafka_poll(KafkaProducer *kp)
+{
+    while (rd_kafka_poll(kp->rk, 0) > 0)
+        ;
+}
+
+static void on_pipe(struct ev_loop *loop, ev_io *w, int revents)
+{
+    KafkaProducer *kp = w->data;
+    char buf[64];
+    /* Drain the wake-up bytes first: librdkafka writes again only after the queue is polled. */
+    while (read(kp->pipe_fds[0], buf, sizeof(buf)) > 0)
+        ;
+    kafka_poll(kp);
+}
+
+KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
+                                  KafkaDeliveryFn on_delivery, void *arg, char *err,
+                                  size_t errlen)
+{
+    KafkaProducer *kp = calloc(1, sizeof(*kp));
+    if (!kp || pipe2(kp->pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "cannot create the producer: %s", strerror(errno));
+        free(kp);
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    kp->loop = loop;
+    kp->on_delivery = on_delivery;
+    kp->arg = arg;
+    rd_kafka_conf_set_opaque(conf, kp);
+    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery_report);
+    rd_kafka_conf_set_error_cb(conf, on_error);
+    rd_kafka_conf_set_log_cb(conf, on_log);
+
+    char why[512];
+    kp->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
+    if (!kp->rk) {
+        snprintf(err, errlen, "invalid Kafka configuration: %s", why);
+        rd_kafka_conf_destroy(conf);
+        close(kp->pipe_fds[0]);
+        close(kp->pipe_fds[1]);
+        free(kp);
+        return NULL;
+    }
+    rd_kafka_queue_t *main_q = rd_kafka_queue_get_main(kp->rk);
+    rd_kafka_queue_io_event_enable(main_q, kp->pipe_fds[1], "1", 1);
+    rd_kafka_queue_destroy(main_q);
+
+    ev_io_init(&kp->io, on_pipe, kp->pipe_fds[0], EV_READ);
+    kp->io.data = kp;
+    ev_io_start(loop, &kp->io);
+    return kp;
+}
+
+void kafka_producer_free(KafkaProducer *kp, int timeout_ms)
+{
+    if (!kp)
+        return;
+    ev_io_stop(kp->loop, &kp->io);
+    if (rd_kafka_flush(kp->rk, timeout_ms) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        log_warn("kafka messages still queued at shutdown; they stay unmarked and will be re-sent",
+                 "count=%d", rd_kafka_outq_len(kp->rk));
+        rd_kafka_purge(kp->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_flush(kp->rk, 100);
+    }
+    rd_kafka_destroy(kp->rk);
+    close(kp->pipe_fds[0]);
+    close(kp->pipe_fds[1]);
+    free(kp);
+}
+
+rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, const char *key,
+                                  size_t key_len, const char *value, size_t value_len,
+                                  rd_kafka_headers_t *hdrs, void *opaque)
+{
+    return rd_kafka_producev(kp->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
+                             RD_KAFKA_V_VALUE((void *)value, value_len), RD_KAFKA_V_HEADERS(hdrs),
+                             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(opaque),
+                             RD_KAFKA_V_END);
+}
+
+bool kafka_up(const KafkaProducer *kp)
+{
+    return kp->up;
+}
+
+bool kafka_fatal(const KafkaProducer *kp)
+{
+    return kp->fatal;
+}

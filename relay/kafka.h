@@ -1,0 +1,55 @@
+/* kafka: the librdkafka producer, wired into the libev loop.
+ *
+ * librdkafka signals "events ready" by writing to a non-blocking pipe whenever its main queue
+ * goes from empty to non-empty (rd_kafka_queue_io_event_enable); the loop watches the pipe and
+ * serves delivery reports, errors and logs on the loop thread. Nothing here blocks the loop. */
+#ifndef OUTBOX_KAFKA_H
+#define OUTBOX_KAFKA_H
+
+#include <ev.h>
+#include <librdkafka/rdkafka.h>
+#include <stdbool.h>
+
+#include "config.h"
+
+typedef struct KafkaProducer KafkaProducer;
+
+/* One delivery report: opaque is what was given to kafka_produce; err is
+ * RD_KAFKA_RESP_ERR_NO_ERROR when the broker acknowledged the message (acks=all). */
+typedef void (*KafkaDeliveryFn)(void *opaque, rd_kafka_resp_err_t err, void *arg);
+
+/* Builds the producer configuration: our defaults (idempotence on, a message timeout that does
+ * not hold a claim transaction for minutes), then cfg->brokers, then every --kafka property in
+ * order. Returns NULL with one line in err when librdkafka rejects a property or a property would
+ * break the ordering guarantee. */
+rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen);
+
+/* Creates the producer from conf (taking ownership of it in every case) and starts serving its
+ * events on loop. Returns NULL with one line in err on failure. */
+KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
+                                  KafkaDeliveryFn on_delivery, void *arg, char *err,
+                                  size_t errlen);
+
+/* Waits up to timeout_ms for queued messages, drops what is left (their delivery reports are
+ * still delivered, with an error), and destroys the producer. Blocks: call it only after the
+ * loop has stopped. */
+void kafka_producer_free(KafkaProducer *kp, int timeout_ms);
+
+/* Enqueues one message (key, value and headers are copied or taken over: on success librdkafka
+ * owns hdrs, on failure the caller still does). Returns RD_KAFKA_RESP_ERR__QUEUE_FULL when the
+ * local queue is full: wait for delivery reports and try again. */
+rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, const char *key,
+                                  size_t key_len, const char *value, size_t value_len,
+                                  rd_kafka_headers_t *hdrs, void *opaque);
+
+/* Serves pending events (delivery reports) now. */
+void kafka_poll(KafkaProducer *kp);
+
+/* True while some broker is reachable, as far as the last events told. */
+bool kafka_up(const KafkaProducer *kp);
+
+/* True after a fatal producer error (idempotence state lost): the producer must be recreated
+ * once its in-flight messages have been reported. */
+bool kafka_fatal(const KafkaProducer *kp);
+
+#endif

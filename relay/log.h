@@ -1,0 +1,42 @@
+/* log: one line per event on stderr, "TIMESTAMP level=LEVEL msg="..." key=value ...".
+ *
+ * Messages are plain text; fields are passed preformatted as "key=value" pairs in the format
+ * string, so a call reads like the line it prints:
+ *     log_info("claimed batch", "rows=%d", n);
+ * Values that may hold spaces or quotes go through log_quote(). Connection strings must go
+ * through log_mask_conninfo() first: no password is ever written. */
+#ifndef OUTBOX_LOG_H
+#define OUTBOX_LOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR } LogLevel;
+
+/* Sets the lowest level written (default LOG_INFO). */
+void log_set_level(LogLevel level);
+LogLevel log_get_level(void);
+
+/* Parses "debug", "info", "warn" or "error". Returns false for anything else. */
+bool log_level_parse(const char *name, LogLevel *out);
+const char *log_level_name(LogLevel level);
+
+/* Writes one line: msg is the human message, fields_fmt a printf format for the key=value part
+ * (may be NULL or ""). */
+void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define log_debug(...) log_write(LOG_DEBUG, __VA_ARGS__)
+#define log_info(...) log_write(LOG_INFO, __VA_ARGS__)
+#define log_warn(...) log_write(LOG_WARN, __VA_ARGS__)
+#define log_error(...) log_write(LOG_ERROR, __VA_ARGS__)
+
+/* Quotes a field value for a log line: wraps it in double quotes and escapes quotes, backslashes
+ * and control characters; a value longer than the buffer is cut with "...". Returns out. */
+const char *log_quote(const char *value, char *out, size_t outlen);
+
+/* Copies a libpq connection string (URL or key=value form) into out with any password replaced
+ * by "***". Returns out. */
+const char *log_mask_conninfo(const char *conninfo, char *out, size_t outlen);
+
+#endif

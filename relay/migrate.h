@@ -1,0 +1,24 @@
+/* migrate: applies the SQL files of migrations/, embedded into the binary at build time.
+ *
+ * Each file runs in its own transaction and is recorded in schema_migrations; an advisory lock
+ * serialises concurrent migrators, so running migrate twice, or twice at once, is safe. This is a
+ * one-shot command, not part of the relay's event loop, so it uses blocking libpq calls. */
+#ifndef OUTBOX_MIGRATE_H
+#define OUTBOX_MIGRATE_H
+
+#include <stddef.h>
+
+typedef struct MigrationFile {
+    const char *name; /* file name, e.g. "0001_outbox.sql"; also the recorded version */
+    const char *sql;
+} MigrationFile;
+
+/* Generated from the files in migrations/ by tools/embed-migrations.sh, in file-name order. */
+extern const MigrationFile migration_files[];
+extern const size_t migration_count;
+
+/* Connects to conninfo and applies every migration not yet recorded. Logs each step. Returns 0
+ * on success, 1 on failure (logged, with passwords masked). */
+int migrate_run(const char *conninfo);
+
+#endif

@@ -1,0 +1,61 @@
+/* pg: one non-blocking PostgreSQL connection driven by a libev loop.
+ *
+ * The connection connects (PQconnectStart/PQconnectPoll), reconnects after a failure with capped
+ * exponential backoff and jitter, and runs one request at a time: a short list of parameterised
+ * statements sent in libpq pipeline mode, so a whole step of the relay (say BEGIN + claim, or
+ * mark + COMMIT) costs one round trip. Nothing here ever blocks the loop.
+ *
+ * Callbacks run from the loop. The owner learns about connection state through on_state and
+ * about LISTEN notifications through on_notify. */
+#ifndef OUTBOX_PG_H
+#define OUTBOX_PG_H
+
+#include <ev.h>
+#include <libpq-fe.h>
+#include <stdbool.h>
+
+typedef struct PgConn PgConn;
+
+/* One statement of a request: SQL with $n parameters given as text (NULL value = SQL NULL). */
+typedef struct PgQuery {
+    const char *sql;
+    int nparams;
+    const char *const *values;
+} PgQuery;
+
+/* Called once per request. On success error is NULL and results[i] is the result of query i;
+ * the callback may keep a result by setting results[i] = NULL (it then owns it, PQclear), the
+ * rest are cleared after it returns. When a statement failed, error holds the first failure's
+ * message and results holds what arrived. When the connection was lost, results is NULL. */
+typedef void (*PgResultFn)(PgConn *pg, PGresult **results, int n, const char *error, void *arg);
+
+/* up = true once connected (also after every reconnect); up = false when the connection is lost
+ * (reason says why). A request in flight has already been failed when this runs. */
+typedef void (*PgStateFn)(PgConn *pg, bool up, const char *reason, void *arg);
+
+typedef void (*PgNotifyFn)(PgConn *pg, const char *channel, void *arg);
+
+/* Creates the connection object and starts connecting. conninfo is copied. */
+PgConn *pg_conn_new(struct ev_loop *loop, const char *conninfo, PgStateFn on_state,
+                    PgNotifyFn on_notify, void *arg);
+
+/* Closes the connection (an open transaction rolls back on the server) and frees everything.
+ * The callback of a request in flight is not called. */
+void pg_conn_free(PgConn *pg);
+
+/* True when connected and no request is in flight. */
+bool pg_conn_idle(const PgConn *pg);
+bool pg_conn_up(const PgConn *pg);
+
+/* Sends n statements in one pipeline. Returns false (and calls nothing) when not idle. */
+bool pg_conn_send(PgConn *pg, const PgQuery *queries, int n, PgResultFn cb, void *arg)
+    __attribute__((warn_unused_result));
+
+/* Drops the connection on purpose (e.g. after an unrecoverable protocol state) and reconnects
+ * after a backoff; reported through on_state like any loss. */
+void pg_conn_reset(PgConn *pg, const char *reason);
+
+/* First line of a libpq error message, without the trailing newline, in a static buffer. */
+const char *pg_error_line(const char *message);
+
+#endif

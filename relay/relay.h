@@ -1,0 +1,32 @@
+/* relay: the claim -> produce -> acknowledge -> mark -> commit cycle, on one libev loop.
+ *
+ * Each cycle opens a transaction, claims up to batch_size unsent rows in id order with
+ * FOR UPDATE SKIP LOCKED, produces each to Kafka, waits for every delivery report, then in one
+ * round trip sets sent_at on the acknowledged rows, counts an attempt and records the error on
+ * the failed ones, and commits. A row is never marked before the broker acknowledged it; a crash
+ * or lost connection before the commit rolls the claim back and the rows are sent again later
+ * (at least once; consumers dedupe on the `id` header). */
+#ifndef OUTBOX_RELAY_H
+#define OUTBOX_RELAY_H
+
+#include <ev.h>
+#include <librdkafka/rdkafka.h>
+
+#include "config.h"
+
+typedef struct Relay Relay;
+
+/* Creates the relay: the producer (taking ownership of kconf) and the PostgreSQL connection,
+ * which starts connecting at once. Returns NULL with one line in err when the producer cannot be
+ * created from the configuration. cfg must outlive the relay. */
+Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf, char *err,
+                 size_t errlen);
+
+/* Runs the loop until SIGTERM/SIGINT and a clean shutdown. Returns the process exit status. A
+ * second signal during shutdown exits the process at once (the open transaction rolls back). */
+int relay_run(Relay *r);
+
+/* Releases everything; call after relay_run returned. */
+void relay_free(Relay *r);
+
+#endif

@@ -1,0 +1,45 @@
+/* route: what one outbox row becomes in Kafka — topic, key, value and headers.
+ *
+ * Pure functions over an OutboxRow; the relay owns the rows and the producer. */
+#ifndef OUTBOX_ROUTE_H
+#define OUTBOX_ROUTE_H
+
+#include <librdkafka/rdkafka.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Kafka's own limit on topic names (and its legal characters: [a-zA-Z0-9._-]). */
+#define ROUTE_TOPIC_MAX 249
+
+/* One claimed row. Strings point into the query result and stay valid while the batch lives;
+ * payload and headers are NULL for SQL NULL. */
+typedef struct OutboxRow {
+    long long id;
+    const char *event_id;
+    const char *aggregate_type;
+    const char *aggregate_id;
+    const char *event_type;
+    const char *payload;
+    size_t payload_len;
+    const char *headers; /* JSON object text, or NULL */
+} OutboxRow;
+
+/* Checks a topic template at start-up: only {aggregate_type} and {event_type} placeholders, and
+ * its literal text must be legal in a topic name. On failure writes one line to err. */
+bool route_template_check(const char *tmpl, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/* Expands the template for row into out (at least ROUTE_TOPIC_MAX + 1 bytes). Returns false with
+ * a reason in err when the result is not a legal Kafka topic name: empty, longer than 249
+ * characters, or with a character outside [a-zA-Z0-9._-]. */
+bool route_topic(const char *tmpl, const OutboxRow *row, char *out, size_t outlen, char *err,
+                 size_t errlen) __attribute__((warn_unused_result));
+
+/* Builds the message headers: the row's own headers object first (string values as they are,
+ * other JSON values as their compact JSON text; entries named id, event_type or aggregate_type are
+ * dropped so a row cannot spoof them), then id = event_id, event_type and aggregate_type.
+ * Returns NULL with a reason in err when the headers column is not a JSON object. The caller owns
+ * the result (rd_kafka_headers_destroy, or hand it to rd_kafka_producev). */
+rd_kafka_headers_t *route_headers(const OutboxRow *row, char *err, size_t errlen);
+
+#endif
