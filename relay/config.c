@@ -10,7 +10,7 @@
 typedef enum { OPT_STRING, OPT_INT, OPT_LOG_LEVEL, OPT_KAFKA } OptType;
 
 typedef struct OptionDef {
-    const char *name;    /* flag without "--"; also the config file key */
+    const char *name; /* flag without "--"; also the config file key */
     OptType type;
     const char *env;     /* environment fallback, or NULL */
     const char *def;     /* default as text, or NULL for none */
@@ -57,7 +57,8 @@ static const struct {
     {"version", CMD_VERSION, "show the version (also --version)"},
 };
 
-static bool fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static bool fail(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -197,8 +198,9 @@ static bool load_file(Config *cfg, const char *path, char *err, size_t errlen)
                 char *text = json_scalar_text(pval);
                 if (!text || *pkey == '\0') {
                     free(text);
-                    ok = fail(err, errlen, "%s: property \"%s\" must be a string, number or boolean",
-                              source, pkey);
+                    ok =
+                        fail(err, errlen, "%s: property \"%s\" must be a string, number or boolean",
+                             source, pkey);
                     goto done;
                 }
                 kafka_append(cfg, (KafkaProp){strdup(pkey), text});

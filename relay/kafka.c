@@ -126,8 +126,7 @@ static void on_pipe(struct ev_loop *loop, ev_io *w, int revents)
 }
 
 KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
-                                  KafkaDeliveryFn on_delivery, void *arg, char *err,
-                                  size_t errlen)
+                                  KafkaDeliveryFn on_delivery, void *arg, char *err, size_t errlen)
 {
     KafkaProducer *kp = calloc(1, sizeof(*kp));
     if (!kp || pipe2(kp->pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) {

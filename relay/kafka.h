@@ -27,8 +27,7 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen);
 /* Creates the producer from conf (taking ownership of it in every case) and starts serving its
  * events on loop. Returns NULL with one line in err on failure. */
 KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
-                                  KafkaDeliveryFn on_delivery, void *arg, char *err,
-                                  size_t errlen);
+                                  KafkaDeliveryFn on_delivery, void *arg, char *err, size_t errlen);
 
 /* Waits up to timeout_ms for queued messages, drops what is left (their delivery reports are
  * still delivered, with an error), and destroys the producer. Blocks: call it only after the

@@ -49,10 +49,10 @@ void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
     /* Build the whole line first so concurrent writers (librdkafka's threads log through us)
      * never interleave within a line. */
     char line[2048];
-    int len = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s msg=%s",
-                       tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                       tm.tm_sec, now.tv_nsec / 1000000, level_names[level],
-                       log_quote(msg, quoted, sizeof(quoted)));
+    int len =
+        snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s msg=%s",
+                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                 now.tv_nsec / 1000000, level_names[level], log_quote(msg, quoted, sizeof(quoted)));
     if (fields_fmt && *fields_fmt && len < (int)sizeof(line) - 1) {
         line[len++] = ' ';
         va_list ap;

@@ -60,11 +60,12 @@ static int cmd_run(const Config *cfg)
         return usage_error(err);
 
     char masked[1024], q1[1100], q2[600], q3[300];
-    log_info("outbox-relay starting", "version=%s database=%s brokers=%s topic_template=%s batch_size=%ld",
-             OUTBOX_RELAY_VERSION,
-             log_quote(log_mask_conninfo(cfg->database_url, masked, sizeof(masked)), q1, sizeof(q1)),
-             log_quote(cfg->brokers, q2, sizeof(q2)), log_quote(cfg->topic_template, q3, sizeof(q3)),
-             cfg->batch_size);
+    log_info(
+        "outbox-relay starting",
+        "version=%s database=%s brokers=%s topic_template=%s batch_size=%ld", OUTBOX_RELAY_VERSION,
+        log_quote(log_mask_conninfo(cfg->database_url, masked, sizeof(masked)), q1, sizeof(q1)),
+        log_quote(cfg->brokers, q2, sizeof(q2)), log_quote(cfg->topic_template, q3, sizeof(q3)),
+        cfg->batch_size);
     int rc = relay_run(relay);
     relay_free(relay);
     ev_loop_destroy(loop);

@@ -18,12 +18,12 @@ struct PgConn {
     char *conninfo;
     PGconn *conn;
     PgState state;
-    bool ever_up;      /* for "connected" vs "reconnected" in the log */
-    bool down_logged;  /* the current outage was logged once; retries go to debug */
+    bool ever_up;     /* for "connected" vs "reconnected" in the log */
+    bool down_logged; /* the current outage was logged once; retries go to debug */
     ev_io io;
     int io_fd, io_events;
-    ev_timer timer;    /* connect timeout while connecting, reconnect delay while down */
-    ev_timer defer;    /* reports a send failure from the loop, not from inside pg_conn_send */
+    ev_timer timer; /* connect timeout while connecting, reconnect delay while down */
+    ev_timer defer; /* reports a send failure from the loop, not from inside pg_conn_send */
     char *deferred_loss;
     Backoff backoff;
 

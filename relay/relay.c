@@ -31,13 +31,13 @@ static const char *const SQL_MARK_FAILED =
     " FROM unnest($1::bigint[], $2::text[]) AS f(id, error) WHERE o.id = f.id";
 
 typedef enum {
-    PHASE_DOWN,     /* no PostgreSQL connection */
-    PHASE_SETUP,    /* LISTEN in flight */
-    PHASE_IDLE,     /* no transaction open */
-    PHASE_CLAIMING, /* BEGIN + claim in flight */
+    PHASE_DOWN,      /* no PostgreSQL connection */
+    PHASE_SETUP,     /* LISTEN in flight */
+    PHASE_IDLE,      /* no transaction open */
+    PHASE_CLAIMING,  /* BEGIN + claim in flight */
     PHASE_PRODUCING, /* rows claimed, waiting for delivery reports */
-    PHASE_MARKING,  /* marks + COMMIT in flight */
-    PHASE_ENDING,   /* COMMIT or ROLLBACK of a transaction that marks nothing */
+    PHASE_MARKING,   /* marks + COMMIT in flight */
+    PHASE_ENDING,    /* COMMIT or ROLLBACK of a transaction that marks nothing */
 } Phase;
 
 typedef enum { ROW_PENDING, ROW_QUEUED, ROW_ACKED, ROW_FAILED } RowState;
@@ -52,10 +52,10 @@ typedef struct Batch {
     PGresult *claim; /* owns the rows' strings */
     BatchRow *rows;  /* capacity batch_size, reused */
     int n;
-    int next;        /* next row to produce */
-    int in_flight;   /* produced, delivery report not yet in */
+    int next;      /* next row to produce */
+    int in_flight; /* produced, delivery report not yet in */
     int acked, failed;
-    bool abandoned;  /* the transaction is gone; drop once every report is in */
+    bool abandoned; /* the transaction is gone; drop once every report is in */
 } Batch;
 
 /* Growing text buffer for the array parameters of the mark statements. */
@@ -248,7 +248,9 @@ static void send_marks(Relay *r)
     int logged = 0;
     for (int i = 0; i < b->n; i++) {
         BatchRow *br = &b->rows[i];
-        Text *ids = br->state == ROW_ACKED ? &r->ids : br->state == ROW_FAILED ? &r->fail_ids : NULL;
+        Text *ids = br->state == ROW_ACKED    ? &r->ids
+                    : br->state == ROW_FAILED ? &r->fail_ids
+                                              : NULL;
         if (!ids)
             continue; /* never produced or never acknowledged: stays unsent */
         snprintf(num, sizeof(num), "%s%lld", ids->len > 1 ? "," : "", br->row.id);
@@ -605,12 +607,12 @@ Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf
     r->sigint.data = r;
     ev_signal_start(loop, &r->sigint);
     r->phase = PHASE_DOWN;
-    r->pg = pg_conn_new(loop, cfg->database_url, on_pg_state, on_notify, r);
     return r;
 }
 
 int relay_run(Relay *r)
 {
+    r->pg = pg_conn_new(r->loop, r->cfg->database_url, on_pg_state, on_notify, r);
     ev_run(r->loop, 0);
     log_info("stopped", "sent=%llu failed_attempts=%llu", r->total_sent, r->total_failed);
     return r->exit_status;

@@ -16,14 +16,15 @@
 
 typedef struct Relay Relay;
 
-/* Creates the relay: the producer (taking ownership of kconf) and the PostgreSQL connection,
- * which starts connecting at once. Returns NULL with one line in err when the producer cannot be
+/* Creates the relay and its producer (taking ownership of kconf); PostgreSQL is connected by
+ * relay_run. Returns NULL with one line in err when the producer cannot be
  * created from the configuration. cfg must outlive the relay. */
 Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf, char *err,
                  size_t errlen);
 
-/* Runs the loop until SIGTERM/SIGINT and a clean shutdown. Returns the process exit status. A
- * second signal during shutdown exits the process at once (the open transaction rolls back). */
+/* Connects and runs the loop until SIGTERM/SIGINT and a clean shutdown. Returns the process exit
+ * status. A second signal during shutdown exits the process at once (the open transaction rolls
+ * back). */
 int relay_run(Relay *r);
 
 /* Releases everything; call after relay_run returned. */

@@ -6,14 +6,14 @@
 
 static bool topic_char_ok(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
 }
 
 /* Expands {aggregate_type} and {event_type}; returns false on an unknown placeholder or overflow.
  * Character legality is checked separately so the error can say which rule broke. */
-static bool expand(const char *tmpl, const char *aggregate_type, const char *event_type,
-                   char *out, size_t outlen, char *err, size_t errlen)
+static bool expand(const char *tmpl, const char *aggregate_type, const char *event_type, char *out,
+                   size_t outlen, char *err, size_t errlen)
 {
     size_t o = 0;
     for (const char *p = tmpl; *p;) {
