@@ -40,6 +40,8 @@ static const OptionDef options[] = {
      "debug, info, warn or error"},
     {"poll-interval", OPT_INT, NULL, "1000", 1, 3600000, FIELD(poll_interval_ms), "MS",
      "fallback poll when no wakeup arrives, in milliseconds"},
+    {"delivery-timeout", OPT_INT, NULL, "30000", 100, 3600000, FIELD(delivery_timeout_ms), "MS",
+     "how long a batch waits for acknowledgements before cancelling the rest (retried later)"},
     {"shutdown-timeout", OPT_INT, NULL, "10000", 0, 3600000, FIELD(shutdown_timeout_ms), "MS",
      "on SIGTERM/SIGINT, how long to wait for in-flight acknowledgements"},
 };

@@ -32,6 +32,7 @@ typedef struct Config {
     LogLevel log_level;
     long poll_interval_ms;
     long shutdown_timeout_ms;
+    long delivery_timeout_ms;
 } Config;
 
 /* Fills cfg from argv (argv[1] is the command), the environment and the config file named by

@@ -34,10 +34,13 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     /* Idempotence gives acks=all, at most 5 requests in flight and no reordering or duplicates
-     * within a partition: the per-aggregate order rests on it. A claim transaction stays open
-     * until every report arrives, so the message timeout is 30 s rather than librdkafka's 5 min. */
+     * within a partition: the per-aggregate order rests on it. It does not cover messages that
+     * time out: librdkafka may then bump the epoch and go on with later messages of the same
+     * partition, leaving a gap that a retry would fill out of order. So messages never time out
+     * here (0 = no limit); the relay bounds each batch's wait itself and then cancels the whole
+     * remainder of the batch at once (kafka_purge), which cannot leave such a gap. */
     bool ok = conf_set(conf, "enable.idempotence", "true", "default", err, errlen) &&
-              conf_set(conf, "message.timeout.ms", "30000", "default", err, errlen) &&
+              conf_set(conf, "message.timeout.ms", "0", "default", err, errlen) &&
               conf_set(conf, "client.id", "outbox-relay", "default", err, errlen) &&
               (!cfg->brokers ||
                conf_set(conf, "bootstrap.servers", cfg->brokers, "--brokers", err, errlen));
@@ -188,6 +191,12 @@ rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, const ch
                              RD_KAFKA_V_VALUE((void *)value, value_len), RD_KAFKA_V_HEADERS(hdrs),
                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(opaque),
                              RD_KAFKA_V_END);
+}
+
+void kafka_purge(KafkaProducer *kp)
+{
+    rd_kafka_purge(kp->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT |
+                               RD_KAFKA_PURGE_F_NON_BLOCKING);
 }
 
 bool kafka_up(const KafkaProducer *kp)

@@ -18,8 +18,8 @@ typedef struct KafkaProducer KafkaProducer;
  * RD_KAFKA_RESP_ERR_NO_ERROR when the broker acknowledged the message (acks=all). */
 typedef void (*KafkaDeliveryFn)(void *opaque, rd_kafka_resp_err_t err, void *arg);
 
-/* Builds the producer configuration: our defaults (idempotence on, a message timeout that does
- * not hold a claim transaction for minutes), then cfg->brokers, then every --kafka property in
+/* Builds the producer configuration: our defaults (idempotence on, no message timeout: the relay
+ * bounds a batch's wait itself, see relay.c), then cfg->brokers, then every --kafka property in
  * order. Returns NULL with one line in err when librdkafka rejects a property or a property would
  * break the ordering guarantee. */
 rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen);
@@ -40,6 +40,11 @@ void kafka_producer_free(KafkaProducer *kp, int timeout_ms);
 rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, const char *key,
                                   size_t key_len, const char *value, size_t value_len,
                                   rd_kafka_headers_t *hdrs, void *opaque);
+
+/* Cancels every message not yet acknowledged; their delivery reports arrive with
+ * RD_KAFKA_RESP_ERR__PURGE_QUEUE or __PURGE_INFLIGHT (outcome unknown: they may have been
+ * written, and are sent again later). */
+void kafka_purge(KafkaProducer *kp);
 
 /* Serves pending events (delivery reports) now. */
 void kafka_poll(KafkaProducer *kp);

@@ -56,6 +56,7 @@ typedef struct Batch {
     int in_flight; /* produced, delivery report not yet in */
     int acked, failed;
     bool abandoned; /* the transaction is gone; drop once every report is in */
+    bool timed_out; /* the delivery timeout cancelled what was left */
 } Batch;
 
 /* Growing text buffer for the array parameters of the mark statements. */
@@ -78,10 +79,12 @@ struct Relay {
     int exit_status;
     Backoff retry;
     bool claim_error_logged;
+    char last_failure[256]; /* error of the last batch that had failures, "" once one had none */
     Text ids, fail_ids, fail_errors;
     ev_timer poll_timer;
     ev_timer retry_timer;
     ev_timer shutdown_timer;
+    ev_timer delivery_timer; /* bounds a batch's wait for acknowledgements */
     ev_signal sigterm, sigint;
     unsigned long long total_sent, total_failed;
 };
@@ -144,6 +147,7 @@ static void batch_clear(Batch *b)
     b->claim = NULL;
     b->n = b->next = b->in_flight = b->acked = b->failed = 0;
     b->abandoned = false;
+    b->timed_out = false;
 }
 
 static void row_failed(Batch *b, BatchRow *br, const char *why)
@@ -235,9 +239,30 @@ static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, 
     try_claim(r);
 }
 
+/* One line per batch with failures, and only when the failure is new: an outage that fails
+ * batch after batch with the same error logs once, then at debug level until it clears. */
+static void log_batch_failures(Relay *r, const BatchRow *first_failed)
+{
+    Batch *b = &r->batch;
+    char q[512];
+    if (!first_failed) {
+        if (r->last_failure[0])
+            log_info("deliveries succeed again", "sent=%d", b->acked);
+        r->last_failure[0] = '\0';
+        return;
+    }
+    const char *error = first_failed->error ? first_failed->error : "unknown error";
+    LogLevel level = strcmp(error, r->last_failure) == 0 ? LOG_DEBUG : LOG_WARN;
+    log_write(level, "events not delivered; they will be retried",
+              "failed=%d sent=%d first_id=%lld first_event_id=%s error=%s", b->failed, b->acked,
+              first_failed->row.id, first_failed->row.event_id, log_quote(error, q, sizeof(q)));
+    snprintf(r->last_failure, sizeof(r->last_failure), "%s", error);
+}
+
 static void send_marks(Relay *r)
 {
     Batch *b = &r->batch;
+    ev_timer_stop(r->loop, &r->delivery_timer);
     text_reset(&r->ids);
     text_reset(&r->fail_ids);
     text_reset(&r->fail_errors);
@@ -245,7 +270,7 @@ static void send_marks(Relay *r)
     text_puts(&r->fail_ids, "{");
     text_puts(&r->fail_errors, "{");
     char num[32];
-    int logged = 0;
+    const BatchRow *first_failed = NULL;
     for (int i = 0; i < b->n; i++) {
         BatchRow *br = &b->rows[i];
         Text *ids = br->state == ROW_ACKED    ? &r->ids
@@ -257,19 +282,14 @@ static void send_marks(Relay *r)
         text_puts(ids, num);
         if (br->state == ROW_FAILED) {
             text_array_elem(&r->fail_errors, br->error ? br->error : "unknown error");
-            if (logged++ < 3) {
-                char q[512];
-                log_warn("event not delivered; will retry", "id=%lld event_id=%s error=%s",
-                         br->row.id, br->row.event_id,
-                         log_quote(br->error ? br->error : "unknown", q, sizeof(q)));
-            }
+            if (!first_failed)
+                first_failed = br;
         }
     }
     text_puts(&r->ids, "}");
     text_puts(&r->fail_ids, "}");
     text_puts(&r->fail_errors, "}");
-    if (logged > 3)
-        log_warn("more events not delivered in this batch", "count=%d", logged - 3);
+    log_batch_failures(r, first_failed);
 
     const char *sent_params[1] = {r->ids.s};
     const char *fail_params[2] = {r->fail_ids.s, r->fail_errors.s};
@@ -340,8 +360,8 @@ static void produce_more(Relay *r)
         b->in_flight++;
         b->next++;
     }
-    if (r->stopping)
-        b->next = b->n; /* rows not produced yet stay unsent for the next relay */
+    if (r->stopping || b->timed_out)
+        b->next = b->n; /* rows not produced yet stay unsent, with no attempt counted */
     maybe_finish_batch(r);
 }
 
@@ -355,6 +375,11 @@ static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         br->state = ROW_ACKED;
         b->acked++;
+    } else if (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) {
+        char why[128];
+        snprintf(why, sizeof(why), "not acknowledged within the delivery timeout (%ld ms)",
+                 r->cfg->delivery_timeout_ms);
+        row_failed(b, br, why);
     } else {
         row_failed(b, br, rd_kafka_err2str(err));
     }
@@ -417,6 +442,8 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
     load_rows(&r->batch, res);
     log_debug("claimed batch", "rows=%d first_id=%lld", r->batch.n, r->batch.rows[0].row.id);
     r->phase = PHASE_PRODUCING;
+    ev_timer_set(&r->delivery_timer, (double)r->cfg->delivery_timeout_ms / 1000.0, 0);
+    ev_timer_start(r->loop, &r->delivery_timer);
     produce_more(r);
 }
 
@@ -536,6 +563,19 @@ static void on_shutdown_timer(struct ev_loop *loop, ev_timer *w, int revents)
     }
 }
 
+static void on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Relay *r = w->data;
+    Batch *b = &r->batch;
+    if (b->n == 0 || b->in_flight == 0)
+        return;
+    log_warn("delivery timeout: cancelling the rest of the batch, it will be retried",
+             "in_flight=%d acked=%d timeout_ms=%ld", b->in_flight, b->acked,
+             r->cfg->delivery_timeout_ms);
+    b->timed_out = true;
+    kafka_purge(r->kafka);
+}
+
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 {
     Relay *r = w->data;
@@ -598,6 +638,8 @@ Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf
     ev_timer_again(loop, &r->poll_timer);
     ev_init(&r->retry_timer, on_retry_timer);
     r->retry_timer.data = r;
+    ev_init(&r->delivery_timer, on_delivery_timer);
+    r->delivery_timer.data = r;
     ev_init(&r->shutdown_timer, on_shutdown_timer);
     r->shutdown_timer.data = r;
     ev_signal_init(&r->sigterm, on_signal, SIGTERM);
@@ -625,6 +667,7 @@ void relay_free(Relay *r)
     ev_timer_stop(r->loop, &r->poll_timer);
     ev_timer_stop(r->loop, &r->retry_timer);
     ev_timer_stop(r->loop, &r->shutdown_timer);
+    ev_timer_stop(r->loop, &r->delivery_timer);
     ev_signal_stop(r->loop, &r->sigterm);
     ev_signal_stop(r->loop, &r->sigint);
     /* The producer goes first: its last delivery reports still point into the batch. */
