@@ -68,6 +68,7 @@ static bool fail(char *err, size_t errlen, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+    log_one_line(err); /* values are echoed back and may hold newlines */
     return false;
 }
 

@@ -1,6 +1,8 @@
 #include "log.h"
 
+#include <ctype.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -68,65 +70,77 @@ void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
     fwrite(line, 1, (size_t)len, stderr);
 }
 
+/* Writes the escaped form of c into esc; returns its length. */
+static size_t escape_char(unsigned char c, char esc[8])
+{
+    if (c == '"' || c == '\\') {
+        esc[0] = '\\';
+        esc[1] = (char)c;
+        return 2;
+    }
+    if (c == '\n') {
+        memcpy(esc, "\\n", 2);
+        return 2;
+    }
+    if (c < 0x20 || c == 0x7f)
+        return (size_t)snprintf(esc, 8, "\\x%02x", c);
+    esc[0] = (char)c;
+    return 1;
+}
+
 const char *log_quote(const char *value, char *out, size_t outlen)
 {
-    size_t o = 0;
     if (outlen < 8) {
         if (outlen)
             out[0] = '\0';
         return out;
     }
+    const char *v = value ? value : "";
+    char esc[8];
+    size_t total = 0;
+    for (const char *p = v; *p; p++)
+        total += escape_char((unsigned char)*p, esc);
+    /* Two quotes and the NUL; a value that does not fit also needs room for "...". */
+    bool cut = total + 3 > outlen;
+    size_t limit = cut ? outlen - 6 : total;
+
+    size_t o = 0;
     out[o++] = '"';
-    for (const char *p = value ? value : ""; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        char esc[8];
-        size_t n;
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            n = 2;
-        } else if (c == '\n') {
-            memcpy(esc, "\\n", 2);
-            n = 2;
-        } else if (c < 0x20 || c == 0x7f) {
-            n = (size_t)snprintf(esc, sizeof(esc), "\\x%02x", c);
-        } else {
-            esc[0] = (char)c;
-            n = 1;
-        }
-        /* Keep room for "..." plus the closing quote and NUL. */
-        if (o + n + 5 > outlen) {
-            memcpy(out + o, "...", 3);
-            o += 3;
+    for (const char *p = v; *p; p++) {
+        size_t n = escape_char((unsigned char)*p, esc);
+        if (o - 1 + n > limit)
             break;
-        }
         memcpy(out + o, esc, n);
         o += n;
+    }
+    if (cut) {
+        memcpy(out + o, "...", 3);
+        o += 3;
     }
     out[o++] = '"';
     out[o] = '\0';
     return out;
 }
 
-/* Replaces [start, end) of out (a copy of the conninfo) with "***". */
-static void mask_span(char *out, size_t outlen, size_t start, size_t end)
+void log_one_line(char *s)
 {
-    size_t tail = strlen(out + end);
-    if (start + 3 + tail + 1 > outlen)
-        tail = outlen - start - 4;
-    memmove(out + start + 3, out + end, tail);
-    memcpy(out + start, "***", 3);
-    out[start + 3 + tail] = '\0';
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            *s = '?';
 }
 
-const char *log_mask_conninfo(const char *conninfo, char *out, size_t outlen)
+/* Replaces s[start, end) with "***"; s has room for the (at most 3 bytes) longer result. */
+static void mask_span(char *s, size_t start, size_t end)
 {
-    if (outlen == 0)
-        return out;
-    snprintf(out, outlen, "%s", conninfo ? conninfo : "");
+    memmove(s + start + 3, s + end, strlen(s + end) + 1);
+    memcpy(s + start, "***", 3);
+}
 
+/* Masks in place; buf holds the conninfo and has room for 3 more bytes per password. */
+static void mask_in_place(char *buf)
+{
     /* URL form: scheme://user:password@host... -> mask between ':' and '@' of the authority. */
-    char *scheme = strstr(out, "://");
+    char *scheme = strstr(buf, "://");
     if (scheme) {
         char *auth = scheme + 3;
         size_t auth_len = strcspn(auth, "/?#");
@@ -134,36 +148,62 @@ const char *log_mask_conninfo(const char *conninfo, char *out, size_t outlen)
         if (at) {
             char *colon = memchr(auth, ':', (size_t)(at - auth));
             if (colon)
-                mask_span(out, outlen, (size_t)(colon + 1 - out), (size_t)(at - out));
+                mask_span(buf, (size_t)(colon + 1 - buf), (size_t)(at - buf));
         }
     }
 
-    /* password=... in key=value form or in a URL query string (?password=...&...). */
-    for (char *p = out; (p = strstr(p, "password")) != NULL;) {
-        bool at_key_start = p == out || p[-1] == ' ' || p[-1] == '?' || p[-1] == '&';
+    /* password=... in key=value form (pairs separated by any whitespace) or in a URL query
+     * string (?password=...&...). */
+    for (char *p = buf; (p = strstr(p, "password")) != NULL;) {
+        bool at_key_start =
+            p == buf || isspace((unsigned char)p[-1]) || p[-1] == '?' || p[-1] == '&';
         char *q = p + strlen("password");
-        while (*q == ' ')
+        while (isspace((unsigned char)*q))
             q++;
         if (!at_key_start || *q != '=') {
             p += strlen("password");
             continue;
         }
         q++;
-        while (*q == ' ')
+        while (isspace((unsigned char)*q))
             q++;
-        size_t start = (size_t)(q - out), end = start;
-        if (out[end] == '\'') {
-            for (end++; out[end] && out[end] != '\''; end++)
-                if (out[end] == '\\' && out[end + 1])
+        size_t start = (size_t)(q - buf), end = start;
+        if (buf[end] == '\'') {
+            for (end++; buf[end] && buf[end] != '\''; end++)
+                if (buf[end] == '\\' && buf[end + 1])
                     end++;
-            if (out[end] == '\'')
+            if (buf[end] == '\'')
                 end++;
         } else {
-            while (out[end] && out[end] != ' ' && out[end] != '&')
-                end++;
+            /* libpq honours backslash escapes in unquoted values too ("se\ cret"). */
+            for (; buf[end] && !isspace((unsigned char)buf[end]) && buf[end] != '&'; end++)
+                if (buf[end] == '\\' && buf[end + 1])
+                    end++;
         }
-        mask_span(out, outlen, start, end);
-        p = out + start + 3;
+        mask_span(buf, start, end);
+        p = buf + start + 3;
     }
+}
+
+const char *log_mask_conninfo(const char *conninfo, char *out, size_t outlen)
+{
+    if (outlen == 0)
+        return out;
+    /* Mask a full copy first and cut afterwards, so a cut can never expose part of a password
+     * or split the text the masker looks for. */
+    const char *src = conninfo ? conninfo : "";
+    size_t len = strlen(src);
+    size_t passwords = 1; /* the URL userinfo */
+    for (const char *p = src; (p = strstr(p, "password")) != NULL; p++)
+        passwords++;
+    char *buf = malloc(len + 3 * passwords + 1);
+    if (!buf) {
+        snprintf(out, outlen, "***");
+        return out;
+    }
+    memcpy(buf, src, len + 1);
+    mask_in_place(buf);
+    snprintf(out, outlen, "%s", buf);
+    free(buf);
     return out;
 }

@@ -35,6 +35,10 @@ void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
  * and control characters; a value longer than the buffer is cut with "...". Returns out. */
 const char *log_quote(const char *value, char *out, size_t outlen);
 
+/* Replaces control characters (newlines included) with '?' in place, so text that echoes user
+ * input stays on one line. */
+void log_one_line(char *s);
+
 /* Copies a libpq connection string (URL or key=value form) into out with any password replaced
  * by "***". Returns out. */
 const char *log_mask_conninfo(const char *conninfo, char *out, size_t outlen);

@@ -63,12 +63,13 @@ failed:
 
 int migrate_run(const char *conninfo)
 {
-    char masked[1024], q[512];
+    char masked[1024], q_url[1100], q_err[600];
     PGconn *conn = PQconnectdb(conninfo);
     if (PQstatus(conn) != CONNECTION_OK) {
-        log_error("cannot connect to PostgreSQL", "url=%s error=%s",
-                  log_quote(log_mask_conninfo(conninfo, masked, sizeof(masked)), q, sizeof(q)),
-                  log_quote(pg_error_line(PQerrorMessage(conn)), q + 256, 256));
+        log_error(
+            "cannot connect to PostgreSQL", "url=%s error=%s",
+            log_quote(log_mask_conninfo(conninfo, masked, sizeof(masked)), q_url, sizeof(q_url)),
+            log_quote(pg_error_line(PQerrorMessage(conn)), q_err, sizeof(q_err)));
         PQfinish(conn);
         return 1;
     }

@@ -1,7 +1,10 @@
 #include "route.h"
 
+#include "log.h"
+
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static bool topic_char_ok(char c)
@@ -81,6 +84,7 @@ bool route_template_check(const char *tmpl, char *err, size_t errlen)
     if (!expand(tmpl, "x", "x", topic, sizeof(topic), why, sizeof(why)) ||
         !topic_legal(topic, why, sizeof(why))) {
         snprintf(err, errlen, "--topic-template '%.64s': %s", tmpl, why);
+        log_one_line(err);
         return false;
     }
     return true;

@@ -1,0 +1,738 @@
+/* Unit tests for config.c: commands, defaults, flag forms, precedence and every error path. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+#define MAX_ARGS 32
+
+/* Runs config_load over a NULL-terminated list of arguments (argv[0] is added). */
+static bool load_args(Config *cfg, char *err, size_t errlen, const char *first, ...)
+{
+    char *argv[MAX_ARGS];
+    int argc = 0;
+    argv[argc++] = (char *)"outbox-relay";
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a; a = va_arg(ap, const char *)) {
+        assert_true(argc < MAX_ARGS - 1);
+        argv[argc++] = (char *)a;
+    }
+    va_end(ap);
+    argv[argc] = NULL;
+    memset(err, 0, errlen);
+    return config_load(cfg, argc, argv, err, errlen);
+}
+
+#define LOAD(cfg, err, ...) load_args((cfg), (err), sizeof(err), __VA_ARGS__, (const char *)NULL)
+
+/* A failed load: one non-empty line (no newline) in err that contains `needle`. */
+static void assert_error_line(const char *err, const char *needle)
+{
+    assert_true(strlen(err) > 0);
+    assert_null(strchr(err, '\n'));
+    if (!strstr(err, needle))
+        fail_msg("error \"%s\" does not mention \"%s\"", err, needle);
+}
+
+/* Temporary files of the running test, removed by the teardown even when the test fails. */
+static char temp_paths[8][64];
+static size_t n_temp_paths;
+
+/* Writes text to a fresh temporary file; its path goes to path (at least 64 bytes). */
+static void write_temp(char *path, const char *text)
+{
+    strcpy(path, "/tmp/outbox-relay-test-config-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_true(n_temp_paths < sizeof(temp_paths) / sizeof(temp_paths[0]));
+    strcpy(temp_paths[n_temp_paths++], path);
+    size_t len = strlen(text);
+    assert_int_equal(write(fd, text, len), (ssize_t)len);
+    assert_int_equal(close(fd), 0);
+}
+
+static int clean_env(void **state)
+{
+    (void)state;
+    unsetenv("DATABASE_URL");
+    unsetenv("KAFKA_BROKERS");
+    for (size_t i = 0; i < n_temp_paths; i++)
+        unlink(temp_paths[i]);
+    n_temp_paths = 0;
+    return 0;
+}
+
+/* ---- commands -------------------------------------------------------------------------- */
+
+static void test_command_run(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_true(
+        LOAD(&cfg, err, "run", "--database-url", "postgresql://h/db", "--brokers", "k:9092"));
+    assert_int_equal(cfg.command, CMD_RUN);
+    assert_string_equal(cfg.database_url, "postgresql://h/db");
+    assert_string_equal(cfg.brokers, "k:9092");
+    config_free(&cfg);
+}
+
+static void test_command_migrate(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_true(LOAD(&cfg, err, "migrate", "--database-url", "postgresql://h/db"));
+    assert_int_equal(cfg.command, CMD_MIGRATE);
+    assert_string_equal(cfg.database_url, "postgresql://h/db");
+    assert_null(cfg.brokers);
+    config_free(&cfg);
+}
+
+static void test_command_help(void **state)
+{
+    const char *spellings[] = {"--help", "-h", "help"};
+    for (size_t i = 0; i < sizeof(spellings) / sizeof(spellings[0]); i++) {
+        Config cfg;
+        char err[256];
+        assert_true(LOAD(&cfg, err, spellings[i]));
+        assert_int_equal(cfg.command, CMD_HELP);
+        config_free(&cfg);
+    }
+}
+
+static void test_command_help_after_run(void **state)
+{
+    /* --help anywhere wins, even without the options run requires. */
+    Config cfg;
+    char err[256];
+    assert_true(LOAD(&cfg, err, "run", "--help"));
+    assert_int_equal(cfg.command, CMD_HELP);
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "migrate", "--batch-size", "5", "-h"));
+    assert_int_equal(cfg.command, CMD_HELP);
+    config_free(&cfg);
+}
+
+static void test_command_version(void **state)
+{
+    const char *spellings[] = {"--version", "version"};
+    for (size_t i = 0; i < sizeof(spellings) / sizeof(spellings[0]); i++) {
+        Config cfg;
+        char err[256];
+        assert_true(LOAD(&cfg, err, spellings[i]));
+        assert_int_equal(cfg.command, CMD_VERSION);
+        config_free(&cfg);
+    }
+}
+
+static void test_missing_command(void **state)
+{
+    Config cfg;
+    char err[256];
+    char *argv[] = {(char *)"outbox-relay", NULL};
+    assert_false(config_load(&cfg, 1, argv, err, sizeof(err)));
+    assert_error_line(err, "missing command");
+    config_free(&cfg);
+}
+
+static void test_unknown_command(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_false(LOAD(&cfg, err, "frobnicate"));
+    assert_string_equal(err, "unknown command 'frobnicate': try 'outbox-relay --help'");
+    config_free(&cfg);
+}
+
+static void test_option_before_command(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_false(LOAD(&cfg, err, "--brokers", "k:9092", "run"));
+    assert_error_line(err, "--brokers");
+    config_free(&cfg);
+}
+
+/* ---- defaults and flag forms ----------------------------------------------------------- */
+
+static void test_defaults(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_true(
+        LOAD(&cfg, err, "run", "--database-url", "postgresql://h/db", "--brokers", "k:9092"));
+    assert_int_equal(cfg.batch_size, 1000);
+    assert_string_equal(cfg.topic_template, "outbox.event.{aggregate_type}");
+    assert_int_equal(cfg.log_level, LOG_INFO);
+    assert_int_equal(cfg.poll_interval_ms, 1000);
+    assert_int_equal(cfg.shutdown_timeout_ms, 10000);
+    assert_null(cfg.config_file);
+    assert_null(cfg.kafka);
+    assert_int_equal(cfg.kafka_len, 0);
+    config_free(&cfg);
+}
+
+static void test_flag_separate_value(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_true(LOAD(&cfg, err, "run", "--database-url", "postgresql://h/db", "--brokers", "k:9092",
+                     "--batch-size", "50", "--topic-template", "t.{event_type}", "--log-level",
+                     "debug", "--poll-interval", "250", "--shutdown-timeout", "0"));
+    assert_int_equal(cfg.batch_size, 50);
+    assert_string_equal(cfg.topic_template, "t.{event_type}");
+    assert_int_equal(cfg.log_level, LOG_DEBUG);
+    assert_int_equal(cfg.poll_interval_ms, 250);
+    assert_int_equal(cfg.shutdown_timeout_ms, 0);
+    config_free(&cfg);
+}
+
+static void test_flag_equals_value(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_true(LOAD(&cfg, err, "run", "--database-url=host=h dbname=d", "--brokers=a:1,b:2",
+                     "--batch-size=7", "--topic-template=x.{aggregate_type}", "--log-level=error",
+                     "--poll-interval=3600000", "--shutdown-timeout=5"));
+    assert_string_equal(cfg.database_url, "host=h dbname=d");
+    assert_string_equal(cfg.brokers, "a:1,b:2");
+    assert_int_equal(cfg.batch_size, 7);
+    assert_string_equal(cfg.topic_template, "x.{aggregate_type}");
+    assert_int_equal(cfg.log_level, LOG_ERROR);
+    assert_int_equal(cfg.poll_interval_ms, 3600000);
+    assert_int_equal(cfg.shutdown_timeout_ms, 5);
+    config_free(&cfg);
+}
+
+static void test_flag_value_with_equals(void **state)
+{
+    /* Only the first '=' separates the name; the value keeps the rest. */
+    Config cfg;
+    char err[256];
+    assert_true(LOAD(&cfg, err, "migrate", "--database-url=postgresql://h/db?sslmode=require"));
+    assert_string_equal(cfg.database_url, "postgresql://h/db?sslmode=require");
+    config_free(&cfg);
+}
+
+static void test_batch_size_bounds_accepted(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_true(LOAD(&cfg, err, "migrate", "--database-url=x", "--batch-size=1"));
+    assert_int_equal(cfg.batch_size, 1);
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "migrate", "--database-url=x", "--batch-size=100000"));
+    assert_int_equal(cfg.batch_size, 100000);
+    config_free(&cfg);
+}
+
+static void test_last_flag_wins(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_true(LOAD(&cfg, err, "migrate", "--database-url=first", "--database-url", "second",
+                     "--batch-size=3", "--batch-size=4"));
+    assert_string_equal(cfg.database_url, "second");
+    assert_int_equal(cfg.batch_size, 4);
+    config_free(&cfg);
+}
+
+/* ---- precedence ------------------------------------------------------------------------ */
+
+static void test_precedence_database_url(void **state)
+{
+    char path[64];
+    write_temp(path, "{\"database-url\": \"file-db\", \"brokers\": \"file-brokers\"}");
+    Config cfg;
+    char err[256];
+
+    /* file > default (there is none) */
+    assert_true(LOAD(&cfg, err, "run", "--config", path));
+    assert_string_equal(cfg.database_url, "file-db");
+    assert_string_equal(cfg.config_file, path);
+    config_free(&cfg);
+
+    /* env > file */
+    setenv("DATABASE_URL", "env-db", 1);
+    assert_true(LOAD(&cfg, err, "run", "--config", path));
+    assert_string_equal(cfg.database_url, "env-db");
+    config_free(&cfg);
+
+    /* flag > env > file, whatever the order of --config on the line */
+    assert_true(LOAD(&cfg, err, "run", "--database-url", "flag-db", "--config", path));
+    assert_string_equal(cfg.database_url, "flag-db");
+    config_free(&cfg);
+
+    /* an empty environment variable counts as unset */
+    setenv("DATABASE_URL", "", 1);
+    assert_true(LOAD(&cfg, err, "run", "--config", path));
+    assert_string_equal(cfg.database_url, "file-db");
+    config_free(&cfg);
+
+    unsetenv("DATABASE_URL");
+    unlink(path);
+}
+
+static void test_precedence_brokers(void **state)
+{
+    char path[64];
+    write_temp(path, "{\"database-url\": \"file-db\", \"brokers\": \"file:1\"}");
+    Config cfg;
+    char err[256];
+
+    assert_true(LOAD(&cfg, err, "run", "--config", path));
+    assert_string_equal(cfg.brokers, "file:1");
+    config_free(&cfg);
+
+    setenv("KAFKA_BROKERS", "env:1", 1);
+    assert_true(LOAD(&cfg, err, "run", "--config", path));
+    assert_string_equal(cfg.brokers, "env:1");
+    config_free(&cfg);
+
+    assert_true(LOAD(&cfg, err, "run", "--config", path, "--brokers=flag:1"));
+    assert_string_equal(cfg.brokers, "flag:1");
+    config_free(&cfg);
+
+    /* env alone, no file */
+    setenv("DATABASE_URL", "env-db", 1);
+    assert_true(LOAD(&cfg, err, "run"));
+    assert_string_equal(cfg.brokers, "env:1");
+    assert_string_equal(cfg.database_url, "env-db");
+    config_free(&cfg);
+
+    unsetenv("DATABASE_URL");
+    unsetenv("KAFKA_BROKERS");
+    unlink(path);
+}
+
+static void test_precedence_batch_size(void **state)
+{
+    char path[64];
+    write_temp(path, "{\"batch-size\": 250, \"log-level\": \"warn\", \"poll-interval\": \"40\","
+                     " \"topic-template\": \"f.{event_type}\"}");
+    Config cfg;
+    char err[256];
+
+    /* file > default */
+    assert_true(LOAD(&cfg, err, "migrate", "--database-url=x", "--config", path));
+    assert_int_equal(cfg.batch_size, 250);
+    assert_int_equal(cfg.log_level, LOG_WARN);
+    assert_int_equal(cfg.poll_interval_ms, 40);
+    assert_string_equal(cfg.topic_template, "f.{event_type}");
+    assert_int_equal(cfg.shutdown_timeout_ms, 10000); /* not in the file: default */
+    config_free(&cfg);
+
+    /* flag > file */
+    assert_true(
+        LOAD(&cfg, err, "migrate", "--batch-size", "9", "--database-url=x", "--config", path));
+    assert_int_equal(cfg.batch_size, 9);
+    config_free(&cfg);
+
+    unlink(path);
+}
+
+/* ---- kafka properties ------------------------------------------------------------------ */
+
+static void assert_prop(const Config *cfg, size_t i, const char *key, const char *value)
+{
+    assert_true(i < cfg->kafka_len);
+    assert_string_equal(cfg->kafka[i].key, key);
+    assert_string_equal(cfg->kafka[i].value, value);
+}
+
+static void test_kafka_flags_in_order(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_true(LOAD(&cfg, err, "migrate", "--database-url=x", "--kafka", "acks=all",
+                     "--kafka=linger.ms=5", "--kafka", "client.id=a=b", "--kafka", "empty="));
+    assert_int_equal(cfg.kafka_len, 4);
+    assert_prop(&cfg, 0, "acks", "all");
+    assert_prop(&cfg, 1, "linger.ms", "5");
+    assert_prop(&cfg, 2, "client.id", "a=b");
+    assert_prop(&cfg, 3, "empty", "");
+    config_free(&cfg);
+}
+
+static void test_kafka_file_then_flags(void **state)
+{
+    char path[64];
+    write_temp(path, "{\"kafka\": {\"acks\": \"all\", \"linger.ms\": 5,"
+                     " \"enable.idempotence\": true, \"z.first\": \"1\"}}");
+    Config cfg;
+    char err[256];
+    assert_true(LOAD(&cfg, err, "migrate", "--kafka=compression.type=lz4", "--database-url=x",
+                     "--config", path, "--kafka", "acks=1"));
+    assert_int_equal(cfg.kafka_len, 6);
+    assert_prop(&cfg, 0, "acks", "all");
+    assert_prop(&cfg, 1, "linger.ms", "5");
+    assert_prop(&cfg, 2, "enable.idempotence", "true");
+    assert_prop(&cfg, 3, "z.first", "1");
+    assert_prop(&cfg, 4, "compression.type", "lz4");
+    assert_prop(&cfg, 5, "acks", "1");
+    config_free(&cfg);
+    unlink(path);
+}
+
+static void test_parse_kafka_prop(void **state)
+{
+    KafkaProp p;
+    assert_true(config_parse_kafka_prop("a=b=c", &p));
+    assert_string_equal(p.key, "a");
+    assert_string_equal(p.value, "b=c");
+    free(p.key);
+    free(p.value);
+    assert_false(config_parse_kafka_prop("novalue", &p));
+    assert_false(config_parse_kafka_prop("=v", &p));
+    assert_false(config_parse_kafka_prop("", &p));
+}
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+static void test_error_unknown_option(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_false(LOAD(&cfg, err, "run", "--bogus", "1"));
+    assert_string_equal(err, "unknown option '--bogus': try 'outbox-relay --help'");
+    config_free(&cfg);
+
+    assert_false(LOAD(&cfg, err, "run", "--batch-size-x=3"));
+    assert_error_line(err, "'--batch-size-x'");
+    config_free(&cfg);
+
+    assert_false(LOAD(&cfg, err, "migrate", "-x"));
+    assert_error_line(err, "'-x'");
+    config_free(&cfg);
+
+    assert_false(LOAD(&cfg, err, "migrate", "stray"));
+    assert_error_line(err, "'stray'");
+    config_free(&cfg);
+}
+
+static void test_error_missing_value(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_false(LOAD(&cfg, err, "run", "--database-url=x", "--brokers"));
+    assert_error_line(err, "--brokers");
+    assert_error_line(err, "needs a value");
+    config_free(&cfg);
+
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--kafka"));
+    assert_error_line(err, "--kafka");
+    config_free(&cfg);
+}
+
+static void test_error_empty_string_value(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url="));
+    assert_error_line(err, "--database-url");
+    assert_error_line(err, "empty");
+    config_free(&cfg);
+}
+
+static void test_error_batch_size(void **state)
+{
+    const char *bad[] = {"abc", "0", "100001", "12x", "", "-1", "99999999999999999999999"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        Config cfg;
+        char err[256], quoted[64];
+        assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--batch-size", bad[i]));
+        assert_error_line(err, "--batch-size");
+        assert_error_line(err, "1 to 100000");
+        snprintf(quoted, sizeof(quoted), "'%s'", bad[i]);
+        assert_error_line(err, quoted);
+        config_free(&cfg);
+    }
+}
+
+static void test_error_batch_size_exact_text(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--batch-size=12x"));
+    assert_string_equal(err, "--batch-size: expected an integer from 1 to 100000, got '12x'");
+    config_free(&cfg);
+}
+
+static void test_error_batch_size_in_file(void **state)
+{
+    char path[64];
+    write_temp(path, "{\"batch-size\": 0}");
+    Config cfg;
+    char err[256];
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--config", path));
+    assert_error_line(err, path);
+    assert_error_line(err, "batch-size");
+    assert_error_line(err, "'0'");
+    config_free(&cfg);
+    unlink(path);
+}
+
+static void test_error_log_level(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--log-level", "loud"));
+    assert_string_equal(err, "--log-level: expected debug, info, warn or error, got 'loud'");
+    config_free(&cfg);
+
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--log-level=INFO"));
+    assert_error_line(err, "'INFO'");
+    config_free(&cfg);
+}
+
+/* Rejected values are echoed back; the error must still be one line (no raw newline). */
+static void test_error_value_with_newline_is_one_line(void **state)
+{
+    Config cfg;
+    char err[256];
+    bool ok = LOAD(&cfg, err, "migrate", "--database-url=x", "--log-level", "in\nfo");
+    config_free(&cfg);
+    assert_false(ok);
+    assert_error_line(err, "--log-level");
+}
+
+static void test_error_malformed_json(void **state)
+{
+    char path[64], line[32];
+    write_temp(path, "{\n  \"brokers\": \"k:9092\",\n  oops\n}\n");
+    Config cfg;
+    char err[512];
+    assert_false(LOAD(&cfg, err, "run", "--database-url=x", "--config", path));
+    assert_error_line(err, path);
+    snprintf(line, sizeof(line), "line %d", 3);
+    assert_error_line(err, line);
+    config_free(&cfg);
+    unlink(path);
+}
+
+static void test_error_duplicate_key(void **state)
+{
+    char path[64];
+    write_temp(path, "{\"batch-size\": 1,\n\"batch-size\": 2}");
+    Config cfg;
+    char err[512];
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--config", path));
+    assert_error_line(err, path);
+    assert_error_line(err, "line 2");
+    config_free(&cfg);
+    unlink(path);
+}
+
+static void test_error_unreadable_file(void **state)
+{
+    const char *path = "/nonexistent-outbox-relay-dir/config.json";
+    Config cfg;
+    char err[512];
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--config", path));
+    assert_error_line(err, "config file /nonexistent-outbox-relay-dir/config.json");
+    config_free(&cfg);
+}
+
+static void test_error_top_level_not_object(void **state)
+{
+    const char *texts[] = {"[1, 2]", "[]"};
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        char path[64];
+        write_temp(path, texts[i]);
+        Config cfg;
+        char err[512];
+        assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--config", path));
+        assert_error_line(err, path);
+        assert_error_line(err, "object");
+        config_free(&cfg);
+        unlink(path);
+    }
+}
+
+static void test_error_unknown_config_key(void **state)
+{
+    char path[64];
+    write_temp(path, "{\"batch-size\": 5, \"batchsize\": 5}");
+    Config cfg;
+    char err[512], expected[256];
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--config", path));
+    snprintf(expected, sizeof(expected), "config file %s: unknown key \"batchsize\"", path);
+    assert_string_equal(err, expected);
+    config_free(&cfg);
+    unlink(path);
+}
+
+static void test_error_config_key_in_file(void **state)
+{
+    char path[64];
+    write_temp(path, "{\"config\": \"/etc/other.json\"}");
+    Config cfg;
+    char err[512];
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--config", path));
+    assert_error_line(err, path);
+    assert_error_line(err, "\"config\"");
+    config_free(&cfg);
+    unlink(path);
+}
+
+static void test_error_kafka_not_object(void **state)
+{
+    const char *texts[] = {"{\"kafka\": \"acks=all\"}", "{\"kafka\": [\"acks=all\"]}",
+                           "{\"kafka\": {\"acks\": {\"x\": 1}}}", "{\"kafka\": {\"acks\": null}}",
+                           "{\"kafka\": {\"\": \"v\"}}"};
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        char path[64];
+        write_temp(path, texts[i]);
+        Config cfg;
+        char err[512];
+        assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--config", path));
+        assert_error_line(err, path);
+        assert_error_line(err, "\"kafka\"");
+        config_free(&cfg);
+        unlink(path);
+    }
+}
+
+static void test_error_kafka_flag(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--kafka", "acks"));
+    assert_string_equal(err, "--kafka: expected KEY=VALUE, got 'acks'");
+    config_free(&cfg);
+
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--kafka==all"));
+    assert_string_equal(err, "--kafka: expected KEY=VALUE, got '=all'");
+    config_free(&cfg);
+
+    /* a good property before a bad one is still released by config_free */
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--kafka=acks=all", "--kafka=x"));
+    assert_error_line(err, "'x'");
+    config_free(&cfg);
+}
+
+static void test_error_missing_database_url(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_false(LOAD(&cfg, err, "run", "--brokers", "k:9092"));
+    assert_string_equal(err, "missing database URL: pass --database-url or set DATABASE_URL");
+    config_free(&cfg);
+
+    assert_false(LOAD(&cfg, err, "migrate"));
+    assert_string_equal(err, "missing database URL: pass --database-url or set DATABASE_URL");
+    config_free(&cfg);
+}
+
+static void test_error_missing_brokers(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_false(LOAD(&cfg, err, "run", "--database-url", "postgresql://h/db"));
+    assert_string_equal(err, "missing Kafka brokers: pass --brokers or set KAFKA_BROKERS");
+    config_free(&cfg);
+
+    /* migrate does not need brokers */
+    assert_true(LOAD(&cfg, err, "migrate", "--database-url", "postgresql://h/db"));
+    config_free(&cfg);
+}
+
+static void test_error_fits_small_buffer(void **state)
+{
+    /* A short err buffer is truncated, never overrun. */
+    Config cfg;
+    char err[16];
+    assert_false(LOAD(&cfg, err, "frobnicate-with-a-long-name"));
+    assert_int_equal(strlen(err), sizeof(err) - 1);
+    config_free(&cfg);
+}
+
+static void test_config_free_zeroed(void **state)
+{
+    Config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    config_free(&cfg);
+    config_free(&cfg);
+    assert_null(cfg.database_url);
+    assert_int_equal(cfg.kafka_len, 0);
+}
+
+static void test_print_help(void **state)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    config_print_help(f);
+    assert_int_equal(fclose(f), 0);
+    const char *needles[] = {"Usage: outbox-relay COMMAND",
+                             "--database-url URL",
+                             "[env DATABASE_URL]",
+                             "[env KAFKA_BROKERS]",
+                             "[default 1000]",
+                             "[default outbox.event.{aggregate_type}]",
+                             "--kafka KEY=VALUE",
+                             "migrate"};
+    for (size_t i = 0; i < sizeof(needles) / sizeof(needles[0]); i++)
+        if (!strstr(text, needles[i]))
+            fail_msg("help text lacks \"%s\"", needles[i]);
+    free(text);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, clean_env, clean_env)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_command_run),
+        T(test_command_migrate),
+        T(test_command_help),
+        T(test_command_help_after_run),
+        T(test_command_version),
+        T(test_missing_command),
+        T(test_unknown_command),
+        T(test_option_before_command),
+        T(test_defaults),
+        T(test_flag_separate_value),
+        T(test_flag_equals_value),
+        T(test_flag_value_with_equals),
+        T(test_batch_size_bounds_accepted),
+        T(test_last_flag_wins),
+        T(test_precedence_database_url),
+        T(test_precedence_brokers),
+        T(test_precedence_batch_size),
+        T(test_kafka_flags_in_order),
+        T(test_kafka_file_then_flags),
+        T(test_parse_kafka_prop),
+        T(test_error_unknown_option),
+        T(test_error_missing_value),
+        T(test_error_empty_string_value),
+        T(test_error_batch_size),
+        T(test_error_batch_size_exact_text),
+        T(test_error_batch_size_in_file),
+        T(test_error_log_level),
+        T(test_error_value_with_newline_is_one_line),
+        T(test_error_malformed_json),
+        T(test_error_duplicate_key),
+        T(test_error_unreadable_file),
+        T(test_error_top_level_not_object),
+        T(test_error_unknown_config_key),
+        T(test_error_config_key_in_file),
+        T(test_error_kafka_not_object),
+        T(test_error_kafka_flag),
+        T(test_error_missing_database_url),
+        T(test_error_missing_brokers),
+        T(test_error_fits_small_buffer),
+        T(test_config_free_zeroed),
+        T(test_print_help),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

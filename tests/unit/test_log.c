@@ -1,0 +1,483 @@
+/* Unit tests for log.c: connection-string masking, value quoting, levels and the line format. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "log.h"
+
+/* ---- log_mask_conninfo ----------------------------------------------------------------- */
+
+static void assert_masked(const char *conninfo, const char *expected)
+{
+    char out[512];
+    memset(out, 'Z', sizeof(out));
+    const char *r = log_mask_conninfo(conninfo, out, sizeof(out));
+    assert_ptr_equal(r, out);
+    if (strcmp(out, expected) != 0)
+        fail_msg("mask(\"%s\")\n  got      \"%s\"\n  expected \"%s\"", conninfo, out, expected);
+    if (strstr(out, "secret") || strstr(out, "cret"))
+        fail_msg("mask(\"%s\") leaks the password: \"%s\"", conninfo, out);
+}
+
+static void test_mask_url(void **state)
+{
+    assert_masked("postgresql://u:secret@h/db", "postgresql://u:***@h/db");
+    assert_masked("postgres://relay:secret@db.example.com:5432/outbox",
+                  "postgres://relay:***@db.example.com:5432/outbox");
+    assert_masked("postgresql://:secret@h/db", "postgresql://:***@h/db");
+    assert_masked("postgresql://u:secret@h", "postgresql://u:***@h");
+}
+
+static void test_mask_url_with_query(void **state)
+{
+    assert_masked("postgresql://u:secret@h:5432/db?sslmode=require&application_name=relay",
+                  "postgresql://u:***@h:5432/db?sslmode=require&application_name=relay");
+    assert_masked("postgresql://u:secret@h?connect_timeout=5",
+                  "postgresql://u:***@h?connect_timeout=5");
+}
+
+static void test_mask_url_with_at_in_path(void **state)
+{
+    assert_masked("postgresql://u:secret@h/db@x", "postgresql://u:***@h/db@x");
+    assert_masked("postgresql://u:secret@h/db?options=a@b", "postgresql://u:***@h/db?options=a@b");
+    /* no password in the authority: an '@' further on is not mistaken for one */
+    assert_masked("postgresql://h:5432/db@x", "postgresql://h:5432/db@x");
+}
+
+static void test_mask_url_with_at_in_password(void **state)
+{
+    assert_masked("postgresql://u:secret@x@h/db", "postgresql://u:***@h/db");
+}
+
+static void test_mask_url_query_password(void **state)
+{
+    assert_masked("postgresql://h/db?password=secret&sslmode=require",
+                  "postgresql://h/db?password=***&sslmode=require");
+    assert_masked("postgresql://h/db?sslmode=require&password=secret",
+                  "postgresql://h/db?sslmode=require&password=***");
+    assert_masked("postgresql://u:secret@h/db?password=secret",
+                  "postgresql://u:***@h/db?password=***");
+}
+
+static void test_mask_keyword_value(void **state)
+{
+    assert_masked("password=secret", "password=***");
+    assert_masked("host=h password=secret dbname=d", "host=h password=*** dbname=d");
+    assert_masked("host=h user=u password=secret", "host=h user=u password=***");
+    assert_masked("host=h password = secret dbname=d", "host=h password = *** dbname=d");
+}
+
+static void test_mask_keyword_value_quoted(void **state)
+{
+    assert_masked("host=h password = 'se cret' user=u", "host=h password = *** user=u");
+    assert_masked("password='secret'", "password=***");
+    /* escaped quote and escaped backslash inside the quotes */
+    assert_masked("password='se\\'cret' user=u", "password=*** user=u");
+    assert_masked("password='secret\\\\' user=u", "password=*** user=u");
+}
+
+static void test_mask_word_password_elsewhere(void **state)
+{
+    /* "password" as a value or inside another keyword is not a password field */
+    assert_masked("host=h dbname=password user=u", "host=h dbname=password user=u");
+    assert_masked("user=password password=secret", "user=password password=***");
+    assert_masked("host=h application_name=password", "host=h application_name=password");
+    assert_masked("host=h passwordx=1", "host=h passwordx=1");
+}
+
+static void test_mask_no_password_unchanged(void **state)
+{
+    const char *same[] = {"",
+                          "host=localhost port=5432 dbname=outbox user=relay",
+                          "postgresql://relay@h:5432/outbox?sslmode=require",
+                          "postgresql://h/db",
+                          "postgresql://u@[::1]:5432/db",
+                          "postgresql:///outbox?host=/var/run/postgresql",
+                          "service=outbox"};
+    for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
+        assert_masked(same[i], same[i]);
+}
+
+static void test_mask_null(void **state)
+{
+    char out[16] = "garbage";
+    assert_ptr_equal(log_mask_conninfo(NULL, out, sizeof(out)), out);
+    assert_string_equal(out, "");
+}
+
+/* libpq separates keyword=value pairs by any whitespace, so a tab or newline before
+ * "password" must not hide it from the masker. */
+static void test_mask_keyword_after_tab(void **state)
+{
+    assert_masked("host=h\tpassword=secret", "host=h\tpassword=***");
+    assert_masked("host=h\npassword=secret", "host=h\npassword=***");
+}
+
+/* libpq honours backslash escapes in unquoted values ("se\\ cret" is one password): the
+ * whole value is masked, not just up to the escaped space. */
+static void test_mask_unquoted_escaped_space(void **state)
+{
+    assert_masked("password=se\\ cret host=h", "password=*** host=h");
+}
+
+static void test_mask_never_leaks(void **state)
+{
+    const char *inputs[] = {
+        "postgresql://u:secret@h/db",
+        "postgresql://u:secret@h:5432/db?sslmode=require",
+        "postgresql://u:secret@h/db@x",
+        "postgresql://h/db?password=secret&sslmode=require",
+        "postgresql://h/db?x=1&password=secret",
+        "password=secret",
+        "host=h password=secret",
+        "host=h password = 'se cret' user=u",
+        "host=h password='se\\'cret'",
+        "password=secret password=secret",
+        "host=h password=secret password = 'secret' user=u",
+    };
+    for (size_t i = 0; i < sizeof(inputs) / sizeof(inputs[0]); i++) {
+        char out[512];
+        log_mask_conninfo(inputs[i], out, sizeof(out));
+        if (strstr(out, "secret") || strstr(out, "cret") || !strstr(out, "***"))
+            fail_msg("mask(\"%s\") = \"%s\"", inputs[i], out);
+    }
+}
+
+/* Masking happens before the result is cut to the buffer, so a masked text that exactly fits
+ * is kept whole. */
+static void test_mask_fits_exact_buffer(void **state)
+{
+    char out[sizeof("host=h password=*** dbname=d")];
+    log_mask_conninfo("host=h password=secret dbname=d", out, sizeof(out));
+    assert_string_equal(out, "host=h password=*** dbname=d");
+}
+
+/* Masks conninfo into a heap buffer of exactly n bytes for every n from 1 to strlen + 8, each in
+ * a child process so that an out-of-bounds write (ASan aborts the child) fails this test alone.
+ * The password is upper case and nothing else is, so an upper-case letter in the output is a
+ * leaked part of it. Fails listing every bad n; the first failure's details go to stderr. */
+static void check_truncation(const char *conninfo)
+{
+    char bad[1024] = "";
+    size_t used = 0;
+    for (size_t n = 1; n <= strlen(conninfo) + 8; n++) {
+        bool quiet = used > 0;
+        fflush(NULL);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            if (quiet && !freopen("/dev/null", "w", stderr))
+                _exit(5);
+            char *out = malloc(n);
+            if (!out)
+                _exit(4);
+            log_mask_conninfo(conninfo, out, n);
+            if (strnlen(out, n) == n) {
+                fprintf(stderr, "outlen %zu: output not terminated\n", n);
+                _exit(3);
+            }
+            for (const char *p = out; *p; p++) {
+                if (isupper((unsigned char)*p)) {
+                    fprintf(stderr, "outlen %zu: password leaked: \"%s\"\n", n, out);
+                    _exit(2);
+                }
+            }
+            free(out);
+            _exit(0);
+        }
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+            continue;
+        const char *what = !WIFEXITED(status)         ? "signal"
+                           : WEXITSTATUS(status) == 1 ? "sanitizer"
+                           : WEXITSTATUS(status) == 2 ? "leak"
+                           : WEXITSTATUS(status) == 3 ? "unterminated"
+                                                      : "error";
+        used += (size_t)snprintf(bad + used, sizeof(bad) - used, " %zu:%s", n, what);
+        assert_true(used < sizeof(bad));
+    }
+    if (used > 0)
+        fail_msg("masking \"%s\" into an outlen-byte buffer fails for outlen:%s", conninfo, bad);
+}
+
+/* A buffer smaller than the conninfo, cut anywhere around "password=": the result stays in
+ * bounds (ASan checks) and never holds any part of the password. Same for the quoted and
+ * query-string forms below. */
+static void test_mask_truncated_keyword_in_bounds(void **state)
+{
+    check_truncation("host=h password=SECRETPW dbname=d");
+}
+
+/* As above, quoted form. */
+static void test_mask_truncated_quoted_in_bounds(void **state)
+{
+    check_truncation("host=h password='SECRET PW' dbname=d");
+}
+
+/* As above, URL query form. */
+static void test_mask_truncated_query_in_bounds(void **state)
+{
+    check_truncation("postgresql://h/db?sslmode=require&password=SECRETPW&x=y");
+}
+
+/* As above, URL userinfo form: a cut inside the userinfo must not expose the password's start. */
+static void test_mask_truncated_url_no_leak(void **state)
+{
+    check_truncation("postgresql://u:SECRETPW@h/db");
+}
+
+/* ---- log_quote ------------------------------------------------------------------------- */
+
+static void assert_quoted(const char *value, const char *expected)
+{
+    char out[256];
+    assert_ptr_equal(log_quote(value, out, sizeof(out)), out);
+    assert_string_equal(out, expected);
+}
+
+static void test_quote_plain(void **state)
+{
+    assert_quoted("hello", "\"hello\"");
+    assert_quoted("with space", "\"with space\"");
+    assert_quoted("", "\"\"");
+    assert_quoted(NULL, "\"\"");
+    assert_quoted("caf\xc3\xa9", "\"caf\xc3\xa9\"");
+}
+
+static void test_quote_escapes(void **state)
+{
+    assert_quoted("say \"hi\"", "\"say \\\"hi\\\"\"");
+    assert_quoted("C:\\path", "\"C:\\\\path\"");
+    assert_quoted("line1\nline2", "\"line1\\nline2\"");
+    assert_quoted("a\tb\rc", "\"a\\x09b\\x0dc\"");
+    assert_quoted("\x01\x1f\x7f", "\"\\x01\\x1f\\x7f\"");
+    assert_quoted("\\\"", "\"\\\\\\\"\"");
+}
+
+static void test_quote_output_is_one_line(void **state)
+{
+    char in[64], out[512];
+    for (int c = 1; c < 64; c++)
+        in[c - 1] = (char)c;
+    in[63] = '\0';
+    log_quote(in, out, sizeof(out));
+    for (const char *p = out; *p; p++)
+        assert_true((unsigned char)*p >= 0x20 && (unsigned char)*p != 0x7f);
+}
+
+static void test_quote_truncates(void **state)
+{
+    char in[101], out[16];
+    memset(in, 'a', 100);
+    in[100] = '\0';
+    log_quote(in, out, sizeof(out));
+    assert_string_equal(out, "\"aaaaaaaaaa...\"");
+
+    char big[512];
+    log_quote(in, big, sizeof(big));
+    assert_int_equal(strlen(big), 102);
+    assert_null(strstr(big, "..."));
+}
+
+static void test_quote_truncation_keeps_escapes_whole(void **state)
+{
+    char out[16];
+    log_quote("aaaaaaaaa\"bbbbbbb", out, sizeof(out));
+    assert_string_equal(out, "\"aaaaaaaaa...\"");
+    log_quote("aaaaaaaa\nbbbbbbb", out, sizeof(out));
+    assert_string_equal(out, "\"aaaaaaaa\\n...\"");
+    log_quote("aaaaaaa\x01zzzzzzz", out, sizeof(out));
+    assert_string_equal(out, "\"aaaaaaa...\"");
+}
+
+static void test_quote_small_buffers(void **state)
+{
+    /* every size stays in bounds (heap buffers, so ASan sees a one-byte overrun) */
+    const char *in = "a \"long\" value\nwith\\everything\x01";
+    for (size_t n = 1; n < 64; n++) {
+        char *out = malloc(n);
+        assert_non_null(out);
+        log_quote(in, out, n);
+        assert_true(strnlen(out, n) < n);
+        size_t len = strlen(out);
+        if (len > 0) {
+            assert_int_equal(out[0], '"');
+            assert_int_equal(out[len - 1], '"');
+            assert_true(len >= 2);
+        }
+        free(out);
+    }
+}
+
+/* ---- levels ---------------------------------------------------------------------------- */
+
+static void test_level_parse(void **state)
+{
+    LogLevel l = LOG_ERROR;
+    assert_true(log_level_parse("debug", &l));
+    assert_int_equal(l, LOG_DEBUG);
+    assert_true(log_level_parse("info", &l));
+    assert_int_equal(l, LOG_INFO);
+    assert_true(log_level_parse("warn", &l));
+    assert_int_equal(l, LOG_WARN);
+    assert_true(log_level_parse("error", &l));
+    assert_int_equal(l, LOG_ERROR);
+
+    const char *bad[] = {"", "DEBUG", "Info", "warning", "err", "info ", " info", "fatal"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        l = LOG_WARN;
+        if (log_level_parse(bad[i], &l))
+            fail_msg("\"%s\" parsed as a level", bad[i]);
+        assert_int_equal(l, LOG_WARN);
+    }
+}
+
+static void test_level_names_round_trip(void **state)
+{
+    assert_string_equal(log_level_name(LOG_DEBUG), "debug");
+    assert_string_equal(log_level_name(LOG_INFO), "info");
+    assert_string_equal(log_level_name(LOG_WARN), "warn");
+    assert_string_equal(log_level_name(LOG_ERROR), "error");
+    for (LogLevel l = LOG_DEBUG; l <= LOG_ERROR; l++) {
+        LogLevel back;
+        assert_true(log_level_parse(log_level_name(l), &back));
+        assert_int_equal(back, l);
+    }
+}
+
+static void test_set_get_level(void **state)
+{
+    LogLevel saved = log_get_level();
+    assert_int_equal(saved, LOG_INFO); /* the default */
+    log_set_level(LOG_ERROR);
+    assert_int_equal(log_get_level(), LOG_ERROR);
+    log_set_level(saved);
+}
+
+/* ---- log_write ------------------------------------------------------------------------- */
+
+/* Runs the writes with stderr redirected to a temporary file; returns what was written
+ * (caller frees). */
+static char *capture_stderr(void (*writes)(void))
+{
+    char path[] = "/tmp/outbox-relay-test-log-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    writes();
+    fflush(stderr);
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(saved);
+
+    off_t size = lseek(fd, 0, SEEK_END);
+    assert_true(size >= 0);
+    char *text = calloc((size_t)size + 1, 1);
+    assert_non_null(text);
+    assert_int_equal(pread(fd, text, (size_t)size, 0), size);
+    close(fd);
+    unlink(path);
+    return text;
+}
+
+static void write_some(void)
+{
+    log_set_level(LOG_INFO);
+    log_debug("hidden", "x=%d", 1);
+    log_info("claimed batch", "rows=%d first_id=%lld", 3, 17LL);
+    log_warn("say \"hi\"", NULL);
+    log_error("plain", "code=%d", 7);
+}
+
+static void test_write_format_and_filter(void **state)
+{
+    char *text = capture_stderr(write_some);
+    assert_null(strstr(text, "hidden"));
+
+    const char *expect[] = {" level=info msg=\"claimed batch\" rows=3 first_id=17\n",
+                            " level=warn msg=\"say \\\"hi\\\"\"\n",
+                            " level=error msg=\"plain\" code=7\n"};
+    const char *line = text;
+    for (size_t i = 0; i < 3; i++) {
+        /* 2024-01-02T03:04:05.678Z */
+        int y, mo, d, h, mi, s, ms, used = 0;
+        assert_int_equal(
+            sscanf(line, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ%n", &y, &mo, &d, &h, &mi, &s, &ms, &used),
+            7);
+        assert_int_equal(used, 24);
+        const char *rest = line + used;
+        size_t len = strlen(expect[i]);
+        if (strncmp(rest, expect[i], len) != 0)
+            fail_msg("line %zu is \"%s\", expected the tail \"%s\"", i, line, expect[i]);
+        line = rest + len;
+    }
+    assert_string_equal(line, "");
+    free(text);
+}
+
+static void write_long(void)
+{
+    char big[4096];
+    memset(big, 'v', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    log_error("long", "value=%s", big);
+}
+
+static void test_write_long_line_is_one_line(void **state)
+{
+    char *text = capture_stderr(write_long);
+    size_t len = strlen(text);
+    assert_true(len > 1000);
+    assert_true(len <= 2048);
+    assert_int_equal(text[len - 1], '\n');
+    assert_ptr_equal(strchr(text, '\n'), text + len - 1);
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mask_url),
+        cmocka_unit_test(test_mask_url_with_query),
+        cmocka_unit_test(test_mask_url_with_at_in_path),
+        cmocka_unit_test(test_mask_url_with_at_in_password),
+        cmocka_unit_test(test_mask_url_query_password),
+        cmocka_unit_test(test_mask_keyword_value),
+        cmocka_unit_test(test_mask_keyword_value_quoted),
+        cmocka_unit_test(test_mask_word_password_elsewhere),
+        cmocka_unit_test(test_mask_no_password_unchanged),
+        cmocka_unit_test(test_mask_null),
+        cmocka_unit_test(test_mask_keyword_after_tab),
+        cmocka_unit_test(test_mask_unquoted_escaped_space),
+        cmocka_unit_test(test_mask_never_leaks),
+        cmocka_unit_test(test_mask_fits_exact_buffer),
+        cmocka_unit_test(test_mask_truncated_keyword_in_bounds),
+        cmocka_unit_test(test_mask_truncated_quoted_in_bounds),
+        cmocka_unit_test(test_mask_truncated_query_in_bounds),
+        cmocka_unit_test(test_mask_truncated_url_no_leak),
+        cmocka_unit_test(test_quote_plain),
+        cmocka_unit_test(test_quote_escapes),
+        cmocka_unit_test(test_quote_output_is_one_line),
+        cmocka_unit_test(test_quote_truncates),
+        cmocka_unit_test(test_quote_truncation_keeps_escapes_whole),
+        cmocka_unit_test(test_quote_small_buffers),
+        cmocka_unit_test(test_level_parse),
+        cmocka_unit_test(test_level_names_round_trip),
+        cmocka_unit_test(test_set_get_level),
+        cmocka_unit_test(test_write_format_and_filter),
+        cmocka_unit_test(test_write_long_line_is_one_line),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,408 @@
+/* Unit tests for route.c: topic templates, topic names and message headers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "route.h"
+
+#define DEFAULT_TEMPLATE "outbox.event.{aggregate_type}"
+
+static OutboxRow make_row(const char *aggregate_type, const char *event_type, const char *headers)
+{
+    OutboxRow row = {
+        .id = 42,
+        .event_id = "0b5c6a8e-6d0e-4d39-9a4c-2f6d1d7c9e01",
+        .aggregate_type = aggregate_type,
+        .aggregate_id = "order-17",
+        .event_type = event_type,
+        .payload = "{\"total\":3}",
+        .payload_len = 11,
+        .headers = headers,
+    };
+    return row;
+}
+
+static void assert_err_line(const char *err, const char *needle)
+{
+    assert_true(strlen(err) > 0);
+    assert_null(strchr(err, '\n'));
+    if (needle && !strstr(err, needle))
+        fail_msg("error \"%s\" does not mention \"%s\"", err, needle);
+}
+
+/* ---- route_template_check -------------------------------------------------------------- */
+
+static void test_template_default_ok(void **state)
+{
+    char err[256] = "";
+    assert_true(route_template_check(DEFAULT_TEMPLATE, err, sizeof(err)));
+    assert_string_equal(err, "");
+}
+
+static void test_template_placeholders_ok(void **state)
+{
+    char err[256] = "";
+    assert_true(route_template_check("{event_type}", err, sizeof(err)));
+    assert_true(route_template_check("{aggregate_type}", err, sizeof(err)));
+    assert_true(route_template_check("app_1.{aggregate_type}-{event_type}.v2", err, sizeof(err)));
+    assert_true(route_template_check("fixed-topic", err, sizeof(err)));
+}
+
+static void test_template_unknown_placeholder(void **state)
+{
+    char err[256] = "";
+    assert_false(route_template_check("{nope}", err, sizeof(err)));
+    assert_err_line(err, "{nope}");
+    assert_err_line(err, "placeholder");
+
+    err[0] = '\0';
+    assert_false(route_template_check("outbox.{aggregate_type", err, sizeof(err)));
+    assert_err_line(err, "placeholder");
+
+    err[0] = '\0';
+    assert_false(route_template_check("outbox.{Event_Type}", err, sizeof(err)));
+    assert_err_line(err, "placeholder");
+}
+
+static void test_template_illegal_literal(void **state)
+{
+    char err[256] = "";
+    assert_false(route_template_check("bad topic!", err, sizeof(err)));
+    assert_err_line(err, "bad topic!");
+    assert_err_line(err, "[a-zA-Z0-9._-]");
+
+    err[0] = '\0';
+    assert_false(route_template_check("a/{event_type}", err, sizeof(err)));
+    assert_err_line(err, NULL);
+
+    err[0] = '\0';
+    assert_false(route_template_check("", err, sizeof(err)));
+    assert_err_line(err, "empty");
+}
+
+static void test_template_length(void **state)
+{
+    char tmpl[300], err[256] = "";
+    memset(tmpl, 'a', 249);
+    tmpl[249] = '\0';
+    assert_true(route_template_check(tmpl, err, sizeof(err)));
+    tmpl[249] = 'a';
+    tmpl[250] = '\0';
+    assert_false(route_template_check(tmpl, err, sizeof(err)));
+    assert_err_line(err, "249");
+    memset(tmpl, 'a', 299);
+    tmpl[299] = '\0';
+    err[0] = '\0';
+    assert_false(route_template_check(tmpl, err, sizeof(err)));
+    assert_err_line(err, "249");
+}
+
+/* Regression (fixed): route.h promises "one line to err", but the template text
+ * is echoed verbatim, so a template holding a newline yields a two-line error.
+ * Input "a\nb": expected false with no '\n' in err; actual err is
+ * "--topic-template 'a\nb': topic name 'a\nb' has a character outside ..." (two newlines). */
+static void test_template_error_is_one_line(void **state)
+{
+    char err[256] = "";
+    assert_false(route_template_check("a\nb", err, sizeof(err)));
+    assert_err_line(err, "[a-zA-Z0-9._-]");
+}
+
+/* ---- route_topic ----------------------------------------------------------------------- */
+
+static void test_topic_default_template(void **state)
+{
+    OutboxRow row = make_row("Order", "OrderCreated", NULL);
+    char out[ROUTE_TOPIC_MAX + 1], err[256] = "";
+    assert_true(route_topic(DEFAULT_TEMPLATE, &row, out, sizeof(out), err, sizeof(err)));
+    assert_string_equal(out, "outbox.event.Order");
+}
+
+static void test_topic_both_placeholders(void **state)
+{
+    OutboxRow row = make_row("Order", "OrderCreated", NULL);
+    char out[ROUTE_TOPIC_MAX + 1], err[256] = "";
+    assert_true(route_topic("app.{aggregate_type}.{event_type}.{aggregate_type}-v1", &row, out,
+                            sizeof(out), err, sizeof(err)));
+    assert_string_equal(out, "app.Order.OrderCreated.Order-v1");
+
+    assert_true(route_topic("{event_type}", &row, out, sizeof(out), err, sizeof(err)));
+    assert_string_equal(out, "OrderCreated");
+
+    assert_true(route_topic("fixed_topic", &row, out, sizeof(out), err, sizeof(err)));
+    assert_string_equal(out, "fixed_topic");
+}
+
+static void test_topic_illegal_characters(void **state)
+{
+    const char *bad[] = {"my order", "a/b", "Bestellung\xc3\xa4", "x:y", "a\tb", "a\nb", "a*"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        OutboxRow row = make_row(bad[i], "Created", NULL);
+        char out[ROUTE_TOPIC_MAX + 1], err[256] = "";
+        if (route_topic(DEFAULT_TEMPLATE, &row, out, sizeof(out), err, sizeof(err)))
+            fail_msg("aggregate_type \"%s\" accepted as topic \"%s\"", bad[i], out);
+        assert_true(strlen(err) > 0);
+        assert_non_null(strstr(err, "outside [a-zA-Z0-9._-]"));
+    }
+}
+
+static void test_topic_illegal_in_event_type(void **state)
+{
+    OutboxRow row = make_row("Order", "order created", NULL);
+    char out[ROUTE_TOPIC_MAX + 1], err[256] = "";
+    assert_false(
+        route_topic("{aggregate_type}.{event_type}", &row, out, sizeof(out), err, sizeof(err)));
+    assert_err_line(err, "offset 11");
+}
+
+static void test_topic_empty(void **state)
+{
+    OutboxRow row = make_row("Order", "", NULL);
+    char out[ROUTE_TOPIC_MAX + 1], err[256] = "";
+    assert_false(route_topic("{event_type}", &row, out, sizeof(out), err, sizeof(err)));
+    assert_err_line(err, "empty");
+
+    row = make_row("", "", NULL);
+    err[0] = '\0';
+    assert_false(
+        route_topic("{aggregate_type}{event_type}", &row, out, sizeof(out), err, sizeof(err)));
+    assert_err_line(err, "empty");
+}
+
+static void test_topic_dot_names(void **state)
+{
+    const char *bad[] = {".", ".."};
+    for (size_t i = 0; i < 2; i++) {
+        OutboxRow row = make_row(bad[i], "E", NULL);
+        char out[ROUTE_TOPIC_MAX + 1], err[256] = "";
+        assert_false(route_topic("{aggregate_type}", &row, out, sizeof(out), err, sizeof(err)));
+        assert_err_line(err, "not allowed");
+    }
+    /* "..." is a legal (if odd) topic name */
+    OutboxRow row = make_row("...", "E", NULL);
+    char out[ROUTE_TOPIC_MAX + 1], err[256] = "";
+    assert_true(route_topic("{aggregate_type}", &row, out, sizeof(out), err, sizeof(err)));
+    assert_string_equal(out, "...");
+}
+
+static void test_topic_length_limit(void **state)
+{
+    char agg[400];
+    char out[ROUTE_TOPIC_MAX + 1], err[256];
+
+    /* exactly 249 characters through a placeholder alone */
+    memset(agg, 'A', 249);
+    agg[249] = '\0';
+    OutboxRow row = make_row(agg, "E", NULL);
+    assert_true(route_topic("{aggregate_type}", &row, out, sizeof(out), err, sizeof(err)));
+    assert_int_equal(strlen(out), 249);
+    assert_string_equal(out, agg);
+
+    /* exactly 249 with the default prefix ("outbox.event." is 13 characters) */
+    agg[236] = '\0';
+    row = make_row(agg, "E", NULL);
+    assert_true(route_topic(DEFAULT_TEMPLATE, &row, out, sizeof(out), err, sizeof(err)));
+    assert_int_equal(strlen(out), 249);
+    assert_memory_equal(out, "outbox.event.AAA", 16);
+
+    /* 250 */
+    memset(agg, 'A', 237);
+    agg[237] = '\0';
+    row = make_row(agg, "E", NULL);
+    err[0] = '\0';
+    assert_false(route_topic(DEFAULT_TEMPLATE, &row, out, sizeof(out), err, sizeof(err)));
+    assert_err_line(err, "longer than 249");
+
+    /* far over: the expansion itself must stop without overrunning */
+    memset(agg, 'A', 399);
+    agg[399] = '\0';
+    row = make_row(agg, "E", NULL);
+    err[0] = '\0';
+    assert_false(
+        route_topic("{aggregate_type}.{event_type}", &row, out, sizeof(out), err, sizeof(err)));
+    assert_err_line(err, "longer than 249");
+}
+
+static void test_topic_small_out_buffer(void **state)
+{
+    OutboxRow row = make_row("Order", "E", NULL);
+    char out[8], err[256] = "";
+    assert_false(route_topic(DEFAULT_TEMPLATE, &row, out, sizeof(out), err, sizeof(err)));
+    assert_err_line(err, NULL);
+    assert_true(route_topic("{aggregate_type}", &row, out, sizeof(out), err, sizeof(err)));
+    assert_string_equal(out, "Order");
+}
+
+/* ---- route_headers --------------------------------------------------------------------- */
+
+/* Header idx must be name with value (NULL for a null value). */
+static void assert_header(const rd_kafka_headers_t *hdrs, size_t idx, const char *name,
+                          const char *value)
+{
+    const char *got_name = NULL;
+    const void *got_value = NULL;
+    size_t got_size = 12345;
+    assert_int_equal(rd_kafka_header_get_all(hdrs, idx, &got_name, &got_value, &got_size),
+                     RD_KAFKA_RESP_ERR_NO_ERROR);
+    assert_string_equal(got_name, name);
+    if (!value) {
+        assert_null(got_value);
+        assert_int_equal(got_size, 0);
+        return;
+    }
+    assert_non_null(got_value);
+    if (got_size != strlen(value) || memcmp(got_value, value, got_size) != 0)
+        fail_msg("header %zu (%s) is \"%.*s\", expected \"%s\"", idx, name, (int)got_size,
+                 (const char *)got_value, value);
+}
+
+static void assert_last(const rd_kafka_headers_t *hdrs, const char *name, const char *value)
+{
+    const void *got_value = NULL;
+    size_t got_size = 0;
+    assert_int_equal(rd_kafka_header_get_last(hdrs, name, &got_value, &got_size),
+                     RD_KAFKA_RESP_ERR_NO_ERROR);
+    assert_int_equal(got_size, strlen(value));
+    assert_memory_equal(got_value, value, got_size);
+}
+
+static void test_headers_null_column(void **state)
+{
+    OutboxRow row = make_row("Order", "OrderCreated", NULL);
+    char err[256] = "";
+    rd_kafka_headers_t *hdrs = route_headers(&row, err, sizeof(err));
+    assert_non_null(hdrs);
+    assert_int_equal(rd_kafka_header_cnt(hdrs), 3);
+    assert_header(hdrs, 0, "id", "0b5c6a8e-6d0e-4d39-9a4c-2f6d1d7c9e01");
+    assert_header(hdrs, 1, "event_type", "OrderCreated");
+    assert_header(hdrs, 2, "aggregate_type", "Order");
+    assert_last(hdrs, "id", "0b5c6a8e-6d0e-4d39-9a4c-2f6d1d7c9e01");
+    rd_kafka_headers_destroy(hdrs);
+}
+
+static void test_headers_empty_object(void **state)
+{
+    OutboxRow row = make_row("Order", "OrderCreated", "{}");
+    char err[256] = "";
+    rd_kafka_headers_t *hdrs = route_headers(&row, err, sizeof(err));
+    assert_non_null(hdrs);
+    assert_int_equal(rd_kafka_header_cnt(hdrs), 3);
+    assert_header(hdrs, 0, "id", "0b5c6a8e-6d0e-4d39-9a4c-2f6d1d7c9e01");
+    rd_kafka_headers_destroy(hdrs);
+}
+
+static void test_headers_order_and_values(void **state)
+{
+    OutboxRow row = make_row("Order", "OrderCreated",
+                             "{\"traceparent\": \"00-abc-01\", \"tenant\": \"t1\","
+                             " \"utf8\": \"caf\\u00e9\"}");
+    char err[256] = "";
+    rd_kafka_headers_t *hdrs = route_headers(&row, err, sizeof(err));
+    assert_non_null(hdrs);
+    assert_int_equal(rd_kafka_header_cnt(hdrs), 6);
+    assert_header(hdrs, 0, "traceparent", "00-abc-01");
+    assert_header(hdrs, 1, "tenant", "t1");
+    assert_header(hdrs, 2, "utf8", "caf\xc3\xa9");
+    assert_header(hdrs, 3, "id", "0b5c6a8e-6d0e-4d39-9a4c-2f6d1d7c9e01");
+    assert_header(hdrs, 4, "event_type", "OrderCreated");
+    assert_header(hdrs, 5, "aggregate_type", "Order");
+    assert_last(hdrs, "tenant", "t1");
+    assert_last(hdrs, "aggregate_type", "Order");
+    rd_kafka_headers_destroy(hdrs);
+}
+
+static void test_headers_reserved_dropped(void **state)
+{
+    OutboxRow row = make_row("Order", "OrderCreated",
+                             "{\"id\": \"spoof\", \"a\": \"1\", \"event_type\": \"spoof\","
+                             " \"aggregate_type\": {\"x\": 1}, \"ID\": \"kept\"}");
+    char err[256] = "";
+    rd_kafka_headers_t *hdrs = route_headers(&row, err, sizeof(err));
+    assert_non_null(hdrs);
+    assert_int_equal(rd_kafka_header_cnt(hdrs), 5);
+    assert_header(hdrs, 0, "a", "1");
+    assert_header(hdrs, 1, "ID", "kept");
+    assert_header(hdrs, 2, "id", "0b5c6a8e-6d0e-4d39-9a4c-2f6d1d7c9e01");
+    assert_header(hdrs, 3, "event_type", "OrderCreated");
+    assert_header(hdrs, 4, "aggregate_type", "Order");
+    /* no trace of the spoofed values under any name */
+    for (size_t i = 0; i < rd_kafka_header_cnt(hdrs); i++) {
+        const char *name;
+        const void *value;
+        size_t size;
+        assert_int_equal(rd_kafka_header_get_all(hdrs, i, &name, &value, &size), 0);
+        assert_false(size == 5 && memcmp(value, "spoof", 5) == 0);
+    }
+    rd_kafka_headers_destroy(hdrs);
+}
+
+static void test_headers_non_string_values(void **state)
+{
+    OutboxRow row = make_row("Order", "OrderCreated",
+                             "{\"n\": 42, \"neg\": -7, \"f\": 1.5, \"t\": true, \"fl\": false,"
+                             " \"obj\": {\"a\": 1, \"b\": [1, 2, \"x y\"]}, \"arr\": [ ],"
+                             " \"none\": null, \"s\": \"\"}");
+    char err[256] = "";
+    rd_kafka_headers_t *hdrs = route_headers(&row, err, sizeof(err));
+    assert_non_null(hdrs);
+    assert_int_equal(rd_kafka_header_cnt(hdrs), 12);
+    assert_header(hdrs, 0, "n", "42");
+    assert_header(hdrs, 1, "neg", "-7");
+    assert_header(hdrs, 2, "f", "1.5");
+    assert_header(hdrs, 3, "t", "true");
+    assert_header(hdrs, 4, "fl", "false");
+    assert_header(hdrs, 5, "obj", "{\"a\":1,\"b\":[1,2,\"x y\"]}");
+    assert_header(hdrs, 6, "arr", "[]");
+    assert_header(hdrs, 7, "none", NULL);
+    assert_header(hdrs, 8, "s", "");
+    assert_header(hdrs, 9, "id", "0b5c6a8e-6d0e-4d39-9a4c-2f6d1d7c9e01");
+    rd_kafka_headers_destroy(hdrs);
+}
+
+static void test_headers_not_an_object(void **state)
+{
+    const char *bad[] = {"[1, 2]", "\"text\"", "42", "null", "{", "", "{\"a\": 1} trailing"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        OutboxRow row = make_row("Order", "OrderCreated", bad[i]);
+        char err[256] = "";
+        rd_kafka_headers_t *hdrs = route_headers(&row, err, sizeof(err));
+        if (hdrs) {
+            rd_kafka_headers_destroy(hdrs);
+            fail_msg("headers column '%s' accepted", bad[i]);
+        }
+        assert_err_line(err, "headers column is not a JSON object");
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_template_default_ok),
+        cmocka_unit_test(test_template_placeholders_ok),
+        cmocka_unit_test(test_template_unknown_placeholder),
+        cmocka_unit_test(test_template_illegal_literal),
+        cmocka_unit_test(test_template_length),
+        cmocka_unit_test(test_template_error_is_one_line),
+        cmocka_unit_test(test_topic_default_template),
+        cmocka_unit_test(test_topic_both_placeholders),
+        cmocka_unit_test(test_topic_illegal_characters),
+        cmocka_unit_test(test_topic_illegal_in_event_type),
+        cmocka_unit_test(test_topic_empty),
+        cmocka_unit_test(test_topic_dot_names),
+        cmocka_unit_test(test_topic_length_limit),
+        cmocka_unit_test(test_topic_small_out_buffer),
+        cmocka_unit_test(test_headers_null_column),
+        cmocka_unit_test(test_headers_empty_object),
+        cmocka_unit_test(test_headers_order_and_values),
+        cmocka_unit_test(test_headers_reserved_dropped),
+        cmocka_unit_test(test_headers_non_string_values),
+        cmocka_unit_test(test_headers_not_an_object),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
