@@ -1,0 +1,202 @@
+#include "idem.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Advisory lock class of idempotency keys (the two-int form; the schema lock uses 20240). */
+#define IDEM_LOCK_CLASS "20241"
+
+static bool is_visible(unsigned char c)
+{
+    return c >= 0x21 && c <= 0x7e;
+}
+
+static bool bad_key(char *err, size_t errlen, const char *why)
+{
+    snprintf(err, errlen, "Idempotency-Key %s", why);
+    return false;
+}
+
+bool idem_key_parse(const char *value, char out[IDEM_KEY_MAX + 1], char *err, size_t errlen)
+{
+    const char *p = value, *end = value + strlen(value);
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+
+    size_t n = 0;
+    if (p < end && *p == '"') {
+        /* RFC 8941 sf-string: DQUOTE *(unescaped / "\" ( DQUOTE / "\" )) DQUOTE, and nothing
+         * may follow the closing quote. */
+        bool closed = false;
+        for (p++; p < end; p++) {
+            unsigned char c = (unsigned char)*p;
+            if (c == '"') {
+                closed = p + 1 == end;
+                if (!closed)
+                    return bad_key(err, errlen, "has text after its closing quote");
+                break;
+            }
+            if (c == '\\') {
+                if (p + 1 >= end || (p[1] != '"' && p[1] != '\\'))
+                    return bad_key(err, errlen, "has an invalid escape (only \\\" and \\\\)");
+                c = (unsigned char)*++p;
+            }
+            if (!is_visible(c))
+                return bad_key(err, errlen, "must be visible ASCII characters only");
+            if (n == IDEM_KEY_MAX)
+                return bad_key(err, errlen, "must be at most 255 characters");
+            out[n++] = (char)c;
+        }
+        if (!closed)
+            return bad_key(err, errlen, "has no closing quote");
+    } else {
+        for (; p < end; p++) {
+            if (!is_visible((unsigned char)*p))
+                return bad_key(err, errlen, "must be visible ASCII characters only");
+            if (n == IDEM_KEY_MAX)
+                return bad_key(err, errlen, "must be at most 255 characters");
+            out[n++] = *p;
+        }
+    }
+    if (n == 0)
+        return bad_key(err, errlen, "must not be empty");
+    out[n] = '\0';
+    return true;
+}
+
+/* "METHOD PATH\nBODY": what the fingerprint covers, hashed by the server with sha256(). */
+static char *fingerprint_input(const IdemRequest *req, int *len)
+{
+    size_t head = strlen(req->method) + 1 + strlen(req->path) + 1;
+    char *buf = malloc(head + req->body_len + 1);
+    if (!buf)
+        return NULL;
+    snprintf(buf, head + 1, "%s %s\n", req->method, req->path);
+    memcpy(buf + head, req->body, req->body_len);
+    *len = (int)(head + req->body_len);
+    return buf;
+}
+
+static IdemOutcome fetch_stored(PGresult *res, IdemStored *stored)
+{
+    if (strcmp(PQgetvalue(res, 0, 0), "t") != 0)
+        return IDEM_MISMATCH;
+    stored->status = atoi(PQgetvalue(res, 0, 1));
+    stored->body = strdup(PQgetvalue(res, 0, 2));
+    stored->location = PQgetisnull(res, 0, 3) ? NULL : strdup(PQgetvalue(res, 0, 3));
+    return IDEM_REPLAY;
+}
+
+IdemOutcome idem_claim(PGconn *conn, const IdemRequest *req, IdemStored *stored, DbError *e)
+{
+    memset(stored, 0, sizeof(*stored));
+    char ttl[32];
+    snprintf(ttl, sizeof(ttl), "%ld", req->ttl_s);
+    int fp_len = 0;
+    char *fp = fingerprint_input(req, &fp_len);
+    if (!fp) {
+        *e = (DbError){.message = "out of memory"};
+        return IDEM_FAILED;
+    }
+    const char *values[4] = {req->endpoint, req->key, fp, ttl};
+    const int lengths[4] = {0, 0, fp_len, 0};
+    const int formats[4] = {0, 0, 1, 0};
+    IdemOutcome out = IDEM_FAILED;
+
+    /* Not waiting is the point: the holder may run for a while, and the client is better told
+     * to come back (409 + Retry-After) than left hanging on a lock. */
+    PGresult *res = db_query(
+        conn, "SELECT pg_try_advisory_xact_lock(" IDEM_LOCK_CLASS ", hashtext($1 || ' ' || $2))", 2,
+        values, e);
+    if (!res)
+        goto done;
+    bool locked = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    if (!locked) {
+        out = IDEM_BUSY;
+        goto done;
+    }
+
+    res = db_query_bin(conn,
+                       "SELECT request_hash = sha256($3::bytea), response_status, response_body,"
+                       " response_location FROM idempotency_keys"
+                       " WHERE endpoint = $1 AND key = $2 AND expires_at > now()",
+                       3, values, lengths, formats, e);
+    if (!res)
+        goto done;
+    if (PQntuples(res) == 1) {
+        out = fetch_stored(res, stored);
+        PQclear(res);
+        goto done;
+    }
+    PQclear(res);
+
+    /* An expired record that the cleanup has not reached yet is taken over. RETURNING nothing
+     * would mean a live record appeared although we hold the key's lock; answer "busy" rather
+     * than run the request twice. */
+    res = db_query_bin(conn,
+                       "INSERT INTO idempotency_keys (endpoint, key, request_hash, expires_at)"
+                       " VALUES ($1, $2, sha256($3::bytea), now() + $4 * interval '1 second')"
+                       " ON CONFLICT (endpoint, key) DO UPDATE"
+                       " SET request_hash = EXCLUDED.request_hash, created_at = now(),"
+                       " expires_at = EXCLUDED.expires_at, response_status = NULL,"
+                       " response_body = NULL, response_location = NULL"
+                       " WHERE idempotency_keys.expires_at <= now()"
+                       " RETURNING 1",
+                       4, values, lengths, formats, e);
+    if (!res)
+        goto done;
+    out = PQntuples(res) == 1 ? IDEM_NEW : IDEM_BUSY;
+    PQclear(res);
+done:
+    free(fp);
+    return out;
+}
+
+bool idem_complete(PGconn *conn, const IdemRequest *req, int status, const char *body,
+                   const char *location, DbError *e)
+{
+    char status_text[16];
+    snprintf(status_text, sizeof(status_text), "%d", status);
+    const char *values[5] = {req->endpoint, req->key, status_text, body, location};
+    PGresult *res = db_query(conn,
+                             "UPDATE idempotency_keys SET response_status = $3,"
+                             " response_body = $4, response_location = $5"
+                             " WHERE endpoint = $1 AND key = $2",
+                             5, values, e);
+    if (!res)
+        return false;
+    bool one = strcmp(PQcmdTuples(res), "1") == 0;
+    PQclear(res);
+    if (!one)
+        *e = (DbError){.message = "idempotency record vanished before its response was stored"};
+    return one;
+}
+
+void idem_stored_free(IdemStored *s)
+{
+    free(s->body);
+    free(s->location);
+    s->body = s->location = NULL;
+}
+
+long idem_cleanup_batch(PGconn *conn, long batch, DbError *e)
+{
+    char limit[32];
+    snprintf(limit, sizeof(limit), "%ld", batch);
+    const char *values[1] = {limit};
+    PGresult *res = db_query(conn,
+                             "DELETE FROM idempotency_keys WHERE (endpoint, key) IN ("
+                             " SELECT endpoint, key FROM idempotency_keys"
+                             " WHERE expires_at <= now() ORDER BY expires_at LIMIT $1"
+                             " FOR UPDATE SKIP LOCKED)",
+                             1, values, e);
+    if (!res)
+        return -1;
+    long n = atol(PQcmdTuples(res));
+    PQclear(res);
+    return n;
+}

@@ -1,0 +1,309 @@
+/* producer-demo: an order service that writes its events through the transactional outbox.
+ *
+ *   producer-demo serve   --database-url URL --listen HOST:PORT   the HTTP API (api.h)
+ *   producer-demo load    --database-url URL --count N --rate R --aggregates A
+ *   producer-demo migrate --database-url URL                      apply schema.sql
+ *   producer-demo cleanup --database-url URL                      one expired-key sweep
+ *
+ * Bad input exits 2 with one line on stderr before anything connects. */
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api.h"
+#include "backoff.h"
+#include "db.h"
+#include "janitor.h"
+#include "load.h"
+#include "log.h"
+#include "opts.h"
+#include "pool.h"
+#include "server.h"
+
+#ifndef OUTBOX_RELAY_VERSION
+#define OUTBOX_RELAY_VERSION "dev"
+#endif
+
+#define EXIT_USAGE 2
+#define SCHEMA_LOCK "producer-demo"
+#define POOL_WAIT_MS 5000  /* a request waits this long for a database connection, then 503 */
+#define SWEEP_BATCHES 100L /* batches per cleanup sweep: bounds one sweep's work */
+
+extern const char producer_schema_sql[]; /* schema.sql, embedded by tools/embed-text.sh */
+
+enum { CMD_SERVE, CMD_LOAD, CMD_MIGRATE, CMD_CLEANUP, CMD_HELP, CMD_VERSION };
+
+typedef struct Options {
+    char *database_url;
+    char *listen;
+    long max_connections;
+    long db_connections;
+    long key_ttl;
+    long cleanup_interval;
+    long cleanup_batch;
+    long count;
+    long rate;
+    long aggregates;
+    long connections;
+    LogLevel log_level;
+} Options;
+
+#define F(f) offsetof(Options, f)
+#define SERVE (1u << CMD_SERVE)
+#define LOAD (1u << CMD_LOAD)
+#define MIGRATE (1u << CMD_MIGRATE)
+#define CLEANUP (1u << CMD_CLEANUP)
+#define DB (SERVE | LOAD | MIGRATE | CLEANUP)
+
+static const OptDef options[] = {
+    {"database-url", OPT_STRING, "DATABASE_URL", NULL, 0, 0, F(database_url), DB, DB, "URL",
+     "PostgreSQL connection string (URL or key=value form)"},
+    {"listen", OPT_STRING, "LISTEN", "127.0.0.1:8080", 0, 0, F(listen), SERVE, 0, "HOST:PORT",
+     "address to serve HTTP on ([IPV6]:PORT for IPv6, port 0 picks a free one)"},
+    {"max-connections", OPT_INT, NULL, "128", 1, 10000, F(max_connections), SERVE, 0, "N",
+     "HTTP connections served at once (one thread each)"},
+    {"db-connections", OPT_INT, NULL, "8", 1, 1000, F(db_connections), SERVE, 0, "N",
+     "PostgreSQL connections in the pool"},
+    {"key-ttl", OPT_INT, NULL, "86400", 1, 31536000, F(key_ttl), SERVE, 0, "SECONDS",
+     "how long an Idempotency-Key is remembered"},
+    {"cleanup-interval", OPT_INT, NULL, "60", 1, 86400, F(cleanup_interval), SERVE, 0, "SECONDS",
+     "how often expired Idempotency-Keys are deleted"},
+    {"cleanup-batch", OPT_INT, NULL, "1000", 1, 100000, F(cleanup_batch), SERVE | CLEANUP, 0, "N",
+     "expired keys deleted per transaction"},
+    {"count", OPT_INT, NULL, "1000", 1, 1000000000, F(count), LOAD, 0, "N", "events to write"},
+    {"rate", OPT_INT, NULL, "0", 0, 10000000, F(rate), LOAD, 0, "R",
+     "events per second; 0 = as fast as possible"},
+    {"aggregates", OPT_INT, NULL, "100", 1, 1000000, F(aggregates), LOAD, 0, "A",
+     "orders the events are spread over (first event creates, later ones amend)"},
+    {"connections", OPT_INT, NULL, "1", 1, 64, F(connections), LOAD, 0, "N",
+     "parallel writers, one connection each"},
+    {"log-level", OPT_LOG_LEVEL, NULL, "info", 0, 0, F(log_level), DB, 0, "LEVEL",
+     "debug, info, warn or error"},
+};
+
+static const CmdDef commands[] = {
+    {"serve", CMD_SERVE, "serve the order API until SIGTERM or SIGINT"},
+    {"load", CMD_LOAD, "write --count orders and outbox events, then print a summary"},
+    {"migrate", CMD_MIGRATE, "create the demo tables (orders, idempotency_keys), then exit"},
+    {"cleanup", CMD_CLEANUP, "delete expired Idempotency-Keys once, then exit"},
+    {"help", CMD_HELP, "show this help (also --help, -h)"},
+    {"version", CMD_VERSION, "show the version (also --version)"},
+};
+
+static const OptSpec spec = {
+    "producer-demo",
+    "An order service: POST /orders with an Idempotency-Key writes the order and its\n"
+    "OrderCreated outbox event in one transaction; outbox-relay publishes the event.",
+    commands,
+    sizeof(commands) / sizeof(commands[0]),
+    -1,
+    CMD_HELP,
+    CMD_VERSION,
+    options,
+    sizeof(options) / sizeof(options[0]),
+};
+
+static int usage_error(const char *msg)
+{
+    fprintf(stderr, "producer-demo: %s\n", msg);
+    return EXIT_USAGE;
+}
+
+/* Applies the schema and checks that the relay's outbox table exists. On failure logs why and
+ * sets *unreachable when it was the connection that failed (worth retrying); an unreachable
+ * server is logged as a warning once, then at debug level while *unreachable stays set. */
+static bool prepare_db(const char *url, bool *unreachable)
+{
+    char err[300], q[400];
+    bool was_unreachable = *unreachable;
+    *unreachable = false;
+    PGconn *conn = db_connect(url, "producer-demo", err, sizeof(err));
+    if (!conn) {
+        *unreachable = true;
+        log_write(was_unreachable ? LOG_DEBUG : LOG_WARN, "postgres unreachable", "error=%s",
+                  log_quote(err, q, sizeof(q)));
+        return false;
+    }
+    DbError e;
+    bool ok = db_apply_schema(conn, SCHEMA_LOCK, producer_schema_sql, &e);
+    if (!ok) {
+        *unreachable = e.conn_lost;
+        log_error("cannot apply the schema", "error=%s",
+                  log_quote(db_error_text(&e), q, sizeof(q)));
+    } else {
+        PGresult *res = db_query(conn, "SELECT to_regclass('outbox') IS NOT NULL", 0, NULL, &e);
+        ok = res && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+        if (!res) {
+            *unreachable = e.conn_lost;
+            log_error("cannot check for the outbox table", "error=%s",
+                      log_quote(db_error_text(&e), q, sizeof(q)));
+        } else if (!ok) {
+            log_error("table outbox does not exist: run 'outbox-relay migrate' first", NULL);
+        }
+        PQclear(res);
+    }
+    PQfinish(conn);
+    return ok;
+}
+
+/* Waits up to seconds for SIGTERM/SIGINT (blocked in every thread); returns the signal or 0. */
+static int wait_signal(const sigset_t *set, double seconds)
+{
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    int sig = sigtimedwait(set, NULL, &ts);
+    return sig > 0 ? sig : 0;
+}
+
+static int cmd_serve(const Options *o)
+{
+    char err[300], host[256];
+    unsigned port;
+    if (!db_check_conninfo(o->database_url, err, sizeof(err)) ||
+        !server_parse_listen(o->listen, host, sizeof(host), &port, err, sizeof(err)))
+        return usage_error(err);
+
+    /* Signals are taken by sigwait in this thread only; every thread started below inherits
+     * the mask. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+    /* PostgreSQL may come up after us (containers): wait for it rather than fail. */
+    Backoff b;
+    backoff_init(&b, 0.2, 5.0, 0);
+    bool unreachable = false;
+    while (!prepare_db(o->database_url, &unreachable)) {
+        if (!unreachable)
+            return 1;
+        int sig = wait_signal(&set, backoff_next(&b));
+        if (sig) {
+            log_info("shutting down", "signal=%s", strsignal(sig));
+            return 0;
+        }
+    }
+
+    DbPool *pool = pool_new(o->database_url, (int)o->db_connections);
+    if (!pool) {
+        log_error("out of memory", NULL);
+        return 1;
+    }
+    Api api = {pool, o->key_ttl, POOL_WAIT_MS};
+    Server *server = server_start(&api, o->listen, (int)o->max_connections, err, sizeof(err));
+    if (!server) {
+        char q[400];
+        log_error("cannot start the HTTP server", "error=%s", log_quote(err, q, sizeof(q)));
+        pool_free(pool);
+        return 1;
+    }
+    char qlisten[300];
+    log_info("producer-demo listening", "version=%s listen=%s port=%u key_ttl_s=%ld",
+             OUTBOX_RELAY_VERSION, log_quote(o->listen, qlisten, sizeof(qlisten)),
+             server_port(server), o->key_ttl);
+    Janitor *janitor = janitor_start(pool, o->cleanup_interval, o->cleanup_batch, SWEEP_BATCHES);
+    if (!janitor)
+        log_warn("cannot start the cleanup thread; expired keys stay until 'cleanup'", NULL);
+
+    int sig = 0;
+    while (sig != SIGINT && sig != SIGTERM)
+        sigwait(&set, &sig);
+    log_info("shutting down", "signal=%s", strsignal(sig));
+    server_stop(server);
+    janitor_stop(janitor);
+    pool_free(pool);
+    log_info("stopped", NULL);
+    return 0;
+}
+
+static volatile sig_atomic_t load_stop = 0;
+
+static void on_load_signal(int sig)
+{
+    (void)sig;
+    load_stop = 1;
+}
+
+static int cmd_load(const Options *o)
+{
+    char err[300];
+    if (!db_check_conninfo(o->database_url, err, sizeof(err)))
+        return usage_error(err);
+    bool unreachable = false;
+    if (!prepare_db(o->database_url, &unreachable))
+        return 1;
+    struct sigaction sa = {.sa_handler = on_load_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    LoadConfig cfg = {o->database_url, o->count, o->rate, o->aggregates, o->connections};
+    return load_run(&cfg, &load_stop, stdout);
+}
+
+static int cmd_migrate(const Options *o)
+{
+    char err[300];
+    if (!db_check_conninfo(o->database_url, err, sizeof(err)))
+        return usage_error(err);
+    bool unreachable = false;
+    return prepare_db(o->database_url, &unreachable) ? 0 : 1;
+}
+
+static int cmd_cleanup(const Options *o)
+{
+    char err[300], q[400];
+    if (!db_check_conninfo(o->database_url, err, sizeof(err)))
+        return usage_error(err);
+    PGconn *conn = db_connect(o->database_url, "producer-demo", err, sizeof(err));
+    if (!conn) {
+        log_error("postgres unreachable", "error=%s", log_quote(err, q, sizeof(q)));
+        return 1;
+    }
+    /* No cap on batches here: an operator asked for everything expired to go. */
+    long n = janitor_sweep(conn, o->cleanup_batch, 1000000000L);
+    PQfinish(conn);
+    if (n >= 0)
+        printf("{\"deleted\":%ld}\n", n);
+    return n >= 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    Options o = {0};
+    int cmd;
+    char err[1024];
+    if (!opts_parse(&spec, &o, &cmd, argc, argv, err, sizeof(err))) {
+        opts_free(&spec, &o);
+        return usage_error(err);
+    }
+    log_set_level(o.log_level);
+    int rc = 0;
+    switch (cmd) {
+    case CMD_SERVE:
+        rc = cmd_serve(&o);
+        break;
+    case CMD_LOAD:
+        rc = cmd_load(&o);
+        break;
+    case CMD_MIGRATE:
+        rc = cmd_migrate(&o);
+        break;
+    case CMD_CLEANUP:
+        rc = cmd_cleanup(&o);
+        break;
+    case CMD_HELP:
+        opts_print_help(&spec, stdout);
+        break;
+    case CMD_VERSION:
+        printf("producer-demo %s (libpq %d)\n", OUTBOX_RELAY_VERSION, PQlibVersion());
+        break;
+    }
+    opts_free(&spec, &o);
+    return rc;
+}

@@ -1,0 +1,157 @@
+#include "order.h"
+
+#include <ctype.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ISO 4217 codes of circulating currencies (fund codes, precious metals and test codes left
+ * out: an order is paid in money). Sorted, for bsearch. */
+static const char *const currencies[] = {
+    "AED", "AFN", "ALL", "AMD", "ANG", "AOA", "ARS", "AUD", "AWG", "AZN", "BAM", "BBD", "BDT",
+    "BGN", "BHD", "BIF", "BMD", "BND", "BOB", "BRL", "BSD", "BTN", "BWP", "BYN", "BZD", "CAD",
+    "CDF", "CHF", "CLP", "CNY", "COP", "CRC", "CUP", "CVE", "CZK", "DJF", "DKK", "DOP", "DZD",
+    "EGP", "ERN", "ETB", "EUR", "FJD", "FKP", "GBP", "GEL", "GHS", "GIP", "GMD", "GNF", "GTQ",
+    "GYD", "HKD", "HNL", "HTG", "HUF", "IDR", "ILS", "INR", "IQD", "IRR", "ISK", "JMD", "JOD",
+    "JPY", "KES", "KGS", "KHR", "KMF", "KPW", "KRW", "KWD", "KYD", "KZT", "LAK", "LBP", "LKR",
+    "LRD", "LSL", "LYD", "MAD", "MDL", "MGA", "MKD", "MMK", "MNT", "MOP", "MRU", "MUR", "MVR",
+    "MWK", "MXN", "MYR", "MZN", "NAD", "NGN", "NIO", "NOK", "NPR", "NZD", "OMR", "PAB", "PEN",
+    "PGK", "PHP", "PKR", "PLN", "PYG", "QAR", "RON", "RSD", "RUB", "RWF", "SAR", "SBD", "SCR",
+    "SDG", "SEK", "SGD", "SHP", "SLE", "SOS", "SRD", "SSP", "STN", "SVC", "SYP", "SZL", "THB",
+    "TJS", "TMT", "TND", "TOP", "TRY", "TTD", "TWD", "TZS", "UAH", "UGX", "USD", "UYU", "UZS",
+    "VES", "VND", "VUV", "WST", "XAF", "XCD", "XCG", "XOF", "XPF", "YER", "ZAR", "ZMW", "ZWG",
+};
+
+static int compare_code(const void *key, const void *elem)
+{
+    return strcmp(key, *(const char *const *)elem);
+}
+
+bool order_currency_known(const char *code)
+{
+    return bsearch(code, currencies, sizeof(currencies) / sizeof(currencies[0]),
+                   sizeof(currencies[0]), compare_code) != NULL;
+}
+
+/* Formats err and returns status, so each rule below reads as one line. */
+static int reject(int status, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int reject(int status, char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    for (char *p = err; *p; p++) /* jansson's messages may echo input */
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    return status;
+}
+
+static int check_customer(json_t *v, OrderInput *out, char *err, size_t errlen)
+{
+    if (!json_is_string(v))
+        return reject(422, err, errlen, "customer_id must be a string");
+    size_t len = json_string_length(v);
+    const char *s = json_string_value(v);
+    if (len == 0 || len > ORDER_CUSTOMER_ID_MAX)
+        return reject(422, err, errlen, "customer_id must be 1 to %d bytes long",
+                      ORDER_CUSTOMER_ID_MAX);
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return reject(422, err, errlen, "customer_id must not contain control characters");
+    memcpy(out->customer_id, s, len + 1);
+    return 0;
+}
+
+static int check_amount(json_t *v, OrderInput *out, char *err, size_t errlen)
+{
+    /* 12.0 is a real in JSON terms and booleans are not numbers: both are the wrong type. */
+    if (!json_is_integer(v))
+        return reject(422, err, errlen, "amount_cents must be an integer number of cents");
+    if (json_integer_value(v) <= 0)
+        return reject(422, err, errlen, "amount_cents must be greater than 0");
+    out->amount_cents = json_integer_value(v);
+    return 0;
+}
+
+static int check_currency(json_t *v, OrderInput *out, char *err, size_t errlen)
+{
+    if (!json_is_string(v))
+        return reject(422, err, errlen, "currency must be a string");
+    const char *s = json_string_value(v);
+    if (json_string_length(v) != 3 || !order_currency_known(s))
+        return reject(422, err, errlen,
+                      "currency must be an ISO 4217 code in upper case, like \"EUR\"");
+    memcpy(out->currency, s, 4);
+    return 0;
+}
+
+int order_parse(const char *body, size_t len, OrderInput *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        if (json_error_code(&jerr) == json_error_numeric_overflow)
+            return reject(422, err, errlen, "a number is out of range: %s", jerr.text);
+        return reject(400, err, errlen, "body is not valid JSON: %s at byte %d", jerr.text,
+                      jerr.position);
+    }
+    int status = 0;
+    if (!json_is_object(root)) {
+        status = reject(400, err, errlen, "body must be a JSON object");
+        goto done;
+    }
+    static const char *const fields[] = {"customer_id", "amount_cents", "currency"};
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value)
+    {
+        bool known = false;
+        for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+            known = known || strcmp(key, fields[i]) == 0;
+        if (!known) {
+            status = reject(422, err, errlen, "unknown field \"%.64s\"", key);
+            goto done;
+        }
+    }
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+        if (!json_object_get(root, fields[i])) {
+            status = reject(422, err, errlen, "missing field \"%s\"", fields[i]);
+            goto done;
+        }
+    if ((status = check_customer(json_object_get(root, "customer_id"), out, err, errlen)) ||
+        (status = check_amount(json_object_get(root, "amount_cents"), out, err, errlen)) ||
+        (status = check_currency(json_object_get(root, "currency"), out, err, errlen)))
+        goto done;
+done:
+    json_decref(root);
+    return status;
+}
+
+char *order_json(const char *id, const char *customer_id, long long amount_cents,
+                 const char *currency, const char *status, const char *created_at)
+{
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "id", id, "customer_id", customer_id,
+                          "amount_cents", (json_int_t)amount_cents, "currency", currency, "status",
+                          status, "created_at", created_at);
+    if (!o)
+        return NULL;
+    char *text = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return text;
+}
+
+bool order_id_valid(const char *s)
+{
+    for (int i = 0; i < 36; i++) {
+        bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+        if (dash ? s[i] != '-' : !isxdigit((unsigned char)s[i]))
+            return false;
+    }
+    return s[36] == '\0';
+}

@@ -1,0 +1,147 @@
+#include "pool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "db.h"
+#include "log.h"
+
+struct DbPool {
+    char *conninfo;
+    int size;
+    PGconn **conns; /* NULL: not connected */
+    bool *busy;
+    bool down; /* the last connect failed; logged once per outage */
+    pthread_mutex_t mu;
+    pthread_cond_t freed;
+};
+
+DbPool *pool_new(const char *conninfo, int size)
+{
+    DbPool *p = calloc(1, sizeof(*p));
+    char *copy = strdup(conninfo);
+    PGconn **conns = calloc((size_t)size, sizeof(*conns));
+    bool *busy = calloc((size_t)size, sizeof(*busy));
+    if (!p || !copy || !conns || !busy) {
+        free(p);
+        free(copy);
+        free(conns);
+        free(busy);
+        return NULL;
+    }
+    *p = (DbPool){.conninfo = copy, .size = size, .conns = conns, .busy = busy};
+    pthread_mutex_init(&p->mu, NULL);
+    /* Waits are measured on the monotonic clock, immune to wall-clock jumps. */
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->freed, &attr);
+    pthread_condattr_destroy(&attr);
+    return p;
+}
+
+static int find_free(const DbPool *p)
+{
+    for (int i = 0; i < p->size; i++)
+        if (!p->busy[i])
+            return i;
+    return -1;
+}
+
+/* Records a connect outcome; logs only the transitions (down, and back up). */
+static void note_connect(DbPool *p, bool ok, const char *why)
+{
+    pthread_mutex_lock(&p->mu);
+    bool was_down = p->down;
+    p->down = !ok;
+    pthread_mutex_unlock(&p->mu);
+    char q[400];
+    if (!ok && !was_down)
+        log_warn("postgres unreachable", "error=%s", log_quote(why, q, sizeof(q)));
+    else if (ok && was_down)
+        log_info("postgres reconnected", NULL);
+}
+
+PGconn *pool_acquire(DbPool *p, int wait_ms, char *err, size_t errlen)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += wait_ms / 1000;
+    deadline.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+
+    pthread_mutex_lock(&p->mu);
+    int slot;
+    while ((slot = find_free(p)) < 0) {
+        if (pthread_cond_timedwait(&p->freed, &p->mu, &deadline) != ETIMEDOUT)
+            continue;
+        if ((slot = find_free(p)) >= 0)
+            break;
+        pthread_mutex_unlock(&p->mu);
+        snprintf(err, errlen, "all %d database connections are busy", p->size);
+        log_warn("all database connections are busy", "size=%d waited_ms=%d", p->size, wait_ms);
+        return NULL;
+    }
+    p->busy[slot] = true;
+    PGconn *conn = p->conns[slot];
+    pthread_mutex_unlock(&p->mu);
+
+    /* The slot is ours: connecting outside the lock keeps other threads going. */
+    if (conn && PQstatus(conn) == CONNECTION_OK)
+        return conn;
+    PQfinish(conn);
+    conn = db_connect(p->conninfo, "producer-demo", err, errlen);
+    note_connect(p, conn != NULL, err);
+    pthread_mutex_lock(&p->mu);
+    p->conns[slot] = conn;
+    if (!conn) {
+        p->busy[slot] = false;
+        pthread_cond_signal(&p->freed);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return conn;
+}
+
+void pool_release(DbPool *p, PGconn *conn, bool broken)
+{
+    if (!conn)
+        return;
+    if (!broken && PQtransactionStatus(conn) != PQTRANS_IDLE) {
+        log_warn("connection returned inside a transaction, closing it", NULL);
+        broken = true;
+    }
+    if (broken)
+        PQfinish(conn); /* the slot is still marked busy: nobody else can see conn */
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < p->size; i++) {
+        if (p->busy[i] && p->conns[i] == conn) {
+            if (broken)
+                p->conns[i] = NULL;
+            p->busy[i] = false;
+            break;
+        }
+    }
+    pthread_cond_signal(&p->freed);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void pool_free(DbPool *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; i < p->size; i++)
+        PQfinish(p->conns[i]);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->freed);
+    free(p->conns);
+    free(p->busy);
+    free(p->conninfo);
+    free(p);
+}

@@ -1,0 +1,299 @@
+#include "server.h"
+
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "order.h"
+
+#define CONNECTION_TIMEOUT_S 30 /* idle keep-alive connections are closed after this */
+
+struct Server {
+    struct MHD_Daemon *daemon;
+    Api *api;
+};
+
+/* One request's state across the access handler's calls (headers, body chunks, end). */
+typedef struct Request {
+    char *body;
+    size_t len, cap;
+    bool too_large;
+    struct timespec start;
+} Request;
+
+bool server_parse_listen(const char *text, char *host, size_t hostlen, unsigned *port, char *err,
+                         size_t errlen)
+{
+    const char *colon, *host_start;
+    size_t host_len;
+    if (text[0] == '[') {
+        const char *close = strchr(text, ']');
+        if (!close || close[1] != ':') {
+            snprintf(err, errlen, "--listen: expected [IPV6]:PORT, got '%.100s'", text);
+            return false;
+        }
+        host_start = text + 1;
+        host_len = (size_t)(close - host_start);
+        colon = close + 1;
+    } else {
+        colon = strrchr(text, ':');
+        if (!colon) {
+            snprintf(err, errlen, "--listen: expected HOST:PORT, got '%.100s'", text);
+            return false;
+        }
+        host_start = text;
+        host_len = (size_t)(colon - text);
+        if (memchr(text, ':', host_len)) {
+            snprintf(err, errlen, "--listen: write IPv6 addresses as [ADDR]:PORT");
+            return false;
+        }
+    }
+    if (host_len >= hostlen) {
+        snprintf(err, errlen, "--listen: host name too long");
+        return false;
+    }
+    memcpy(host, host_start, host_len);
+    host[host_len] = '\0';
+    char *end;
+    errno = 0;
+    long p = strtol(colon + 1, &end, 10);
+    if (colon[1] == '\0' || *end != '\0' || errno || p < 0 || p > 65535) {
+        snprintf(err, errlen, "--listen: port must be 0 to 65535, got '%.20s'", colon + 1);
+        return false;
+    }
+    *port = (unsigned)p;
+    return true;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    msg[strcspn(msg, "\n")] = '\0';
+    log_one_line(msg);
+    log_warn(msg, NULL);
+}
+
+/* Counts the Idempotency-Key headers, keeping the first value. */
+typedef struct KeyHeaders {
+    int count;
+    const char *first;
+} KeyHeaders;
+
+static enum MHD_Result count_keys(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value)
+{
+    KeyHeaders *k = cls;
+    (void)kind;
+    if (strcasecmp(key, "Idempotency-Key") == 0) {
+        if (k->count++ == 0)
+            k->first = value ? value : "";
+    }
+    return MHD_YES;
+}
+
+static bool is_get(const char *method)
+{
+    return strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+}
+
+static void not_allowed(ApiResponse *r, const char *allow)
+{
+    api_problem(r, 405, "method not allowed on this resource");
+    r->allow = allow;
+}
+
+/* Routes a complete request to its handler. */
+static void route(Server *s, struct MHD_Connection *c, const char *url, const char *method,
+                  Request *rq, ApiResponse *r)
+{
+    bool is_order = strncmp(url, "/orders/", 8) == 0 && url[8] && !strchr(url + 8, '/');
+    if (strcmp(url, "/orders") == 0 && strcmp(method, "POST") != 0) {
+        not_allowed(r, "POST");
+    } else if (strcmp(url, "/orders") == 0 && rq->too_large) {
+        char detail[64];
+        snprintf(detail, sizeof(detail), "the body must be at most %d bytes", ORDER_BODY_MAX);
+        api_problem(r, 413, detail);
+    } else if (strcmp(url, "/orders") == 0) {
+        KeyHeaders keys = {0, NULL};
+        MHD_get_connection_values(c, MHD_HEADER_KIND, count_keys, &keys);
+        api_create_order(s->api, keys.first, keys.count, rq->body ? rq->body : "", rq->len, r);
+    } else if ((is_order || strcmp(url, "/healthz") == 0) && !is_get(method)) {
+        not_allowed(r, "GET, HEAD");
+    } else if (is_order) {
+        api_get_order(s->api, url + 8, r);
+    } else if (strcmp(url, "/healthz") == 0) {
+        api_health(s->api, r);
+    } else {
+        api_problem(r, 404, "no such resource");
+    }
+}
+
+static double elapsed_ms(const struct timespec *start)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - start->tv_sec) * 1e3 +
+           (double)(now.tv_nsec - start->tv_nsec) / 1e6;
+}
+
+static enum MHD_Result respond(struct MHD_Connection *c, const char *method, const char *url,
+                               const Request *rq, ApiResponse *r)
+{
+    const char *body = r->body ? r->body : "";
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return MHD_NO;
+    char num[16];
+    MHD_add_response_header(resp, "Content-Type", r->content_type);
+    if (r->location[0])
+        MHD_add_response_header(resp, "Location", r->location);
+    if (r->replayed)
+        MHD_add_response_header(resp, "Idempotency-Replayed", "true");
+    if (r->retry_after > 0) {
+        snprintf(num, sizeof(num), "%d", r->retry_after);
+        MHD_add_response_header(resp, "Retry-After", num);
+    }
+    if (r->allow)
+        MHD_add_response_header(resp, "Allow", r->allow);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
+    MHD_destroy_response(resp);
+
+    char qpath[160];
+    log_info("request", "method=%s path=%s status=%d replayed=%s ms=%.1f", method,
+             log_quote(url, qpath, sizeof(qpath)), r->status, r->replayed ? "true" : "false",
+             elapsed_ms(&rq->start));
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    Server *s = cls;
+    Request *rq = *con_cls;
+    (void)version;
+    if (!rq) {
+        /* First call: headers only. */
+        rq = calloc(1, sizeof(*rq));
+        if (!rq)
+            return MHD_NO;
+        clock_gettime(CLOCK_MONOTONIC, &rq->start);
+        *con_cls = rq;
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        /* Keep reading an oversized body (and drop it) so the client gets a proper 413. */
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (rq->too_large || rq->len + n > ORDER_BODY_MAX) {
+            rq->too_large = true;
+            free(rq->body);
+            rq->body = NULL;
+            rq->len = rq->cap = 0;
+            return MHD_YES;
+        }
+        if (rq->len + n + 1 > rq->cap) {
+            size_t cap = rq->cap ? rq->cap : 1024;
+            while (cap < rq->len + n + 1)
+                cap *= 2;
+            char *grown = realloc(rq->body, cap);
+            if (!grown)
+                return MHD_NO;
+            rq->body = grown;
+            rq->cap = cap;
+        }
+        memcpy(rq->body + rq->len, upload_data, n);
+        rq->len += n;
+        rq->body[rq->len] = '\0';
+        return MHD_YES;
+    }
+    ApiResponse r = {0};
+    route(s, c, url, method, rq, &r);
+    enum MHD_Result ret = respond(c, method, url, rq, &r);
+    api_response_free(&r);
+    return ret;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    Request *rq = *con_cls;
+    (void)cls, (void)c, (void)toe;
+    if (rq) {
+        free(rq->body);
+        free(rq);
+        *con_cls = NULL;
+    }
+}
+
+Server *server_start(Api *api, const char *listen, int max_connections, char *err, size_t errlen)
+{
+    char host[256], port_text[8];
+    unsigned port;
+    if (!server_parse_listen(listen, host, sizeof(host), &port, err, errlen))
+        return NULL;
+    snprintf(port_text, sizeof(port_text), "%u", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    int gai = getaddrinfo(host[0] ? host : NULL, port_text, &hints, &ai);
+    if (gai != 0) {
+        snprintf(err, errlen, "--listen: cannot resolve '%.100s': %s", host, gai_strerror(gai));
+        return NULL;
+    }
+    Server *s = calloc(1, sizeof(*s));
+    if (!s) {
+        freeaddrinfo(ai);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->api = api;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_AUTO | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    /* The logger goes first so that MHD reports problems with later options through it. */
+    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
+                                 mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_connections,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->daemon) {
+        snprintf(err, errlen, "cannot listen on %.100s (address in use or not local?)", listen);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+unsigned server_port(const Server *s)
+{
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    return info ? info->port : 0;
+}
+
+void server_stop(Server *s)
+{
+    if (!s)
+        return;
+    /* Stop accepting first; MHD_stop_daemon then waits for the connection threads. */
+    MHD_socket fd = MHD_quiesce_daemon(s->daemon);
+    MHD_stop_daemon(s->daemon);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+    free(s);
+}

@@ -1,0 +1,32 @@
+/* server: producer-demo's HTTP front end on libmicrohttpd.
+ *
+ * One thread per connection (libmicrohttpd's own), bounded by max_connections: a handler blocks
+ * on PostgreSQL, and a thread of its own keeps that from stalling other clients. Database
+ * connections come from the pool, so max_connections only bounds idle or slow clients.
+ * Bodies over ORDER_BODY_MAX bytes get 413. Every request is logged on one line. */
+#ifndef PRODUCER_SERVER_H
+#define PRODUCER_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "api.h"
+
+typedef struct Server Server;
+
+/* Splits "HOST:PORT" or "[IPV6]:PORT" (an empty HOST means every interface) into host (at least
+ * 256 bytes) and port. Returns false with one line in err. */
+bool server_parse_listen(const char *text, char *host, size_t hostlen, unsigned *port, char *err,
+                         size_t errlen) __attribute__((warn_unused_result));
+
+/* Binds listen and starts serving api. Returns NULL with one line in err when the address cannot
+ * be resolved or bound. */
+Server *server_start(Api *api, const char *listen, int max_connections, char *err, size_t errlen);
+
+/* The bound port (useful with port 0). */
+unsigned server_port(const Server *s);
+
+/* Stops accepting, lets the requests in progress finish, and frees the server. */
+void server_stop(Server *s);
+
+#endif
