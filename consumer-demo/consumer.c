@@ -1,0 +1,463 @@
+#include "consumer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backoff.h"
+#include "db.h"
+#include "event.h"
+#include "log.h"
+#include "store.h"
+
+#define POLL_MS 200
+#define MAX_REJECTIONS 5 /* non-connection database errors on one message before it is parked */
+#define TOPIC_MAX 249
+
+extern const char consumer_schema_sql[]; /* schema.sql, embedded by tools/embed-text.sh */
+
+typedef struct Counters {
+    long applied, duplicates, ignored, parked;
+} Counters;
+
+typedef struct Consumer {
+    const ConsumerConfig *cfg;
+    volatile sig_atomic_t *stop;
+    rd_kafka_t *rk;
+    PGconn *db;
+    bool db_down; /* an outage is logged once, at its start and its end */
+    Backoff backoff;
+    Counters n, logged;
+    double last_stats, last_health;
+    rd_kafka_resp_err_t last_kafka_err;
+} Consumer;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Sleeps up to seconds, waking early when asked to stop. */
+static void nap(const Consumer *c, double seconds)
+{
+    double until = now_s() + seconds;
+    while (!*c->stop && now_s() < until) {
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static bool topic_legal(const char *t)
+{
+    size_t n = strlen(t);
+    return n > 0 && n <= TOPIC_MAX &&
+           strspn(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+static void kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    char q[600];
+    (void)rk;
+    log_write(level <= 4 ? LOG_WARN : LOG_DEBUG, "kafka", "facility=%s message=%s", fac,
+              log_quote(buf, q, sizeof(q)));
+}
+
+/* Properties that the at-least-once contract depends on cannot be overridden. */
+static const char *const locked_props[] = {"enable.auto.offset.store", "enable.auto.commit",
+                                           "group.id", "bootstrap.servers"};
+
+static rd_kafka_conf_t *build_conf(const ConsumerConfig *cfg, char *err, size_t errlen)
+{
+    char errstr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    const char *defaults[][2] = {
+        {"bootstrap.servers", cfg->brokers},
+        {"group.id", cfg->group},
+        {"client.id", "consumer-demo"},
+        /* Auto-commit commits only what we stored, and we store after the database commit. */
+        {"enable.auto.commit", "true"},
+        {"enable.auto.offset.store", "false"},
+        {"auto.offset.reset", "earliest"},
+    };
+    for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++) {
+        if (rd_kafka_conf_set(conf, defaults[i][0], defaults[i][1], errstr, sizeof(errstr)) !=
+            RD_KAFKA_CONF_OK) {
+            snprintf(err, errlen, "kafka %s: %s", defaults[i][0], errstr);
+            goto failed;
+        }
+    }
+    for (size_t i = 0; cfg->kafka && i < cfg->kafka->len; i++) {
+        const char *item = cfg->kafka->items[i];
+        size_t klen = strcspn(item, "=");
+        char key[256];
+        snprintf(key, sizeof(key), "%.*s", (int)klen, item);
+        for (size_t j = 0; j < sizeof(locked_props) / sizeof(locked_props[0]); j++) {
+            if (strcmp(key, locked_props[j]) == 0) {
+                snprintf(err, errlen,
+                         "--kafka %s cannot be changed (use the option for it, or "
+                         "it would break at-least-once processing)",
+                         key);
+                goto failed;
+            }
+        }
+        if (rd_kafka_conf_set(conf, key, item + klen + 1, errstr, sizeof(errstr)) !=
+            RD_KAFKA_CONF_OK) {
+            snprintf(err, errlen, "--kafka %s: %s", key, errstr);
+            goto failed;
+        }
+    }
+    rd_kafka_conf_set_log_cb(conf, kafka_log);
+    return conf;
+failed:
+    log_one_line(err);
+    rd_kafka_conf_destroy(conf);
+    return NULL;
+}
+
+bool consumer_check(const ConsumerConfig *cfg, char *err, size_t errlen)
+{
+    if (!topic_legal(cfg->topic)) {
+        snprintf(err, errlen, "--topic: '%.100s' is not a Kafka topic name ([a-zA-Z0-9._-], 1-249)",
+                 cfg->topic);
+        log_one_line(err);
+        return false;
+    }
+    rd_kafka_conf_t *conf = build_conf(cfg, err, errlen);
+    if (!conf)
+        return false;
+    rd_kafka_conf_destroy(conf);
+    return true;
+}
+
+/* Connects when needed; logs the start and the end of an outage once. */
+static bool ensure_db(Consumer *c)
+{
+    if (c->db && PQstatus(c->db) == CONNECTION_OK)
+        return true;
+    PQfinish(c->db);
+    char err[300], q[400];
+    c->db = db_connect(c->cfg->conninfo, "consumer-demo", err, sizeof(err));
+    if (!c->db) {
+        if (!c->db_down)
+            log_warn("postgres unreachable", "error=%s", log_quote(err, q, sizeof(q)));
+        c->db_down = true;
+        return false;
+    }
+    if (c->db_down)
+        log_info("postgres reconnected", NULL);
+    c->db_down = false;
+    return true;
+}
+
+static void db_lost(Consumer *c, const DbError *e)
+{
+    char q[400];
+    if (!c->db_down)
+        log_warn("postgres connection lost", "error=%s", log_quote(db_error_text(e), q, sizeof(q)));
+    c->db_down = true;
+    PQfinish(c->db);
+    c->db = NULL;
+}
+
+/* The message's headers as a JSON array of [name, value] pairs, for parked_messages. Values that
+ * are not UTF-8 text are kept as "\x" + hex, like PostgreSQL's bytea output. */
+static char *headers_json(const rd_kafka_message_t *msg)
+{
+    json_t *arr = json_array();
+    rd_kafka_headers_t *hdrs = NULL;
+    if (rd_kafka_message_headers(msg, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        const char *name;
+        const void *val;
+        size_t size;
+        for (size_t i = 0;
+             rd_kafka_header_get_all(hdrs, i, &name, &val, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
+             i++) {
+            json_t *v = val ? json_stringn(val, size) : json_null();
+            if (!v) {
+                char *hex = malloc(2 * size + 3);
+                if (hex) {
+                    strcpy(hex, "\\x");
+                    for (size_t k = 0; k < size; k++)
+                        snprintf(hex + 2 + 2 * k, 3, "%02x", ((const unsigned char *)val)[k]);
+                    v = json_string(hex);
+                    free(hex);
+                }
+            }
+            json_t *n = json_string(name);
+            json_array_append_new(arr,
+                                  json_pack("[oo]", n ? n : json_string("?"), v ? v : json_null()));
+        }
+    }
+    char *text = json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+    return text;
+}
+
+static MessagePos position(const rd_kafka_message_t *msg)
+{
+    return (MessagePos){rd_kafka_topic_name(msg->rkt), msg->partition, msg->offset};
+}
+
+/* Parks msg, retrying while PostgreSQL is unreachable. False when asked to stop first. */
+static bool park(Consumer *c, const rd_kafka_message_t *msg, const char *reason)
+{
+    char *hjson = headers_json(msg);
+    ParkedMessage m = {position(msg),        msg->key, msg->key_len, msg->payload, msg->len,
+                       hjson ? hjson : "[]", reason};
+    char qr[400];
+    bool done = false;
+    while (!done && !*c->stop) {
+        DbError e = {0};
+        if (ensure_db(c) && store_park(c->db, &m, &e)) {
+            done = true;
+            break;
+        }
+        if (c->db && !e.conn_lost) {
+            /* Parking is the last resort: if even that is refused, say so loudly and retry. */
+            log_error("cannot park a message", "error=%s",
+                      log_quote(db_error_text(&e), qr, sizeof(qr)));
+        } else if (c->db) {
+            db_lost(c, &e);
+        }
+        nap(c, backoff_next(&c->backoff));
+    }
+    if (done) {
+        backoff_reset(&c->backoff);
+        c->n.parked++;
+        log_warn("message parked", "topic=%s partition=%d offset=%lld reason=%s", m.pos.topic,
+                 (int)m.pos.partition, (long long)m.pos.offset, log_quote(reason, qr, sizeof(qr)));
+    }
+    free(hjson);
+    return done;
+}
+
+/* Applies an OrderCreated event. Waits out database outages on this message; after
+ * MAX_REJECTIONS other errors it parks the message instead. False when asked to stop first. */
+static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderCreated *ev)
+{
+    MessagePos pos = position(msg);
+    int rejections = 0;
+    char q[400];
+    while (!*c->stop) {
+        if (!ensure_db(c)) {
+            nap(c, backoff_next(&c->backoff));
+            continue;
+        }
+        DbError e;
+        StoreResult r = store_apply(c->db, ev, &pos, &e);
+        if (r != STORE_FAILED) {
+            backoff_reset(&c->backoff);
+            if (r == STORE_APPLIED)
+                c->n.applied++;
+            else
+                c->n.duplicates++;
+            log_debug(r == STORE_APPLIED ? "event applied" : "duplicate event skipped",
+                      "event_id=%s order_id=%s partition=%d offset=%lld", ev->event_id,
+                      log_quote(ev->order_id, q, sizeof(q)), (int)pos.partition,
+                      (long long)pos.offset);
+            return true;
+        }
+        if (e.conn_lost) {
+            db_lost(c, &e);
+            nap(c, backoff_next(&c->backoff));
+            continue;
+        }
+        log_warn("database rejected an event", "event_id=%s attempt=%d error=%s", ev->event_id,
+                 rejections + 1, log_quote(db_error_text(&e), q, sizeof(q)));
+        if (++rejections >= MAX_REJECTIONS) {
+            char reason[400];
+            snprintf(reason, sizeof(reason), "database rejected it: %s", db_error_text(&e));
+            for (char *p = reason; *p; p++)
+                if ((unsigned char)*p >= 0x7f)
+                    *p = '?';
+            return park(c, msg, reason);
+        }
+        nap(c, backoff_next(&c->backoff));
+    }
+    return false;
+}
+
+/* Handles one message. True when it is dealt with for good (applied, duplicate, ignored or
+ * parked), i.e. its offset may be committed. */
+static bool process(Consumer *c, const rd_kafka_message_t *msg)
+{
+    EventInput in = {.payload = msg->payload, .payload_len = msg->len};
+    rd_kafka_headers_t *hdrs = NULL;
+    if (rd_kafka_message_headers(msg, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        const void *v;
+        size_t n;
+        if (rd_kafka_header_get_last(hdrs, "id", &v, &n) == RD_KAFKA_RESP_ERR_NO_ERROR && v)
+            in.id = v, in.id_len = n;
+        if (rd_kafka_header_get_last(hdrs, "event_type", &v, &n) == RD_KAFKA_RESP_ERR_NO_ERROR && v)
+            in.type = v, in.type_len = n;
+    }
+    OrderCreated ev;
+    char reason[256];
+    switch (event_parse(&in, &ev, reason, sizeof(reason))) {
+    case EVENT_APPLY:
+        return apply(c, msg, &ev);
+    case EVENT_IGNORE:
+        c->n.ignored++;
+        log_debug("event ignored", "partition=%d offset=%lld reason=%s", (int)msg->partition,
+                  (long long)msg->offset, reason);
+        return true;
+    case EVENT_MALFORMED:
+        return park(c, msg, reason);
+    }
+    return false;
+}
+
+/* Marks msg as consumed: auto-commit picks the stored offset (msg + 1) up. */
+static void store_offset(Consumer *c, const rd_kafka_message_t *msg)
+{
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(list, rd_kafka_topic_name(msg->rkt), msg->partition)->offset =
+        msg->offset + 1;
+    rd_kafka_resp_err_t err = rd_kafka_offsets_store(c->rk, list);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        err = list->elems[0].err;
+    if (err)
+        /* The partition was revoked meanwhile: its next owner redelivers, dedupe absorbs it. */
+        log_debug("offset not stored", "partition=%d offset=%lld error=%s", (int)msg->partition,
+                  (long long)msg->offset, rd_kafka_err2str(err));
+    rd_kafka_topic_partition_list_destroy(list);
+}
+
+static void log_counts(const char *msg, const Counters *n)
+{
+    log_info(msg, "applied=%ld duplicates=%ld ignored=%ld parked=%ld", n->applied, n->duplicates,
+             n->ignored, n->parked);
+}
+
+/* Periodic chores: progress counters and the health file. */
+static void tick(Consumer *c)
+{
+    double now = now_s();
+    if (now - c->last_stats >= (double)c->cfg->stats_interval_s &&
+        memcmp(&c->n, &c->logged, sizeof(c->n)) != 0) {
+        log_counts("consumer progress", &c->n);
+        c->logged = c->n;
+        c->last_stats = now;
+    }
+    if (c->cfg->health_file && now - c->last_health >= 1.0) {
+        /* Touched only from this loop: a stale file means the loop is stuck or the database
+         * unreachable (then the loop waits inside apply and does not come here). */
+        int fd = open(c->cfg->health_file, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            futimens(fd, NULL);
+            close(fd);
+        }
+        c->last_health = now;
+    }
+}
+
+static void kafka_error(Consumer *c, const rd_kafka_message_t *msg)
+{
+    /* Repeats of the same error (e.g. the topic does not exist yet) are logged once. */
+    if (msg->err != c->last_kafka_err) {
+        char q[400];
+        log_warn("kafka consumer error", "error=%s",
+                 log_quote(rd_kafka_message_errstr(msg), q, sizeof(q)));
+    }
+    c->last_kafka_err = msg->err;
+}
+
+/* Connects to PostgreSQL and applies the schema, waiting for PostgreSQL to come up. */
+static bool prepare_db(Consumer *c)
+{
+    char q[400];
+    while (!*c->stop) {
+        DbError e = {0};
+        if (ensure_db(c) && db_apply_schema(c->db, "consumer-demo", consumer_schema_sql, &e))
+            return true;
+        if (c->db && !e.conn_lost) {
+            log_error("cannot apply the schema", "error=%s",
+                      log_quote(db_error_text(&e), q, sizeof(q)));
+            return false;
+        }
+        if (c->db)
+            db_lost(c, &e);
+        nap(c, backoff_next(&c->backoff));
+    }
+    return false;
+}
+
+int consumer_run(const ConsumerConfig *cfg, volatile sig_atomic_t *stop)
+{
+    Consumer c = {.cfg = cfg, .stop = stop};
+    char err[600];
+    int rc = 1;
+    backoff_init(&c.backoff, 0.2, 10.0, 0);
+    if (!prepare_db(&c)) {
+        rc = *stop ? 0 : 1;
+        goto out;
+    }
+
+    rd_kafka_conf_t *conf = build_conf(cfg, err, sizeof(err));
+    if (!conf) {
+        log_error("kafka configuration rejected", "error=%s", err);
+        goto out;
+    }
+    c.rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+    if (!c.rk) {
+        rd_kafka_conf_destroy(conf);
+        log_error("cannot create the kafka consumer", "error=%s", err);
+        goto out;
+    }
+    /* Errors and rebalances arrive through rd_kafka_consumer_poll, on this thread. */
+    rd_kafka_poll_set_consumer(c.rk);
+    rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(topics, cfg->topic, RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t kerr = rd_kafka_subscribe(c.rk, topics);
+    rd_kafka_topic_partition_list_destroy(topics);
+    if (kerr) {
+        log_error("cannot subscribe", "topic=%s error=%s", cfg->topic, rd_kafka_err2str(kerr));
+        goto close;
+    }
+    char qb[300], qg[300];
+    log_info("consumer-demo running", "topic=%s group=%s brokers=%s", cfg->topic,
+             log_quote(cfg->group, qg, sizeof(qg)), log_quote(cfg->brokers, qb, sizeof(qb)));
+
+    c.last_stats = now_s();
+    rc = 0;
+    while (!*stop) {
+        rd_kafka_message_t *msg = rd_kafka_consumer_poll(c.rk, POLL_MS);
+        tick(&c);
+        if (!msg)
+            continue;
+        if (msg->err) {
+            kafka_error(&c, msg);
+            if (msg->err == RD_KAFKA_RESP_ERR__FATAL) {
+                rd_kafka_fatal_error(c.rk, err, sizeof(err));
+                log_error("kafka fatal error", "error=%s", log_quote(err, qb, sizeof(qb)));
+                rc = 1;
+                *stop = 1;
+            }
+        } else {
+            c.last_kafka_err = RD_KAFKA_RESP_ERR_NO_ERROR;
+            if (process(&c, msg))
+                store_offset(&c, msg);
+        }
+        rd_kafka_message_destroy(msg);
+    }
+    log_info("shutting down", NULL);
+close:
+    /* Leaves the group and commits the offsets stored so far. */
+    kerr = rd_kafka_consumer_close(c.rk);
+    if (kerr)
+        log_warn("consumer close", "error=%s", rd_kafka_err2str(kerr));
+    rd_kafka_destroy(c.rk);
+out:
+    log_counts("consumer stopped", &c.n);
+    PQfinish(c.db);
+    return rc;
+}

@@ -1,0 +1,108 @@
+#include "event.h"
+
+#include <ctype.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static EventVerdict verdict(EventVerdict v, char *reason, size_t reasonlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static EventVerdict verdict(EventVerdict v, char *reason, size_t reasonlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, reasonlen, fmt, ap);
+    va_end(ap);
+    /* Reasons echo producer bytes; keep them printable ASCII (one log line, valid UTF-8 text
+     * for parked_messages.reason). */
+    for (char *p = reason; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+            *p = '?';
+    return v;
+}
+
+bool event_uuid(const char *text, size_t len, char out[37])
+{
+    if (len != 36)
+        return false;
+    for (size_t i = 0; i < 36; i++) {
+        bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+        if (dash ? text[i] != '-' : !isxdigit((unsigned char)text[i]))
+            return false;
+        out[i] = (char)tolower((unsigned char)text[i]);
+    }
+    out[36] = '\0';
+    return true;
+}
+
+/* Copies a required text field: a non-empty string of at most EVENT_TEXT_MAX bytes without
+ * control characters. */
+static bool text_field(json_t *root, const char *name, char *out)
+{
+    json_t *v = json_object_get(root, name);
+    if (!json_is_string(v))
+        return false;
+    size_t len = json_string_length(v);
+    const char *s = json_string_value(v);
+    if (len == 0 || len > EVENT_TEXT_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return false;
+    memcpy(out, s, len + 1);
+    return true;
+}
+
+static bool currency_field(json_t *root, char out[4])
+{
+    json_t *v = json_object_get(root, "currency");
+    const char *s = json_string_value(v);
+    if (!s || json_string_length(v) != 3)
+        return false;
+    for (int i = 0; i < 3; i++)
+        if (s[i] < 'A' || s[i] > 'Z')
+            return false;
+    memcpy(out, s, 4);
+    return true;
+}
+
+EventVerdict event_parse(const EventInput *in, OrderCreated *out, char *reason, size_t reasonlen)
+{
+    memset(out, 0, sizeof(*out));
+    if (!in->id)
+        return verdict(EVENT_MALFORMED, reason, reasonlen, "no id header");
+    if (!event_uuid(in->id, in->id_len, out->event_id))
+        return verdict(EVENT_MALFORMED, reason, reasonlen, "id header is not a UUID: '%.*s'",
+                       (int)(in->id_len > 64 ? 64 : in->id_len), in->id);
+    if (!in->type)
+        return verdict(EVENT_MALFORMED, reason, reasonlen, "no event_type header");
+    if (in->type_len != strlen("OrderCreated") || memcmp(in->type, "OrderCreated", in->type_len))
+        return verdict(EVENT_IGNORE, reason, reasonlen, "event_type '%.*s' is not handled",
+                       (int)(in->type_len > 64 ? 64 : in->type_len), in->type);
+    if (!in->payload)
+        return verdict(EVENT_MALFORMED, reason, reasonlen, "OrderCreated without a payload");
+
+    json_error_t jerr;
+    json_t *root = json_loadb(in->payload, in->payload_len, 0, &jerr);
+    if (!root)
+        return verdict(EVENT_MALFORMED, reason, reasonlen, "payload is not JSON: %s", jerr.text);
+    EventVerdict v = EVENT_APPLY;
+    json_t *amount = json_object_get(root, "amount_cents");
+    if (!json_is_object(root))
+        v = verdict(EVENT_MALFORMED, reason, reasonlen, "payload is not a JSON object");
+    else if (!text_field(root, "id", out->order_id))
+        v = verdict(EVENT_MALFORMED, reason, reasonlen, "payload has no valid \"id\"");
+    else if (!text_field(root, "customer_id", out->customer_id))
+        v = verdict(EVENT_MALFORMED, reason, reasonlen, "payload has no valid \"customer_id\"");
+    else if (!json_is_integer(amount) || json_integer_value(amount) <= 0)
+        v = verdict(EVENT_MALFORMED, reason, reasonlen,
+                    "payload has no valid \"amount_cents\" (an integer > 0)");
+    else if (!currency_field(root, out->currency))
+        v = verdict(EVENT_MALFORMED, reason, reasonlen, "payload has no valid \"currency\"");
+    else
+        out->amount_cents = json_integer_value(amount);
+    json_decref(root);
+    return v;
+}

@@ -1,0 +1,49 @@
+/* event: what one Kafka message means to consumer-demo.
+ *
+ * Pure functions over the message's parts, so every way a message can be unusable is covered by
+ * unit tests. The relay's contract (README): the `id` header is the event's UUID (the dedupe
+ * key), `event_type` names the event, the value is the payload as JSON. */
+#ifndef CONSUMER_EVENT_H
+#define CONSUMER_EVENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define EVENT_TEXT_MAX 255
+
+typedef enum {
+    EVENT_APPLY,     /* an OrderCreated event: ship the order */
+    EVENT_IGNORE,    /* a well-formed event of another type: nothing to do */
+    EVENT_MALFORMED, /* unusable: logged, counted and parked, never retried */
+} EventVerdict;
+
+/* A message's parts; a pointer is NULL when the header or value is absent. */
+typedef struct EventInput {
+    const char *id;
+    size_t id_len;
+    const char *type;
+    size_t type_len;
+    const char *payload;
+    size_t payload_len;
+} EventInput;
+
+typedef struct OrderCreated {
+    char event_id[37]; /* lower-case canonical UUID */
+    char order_id[EVENT_TEXT_MAX + 1];
+    char customer_id[EVENT_TEXT_MAX + 1];
+    long long amount_cents;
+    char currency[4];
+} OrderCreated;
+
+/* Classifies a message. EVENT_APPLY fills out. EVENT_MALFORMED when the id header is missing or
+ * not a UUID, event_type is missing, or an OrderCreated payload is not a JSON object with id,
+ * customer_id (non-empty strings of at most 255 bytes), amount_cents (an integer > 0) and
+ * currency (three upper-case letters); other fields are allowed, so producers can add some.
+ * reason gets one line of printable ASCII for EVENT_IGNORE and EVENT_MALFORMED. */
+EventVerdict event_parse(const EventInput *in, OrderCreated *out, char *reason, size_t reasonlen);
+
+/* True when text[0..len) is a UUID in canonical 8-4-4-4-12 form; writes it lower-cased to
+ * out[37]. */
+bool event_uuid(const char *text, size_t len, char out[37]);
+
+#endif

@@ -1,0 +1,163 @@
+/* consumer-demo: a shipping service downstream of the order service.
+ *
+ *   consumer-demo [run] --database-url URL --brokers LIST --topic T --group G
+ *   consumer-demo migrate --database-url URL
+ *
+ * Consumes OrderCreated events and creates one shipment per order, exactly once per event id
+ * however often Kafka delivers it (consumer.h). Bad input exits 2 with one line on stderr
+ * before anything connects. */
+#include <librdkafka/rdkafka.h>
+#include <libpq-fe.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "consumer.h"
+#include "db.h"
+#include "log.h"
+#include "opts.h"
+
+#ifndef OUTBOX_RELAY_VERSION
+#define OUTBOX_RELAY_VERSION "dev"
+#endif
+
+#define EXIT_USAGE 2
+
+extern const char consumer_schema_sql[];
+
+enum { CMD_RUN, CMD_MIGRATE, CMD_HELP, CMD_VERSION };
+
+typedef struct Options {
+    char *database_url;
+    char *brokers;
+    char *topic;
+    char *group;
+    OptList kafka;
+    char *health_file;
+    long stats_interval;
+    LogLevel log_level;
+} Options;
+
+#define F(f) offsetof(Options, f)
+#define RUN (1u << CMD_RUN)
+#define MIGRATE (1u << CMD_MIGRATE)
+
+static const OptDef options[] = {
+    {"database-url", OPT_STRING, "DATABASE_URL", NULL, 0, 0, F(database_url), RUN | MIGRATE,
+     RUN | MIGRATE, "URL", "PostgreSQL connection string (URL or key=value form)"},
+    {"brokers", OPT_STRING, "KAFKA_BROKERS", NULL, 0, 0, F(brokers), RUN, RUN, "LIST",
+     "Kafka bootstrap servers, host:port[,host:port...]"},
+    {"topic", OPT_STRING, "TOPIC", "outbox.event.order", 0, 0, F(topic), RUN, 0, "T",
+     "topic to consume (the relay's default topic for aggregate_type 'order')"},
+    {"group", OPT_STRING, "GROUP", "consumer-demo", 0, 0, F(group), RUN, 0, "G",
+     "Kafka consumer group; instances of one group share the partitions"},
+    {"kafka", OPT_LIST, NULL, NULL, 0, 0, F(kafka), RUN, 0, "KEY=VALUE",
+     "a librdkafka consumer property, repeatable"},
+    {"health-file", OPT_STRING, NULL, NULL, 0, 0, F(health_file), RUN, 0, "PATH",
+     "touched every second while consuming works (for container health checks)"},
+    {"stats-interval", OPT_INT, NULL, "10", 1, 3600, F(stats_interval), RUN, 0, "SECONDS",
+     "how often the counters are logged, when they changed"},
+    {"log-level", OPT_LOG_LEVEL, NULL, "info", 0, 0, F(log_level), RUN | MIGRATE, 0, "LEVEL",
+     "debug, info, warn or error"},
+};
+
+static const CmdDef commands[] = {
+    {"run", CMD_RUN, "consume until SIGTERM or SIGINT (the default command)"},
+    {"migrate", CMD_MIGRATE,
+     "create the demo tables (processed_events, shipments, parked_messages), then exit"},
+    {"help", CMD_HELP, "show this help (also --help, -h)"},
+    {"version", CMD_VERSION, "show the version (also --version)"},
+};
+
+static const OptSpec spec = {
+    "consumer-demo",
+    "A shipping service: consumes OrderCreated events and creates one shipment per order,\n"
+    "deduplicating on the event's id header in the same transaction as the shipment.",
+    commands,
+    sizeof(commands) / sizeof(commands[0]),
+    CMD_RUN,
+    CMD_HELP,
+    CMD_VERSION,
+    options,
+    sizeof(options) / sizeof(options[0]),
+};
+
+static volatile sig_atomic_t stop = 0;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+static int usage_error(const char *msg)
+{
+    fprintf(stderr, "consumer-demo: %s\n", msg);
+    return EXIT_USAGE;
+}
+
+static int cmd_run(const Options *o)
+{
+    char err[600];
+    ConsumerConfig cfg = {o->database_url, o->brokers,     o->topic,         o->group,
+                          &o->kafka,       o->health_file, o->stats_interval};
+    if (!db_check_conninfo(o->database_url, err, sizeof(err)) ||
+        !consumer_check(&cfg, err, sizeof(err)))
+        return usage_error(err);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    return consumer_run(&cfg, &stop);
+}
+
+static int cmd_migrate(const Options *o)
+{
+    char err[300], q[400];
+    if (!db_check_conninfo(o->database_url, err, sizeof(err)))
+        return usage_error(err);
+    PGconn *conn = db_connect(o->database_url, "consumer-demo", err, sizeof(err));
+    if (!conn) {
+        log_error("postgres unreachable", "error=%s", log_quote(err, q, sizeof(q)));
+        return 1;
+    }
+    DbError e;
+    bool ok = db_apply_schema(conn, "consumer-demo", consumer_schema_sql, &e);
+    if (!ok)
+        log_error("cannot apply the schema", "error=%s",
+                  log_quote(db_error_text(&e), q, sizeof(q)));
+    PQfinish(conn);
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    Options o = {0};
+    int cmd;
+    char err[1024];
+    if (!opts_parse(&spec, &o, &cmd, argc, argv, err, sizeof(err))) {
+        opts_free(&spec, &o);
+        return usage_error(err);
+    }
+    log_set_level(o.log_level);
+    int rc = 0;
+    switch (cmd) {
+    case CMD_RUN:
+        rc = cmd_run(&o);
+        break;
+    case CMD_MIGRATE:
+        rc = cmd_migrate(&o);
+        break;
+    case CMD_HELP:
+        opts_print_help(&spec, stdout);
+        break;
+    case CMD_VERSION:
+        printf("consumer-demo %s (librdkafka %s, libpq %d)\n", OUTBOX_RELAY_VERSION,
+               rd_kafka_version_str(), PQlibVersion());
+        break;
+    }
+    opts_free(&spec, &o);
+    return rc;
+}

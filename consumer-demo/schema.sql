@@ -1,0 +1,42 @@
+-- consumer-demo's tables: a shipping service downstream of the order service.
+-- Applied by `consumer-demo migrate` and at start-up, in one transaction under an advisory lock;
+-- every statement is idempotent, so re-running it changes nothing.
+
+-- One row per event applied; written in the same transaction as the event's effect, so "the row
+-- exists" means "the effect is committed". A redelivered event conflicts on the primary key and
+-- is skipped.
+CREATE TABLE IF NOT EXISTS processed_events (
+    event_id     uuid        PRIMARY KEY,
+    topic        text        NOT NULL,
+    "partition"  integer     NOT NULL,
+    "offset"     bigint      NOT NULL,
+    processed_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- The effect of OrderCreated: one shipment per order (the primary key makes the effect itself
+-- idempotent too, should an order ever be announced by two different events).
+CREATE TABLE IF NOT EXISTS shipments (
+    order_id     text        PRIMARY KEY,
+    event_id     uuid        NOT NULL,
+    customer_id  text        NOT NULL,
+    amount_cents bigint      NOT NULL,
+    currency     text        NOT NULL,
+    status       text        NOT NULL DEFAULT 'pending',
+    created_at   timestamptz NOT NULL DEFAULT now()
+);
+
+-- Messages that cannot be applied (no id header, malformed payload), kept for a human to look
+-- at instead of blocking their partition. One row per Kafka position, however often it is
+-- redelivered.
+CREATE TABLE IF NOT EXISTS parked_messages (
+    id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    topic       text        NOT NULL,
+    "partition" integer     NOT NULL,
+    "offset"    bigint      NOT NULL,
+    key         bytea,
+    headers     jsonb       NOT NULL,
+    payload     bytea,
+    reason      text        NOT NULL,
+    parked_at   timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (topic, "partition", "offset")
+);

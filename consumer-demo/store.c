@@ -1,0 +1,64 @@
+#include "store.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+StoreResult store_apply(PGconn *conn, const OrderCreated *ev, const MessagePos *pos, DbError *e)
+{
+    char partition[16], offset[32], amount[32];
+    snprintf(partition, sizeof(partition), "%" PRId32, pos->partition);
+    snprintf(offset, sizeof(offset), "%" PRId64, pos->offset);
+    snprintf(amount, sizeof(amount), "%lld", ev->amount_cents);
+
+    if (!db_exec(conn, "BEGIN", e))
+        return STORE_FAILED;
+    const char *pv[4] = {ev->event_id, pos->topic, partition, offset};
+    PGresult *res =
+        db_query(conn,
+                 "INSERT INTO processed_events (event_id, topic, \"partition\", \"offset\")"
+                 " VALUES ($1, $2, $3, $4) ON CONFLICT (event_id) DO NOTHING"
+                 " RETURNING 1",
+                 4, pv, e);
+    if (!res)
+        goto failed;
+    bool first_time = PQntuples(res) == 1;
+    PQclear(res);
+    if (!first_time) {
+        db_rollback(conn);
+        return STORE_DUPLICATE;
+    }
+    const char *sv[5] = {ev->order_id, ev->event_id, ev->customer_id, amount, ev->currency};
+    res = db_query(conn,
+                   "INSERT INTO shipments (order_id, event_id, customer_id, amount_cents, currency)"
+                   " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (order_id) DO NOTHING",
+                   5, sv, e);
+    if (!res)
+        goto failed;
+    PQclear(res);
+    if (!db_exec(conn, "COMMIT", e))
+        goto failed;
+    return STORE_APPLIED;
+failed:
+    db_rollback(conn);
+    return STORE_FAILED;
+}
+
+bool store_park(PGconn *conn, const ParkedMessage *m, DbError *e)
+{
+    char partition[16], offset[32];
+    snprintf(partition, sizeof(partition), "%" PRId32, m->pos.partition);
+    snprintf(offset, sizeof(offset), "%" PRId64, m->pos.offset);
+    /* Key and payload are arbitrary bytes: sent as binary bytea, never as text. */
+    const char *values[7] = {m->pos.topic,    partition,  offset,   m->key,
+                             m->headers_json, m->payload, m->reason};
+    const int lengths[7] = {0, 0, 0, (int)m->key_len, 0, (int)m->payload_len, 0};
+    const int formats[7] = {0, 0, 0, 1, 0, 1, 0};
+    PGresult *res = db_query_bin(conn,
+                                 "INSERT INTO parked_messages (topic, \"partition\", \"offset\","
+                                 " key, headers, payload, reason)"
+                                 " VALUES ($1, $2, $3, $4::bytea, $5, $6::bytea, $7)"
+                                 " ON CONFLICT (topic, \"partition\", \"offset\") DO NOTHING",
+                                 7, values, lengths, formats, e);
+    PQclear(res);
+    return res != NULL;
+}

@@ -1,0 +1,50 @@
+/* store: consumer-demo's writes to PostgreSQL (blocking libpq, one connection).
+ *
+ * The dedupe contract: an event's id goes into processed_events in the same transaction as its
+ * effect. Either both commit or neither does, so after a crash the redelivered event is applied
+ * exactly once, and a duplicate (the id is already there) changes nothing. */
+#ifndef CONSUMER_STORE_H
+#define CONSUMER_STORE_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "db.h"
+#include "event.h"
+
+typedef enum {
+    STORE_APPLIED,   /* the event's effect is committed */
+    STORE_DUPLICATE, /* already applied earlier: nothing written */
+    STORE_FAILED,    /* database error (e); nothing committed, retry the message */
+} StoreResult;
+
+/* Where a message came from. */
+typedef struct MessagePos {
+    const char *topic;
+    int32_t partition;
+    int64_t offset;
+} MessagePos;
+
+/* In one transaction: records ev's id in processed_events (a conflict means duplicate, and the
+ * transaction is rolled back untouched) and creates the order's shipment. */
+StoreResult store_apply(PGconn *conn, const OrderCreated *ev, const MessagePos *pos, DbError *e);
+
+/* An unusable message, as it came (key and payload may be absent: NULL). headers_json is a
+ * JSON array of [name, value] pairs. */
+typedef struct ParkedMessage {
+    MessagePos pos;
+    const char *key;
+    size_t key_len;
+    const char *payload;
+    size_t payload_len;
+    const char *headers_json;
+    const char *reason;
+} ParkedMessage;
+
+/* Records m in parked_messages, once per topic/partition/offset (a redelivery changes nothing).
+ * Returns false with e on a database error. */
+bool store_park(PGconn *conn, const ParkedMessage *m, DbError *e)
+    __attribute__((warn_unused_result));
+
+#endif
