@@ -26,9 +26,32 @@ ASAN_LIB_OBJ := $(patsubst relay/%.c,bin/asan/obj/%.o,$(LIB_SRC)) bin/asan/obj/m
 UNIT_BIN := $(patsubst tests/unit/%.c,bin/asan/%,$(UNIT_SRC))
 TOOL_BIN := $(patsubst tests/tools/%.c,bin/%,$(TOOL_SRC))
 
-.PHONY: all asan tools test unit deps check-deps format format-check clean run-demo bench
+# The demo programs (producer-demo, consumer-demo) share demo-common/ and the relay's log and
+# backoff modules; their schemas are embedded like the relay's migrations.
+DEMO_CFLAGS := $(shell pkg-config --cflags libmicrohttpd 2>/dev/null) -Idemo-common
+DEMO_LIBS   := $(shell pkg-config --libs libmicrohttpd 2>/dev/null) -lpthread
+DEMO_RELAY  := log backoff
+COMMON_SRC   := $(wildcard demo-common/*.c)
+PRODUCER_SRC := $(wildcard producer-demo/*.c)
+CONSUMER_SRC := $(wildcard consumer-demo/*.c)
+DEMO_UNIT_SRC := $(wildcard tests/unit/test_demo_*.c)
 
-all: bin/outbox-relay
+# demo objects of one build flavour ($(1) = bin/obj or bin/asan/obj)
+demo_objs = $(patsubst %.c,$(1)/demo/%.o,$(COMMON_SRC) $(2)) \
+            $(patsubst %,$(1)/%.o,$(DEMO_RELAY))
+PRODUCER_OBJ      := $(call demo_objs,bin/obj,$(PRODUCER_SRC)) bin/obj/producer_schema.o
+PRODUCER_ASAN_OBJ := $(call demo_objs,bin/asan/obj,$(PRODUCER_SRC)) bin/asan/obj/producer_schema.o
+CONSUMER_OBJ      := $(call demo_objs,bin/obj,$(CONSUMER_SRC)) bin/obj/consumer_schema.o
+CONSUMER_ASAN_OBJ := $(call demo_objs,bin/asan/obj,$(CONSUMER_SRC)) bin/asan/obj/consumer_schema.o
+# Unit tests of the demos link every demo module except the two main.c files.
+DEMO_LIB_ASAN_OBJ := $(filter-out %/main.o,$(PRODUCER_ASAN_OBJ) $(CONSUMER_ASAN_OBJ))
+DEMO_UNIT_BIN := $(patsubst tests/unit/%.c,bin/asan/%,$(DEMO_UNIT_SRC))
+DEMO_BIN := bin/producer-demo bin/consumer-demo
+DEMO_ASAN_BIN := bin/asan/producer-demo bin/asan/consumer-demo
+
+.PHONY: all asan tools test unit deps check-deps format format-check clean run-demo bench demos demo
+
+all: bin/outbox-relay $(DEMO_BIN)
 
 # Fail early with the package to install instead of a wall of compiler errors.
 bin/.deps-ok: tools/check-deps.sh
@@ -60,7 +83,47 @@ bin/outbox-relay: $(OBJ)
 bin/asan/outbox-relay: $(ASAN_OBJ)
 	$(CC) $(CFLAGS) $(SAN_FLAGS) $^ $(DEP_LIBS) -o $@
 
-asan: bin/asan/outbox-relay
+asan: bin/asan/outbox-relay $(DEMO_ASAN_BIN)
+
+# ---- demos ----------------------------------------------------------------------------------
+
+bin/gen/%_schema.c: %-demo/schema.sql tools/embed-text.sh | bin/.deps-ok
+	@mkdir -p $(@D)
+	sh tools/embed-text.sh $*_schema_sql $< > $@.tmp && mv $@.tmp $@
+
+bin/obj/%_schema.o: bin/gen/%_schema.c
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
+
+bin/asan/obj/%_schema.o: bin/gen/%_schema.c
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
+
+DEMO_HDR := $(wildcard demo-common/*.h producer-demo/*.h consumer-demo/*.h) relay/log.h relay/backoff.h
+
+bin/obj/demo/%.o: %.c $(DEMO_HDR) | bin/.deps-ok
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -I$(<D) $(CFLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
+
+bin/asan/obj/demo/%.o: %.c $(DEMO_HDR) | bin/.deps-ok
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -I$(<D) $(CFLAGS) $(SAN_FLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
+
+bin/producer-demo: $(PRODUCER_OBJ)
+	$(CC) $(CFLAGS) $^ $(DEP_LIBS) $(DEMO_LIBS) -o $@
+
+bin/asan/producer-demo: $(PRODUCER_ASAN_OBJ)
+	$(CC) $(CFLAGS) $(SAN_FLAGS) $^ $(DEP_LIBS) $(DEMO_LIBS) -o $@
+
+bin/consumer-demo: $(CONSUMER_OBJ)
+	$(CC) $(CFLAGS) $^ $(DEP_LIBS) $(DEMO_LIBS) -o $@
+
+bin/asan/consumer-demo: $(CONSUMER_ASAN_OBJ)
+	$(CC) $(CFLAGS) $(SAN_FLAGS) $^ $(DEP_LIBS) $(DEMO_LIBS) -o $@
+
+demos: $(DEMO_BIN) $(DEMO_ASAN_BIN)
+
+bin/asan/test_demo_%: tests/unit/test_demo_%.c $(DEMO_LIB_ASAN_OBJ)
+	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -Iproducer-demo -Iconsumer-demo $(CFLAGS) $(SAN_FLAGS) $^ $(DEP_LIBS) $(DEMO_LIBS) -lcmocka -o $@
 
 # Test tools: the mock Kafka broker and a real consumer, both on librdkafka.
 bin/%: tests/tools/%.c | bin/.deps-ok
@@ -74,17 +137,21 @@ bin/asan/test_%: tests/unit/test_%.c $(ASAN_LIB_OBJ)
 
 unit: $(UNIT_BIN)
 
-test: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN)
+test: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN) $(DEMO_UNIT_BIN) \
+      $(DEMO_BIN) $(DEMO_ASAN_BIN)
 	@sh tests/run.sh
 
 deps:
 	sh tools/install-deps.sh
 
+FORMAT_SRC = relay/*.[ch] demo-common/*.[ch] producer-demo/*.[ch] consumer-demo/*.[ch] \
+             tests/unit/*.c tests/tools/*.c
+
 format:
-	clang-format -i relay/*.[ch] tests/unit/*.c tests/tools/*.c
+	clang-format -i $(FORMAT_SRC)
 
 format-check:
-	clang-format --dry-run --Werror relay/*.[ch] tests/unit/*.c tests/tools/*.c
+	clang-format --dry-run --Werror $(FORMAT_SRC)
 
 clean:
 	rm -rf bin

@@ -1,0 +1,126 @@
+/* Unit tests for the pure parts of producer-demo: Idempotency-Key header values (bare and
+ * Structured Field string forms, length and character limits) and --listen addresses. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "idem.h"
+#include "server.h"
+
+static void expect_key(const char *header, const char *key)
+{
+    char out[IDEM_KEY_MAX + 1], err[256] = "";
+    if (!idem_key_parse(header, out, err, sizeof(err)))
+        fail_msg("'%s' rejected: %s", header, err);
+    assert_string_equal(out, key);
+}
+
+static void expect_reject(const char *header, const char *reason)
+{
+    char out[IDEM_KEY_MAX + 1], err[256] = "";
+    if (idem_key_parse(header, out, err, sizeof(err)))
+        fail_msg("'%s' accepted as '%s'", header, out);
+    if (!strstr(err, reason))
+        fail_msg("'%s': error '%s' does not mention '%s'", header, err, reason);
+}
+
+static void test_bare_keys(void **state)
+{
+    expect_key("8e03978e-40d5-43e8-bc93-6894a57f9324", "8e03978e-40d5-43e8-bc93-6894a57f9324");
+    expect_key("a", "a");
+    expect_key("!~{}[]/\\'", "!~{}[]/\\'");
+    expect_key("  padded\t", "padded");
+}
+
+static void test_sf_string_keys(void **state)
+{
+    /* The draft's form: the quotes are syntax, so "abc" and abc name the same key. */
+    expect_key("\"8e03978e-40d5\"", "8e03978e-40d5");
+    expect_key("\"a\\\"b\\\\c\"", "a\"b\\c");
+    expect_reject("\"abc", "no closing quote");
+    expect_reject("\"ab\"c", "after its closing quote");
+    expect_reject("\"a\\nb\"", "invalid escape");
+    expect_reject("\"a b\"", "visible ASCII");
+    expect_reject("\"\"", "must not be empty");
+}
+
+static void test_empty_and_invisible(void **state)
+{
+    expect_reject("", "must not be empty");
+    expect_reject("   ", "must not be empty");
+    expect_reject("a b", "visible ASCII");
+    expect_reject("tab\tinside", "visible ASCII");
+    expect_reject("caf\xc3\xa9", "visible ASCII");
+    expect_reject("bell\x07", "visible ASCII");
+    expect_reject("del\x7f", "visible ASCII");
+}
+
+static void test_length_limit(void **state)
+{
+    char key[402];
+    memset(key, 'k', sizeof(key));
+    key[255] = '\0';
+    expect_key(key, key);
+    char quoted[sizeof(key) + 2];
+    snprintf(quoted, sizeof(quoted), "\"%s\"", key);
+    expect_key(quoted, key);
+    key[255] = 'k';
+    key[256] = '\0';
+    expect_reject(key, "at most 255");
+    key[256] = 'k';
+    key[400] = '\0';
+    expect_reject(key, "at most 255");
+}
+
+static void expect_listen(const char *text, const char *host, unsigned port)
+{
+    char h[256], err[256] = "";
+    unsigned p = 99999;
+    if (!server_parse_listen(text, h, sizeof(h), &p, err, sizeof(err)))
+        fail_msg("'%s' rejected: %s", text, err);
+    assert_string_equal(h, host);
+    assert_int_equal(p, port);
+}
+
+static void expect_listen_error(const char *text)
+{
+    char h[256], err[256] = "";
+    unsigned p;
+    if (server_parse_listen(text, h, sizeof(h), &p, err, sizeof(err)))
+        fail_msg("'%s' accepted", text);
+    assert_true(strncmp(err, "--listen: ", 10) == 0);
+}
+
+static void test_listen(void **state)
+{
+    expect_listen("127.0.0.1:8080", "127.0.0.1", 8080);
+    expect_listen("0.0.0.0:0", "0.0.0.0", 0);
+    expect_listen(":8080", "", 8080);
+    expect_listen("localhost:65535", "localhost", 65535);
+    expect_listen("[::1]:80", "::1", 80);
+    expect_listen("[::]:8080", "::", 8080);
+    expect_listen_error("8080");
+    expect_listen_error("host:");
+    expect_listen_error("host:65536");
+    expect_listen_error("host:-1");
+    expect_listen_error("host:80x");
+    expect_listen_error("::1:80");
+    expect_listen_error("[::1]80");
+    expect_listen_error("[::1");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bare_keys),
+        cmocka_unit_test(test_sf_string_keys),
+        cmocka_unit_test(test_empty_and_invisible),
+        cmocka_unit_test(test_length_limit),
+        cmocka_unit_test(test_listen),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

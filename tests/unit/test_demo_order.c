@@ -1,0 +1,192 @@
+/* Unit tests for producer-demo/order.c: what POST /orders accepts, the status of each kind of
+ * bad body (400 = not a JSON object, 422 = a field is wrong), currencies, and the JSON form. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "order.h"
+
+/* Parses body and returns the status (0 = valid); err and out are left for the caller. */
+static int parse(const char *body, OrderInput *out, char *err)
+{
+    return order_parse(body, strlen(body), out, err, 256);
+}
+
+static void test_valid_order(void **state)
+{
+    OrderInput in;
+    char err[256];
+    assert_int_equal(parse("{\"customer_id\": \"c-7\", \"amount_cents\": 4200, "
+                           "\"currency\": \"EUR\"}",
+                           &in, err),
+                     0);
+    assert_string_equal(in.customer_id, "c-7");
+    assert_true(in.amount_cents == 4200);
+    assert_string_equal(in.currency, "EUR");
+}
+
+static void test_field_order_and_utf8_do_not_matter(void **state)
+{
+    OrderInput in;
+    char err[256];
+    assert_int_equal(parse("{\"currency\":\"JPY\",\"amount_cents\":1,"
+                           "\"customer_id\":\"\xd0\x9a\xd0\xbb\xd0\xb8\xd0\xb5\xd0\xbd\xd1\x82\"}",
+                           &in, err),
+                     0);
+    assert_string_equal(in.customer_id, "\xd0\x9a\xd0\xbb\xd0\xb8\xd0\xb5\xd0\xbd\xd1\x82");
+    assert_true(in.amount_cents == 1);
+}
+
+static void test_not_a_json_object_is_400(void **state)
+{
+    static const char *const bodies[] = {
+        "",
+        "nope",
+        "{",
+        "[]",
+        "\"text\"",
+        "42",
+        "null",
+        "{\"customer_id\": }",
+        "{} trailing",
+        "{\"customer_id\":\"a\",\"customer_id\":\"b\",\"amount_cents\":1,"
+        "\"currency\":\"EUR\"}",
+    };
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        OrderInput in;
+        char err[256] = "";
+        assert_int_equal(parse(bodies[i], &in, err), 400);
+        assert_true(strlen(err) > 0);
+        assert_null(strchr(err, '\n'));
+    }
+}
+
+static void test_bad_fields_are_422(void **state)
+{
+    static const struct {
+        const char *body;
+        const char *reason;
+    } cases[] = {
+        {"{\"amount_cents\":1,\"currency\":\"EUR\"}", "missing field \"customer_id\""},
+        {"{\"customer_id\":\"c\",\"currency\":\"EUR\"}", "missing field \"amount_cents\""},
+        {"{\"customer_id\":\"c\",\"amount_cents\":1}", "missing field \"currency\""},
+        {"{\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EUR\",\"note\":1}",
+         "unknown field \"note\""},
+        {"{\"customer_id\":7,\"amount_cents\":1,\"currency\":\"EUR\"}", "customer_id must be"},
+        {"{\"customer_id\":\"\",\"amount_cents\":1,\"currency\":\"EUR\"}", "customer_id must be"},
+        {"{\"customer_id\":\"a\\nb\",\"amount_cents\":1,\"currency\":\"EUR\"}",
+         "customer_id must not contain control"},
+        {"{\"customer_id\":\"c\",\"amount_cents\":0,\"currency\":\"EUR\"}",
+         "amount_cents must be greater than 0"},
+        {"{\"customer_id\":\"c\",\"amount_cents\":-5,\"currency\":\"EUR\"}",
+         "amount_cents must be greater than 0"},
+        {"{\"customer_id\":\"c\",\"amount_cents\":1.5,\"currency\":\"EUR\"}",
+         "amount_cents must be an integer"},
+        {"{\"customer_id\":\"c\",\"amount_cents\":100.0,\"currency\":\"EUR\"}",
+         "amount_cents must be an integer"},
+        {"{\"customer_id\":\"c\",\"amount_cents\":\"100\",\"currency\":\"EUR\"}",
+         "amount_cents must be an integer"},
+        {"{\"customer_id\":\"c\",\"amount_cents\":true,\"currency\":\"EUR\"}",
+         "amount_cents must be an integer"},
+        {"{\"customer_id\":\"c\",\"amount_cents\":null,\"currency\":\"EUR\"}",
+         "amount_cents must be an integer"},
+        {"{\"customer_id\":\"c\",\"amount_cents\":99999999999999999999,\"currency\":\"EUR\"}",
+         "out of range"},
+        {"{\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"XYZ\"}", "ISO 4217"},
+        {"{\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"eur\"}", "ISO 4217"},
+        {"{\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EURO\"}", "ISO 4217"},
+        {"{\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"XAU\"}", "ISO 4217"},
+        {"{\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":1}", "currency must be a string"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        OrderInput in;
+        char err[256] = "";
+        int status = parse(cases[i].body, &in, err);
+        if (status != 422 || !strstr(err, cases[i].reason))
+            fail_msg("%s: got %d '%s', expected 422 '%s'", cases[i].body, status, err,
+                     cases[i].reason);
+    }
+}
+
+static void test_customer_id_length_limit(void **state)
+{
+    char body[600], id[300];
+    OrderInput in;
+    char err[256];
+    memset(id, 'x', 255);
+    id[255] = '\0';
+    snprintf(body, sizeof(body), "{\"customer_id\":\"%s\",\"amount_cents\":1,\"currency\":\"EUR\"}",
+             id);
+    assert_int_equal(parse(body, &in, err), 0);
+    assert_int_equal(strlen(in.customer_id), 255);
+    id[255] = 'x';
+    id[256] = '\0';
+    snprintf(body, sizeof(body), "{\"customer_id\":\"%s\",\"amount_cents\":1,\"currency\":\"EUR\"}",
+             id);
+    assert_int_equal(parse(body, &in, err), 422);
+}
+
+static void test_errors_never_span_lines(void **state)
+{
+    /* jansson quotes the offending input in its messages; a newline there must not survive. */
+    OrderInput in;
+    char err[256];
+    assert_int_equal(parse("{\"a\n\x01\": ", &in, err), 400);
+    for (const char *p = err; *p; p++)
+        assert_true((unsigned char)*p >= 0x20);
+}
+
+static void test_currency_list(void **state)
+{
+    static const char *const known[] = {"AED", "CHF", "EUR", "GBP", "JPY", "USD", "ZWG"};
+    static const char *const unknown[] = {"", "EU", "eur", "XXX", "XTS", "XAU", "ABC", "ZZZ"};
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        assert_true(order_currency_known(known[i]));
+    for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++)
+        assert_false(order_currency_known(unknown[i]));
+}
+
+static void test_json_form(void **state)
+{
+    char *json = order_json("5d0b4bf1-9ad2-44c2-b06b-570989fcd6fc", "c \"7\"", 4200, "EUR",
+                            "created", "2026-11-21T02:04:04.356111Z");
+    assert_non_null(json);
+    assert_string_equal(json, "{\"id\":\"5d0b4bf1-9ad2-44c2-b06b-570989fcd6fc\","
+                              "\"customer_id\":\"c \\\"7\\\"\",\"amount_cents\":4200,"
+                              "\"currency\":\"EUR\",\"status\":\"created\","
+                              "\"created_at\":\"2026-11-21T02:04:04.356111Z\"}");
+    free(json);
+}
+
+static void test_order_id_valid(void **state)
+{
+    assert_true(order_id_valid("5d0b4bf1-9ad2-44c2-b06b-570989fcd6fc"));
+    assert_true(order_id_valid("5D0B4BF1-9AD2-44C2-B06B-570989FCD6FC"));
+    assert_false(order_id_valid(""));
+    assert_false(order_id_valid("5d0b4bf1-9ad2-44c2-b06b-570989fcd6f"));
+    assert_false(order_id_valid("5d0b4bf1-9ad2-44c2-b06b-570989fcd6fc0"));
+    assert_false(order_id_valid("5d0b4bf1x9ad2-44c2-b06b-570989fcd6fc"));
+    assert_false(order_id_valid("5d0b4bf1-9ad2-44c2-b06b-570989fcd6fg"));
+    assert_false(order_id_valid("' OR 1=1 --"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_valid_order),
+        cmocka_unit_test(test_field_order_and_utf8_do_not_matter),
+        cmocka_unit_test(test_not_a_json_object_is_400),
+        cmocka_unit_test(test_bad_fields_are_422),
+        cmocka_unit_test(test_customer_id_length_limit),
+        cmocka_unit_test(test_errors_never_span_lines),
+        cmocka_unit_test(test_currency_list),
+        cmocka_unit_test(test_json_form),
+        cmocka_unit_test(test_order_id_valid),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
