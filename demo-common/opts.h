@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "log.h"
+
 typedef enum {
     OPT_STRING,    /* char *, non-empty */
     OPT_INT,       /* long within [min, max] */

@@ -1,0 +1,157 @@
+/* Unit tests for consumer-demo/event.c: which messages are applied, ignored or parked, and that
+ * every reason is one printable line. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "event.h"
+
+#define UUID "0b3c1f5e-6a4d-4c8e-9f21-7d5e8a9b0c1d"
+#define GOOD "{\"id\":\"o-1\",\"customer_id\":\"c-7\",\"amount_cents\":4200,\"currency\":\"EUR\"}"
+
+static EventInput input(const char *id, const char *type, const char *payload)
+{
+    return (EventInput){id,      id ? strlen(id) : 0,          type, type ? strlen(type) : 0,
+                        payload, payload ? strlen(payload) : 0};
+}
+
+static EventVerdict classify(EventInput in, OrderCreated *out, char *reason)
+{
+    EventVerdict v = event_parse(&in, out, reason, 256);
+    for (const char *p = reason; v != EVENT_APPLY && *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+            fail_msg("reason has a non-printable byte: %s", reason);
+    return v;
+}
+
+static void test_order_created(void **state)
+{
+    OrderCreated ev;
+    char reason[256];
+    assert_int_equal(classify(input(UUID, "OrderCreated", GOOD), &ev, reason), EVENT_APPLY);
+    assert_string_equal(ev.event_id, UUID);
+    assert_string_equal(ev.order_id, "o-1");
+    assert_string_equal(ev.customer_id, "c-7");
+    assert_true(ev.amount_cents == 4200);
+    assert_string_equal(ev.currency, "EUR");
+}
+
+static void test_extra_fields_and_upper_case_id(void **state)
+{
+    /* A tolerant reader: producers may add fields (the load generator adds version). */
+    OrderCreated ev;
+    char reason[256];
+    const char *payload = "{\"id\":\"o-2\",\"customer_id\":\"c\",\"amount_cents\":1,"
+                          "\"currency\":\"USD\",\"version\":1,\"status\":\"created\"}";
+    assert_int_equal(
+        classify(input("0B3C1F5E-6A4D-4C8E-9F21-7D5E8A9B0C1D", "OrderCreated", payload), &ev,
+                 reason),
+        EVENT_APPLY);
+    assert_string_equal(ev.event_id, UUID); /* one spelling per event in processed_events */
+}
+
+static void test_other_event_types_are_ignored(void **state)
+{
+    OrderCreated ev;
+    char reason[256];
+    assert_int_equal(classify(input(UUID, "OrderAmended", "{}"), &ev, reason), EVENT_IGNORE);
+    assert_non_null(strstr(reason, "OrderAmended"));
+    assert_int_equal(classify(input(UUID, "ordercreated", GOOD), &ev, reason), EVENT_IGNORE);
+    assert_int_equal(classify(input(UUID, "OrderCreatedX", GOOD), &ev, reason), EVENT_IGNORE);
+}
+
+static void test_bad_headers_are_malformed(void **state)
+{
+    OrderCreated ev;
+    char reason[256];
+    assert_int_equal(classify(input(NULL, "OrderCreated", GOOD), &ev, reason), EVENT_MALFORMED);
+    assert_string_equal(reason, "no id header");
+    assert_int_equal(classify(input("", "OrderCreated", GOOD), &ev, reason), EVENT_MALFORMED);
+    assert_int_equal(classify(input("not-a-uuid", "OrderCreated", GOOD), &ev, reason),
+                     EVENT_MALFORMED);
+    assert_int_equal(classify(input(UUID "0", "OrderCreated", GOOD), &ev, reason), EVENT_MALFORMED);
+    assert_int_equal(
+        classify(input("0b3c1f5e06a4d-4c8e-9f21-7d5e8a9b0c1d", "OrderCreated", GOOD), &ev, reason),
+        EVENT_MALFORMED);
+    assert_int_equal(classify(input("\xff\xfe\n\x01", "OrderCreated", GOOD), &ev, reason),
+                     EVENT_MALFORMED);
+    assert_int_equal(classify(input(UUID, NULL, GOOD), &ev, reason), EVENT_MALFORMED);
+    assert_string_equal(reason, "no event_type header");
+}
+
+static void test_bad_payloads_are_malformed(void **state)
+{
+    static const char *const payloads[] = {
+        NULL,
+        "",
+        "garbage",
+        "[1,2]",
+        "\"text\"",
+        "{\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EUR\"}",
+        "{\"id\":\"\",\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EUR\"}",
+        "{\"id\":7,\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EUR\"}",
+        "{\"id\":\"o\\n1\",\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EUR\"}",
+        "{\"id\":\"o\",\"amount_cents\":1,\"currency\":\"EUR\"}",
+        "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":0,\"currency\":\"EUR\"}",
+        "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":1.5,\"currency\":\"EUR\"}",
+        "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":\"1\",\"currency\":\"EUR\"}",
+        "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":1}",
+        "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"eur\"}",
+        "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EURO\"}",
+    };
+    for (size_t i = 0; i < sizeof(payloads) / sizeof(payloads[0]); i++) {
+        OrderCreated ev;
+        char reason[256] = "";
+        if (classify(input(UUID, "OrderCreated", payloads[i]), &ev, reason) != EVENT_MALFORMED)
+            fail_msg("payload %s was not classified as malformed", payloads[i]);
+        assert_true(strlen(reason) > 0);
+    }
+}
+
+static void test_long_text_fields(void **state)
+{
+    char payload[700], id[300];
+    OrderCreated ev;
+    char reason[256];
+    memset(id, 'o', 255);
+    id[255] = '\0';
+    snprintf(payload, sizeof(payload),
+             "{\"id\":\"%s\",\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EUR\"}", id);
+    assert_int_equal(classify(input(UUID, "OrderCreated", payload), &ev, reason), EVENT_APPLY);
+    assert_int_equal(strlen(ev.order_id), 255);
+    id[255] = 'o';
+    id[256] = '\0';
+    snprintf(payload, sizeof(payload),
+             "{\"id\":\"%s\",\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EUR\"}", id);
+    assert_int_equal(classify(input(UUID, "OrderCreated", payload), &ev, reason), EVENT_MALFORMED);
+}
+
+static void test_payload_is_not_nul_terminated(void **state)
+{
+    /* Kafka values are byte ranges: the parser must stop at the length, not at a NUL. */
+    char buf[sizeof(GOOD) + 8];
+    memcpy(buf, GOOD, strlen(GOOD));
+    memcpy(buf + strlen(GOOD), "garbage", 8);
+    EventInput in = {UUID, 36, "OrderCreated", 12, buf, strlen(GOOD)};
+    OrderCreated ev;
+    char reason[256];
+    assert_int_equal(event_parse(&in, &ev, reason, sizeof(reason)), EVENT_APPLY);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_order_created),
+        cmocka_unit_test(test_extra_fields_and_upper_case_id),
+        cmocka_unit_test(test_other_event_types_are_ignored),
+        cmocka_unit_test(test_bad_headers_are_malformed),
+        cmocka_unit_test(test_bad_payloads_are_malformed),
+        cmocka_unit_test(test_long_text_fields),
+        cmocka_unit_test(test_payload_is_not_nul_terminated),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
