@@ -2,7 +2,8 @@
 # Installs the Debian packages the project needs to build, test and benchmark. Run as root.
 set -e
 PKGS="build-essential pkg-config libpq-dev librdkafka-dev libjansson-dev libev-dev \
-libmicrohttpd-dev libcmocka-dev postgresql postgresql-contrib jq kcat clang-format procps"
+libmicrohttpd-dev libcmocka-dev postgresql postgresql-contrib jq kcat clang-format procps \
+curl docker-compose"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
