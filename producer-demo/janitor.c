@@ -30,6 +30,7 @@ long janitor_sweep(PGconn *conn, long batch, long max_batches)
                      log_quote(db_error_text(&e), q, sizeof(q)));
             return -1;
         }
+        log_debug("expired idempotency keys batch", "rows=%ld", n);
         total += n;
         if (n < batch)
             break;

@@ -1,0 +1,120 @@
+# tests/demo_lib.sh: helpers for the demo tests (6N_*.sh), on top of tests/lib.sh.
+# Source it after lib.sh. Provides the sanitizer builds of the demos, producer-demo's HTTP API
+# (producer_start, http, hdr) and consumer-demo (consumer_start/consumer_stop).
+
+PRODUCER_BIN=${PRODUCER_BIN:-$BIN/asan/producer-demo}
+CONSUMER_BIN=${CONSUMER_BIN:-$BIN/asan/consumer-demo}
+[ -x "$PRODUCER_BIN" ] || PRODUCER_BIN=$BIN/producer-demo
+[ -x "$CONSUMER_BIN" ] || CONSUMER_BIN=$BIN/consumer-demo
+_DEMO_N=0
+
+# demo_logs: the last lines of every demo log, shown when a test failed.
+demo_logs() {
+    local f
+    [ "$_T_FAIL" -gt 0 ] || return 0
+    for f in "$T"/producer.*.log "$T"/consumer.*.log; do
+        [ -f "$f" ] || continue
+        echo "# --- last lines of $(basename "$f") ---"
+        tail -n 25 "$f" | sed 's/^/# /'
+    done
+}
+
+# demo_setup: t_setup, and the demo logs shown on failure along with lib.sh's relay logs.
+demo_setup() {
+    t_setup
+    trap '_demo_rc=$?; demo_logs; (exit $_demo_rc); _t_exit' EXIT
+}
+
+_listening() {
+    grep -q 'msg="producer-demo listening"' "$PRODUCER_LOG"
+}
+
+# producer_start ARGS...: `producer-demo serve` on a free port; sets API, PRODUCER_PID and
+# PRODUCER_LOG.
+producer_start() {
+    _DEMO_N=$((_DEMO_N + 1))
+    PRODUCER_LOG=$T/producer.$_DEMO_N.log
+    "$PRODUCER_BIN" serve --database-url "$DATABASE_URL" --listen 127.0.0.1:0 "$@" \
+        >"$PRODUCER_LOG" 2>&1 &
+    PRODUCER_PID=$!
+    _t_track "$PRODUCER_PID"
+    _poll 30 _listening || fail "producer-demo listens within 30s"
+    API=http://127.0.0.1:$(grep -o 'msg="producer-demo listening".* port=[0-9]*' "$PRODUCER_LOG" |
+        grep -o '[0-9]*$')
+}
+
+# producer_stop: SIGTERM, returns the exit status (137 after a kill at the 20 s limit).
+producer_stop() {
+    kill -TERM "$PRODUCER_PID" 2>/dev/null
+    if ! _poll 20 _t_dead "$PRODUCER_PID"; then
+        kill -KILL "$PRODUCER_PID" 2>/dev/null
+        wait "$PRODUCER_PID" 2>/dev/null
+        return 137
+    fi
+    wait "$PRODUCER_PID" 2>/dev/null
+}
+
+# http METHOD PATH [CURL ARGS...]: sets STATUS; the body is in $T/body, headers in $T/headers.
+http() {
+    local method=$1 path=$2
+    shift 2
+    STATUS=$(curl -sS -o "$T/body" -D "$T/headers" -w '%{http_code}' -X "$method" "$API$path" \
+        "$@")
+}
+
+# post_order KEY BODY: POST /orders with an Idempotency-Key (KEY may be empty: no header).
+post_order() {
+    local key=$1 body=$2
+    if [ -n "$key" ]; then
+        http POST /orders -H "Idempotency-Key: $key" -H 'Content-Type: application/json' -d "$body"
+    else
+        http POST /orders -H 'Content-Type: application/json' -d "$body"
+    fi
+}
+
+# hdr NAME: the value of a response header of the last request ('' when absent).
+hdr() {
+    grep -i "^$1:" "$T/headers" | head -n 1 | cut -d' ' -f2- | tr -d '\r'
+}
+
+# counts: "orders outbox keys", for checks that a request wrote nothing.
+counts() {
+    psql_q "SELECT (SELECT count(*) FROM orders) || ' ' || (SELECT count(*) FROM outbox) || ' ' ||
+                   (SELECT count(*) FROM idempotency_keys)"
+}
+
+_consumer_running_log() {
+    grep -q 'msg="consumer-demo running"' "$CONSUMER_LOG"
+}
+
+# consumer_start ARGS...: `consumer-demo run` against the test's broker; sets CONSUMER_PID and
+# CONSUMER_LOG.
+consumer_start() {
+    _DEMO_N=$((_DEMO_N + 1))
+    CONSUMER_LOG=$T/consumer.$_DEMO_N.log
+    "$CONSUMER_BIN" run --database-url "$DATABASE_URL" --brokers "$BROKERS" --stats-interval 1 \
+        "$@" >"$CONSUMER_LOG" 2>&1 &
+    CONSUMER_PID=$!
+    _t_track "$CONSUMER_PID"
+    _poll 30 _consumer_running_log || fail "consumer-demo starts within 30s"
+}
+
+consumer_running() {
+    kill -0 "$CONSUMER_PID" 2>/dev/null
+}
+
+# consumer_stop: SIGTERM, returns the exit status (137 after a kill at the 20 s limit).
+consumer_stop() {
+    kill -TERM "$CONSUMER_PID" 2>/dev/null
+    if ! _poll 20 _t_dead "$CONSUMER_PID"; then
+        kill -KILL "$CONSUMER_PID" 2>/dev/null
+        wait "$CONSUMER_PID" 2>/dev/null
+        return 137
+    fi
+    wait "$CONSUMER_PID" 2>/dev/null
+}
+
+# sql_is SQL VALUE: true when the query returns VALUE (for wait_for, which re-runs it).
+sql_is() {
+    [ "$(psql_q "$1")" = "$2" ]
+}
