@@ -92,8 +92,11 @@ _consumer_running_log() {
 consumer_start() {
     _DEMO_N=$((_DEMO_N + 1))
     CONSUMER_LOG=$T/consumer.$_DEMO_N.log
+    # A short session: the mock broker waits that long for a member that left or crashed
+    # before it hands its partitions to the next one.
     "$CONSUMER_BIN" run --database-url "$DATABASE_URL" --brokers "$BROKERS" --stats-interval 1 \
-        "$@" >"$CONSUMER_LOG" 2>&1 &
+        --kafka session.timeout.ms=6000 --kafka heartbeat.interval.ms=500 "$@" \
+        >"$CONSUMER_LOG" 2>&1 &
     CONSUMER_PID=$!
     _t_track "$CONSUMER_PID"
     _poll 30 _consumer_running_log || fail "consumer-demo starts within 30s"

@@ -3,9 +3,11 @@
  *
  *   produce --brokers B --topic T < messages.jsonl
  *
- * Each stdin line is one JSON object: {"key": K, "value": V, "headers": [[NAME, VALUE], ...]}
- * where K and V are strings (sent as their bytes) or null/absent (no key, a null value), and
- * headers may repeat names (an object {NAME: VALUE} works too). Messages go out in input order
+ * Each stdin line is one JSON object:
+ *   {"key": K, "value": V, "headers": [[NAME, VALUE], ...], "partition": P}
+ * where K and V are strings (sent as their bytes) or null/absent (no key, a null value), headers
+ * may repeat names (an object {NAME: VALUE} works too), and partition is optional (default: by
+ * key, as any producer would). Messages go out in input order
  * (acks=all, idempotent), and the program waits for every delivery report.
  * Output: "produced N" on stdout. Exit: 0 when every message was acknowledged, 1 otherwise,
  * 2 on bad flags or a malformed input line.
@@ -140,19 +142,24 @@ int main(int argc, char **argv)
         const char *key, *value;
         size_t key_len, value_len;
         rd_kafka_headers_t *hdrs = NULL;
-        if (!json_is_object(o) || !bytes_field(o, "key", &key, &key_len) ||
+        json_t *part = json_object_get(o, "partition");
+        if (!json_is_object(o) || (part && !json_is_integer(part)) ||
+            !bytes_field(o, "key", &key, &key_len) ||
             !bytes_field(o, "value", &value, &value_len) ||
             !(hdrs = parse_headers(json_object_get(o, "headers")))) {
-            fprintf(stderr, "produce: line %ld: expected {\"key\", \"value\", \"headers\"}\n",
-                    lineno);
+            fprintf(
+                stderr,
+                "produce: line %ld: expected {\"key\", \"value\", \"headers\", \"partition\"}\n",
+                lineno);
             exit(2);
         }
         rd_kafka_resp_err_t err;
         do {
-            err = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
-                                    RD_KAFKA_V_VALUE((void *)value, value_len),
-                                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                    RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_END);
+            int32_t partition = part ? (int32_t)json_integer_value(part) : RD_KAFKA_PARTITION_UA;
+            err = rd_kafka_producev(
+                rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition),
+                RD_KAFKA_V_KEY(key, key_len), RD_KAFKA_V_VALUE((void *)value, value_len),
+                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_END);
             if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
                 rd_kafka_poll(rk, 100);
         } while (err == RD_KAFKA_RESP_ERR__QUEUE_FULL);
