@@ -26,7 +26,7 @@ ASAN_LIB_OBJ := $(patsubst relay/%.c,bin/asan/obj/%.o,$(LIB_SRC)) bin/asan/obj/m
 UNIT_BIN := $(patsubst tests/unit/%.c,bin/asan/%,$(UNIT_SRC))
 TOOL_BIN := $(patsubst tests/tools/%.c,bin/%,$(TOOL_SRC))
 
-.PHONY: all asan tools test unit deps check-deps format format-check clean run-demo bench
+.PHONY: all asan tools test unit deps check-deps format format-check clean quickstart
 
 all: bin/outbox-relay
 
@@ -76,6 +76,10 @@ unit: $(UNIT_BIN)
 
 test: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN)
 	@sh tests/run.sh
+
+# The relay end to end on a throwaway PostgreSQL and the project's broker.
+quickstart: bin/outbox-relay $(TOOL_BIN)
+	@bash scripts/quickstart.sh
 
 deps:
 	sh tools/install-deps.sh
