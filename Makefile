@@ -6,6 +6,8 @@ PKGS     := libpq rdkafka jansson
 # Debian's libev-dev ships no pkg-config file, so it is linked by name.
 DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 DEP_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm
+# Unused parameters are the norm in callbacks whose signatures libev, libpq, librdkafka and
+# cmocka impose; everything else of -Wall -Wextra stays on (and CI adds -Werror).
 WARN     := -Wall -Wextra -Wshadow -Wformat=2 -Wno-unused-parameter
 CFLAGS   ?= -O2 -g
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(DEP_CFLAGS) -Irelay -Ibin/gen
