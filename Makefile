@@ -6,6 +6,8 @@ PKGS     := libpq rdkafka jansson
 # Debian's libev-dev ships no pkg-config file, so it is linked by name.
 DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 DEP_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm
+# Unused parameters are the norm in callbacks whose signatures libev, libpq, librdkafka and
+# cmocka impose; everything else of -Wall -Wextra stays on (and CI adds -Werror).
 WARN     := -Wall -Wextra -Wshadow -Wformat=2 -Wno-unused-parameter
 CFLAGS   ?= -O2 -g
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(DEP_CFLAGS) -Irelay -Ibin/gen
@@ -49,7 +51,7 @@ DEMO_UNIT_BIN := $(patsubst tests/unit/%.c,bin/asan/%,$(DEMO_UNIT_SRC))
 DEMO_BIN := bin/producer-demo bin/consumer-demo
 DEMO_ASAN_BIN := bin/asan/producer-demo bin/asan/consumer-demo
 
-.PHONY: all asan tools test unit deps check-deps format format-check clean run-demo bench demos demo
+.PHONY: all asan tools test unit deps check-deps format format-check clean quickstart demos demo
 
 all: bin/outbox-relay $(DEMO_BIN)
 
@@ -144,6 +146,10 @@ unit: $(UNIT_BIN)
 test: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN) $(DEMO_UNIT_BIN) \
       $(DEMO_BIN) $(DEMO_ASAN_BIN)
 	@sh tests/run.sh
+
+# The relay end to end on a throwaway PostgreSQL and the project's broker.
+quickstart: bin/outbox-relay $(TOOL_BIN)
+	@bash scripts/quickstart.sh
 
 deps:
 	sh tools/install-deps.sh
