@@ -124,9 +124,9 @@ bin/asan/consumer-demo: $(CONSUMER_ASAN_OBJ)
 
 demos: $(DEMO_BIN) $(DEMO_ASAN_BIN)
 
-# The whole chain on a throwaway PostgreSQL and the mock broker (tools/demo.sh).
+# The whole chain on a throwaway PostgreSQL and the mock broker (scripts/demo.sh).
 demo: bin/outbox-relay $(DEMO_BIN) $(TOOL_BIN)
-	@bash tools/demo.sh
+	@bash scripts/demo.sh
 
 bin/asan/test_demo_%: tests/unit/test_demo_%.c $(DEMO_LIB_ASAN_OBJ)
 	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -Iproducer-demo -Iconsumer-demo $(CFLAGS) $(SAN_FLAGS) $^ $(DEP_LIBS) $(DEMO_LIBS) -lcmocka -o $@

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Proves `make demo` end to end, with the sanitizer builds: tools/demo.sh takes orders through
+# Proves `make demo` end to end, with the sanitizer builds: scripts/demo.sh takes orders through
 # producer-demo (a retried request replayed, a reused key refused), outbox-relay publishes them,
 # consumer-demo applies each once (also when the relay sends some again), and the final check
 # orders = outbox events = shipments passes. The programs' logs carry no sanitizer report.
@@ -7,7 +7,7 @@ source "$(dirname "$0")/../lib.sh"
 t_setup
 
 out=$(MOCK_BROKER=$BIN/mock-broker BIN=$BIN/asan KEEP_TMP=1 TMPDIR=$T \
-    bash "$ROOT/tools/demo.sh" 2>&1)
+    bash "$ROOT/scripts/demo.sh" 2>&1)
 rc=$?
 printf '%s\n' "$out" | sed 's/^/# /' | tail -n 40
 check_eq "the demo exits 0" 0 "$rc"
