@@ -107,7 +107,9 @@ IdemOutcome idem_claim(PGconn *conn, const IdemRequest *req, IdemStored *stored,
     IdemOutcome out = IDEM_FAILED;
 
     /* Not waiting is the point: the holder may run for a while, and the client is better told
-     * to come back (409 + Retry-After) than left hanging on a lock. */
+     * to come back (409 + Retry-After) than left hanging on a lock. The lock is named by a 32-bit
+     * hash: two different keys in flight at the same moment may collide, which costs one
+     * spurious 409 (a retry), never a wrong answer. */
     PGresult *res = db_query(
         conn, "SELECT pg_try_advisory_xact_lock(" IDEM_LOCK_CLASS ", hashtext($1 || ' ' || $2))", 2,
         values, e);
