@@ -191,6 +191,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         clock_gettime(CLOCK_MONOTONIC, &rq->start);
         *con_cls = rq;
+        /* A declared oversized body is refused before it is read (and before "100 Continue"). */
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > ORDER_BODY_MAX) {
+            rq->too_large = true;
+            ApiResponse r = {0};
+            route(s, c, url, method, rq, &r);
+            enum MHD_Result ret = respond(c, method, url, rq, &r);
+            api_response_free(&r);
+            return ret;
+        }
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
