@@ -6,6 +6,8 @@ PKGS     := libpq rdkafka jansson
 # Debian's libev-dev ships no pkg-config file, so it is linked by name.
 DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 DEP_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm
+# Unused parameters are the norm in callbacks whose signatures libev, libpq, librdkafka and
+# cmocka impose; everything else of -Wall -Wextra stays on (and CI adds -Werror).
 WARN     := -Wall -Wextra -Wshadow -Wformat=2 -Wno-unused-parameter
 CFLAGS   ?= -O2 -g
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(DEP_CFLAGS) -Irelay -Ibin/gen
@@ -26,7 +28,7 @@ ASAN_LIB_OBJ := $(patsubst relay/%.c,bin/asan/obj/%.o,$(LIB_SRC)) bin/asan/obj/m
 UNIT_BIN := $(patsubst tests/unit/%.c,bin/asan/%,$(UNIT_SRC))
 TOOL_BIN := $(patsubst tests/tools/%.c,bin/%,$(TOOL_SRC))
 
-.PHONY: all asan tools test unit deps check-deps format format-check clean run-demo bench
+.PHONY: all asan tools test unit deps check-deps format format-check clean quickstart
 
 all: bin/outbox-relay
 
@@ -76,6 +78,10 @@ unit: $(UNIT_BIN)
 
 test: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN)
 	@sh tests/run.sh
+
+# The relay end to end on a throwaway PostgreSQL and the project's broker.
+quickstart: bin/outbox-relay $(TOOL_BIN)
+	@bash scripts/quickstart.sh
 
 deps:
 	sh tools/install-deps.sh

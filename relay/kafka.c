@@ -170,6 +170,11 @@ KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
     ev_io_init(&kp->io, on_pipe, kp->pipe_fds[0], EV_READ);
     kp->io.data = kp;
     ev_io_start(loop, &kp->io);
+    /* librdkafka writes the wake-up byte only when its queue goes from empty to non-empty:
+     * events queued between rd_kafka_new and the line above (brokers refusing connections, say)
+     * would never wake us. Wake the loop once so they are served. */
+    ssize_t ignored = write(kp->pipe_fds[1], "1", 1);
+    (void)ignored;
     return kp;
 }
 

@@ -1,0 +1,369 @@
+# shellcheck shell=bash
+# tests/lib.sh: shared helpers for the integration tests in tests/it/. Source it, call t_setup.
+#
+# Provides a throwaway PostgreSQL (pg_start/pg_stop/pg_restart/psql_q), the mock Kafka cluster
+# (broker_start/broker_cmd/broker_down/broker_up), the relay under test (relay_start/relay_stop),
+# bounded polling (wait_for) and TAP-like reporting (ok/not_ok/check/check_eq).
+# Every wait is bounded, and every exit path stops what the test started and removes the temp dir
+# (set KEEP_TMP=1 to keep it). A script exits non-zero if any check failed.
+
+set -o pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=$ROOT/bin
+if [ -z "${RELAY_BIN:-}" ]; then
+    if [ -x "$BIN/asan/outbox-relay" ]; then
+        RELAY_BIN=$BIN/asan/outbox-relay
+    else
+        RELAY_BIN=$BIN/outbox-relay
+    fi
+fi
+PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}
+PATH=$PGBIN:$PATH
+# Same settings as tests/run.sh, so a script run on its own behaves the same.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+T=
+_T_PASS=0
+_T_FAIL=0
+_T_PIDS=()
+_T_RELAY_N=0
+_T_PG_STARTED=0
+
+# ---- reporting -------------------------------------------------------------------------------
+
+ok() {
+    _T_PASS=$((_T_PASS + 1))
+    echo "ok - $1"
+}
+
+# not_ok DESCRIPTION [DETAIL]
+not_ok() {
+    _T_FAIL=$((_T_FAIL + 1))
+    echo "not ok - $1${2:+: $2}"
+}
+
+# fail DESCRIPTION [DETAIL]: a failed precondition; reports it and ends the test.
+fail() {
+    not_ok "$@"
+    exit 1
+}
+
+# check DESCRIPTION CMD...: passes when CMD exits 0; its output is shown only on failure.
+check() {
+    local desc=$1 out rc
+    shift
+    out=$("$@" 2>&1)
+    rc=$?
+    if [ "$rc" -eq 0 ]; then
+        ok "$desc"
+    else
+        not_ok "$desc" "'$*' exited $rc"
+        [ -z "$out" ] || printf '%s\n' "$out" | tail -n 5 | sed 's/^/#   /'
+    fi
+    return "$rc"
+}
+
+# check_eq DESCRIPTION EXPECTED ACTUAL
+check_eq() {
+    if [ "$2" = "$3" ]; then
+        ok "$1"
+    else
+        not_ok "$1" "expected '$2', got '$3'"
+        return 1
+    fi
+}
+
+# lacks FILE STRING: true when FILE does not contain STRING (for use with check).
+lacks() {
+    ! grep -qF -e "$2" "$1"
+}
+
+# _poll TIMEOUT_S CMD...: runs CMD every 0.1 s until it succeeds (0) or the time is up (1).
+_poll() {
+    local limit=$1 deadline
+    shift
+    deadline=$(($(date +%s%N) + limit * 1000000000))
+    until "$@" >/dev/null 2>&1; do
+        [ "$(date +%s%N)" -lt "$deadline" ] || return 1
+        sleep 0.1
+    done
+}
+
+# wait_for DESCRIPTION TIMEOUT_S CMD...: reports ok once CMD succeeds, not ok at the timeout.
+wait_for() {
+    local desc=$1 limit=$2
+    shift 2
+    if _poll "$limit" "$@"; then
+        ok "$desc"
+    else
+        not_ok "$desc" "not true after ${limit}s: $*"
+        return 1
+    fi
+}
+
+# ---- setup and teardown ----------------------------------------------------------------------
+
+t_setup() {
+    T=$(mktemp -d "${TMPDIR:-/tmp}/outbox-relay-test.XXXXXX") || fail "create temp dir"
+    chmod 755 "$T" # the postgres user must reach its data dir inside
+    trap _t_exit EXIT
+    trap '_t_signal INT 130' INT
+    trap '_t_signal TERM 143' TERM
+    echo "# $(basename "$0"): temp dir $T, relay $RELAY_BIN"
+}
+
+_t_signal() {
+    not_ok "test interrupted by SIG$1"
+    exit "$2"
+}
+
+_t_track() {
+    _T_PIDS+=("$1")
+}
+
+_t_dead() {
+    ! kill -0 "$1" 2>/dev/null
+}
+
+# Stops a background process: TERM, then KILL if it is still there after `limit` seconds.
+_t_reap() {
+    local pid=$1 limit=${2:-5}
+    kill -TERM "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 0; }
+    _poll "$limit" _t_dead "$pid" || kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+}
+
+_t_exit() {
+    local rc=$? pid f
+    trap - EXIT INT TERM
+    for pid in "${_T_PIDS[@]}"; do
+        _t_reap "$pid" 5
+    done
+    [ "$_T_PG_STARTED" = 1 ] && _as_pg pg_ctl -D "$T/pg" -m immediate -w -t 20 stop >/dev/null 2>&1
+    if [ "$_T_FAIL" -gt 0 ] && [ -n "$T" ]; then
+        for f in "$T"/relay.*.log; do
+            [ -f "$f" ] || continue
+            echo "# --- last lines of $(basename "$f") ---"
+            tail -n 25 "$f" | sed 's/^/# /'
+        done
+    fi
+    if [ -n "$T" ]; then
+        if [ "${KEEP_TMP:-0}" = 1 ]; then
+            echo "# kept $T"
+        else
+            rm -rf "$T"
+        fi
+    fi
+    echo "# $(basename "$0"): $_T_PASS passed, $_T_FAIL failed"
+    [ "$rc" -eq 0 ] && [ "$_T_FAIL" -gt 0 ] && rc=1
+    exit "$rc"
+}
+
+# ---- PostgreSQL --------------------------------------------------------------------------------
+
+# initdb refuses to run as root, so the throwaway cluster belongs to the postgres user then.
+_as_pg() {
+    if [ "$(id -u)" = 0 ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+# Picks a port nothing listens on, below the kernel's ephemeral range so clients cannot hold it.
+_free_port() {
+    local port
+    for _ in $(seq 1 50); do
+        port=$((20000 + RANDOM % 12000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "$port"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# pg_start: first call creates the cluster and the `outbox` database; later calls (pg_restart)
+# start the same data dir on the same port. Exports DATABASE_URL, DATABASE_URL_PW (same URL with
+# the role's password, PG_PASSWORD, for masking tests) and PGHOST/PGPORT/PGUSER/PGDATABASE.
+pg_start() {
+    local data=$T/pg first=0 attempt
+    if [ ! -d "$data" ]; then
+        first=1
+        mkdir -p "$data" "$T/pgsock"
+        touch "$T/pg.log"
+        [ "$(id -u)" = 0 ] && chown postgres: "$data" "$T/pgsock" "$T/pg.log"
+        _as_pg initdb -D "$data" -U postgres -A trust -E UTF8 --locale=C --no-sync \
+            >"$T/initdb.log" 2>&1 || { cat "$T/initdb.log"; fail "initdb"; }
+        cat >>"$data/postgresql.conf" <<EOF
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$T/pgsock'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+max_connections = 200
+EOF
+    fi
+    for attempt in 1 2 3 4 5; do
+        if [ -z "${PGPORT:-}" ] || [ "$first" = 1 ]; then
+            PGPORT=$(_free_port) || fail "find a free port for PostgreSQL"
+            echo "port = $PGPORT" >>"$data/postgresql.conf" # the last setting wins
+        fi
+        if _as_pg pg_ctl -D "$data" -l "$T/pg.log" -w -t 30 start >/dev/null 2>&1; then
+            break
+        fi
+        # Only a fresh cluster may move to another port (someone took ours meanwhile).
+        if [ "$first" != 1 ] || [ "$attempt" = 5 ]; then
+            tail -n 20 "$T/pg.log"
+            fail "pg_ctl start"
+        fi
+    done
+    _T_PG_STARTED=1
+    export PGHOST=127.0.0.1 PGPORT PGUSER=postgres PGDATABASE=outbox
+    _poll 30 pg_isready -q -h 127.0.0.1 -p "$PGPORT" || fail "PostgreSQL ready within 30s"
+    if [ "$first" = 1 ]; then
+        PG_PASSWORD=s3cret-Pw-42
+        psql -XAtq -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE outbox" \
+            -c "ALTER ROLE postgres PASSWORD '$PG_PASSWORD'" >/dev/null || fail "create database"
+    fi
+    export PG_PASSWORD
+    export DATABASE_URL=postgresql://postgres@127.0.0.1:$PGPORT/outbox
+    export DATABASE_URL_PW=postgresql://postgres:$PG_PASSWORD@127.0.0.1:$PGPORT/outbox
+}
+
+pg_stop() {
+    _as_pg pg_ctl -D "$T/pg" -m fast -w -t 30 stop >/dev/null 2>&1 || fail "pg_ctl stop"
+    _T_PG_STARTED=0
+}
+
+pg_restart() {
+    pg_stop
+    pg_start
+}
+
+# psql_q SQL [PSQL ARGS...]: unaligned, tuples only, stops at the first error.
+psql_q() {
+    local sql=$1
+    shift
+    psql -XAtq -v ON_ERROR_STOP=1 "$@" -c "$sql"
+}
+
+# ---- mock Kafka --------------------------------------------------------------------------------
+
+# broker_start [N] [MOCK-BROKER ARGS...]: exports BROKERS (bootstrap servers).
+broker_start() {
+    local n=${1:-3}
+    [ $# -gt 0 ] && shift
+    BROKER_CTL=$T/broker.ctl
+    rm -f "$BROKER_CTL"
+    mkfifo "$BROKER_CTL" || fail "mkfifo $BROKER_CTL"
+    "$BIN/mock-broker" --brokers "$n" --control "$BROKER_CTL" "$@" \
+        >"$T/broker.out" 2>"$T/broker.log" &
+    BROKER_PID=$!
+    _t_track "$BROKER_PID"
+    _poll 10 test -s "$T/broker.out" || fail "mock broker prints its address within 10s"
+    BROKERS=$(head -n 1 "$T/broker.out")
+    export BROKERS
+}
+
+_broker_lines() {
+    grep -c '^mock-broker: ' "$T/broker.log"
+}
+
+_broker_logged_after() {
+    [ "$(_broker_lines)" -gt "$1" ]
+}
+
+# broker_cmd "COMMAND": sends one control command and waits until the broker has applied it
+# (it logs one line per command); fails the test when the broker reports an error.
+broker_cmd() {
+    local before
+    before=$(_broker_lines)
+    # The broker holds the fifo open, so this only blocks (bounded) if the broker is gone.
+    timeout 5 sh -c 'printf "%s\n" "$1" >"$2"' sh "$1" "$BROKER_CTL" || fail "send '$1' to broker"
+    _poll 10 _broker_logged_after "$before" || fail "broker applies '$1' within 10s"
+    if tail -n 1 "$T/broker.log" | grep -q '^mock-broker: error'; then
+        fail "broker command '$1'" "$(tail -n 1 "$T/broker.log")"
+    fi
+}
+
+broker_down() {
+    broker_cmd "down all"
+}
+
+broker_up() {
+    broker_cmd "up all"
+}
+
+# consume ARGS...: bin/consume against the test's brokers.
+consume() {
+    "$BIN/consume" --brokers "$BROKERS" "$@"
+}
+
+# first_copies_in_order FILE: FILE holds consume output whose payloads carry a "seq" that grows
+# with the row id per aggregate. At-least-once allows repeats, so only the first copy of each
+# event (by its id header) must arrive in seq order per key.
+first_copies_in_order() {
+    jq -r '[.headers.id, .key, (.value | fromjson | .seq)] | @tsv' "$1" | awk -F '\t' '
+        $1 in seen { next }
+        { seen[$1] = 1 }
+        ($2 in last) && $3 <= last[$2] { print "key " $2 ": seq " $3 " after " last[$2]; bad++ }
+        { last[$2] = $3 }
+        END { exit bad > 0 }'
+}
+
+# ---- the relay ---------------------------------------------------------------------------------
+
+# relay_start ARGS...: `outbox-relay run ARGS` in the background; output in $RELAY_LOG.
+# RELAY_WRAP (array) may hold an exec-style prefix such as (taskset -c 0).
+RELAY_WRAP=()
+relay_start() {
+    _T_RELAY_N=$((_T_RELAY_N + 1))
+    RELAY_LOG=$T/relay.$_T_RELAY_N.log
+    "${RELAY_WRAP[@]}" "$RELAY_BIN" run "$@" >"$RELAY_LOG" 2>&1 &
+    RELAY_PID=$!
+    _t_track "$RELAY_PID"
+}
+
+relay_running() {
+    kill -0 "$RELAY_PID" 2>/dev/null
+}
+
+# relay_stop [TIMEOUT_S]: SIGTERM, wait (default 20 s), return the relay's exit status.
+# A relay that does not exit in time is reported, killed, and 137 returned.
+relay_stop() {
+    local limit=${1:-20} rc
+    kill -TERM "$RELAY_PID" 2>/dev/null
+    if ! _poll "$limit" _t_dead "$RELAY_PID"; then
+        not_ok "relay exits within ${limit}s of SIGTERM" "still running, killed"
+        kill -KILL "$RELAY_PID" 2>/dev/null
+        wait "$RELAY_PID" 2>/dev/null
+        return 137
+    fi
+    wait "$RELAY_PID" 2>/dev/null
+    rc=$?
+    return "$rc"
+}
+
+# relay_kill: SIGKILL, as a crash would.
+relay_kill() {
+    kill -KILL "$RELAY_PID" 2>/dev/null
+    wait "$RELAY_PID" 2>/dev/null
+    return 0
+}
+
+# relay_migrate [ARGS...]: `outbox-relay migrate` against the test database.
+relay_migrate() {
+    "$RELAY_BIN" migrate --database-url "$DATABASE_URL" "$@"
+}
+
+# unsent_rows: how many outbox rows still wait for an acknowledgement.
+unsent_rows() {
+    psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL"
+}
+
+no_unsent_rows() {
+    [ "$(unsent_rows)" = 0 ]
+}

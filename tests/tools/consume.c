@@ -1,0 +1,225 @@
+/*
+ * consume: reads topics back from Kafka for tests, one JSON object per message on stdout.
+ *
+ *   consume --brokers B --topic T [--topic T2]... [--count N] [--timeout-ms MS] [--idle-ms MS]
+ *
+ * Assigns every partition of the topics from the beginning (no consumer group, nothing
+ * committed), so it can be run any number of times and always sees the whole log.
+ * Output: {"topic","partition","offset","key","value","headers":{name:value},"header_list":[[n,v]]}
+ * Exit: 0 when --count messages were read, when --idle-ms passed without a new message, or at the
+ * timeout without --count; 1 at the timeout with --count unmet; 2 on bad flags.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+
+#define MAX_TOPICS 32
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void usage_error(const char *msg, const char *arg)
+{
+    fprintf(stderr, "consume: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
+    exit(2);
+}
+
+static long parse_long(const char *s, long min, const char *flag)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min)
+        usage_error(flag, s);
+    return v;
+}
+
+/* A JSON string of raw bytes; bytes that are not valid UTF-8 become '?' so a line is never
+ * lost (test payloads are UTF-8, so this only matters when something is already wrong). */
+static json_t *bytes_json(const void *data, size_t len)
+{
+    if (!data)
+        return json_null();
+    json_t *s = json_stringn(data, len);
+    if (s)
+        return s;
+    char *copy = malloc(len ? len : 1);
+    if (!copy)
+        return json_null();
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = ((const unsigned char *)data)[i];
+        copy[i] = c < 0x80 ? (char)c : '?';
+    }
+    s = json_stringn(copy, len);
+    free(copy);
+    return s ? s : json_null();
+}
+
+static void print_message(const rd_kafka_message_t *m)
+{
+    json_t *headers = json_object(), *list = json_array();
+    rd_kafka_headers_t *hdrs;
+    if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        const char *name;
+        const void *val;
+        size_t size;
+        for (size_t i = 0; !rd_kafka_header_get_all(hdrs, i, &name, &val, &size); i++) {
+            json_object_set_new(headers, name, bytes_json(val, size)); /* last one wins */
+            json_array_append_new(list, json_pack("[so]", name, bytes_json(val, size)));
+        }
+    }
+    json_t *obj = json_object();
+    json_object_set_new(obj, "topic", json_string(rd_kafka_topic_name(m->rkt)));
+    json_object_set_new(obj, "partition", json_integer(m->partition));
+    json_object_set_new(obj, "offset", json_integer(m->offset));
+    json_object_set_new(obj, "key", bytes_json(m->key, m->key_len));
+    json_object_set_new(obj, "value", bytes_json(m->payload, m->len));
+    json_object_set_new(obj, "headers", headers);
+    json_object_set_new(obj, "header_list", list);
+    char *line = json_dumps(obj, JSON_COMPACT);
+    if (line)
+        puts(line);
+    free(line);
+    json_decref(obj);
+}
+
+/* Fills `parts` with every partition of the topics; false until all of them exist. */
+static bool find_partitions(rd_kafka_t *rk, const char **topics, int ntopics,
+                            rd_kafka_topic_partition_list_t *parts, int timeout_ms)
+{
+    const struct rd_kafka_metadata *md;
+    /* all_topics=1 so the lookup itself never auto-creates a topic. */
+    if (rd_kafka_metadata(rk, 1, NULL, &md, timeout_ms) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return false;
+    int found = 0;
+    for (int t = 0; t < ntopics; t++) {
+        for (int i = 0; i < md->topic_cnt; i++) {
+            const struct rd_kafka_metadata_topic *mt = &md->topics[i];
+            if (strcmp(mt->topic, topics[t]) || mt->err || mt->partition_cnt == 0)
+                continue;
+            found++;
+            for (int p = 0; p < mt->partition_cnt; p++)
+                rd_kafka_topic_partition_list_add(parts, mt->topic, mt->partitions[p].id)->offset =
+                    RD_KAFKA_OFFSET_BEGINNING;
+        }
+    }
+    rd_kafka_metadata_destroy(md);
+    return found == ntopics;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"brokers", required_argument, NULL, 'b'}, {"topic", required_argument, NULL, 't'},
+        {"count", required_argument, NULL, 'n'},   {"timeout-ms", required_argument, NULL, 'T'},
+        {"idle-ms", required_argument, NULL, 'i'}, {NULL, 0, NULL, 0},
+    };
+    const char *brokers = NULL, *topics[MAX_TOPICS];
+    int ntopics = 0, c;
+    long count = -1, timeout_ms = 10000, idle_ms = -1;
+
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'b':
+            brokers = optarg;
+            break;
+        case 't':
+            if (ntopics == MAX_TOPICS)
+                usage_error("too many --topic flags", NULL);
+            topics[ntopics++] = optarg;
+            break;
+        case 'n':
+            count = parse_long(optarg, 1, "--count must be a positive integer");
+            break;
+        case 'T':
+            timeout_ms = parse_long(optarg, 1, "--timeout-ms must be a positive integer");
+            break;
+        case 'i':
+            idle_ms = parse_long(optarg, 1, "--idle-ms must be a positive integer");
+            break;
+        default:
+            usage_error("unknown or incomplete option", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        usage_error("unexpected argument", argv[optind]);
+    if (!brokers || ntopics == 0)
+        usage_error("--brokers and at least one --topic are required", NULL);
+
+    char errstr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    const char *settings[][2] = {
+        {"bootstrap.servers", brokers},
+        {"group.id", "outbox-relay-tests-consume"}, /* never joined: we assign() */
+        {"enable.auto.commit", "false"},
+        {"enable.auto.offset.store", "false"},
+        {"fetch.wait.max.ms", "100"}, /* keeps --idle-ms responsive */
+        {"reconnect.backoff.max.ms", "500"},
+    };
+    for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++)
+        if (rd_kafka_conf_set(conf, settings[i][0], settings[i][1], errstr, sizeof(errstr)))
+            usage_error(settings[i][0], errstr);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+    if (!rk) {
+        fprintf(stderr, "consume: %s\n", errstr);
+        return 1;
+    }
+    rd_kafka_poll_set_consumer(rk);
+
+    int64_t deadline = now_ms() + timeout_ms;
+    rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(16);
+    /* A topic appears when its first message is produced, so retry until the deadline. */
+    while (!find_partitions(rk, topics, ntopics, parts, 1000) && now_ms() < deadline) {
+        rd_kafka_topic_partition_list_destroy(parts);
+        parts = rd_kafka_topic_partition_list_new(16);
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200); /* serves errors meanwhile */
+        if (m)
+            rd_kafka_message_destroy(m);
+    }
+    if (parts->cnt == 0)
+        fprintf(stderr, "consume: no partitions found for the given topic(s)\n");
+    rd_kafka_assign(rk, parts);
+    rd_kafka_topic_partition_list_destroy(parts);
+
+    long got = 0;
+    int64_t last = now_ms();
+    while (count < 0 || got < count) {
+        int64_t now = now_ms();
+        if (now >= deadline || (idle_ms > 0 && now - last >= idle_ms))
+            break;
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+        if (!m)
+            continue;
+        if (!m->err) {
+            print_message(m);
+            got++;
+            last = now_ms();
+        } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            fprintf(stderr, "consume: %s\n", rd_kafka_message_errstr(m));
+        }
+        rd_kafka_message_destroy(m);
+    }
+    fflush(stdout);
+
+    int rc = 0;
+    if (count >= 0 && got < count) {
+        fprintf(stderr, "consume: got %ld of %ld messages before the timeout\n", got, count);
+        rc = 1;
+    }
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return rc;
+}
