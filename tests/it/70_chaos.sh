@@ -2,8 +2,9 @@
 # Proves the order and delivery guarantees under chaos. Three relays run side by side on one
 # outbox while a single writer keeps inserting single-event transactions over 300 aggregates
 # (its payloads carry a `seq` that grows with the row id per aggregate). For 30 s, every 2 s one
-# relay is SIGKILLed and restarted; meanwhile all brokers go down for 6 s (less than the 30 s
-# default --delivery-timeout) and PostgreSQL is restarted once. Afterwards:
+# relay is SIGKILLed and restarted (with 100 ms of broker round-trip time, so kills usually hit
+# a batch in flight); meanwhile all brokers go down for 6 s (less than the 30 s default
+# --delivery-timeout) and PostgreSQL is restarted once. Afterwards:
 #  - every row is sent within a bounded time after the load stops (the seconds are printed);
 #  - 0 lost: every event_id of the table is in Kafka, and nothing else is;
 #  - 0 order violations: a consumer dropping duplicates by the id header sees every aggregate's
@@ -47,6 +48,8 @@ start_relay() { # start_relay SLOT
     LOGS[$1]=$RELAY_LOG
 }
 
+# 100 ms per broker round trip keeps batches in flight most of the time, so kills hit them.
+broker_cmd "rtt all 100"
 for i in 0 1 2; do
     start_relay "$i"
 done
