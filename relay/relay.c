@@ -59,17 +59,19 @@ static const char *const SQL_CLAIM_DEAD =
     " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
 
 static const char *const SQL_MARK_SENT =
-    "UPDATE outbox SET sent_at = now() WHERE id = ANY($1::bigint[])";
+    "UPDATE outbox SET sent_at = clock_timestamp() WHERE id = ANY($1::bigint[])";
 
-/* Every failure counts an attempt and waits before the next one: transient failures 1 s doubling
+/* Times are clock_timestamp(), not now(): now() is when the claim transaction began, and a retry
+ * wait counted from there could already be over when the failure is recorded.
+ * Every failure counts an attempt and waits before the next one: transient failures 1 s doubling
  * to 30 s, rejections --retry-backoff doubling to --retry-backoff-max, both with jitter. The
  * max-attempts-th rejection dead-letters the event. SET expressions see the old row. */
 static const char *const SQL_MARK_FAILED =
     "UPDATE outbox AS o SET attempts = o.attempts + 1,"
     " rejections = o.rejections + f.permanent::int, last_error = f.error,"
-    " dead_at = CASE WHEN f.permanent AND o.rejections + 1 >= $4::int THEN now() END,"
+    " dead_at = CASE WHEN f.permanent AND o.rejections + 1 >= $4::int THEN clock_timestamp() END,"
     " next_attempt_at = CASE WHEN f.permanent AND o.rejections + 1 >= $4::int THEN NULL"
-    " ELSE now() + make_interval(secs => (0.5 + random() / 2) * CASE WHEN f.permanent"
+    " ELSE clock_timestamp() + make_interval(secs => (0.5 + random() / 2) * CASE WHEN f.permanent"
     " THEN least($5::float8 * 2 ^ least(o.rejections, 30), $6::float8)"
     " ELSE least(2 ^ least(o.attempts - o.rejections, 30), 30) END) END"
     " FROM unnest($1::bigint[], $2::text[], $3::bool[]) AS f(id, error, permanent)"
@@ -81,7 +83,7 @@ static const char *const SQL_MARK_DEAD_LETTERED =
 
 static const char *const SQL_MARK_DEAD_LETTER_FAILED =
     "UPDATE outbox AS o SET last_error = 'dead-letter publish failed: ' || f.error,"
-    " next_attempt_at = now() + interval '30 seconds'"
+    " next_attempt_at = clock_timestamp() + interval '30 seconds'"
     " FROM unnest($1::bigint[], $2::text[]) AS f(id, error) WHERE o.id = f.id";
 
 typedef enum {
@@ -353,6 +355,14 @@ static rd_kafka_resp_err_t produce_event(Relay *r, BatchRow *br)
                       row->payload_len, hdrs, br);
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
         rd_kafka_headers_destroy(hdrs);
+    if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+        /* librdkafka's text says "Broker:" but no broker saw it: say what actually happened. */
+        snprintf(why, sizeof(why),
+                 "payload too large: %zu bytes, over the producer's message.max.bytes (not sent)",
+                 row->payload_len);
+        batch_fail(&r->batch, br, why, true);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+    }
     return err;
 }
 
@@ -393,7 +403,8 @@ static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         br->state = ROW_ACKED;
         b->acked++;
-    } else if (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) {
+    } else if (b->timed_out && (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
+                                err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)) {
         char why[128];
         snprintf(why, sizeof(why), "not acknowledged within the delivery timeout (%ld ms)",
                  r->cfg->delivery_timeout_ms);
@@ -614,9 +625,11 @@ static void on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents)
     Batch *b = &r->batch;
     if (b->n == 0 || b->in_flight == 0)
         return;
-    log_warn("delivery timeout: cancelling the rest of the batch, it will be retried",
-             "in_flight=%d acked=%d timeout_ms=%ld", b->in_flight, b->acked,
-             r->cfg->delivery_timeout_ms);
+    /* Like log_batch_failures: loud once per streak of failing batches, then debug. */
+    log_write(r->last_failure[0] ? LOG_DEBUG : LOG_WARN,
+              "delivery timeout: cancelling the rest of the batch, it will be retried",
+              "in_flight=%d acked=%d timeout_ms=%ld", b->in_flight, b->acked,
+              r->cfg->delivery_timeout_ms);
     b->timed_out = true;
     kafka_purge(r->kafka);
 }
