@@ -7,43 +7,69 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { OPT_STRING, OPT_INT, OPT_LOG_LEVEL, OPT_KAFKA } OptType;
+typedef enum { OPT_STRING, OPT_INT, OPT_CHOICE, OPT_BOOL, OPT_KAFKA } OptType;
 
 typedef struct OptionDef {
     const char *name; /* flag without "--"; also the config file key */
     OptType type;
-    const char *env;     /* environment fallback, or NULL */
-    const char *def;     /* default as text, or NULL for none */
-    long min, max;       /* inclusive range of an OPT_INT */
-    size_t offset;       /* field in Config */
-    const char *metavar; /* placeholder shown in --help */
+    const char *env;            /* environment fallback, or NULL */
+    const char *def;            /* default as text, or NULL for none */
+    long min, max;              /* inclusive range of an OPT_INT */
+    const char *const *choices; /* NULL-terminated names of an OPT_CHOICE, stored as int index */
+    size_t offset;              /* field in Config */
+    const char *metavar;        /* placeholder shown in --help */
     const char *help;
 } OptionDef;
 
 #define FIELD(f) offsetof(Config, f)
 
+/* Choice fields are stored as int; the enums behind them must be int-sized. */
+_Static_assert(sizeof(LogLevel) == sizeof(int), "LogLevel stored as int");
+_Static_assert(sizeof(PoisonPolicy) == sizeof(int), "PoisonPolicy stored as int");
+
+static const char *const log_levels[] = {"debug", "info", "warn", "error", NULL};
+static const char *const poison_policies[] = {"hold", "skip", NULL};
+
 static const OptionDef options[] = {
-    {"database-url", OPT_STRING, "DATABASE_URL", NULL, 0, 0, FIELD(database_url), "URL",
+    {"database-url", OPT_STRING, "DATABASE_URL", NULL, 0, 0, NULL, FIELD(database_url), "URL",
      "PostgreSQL connection string (URL or key=value form); required"},
-    {"brokers", OPT_STRING, "KAFKA_BROKERS", NULL, 0, 0, FIELD(brokers), "LIST",
+    {"brokers", OPT_STRING, "KAFKA_BROKERS", NULL, 0, 0, NULL, FIELD(brokers), "LIST",
      "Kafka bootstrap servers, host:port[,host:port...]; required by run"},
-    {"config", OPT_STRING, NULL, NULL, 0, 0, FIELD(config_file), "FILE",
+    {"config", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(config_file), "FILE",
      "JSON config file: an object whose keys are these option names"},
-    {"batch-size", OPT_INT, NULL, "1000", 1, 100000, FIELD(batch_size), "N",
+    {"batch-size", OPT_INT, NULL, "1000", 1, 100000, NULL, FIELD(batch_size), "N",
      "rows claimed per transaction (1-100000)"},
-    {"topic-template", OPT_STRING, NULL, "outbox.event.{aggregate_type}", 0, 0,
+    {"topic-template", OPT_STRING, NULL, "outbox.event.{aggregate_type}", 0, 0, NULL,
      FIELD(topic_template), "TEMPLATE",
      "Kafka topic per row; {aggregate_type} and {event_type} are replaced"},
-    {"kafka", OPT_KAFKA, NULL, NULL, 0, 0, FIELD(kafka), "KEY=VALUE",
+    {"kafka", OPT_KAFKA, NULL, NULL, 0, 0, NULL, FIELD(kafka), "KEY=VALUE",
      "librdkafka producer property, repeatable (in a config file: an object)"},
-    {"log-level", OPT_LOG_LEVEL, NULL, "info", 0, 0, FIELD(log_level), "LEVEL",
+    {"log-level", OPT_CHOICE, NULL, "info", 0, 0, log_levels, FIELD(log_level), "LEVEL",
      "debug, info, warn or error"},
-    {"poll-interval", OPT_INT, NULL, "1000", 1, 3600000, FIELD(poll_interval_ms), "MS",
+    {"poll-interval", OPT_INT, NULL, "1000", 1, 3600000, NULL, FIELD(poll_interval_ms), "MS",
      "fallback poll when no wakeup arrives, in milliseconds"},
-    {"delivery-timeout", OPT_INT, NULL, "30000", 100, 3600000, FIELD(delivery_timeout_ms), "MS",
+    {"delivery-timeout", OPT_INT, NULL, "30000", 100, 3600000, NULL, FIELD(delivery_timeout_ms),
+     "MS",
      "how long a batch waits for acknowledgements before cancelling the rest (retried later)"},
-    {"shutdown-timeout", OPT_INT, NULL, "10000", 0, 3600000, FIELD(shutdown_timeout_ms), "MS",
+    {"shutdown-timeout", OPT_INT, NULL, "10000", 0, 3600000, NULL, FIELD(shutdown_timeout_ms), "MS",
      "on SIGTERM/SIGINT, how long to wait for in-flight acknowledgements"},
+    {"rebalance-interval", OPT_INT, NULL, "1000", 100, 60000, NULL, FIELD(rebalance_interval_ms),
+     "MS", "how often lanes are re-divided among the running relays"},
+    {"max-attempts", OPT_INT, NULL, "10", 1, 1000, NULL, FIELD(max_attempts), "N",
+     "permanent failures (rejections) of one event before it is dead-lettered"},
+    {"retry-backoff", OPT_INT, NULL, "5000", 10, 3600000, NULL, FIELD(retry_backoff_ms), "MS",
+     "first wait before retrying a rejected event; doubles per rejection"},
+    {"retry-backoff-max", OPT_INT, NULL, "600000", 10, 86400000, NULL, FIELD(retry_backoff_max_ms),
+     "MS", "cap on the wait between retries of one event"},
+    {"on-poison", OPT_CHOICE, NULL, "hold", 0, 0, poison_policies, FIELD(on_poison), "POLICY",
+     "hold: later events of a dead-lettered event's aggregate wait for it; skip: they go on"},
+    {"dead-letter-topic", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(dead_letter_topic), "TOPIC",
+     "also publish dead-lettered events here, with the error in headers (default: none)"},
+    {"id", OPT_INT, NULL, NULL, 1, LONG_MAX, NULL, FIELD(id), "ID",
+     "requeue: the outbox id of the dead-lettered event to put back in line"},
+    {"all", OPT_BOOL, NULL, NULL, 0, 0, NULL, FIELD(all), "",
+     "requeue: put every dead-lettered event back in line"},
+    {"json", OPT_BOOL, NULL, NULL, 0, 0, NULL, FIELD(json), "", "dead: print JSON lines"},
 };
 
 #define N_OPTIONS (sizeof(options) / sizeof(options[0]))
@@ -55,6 +81,8 @@ static const struct {
 } commands[] = {
     {"run", CMD_RUN, "relay unsent outbox rows to Kafka until SIGTERM or SIGINT"},
     {"migrate", CMD_MIGRATE, "apply the embedded schema migrations, then exit"},
+    {"dead", CMD_DEAD, "list dead-lettered events with their errors (--json for scripts)"},
+    {"requeue", CMD_REQUEUE, "put dead-lettered events back in line (--id ID or --all)"},
     {"help", CMD_HELP, "show this help (also --help, -h)"},
     {"version", CMD_VERSION, "show the version (also --version)"},
 };
@@ -127,10 +155,28 @@ static bool set_value(Config *cfg, const OptionDef *opt, const char *value, cons
         *(long *)field = n;
         return true;
     }
-    case OPT_LOG_LEVEL:
-        if (!log_level_parse(value, (LogLevel *)field))
-            return fail(err, errlen, "%s: expected debug, info, warn or error, got '%s'", source,
-                        value);
+    case OPT_CHOICE: {
+        char expected[128] = "";
+        for (int i = 0; opt->choices[i]; i++) {
+            if (strcmp(value, opt->choices[i]) == 0) {
+                *(int *)field = i;
+                return true;
+            }
+            snprintf(expected + strlen(expected), sizeof(expected) - strlen(expected), "%s%s",
+                     i == 0                ? ""
+                     : opt->choices[i + 1] ? ", "
+                                           : " or ",
+                     opt->choices[i]);
+        }
+        return fail(err, errlen, "%s: expected %s, got '%s'", source, expected, value);
+    }
+    case OPT_BOOL:
+        if (strcmp(value, "true") == 0 || strcmp(value, "1") == 0)
+            *(bool *)field = true;
+        else if (strcmp(value, "false") == 0 || strcmp(value, "0") == 0)
+            *(bool *)field = false;
+        else
+            return fail(err, errlen, "%s: expected true or false, got '%s'", source, value);
         return true;
     case OPT_KAFKA: {
         KafkaProp prop;
@@ -288,6 +334,8 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
             goto out;
         }
         const char *value = eq ? eq + 1 : NULL;
+        if (!value && opt->type == OPT_BOOL)
+            value = "true"; /* a bare switch */
         if (!value) {
             if (i + 1 >= argc) {
                 ok = fail(err, errlen, "option --%s needs a value (%s)", opt->name, opt->metavar);
@@ -324,12 +372,17 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
     if (!ok)
         goto out;
 
-    if ((cfg->command == CMD_RUN || cfg->command == CMD_MIGRATE) && !cfg->database_url) {
+    if (cfg->command != CMD_HELP && cfg->command != CMD_VERSION && !cfg->database_url) {
         ok = fail(err, errlen, "missing database URL: pass --database-url or set DATABASE_URL");
         goto out;
     }
     if (cfg->command == CMD_RUN && !cfg->brokers)
         ok = fail(err, errlen, "missing Kafka brokers: pass --brokers or set KAFKA_BROKERS");
+    else if (cfg->command == CMD_RUN && cfg->retry_backoff_max_ms < cfg->retry_backoff_ms)
+        ok = fail(err, errlen, "--retry-backoff-max (%ld) must not be below --retry-backoff (%ld)",
+                  cfg->retry_backoff_max_ms, cfg->retry_backoff_ms);
+    else if (cfg->command == CMD_REQUEUE && (cfg->id > 0) == cfg->all)
+        ok = fail(err, errlen, "requeue needs exactly one of --id ID or --all");
 out:
     free(flags);
     return ok;

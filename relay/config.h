@@ -12,7 +12,13 @@
 
 #include "log.h"
 
-typedef enum { CMD_RUN, CMD_MIGRATE, CMD_HELP, CMD_VERSION } Command;
+typedef enum { CMD_RUN, CMD_MIGRATE, CMD_DEAD, CMD_REQUEUE, CMD_HELP, CMD_VERSION } Command;
+
+/* What happens to the later events of an aggregate whose event was dead-lettered. */
+typedef enum {
+    POISON_HOLD, /* they wait until the dead event is requeued and sent (order is kept) */
+    POISON_SKIP, /* they go on; the dead event stays in the table (and the dead-letter topic) */
+} PoisonPolicy;
 
 /* One librdkafka property, passed through as given (validated by librdkafka at start-up). */
 typedef struct KafkaProp {
@@ -33,6 +39,15 @@ typedef struct Config {
     long poll_interval_ms;
     long shutdown_timeout_ms;
     long delivery_timeout_ms;
+    long rebalance_interval_ms;
+    long max_attempts;
+    long retry_backoff_ms;
+    long retry_backoff_max_ms;
+    PoisonPolicy on_poison;
+    char *dead_letter_topic; /* NULL: dead events are only kept in the table */
+    long id;                 /* requeue --id */
+    bool all;                /* requeue --all */
+    bool json;               /* dead --json */
 } Config;
 
 /* Fills cfg from argv (argv[1] is the command), the environment and the config file named by

@@ -41,6 +41,11 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
      * remainder of the batch at once (kafka_purge), which cannot leave such a gap. */
     bool ok = conf_set(conf, "enable.idempotence", "true", "default", err, errlen) &&
               conf_set(conf, "message.timeout.ms", "0", "default", err, errlen) &&
+              /* A broker rejecting one batch while later batches of the partition are in
+               * flight would otherwise let those later messages through past the gap; with
+               * this, librdkafka fails them all (a fatal error, after which the relay recreates
+               * the producer and retries in order). */
+              conf_set(conf, "enable.gapless.guarantee", "true", "default", err, errlen) &&
               conf_set(conf, "client.id", "outbox-relay", "default", err, errlen) &&
               (!cfg->brokers ||
                conf_set(conf, "bootstrap.servers", cfg->brokers, "--brokers", err, errlen));
@@ -107,8 +112,10 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
     char q[512];
-    /* Configuration warnings matter once at start-up; the rest repeats what on_error reports. */
-    LogLevel lvl = strcmp(fac, "CONFWARN") == 0 ? LOG_WARN : LOG_DEBUG;
+    /* Configuration warnings matter once at start-up (except the one about a property we set on
+     * purpose); the rest repeats what on_error reports. */
+    bool confwarn = strcmp(fac, "CONFWARN") == 0 && !strstr(buf, "enable.gapless.guarantee");
+    LogLevel lvl = confwarn ? LOG_WARN : LOG_DEBUG;
     log_write(lvl, "librdkafka", "facility=%s text=%s", fac, log_quote(buf, q, sizeof(q)));
 }
 
@@ -196,6 +203,27 @@ rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, const ch
                              RD_KAFKA_V_VALUE((void *)value, value_len), RD_KAFKA_V_HEADERS(hdrs),
                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(opaque),
                              RD_KAFKA_V_END);
+}
+
+bool kafka_error_permanent(rd_kafka_resp_err_t err)
+{
+    switch (err) {
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG:
+    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
+    case RD_KAFKA_RESP_ERR__INVALID_ARG:
+        return true;
+    default:
+        return false;
+    }
 }
 
 void kafka_purge(KafkaProducer *kp)

@@ -46,6 +46,11 @@ rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, const ch
  * written, and are sent again later). */
 void kafka_purge(KafkaProducer *kp);
 
+/* True for errors that retrying the same message cannot fix (too large, illegal or unknown
+ * topic, not authorised, rejected record); false for transient ones (broker down, timeouts,
+ * leader changes), which are worth retrying soon. */
+bool kafka_error_permanent(rd_kafka_resp_err_t err);
+
 /* Serves pending events (delivery reports) now. */
 void kafka_poll(KafkaProducer *kp);
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admin.h"
 #include "config.h"
 #include "kafka.h"
 #include "log.h"
@@ -48,7 +49,9 @@ static int cmd_run(const Config *cfg)
 {
     char err[1024];
     if (!check_conninfo(cfg->database_url, err, sizeof(err)) ||
-        !route_template_check(cfg->topic_template, err, sizeof(err)))
+        !route_template_check(cfg->topic_template, err, sizeof(err)) ||
+        (cfg->dead_letter_topic &&
+         !route_topic_name_check("--dead-letter-topic", cfg->dead_letter_topic, err, sizeof(err))))
         return usage_error(err);
     rd_kafka_conf_t *kconf = kafka_conf_build(cfg, err, sizeof(err));
     if (!kconf)
@@ -108,6 +111,15 @@ int main(int argc, char **argv)
     case CMD_MIGRATE:
         rc = cmd_migrate(&cfg);
         break;
+    case CMD_DEAD:
+    case CMD_REQUEUE: {
+        if (!check_conninfo(cfg.database_url, err, sizeof(err))) {
+            rc = usage_error(err);
+            break;
+        }
+        rc = cfg.command == CMD_DEAD ? admin_dead(&cfg) : admin_requeue(&cfg);
+        break;
+    }
     }
     config_free(&cfg);
     return rc;

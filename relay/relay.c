@@ -7,63 +7,95 @@
 #include <unistd.h>
 
 #include "backoff.h"
+#include "batch.h"
 #include "kafka.h"
+#include "lanes.h"
 #include "log.h"
 #include "pg.h"
 #include "route.h"
 
 #define WAKEUP_CHANNEL "outbox_relay"
-/* After a batch in which every row failed (Kafka down, say), wait before claiming again. */
+/* After a batch in which nothing got through for a transient reason (Kafka down, say), wait
+ * before claiming again. */
 #define RETRY_BASE_S 0.5
 #define RETRY_CAP_S 30.0
+/* Dead events published to the dead-letter topic per batch, on top of batch-size. */
+#define DEAD_LETTER_LIMIT 100
 
 static const char *const SQL_LISTEN = "LISTEN " WAKEUP_CHANNEL;
 static const char *const SQL_BEGIN = "BEGIN";
 static const char *const SQL_COMMIT = "COMMIT";
 static const char *const SQL_ROLLBACK = "ROLLBACK";
-static const char *const SQL_CLAIM =
-    "SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload::text, headers::text"
-    " FROM outbox WHERE sent_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
+
+/* The claim: unsent rows of the lanes this relay owns ($2), in id order, that are not waiting for
+ * a retry and whose aggregate has no earlier row that is waiting (or, with the hold policy, dead):
+ * an aggregate's events never overtake one another. The held-back set comes from the small
+ * partial index on failed rows, so it costs nothing while nothing fails. Columns are in the order
+ * batch.c reads them; last_error is only needed for dead-letter rows. */
+#define SQL_CLAIM(blocked_condition)                                                               \
+    "WITH blocked AS ("                                                                            \
+    " SELECT aggregate_type, aggregate_id, min(id) AS first_id FROM outbox"                        \
+    " WHERE sent_at IS NULL AND attempts > 0 AND lane = ANY($2::smallint[])"                       \
+    " AND " blocked_condition " GROUP BY aggregate_type, aggregate_id)"                            \
+    " SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text,"   \
+    " o.headers::text, o.attempts, NULL::text"                                                     \
+    " FROM outbox o"                                                                               \
+    " WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = ANY($2::smallint[])"              \
+    " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())"                               \
+    " AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.aggregate_type = o.aggregate_type"           \
+    " AND b.aggregate_id = o.aggregate_id AND b.first_id < o.id)"                                  \
+    " ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED"
+
+static const char *const SQL_CLAIM_HOLD =
+    SQL_CLAIM("(next_attempt_at > now() OR dead_at IS NOT NULL)");
+static const char *const SQL_CLAIM_SKIP = SQL_CLAIM("next_attempt_at > now() AND dead_at IS NULL");
+
+/* Dead events not yet published to the dead-letter topic. */
+static const char *const SQL_CLAIM_DEAD =
+    "SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload::text, headers::text,"
+    " attempts, last_error FROM outbox"
+    " WHERE dead_at IS NOT NULL AND sent_at IS NULL AND dead_letter_topic IS NULL"
+    " AND lane = ANY($2::smallint[]) AND (next_attempt_at IS NULL OR next_attempt_at <= now())"
+    " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
+
 static const char *const SQL_MARK_SENT =
-    "UPDATE outbox SET sent_at = now() WHERE id = ANY($1::bigint[])";
+    "UPDATE outbox SET sent_at = clock_timestamp() WHERE id = ANY($1::bigint[])";
+
+/* Times are clock_timestamp(), not now(): now() is when the claim transaction began, and a retry
+ * wait counted from there could already be over when the failure is recorded.
+ * Every failure counts an attempt and waits before the next one: transient failures 1 s doubling
+ * to 30 s, rejections --retry-backoff doubling to --retry-backoff-max, both with jitter. The
+ * max-attempts-th rejection dead-letters the event. SET expressions see the old row. */
 static const char *const SQL_MARK_FAILED =
-    "UPDATE outbox AS o SET attempts = o.attempts + 1, last_error = f.error"
+    "UPDATE outbox AS o SET attempts = o.attempts + 1,"
+    " rejections = o.rejections + f.permanent::int, last_error = f.error,"
+    " dead_at = CASE WHEN f.permanent AND o.rejections + 1 >= $4::int THEN clock_timestamp() END,"
+    " next_attempt_at = CASE WHEN f.permanent AND o.rejections + 1 >= $4::int THEN NULL"
+    " ELSE clock_timestamp() + make_interval(secs => (0.5 + random() / 2) * CASE WHEN f.permanent"
+    " THEN least($5::float8 * 2 ^ least(o.rejections, 30), $6::float8)"
+    " ELSE least(2 ^ least(o.attempts - o.rejections, 30), 30) END) END"
+    " FROM unnest($1::bigint[], $2::text[], $3::bool[]) AS f(id, error, permanent)"
+    " WHERE o.id = f.id RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id,"
+    " o.dead_at IS NOT NULL";
+
+static const char *const SQL_MARK_DEAD_LETTERED =
+    "UPDATE outbox SET dead_letter_topic = $2 WHERE id = ANY($1::bigint[])";
+
+static const char *const SQL_MARK_DEAD_LETTER_FAILED =
+    "UPDATE outbox AS o SET last_error = 'dead-letter publish failed: ' || f.error,"
+    " next_attempt_at = clock_timestamp() + interval '30 seconds'"
     " FROM unnest($1::bigint[], $2::text[]) AS f(id, error) WHERE o.id = f.id";
 
 typedef enum {
-    PHASE_DOWN,      /* no PostgreSQL connection */
-    PHASE_SETUP,     /* LISTEN in flight */
-    PHASE_IDLE,      /* no transaction open */
-    PHASE_CLAIMING,  /* BEGIN + claim in flight */
-    PHASE_PRODUCING, /* rows claimed, waiting for delivery reports */
-    PHASE_MARKING,   /* marks + COMMIT in flight */
-    PHASE_ENDING,    /* COMMIT or ROLLBACK of a transaction that marks nothing */
+    PHASE_DOWN,        /* no PostgreSQL connection */
+    PHASE_SETUP,       /* LISTEN in flight */
+    PHASE_IDLE,        /* no transaction open */
+    PHASE_REBALANCING, /* lane ownership queries in flight */
+    PHASE_CLAIMING,    /* BEGIN + claim in flight */
+    PHASE_PRODUCING,   /* rows claimed, waiting for delivery reports */
+    PHASE_MARKING,     /* marks + COMMIT in flight */
+    PHASE_ENDING,      /* COMMIT or ROLLBACK of a transaction that marks nothing */
 } Phase;
-
-typedef enum { ROW_PENDING, ROW_QUEUED, ROW_ACKED, ROW_FAILED } RowState;
-
-typedef struct BatchRow {
-    OutboxRow row;
-    RowState state;
-    char *error; /* why it failed; owned */
-} BatchRow;
-
-typedef struct Batch {
-    PGresult *claim; /* owns the rows' strings */
-    BatchRow *rows;  /* capacity batch_size, reused */
-    int n;
-    int next;      /* next row to produce */
-    int in_flight; /* produced, delivery report not yet in */
-    int acked, failed;
-    bool abandoned; /* the transaction is gone; drop once every report is in */
-    bool timed_out; /* the delivery timeout cancelled what was left */
-} Batch;
-
-/* Growing text buffer for the array parameters of the mark statements. */
-typedef struct Text {
-    char *s;
-    size_t len, cap;
-} Text;
 
 struct Relay {
     struct ev_loop *loop;
@@ -71,97 +103,45 @@ struct Relay {
     rd_kafka_conf_t *kconf_template; /* kept to recreate the producer after a fatal error */
     KafkaProducer *kafka;
     PgConn *pg;
+    Lanes lanes;
     Phase phase;
     Batch batch;
-    bool wake_pending; /* a wakeup arrived while busy: claim again after this batch */
+    BatchMarks marks;
+    const char *claim_sql;
+    int failed_stmt;    /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
+    bool wake_pending;  /* there may be rows to claim */
+    bool rebalance_due; /* lane ownership should be checked before the next claim */
     bool stopping;
     int signals;
     int exit_status;
     Backoff retry;
     bool claim_error_logged;
+    int logged_owned;       /* lane count last logged, to log only changes */
     char last_failure[256]; /* error of the last batch that had failures, "" once one had none */
-    Text ids, fail_ids, fail_errors;
     ev_timer poll_timer;
     ev_timer retry_timer;
+    ev_timer rebalance_timer;
     ev_timer shutdown_timer;
     ev_timer delivery_timer; /* bounds a batch's wait for acknowledgements */
     ev_signal sigterm, sigint;
-    unsigned long long total_sent, total_failed;
+    unsigned long long total_sent, total_failed, total_dead, order_breaks;
 };
 
-static void try_claim(Relay *r);
+static void step(Relay *r);
 static void send_marks(Relay *r);
-
-/* ---- small helpers ---------------------------------------------------------------------- */
-
-static void text_reset(Text *t)
-{
-    t->len = 0;
-    if (t->s)
-        t->s[0] = '\0';
-}
-
-static void text_append(Text *t, const char *s, size_t n)
-{
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 256;
-        while (t->len + n + 1 > cap)
-            cap *= 2;
-        char *grown = realloc(t->s, cap);
-        if (!grown) {
-            log_error("out of memory", NULL);
-            abort();
-        }
-        t->s = grown;
-        t->cap = cap;
-    }
-    memcpy(t->s + t->len, s, n);
-    t->len += n;
-    t->s[t->len] = '\0';
-}
-
-static void text_puts(Text *t, const char *s)
-{
-    text_append(t, s, strlen(s));
-}
-
-/* Appends s as one element of a PostgreSQL array literal: "..." with " and \ escaped. */
-static void text_array_elem(Text *t, const char *s)
-{
-    text_append(t, t->len > 1 ? ",\"" : "\"", t->len > 1 ? 2 : 1);
-    for (const char *p = s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            text_append(t, "\\", 1);
-        text_append(t, p, 1);
-    }
-    text_append(t, "\"", 1);
-}
-
-static void batch_clear(Batch *b)
-{
-    for (int i = 0; i < b->n; i++) {
-        free(b->rows[i].error);
-        b->rows[i].error = NULL;
-    }
-    PQclear(b->claim);
-    b->claim = NULL;
-    b->n = b->next = b->in_flight = b->acked = b->failed = 0;
-    b->abandoned = false;
-    b->timed_out = false;
-}
-
-static void row_failed(Batch *b, BatchRow *br, const char *why)
-{
-    br->state = ROW_FAILED;
-    free(br->error);
-    br->error = strdup(why);
-    b->failed++;
-}
 
 static void stop_loop(Relay *r)
 {
     ev_timer_stop(r->loop, &r->shutdown_timer);
     ev_break(r->loop, EVBREAK_ALL);
+}
+
+static void schedule_retry(Relay *r)
+{
+    double delay = backoff_next(&r->retry);
+    ev_timer_stop(r->loop, &r->retry_timer);
+    ev_timer_set(&r->retry_timer, delay, 0);
+    ev_timer_start(r->loop, &r->retry_timer);
 }
 
 /* ---- ending a transaction ----------------------------------------------------------------- */
@@ -180,7 +160,7 @@ static void on_ended(PgConn *pg, PGresult **results, int n, const char *error, v
     if (r->stopping)
         stop_loop(r);
     else
-        try_claim(r);
+        step(r);
 }
 
 /* Ends the open transaction without marking anything. */
@@ -194,12 +174,22 @@ static void end_transaction(Relay *r, const char *sql)
 
 /* ---- marking ------------------------------------------------------------------------------ */
 
-static void schedule_retry(Relay *r)
+/* Logs every event the last mark dead-lettered (rows of SQL_MARK_FAILED's RETURNING). */
+static void log_dead_lettered(Relay *r, PGresult *res)
 {
-    double delay = backoff_next(&r->retry);
-    ev_timer_stop(r->loop, &r->retry_timer);
-    ev_timer_set(&r->retry_timer, delay, 0);
-    ev_timer_start(r->loop, &r->retry_timer);
+    for (int i = 0; res && i < PQntuples(res); i++) {
+        if (strcmp(PQgetvalue(res, i, 4), "t") != 0)
+            continue;
+        r->total_dead++;
+        char q[300];
+        log_warn(r->cfg->on_poison == POISON_HOLD
+                     ? "event dead-lettered; later events of its aggregate are held until it is "
+                       "requeued"
+                     : "event dead-lettered; later events of its aggregate go on without it",
+                 "id=%s event_id=%s aggregate_type=%s aggregate_id=%s", PQgetvalue(res, i, 0),
+                 PQgetvalue(res, i, 1), log_quote(PQgetvalue(res, i, 2), q, 150),
+                 log_quote(PQgetvalue(res, i, 3), q + 150, 150));
+    }
 }
 
 static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
@@ -216,12 +206,18 @@ static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, 
         schedule_retry(r);
         return;
     }
+    if (r->failed_stmt >= 0 && r->failed_stmt < n)
+        log_dead_lettered(r, results[r->failed_stmt]);
 
+    bool transient_failure = false;
+    for (int i = 0; i < b->n; i++)
+        if (b->rows[i].state == ROW_FAILED && !b->rows[i].permanent)
+            transient_failure = true;
     r->total_sent += (unsigned long long)b->acked;
     r->total_failed += (unsigned long long)b->failed;
     log_debug("batch committed", "rows=%d sent=%d failed=%d", b->n, b->acked, b->failed);
-    bool full = b->n == (int)r->cfg->batch_size;
-    bool all_failed = b->acked == 0 && b->failed > 0;
+    bool full = b->n >= (int)r->cfg->batch_size;
+    bool nothing_through = b->acked == 0 && transient_failure;
     batch_clear(b);
     r->phase = PHASE_IDLE;
 
@@ -229,14 +225,14 @@ static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, 
         stop_loop(r);
         return;
     }
-    if (all_failed) {
+    if (nothing_through) {
         schedule_retry(r);
         return;
     }
     backoff_reset(&r->retry);
     if (full)
         r->wake_pending = true; /* more rows are likely waiting: claim again at once */
-    try_claim(r);
+    step(r);
 }
 
 /* One line per batch with failures, and only when the failure is new: an outage that fails
@@ -254,51 +250,45 @@ static void log_batch_failures(Relay *r, const BatchRow *first_failed)
     const char *error = first_failed->error ? first_failed->error : "unknown error";
     LogLevel level = strcmp(error, r->last_failure) == 0 ? LOG_DEBUG : LOG_WARN;
     log_write(level, "events not delivered; they will be retried",
-              "failed=%d sent=%d first_id=%lld first_event_id=%s error=%s", b->failed, b->acked,
-              first_failed->row.id, first_failed->row.event_id, log_quote(error, q, sizeof(q)));
+              "failed=%d sent=%d first_id=%lld first_event_id=%s permanent=%s error=%s", b->failed,
+              b->acked, first_failed->row.id, first_failed->row.event_id,
+              first_failed->permanent ? "true" : "false", log_quote(error, q, sizeof(q)));
     snprintf(r->last_failure, sizeof(r->last_failure), "%s", error);
 }
 
 static void send_marks(Relay *r)
 {
     Batch *b = &r->batch;
+    BatchMarks *m = &r->marks;
     ev_timer_stop(r->loop, &r->delivery_timer);
-    text_reset(&r->ids);
-    text_reset(&r->fail_ids);
-    text_reset(&r->fail_errors);
-    text_puts(&r->ids, "{");
-    text_puts(&r->fail_ids, "{");
-    text_puts(&r->fail_errors, "{");
-    char num[32];
-    const BatchRow *first_failed = NULL;
-    for (int i = 0; i < b->n; i++) {
-        BatchRow *br = &b->rows[i];
-        Text *ids = br->state == ROW_ACKED    ? &r->ids
-                    : br->state == ROW_FAILED ? &r->fail_ids
-                                              : NULL;
-        if (!ids)
-            continue; /* never produced or never acknowledged: stays unsent */
-        snprintf(num, sizeof(num), "%s%lld", ids->len > 1 ? "," : "", br->row.id);
-        text_puts(ids, num);
-        if (br->state == ROW_FAILED) {
-            text_array_elem(&r->fail_errors, br->error ? br->error : "unknown error");
-            if (!first_failed)
-                first_failed = br;
-        }
-    }
-    text_puts(&r->ids, "}");
-    text_puts(&r->fail_ids, "}");
-    text_puts(&r->fail_errors, "}");
-    log_batch_failures(r, first_failed);
+    log_batch_failures(r, batch_marks(b, m));
+    r->order_breaks += (unsigned long long)batch_order_breaks(b);
 
-    const char *sent_params[1] = {r->ids.s};
-    const char *fail_params[2] = {r->fail_ids.s, r->fail_errors.s};
-    PgQuery queries[3];
+    char max_attempts[24], backoff[32], backoff_max[32];
+    snprintf(max_attempts, sizeof(max_attempts), "%ld", r->cfg->max_attempts);
+    snprintf(backoff, sizeof(backoff), "%.3f", (double)r->cfg->retry_backoff_ms / 1000.0);
+    snprintf(backoff_max, sizeof(backoff_max), "%.3f",
+             (double)r->cfg->retry_backoff_max_ms / 1000.0);
+    const char *sent[1] = {m->sent.s};
+    const char *failed[6] = {
+        m->failed_ids.s, m->failed_errors.s, m->failed_permanent.s, max_attempts,
+        backoff,         backoff_max};
+    const char *dl_sent[2] = {m->dl_sent.s, r->cfg->dead_letter_topic};
+    const char *dl_failed[2] = {m->dl_failed_ids.s, m->dl_failed_errors.s};
+
+    PgQuery queries[5];
     int nq = 0;
-    if (r->ids.len > 2)
-        queries[nq++] = (PgQuery){SQL_MARK_SENT, 1, sent_params};
-    if (r->fail_ids.len > 2)
-        queries[nq++] = (PgQuery){SQL_MARK_FAILED, 2, fail_params};
+    r->failed_stmt = -1;
+    if (!strbuf_array_empty(&m->sent))
+        queries[nq++] = (PgQuery){SQL_MARK_SENT, 1, sent};
+    if (!strbuf_array_empty(&m->failed_ids)) {
+        r->failed_stmt = nq;
+        queries[nq++] = (PgQuery){SQL_MARK_FAILED, 6, failed};
+    }
+    if (!strbuf_array_empty(&m->dl_sent))
+        queries[nq++] = (PgQuery){SQL_MARK_DEAD_LETTERED, 2, dl_sent};
+    if (!strbuf_array_empty(&m->dl_failed_ids))
+        queries[nq++] = (PgQuery){SQL_MARK_DEAD_LETTER_FAILED, 2, dl_failed};
     queries[nq++] = (PgQuery){SQL_COMMIT, 0, NULL};
     r->phase = PHASE_MARKING;
     if (!pg_conn_send(r->pg, queries, nq, on_marked, r))
@@ -315,7 +305,7 @@ static void maybe_finish_batch(Relay *r)
         if (b->in_flight == 0) {
             batch_clear(b);
             r->wake_pending = true;
-            try_claim(r);
+            step(r);
         }
         return;
     }
@@ -323,41 +313,78 @@ static void maybe_finish_batch(Relay *r)
         send_marks(r);
 }
 
+/* Produces a dead event to the dead-letter topic, with why it died in the headers. A payload too
+ * large for Kafka (a common reason to die) is left out rather than failing again. */
+static rd_kafka_resp_err_t produce_dead_letter(Relay *r, BatchRow *br)
+{
+    const OutboxRow *row = &br->row;
+    char topic[ROUTE_TOPIC_MAX + 1], why[256];
+    if (!route_topic(r->cfg->topic_template, row, topic, sizeof(topic), why, sizeof(why)))
+        topic[0] = '\0';
+    rd_kafka_headers_t *hdrs = route_dead_letter_headers(row, br->last_error, br->attempts, topic);
+    rd_kafka_resp_err_t err =
+        kafka_produce(r->kafka, r->cfg->dead_letter_topic, row->aggregate_id,
+                      strlen(row->aggregate_id), row->payload, row->payload_len, hdrs, br);
+    if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+        rd_kafka_header_add(hdrs, "dlq.payload_omitted", -1, "true", -1);
+        err = kafka_produce(r->kafka, r->cfg->dead_letter_topic, row->aggregate_id,
+                            strlen(row->aggregate_id), NULL, 0, hdrs, br);
+    }
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+        rd_kafka_headers_destroy(hdrs);
+    return err;
+}
+
+/* Produces one event row. Returns the producer's answer; failures that happen before the
+ * producer (topic, headers) are recorded here and reported as NO_ERROR with the row FAILED. */
+static rd_kafka_resp_err_t produce_event(Relay *r, BatchRow *br)
+{
+    const OutboxRow *row = &br->row;
+    char topic[ROUTE_TOPIC_MAX + 1], why[512];
+    if (!route_topic(r->cfg->topic_template, row, topic, sizeof(topic), why, sizeof(why))) {
+        batch_fail(&r->batch, br, why, true);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+    }
+    rd_kafka_headers_t *hdrs = route_headers(row, why, sizeof(why));
+    if (!hdrs) {
+        batch_fail(&r->batch, br, why, true);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+    }
+    rd_kafka_resp_err_t err =
+        kafka_produce(r->kafka, topic, row->aggregate_id, strlen(row->aggregate_id), row->payload,
+                      row->payload_len, hdrs, br);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+        rd_kafka_headers_destroy(hdrs);
+    if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+        /* librdkafka's text says "Broker:" but no broker saw it: say what actually happened. */
+        snprintf(why, sizeof(why),
+                 "payload too large: %zu bytes, over the producer's message.max.bytes (not sent)",
+                 row->payload_len);
+        batch_fail(&r->batch, br, why, true);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+    }
+    return err;
+}
+
 static void produce_more(Relay *r)
 {
     Batch *b = &r->batch;
-    char topic[ROUTE_TOPIC_MAX + 1];
-    char why[512];
-    while (b->next < b->n && !r->stopping) {
+    while (b->next < b->n && !r->stopping && !b->timed_out) {
         BatchRow *br = &b->rows[b->next];
-        const OutboxRow *row = &br->row;
-        if (!route_topic(r->cfg->topic_template, row, topic, sizeof(topic), why, sizeof(why))) {
-            row_failed(b, br, why);
-            b->next++;
-            continue;
-        }
-        rd_kafka_headers_t *hdrs = route_headers(row, why, sizeof(why));
-        if (!hdrs) {
-            row_failed(b, br, why);
-            b->next++;
+        if (!br->dead_letter && batch_is_held(b, &br->row)) {
+            b->next++; /* an earlier event of its aggregate failed: it waits for the retry */
             continue;
         }
         rd_kafka_resp_err_t err =
-            kafka_produce(r->kafka, topic, row->aggregate_id, strlen(row->aggregate_id),
-                          row->payload, row->payload_len, hdrs, br);
-        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && b->in_flight > 0) {
-            /* Backpressure: resume from on_delivery once reports free room. */
-            rd_kafka_headers_destroy(hdrs);
-            break;
+            br->dead_letter ? produce_dead_letter(r, br) : produce_event(r, br);
+        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && b->in_flight > 0)
+            break; /* backpressure: on_delivery resumes once reports free room */
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+            batch_fail(b, br, rd_kafka_err2str(err), kafka_error_permanent(err));
+        else if (br->state == ROW_PENDING) {
+            br->state = ROW_QUEUED;
+            b->in_flight++;
         }
-        if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-            rd_kafka_headers_destroy(hdrs);
-            row_failed(b, br, rd_kafka_err2str(err));
-            b->next++;
-            continue;
-        }
-        br->state = ROW_QUEUED;
-        b->in_flight++;
         b->next++;
     }
     if (r->stopping || b->timed_out)
@@ -372,18 +399,19 @@ static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
     BatchRow *br = opaque;
     if (br->state != ROW_QUEUED)
         return; /* reported after shutdown gave up on it */
+    b->in_flight--;
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         br->state = ROW_ACKED;
         b->acked++;
-    } else if (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) {
+    } else if (b->timed_out && (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
+                                err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)) {
         char why[128];
         snprintf(why, sizeof(why), "not acknowledged within the delivery timeout (%ld ms)",
                  r->cfg->delivery_timeout_ms);
-        row_failed(b, br, why);
+        batch_fail(b, br, why, false);
     } else {
-        row_failed(b, br, rd_kafka_err2str(err));
+        batch_fail(b, br, rd_kafka_err2str(err), kafka_error_permanent(err));
     }
-    b->in_flight--;
     if (r->phase == PHASE_PRODUCING && b->next < b->n)
         produce_more(r);
     else
@@ -391,26 +419,6 @@ static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
 }
 
 /* ---- claiming ----------------------------------------------------------------------------- */
-
-static void load_rows(Batch *b, PGresult *res)
-{
-    b->claim = res;
-    b->n = PQntuples(res);
-    for (int i = 0; i < b->n; i++) {
-        BatchRow *br = &b->rows[i];
-        OutboxRow *row = &br->row;
-        row->id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
-        row->event_id = PQgetvalue(res, i, 1);
-        row->aggregate_type = PQgetvalue(res, i, 2);
-        row->aggregate_id = PQgetvalue(res, i, 3);
-        row->event_type = PQgetvalue(res, i, 4);
-        row->payload = PQgetisnull(res, i, 5) ? NULL : PQgetvalue(res, i, 5);
-        row->payload_len = row->payload ? (size_t)PQgetlength(res, i, 5) : 0;
-        row->headers = PQgetisnull(res, i, 6) ? NULL : PQgetvalue(res, i, 6);
-        br->state = ROW_PENDING;
-        br->error = NULL;
-    }
-}
 
 static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
@@ -433,26 +441,27 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
         log_info("claiming rows works again", NULL);
     r->claim_error_logged = false;
 
-    PGresult *res = results[1];
-    if (PQntuples(res) == 0 || r->stopping) {
+    int events = PQntuples(results[1]);
+    int dead = n > 2 ? PQntuples(results[2]) : 0;
+    if (events + dead == 0 || r->stopping) {
         end_transaction(r, SQL_COMMIT);
         return;
     }
-    results[1] = NULL; /* the batch keeps it: rows point into it */
-    load_rows(&r->batch, res);
-    log_debug("claimed batch", "rows=%d first_id=%lld", r->batch.n, r->batch.rows[0].row.id);
+    /* The batch keeps the results: its rows point into them. */
+    batch_load(&r->batch, results[1], n > 2 ? results[2] : NULL);
+    results[1] = NULL;
+    if (n > 2)
+        results[2] = NULL;
+    log_debug("claimed batch", "rows=%d dead_letter=%d first_id=%lld", events, dead,
+              r->batch.rows[0].row.id);
     r->phase = PHASE_PRODUCING;
     ev_timer_set(&r->delivery_timer, (double)r->cfg->delivery_timeout_ms / 1000.0, 0);
     ev_timer_start(r->loop, &r->delivery_timer);
     produce_more(r);
 }
 
-/* Claims a batch when there is a reason to (wake_pending) and nothing stands in the way. */
-static void try_claim(Relay *r)
+static void claim(Relay *r)
 {
-    if (!r->wake_pending || r->phase != PHASE_IDLE || r->stopping || r->batch.n > 0 ||
-        ev_is_active(&r->retry_timer) || !pg_conn_idle(r->pg))
-        return;
     if (kafka_fatal(r->kafka)) {
         /* Every message of the old producer has been reported (the batch is empty). */
         char err[512];
@@ -465,17 +474,54 @@ static void try_claim(Relay *r)
             stop_loop(r);
             return;
         }
+        log_info("kafka producer recreated", NULL);
     }
     r->wake_pending = false;
     ev_timer_again(r->loop, &r->poll_timer);
 
-    char limit[24];
+    char limit[24], dead_limit[24];
     snprintf(limit, sizeof(limit), "%ld", r->cfg->batch_size);
-    const char *params[1] = {limit};
-    PgQuery queries[2] = {{SQL_BEGIN, 0, NULL}, {SQL_CLAIM, 1, params}};
+    snprintf(dead_limit, sizeof(dead_limit), "%d", DEAD_LETTER_LIMIT);
+    const char *params[2] = {limit, r->lanes.owned_array.s};
+    const char *dead_params[2] = {dead_limit, r->lanes.owned_array.s};
+    PgQuery queries[3] = {
+        {SQL_BEGIN, 0, NULL}, {r->claim_sql, 2, params}, {SQL_CLAIM_DEAD, 2, dead_params}};
     r->phase = PHASE_CLAIMING;
-    if (!pg_conn_send(r->pg, queries, 2, on_claimed, r))
+    if (!pg_conn_send(r->pg, queries, r->cfg->dead_letter_topic ? 3 : 2, on_claimed, r))
         r->phase = PHASE_IDLE;
+}
+
+static void on_rebalanced(Lanes *lanes, bool ok, void *arg)
+{
+    Relay *r = arg;
+    r->phase = PHASE_IDLE;
+    r->rebalance_due = false;
+    if (lanes->n_owned != r->logged_owned)
+        log_info("lanes owned", "lanes=%d of=%d members=%d slot=%d", lanes->n_owned, LANE_COUNT,
+                 lanes->members, lanes->slot);
+    r->logged_owned = lanes->n_owned;
+    if (lanes->gained)
+        r->wake_pending = true; /* new lanes may hold a backlog */
+    if (r->stopping)
+        stop_loop(r);
+    else
+        step(r);
+}
+
+/* Does whatever comes next between batches: a due rebalance first, then a claim when there is a
+ * reason to claim (wake_pending) and nothing stands in the way. */
+static void step(Relay *r)
+{
+    if (r->phase != PHASE_IDLE || r->stopping || r->batch.n > 0 || !pg_conn_idle(r->pg))
+        return;
+    if (r->rebalance_due) {
+        r->phase = PHASE_REBALANCING;
+        if (!lanes_rebalance(&r->lanes, r->pg, on_rebalanced, r))
+            r->phase = PHASE_IDLE;
+        return;
+    }
+    if (r->wake_pending && r->lanes.n_owned > 0 && !ev_is_active(&r->retry_timer))
+        claim(r);
 }
 
 /* ---- events ------------------------------------------------------------------------------- */
@@ -496,7 +542,8 @@ static void on_listening(PgConn *pg, PGresult **results, int n, const char *erro
         return;
     }
     r->wake_pending = true;
-    try_claim(r);
+    r->rebalance_due = true;
+    step(r);
 }
 
 static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
@@ -509,10 +556,12 @@ static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
             r->phase = PHASE_DOWN;
         return;
     }
-    /* The transaction, if any, is rolled back by the server. Rows already handed to Kafka will be
-     * claimed and sent again after the reconnect; consumers drop the duplicates. */
+    /* The session is gone, and with it the open transaction and every lane this relay owned:
+     * other relays take the lanes over. Rows already handed to Kafka are sent again by whoever
+     * claims them next; consumers drop the duplicates. */
     Batch *b = &r->batch;
     r->phase = PHASE_DOWN;
+    lanes_reset(&r->lanes);
     if (b->n > 0) {
         log_warn("batch abandoned with the connection; its rows will be sent again",
                  "rows=%d in_flight=%d", b->n, b->in_flight);
@@ -528,21 +577,28 @@ static void on_notify(PgConn *pg, const char *channel, void *arg)
 {
     Relay *r = arg;
     r->wake_pending = true;
-    try_claim(r);
+    step(r);
 }
 
 static void on_poll_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Relay *r = w->data;
     r->wake_pending = true;
-    try_claim(r);
+    step(r);
 }
 
 static void on_retry_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Relay *r = w->data;
     r->wake_pending = true;
-    try_claim(r);
+    step(r);
+}
+
+static void on_rebalance_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Relay *r = w->data;
+    r->rebalance_due = true;
+    step(r);
 }
 
 static void on_shutdown_timer(struct ev_loop *loop, ev_timer *w, int revents)
@@ -569,9 +625,11 @@ static void on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents)
     Batch *b = &r->batch;
     if (b->n == 0 || b->in_flight == 0)
         return;
-    log_warn("delivery timeout: cancelling the rest of the batch, it will be retried",
-             "in_flight=%d acked=%d timeout_ms=%ld", b->in_flight, b->acked,
-             r->cfg->delivery_timeout_ms);
+    /* Like log_batch_failures: loud once per streak of failing batches, then debug. */
+    log_write(r->last_failure[0] ? LOG_DEBUG : LOG_WARN,
+              "delivery timeout: cancelling the rest of the batch, it will be retried",
+              "in_flight=%d acked=%d timeout_ms=%ld", b->in_flight, b->acked,
+              r->cfg->delivery_timeout_ms);
     b->timed_out = true;
     kafka_purge(r->kafka);
 }
@@ -590,6 +648,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
     r->stopping = true;
     ev_timer_stop(loop, &r->poll_timer);
     ev_timer_stop(loop, &r->retry_timer);
+    ev_timer_stop(loop, &r->rebalance_timer);
     switch (r->phase) {
     case PHASE_DOWN:
     case PHASE_IDLE:
@@ -607,41 +666,47 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
+static void timer_init(Relay *r, ev_timer *t, void (*cb)(struct ev_loop *, ev_timer *, int))
+{
+    ev_init(t, cb);
+    t->data = r;
+}
+
 Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf, char *err,
                  size_t errlen)
 {
     Relay *r = calloc(1, sizeof(*r));
-    if (!r) {
+    if (!r || !batch_init(&r->batch, (int)cfg->batch_size + DEAD_LETTER_LIMIT)) {
+        if (r)
+            batch_free(&r->batch);
+        free(r);
         rd_kafka_conf_destroy(kconf);
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     r->loop = loop;
     r->cfg = cfg;
-    r->batch.rows = calloc((size_t)cfg->batch_size, sizeof(BatchRow));
+    r->claim_sql = cfg->on_poison == POISON_HOLD ? SQL_CLAIM_HOLD : SQL_CLAIM_SKIP;
     r->kconf_template = rd_kafka_conf_dup(kconf);
     r->kafka = kafka_producer_new(loop, kconf, on_delivery, r, err, errlen);
-    if (!r->kafka || !r->batch.rows) {
-        if (!r->batch.rows)
-            snprintf(err, errlen, "out of memory");
-        kafka_producer_free(r->kafka, 0);
+    if (!r->kafka) {
         rd_kafka_conf_destroy(r->kconf_template);
-        free(r->batch.rows);
+        batch_free(&r->batch);
         free(r);
         return NULL;
     }
+    lanes_init(&r->lanes);
+    r->logged_owned = -1;
     backoff_init(&r->retry, RETRY_BASE_S, RETRY_CAP_S, 0);
-    double poll_s = (double)cfg->poll_interval_ms / 1000.0;
-    ev_init(&r->poll_timer, on_poll_timer);
-    r->poll_timer.repeat = poll_s;
-    r->poll_timer.data = r;
+    timer_init(r, &r->poll_timer, on_poll_timer);
+    r->poll_timer.repeat = (double)cfg->poll_interval_ms / 1000.0;
     ev_timer_again(loop, &r->poll_timer);
-    ev_init(&r->retry_timer, on_retry_timer);
-    r->retry_timer.data = r;
-    ev_init(&r->delivery_timer, on_delivery_timer);
-    r->delivery_timer.data = r;
-    ev_init(&r->shutdown_timer, on_shutdown_timer);
-    r->shutdown_timer.data = r;
+    timer_init(r, &r->rebalance_timer, on_rebalance_timer);
+    r->rebalance_timer.repeat = (double)cfg->rebalance_interval_ms / 1000.0;
+    ev_timer_again(loop, &r->rebalance_timer);
+    timer_init(r, &r->retry_timer, on_retry_timer);
+    timer_init(r, &r->delivery_timer, on_delivery_timer);
+    timer_init(r, &r->shutdown_timer, on_shutdown_timer);
     ev_signal_init(&r->sigterm, on_signal, SIGTERM);
     r->sigterm.data = r;
     ev_signal_start(loop, &r->sigterm);
@@ -656,7 +721,8 @@ int relay_run(Relay *r)
 {
     r->pg = pg_conn_new(r->loop, r->cfg->database_url, on_pg_state, on_notify, r);
     ev_run(r->loop, 0);
-    log_info("stopped", "sent=%llu failed_attempts=%llu", r->total_sent, r->total_failed);
+    log_info("stopped", "sent=%llu failed_attempts=%llu dead_lettered=%llu order_breaks=%llu",
+             r->total_sent, r->total_failed, r->total_dead, r->order_breaks);
     return r->exit_status;
 }
 
@@ -666,6 +732,7 @@ void relay_free(Relay *r)
         return;
     ev_timer_stop(r->loop, &r->poll_timer);
     ev_timer_stop(r->loop, &r->retry_timer);
+    ev_timer_stop(r->loop, &r->rebalance_timer);
     ev_timer_stop(r->loop, &r->shutdown_timer);
     ev_timer_stop(r->loop, &r->delivery_timer);
     ev_signal_stop(r->loop, &r->sigterm);
@@ -673,11 +740,9 @@ void relay_free(Relay *r)
     /* The producer goes first: its last delivery reports still point into the batch. */
     kafka_producer_free(r->kafka, 1000);
     pg_conn_free(r->pg);
-    batch_clear(&r->batch);
-    free(r->batch.rows);
+    batch_free(&r->batch);
+    batch_marks_free(&r->marks);
+    lanes_free(&r->lanes);
     rd_kafka_conf_destroy(r->kconf_template);
-    free(r->ids.s);
-    free(r->fail_ids.s);
-    free(r->fail_errors.s);
     free(r);
 }

@@ -143,6 +143,13 @@ static bool add_row_headers(rd_kafka_headers_t *hdrs, const char *json, char *er
     return true;
 }
 
+static void add_identity_headers(rd_kafka_headers_t *hdrs, const OutboxRow *row)
+{
+    rd_kafka_header_add(hdrs, "id", -1, row->event_id, -1);
+    rd_kafka_header_add(hdrs, "event_type", -1, row->event_type, -1);
+    rd_kafka_header_add(hdrs, "aggregate_type", -1, row->aggregate_type, -1);
+}
+
 rd_kafka_headers_t *route_headers(const OutboxRow *row, char *err, size_t errlen)
 {
     rd_kafka_headers_t *hdrs = rd_kafka_headers_new(8);
@@ -150,8 +157,32 @@ rd_kafka_headers_t *route_headers(const OutboxRow *row, char *err, size_t errlen
         rd_kafka_headers_destroy(hdrs);
         return NULL;
     }
-    rd_kafka_header_add(hdrs, "id", -1, row->event_id, -1);
-    rd_kafka_header_add(hdrs, "event_type", -1, row->event_type, -1);
-    rd_kafka_header_add(hdrs, "aggregate_type", -1, row->aggregate_type, -1);
+    add_identity_headers(hdrs, row);
     return hdrs;
+}
+
+rd_kafka_headers_t *route_dead_letter_headers(const OutboxRow *row, const char *error, int attempts,
+                                              const char *original_topic)
+{
+    char why[256], count[16];
+    rd_kafka_headers_t *hdrs = route_headers(row, why, sizeof(why));
+    if (!hdrs) {
+        hdrs = rd_kafka_headers_new(8);
+        add_identity_headers(hdrs, row);
+    }
+    snprintf(count, sizeof(count), "%d", attempts);
+    rd_kafka_header_add(hdrs, "dlq.error", -1, error ? error : "", -1);
+    rd_kafka_header_add(hdrs, "dlq.attempts", -1, count, -1);
+    rd_kafka_header_add(hdrs, "dlq.original_topic", -1, original_topic, -1);
+    return hdrs;
+}
+
+bool route_topic_name_check(const char *option, const char *topic, char *err, size_t errlen)
+{
+    char why[256];
+    if (topic_legal(topic, why, sizeof(why)))
+        return true;
+    snprintf(err, errlen, "%s '%.64s': %s", option, topic, why);
+    log_one_line(err);
+    return false;
 }

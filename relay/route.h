@@ -42,4 +42,14 @@ bool route_topic(const char *tmpl, const OutboxRow *row, char *out, size_t outle
  * the result (rd_kafka_headers_destroy, or hand it to rd_kafka_producev). */
 rd_kafka_headers_t *route_headers(const OutboxRow *row, char *err, size_t errlen);
 
+/* Headers of a dead event published to the dead-letter topic: those of route_headers (without
+ * the row's own headers if they are malformed), plus dlq.error, dlq.attempts and
+ * dlq.original_topic (empty when the event had no legal topic). Never NULL. */
+rd_kafka_headers_t *route_dead_letter_headers(const OutboxRow *row, const char *error, int attempts,
+                                              const char *original_topic);
+
+/* Checks a fixed topic name (e.g. --dead-letter-topic) against Kafka's rules; one line in err. */
+bool route_topic_name_check(const char *option, const char *topic, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
 #endif

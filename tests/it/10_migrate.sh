@@ -33,7 +33,7 @@ check_recorded() {
 relay_migrate 2>"$T/migrate1.log"
 check_eq "first migrate exits 0" 0 $?
 check_eq "outbox has the documented columns" \
-    "aggregate_id aggregate_type attempts created_at event_id event_type headers id last_error payload sent_at" \
+    "aggregate_id aggregate_type attempts created_at dead_at dead_letter_topic event_id event_type headers id lane last_error next_attempt_at payload rejections sent_at" \
     "$(psql_q "SELECT string_agg(column_name, ' ' ORDER BY column_name)
                FROM information_schema.columns WHERE table_name = 'outbox'")"
 check_recorded outbox "after first migrate"

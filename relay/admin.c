@@ -1,0 +1,122 @@
+#include "admin.h"
+
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "log.h"
+#include "pg.h"
+
+static const char *const SQL_DEAD =
+    "SELECT id, event_id, aggregate_type, aggregate_id, event_type, attempts, rejections,"
+    " to_char(dead_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),"
+    " coalesce(dead_letter_topic, ''), coalesce(last_error, '')"
+    " FROM outbox WHERE dead_at IS NOT NULL AND sent_at IS NULL ORDER BY id";
+
+static const char *const SQL_REQUEUE =
+    "UPDATE outbox SET dead_at = NULL, rejections = 0, next_attempt_at = NULL,"
+    " dead_letter_topic = NULL"
+    " WHERE dead_at IS NOT NULL AND sent_at IS NULL AND ($1::bigint IS NULL OR id = $1::bigint)";
+
+/* Connects with a one-line, password-free error on failure. */
+static PGconn *connect_db(const char *conninfo)
+{
+    PGconn *conn = PQconnectdb(conninfo);
+    if (PQstatus(conn) != CONNECTION_OK) {
+        char q[600];
+        log_error("cannot connect to PostgreSQL", "error=%s",
+                  log_quote(pg_error_line(PQerrorMessage(conn)), q, sizeof(q)));
+        PQfinish(conn);
+        return NULL;
+    }
+    return conn;
+}
+
+static PGresult *run(PGconn *conn, const char *sql, int nparams, const char *const *params,
+                     ExecStatusType expect)
+{
+    PGresult *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) != expect) {
+        char q[600];
+        log_error("query failed", "error=%s",
+                  log_quote(pg_error_line(PQresultErrorMessage(res)), q, sizeof(q)));
+        PQclear(res);
+        return NULL;
+    }
+    return res;
+}
+
+static void print_json(PGresult *res, int row)
+{
+    json_t *o = json_pack(
+        "{s:I, s:s, s:s, s:s, s:s, s:i, s:i, s:s, s:s?, s:s}", "id",
+        (json_int_t)strtoll(PQgetvalue(res, row, 0), NULL, 10), "event_id", PQgetvalue(res, row, 1),
+        "aggregate_type", PQgetvalue(res, row, 2), "aggregate_id", PQgetvalue(res, row, 3),
+        "event_type", PQgetvalue(res, row, 4), "attempts", atoi(PQgetvalue(res, row, 5)),
+        "rejections", atoi(PQgetvalue(res, row, 6)), "dead_at", PQgetvalue(res, row, 7),
+        "dead_letter_topic", *PQgetvalue(res, row, 8) ? PQgetvalue(res, row, 8) : NULL,
+        "last_error", PQgetvalue(res, row, 9));
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (text)
+        puts(text);
+    free(text);
+    json_decref(o);
+}
+
+int admin_dead(const Config *cfg)
+{
+    PGconn *conn = connect_db(cfg->database_url);
+    if (!conn)
+        return 1;
+    PGresult *res = run(conn, SQL_DEAD, 0, NULL, PGRES_TUPLES_OK);
+    if (!res) {
+        PQfinish(conn);
+        return 1;
+    }
+    int n = PQntuples(res);
+    if (!cfg->json)
+        printf("%-10s %-36s %-24s %-8s %-20s %s\n", "ID", "EVENT_ID", "AGGREGATE", "ATTEMPTS",
+               "DEAD_AT", "LAST_ERROR");
+    for (int i = 0; i < n; i++) {
+        if (cfg->json) {
+            print_json(res, i);
+            continue;
+        }
+        char aggregate[256];
+        snprintf(aggregate, sizeof(aggregate), "%s/%s", PQgetvalue(res, i, 2),
+                 PQgetvalue(res, i, 3));
+        printf("%-10s %-36s %-24s %-8s %-20s %s\n", PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
+               aggregate, PQgetvalue(res, i, 5), PQgetvalue(res, i, 7), PQgetvalue(res, i, 9));
+    }
+    if (!cfg->json)
+        printf("%d dead-lettered event%s\n", n, n == 1 ? "" : "s");
+    PQclear(res);
+    PQfinish(conn);
+    return 0;
+}
+
+int admin_requeue(const Config *cfg)
+{
+    PGconn *conn = connect_db(cfg->database_url);
+    if (!conn)
+        return 1;
+    char id[32];
+    snprintf(id, sizeof(id), "%ld", cfg->id);
+    const char *params[1] = {cfg->all ? NULL : id};
+    PGresult *res = run(conn, SQL_REQUEUE, 1, params, PGRES_COMMAND_OK);
+    if (!res) {
+        PQfinish(conn);
+        return 1;
+    }
+    long n = strtol(PQcmdTuples(res), NULL, 10);
+    PQclear(res);
+    PQfinish(conn);
+    if (!cfg->all && n == 0) {
+        log_error("no dead-lettered event with this id", "id=%ld", cfg->id);
+        return 1;
+    }
+    log_info("requeued dead-lettered events", "count=%ld", n);
+    printf("requeued %ld event%s\n", n, n == 1 ? "" : "s");
+    return 0;
+}

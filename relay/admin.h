@@ -1,0 +1,18 @@
+/* admin: one-shot operator commands on the outbox — `dead` lists dead-lettered events, `requeue`
+ * puts them back in line. Like migrate, they run outside the relay's loop and use blocking
+ * libpq. */
+#ifndef OUTBOX_ADMIN_H
+#define OUTBOX_ADMIN_H
+
+#include "config.h"
+
+/* Prints the dead-lettered events (a table, or JSON lines with cfg->json) to stdout. Returns the
+ * exit status: 0, or 1 on a database error (logged). */
+int admin_dead(const Config *cfg);
+
+/* Requeues the dead-lettered event cfg->id, or all of them with cfg->all: clears dead_at,
+ * rejections and the retry time, keeps attempts and last_error as history. Prints how many were
+ * requeued. Returns 0, 1 on a database error, or 1 when --id names no dead-lettered event. */
+int admin_requeue(const Config *cfg);
+
+#endif

@@ -1,0 +1,126 @@
+/* Unit tests for batch: holding an aggregate after a failure, the mark parameters, and the
+ * order-break check. Rows are filled in directly (no PGresult needed). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "batch.h"
+
+static void add_row(Batch *b, long long id, const char *agg, bool dead_letter)
+{
+    BatchRow *br = &b->rows[b->n++];
+    memset(br, 0, sizeof(*br));
+    br->row.id = id;
+    br->row.event_id = "00000000-0000-0000-0000-000000000000";
+    br->row.aggregate_type = "order";
+    br->row.aggregate_id = agg;
+    br->row.event_type = "Created";
+    br->dead_letter = dead_letter;
+}
+
+static int setup(void **state)
+{
+    static Batch b;
+    assert_true(batch_init(&b, 16));
+    *state = &b;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    batch_free(*state);
+    return 0;
+}
+
+/* A failure holds its aggregate, and only its aggregate. */
+static void test_fail_holds_aggregate(void **state)
+{
+    Batch *b = *state;
+    add_row(b, 1, "a", false);
+    add_row(b, 2, "a", false);
+    add_row(b, 3, "b", false);
+    assert_false(batch_is_held(b, &b->rows[1].row));
+    batch_fail(b, &b->rows[0], "boom", true);
+    assert_true(batch_is_held(b, &b->rows[1].row));
+    assert_false(batch_is_held(b, &b->rows[2].row));
+    assert_int_equal(b->failed, 1);
+    batch_clear(b);
+    assert_false(batch_is_held(b, &b->rows[1].row));
+}
+
+/* A failed dead-letter publication does not hold the aggregate's events. */
+static void test_dead_letter_failure_does_not_hold(void **state)
+{
+    Batch *b = *state;
+    add_row(b, 1, "a", false);
+    add_row(b, 9, "a", true);
+    batch_fail(b, &b->rows[1], "dlq down", false);
+    assert_false(batch_is_held(b, &b->rows[0].row));
+    batch_clear(b);
+}
+
+/* Mark parameters: acked, failed (with escaped errors and classes), dead-letter outcomes; rows
+ * never produced or still in flight appear nowhere. */
+static void test_marks(void **state)
+{
+    Batch *b = *state;
+    BatchMarks m = {0};
+    add_row(b, 1, "a", false);
+    add_row(b, 2, "b", false);
+    add_row(b, 3, "c", false);
+    add_row(b, 4, "d", false);
+    add_row(b, 5, "e", false);
+    add_row(b, 6, "f", true);
+    add_row(b, 7, "g", true);
+    b->rows[0].state = ROW_ACKED;
+    batch_fail(b, &b->rows[1], "say \"no\"\\", true);
+    batch_fail(b, &b->rows[2], "later", false);
+    b->rows[3].state = ROW_PENDING;
+    b->rows[4].state = ROW_QUEUED;
+    b->rows[5].state = ROW_ACKED;
+    batch_fail(b, &b->rows[6], "dlq", false);
+    const BatchRow *first = batch_marks(b, &m);
+    assert_ptr_equal(first, &b->rows[1]);
+    assert_string_equal(m.sent.s, "{1}");
+    assert_string_equal(m.failed_ids.s, "{2,3}");
+    assert_string_equal(m.failed_errors.s, "{\"say \\\"no\\\"\\\\\",\"later\"}");
+    assert_string_equal(m.failed_permanent.s, "{\"t\",\"f\"}");
+    assert_string_equal(m.dl_sent.s, "{6}");
+    assert_string_equal(m.dl_failed_ids.s, "{7}");
+    batch_marks_free(&m);
+    batch_clear(b);
+}
+
+/* An acknowledged event after a failed earlier event of its aggregate is an order break; other
+ * aggregates and earlier acknowledgements are not. */
+static void test_order_breaks(void **state)
+{
+    Batch *b = *state;
+    add_row(b, 1, "a", false);
+    add_row(b, 2, "a", false);
+    add_row(b, 3, "b", false);
+    add_row(b, 4, "a", false);
+    b->rows[0].state = ROW_ACKED;
+    batch_fail(b, &b->rows[1], "rejected by broker", true);
+    b->rows[2].state = ROW_ACKED;
+    b->rows[3].state = ROW_ACKED;
+    assert_int_equal(batch_order_breaks(b), 1);
+    b->rows[3].state = ROW_PENDING;
+    assert_int_equal(batch_order_breaks(b), 0);
+    batch_clear(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_fail_holds_aggregate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dead_letter_failure_does_not_hold, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_marks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_order_breaks, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
