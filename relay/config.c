@@ -53,6 +53,8 @@ static const OptionDef options[] = {
      "how long a batch waits for acknowledgements before cancelling the rest (retried later)"},
     {"shutdown-timeout", OPT_INT, NULL, "10000", 0, 3600000, NULL, FIELD(shutdown_timeout_ms), "MS",
      "on SIGTERM/SIGINT, how long to wait for in-flight acknowledgements"},
+    {"busy-poll-interval", OPT_INT, NULL, "2", 1, 1000, NULL, FIELD(busy_poll_interval_ms), "MS",
+     "when producers are mid-transaction as the relay runs out of work, check again after this"},
     {"rebalance-interval", OPT_INT, NULL, "1000", 100, 60000, NULL, FIELD(rebalance_interval_ms),
      "MS", "how often lanes are re-divided among the running relays"},
     {"max-attempts", OPT_INT, NULL, "10", 1, 1000, NULL, FIELD(max_attempts), "N",

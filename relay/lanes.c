@@ -7,21 +7,18 @@
 
 #include "log.h"
 
-/* First keys of the two-key advisory locks (any values unlikely to clash with applications'). */
-#define MEMBER_LOCK_NS "1331849729"
-#define LANE_LOCK_NS "1331849730"
-
-static const char *const SQL_JOIN = "SELECT s FROM generate_series(0, $1::int - 1) AS s"
-                                    " WHERE pg_try_advisory_lock(" MEMBER_LOCK_NS ", s) LIMIT 1";
+static const char *const SQL_JOIN =
+    "SELECT s FROM generate_series(0, $1::int - 1) AS s"
+    " WHERE pg_try_advisory_lock(" LANES_MEMBER_LOCK_NS ", s) LIMIT 1";
 static const char *const SQL_MEMBERS =
     "SELECT objid::int FROM pg_locks"
-    " WHERE locktype = 'advisory' AND classid = " MEMBER_LOCK_NS "::oid AND objsubid = 2"
+    " WHERE locktype = 'advisory' AND classid = " LANES_MEMBER_LOCK_NS "::oid AND objsubid = 2"
     " AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
     " ORDER BY 1";
 static const char *const SQL_LOCK_LANES =
-    "SELECT l FROM unnest($1::int[]) AS l WHERE pg_try_advisory_lock(" LANE_LOCK_NS ", l)";
+    "SELECT l FROM unnest($1::int[]) AS l WHERE pg_try_advisory_lock(" LANES_LANE_LOCK_NS ", l)";
 static const char *const SQL_UNLOCK_LANES =
-    "SELECT count(*) FILTER (WHERE pg_advisory_unlock(" LANE_LOCK_NS ", l))"
+    "SELECT count(*) FILTER (WHERE pg_advisory_unlock(" LANES_LANE_LOCK_NS ", l))"
     " FROM unnest($1::int[]) AS l";
 
 static void update_owned_array(Lanes *l)

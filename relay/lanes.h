@@ -21,6 +21,10 @@
 
 /* Must match the mask in migrations/0003_lanes_and_retries.sql (outbox_lane). */
 #define LANE_COUNT 64
+/* First keys of the two-key advisory locks (values unlikely to clash with applications'). The
+ * member-slot lock is what shows a relay as alive in pg_locks. */
+#define LANES_MEMBER_LOCK_NS "1331849729"
+#define LANES_LANE_LOCK_NS "1331849730"
 /* Member slots 0..LANE_MAX_MEMBERS-1; more relays than this wait for a free slot. */
 #define LANE_MAX_MEMBERS 1024
 

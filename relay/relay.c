@@ -58,6 +58,24 @@ static const char *const SQL_CLAIM_DEAD =
     " AND lane = ANY($2::smallint[]) AND (next_attempt_at IS NULL OR next_attempt_at <= now())"
     " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
 
+/* Going to sleep (see migrations/0004_wakeup_when_asleep.sql): set this relay's sleeping flag,
+ * but only with the wakeup lock taken without waiting, i.e. while no producer that read the flag
+ * before is still uncommitted. No row back means the lock was busy: check again shortly. */
+#define WAKEUP_LOCK_NS "1331849731"
+static const char *const SQL_SLEEP =
+    "INSERT INTO outbox_wakeup_state (slot, sleeping) SELECT $1::int, true"
+    " WHERE pg_try_advisory_xact_lock(" WAKEUP_LOCK_NS ")"
+    " ON CONFLICT (slot) DO UPDATE SET sleeping = true RETURNING slot";
+static const char *const SQL_AWAKE =
+    "UPDATE outbox_wakeup_state SET sleeping = false WHERE slot = $1::int AND sleeping";
+/* Rows of relays that are gone (their member slot lock is not held) would keep producers
+ * notifying for nothing. */
+static const char *const SQL_FORGET_GONE_SLEEPERS =
+    "DELETE FROM outbox_wakeup_state w WHERE NOT EXISTS (SELECT 1 FROM pg_locks l"
+    " WHERE l.locktype = 'advisory' AND l.classid = " LANES_MEMBER_LOCK_NS "::oid"
+    " AND l.objid = w.slot::oid AND l.objsubid = 2 AND l.granted"
+    " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))";
+
 static const char *const SQL_MARK_SENT =
     "UPDATE outbox SET sent_at = clock_timestamp() WHERE id = ANY($1::bigint[])";
 
@@ -108,18 +126,24 @@ struct Relay {
     Batch batch;
     BatchMarks marks;
     const char *claim_sql;
-    int failed_stmt;    /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
-    bool wake_pending;  /* there may be rows to claim */
-    bool rebalance_due; /* lane ownership should be checked before the next claim */
+    int failed_stmt;      /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
+    int awake_stmt;       /* index of SQL_AWAKE in the mark pipeline, -1 if not sent */
+    bool wake_pending;    /* there may be rows to claim */
+    bool rebalance_due;   /* lane ownership should be checked before the next claim */
+    bool asleep;          /* this relay's sleeping flag is set: producers notify it */
+    bool forget_gone_due; /* membership changed: clean up sleeping flags of gone relays */
+    char slot_text[16];   /* member slot as a query parameter */
     bool stopping;
     int signals;
     int exit_status;
     Backoff retry;
     bool claim_error_logged;
     int logged_owned;       /* lane count last logged, to log only changes */
+    int logged_members;     /* member count at the last rebalance */
     char last_failure[256]; /* error of the last batch that had failures, "" once one had none */
     ev_timer poll_timer;
     ev_timer retry_timer;
+    ev_timer busy_timer; /* re-check soon when producers kept us from going to sleep */
     ev_timer rebalance_timer;
     ev_timer shutdown_timer;
     ev_timer delivery_timer; /* bounds a batch's wait for acknowledgements */
@@ -128,6 +152,7 @@ struct Relay {
 };
 
 static void step(Relay *r);
+static void go_to_sleep(Relay *r);
 static void send_marks(Relay *r);
 
 static void stop_loop(Relay *r)
@@ -216,7 +241,8 @@ static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, 
     r->total_sent += (unsigned long long)b->acked;
     r->total_failed += (unsigned long long)b->failed;
     log_debug("batch committed", "rows=%d sent=%d failed=%d", b->n, b->acked, b->failed);
-    bool full = b->n >= (int)r->cfg->batch_size;
+    if (r->awake_stmt >= 0)
+        r->asleep = false;
     bool nothing_through = b->acked == 0 && transient_failure;
     batch_clear(b);
     r->phase = PHASE_IDLE;
@@ -230,8 +256,9 @@ static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, 
         return;
     }
     backoff_reset(&r->retry);
-    if (full)
-        r->wake_pending = true; /* more rows are likely waiting: claim again at once */
+    /* Claim again at once: producers do not notify an awake relay, so only an empty claim may
+     * end the cycle (and then the relay goes to sleep, see go_to_sleep). */
+    r->wake_pending = true;
     step(r);
 }
 
@@ -276,9 +303,15 @@ static void send_marks(Relay *r)
     const char *dl_sent[2] = {m->dl_sent.s, r->cfg->dead_letter_topic};
     const char *dl_failed[2] = {m->dl_failed_ids.s, m->dl_failed_errors.s};
 
-    PgQuery queries[5];
+    const char *awake[1] = {r->slot_text};
+    PgQuery queries[6];
     int nq = 0;
     r->failed_stmt = -1;
+    r->awake_stmt = -1;
+    if (r->asleep) {
+        r->awake_stmt = nq;
+        queries[nq++] = (PgQuery){SQL_AWAKE, 1, awake};
+    }
     if (!strbuf_array_empty(&m->sent))
         queries[nq++] = (PgQuery){SQL_MARK_SENT, 1, sent};
     if (!strbuf_array_empty(&m->failed_ids)) {
@@ -420,6 +453,49 @@ static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
 
 /* ---- claiming ----------------------------------------------------------------------------- */
 
+static void on_sleep_attempt(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Relay *r = arg;
+    if (!results)
+        return;
+    r->phase = PHASE_IDLE;
+    PGresult *sleep = results[n - 1];
+    if (error || PQresultStatus(sleep) != PGRES_TUPLES_OK) {
+        char q[512];
+        log_warn("could not set the sleeping flag; polling instead", "error=%s",
+                 log_quote(error ? error : "unexpected result", q, sizeof(q)));
+        schedule_retry(r);
+    } else if (PQntuples(sleep) == 1) {
+        /* Flag set: one final claim catches what producers committed before they could see it;
+         * from then on they notify. */
+        r->asleep = true;
+        r->forget_gone_due = false;
+        r->wake_pending = true;
+    } else {
+        /* A producer is mid-transaction after reading the flag: look again very soon. */
+        ev_timer_set(&r->busy_timer, (double)r->cfg->busy_poll_interval_ms / 1000.0, 0);
+        ev_timer_start(r->loop, &r->busy_timer);
+    }
+    if (r->stopping)
+        stop_loop(r);
+    else
+        step(r);
+}
+
+/* An empty claim: end its transaction and try to go to sleep, in one round trip. */
+static void go_to_sleep(Relay *r)
+{
+    const char *params[1] = {r->slot_text};
+    PgQuery queries[3] = {{SQL_COMMIT, 0, NULL}};
+    int nq = 1;
+    if (r->forget_gone_due)
+        queries[nq++] = (PgQuery){SQL_FORGET_GONE_SLEEPERS, 0, NULL};
+    queries[nq++] = (PgQuery){SQL_SLEEP, 1, params};
+    r->phase = PHASE_ENDING;
+    if (!pg_conn_send(r->pg, queries, nq, on_sleep_attempt, r))
+        pg_conn_reset(r->pg, "connection busy while going to sleep");
+}
+
 static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Relay *r = arg;
@@ -443,8 +519,12 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
 
     int events = PQntuples(results[1]);
     int dead = n > 2 ? PQntuples(results[2]) : 0;
+    if (events + dead == 0 && !r->stopping && !r->asleep) {
+        go_to_sleep(r);
+        return;
+    }
     if (events + dead == 0 || r->stopping) {
-        end_transaction(r, SQL_COMMIT);
+        end_transaction(r, SQL_COMMIT); /* asleep already: that was the final check */
         return;
     }
     /* The batch keeps the results: its rows point into them. */
@@ -500,6 +580,10 @@ static void on_rebalanced(Lanes *lanes, bool ok, void *arg)
         log_info("lanes owned", "lanes=%d of=%d members=%d slot=%d", lanes->n_owned, LANE_COUNT,
                  lanes->members, lanes->slot);
     r->logged_owned = lanes->n_owned;
+    if (lanes->members != r->logged_members)
+        r->forget_gone_due = true;
+    r->logged_members = lanes->members;
+    snprintf(r->slot_text, sizeof(r->slot_text), "%d", lanes->slot);
     if (lanes->gained)
         r->wake_pending = true; /* new lanes may hold a backlog */
     if (r->stopping)
@@ -562,6 +646,9 @@ static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
     Batch *b = &r->batch;
     r->phase = PHASE_DOWN;
     lanes_reset(&r->lanes);
+    /* The flag row may still say sleeping under the old slot; the next sleep cleans it up. */
+    r->asleep = false;
+    r->forget_gone_due = true;
     if (b->n > 0) {
         log_warn("batch abandoned with the connection; its rows will be sent again",
                  "rows=%d in_flight=%d", b->n, b->in_flight);
@@ -581,6 +668,13 @@ static void on_notify(PgConn *pg, const char *channel, void *arg)
 }
 
 static void on_poll_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Relay *r = w->data;
+    r->wake_pending = true;
+    step(r);
+}
+
+static void on_busy_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Relay *r = w->data;
     r->wake_pending = true;
@@ -705,6 +799,7 @@ Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf
     r->rebalance_timer.repeat = (double)cfg->rebalance_interval_ms / 1000.0;
     ev_timer_again(loop, &r->rebalance_timer);
     timer_init(r, &r->retry_timer, on_retry_timer);
+    timer_init(r, &r->busy_timer, on_busy_timer);
     timer_init(r, &r->delivery_timer, on_delivery_timer);
     timer_init(r, &r->shutdown_timer, on_shutdown_timer);
     ev_signal_init(&r->sigterm, on_signal, SIGTERM);
@@ -732,6 +827,7 @@ void relay_free(Relay *r)
         return;
     ev_timer_stop(r->loop, &r->poll_timer);
     ev_timer_stop(r->loop, &r->retry_timer);
+    ev_timer_stop(r->loop, &r->busy_timer);
     ev_timer_stop(r->loop, &r->rebalance_timer);
     ev_timer_stop(r->loop, &r->shutdown_timer);
     ev_timer_stop(r->loop, &r->delivery_timer);
