@@ -2,7 +2,7 @@
 # sanitizer (ASan + UBSan) variants and runs every test against the sanitizer build.
 
 CC       ?= cc
-PKGS     := libpq rdkafka jansson
+PKGS     := libpq rdkafka jansson libmicrohttpd
 # Debian's libev-dev ships no pkg-config file, so it is linked by name.
 DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 DEP_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm

@@ -4,7 +4,7 @@
 CC=${CC:-cc}
 missing=""
 for pair in "ev.h:libev-dev" "libpq-fe.h:libpq-dev" "librdkafka/rdkafka.h:librdkafka-dev" \
-    "jansson.h:libjansson-dev"; do
+    "jansson.h:libjansson-dev" "microhttpd.h:libmicrohttpd-dev"; do
     header=${pair%%:*}
     pkg=${pair#*:}
     inc=$(pkg-config --cflags libpq 2>/dev/null)
