@@ -556,7 +556,10 @@ static void claim(Relay *r)
     ev_timer_again(r->loop, &r->poll_timer);
 
     char limit[24], dead_limit[24];
-    snprintf(limit, sizeof(limit), "%ld", r->cfg->batch_size);
+    long batch_size = r->cfg->batch_size; /* may have grown on SIGHUP: make room between batches */
+    if (!batch_reserve(&r->batch, (int)batch_size + DEAD_LETTER_LIMIT))
+        batch_size = r->batch.capacity - DEAD_LETTER_LIMIT;
+    snprintf(limit, sizeof(limit), "%ld", batch_size);
     snprintf(dead_limit, sizeof(dead_limit), "%d", DEAD_LETTER_LIMIT);
     const char *params[2] = {limit, r->lanes.owned_array.s};
     const char *dead_params[2] = {dead_limit, r->lanes.owned_array.s};
@@ -813,6 +816,15 @@ int relay_run(Relay *r)
     log_info("stopped", "sent=%llu failed_attempts=%llu dead_lettered=%llu order_breaks=%llu",
              r->total_sent, r->total_failed, r->total_dead, r->order_breaks);
     return r->exit_status;
+}
+
+void relay_status(const Relay *r, RelayStatus *out)
+{
+    out->postgres_up = r->pg && pg_conn_up(r->pg);
+    out->kafka_up = r->kafka && kafka_up(r->kafka);
+    out->stopping = r->stopping;
+    out->lanes_owned = r->lanes.n_owned;
+    out->members = r->lanes.members;
 }
 
 void relay_free(Relay *r)
