@@ -74,9 +74,17 @@ static int cmd_run(Config *cfg, int argc, char **argv)
         return usage_error(err);
 
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
+    Ops *ops = ops_new(loop, cfg, argc, argv, err, sizeof(err));
+    if (!ops) {
+        rd_kafka_conf_destroy(kconf);
+        ev_loop_destroy(loop);
+        return error_line(err, 1);
+    }
     Relay *relay = relay_new(loop, cfg, kconf, err, sizeof(err));
-    if (!relay)
+    if (!relay) {
+        ops_free(ops);
         return usage_error(err);
+    }
 
     char masked[1024], q1[1100], q2[600], q3[300];
     log_info(
@@ -86,12 +94,7 @@ static int cmd_run(Config *cfg, int argc, char **argv)
         log_quote(log_mask_conninfo(cfg->database_url, masked, sizeof(masked)), q1, sizeof(q1)),
         log_quote(cfg->brokers, q2, sizeof(q2)), log_quote(cfg->topic_template, q3, sizeof(q3)),
         cfg->batch_size, cfg->retention_s);
-    Ops *ops = ops_new(loop, cfg, argc, argv, relay, err, sizeof(err));
-    if (!ops) {
-        relay_free(relay);
-        ev_loop_destroy(loop);
-        return error_line(err, 1);
-    }
+    ops_start(ops, relay);
     int rc = relay_run(relay);
     ops_free(ops);
     relay_free(relay);

@@ -65,8 +65,7 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
         upkeep_reconfigure(o->upkeep);
 }
 
-Ops *ops_new(struct ev_loop *loop, Config *cfg, int argc, char **argv, Relay *relay, char *err,
-             size_t errlen)
+Ops *ops_new(struct ev_loop *loop, Config *cfg, int argc, char **argv, char *err, size_t errlen)
 {
     Ops *o = calloc(1, sizeof(*o));
     if (!o) {
@@ -77,21 +76,26 @@ Ops *ops_new(struct ev_loop *loop, Config *cfg, int argc, char **argv, Relay *re
     o->cfg = cfg;
     o->argc = argc;
     o->argv = argv;
-    o->relay = relay;
     if (cfg->metrics_listen) {
         o->http = http_server_new(loop, cfg->metrics_listen, handle, o, err, errlen);
         if (!o->http) {
             free(o);
             return NULL;
         }
-        log_info("metrics listening", "address=%s paths=/metrics,/healthz,/readyz",
-                 http_server_address(o->http));
     }
-    o->upkeep = upkeep_new(loop, cfg, o->http != NULL);
     ev_signal_init(&o->sighup, on_sighup, SIGHUP);
     o->sighup.data = o;
-    ev_signal_start(loop, &o->sighup);
     return o;
+}
+
+void ops_start(Ops *o, Relay *relay)
+{
+    o->relay = relay;
+    if (o->http)
+        log_info("metrics listening", "address=%s paths=/metrics,/healthz,/readyz",
+                 http_server_address(o->http));
+    o->upkeep = upkeep_new(o->loop, o->cfg, o->http != NULL);
+    ev_signal_start(o->loop, &o->sighup);
 }
 
 void ops_free(Ops *o)
