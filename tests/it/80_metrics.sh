@@ -4,7 +4,8 @@
 #     latency histogram counted them, batches counted, the backlog gauges present (and 0), the
 #     state gauges say PostgreSQL and Kafka up, 64 lanes owned, 1 relay; every sample line is
 #     well-formed Prometheus text with HELP and TYPE; /healthz and /readyz answer 200;
-#  2. unknown paths answer 404, POST 405 (with Allow), HEAD 200;
+#  2. unknown paths answer 404, POST 405 (with Allow), HEAD 200; a second relay asking for the
+#     same address exits 1 with one line;
 #  3. the backlog gauges follow the table: with Kafka down, 40 new rows show as a backlog of 40
 #     with a positive age, and Kafka down makes /readyz 503 and outbox_kafka_up 0 while /healthz
 #     stays 200; with Kafka back, the backlog drains to 0 and /readyz is 200 again;
@@ -91,6 +92,11 @@ check "2: 405 says Allow: GET, HEAD" \
     "http://$METRICS/readyz")
 check_eq "2: HEAD /metrics 200" 200 "$(http_code /metrics -I)"
 check_eq "2: still serving after those" 200 "$(http_code /healthz)"
+timeout 20 "$RELAY_BIN" run --database-url "$DATABASE_URL" --brokers "$BROKERS" \
+    --metrics-listen "$METRICS" >"$T/second.out" 2>&1
+check_eq "2: a second relay on the same address exits 1" 1 $?
+check "2: with one line saying why" \
+    bash -c "[ \"\$(grep -c '' '$T/second.out')\" = 1 ] && grep -q 'cannot listen' '$T/second.out'"
 
 # --- 3. backlog gauges and Kafka readiness ---
 broker_down
