@@ -19,6 +19,11 @@ static const char *const SQL_REQUEUE =
     " dead_letter_topic = NULL"
     " WHERE dead_at IS NOT NULL AND sent_at IS NULL AND ($1::bigint IS NULL OR id = $1::bigint)";
 
+/* Deleting a dead event gives up on it for good; like requeue it touches dead rows only. */
+static const char *const SQL_PURGE_DEAD =
+    "DELETE FROM outbox"
+    " WHERE dead_at IS NOT NULL AND sent_at IS NULL AND ($1::bigint IS NULL OR id = $1::bigint)";
+
 /* Connects with a one-line, password-free error on failure. */
 static PGconn *connect_db(const char *conninfo)
 {
@@ -118,5 +123,30 @@ int admin_requeue(const Config *cfg)
     }
     log_info("requeued dead-lettered events", "count=%ld", n);
     printf("requeued %ld event%s\n", n, n == 1 ? "" : "s");
+    return 0;
+}
+
+int admin_purge_dead(const Config *cfg)
+{
+    PGconn *conn = connect_db(cfg->database_url);
+    if (!conn)
+        return 1;
+    char id[32];
+    snprintf(id, sizeof(id), "%ld", cfg->id);
+    const char *params[1] = {cfg->all ? NULL : id};
+    PGresult *res = run(conn, SQL_PURGE_DEAD, 1, params, PGRES_COMMAND_OK);
+    if (!res) {
+        PQfinish(conn);
+        return 1;
+    }
+    long n = strtol(PQcmdTuples(res), NULL, 10);
+    PQclear(res);
+    PQfinish(conn);
+    if (!cfg->all && n == 0) {
+        log_error("no dead-lettered event with this id", "id=%ld", cfg->id);
+        return 1;
+    }
+    log_info("purged dead-lettered events", "count=%ld", n);
+    printf("purged %ld event%s\n", n, n == 1 ? "" : "s");
     return 0;
 }

@@ -1,6 +1,6 @@
 /* admin: one-shot operator commands on the outbox — `dead` lists dead-lettered events, `requeue`
- * puts them back in line. Like migrate, they run outside the relay's loop and use blocking
- * libpq. */
+ * puts them back in line, `purge-dead` deletes them. Like migrate, they run outside the relay's
+ * loop and use blocking libpq. */
 #ifndef OUTBOX_ADMIN_H
 #define OUTBOX_ADMIN_H
 
@@ -14,5 +14,11 @@ int admin_dead(const Config *cfg);
  * rejections and the retry time, keeps attempts and last_error as history. Prints how many were
  * requeued. Returns 0, 1 on a database error, or 1 when --id names no dead-lettered event. */
 int admin_requeue(const Config *cfg);
+
+/* Deletes the dead-lettered event cfg->id, or all of them with cfg->all (sent and waiting rows are
+ * never touched). With --on-poison hold, the later events of a purged event's aggregate go on.
+ * Prints how many were deleted. Returns 0, 1 on a database error, or 1 when --id names no
+ * dead-lettered event. */
+int admin_purge_dead(const Config *cfg);
 
 #endif

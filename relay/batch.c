@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "metrics.h"
 
 bool batch_init(Batch *b, int capacity)
 {
@@ -36,6 +37,21 @@ void batch_clear(Batch *b)
     b->any_held = false;
 }
 
+bool batch_reserve(Batch *b, int capacity)
+{
+    if (capacity <= b->capacity)
+        return true;
+    if (b->n > 0)
+        return false;
+    BatchRow *rows = calloc((size_t)capacity, sizeof(BatchRow));
+    if (!rows)
+        return false;
+    free(b->rows);
+    b->rows = rows;
+    b->capacity = capacity;
+    return true;
+}
+
 /* Column order shared by the claim and dead-letter queries (see relay.c). */
 enum {
     COL_ID,
@@ -46,7 +62,8 @@ enum {
     COL_PAYLOAD,
     COL_HEADERS,
     COL_ATTEMPTS,
-    COL_LAST_ERROR
+    COL_LAST_ERROR,
+    COL_AGE /* optional */
 };
 
 static void load_result(Batch *b, PGresult *res, bool dead_letter)
@@ -66,6 +83,9 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
         br->attempts = atoi(PQgetvalue(res, i, COL_ATTEMPTS));
         br->last_error =
             PQgetisnull(res, i, COL_LAST_ERROR) ? NULL : PQgetvalue(res, i, COL_LAST_ERROR);
+        br->age_s = PQnfields(res) > COL_AGE && !PQgetisnull(res, i, COL_AGE)
+                        ? strtod(PQgetvalue(res, i, COL_AGE), NULL)
+                        : -1.0;
         br->dead_letter = dead_letter;
         br->state = ROW_PENDING;
         br->permanent = false;
@@ -115,6 +135,7 @@ void batch_fail(Batch *b, BatchRow *br, const char *why, bool permanent)
     free(br->error);
     br->error = strdup(why);
     b->failed++;
+    metrics_failure(permanent);
     if (!br->dead_letter)
         batch_hold(b, &br->row);
 }

@@ -32,6 +32,7 @@ typedef struct BatchRow {
     RowState state;
     bool permanent; /* the failure will not go away by retrying */
     char *error;    /* why it failed; owned */
+    double age_s;   /* seconds since created_at when claimed (database clock); < 0: unknown */
 } BatchRow;
 
 #define BATCH_HELD_BITS 65536
@@ -48,6 +49,7 @@ typedef struct Batch {
     bool abandoned; /* the transaction is gone; drop once every report is in */
     bool timed_out; /* the delivery timeout cancelled what was left */
     bool any_held;
+    double claimed_at; /* loop time (ev_now) when the claim's rows arrived, for latency metrics */
     uint8_t held[BATCH_HELD_BITS / 8];
 } Batch;
 
@@ -66,11 +68,16 @@ void batch_free(Batch *b);
 /* Forgets the rows and frees the results; keeps the allocation. */
 void batch_clear(Batch *b);
 
+/* Makes room for capacity rows (a larger batch size after a reload); never shrinks. Only while
+ * the batch is empty. Returns false (keeping the old room) when out of memory or not empty. */
+bool batch_reserve(Batch *b, int capacity) __attribute__((warn_unused_result));
+
 /* Loads the rows of the claim result, then those of the dead-letter result (either may be NULL;
  * at most capacity rows in all). The batch takes ownership of both results. */
 void batch_load(Batch *b, PGresult *claim, PGresult *dead);
 
-/* Records a failure (copying why) and holds the row's aggregate for the rest of the batch. */
+/* Records a failure (copying why) and holds the row's aggregate for the rest of the batch; counts
+ * it in the failure metrics. */
 void batch_fail(Batch *b, BatchRow *br, const char *why, bool permanent);
 
 /* Holds / tests an aggregate for the rest of the batch. */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { OPT_STRING, OPT_INT, OPT_CHOICE, OPT_BOOL, OPT_KAFKA } OptType;
+typedef enum { OPT_STRING, OPT_INT, OPT_CHOICE, OPT_BOOL, OPT_KAFKA, OPT_DURATION } OptType;
 
 typedef struct OptionDef {
     const char *name; /* flag without "--"; also the config file key */
@@ -33,6 +33,9 @@ static const char *const poison_policies[] = {"hold", "skip", NULL};
 static const OptionDef options[] = {
     {"database-url", OPT_STRING, "DATABASE_URL", NULL, 0, 0, NULL, FIELD(database_url), "URL",
      "PostgreSQL connection string (URL or key=value form); required"},
+    {"database-url-file", OPT_STRING, "DATABASE_URL_FILE", NULL, 0, 0, NULL,
+     FIELD(database_url_file), "PATH",
+     "read the database URL from this file instead (its content, trailing newline removed)"},
     {"brokers", OPT_STRING, "KAFKA_BROKERS", NULL, 0, 0, NULL, FIELD(brokers), "LIST",
      "Kafka bootstrap servers, host:port[,host:port...]; required by run"},
     {"config", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(config_file), "FILE",
@@ -44,6 +47,8 @@ static const OptionDef options[] = {
      "Kafka topic per row; {aggregate_type} and {event_type} are replaced"},
     {"kafka", OPT_KAFKA, NULL, NULL, 0, 0, NULL, FIELD(kafka), "KEY=VALUE",
      "librdkafka producer property, repeatable (in a config file: an object)"},
+    {"kafka-file", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(kafka_file), "PATH",
+     "librdkafka properties from a file, KEY=VALUE per line, # comments (e.g. SASL secrets)"},
     {"log-level", OPT_CHOICE, NULL, "info", 0, 0, log_levels, FIELD(log_level), "LEVEL",
      "debug, info, warn or error"},
     {"poll-interval", OPT_INT, NULL, "1000", 1, 3600000, NULL, FIELD(poll_interval_ms), "MS",
@@ -67,14 +72,31 @@ static const OptionDef options[] = {
      "hold: later events of a dead-lettered event's aggregate wait for it; skip: they go on"},
     {"dead-letter-topic", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(dead_letter_topic), "TOPIC",
      "also publish dead-lettered events here, with the error in headers (default: none)"},
+    {"metrics-listen", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(metrics_listen), "HOST:PORT",
+     "serve /metrics, /healthz and /readyz over HTTP here, e.g. 127.0.0.1:9187 (default: off)"},
+    {"retention", OPT_DURATION, NULL, "off", 0, 0, NULL, FIELD(retention_s), "DURATION",
+     "delete sent rows older than this, e.g. 72h, 30m, 90s; 0 or off keeps them forever"},
     {"id", OPT_INT, NULL, NULL, 1, LONG_MAX, NULL, FIELD(id), "ID",
-     "requeue: the outbox id of the dead-lettered event to put back in line"},
+     "requeue, purge-dead: the outbox id of one dead-lettered event"},
     {"all", OPT_BOOL, NULL, NULL, 0, 0, NULL, FIELD(all), "",
-     "requeue: put every dead-lettered event back in line"},
-    {"json", OPT_BOOL, NULL, NULL, 0, 0, NULL, FIELD(json), "", "dead: print JSON lines"},
+     "requeue, purge-dead: every dead-lettered event"},
+    {"json", OPT_BOOL, NULL, NULL, 0, 0, NULL, FIELD(json), "", "dead, status: print JSON"},
 };
 
 #define N_OPTIONS (sizeof(options) / sizeof(options[0]))
+
+/* What a running relay takes over on SIGHUP: values it reads afresh each time it uses them. The
+ * rest is built into state at start-up (timers, the producer, the claim statement, the
+ * connection) or changes what rows mean half-way through (topics), and needs a restart. Only
+ * number and choice options may be listed (config_apply_reloadable copies them by value). */
+static const char *const reloadable[] = {
+    "log-level",    "batch-size",    "retention",         "delivery-timeout",   "shutdown-timeout",
+    "max-attempts", "retry-backoff", "retry-backoff-max", "busy-poll-interval", NULL};
+
+/* Where a value came from, in precedence order (0: not set). */
+enum { LEVEL_UNSET, LEVEL_DEFAULT, LEVEL_FILE, LEVEL_ENV, LEVEL_FLAG };
+static const char *const level_names[] = {"nowhere", "default", "the config file",
+                                          "the environment", "flags"};
 
 static const struct {
     const char *name;
@@ -85,6 +107,8 @@ static const struct {
     {"migrate", CMD_MIGRATE, "apply the embedded schema migrations, then exit"},
     {"dead", CMD_DEAD, "list dead-lettered events with their errors (--json for scripts)"},
     {"requeue", CMD_REQUEUE, "put dead-lettered events back in line (--id ID or --all)"},
+    {"purge-dead", CMD_PURGE_DEAD, "delete dead-lettered events for good (--id ID or --all)"},
+    {"status", CMD_STATUS, "backlog, oldest unsent event, dead events, throughput, active relays"},
     {"help", CMD_HELP, "show this help (also --help, -h)"},
     {"version", CMD_VERSION, "show the version (also --version)"},
 };
@@ -117,6 +141,29 @@ bool config_parse_kafka_prop(const char *text, KafkaProp *out)
         return false;
     out->key = strndup(text, (size_t)(eq - text));
     out->value = strdup(eq + 1);
+    return true;
+}
+
+bool config_parse_duration(const char *text, long *seconds)
+{
+    if (strcmp(text, "off") == 0 || strcmp(text, "0") == 0) {
+        *seconds = 0;
+        return true;
+    }
+    char *end;
+    errno = 0;
+    long n = strtol(text, &end, 10);
+    if (end == text || *text == '-' || *text == '+' || errno != 0 || end[0] == '\0' ||
+        end[1] != '\0')
+        return false;
+    long unit = end[0] == 's'   ? 1
+                : end[0] == 'm' ? 60
+                : end[0] == 'h' ? 3600
+                : end[0] == 'd' ? 86400
+                                : 0;
+    if (unit == 0 || n > 3650L * 86400 / unit)
+        return false;
+    *seconds = n * unit;
     return true;
 }
 
@@ -182,11 +229,19 @@ static bool set_value(Config *cfg, const OptionDef *opt, const char *value, cons
         return true;
     case OPT_KAFKA: {
         KafkaProp prop;
+        /* The text is not echoed: without its '=', a value cannot be told from its key, and
+         * values may be secrets. */
         if (!config_parse_kafka_prop(value, &prop))
-            return fail(err, errlen, "%s: expected KEY=VALUE, got '%s'", source, value);
+            return fail(err, errlen, "%s: expected KEY=VALUE (a non-empty key, then '=')", source);
         kafka_append(cfg, prop);
         return true;
     }
+    case OPT_DURATION:
+        if (!config_parse_duration(value, (long *)field))
+            return fail(err, errlen,
+                        "%s: expected a duration such as 90s, 30m, 72h or 7d (or 0/off), got '%s'",
+                        source, value);
+        return true;
     }
     return fail(err, errlen, "%s: unsupported option type", source);
 }
@@ -210,11 +265,16 @@ static char *json_scalar_text(json_t *v)
     return NULL;
 }
 
-static bool load_file(Config *cfg, const char *path, char *err, size_t errlen)
+static bool load_file(Config *cfg, const char *path, unsigned char *levels, char *err,
+                      size_t errlen)
 {
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
+        /* jansson quotes the text "near" the error, which may be part of a secret value. */
+        char *near = strstr(jerr.text, " near '");
+        if (near)
+            *near = '\0';
         if (jerr.line <= 0)
             return fail(err, errlen, "config file %s: %s", path, jerr.text);
         return fail(err, errlen, "config file %s: line %d column %d: %s", path, jerr.line,
@@ -237,6 +297,7 @@ static bool load_file(Config *cfg, const char *path, char *err, size_t errlen)
             ok = fail(err, errlen, "config file %s: unknown key \"%s\"", path, key);
             goto done;
         }
+        levels[opt - options] = LEVEL_FILE;
         if (opt->type == OPT_KAFKA) {
             if (!json_is_object(value)) {
                 ok = fail(err, errlen, "%s: expected an object of librdkafka properties", source);
@@ -273,6 +334,144 @@ static bool load_file(Config *cfg, const char *path, char *err, size_t errlen)
 done:
     json_decref(root);
     return ok;
+}
+
+/* Reads a small text file whole. Returns NULL with one line in err. */
+static char *read_text_file(const char *option, const char *path, char *err, size_t errlen)
+{
+    enum { MAX_SIZE = 1 << 20 };
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fail(err, errlen, "%s %s: %s", option, path, strerror(errno));
+        return NULL;
+    }
+    char *text = malloc(MAX_SIZE + 1);
+    size_t n = text ? fread(text, 1, MAX_SIZE + 1, f) : 0;
+    bool failed = !text || ferror(f);
+    int saved = errno;
+    fclose(f);
+    if (failed || n > MAX_SIZE) {
+        free(text);
+        fail(err, errlen, "%s %s: %s", option, path,
+             failed ? strerror(saved) : "larger than 1 MiB");
+        return NULL;
+    }
+    text[n] = '\0';
+    if (strlen(text) != n) {
+        free(text);
+        fail(err, errlen, "%s %s: contains a NUL byte", option, path);
+        return NULL;
+    }
+    return text;
+}
+
+/* The database URL is the file's whole content without trailing line breaks. */
+static bool read_database_url_file(Config *cfg, char *err, size_t errlen)
+{
+    char *text = read_text_file("database-url-file", cfg->database_url_file, err, errlen);
+    if (!text)
+        return false;
+    size_t n = strlen(text);
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r'))
+        text[--n] = '\0';
+    const char *why = n == 0                  ? "is empty"
+                      : strpbrk(text, "\r\n") ? "holds more than one line"
+                                              : NULL;
+    if (why) {
+        free(text);
+        return fail(err, errlen, "database-url-file %s: %s (it must hold just the URL)",
+                    cfg->database_url_file, why);
+    }
+    free(cfg->database_url);
+    cfg->database_url = text;
+    return true;
+}
+
+/* librdkafka properties, one KEY=VALUE per line; blank lines and lines starting with # are
+ * skipped, spaces around the key and before the value are ignored. Inserted at `at`. Errors name
+ * the line, never its text: it may hold a secret. */
+static bool read_kafka_file(Config *cfg, size_t at, char *err, size_t errlen)
+{
+    char *text = read_text_file("kafka-file", cfg->kafka_file, err, errlen);
+    if (!text)
+        return false;
+    size_t text_len = strlen(text);
+    KafkaProp *props = NULL;
+    size_t n = 0;
+    bool ok = true;
+    int lineno = 0;
+    for (char *line = text, *next; ok && line && *line; line = next) {
+        lineno++;
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        size_t len = strlen(line);
+        if (len > 0 && line[len - 1] == '\r')
+            line[--len] = '\0';
+        while (*line == ' ' || *line == '\t')
+            line++;
+        if (*line == '\0' || *line == '#')
+            continue;
+        char *eq = strchr(line, '=');
+        char *key_end = eq;
+        while (key_end && key_end > line && (key_end[-1] == ' ' || key_end[-1] == '\t'))
+            key_end--;
+        if (!eq || key_end == line) {
+            ok = fail(err, errlen, "kafka-file %s line %d: expected KEY=VALUE", cfg->kafka_file,
+                      lineno);
+            break;
+        }
+        char *value = eq + 1;
+        while (*value == ' ' || *value == '\t')
+            value++;
+        KafkaProp *grown = realloc(props, (n + 1) * sizeof(*grown));
+        if (!grown) {
+            ok = fail(err, errlen, "kafka-file %s: out of memory", cfg->kafka_file);
+            break;
+        }
+        props = grown;
+        props[n++] = (KafkaProp){strndup(line, (size_t)(key_end - line)), strdup(value)};
+    }
+    if (ok && n > 0) {
+        KafkaProp *grown = realloc(cfg->kafka, (cfg->kafka_len + n) * sizeof(*grown));
+        ok = grown != NULL;
+        if (ok) {
+            cfg->kafka = grown;
+            memmove(cfg->kafka + at + n, cfg->kafka + at, (cfg->kafka_len - at) * sizeof(*grown));
+            memcpy(cfg->kafka + at, props, n * sizeof(*props));
+            cfg->kafka_len += n;
+            n = 0;
+        } else {
+            fail(err, errlen, "kafka-file %s: out of memory", cfg->kafka_file);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        free(props[i].key);
+        free(props[i].value);
+    }
+    free(props);
+    /* The buffer held the secrets too: clear it before it goes back to the allocator. */
+    explicit_bzero(text, text_len);
+    free(text);
+    return ok;
+}
+
+/* database-url-file and database-url are two spellings of one setting: the one from the
+ * stronger source wins, and both from the same source is a mistake worth stopping for. */
+static bool read_secret_files(Config *cfg, const unsigned char *levels, size_t kafka_file_at,
+                              char *err, size_t errlen)
+{
+    const OptionDef *url = find_option("database-url", strlen("database-url"));
+    const OptionDef *url_file = find_option("database-url-file", strlen("database-url-file"));
+    int l_url = levels[url - options], l_file = levels[url_file - options];
+    if (l_file != LEVEL_UNSET && l_file == l_url)
+        return fail(err, errlen, "database-url and database-url-file are both set by %s: use one",
+                    level_names[l_file]);
+    if (l_file > l_url && !read_database_url_file(cfg, err, errlen))
+        return false;
+    if (cfg->kafka_file && !read_kafka_file(cfg, kafka_file_at, err, errlen))
+        return false;
+    return true;
 }
 
 /* A flag given on the command line, kept until the file and environment are applied. */
@@ -349,28 +548,37 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
     }
 
     /* Pass 2: defaults, then the file, then the environment, then the flags. */
-    for (size_t i = 0; i < N_OPTIONS && ok; i++)
+    unsigned char levels[N_OPTIONS] = {0};
+    for (size_t i = 0; i < N_OPTIONS && ok; i++) {
         if (options[i].def)
             ok = set_value(cfg, &options[i], options[i].def, "default", err, errlen);
+        levels[i] = options[i].def ? LEVEL_DEFAULT : LEVEL_UNSET;
+    }
 
     const char *config_path = NULL;
     for (size_t i = 0; i < n_flags; i++)
         if (strcmp(flags[i].opt->name, "config") == 0)
             config_path = flags[i].value;
     if (ok && config_path)
-        ok = load_file(cfg, config_path, err, errlen);
+        ok = load_file(cfg, config_path, levels, err, errlen);
+    size_t kafka_file_at = cfg->kafka_len; /* --kafka-file lines go after the file's entries */
 
     for (size_t i = 0; i < N_OPTIONS && ok; i++) {
         const char *env = options[i].env ? getenv(options[i].env) : NULL;
-        if (env && *env)
+        if (env && *env) {
             ok = set_value(cfg, &options[i], env, options[i].env, err, errlen);
+            levels[i] = LEVEL_ENV;
+        }
     }
 
     for (size_t i = 0; i < n_flags && ok; i++) {
         char source[128];
         snprintf(source, sizeof(source), "--%s", flags[i].opt->name);
         ok = set_value(cfg, flags[i].opt, flags[i].value, source, err, errlen);
+        levels[flags[i].opt - options] = LEVEL_FLAG;
     }
+    if (ok && cfg->command != CMD_HELP && cfg->command != CMD_VERSION)
+        ok = read_secret_files(cfg, levels, kafka_file_at, err, errlen);
     if (!ok)
         goto out;
 
@@ -385,6 +593,8 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
                   cfg->retry_backoff_max_ms, cfg->retry_backoff_ms);
     else if (cfg->command == CMD_REQUEUE && (cfg->id > 0) == cfg->all)
         ok = fail(err, errlen, "requeue needs exactly one of --id ID or --all");
+    else if (cfg->command == CMD_PURGE_DEAD && (cfg->id > 0) == cfg->all)
+        ok = fail(err, errlen, "purge-dead needs exactly one of --id ID or --all");
 out:
     free(flags);
     return ok;
@@ -424,7 +634,83 @@ void config_print_help(FILE *out)
             fprintf(out, " [env %s]", o->env);
         if (o->def)
             fprintf(out, " [default %s]", o->def);
+        if (config_option_reloadable(o->name))
+            fprintf(out, " [SIGHUP]");
         fputc('\n', out);
     }
-    fprintf(out, "\nExit status: 0 on success, 1 on a runtime failure, 2 on bad input.\n");
+    fprintf(out,
+            "\nOptions marked [SIGHUP] take effect when a running relay gets SIGHUP (it re-reads\n"
+            "the config file and environment); other changes need a restart.\n"
+            "Exit status: 0 on success, 1 on a runtime failure, 2 on bad input.\n");
+}
+
+bool config_option_reloadable(const char *name)
+{
+    for (size_t i = 0; reloadable[i]; i++)
+        if (strcmp(reloadable[i], name) == 0)
+            return true;
+    return false;
+}
+
+static bool same_string(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+static bool same_value(const OptionDef *o, const Config *a, const Config *b)
+{
+    const void *fa = (const char *)a + o->offset, *fb = (const char *)b + o->offset;
+    switch (o->type) {
+    case OPT_STRING:
+        return same_string(*(char *const *)fa, *(char *const *)fb);
+    case OPT_INT:
+    case OPT_DURATION:
+        return *(const long *)fa == *(const long *)fb;
+    case OPT_CHOICE:
+        return *(const int *)fa == *(const int *)fb;
+    case OPT_BOOL:
+        return *(const bool *)fa == *(const bool *)fb;
+    case OPT_KAFKA:
+        if (a->kafka_len != b->kafka_len)
+            return false;
+        for (size_t i = 0; i < a->kafka_len; i++)
+            if (!same_string(a->kafka[i].key, b->kafka[i].key) ||
+                !same_string(a->kafka[i].value, b->kafka[i].value))
+                return false;
+        return true;
+    }
+    return false;
+}
+
+void config_diff(const Config *running, const Config *fresh, ConfigChangeFn fn, void *arg)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++)
+        if (!same_value(&options[i], running, fresh))
+            fn(options[i].name, config_option_reloadable(options[i].name), arg);
+}
+
+void config_apply_reloadable(Config *running, const Config *fresh)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const OptionDef *o = &options[i];
+        if (!config_option_reloadable(o->name))
+            continue;
+        void *to = (char *)running + o->offset;
+        const void *from = (const char *)fresh + o->offset;
+        switch (o->type) {
+        case OPT_INT:
+        case OPT_DURATION:
+            *(long *)to = *(const long *)from;
+            break;
+        case OPT_CHOICE:
+            *(int *)to = *(const int *)from;
+            break;
+        case OPT_BOOL:
+            *(bool *)to = *(const bool *)from;
+            break;
+        case OPT_STRING:
+        case OPT_KAFKA:
+            break; /* never reloadable: see the list above */
+        }
+    }
 }

@@ -12,7 +12,16 @@
 
 #include "log.h"
 
-typedef enum { CMD_RUN, CMD_MIGRATE, CMD_DEAD, CMD_REQUEUE, CMD_HELP, CMD_VERSION } Command;
+typedef enum {
+    CMD_RUN,
+    CMD_MIGRATE,
+    CMD_DEAD,
+    CMD_REQUEUE,
+    CMD_PURGE_DEAD,
+    CMD_STATUS,
+    CMD_HELP,
+    CMD_VERSION
+} Command;
 
 /* What happens to the later events of an aggregate whose event was dead-lettered. */
 typedef enum {
@@ -28,13 +37,15 @@ typedef struct KafkaProp {
 
 typedef struct Config {
     Command command;
-    char *database_url;
+    char *database_url; /* from --database-url, DATABASE_URL or the file of database-url-file */
+    char *database_url_file;
     char *brokers;
     char *config_file;
     long batch_size;
     char *topic_template;
-    KafkaProp *kafka; /* in the order given: config file entries first, then flags */
+    KafkaProp *kafka; /* in order: config file entries, then --kafka-file lines, then flags */
     size_t kafka_len;
+    char *kafka_file;
     LogLevel log_level;
     long poll_interval_ms;
     long shutdown_timeout_ms;
@@ -46,9 +57,11 @@ typedef struct Config {
     long retry_backoff_max_ms;
     PoisonPolicy on_poison;
     char *dead_letter_topic; /* NULL: dead events are only kept in the table */
-    long id;                 /* requeue --id */
-    bool all;                /* requeue --all */
-    bool json;               /* dead --json */
+    char *metrics_listen;    /* HOST:PORT of the metrics and health endpoints, NULL: off */
+    long retention_s;        /* delete sent rows older than this; 0: keep them forever */
+    long id;                 /* requeue, purge-dead --id */
+    bool all;                /* requeue, purge-dead --all */
+    bool json;               /* dead, status --json */
 } Config;
 
 /* Fills cfg from argv (argv[1] is the command), the environment and the config file named by
@@ -65,5 +78,23 @@ void config_print_help(FILE *out);
 
 /* Splits "key=value" into a KafkaProp (both parts copied; key must be non-empty). */
 bool config_parse_kafka_prop(const char *text, KafkaProp *out);
+
+/* Parses a duration: a whole number with a unit, s, m, h or d ("90s", "30m", "72h", "7d"), or
+ * "0" / "off" for none. Returns false on anything else or above 3650 days. */
+bool config_parse_duration(const char *text, long *seconds);
+
+/* ---- reloading (SIGHUP) --------------------------------------------------------------------- */
+
+/* True for the options a running relay takes over from a reloaded configuration. */
+bool config_option_reloadable(const char *name);
+
+/* Calls fn for every option whose value differs between the running and a freshly loaded
+ * configuration, in table order. Only option names are passed: values may be secrets. */
+typedef void (*ConfigChangeFn)(const char *option, bool reloadable, void *arg);
+void config_diff(const Config *running, const Config *fresh, ConfigChangeFn fn, void *arg);
+
+/* Copies the values of the reloadable options from fresh into running; everything else keeps
+ * its running value. */
+void config_apply_reloadable(Config *running, const Config *fresh);
 
 #endif

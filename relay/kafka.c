@@ -6,7 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kafka_stats.h"
 #include "log.h"
+#include "secrets.h"
 
 struct KafkaProducer {
     struct ev_loop *loop;
@@ -26,6 +28,8 @@ static bool conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, 
     char why[512];
     if (rd_kafka_conf_set(conf, key, value, why, sizeof(why)) == RD_KAFKA_CONF_OK)
         return true;
+    if (secrets_kafka_key_sensitive(key) && *value && strstr(why, value))
+        snprintf(why, sizeof(why), "invalid value (not shown: it is a secret)");
     snprintf(err, errlen, "%s %s: %s", source, key, why);
     return false;
 }
@@ -47,6 +51,9 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
                * the producer and retries in order). */
               conf_set(conf, "enable.gapless.guarantee", "true", "default", err, errlen) &&
               conf_set(conf, "client.id", "outbox-relay", "default", err, errlen) &&
+              /* Broker states for the readiness endpoint (see kafka_stats.h). */
+              (!cfg->metrics_listen || conf_set(conf, "statistics.interval.ms",
+                                                KAFKA_STATS_INTERVAL_MS, "default", err, errlen)) &&
               (!cfg->brokers ||
                conf_set(conf, "bootstrap.servers", cfg->brokers, "--brokers", err, errlen));
     for (size_t i = 0; ok && i < cfg->kafka_len; i++) {
@@ -72,16 +79,34 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
     return conf;
 }
 
+static void mark_up(KafkaProducer *kp)
+{
+    if (kp->up)
+        return;
+    kp->up = true;
+    if (kp->down_logged)
+        log_info("kafka reachable again", NULL);
+    kp->down_logged = false;
+}
+
 static void on_delivery_report(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 {
     KafkaProducer *kp = opaque;
-    if (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR && !kp->up) {
-        kp->up = true;
-        if (kp->down_logged)
-            log_info("kafka reachable again", NULL);
-        kp->down_logged = false;
-    }
+    if (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        mark_up(kp);
     kp->on_delivery(msg->_private, msg->err, kp->arg);
+}
+
+/* Served by rd_kafka_poll, i.e. on the loop thread like the delivery reports. */
+static int on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
+{
+    KafkaProducer *kp = opaque;
+    int up = kafka_stats_brokers_up(json, json_len);
+    if (up > 0)
+        mark_up(kp);
+    else if (up == 0)
+        kp->up = false;
+    return 0; /* librdkafka frees json */
 }
 
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
@@ -152,6 +177,7 @@ KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery_report);
     rd_kafka_conf_set_error_cb(conf, on_error);
     rd_kafka_conf_set_log_cb(conf, on_log);
+    rd_kafka_conf_set_stats_cb(conf, on_stats);
 
     char why[512];
     kp->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));

@@ -54,7 +54,9 @@ bool kafka_error_permanent(rd_kafka_resp_err_t err);
 /* Serves pending events (delivery reports) now. */
 void kafka_poll(KafkaProducer *kp);
 
-/* True while some broker is reachable, as far as the last events told. */
+/* True while some broker is reachable, as far as the last events told: a broker connection up
+ * in the last statistics (only collected with --metrics-listen, see kafka_stats.h) or an
+ * acknowledgement, and no "all brokers down" since. */
 bool kafka_up(const KafkaProducer *kp);
 
 /* True after a fatal producer error (idempotence state lost): the producer must be recreated

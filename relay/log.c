@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "secrets.h"
+
 static LogLevel min_level = LOG_INFO;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
@@ -66,6 +68,8 @@ void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
     }
     if (len > (int)sizeof(line) - 2)
         len = (int)sizeof(line) - 2;
+    line[len] = '\0';
+    len = (int)secrets_scrub(line); /* values a caller did not quote (see log_quote) */
     line[len++] = '\n';
     fwrite(line, 1, (size_t)len, stderr);
 }
@@ -95,7 +99,22 @@ const char *log_quote(const char *value, char *out, size_t outlen)
             out[0] = '\0';
         return out;
     }
+    /* Scrub secrets before escaping and cutting: escaping would hide a secret holding a quote or
+     * a backslash from a later scrub, and a cut could leave part of one behind. */
+    char stack[1024];
+    char *copy = NULL;
     const char *v = value ? value : "";
+    if (secrets_found(v)) {
+        size_t n = strlen(v) + 1;
+        copy = n <= sizeof(stack) ? stack : malloc(n);
+        if (!copy) {
+            snprintf(out, outlen, "\"***\"");
+            return out;
+        }
+        memcpy(copy, v, n);
+        secrets_scrub(copy);
+        v = copy;
+    }
     char esc[8];
     size_t total = 0;
     for (const char *p = v; *p; p++)
@@ -119,6 +138,8 @@ const char *log_quote(const char *value, char *out, size_t outlen)
     }
     out[o++] = '"';
     out[o] = '\0';
+    if (copy != stack)
+        free(copy);
     return out;
 }
 

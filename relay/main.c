@@ -12,9 +12,13 @@
 #include "config.h"
 #include "kafka.h"
 #include "log.h"
+#include "http.h"
 #include "migrate.h"
+#include "ops.h"
 #include "relay.h"
 #include "route.h"
+#include "secrets.h"
+#include "status.h"
 
 #ifndef OUTBOX_RELAY_VERSION
 #define OUTBOX_RELAY_VERSION "dev"
@@ -22,11 +26,20 @@
 
 #define EXIT_USAGE 2
 
+/* Prints one line (secrets scrubbed: libpq and librdkafka may echo values) and returns status. */
+static int error_line(const char *msg, int status)
+{
+    char line[1024];
+    snprintf(line, sizeof(line), "%s", msg);
+    secrets_scrub(line);
+    fprintf(stderr, "outbox-relay: %s\n", line);
+    return status;
+}
+
 /* Prints one line for bad input and returns the usage exit status. */
 static int usage_error(const char *msg)
 {
-    fprintf(stderr, "outbox-relay: %s\n", msg);
-    return EXIT_USAGE;
+    return error_line(msg, EXIT_USAGE);
 }
 
 /* libpq accepts the connection string lazily; parse it now so a typo fails at start-up. The
@@ -36,7 +49,7 @@ static bool check_conninfo(const char *conninfo, char *err, size_t errlen)
     char *why = NULL;
     PQconninfoOption *opts = PQconninfoParse(conninfo, &why);
     if (!opts) {
-        snprintf(err, errlen, "--database-url: invalid connection string: %s",
+        snprintf(err, errlen, "database URL: invalid connection string: %s",
                  why ? strtok(why, "\n") : "out of memory");
         PQfreemem(why);
         return false;
@@ -45,31 +58,45 @@ static bool check_conninfo(const char *conninfo, char *err, size_t errlen)
     return true;
 }
 
-static int cmd_run(const Config *cfg)
+static int cmd_run(Config *cfg, int argc, char **argv)
 {
-    char err[1024];
+    char err[1024], host[256], port[16];
     if (!check_conninfo(cfg->database_url, err, sizeof(err)) ||
         !route_template_check(cfg->topic_template, err, sizeof(err)) ||
         (cfg->dead_letter_topic &&
-         !route_topic_name_check("--dead-letter-topic", cfg->dead_letter_topic, err, sizeof(err))))
+         !route_topic_name_check("--dead-letter-topic", cfg->dead_letter_topic, err,
+                                 sizeof(err))) ||
+        (cfg->metrics_listen && !http_parse_listen(cfg->metrics_listen, host, sizeof(host), port,
+                                                   sizeof(port), err, sizeof(err))))
         return usage_error(err);
     rd_kafka_conf_t *kconf = kafka_conf_build(cfg, err, sizeof(err));
     if (!kconf)
         return usage_error(err);
 
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
+    Ops *ops = ops_new(loop, cfg, argc, argv, err, sizeof(err));
+    if (!ops) {
+        rd_kafka_conf_destroy(kconf);
+        ev_loop_destroy(loop);
+        return error_line(err, 1);
+    }
     Relay *relay = relay_new(loop, cfg, kconf, err, sizeof(err));
-    if (!relay)
+    if (!relay) {
+        ops_free(ops);
         return usage_error(err);
+    }
 
     char masked[1024], q1[1100], q2[600], q3[300];
     log_info(
         "outbox-relay starting",
-        "version=%s database=%s brokers=%s topic_template=%s batch_size=%ld", OUTBOX_RELAY_VERSION,
+        "version=%s database=%s brokers=%s topic_template=%s batch_size=%ld retention_s=%ld",
+        OUTBOX_RELAY_VERSION,
         log_quote(log_mask_conninfo(cfg->database_url, masked, sizeof(masked)), q1, sizeof(q1)),
         log_quote(cfg->brokers, q2, sizeof(q2)), log_quote(cfg->topic_template, q3, sizeof(q3)),
-        cfg->batch_size);
+        cfg->batch_size, cfg->retention_s);
+    ops_start(ops, relay);
     int rc = relay_run(relay);
+    ops_free(ops);
     relay_free(relay);
     ev_loop_destroy(loop);
     return rc;
@@ -95,6 +122,11 @@ int main(int argc, char **argv)
         return usage_error(err);
     }
     log_set_level(cfg.log_level);
+    /* A relay reloads on SIGHUP (ops.c); until that handler is installed, ignore it. */
+    if (cfg.command == CMD_RUN)
+        signal(SIGHUP, SIG_IGN);
+    /* From here on, nothing the process writes may show them. */
+    secrets_add_config(&cfg);
 
     int rc = 0;
     switch (cfg.command) {
@@ -106,18 +138,23 @@ int main(int argc, char **argv)
                rd_kafka_version_str(), PQlibVersion());
         break;
     case CMD_RUN:
-        rc = cmd_run(&cfg);
+        rc = cmd_run(&cfg, argc, argv);
         break;
     case CMD_MIGRATE:
         rc = cmd_migrate(&cfg);
         break;
     case CMD_DEAD:
-    case CMD_REQUEUE: {
+    case CMD_REQUEUE:
+    case CMD_PURGE_DEAD:
+    case CMD_STATUS: {
         if (!check_conninfo(cfg.database_url, err, sizeof(err))) {
             rc = usage_error(err);
             break;
         }
-        rc = cfg.command == CMD_DEAD ? admin_dead(&cfg) : admin_requeue(&cfg);
+        rc = cfg.command == CMD_DEAD      ? admin_dead(&cfg)
+             : cfg.command == CMD_REQUEUE ? admin_requeue(&cfg)
+             : cfg.command == CMD_STATUS  ? status_run(&cfg)
+                                          : admin_purge_dead(&cfg);
         break;
     }
     }

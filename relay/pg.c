@@ -1,5 +1,6 @@
 #include "pg.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@ typedef enum { PG_DOWN, PG_CONNECTING, PG_UP } PgState;
 struct PgConn {
     struct ev_loop *loop;
     char *conninfo;
+    char tag[40]; /* "conn=NAME " in log lines of a named connection, else "" */
     PGconn *conn;
     PgState state;
     bool ever_up;     /* for "connected" vs "reconnected" in the log */
@@ -110,10 +112,10 @@ static void lose(PgConn *pg, const char *why)
     char q[600];
     if (!pg->down_logged) {
         log_warn(was_up ? "postgres connection lost" : "postgres unreachable",
-                 "error=%s retry_in_s=%.2f", log_quote(reason, q, sizeof(q)), delay);
+                 "%serror=%s retry_in_s=%.2f", pg->tag, log_quote(reason, q, sizeof(q)), delay);
         pg->down_logged = true;
     } else {
-        log_debug("postgres still unreachable", "error=%s retry_in_s=%.2f",
+        log_debug("postgres still unreachable", "%serror=%s retry_in_s=%.2f", pg->tag,
                   log_quote(reason, q, sizeof(q)), delay);
     }
     ev_timer_set(&pg->timer, delay, 0);
@@ -135,8 +137,8 @@ static void connected(PgConn *pg)
     pg->state = PG_UP;
     backoff_reset(&pg->backoff);
     if (!pg->ever_up || pg->down_logged)
-        log_info(pg->ever_up ? "postgres reconnected" : "postgres connected", "server_version=%d",
-                 PQserverVersion(pg->conn));
+        log_info(pg->ever_up ? "postgres reconnected" : "postgres connected", "%sserver_version=%d",
+                 pg->tag, PQserverVersion(pg->conn));
     pg->ever_up = true;
     pg->down_logged = false;
     set_io(pg, PQsocket(pg->conn), EV_READ);
@@ -283,9 +285,17 @@ static void on_defer(struct ev_loop *loop, ev_timer *w, int revents)
 PgConn *pg_conn_new(struct ev_loop *loop, const char *conninfo, PgStateFn on_state,
                     PgNotifyFn on_notify, void *arg)
 {
+    return pg_conn_new_named(loop, conninfo, NULL, on_state, on_notify, arg);
+}
+
+PgConn *pg_conn_new_named(struct ev_loop *loop, const char *conninfo, const char *name,
+                          PgStateFn on_state, PgNotifyFn on_notify, void *arg)
+{
     PgConn *pg = calloc(1, sizeof(*pg));
     if (!pg)
         return NULL;
+    if (name)
+        snprintf(pg->tag, sizeof(pg->tag), "conn=%s ", name);
     pg->loop = loop;
     pg->conninfo = strdup(conninfo);
     pg->on_state = on_state;

@@ -39,6 +39,11 @@ typedef void (*PgNotifyFn)(PgConn *pg, const char *channel, void *arg);
 PgConn *pg_conn_new(struct ev_loop *loop, const char *conninfo, PgStateFn on_state,
                     PgNotifyFn on_notify, void *arg);
 
+/* Like pg_conn_new, for a second connection of the same process: its log lines carry
+ * conn=NAME so they are not mistaken for the relay's own connection. */
+PgConn *pg_conn_new_named(struct ev_loop *loop, const char *conninfo, const char *name,
+                          PgStateFn on_state, PgNotifyFn on_notify, void *arg);
+
 /* Closes the connection (an open transaction rolls back on the server) and frees everything.
  * The callback of a request in flight is not called. */
 void pg_conn_free(PgConn *pg);

@@ -11,6 +11,7 @@
 #include "kafka.h"
 #include "lanes.h"
 #include "log.h"
+#include "metrics.h"
 #include "pg.h"
 #include "route.h"
 
@@ -31,14 +32,16 @@ static const char *const SQL_ROLLBACK = "ROLLBACK";
  * a retry and whose aggregate has no earlier row that is waiting (or, with the hold policy, dead):
  * an aggregate's events never overtake one another. The held-back set comes from the small
  * partial index on failed rows, so it costs nothing while nothing fails. Columns are in the order
- * batch.c reads them; last_error is only needed for dead-letter rows. */
+ * batch.c reads them; last_error is only needed for dead-letter rows; the last one is the row's
+ * age on the database clock, for the latency metric. */
 #define SQL_CLAIM(blocked_condition)                                                               \
     "WITH blocked AS ("                                                                            \
     " SELECT aggregate_type, aggregate_id, min(id) AS first_id FROM outbox"                        \
     " WHERE sent_at IS NULL AND attempts > 0 AND lane = ANY($2::smallint[])"                       \
     " AND " blocked_condition " GROUP BY aggregate_type, aggregate_id)"                            \
     " SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text,"   \
-    " o.headers::text, o.attempts, NULL::text"                                                     \
+    " o.headers::text, o.attempts, NULL::text,"                                                    \
+    " extract(epoch FROM clock_timestamp() - o.created_at)::float8"                                \
     " FROM outbox o"                                                                               \
     " WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = ANY($2::smallint[])"              \
     " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())"                               \
@@ -53,7 +56,7 @@ static const char *const SQL_CLAIM_SKIP = SQL_CLAIM("next_attempt_at > now() AND
 /* Dead events not yet published to the dead-letter topic. */
 static const char *const SQL_CLAIM_DEAD =
     "SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload::text, headers::text,"
-    " attempts, last_error FROM outbox"
+    " attempts, last_error, extract(epoch FROM clock_timestamp() - created_at)::float8 FROM outbox"
     " WHERE dead_at IS NOT NULL AND sent_at IS NULL AND dead_letter_topic IS NULL"
     " AND lane = ANY($2::smallint[]) AND (next_attempt_at IS NULL OR next_attempt_at <= now())"
     " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
@@ -206,6 +209,7 @@ static void log_dead_lettered(Relay *r, PGresult *res)
         if (strcmp(PQgetvalue(res, i, 4), "t") != 0)
             continue;
         r->total_dead++;
+        metrics_dead_lettered();
         char q[300];
         log_warn(r->cfg->on_poison == POISON_HOLD
                      ? "event dead-lettered; later events of its aggregate are held until it is "
@@ -240,6 +244,7 @@ static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, 
             transient_failure = true;
     r->total_sent += (unsigned long long)b->acked;
     r->total_failed += (unsigned long long)b->failed;
+    metrics_batch_committed();
     log_debug("batch committed", "rows=%d sent=%d failed=%d", b->n, b->acked, b->failed);
     if (r->awake_stmt >= 0)
         r->asleep = false;
@@ -436,6 +441,7 @@ static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         br->state = ROW_ACKED;
         b->acked++;
+        metrics_row_acked(r->cfg->topic_template, b, br, ev_now(r->loop));
     } else if (b->timed_out && (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
                                 err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)) {
         char why[128];
@@ -529,6 +535,7 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
     }
     /* The batch keeps the results: its rows point into them. */
     batch_load(&r->batch, results[1], n > 2 ? results[2] : NULL);
+    r->batch.claimed_at = ev_now(r->loop);
     results[1] = NULL;
     if (n > 2)
         results[2] = NULL;
@@ -560,7 +567,10 @@ static void claim(Relay *r)
     ev_timer_again(r->loop, &r->poll_timer);
 
     char limit[24], dead_limit[24];
-    snprintf(limit, sizeof(limit), "%ld", r->cfg->batch_size);
+    long batch_size = r->cfg->batch_size; /* may have grown on SIGHUP: make room between batches */
+    if (!batch_reserve(&r->batch, (int)batch_size + DEAD_LETTER_LIMIT))
+        batch_size = r->batch.capacity - DEAD_LETTER_LIMIT;
+    snprintf(limit, sizeof(limit), "%ld", batch_size);
     snprintf(dead_limit, sizeof(dead_limit), "%d", DEAD_LETTER_LIMIT);
     const char *params[2] = {limit, r->lanes.owned_array.s};
     const char *dead_params[2] = {dead_limit, r->lanes.owned_array.s};
@@ -819,6 +829,15 @@ int relay_run(Relay *r)
     log_info("stopped", "sent=%llu failed_attempts=%llu dead_lettered=%llu order_breaks=%llu",
              r->total_sent, r->total_failed, r->total_dead, r->order_breaks);
     return r->exit_status;
+}
+
+void relay_status(const Relay *r, RelayStatus *out)
+{
+    out->postgres_up = r->pg && pg_conn_up(r->pg);
+    out->kafka_up = r->kafka && kafka_up(r->kafka);
+    out->stopping = r->stopping;
+    out->lanes_owned = r->lanes.n_owned;
+    out->members = r->lanes.members;
 }
 
 void relay_free(Relay *r)

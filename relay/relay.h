@@ -11,6 +11,7 @@
 
 #include <ev.h>
 #include <librdkafka/rdkafka.h>
+#include <stdbool.h>
 
 #include "config.h"
 
@@ -26,6 +27,17 @@ Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf
  * status. A second signal during shutdown exits the process at once (the open transaction rolls
  * back). */
 int relay_run(Relay *r);
+
+/* What the relay's state looks like right now, for the metrics and health endpoints. */
+typedef struct RelayStatus {
+    bool postgres_up; /* the relay's own connection */
+    bool kafka_up;    /* see kafka_up() */
+    bool stopping;    /* shutting down after SIGTERM/SIGINT */
+    int lanes_owned;
+    int members; /* live relays seen at the last rebalance, this one included */
+} RelayStatus;
+
+void relay_status(const Relay *r, RelayStatus *out);
 
 /* Releases everything; call after relay_run returned. */
 void relay_free(Relay *r);

@@ -367,3 +367,45 @@ unsent_rows() {
 no_unsent_rows() {
     [ "$(unsent_rows)" = 0 ]
 }
+
+# ---- the metrics and health endpoints ----------------------------------------------------------
+
+# metrics_wait: waits for the relay's "metrics listening" line (start it with --metrics-listen
+# 127.0.0.1:0 to get a free port) and exports METRICS=HOST:PORT.
+metrics_wait() {
+    _poll 15 grep -q 'msg="metrics listening"' "$RELAY_LOG" ||
+        fail "relay logs its metrics address within 15s"
+    METRICS=$(sed -n 's/.*msg="metrics listening" address=\([^ ]*\).*/\1/p' "$RELAY_LOG" |
+        tail -n 1)
+    export METRICS
+}
+
+# http_code PATH [CURL ARGS...]: the HTTP status of a request to the relay ("000": no answer).
+http_code() {
+    local path=$1
+    shift
+    curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$@" "http://$METRICS$path"
+}
+
+# http_get PATH: the body of a successful GET.
+http_get() {
+    curl -sf --max-time 5 "http://$METRICS$1"
+}
+
+# metric SAMPLE: the value of one sample of /metrics, e.g. metric 'outbox_batches_total' or
+# metric 'outbox_failures_total{class="transient"}'; fails when the sample is absent.
+metric() {
+    http_get /metrics | awk -v n="$1" '$1 == n { print $2; found = 1 } END { exit !found }'
+}
+
+# metric_at_least SAMPLE MIN: true when the sample exists and is >= MIN.
+metric_at_least() {
+    local v
+    v=$(metric "$1") && awk -v v="$v" -v min="$2" 'BEGIN { exit !(v + 0 >= min + 0) }'
+}
+
+# metric_is SAMPLE VALUE: true when the sample exists and equals VALUE (numerically).
+metric_is() {
+    local v
+    v=$(metric "$1") && awk -v v="$v" -v want="$2" 'BEGIN { exit !(v + 0 == want + 0) }'
+}

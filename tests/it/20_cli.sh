@@ -1,7 +1,8 @@
 #!/bin/bash
 # Proves the command line contract: every kind of bad input (flags, values, config file, --kafka
-# properties, missing settings) is rejected before any network work, within a second, with exit
-# status 2 and exactly one line on stderr (no password echoed); --help documents every flag;
+# properties, missing settings, --metrics-listen and --retention formats) is rejected before any
+# network work, within a second, with exit status 2 and exactly one line on stderr (no password
+# echoed); --help documents every flag;
 # --version works; and the precedence flag > environment > config file > default holds.
 # Needs neither PostgreSQL nor Kafka: the addresses below have nothing listening.
 # shellcheck source=tests/lib.sh
@@ -46,6 +47,12 @@ bad "--batch-size overflowing" run --database-url "$DB" --brokers "$KB" \
 bad "--poll-interval abc" run --database-url "$DB" --brokers "$KB" --poll-interval abc
 bad "--shutdown-timeout -5" run --database-url "$DB" --brokers "$KB" --shutdown-timeout -5
 bad "--log-level loud" run --database-url "$DB" --brokers "$KB" --log-level loud
+bad "--metrics-listen without a port" run --database-url "$DB" --brokers "$KB" \
+    --metrics-listen 127.0.0.1
+bad "--metrics-listen with an unbracketed IPv6 address" run --database-url "$DB" --brokers "$KB" \
+    --metrics-listen ::1:9187
+bad "--retention without a unit" run --database-url "$DB" --brokers "$KB" --retention 10
+bad "--retention with an unknown unit" run --database-url "$DB" --brokers "$KB" --retention 3w
 bad "a topic template with an unknown placeholder" run --database-url "$DB" --brokers "$KB" \
     --topic-template 'outbox.{nope}'
 bad "a missing config file" run --database-url "$DB" --brokers "$KB" --config "$T/nope.json"
@@ -78,7 +85,8 @@ check "the invalid-URL error does not echo the password" lacks "$T/err" hunter2
 timeout 1 "$RELAY_BIN" --help >"$T/help" 2>&1
 check_eq "--help exits 0" 0 $?
 for flag in --database-url --brokers --batch-size --topic-template --kafka --log-level --config \
-    --poll-interval --shutdown-timeout; do
+    --poll-interval --shutdown-timeout --database-url-file --kafka-file --metrics-listen \
+    --retention; do
     check "--help mentions $flag" grep -q -e "$flag" "$T/help"
 done
 version=$(timeout 1 "$RELAY_BIN" --version 2>&1)

@@ -64,6 +64,7 @@ static int clean_env(void **state)
 {
     (void)state;
     unsetenv("DATABASE_URL");
+    unsetenv("DATABASE_URL_FILE");
     unsetenv("KAFKA_BROKERS");
     for (size_t i = 0; i < n_temp_paths; i++)
         unlink(temp_paths[i]);
@@ -309,6 +310,7 @@ static void test_precedence_brokers(void **state)
     config_free(&cfg);
 
     unsetenv("DATABASE_URL");
+    unsetenv("DATABASE_URL_FILE");
     unsetenv("KAFKA_BROKERS");
     unlink(path);
 }
@@ -605,18 +607,276 @@ static void test_error_kafka_flag(void **state)
 {
     Config cfg;
     char err[256];
-    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--kafka", "acks"));
-    assert_string_equal(err, "--kafka: expected KEY=VALUE, got 'acks'");
+    /* The text is never echoed: without its '=' a secret value cannot be told from a key. */
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--kafka", "s3cret-value"));
+    assert_string_equal(err, "--kafka: expected KEY=VALUE (a non-empty key, then '=')");
     config_free(&cfg);
 
-    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--kafka==all"));
-    assert_string_equal(err, "--kafka: expected KEY=VALUE, got '=all'");
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--kafka==s3cret-value"));
+    assert_string_equal(err, "--kafka: expected KEY=VALUE (a non-empty key, then '=')");
     config_free(&cfg);
 
     /* a good property before a bad one is still released by config_free */
     assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--kafka=acks=all", "--kafka=x"));
-    assert_error_line(err, "'x'");
+    assert_error_line(err, "--kafka");
     config_free(&cfg);
+}
+
+/* ---- durations and retention ------------------------------------------------------------- */
+
+static void test_parse_duration(void **state)
+{
+    const struct {
+        const char *text;
+        long seconds;
+    } good[] = {{"off", 0},     {"0", 0},      {"0s", 0},
+                {"90s", 90},    {"30m", 1800}, {"72h", 259200},
+                {"7d", 604800}, {"1s", 1},     {"3650d", 3650L * 86400}};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        long s = -1;
+        if (!config_parse_duration(good[i].text, &s) || s != good[i].seconds)
+            fail_msg("\"%s\": got %ld, want %ld", good[i].text, s, good[i].seconds);
+    }
+    const char *bad[] = {"",
+                         "s",
+                         "10",
+                         "10x",
+                         "-5s",
+                         "+5s",
+                         "5 s",
+                         "5sec",
+                         "1h30m",
+                         "3651d",
+                         "99999999999999999999s",
+                         "OFF",
+                         "1.5h"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        long s = -1;
+        if (config_parse_duration(bad[i], &s))
+            fail_msg("\"%s\" accepted as %ld", bad[i], s);
+    }
+}
+
+static void test_retention_option(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_true(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k"));
+    assert_int_equal(cfg.retention_s, 0); /* keep forever by default */
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k", "--retention", "72h"));
+    assert_int_equal(cfg.retention_s, 72 * 3600);
+    config_free(&cfg);
+    assert_false(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k", "--retention", "72"));
+    assert_error_line(err, "--retention: expected a duration");
+    config_free(&cfg);
+}
+
+static void test_purge_dead_and_status_commands(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_true(LOAD(&cfg, err, "purge-dead", "--database-url=x", "--id", "7"));
+    assert_int_equal(cfg.command, CMD_PURGE_DEAD);
+    assert_int_equal(cfg.id, 7);
+    config_free(&cfg);
+    assert_false(LOAD(&cfg, err, "purge-dead", "--database-url=x"));
+    assert_string_equal(err, "purge-dead needs exactly one of --id ID or --all");
+    config_free(&cfg);
+    assert_false(LOAD(&cfg, err, "purge-dead", "--database-url=x", "--id=3", "--all"));
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "status", "--database-url=x", "--json"));
+    assert_int_equal(cfg.command, CMD_STATUS);
+    assert_true(cfg.json);
+    config_free(&cfg);
+}
+
+/* ---- secrets from files ------------------------------------------------------------------- */
+
+static void test_database_url_file(void **state)
+{
+    char path[64];
+    Config cfg;
+    char err[512];
+    const char *contents[] = {"postgresql://u:pw@h/db\n", "postgresql://u:pw@h/db",
+                              "postgresql://u:pw@h/db\r\n", "postgresql://u:pw@h/db\n\n"};
+    for (size_t i = 0; i < sizeof(contents) / sizeof(contents[0]); i++) {
+        write_temp(path, contents[i]);
+        assert_true(LOAD(&cfg, err, "migrate", "--database-url-file", path));
+        assert_string_equal(cfg.database_url, "postgresql://u:pw@h/db");
+        config_free(&cfg);
+    }
+
+    write_temp(path, "\n");
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url-file", path));
+    assert_error_line(err, "is empty");
+    config_free(&cfg);
+
+    write_temp(path, "postgresql://u:pw@h/db\nsecond line\n");
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url-file", path));
+    assert_error_line(err, "more than one line");
+    assert_null(strstr(err, "pw"));
+    config_free(&cfg);
+
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url-file", "/nonexistent/url"));
+    assert_error_line(err, "/nonexistent/url");
+    config_free(&cfg);
+}
+
+static void test_database_url_file_precedence(void **state)
+{
+    char path[64], conf[64], both[64];
+    Config cfg;
+    char err[512];
+    write_temp(path, "postgresql://from-file/db\n");
+
+    /* a flag beats the environment, whichever of the two spellings each uses */
+    setenv("DATABASE_URL", "postgresql://from-env/db", 1);
+    assert_true(LOAD(&cfg, err, "migrate", "--database-url-file", path));
+    assert_string_equal(cfg.database_url, "postgresql://from-file/db");
+    config_free(&cfg);
+    unsetenv("DATABASE_URL");
+
+    setenv("DATABASE_URL_FILE", path, 1);
+    assert_true(LOAD(&cfg, err, "migrate", "--database-url", "postgresql://from-flag/db"));
+    assert_string_equal(cfg.database_url, "postgresql://from-flag/db");
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "migrate"));
+    assert_string_equal(cfg.database_url, "postgresql://from-file/db");
+    config_free(&cfg);
+    unsetenv("DATABASE_URL_FILE");
+
+    /* the environment beats the config file */
+    char text[160];
+    snprintf(text, sizeof(text), "{\"database-url-file\": \"%s\"}", path);
+    write_temp(conf, text);
+    setenv("DATABASE_URL", "postgresql://from-env/db", 1);
+    assert_true(LOAD(&cfg, err, "migrate", "--config", conf));
+    assert_string_equal(cfg.database_url, "postgresql://from-env/db");
+    config_free(&cfg);
+    unsetenv("DATABASE_URL");
+
+    /* both from the same source is a mistake */
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url=postgresql://x/db",
+                      "--database-url-file", path));
+    assert_string_equal(err, "database-url and database-url-file are both set by flags: use one");
+    config_free(&cfg);
+    snprintf(text, sizeof(text), "{\"database-url-file\": \"%s\", \"database-url\": \"x\"}", path);
+    write_temp(both, text);
+    assert_false(LOAD(&cfg, err, "migrate", "--config", both));
+    assert_error_line(err, "both set by the config file");
+    config_free(&cfg);
+}
+
+static void test_kafka_file(void **state)
+{
+    char props[64], conf[64];
+    Config cfg;
+    char err[512];
+    write_temp(props, "# SASL\n"
+                      "  sasl.username = relay\r\n"
+                      "sasl.password=p=w d \n"
+                      "\n"
+                      "   # indented comment\n"
+                      "linger.ms=5");
+    write_temp(conf, "{\"kafka\": {\"acks\": \"all\", \"linger.ms\": \"1\"}}");
+    assert_true(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k", "--config", conf,
+                     "--kafka", "linger.ms=9", "--kafka-file", props));
+    /* config file entries, then the file's lines, then the flags */
+    const char *want[][2] = {{"acks", "all"},
+                             {"linger.ms", "1"},
+                             {"sasl.username", "relay"},
+                             {"sasl.password", "p=w d "},
+                             {"linger.ms", "5"},
+                             {"linger.ms", "9"}};
+    assert_int_equal(cfg.kafka_len, sizeof(want) / sizeof(want[0]));
+    for (size_t i = 0; i < cfg.kafka_len; i++) {
+        assert_string_equal(cfg.kafka[i].key, want[i][0]);
+        assert_string_equal(cfg.kafka[i].value, want[i][1]);
+    }
+    config_free(&cfg);
+
+    write_temp(props, "linger.ms=5\n\nsasl.password: s3cret-value\n");
+    assert_false(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k", "--kafka-file", props));
+    assert_error_line(err, "line 3: expected KEY=VALUE");
+    assert_null(strstr(err, "s3cret"));
+    config_free(&cfg);
+
+    write_temp(props, " = value\n");
+    assert_false(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k", "--kafka-file", props));
+    assert_error_line(err, "line 1");
+    config_free(&cfg);
+}
+
+static void test_error_json_does_not_echo_values(void **state)
+{
+    /* jansson quotes the text "near" a syntax error: inside a string, part of a password. */
+    char path[64];
+    write_temp(path, "{\"database-url\": \"postgresql://u:s3cret-value\\q@h/db\"}");
+    Config cfg;
+    char err[512];
+    assert_false(LOAD(&cfg, err, "migrate", "--config", path));
+    assert_error_line(err, "line 1 column");
+    assert_null(strstr(err, "s3cret"));
+    config_free(&cfg);
+}
+
+/* ---- reload ------------------------------------------------------------------------------- */
+
+typedef struct Seen {
+    char names[512];
+} Seen;
+
+static void record_change(const char *option, bool reloadable, void *arg)
+{
+    Seen *seen = arg;
+    size_t len = strlen(seen->names);
+    snprintf(seen->names + len, sizeof(seen->names) - len, "%s%s%s", len ? "," : "", option,
+             reloadable ? "" : "(restart)");
+}
+
+static void test_reload_diff_and_apply(void **state)
+{
+    Config running, fresh;
+    char err[256];
+    assert_true(LOAD(&running, err, "run", "--database-url=postgresql://a/db", "--brokers=k",
+                     "--batch-size=10", "--topic-template=t.{aggregate_type}", "--kafka=acks=all"));
+    assert_true(LOAD(&fresh, err, "run", "--database-url=postgresql://b/db", "--brokers=k",
+                     "--batch-size=20", "--log-level=debug", "--retention=1h",
+                     "--topic-template=u.{aggregate_type}", "--kafka=acks=-1"));
+    Seen seen = {""};
+    config_diff(&running, &fresh, record_change, &seen);
+    assert_string_equal(seen.names, "database-url(restart),batch-size,topic-template(restart),"
+                                    "kafka(restart),log-level,retention");
+
+    config_apply_reloadable(&running, &fresh);
+    assert_int_equal(running.batch_size, 20);
+    assert_int_equal(running.log_level, LOG_DEBUG);
+    assert_int_equal(running.retention_s, 3600);
+    assert_string_equal(running.database_url, "postgresql://a/db"); /* restart-only: kept */
+    assert_string_equal(running.topic_template, "t.{aggregate_type}");
+    assert_string_equal(running.kafka[0].value, "all");
+
+    Seen none = {""};
+    config_diff(&running, &running, record_change, &none);
+    assert_string_equal(none.names, "");
+    config_free(&running);
+    config_free(&fresh);
+}
+
+static void test_reloadable_options(void **state)
+{
+    const char *yes[] = {"log-level",    "batch-size",    "retention",         "delivery-timeout",
+                         "max-attempts", "retry-backoff", "retry-backoff-max", "shutdown-timeout"};
+    const char *no[] = {"database-url",  "database-url-file",  "brokers",          "kafka",
+                        "kafka-file",    "topic-template",     "on-poison",        "metrics-listen",
+                        "poll-interval", "rebalance-interval", "dead-letter-topic"};
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+        if (!config_option_reloadable(yes[i]))
+            fail_msg("%s should be reloadable", yes[i]);
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+        if (config_option_reloadable(no[i]))
+            fail_msg("%s should need a restart", no[i]);
 }
 
 static void test_error_missing_database_url(void **state)
@@ -680,6 +940,13 @@ static void test_print_help(void **state)
                              "[default 1000]",
                              "[default outbox.event.{aggregate_type}]",
                              "--kafka KEY=VALUE",
+                             "--metrics-listen HOST:PORT",
+                             "--retention DURATION",
+                             "--database-url-file PATH",
+                             "--kafka-file PATH",
+                             "[default 1000] [SIGHUP]",
+                             "status",
+                             "purge-dead",
                              "migrate"};
     for (size_t i = 0; i < sizeof(needles) / sizeof(needles[0]); i++)
         if (!strstr(text, needles[i]))
@@ -733,6 +1000,15 @@ int main(void)
         T(test_error_fits_small_buffer),
         T(test_config_free_zeroed),
         T(test_print_help),
+        T(test_parse_duration),
+        T(test_retention_option),
+        T(test_purge_dead_and_status_commands),
+        T(test_database_url_file),
+        T(test_database_url_file_precedence),
+        T(test_kafka_file),
+        T(test_error_json_does_not_echo_values),
+        T(test_reload_diff_and_apply),
+        T(test_reloadable_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,15 @@
+-- Retention (`--retention`) deletes sent rows older than a cutoff, a thousand at a time:
+--   DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE sent_at < $cutoff LIMIT 1000 ...)
+-- Without an index on sent_at each of those statements would scan the table. The index covers
+-- sent rows only; `outbox-relay status` uses it too (rows sent in the last minute).
+--
+-- Cost: marking a row sent now also inserts into this index (the UPDATE was never a HOT update,
+-- as sent_at is in the unsent index's predicate). Retention keeps both the table and the index
+-- small.
+--
+-- On a large existing outbox, CREATE INDEX blocks inserts while it builds. Build it beforehand
+-- without blocking, then run migrate (which then finds it and only records this file):
+--   CREATE INDEX CONCURRENTLY IF NOT EXISTS outbox_sent_at_idx ON outbox (sent_at)
+--       WHERE sent_at IS NOT NULL;
+-- (A concurrent build that was interrupted leaves an invalid index behind: drop it and retry.)
+CREATE INDEX IF NOT EXISTS outbox_sent_at_idx ON outbox (sent_at) WHERE sent_at IS NOT NULL;

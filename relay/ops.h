@@ -1,0 +1,27 @@
+/* ops: the operations side of `run`, beside the relay cycle on the same loop — the metrics and
+ * health endpoints (--metrics-listen), the upkeep connection (backlog gauges, --retention) and
+ * configuration reload on SIGHUP. */
+#ifndef OUTBOX_OPS_H
+#define OUTBOX_OPS_H
+
+#include <ev.h>
+
+#include "config.h"
+#include "relay.h"
+
+typedef struct Ops Ops;
+
+/* Binds the metrics address (if any), before anything else starts, so that a taken port is the
+ * only thing reported. cfg is the running configuration: SIGHUP updates its reloadable options
+ * in place (re-reading argv, the environment and the config file). Returns NULL with one line in
+ * err when the address cannot be bound. */
+Ops *ops_new(struct ev_loop *loop, Config *cfg, int argc, char **argv, char *err, size_t errlen);
+
+/* Starts the rest for relay: the upkeep connection and the SIGHUP handler. Requests are answered
+ * once the loop runs. */
+void ops_start(Ops *ops, Relay *relay);
+
+/* Stops everything; call before relay_free. NULL is fine. */
+void ops_free(Ops *ops);
+
+#endif

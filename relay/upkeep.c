@@ -1,0 +1,224 @@
+#include "upkeep.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "pg.h"
+
+/* Bounds every statement of this session: a backlog count over a huge table, say, gives up and
+ * is retried at the next interval instead of piling up. */
+static const char *const SQL_SETUP = "SET statement_timeout = '30s'";
+static const char *const SQL_APPNAME = "SET application_name = 'outbox-relay upkeep'";
+
+/* One pass over the unsent rows (their partial index keeps it away from the sent ones). */
+static const char *const SQL_BACKLOG =
+    "SELECT count(*) FILTER (WHERE dead_at IS NULL), count(*) FILTER (WHERE dead_at IS NOT NULL),"
+    " extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL))::float8"
+    " FROM outbox WHERE sent_at IS NULL";
+
+/* Sent rows only (dead-lettered rows have no sent_at and stay until requeued or purged), through
+ * the index on sent_at of migrations/0005. Rows another relay is deleting right now are skipped,
+ * not waited for. */
+#define STR2(x) #x
+#define STR(x) STR2(x)
+static const char *const SQL_RETENTION =
+    "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox"
+    " WHERE sent_at < now() - make_interval(secs => $1::float8)"
+    " LIMIT " STR(RETENTION_BATCH) " FOR UPDATE SKIP LOCKED)";
+
+struct Upkeep {
+    struct ev_loop *loop;
+    const Config *cfg;
+    bool gauges;
+    long retention_s; /* the value the timer runs with */
+    PgConn *pg;
+    bool ready; /* connected and session set up */
+    ev_timer gauge_timer, retention_timer;
+    bool gauge_due, retention_due;
+    bool sweeping;        /* the last delete was full: more to go */
+    long long swept;      /* rows deleted by the current sweep */
+    char last_error[256]; /* "" while the queries work */
+};
+
+static void kick(Upkeep *u);
+
+double upkeep_retention_interval(long retention_s)
+{
+    double s = (double)retention_s / 4.0;
+    return s < 1.0 ? 1.0 : s > 60.0 ? 60.0 : s;
+}
+
+/* One warn line per new error; repeats at debug level; one info line when it clears. */
+static void note_result(Upkeep *u, const char *task, const char *error)
+{
+    char q[512];
+    if (!error) {
+        if (u->last_error[0])
+            log_info("upkeep queries work again", "task=%s", task);
+        u->last_error[0] = '\0';
+        return;
+    }
+    LogLevel level = strcmp(error, u->last_error) == 0 ? LOG_DEBUG : LOG_WARN;
+    log_write(level, "upkeep query failed; retrying at the next interval", "task=%s error=%s", task,
+              log_quote(error, q, sizeof(q)));
+    snprintf(u->last_error, sizeof(u->last_error), "%s", error);
+}
+
+static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Upkeep *u = arg;
+    if (!results)
+        return; /* connection lost: on_state takes over */
+    u->gauge_due = false;
+    if (!error && n == 1 && PQntuples(results[0]) == 1) {
+        PGresult *r = results[0];
+        metrics_set_backlog(strtoll(PQgetvalue(r, 0, 0), NULL, 10),
+                            strtoll(PQgetvalue(r, 0, 1), NULL, 10),
+                            PQgetisnull(r, 0, 2) ? -1.0 : strtod(PQgetvalue(r, 0, 2), NULL));
+    }
+    note_result(u, "backlog", error ? error : n == 1 ? NULL : "unexpected result");
+    kick(u);
+}
+
+static void on_deleted(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Upkeep *u = arg;
+    if (!results)
+        return;
+    u->retention_due = false;
+    long long deleted = error || n != 1 ? 0 : strtoll(PQcmdTuples(results[0]), NULL, 10);
+    metrics_retention_deleted(deleted);
+    u->swept += deleted;
+    u->sweeping = !error && deleted >= RETENTION_BATCH;
+    if (!u->sweeping) {
+        log_debug("retention sweep done", "deleted=%lld retention_s=%ld", u->swept, u->retention_s);
+        u->swept = 0;
+    }
+    note_result(u, "retention", error);
+    kick(u);
+}
+
+/* Sends the next due query when the connection is free: the gauges first (cheap, and a long
+ * sweep must not starve them), then the next retention batch. */
+static void kick(Upkeep *u)
+{
+    if (!u->pg || !u->ready || !pg_conn_idle(u->pg))
+        return;
+    if (u->gauge_due && u->gauges) {
+        PgQuery q = {SQL_BACKLOG, 0, NULL};
+        if (!pg_conn_send(u->pg, &q, 1, on_backlog, u))
+            u->gauge_due = false;
+        return;
+    }
+    if ((u->retention_due || u->sweeping) && u->retention_s > 0) {
+        char secs[32];
+        snprintf(secs, sizeof(secs), "%ld", u->retention_s);
+        const char *params[1] = {secs};
+        PgQuery q = {SQL_RETENTION, 1, params};
+        if (!pg_conn_send(u->pg, &q, 1, on_deleted, u))
+            u->retention_due = u->sweeping = false;
+    }
+}
+
+static void on_setup(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Upkeep *u = arg;
+    if (!results)
+        return;
+    if (error) {
+        note_result(u, "setup", error);
+        pg_conn_reset(pg, "upkeep session setup failed");
+        return;
+    }
+    u->ready = true;
+    u->gauge_due = u->gauges;
+    u->retention_due = u->retention_s > 0;
+    kick(u);
+}
+
+static void on_state(PgConn *pg, bool up, const char *reason, void *arg)
+{
+    Upkeep *u = arg;
+    u->ready = false;
+    u->sweeping = false;
+    u->swept = 0;
+    if (!up)
+        return;
+    PgQuery q[2] = {{SQL_SETUP, 0, NULL}, {SQL_APPNAME, 0, NULL}};
+    if (!pg_conn_send(pg, q, 2, on_setup, u))
+        pg_conn_reset(pg, "upkeep connection busy at setup");
+}
+
+static void on_notify(PgConn *pg, const char *channel, void *arg) {}
+
+static void on_gauge_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Upkeep *u = w->data;
+    u->gauge_due = true;
+    kick(u);
+}
+
+static void on_retention_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Upkeep *u = w->data;
+    u->retention_due = true;
+    kick(u);
+}
+
+void upkeep_reconfigure(Upkeep *u)
+{
+    long retention = u->cfg->retention_s;
+    if (retention != u->retention_s) {
+        ev_timer_stop(u->loop, &u->retention_timer);
+        u->retention_s = retention;
+        u->sweeping = false;
+        u->swept = 0;
+        if (retention > 0) {
+            u->retention_timer.repeat = upkeep_retention_interval(retention);
+            ev_timer_again(u->loop, &u->retention_timer);
+            u->retention_due = true;
+        }
+    }
+    bool needed = u->gauges || u->retention_s > 0;
+    if (needed && !u->pg) {
+        u->pg = pg_conn_new_named(u->loop, u->cfg->database_url, "upkeep", on_state, on_notify, u);
+    } else if (!needed && u->pg) {
+        pg_conn_free(u->pg);
+        u->pg = NULL;
+        u->ready = false;
+    }
+    kick(u);
+}
+
+Upkeep *upkeep_new(struct ev_loop *loop, const Config *cfg, bool gauges)
+{
+    Upkeep *u = calloc(1, sizeof(*u));
+    if (!u)
+        return NULL;
+    u->loop = loop;
+    u->cfg = cfg;
+    u->gauges = gauges;
+    ev_init(&u->gauge_timer, on_gauge_timer);
+    u->gauge_timer.data = u;
+    ev_init(&u->retention_timer, on_retention_timer);
+    u->retention_timer.data = u;
+    if (gauges) {
+        u->gauge_timer.repeat = UPKEEP_GAUGE_INTERVAL_S;
+        ev_timer_again(loop, &u->gauge_timer);
+    }
+    upkeep_reconfigure(u);
+    return u;
+}
+
+void upkeep_free(Upkeep *u)
+{
+    if (!u)
+        return;
+    ev_timer_stop(u->loop, &u->gauge_timer);
+    ev_timer_stop(u->loop, &u->retention_timer);
+    pg_conn_free(u->pg);
+    free(u);
+}

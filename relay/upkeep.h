@@ -1,0 +1,38 @@
+/* upkeep: periodic database work beside the relay — refreshing the backlog gauges every 5 s and
+ * deleting sent rows older than --retention — on a second non-blocking PostgreSQL connection.
+ *
+ * Why a connection of its own: the relay's connection claims again straight after each batch
+ * while there is work, so queries interleaved on it would delay claims exactly when the relay is
+ * busiest, and anything sent on it must never end up inside a claim transaction. A second
+ * session keeps both apart at the cost of one more server connection (only while the metrics
+ * endpoint or retention is on). Every statement runs in its own short transaction: retention
+ * deletes at most RETENTION_BATCH rows per statement, one statement after another until a sweep
+ * finds no more, and never waits on another relay's sweep (SKIP LOCKED). */
+#ifndef OUTBOX_UPKEEP_H
+#define OUTBOX_UPKEEP_H
+
+#include <ev.h>
+#include <stdbool.h>
+
+#include "config.h"
+
+#define UPKEEP_GAUGE_INTERVAL_S 5.0
+#define RETENTION_BATCH 1000
+
+typedef struct Upkeep Upkeep;
+
+/* Starts what cfg asks for: the backlog gauges when `gauges`, retention when cfg->retention_s >
+ * 0; connects only when either is on. cfg must outlive the upkeep; its database URL is copied. */
+Upkeep *upkeep_new(struct ev_loop *loop, const Config *cfg, bool gauges);
+
+/* Picks up a changed cfg->retention_s (after SIGHUP): starts, stops or re-times retention, and
+ * opens or closes the connection as needed. */
+void upkeep_reconfigure(Upkeep *u);
+
+void upkeep_free(Upkeep *u);
+
+/* Seconds between retention sweeps for a retention of retention_s: a quarter of it, within
+ * 1-60 s, so rows go at most about 25 % (and a minute) past their time. */
+double upkeep_retention_interval(long retention_s);
+
+#endif

@@ -1,0 +1,257 @@
+/* Unit tests for metrics.c (counters, histogram, gauges, the text format) and for the two small
+ * parsers behind the ops endpoints: kafka_stats (broker states) and http_parse_listen. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http.h"
+#include "kafka_stats.h"
+#include "metrics.h"
+#include "upkeep.h"
+
+static int reset(void **state)
+{
+    metrics_reset();
+    return 0;
+}
+
+/* Renders with the given live state; caller frees. */
+static char *render(MetricsLive live)
+{
+    StrBuf out = {0};
+    metrics_render(&out, &live);
+    return out.s;
+}
+
+static void assert_line(const char *text, const char *line)
+{
+    char want[512];
+    snprintf(want, sizeof(want), "\n%s\n", line);
+    if (!strstr(text, want))
+        fail_msg("no line \"%s\" in:\n%s", line, text);
+}
+
+static void test_counters(void **state)
+{
+    metrics_event_published("outbox.event.order", 0.2);
+    metrics_event_published("outbox.event.order", -1); /* latency unknown: counted, not observed */
+    metrics_event_published("outbox.event.invoice", 3.0);
+    metrics_failure(false);
+    metrics_failure(true);
+    metrics_failure(true);
+    metrics_dead_lettered();
+    metrics_batch_committed();
+    metrics_batch_committed();
+    metrics_retention_deleted(1000);
+    metrics_retention_deleted(-5); /* ignored */
+    char *t = render((MetricsLive){true, false, 32, 2});
+    assert_line(t, "outbox_events_published_total{topic=\"outbox.event.order\"} 2");
+    assert_line(t, "outbox_events_published_total{topic=\"outbox.event.invoice\"} 1");
+    assert_line(t, "outbox_failures_total{class=\"transient\"} 1");
+    assert_line(t, "outbox_failures_total{class=\"permanent\"} 2");
+    assert_line(t, "outbox_events_dead_lettered_total 1");
+    assert_line(t, "outbox_batches_total 2");
+    assert_line(t, "outbox_retention_deleted_rows_total 1000");
+    assert_line(t, "outbox_postgres_up 1");
+    assert_line(t, "outbox_kafka_up 0");
+    assert_line(t, "outbox_lanes_owned 32");
+    assert_line(t, "outbox_relays 2");
+    assert_line(t, "# TYPE outbox_events_published_total counter");
+    /* topics sorted by name */
+    assert_true(strstr(t, "outbox.event.invoice") < strstr(t, "outbox.event.order"));
+    free(t);
+}
+
+static void test_histogram(void **state)
+{
+    metrics_event_published("t", 0.004);  /* le 0.005 */
+    metrics_event_published("t", 0.005);  /* le 0.005: bounds are inclusive */
+    metrics_event_published("t", 0.3);    /* le 0.5 */
+    metrics_event_published("t", 7200.0); /* beyond the last bound: +Inf only */
+    char *t = render((MetricsLive){0});
+    assert_line(t, "# TYPE outbox_created_to_ack_seconds histogram");
+    assert_line(t, "outbox_created_to_ack_seconds_bucket{le=\"0.005\"} 2");
+    assert_line(t, "outbox_created_to_ack_seconds_bucket{le=\"0.25\"} 2");
+    assert_line(t, "outbox_created_to_ack_seconds_bucket{le=\"0.5\"} 3");
+    assert_line(t, "outbox_created_to_ack_seconds_bucket{le=\"3600\"} 3");
+    assert_line(t, "outbox_created_to_ack_seconds_bucket{le=\"+Inf\"} 4");
+    assert_line(t, "outbox_created_to_ack_seconds_count 4");
+    assert_line(t, "outbox_created_to_ack_seconds_sum 7200.309000");
+    free(t);
+}
+
+static void test_backlog_gauges(void **state)
+{
+    char *t = render((MetricsLive){0});
+    assert_null(strstr(t, "outbox_backlog_rows")); /* not before the first refresh */
+    free(t);
+    metrics_set_backlog(40, 3, 12.5);
+    t = render((MetricsLive){0});
+    assert_line(t, "outbox_backlog_rows 40");
+    assert_line(t, "outbox_dead_letter_rows 3");
+    assert_line(t, "outbox_oldest_unsent_age_seconds 12.500");
+    free(t);
+    metrics_set_backlog(0, 0, -1);
+    t = render((MetricsLive){0});
+    assert_line(t, "outbox_oldest_unsent_age_seconds 0.000");
+    free(t);
+}
+
+static void test_topic_cap(void **state)
+{
+    char topic[32];
+    for (int i = 0; i < METRICS_MAX_TOPICS + 5; i++) {
+        snprintf(topic, sizeof(topic), "topic-%04d", i);
+        metrics_event_published(topic, -1);
+        metrics_event_published(topic, -1);
+    }
+    char *t = render((MetricsLive){0});
+    assert_line(t, "outbox_events_published_total{topic=\"topic-0000\"} 2");
+    assert_line(t, "outbox_events_published_total{topic=\"topic-0999\"} 2");
+    assert_null(strstr(t, "topic-1000"));
+    assert_line(t, "outbox_events_published_total{topic=\"_other\"} 10");
+    free(t);
+}
+
+static void test_label_escaping(void **state)
+{
+    metrics_event_published("a\"b\\c\nd", -1);
+    char *t = render((MetricsLive){0});
+    assert_line(t, "outbox_events_published_total{topic=\"a\\\"b\\\\c\\nd\"} 1");
+    free(t);
+}
+
+static void test_row_acked(void **state)
+{
+    Batch b;
+    assert_true(batch_init(&b, 4));
+    BatchRow *br = &b.rows[0];
+    br->row.aggregate_type = "order";
+    br->row.aggregate_id = "o-1";
+    br->row.event_type = "Created";
+    br->age_s = 1.5; /* 1.5 s old when claimed */
+    b.claimed_at = 100.0;
+    metrics_row_acked("ev.{aggregate_type}", &b, br, 100.25); /* acked 0.25 s later */
+    br->dead_letter = true; /* a dead-letter copy is not an event published */
+    metrics_row_acked("ev.{aggregate_type}", &b, br, 100.5);
+    char *t = render((MetricsLive){0});
+    assert_line(t, "outbox_events_published_total{topic=\"ev.order\"} 1");
+    assert_line(t, "outbox_created_to_ack_seconds_sum 1.750000");
+    assert_line(t, "outbox_created_to_ack_seconds_bucket{le=\"2.5\"} 1");
+    free(t);
+    batch_free(&b);
+}
+
+static void test_every_sample_has_help_and_type(void **state)
+{
+    metrics_event_published("t", 1);
+    metrics_set_backlog(1, 1, 1);
+    char *t = render((MetricsLive){true, true, 64, 1});
+    for (char *line = strtok(t, "\n"); line; line = strtok(NULL, "\n")) {
+        if (line[0] == '#')
+            continue;
+        char name[128];
+        assert_int_equal(sscanf(line, "%127[a-z_]", name), 1);
+        assert_true(strncmp(name, "outbox_", 7) == 0);
+        char *suffix = strstr(name, "_bucket");
+        if (!suffix)
+            suffix = strstr(name, "_sum");
+        if (!suffix)
+            suffix = strstr(name, "_count");
+        if (suffix && strncmp(name, "outbox_created_to_ack_seconds", 29) == 0)
+            *suffix = '\0';
+        /* HELP and TYPE lines come earlier in the text; search a fresh render */
+        char *all = render((MetricsLive){true, true, 64, 1});
+        char help[160], type[160];
+        snprintf(help, sizeof(help), "# HELP %s ", name);
+        snprintf(type, sizeof(type), "# TYPE %s ", name);
+        if (!strstr(all, help) || !strstr(all, type))
+            fail_msg("%s lacks HELP or TYPE", name);
+        free(all);
+    }
+    free(t);
+}
+
+/* ---- kafka_stats ---------------------------------------------------------------------------- */
+
+static void test_kafka_stats(void **state)
+{
+    const char *up = "{\"name\":\"p\",\"brokers\":{"
+                     "\"h:1/1\":{\"nodeid\":1,\"state\":\"INIT\"},"
+                     "\"h:2/2\":{\"nodeid\":2,\"state\":\"UP\"}}}";
+    const char *down = "{\"brokers\":{\"h:1/1\":{\"state\":\"CONNECT\"},"
+                       "\"h:2/2\":{\"state\":\"DOWN\"}}}";
+    assert_int_equal(kafka_stats_brokers_up(up, strlen(up)), 1);
+    assert_int_equal(kafka_stats_brokers_up(down, strlen(down)), 0);
+    assert_int_equal(kafka_stats_brokers_up("{\"brokers\":{}}", 14), 0);
+    assert_int_equal(kafka_stats_brokers_up("{}", 2), -1);
+    assert_int_equal(kafka_stats_brokers_up("not json", 8), -1);
+}
+
+/* ---- http_parse_listen ---------------------------------------------------------------------- */
+
+static void test_parse_listen(void **state)
+{
+    char host[64], port[16], err[256];
+    assert_true(http_parse_listen("127.0.0.1:9187", host, sizeof(host), port, sizeof(port), err,
+                                  sizeof(err)));
+    assert_string_equal(host, "127.0.0.1");
+    assert_string_equal(port, "9187");
+    assert_true(
+        http_parse_listen("[::1]:0", host, sizeof(host), port, sizeof(port), err, sizeof(err)));
+    assert_string_equal(host, "::1");
+    assert_string_equal(port, "0");
+    assert_true(http_parse_listen("localhost:80", host, sizeof(host), port, sizeof(port), err,
+                                  sizeof(err)));
+    const char *bad[] = {"",
+                         "9187",
+                         ":9187",
+                         "127.0.0.1:",
+                         "127.0.0.1:65536",
+                         "127.0.0.1:-1",
+                         "127.0.0.1:http",
+                         "::1:9187",
+                         "[::1]9187",
+                         "[::1",
+                         "h:+80",
+                         "h:80x"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        if (http_parse_listen(bad[i], host, sizeof(host), port, sizeof(port), err, sizeof(err)))
+            fail_msg("\"%s\" accepted", bad[i]);
+        assert_non_null(strstr(err, "--metrics-listen"));
+    }
+}
+
+/* ---- upkeep_retention_interval ------------------------------------------------------------- */
+
+static void test_retention_interval(void **state)
+{
+    assert_true(upkeep_retention_interval(3) == 1.0);          /* at least 1 s */
+    assert_true(upkeep_retention_interval(120) == 30.0);       /* a quarter */
+    assert_true(upkeep_retention_interval(72 * 3600) == 60.0); /* at most a minute */
+}
+
+int main(void)
+{
+#define T(f) cmocka_unit_test_setup_teardown(f, reset, reset)
+    const struct CMUnitTest tests[] = {
+        T(test_counters),
+        T(test_histogram),
+        T(test_backlog_gauges),
+        T(test_topic_cap),
+        T(test_label_escaping),
+        T(test_row_acked),
+        T(test_every_sample_has_help_and_type),
+        T(test_kafka_stats),
+        T(test_parse_listen),
+        T(test_retention_interval),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
