@@ -1,5 +1,6 @@
 # outbox-relay build. `make` builds bin/outbox-relay; `make test` builds the normal and the
-# sanitizer (ASan + UBSan) variants and runs every test against the sanitizer build.
+# sanitizer (ASan + UBSan) variants and runs every test against the sanitizer build; `make bench`
+# runs the benchmark (bench/bench.sh, not part of `make test`) against the normal build.
 
 CC       ?= cc
 PKGS     := libpq rdkafka jansson
@@ -28,7 +29,7 @@ ASAN_LIB_OBJ := $(patsubst relay/%.c,bin/asan/obj/%.o,$(LIB_SRC)) bin/asan/obj/m
 UNIT_BIN := $(patsubst tests/unit/%.c,bin/asan/%,$(UNIT_SRC))
 TOOL_BIN := $(patsubst tests/tools/%.c,bin/%,$(TOOL_SRC))
 
-.PHONY: all asan tools test unit deps check-deps format format-check clean quickstart
+.PHONY: all asan tools test unit bench deps check-deps format format-check clean quickstart
 
 all: bin/outbox-relay
 
@@ -79,6 +80,14 @@ unit: $(UNIT_BIN)
 test: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN)
 	@sh tests/run.sh
 
+# The benchmark: throughput, latency, producer cost and memory of the non-sanitizer build, on a
+# throwaway PostgreSQL and the project's broker. Sizes and durations: see bench/bench.sh.
+bin/naive-relay: bench/naive_relay.c | bin/.deps-ok
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $< $(DEP_LIBS) -o $@
+
+bench: bin/outbox-relay $(TOOL_BIN) bin/naive-relay
+	@bash bench/bench.sh
+
 # The relay end to end on a throwaway PostgreSQL and the project's broker.
 quickstart: bin/outbox-relay $(TOOL_BIN)
 	@bash scripts/quickstart.sh
@@ -87,10 +96,10 @@ deps:
 	sh tools/install-deps.sh
 
 format:
-	clang-format -i relay/*.[ch] tests/unit/*.c tests/tools/*.c
+	clang-format -i relay/*.[ch] tests/unit/*.c tests/tools/*.c bench/*.c
 
 format-check:
-	clang-format --dry-run --Werror relay/*.[ch] tests/unit/*.c tests/tools/*.c
+	clang-format --dry-run --Werror relay/*.[ch] tests/unit/*.c tests/tools/*.c bench/*.c
 
 clean:
 	rm -rf bin
