@@ -25,6 +25,8 @@
 #   BENCH_BROKERS=3 BENCH_PARTITIONS=6          mock cluster and topic
 #   BENCH_SHARED_BUFFERS=1GB  BENCH_PG_CONF="..." (extra postgresql.conf lines)
 #   BENCH_POLL_MS=50               drain completion polling
+#   BENCH_REPEAT=1                 rounds of drains; above 1, each rate is the median of its
+#                                  rounds (and its min–max is shown)
 #   BENCH_PARTS="drain latency producers"   which measurements to run
 #   BENCH_QUICK=1                  smoke run: small sizes, short durations
 #   BENCH_OUT=FILE                 where the report goes
@@ -61,6 +63,11 @@ BROKERS_N=${BENCH_BROKERS:-3}
 PARTITIONS=${BENCH_PARTITIONS:-6}
 SHARED_BUFFERS=${BENCH_SHARED_BUFFERS:-1GB}
 POLL_MS=${BENCH_POLL_MS:-50}
+REPEAT=${BENCH_REPEAT:-1}
+[[ $REPEAT =~ ^[1-9][0-9]*$ ]] || {
+    echo "bench: BENCH_REPEAT must be a positive integer" >&2
+    exit 2
+}
 PARTS=" ${BENCH_PARTS:-drain latency producers} "
 TOPIC=outbox.event.order
 BOUND_BATCH=1000 # rows per statement of the PostgreSQL-only bound (bench/claim_*.sql)
@@ -445,6 +452,7 @@ drain() {
     R_RSS50[$key]=$(rss_at "$dur" 0.5)
     R_RSSEND[$key]=$(rss_at "$dur" 1)
     log_problems "drain $key" "$log"
+    R_ALL[$key]+="${R_RATE[$key]} "
     say "drain $key: $(commas "${R_RATE[$key]}") events/s, ${R_SECS[$key]} s, start-up ${R_START[$key]} s, first row sent at ${R_FIRST[$key]} s, CPU ${cpu} s, VmHWM $(mb "$hwm") MB"
 }
 
@@ -468,6 +476,23 @@ bound() {
         R_RATE[$key]=- R_SECS[$key]=-
     fi
     say "bound $key: $(commas "${R_RATE[$key]}") rows/s"
+    R_ALL[$key]+="${R_RATE[$key]} "
+}
+
+# take_medians: with several rounds, each drain rate becomes the median of its rounds (seconds
+# follow from it) and R_SPREAD keeps "min–max"; other columns are the last round's.
+take_medians() {
+    local key n
+    [ "$REPEAT" -gt 1 ] || return 0
+    for key in "${!R_ALL[@]}"; do
+        read -r R_RATE["$key"] R_SPREAD["$key"] < <(tr ' ' '\n' <<<"${R_ALL[$key]}" |
+            grep -E '^[0-9]+$' | sort -n | awk '{ v[NR] = $1 }
+                END { if (NR == 0) { print "- -"; exit }
+                      m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+                      printf "%.0f %d–%d\n", m, v[1], v[NR] }')
+        n=${key#*.}
+        R_SECS[$key]=$(calc "$n / ${R_RATE[$key]}")
+    done
 }
 
 # ---- latency ----------------------------------------------------------------------------------
@@ -599,7 +624,8 @@ producers() {
 
 PERF_PID=
 perf_start() {
-    perf record -e cpu-clock -F 499 -g -p "$1" -o "$T/perf.data" >"$T/perf.log" 2>&1 &
+    # A flat profile: the build has no frame pointers, so call graphs would be noise.
+    perf record -e cpu-clock -F 999 -p "$1" -o "$T/perf.data" >"$T/perf.log" 2>&1 &
     PERF_PID=$!
     _t_track "$PERF_PID"
 }
@@ -609,14 +635,19 @@ perf_stop() {
     wait "$PERF_PID" 2>/dev/null
     untrack "$PERF_PID"
     PERF_PID=
-    perf report -i "$T/perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null |
-        head -n 80 >"$BIN/bench-perf.txt"
+    {
+        echo "# relay CPU by shared object, then by symbol (perf report; libraries without"
+        echo "# debug symbols show addresses)"
+        perf report -i "$T/perf.data" --sort dso --stdio 2>/dev/null | grep -v -e '^#' -e '^$'
+        perf report -i "$T/perf.data" --sort dso,symbol --stdio 2>/dev/null |
+            grep -v -e '^#' -e '^$' | head -n 40
+    } >"$BIN/bench-perf.txt"
     note "CPU profile of the relay during the $PERF_KEY drain: bin/bench-perf.txt (perf, cpu-clock)"
 }
 
 # ---- the run ------------------------------------------------------------------------------
 
-declare -A R_RATE R_SECS R_HWM R_CPU R_RSS10 R_RSS50 R_RSSEND R_START R_FIRST R_NOTE
+declare -A R_RATE R_SECS R_HWM R_CPU R_RSS10 R_RSS50 R_RSSEND R_START R_FIRST R_NOTE R_ALL R_SPREAD
 declare -A L_TPS L_LAG L_INSERTED L_DUPS L_N L_P50 L_P99 L_MAX L_MISSING L_CPU P_TPS
 declare -A L_RP50 L_RP99 L_KP50 L_KP99
 NOTES=()
@@ -648,21 +679,27 @@ PAYLOAD_BYTES=$(psql_q "SELECT round(avg(length(payload::text))) FROM bench_seed
 open_poller
 
 # Drains. Per size: the PostgreSQL-only bounds, then the relay at default and tuned settings
-# (and the naive loop on its size), each from the same reset state.
-[[ $PARTS == *" drain "* ]] || SIZE_LIST=()
-for n in "${SIZE_LIST[@]}"; do
-    bound "update.$n" "$n" "$BENCH/claim_update.sql"
-    bound "delete.$n" "$n" "$BENCH/claim_delete.sql"
-    drain "default.$n" "$n" relay
-    [ ${#TUNED[@]} -gt 0 ] && drain "tuned.$n" "$n" relay "${TUNED[@]}"
-    [ "$n" = "$NAIVE_SIZE" ] && drain "naive.$n" "$n" naive
-done
-if [[ $PARTS == *" drain "* ]] && [[ " $SIZES " != *" $NAIVE_SIZE "* ]]; then
-    bound "update.$NAIVE_SIZE" "$NAIVE_SIZE" "$BENCH/claim_update.sql"
-    drain "default.$NAIVE_SIZE" "$NAIVE_SIZE" relay
-    drain "naive.$NAIVE_SIZE" "$NAIVE_SIZE" naive
-    SIZE_LIST+=("$NAIVE_SIZE")
+# (and the naive loop on its size), each from the same reset state. With BENCH_REPEAT > 1 the
+# whole round repeats, so slow drift of the machine's load hits every row alike, and each rate
+# is the median of its rounds.
+if [[ $PARTS == *" drain "* ]]; then
+    [[ " $SIZES " == *" $NAIVE_SIZE "* ]] || SIZE_LIST+=("$NAIVE_SIZE")
+else
+    SIZE_LIST=()
 fi
+for ((round = 1; round <= REPEAT; round++)); do
+    [ "$REPEAT" -gt 1 ] && [ ${#SIZE_LIST[@]} -gt 0 ] && say "drain round $round of $REPEAT"
+    for n in "${SIZE_LIST[@]}"; do
+        main_size=0
+        [[ " $SIZES " == *" $n "* ]] && main_size=1
+        bound "update.$n" "$n" "$BENCH/claim_update.sql"
+        [ "$main_size" = 1 ] && bound "delete.$n" "$n" "$BENCH/claim_delete.sql"
+        drain "default.$n" "$n" relay
+        [ "$main_size" = 1 ] && [ ${#TUNED[@]} -gt 0 ] && drain "tuned.$n" "$n" relay "${TUNED[@]}"
+        [ "$n" = "$NAIVE_SIZE" ] && drain "naive.$n" "$n" naive
+    done
+done
+take_medians
 
 [[ $PARTS == *" latency "* ]] || RATES=
 for rate in $RATES; do
@@ -728,9 +765,13 @@ x_ratio() {
 }
 
 report_drain() {
-    local n key d bound naive
+    local n key d bound naive rate
     echo "## Drain: a backlog of N events, events/s"
     echo
+    if [ "$REPEAT" -gt 1 ]; then
+        echo "Median of $REPEAT rounds (min–max); the other columns are from the last round."
+        echo
+    fi
     echo "| backlog | what | events/s | seconds | × PG bound (UPDATE) | × naive | start-up s | first row sent s | CPU s | peak RSS (VmHWM) |"
     echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     for n in "${SIZE_LIST[@]}"; do
@@ -745,8 +786,9 @@ report_drain() {
             tuned) d="relay, tuned: \`$TUNED_LABEL\`" ;;
             naive) d="naive loop (100-row batches, one UPDATE per row)" ;;
             esac
-            printf '| %s | %s | %s | %s | %s |' "$(commas "$n")" "$d" \
-                "$(commas "${R_RATE[$key.$n]}")" "${R_SECS[$key.$n]}" \
+            rate=$(commas "${R_RATE[$key.$n]}")
+            [ -n "${R_SPREAD[$key.$n]:-}" ] && rate="$rate (${R_SPREAD[$key.$n]})"
+            printf '| %s | %s | %s | %s | %s |' "$(commas "$n")" "$d" "$rate" "${R_SECS[$key.$n]}" \
                 "$(x_ratio "$(ratio "${R_RATE[$key.$n]}" "$bound")")"
             if [ "$key" = update ] || [ "$key" = delete ]; then
                 echo " | | | | |"
@@ -868,8 +910,9 @@ report_method() {
   max_wal_size 8GB, checkpoint_timeout 30min${BENCH_PG_CONF:+, \`$BENCH_PG_CONF\`}; autovacuum on), migrated with
   \`outbox-relay migrate\`. A fresh mock Kafka cluster (bin/mock-broker: librdkafka's mock
   cluster, $BROKERS_N brokers, topic \`$TOPIC\` with $PARTITIONS partitions, acks from memory) for
-  every measurement. Everything shares this machine's $(nproc) CPUs: PostgreSQL, the broker, the
-  relay, pgbench and the consumer.
+  every measurement, run with --tcp-nodelay as real brokers are (without it, delayed ACKs add
+  about 40 ms to every produce round with several requests in flight). Everything shares this
+  machine's $(nproc) CPUs: PostgreSQL, the broker, the relay, pgbench and the consumer.
 - **Rows.** bench/seed.sql generates $(commas "$seed_rows") deterministic rows once: 1,000 aggregates
   round robin, a ${PAYLOAD_BYTES}-byte JSON payload and a traceparent header each. Before every drain
   the outbox is reset to the same state: TRUNCATE … RESTART IDENTITY, the first N seed rows
@@ -886,8 +929,10 @@ report_method() {
   to the relay's "lanes owned" log line). Completion is polled every ${POLL_MS} ms over one open
   psql session: a primary-key lookup of row N, then one check of the whole partial index. The
   relay's own "stopped sent=N" log line is checked against N. "First row sent" is when the
-  same polls first saw row 1 marked (the end of the first batch, ± one poll). CPU s = user +
-  system time of the relay process (all threads) from /proc/PID/stat at the end.
+  same polls first saw row 1 marked (the end of the first batch, ± one poll); it shows
+  start-up stalls, such as librdkafka 2.0.2 asking for a topic's metadata only at its 1-second
+  topic scan when a producer first sends to it. CPU s = user + system time of the relay
+  process (all threads) from /proc/PID/stat at the end.
 - **Naive loop.** bin/naive-relay (bench/naive_relay.c), the seed's loop written plainly with
   blocking libpq and librdkafka: BEGIN; SELECT 100 unsent rows FOR UPDATE SKIP LOCKED; per row
   produce (same key, value and headers as the relay) and \`UPDATE … WHERE id = \$1\`; flush (wait
@@ -912,8 +957,9 @@ report_method() {
   "relay": a relay at default settings listens and drains during both runs, sharing the CPUs.
 - **Memory.** VmRSS sampled at every completion poll and VmHWM read from /proc/PID/status just
   before the relay is stopped.
-- **Noise.** One run of each measurement, no repetition: compare ratios, not absolute figures,
-  and only between runs on a quiet machine (see the load average above).
+- **Noise.** $([ "$REPEAT" -gt 1 ] && echo "Drains: $REPEAT interleaved rounds, medians; latency and producer runs once." || echo "One run of each measurement (BENCH_REPEAT=3 gives drain medians).") Compare
+  ratios, not absolute figures, and only between runs on a quiet machine (see the load average
+  above).
 EOF
 }
 

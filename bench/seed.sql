@@ -27,6 +27,6 @@ SELECT g AS n,
            'note', md5('note-' || g)) AS payload,
        jsonb_build_object('traceparent',
            '00-' || md5('trace-' || g) || '-' || left(md5('span-' || g), 16) || '-01') AS headers
-FROM generate_series(1, :rows) AS g;
+FROM generate_series(1::bigint, :rows) AS g;
 ALTER TABLE bench_seed ADD PRIMARY KEY (n);
 ANALYZE bench_seed;
