@@ -1,5 +1,6 @@
 # outbox-relay build. `make` builds bin/outbox-relay; `make test` builds the normal and the
-# sanitizer (ASan + UBSan) variants and runs every test against the sanitizer build.
+# sanitizer (ASan + UBSan) variants and runs every test against the sanitizer build; `make bench`
+# runs the benchmark (bench/bench.sh, not part of `make test`) against the normal build.
 
 CC       ?= cc
 PKGS     := libpq rdkafka jansson libmicrohttpd
@@ -51,7 +52,7 @@ DEMO_UNIT_BIN := $(patsubst tests/unit/%.c,bin/asan/%,$(DEMO_UNIT_SRC))
 DEMO_BIN := bin/producer-demo bin/consumer-demo
 DEMO_ASAN_BIN := bin/asan/producer-demo bin/asan/consumer-demo
 
-.PHONY: all asan tools test unit deps check-deps format format-check clean quickstart demos demo
+.PHONY: all asan tools test unit deps check-deps format format-check clean quickstart demos demo bench
 
 all: bin/outbox-relay $(DEMO_BIN)
 
@@ -147,6 +148,14 @@ test: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN) $(DEMO_UNIT
       $(DEMO_BIN) $(DEMO_ASAN_BIN)
 	@sh tests/run.sh
 
+# The benchmark: throughput, latency, producer cost and memory of the non-sanitizer build, on a
+# throwaway PostgreSQL and the project's broker. Sizes and durations: see bench/bench.sh.
+bin/naive-relay: bench/naive_relay.c | bin/.deps-ok
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $< $(DEP_LIBS) -o $@
+
+bench: bin/outbox-relay $(TOOL_BIN) bin/naive-relay
+	@bash bench/bench.sh
+
 # The relay end to end on a throwaway PostgreSQL and the project's broker.
 quickstart: bin/outbox-relay $(TOOL_BIN)
 	@bash scripts/quickstart.sh
@@ -158,10 +167,10 @@ FORMAT_SRC = relay/*.[ch] demo-common/*.[ch] producer-demo/*.[ch] consumer-demo/
              tests/unit/*.c tests/tools/*.c
 
 format:
-	clang-format -i $(FORMAT_SRC)
+	clang-format -i $(FORMAT_SRC) bench/*.c
 
 format-check:
-	clang-format --dry-run --Werror $(FORMAT_SRC)
+	clang-format --dry-run --Werror $(FORMAT_SRC) bench/*.c
 
 clean:
 	rm -rf bin

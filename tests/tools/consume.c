@@ -2,10 +2,16 @@
  * consume: reads topics back from Kafka for tests, one JSON object per message on stdout.
  *
  *   consume --brokers B --topic T [--topic T2]... [--count N] [--timeout-ms MS] [--idle-ms MS]
+ *           [--kafka KEY=VALUE]...
  *
  * Assigns every partition of the topics from the beginning (no consumer group, nothing
  * committed), so it can be run any number of times and always sees the whole log.
- * Output: {"topic","partition","offset","key","value","headers":{name:value},"header_list":[[n,v]]}
+ * --kafka sets a librdkafka consumer property after the defaults below (the benchmark sets
+ * fetch.wait.max.ms=1 for low latency).
+ * Output: {"topic","partition","offset","key","value","headers":{name:value},"header_list":[[n,v]],
+ * "timestamp_ms","received_us"}: the message's Kafka timestamp (the producer's CreateTime, ms;
+ * -1 if none) and the CLOCK_REALTIME microsecond at which the consumer handed the message over
+ * (for latency measurements on one machine).
  * Exit: 0 when --count messages were read, when --idle-ms passed without a new message, or at the
  * timeout without --count; 1 at the timeout with --count unmet; 2 on bad flags.
  */
@@ -22,6 +28,7 @@
 #include <librdkafka/rdkafka.h>
 
 #define MAX_TOPICS 32
+#define MAX_PROPS 32
 
 static int64_t now_ms(void)
 {
@@ -67,7 +74,14 @@ static json_t *bytes_json(const void *data, size_t len)
     return s ? s : json_null();
 }
 
-static void print_message(const rd_kafka_message_t *m)
+static int64_t realtime_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void print_message(const rd_kafka_message_t *m, int64_t received_us)
 {
     json_t *headers = json_object(), *list = json_array();
     rd_kafka_headers_t *hdrs;
@@ -88,6 +102,8 @@ static void print_message(const rd_kafka_message_t *m)
     json_object_set_new(obj, "value", bytes_json(m->payload, m->len));
     json_object_set_new(obj, "headers", headers);
     json_object_set_new(obj, "header_list", list);
+    json_object_set_new(obj, "timestamp_ms", json_integer(rd_kafka_message_timestamp(m, NULL)));
+    json_object_set_new(obj, "received_us", json_integer(received_us));
     char *line = json_dumps(obj, JSON_COMPACT);
     if (line)
         puts(line);
@@ -122,12 +138,17 @@ static bool find_partitions(rd_kafka_t *rk, const char **topics, int ntopics,
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"brokers", required_argument, NULL, 'b'}, {"topic", required_argument, NULL, 't'},
-        {"count", required_argument, NULL, 'n'},   {"timeout-ms", required_argument, NULL, 'T'},
-        {"idle-ms", required_argument, NULL, 'i'}, {NULL, 0, NULL, 0},
+        {"brokers", required_argument, NULL, 'b'},
+        {"topic", required_argument, NULL, 't'},
+        {"count", required_argument, NULL, 'n'},
+        {"timeout-ms", required_argument, NULL, 'T'},
+        {"idle-ms", required_argument, NULL, 'i'},
+        {"kafka", required_argument, NULL, 'k'},
+        {NULL, 0, NULL, 0},
     };
     const char *brokers = NULL, *topics[MAX_TOPICS];
-    int ntopics = 0, c;
+    char *props[MAX_PROPS];
+    int ntopics = 0, nprops = 0, c;
     long count = -1, timeout_ms = 10000, idle_ms = -1;
 
     opterr = 0;
@@ -149,6 +170,13 @@ int main(int argc, char **argv)
             break;
         case 'i':
             idle_ms = parse_long(optarg, 1, "--idle-ms must be a positive integer");
+            break;
+        case 'k':
+            if (nprops == MAX_PROPS)
+                usage_error("too many --kafka flags", NULL);
+            if (!strchr(optarg, '=') || optarg[0] == '=')
+                usage_error("--kafka must be KEY=VALUE", optarg);
+            props[nprops++] = optarg;
             break;
         default:
             usage_error("unknown or incomplete option", argv[optind - 1]);
@@ -172,6 +200,12 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++)
         if (rd_kafka_conf_set(conf, settings[i][0], settings[i][1], errstr, sizeof(errstr)))
             usage_error(settings[i][0], errstr);
+    for (int i = 0; i < nprops; i++) {
+        char *eq = strchr(props[i], '=');
+        *eq = '\0';
+        if (rd_kafka_conf_set(conf, props[i], eq + 1, errstr, sizeof(errstr)))
+            usage_error(props[i], errstr);
+    }
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
     if (!rk) {
         fprintf(stderr, "consume: %s\n", errstr);
@@ -204,7 +238,7 @@ int main(int argc, char **argv)
         if (!m)
             continue;
         if (!m->err) {
-            print_message(m);
+            print_message(m, realtime_us());
             got++;
             last = now_ms();
         } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {

@@ -1,0 +1,989 @@
+#!/usr/bin/env bash
+# bench/bench.sh (`make bench`): the relay's throughput, latency, cost to producers and memory,
+# each figure measured in the same run as its baseline and reported as a ratio. Not a test: it
+# prints figures and never fails on them; it exits non-zero only when the harness itself could not
+# measure something (a process died, rows went missing, a step timed out).
+#
+# Starts its own PostgreSQL and mock Kafka cluster with tests/lib.sh, runs the non-sanitizer
+# build (bin/outbox-relay), prints one Markdown report (tables, targets, method, machine) and
+# writes it to docs/benchmarks.md (BENCH_QUICK runs write bin/bench-quick.md instead).
+#
+# Settings (environment):
+#   BENCH_SIZES="100000 1000000"   drain backlogs (multiples of 1000)
+#   BENCH_TUNED_FLAGS="--batch-size 5000 --kafka linger.ms=10"
+#                                  extra relay flags of the "tuned" rows; empty: no tuned rows
+#   BENCH_NAIVE_SIZE=100000        backlog of the naive loop (default: 100000 if among the sizes,
+#                                  else the smallest size)
+#   BENCH_RATES="1000 5000"        latency runs, events/s
+#   BENCH_LATENCY_SECONDS=10       measured part of each latency run (after BENCH_WARMUP_SECONDS=3)
+#   BENCH_LATENCY_CLIENTS=4        pgbench clients of the latency load
+#   BENCH_PRODUCER_CLIENTS="1 4"   producer-cost runs; BENCH_PRODUCER_SECONDS=10 each
+#   BENCH_PRODUCER_MODES="idle relay"
+#                                  idle: no relay running (the commit path alone); relay: a relay
+#                                  (default settings) listening and draining during the run
+#   BENCH_CONSUMER_KAFKA="fetch.wait.max.ms=1"  consumer properties of the latency runs
+#   BENCH_BROKERS=3 BENCH_PARTITIONS=6          mock cluster and topic
+#   BENCH_SHARED_BUFFERS=1GB  BENCH_PG_CONF="..." (extra postgresql.conf lines)
+#   BENCH_POLL_MS=50               drain completion polling
+#   BENCH_REPEAT=1                 rounds of drains; above 1, each rate is the median of its
+#                                  rounds (and its min–max is shown)
+#   BENCH_PARTS="drain latency producers"   which measurements to run
+#   BENCH_QUICK=1                  smoke run: small sizes, short durations
+#   BENCH_OUT=FILE                 where the report goes
+#   BENCH_PERF=1                   also record a CPU profile (perf, cpu-clock) of the relay
+#                                  during the largest default drain, into bin/bench-perf.txt
+#   KEEP_TMP=1                     keep the temp dir with every log
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
+
+BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+RELAY_BIN=${RELAY_BIN:-$(cd "$BENCH/.." && pwd)/bin/outbox-relay}
+# shellcheck source=tests/lib.sh
+source "$BENCH/../tests/lib.sh"
+export LC_ALL=C # decimal points in $EPOCHREALTIME, awk and printf; byte order in sort
+
+# ---- settings ---------------------------------------------------------------------------------
+
+QUICK=${BENCH_QUICK:-0}
+if [ "$QUICK" = 1 ]; then
+    d_sizes="10000 30000" d_lat=3 d_warm=1 d_prod=3
+else
+    d_sizes="100000 1000000" d_lat=10 d_warm=3 d_prod=10
+fi
+SIZES=${BENCH_SIZES:-$d_sizes}
+TUNED_FLAGS=${BENCH_TUNED_FLAGS-"--batch-size 5000 --kafka linger.ms=10"}
+RATES=${BENCH_RATES:-1000 5000}
+LAT_S=${BENCH_LATENCY_SECONDS:-$d_lat}
+WARM_S=${BENCH_WARMUP_SECONDS:-$d_warm}
+LAT_CLIENTS=${BENCH_LATENCY_CLIENTS:-4}
+PROD_CLIENTS=${BENCH_PRODUCER_CLIENTS:-1 4}
+PROD_S=${BENCH_PRODUCER_SECONDS:-$d_prod}
+PROD_MODES=${BENCH_PRODUCER_MODES:-idle relay}
+CONSUMER_KAFKA=${BENCH_CONSUMER_KAFKA:-fetch.wait.max.ms=1}
+BROKERS_N=${BENCH_BROKERS:-3}
+PARTITIONS=${BENCH_PARTITIONS:-6}
+SHARED_BUFFERS=${BENCH_SHARED_BUFFERS:-1GB}
+POLL_MS=${BENCH_POLL_MS:-50}
+REPEAT=${BENCH_REPEAT:-1}
+[[ $REPEAT =~ ^[1-9][0-9]*$ ]] || {
+    echo "bench: BENCH_REPEAT must be a positive integer" >&2
+    exit 2
+}
+PARTS=" ${BENCH_PARTS:-drain latency producers} "
+TOPIC=outbox.event.order
+BOUND_BATCH=1000 # rows per statement of the PostgreSQL-only bound (bench/claim_*.sql)
+if [ "$QUICK" = 1 ]; then
+    OUT=${BENCH_OUT:-$ROOT/bin/bench-quick.md}
+else
+    OUT=${BENCH_OUT:-$ROOT/docs/benchmarks.md}
+fi
+read -r -a SIZE_LIST <<<"$SIZES"
+read -r -a TUNED <<<"$TUNED_FLAGS"
+MAX_SIZE=0 MIN_SIZE=
+for n in "${SIZE_LIST[@]}"; do
+    if ! [[ $n =~ ^[1-9][0-9]*$ ]] || [ $((n % BOUND_BATCH)) -ne 0 ]; then
+        echo "bench: BENCH_SIZES: $n is not a positive multiple of $BOUND_BATCH" >&2
+        exit 2
+    fi
+    [ "$n" -gt "$MAX_SIZE" ] && MAX_SIZE=$n
+    { [ -z "$MIN_SIZE" ] || [ "$n" -lt "$MIN_SIZE" ]; } && MIN_SIZE=$n
+done
+[ "$MAX_SIZE" -gt 0 ] || {
+    echo "bench: BENCH_SIZES is empty" >&2
+    exit 2
+}
+if [ -n "${BENCH_NAIVE_SIZE:-}" ]; then
+    NAIVE_SIZE=$BENCH_NAIVE_SIZE
+    if ! [[ $NAIVE_SIZE =~ ^[1-9][0-9]*$ ]] || [ $((NAIVE_SIZE % BOUND_BATCH)) -ne 0 ]; then
+        echo "bench: BENCH_NAIVE_SIZE: not a positive multiple of $BOUND_BATCH" >&2
+        exit 2
+    fi
+    [ "$NAIVE_SIZE" -gt "$MAX_SIZE" ] && MAX_SIZE=$NAIVE_SIZE
+elif [[ " $SIZES " == *" 100000 "* ]]; then
+    NAIVE_SIZE=100000
+else
+    NAIVE_SIZE=$MIN_SIZE
+fi
+for f in "$RELAY_BIN" "$BIN/naive-relay" "$BIN/consume" "$BIN/mock-broker"; do
+    [ -x "$f" ] || {
+        echo "bench: $f missing; run 'make bench'" >&2
+        exit 2
+    }
+done
+command -v pgbench >/dev/null || {
+    echo "bench: pgbench missing (Debian: postgresql-client or postgresql)" >&2
+    exit 2
+}
+
+# ---- small helpers ----------------------------------------------------------------------------
+
+now_us() {
+    echo "${EPOCHREALTIME/./}"
+}
+
+# Numbers for people: 1234567 -> 1,234,567; "" or "-" stay as they are.
+commas() {
+    awk -v x="$1" 'BEGIN {
+        if (x == "" || x == "-") { print x; exit }
+        s = sprintf("%.0f", x); o = ""
+        while (length(s) > 3) { o = "," substr(s, length(s) - 2) o; s = substr(s, 1, length(s) - 3) }
+        print s o }'
+}
+
+# calc EXPR [FORMAT]: awk arithmetic; "-" when an operand is empty or "-".
+calc() {
+    local v
+    v=$(awk "BEGIN { printf \"${2:-%.2f}\", $1 }" 2>/dev/null)
+    echo "${v:--}"
+}
+
+# ratio A B: A/B with two decimals, "-" when either is missing or B is 0.
+ratio() {
+    if [ -z "$1" ] || [ -z "$2" ] || [ "$1" = - ] || [ "$2" = - ]; then
+        echo -
+        return
+    fi
+    awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }'
+}
+
+note() {
+    NOTES+=("$*")
+    echo "# $*"
+}
+
+say() {
+    echo "# [$(date -u +%H:%M:%S)] $*"
+}
+
+# Removes a pid from lib.sh's cleanup list once we reaped it ourselves, so the exit trap never
+# signals a recycled pid.
+untrack() {
+    local keep=() p
+    for p in "${_T_PIDS[@]}"; do
+        [ "$p" = "$1" ] || keep+=("$p")
+    done
+    _T_PIDS=("${keep[@]}")
+}
+
+# start_bg LOG CMD...: runs CMD in the background (stdout+stderr to LOG); sets BG_PID.
+start_bg() {
+    local log=$1
+    shift
+    "$@" >"$log" 2>&1 &
+    BG_PID=$!
+    _t_track "$BG_PID"
+}
+
+# stop_bg PID [LIMIT_S [WHAT LOG]]: SIGTERM, wait, return the exit status (137 if it had to be
+# killed; then, given WHAT and LOG, first shows what the database sessions wait on and LOG's end).
+stop_bg() {
+    local pid=$1 limit=${2:-30} rc
+    kill -TERM "$pid" 2>/dev/null
+    if ! _poll "$limit" _t_dead "$pid"; then
+        if [ -n "${3:-}" ]; then
+            note "$3: still running ${limit} s after SIGTERM, killed"
+            diagnose "$3" "$4"
+        fi
+        kill -KILL "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        untrack "$pid"
+        return 137
+    fi
+    wait "$pid" 2>/dev/null
+    rc=$?
+    untrack "$pid"
+    return "$rc"
+}
+
+# proc_status_kb PID FIELD: a kB figure of /proc/PID/status (VmRSS, VmHWM) into KB, read
+# without starting a process (it runs at every completion poll).
+proc_status_kb() {
+    local k v _
+    KB=
+    while read -r k v _; do
+        if [ "$k" = "$2:" ]; then
+            KB=$v
+            return 0
+        fi
+    done <"/proc/$1/status" 2>/dev/null
+    return 1
+}
+
+# cpu_seconds PID: user + system CPU time so far (all threads), seconds.
+cpu_seconds() {
+    local stat rest
+    read -r stat <"/proc/$1/stat" 2>/dev/null || return 1
+    rest=${stat##*) }
+    # shellcheck disable=SC2086
+    set -- $rest
+    awk -v u="${12}" -v s="${13}" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", (u + s) / hz }'
+}
+
+mb() {
+    [ -n "$1" ] && awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }' || echo -
+}
+
+# log_problems WHAT LOG: notes warn and error lines of a relay log (none expected in a run).
+log_problems() {
+    local n
+    n=$(grep -cE 'level=(warn|error)' "$2")
+    [ "$n" -gt 0 ] && note "$1: the relay logged $n warning/error line(s), first: $(grep -m 1 -E 'level=(warn|error)' "$2" | cut -c 1-200)"
+    return 0
+}
+
+# diagnose WHAT [LOG]: shows (and keeps in the temp dir) what the database's sessions are doing
+# and waiting on, and the end of LOG: for a relay that hangs.
+diagnose() {
+    local f=$T/diagnose.${1//[^a-zA-Z0-9.]/_}.txt
+    {
+        echo "== sessions"
+        timeout 10 psql -X -c "SELECT pid, application_name, state, wait_event_type, wait_event,
+                now() - xact_start AS xact_age, left(query, 100) AS query
+            FROM pg_stat_activity WHERE backend_type = 'client backend'
+            AND pid <> pg_backend_pid()"
+        echo "== locks not granted"
+        timeout 10 psql -X -c "SELECT l.pid, l.locktype, l.mode, l.relation::regclass, l.objid
+            FROM pg_locks l WHERE NOT l.granted"
+        if [ -n "${2:-}" ]; then
+            echo "== last lines of $(basename "$2")"
+            tail -n 15 "$2"
+        fi
+    } >"$f" 2>&1
+    sed 's/^/#   /' "$f"
+}
+
+_ready_or_dead() {
+    grep -q 'msg="lanes owned"' "$1" || _t_dead "$2"
+}
+
+# wait_ready WHAT LOG PID: waits up to 30 s for the relay's "lanes owned" line (it claims
+# next); when it does not come, notes it and shows what the database sessions are waiting on.
+wait_ready() {
+    _poll 30 _ready_or_dead "$2" "$3"
+    grep -q 'msg="lanes owned"' "$2" && return 0
+    if _t_dead "$3"; then
+        note "$1: the relay exited at start-up: $(tail -n 1 "$2" | cut -c 1-200)"
+    else
+        note "$1: no 'lanes owned' line from the relay within 30 s"
+        diagnose "$1" "$2"
+    fi
+    return 1
+}
+
+# ---- PostgreSQL, the broker and the persistent query session ------------------------------
+
+# A psql session kept open for the completion polls (a new psql per poll would cost a fork, an
+# exec and a backend start 20 times a second, on the same two cores the relay runs on).
+open_poller() {
+    coproc POLLQ { exec psql -XAtq -v ON_ERROR_STOP=0 2>&1; }
+    _t_track "$POLLQ_PID"
+}
+
+# pq SQL: one row, one column, into REPLY (empty on timeout).
+pq() {
+    REPLY=
+    printf '%s;\n' "$1" >&"${POLLQ[1]}" || return 1
+    IFS= read -r -t 30 REPLY <&"${POLLQ[0]}"
+}
+
+# fresh_broker: a new mock cluster for every measurement (empty logs, the topic pre-created
+# with BENCH_PARTITIONS partitions), so no run sees another run's messages.
+fresh_broker() {
+    if [ -n "${BROKER_PID:-}" ]; then
+        stop_bg "$BROKER_PID" 10
+        BROKER_PID=
+    fi
+    # broker_start waits for its output file to fill; the previous broker's must not count.
+    rm -f "$T/broker.out"
+    broker_start "$BROKERS_N" --topic "$TOPIC" --partitions "$PARTITIONS" --tcp-nodelay
+}
+
+# reset_outbox N: the outbox as it was before every drain: truncated, the first N seed rows
+# copied in id order (ids 1..N), vacuumed and analysed (visibility map and hint bits set, fresh
+# statistics), then a checkpoint, so no drain pays for the previous one's dirty pages.
+reset_outbox() {
+    psql_q "TRUNCATE outbox RESTART IDENTITY" &&
+        psql_q "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload,
+                                    headers)
+                SELECT event_id, aggregate_type, aggregate_id, event_type, payload, headers
+                FROM bench_seed WHERE n <= $1 ORDER BY n" &&
+        psql_q "VACUUM (ANALYZE) outbox" && psql_q "CHECKPOINT" ||
+        fail "reset the outbox to $1 rows"
+}
+
+empty_outbox() {
+    psql_q "TRUNCATE outbox RESTART IDENTITY" && psql_q "CHECKPOINT" || fail "empty the outbox"
+}
+
+# ---- drains -----------------------------------------------------------------------------------
+
+# wait_drained PID LAST_ID T0_US LIMIT_S: polls every BENCH_POLL_MS until no unsent row remains.
+# The cheap poll is the primary-key lookup of the last row (claims go in id order); once it is
+# sent, one check of the whole partial index confirms (if rows are still unsent, that check
+# repeats). Sets DONE_US (after the poll that saw the drain complete), FIRST_US (after the poll
+# that first saw row 1 sent: the end of the first batch) and RSS samples (RSS_AT: "elapsed_us
+# rss_kb" lines). Returns 0 drained, 1 timed out, 2 the process died.
+wait_drained() {
+    local pid=$1 last=$2 t0=$3 limit=$4 mode=last now
+    local sleep_s
+    sleep_s=$(awk -v m="$POLL_MS" 'BEGIN { printf "%.3f", m / 1000 }')
+    RSS_AT=()
+    FIRST_US=
+    while :; do
+        if [ -z "$FIRST_US" ]; then
+            pq "SELECT NOT EXISTS (SELECT 1 FROM outbox WHERE id = 1 AND sent_at IS NULL)"
+            [ "$REPLY" = t ] && FIRST_US=${EPOCHREALTIME/./}
+        fi
+        if [ "$mode" = last ]; then
+            pq "SELECT NOT EXISTS (SELECT 1 FROM outbox WHERE id = $last AND sent_at IS NULL)"
+            [ "$REPLY" = t ] && mode=all
+        fi
+        now=${EPOCHREALTIME/./}
+        if [ "$mode" = all ]; then
+            pq "SELECT NOT EXISTS (SELECT 1 FROM outbox WHERE sent_at IS NULL)"
+            if [ "$REPLY" = t ]; then
+                DONE_US=$now
+                return 0
+            fi
+        fi
+        proc_status_kb "$pid" VmRSS && RSS_AT+=("$((now - t0)) $KB")
+        _t_dead "$pid" && return 2
+        [ $((now - t0)) -gt $((limit * 1000000)) ] && return 1
+        sleep "$sleep_s"
+    done
+}
+
+# startup_s LOG T0_US: seconds from start to the relay's first "lanes owned" line (it claims
+# right after), or "-".
+startup_s() {
+    local ts us
+    ts=$(grep -m 1 'msg="lanes owned"' "$1" | cut -d ' ' -f 1)
+    [ -n "$ts" ] || {
+        echo -
+        return
+    }
+    us=$(date -u -d "$ts" +%s%6N 2>/dev/null) || {
+        echo -
+        return
+    }
+    calc "($us - $2) / 1000000"
+}
+
+# rss_at FRACTION: the RSS sample closest after FRACTION of the drain time, in kB.
+rss_at() {
+    local at line
+    at=$(awk -v d="$1" -v f="$2" 'BEGIN { printf "%d", d * f }')
+    for line in "${RSS_AT[@]}"; do
+        if [ "${line% *}" -ge "$at" ]; then
+            echo "${line#* }"
+            return
+        fi
+    done
+    [ ${#RSS_AT[@]} -gt 0 ] && echo "${RSS_AT[-1]#* }"
+}
+
+# drain KEY N KIND [FLAGS...]: KIND relay (bin/outbox-relay run FLAGS) or naive
+# (bin/naive-relay). Times from process start until no unsent row remains. Results go to
+# R_RATE[KEY], R_SECS, R_HWM (kB), R_RSS10 / R_RSS50 / R_RSSEND (kB), R_CPU (s), R_START (s).
+drain() {
+    local key=$1 n=$2 kind=$3 log pid t0 rc src sent cpu hwm dur limit partial
+    shift 3
+    say "drain $key: resetting the outbox to $(commas "$n") rows"
+    reset_outbox "$n"
+    fresh_broker
+    log=$T/drain.$key.log
+    t0=$(now_us)
+    if [ "$kind" = naive ]; then
+        start_bg "$log" "$BIN/naive-relay" --database-url "$DATABASE_URL" --brokers "$BROKERS" "$@"
+        limit=$((60 + n / 200))
+    else
+        start_bg "$log" "$RELAY_BIN" run --database-url "$DATABASE_URL" --brokers "$BROKERS" "$@"
+        limit=$((60 + n / 1000))
+    fi
+    pid=$BG_PID
+    say "drain $key: $kind running (pid $pid), polling every ${POLL_MS} ms, at most ${limit} s"
+    [ "${BENCH_PERF:-0}" = 1 ] && [ "$key" = "$PERF_KEY" ] && perf_start "$pid"
+    DONE_US=
+    wait_drained "$pid" "$n" "$t0" "$limit"
+    rc=$?
+    [ -n "${PERF_PID:-}" ] && perf_stop
+    [ "$rc" = 0 ] || DONE_US=$(now_us)
+    dur=$((DONE_US - t0))
+    R_START[$key]=-
+    [ "$kind" = relay ] && R_START[$key]=$(startup_s "$log" "$t0")
+    proc_status_kb "$pid" VmHWM
+    hwm=$KB
+    cpu=$(cpu_seconds "$pid")
+    partial=
+    case $rc in
+    0) ok "$key: $(commas "$n") rows drained in $(calc "$dur / 1000000") s" ;;
+    1)
+        partial=$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NOT NULL")
+        not_ok "$key: drained within ${limit} s" "$(commas "$partial") of $(commas "$n") sent"
+        diagnose "drain $key" "$log"
+        ;;
+    2)
+        not_ok "$key: $kind stayed up while draining" "exited early"
+        tail -n 15 "$log" | sed 's/^/#   /'
+        ;;
+    esac
+    stop_bg "$pid" 30 "drain $key" "$log"
+    src=$?
+    [ "$src" = 0 ] || not_ok "$key: $kind exits 0 on SIGTERM" "status $src"
+    if [ "$kind" = naive ]; then
+        sent=$(sed -n 's/^naive-relay: sent \([0-9]*\)$/\1/p' "$log" | tail -n 1)
+    else
+        sent=$(sed -n 's/.*msg="stopped" sent=\([0-9]*\).*/\1/p' "$log" | tail -n 1)
+    fi
+    if [ "$rc" = 0 ]; then
+        check_eq "$key: the $kind's own count of sent events (log) matches" "$n" "${sent:-?}"
+        R_RATE[$key]=$(calc "$n * 1000000 / $dur" %.0f)
+    elif [ "$rc" = 1 ]; then
+        R_RATE[$key]=$(calc "$partial * 1000000 / $dur" %.0f)
+        R_NOTE[$key]="timed out after $(calc "$dur / 1000000" %.0f) s with $(commas "$partial") rows sent; rate over that part"
+    else
+        R_RATE[$key]=-
+    fi
+    R_SECS[$key]=$(calc "$dur / 1000000")
+    R_FIRST[$key]=-
+    [ -n "$FIRST_US" ] && R_FIRST[$key]=$(calc "($FIRST_US - $t0) / 1000000")
+    R_HWM[$key]=$hwm
+    R_CPU[$key]=$cpu
+    R_RSS10[$key]=$(rss_at "$dur" 0.1)
+    R_RSS50[$key]=$(rss_at "$dur" 0.5)
+    R_RSSEND[$key]=$(rss_at "$dur" 1)
+    log_problems "drain $key" "$log"
+    R_ALL[$key]+="${R_RATE[$key]} "
+    say "drain $key: $(commas "${R_RATE[$key]}") events/s, ${R_SECS[$key]} s, start-up ${R_START[$key]} s, first row sent at ${R_FIRST[$key]} s, CPU ${cpu} s, VmHWM $(mb "$hwm") MB"
+}
+
+# bound KEY N FILE: the PostgreSQL-only bound, pgbench -c 1 running FILE N/1000 times back to
+# back (each statement claims and marks or deletes 1,000 rows); rows/s = pgbench tps x 1000.
+bound() {
+    local key=$1 n=$2 file=$3 out tps left
+    say "bound $key: resetting the outbox to $(commas "$n") rows"
+    reset_outbox "$n"
+    out=$T/bound.$key.out
+    timeout -k 5 $((60 + n / 1000)) pgbench -n -M prepared -c 1 -t $((n / BOUND_BATCH)) \
+        -f "$file" >"$out" 2>&1
+    tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$out" | head -n 1)
+    left=$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL")
+    if [ -n "$tps" ] && [ "$left" = 0 ]; then
+        ok "$key: pgbench claimed all $(commas "$n") rows"
+        R_RATE[$key]=$(calc "$tps * $BOUND_BATCH" %.0f)
+        R_SECS[$key]=$(calc "$n / ($tps * $BOUND_BATCH)")
+    else
+        not_ok "$key: pgbench claimed all $(commas "$n") rows" "$left left; $(tail -n 3 "$out" | tr '\n' ' ')"
+        R_RATE[$key]=- R_SECS[$key]=-
+    fi
+    say "bound $key: $(commas "${R_RATE[$key]}") rows/s"
+    R_ALL[$key]+="${R_RATE[$key]} "
+}
+
+# take_medians: with several rounds, each drain rate becomes the median of its rounds (seconds
+# follow from it) and R_SPREAD keeps "min–max"; other columns are the last round's.
+take_medians() {
+    local key n
+    [ "$REPEAT" -gt 1 ] || return 0
+    for key in "${!R_ALL[@]}"; do
+        read -r R_RATE["$key"] R_SPREAD["$key"] < <(tr ' ' '\n' <<<"${R_ALL[$key]}" |
+            grep -E '^[0-9]+$' | sort -n | awk '{ v[NR] = $1 }
+                END { if (NR == 0) { print "- -"; exit }
+                      m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+                      printf "%.0f %d–%d\n", m, v[1], v[NR] }')
+        n=${key#*.}
+        R_SECS[$key]=$(calc "$n / ${R_RATE[$key]}")
+    done
+}
+
+# ---- latency ----------------------------------------------------------------------------------
+
+# percentiles COLUMN FILE: "p50 p99 max" in ms of a column of microseconds (nearest rank).
+percentiles() {
+    awk -v c="$1" '{ print $c }' "$2" | sort -n | awk '{ v[NR] = $1 }
+        function rank(p,  r) { r = int(p * NR); if (r < p * NR) r++; if (r < 1) r = 1; return v[r] }
+        END { if (NR == 0) { print "- - -"; exit }
+              printf "%.2f %.2f %.2f\n", rank(0.50) / 1000, rank(0.99) / 1000, v[NR] / 1000 }'
+}
+
+# latency KEY RATE [RELAY FLAGS...]: an empty outbox, a relay, a consumer reading the topic from
+# the start; pgbench inserts RATE single-event transactions a second, first BENCH_WARMUP_SECONDS
+# of warm-up, then BENCH_LATENCY_SECONDS measured. An event's latency is the consumer's receive
+# time minus the committed_us in its payload; measured events are those with committed_us after
+# the warm-up ended. Results in L_*[KEY].
+latency() {
+    local key=$1 rate=$2 relay_pid cons_pid t_meas out cons props=() p
+    shift 2
+    say "latency $key: $rate events/s, ${WARM_S} s warm-up + ${LAT_S} s measured"
+    empty_outbox
+    fresh_broker
+    start_bg "$T/latency.$key.relay.log" "$RELAY_BIN" run --database-url "$DATABASE_URL" \
+        --brokers "$BROKERS" "$@"
+    relay_pid=$BG_PID
+    wait_ready "latency $key" "$T/latency.$key.relay.log" "$relay_pid"
+    for p in $CONSUMER_KAFKA; do
+        props+=(--kafka "$p")
+    done
+    cons=$T/latency.$key.json
+    "$BIN/consume" --brokers "$BROKERS" --topic "$TOPIC" "${props[@]}" --idle-ms 5000 \
+        --timeout-ms $(((WARM_S + LAT_S + 90) * 1000)) >"$cons" 2>"$T/latency.$key.consume.err" &
+    cons_pid=$!
+    _t_track "$cons_pid"
+    local jobs=$((LAT_CLIENTS < 2 ? LAT_CLIENTS : 2))
+    timeout -k 5 $((WARM_S + 60)) pgbench -n -M prepared -c "$LAT_CLIENTS" -j "$jobs" -R "$rate" \
+        -T "$WARM_S" -f "$BENCH/insert_event.sql" >"$T/latency.$key.warmup.out" 2>&1 ||
+        not_ok "latency $key: warm-up pgbench" "$(tail -n 2 "$T/latency.$key.warmup.out")"
+    [ -s "$cons" ] || note "latency $key: the consumer had received nothing by the end of the warm-up"
+    t_meas=$(now_us)
+    out=$T/latency.$key.pgbench.out
+    timeout -k 5 $((LAT_S + 60)) pgbench -n -M prepared -c "$LAT_CLIENTS" -j "$jobs" -R "$rate" \
+        -T "$LAT_S" -f "$BENCH/insert_event.sql" >"$out" 2>&1 ||
+        not_ok "latency $key: pgbench" "$(tail -n 2 "$out")"
+    # The consumer stops 5 s after the last message.
+    _poll $((LAT_S + 90)) _t_dead "$cons_pid" || kill -TERM "$cons_pid" 2>/dev/null
+    wait "$cons_pid" 2>/dev/null
+    untrack "$cons_pid"
+    L_CPU[$key]=$(cpu_seconds "$relay_pid")
+    stop_bg "$relay_pid" 30 "latency $key" "$T/latency.$key.relay.log" ||
+        not_ok "latency $key: relay exits 0 on SIGTERM"
+
+    log_problems "latency $key" "$T/latency.$key.relay.log"
+    L_TPS[$key]=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$out" | head -n 1)
+    awk -v a="${L_TPS[$key]:-0}" -v r="$rate" 'BEGIN { exit !(a < 0.95 * r) }' &&
+        note "latency $key: pgbench reached only $(calc "${L_TPS[$key]:-0}" %.0f) of $rate tx/s (the machine could not insert faster); latencies are at that rate"
+    L_LAG[$key]=$(sed -n 's/^rate limit schedule lag: avg \([0-9.]*\) (max \([0-9.]*\)) ms$/\1\/\2/p' "$out")
+    L_INSERTED[$key]=$(psql_q "SELECT count(*) FROM outbox WHERE (payload->>'committed_us')::bigint >= $t_meas")
+    # First copies only (by id header; later copies counted as duplicates): total latency, and
+    # its split at the message's Kafka timestamp (the relay's produce call, ms precision).
+    jq -r --argjson t "$t_meas" '(.value | fromjson | .committed_us) as $c
+        | select($c >= $t) | [.headers.id, $c, .timestamp_ms, .received_us] | @tsv' "$cons" |
+        awk -F '\t' -v dups="$T/latency.$key.dups" '
+            $1 in seen { d++; next }
+            { seen[$1] = 1; print $4 - $2, $3 * 1000 - $2, $4 - $3 * 1000 }
+            END { print d + 0 > dups }' >"$T/latency.$key.us"
+    L_DUPS[$key]=$(cat "$T/latency.$key.dups")
+    L_N[$key]=$(grep -c '' "$T/latency.$key.us")
+    read -r "L_P50[$key]" "L_P99[$key]" "L_MAX[$key]" < <(percentiles 1 "$T/latency.$key.us")
+    read -r "L_RP50[$key]" "L_RP99[$key]" _ < <(percentiles 2 "$T/latency.$key.us")
+    read -r "L_KP50[$key]" "L_KP99[$key]" _ < <(percentiles 3 "$T/latency.$key.us")
+    L_MISSING[$key]=$((${L_INSERTED[$key]:-0} - L_N[$key]))
+    if [ "${L_MISSING[$key]}" = 0 ] && [ "${L_N[$key]}" -gt 0 ]; then
+        ok "latency $key: all $(commas "${L_N[$key]}") measured events read back"
+    else
+        not_ok "latency $key: all measured events read back" \
+            "${L_INSERTED[$key]} inserted, ${L_N[$key]} read"
+    fi
+    say "latency $key: p50 ${L_P50[$key]} ms, p99 ${L_P99[$key]} ms, max ${L_MAX[$key]} ms over $(commas "${L_N[$key]}") events (${L_TPS[$key]} tx/s, pgbench schedule lag avg/max ${L_LAG[$key]:-?} ms)"
+}
+
+# ---- cost to producers ------------------------------------------------------------------------
+
+TRIGGER_DEF=
+trigger_off() {
+    psql_q "SET client_min_messages = warning; DROP TRIGGER IF EXISTS outbox_wakeup ON outbox" ||
+        fail "drop outbox_wakeup"
+}
+trigger_on() {
+    psql_q "SET client_min_messages = warning; DROP TRIGGER IF EXISTS outbox_wakeup ON outbox;
+            $TRIGGER_DEF" ||
+        fail "recreate outbox_wakeup"
+}
+
+# producers CLIENTS MODE: insert transactions/s over BENCH_PRODUCER_SECONDS, without and then
+# with the wakeup trigger; MODE relay runs a relay (default settings) during both.
+producers() {
+    local c=$1 mode=$2 trig key out tps relay_pid jobs=$(($1 < 2 ? $1 : 2))
+    for trig in without with; do
+        key=$mode.$c.$trig
+        empty_outbox
+        if [ "$trig" = without ]; then trigger_off; else trigger_on; fi
+        relay_pid=
+        if [ "$mode" = relay ]; then
+            fresh_broker
+            start_bg "$T/producers.$key.relay.log" "$RELAY_BIN" run --database-url "$DATABASE_URL" \
+                --brokers "$BROKERS"
+            relay_pid=$BG_PID
+            wait_ready "producers $key" "$T/producers.$key.relay.log" "$relay_pid"
+        fi
+        out=$T/producers.$key.out
+        timeout -k 5 $((PROD_S + 60)) pgbench -n -M prepared -c "$c" -j "$jobs" -T "$PROD_S" \
+            -f "$BENCH/insert_event.sql" >"$out" 2>&1 ||
+            not_ok "producers $key: pgbench" "$(tail -n 2 "$out")"
+        tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$out" | head -n 1)
+        P_TPS[$key]=$(calc "${tps:-0}" %.0f)
+        if [ -n "$relay_pid" ]; then
+            stop_bg "$relay_pid" 30 "producers $key" "$T/producers.$key.relay.log" ||
+                not_ok "producers $key: relay exits 0 on SIGTERM"
+            log_problems "producers $key" "$T/producers.$key.relay.log"
+        fi
+        say "producers $key: $(commas "${P_TPS[$key]}") inserts/s"
+    done
+    trigger_on
+}
+
+# ---- profile (optional) -----------------------------------------------------------------------
+
+PERF_PID=
+perf_start() {
+    # A flat profile: the build has no frame pointers, so call graphs would be noise.
+    perf record -e cpu-clock -F 999 -p "$1" -o "$T/perf.data" >"$T/perf.log" 2>&1 &
+    PERF_PID=$!
+    _t_track "$PERF_PID"
+}
+perf_stop() {
+    kill -INT "$PERF_PID" 2>/dev/null
+    _poll 30 _t_dead "$PERF_PID"
+    wait "$PERF_PID" 2>/dev/null
+    untrack "$PERF_PID"
+    PERF_PID=
+    {
+        echo "# relay CPU by shared object, then by symbol (perf report; libraries without"
+        echo "# debug symbols show addresses)"
+        perf report -i "$T/perf.data" --sort dso --stdio 2>/dev/null | grep -v -e '^#' -e '^$'
+        perf report -i "$T/perf.data" --sort dso,symbol --stdio 2>/dev/null |
+            grep -v -e '^#' -e '^$' | head -n 40
+    } >"$BIN/bench-perf.txt"
+    note "CPU profile of the relay during the $PERF_KEY drain: bin/bench-perf.txt (perf, cpu-clock)"
+}
+
+# ---- the run ------------------------------------------------------------------------------
+
+declare -A R_RATE R_SECS R_HWM R_CPU R_RSS10 R_RSS50 R_RSSEND R_START R_FIRST R_NOTE R_ALL R_SPREAD
+declare -A L_TPS L_LAG L_INSERTED L_DUPS L_N L_P50 L_P99 L_MAX L_MISSING L_CPU P_TPS
+declare -A L_RP50 L_RP99 L_KP50 L_KP99
+NOTES=()
+RUN_START=$(now_us)
+LOAD_BEFORE=$(cut -d ' ' -f 1-3 /proc/loadavg)
+PERF_KEY=default.$MAX_SIZE
+
+t_setup
+say "PostgreSQL"
+pg_start
+cat >>"$T/pg/postgresql.conf" <<EOF
+# bench/bench.sh: everything in memory, no checkpoint in the middle of a drain
+shared_buffers = $SHARED_BUFFERS
+max_wal_size = 8GB
+checkpoint_timeout = 30min
+${BENCH_PG_CONF:-}
+EOF
+pg_restart
+relay_migrate >"$T/migrate.log" 2>&1 || fail "migrate" "$(tail -n 3 "$T/migrate.log")"
+TRIGGER_DEF=$(psql_q "SELECT pg_get_triggerdef(oid) FROM pg_trigger
+                      WHERE tgrelid = 'outbox'::regclass AND tgname = 'outbox_wakeup'")
+[ -n "$TRIGGER_DEF" ] || note "no outbox_wakeup trigger on outbox: the producer-cost runs are skipped"
+say "generating the seed rows"
+seed_rows=$MAX_SIZE
+[[ $PARTS == *" drain "* ]] || seed_rows=1000 # only for the payload size in the report
+psql -XAtq -v ON_ERROR_STOP=1 -v rows="$seed_rows" -f "$BENCH/seed.sql" >/dev/null ||
+    fail "generate the seed rows"
+PAYLOAD_BYTES=$(psql_q "SELECT round(avg(length(payload::text))) FROM bench_seed")
+open_poller
+
+# Drains. Per size: the PostgreSQL-only bounds, then the relay at default and tuned settings
+# (and the naive loop on its size), each from the same reset state. With BENCH_REPEAT > 1 the
+# whole round repeats, so slow drift of the machine's load hits every row alike, and each rate
+# is the median of its rounds.
+if [[ $PARTS == *" drain "* ]]; then
+    [[ " $SIZES " == *" $NAIVE_SIZE "* ]] || SIZE_LIST+=("$NAIVE_SIZE")
+else
+    SIZE_LIST=()
+fi
+for ((round = 1; round <= REPEAT; round++)); do
+    [ "$REPEAT" -gt 1 ] && [ ${#SIZE_LIST[@]} -gt 0 ] && say "drain round $round of $REPEAT"
+    for n in "${SIZE_LIST[@]}"; do
+        main_size=0
+        [[ " $SIZES " == *" $n "* ]] && main_size=1
+        bound "update.$n" "$n" "$BENCH/claim_update.sql"
+        [ "$main_size" = 1 ] && bound "delete.$n" "$n" "$BENCH/claim_delete.sql"
+        drain "default.$n" "$n" relay
+        [ "$main_size" = 1 ] && [ ${#TUNED[@]} -gt 0 ] && drain "tuned.$n" "$n" relay "${TUNED[@]}"
+        [ "$n" = "$NAIVE_SIZE" ] && drain "naive.$n" "$n" naive
+    done
+done
+take_medians
+
+[[ $PARTS == *" latency "* ]] || RATES=
+for rate in $RATES; do
+    latency "default.$rate" "$rate"
+    [ ${#TUNED[@]} -gt 0 ] && latency "tuned.$rate" "$rate" "${TUNED[@]}"
+done
+
+[[ $PARTS == *" producers "* ]] || PROD_MODES=
+if [ -n "$TRIGGER_DEF" ]; then
+    for mode in $PROD_MODES; do
+        for c in $PROD_CLIENTS; do
+            producers "$c" "$mode"
+        done
+    done
+fi
+RUN_SECONDS=$(calc "($(now_us) - $RUN_START) / 1000000" %.0f)
+LOAD_AFTER=$(cut -d ' ' -f 1-3 /proc/loadavg)
+
+# ---- the report -------------------------------------------------------------------------------
+
+verdict() { # VALUE TARGET FLOOR higher|lower
+    awk -v v="$1" -v t="$2" -v f="$3" -v d="$4" 'BEGIN {
+        if (v == "" || v == "-") { print "not measured"; exit }
+        if (d == "higher") { if (v >= t) print "meets the target"; else if (t == f) print "**misses the target**"; else if (v >= f) print "**below the target**, above the floor"; else print "**below the floor**" }
+        else { if (v <= t) print "meets the target"; else if (t == f) print "**misses the target**"; else if (v <= f) print "**above the target**, within the floor"; else print "**beyond the floor**" } }'
+}
+
+PGVER=$(psql_q "SHOW server_version")
+RDKVER=$("$RELAY_BIN" --version 2>&1 | tr '\n' ' ' | sed 's/ *$//')
+CPU_MODEL=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
+MEM=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
+CMD="make bench"
+for v in $(compgen -e | grep '^BENCH_' | sort); do
+    CMD="$v=\"${!v}\" $CMD"
+done
+TUNED_LABEL=${TUNED_FLAGS:-none}
+
+report_header() {
+    echo "# Benchmarks"
+    echo
+    if [ "$QUICK" = 1 ]; then
+        echo "**BENCH_QUICK smoke run**: small sizes and short durations, for checking the harness only."
+        echo
+    fi
+    echo "Latest run of \`$CMD\` ($(date -u +%Y-%m-%d), ${RUN_SECONDS} s). Every ratio compares"
+    echo "figures measured in this same run."
+    echo
+    echo "| machine | |"
+    echo "|---|---|"
+    echo "| CPUs (nproc) | $(nproc) |"
+    echo "| CPU model | ${CPU_MODEL:-unknown} |"
+    echo "| memory | $MEM |"
+    echo "| kernel | $(uname -r) |"
+    echo "| PostgreSQL | $PGVER (fsync, synchronous_commit, full_page_writes off; shared_buffers $SHARED_BUFFERS) |"
+    echo "| relay, librdkafka, libpq | $RDKVER |"
+    echo "| load average before / after | $LOAD_BEFORE / $LOAD_AFTER |"
+    echo
+}
+
+# x_ratio RATIO: "1.23×", or "-" when there is no ratio.
+x_ratio() {
+    [ "$1" = - ] && echo - || echo "$1×"
+}
+
+report_drain() {
+    local n key d bound naive rate
+    echo "## Drain: a backlog of N events, events/s"
+    echo
+    if [ "$REPEAT" -gt 1 ]; then
+        echo "Median of $REPEAT rounds (min–max); the other columns are from the last round."
+        echo
+    fi
+    echo "| backlog | what | events/s | seconds | × PG bound (UPDATE) | × naive | start-up s | first row sent s | CPU s | peak RSS (VmHWM) |"
+    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for n in "${SIZE_LIST[@]}"; do
+        bound=${R_RATE[update.$n]:-}
+        naive=${R_RATE[naive.$n]:-}
+        for key in update delete default tuned naive; do
+            [ -n "${R_RATE[$key.$n]:-}" ] || continue
+            case $key in
+            update) d="PostgreSQL-only bound: claim + UPDATE, 1,000 rows a statement" ;;
+            delete) d="PostgreSQL-only bound: claim + DELETE, 1,000 rows a statement" ;;
+            default) d="relay, default settings" ;;
+            tuned) d="relay, tuned: \`$TUNED_LABEL\`" ;;
+            naive) d="naive loop (100-row batches, one UPDATE per row)" ;;
+            esac
+            rate=$(commas "${R_RATE[$key.$n]}")
+            [ -n "${R_SPREAD[$key.$n]:-}" ] && rate="$rate (${R_SPREAD[$key.$n]})"
+            printf '| %s | %s | %s | %s | %s |' "$(commas "$n")" "$d" "$rate" "${R_SECS[$key.$n]}" \
+                "$(x_ratio "$(ratio "${R_RATE[$key.$n]}" "$bound")")"
+            if [ "$key" = update ] || [ "$key" = delete ]; then
+                echo " | | | | |"
+            else
+                printf ' %s | %s | %s | %s | %s MB |\n' \
+                    "$(x_ratio "$(ratio "${R_RATE[$key.$n]}" "$naive")")" "${R_START[$key.$n]:--}" \
+                    "${R_FIRST[$key.$n]:--}" "${R_CPU[$key.$n]:--}" "$(mb "${R_HWM[$key.$n]}")"
+            fi
+        done
+    done
+    echo
+}
+
+report_latency() {
+    local rate key d
+    echo "## Latency: commit to consumer, ms"
+    echo
+    echo "| events/s | relay | inserted tx/s | events measured | p50 | p99 | max | commit→produce p50 / p99 | produce→consumer p50 / p99 | missing | duplicates | relay CPU s |"
+    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for rate in $RATES; do
+        for key in default.$rate tuned.$rate; do
+            [ -n "${L_N[$key]:-}" ] || continue
+            d="default settings"
+            [[ $key == tuned.* ]] && d="tuned: \`$TUNED_LABEL\`"
+            echo "| $(commas "$rate") | $d | $(calc "${L_TPS[$key]:-0}" %.0f) | $(commas "${L_N[$key]}") | **${L_P50[$key]}** | **${L_P99[$key]}** | ${L_MAX[$key]} | ${L_RP50[$key]} / ${L_RP99[$key]} | ${L_KP50[$key]} / ${L_KP99[$key]} | ${L_MISSING[$key]} | ${L_DUPS[$key]} | ${L_CPU[$key]:--} |"
+        done
+    done
+    echo
+}
+
+report_producers() {
+    local mode c d
+    echo "## Cost to producers: single-event insert transactions/s, with and without the wakeup trigger"
+    echo
+    if [ -z "$TRIGGER_DEF" ]; then
+        echo "Not measured: no \`outbox_wakeup\` trigger on \`outbox\`."
+        echo
+        return
+    fi
+    echo "| clients | during the run | without trigger | with trigger | with ÷ without |"
+    echo "|---:|---|---:|---:|---:|"
+    for mode in $PROD_MODES; do
+        for c in $PROD_CLIENTS; do
+            d="no relay (commit path only)"
+            [ "$mode" = relay ] && d="a relay listening and draining"
+            echo "| $c | $d | $(commas "${P_TPS[$mode.$c.without]}") | $(commas "${P_TPS[$mode.$c.with]}") | $(x_ratio "$(ratio "${P_TPS[$mode.$c.with]}" "${P_TPS[$mode.$c.without]}")") |"
+        done
+    done
+    echo
+}
+
+report_memory() {
+    local n key d
+    echo "## Memory: the relay's RSS while draining, MB"
+    echo
+    echo "| backlog | relay | RSS at 10 % of the drain | at 50 % | at the end | peak (VmHWM) |"
+    echo "|---:|---|---:|---:|---:|---:|"
+    for n in "${SIZE_LIST[@]}"; do
+        for key in default tuned; do
+            [ -n "${R_HWM[$key.$n]:-}" ] || continue
+            d="default settings"
+            [ "$key" = tuned ] && d="tuned"
+            echo "| $(commas "$n") | $d | $(mb "${R_RSS10[$key.$n]}") | $(mb "${R_RSS50[$key.$n]}") | $(mb "${R_RSSEND[$key.$n]}") | $(mb "${R_HWM[$key.$n]}") |"
+        done
+    done
+    echo
+}
+
+report_targets() {
+    local n r mode cost d peak grow
+    echo "## Targets (from the issue), this run"
+    echo
+    for n in "${SIZE_LIST[@]}"; do
+        [ -n "${R_RATE[default.$n]:-}" ] || continue
+        r=$(ratio "${R_RATE[default.$n]}" "${R_RATE[update.$n]:-}")
+        echo "- Drain of $(commas "$n") at default settings ≥ 0.9× the PostgreSQL-only bound (floor 0.75×): **${r}×** — $(verdict "$r" 0.9 0.75 higher)."
+    done
+    if [ -n "${R_RATE[naive.$NAIVE_SIZE]:-}" ]; then
+        r=$(ratio "${R_RATE[default.$NAIVE_SIZE]:-}" "${R_RATE[naive.$NAIVE_SIZE]}")
+        echo "- Drain of $(commas "$NAIVE_SIZE") at default settings ≥ 5× the naive loop: **${r}×** — $(verdict "$r" 5 5 higher)."
+    fi
+    if [ -n "${L_P99[default.1000]:-}" ]; then
+        echo "- p99 commit-to-consumer at 1,000 events/s ≤ 10 ms (floor 25 ms): **${L_P99[default.1000]} ms** — $(verdict "${L_P99[default.1000]}" 10 25 lower)."
+        echo "- p50 at 1,000 events/s ≤ 3 ms: **${L_P50[default.1000]} ms** — $(verdict "${L_P50[default.1000]}" 3 3 lower)."
+    fi
+    for mode in $PROD_MODES; do
+        [ -n "${P_TPS[$mode.4.with]:-}" ] || continue
+        r=$(ratio "${P_TPS[$mode.4.with]}" "${P_TPS[$mode.4.without]}")
+        cost=$(awk -v r="$r" 'BEGIN { if (r == "-") print "-"; else printf "%.1f", (1 - r) * 100 }')
+        d="no relay running"
+        [ "$mode" = relay ] && d="a relay running"
+        echo "- The wakeup costs producers ≤ 5 % of insert throughput at 4 clients ($d): **${cost} %** — $(verdict "$cost" 5 5 lower)."
+    done
+    if [ -n "${R_HWM[default.$MAX_SIZE]:-}" ]; then
+        peak=$(mb "${R_HWM[default.$MAX_SIZE]}")
+        grow=$(calc "(${R_RSSEND[default.$MAX_SIZE]:-0} - ${R_RSS10[default.$MAX_SIZE]:-0}) / 1024" %.1f)
+        echo "- Peak RSS ≤ 15 MB while draining $(commas "$MAX_SIZE") (floor 40 MB), flat: **$peak MB**, ${grow} MB more at the end than at 10 % of the drain — $(verdict "$peak" 15 40 lower)."
+    fi
+    echo
+}
+
+report() {
+    report_header
+    [[ $PARTS == *" drain "* ]] && report_drain
+    [[ $PARTS == *" latency "* ]] && report_latency
+    [[ $PARTS == *" producers "* ]] && report_producers
+    [[ $PARTS == *" drain "* ]] && report_memory
+    report_targets
+    report_method
+    report_notes
+}
+
+report_method() {
+    echo "## Method"
+    echo
+    cat <<EOF
+- **Set-up.** One throwaway PostgreSQL $PGVER (tests/lib.sh: initdb in a temp dir, \`fsync\`,
+  \`synchronous_commit\` and \`full_page_writes\` off, plus shared_buffers $SHARED_BUFFERS,
+  max_wal_size 8GB, checkpoint_timeout 30min${BENCH_PG_CONF:+, \`$BENCH_PG_CONF\`}; autovacuum on), migrated with
+  \`outbox-relay migrate\`. A fresh mock Kafka cluster (bin/mock-broker: librdkafka's mock
+  cluster, $BROKERS_N brokers, topic \`$TOPIC\` with $PARTITIONS partitions, acks from memory) for
+  every measurement, run with --tcp-nodelay as real brokers are (without it, delayed ACKs add
+  about 40 ms to every produce round with several requests in flight). Everything shares this
+  machine's $(nproc) CPUs: PostgreSQL, the broker, the relay, pgbench and the consumer.
+- **Rows.** bench/seed.sql generates $(commas "$seed_rows") deterministic rows once: 1,000 aggregates
+  round robin, a ${PAYLOAD_BYTES}-byte JSON payload and a traceparent header each. Before every drain
+  the outbox is reset to the same state: TRUNCATE … RESTART IDENTITY, the first N seed rows
+  copied in id order (ids 1..N), VACUUM ANALYZE, CHECKPOINT. So every drain of a size works on
+  identical rows in an identically laid-out table, not on the bloat of the run before.
+- **PostgreSQL-only bound.** \`pgbench -n -M prepared -c 1 -t N/1000\` running
+  bench/claim_update.sql (or claim_delete.sql): one statement that claims 1,000 unsent rows with
+  the relay's partial index (\`WHERE sent_at IS NULL ORDER BY id LIMIT 1000 FOR UPDATE SKIP
+  LOCKED\`), marks them sent (or deletes them) and returns the columns the relay needs; no Kafka.
+  events/s = pgbench's tps (without connection time) × 1,000; all rows checked claimed after.
+- **Relay drains.** bin/outbox-relay (the non-sanitizer build) started with only
+  --database-url and --brokers (default settings) or with \`$TUNED_LABEL\` (tuned); timed from
+  process start until no unsent row remains, so start-up is included (shown separately: start
+  to the relay's "lanes owned" log line). Completion is polled every ${POLL_MS} ms over one open
+  psql session: a primary-key lookup of row N, then one check of the whole partial index. The
+  relay's own "stopped sent=N" log line is checked against N. "First row sent" is when the
+  same polls first saw row 1 marked (the end of the first batch, ± one poll); it shows
+  start-up stalls, such as librdkafka 2.0.2 asking for a topic's metadata only at its 1-second
+  topic scan when a producer first sends to it. CPU s = user + system time of the relay
+  process (all threads) from /proc/PID/stat at the end.
+- **Naive loop.** bin/naive-relay (bench/naive_relay.c), the seed's loop written plainly with
+  blocking libpq and librdkafka: BEGIN; SELECT 100 unsent rows FOR UPDATE SKIP LOCKED; per row
+  produce (same key, value and headers as the relay) and \`UPDATE … WHERE id = \$1\`; flush (wait
+  for every ack); COMMIT; sleep 1 s when empty. Prepared statements, idempotent producer (as the
+  relay). Timed like the relay, on $(commas "$NAIVE_SIZE") rows.
+- **Latency.** Empty outbox, fresh broker, relay started and ready, then bin/consume (a real
+  librdkafka consumer, \`$CONSUMER_KAFKA\`: the mock broker answers an empty fetch only after
+  fetch.wait.max.ms, it does not wake on new data) reading the topic from the start. pgbench
+  \`-M prepared -c $LAT_CLIENTS -R RATE\` runs bench/insert_event.sql (one event per transaction) for
+  ${WARM_S} s of warm-up, then ${LAT_S} s measured. Latency = consumer receive time (CLOCK_REALTIME,
+  \`received_us\`) − \`committed_us\` in the payload (clock_timestamp() during the INSERT, just
+  before its commit). Every event whose committed_us falls in the measured window counts: the
+  inserted count is taken from the database and compared with what the consumer read (missing),
+  later copies of an event id are counted as duplicates and left out. p50/p99 are nearest-rank.
+  The split uses the message's Kafka timestamp (CreateTime: set by librdkafka when the relay
+  produces, millisecond precision): commit→produce is the relay's wakeup, claim and hand-over;
+  produce→consumer is linger, the broker round trip and the consumer's fetch.
+- **Cost to producers.** pgbench \`-M prepared -c 1\` and \`-c 4\` \`-T ${PROD_S}\` with the same insert
+  script into an emptied outbox, first without the \`outbox_wakeup\` trigger (dropped), then with
+  it (recreated from its own pg_get_triggerdef). "no relay": nothing listens, so this is the
+  commit path alone (NOTIFY queues and serialises commits whether or not anyone listens).
+  "relay": a relay at default settings listens and drains during both runs, sharing the CPUs.
+- **Memory.** VmRSS sampled at every completion poll and VmHWM read from /proc/PID/status just
+  before the relay is stopped.
+- **Noise.** $([ "$REPEAT" -gt 1 ] && echo "Drains: $REPEAT interleaved rounds, medians; latency and producer runs once." || echo "One run of each measurement (BENCH_REPEAT=3 gives drain medians).") Compare
+  ratios, not absolute figures, and only between runs on a quiet machine (see the load average
+  above).
+EOF
+}
+
+report_notes() {
+    local key n
+    if [ ${#NOTES[@]} -gt 0 ] || [ ${#R_NOTE[@]} -gt 0 ]; then
+        echo
+        echo "## Notes from this run"
+        echo
+        for key in "${!R_NOTE[@]}"; do
+            echo "- $key: ${R_NOTE[$key]}"
+        done
+        for n in "${NOTES[@]}"; do
+            echo "- $n"
+        done
+    fi
+    if [ "$_T_FAIL" -gt 0 ]; then
+        echo
+        echo "**The harness reported $_T_FAIL failed check(s) in this run; see its output.**"
+    fi
+}
+
+mkdir -p "$(dirname "$OUT")"
+report >"$T/report.md"
+echo
+cat "$T/report.md"
+cp "$T/report.md" "$OUT" && echo && echo "# report written to $OUT (${RUN_SECONDS} s)"
