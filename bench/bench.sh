@@ -331,7 +331,13 @@ wait_drained() {
     while :; do
         if [ -z "$FIRST_US" ]; then
             pq "SELECT NOT EXISTS (SELECT 1 FROM outbox WHERE id = 1 AND sent_at IS NULL)"
-            [ "$REPLY" = t ] && FIRST_US=${EPOCHREALTIME/./}
+            if [ "$REPLY" = t ]; then
+                FIRST_US=${EPOCHREALTIME/./}
+                # Rows already sent at that moment (claims go in id order, so they are among the
+                # first ids): the steady rate counts only the rows sent after it.
+                pq "SELECT count(*) FROM outbox WHERE id <= 200000 AND sent_at IS NOT NULL"
+                FIRST_SENT=$REPLY
+            fi
         fi
         if [ "$mode" = last ]; then
             pq "SELECT NOT EXISTS (SELECT 1 FROM outbox WHERE id = $last AND sent_at IS NULL)"
@@ -437,6 +443,9 @@ drain() {
     if [ "$rc" = 0 ]; then
         check_eq "$key: the $kind's own count of sent events (log) matches" "$n" "${sent:-?}"
         R_RATE[$key]=$(calc "$n * 1000000 / $dur" %.0f)
+        R_STEADY[$key]=-
+        [ -n "$FIRST_US" ] && [ "$DONE_US" -gt "$FIRST_US" ] &&
+            R_STEADY[$key]=$(calc "($n - $FIRST_SENT) * 1000000 / ($DONE_US - $FIRST_US)" %.0f)
     elif [ "$rc" = 1 ]; then
         R_RATE[$key]=$(calc "$partial * 1000000 / $dur" %.0f)
         R_NOTE[$key]="timed out after $(calc "$dur / 1000000" %.0f) s with $(commas "$partial") rows sent; rate over that part"
@@ -647,7 +656,7 @@ perf_stop() {
 
 # ---- the run ------------------------------------------------------------------------------
 
-declare -A R_RATE R_SECS R_HWM R_CPU R_RSS10 R_RSS50 R_RSSEND R_START R_FIRST R_NOTE R_ALL R_SPREAD
+declare -A R_RATE R_SECS R_HWM R_CPU R_RSS10 R_RSS50 R_RSSEND R_START R_FIRST R_NOTE R_ALL R_SPREAD R_STEADY
 declare -A L_TPS L_LAG L_INSERTED L_DUPS L_N L_P50 L_P99 L_MAX L_MISSING L_CPU P_TPS
 declare -A L_RP50 L_RP99 L_KP50 L_KP99
 NOTES=()
@@ -772,8 +781,8 @@ report_drain() {
         echo "Median of $REPEAT rounds (min–max); the other columns are from the last round."
         echo
     fi
-    echo "| backlog | what | events/s | seconds | × PG bound (UPDATE) | × naive | start-up s | first row sent s | CPU s | peak RSS (VmHWM) |"
-    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| backlog | what | events/s | seconds | × PG bound (UPDATE) | × naive | steady events/s | steady × bound | start-up s | first row sent s | CPU s | peak RSS (VmHWM) |"
+    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for n in "${SIZE_LIST[@]}"; do
         bound=${R_RATE[update.$n]:-}
         naive=${R_RATE[naive.$n]:-}
@@ -791,10 +800,12 @@ report_drain() {
             printf '| %s | %s | %s | %s | %s |' "$(commas "$n")" "$d" "$rate" "${R_SECS[$key.$n]}" \
                 "$(x_ratio "$(ratio "${R_RATE[$key.$n]}" "$bound")")"
             if [ "$key" = update ] || [ "$key" = delete ]; then
-                echo " | | | | |"
+                echo " | | | | | | |"
             else
-                printf ' %s | %s | %s | %s | %s MB |\n' \
-                    "$(x_ratio "$(ratio "${R_RATE[$key.$n]}" "$naive")")" "${R_START[$key.$n]:--}" \
+                printf ' %s | %s | %s | %s | %s | %s | %s MB |\n' \
+                    "$(x_ratio "$(ratio "${R_RATE[$key.$n]}" "$naive")")" \
+                    "$(commas "${R_STEADY[$key.$n]:--}")" \
+                    "$(x_ratio "$(ratio "${R_STEADY[$key.$n]:--}" "$bound")")" "${R_START[$key.$n]:--}" \
                     "${R_FIRST[$key.$n]:--}" "${R_CPU[$key.$n]:--}" "$(mb "${R_HWM[$key.$n]}")"
             fi
         done
@@ -864,7 +875,9 @@ report_targets() {
     for n in "${SIZE_LIST[@]}"; do
         [ -n "${R_RATE[default.$n]:-}" ] || continue
         r=$(ratio "${R_RATE[default.$n]}" "${R_RATE[update.$n]:-}")
-        echo "- Drain of $(commas "$n") at default settings ≥ 0.9× the PostgreSQL-only bound (floor 0.75×): **${r}×** — $(verdict "$r" 0.9 0.75 higher)."
+        echo "- Drain of $(commas "$n") at default settings ≥ 0.9× the PostgreSQL-only bound (floor 0.75×), from process start: **${r}×** — $(verdict "$r" 0.9 0.75 higher)."
+        r=$(ratio "${R_STEADY[default.$n]:--}" "${R_RATE[update.$n]:-}")
+        echo "  - steady (after the first batch; the bound has no start-up either): **${r}×** — $(verdict "$r" 0.9 0.75 higher)."
     done
     if [ -n "${R_RATE[naive.$NAIVE_SIZE]:-}" ]; then
         r=$(ratio "${R_RATE[default.$NAIVE_SIZE]:-}" "${R_RATE[naive.$NAIVE_SIZE]}")

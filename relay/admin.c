@@ -24,8 +24,7 @@ static const char *const SQL_PURGE_DEAD =
     "DELETE FROM outbox"
     " WHERE dead_at IS NOT NULL AND sent_at IS NULL AND ($1::bigint IS NULL OR id = $1::bigint)";
 
-/* Connects with a one-line, password-free error on failure. */
-static PGconn *connect_db(const char *conninfo)
+PGconn *admin_connect(const char *conninfo)
 {
     PGconn *conn = PQconnectdb(conninfo);
     if (PQstatus(conn) != CONNECTION_OK) {
@@ -38,7 +37,7 @@ static PGconn *connect_db(const char *conninfo)
     return conn;
 }
 
-static PGresult *run(PGconn *conn, const char *sql, int nparams, const char *const *params,
+PGresult *admin_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
                      ExecStatusType expect)
 {
     PGresult *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
@@ -71,10 +70,10 @@ static void print_json(PGresult *res, int row)
 
 int admin_dead(const Config *cfg)
 {
-    PGconn *conn = connect_db(cfg->database_url);
+    PGconn *conn = admin_connect(cfg->database_url);
     if (!conn)
         return 1;
-    PGresult *res = run(conn, SQL_DEAD, 0, NULL, PGRES_TUPLES_OK);
+    PGresult *res = admin_exec(conn, SQL_DEAD, 0, NULL, PGRES_TUPLES_OK);
     if (!res) {
         PQfinish(conn);
         return 1;
@@ -101,15 +100,17 @@ int admin_dead(const Config *cfg)
     return 0;
 }
 
-int admin_requeue(const Config *cfg)
+/* Runs sql (a statement on dead-lettered rows taking $1 = the id, or NULL for all) and reports
+ * how many rows it changed as `verb`. */
+static int change_dead(const Config *cfg, const char *sql, const char *verb)
 {
-    PGconn *conn = connect_db(cfg->database_url);
+    PGconn *conn = admin_connect(cfg->database_url);
     if (!conn)
         return 1;
     char id[32];
     snprintf(id, sizeof(id), "%ld", cfg->id);
     const char *params[1] = {cfg->all ? NULL : id};
-    PGresult *res = run(conn, SQL_REQUEUE, 1, params, PGRES_COMMAND_OK);
+    PGresult *res = admin_exec(conn, sql, 1, params, PGRES_COMMAND_OK);
     if (!res) {
         PQfinish(conn);
         return 1;
@@ -121,32 +122,19 @@ int admin_requeue(const Config *cfg)
         log_error("no dead-lettered event with this id", "id=%ld", cfg->id);
         return 1;
     }
-    log_info("requeued dead-lettered events", "count=%ld", n);
-    printf("requeued %ld event%s\n", n, n == 1 ? "" : "s");
+    char msg[64];
+    snprintf(msg, sizeof(msg), "%s dead-lettered events", verb);
+    log_info(msg, "count=%ld", n);
+    printf("%s %ld event%s\n", verb, n, n == 1 ? "" : "s");
     return 0;
+}
+
+int admin_requeue(const Config *cfg)
+{
+    return change_dead(cfg, SQL_REQUEUE, "requeued");
 }
 
 int admin_purge_dead(const Config *cfg)
 {
-    PGconn *conn = connect_db(cfg->database_url);
-    if (!conn)
-        return 1;
-    char id[32];
-    snprintf(id, sizeof(id), "%ld", cfg->id);
-    const char *params[1] = {cfg->all ? NULL : id};
-    PGresult *res = run(conn, SQL_PURGE_DEAD, 1, params, PGRES_COMMAND_OK);
-    if (!res) {
-        PQfinish(conn);
-        return 1;
-    }
-    long n = strtol(PQcmdTuples(res), NULL, 10);
-    PQclear(res);
-    PQfinish(conn);
-    if (!cfg->all && n == 0) {
-        log_error("no dead-lettered event with this id", "id=%ld", cfg->id);
-        return 1;
-    }
-    log_info("purged dead-lettered events", "count=%ld", n);
-    printf("purged %ld event%s\n", n, n == 1 ? "" : "s");
-    return 0;
+    return change_dead(cfg, SQL_PURGE_DEAD, "purged");
 }

@@ -4,7 +4,18 @@
 #ifndef OUTBOX_ADMIN_H
 #define OUTBOX_ADMIN_H
 
+#include <libpq-fe.h>
+
 #include "config.h"
+
+/* Blocking helpers shared by the one-shot commands (admin, status). Connects with a one-line,
+ * password-free error logged on failure; returns NULL then. */
+PGconn *admin_connect(const char *conninfo);
+
+/* Runs sql with text params; returns the result, or NULL (error logged, result cleared) when its
+ * status is not `expect`. */
+PGresult *admin_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
+                     ExecStatusType expect);
 
 /* Prints the dead-lettered events (a table, or JSON lines with cfg->json) to stdout. Returns the
  * exit status: 0, or 1 on a database error (logged). */

@@ -60,6 +60,8 @@ static const OptionDef options[] = {
      "on SIGTERM/SIGINT, how long to wait for in-flight acknowledgements"},
     {"busy-poll-interval", OPT_INT, NULL, "2", 1, 1000, NULL, FIELD(busy_poll_interval_ms), "MS",
      "when producers are mid-transaction as the relay runs out of work, check again after this"},
+    {"sleep-after", OPT_INT, NULL, "50", 0, 60000, NULL, FIELD(sleep_after_ms), "MS",
+     "stay awake polling this long after the last row before sleeping (waiting for NOTIFY)"},
     {"rebalance-interval", OPT_INT, NULL, "1000", 100, 60000, NULL, FIELD(rebalance_interval_ms),
      "MS", "how often lanes are re-divided among the running relays"},
     {"max-attempts", OPT_INT, NULL, "10", 1, 1000, NULL, FIELD(max_attempts), "N",

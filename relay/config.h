@@ -52,6 +52,7 @@ typedef struct Config {
     long delivery_timeout_ms;
     long rebalance_interval_ms;
     long busy_poll_interval_ms;
+    long sleep_after_ms;
     long max_attempts;
     long retry_backoff_ms;
     long retry_backoff_max_ms;

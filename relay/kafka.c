@@ -51,6 +51,10 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
                * the producer and retries in order). */
               conf_set(conf, "enable.gapless.guarantee", "true", "default", err, errlen) &&
               conf_set(conf, "client.id", "outbox-relay", "default", err, errlen) &&
+              /* The relay hands Kafka whole batches at once, so waiting for more messages only
+               * adds latency: measured, linger.ms=0 took p50 commit-to-consumer from 12.6 to
+               * 2.9 ms at 1,000 events/s with the same drain rate (docs/benchmarks.md). */
+              conf_set(conf, "linger.ms", "0", "default", err, errlen) &&
               /* Broker states for the readiness endpoint (see kafka_stats.h). */
               (!cfg->metrics_listen || conf_set(conf, "statistics.interval.ms",
                                                 KAFKA_STATS_INTERVAL_MS, "default", err, errlen)) &&

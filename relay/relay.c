@@ -69,6 +69,7 @@ static const char *const SQL_SLEEP =
     "INSERT INTO outbox_wakeup_state (slot, sleeping) SELECT $1::int, true"
     " WHERE pg_try_advisory_xact_lock(" WAKEUP_LOCK_NS ")"
     " ON CONFLICT (slot) DO UPDATE SET sleeping = true RETURNING slot";
+static const char *const SQL_LEAVE = "DELETE FROM outbox_wakeup_state WHERE slot = $1::int";
 static const char *const SQL_AWAKE =
     "UPDATE outbox_wakeup_state SET sleeping = false WHERE slot = $1::int AND sleeping";
 /* Rows of relays that are gone (their member slot lock is not held) would keep producers
@@ -129,13 +130,15 @@ struct Relay {
     Batch batch;
     BatchMarks marks;
     const char *claim_sql;
-    int failed_stmt;      /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
-    int awake_stmt;       /* index of SQL_AWAKE in the mark pipeline, -1 if not sent */
-    bool wake_pending;    /* there may be rows to claim */
-    bool rebalance_due;   /* lane ownership should be checked before the next claim */
-    bool asleep;          /* this relay's sleeping flag is set: producers notify it */
-    bool forget_gone_due; /* membership changed: clean up sleeping flags of gone relays */
-    char slot_text[16];   /* member slot as a query parameter */
+    int failed_stmt;        /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
+    int awake_stmt;         /* index of SQL_AWAKE in the mark pipeline, -1 if not sent */
+    bool wake_pending;      /* there may be rows to claim */
+    bool rebalance_due;     /* lane ownership should be checked before the next claim */
+    bool asleep;            /* this relay's sleeping flag is set: producers notify it */
+    bool forget_gone_due;   /* membership changed: clean up sleeping flags of gone relays */
+    char slot_text[16];     /* member slot as a query parameter */
+    bool left;              /* shutting down: the sleeping flag row was (being) removed */
+    ev_tstamp last_rows_at; /* when a claim last returned rows */
     bool stopping;
     int signals;
     int exit_status;
@@ -158,9 +161,28 @@ static void step(Relay *r);
 static void go_to_sleep(Relay *r);
 static void send_marks(Relay *r);
 
+static void on_left(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Relay *r = arg;
+    ev_timer_stop(r->loop, &r->shutdown_timer);
+    ev_break(r->loop, EVBREAK_ALL);
+}
+
+/* Ends the loop. On the way out, the relay removes its sleeping flag (when the connection is
+ * there to do it, within a second): a flag left set would make producers notify for nobody. */
 static void stop_loop(Relay *r)
 {
     ev_timer_stop(r->loop, &r->shutdown_timer);
+    if (!r->left && r->slot_text[0] && pg_conn_idle(r->pg)) {
+        const char *params[1] = {r->slot_text};
+        PgQuery q = {SQL_LEAVE, 1, params};
+        r->left = true;
+        if (pg_conn_send(r->pg, &q, 1, on_left, r)) {
+            ev_timer_set(&r->shutdown_timer, 1.0, 0);
+            ev_timer_start(r->loop, &r->shutdown_timer);
+            return;
+        }
+    }
     ev_break(r->loop, EVBREAK_ALL);
 }
 
@@ -526,9 +548,18 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
     int events = PQntuples(results[1]);
     int dead = n > 2 ? PQntuples(results[2]) : 0;
     if (events + dead == 0 && !r->stopping && !r->asleep) {
-        go_to_sleep(r);
+        if (ev_now(r->loop) - r->last_rows_at >= (double)r->cfg->sleep_after_ms / 1000.0) {
+            go_to_sleep(r);
+            return;
+        }
+        /* Work came recently: stay awake and poll, so a steady stream never pays for NOTIFY. */
+        ev_timer_set(&r->busy_timer, (double)r->cfg->busy_poll_interval_ms / 1000.0, 0);
+        ev_timer_start(r->loop, &r->busy_timer);
+        end_transaction(r, SQL_COMMIT);
         return;
     }
+    if (events + dead > 0)
+        r->last_rows_at = ev_now(r->loop);
     if (events + dead == 0 || r->stopping) {
         end_transaction(r, SQL_COMMIT); /* asleep already: that was the final check */
         return;
@@ -709,6 +740,10 @@ static void on_shutdown_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Relay *r = w->data;
     Batch *b = &r->batch;
+    if (r->left) {
+        ev_break(loop, EVBREAK_ALL); /* removing the sleeping flag took too long */
+        return;
+    }
     log_warn("shutdown timeout: marking what was acknowledged, the rest will be re-sent",
              "in_flight=%d", b->in_flight);
     if (r->phase == PHASE_PRODUCING && !b->abandoned) {
@@ -801,6 +836,7 @@ Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf
     }
     lanes_init(&r->lanes);
     r->logged_owned = -1;
+    r->forget_gone_due = true; /* flags left by relays that crashed before this one started */
     backoff_init(&r->retry, RETRY_BASE_S, RETRY_CAP_S, 0);
     timer_init(r, &r->poll_timer, on_poll_timer);
     r->poll_timer.repeat = (double)cfg->poll_interval_ms / 1000.0;

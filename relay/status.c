@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "lanes.h"
+#include "admin.h"
 #include "log.h"
 #include "pg.h"
 
@@ -37,19 +38,6 @@ static const char *const SQL_RELAYS =
     " AND m.objsubid = 2 AND m.granted"
     " AND m.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
     " ORDER BY 1";
-
-static PGresult *query(PGconn *conn, const char *sql)
-{
-    PGresult *res = PQexec(conn, sql);
-    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        char q[600];
-        log_error("query failed", "error=%s",
-                  log_quote(pg_error_line(PQresultErrorMessage(res)), q, sizeof(q)));
-        PQclear(res);
-        return NULL;
-    }
-    return res;
-}
 
 static long long int_at(PGresult *res, int row, int col)
 {
@@ -120,18 +108,14 @@ static void print_text(PGresult *backlog, long long sent_minute, PGresult *relay
 
 int status_run(const Config *cfg)
 {
-    PGconn *conn = PQconnectdb(cfg->database_url);
-    if (PQstatus(conn) != CONNECTION_OK) {
-        char q[600];
-        log_error("cannot connect to PostgreSQL", "error=%s",
-                  log_quote(pg_error_line(PQerrorMessage(conn)), q, sizeof(q)));
-        PQfinish(conn);
+    PGconn *conn = admin_connect(cfg->database_url);
+    if (!conn)
         return 1;
-    }
     int rc = 1;
-    PGresult *backlog = query(conn, SQL_BACKLOG);
-    PGresult *throughput = backlog ? query(conn, SQL_THROUGHPUT) : NULL;
-    PGresult *relays = throughput ? query(conn, SQL_RELAYS) : NULL;
+    PGresult *backlog = admin_exec(conn, SQL_BACKLOG, 0, NULL, PGRES_TUPLES_OK);
+    PGresult *throughput =
+        backlog ? admin_exec(conn, SQL_THROUGHPUT, 0, NULL, PGRES_TUPLES_OK) : NULL;
+    PGresult *relays = throughput ? admin_exec(conn, SQL_RELAYS, 0, NULL, PGRES_TUPLES_OK) : NULL;
     if (relays) {
         long long sent_minute = int_at(throughput, 0, 0);
         if (cfg->json)
