@@ -93,7 +93,8 @@ static const OptionDef options[] = {
  * number and choice options may be listed (config_apply_reloadable copies them by value). */
 static const char *const reloadable[] = {
     "log-level",    "batch-size",    "retention",         "delivery-timeout",   "shutdown-timeout",
-    "max-attempts", "retry-backoff", "retry-backoff-max", "busy-poll-interval", NULL};
+    "max-attempts", "retry-backoff", "retry-backoff-max", "busy-poll-interval",
+    "sleep-after",  NULL};
 
 /* Where a value came from, in precedence order (0: not set). */
 enum { LEVEL_UNSET, LEVEL_DEFAULT, LEVEL_FILE, LEVEL_ENV, LEVEL_FLAG };
