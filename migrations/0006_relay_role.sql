@@ -25,7 +25,9 @@ BEGIN
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
             BEGIN
                 EXECUTE format('CREATE ROLE %I NOLOGIN', r);
-            EXCEPTION WHEN insufficient_privilege THEN
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL; -- created meanwhile by a concurrent run (psql takes no migrate lock)
+            WHEN insufficient_privilege THEN
                 RAISE WARNING 'role % is missing and % may not create it: grants skipped', r, current_user
                     USING HINT = format('CREATE ROLE %I NOLOGIN, then run 0006_relay_role.sql again', r);
             END;
