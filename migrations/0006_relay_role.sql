@@ -1,0 +1,61 @@
+-- Least-privilege roles, so that neither the relay nor the applications need the owner's role.
+--
+--   outbox_relay     what `outbox-relay run`, `dead`, `requeue`, `purge-dead` and `status` need:
+--                    read the outbox, update its delivery columns only, delete (retention and
+--                    purge-dead only; REVOKE DELETE ON outbox FROM outbox_relay if you use
+--                    neither), and keep its sleeping flag in outbox_wakeup_state. No CREATE
+--                    anywhere: `migrate` runs as the owner, never as the relay. pg_locks,
+--                    pg_database and pg_stat_activity (lanes, status) are readable by every role;
+--                    LISTEN and advisory locks need no grant.
+--   outbox_producer  INSERT into the outbox (the id comes from an identity column: no sequence
+--                    grant needed) and read outbox_wakeup_state, which the insert trigger does
+--                    with the producer's privileges. Add SELECT (id, event_id) if you use RETURNING.
+--
+-- Both are created NOLOGIN, and only if missing (roles are cluster-wide). Log in through a member:
+--   CREATE ROLE relay_login LOGIN PASSWORD '...' IN ROLE outbox_relay;
+--   -- or: GRANT outbox_relay TO relay_login; ALTER ROLE relay_login LOGIN PASSWORD '...';
+-- An owner without CREATEROLE cannot create them: the file then warns and skips their grants
+-- instead of failing. Have an administrator create the two roles and run this file again with
+-- psql (it is idempotent): psql "$OWNER_URL" -v ON_ERROR_STOP=1 -f 0006_relay_role.sql
+DO $$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['outbox_relay', 'outbox_producer'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL; -- created meanwhile by a concurrent run (psql takes no migrate lock)
+            WHEN insufficient_privilege THEN
+                RAISE WARNING 'role % is missing and % may not create it: grants skipped', r, current_user
+                    USING HINT = format('CREATE ROLE %I NOLOGIN, then run 0006_relay_role.sql again', r);
+            END;
+        END IF;
+    END LOOP;
+END
+$$;
+
+DO $$
+DECLARE
+    -- The outbox's schema (usually public). A GRANT on a schema this role does not own only warns.
+    s text := (SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = 'outbox'::regclass);
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'outbox_relay') THEN
+        EXECUTE format('GRANT USAGE ON SCHEMA %s TO outbox_relay', s);
+        GRANT SELECT, DELETE ON outbox TO outbox_relay;
+        -- The claim's FOR UPDATE needs UPDATE on some column; these are all the relay writes.
+        GRANT UPDATE (sent_at, attempts, rejections, last_error, next_attempt_at, dead_at,
+                      dead_letter_topic) ON outbox TO outbox_relay;
+        GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_wakeup_state TO outbox_relay;
+        -- The generated lane column; PUBLIC has EXECUTE by default, this survives revoking that.
+        GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO outbox_relay;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'outbox_producer') THEN
+        EXECUTE format('GRANT USAGE ON SCHEMA %s TO outbox_producer', s);
+        GRANT INSERT ON outbox TO outbox_producer;
+        GRANT SELECT ON outbox_wakeup_state TO outbox_producer;
+        GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO outbox_producer;
+    END IF;
+END
+$$;
