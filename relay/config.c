@@ -91,10 +91,17 @@ static const OptionDef options[] = {
  * rest is built into state at start-up (timers, the producer, the claim statement, the
  * connection) or changes what rows mean half-way through (topics), and needs a restart. Only
  * number and choice options may be listed (config_apply_reloadable copies them by value). */
-static const char *const reloadable[] = {
-    "log-level",    "batch-size",    "retention",         "delivery-timeout",   "shutdown-timeout",
-    "max-attempts", "retry-backoff", "retry-backoff-max", "busy-poll-interval",
-    "sleep-after",  NULL};
+static const char *const reloadable[] = {"log-level",
+                                         "batch-size",
+                                         "retention",
+                                         "delivery-timeout",
+                                         "shutdown-timeout",
+                                         "max-attempts",
+                                         "retry-backoff",
+                                         "retry-backoff-max",
+                                         "busy-poll-interval",
+                                         "sleep-after",
+                                         NULL};
 
 /* Where a value came from, in precedence order (0: not set). */
 enum { LEVEL_UNSET, LEVEL_DEFAULT, LEVEL_FILE, LEVEL_ENV, LEVEL_FLAG };
