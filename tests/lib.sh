@@ -259,6 +259,9 @@ broker_start() {
     BROKER_CTL=$T/broker.ctl
     rm -f "$BROKER_CTL"
     mkfifo "$BROKER_CTL" || fail "mkfifo $BROKER_CTL"
+    # The redirection below truncates in the child, possibly after the poll has read a previous
+    # broker's address: remove the old output first.
+    rm -f "$T/broker.out"
     "$BIN/mock-broker" --brokers "$n" --control "$BROKER_CTL" "$@" \
         >"$T/broker.out" 2>"$T/broker.log" &
     BROKER_PID=$!
