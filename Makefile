@@ -33,7 +33,7 @@ TOOL_BIN := $(patsubst tests/tools/%.c,bin/%,$(TOOL_SRC))
 # backoff modules; their schemas are embedded like the relay's migrations.
 DEMO_CFLAGS := $(shell pkg-config --cflags libmicrohttpd 2>/dev/null) -Idemo-common
 DEMO_LIBS   := $(shell pkg-config --libs libmicrohttpd 2>/dev/null) -lpthread
-DEMO_RELAY  := log backoff secrets
+DEMO_RELAY  := log backoff secrets optval
 COMMON_SRC   := $(wildcard demo-common/*.c)
 PRODUCER_SRC := $(wildcard producer-demo/*.c)
 CONSUMER_SRC := $(wildcard consumer-demo/*.c)
@@ -101,7 +101,7 @@ bin/asan/obj/%_schema.o: bin/gen/%_schema.c
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
 
-DEMO_HDR := $(wildcard demo-common/*.h producer-demo/*.h consumer-demo/*.h) relay/log.h relay/backoff.h relay/secrets.h
+DEMO_HDR := $(wildcard demo-common/*.h producer-demo/*.h consumer-demo/*.h) relay/log.h relay/backoff.h relay/secrets.h relay/optval.h
 
 bin/obj/demo/%.o: %.c $(DEMO_HDR) | bin/.deps-ok
 	@mkdir -p $(@D)

@@ -1,24 +1,10 @@
 #include "opts.h"
 
-#include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
-
-static bool fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static bool fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    log_one_line(err); /* values are echoed back and may hold newlines */
-    return false;
-}
+#include "optval.h"
 
 static void *xrealloc(void *p, size_t n)
 {
@@ -58,40 +44,26 @@ static bool set_value(void *out, const OptDef *opt, const char *value, const cha
 {
     void *field = (char *)out + opt->offset;
     switch (opt->type) {
-    case OPT_STRING: {
-        char **slot = field;
-        if (*value == '\0')
-            return fail(err, errlen, "%s: value must not be empty", source);
-        free(*slot);
-        *slot = strdup(value);
-        return true;
-    }
-    case OPT_INT: {
-        char *end;
-        errno = 0;
-        long n = strtol(value, &end, 10);
-        if (*value == '\0' || *end != '\0' || errno != 0 || n < opt->min || n > opt->max)
-            return fail(err, errlen, "%s: expected an integer from %ld to %ld, got '%s'", source,
-                        opt->min, opt->max, value);
-        *(long *)field = n;
-        return true;
-    }
+    case OPT_STRING:
+        return optval_string(field, value, source, err, errlen);
+    case OPT_INT:
+        return optval_long(field, value, opt->min, opt->max, source, err, errlen);
     case OPT_LOG_LEVEL:
         if (!log_level_parse(value, (LogLevel *)field))
-            return fail(err, errlen, "%s: expected debug, info, warn or error, got '%s'", source,
-                        value);
+            return optval_fail(err, errlen, "%s: expected debug, info, warn or error, got '%s'",
+                               source, value);
         return true;
     case OPT_LIST: {
         OptList *list = field;
         const char *eq = strchr(value, '=');
         if (!eq || eq == value)
-            return fail(err, errlen, "%s: expected KEY=VALUE, got '%s'", source, value);
+            return optval_fail(err, errlen, "%s: expected KEY=VALUE, got '%s'", source, value);
         list->items = xrealloc(list->items, (list->len + 1) * sizeof(*list->items));
         list->items[list->len++] = strdup(value);
         return true;
     }
     }
-    return fail(err, errlen, "%s: unsupported option type", source);
+    return optval_fail(err, errlen, "%s: unsupported option type", source);
 }
 
 static bool is_set(const void *out, const OptDef *opt)
@@ -131,16 +103,17 @@ bool opts_parse(const OptSpec *spec, void *out, int *cmd, int argc, char **argv,
             if (strcmp(arg1, spec->cmds[i].name) == 0)
                 found = &spec->cmds[i];
         if (!found)
-            return fail(err, errlen, "unknown command '%s': try '%s --help'", arg1, spec->prog);
+            return optval_fail(err, errlen, "unknown command '%s': try '%s --help'", arg1,
+                               spec->prog);
         *cmd = found->id;
         first = 2;
     } else if (spec->default_cmd >= 0) {
         *cmd = spec->default_cmd;
     } else if (arg1) {
-        return fail(err, errlen, "expected a command before '%s': try '%s --help'", arg1,
-                    spec->prog);
+        return optval_fail(err, errlen, "expected a command before '%s': try '%s --help'", arg1,
+                           spec->prog);
     } else {
-        return fail(err, errlen, "missing command: try '%s --help'", spec->prog);
+        return optval_fail(err, errlen, "missing command: try '%s --help'", spec->prog);
     }
     if (*cmd == spec->help_cmd || *cmd == spec->version_cmd)
         return true;
@@ -160,7 +133,8 @@ bool opts_parse(const OptSpec *spec, void *out, int *cmd, int argc, char **argv,
             goto out;
         }
         if (strncmp(arg, "--", 2) != 0) {
-            ok = fail(err, errlen, "unexpected argument '%s': try '%s --help'", arg, spec->prog);
+            ok = optval_fail(err, errlen, "unexpected argument '%s': try '%s --help'", arg,
+                             spec->prog);
             goto out;
         }
         const char *name = arg + 2;
@@ -168,18 +142,20 @@ bool opts_parse(const OptSpec *spec, void *out, int *cmd, int argc, char **argv,
         size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
         const OptDef *opt = find_option(spec, name, name_len);
         if (!opt) {
-            ok = fail(err, errlen, "unknown option '--%.*s': try '%s --help'", (int)name_len, name,
-                      spec->prog);
+            ok = optval_fail(err, errlen, "unknown option '--%.*s': try '%s --help'", (int)name_len,
+                             name, spec->prog);
             goto out;
         }
         if (!applies(opt, *cmd)) {
-            ok = fail(err, errlen, "option --%s does not apply to '%s'", opt->name, cmd_name);
+            ok =
+                optval_fail(err, errlen, "option --%s does not apply to '%s'", opt->name, cmd_name);
             goto out;
         }
         const char *value = eq ? eq + 1 : NULL;
         if (!value) {
             if (i + 1 >= argc) {
-                ok = fail(err, errlen, "option --%s needs a value (%s)", opt->name, opt->metavar);
+                ok = optval_fail(err, errlen, "option --%s needs a value (%s)", opt->name,
+                                 opt->metavar);
                 goto out;
             }
             value = argv[++i];
@@ -207,9 +183,9 @@ bool opts_parse(const OptSpec *spec, void *out, int *cmd, int argc, char **argv,
         if (!((opt->required >> *cmd) & 1u) || is_set(out, opt))
             continue;
         if (opt->env)
-            ok = fail(err, errlen, "missing --%s (or set %s)", opt->name, opt->env);
+            ok = optval_fail(err, errlen, "missing --%s (or set %s)", opt->name, opt->env);
         else
-            ok = fail(err, errlen, "missing --%s", opt->name);
+            ok = optval_fail(err, errlen, "missing --%s", opt->name);
     }
 out:
     free(flags);

@@ -3,9 +3,10 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "optval.h"
 
 typedef enum { OPT_STRING, OPT_INT, OPT_CHOICE, OPT_BOOL, OPT_KAFKA, OPT_DURATION } OptType;
 
@@ -123,19 +124,6 @@ static const struct {
     {"version", CMD_VERSION, "show the version (also --version)"},
 };
 
-static bool fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static bool fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    log_one_line(err); /* values are echoed back and may hold newlines */
-    return false;
-}
-
 static const OptionDef *find_option(const char *name, size_t len)
 {
     for (size_t i = 0; i < N_OPTIONS; i++)
@@ -196,24 +184,10 @@ static bool set_value(Config *cfg, const OptionDef *opt, const char *value, cons
 {
     void *field = (char *)cfg + opt->offset;
     switch (opt->type) {
-    case OPT_STRING: {
-        char **slot = field;
-        if (*value == '\0')
-            return fail(err, errlen, "%s: value must not be empty", source);
-        free(*slot);
-        *slot = strdup(value);
-        return true;
-    }
-    case OPT_INT: {
-        char *end;
-        errno = 0;
-        long n = strtol(value, &end, 10);
-        if (*value == '\0' || *end != '\0' || errno != 0 || n < opt->min || n > opt->max)
-            return fail(err, errlen, "%s: expected an integer from %ld to %ld, got '%s'", source,
-                        opt->min, opt->max, value);
-        *(long *)field = n;
-        return true;
-    }
+    case OPT_STRING:
+        return optval_string(field, value, source, err, errlen);
+    case OPT_INT:
+        return optval_long(field, value, opt->min, opt->max, source, err, errlen);
     case OPT_CHOICE: {
         char expected[128] = "";
         for (int i = 0; opt->choices[i]; i++) {
@@ -227,7 +201,7 @@ static bool set_value(Config *cfg, const OptionDef *opt, const char *value, cons
                                            : " or ",
                      opt->choices[i]);
         }
-        return fail(err, errlen, "%s: expected %s, got '%s'", source, expected, value);
+        return optval_fail(err, errlen, "%s: expected %s, got '%s'", source, expected, value);
     }
     case OPT_BOOL:
         if (strcmp(value, "true") == 0 || strcmp(value, "1") == 0)
@@ -235,25 +209,27 @@ static bool set_value(Config *cfg, const OptionDef *opt, const char *value, cons
         else if (strcmp(value, "false") == 0 || strcmp(value, "0") == 0)
             *(bool *)field = false;
         else
-            return fail(err, errlen, "%s: expected true or false, got '%s'", source, value);
+            return optval_fail(err, errlen, "%s: expected true or false, got '%s'", source, value);
         return true;
     case OPT_KAFKA: {
         KafkaProp prop;
         /* The text is not echoed: without its '=', a value cannot be told from its key, and
          * values may be secrets. */
         if (!config_parse_kafka_prop(value, &prop))
-            return fail(err, errlen, "%s: expected KEY=VALUE (a non-empty key, then '=')", source);
+            return optval_fail(err, errlen, "%s: expected KEY=VALUE (a non-empty key, then '=')",
+                               source);
         kafka_append(cfg, prop);
         return true;
     }
     case OPT_DURATION:
         if (!config_parse_duration(value, (long *)field))
-            return fail(err, errlen,
-                        "%s: expected a duration such as 90s, 30m, 72h or 7d (or 0/off), got '%s'",
-                        source, value);
+            return optval_fail(
+                err, errlen,
+                "%s: expected a duration such as 90s, 30m, 72h or 7d (or 0/off), got '%s'", source,
+                value);
         return true;
     }
-    return fail(err, errlen, "%s: unsupported option type", source);
+    return optval_fail(err, errlen, "%s: unsupported option type", source);
 }
 
 /* A JSON scalar as the text a flag would carry; NULL for objects, arrays and null. */
@@ -286,13 +262,14 @@ static bool load_file(Config *cfg, const char *path, unsigned char *levels, char
         if (near)
             *near = '\0';
         if (jerr.line <= 0)
-            return fail(err, errlen, "config file %s: %s", path, jerr.text);
-        return fail(err, errlen, "config file %s: line %d column %d: %s", path, jerr.line,
-                    jerr.column, jerr.text);
+            return optval_fail(err, errlen, "config file %s: %s", path, jerr.text);
+        return optval_fail(err, errlen, "config file %s: line %d column %d: %s", path, jerr.line,
+                           jerr.column, jerr.text);
     }
     bool ok = true;
     if (!json_is_object(root)) {
-        ok = fail(err, errlen, "config file %s: expected a JSON object at the top level", path);
+        ok = optval_fail(err, errlen, "config file %s: expected a JSON object at the top level",
+                         path);
         goto done;
     }
 
@@ -304,13 +281,14 @@ static bool load_file(Config *cfg, const char *path, unsigned char *levels, char
         const OptionDef *opt = find_option(key, strlen(key));
         snprintf(source, sizeof(source), "config file %s: key \"%s\"", path, key);
         if (!opt || strcmp(key, "config") == 0) {
-            ok = fail(err, errlen, "config file %s: unknown key \"%s\"", path, key);
+            ok = optval_fail(err, errlen, "config file %s: unknown key \"%s\"", path, key);
             goto done;
         }
         levels[opt - options] = LEVEL_FILE;
         if (opt->type == OPT_KAFKA) {
             if (!json_is_object(value)) {
-                ok = fail(err, errlen, "%s: expected an object of librdkafka properties", source);
+                ok = optval_fail(err, errlen, "%s: expected an object of librdkafka properties",
+                                 source);
                 goto done;
             }
             const char *pkey;
@@ -320,9 +298,9 @@ static bool load_file(Config *cfg, const char *path, unsigned char *levels, char
                 char *text = json_scalar_text(pval);
                 if (!text || *pkey == '\0') {
                     free(text);
-                    ok =
-                        fail(err, errlen, "%s: property \"%s\" must be a string, number or boolean",
-                             source, pkey);
+                    ok = optval_fail(err, errlen,
+                                     "%s: property \"%s\" must be a string, number or boolean",
+                                     source, pkey);
                     goto done;
                 }
                 kafka_append(cfg, (KafkaProp){strdup(pkey), text});
@@ -333,7 +311,7 @@ static bool load_file(Config *cfg, const char *path, unsigned char *levels, char
          * set_value checks them like a flag. */
         char *text = json_scalar_text(value);
         if (!text) {
-            ok = fail(err, errlen, "%s: expected a string or a number", source);
+            ok = optval_fail(err, errlen, "%s: expected a string or a number", source);
             goto done;
         }
         ok = set_value(cfg, opt, text, source, err, errlen);
@@ -352,7 +330,7 @@ static char *read_text_file(const char *option, const char *path, char *err, siz
     enum { MAX_SIZE = 1 << 20 };
     FILE *f = fopen(path, "r");
     if (!f) {
-        fail(err, errlen, "%s %s: %s", option, path, strerror(errno));
+        optval_fail(err, errlen, "%s %s: %s", option, path, strerror(errno));
         return NULL;
     }
     char *text = malloc(MAX_SIZE + 1);
@@ -362,14 +340,14 @@ static char *read_text_file(const char *option, const char *path, char *err, siz
     fclose(f);
     if (failed || n > MAX_SIZE) {
         free(text);
-        fail(err, errlen, "%s %s: %s", option, path,
-             failed ? strerror(saved) : "larger than 1 MiB");
+        optval_fail(err, errlen, "%s %s: %s", option, path,
+                    failed ? strerror(saved) : "larger than 1 MiB");
         return NULL;
     }
     text[n] = '\0';
     if (strlen(text) != n) {
         free(text);
-        fail(err, errlen, "%s %s: contains a NUL byte", option, path);
+        optval_fail(err, errlen, "%s %s: contains a NUL byte", option, path);
         return NULL;
     }
     return text;
@@ -389,8 +367,8 @@ static bool read_database_url_file(Config *cfg, char *err, size_t errlen)
                                               : NULL;
     if (why) {
         free(text);
-        return fail(err, errlen, "database-url-file %s: %s (it must hold just the URL)",
-                    cfg->database_url_file, why);
+        return optval_fail(err, errlen, "database-url-file %s: %s (it must hold just the URL)",
+                           cfg->database_url_file, why);
     }
     free(cfg->database_url);
     cfg->database_url = text;
@@ -427,8 +405,8 @@ static bool read_kafka_file(Config *cfg, size_t at, char *err, size_t errlen)
         while (key_end && key_end > line && (key_end[-1] == ' ' || key_end[-1] == '\t'))
             key_end--;
         if (!eq || key_end == line) {
-            ok = fail(err, errlen, "kafka-file %s line %d: expected KEY=VALUE", cfg->kafka_file,
-                      lineno);
+            ok = optval_fail(err, errlen, "kafka-file %s line %d: expected KEY=VALUE",
+                             cfg->kafka_file, lineno);
             break;
         }
         char *value = eq + 1;
@@ -436,7 +414,7 @@ static bool read_kafka_file(Config *cfg, size_t at, char *err, size_t errlen)
             value++;
         KafkaProp *grown = realloc(props, (n + 1) * sizeof(*grown));
         if (!grown) {
-            ok = fail(err, errlen, "kafka-file %s: out of memory", cfg->kafka_file);
+            ok = optval_fail(err, errlen, "kafka-file %s: out of memory", cfg->kafka_file);
             break;
         }
         props = grown;
@@ -452,7 +430,7 @@ static bool read_kafka_file(Config *cfg, size_t at, char *err, size_t errlen)
             cfg->kafka_len += n;
             n = 0;
         } else {
-            fail(err, errlen, "kafka-file %s: out of memory", cfg->kafka_file);
+            optval_fail(err, errlen, "kafka-file %s: out of memory", cfg->kafka_file);
         }
     }
     for (size_t i = 0; i < n; i++) {
@@ -475,8 +453,9 @@ static bool read_secret_files(Config *cfg, const unsigned char *levels, size_t k
     const OptionDef *url_file = find_option("database-url-file", strlen("database-url-file"));
     int l_url = levels[url - options], l_file = levels[url_file - options];
     if (l_file != LEVEL_UNSET && l_file == l_url)
-        return fail(err, errlen, "database-url and database-url-file are both set by %s: use one",
-                    level_names[l_file]);
+        return optval_fail(err, errlen,
+                           "database-url and database-url-file are both set by %s: use one",
+                           level_names[l_file]);
     if (l_file > l_url && !read_database_url_file(cfg, err, errlen))
         return false;
     if (cfg->kafka_file && !read_kafka_file(cfg, kafka_file_at, err, errlen))
@@ -496,7 +475,7 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
     memset(cfg, 0, sizeof(*cfg));
     cfg->command = CMD_HELP;
     if (argc < 2)
-        return fail(err, errlen, "missing command: try 'outbox-relay --help'");
+        return optval_fail(err, errlen, "missing command: try 'outbox-relay --help'");
 
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
@@ -512,9 +491,9 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
     }
     if (!known) {
         if (cmd[0] == '-')
-            return fail(err, errlen, "expected a command before '%s': try 'outbox-relay --help'",
-                        cmd);
-        return fail(err, errlen, "unknown command '%s': try 'outbox-relay --help'", cmd);
+            return optval_fail(err, errlen,
+                               "expected a command before '%s': try 'outbox-relay --help'", cmd);
+        return optval_fail(err, errlen, "unknown command '%s': try 'outbox-relay --help'", cmd);
     }
 
     /* Pass 1: collect flags. They are applied last so that they win. */
@@ -532,7 +511,8 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
             goto out;
         }
         if (strncmp(arg, "--", 2) != 0) {
-            ok = fail(err, errlen, "unexpected argument '%s': try 'outbox-relay --help'", arg);
+            ok = optval_fail(err, errlen, "unexpected argument '%s': try 'outbox-relay --help'",
+                             arg);
             goto out;
         }
         const char *name = arg + 2;
@@ -540,8 +520,8 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
         size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
         const OptionDef *opt = find_option(name, name_len);
         if (!opt) {
-            ok = fail(err, errlen, "unknown option '--%.*s': try 'outbox-relay --help'",
-                      (int)name_len, name);
+            ok = optval_fail(err, errlen, "unknown option '--%.*s': try 'outbox-relay --help'",
+                             (int)name_len, name);
             goto out;
         }
         const char *value = eq ? eq + 1 : NULL;
@@ -549,7 +529,8 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
             value = "true"; /* a bare switch */
         if (!value) {
             if (i + 1 >= argc) {
-                ok = fail(err, errlen, "option --%s needs a value (%s)", opt->name, opt->metavar);
+                ok = optval_fail(err, errlen, "option --%s needs a value (%s)", opt->name,
+                                 opt->metavar);
                 goto out;
             }
             value = argv[++i];
@@ -593,18 +574,20 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
         goto out;
 
     if (cfg->command != CMD_HELP && cfg->command != CMD_VERSION && !cfg->database_url) {
-        ok = fail(err, errlen, "missing database URL: pass --database-url or set DATABASE_URL");
+        ok = optval_fail(err, errlen,
+                         "missing database URL: pass --database-url or set DATABASE_URL");
         goto out;
     }
     if (cfg->command == CMD_RUN && !cfg->brokers)
-        ok = fail(err, errlen, "missing Kafka brokers: pass --brokers or set KAFKA_BROKERS");
+        ok = optval_fail(err, errlen, "missing Kafka brokers: pass --brokers or set KAFKA_BROKERS");
     else if (cfg->command == CMD_RUN && cfg->retry_backoff_max_ms < cfg->retry_backoff_ms)
-        ok = fail(err, errlen, "--retry-backoff-max (%ld) must not be below --retry-backoff (%ld)",
-                  cfg->retry_backoff_max_ms, cfg->retry_backoff_ms);
+        ok = optval_fail(err, errlen,
+                         "--retry-backoff-max (%ld) must not be below --retry-backoff (%ld)",
+                         cfg->retry_backoff_max_ms, cfg->retry_backoff_ms);
     else if (cfg->command == CMD_REQUEUE && (cfg->id > 0) == cfg->all)
-        ok = fail(err, errlen, "requeue needs exactly one of --id ID or --all");
+        ok = optval_fail(err, errlen, "requeue needs exactly one of --id ID or --all");
     else if (cfg->command == CMD_PURGE_DEAD && (cfg->id > 0) == cfg->all)
-        ok = fail(err, errlen, "purge-dead needs exactly one of --id ID or --all");
+        ok = optval_fail(err, errlen, "purge-dead needs exactly one of --id ID or --all");
 out:
     free(flags);
     return ok;

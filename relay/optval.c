@@ -1,0 +1,41 @@
+#include "optval.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+bool optval_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    log_one_line(err); /* values are echoed back and may hold newlines */
+    return false;
+}
+
+bool optval_string(char **slot, const char *value, const char *source, char *err, size_t errlen)
+{
+    if (*value == '\0')
+        return optval_fail(err, errlen, "%s: value must not be empty", source);
+    free(*slot);
+    *slot = strdup(value);
+    return true;
+}
+
+bool optval_long(long *out, const char *value, long min, long max, const char *source, char *err,
+                 size_t errlen)
+{
+    char *end;
+    errno = 0;
+    long n = strtol(value, &end, 10);
+    if (*value == '\0' || *end != '\0' || errno != 0 || n < min || n > max)
+        return optval_fail(err, errlen, "%s: expected an integer from %ld to %ld, got '%s'", source,
+                           min, max, value);
+    *out = n;
+    return true;
+}
