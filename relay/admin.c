@@ -7,22 +7,25 @@
 
 #include "log.h"
 #include "pg.h"
+#include "table.h"
 
+/* Statement templates for the configured table (relay/table.h). An event is named by its order
+ * column ({seq}: id in the relay's own table), which is what --id takes. */
 static const char *const SQL_DEAD =
-    "SELECT id, event_id, aggregate_type, aggregate_id, event_type, attempts, rejections,"
-    " to_char(dead_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),"
+    "SELECT {seq}, {event_id}, {aggregate_type}, {aggregate_id}, {event_type}, attempts,"
+    " rejections, to_char(dead_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),"
     " coalesce(dead_letter_topic, ''), coalesce(last_error, '')"
-    " FROM outbox WHERE dead_at IS NOT NULL AND sent_at IS NULL ORDER BY id";
+    " FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL ORDER BY {seq}";
 
 static const char *const SQL_REQUEUE =
-    "UPDATE outbox SET dead_at = NULL, rejections = 0, next_attempt_at = NULL,"
-    " dead_letter_topic = NULL"
-    " WHERE dead_at IS NOT NULL AND sent_at IS NULL AND ($1::bigint IS NULL OR id = $1::bigint)";
+    "UPDATE {table} SET dead_at = NULL, rejections = 0, next_attempt_at = NULL,"
+    " dead_letter_topic = NULL WHERE dead_at IS NOT NULL AND sent_at IS NULL"
+    " AND ($1::bigint IS NULL OR {seq} = $1::bigint)";
 
 /* Deleting a dead event gives up on it for good; like requeue it touches dead rows only. */
 static const char *const SQL_PURGE_DEAD =
-    "DELETE FROM outbox"
-    " WHERE dead_at IS NOT NULL AND sent_at IS NULL AND ($1::bigint IS NULL OR id = $1::bigint)";
+    "DELETE FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL"
+    " AND ($1::bigint IS NULL OR {seq} = $1::bigint)";
 
 PGconn *admin_connect(const char *conninfo)
 {
@@ -37,10 +40,17 @@ PGconn *admin_connect(const char *conninfo)
     return conn;
 }
 
-PGresult *admin_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
-                     ExecStatusType expect)
+PGresult *admin_exec(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                     const char *const *params, ExecStatusType expect)
 {
+    char err[256];
+    char *sql = table_sql(map, conn, tmpl, err, sizeof(err));
+    if (!sql) {
+        log_error("cannot write the statement", "error=%s", err);
+        return NULL;
+    }
     PGresult *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    free(sql);
     if (PQresultStatus(res) != expect) {
         char q[600];
         log_error("query failed", "error=%s",
@@ -73,7 +83,7 @@ int admin_dead(const Config *cfg)
     PGconn *conn = admin_connect(cfg->database_url);
     if (!conn)
         return 1;
-    PGresult *res = admin_exec(conn, SQL_DEAD, 0, NULL, PGRES_TUPLES_OK);
+    PGresult *res = admin_exec(conn, &cfg->map, SQL_DEAD, 0, NULL, PGRES_TUPLES_OK);
     if (!res) {
         PQfinish(conn);
         return 1;
@@ -110,7 +120,7 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb)
     char id[32];
     snprintf(id, sizeof(id), "%ld", cfg->id);
     const char *params[1] = {cfg->all ? NULL : id};
-    PGresult *res = admin_exec(conn, sql, 1, params, PGRES_COMMAND_OK);
+    PGresult *res = admin_exec(conn, &cfg->map, sql, 1, params, PGRES_COMMAND_OK);
     if (!res) {
         PQfinish(conn);
         return 1;

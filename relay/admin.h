@@ -12,10 +12,10 @@
  * password-free error logged on failure; returns NULL then. */
 PGconn *admin_connect(const char *conninfo);
 
-/* Runs sql with text params; returns the result, or NULL (error logged, result cleared) when its
- * status is not `expect`. */
-PGresult *admin_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
-                     ExecStatusType expect);
+/* Runs a statement template (relay/table.h) written for map's table with text params; returns the
+ * result, or NULL (error logged, result cleared) when its status is not `expect`. */
+PGresult *admin_exec(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                     const char *const *params, ExecStatusType expect);
 
 /* Prints the dead-lettered events (a table, or JSON lines with cfg->json) to stdout. Returns the
  * exit status: 0, or 1 on a database error (logged). */

@@ -63,7 +63,8 @@ enum {
     COL_HEADERS,
     COL_ATTEMPTS,
     COL_LAST_ERROR,
-    COL_AGE /* optional */
+    COL_AGE,          /* optional */
+    COL_EXTRA_HEADERS /* optional */
 };
 
 static void load_result(Batch *b, PGresult *res, bool dead_letter)
@@ -86,6 +87,10 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
         br->age_s = PQnfields(res) > COL_AGE && !PQgetisnull(res, i, COL_AGE)
                         ? strtod(PQgetvalue(res, i, COL_AGE), NULL)
                         : -1.0;
+        row->extra_headers =
+            PQnfields(res) > COL_EXTRA_HEADERS && !PQgetisnull(res, i, COL_EXTRA_HEADERS)
+                ? PQgetvalue(res, i, COL_EXTRA_HEADERS)
+                : NULL;
         br->dead_letter = dead_letter;
         br->state = ROW_PENDING;
         br->permanent = false;

@@ -27,9 +27,11 @@ typedef struct OptionDef {
 /* Choice fields are stored as int; the enums behind them must be int-sized. */
 _Static_assert(sizeof(LogLevel) == sizeof(int), "LogLevel stored as int");
 _Static_assert(sizeof(PoisonPolicy) == sizeof(int), "PoisonPolicy stored as int");
+_Static_assert(sizeof(TableLayout) == sizeof(int), "TableLayout stored as int");
 
 static const char *const log_levels[] = {"debug", "info", "warn", "error", NULL};
 static const char *const poison_policies[] = {"hold", "skip", NULL};
+static const char *const layouts[] = {"relay", "debezium", NULL}; /* in TableLayout order */
 
 static const OptionDef options[] = {
     {"database-url", OPT_STRING, "DATABASE_URL", NULL, 0, 0, NULL, FIELD(database_url), "URL",
@@ -45,7 +47,30 @@ static const OptionDef options[] = {
      "rows claimed per transaction (1-100000)"},
     {"topic-template", OPT_STRING, NULL, "outbox.event.{aggregate_type}", 0, 0, NULL,
      FIELD(topic_template), "TEMPLATE",
-     "Kafka topic per row; {aggregate_type} and {event_type} are replaced"},
+     "Kafka topic per row; {aggregate_type} (or ${routedByValue}) and {event_type} are "
+     "replaced [Debezium: route.topic.replacement]"},
+    {"table", OPT_STRING, NULL, "outbox", 0, 0, NULL, FIELD(table), "[SCHEMA.]NAME",
+     "the outbox table; another than the relay's own needs `migrate` with the same options"},
+    {"layout", OPT_CHOICE, NULL, "relay", 0, 0, layouts, FIELD(layout), "LAYOUT",
+     "default column names: relay (id, event_id, aggregate_type, aggregate_id, event_type, "
+     "payload, headers) or debezium (seq, id, aggregatetype, aggregateid, type, payload)"},
+    {"seq-column", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(seq_column), "COLUMN",
+     "bigint column giving the order events go out in (migrate adds it when missing)"},
+    {"event-id-column", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(event_id_column), "COLUMN",
+     "unique event id, sent as header id [Debezium: table.field.event.id]"},
+    {"aggregate-type-column", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(aggregate_type_column),
+     "COLUMN", "routes the event to its topic [Debezium: route.by.field]"},
+    {"aggregate-id-column", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(aggregate_id_column),
+     "COLUMN", "the message key [Debezium: table.field.event.key]"},
+    {"event-type-column", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(event_type_column), "COLUMN",
+     "the event type, for {event_type} [Debezium: table.field.event.type]"},
+    {"payload-column", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(payload_column), "COLUMN",
+     "the message value: jsonb, json or text [Debezium: table.field.event.payload]"},
+    {"headers-column", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(headers_column), "COLUMN",
+     "jsonb object of extra headers per row, or none (default: headers; debezium: none)"},
+    {"additional-fields", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(additional_fields),
+     "COL:header[:NAME],...",
+     "columns sent as headers too [Debezium: table.fields.additional.placement]"},
     {"kafka", OPT_KAFKA, NULL, NULL, 0, 0, NULL, FIELD(kafka), "KEY=VALUE",
      "librdkafka producer property, repeatable (in a config file: an object)"},
     {"kafka-file", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(kafka_file), "PATH",
@@ -88,6 +113,21 @@ static const OptionDef options[] = {
 
 #define N_OPTIONS (sizeof(options) / sizeof(options[0]))
 
+/* Debezium's Outbox Event Router option names, accepted for the options they mean (as flags
+ * and config file keys), so a connector's settings carry over. */
+static const struct {
+    const char *alias;
+    const char *name;
+} aliases[] = {
+    {"table.field.event.id", "event-id-column"},
+    {"table.field.event.key", "aggregate-id-column"},
+    {"table.field.event.type", "event-type-column"},
+    {"table.field.event.payload", "payload-column"},
+    {"route.by.field", "aggregate-type-column"},
+    {"route.topic.replacement", "topic-template"},
+    {"table.fields.additional.placement", "additional-fields"},
+};
+
 /* What a running relay takes over on SIGHUP: values it reads afresh each time it uses them. The
  * rest is built into state at start-up (timers, the producer, the claim statement, the
  * connection) or changes what rows mean half-way through (topics), and needs a restart. Only
@@ -129,6 +169,9 @@ static const OptionDef *find_option(const char *name, size_t len)
     for (size_t i = 0; i < N_OPTIONS; i++)
         if (strlen(options[i].name) == len && strncmp(options[i].name, name, len) == 0)
             return &options[i];
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+        if (strlen(aliases[i].alias) == len && strncmp(aliases[i].alias, name, len) == 0)
+            return find_option(aliases[i].name, strlen(aliases[i].name));
     return NULL;
 }
 
@@ -578,7 +621,19 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
                          "missing database URL: pass --database-url or set DATABASE_URL");
         goto out;
     }
-    if (cfg->command == CMD_RUN && !cfg->brokers)
+    TableOptions table = {cfg->layout,
+                          cfg->table,
+                          cfg->seq_column,
+                          cfg->event_id_column,
+                          cfg->aggregate_type_column,
+                          cfg->aggregate_id_column,
+                          cfg->event_type_column,
+                          cfg->payload_column,
+                          cfg->headers_column,
+                          cfg->additional_fields};
+    if (!table_map_init(&cfg->map, &table, err, errlen))
+        ok = false;
+    else if (cfg->command == CMD_RUN && !cfg->brokers)
         ok = optval_fail(err, errlen, "missing Kafka brokers: pass --brokers or set KAFKA_BROKERS");
     else if (cfg->command == CMD_RUN && cfg->retry_backoff_max_ms < cfg->retry_backoff_ms)
         ok = optval_fail(err, errlen,
@@ -608,6 +663,7 @@ void config_free(Config *cfg)
     free(cfg->kafka);
     cfg->kafka = NULL;
     cfg->kafka_len = 0;
+    table_map_free(&cfg->map);
 }
 
 void config_print_help(FILE *out)

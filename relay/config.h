@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "log.h"
+#include "table.h"
 
 typedef enum {
     CMD_RUN,
@@ -43,6 +44,12 @@ typedef struct Config {
     char *config_file;
     long batch_size;
     char *topic_template;
+    /* The outbox table and its columns as configured (NULL: the layout's default)... */
+    char *table;
+    TableLayout layout;
+    char *seq_column, *event_id_column, *aggregate_type_column, *aggregate_id_column,
+        *event_type_column, *payload_column, *headers_column, *additional_fields;
+    TableMap map;     /* ...and resolved: what every statement is written for */
     KafkaProp *kafka; /* in order: config file entries, then --kafka-file lines, then flags */
     size_t kafka_len;
     char *kafka_file;

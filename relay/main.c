@@ -107,7 +107,7 @@ static int cmd_migrate(const Config *cfg)
     char err[1024];
     if (!check_conninfo(cfg->database_url, err, sizeof(err)))
         return usage_error(err);
-    return migrate_run(cfg->database_url);
+    return migrate_run(cfg->database_url, &cfg->map);
 }
 
 int main(int argc, char **argv)

@@ -2,6 +2,7 @@
 
 #include <libpq-fe.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -23,6 +24,127 @@ static bool exec_ok(PGconn *conn, const char *sql, const char *what)
     }
     PQclear(res);
     return ok;
+}
+
+/* Adopting a table the embedded migrations did not create (relay/table.h): the columns the relay
+ * keeps its bookkeeping in, as in migrations 0001 and 0003, with defaults, so the application's
+ * INSERTs need no change. The order column is an identity: existing rows get numbers in their
+ * physical order, new ones at insert. ADD COLUMN of an identity or a stored generated column
+ * rewrites the table under an exclusive lock (a large table: plan a window). */
+static const char *const SQL_ADOPT =
+    /* As in migrations/0003; the relay's own table may not exist here. */
+    "CREATE OR REPLACE FUNCTION outbox_lane(aggregate_type text, aggregate_id text)"
+    " RETURNS smallint LANGUAGE sql IMMUTABLE PARALLEL SAFE AS"
+    " $$ SELECT (hashtextextended(aggregate_type || '/' || aggregate_id, 0) & 63)::smallint $$;"
+    "ALTER TABLE {table}"
+    " ADD COLUMN IF NOT EXISTS {seq} bigint GENERATED ALWAYS AS IDENTITY,"
+    " ADD COLUMN IF NOT EXISTS created_at timestamptz NOT NULL DEFAULT now(),"
+    " ADD COLUMN IF NOT EXISTS sent_at timestamptz,"
+    " ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0,"
+    " ADD COLUMN IF NOT EXISTS rejections integer NOT NULL DEFAULT 0,"
+    " ADD COLUMN IF NOT EXISTS last_error text,"
+    " ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz,"
+    " ADD COLUMN IF NOT EXISTS dead_at timestamptz,"
+    " ADD COLUMN IF NOT EXISTS dead_letter_topic text,"
+    " ADD COLUMN IF NOT EXISTS lane smallint GENERATED ALWAYS AS"
+    " (outbox_lane({aggregate_type}::text, {aggregate_id}::text)) STORED;"
+    "CREATE INDEX IF NOT EXISTS {unsent_idx} ON {table} ({seq}) WHERE sent_at IS NULL;"
+    "CREATE INDEX IF NOT EXISTS {retry_idx} ON {table} ({aggregate_type}, {aggregate_id}, {seq})"
+    " WHERE sent_at IS NULL AND attempts > 0;"
+    "CREATE INDEX IF NOT EXISTS {sent_idx} ON {table} (sent_at) WHERE sent_at IS NOT NULL;"
+    "DROP TRIGGER IF EXISTS outbox_wakeup ON {table};"
+    "CREATE TRIGGER outbox_wakeup AFTER INSERT ON {table}"
+    " FOR EACH STATEMENT EXECUTE FUNCTION outbox_wakeup()";
+static const char *const SQL_ADOPT_HEADERS =
+    "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {headers} jsonb";
+/* The grants of migrations/0006 on this table, for the roles that exist. */
+static const char *const SQL_ROLES =
+    "SELECT to_regrole('outbox_relay') IS NOT NULL, to_regrole('outbox_producer') IS NOT NULL";
+static const char *const SQL_GRANT_RELAY =
+    "GRANT SELECT, DELETE ON {table} TO outbox_relay;"
+    "GRANT UPDATE (sent_at, attempts, rejections, last_error, next_attempt_at, dead_at,"
+    " dead_letter_topic) ON {table} TO outbox_relay";
+static const char *const SQL_GRANT_PRODUCER = "GRANT INSERT ON {table} TO outbox_producer";
+/* Reads no row, but fails on a missing column and tells the order column's type. */
+static const char *const SQL_CHECK_COLUMNS =
+    "SELECT o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, o.{event_type},"
+    " o.{payload}::text, {o.headers}, {o.extra_headers} FROM {table} o LIMIT 0";
+
+/* Expands a template for map and runs it (blocking: migrate is a one-shot command). */
+static PGresult *exec_mapped(PGconn *conn, const TableMap *map, const char *tmpl, const char *what)
+{
+    char err[256], q[512];
+    char *sql = table_sql(map, conn, tmpl, err, sizeof(err));
+    if (!sql) {
+        log_error("migration failed", "step=%s error=%s", what, log_quote(err, q, sizeof(q)));
+        return NULL;
+    }
+    PGresult *res = PQexec(conn, sql);
+    free(sql);
+    ExecStatusType st = PQresultStatus(res);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        log_error("migration failed", "step=%s error=%s", what,
+                  log_quote(pg_error_line(PQresultErrorMessage(res)), q, sizeof(q)));
+        PQclear(res);
+        return NULL;
+    }
+    return res;
+}
+
+static bool exec_mapped_ok(PGconn *conn, const TableMap *map, const char *tmpl, const char *what)
+{
+    PGresult *res = exec_mapped(conn, map, tmpl, what);
+    PQclear(res);
+    return res != NULL;
+}
+
+/* The order column must be an integer: the relay passes row numbers as bigint[]. */
+#define INT8OID 20
+#define INT4OID 23
+
+/* The migration that sets up the wakeup (its function and table); it touches no outbox table, so
+ * an adopted table shares it. */
+#define WAKEUP_MIGRATION "0004_wakeup_when_asleep.sql"
+
+static bool adopt_table(PGconn *conn, const TableMap *map)
+{
+    char name[160];
+    table_map_display(map, name, sizeof(name));
+    const MigrationFile *wakeup = NULL;
+    for (size_t i = 0; i < migration_count; i++)
+        if (strcmp(migration_files[i].name, WAKEUP_MIGRATION) == 0)
+            wakeup = &migration_files[i];
+    if (!wakeup || !exec_ok(conn, "BEGIN", "adopt"))
+        return false;
+    PGresult *roles = NULL, *cols = NULL;
+    bool ok =
+        exec_ok(conn, wakeup->sql, wakeup->name) && exec_mapped_ok(conn, map, SQL_ADOPT, "adopt") &&
+        (!map->headers || exec_mapped_ok(conn, map, SQL_ADOPT_HEADERS, "adopt")) &&
+        (roles = exec_mapped(conn, map, SQL_ROLES, "grants")) != NULL &&
+        (*PQgetvalue(roles, 0, 0) != 't' || exec_mapped_ok(conn, map, SQL_GRANT_RELAY, "grants")) &&
+        (*PQgetvalue(roles, 0, 1) != 't' ||
+         exec_mapped_ok(conn, map, SQL_GRANT_PRODUCER, "grants")) &&
+        (cols = exec_mapped(conn, map, SQL_CHECK_COLUMNS, "check columns")) != NULL;
+    if (ok && (*PQgetvalue(roles, 0, 0) != 't' || *PQgetvalue(roles, 0, 1) != 't'))
+        log_warn("roles outbox_relay and outbox_producer not both found: their grants on the "
+                 "table were skipped (create them as migrations/0006_relay_role.sql does, then "
+                 "run migrate again)",
+                 "table=%s", name);
+    if (ok && PQftype(cols, 0) != INT8OID && PQftype(cols, 0) != INT4OID) {
+        log_error("migration failed",
+                  "step=check table=%s error=\"the order column (seq-column) "
+                  "must be bigint or integer\"",
+                  name);
+        ok = false;
+    }
+    PQclear(roles);
+    PQclear(cols);
+    if (ok && exec_ok(conn, "COMMIT", "adopt")) {
+        log_info("table adopted", "table=%s", name);
+        return true;
+    }
+    exec_ok(conn, "ROLLBACK", "rollback");
+    return false;
 }
 
 static bool is_applied(PGconn *conn, const char *version, bool *applied)
@@ -61,7 +183,7 @@ failed:
     return false;
 }
 
-int migrate_run(const char *conninfo)
+int migrate_run(const char *conninfo, const TableMap *map)
 {
     char masked[1024], q_url[1100], q_err[600];
     PGconn *conn = PQconnectdb(conninfo);
@@ -86,6 +208,15 @@ int migrate_run(const char *conninfo)
                  "schema_migrations"))
         goto done;
 
+    /* Another table than the relay's own: the embedded migrations, written for the relay's own
+     * table, do not apply (and would clash with a foreign table named outbox). */
+    if (!table_map_is_own(map)) {
+        if (!adopt_table(conn, map))
+            goto done;
+        exec_ok(conn, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY ")", "unlock");
+        rc = 0;
+        goto done;
+    }
     for (size_t i = 0; i < migration_count; i++) {
         const MigrationFile *m = &migration_files[i];
         bool applied = false;

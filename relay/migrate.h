@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include "table.h"
+
 typedef struct MigrationFile {
     const char *name; /* file name, e.g. "0001_outbox.sql"; also the recorded version */
     const char *sql;
@@ -17,8 +19,11 @@ typedef struct MigrationFile {
 extern const MigrationFile migration_files[];
 extern const size_t migration_count;
 
-/* Connects to conninfo and applies every migration not yet recorded. Logs each step. Returns 0
- * on success, 1 on failure (logged, with passwords masked). */
-int migrate_run(const char *conninfo);
+/* Connects to conninfo and applies every migration not yet recorded. When map names another
+ * table than the relay's own, adopts that table instead: sets up the wakeup, adds the relay's
+ * bookkeeping columns, indexes and wakeup trigger where missing (idempotent), grants the relay's
+ * roles (where they exist) what they need on it, and checks that every mapped column exists. Logs
+ * each step. Returns 0 on success, 1 on failure (logged, with passwords masked). */
+int migrate_run(const char *conninfo, const TableMap *map);
 
 #endif

@@ -335,6 +335,11 @@ bool pg_conn_up(const PgConn *pg)
     return pg->state == PG_UP && !pg->deferred_loss;
 }
 
+PGconn *pg_conn_libpq(PgConn *pg)
+{
+    return pg_conn_up(pg) ? pg->conn : NULL;
+}
+
 bool pg_conn_idle(const PgConn *pg)
 {
     return pg_conn_up(pg) && !pg->busy;

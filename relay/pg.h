@@ -60,6 +60,10 @@ bool pg_conn_send(PgConn *pg, const PgQuery *queries, int n, PgResultFn cb, void
  * after a backoff; reported through on_state like any loss. */
 void pg_conn_reset(PgConn *pg, const char *reason);
 
+/* The libpq connection while up, for PQescapeIdentifier and the like (never for queries: those go
+ * through pg_conn_send); NULL while down. */
+PGconn *pg_conn_libpq(PgConn *pg);
+
 /* First line of a libpq error message, without the trailing newline, in a static buffer. */
 const char *pg_error_line(const char *message);
 

@@ -14,6 +14,7 @@
 #include "metrics.h"
 #include "pg.h"
 #include "route.h"
+#include "table.h"
 
 #define WAKEUP_CHANNEL "outbox_relay"
 /* After a batch in which nothing got through for a transient reason (Kafka down, say), wait
@@ -28,38 +29,82 @@ static const char *const SQL_BEGIN = "BEGIN";
 static const char *const SQL_COMMIT = "COMMIT";
 static const char *const SQL_ROLLBACK = "ROLLBACK";
 
-/* The claim: unsent rows of the lanes this relay owns ($2), in id order, that are not waiting for
+/* The statements on the outbox table are templates: relay/table.h expands the {placeholders} to
+ * the configured table and columns when the connection is up.
+ *
+ * The claim: unsent rows of the lanes this relay owns ($2), in seq order, that are not waiting for
  * a retry and whose aggregate has no earlier row that is waiting (or, with the hold policy, dead):
  * an aggregate's events never overtake one another. The held-back set comes from the small
  * partial index on failed rows, so it costs nothing while nothing fails. Columns are in the order
- * batch.c reads them; last_error is only needed for dead-letter rows; the last one is the row's
- * age on the database clock, for the latency metric. */
+ * batch.c reads them; last_error is only needed for dead-letter rows; then the row's age on the
+ * database clock, for the latency metric, and the additional fields placed as headers. */
+#define SQL_ROW_COLUMNS(last_error)                                                                \
+    " o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, o.{event_type},"                \
+    " o.{payload}::text, {o.headers}, o.attempts, " last_error ","                                 \
+    " extract(epoch FROM clock_timestamp() - o.created_at)::float8, {o.extra_headers}"
+
 #define SQL_CLAIM(blocked_condition)                                                               \
     "WITH blocked AS ("                                                                            \
-    " SELECT aggregate_type, aggregate_id, min(id) AS first_id FROM outbox"                        \
-    " WHERE sent_at IS NULL AND attempts > 0 AND lane = ANY($2::smallint[])"                       \
-    " AND " blocked_condition " GROUP BY aggregate_type, aggregate_id)"                            \
-    " SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text,"   \
-    " o.headers::text, o.attempts, NULL::text,"                                                    \
-    " extract(epoch FROM clock_timestamp() - o.created_at)::float8"                                \
-    " FROM outbox o"                                                                               \
-    " WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = ANY($2::smallint[])"              \
-    " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())"                               \
-    " AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.aggregate_type = o.aggregate_type"           \
-    " AND b.aggregate_id = o.aggregate_id AND b.first_id < o.id)"                                  \
-    " ORDER BY o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED"
+    " SELECT o.{aggregate_type} AS agg_type, o.{aggregate_id} AS agg_id,"                          \
+    " min(o.{seq}) AS first_seq"                                                                   \
+    " FROM {table} o WHERE o.sent_at IS NULL AND o.attempts > 0 AND o.lane = ANY($2::smallint[])"  \
+    " AND " blocked_condition " GROUP BY 1, 2)"                                                    \
+    " SELECT" SQL_ROW_COLUMNS(                                                                     \
+        "NULL::text") " FROM {table} o"                                                            \
+                      " WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = "               \
+                      "ANY($2::smallint[])"                                                        \
+                      " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())"             \
+                      " AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.agg_type = "               \
+                      "o.{aggregate_type}"                                                         \
+                      " AND b.agg_id = o.{aggregate_id} AND b.first_seq < o.{seq})"                \
+                      " ORDER BY o.{seq} LIMIT $1 FOR UPDATE OF o SKIP LOCKED"
 
-static const char *const SQL_CLAIM_HOLD =
-    SQL_CLAIM("(next_attempt_at > now() OR dead_at IS NOT NULL)");
-static const char *const SQL_CLAIM_SKIP = SQL_CLAIM("next_attempt_at > now() AND dead_at IS NULL");
-
-/* Dead events not yet published to the dead-letter topic. */
-static const char *const SQL_CLAIM_DEAD =
-    "SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload::text, headers::text,"
-    " attempts, last_error, extract(epoch FROM clock_timestamp() - created_at)::float8 FROM outbox"
-    " WHERE dead_at IS NOT NULL AND sent_at IS NULL AND dead_letter_topic IS NULL"
-    " AND lane = ANY($2::smallint[]) AND (next_attempt_at IS NULL OR next_attempt_at <= now())"
-    " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
+/* Times are clock_timestamp(), not now(): now() is when the claim transaction began, and a retry
+ * wait counted from there could already be over when the failure is recorded.
+ * Every failure counts an attempt and waits before the next one: transient failures 1 s doubling
+ * to 30 s, rejections --retry-backoff doubling to --retry-backoff-max, both with jitter. The
+ * max-attempts-th rejection dead-letters the event. SET expressions see the old row. */
+enum {
+    SQL_CLAIM_HOLD,
+    SQL_CLAIM_SKIP,
+    SQL_CLAIM_DEAD, /* dead events not yet published to the dead-letter topic */
+    SQL_MARK_SENT,
+    SQL_MARK_FAILED,
+    SQL_MARK_DEAD_LETTERED,
+    SQL_MARK_DEAD_LETTER_FAILED,
+    SQL_COUNT
+};
+static const char *const sql_templates[SQL_COUNT] = {
+    [SQL_CLAIM_HOLD] = SQL_CLAIM("(o.next_attempt_at > now() OR o.dead_at IS NOT NULL)"),
+    [SQL_CLAIM_SKIP] = SQL_CLAIM("o.next_attempt_at > now() AND o.dead_at IS NULL"),
+    [SQL_CLAIM_DEAD] = "SELECT" SQL_ROW_COLUMNS(
+        "o.last_error") " FROM {table} o"
+                        " WHERE o.dead_at IS NOT NULL AND o.sent_at IS NULL AND "
+                        "o.dead_letter_topic IS NULL"
+                        " AND o.lane = ANY($2::smallint[])"
+                        " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())"
+                        " ORDER BY o.{seq} LIMIT $1 FOR UPDATE SKIP LOCKED",
+    [SQL_MARK_SENT] =
+        "UPDATE {table} SET sent_at = clock_timestamp() WHERE {seq} = ANY($1::bigint[])",
+    [SQL_MARK_FAILED] =
+        "UPDATE {table} AS o SET attempts = o.attempts + 1,"
+        " rejections = o.rejections + f.permanent::int, last_error = f.error,"
+        " dead_at = CASE WHEN f.permanent AND o.rejections + 1 >= $4::int"
+        " THEN clock_timestamp() END,"
+        " next_attempt_at = CASE WHEN f.permanent AND o.rejections + 1 >= $4::int THEN NULL"
+        " ELSE clock_timestamp() + make_interval(secs => (0.5 + random() / 2) * CASE WHEN"
+        " f.permanent THEN least($5::float8 * 2 ^ least(o.rejections, 30), $6::float8)"
+        " ELSE least(2 ^ least(o.attempts - o.rejections, 30), 30) END) END"
+        " FROM unnest($1::bigint[], $2::text[], $3::bool[]) AS f(id, error, permanent)"
+        " WHERE o.{seq} = f.id RETURNING o.{seq}, o.{event_id}, o.{aggregate_type},"
+        " o.{aggregate_id}, o.dead_at IS NOT NULL",
+    [SQL_MARK_DEAD_LETTERED] =
+        "UPDATE {table} SET dead_letter_topic = $2 WHERE {seq} = ANY($1::bigint[])",
+    [SQL_MARK_DEAD_LETTER_FAILED] =
+        "UPDATE {table} AS o SET last_error = 'dead-letter publish failed: ' || f.error,"
+        " next_attempt_at = clock_timestamp() + interval '30 seconds'"
+        " FROM unnest($1::bigint[], $2::text[]) AS f(id, error) WHERE o.{seq} = f.id",
+};
 
 /* Going to sleep (see migrations/0004_wakeup_when_asleep.sql): set this relay's sleeping flag,
  * but only with the wakeup lock taken without waiting, i.e. while no producer that read the flag
@@ -79,34 +124,6 @@ static const char *const SQL_FORGET_GONE_SLEEPERS =
     " WHERE l.locktype = 'advisory' AND l.classid = " LANES_MEMBER_LOCK_NS "::oid"
     " AND l.objid = w.slot::oid AND l.objsubid = 2 AND l.granted"
     " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))";
-
-static const char *const SQL_MARK_SENT =
-    "UPDATE outbox SET sent_at = clock_timestamp() WHERE id = ANY($1::bigint[])";
-
-/* Times are clock_timestamp(), not now(): now() is when the claim transaction began, and a retry
- * wait counted from there could already be over when the failure is recorded.
- * Every failure counts an attempt and waits before the next one: transient failures 1 s doubling
- * to 30 s, rejections --retry-backoff doubling to --retry-backoff-max, both with jitter. The
- * max-attempts-th rejection dead-letters the event. SET expressions see the old row. */
-static const char *const SQL_MARK_FAILED =
-    "UPDATE outbox AS o SET attempts = o.attempts + 1,"
-    " rejections = o.rejections + f.permanent::int, last_error = f.error,"
-    " dead_at = CASE WHEN f.permanent AND o.rejections + 1 >= $4::int THEN clock_timestamp() END,"
-    " next_attempt_at = CASE WHEN f.permanent AND o.rejections + 1 >= $4::int THEN NULL"
-    " ELSE clock_timestamp() + make_interval(secs => (0.5 + random() / 2) * CASE WHEN f.permanent"
-    " THEN least($5::float8 * 2 ^ least(o.rejections, 30), $6::float8)"
-    " ELSE least(2 ^ least(o.attempts - o.rejections, 30), 30) END) END"
-    " FROM unnest($1::bigint[], $2::text[], $3::bool[]) AS f(id, error, permanent)"
-    " WHERE o.id = f.id RETURNING o.id, o.event_id, o.aggregate_type, o.aggregate_id,"
-    " o.dead_at IS NOT NULL";
-
-static const char *const SQL_MARK_DEAD_LETTERED =
-    "UPDATE outbox SET dead_letter_topic = $2 WHERE id = ANY($1::bigint[])";
-
-static const char *const SQL_MARK_DEAD_LETTER_FAILED =
-    "UPDATE outbox AS o SET last_error = 'dead-letter publish failed: ' || f.error,"
-    " next_attempt_at = clock_timestamp() + interval '30 seconds'"
-    " FROM unnest($1::bigint[], $2::text[]) AS f(id, error) WHERE o.id = f.id";
 
 typedef enum {
     PHASE_DOWN,        /* no PostgreSQL connection */
@@ -129,7 +146,8 @@ struct Relay {
     Phase phase;
     Batch batch;
     BatchMarks marks;
-    const char *claim_sql;
+    char *sql[SQL_COUNT];   /* the templates expanded for the configured table */
+    int claim_stmt;         /* SQL_CLAIM_HOLD or SQL_CLAIM_SKIP */
     int failed_stmt;        /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
     int awake_stmt;         /* index of SQL_AWAKE in the mark pipeline, -1 if not sent */
     bool wake_pending;      /* there may be rows to claim */
@@ -139,6 +157,7 @@ struct Relay {
     char slot_text[16];     /* member slot as a query parameter */
     bool left;              /* shutting down: the sleeping flag row was (being) removed */
     ev_tstamp last_rows_at; /* when a claim last returned rows */
+    ev_tstamp claim_sent_at, marks_sent_at; /* of the current batch, for the debug log */
     bool stopping;
     int signals;
     int exit_status;
@@ -267,7 +286,11 @@ static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, 
     r->total_sent += (unsigned long long)b->acked;
     r->total_failed += (unsigned long long)b->failed;
     metrics_batch_committed();
-    log_debug("batch committed", "rows=%d sent=%d failed=%d", b->n, b->acked, b->failed);
+    ev_now_update(r->loop);
+    log_debug("batch committed",
+              "rows=%d sent=%d failed=%d claim_ms=%.2f deliver_ms=%.2f mark_ms=%.2f", b->n,
+              b->acked, b->failed, (b->claimed_at - r->claim_sent_at) * 1e3,
+              (r->marks_sent_at - b->claimed_at) * 1e3, (ev_now(r->loop) - r->marks_sent_at) * 1e3);
     if (r->awake_stmt >= 0)
         r->asleep = false;
     bool nothing_through = b->acked == 0 && transient_failure;
@@ -340,17 +363,19 @@ static void send_marks(Relay *r)
         queries[nq++] = (PgQuery){SQL_AWAKE, 1, awake};
     }
     if (!strbuf_array_empty(&m->sent))
-        queries[nq++] = (PgQuery){SQL_MARK_SENT, 1, sent};
+        queries[nq++] = (PgQuery){r->sql[SQL_MARK_SENT], 1, sent};
     if (!strbuf_array_empty(&m->failed_ids)) {
         r->failed_stmt = nq;
-        queries[nq++] = (PgQuery){SQL_MARK_FAILED, 6, failed};
+        queries[nq++] = (PgQuery){r->sql[SQL_MARK_FAILED], 6, failed};
     }
     if (!strbuf_array_empty(&m->dl_sent))
-        queries[nq++] = (PgQuery){SQL_MARK_DEAD_LETTERED, 2, dl_sent};
+        queries[nq++] = (PgQuery){r->sql[SQL_MARK_DEAD_LETTERED], 2, dl_sent};
     if (!strbuf_array_empty(&m->dl_failed_ids))
-        queries[nq++] = (PgQuery){SQL_MARK_DEAD_LETTER_FAILED, 2, dl_failed};
+        queries[nq++] = (PgQuery){r->sql[SQL_MARK_DEAD_LETTER_FAILED], 2, dl_failed};
     queries[nq++] = (PgQuery){SQL_COMMIT, 0, NULL};
     r->phase = PHASE_MARKING;
+    ev_now_update(r->loop);
+    r->marks_sent_at = ev_now(r->loop);
     if (!pg_conn_send(r->pg, queries, nq, on_marked, r))
         pg_conn_reset(r->pg, "connection busy while marking");
 }
@@ -381,7 +406,8 @@ static rd_kafka_resp_err_t produce_dead_letter(Relay *r, BatchRow *br)
     char topic[ROUTE_TOPIC_MAX + 1], why[256];
     if (!route_topic(r->cfg->topic_template, row, topic, sizeof(topic), why, sizeof(why)))
         topic[0] = '\0';
-    rd_kafka_headers_t *hdrs = route_dead_letter_headers(row, br->last_error, br->attempts, topic);
+    rd_kafka_headers_t *hdrs = route_dead_letter_headers(row, r->cfg->map.identity_headers,
+                                                         br->last_error, br->attempts, topic);
     rd_kafka_resp_err_t err =
         kafka_produce(r->kafka, r->cfg->dead_letter_topic, row->aggregate_id,
                       strlen(row->aggregate_id), row->payload, row->payload_len, hdrs, br);
@@ -405,7 +431,7 @@ static rd_kafka_resp_err_t produce_event(Relay *r, BatchRow *br)
         batch_fail(&r->batch, br, why, true);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
-    rd_kafka_headers_t *hdrs = route_headers(row, why, sizeof(why));
+    rd_kafka_headers_t *hdrs = route_headers(row, r->cfg->map.identity_headers, why, sizeof(why));
     if (!hdrs) {
         batch_fail(&r->batch, br, why, true);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
@@ -605,9 +631,11 @@ static void claim(Relay *r)
     snprintf(dead_limit, sizeof(dead_limit), "%d", DEAD_LETTER_LIMIT);
     const char *params[2] = {limit, r->lanes.owned_array.s};
     const char *dead_params[2] = {dead_limit, r->lanes.owned_array.s};
-    PgQuery queries[3] = {
-        {SQL_BEGIN, 0, NULL}, {r->claim_sql, 2, params}, {SQL_CLAIM_DEAD, 2, dead_params}};
+    PgQuery queries[3] = {{SQL_BEGIN, 0, NULL},
+                          {r->sql[r->claim_stmt], 2, params},
+                          {r->sql[SQL_CLAIM_DEAD], 2, dead_params}};
     r->phase = PHASE_CLAIMING;
+    r->claim_sent_at = ev_now(r->loop);
     if (!pg_conn_send(r->pg, queries, r->cfg->dead_letter_topic ? 3 : 2, on_claimed, r))
         r->phase = PHASE_IDLE;
 }
@@ -674,6 +702,17 @@ static void on_listening(PgConn *pg, PGresult **results, int n, const char *erro
 static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
 {
     Relay *r = arg;
+    if (up && !r->sql[0]) {
+        /* Quoting follows the connection's encoding, so the statements are written now. */
+        char err[256];
+        if (!table_sql_all(&r->cfg->map, pg_conn_libpq(pg), sql_templates, r->sql, SQL_COUNT, err,
+                           sizeof(err))) {
+            log_error("cannot write the relay's statements", "error=%s", err);
+            r->exit_status = 1;
+            stop_loop(r);
+            return;
+        }
+    }
     if (up) {
         PgQuery q = {SQL_LISTEN, 0, NULL};
         r->phase = PHASE_SETUP;
@@ -825,7 +864,7 @@ Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf
     }
     r->loop = loop;
     r->cfg = cfg;
-    r->claim_sql = cfg->on_poison == POISON_HOLD ? SQL_CLAIM_HOLD : SQL_CLAIM_SKIP;
+    r->claim_stmt = cfg->on_poison == POISON_HOLD ? SQL_CLAIM_HOLD : SQL_CLAIM_SKIP;
     r->kconf_template = rd_kafka_conf_dup(kconf);
     r->kafka = kafka_producer_new(loop, kconf, on_delivery, r, err, errlen);
     if (!r->kafka) {
@@ -895,5 +934,7 @@ void relay_free(Relay *r)
     batch_marks_free(&r->marks);
     lanes_free(&r->lanes);
     rd_kafka_conf_destroy(r->kconf_template);
+    for (int i = 0; i < SQL_COUNT; i++)
+        free(r->sql[i]);
     free(r);
 }

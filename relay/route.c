@@ -13,8 +13,9 @@ static bool topic_char_ok(char c)
            c == '_' || c == '-';
 }
 
-/* Expands {aggregate_type} and {event_type}; returns false on an unknown placeholder or overflow.
- * Character legality is checked separately so the error can say which rule broke. */
+/* Expands {aggregate_type} (or ${routedByValue}) and {event_type}; returns false on an unknown
+ * placeholder or overflow. Character legality is checked separately so the error can say which rule
+ * broke. */
 static bool expand(const char *tmpl, const char *aggregate_type, const char *event_type, char *out,
                    size_t outlen, char *err, size_t errlen)
 {
@@ -22,7 +23,10 @@ static bool expand(const char *tmpl, const char *aggregate_type, const char *eve
     for (const char *p = tmpl; *p;) {
         const char *sub = NULL;
         size_t skip = 1;
-        if (*p == '{') {
+        if (strncmp(p, "${routedByValue}", 16) == 0) {
+            sub = aggregate_type;
+            skip = 16;
+        } else if (*p == '{') {
             if (strncmp(p, "{aggregate_type}", 16) == 0) {
                 sub = aggregate_type;
                 skip = 16;
@@ -105,13 +109,14 @@ bool route_topic(const char *tmpl, const OutboxRow *row, char *out, size_t outle
     return true;
 }
 
-static bool reserved_header(const char *name)
+static bool reserved_header(const char *name, bool identity_headers)
 {
-    return strcmp(name, "id") == 0 || strcmp(name, "event_type") == 0 ||
-           strcmp(name, "aggregate_type") == 0;
+    return strcmp(name, "id") == 0 || (identity_headers && (strcmp(name, "event_type") == 0 ||
+                                                            strcmp(name, "aggregate_type") == 0));
 }
 
-static bool add_row_headers(rd_kafka_headers_t *hdrs, const char *json, char *err, size_t errlen)
+static bool add_row_headers(rd_kafka_headers_t *hdrs, const char *json, bool identity_headers,
+                            char *err, size_t errlen)
 {
     json_error_t jerr;
     json_t *obj = json_loads(json, 0, &jerr);
@@ -125,7 +130,7 @@ static bool add_row_headers(rd_kafka_headers_t *hdrs, const char *json, char *er
     json_t *value;
     json_object_foreach(obj, name, value)
     {
-        if (reserved_header(name))
+        if (reserved_header(name, identity_headers))
             continue;
         if (json_is_string(value)) {
             rd_kafka_header_add(hdrs, name, -1, json_string_value(value),
@@ -143,32 +148,39 @@ static bool add_row_headers(rd_kafka_headers_t *hdrs, const char *json, char *er
     return true;
 }
 
-static void add_identity_headers(rd_kafka_headers_t *hdrs, const OutboxRow *row)
+static void add_identity_headers(rd_kafka_headers_t *hdrs, const OutboxRow *row,
+                                 bool identity_headers)
 {
     rd_kafka_header_add(hdrs, "id", -1, row->event_id, -1);
+    if (!identity_headers)
+        return;
     rd_kafka_header_add(hdrs, "event_type", -1, row->event_type, -1);
     rd_kafka_header_add(hdrs, "aggregate_type", -1, row->aggregate_type, -1);
 }
 
-rd_kafka_headers_t *route_headers(const OutboxRow *row, char *err, size_t errlen)
+rd_kafka_headers_t *route_headers(const OutboxRow *row, bool identity_headers, char *err,
+                                  size_t errlen)
 {
     rd_kafka_headers_t *hdrs = rd_kafka_headers_new(8);
-    if (row->headers && !add_row_headers(hdrs, row->headers, err, errlen)) {
+    if ((row->headers && !add_row_headers(hdrs, row->headers, identity_headers, err, errlen)) ||
+        (row->extra_headers &&
+         !add_row_headers(hdrs, row->extra_headers, identity_headers, err, errlen))) {
         rd_kafka_headers_destroy(hdrs);
         return NULL;
     }
-    add_identity_headers(hdrs, row);
+    add_identity_headers(hdrs, row, identity_headers);
     return hdrs;
 }
 
-rd_kafka_headers_t *route_dead_letter_headers(const OutboxRow *row, const char *error, int attempts,
+rd_kafka_headers_t *route_dead_letter_headers(const OutboxRow *row, bool identity_headers,
+                                              const char *error, int attempts,
                                               const char *original_topic)
 {
     char why[256], count[16];
-    rd_kafka_headers_t *hdrs = route_headers(row, why, sizeof(why));
+    rd_kafka_headers_t *hdrs = route_headers(row, identity_headers, why, sizeof(why));
     if (!hdrs) {
         hdrs = rd_kafka_headers_new(8);
-        add_identity_headers(hdrs, row);
+        add_identity_headers(hdrs, row, identity_headers);
     }
     snprintf(count, sizeof(count), "%d", attempts);
     rd_kafka_header_add(hdrs, "dlq.error", -1, error ? error : "", -1);

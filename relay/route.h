@@ -21,11 +21,13 @@ typedef struct OutboxRow {
     const char *event_type;
     const char *payload;
     size_t payload_len;
-    const char *headers; /* JSON object text, or NULL */
+    const char *headers;       /* JSON object text, or NULL */
+    const char *extra_headers; /* JSON object of the additional fields placed as headers, or NULL */
 } OutboxRow;
 
-/* Checks a topic template at start-up: only {aggregate_type} and {event_type} placeholders, and
- * its literal text must be legal in a topic name. On failure writes one line to err. */
+/* Checks a topic template at start-up: only {aggregate_type} (also spelt ${routedByValue}, as in
+ * Debezium's route.topic.replacement) and {event_type} placeholders, and its literal text must be
+ * legal in a topic name. On failure writes one line to err. */
 bool route_template_check(const char *tmpl, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
@@ -35,17 +37,20 @@ bool route_template_check(const char *tmpl, char *err, size_t errlen)
 bool route_topic(const char *tmpl, const OutboxRow *row, char *out, size_t outlen, char *err,
                  size_t errlen) __attribute__((warn_unused_result));
 
-/* Builds the message headers: the row's own headers object first (string values as they are,
- * other JSON values as their compact JSON text; entries named id, event_type or aggregate_type are
- * dropped so a row cannot spoof them), then id = event_id, event_type and aggregate_type.
- * Returns NULL with a reason in err when the headers column is not a JSON object. The caller owns
- * the result (rd_kafka_headers_destroy, or hand it to rd_kafka_producev). */
-rd_kafka_headers_t *route_headers(const OutboxRow *row, char *err, size_t errlen);
+/* Builds the message headers: the row's own headers object, then its additional fields (string
+ * values as they are, other JSON values as their compact JSON text, null as a header without a
+ * value; entries the relay sets itself are dropped so a row cannot spoof them), then id =
+ * event_id and, with identity_headers, event_type and aggregate_type. Returns NULL with a reason
+ * in err when the headers column is not a JSON object. The caller owns the result
+ * (rd_kafka_headers_destroy, or hand it to rd_kafka_producev). */
+rd_kafka_headers_t *route_headers(const OutboxRow *row, bool identity_headers, char *err,
+                                  size_t errlen);
 
 /* Headers of a dead event published to the dead-letter topic: those of route_headers (without
  * the row's own headers if they are malformed), plus dlq.error, dlq.attempts and
  * dlq.original_topic (empty when the event had no legal topic). Never NULL. */
-rd_kafka_headers_t *route_dead_letter_headers(const OutboxRow *row, const char *error, int attempts,
+rd_kafka_headers_t *route_dead_letter_headers(const OutboxRow *row, bool identity_headers,
+                                              const char *error, int attempts,
                                               const char *original_topic);
 
 /* Checks a fixed topic name (e.g. --dead-letter-topic) against Kafka's rules; one line in err. */

@@ -17,11 +17,11 @@ static const char *const SQL_BACKLOG =
     " count(*) FILTER (WHERE dead_at IS NULL AND attempts > 0),"
     " count(*) FILTER (WHERE dead_at IS NOT NULL),"
     " extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL))::float8"
-    " FROM outbox WHERE sent_at IS NULL";
+    " FROM {table} WHERE sent_at IS NULL";
 
 /* Uses the index on sent_at (migrations/0005). */
 static const char *const SQL_THROUGHPUT =
-    "SELECT count(*) FROM outbox WHERE sent_at > now() - interval '60 seconds'";
+    "SELECT count(*) FROM {table} WHERE sent_at > now() - interval '60 seconds'";
 
 /* A relay is alive while its session holds a member-slot lock (see lanes.h); its lanes are the
  * lane locks of the same session. pg_stat_activity shows the client address and start time only
@@ -112,10 +112,11 @@ int status_run(const Config *cfg)
     if (!conn)
         return 1;
     int rc = 1;
-    PGresult *backlog = admin_exec(conn, SQL_BACKLOG, 0, NULL, PGRES_TUPLES_OK);
+    PGresult *backlog = admin_exec(conn, &cfg->map, SQL_BACKLOG, 0, NULL, PGRES_TUPLES_OK);
     PGresult *throughput =
-        backlog ? admin_exec(conn, SQL_THROUGHPUT, 0, NULL, PGRES_TUPLES_OK) : NULL;
-    PGresult *relays = throughput ? admin_exec(conn, SQL_RELAYS, 0, NULL, PGRES_TUPLES_OK) : NULL;
+        backlog ? admin_exec(conn, &cfg->map, SQL_THROUGHPUT, 0, NULL, PGRES_TUPLES_OK) : NULL;
+    PGresult *relays =
+        throughput ? admin_exec(conn, &cfg->map, SQL_RELAYS, 0, NULL, PGRES_TUPLES_OK) : NULL;
     if (relays) {
         long long sent_minute = int_at(throughput, 0, 0);
         if (cfg->json)

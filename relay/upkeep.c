@@ -7,27 +7,32 @@
 #include "log.h"
 #include "metrics.h"
 #include "pg.h"
+#include "table.h"
 
 /* Bounds every statement of this session: a backlog count over a huge table, say, gives up and
  * is retried at the next interval instead of piling up. */
 static const char *const SQL_SETUP = "SET statement_timeout = '30s'";
 static const char *const SQL_APPNAME = "SET application_name = 'outbox-relay upkeep'";
 
-/* One pass over the unsent rows (their partial index keeps it away from the sent ones). */
-static const char *const SQL_BACKLOG =
-    "SELECT count(*) FILTER (WHERE dead_at IS NULL), count(*) FILTER (WHERE dead_at IS NOT NULL),"
-    " extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL))::float8"
-    " FROM outbox WHERE sent_at IS NULL";
-
-/* Sent rows only (dead-lettered rows have no sent_at and stay until requeued or purged), through
- * the index on sent_at of migrations/0005. Rows another relay is deleting right now are skipped,
- * not waited for. */
 #define STR2(x) #x
 #define STR(x) STR2(x)
-static const char *const SQL_RETENTION =
-    "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox"
-    " WHERE sent_at < now() - make_interval(secs => $1::float8)"
-    " LIMIT " STR(RETENTION_BATCH) " FOR UPDATE SKIP LOCKED)";
+
+/* Templates for the configured table (relay/table.h). */
+enum { SQL_BACKLOG, SQL_RETENTION, SQL_COUNT };
+static const char *const sql_templates[SQL_COUNT] = {
+    /* One pass over the unsent rows (their partial index keeps it away from the sent ones). */
+    [SQL_BACKLOG] =
+        "SELECT count(*) FILTER (WHERE dead_at IS NULL),"
+        " count(*) FILTER (WHERE dead_at IS NOT NULL),"
+        " extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL))::float8"
+        " FROM {table} WHERE sent_at IS NULL",
+    /* Sent rows only (dead-lettered rows have no sent_at and stay until requeued or purged),
+     * through the index on sent_at of migrations/0005. Rows another relay is deleting right now
+     * are skipped, not waited for. */
+    [SQL_RETENTION] = "DELETE FROM {table} WHERE {seq} IN (SELECT {seq} FROM {table}"
+                      " WHERE sent_at < now() - make_interval(secs => $1::float8)"
+                      " LIMIT " STR(RETENTION_BATCH) " FOR UPDATE SKIP LOCKED)",
+};
 
 struct Upkeep {
     struct ev_loop *loop;
@@ -35,7 +40,8 @@ struct Upkeep {
     bool gauges;
     long retention_s; /* the value the timer runs with */
     PgConn *pg;
-    bool ready; /* connected and session set up */
+    char *sql[SQL_COUNT]; /* expanded at the first connection */
+    bool ready;           /* connected and session set up */
     ev_timer gauge_timer, retention_timer;
     bool gauge_due, retention_due;
     bool sweeping;        /* the last delete was full: more to go */
@@ -108,7 +114,7 @@ static void kick(Upkeep *u)
     if (!u->pg || !u->ready || !pg_conn_idle(u->pg))
         return;
     if (u->gauge_due && u->gauges) {
-        PgQuery q = {SQL_BACKLOG, 0, NULL};
+        PgQuery q = {u->sql[SQL_BACKLOG], 0, NULL};
         if (!pg_conn_send(u->pg, &q, 1, on_backlog, u))
             u->gauge_due = false;
         return;
@@ -117,7 +123,7 @@ static void kick(Upkeep *u)
         char secs[32];
         snprintf(secs, sizeof(secs), "%ld", u->retention_s);
         const char *params[1] = {secs};
-        PgQuery q = {SQL_RETENTION, 1, params};
+        PgQuery q = {u->sql[SQL_RETENTION], 1, params};
         if (!pg_conn_send(u->pg, &q, 1, on_deleted, u))
             u->retention_due = u->sweeping = false;
     }
@@ -147,6 +153,12 @@ static void on_state(PgConn *pg, bool up, const char *reason, void *arg)
     u->swept = 0;
     if (!up)
         return;
+    char err[256];
+    if (!u->sql[0] && !table_sql_all(&u->cfg->map, pg_conn_libpq(pg), sql_templates, u->sql,
+                                     SQL_COUNT, err, sizeof(err))) {
+        note_result(u, "setup", err);
+        return; /* the gauges and retention stay off; the relay itself goes on */
+    }
     PgQuery q[2] = {{SQL_SETUP, 0, NULL}, {SQL_APPNAME, 0, NULL}};
     if (!pg_conn_send(pg, q, 2, on_setup, u))
         pg_conn_reset(pg, "upkeep connection busy at setup");
@@ -220,5 +232,7 @@ void upkeep_free(Upkeep *u)
     ev_timer_stop(u->loop, &u->gauge_timer);
     ev_timer_stop(u->loop, &u->retention_timer);
     pg_conn_free(u->pg);
+    for (int i = 0; i < SQL_COUNT; i++)
+        free(u->sql[i]);
     free(u);
 }

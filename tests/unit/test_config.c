@@ -954,12 +954,43 @@ static void test_print_help(void **state)
     free(text);
 }
 
+/* Debezium's option names set the options they stand for, as flags and as config file keys. */
+static void test_debezium_aliases(void **state)
+{
+    char path[64];
+    write_temp(path, "{\"layout\": \"debezium\", \"table.field.event.key\": \"k\","
+                     " \"route.by.field\": \"rt\","
+                     " \"route.topic.replacement\": \"ev.${routedByValue}\","
+                     " \"table.fields.additional.placement\": \"type:header:eventType\"}");
+    Config cfg;
+    char err[512];
+    assert_true(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1", "--config", path,
+                     "--table.field.event.payload", "body", "--table", "app.events"));
+    assert_int_equal(cfg.layout, LAYOUT_DEBEZIUM);
+    assert_string_equal(cfg.map.aggregate_id, "k");
+    assert_string_equal(cfg.map.aggregate_type, "rt");
+    assert_string_equal(cfg.map.payload, "body");
+    assert_string_equal(cfg.map.event_id, "id"); /* the layout's default */
+    assert_string_equal(cfg.map.schema, "app");
+    assert_string_equal(cfg.map.name, "events");
+    assert_string_equal(cfg.topic_template, "ev.${routedByValue}");
+    assert_int_equal(cfg.map.n_extra, 1);
+    assert_string_equal(cfg.map.extra[0].header, "eventType");
+    config_free(&cfg);
+
+    assert_false(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1", "--additional-fields",
+                      "type:envelope"));
+    assert_error_line(err, "placement 'envelope'");
+    config_free(&cfg);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, clean_env, clean_env)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(test_command_run),
+        T(test_debezium_aliases),
         T(test_command_migrate),
         T(test_command_help),
         T(test_command_help_after_run),

@@ -273,7 +273,7 @@ static void test_headers_null_column(void **state)
 {
     OutboxRow row = make_row("Order", "OrderCreated", NULL);
     char err[256] = "";
-    rd_kafka_headers_t *hdrs = route_headers(&row, err, sizeof(err));
+    rd_kafka_headers_t *hdrs = route_headers(&row, true, err, sizeof(err));
     assert_non_null(hdrs);
     assert_int_equal(rd_kafka_header_cnt(hdrs), 3);
     assert_header(hdrs, 0, "id", "0b5c6a8e-6d0e-4d39-9a4c-2f6d1d7c9e01");
@@ -287,7 +287,7 @@ static void test_headers_empty_object(void **state)
 {
     OutboxRow row = make_row("Order", "OrderCreated", "{}");
     char err[256] = "";
-    rd_kafka_headers_t *hdrs = route_headers(&row, err, sizeof(err));
+    rd_kafka_headers_t *hdrs = route_headers(&row, true, err, sizeof(err));
     assert_non_null(hdrs);
     assert_int_equal(rd_kafka_header_cnt(hdrs), 3);
     assert_header(hdrs, 0, "id", "0b5c6a8e-6d0e-4d39-9a4c-2f6d1d7c9e01");
@@ -300,7 +300,7 @@ static void test_headers_order_and_values(void **state)
                              "{\"traceparent\": \"00-abc-01\", \"tenant\": \"t1\","
                              " \"utf8\": \"caf\\u00e9\"}");
     char err[256] = "";
-    rd_kafka_headers_t *hdrs = route_headers(&row, err, sizeof(err));
+    rd_kafka_headers_t *hdrs = route_headers(&row, true, err, sizeof(err));
     assert_non_null(hdrs);
     assert_int_equal(rd_kafka_header_cnt(hdrs), 6);
     assert_header(hdrs, 0, "traceparent", "00-abc-01");
@@ -320,7 +320,7 @@ static void test_headers_reserved_dropped(void **state)
                              "{\"id\": \"spoof\", \"a\": \"1\", \"event_type\": \"spoof\","
                              " \"aggregate_type\": {\"x\": 1}, \"ID\": \"kept\"}");
     char err[256] = "";
-    rd_kafka_headers_t *hdrs = route_headers(&row, err, sizeof(err));
+    rd_kafka_headers_t *hdrs = route_headers(&row, true, err, sizeof(err));
     assert_non_null(hdrs);
     assert_int_equal(rd_kafka_header_cnt(hdrs), 5);
     assert_header(hdrs, 0, "a", "1");
@@ -346,7 +346,7 @@ static void test_headers_non_string_values(void **state)
                              " \"obj\": {\"a\": 1, \"b\": [1, 2, \"x y\"]}, \"arr\": [ ],"
                              " \"none\": null, \"s\": \"\"}");
     char err[256] = "";
-    rd_kafka_headers_t *hdrs = route_headers(&row, err, sizeof(err));
+    rd_kafka_headers_t *hdrs = route_headers(&row, true, err, sizeof(err));
     assert_non_null(hdrs);
     assert_int_equal(rd_kafka_header_cnt(hdrs), 12);
     assert_header(hdrs, 0, "n", "42");
@@ -368,13 +368,42 @@ static void test_headers_not_an_object(void **state)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         OutboxRow row = make_row("Order", "OrderCreated", bad[i]);
         char err[256] = "";
-        rd_kafka_headers_t *hdrs = route_headers(&row, err, sizeof(err));
+        rd_kafka_headers_t *hdrs = route_headers(&row, true, err, sizeof(err));
         if (hdrs) {
             rd_kafka_headers_destroy(hdrs);
             fail_msg("headers column '%s' accepted", bad[i]);
         }
         assert_err_line(err, "headers column is not a JSON object");
     }
+}
+
+/* Debezium style: no event_type/aggregate_type headers; the additional fields after the row's
+ * headers; only id stays reserved. */
+static void test_headers_debezium_style(void **state)
+{
+    OutboxRow row = make_row("Order", "OrderCreated", "{\"event_type\": \"mine\", \"id\": \"x\"}");
+    row.extra_headers = "{\"eventType\": \"OrderCreated\", \"tenant\": null, \"n\": 7}";
+    char err[256] = "";
+    rd_kafka_headers_t *hdrs = route_headers(&row, false, err, sizeof(err));
+    assert_non_null(hdrs);
+    assert_int_equal(rd_kafka_header_cnt(hdrs), 5);
+    assert_header(hdrs, 0, "event_type", "mine");
+    assert_header(hdrs, 1, "eventType", "OrderCreated");
+    assert_header(hdrs, 2, "tenant", NULL);
+    assert_header(hdrs, 3, "n", "7");
+    assert_header(hdrs, 4, "id", "0b5c6a8e-6d0e-4d39-9a4c-2f6d1d7c9e01");
+    rd_kafka_headers_destroy(hdrs);
+}
+
+static void test_topic_routed_by_value(void **state)
+{
+    OutboxRow row = make_row("order", "OrderCreated", NULL);
+    char topic[ROUTE_TOPIC_MAX + 1], err[256] = "";
+    assert_true(route_template_check("outbox.event.${routedByValue}", err, sizeof(err)));
+    assert_true(
+        route_topic("outbox.event.${routedByValue}", &row, topic, sizeof(topic), err, sizeof(err)));
+    assert_string_equal(topic, "outbox.event.order");
+    assert_false(route_template_check("outbox.${other}", err, sizeof(err)));
 }
 
 int main(void)
@@ -400,6 +429,8 @@ int main(void)
         cmocka_unit_test(test_headers_reserved_dropped),
         cmocka_unit_test(test_headers_non_string_values),
         cmocka_unit_test(test_headers_not_an_object),
+        cmocka_unit_test(test_headers_debezium_style),
+        cmocka_unit_test(test_topic_routed_by_value),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,156 @@
+/* Unit tests for table.c: the table and column mapping, and the statements written for it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "table.h"
+
+/* PQescapeIdentifier needs a connection object for its encoding; one that never connected will
+ * do (SQL_ASCII quoting, which is right for UTF-8 text too). */
+static PGconn *conn;
+
+static int setup(void **state)
+{
+    conn = PQconnectStart("host=/nonexistent-outbox-relay-test connect_timeout=1");
+    return conn ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    PQfinish(conn);
+    return 0;
+}
+
+static void expect_sql(const TableMap *m, const char *tmpl, const char *expected)
+{
+    char err[256] = "";
+    char *sql = table_sql(m, conn, tmpl, err, sizeof(err));
+    if (!sql)
+        fail_msg("table_sql(%s) failed: %s", tmpl, err);
+    assert_string_equal(sql, expected);
+    free(sql);
+}
+
+static void expect_init_error(const TableOptions *o, const char *fragment)
+{
+    TableMap m;
+    char err[256] = "";
+    assert_false(table_map_init(&m, o, err, sizeof(err)));
+    if (!strstr(err, fragment))
+        fail_msg("error \"%s\" lacks \"%s\"", err, fragment);
+    assert_null(strchr(err, '\n'));
+    table_map_free(&m);
+}
+
+static void test_relay_layout_is_own(void **state)
+{
+    TableOptions o = {.layout = LAYOUT_RELAY};
+    TableMap m;
+    char err[256];
+    assert_true(table_map_init(&m, &o, err, sizeof(err)));
+    assert_true(table_map_is_own(&m));
+    assert_true(m.identity_headers);
+    expect_sql(&m,
+               "SELECT o.{seq}, {o.headers}, {o.extra_headers} FROM {table} o"
+               " WHERE x = '{}' AND y = '{1,2}'",
+               "SELECT o.\"id\", o.\"headers\"::text, NULL::text FROM \"outbox\" o"
+               " WHERE x = '{}' AND y = '{1,2}'");
+    table_map_free(&m);
+}
+
+static void test_debezium_layout(void **state)
+{
+    TableOptions o = {.layout = LAYOUT_DEBEZIUM, .additional_fields = "type:header:eventType"};
+    TableMap m;
+    char err[256];
+    assert_true(table_map_init(&m, &o, err, sizeof(err)));
+    assert_false(table_map_is_own(&m));
+    assert_false(m.identity_headers);
+    expect_sql(&m, "{seq} {event_id} {aggregate_type} {aggregate_id} {event_type} {payload}",
+               "\"seq\" \"id\" \"aggregatetype\" \"aggregateid\" \"type\" \"payload\"");
+    expect_sql(&m, "{o.headers} {o.extra_headers}",
+               "NULL::text jsonb_build_object('eventType', o.\"type\")::text");
+    table_map_free(&m);
+}
+
+static void test_quoting(void **state)
+{
+    TableOptions o = {.layout = LAYOUT_RELAY,
+                      .table = "App.Out\"box",
+                      .aggregate_id_column = "Key; DROP TABLE x",
+                      .additional_fields = " a b:header:it's , c:header"};
+    TableMap m;
+    char err[256], buf[64];
+    assert_true(table_map_init(&m, &o, err, sizeof(err)));
+    assert_false(table_map_is_own(&m));
+    assert_string_equal(table_map_display(&m, buf, sizeof(buf)), "App.Out\"box");
+    expect_sql(&m, "{table} {aggregate_id} {unsent_idx}",
+               "\"App\".\"Out\"\"box\" \"Key; DROP TABLE x\" \"Out\"\"box_unsent_idx\"");
+    expect_sql(&m, "{o.extra_headers}",
+               "jsonb_build_object('it''s', o.\"a b\", 'c', o.\"c\")::text");
+    table_map_free(&m);
+}
+
+static void test_headers_none(void **state)
+{
+    TableOptions o = {.layout = LAYOUT_RELAY, .headers_column = "none"};
+    TableMap m;
+    char err[256] = "";
+    assert_true(table_map_init(&m, &o, err, sizeof(err)));
+    assert_null(m.headers);
+    expect_sql(&m, "{o.headers}", "NULL::text");
+    assert_null(table_sql(&m, conn, "{headers}", err, sizeof(err)));
+    assert_null(table_sql(&m, conn, "{nonsense}", err, sizeof(err)));
+    assert_non_null(strstr(err, "unknown placeholder {nonsense}"));
+    table_map_free(&m);
+}
+
+static void test_bad_options(void **state)
+{
+    char long_name[80];
+    memset(long_name, 'x', sizeof(long_name) - 1);
+    long_name[sizeof(long_name) - 1] = '\0';
+    expect_init_error(&(TableOptions){.table = "a.b.c"}, "expected NAME or SCHEMA.NAME");
+    expect_init_error(&(TableOptions){.table = ".b"}, "empty name");
+    expect_init_error(&(TableOptions){.payload_column = long_name}, "longer than 63 bytes");
+    expect_init_error(&(TableOptions){.additional_fields = "type"}, "expected COLUMN:header");
+    expect_init_error(&(TableOptions){.additional_fields = "a:header:b:c"},
+                      "expected COLUMN:header");
+    expect_init_error(&(TableOptions){.additional_fields = "type:partition"},
+                      "placement 'partition'");
+    expect_init_error(&(TableOptions){.additional_fields = "type:header:event_type"},
+                      "set by the relay itself");
+    expect_init_error(
+        &(TableOptions){.layout = LAYOUT_DEBEZIUM, .additional_fields = "a:header:x, b:header:x"},
+        "named twice");
+    expect_init_error(&(TableOptions){.additional_fields = ":header"}, "empty name");
+}
+
+static void test_debezium_may_name_event_type_header(void **state)
+{
+    /* Without the relay's own identity headers, only id is reserved. */
+    TableOptions o = {.layout = LAYOUT_DEBEZIUM, .additional_fields = "type:header:event_type"};
+    TableMap m;
+    char err[256];
+    assert_true(table_map_init(&m, &o, err, sizeof(err)));
+    assert_int_equal(m.n_extra, 1);
+    table_map_free(&m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_relay_layout_is_own),
+        cmocka_unit_test(test_debezium_layout),
+        cmocka_unit_test(test_quoting),
+        cmocka_unit_test(test_headers_none),
+        cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_debezium_may_name_event_type_header),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
