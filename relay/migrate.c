@@ -47,7 +47,12 @@ static const char *const SQL_ADOPT =
     " ADD COLUMN IF NOT EXISTS dead_at timestamptz,"
     " ADD COLUMN IF NOT EXISTS dead_letter_topic text,"
     " ADD COLUMN IF NOT EXISTS lane smallint GENERATED ALWAYS AS"
-    " (outbox_lane({aggregate_type}::text, {aggregate_id}::text)) STORED;"
+    " (outbox_lane(coalesce({aggregate_type}::text, ''), coalesce({aggregate_id}::text, '')))"
+    " STORED;"
+    /* Marks name rows by the order column: it must name exactly one row. An existing column with
+     * NULLs or duplicates fails here, and the adoption rolls back. */
+    "ALTER TABLE {table} ALTER COLUMN {seq} SET NOT NULL;"
+    "CREATE UNIQUE INDEX IF NOT EXISTS {seq_idx} ON {table} ({seq});"
     "CREATE INDEX IF NOT EXISTS {unsent_idx} ON {table} ({seq}) WHERE sent_at IS NULL;"
     "CREATE INDEX IF NOT EXISTS {retry_idx} ON {table} ({aggregate_type}, {aggregate_id}, {seq})"
     " WHERE sent_at IS NULL AND attempts > 0;"
@@ -63,8 +68,13 @@ static const char *const SQL_ROLES =
 static const char *const SQL_GRANT_RELAY =
     "GRANT SELECT, DELETE ON {table} TO outbox_relay;"
     "GRANT UPDATE (sent_at, attempts, rejections, last_error, next_attempt_at, dead_at,"
-    " dead_letter_topic) ON {table} TO outbox_relay";
-static const char *const SQL_GRANT_PRODUCER = "GRANT INSERT ON {table} TO outbox_producer";
+    " dead_letter_topic) ON {table} TO outbox_relay;"
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_wakeup_state TO outbox_relay;"
+    "GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO outbox_relay";
+static const char *const SQL_GRANT_PRODUCER =
+    "GRANT INSERT ON {table} TO outbox_producer;"
+    "GRANT SELECT ON outbox_wakeup_state TO outbox_producer;"
+    "GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO outbox_producer";
 /* Reads no row, but fails on a missing column and tells the order column's type. */
 static const char *const SQL_CHECK_COLUMNS =
     "SELECT o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, o.{event_type},"

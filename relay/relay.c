@@ -43,6 +43,7 @@ static const char *const SQL_ROLLBACK = "ROLLBACK";
     " o.{payload}::text, {o.headers}, o.attempts, " last_error ","                                 \
     " extract(epoch FROM clock_timestamp() - o.created_at)::float8, {o.extra_headers}"
 
+/* clang-format off: it would break the macro call inside the string concatenation */
 #define SQL_CLAIM(blocked_condition)                                                               \
     "WITH blocked AS ("                                                                            \
     " SELECT o.{aggregate_type} AS agg_type, o.{aggregate_id} AS agg_id,"                          \
@@ -58,6 +59,7 @@ static const char *const SQL_ROLLBACK = "ROLLBACK";
                       "o.{aggregate_type}"                                                         \
                       " AND b.agg_id = o.{aggregate_id} AND b.first_seq < o.{seq})"                \
                       " ORDER BY o.{seq} LIMIT $1 FOR UPDATE OF o SKIP LOCKED"
+/* clang-format on */
 
 /* Times are clock_timestamp(), not now(): now() is when the claim transaction began, and a retry
  * wait counted from there could already be over when the failure is recorded.

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "optval.h"
+#include "pg.h"
 #include "strbuf.h"
 
 /* PostgreSQL truncates longer identifiers (NAMEDATALEN - 1), which would silently name another
@@ -115,7 +116,14 @@ static bool parse_placements(TableMap *m, const char *text, char *err, size_t er
             break;
         }
         m->extra = grown;
-        m->extra[m->n_extra++] = (TableHeader){strdup(entry), strdup(name)};
+        TableHeader h = {strdup(entry), strdup(name)};
+        if (!h.column || !h.header) {
+            free(h.column);
+            free(h.header);
+            ok = optval_fail(err, errlen, "out of memory");
+            break;
+        }
+        m->extra[m->n_extra++] = h;
     }
     free(copy);
     return ok;
@@ -212,7 +220,7 @@ static bool append_ident(StrBuf *sb, PGconn *conn, const char *name, char *err, 
     char *quoted = PQescapeIdentifier(conn, name, strlen(name));
     if (!quoted)
         return optval_fail(err, errlen, "cannot quote identifier: %s",
-                           strtok(PQerrorMessage(conn), "\n"));
+                           pg_error_line(PQerrorMessage(conn)));
     strbuf_puts(sb, quoted);
     PQfreemem(quoted);
     return true;
@@ -223,7 +231,7 @@ static bool append_literal(StrBuf *sb, PGconn *conn, const char *text, char *err
     char *quoted = PQescapeLiteral(conn, text, strlen(text));
     if (!quoted)
         return optval_fail(err, errlen, "cannot quote literal: %s",
-                           strtok(PQerrorMessage(conn), "\n"));
+                           pg_error_line(PQerrorMessage(conn)));
     strbuf_puts(sb, quoted);
     PQfreemem(quoted);
     return true;
@@ -234,7 +242,11 @@ static bool append_index_name(StrBuf *sb, PGconn *conn, const TableMap *m, const
 {
     char name[IDENT_MAX * 2 + 16];
     snprintf(name, sizeof(name), "%s%s", m->name, suffix);
-    name[IDENT_MAX] = '\0'; /* as PostgreSQL would truncate it, minus its notice */
+    /* As PostgreSQL would truncate it (minus its notice), at a character boundary. */
+    size_t len = strlen(name) > IDENT_MAX ? IDENT_MAX : strlen(name);
+    while (len > 0 && ((unsigned char)name[len] & 0xC0) == 0x80)
+        len--;
+    name[len] = '\0';
     return append_ident(sb, conn, name, err, errlen);
 }
 
@@ -277,7 +289,7 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
         for (size_t i = 0; i < m->n_extra; i++) {
             if ((i > 0 && !put(sb, ", ")) ||
                 !append_literal(sb, conn, m->extra[i].header, err, errlen) || !put(sb, ", o.") ||
-                !append_ident(sb, conn, m->extra[i].column, err, errlen))
+                !append_ident(sb, conn, m->extra[i].column, err, errlen) || !put(sb, "::text"))
                 return false;
         }
         return put(sb, ")::text");
@@ -286,6 +298,8 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
         return append_index_name(sb, conn, m, "_unsent_idx", err, errlen);
     if (IS("retry_idx"))
         return append_index_name(sb, conn, m, "_retry_idx", err, errlen);
+    if (IS("seq_idx"))
+        return append_index_name(sb, conn, m, "_seq_idx", err, errlen);
     if (IS("sent_idx"))
         return append_index_name(sb, conn, m, "_sent_at_idx", err, errlen);
 #undef IS

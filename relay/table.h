@@ -72,9 +72,9 @@ const char *table_map_display(const TableMap *m, char *buf, size_t buflen);
  *                      the mapped columns, quoted, unqualified
  *   {headers}          the headers column, quoted (an error without one)
  *   {o.headers}        o.<headers column>::text, or NULL::text without one
- *   {o.extra_headers}  the extra header columns of row alias o as one JSON object text, or
- *                      NULL::text without any
- *   {unsent_idx} {retry_idx} {sent_idx}  the relay's index names for the table, quoted
+ *   {o.extra_headers}  the extra header columns of row alias o, each as text, in one JSON
+ *                      object text, or NULL::text without any
+ *   {unsent_idx} {retry_idx} {sent_idx} {seq_idx}  the relay's index names, quoted
  * Returns a malloc'd string, or NULL with one line in err (an unknown placeholder is a bug). */
 char *table_sql(const TableMap *m, PGconn *conn, const char *tmpl, char *err, size_t errlen);
 

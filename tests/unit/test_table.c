@@ -74,7 +74,7 @@ static void test_debezium_layout(void **state)
     expect_sql(&m, "{seq} {event_id} {aggregate_type} {aggregate_id} {event_type} {payload}",
                "\"seq\" \"id\" \"aggregatetype\" \"aggregateid\" \"type\" \"payload\"");
     expect_sql(&m, "{o.headers} {o.extra_headers}",
-               "NULL::text jsonb_build_object('eventType', o.\"type\")::text");
+               "NULL::text jsonb_build_object('eventType', o.\"type\"::text)::text");
     table_map_free(&m);
 }
 
@@ -92,7 +92,7 @@ static void test_quoting(void **state)
     expect_sql(&m, "{table} {aggregate_id} {unsent_idx}",
                "\"App\".\"Out\"\"box\" \"Key; DROP TABLE x\" \"Out\"\"box_unsent_idx\"");
     expect_sql(&m, "{o.extra_headers}",
-               "jsonb_build_object('it''s', o.\"a b\", 'c', o.\"c\")::text");
+               "jsonb_build_object('it''s', o.\"a b\"::text, 'c', o.\"c\"::text)::text");
     table_map_free(&m);
 }
 
