@@ -11,19 +11,27 @@
 /* Any fixed number works; it only has to differ from the application's own advisory locks. */
 #define MIGRATE_LOCK_KEY "7243016118520431001"
 
-/* Runs one command; on failure logs it with the migration's name and returns false. */
-static bool exec_ok(PGconn *conn, const char *sql, const char *what)
+/* Runs sql (one or more commands) and returns the last result; on failure logs it with the
+ * step's name and returns NULL. */
+static PGresult *exec_step(PGconn *conn, const char *sql, const char *what)
 {
     PGresult *res = PQexec(conn, sql);
     ExecStatusType st = PQresultStatus(res);
-    bool ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
-    if (!ok) {
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
         char q[512];
         log_error("migration failed", "step=%s error=%s", what,
                   log_quote(pg_error_line(PQresultErrorMessage(res)), q, sizeof(q)));
+        PQclear(res);
+        return NULL;
     }
+    return res;
+}
+
+static bool exec_ok(PGconn *conn, const char *sql, const char *what)
+{
+    PGresult *res = exec_step(conn, sql, what);
     PQclear(res);
-    return ok;
+    return res != NULL;
 }
 
 /* Adopting a table the embedded migrations did not create (relay/table.h): the columns the relay
@@ -89,15 +97,8 @@ static PGresult *exec_mapped(PGconn *conn, const TableMap *map, const char *tmpl
         log_error("migration failed", "step=%s error=%s", what, log_quote(err, q, sizeof(q)));
         return NULL;
     }
-    PGresult *res = PQexec(conn, sql);
+    PGresult *res = exec_step(conn, sql, what);
     free(sql);
-    ExecStatusType st = PQresultStatus(res);
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-        log_error("migration failed", "step=%s error=%s", what,
-                  log_quote(pg_error_line(PQresultErrorMessage(res)), q, sizeof(q)));
-        PQclear(res);
-        return NULL;
-    }
     return res;
 }
 
