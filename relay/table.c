@@ -215,26 +215,28 @@ static bool put(StrBuf *sb, const char *s)
     return true;
 }
 
-static bool append_ident(StrBuf *sb, PGconn *conn, const char *name, char *err, size_t errlen)
+/* Appends text quoted by quote (PQescapeIdentifier or PQescapeLiteral, which share a signature);
+ * `what` names the kind in the error. */
+static bool append_quoted(StrBuf *sb, PGconn *conn, char *(*quote)(PGconn *, const char *, size_t),
+                          const char *what, const char *text, char *err, size_t errlen)
 {
-    char *quoted = PQescapeIdentifier(conn, name, strlen(name));
+    char *quoted = quote(conn, text, strlen(text));
     if (!quoted)
-        return optval_fail(err, errlen, "cannot quote identifier: %s",
+        return optval_fail(err, errlen, "cannot quote %s: %s", what,
                            pg_error_line(PQerrorMessage(conn)));
     strbuf_puts(sb, quoted);
     PQfreemem(quoted);
     return true;
 }
 
+static bool append_ident(StrBuf *sb, PGconn *conn, const char *name, char *err, size_t errlen)
+{
+    return append_quoted(sb, conn, PQescapeIdentifier, "identifier", name, err, errlen);
+}
+
 static bool append_literal(StrBuf *sb, PGconn *conn, const char *text, char *err, size_t errlen)
 {
-    char *quoted = PQescapeLiteral(conn, text, strlen(text));
-    if (!quoted)
-        return optval_fail(err, errlen, "cannot quote literal: %s",
-                           pg_error_line(PQerrorMessage(conn)));
-    strbuf_puts(sb, quoted);
-    PQfreemem(quoted);
-    return true;
+    return append_quoted(sb, conn, PQescapeLiteral, "literal", text, err, errlen);
 }
 
 static bool append_index_name(StrBuf *sb, PGconn *conn, const TableMap *m, const char *suffix,
