@@ -43,22 +43,20 @@ static const char *const SQL_ROLLBACK = "ROLLBACK";
     " o.{payload}::text, {o.headers}, o.attempts, " last_error ","                                 \
     " extract(epoch FROM clock_timestamp() - o.created_at)::float8, {o.extra_headers}"
 
-/* clang-format off: it would break the macro call inside the string concatenation */
+/* clang-format would split the macro call inside the string concatenation. */
+/* clang-format off */
 #define SQL_CLAIM(blocked_condition)                                                               \
     "WITH blocked AS ("                                                                            \
     " SELECT o.{aggregate_type} AS agg_type, o.{aggregate_id} AS agg_id,"                          \
     " min(o.{seq}) AS first_seq"                                                                   \
     " FROM {table} o WHERE o.sent_at IS NULL AND o.attempts > 0 AND o.lane = ANY($2::smallint[])"  \
     " AND " blocked_condition " GROUP BY 1, 2)"                                                    \
-    " SELECT" SQL_ROW_COLUMNS(                                                                     \
-        "NULL::text") " FROM {table} o"                                                            \
-                      " WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = "               \
-                      "ANY($2::smallint[])"                                                        \
-                      " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())"             \
-                      " AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.agg_type = "               \
-                      "o.{aggregate_type}"                                                         \
-                      " AND b.agg_id = o.{aggregate_id} AND b.first_seq < o.{seq})"                \
-                      " ORDER BY o.{seq} LIMIT $1 FOR UPDATE OF o SKIP LOCKED"
+    " SELECT" SQL_ROW_COLUMNS("NULL::text") " FROM {table} o"                                      \
+    " WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = ANY($2::smallint[])"              \
+    " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())"                               \
+    " AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.agg_type = o.{aggregate_type}"               \
+    " AND b.agg_id = o.{aggregate_id} AND b.first_seq < o.{seq})"                                  \
+    " ORDER BY o.{seq} LIMIT $1 FOR UPDATE OF o SKIP LOCKED"
 /* clang-format on */
 
 /* Times are clock_timestamp(), not now(): now() is when the claim transaction began, and a retry
