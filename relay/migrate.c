@@ -83,10 +83,10 @@ static const char *const SQL_GRANT_PRODUCER =
     "GRANT INSERT ON {table} TO outbox_producer;"
     "GRANT SELECT ON outbox_wakeup_state TO outbox_producer;"
     "GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO outbox_producer";
-/* Reads no row, but fails on a missing column and tells the order column's type. */
+/* Reads no row, but fails on a column the claims read and the table lacks, and tells the order
+ * column's type (the first). */
 static const char *const SQL_CHECK_COLUMNS =
-    "SELECT o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, o.{event_type},"
-    " o.{payload}::text, {o.headers}, {o.extra_headers} FROM {table} o LIMIT 0";
+    "SELECT" TABLE_ROW_COLUMNS("o.last_error") " FROM {table} o LIMIT 0";
 
 /* Expands a template for map and runs it (blocking: migrate is a one-shot command). */
 static PGresult *exec_mapped(PGconn *conn, const TableMap *map, const char *tmpl, const char *what)

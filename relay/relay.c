@@ -35,15 +35,9 @@ static const char *const SQL_ROLLBACK = "ROLLBACK";
  * The claim: unsent rows of the lanes this relay owns ($2), in seq order, that are not waiting for
  * a retry and whose aggregate has no earlier row that is waiting (or, with the hold policy, dead):
  * an aggregate's events never overtake one another. The held-back set comes from the small
- * partial index on failed rows, so it costs nothing while nothing fails. Columns are in the order
- * batch.c reads them; last_error is only needed for dead-letter rows; then the row's age on the
- * database clock, for the latency metric, and the additional fields placed as headers. */
-#define SQL_ROW_COLUMNS(last_error)                                                                \
-    " o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, o.{event_type},"                \
-    " o.{payload}::text, {o.headers}, o.attempts, " last_error ","                                 \
-    " extract(epoch FROM clock_timestamp() - o.created_at)::float8, {o.extra_headers}"
-
-/* clang-format would split the macro call inside the string concatenation. */
+ * partial index on failed rows, so it costs nothing while nothing fails. Its columns are
+ * TABLE_ROW_COLUMNS (relay/table.h). */
+/* clang-format would split the macro calls inside the string concatenations. */
 /* clang-format off */
 #define SQL_CLAIM(blocked_condition)                                                               \
     "WITH blocked AS ("                                                                            \
@@ -51,23 +45,26 @@ static const char *const SQL_ROLLBACK = "ROLLBACK";
     " min(o.{seq}) AS first_seq"                                                                   \
     " FROM {table} o WHERE o.sent_at IS NULL AND o.attempts > 0 AND o.lane = ANY($2::smallint[])"  \
     " AND " blocked_condition " GROUP BY 1, 2)"                                                    \
-    " SELECT" SQL_ROW_COLUMNS("NULL::text") " FROM {table} o"                                      \
+    " SELECT" TABLE_ROW_COLUMNS("NULL::text") " FROM {table} o"                                    \
     " WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = ANY($2::smallint[])"              \
     " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())"                               \
     " AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.agg_type = o.{aggregate_type}"               \
     " AND b.agg_id = o.{aggregate_id} AND b.first_seq < o.{seq})"                                  \
     " ORDER BY o.{seq} LIMIT $1 FOR UPDATE OF o SKIP LOCKED"
+
+/* Dead events not yet published to the dead-letter topic. */
+#define SQL_CLAIM_DEAD_LETTER                                                                      \
+    "SELECT" TABLE_ROW_COLUMNS("o.last_error") " FROM {table} o"                                   \
+    " WHERE o.dead_at IS NOT NULL AND o.sent_at IS NULL AND o.dead_letter_topic IS NULL"           \
+    " AND o.lane = ANY($2::smallint[])"                                                            \
+    " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())"                               \
+    " ORDER BY o.{seq} LIMIT $1 FOR UPDATE SKIP LOCKED"
 /* clang-format on */
 
-/* Times are clock_timestamp(), not now(): now() is when the claim transaction began, and a retry
- * wait counted from there could already be over when the failure is recorded.
- * Every failure counts an attempt and waits before the next one: transient failures 1 s doubling
- * to 30 s, rejections --retry-backoff doubling to --retry-backoff-max, both with jitter. The
- * max-attempts-th rejection dead-letters the event. SET expressions see the old row. */
 enum {
     SQL_CLAIM_HOLD,
     SQL_CLAIM_SKIP,
-    SQL_CLAIM_DEAD, /* dead events not yet published to the dead-letter topic */
+    SQL_CLAIM_DEAD,
     SQL_MARK_SENT,
     SQL_MARK_FAILED,
     SQL_MARK_DEAD_LETTERED,
@@ -77,15 +74,14 @@ enum {
 static const char *const sql_templates[SQL_COUNT] = {
     [SQL_CLAIM_HOLD] = SQL_CLAIM("(o.next_attempt_at > now() OR o.dead_at IS NOT NULL)"),
     [SQL_CLAIM_SKIP] = SQL_CLAIM("o.next_attempt_at > now() AND o.dead_at IS NULL"),
-    [SQL_CLAIM_DEAD] = "SELECT" SQL_ROW_COLUMNS(
-        "o.last_error") " FROM {table} o"
-                        " WHERE o.dead_at IS NOT NULL AND o.sent_at IS NULL AND "
-                        "o.dead_letter_topic IS NULL"
-                        " AND o.lane = ANY($2::smallint[])"
-                        " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())"
-                        " ORDER BY o.{seq} LIMIT $1 FOR UPDATE SKIP LOCKED",
+    [SQL_CLAIM_DEAD] = SQL_CLAIM_DEAD_LETTER,
     [SQL_MARK_SENT] =
         "UPDATE {table} SET sent_at = clock_timestamp() WHERE {seq} = ANY($1::bigint[])",
+    /* Times are clock_timestamp(), not now(): now() is when the claim transaction began, and a
+     * retry wait counted from there could already be over when the failure is recorded. Every
+     * failure counts an attempt and waits before the next one: transient failures 1 s doubling to
+     * 30 s, rejections --retry-backoff doubling to --retry-backoff-max, both with jitter. The
+     * max-attempts-th rejection dead-letters the event. SET expressions see the old row. */
     [SQL_MARK_FAILED] =
         "UPDATE {table} AS o SET attempts = o.attempts + 1,"
         " rejections = o.rejections + f.permanent::int, last_error = f.error,"

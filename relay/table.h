@@ -66,6 +66,15 @@ bool table_map_is_own(const TableMap *m);
 /* The table as one might write it in a message: "outbox" or "app.events" (not quoted). */
 const char *table_map_display(const TableMap *m, char *buf, size_t buflen);
 
+/* The columns of a claimed row of alias o, in the order batch.c reads them: last_error (an SQL
+ * expression) is only needed for dead-letter rows; then the row's age on the database clock, for
+ * the latency metric, and the additional fields placed as headers. Used by the claims, and by
+ * migrate to check that an adopted table has every column they read. */
+#define TABLE_ROW_COLUMNS(last_error)                                                              \
+    " o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, o.{event_type},"                \
+    " o.{payload}::text, {o.headers}, o.attempts, " last_error ","                                 \
+    " extract(epoch FROM clock_timestamp() - o.created_at)::float8, {o.extra_headers}"
+
 /* Expands a statement template for conn (whose encoding the quoting follows). Placeholders:
  *   {table}            the table, quoted (schema-qualified when configured)
  *   {seq} {event_id} {aggregate_type} {aggregate_id} {event_type} {payload}
