@@ -28,6 +28,13 @@ static const char *const SQL_LISTEN = "LISTEN " WAKEUP_CHANNEL;
 static const char *const SQL_BEGIN = "BEGIN";
 static const char *const SQL_COMMIT = "COMMIT";
 static const char *const SQL_ROLLBACK = "ROLLBACK";
+/* For the claim that follows, within its transaction: walk the unsent index in order instead of
+ * collecting and sorting every unsent row. The planner picks the sort when its statistics say few
+ * rows are unsent, which they do whenever a backlog arrived since autovacuum last analyzed the
+ * table; each claim then reads the whole backlog (measured: 200 ms instead of 1.4 ms a claim at
+ * 200,000 unsent rows). */
+static const char *const SQL_CLAIM_PLAN =
+    "SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true)";
 
 /* The statements on the outbox table are templates: relay/table.h expands the {placeholders} to
  * the configured table and columns when the connection is up.
@@ -552,7 +559,7 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
     char q[512];
     if (!results)
         return;
-    if (error || n < 2) {
+    if (error || n < 3) {
         /* Typically a missing table (migrate not run) or missing privileges: say so once, then
          * keep retrying with backoff so the relay recovers when it is fixed. */
         if (!r->claim_error_logged)
@@ -567,8 +574,10 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
         log_info("claiming rows works again", NULL);
     r->claim_error_logged = false;
 
-    int events = PQntuples(results[1]);
-    int dead = n > 2 ? PQntuples(results[2]) : 0;
+    /* BEGIN, [dead-letter claim], planner settings, claim: see claim() */
+    int events_at = n - 1, dead_at = n > 3 ? 1 : -1;
+    int events = PQntuples(results[events_at]);
+    int dead = dead_at > 0 ? PQntuples(results[dead_at]) : 0;
     if (events + dead == 0 && !r->stopping && !r->asleep) {
         if (ev_now(r->loop) - r->last_rows_at >= (double)r->cfg->sleep_after_ms / 1000.0) {
             go_to_sleep(r);
@@ -587,11 +596,11 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
         return;
     }
     /* The batch keeps the results: its rows point into them. */
-    batch_load(&r->batch, results[1], n > 2 ? results[2] : NULL);
+    batch_load(&r->batch, results[events_at], dead_at > 0 ? results[dead_at] : NULL);
     r->batch.claimed_at = ev_now(r->loop);
-    results[1] = NULL;
-    if (n > 2)
-        results[2] = NULL;
+    results[events_at] = NULL;
+    if (dead_at > 0)
+        results[dead_at] = NULL;
     log_debug("claimed batch", "rows=%d dead_letter=%d first_id=%lld", events, dead,
               r->batch.rows[0].row.id);
     r->phase = PHASE_PRODUCING;
@@ -627,12 +636,16 @@ static void claim(Relay *r)
     snprintf(dead_limit, sizeof(dead_limit), "%d", DEAD_LETTER_LIMIT);
     const char *params[2] = {limit, r->lanes.owned_array.s};
     const char *dead_params[2] = {dead_limit, r->lanes.owned_array.s};
-    PgQuery queries[3] = {{SQL_BEGIN, 0, NULL},
-                          {r->sql[r->claim_stmt], 2, params},
-                          {r->sql[SQL_CLAIM_DEAD], 2, dead_params}};
+    /* The dead-letter claim comes before the planner settings: it is planned as usual. */
+    PgQuery queries[4] = {{SQL_BEGIN, 0, NULL}};
+    int nq = 1;
+    if (r->cfg->dead_letter_topic)
+        queries[nq++] = (PgQuery){r->sql[SQL_CLAIM_DEAD], 2, dead_params};
+    queries[nq++] = (PgQuery){SQL_CLAIM_PLAN, 0, NULL};
+    queries[nq++] = (PgQuery){r->sql[r->claim_stmt], 2, params};
     r->phase = PHASE_CLAIMING;
     r->claim_sent_at = ev_now(r->loop);
-    if (!pg_conn_send(r->pg, queries, r->cfg->dead_letter_topic ? 3 : 2, on_claimed, r))
+    if (!pg_conn_send(r->pg, queries, nq, on_claimed, r))
         r->phase = PHASE_IDLE;
 }
 
