@@ -20,6 +20,7 @@ struct KafkaProducer {
     bool up;
     bool down_logged;
     bool fatal;
+    char last_topic[256]; /* the topic of the last message produced */
 };
 
 static bool conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, const char *source,
@@ -229,6 +230,15 @@ rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, const ch
                                   size_t key_len, const char *value, size_t value_len,
                                   rd_kafka_headers_t *hdrs, void *opaque)
 {
+    if (strcmp(topic, kp->last_topic) != 0) {
+        /* librdkafka 2.0 asks for a topic's partitions right away only when the topic is opened
+         * this way; a topic first seen by producev waits for its 1 s metadata scan, which held
+         * up every relay's first batch by a second. */
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(kp->rk, topic, NULL);
+        if (rkt)
+            rd_kafka_topic_destroy(rkt);
+        snprintf(kp->last_topic, sizeof(kp->last_topic), "%s", topic);
+    }
     return rd_kafka_producev(kp->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
                              RD_KAFKA_V_VALUE((void *)value, value_len), RD_KAFKA_V_HEADERS(hdrs),
                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(opaque),
