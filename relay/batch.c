@@ -133,15 +133,6 @@ bool batch_is_held(const Batch *b, const OutboxRow *row)
     return (b->held[bit / 8] >> (bit % 8)) & 1u;
 }
 
-void batch_hold_all(Batch *to, const Batch *from)
-{
-    if (!from->any_held)
-        return;
-    for (size_t i = 0; i < sizeof(to->held); i++)
-        to->held[i] |= from->held[i];
-    to->any_held = true;
-}
-
 void batch_fail(Batch *b, BatchRow *br, const char *why, bool permanent)
 {
     br->state = ROW_FAILED;

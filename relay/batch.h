@@ -83,8 +83,6 @@ void batch_fail(Batch *b, BatchRow *br, const char *why, bool permanent);
 /* Holds / tests an aggregate for the rest of the batch. */
 void batch_hold(Batch *b, const OutboxRow *row);
 bool batch_is_held(const Batch *b, const OutboxRow *row);
-/* Holds in `to` every aggregate `from` holds (a later claim of the same transaction). */
-void batch_hold_all(Batch *to, const Batch *from);
 
 /* Fills m from the row states. Returns the first failed event row (for logging), or NULL. */
 const BatchRow *batch_marks(const Batch *b, BatchMarks *m);

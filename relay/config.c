@@ -44,11 +44,7 @@ static const OptionDef options[] = {
     {"config", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(config_file), "FILE",
      "JSON config file: an object whose keys are these option names"},
     {"batch-size", OPT_INT, NULL, "1000", 1, 100000, NULL, FIELD(batch_size), "N",
-     "rows claimed per claim (1-100000)"},
-    {"batches-per-transaction", OPT_INT, NULL, "8", 1, 1000, NULL, FIELD(batches_per_transaction),
-     "N",
-     "claims per transaction; from 2, the next claim overlaps the wait for the previous one's "
-     "acknowledgements (1: one claim, wait, mark, commit)"},
+     "rows claimed per transaction (1-100000)"},
     {"topic-template", OPT_STRING, NULL, "outbox.event.{aggregate_type}", 0, 0, NULL,
      FIELD(topic_template), "TEMPLATE",
      "Kafka topic per row; {aggregate_type} (or ${routedByValue}) and {event_type} are "
@@ -136,11 +132,17 @@ static const struct {
  * rest is built into state at start-up (timers, the producer, the claim statement, the
  * connection) or changes what rows mean half-way through (topics), and needs a restart. Only
  * number and choice options may be listed (config_apply_reloadable copies them by value). */
-static const char *const reloadable[] = {
-    "log-level",          "batch-size",       "batches-per-transaction",
-    "retention",          "delivery-timeout", "shutdown-timeout",
-    "max-attempts",       "retry-backoff",    "retry-backoff-max",
-    "busy-poll-interval", "sleep-after",      NULL};
+static const char *const reloadable[] = {"log-level",
+                                         "batch-size",
+                                         "retention",
+                                         "delivery-timeout",
+                                         "shutdown-timeout",
+                                         "max-attempts",
+                                         "retry-backoff",
+                                         "retry-backoff-max",
+                                         "busy-poll-interval",
+                                         "sleep-after",
+                                         NULL};
 
 /* Where a value came from, in precedence order (0: not set). */
 enum { LEVEL_UNSET, LEVEL_DEFAULT, LEVEL_FILE, LEVEL_ENV, LEVEL_FLAG };

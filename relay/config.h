@@ -43,7 +43,6 @@ typedef struct Config {
     char *brokers;
     char *config_file;
     long batch_size;
-    long batches_per_transaction;
     char *topic_template;
     /* The outbox table and its columns as configured (NULL: the layout's default)... */
     char *table;

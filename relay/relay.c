@@ -1,7 +1,6 @@
 #include "relay.h"
 
 #include <signal.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,7 +57,6 @@ static const char *const SQL_CLAIM_PLAN =
     " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())"                               \
     " AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.agg_type = o.{aggregate_type}"               \
     " AND b.agg_id = o.{aggregate_id} AND b.first_seq < o.{seq})"                                  \
-    " AND o.{seq} > $3::bigint"                                                                    \
     " ORDER BY o.{seq} LIMIT $1 FOR UPDATE OF o SKIP LOCKED"
 
 /* Dead events not yet published to the dead-letter topic. */
@@ -130,30 +128,16 @@ static const char *const SQL_FORGET_GONE_SLEEPERS =
     " AND l.objid = w.slot::oid AND l.objsubid = 2 AND l.granted"
     " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))";
 
-/* Claims of one transaction on their way at once: while one waits for its acknowledgements, the
- * next is claimed and produced, so PostgreSQL and Kafka work side by side. */
-#define FLIGHTS 3
-
-/* What the PostgreSQL connection is doing. */
 typedef enum {
-    PHASE_DOWN,        /* no connection */
+    PHASE_DOWN,        /* no PostgreSQL connection */
     PHASE_SETUP,       /* LISTEN in flight */
-    PHASE_IDLE,        /* nothing in flight (a transaction may be open) */
+    PHASE_IDLE,        /* no transaction open */
     PHASE_REBALANCING, /* lane ownership queries in flight */
-    PHASE_CLAIMING,    /* [BEGIN +] claim in flight */
-    PHASE_MARKING,     /* a flight's marks [+ COMMIT] in flight */
-    PHASE_ENDING,      /* COMMIT or ROLLBACK without marks in flight */
+    PHASE_CLAIMING,    /* BEGIN + claim in flight */
+    PHASE_PRODUCING,   /* rows claimed, waiting for delivery reports */
+    PHASE_MARKING,     /* marks + COMMIT in flight */
+    PHASE_ENDING,      /* COMMIT or ROLLBACK of a transaction that marks nothing */
 } Phase;
-
-/* The rows of one claim, from the claim until their outcome is recorded. */
-typedef struct Flight {
-    Relay *relay;
-    Batch batch;
-    bool in_use;             /* claimed, outcome not yet recorded */
-    unsigned long long nr;   /* claim order */
-    ev_tstamp claim_sent_at; /* for the debug log */
-    ev_timer delivery_timer; /* bounds the wait for its acknowledgements */
-} Flight;
 
 struct Relay {
     struct ev_loop *loop;
@@ -163,28 +147,12 @@ struct Relay {
     PgConn *pg;
     Lanes lanes;
     Phase phase;
-    Flight flights[FLIGHTS];
-    unsigned long long flights_claimed;
-    Flight *claiming; /* the flight the claim in flight fills */
-    Flight *marking;  /* the flight whose marks are in flight */
+    Batch batch;
     BatchMarks marks;
-    char *sql[SQL_COUNT]; /* the templates expanded for the configured table */
-    int claim_stmt;       /* SQL_CLAIM_HOLD or SQL_CLAIM_SKIP */
-    int claim_results;    /* results the claim in flight returns */
-    int claim_dead_at;    /* index of the dead-letter claim's result, -1 if not sent */
-    int failed_stmt;      /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
-    int awake_stmt;       /* index of SQL_AWAKE in the mark pipeline, -1 if not sent */
-    bool marks_commit;    /* the marks in flight end with COMMIT */
-    ev_tstamp marks_sent_at;
-    /* The open transaction: several claims, each after the previous one was handed to the
-     * producer in full, so per-partition order follows claim order. */
-    bool in_txn;
-    int txn_claims;
-    bool txn_closing;      /* claim no more in it: commit once every flight is recorded */
-    bool txn_retry;        /* a flight got nothing through (transient): wait before the next */
-    char txn_last_seq[24]; /* claims in it continue after the last row claimed */
-    int txn_rows;
-    unsigned long long txn_sent, txn_failed;
+    char *sql[SQL_COUNT];   /* the templates expanded for the configured table */
+    int claim_stmt;         /* SQL_CLAIM_HOLD or SQL_CLAIM_SKIP */
+    int failed_stmt;        /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
+    int awake_stmt;         /* index of SQL_AWAKE in the mark pipeline, -1 if not sent */
     bool wake_pending;      /* there may be rows to claim */
     bool rebalance_due;     /* lane ownership should be checked before the next claim */
     bool asleep;            /* this relay's sleeping flag is set: producers notify it */
@@ -192,6 +160,7 @@ struct Relay {
     char slot_text[16];     /* member slot as a query parameter */
     bool left;              /* shutting down: the sleeping flag row was (being) removed */
     ev_tstamp last_rows_at; /* when a claim last returned rows */
+    ev_tstamp claim_sent_at, marks_sent_at; /* of the current batch, for the debug log */
     bool stopping;
     int signals;
     int exit_status;
@@ -205,127 +174,14 @@ struct Relay {
     ev_timer busy_timer; /* re-check soon when producers kept us from going to sleep */
     ev_timer rebalance_timer;
     ev_timer shutdown_timer;
+    ev_timer delivery_timer; /* bounds a batch's wait for acknowledgements */
     ev_signal sigterm, sigint;
     unsigned long long total_sent, total_failed, total_dead, order_breaks;
 };
 
 static void step(Relay *r);
 static void go_to_sleep(Relay *r);
-static void produce_more(Relay *r, Flight *f);
-
-/* ---- flights ------------------------------------------------------------------------------ */
-
-static int flights_in_use(const Relay *r)
-{
-    int n = 0;
-    for (int i = 0; i < FLIGHTS; i++)
-        n += r->flights[i].in_use;
-    return n;
-}
-
-static int in_flight_total(const Relay *r)
-{
-    int n = 0;
-    for (int i = 0; i < FLIGHTS; i++)
-        n += r->flights[i].batch.in_flight;
-    return n;
-}
-
-/* The flight in use claimed before / after f, or NULL. */
-static Flight *flight_neighbour(Relay *r, const Flight *f, bool newer)
-{
-    Flight *best = NULL;
-    for (int i = 0; i < FLIGHTS; i++) {
-        Flight *o = &r->flights[i];
-        if (!o->in_use || o == f || (newer ? o->nr < f->nr : o->nr > f->nr))
-            continue;
-        if (!best || (newer ? o->nr < best->nr : o->nr > best->nr))
-            best = o;
-    }
-    return best;
-}
-
-static Flight *oldest_flight(Relay *r)
-{
-    Flight *best = NULL;
-    for (int i = 0; i < FLIGHTS; i++)
-        if (r->flights[i].in_use && (!best || r->flights[i].nr < best->nr))
-            best = &r->flights[i];
-    return best;
-}
-
-static Flight *newest_flight(Relay *r)
-{
-    Flight *best = NULL;
-    for (int i = 0; i < FLIGHTS; i++)
-        if (r->flights[i].in_use && (!best || r->flights[i].nr > best->nr))
-            best = &r->flights[i];
-    return best;
-}
-
-static Flight *free_flight(Relay *r)
-{
-    for (int i = 0; i < FLIGHTS; i++)
-        if (!r->flights[i].in_use)
-            return &r->flights[i];
-    return NULL;
-}
-
-/* The flight a delivery report's row belongs to. */
-static Flight *flight_of(Relay *r, const BatchRow *br)
-{
-    for (int i = 0; i < FLIGHTS; i++) {
-        Batch *b = &r->flights[i].batch;
-        if (br >= b->rows && br < b->rows + b->capacity)
-            return &r->flights[i];
-    }
-    return NULL;
-}
-
-/* Every row produced and every report in: its outcome can be recorded. */
-static bool flight_delivered(const Relay *r, const Flight *f)
-{
-    const Batch *b = &f->batch;
-    return f->in_use && f != r->marking && !b->abandoned && b->next >= b->n && b->in_flight == 0;
-}
-
-static void flight_release(Relay *r, Flight *f)
-{
-    ev_timer_stop(r->loop, &f->delivery_timer);
-    batch_clear(&f->batch);
-    f->in_use = false;
-}
-
-/* The transaction is gone (connection lost, or a statement in it failed): its rows stay unsent
- * and will be sent again. Flights with reports outstanding are dropped once those are in. */
-static void abandon_flights(Relay *r)
-{
-    int rows = 0, in_flight = 0;
-    for (int i = 0; i < FLIGHTS; i++) {
-        Flight *f = &r->flights[i];
-        if (!f->in_use || f->batch.abandoned)
-            continue;
-        rows += f->batch.n;
-        in_flight += f->batch.in_flight;
-        f->batch.abandoned = true;
-        f->batch.next = f->batch.n;
-        ev_timer_stop(r->loop, &f->delivery_timer);
-        if (f->batch.in_flight == 0)
-            flight_release(r, f);
-    }
-    if (rows > 0)
-        log_warn("batch abandoned with its transaction; its rows will be sent again",
-                 "rows=%d in_flight=%d", rows, in_flight);
-    r->in_txn = false;
-    r->claiming = r->marking = NULL;
-}
-
-/* Whether the open transaction should claim again (after its flights so far). */
-static bool txn_wants_more(const Relay *r)
-{
-    return r->in_txn && !r->txn_closing && !r->stopping &&
-           r->txn_claims < r->cfg->batches_per_transaction && !kafka_fatal(r->kafka);
-}
+static void send_marks(Relay *r);
 
 static void on_left(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
@@ -362,34 +218,6 @@ static void schedule_retry(Relay *r)
 
 /* ---- ending a transaction ----------------------------------------------------------------- */
 
-/* The open transaction has ended: committed (its marks hold) or not. */
-static void transaction_ended(Relay *r, bool committed)
-{
-    bool had_rows = r->txn_rows > 0, retry = r->txn_retry;
-    r->in_txn = false;
-    r->phase = PHASE_IDLE;
-    if (committed && had_rows) {
-        r->total_sent += r->txn_sent;
-        r->total_failed += r->txn_failed;
-        metrics_batch_committed();
-    }
-    if (r->stopping) {
-        stop_loop(r);
-        return;
-    }
-    if (retry) {
-        schedule_retry(r);
-        return;
-    }
-    if (had_rows) {
-        backoff_reset(&r->retry);
-        /* Claim again at once: producers do not notify an awake relay, so only an empty claim
-         * may end the cycle (and then the relay goes to sleep, see go_to_sleep). */
-        r->wake_pending = true;
-    }
-    step(r);
-}
-
 static void on_ended(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Relay *r = arg;
@@ -399,26 +227,21 @@ static void on_ended(PgConn *pg, PGresult **results, int n, const char *error, v
         char q[512];
         log_warn("ending transaction failed", "error=%s", log_quote(error, q, sizeof(q)));
     }
-    transaction_ended(r, !error);
+    r->phase = PHASE_IDLE;
+    batch_clear(&r->batch);
+    if (r->stopping)
+        stop_loop(r);
+    else
+        step(r);
 }
 
-/* Ends the open transaction, whose flights are all recorded, with sql (COMMIT or ROLLBACK). */
+/* Ends the open transaction without marking anything. */
 static void end_transaction(Relay *r, const char *sql)
 {
     PgQuery q = {sql, 0, NULL};
     r->phase = PHASE_ENDING;
     if (!pg_conn_send(r->pg, &q, 1, on_ended, r))
         pg_conn_reset(r->pg, "connection busy while ending a transaction");
-}
-
-/* A statement of the open transaction failed: nothing of it holds. */
-static void transaction_failed(Relay *r)
-{
-    abandon_flights(r);
-    r->in_txn = true; /* until the ROLLBACK is through */
-    r->txn_rows = 0;
-    r->txn_retry = true;
-    end_transaction(r, SQL_ROLLBACK);
 }
 
 /* ---- marking ------------------------------------------------------------------------------ */
@@ -445,48 +268,58 @@ static void log_dead_lettered(Relay *r, PGresult *res)
 static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Relay *r = arg;
-    Flight *f = r->marking;
-    Batch *b = &f->batch;
+    Batch *b = &r->batch;
     char q[512];
     if (!results)
         return; /* connection lost before COMMIT was confirmed: the rows will be re-sent */
-    r->marking = NULL;
     if (error) {
         log_error("marking rows failed; they will be sent again", "error=%s rows=%d",
                   log_quote(error, q, sizeof(q)), b->n);
-        flight_release(r, f);
-        transaction_failed(r);
+        end_transaction(r, SQL_ROLLBACK);
+        schedule_retry(r);
         return;
     }
     if (r->failed_stmt >= 0 && r->failed_stmt < n)
         log_dead_lettered(r, results[r->failed_stmt]);
+
+    bool transient_failure = false;
+    for (int i = 0; i < b->n; i++)
+        if (b->rows[i].state == ROW_FAILED && !b->rows[i].permanent)
+            transient_failure = true;
+    r->total_sent += (unsigned long long)b->acked;
+    r->total_failed += (unsigned long long)b->failed;
+    metrics_batch_committed();
+    ev_now_update(r->loop);
+    log_debug("batch committed",
+              "rows=%d sent=%d failed=%d claim_ms=%.2f deliver_ms=%.2f mark_ms=%.2f", b->n,
+              b->acked, b->failed, (b->claimed_at - r->claim_sent_at) * 1e3,
+              (r->marks_sent_at - b->claimed_at) * 1e3, (ev_now(r->loop) - r->marks_sent_at) * 1e3);
     if (r->awake_stmt >= 0)
         r->asleep = false;
-    r->txn_sent += (unsigned long long)b->acked;
-    r->txn_failed += (unsigned long long)b->failed;
-    ev_now_update(r->loop);
-    log_debug("batch recorded",
-              "rows=%d sent=%d failed=%d committed=%s claim_ms=%.2f deliver_ms=%.2f mark_ms=%.2f",
-              b->n, b->acked, b->failed, r->marks_commit ? "true" : "false",
-              (b->claimed_at - f->claim_sent_at) * 1e3, (r->marks_sent_at - b->claimed_at) * 1e3,
-              (ev_now(r->loop) - r->marks_sent_at) * 1e3);
-    /* Aggregates held back here stay held for the rest of the transaction's claims. */
-    Flight *newer = flight_neighbour(r, f, true);
-    if (newer)
-        batch_hold_all(&newer->batch, b);
-    flight_release(r, f);
-    if (r->marks_commit) {
-        transaction_ended(r, true);
+    bool nothing_through = b->acked == 0 && transient_failure;
+    batch_clear(b);
+    r->phase = PHASE_IDLE;
+
+    if (r->stopping) {
+        stop_loop(r);
         return;
     }
-    r->phase = PHASE_IDLE;
+    if (nothing_through) {
+        schedule_retry(r);
+        return;
+    }
+    backoff_reset(&r->retry);
+    /* Claim again at once: producers do not notify an awake relay, so only an empty claim may
+     * end the cycle (and then the relay goes to sleep, see go_to_sleep). */
+    r->wake_pending = true;
     step(r);
 }
 
 /* One line per batch with failures, and only when the failure is new: an outage that fails
  * batch after batch with the same error logs once, then at debug level until it clears. */
-static void log_batch_failures(Relay *r, const Batch *b, const BatchRow *first_failed)
+static void log_batch_failures(Relay *r, const BatchRow *first_failed)
 {
+    Batch *b = &r->batch;
     char q[512];
     if (!first_failed) {
         if (r->last_failure[0])
@@ -503,24 +336,13 @@ static void log_batch_failures(Relay *r, const Batch *b, const BatchRow *first_f
     snprintf(r->last_failure, sizeof(r->last_failure), "%s", error);
 }
 
-/* Records a delivered flight's outcome; with COMMIT when the transaction is done with it. */
-static void send_marks(Relay *r, Flight *f)
+static void send_marks(Relay *r)
 {
-    Batch *b = &f->batch;
+    Batch *b = &r->batch;
     BatchMarks *m = &r->marks;
-    ev_timer_stop(r->loop, &f->delivery_timer);
-    log_batch_failures(r, b, batch_marks(b, m));
+    ev_timer_stop(r->loop, &r->delivery_timer);
+    log_batch_failures(r, batch_marks(b, m));
     r->order_breaks += (unsigned long long)batch_order_breaks(b);
-
-    bool transient_failure = false;
-    for (int i = 0; i < b->n; i++)
-        if (b->rows[i].state == ROW_FAILED && !b->rows[i].permanent)
-            transient_failure = true;
-    if (b->acked == 0 && transient_failure) {
-        /* Nothing got through (Kafka down, say): stop claiming and wait before the next try. */
-        r->txn_closing = true;
-        r->txn_retry = true;
-    }
 
     char max_attempts[24], backoff[32], backoff_max[32];
     snprintf(max_attempts, sizeof(max_attempts), "%ld", r->cfg->max_attempts);
@@ -553,18 +375,8 @@ static void send_marks(Relay *r, Flight *f)
         queries[nq++] = (PgQuery){r->sql[SQL_MARK_DEAD_LETTERED], 2, dl_sent};
     if (!strbuf_array_empty(&m->dl_failed_ids))
         queries[nq++] = (PgQuery){r->sql[SQL_MARK_DEAD_LETTER_FAILED], 2, dl_failed};
-    /* The last flight of a transaction that claims no more commits with its marks. */
-    r->marks_commit = flights_in_use(r) == 1 && !txn_wants_more(r);
-    if (r->marks_commit)
-        queries[nq++] = (PgQuery){SQL_COMMIT, 0, NULL};
-    if (nq == 0) {
-        /* Nothing to record (every row held back or stopped before producing). */
-        flight_release(r, f);
-        step(r);
-        return;
-    }
+    queries[nq++] = (PgQuery){SQL_COMMIT, 0, NULL};
     r->phase = PHASE_MARKING;
-    r->marking = f;
     ev_now_update(r->loop);
     r->marks_sent_at = ev_now(r->loop);
     if (!pg_conn_send(r->pg, queries, nq, on_marked, r))
@@ -573,24 +385,20 @@ static void send_marks(Relay *r, Flight *f)
 
 /* ---- producing ---------------------------------------------------------------------------- */
 
-/* Once nothing is left to produce and every report is in: record the outcome (step does), or
- * drop an abandoned flight. */
-static void maybe_finish_flight(Relay *r, Flight *f)
+/* Marks the batch once nothing is left to produce and every report is in. */
+static void maybe_finish_batch(Relay *r)
 {
-    Batch *b = &f->batch;
-    if (b->next < b->n || b->in_flight > 0)
-        return;
-    ev_timer_stop(r->loop, &f->delivery_timer);
+    Batch *b = &r->batch;
     if (b->abandoned) {
-        flight_release(r, f);
-        if (flights_in_use(r) == 0 && r->stopping && !r->in_txn) {
-            stop_loop(r);
-            return;
-        }
-        if (flights_in_use(r) == 0)
+        if (b->in_flight == 0) {
+            batch_clear(b);
             r->wake_pending = true;
+            step(r);
+        }
+        return;
     }
-    step(r);
+    if (r->phase == PHASE_PRODUCING && b->next >= b->n && b->in_flight == 0)
+        send_marks(r);
 }
 
 /* Produces a dead event to the dead-letter topic, with why it died in the headers. A payload too
@@ -618,17 +426,17 @@ static rd_kafka_resp_err_t produce_dead_letter(Relay *r, BatchRow *br)
 
 /* Produces one event row. Returns the producer's answer; failures that happen before the
  * producer (topic, headers) are recorded here and reported as NO_ERROR with the row FAILED. */
-static rd_kafka_resp_err_t produce_event(Relay *r, Batch *b, BatchRow *br)
+static rd_kafka_resp_err_t produce_event(Relay *r, BatchRow *br)
 {
     const OutboxRow *row = &br->row;
     char topic[ROUTE_TOPIC_MAX + 1], why[512];
     if (!route_topic(r->cfg->topic_template, row, topic, sizeof(topic), why, sizeof(why))) {
-        batch_fail(b, br, why, true);
+        batch_fail(&r->batch, br, why, true);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
     rd_kafka_headers_t *hdrs = route_headers(row, r->cfg->map.identity_headers, why, sizeof(why));
     if (!hdrs) {
-        batch_fail(b, br, why, true);
+        batch_fail(&r->batch, br, why, true);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
     rd_kafka_resp_err_t err =
@@ -641,35 +449,24 @@ static rd_kafka_resp_err_t produce_event(Relay *r, Batch *b, BatchRow *br)
         snprintf(why, sizeof(why),
                  "payload too large: %zu bytes, over the producer's message.max.bytes (not sent)",
                  row->payload_len);
-        batch_fail(b, br, why, true);
+        batch_fail(&r->batch, br, why, true);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
     return err;
 }
 
-/* An earlier event of the row's aggregate failed, in this flight or one claimed before it in
- * the transaction: the row waits for the retry. */
-static bool row_held(Relay *r, Flight *f, const OutboxRow *row)
+static void produce_more(Relay *r)
 {
-    for (Flight *o = f; o; o = flight_neighbour(r, o, false))
-        if (batch_is_held(&o->batch, row))
-            return true;
-    return false;
-}
-
-static void produce_more(Relay *r, Flight *f)
-{
-    Batch *b = &f->batch;
+    Batch *b = &r->batch;
     while (b->next < b->n && !r->stopping && !b->timed_out) {
         BatchRow *br = &b->rows[b->next];
-        if (!br->dead_letter && row_held(r, f, &br->row)) {
-            batch_hold(b, &br->row);
-            b->next++;
+        if (!br->dead_letter && batch_is_held(b, &br->row)) {
+            b->next++; /* an earlier event of its aggregate failed: it waits for the retry */
             continue;
         }
         rd_kafka_resp_err_t err =
-            br->dead_letter ? produce_dead_letter(r, br) : produce_event(r, b, br);
-        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && in_flight_total(r) > 0)
+            br->dead_letter ? produce_dead_letter(r, br) : produce_event(r, br);
+        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && b->in_flight > 0)
             break; /* backpressure: on_delivery resumes once reports free room */
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
             batch_fail(b, br, rd_kafka_err2str(err), kafka_error_permanent(err));
@@ -681,30 +478,16 @@ static void produce_more(Relay *r, Flight *f)
     }
     if (r->stopping || b->timed_out)
         b->next = b->n; /* rows not produced yet stay unsent, with no attempt counted */
-    maybe_finish_flight(r, f);
-}
-
-/* Produces what the flights have left, in claim order: a flight's rows go to the producer only
- * once every row claimed before them did, so per-partition order is claim order. */
-static void produce_pending(Relay *r)
-{
-    for (Flight *f = oldest_flight(r); f; f = flight_neighbour(r, f, true)) {
-        if (f->batch.next >= f->batch.n)
-            continue;
-        produce_more(r, f);
-        if (f->batch.next < f->batch.n)
-            return; /* backpressure */
-    }
+    maybe_finish_batch(r);
 }
 
 static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
 {
     Relay *r = arg;
+    Batch *b = &r->batch;
     BatchRow *br = opaque;
-    Flight *f = flight_of(r, br);
-    if (!f || br->state != ROW_QUEUED)
+    if (br->state != ROW_QUEUED)
         return; /* reported after shutdown gave up on it */
-    Batch *b = &f->batch;
     b->in_flight--;
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         br->state = ROW_ACKED;
@@ -719,9 +502,10 @@ static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
     } else {
         batch_fail(b, br, rd_kafka_err2str(err), kafka_error_permanent(err));
     }
-    if (b->next >= b->n)
-        maybe_finish_flight(r, f);
-    produce_pending(r); /* room in the producer's queue */
+    if (r->phase == PHASE_PRODUCING && b->next < b->n)
+        produce_more(r);
+    else
+        maybe_finish_batch(r);
 }
 
 /* ---- claiming ----------------------------------------------------------------------------- */
@@ -732,7 +516,6 @@ static void on_sleep_attempt(PgConn *pg, PGresult **results, int n, const char *
     if (!results)
         return;
     r->phase = PHASE_IDLE;
-    r->in_txn = false;
     PGresult *sleep = results[n - 1];
     if (error || PQresultStatus(sleep) != PGRES_TUPLES_OK) {
         char q[512];
@@ -770,16 +553,32 @@ static void go_to_sleep(Relay *r)
         pg_conn_reset(r->pg, "connection busy while going to sleep");
 }
 
-/* A claim that found nothing. */
-static void claimed_nothing(Relay *r)
+static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
-    if (r->txn_rows > 0) {
-        /* The transaction moved rows: finish it, then claim afresh (see transaction_ended). */
-        r->txn_closing = true;
-        step(r);
+    Relay *r = arg;
+    char q[512];
+    if (!results)
+        return;
+    if (error || n < 3) {
+        /* Typically a missing table (migrate not run) or missing privileges: say so once, then
+         * keep retrying with backoff so the relay recovers when it is fixed. */
+        if (!r->claim_error_logged)
+            log_error("claiming rows failed; retrying", "error=%s",
+                      log_quote(error ? error : "short result", q, sizeof(q)));
+        r->claim_error_logged = true;
+        end_transaction(r, SQL_ROLLBACK);
+        schedule_retry(r);
         return;
     }
-    if (!r->stopping && !r->asleep) {
+    if (r->claim_error_logged)
+        log_info("claiming rows works again", NULL);
+    r->claim_error_logged = false;
+
+    /* BEGIN, [dead-letter claim], planner settings, claim: see claim() */
+    int events_at = n - 1, dead_at = n > 3 ? 1 : -1;
+    int events = PQntuples(results[events_at]);
+    int dead = dead_at > 0 ? PQntuples(results[dead_at]) : 0;
+    if (events + dead == 0 && !r->stopping && !r->asleep) {
         if (ev_now(r->loop) - r->last_rows_at >= (double)r->cfg->sleep_after_ms / 1000.0) {
             go_to_sleep(r);
             return;
@@ -787,135 +586,67 @@ static void claimed_nothing(Relay *r)
         /* Work came recently: stay awake and poll, so a steady stream never pays for NOTIFY. */
         ev_timer_set(&r->busy_timer, (double)r->cfg->busy_poll_interval_ms / 1000.0, 0);
         ev_timer_start(r->loop, &r->busy_timer);
-    }
-    end_transaction(r, SQL_COMMIT); /* asleep already: that was the final check */
-}
-
-static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
-{
-    Relay *r = arg;
-    Flight *f = r->claiming;
-    char q[512];
-    if (!results)
-        return;
-    r->claiming = NULL;
-    r->phase = PHASE_IDLE;
-    if (error || n < r->claim_results) {
-        /* Typically a missing table (migrate not run) or missing privileges: say so once, then
-         * keep retrying with backoff so the relay recovers when it is fixed. */
-        if (!r->claim_error_logged)
-            log_error("claiming rows failed; retrying", "error=%s",
-                      log_quote(error ? error : "short result", q, sizeof(q)));
-        r->claim_error_logged = true;
-        transaction_failed(r);
+        end_transaction(r, SQL_COMMIT);
         return;
     }
-    if (r->claim_error_logged)
-        log_info("claiming rows works again", NULL);
-    r->claim_error_logged = false;
-
-    PGresult *claimed = results[n - 1];
-    PGresult *dead = r->claim_dead_at > 0 ? results[r->claim_dead_at] : NULL;
-    int events = PQntuples(claimed), dead_rows = dead ? PQntuples(dead) : 0;
-    if (events + dead_rows == 0 || r->stopping) {
-        claimed_nothing(r);
+    if (events + dead > 0)
+        r->last_rows_at = ev_now(r->loop);
+    if (events + dead == 0 || r->stopping) {
+        end_transaction(r, SQL_COMMIT); /* asleep already: that was the final check */
         return;
     }
-    r->last_rows_at = ev_now(r->loop);
     /* The batch keeps the results: its rows point into them. */
-    Batch *b = &f->batch;
-    batch_load(b, claimed, dead);
-    results[n - 1] = NULL;
-    if (dead)
-        results[r->claim_dead_at] = NULL;
-    if (events > 0)
-        snprintf(r->txn_last_seq, sizeof(r->txn_last_seq), "%lld", b->rows[events - 1].row.id);
-    b->claimed_at = ev_now(r->loop);
-    f->in_use = true;
-    f->nr = ++r->flights_claimed;
-    r->txn_rows += b->n;
-    log_debug("claimed batch", "rows=%d dead_letter=%d first_id=%lld", events, dead_rows,
-              b->rows[0].row.id);
-    ev_timer_set(&f->delivery_timer, (double)r->cfg->delivery_timeout_ms / 1000.0, 0);
-    ev_timer_start(r->loop, &f->delivery_timer);
-    /* Give PostgreSQL its next request (the previous flight's marks, or the next claim) before
-     * producing: it works on that while the rows are handed to the producer. */
-    step(r);
-    produce_pending(r);
+    batch_load(&r->batch, results[events_at], dead_at > 0 ? results[dead_at] : NULL);
+    r->batch.claimed_at = ev_now(r->loop);
+    results[events_at] = NULL;
+    if (dead_at > 0)
+        results[dead_at] = NULL;
+    log_debug("claimed batch", "rows=%d dead_letter=%d first_id=%lld", events, dead,
+              r->batch.rows[0].row.id);
+    r->phase = PHASE_PRODUCING;
+    ev_timer_set(&r->delivery_timer, (double)r->cfg->delivery_timeout_ms / 1000.0, 0);
+    ev_timer_start(r->loop, &r->delivery_timer);
+    produce_more(r);
 }
 
-/* Before a transaction's first claim: a producer that hit a fatal error is replaced. Returns
- * false when that failed (the relay stops). */
-static bool producer_ready(Relay *r)
-{
-    if (!kafka_fatal(r->kafka))
-        return true;
-    /* Every message of the old producer has been reported (no flight is in use). */
-    char err[512];
-    rd_kafka_conf_t *conf = rd_kafka_conf_dup(r->kconf_template);
-    kafka_producer_free(r->kafka, 0);
-    r->kafka = kafka_producer_new(r->loop, conf, on_delivery, r, err, sizeof(err));
-    if (!r->kafka) {
-        log_error("cannot recreate the Kafka producer", "error=%s", err);
-        r->exit_status = 1;
-        stop_loop(r);
-        return false;
-    }
-    log_info("kafka producer recreated", NULL);
-    return true;
-}
-
-/* Claims the next batch: in a new transaction (BEGIN, dead-letter rows, planner settings) or in
- * the open one, after the rows it claimed so far. */
 static void claim(Relay *r)
 {
-    Flight *f = free_flight(r);
-    bool begin = !r->in_txn;
-    if (begin) {
-        if (!producer_ready(r))
+    if (kafka_fatal(r->kafka)) {
+        /* Every message of the old producer has been reported (the batch is empty). */
+        char err[512];
+        rd_kafka_conf_t *conf = rd_kafka_conf_dup(r->kconf_template);
+        kafka_producer_free(r->kafka, 0);
+        r->kafka = kafka_producer_new(r->loop, conf, on_delivery, r, err, sizeof(err));
+        if (!r->kafka) {
+            log_error("cannot recreate the Kafka producer", "error=%s", err);
+            r->exit_status = 1;
+            stop_loop(r);
             return;
-        r->wake_pending = false;
-        ev_timer_again(r->loop, &r->poll_timer);
-        r->txn_claims = 0;
-        r->txn_closing = r->txn_retry = false;
-        r->txn_rows = 0;
-        r->txn_sent = r->txn_failed = 0;
-        snprintf(r->txn_last_seq, sizeof(r->txn_last_seq), "%lld", (long long)INT64_MIN);
+        }
+        log_info("kafka producer recreated", NULL);
     }
+    r->wake_pending = false;
+    ev_timer_again(r->loop, &r->poll_timer);
 
     char limit[24], dead_limit[24];
     long batch_size = r->cfg->batch_size; /* may have grown on SIGHUP: make room between batches */
-    if (!batch_reserve(&f->batch, (int)batch_size + DEAD_LETTER_LIMIT))
-        batch_size = f->batch.capacity - DEAD_LETTER_LIMIT;
+    if (!batch_reserve(&r->batch, (int)batch_size + DEAD_LETTER_LIMIT))
+        batch_size = r->batch.capacity - DEAD_LETTER_LIMIT;
     snprintf(limit, sizeof(limit), "%ld", batch_size);
     snprintf(dead_limit, sizeof(dead_limit), "%d", DEAD_LETTER_LIMIT);
-    const char *params[3] = {limit, r->lanes.owned_array.s, r->txn_last_seq};
+    const char *params[2] = {limit, r->lanes.owned_array.s};
     const char *dead_params[2] = {dead_limit, r->lanes.owned_array.s};
-    /* Dead-letter rows are claimed once per transaction, before the planner settings: they are
-     * planned as usual. */
-    PgQuery queries[4];
-    int nq = 0;
-    r->claim_dead_at = -1;
-    if (begin) {
-        queries[nq++] = (PgQuery){SQL_BEGIN, 0, NULL};
-        if (r->cfg->dead_letter_topic) {
-            r->claim_dead_at = nq;
-            queries[nq++] = (PgQuery){r->sql[SQL_CLAIM_DEAD], 2, dead_params};
-        }
-        queries[nq++] = (PgQuery){SQL_CLAIM_PLAN, 0, NULL};
-    }
-    queries[nq++] = (PgQuery){r->sql[r->claim_stmt], 3, params};
-    r->claim_results = nq;
+    /* The dead-letter claim comes before the planner settings: it is planned as usual. */
+    PgQuery queries[4] = {{SQL_BEGIN, 0, NULL}};
+    int nq = 1;
+    if (r->cfg->dead_letter_topic)
+        queries[nq++] = (PgQuery){r->sql[SQL_CLAIM_DEAD], 2, dead_params};
+    queries[nq++] = (PgQuery){SQL_CLAIM_PLAN, 0, NULL};
+    queries[nq++] = (PgQuery){r->sql[r->claim_stmt], 2, params};
     r->phase = PHASE_CLAIMING;
-    r->claiming = f;
-    f->claim_sent_at = ev_now(r->loop);
-    if (!pg_conn_send(r->pg, queries, nq, on_claimed, r)) {
+    r->claim_sent_at = ev_now(r->loop);
+    if (!pg_conn_send(r->pg, queries, nq, on_claimed, r))
         r->phase = PHASE_IDLE;
-        r->claiming = NULL;
-        return;
-    }
-    r->in_txn = true;
-    r->txn_claims++;
 }
 
 static void on_rebalanced(Lanes *lanes, bool ok, void *arg)
@@ -939,28 +670,12 @@ static void on_rebalanced(Lanes *lanes, bool ok, void *arg)
         step(r);
 }
 
-/* Does whatever comes next on the connection: record a delivered flight's outcome, claim again
- * in the open transaction or end it; between transactions a due rebalance first, then a claim
- * when there is a reason to claim (wake_pending) and nothing stands in the way. */
+/* Does whatever comes next between batches: a due rebalance first, then a claim when there is a
+ * reason to claim (wake_pending) and nothing stands in the way. */
 static void step(Relay *r)
 {
-    if (r->phase != PHASE_IDLE || !pg_conn_idle(r->pg))
+    if (r->phase != PHASE_IDLE || r->stopping || r->batch.n > 0 || !pg_conn_idle(r->pg))
         return;
-    Flight *newest = newest_flight(r);
-    for (Flight *f = oldest_flight(r); f; f = flight_neighbour(r, f, true))
-        if (flight_delivered(r, f)) {
-            send_marks(r, f);
-            return;
-        }
-    if (r->in_txn) {
-        if (txn_wants_more(r) && flights_in_use(r) < FLIGHTS)
-            claim(r);
-        else if (!newest)
-            end_transaction(r, SQL_COMMIT);
-        return;
-    }
-    if (r->stopping || newest)
-        return; /* abandoned flights are still waiting for reports */
     if (r->rebalance_due) {
         r->phase = PHASE_REBALANCING;
         if (!lanes_rebalance(&r->lanes, r->pg, on_rebalanced, r))
@@ -1017,12 +732,19 @@ static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
     /* The session is gone, and with it the open transaction and every lane this relay owned:
      * other relays take the lanes over. Rows already handed to Kafka are sent again by whoever
      * claims them next; consumers drop the duplicates. */
+    Batch *b = &r->batch;
     r->phase = PHASE_DOWN;
     lanes_reset(&r->lanes);
     /* The flag row may still say sleeping under the old slot; the next sleep cleans it up. */
     r->asleep = false;
     r->forget_gone_due = true;
-    abandon_flights(r);
+    if (b->n > 0) {
+        log_warn("batch abandoned with the connection; its rows will be sent again",
+                 "rows=%d in_flight=%d", b->n, b->in_flight);
+        b->abandoned = true;
+        b->next = b->n;
+        maybe_finish_batch(r);
+    }
     if (r->stopping)
         stop_loop(r);
 }
@@ -1034,8 +756,21 @@ static void on_notify(PgConn *pg, const char *channel, void *arg)
     step(r);
 }
 
-/* The poll, busy and retry timers: there may be rows to claim. */
-static void on_wake_timer(struct ev_loop *loop, ev_timer *w, int revents)
+static void on_poll_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Relay *r = w->data;
+    r->wake_pending = true;
+    step(r);
+}
+
+static void on_busy_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Relay *r = w->data;
+    r->wake_pending = true;
+    step(r);
+}
+
+static void on_retry_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Relay *r = w->data;
     r->wake_pending = true;
@@ -1052,46 +787,37 @@ static void on_rebalance_timer(struct ev_loop *loop, ev_timer *w, int revents)
 static void on_shutdown_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Relay *r = w->data;
+    Batch *b = &r->batch;
     if (r->left) {
         ev_break(loop, EVBREAK_ALL); /* removing the sleeping flag took too long */
         return;
     }
     log_warn("shutdown timeout: marking what was acknowledged, the rest will be re-sent",
-             "in_flight=%d", in_flight_total(r));
-    bool to_mark = false;
-    for (int i = 0; i < FLIGHTS; i++) {
-        Batch *b = &r->flights[i].batch;
-        if (!r->flights[i].in_use || b->abandoned)
-            continue;
+             "in_flight=%d", b->in_flight);
+    if (r->phase == PHASE_PRODUCING && !b->abandoned) {
         /* Reports that arrive from now on are ignored: those rows stay unsent. */
-        for (int j = 0; j < b->n; j++)
-            if (b->rows[j].state == ROW_QUEUED)
-                b->rows[j].state = ROW_PENDING;
+        for (int i = 0; i < b->n; i++)
+            if (b->rows[i].state == ROW_QUEUED)
+                b->rows[i].state = ROW_PENDING;
         b->in_flight = 0;
-        b->next = b->n;
-        to_mark = true;
-    }
-    if (to_mark && r->in_txn)
-        step(r); /* marks (or they follow the request in flight) */
-    else
+        send_marks(r);
+    } else {
         stop_loop(r);
+    }
 }
 
 static void on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    Flight *f = w->data;
-    Relay *r = f->relay;
-    if (!f->in_use || f->batch.in_flight == 0)
+    Relay *r = w->data;
+    Batch *b = &r->batch;
+    if (b->n == 0 || b->in_flight == 0)
         return;
     /* Like log_batch_failures: loud once per streak of failing batches, then debug. */
     log_write(r->last_failure[0] ? LOG_DEBUG : LOG_WARN,
               "delivery timeout: cancelling the rest of the batch, it will be retried",
-              "in_flight=%d acked=%d timeout_ms=%ld", in_flight_total(r), f->batch.acked,
+              "in_flight=%d acked=%d timeout_ms=%ld", b->in_flight, b->acked,
               r->cfg->delivery_timeout_ms);
-    /* The purge cancels every flight's messages, not just this one's. */
-    for (int i = 0; i < FLIGHTS; i++)
-        if (r->flights[i].in_use)
-            r->flights[i].batch.timed_out = true;
+    b->timed_out = true;
     kafka_purge(r->kafka);
 }
 
@@ -1105,29 +831,26 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
         (void)ignored;
         _exit(128 + w->signum);
     }
-    log_info("shutting down", "signal=%s in_flight=%d", strsignal(w->signum), in_flight_total(r));
+    log_info("shutting down", "signal=%s in_flight=%d", strsignal(w->signum), r->batch.in_flight);
     r->stopping = true;
     ev_timer_stop(loop, &r->poll_timer);
     ev_timer_stop(loop, &r->retry_timer);
     ev_timer_stop(loop, &r->rebalance_timer);
-    if (r->phase == PHASE_DOWN) {
+    switch (r->phase) {
+    case PHASE_DOWN:
+    case PHASE_IDLE:
         stop_loop(r);
-        return;
-    }
-    if (flights_in_use(r) > 0) {
+        break;
+    case PHASE_PRODUCING:
         ev_timer_set(&r->shutdown_timer, (double)r->cfg->shutdown_timeout_ms / 1000.0, 0);
         ev_timer_start(loop, &r->shutdown_timer);
-        /* Stops producing; records at once what has all its reports. */
-        for (int i = 0; i < FLIGHTS; i++)
-            if (r->flights[i].in_use)
-                produce_more(r, &r->flights[i]);
-        return;
+        produce_more(r); /* stops producing, marks at once if nothing is in flight */
+        break;
+    default:
+        break; /* the request in flight finishes the cycle and sees `stopping` */
     }
-    if (r->phase == PHASE_DOWN || (r->phase == PHASE_IDLE && !r->in_txn))
-        stop_loop(r);
-    else
-        step(r); /* an open transaction commits; a request in flight finishes and sees stopping */
 }
+
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
 static void timer_init(Relay *r, ev_timer *t, void (*cb)(struct ev_loop *, ev_timer *, int))
@@ -1140,12 +863,9 @@ Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf
                  size_t errlen)
 {
     Relay *r = calloc(1, sizeof(*r));
-    bool batches_ok = r != NULL;
-    for (int i = 0; batches_ok && i < FLIGHTS; i++)
-        batches_ok = batch_init(&r->flights[i].batch, (int)cfg->batch_size + DEAD_LETTER_LIMIT);
-    if (!batches_ok) {
-        for (int i = 0; r && i < FLIGHTS; i++)
-            batch_free(&r->flights[i].batch);
+    if (!r || !batch_init(&r->batch, (int)cfg->batch_size + DEAD_LETTER_LIMIT)) {
+        if (r)
+            batch_free(&r->batch);
         free(r);
         rd_kafka_conf_destroy(kconf);
         snprintf(err, errlen, "out of memory");
@@ -1158,8 +878,7 @@ Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf
     r->kafka = kafka_producer_new(loop, kconf, on_delivery, r, err, errlen);
     if (!r->kafka) {
         rd_kafka_conf_destroy(r->kconf_template);
-        for (int i = 0; i < FLIGHTS; i++)
-            batch_free(&r->flights[i].batch);
+        batch_free(&r->batch);
         free(r);
         return NULL;
     }
@@ -1167,21 +886,16 @@ Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf
     r->logged_owned = -1;
     r->forget_gone_due = true; /* flags left by relays that crashed before this one started */
     backoff_init(&r->retry, RETRY_BASE_S, RETRY_CAP_S, 0);
-    timer_init(r, &r->poll_timer, on_wake_timer);
+    timer_init(r, &r->poll_timer, on_poll_timer);
     r->poll_timer.repeat = (double)cfg->poll_interval_ms / 1000.0;
     ev_timer_again(loop, &r->poll_timer);
     timer_init(r, &r->rebalance_timer, on_rebalance_timer);
     r->rebalance_timer.repeat = (double)cfg->rebalance_interval_ms / 1000.0;
     ev_timer_again(loop, &r->rebalance_timer);
-    timer_init(r, &r->retry_timer, on_wake_timer);
-    timer_init(r, &r->busy_timer, on_wake_timer);
+    timer_init(r, &r->retry_timer, on_retry_timer);
+    timer_init(r, &r->busy_timer, on_busy_timer);
+    timer_init(r, &r->delivery_timer, on_delivery_timer);
     timer_init(r, &r->shutdown_timer, on_shutdown_timer);
-    for (int i = 0; i < FLIGHTS; i++) {
-        Flight *f = &r->flights[i];
-        f->relay = r;
-        ev_init(&f->delivery_timer, on_delivery_timer);
-        f->delivery_timer.data = f;
-    }
     ev_signal_init(&r->sigterm, on_signal, SIGTERM);
     r->sigterm.data = r;
     ev_signal_start(loop, &r->sigterm);
@@ -1219,15 +933,13 @@ void relay_free(Relay *r)
     ev_timer_stop(r->loop, &r->busy_timer);
     ev_timer_stop(r->loop, &r->rebalance_timer);
     ev_timer_stop(r->loop, &r->shutdown_timer);
-    for (int i = 0; i < FLIGHTS; i++)
-        ev_timer_stop(r->loop, &r->flights[i].delivery_timer);
+    ev_timer_stop(r->loop, &r->delivery_timer);
     ev_signal_stop(r->loop, &r->sigterm);
     ev_signal_stop(r->loop, &r->sigint);
     /* The producer goes first: its last delivery reports still point into the batch. */
     kafka_producer_free(r->kafka, 1000);
     pg_conn_free(r->pg);
-    for (int i = 0; i < FLIGHTS; i++)
-        batch_free(&r->flights[i].batch);
+    batch_free(&r->batch);
     batch_marks_free(&r->marks);
     lanes_free(&r->lanes);
     rd_kafka_conf_destroy(r->kconf_template);

@@ -1,13 +1,11 @@
 /* relay: the claim -> produce -> acknowledge -> mark -> commit cycle, on one libev loop.
  *
- * A transaction claims up to batch_size unsent rows in id order with FOR UPDATE SKIP LOCKED and
- * produces each to Kafka; once every delivery report of a batch is in, one round trip sets
- * sent_at on the acknowledged rows and counts an attempt and records the error on the failed
- * ones. While a batch waits for its reports, the same transaction claims the next one (up to
- * batches_per_transaction claims, a few batches in memory), so PostgreSQL and Kafka work side by
- * side; it commits with the last batch's marks. A row is never marked before the broker
- * acknowledged it; a crash or lost connection before the commit rolls the transaction back and
- * its rows are sent again later (at least once; consumers dedupe on the `id` header). */
+ * Each cycle opens a transaction, claims up to batch_size unsent rows in id order with
+ * FOR UPDATE SKIP LOCKED, produces each to Kafka, waits for every delivery report, then in one
+ * round trip sets sent_at on the acknowledged rows, counts an attempt and records the error on
+ * the failed ones, and commits. A row is never marked before the broker acknowledged it; a crash
+ * or lost connection before the commit rolls the claim back and the rows are sent again later
+ * (at least once; consumers dedupe on the `id` header). */
 #ifndef OUTBOX_RELAY_H
 #define OUTBOX_RELAY_H
 

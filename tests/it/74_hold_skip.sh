@@ -5,8 +5,6 @@
 #  hold: P becomes dead; every B* event is delivered; A's seq 2 and 3 stay unsent while P is dead
 #        (still so seconds later); after P's payload is fixed and it is requeued, A's events go
 #        out after it, so A's topic shows seq 0 1 2 3 in that order;
-#  hold1: the same with one row per claim, so P and A's later events are claimed apart within one
-#        transaction: A's later events still stay unsent;
 #  skip: P becomes dead; A's seq 2 and 3 are delivered, only after P died (sent_at > dead_at);
 #        P never reaches the topic, so A shows seq 0 2 3.
 # shellcheck source=tests/lib.sh
@@ -78,23 +76,9 @@ check "hold: every aggregate in order" first_copies_in_order "$T/hold.json"
 relay_stop
 check_eq "hold: relay exits 0" 0 $?
 
-# --- hold, one row per claim: P and A's later events in different claims of one transaction ---
-P=$(scenario hold1)
-relay_start "${OPTS[@]}" --on-poison hold --batch-size 1 --batches-per-transaction 8
-wait_for "hold1: P becomes dead" 30 is_dead "$P"
-wait_for "hold1: the other aggregates' events are all delivered" 30 none_unsent hold1 b-
-check_eq "hold1: A's event before P delivered, the two after it unsent" "0|2" \
-    "$(psql_q "SELECT count(*) FILTER (WHERE id < $P AND sent_at IS NULL),
-                      count(*) FILTER (WHERE id > $P AND sent_at IS NULL)
-               FROM outbox WHERE aggregate_type = 'hold1' AND aggregate_id = 'a'")"
-check_eq "hold1: A's topic shows only seq 0" "0" "$(a_seqs hold1)"
-check "hold1: every aggregate in order" first_copies_in_order "$T/hold1.json"
-relay_stop
-check_eq "hold1: relay exits 0" 0 $?
-
-# --- skip (and one claim per transaction) ---
+# --- skip ---
 P=$(scenario skip)
-relay_start "${OPTS[@]}" --on-poison skip --batches-per-transaction 1
+relay_start "${OPTS[@]}" --on-poison skip
 wait_for "skip: P becomes dead" 20 is_dead "$P"
 wait_for "skip: A's later events are delivered without P" 20 none_unsent skip a "$P"
 wait_for "skip: the other aggregates' events are all delivered" 20 none_unsent skip b-
