@@ -388,33 +388,17 @@ rss_at() {
 }
 
 # drain KEY N KIND [FLAGS...]: KIND relay (bin/outbox-relay run FLAGS) or naive
-# (bin/naive-relay), timed from process start until no unsent row remains; or live: the relay
-# started on an empty outbox and timed from the commit of the N-row backlog. Results go to
+# (bin/naive-relay). Times from process start until no unsent row remains. Results go to
 # R_RATE[KEY], R_SECS, R_HWM (kB), R_RSS10 / R_RSS50 / R_RSSEND (kB), R_CPU (s), R_START (s).
 drain() {
     local key=$1 n=$2 kind=$3 log pid t0 rc src sent cpu hwm dur limit partial
     shift 3
-    if [ "$kind" != live ]; then
-        say "drain $key: resetting the outbox to $(commas "$n") rows"
-        reset_outbox "$n"
-    fi
+    say "drain $key: resetting the outbox to $(commas "$n") rows"
+    reset_outbox "$n"
     fresh_broker
     log=$T/drain.$key.log
     t0=$(now_us)
-    if [ "$kind" = live ]; then
-        # The relay runs on an empty outbox before the backlog arrives in one transaction, with
-        # no ANALYZE after it: timed from that commit.
-        empty_outbox
-        start_bg "$log" "$RELAY_BIN" run --database-url "$DATABASE_URL" --brokers "$BROKERS" "$@"
-        _poll 30 grep -q 'msg="lanes owned"' "$log" || fail "drain $key: relay ready"
-        sleep 1
-        psql_q "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload,
-                                    headers)
-                SELECT event_id, aggregate_type, aggregate_id, event_type, payload, headers
-                FROM bench_seed WHERE n <= $n ORDER BY n" || fail "drain $key: insert the backlog"
-        t0=$(now_us)
-        limit=$((60 + n / 1000))
-    elif [ "$kind" = naive ]; then
+    if [ "$kind" = naive ]; then
         start_bg "$log" "$BIN/naive-relay" --database-url "$DATABASE_URL" --brokers "$BROKERS" "$@"
         limit=$((60 + n / 200))
     else
@@ -722,7 +706,6 @@ for ((round = 1; round <= REPEAT; round++)); do
         drain "default.$n" "$n" relay
         [ "$main_size" = 1 ] && [ ${#TUNED[@]} -gt 0 ] && drain "tuned.$n" "$n" relay "${TUNED[@]}"
         [ "$n" = "$NAIVE_SIZE" ] && drain "naive.$n" "$n" naive
-        [ "$n" = "${SIZE_LIST[0]}" ] && drain "live.$n" "$n" live
     done
 done
 take_medians
@@ -803,10 +786,9 @@ report_drain() {
     for n in "${SIZE_LIST[@]}"; do
         bound=${R_RATE[update.$n]:-}
         naive=${R_RATE[naive.$n]:-}
-        for key in update delete default tuned naive live; do
+        for key in update delete default tuned naive; do
             [ -n "${R_RATE[$key.$n]:-}" ] || continue
             case $key in
-            live) d="relay, default settings, backlog inserted while it runs (statistics not refreshed)" ;;
             update) d="PostgreSQL-only bound: claim + UPDATE, 1,000 rows a statement" ;;
             delete) d="PostgreSQL-only bound: claim + DELETE, 1,000 rows a statement" ;;
             default) d="relay, default settings" ;;
@@ -964,11 +946,6 @@ report_method() {
   start-up stalls, such as librdkafka 2.0.2 asking for a topic's metadata only at its 1-second
   topic scan when a producer first sends to it. CPU s = user + system time of the relay
   process (all threads) from /proc/PID/stat at the end.
-- **Backlog arriving while the relay runs.** The same relay (default settings) started on an
-  empty outbox; once it is ready and asleep, the first $(commas "${SIZE_LIST[0]:-0}") seed rows are
-  inserted in one transaction and the table is not analyzed, as when a burst (or rows piled up
-  while no relay ran) meets statistics from before it. Timed from that commit; start-up is not
-  included, and the ratio is against the bound measured on an analyzed table.
 - **Naive loop.** bin/naive-relay (bench/naive_relay.c), the seed's loop written plainly with
   blocking libpq and librdkafka: BEGIN; SELECT 100 unsent rows FOR UPDATE SKIP LOCKED; per row
   produce (same key, value and headers as the relay) and \`UPDATE … WHERE id = \$1\`; flush (wait
