@@ -756,21 +756,8 @@ static void on_notify(PgConn *pg, const char *channel, void *arg)
     step(r);
 }
 
-static void on_poll_timer(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    Relay *r = w->data;
-    r->wake_pending = true;
-    step(r);
-}
-
-static void on_busy_timer(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    Relay *r = w->data;
-    r->wake_pending = true;
-    step(r);
-}
-
-static void on_retry_timer(struct ev_loop *loop, ev_timer *w, int revents)
+/* The poll, busy and retry timers: there may be rows to claim. */
+static void on_wake_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Relay *r = w->data;
     r->wake_pending = true;
@@ -886,14 +873,14 @@ Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf
     r->logged_owned = -1;
     r->forget_gone_due = true; /* flags left by relays that crashed before this one started */
     backoff_init(&r->retry, RETRY_BASE_S, RETRY_CAP_S, 0);
-    timer_init(r, &r->poll_timer, on_poll_timer);
+    timer_init(r, &r->poll_timer, on_wake_timer);
     r->poll_timer.repeat = (double)cfg->poll_interval_ms / 1000.0;
     ev_timer_again(loop, &r->poll_timer);
     timer_init(r, &r->rebalance_timer, on_rebalance_timer);
     r->rebalance_timer.repeat = (double)cfg->rebalance_interval_ms / 1000.0;
     ev_timer_again(loop, &r->rebalance_timer);
-    timer_init(r, &r->retry_timer, on_retry_timer);
-    timer_init(r, &r->busy_timer, on_busy_timer);
+    timer_init(r, &r->retry_timer, on_wake_timer);
+    timer_init(r, &r->busy_timer, on_wake_timer);
     timer_init(r, &r->delivery_timer, on_delivery_timer);
     timer_init(r, &r->shutdown_timer, on_shutdown_timer);
     ev_signal_init(&r->sigterm, on_signal, SIGTERM);
