@@ -117,11 +117,9 @@ static int cmd_migrate(const Options *o)
     char err[300], q[400];
     if (!db_check_conninfo(o->database_url, err, sizeof(err)))
         return usage_error(err);
-    PGconn *conn = db_connect(o->database_url, "consumer-demo", err, sizeof(err));
-    if (!conn) {
-        log_error("postgres unreachable", "error=%s", log_quote(err, q, sizeof(q)));
+    PGconn *conn = db_connect_once(o->database_url, "consumer-demo");
+    if (!conn)
         return 1;
-    }
     DbError e;
     bool ok = db_apply_schema(conn, "consumer-demo", consumer_schema_sql, &e);
     if (!ok)

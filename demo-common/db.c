@@ -59,6 +59,15 @@ PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errl
     return conn;
 }
 
+PGconn *db_connect_once(const char *conninfo, const char *app)
+{
+    char err[300], q[400];
+    PGconn *conn = db_connect(conninfo, app, err, sizeof(err));
+    if (!conn)
+        log_error("postgres unreachable", "error=%s", log_quote(err, q, sizeof(q)));
+    return conn;
+}
+
 static void fill_error(PGconn *conn, const PGresult *res, DbError *e)
 {
     const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;

@@ -26,6 +26,10 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
  * them; server notices go to the debug log. Returns NULL with one line in err on failure. */
 PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errlen);
 
+/* db_connect for a one-shot command: on failure logs "postgres unreachable" as an error and
+ * returns NULL. */
+PGconn *db_connect_once(const char *conninfo, const char *app);
+
 /* Runs one statement with text parameters (values[i] NULL = SQL NULL). Returns the result when
  * it succeeded (the caller PQclears it), or NULL with e filled in. */
 PGresult *db_query(PGconn *conn, const char *sql, int nparams, const char *const *values,

@@ -256,14 +256,12 @@ static int cmd_migrate(const Options *o)
 
 static int cmd_cleanup(const Options *o)
 {
-    char err[300], q[400];
+    char err[300];
     if (!db_check_conninfo(o->database_url, err, sizeof(err)))
         return usage_error(err);
-    PGconn *conn = db_connect(o->database_url, "producer-demo", err, sizeof(err));
-    if (!conn) {
-        log_error("postgres unreachable", "error=%s", log_quote(err, q, sizeof(q)));
+    PGconn *conn = db_connect_once(o->database_url, "producer-demo");
+    if (!conn)
         return 1;
-    }
     /* No cap on batches here: an operator asked for everything expired to go. */
     long n = janitor_sweep(conn, o->cleanup_batch, 1000000000L);
     PQfinish(conn);
