@@ -43,15 +43,20 @@ producer_start() {
         grep -o '[0-9]*$')
 }
 
-# producer_stop: SIGTERM, returns the exit status (137 after a kill at the 20 s limit).
-producer_stop() {
-    kill -TERM "$PRODUCER_PID" 2>/dev/null
-    if ! _poll 20 _t_dead "$PRODUCER_PID"; then
-        kill -KILL "$PRODUCER_PID" 2>/dev/null
-        wait "$PRODUCER_PID" 2>/dev/null
+# _stop_process PID: SIGTERM, returns the exit status (137 after a kill at the 20 s limit).
+_stop_process() {
+    kill -TERM "$1" 2>/dev/null
+    if ! _poll 20 _t_dead "$1"; then
+        kill -KILL "$1" 2>/dev/null
+        wait "$1" 2>/dev/null
         return 137
     fi
-    wait "$PRODUCER_PID" 2>/dev/null
+    wait "$1" 2>/dev/null
+}
+
+# producer_stop: SIGTERM, returns the exit status (137 after a kill at the 20 s limit).
+producer_stop() {
+    _stop_process "$PRODUCER_PID"
 }
 
 # http METHOD PATH [CURL ARGS...]: sets STATUS; the body is in $T/body, headers in $T/headers.
@@ -108,13 +113,7 @@ consumer_running() {
 
 # consumer_stop: SIGTERM, returns the exit status (137 after a kill at the 20 s limit).
 consumer_stop() {
-    kill -TERM "$CONSUMER_PID" 2>/dev/null
-    if ! _poll 20 _t_dead "$CONSUMER_PID"; then
-        kill -KILL "$CONSUMER_PID" 2>/dev/null
-        wait "$CONSUMER_PID" 2>/dev/null
-        return 137
-    fi
-    wait "$CONSUMER_PID" 2>/dev/null
+    _stop_process "$CONSUMER_PID"
 }
 
 # sql_is SQL VALUE: true when the query returns VALUE (for wait_for, which re-runs it).
