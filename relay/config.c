@@ -45,6 +45,8 @@ static const OptionDef options[] = {
      "JSON config file: an object whose keys are these option names"},
     {"batch-size", OPT_INT, NULL, "1000", 1, 100000, NULL, FIELD(batch_size), "N",
      "rows claimed per transaction (1-100000)"},
+    {"sessions", OPT_INT, NULL, "2", 1, 8, NULL, FIELD(sessions), "N",
+     "claim sessions (PostgreSQL connections) per relay: one claims while another waits for Kafka"},
     {"topic-template", OPT_STRING, NULL, "outbox.event.{aggregate_type}", 0, 0, NULL,
      FIELD(topic_template), "TEMPLATE",
      "Kafka topic per row; {aggregate_type} (or ${routedByValue}) and {event_type} are "

@@ -43,6 +43,7 @@ typedef struct Config {
     char *brokers;
     char *config_file;
     long batch_size;
+    long sessions; /* claim sessions, each a lane member */
     char *topic_template;
     /* The outbox table and its columns as configured (NULL: the layout's default)... */
     char *table;

@@ -158,7 +158,7 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
     strbuf_array_end(&l->lock_array);
     strbuf_array_end(&l->unlock_array);
     if (count != l->members)
-        log_info("relays in the group changed", "members=%d slot=%d", count, l->slot);
+        log_info("relay sessions in the group changed", "members=%d slot=%d", count, l->slot);
     l->members = count;
 
     const char *lock_params[1] = {l->lock_array.s};

@@ -275,7 +275,8 @@ void metrics_render(StrBuf *out, const MetricsLive *live)
     }
 
     header(out, "outbox_postgres_up", "gauge",
-           "1 while the relay's PostgreSQL connection is up, else 0 (it keeps reconnecting).");
+           "1 while every PostgreSQL connection of the relay is up, else 0 (it keeps "
+           "reconnecting).");
     printf_to(out, "outbox_postgres_up %d\n", live->postgres_up ? 1 : 0);
     header(out, "outbox_kafka_up", "gauge",
            "1 while a Kafka broker is reachable (a connection up in the last statistics, or an "
@@ -283,7 +284,8 @@ void metrics_render(StrBuf *out, const MetricsLive *live)
     printf_to(out, "outbox_kafka_up %d\n", live->kafka_up ? 1 : 0);
     header(out, "outbox_lanes_owned", "gauge", "Lanes (of 64) this relay owns and claims from.");
     printf_to(out, "outbox_lanes_owned %d\n", live->lanes_owned);
-    header(out, "outbox_relays", "gauge",
-           "Live relays on this outbox seen at the last lane rebalance, this one included.");
-    printf_to(out, "outbox_relays %d\n", live->relays);
+    header(out, "outbox_relay_sessions", "gauge",
+           "Live claim sessions of all relays on this outbox (--sessions per relay) seen at the "
+           "last lane rebalance, this relay's included.");
+    printf_to(out, "outbox_relay_sessions %d\n", live->relays);
 }

@@ -23,7 +23,7 @@ typedef struct MetricsLive {
     bool postgres_up;
     bool kafka_up;
     int lanes_owned;
-    int relays; /* live relays seen at the last lane rebalance, this one included */
+    int relays; /* live relay sessions (lane members) at the last rebalance, ours included */
 } MetricsLive;
 
 /* Forgets every value (unit tests). */

@@ -128,6 +128,8 @@ static const char *const SQL_FORGET_GONE_SLEEPERS =
     " AND l.objid = w.slot::oid AND l.objsubid = 2 AND l.granted"
     " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))";
 
+typedef struct Member Member;
+
 typedef enum {
     PHASE_DOWN,        /* no PostgreSQL connection */
     PHASE_SETUP,       /* LISTEN in flight */
@@ -139,11 +141,30 @@ typedef enum {
     PHASE_ENDING,      /* COMMIT or ROLLBACK of a transaction that marks nothing */
 } Phase;
 
+/* The process: one Kafka producer shared by the claim sessions (members), and the signals. */
 struct Relay {
     struct ev_loop *loop;
     const Config *cfg;
     rd_kafka_conf_t *kconf_template; /* kept to recreate the producer after a fatal error */
     KafkaProducer *kafka;
+    Member *members;
+    int n_members;
+    int running;      /* members that have not finished stopping */
+    int logged_owned; /* lanes of all members, last logged, to log only changes */
+    bool stopping;
+    int signals;
+    int exit_status;
+    ev_signal sigterm, sigint;
+};
+
+/* One claim session: its own PostgreSQL connection, lane membership, transaction and batch. Each
+ * is a member of the lane group like a relay of its own, so sessions of one process never claim
+ * rows of the same aggregate at once, and a lane moves between them only between batches. */
+struct Member {
+    Relay *relay;
+    int index; /* 0..sessions-1, for the logs */
+    struct ev_loop *loop;
+    const Config *cfg;
     PgConn *pg;
     Lanes lanes;
     Phase phase;
@@ -155,18 +176,16 @@ struct Relay {
     int awake_stmt;         /* index of SQL_AWAKE in the mark pipeline, -1 if not sent */
     bool wake_pending;      /* there may be rows to claim */
     bool rebalance_due;     /* lane ownership should be checked before the next claim */
-    bool asleep;            /* this relay's sleeping flag is set: producers notify it */
+    bool asleep;            /* this member's sleeping flag is set: producers notify it */
     bool forget_gone_due;   /* membership changed: clean up sleeping flags of gone relays */
     char slot_text[16];     /* member slot as a query parameter */
     bool left;              /* shutting down: the sleeping flag row was (being) removed */
+    bool stopped;           /* done shutting down */
     ev_tstamp last_rows_at; /* when a claim last returned rows */
     ev_tstamp claim_sent_at, marks_sent_at; /* of the current batch, for the debug log */
     bool stopping;
-    int signals;
-    int exit_status;
     Backoff retry;
     bool claim_error_logged;
-    int logged_owned;       /* lane count last logged, to log only changes */
     int logged_members;     /* member count at the last rebalance */
     char last_failure[256]; /* error of the last batch that had failures, "" once one had none */
     ev_timer poll_timer;
@@ -175,87 +194,103 @@ struct Relay {
     ev_timer rebalance_timer;
     ev_timer shutdown_timer;
     ev_timer delivery_timer; /* bounds a batch's wait for acknowledgements */
-    ev_signal sigterm, sigint;
     unsigned long long total_sent, total_failed, total_dead, order_breaks;
 };
 
-static void step(Relay *r);
-static void go_to_sleep(Relay *r);
-static void send_marks(Relay *r);
+static void step(Member *m);
+static void go_to_sleep(Member *m);
+static void send_marks(Member *m);
+static void relay_stop(Relay *r);
+
+/* A member has finished shutting down; the loop ends with the last one. */
+static void member_done(Member *m)
+{
+    ev_timer_stop(m->loop, &m->shutdown_timer);
+    if (m->stopped)
+        return;
+    m->stopped = true;
+    if (--m->relay->running == 0)
+        ev_break(m->loop, EVBREAK_ALL);
+}
+
+/* Something the process cannot go on without: every member stops, and the exit status is 1. */
+static void relay_fail(Member *m)
+{
+    m->relay->exit_status = 1;
+    relay_stop(m->relay);
+}
 
 static void on_left(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
-    Relay *r = arg;
-    ev_timer_stop(r->loop, &r->shutdown_timer);
-    ev_break(r->loop, EVBREAK_ALL);
+    member_done(arg);
 }
 
-/* Ends the loop. On the way out, the relay removes its sleeping flag (when the connection is
+/* Ends the member's part. On the way out, it removes its sleeping flag (when the connection is
  * there to do it, within a second): a flag left set would make producers notify for nobody. */
-static void stop_loop(Relay *r)
+static void stop_loop(Member *m)
 {
-    ev_timer_stop(r->loop, &r->shutdown_timer);
-    if (!r->left && r->slot_text[0] && pg_conn_idle(r->pg)) {
-        const char *params[1] = {r->slot_text};
+    ev_timer_stop(m->loop, &m->shutdown_timer);
+    if (!m->left && m->slot_text[0] && pg_conn_idle(m->pg)) {
+        const char *params[1] = {m->slot_text};
         PgQuery q = {SQL_LEAVE, 1, params};
-        r->left = true;
-        if (pg_conn_send(r->pg, &q, 1, on_left, r)) {
-            ev_timer_set(&r->shutdown_timer, 1.0, 0);
-            ev_timer_start(r->loop, &r->shutdown_timer);
+        m->left = true;
+        if (pg_conn_send(m->pg, &q, 1, on_left, m)) {
+            ev_timer_set(&m->shutdown_timer, 1.0, 0);
+            ev_timer_start(m->loop, &m->shutdown_timer);
             return;
         }
     }
-    ev_break(r->loop, EVBREAK_ALL);
+    member_done(m);
 }
 
-static void schedule_retry(Relay *r)
+static void schedule_retry(Member *m)
 {
-    double delay = backoff_next(&r->retry);
-    ev_timer_stop(r->loop, &r->retry_timer);
-    ev_timer_set(&r->retry_timer, delay, 0);
-    ev_timer_start(r->loop, &r->retry_timer);
+    double delay = backoff_next(&m->retry);
+    ev_timer_stop(m->loop, &m->retry_timer);
+    ev_timer_set(&m->retry_timer, delay, 0);
+    ev_timer_start(m->loop, &m->retry_timer);
 }
 
 /* ---- ending a transaction ----------------------------------------------------------------- */
 
 static void on_ended(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
-    Relay *r = arg;
+    Member *m = arg;
     if (!results)
         return; /* connection lost: on_pg_state has taken over */
     if (error) {
         char q[512];
         log_warn("ending transaction failed", "error=%s", log_quote(error, q, sizeof(q)));
     }
-    r->phase = PHASE_IDLE;
-    batch_clear(&r->batch);
-    if (r->stopping)
-        stop_loop(r);
+    m->phase = PHASE_IDLE;
+    batch_clear(&m->batch);
+    if (m->stopping)
+        stop_loop(m);
     else
-        step(r);
+        step(m);
 }
 
 /* Ends the open transaction without marking anything. */
-static void end_transaction(Relay *r, const char *sql)
+static void end_transaction(Member *m, const char *sql)
 {
     PgQuery q = {sql, 0, NULL};
-    r->phase = PHASE_ENDING;
-    if (!pg_conn_send(r->pg, &q, 1, on_ended, r))
-        pg_conn_reset(r->pg, "connection busy while ending a transaction");
+    m->phase = PHASE_ENDING;
+    if (!pg_conn_send(m->pg, &q, 1, on_ended, m))
+        pg_conn_reset(m->pg, "connection busy while ending a transaction");
 }
 
 /* ---- marking ------------------------------------------------------------------------------ */
 
 /* Logs every event the last mark dead-lettered (rows of SQL_MARK_FAILED's RETURNING). */
-static void log_dead_lettered(Relay *r, PGresult *res)
+static void log_dead_lettered(Member *m, PGresult *res)
 {
     for (int i = 0; res && i < PQntuples(res); i++) {
         if (strcmp(PQgetvalue(res, i, 4), "t") != 0)
             continue;
-        r->total_dead++;
+        m->total_dead++;
         metrics_dead_lettered();
         char q[300];
-        log_warn(r->cfg->on_poison == POISON_HOLD
+        log_warn(m->cfg->on_poison == POISON_HOLD
                      ? "event dead-lettered; later events of its aggregate are held until it is "
                        "requeued"
                      : "event dead-lettered; later events of its aggregate go on without it",
@@ -267,156 +302,159 @@ static void log_dead_lettered(Relay *r, PGresult *res)
 
 static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
-    Relay *r = arg;
-    Batch *b = &r->batch;
+    Member *m = arg;
+    Batch *b = &m->batch;
     char q[512];
     if (!results)
         return; /* connection lost before COMMIT was confirmed: the rows will be re-sent */
     if (error) {
         log_error("marking rows failed; they will be sent again", "error=%s rows=%d",
                   log_quote(error, q, sizeof(q)), b->n);
-        end_transaction(r, SQL_ROLLBACK);
-        schedule_retry(r);
+        end_transaction(m, SQL_ROLLBACK);
+        schedule_retry(m);
         return;
     }
-    if (r->failed_stmt >= 0 && r->failed_stmt < n)
-        log_dead_lettered(r, results[r->failed_stmt]);
+    if (m->failed_stmt >= 0 && m->failed_stmt < n)
+        log_dead_lettered(m, results[m->failed_stmt]);
 
     bool transient_failure = false;
     for (int i = 0; i < b->n; i++)
         if (b->rows[i].state == ROW_FAILED && !b->rows[i].permanent)
             transient_failure = true;
-    r->total_sent += (unsigned long long)b->acked;
-    r->total_failed += (unsigned long long)b->failed;
+    m->total_sent += (unsigned long long)b->acked;
+    m->total_failed += (unsigned long long)b->failed;
     metrics_batch_committed();
-    ev_now_update(r->loop);
+    ev_now_update(m->loop);
     log_debug("batch committed",
-              "rows=%d sent=%d failed=%d claim_ms=%.2f deliver_ms=%.2f mark_ms=%.2f", b->n,
-              b->acked, b->failed, (b->claimed_at - r->claim_sent_at) * 1e3,
-              (r->marks_sent_at - b->claimed_at) * 1e3, (ev_now(r->loop) - r->marks_sent_at) * 1e3);
-    if (r->awake_stmt >= 0)
-        r->asleep = false;
+              "session=%d rows=%d sent=%d failed=%d claim_ms=%.2f deliver_ms=%.2f mark_ms=%.2f",
+              m->index, b->n, b->acked, b->failed, (b->claimed_at - m->claim_sent_at) * 1e3,
+              (m->marks_sent_at - b->claimed_at) * 1e3, (ev_now(m->loop) - m->marks_sent_at) * 1e3);
+    if (m->awake_stmt >= 0)
+        m->asleep = false;
     bool nothing_through = b->acked == 0 && transient_failure;
     batch_clear(b);
-    r->phase = PHASE_IDLE;
+    m->phase = PHASE_IDLE;
 
-    if (r->stopping) {
-        stop_loop(r);
+    if (m->stopping) {
+        stop_loop(m);
         return;
     }
     if (nothing_through) {
-        schedule_retry(r);
+        schedule_retry(m);
         return;
     }
-    backoff_reset(&r->retry);
+    backoff_reset(&m->retry);
     /* Claim again at once: producers do not notify an awake relay, so only an empty claim may
      * end the cycle (and then the relay goes to sleep, see go_to_sleep). */
-    r->wake_pending = true;
-    step(r);
+    m->wake_pending = true;
+    step(m);
 }
 
 /* One line per batch with failures, and only when the failure is new: an outage that fails
  * batch after batch with the same error logs once, then at debug level until it clears. */
-static void log_batch_failures(Relay *r, const BatchRow *first_failed)
+static void log_batch_failures(Member *m, const BatchRow *first_failed)
 {
-    Batch *b = &r->batch;
+    Batch *b = &m->batch;
     char q[512];
     if (!first_failed) {
-        if (r->last_failure[0])
+        if (m->last_failure[0])
             log_info("deliveries succeed again", "sent=%d", b->acked);
-        r->last_failure[0] = '\0';
+        m->last_failure[0] = '\0';
         return;
     }
     const char *error = first_failed->error ? first_failed->error : "unknown error";
-    LogLevel level = strcmp(error, r->last_failure) == 0 ? LOG_DEBUG : LOG_WARN;
+    LogLevel level = strcmp(error, m->last_failure) == 0 ? LOG_DEBUG : LOG_WARN;
     log_write(level, "events not delivered; they will be retried",
               "failed=%d sent=%d first_id=%lld first_event_id=%s permanent=%s error=%s", b->failed,
               b->acked, first_failed->row.id, first_failed->row.event_id,
               first_failed->permanent ? "true" : "false", log_quote(error, q, sizeof(q)));
-    snprintf(r->last_failure, sizeof(r->last_failure), "%s", error);
+    snprintf(m->last_failure, sizeof(m->last_failure), "%s", error);
 }
 
-static void send_marks(Relay *r)
+static void send_marks(Member *m)
 {
-    Batch *b = &r->batch;
-    BatchMarks *m = &r->marks;
-    ev_timer_stop(r->loop, &r->delivery_timer);
-    log_batch_failures(r, batch_marks(b, m));
-    r->order_breaks += (unsigned long long)batch_order_breaks(b);
+    Batch *b = &m->batch;
+    BatchMarks *marks = &m->marks;
+    ev_timer_stop(m->loop, &m->delivery_timer);
+    log_batch_failures(m, batch_marks(b, marks));
+    m->order_breaks += (unsigned long long)batch_order_breaks(b);
 
     char max_attempts[24], backoff[32], backoff_max[32];
-    snprintf(max_attempts, sizeof(max_attempts), "%ld", r->cfg->max_attempts);
-    snprintf(backoff, sizeof(backoff), "%.3f", (double)r->cfg->retry_backoff_ms / 1000.0);
+    snprintf(max_attempts, sizeof(max_attempts), "%ld", m->cfg->max_attempts);
+    snprintf(backoff, sizeof(backoff), "%.3f", (double)m->cfg->retry_backoff_ms / 1000.0);
     snprintf(backoff_max, sizeof(backoff_max), "%.3f",
-             (double)r->cfg->retry_backoff_max_ms / 1000.0);
-    const char *sent[1] = {m->sent.s};
-    const char *failed[6] = {
-        m->failed_ids.s, m->failed_errors.s, m->failed_permanent.s, max_attempts,
-        backoff,         backoff_max};
-    const char *dl_sent[2] = {m->dl_sent.s, r->cfg->dead_letter_topic};
-    const char *dl_failed[2] = {m->dl_failed_ids.s, m->dl_failed_errors.s};
+             (double)m->cfg->retry_backoff_max_ms / 1000.0);
+    const char *sent[1] = {marks->sent.s};
+    const char *failed[6] = {marks->failed_ids.s,
+                             marks->failed_errors.s,
+                             marks->failed_permanent.s,
+                             max_attempts,
+                             backoff,
+                             backoff_max};
+    const char *dl_sent[2] = {marks->dl_sent.s, m->cfg->dead_letter_topic};
+    const char *dl_failed[2] = {marks->dl_failed_ids.s, marks->dl_failed_errors.s};
 
-    const char *awake[1] = {r->slot_text};
+    const char *awake[1] = {m->slot_text};
     PgQuery queries[6];
     int nq = 0;
-    r->failed_stmt = -1;
-    r->awake_stmt = -1;
-    if (r->asleep) {
-        r->awake_stmt = nq;
+    m->failed_stmt = -1;
+    m->awake_stmt = -1;
+    if (m->asleep) {
+        m->awake_stmt = nq;
         queries[nq++] = (PgQuery){SQL_AWAKE, 1, awake};
     }
-    if (!strbuf_array_empty(&m->sent))
-        queries[nq++] = (PgQuery){r->sql[SQL_MARK_SENT], 1, sent};
-    if (!strbuf_array_empty(&m->failed_ids)) {
-        r->failed_stmt = nq;
-        queries[nq++] = (PgQuery){r->sql[SQL_MARK_FAILED], 6, failed};
+    if (!strbuf_array_empty(&marks->sent))
+        queries[nq++] = (PgQuery){m->sql[SQL_MARK_SENT], 1, sent};
+    if (!strbuf_array_empty(&marks->failed_ids)) {
+        m->failed_stmt = nq;
+        queries[nq++] = (PgQuery){m->sql[SQL_MARK_FAILED], 6, failed};
     }
-    if (!strbuf_array_empty(&m->dl_sent))
-        queries[nq++] = (PgQuery){r->sql[SQL_MARK_DEAD_LETTERED], 2, dl_sent};
-    if (!strbuf_array_empty(&m->dl_failed_ids))
-        queries[nq++] = (PgQuery){r->sql[SQL_MARK_DEAD_LETTER_FAILED], 2, dl_failed};
+    if (!strbuf_array_empty(&marks->dl_sent))
+        queries[nq++] = (PgQuery){m->sql[SQL_MARK_DEAD_LETTERED], 2, dl_sent};
+    if (!strbuf_array_empty(&marks->dl_failed_ids))
+        queries[nq++] = (PgQuery){m->sql[SQL_MARK_DEAD_LETTER_FAILED], 2, dl_failed};
     queries[nq++] = (PgQuery){SQL_COMMIT, 0, NULL};
-    r->phase = PHASE_MARKING;
-    ev_now_update(r->loop);
-    r->marks_sent_at = ev_now(r->loop);
-    if (!pg_conn_send(r->pg, queries, nq, on_marked, r))
-        pg_conn_reset(r->pg, "connection busy while marking");
+    m->phase = PHASE_MARKING;
+    ev_now_update(m->loop);
+    m->marks_sent_at = ev_now(m->loop);
+    if (!pg_conn_send(m->pg, queries, nq, on_marked, m))
+        pg_conn_reset(m->pg, "connection busy while marking");
 }
 
 /* ---- producing ---------------------------------------------------------------------------- */
 
 /* Marks the batch once nothing is left to produce and every report is in. */
-static void maybe_finish_batch(Relay *r)
+static void maybe_finish_batch(Member *m)
 {
-    Batch *b = &r->batch;
+    Batch *b = &m->batch;
     if (b->abandoned) {
         if (b->in_flight == 0) {
             batch_clear(b);
-            r->wake_pending = true;
-            step(r);
+            m->wake_pending = true;
+            step(m);
         }
         return;
     }
-    if (r->phase == PHASE_PRODUCING && b->next >= b->n && b->in_flight == 0)
-        send_marks(r);
+    if (m->phase == PHASE_PRODUCING && b->next >= b->n && b->in_flight == 0)
+        send_marks(m);
 }
 
 /* Produces a dead event to the dead-letter topic, with why it died in the headers. A payload too
  * large for Kafka (a common reason to die) is left out rather than failing again. */
-static rd_kafka_resp_err_t produce_dead_letter(Relay *r, BatchRow *br)
+static rd_kafka_resp_err_t produce_dead_letter(Member *m, BatchRow *br)
 {
     const OutboxRow *row = &br->row;
     char topic[ROUTE_TOPIC_MAX + 1], why[256];
-    if (!route_topic(r->cfg->topic_template, row, topic, sizeof(topic), why, sizeof(why)))
+    if (!route_topic(m->cfg->topic_template, row, topic, sizeof(topic), why, sizeof(why)))
         topic[0] = '\0';
-    rd_kafka_headers_t *hdrs = route_dead_letter_headers(row, r->cfg->map.identity_headers,
+    rd_kafka_headers_t *hdrs = route_dead_letter_headers(row, m->cfg->map.identity_headers,
                                                          br->last_error, br->attempts, topic);
     rd_kafka_resp_err_t err =
-        kafka_produce(r->kafka, r->cfg->dead_letter_topic, row->aggregate_id,
+        kafka_produce(m->relay->kafka, m->cfg->dead_letter_topic, row->aggregate_id,
                       strlen(row->aggregate_id), row->payload, row->payload_len, hdrs, br);
     if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
         rd_kafka_header_add(hdrs, "dlq.payload_omitted", -1, "true", -1);
-        err = kafka_produce(r->kafka, r->cfg->dead_letter_topic, row->aggregate_id,
+        err = kafka_produce(m->relay->kafka, m->cfg->dead_letter_topic, row->aggregate_id,
                             strlen(row->aggregate_id), NULL, 0, hdrs, br);
     }
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -426,22 +464,22 @@ static rd_kafka_resp_err_t produce_dead_letter(Relay *r, BatchRow *br)
 
 /* Produces one event row. Returns the producer's answer; failures that happen before the
  * producer (topic, headers) are recorded here and reported as NO_ERROR with the row FAILED. */
-static rd_kafka_resp_err_t produce_event(Relay *r, BatchRow *br)
+static rd_kafka_resp_err_t produce_event(Member *m, BatchRow *br)
 {
     const OutboxRow *row = &br->row;
     char topic[ROUTE_TOPIC_MAX + 1], why[512];
-    if (!route_topic(r->cfg->topic_template, row, topic, sizeof(topic), why, sizeof(why))) {
-        batch_fail(&r->batch, br, why, true);
+    if (!route_topic(m->cfg->topic_template, row, topic, sizeof(topic), why, sizeof(why))) {
+        batch_fail(&m->batch, br, why, true);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
-    rd_kafka_headers_t *hdrs = route_headers(row, r->cfg->map.identity_headers, why, sizeof(why));
+    rd_kafka_headers_t *hdrs = route_headers(row, m->cfg->map.identity_headers, why, sizeof(why));
     if (!hdrs) {
-        batch_fail(&r->batch, br, why, true);
+        batch_fail(&m->batch, br, why, true);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
     rd_kafka_resp_err_t err =
-        kafka_produce(r->kafka, topic, row->aggregate_id, strlen(row->aggregate_id), row->payload,
-                      row->payload_len, hdrs, br);
+        kafka_produce(m->relay->kafka, topic, row->aggregate_id, strlen(row->aggregate_id),
+                      row->payload, row->payload_len, hdrs, br);
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
         rd_kafka_headers_destroy(hdrs);
     if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
@@ -449,23 +487,23 @@ static rd_kafka_resp_err_t produce_event(Relay *r, BatchRow *br)
         snprintf(why, sizeof(why),
                  "payload too large: %zu bytes, over the producer's message.max.bytes (not sent)",
                  row->payload_len);
-        batch_fail(&r->batch, br, why, true);
+        batch_fail(&m->batch, br, why, true);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
     return err;
 }
 
-static void produce_more(Relay *r)
+static void produce_more(Member *m)
 {
-    Batch *b = &r->batch;
-    while (b->next < b->n && !r->stopping && !b->timed_out) {
+    Batch *b = &m->batch;
+    while (b->next < b->n && !m->stopping && !b->timed_out) {
         BatchRow *br = &b->rows[b->next];
         if (!br->dead_letter && batch_is_held(b, &br->row)) {
             b->next++; /* an earlier event of its aggregate failed: it waits for the retry */
             continue;
         }
         rd_kafka_resp_err_t err =
-            br->dead_letter ? produce_dead_letter(r, br) : produce_event(r, br);
+            br->dead_letter ? produce_dead_letter(m, br) : produce_event(m, br);
         if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && b->in_flight > 0)
             break; /* backpressure: on_delivery resumes once reports free room */
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -476,221 +514,257 @@ static void produce_more(Relay *r)
         }
         b->next++;
     }
-    if (r->stopping || b->timed_out)
+    if (m->stopping || b->timed_out)
         b->next = b->n; /* rows not produced yet stay unsent, with no attempt counted */
-    maybe_finish_batch(r);
+    maybe_finish_batch(m);
+}
+
+/* The member whose batch holds the row a delivery report is about. */
+static Member *member_of_row(Relay *r, const BatchRow *br)
+{
+    for (int i = 0; i < r->n_members; i++) {
+        const Batch *b = &r->members[i].batch;
+        if (br >= b->rows && br < b->rows + b->capacity)
+            return &r->members[i];
+    }
+    return NULL;
 }
 
 static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
 {
-    Relay *r = arg;
-    Batch *b = &r->batch;
     BatchRow *br = opaque;
+    Member *m = member_of_row(arg, br);
+    if (!m)
+        return;
+    Batch *b = &m->batch;
     if (br->state != ROW_QUEUED)
         return; /* reported after shutdown gave up on it */
     b->in_flight--;
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         br->state = ROW_ACKED;
         b->acked++;
-        metrics_row_acked(r->cfg->topic_template, b, br, ev_now(r->loop));
+        metrics_row_acked(m->cfg->topic_template, b, br, ev_now(m->loop));
     } else if (b->timed_out && (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
                                 err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)) {
         char why[128];
         snprintf(why, sizeof(why), "not acknowledged within the delivery timeout (%ld ms)",
-                 r->cfg->delivery_timeout_ms);
+                 m->cfg->delivery_timeout_ms);
         batch_fail(b, br, why, false);
     } else {
         batch_fail(b, br, rd_kafka_err2str(err), kafka_error_permanent(err));
     }
-    if (r->phase == PHASE_PRODUCING && b->next < b->n)
-        produce_more(r);
+    if (m->phase == PHASE_PRODUCING && b->next < b->n)
+        produce_more(m);
     else
-        maybe_finish_batch(r);
+        maybe_finish_batch(m);
 }
 
 /* ---- claiming ----------------------------------------------------------------------------- */
 
 static void on_sleep_attempt(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
-    Relay *r = arg;
+    Member *m = arg;
     if (!results)
         return;
-    r->phase = PHASE_IDLE;
+    m->phase = PHASE_IDLE;
     PGresult *sleep = results[n - 1];
     if (error || PQresultStatus(sleep) != PGRES_TUPLES_OK) {
         char q[512];
         log_warn("could not set the sleeping flag; polling instead", "error=%s",
                  log_quote(error ? error : "unexpected result", q, sizeof(q)));
-        schedule_retry(r);
+        schedule_retry(m);
     } else if (PQntuples(sleep) == 1) {
         /* Flag set: one final claim catches what producers committed before they could see it;
          * from then on they notify. */
-        r->asleep = true;
-        r->forget_gone_due = false;
-        r->wake_pending = true;
+        m->asleep = true;
+        m->forget_gone_due = false;
+        m->wake_pending = true;
     } else {
         /* A producer is mid-transaction after reading the flag: look again very soon. */
-        ev_timer_set(&r->busy_timer, (double)r->cfg->busy_poll_interval_ms / 1000.0, 0);
-        ev_timer_start(r->loop, &r->busy_timer);
+        ev_timer_set(&m->busy_timer, (double)m->cfg->busy_poll_interval_ms / 1000.0, 0);
+        ev_timer_start(m->loop, &m->busy_timer);
     }
-    if (r->stopping)
-        stop_loop(r);
+    if (m->stopping)
+        stop_loop(m);
     else
-        step(r);
+        step(m);
 }
 
 /* An empty claim: end its transaction and try to go to sleep, in one round trip. */
-static void go_to_sleep(Relay *r)
+static void go_to_sleep(Member *m)
 {
-    const char *params[1] = {r->slot_text};
+    const char *params[1] = {m->slot_text};
     PgQuery queries[3] = {{SQL_COMMIT, 0, NULL}};
     int nq = 1;
-    if (r->forget_gone_due)
+    if (m->forget_gone_due)
         queries[nq++] = (PgQuery){SQL_FORGET_GONE_SLEEPERS, 0, NULL};
     queries[nq++] = (PgQuery){SQL_SLEEP, 1, params};
-    r->phase = PHASE_ENDING;
-    if (!pg_conn_send(r->pg, queries, nq, on_sleep_attempt, r))
-        pg_conn_reset(r->pg, "connection busy while going to sleep");
+    m->phase = PHASE_ENDING;
+    if (!pg_conn_send(m->pg, queries, nq, on_sleep_attempt, m))
+        pg_conn_reset(m->pg, "connection busy while going to sleep");
 }
 
 static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
-    Relay *r = arg;
+    Member *m = arg;
     char q[512];
     if (!results)
         return;
     if (error || n < 3) {
         /* Typically a missing table (migrate not run) or missing privileges: say so once, then
          * keep retrying with backoff so the relay recovers when it is fixed. */
-        if (!r->claim_error_logged)
+        if (!m->claim_error_logged)
             log_error("claiming rows failed; retrying", "error=%s",
                       log_quote(error ? error : "short result", q, sizeof(q)));
-        r->claim_error_logged = true;
-        end_transaction(r, SQL_ROLLBACK);
-        schedule_retry(r);
+        m->claim_error_logged = true;
+        end_transaction(m, SQL_ROLLBACK);
+        schedule_retry(m);
         return;
     }
-    if (r->claim_error_logged)
+    if (m->claim_error_logged)
         log_info("claiming rows works again", NULL);
-    r->claim_error_logged = false;
+    m->claim_error_logged = false;
 
     /* BEGIN, [dead-letter claim], planner settings, claim: see claim() */
     int events_at = n - 1, dead_at = n > 3 ? 1 : -1;
     int events = PQntuples(results[events_at]);
     int dead = dead_at > 0 ? PQntuples(results[dead_at]) : 0;
-    if (events + dead == 0 && !r->stopping && !r->asleep) {
-        if (ev_now(r->loop) - r->last_rows_at >= (double)r->cfg->sleep_after_ms / 1000.0) {
-            go_to_sleep(r);
+    if (events + dead == 0 && !m->stopping && !m->asleep) {
+        if (ev_now(m->loop) - m->last_rows_at >= (double)m->cfg->sleep_after_ms / 1000.0) {
+            go_to_sleep(m);
             return;
         }
         /* Work came recently: stay awake and poll, so a steady stream never pays for NOTIFY. */
-        ev_timer_set(&r->busy_timer, (double)r->cfg->busy_poll_interval_ms / 1000.0, 0);
-        ev_timer_start(r->loop, &r->busy_timer);
-        end_transaction(r, SQL_COMMIT);
+        ev_timer_set(&m->busy_timer, (double)m->cfg->busy_poll_interval_ms / 1000.0, 0);
+        ev_timer_start(m->loop, &m->busy_timer);
+        end_transaction(m, SQL_COMMIT);
         return;
     }
     if (events + dead > 0)
-        r->last_rows_at = ev_now(r->loop);
-    if (events + dead == 0 || r->stopping) {
-        end_transaction(r, SQL_COMMIT); /* asleep already: that was the final check */
+        m->last_rows_at = ev_now(m->loop);
+    if (events + dead == 0 || m->stopping) {
+        end_transaction(m, SQL_COMMIT); /* asleep already: that was the final check */
         return;
     }
     /* The batch keeps the results: its rows point into them. */
-    batch_load(&r->batch, results[events_at], dead_at > 0 ? results[dead_at] : NULL);
-    r->batch.claimed_at = ev_now(r->loop);
+    batch_load(&m->batch, results[events_at], dead_at > 0 ? results[dead_at] : NULL);
+    m->batch.claimed_at = ev_now(m->loop);
     results[events_at] = NULL;
     if (dead_at > 0)
         results[dead_at] = NULL;
-    log_debug("claimed batch", "rows=%d dead_letter=%d first_id=%lld", events, dead,
-              r->batch.rows[0].row.id);
-    r->phase = PHASE_PRODUCING;
-    ev_timer_set(&r->delivery_timer, (double)r->cfg->delivery_timeout_ms / 1000.0, 0);
-    ev_timer_start(r->loop, &r->delivery_timer);
-    produce_more(r);
+    log_debug("claimed batch", "session=%d rows=%d dead_letter=%d first_id=%lld", m->index, events,
+              dead, m->batch.rows[0].row.id);
+    m->phase = PHASE_PRODUCING;
+    ev_timer_set(&m->delivery_timer, (double)m->cfg->delivery_timeout_ms / 1000.0, 0);
+    ev_timer_start(m->loop, &m->delivery_timer);
+    produce_more(m);
 }
 
-static void claim(Relay *r)
+static void claim(Member *m)
 {
+    Relay *r = m->relay;
     if (kafka_fatal(r->kafka)) {
-        /* Every message of the old producer has been reported (the batch is empty). */
+        /* The producer is shared: recreate it only once every member's batch is done, so every
+         * message of the old one has been reported. */
+        for (int i = 0; i < r->n_members; i++) {
+            if (r->members[i].batch.n > 0) {
+                schedule_retry(m);
+                return;
+            }
+        }
         char err[512];
         rd_kafka_conf_t *conf = rd_kafka_conf_dup(r->kconf_template);
         kafka_producer_free(r->kafka, 0);
-        r->kafka = kafka_producer_new(r->loop, conf, on_delivery, r, err, sizeof(err));
+        r->kafka = kafka_producer_new(m->loop, conf, on_delivery, r, err, sizeof(err));
         if (!r->kafka) {
             log_error("cannot recreate the Kafka producer", "error=%s", err);
-            r->exit_status = 1;
-            stop_loop(r);
+            relay_fail(m);
             return;
         }
         log_info("kafka producer recreated", NULL);
     }
-    r->wake_pending = false;
-    ev_timer_again(r->loop, &r->poll_timer);
+    m->wake_pending = false;
+    ev_timer_again(m->loop, &m->poll_timer);
 
     char limit[24], dead_limit[24];
-    long batch_size = r->cfg->batch_size; /* may have grown on SIGHUP: make room between batches */
-    if (!batch_reserve(&r->batch, (int)batch_size + DEAD_LETTER_LIMIT))
-        batch_size = r->batch.capacity - DEAD_LETTER_LIMIT;
+    long batch_size = m->cfg->batch_size; /* may have grown on SIGHUP: make room between batches */
+    if (!batch_reserve(&m->batch, (int)batch_size + DEAD_LETTER_LIMIT))
+        batch_size = m->batch.capacity - DEAD_LETTER_LIMIT;
     snprintf(limit, sizeof(limit), "%ld", batch_size);
     snprintf(dead_limit, sizeof(dead_limit), "%d", DEAD_LETTER_LIMIT);
-    const char *params[2] = {limit, r->lanes.owned_array.s};
-    const char *dead_params[2] = {dead_limit, r->lanes.owned_array.s};
+    const char *params[2] = {limit, m->lanes.owned_array.s};
+    const char *dead_params[2] = {dead_limit, m->lanes.owned_array.s};
     /* The dead-letter claim comes before the planner settings: it is planned as usual. */
     PgQuery queries[4] = {{SQL_BEGIN, 0, NULL}};
     int nq = 1;
-    if (r->cfg->dead_letter_topic)
-        queries[nq++] = (PgQuery){r->sql[SQL_CLAIM_DEAD], 2, dead_params};
+    if (m->cfg->dead_letter_topic)
+        queries[nq++] = (PgQuery){m->sql[SQL_CLAIM_DEAD], 2, dead_params};
     queries[nq++] = (PgQuery){SQL_CLAIM_PLAN, 0, NULL};
-    queries[nq++] = (PgQuery){r->sql[r->claim_stmt], 2, params};
-    r->phase = PHASE_CLAIMING;
-    r->claim_sent_at = ev_now(r->loop);
-    if (!pg_conn_send(r->pg, queries, nq, on_claimed, r))
-        r->phase = PHASE_IDLE;
+    queries[nq++] = (PgQuery){m->sql[m->claim_stmt], 2, params};
+    m->phase = PHASE_CLAIMING;
+    m->claim_sent_at = ev_now(m->loop);
+    if (!pg_conn_send(m->pg, queries, nq, on_claimed, m))
+        m->phase = PHASE_IDLE;
 }
 
 static void on_rebalanced(Lanes *lanes, bool ok, void *arg)
 {
-    Relay *r = arg;
-    r->phase = PHASE_IDLE;
-    r->rebalance_due = false;
-    if (lanes->n_owned != r->logged_owned)
-        log_info("lanes owned", "lanes=%d of=%d members=%d slot=%d", lanes->n_owned, LANE_COUNT,
-                 lanes->members, lanes->slot);
-    r->logged_owned = lanes->n_owned;
-    if (lanes->members != r->logged_members)
-        r->forget_gone_due = true;
-    r->logged_members = lanes->members;
-    snprintf(r->slot_text, sizeof(r->slot_text), "%d", lanes->slot);
+    Member *m = arg;
+    m->phase = PHASE_IDLE;
+    m->rebalance_due = false;
+    Relay *r = m->relay;
+    int owned = 0;
+    for (int i = 0; i < r->n_members; i++)
+        owned += r->members[i].lanes.n_owned;
+    if (owned != r->logged_owned)
+        log_info("lanes owned", "lanes=%d of=%d sessions=%d members=%d", owned, LANE_COUNT,
+                 r->n_members, lanes->members);
+    r->logged_owned = owned;
+    bool membership_changed = lanes->members != m->logged_members;
+    if (membership_changed)
+        m->forget_gone_due = true;
+    m->logged_members = lanes->members;
+    snprintf(m->slot_text, sizeof(m->slot_text), "%d", lanes->slot);
     if (lanes->gained)
-        r->wake_pending = true; /* new lanes may hold a backlog */
-    if (r->stopping)
-        stop_loop(r);
-    else
-        step(r);
+        m->wake_pending = true; /* new lanes may hold a backlog */
+    if (m->stopping) {
+        stop_loop(m);
+        return;
+    }
+    step(m);
+    if (membership_changed) {
+        /* The other sessions of this relay re-divide now rather than at their next interval, so
+         * a session that joins (or a relay that starts or stops) moves lanes within a batch. */
+        for (int i = 0; i < r->n_members; i++) {
+            if (&r->members[i] != m && !r->members[i].stopping) {
+                r->members[i].rebalance_due = true;
+                step(&r->members[i]);
+            }
+        }
+    }
 }
 
 /* Does whatever comes next between batches: a due rebalance first, then a claim when there is a
  * reason to claim (wake_pending) and nothing stands in the way. */
-static void step(Relay *r)
+static void step(Member *m)
 {
-    if (r->phase != PHASE_IDLE || r->stopping || r->batch.n > 0 || !pg_conn_idle(r->pg))
+    if (m->phase != PHASE_IDLE || m->stopping || m->batch.n > 0 || !pg_conn_idle(m->pg))
         return;
-    if (r->rebalance_due) {
-        r->phase = PHASE_REBALANCING;
-        if (!lanes_rebalance(&r->lanes, r->pg, on_rebalanced, r))
-            r->phase = PHASE_IDLE;
+    if (m->rebalance_due) {
+        m->phase = PHASE_REBALANCING;
+        if (!lanes_rebalance(&m->lanes, m->pg, on_rebalanced, m))
+            m->phase = PHASE_IDLE;
         return;
     }
-    if (r->wake_pending && r->lanes.n_owned > 0 && !ev_is_active(&r->retry_timer))
-        claim(r);
+    if (m->wake_pending && m->lanes.n_owned > 0 && !ev_is_active(&m->retry_timer))
+        claim(m);
 }
 
 /* ---- events ------------------------------------------------------------------------------- */
 
 static void on_listening(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
-    Relay *r = arg;
+    Member *m = arg;
     if (!results)
         return;
     if (error) {
@@ -698,239 +772,304 @@ static void on_listening(PgConn *pg, PGresult **results, int n, const char *erro
         log_warn("LISTEN failed; relying on the poll timer", "error=%s",
                  log_quote(error, q, sizeof(q)));
     }
-    r->phase = PHASE_IDLE;
-    if (r->stopping) {
-        stop_loop(r);
+    m->phase = PHASE_IDLE;
+    if (m->stopping) {
+        stop_loop(m);
         return;
     }
-    r->wake_pending = true;
-    r->rebalance_due = true;
-    step(r);
+    m->wake_pending = true;
+    m->rebalance_due = true;
+    step(m);
 }
 
 static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
 {
-    Relay *r = arg;
-    if (up && !r->sql[0]) {
+    Member *m = arg;
+    if (up && !m->sql[0]) {
         /* Quoting follows the connection's encoding, so the statements are written now. */
         char err[256];
-        if (!table_sql_all(&r->cfg->map, pg_conn_libpq(pg), sql_templates, r->sql, SQL_COUNT, err,
+        if (!table_sql_all(&m->cfg->map, pg_conn_libpq(pg), sql_templates, m->sql, SQL_COUNT, err,
                            sizeof(err))) {
             log_error("cannot write the relay's statements", "error=%s", err);
-            r->exit_status = 1;
-            stop_loop(r);
+            relay_fail(m);
             return;
         }
     }
     if (up) {
         PgQuery q = {SQL_LISTEN, 0, NULL};
-        r->phase = PHASE_SETUP;
-        if (!pg_conn_send(pg, &q, 1, on_listening, r))
-            r->phase = PHASE_DOWN;
+        m->phase = PHASE_SETUP;
+        if (!pg_conn_send(pg, &q, 1, on_listening, m))
+            m->phase = PHASE_DOWN;
         return;
     }
     /* The session is gone, and with it the open transaction and every lane this relay owned:
      * other relays take the lanes over. Rows already handed to Kafka are sent again by whoever
      * claims them next; consumers drop the duplicates. */
-    Batch *b = &r->batch;
-    r->phase = PHASE_DOWN;
-    lanes_reset(&r->lanes);
+    Batch *b = &m->batch;
+    m->phase = PHASE_DOWN;
+    lanes_reset(&m->lanes);
     /* The flag row may still say sleeping under the old slot; the next sleep cleans it up. */
-    r->asleep = false;
-    r->forget_gone_due = true;
+    m->asleep = false;
+    m->forget_gone_due = true;
     if (b->n > 0) {
         log_warn("batch abandoned with the connection; its rows will be sent again",
                  "rows=%d in_flight=%d", b->n, b->in_flight);
         b->abandoned = true;
         b->next = b->n;
-        maybe_finish_batch(r);
+        maybe_finish_batch(m);
     }
-    if (r->stopping)
-        stop_loop(r);
+    if (m->stopping)
+        stop_loop(m);
 }
 
 static void on_notify(PgConn *pg, const char *channel, void *arg)
 {
-    Relay *r = arg;
-    r->wake_pending = true;
-    step(r);
+    Member *m = arg;
+    m->wake_pending = true;
+    step(m);
 }
 
 /* The poll, busy and retry timers: there may be rows to claim. */
 static void on_wake_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    Relay *r = w->data;
-    r->wake_pending = true;
-    step(r);
+    Member *m = w->data;
+    m->wake_pending = true;
+    step(m);
 }
 
 static void on_rebalance_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    Relay *r = w->data;
-    r->rebalance_due = true;
-    step(r);
+    Member *m = w->data;
+    m->rebalance_due = true;
+    step(m);
 }
 
 static void on_shutdown_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    Relay *r = w->data;
-    Batch *b = &r->batch;
-    if (r->left) {
-        ev_break(loop, EVBREAK_ALL); /* removing the sleeping flag took too long */
+    Member *m = w->data;
+    Batch *b = &m->batch;
+    if (m->left) {
+        member_done(m); /* removing the sleeping flag took too long */
         return;
     }
     log_warn("shutdown timeout: marking what was acknowledged, the rest will be re-sent",
              "in_flight=%d", b->in_flight);
-    if (r->phase == PHASE_PRODUCING && !b->abandoned) {
+    if (m->phase == PHASE_PRODUCING && !b->abandoned) {
         /* Reports that arrive from now on are ignored: those rows stay unsent. */
         for (int i = 0; i < b->n; i++)
             if (b->rows[i].state == ROW_QUEUED)
                 b->rows[i].state = ROW_PENDING;
         b->in_flight = 0;
-        send_marks(r);
+        send_marks(m);
     } else {
-        stop_loop(r);
+        stop_loop(m);
     }
 }
 
 static void on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    Relay *r = w->data;
-    Batch *b = &r->batch;
+    Member *m = w->data;
+    Batch *b = &m->batch;
     if (b->n == 0 || b->in_flight == 0)
         return;
     /* Like log_batch_failures: loud once per streak of failing batches, then debug. */
-    log_write(r->last_failure[0] ? LOG_DEBUG : LOG_WARN,
+    log_write(m->last_failure[0] ? LOG_DEBUG : LOG_WARN,
               "delivery timeout: cancelling the rest of the batch, it will be retried",
               "in_flight=%d acked=%d timeout_ms=%ld", b->in_flight, b->acked,
-              r->cfg->delivery_timeout_ms);
-    b->timed_out = true;
+              m->cfg->delivery_timeout_ms);
+    /* The purge cancels what every member has in flight: each counts it as its own timeout, so
+     * what reached the broker stays a prefix of each batch per partition. */
+    Relay *r = m->relay;
+    for (int i = 0; i < r->n_members; i++)
+        if (r->members[i].batch.in_flight > 0)
+            r->members[i].batch.timed_out = true;
     kafka_purge(r->kafka);
 }
 
-static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
+/* Stops one member: at once between batches, else once its batch is done (bounded by the
+ * shutdown timeout while waiting for acknowledgements). */
+static void member_stop(Member *m)
 {
-    Relay *r = w->data;
-    if (++r->signals > 1) {
-        /* Second signal: leave now; the server rolls back the open transaction. */
-        static const char msg[] = "level=warn msg=\"second signal, exiting immediately\"\n";
-        ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
-        (void)ignored;
-        _exit(128 + w->signum);
-    }
-    log_info("shutting down", "signal=%s in_flight=%d", strsignal(w->signum), r->batch.in_flight);
-    r->stopping = true;
-    ev_timer_stop(loop, &r->poll_timer);
-    ev_timer_stop(loop, &r->retry_timer);
-    ev_timer_stop(loop, &r->rebalance_timer);
-    switch (r->phase) {
+    if (m->stopping)
+        return;
+    m->stopping = true;
+    ev_timer_stop(m->loop, &m->poll_timer);
+    ev_timer_stop(m->loop, &m->retry_timer);
+    ev_timer_stop(m->loop, &m->rebalance_timer);
+    switch (m->phase) {
     case PHASE_DOWN:
     case PHASE_IDLE:
-        stop_loop(r);
+        stop_loop(m);
         break;
     case PHASE_PRODUCING:
-        ev_timer_set(&r->shutdown_timer, (double)r->cfg->shutdown_timeout_ms / 1000.0, 0);
-        ev_timer_start(loop, &r->shutdown_timer);
-        produce_more(r); /* stops producing, marks at once if nothing is in flight */
+        ev_timer_set(&m->shutdown_timer, (double)m->cfg->shutdown_timeout_ms / 1000.0, 0);
+        ev_timer_start(m->loop, &m->shutdown_timer);
+        produce_more(m); /* stops producing, marks at once if nothing is in flight */
         break;
     default:
         break; /* the request in flight finishes the cycle and sees `stopping` */
     }
 }
 
+static void relay_stop(Relay *r)
+{
+    r->stopping = true;
+    for (int i = 0; i < r->n_members; i++)
+        member_stop(&r->members[i]);
+}
+
+static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    Relay *r = w->data;
+    if (++r->signals > 1) {
+        /* Second signal: leave now; the server rolls back the open transactions. */
+        static const char msg[] = "level=warn msg=\"second signal, exiting immediately\"\n";
+        ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+        (void)ignored;
+        _exit(128 + w->signum);
+    }
+    int in_flight = 0;
+    for (int i = 0; i < r->n_members; i++)
+        in_flight += r->members[i].batch.in_flight;
+    log_info("shutting down", "signal=%s in_flight=%d", strsignal(w->signum), in_flight);
+    relay_stop(r);
+}
+
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
-static void timer_init(Relay *r, ev_timer *t, void (*cb)(struct ev_loop *, ev_timer *, int))
+static void timer_init(Member *m, ev_timer *t, void (*cb)(struct ev_loop *, ev_timer *, int))
 {
     ev_init(t, cb);
-    t->data = r;
+    t->data = m;
+}
+
+static bool member_init(Member *m, Relay *r, int index)
+{
+    const Config *cfg = r->cfg;
+    m->relay = r;
+    m->index = index;
+    m->loop = r->loop;
+    m->cfg = cfg;
+    if (!batch_init(&m->batch, (int)cfg->batch_size + DEAD_LETTER_LIMIT))
+        return false;
+    m->claim_stmt = cfg->on_poison == POISON_HOLD ? SQL_CLAIM_HOLD : SQL_CLAIM_SKIP;
+    lanes_init(&m->lanes);
+    m->forget_gone_due = true; /* flags left by relays that crashed before this one started */
+    backoff_init(&m->retry, RETRY_BASE_S, RETRY_CAP_S, 0);
+    timer_init(m, &m->poll_timer, on_wake_timer);
+    m->poll_timer.repeat = (double)cfg->poll_interval_ms / 1000.0;
+    ev_timer_again(m->loop, &m->poll_timer);
+    timer_init(m, &m->rebalance_timer, on_rebalance_timer);
+    m->rebalance_timer.repeat = (double)cfg->rebalance_interval_ms / 1000.0;
+    ev_timer_again(m->loop, &m->rebalance_timer);
+    timer_init(m, &m->retry_timer, on_wake_timer);
+    timer_init(m, &m->busy_timer, on_wake_timer);
+    timer_init(m, &m->delivery_timer, on_delivery_timer);
+    timer_init(m, &m->shutdown_timer, on_shutdown_timer);
+    m->phase = PHASE_DOWN;
+    return true;
+}
+
+static void member_free(Member *m)
+{
+    if (!m->relay)
+        return; /* never initialised */
+    ev_timer_stop(m->loop, &m->poll_timer);
+    ev_timer_stop(m->loop, &m->retry_timer);
+    ev_timer_stop(m->loop, &m->busy_timer);
+    ev_timer_stop(m->loop, &m->rebalance_timer);
+    ev_timer_stop(m->loop, &m->shutdown_timer);
+    ev_timer_stop(m->loop, &m->delivery_timer);
+    pg_conn_free(m->pg);
+    batch_free(&m->batch);
+    batch_marks_free(&m->marks);
+    lanes_free(&m->lanes);
+    for (int i = 0; i < SQL_COUNT; i++)
+        free(m->sql[i]);
 }
 
 Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf, char *err,
                  size_t errlen)
 {
     Relay *r = calloc(1, sizeof(*r));
-    if (!r || !batch_init(&r->batch, (int)cfg->batch_size + DEAD_LETTER_LIMIT)) {
-        if (r)
-            batch_free(&r->batch);
-        free(r);
+    if (r) {
+        r->loop = loop;
+        r->cfg = cfg;
+        r->n_members = (int)cfg->sessions;
+        r->logged_owned = -1;
+        r->members = calloc((size_t)r->n_members, sizeof(Member));
+    }
+    bool ok = r && r->members;
+    for (int i = 0; ok && i < r->n_members; i++)
+        ok = member_init(&r->members[i], r, i);
+    if (!ok) {
+        relay_free(r);
         rd_kafka_conf_destroy(kconf);
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    r->loop = loop;
-    r->cfg = cfg;
-    r->claim_stmt = cfg->on_poison == POISON_HOLD ? SQL_CLAIM_HOLD : SQL_CLAIM_SKIP;
     r->kconf_template = rd_kafka_conf_dup(kconf);
     r->kafka = kafka_producer_new(loop, kconf, on_delivery, r, err, errlen);
     if (!r->kafka) {
-        rd_kafka_conf_destroy(r->kconf_template);
-        batch_free(&r->batch);
-        free(r);
+        relay_free(r);
         return NULL;
     }
-    lanes_init(&r->lanes);
-    r->logged_owned = -1;
-    r->forget_gone_due = true; /* flags left by relays that crashed before this one started */
-    backoff_init(&r->retry, RETRY_BASE_S, RETRY_CAP_S, 0);
-    timer_init(r, &r->poll_timer, on_wake_timer);
-    r->poll_timer.repeat = (double)cfg->poll_interval_ms / 1000.0;
-    ev_timer_again(loop, &r->poll_timer);
-    timer_init(r, &r->rebalance_timer, on_rebalance_timer);
-    r->rebalance_timer.repeat = (double)cfg->rebalance_interval_ms / 1000.0;
-    ev_timer_again(loop, &r->rebalance_timer);
-    timer_init(r, &r->retry_timer, on_wake_timer);
-    timer_init(r, &r->busy_timer, on_wake_timer);
-    timer_init(r, &r->delivery_timer, on_delivery_timer);
-    timer_init(r, &r->shutdown_timer, on_shutdown_timer);
     ev_signal_init(&r->sigterm, on_signal, SIGTERM);
     r->sigterm.data = r;
     ev_signal_start(loop, &r->sigterm);
     ev_signal_init(&r->sigint, on_signal, SIGINT);
     r->sigint.data = r;
     ev_signal_start(loop, &r->sigint);
-    r->phase = PHASE_DOWN;
     return r;
 }
 
 int relay_run(Relay *r)
 {
-    r->pg = pg_conn_new(r->loop, r->cfg->database_url, on_pg_state, on_notify, r);
+    r->running = r->n_members;
+    for (int i = 0; i < r->n_members; i++) {
+        Member *m = &r->members[i];
+        m->pg = pg_conn_new(r->loop, r->cfg->database_url, on_pg_state, on_notify, m);
+    }
     ev_run(r->loop, 0);
-    log_info("stopped", "sent=%llu failed_attempts=%llu dead_lettered=%llu order_breaks=%llu",
-             r->total_sent, r->total_failed, r->total_dead, r->order_breaks);
+    unsigned long long sent = 0, failed = 0, dead = 0, breaks = 0;
+    for (int i = 0; i < r->n_members; i++) {
+        sent += r->members[i].total_sent;
+        failed += r->members[i].total_failed;
+        dead += r->members[i].total_dead;
+        breaks += r->members[i].order_breaks;
+    }
+    log_info("stopped", "sent=%llu failed_attempts=%llu dead_lettered=%llu order_breaks=%llu", sent,
+             failed, dead, breaks);
     return r->exit_status;
 }
 
 void relay_status(const Relay *r, RelayStatus *out)
 {
-    out->postgres_up = r->pg && pg_conn_up(r->pg);
+    memset(out, 0, sizeof(*out));
+    out->postgres_up = true;
     out->kafka_up = r->kafka && kafka_up(r->kafka);
     out->stopping = r->stopping;
-    out->lanes_owned = r->lanes.n_owned;
-    out->members = r->lanes.members;
+    for (int i = 0; i < r->n_members; i++) {
+        const Member *m = &r->members[i];
+        out->postgres_up = out->postgres_up && m->pg && pg_conn_up(m->pg);
+        out->lanes_owned += m->lanes.n_owned;
+        if (m->lanes.members > out->members)
+            out->members = m->lanes.members;
+    }
 }
 
 void relay_free(Relay *r)
 {
     if (!r)
         return;
-    ev_timer_stop(r->loop, &r->poll_timer);
-    ev_timer_stop(r->loop, &r->retry_timer);
-    ev_timer_stop(r->loop, &r->busy_timer);
-    ev_timer_stop(r->loop, &r->rebalance_timer);
-    ev_timer_stop(r->loop, &r->shutdown_timer);
-    ev_timer_stop(r->loop, &r->delivery_timer);
     ev_signal_stop(r->loop, &r->sigterm);
     ev_signal_stop(r->loop, &r->sigint);
-    /* The producer goes first: its last delivery reports still point into the batch. */
+    /* The producer goes first: its last delivery reports still point into the batches. */
     kafka_producer_free(r->kafka, 1000);
-    pg_conn_free(r->pg);
-    batch_free(&r->batch);
-    batch_marks_free(&r->marks);
-    lanes_free(&r->lanes);
-    rd_kafka_conf_destroy(r->kconf_template);
-    for (int i = 0; i < SQL_COUNT; i++)
-        free(r->sql[i]);
+    for (int i = 0; r->members && i < r->n_members; i++)
+        member_free(&r->members[i]);
+    free(r->members);
+    if (r->kconf_template)
+        rd_kafka_conf_destroy(r->kconf_template);
     free(r);
 }

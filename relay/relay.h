@@ -5,7 +5,11 @@
  * round trip sets sent_at on the acknowledged rows, counts an attempt and records the error on
  * the failed ones, and commits. A row is never marked before the broker acknowledged it; a crash
  * or lost connection before the commit rolls the claim back and the rows are sent again later
- * (at least once; consumers dedupe on the `id` header). */
+ * (at least once; consumers dedupe on the `id` header).
+ *
+ * A relay runs --sessions such cycles side by side, each on its own PostgreSQL connection and
+ * each a member of the lane group (lanes.h) like a relay of its own, sharing one producer: while
+ * one session waits for Kafka, another claims or marks. */
 #ifndef OUTBOX_RELAY_H
 #define OUTBOX_RELAY_H
 
@@ -34,7 +38,7 @@ typedef struct RelayStatus {
     bool kafka_up;    /* see kafka_up() */
     bool stopping;    /* shutting down after SIGTERM/SIGINT */
     int lanes_owned;
-    int members; /* live relays seen at the last rebalance, this one included */
+    int members; /* live relay sessions (lane members) at the last rebalance, ours included */
 } RelayStatus;
 
 void relay_status(const Relay *r, RelayStatus *out);

@@ -23,9 +23,10 @@ static const char *const SQL_BACKLOG =
 static const char *const SQL_THROUGHPUT =
     "SELECT count(*) FROM {table} WHERE sent_at > now() - interval '60 seconds'";
 
-/* A relay is alive while its session holds a member-slot lock (see lanes.h); its lanes are the
- * lane locks of the same session. pg_stat_activity shows the client address and start time only
- * for sessions the role may see (its own, or all with pg_read_all_stats): NULL otherwise. */
+/* A relay session is alive while it holds a member-slot lock (see lanes.h); its lanes are the
+ * lane locks of the same session (a relay runs --sessions of them). pg_stat_activity shows the
+ * client address and start time only for sessions the role may see (its own, or all with
+ * pg_read_all_stats): NULL otherwise. */
 static const char *const SQL_RELAYS =
     "SELECT m.objid::int, m.pid,"
     " (SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory'"
@@ -67,7 +68,7 @@ static void print_json(PGresult *backlog, long long sent_minute, PGresult *relay
         "retrying", (json_int_t)int_at(backlog, 0, 1), "oldest_unsent_age_seconds",
         PQgetisnull(backlog, 0, 3) ? json_null() : json_real(atof(PQgetvalue(backlog, 0, 3))),
         "dead_lettered", (json_int_t)int_at(backlog, 0, 2), "sent_last_minute",
-        (json_int_t)sent_minute, "throughput_per_second", (double)sent_minute / 60.0, "relays",
+        (json_int_t)sent_minute, "throughput_per_second", (double)sent_minute / 60.0, "sessions",
         list);
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     if (text)
@@ -91,7 +92,7 @@ static void print_text(PGresult *backlog, long long sent_minute, PGresult *relay
     long long lanes = 0;
     for (int i = 0; i < n; i++)
         lanes += int_at(relays, i, 2);
-    printf("relays:         %d active, owning %lld of %d lanes\n", n, lanes, LANE_COUNT);
+    printf("relay sessions: %d active, owning %lld of %d lanes\n", n, lanes, LANE_COUNT);
     if (n == 0)
         return;
     printf("  %-6s %-8s %-6s %-24s %s\n", "SLOT", "PID", "LANES", "CLIENT", "CONNECTED SINCE");

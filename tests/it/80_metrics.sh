@@ -2,7 +2,7 @@
 # Proves the metrics and health endpoints (--metrics-listen), served from the relay's own loop:
 #  1. after relaying 3,000 events: outbox_events_published_total for their topic >= 3,000, the
 #     latency histogram counted them, batches counted, the backlog gauges present (and 0), the
-#     state gauges say PostgreSQL and Kafka up, 64 lanes owned, 1 relay; every sample line is
+#     state gauges say PostgreSQL and Kafka up, 64 lanes owned, 2 relay sessions; every sample line is
 #     well-formed Prometheus text with HELP and TYPE; /healthz and /readyz answer 200;
 #  2. unknown paths answer 404, POST 405 (with Allow), HEAD 200; a second relay asking for the
 #     same address exits 1 with one line;
@@ -54,7 +54,8 @@ check "1: oldest-unsent-age gauge present (0 with no backlog)" \
 check "1: outbox_postgres_up 1" metric_is outbox_postgres_up 1
 check "1: outbox_kafka_up 1" metric_is outbox_kafka_up 1
 check "1: outbox_lanes_owned 64" metric_is outbox_lanes_owned 64
-check "1: outbox_relays 1" metric_is outbox_relays 1
+check "1: outbox_relay_sessions 2 (one relay, --sessions default)" \
+    metric_is outbox_relay_sessions 2
 
 http_get /metrics >"$T/metrics.txt"
 well_formed() {

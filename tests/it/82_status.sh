@@ -1,12 +1,13 @@
 #!/bin/bash
 # Proves `outbox-relay status` (and --json) reports what the table and the relays look like:
 #  1. with Kafka down: the backlog (unsent, not dead-lettered rows), how many wait for a retry,
-#     the age of the oldest unsent row, the dead-lettered count, and the one active relay — its
-#     member slot, the backend pid that holds the slot's lock, its 64 lanes, its client address;
-#  2. a second relay shows up as a second active relay, the two owning the 64 lanes together;
+#     the age of the oldest unsent row, the dead-lettered count, and the one relay's two claim
+#     sessions (--sessions default) — their member slots, the backend pids that hold the slots'
+#     locks, their 64 lanes between them, their client address;
+#  2. a second relay shows up as two more sessions, the four owning the 64 lanes together;
 #  3. once Kafka is back and the backlog is sent: backlog 0, no age, and the rows sent in the last
 #     minute counted (throughput per second = that / 60);
-#  4. after the relays stop: no active relay; an unreachable database exits 1 with one error line.
+#  4. after the relays stop: no active session; an unreachable database exits 1 with one error line.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
 t_setup
@@ -16,7 +17,7 @@ relay_migrate 2>"$T/migrate.log" || fail "migrate"
 
 status() { "$RELAY_BIN" status --database-url "$DATABASE_URL" "$@"; }
 json() { status --json | jq -r "$1"; }
-relays_are() { [ "$(json '.relays | length')" = "$1" ]; }
+sessions_are() { [ "$(json '.sessions | length')" = "$1" ]; }
 
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
         SELECT 'dead', 'd-' || g, 'changed', '{}' FROM generate_series(1, 3) AS g"
@@ -32,7 +33,7 @@ RELAY_OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --delivery-timeo
     --kafka reconnect.backoff.max.ms=500)
 relay_start "${RELAY_OPTS[@]}"
 first=$RELAY_PID
-wait_for "1: the relay shows as active" 15 relays_are 1
+wait_for "1: the relay's two sessions show as active" 15 sessions_are 2
 
 # --- 1. ---
 status >"$T/status.txt" 2>&1
@@ -40,8 +41,8 @@ check_eq "1: status exits 0" 0 $?
 check "1: text: backlog of 120, 5 waiting for a retry" \
     grep -qE '^backlog: +120 unsent events \(5 waiting for a retry\)' "$T/status.txt"
 check "1: text: dead-lettered 3" grep -qE '^dead-lettered: +3$' "$T/status.txt"
-check "1: text: one relay owning 64 lanes" \
-    grep -qE '^relays: +1 active, owning 64 of 64 lanes' "$T/status.txt"
+check "1: text: two sessions owning 64 lanes" \
+    grep -qE '^relay sessions: 2 active, owning 64 of 64 lanes' "$T/status.txt"
 status --json >"$T/status.json" 2>&1
 check_eq "1: --json exits 0" 0 $?
 check_eq "1: --json is one JSON object" 1 "$(jq -s length "$T/status.json")"
@@ -50,28 +51,32 @@ check_eq "1: json retrying" 5 "$(jq -r .retrying "$T/status.json")"
 check_eq "1: json dead_lettered" 3 "$(jq -r .dead_lettered "$T/status.json")"
 check "1: json oldest_unsent_age_seconds > 0" \
     jq -e '.oldest_unsent_age_seconds > 0' "$T/status.json"
-# The backend that holds the member-slot lock is the relay's connection.
-backend=$(psql_q "SELECT pid FROM pg_locks WHERE locktype = 'advisory'
-                  AND classid = 1331849729 AND objsubid = 2 AND granted")
-check_eq "1: json relay pid is the backend holding the member slot" "$backend" \
-    "$(jq -r '.relays[0].pid' "$T/status.json")"
-check_eq "1: json relay slot, lanes, client address" "0 64 127.0.0.1" \
-    "$(jq -r '.relays[0] | "\(.slot) \(.lanes) \(.client_addr)"' "$T/status.json")"
-check "1: json relay client_port and backend_start set" \
-    jq -e '.relays[0].client_port > 0 and (.relays[0].backend_start | test("^[0-9-]+T[0-9:]+Z$"))' \
+# The backends that hold the member-slot locks are the relay's connections. Which session owns
+# which lanes depends on who joined first (a session hands lanes over only between batches, and
+# the batch waits for Kafka), so only the sum is fixed.
+backends=$(psql_q "SELECT string_agg(pid::text, ' ' ORDER BY objid) FROM pg_locks
+                   WHERE locktype = 'advisory' AND classid = 1331849729 AND objsubid = 2
+                   AND granted")
+check_eq "1: json session pids are the backends holding the member slots" "$backends" \
+    "$(jq -r '[.sessions[].pid | tostring] | join(" ")' "$T/status.json")"
+check_eq "1: json session slots, lanes in all, client addresses" "0 1 64 127.0.0.1" \
+    "$(jq -r '"\([.sessions[].slot | tostring] | join(" ")) \([.sessions[].lanes] | add) \([.sessions[].client_addr] | unique | join(","))"' "$T/status.json")"
+check "1: json session client_port and backend_start set" \
+    jq -e 'all(.sessions[]; .client_port > 0 and (.backend_start | test("^[0-9-]+T[0-9:]+Z$")))' \
     "$T/status.json"
-check "1: text lists the relay's pid" grep -qE "^  0 +$backend +64 +127\.0\.0\.1:" "$T/status.txt"
+check "1: text lists the first session's pid" \
+    grep -qE "^  0 +${backends%% *} +[0-9]+ +127\.0\.0\.1:" "$T/status.txt"
 
 # --- 2. a second relay ---
 relay_start "${RELAY_OPTS[@]}"
-wait_for "2: two active relays" 15 relays_are 2
+wait_for "2: four active sessions" 15 sessions_are 4
 # (The first relay hands lanes over only between batches, and its batch waits for Kafka.)
-all_lanes_owned() { [ "$(json '[.relays[].lanes] | add')" = 64 ]; }
+all_lanes_owned() { [ "$(json '[.sessions[].lanes] | add')" = 64 ]; }
 check "2: together they own the 64 lanes" all_lanes_owned
-check "2: text lists both" grep -qE '^relays: +2 active, owning 64 of 64 lanes' <(status)
+check "2: text lists all four" grep -qE '^relay sessions: 4 active, owning 64 of 64 lanes' <(status)
 relay_stop
 check_eq "2: second relay exits 0" 0 $?
-wait_for "2: back to one active relay" 15 relays_are 1
+wait_for "2: back to the first relay's two sessions" 15 sessions_are 2
 
 # --- 3. throughput ---
 broker_up
@@ -92,7 +97,7 @@ check "3: text shows no age" grep -qE '^oldest unsent: +-$' <(status)
 RELAY_PID=$first
 relay_stop
 check_eq "4: first relay exits 0" 0 $?
-wait_for "4: no active relay after both stopped" 15 relays_are 0
+wait_for "4: no active session after both relays stopped" 15 sessions_are 0
 "$RELAY_BIN" status --database-url "postgresql://postgres@127.0.0.1:1/outbox" >"$T/down.out" 2>&1
 check_eq "4: unreachable database: exit 1" 1 $?
 check_eq "4: with one line" 1 "$(grep -c '' "$T/down.out")"

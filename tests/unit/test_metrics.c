@@ -61,7 +61,7 @@ static void test_counters(void **state)
     assert_line(t, "outbox_postgres_up 1");
     assert_line(t, "outbox_kafka_up 0");
     assert_line(t, "outbox_lanes_owned 32");
-    assert_line(t, "outbox_relays 2");
+    assert_line(t, "outbox_relay_sessions 2");
     assert_line(t, "# TYPE outbox_events_published_total counter");
     /* topics sorted by name */
     assert_true(strstr(t, "outbox.event.invoice") < strstr(t, "outbox.event.order"));

@@ -1,0 +1,92 @@
+#!/bin/bash
+# Proves a relay's claim sessions (--sessions, default 2):
+#  1. one relay's two sessions split the 64 lanes between them (each holds some, none twice, on two
+#     backends) and both deliver: each commits batches of its own (debug log, session=0 and 1);
+#  2. terminating one session's backend while its batch waits for Kafka (300 ms round trips): the
+#     relay logs the batch abandoned, keeps running, the session reconnects and rejoins, and every
+#     row is delivered, first copies in order per aggregate;
+#  3. with --sessions 1 the relay holds all 64 lanes on one backend;
+#  4. --sessions 0 and 9 are refused with one line, exit 2.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+t_setup
+pg_start
+broker_start 3
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+
+LANE_NS=1331849730 # first key of the lane advisory locks (relay/lanes.c)
+OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --kafka reconnect.backoff.max.ms=500)
+
+# lane_holders: "BACKEND_PID LANES" per session holding lanes.
+lane_holders() {
+    psql_q "SELECT pid, count(*) FROM pg_locks WHERE locktype = 'advisory'
+            AND classid = $LANE_NS AND objsubid = 2 AND granted GROUP BY pid ORDER BY pid" |
+        tr '|' ' '
+}
+# held_by N: N backends hold lanes, some each, the 64 lanes once in all.
+held_by() {
+    local rows
+    rows=$(lane_holders)
+    [ "$(grep -c . <<<"$rows")" = "$1" ] &&
+        [ "$(awk '{ s += $2 } END { print s + 0 }' <<<"$rows")" = 64 ] &&
+        [ "$(psql_q "SELECT count(DISTINCT objid) FROM pg_locks WHERE locktype = 'advisory'
+                     AND classid = $LANE_NS AND objsubid = 2 AND granted")" = 64 ]
+}
+insert() { # insert TYPE FROM TO: rows over 200 aggregates, seq grows with id per aggregate
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            SELECT '$1', '$1-' || (g % 200), 'changed', jsonb_build_object('seq', g)
+            FROM generate_series($2, $3) AS g ORDER BY g"
+}
+committed_by() { # committed_by SESSION: the relay log has a batch committed by that session
+    grep -q "msg=\"batch committed\" session=$1 rows=[1-9]" "$RELAY_LOG"
+}
+check_delivered() { # check_delivered TYPE: every row of TYPE in Kafka, first copies in order
+    local file=$T/$1.json
+    consume --topic "outbox.event.$1" --idle-ms 2000 --timeout-ms 30000 >"$file"
+    check "$1: every row delivered" \
+        diff <(jq -r .headers.id "$file" | sort -u) \
+        <(psql_q "SELECT event_id FROM outbox WHERE aggregate_type = '$1'" | sort)
+    check "$1: first copies in order per aggregate" first_copies_in_order "$file"
+}
+
+# --- 1. two sessions share the lanes and the work ---
+relay_start "${OPTS[@]}" --log-level debug
+wait_for "1: two backends of the relay hold the 64 lanes, some each" 15 held_by 2
+insert a 0 19999
+wait_for "1: 20,000 rows sent" 60 no_unsent_rows
+check "1: session 0 committed batches" committed_by 0
+check "1: session 1 committed batches" committed_by 1
+check_delivered a
+
+# --- 2. one session's backend terminated mid-batch ---
+broker_cmd "rtt all 300"
+insert b 0 19999
+batches_waiting() { [ "$(grep -c 'msg="claimed batch"' "$RELAY_LOG")" -ge "$1" ]; }
+claimed_before=$(grep -c 'msg="claimed batch"' "$RELAY_LOG")
+wait_for "2: batches claimed while Kafka is slow" 15 batches_waiting $((claimed_before + 2))
+victim=$(lane_holders | head -n 1 | cut -d ' ' -f 1)
+check_eq "2: terminated one session's backend" t \
+    "$(psql_q "SELECT pg_terminate_backend($victim)")"
+broker_cmd "rtt all 0"
+wait_for "2: all rows sent after the session was cut" 60 no_unsent_rows
+check "2: the relay logged the abandoned batch" grep -q 'msg="batch abandoned' "$RELAY_LOG"
+check "2: the relay is still running" relay_running
+wait_for "2: the session rejoined: two backends hold the lanes again" 15 held_by 2
+check_delivered b
+relay_stop
+check_eq "2: relay exits 0" 0 $?
+check "2: no order break logged" lacks "$RELAY_LOG" "order broken"
+
+# --- 3. one session ---
+relay_start "${OPTS[@]}" --sessions 1
+wait_for "3: --sessions 1: one backend holds all 64 lanes" 15 held_by 1
+relay_stop
+check_eq "3: relay exits 0" 0 $?
+
+# --- 4. out of range ---
+for n in 0 9; do
+    "$RELAY_BIN" run "${OPTS[@]}" --sessions "$n" >"$T/bad.out" 2>&1
+    check_eq "4: --sessions $n exits 2" 2 $?
+    check_eq "4: --sessions $n: one line" 1 "$(grep -c '' "$T/bad.out")"
+    check "4: --sessions $n: names the option" grep -q -- "--sessions" "$T/bad.out"
+done
