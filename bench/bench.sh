@@ -10,8 +10,10 @@
 #
 # Settings (environment):
 #   BENCH_SIZES="100000 1000000"   drain backlogs (multiples of 1000)
-#   BENCH_TUNED_FLAGS="--batch-size 5000 --kafka linger.ms=10"
+#   BENCH_TUNED_FLAGS="--batch-size 2000 --kafka linger.ms=1"
 #                                  extra relay flags of the "tuned" rows; empty: no tuned rows
+#   BENCH_ONE_SESSION=1            also drain with --sessions 1 (the cycle without a second claim
+#                                  session), to show what the sessions lever buys; 0: skip
 #   BENCH_NAIVE_SIZE=100000        backlog of the naive loop (default: 100000 if among the sizes,
 #                                  else the smallest size)
 #   BENCH_RATES="1000 5000"        latency runs, events/s
@@ -50,7 +52,8 @@ else
     d_sizes="100000 1000000" d_lat=10 d_warm=3 d_prod=10
 fi
 SIZES=${BENCH_SIZES:-$d_sizes}
-TUNED_FLAGS=${BENCH_TUNED_FLAGS-"--batch-size 5000 --kafka linger.ms=10"}
+TUNED_FLAGS=${BENCH_TUNED_FLAGS-"--batch-size 2000 --kafka linger.ms=1"}
+ONE_SESSION=${BENCH_ONE_SESSION:-1}
 RATES=${BENCH_RATES:-1000 5000}
 LAT_S=${BENCH_LATENCY_SECONDS:-$d_lat}
 WARM_S=${BENCH_WARMUP_SECONDS:-$d_warm}
@@ -704,6 +707,7 @@ for ((round = 1; round <= REPEAT; round++)); do
         bound "update.$n" "$n" "$BENCH/claim_update.sql"
         [ "$main_size" = 1 ] && bound "delete.$n" "$n" "$BENCH/claim_delete.sql"
         drain "default.$n" "$n" relay
+        [ "$main_size" = 1 ] && [ "$ONE_SESSION" = 1 ] && drain "single.$n" "$n" relay --sessions 1
         [ "$main_size" = 1 ] && [ ${#TUNED[@]} -gt 0 ] && drain "tuned.$n" "$n" relay "${TUNED[@]}"
         [ "$n" = "$NAIVE_SIZE" ] && drain "naive.$n" "$n" naive
     done
@@ -786,12 +790,13 @@ report_drain() {
     for n in "${SIZE_LIST[@]}"; do
         bound=${R_RATE[update.$n]:-}
         naive=${R_RATE[naive.$n]:-}
-        for key in update delete default tuned naive; do
+        for key in update delete default single tuned naive; do
             [ -n "${R_RATE[$key.$n]:-}" ] || continue
             case $key in
             update) d="PostgreSQL-only bound: claim + UPDATE, 1,000 rows a statement" ;;
             delete) d="PostgreSQL-only bound: claim + DELETE, 1,000 rows a statement" ;;
             default) d="relay, default settings" ;;
+            single) d="relay, one claim session: \`--sessions 1\`" ;;
             tuned) d="relay, tuned: \`$TUNED_LABEL\`" ;;
             naive) d="naive loop (100-row batches, one UPDATE per row)" ;;
             esac
@@ -937,7 +942,8 @@ report_method() {
   LOCKED\`), marks them sent (or deletes them) and returns the columns the relay needs; no Kafka.
   events/s = pgbench's tps (without connection time) × 1,000; all rows checked claimed after.
 - **Relay drains.** bin/outbox-relay (the non-sanitizer build) started with only
-  --database-url and --brokers (default settings) or with \`$TUNED_LABEL\` (tuned); timed from
+  --database-url and --brokers (default settings: two claim sessions), with \`--sessions 1\`
+  (one claim session, the cycle before sessions) or with \`$TUNED_LABEL\` (tuned); timed from
   process start until no unsent row remains, so start-up is included (shown separately: start
   to the relay's "lanes owned" log line). Completion is polled every ${POLL_MS} ms over one open
   psql session: a primary-key lookup of row N, then one check of the whole partial index. The

@@ -150,6 +150,7 @@ struct Relay {
     Member *members;
     int n_members;
     int running;      /* members that have not finished stopping */
+    bool purging;     /* a delivery timeout purged the producer; its reports are not all in */
     int logged_owned; /* lanes of all members, last logged, to log only changes */
     bool stopping;
     int signals;
@@ -181,6 +182,7 @@ struct Member {
     char slot_text[16];     /* member slot as a query parameter */
     bool left;              /* shutting down: the sleeping flag row was (being) removed */
     bool stopped;           /* done shutting down */
+    bool waiting;           /* producing paused (queue full, purge): a delivery report resumes it */
     ev_tstamp last_rows_at; /* when a claim last returned rows */
     ev_tstamp claim_sent_at, marks_sent_at; /* of the current batch, for the debug log */
     bool stopping;
@@ -326,9 +328,10 @@ static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, 
     metrics_batch_committed();
     ev_now_update(m->loop);
     log_debug("batch committed",
-              "session=%d rows=%d sent=%d failed=%d claim_ms=%.2f deliver_ms=%.2f mark_ms=%.2f",
-              m->index, b->n, b->acked, b->failed, (b->claimed_at - m->claim_sent_at) * 1e3,
-              (m->marks_sent_at - b->claimed_at) * 1e3, (ev_now(m->loop) - m->marks_sent_at) * 1e3);
+              "rows=%d sent=%d failed=%d claim_ms=%.2f deliver_ms=%.2f mark_ms=%.2f session=%d",
+              b->n, b->acked, b->failed, (b->claimed_at - m->claim_sent_at) * 1e3,
+              (m->marks_sent_at - b->claimed_at) * 1e3, (ev_now(m->loop) - m->marks_sent_at) * 1e3,
+              m->index);
     if (m->awake_stmt >= 0)
         m->asleep = false;
     bool nothing_through = b->acked == 0 && transient_failure;
@@ -365,9 +368,9 @@ static void log_batch_failures(Member *m, const BatchRow *first_failed)
     const char *error = first_failed->error ? first_failed->error : "unknown error";
     LogLevel level = strcmp(error, m->last_failure) == 0 ? LOG_DEBUG : LOG_WARN;
     log_write(level, "events not delivered; they will be retried",
-              "failed=%d sent=%d first_id=%lld first_event_id=%s permanent=%s error=%s", b->failed,
-              b->acked, first_failed->row.id, first_failed->row.event_id,
-              first_failed->permanent ? "true" : "false", log_quote(error, q, sizeof(q)));
+              "failed=%d sent=%d first_id=%lld first_event_id=%s permanent=%s error=%s session=%d",
+              b->failed, b->acked, first_failed->row.id, first_failed->row.event_id,
+              first_failed->permanent ? "true" : "false", log_quote(error, q, sizeof(q)), m->index);
     snprintf(m->last_failure, sizeof(m->last_failure), "%s", error);
 }
 
@@ -493,10 +496,24 @@ static rd_kafka_resp_err_t produce_event(Member *m, BatchRow *br)
     return err;
 }
 
+/* Messages of all sessions not yet reported: the producer and its queue are shared. */
+static int relay_in_flight(const Relay *r)
+{
+    int n = 0;
+    for (int i = 0; i < r->n_members; i++)
+        n += r->members[i].batch.in_flight;
+    return n;
+}
+
 static void produce_more(Member *m)
 {
     Batch *b = &m->batch;
-    while (b->next < b->n && !m->stopping && !b->timed_out) {
+    Relay *r = m->relay;
+    m->waiting = false;
+    /* Nothing new goes to the producer while a purge is under way: the purge is not
+     * instantaneous, and a message of this batch caught by it while later ones get through
+     * would leave a gap in its aggregate's order. */
+    while (b->next < b->n && !m->stopping && !b->timed_out && !r->purging) {
         BatchRow *br = &b->rows[b->next];
         if (!br->dead_letter && batch_is_held(b, &br->row)) {
             b->next++; /* an earlier event of its aggregate failed: it waits for the retry */
@@ -504,8 +521,10 @@ static void produce_more(Member *m)
         }
         rd_kafka_resp_err_t err =
             br->dead_letter ? produce_dead_letter(m, br) : produce_event(m, br);
-        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && b->in_flight > 0)
-            break; /* backpressure: on_delivery resumes once reports free room */
+        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && relay_in_flight(r) > 0) {
+            m->waiting = true; /* backpressure: a report of any session frees room */
+            break;
+        }
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
             batch_fail(b, br, rd_kafka_err2str(err), kafka_error_permanent(err));
         else if (br->state == ROW_PENDING) {
@@ -516,6 +535,8 @@ static void produce_more(Member *m)
     }
     if (m->stopping || b->timed_out)
         b->next = b->n; /* rows not produced yet stay unsent, with no attempt counted */
+    else if (r->purging && b->next < b->n)
+        m->waiting = true;
     maybe_finish_batch(m);
 }
 
@@ -530,12 +551,8 @@ static Member *member_of_row(Relay *r, const BatchRow *br)
     return NULL;
 }
 
-static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
+static void record_delivery(Member *m, BatchRow *br, rd_kafka_resp_err_t err)
 {
-    BatchRow *br = opaque;
-    Member *m = member_of_row(arg, br);
-    if (!m)
-        return;
     Batch *b = &m->batch;
     if (br->state != ROW_QUEUED)
         return; /* reported after shutdown gave up on it */
@@ -557,6 +574,21 @@ static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
         produce_more(m);
     else
         maybe_finish_batch(m);
+}
+
+static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
+{
+    Relay *r = arg;
+    Member *m = member_of_row(r, opaque);
+    if (m)
+        record_delivery(m, opaque, err);
+    if (r->purging && relay_in_flight(r) == 0)
+        r->purging = false;
+    for (int i = 0; i < r->n_members && !r->purging; i++) {
+        Member *other = &r->members[i];
+        if (other->waiting && other->phase == PHASE_PRODUCING)
+            produce_more(other);
+    }
 }
 
 /* ---- claiming ----------------------------------------------------------------------------- */
@@ -646,14 +678,21 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
         end_transaction(m, SQL_COMMIT); /* asleep already: that was the final check */
         return;
     }
+    if (kafka_fatal(m->relay->kafka)) {
+        /* The producer failed while this claim was under way: produce nothing on it. The rows go
+         * back untouched, and the retry recreates the producer once every session is done. */
+        end_transaction(m, SQL_ROLLBACK);
+        schedule_retry(m);
+        return;
+    }
     /* The batch keeps the results: its rows point into them. */
     batch_load(&m->batch, results[events_at], dead_at > 0 ? results[dead_at] : NULL);
     m->batch.claimed_at = ev_now(m->loop);
     results[events_at] = NULL;
     if (dead_at > 0)
         results[dead_at] = NULL;
-    log_debug("claimed batch", "session=%d rows=%d dead_letter=%d first_id=%lld", m->index, events,
-              dead, m->batch.rows[0].row.id);
+    log_debug("claimed batch", "rows=%d dead_letter=%d first_id=%lld session=%d", events, dead,
+              m->batch.rows[0].row.id, m->index);
     m->phase = PHASE_PRODUCING;
     ev_timer_set(&m->delivery_timer, (double)m->cfg->delivery_timeout_ms / 1000.0, 0);
     ev_timer_start(m->loop, &m->delivery_timer);
@@ -785,6 +824,8 @@ static void on_listening(PgConn *pg, PGresult **results, int n, const char *erro
 static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
 {
     Member *m = arg;
+    if (up && m->stopped)
+        return; /* done: the other sessions are finishing, this one stays out of the group */
     if (up && !m->sql[0]) {
         /* Quoting follows the connection's encoding, so the statements are written now. */
         char err[256];
@@ -811,9 +852,11 @@ static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
     /* The flag row may still say sleeping under the old slot; the next sleep cleans it up. */
     m->asleep = false;
     m->forget_gone_due = true;
+    m->slot_text[0] = '\0'; /* the slot went with the session: another relay may take it */
     if (b->n > 0) {
         log_warn("batch abandoned with the connection; its rows will be sent again",
-                 "rows=%d in_flight=%d", b->n, b->in_flight);
+                 "rows=%d in_flight=%d session=%d", b->n, b->in_flight, m->index);
+        ev_timer_stop(m->loop, &m->delivery_timer);
         b->abandoned = true;
         b->next = b->n;
         maybe_finish_batch(m);
@@ -853,7 +896,7 @@ static void on_shutdown_timer(struct ev_loop *loop, ev_timer *w, int revents)
         return;
     }
     log_warn("shutdown timeout: marking what was acknowledged, the rest will be re-sent",
-             "in_flight=%d", b->in_flight);
+             "in_flight=%d session=%d", b->in_flight, m->index);
     if (m->phase == PHASE_PRODUCING && !b->abandoned) {
         /* Reports that arrive from now on are ignored: those rows stay unsent. */
         for (int i = 0; i < b->n; i++)
@@ -875,14 +918,15 @@ static void on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents)
     /* Like log_batch_failures: loud once per streak of failing batches, then debug. */
     log_write(m->last_failure[0] ? LOG_DEBUG : LOG_WARN,
               "delivery timeout: cancelling the rest of the batch, it will be retried",
-              "in_flight=%d acked=%d timeout_ms=%ld", b->in_flight, b->acked,
-              m->cfg->delivery_timeout_ms);
+              "in_flight=%d acked=%d timeout_ms=%ld session=%d", b->in_flight, b->acked,
+              m->cfg->delivery_timeout_ms, m->index);
     /* The purge cancels what every member has in flight: each counts it as its own timeout, so
      * what reached the broker stays a prefix of each batch per partition. */
     Relay *r = m->relay;
     for (int i = 0; i < r->n_members; i++)
         if (r->members[i].batch.in_flight > 0)
             r->members[i].batch.timed_out = true;
+    r->purging = true;
     kafka_purge(r->kafka);
 }
 
@@ -1028,7 +1072,9 @@ int relay_run(Relay *r)
     r->running = r->n_members;
     for (int i = 0; i < r->n_members; i++) {
         Member *m = &r->members[i];
-        m->pg = pg_conn_new(r->loop, r->cfg->database_url, on_pg_state, on_notify, m);
+        char name[24];
+        snprintf(name, sizeof(name), "session-%d", i);
+        m->pg = pg_conn_new_named(r->loop, r->cfg->database_url, name, on_pg_state, on_notify, m);
     }
     ev_run(r->loop, 0);
     unsigned long long sent = 0, failed = 0, dead = 0, breaks = 0;

@@ -72,7 +72,7 @@ relay_start "${RELAY_OPTS[@]}"
 wait_for "2: four active sessions" 15 sessions_are 4
 # (The first relay hands lanes over only between batches, and its batch waits for Kafka.)
 all_lanes_owned() { [ "$(json '[.sessions[].lanes] | add')" = 64 ]; }
-check "2: together they own the 64 lanes" all_lanes_owned
+wait_for "2: together they own the 64 lanes" 15 all_lanes_owned
 check "2: text lists all four" grep -qE '^relay sessions: 4 active, owning 64 of 64 lanes' <(status)
 relay_stop
 check_eq "2: second relay exits 0" 0 $?
