@@ -317,6 +317,19 @@ first_copies_in_order() {
         END { exit bad > 0 }'
 }
 
+# check_delivered TYPE [WHAT]: every row of aggregate type TYPE is in Kafka (topic
+# outbox.event.TYPE) at least once, and the first copies arrived in seq order per aggregate
+# (payloads as first_copies_in_order wants). WHAT names the first check (default "every row
+# delivered"); the messages read stay in $T/TYPE.json.
+check_delivered() {
+    local file=$T/$1.json
+    consume --topic "outbox.event.$1" --idle-ms 2000 --timeout-ms 30000 >"$file"
+    check "$1: ${2:-every row delivered}" \
+        diff <(jq -r .headers.id "$file" | sort -u) \
+        <(psql_q "SELECT event_id FROM outbox WHERE aggregate_type = '$1'" | sort)
+    check "$1: first copies in order per aggregate" first_copies_in_order "$file"
+}
+
 # ---- the relay ---------------------------------------------------------------------------------
 
 # relay_start ARGS...: `outbox-relay run ARGS` in the background; output in $RELAY_LOG.

@@ -42,15 +42,6 @@ insert() { # insert TYPE FROM TO: rows over 200 aggregates, seq grows with id pe
 committed_by() { # committed_by SESSION: the relay log has a batch committed by that session
     grep -qE "msg=\"batch committed\" rows=[1-9].* session=$1\$" "$RELAY_LOG"
 }
-check_delivered() { # check_delivered TYPE: every row of TYPE in Kafka, first copies in order
-    local file=$T/$1.json
-    consume --topic "outbox.event.$1" --idle-ms 2000 --timeout-ms 30000 >"$file"
-    check "$1: every row delivered" \
-        diff <(jq -r .headers.id "$file" | sort -u) \
-        <(psql_q "SELECT event_id FROM outbox WHERE aggregate_type = '$1'" | sort)
-    check "$1: first copies in order per aggregate" first_copies_in_order "$file"
-}
-
 # --- 1. two sessions share the lanes and the work ---
 relay_start "${OPTS[@]}" --log-level debug
 wait_for "1: two backends of the relay hold the 64 lanes, some each" 15 held_by 2

@@ -59,16 +59,6 @@ check_recovery_log() {
         <<<"$(tail -n +"$(($2 + 1))" "$RELAY_LOG")"
 }
 
-# check_delivered TYPE: every row of TYPE in Kafka at least once, first copies in seq order.
-check_delivered() {
-    local file=$T/$1.json
-    consume --topic "outbox.event.$1" --idle-ms 2000 --timeout-ms 30000 >"$file"
-    check "$1: every row delivered" \
-        diff <(jq -r .headers.id "$file" | sort -u) \
-        <(psql_q "SELECT event_id FROM outbox WHERE aggregate_type = '$1'" | sort)
-    check "$1: first copies in order per aggregate" first_copies_in_order "$file"
-}
-
 # --- 1. Kafka down at start ---
 broker_down
 insert k1 0 999

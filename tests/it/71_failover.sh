@@ -67,16 +67,6 @@ none_unsent_of() {
     [ "$(unsent_of "$1")" = 0 ]
 }
 
-# check_delivered TYPE COUNT: every row of TYPE in Kafka, first copies in order per aggregate.
-check_delivered() {
-    local file=$T/$1.json
-    consume --topic "outbox.event.$1" --idle-ms 2000 --timeout-ms 30000 >"$file"
-    check "$1: all $2 rows in Kafka" \
-        diff <(jq -r .headers.id "$file" | sort -u) \
-        <(psql_q "SELECT event_id FROM outbox WHERE aggregate_type = '$1'" | sort)
-    check "$1: first copies in order per aggregate" first_copies_in_order "$file"
-}
-
 pg_array() { # pg_array: stdin lines -> {a,b,c}
     echo "{$(paste -sd, -)}"
 }
@@ -108,7 +98,7 @@ else
     wait_for "2: ... delivered at all (30s more)" 30 none_unsent_of fo
 fi
 check_eq "2: the survivor holds all 64 lanes" 64 "$(lane_count "$B_PID")"
-check_delivered fo 1000
+check_delivered fo "all 1000 rows in Kafka"
 check "2: survivor logged its new lane count" grep -q 'msg="lanes owned" lanes=64 ' "$B_LOG"
 
 # --- 3. a third relay joins ---
@@ -131,7 +121,7 @@ c_sent=$(sed -n 's/.*msg="stopped" sent=\([0-9]*\).*/\1/p' "$C_LOG")
 echo "# 3: newcomer sent ${c_sent:-?} events"
 check "3: the newcomer delivered the 500 rows of its lanes itself (sent >= 500)" \
     test "${c_sent:-0}" -ge 500
-check_delivered join 500
+check_delivered join "all 500 rows in Kafka"
 RELAY_PID=$B_PID
 relay_stop
 check_eq "survivor exits 0 on SIGTERM" 0 $?
