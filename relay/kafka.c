@@ -124,6 +124,11 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         log_error("kafka producer fatal error, recreating the producer", "error=%s code=%s",
                   log_quote(why, q, sizeof(q)), rd_kafka_err2name(orig));
         kp->fatal = true;
+        /* The producer sends nothing more, but librdkafka 2.0.2 may leave a message it still
+         * holds unreported (seen: one message for 30 s, until the delivery timeout, with two
+         * sessions' batches in flight). Purging reports everything left at once, as failures the
+         * relay retries in order, so the producer is recreated within a batch. */
+        kafka_purge(kp);
         return;
     }
     if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
