@@ -16,7 +16,6 @@ pg_start
 broker_start 3
 relay_migrate 2>"$T/migrate.log" || fail "migrate"
 
-LANE_NS=1331849730 # first key of the lane advisory locks (relay/lanes.c)
 OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --kafka reconnect.backoff.max.ms=500)
 
 # lane_holders: "BACKEND_PID LANES" per session holding lanes.

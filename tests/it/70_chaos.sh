@@ -22,7 +22,6 @@ relay_migrate 2>"$T/migrate.log" || fail "migrate"
 AGGS=300
 ROUNDS=15 # kill rounds, 2 s apart: ~30 s of load
 DRAIN_LIMIT=120
-LANE_NS=1331849730 # first key of the lane advisory locks (relay/lanes.c)
 OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --rebalance-interval 300
     --kafka reconnect.backoff.max.ms=500)
 

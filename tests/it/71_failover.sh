@@ -15,7 +15,6 @@ pg_start
 broker_start 3
 relay_migrate 2>"$T/migrate.log" || fail "migrate"
 
-LANE_NS=1331849730 # first key of the lane advisory locks (relay/lanes.c)
 FAILOVER_LIMIT=10  # "within a few seconds": the default --rebalance-interval is 1 s
 OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --kafka reconnect.backoff.max.ms=500)
 

@@ -55,7 +55,7 @@ check "1: json oldest_unsent_age_seconds > 0" \
 # which lanes depends on who joined first (a session hands lanes over only between batches, and
 # the batch waits for Kafka), so only the sum is fixed.
 backends=$(psql_q "SELECT string_agg(pid::text, ' ' ORDER BY objid) FROM pg_locks
-                   WHERE locktype = 'advisory' AND classid = 1331849729 AND objsubid = 2
+                   WHERE locktype = 'advisory' AND classid = $MEMBER_NS AND objsubid = 2
                    AND granted")
 check_eq "1: json session pids are the backends holding the member slots" "$backends" \
     "$(jq -r '[.sessions[].pid | tostring] | join(" ")' "$T/status.json")"
