@@ -20,6 +20,8 @@
 #   BENCH_LATENCY_SECONDS=10       measured part of each latency run (after BENCH_WARMUP_SECONDS=3)
 #   BENCH_LATENCY_CLIENTS=4        pgbench clients of the latency load
 #   BENCH_PRODUCER_CLIENTS="1 4"   producer-cost runs; BENCH_PRODUCER_SECONDS=10 each
+#   BENCH_PRODUCER_ROUNDS=3        paired rounds (without, with) per producer-cost row, the order
+#                                  alternating; the ratio is the median of the rounds' ratios
 #   BENCH_PRODUCER_MODES="idle relay"
 #                                  idle: no relay running (the commit path alone); relay: a relay
 #                                  (default settings) listening and draining during the run
@@ -61,6 +63,11 @@ LAT_CLIENTS=${BENCH_LATENCY_CLIENTS:-4}
 PROD_CLIENTS=${BENCH_PRODUCER_CLIENTS:-1 4}
 PROD_S=${BENCH_PRODUCER_SECONDS:-$d_prod}
 PROD_MODES=${BENCH_PRODUCER_MODES:-idle relay}
+PROD_ROUNDS=${BENCH_PRODUCER_ROUNDS:-3}
+[[ $PROD_ROUNDS =~ ^[1-9][0-9]*$ ]] || {
+    echo "bench: BENCH_PRODUCER_ROUNDS must be a positive integer" >&2
+    exit 2
+}
 CONSUMER_KAFKA=${BENCH_CONSUMER_KAFKA:-fetch.wait.max.ms=1}
 BROKERS_N=${BENCH_BROKERS:-3}
 PARTITIONS=${BENCH_PARTITIONS:-6}
@@ -603,33 +610,54 @@ trigger_on() {
 # producers CLIENTS MODE: insert transactions/s over BENCH_PRODUCER_SECONDS, without and then
 # with the wakeup trigger; MODE relay runs a relay (default settings) during both.
 producers() {
-    local c=$1 mode=$2 trig key out tps relay_pid jobs=$(($1 < 2 ? $1 : 2))
-    for trig in without with; do
-        key=$mode.$c.$trig
-        empty_outbox
-        if [ "$trig" = without ]; then trigger_off; else trigger_on; fi
-        relay_pid=
-        if [ "$mode" = relay ]; then
-            fresh_broker
-            start_bg "$T/producers.$key.relay.log" "$RELAY_BIN" run --database-url "$DATABASE_URL" \
-                --brokers "$BROKERS"
-            relay_pid=$BG_PID
-            wait_ready "producers $key" "$T/producers.$key.relay.log" "$relay_pid"
-        fi
-        out=$T/producers.$key.out
-        timeout -k 5 $((PROD_S + 60)) pgbench -n -M prepared -c "$c" -j "$jobs" -T "$PROD_S" \
-            -f "$BENCH/insert_event.sql" >"$out" 2>&1 ||
-            not_ok "producers $key: pgbench" "$(tail -n 2 "$out")"
-        tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$out" | head -n 1)
-        P_TPS[$key]=$(calc "${tps:-0}" %.0f)
-        if [ -n "$relay_pid" ]; then
-            stop_bg "$relay_pid" 30 "producers $key" "$T/producers.$key.relay.log" ||
-                not_ok "producers $key: relay exits 0 on SIGTERM"
-            log_problems "producers $key" "$T/producers.$key.relay.log"
-        fi
-        say "producers $key: $(commas "${P_TPS[$key]}") inserts/s"
+    local c=$1 mode=$2 round trig arms key out tps relay_pid jobs=$(($1 < 2 ? $1 : 2))
+    local -A all=()
+    local ratios=
+    for ((round = 1; round <= PROD_ROUNDS; round++)); do
+        # Alternating the order cancels drift of the machine's load between the two arms.
+        arms="without with"
+        [ $((round % 2)) = 0 ] && arms="with without"
+        for trig in $arms; do
+            key=$mode.$c.$trig
+            empty_outbox
+            if [ "$trig" = without ]; then trigger_off; else trigger_on; fi
+            relay_pid=
+            if [ "$mode" = relay ]; then
+                fresh_broker
+                start_bg "$T/producers.$key.relay.log" "$RELAY_BIN" run \
+                    --database-url "$DATABASE_URL" --brokers "$BROKERS"
+                relay_pid=$BG_PID
+                wait_ready "producers $key" "$T/producers.$key.relay.log" "$relay_pid"
+            fi
+            out=$T/producers.$key.out
+            timeout -k 5 $((PROD_S + 60)) pgbench -n -M prepared -c "$c" -j "$jobs" -T "$PROD_S" \
+                -f "$BENCH/insert_event.sql" >"$out" 2>&1 ||
+                not_ok "producers $key: pgbench" "$(tail -n 2 "$out")"
+            tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$out" | head -n 1)
+            all[$trig]+="$(calc "${tps:-0}" %.0f) "
+            if [ -n "$relay_pid" ]; then
+                stop_bg "$relay_pid" 30 "producers $key" "$T/producers.$key.relay.log" ||
+                    not_ok "producers $key: relay exits 0 on SIGTERM"
+                log_problems "producers $key" "$T/producers.$key.relay.log"
+            fi
+            say "producers $key (round $round): $(commas "$(calc "${tps:-0}" %.0f)") inserts/s"
+        done
+        ratios+="$(ratio "$(echo ${all[with]} | awk '{ print $NF }')" "$(echo ${all[without]} | awk '{ print $NF }')") "
     done
     trigger_on
+    for trig in without with; do
+        P_TPS[$mode.$c.$trig]=$(median_of ${all[$trig]})
+    done
+    P_RATIO[$mode.$c]=$(median_of $ratios)
+    P_RATIO_SPREAD[$mode.$c]=$(tr ' ' '\n' <<<"$ratios" | grep -E '^[0-9.]+$' | sort -g |
+        awk 'NR == 1 { lo = $1 } { hi = $1 } END { if (NR) printf "%s–%s", lo, hi; else print "-" }')
+}
+
+# median_of VALUES...: the median (the mean of the middle two for an even count), or "-".
+median_of() {
+    printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g |
+        awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
+                                  else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
 # ---- profile (optional) -----------------------------------------------------------------------
@@ -660,7 +688,8 @@ perf_stop() {
 # ---- the run ------------------------------------------------------------------------------
 
 declare -A R_RATE R_SECS R_HWM R_CPU R_RSS10 R_RSS50 R_RSSEND R_START R_FIRST R_NOTE R_ALL R_SPREAD R_STEADY
-declare -A L_TPS L_LAG L_INSERTED L_DUPS L_N L_P50 L_P99 L_MAX L_MISSING L_CPU P_TPS
+declare -A L_TPS L_LAG L_INSERTED L_DUPS L_N L_P50 L_P99 L_MAX L_MISSING L_CPU P_TPS P_RATIO
+declare -A P_RATIO_SPREAD
 declare -A L_RP50 L_RP99 L_KP50 L_KP99
 NOTES=()
 RUN_START=$(now_us)
@@ -844,13 +873,16 @@ report_producers() {
         echo
         return
     fi
+    echo "Each row: $PROD_ROUNDS paired rounds of ${PROD_S} s (without, with; the order alternating),"
+    echo "inserts/s as medians; with ÷ without is the median of the rounds' ratios (min–max)."
+    echo
     echo "| clients | during the run | without trigger | with trigger | with ÷ without |"
     echo "|---:|---|---:|---:|---:|"
     for mode in $PROD_MODES; do
         for c in $PROD_CLIENTS; do
             d="no relay (commit path only)"
             [ "$mode" = relay ] && d="a relay listening and draining"
-            echo "| $c | $d | $(commas "${P_TPS[$mode.$c.without]}") | $(commas "${P_TPS[$mode.$c.with]}") | $(x_ratio "$(ratio "${P_TPS[$mode.$c.with]}" "${P_TPS[$mode.$c.without]}")") |"
+            echo "| $c | $d | $(commas "$(calc "${P_TPS[$mode.$c.without]:-0}" %.0f)") | $(commas "$(calc "${P_TPS[$mode.$c.with]:-0}" %.0f)") | $(x_ratio "${P_RATIO[$mode.$c]:--}") (${P_RATIO_SPREAD[$mode.$c]:--}) |"
         done
     done
     echo
@@ -893,8 +925,8 @@ report_targets() {
         echo "- p50 at 1,000 events/s ≤ 3 ms: **${L_P50[default.1000]} ms** — $(verdict "${L_P50[default.1000]}" 3 3 lower)."
     fi
     for mode in $PROD_MODES; do
-        [ -n "${P_TPS[$mode.4.with]:-}" ] || continue
-        r=$(ratio "${P_TPS[$mode.4.with]}" "${P_TPS[$mode.4.without]}")
+        [ -n "${P_RATIO[$mode.4]:-}" ] || continue
+        r=${P_RATIO[$mode.4]}
         cost=$(awk -v r="$r" 'BEGIN { if (r == "-") print "-"; else printf "%.1f", (1 - r) * 100 }')
         d="no relay running"
         [ "$mode" = relay ] && d="a relay running"
@@ -970,8 +1002,9 @@ report_method() {
   produces, millisecond precision): commit→produce is the relay's wakeup, claim and hand-over;
   produce→consumer is linger, the broker round trip and the consumer's fetch.
 - **Cost to producers.** pgbench \`-M prepared -c 1\` and \`-c 4\` \`-T ${PROD_S}\` with the same insert
-  script into an emptied outbox, first without the \`outbox_wakeup\` trigger (dropped), then with
-  it (recreated from its own pg_get_triggerdef). "no relay": nothing listens, so this is the
+  script into an emptied outbox, without the \`outbox_wakeup\` trigger (dropped) and with it
+  (recreated from its own pg_get_triggerdef), $PROD_ROUNDS paired rounds with the order
+  alternating (one 10 s run per arm proved too noisy here: ±10 % between identical runs). "no relay": nothing listens, so this is the
   commit path alone (NOTIFY queues and serialises commits whether or not anyone listens).
   "relay": a relay at default settings listens and drains during both runs, sharing the CPUs.
 - **Memory.** VmRSS sampled at every completion poll and VmHWM read from /proc/PID/status just
