@@ -1009,7 +1009,7 @@ report_method() {
   "relay": a relay at default settings listens and drains during both runs, sharing the CPUs.
 - **Memory.** VmRSS sampled at every completion poll and VmHWM read from /proc/PID/status just
   before the relay is stopped.
-- **Noise.** $([ "$REPEAT" -gt 1 ] && echo "Drains: $REPEAT interleaved rounds, medians; latency and producer runs once." || echo "One run of each measurement (BENCH_REPEAT=3 gives drain medians).") Compare
+- **Noise.** $([ "$REPEAT" -gt 1 ] && echo "Drains: $REPEAT interleaved rounds, medians; producer rows: $PROD_ROUNDS paired rounds; latency runs once." || echo "One run of each measurement (BENCH_REPEAT=3 gives drain medians).") Compare
   ratios, not absolute figures, and only between runs on a quiet machine (see the load average
   above).
 EOF
