@@ -746,15 +746,22 @@ static void claim(Member *m)
         m->phase = PHASE_IDLE;
 }
 
+/* Lanes owned by all of the relay's sessions. */
+static int relay_lanes_owned(const Relay *r)
+{
+    int owned = 0;
+    for (int i = 0; i < r->n_members; i++)
+        owned += r->members[i].lanes.n_owned;
+    return owned;
+}
+
 static void on_rebalanced(Lanes *lanes, bool ok, void *arg)
 {
     Member *m = arg;
     m->phase = PHASE_IDLE;
     m->rebalance_due = false;
     Relay *r = m->relay;
-    int owned = 0;
-    for (int i = 0; i < r->n_members; i++)
-        owned += r->members[i].lanes.n_owned;
+    int owned = relay_lanes_owned(r);
     if (owned != r->logged_owned)
         log_info("lanes owned", "lanes=%d of=%d sessions=%d members=%d", owned, LANE_COUNT,
                  r->n_members, lanes->members);
@@ -972,10 +979,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
         (void)ignored;
         _exit(128 + w->signum);
     }
-    int in_flight = 0;
-    for (int i = 0; i < r->n_members; i++)
-        in_flight += r->members[i].batch.in_flight;
-    log_info("shutting down", "signal=%s in_flight=%d", strsignal(w->signum), in_flight);
+    log_info("shutting down", "signal=%s in_flight=%d", strsignal(w->signum), relay_in_flight(r));
     relay_stop(r);
 }
 
@@ -1095,10 +1099,10 @@ void relay_status(const Relay *r, RelayStatus *out)
     out->postgres_up = true;
     out->kafka_up = r->kafka && kafka_up(r->kafka);
     out->stopping = r->stopping;
+    out->lanes_owned = relay_lanes_owned(r);
     for (int i = 0; i < r->n_members; i++) {
         const Member *m = &r->members[i];
         out->postgres_up = out->postgres_up && m->pg && pg_conn_up(m->pg);
-        out->lanes_owned += m->lanes.n_owned;
         if (m->lanes.members > out->members)
             out->members = m->lanes.members;
     }
