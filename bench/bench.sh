@@ -498,17 +498,24 @@ bound() {
     R_ALL[$key]+="${R_RATE[$key]} "
 }
 
+# median_spread VALUES...: "MEDIAN MIN–MAX" of the numeric values (for an even count the median
+# is the mean of the middle two), "- -" when there are none.
+median_spread() {
+    printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g | awk '{ v[NR] = $1 }
+        END { if (NR == 0) { print "- -"; exit }
+              m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+              printf "%s %s–%s\n", m, v[1], v[NR] }'
+}
+
 # take_medians: with several rounds, each drain rate becomes the median of its rounds (seconds
 # follow from it) and R_SPREAD keeps "min–max"; other columns are the last round's.
 take_medians() {
     local key n
     [ "$REPEAT" -gt 1 ] || return 0
     for key in "${!R_ALL[@]}"; do
-        read -r R_RATE["$key"] R_SPREAD["$key"] < <(tr ' ' '\n' <<<"${R_ALL[$key]}" |
-            grep -E '^[0-9]+$' | sort -n | awk '{ v[NR] = $1 }
-                END { if (NR == 0) { print "- -"; exit }
-                      m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-                      printf "%.0f %d–%d\n", m, v[1], v[NR] }')
+        # shellcheck disable=SC2086 # one value per word
+        read -r R_RATE["$key"] R_SPREAD["$key"] < <(median_spread ${R_ALL[$key]})
+        R_RATE[$key]=$(calc "${R_RATE[$key]}" %.0f)
         n=${key#*.}
         R_SECS[$key]=$(calc "$n / ${R_RATE[$key]}")
     done
@@ -645,19 +652,12 @@ producers() {
         ratios+="$(ratio "$(echo ${all[with]} | awk '{ print $NF }')" "$(echo ${all[without]} | awk '{ print $NF }')") "
     done
     trigger_on
+    # shellcheck disable=SC2086 # one value per word
     for trig in without with; do
-        P_TPS[$mode.$c.$trig]=$(median_of ${all[$trig]})
+        read -r P_TPS["$mode.$c.$trig"] _ < <(median_spread ${all[$trig]})
     done
-    P_RATIO[$mode.$c]=$(median_of $ratios)
-    P_RATIO_SPREAD[$mode.$c]=$(tr ' ' '\n' <<<"$ratios" | grep -E '^[0-9.]+$' | sort -g |
-        awk 'NR == 1 { lo = $1 } { hi = $1 } END { if (NR) printf "%s–%s", lo, hi; else print "-" }')
-}
-
-# median_of VALUES...: the median (the mean of the middle two for an even count), or "-".
-median_of() {
-    printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g |
-        awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
-                                  else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+    # shellcheck disable=SC2086
+    read -r P_RATIO["$mode.$c"] P_RATIO_SPREAD["$mode.$c"] < <(median_spread $ratios)
 }
 
 # ---- profile (optional) -----------------------------------------------------------------------
