@@ -3,13 +3,14 @@
 --   outbox_relay     what `outbox-relay run`, `dead`, `requeue`, `purge-dead` and `status` need:
 --                    read the outbox, update its delivery columns only, delete (retention and
 --                    purge-dead only; REVOKE DELETE ON outbox FROM outbox_relay if you use
---                    neither), and keep its sleeping flag in outbox_wakeup_state. No CREATE
---                    anywhere: `migrate` runs as the owner, never as the relay. pg_locks,
+--                    neither), and (before 0007) keep its sleeping flag in outbox_wakeup_state.
+--                    No CREATE anywhere: `migrate` runs as the owner, never as the relay. pg_locks,
 --                    pg_database and pg_stat_activity (lanes, status) are readable by every role;
 --                    LISTEN and advisory locks need no grant.
 --   outbox_producer  INSERT into the outbox (the id comes from an identity column: no sequence
---                    grant needed) and read outbox_wakeup_state, which the insert trigger does
---                    with the producer's privileges. Add SELECT (id, event_id) if you use RETURNING.
+--                    grant needed) and (before 0007) read outbox_wakeup_state, which the insert
+--                    trigger did with the producer's privileges. Add SELECT (id, event_id) if you
+--                    use RETURNING.
 --
 -- Both are created NOLOGIN, and only if missing (roles are cluster-wide). Log in through a member:
 --   CREATE ROLE relay_login LOGIN PASSWORD '...' IN ROLE outbox_relay;
@@ -47,14 +48,18 @@ BEGIN
         -- The claim's FOR UPDATE needs UPDATE on some column; these are all the relay writes.
         GRANT UPDATE (sent_at, attempts, rejections, last_error, next_attempt_at, dead_at,
                       dead_letter_topic) ON outbox TO outbox_relay;
-        GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_wakeup_state TO outbox_relay;
+        IF to_regclass('outbox_wakeup_state') IS NOT NULL THEN -- dropped by 0007
+            GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_wakeup_state TO outbox_relay;
+        END IF;
         -- The generated lane column; PUBLIC has EXECUTE by default, this survives revoking that.
         GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO outbox_relay;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'outbox_producer') THEN
         EXECUTE format('GRANT USAGE ON SCHEMA %s TO outbox_producer', s);
         GRANT INSERT ON outbox TO outbox_producer;
-        GRANT SELECT ON outbox_wakeup_state TO outbox_producer;
+        IF to_regclass('outbox_wakeup_state') IS NOT NULL THEN
+            GRANT SELECT ON outbox_wakeup_state TO outbox_producer;
+        END IF;
         GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO outbox_producer;
     END IF;
 END

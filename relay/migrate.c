@@ -65,9 +65,10 @@ static const char *const SQL_ADOPT =
     "CREATE INDEX IF NOT EXISTS {retry_idx} ON {table} ({aggregate_type}, {aggregate_id}, {seq})"
     " WHERE sent_at IS NULL AND attempts > 0;"
     "CREATE INDEX IF NOT EXISTS {sent_idx} ON {table} (sent_at) WHERE sent_at IS NOT NULL;"
-    "DROP TRIGGER IF EXISTS outbox_wakeup ON {table};"
-    "CREATE TRIGGER outbox_wakeup AFTER INSERT ON {table}"
-    " FOR EACH STATEMENT EXECUTE FUNCTION outbox_wakeup()";
+    /* The trigger as migrations/0007 defines it; the table's oid comes from its row type, so its
+     * name is never written into a string literal. */
+    "SELECT outbox_wakeup_install(typrelid::regclass) FROM pg_type"
+    " WHERE oid = pg_typeof(NULL::{table})";
 static const char *const SQL_ADOPT_HEADERS =
     "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {headers} jsonb";
 /* The grants of migrations/0006 on this table, for the roles that exist. */
@@ -77,11 +78,9 @@ static const char *const SQL_GRANT_RELAY =
     "GRANT SELECT, DELETE ON {table} TO outbox_relay;"
     "GRANT UPDATE (sent_at, attempts, rejections, last_error, next_attempt_at, dead_at,"
     " dead_letter_topic) ON {table} TO outbox_relay;"
-    "GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_wakeup_state TO outbox_relay;"
     "GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO outbox_relay";
 static const char *const SQL_GRANT_PRODUCER =
     "GRANT INSERT ON {table} TO outbox_producer;"
-    "GRANT SELECT ON outbox_wakeup_state TO outbox_producer;"
     "GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO outbox_producer";
 /* Reads no row, but fails on a column the claims read and the table lacks, and tells the order
  * column's type (the first). */
@@ -113,9 +112,9 @@ static bool exec_mapped_ok(PGconn *conn, const TableMap *map, const char *tmpl, 
 #define INT8OID 20
 #define INT4OID 23
 
-/* The migration that sets up the wakeup (its function and table); it touches no outbox table, so
- * an adopted table shares it. */
-#define WAKEUP_MIGRATION "0004_wakeup_when_asleep.sql"
+/* The migration that sets up the wakeup (its functions); it changes only tables that already have
+ * the wakeup trigger, so an adopted table shares it. */
+#define WAKEUP_MIGRATION "0007_wakeup_lock.sql"
 
 static bool adopt_table(PGconn *conn, const TableMap *map)
 {

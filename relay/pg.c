@@ -229,7 +229,7 @@ static void read_notifies(PgConn *pg)
 {
     PGnotify *n;
     while (pg->state == PG_UP && (n = PQnotifies(pg->conn)) != NULL) {
-        pg->on_notify(pg, n->relname, pg->arg);
+        pg->on_notify(pg, n->relname, n->extra, pg->arg);
         PQfreemem(n);
     }
 }

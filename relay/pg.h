@@ -33,7 +33,7 @@ typedef void (*PgResultFn)(PgConn *pg, PGresult **results, int n, const char *er
  * (reason says why). A request in flight has already been failed when this runs. */
 typedef void (*PgStateFn)(PgConn *pg, bool up, const char *reason, void *arg);
 
-typedef void (*PgNotifyFn)(PgConn *pg, const char *channel, void *arg);
+typedef void (*PgNotifyFn)(PgConn *pg, const char *channel, const char *payload, void *arg);
 
 /* Creates the connection object and starts connecting. conninfo is copied. */
 PgConn *pg_conn_new(struct ev_loop *loop, const char *conninfo, PgStateFn on_state,

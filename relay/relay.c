@@ -109,24 +109,13 @@ static const char *const sql_templates[SQL_COUNT] = {
         " FROM unnest($1::bigint[], $2::text[]) AS f(id, error) WHERE o.{seq} = f.id",
 };
 
-/* Going to sleep (see migrations/0004_wakeup_when_asleep.sql): set this relay's sleeping flag,
- * but only with the wakeup lock taken without waiting, i.e. while no producer that read the flag
- * before is still uncommitted. No row back means the lock was busy: check again shortly. */
-#define WAKEUP_LOCK_NS "1331849731"
-static const char *const SQL_SLEEP =
-    "INSERT INTO outbox_wakeup_state (slot, sleeping) SELECT $1::int, true"
-    " WHERE pg_try_advisory_xact_lock(" WAKEUP_LOCK_NS ")"
-    " ON CONFLICT (slot) DO UPDATE SET sleeping = true RETURNING slot";
-static const char *const SQL_LEAVE = "DELETE FROM outbox_wakeup_state WHERE slot = $1::int";
-static const char *const SQL_AWAKE =
-    "UPDATE outbox_wakeup_state SET sleeping = false WHERE slot = $1::int AND sleeping";
-/* Rows of relays that are gone (their member slot lock is not held) would keep producers
- * notifying for nothing. */
-static const char *const SQL_FORGET_GONE_SLEEPERS =
-    "DELETE FROM outbox_wakeup_state w WHERE NOT EXISTS (SELECT 1 FROM pg_locks l"
-    " WHERE l.locktype = 'advisory' AND l.classid = " LANES_MEMBER_LOCK_NS "::oid"
-    " AND l.objid = w.slot::oid AND l.objsubid = 2 AND l.granted"
-    " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))";
+/* Going to sleep and waking up (migrations/0007_wakeup_lock.sql): outbox_relay_sleep() answers
+ * 'guard' (this session now holds the wakeup lock: producers notify), 'follow' (another session
+ * holds it) or 'busy' (producers are mid-transaction: ask again shortly). A woken guard gives the
+ * lock up with outbox_relay_wake(), which also wakes the followers to ask again. */
+static const char *const SQL_SLEEP = "SELECT outbox_relay_sleep()";
+static const char *const SQL_WAKE = "SELECT outbox_relay_wake()";
+#define GUARD_LEFT "guard left" /* the payload of outbox_relay_wake's notification */
 
 typedef struct Member Member;
 
@@ -138,7 +127,7 @@ typedef enum {
     PHASE_CLAIMING,    /* BEGIN + claim in flight */
     PHASE_PRODUCING,   /* rows claimed, waiting for delivery reports */
     PHASE_MARKING,     /* marks + COMMIT in flight */
-    PHASE_ENDING,      /* COMMIT or ROLLBACK of a transaction that marks nothing */
+    PHASE_ENDING, /* COMMIT or ROLLBACK of a transaction that marks nothing, or a wakeup step */
 } Phase;
 
 /* The process: one Kafka producer shared by the claim sessions (members), and the signals. */
@@ -171,16 +160,16 @@ struct Member {
     Phase phase;
     Batch batch;
     BatchMarks marks;
-    char *sql[SQL_COUNT];   /* the templates expanded for the configured table */
-    int claim_stmt;         /* SQL_CLAIM_HOLD or SQL_CLAIM_SKIP */
-    int failed_stmt;        /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
-    int awake_stmt;         /* index of SQL_AWAKE in the mark pipeline, -1 if not sent */
-    bool wake_pending;      /* there may be rows to claim */
-    bool rebalance_due;     /* lane ownership should be checked before the next claim */
-    bool asleep;            /* this member's sleeping flag is set: producers notify it */
-    bool forget_gone_due;   /* membership changed: clean up sleeping flags of gone relays */
-    char slot_text[16];     /* member slot as a query parameter */
-    bool left;              /* shutting down: the sleeping flag row was (being) removed */
+    char *sql[SQL_COUNT]; /* the templates expanded for the configured table */
+    int claim_stmt;       /* SQL_CLAIM_HOLD or SQL_CLAIM_SKIP */
+    int failed_stmt;      /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
+    bool wake_pending;    /* there may be rows to claim */
+    bool rebalance_due;   /* lane ownership should be checked before the next claim */
+    bool asleep;          /* waiting for a notification (or the poll timer) */
+    bool guard;           /* asleep holding the wakeup lock: producers notify while it does */
+    bool final_check;     /* asleep, and the claim that follows falling asleep is still due */
+    bool sleep_error_logged;
+    bool left;              /* shutting down: the guard's lock was (being) given up */
     bool stopped;           /* done shutting down */
     bool waiting;           /* producing paused (queue full, purge): a delivery report resumes it */
     ev_tstamp last_rows_at; /* when a claim last returned rows */
@@ -227,15 +216,16 @@ static void on_left(PgConn *pg, PGresult **results, int n, const char *error, vo
     member_done(arg);
 }
 
-/* Ends the member's part. On the way out, it removes its sleeping flag (when the connection is
- * there to do it, within a second): a flag left set would make producers notify for nobody. */
+/* Ends the member's part. A guard on the way out gives up the wakeup lock with a notification
+ * (when the connection is there to do it, within a second): the followers it guarded must not go
+ * on sleeping unguarded. */
 static void stop_loop(Member *m)
 {
     ev_timer_stop(m->loop, &m->shutdown_timer);
-    if (!m->left && m->slot_text[0] && pg_conn_idle(m->pg)) {
-        const char *params[1] = {m->slot_text};
-        PgQuery q = {SQL_LEAVE, 1, params};
+    if (!m->left && m->guard && pg_conn_idle(m->pg)) {
+        PgQuery q = {SQL_WAKE, 0, NULL};
         m->left = true;
+        m->guard = false;
         if (pg_conn_send(m->pg, &q, 1, on_left, m)) {
             ev_timer_set(&m->shutdown_timer, 1.0, 0);
             ev_timer_start(m->loop, &m->shutdown_timer);
@@ -332,8 +322,6 @@ static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, 
               b->n, b->acked, b->failed, (b->claimed_at - m->claim_sent_at) * 1e3,
               (m->marks_sent_at - b->claimed_at) * 1e3, (ev_now(m->loop) - m->marks_sent_at) * 1e3,
               m->index);
-    if (m->awake_stmt >= 0)
-        m->asleep = false;
     bool nothing_through = b->acked == 0 && transient_failure;
     batch_clear(b);
     m->phase = PHASE_IDLE;
@@ -397,15 +385,9 @@ static void send_marks(Member *m)
     const char *dl_sent[2] = {marks->dl_sent.s, m->cfg->dead_letter_topic};
     const char *dl_failed[2] = {marks->dl_failed_ids.s, marks->dl_failed_errors.s};
 
-    const char *awake[1] = {m->slot_text};
-    PgQuery queries[6];
+    PgQuery queries[5];
     int nq = 0;
     m->failed_stmt = -1;
-    m->awake_stmt = -1;
-    if (m->asleep) {
-        m->awake_stmt = nq;
-        queries[nq++] = (PgQuery){SQL_AWAKE, 1, awake};
-    }
     if (!strbuf_array_empty(&marks->sent))
         queries[nq++] = (PgQuery){m->sql[SQL_MARK_SENT], 1, sent};
     if (!strbuf_array_empty(&marks->failed_ids)) {
@@ -600,21 +582,32 @@ static void on_sleep_attempt(PgConn *pg, PGresult **results, int n, const char *
         return;
     m->phase = PHASE_IDLE;
     PGresult *sleep = results[n - 1];
-    if (error || PQresultStatus(sleep) != PGRES_TUPLES_OK) {
-        char q[512];
-        log_warn("could not set the sleeping flag; polling instead", "error=%s",
-                 log_quote(error ? error : "unexpected result", q, sizeof(q)));
-        schedule_retry(m);
-    } else if (PQntuples(sleep) == 1) {
-        /* Flag set: one final claim catches what producers committed before they could see it;
-         * from then on they notify. */
-        m->asleep = true;
-        m->forget_gone_due = false;
-        m->wake_pending = true;
-    } else {
-        /* A producer is mid-transaction after reading the flag: look again very soon. */
+    const char *answer = !error && PQresultStatus(sleep) == PGRES_TUPLES_OK && PQntuples(sleep) == 1
+                             ? PQgetvalue(sleep, 0, 0)
+                             : NULL;
+    if (answer && strcmp(answer, "busy") == 0) {
+        /* A producer is mid-transaction without having notified: look again very soon. */
         ev_timer_set(&m->busy_timer, (double)m->cfg->busy_poll_interval_ms / 1000.0, 0);
         ev_timer_start(m->loop, &m->busy_timer);
+    } else {
+        if (!answer && !m->sleep_error_logged) {
+            /* Typically migrate not run since an upgrade: sleep anyway, waking at the poll timer
+             * (or on a notification some other session's guard brings about). */
+            char q[512];
+            log_warn("cannot take part in the wakeup; relying on the poll timer", "error=%s",
+                     log_quote(error ? error : "unexpected result", q, sizeof(q)));
+            m->sleep_error_logged = true;
+        } else if (answer && m->sleep_error_logged) {
+            log_info("the wakeup works again", NULL);
+            m->sleep_error_logged = false;
+        }
+        /* One final claim catches what producers committed before the guard took the lock; from
+         * then on they notify. */
+        m->asleep = true;
+        m->guard = answer && strcmp(answer, "guard") == 0;
+        log_debug("asleep", "as=%s session=%d", answer ? answer : "poller", m->index);
+        m->final_check = true;
+        m->wake_pending = true;
     }
     if (m->stopping)
         stop_loop(m);
@@ -625,14 +618,9 @@ static void on_sleep_attempt(PgConn *pg, PGresult **results, int n, const char *
 /* An empty claim: end its transaction and try to go to sleep, in one round trip. */
 static void go_to_sleep(Member *m)
 {
-    const char *params[1] = {m->slot_text};
-    PgQuery queries[3] = {{SQL_COMMIT, 0, NULL}};
-    int nq = 1;
-    if (m->forget_gone_due)
-        queries[nq++] = (PgQuery){SQL_FORGET_GONE_SLEEPERS, 0, NULL};
-    queries[nq++] = (PgQuery){SQL_SLEEP, 1, params};
+    PgQuery queries[2] = {{SQL_COMMIT, 0, NULL}, {SQL_SLEEP, 0, NULL}};
     m->phase = PHASE_ENDING;
-    if (!pg_conn_send(m->pg, queries, nq, on_sleep_attempt, m))
+    if (!pg_conn_send(m->pg, queries, 2, on_sleep_attempt, m))
         pg_conn_reset(m->pg, "connection busy while going to sleep");
 }
 
@@ -733,6 +721,11 @@ static void claim(Member *m)
     snprintf(dead_limit, sizeof(dead_limit), "%d", DEAD_LETTER_LIMIT);
     const char *params[2] = {limit, m->lanes.owned_array.s};
     const char *dead_params[2] = {dead_limit, m->lanes.owned_array.s};
+    /* Any claim of a sleeping session but the one that follows falling asleep is a wakeup: the
+     * session asks again before it sleeps again (a guard has let the lock go: see step). */
+    if (!m->final_check)
+        m->asleep = false;
+    m->final_check = false;
     /* The dead-letter claim comes before the planner settings: it is planned as usual. */
     PgQuery queries[4] = {{SQL_BEGIN, 0, NULL}};
     int nq = 1;
@@ -767,10 +760,7 @@ static void on_rebalanced(Lanes *lanes, bool ok, void *arg)
                  r->n_members, lanes->members);
     r->logged_owned = owned;
     bool membership_changed = lanes->members != m->logged_members;
-    if (membership_changed)
-        m->forget_gone_due = true;
     m->logged_members = lanes->members;
-    snprintf(m->slot_text, sizeof(m->slot_text), "%d", lanes->slot);
     if (lanes->gained)
         m->wake_pending = true; /* new lanes may hold a backlog */
     if (m->stopping) {
@@ -790,8 +780,36 @@ static void on_rebalanced(Lanes *lanes, bool ok, void *arg)
     }
 }
 
+static void on_guard_left(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Member *m = arg;
+    if (!results)
+        return;
+    if (error) {
+        char q[512];
+        log_warn("giving up the wakeup lock failed", "error=%s", log_quote(error, q, sizeof(q)));
+    }
+    m->phase = PHASE_IDLE;
+    if (m->stopping)
+        stop_loop(m);
+    else
+        step(m);
+}
+
+/* A woken guard lets the wakeup lock go before anything else, in a transaction of its own: the
+ * notification that wakes its followers must go out now, not with a later commit (or never,
+ * with a rollback). Even a guard without lanes (moved away while it slept) does. */
+static void leave_guard(Member *m)
+{
+    PgQuery q = {SQL_WAKE, 0, NULL};
+    m->guard = false;
+    m->phase = PHASE_ENDING;
+    if (!pg_conn_send(m->pg, &q, 1, on_guard_left, m))
+        m->phase = PHASE_IDLE;
+}
+
 /* Does whatever comes next between batches: a due rebalance first, then a claim when there is a
- * reason to claim (wake_pending) and nothing stands in the way. */
+ * reason to claim (wake_pending) and nothing stands in the way; a woken guard first leaves. */
 static void step(Member *m)
 {
     if (m->phase != PHASE_IDLE || m->stopping || m->batch.n > 0 || !pg_conn_idle(m->pg))
@@ -800,6 +818,10 @@ static void step(Member *m)
         m->phase = PHASE_REBALANCING;
         if (!lanes_rebalance(&m->lanes, m->pg, on_rebalanced, m))
             m->phase = PHASE_IDLE;
+        return;
+    }
+    if (m->wake_pending && m->guard && !m->final_check) {
+        leave_guard(m);
         return;
     }
     if (m->wake_pending && m->lanes.n_owned > 0 && !ev_is_active(&m->retry_timer))
@@ -856,10 +878,8 @@ static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
     Batch *b = &m->batch;
     m->phase = PHASE_DOWN;
     lanes_reset(&m->lanes);
-    /* The flag row may still say sleeping under the old slot; the next sleep cleans it up. */
-    m->asleep = false;
-    m->forget_gone_due = true;
-    m->slot_text[0] = '\0'; /* the slot went with the session: another relay may take it */
+    /* A guard's lock went with the session. */
+    m->asleep = m->guard = m->final_check = false;
     if (b->n > 0) {
         log_warn("batch abandoned with the connection; its rows will be sent again",
                  "rows=%d in_flight=%d session=%d", b->n, b->in_flight, m->index);
@@ -872,9 +892,13 @@ static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
         stop_loop(m);
 }
 
-static void on_notify(PgConn *pg, const char *channel, void *arg)
+static void on_notify(PgConn *pg, const char *channel, const char *payload, void *arg)
 {
     Member *m = arg;
+    /* A guard that left wakes its followers; the guard now is none of them. Waking it would
+     * make it leave in turn, and the sessions would hand the lock round for ever. */
+    if (m->guard && strcmp(payload, GUARD_LEFT) == 0)
+        return;
     m->wake_pending = true;
     step(m);
 }
@@ -899,7 +923,7 @@ static void on_shutdown_timer(struct ev_loop *loop, ev_timer *w, int revents)
     Member *m = w->data;
     Batch *b = &m->batch;
     if (m->left) {
-        member_done(m); /* removing the sleeping flag took too long */
+        member_done(m); /* giving up the wakeup lock took too long */
         return;
     }
     log_warn("shutdown timeout: marking what was acknowledged, the rest will be re-sent",
@@ -1002,7 +1026,6 @@ static bool member_init(Member *m, Relay *r, int index)
         return false;
     m->claim_stmt = cfg->on_poison == POISON_HOLD ? SQL_CLAIM_HOLD : SQL_CLAIM_SKIP;
     lanes_init(&m->lanes);
-    m->forget_gone_due = true; /* flags left by relays that crashed before this one started */
     backoff_init(&m->retry, RETRY_BASE_S, RETRY_CAP_S, 0);
     timer_init(m, &m->poll_timer, on_wake_timer);
     m->poll_timer.repeat = (double)cfg->poll_interval_ms / 1000.0;

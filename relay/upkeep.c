@@ -164,7 +164,7 @@ static void on_state(PgConn *pg, bool up, const char *reason, void *arg)
         pg_conn_reset(pg, "upkeep connection busy at setup");
 }
 
-static void on_notify(PgConn *pg, const char *channel, void *arg) {}
+static void on_notify(PgConn *pg, const char *channel, const char *payload, void *arg) {}
 
 static void on_gauge_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {

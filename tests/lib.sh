@@ -337,6 +337,14 @@ check_delivered() {
 # First keys of the relay's advisory locks (relay/lanes.h): member slots and lanes.
 MEMBER_NS=1331849729
 LANE_NS=1331849730
+# The wakeup lock (migrations/0007_wakeup_lock.sql): a sleeping relay session holds it exclusively.
+WAKEUP_KEY=1331849731
+# guard_held: some session holds the wakeup lock, i.e. a relay sleeps and producers notify.
+guard_held() {
+    [ "$(psql_q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 0
+                 AND objid = $WAKEUP_KEY AND objsubid = 1 AND mode = 'ExclusiveLock'
+                 AND granted")" = 1 ]
+}
 RELAY_WRAP=()
 relay_start() {
     _T_RELAY_N=$((_T_RELAY_N + 1))

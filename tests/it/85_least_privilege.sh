@@ -57,7 +57,6 @@ insert() { # insert FROM TO (as the producer)
 count() { psql_q "SELECT count(*) FROM outbox WHERE $1"; }
 none_where() { [ "$(count "$1")" = 0 ]; }
 some_where() { [ "$(count "$1")" -gt 0 ]; }
-relay_sleeping() { [ "$(psql_q "SELECT count(*) FROM outbox_wakeup_state WHERE sleeping")" -ge 1 ]; }
 
 # --- 2. delivery, dead-lettering and retention as relay_login ---
 check "2: the producer inserts" insert 1 300
@@ -69,7 +68,7 @@ wait_for "2: the relay delivers the first 300" 30 \
     none_where "aggregate_type = 'order' AND sent_at IS NULL"
 wait_for "2: the poison event is dead-lettered" 20 \
     some_where "aggregate_type = 'bad topic!' AND dead_at IS NOT NULL"
-wait_for "2: the relay goes to sleep (its row in outbox_wakeup_state)" 20 relay_sleeping
+wait_for "2: the relay goes to sleep (guarding the wakeup lock)" 20 guard_held
 check "2: the producer inserts while it sleeps" insert 301 500
 wait_for "2: the wakeup trigger wakes it, the other 200 are delivered" 20 \
     none_where "aggregate_type = 'order' AND sent_at IS NULL"
@@ -109,7 +108,7 @@ for sql in "CREATE TABLE relay_table (a int)" "DROP TABLE outbox" \
     "ALTER TABLE outbox ADD COLUMN extra int" "TRUNCATE outbox" \
     "CREATE INDEX relay_idx ON outbox (created_at)" \
     "INSERT INTO outbox (aggregate_type, aggregate_id, event_type) VALUES ('a', 'b', 'c')" \
-    "UPDATE outbox SET payload = '{}'" "DROP TABLE outbox_wakeup_state"; do
+    "UPDATE outbox SET payload = '{}'" "DROP FUNCTION outbox_relay_sleep()"; do
     check "4: relay_login may not: $sql" denied relay_login "$sql"
 done
 for sql in "SELECT payload FROM outbox" "UPDATE outbox SET sent_at = now()" \

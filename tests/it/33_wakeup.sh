@@ -1,0 +1,122 @@
+#!/bin/bash
+# Proves the wakeup (migrations/0007_wakeup_lock.sql). Every relay here polls only once a minute
+# (--poll-interval 60000), so a delivery within seconds was brought about by a notification:
+#  1. the insert trigger notifies only while some session holds the wakeup lock exclusively (a
+#     sleeping relay's guard), and an insert never waits for that lock;
+#  2. sessions that find the lock held by another session sleep as followers and are woken by
+#     producers; when that guard gives the lock up (outbox_relay_wake), they wake, ask again, and
+#     one of them becomes the guard, so later inserts still wake them;
+#  3. a producer transaction that inserted while the relay was awake keeps it from sleeping
+#     (the relay cannot take the lock): its row goes out as soon as it commits;
+#  4. two relays of two sessions each go to sleep with exactly one guard among them, rows of every
+#     lane are delivered promptly, round after round, and once asleep the sessions stay asleep
+#     (the lock is not handed round).
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+t_setup
+pg_start
+broker_start 3
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+
+OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --poll-interval 60000 --log-level debug)
+N=0 # rows inserted so far
+insert() { # insert COUNT: rows over 200 aggregates (every lane)
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            SELECT 'order', 'o-' || (g % 200), 'changed', jsonb_build_object('seq', g)
+            FROM generate_series($((N + 1)), $((N + $1))) AS g ORDER BY g" || return 1
+    N=$((N + $1))
+}
+all_sent() { [ "$(unsent_rows)" = 0 ]; }
+# notified SQL: runs SQL (an insert) while a listener waits; true if it heard a notification.
+notified() {
+    local out=$T/listen.$RANDOM
+    psql -XAt -c "LISTEN outbox_relay" -c "SELECT pg_sleep(1)" -c "SELECT 'done'" >"$out" 2>&1 &
+    local pid=$!
+    sleep 0.3
+    psql_q "SET statement_timeout = 2000; $1" || { wait "$pid"; return 2; }
+    wait "$pid"
+    grep -q 'Asynchronous notification "outbox_relay"' "$out"
+}
+ONE_ROW="INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('order', 'x', 'changed', '{}')"
+# guard_pid: the backend holding the wakeup lock, if any.
+guard_pid() {
+    psql_q "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = 0
+            AND objid = $WAKEUP_KEY AND objsubid = 1 AND mode = 'ExclusiveLock' AND granted"
+}
+asleep_count() { grep -c "msg=\"asleep\" as=$1" "$RELAY_LOG"; }
+at_least() { [ "$("$2" "$3")" -ge "$1" ]; }
+
+# --- 1. the trigger ---
+notified "$ONE_ROW"
+check_eq "1: nobody holds the lock: an insert does not notify" 1 $?
+# An outside session stands in for a sleeping relay's guard until it gives the lock up.
+PGAPPNAME=stand-in psql -XAtq -c "SELECT pg_advisory_lock($WAKEUP_KEY)" -c "SELECT pg_sleep(10)" \
+    -c "SELECT outbox_relay_wake()" -c "SELECT pg_sleep(60)" >"$T/stand-in.out" 2>&1 &
+STAND_IN=$!
+_t_track "$STAND_IN"
+wait_for "1: the stand-in holds the wakeup lock" 5 guard_held
+STAND_IN_BACKEND=$(guard_pid)
+notified "$ONE_ROW"
+check_eq "1: the lock held: an insert notifies, without waiting for the lock" 0 $?
+psql_q "TRUNCATE outbox" || fail "truncate"
+
+# --- 2. followers ---
+relay_start "${OPTS[@]}"
+wait_for "2: both sessions fall asleep as followers" 10 at_least 2 asleep_count follow
+check "2: the stand-in is still the guard" test "$(guard_pid)" = "$STAND_IN_BACKEND"
+insert 400 || not_ok "2: a producer inserts"
+wait_for "2: followers woken by the producer deliver every row" 10 all_sent
+check "2: no session became the guard meanwhile" lacks "$RELAY_LOG" 'msg="asleep" as=guard'
+# The stand-in gives the lock up (10 s after it took it): the followers wake and one guards.
+relay_guards() { local p; p=$(guard_pid) && [ -n "$p" ] && [ "$p" != "$STAND_IN_BACKEND" ]; }
+wait_for "2: after the stand-in's outbox_relay_wake, a relay session is the guard" 20 relay_guards
+insert 400 || not_ok "2: a producer inserts"
+wait_for "2: the new guard's sleep is woken: every row delivered" 10 all_sent
+
+# --- 3. a producer transaction open while the relay is awake ---
+relay_stop || not_ok "2: relay exits 0"
+relay_start "${OPTS[@]}" --sleep-after 3000
+wait_for "3: the relay guards" 10 guard_held
+insert 100 || not_ok "3: a producer inserts (wakes the relay, which stays awake 3 s)"
+wait_for "3: delivered" 10 all_sent
+awake() { [ -z "$(guard_pid)" ]; }
+wait_for "3: the relay is awake (gave the lock up)" 5 awake
+psql -XAtq -c "BEGIN" -c "$ONE_ROW" -c "SELECT pg_sleep(5)" -c "COMMIT" >"$T/slow.out" 2>&1 &
+SLOW=$!
+sleep 4
+check "3: while the producer's transaction is open, the relay does not guard" awake
+wait "$SLOW" || not_ok "3: the slow producer commits" "$(cat "$T/slow.out")"
+N=$((N + 1))
+wait_for "3: its row goes out soon after its commit" 5 all_sent
+check "3: relay still running" relay_running
+relay_stop || not_ok "3: relay exits 0"
+
+# --- 4. two relays, four sessions ---
+relay_start "${OPTS[@]}"
+RELAY_A=$RELAY_PID A_LOG=$RELAY_LOG
+relay_start "${OPTS[@]}"
+for round in 1 2 3; do
+    wait_for "4.$round: the relays fall asleep, one guard" 15 guard_held
+    sleep 0.5
+    insert 300 || not_ok "4.$round: a producer inserts"
+    wait_for "4.$round: rows of every lane delivered" 10 all_sent
+done
+# Asleep, they stay asleep: the lock is not handed round between them.
+asleep_lines() { cat "$A_LOG" "$RELAY_LOG" | grep -c 'msg="asleep"'; }
+stay_asleep() {
+    local before
+    before=$(asleep_lines)
+    sleep 2
+    [ "$(asleep_lines)" = "$before" ]
+}
+wait_for "4: the relays fall asleep again" 15 guard_held
+sleep 0.5
+check "4: the sessions stay asleep (no wakeups for 2 s)" stay_asleep
+for log in "$A_LOG" "$RELAY_LOG"; do
+    check "4: no wakeup problem logged ($(basename "$log"))" lacks "$log" "cannot take part"
+done
+relay_stop || not_ok "4: relay B exits 0"
+RELAY_PID=$RELAY_A
+relay_stop || not_ok "4: relay A exits 0"
+check_delivered order
