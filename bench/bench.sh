@@ -20,7 +20,7 @@
 #   BENCH_LATENCY_SECONDS=10       measured part of each latency run (after BENCH_WARMUP_SECONDS=3)
 #   BENCH_LATENCY_CLIENTS=4        pgbench clients of the latency load
 #   BENCH_PRODUCER_CLIENTS="1 4"   producer-cost runs; BENCH_PRODUCER_SECONDS=10 each
-#   BENCH_PRODUCER_ROUNDS=3        paired rounds (without, with) per producer-cost row, the order
+#   BENCH_PRODUCER_ROUNDS=5        paired rounds (without, with) per producer-cost row, the order
 #                                  alternating; the ratio is the median of the rounds' ratios
 #   BENCH_PRODUCER_MODES="idle relay"
 #                                  idle: no relay running (the commit path alone); relay: a relay
@@ -63,7 +63,7 @@ LAT_CLIENTS=${BENCH_LATENCY_CLIENTS:-4}
 PROD_CLIENTS=${BENCH_PRODUCER_CLIENTS:-1 4}
 PROD_S=${BENCH_PRODUCER_SECONDS:-$d_prod}
 PROD_MODES=${BENCH_PRODUCER_MODES:-idle relay}
-PROD_ROUNDS=${BENCH_PRODUCER_ROUNDS:-3}
+PROD_ROUNDS=${BENCH_PRODUCER_ROUNDS:-5}
 [[ $PROD_ROUNDS =~ ^[1-9][0-9]*$ ]] || {
     echo "bench: BENCH_PRODUCER_ROUNDS must be a positive integer" >&2
     exit 2
@@ -618,7 +618,7 @@ trigger_on() {
 # with the wakeup trigger; MODE relay runs a relay (default settings) during both.
 producers() {
     local c=$1 mode=$2 round trig arms key out tps relay_pid jobs=$(($1 < 2 ? $1 : 2))
-    local -A all=()
+    local -A all=() cpu=()
     local ratios=
     for ((round = 1; round <= PROD_ROUNDS; round++)); do
         # Alternating the order cancels drift of the machine's load between the two arms.
@@ -631,8 +631,11 @@ producers() {
             relay_pid=
             if [ "$mode" = relay ]; then
                 fresh_broker
+                # Both arms poll every 5 ms while asleep: without the trigger the relay would
+                # otherwise hear of rows only at its 1 s timer, start late and drain in larger,
+                # cheaper batches, and the arms would differ by more than the trigger.
                 start_bg "$T/producers.$key.relay.log" "$RELAY_BIN" run \
-                    --database-url "$DATABASE_URL" --brokers "$BROKERS"
+                    --database-url "$DATABASE_URL" --brokers "$BROKERS" --poll-interval 5
                 relay_pid=$BG_PID
                 wait_ready "producers $key" "$T/producers.$key.relay.log" "$relay_pid"
             fi
@@ -643,6 +646,7 @@ producers() {
             tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$out" | head -n 1)
             all[$trig]+="$(calc "${tps:-0}" %.0f) "
             if [ -n "$relay_pid" ]; then
+                cpu[$trig]+="$(cpu_seconds "$relay_pid") "
                 stop_bg "$relay_pid" 30 "producers $key" "$T/producers.$key.relay.log" ||
                     not_ok "producers $key: relay exits 0 on SIGTERM"
                 log_problems "producers $key" "$T/producers.$key.relay.log"
@@ -655,6 +659,7 @@ producers() {
     # shellcheck disable=SC2086 # one value per word
     for trig in without with; do
         read -r P_TPS["$mode.$c.$trig"] _ < <(median_spread ${all[$trig]})
+        [ -n "${cpu[$trig]:-}" ] && read -r P_CPU["$mode.$c.$trig"] _ < <(median_spread ${cpu[$trig]})
     done
     # shellcheck disable=SC2086
     read -r P_RATIO["$mode.$c"] P_RATIO_SPREAD["$mode.$c"] < <(median_spread $ratios)
@@ -689,7 +694,7 @@ perf_stop() {
 
 declare -A R_RATE R_SECS R_HWM R_CPU R_RSS10 R_RSS50 R_RSSEND R_START R_FIRST R_NOTE R_ALL R_SPREAD R_STEADY
 declare -A L_TPS L_LAG L_INSERTED L_DUPS L_N L_P50 L_P99 L_MAX L_MISSING L_CPU P_TPS P_RATIO
-declare -A P_RATIO_SPREAD
+declare -A P_RATIO_SPREAD P_CPU
 declare -A L_RP50 L_RP99 L_KP50 L_KP99
 NOTES=()
 RUN_START=$(now_us)
@@ -865,7 +870,7 @@ report_latency() {
 }
 
 report_producers() {
-    local mode c d
+    local mode c d cpu_cell
     echo "## Cost to producers: single-event insert transactions/s, with and without the wakeup trigger"
     echo
     if [ -z "$TRIGGER_DEF" ]; then
@@ -874,15 +879,22 @@ report_producers() {
         return
     fi
     echo "Each row: $PROD_ROUNDS paired rounds of ${PROD_S} s (without, with; the order alternating),"
-    echo "inserts/s as medians; with ÷ without is the median of the rounds' ratios (min–max)."
+    echo "inserts/s as medians; with ÷ without is the median of the rounds' ratios (min–max). The relay"
+    echo "runs with default settings but \`--poll-interval 5\` in both arms, so that without the trigger"
+    echo "it still hears of rows at once rather than at its 1 s timer (it would start late and drain in"
+    echo "larger, cheaper batches: the arms would differ by more than the trigger). Relay CPU is its"
+    echo "user + system time over the run (median), without / with; it shares the 2 CPUs with the"
+    echo "producers."
     echo
-    echo "| clients | during the run | without trigger | with trigger | with ÷ without |"
-    echo "|---:|---|---:|---:|---:|"
+    echo "| clients | during the run | without trigger | with trigger | with ÷ without | relay CPU s |"
+    echo "|---:|---|---:|---:|---:|---:|"
     for mode in $PROD_MODES; do
         for c in $PROD_CLIENTS; do
             d="no relay (commit path only)"
-            [ "$mode" = relay ] && d="a relay listening and draining"
-            echo "| $c | $d | $(commas "$(calc "${P_TPS[$mode.$c.without]:-0}" %.0f)") | $(commas "$(calc "${P_TPS[$mode.$c.with]:-0}" %.0f)") | $(x_ratio "${P_RATIO[$mode.$c]:--}") (${P_RATIO_SPREAD[$mode.$c]:--}) |"
+            [ "$mode" = relay ] && d="a relay draining (\`--poll-interval 5\`)"
+            cpu_cell=-
+            [ "$mode" = relay ] && cpu_cell="${P_CPU[$mode.$c.without]:--} / ${P_CPU[$mode.$c.with]:--}"
+            echo "| $c | $d | $(commas "$(calc "${P_TPS[$mode.$c.without]:-0}" %.0f)") | $(commas "$(calc "${P_TPS[$mode.$c.with]:-0}" %.0f)") | $(x_ratio "${P_RATIO[$mode.$c]:--}") (${P_RATIO_SPREAD[$mode.$c]:--}) | $cpu_cell |"
         done
     done
     echo

@@ -168,6 +168,7 @@ struct Member {
     bool asleep;          /* waiting for a notification (or the poll timer) */
     bool guard;           /* asleep holding the wakeup lock: producers notify while it does */
     bool final_check;     /* asleep, and the claim that follows falling asleep is still due */
+    bool notified;        /* a producer's notification came since this session became the guard */
     bool sleep_error_logged;
     bool left;              /* shutting down: the guard's lock was (being) given up */
     bool stopped;           /* done shutting down */
@@ -235,6 +236,15 @@ static void stop_loop(Member *m)
     member_done(m);
 }
 
+/* After a request between batches: on with the cycle, or out if the member is stopping. */
+static void carry_on(Member *m)
+{
+    if (m->stopping)
+        stop_loop(m);
+    else
+        step(m);
+}
+
 static void schedule_retry(Member *m)
 {
     double delay = backoff_next(&m->retry);
@@ -256,10 +266,7 @@ static void on_ended(PgConn *pg, PGresult **results, int n, const char *error, v
     }
     m->phase = PHASE_IDLE;
     batch_clear(&m->batch);
-    if (m->stopping)
-        stop_loop(m);
-    else
-        step(m);
+    carry_on(m);
 }
 
 /* Ends the open transaction without marking anything. */
@@ -605,14 +612,12 @@ static void on_sleep_attempt(PgConn *pg, PGresult **results, int n, const char *
          * then on they notify. */
         m->asleep = true;
         m->guard = answer && strcmp(answer, "guard") == 0;
+        m->notified = false; /* whatever an earlier one announced, the final claim sees */
         log_debug("asleep", "as=%s session=%d", answer ? answer : "poller", m->index);
         m->final_check = true;
         m->wake_pending = true;
     }
-    if (m->stopping)
-        stop_loop(m);
-    else
-        step(m);
+    carry_on(m);
 }
 
 /* An empty claim: end its transaction and try to go to sleep, in one round trip. */
@@ -660,8 +665,10 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
         end_transaction(m, SQL_COMMIT);
         return;
     }
-    if (events + dead > 0)
+    if (events + dead > 0) {
         m->last_rows_at = ev_now(m->loop);
+        m->asleep = false; /* work: awake (a guard lets the lock go before its next claim) */
+    }
     if (events + dead == 0 || m->stopping) {
         end_transaction(m, SQL_COMMIT); /* asleep already: that was the final check */
         return;
@@ -721,9 +728,10 @@ static void claim(Member *m)
     snprintf(dead_limit, sizeof(dead_limit), "%d", DEAD_LETTER_LIMIT);
     const char *params[2] = {limit, m->lanes.owned_array.s};
     const char *dead_params[2] = {dead_limit, m->lanes.owned_array.s};
-    /* Any claim of a sleeping session but the one that follows falling asleep is a wakeup: the
-     * session asks again before it sleeps again (a guard has let the lock go: see step). */
-    if (!m->final_check)
+    /* Any claim of a sleeping follower but the one that follows falling asleep is a wakeup: it
+     * asks again before it sleeps again, as its guard may have left. A guard goes on sleeping
+     * through claims its timer brings about; it leaves when notified or given work (see step). */
+    if (!m->final_check && !m->guard)
         m->asleep = false;
     m->final_check = false;
     /* The dead-letter claim comes before the planner settings: it is planned as usual. */
@@ -790,19 +798,18 @@ static void on_guard_left(PgConn *pg, PGresult **results, int n, const char *err
         log_warn("giving up the wakeup lock failed", "error=%s", log_quote(error, q, sizeof(q)));
     }
     m->phase = PHASE_IDLE;
-    if (m->stopping)
-        stop_loop(m);
-    else
-        step(m);
+    carry_on(m);
 }
 
-/* A woken guard lets the wakeup lock go before anything else, in a transaction of its own: the
- * notification that wakes its followers must go out now, not with a later commit (or never,
- * with a rollback). Even a guard without lanes (moved away while it slept) does. */
+/* A guard lets the wakeup lock go before anything else once producers notified (their rows may
+ * be any session's) or it has work (producers would notify all the while): in a transaction of
+ * its own, as the notification that wakes its followers to ask again must go out now, not with a
+ * later commit (or never, with a rollback). A guard without lanes (moved away while it slept)
+ * leaves too. */
 static void leave_guard(Member *m)
 {
     PgQuery q = {SQL_WAKE, 0, NULL};
-    m->guard = false;
+    m->guard = m->asleep = m->notified = false;
     m->phase = PHASE_ENDING;
     if (!pg_conn_send(m->pg, &q, 1, on_guard_left, m))
         m->phase = PHASE_IDLE;
@@ -820,7 +827,8 @@ static void step(Member *m)
             m->phase = PHASE_IDLE;
         return;
     }
-    if (m->wake_pending && m->guard && !m->final_check) {
+    if (m->guard && !m->final_check &&
+        (!m->asleep || (m->wake_pending && (m->notified || m->lanes.n_owned == 0)))) {
         leave_guard(m);
         return;
     }
@@ -899,6 +907,7 @@ static void on_notify(PgConn *pg, const char *channel, const char *payload, void
      * make it leave in turn, and the sessions would hand the lock round for ever. */
     if (m->guard && strcmp(payload, GUARD_LEFT) == 0)
         return;
+    m->notified = true;
     m->wake_pending = true;
     step(m);
 }

@@ -8,7 +8,8 @@
 #     one of them becomes the guard, so later inserts still wake them;
 #  3. a producer transaction that inserted while the relay was awake keeps it from sleeping
 #     (the relay cannot take the lock): its row goes out as soon as it commits;
-#  4. two relays of two sessions each go to sleep with exactly one guard among them, rows of every
+#  4. a guard whose poll timer wakes it (nothing notified) keeps the lock: no notification;
+#  5. two relays of two sessions each go to sleep with exactly one guard among them, rows of every
 #     lane are delivered promptly, round after round, and once asleep the sessions stay asleep
 #     (the lock is not handed round).
 # shellcheck source=tests/lib.sh
@@ -27,15 +28,16 @@ insert() { # insert COUNT: rows over 200 aggregates (every lane)
     N=$((N + $1))
 }
 all_sent() { [ "$(unsent_rows)" = 0 ]; }
-# notified SQL: runs SQL (an insert) while a listener waits; true if it heard a notification.
-notified() {
+# listen SECS [SQL]: runs SQL (an insert) while a listener waits SECS seconds; prints how many
+# notifications it heard.
+listen() {
     local out=$T/listen.$RANDOM
-    psql -XAt -c "LISTEN outbox_relay" -c "SELECT pg_sleep(1)" -c "SELECT 'done'" >"$out" 2>&1 &
+    psql -XAt -c "LISTEN outbox_relay" -c "SELECT pg_sleep($1)" -c "SELECT 'done'" >"$out" 2>&1 &
     local pid=$!
     sleep 0.3
-    psql_q "SET statement_timeout = 2000; $1" || { wait "$pid"; return 2; }
+    [ -z "${2:-}" ] || psql_q "SET statement_timeout = 2000; $2" >/dev/null || echo "insert failed"
     wait "$pid"
-    grep -q 'Asynchronous notification "outbox_relay"' "$out"
+    grep -c 'Asynchronous notification "outbox_relay"' "$out"
 }
 ONE_ROW="INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
          VALUES ('order', 'x', 'changed', '{}')"
@@ -48,8 +50,7 @@ asleep_count() { grep -c "msg=\"asleep\" as=$1" "$RELAY_LOG"; }
 at_least() { [ "$("$2" "$3")" -ge "$1" ]; }
 
 # --- 1. the trigger ---
-notified "$ONE_ROW"
-check_eq "1: nobody holds the lock: an insert does not notify" 1 $?
+check_eq "1: nobody holds the lock: an insert does not notify" 0 "$(listen 1 "$ONE_ROW")"
 # An outside session stands in for a sleeping relay's guard until it gives the lock up.
 PGAPPNAME=stand-in psql -XAtq -c "SELECT pg_advisory_lock($WAKEUP_KEY)" -c "SELECT pg_sleep(10)" \
     -c "SELECT outbox_relay_wake()" -c "SELECT pg_sleep(60)" >"$T/stand-in.out" 2>&1 &
@@ -57,8 +58,8 @@ STAND_IN=$!
 _t_track "$STAND_IN"
 wait_for "1: the stand-in holds the wakeup lock" 5 guard_held
 STAND_IN_BACKEND=$(guard_pid)
-notified "$ONE_ROW"
-check_eq "1: the lock held: an insert notifies, without waiting for the lock" 0 $?
+check_eq "1: the lock held: an insert notifies, without waiting for the lock" 1 \
+    "$(listen 1 "$ONE_ROW")"
 psql_q "TRUNCATE outbox" || fail "truncate"
 
 # --- 2. followers ---
@@ -92,15 +93,22 @@ wait_for "3: its row goes out soon after its commit" 5 all_sent
 check "3: relay still running" relay_running
 relay_stop || not_ok "3: relay exits 0"
 
-# --- 4. two relays, four sessions ---
+# --- 4. a guard stays asleep through its poll timer ---
+relay_start "${OPTS[@]}" --poll-interval 200
+wait_for "4: the relay guards" 10 guard_held
+check_eq "4: polling every 200 ms for 2 s, the guard does not leave (no notification)" 0 \
+    "$(listen 2)"
+relay_stop || not_ok "4: relay exits 0"
+
+# --- 5. two relays, four sessions ---
 relay_start "${OPTS[@]}"
 RELAY_A=$RELAY_PID A_LOG=$RELAY_LOG
 relay_start "${OPTS[@]}"
 for round in 1 2 3; do
-    wait_for "4.$round: the relays fall asleep, one guard" 15 guard_held
+    wait_for "5.$round: the relays fall asleep, one guard" 15 guard_held
     sleep 0.5
-    insert 300 || not_ok "4.$round: a producer inserts"
-    wait_for "4.$round: rows of every lane delivered" 10 all_sent
+    insert 300 || not_ok "5.$round: a producer inserts"
+    wait_for "5.$round: rows of every lane delivered" 10 all_sent
 done
 # Asleep, they stay asleep: the lock is not handed round between them.
 asleep_lines() { cat "$A_LOG" "$RELAY_LOG" | grep -c 'msg="asleep"'; }
@@ -110,13 +118,13 @@ stay_asleep() {
     sleep 2
     [ "$(asleep_lines)" = "$before" ]
 }
-wait_for "4: the relays fall asleep again" 15 guard_held
+wait_for "5: the relays fall asleep again" 15 guard_held
 sleep 0.5
-check "4: the sessions stay asleep (no wakeups for 2 s)" stay_asleep
+check "5: the sessions stay asleep (no wakeups for 2 s)" stay_asleep
 for log in "$A_LOG" "$RELAY_LOG"; do
-    check "4: no wakeup problem logged ($(basename "$log"))" lacks "$log" "cannot take part"
+    check "5: no wakeup problem logged ($(basename "$log"))" lacks "$log" "cannot take part"
 done
-relay_stop || not_ok "4: relay B exits 0"
+relay_stop || not_ok "5: relay B exits 0"
 RELAY_PID=$RELAY_A
-relay_stop || not_ok "4: relay A exits 0"
+relay_stop || not_ok "5: relay A exits 0"
 check_delivered order
