@@ -48,11 +48,14 @@ BEGIN
         -- The claim's FOR UPDATE needs UPDATE on some column; these are all the relay writes.
         GRANT UPDATE (sent_at, attempts, rejections, last_error, next_attempt_at, dead_at,
                       dead_letter_topic) ON outbox TO outbox_relay;
-        IF to_regclass('outbox_wakeup_state') IS NOT NULL THEN -- dropped by 0007
+        IF to_regclass('outbox_wakeup_state') IS NOT NULL THEN
             GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_wakeup_state TO outbox_relay;
         END IF;
         -- The generated lane column; PUBLIC has EXECUTE by default, this survives revoking that.
         GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO outbox_relay;
+        IF to_regprocedure('outbox_relay_sleep()') IS NOT NULL THEN -- the wakeup of 0007
+            GRANT EXECUTE ON FUNCTION outbox_relay_sleep(), outbox_relay_wake() TO outbox_relay;
+        END IF;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'outbox_producer') THEN
         EXECUTE format('GRANT USAGE ON SCHEMA %s TO outbox_producer', s);

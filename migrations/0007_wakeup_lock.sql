@@ -5,7 +5,7 @@
 -- lock itself, and the trigger's WHEN condition, which PostgreSQL evaluates without calling the
 -- function, is all a producer runs while every relay is awake.
 --
--- The protocol, on one advisory lock (the key below; relay/relay.c calls the functions):
+-- The protocol, on one advisory lock (1331849732; relay/relay.c calls the functions):
 --   - Each producer's insert statement tries to take the lock shared, held until it commits. If
 --     it cannot, some relay holds it exclusively: the producer notifies.
 --   - A relay session that found nothing for --sleep-after calls outbox_relay_sleep(). It becomes
@@ -16,9 +16,11 @@
 --     shared, every producer either committed before that final claim (which sees its rows) or
 --     tries the lock later and notifies. A follower saw the guard's lock before its own final
 --     claim: the same holds.
---   - Notifications wake every listening session. A woken guard calls outbox_relay_wake() before
---     it claims: that releases the lock and notifies, so followers wake too and take up the
---     question again rather than sleep unguarded. A woken follower just asks again.
+--   - Notifications wake every listening session. A guard that a producer's notification woke,
+--     or that has work, calls outbox_relay_wake() before it claims: that releases the lock and
+--     notifies, so followers wake too and take up the question again rather than sleep
+--     unguarded. A guard its own poll timer woke claims and, finding nothing, sleeps on. A woken
+--     follower asks again.
 -- A producer never waits on the lock, and a long producer transaction only keeps relays awake.
 -- If a guard's connection dies, the lock goes with it and no one is told: followers then wake at
 -- their poll timer (--poll-interval).
@@ -36,7 +38,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE format('DROP TRIGGER IF EXISTS outbox_wakeup ON %s', tbl);
     EXECUTE format('CREATE TRIGGER outbox_wakeup AFTER INSERT ON %s FOR EACH STATEMENT'
-                   ' WHEN (NOT pg_try_advisory_xact_lock_shared(1331849731))'
+                   ' WHEN (NOT pg_try_advisory_xact_lock_shared(1331849732))'
                    ' EXECUTE FUNCTION outbox_wakeup()', tbl);
 END
 $$;
@@ -49,12 +51,12 @@ WHERE tgname = 'outbox_wakeup' AND tgfoid = 'outbox_wakeup()'::regprocedure;
 CREATE OR REPLACE FUNCTION outbox_relay_sleep() RETURNS text
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF pg_try_advisory_lock(1331849731) THEN
+    IF pg_try_advisory_lock(1331849732) THEN
         RETURN 'guard';
     END IF;
-    -- Taken by someone: exclusively (a guard) unless it can be shared (producers).
-    IF pg_try_advisory_lock_shared(1331849731) THEN
-        PERFORM pg_advisory_unlock_shared(1331849731);
+    -- Taken by someone: exclusively (a guard) unless it can be shared (producers). The probe is a
+    -- transaction lock, gone when this statement's transaction ends, whatever happens.
+    IF pg_try_advisory_xact_lock_shared(1331849732) THEN
         RETURN 'busy';
     END IF;
     RETURN 'follow';
@@ -66,7 +68,7 @@ $$;
 CREATE OR REPLACE FUNCTION outbox_relay_wake() RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_advisory_unlock(1331849731);
+    PERFORM pg_advisory_unlock(1331849732);
     PERFORM pg_notify('outbox_relay', 'guard left');
 END
 $$;
@@ -80,6 +82,7 @@ BEGIN
 END
 $$;
 
--- The flags of 0004 are no longer read. A relay from before this file fails to set its flag, says
--- so, and polls: upgrade the relays along with this migration.
-DROP TABLE IF EXISTS outbox_wakeup_state;
+-- The flags of 0004 (outbox_wakeup_state) are no longer read, but the table stays: a relay from
+-- before this file still writes them, and would fail its batches without the table. It just
+-- wakes at its poll timer until it is upgraded. The lock is a new key, so such a relay's
+-- transaction lock on 0004's key is never mistaken for a guard.

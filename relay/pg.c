@@ -260,6 +260,9 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
         }
         read_notifies(pg);
         read_results(pg);
+        /* Reading results may have parsed notifications that came with them: hand them out now,
+         * not whenever the socket next has data. */
+        read_notifies(pg);
     }
     if (pg->state == PG_UP && (pg->io_events & EV_WRITE))
         flush_output(pg);

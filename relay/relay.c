@@ -168,7 +168,7 @@ struct Member {
     bool asleep;          /* waiting for a notification (or the poll timer) */
     bool guard;           /* asleep holding the wakeup lock: producers notify while it does */
     bool final_check;     /* asleep, and the claim that follows falling asleep is still due */
-    bool notified;        /* a producer's notification came since this session became the guard */
+    bool notified;        /* a notification came since this session asked to sleep */
     bool sleep_error_logged;
     bool left;              /* shutting down: the guard's lock was (being) given up */
     bool stopped;           /* done shutting down */
@@ -609,12 +609,14 @@ static void on_sleep_attempt(PgConn *pg, PGresult **results, int n, const char *
             m->sleep_error_logged = false;
         }
         /* One final claim catches what producers committed before the guard took the lock; from
-         * then on they notify. */
+         * then on they notify. A follower notified meanwhile (its guard may have left) makes that
+         * claim a wakeup instead, and asks again after it; a guard's final claim sees whatever
+         * was announced. */
         m->asleep = true;
         m->guard = answer && strcmp(answer, "guard") == 0;
-        m->notified = false; /* whatever an earlier one announced, the final claim sees */
+        m->final_check = m->guard || !m->notified;
+        m->notified = false;
         log_debug("asleep", "as=%s session=%d", answer ? answer : "poller", m->index);
-        m->final_check = true;
         m->wake_pending = true;
     }
     carry_on(m);
@@ -624,6 +626,7 @@ static void on_sleep_attempt(PgConn *pg, PGresult **results, int n, const char *
 static void go_to_sleep(Member *m)
 {
     PgQuery queries[2] = {{SQL_COMMIT, 0, NULL}, {SQL_SLEEP, 0, NULL}};
+    m->notified = false;
     m->phase = PHASE_ENDING;
     if (!pg_conn_send(m->pg, queries, 2, on_sleep_attempt, m))
         pg_conn_reset(m->pg, "connection busy while going to sleep");
@@ -794,8 +797,12 @@ static void on_guard_left(PgConn *pg, PGresult **results, int n, const char *err
     if (!results)
         return;
     if (error) {
+        /* The lock may still be held: only closing the session surely frees it. */
         char q[512];
-        log_warn("giving up the wakeup lock failed", "error=%s", log_quote(error, q, sizeof(q)));
+        log_warn("giving up the wakeup lock failed; reconnecting", "error=%s",
+                 log_quote(error, q, sizeof(q)));
+        pg_conn_reset(pg, "giving up the wakeup lock failed");
+        return;
     }
     m->phase = PHASE_IDLE;
     carry_on(m);
@@ -815,6 +822,17 @@ static void leave_guard(Member *m)
         m->phase = PHASE_IDLE;
 }
 
+static bool guard_must_leave(const Member *m)
+{
+    if (!m->guard)
+        return false;
+    if (m->lanes.n_owned == 0)
+        return true; /* its lanes moved away while it slept: it will not claim */
+    if (m->final_check)
+        return false;
+    return !m->asleep /* work */ || (m->wake_pending && m->notified);
+}
+
 /* Does whatever comes next between batches: a due rebalance first, then a claim when there is a
  * reason to claim (wake_pending) and nothing stands in the way; a woken guard first leaves. */
 static void step(Member *m)
@@ -827,8 +845,7 @@ static void step(Member *m)
             m->phase = PHASE_IDLE;
         return;
     }
-    if (m->guard && !m->final_check &&
-        (!m->asleep || (m->wake_pending && (m->notified || m->lanes.n_owned == 0)))) {
+    if (guard_must_leave(m)) {
         leave_guard(m);
         return;
     }

@@ -338,7 +338,7 @@ check_delivered() {
 MEMBER_NS=1331849729
 LANE_NS=1331849730
 # The wakeup lock (migrations/0007_wakeup_lock.sql): a sleeping relay session holds it exclusively.
-WAKEUP_KEY=1331849731
+WAKEUP_KEY=1331849732
 # guard_held: some session holds the wakeup lock, i.e. a relay sleeps and producers notify.
 guard_held() {
     [ "$(psql_q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 0
