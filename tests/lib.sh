@@ -339,11 +339,14 @@ MEMBER_NS=1331849729
 LANE_NS=1331849730
 # The wakeup lock (migrations/0007_wakeup_lock.sql): a sleeping relay session holds it exclusively.
 WAKEUP_KEY=1331849732
+# guard_pid: the backend holding the wakeup lock (a sleeping relay's guard), if any.
+guard_pid() {
+    psql_q "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = 0
+            AND objid = $WAKEUP_KEY AND objsubid = 1 AND mode = 'ExclusiveLock' AND granted"
+}
 # guard_held: some session holds the wakeup lock, i.e. a relay sleeps and producers notify.
 guard_held() {
-    [ "$(psql_q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 0
-                 AND objid = $WAKEUP_KEY AND objsubid = 1 AND mode = 'ExclusiveLock'
-                 AND granted")" = 1 ]
+    [ -n "$(guard_pid)" ]
 }
 RELAY_WRAP=()
 relay_start() {

@@ -43,11 +43,6 @@ listen() {
 }
 ONE_ROW="INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
          VALUES ('order', 'x', 'changed', '{}')"
-# guard_pid: the backend holding the wakeup lock, if any.
-guard_pid() {
-    psql_q "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = 0
-            AND objid = $WAKEUP_KEY AND objsubid = 1 AND mode = 'ExclusiveLock' AND granted"
-}
 asleep_count() { grep -c "msg=\"asleep\" as=$1" "$RELAY_LOG"; }
 at_least() { [ "$("$2" "$3")" -ge "$1" ]; }
 
