@@ -111,8 +111,8 @@ static const char *const sql_templates[SQL_COUNT] = {
 
 /* Going to sleep and waking up (migrations/0007_wakeup_lock.sql): outbox_relay_sleep() answers
  * 'guard' (this session now holds the wakeup lock: producers notify), 'follow' (another session
- * holds it) or 'busy' (producers are mid-transaction: ask again shortly). A woken guard gives the
- * lock up with outbox_relay_wake(), which also wakes the followers to ask again. */
+ * holds it) or 'busy' (producers are mid-transaction: ask again shortly). A guard gives the lock
+ * up with outbox_relay_wake(), which also wakes the followers to ask again (see leave_guard). */
 static const char *const SQL_SLEEP = "SELECT outbox_relay_sleep()";
 static const char *const SQL_WAKE = "SELECT outbox_relay_wake()";
 #define GUARD_LEFT "guard left" /* the payload of outbox_relay_wake's notification */
@@ -182,7 +182,7 @@ struct Member {
     char last_failure[256]; /* error of the last batch that had failures, "" once one had none */
     ev_timer poll_timer;
     ev_timer retry_timer;
-    ev_timer busy_timer; /* re-check soon when producers kept us from going to sleep */
+    ev_timer busy_timer; /* poll_soon */
     ev_timer rebalance_timer;
     ev_timer shutdown_timer;
     ev_timer delivery_timer; /* bounds a batch's wait for acknowledgements */
@@ -190,6 +190,7 @@ struct Member {
 };
 
 static void step(Member *m);
+static void leave_guard(Member *m);
 static void go_to_sleep(Member *m);
 static void send_marks(Member *m);
 static void relay_stop(Relay *r);
@@ -212,26 +213,18 @@ static void relay_fail(Member *m)
     relay_stop(m->relay);
 }
 
-static void on_left(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
-{
-    member_done(arg);
-}
-
 /* Ends the member's part. A guard on the way out gives up the wakeup lock with a notification
  * (when the connection is there to do it, within a second): the followers it guarded must not go
- * on sleeping unguarded. */
+ * on sleeping unguarded. Its callback comes back here, and the member is done. */
 static void stop_loop(Member *m)
 {
     ev_timer_stop(m->loop, &m->shutdown_timer);
     if (!m->left && m->guard && pg_conn_idle(m->pg)) {
-        PgQuery q = {SQL_WAKE, 0, NULL};
         m->left = true;
-        m->guard = false;
-        if (pg_conn_send(m->pg, &q, 1, on_left, m)) {
-            ev_timer_set(&m->shutdown_timer, 1.0, 0);
-            ev_timer_start(m->loop, &m->shutdown_timer);
-            return;
-        }
+        ev_timer_set(&m->shutdown_timer, 1.0, 0);
+        ev_timer_start(m->loop, &m->shutdown_timer);
+        leave_guard(m);
+        return;
     }
     member_done(m);
 }
@@ -243,6 +236,14 @@ static void carry_on(Member *m)
         stop_loop(m);
     else
         step(m);
+}
+
+/* Claims again after --busy-poll-interval: an awake session with nothing to do, or one that
+ * producers kept from going to sleep. */
+static void poll_soon(Member *m)
+{
+    ev_timer_set(&m->busy_timer, (double)m->cfg->busy_poll_interval_ms / 1000.0, 0);
+    ev_timer_start(m->loop, &m->busy_timer);
 }
 
 static void schedule_retry(Member *m)
@@ -594,8 +595,7 @@ static void on_sleep_attempt(PgConn *pg, PGresult **results, int n, const char *
                              : NULL;
     if (answer && strcmp(answer, "busy") == 0) {
         /* A producer is mid-transaction without having notified: look again very soon. */
-        ev_timer_set(&m->busy_timer, (double)m->cfg->busy_poll_interval_ms / 1000.0, 0);
-        ev_timer_start(m->loop, &m->busy_timer);
+        poll_soon(m);
     } else {
         if (!answer && !m->sleep_error_logged) {
             /* Typically migrate not run since an upgrade: sleep anyway, waking at the poll timer
@@ -663,8 +663,7 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
             return;
         }
         /* Work came recently: stay awake and poll, so a steady stream never pays for NOTIFY. */
-        ev_timer_set(&m->busy_timer, (double)m->cfg->busy_poll_interval_ms / 1000.0, 0);
-        ev_timer_start(m->loop, &m->busy_timer);
+        poll_soon(m);
         end_transaction(m, SQL_COMMIT);
         return;
     }
