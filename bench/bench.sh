@@ -24,7 +24,7 @@
 #                                  alternating; the ratio is the median of the rounds' ratios
 #   BENCH_PRODUCER_MODES="idle relay"
 #                                  idle: no relay running (the commit path alone); relay: a relay
-#                                  (default settings) listening and draining during the run
+#                                  (default settings but --poll-interval 5) draining during the run
 #   BENCH_CONSUMER_KAFKA="fetch.wait.max.ms=1"  consumer properties of the latency runs
 #   BENCH_BROKERS=3 BENCH_PARTITIONS=6          mock cluster and topic
 #   BENCH_SHARED_BUFFERS=1GB  BENCH_PG_CONF="..." (extra postgresql.conf lines)
@@ -615,7 +615,7 @@ trigger_on() {
 }
 
 # producers CLIENTS MODE: insert transactions/s over BENCH_PRODUCER_SECONDS, without and then
-# with the wakeup trigger; MODE relay runs a relay (default settings) during both.
+# with the wakeup trigger; MODE relay runs a relay (--poll-interval 5) during both.
 producers() {
     local c=$1 mode=$2 round trig arms key out tps relay_pid jobs=$(($1 < 2 ? $1 : 2))
     local -A all=() cpu=()
@@ -644,14 +644,15 @@ producers() {
                 -f "$BENCH/insert_event.sql" >"$out" 2>&1 ||
                 not_ok "producers $key: pgbench" "$(tail -n 2 "$out")"
             tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$out" | head -n 1)
-            all[$trig]+="$(calc "${tps:-0}" %.0f) "
+            tps=$(calc "${tps:-0}" %.0f)
+            all[$trig]+="$tps "
             if [ -n "$relay_pid" ]; then
                 cpu[$trig]+="$(cpu_seconds "$relay_pid") "
                 stop_bg "$relay_pid" 30 "producers $key" "$T/producers.$key.relay.log" ||
                     not_ok "producers $key: relay exits 0 on SIGTERM"
                 log_problems "producers $key" "$T/producers.$key.relay.log"
             fi
-            say "producers $key (round $round): $(commas "$(calc "${tps:-0}" %.0f)") inserts/s"
+            say "producers $key (round $round): $(commas "$tps") inserts/s"
         done
         ratios+="$(ratio "$(echo ${all[with]} | awk '{ print $NF }')" "$(echo ${all[without]} | awk '{ print $NF }')") "
     done
