@@ -166,9 +166,9 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
     PgQuery queries[2];
     int nq = 0;
     if (!strbuf_array_empty(&l->lock_array))
-        queries[nq++] = (PgQuery){SQL_LOCK_LANES, 1, lock_params};
+        queries[nq++] = (PgQuery){SQL_LOCK_LANES, 1, lock_params, false};
     if (!strbuf_array_empty(&l->unlock_array))
-        queries[nq++] = (PgQuery){SQL_UNLOCK_LANES, 1, unlock_params};
+        queries[nq++] = (PgQuery){SQL_UNLOCK_LANES, 1, unlock_params, false};
     if (nq == 0) {
         finish(l, pg, true);
         return;
@@ -179,7 +179,7 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
 
 static bool send_members(Lanes *l, PgConn *pg)
 {
-    PgQuery q = {SQL_MEMBERS, 0, NULL};
+    PgQuery q = {SQL_MEMBERS, 0, NULL, false};
     return pg_conn_send(pg, &q, 1, on_members, l);
 }
 
@@ -212,6 +212,6 @@ bool lanes_rebalance(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg)
     char max[16];
     snprintf(max, sizeof(max), "%d", LANE_MAX_MEMBERS);
     const char *params[1] = {max};
-    PgQuery q = {SQL_JOIN, 1, params};
+    PgQuery q = {SQL_JOIN, 1, params, false};
     return pg_conn_send(pg, &q, 1, on_joined, l);
 }

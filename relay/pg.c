@@ -8,11 +8,24 @@
 #include "log.h"
 
 #define PG_MAX_QUERIES 8
+/* Distinct statements a connection prepares; beyond that, statements are sent unprepared. */
+#define PG_MAX_PREPARED 8
 #define PG_CONNECT_TIMEOUT_S 10.0
 #define PG_BACKOFF_BASE_S 0.2
 #define PG_BACKOFF_CAP_S 10.0
 
 typedef enum { PG_DOWN, PG_CONNECTING, PG_UP } PgState;
+
+/* A statement prepared (or being prepared) on the current connection. Names are never reused
+ * within a connection: a statement dropped from this list after a failure may still exist on
+ * the server. */
+typedef struct Prepared {
+    char *sql; /* a copy: the statement's identity; NULL = free slot */
+    char name[32];
+} Prepared;
+
+/* What a request's next result answers: a statement's result, or the preparing of slot N. */
+#define RESULT_OF_QUERY (-1)
 
 struct PgConn {
     struct ev_loop *loop;
@@ -29,12 +42,18 @@ struct PgConn {
     char *deferred_loss;
     Backoff backoff;
 
+    Prepared prepared[PG_MAX_PREPARED];
+    unsigned long prepared_count; /* names given out on this connection */
+
     /* The request in flight. */
     bool busy;
     PgResultFn cb;
     void *cb_arg;
     int nqueries, nresults;
     PGresult *results[PG_MAX_QUERIES];
+    int expected[2 * PG_MAX_QUERIES]; /* RESULT_OF_QUERY or a prepared slot, in send order */
+    int nexpected, nreceived;
+    int query_slot[PG_MAX_QUERIES]; /* the prepared slot each statement ran as, or -1 */
     char *error;
 
     PgStateFn on_state;
@@ -69,6 +88,20 @@ static void set_io(PgConn *pg, int fd, int events)
 }
 
 static void start_connect(PgConn *pg);
+
+static void forget_prepared(PgConn *pg, int slot)
+{
+    free(pg->prepared[slot].sql);
+    pg->prepared[slot].sql = NULL;
+}
+
+/* A new connection has none of the old one's statements. */
+static void forget_all_prepared(PgConn *pg)
+{
+    for (int i = 0; i < PG_MAX_PREPARED; i++)
+        forget_prepared(pg, i);
+    pg->prepared_count = 0;
+}
 
 /* Routes server notices into our log instead of libpq's default raw stderr output. */
 static void notice_to_log(void *arg, const char *message)
@@ -107,6 +140,7 @@ static void lose(PgConn *pg, const char *why)
         PQfinish(pg->conn);
     pg->conn = NULL;
     pg->state = PG_DOWN;
+    forget_all_prepared(pg);
 
     double delay = backoff_next(&pg->backoff);
     char q[600];
@@ -216,12 +250,29 @@ static void read_results(PgConn *pg)
             complete_request(pg);
             continue;
         }
-        if ((st == PGRES_FATAL_ERROR || st == PGRES_NONFATAL_ERROR) && !pg->error)
+        bool failed = st == PGRES_FATAL_ERROR || st == PGRES_NONFATAL_ERROR;
+        if (failed && !pg->error)
             pg->error = strdup(pg_error_line(PQresultErrorMessage(r)));
-        if (pg->nresults < pg->nqueries)
-            pg->results[pg->nresults++] = r;
-        else
+        int of = pg->nreceived < pg->nexpected ? pg->expected[pg->nreceived] : RESULT_OF_QUERY;
+        pg->nreceived++;
+        if (of != RESULT_OF_QUERY) {
+            /* The preparing of a statement: unless it worked, it does not exist on the server. */
+            if (st != PGRES_COMMAND_OK)
+                forget_prepared(pg, of);
             PQclear(r);
+            continue;
+        }
+        if (pg->nresults < pg->nqueries) {
+            int slot = pg->query_slot[pg->nresults];
+            /* A prepared statement whose result columns a schema change altered fails at every
+             * run ("cached plan must not change result type"): prepare it afresh next time. */
+            const char *state = failed ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+            if (slot >= 0 && state && strcmp(state, "0A000") == 0)
+                forget_prepared(pg, slot);
+            pg->results[pg->nresults++] = r;
+        } else {
+            PQclear(r);
+        }
     }
 }
 
@@ -327,6 +378,7 @@ void pg_conn_free(PgConn *pg)
         PQclear(pg->results[i]);
     if (pg->conn)
         PQfinish(pg->conn);
+    forget_all_prepared(pg);
     free(pg->deferred_loss);
     free(pg->error);
     free(pg->conninfo);
@@ -348,6 +400,52 @@ bool pg_conn_idle(const PgConn *pg)
     return pg_conn_up(pg) && !pg->busy;
 }
 
+/* The slot of a statement prepared (or being prepared) on this connection, or -1. */
+static int find_prepared(const PgConn *pg, const char *sql)
+{
+    for (int i = 0; i < PG_MAX_PREPARED; i++)
+        if (pg->prepared[i].sql && strcmp(pg->prepared[i].sql, sql) == 0)
+            return i;
+    return -1;
+}
+
+/* A free slot for sql, named and ready to send its preparation; -1 when none is left. */
+static int claim_prepared_slot(PgConn *pg, const char *sql)
+{
+    for (int i = 0; i < PG_MAX_PREPARED; i++) {
+        Prepared *p = &pg->prepared[i];
+        if (p->sql)
+            continue;
+        p->sql = strdup(sql);
+        if (!p->sql)
+            return -1;
+        snprintf(p->name, sizeof(p->name), "outbox_relay_%lu", ++pg->prepared_count);
+        return i;
+    }
+    return -1;
+}
+
+/* Sends statement i of a request: prepared when asked and possible (preparing it first, in the
+ * same pipeline, on its first use on this connection), else as it is. */
+static bool send_query(PgConn *pg, int i, const PgQuery *q)
+{
+    int slot = q->prepare ? find_prepared(pg, q->sql) : -1;
+    if (q->prepare && slot < 0) {
+        slot = claim_prepared_slot(pg, q->sql);
+        if (slot >= 0) {
+            if (PQsendPrepare(pg->conn, pg->prepared[slot].name, q->sql, q->nparams, NULL) != 1)
+                return false;
+            pg->expected[pg->nexpected++] = slot;
+        }
+    }
+    pg->query_slot[i] = slot;
+    pg->expected[pg->nexpected++] = RESULT_OF_QUERY;
+    if (slot >= 0)
+        return PQsendQueryPrepared(pg->conn, pg->prepared[slot].name, q->nparams, q->values, NULL,
+                                   NULL, 0) == 1;
+    return PQsendQueryParams(pg->conn, q->sql, q->nparams, NULL, q->values, NULL, NULL, 0) == 1;
+}
+
 bool pg_conn_send(PgConn *pg, const PgQuery *queries, int n, PgResultFn cb, void *arg)
 {
     if (!pg_conn_idle(pg) || n < 1 || n > PG_MAX_QUERIES)
@@ -357,10 +455,11 @@ bool pg_conn_send(PgConn *pg, const PgQuery *queries, int n, PgResultFn cb, void
     pg->cb_arg = arg;
     pg->nqueries = n;
     pg->nresults = 0;
+    pg->nexpected = 0;
+    pg->nreceived = 0;
     bool sent = true;
     for (int i = 0; i < n && sent; i++)
-        sent = PQsendQueryParams(pg->conn, queries[i].sql, queries[i].nparams, NULL,
-                                 queries[i].values, NULL, NULL, 0) == 1;
+        sent = send_query(pg, i, &queries[i]);
     if (sent)
         sent = PQpipelineSync(pg->conn) == 1;
     int flushed = sent ? PQflush(pg->conn) : -1;

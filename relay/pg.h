@@ -16,11 +16,16 @@
 
 typedef struct PgConn PgConn;
 
-/* One statement of a request: SQL with $n parameters given as text (NULL value = SQL NULL). */
+/* One statement of a request: SQL with $n parameters given as text (NULL value = SQL NULL).
+ * prepare: run it as a statement prepared on this connection, parsed and planned once (by the
+ * server's plan cache) instead of at every send: for the statements the relay runs all the time,
+ * whose planning costs more than running them on a few rows (the claim). The first send on each
+ * connection prepares it in the same pipeline. */
 typedef struct PgQuery {
     const char *sql;
     int nparams;
     const char *const *values;
+    bool prepare;
 } PgQuery;
 
 /* Called once per request. On success error is NULL and results[i] is the result of query i;

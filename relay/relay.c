@@ -273,7 +273,7 @@ static void on_ended(PgConn *pg, PGresult **results, int n, const char *error, v
 /* Ends the open transaction without marking anything. */
 static void end_transaction(Member *m, const char *sql)
 {
-    PgQuery q = {sql, 0, NULL};
+    PgQuery q = {sql, 0, NULL, false};
     m->phase = PHASE_ENDING;
     if (!pg_conn_send(m->pg, &q, 1, on_ended, m))
         pg_conn_reset(m->pg, "connection busy while ending a transaction");
@@ -397,16 +397,16 @@ static void send_marks(Member *m)
     int nq = 0;
     m->failed_stmt = -1;
     if (!strbuf_array_empty(&marks->sent))
-        queries[nq++] = (PgQuery){m->sql[SQL_MARK_SENT], 1, sent};
+        queries[nq++] = (PgQuery){m->sql[SQL_MARK_SENT], 1, sent, true};
     if (!strbuf_array_empty(&marks->failed_ids)) {
         m->failed_stmt = nq;
-        queries[nq++] = (PgQuery){m->sql[SQL_MARK_FAILED], 6, failed};
+        queries[nq++] = (PgQuery){m->sql[SQL_MARK_FAILED], 6, failed, false};
     }
     if (!strbuf_array_empty(&marks->dl_sent))
-        queries[nq++] = (PgQuery){m->sql[SQL_MARK_DEAD_LETTERED], 2, dl_sent};
+        queries[nq++] = (PgQuery){m->sql[SQL_MARK_DEAD_LETTERED], 2, dl_sent, false};
     if (!strbuf_array_empty(&marks->dl_failed_ids))
-        queries[nq++] = (PgQuery){m->sql[SQL_MARK_DEAD_LETTER_FAILED], 2, dl_failed};
-    queries[nq++] = (PgQuery){SQL_COMMIT, 0, NULL};
+        queries[nq++] = (PgQuery){m->sql[SQL_MARK_DEAD_LETTER_FAILED], 2, dl_failed, false};
+    queries[nq++] = (PgQuery){SQL_COMMIT, 0, NULL, false};
     m->phase = PHASE_MARKING;
     ev_now_update(m->loop);
     m->marks_sent_at = ev_now(m->loop);
@@ -625,7 +625,7 @@ static void on_sleep_attempt(PgConn *pg, PGresult **results, int n, const char *
 /* An empty claim: end its transaction and try to go to sleep, in one round trip. */
 static void go_to_sleep(Member *m)
 {
-    PgQuery queries[2] = {{SQL_COMMIT, 0, NULL}, {SQL_SLEEP, 0, NULL}};
+    PgQuery queries[2] = {{SQL_COMMIT, 0, NULL, false}, {SQL_SLEEP, 0, NULL, false}};
     m->notified = false;
     m->phase = PHASE_ENDING;
     if (!pg_conn_send(m->pg, queries, 2, on_sleep_attempt, m))
@@ -737,12 +737,12 @@ static void claim(Member *m)
         m->asleep = false;
     m->final_check = false;
     /* The dead-letter claim comes before the planner settings: it is planned as usual. */
-    PgQuery queries[4] = {{SQL_BEGIN, 0, NULL}};
+    PgQuery queries[4] = {{SQL_BEGIN, 0, NULL, false}};
     int nq = 1;
     if (m->cfg->dead_letter_topic)
-        queries[nq++] = (PgQuery){m->sql[SQL_CLAIM_DEAD], 2, dead_params};
-    queries[nq++] = (PgQuery){SQL_CLAIM_PLAN, 0, NULL};
-    queries[nq++] = (PgQuery){m->sql[m->claim_stmt], 2, params};
+        queries[nq++] = (PgQuery){m->sql[SQL_CLAIM_DEAD], 2, dead_params, true};
+    queries[nq++] = (PgQuery){SQL_CLAIM_PLAN, 0, NULL, true};
+    queries[nq++] = (PgQuery){m->sql[m->claim_stmt], 2, params, true};
     m->phase = PHASE_CLAIMING;
     m->claim_sent_at = ev_now(m->loop);
     if (!pg_conn_send(m->pg, queries, nq, on_claimed, m))
@@ -814,7 +814,7 @@ static void on_guard_left(PgConn *pg, PGresult **results, int n, const char *err
  * leaves too. */
 static void leave_guard(Member *m)
 {
-    PgQuery q = {SQL_WAKE, 0, NULL};
+    PgQuery q = {SQL_WAKE, 0, NULL, false};
     m->guard = m->asleep = m->notified = false;
     m->phase = PHASE_ENDING;
     if (!pg_conn_send(m->pg, &q, 1, on_guard_left, m))
@@ -890,7 +890,7 @@ static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
         }
     }
     if (up) {
-        PgQuery q = {SQL_LISTEN, 0, NULL};
+        PgQuery q = {SQL_LISTEN, 0, NULL, false};
         m->phase = PHASE_SETUP;
         if (!pg_conn_send(pg, &q, 1, on_listening, m))
             m->phase = PHASE_DOWN;

@@ -114,7 +114,7 @@ static void kick(Upkeep *u)
     if (!u->pg || !u->ready || !pg_conn_idle(u->pg))
         return;
     if (u->gauge_due && u->gauges) {
-        PgQuery q = {u->sql[SQL_BACKLOG], 0, NULL};
+        PgQuery q = {u->sql[SQL_BACKLOG], 0, NULL, false};
         if (!pg_conn_send(u->pg, &q, 1, on_backlog, u))
             u->gauge_due = false;
         return;
@@ -123,7 +123,7 @@ static void kick(Upkeep *u)
         char secs[32];
         snprintf(secs, sizeof(secs), "%ld", u->retention_s);
         const char *params[1] = {secs};
-        PgQuery q = {u->sql[SQL_RETENTION], 1, params};
+        PgQuery q = {u->sql[SQL_RETENTION], 1, params, false};
         if (!pg_conn_send(u->pg, &q, 1, on_deleted, u))
             u->retention_due = u->sweeping = false;
     }
@@ -159,7 +159,7 @@ static void on_state(PgConn *pg, bool up, const char *reason, void *arg)
         note_result(u, "setup", err);
         return; /* the gauges and retention stay off; the relay itself goes on */
     }
-    PgQuery q[2] = {{SQL_SETUP, 0, NULL}, {SQL_APPNAME, 0, NULL}};
+    PgQuery q[2] = {{SQL_SETUP, 0, NULL, false}, {SQL_APPNAME, 0, NULL, false}};
     if (!pg_conn_send(pg, q, 2, on_setup, u))
         pg_conn_reset(pg, "upkeep connection busy at setup");
 }
