@@ -17,6 +17,9 @@ bool batch_init(Batch *b, int capacity)
 void batch_free(Batch *b)
 {
     batch_clear(b);
+    PQclear(b->retired[0]);
+    PQclear(b->retired[1]);
+    b->retired[0] = b->retired[1] = NULL;
     free(b->rows);
     b->rows = NULL;
 }
@@ -35,6 +38,15 @@ void batch_clear(Batch *b)
     if (b->any_held)
         memset(b->held, 0, sizeof(b->held));
     b->any_held = false;
+}
+
+void batch_retire(Batch *b)
+{
+    if (b->retired[0] || b->retired[1])
+        return;
+    b->retired[0] = b->claim;
+    b->retired[1] = b->dead;
+    b->claim = b->dead = NULL; /* the rows' strings stay valid: the results live on */
 }
 
 bool batch_reserve(Batch *b, int capacity)

@@ -40,6 +40,9 @@ typedef struct BatchRow {
 typedef struct Batch {
     PGresult *claim; /* event rows; owns their strings */
     PGresult *dead;  /* dead-letter rows; owns their strings */
+    /* Results of a batch given up while Kafka still held some of its messages (shutdown): the
+     * producer does not copy payloads, so they are freed only with the batch (see batch_retire). */
+    PGresult *retired[2];
     BatchRow *rows;
     int capacity;
     int n;         /* rows loaded */
@@ -67,6 +70,11 @@ void batch_free(Batch *b);
 
 /* Forgets the rows and frees the results; keeps the allocation. */
 void batch_clear(Batch *b);
+
+/* Keeps the results of the loaded rows alive until batch_free, however the batch is cleared:
+ * for a batch given up (the shutdown timeout) while the producer still holds messages whose
+ * payloads point into them. Call it at most once per batch lifetime (later calls do nothing). */
+void batch_retire(Batch *b);
 
 /* Makes room for capacity rows (a larger batch size after a reload); never shrinks. Only while
  * the batch is empty. Returns false (keeping the old room) when out of memory or not empty. */

@@ -244,10 +244,11 @@ rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, const ch
             rd_kafka_topic_destroy(rkt);
         snprintf(kp->last_topic, sizeof(kp->last_topic), "%s", topic);
     }
+    /* No copy of the value (flags 0): the batch keeps its rows until every report is in, and a
+     * second copy of each in-flight payload was the largest heap item after the claim results. */
     return rd_kafka_producev(kp->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
                              RD_KAFKA_V_VALUE((void *)value, value_len), RD_KAFKA_V_HEADERS(hdrs),
-                             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(opaque),
-                             RD_KAFKA_V_END);
+                             RD_KAFKA_V_MSGFLAGS(0), RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
 }
 
 bool kafka_error_permanent(rd_kafka_resp_err_t err)

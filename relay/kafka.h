@@ -34,8 +34,9 @@ KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
  * loop has stopped. */
 void kafka_producer_free(KafkaProducer *kp, int timeout_ms);
 
-/* Enqueues one message (key, value and headers are copied or taken over: on success librdkafka
- * owns hdrs, on failure the caller still does). Returns RD_KAFKA_RESP_ERR__QUEUE_FULL when the
+/* Enqueues one message. The key is copied; the value is not: it must stay valid until the
+ * message's delivery report has been served (or the producer freed). Headers are taken over on
+ * success; on failure the caller still owns them. Returns RD_KAFKA_RESP_ERR__QUEUE_FULL when the
  * local queue is full: wait for delivery reports and try again. */
 rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, const char *key,
                                   size_t key_len, const char *value, size_t value_len,

@@ -954,11 +954,14 @@ static void on_shutdown_timer(struct ev_loop *loop, ev_timer *w, int revents)
     log_warn("shutdown timeout: marking what was acknowledged, the rest will be re-sent",
              "in_flight=%d session=%d", b->in_flight, m->index);
     if (m->phase == PHASE_PRODUCING && !b->abandoned) {
-        /* Reports that arrive from now on are ignored: those rows stay unsent. */
+        /* Reports that arrive from now on are ignored: those rows stay unsent. The producer
+         * still holds their messages, whose payloads point into the claim results: those live
+         * until the producer is gone (relay_free frees it before the members). */
         for (int i = 0; i < b->n; i++)
             if (b->rows[i].state == ROW_QUEUED)
                 b->rows[i].state = ROW_PENDING;
         b->in_flight = 0;
+        batch_retire(b);
         send_marks(m);
     } else {
         stop_loop(m);
