@@ -31,6 +31,8 @@
 #   BENCH_POLL_MS=50               drain completion polling
 #   BENCH_REPEAT=1                 rounds of drains; above 1, each rate is the median of its
 #                                  rounds (and its min–max is shown)
+#   BENCH_LATENCY_ROUNDS=REPEAT    rounds of latency runs (default and tuned interleaved); above
+#                                  1, each row is its median-p50 round (and the p50s' min–max)
 #   BENCH_PARTS="drain latency producers"   which measurements to run
 #   BENCH_QUICK=1                  smoke run: small sizes, short durations
 #   BENCH_OUT=FILE                 where the report goes
@@ -74,6 +76,11 @@ PARTITIONS=${BENCH_PARTITIONS:-6}
 SHARED_BUFFERS=${BENCH_SHARED_BUFFERS:-1GB}
 POLL_MS=${BENCH_POLL_MS:-50}
 REPEAT=${BENCH_REPEAT:-1}
+LAT_ROUNDS=${BENCH_LATENCY_ROUNDS:-$REPEAT}
+[[ $LAT_ROUNDS =~ ^[1-9][0-9]*$ ]] || {
+    echo "bench: BENCH_LATENCY_ROUNDS must be a positive integer" >&2
+    exit 2
+}
 [[ $REPEAT =~ ^[1-9][0-9]*$ ]] || {
     echo "bench: BENCH_REPEAT must be a positive integer" >&2
     exit 2
@@ -601,6 +608,29 @@ latency() {
     say "latency $key: p50 ${L_P50[$key]} ms, p99 ${L_P99[$key]} ms, max ${L_MAX[$key]} ms over $(commas "${L_N[$key]}") events (${L_TPS[$key]} tx/s, pgbench schedule lag avg/max ${L_LAG[$key]:-?} ms)"
 }
 
+# latency_medians: for each latency row (KEY without its round), the round with the median p50
+# (the lower middle of an even count) gives all its figures; L_SPREAD[KEY] is the p50s' min–max.
+latency_medians() {
+    local rate key round median f
+    for rate in $RATES; do
+        for key in default.$rate tuned.$rate; do
+            [ -n "${L_N[$key.1]:-}" ] || continue
+            median=$(for ((round = 1; round <= LAT_ROUNDS; round++)); do
+                echo "${L_P50[$key.$round]:-0} $round"
+            done | sort -n | sed -n "$(((LAT_ROUNDS + 1) / 2))p" | cut -d ' ' -f 2)
+            for f in L_TPS L_LAG L_INSERTED L_DUPS L_N L_P50 L_P99 L_MAX L_MISSING L_CPU \
+                L_RP50 L_RP99 L_KP50 L_KP99; do
+                local -n arr=$f
+                arr[$key]=${arr[$key.$median]:-}
+                unset -n arr
+            done
+            L_SPREAD[$key]=$(for ((round = 1; round <= LAT_ROUNDS; round++)); do
+                echo "${L_P50[$key.$round]:-0}"
+            done | sort -n | sed -n '1p;$p' | paste -sd '-' | sed 's/-/–/')
+        done
+    done
+}
+
 # ---- cost to producers ------------------------------------------------------------------------
 
 TRIGGER_DEF=
@@ -696,7 +726,7 @@ perf_stop() {
 declare -A R_RATE R_SECS R_HWM R_CPU R_RSS10 R_RSS50 R_RSSEND R_START R_FIRST R_NOTE R_ALL R_SPREAD R_STEADY
 declare -A L_TPS L_LAG L_INSERTED L_DUPS L_N L_P50 L_P99 L_MAX L_MISSING L_CPU P_TPS P_RATIO
 declare -A P_RATIO_SPREAD P_CPU
-declare -A L_RP50 L_RP99 L_KP50 L_KP99
+declare -A L_RP50 L_RP99 L_KP50 L_KP99 L_SPREAD
 NOTES=()
 RUN_START=$(now_us)
 LOAD_BEFORE=$(cut -d ' ' -f 1-3 /proc/loadavg)
@@ -750,10 +780,14 @@ done
 take_medians
 
 [[ $PARTS == *" latency "* ]] || RATES=
-for rate in $RATES; do
-    latency "default.$rate" "$rate"
-    [ ${#TUNED[@]} -gt 0 ] && latency "tuned.$rate" "$rate" "${TUNED[@]}"
+for ((round = 1; round <= LAT_ROUNDS; round++)); do
+    [ "$LAT_ROUNDS" -gt 1 ] && [ -n "$RATES" ] && say "latency round $round of $LAT_ROUNDS"
+    for rate in $RATES; do
+        latency "default.$rate.$round" "$rate"
+        [ ${#TUNED[@]} -gt 0 ] && latency "tuned.$rate.$round" "$rate" "${TUNED[@]}"
+    done
 done
+latency_medians
 
 [[ $PARTS == *" producers "* ]] || PROD_MODES=
 if [ -n "$TRIGGER_DEF" ]; then
@@ -857,6 +891,11 @@ report_latency() {
     local rate key d
     echo "## Latency: commit to consumer, ms"
     echo
+    if [ "$LAT_ROUNDS" -gt 1 ]; then
+        echo "$LAT_ROUNDS rounds, default and tuned interleaved; each row is its round with the median p50"
+        echo "(the p50s' min–max in brackets)."
+        echo
+    fi
     echo "| events/s | relay | inserted tx/s | events measured | p50 | p99 | max | commit→produce p50 / p99 | produce→consumer p50 / p99 | missing | duplicates | relay CPU s |"
     echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for rate in $RATES; do
@@ -864,7 +903,7 @@ report_latency() {
             [ -n "${L_N[$key]:-}" ] || continue
             d="default settings"
             [[ $key == tuned.* ]] && d="tuned: \`$TUNED_LABEL\`"
-            echo "| $(commas "$rate") | $d | $(calc "${L_TPS[$key]:-0}" %.0f) | $(commas "${L_N[$key]}") | **${L_P50[$key]}** | **${L_P99[$key]}** | ${L_MAX[$key]} | ${L_RP50[$key]} / ${L_RP99[$key]} | ${L_KP50[$key]} / ${L_KP99[$key]} | ${L_MISSING[$key]} | ${L_DUPS[$key]} | ${L_CPU[$key]:--} |"
+            echo "| $(commas "$rate") | $d | $(calc "${L_TPS[$key]:-0}" %.0f) | $(commas "${L_N[$key]}") | **${L_P50[$key]}**$([ "$LAT_ROUNDS" -gt 1 ] && echo " (${L_SPREAD[$key]})") | **${L_P99[$key]}** | ${L_MAX[$key]} | ${L_RP50[$key]} / ${L_RP99[$key]} | ${L_KP50[$key]} / ${L_KP99[$key]} | ${L_MISSING[$key]} | ${L_DUPS[$key]} | ${L_CPU[$key]:--} |"
         done
     done
     echo
@@ -1022,7 +1061,7 @@ report_method() {
   "relay": a relay at default settings listens and drains during both runs, sharing the CPUs.
 - **Memory.** VmRSS sampled at every completion poll and VmHWM read from /proc/PID/status just
   before the relay is stopped.
-- **Noise.** $([ "$REPEAT" -gt 1 ] && echo "Drains: $REPEAT interleaved rounds, medians; producer rows: $PROD_ROUNDS paired rounds; latency runs once." || echo "One run of each measurement (BENCH_REPEAT=3 gives drain medians).") Compare
+- **Noise.** $([ "$REPEAT" -gt 1 ] && echo "Drains: $REPEAT interleaved rounds, medians; producer rows: $PROD_ROUNDS paired rounds; latency: $LAT_ROUNDS rounds, the median-p50 round." || echo "One round of drains (BENCH_REPEAT=3 gives medians); producer rows: $PROD_ROUNDS paired rounds; latency: $LAT_ROUNDS round(s).") Compare
   ratios, not absolute figures, and only between runs on a quiet machine (see the load average
   above).
 EOF
