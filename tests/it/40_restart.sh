@@ -42,6 +42,16 @@ same_ids() { # same_ids FILE SQL_WHERE: ids in FILE = event_ids of rows matching
     diff <(ids_of "$1") <(psql_q "SELECT event_id FROM outbox WHERE $2" | sort)
 }
 
+sent_of() { # sent_of TYPE: rows of aggregate type TYPE marked sent
+    psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1' AND sent_at IS NOT NULL"
+}
+
+partly_sent() { # partly_sent TYPE: some but not all of TYPE's 5,000 rows marked sent
+    local n
+    n=$(sent_of "$1")
+    [ "$n" -gt 0 ] && [ "$n" -lt 5000 ]
+}
+
 # --- A: graceful stop, inserts while down, restart ---
 insert a 0 1999
 run_relay
@@ -64,15 +74,10 @@ check "A: order per aggregate" first_copies_in_order "$T/a.json"
 broker_cmd "rtt all 300"
 insert b 0 4999
 run_relay --batch-size 250
-sent_some() {
-    local n
-    n=$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'b' AND sent_at IS NOT NULL")
-    [ "$n" -gt 0 ] && [ "$n" -lt 5000 ]
-}
-wait_for "B: delivery under way" 60 sent_some
+wait_for "B: delivery under way" 60 partly_sent b
 relay_stop 30
 check_eq "B: SIGTERM mid-batch: relay exits 0" 0 $?
-b_sent=$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'b' AND sent_at IS NOT NULL")
+b_sent=$(sent_of b)
 echo "# B: $b_sent of 5000 rows marked at shutdown"
 grep -m 1 'shutting down' "$RELAY_LOG" | sed 's/^/# /'
 read_topic b "$T/b1.json"
@@ -95,12 +100,7 @@ check "B: order per aggregate" first_copies_in_order "$T/b2.json"
 broker_cmd "rtt all 300"
 insert c 0 4999
 run_relay --batch-size 250
-c_sent_some() {
-    local n
-    n=$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'c' AND sent_at IS NOT NULL")
-    [ "$n" -gt 0 ] && [ "$n" -lt 5000 ]
-}
-wait_for "C: delivery under way" 60 c_sent_some
+wait_for "C: delivery under way" 60 partly_sent c
 relay_kill
 broker_cmd "rtt all 0"
 run_relay
@@ -117,12 +117,7 @@ check "C: first copies in order per aggregate" first_copies_in_order "$T/c.json"
 broker_cmd "rtt all 300"
 insert d 0 4999
 run_relay --shutdown-timeout 200 --kafka batch.num.messages=10
-d_sent_some() {
-    local n
-    n=$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'd' AND sent_at IS NOT NULL")
-    [ "$n" -gt 0 ] && [ "$n" -lt 5000 ]
-}
-wait_for "D: delivery under way" 60 d_sent_some
+wait_for "D: delivery under way" 60 partly_sent d
 relay_stop 30
 check_eq "D: SIGTERM past the shutdown timeout: relay exits 0" 0 $?
 check "D: the relay gave up on the rest of its batch" \
