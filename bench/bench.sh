@@ -887,6 +887,15 @@ report_drain() {
     echo
 }
 
+# lag_cell AVG/MAX: pgbench's schedule lag as "avg / max", rounded to 0.1 ms; "-" if unknown.
+lag_cell() {
+    [ -n "$1" ] || {
+        echo -
+        return
+    }
+    awk -F / '{ printf "%.1f / %.1f\n", $1, $2 }' <<<"$1"
+}
+
 report_latency() {
     local rate key d
     echo "## Latency: commit to consumer, ms"
@@ -896,14 +905,17 @@ report_latency() {
         echo "(the p50s' min–max in brackets)."
         echo
     fi
-    echo "| events/s | relay | inserted tx/s | events measured | p50 | p99 | max | commit→produce p50 / p99 | produce→consumer p50 / p99 | missing | duplicates | relay CPU s |"
-    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "pgbench lag is how late pgbench itself started its transactions (avg / max ms): a machine"
+    echo "stalling under the load shows there first, and every latency of that run with it."
+    echo
+    echo "| events/s | relay | inserted tx/s | events measured | p50 | p99 | max | commit→produce p50 / p99 | produce→consumer p50 / p99 | missing | duplicates | relay CPU s | pgbench lag |"
+    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for rate in $RATES; do
         for key in default.$rate tuned.$rate; do
             [ -n "${L_N[$key]:-}" ] || continue
             d="default settings"
             [[ $key == tuned.* ]] && d="tuned: \`$TUNED_LABEL\`"
-            echo "| $(commas "$rate") | $d | $(calc "${L_TPS[$key]:-0}" %.0f) | $(commas "${L_N[$key]}") | **${L_P50[$key]}**$([ "$LAT_ROUNDS" -gt 1 ] && echo " (${L_SPREAD[$key]})") | **${L_P99[$key]}** | ${L_MAX[$key]} | ${L_RP50[$key]} / ${L_RP99[$key]} | ${L_KP50[$key]} / ${L_KP99[$key]} | ${L_MISSING[$key]} | ${L_DUPS[$key]} | ${L_CPU[$key]:--} |"
+            echo "| $(commas "$rate") | $d | $(calc "${L_TPS[$key]:-0}" %.0f) | $(commas "${L_N[$key]}") | **${L_P50[$key]}**$([ "$LAT_ROUNDS" -gt 1 ] && echo " (${L_SPREAD[$key]})") | **${L_P99[$key]}** | ${L_MAX[$key]} | ${L_RP50[$key]} / ${L_RP99[$key]} | ${L_KP50[$key]} / ${L_KP99[$key]} | ${L_MISSING[$key]} | ${L_DUPS[$key]} | ${L_CPU[$key]:--} | $(lag_cell "${L_LAG[$key]:-}") |"
         done
     done
     echo
