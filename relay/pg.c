@@ -24,8 +24,12 @@ typedef struct Prepared {
     char name[32];
 } Prepared;
 
-/* What a request's next result answers: a statement's result, or the preparing of slot N. */
-#define RESULT_OF_QUERY (-1)
+/* What one result of a request answers: the preparing of a statement, or a statement of the
+ * request (run as a prepared one when slot >= 0). */
+typedef struct Expected {
+    bool preparing;
+    int slot; /* the prepared statement's, or -1 */
+} Expected;
 
 struct PgConn {
     struct ev_loop *loop;
@@ -51,9 +55,8 @@ struct PgConn {
     void *cb_arg;
     int nqueries, nresults;
     PGresult *results[PG_MAX_QUERIES];
-    int expected[2 * PG_MAX_QUERIES]; /* RESULT_OF_QUERY or a prepared slot, in send order */
+    Expected expected[2 * PG_MAX_QUERIES]; /* in send order */
     int nexpected, nreceived;
-    int query_slot[PG_MAX_QUERIES]; /* the prepared slot each statement ran as, or -1 */
     char *error;
 
     PgStateFn on_state;
@@ -253,22 +256,22 @@ static void read_results(PgConn *pg)
         bool failed = st == PGRES_FATAL_ERROR || st == PGRES_NONFATAL_ERROR;
         if (failed && !pg->error)
             pg->error = strdup(pg_error_line(PQresultErrorMessage(r)));
-        int of = pg->nreceived < pg->nexpected ? pg->expected[pg->nreceived] : RESULT_OF_QUERY;
+        Expected of =
+            pg->nreceived < pg->nexpected ? pg->expected[pg->nreceived] : (Expected){false, -1};
         pg->nreceived++;
-        if (of != RESULT_OF_QUERY) {
-            /* The preparing of a statement: unless it worked, it does not exist on the server. */
+        if (of.preparing) {
+            /* Unless the preparing worked, the statement does not exist on the server. */
             if (st != PGRES_COMMAND_OK)
-                forget_prepared(pg, of);
+                forget_prepared(pg, of.slot);
             PQclear(r);
             continue;
         }
         if (pg->nresults < pg->nqueries) {
-            int slot = pg->query_slot[pg->nresults];
             /* A prepared statement whose result columns a schema change altered fails at every
              * run ("cached plan must not change result type"): prepare it afresh next time. */
             const char *state = failed ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-            if (slot >= 0 && state && strcmp(state, "0A000") == 0)
-                forget_prepared(pg, slot);
+            if (of.slot >= 0 && state && strcmp(state, "0A000") == 0)
+                forget_prepared(pg, of.slot);
             pg->results[pg->nresults++] = r;
         } else {
             PQclear(r);
@@ -425,9 +428,9 @@ static int claim_prepared_slot(PgConn *pg, const char *sql)
     return -1;
 }
 
-/* Sends statement i of a request: prepared when asked and possible (preparing it first, in the
- * same pipeline, on its first use on this connection), else as it is. */
-static bool send_query(PgConn *pg, int i, const PgQuery *q)
+/* Sends one statement of a request: prepared when asked and possible (preparing it first, in
+ * the same pipeline, on its first use on this connection), else as it is. */
+static bool send_query(PgConn *pg, const PgQuery *q)
 {
     int slot = q->prepare ? find_prepared(pg, q->sql) : -1;
     if (q->prepare && slot < 0) {
@@ -435,11 +438,10 @@ static bool send_query(PgConn *pg, int i, const PgQuery *q)
         if (slot >= 0) {
             if (PQsendPrepare(pg->conn, pg->prepared[slot].name, q->sql, q->nparams, NULL) != 1)
                 return false;
-            pg->expected[pg->nexpected++] = slot;
+            pg->expected[pg->nexpected++] = (Expected){true, slot};
         }
     }
-    pg->query_slot[i] = slot;
-    pg->expected[pg->nexpected++] = RESULT_OF_QUERY;
+    pg->expected[pg->nexpected++] = (Expected){false, slot};
     if (slot >= 0)
         return PQsendQueryPrepared(pg->conn, pg->prepared[slot].name, q->nparams, q->values, NULL,
                                    NULL, 0) == 1;
@@ -459,7 +461,7 @@ bool pg_conn_send(PgConn *pg, const PgQuery *queries, int n, PgResultFn cb, void
     pg->nreceived = 0;
     bool sent = true;
     for (int i = 0; i < n && sent; i++)
-        sent = send_query(pg, i, &queries[i]);
+        sent = send_query(pg, &queries[i]);
     if (sent)
         sent = PQpipelineSync(pg->conn) == 1;
     int flushed = sent ? PQflush(pg->conn) : -1;
