@@ -611,7 +611,7 @@ latency() {
 # latency_medians: for each latency row (KEY without its round), the round with the median p50
 # (the lower middle of an even count) gives all its figures; L_SPREAD[KEY] is the p50s' min–max.
 latency_medians() {
-    local rate key round median f
+    local rate key round median f p50s
     for rate in $RATES; do
         for key in default.$rate tuned.$rate; do
             [ -n "${L_N[$key.1]:-}" ] || continue
@@ -624,9 +624,12 @@ latency_medians() {
                 arr[$key]=${arr[$key.$median]:-}
                 unset -n arr
             done
-            L_SPREAD[$key]=$(for ((round = 1; round <= LAT_ROUNDS; round++)); do
-                echo "${L_P50[$key.$round]:-0}"
-            done | sort -n | sed -n '1p;$p' | paste -sd '-' | sed 's/-/–/')
+            p50s=
+            for ((round = 1; round <= LAT_ROUNDS; round++)); do
+                p50s+="${L_P50[$key.$round]:-0} "
+            done
+            # shellcheck disable=SC2086 # one value per word
+            read -r _ "L_SPREAD[$key]" < <(median_spread $p50s)
         done
     done
 }
