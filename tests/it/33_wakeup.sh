@@ -27,7 +27,6 @@ insert() { # insert COUNT: rows over 200 aggregates (every lane)
             FROM generate_series($((N + 1)), $((N + $1))) AS g ORDER BY g" || return 1
     N=$((N + $1))
 }
-all_sent() { [ "$(unsent_rows)" = 0 ]; }
 # listen SECS [SQL]: one session LISTENs, runs SQL (an insert: a session hears its own
 # notifications; it may not wait for a lock) and waits SECS seconds; prints how many
 # notifications it heard, or "failed".
@@ -72,7 +71,7 @@ relay_start "${OPTS[@]}"
 wait_for "2: both sessions fall asleep as followers" 10 at_least 2 asleep_count follow
 check "2: the stand-in is still the guard" test "$(guard_pid)" = "$STAND_IN_BACKEND"
 insert 400 || not_ok "2: a producer inserts"
-wait_for "2: followers woken by the producer deliver every row" 10 all_sent
+wait_for "2: followers woken by the producer deliver every row" 10 no_unsent_rows
 check "2: no session became the guard meanwhile" lacks "$RELAY_LOG" 'msg="asleep" as=guard'
 # The stand-in gives the lock up: the followers wake and one guards.
 psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'go'" \
@@ -80,14 +79,14 @@ psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application
 relay_guards() { local p; p=$(guard_pid) && [ -n "$p" ] && [ "$p" != "$STAND_IN_BACKEND" ]; }
 wait_for "2: after the stand-in's outbox_relay_wake, a relay session is the guard" 20 relay_guards
 insert 400 || not_ok "2: a producer inserts"
-wait_for "2: the new guard's sleep is woken: every row delivered" 10 all_sent
+wait_for "2: the new guard's sleep is woken: every row delivered" 10 no_unsent_rows
 
 # --- 3. a producer transaction open while the relay is awake ---
 relay_stop || not_ok "2: relay exits 0"
 relay_start "${OPTS[@]}" --sleep-after 3000
 wait_for "3: the relay guards" 10 guard_held
 insert 100 || not_ok "3: a producer inserts (wakes the relay, which stays awake 3 s)"
-wait_for "3: delivered" 10 all_sent
+wait_for "3: delivered" 10 no_unsent_rows
 awake() { [ -z "$(guard_pid)" ]; }
 wait_for "3: the relay is awake (gave the lock up)" 5 awake
 psql -XAtq -c "BEGIN" -c "$ONE_ROW" -c "SELECT pg_sleep(5)" -c "COMMIT" >"$T/slow.out" 2>&1 &
@@ -96,7 +95,7 @@ sleep 4
 check "3: while the producer's transaction is open, the relay does not guard" awake
 wait "$SLOW" || not_ok "3: the slow producer commits" "$(cat "$T/slow.out")"
 N=$((N + 1))
-wait_for "3: its row goes out soon after its commit" 5 all_sent
+wait_for "3: its row goes out soon after its commit" 5 no_unsent_rows
 check "3: relay still running" relay_running
 relay_stop || not_ok "3: relay exits 0"
 
@@ -115,7 +114,7 @@ for round in 1 2 3; do
     wait_for "5.$round: the relays fall asleep, one guard" 15 guard_held
     sleep 0.5
     insert 300 || not_ok "5.$round: a producer inserts"
-    wait_for "5.$round: rows of every lane delivered" 10 all_sent
+    wait_for "5.$round: rows of every lane delivered" 10 no_unsent_rows
 done
 # Asleep, they stay asleep: the lock is not handed round between them.
 asleep_lines() { cat "$A_LOG" "$RELAY_LOG" | grep -c 'msg="asleep"'; }
