@@ -29,11 +29,14 @@ void batch_clear(Batch *b)
     for (int i = 0; i < b->n; i++) {
         free(b->rows[i].error);
         b->rows[i].error = NULL;
+        if (b->rows[i].headers)
+            rd_kafka_headers_destroy(b->rows[i].headers); /* never produced */
+        b->rows[i].headers = NULL;
     }
     PQclear(b->claim);
     PQclear(b->dead);
     b->claim = b->dead = NULL;
-    b->n = b->next = b->in_flight = b->acked = b->failed = 0;
+    b->n = b->next = b->prepared = b->in_flight = b->acked = b->failed = 0;
     b->abandoned = b->timed_out = false;
     if (b->any_held)
         memset(b->held, 0, sizeof(b->held));
@@ -107,6 +110,7 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
         br->state = ROW_PENDING;
         br->permanent = false;
         br->error = NULL;
+        br->headers = NULL;
     }
 }
 

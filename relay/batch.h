@@ -33,6 +33,7 @@ typedef struct BatchRow {
     bool permanent; /* the failure will not go away by retrying */
     char *error;    /* why it failed; owned */
     double age_s;   /* seconds since created_at when claimed (database clock); < 0: unknown */
+    rd_kafka_headers_t *headers; /* built ahead of producing; owned until produced, else freed */
 } BatchRow;
 
 #define BATCH_HELD_BITS 65536
@@ -47,6 +48,7 @@ typedef struct Batch {
     int capacity;
     int n;         /* rows loaded */
     int next;      /* next row to produce */
+    int prepared;  /* rows before this one had their headers built (or tried) */
     int in_flight; /* produced, report not yet in */
     int acked, failed;
     bool abandoned; /* the transaction is gone; drop once every report is in */
