@@ -12,6 +12,7 @@
 #   BENCH_SIZES="100000 1000000"   drain backlogs (multiples of 1000)
 #   BENCH_TUNED_FLAGS="--batch-size 2000 --kafka linger.ms=1"
 #                                  extra relay flags of the "tuned" rows; empty: no tuned rows
+#   BENCH_ON_SENT_DELETE=1         also drain with --on-sent delete (against the DELETE bound)
 #   BENCH_ONE_SESSION=1            also drain with --sessions 1 (the cycle without a second claim
 #                                  session), to show what the sessions lever buys; 0: skip
 #   BENCH_NAIVE_SIZE=100000        backlog of the naive loop (default: 100000 if among the sizes,
@@ -58,6 +59,7 @@ fi
 SIZES=${BENCH_SIZES:-$d_sizes}
 TUNED_FLAGS=${BENCH_TUNED_FLAGS-"--batch-size 2000 --kafka linger.ms=1"}
 ONE_SESSION=${BENCH_ONE_SESSION:-1}
+ON_SENT_DELETE=${BENCH_ON_SENT_DELETE:-1}
 RATES=${BENCH_RATES:-1000 5000}
 LAT_S=${BENCH_LATENCY_SECONDS:-$d_lat}
 WARM_S=${BENCH_WARMUP_SECONDS:-$d_warm}
@@ -352,7 +354,9 @@ wait_drained() {
                 FIRST_US=${EPOCHREALTIME/./}
                 # Rows already sent at that moment (claims go in id order, so they are among the
                 # first ids): the steady rate counts only the rows sent after it.
-                pq "SELECT count(*) FROM outbox WHERE id <= 200000 AND sent_at IS NOT NULL"
+                # (Rows not unsent: --on-sent delete leaves no sent rows to count.)
+                pq "SELECT least($last, 200000) - count(*) FROM outbox
+                    WHERE id <= 200000 AND sent_at IS NULL"
                 FIRST_SENT=$REPLY
             fi
         fi
@@ -785,6 +789,8 @@ for ((round = 1; round <= REPEAT; round++)); do
         drain "default.$n" "$n" relay
         [ "$main_size" = 1 ] && [ "$ONE_SESSION" = 1 ] && drain "single.$n" "$n" relay --sessions 1
         [ "$main_size" = 1 ] && [ ${#TUNED[@]} -gt 0 ] && drain "tuned.$n" "$n" relay "${TUNED[@]}"
+        [ "$main_size" = 1 ] && [ "$ON_SENT_DELETE" = 1 ] &&
+            drain "ondelete.$n" "$n" relay --on-sent delete
         [ "$n" = "$NAIVE_SIZE" ] && drain "naive.$n" "$n" naive
     done
 done
@@ -870,7 +876,7 @@ report_drain() {
     for n in "${SIZE_LIST[@]}"; do
         bound=${R_RATE[update.$n]:-}
         naive=${R_RATE[naive.$n]:-}
-        for key in update delete default single tuned naive; do
+        for key in update delete default single tuned ondelete naive; do
             [ -n "${R_RATE[$key.$n]:-}" ] || continue
             case $key in
             update) d="PostgreSQL-only bound: claim + UPDATE, 1,000 rows a statement" ;;
@@ -878,6 +884,10 @@ report_drain() {
             default) d="relay, default settings" ;;
             single) d="relay, one claim session: \`--sessions 1\`" ;;
             tuned) d="relay, tuned: \`$TUNED_LABEL\`" ;;
+            ondelete)
+                d="relay, deleting sent rows: \`--on-sent delete\` ($(x_ratio "$(ratio \
+                    "${R_RATE[$key.$n]}" "${R_RATE[delete.$n]:--}")") the DELETE bound)"
+                ;;
             naive) d="naive loop (100-row batches, one UPDATE per row)" ;;
             esac
             rate=$(commas "${R_RATE[$key.$n]}")
@@ -1050,7 +1060,9 @@ report_method() {
   events/s = pgbench's tps (without connection time) × 1,000; all rows checked claimed after.
 - **Relay drains.** bin/outbox-relay (the non-sanitizer build) started with only
   --database-url and --brokers (default settings: two claim sessions), with \`--sessions 1\`
-  (one claim session, the cycle before sessions) or with \`$TUNED_LABEL\` (tuned); timed from
+  (one claim session, the cycle before sessions), with \`$TUNED_LABEL\` (tuned) or with
+  \`--on-sent delete\` (delivered rows deleted instead of marked; its ratio to the DELETE bound
+  is in its row, its end is the poll's: no \`sent_at\` to read); timed from
   process start until no unsent row remains, so start-up is included (shown separately: start
   to the relay's "lanes owned" log line). Completion is polled every ${POLL_MS} ms over one open
   psql session: a primary-key lookup of row N, then one check of the whole partial index; the

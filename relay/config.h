@@ -30,6 +30,12 @@ typedef enum {
     POISON_SKIP, /* they go on; the dead event stays in the table (and the dead-letter topic) */
 } PoisonPolicy;
 
+/* What the relay does with a row once Kafka acknowledged it. */
+typedef enum {
+    ON_SENT_MARK,   /* set sent_at: the row stays, as history, until --retention deletes it */
+    ON_SENT_DELETE, /* delete it: about twice as fast to drain, no history */
+} OnSent;
+
 /* One librdkafka property, passed through as given (validated by librdkafka at start-up). */
 typedef struct KafkaProp {
     char *key;
@@ -65,6 +71,7 @@ typedef struct Config {
     long retry_backoff_ms;
     long retry_backoff_max_ms;
     PoisonPolicy on_poison;
+    OnSent on_sent;
     char *dead_letter_topic; /* NULL: dead events are only kept in the table */
     char *metrics_listen;    /* HOST:PORT of the metrics and health endpoints, NULL: off */
     long retention_s;        /* delete sent rows older than this; 0: keep them forever */

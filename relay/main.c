@@ -89,11 +89,12 @@ static int cmd_run(Config *cfg, int argc, char **argv)
     char masked[1024], q1[1100], q2[600], q3[300];
     log_info(
         "outbox-relay starting",
-        "version=%s database=%s brokers=%s topic_template=%s batch_size=%ld retention_s=%ld",
+        "version=%s database=%s brokers=%s topic_template=%s batch_size=%ld retention_s=%ld "
+        "on_sent=%s",
         OUTBOX_RELAY_VERSION,
         log_quote(log_mask_conninfo(cfg->database_url, masked, sizeof(masked)), q1, sizeof(q1)),
         log_quote(cfg->brokers, q2, sizeof(q2)), log_quote(cfg->topic_template, q3, sizeof(q3)),
-        cfg->batch_size, cfg->retention_s);
+        cfg->batch_size, cfg->retention_s, cfg->on_sent == ON_SENT_DELETE ? "delete" : "mark");
     ops_start(ops, relay);
     int rc = relay_run(relay);
     ops_free(ops);

@@ -73,6 +73,7 @@ enum {
     SQL_CLAIM_SKIP,
     SQL_CLAIM_DEAD,
     SQL_MARK_SENT,
+    SQL_DELETE_SENT,
     SQL_MARK_FAILED,
     SQL_MARK_DEAD_LETTERED,
     SQL_MARK_DEAD_LETTER_FAILED,
@@ -84,6 +85,9 @@ static const char *const sql_templates[SQL_COUNT] = {
     [SQL_CLAIM_DEAD] = SQL_CLAIM_DEAD_LETTER,
     [SQL_MARK_SENT] =
         "UPDATE {table} SET sent_at = clock_timestamp() WHERE {seq} = ANY($1::bigint[])",
+    /* --on-sent delete: no new row version and no sent_at index entry to write, which is most
+     * of what marking costs (README, "Marking or deleting sent rows"). */
+    [SQL_DELETE_SENT] = "DELETE FROM {table} WHERE {seq} = ANY($1::bigint[])",
     /* Times are clock_timestamp(), not now(): now() is when the claim transaction began, and a
      * retry wait counted from there could already be over when the failure is recorded. Every
      * failure counts an attempt and waits before the next one: transient failures 1 s doubling to
@@ -397,7 +401,9 @@ static void send_marks(Member *m)
     int nq = 0;
     m->failed_stmt = -1;
     if (!strbuf_array_empty(&marks->sent))
-        queries[nq++] = (PgQuery){m->sql[SQL_MARK_SENT], 1, sent, true};
+        queries[nq++] =
+            (PgQuery){m->sql[m->cfg->on_sent == ON_SENT_DELETE ? SQL_DELETE_SENT : SQL_MARK_SENT],
+                      1, sent, true};
     if (!strbuf_array_empty(&marks->failed_ids)) {
         m->failed_stmt = nq;
         queries[nq++] = (PgQuery){m->sql[SQL_MARK_FAILED], 6, failed, false};

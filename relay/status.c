@@ -64,12 +64,12 @@ static void print_json(PGresult *backlog, long long sent_minute, PGresult *relay
                       PQgetisnull(relays, i, 4) ? json_null() : json_integer(int_at(relays, i, 4)),
                       "backend_start", json_text_or_null(relays, i, 5)));
     json_t *o = json_pack(
-        "{s:I, s:I, s:o, s:I, s:I, s:f, s:o}", "backlog", (json_int_t)int_at(backlog, 0, 0),
+        "{s:I, s:I, s:o, s:I, s:o, s:o, s:o}", "backlog", (json_int_t)int_at(backlog, 0, 0),
         "retrying", (json_int_t)int_at(backlog, 0, 1), "oldest_unsent_age_seconds",
         PQgetisnull(backlog, 0, 3) ? json_null() : json_real(atof(PQgetvalue(backlog, 0, 3))),
         "dead_lettered", (json_int_t)int_at(backlog, 0, 2), "sent_last_minute",
-        (json_int_t)sent_minute, "throughput_per_second", (double)sent_minute / 60.0, "sessions",
-        list);
+        sent_minute < 0 ? json_null() : json_integer(sent_minute), "throughput_per_second",
+        sent_minute < 0 ? json_null() : json_real((double)sent_minute / 60.0), "sessions", list);
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     if (text)
         puts(text);
@@ -86,8 +86,11 @@ static void print_text(PGresult *backlog, long long sent_minute, PGresult *relay
     else
         printf("oldest unsent:  %.1f s\n", atof(PQgetvalue(backlog, 0, 3)));
     printf("dead-lettered:  %lld\n", int_at(backlog, 0, 2));
-    printf("throughput:     %.1f events/s (%lld sent in the last 60 s)\n",
-           (double)sent_minute / 60.0, sent_minute);
+    if (sent_minute < 0)
+        printf("throughput:     - (--on-sent delete keeps no sent rows to count; see /metrics)\n");
+    else
+        printf("throughput:     %.1f events/s (%lld sent in the last 60 s)\n",
+               (double)sent_minute / 60.0, sent_minute);
     int n = PQntuples(relays);
     long long lanes = 0;
     for (int i = 0; i < n; i++)
@@ -114,12 +117,16 @@ int status_run(const Config *cfg)
         return 1;
     int rc = 1;
     PGresult *backlog = admin_exec(conn, &cfg->map, SQL_BACKLOG, 0, NULL, PGRES_TUPLES_OK);
+    /* Throughput is counted from sent_at: rows the relay deletes leave nothing to count. */
+    bool counted = cfg->on_sent == ON_SENT_MARK;
     PGresult *throughput =
-        backlog ? admin_exec(conn, &cfg->map, SQL_THROUGHPUT, 0, NULL, PGRES_TUPLES_OK) : NULL;
-    PGresult *relays =
-        throughput ? admin_exec(conn, &cfg->map, SQL_RELAYS, 0, NULL, PGRES_TUPLES_OK) : NULL;
+        backlog && counted ? admin_exec(conn, &cfg->map, SQL_THROUGHPUT, 0, NULL, PGRES_TUPLES_OK)
+                           : NULL;
+    PGresult *relays = backlog && (throughput || !counted)
+                           ? admin_exec(conn, &cfg->map, SQL_RELAYS, 0, NULL, PGRES_TUPLES_OK)
+                           : NULL;
     if (relays) {
-        long long sent_minute = int_at(throughput, 0, 0);
+        long long sent_minute = counted ? int_at(throughput, 0, 0) : -1; /* -1: not counted */
         if (cfg->json)
             print_json(backlog, sent_minute, relays);
         else
