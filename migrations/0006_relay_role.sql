@@ -1,9 +1,10 @@
 -- Least-privilege roles, so that neither the relay nor the applications need the owner's role.
 --
 --   outbox_relay     what `outbox-relay run`, `dead`, `requeue`, `purge-dead` and `status` need:
---                    read the outbox, update its delivery columns only, delete (retention and
---                    purge-dead only; REVOKE DELETE ON outbox FROM outbox_relay if you use
---                    neither), and (before 0007) keep its sleeping flag in outbox_wakeup_state.
+--                    read the outbox, update its delivery columns only, delete (--on-sent
+--                    delete, retention and purge-dead only; REVOKE DELETE ON outbox FROM
+--                    outbox_relay if you use none of them), and (before 0007) keep its
+--                    sleeping flag in outbox_wakeup_state.
 --                    No CREATE anywhere: `migrate` runs as the owner, never as the relay. pg_locks,
 --                    pg_database and pg_stat_activity (lanes, status) are readable by every role;
 --                    LISTEN and advisory locks need no grant.

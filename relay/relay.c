@@ -482,7 +482,9 @@ static rd_kafka_resp_err_t produce_event(Member *m, BatchRow *br)
     rd_kafka_resp_err_t err =
         kafka_produce(m->relay->kafka, topic, row->aggregate_id, strlen(row->aggregate_id),
                       row->payload, row->payload_len, hdrs, br);
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+    if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+        br->headers = hdrs; /* kept for the retry (produce_more, once reports free room) */
+    else if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
         rd_kafka_headers_destroy(hdrs);
     if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
         /* librdkafka's text says "Broker:" but no broker saw it: say what actually happened. */
@@ -507,9 +509,10 @@ static int relay_in_flight(const Relay *r)
 /* Builds the headers of the event rows not produced yet, before producing any of them, so that
  * the produce loop hands the batch to librdkafka in one quick burst: its broker threads wake on a
  * partition's first queued message and send what is queued by then, so a slower loop makes more,
- * smaller produce requests. Measured on a 100,000-row drain: 10 % more events/s, and a quarter
- * less relay CPU. A row whose headers cannot be built is left to the loop, which fails it in
- * order (failing it here would hold its aggregate back before its earlier rows were produced). */
+ * smaller produce requests. Measured on 100,000-row drains: about 8 % more events/s, and a third
+ * less CPU for the (mock) broker, which gets fewer requests. A row whose headers cannot be built is
+ * left to the loop, which fails it in order (failing it here would hold its aggregate back before
+ * its earlier rows were produced). */
 static void prepare_headers(Member *m)
 {
     Batch *b = &m->batch;

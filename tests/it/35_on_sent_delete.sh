@@ -1,7 +1,8 @@
 #!/bin/bash
 # Proves --on-sent delete: a delivered row is deleted, never before Kafka acknowledged it (nothing
 # goes while the brokers are down), every event still arrives exactly as stored and in order per
-# aggregate, and a row that is not delivered (here one dead-lettered at once) stays. Then
+# aggregate, and a row that is not delivered (here one dead-lettered at once, then published to
+# the dead-letter topic) stays. Then
 # `status --on-sent delete` says it cannot count throughput rather than printing 0.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
@@ -26,15 +27,20 @@ no_order_rows() { [ "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type 
 
 broker_down
 relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --on-sent delete \
-    --max-attempts 1
-sleep 4
+    --max-attempts 1 --dead-letter-topic dlq --log-level debug
+wait_for "the relay claims rows while Kafka is down" 30 grep -q 'msg="claimed batch"' "$RELAY_LOG"
+sleep 2
 check "relay keeps running while Kafka is down" relay_running
 check_eq "no row deleted while Kafka is down" "$((ROWS + 1))" "$(rows)"
 check_eq "no row marked either" 0 "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NOT NULL")"
 broker_up
 wait_for "every delivered row is deleted once Kafka is up" 60 no_order_rows
-check_eq "the dead-lettered row stays" "bad type!|t|" \
-    "$(psql_q "SELECT aggregate_type, dead_at IS NOT NULL, sent_at FROM outbox")"
+dead_row() { psql_q "SELECT aggregate_type, dead_at IS NOT NULL, sent_at IS NULL, dead_letter_topic
+                     FROM outbox"; }
+dead_lettered() { [ "$(dead_row)" = "bad type!|t|t|dlq" ]; }
+wait_for "the dead row stays, published to the dead-letter topic and unsent" 30 dead_lettered
+check_eq "the dead-letter topic holds it once" 1 \
+    "$(consume --topic dlq --idle-ms 1500 --timeout-ms 20000 | grep -c '')"
 
 consume --topic outbox.event.order --idle-ms 2000 --timeout-ms 30000 >"$T/order.json"
 psql_q "SELECT event_id, aggregate_id, payload FROM expected" -F $'\t' | sort >"$T/rows.tsv"

@@ -868,9 +868,10 @@ static void test_reloadable_options(void **state)
 {
     const char *yes[] = {"log-level",    "batch-size",    "retention",         "delivery-timeout",
                          "max-attempts", "retry-backoff", "retry-backoff-max", "shutdown-timeout"};
-    const char *no[] = {"database-url",  "database-url-file",  "brokers",          "kafka",
-                        "kafka-file",    "topic-template",     "on-poison",        "metrics-listen",
-                        "poll-interval", "rebalance-interval", "dead-letter-topic"};
+    const char *no[] = {
+        "database-url",  "database-url-file",  "brokers",           "kafka",
+        "kafka-file",    "topic-template",     "on-poison",         "metrics-listen",
+        "poll-interval", "rebalance-interval", "dead-letter-topic", "on-sent"};
     for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
         if (!config_option_reloadable(yes[i]))
             fail_msg("%s should be reloadable", yes[i]);
