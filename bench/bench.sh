@@ -452,7 +452,7 @@ drain() {
     case $rc in
     0) ok "$key: $(commas "$n") rows drained in $(calc "$dur / 1000000") s" ;;
     1)
-        partial=$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NOT NULL")
+        partial=$(psql_q "SELECT $n - count(*) FROM outbox WHERE sent_at IS NULL") # or deleted
         not_ok "$key: drained within ${limit} s" "$(commas "$partial") of $(commas "$n") sent"
         diagnose "drain $key" "$log"
         ;;
