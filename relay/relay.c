@@ -529,12 +529,13 @@ static void produce_more(Member *m)
     Batch *b = &m->batch;
     Relay *r = m->relay;
     m->waiting = false;
-    if (!m->stopping && !b->timed_out && !r->purging)
-        prepare_headers(m);
     /* Nothing new goes to the producer while a purge is under way: the purge is not
      * instantaneous, and a message of this batch caught by it while later ones get through
-     * would leave a gap in its aggregate's order. */
-    while (b->next < b->n && !m->stopping && !b->timed_out && !r->purging) {
+     * would leave a gap in its aggregate's order. (Nothing in the loop changes these.) */
+    bool may_produce = !m->stopping && !b->timed_out && !r->purging;
+    if (may_produce)
+        prepare_headers(m);
+    while (may_produce && b->next < b->n) {
         BatchRow *br = &b->rows[b->next];
         if (!br->dead_letter && batch_is_held(b, &br->row)) {
             b->next++; /* an earlier event of its aggregate failed: it waits for the retry */
