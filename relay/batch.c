@@ -161,7 +161,17 @@ void batch_fail(Batch *b, BatchRow *br, const char *why, bool permanent)
         batch_hold(b, &br->row);
 }
 
+bool batch_row_recorded(const BatchRow *br)
+{
+    return br->state == ROW_ACKED || br->state == ROW_FAILED;
+}
+
 const BatchRow *batch_marks(const Batch *b, BatchMarks *m)
+{
+    return batch_marks_range(b, 0, b->n, m);
+}
+
+const BatchRow *batch_marks_range(const Batch *b, int from, int to, BatchMarks *m)
 {
     const BatchRow *first_failed = NULL;
     strbuf_array_begin(&m->sent);
@@ -171,7 +181,7 @@ const BatchRow *batch_marks(const Batch *b, BatchMarks *m)
     strbuf_array_begin(&m->dl_sent);
     strbuf_array_begin(&m->dl_failed_ids);
     strbuf_array_begin(&m->dl_failed_errors);
-    for (int i = 0; i < b->n; i++) {
+    for (int i = from; i < to && i < b->n; i++) {
         const BatchRow *br = &b->rows[i];
         const char *error = br->error ? br->error : "unknown error";
         if (br->state == ROW_ACKED) {
@@ -215,7 +225,18 @@ static bool same_aggregate(const OutboxRow *a, const OutboxRow *b)
            strcmp(a->aggregate_type, b->aggregate_type) == 0;
 }
 
-int batch_order_breaks(const Batch *b)
+/* Whether two rows of one aggregate go to the same topic under tmpl (NULL: order is promised
+ * across topics, so they count as one). Rows without a legal topic were never produced. */
+static bool same_topic(const OutboxRow *a, const OutboxRow *b, const char *tmpl)
+{
+    char ta[ROUTE_TOPIC_MAX + 1], tb[ROUTE_TOPIC_MAX + 1], why[256];
+    if (!tmpl)
+        return true;
+    return route_topic(tmpl, a, ta, sizeof(ta), why, sizeof(why)) &&
+           route_topic(tmpl, b, tb, sizeof(tb), why, sizeof(why)) && strcmp(ta, tb) == 0;
+}
+
+int batch_order_breaks(const Batch *b, const char *per_topic_template)
 {
     if (b->failed == 0)
         return 0;
@@ -227,7 +248,8 @@ int batch_order_breaks(const Batch *b)
         for (int j = 0; j < i; j++) {
             const BatchRow *earlier = &b->rows[j];
             if (earlier->state == ROW_FAILED && !earlier->dead_letter &&
-                same_aggregate(&earlier->row, &later->row)) {
+                same_aggregate(&earlier->row, &later->row) &&
+                same_topic(&earlier->row, &later->row, per_topic_template)) {
                 log_error("order broken: an event was delivered after an earlier event of its "
                           "aggregate failed",
                           "failed_id=%lld delivered_id=%lld aggregate_id=%s", earlier->row.id,

@@ -96,11 +96,18 @@ bool batch_is_held(const Batch *b, const OutboxRow *row);
 
 /* Fills m from the row states. Returns the first failed event row (for logging), or NULL. */
 const BatchRow *batch_marks(const Batch *b, BatchMarks *m);
+/* The same for rows [from, to) only: to record one row's outcome on its own. */
+const BatchRow *batch_marks_range(const Batch *b, int from, int to, BatchMarks *m);
+/* True when the row has an outcome to record (acknowledged or failed); PENDING and QUEUED rows
+ * stay as they are. */
+bool batch_row_recorded(const BatchRow *br);
 void batch_marks_free(BatchMarks *m);
 
 /* Counts acknowledged rows that come after a failed row of the same aggregate: an order break
  * (possible only when the broker rejected a message after later ones of its partition were
- * already written). Logs each one as an error; returns how many. */
-int batch_order_breaks(const Batch *b);
+ * already written). With per_topic_template (--order-scope topic: order is promised within each
+ * topic only), only rows whose topics under that template are the same count. Logs each one as
+ * an error; returns how many. */
+int batch_order_breaks(const Batch *b, const char *per_topic_template);
 
 #endif

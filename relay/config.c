@@ -29,11 +29,13 @@ _Static_assert(sizeof(LogLevel) == sizeof(int), "LogLevel stored as int");
 _Static_assert(sizeof(PoisonPolicy) == sizeof(int), "PoisonPolicy stored as int");
 _Static_assert(sizeof(TableLayout) == sizeof(int), "TableLayout stored as int");
 _Static_assert(sizeof(OnSent) == sizeof(int), "OnSent stored as int");
+_Static_assert(sizeof(OrderScope) == sizeof(int), "OrderScope stored as int");
 
 static const char *const log_levels[] = {"debug", "info", "warn", "error", NULL};
 static const char *const poison_policies[] = {"hold", "skip", NULL};
-static const char *const on_sent_actions[] = {"mark", "delete", NULL}; /* in OnSent order */
-static const char *const layouts[] = {"relay", "debezium", NULL};      /* in TableLayout order */
+static const char *const on_sent_actions[] = {"mark", "delete", NULL};  /* in OnSent order */
+static const char *const layouts[] = {"relay", "debezium", NULL};       /* in TableLayout order */
+static const char *const order_scopes[] = {"aggregate", "topic", NULL}; /* in OrderScope order */
 
 static const OptionDef options[] = {
     {"database-url", OPT_STRING, "DATABASE_URL", NULL, 0, 0, NULL, FIELD(database_url), "URL",
@@ -104,6 +106,9 @@ static const OptionDef options[] = {
      "hold: later events of a dead-lettered event's aggregate wait for it; skip: they go on"},
     {"on-sent", OPT_CHOICE, NULL, "mark", 0, 0, on_sent_actions, FIELD(on_sent), "ACTION",
      "a delivered row: mark sets its sent_at (kept until --retention); delete removes it"},
+    {"order-scope", OPT_CHOICE, NULL, "aggregate", 0, 0, order_scopes, FIELD(order_scope), "SCOPE",
+     "aggregate: all of an aggregate's events stay in order, so the topic template may not use "
+     "{event_type}; topic: order holds per aggregate within each topic only"},
     {"dead-letter-topic", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(dead_letter_topic), "TOPIC",
      "also publish dead-lettered events here, with the error in headers (default: none)"},
     {"metrics-listen", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(metrics_listen), "HOST:PORT",

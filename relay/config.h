@@ -36,6 +36,12 @@ typedef enum {
     ON_SENT_DELETE, /* delete it: drains 1.5-1.8 times as fast (docs/benchmarks.md), no history */
 } OnSent;
 
+/* How far per-aggregate order reaches, which decides the topic templates allowed. */
+typedef enum {
+    ORDER_PER_AGGREGATE, /* all of an aggregate's events, in one topic: no {event_type} */
+    ORDER_PER_TOPIC,     /* an aggregate's events within each topic: {event_type} allowed */
+} OrderScope;
+
 /* One librdkafka property, passed through as given (validated by librdkafka at start-up). */
 typedef struct KafkaProp {
     char *key;
@@ -72,6 +78,7 @@ typedef struct Config {
     long retry_backoff_max_ms;
     PoisonPolicy on_poison;
     OnSent on_sent;
+    OrderScope order_scope;
     char *dead_letter_topic; /* NULL: dead events are only kept in the table */
     char *metrics_listen;    /* HOST:PORT of the metrics and health endpoints, NULL: off */
     long retention_s;        /* delete sent rows older than this; 0: keep them forever */

@@ -62,7 +62,8 @@ static int cmd_run(Config *cfg, int argc, char **argv)
 {
     char err[1024], host[256], port[16];
     if (!check_conninfo(cfg->database_url, err, sizeof(err)) ||
-        !route_template_check(cfg->topic_template, err, sizeof(err)) ||
+        !route_template_check(cfg->topic_template, cfg->order_scope == ORDER_PER_TOPIC, err,
+                              sizeof(err)) ||
         (cfg->dead_letter_topic &&
          !route_topic_name_check("--dead-letter-topic", cfg->dead_letter_topic, err,
                                  sizeof(err))) ||

@@ -41,22 +41,25 @@ static const char *const SQL_CLAIM_PLAN =
  *
  * The claim: unsent rows of the lanes this relay owns ($2), in seq order, that are not waiting for
  * a retry and whose aggregate has no earlier row that is waiting (or, with the hold policy, dead):
- * an aggregate's events never overtake one another. The held-back set comes from the small
- * partial index on failed rows, so it costs nothing while nothing fails. Its columns are
- * TABLE_ROW_COLUMNS (relay/table.h). */
+ * an aggregate's events never overtake one another. Aggregates are compared as the lanes hash
+ * them, NULL as '' (adopted tables may allow NULL ids, and NULL = NULL would hold nothing back).
+ * The held-back set comes from the small partial index on failed rows, so it costs nothing while
+ * nothing fails. Its columns are TABLE_ROW_COLUMNS (relay/table.h). */
 /* clang-format would split the macro calls inside the string concatenations. */
 /* clang-format off */
 #define SQL_CLAIM(blocked_condition)                                                               \
     "WITH blocked AS ("                                                                            \
-    " SELECT o.{aggregate_type} AS agg_type, o.{aggregate_id} AS agg_id,"                          \
+    " SELECT coalesce(o.{aggregate_type}::text, '') AS agg_type,"                                 \
+    " coalesce(o.{aggregate_id}::text, '') AS agg_id,"                                             \
     " min(o.{seq}) AS first_seq"                                                                   \
     " FROM {table} o WHERE o.sent_at IS NULL AND o.attempts > 0 AND o.lane = ANY($2::smallint[])"  \
     " AND " blocked_condition " GROUP BY 1, 2)"                                                    \
     " SELECT" TABLE_ROW_COLUMNS("NULL::text") " FROM {table} o"                                    \
     " WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = ANY($2::smallint[])"              \
     " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())"                               \
-    " AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.agg_type = o.{aggregate_type}"               \
-    " AND b.agg_id = o.{aggregate_id} AND b.first_seq < o.{seq})"                                  \
+    " AND NOT EXISTS (SELECT 1 FROM blocked b"                                                     \
+    " WHERE b.agg_type = coalesce(o.{aggregate_type}::text, '')"                                   \
+    " AND b.agg_id = coalesce(o.{aggregate_id}::text, '') AND b.first_seq < o.{seq})"              \
     " ORDER BY o.{seq} LIMIT $1 FOR UPDATE OF o SKIP LOCKED"
 
 /* Dead events not yet published to the dead-letter topic. */
@@ -142,9 +145,10 @@ struct Relay {
     KafkaProducer *kafka;
     Member *members;
     int n_members;
-    int running;      /* members that have not finished stopping */
-    bool purging;     /* a delivery timeout purged the producer; its reports are not all in */
-    int logged_owned; /* lanes of all members, last logged, to log only changes */
+    int running;          /* members that have not finished stopping */
+    bool purging;         /* a delivery timeout purged the producer; its reports are not all in */
+    ev_timer purge_timer; /* purges again while reports are missing (see start_purge) */
+    int logged_owned;     /* lanes of all members, last logged, to log only changes */
     bool stopping;
     int signals;
     int exit_status;
@@ -182,8 +186,11 @@ struct Member {
     bool stopping;
     Backoff retry;
     bool claim_error_logged;
-    int logged_members;     /* member count at the last rebalance */
-    char last_failure[256]; /* error of the last batch that had failures, "" once one had none */
+    int logged_members;        /* member count at the last rebalance */
+    char last_failure[256];    /* error of the last batch that had failures, "" once one had none */
+    char last_mark_error[256]; /* of the last failed recording, logged once (see on_marked) */
+    int salvage_row;           /* recording row by row: the row whose outcome is being recorded */
+    int salvage_unrecorded;    /* rows whose outcome could not be recorded at all */
     ev_timer poll_timer;
     ev_timer retry_timer;
     ev_timer busy_timer; /* poll_soon */
@@ -246,6 +253,9 @@ static void carry_on(Member *m)
  * producers kept from going to sleep. */
 static void poll_soon(Member *m)
 {
+    /* A claim a notification brought about can come back empty while the timer is still armed,
+     * and libev forbids changing an active timer. */
+    ev_timer_stop(m->loop, &m->busy_timer);
     ev_timer_set(&m->busy_timer, (double)m->cfg->busy_poll_interval_ms / 1000.0, 0);
     ev_timer_start(m->loop, &m->busy_timer);
 }
@@ -304,18 +314,124 @@ static void log_dead_lettered(Member *m, PGresult *res)
     }
 }
 
+/* The batch's outcome is recorded (or given up): on with the next batch, after the retry backoff
+ * when nothing got through or something could not be recorded. */
+static void finish_batch(Member *m, bool retry)
+{
+    Batch *b = &m->batch;
+    m->total_sent += (unsigned long long)b->acked;
+    m->total_failed += (unsigned long long)b->failed;
+    metrics_batch_committed();
+    batch_clear(b);
+    m->phase = PHASE_IDLE;
+    if (m->stopping) {
+        stop_loop(m);
+        return;
+    }
+    if (retry) {
+        schedule_retry(m);
+        return;
+    }
+    backoff_reset(&m->retry);
+    /* Claim again at once: producers do not notify an awake relay, so only an empty claim may
+     * end the cycle (and then the relay goes to sleep, see go_to_sleep). */
+    m->wake_pending = true;
+    step(m);
+}
+
+static void send_mark_statements(Member *m, bool commit, PgResultFn cb);
+
+/* A failure to record an outcome is logged once per distinct error, then at debug level: a
+ * table that refuses a mark (a trigger, a constraint) would otherwise log every batch. */
+static void log_mark_error(Member *m, const char *what, const BatchRow *br, const char *error)
+{
+    char q[512];
+    LogLevel level = strcmp(error, m->last_mark_error) == 0 ? LOG_DEBUG : LOG_ERROR;
+    log_write(level, what, "error=%s id=%lld rows=%d session=%d", log_quote(error, q, sizeof(q)),
+              br ? br->row.id : 0LL, m->batch.n, m->index);
+    snprintf(m->last_mark_error, sizeof(m->last_mark_error), "%s", error);
+}
+
+/* ---- recording row by row ------------------------------------------------------------------
+ *
+ * When the statements that record a batch fail, its transaction is gone, and replaying the
+ * batch would publish its delivered rows again and fail the same way, for ever, holding every
+ * later row of its lanes back (issue 21). Instead each row's outcome is recorded in a statement
+ * (and so a transaction) of its own: the rows that take their mark are done, and a row that
+ * refuses its sent mark is failed as a rejection instead, so that it is dead-lettered after
+ * --max-attempts rather than published for ever. Without the claim's transaction the rows are
+ * no longer locked, but they stay this session's: their lanes move only between batches. */
+
+static void record_next_row(Member *m);
+
+static void on_row_recorded(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Member *m = arg;
+    Batch *b = &m->batch;
+    if (!results)
+        return; /* connection lost: the batch is abandoned (on_pg_state) */
+    BatchRow *br = &b->rows[m->salvage_row];
+    if (error) {
+        log_mark_error(m, "recording a row's outcome failed", br, error);
+        if (br->state == ROW_ACKED) {
+            char why[512];
+            snprintf(why, sizeof(why), "delivered, but marking it sent failed: %s", error);
+            b->acked--;
+            batch_fail(b, br, why, true);
+            record_next_row(m); /* the same row, now as a failure */
+            return;
+        }
+        m->salvage_unrecorded++; /* claimed and published again after the retry backoff */
+    } else if (br->state == ROW_FAILED && !br->dead_letter && n > 0) {
+        log_dead_lettered(m, results[0]);
+    }
+    m->salvage_row++;
+    record_next_row(m);
+}
+
+static void record_next_row(Member *m)
+{
+    Batch *b = &m->batch;
+    while (m->salvage_row < b->n && !batch_row_recorded(&b->rows[m->salvage_row]))
+        m->salvage_row++;
+    if (m->salvage_row < b->n) {
+        batch_marks_range(b, m->salvage_row, m->salvage_row + 1, &m->marks);
+        send_mark_statements(m, false, on_row_recorded);
+        return;
+    }
+    log_write(m->salvage_unrecorded ? LOG_ERROR : LOG_INFO, "batch recorded row by row",
+              "rows=%d sent=%d failed=%d unrecorded=%d session=%d", b->n, b->acked, b->failed,
+              m->salvage_unrecorded, m->index);
+    finish_batch(m, m->salvage_unrecorded > 0 || b->acked == 0);
+}
+
+static void on_rolled_back_to_salvage(PgConn *pg, PGresult **results, int n, const char *error,
+                                      void *arg)
+{
+    Member *m = arg;
+    if (!results)
+        return;
+    if (error) {
+        /* The failed transaction may still be open: only a new session surely ends it. */
+        pg_conn_reset(pg, "rolling back a failed batch failed");
+        return;
+    }
+    m->salvage_row = 0;
+    m->salvage_unrecorded = 0;
+    record_next_row(m);
+}
+
 static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Member *m = arg;
     Batch *b = &m->batch;
-    char q[512];
     if (!results)
         return; /* connection lost before COMMIT was confirmed: the rows will be re-sent */
     if (error) {
-        log_error("marking rows failed; they will be sent again", "error=%s rows=%d",
-                  log_quote(error, q, sizeof(q)), b->n);
-        end_transaction(m, SQL_ROLLBACK);
-        schedule_retry(m);
+        log_mark_error(m, "recording the batch failed; recording its rows one by one", NULL, error);
+        PgQuery q = {SQL_ROLLBACK, 0, NULL, false};
+        if (!pg_conn_send(m->pg, &q, 1, on_rolled_back_to_salvage, m))
+            pg_conn_reset(m->pg, "connection busy while rolling back");
         return;
     }
     if (m->failed_stmt >= 0 && m->failed_stmt < n)
@@ -325,32 +441,13 @@ static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, 
     for (int i = 0; i < b->n; i++)
         if (b->rows[i].state == ROW_FAILED && !b->rows[i].permanent)
             transient_failure = true;
-    m->total_sent += (unsigned long long)b->acked;
-    m->total_failed += (unsigned long long)b->failed;
-    metrics_batch_committed();
     ev_now_update(m->loop);
     log_debug("batch committed",
               "rows=%d sent=%d failed=%d claim_ms=%.2f deliver_ms=%.2f mark_ms=%.2f session=%d",
               b->n, b->acked, b->failed, (b->claimed_at - m->claim_sent_at) * 1e3,
               (m->marks_sent_at - b->claimed_at) * 1e3, (ev_now(m->loop) - m->marks_sent_at) * 1e3,
               m->index);
-    bool nothing_through = b->acked == 0 && transient_failure;
-    batch_clear(b);
-    m->phase = PHASE_IDLE;
-
-    if (m->stopping) {
-        stop_loop(m);
-        return;
-    }
-    if (nothing_through) {
-        schedule_retry(m);
-        return;
-    }
-    backoff_reset(&m->retry);
-    /* Claim again at once: producers do not notify an awake relay, so only an empty claim may
-     * end the cycle (and then the relay goes to sleep, see go_to_sleep). */
-    m->wake_pending = true;
-    step(m);
+    finish_batch(m, b->acked == 0 && transient_failure);
 }
 
 /* One line per batch with failures, and only when the failure is new: an outage that fails
@@ -374,14 +471,11 @@ static void log_batch_failures(Member *m, const BatchRow *first_failed)
     snprintf(m->last_failure, sizeof(m->last_failure), "%s", error);
 }
 
-static void send_marks(Member *m)
+/* Sends the statements that record what m->marks holds (filled by batch_marks_range), then
+ * COMMIT when commit is set; without it, each statement is a transaction of its own. */
+static void send_mark_statements(Member *m, bool commit, PgResultFn cb)
 {
-    Batch *b = &m->batch;
     BatchMarks *marks = &m->marks;
-    ev_timer_stop(m->loop, &m->delivery_timer);
-    log_batch_failures(m, batch_marks(b, marks));
-    m->order_breaks += (unsigned long long)batch_order_breaks(b);
-
     char max_attempts[24], backoff[32], backoff_max[32];
     snprintf(max_attempts, sizeof(max_attempts), "%ld", m->cfg->max_attempts);
     snprintf(backoff, sizeof(backoff), "%.3f", (double)m->cfg->retry_backoff_ms / 1000.0);
@@ -412,12 +506,23 @@ static void send_marks(Member *m)
         queries[nq++] = (PgQuery){m->sql[SQL_MARK_DEAD_LETTERED], 2, dl_sent, false};
     if (!strbuf_array_empty(&marks->dl_failed_ids))
         queries[nq++] = (PgQuery){m->sql[SQL_MARK_DEAD_LETTER_FAILED], 2, dl_failed, false};
-    queries[nq++] = (PgQuery){SQL_COMMIT, 0, NULL, false};
+    if (commit)
+        queries[nq++] = (PgQuery){SQL_COMMIT, 0, NULL, false};
     m->phase = PHASE_MARKING;
+    if (!pg_conn_send(m->pg, queries, nq, cb, m))
+        pg_conn_reset(m->pg, "connection busy while marking");
+}
+
+static void send_marks(Member *m)
+{
+    Batch *b = &m->batch;
+    ev_timer_stop(m->loop, &m->delivery_timer);
+    log_batch_failures(m, batch_marks(b, &m->marks));
+    m->order_breaks += (unsigned long long)batch_order_breaks(
+        b, m->cfg->order_scope == ORDER_PER_TOPIC ? m->cfg->topic_template : NULL);
     ev_now_update(m->loop);
     m->marks_sent_at = ev_now(m->loop);
-    if (!pg_conn_send(m->pg, queries, nq, on_marked, m))
-        pg_conn_reset(m->pg, "connection busy while marking");
+    send_mark_statements(m, true, on_marked);
 }
 
 /* ---- producing ---------------------------------------------------------------------------- */
@@ -604,8 +709,10 @@ static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
     Member *m = member_of_row(r, opaque);
     if (m)
         record_delivery(m, opaque, err);
-    if (r->purging && relay_in_flight(r) == 0)
+    if (r->purging && relay_in_flight(r) == 0) {
         r->purging = false;
+        ev_timer_stop(r->loop, &r->purge_timer);
+    }
     for (int i = 0; i < r->n_members && !r->purging; i++) {
         Member *other = &r->members[i];
         if (other->waiting && other->phase == PHASE_PRODUCING)
@@ -939,7 +1046,9 @@ static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
     if (b->n > 0) {
         log_warn("batch abandoned with the connection; its rows will be sent again",
                  "rows=%d in_flight=%d session=%d", b->n, b->in_flight, m->index);
-        ev_timer_stop(m->loop, &m->delivery_timer);
+        /* The delivery timer keeps running: the session claims nothing until every message of
+         * the abandoned batch is reported, and with message.timeout.ms=0 a message to a broker
+         * that stays down is reported only when the timer purges it (issue 21). */
         b->abandoned = true;
         b->next = b->n;
         maybe_finish_batch(m);
@@ -1000,12 +1109,43 @@ static void on_shutdown_timer(struct ev_loop *loop, ev_timer *w, int revents)
     }
 }
 
+/* A purge reaches only the messages queued or in flight at that moment: one inside a request
+ * that was partly written when the purge came is left alone, and when its connection then fails
+ * librdkafka puts it back in the partition queue, where (message.timeout.ms=0) nothing ever
+ * reports it, and every session would wait on `purging` for ever. So the purge is repeated every
+ * second until every report is in. */
+#define PURGE_REPEAT_S 1.0
+
+static void on_purge_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Relay *r = w->data;
+    if (r->purging && r->kafka)
+        kafka_purge(r->kafka);
+    else
+        ev_timer_stop(loop, w);
+}
+
+static void start_purge(Relay *r)
+{
+    r->purging = true;
+    kafka_purge(r->kafka);
+    ev_timer_again(r->loop, &r->purge_timer);
+}
+
 static void on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Member *m = w->data;
     Batch *b = &m->batch;
-    if (b->n == 0 || b->in_flight == 0)
+    if (b->n == 0)
         return;
+    if (b->in_flight == 0) {
+        /* Nothing of this batch is at the producer: it waits for room (queue full) or for
+         * another session's purge. Its rest stays unsent, with no attempt counted. */
+        b->timed_out = true;
+        if (m->phase == PHASE_PRODUCING)
+            produce_more(m);
+        return;
+    }
     /* Like log_batch_failures: loud once per streak of failing batches, then debug. */
     log_write(m->last_failure[0] ? LOG_DEBUG : LOG_WARN,
               "delivery timeout: cancelling the rest of the batch, it will be retried",
@@ -1017,8 +1157,7 @@ static void on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents)
     for (int i = 0; i < r->n_members; i++)
         if (r->members[i].batch.in_flight > 0)
             r->members[i].batch.timed_out = true;
-    r->purging = true;
-    kafka_purge(r->kafka);
+    start_purge(r);
 }
 
 /* Stops one member: at once between batches, else once its batch is done (bounded by the
@@ -1145,6 +1284,9 @@ Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf
         relay_free(r);
         return NULL;
     }
+    ev_init(&r->purge_timer, on_purge_timer);
+    r->purge_timer.repeat = PURGE_REPEAT_S;
+    r->purge_timer.data = r;
     ev_signal_init(&r->sigterm, on_signal, SIGTERM);
     r->sigterm.data = r;
     ev_signal_start(loop, &r->sigterm);
@@ -1197,6 +1339,7 @@ void relay_free(Relay *r)
         return;
     ev_signal_stop(r->loop, &r->sigterm);
     ev_signal_stop(r->loop, &r->sigint);
+    ev_timer_stop(r->loop, &r->purge_timer);
     /* The producer goes first: its last delivery reports still point into the batches. */
     kafka_producer_free(r->kafka, 1000);
     for (int i = 0; r->members && i < r->n_members; i++)

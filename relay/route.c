@@ -80,10 +80,19 @@ static bool topic_legal(const char *topic, char *err, size_t errlen)
     return true;
 }
 
-bool route_template_check(const char *tmpl, char *err, size_t errlen)
+bool route_template_check(const char *tmpl, bool per_topic_order, char *err, size_t errlen)
 {
     char topic[ROUTE_TOPIC_MAX + 2];
     char why[256];
+    if (!per_topic_order && strstr(tmpl, "{event_type}")) {
+        snprintf(err, errlen,
+                 "--topic-template '%.64s': {event_type} sends one aggregate's events to several "
+                 "topics, where their order cannot be kept; add --order-scope topic to accept "
+                 "order per aggregate within each topic only",
+                 tmpl);
+        log_one_line(err);
+        return false;
+    }
     /* Placeholders stand for one legal character so only the template's own text is judged. */
     if (!expand(tmpl, "x", "x", topic, sizeof(topic), why, sizeof(why)) ||
         !topic_legal(topic, why, sizeof(why))) {

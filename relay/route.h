@@ -27,8 +27,10 @@ typedef struct OutboxRow {
 
 /* Checks a topic template at start-up: only {aggregate_type} (also spelt ${routedByValue}, as in
  * Debezium's route.topic.replacement) and {event_type} placeholders, and its literal text must be
- * legal in a topic name. On failure writes one line to err. */
-bool route_template_check(const char *tmpl, char *err, size_t errlen)
+ * legal in a topic name. {event_type} only with per_topic_order: it sends one aggregate's events
+ * to several topics, and Kafka keeps order only within a partition, so the relay could not keep
+ * the aggregate's order (issue 21). On failure writes one line to err. */
+bool route_template_check(const char *tmpl, bool per_topic_order, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
 /* Expands the template for row into out (at least ROUTE_TOPIC_MAX + 1 bytes). Returns false with

@@ -20,7 +20,10 @@ void strbuf_puts(StrBuf *b, const char *s);
 /* Array literals: strbuf_array_begin, then any number of elements, then strbuf_array_end. */
 void strbuf_array_begin(StrBuf *b);
 void strbuf_array_int(StrBuf *b, long long v);
-/* Appends s quoted ("..." with " and \ escaped); NULL appends the SQL NULL element. */
+/* Appends s quoted ("..." with " and \ escaped); NULL appends the SQL NULL element. The element is
+ * always well-formed UTF-8, whatever s holds: a byte that is not part of a well-formed sequence
+ * (a character cut in two, Latin-1 text) is replaced by U+FFFD, so a text can never make the
+ * server reject the statement that carries it. */
 void strbuf_array_text(StrBuf *b, const char *s);
 void strbuf_array_end(StrBuf *b);
 

@@ -64,7 +64,7 @@ psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, h
                 '{\"amount\": 12.5, \"currency\": \"EUR\", \"lines\": [{\"sku\": \"a\"}], \"note\": \"ünïcode \\\"q\\\"\"}',
                 '{\"traceparent\": \"00-abc\", \"x\": \"y\"}')"
 relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" \
-    --topic-template 'events.{aggregate_type}.{event_type}'
+    --order-scope topic --topic-template 'events.{aggregate_type}.{event_type}'
 wait_for "detail row gets sent_at" 60 no_unsent_rows
 consume --topic events.invoice.invoice.paid --count 1 --timeout-ms 20000 >"$T/detail.json"
 check_eq "one message on events.invoice.invoice.paid" 1 "$(grep -c '' "$T/detail.json")"

@@ -112,7 +112,7 @@ psql_q 'INSERT INTO app."Outbox ""Events""" ("Stream", "Stream Key", "What", "Bo
         VALUES ($$invoice$$, $$i-1$$, $$Issued$$, $$plain text body$$, $$acme$$),
                ($$invoice$$, $$i-1$$, $$Paid$$, NULL, NULL)' || fail "4: insert"
 relay_start "${ODD[@]}" --database-url "$DATABASE_URL" --brokers "$BROKERS" \
-    --topic-template 'audit.{aggregate_type}.{event_type}'
+    --order-scope topic --topic-template 'audit.{aggregate_type}.{event_type}'
 odd_sent() {
     [ "$(psql_q 'SELECT count(*) FROM app."Outbox ""Events""" WHERE sent_at IS NULL')" = 0 ]
 }

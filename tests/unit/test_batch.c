@@ -125,9 +125,28 @@ static void test_order_breaks(void **state)
     batch_fail(b, &b->rows[1], "rejected by broker", true);
     b->rows[2].state = ROW_ACKED;
     b->rows[3].state = ROW_ACKED;
-    assert_int_equal(batch_order_breaks(b), 1);
+    assert_int_equal(batch_order_breaks(b, NULL), 1);
     b->rows[3].state = ROW_PENDING;
-    assert_int_equal(batch_order_breaks(b), 0);
+    assert_int_equal(batch_order_breaks(b, NULL), 0);
+    batch_clear(b);
+}
+
+/* With --order-scope topic, order is promised within each topic: a later event of the aggregate
+ * in another topic is no break, one in the same topic still is. */
+static void test_order_breaks_per_topic(void **state)
+{
+    Batch *b = *state;
+    add_row(b, 1, "a", false);
+    add_row(b, 2, "a", false);
+    add_row(b, 3, "a", false);
+    b->rows[1].row.event_type = "Shipped";
+    batch_fail(b, &b->rows[0], "timed out", false);
+    b->rows[1].state = ROW_ACKED;
+    assert_int_equal(batch_order_breaks(b, "ev.{event_type}"), 0);
+    assert_int_equal(batch_order_breaks(b, "ev.{aggregate_type}"), 1);
+    assert_int_equal(batch_order_breaks(b, NULL), 1);
+    b->rows[2].state = ROW_ACKED; /* Created again: the failed event's topic */
+    assert_int_equal(batch_order_breaks(b, "ev.{event_type}"), 1);
     batch_clear(b);
 }
 
@@ -138,6 +157,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dead_letter_failure_does_not_hold, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clear_frees_unproduced_headers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_marks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_order_breaks_per_topic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_order_breaks, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -41,48 +41,61 @@ static void assert_err_line(const char *err, const char *needle)
 static void test_template_default_ok(void **state)
 {
     char err[256] = "";
-    assert_true(route_template_check(DEFAULT_TEMPLATE, err, sizeof(err)));
+    assert_true(route_template_check(DEFAULT_TEMPLATE, true, err, sizeof(err)));
     assert_string_equal(err, "");
 }
 
 static void test_template_placeholders_ok(void **state)
 {
     char err[256] = "";
-    assert_true(route_template_check("{event_type}", err, sizeof(err)));
-    assert_true(route_template_check("{aggregate_type}", err, sizeof(err)));
-    assert_true(route_template_check("app_1.{aggregate_type}-{event_type}.v2", err, sizeof(err)));
-    assert_true(route_template_check("fixed-topic", err, sizeof(err)));
+    assert_true(route_template_check("{event_type}", true, err, sizeof(err)));
+    assert_true(route_template_check("{aggregate_type}", true, err, sizeof(err)));
+    assert_true(
+        route_template_check("app_1.{aggregate_type}-{event_type}.v2", true, err, sizeof(err)));
+    assert_true(route_template_check("fixed-topic", true, err, sizeof(err)));
+}
+
+/* Issue 21: {event_type} spreads an aggregate over topics, so it needs --order-scope topic. */
+static void test_template_event_type_needs_topic_scope(void **state)
+{
+    char err[512] = "";
+    assert_false(route_template_check("ev.{event_type}", false, err, sizeof(err)));
+    assert_non_null(strstr(err, "--order-scope topic"));
+    assert_false(route_template_check("e.{aggregate_type}.{event_type}", false, err, sizeof(err)));
+    assert_true(route_template_check("e.{aggregate_type}", false, err, sizeof(err)));
+    assert_true(route_template_check("outbox.event.${routedByValue}", false, err, sizeof(err)));
+    assert_true(route_template_check("ev.{event_type}", true, err, sizeof(err)));
 }
 
 static void test_template_unknown_placeholder(void **state)
 {
     char err[256] = "";
-    assert_false(route_template_check("{nope}", err, sizeof(err)));
+    assert_false(route_template_check("{nope}", true, err, sizeof(err)));
     assert_err_line(err, "{nope}");
     assert_err_line(err, "placeholder");
 
     err[0] = '\0';
-    assert_false(route_template_check("outbox.{aggregate_type", err, sizeof(err)));
+    assert_false(route_template_check("outbox.{aggregate_type", true, err, sizeof(err)));
     assert_err_line(err, "placeholder");
 
     err[0] = '\0';
-    assert_false(route_template_check("outbox.{Event_Type}", err, sizeof(err)));
+    assert_false(route_template_check("outbox.{Event_Type}", true, err, sizeof(err)));
     assert_err_line(err, "placeholder");
 }
 
 static void test_template_illegal_literal(void **state)
 {
     char err[256] = "";
-    assert_false(route_template_check("bad topic!", err, sizeof(err)));
+    assert_false(route_template_check("bad topic!", true, err, sizeof(err)));
     assert_err_line(err, "bad topic!");
     assert_err_line(err, "[a-zA-Z0-9._-]");
 
     err[0] = '\0';
-    assert_false(route_template_check("a/{event_type}", err, sizeof(err)));
+    assert_false(route_template_check("a/{event_type}", true, err, sizeof(err)));
     assert_err_line(err, NULL);
 
     err[0] = '\0';
-    assert_false(route_template_check("", err, sizeof(err)));
+    assert_false(route_template_check("", true, err, sizeof(err)));
     assert_err_line(err, "empty");
 }
 
@@ -91,15 +104,15 @@ static void test_template_length(void **state)
     char tmpl[300], err[256] = "";
     memset(tmpl, 'a', 249);
     tmpl[249] = '\0';
-    assert_true(route_template_check(tmpl, err, sizeof(err)));
+    assert_true(route_template_check(tmpl, true, err, sizeof(err)));
     tmpl[249] = 'a';
     tmpl[250] = '\0';
-    assert_false(route_template_check(tmpl, err, sizeof(err)));
+    assert_false(route_template_check(tmpl, true, err, sizeof(err)));
     assert_err_line(err, "249");
     memset(tmpl, 'a', 299);
     tmpl[299] = '\0';
     err[0] = '\0';
-    assert_false(route_template_check(tmpl, err, sizeof(err)));
+    assert_false(route_template_check(tmpl, true, err, sizeof(err)));
     assert_err_line(err, "249");
 }
 
@@ -107,7 +120,7 @@ static void test_template_length(void **state)
 static void test_template_error_is_one_line(void **state)
 {
     char err[256] = "";
-    assert_false(route_template_check("a\nb", err, sizeof(err)));
+    assert_false(route_template_check("a\nb", true, err, sizeof(err)));
     assert_err_line(err, "[a-zA-Z0-9._-]");
 }
 
@@ -399,11 +412,11 @@ static void test_topic_routed_by_value(void **state)
 {
     OutboxRow row = make_row("order", "OrderCreated", NULL);
     char topic[ROUTE_TOPIC_MAX + 1], err[256] = "";
-    assert_true(route_template_check("outbox.event.${routedByValue}", err, sizeof(err)));
+    assert_true(route_template_check("outbox.event.${routedByValue}", true, err, sizeof(err)));
     assert_true(
         route_topic("outbox.event.${routedByValue}", &row, topic, sizeof(topic), err, sizeof(err)));
     assert_string_equal(topic, "outbox.event.order");
-    assert_false(route_template_check("outbox.${other}", err, sizeof(err)));
+    assert_false(route_template_check("outbox.${other}", true, err, sizeof(err)));
 }
 
 int main(void)
@@ -411,6 +424,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_template_default_ok),
         cmocka_unit_test(test_template_placeholders_ok),
+        cmocka_unit_test(test_template_event_type_needs_topic_scope),
         cmocka_unit_test(test_template_unknown_placeholder),
         cmocka_unit_test(test_template_illegal_literal),
         cmocka_unit_test(test_template_length),
