@@ -37,6 +37,7 @@ void batch_clear(Batch *b)
     PQclear(b->dead);
     b->claim = b->dead = NULL;
     b->n = b->next = b->prepared = b->in_flight = b->acked = b->failed = 0;
+    b->payload_bytes = 0;
     b->abandoned = b->timed_out = false;
     if (b->any_held)
         memset(b->held, 0, sizeof(b->held));
@@ -78,8 +79,9 @@ enum {
     COL_HEADERS,
     COL_ATTEMPTS,
     COL_LAST_ERROR,
-    COL_AGE,          /* optional */
-    COL_EXTRA_HEADERS /* optional */
+    COL_AGE,           /* optional */
+    COL_EXTRA_HEADERS, /* optional */
+    COL_PAYLOAD_BYTES  /* optional: set by claims that may leave a payload out */
 };
 
 static void load_result(Batch *b, PGresult *res, bool dead_letter)
@@ -106,6 +108,11 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
             PQnfields(res) > COL_EXTRA_HEADERS && !PQgetisnull(res, i, COL_EXTRA_HEADERS)
                 ? PQgetvalue(res, i, COL_EXTRA_HEADERS)
                 : NULL;
+        bool sized = PQnfields(res) > COL_PAYLOAD_BYTES && !PQgetisnull(res, i, COL_PAYLOAD_BYTES);
+        br->payload_bytes =
+            sized ? (size_t)strtoull(PQgetvalue(res, i, COL_PAYLOAD_BYTES), NULL, 10) : 0;
+        br->payload_omitted = sized && !row->payload;
+        b->payload_bytes += row->payload_len;
         br->dead_letter = dead_letter;
         br->state = ROW_PENDING;
         br->permanent = false;

@@ -34,6 +34,8 @@ typedef struct BatchRow {
     char *error;    /* why it failed; owned */
     double age_s;   /* seconds since created_at when claimed (database clock); < 0: unknown */
     rd_kafka_headers_t *headers; /* built ahead of producing; owned until produced, else freed */
+    size_t payload_bytes;        /* the payload's size, also when it was not loaded */
+    bool payload_omitted;        /* over the producer's message.max.bytes: the claim left it out */
 } BatchRow;
 
 #define BATCH_HELD_BITS 65536
@@ -51,8 +53,9 @@ typedef struct Batch {
     int prepared;  /* rows before this one had their headers built (or tried) */
     int in_flight; /* produced, report not yet in */
     int acked, failed;
-    bool abandoned; /* the transaction is gone; drop once every report is in */
-    bool timed_out; /* the delivery timeout cancelled what was left */
+    size_t payload_bytes; /* of the rows loaded: what the batch holds (--batch-bytes) */
+    bool abandoned;       /* the transaction is gone; drop once every report is in */
+    bool timed_out;       /* the delivery timeout cancelled what was left */
     bool any_held;
     double claimed_at; /* loop time (ev_now) when the claim's rows arrived, for latency metrics */
     uint8_t held[BATCH_HELD_BITS / 8];

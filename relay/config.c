@@ -47,6 +47,8 @@ static const OptionDef options[] = {
      "Kafka bootstrap servers, host:port[,host:port...]; required by run"},
     {"config", OPT_STRING, NULL, NULL, 0, 0, NULL, FIELD(config_file), "FILE",
      "JSON config file: an object whose keys are these option names"},
+    {"batch-bytes", OPT_INT, NULL, "8388608", 65536, 1073741824, NULL, FIELD(batch_bytes), "BYTES",
+     "payload bytes one claim may hold (a larger row still goes alone); bounds memory"},
     {"batch-size", OPT_INT, NULL, "1000", 1, 100000, NULL, FIELD(batch_size), "N",
      "rows claimed per transaction (1-100000)"},
     {"sessions", OPT_INT, NULL, "2", 1, 8, NULL, FIELD(sessions), "N",
@@ -143,17 +145,10 @@ static const struct {
  * rest is built into state at start-up (timers, the producer, the claim statement, the
  * connection) or changes what rows mean half-way through (topics), and needs a restart. Only
  * number and choice options may be listed (config_apply_reloadable copies them by value). */
-static const char *const reloadable[] = {"log-level",
-                                         "batch-size",
-                                         "retention",
-                                         "delivery-timeout",
-                                         "shutdown-timeout",
-                                         "max-attempts",
-                                         "retry-backoff",
-                                         "retry-backoff-max",
-                                         "busy-poll-interval",
-                                         "sleep-after",
-                                         NULL};
+static const char *const reloadable[] = {
+    "log-level",         "batch-size",         "batch-bytes",  "retention",
+    "delivery-timeout",  "shutdown-timeout",   "max-attempts", "retry-backoff",
+    "retry-backoff-max", "busy-poll-interval", "sleep-after",  NULL};
 
 /* Where a value came from, in precedence order (0: not set). */
 enum { LEVEL_UNSET, LEVEL_DEFAULT, LEVEL_FILE, LEVEL_ENV, LEVEL_FLAG };

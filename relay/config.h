@@ -55,7 +55,8 @@ typedef struct Config {
     char *brokers;
     char *config_file;
     long batch_size;
-    long sessions; /* claim sessions, each a lane member */
+    long batch_bytes; /* payload bytes a claim may return (the first row always) */
+    long sessions;    /* claim sessions, each a lane member */
     char *topic_template;
     /* The outbox table and its columns as configured (NULL: the layout's default)... */
     char *table;

@@ -277,6 +277,16 @@ bool kafka_error_permanent(rd_kafka_resp_err_t err)
     }
 }
 
+long kafka_message_max_bytes(const KafkaProducer *kp)
+{
+    char value[32];
+    size_t size = sizeof(value);
+    if (rd_kafka_conf_get(rd_kafka_conf(kp->rk), "message.max.bytes", value, &size) !=
+        RD_KAFKA_CONF_OK)
+        return 1000000; /* librdkafka's default */
+    return strtol(value, NULL, 10);
+}
+
 void kafka_purge(KafkaProducer *kp)
 {
     rd_kafka_purge(kp->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT |

@@ -42,6 +42,9 @@ rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, const ch
                                   size_t key_len, const char *value, size_t value_len,
                                   rd_kafka_headers_t *hdrs, void *opaque);
 
+/* The producer's message.max.bytes: a payload above it cannot be sent. */
+long kafka_message_max_bytes(const KafkaProducer *kp);
+
 /* Cancels every message not yet acknowledged; their delivery reports arrive with
  * RD_KAFKA_RESP_ERR__PURGE_QUEUE or __PURGE_INFLIGHT (outcome unknown: they may have been
  * written, and are sent again later). */

@@ -101,6 +101,25 @@ static const char *const SQL_CLAIM_PLAN =
     " WHERE NOT EXISTS (SELECT 1 FROM skipped s WHERE s.agg_type = c.agg_type"                     \
     " AND s.agg_id = c.agg_id AND s.first_seq < c.seq) ORDER BY c.seq"
 
+/* The rows of a claim (rows_query returns TABLE_ROW_COLUMNS in seq order) up to the byte budget:
+ * the first row always, then rows while the payload bytes so far stay within $3 (--batch-bytes).
+ * Rows left out stay locked but untouched until the commit, and come first in the next claim. A
+ * payload over $4 (the producer's message.max.bytes) cannot be sent: it is not loaded at all
+ * (NULL) and costs nothing of the budget; its size comes as the last column, which the relay
+ * reads to fail the row (issue 16: memory bounded by configuration, not by the data). */
+#define ROW_NAMES                                                                                  \
+    "seq, event_id, aggregate_type, aggregate_id, event_type, payload, headers, attempts,"         \
+    " last_error, age, extra_headers"
+#define SQL_WITHIN_BUDGET(rows_query)                                                              \
+    "SELECT w.seq, w.event_id, w.aggregate_type, w.aggregate_id, w.event_type,"                    \
+    " CASE WHEN w.bytes > $4::bigint THEN NULL ELSE w.payload END, w.headers, w.attempts,"         \
+    " w.last_error, w.age, w.extra_headers, w.bytes"                                               \
+    " FROM (SELECT s.*, row_number() OVER w AS n, sum(CASE WHEN s.bytes > $4::bigint THEN 0"       \
+    " ELSE coalesce(s.bytes, 0) END) OVER w AS held"                                               \
+    " FROM (SELECT r.*, octet_length(r.payload)::bigint AS bytes"                                   \
+    " FROM (" rows_query ") AS r(" ROW_NAMES ")) s WINDOW w AS (ORDER BY s.seq)) w"                 \
+    " WHERE w.n = 1 OR w.held <= $3::bigint ORDER BY w.seq"
+
 /* Which transaction holds the first locked row among the next claimable ones, for the log: a
  * row's xmax is the locker's transaction id while a single transaction locks or updates it. */
 #define SQL_LOCKED_BY                                                                              \
@@ -139,12 +158,12 @@ enum {
     SQL_COUNT
 };
 static const char *const sql_templates[SQL_COUNT] = {
-    [SQL_CLAIM_HOLD] = SQL_CLAIM(HOLD_BLOCKS),
-    [SQL_CLAIM_SKIP] = SQL_CLAIM(SKIP_BLOCKS),
-    [SQL_CLAIM_HOLD_AROUND_LOCKS] = SQL_CLAIM_AROUND_LOCKS(HOLD_BLOCKS),
-    [SQL_CLAIM_SKIP_AROUND_LOCKS] = SQL_CLAIM_AROUND_LOCKS(SKIP_BLOCKS),
+    [SQL_CLAIM_HOLD] = SQL_WITHIN_BUDGET(SQL_CLAIM(HOLD_BLOCKS)),
+    [SQL_CLAIM_SKIP] = SQL_WITHIN_BUDGET(SQL_CLAIM(SKIP_BLOCKS)),
+    [SQL_CLAIM_HOLD_AROUND_LOCKS] = SQL_WITHIN_BUDGET(SQL_CLAIM_AROUND_LOCKS(HOLD_BLOCKS)),
+    [SQL_CLAIM_SKIP_AROUND_LOCKS] = SQL_WITHIN_BUDGET(SQL_CLAIM_AROUND_LOCKS(SKIP_BLOCKS)),
     [SQL_FIND_LOCKER] = SQL_LOCKED_BY,
-    [SQL_CLAIM_DEAD] = SQL_CLAIM_DEAD_LETTER,
+    [SQL_CLAIM_DEAD] = SQL_WITHIN_BUDGET(SQL_CLAIM_DEAD_LETTER),
     [SQL_MARK_SENT] =
         "UPDATE {table} SET sent_at = clock_timestamp() WHERE {seq} = ANY($1::bigint[])",
     /* --on-sent delete: no new row version and no sent_at index entry to write, which is most
@@ -616,8 +635,10 @@ static rd_kafka_resp_err_t produce_dead_letter(Member *m, BatchRow *br)
     rd_kafka_headers_t *hdrs = route_dead_letter_headers(row, m->cfg->map.identity_headers,
                                                          br->last_error, br->attempts, topic);
     rd_kafka_resp_err_t err =
-        kafka_produce(m->relay->kafka, m->cfg->dead_letter_topic, row->aggregate_id,
-                      strlen(row->aggregate_id), row->payload, row->payload_len, hdrs, br);
+        br->payload_omitted
+            ? RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE
+            : kafka_produce(m->relay->kafka, m->cfg->dead_letter_topic, row->aggregate_id,
+                            strlen(row->aggregate_id), row->payload, row->payload_len, hdrs, br);
     if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
         rd_kafka_header_add(hdrs, "dlq.payload_omitted", -1, "true", -1);
         err = kafka_produce(m->relay->kafka, m->cfg->dead_letter_topic, row->aggregate_id,
@@ -630,10 +651,25 @@ static rd_kafka_resp_err_t produce_dead_letter(Member *m, BatchRow *br)
 
 /* Produces one event row. Returns the producer's answer; failures that happen before the
  * producer (topic, headers) are recorded here and reported as NO_ERROR with the row FAILED. */
+/* The failure of a payload too large for the producer (detected by the claim, or by librdkafka). */
+static void fail_too_large(Member *m, BatchRow *br, size_t bytes)
+{
+    char why[160];
+    /* librdkafka's text says "Broker:" but no broker saw it: say what actually happened. */
+    snprintf(why, sizeof(why),
+             "payload too large: %zu bytes, over the producer's message.max.bytes (not sent)",
+             bytes);
+    batch_fail(&m->batch, br, why, true);
+}
+
 static rd_kafka_resp_err_t produce_event(Member *m, BatchRow *br)
 {
     const OutboxRow *row = &br->row;
     char topic[ROUTE_TOPIC_MAX + 1], why[512];
+    if (br->payload_omitted) {
+        fail_too_large(m, br, br->payload_bytes);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+    }
     if (!route_topic(m->cfg->topic_template, row, topic, sizeof(topic), why, sizeof(why))) {
         batch_fail(&m->batch, br, why, true);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
@@ -654,11 +690,7 @@ static rd_kafka_resp_err_t produce_event(Member *m, BatchRow *br)
     else if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
         rd_kafka_headers_destroy(hdrs);
     if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
-        /* librdkafka's text says "Broker:" but no broker saw it: say what actually happened. */
-        snprintf(why, sizeof(why),
-                 "payload too large: %zu bytes, over the producer's message.max.bytes (not sent)",
-                 row->payload_len);
-        batch_fail(&m->batch, br, why, true);
+        fail_too_large(m, br, row->payload_len);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
     return err;
@@ -945,8 +977,8 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
     results[events_at] = NULL;
     if (dead_at > 0)
         results[dead_at] = NULL;
-    log_debug("claimed batch", "rows=%d dead_letter=%d first_id=%lld session=%d", events, dead,
-              m->batch.rows[0].row.id, m->index);
+    log_debug("claimed batch", "rows=%d dead_letter=%d first_id=%lld bytes=%zu session=%d", events,
+              dead, m->batch.rows[0].row.id, m->batch.payload_bytes, m->index);
     m->phase = PHASE_PRODUCING;
     ev_timer_set(&m->delivery_timer, (double)m->cfg->delivery_timeout_ms / 1000.0, 0);
     ev_timer_start(m->loop, &m->delivery_timer);
@@ -979,14 +1011,16 @@ static void claim(Member *m)
     m->wake_pending = false;
     ev_timer_again(m->loop, &m->poll_timer);
 
-    char limit[24], dead_limit[24];
+    char limit[24], dead_limit[24], budget[24], max_message[24];
     long batch_size = m->cfg->batch_size; /* may have grown on SIGHUP: make room between batches */
     if (!batch_reserve(&m->batch, (int)batch_size + DEAD_LETTER_LIMIT))
         batch_size = m->batch.capacity - DEAD_LETTER_LIMIT;
     snprintf(limit, sizeof(limit), "%ld", batch_size);
     snprintf(dead_limit, sizeof(dead_limit), "%d", DEAD_LETTER_LIMIT);
-    const char *params[2] = {limit, m->lanes.owned_array.s};
-    const char *dead_params[2] = {dead_limit, m->lanes.owned_array.s};
+    snprintf(budget, sizeof(budget), "%ld", m->cfg->batch_bytes);
+    snprintf(max_message, sizeof(max_message), "%ld", kafka_message_max_bytes(r->kafka));
+    const char *params[4] = {limit, m->lanes.owned_array.s, budget, max_message};
+    const char *dead_params[4] = {dead_limit, m->lanes.owned_array.s, budget, max_message};
     /* Any claim of a sleeping follower but the one that follows falling asleep is a wakeup: it
      * asks again before it sleeps again, as its guard may have left. A guard goes on sleeping
      * through claims its timer brings about; it leaves when notified or given work (see step). */
@@ -997,12 +1031,12 @@ static void claim(Member *m)
     PgQuery queries[4] = {{SQL_BEGIN, 0, NULL, false}};
     int nq = 1;
     if (m->cfg->dead_letter_topic)
-        queries[nq++] = (PgQuery){m->sql[SQL_CLAIM_DEAD], 2, dead_params, true};
+        queries[nq++] = (PgQuery){m->sql[SQL_CLAIM_DEAD], 4, dead_params, true};
     queries[nq++] = (PgQuery){SQL_CLAIM_PLAN, 0, NULL, true};
     m->claim_sent = ev_now(m->loop) < m->around_locks_until
                         ? m->claim_stmt + (SQL_CLAIM_HOLD_AROUND_LOCKS - SQL_CLAIM_HOLD)
                         : m->claim_stmt;
-    queries[nq++] = (PgQuery){m->sql[m->claim_sent], 2, params, true};
+    queries[nq++] = (PgQuery){m->sql[m->claim_sent], 4, params, true};
     m->phase = PHASE_CLAIMING;
     m->claim_sent_at = ev_now(m->loop);
     if (!pg_conn_send(m->pg, queries, nq, on_claimed, m))
