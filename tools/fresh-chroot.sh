@@ -56,6 +56,7 @@ fi
 
 # ---- a new chroot from it, cleaned up on every exit path -------------------------------------
 
+t0=$(date +%s)
 D=$(mktemp -d /var/tmp/outbox-relay-fresh.XXXXXX)
 MOUNTS=() # mounted so far, unmounted in reverse
 cleanup() {
@@ -120,6 +121,7 @@ git -C "$REPO" diff --quiet HEAD || log "note: uncommitted changes in $REPO are 
 git clone -q --no-hardlinks "$REPO" "$D/root/outbox-relay"
 git -C "$D/root/outbox-relay" checkout -q --detach "$COMMIT"
 
+log "chroot ready in $(($(date +%s) - t0)) s (unpacked, make and git added, commit cloned)"
 log "in a fresh bookworm chroot at $(git -C "$REPO" log -1 --format='%h %s' "$COMMIT")"
 log "running: cd outbox-relay && make $CMD"
 start=$(date +%s)

@@ -65,8 +65,9 @@ fi
 echo "deps: installing as $( [ -n "$SUDO" ] && echo "root via sudo" || echo root ):$missing$broken"
 $SUDO apt-get update -qq
 # shellcheck disable=SC2086 # word splitting of the package list is intended
+# Use-Pty=0: no dpkg progress bar redrawn into CI logs.
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    $reinstall $missing $broken
+    -o Dpkg::Use-Pty=0 $reinstall $missing $broken
 
 # A package whose listed file still is not there means packages.txt is wrong: say so now rather
 # than reinstalling it on every run.
