@@ -7,7 +7,7 @@
 # print the apt-get line and stop). This runs while the Makefile is read, before the pkg-config
 # lines below, which would otherwise see a machine without pkg-config or the libraries.
 ifneq ($(filter test quickstart demo bench,$(MAKECMDGOALS)),)
-$(shell sh tools/install-deps.sh --check >&2)
+$(shell sh tools/install-deps.sh --auto >&2)
 ifneq ($(.SHELLSTATUS),0)
 $(error packages are missing, see above)
 endif
@@ -69,8 +69,8 @@ DEMO_ASAN_BIN := bin/asan/producer-demo bin/asan/consumer-demo
 all: bin/outbox-relay $(DEMO_BIN)
 
 # Fail early with the package to install instead of a wall of compiler errors.
-bin/.deps-ok: tools/check-deps.sh
-	@CC="$(CC)" sh tools/check-deps.sh
+bin/.deps-ok: tools/check-deps.sh tools/install-deps.sh tools/packages.txt
+	@sh tools/check-deps.sh
 	@mkdir -p bin && touch $@
 
 bin/gen/migrations_gen.c: $(MIGRATIONS) tools/embed-migrations.sh | bin/.deps-ok

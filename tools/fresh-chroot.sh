@@ -59,16 +59,19 @@ fi
 t0=$(date +%s)
 D=$(mktemp -d /var/tmp/outbox-relay-fresh.XXXXXX)
 MOUNTS=() # mounted so far, unmounted in reverse
+# shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
-    local rc=$? pid i
+    local rc=$? p sig left
     # Processes a failed test left running inside keep the mounts busy: stop them (only those
-    # whose root is this chroot, i.e. ones this script started).
-    for i in 1 2; do
-        for pid in $(ls /proc | grep -E '^[0-9]+$'); do
-            [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$D" ] || continue
-            kill "-$([ "$i" = 1 ] && echo TERM || echo KILL)" "$pid" 2>/dev/null || true
+    # whose root is this chroot, i.e. ones this script started), TERM first, then KILL.
+    for sig in TERM KILL; do
+        left=0
+        for p in /proc/[0-9]*; do
+            [ "$(readlink "$p/root" 2>/dev/null)" = "$D" ] || continue
+            kill "-$sig" "${p#/proc/}" 2>/dev/null && left=1
         done
-        sleep 1
+        [ "$left" = 0 ] && break
+        sleep 2
     done
     for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
         umount "${MOUNTS[i]}" 2>/dev/null || umount -l "${MOUNTS[i]}" || true

@@ -2,18 +2,19 @@
 # Installs the Debian packages of tools/packages.txt that are missing (the one list; its header
 # says what counts as missing).
 #
-#   tools/install-deps.sh [--check] [SECTION...]
+#   tools/install-deps.sh [--auto|--report] [SECTION...]
 #
 # SECTION: build or test (default: both). Nothing missing: one line, exit 0, in well under a
 # second (`make test` and `make quickstart` run this first, every time). Something missing: as
-# root, apt-get update, then install it (noninteractive, no recommends), then check again. Not
-# root: `make deps` (no --check) uses sudo when there is one; with --check (`make test` and co.)
-# it prints the one apt-get line to run and exits 1, rather than prompting for a password
-# half-way through a build.
+# root, apt-get update, then install it (noninteractive, no recommends), then check again.
+# Not root: plain (`make deps`) uses sudo when there is one; --auto (`make test` and co.) prints
+# the one apt-get line to run and exits 1, rather than prompting for a password half-way through
+# a build. --report (the build's own check, tools/check-deps.sh) never installs: it prints the
+# line and exits 1 even as root, since the build has already read its pkg-config flags.
 set -e
 LIST=$(dirname "$0")/packages.txt
-check_only=0
-[ "${1:-}" = --check ] && { check_only=1; shift; }
+mode=install
+case ${1:-} in --auto | --report) mode=${1#--}; shift ;; esac
 sections=${*:-build test}
 
 # "package file..." lines of the chosen sections, comments and blank lines dropped.
@@ -26,6 +27,7 @@ pkgs=$(printf '%s\n' "$entries" | awk '{ print $1 }')
 # find_missing: sets $missing (not installed) and $broken (installed, but a listed file is gone).
 find_missing() {
     # One dpkg-query for the whole list keeps the check fast; unknown packages print nothing.
+    # shellcheck disable=SC2086 # one argument per package
     installed=" $(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' $pkgs 2>/dev/null |
         awk '$1 == "ii" { printf "%s ", $2 }')"
     missing=""
@@ -52,20 +54,19 @@ fi
 reinstall=""
 [ -z "$broken" ] || reinstall=" --reinstall"
 line="apt-get install -y --no-install-recommends$reinstall$missing$broken"
-echo "deps: missing:$missing${broken:+ (installed, but files are gone:$broken)}"
+[ -z "$missing" ] || echo "deps: missing:$missing"
+[ -z "$broken" ] || echo "deps: installed, but a file the project uses is gone:$broken"
 
 SUDO=""
-if [ "$(id -u)" != 0 ]; then
-    if [ "$check_only" = 1 ] || ! command -v sudo >/dev/null 2>&1; then
-        echo "deps: run as root:  apt-get update && $line" >&2
-        exit 1
-    fi
-    SUDO=sudo
+[ "$(id -u)" = 0 ] || SUDO=sudo
+if [ "$mode" = report ] || { [ -n "$SUDO" ] && { [ "$mode" = auto ] || ! command -v sudo >/dev/null 2>&1; }; }; then
+    echo "deps: install them as root (or run 'make deps'):  apt-get update && $line" >&2
+    exit 1
 fi
 echo "deps: installing as $( [ -n "$SUDO" ] && echo "root via sudo" || echo root ):$missing$broken"
 $SUDO apt-get update -qq
-# shellcheck disable=SC2086 # word splitting of the package list is intended
 # Use-Pty=0: no dpkg progress bar redrawn into CI logs.
+# shellcheck disable=SC2086 # word splitting of the package list is intended
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     -o Dpkg::Use-Pty=0 $reinstall $missing $broken
 
