@@ -11,7 +11,8 @@
 #
 # The debootstrap result is cached as a tarball under /var/cache/outbox-relay (rebuilt when a
 # month old, or with FRESH_REBUILD=1), and so are the .deb files apt downloads (like a proxy
-# would); every run unpacks the pristine tarball into a new directory. KEEP_CHROOT=1 keeps it.
+# would; emptied with each rebuild); every run unpacks the pristine tarball into a new
+# directory, removed at the end (KEEP_CHROOT=1 keeps it).
 set -euo pipefail
 
 CMD=${1:-quickstart}
@@ -52,6 +53,7 @@ if [ -n "${FRESH_REBUILD:-}" ] || [ -z "$(find "$BASE" -mtime -30 2>/dev/null)" 
         { tail -n 20 "$CACHE/debootstrap.log" >&2; safe_rm "$tmp"; exit 1; }
     tar -C "$tmp" --numeric-owner -czf "$BASE.tmp" . && mv "$BASE.tmp" "$BASE"
     safe_rm "$tmp"
+    rm -f "$CACHE"/debs/*.deb # a month of superseded versions at most
 fi
 
 # ---- a new chroot from it, cleaned up on every exit path -------------------------------------
