@@ -14,6 +14,9 @@
 # would; emptied with each rebuild); every run unpacks the pristine tarball into a new
 # directory, removed at the end (KEEP_CHROOT=1 keeps it).
 set -euo pipefail
+# The body is one { } block: bash reads it whole before running it, so editing this file during a
+# 25-minute run cannot change the rest of that run (bash reads plain scripts as it goes).
+{
 
 CMD=${1:-quickstart}
 case $CMD in quickstart | test) ;; *) echo "usage: $0 [quickstart|test]" >&2; exit 2 ;; esac
@@ -136,3 +139,4 @@ rc=0
 wait $! || rc=$?
 log "make $CMD exited $rc after $(($(date +%s) - start)) s"
 exit "$rc"
+}
