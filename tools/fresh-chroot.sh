@@ -15,7 +15,7 @@
 # directory, removed at the end (KEEP_CHROOT=1 keeps it).
 set -euo pipefail
 # The body is one { } block: bash reads it whole before running it, so editing this file during a
-# 25-minute run cannot change the rest of that run (bash reads plain scripts as it goes).
+# 12-minute run cannot change the rest of that run (bash reads plain scripts as it goes).
 {
 
 CMD=${1:-quickstart}
