@@ -5,11 +5,11 @@
 #   docker build -t outbox-relay:local .      (docker-compose.yml does this for you)
 
 FROM debian:bookworm AS build
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential pkg-config \
-        libpq-dev librdkafka-dev libjansson-dev libev-dev libmicrohttpd-dev \
-    && rm -rf /var/lib/apt/lists/*
+# The [build] section of the project's one package list, installed by the same script as
+# `make deps`; copied on its own first so this layer is rebuilt only when the list changes.
 WORKDIR /src
+COPY tools/packages.txt tools/install-deps.sh tools/
+RUN sh tools/install-deps.sh build && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN make -j"$(nproc)" CFLAGS="-O2 -g -Werror" bin/outbox-relay bin/producer-demo bin/consumer-demo
 

@@ -2,6 +2,17 @@
 # sanitizer (ASan + UBSan) variants and runs every test against the sanitizer build; `make bench`
 # runs the benchmark (bench/bench.sh, not part of `make test`) against the normal build.
 
+# `make test`, `quickstart`, `demo` and `bench` work as the first command on a fresh Debian 12:
+# they first install what tools/packages.txt lists and the machine lacks (as root; otherwise they
+# print the apt-get line and stop). This runs while the Makefile is read, before the pkg-config
+# lines below, which would otherwise see a machine without pkg-config or the libraries.
+ifneq ($(filter test quickstart demo bench,$(MAKECMDGOALS)),)
+$(shell sh tools/install-deps.sh --auto >&2)
+ifneq ($(.SHELLSTATUS),0)
+$(error packages are missing, see above)
+endif
+endif
+
 CC       ?= cc
 PKGS     := libpq rdkafka jansson libmicrohttpd
 # Debian's libev-dev ships no pkg-config file, so it is linked by name.
@@ -52,13 +63,14 @@ DEMO_UNIT_BIN := $(patsubst tests/unit/%.c,bin/asan/%,$(DEMO_UNIT_SRC))
 DEMO_BIN := bin/producer-demo bin/consumer-demo
 DEMO_ASAN_BIN := bin/asan/producer-demo bin/asan/consumer-demo
 
-.PHONY: all asan tools test unit deps check-deps format format-check clean quickstart demos demo bench
+.PHONY: all asan tools test unit deps check-deps format format-check clean quickstart demos demo bench \
+        fresh-test
 
 all: bin/outbox-relay $(DEMO_BIN)
 
 # Fail early with the package to install instead of a wall of compiler errors.
-bin/.deps-ok: tools/check-deps.sh
-	@CC="$(CC)" sh tools/check-deps.sh
+bin/.deps-ok: tools/check-deps.sh tools/install-deps.sh tools/packages.txt
+	@sh tools/check-deps.sh
 	@mkdir -p bin && touch $@
 
 bin/gen/migrations_gen.c: $(MIGRATIONS) tools/embed-migrations.sh | bin/.deps-ok
@@ -160,8 +172,16 @@ bench: bin/outbox-relay $(TOOL_BIN) bin/naive-relay
 quickstart: bin/outbox-relay $(TOOL_BIN)
 	@bash scripts/quickstart.sh
 
+# Installs the packages of tools/packages.txt the machine lacks (as root, or with sudo).
 deps:
 	sh tools/install-deps.sh
+
+# The quick start proven on a fresh Debian 12: a debootstrap minbase chroot with only make and git
+# added, this commit cloned into it, `make $(FRESH_CMD)` as its first command (root only; CI runs
+# it). FRESH_CMD=test runs the whole suite there instead.
+FRESH_CMD ?= quickstart
+fresh-test:
+	@bash tools/fresh-chroot.sh $(FRESH_CMD)
 
 FORMAT_SRC = relay/*.[ch] demo-common/*.[ch] producer-demo/*.[ch] consumer-demo/*.[ch] \
              tests/unit/*.c tests/tools/*.c

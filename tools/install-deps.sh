@@ -1,19 +1,80 @@
 #!/bin/sh
-# Installs the Debian packages the project needs to build, test and benchmark. Run as root.
+# Installs the Debian packages of tools/packages.txt that are missing (the one list; its header
+# says what counts as missing).
+#
+#   tools/install-deps.sh [--auto|--report] [SECTION...]
+#
+# SECTION: build or test (default: both). Nothing missing: one line, exit 0, in well under a
+# second (`make test` and `make quickstart` run this first, every time). Something missing: as
+# root, apt-get update, then install it (noninteractive, no recommends), then check again.
+# Not root: plain (`make deps`) uses sudo when there is one; --auto (`make test` and co.) prints
+# the one apt-get line to run and exits 1, rather than prompting for a password half-way through
+# a build. --report (the build's own check, tools/check-deps.sh) never installs: it prints the
+# line and exits 1 even as root, since the build has already read its pkg-config flags.
 set -e
-PKGS="build-essential pkg-config libpq-dev librdkafka-dev libjansson-dev libev-dev \
-libmicrohttpd-dev libcmocka-dev postgresql postgresql-contrib jq kcat clang-format procps \
-curl docker-compose"
-missing=""
-for p in $PKGS; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -z "$missing" ]; then
-    echo "deps: all installed"
+LIST=$(dirname "$0")/packages.txt
+mode=install
+case ${1:-} in --auto | --report) mode=${1#--}; shift ;; esac
+sections=${*:-build test}
+
+# "package file..." lines of the chosen sections, comments and blank lines dropped.
+entries=$(awk -v want=" $sections " '
+    { sub(/#.*/, "") }
+    /^\[.*\]$/ { sec = substr($0, 2, length($0) - 2); next }
+    NF && index(want, " " sec " ") { print }' "$LIST")
+pkgs=$(printf '%s\n' "$entries" | awk '{ print $1 }')
+
+# find_missing: sets $missing (not installed) and $broken (installed, but a listed file is gone).
+find_missing() {
+    # One dpkg-query for the whole list keeps the check fast; unknown packages print nothing.
+    # shellcheck disable=SC2086 # one argument per package
+    installed=" $(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' $pkgs 2>/dev/null |
+        awk '$1 == "ii" { printf "%s ", $2 }')"
+    missing=""
+    broken=""
+    while read -r pkg files; do
+        case $installed in *" $pkg "*) ;; *) missing="$missing $pkg"; continue ;; esac
+        for f in $files; do # unquoted: a path may be a glob (/usr/lib/postgresql/*/bin/initdb)
+            case $f in
+            /*) [ -e "$f" ] || { broken="$broken $pkg"; break; } ;;
+            *) command -v "$f" >/dev/null 2>&1 || { broken="$broken $pkg"; break; } ;;
+            esac
+        done
+    done <<EOF
+$entries
+EOF
+}
+
+find_missing
+if [ -z "$missing$broken" ]; then
+    echo "deps: the $(printf '%s\n' "$pkgs" | wc -l) packages of tools/packages.txt ($sections) are installed"
     exit 0
 fi
+# --reinstall only when a file of an installed package is gone: plain install would skip it.
+reinstall=""
+[ -z "$broken" ] || reinstall=" --reinstall"
+line="apt-get install -y --no-install-recommends$reinstall$missing$broken"
+[ -z "$missing" ] || echo "deps: missing:$missing"
+[ -z "$broken" ] || echo "deps: installed, but a file the project uses is gone:$broken"
+
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
-echo "deps: installing$missing"
+if [ "$mode" = report ] || { [ -n "$SUDO" ] && { [ "$mode" = auto ] || ! command -v sudo >/dev/null 2>&1; }; }; then
+    echo "deps: install them as root (or run 'make deps'):  apt-get update && $line" >&2
+    exit 1
+fi
+echo "deps: installing as $( [ -n "$SUDO" ] && echo "root via sudo" || echo root ):$missing$broken"
 $SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+# Use-Pty=0: no dpkg progress bar redrawn into CI logs.
+# shellcheck disable=SC2086 # word splitting of the package list is intended
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    -o Dpkg::Use-Pty=0 $reinstall $missing $broken
+
+# A package whose listed file still is not there means packages.txt is wrong: say so now rather
+# than reinstalling it on every run.
+find_missing
+if [ -n "$missing$broken" ]; then
+    echo "deps: still missing after apt-get:$missing$broken (check tools/packages.txt)" >&2
+    exit 1
+fi
+echo "deps: done"

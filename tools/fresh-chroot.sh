@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# `make fresh-test`: proves the README's quick start on a truly fresh Debian 12. CI runs on a
+# machine that earlier work left packages on, so a green CI can hide a missing install step; this
+# builds a minbase bookworm chroot with debootstrap, adds only `make` and `git` (the README's one
+# prerequisite), clones the current commit into it and runs, as the very first command:
+#
+#   tools/fresh-chroot.sh [quickstart|test]     (default quickstart; make fresh-test FRESH_CMD=test)
+#
+# Root only (debootstrap, chroot, mount). The chroot shares the host's network namespace, so apt
+# inside it works, and every test address is loopback as usual. Exit status: the make's.
+#
+# The debootstrap result is cached as a tarball under /var/cache/outbox-relay (rebuilt when a
+# month old, or with FRESH_REBUILD=1), and so are the .deb files apt downloads (like a proxy
+# would; emptied with each rebuild); every run unpacks the pristine tarball into a new
+# directory, removed at the end (KEEP_CHROOT=1 keeps it).
+set -euo pipefail
+# The body is one { } block: bash reads it whole before running it, so editing this file during a
+# 12-minute run cannot change the rest of that run (bash reads plain scripts as it goes).
+{
+
+CMD=${1:-quickstart}
+case $CMD in quickstart | test) ;; *) echo "usage: $0 [quickstart|test]" >&2; exit 2 ;; esac
+[ "$(id -u)" = 0 ] || { echo "fresh-chroot: needs root (debootstrap, chroot, mount)" >&2; exit 2; }
+
+REPO=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+COMMIT=$(git -C "$REPO" rev-parse HEAD)
+MIRROR=http://deb.debian.org/debian
+CACHE=/var/cache/outbox-relay
+BASE=$CACHE/bookworm-minbase.tar.gz
+log() { echo "fresh-chroot: $*"; }
+
+# mounted_under DIR: true while anything is mounted at or below DIR.
+mounted_under() { awk -v d="$1" '$2 == d || index($2, d "/") == 1 { f = 1 } END { exit !f }' /proc/mounts; }
+
+# safe_rm DIR: never recurse into a chroot with something still mounted in it (a bound /dev!).
+safe_rm() {
+    if mounted_under "$1"; then
+        log "still mounted under $1, not removing it" >&2
+        return 1
+    fi
+    rm -rf --one-file-system "$1"
+}
+
+# ---- the pristine base -----------------------------------------------------------------------
+
+command -v debootstrap >/dev/null || {
+    log "installing debootstrap on the host"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap
+}
+mkdir -p "$CACHE/debs"
+if [ -n "${FRESH_REBUILD:-}" ] || [ -z "$(find "$BASE" -mtime -30 2>/dev/null)" ]; then
+    log "debootstrap --variant=minbase bookworm (cached in $BASE)"
+    tmp=$CACHE/base.tmp
+    safe_rm "$tmp"
+    debootstrap --variant=minbase bookworm "$tmp" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 ||
+        { tail -n 20 "$CACHE/debootstrap.log" >&2; safe_rm "$tmp"; exit 1; }
+    tar -C "$tmp" --numeric-owner -czf "$BASE.tmp" . && mv "$BASE.tmp" "$BASE"
+    safe_rm "$tmp"
+    rm -f "$CACHE"/debs/*.deb # a month of superseded versions at most
+fi
+
+# ---- a new chroot from it, cleaned up on every exit path -------------------------------------
+
+t0=$(date +%s)
+D=$(mktemp -d /var/tmp/outbox-relay-fresh.XXXXXX)
+MOUNTS=() # mounted so far, unmounted in reverse
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+    local rc=$? p sig left
+    # Processes a failed test left running inside keep the mounts busy: stop them (only those
+    # whose root is this chroot, i.e. ones this script started), TERM first, then KILL.
+    for sig in TERM KILL; do
+        left=0
+        for p in /proc/[0-9]*; do
+            [ "$(readlink "$p/root" 2>/dev/null)" = "$D" ] || continue
+            kill "-$sig" "${p#/proc/}" 2>/dev/null && left=1
+        done
+        [ "$left" = 0 ] && break
+        sleep 2
+    done
+    for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
+        umount "${MOUNTS[i]}" 2>/dev/null || umount -l "${MOUNTS[i]}" || true
+    done
+    if [ -n "${KEEP_CHROOT:-}" ]; then
+        log "kept $D"
+    else
+        safe_rm "$D" || rc=1
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+tar -C "$D" --numeric-owner -xzf "$BASE"
+# What a Debian installer writes and debootstrap does not: /etc/hosts (tests resolve localhost),
+# and the updates and security suites every installed Debian 12 has.
+printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$D/etc/hosts"
+printf 'deb %s bookworm main\ndeb %s bookworm-updates main\ndeb %s-security bookworm-security main\n' \
+    "$MIRROR" "$MIRROR" "$MIRROR" >"$D/etc/apt/sources.list"
+# Packages must not start their daemons (postgresql, redis-server) inside a chroot that shares
+# the host's ports; the tests start their own on random ports. Docker images do the same.
+printf '#!/bin/sh\nexit 101\n' >"$D/usr/sbin/policy-rc.d"
+chmod 755 "$D/usr/sbin/policy-rc.d"
+
+mnt() { # mnt TARGET MOUNT-ARGS...: mount and remember it for cleanup
+    local target=$D$1
+    shift
+    mount "$@" "$target"
+    MOUNTS+=("$target")
+}
+mnt /proc -t proc proc
+mnt /sys --bind /sys
+mnt /dev --bind /dev
+mnt /dev/pts --bind /dev/pts
+mnt /dev/shm -t tmpfs -o mode=1777,nosuid,nodev shm # PostgreSQL's shared memory, the chroot's own
+mnt /var/cache/apt/archives --bind "$CACHE/debs"
+
+in_chroot() { chroot "$D" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
+
+log "adding make and git (the README's prerequisite)"
+in_chroot sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends make git' >"$D/prereq.log" 2>&1 ||
+    { tail -n 20 "$D/prereq.log" >&2; exit 1; }
+
+git -C "$REPO" diff --quiet HEAD || log "note: uncommitted changes in $REPO are not tested"
+git clone -q --no-hardlinks "$REPO" "$D/root/outbox-relay"
+git -C "$D/root/outbox-relay" checkout -q --detach "$COMMIT"
+
+log "chroot ready in $(($(date +%s) - t0)) s (unpacked, make and git added, commit cloned)"
+log "in a fresh bookworm chroot at $(git -C "$REPO" log -1 --format='%h %s' "$COMMIT")"
+log "running: cd outbox-relay && make $CMD"
+start=$(date +%s)
+# In the background with `wait`, so a TERM (CI's time limit) runs cleanup at once.
+in_chroot sh -c "cd /root/outbox-relay && make $CMD" &
+rc=0
+wait $! || rc=$?
+log "make $CMD exited $rc after $(($(date +%s) - start)) s"
+exit "$rc"
+}
