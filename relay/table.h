@@ -70,9 +70,12 @@ const char *table_map_display(const TableMap *m, char *buf, size_t buflen);
  * expression) is only needed for dead-letter rows; then the row's age on the database clock, for
  * the latency metric, and the additional fields placed as headers. Used by the claims, and by
  * migrate to check that an adopted table has every column they read. */
-#define TABLE_ROW_COLUMNS(last_error)                                                              \
-    " o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, o.{event_type},"                \
-    " o.{payload}::text, {o.headers}, o.attempts, " last_error ","                                 \
+#define TABLE_ROW_COLUMNS(last_error) TABLE_ROW_COLUMNS_PAYLOAD("o.{payload}::text", last_error)
+/* The same with the payload as given (the claims take it as stored and convert it to text only
+ * for the rows within their byte budget). */
+#define TABLE_ROW_COLUMNS_PAYLOAD(payload, last_error)                                             \
+    " o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, o.{event_type}, " payload ","   \
+    " {o.headers}, o.attempts, " last_error ","                                                    \
     " extract(epoch FROM clock_timestamp() - o.created_at)::float8, {o.extra_headers}"
 
 /* Expands a statement template for conn (whose encoding the quoting follows). Placeholders:

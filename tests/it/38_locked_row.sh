@@ -63,3 +63,68 @@ wait_for "and its end, once a plain claim goes through again" 20 \
     grep -q "no locked row holds claims up any more" "$RELAY_LOG"
 relay_stop
 check_eq "the relay exits 0" 0 "$?"
+
+# --- B: a locked aggregate with more unsent rows than a batch, updated by its locker ------------
+# One session, batches of 20: 30 events of 'hot' (the first locked and updated by another client,
+# which commits after 6 s), then 10 other aggregates. The others must not wait behind hot's tail,
+# and hot's first event goes out as its locker left it (the row as locked, not an older version).
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'hot', 'hot', 'changed', jsonb_build_object('seq', s)
+        FROM generate_series(1, 30) AS s ORDER BY s"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'hot', 'cold-' || a, 'changed', jsonb_build_object('seq', 1)
+        FROM generate_series(1, 10) AS a ORDER BY a"
+HOT=$(psql_q "SELECT min(id) FROM outbox WHERE aggregate_id = 'hot'")
+psql -XAtq -c "BEGIN" \
+    -c "UPDATE outbox SET payload = payload || '{\"edited\": true}' WHERE id = $HOT RETURNING pg_backend_pid()" \
+    -c "SELECT pg_sleep(6)" -c "COMMIT" >"$T/locker-b.out" 2>&1 &
+LOCKER=$!
+_t_track "$LOCKER"
+has_locker_b() {
+    [ -n "$(head -n 1 "$T/locker-b.out")" ]
+}
+_poll 10 has_locker_b || fail "B: the other client holds the row lock"
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --sessions 1 --batch-size 20 \
+    --kafka reconnect.backoff.max.ms=500
+cold_sent() {
+    [ "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'cold-%'
+                 AND sent_at IS NULL")" = 0 ]
+}
+wait_for "B: the other aggregates are not held up by the locked one's 30 rows" 30 cold_sent
+if kill -0 "$LOCKER" 2>/dev/null; then
+    check_eq "B: none of hot's events is sent while its first is locked" 0 \
+        "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_id = 'hot' AND sent_at IS NOT NULL")"
+else
+    not_ok "B: the lock is still held when hot is checked" "the other client ended first"
+fi
+wait "$LOCKER"
+wait_for "B: every row is delivered once the lock is gone" 30 no_unsent_rows
+check_delivered hot
+check_eq "B: hot's first event went out as its locker left it" true \
+    "$(jq -r --arg id "$(psql_q "SELECT event_id FROM outbox WHERE id = $HOT")" \
+        'select(.headers.id == $id) | .value | fromjson | .edited' "$T/hot.json" | head -n 1)"
+relay_stop
+check_eq "B: the relay exits 0" 0 "$?"
+
+# --- C: a lock on the whole table (as some DDL takes) while batches are recorded -------------------
+# SHARE mode lets the claim through but not the marks: they must wait for it, not fail after the
+# claim's lock_timeout and fall back to recording row by row. The rows are there before the lock,
+# the relay starts while it is held.
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'tl', 'tl-' || (g % 10), 'changed', jsonb_build_object('seq', g)
+        FROM generate_series(1, 100) AS g ORDER BY g"
+psql -XAtq -c "BEGIN" -c "LOCK TABLE outbox IN SHARE MODE" -c "SELECT 'locked'" \
+    -c "SELECT pg_sleep(3)" -c "COMMIT" >"$T/table-locker.out" 2>&1 &
+TABLE_LOCKER=$!
+_t_track "$TABLE_LOCKER"
+table_locked() {
+    grep -q locked "$T/table-locker.out"
+}
+_poll 10 table_locked || fail "C: the other client locks the table"
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --kafka reconnect.backoff.max.ms=500
+wait "$TABLE_LOCKER"
+wait_for "C: every row is delivered after the table lock" 30 no_unsent_rows
+check_delivered tl
+check "C: no batch fell back to recording row by row" lacks "$RELAY_LOG" "recording the batch failed"
+relay_stop
+check_eq "C: the relay exits 0" 0 "$?"
