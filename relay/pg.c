@@ -316,9 +316,8 @@ static void target_failed(PgConn *pg, const char *why)
         PgTarget *t = &pg->targets[pg->target];
         char q[600], q2[300];
         bool changed = !t->last_error || strcmp(t->last_error, reason) != 0;
-        log_write(changed ? LOG_WARN : LOG_DEBUG, "postgres host failed; trying the next",
-                  "%shost=%s error=%s", pg->tag, log_quote(t->shown, q2, sizeof(q2)),
-                  log_quote(reason, q, sizeof(q)));
+        log_write(changed ? LOG_WARN : LOG_DEBUG, "postgres host failed", "%shost=%s error=%s",
+                  pg->tag, log_quote(t->shown, q2, sizeof(q2)), log_quote(reason, q, sizeof(q)));
         if (changed) {
             free(t->last_error);
             t->last_error = strdup(reason);

@@ -46,9 +46,11 @@ load_for warm 2 100
 wait_for "warm-up rows delivered by both relays" 30 load_done_and_sent warm
 
 # --- the fault ---
+# Rows arrive from 2 s before the fault (so that it strikes batches under way) to 30 s into it.
+load_for sil $((LOAD_S + 2))
+sleep 2
 t0=$(now_ms)
 netns_block
-load_for sil "$LOAD_S"
 fault_end=$((t0 + FAULT_S * 1000))
 until load_done_and_sent sil || [ "$(now_ms)" -ge "$fault_end" ]; do
     sleep 0.2
