@@ -25,10 +25,9 @@ static long session_timeout_ms = PG_SESSION_TIMEOUT_DEFAULT_MS;
 /* PG_SETUP: connected, the session's timeouts being set; the owner hears "up" after that. */
 typedef enum { PG_DOWN, PG_CONNECTING, PG_SETUP, PG_UP } PgState;
 
-/* One host of the connection string, tried in turn (host/hostaddr/port lists split). NULL fields
- * keep libpq's default (or the environment's). */
+/* One host of the connection string, tried in turn. */
 typedef struct PgTarget {
-    char *host, *hostaddr, *port;
+    PgHost addr;
     char *shown;      /* "host:port" for the logs */
     char *last_error; /* the failure last logged for this host, until it connects */
 } PgTarget;
@@ -353,9 +352,9 @@ static void attempt_target(PgConn *pg)
 {
     const PgTarget *t = &pg->targets[pg->target];
     int n = pg->nparams;
-    pg->keys[n] = "host", pg->values[n++] = t->host;
-    pg->keys[n] = "hostaddr", pg->values[n++] = t->hostaddr;
-    pg->keys[n] = "port", pg->values[n++] = t->port;
+    pg->keys[n] = "host", pg->values[n++] = t->addr.host;
+    pg->keys[n] = "hostaddr", pg->values[n++] = t->addr.hostaddr;
+    pg->keys[n] = "port", pg->values[n++] = t->addr.port;
     pg->keys[n] = NULL, pg->values[n] = NULL;
     pg->conn = PQconnectStartParams(pg->keys, pg->values, pg->expand_dbname);
     if (!pg->conn || PQstatus(pg->conn) == CONNECTION_BAD) {
@@ -606,9 +605,9 @@ static void free_targets(PgConn *pg)
 {
     for (int i = 0; i < pg->ntargets; i++) {
         PgTarget *t = &pg->targets[i];
-        free(t->host);
-        free(t->hostaddr);
-        free(t->port);
+        free(t->addr.host);
+        free(t->addr.hostaddr);
+        free(t->addr.port);
         free(t->shown);
         free(t->last_error);
     }
@@ -635,18 +634,55 @@ static int list_count(const char *list)
     return n;
 }
 
-/* Element i of a comma-separated list (a copy), or NULL when the list is NULL. A list of one
- * element applies to every host, as libpq does for ports. */
-static char *list_item(const char *list, int i)
+/* Element i of a list for host i of n: NULL for no list, the whole list when it is not split
+ * (split false) or has one element (a single port applies to every host, as in libpq). */
+static bool list_item(const char *list, int i, bool split, char **out)
 {
+    *out = NULL;
     if (!list)
-        return NULL;
-    if (list_count(list) == 1)
-        return strdup(list);
+        return true;
+    if (!split || list_count(list) == 1) {
+        *out = strdup(list);
+        return *out != NULL;
+    }
     const char *p = list;
     for (; i > 0; i--)
         p = strchr(p, ',') + 1;
-    return strndup(p, strcspn(p, ","));
+    *out = strndup(p, strcspn(p, ","));
+    return *out != NULL;
+}
+
+int pg_hosts_split(const char *host, const char *hostaddr, const char *port, PgHost **out)
+{
+    int nhost = list_count(host), naddr = list_count(hostaddr), nport = list_count(port);
+    int n = nhost > naddr ? nhost : naddr;
+    bool split = n > 1 && (nhost == 0 || nhost == n) && (naddr == 0 || naddr == n) &&
+                 (nport <= 1 || nport == n);
+    if (!split)
+        n = 1;
+    *out = calloc((size_t)n, sizeof(PgHost));
+    if (!*out)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        PgHost *h = &(*out)[i];
+        if (!list_item(host, i, split, &h->host) || !list_item(hostaddr, i, split, &h->hostaddr) ||
+            !list_item(port, i, split, &h->port)) {
+            pg_hosts_free(*out, n);
+            *out = NULL;
+            return 0;
+        }
+    }
+    return n;
+}
+
+void pg_hosts_free(PgHost *hosts, int n)
+{
+    for (int i = 0; hosts && i < n; i++) {
+        free(hosts[i].host);
+        free(hosts[i].hostaddr);
+        free(hosts[i].port);
+    }
+    free(hosts);
 }
 
 /* The value the connection string gives a keyword, else the environment's (PGHOST...). */
@@ -676,12 +712,8 @@ static bool plan_targets(PgConn *pg)
     const char *hostaddr = option_value(pg->parsed, defaults, "hostaddr");
     const char *port = option_value(pg->parsed, defaults, "port");
     const char *timeout = option_value(pg->parsed, defaults, "connect_timeout");
-    int nhost = list_count(host), naddr = list_count(hostaddr), nport = list_count(port);
-    int n = nhost > naddr ? nhost : naddr;
-    bool split = n > 1 && (nhost == 0 || nhost == n) && (naddr == 0 || naddr == n) &&
-                 (nport <= 1 || nport == n);
-    if (!split)
-        n = 1;
+    PgHost *hosts = NULL;
+    int n = pg_hosts_split(host, hostaddr, port, &hosts);
     pg->connect_timeout_s = timeout && atoi(timeout) > 0 ? atoi(timeout) : PG_CONNECT_TIMEOUT_S;
     if (pg->connect_timeout_s < 2)
         pg->connect_timeout_s = 2; /* libpq's minimum */
@@ -692,7 +724,7 @@ static bool plan_targets(PgConn *pg)
     /* parsed options + 5 keepalive defaults + host, hostaddr, port + terminator */
     pg->keys = calloc(nopts + 9, sizeof(char *));
     pg->values = calloc(nopts + 9, sizeof(char *));
-    pg->targets = calloc((size_t)n, sizeof(PgTarget));
+    pg->targets = n > 0 ? calloc((size_t)n, sizeof(PgTarget)) : NULL;
     bool ok = pg->keys && pg->values && pg->targets;
     if (ok && !pg->parsed) {
         /* Unparsable (main.c checks at start-up, so rarely): libpq reports why at every try. */
@@ -725,19 +757,20 @@ static bool plan_targets(PgConn *pg)
     }
     for (int i = 0; ok && i < n; i++) {
         PgTarget *tg = &pg->targets[i];
-        tg->host = split ? list_item(host, i) : (host ? strdup(host) : NULL);
-        tg->hostaddr = split ? list_item(hostaddr, i) : (hostaddr ? strdup(hostaddr) : NULL);
-        tg->port = split ? list_item(port, i) : (port ? strdup(port) : NULL);
-        const char *shown_host = tg->host && *tg->host ? tg->host
-                                 : tg->hostaddr        ? tg->hostaddr
-                                                       : "(default)";
-        size_t len = strlen(shown_host) + (tg->port ? strlen(tg->port) : 0) + 2;
+        tg->addr = hosts[i];
+        hosts[i] = (PgHost){NULL, NULL, NULL}; /* moved */
+        pg->ntargets = i + 1;
+        const char *shown = tg->addr.host && *tg->addr.host ? tg->addr.host
+                            : tg->addr.hostaddr             ? tg->addr.hostaddr
+                                                            : "(default)";
+        const char *shown_port = tg->addr.port ? tg->addr.port : "";
+        size_t len = strlen(shown) + strlen(shown_port) + 2;
         tg->shown = malloc(len);
         if (tg->shown)
-            snprintf(tg->shown, len, "%s:%s", shown_host, tg->port ? tg->port : "");
+            snprintf(tg->shown, len, "%s:%s", shown, shown_port);
         ok = tg->shown != NULL;
-        pg->ntargets = i + 1;
     }
+    pg_hosts_free(hosts, n);
     PQconninfoFree(defaults);
     return ok;
 }

@@ -77,7 +77,7 @@ secs_since() {
 
 # netns_create: see above. Skips the test when the machine refuses namespaces, veths or nft.
 netns_create() {
-    local x tries
+    local x
     command -v ip >/dev/null || skip_test "no 'ip' (iproute2) on this machine"
     command -v nft >/dev/null || skip_test "no 'nft' (nftables) on this machine"
     command -v socat >/dev/null || skip_test "no 'socat' on this machine"
@@ -87,7 +87,7 @@ netns_create() {
     NS_VETH_NS=orn$$
     # A /24 no interface of this machine uses yet (10.231.X.0/24, X from the pid).
     x=$(($$ % 200 + 20))
-    for tries in $(seq 1 50); do
+    for _ in $(seq 1 50); do
         ip -o -4 addr show | grep -q " 10\.231\.$x\." || break
         x=$(((x - 19) % 200 + 20))
     done
@@ -99,12 +99,14 @@ netns_create() {
     on_exit "ip netns del '$NS'; ip link del '$NS_VETH_HOST'"
     ip link add "$NS_VETH_HOST" type veth peer name "$NS_VETH_NS" 2>"$T/netns.err" ||
         skip_test "this machine refuses veth pairs: $(head -n 1 "$T/netns.err")"
-    ip link set "$NS_VETH_NS" netns "$NS" &&
+    if ! { ip link set "$NS_VETH_NS" netns "$NS" &&
         ip addr add "$NS_HOST_ADDR/24" dev "$NS_VETH_HOST" &&
         ip link set "$NS_VETH_HOST" up &&
         ip netns exec "$NS" ip addr add "$NS_ADDR/24" dev "$NS_VETH_NS" &&
         ip netns exec "$NS" ip link set "$NS_VETH_NS" up &&
-        ip netns exec "$NS" ip link set lo up || fail "configure the veth pair"
+        ip netns exec "$NS" ip link set lo up; }; then
+        fail "configure the veth pair"
+    fi
     ip netns exec "$NS" nft list tables >/dev/null 2>"$T/netns.err" ||
         skip_test "nftables refused inside a namespace: $(head -n 1 "$T/netns.err")"
     echo "# namespace $NS: $NS_HOST_ADDR (host) <-> $NS_ADDR (inside)"
