@@ -3,7 +3,10 @@
  * The connection connects (PQconnectStart/PQconnectPoll), reconnects after a failure with capped
  * exponential backoff and jitter, and runs one request at a time: a short list of parameterised
  * statements sent in libpq pipeline mode, so a whole step of the relay (say BEGIN + claim, or
- * mark + COMMIT) costs one round trip. Nothing here ever blocks the loop.
+ * mark + COMMIT) costs one round trip. Nothing here ever blocks the loop, and nothing waits
+ * unbounded: every connection attempt, per host, has a timeout, every round trip a deadline, and a
+ * quiet connection heartbeats so that the server's idle timeouts only catch relays that stopped
+ * (pg_set_session_timeout).
  *
  * Callbacks run from the loop. The owner learns about connection state through on_state and
  * about LISTEN notifications through on_notify. */
