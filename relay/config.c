@@ -90,6 +90,11 @@ static const OptionDef options[] = {
     {"delivery-timeout", OPT_INT, NULL, "30000", 100, 3600000, NULL, FIELD(delivery_timeout_ms),
      "MS",
      "how long a batch waits for acknowledgements before cancelling the rest (retried later)"},
+    {"session-timeout", OPT_INT, NULL, "15000", 1000, 3600000, NULL, FIELD(session_timeout_ms),
+     "MS",
+     "a relay that stops talking (frozen, cut off) loses its PostgreSQL session and lanes within "
+     "this; also the deadline of every round trip to PostgreSQL. Lower: faster takeover; a "
+     "statement slower than this is given up and retried"},
     {"shutdown-timeout", OPT_INT, NULL, "10000", 0, 3600000, NULL, FIELD(shutdown_timeout_ms), "MS",
      "on SIGTERM/SIGINT, how long to wait for in-flight acknowledgements"},
     {"busy-poll-interval", OPT_INT, NULL, "2", 1, 1000, NULL, FIELD(busy_poll_interval_ms), "MS",

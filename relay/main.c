@@ -15,6 +15,7 @@
 #include "http.h"
 #include "migrate.h"
 #include "ops.h"
+#include "pg.h"
 #include "relay.h"
 #include "route.h"
 #include "secrets.h"
@@ -74,6 +75,7 @@ static int cmd_run(Config *cfg, int argc, char **argv)
     if (!kconf)
         return usage_error(err);
 
+    pg_set_session_timeout(cfg->session_timeout_ms);
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
     Ops *ops = ops_new(loop, cfg, argc, argv, err, sizeof(err));
     if (!ops) {

@@ -11,6 +11,7 @@
 
 /* Bounds every statement of this session: a backlog count over a huge table, say, gives up and
  * is retried at the next interval instead of piling up. */
+#define UPKEEP_STATEMENT_TIMEOUT_S 30
 static const char *const SQL_SETUP = "SET statement_timeout = '30s'";
 static const char *const SQL_APPNAME = "SET application_name = 'outbox-relay upkeep'";
 
@@ -197,6 +198,10 @@ void upkeep_reconfigure(Upkeep *u)
     bool needed = u->gauges || u->retention_s > 0;
     if (needed && !u->pg) {
         u->pg = pg_conn_new_named(u->loop, u->cfg->database_url, "upkeep", on_state, on_notify, u);
+        /* Its statements may run up to their statement_timeout (SQL_SETUP): wait a little longer
+         * for the server's own error before giving the connection up. */
+        if (u->pg)
+            pg_conn_set_request_timeout(u->pg, UPKEEP_STATEMENT_TIMEOUT_S + 5.0);
     } else if (!needed && u->pg) {
         pg_conn_free(u->pg);
         u->pg = NULL;
