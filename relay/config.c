@@ -122,6 +122,9 @@ static const OptionDef options[] = {
      "serve /metrics, /healthz and /readyz over HTTP here, e.g. 127.0.0.1:9187 (default: off)"},
     {"retention", OPT_DURATION, NULL, "off", 0, 0, NULL, FIELD(retention_s), "DURATION",
      "delete sent rows older than this, e.g. 72h, 30m, 90s; 0 or off keeps them forever"},
+    {"horizon-warn", OPT_DURATION, NULL, "5m", 0, 0, NULL, FIELD(horizon_warn_s), "DURATION",
+     "with --metrics-listen: log when one snapshot has held back vacuum this long; 0 or off: "
+     "never"},
     {"id", OPT_INT, NULL, NULL, 1, LONG_MAX, NULL, FIELD(id), "ID",
      "requeue, purge-dead: the outbox id of one dead-lettered event"},
     {"all", OPT_BOOL, NULL, NULL, 0, 0, NULL, FIELD(all), "",
@@ -150,10 +153,19 @@ static const struct {
  * rest is built into state at start-up (timers, the producer, the claim statement, the
  * connection) or changes what rows mean half-way through (topics), and needs a restart. Only
  * number and choice options may be listed (config_apply_reloadable copies them by value). */
-static const char *const reloadable[] = {
-    "log-level",         "batch-size",         "batch-bytes",  "retention",
-    "delivery-timeout",  "shutdown-timeout",   "max-attempts", "retry-backoff",
-    "retry-backoff-max", "busy-poll-interval", "sleep-after",  NULL};
+static const char *const reloadable[] = {"log-level",
+                                         "batch-size",
+                                         "batch-bytes",
+                                         "retention",
+                                         "delivery-timeout",
+                                         "shutdown-timeout",
+                                         "max-attempts",
+                                         "retry-backoff",
+                                         "retry-backoff-max",
+                                         "busy-poll-interval",
+                                         "sleep-after",
+                                         "horizon-warn",
+                                         NULL};
 
 /* Where a value came from, in precedence order (0: not set). */
 enum { LEVEL_UNSET, LEVEL_DEFAULT, LEVEL_FILE, LEVEL_ENV, LEVEL_FLAG };

@@ -38,6 +38,9 @@ static struct {
     long long backlog, dead_rows;
     double oldest_age_s;
     time_t backlog_refreshed;
+    bool horizon_known;
+    long long horizon_xids;
+    double horizon_held_s;
 } m;
 
 void metrics_reset(void)
@@ -129,6 +132,13 @@ void metrics_retention_deleted(long long rows)
 {
     if (rows > 0)
         m.retention_deleted += (unsigned long long)rows;
+}
+
+void metrics_set_vacuum_horizon(long long xids, double held_s)
+{
+    m.horizon_known = true;
+    m.horizon_xids = xids;
+    m.horizon_held_s = held_s;
 }
 
 void metrics_set_backlog(long long unsent, long long dead, double oldest_age_s)
@@ -272,6 +282,19 @@ void metrics_render(StrBuf *out, const MetricsLive *live)
                "Unix time of the last successful refresh of the backlog gauges.");
         printf_to(out, "outbox_backlog_refresh_timestamp_seconds %lld\n",
                   (long long)m.backlog_refreshed);
+    }
+
+    if (m.horizon_known) {
+        header(out, "outbox_vacuum_horizon_age_xids", "gauge",
+               "Age in transactions of the oldest snapshot that keeps vacuum from removing dead "
+               "rows (a long transaction, a replication slot, a prepared transaction); claims "
+               "slow down while it grows. 0 when none.");
+        printf_to(out, "outbox_vacuum_horizon_age_xids %lld\n", m.horizon_xids);
+        header(out, "outbox_vacuum_horizon_held_seconds", "gauge",
+               "How long the holder of that snapshot has been in its transaction; 0 when not "
+               "known (a replication slot) or none.");
+        printf_to(out, "outbox_vacuum_horizon_held_seconds %.3f\n",
+                  m.horizon_held_s > 0 ? m.horizon_held_s : 0.0);
     }
 
     header(out, "outbox_postgres_up", "gauge",

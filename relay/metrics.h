@@ -43,6 +43,11 @@ void metrics_retention_deleted(long long rows);
  * rows, and the age in seconds of the oldest unsent row (negative: there is none). */
 void metrics_set_backlog(long long unsent, long long dead, double oldest_age_s);
 
+/* The oldest snapshot that holds back vacuum, as of the last refresh: how many transactions old
+ * its xmin is, and for how many seconds its holder has been in its transaction (negative: not
+ * known, e.g. a replication slot). Without one, xids = 0. */
+void metrics_set_vacuum_horizon(long long xids, double held_s);
+
 /* The relay's hook for an acknowledged row of batch b (claimed at b->claimed_at, loop time):
  * counts event rows (dead-letter copies are not events published) under the topic the template
  * gives them, with latency = the row's age when claimed (database clock) + the time since the

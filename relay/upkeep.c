@@ -35,6 +35,24 @@ static const char *const sql_templates[SQL_COUNT] = {
                       " LIMIT " STR(RETENTION_BATCH) " FOR UPDATE SKIP LOCKED)",
 };
 
+/* The oldest snapshot holding back vacuum: a session's xmin (a long or forgotten transaction, a
+ * standby's hot_standby_feedback through its walsender), a replication slot's xmin, or a prepared
+ * transaction. Rows of other roles' sessions show only to a role with pg_read_all_stats (README,
+ * "Dead rows and old snapshots"). */
+static const char *const SQL_HORIZON =
+    "SELECT kind, who, app, state, secs, xids FROM ("
+    " SELECT 'session' AS kind, a.pid::text AS who, coalesce(a.application_name, '') AS app,"
+    " coalesce(a.state, '') AS state,"
+    " extract(epoch FROM now() - coalesce(a.xact_start, a.backend_start))::float8 AS secs,"
+    " age(a.backend_xmin)::bigint AS xids"
+    " FROM pg_stat_activity a WHERE a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()"
+    " UNION ALL SELECT 'replication slot', s.slot_name::text, '', CASE WHEN s.active THEN 'active'"
+    " ELSE 'inactive' END, NULL, age(s.xmin)::bigint"
+    " FROM pg_replication_slots s WHERE s.xmin IS NOT NULL"
+    " UNION ALL SELECT 'prepared transaction', p.gid, '', 'prepared',"
+    " extract(epoch FROM now() - p.prepared)::float8, age(p.transaction)::bigint"
+    " FROM pg_prepared_xacts p) h ORDER BY xids DESC LIMIT 1";
+
 struct Upkeep {
     struct ev_loop *loop;
     const Config *cfg;
@@ -45,9 +63,10 @@ struct Upkeep {
     bool ready;           /* connected and session set up */
     ev_timer gauge_timer, retention_timer;
     bool gauge_due, retention_due;
-    bool sweeping;        /* the last delete was full: more to go */
-    long long swept;      /* rows deleted by the current sweep */
-    char last_error[256]; /* "" while the queries work */
+    bool sweeping;            /* the last delete was full: more to go */
+    long long swept;          /* rows deleted by the current sweep */
+    char last_error[256];     /* "" while the queries work */
+    char horizon_logged[128]; /* the holder last logged as holding back vacuum, "" when none */
 };
 
 static void kick(Upkeep *u);
@@ -74,19 +93,53 @@ static void note_result(Upkeep *u, const char *task, const char *error)
     snprintf(u->last_error, sizeof(u->last_error), "%s", error);
 }
 
+/* Sets the vacuum horizon gauges from SQL_HORIZON's row, and says once per holder when one has
+ * held its snapshot for over --horizon-warn: dead row versions pile up behind it, in the outbox
+ * as everywhere, and every claim walks them (README, "Dead rows and old snapshots"). */
+static void note_horizon(Upkeep *u, PGresult *r)
+{
+    if (PQntuples(r) != 1) {
+        metrics_set_vacuum_horizon(0, -1.0);
+        if (u->horizon_logged[0])
+            log_info("nothing holds back vacuum any more", NULL);
+        u->horizon_logged[0] = '\0';
+        return;
+    }
+    double held = PQgetisnull(r, 0, 4) ? -1.0 : strtod(PQgetvalue(r, 0, 4), NULL);
+    double warn_s = u->cfg->horizon_warn_s > 0 ? (double)u->cfg->horizon_warn_s : 1e300;
+    long long xids = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
+    metrics_set_vacuum_horizon(xids, held);
+    char holder[128];
+    snprintf(holder, sizeof(holder), "%s %s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
+    if (held >= warn_s && strcmp(holder, u->horizon_logged) != 0) {
+        char q1[160], q2[160];
+        log_warn("an old snapshot holds back vacuum; dead rows pile up and claims slow down",
+                 "holder=%s id=%s application=%s state=%s held_s=%.0f xids=%lld",
+                 PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1),
+                 log_quote(PQgetvalue(r, 0, 2), q1, sizeof(q1)),
+                 log_quote(PQgetvalue(r, 0, 3), q2, sizeof(q2)), held, xids);
+        snprintf(u->horizon_logged, sizeof(u->horizon_logged), "%s", holder);
+    } else if (held < warn_s && u->horizon_logged[0] && strcmp(holder, u->horizon_logged) != 0) {
+        log_info("nothing holds back vacuum any more", NULL);
+        u->horizon_logged[0] = '\0';
+    }
+}
+
 static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Upkeep *u = arg;
     if (!results)
         return; /* connection lost: on_state takes over */
     u->gauge_due = false;
-    if (!error && n == 1 && PQntuples(results[0]) == 1) {
+    if (n >= 1 && PQresultStatus(results[0]) == PGRES_TUPLES_OK && PQntuples(results[0]) == 1) {
         PGresult *r = results[0];
         metrics_set_backlog(strtoll(PQgetvalue(r, 0, 0), NULL, 10),
                             strtoll(PQgetvalue(r, 0, 1), NULL, 10),
                             PQgetisnull(r, 0, 2) ? -1.0 : strtod(PQgetvalue(r, 0, 2), NULL));
     }
-    note_result(u, "backlog", error ? error : n == 1 ? NULL : "unexpected result");
+    if (n >= 2 && PQresultStatus(results[1]) == PGRES_TUPLES_OK)
+        note_horizon(u, results[1]);
+    note_result(u, "backlog", error ? error : n == 2 ? NULL : "unexpected result");
     kick(u);
 }
 
@@ -115,8 +168,8 @@ static void kick(Upkeep *u)
     if (!u->pg || !u->ready || !pg_conn_idle(u->pg))
         return;
     if (u->gauge_due && u->gauges) {
-        PgQuery q = {u->sql[SQL_BACKLOG], 0, NULL, false};
-        if (!pg_conn_send(u->pg, &q, 1, on_backlog, u))
+        PgQuery q[2] = {{u->sql[SQL_BACKLOG], 0, NULL, false}, {SQL_HORIZON, 0, NULL, false}};
+        if (!pg_conn_send(u->pg, q, 2, on_backlog, u))
             u->gauge_due = false;
         return;
     }

@@ -23,6 +23,8 @@ PATH=$PGBIN:$PATH
 # Same settings as tests/run.sh, so a script run on its own behaves the same.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# Leaks inside libraries, each explained in the file.
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/tests/lsan.supp:print_suppressions=0}
 
 T=
 _T_PASS=0

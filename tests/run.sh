@@ -20,6 +20,8 @@ cd "$ROOT" || exit 1
 # reports "does not work under ptrace", set detect_leaks=0 here).
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# Leaks inside libraries, each explained in the file.
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/tests/lsan.supp:print_suppressions=0}
 export CMOCKA_MESSAGE_OUTPUT=TAP
 TEST_TIMEOUT=${TEST_TIMEOUT:-300}
 
