@@ -7,8 +7,9 @@
 # seeded with a build of the unpatched copy so only what the patch touches is rebuilt; the patch
 # applied with `patch -p1` (fuzz allowed: relay sources move under it); `make -j2 asan tools all`;
 # the named tests run with tests/run.sh. Outcome per mutant:
-#   caught          the named tests failed in every run
-#   missed          they passed in at least one run (a probabilistic catch counts as missed)
+#   caught          in every run, one of the named tests failed (they run in the order named,
+#                   and a run stops at the first that fails)
+#   missed          all of them passed in some run (a probabilistic catch counts as missed)
 #   does not apply  the patch no longer applies: refresh it (a failure, but not a miss)
 #   build failed    the patched tree does not build: fix the patch
 #
@@ -87,15 +88,22 @@ for patch in tests/mutants/*.patch; do
     else
         result=caught
         for run in $(seq 1 "$REPEAT"); do
-            # shellcheck disable=SC2086 # the test names are words
-            if bash "$dir/tests/run.sh" $tests >"$WORK/$name.run$run.log" 2>&1; then
+            log=$WORK/$name.run$run.log
+            : >"$log"
+            by=
+            for t in $tests; do
+                if ! bash "$dir/tests/run.sh" "$t" >>"$log" 2>&1; then
+                    by=$t
+                    break
+                fi
+            done
+            if [ -z "$by" ]; then
                 result=missed
-                echo "#   run $run: the tests passed"
-            else
-                echo "#   run $run: $(grep -cE '^not ok' "$WORK/$name.run$run.log") failed checks, e.g.:"
-                grep -E '^not ok' "$WORK/$name.run$run.log" | head -n 3 | sed 's/^/#     /'
+                echo "#   run $run: every named test passed"
+                break
             fi
-            [ "$result" = caught ] || break
+            echo "#   run $run: $by failed, $(grep -cE '^not ok' "$log") failed checks, e.g.:"
+            grep -E '^not ok' "$log" | head -n 3 | sed 's/^/#     /'
         done
     fi
     [ "$result" = caught ] && caught=$((caught + 1))
