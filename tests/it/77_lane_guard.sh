@@ -30,12 +30,14 @@ count_of() { # count_of TYPE CONDITION
     psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1' AND ($2)"
 }
 none_unsent_of() { [ "$(count_of "$1" "sent_at IS NULL")" = 0 ]; }
-# lane_locks [APP]: lane locks granted to sessions with that application_name ('' = the relay's
-# claim sessions)
+# lane_locks [APP]: lane locks granted to the test's session named APP, or without APP to the
+# relay (every session but the test's two)
 lane_locks() {
+    local who="a.application_name NOT IN ('other-relay', 'newcomer')"
+    [ -n "${1:-}" ] && who="a.application_name = '$1'"
     psql_q "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
             WHERE l.locktype = 'advisory' AND l.classid = $LANE_NS AND l.objsubid = 2
-              AND l.granted AND a.application_name = '${1:-}'"
+              AND l.granted AND $who"
 }
 lane_locks_are() { [ "$(lane_locks "$1")" = "$2" ]; }
 # hold APP SQL: a background session named APP that runs SQL and then holds on (its locks with it)
