@@ -140,6 +140,7 @@ static bool find_partitions(rd_kafka_t *rk, const char **topics, int ntopics,
 
 int main(int argc, char **argv)
 {
+    /* clang-format off */
     static const struct option opts[] = {
         {"brokers", required_argument, NULL, 'b'},
         {"topic", required_argument, NULL, 't'},
@@ -150,6 +151,7 @@ int main(int argc, char **argv)
         {"kafka", required_argument, NULL, 'k'},
         {NULL, 0, NULL, 0},
     };
+    /* clang-format on */
     const char *brokers = NULL, *topics[MAX_TOPICS];
     char *props[MAX_PROPS];
     int ntopics = 0, nprops = 0, c;
@@ -268,8 +270,8 @@ int main(int argc, char **argv)
         rc = 1;
     }
     if (to_end && (partitions == 0 || ends < partitions)) {
-        fprintf(stderr, "consume: %d of %d partitions read to their end before the timeout\n",
-                ends, partitions);
+        fprintf(stderr, "consume: %d of %d partitions read to their end before the timeout\n", ends,
+                partitions);
         rc = 1;
     }
     rd_kafka_consumer_close(rk);

@@ -16,8 +16,8 @@
  * librdkafka configuration; NULL (with err set) when kafka_conf_build refuses. */
 static rd_kafka_conf_t *build(Config *cfg, char *err, size_t errlen, ...)
 {
-    char *argv[16] = {"outbox-relay", "run", "--database-url", "postgresql://x/y", "--brokers",
-                      "127.0.0.1:9"};
+    char *argv[16] = {"outbox-relay",     "run",       "--database-url",
+                      "postgresql://x/y", "--brokers", "127.0.0.1:9"};
     int argc = 6;
     va_list ap;
     va_start(ap, errlen);
