@@ -64,7 +64,7 @@ DEMO_BIN := bin/producer-demo bin/consumer-demo
 DEMO_ASAN_BIN := bin/asan/producer-demo bin/asan/consumer-demo
 
 .PHONY: all asan tools test unit deps check-deps format format-check clean quickstart demos demo bench \
-        fresh-test
+        fresh-test mutate
 
 all: bin/outbox-relay $(DEMO_BIN)
 
@@ -159,6 +159,12 @@ unit: $(UNIT_BIN)
 test: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN) $(DEMO_UNIT_BIN) \
       $(DEMO_BIN) $(DEMO_ASAN_BIN)
 	@sh tests/run.sh
+
+# Mutation testing: each deliberate bug of tests/mutants/ is applied to a scratch copy, built,
+# and must be caught by the tests its patch names (tests/mutate.sh, docs/mutation.md). Not run
+# by CI; takes about as long as the tests it runs.
+mutate:
+	@bash tests/mutate.sh
 
 # The benchmark: throughput, latency, producer cost and memory of the non-sanitizer build, on a
 # throwaway PostgreSQL and the project's broker. Sizes and durations: see bench/bench.sh.

@@ -441,3 +441,21 @@ metric_is() {
     local v
     v=$(metric "$1") && awk -v v="$v" -v want="$2" 'BEGIN { exit !(v + 0 == want + 0) }'
 }
+
+# claim_open [PID]: a relay claim session (of process PID if given, else any session but psql's)
+# holds a claimed batch and waits for its acknowledgements: its transaction has an xid (the
+# claim's row locks) and is idle, not marking.
+# With the brokers down, such a batch stays in flight until --delivery-timeout (30 s by default):
+# a SIGKILL right after this is true certainly hits it.
+claim_open() {
+    local where="a.application_name <> 'psql'" ports
+    if [ -n "${1:-}" ]; then
+        ports=$(ss -tnpH "dport = :$PGPORT" | grep -F "pid=$1," |
+            awk '{ sub(/.*:/, "", $4); print $4 }' | paste -sd, -)
+        [ -n "$ports" ] || return 1
+        where="a.client_port IN ($ports)"
+    fi
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity a WHERE a.datname = current_database()
+                 AND a.backend_xid IS NOT NULL AND a.state = 'idle in transaction'
+                 AND $where")" -gt 0 ]
+}

@@ -73,6 +73,9 @@ bad "--kafka property librdkafka rejects" run --database-url "$DB" --brokers "$K
     --kafka no.such.prop=1
 bad "--kafka value librdkafka rejects" run --database-url "$DB" --brokers "$KB" \
     --kafka linger.ms=notanumber
+bad "--kafka enable.idempotence=false (order depends on it)" run --database-url "$DB" \
+    --brokers "$KB" --kafka enable.idempotence=false
+check "...and the line says why" grep -q 'enable.idempotence=false: must stay true' "$T/err"
 bad "a config kafka property librdkafka rejects" run --database-url "$DB" --brokers "$KB" \
     --config "$(cfg kafka '{"kafka": {"no.such.prop": "1"}}')"
 bad "run without a database URL" run --brokers "$KB"

@@ -2,11 +2,17 @@
 # Proves that stopping and starting the relay loses nothing:
 #  A. a graceful stop, more inserts while it is down, a new start: everything delivered, in
 #     order per aggregate, with no duplicates and no row left unsent;
-#  B. SIGTERM while a batch is in flight (broker round trip slowed to 300 ms): exit 0, every
-#     marked row is in Kafka and every message in Kafka has its row marked (acknowledged work
-#     is recorded before exit); a restart delivers the rest;
-#  C. SIGKILL mid-batch (a crash): a restart delivers every row at least once, and the first
-#     copy of each event still arrives in order per aggregate;
+#  B. SIGTERM while a batch is in flight (broker round trip slowed to 300 ms; the claim is seen
+#     open and the relay logs in_flight > 0): exit 0, and the relay waits for the in-flight
+#     acknowledgements and records them: every message in Kafka has its row marked and every
+#     marked row is in Kafka; a restart delivers the rest. (This cannot tell marking before the
+#     acknowledgement: the graceful stop lets the acknowledgements arrive. C does.)
+#  C. SIGKILL mid-batch (a crash), deterministically: with the brokers down after part of the
+#     rows went out, the test waits until the single claim session holds a batch whose
+#     acknowledgements cannot come, and kills it (no row marked between the claim and the kill
+#     proves the kill hit the batch). A restart delivers every row at least once (a row marked
+#     before its acknowledgement would be missing), and the first copy of each event still
+#     arrives in order per aggregate;
 #  D. SIGTERM whose --shutdown-timeout ends before the batch's acknowledgements: exit 0 (under
 #     the sanitizers: the producer, which does not copy payloads, still sends queued messages
 #     of the given-up batch while it is freed, so their rows must outlive it), acknowledged work
@@ -75,8 +81,11 @@ broker_cmd "rtt all 300"
 insert b 0 4999
 run_relay --batch-size 250
 wait_for "B: delivery under way" 60 partly_sent b
+wait_for "B: a batch is in flight (claimed, acknowledgements pending)" 30 claim_open
 relay_stop 30
 check_eq "B: SIGTERM mid-batch: relay exits 0" 0 $?
+check "B: the SIGTERM landed with messages in flight (shutting down ... in_flight > 0)" \
+    grep -qE 'msg="shutting down" .*in_flight=[1-9]' "$RELAY_LOG"
 b_sent=$(sent_of b)
 echo "# B: $b_sent of 5000 rows marked at shutdown"
 grep -m 1 'shutting down' "$RELAY_LOG" | sed 's/^/# /'
@@ -99,9 +108,21 @@ check "B: order per aggregate" first_copies_in_order "$T/b2.json"
 # --- C: SIGKILL mid-batch ---
 broker_cmd "rtt all 300"
 insert c 0 4999
-run_relay --batch-size 250
+run_relay --batch-size 250 --sessions 1
 wait_for "C: delivery under way" 60 partly_sent c
+broker_down
+# The sent count read just before the claim is seen open: with one session, a batch claimed
+# after the brokers went down cannot be acknowledged, so nothing is marked until the kill.
+snap_claim() {
+    SNAP=$(sent_of c)
+    claim_open
+}
+wait_for "C: the relay holds a claimed batch with the brokers down" 30 snap_claim
 relay_kill
+check_eq "C: the SIGKILL hit that batch (no row marked between the claim and the kill)" \
+    "$SNAP" "$(sent_of c)"
+echo "# C: $SNAP of 5000 rows marked at the kill"
+broker_up
 broker_cmd "rtt all 0"
 run_relay
 wait_for "C: after a crash, a restart sends every row" 60 no_unsent_rows

@@ -156,22 +156,34 @@ check_eq "every 201 has the same body" 1 "$(sort -u "$T/conc.sums" | wc -l)"
 check_eq "every 409 carries Retry-After" 0 "$no_retry_after"
 
 # --- a key still being processed -------------------------------------------------------------------
-# The first request takes the key, then waits on a lock on orders; while it waits, the same key
-# is in progress.
-psql -XAtq -c "BEGIN; LOCK TABLE orders; SELECT pg_sleep(5); COMMIT;" >/dev/null &
+# The first request takes the key, then waits on a lock on orders, held until the test cancels
+# the locker: while it waits, the same key is in progress. The second request must be answered
+# while the first still waits (state, not time: the first request is checked to be still blocked
+# after the 409 came back); a server that waited on the key instead would only answer once the
+# first request finished, i.e. after the cancel below (curl gives up at 30 s, never reached).
+psql -XAtq -c "SELECT 'locker'" -c "BEGIN" -c "LOCK TABLE orders" -c "SELECT pg_sleep(120)" \
+    >/dev/null 2>&1 &
 LOCKER=$!
+_t_track "$LOCKER"
 _poll 10 sql_is "SELECT count(*) FROM pg_locks WHERE relation = 'orders'::regclass AND granted
                  AND mode = 'AccessExclusiveLock'" 1 || fail "lock the orders table"
 SLOW='{"customer_id": "c-slow", "amount_cents": 5, "currency": "EUR"}'
-curl -sS -o "$T/slow.body" -w '%{http_code}' -X POST "$API/orders" -H 'Idempotency-Key: slow-1' \
-    -d "$SLOW" >"$T/slow.status" &
+curl -sS --max-time 60 -o "$T/slow.body" -w '%{http_code}' -X POST "$API/orders" \
+    -H 'Idempotency-Key: slow-1' -d "$SLOW" >"$T/slow.status" &
 SLOWPID=$!
-wait_for "the first request holds the key and waits for the table" 10 \
+first_waits() {
     sql_is "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
             AND query LIKE 'INSERT INTO orders%'" 1
-post_order slow-1 "$SLOW"
+}
+wait_for "the first request holds the key and waits for the table" 10 first_waits
+http POST /orders --max-time 30 -H 'Idempotency-Key: slow-1' -H 'Content-Type: application/json' \
+    -d "$SLOW"
 check_eq "same key while the first request runs: 409" 409 "$STATUS"
 check_eq "409 carries Retry-After" 1 "$(hdr Retry-After)"
+check "the 409 came while the first request still waited (without waiting for it)" first_waits
+check "...and before it answered" kill -0 "$SLOWPID"
+psql_q "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(120)'" \
+    >/dev/null
 wait "$SLOWPID" "$LOCKER"
 check_eq "the first request completes: 201" 201 "$(cat "$T/slow.status")"
 post_order slow-1 "$SLOW"
@@ -191,11 +203,25 @@ wait_for "the janitor deletes the expired key" 15 \
 post_order exp-1 '{"customer_id": "c-exp", "amount_cents": 6, "currency": "EUR"}'
 check_eq "an expired key is free again: 201 for another body" 201 "$STATUS"
 check "...and it is a new order" test "$(jq -r .id "$T/body")" != "$first_id"
+wait_for "the janitor deletes that key too once it expires" 15 \
+    sql_is "SELECT count(*) FROM idempotency_keys WHERE key = 'exp-1'" 0
+producer_stop
+# The takeover of an expired key the janitor has not reached yet: a server without a janitor
+# (an hour between cleanups), so the expired record is certainly still there at the request.
+producer_start --key-ttl 3600 --cleanup-interval 3600
 post_order exp-2 '{"customer_id": "c-exp2", "amount_cents": 5, "currency": "EUR"}'
+exp2_first=$(jq -r .id "$T/body")
 psql_q "UPDATE idempotency_keys SET expires_at = now() - interval '1 hour' WHERE key = 'exp-2'"
+check_eq "the expired record is still there before the request" 1 \
+    "$(psql_q "SELECT count(*) FROM idempotency_keys WHERE key = 'exp-2' AND expires_at <= now()")"
 post_order exp-2 '{"customer_id": "c-exp2", "amount_cents": 7, "currency": "EUR"}'
-check_eq "an expired key the janitor has not reached yet is taken over: 201" "201 " \
+check_eq "an expired key the janitor has not reached yet is taken over: 201, not replayed" "201 " \
     "$STATUS $(hdr Idempotency-Replayed)"
+check "...a new order" test "$(jq -r .id "$T/body")" != "$exp2_first"
+check_eq "...and the same record now holds the new request, live again" "1 1" \
+    "$(psql_q "SELECT count(*) || ' ' || count(*) FILTER (WHERE expires_at > now()
+                      AND response_body::jsonb->>'amount_cents' = '7')
+               FROM idempotency_keys WHERE key = 'exp-2'")"
 producer_stop
 
 psql_q "INSERT INTO idempotency_keys (endpoint, key, request_hash, response_status, response_body,

@@ -43,8 +43,11 @@ relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS"
 wait_for "the relay publishes all 330 events" 60 no_unsent_rows
 relay_stop
 check_eq "relay stops cleanly" 0 $?
-check "Kafka has 330 events on outbox.event.order" \
-    consume --topic outbox.event.order --count 330 --timeout-ms 20000
+consume --topic outbox.event.order --to-end --timeout-ms 20000 >"$T/order.json"
+echo "# $(grep -c '' "$T/order.json") messages on outbox.event.order for 330 rows"
+check "Kafka holds exactly the table's 330 events (ids compared)" \
+    diff <(jq -r .headers.id "$T/order.json" | sort -u) <(psql_q "SELECT event_id FROM outbox" | sort)
+check_eq "the table has the 330 events" 330 "$(psql_q "SELECT count(*) FROM outbox")"
 
 usage() {
     local desc=$1 err rc

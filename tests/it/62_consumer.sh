@@ -6,7 +6,8 @@
 # partition. Offsets are committed only after the database commit: a restarted member resumes
 # where it stopped (no redelivery), a SIGKILLed one has its uncommitted messages redelivered and
 # the dedupe absorbs them, a new group re-reads everything and changes nothing. PostgreSQL going
-# away is waited out without losing a message. Bad command lines exit 2 with one line.
+# away is waited out without losing a message, and a member stopped while it waits has not
+# committed the waiting message's offset (the next member applies it). Bad command lines exit 2 with one line.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/../demo_lib.sh"
 demo_setup
@@ -145,6 +146,23 @@ wait_for "once PostgreSQL is back, the 5 events are applied" 60 \
 check "the outage is logged" grep -Eq 'msg="postgres (connection lost|unreachable)"' \
     "$CONSUMER_LOG"
 check "the recovery is logged" grep -q 'msg="postgres reconnected"' "$CONSUMER_LOG"
+
+# --- stopped while an event waits for PostgreSQL: its offset is not committed -------------------------
+# The member takes the event, finds PostgreSQL gone (it logs that) and waits inside the apply;
+# SIGTERM ends the wait before the database commit, so the offset must not be committed: the
+# next member gets the event again and applies it. Committing before the transaction loses it.
+lost_lines() { grep -cE 'msg="postgres (connection lost|unreachable)"' "$CONSUMER_LOG"; }
+lost_over() { [ "$(lost_lines)" -gt "$1" ]; }
+mark=$(lost_lines)
+pg_stop
+order_msg 300 | produce
+wait_for "the member holds the event and waits for PostgreSQL" 30 lost_over "$mark"
+consumer_stop
+check_eq "SIGTERM while waiting for PostgreSQL: consumer-demo exits 0" 0 $?
+pg_start
+consumer_start --topic "$TOPIC" --group audit
+wait_for "the next member gets the uncommitted event again and applies it" 30 \
+    sql_is "SELECT count(*) FROM shipments WHERE order_id = 'o-300'" 1
 consumer_stop
 check_eq "SIGTERM: consumer-demo exits 0" 0 $?
 

@@ -4,7 +4,9 @@
 # (its payloads carry a `seq` that grows with the row id per aggregate). For 30 s, every 2 s one
 # relay is SIGKILLed and restarted (with 100 ms of broker round-trip time, so kills usually hit
 # a batch in flight); meanwhile all brokers go down for 6 s (less than the 30 s default
-# --delivery-timeout) and PostgreSQL is restarted once. Afterwards:
+# --delivery-timeout) and PostgreSQL is restarted once. The two kills while the brokers are down
+# wait until the relay holds a claimed batch, which cannot be acknowledged then, so they
+# certainly hit a batch in flight; at least one must have. Afterwards:
 #  - every row is sent within a bounded time after the load stops (the seconds are printed);
 #  - 0 lost: every event_id of the table is in Kafka, and nothing else is;
 #  - 0 order violations: a consumer dropping duplicates by the id header sees every aggregate's
@@ -57,9 +59,18 @@ WRITER=$!
 _t_track "$WRITER"
 
 kills=0
+inflight_kills=0
 for round in $(seq 1 "$ROUNDS"); do
     sleep 2
     i=$((round % 3))
+    if [ "$round" = 5 ] || [ "$round" = 6 ]; then
+        # The brokers are down (rounds 4-7): once the claim is seen, the kill hits it.
+        if _poll 10 claim_open "${PIDS[$i]}"; then
+            inflight_kills=$((inflight_kills + 1))
+        else
+            echo "# round $round: relay in slot $i held no claimed batch within 10 s"
+        fi
+    fi
     kill -KILL "${PIDS[$i]}" 2>/dev/null
     wait "${PIDS[$i]}" 2>/dev/null
     kills=$((kills + 1))
@@ -87,6 +98,8 @@ t0=$(date +%s%N)
 ROWS=$(psql_q "SELECT count(*) FROM outbox")
 echo "# load over: $ROWS rows over $(psql_q "SELECT count(DISTINCT aggregate_id) FROM outbox") aggregates, $kills relays killed, $(unsent_rows) unsent"
 check "the writer wrote at least 1000 rows" test "$ROWS" -ge 1000
+check "at least one SIGKILL hit a batch in flight ($inflight_kills of the 2 tried)" \
+    test "$inflight_kills" -ge 1
 if _poll "$DRAIN_LIMIT" no_unsent_rows; then
     ms=$((($(date +%s%N) - t0) / 1000000))
     echo "# every row sent $((ms / 1000)).$(printf '%03d' $((ms % 1000)))s after the load stopped"

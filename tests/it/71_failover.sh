@@ -1,9 +1,12 @@
 #!/bin/bash
 # Proves failover and joining with lanes:
 #  1. two relays split the 64 lanes between them (each lane held by exactly one relay's session);
-#  2. after `kill -9` of one, the rows of the lanes it held — inserted after it died — are
-#     delivered by the survivor within seconds (the time is measured and printed), in order per
-#     aggregate, and the survivor then holds all 64 lanes;
+#  2. `kill -9` of one while it has a batch in flight: the rows of its lanes are inserted with
+#     the brokers down, the test waits until the relay holds a claimed batch of them (which
+#     cannot be acknowledged) and kills it then; no row is marked in between. Once the brokers
+#     are back, the survivor delivers every row of the killed relay's lanes, the claimed ones
+#     included, within seconds (the time is measured and printed), in order per aggregate, and
+#     then holds all 64 lanes;
 #  3. a third relay that joins logs `lanes owned` with lanes > 0, takes a disjoint share, and
 #     delivers the rows of its lanes itself (its `stopped` line counts them).
 # Lane ownership is read from pg_locks (advisory locks in the lane namespace), matched to a relay
@@ -80,16 +83,27 @@ echo "# 1: relay A holds $(lane_count "$A_PID") lanes, relay B $(lane_count "$B_
 insert_in_lanes warm "{$(seq -s, 0 63)}" 2000
 wait_for "1: rows over all lanes delivered by the pair" 30 none_unsent_of warm
 
-# --- 2. kill -9 one of them ---
+# --- 2. kill -9 one of them with a batch in flight ---
 a_lanes=$(lanes_of "$A_PID" | pg_array)
 [ "$a_lanes" != "{}" ] || fail "2: relay A holds lanes before the kill"
+broker_down
+insert_in_lanes fo "$a_lanes" 1000 # only relay A may claim these
+snap_claim() { # the sent count read just before A's claim is seen open
+    SNAP=$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'fo' AND sent_at IS NOT NULL")
+    claim_open "$A_PID"
+}
+wait_for "2: relay A holds a claimed batch of its rows (brokers down: no acknowledgement)" 30 \
+    snap_claim
 kill -KILL "$A_PID"
 wait "$A_PID" 2>/dev/null
+check_eq "2: the kill hit the batch in flight (nothing of it marked before the kill)" \
+    "0 0" "$SNAP $(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'fo'
+                          AND sent_at IS NOT NULL")"
 t0=$(date +%s%N)
-insert_in_lanes fo "$a_lanes" 1000 # only lanes nobody alive holds right now
+broker_up
 if _poll "$FAILOVER_LIMIT" none_unsent_of fo; then
     ms=$((($(date +%s%N) - t0) / 1000000))
-    echo "# failover: rows of the killed relay's lanes delivered $((ms / 1000)).$(printf '%03d' $((ms % 1000)))s after kill -9"
+    echo "# failover: rows of the killed relay's lanes delivered $((ms / 1000)).$(printf '%03d' $((ms % 1000)))s after kill -9 and brokers up"
     ok "2: rows of the killed relay's lanes delivered by the survivor within ${FAILOVER_LIMIT}s"
 else
     not_ok "2: rows of the killed relay's lanes delivered by the survivor within ${FAILOVER_LIMIT}s" \

@@ -46,8 +46,10 @@ check "1: latency +Inf bucket equals the count" test \
     "$(metric outbox_created_to_ack_seconds_count)"
 check "1: latency sum is positive" metric_at_least outbox_created_to_ack_seconds_sum 0.000001
 check "1: batches counted" metric_at_least outbox_batches_total 1
-check "1: failure counters exported (transient, permanent)" \
-    metric 'outbox_failures_total{class="permanent"}'
+check "1: failure counter exported: transient, 0 after a clean run" \
+    metric_is 'outbox_failures_total{class="transient"}' 0
+check "1: failure counter exported: permanent, 0 after a clean run" \
+    metric_is 'outbox_failures_total{class="permanent"}' 0
 wait_for "1: backlog gauge present and 0 (refreshed within 5 s)" 15 metric_is outbox_backlog_rows 0
 check "1: oldest-unsent-age gauge present (0 with no backlog)" \
     metric_is outbox_oldest_unsent_age_seconds 0

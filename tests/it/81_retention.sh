@@ -4,7 +4,7 @@
 #     sent an hour ago (more than one 1,000-row statement) and 200 the relay sends itself — while
 #     rows waiting for a retry and dead-lettered rows (both unsent) stay, and the relay keeps
 #     delivering new rows meanwhile; outbox_retention_deleted_rows_total counts the deletions;
-#  2. a sent row younger than the retention is not deleted early;
+#  2. a sent row younger than the retention survives two whole sweeps (it is deleted once old);
 #  3. without --retention (the default) nothing is deleted;
 #  4. purge-dead --id deletes exactly that dead-lettered row (exit 0), refuses a row that is not
 #     dead-lettered (exit 1, row kept), and purge-dead --all deletes the remaining dead rows only.
@@ -62,11 +62,19 @@ check_eq "1: no sent row is left" 0 "$(count "sent_at IS NOT NULL")"
 check "1: outbox_retention_deleted_rows_total counts them (>= 2,750)" \
     metric_at_least outbox_retention_deleted_rows_total 2750
 
-# --- 2. not early: a row sent 1 s ago survives the sweeps of the next 2 s ---
+# --- 2. not early: a young sent row survives two whole sweeps ---
+# Its sent_at lies an hour ahead, so it is younger than the retention however long the sweeps
+# take; an age-blind sweep would delete it. Two more "retention sweep done" lines than before the
+# insert mean at least one whole sweep ran after it.
+sweeps() { grep -c 'msg="retention sweep done"' "$RELAY_LOG"; }
+sweeps_over() { [ "$(sweeps)" -ge "$1" ]; }
+before=$(sweeps)
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
-        VALUES ('young', 'y-1', 'changed', '{}', now() - interval '1 second')"
-sleep 0.5
+        VALUES ('young', 'y-1', 'changed', '{}', now() + interval '1 hour')"
+wait_for "2: two more retention sweeps ran after the young row was sent" 15 \
+    sweeps_over $((before + 2))
 check_eq "2: a sent row younger than the retention is kept" 1 "$(count "aggregate_type = 'young'")"
+psql_q "UPDATE outbox SET sent_at = now() - interval '4 seconds' WHERE aggregate_type = 'young'"
 wait_for "2: and deleted once older" 10 none_where "aggregate_type = 'young'"
 check "2: relay still running" relay_running
 relay_stop

@@ -70,7 +70,7 @@ insert_events 61 70 || fail "1: insert while the relay runs"
 wait_for "1: rows inserted while it runs are sent" 30 no_unsent_rows
 
 # --- 2. ---
-consume --topic outbox.event.order --count 70 --timeout-ms 20000 >"$T/order.json"
+consume --topic outbox.event.order --to-end --timeout-ms 20000 >"$T/order.json"
 psql_q "SELECT json_build_object('id', id::text, 'key', aggregateid, 'value', payload::text,
                                  'type', type)
         FROM outbox ORDER BY seq" >"$T/rows.json"
@@ -117,8 +117,10 @@ odd_sent() {
     [ "$(psql_q 'SELECT count(*) FROM app."Outbox ""Events""" WHERE sent_at IS NULL')" = 0 ]
 }
 wait_for "4: both rows sent" 30 odd_sent
-consume --topic audit.invoice.Issued --count 1 --timeout-ms 20000 >"$T/issued.json"
-consume --topic audit.invoice.Paid --count 1 --timeout-ms 20000 >"$T/paid.json"
+consume --topic audit.invoice.Issued --to-end --timeout-ms 20000 >"$T/issued.json"
+consume --topic audit.invoice.Paid --to-end --timeout-ms 20000 >"$T/paid.json"
+check_eq "4: each topic holds exactly its one event (no duplicate)" "1 1" \
+    "$(grep -c '' "$T/issued.json") $(grep -c '' "$T/paid.json")"
 check_eq "4: key, text value, Tenant and kind headers" "i-1|plain text body|acme|Issued" \
     "$(jq -r '[.key, .value, .headers.Tenant, .headers.kind] | join("|")' "$T/issued.json")"
 check_eq "4: NULL payload and NULL header column" "null null Paid" \

@@ -2,7 +2,7 @@
  * consume: reads topics back from Kafka for tests, one JSON object per message on stdout.
  *
  *   consume --brokers B --topic T [--topic T2]... [--count N] [--timeout-ms MS] [--idle-ms MS]
- *           [--kafka KEY=VALUE]...
+ *           [--to-end] [--kafka KEY=VALUE]...
  *
  * Assigns every partition of the topics from the beginning (no consumer group, nothing
  * committed), so it can be run any number of times and always sees the whole log.
@@ -12,8 +12,11 @@
  * "timestamp_ms","received_us"}: the message's Kafka timestamp (the producer's CreateTime, ms;
  * -1 if none) and the CLOCK_REALTIME microsecond at which the consumer handed the message over
  * (for latency measurements on one machine).
- * Exit: 0 when --count messages were read, when --idle-ms passed without a new message, or at the
- * timeout without --count; 1 at the timeout with --count unmet; 2 on bad flags.
+ * --to-end reads every partition up to its end (the end at the time it is reached) and stops:
+ * everything already acknowledged, duplicates included, with no idle-time guess.
+ * Exit: 0 when --count messages were read, when --idle-ms passed without a new message, when
+ * --to-end reached the end of every partition, or at the timeout without --count or --to-end;
+ * 1 at the timeout with --count unmet or --to-end short of an end; 2 on bad flags.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -137,19 +140,23 @@ static bool find_partitions(rd_kafka_t *rk, const char **topics, int ntopics,
 
 int main(int argc, char **argv)
 {
+    /* clang-format off */
     static const struct option opts[] = {
         {"brokers", required_argument, NULL, 'b'},
         {"topic", required_argument, NULL, 't'},
         {"count", required_argument, NULL, 'n'},
         {"timeout-ms", required_argument, NULL, 'T'},
         {"idle-ms", required_argument, NULL, 'i'},
+        {"to-end", no_argument, NULL, 'e'},
         {"kafka", required_argument, NULL, 'k'},
         {NULL, 0, NULL, 0},
     };
+    /* clang-format on */
     const char *brokers = NULL, *topics[MAX_TOPICS];
     char *props[MAX_PROPS];
     int ntopics = 0, nprops = 0, c;
     long count = -1, timeout_ms = 10000, idle_ms = -1;
+    bool to_end = false;
 
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -164,6 +171,9 @@ int main(int argc, char **argv)
             break;
         case 'n':
             count = parse_long(optarg, 1, "--count must be a positive integer");
+            break;
+        case 'e':
+            to_end = true;
             break;
         case 'T':
             timeout_ms = parse_long(optarg, 1, "--timeout-ms must be a positive integer");
@@ -206,6 +216,8 @@ int main(int argc, char **argv)
         if (rd_kafka_conf_set(conf, props[i], eq + 1, errstr, sizeof(errstr)))
             usage_error(props[i], errstr);
     }
+    if (to_end && rd_kafka_conf_set(conf, "enable.partition.eof", "true", errstr, sizeof(errstr)))
+        usage_error("enable.partition.eof", errstr);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
     if (!rk) {
         fprintf(stderr, "consume: %s\n", errstr);
@@ -226,11 +238,13 @@ int main(int argc, char **argv)
     if (parts->cnt == 0)
         fprintf(stderr, "consume: no partitions found for the given topic(s)\n");
     rd_kafka_assign(rk, parts);
+    int partitions = parts->cnt;
     rd_kafka_topic_partition_list_destroy(parts);
 
     long got = 0;
+    int ends = 0; /* partitions read to their end (--to-end: nothing arrives after that) */
     int64_t last = now_ms();
-    while (count < 0 || got < count) {
+    while ((count < 0 || got < count) && !(to_end && partitions > 0 && ends >= partitions)) {
         int64_t now = now_ms();
         if (now >= deadline || (idle_ms > 0 && now - last >= idle_ms))
             break;
@@ -241,7 +255,9 @@ int main(int argc, char **argv)
             print_message(m, realtime_us());
             got++;
             last = now_ms();
-        } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        } else if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            ends++;
+        } else {
             fprintf(stderr, "consume: %s\n", rd_kafka_message_errstr(m));
         }
         rd_kafka_message_destroy(m);
@@ -251,6 +267,11 @@ int main(int argc, char **argv)
     int rc = 0;
     if (count >= 0 && got < count) {
         fprintf(stderr, "consume: got %ld of %ld messages before the timeout\n", got, count);
+        rc = 1;
+    }
+    if (to_end && (partitions == 0 || ends < partitions)) {
+        fprintf(stderr, "consume: %d of %d partitions read to their end before the timeout\n", ends,
+                partitions);
         rc = 1;
     }
     rd_kafka_consumer_close(rk);

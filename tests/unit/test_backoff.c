@@ -14,14 +14,22 @@
             fail_msg("%s = %.17g is not in [%.17g, %.17g]", #x, v_, lo_, hi_);                     \
     } while (0)
 
+/* What init sets shows in what next() returns: the first delay lies in [base/2, base], the
+ * cap holds, a re-init forgets earlier failures, and the seed fixes the sequence. */
 static void test_init(void **state)
 {
-    Backoff b;
+    Backoff b, same;
     backoff_init(&b, 0.5, 30.0, 7);
-    assert_true(b.base_s == 0.5);
-    assert_true(b.cap_s == 30.0);
-    assert_int_equal(b.failures, 0);
-    assert_int_equal(b.rng, 7);
+    assert_between(backoff_next(&b), 0.25, 0.5);
+    assert_between(backoff_next(&b), 0.5, 1.0);
+    for (int i = 0; i < 20; i++)
+        backoff_next(&b);
+    assert_between(backoff_next(&b), 15.0, 30.0);
+    backoff_init(&b, 0.5, 30.0, 7);
+    backoff_init(&same, 0.5, 30.0, 7);
+    double first = backoff_next(&b);
+    assert_between(first, 0.25, 0.5);
+    assert_true(first == backoff_next(&same));
 }
 
 static void test_seed_zero_picks_nonzero_state(void **state)

@@ -1,0 +1,99 @@
+/* Unit tests for kafka.c's configuration: the protective librdkafka defaults the relay sets
+ * (README, "--kafka"), that --kafka entries come after them, and that the settings the
+ * per-aggregate order depends on cannot be turned off. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "config.h"
+#include "kafka.h"
+
+/* Loads `outbox-relay run` with the given extra arguments (NULL-terminated) and builds the
+ * librdkafka configuration; NULL (with err set) when kafka_conf_build refuses. */
+static rd_kafka_conf_t *build(Config *cfg, char *err, size_t errlen, ...)
+{
+    char *argv[16] = {"outbox-relay",     "run",       "--database-url",
+                      "postgresql://x/y", "--brokers", "127.0.0.1:9"};
+    int argc = 6;
+    va_list ap;
+    va_start(ap, errlen);
+    for (char *a = va_arg(ap, char *); a; a = va_arg(ap, char *))
+        argv[argc++] = a;
+    va_end(ap);
+    assert_true(config_load(cfg, argc, argv, err, errlen));
+    return kafka_conf_build(cfg, err, errlen);
+}
+
+/* Asserts that property key of conf has the value want. */
+static void assert_prop(const rd_kafka_conf_t *conf, const char *key, const char *want)
+{
+    char value[256];
+    size_t size = sizeof(value);
+    assert_int_equal(rd_kafka_conf_get(conf, key, value, &size), RD_KAFKA_CONF_OK);
+    if (strcmp(value, want) != 0)
+        fail_msg("%s is \"%s\", expected \"%s\"", key, value, want);
+}
+
+static void test_protective_defaults(void **state)
+{
+    Config cfg;
+    char err[512] = "";
+    rd_kafka_conf_t *conf = build(&cfg, err, sizeof(err), (char *)NULL);
+    assert_non_null(conf);
+    assert_prop(conf, "enable.idempotence", "true");
+    assert_prop(conf, "enable.gapless.guarantee", "true");
+    assert_prop(conf, "message.timeout.ms", "0");
+    assert_prop(conf, "linger.ms", "0");
+    assert_prop(conf, "message.copy.max.bytes", "0");
+    assert_prop(conf, "client.id", "outbox-relay");
+    assert_prop(conf, "bootstrap.servers", "127.0.0.1:9");
+    rd_kafka_conf_destroy(conf);
+    config_free(&cfg);
+}
+
+static void test_flags_come_after_the_defaults(void **state)
+{
+    Config cfg;
+    char err[512] = "";
+    rd_kafka_conf_t *conf = build(&cfg, err, sizeof(err), "--kafka", "linger.ms=5", "--kafka",
+                                  "client.id=mine", (char *)NULL);
+    assert_non_null(conf);
+    assert_prop(conf, "linger.ms", "5");
+    assert_prop(conf, "client.id", "mine");
+    assert_prop(conf, "enable.idempotence", "true");
+    rd_kafka_conf_destroy(conf);
+    config_free(&cfg);
+}
+
+static void test_idempotence_cannot_be_turned_off(void **state)
+{
+    Config cfg;
+    char err[512] = "";
+    assert_null(build(&cfg, err, sizeof(err), "--kafka", "enable.idempotence=false", (char *)NULL));
+    assert_non_null(strstr(err, "enable.idempotence=false: must stay true"));
+    config_free(&cfg);
+}
+
+static void test_delivery_callbacks_cannot_be_set(void **state)
+{
+    Config cfg;
+    char err[512] = "";
+    assert_null(build(&cfg, err, sizeof(err), "--kafka", "dr_msg_cb=x", (char *)NULL));
+    assert_non_null(strstr(err, "cannot be set from configuration"));
+    config_free(&cfg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_protective_defaults),
+        cmocka_unit_test(test_flags_come_after_the_defaults),
+        cmocka_unit_test(test_idempotence_cannot_be_turned_off),
+        cmocka_unit_test(test_delivery_callbacks_cannot_be_set),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
