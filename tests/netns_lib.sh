@@ -248,3 +248,25 @@ lanes_of_app() {
             WHERE l.locktype = 'advisory' AND l.classid = $LANE_NS AND l.objsubid = 2
               AND l.granted AND a.application_name = '$1'"
 }
+
+# check_two_relays_after_fault TYPE WHAT NAME_A NAME_B: the end of a fault test with relays
+# $A_PID and $B_PID (NAME_A, NAME_B in the descriptions): every row of TYPE in Kafka, first copies
+# in order (WHAT names the fault), the duplicates printed, the rows inserted after the fault
+# (type "after") delivered, both relays exit 0 on SIGTERM and none logged 'order broken'.
+check_two_relays_after_fault() {
+    local type=$1 what=$2 name_a=$3 name_b=$4
+    check_delivered "$type" "3: every row of the $what in Kafka (0 lost)"
+    echo "# 3: duplicates in Kafka: $(duplicates_in "$T/$type.json") of $(grep -c . "$T/$type.json") messages"
+    check_delivered after
+    RELAY_PID=$B_PID
+    relay_stop
+    check_eq "3: $name_b exits 0" 0 $?
+    RELAY_PID=$A_PID
+    relay_stop
+    check_eq "3: $name_a exits 0" 0 $?
+    check "3: no relay logged 'order broken'" _no_order_broken
+}
+
+_no_order_broken() {
+    ! grep -l 'order broken' "$T"/relay.*.log
+}

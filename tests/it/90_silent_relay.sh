@@ -83,16 +83,4 @@ check "2: relay in the namespace still running" kill -0 "$B_PID"
 load_for after 2 100
 wait_for "2: rows after the fault delivered" 30 load_done_and_sent after
 
-check_delivered sil "3: every row of the fault in Kafka (0 lost)"
-echo "# 3: duplicates in Kafka: $(duplicates_in "$T/sil.json") of $(grep -c . "$T/sil.json") messages"
-check_delivered after
-RELAY_PID=$B_PID
-relay_stop
-check_eq "3: relay in the namespace exits 0" 0 $?
-RELAY_PID=$A_PID
-relay_stop
-check_eq "3: relay here exits 0" 0 $?
-no_order_broken() {
-    ! grep -l 'order broken' "$T"/relay.*.log
-}
-check "3: no relay logged 'order broken'" no_order_broken
+check_two_relays_after_fault sil fault "relay here" "relay in the namespace"
