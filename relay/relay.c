@@ -447,8 +447,12 @@ static void log_mark_error(Member *m, const char *what, const BatchRow *br, cons
 {
     char q[512];
     LogLevel level = strcmp(error, m->last_mark_error) == 0 ? LOG_DEBUG : LOG_ERROR;
-    log_write(level, what, "error=%s id=%lld rows=%d session=%d", log_quote(error, q, sizeof(q)),
-              br ? br->row.id : 0LL, m->batch.n, m->index);
+    if (br)
+        log_write(level, what, "error=%s id=%lld rows=%d session=%d",
+                  log_quote(error, q, sizeof(q)), br->row.id, m->batch.n, m->index);
+    else
+        log_write(level, what, "error=%s rows=%d session=%d", log_quote(error, q, sizeof(q)),
+                  m->batch.n, m->index);
     snprintf(m->last_mark_error, sizeof(m->last_mark_error), "%s", error);
 }
 
