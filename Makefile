@@ -22,49 +22,52 @@ DEP_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm
 # cmocka impose; everything else of -Wall -Wextra stays on (and CI adds -Werror).
 WARN     := -Wall -Wextra -Wshadow -Wformat=2 -Wno-unused-parameter
 CFLAGS   ?= -O2 -g
-BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(DEP_CFLAGS) -Irelay -Ibin/gen
+# The floors of the code (README, "Code layout"): lib/ is shared by the relay and the demos;
+# the relay is relay/ (main, configuration) over relay/outbox, relay/io, relay/engine and
+# relay/cmd. Headers are included by bare name; tools/check-floors.sh checks who includes whom.
+RELAY_DIRS := relay relay/outbox relay/io relay/engine relay/cmd
+INCLUDES := -Ilib $(addprefix -I,$(RELAY_DIRS)) -Ibin/gen
+BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(DEP_CFLAGS)
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 
-RELAY_SRC  := $(wildcard relay/*.c)
-LIB_SRC    := $(filter-out relay/main.c,$(RELAY_SRC))
+SHARED_SRC := $(wildcard lib/*.c)
+RELAY_SRC  := $(foreach d,$(RELAY_DIRS),$(wildcard $(d)/*.c))
+RELAY_HDR  := $(wildcard lib/*.h) $(foreach d,$(RELAY_DIRS),$(wildcard $(d)/*.h))
 MIGRATIONS := $(sort $(wildcard migrations/*.sql))
-UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+UNIT_SRC   := $(filter-out tests/unit/test_demo_%,$(wildcard tests/unit/test_*.c))
 TOOL_SRC   := $(wildcard tests/tools/*.c)
 
-OBJ      := $(patsubst relay/%.c,bin/obj/%.o,$(RELAY_SRC)) bin/obj/migrations_gen.o
-LIB_OBJ  := $(patsubst relay/%.c,bin/obj/%.o,$(LIB_SRC)) bin/obj/migrations_gen.o
-ASAN_OBJ := $(patsubst relay/%.c,bin/asan/obj/%.o,$(RELAY_SRC)) bin/asan/obj/migrations_gen.o
-ASAN_LIB_OBJ := $(patsubst relay/%.c,bin/asan/obj/%.o,$(LIB_SRC)) bin/asan/obj/migrations_gen.o
+# Objects mirror their source paths: bin/obj/relay/engine/session.o from relay/engine/session.c.
+objs = $(patsubst %.c,$(1)/%.o,$(2))
+OBJ      := $(call objs,bin/obj,$(SHARED_SRC) $(RELAY_SRC)) bin/obj/migrations_gen.o
+ASAN_OBJ := $(call objs,bin/asan/obj,$(SHARED_SRC) $(RELAY_SRC)) bin/asan/obj/migrations_gen.o
+ASAN_LIB_OBJ := $(filter-out %/relay/main.o,$(ASAN_OBJ))
 UNIT_BIN := $(patsubst tests/unit/%.c,bin/asan/%,$(UNIT_SRC))
 TOOL_BIN := $(patsubst tests/tools/%.c,bin/%,$(TOOL_SRC))
 
-# The demo programs (producer-demo, consumer-demo) share demo-common/ and the relay's log and
-# backoff modules; their schemas are embedded like the relay's migrations.
-DEMO_CFLAGS := $(shell pkg-config --cflags libmicrohttpd 2>/dev/null) -Idemo-common
+# The demo programs (producer-demo, consumer-demo) use lib/ and nothing of relay/; their schemas
+# are embedded like the relay's migrations.
+DEMO_CFLAGS := $(shell pkg-config --cflags libmicrohttpd 2>/dev/null) -Ilib -Ibin/gen
 DEMO_LIBS   := $(shell pkg-config --libs libmicrohttpd 2>/dev/null) -lpthread
-DEMO_RELAY  := log backoff secrets optval
-COMMON_SRC   := $(wildcard demo-common/*.c)
 PRODUCER_SRC := $(wildcard producer-demo/*.c)
 CONSUMER_SRC := $(wildcard consumer-demo/*.c)
 DEMO_UNIT_SRC := $(wildcard tests/unit/test_demo_*.c)
 
-# demo objects of one build flavour ($(1) = bin/obj or bin/asan/obj)
-demo_objs = $(patsubst %.c,$(1)/demo/%.o,$(COMMON_SRC) $(2)) \
-            $(patsubst %,$(1)/%.o,$(DEMO_RELAY))
-PRODUCER_OBJ      := $(call demo_objs,bin/obj,$(PRODUCER_SRC)) bin/obj/producer_schema.o
-PRODUCER_ASAN_OBJ := $(call demo_objs,bin/asan/obj,$(PRODUCER_SRC)) bin/asan/obj/producer_schema.o
-CONSUMER_OBJ      := $(call demo_objs,bin/obj,$(CONSUMER_SRC)) bin/obj/consumer_schema.o
-CONSUMER_ASAN_OBJ := $(call demo_objs,bin/asan/obj,$(CONSUMER_SRC)) bin/asan/obj/consumer_schema.o
+PRODUCER_OBJ      := $(call objs,bin/obj,$(SHARED_SRC) $(PRODUCER_SRC)) bin/obj/producer_schema.o
+PRODUCER_ASAN_OBJ := $(call objs,bin/asan/obj,$(SHARED_SRC) $(PRODUCER_SRC)) bin/asan/obj/producer_schema.o
+CONSUMER_OBJ      := $(call objs,bin/obj,$(SHARED_SRC) $(CONSUMER_SRC)) bin/obj/consumer_schema.o
+CONSUMER_ASAN_OBJ := $(call objs,bin/asan/obj,$(SHARED_SRC) $(CONSUMER_SRC)) bin/asan/obj/consumer_schema.o
 # Unit tests of the demos link every demo module except the two main.c files.
-DEMO_LIB_ASAN_OBJ := $(filter-out %/main.o,$(PRODUCER_ASAN_OBJ) $(CONSUMER_ASAN_OBJ))
+DEMO_LIB_ASAN_OBJ := $(sort $(filter-out %/main.o,$(PRODUCER_ASAN_OBJ) $(CONSUMER_ASAN_OBJ)))
 DEMO_UNIT_BIN := $(patsubst tests/unit/%.c,bin/asan/%,$(DEMO_UNIT_SRC))
 DEMO_BIN := bin/producer-demo bin/consumer-demo
 DEMO_ASAN_BIN := bin/asan/producer-demo bin/asan/consumer-demo
+DEMO_HDR := $(wildcard lib/*.h producer-demo/*.h consumer-demo/*.h)
 
 .PHONY: all asan tools test unit deps check-deps format format-check clean quickstart demos demo bench \
-        fresh-test mutate
+        fresh-test mutate check-floors
 
 all: bin/outbox-relay $(DEMO_BIN)
 
@@ -77,20 +80,28 @@ bin/gen/migrations_gen.c: $(MIGRATIONS) tools/embed-migrations.sh | bin/.deps-ok
 	@mkdir -p $(@D)
 	sh tools/embed-migrations.sh $(MIGRATIONS) > $@.tmp && mv $@.tmp $@
 
-bin/obj/%.o: relay/%.c $(wildcard relay/*.h) | bin/.deps-ok
+bin/obj/lib/%.o: lib/%.c $(wildcard lib/*.h) | bin/.deps-ok
 	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
+	$(CC) $(BASE_CFLAGS) -Ilib $(CFLAGS) -c $< -o $@
+
+bin/asan/obj/lib/%.o: lib/%.c $(wildcard lib/*.h) | bin/.deps-ok
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) -Ilib $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
+
+bin/obj/relay/%.o: relay/%.c $(RELAY_HDR) | bin/.deps-ok
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
+
+bin/asan/obj/relay/%.o: relay/%.c $(RELAY_HDR) | bin/.deps-ok
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $(SAN_FLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
 
 bin/obj/migrations_gen.o: bin/gen/migrations_gen.c
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
-
-bin/asan/obj/%.o: relay/%.c $(wildcard relay/*.h) | bin/.deps-ok
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) -c $< -o $@
 
 bin/asan/obj/migrations_gen.o: bin/gen/migrations_gen.c
 	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
 
 bin/outbox-relay: $(OBJ)
 	$(CC) $(CFLAGS) $^ $(DEP_LIBS) -o $@
@@ -113,13 +124,19 @@ bin/asan/obj/%_schema.o: bin/gen/%_schema.c
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
 
-DEMO_HDR := $(wildcard demo-common/*.h producer-demo/*.h consumer-demo/*.h) relay/log.h relay/backoff.h relay/secrets.h relay/optval.h
-
-bin/obj/demo/%.o: %.c $(DEMO_HDR) | bin/.deps-ok
+bin/obj/producer-demo/%.o: producer-demo/%.c $(DEMO_HDR) | bin/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -I$(<D) $(CFLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
 
-bin/asan/obj/demo/%.o: %.c $(DEMO_HDR) | bin/.deps-ok
+bin/asan/obj/producer-demo/%.o: producer-demo/%.c $(DEMO_HDR) | bin/.deps-ok
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -I$(<D) $(CFLAGS) $(SAN_FLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
+
+bin/obj/consumer-demo/%.o: consumer-demo/%.c $(DEMO_HDR) | bin/.deps-ok
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -I$(<D) $(CFLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
+
+bin/asan/obj/consumer-demo/%.o: consumer-demo/%.c $(DEMO_HDR) | bin/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -I$(<D) $(CFLAGS) $(SAN_FLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
 
@@ -146,19 +163,24 @@ bin/asan/test_demo_%: tests/unit/test_demo_%.c $(DEMO_LIB_ASAN_OBJ)
 
 # Test tools: the mock Kafka broker and a real consumer, both on librdkafka.
 bin/%: tests/tools/%.c | bin/.deps-ok
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $< $(DEP_LIBS) -o $@
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $< $(DEP_LIBS) -o $@
 
 tools: $(TOOL_BIN)
 
 # Unit tests (cmocka) link the relay's modules, built with the sanitizers.
 bin/asan/test_%: tests/unit/test_%.c $(ASAN_LIB_OBJ)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) $^ $(DEP_LIBS) -lcmocka -o $@
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $(SAN_FLAGS) $^ $(DEP_LIBS) -lcmocka -o $@
 
 unit: $(UNIT_BIN)
 
 test: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN) $(DEMO_UNIT_BIN) \
       $(DEMO_BIN) $(DEMO_ASAN_BIN)
+	@sh tools/check-floors.sh
 	@sh tests/run.sh
+
+# Who may include whom (README, "Code layout"); also the first step of `make test`.
+check-floors:
+	@sh tools/check-floors.sh
 
 # Mutation testing: each deliberate bug of tests/mutants/ is applied to a scratch copy, built,
 # and must be caught by the tests its patch names (tests/mutate.sh, docs/mutation.md). Not run
@@ -169,7 +191,7 @@ mutate:
 # The benchmark: throughput, latency, producer cost and memory of the non-sanitizer build, on a
 # throwaway PostgreSQL and the project's broker. Sizes and durations: see bench/bench.sh.
 bin/naive-relay: bench/naive_relay.c | bin/.deps-ok
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $< $(DEP_LIBS) -o $@
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $< $(DEP_LIBS) -o $@
 
 bench: bin/outbox-relay $(TOOL_BIN) bin/naive-relay
 	@bash bench/bench.sh
@@ -189,7 +211,7 @@ FRESH_CMD ?= quickstart
 fresh-test:
 	@bash tools/fresh-chroot.sh $(FRESH_CMD)
 
-FORMAT_SRC = relay/*.[ch] demo-common/*.[ch] producer-demo/*.[ch] consumer-demo/*.[ch] \
+FORMAT_SRC = lib/*.[ch] $(addsuffix /*.[ch],$(RELAY_DIRS)) producer-demo/*.[ch] consumer-demo/*.[ch] \
              tests/unit/*.c tests/tools/*.c
 
 format:

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "addr.h"
 #include "api.h"
 #include "backoff.h"
 #include "db.h"
@@ -164,7 +165,7 @@ static int cmd_serve(const Options *o)
     char err[300], host[256];
     unsigned port;
     if (!db_check_conninfo(o->database_url, err, sizeof(err)) ||
-        !server_parse_listen(o->listen, host, sizeof(host), &port, err, sizeof(err)))
+        !addr_parse_host_port("--listen", o->listen, host, sizeof(host), &port, err, sizeof(err)))
         return usage_error(err);
 
     /* Signals are taken by sigwait in this thread only; every thread started below inherits

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "optval.h"
+#include "secrets.h"
 
 typedef enum { OPT_STRING, OPT_INT, OPT_CHOICE, OPT_BOOL, OPT_KAFKA, OPT_DURATION } OptType;
 
@@ -785,4 +786,12 @@ void config_apply_reloadable(Config *running, const Config *fresh)
             break; /* never reloadable: see the list above */
         }
     }
+}
+
+void config_register_secrets(const Config *cfg)
+{
+    secrets_add_conninfo(cfg->database_url);
+    for (size_t i = 0; i < cfg->kafka_len; i++)
+        if (secrets_kafka_key_sensitive(cfg->kafka[i].key))
+            secrets_add(cfg->kafka[i].value);
 }

@@ -123,4 +123,9 @@ void config_diff(const Config *running, const Config *fresh, ConfigChangeFn fn, 
  * its running value. */
 void config_apply_reloadable(Config *running, const Config *fresh);
 
+/* Registers every secret of a loaded configuration with lib/secrets.h: the database URL's
+ * passwords and the values of sensitive librdkafka properties (from --kafka, --kafka-file and the
+ * config file). */
+void config_register_secrets(const Config *cfg);
+
 #endif

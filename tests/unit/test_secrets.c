@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "log.h"
 #include "secrets.h"
 
@@ -117,7 +118,7 @@ static void test_add_config(void **state)
     cfg.database_url = (char *)"postgresql://u:db-secret@h/db";
     cfg.kafka = props;
     cfg.kafka_len = 2;
-    secrets_add_config(&cfg);
+    config_register_secrets(&cfg);
     assert_scrubbed("db-secret kafka-secret relay-user", "*** *** relay-user");
 }
 
