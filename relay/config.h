@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "log.h"
+#include "opts.h"
 #include "table.h"
 
 typedef enum {
@@ -42,12 +43,6 @@ typedef enum {
     ORDER_PER_TOPIC,     /* an aggregate's events within each topic: {event_type} allowed */
 } OrderScope;
 
-/* One librdkafka property, passed through as given (validated by librdkafka at start-up). */
-typedef struct KafkaProp {
-    char *key;
-    char *value;
-} KafkaProp;
-
 typedef struct Config {
     Command command;
     char *database_url; /* from --database-url, DATABASE_URL or the file of database-url-file */
@@ -63,9 +58,10 @@ typedef struct Config {
     TableLayout layout;
     char *seq_column, *event_id_column, *aggregate_type_column, *aggregate_id_column,
         *event_type_column, *payload_column, *headers_column, *additional_fields;
-    TableMap map;     /* ...and resolved: what every statement is written for */
-    KafkaProp *kafka; /* in order: config file entries, then --kafka-file lines, then flags */
-    size_t kafka_len;
+    TableMap map;  /* ...and resolved: what every statement is written for */
+    OptList kafka; /* librdkafka properties, passed through as given (validated by librdkafka at
+                    * start-up), in order: config file entries, --kafka-file lines, flags */
+    size_t kafka_from_file; /* of kafka, the config file's entries (--kafka-file goes after) */
     char *kafka_file;
     LogLevel log_level;
     long poll_interval_ms;
@@ -101,13 +97,6 @@ void config_free(Config *cfg);
 
 /* Writes the usage text, generated from the option table. */
 void config_print_help(FILE *out);
-
-/* Splits "key=value" into a KafkaProp (both parts copied; key must be non-empty). */
-bool config_parse_kafka_prop(const char *text, KafkaProp *out);
-
-/* Parses a duration: a whole number with a unit, s, m, h or d ("90s", "30m", "72h", "7d"), or
- * "0" / "off" for none. Returns false on anything else or above 3650 days. */
-bool config_parse_duration(const char *text, long *seconds);
 
 /* ---- reloading (SIGHUP) --------------------------------------------------------------------- */
 

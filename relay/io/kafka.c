@@ -66,8 +66,8 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
                                                 KAFKA_STATS_INTERVAL_MS, "default", err, errlen)) &&
               (!cfg->brokers ||
                conf_set(conf, "bootstrap.servers", cfg->brokers, "--brokers", err, errlen));
-    for (size_t i = 0; ok && i < cfg->kafka_len; i++) {
-        const KafkaProp *p = &cfg->kafka[i];
+    for (size_t i = 0; ok && i < cfg->kafka.len; i++) {
+        const OptPair *p = &cfg->kafka.items[i];
         if (strcmp(p->key, "enable.idempotence") == 0 && strcmp(p->value, "true") != 0) {
             snprintf(err, errlen,
                      "--kafka enable.idempotence=%s: must stay true, per-aggregate order depends "

@@ -103,20 +103,4 @@ void pg_conn_reset(PgConn *pg, const char *reason);
  * through pg_conn_send); NULL while down. */
 PGconn *pg_conn_libpq(PgConn *pg);
 
-/* One host of a connection string's host list. NULL fields: not given (libpq's default). */
-typedef struct PgHost {
-    char *host, *hostaddr, *port;
-} PgHost;
-
-/* Pure: pairs libpq's comma-separated host, hostaddr and port lists (each may be NULL) into one
- * entry per host, as libpq does: element i of each list, a single port for every host. Lists
- * libpq would reject (counts that differ) give one entry holding them whole, for libpq to
- * report. Returns the number of entries (>= 1) with a new array in *out (pg_hosts_free), or 0
- * when out of memory. */
-int pg_hosts_split(const char *host, const char *hostaddr, const char *port, PgHost **out)
-    __attribute__((warn_unused_result));
-
-/* Frees what pg_hosts_split returned (n entries); NULL is fine. */
-void pg_hosts_free(PgHost *hosts, int n);
-
 #endif

@@ -84,8 +84,10 @@ static void test_default_command(void **state)
     assert_true(parse(C_RUN, &t, &cmd, err, "--url", "u", "--kv", "a=1", "--kv", "b=c=d", NULL));
     assert_int_equal(cmd, C_RUN);
     assert_int_equal(t.kv.len, 2);
-    assert_string_equal(t.kv.items[0], "a=1");
-    assert_string_equal(t.kv.items[1], "b=c=d");
+    assert_string_equal(t.kv.items[0].key, "a");
+    assert_string_equal(t.kv.items[0].value, "1");
+    assert_string_equal(t.kv.items[1].key, "b");
+    assert_string_equal(t.kv.items[1].value, "c=d");
     release(&t);
     assert_false(parse(-1, &t, &cmd, err, "--url", "u", NULL));
     assert_string_equal(err, "expected a command before '--url': try 'prog --help'");
