@@ -1,6 +1,6 @@
-/* optval: checking and storing one textual option value. Shared by the relay's option table
- * (config.c) and the demos' (demo-common/opts.c), so both reject bad values with the same
- * one-line errors. */
+/* optval: checking and storing one textual option value, with the one-line errors every program
+ * gives for bad values. Used by the option engine (opts.c) and the checks around it (the
+ * relay's config.c and table.c). */
 #ifndef OUTBOX_OPTVAL_H
 #define OUTBOX_OPTVAL_H
 

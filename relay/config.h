@@ -67,7 +67,7 @@ typedef struct Config {
     long poll_interval_ms;
     long shutdown_timeout_ms;
     long delivery_timeout_ms;
-    long session_timeout_ms; /* a silent relay's session ends within this (relay/pg.h) */
+    long session_timeout_ms; /* a silent relay's session ends within this (relay/io/pg.h) */
     long rebalance_interval_ms;
     long busy_poll_interval_ms;
     long sleep_after_ms;

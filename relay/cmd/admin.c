@@ -7,25 +7,8 @@
 
 #include "db.h"
 #include "log.h"
+#include "statements.h"
 #include "table.h"
-
-/* Statement templates for the configured table (relay/table.h). An event is named by its order
- * column ({seq}: id in the relay's own table), which is what --id takes. */
-static const char *const SQL_DEAD =
-    "SELECT {seq}, {event_id}, {aggregate_type}, {aggregate_id}, {event_type}, attempts,"
-    " rejections, to_char(dead_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),"
-    " coalesce(dead_letter_topic, ''), coalesce(last_error, '')"
-    " FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL ORDER BY {seq}";
-
-static const char *const SQL_REQUEUE =
-    "UPDATE {table} SET dead_at = NULL, rejections = 0, next_attempt_at = NULL,"
-    " dead_letter_topic = NULL WHERE dead_at IS NOT NULL AND sent_at IS NULL"
-    " AND ($1::bigint IS NULL OR {seq} = $1::bigint)";
-
-/* Deleting a dead event gives up on it for good; like requeue it touches dead rows only. */
-static const char *const SQL_PURGE_DEAD =
-    "DELETE FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL"
-    " AND ($1::bigint IS NULL OR {seq} = $1::bigint)";
 
 PGconn *admin_connect(const char *conninfo)
 {

@@ -12,8 +12,8 @@
  * password-free error logged on failure; returns NULL then. */
 PGconn *admin_connect(const char *conninfo);
 
-/* Runs a statement template (relay/table.h) written for map's table with text params; returns the
- * result, or NULL (error logged, result cleared) when its status is not `expect`. */
+/* Runs a statement template (relay/outbox/table.h) written for map's table with text params;
+ * returns the result, or NULL (error logged, result cleared) when its status is not `expect`. */
 PGresult *admin_exec(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
                      const char *const *params, ExecStatusType expect);
 

@@ -32,16 +32,17 @@ static bool exec_ok(PGconn *conn, const char *sql, const char *what)
     return res != NULL;
 }
 
-/* Adopting a table the embedded migrations did not create (relay/table.h): the columns the relay
- * keeps its bookkeeping in, as in migrations 0001 and 0003, with defaults, so the application's
- * INSERTs need no change. The order column is an identity: existing rows get numbers in their
- * physical order, new ones at insert. ADD COLUMN of an identity or a stored generated column
- * rewrites the table under an exclusive lock (a large table: plan a window). */
+/* Adopting a table the embedded migrations did not create (relay/outbox/table.h): the columns the
+ * relay keeps its bookkeeping in, as in migrations 0001 and 0003, with defaults, so the
+ * application's INSERTs need no change. The order column is an identity: existing rows get numbers
+ * in their physical order, new ones at insert. ADD COLUMN of an identity or a stored generated
+ * column rewrites the table under an exclusive lock (a large table: plan a window). */
 static const char *const SQL_ADOPT =
     /* As in migrations/0003; the relay's own table may not exist here. */
     "CREATE OR REPLACE FUNCTION outbox_lane(aggregate_type text, aggregate_id text)"
     " RETURNS smallint LANGUAGE sql IMMUTABLE PARALLEL SAFE AS"
-    " $$ SELECT (hashtextextended(aggregate_type || '/' || aggregate_id, 0) & 63)::smallint $$;"
+    " $$ SELECT (hashtextextended(aggregate_type || '/' || aggregate_id, 0) & " LANE_MASK
+    ")::smallint $$;"
     "ALTER TABLE {table}"
     " ADD COLUMN IF NOT EXISTS {seq} bigint GENERATED ALWAYS AS IDENTITY,"
     " ADD COLUMN IF NOT EXISTS created_at timestamptz NOT NULL DEFAULT now(),"

@@ -11,27 +11,6 @@
 #include "schema.h"
 #include "statements.h"
 
-/* Uses the index on sent_at (migrations/0005). */
-static const char *const SQL_THROUGHPUT =
-    "SELECT count(*) FROM {table} WHERE sent_at > now() - interval '60 seconds'";
-
-/* A relay session is alive while it holds a member-slot lock (see lanes.h); its lanes are the
- * lane locks of the same session (a relay runs --sessions of them). pg_stat_activity shows the
- * client address and start time only for sessions the role may see (its own, or all with
- * pg_read_all_stats): NULL otherwise. */
-static const char *const SQL_RELAYS =
-    "SELECT m.objid::int, m.pid,"
-    " (SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory'"
-    "  AND l.classid = " LOCK_NS_LANE "::oid AND l.objsubid = 2 AND l.granted"
-    "  AND l.pid = m.pid AND l.database = m.database),"
-    " host(a.client_addr), a.client_port,"
-    " to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
-    " FROM pg_locks m LEFT JOIN pg_stat_activity a ON a.pid = m.pid"
-    " WHERE m.locktype = 'advisory' AND m.classid = " LOCK_NS_MEMBER "::oid"
-    " AND m.objsubid = 2 AND m.granted"
-    " AND m.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-    " ORDER BY 1";
-
 static long long int_at(PGresult *res, int row, int col)
 {
     return strtoll(PQgetvalue(res, row, col), NULL, 10);

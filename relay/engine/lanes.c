@@ -6,19 +6,7 @@
 #include <string.h>
 
 #include "log.h"
-
-static const char *const SQL_JOIN = "SELECT s FROM generate_series(0, $1::int - 1) AS s"
-                                    " WHERE pg_try_advisory_lock(" LOCK_NS_MEMBER ", s) LIMIT 1";
-static const char *const SQL_MEMBERS =
-    "SELECT objid::int FROM pg_locks"
-    " WHERE locktype = 'advisory' AND classid = " LOCK_NS_MEMBER "::oid AND objsubid = 2"
-    " AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-    " ORDER BY 1";
-static const char *const SQL_LOCK_LANES =
-    "SELECT l FROM unnest($1::int[]) AS l WHERE pg_try_advisory_lock(" LOCK_NS_LANE ", l)";
-static const char *const SQL_UNLOCK_LANES =
-    "SELECT count(*) FILTER (WHERE pg_advisory_unlock(" LOCK_NS_LANE ", l))"
-    " FROM unnest($1::int[]) AS l";
+#include "statements.h"
 
 static void update_owned_array(Lanes *l)
 {
@@ -178,7 +166,7 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
 
 static bool send_members(Lanes *l, PgConn *pg)
 {
-    PgQuery q = {SQL_MEMBERS, 0, NULL, false};
+    PgQuery q = {SQL_LANES_MEMBERS, 0, NULL, false};
     return pg_conn_send(pg, &q, 1, on_members, l);
 }
 
@@ -211,6 +199,6 @@ bool lanes_rebalance(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg)
     char max[16];
     snprintf(max, sizeof(max), "%d", LANE_MAX_MEMBERS);
     const char *params[1] = {max};
-    PgQuery q = {SQL_JOIN, 1, params, false};
+    PgQuery q = {SQL_LANES_JOIN, 1, params, false};
     return pg_conn_send(pg, &q, 1, on_joined, l);
 }

@@ -19,35 +19,12 @@ static const char *const SQL_APPNAME = "SET application_name = 'outbox-relay upk
 #define STR2(x) #x
 #define STR(x) STR2(x)
 
-/* Templates for the configured table (relay/table.h). */
+/* Templates for the configured table (relay/outbox/table.h). */
 enum { UPKEEP_BACKLOG, UPKEEP_RETENTION, UPKEEP_SQL_COUNT };
 static const char *const sql_templates[UPKEEP_SQL_COUNT] = {
     [UPKEEP_BACKLOG] = SQL_BACKLOG,
-    /* Sent rows only (dead-lettered rows have no sent_at and stay until requeued or purged),
-     * through the index on sent_at of migrations/0005. Rows another relay is deleting right now
-     * are skipped, not waited for. */
-    [UPKEEP_RETENTION] = "DELETE FROM {table} WHERE {seq} IN (SELECT {seq} FROM {table}"
-                         " WHERE sent_at < now() - make_interval(secs => $1::float8)"
-                         " LIMIT " STR(RETENTION_BATCH) " FOR UPDATE SKIP LOCKED)",
+    [UPKEEP_RETENTION] = SQL_RETENTION(STR(RETENTION_BATCH)),
 };
-
-/* The oldest snapshot holding back vacuum: a session's xmin (a long or forgotten transaction, a
- * standby's hot_standby_feedback through its walsender), a replication slot's xmin, or a prepared
- * transaction. Rows of other roles' sessions show only to a role with pg_read_all_stats (README,
- * "Dead rows and old snapshots"). */
-static const char *const SQL_HORIZON =
-    "SELECT kind, who, app, state, secs, xids FROM ("
-    " SELECT 'session' AS kind, a.pid::text AS who, coalesce(a.application_name, '') AS app,"
-    " coalesce(a.state, '') AS state,"
-    " extract(epoch FROM now() - coalesce(a.xact_start, a.backend_start))::float8 AS secs,"
-    " age(a.backend_xmin)::bigint AS xids"
-    " FROM pg_stat_activity a WHERE a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()"
-    " UNION ALL SELECT 'replication slot', s.slot_name::text, '', CASE WHEN s.active THEN 'active'"
-    " ELSE 'inactive' END, NULL, age(s.xmin)::bigint"
-    " FROM pg_replication_slots s WHERE s.xmin IS NOT NULL"
-    " UNION ALL SELECT 'prepared transaction', p.gid, '', 'prepared',"
-    " extract(epoch FROM now() - p.prepared)::float8, age(p.transaction)::bigint"
-    " FROM pg_prepared_xacts p) h ORDER BY xids DESC LIMIT 1";
 
 struct Upkeep {
     struct ev_loop *loop;

@@ -2,8 +2,8 @@
 
 #include "table.h"
 
-/* The statements on the outbox table are templates: relay/table.h expands the {placeholders} to
- * the configured table and columns when the connection is up.
+/* The statements on the outbox table are templates: relay/outbox/table.h expands the {placeholders}
+ * to the configured table and columns when the connection is up.
  *
  * The claim: unsent rows of the lanes this relay owns ($2), in seq order, that are not waiting for
  * a retry and whose aggregate has no earlier row that is waiting (or, with the hold policy, dead):

@@ -8,6 +8,8 @@
 #ifndef OUTBOX_STATEMENTS_H
 #define OUTBOX_STATEMENTS_H
 
+#include "schema.h"
+
 /* The channel producers notify (migrations/0004, 0007) and sessions LISTEN on. */
 #define WAKEUP_CHANNEL "outbox_relay"
 #define SQL_LISTEN "LISTEN " WAKEUP_CHANNEL
@@ -76,5 +78,94 @@ typedef enum {
 
 /* Templates for table_sql_all (table.h), indexed by SessionSql. */
 extern const char *const session_sql_templates[SESSION_SQL_COUNT];
+
+/* ---- the lane group (lanes.h): advisory locks with the keys of schema.h ---- */
+
+/* A free member slot, taken: $1 the slot count. */
+#define SQL_LANES_JOIN                                                                             \
+    "SELECT s FROM generate_series(0, $1::int - 1) AS s"                                           \
+    " WHERE pg_try_advisory_lock(" LOCK_NS_MEMBER ", s) LIMIT 1"
+/* The member slots of live sessions, of all relays on this database. */
+#define SQL_LANES_MEMBERS                                                                          \
+    "SELECT objid::int FROM pg_locks"                                                              \
+    " WHERE locktype = 'advisory' AND classid = " LOCK_NS_MEMBER "::oid AND objsubid = 2"          \
+    " AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())" \
+    " ORDER BY 1"
+/* Of the lanes $1, those this session could lock now. */
+#define SQL_LOCK_LANES                                                                             \
+    "SELECT l FROM unnest($1::int[]) AS l WHERE pg_try_advisory_lock(" LOCK_NS_LANE ", l)"
+/* Gives the lanes $1 up. */
+#define SQL_UNLOCK_LANES                                                                           \
+    "SELECT count(*) FILTER (WHERE pg_advisory_unlock(" LOCK_NS_LANE ", l))"                       \
+    " FROM unnest($1::int[]) AS l"
+
+/* ---- status (relay/cmd/status.c) ---- */
+
+/* Uses the index on sent_at (migrations/0005). */
+#define SQL_THROUGHPUT "SELECT count(*) FROM {table} WHERE sent_at > now() - interval '60 seconds'"
+/* A relay session is alive while it holds a member-slot lock (see lanes.h); its lanes are the
+ * lane locks of the same session (a relay runs --sessions of them). pg_stat_activity shows the
+ * client address and start time only for sessions the role may see (its own, or all with
+ * pg_read_all_stats): NULL otherwise. */
+#define SQL_RELAYS                                                                                 \
+    "SELECT m.objid::int, m.pid,"                                                                  \
+    " (SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory'"                              \
+    "  AND l.classid = " LOCK_NS_LANE "::oid AND l.objsubid = 2 AND l.granted"                     \
+    "  AND l.pid = m.pid AND l.database = m.database),"                                            \
+    " host(a.client_addr), a.client_port,"                                                         \
+    " to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"               \
+    " FROM pg_locks m LEFT JOIN pg_stat_activity a ON a.pid = m.pid"                               \
+    " WHERE m.locktype = 'advisory' AND m.classid = " LOCK_NS_MEMBER "::oid"                       \
+    " AND m.objsubid = 2 AND m.granted"                                                            \
+    " AND m.database = (SELECT oid FROM pg_database WHERE datname = current_database())"           \
+    " ORDER BY 1"
+
+/* ---- dead, requeue, purge-dead (relay/cmd/admin.c) ---- */
+
+/* Statement templates for the configured table (relay/outbox/table.h). An event is named by its
+ * order column ({seq}: id in the relay's own table), which is what --id takes. */
+#define SQL_DEAD                                                                                   \
+    "SELECT {seq}, {event_id}, {aggregate_type}, {aggregate_id}, {event_type}, attempts,"          \
+    " rejections, to_char(dead_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),"          \
+    " coalesce(dead_letter_topic, ''), coalesce(last_error, '')"                                   \
+    " FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL ORDER BY {seq}"
+#define SQL_REQUEUE                                                                                \
+    "UPDATE {table} SET dead_at = NULL, rejections = 0, next_attempt_at = NULL,"                   \
+    " dead_letter_topic = NULL WHERE dead_at IS NOT NULL AND sent_at IS NULL"                      \
+    " AND ($1::bigint IS NULL OR {seq} = $1::bigint)"
+/* Deleting a dead event gives up on it for good; like requeue it touches dead rows only. */
+#define SQL_PURGE_DEAD                                                                             \
+    "DELETE FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL"                            \
+    " AND ($1::bigint IS NULL OR {seq} = $1::bigint)"
+
+/* ---- upkeep (relay/engine/upkeep.c): its own connection ---- */
+
+/* The oldest snapshot holding back vacuum: a session's xmin (a long or forgotten transaction, a
+ * standby's hot_standby_feedback through its walsender), a replication slot's xmin, or a prepared
+ * transaction. Rows of other roles' sessions show only to a role with pg_read_all_stats (README,
+ * "Dead rows and old snapshots"). */
+#define SQL_HORIZON                                                                                \
+    "SELECT kind, who, app, state, secs, xids FROM ("                                              \
+    " SELECT 'session' AS kind, a.pid::text AS who, coalesce(a.application_name, '') AS app,"      \
+    " coalesce(a.state, '') AS state,"                                                             \
+    " extract(epoch FROM now() - coalesce(a.xact_start, a.backend_start))::float8 AS secs,"        \
+    " age(a.backend_xmin)::bigint AS xids"                                                         \
+    " FROM pg_stat_activity a WHERE a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()"      \
+    " UNION ALL SELECT 'replication slot', s.slot_name::text, '', CASE WHEN s.active THEN "        \
+    "'active'"                                                                                     \
+    " ELSE 'inactive' END, NULL, age(s.xmin)::bigint"                                              \
+    " FROM pg_replication_slots s WHERE s.xmin IS NOT NULL"                                        \
+    " UNION ALL SELECT 'prepared transaction', p.gid, '', 'prepared',"                             \
+    " extract(epoch FROM now() - p.prepared)::float8, age(p.transaction)::bigint"                  \
+    " FROM pg_prepared_xacts p) h ORDER BY xids DESC LIMIT 1"
+
+/* Sent rows older than $1 seconds, at most `batch` (a number, as text) of them per statement.
+ * Sent rows only (dead-lettered rows have no sent_at and stay until requeued or purged), through
+ * the index on sent_at of migrations/0005. Rows another relay is deleting right now are skipped,
+ * not waited for. A template. */
+#define SQL_RETENTION(batch)                                                                       \
+    "DELETE FROM {table} WHERE {seq} IN (SELECT {seq} FROM {table}"                                \
+    " WHERE sent_at < now() - make_interval(secs => $1::float8)"                                   \
+    " LIMIT " batch " FOR UPDATE SKIP LOCKED)"
 
 #endif

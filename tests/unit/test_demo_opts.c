@@ -1,4 +1,4 @@
-/* Unit tests for demo-common/opts.c: commands, per-command options, precedence (flag >
+/* Unit tests for lib/opts.c: commands, per-command options, precedence (flag >
  * environment > default), ranges, repeatable KEY=VALUE lists, required options and --help. */
 #include <setjmp.h>
 #include <stdarg.h>
