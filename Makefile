@@ -125,19 +125,15 @@ bin/asan/obj/%_schema.o: bin/gen/%_schema.c
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
 
-bin/obj/producer-demo/%.o: producer-demo/%.c $(DEMO_HDR) | bin/.deps-ok
+# The demos' own objects (a static pattern: one rule for both demo directories).
+DEMO_OWN_OBJ      := $(call objs,bin/obj,$(PRODUCER_SRC) $(CONSUMER_SRC))
+DEMO_OWN_ASAN_OBJ := $(call objs,bin/asan/obj,$(PRODUCER_SRC) $(CONSUMER_SRC))
+
+$(DEMO_OWN_OBJ): bin/obj/%.o: %.c $(DEMO_HDR) | bin/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -I$(<D) $(CFLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
 
-bin/asan/obj/producer-demo/%.o: producer-demo/%.c $(DEMO_HDR) | bin/.deps-ok
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -I$(<D) $(CFLAGS) $(SAN_FLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
-
-bin/obj/consumer-demo/%.o: consumer-demo/%.c $(DEMO_HDR) | bin/.deps-ok
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -I$(<D) $(CFLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
-
-bin/asan/obj/consumer-demo/%.o: consumer-demo/%.c $(DEMO_HDR) | bin/.deps-ok
+$(DEMO_OWN_ASAN_OBJ): bin/asan/obj/%.o: %.c $(DEMO_HDR) | bin/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -I$(<D) $(CFLAGS) $(SAN_FLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
 
