@@ -104,6 +104,17 @@ PGresult *db_query(PGconn *conn, const char *sql, int nparams, const char *const
     return db_query_bin(conn, sql, nparams, values, NULL, NULL, e);
 }
 
+PGresult *db_run_script(PGconn *conn, const char *sql, DbError *e)
+{
+    PGresult *res = PQexec(conn, sql);
+    ExecStatusType st = PQresultStatus(res);
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
+        return res;
+    fill_error(conn, res, e);
+    PQclear(res);
+    return NULL;
+}
+
 bool db_exec(PGconn *conn, const char *sql, DbError *e)
 {
     PGresult *res = db_query(conn, sql, 0, NULL, e);

@@ -41,6 +41,10 @@ PGresult *db_query(PGconn *conn, const char *sql, int nparams, const char *const
 PGresult *db_query_bin(PGconn *conn, const char *sql, int nparams, const char *const *values,
                        const int *lengths, const int *formats, DbError *e);
 
+/* Runs a script of one or more statements without parameters (a migration, say) in one round
+ * trip; returns the last statement's result, or NULL with e filled in. */
+PGresult *db_run_script(PGconn *conn, const char *sql, DbError *e);
+
 /* Runs a statement whose result is not needed; true on success. */
 bool db_exec(PGconn *conn, const char *sql, DbError *e) __attribute__((warn_unused_result));
 

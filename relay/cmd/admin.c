@@ -28,14 +28,17 @@ PGresult *admin_exec(PGconn *conn, const TableMap *map, const char *tmpl, int np
         log_error("cannot write the statement", "error=%s", err);
         return NULL;
     }
-    PGresult *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    DbError e;
+    PGresult *res = db_query(conn, sql, nparams, params, &e);
     free(sql);
-    if (PQresultStatus(res) != expect) {
-        char q[600];
-        log_error("query failed", "error=%s",
-                  log_quote(db_error_line(PQresultErrorMessage(res)), q, sizeof(q)));
+    if (res && PQresultStatus(res) != expect) {
         PQclear(res);
-        return NULL;
+        res = NULL;
+        snprintf(e.message, sizeof(e.message), "unexpected result");
+    }
+    if (!res) {
+        char q[600];
+        log_error("query failed", "error=%s", log_quote(e.message, q, sizeof(q)));
     }
     return res;
 }

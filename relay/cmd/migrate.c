@@ -13,14 +13,11 @@
  * step's name and returns NULL. */
 static PGresult *exec_step(PGconn *conn, const char *sql, const char *what)
 {
-    PGresult *res = PQexec(conn, sql);
-    ExecStatusType st = PQresultStatus(res);
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+    DbError e;
+    PGresult *res = db_run_script(conn, sql, &e);
+    if (!res) {
         char q[512];
-        log_error("migration failed", "step=%s error=%s", what,
-                  log_quote(db_error_line(PQresultErrorMessage(res)), q, sizeof(q)));
-        PQclear(res);
-        return NULL;
+        log_error("migration failed", "step=%s error=%s", what, log_quote(e.message, q, sizeof(q)));
     }
     return res;
 }
@@ -159,18 +156,17 @@ static bool adopt_table(PGconn *conn, const TableMap *map)
 static bool is_applied(PGconn *conn, const char *version, bool *applied)
 {
     const char *params[1] = {version};
-    PGresult *res = PQexecParams(conn, "SELECT 1 FROM schema_migrations WHERE version = $1", 1,
-                                 NULL, params, NULL, NULL, 0);
-    bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
-    if (ok)
+    DbError e;
+    PGresult *res =
+        db_query(conn, "SELECT 1 FROM schema_migrations WHERE version = $1", 1, params, &e);
+    if (res)
         *applied = PQntuples(res) > 0;
     else {
         char q[512];
-        log_error("migration failed", "step=check error=%s",
-                  log_quote(db_error_line(PQresultErrorMessage(res)), q, sizeof(q)));
+        log_error("migration failed", "step=check error=%s", log_quote(e.message, q, sizeof(q)));
     }
     PQclear(res);
-    return ok;
+    return res != NULL;
 }
 
 static bool apply_one(PGconn *conn, const MigrationFile *m)
@@ -180,9 +176,10 @@ static bool apply_one(PGconn *conn, const MigrationFile *m)
     if (!exec_ok(conn, m->sql, m->name))
         goto failed;
     const char *params[1] = {m->name};
-    PGresult *res = PQexecParams(conn, "INSERT INTO schema_migrations (version) VALUES ($1)", 1,
-                                 NULL, params, NULL, NULL, 0);
-    bool recorded = PQresultStatus(res) == PGRES_COMMAND_OK;
+    DbError e;
+    PGresult *res =
+        db_query(conn, "INSERT INTO schema_migrations (version) VALUES ($1)", 1, params, &e);
+    bool recorded = res != NULL;
     PQclear(res);
     if (!recorded || !exec_ok(conn, "COMMIT", m->name))
         goto failed;

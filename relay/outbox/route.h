@@ -8,22 +8,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "table.h"
+
 /* Kafka's own limit on topic names (and its legal characters: [a-zA-Z0-9._-]). */
 #define ROUTE_TOPIC_MAX 249
-
-/* One claimed row. Strings point into the query result and stay valid while the batch lives;
- * payload and headers are NULL for SQL NULL. */
-typedef struct OutboxRow {
-    long long id;
-    const char *event_id;
-    const char *aggregate_type;
-    const char *aggregate_id;
-    const char *event_type;
-    const char *payload;
-    size_t payload_len;
-    const char *headers;       /* JSON object text, or NULL */
-    const char *extra_headers; /* JSON object of the additional fields placed as headers, or NULL */
-} OutboxRow;
 
 /* Checks a topic template at start-up: only {aggregate_type} (also spelt ${routedByValue}, as in
  * Debezium's route.topic.replacement) and {event_type} placeholders, and its literal text must be

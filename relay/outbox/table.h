@@ -78,6 +78,20 @@ const char *table_map_display(const TableMap *m, char *buf, size_t buflen);
     " {o.headers}, o.attempts, " last_error ","                                                    \
     " extract(epoch FROM clock_timestamp() - o.created_at)::float8, {o.extra_headers}"
 
+/* One claimed row, decoded from the columns below (engine/batch.c). Strings point into the query
+ * result and stay valid while the batch lives; payload and headers are NULL for SQL NULL. */
+typedef struct OutboxRow {
+    long long id;
+    const char *event_id;
+    const char *aggregate_type;
+    const char *aggregate_id;
+    const char *event_type;
+    const char *payload;
+    size_t payload_len;
+    const char *headers;       /* JSON object text, or NULL */
+    const char *extra_headers; /* JSON object of the additional fields placed as headers, or NULL */
+} OutboxRow;
+
 /* The position of each column of TABLE_ROW_COLUMNS in a result, for whoever decodes one. */
 typedef enum {
     ROW_COL_ID,
