@@ -1,7 +1,7 @@
 /* relay: the claim -> produce -> acknowledge -> mark -> commit cycle, on one libev loop.
  *
- * Each cycle opens a transaction, claims up to batch_size unsent rows in id order with
- * FOR UPDATE SKIP LOCKED, produces each to Kafka, waits for every delivery report, then in one
+ * Each cycle opens a transaction, claims up to batch_size unsent rows of its lanes in id order
+ * (FOR UPDATE), produces each to Kafka, waits for every delivery report, then in one
  * round trip sets sent_at on the acknowledged rows, counts an attempt and records the error on
  * the failed ones, and commits. A row is never marked before the broker acknowledged it; a crash
  * or lost connection before the commit rolls the claim back and the rows are sent again later
@@ -9,7 +9,8 @@
  *
  * A relay runs --sessions such cycles side by side, each on its own PostgreSQL connection and
  * each a member of the lane group (lanes.h) like a relay of its own, sharing one producer: while
- * one session waits for Kafka, another claims or marks. */
+ * one session waits for Kafka, another claims or marks. The engine's modules and who does what:
+ * engine.h. */
 #ifndef OUTBOX_RELAY_H
 #define OUTBOX_RELAY_H
 
