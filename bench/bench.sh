@@ -37,6 +37,9 @@
 #   BENCH_PARTS="drain latency producers"   which measurements to run
 #   BENCH_QUICK=1                  smoke run: small sizes, short durations
 #   BENCH_OUT=FILE                 where the report goes
+#   BENCH_BASELINE_BIN=PATH        another outbox-relay binary (an older commit, say) drained and
+#                                  timed at default settings right after this one, in every round,
+#                                  so a change is judged by a same-run ratio (rows "baseline")
 #   BENCH_PERF=1                   also record a CPU profile (perf, cpu-clock) of the relay
 #                                  during the largest default drain, into bin/bench-perf.txt
 #   KEEP_TMP=1                     keep the temp dir with every log
@@ -44,6 +47,7 @@
 
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 RELAY_BIN=${RELAY_BIN:-$(cd "$BENCH/.." && pwd)/bin/outbox-relay}
+BASELINE_BIN=${BENCH_BASELINE_BIN:-}
 # shellcheck source=tests/lib.sh
 source "$BENCH/../tests/lib.sh"
 export LC_ALL=C # decimal points in $EPOCHREALTIME, awk and printf; byte order in sort
@@ -122,7 +126,7 @@ elif [[ " $SIZES " == *" 100000 "* ]]; then
 else
     NAIVE_SIZE=$MIN_SIZE
 fi
-for f in "$RELAY_BIN" "$BIN/naive-relay" "$BIN/consume" "$BIN/mock-broker"; do
+for f in "$RELAY_BIN" ${BASELINE_BIN:+"$BASELINE_BIN"} "$BIN/naive-relay" "$BIN/consume" "$BIN/mock-broker"; do
     [ -x "$f" ] || {
         echo "bench: $f missing; run 'make bench'" >&2
         exit 2
@@ -423,7 +427,9 @@ drain() {
         start_bg "$log" "$BIN/naive-relay" --database-url "$DATABASE_URL" --brokers "$BROKERS" "$@"
         limit=$((60 + n / 200))
     else
-        start_bg "$log" "$RELAY_BIN" run --database-url "$DATABASE_URL" --brokers "$BROKERS" "$@"
+        local bin=$RELAY_BIN
+        [ "$kind" = baseline ] && bin=$BASELINE_BIN && kind=relay
+        start_bg "$log" "$bin" run --database-url "$DATABASE_URL" --brokers "$BROKERS" "$@"
         limit=$((60 + n / 1000))
     fi
     pid=$BG_PID
@@ -561,7 +567,9 @@ latency() {
     say "latency $key: $rate events/s, ${WARM_S} s warm-up + ${LAT_S} s measured"
     empty_outbox
     fresh_broker
-    start_bg "$T/latency.$key.relay.log" "$RELAY_BIN" run --database-url "$DATABASE_URL" \
+    local bin=$RELAY_BIN
+    [[ $key == baseline.* ]] && bin=$BASELINE_BIN
+    start_bg "$T/latency.$key.relay.log" "$bin" run --database-url "$DATABASE_URL" \
         --brokers "$BROKERS" "$@"
     relay_pid=$BG_PID
     wait_ready "latency $key" "$T/latency.$key.relay.log" "$relay_pid"
@@ -625,7 +633,7 @@ latency() {
 latency_medians() {
     local rate key round median f p50s
     for rate in $RATES; do
-        for key in default.$rate tuned.$rate; do
+        for key in default.$rate baseline.$rate tuned.$rate; do
             [ -n "${L_N[$key.1]:-}" ] || continue
             median=$(for ((round = 1; round <= LAT_ROUNDS; round++)); do
                 echo "${L_P50[$key.$round]:-0} $round"
@@ -787,6 +795,7 @@ for ((round = 1; round <= REPEAT; round++)); do
         bound "update.$n" "$n" "$BENCH/claim_update.sql"
         [ "$main_size" = 1 ] && bound "delete.$n" "$n" "$BENCH/claim_delete.sql"
         drain "default.$n" "$n" relay
+        [ -n "$BASELINE_BIN" ] && [ "$main_size" = 1 ] && drain "baseline.$n" "$n" baseline
         [ "$main_size" = 1 ] && [ "$ONE_SESSION" = 1 ] && drain "single.$n" "$n" relay --sessions 1
         [ "$main_size" = 1 ] && [ ${#TUNED[@]} -gt 0 ] && drain "tuned.$n" "$n" relay "${TUNED[@]}"
         [ "$main_size" = 1 ] && [ "$ON_SENT_DELETE" = 1 ] &&
@@ -801,6 +810,7 @@ for ((round = 1; round <= LAT_ROUNDS; round++)); do
     [ "$LAT_ROUNDS" -gt 1 ] && [ -n "$RATES" ] && say "latency round $round of $LAT_ROUNDS"
     for rate in $RATES; do
         latency "default.$rate.$round" "$rate"
+        [ -n "$BASELINE_BIN" ] && latency "baseline.$rate.$round" "$rate"
         [ ${#TUNED[@]} -gt 0 ] && latency "tuned.$rate.$round" "$rate" "${TUNED[@]}"
     done
 done
@@ -835,6 +845,8 @@ for v in $(compgen -e | grep '^BENCH_' | sort); do
     CMD="$v=\"${!v}\" $CMD"
 done
 TUNED_LABEL=${TUNED_FLAGS:-none}
+BASELINE_LABEL=
+[ -n "$BASELINE_BIN" ] && BASELINE_LABEL="$("$BASELINE_BIN" --version 2>&1 | head -n 1), ${BENCH_BASELINE_NAME:-$BASELINE_BIN}"
 
 report_header() {
     echo "# Benchmarks"
@@ -876,12 +888,16 @@ report_drain() {
     for n in "${SIZE_LIST[@]}"; do
         bound=${R_RATE[update.$n]:-}
         naive=${R_RATE[naive.$n]:-}
-        for key in update delete default single tuned ondelete naive; do
+        for key in update delete default baseline single tuned ondelete naive; do
             [ -n "${R_RATE[$key.$n]:-}" ] || continue
             case $key in
             update) d="PostgreSQL-only bound: claim + UPDATE, 1,000 rows a statement" ;;
             delete) d="PostgreSQL-only bound: claim + DELETE, 1,000 rows a statement" ;;
             default) d="relay, default settings" ;;
+            baseline)
+                d="baseline binary, default settings ($BASELINE_LABEL; this build: $(x_ratio \
+                    "$(ratio "${R_RATE[default.$n]}" "${R_RATE[$key.$n]}")") of it)"
+                ;;
             single) d="relay, one claim session: \`--sessions 1\`" ;;
             tuned) d="relay, tuned: \`$TUNED_LABEL\`" ;;
             ondelete)
@@ -932,10 +948,11 @@ report_latency() {
     echo "| events/s | relay | inserted tx/s | events measured | p50 | p99 | max | commit→produce p50 / p99 | produce→consumer p50 / p99 | missing | duplicates | relay CPU s | pgbench lag |"
     echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for rate in $RATES; do
-        for key in default.$rate tuned.$rate; do
+        for key in default.$rate baseline.$rate tuned.$rate; do
             [ -n "${L_N[$key]:-}" ] || continue
             d="default settings"
             [[ $key == tuned.* ]] && d="tuned: \`$TUNED_LABEL\`"
+            [[ $key == baseline.* ]] && d="baseline binary ($BASELINE_LABEL), default settings"
             echo "| $(commas "$rate") | $d | $(calc "${L_TPS[$key]:-0}" %.0f) | $(commas "${L_N[$key]}") | **${L_P50[$key]}**$([ "$LAT_ROUNDS" -gt 1 ] && echo " (${L_SPREAD[$key]})") | **${L_P99[$key]}** | ${L_MAX[$key]} | ${L_RP50[$key]} / ${L_RP99[$key]} | ${L_KP50[$key]} / ${L_KP99[$key]} | ${L_MISSING[$key]} | ${L_DUPS[$key]} | ${L_CPU[$key]:--} | $(lag_cell "${L_LAG[$key]:-}") |"
         done
     done
