@@ -20,6 +20,7 @@
 #include "pg.h"
 #include "relay.h"
 #include "route.h"
+#include "sdnotify.h"
 #include "secrets.h"
 #include "status.h"
 
@@ -88,7 +89,9 @@ static int cmd_run(Config *cfg, int argc, char **argv)
         log_quote(cfg->brokers, q2, sizeof(q2)), log_quote(cfg->topic_template, q3, sizeof(q3)),
         cfg->batch_size, cfg->retention_s, cfg->on_sent == ON_SENT_DELETE ? "delete" : "mark");
     ops_start(ops, relay);
+    SdNotify *sd = sdnotify_start(loop, relay); /* NULL unless run by systemd (Type=notify) */
     int rc = relay_run(relay);
+    sdnotify_free(sd);
     ops_free(ops);
     relay_free(relay);
     ev_loop_destroy(loop);
