@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "manpage.h"
 #include "optval.h"
 
 static void *xrealloc(void *p, size_t n)
@@ -349,4 +350,43 @@ void opts_print_help(const OptSpec *spec, FILE *out)
     if (spec->help_footer)
         fputs(spec->help_footer, out);
     fprintf(out, "\nExit status: 0 on success, 1 on a runtime failure, 2 on bad input.\n");
+}
+
+void opts_print_man(const OptSpec *spec, FILE *out)
+{
+    manpage_section(out, "COMMANDS");
+    for (size_t i = 0; i < spec->ncmds; i++)
+        manpage_command(out, spec->cmds[i].name, spec->cmds[i].help);
+    manpage_section(out, "OPTIONS");
+    char text[200];
+    snprintf(text, sizeof(text), "Precedence: flag > environment > %sdefault.%s%s%s\n",
+             spec->file_option ? "config file > " : "",
+             spec->file_option ? " Every option is also a key of the config file (--" : "",
+             spec->file_option ? spec->file_option : "",
+             spec->file_option ? "), spelled the same." : "");
+    manpage_text(out, text);
+    for (size_t i = 0; i < spec->nopts; i++) {
+        const OptDef *o = &spec->opts[i];
+        /* The notes --help gives as [SIGHUP] and (commands), as sentences. */
+        char note[200] = "";
+        size_t used = 0;
+        if (o->reloadable)
+            used += (size_t)snprintf(note, sizeof(note),
+                                     "A running %s takes a new value over on SIGHUP.", spec->prog);
+        for (size_t c = 0; o->commands && c < spec->ncmds && used < sizeof(note); c++)
+            if (applies(o, spec->cmds[c].id))
+                used += (size_t)snprintf(note + used, sizeof(note) - used, "%s%s",
+                                         strstr(note, "Taken by:") ? " "
+                                         : used                    ? " Taken by: "
+                                                                   : "Taken by: ",
+                                         spec->cmds[c].name);
+        if (o->commands && used < sizeof(note))
+            snprintf(note + used, sizeof(note) - used, ".");
+        ManOption m = {o->name, o->metavar, o->help, o->env, o->def, note[0] ? note : NULL};
+        manpage_option(out, &m);
+    }
+    manpage_section(out, "ENVIRONMENT");
+    for (size_t i = 0; i < spec->nopts; i++)
+        if (spec->opts[i].env)
+            manpage_env(out, spec->opts[i].env, spec->opts[i].name);
 }

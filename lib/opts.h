@@ -127,4 +127,8 @@ void opts_free(const OptSpec *spec, void *out);
 /* Writes the usage text, generated from the tables. */
 void opts_print_help(const OptSpec *spec, FILE *out);
 
+/* Writes the COMMANDS, OPTIONS and ENVIRONMENT sections of the program's man page (roff), from
+ * the same tables as opts_print_help (manpage.h); tools/gen-man.sh adds the rest. */
+void opts_print_man(const OptSpec *spec, FILE *out);
+
 #endif

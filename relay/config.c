@@ -457,6 +457,11 @@ void config_print_help(FILE *out)
     opts_print_help(&spec, out);
 }
 
+void config_print_man(FILE *out)
+{
+    opts_print_man(&spec, out);
+}
+
 bool config_option_reloadable(const char *name)
 {
     const OptDef *o = opts_find(&spec, name, strlen(name));

@@ -98,6 +98,9 @@ void config_free(Config *cfg);
 /* Writes the usage text, generated from the option table. */
 void config_print_help(FILE *out);
 
+/* Writes the generated sections of the man page (roff), from the same table (opts_print_man). */
+void config_print_man(FILE *out);
+
 /* ---- reloading (SIGHUP) --------------------------------------------------------------------- */
 
 /* True for the options a running relay takes over from a reloaded configuration. */

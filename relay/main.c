@@ -110,6 +110,11 @@ int main(int argc, char **argv)
 {
     /* A peer closing a socket must surface as an error return, not kill the process. */
     signal(SIGPIPE, SIG_IGN);
+    /* Hidden: the generated sections of the man page, for tools/gen-man.sh. */
+    if (argc == 2 && strcmp(argv[1], "--help-man") == 0) {
+        config_print_man(stdout);
+        return 0;
+    }
 
     Config cfg;
     char err[1024];
