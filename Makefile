@@ -199,7 +199,7 @@ quickstart: bin/outbox-relay $(TOOL_BIN)
 
 # Installs the packages of tools/packages.txt the machine lacks (as root, or with sudo).
 deps:
-	sh tools/install-deps.sh
+	sh tools/install-deps.sh build test package
 
 # The quick start proven on a fresh Debian 12: a debootstrap minbase chroot with only make and git
 # added, this commit cloned into it, `make $(FRESH_CMD)` as its first command (root only; CI runs
@@ -219,3 +219,108 @@ format-check:
 
 clean:
 	rm -rf bin
+
+# ---- install, man pages, systemd unit, Debian package, dashboards ----------------------------
+# One block of new targets (docs/packaging.md). `make install` copies the three programs, their
+# man pages, the systemd unit and the example configuration; DESTDIR stages it (packaging), and
+# `make uninstall` removes what install put there (the configuration only while unchanged).
+# Also installed: the Prometheus alerting rules and the Grafana dashboard (DATADIR).
+# The Debian package (debian/rules) calls these same targets with PREFIX=/usr.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+MANDIR     ?= $(PREFIX)/share/man
+DATADIR    ?= $(PREFIX)/share/outbox-relay
+# /etc also under /usr/local: systemd and operators look there; `make install SYSCONFDIR=...`
+SYSCONFDIR ?= /etc
+# systemd reads units from /usr/local/lib/systemd/system too; Debian 12 keeps them in /lib.
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+INSTALL    ?= install
+
+MAN_PAGES := bin/man/outbox-relay.1 bin/man/producer-demo.1 bin/man/consumer-demo.1
+
+.PHONY: man man-check install install-relay install-demos uninstall unit-check package \
+        package-test package-fresh monitoring-check
+
+# Each page: the hand-written prose of man/NAME.1.in around the sections the program prints
+# from its own option table (--help-man), so the page and --help cannot drift apart.
+bin/man/%.1: bin/% man/%.1.in tools/gen-man.sh VERSION
+	@mkdir -p $(@D)
+	sh tools/gen-man.sh $< man/$*.1.in "$(VERSION)" > $@.tmp && mv $@.tmp $@
+
+man: $(MAN_PAGES)
+
+# groff with every warning on must stay silent, man must render each page, and every option of
+# --help must be in the page (tools/man-check.sh).
+man-check: $(MAN_PAGES)
+	@sh tools/man-check.sh $(MAN_PAGES)
+
+# The unit names the installed binary and configuration: written at install time, for the
+# BINDIR and SYSCONFDIR of that install.
+UNIT_SED = sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
+
+# systemd-analyze verify wants the binary at the ExecStart path: check a unit generated for bin/.
+unit-check: bin/outbox-relay bin/man/outbox-relay.1
+	@sh tools/unit-check.sh
+
+install-relay: bin/outbox-relay bin/man/outbox-relay.1
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(UNITDIR) \
+	    $(DESTDIR)$(SYSCONFDIR)/outbox-relay $(DESTDIR)$(DATADIR)
+	$(INSTALL) -m 755 bin/outbox-relay $(DESTDIR)$(BINDIR)/outbox-relay
+	$(INSTALL) -m 644 bin/man/outbox-relay.1 $(DESTDIR)$(MANDIR)/man1/outbox-relay.1
+	$(UNIT_SED) systemd/outbox-relay.service.in > $(DESTDIR)$(UNITDIR)/outbox-relay.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/outbox-relay.service
+	@# The Prometheus alerting rules and the Grafana dashboard, for the monitoring hosts to take.
+	$(INSTALL) -m 644 monitoring/outbox-relay.rules.yml monitoring/outbox-relay.dashboard.json \
+	    $(DESTDIR)$(DATADIR)/
+	@# An operator's edited configuration is never overwritten.
+	[ -e $(DESTDIR)$(SYSCONFDIR)/outbox-relay/relay.json ] || \
+	    $(INSTALL) -m 644 systemd/relay.json $(DESTDIR)$(SYSCONFDIR)/outbox-relay/relay.json
+
+install-demos: $(DEMO_BIN) bin/man/producer-demo.1 bin/man/consumer-demo.1
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1
+	$(INSTALL) -m 755 $(DEMO_BIN) $(DESTDIR)$(BINDIR)/
+	$(INSTALL) -m 644 bin/man/producer-demo.1 bin/man/consumer-demo.1 $(DESTDIR)$(MANDIR)/man1/
+
+install: install-relay install-demos
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/outbox-relay $(DESTDIR)$(BINDIR)/producer-demo \
+	    $(DESTDIR)$(BINDIR)/consumer-demo $(DESTDIR)$(UNITDIR)/outbox-relay.service \
+	    $(addprefix $(DESTDIR)$(MANDIR)/man1/,outbox-relay.1 producer-demo.1 consumer-demo.1) \
+	    $(addprefix $(DESTDIR)$(DATADIR)/,outbox-relay.rules.yml outbox-relay.dashboard.json)
+	rmdir $(DESTDIR)$(DATADIR) 2>/dev/null || true
+	@# The configuration goes only as installed; an edited one stays, and so does the secret
+	@# the operator put beside it (database-url).
+	if cmp -s systemd/relay.json $(DESTDIR)$(SYSCONFDIR)/outbox-relay/relay.json; then \
+	    rm -f $(DESTDIR)$(SYSCONFDIR)/outbox-relay/relay.json; \
+	    rmdir $(DESTDIR)$(SYSCONFDIR)/outbox-relay 2>/dev/null || true; \
+	else [ ! -e $(DESTDIR)$(SYSCONFDIR)/outbox-relay/relay.json ] || \
+	    echo "uninstall: kept $(DESTDIR)$(SYSCONFDIR)/outbox-relay/relay.json (changed since install)"; fi
+
+# outbox-relay_VERSION_ARCH.deb in bin/deb/, built from a copy of the tree (dpkg-buildpackage
+# cleans the tree it builds in, which would take bin/ of this one with it).
+package:
+	@bash tools/deb-build.sh
+
+# What CI runs as root: the package built, checked by lintian, installed with dpkg -i, and one
+# delivery test against the installed /usr/bin/outbox-relay run by its unit's command line.
+package-test: tools
+	@bash tools/deb-ci.sh
+
+# The issue's sequence for a clean Debian 12, literally: `make deps && dpkg-buildpackage -us -uc -b
+# && dpkg -i ../outbox-relay_*.deb`, then `outbox-relay --version` and the delivery test against
+# the installed binary. `make fresh-test FRESH_CMD=package-fresh` runs it as the first command in
+# a minbase chroot (root; by hand, see docs/packaging.md for its duration). It builds in this
+# tree (dpkg-buildpackage cleans bin/ first) and leaves the package installed: for a throwaway
+# machine.
+package-fresh:
+	$(MAKE) deps
+	dpkg-buildpackage -us -uc -b
+	dpkg -i ../outbox-relay_$(VERSION)_*.deb
+	outbox-relay --version
+	$(MAKE) tools
+	bash tests/pkg/installed_delivery.sh
+
+# Prometheus alerting rules: syntax (promtool check rules) and each rule's unit test.
+monitoring-check:
+	@sh tools/monitoring-check.sh
