@@ -168,7 +168,7 @@ tools: $(TOOL_BIN)
 bin/asan/test_%: tests/unit/test_%.c $(ASAN_LIB_OBJ)
 	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $(SAN_FLAGS) $^ $(DEP_LIBS) -lcmocka -o $@
 
-unit: $(UNIT_BIN)
+unit: $(UNIT_BIN) $(DEMO_UNIT_BIN)
 
 test: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN) $(DEMO_UNIT_BIN) \
       $(DEMO_BIN) $(DEMO_ASAN_BIN)
