@@ -35,6 +35,9 @@
 #   BENCH_LATENCY_ROUNDS=REPEAT    rounds of latency runs (default and tuned interleaved); above
 #                                  1, each row is its median-p50 round (and the p50s' min–max)
 #   BENCH_PARTS="drain latency producers payloads"   which measurements to run
+#   BENCH_SNAPSHOT_SECONDS=600     the old-snapshot runs ("snapshot" part): latency at
+#   BENCH_SNAPSHOT_RATE=3000       this rate for this long, without and then with a REPEATABLE
+#                                  READ transaction held open the whole time
 #   BENCH_PAYLOADS="1024:100000 10240:20000 512000:3000"   payload drains, BYTES:ROWS each (the
 #                                  relay at default settings; events/s, MB/s and peak RSS)
 #   BENCH_QUICK=1                  smoke run: small sizes, short durations
@@ -93,7 +96,9 @@ LAT_ROUNDS=${BENCH_LATENCY_ROUNDS:-$REPEAT}
     echo "bench: BENCH_REPEAT must be a positive integer" >&2
     exit 2
 }
-PARTS=" ${BENCH_PARTS:-drain latency producers payloads} "
+PARTS=" ${BENCH_PARTS:-drain latency producers payloads snapshot} "
+SNAP_S=${BENCH_SNAPSHOT_SECONDS:-600}
+SNAP_RATE=${BENCH_SNAPSHOT_RATE:-3000}
 PAYLOADS=${BENCH_PAYLOADS:-1024:100000 10240:20000 512000:3000}
 TOPIC=outbox.event.order
 BOUND_BATCH=1000 # rows per statement of the PostgreSQL-only bound (bench/claim_*.sql)
@@ -752,7 +757,7 @@ perf_stop() {
 declare -A R_RATE R_SECS R_HWM R_CPU R_RSS10 R_RSS50 R_RSSEND R_START R_FIRST R_NOTE R_ALL R_SPREAD R_STEADY
 declare -A L_TPS L_LAG L_INSERTED L_DUPS L_N L_P50 L_P99 L_MAX L_MISSING L_CPU P_TPS P_RATIO
 declare -A P_RATIO_SPREAD P_CPU
-declare -A L_RP50 L_RP99 L_KP50 L_KP99 L_SPREAD P_BYTES P_ROWS
+declare -A L_RP50 L_RP99 L_KP50 L_KP99 L_SPREAD P_BYTES P_ROWS S_B2 S_BMAX
 NOTES=()
 RUN_START=$(now_us)
 LOAD_BEFORE=$(cut -d ' ' -f 1-3 /proc/loadavg)
@@ -818,6 +823,48 @@ for ((round = 1; round <= LAT_ROUNDS; round++)); do
     done
 done
 latency_medians
+
+# Old snapshot: the latency run at SNAP_RATE for SNAP_S seconds, once as it is and once while
+# another session holds a REPEATABLE READ snapshot the whole time (a forgotten BEGIN, a long
+# report, a standby's hot_standby_feedback): vacuum can then remove none of the row versions the
+# marks leave behind, and claims walk them. The unsent backlog is sampled every 10 s: a relay
+# that keeps up has a flat one.
+snapshot_run() { # KEY HOLD
+    local key=$1 hold=$2 holder= sampler
+    if [ "$hold" = 1 ]; then
+        psql -XAtq -c "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM outbox;
+                       SELECT pg_sleep($((SNAP_S + WARM_S + 180)))" >/dev/null 2>&1 &
+        holder=$!
+        _t_track "$holder"
+    fi
+    (
+        t0=$(date +%s)
+        while sleep 10; do
+            echo "$(($(date +%s) - t0)) $(psql -XAtq -c "SELECT count(*) FROM outbox WHERE sent_at IS NULL" 2>/dev/null)"
+        done
+    ) >"$T/snapshot.$key.backlog" &
+    sampler=$!
+    _t_track "$sampler"
+    LAT_S=$SNAP_S latency "$key" "$SNAP_RATE"
+    kill "$sampler" 2>/dev/null
+    wait "$sampler" 2>/dev/null
+    untrack "$sampler"
+    if [ -n "$holder" ]; then
+        kill "$holder" 2>/dev/null
+        wait "$holder" 2>/dev/null
+        untrack "$holder"
+        psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                WHERE query LIKE '%pg_sleep%' AND pid <> pg_backend_pid()" >/dev/null
+    fi
+    # Backlog after the warm-up and the first 2 minutes, and the largest from then on.
+    S_B2[$key]=$(awk -v t=$((WARM_S + 120)) '$1 >= t { print $2; exit }' "$T/snapshot.$key.backlog")
+    S_BMAX[$key]=$(awk -v t=$((WARM_S + 120)) '$1 >= t && $2 > m { m = $2 } END { print m + 0 }' \
+        "$T/snapshot.$key.backlog")
+}
+if [[ $PARTS == *" snapshot "* ]]; then
+    snapshot_run snapshot.without 0
+    snapshot_run snapshot.with 1
+fi
 
 # Payload sizes: the same drain at default settings over rows of one payload size each, from a
 # seed table per size (one random hex blob per size, so TOAST cannot compress it away; a row's
@@ -1036,6 +1083,25 @@ report_memory() {
     echo
 }
 
+report_snapshot() {
+    local key d
+    echo "## An old snapshot held: latency at $(commas "$SNAP_RATE") events/s for $SNAP_S s"
+    echo
+    echo "The same run twice, default settings: as it is, then while another session holds a"
+    echo "REPEATABLE READ snapshot open the whole time. Backlog: unsent rows sampled every 10 s, after"
+    echo "the warm-up and the first 2 minutes, and the largest sample from then on."
+    echo
+    echo "| run | events measured | p50 ms | p99 ms | max ms | p99 × without | backlog at 2 min | largest backlog after | relay CPU s |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for key in snapshot.without snapshot.with; do
+        [ -n "${L_N[$key]:-}" ] || continue
+        d="without an old snapshot"
+        [ "$key" = snapshot.with ] && d="**with** an old snapshot"
+        echo "| $d | $(commas "${L_N[$key]}") | ${L_P50[$key]} | **${L_P99[$key]}** | ${L_MAX[$key]} | $(x_ratio "$(ratio "${L_P99[$key]}" "${L_P99[snapshot.without]:-}")") | $(commas "${S_B2[$key]:--}") | $(commas "${S_BMAX[$key]:--}") | ${L_CPU[$key]:--} |"
+    done
+    echo
+}
+
 report_payloads() {
     local spec bytes rows key mbs
     echo "## Payload sizes: drains at default settings"
@@ -1097,6 +1163,7 @@ report() {
     [[ $PARTS == *" producers "* ]] && report_producers
     [[ $PARTS == *" drain "* ]] && report_memory
     [ -n "$PAYLOADS" ] && report_payloads
+    [[ $PARTS == *" snapshot "* ]] && report_snapshot
     report_targets
     report_method
     report_notes
