@@ -61,9 +61,11 @@ export LC_ALL=C # decimal points in $EPOCHREALTIME, awk and printf; byte order i
 
 QUICK=${BENCH_QUICK:-0}
 if [ "$QUICK" = 1 ]; then
-    d_sizes="10000 30000" d_lat=3 d_warm=1 d_prod=3
+    d_sizes="10000 30000" d_lat=3 d_warm=1 d_prod=3 d_snap=20
+    d_payloads="1024:10000 512000:300"
 else
-    d_sizes="100000 1000000" d_lat=10 d_warm=3 d_prod=10
+    d_sizes="100000 1000000" d_lat=10 d_warm=3 d_prod=10 d_snap=600
+    d_payloads="1024:100000 10240:20000 512000:3000"
 fi
 SIZES=${BENCH_SIZES:-$d_sizes}
 TUNED_FLAGS=${BENCH_TUNED_FLAGS-"--batch-size 2000 --kafka linger.ms=1"}
@@ -97,9 +99,9 @@ LAT_ROUNDS=${BENCH_LATENCY_ROUNDS:-$REPEAT}
     exit 2
 }
 PARTS=" ${BENCH_PARTS:-drain latency producers payloads snapshot} "
-SNAP_S=${BENCH_SNAPSHOT_SECONDS:-600}
+SNAP_S=${BENCH_SNAPSHOT_SECONDS:-$d_snap}
 SNAP_RATE=${BENCH_SNAPSHOT_RATE:-3000}
-PAYLOADS=${BENCH_PAYLOADS:-1024:100000 10240:20000 512000:3000}
+PAYLOADS=${BENCH_PAYLOADS:-$d_payloads}
 TOPIC=outbox.event.order
 BOUND_BATCH=1000 # rows per statement of the PostgreSQL-only bound (bench/claim_*.sql)
 if [ "$QUICK" = 1 ]; then
