@@ -5,6 +5,7 @@
 
 #include "engine.h"
 #include "log.h"
+#include "metrics.h"
 
 /* After a claim hit a row locked by someone else, claims go around locked rows for this long
  * before a plain claim tries again (see on_claim_locked). */
@@ -96,6 +97,7 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
     char q[512];
     if (!results)
         return;
+    metrics_claim_done(ev_now(s->loop) - s->claim_sent_at);
     if (error && is_lock_timeout(results, n)) {
         on_claim_locked(s);
         return;

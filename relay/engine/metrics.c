@@ -17,7 +17,19 @@
  * up) to an hour (a backlog after an outage). */
 static const double latency_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                         2.5,   5,    10,    30,   60,  300,  900, 3600};
-#define N_BOUNDS (sizeof(latency_bounds) / sizeof(latency_bounds[0]))
+/* Upper bounds of the claim-duration buckets, in seconds: a claim over a healthy index takes a
+ * millisecond or two; one that walks dead versions an old snapshot keeps (README, "Dead rows and
+ * old snapshots") takes tens or hundreds. */
+static const double claim_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                      0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+#define MAX_BOUNDS 16
+
+/* A Prometheus histogram: per-bucket counts (not cumulative; the last is +Inf), count, sum. */
+typedef struct Histogram {
+    unsigned long long buckets[MAX_BOUNDS + 1];
+    unsigned long long count;
+    double sum;
+} Histogram;
 
 typedef struct TopicCount {
     char *topic; /* NULL: free slot */
@@ -31,9 +43,8 @@ static struct {
     unsigned long long other_published; /* beyond METRICS_MAX_TOPICS */
     unsigned long long failures[2];     /* [0] transient, [1] permanent */
     unsigned long long dead_lettered, batches, retention_deleted;
-    unsigned long long latency_buckets[N_BOUNDS + 1]; /* not cumulative; the last is +Inf */
-    unsigned long long latency_count;
-    double latency_sum;
+    Histogram latency; /* over latency_bounds */
+    Histogram claims;  /* over claim_bounds */
     bool backlog_known;
     long long backlog, dead_rows;
     double oldest_age_s;
@@ -100,17 +111,31 @@ static unsigned long long *published_counter(const char *topic)
     return &t->published;
 }
 
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+_Static_assert(N_OF(latency_bounds) <= MAX_BOUNDS && N_OF(claim_bounds) <= MAX_BOUNDS,
+               "Histogram has room for every bound");
+
+static void observe(Histogram *h, const double *bounds, size_t n, double value)
+{
+    size_t b = 0;
+    while (b < n && value > bounds[b])
+        b++;
+    h->buckets[b]++;
+    h->count++;
+    h->sum += value;
+}
+
 void metrics_event_published(const char *topic, double latency_s)
 {
     (*published_counter(topic))++;
-    if (latency_s < 0)
-        return;
-    size_t b = 0;
-    while (b < N_BOUNDS && latency_s > latency_bounds[b])
-        b++;
-    m.latency_buckets[b]++;
-    m.latency_count++;
-    m.latency_sum += latency_s;
+    if (latency_s >= 0)
+        observe(&m.latency, latency_bounds, N_OF(latency_bounds), latency_s);
+}
+
+void metrics_claim_done(double seconds)
+{
+    if (seconds >= 0)
+        observe(&m.claims, claim_bounds, N_OF(claim_bounds), seconds);
 }
 
 void metrics_failure(bool permanent)
@@ -218,23 +243,36 @@ static void render_published(StrBuf *out)
         printf_to(out, "outbox_events_published_total{topic=\"_other\"} %llu\n", m.other_published);
 }
 
+static void render_histogram(StrBuf *out, const char *name, const char *help, const Histogram *h,
+                             const double *bounds, size_t n)
+{
+    header(out, name, "histogram", help);
+    unsigned long long cumulative = 0;
+    for (size_t b = 0; b < n; b++) {
+        cumulative += h->buckets[b];
+        printf_to(out, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[b], cumulative);
+    }
+    cumulative += h->buckets[n];
+    printf_to(out, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, cumulative,
+              name, h->sum, name, h->count);
+}
+
 static void render_latency(StrBuf *out)
 {
-    const char *name = "outbox_created_to_ack_seconds";
-    header(out, name, "histogram",
-           "Seconds from an event's created_at (the start of the transaction that inserted it) to "
-           "the broker's acknowledgement of its message: time waiting in the outbox plus claim, "
-           "produce and replication. Measured as the row's age when claimed (database clock) plus "
-           "the time from claim to acknowledgement (relay clock), so clock skew does not enter. A "
-           "retried event counts from its original created_at; a copy sent again counts again.");
-    unsigned long long cumulative = 0;
-    for (size_t b = 0; b < N_BOUNDS; b++) {
-        cumulative += m.latency_buckets[b];
-        printf_to(out, "%s_bucket{le=\"%g\"} %llu\n", name, latency_bounds[b], cumulative);
-    }
-    cumulative += m.latency_buckets[N_BOUNDS];
-    printf_to(out, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, cumulative,
-              name, m.latency_sum, name, m.latency_count);
+    render_histogram(
+        out, "outbox_created_to_ack_seconds",
+        "Seconds from an event's created_at (the start of the transaction that inserted it) to "
+        "the broker's acknowledgement of its message: time waiting in the outbox plus claim, "
+        "produce and replication. Measured as the row's age when claimed (database clock) plus "
+        "the time from claim to acknowledgement (relay clock), so clock skew does not enter. A "
+        "retried event counts from its original created_at; a copy sent again counts again.",
+        &m.latency, latency_bounds, N_OF(latency_bounds));
+    render_histogram(
+        out, "outbox_claim_duration_seconds",
+        "Seconds from sending a claim (BEGIN, the claim statement) to its rows arriving, empty "
+        "claims included. Claims that grow slower while the backlog does not are walking dead "
+        "row versions an old snapshot keeps from vacuum: see outbox_vacuum_horizon_held_seconds.",
+        &m.claims, claim_bounds, N_OF(claim_bounds));
 }
 
 void metrics_render(StrBuf *out, const MetricsLive *live)

@@ -48,6 +48,9 @@ void metrics_set_backlog(long long unsent, long long dead, double oldest_age_s);
  * known, e.g. a replication slot). Without one, xids = 0. */
 void metrics_set_vacuum_horizon(long long xids, double held_s);
 
+/* A claim's rows (or its error) arrived `seconds` after it was sent. */
+void metrics_claim_done(double seconds);
+
 /* The relay's hook for an acknowledged row of batch b (claimed at b->claimed_at, loop time):
  * counts event rows (dead-letter copies are not events published) under the topic the template
  * gives them, with latency = the row's age when claimed (database clock) + the time since the

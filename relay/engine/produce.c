@@ -205,7 +205,7 @@ void session_on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents)
               "delivery timeout: cancelling the rest of the batch, it will be retried",
               "in_flight=%d acked=%d timeout_ms=%ld session=%d", b->in_flight, b->acked,
               s->cfg->delivery_timeout_ms, s->index);
-    /* The purge cancels what every member has in flight: each counts it as its own timeout, so
+    /* The purge cancels what every session has in flight: each counts it as its own timeout, so
      * what reached the broker stays a prefix of each batch per partition. */
     Relay *r = s->relay;
     for (int i = 0; i < r->n_sessions; i++)

@@ -286,7 +286,7 @@ static void on_shutdown_timer(struct ev_loop *loop, ev_timer *w, int revents)
     if (s->phase == PHASE_PRODUCING && !b->abandoned) {
         /* Reports that arrive from now on are ignored: those rows stay unsent. The producer
          * still holds their messages, whose payloads point into the claim results: those live
-         * until the producer is gone (relay_free frees it before the members). */
+         * until the producer is gone (relay_free frees it before the sessions). */
         for (int i = 0; i < b->n; i++)
             if (b->rows[i].state == ROW_QUEUED)
                 b->rows[i].state = ROW_PENDING;
@@ -298,7 +298,7 @@ static void on_shutdown_timer(struct ev_loop *loop, ev_timer *w, int revents)
     }
 }
 
-/* Stops one member: at once between batches, else once its batch is done (bounded by the
+/* Stops one session: at once between batches, else once its batch is done (bounded by the
  * shutdown timeout while waiting for acknowledgements). */
 void session_stop(Session *s)
 {
