@@ -123,7 +123,11 @@ static const OptDef options[] = {
      "requeue, purge-dead: the outbox id of one dead-lettered event"},
     {"all", OPT_BOOL, NULL, NULL, 0, 0, FIELD(all), 0, 0, "",
      "requeue, purge-dead: every dead-lettered event"},
-    {"json", OPT_BOOL, NULL, NULL, 0, 0, FIELD(json), 0, 0, "", "dead, status: print JSON"},
+    {"json", OPT_BOOL, NULL, NULL, 0, 0, FIELD(json), 0, 0, "", "dead, status, verify: print JSON"},
+    {"since", OPT_DURATION, NULL, "1h", 0, 0, FIELD(verify_since_s), 0, 0, "DURATION",
+     "verify: check the rows marked sent this far back, e.g. 15m, 2h"},
+    {"from-beginning", OPT_BOOL, NULL, NULL, 0, 0, FIELD(verify_from_beginning), 0, 0, "",
+     "verify: read the topics from their first message, not from the window's start time"},
 };
 
 #define N_OPTIONS (sizeof(options) / sizeof(options[0]))
@@ -151,6 +155,7 @@ static const CmdDef commands[] = {
     {"requeue", CMD_REQUEUE, "put dead-lettered events back in line (--id ID or --all)"},
     {"purge-dead", CMD_PURGE_DEAD, "delete dead-lettered events for good (--id ID or --all)"},
     {"status", CMD_STATUS, "backlog, oldest unsent event, dead events, throughput, active relays"},
+    {"verify", CMD_VERIFY, "read the topics back and check them against the outbox (--since)"},
     {"help", CMD_HELP, "show this help (also --help, -h)"},
     {"version", CMD_VERSION, "show the version (also --version)"},
 };
@@ -432,7 +437,7 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
                           cfg->additional_fields};
     if (!table_map_init(&cfg->map, &table, err, errlen))
         return false;
-    if (cfg->command == CMD_RUN && !cfg->brokers)
+    if ((cfg->command == CMD_RUN || cfg->command == CMD_VERIFY) && !cfg->brokers)
         return optval_fail(err, errlen,
                            "missing Kafka brokers: pass --brokers or set KAFKA_BROKERS");
     if (cfg->command == CMD_RUN && cfg->retry_backoff_max_ms < cfg->retry_backoff_ms)

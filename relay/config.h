@@ -21,6 +21,7 @@ typedef enum {
     CMD_REQUEUE,
     CMD_PURGE_DEAD,
     CMD_STATUS,
+    CMD_VERIFY,
     CMD_HELP,
     CMD_VERSION
 } Command;
@@ -77,13 +78,15 @@ typedef struct Config {
     PoisonPolicy on_poison;
     OnSent on_sent;
     OrderScope order_scope;
-    char *dead_letter_topic; /* NULL: dead events are only kept in the table */
-    char *metrics_listen;    /* HOST:PORT of the metrics and health endpoints, NULL: off */
-    long retention_s;        /* delete sent rows older than this; 0: keep them forever */
-    long horizon_warn_s;     /* log a snapshot holding back vacuum this long; 0: never */
-    long id;                 /* requeue, purge-dead --id */
-    bool all;                /* requeue, purge-dead --all */
-    bool json;               /* dead, status --json */
+    char *dead_letter_topic;    /* NULL: dead events are only kept in the table */
+    char *metrics_listen;       /* HOST:PORT of the metrics and health endpoints, NULL: off */
+    long retention_s;           /* delete sent rows older than this; 0: keep them forever */
+    long horizon_warn_s;        /* log a snapshot holding back vacuum this long; 0: never */
+    long id;                    /* requeue, purge-dead --id */
+    bool all;                   /* requeue, purge-dead --all */
+    bool json;                  /* dead, status, verify --json */
+    long verify_since_s;        /* verify --since: rows marked sent this far back */
+    bool verify_from_beginning; /* verify --from-beginning: read the topics whole */
 } Config;
 
 /* Fills cfg from argv (argv[1] is the command), the environment and the config file named by

@@ -23,6 +23,7 @@
 #include "sdnotify.h"
 #include "secrets.h"
 #include "status.h"
+#include "verify.h"
 
 #ifndef OUTBOX_RELAY_VERSION
 #define OUTBOX_RELAY_VERSION "dev"
@@ -147,7 +148,8 @@ int main(int argc, char **argv)
     case CMD_DEAD:
     case CMD_REQUEUE:
     case CMD_PURGE_DEAD:
-    case CMD_STATUS: {
+    case CMD_STATUS:
+    case CMD_VERIFY: {
         if (!db_check_conninfo(cfg.database_url, err, sizeof(err))) {
             rc = usage_error(err);
             break;
@@ -155,6 +157,7 @@ int main(int argc, char **argv)
         rc = cfg.command == CMD_DEAD      ? admin_dead(&cfg)
              : cfg.command == CMD_REQUEUE ? admin_requeue(&cfg)
              : cfg.command == CMD_STATUS  ? status_run(&cfg)
+             : cfg.command == CMD_VERIFY  ? verify_run(&cfg)
                                           : admin_purge_dead(&cfg);
         break;
     }

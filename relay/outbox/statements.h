@@ -168,4 +168,18 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " WHERE sent_at < now() - make_interval(secs => $1::float8)"                                   \
     " LIMIT " batch " FOR UPDATE SKIP LOCKED)"
 
+/* ---- verify (relay/cmd/verify.c) ---- */
+
+/* The rows marked sent in the last $1 seconds, in order: seq, event id, aggregate, event type. */
+#define SQL_VERIFY_ROWS                                                                            \
+    "SELECT {seq}, {event_id}::text, coalesce({aggregate_type}::text, ''),"                        \
+    " coalesce({aggregate_id}::text, ''), coalesce({event_type}::text, '') FROM {table}"           \
+    " WHERE sent_at >= now() - make_interval(secs => $1::float8) ORDER BY {seq}"
+/* The database's clock, in milliseconds since the epoch. */
+#define SQL_VERIFY_NOW "SELECT (extract(epoch FROM now()) * 1000)::bigint"
+/* For each event id of the array $1, in order, whether a row of the table has it. */
+#define SQL_VERIFY_KNOWN_IDS                                                                       \
+    "SELECT EXISTS (SELECT 1 FROM {table} o WHERE o.{event_id}::text = x.id)"                      \
+    " FROM unnest($1::text[]) WITH ORDINALITY AS x(id, n) ORDER BY x.n"
+
 #endif
