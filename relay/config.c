@@ -17,10 +17,12 @@ _Static_assert(sizeof(PoisonPolicy) == sizeof(int), "PoisonPolicy stored as int"
 _Static_assert(sizeof(TableLayout) == sizeof(int), "TableLayout stored as int");
 _Static_assert(sizeof(OnSent) == sizeof(int), "OnSent stored as int");
 _Static_assert(sizeof(OrderScope) == sizeof(int), "OrderScope stored as int");
+_Static_assert(sizeof(MessageFormat) == sizeof(int), "MessageFormat stored as int");
 
 static const char *const poison_policies[] = {"hold", "skip", NULL};
-static const char *const on_sent_actions[] = {"mark", "delete", NULL};  /* in OnSent order */
-static const char *const layouts[] = {"relay", "debezium", NULL};       /* in TableLayout order */
+static const char *const on_sent_actions[] = {"mark", "delete", NULL}; /* in OnSent order */
+static const char *const layouts[] = {"relay", "debezium", NULL};      /* in TableLayout order */
+static const char *const message_formats[] = {"relay", "cloudevents", NULL}; /* MessageFormat */
 static const char *const order_scopes[] = {"aggregate", "topic", NULL}; /* in OrderScope order */
 
 static const OptDef options[] = {
@@ -108,6 +110,14 @@ static const OptDef options[] = {
      "aggregate: all of an aggregate's events stay in order, so the topic template may not use "
      "{event_type}; topic: order holds per aggregate within each topic only",
      order_scopes, false},
+    {"message-format", OPT_CHOICE, NULL, "relay", 0, 0, FIELD(message_format), 0, 0, "FORMAT",
+     "relay: headers id, event_type, aggregate_type; cloudevents: also the CloudEvents Kafka "
+     "binding's ce_ attributes, so CloudEvents SDKs read the messages as events",
+     message_formats},
+    {"ce-source", OPT_STRING, NULL, "outbox-relay", 0, 0, FIELD(ce_source), 0, 0, "URI",
+     "with --message-format cloudevents: the events' source attribute"},
+    {"ce-content-type", OPT_STRING, NULL, "application/json", 0, 0, FIELD(ce_content_type), 0, 0,
+     "TYPE", "with --message-format cloudevents: the payloads' media type (content-type header)"},
     {"dead-letter-topic", OPT_STRING, NULL, NULL, 0, 0, FIELD(dead_letter_topic), 0, 0, "TOPIC",
      "also publish dead-lettered events here, with the error in headers (default: none)"},
     {"metrics-listen", OPT_STRING, NULL, NULL, 0, 0, FIELD(metrics_listen), 0, 0, "HOST:PORT",

@@ -44,6 +44,12 @@ typedef enum {
     ORDER_PER_TOPIC,     /* an aggregate's events within each topic: {event_type} allowed */
 } OrderScope;
 
+/* What a message looks like besides its value (the payload) and key (the aggregate id). */
+typedef enum {
+    FORMAT_RELAY,       /* the headers id (event id), event_type, aggregate_type, the row's own */
+    FORMAT_CLOUDEVENTS, /* those, plus CloudEvents' ce_ attributes (route_cloudevents_add) */
+} MessageFormat;
+
 typedef struct Config {
     Command command;
     char *database_url; /* from --database-url, DATABASE_URL or the file of database-url-file */
@@ -78,13 +84,16 @@ typedef struct Config {
     PoisonPolicy on_poison;
     OnSent on_sent;
     OrderScope order_scope;
-    char *dead_letter_topic;    /* NULL: dead events are only kept in the table */
-    char *metrics_listen;       /* HOST:PORT of the metrics and health endpoints, NULL: off */
-    long retention_s;           /* delete sent rows older than this; 0: keep them forever */
-    long horizon_warn_s;        /* log a snapshot holding back vacuum this long; 0: never */
-    long id;                    /* requeue, purge-dead --id */
-    bool all;                   /* requeue, purge-dead --all */
-    bool json;                  /* dead, status, verify --json */
+    char *dead_letter_topic; /* NULL: dead events are only kept in the table */
+    char *metrics_listen;    /* HOST:PORT of the metrics and health endpoints, NULL: off */
+    long retention_s;        /* delete sent rows older than this; 0: keep them forever */
+    long horizon_warn_s;     /* log a snapshot holding back vacuum this long; 0: never */
+    long id;                 /* requeue, purge-dead --id */
+    bool all;                /* requeue, purge-dead --all */
+    bool json;               /* dead, status, verify --json */
+    MessageFormat message_format;
+    char *ce_source;            /* CloudEvents source attribute */
+    char *ce_content_type;      /* CloudEvents datacontenttype (the content-type header) */
     long verify_since_s;        /* verify --since: rows marked sent this far back */
     bool verify_from_beginning; /* verify --from-beginning: read the topics whole */
 } Config;

@@ -93,6 +93,10 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
         br->age_s = PQnfields(res) > ROW_COL_AGE && !PQgetisnull(res, i, ROW_COL_AGE)
                         ? strtod(PQgetvalue(res, i, ROW_COL_AGE), NULL)
                         : -1.0;
+        row->created_at =
+            PQnfields(res) > ROW_COL_CREATED_AT && !PQgetisnull(res, i, ROW_COL_CREATED_AT)
+                ? PQgetvalue(res, i, ROW_COL_CREATED_AT)
+                : NULL;
         row->extra_headers =
             PQnfields(res) > ROW_COL_EXTRA_HEADERS && !PQgetisnull(res, i, ROW_COL_EXTRA_HEADERS)
                 ? PQgetvalue(res, i, ROW_COL_EXTRA_HEADERS)

@@ -27,6 +27,16 @@ void session_check_batch_done(Session *s)
         session_send_marks(s);
 }
 
+/* The headers of an event's message in the configured format; NULL with why in err. */
+static rd_kafka_headers_t *message_headers(const Session *s, const OutboxRow *row, char *err,
+                                           size_t errlen)
+{
+    rd_kafka_headers_t *hdrs = route_headers(row, s->cfg->map.identity_headers, err, errlen);
+    if (hdrs && s->cfg->message_format == FORMAT_CLOUDEVENTS)
+        route_cloudevents_add(hdrs, row, s->cfg->ce_source, s->cfg->ce_content_type);
+    return hdrs;
+}
+
 /* Produces a dead event to the dead-letter topic, with why it died in the headers. A payload too
  * large for Kafka (a common reason to die) is left out rather than failing again. */
 static rd_kafka_resp_err_t produce_dead_letter(Session *s, BatchRow *br)
@@ -86,7 +96,7 @@ static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
     rd_kafka_headers_t *hdrs = br->headers; /* from prepare_headers, or built here */
     br->headers = NULL;
     if (!hdrs)
-        hdrs = route_headers(row, s->cfg->map.identity_headers, why, sizeof(why));
+        hdrs = message_headers(s, row, why, sizeof(why));
     if (!hdrs) {
         batch_fail(&s->batch, br, why, true);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
@@ -119,7 +129,7 @@ static void prepare_headers(Session *s)
     for (; b->prepared < b->n; b->prepared++) {
         BatchRow *br = &b->rows[b->prepared];
         if (!br->dead_letter && br->state == ROW_PENDING)
-            br->headers = route_headers(&br->row, s->cfg->map.identity_headers, why, sizeof(why));
+            br->headers = message_headers(s, &br->row, why, sizeof(why));
     }
 }
 

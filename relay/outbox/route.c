@@ -207,3 +207,23 @@ bool route_topic_name_check(const char *option, const char *topic, char *err, si
     log_one_line(err);
     return false;
 }
+
+/* The attributes of the CloudEvents Kafka protocol binding, binary content mode (ce_ headers). */
+static const char *const ce_names[] = {"ce_specversion", "ce_id",      "ce_source",   "ce_type",
+                                       "ce_time",        "ce_subject", "content-type"};
+
+void route_cloudevents_add(rd_kafka_headers_t *hdrs, const OutboxRow *row, const char *source,
+                           const char *content_type)
+{
+    /* A row's own headers of these names would make the event say something else. */
+    for (size_t i = 0; i < sizeof(ce_names) / sizeof(ce_names[0]); i++)
+        rd_kafka_header_remove(hdrs, ce_names[i]);
+    rd_kafka_header_add(hdrs, "ce_specversion", -1, "1.0", -1);
+    rd_kafka_header_add(hdrs, "ce_id", -1, row->event_id, -1);
+    rd_kafka_header_add(hdrs, "ce_source", -1, source, -1);
+    rd_kafka_header_add(hdrs, "ce_type", -1, row->event_type, -1);
+    if (row->created_at)
+        rd_kafka_header_add(hdrs, "ce_time", -1, row->created_at, -1);
+    rd_kafka_header_add(hdrs, "ce_subject", -1, row->aggregate_id, -1);
+    rd_kafka_header_add(hdrs, "content-type", -1, content_type, -1);
+}

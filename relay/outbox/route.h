@@ -47,4 +47,12 @@ rd_kafka_headers_t *route_dead_letter_headers(const OutboxRow *row, bool identit
 bool route_topic_name_check(const char *option, const char *topic, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
+/* Adds the CloudEvents attributes of a row (Kafka protocol binding, binary content mode:
+ * ce_specversion 1.0, ce_id = event id, ce_source = source, ce_type = event type, ce_time =
+ * created_at, ce_subject = aggregate id, content-type), replacing any header of those names the
+ * row brought itself. The value stays the payload, so a CloudEvents SDK reads it as the event's
+ * data. hdrs stays the caller's. */
+void route_cloudevents_add(rd_kafka_headers_t *hdrs, const OutboxRow *row, const char *source,
+                           const char *content_type);
+
 #endif

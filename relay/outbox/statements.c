@@ -77,11 +77,11 @@
 #define CLAIM_COLUMNS(last_error) TABLE_ROW_COLUMNS_PAYLOAD("o.{payload}", last_error)
 #define ROW_NAMES                                                                                  \
     "seq, event_id, aggregate_type, aggregate_id, event_type, payload, headers, attempts,"         \
-    " last_error, age, extra_headers"
+    " last_error, age, extra_headers, created_at"
 #define SQL_WITHIN_BUDGET(rows_query)                                                              \
     "SELECT w.seq, w.event_id, w.aggregate_type, w.aggregate_id, w.event_type,"                    \
     " CASE WHEN w.bytes > $4::bigint THEN NULL ELSE w.text END, w.headers, w.attempts,"            \
-    " w.last_error, w.age, w.extra_headers, w.bytes"                                               \
+    " w.last_error, w.age, w.extra_headers, w.created_at, w.bytes"                                               \
     " FROM (SELECT s.*, octet_length(s.text)::bigint AS bytes,"                                    \
     " sum(CASE WHEN octet_length(s.text) > $4::bigint THEN 0"                                      \
     " ELSE coalesce(octet_length(s.text), 0) END) OVER (ORDER BY s.seq) AS held"                   \

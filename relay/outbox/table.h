@@ -76,7 +76,8 @@ const char *table_map_display(const TableMap *m, char *buf, size_t buflen);
 #define TABLE_ROW_COLUMNS_PAYLOAD(payload, last_error)                                             \
     " o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, o.{event_type}, " payload ","   \
     " {o.headers}, o.attempts, " last_error ","                                                    \
-    " extract(epoch FROM clock_timestamp() - o.created_at)::float8, {o.extra_headers}"
+    " extract(epoch FROM clock_timestamp() - o.created_at)::float8, {o.extra_headers},"            \
+    " to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 
 /* One claimed row, decoded from the columns below (engine/batch.c). Strings point into the query
  * result and stay valid while the batch lives; payload and headers are NULL for SQL NULL. */
@@ -90,6 +91,7 @@ typedef struct OutboxRow {
     size_t payload_len;
     const char *headers;       /* JSON object text, or NULL */
     const char *extra_headers; /* JSON object of the additional fields placed as headers, or NULL */
+    const char *created_at;    /* RFC 3339 in UTC ("2026-11-23T12:00:00.123456Z"), or NULL */
 } OutboxRow;
 
 /* The position of each column of TABLE_ROW_COLUMNS in a result, for whoever decodes one. */
@@ -105,6 +107,7 @@ typedef enum {
     ROW_COL_LAST_ERROR,
     ROW_COL_AGE,
     ROW_COL_EXTRA_HEADERS,
+    ROW_COL_CREATED_AT,   /* RFC 3339, UTC, microseconds */
     ROW_COL_PAYLOAD_BYTES /* only the claims within a byte budget add it (statements.c) */
 } RowColumn;
 
