@@ -129,6 +129,9 @@ static const OptDef options[] = {
      "with --metrics-listen: log when one snapshot has held back vacuum this long; 0 or off: "
      "never",
      NULL, true},
+    {"connect-wait", OPT_DURATION, NULL, "off", 0, 0, FIELD(connect_wait_s), 0, 0, "DURATION",
+     "migrate: retry connecting to PostgreSQL for up to this long (e.g. 60s; for a database "
+     "that is still starting); 0 or off: try once"},
     {"id", OPT_INT, NULL, NULL, 1, LONG_MAX, FIELD(id), 0, 0, "ID",
      "requeue, purge-dead: the outbox id of one dead-lettered event"},
     {"all", OPT_BOOL, NULL, NULL, 0, 0, FIELD(all), 0, 0, "",

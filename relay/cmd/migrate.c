@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "db.h"
 #include "log.h"
@@ -189,10 +190,39 @@ failed:
     return false;
 }
 
-int migrate_run(const char *conninfo, const TableMap *map)
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* db_connect, retried every second for up to wait_s seconds (0: once). Why: migrate is often the
+ * first client of a database that starts with it (docker compose, an init container), and a
+ * PostgreSQL that is still initialising refuses connections or answers "the database system is
+ * starting up" for a while. db_connect's connect_timeout bounds each attempt. NULL with the last
+ * error in err when every attempt failed. */
+static PGconn *connect_waiting(const char *conninfo, long wait_s, char *err, size_t errlen)
+{
+    double deadline = monotonic_s() + (double)wait_s;
+    for (int attempt = 1;; attempt++) {
+        PGconn *conn = db_connect(conninfo, "outbox-relay migrate", err, errlen);
+        if (conn || wait_s <= 0 || monotonic_s() + 1.0 > deadline)
+            return conn;
+        if (attempt == 1) {
+            char q_err[600];
+            log_warn("cannot connect to PostgreSQL yet, retrying", "wait_s=%ld error=%s", wait_s,
+                     log_quote(err, q_err, sizeof(q_err)));
+        }
+        struct timespec second = {1, 0};
+        nanosleep(&second, NULL);
+    }
+}
+
+int migrate_run(const char *conninfo, const TableMap *map, long wait_s)
 {
     char masked[1024], q_url[1100], err[300], q_err[600];
-    PGconn *conn = db_connect(conninfo, "outbox-relay migrate", err, sizeof(err));
+    PGconn *conn = connect_waiting(conninfo, wait_s, err, sizeof(err));
     if (!conn) {
         log_error(
             "cannot connect to PostgreSQL", "url=%s error=%s",

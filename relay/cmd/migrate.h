@@ -23,7 +23,9 @@ extern const size_t migration_count;
  * table than the relay's own, adopts that table instead: sets up the wakeup, adds the relay's
  * bookkeeping columns, indexes and wakeup trigger where missing (idempotent), grants the relay's
  * roles (where they exist) what they need on it, and checks that every mapped column exists. Logs
- * each step. Returns 0 on success, 1 on failure (logged, with passwords masked). */
-int migrate_run(const char *conninfo, const TableMap *map);
+ * each step. Connecting is retried for up to wait_s seconds (0: tried once), each attempt bounded
+ * by connect_timeout (10 s unless conninfo sets it). Returns 0 on success, 1 on failure (logged,
+ * with passwords masked). */
+int migrate_run(const char *conninfo, const TableMap *map, long wait_s);
 
 #endif

@@ -2,7 +2,9 @@
 # Proves: `outbox-relay migrate` creates the outbox schema the relay and applications rely on
 # (columns and defaults), records one schema_migrations row per migrations/*.sql file, is a no-op
 # when run again, is safe when several instances start at once, and that the SQL files also
-# apply with plain psql in order (so operators can review and run them by hand).
+# apply with plain psql in order (so operators can review and run them by hand). With PostgreSQL
+# down it fails at once, or with --connect-wait retries until the server is up (exit 0) or the
+# wait is over (exit 1, one error line).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
 t_setup
@@ -81,3 +83,37 @@ done
 check_eq "psql-applied schema has the outbox table" 1 \
     "$(psql_q "SELECT count(*) FROM information_schema.tables WHERE table_name = 'outbox'" \
         -d outbox_psql)"
+
+# --- a database that is still starting (--connect-wait) ---
+# As in docker compose: migrate starts while PostgreSQL does not accept connections yet. Without
+# --connect-wait it tries once and fails; with it, it retries until the server is up.
+psql_q "CREATE DATABASE outbox_wait" -d postgres
+wait_url=postgresql://postgres@127.0.0.1:$PGPORT/outbox_wait
+pg_stop
+relay_migrate_at() { "$RELAY_BIN" migrate --database-url "$wait_url" "$@"; }
+relay_migrate_at 2>"$T/nowait.log"
+check_eq "PostgreSQL down, no --connect-wait: migrate exits 1" 1 $?
+check "it says it cannot connect" grep -q 'msg="cannot connect to PostgreSQL"' "$T/nowait.log"
+relay_migrate_at --connect-wait 2s 2>"$T/wait-gone.log"
+check_eq "PostgreSQL down for the whole --connect-wait 2s: migrate exits 1" 1 $?
+check "it said it would retry, then that it cannot connect" \
+    grep -q 'msg="cannot connect to PostgreSQL yet, retrying" wait_s=2 ' "$T/wait-gone.log"
+check_eq "the final error is logged once" 1 \
+    "$(grep -c 'msg="cannot connect to PostgreSQL" ' "$T/wait-gone.log")"
+relay_migrate_at --connect-wait 60s 2>"$T/wait.log" &
+wait_pid=$!
+_t_track "$wait_pid"
+wait_for "migrate --connect-wait 60s waits while PostgreSQL is down" 30 \
+    grep -q 'retrying' "$T/wait.log"
+check "it is still waiting" kill -0 "$wait_pid"
+pg_start
+if _poll 60 _t_dead "$wait_pid"; then
+    wait "$wait_pid"
+    check_eq "once PostgreSQL is up, migrate exits 0" 0 $?
+else
+    not_ok "once PostgreSQL is up, migrate exits within 60 s" "still running"
+fi
+check_recorded outbox_wait "after waiting for PostgreSQL"
+usage_out=$("$RELAY_BIN" migrate --database-url "$wait_url" --connect-wait 5x 2>&1)
+check_eq "--connect-wait 5x: exit 2" 2 $?
+check "it names the option" grep -q 'connect-wait' <<<"$usage_out"
