@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,10 @@
 #define POLL_MS 200
 #define MAX_REJECTIONS 5 /* non-connection database errors on one message before it is parked */
 #define TOPIC_MAX 249
+/* How long leaving the group and destroying the client may take on SIGTERM: together under
+ * docker's default stop grace period (10 s). */
+#define CLOSE_TIMEOUT_S 4.0
+#define DESTROY_TIMEOUT_S 2.0
 
 extern const char consumer_schema_sql[]; /* schema.sql, embedded by tools/embed-text.sh */
 
@@ -388,6 +394,75 @@ static bool prepare_db(Consumer *c)
     return false;
 }
 
+/* The client's own destruction, on a thread of its own so that close_consumer can stop waiting
+ * for it: it joins librdkafka's broker threads, and one that is resolving a broker's name that
+ * no longer exists (a stopped container: Docker's DNS asks upstream servers that may never
+ * answer) holds it for as long as the resolver takes. */
+static struct {
+    rd_kafka_t *rk;
+    int flags;
+    atomic_bool done;
+} destroy_job;
+
+static void *destroy_thread(void *arg)
+{
+    (void)arg;
+    rd_kafka_destroy_flags(destroy_job.rk, destroy_job.flags);
+    atomic_store(&destroy_job.done, true);
+    return NULL;
+}
+
+/* Leaves the group, commits the offsets stored so far and destroys rk, in at most
+ * CLOSE_TIMEOUT_S + DESTROY_TIMEOUT_S. rd_kafka_consumer_close() and rd_kafka_destroy() have no
+ * time limit: with Kafka gone they wait for the coordinator and for name lookups (over 10 s
+ * seen), so a container manager's SIGTERM would end in SIGKILL. Closing through a queue lets us
+ * give up; offsets not committed are redelivered to the next member and dropped as duplicates,
+ * which at-least-once processing allows. A destruction still running at the limit is left to
+ * the process's exit. */
+static void close_consumer(rd_kafka_t *rk)
+{
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_error_t *error = rd_kafka_consumer_close_queue(rk, q);
+    if (error) {
+        log_warn("consumer close", "error=%s", rd_kafka_error_string(error));
+        rd_kafka_error_destroy(error);
+    } else {
+        double deadline = now_s() + CLOSE_TIMEOUT_S;
+        while (!rd_kafka_consumer_closed(rk) && now_s() < deadline) {
+            /* No rebalance callback is set, so these are only errors and logs: drop them. */
+            rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 100);
+            if (ev)
+                rd_kafka_event_destroy(ev);
+        }
+    }
+    bool closed = rd_kafka_consumer_closed(rk);
+    if (!closed)
+        log_warn("consumer close timed out, leaving without committing the last offsets",
+                 "timeout_s=%.0f", CLOSE_TIMEOUT_S);
+    rd_kafka_queue_destroy(q);
+
+    destroy_job.rk = rk;
+    destroy_job.flags = closed ? 0 : RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE;
+    atomic_store(&destroy_job.done, false);
+    pthread_t t;
+    if (pthread_create(&t, NULL, destroy_thread, NULL) != 0) {
+        destroy_thread(NULL); /* no thread to spare: wait for it here */
+        return;
+    }
+    double deadline = now_s() + DESTROY_TIMEOUT_S;
+    while (!atomic_load(&destroy_job.done) && now_s() < deadline) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    if (atomic_load(&destroy_job.done)) {
+        pthread_join(t, NULL);
+    } else {
+        log_warn("kafka client still shutting down, exiting without it", "timeout_s=%.0f",
+                 DESTROY_TIMEOUT_S);
+        pthread_detach(t);
+    }
+}
+
 int consumer_run(const ConsumerConfig *cfg, volatile sig_atomic_t *stop)
 {
     Consumer c = {.cfg = cfg, .stop = stop};
@@ -448,11 +523,7 @@ int consumer_run(const ConsumerConfig *cfg, volatile sig_atomic_t *stop)
     }
     log_info("shutting down", NULL);
 close:
-    /* Leaves the group and commits the offsets stored so far. */
-    kerr = rd_kafka_consumer_close(c.rk);
-    if (kerr)
-        log_warn("consumer close", "error=%s", rd_kafka_err2str(kerr));
-    rd_kafka_destroy(c.rk);
+    close_consumer(c.rk);
 out:
     log_counts("consumer stopped", &c.n);
     PQfinish(c.db);

@@ -7,7 +7,8 @@
 # where it stopped (no redelivery), a SIGKILLed one has its uncommitted messages redelivered and
 # the dedupe absorbs them, a new group re-reads everything and changes nothing. PostgreSQL going
 # away is waited out without losing a message, and a member stopped while it waits has not
-# committed the waiting message's offset (the next member applies it). Bad command lines exit 2 with one line.
+# committed the waiting message's offset (the next member applies it). SIGTERM while the broker is
+# silent ends the member within 9 s (under docker's 10 s). Bad command lines exit 2 with one line.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/../demo_lib.sh"
 demo_setup
@@ -165,6 +166,28 @@ wait_for "the next member gets the uncommitted event again and applies it" 30 \
     sql_is "SELECT count(*) FROM shipments WHERE order_id = 'o-300'" 1
 consumer_stop
 check_eq "SIGTERM: consumer-demo exits 0" 0 $?
+
+# --- SIGTERM while Kafka is silent ---------------------------------------------------------------
+# A container manager sends SIGTERM and SIGKILLs 10 s later (docker's default). With the broker
+# answering nothing (a 60 s round trip: as a host gone without a FIN), closing the member used
+# to wait for the coordinator for 30 s; it must give up in time and exit 0. Last in this test:
+# the broker stays slow.
+consumer_start --topic "$TOPIC" --group silent
+order_msg 400 | produce
+wait_for "the member applies an event before Kafka goes silent" 30 \
+    sql_is "SELECT count(*) FROM shipments WHERE order_id = 'o-400'" 1
+broker_cmd "rtt all 60000"
+sleep 2 # the member's next requests are in flight and unanswered
+kill -TERM "$CONSUMER_PID"
+if _poll 9 _t_dead "$CONSUMER_PID"; then
+    ok "SIGTERM with Kafka silent: consumer-demo exits within 9 s"
+    wait "$CONSUMER_PID"
+    check_eq "SIGTERM with Kafka silent: exit status 0" 0 $?
+else
+    not_ok "SIGTERM with Kafka silent: consumer-demo exits within 9 s" "still running"
+    consumer_stop
+fi
+check "it says it left without committing" grep -q 'consumer close timed out' "$CONSUMER_LOG"
 
 # --- bad command lines ---------------------------------------------------------------------------------
 usage() {
