@@ -10,10 +10,10 @@
 # Root only (debootstrap, chroot, mount). The chroot shares the host's network namespace, so apt
 # inside it works, and every test address is loopback as usual. Exit status: the make's.
 #
-# The debootstrap result is cached as a tarball under /var/cache/outbox-relay (rebuilt when a
-# month old, or with FRESH_REBUILD=1), and so are the .deb files apt downloads (like a proxy
-# would; emptied with each rebuild); every run unpacks the pristine tarball into a new
-# directory, removed at the end (KEEP_CHROOT=1 keeps it).
+# The debootstrap result is cached as a tarball under /var/cache/outbox-relay by
+# tools/bookworm-base.sh (rebuilt when a month old, or with FRESH_REBUILD=1), and so are the .deb
+# files apt downloads (like a proxy would; emptied with each rebuild); every run unpacks the
+# pristine tarball into a new directory, removed at the end (KEEP_CHROOT=1 keeps it).
 set -euo pipefail
 # The body is one { } block: bash reads it whole before running it, so editing this file during a
 # 12-minute run cannot change the rest of that run (bash reads plain scripts as it goes).
@@ -27,7 +27,6 @@ REPO=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 COMMIT=$(git -C "$REPO" rev-parse HEAD)
 MIRROR=http://deb.debian.org/debian
 CACHE=/var/cache/outbox-relay
-BASE=$CACHE/bookworm-minbase.tar.gz
 log() { echo "fresh-chroot: $*"; }
 
 # mounted_under DIR: true while anything is mounted at or below DIR.
@@ -42,23 +41,9 @@ safe_rm() {
     rm -rf --one-file-system "$1"
 }
 
-# ---- the pristine base -----------------------------------------------------------------------
+# ---- the pristine base (tools/bookworm-base.sh: made once a month, cached) -----------------
 
-command -v debootstrap >/dev/null || {
-    log "installing debootstrap on the host"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap
-}
-mkdir -p "$CACHE/debs"
-if [ -n "${FRESH_REBUILD:-}" ] || [ -z "$(find "$BASE" -mtime -30 2>/dev/null)" ]; then
-    log "debootstrap --variant=minbase bookworm (cached in $BASE)"
-    tmp=$CACHE/base.tmp
-    safe_rm "$tmp"
-    debootstrap --variant=minbase bookworm "$tmp" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 ||
-        { tail -n 20 "$CACHE/debootstrap.log" >&2; safe_rm "$tmp"; exit 1; }
-    tar -C "$tmp" --numeric-owner -czf "$BASE.tmp" . && mv "$BASE.tmp" "$BASE"
-    safe_rm "$tmp"
-    rm -f "$CACHE"/debs/*.deb # a month of superseded versions at most
-fi
+BASE=$(bash "$(dirname "$0")/bookworm-base.sh")
 
 # ---- a new chroot from it, cleaned up on every exit path -------------------------------------
 
