@@ -87,14 +87,23 @@ ip link show docker0 >/dev/null 2>&1 && HAD_DOCKER0=1 || HAD_DOCKER0=0
 dockerd --data-root "$CACHE/docker" --exec-root "$T/dx" --pidfile "$T/dockerd.pid" \
     -H "$DOCKER_HOST" >"$T/dockerd.log" 2>&1 &
 DOCKERD_PID=$!
-if ! _poll 60 docker version; then
+engine_up_or_gone() { # the engine answers, or its process has ended (it will not answer)
+    docker version >/dev/null 2>&1 || _t_dead "$DOCKERD_PID"
+}
+_poll 60 engine_up_or_gone
+if ! docker version >/dev/null 2>&1; then
     reason=$(grep -m1 -E 'level=(fatal|error)' "$T/dockerd.log" | sed 's/.*msg=//')
     echo "# SKIP: dockerd cannot start here: ${reason:-no answer within 60 s}"
-    echo "# the compose test ran no check; see the dockerd log above"
+    echo "# the compose test ran no check; the last lines of dockerd's log:"
     tail -n 5 "$T/dockerd.log" | sed 's/^/#   /'
     exit 0
 fi
 echo "# docker engine $(docker version -f '{{.Server.Version}}'), $(docker-compose version --short 2>/dev/null | head -n 1) (docker-compose)"
+# The engine's state is this test's alone: whatever a run that was killed before its cleanup
+# left (containers restart with the engine) goes first.
+docker ps -aq | xargs -r docker rm -f >/dev/null
+docker volume ls -q | xargs -r docker volume rm >/dev/null
+docker network prune -f >/dev/null
 
 # ---- images: the base, then the stack's --------------------------------------------------------
 base_tar=$(bash tools/bookworm-base.sh) || fail "the bookworm minbase tarball (tools/bookworm-base.sh)"
