@@ -61,7 +61,8 @@ _compose_exit() {
         # failed image build left behind.
         docker container prune -f >/dev/null 2>&1
         docker rmi "$APP_IMAGE" "$COMPOSE_TEST_POSTGRES_IMAGE" "$COMPOSE_TEST_KAFKA_IMAGE" >/dev/null 2>&1
-        # Layers of earlier builds are the cache; those not used for a day go.
+        # The untagged layers left are the build cache of the next run; those made over a day
+        # ago go, so it cannot grow without bound (rebuilding them takes about a minute).
         docker image prune -f --filter until=24h >/dev/null 2>&1
     fi
     if [ -n "$DOCKERD_PID" ]; then

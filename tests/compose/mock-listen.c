@@ -1,6 +1,6 @@
 /*
  * mock-listen.so: makes the project's mock broker (tests/tools/mock-broker.c) reachable from other
- * containers, for tests/it/65_compose_up.sh only. Loaded with LD_PRELOAD in the test's Kafka
+ * containers, for tests/compose/compose_up.sh only. Loaded with LD_PRELOAD in the test's Kafka
  * image (tests/compose/Dockerfile); the test tools themselves are unchanged.
  *
  * Why: librdkafka 2.0.2's mock cluster binds each broker to 127.0.0.1 on an ephemeral port and
