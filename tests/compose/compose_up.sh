@@ -11,12 +11,13 @@
 # SIGKILLed at docker's 10 s. Prints the times to healthy and to the first shipment (never
 # asserted). Root only: it starts dockerd.
 #
-# The engine is private: its own socket, state in a temp dir, images and build cache under
-# /var/cache/outbox-relay/docker (the debian:bookworm base imported from tools/bookworm-base.sh's
-# tarball, and the layers of earlier builds: measured, the test takes 2 minutes with them, 6
-# on a machine's first run). Every container, network, volume and test-tagged image is removed and the engine
-# stopped on every exit path (KEEP_TMP=1 keeps the temp dir only). A host without a usable
-# dockerd (no cgroups, no overlayfs in a sandbox) skips with the reason, exit 0.
+# The engine is private: its own socket and runtime state (/run/outbox-relay-docker.*), its
+# images and build cache under /var/cache/outbox-relay/docker (the debian:bookworm base imported
+# from tools/bookworm-base.sh's tarball, and the layers of earlier builds: measured, the test
+# takes 2 minutes with them, 6 on a machine's first run). Every container, network, volume and
+# test-tagged image is removed, and the engine and its containerd stopped, on every exit path
+# (KEEP_TMP=1 keeps the temp dir only). A host without a usable dockerd (no cgroups, no overlayfs
+# in a sandbox) skips with the reason, exit 0.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
 t_setup
@@ -33,7 +34,9 @@ APP_IMAGE=outbox-relay-test/app:$TAG
 export OUTBOX_RELAY_IMAGE=$APP_IMAGE
 export COMPOSE_TEST_POSTGRES_IMAGE=outbox-relay-test/postgres:$TAG
 export COMPOSE_TEST_KAFKA_IMAGE=outbox-relay-test/kafka:$TAG
-export DOCKER_HOST=unix://$T/docker.sock
+# The engine's socket and runtime state: outside the temp dir, in a root-only tmpfs, where no
+# sweep of stale test dirs can pull them from under a running engine.
+RUNDIR=
 DOCKERD_PID=
 
 dc() {
@@ -70,6 +73,31 @@ _compose_exit() {
         _poll 30 _t_dead "$DOCKERD_PID" || kill -KILL "$DOCKERD_PID" 2>/dev/null
         wait "$DOCKERD_PID" 2>/dev/null
         [ "$HAD_DOCKER0" = 1 ] || ip link delete docker0 2>/dev/null
+        if [ "$_T_FAIL" -gt 0 ]; then
+            echo "# --- last lines of dockerd's log ---"
+            tail -n 10 "$T/dockerd.log" | sed 's/^/# /'
+        fi
+    fi
+    if [ -n "$RUNDIR" ]; then
+        # containerd and its shims outlive a dockerd that died; these are the ones of this
+        # engine (their command lines name its runtime directory).
+        _rundir_procs() { # (not grep: its own command line would name the directory)
+            local f c
+            for f in /proc/[0-9]*/cmdline; do
+                c=$(tr '\0' ' ' <"$f" 2>/dev/null) || continue
+                [[ $c == *"$RUNDIR/"* ]] || continue
+                f=${f#/proc/}
+                echo "${f%%/*}"
+            done
+        }
+        _no_rundir_procs() { [ -z "$(_rundir_procs)" ]; }
+        for sig in TERM KILL; do
+            _rundir_procs | xargs -r kill "-$sig" 2>/dev/null
+            _poll 10 _no_rundir_procs && break
+        done
+        awk -v d="$RUNDIR" 'index($2, d "/") == 1 { print $2 }' /proc/mounts | sort -r |
+            xargs -r -n 1 umount -l 2>/dev/null
+        rm -rf --one-file-system "$RUNDIR"
     fi
     (exit "$rc")
     _t_exit
@@ -81,12 +109,15 @@ trap _compose_exit EXIT
 mkdir -p "$CACHE/docker"
 exec 9>"$CACHE/compose-test.lock"
 flock -w 900 9 || fail "the compose test's lock ($CACHE/compose-test.lock) within 15 min"
-# exec-root in the temp dir, so nothing of this engine's runtime state outlives it. The image
+# exec-root in $RUNDIR, removed at the end with every process still using it. The image
 # builds' RUN steps reach Debian's archive through its default bridge (docker0), which is
 # removed again at the end if this test made it.
 ip link show docker0 >/dev/null 2>&1 && HAD_DOCKER0=1 || HAD_DOCKER0=0
-dockerd --data-root "$CACHE/docker" --exec-root "$T/dx" --pidfile "$T/dockerd.pid" \
-    -H "$DOCKER_HOST" >"$T/dockerd.log" 2>&1 &
+RUNDIR=$(mktemp -d /run/outbox-relay-docker.XXXXXX) || fail "mktemp -d /run/outbox-relay-docker.*"
+export DOCKER_HOST=unix://$RUNDIR/docker.sock
+# 9>&-: the engine, containerd and its shims must not hold the lock (a shim outlives a crash).
+dockerd --data-root "$CACHE/docker" --exec-root "$RUNDIR/x" --pidfile "$RUNDIR/dockerd.pid" \
+    -H "$DOCKER_HOST" >"$T/dockerd.log" 2>&1 9>&- &
 DOCKERD_PID=$!
 engine_up_or_gone() { # the engine answers, or its process has ended (it will not answer)
     docker version >/dev/null 2>&1 || _t_dead "$DOCKERD_PID"
