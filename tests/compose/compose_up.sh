@@ -84,7 +84,7 @@ _compose_exit() {
         _rundir_procs() { # (not grep: its own command line would name the directory)
             local f c
             for f in /proc/[0-9]*/cmdline; do
-                c=$(tr '\0' ' ' <"$f" 2>/dev/null) || continue
+                { c=$(tr '\0' ' ' <"$f"); } 2>/dev/null || continue # gone meanwhile
                 [[ $c == *"$RUNDIR/"* ]] || continue
                 f=${f#/proc/}
                 echo "${f%%/*}"
