@@ -43,7 +43,7 @@ TOOL_BIN := $(patsubst tests/tools/%.c,bin/%,$(TOOL_SRC))
 # The demo programs (producer-demo, consumer-demo) share demo-common/ and the relay's log and
 # backoff modules; their schemas are embedded like the relay's migrations.
 DEMO_CFLAGS := $(shell pkg-config --cflags libmicrohttpd 2>/dev/null) -Idemo-common
-DEMO_LIBS   := $(shell pkg-config --libs libmicrohttpd 2>/dev/null) -lpthread
+DEMO_LIBS   := $(shell pkg-config --libs libmicrohttpd hiredis 2>/dev/null) -lpthread
 DEMO_RELAY  := log backoff secrets optval
 COMMON_SRC   := $(wildcard demo-common/*.c)
 PRODUCER_SRC := $(wildcard producer-demo/*.c)
