@@ -190,29 +190,48 @@ static redisContext *connect_ctx(RCache *c, char *why, size_t whylen)
     return ctx;
 }
 
+/* True when a failed call on a reused context failed because that connection was already dead
+ * (Redis restarted, or closed an idle client): the command never reached a live server, so one
+ * more try on a fresh connection is safe and keeps a restart from looking like an outage per
+ * idle context. A timeout is not retried: that would double the bound. */
+static bool stale_connection(const redisContext *ctx)
+{
+    return ctx->err == REDIS_ERR_EOF ||
+           (ctx->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
+}
+
 redisReply *rcache_command(RCache *c, const char *fmt, ...)
 {
     int slot = take_slot(c);
     if (slot < 0)
         return NULL;
     char why[300] = "";
-    redisContext *ctx = c->ctx[slot];
-    if (!ctx)
-        ctx = c->ctx[slot] = connect_ctx(c, why, sizeof(why));
-    if (!ctx) {
-        put_slot(c, slot, false, true, why);
-        return NULL;
+    redisReply *r = NULL;
+    for (int attempt = 0; attempt < 2 && !r; attempt++) {
+        bool fresh = !c->ctx[slot];
+        if (fresh)
+            c->ctx[slot] = connect_ctx(c, why, sizeof(why));
+        redisContext *ctx = c->ctx[slot];
+        if (!ctx) {
+            put_slot(c, slot, false, true, why);
+            return NULL;
+        }
+        va_list ap;
+        va_start(ap, fmt);
+        r = redisvCommand(ctx, fmt, ap);
+        va_end(ap);
+        if (!r) {
+            /* Timeout, reset, EOF: the context cannot be reused (a late reply would be read as
+             * the answer to the next command). */
+            bool retry = !fresh && stale_connection(ctx);
+            snprintf(why, sizeof(why), "%s", ctx->errstr[0] ? ctx->errstr : "no reply");
+            redisFree(ctx);
+            c->ctx[slot] = NULL;
+            if (!retry)
+                break;
+        }
     }
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(ctx, fmt, ap);
-    va_end(ap);
     if (!r) {
-        /* Timeout, reset, EOF: the context cannot be reused (a late reply would be read as the
-         * answer to the next command). */
-        snprintf(why, sizeof(why), "%s", ctx->errstr[0] ? ctx->errstr : "no reply");
-        redisFree(ctx);
-        c->ctx[slot] = NULL;
         put_slot(c, slot, false, true, why);
         return NULL;
     }
