@@ -6,7 +6,7 @@
 # they first install what tools/packages.txt lists and the machine lacks (as root; otherwise they
 # print the apt-get line and stop). This runs while the Makefile is read, before the pkg-config
 # lines below, which would otherwise see a machine without pkg-config or the libraries.
-ifneq ($(filter test quickstart demo bench,$(MAKECMDGOALS)),)
+ifneq ($(filter test quickstart demo bench bench-redis,$(MAKECMDGOALS)),)
 $(shell sh tools/install-deps.sh --auto >&2)
 ifneq ($(.SHELLSTATUS),0)
 $(error packages are missing, see above)
@@ -63,7 +63,7 @@ DEMO_UNIT_BIN := $(patsubst tests/unit/%.c,bin/asan/%,$(DEMO_UNIT_SRC))
 DEMO_BIN := bin/producer-demo bin/consumer-demo
 DEMO_ASAN_BIN := bin/asan/producer-demo bin/asan/consumer-demo
 
-.PHONY: all asan tools test unit deps check-deps format format-check clean quickstart demos demo bench \
+.PHONY: all asan tools test unit deps check-deps format format-check clean quickstart demos demo bench bench-redis \
         fresh-test mutate
 
 all: bin/outbox-relay $(DEMO_BIN)
@@ -173,6 +173,13 @@ bin/naive-relay: bench/naive_relay.c | bin/.deps-ok
 
 bench: bin/outbox-relay $(TOOL_BIN) bin/naive-relay
 	@bash bench/bench.sh
+
+# The demos' Redis fast path against PostgreSQL alone (bench/redis_bench.sh, not in make test).
+bin/http-replay: bench/http_replay.c | bin/.deps-ok
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $< -lpthread -o $@
+
+bench-redis: bin/outbox-relay $(DEMO_BIN) $(TOOL_BIN) bin/http-replay
+	@bash bench/redis_bench.sh
 
 # The relay end to end on a throwaway PostgreSQL and the project's broker.
 quickstart: bin/outbox-relay $(TOOL_BIN)
