@@ -4,8 +4,9 @@
  *   http-replay --port P --prefix STR --keys K --requests N --threads C
  *
  * Each of C threads keeps one HTTP/1.1 keep-alive connection to 127.0.0.1:P and sends its share
- * of N requests, request i using key STR-(i % K) with that key's fixed body, so after a first
- * pass (N = K) every later request is a retry the server answers from its stored response.
+ * of N requests, cycling over its own share of the K keys STR-0 .. STR-(K-1), each with a fixed
+ * body: after a first pass (N = K) every later request is a retry the server answers from its
+ * stored response.
  * Prints one JSON line: {"requests","errors","replayed","seconds","per_second","p50_ms",
  * "p99_ms"}; errors counts answers other than 201 and broken connections (a broken connection
  * ends its thread). Every socket operation is bounded by a 10 s timeout. Exit 0 when no error,
@@ -31,8 +32,10 @@ typedef struct Worker {
     pthread_t thread;
     int port;
     const char *prefix;
-    long keys, from, to; /* requests [from, to) */
-    double *lat_ms;      /* one per request, -1 when not done */
+    long kfrom, kto; /* keys [kfrom, kto): this thread's own, so no two threads send one key at
+                        once (that would be a legitimate 409, not a replay) */
+    long from, to;   /* requests [from, to) */
+    double *lat_ms;  /* one per request, -1 when not done */
     long errors, replayed;
 } Worker;
 
@@ -119,7 +122,7 @@ static void *run(void *arg)
             w->errors += w->to - i;
             break;
         }
-        long k = i % w->keys;
+        long k = w->kfrom + (i - w->from) % (w->kto - w->kfrom);
         int blen =
             snprintf(body, sizeof(body),
                      "{\"customer_id\":\"bench-%s\",\"amount_cents\":%ld,\"currency\":\"EUR\"}",
@@ -185,9 +188,9 @@ int main(int argc, char **argv)
         }
     }
     if (port < 1 || port > 65535 || keys < 1 || requests < 1 || threads < 1 || threads > 256 ||
-        strlen(prefix) > 64) {
+        keys < threads || strlen(prefix) > 64) {
         fprintf(stderr, "http-replay: need --port 1-65535, --keys/--requests >= 1, "
-                        "--threads 1-256, --prefix of at most 64 bytes\n");
+                        "--threads 1-256 (at most --keys), --prefix of at most 64 bytes\n");
         return 2;
     }
     double *lat = malloc((size_t)requests * sizeof(*lat));
@@ -200,7 +203,8 @@ int main(int argc, char **argv)
     for (long t = 0; t < threads; t++) {
         w[t] = (Worker){.port = port,
                         .prefix = prefix,
-                        .keys = keys,
+                        .kfrom = keys * t / threads,
+                        .kto = keys * (t + 1) / threads,
                         .from = requests * t / threads,
                         .to = requests * (t + 1) / threads,
                         .lat_ms = lat};
