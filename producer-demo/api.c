@@ -201,7 +201,8 @@ static void run_idempotent(Api *api, const IdemRequest *req, Work work, void *ar
         commit = work(conn, req, arg, r, &broken);
         break;
     case IDEM_REPLAY:
-        /* Answered by PostgreSQL: worth caching for the retries that may follow. */
+        /* Answered by PostgreSQL: worth caching for the retries that may follow, for what the
+         * record had left when the SELECT ran (after claimed_at) minus the time since. */
         cache = true;
         cache_ms = stored.left_ms;
         replay(r, &stored);
@@ -234,8 +235,11 @@ static void run_idempotent(Api *api, const IdemRequest *req, Work work, void *ar
     if (!commit && !broken)
         db_rollback(conn);
     pool_release(api->pool, conn, broken);
-    if (cache && req && api->redis)
+    if (cache && req && api->redis) {
+        if (!commit)
+            cache_ms -= (long long)(mono_ms() - claimed_at);
         fastpath_store(api->redis, req, fp, r->status, r->body, r->location, r->etag, cache_ms);
+    }
 out:
     if (guarded)
         fastpath_release(api->redis, req, token);
