@@ -19,52 +19,59 @@ PKGS     := libpq rdkafka jansson libmicrohttpd
 DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 DEP_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm
 # Unused parameters are the norm in callbacks whose signatures libev, libpq, librdkafka and
-# cmocka impose; everything else of -Wall -Wextra stays on (and CI adds -Werror).
-WARN     := -Wall -Wextra -Wshadow -Wformat=2 -Wno-unused-parameter
+# cmocka impose, and the option tables (lib/opts.h) leave their optional trailing fields out;
+# everything else of -Wall -Wextra stays on (and CI adds -Werror).
+WARN     := -Wall -Wextra -Wshadow -Wformat=2 -Wno-unused-parameter -Wno-missing-field-initializers
 CFLAGS   ?= -O2 -g
-BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(DEP_CFLAGS) -Irelay -Ibin/gen
+# The floors of the code (README, "Code layout"): lib/ is shared by the relay and the demos;
+# the relay is relay/ (main, configuration) over relay/outbox, relay/io, relay/engine and
+# relay/cmd. Headers are included by bare name; tools/check-floors.sh checks who includes whom.
+RELAY_DIRS := relay relay/outbox relay/io relay/engine relay/cmd
+INCLUDES := -Ilib $(addprefix -I,$(RELAY_DIRS)) -Ibin/gen
+BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(DEP_CFLAGS)
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 
-RELAY_SRC  := $(wildcard relay/*.c)
-LIB_SRC    := $(filter-out relay/main.c,$(RELAY_SRC))
+# lib/rcache.c (the demos' Redis client) is lib/ for the demos only: the relay does not link
+# hiredis.
+DEMO_ONLY_SRC := lib/rcache.c
+SHARED_SRC := $(filter-out $(DEMO_ONLY_SRC),$(wildcard lib/*.c))
+RELAY_SRC  := $(foreach d,$(RELAY_DIRS),$(wildcard $(d)/*.c))
+RELAY_HDR  := $(wildcard lib/*.h) $(foreach d,$(RELAY_DIRS),$(wildcard $(d)/*.h))
 MIGRATIONS := $(sort $(wildcard migrations/*.sql))
-UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+UNIT_SRC   := $(filter-out tests/unit/test_demo_%,$(wildcard tests/unit/test_*.c))
 TOOL_SRC   := $(wildcard tests/tools/*.c)
 
-OBJ      := $(patsubst relay/%.c,bin/obj/%.o,$(RELAY_SRC)) bin/obj/migrations_gen.o
-LIB_OBJ  := $(patsubst relay/%.c,bin/obj/%.o,$(LIB_SRC)) bin/obj/migrations_gen.o
-ASAN_OBJ := $(patsubst relay/%.c,bin/asan/obj/%.o,$(RELAY_SRC)) bin/asan/obj/migrations_gen.o
-ASAN_LIB_OBJ := $(patsubst relay/%.c,bin/asan/obj/%.o,$(LIB_SRC)) bin/asan/obj/migrations_gen.o
+# Objects mirror their source paths: bin/obj/relay/engine/session.o from relay/engine/session.c.
+objs = $(patsubst %.c,$(1)/%.o,$(2))
+OBJ      := $(call objs,bin/obj,$(SHARED_SRC) $(RELAY_SRC)) bin/obj/migrations_gen.o
+ASAN_OBJ := $(call objs,bin/asan/obj,$(SHARED_SRC) $(RELAY_SRC)) bin/asan/obj/migrations_gen.o
+ASAN_LIB_OBJ := $(filter-out %/relay/main.o,$(ASAN_OBJ))
 UNIT_BIN := $(patsubst tests/unit/%.c,bin/asan/%,$(UNIT_SRC))
 TOOL_BIN := $(patsubst tests/tools/%.c,bin/%,$(TOOL_SRC))
 
-# The demo programs (producer-demo, consumer-demo) share demo-common/ and the relay's log and
-# backoff modules; their schemas are embedded like the relay's migrations.
-DEMO_CFLAGS := $(shell pkg-config --cflags libmicrohttpd 2>/dev/null) -Idemo-common
+# The demo programs (producer-demo, consumer-demo) use lib/ and nothing of relay/; their schemas
+# are embedded like the relay's migrations.
+DEMO_CFLAGS := $(shell pkg-config --cflags libmicrohttpd 2>/dev/null) -Ilib -Ibin/gen
 DEMO_LIBS   := $(shell pkg-config --libs libmicrohttpd hiredis 2>/dev/null) -lpthread
-DEMO_RELAY  := log backoff secrets optval
-COMMON_SRC   := $(wildcard demo-common/*.c)
-PRODUCER_SRC := $(wildcard producer-demo/*.c)
-CONSUMER_SRC := $(wildcard consumer-demo/*.c)
+PRODUCER_SRC := $(wildcard producer-demo/*.c) $(DEMO_ONLY_SRC)
+CONSUMER_SRC := $(wildcard consumer-demo/*.c) $(DEMO_ONLY_SRC)
 DEMO_UNIT_SRC := $(wildcard tests/unit/test_demo_*.c)
 
-# demo objects of one build flavour ($(1) = bin/obj or bin/asan/obj)
-demo_objs = $(patsubst %.c,$(1)/demo/%.o,$(COMMON_SRC) $(2)) \
-            $(patsubst %,$(1)/%.o,$(DEMO_RELAY))
-PRODUCER_OBJ      := $(call demo_objs,bin/obj,$(PRODUCER_SRC)) bin/obj/producer_schema.o
-PRODUCER_ASAN_OBJ := $(call demo_objs,bin/asan/obj,$(PRODUCER_SRC)) bin/asan/obj/producer_schema.o
-CONSUMER_OBJ      := $(call demo_objs,bin/obj,$(CONSUMER_SRC)) bin/obj/consumer_schema.o
-CONSUMER_ASAN_OBJ := $(call demo_objs,bin/asan/obj,$(CONSUMER_SRC)) bin/asan/obj/consumer_schema.o
+PRODUCER_OBJ      := $(call objs,bin/obj,$(SHARED_SRC) $(PRODUCER_SRC)) bin/obj/producer_schema.o
+PRODUCER_ASAN_OBJ := $(call objs,bin/asan/obj,$(SHARED_SRC) $(PRODUCER_SRC)) bin/asan/obj/producer_schema.o
+CONSUMER_OBJ      := $(call objs,bin/obj,$(SHARED_SRC) $(CONSUMER_SRC)) bin/obj/consumer_schema.o
+CONSUMER_ASAN_OBJ := $(call objs,bin/asan/obj,$(SHARED_SRC) $(CONSUMER_SRC)) bin/asan/obj/consumer_schema.o
 # Unit tests of the demos link every demo module except the two main.c files.
-DEMO_LIB_ASAN_OBJ := $(filter-out %/main.o,$(PRODUCER_ASAN_OBJ) $(CONSUMER_ASAN_OBJ))
+DEMO_LIB_ASAN_OBJ := $(sort $(filter-out %/main.o,$(PRODUCER_ASAN_OBJ) $(CONSUMER_ASAN_OBJ)))
 DEMO_UNIT_BIN := $(patsubst tests/unit/%.c,bin/asan/%,$(DEMO_UNIT_SRC))
 DEMO_BIN := bin/producer-demo bin/consumer-demo
 DEMO_ASAN_BIN := bin/asan/producer-demo bin/asan/consumer-demo
+DEMO_HDR := $(wildcard lib/*.h producer-demo/*.h consumer-demo/*.h)
 
-.PHONY: all asan tools test unit deps check-deps format format-check clean quickstart demos demo bench bench-redis \
-        fresh-test mutate
+.PHONY: all asan tools test unit deps check-deps format format-check clean quickstart demos demo bench \
+        bench-redis fresh-test mutate check-floors
 
 all: bin/outbox-relay $(DEMO_BIN)
 
@@ -77,20 +84,28 @@ bin/gen/migrations_gen.c: $(MIGRATIONS) tools/embed-migrations.sh | bin/.deps-ok
 	@mkdir -p $(@D)
 	sh tools/embed-migrations.sh $(MIGRATIONS) > $@.tmp && mv $@.tmp $@
 
-bin/obj/%.o: relay/%.c $(wildcard relay/*.h) | bin/.deps-ok
+bin/obj/lib/%.o: lib/%.c $(wildcard lib/*.h) | bin/.deps-ok
 	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
+	$(CC) $(BASE_CFLAGS) -Ilib $(CFLAGS) -c $< -o $@
+
+bin/asan/obj/lib/%.o: lib/%.c $(wildcard lib/*.h) | bin/.deps-ok
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) -Ilib $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
+
+bin/obj/relay/%.o: relay/%.c $(RELAY_HDR) | bin/.deps-ok
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
+
+bin/asan/obj/relay/%.o: relay/%.c $(RELAY_HDR) | bin/.deps-ok
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $(SAN_FLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
 
 bin/obj/migrations_gen.o: bin/gen/migrations_gen.c
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
-
-bin/asan/obj/%.o: relay/%.c $(wildcard relay/*.h) | bin/.deps-ok
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) -c $< -o $@
 
 bin/asan/obj/migrations_gen.o: bin/gen/migrations_gen.c
 	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
 
 bin/outbox-relay: $(OBJ)
 	$(CC) $(CFLAGS) $^ $(DEP_LIBS) -o $@
@@ -113,13 +128,15 @@ bin/asan/obj/%_schema.o: bin/gen/%_schema.c
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
 
-DEMO_HDR := $(wildcard demo-common/*.h producer-demo/*.h consumer-demo/*.h) relay/log.h relay/backoff.h relay/secrets.h relay/optval.h
+# The demos' own objects (a static pattern: one rule for both demo directories).
+DEMO_OWN_OBJ      := $(sort $(call objs,bin/obj,$(PRODUCER_SRC) $(CONSUMER_SRC)))
+DEMO_OWN_ASAN_OBJ := $(sort $(call objs,bin/asan/obj,$(PRODUCER_SRC) $(CONSUMER_SRC)))
 
-bin/obj/demo/%.o: %.c $(DEMO_HDR) | bin/.deps-ok
+$(DEMO_OWN_OBJ): bin/obj/%.o: %.c $(DEMO_HDR) | bin/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -I$(<D) $(CFLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
 
-bin/asan/obj/demo/%.o: %.c $(DEMO_HDR) | bin/.deps-ok
+$(DEMO_OWN_ASAN_OBJ): bin/asan/obj/%.o: %.c $(DEMO_HDR) | bin/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -I$(<D) $(CFLAGS) $(SAN_FLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
 
@@ -146,19 +163,24 @@ bin/asan/test_demo_%: tests/unit/test_demo_%.c $(DEMO_LIB_ASAN_OBJ)
 
 # Test tools: the mock Kafka broker and a real consumer, both on librdkafka.
 bin/%: tests/tools/%.c | bin/.deps-ok
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $< $(DEP_LIBS) -o $@
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $< $(DEP_LIBS) -o $@
 
 tools: $(TOOL_BIN)
 
 # Unit tests (cmocka) link the relay's modules, built with the sanitizers.
 bin/asan/test_%: tests/unit/test_%.c $(ASAN_LIB_OBJ)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) $^ $(DEP_LIBS) -lcmocka -o $@
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $(SAN_FLAGS) $^ $(DEP_LIBS) -lcmocka -o $@
 
-unit: $(UNIT_BIN)
+unit: $(UNIT_BIN) $(DEMO_UNIT_BIN)
 
 test: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN) $(DEMO_UNIT_BIN) \
       $(DEMO_BIN) $(DEMO_ASAN_BIN)
+	@sh tools/check-floors.sh
 	@sh tests/run.sh
+
+# Who may include whom (README, "Code layout"); also the first step of `make test`.
+check-floors:
+	@sh tools/check-floors.sh
 
 # Mutation testing: each deliberate bug of tests/mutants/ is applied to a scratch copy, built,
 # and must be caught by the tests its patch names (tests/mutate.sh, docs/mutation.md). Not run
@@ -169,7 +191,7 @@ mutate:
 # The benchmark: throughput, latency, producer cost and memory of the non-sanitizer build, on a
 # throwaway PostgreSQL and the project's broker. Sizes and durations: see bench/bench.sh.
 bin/naive-relay: bench/naive_relay.c | bin/.deps-ok
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $< $(DEP_LIBS) -o $@
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $< $(DEP_LIBS) -o $@
 
 bench: bin/outbox-relay $(TOOL_BIN) bin/naive-relay
 	@bash bench/bench.sh
@@ -187,7 +209,7 @@ quickstart: bin/outbox-relay $(TOOL_BIN)
 
 # Installs the packages of tools/packages.txt the machine lacks (as root, or with sudo).
 deps:
-	sh tools/install-deps.sh
+	sh tools/install-deps.sh build test package
 
 # The quick start proven on a fresh Debian 12: a debootstrap minbase chroot with only make and git
 # added, this commit cloned into it, `make $(FRESH_CMD)` as its first command (root only; CI runs
@@ -196,7 +218,7 @@ FRESH_CMD ?= quickstart
 fresh-test:
 	@bash tools/fresh-chroot.sh $(FRESH_CMD)
 
-FORMAT_SRC = relay/*.[ch] demo-common/*.[ch] producer-demo/*.[ch] consumer-demo/*.[ch] \
+FORMAT_SRC = lib/*.[ch] $(addsuffix /*.[ch],$(RELAY_DIRS)) producer-demo/*.[ch] consumer-demo/*.[ch] \
              tests/unit/*.c tests/tools/*.c
 
 format:
@@ -207,3 +229,108 @@ format-check:
 
 clean:
 	rm -rf bin
+
+# ---- install, man pages, systemd unit, Debian package, dashboards ----------------------------
+# One block of new targets (docs/packaging.md). `make install` copies the three programs, their
+# man pages, the systemd unit and the example configuration; DESTDIR stages it (packaging), and
+# `make uninstall` removes what install put there (the configuration only while unchanged).
+# Also installed: the Prometheus alerting rules and the Grafana dashboard (DATADIR).
+# The Debian package (debian/rules) calls these same targets with PREFIX=/usr.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+MANDIR     ?= $(PREFIX)/share/man
+DATADIR    ?= $(PREFIX)/share/outbox-relay
+# /etc also under /usr/local: systemd and operators look there; `make install SYSCONFDIR=...`
+SYSCONFDIR ?= /etc
+# systemd reads units from /usr/local/lib/systemd/system too; Debian 12 keeps them in /lib.
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+INSTALL    ?= install
+
+MAN_PAGES := bin/man/outbox-relay.1 bin/man/producer-demo.1 bin/man/consumer-demo.1
+
+.PHONY: man man-check install install-relay install-demos uninstall unit-check package \
+        package-test package-fresh monitoring-check
+
+# Each page: the hand-written prose of man/NAME.1.in around the sections the program prints
+# from its own option table (--help-man), so the page and --help cannot drift apart.
+bin/man/%.1: bin/% man/%.1.in tools/gen-man.sh VERSION
+	@mkdir -p $(@D)
+	sh tools/gen-man.sh $< man/$*.1.in "$(VERSION)" > $@.tmp && mv $@.tmp $@
+
+man: $(MAN_PAGES)
+
+# groff with every warning on must stay silent, man must render each page, and every option of
+# --help must be in the page (tools/man-check.sh).
+man-check: $(MAN_PAGES)
+	@sh tools/man-check.sh $(MAN_PAGES)
+
+# The unit names the installed binary and configuration: written at install time, for the
+# BINDIR and SYSCONFDIR of that install.
+UNIT_SED = sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
+
+# systemd-analyze verify wants the binary at the ExecStart path: check a unit generated for bin/.
+unit-check: bin/outbox-relay bin/man/outbox-relay.1
+	@sh tools/unit-check.sh
+
+install-relay: bin/outbox-relay bin/man/outbox-relay.1
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(UNITDIR) \
+	    $(DESTDIR)$(SYSCONFDIR)/outbox-relay $(DESTDIR)$(DATADIR)
+	$(INSTALL) -m 755 bin/outbox-relay $(DESTDIR)$(BINDIR)/outbox-relay
+	$(INSTALL) -m 644 bin/man/outbox-relay.1 $(DESTDIR)$(MANDIR)/man1/outbox-relay.1
+	$(UNIT_SED) systemd/outbox-relay.service.in > $(DESTDIR)$(UNITDIR)/outbox-relay.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/outbox-relay.service
+	@# The Prometheus alerting rules and the Grafana dashboard, for the monitoring hosts to take.
+	$(INSTALL) -m 644 monitoring/outbox-relay.rules.yml monitoring/outbox-relay.dashboard.json \
+	    $(DESTDIR)$(DATADIR)/
+	@# An operator's edited configuration is never overwritten.
+	[ -e $(DESTDIR)$(SYSCONFDIR)/outbox-relay/relay.json ] || \
+	    $(INSTALL) -m 644 systemd/relay.json $(DESTDIR)$(SYSCONFDIR)/outbox-relay/relay.json
+
+install-demos: $(DEMO_BIN) bin/man/producer-demo.1 bin/man/consumer-demo.1
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1
+	$(INSTALL) -m 755 $(DEMO_BIN) $(DESTDIR)$(BINDIR)/
+	$(INSTALL) -m 644 bin/man/producer-demo.1 bin/man/consumer-demo.1 $(DESTDIR)$(MANDIR)/man1/
+
+install: install-relay install-demos
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/outbox-relay $(DESTDIR)$(BINDIR)/producer-demo \
+	    $(DESTDIR)$(BINDIR)/consumer-demo $(DESTDIR)$(UNITDIR)/outbox-relay.service \
+	    $(addprefix $(DESTDIR)$(MANDIR)/man1/,outbox-relay.1 producer-demo.1 consumer-demo.1) \
+	    $(addprefix $(DESTDIR)$(DATADIR)/,outbox-relay.rules.yml outbox-relay.dashboard.json)
+	rmdir $(DESTDIR)$(DATADIR) 2>/dev/null || true
+	@# The configuration goes only as installed; an edited one stays, and so does the secret
+	@# the operator put beside it (database-url).
+	if cmp -s systemd/relay.json $(DESTDIR)$(SYSCONFDIR)/outbox-relay/relay.json; then \
+	    rm -f $(DESTDIR)$(SYSCONFDIR)/outbox-relay/relay.json; \
+	    rmdir $(DESTDIR)$(SYSCONFDIR)/outbox-relay 2>/dev/null || true; \
+	else [ ! -e $(DESTDIR)$(SYSCONFDIR)/outbox-relay/relay.json ] || \
+	    echo "uninstall: kept $(DESTDIR)$(SYSCONFDIR)/outbox-relay/relay.json (changed since install)"; fi
+
+# outbox-relay_VERSION_ARCH.deb in bin/deb/, built from a copy of the tree (dpkg-buildpackage
+# cleans the tree it builds in, which would take bin/ of this one with it).
+package:
+	@bash tools/deb-build.sh
+
+# What CI runs as root: the package built, checked by lintian, installed with dpkg -i, and one
+# delivery test against the installed /usr/bin/outbox-relay run by its unit's command line.
+package-test: tools
+	@bash tools/deb-ci.sh
+
+# The issue's sequence for a clean Debian 12, literally: `make deps && dpkg-buildpackage -us -uc -b
+# && dpkg -i ../outbox-relay_*.deb`, then `outbox-relay --version` and the delivery test against
+# the installed binary. `make fresh-test FRESH_CMD=package-fresh` runs it as the first command in
+# a minbase chroot (root; by hand, see docs/packaging.md for its duration). It builds in this
+# tree (dpkg-buildpackage cleans bin/ first) and leaves the package installed: for a throwaway
+# machine.
+package-fresh:
+	$(MAKE) deps
+	dpkg-buildpackage -us -uc -b
+	dpkg -i ../outbox-relay_$(VERSION)_*.deb
+	outbox-relay --version
+	$(MAKE) tools
+	bash tests/pkg/installed_delivery.sh
+
+# Prometheus alerting rules: syntax (promtool check rules) and each rule's unit test.
+monitoring-check:
+	@sh tools/monitoring-check.sh

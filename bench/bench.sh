@@ -17,7 +17,7 @@
 #                                  session), to show what the sessions lever buys; 0: skip
 #   BENCH_NAIVE_SIZE=100000        backlog of the naive loop (default: 100000 if among the sizes,
 #                                  else the smallest size)
-#   BENCH_RATES="1000 5000"        latency runs, events/s
+#   BENCH_RATES="1000 5000 10000"  latency runs, events/s
 #   BENCH_LATENCY_SECONDS=10       measured part of each latency run (after BENCH_WARMUP_SECONDS=3)
 #   BENCH_LATENCY_CLIENTS=4        pgbench clients of the latency load
 #   BENCH_PRODUCER_CLIENTS="1 4"   producer-cost runs; BENCH_PRODUCER_SECONDS=10 each
@@ -34,9 +34,17 @@
 #                                  rounds (and its min–max is shown)
 #   BENCH_LATENCY_ROUNDS=REPEAT    rounds of latency runs (default and tuned interleaved); above
 #                                  1, each row is its median-p50 round (and the p50s' min–max)
-#   BENCH_PARTS="drain latency producers"   which measurements to run
+#   BENCH_PARTS="drain latency producers payloads"   which measurements to run
+#   BENCH_SNAPSHOT_SECONDS=600     the old-snapshot runs ("snapshot" part): latency at
+#   BENCH_SNAPSHOT_RATE=3000       this rate for this long, without and then with a REPEATABLE
+#                                  READ transaction held open the whole time
+#   BENCH_PAYLOADS="1024:100000 10240:20000 512000:3000"   payload drains, BYTES:ROWS each (the
+#                                  relay at default settings; events/s, MB/s and peak RSS)
 #   BENCH_QUICK=1                  smoke run: small sizes, short durations
 #   BENCH_OUT=FILE                 where the report goes
+#   BENCH_BASELINE_BIN=PATH        another outbox-relay binary (an older commit, say) drained and
+#                                  timed at default settings right after this one, in every round,
+#                                  so a change is judged by a same-run ratio (rows "baseline")
 #   BENCH_PERF=1                   also record a CPU profile (perf, cpu-clock) of the relay
 #                                  during the largest default drain, into bin/bench-perf.txt
 #   KEEP_TMP=1                     keep the temp dir with every log
@@ -44,6 +52,7 @@
 
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 RELAY_BIN=${RELAY_BIN:-$(cd "$BENCH/.." && pwd)/bin/outbox-relay}
+BASELINE_BIN=${BENCH_BASELINE_BIN:-}
 # shellcheck source=tests/lib.sh
 source "$BENCH/../tests/lib.sh"
 export LC_ALL=C # decimal points in $EPOCHREALTIME, awk and printf; byte order in sort
@@ -52,15 +61,17 @@ export LC_ALL=C # decimal points in $EPOCHREALTIME, awk and printf; byte order i
 
 QUICK=${BENCH_QUICK:-0}
 if [ "$QUICK" = 1 ]; then
-    d_sizes="10000 30000" d_lat=3 d_warm=1 d_prod=3
+    d_sizes="10000 30000" d_lat=3 d_warm=1 d_prod=3 d_snap=20
+    d_payloads="1024:10000 512000:300"
 else
-    d_sizes="100000 1000000" d_lat=10 d_warm=3 d_prod=10
+    d_sizes="100000 1000000" d_lat=10 d_warm=3 d_prod=10 d_snap=600
+    d_payloads="1024:100000 10240:20000 512000:3000"
 fi
 SIZES=${BENCH_SIZES:-$d_sizes}
 TUNED_FLAGS=${BENCH_TUNED_FLAGS-"--batch-size 2000 --kafka linger.ms=1"}
 ONE_SESSION=${BENCH_ONE_SESSION:-1}
 ON_SENT_DELETE=${BENCH_ON_SENT_DELETE:-1}
-RATES=${BENCH_RATES:-1000 5000}
+RATES=${BENCH_RATES:-1000 5000 10000}
 LAT_S=${BENCH_LATENCY_SECONDS:-$d_lat}
 WARM_S=${BENCH_WARMUP_SECONDS:-$d_warm}
 LAT_CLIENTS=${BENCH_LATENCY_CLIENTS:-4}
@@ -87,7 +98,10 @@ LAT_ROUNDS=${BENCH_LATENCY_ROUNDS:-$REPEAT}
     echo "bench: BENCH_REPEAT must be a positive integer" >&2
     exit 2
 }
-PARTS=" ${BENCH_PARTS:-drain latency producers} "
+PARTS=" ${BENCH_PARTS:-drain latency producers payloads snapshot} "
+SNAP_S=${BENCH_SNAPSHOT_SECONDS:-$d_snap}
+SNAP_RATE=${BENCH_SNAPSHOT_RATE:-3000}
+PAYLOADS=${BENCH_PAYLOADS:-$d_payloads}
 TOPIC=outbox.event.order
 BOUND_BATCH=1000 # rows per statement of the PostgreSQL-only bound (bench/claim_*.sql)
 if [ "$QUICK" = 1 ]; then
@@ -122,7 +136,7 @@ elif [[ " $SIZES " == *" 100000 "* ]]; then
 else
     NAIVE_SIZE=$MIN_SIZE
 fi
-for f in "$RELAY_BIN" "$BIN/naive-relay" "$BIN/consume" "$BIN/mock-broker"; do
+for f in "$RELAY_BIN" ${BASELINE_BIN:+"$BASELINE_BIN"} "$BIN/naive-relay" "$BIN/consume" "$BIN/mock-broker"; do
     [ -x "$f" ] || {
         echo "bench: $f missing; run 'make bench'" >&2
         exit 2
@@ -324,7 +338,7 @@ reset_outbox() {
         psql_q "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload,
                                     headers)
                 SELECT event_id, aggregate_type, aggregate_id, event_type, payload, headers
-                FROM bench_seed WHERE n <= $1 ORDER BY n" &&
+                FROM ${SEED_TABLE:-bench_seed} WHERE n <= $1 ORDER BY n" &&
         psql_q "VACUUM (ANALYZE) outbox" && psql_q "CHECKPOINT" ||
         fail "reset the outbox to $1 rows"
 }
@@ -423,7 +437,9 @@ drain() {
         start_bg "$log" "$BIN/naive-relay" --database-url "$DATABASE_URL" --brokers "$BROKERS" "$@"
         limit=$((60 + n / 200))
     else
-        start_bg "$log" "$RELAY_BIN" run --database-url "$DATABASE_URL" --brokers "$BROKERS" "$@"
+        local bin=$RELAY_BIN
+        [ "$kind" = baseline ] && bin=$BASELINE_BIN && kind=relay
+        start_bg "$log" "$bin" run --database-url "$DATABASE_URL" --brokers "$BROKERS" "$@"
         limit=$((60 + n / 1000))
     fi
     pid=$BG_PID
@@ -561,7 +577,9 @@ latency() {
     say "latency $key: $rate events/s, ${WARM_S} s warm-up + ${LAT_S} s measured"
     empty_outbox
     fresh_broker
-    start_bg "$T/latency.$key.relay.log" "$RELAY_BIN" run --database-url "$DATABASE_URL" \
+    local bin=$RELAY_BIN
+    [[ $key == baseline.* ]] && bin=$BASELINE_BIN
+    start_bg "$T/latency.$key.relay.log" "$bin" run --database-url "$DATABASE_URL" \
         --brokers "$BROKERS" "$@"
     relay_pid=$BG_PID
     wait_ready "latency $key" "$T/latency.$key.relay.log" "$relay_pid"
@@ -625,7 +643,7 @@ latency() {
 latency_medians() {
     local rate key round median f p50s
     for rate in $RATES; do
-        for key in default.$rate tuned.$rate; do
+        for key in default.$rate baseline.$rate tuned.$rate; do
             [ -n "${L_N[$key.1]:-}" ] || continue
             median=$(for ((round = 1; round <= LAT_ROUNDS; round++)); do
                 echo "${L_P50[$key.$round]:-0} $round"
@@ -741,7 +759,7 @@ perf_stop() {
 declare -A R_RATE R_SECS R_HWM R_CPU R_RSS10 R_RSS50 R_RSSEND R_START R_FIRST R_NOTE R_ALL R_SPREAD R_STEADY
 declare -A L_TPS L_LAG L_INSERTED L_DUPS L_N L_P50 L_P99 L_MAX L_MISSING L_CPU P_TPS P_RATIO
 declare -A P_RATIO_SPREAD P_CPU
-declare -A L_RP50 L_RP99 L_KP50 L_KP99 L_SPREAD
+declare -A L_RP50 L_RP99 L_KP50 L_KP99 L_SPREAD P_BYTES P_ROWS S_B2 S_BMAX
 NOTES=()
 RUN_START=$(now_us)
 LOAD_BEFORE=$(cut -d ' ' -f 1-3 /proc/loadavg)
@@ -787,6 +805,7 @@ for ((round = 1; round <= REPEAT; round++)); do
         bound "update.$n" "$n" "$BENCH/claim_update.sql"
         [ "$main_size" = 1 ] && bound "delete.$n" "$n" "$BENCH/claim_delete.sql"
         drain "default.$n" "$n" relay
+        [ -n "$BASELINE_BIN" ] && [ "$main_size" = 1 ] && drain "baseline.$n" "$n" baseline
         [ "$main_size" = 1 ] && [ "$ONE_SESSION" = 1 ] && drain "single.$n" "$n" relay --sessions 1
         [ "$main_size" = 1 ] && [ ${#TUNED[@]} -gt 0 ] && drain "tuned.$n" "$n" relay "${TUNED[@]}"
         [ "$main_size" = 1 ] && [ "$ON_SENT_DELETE" = 1 ] &&
@@ -801,10 +820,79 @@ for ((round = 1; round <= LAT_ROUNDS; round++)); do
     [ "$LAT_ROUNDS" -gt 1 ] && [ -n "$RATES" ] && say "latency round $round of $LAT_ROUNDS"
     for rate in $RATES; do
         latency "default.$rate.$round" "$rate"
+        [ -n "$BASELINE_BIN" ] && latency "baseline.$rate.$round" "$rate"
         [ ${#TUNED[@]} -gt 0 ] && latency "tuned.$rate.$round" "$rate" "${TUNED[@]}"
     done
 done
 latency_medians
+
+# Old snapshot: the latency run at SNAP_RATE for SNAP_S seconds, once as it is and once while
+# another session holds a REPEATABLE READ snapshot the whole time (a forgotten BEGIN, a long
+# report, a standby's hot_standby_feedback): vacuum can then remove none of the row versions the
+# marks leave behind, and claims walk them. The unsent backlog is sampled every 10 s: a relay
+# that keeps up has a flat one.
+snapshot_run() { # KEY HOLD
+    local key=$1 hold=$2 holder= sampler
+    if [ "$hold" = 1 ]; then
+        psql -XAtq -c "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM outbox;
+                       SELECT pg_sleep($((SNAP_S + WARM_S + 180)))" >/dev/null 2>&1 &
+        holder=$!
+        _t_track "$holder"
+    fi
+    (
+        t0=$(date +%s)
+        while sleep 10; do
+            echo "$(($(date +%s) - t0)) $(psql -XAtq -c "SELECT count(*) FROM outbox WHERE sent_at IS NULL" 2>/dev/null)"
+        done
+    ) >"$T/snapshot.$key.backlog" &
+    sampler=$!
+    _t_track "$sampler"
+    LAT_S=$SNAP_S latency "$key" "$SNAP_RATE"
+    kill "$sampler" 2>/dev/null
+    wait "$sampler" 2>/dev/null
+    untrack "$sampler"
+    if [ -n "$holder" ]; then
+        kill "$holder" 2>/dev/null
+        wait "$holder" 2>/dev/null
+        untrack "$holder"
+        psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                WHERE query LIKE '%pg_sleep%' AND pid <> pg_backend_pid()" >/dev/null
+    fi
+    # Backlog after the warm-up and the first 2 minutes, and the largest from then on.
+    S_B2[$key]=$(awk -v t=$((WARM_S + 120)) '$1 >= t { print $2; exit }' "$T/snapshot.$key.backlog")
+    S_BMAX[$key]=$(awk -v t=$((WARM_S + 120)) '$1 >= t && $2 > m { m = $2 } END { print m + 0 }' \
+        "$T/snapshot.$key.backlog")
+}
+if [[ $PARTS == *" snapshot "* ]]; then
+    snapshot_run snapshot.without 0
+    snapshot_run snapshot.with 1
+fi
+
+# Payload sizes: the same drain at default settings over rows of one payload size each, from a
+# seed table per size (one random hex blob per size, so TOAST cannot compress it away; a row's
+# own prefix keeps the values distinct). What the byte budget (--batch-bytes) bounds shows in the
+# peak RSS column.
+[[ $PARTS == *" payloads "* ]] || PAYLOADS=
+for spec in $PAYLOADS; do
+    bytes=${spec%%:*} rows=${spec##*:}
+    say "payloads: seeding $(commas "$rows") rows of $(commas "$bytes") bytes"
+    psql_q "DROP TABLE IF EXISTS bench_seed_$bytes" &&
+        psql_q "CREATE TABLE bench_seed_$bytes AS
+                WITH blob AS (SELECT string_agg(md5(random()::text || g::text), '') AS hex
+                              FROM generate_series(1, ($bytes + 31) / 32) g)
+                SELECT g AS n, gen_random_uuid() AS event_id, 'order'::text AS aggregate_type,
+                       'o-' || (g % 1000) AS aggregate_id, 'OrderCreated'::text AS event_type,
+                       jsonb_build_object('n', g, 'data', left(blob.hex, $bytes - 30)) AS payload,
+                       NULL::jsonb AS headers
+                FROM blob, generate_series(1, $rows) g" &&
+        psql_q "ALTER TABLE bench_seed_$bytes ADD PRIMARY KEY (n)" ||
+        fail "seed the $bytes-byte payloads"
+    SEED_TABLE=bench_seed_$bytes drain "payload$bytes.$rows" "$rows" relay
+    P_BYTES[$bytes]=$(psql_q "SELECT round(avg(octet_length(payload::text)))
+                              FROM bench_seed_$bytes WHERE n <= 100")
+    P_ROWS[$bytes]=$rows
+    psql_q "DROP TABLE bench_seed_$bytes" >/dev/null
+done
 
 [[ $PARTS == *" producers "* ]] || PROD_MODES=
 if [ -n "$TRIGGER_DEF" ]; then
@@ -835,6 +923,8 @@ for v in $(compgen -e | grep '^BENCH_' | sort); do
     CMD="$v=\"${!v}\" $CMD"
 done
 TUNED_LABEL=${TUNED_FLAGS:-none}
+BASELINE_LABEL=
+[ -n "$BASELINE_BIN" ] && BASELINE_LABEL="$("$BASELINE_BIN" --version 2>&1 | head -n 1), ${BENCH_BASELINE_NAME:-$BASELINE_BIN}"
 
 report_header() {
     echo "# Benchmarks"
@@ -876,12 +966,16 @@ report_drain() {
     for n in "${SIZE_LIST[@]}"; do
         bound=${R_RATE[update.$n]:-}
         naive=${R_RATE[naive.$n]:-}
-        for key in update delete default single tuned ondelete naive; do
+        for key in update delete default baseline single tuned ondelete naive; do
             [ -n "${R_RATE[$key.$n]:-}" ] || continue
             case $key in
             update) d="PostgreSQL-only bound: claim + UPDATE, 1,000 rows a statement" ;;
             delete) d="PostgreSQL-only bound: claim + DELETE, 1,000 rows a statement" ;;
             default) d="relay, default settings" ;;
+            baseline)
+                d="baseline binary, default settings ($BASELINE_LABEL; this build: $(x_ratio \
+                    "$(ratio "${R_RATE[default.$n]}" "${R_RATE[$key.$n]}")") of it)"
+                ;;
             single) d="relay, one claim session: \`--sessions 1\`" ;;
             tuned) d="relay, tuned: \`$TUNED_LABEL\`" ;;
             ondelete)
@@ -932,10 +1026,11 @@ report_latency() {
     echo "| events/s | relay | inserted tx/s | events measured | p50 | p99 | max | commit→produce p50 / p99 | produce→consumer p50 / p99 | missing | duplicates | relay CPU s | pgbench lag |"
     echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for rate in $RATES; do
-        for key in default.$rate tuned.$rate; do
+        for key in default.$rate baseline.$rate tuned.$rate; do
             [ -n "${L_N[$key]:-}" ] || continue
             d="default settings"
             [[ $key == tuned.* ]] && d="tuned: \`$TUNED_LABEL\`"
+            [[ $key == baseline.* ]] && d="baseline binary ($BASELINE_LABEL), default settings"
             echo "| $(commas "$rate") | $d | $(calc "${L_TPS[$key]:-0}" %.0f) | $(commas "${L_N[$key]}") | **${L_P50[$key]}**$([ "$LAT_ROUNDS" -gt 1 ] && echo " (${L_SPREAD[$key]})") | **${L_P99[$key]}** | ${L_MAX[$key]} | ${L_RP50[$key]} / ${L_RP99[$key]} | ${L_KP50[$key]} / ${L_KP99[$key]} | ${L_MISSING[$key]} | ${L_DUPS[$key]} | ${L_CPU[$key]:--} | $(lag_cell "${L_LAG[$key]:-}") |"
         done
     done
@@ -990,6 +1085,44 @@ report_memory() {
     echo
 }
 
+report_snapshot() {
+    local key d
+    echo "## An old snapshot held: latency at $(commas "$SNAP_RATE") events/s for $SNAP_S s"
+    echo
+    echo "The same run twice, default settings: as it is, then while another session holds a"
+    echo "REPEATABLE READ snapshot open the whole time. Backlog: unsent rows sampled every 10 s, after"
+    echo "the warm-up and the first 2 minutes, and the largest sample from then on."
+    echo
+    echo "| run | events measured | p50 ms | p99 ms | max ms | p99 × without | backlog at 2 min | largest backlog after | relay CPU s |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for key in snapshot.without snapshot.with; do
+        [ -n "${L_N[$key]:-}" ] || continue
+        d="without an old snapshot"
+        [ "$key" = snapshot.with ] && d="**with** an old snapshot"
+        echo "| $d | $(commas "${L_N[$key]}") | ${L_P50[$key]} | **${L_P99[$key]}** | ${L_MAX[$key]} | $(x_ratio "$(ratio "${L_P99[$key]}" "${L_P99[snapshot.without]:-}")") | $(commas "${S_B2[$key]:--}") | $(commas "${S_BMAX[$key]:--}") | ${L_CPU[$key]:--} |"
+    done
+    echo
+}
+
+report_payloads() {
+    local spec bytes rows key mbs
+    echo "## Payload sizes: drains at default settings"
+    echo
+    echo "Each row: a backlog of events whose payloads are all of one size (random hex, so TOAST"
+    echo "cannot compress them away), drained at default settings (\`--batch-bytes\` 8 MiB)."
+    echo
+    echo "| payload | events | events/s | MB/s (payload) | seconds | CPU s | peak RSS (VmHWM) |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|"
+    for spec in $PAYLOADS; do
+        bytes=${spec%%:*} rows=${spec##*:}
+        key=payload$bytes.$rows
+        [ -n "${R_RATE[$key]:-}" ] || continue
+        mbs=$(calc "${R_RATE[$key]} * ${P_BYTES[$bytes]} / 1000000" %.1f)
+        echo "| $(commas "${P_BYTES[$bytes]}") B | $(commas "$rows") | $(commas "${R_RATE[$key]}") | $mbs | ${R_SECS[$key]} | ${R_CPU[$key]:--} | $(mb "${R_HWM[$key]}") MB |"
+    done
+    echo
+}
+
 report_targets() {
     local n r mode cost d peak grow
     echo "## Targets (from the issue), this run"
@@ -1031,6 +1164,8 @@ report() {
     [[ $PARTS == *" latency "* ]] && report_latency
     [[ $PARTS == *" producers "* ]] && report_producers
     [[ $PARTS == *" drain "* ]] && report_memory
+    [ -n "$PAYLOADS" ] && report_payloads
+    [[ $PARTS == *" snapshot "* ]] && report_snapshot
     report_targets
     report_method
     report_notes

@@ -136,10 +136,7 @@ static rd_kafka_conf_t *build_conf(const ConsumerConfig *cfg, char *err, size_t 
         }
     }
     for (size_t i = 0; cfg->kafka && i < cfg->kafka->len; i++) {
-        const char *item = cfg->kafka->items[i];
-        size_t klen = strcspn(item, "=");
-        char key[256];
-        snprintf(key, sizeof(key), "%.*s", (int)klen, item);
+        const char *key = cfg->kafka->items[i].key;
         for (size_t j = 0; j < sizeof(locked_props) / sizeof(locked_props[0]); j++) {
             if (strcmp(key, locked_props[j]) == 0) {
                 snprintf(err, errlen,
@@ -149,7 +146,7 @@ static rd_kafka_conf_t *build_conf(const ConsumerConfig *cfg, char *err, size_t 
                 goto failed;
             }
         }
-        if (rd_kafka_conf_set(conf, key, item + klen + 1, errstr, sizeof(errstr)) !=
+        if (rd_kafka_conf_set(conf, key, cfg->kafka->items[i].value, errstr, sizeof(errstr)) !=
             RD_KAFKA_CONF_OK) {
             snprintf(err, errlen, "--kafka %s: %s", key, errstr);
             goto failed;

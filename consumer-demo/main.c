@@ -151,6 +151,11 @@ static int cmd_migrate(const Options *o)
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
+    /* Hidden: the generated sections of the man page, for tools/gen-man.sh. */
+    if (argc == 2 && strcmp(argv[1], "--help-man") == 0) {
+        opts_print_man(&spec, stdout);
+        return 0;
+    }
     Options o = {0};
     int cmd;
     char err[1024];

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "addr.h"
 #include "api.h"
 #include "backoff.h"
 #include "db.h"
@@ -178,7 +179,7 @@ static int cmd_serve(const Options *o)
     char err[300], host[256];
     unsigned port;
     if (!db_check_conninfo(o->database_url, err, sizeof(err)) ||
-        !server_parse_listen(o->listen, host, sizeof(host), &port, err, sizeof(err)))
+        !addr_parse_host_port("--listen", o->listen, host, sizeof(host), &port, err, sizeof(err)))
         return usage_error(err);
     RCache *redis = NULL;
     if (o->redis_url) {
@@ -311,6 +312,11 @@ static int cmd_cleanup(const Options *o)
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
+    /* Hidden: the generated sections of the man page, for tools/gen-man.sh. */
+    if (argc == 2 && strcmp(argv[1], "--help-man") == 0) {
+        opts_print_man(&spec, stdout);
+        return 0;
+    }
     Options o = {0};
     int cmd;
     char err[1024];

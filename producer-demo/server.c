@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "addr.h"
 #include "log.h"
 #include "order.h"
 
@@ -29,50 +30,6 @@ typedef struct Request {
     bool too_large;
     struct timespec start;
 } Request;
-
-bool server_parse_listen(const char *text, char *host, size_t hostlen, unsigned *port, char *err,
-                         size_t errlen)
-{
-    const char *colon, *host_start;
-    size_t host_len;
-    if (text[0] == '[') {
-        const char *close = strchr(text, ']');
-        if (!close || close[1] != ':') {
-            snprintf(err, errlen, "--listen: expected [IPV6]:PORT, got '%.100s'", text);
-            return false;
-        }
-        host_start = text + 1;
-        host_len = (size_t)(close - host_start);
-        colon = close + 1;
-    } else {
-        colon = strrchr(text, ':');
-        if (!colon) {
-            snprintf(err, errlen, "--listen: expected HOST:PORT, got '%.100s'", text);
-            return false;
-        }
-        host_start = text;
-        host_len = (size_t)(colon - text);
-        if (memchr(text, ':', host_len)) {
-            snprintf(err, errlen, "--listen: write IPv6 addresses as [ADDR]:PORT");
-            return false;
-        }
-    }
-    if (host_len >= hostlen) {
-        snprintf(err, errlen, "--listen: host name too long");
-        return false;
-    }
-    memcpy(host, host_start, host_len);
-    host[host_len] = '\0';
-    char *end;
-    errno = 0;
-    long p = strtol(colon + 1, &end, 10);
-    if (colon[1] == '\0' || *end != '\0' || errno || p < 0 || p > 65535) {
-        snprintf(err, errlen, "--listen: port must be 0 to 65535, got '%.20s'", colon + 1);
-        return false;
-    }
-    *port = (unsigned)p;
-    return true;
-}
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
@@ -273,7 +230,7 @@ Server *server_start(Api *api, const char *listen, int max_connections, char *er
 {
     char host[256], port_text[8];
     unsigned port;
-    if (!server_parse_listen(listen, host, sizeof(host), &port, err, errlen))
+    if (!addr_parse_host_port("--listen", listen, host, sizeof(host), &port, err, errlen))
         return NULL;
     snprintf(port_text, sizeof(port_text), "%u", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC,

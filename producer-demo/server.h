@@ -14,11 +14,6 @@
 
 typedef struct Server Server;
 
-/* Splits "HOST:PORT" or "[IPV6]:PORT" (an empty HOST means every interface) into host (at least
- * 256 bytes) and port. Returns false with one line in err. */
-bool server_parse_listen(const char *text, char *host, size_t hostlen, unsigned *port, char *err,
-                         size_t errlen) __attribute__((warn_unused_result));
-
 /* Binds listen and starts serving api. Returns NULL with one line in err when the address cannot
  * be resolved or bound. */
 Server *server_start(Api *api, const char *listen, int max_connections, char *err, size_t errlen);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "log.h"
+#include "opts.h"
 #include "table.h"
 
 typedef enum {
@@ -20,6 +21,7 @@ typedef enum {
     CMD_REQUEUE,
     CMD_PURGE_DEAD,
     CMD_STATUS,
+    CMD_VERIFY,
     CMD_HELP,
     CMD_VERSION
 } Command;
@@ -42,11 +44,11 @@ typedef enum {
     ORDER_PER_TOPIC,     /* an aggregate's events within each topic: {event_type} allowed */
 } OrderScope;
 
-/* One librdkafka property, passed through as given (validated by librdkafka at start-up). */
-typedef struct KafkaProp {
-    char *key;
-    char *value;
-} KafkaProp;
+/* What a message looks like besides its value (the payload) and key (the aggregate id). */
+typedef enum {
+    FORMAT_RELAY,       /* the headers id (event id), event_type, aggregate_type, the row's own */
+    FORMAT_CLOUDEVENTS, /* those, plus CloudEvents' ce_ attributes (route_cloudevents_add) */
+} MessageFormat;
 
 typedef struct Config {
     Command command;
@@ -63,15 +65,16 @@ typedef struct Config {
     TableLayout layout;
     char *seq_column, *event_id_column, *aggregate_type_column, *aggregate_id_column,
         *event_type_column, *payload_column, *headers_column, *additional_fields;
-    TableMap map;     /* ...and resolved: what every statement is written for */
-    KafkaProp *kafka; /* in order: config file entries, then --kafka-file lines, then flags */
-    size_t kafka_len;
+    TableMap map;  /* ...and resolved: what every statement is written for */
+    OptList kafka; /* librdkafka properties, passed through as given (validated by librdkafka at
+                    * start-up), in order: config file entries, --kafka-file lines, flags */
+    size_t kafka_from_file; /* of kafka, the config file's entries (--kafka-file goes after) */
     char *kafka_file;
     LogLevel log_level;
     long poll_interval_ms;
     long shutdown_timeout_ms;
     long delivery_timeout_ms;
-    long session_timeout_ms; /* a silent relay's session ends within this (relay/pg.h) */
+    long session_timeout_ms; /* a silent relay's session ends within this (relay/io/pg.h) */
     long rebalance_interval_ms;
     long busy_poll_interval_ms;
     long sleep_after_ms;
@@ -87,7 +90,12 @@ typedef struct Config {
     long horizon_warn_s;     /* log a snapshot holding back vacuum this long; 0: never */
     long id;                 /* requeue, purge-dead --id */
     bool all;                /* requeue, purge-dead --all */
-    bool json;               /* dead, status --json */
+    bool json;               /* dead, status, verify --json */
+    MessageFormat message_format;
+    char *ce_source;            /* CloudEvents source attribute */
+    char *ce_content_type;      /* CloudEvents datacontenttype (the content-type header) */
+    long verify_since_s;        /* verify --since: rows marked sent this far back */
+    bool verify_from_beginning; /* verify --from-beginning: read the topics whole */
 } Config;
 
 /* Fills cfg from argv (argv[1] is the command), the environment and the config file named by
@@ -102,12 +110,8 @@ void config_free(Config *cfg);
 /* Writes the usage text, generated from the option table. */
 void config_print_help(FILE *out);
 
-/* Splits "key=value" into a KafkaProp (both parts copied; key must be non-empty). */
-bool config_parse_kafka_prop(const char *text, KafkaProp *out);
-
-/* Parses a duration: a whole number with a unit, s, m, h or d ("90s", "30m", "72h", "7d"), or
- * "0" / "off" for none. Returns false on anything else or above 3650 days. */
-bool config_parse_duration(const char *text, long *seconds);
+/* Writes the generated sections of the man page (roff), from the same table (opts_print_man). */
+void config_print_man(FILE *out);
 
 /* ---- reloading (SIGHUP) --------------------------------------------------------------------- */
 
@@ -122,5 +126,10 @@ void config_diff(const Config *running, const Config *fresh, ConfigChangeFn fn, 
 /* Copies the values of the reloadable options from fresh into running; everything else keeps
  * its running value. */
 void config_apply_reloadable(Config *running, const Config *fresh);
+
+/* Registers every secret of a loaded configuration with lib/secrets.h: the database URL's
+ * passwords and the values of sensitive librdkafka properties (from --kafka, --kafka-file and the
+ * config file). */
+void config_register_secrets(const Config *cfg);
 
 #endif

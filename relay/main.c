@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "addr.h"
 #include "admin.h"
 #include "config.h"
+#include "db.h"
 #include "kafka.h"
 #include "log.h"
 #include "http.h"
@@ -18,8 +20,10 @@
 #include "pg.h"
 #include "relay.h"
 #include "route.h"
+#include "sdnotify.h"
 #include "secrets.h"
 #include "status.h"
+#include "verify.h"
 
 #ifndef OUTBOX_RELAY_VERSION
 #define OUTBOX_RELAY_VERSION "dev"
@@ -45,31 +49,18 @@ static int usage_error(const char *msg)
 
 /* libpq accepts the connection string lazily; parse it now so a typo fails at start-up. The
  * message never echoes the string itself: it may hold a password. */
-static bool check_conninfo(const char *conninfo, char *err, size_t errlen)
-{
-    char *why = NULL;
-    PQconninfoOption *opts = PQconninfoParse(conninfo, &why);
-    if (!opts) {
-        snprintf(err, errlen, "database URL: invalid connection string: %s",
-                 why ? strtok(why, "\n") : "out of memory");
-        PQfreemem(why);
-        return false;
-    }
-    PQconninfoFree(opts);
-    return true;
-}
-
 static int cmd_run(Config *cfg, int argc, char **argv)
 {
-    char err[1024], host[256], port[16];
-    if (!check_conninfo(cfg->database_url, err, sizeof(err)) ||
+    char err[1024], host[256];
+    unsigned port;
+    if (!db_check_conninfo(cfg->database_url, err, sizeof(err)) ||
         !route_template_check(cfg->topic_template, cfg->order_scope == ORDER_PER_TOPIC, err,
                               sizeof(err)) ||
         (cfg->dead_letter_topic &&
          !route_topic_name_check("--dead-letter-topic", cfg->dead_letter_topic, err,
                                  sizeof(err))) ||
-        (cfg->metrics_listen && !http_parse_listen(cfg->metrics_listen, host, sizeof(host), port,
-                                                   sizeof(port), err, sizeof(err))))
+        (cfg->metrics_listen && !addr_parse_host_port("--metrics-listen", cfg->metrics_listen, host,
+                                                      sizeof(host), &port, err, sizeof(err))))
         return usage_error(err);
     rd_kafka_conf_t *kconf = kafka_conf_build(cfg, err, sizeof(err));
     if (!kconf)
@@ -99,7 +90,9 @@ static int cmd_run(Config *cfg, int argc, char **argv)
         log_quote(cfg->brokers, q2, sizeof(q2)), log_quote(cfg->topic_template, q3, sizeof(q3)),
         cfg->batch_size, cfg->retention_s, cfg->on_sent == ON_SENT_DELETE ? "delete" : "mark");
     ops_start(ops, relay);
+    SdNotify *sd = sdnotify_start(loop, relay); /* NULL unless run by systemd (Type=notify) */
     int rc = relay_run(relay);
+    sdnotify_free(sd);
     ops_free(ops);
     relay_free(relay);
     ev_loop_destroy(loop);
@@ -109,7 +102,7 @@ static int cmd_run(Config *cfg, int argc, char **argv)
 static int cmd_migrate(const Config *cfg)
 {
     char err[1024];
-    if (!check_conninfo(cfg->database_url, err, sizeof(err)))
+    if (!db_check_conninfo(cfg->database_url, err, sizeof(err)))
         return usage_error(err);
     return migrate_run(cfg->database_url, &cfg->map);
 }
@@ -118,6 +111,11 @@ int main(int argc, char **argv)
 {
     /* A peer closing a socket must surface as an error return, not kill the process. */
     signal(SIGPIPE, SIG_IGN);
+    /* Hidden: the generated sections of the man page, for tools/gen-man.sh. */
+    if (argc == 2 && strcmp(argv[1], "--help-man") == 0) {
+        config_print_man(stdout);
+        return 0;
+    }
 
     Config cfg;
     char err[1024];
@@ -130,7 +128,7 @@ int main(int argc, char **argv)
     if (cfg.command == CMD_RUN)
         signal(SIGHUP, SIG_IGN);
     /* From here on, nothing the process writes may show them. */
-    secrets_add_config(&cfg);
+    config_register_secrets(&cfg);
 
     int rc = 0;
     switch (cfg.command) {
@@ -150,14 +148,16 @@ int main(int argc, char **argv)
     case CMD_DEAD:
     case CMD_REQUEUE:
     case CMD_PURGE_DEAD:
-    case CMD_STATUS: {
-        if (!check_conninfo(cfg.database_url, err, sizeof(err))) {
+    case CMD_STATUS:
+    case CMD_VERIFY: {
+        if (!db_check_conninfo(cfg.database_url, err, sizeof(err))) {
             rc = usage_error(err);
             break;
         }
         rc = cfg.command == CMD_DEAD      ? admin_dead(&cfg)
              : cfg.command == CMD_REQUEUE ? admin_requeue(&cfg)
              : cfg.command == CMD_STATUS  ? status_run(&cfg)
+             : cfg.command == CMD_VERIFY  ? verify_run(&cfg)
                                           : admin_purge_dead(&cfg);
         break;
     }

@@ -336,7 +336,7 @@ check_delivered() {
 
 # relay_start ARGS...: `outbox-relay run ARGS` in the background; output in $RELAY_LOG.
 # RELAY_WRAP (array) may hold an exec-style prefix such as (taskset -c 0).
-# First keys of the relay's advisory locks (relay/lanes.h): member slots and lanes.
+# First keys of the relay's advisory locks (relay/outbox/schema.h): member slots and lanes.
 MEMBER_NS=1331849729
 LANE_NS=1331849730
 # The wakeup lock (migrations/0007_wakeup_lock.sql): a sleeping relay session holds it exclusively.

@@ -4,7 +4,8 @@
 # builds a minbase bookworm chroot with debootstrap, adds only `make` and `git` (the README's one
 # prerequisite), clones the current commit into it and runs, as the very first command:
 #
-#   tools/fresh-chroot.sh [quickstart|test]     (default quickstart; make fresh-test FRESH_CMD=test)
+#   tools/fresh-chroot.sh [quickstart|test|package-fresh]     (default quickstart;
+#                                                  make fresh-test FRESH_CMD=test)
 #
 # Root only (debootstrap, chroot, mount). The chroot shares the host's network namespace, so apt
 # inside it works, and every test address is loopback as usual. Exit status: the make's.
@@ -19,7 +20,7 @@ set -euo pipefail
 {
 
 CMD=${1:-quickstart}
-case $CMD in quickstart | test) ;; *) echo "usage: $0 [quickstart|test]" >&2; exit 2 ;; esac
+case $CMD in quickstart | test | package-fresh) ;; *) echo "usage: $0 [quickstart|test|package-fresh]" >&2; exit 2 ;; esac
 [ "$(id -u)" = 0 ] || { echo "fresh-chroot: needs root (debootstrap, chroot, mount)" >&2; exit 2; }
 
 REPO=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)

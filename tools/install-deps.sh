@@ -4,7 +4,8 @@
 #
 #   tools/install-deps.sh [--auto|--report] [SECTION...]
 #
-# SECTION: build or test (default: both). Nothing missing: one line, exit 0, in well under a
+# SECTION: build, test or package (default: build and test, what `make test` needs; `make deps`
+# names all three). Nothing missing: one line, exit 0, in well under a
 # second (`make test` and `make quickstart` run this first, every time). Something missing: as
 # root, apt-get update, then install it (noninteractive, no recommends), then check again.
 # Not root: plain (`make deps`) uses sudo when there is one; --auto (`make test` and co.) prints

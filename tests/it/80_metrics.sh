@@ -46,6 +46,11 @@ check "1: latency +Inf bucket equals the count" test \
     "$(metric outbox_created_to_ack_seconds_count)"
 check "1: latency sum is positive" metric_at_least outbox_created_to_ack_seconds_sum 0.000001
 check "1: batches counted" metric_at_least outbox_batches_total 1
+check "1: claim durations observed, at least one per batch" metric_at_least \
+    outbox_claim_duration_seconds_count "$(metric outbox_batches_total)"
+check "1: claim duration +Inf bucket equals the count" test \
+    "$(metric 'outbox_claim_duration_seconds_bucket{le="+Inf"}')" = \
+    "$(metric outbox_claim_duration_seconds_count)"
 check "1: failure counter exported: transient, 0 after a clean run" \
     metric_is 'outbox_failures_total{class="transient"}' 0
 check "1: failure counter exported: permanent, 0 after a clean run" \

@@ -176,8 +176,8 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.poll_interval_ms, 1000);
     assert_int_equal(cfg.shutdown_timeout_ms, 10000);
     assert_null(cfg.config_file);
-    assert_null(cfg.kafka);
-    assert_int_equal(cfg.kafka_len, 0);
+    assert_null(cfg.kafka.items);
+    assert_int_equal(cfg.kafka.len, 0);
     config_free(&cfg);
 }
 
@@ -345,9 +345,9 @@ static void test_precedence_batch_size(void **state)
 
 static void assert_prop(const Config *cfg, size_t i, const char *key, const char *value)
 {
-    assert_true(i < cfg->kafka_len);
-    assert_string_equal(cfg->kafka[i].key, key);
-    assert_string_equal(cfg->kafka[i].value, value);
+    assert_true(i < cfg->kafka.len);
+    assert_string_equal(cfg->kafka.items[i].key, key);
+    assert_string_equal(cfg->kafka.items[i].value, value);
 }
 
 static void test_kafka_flags_in_order(void **state)
@@ -356,7 +356,7 @@ static void test_kafka_flags_in_order(void **state)
     char err[256];
     assert_true(LOAD(&cfg, err, "migrate", "--database-url=x", "--kafka", "acks=all",
                      "--kafka=linger.ms=5", "--kafka", "client.id=a=b", "--kafka", "empty="));
-    assert_int_equal(cfg.kafka_len, 4);
+    assert_int_equal(cfg.kafka.len, 4);
     assert_prop(&cfg, 0, "acks", "all");
     assert_prop(&cfg, 1, "linger.ms", "5");
     assert_prop(&cfg, 2, "client.id", "a=b");
@@ -373,7 +373,7 @@ static void test_kafka_file_then_flags(void **state)
     char err[256];
     assert_true(LOAD(&cfg, err, "migrate", "--kafka=compression.type=lz4", "--database-url=x",
                      "--config", path, "--kafka", "acks=1"));
-    assert_int_equal(cfg.kafka_len, 6);
+    assert_int_equal(cfg.kafka.len, 6);
     assert_prop(&cfg, 0, "acks", "all");
     assert_prop(&cfg, 1, "linger.ms", "5");
     assert_prop(&cfg, 2, "enable.idempotence", "true");
@@ -386,15 +386,18 @@ static void test_kafka_file_then_flags(void **state)
 
 static void test_parse_kafka_prop(void **state)
 {
-    KafkaProp p;
-    assert_true(config_parse_kafka_prop("a=b=c", &p));
-    assert_string_equal(p.key, "a");
-    assert_string_equal(p.value, "b=c");
-    free(p.key);
-    free(p.value);
-    assert_false(config_parse_kafka_prop("novalue", &p));
-    assert_false(config_parse_kafka_prop("=v", &p));
-    assert_false(config_parse_kafka_prop("", &p));
+    OptList list = {0};
+    assert_true(opts_list_append(&list, "a=b=c"));
+    assert_int_equal(list.len, 1);
+    assert_string_equal(list.items[0].key, "a");
+    assert_string_equal(list.items[0].value, "b=c");
+    assert_false(opts_list_append(&list, "novalue"));
+    assert_false(opts_list_append(&list, "=v"));
+    assert_false(opts_list_append(&list, ""));
+    assert_int_equal(list.len, 1);
+    free(list.items[0].key);
+    free(list.items[0].value);
+    free(list.items);
 }
 
 /* ---- errors ---------------------------------------------------------------------------- */
@@ -634,7 +637,7 @@ static void test_parse_duration(void **state)
                 {"7d", 604800}, {"1s", 1},     {"3650d", 3650L * 86400}};
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         long s = -1;
-        if (!config_parse_duration(good[i].text, &s) || s != good[i].seconds)
+        if (!opts_parse_duration(good[i].text, &s) || s != good[i].seconds)
             fail_msg("\"%s\": got %ld, want %ld", good[i].text, s, good[i].seconds);
     }
     const char *bad[] = {"",
@@ -652,7 +655,7 @@ static void test_parse_duration(void **state)
                          "1.5h"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         long s = -1;
-        if (config_parse_duration(bad[i], &s))
+        if (opts_parse_duration(bad[i], &s))
             fail_msg("\"%s\" accepted as %ld", bad[i], s);
     }
 }
@@ -789,10 +792,10 @@ static void test_kafka_file(void **state)
                              {"sasl.password", "p=w d "},
                              {"linger.ms", "5"},
                              {"linger.ms", "9"}};
-    assert_int_equal(cfg.kafka_len, sizeof(want) / sizeof(want[0]));
-    for (size_t i = 0; i < cfg.kafka_len; i++) {
-        assert_string_equal(cfg.kafka[i].key, want[i][0]);
-        assert_string_equal(cfg.kafka[i].value, want[i][1]);
+    assert_int_equal(cfg.kafka.len, sizeof(want) / sizeof(want[0]));
+    for (size_t i = 0; i < cfg.kafka.len; i++) {
+        assert_string_equal(cfg.kafka.items[i].key, want[i][0]);
+        assert_string_equal(cfg.kafka.items[i].value, want[i][1]);
     }
     config_free(&cfg);
 
@@ -855,7 +858,7 @@ static void test_reload_diff_and_apply(void **state)
     assert_int_equal(running.retention_s, 3600);
     assert_string_equal(running.database_url, "postgresql://a/db"); /* restart-only: kept */
     assert_string_equal(running.topic_template, "t.{aggregate_type}");
-    assert_string_equal(running.kafka[0].value, "all");
+    assert_string_equal(running.kafka.items[0].value, "all");
 
     Seen none = {""};
     config_diff(&running, &running, record_change, &none);
@@ -923,7 +926,7 @@ static void test_config_free_zeroed(void **state)
     config_free(&cfg);
     config_free(&cfg);
     assert_null(cfg.database_url);
-    assert_int_equal(cfg.kafka_len, 0);
+    assert_int_equal(cfg.kafka.len, 0);
 }
 
 static void test_print_help(void **state)

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "addr.h"
 #include "idem.h"
 #include "server.h"
 
@@ -80,7 +81,7 @@ static void expect_listen(const char *text, const char *host, unsigned port)
 {
     char h[256], err[256] = "";
     unsigned p = 99999;
-    if (!server_parse_listen(text, h, sizeof(h), &p, err, sizeof(err)))
+    if (!addr_parse_host_port("--listen", text, h, sizeof(h), &p, err, sizeof(err)))
         fail_msg("'%s' rejected: %s", text, err);
     assert_string_equal(h, host);
     assert_int_equal(p, port);
@@ -90,7 +91,7 @@ static void expect_listen_error(const char *text)
 {
     char h[256], err[256] = "";
     unsigned p;
-    if (server_parse_listen(text, h, sizeof(h), &p, err, sizeof(err)))
+    if (addr_parse_host_port("--listen", text, h, sizeof(h), &p, err, sizeof(err)))
         fail_msg("'%s' accepted", text);
     assert_true(strncmp(err, "--listen: ", 10) == 0);
 }
@@ -117,7 +118,7 @@ static void test_listen(void **state)
 {
     expect_listen("127.0.0.1:8080", "127.0.0.1", 8080);
     expect_listen("0.0.0.0:0", "0.0.0.0", 0);
-    expect_listen(":8080", "", 8080);
+    expect_listen_error(":8080"); /* every interface is written 0.0.0.0 or [::] (addr.h) */
     expect_listen("localhost:65535", "localhost", 65535);
     expect_listen("[::1]:80", "::1", 80);
     expect_listen("[::]:8080", "::", 8080);

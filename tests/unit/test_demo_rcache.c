@@ -1,4 +1,4 @@
-/* Unit tests for the demos' Redis client (demo-common/rcache.c) without a Redis server: URL
+/* Unit tests for the demos' Redis client (lib/rcache.c) without a Redis server: URL
  * parsing, and that an unreachable Redis costs one failed call, then calls that return at once
  * (skipped) until the retry interval passed, with one outage counted. */
 #include <setjmp.h>

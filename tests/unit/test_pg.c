@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "pg.h"
+#include "pg_plan.h"
 
 static void assert_host(const PgHost *h, const char *host, const char *hostaddr, const char *port)
 {

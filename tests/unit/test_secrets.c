@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "log.h"
 #include "secrets.h"
 
@@ -110,14 +111,13 @@ static void test_kafka_keys(void **state)
 
 static void test_add_config(void **state)
 {
-    KafkaProp props[] = {{(char *)"sasl.username", (char *)"relay-user"},
-                         {(char *)"sasl.password", (char *)"kafka-secret"}};
+    OptPair props[] = {{(char *)"sasl.username", (char *)"relay-user"},
+                       {(char *)"sasl.password", (char *)"kafka-secret"}};
     Config cfg;
     memset(&cfg, 0, sizeof(cfg));
     cfg.database_url = (char *)"postgresql://u:db-secret@h/db";
-    cfg.kafka = props;
-    cfg.kafka_len = 2;
-    secrets_add_config(&cfg);
+    cfg.kafka = (OptList){props, 2};
+    config_register_secrets(&cfg);
     assert_scrubbed("db-secret kafka-secret relay-user", "*** *** relay-user");
 }
 

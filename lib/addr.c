@@ -1,0 +1,45 @@
+#include "addr.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+bool addr_parse_host_port(const char *option, const char *text, char *host, size_t hostlen,
+                          unsigned *port, char *err, size_t errlen)
+{
+    const char *h = text, *colon;
+    size_t hlen;
+    if (*text == '[') {
+        const char *close = strchr(text, ']');
+        if (!close || close[1] != ':')
+            goto bad;
+        h = text + 1;
+        hlen = (size_t)(close - h);
+        colon = close + 1;
+    } else {
+        colon = strrchr(text, ':');
+        if (!colon || memchr(text, ':', (size_t)(colon - text)))
+            goto bad; /* an IPv6 address needs brackets */
+        hlen = (size_t)(colon - text);
+    }
+    const char *p = colon + 1;
+    char *end;
+    errno = 0;
+    long n = strtol(p, &end, 10);
+    if (hlen == 0 || hlen >= hostlen || *p < '0' || *p > '9' || *end != '\0' || errno || n > 65535)
+        goto bad;
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    *port = (unsigned)n;
+    return true;
+bad:
+    snprintf(err, errlen,
+             "%s: expected HOST:PORT such as 127.0.0.1:9187 or [::1]:9187 (0.0.0.0 or [::] for "
+             "every interface), got '%.100s'",
+             option, text);
+    log_one_line(err); /* text is the user's: keep the error on one line */
+    return false;
+}

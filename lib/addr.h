@@ -1,0 +1,17 @@
+/* addr: the HOST:PORT addresses that listening options take (the relay's --metrics-listen, the
+ * producer demo's --listen), parsed one way for every program. */
+#ifndef OUTBOX_ADDR_H
+#define OUTBOX_ADDR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Splits text, "HOST:PORT" or "[IPv6]:PORT", into host (copied, without brackets) and port
+ * (0-65535; 0 picks a free port). HOST must be written out: 0.0.0.0 or [::] listens on every
+ * interface, so exposing a port is never an accident of an empty string. Returns false with one
+ * line in err, which starts with option ("--listen: expected HOST:PORT ..."). */
+bool addr_parse_host_port(const char *option, const char *text, char *host, size_t hostlen,
+                          unsigned *port, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+#endif

@@ -1,0 +1,168 @@
+#include "db.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+
+static void first_line(const char *msg, char *out, size_t outlen);
+
+const char *db_error_line(const char *message)
+{
+    static _Thread_local char line[512];
+    first_line(message, line, sizeof(line));
+    return line;
+}
+
+/* Copies the first line of a libpq message (they end in newlines, some span several). */
+static void first_line(const char *msg, char *out, size_t outlen)
+{
+    const char *m = msg ? msg : "";
+    size_t n = strcspn(m, "\n");
+    if (n >= outlen)
+        n = outlen - 1;
+    memcpy(out, m, n);
+    out[n] = '\0';
+    if (n == 0)
+        snprintf(out, outlen, "unknown error");
+}
+
+bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
+{
+    char *why = NULL;
+    PQconninfoOption *opts = PQconninfoParse(conninfo, &why);
+    if (!opts) {
+        char line[256];
+        first_line(why ? why : "out of memory", line, sizeof(line));
+        snprintf(err, errlen, "database URL: invalid connection string: %s", line);
+        PQfreemem(why);
+        return false;
+    }
+    PQconninfoFree(opts);
+    return true;
+}
+
+static void on_notice(void *arg, const char *message)
+{
+    char line[300], q[400];
+    (void)arg;
+    first_line(message, line, sizeof(line));
+    log_debug("postgres notice", "message=%s", log_quote(line, q, sizeof(q)));
+}
+
+PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errlen)
+{
+    /* Entries are applied in order and the expanded dbname (the user's string) comes last, so
+     * anything the user set wins over these fallbacks. */
+    const char *keys[] = {"connect_timeout", "fallback_application_name", "dbname", NULL};
+    const char *values[] = {"10", app, conninfo, NULL};
+    PGconn *conn = PQconnectdbParams(keys, values, 1);
+    if (PQstatus(conn) != CONNECTION_OK) {
+        char line[300];
+        first_line(PQerrorMessage(conn), line, sizeof(line));
+        snprintf(err, errlen, "%s", line);
+        PQfinish(conn);
+        return NULL;
+    }
+    PQsetNoticeProcessor(conn, on_notice, NULL);
+    return conn;
+}
+
+PGconn *db_connect_once(const char *conninfo, const char *app)
+{
+    char err[300], q[400];
+    PGconn *conn = db_connect(conninfo, app, err, sizeof(err));
+    if (!conn)
+        log_error("postgres unreachable", "error=%s", log_quote(err, q, sizeof(q)));
+    return conn;
+}
+
+static void fill_error(PGconn *conn, const PGresult *res, DbError *e)
+{
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    snprintf(e->sqlstate, sizeof(e->sqlstate), "%s", state ? state : "");
+    const char *msg = res ? PQresultErrorMessage(res) : NULL;
+    first_line(msg && *msg ? msg : PQerrorMessage(conn), e->message, sizeof(e->message));
+    e->conn_lost = PQstatus(conn) != CONNECTION_OK;
+}
+
+PGresult *db_query_bin(PGconn *conn, const char *sql, int nparams, const char *const *values,
+                       const int *lengths, const int *formats, DbError *e)
+{
+    PGresult *res = PQexecParams(conn, sql, nparams, NULL, values, lengths, formats, 0);
+    ExecStatusType st = PQresultStatus(res);
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
+        return res;
+    fill_error(conn, res, e);
+    PQclear(res);
+    return NULL;
+}
+
+PGresult *db_query(PGconn *conn, const char *sql, int nparams, const char *const *values,
+                   DbError *e)
+{
+    return db_query_bin(conn, sql, nparams, values, NULL, NULL, e);
+}
+
+PGresult *db_run_script(PGconn *conn, const char *sql, DbError *e)
+{
+    PGresult *res = PQexec(conn, sql);
+    ExecStatusType st = PQresultStatus(res);
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
+        return res;
+    fill_error(conn, res, e);
+    PQclear(res);
+    return NULL;
+}
+
+bool db_exec(PGconn *conn, const char *sql, DbError *e)
+{
+    PGresult *res = db_query(conn, sql, 0, NULL, e);
+    PQclear(res);
+    return res != NULL;
+}
+
+void db_rollback(PGconn *conn)
+{
+    if (PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) != PQTRANS_IDLE)
+        PQclear(PQexec(conn, "ROLLBACK"));
+}
+
+bool db_apply_schema(PGconn *conn, const char *lock_name, const char *sql, DbError *e)
+{
+    const char *params[1] = {lock_name};
+    PGresult *res;
+    if (!db_exec(conn, "BEGIN", e))
+        return false;
+    /* The two-int form keeps these locks apart from single-bigint ones (the relay's migrate). */
+    res = db_query(conn, "SELECT pg_advisory_xact_lock(20240, hashtext($1))", 1, params, e);
+    if (!res)
+        goto failed;
+    PQclear(res);
+    /* PQexec runs a multi-statement script, inside the open transaction. */
+    res = PQexec(conn, sql);
+    if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK) {
+        fill_error(conn, res, e);
+        PQclear(res);
+        goto failed;
+    }
+    PQclear(res);
+    if (!db_exec(conn, "COMMIT", e))
+        goto failed;
+    char q[200];
+    log_info("schema up to date", "schema=%s", log_quote(lock_name, q, sizeof(q)));
+    return true;
+failed:
+    db_rollback(conn);
+    return false;
+}
+
+const char *db_error_text(const DbError *e)
+{
+    static _Thread_local char buf[sizeof(e->message) + 16];
+    if (e->sqlstate[0])
+        snprintf(buf, sizeof(buf), "%s: %s", e->sqlstate, e->message);
+    else
+        snprintf(buf, sizeof(buf), "%s", e->message);
+    return buf;
+}

@@ -1,0 +1,68 @@
+/* db: blocking libpq helpers, shared by the relay's one-shot commands (relay/cmd) and the demos.
+ *
+ * The demos are an HTTP request/response server, a load generator and a Kafka consumer loop, and
+ * the commands run a few statements and exit: each runs one statement at a time on a connection
+ * it owns, so plain blocking libpq is the simple, correct choice there (unlike the relay's event
+ * loop, relay/io/pg.h). */
+#ifndef OUTBOX_DB_H
+#define OUTBOX_DB_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* What a failed statement left behind. */
+typedef struct DbError {
+    char sqlstate[6]; /* "" when the server sent none (e.g. the connection broke) */
+    bool conn_lost;   /* the connection is unusable: reconnect before the next try */
+    char message[300];
+} DbError;
+
+/* Checks the syntax of a connection string before anything connects, so a typo is bad input
+ * (exit 2) rather than a runtime failure: "database URL: invalid connection string: ..." in err,
+ * which never echoes the string (it may hold a password). */
+bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/* Connects, with connect_timeout=10 and fallback_application_name=app unless conninfo sets
+ * them; server notices go to the debug log. Returns NULL with one line in err on failure. */
+PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errlen);
+
+/* db_connect for a one-shot command: on failure logs "postgres unreachable" as an error and
+ * returns NULL. */
+PGconn *db_connect_once(const char *conninfo, const char *app);
+
+/* Runs one statement with text parameters (values[i] NULL = SQL NULL). Returns the result when
+ * it succeeded (the caller PQclears it), or NULL with e filled in. */
+PGresult *db_query(PGconn *conn, const char *sql, int nparams, const char *const *values,
+                   DbError *e);
+
+/* Like db_query, with explicit lengths and formats (1 = binary, for bytea) per parameter. */
+PGresult *db_query_bin(PGconn *conn, const char *sql, int nparams, const char *const *values,
+                       const int *lengths, const int *formats, DbError *e);
+
+/* Runs a script of one or more statements without parameters (a migration, say) in one round
+ * trip; returns the last statement's result, or NULL with e filled in. */
+PGresult *db_run_script(PGconn *conn, const char *sql, DbError *e);
+
+/* Runs a statement whose result is not needed; true on success. */
+bool db_exec(PGconn *conn, const char *sql, DbError *e) __attribute__((warn_unused_result));
+
+/* Ends an open transaction, ignoring failures (the server rolls back when the connection is
+ * gone anyway). */
+void db_rollback(PGconn *conn);
+
+/* Applies an idempotent schema script (CREATE ... IF NOT EXISTS) in one transaction, under a
+ * transaction-level advisory lock named by lock_name so that several instances starting at
+ * once do not race on the catalog. Logs the outcome. */
+bool db_apply_schema(PGconn *conn, const char *lock_name, const char *sql, DbError *e)
+    __attribute__((warn_unused_result));
+
+/* The first line of a libpq message (they end in newlines, some span several), "unknown error"
+ * for none, in a buffer of the calling thread that the next call overwrites. */
+const char *db_error_line(const char *message);
+
+/* "SQLSTATE: first line of the message" for logs and errors. */
+const char *db_error_text(const DbError *e);
+
+#endif

@@ -1,0 +1,392 @@
+#include "opts.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "manpage.h"
+#include "optval.h"
+
+static void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n);
+    if (!q) {
+        perror("out of memory");
+        exit(1);
+    }
+    return q;
+}
+
+const OptDef *opts_find(const OptSpec *spec, const char *name, size_t len)
+{
+    for (size_t i = 0; i < spec->nopts; i++)
+        if (strlen(spec->opts[i].name) == len && strncmp(spec->opts[i].name, name, len) == 0)
+            return &spec->opts[i];
+    for (size_t i = 0; i < spec->naliases; i++)
+        if (strlen(spec->aliases[i].alias) == len &&
+            strncmp(spec->aliases[i].alias, name, len) == 0)
+            return opts_find(spec, spec->aliases[i].name, strlen(spec->aliases[i].name));
+    return NULL;
+}
+
+static const CmdDef *find_command(const OptSpec *spec, int id)
+{
+    for (size_t i = 0; i < spec->ncmds; i++)
+        if (spec->cmds[i].id == id)
+            return &spec->cmds[i];
+    return NULL;
+}
+
+static bool applies(const OptDef *opt, int cmd)
+{
+    return opt->commands == 0 || ((opt->commands >> cmd) & 1u);
+}
+
+bool opts_list_append(OptList *list, const char *text)
+{
+    const char *eq = strchr(text, '=');
+    if (!eq || eq == text)
+        return false;
+    list->items = xrealloc(list->items, (list->len + 1) * sizeof(*list->items));
+    list->items[list->len++] = (OptPair){strndup(text, (size_t)(eq - text)), strdup(eq + 1)};
+    return true;
+}
+
+bool opts_parse_duration(const char *text, long *seconds)
+{
+    if (strcmp(text, "off") == 0 || strcmp(text, "0") == 0) {
+        *seconds = 0;
+        return true;
+    }
+    char *end;
+    errno = 0;
+    long n = strtol(text, &end, 10);
+    if (end == text || *text == '-' || *text == '+' || errno != 0 || end[0] == '\0' ||
+        end[1] != '\0')
+        return false;
+    long unit = end[0] == 's'   ? 1
+                : end[0] == 'm' ? 60
+                : end[0] == 'h' ? 3600
+                : end[0] == 'd' ? 86400
+                                : 0;
+    if (unit == 0 || n > 3650L * 86400 / unit)
+        return false;
+    *seconds = n * unit;
+    return true;
+}
+
+static bool set_choice(int *field, const OptDef *opt, const char *value, const char *source,
+                       char *err, size_t errlen)
+{
+    char expected[128] = "";
+    for (int i = 0; opt->choices[i]; i++) {
+        if (strcmp(value, opt->choices[i]) == 0) {
+            *field = i;
+            return true;
+        }
+        snprintf(expected + strlen(expected), sizeof(expected) - strlen(expected), "%s%s",
+                 i == 0                ? ""
+                 : opt->choices[i + 1] ? ", "
+                                       : " or ",
+                 opt->choices[i]);
+    }
+    return optval_fail(err, errlen, "%s: expected %s, got '%s'", source, expected, value);
+}
+
+bool opts_set(const OptDef *opt, void *out, const char *value, const char *source, char *err,
+              size_t errlen)
+{
+    void *field = (char *)out + opt->offset;
+    switch (opt->type) {
+    case OPT_STRING:
+        return optval_string(field, value, source, err, errlen);
+    case OPT_INT:
+        return optval_long(field, value, opt->min, opt->max, source, err, errlen);
+    case OPT_CHOICE:
+        return set_choice(field, opt, value, source, err, errlen);
+    case OPT_BOOL:
+        if (strcmp(value, "true") == 0 || strcmp(value, "1") == 0)
+            *(bool *)field = true;
+        else if (strcmp(value, "false") == 0 || strcmp(value, "0") == 0)
+            *(bool *)field = false;
+        else
+            return optval_fail(err, errlen, "%s: expected true or false, got '%s'", source, value);
+        return true;
+    case OPT_DURATION:
+        if (!opts_parse_duration(value, (long *)field))
+            return optval_fail(
+                err, errlen,
+                "%s: expected a duration such as 90s, 30m, 72h or 7d (or 0/off), got '%s'", source,
+                value);
+        return true;
+    case OPT_LOG_LEVEL:
+        if (!log_level_parse(value, (LogLevel *)field))
+            return optval_fail(err, errlen, "%s: expected debug, info, warn or error, got '%s'",
+                               source, value);
+        return true;
+    case OPT_LIST:
+        /* The text is not echoed: without its '=', a value cannot be told from its key, and
+         * values may be secrets. */
+        if (!opts_list_append(field, value))
+            return optval_fail(err, errlen, "%s: expected KEY=VALUE (a non-empty key, then '=')",
+                               source);
+        return true;
+    }
+    return optval_fail(err, errlen, "%s: unsupported option type", source);
+}
+
+static bool is_set(const void *out, const OptDef *opt)
+{
+    const void *field = (const char *)out + opt->offset;
+    switch (opt->type) {
+    case OPT_STRING:
+        return *(char *const *)field != NULL;
+    case OPT_LIST:
+        return ((const OptList *)field)->len > 0;
+    default:
+        return true; /* numbers, choices and switches always have a value */
+    }
+}
+
+/* A flag from the command line, applied after everything else so that it wins. */
+typedef struct Flag {
+    const OptDef *opt;
+    const char *value;
+} Flag;
+
+/* Finds the command in argv[1]; sets *first to the first argument after it. Returns false with
+ * err set when there is none and the program has no default. */
+static bool parse_command(const OptSpec *spec, int *cmd, int *first, int argc, char **argv,
+                          char *err, size_t errlen)
+{
+    *cmd = spec->help_cmd;
+    *first = 1;
+    const char *arg1 = argc > 1 ? argv[1] : NULL;
+    if (arg1 && (strcmp(arg1, "--help") == 0 || strcmp(arg1, "-h") == 0))
+        return true;
+    if (arg1 && (strcmp(arg1, "--version") == 0 || strcmp(arg1, "-V") == 0)) {
+        *cmd = spec->version_cmd;
+        return true;
+    }
+    if (arg1 && arg1[0] != '-') {
+        for (size_t i = 0; i < spec->ncmds; i++) {
+            if (strcmp(arg1, spec->cmds[i].name) == 0) {
+                *cmd = spec->cmds[i].id;
+                *first = 2;
+                return true;
+            }
+        }
+        return optval_fail(err, errlen, "unknown command '%s': try '%s --help'", arg1, spec->prog);
+    }
+    if (spec->default_cmd >= 0) {
+        *cmd = spec->default_cmd;
+        return true;
+    }
+    if (arg1)
+        return optval_fail(err, errlen, "expected a command before '%s': try '%s --help'", arg1,
+                           spec->prog);
+    return optval_fail(err, errlen, "missing command: try '%s --help'", spec->prog);
+}
+
+/* Collects the flags of argv[first..] into flags (values are applied later, last). Sets *cmd to
+ * help_cmd on --help. */
+static bool collect_flags(const OptSpec *spec, int *cmd, int first, int argc, char **argv,
+                          Flag *flags, size_t *n_flags, char *err, size_t errlen)
+{
+    const char *cmd_name = find_command(spec, *cmd)->name;
+    for (int i = first; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            *cmd = spec->help_cmd;
+            return true;
+        }
+        if (strncmp(arg, "--", 2) != 0)
+            return optval_fail(err, errlen, "unexpected argument '%s': try '%s --help'", arg,
+                               spec->prog);
+        const char *name = arg + 2;
+        const char *eq = strchr(name, '=');
+        size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
+        const OptDef *opt = opts_find(spec, name, name_len);
+        if (!opt)
+            return optval_fail(err, errlen, "unknown option '--%.*s': try '%s --help'",
+                               (int)name_len, name, spec->prog);
+        if (!applies(opt, *cmd))
+            return optval_fail(err, errlen, "option --%s does not apply to '%s'", opt->name,
+                               cmd_name);
+        const char *value = eq ? eq + 1 : NULL;
+        if (!value && opt->type == OPT_BOOL)
+            value = "true"; /* a bare switch */
+        if (!value) {
+            if (i + 1 >= argc)
+                return optval_fail(err, errlen, "option --%s needs a value (%s)", opt->name,
+                                   opt->metavar);
+            value = argv[++i];
+        }
+        flags[(*n_flags)++] = (Flag){opt, value};
+    }
+    return true;
+}
+
+bool opts_parse(const OptSpec *spec, void *out, int *cmd, int argc, char **argv, char *err,
+                size_t errlen)
+{
+    return opts_parse_traced(spec, out, cmd, NULL, argc, argv, err, errlen);
+}
+
+bool opts_parse_traced(const OptSpec *spec, void *out, int *cmd, OptSource *sources, int argc,
+                       char **argv, char *err, size_t errlen)
+{
+    int first;
+    if (!parse_command(spec, cmd, &first, argc, argv, err, errlen))
+        return false;
+    if (*cmd == spec->help_cmd || *cmd == spec->version_cmd)
+        return true;
+
+    Flag *flags = calloc((size_t)argc + 1, sizeof(*flags));
+    OptSource *from = calloc(spec->nopts + 1, sizeof(*from));
+    size_t n_flags = 0;
+    if (!flags || !from) {
+        perror("out of memory");
+        exit(1);
+    }
+    bool ok = collect_flags(spec, cmd, first, argc, argv, flags, &n_flags, err, errlen);
+    if (!ok || *cmd == spec->help_cmd)
+        goto out;
+
+    /* Defaults, then the config file, then the environment, then the flags. */
+    for (size_t i = 0; i < spec->nopts && ok; i++) {
+        const OptDef *opt = &spec->opts[i];
+        if (applies(opt, *cmd) && opt->def) {
+            ok = opts_set(opt, out, opt->def, "default", err, errlen);
+            from[i] = OPT_FROM_DEFAULT;
+        }
+    }
+    const char *file = NULL;
+    for (size_t i = 0; i < n_flags; i++)
+        if (spec->file_option && strcmp(flags[i].opt->name, spec->file_option) == 0)
+            file = flags[i].value;
+    if (ok && file)
+        ok = spec->load_file(spec, out, file, from, err, errlen);
+    for (size_t i = 0; i < spec->nopts && ok; i++) {
+        const OptDef *opt = &spec->opts[i];
+        const char *env = opt->env && applies(opt, *cmd) ? getenv(opt->env) : NULL;
+        if (env && *env) {
+            ok = opts_set(opt, out, env, opt->env, err, errlen);
+            from[i] = OPT_FROM_ENV;
+        }
+    }
+    for (size_t i = 0; i < n_flags && ok; i++) {
+        char source[128];
+        snprintf(source, sizeof(source), "--%s", flags[i].opt->name);
+        ok = opts_set(flags[i].opt, out, flags[i].value, source, err, errlen);
+        from[flags[i].opt - spec->opts] = OPT_FROM_FLAG;
+    }
+    for (size_t i = 0; i < spec->nopts && ok; i++) {
+        const OptDef *opt = &spec->opts[i];
+        if (!((opt->required >> *cmd) & 1u) || is_set(out, opt))
+            continue;
+        if (opt->env)
+            ok = optval_fail(err, errlen, "missing --%s (or set %s)", opt->name, opt->env);
+        else
+            ok = optval_fail(err, errlen, "missing --%s", opt->name);
+    }
+    if (sources)
+        memcpy(sources, from, spec->nopts * sizeof(*from));
+out:
+    free(flags);
+    free(from);
+    return ok;
+}
+
+void opts_free(const OptSpec *spec, void *out)
+{
+    for (size_t i = 0; i < spec->nopts; i++) {
+        void *field = (char *)out + spec->opts[i].offset;
+        if (spec->opts[i].type == OPT_STRING) {
+            char **slot = field;
+            free(*slot);
+            *slot = NULL;
+        } else if (spec->opts[i].type == OPT_LIST) {
+            OptList *list = field;
+            for (size_t j = 0; j < list->len; j++) {
+                free(list->items[j].key);
+                free(list->items[j].value);
+            }
+            free(list->items);
+            list->items = NULL;
+            list->len = 0;
+        }
+    }
+}
+
+void opts_print_help(const OptSpec *spec, FILE *out)
+{
+    fprintf(out, "Usage: %s COMMAND [OPTIONS]\n\n%s\n\nCommands:\n", spec->prog, spec->summary);
+    for (size_t i = 0; i < spec->ncmds; i++)
+        fprintf(out, "  %-10s %s\n", spec->cmds[i].name, spec->cmds[i].help);
+    fprintf(out, "\nOptions (precedence: flag > environment > %sdefault):\n",
+            spec->file_option ? "config file > " : "");
+    for (size_t i = 0; i < spec->nopts; i++) {
+        const OptDef *o = &spec->opts[i];
+        char lhs[64], cmds[128] = "";
+        size_t used = 0;
+        snprintf(lhs, sizeof(lhs), "--%s %s", o->name, o->metavar);
+        for (size_t c = 0; o->commands && c < spec->ncmds; c++)
+            if (applies(o, spec->cmds[c].id) && used < sizeof(cmds))
+                used += (size_t)snprintf(cmds + used, sizeof(cmds) - used, "%s%s", used ? "," : "",
+                                         spec->cmds[c].name);
+        fprintf(out, "  %-28s %s", lhs, o->help);
+        if (o->env)
+            fprintf(out, " [env %s]", o->env);
+        if (o->def)
+            fprintf(out, " [default %s]", o->def);
+        if (o->reloadable)
+            fprintf(out, " [SIGHUP]");
+        if (cmds[0])
+            fprintf(out, " (%s)", cmds);
+        fputc('\n', out);
+    }
+    if (spec->help_footer)
+        fputs(spec->help_footer, out);
+    fprintf(out, "\nExit status: 0 on success, 1 on a runtime failure, 2 on bad input.\n");
+}
+
+void opts_print_man(const OptSpec *spec, FILE *out)
+{
+    manpage_section(out, "COMMANDS");
+    for (size_t i = 0; i < spec->ncmds; i++)
+        manpage_command(out, spec->cmds[i].name, spec->cmds[i].help);
+    manpage_section(out, "OPTIONS");
+    char text[200];
+    snprintf(text, sizeof(text), "Precedence: flag > environment > %sdefault.%s%s%s\n",
+             spec->file_option ? "config file > " : "",
+             spec->file_option ? " Every option is also a key of the config file (--" : "",
+             spec->file_option ? spec->file_option : "",
+             spec->file_option ? "), spelled the same." : "");
+    manpage_text(out, text);
+    for (size_t i = 0; i < spec->nopts; i++) {
+        const OptDef *o = &spec->opts[i];
+        /* The notes --help gives as [SIGHUP] and (commands), as sentences. */
+        char note[200] = "";
+        size_t used = 0;
+        if (o->reloadable)
+            used += (size_t)snprintf(note, sizeof(note),
+                                     "A running %s takes a new value over on SIGHUP.", spec->prog);
+        for (size_t c = 0; o->commands && c < spec->ncmds && used < sizeof(note); c++)
+            if (applies(o, spec->cmds[c].id))
+                used += (size_t)snprintf(note + used, sizeof(note) - used, "%s%s",
+                                         strstr(note, "Taken by:") ? " "
+                                         : used                    ? " Taken by: "
+                                                                   : "Taken by: ",
+                                         spec->cmds[c].name);
+        if (o->commands && used < sizeof(note))
+            snprintf(note + used, sizeof(note) - used, ".");
+        ManOption m = {o->name, o->metavar, o->help, o->env, o->def, note[0] ? note : NULL};
+        manpage_option(out, &m);
+    }
+    manpage_section(out, "ENVIRONMENT");
+    for (size_t i = 0; i < spec->nopts; i++)
+        if (spec->opts[i].env)
+            manpage_env(out, spec->opts[i].env, spec->opts[i].name);
+}

@@ -1,0 +1,154 @@
+#include "secrets.h"
+
+#include <ctype.h>
+#include <libpq-fe.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Secret {
+    struct Secret *_Atomic next;
+    size_t len;
+    char value[];
+} Secret;
+
+/* Longest first, so a secret that contains another is scrubbed whole. Nodes are linked in with a
+ * release store once complete and never change or go away afterwards (except in secrets_clear);
+ * readers need no lock. Only the loop thread adds secrets. */
+static Secret *_Atomic head;
+
+static Secret *first(void)
+{
+    return atomic_load_explicit(&head, memory_order_acquire);
+}
+
+static Secret *next_of(const Secret *s)
+{
+    return atomic_load_explicit(&s->next, memory_order_acquire);
+}
+
+static void add_span(const char *value, size_t len)
+{
+    if (len < SECRETS_MIN_LEN)
+        return;
+    for (Secret *s = first(); s; s = next_of(s))
+        if (s->len == len && memcmp(s->value, value, len) == 0)
+            return;
+    Secret *s = malloc(sizeof(*s) + len + 1);
+    if (!s)
+        return;
+    memcpy(s->value, value, len);
+    s->value[len] = '\0';
+    s->len = len;
+    /* Find the link to insert at, then publish: readers see the list with or without s. */
+    Secret *_Atomic *link = &head;
+    Secret *at;
+    while ((at = atomic_load_explicit(link, memory_order_acquire)) != NULL && at->len >= len)
+        link = &at->next;
+    atomic_store_explicit(&s->next, at, memory_order_relaxed);
+    atomic_store_explicit(link, s, memory_order_release);
+}
+
+void secrets_add(const char *value)
+{
+    if (value)
+        add_span(value, strlen(value));
+}
+
+/* The raw text of every password in a connection string, found by position like
+ * log_mask_conninfo does, so that a string libpq refuses to parse is covered too. */
+static void add_raw_passwords(const char *conninfo)
+{
+    const char *scheme = strstr(conninfo, "://");
+    if (scheme) {
+        const char *auth = scheme + 3;
+        size_t auth_len = strcspn(auth, "/?#");
+        const char *at = memrchr(auth, '@', auth_len);
+        const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+        if (colon)
+            add_span(colon + 1, (size_t)(at - colon - 1));
+    }
+    for (const char *p = conninfo; (p = strstr(p, "password")) != NULL;) {
+        const char *key = p;
+        if (key - conninfo >= 3 && strncmp(key - 3, "ssl", 3) == 0)
+            key -= 3;
+        bool at_key_start =
+            key == conninfo || isspace((unsigned char)key[-1]) || key[-1] == '?' || key[-1] == '&';
+        const char *q = p + strlen("password");
+        p = q;
+        while (isspace((unsigned char)*q))
+            q++;
+        if (!at_key_start || *q != '=')
+            continue;
+        q++;
+        while (isspace((unsigned char)*q))
+            q++;
+        const char *end = q;
+        if (*q == '\'') {
+            for (end = ++q; *end && *end != '\''; end++)
+                if (*end == '\\' && end[1])
+                    end++;
+        } else {
+            while (*end && !isspace((unsigned char)*end) && *end != '&')
+                end++;
+        }
+        add_span(q, (size_t)(end - q));
+    }
+}
+
+void secrets_add_conninfo(const char *conninfo)
+{
+    if (!conninfo)
+        return;
+    add_raw_passwords(conninfo);
+    PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+    for (PQconninfoOption *o = opts; o && o->keyword; o++)
+        if (o->val &&
+            (strcmp(o->keyword, "password") == 0 || strcmp(o->keyword, "sslpassword") == 0))
+            secrets_add(o->val);
+    PQconninfoFree(opts);
+}
+
+bool secrets_kafka_key_sensitive(const char *key)
+{
+    /* librdkafka's own list of sensitive properties (those it redacts itself) is ssl.key.password,
+     * ssl.key.pem, ssl_key, ssl.keystore.password, sasl.password, sasl.oauthbearer.config and
+     * sasl.oauthbearer.client.secret; the patterns cover them and any future ones named alike. */
+    return strstr(key, "password") || strstr(key, "secret") || strstr(key, "token") ||
+           strcmp(key, "ssl.key.pem") == 0 || strcmp(key, "ssl_key") == 0 ||
+           strcmp(key, "sasl.oauthbearer.config") == 0;
+}
+
+size_t secrets_scrub(char *s)
+{
+    size_t len = strlen(s);
+    for (Secret *sec = first(); sec; sec = next_of(sec)) {
+        char *p = s;
+        while ((p = strstr(p, sec->value)) != NULL) {
+            size_t tail = len - (size_t)(p - s) - sec->len;
+            memcpy(p, "***", 3);
+            memmove(p + 3, p + sec->len, tail + 1);
+            len -= sec->len - 3;
+            p += 3;
+        }
+    }
+    return len;
+}
+
+bool secrets_found(const char *s)
+{
+    for (Secret *sec = first(); sec; sec = next_of(sec))
+        if (strstr(s, sec->value))
+            return true;
+    return false;
+}
+
+void secrets_clear(void)
+{
+    Secret *s = atomic_exchange(&head, NULL);
+    while (s) {
+        Secret *next = next_of(s);
+        free(s);
+        s = next;
+    }
+}

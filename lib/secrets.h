@@ -1,0 +1,43 @@
+/* secrets: values that must never be written anywhere — database passwords, sensitive librdkafka
+ * properties — and the scrubbing that enforces it on everything the process writes.
+ *
+ * Masking connection strings (log_mask_conninfo) covers the places we know hold a password.
+ * This is the second line of defence for the places we do not control: libpq, librdkafka and
+ * jansson error texts that may echo a value back. Every secret the configuration holds is
+ * registered once it is loaded; log_write and log_quote replace each occurrence with "***" before
+ * a line is written. The registry only grows (a lock-free list), so librdkafka's threads, which
+ * log through log_write, can read it while the loop thread registers the secrets of a reloaded
+ * configuration. */
+#ifndef OUTBOX_SECRETS_H
+#define OUTBOX_SECRETS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Shorter secrets are not registered: scrubbing them would mangle ordinary text, and they are no
+ * secret anyway. (Connection strings still mask them by position.) */
+#define SECRETS_MIN_LEN 4
+
+/* Registers value (copied) as a secret. Duplicates and short values are ignored. */
+void secrets_add(const char *value);
+
+/* Registers the passwords of a libpq connection string: password and sslpassword as libpq
+ * parses them, and the raw (percent-encoded or quoted) text of each, which is what libpq echoes
+ * when it cannot parse the string. */
+void secrets_add_conninfo(const char *conninfo);
+
+/* True for librdkafka properties whose values are secrets (passwords, private keys, OAuth
+ * client secrets and configs, tokens). */
+bool secrets_kafka_key_sensitive(const char *key);
+
+/* Replaces every registered secret in the NUL-terminated s with "***", in place (the text only
+ * shrinks). Returns the new length. */
+size_t secrets_scrub(char *s);
+
+/* True when s contains a registered secret. */
+bool secrets_found(const char *s);
+
+/* Forgets every secret (unit tests only: not safe while other threads may read the registry). */
+void secrets_clear(void);
+
+#endif

@@ -1,0 +1,132 @@
+#include "admin.h"
+
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "db.h"
+#include "log.h"
+#include "statements.h"
+#include "table.h"
+
+PGconn *admin_connect(const char *conninfo)
+{
+    char err[300], q[600];
+    PGconn *conn = db_connect(conninfo, "outbox-relay", err, sizeof(err));
+    if (!conn)
+        log_error("cannot connect to PostgreSQL", "error=%s", log_quote(err, q, sizeof(q)));
+    return conn;
+}
+
+PGresult *admin_exec(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                     const char *const *params, ExecStatusType expect)
+{
+    char err[256];
+    char *sql = table_sql(map, conn, tmpl, err, sizeof(err));
+    if (!sql) {
+        log_error("cannot write the statement", "error=%s", err);
+        return NULL;
+    }
+    DbError e;
+    PGresult *res = db_query(conn, sql, nparams, params, &e);
+    free(sql);
+    if (res && PQresultStatus(res) != expect) {
+        PQclear(res);
+        res = NULL;
+        snprintf(e.message, sizeof(e.message), "unexpected result");
+    }
+    if (!res) {
+        char q[600];
+        log_error("query failed", "error=%s", log_quote(e.message, q, sizeof(q)));
+    }
+    return res;
+}
+
+static void print_json(PGresult *res, int row)
+{
+    json_t *o = json_pack(
+        "{s:I, s:s, s:s, s:s, s:s, s:i, s:i, s:s, s:s?, s:s}", "id",
+        (json_int_t)strtoll(PQgetvalue(res, row, 0), NULL, 10), "event_id", PQgetvalue(res, row, 1),
+        "aggregate_type", PQgetvalue(res, row, 2), "aggregate_id", PQgetvalue(res, row, 3),
+        "event_type", PQgetvalue(res, row, 4), "attempts", atoi(PQgetvalue(res, row, 5)),
+        "rejections", atoi(PQgetvalue(res, row, 6)), "dead_at", PQgetvalue(res, row, 7),
+        "dead_letter_topic", *PQgetvalue(res, row, 8) ? PQgetvalue(res, row, 8) : NULL,
+        "last_error", PQgetvalue(res, row, 9));
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (text)
+        puts(text);
+    free(text);
+    json_decref(o);
+}
+
+int admin_dead(const Config *cfg)
+{
+    PGconn *conn = admin_connect(cfg->database_url);
+    if (!conn)
+        return 1;
+    PGresult *res = admin_exec(conn, &cfg->map, SQL_DEAD, 0, NULL, PGRES_TUPLES_OK);
+    if (!res) {
+        PQfinish(conn);
+        return 1;
+    }
+    int n = PQntuples(res);
+    if (!cfg->json)
+        printf("%-10s %-36s %-24s %-8s %-20s %s\n", "ID", "EVENT_ID", "AGGREGATE", "ATTEMPTS",
+               "DEAD_AT", "LAST_ERROR");
+    for (int i = 0; i < n; i++) {
+        if (cfg->json) {
+            print_json(res, i);
+            continue;
+        }
+        char aggregate[256];
+        snprintf(aggregate, sizeof(aggregate), "%s/%s", PQgetvalue(res, i, 2),
+                 PQgetvalue(res, i, 3));
+        printf("%-10s %-36s %-24s %-8s %-20s %s\n", PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
+               aggregate, PQgetvalue(res, i, 5), PQgetvalue(res, i, 7), PQgetvalue(res, i, 9));
+    }
+    if (!cfg->json)
+        printf("%d dead-lettered event%s\n", n, n == 1 ? "" : "s");
+    PQclear(res);
+    PQfinish(conn);
+    return 0;
+}
+
+/* Runs sql (a statement on dead-lettered rows taking $1 = the id, or NULL for all) and reports
+ * how many rows it changed as `verb`. */
+static int change_dead(const Config *cfg, const char *sql, const char *verb)
+{
+    PGconn *conn = admin_connect(cfg->database_url);
+    if (!conn)
+        return 1;
+    char id[32];
+    snprintf(id, sizeof(id), "%ld", cfg->id);
+    const char *params[1] = {cfg->all ? NULL : id};
+    PGresult *res = admin_exec(conn, &cfg->map, sql, 1, params, PGRES_COMMAND_OK);
+    if (!res) {
+        PQfinish(conn);
+        return 1;
+    }
+    long n = strtol(PQcmdTuples(res), NULL, 10);
+    PQclear(res);
+    PQfinish(conn);
+    if (!cfg->all && n == 0) {
+        log_error("no dead-lettered event with this id", "id=%ld", cfg->id);
+        return 1;
+    }
+    char msg[64];
+    snprintf(msg, sizeof(msg), "%s dead-lettered events", verb);
+    log_info(msg, "count=%ld", n);
+    printf("%s %ld event%s\n", verb, n, n == 1 ? "" : "s");
+    return 0;
+}
+
+int admin_requeue(const Config *cfg)
+{
+    return change_dead(cfg, SQL_REQUEUE, "requeued");
+}
+
+int admin_purge_dead(const Config *cfg)
+{
+    return change_dead(cfg, SQL_PURGE_DEAD, "purged");
+}

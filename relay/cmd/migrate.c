@@ -1,0 +1,243 @@
+#include "migrate.h"
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db.h"
+#include "log.h"
+#include "schema.h"
+
+/* Runs sql (one or more commands) and returns the last result; on failure logs it with the
+ * step's name and returns NULL. */
+static PGresult *exec_step(PGconn *conn, const char *sql, const char *what)
+{
+    DbError e;
+    PGresult *res = db_run_script(conn, sql, &e);
+    if (!res) {
+        char q[512];
+        log_error("migration failed", "step=%s error=%s", what, log_quote(e.message, q, sizeof(q)));
+    }
+    return res;
+}
+
+static bool exec_ok(PGconn *conn, const char *sql, const char *what)
+{
+    PGresult *res = exec_step(conn, sql, what);
+    PQclear(res);
+    return res != NULL;
+}
+
+/* Adopting a table the embedded migrations did not create (relay/outbox/table.h): the columns the
+ * relay keeps its bookkeeping in, as in migrations 0001 and 0003, with defaults, so the
+ * application's INSERTs need no change. The order column is an identity: existing rows get numbers
+ * in their physical order, new ones at insert. ADD COLUMN of an identity or a stored generated
+ * column rewrites the table under an exclusive lock (a large table: plan a window). */
+static const char *const SQL_ADOPT =
+    /* As in migrations/0003; the relay's own table may not exist here. */
+    "CREATE OR REPLACE FUNCTION outbox_lane(aggregate_type text, aggregate_id text)"
+    " RETURNS smallint LANGUAGE sql IMMUTABLE PARALLEL SAFE AS"
+    " $$ SELECT (hashtextextended(aggregate_type || '/' || aggregate_id, 0) & " LANE_MASK
+    ")::smallint $$;"
+    "ALTER TABLE {table}"
+    " ADD COLUMN IF NOT EXISTS {seq} bigint GENERATED ALWAYS AS IDENTITY,"
+    " ADD COLUMN IF NOT EXISTS created_at timestamptz NOT NULL DEFAULT now(),"
+    " ADD COLUMN IF NOT EXISTS sent_at timestamptz,"
+    " ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0,"
+    " ADD COLUMN IF NOT EXISTS rejections integer NOT NULL DEFAULT 0,"
+    " ADD COLUMN IF NOT EXISTS last_error text,"
+    " ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz,"
+    " ADD COLUMN IF NOT EXISTS dead_at timestamptz,"
+    " ADD COLUMN IF NOT EXISTS dead_letter_topic text,"
+    " ADD COLUMN IF NOT EXISTS lane smallint GENERATED ALWAYS AS"
+    " (outbox_lane(coalesce({aggregate_type}::text, ''), coalesce({aggregate_id}::text, '')))"
+    " STORED;"
+    /* Marks name rows by the order column: it must name exactly one row. An existing column with
+     * NULLs or duplicates fails here, and the adoption rolls back. */
+    "ALTER TABLE {table} ALTER COLUMN {seq} SET NOT NULL;"
+    "CREATE UNIQUE INDEX IF NOT EXISTS {seq_idx} ON {table} ({seq});"
+    "CREATE INDEX IF NOT EXISTS {unsent_idx} ON {table} ({seq}) WHERE sent_at IS NULL;"
+    "CREATE INDEX IF NOT EXISTS {retry_idx} ON {table} ({aggregate_type}, {aggregate_id}, {seq})"
+    " WHERE sent_at IS NULL AND attempts > 0;"
+    "CREATE INDEX IF NOT EXISTS {sent_idx} ON {table} (sent_at) WHERE sent_at IS NOT NULL;"
+    /* The trigger as migrations/0007 defines it; the table's oid comes from its row type, so its
+     * name is never written into a string literal. */
+    "SELECT outbox_wakeup_install(typrelid::regclass) FROM pg_type"
+    " WHERE oid = pg_typeof(NULL::{table})";
+static const char *const SQL_ADOPT_HEADERS =
+    "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {headers} jsonb";
+/* The grants of migrations/0006 on this table, for the roles that exist. */
+static const char *const SQL_ROLES =
+    "SELECT to_regrole('outbox_relay') IS NOT NULL, to_regrole('outbox_producer') IS NOT NULL";
+static const char *const SQL_GRANT_RELAY =
+    "GRANT SELECT, DELETE ON {table} TO outbox_relay;"
+    "GRANT UPDATE (sent_at, attempts, rejections, last_error, next_attempt_at, dead_at,"
+    " dead_letter_topic) ON {table} TO outbox_relay;"
+    "GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO outbox_relay";
+static const char *const SQL_GRANT_PRODUCER =
+    "GRANT INSERT ON {table} TO outbox_producer;"
+    "GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO outbox_producer";
+/* Reads no row, but fails on a column the claims read and the table lacks, and tells the order
+ * column's type (the first). */
+static const char *const SQL_CHECK_COLUMNS =
+    "SELECT" TABLE_ROW_COLUMNS("o.last_error") " FROM {table} o LIMIT 0";
+
+/* Expands a template for map and runs it (blocking: migrate is a one-shot command). */
+static PGresult *exec_mapped(PGconn *conn, const TableMap *map, const char *tmpl, const char *what)
+{
+    char err[256], q[512];
+    char *sql = table_sql(map, conn, tmpl, err, sizeof(err));
+    if (!sql) {
+        log_error("migration failed", "step=%s error=%s", what, log_quote(err, q, sizeof(q)));
+        return NULL;
+    }
+    PGresult *res = exec_step(conn, sql, what);
+    free(sql);
+    return res;
+}
+
+static bool exec_mapped_ok(PGconn *conn, const TableMap *map, const char *tmpl, const char *what)
+{
+    PGresult *res = exec_mapped(conn, map, tmpl, what);
+    PQclear(res);
+    return res != NULL;
+}
+
+/* The order column must be an integer: the relay passes row numbers as bigint[]. */
+#define INT8OID 20
+#define INT4OID 23
+
+/* The migration that sets up the wakeup (its functions); it changes only tables that already have
+ * the wakeup trigger, so an adopted table shares it. */
+#define WAKEUP_MIGRATION "0007_wakeup_lock.sql"
+
+static bool adopt_table(PGconn *conn, const TableMap *map)
+{
+    char name[160];
+    table_map_display(map, name, sizeof(name));
+    const MigrationFile *wakeup = NULL;
+    for (size_t i = 0; i < migration_count; i++)
+        if (strcmp(migration_files[i].name, WAKEUP_MIGRATION) == 0)
+            wakeup = &migration_files[i];
+    if (!wakeup || !exec_ok(conn, "BEGIN", "adopt"))
+        return false;
+    PGresult *roles = NULL, *cols = NULL;
+    bool ok =
+        exec_ok(conn, wakeup->sql, wakeup->name) && exec_mapped_ok(conn, map, SQL_ADOPT, "adopt") &&
+        (!map->headers || exec_mapped_ok(conn, map, SQL_ADOPT_HEADERS, "adopt")) &&
+        (roles = exec_mapped(conn, map, SQL_ROLES, "grants")) != NULL &&
+        (*PQgetvalue(roles, 0, 0) != 't' || exec_mapped_ok(conn, map, SQL_GRANT_RELAY, "grants")) &&
+        (*PQgetvalue(roles, 0, 1) != 't' ||
+         exec_mapped_ok(conn, map, SQL_GRANT_PRODUCER, "grants")) &&
+        (cols = exec_mapped(conn, map, SQL_CHECK_COLUMNS, "check columns")) != NULL;
+    if (ok && (*PQgetvalue(roles, 0, 0) != 't' || *PQgetvalue(roles, 0, 1) != 't'))
+        log_warn("roles outbox_relay and outbox_producer not both found: their grants on the "
+                 "table were skipped (create them as migrations/0006_relay_role.sql does, then "
+                 "run migrate again)",
+                 "table=%s", name);
+    if (ok && PQftype(cols, 0) != INT8OID && PQftype(cols, 0) != INT4OID) {
+        log_error("migration failed",
+                  "step=check table=%s error=\"the order column (seq-column) "
+                  "must be bigint or integer\"",
+                  name);
+        ok = false;
+    }
+    PQclear(roles);
+    PQclear(cols);
+    if (ok && exec_ok(conn, "COMMIT", "adopt")) {
+        log_info("table adopted", "table=%s", name);
+        return true;
+    }
+    exec_ok(conn, "ROLLBACK", "rollback");
+    return false;
+}
+
+static bool is_applied(PGconn *conn, const char *version, bool *applied)
+{
+    const char *params[1] = {version};
+    DbError e;
+    PGresult *res =
+        db_query(conn, "SELECT 1 FROM schema_migrations WHERE version = $1", 1, params, &e);
+    if (res)
+        *applied = PQntuples(res) > 0;
+    else {
+        char q[512];
+        log_error("migration failed", "step=check error=%s", log_quote(e.message, q, sizeof(q)));
+    }
+    PQclear(res);
+    return res != NULL;
+}
+
+static bool apply_one(PGconn *conn, const MigrationFile *m)
+{
+    if (!exec_ok(conn, "BEGIN", m->name))
+        return false;
+    if (!exec_ok(conn, m->sql, m->name))
+        goto failed;
+    const char *params[1] = {m->name};
+    DbError e;
+    PGresult *res =
+        db_query(conn, "INSERT INTO schema_migrations (version) VALUES ($1)", 1, params, &e);
+    bool recorded = res != NULL;
+    PQclear(res);
+    if (!recorded || !exec_ok(conn, "COMMIT", m->name))
+        goto failed;
+    return true;
+failed:
+    exec_ok(conn, "ROLLBACK", "rollback");
+    return false;
+}
+
+int migrate_run(const char *conninfo, const TableMap *map)
+{
+    char masked[1024], q_url[1100], err[300], q_err[600];
+    PGconn *conn = db_connect(conninfo, "outbox-relay migrate", err, sizeof(err));
+    if (!conn) {
+        log_error(
+            "cannot connect to PostgreSQL", "url=%s error=%s",
+            log_quote(log_mask_conninfo(conninfo, masked, sizeof(masked)), q_url, sizeof(q_url)),
+            log_quote(err, q_err, sizeof(q_err)));
+        return 1;
+    }
+
+    int rc = 1;
+    size_t applied_now = 0;
+    /* Session-level lock: released by the unlock below or when the connection closes. */
+    if (!exec_ok(conn, "SET client_min_messages = warning", "setup") ||
+        !exec_ok(conn, "SELECT pg_advisory_lock(" LOCK_KEY_MIGRATE ")", "lock") ||
+        !exec_ok(conn,
+                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                 " version text PRIMARY KEY,"
+                 " applied_at timestamptz NOT NULL DEFAULT now())",
+                 "schema_migrations"))
+        goto done;
+
+    /* Another table than the relay's own: the embedded migrations, written for the relay's own
+     * table, do not apply (and would clash with a foreign table named outbox). */
+    if (!table_map_is_own(map)) {
+        if (!adopt_table(conn, map))
+            goto done;
+        exec_ok(conn, "SELECT pg_advisory_unlock(" LOCK_KEY_MIGRATE ")", "unlock");
+        rc = 0;
+        goto done;
+    }
+    for (size_t i = 0; i < migration_count; i++) {
+        const MigrationFile *m = &migration_files[i];
+        bool applied = false;
+        if (!is_applied(conn, m->name, &applied))
+            goto done;
+        if (applied)
+            continue;
+        if (!apply_one(conn, m))
+            goto done;
+        log_info("migration applied", "version=%s", m->name);
+        applied_now++;
+    }
+    exec_ok(conn, "SELECT pg_advisory_unlock(" LOCK_KEY_MIGRATE ")", "unlock");
+    log_info("migrations up to date", "applied=%zu total=%zu", applied_now, migration_count);
+    rc = 0;
+done:
+    PQfinish(conn);
+    return rc;
+}

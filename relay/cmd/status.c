@@ -1,0 +1,115 @@
+#include "status.h"
+
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "admin.h"
+#include "log.h"
+#include "schema.h"
+#include "statements.h"
+
+static long long int_at(PGresult *res, int row, int col)
+{
+    return strtoll(PQgetvalue(res, row, col), NULL, 10);
+}
+
+/* A column that may be NULL, as a JSON string or null. */
+static json_t *json_text_or_null(PGresult *res, int row, int col)
+{
+    return PQgetisnull(res, row, col) ? json_null() : json_string(PQgetvalue(res, row, col));
+}
+
+static void print_json(PGresult *backlog, long long sent_minute, PGresult *relays)
+{
+    json_t *list = json_array();
+    for (int i = 0; i < PQntuples(relays); i++)
+        json_array_append_new(
+            list,
+            json_pack("{s:I, s:I, s:I, s:o, s:o, s:o}", "slot", (json_int_t)int_at(relays, i, 0),
+                      "pid", (json_int_t)int_at(relays, i, 1), "lanes",
+                      (json_int_t)int_at(relays, i, 2), "client_addr",
+                      json_text_or_null(relays, i, 3), "client_port",
+                      PQgetisnull(relays, i, 4) ? json_null() : json_integer(int_at(relays, i, 4)),
+                      "backend_start", json_text_or_null(relays, i, 5)));
+    json_t *o = json_pack(
+        "{s:I, s:I, s:o, s:I, s:o, s:o, s:o}", "backlog",
+        (json_int_t)int_at(backlog, 0, BACKLOG_UNSENT), "retrying",
+        (json_int_t)int_at(backlog, 0, BACKLOG_RETRYING), "oldest_unsent_age_seconds",
+        PQgetisnull(backlog, 0, BACKLOG_OLDEST_AGE_S)
+            ? json_null()
+            : json_real(atof(PQgetvalue(backlog, 0, BACKLOG_OLDEST_AGE_S))),
+        "dead_lettered", (json_int_t)int_at(backlog, 0, BACKLOG_DEAD), "sent_last_minute",
+        sent_minute < 0 ? json_null() : json_integer(sent_minute), "throughput_per_second",
+        sent_minute < 0 ? json_null() : json_real((double)sent_minute / 60.0), "sessions", list);
+    char *text = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
+    if (text)
+        puts(text);
+    free(text);
+    json_decref(o);
+}
+
+static void print_text(PGresult *backlog, long long sent_minute, PGresult *relays)
+{
+    printf("backlog:        %lld unsent events (%lld waiting for a retry)\n",
+           int_at(backlog, 0, BACKLOG_UNSENT), int_at(backlog, 0, BACKLOG_RETRYING));
+    if (PQgetisnull(backlog, 0, BACKLOG_OLDEST_AGE_S))
+        printf("oldest unsent:  -\n");
+    else
+        printf("oldest unsent:  %.1f s\n", atof(PQgetvalue(backlog, 0, BACKLOG_OLDEST_AGE_S)));
+    printf("dead-lettered:  %lld\n", int_at(backlog, 0, BACKLOG_DEAD));
+    if (sent_minute < 0)
+        printf("throughput:     - (--on-sent delete keeps no sent rows to count; see /metrics)\n");
+    else
+        printf("throughput:     %.1f events/s (%lld sent in the last 60 s)\n",
+               (double)sent_minute / 60.0, sent_minute);
+    int n = PQntuples(relays);
+    long long lanes = 0;
+    for (int i = 0; i < n; i++)
+        lanes += int_at(relays, i, 2);
+    printf("relay sessions: %d active, owning %lld of %d lanes\n", n, lanes, LANE_COUNT);
+    if (n == 0)
+        return;
+    printf("  %-6s %-8s %-6s %-24s %s\n", "SLOT", "PID", "LANES", "CLIENT", "CONNECTED SINCE");
+    for (int i = 0; i < n; i++) {
+        char client[96] = "-";
+        if (!PQgetisnull(relays, i, 3))
+            snprintf(client, sizeof(client), "%s%s%s", PQgetvalue(relays, i, 3),
+                     PQgetisnull(relays, i, 4) ? "" : ":", PQgetvalue(relays, i, 4));
+        printf("  %-6s %-8s %-6s %-24s %s\n", PQgetvalue(relays, i, 0), PQgetvalue(relays, i, 1),
+               PQgetvalue(relays, i, 2), client,
+               PQgetisnull(relays, i, 5) ? "-" : PQgetvalue(relays, i, 5));
+    }
+}
+
+int status_run(const Config *cfg)
+{
+    PGconn *conn = admin_connect(cfg->database_url);
+    if (!conn)
+        return 1;
+    int rc = 1;
+    PGresult *backlog = admin_exec(conn, &cfg->map, SQL_BACKLOG, 0, NULL, PGRES_TUPLES_OK);
+    /* Throughput is counted from sent_at: rows the relay deletes leave nothing to count. */
+    bool counted = cfg->on_sent == ON_SENT_MARK;
+    PGresult *throughput =
+        backlog && counted ? admin_exec(conn, &cfg->map, SQL_THROUGHPUT, 0, NULL, PGRES_TUPLES_OK)
+                           : NULL;
+    PGresult *relays = backlog && (throughput || !counted)
+                           ? admin_exec(conn, &cfg->map, SQL_RELAYS, 0, NULL, PGRES_TUPLES_OK)
+                           : NULL;
+    if (relays) {
+        long long sent_minute = counted ? int_at(throughput, 0, 0) : -1; /* -1: not counted */
+        if (cfg->json)
+            print_json(backlog, sent_minute, relays);
+        else
+            print_text(backlog, sent_minute, relays);
+        rc = 0;
+    }
+    PQclear(backlog);
+    PQclear(throughput);
+    PQclear(relays);
+    PQfinish(conn);
+    return rc;
+}

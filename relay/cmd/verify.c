@@ -1,0 +1,417 @@
+#include "verify.h"
+
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "admin.h"
+#include "db.h"
+#include "log.h"
+#include "route.h"
+#include "statements.h"
+#include "strbuf.h"
+
+/* Messages are produced before their rows are marked, by up to the delivery timeout, and the
+ * relay's clock (the messages' timestamps) may differ from the database's a little: the topics
+ * are read from this much before the window. */
+#define VERIFY_MARGIN_MS 60000
+/* The consumer gives up after this long without a message or an end of partition. */
+#define VERIFY_IDLE_MS 30000
+/* Problems of each kind named on stderr; the rest are only counted. */
+#define VERIFY_SHOW 20
+#define VERIFY_UNKNOWN_CHUNK 1000
+
+typedef struct Row {
+    long long seq;
+    char *event_id, *aggregate_type, *aggregate_id, *topic; /* owned */
+    bool seen;
+    int32_t partition; /* of its first copy */
+    int64_t offset;
+} Row;
+
+typedef struct Check {
+    Row *rows;
+    size_t n;
+    Row **by_id; /* rows sorted by event_id, for the messages' lookups */
+    char **topics;
+    size_t ntopics;
+    long long messages, duplicates, unknown, outside, missing, out_of_order;
+    char **unknown_ids; /* ids no row of the window has, to look up in the whole table */
+    size_t nunknown;
+} Check;
+
+static int cmp_row_id(const void *a, const void *b)
+{
+    return strcmp((*(Row *const *)a)->event_id, (*(Row *const *)b)->event_id);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Rows of one aggregate and topic together, in seq order. */
+static int cmp_row_aggregate(const void *a, const void *b)
+{
+    const Row *x = *(Row *const *)a, *y = *(Row *const *)b;
+    int c = strcmp(x->aggregate_type, y->aggregate_type);
+    if (!c)
+        c = strcmp(x->aggregate_id, y->aggregate_id);
+    if (!c)
+        c = strcmp(x->topic, y->topic);
+    return c ? c : (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+static Row *find_row(const Check *c, const char *id)
+{
+    Row key = {.event_id = (char *)id}, *kp = &key;
+    Row **found = bsearch(&kp, c->by_id, c->n, sizeof(*c->by_id), cmp_row_id);
+    return found ? *found : NULL;
+}
+
+static char *xstrdup(const char *s)
+{
+    char *d = strdup(s ? s : "");
+    if (!d) {
+        perror("outbox-relay");
+        exit(1);
+    }
+    return d;
+}
+
+/* Reads the rows marked sent within the window; sets *now_ms to the database's clock. */
+static bool load_rows(PGconn *conn, const Config *cfg, Check *c, long long *now_ms)
+{
+    char since[32];
+    snprintf(since, sizeof(since), "%ld", cfg->verify_since_s);
+    const char *params[1] = {since};
+    PGresult *res = admin_exec(conn, &cfg->map, SQL_VERIFY_ROWS, 1, params, PGRES_TUPLES_OK);
+    PGresult *clock = admin_exec(conn, &cfg->map, SQL_VERIFY_NOW, 0, NULL, PGRES_TUPLES_OK);
+    if (!res || !clock) {
+        PQclear(res);
+        PQclear(clock);
+        return false;
+    }
+    *now_ms = strtoll(PQgetvalue(clock, 0, 0), NULL, 10);
+    PQclear(clock);
+    c->n = (size_t)PQntuples(res);
+    c->rows = calloc(c->n + 1, sizeof(*c->rows));
+    c->by_id = calloc(c->n + 1, sizeof(*c->by_id));
+    c->topics = calloc(c->n + 1, sizeof(*c->topics));
+    if (!c->rows || !c->by_id || !c->topics) {
+        perror("outbox-relay");
+        exit(1);
+    }
+    for (size_t i = 0; i < c->n; i++) {
+        Row *r = &c->rows[i];
+        r->seq = strtoll(PQgetvalue(res, (int)i, 0), NULL, 10);
+        r->event_id = xstrdup(PQgetvalue(res, (int)i, 1));
+        r->aggregate_type = xstrdup(PQgetvalue(res, (int)i, 2));
+        r->aggregate_id = xstrdup(PQgetvalue(res, (int)i, 3));
+        OutboxRow row = {.id = r->seq,
+                         .event_id = r->event_id,
+                         .aggregate_type = r->aggregate_type,
+                         .aggregate_id = r->aggregate_id,
+                         .event_type = PQgetvalue(res, (int)i, 4)};
+        char topic[ROUTE_TOPIC_MAX + 1], why[256];
+        r->topic = xstrdup(
+            route_topic(cfg->topic_template, &row, topic, sizeof(topic), why, sizeof(why)) ? topic
+                                                                                           : "");
+        c->by_id[i] = r;
+        c->topics[i] = r->topic;
+    }
+    PQclear(res);
+    qsort(c->by_id, c->n, sizeof(*c->by_id), cmp_row_id);
+    /* The distinct topics, in place. */
+    qsort(c->topics, c->n, sizeof(*c->topics), cmp_str);
+    for (size_t i = 0; i < c->n; i++)
+        if (c->topics[i][0] && (c->ntopics == 0 || strcmp(c->topics[c->ntopics - 1], c->topics[i])))
+            c->topics[c->ntopics++] = c->topics[i];
+    return true;
+}
+
+static void note_message(Check *c, const rd_kafka_message_t *m)
+{
+    c->messages++;
+    rd_kafka_headers_t *hdrs = NULL;
+    const void *val = NULL;
+    size_t size = 0;
+    char id[256] = "";
+    if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+        rd_kafka_header_get_last(hdrs, "id", &val, &size) == RD_KAFKA_RESP_ERR_NO_ERROR && val)
+        snprintf(id, sizeof(id), "%.*s", (int)size, (const char *)val);
+    Row *r = id[0] ? find_row(c, id) : NULL;
+    if (!r) {
+        char **grown = realloc(c->unknown_ids, (c->nunknown + 1) * sizeof(*grown));
+        if (!grown) {
+            perror("outbox-relay");
+            exit(1);
+        }
+        c->unknown_ids = grown;
+        c->unknown_ids[c->nunknown++] = xstrdup(id);
+        return;
+    }
+    if (r->seen) {
+        c->duplicates++;
+        return;
+    }
+    r->seen = true;
+    r->partition = m->partition;
+    r->offset = m->offset;
+}
+
+/* A consumer for the topics, assigned from start_ms to the end each partition had when verify
+ * started. Returns false (logged) when Kafka cannot be read. */
+static bool read_topics(const Config *cfg, Check *c, long long start_ms)
+{
+    char errstr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    const char *defaults[][2] = {{"group.id", "outbox-relay-verify"},
+                                 {"enable.auto.commit", "false"},
+                                 {"enable.partition.eof", "true"},
+                                 {"bootstrap.servers", cfg->brokers}};
+    for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++)
+        rd_kafka_conf_set(conf, defaults[i][0], defaults[i][1], errstr, sizeof(errstr));
+    /* The relay's --kafka properties carry what reaching the brokers takes (TLS, SASL);
+     * producer-only ones are ignored by a consumer. */
+    for (size_t i = 0; i < cfg->kafka.len; i++)
+        rd_kafka_conf_set(conf, cfg->kafka.items[i].key, cfg->kafka.items[i].value, errstr,
+                          sizeof(errstr));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+    if (!rk) {
+        rd_kafka_conf_destroy(conf);
+        log_error("cannot create the Kafka consumer", "error=%s", errstr);
+        return false;
+    }
+    bool ok = true;
+    rd_kafka_topic_partition_list_t *assign = rd_kafka_topic_partition_list_new(16);
+    int64_t *ends = NULL;
+    int remaining = 0, at_end = 0;
+    for (size_t t = 0; ok && t < c->ntopics; t++) {
+        rd_kafka_topic_t *topic = rd_kafka_topic_new(rk, c->topics[t], NULL);
+        const struct rd_kafka_metadata *md = NULL;
+        rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, topic, &md, 10000);
+        int partitions = err == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1 &&
+                                 md->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR
+                             ? md->topics[0].partition_cnt
+                             : 0;
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            log_error("cannot read the topic's metadata", "topic=%s error=%s", c->topics[t],
+                      rd_kafka_err2str(err));
+            ok = false;
+        }
+        if (md)
+            rd_kafka_metadata_destroy(md);
+        rd_kafka_topic_destroy(topic);
+        for (int p = 0; ok && p < partitions; p++) {
+            int64_t low = 0, high = 0;
+            err = rd_kafka_query_watermark_offsets(rk, c->topics[t], p, &low, &high, 10000);
+            rd_kafka_topic_partition_list_t *when = rd_kafka_topic_partition_list_new(1);
+            rd_kafka_topic_partition_list_add(when, c->topics[t], p)->offset = start_ms;
+            if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+                err = rd_kafka_offsets_for_times(rk, when, 10000);
+            int64_t from = when->elems[0].offset;
+            rd_kafka_topic_partition_list_destroy(when);
+            if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+                log_error("cannot read a partition's offsets", "topic=%s partition=%d error=%s",
+                          c->topics[t], p, rd_kafka_err2str(err));
+                ok = false;
+                break;
+            }
+            if (cfg->verify_from_beginning)
+                from = low;
+            else if (from < 0 && high > low)
+                at_end++;
+            log_debug("partition to read", "topic=%s partition=%d from=%lld low=%lld high=%lld",
+                      c->topics[t], p, (long long)from, (long long)low, (long long)high);
+            if (from < 0 || from >= high)
+                continue; /* nothing since the window began */
+            rd_kafka_topic_partition_list_add(assign, c->topics[t], p)->offset = from;
+            int64_t *grown = realloc(ends, (size_t)assign->cnt * sizeof(*grown));
+            if (!grown) {
+                perror("outbox-relay");
+                exit(1);
+            }
+            ends = grown;
+            ends[assign->cnt - 1] = high;
+            remaining++;
+        }
+    }
+    if (at_end > 0)
+        log_warn("by their timestamps, some partitions hold nothing since the window began; "
+                 "brokers that cannot look offsets up by time answer so too (--from-beginning "
+                 "reads every partition whole)",
+                 "partitions=%d", at_end);
+    if (ok && remaining > 0 && rd_kafka_assign(rk, assign) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        log_error("cannot assign the partitions", NULL);
+        ok = false;
+    }
+    struct timespec last, now;
+    clock_gettime(CLOCK_MONOTONIC, &last);
+    while (ok && remaining > 0) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 1000);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (!m) {
+            if ((now.tv_sec - last.tv_sec) * 1000 + (now.tv_nsec - last.tv_nsec) / 1000000 >
+                VERIFY_IDLE_MS) {
+                log_error("Kafka sent nothing for 30 s; giving up", "partitions_left=%d",
+                          remaining);
+                ok = false;
+            }
+            continue;
+        }
+        last = now;
+        int i = 0;
+        const char *name = m->rkt ? rd_kafka_topic_name(m->rkt) : "";
+        while (i < assign->cnt && (strcmp(assign->elems[i].topic, name) != 0 ||
+                                   assign->elems[i].partition != m->partition))
+            i++;
+        if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR && i < assign->cnt && m->offset < ends[i]) {
+            note_message(c, m);
+            if (m->offset + 1 >= ends[i]) {
+                ends[i] = -1; /* done */
+                remaining--;
+            }
+        } else if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF && i < assign->cnt && ends[i] >= 0 &&
+                   m->offset >= ends[i]) {
+            ends[i] = -1;
+            remaining--;
+        } else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR &&
+                   m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            log_error("reading Kafka failed", "error=%s", rd_kafka_message_errstr(m));
+            ok = false;
+        }
+        rd_kafka_message_destroy(m);
+    }
+    free(ends);
+    rd_kafka_topic_partition_list_destroy(assign);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return ok;
+}
+
+/* The ids no row of the window has: those the table has are rows outside the window (sent
+ * before it), the others unknown. */
+static bool classify_unknown(PGconn *conn, const Config *cfg, Check *c)
+{
+    for (size_t from = 0; from < c->nunknown; from += VERIFY_UNKNOWN_CHUNK) {
+        size_t to =
+            from + VERIFY_UNKNOWN_CHUNK < c->nunknown ? from + VERIFY_UNKNOWN_CHUNK : c->nunknown;
+        StrBuf ids = {0};
+        strbuf_array_begin(&ids);
+        for (size_t i = from; i < to; i++)
+            strbuf_array_text(&ids, c->unknown_ids[i]);
+        strbuf_array_end(&ids);
+        const char *params[1] = {ids.s};
+        PGresult *res =
+            admin_exec(conn, &cfg->map, SQL_VERIFY_KNOWN_IDS, 1, params, PGRES_TUPLES_OK);
+        strbuf_free(&ids);
+        if (!res)
+            return false;
+        /* The statement returns, for each id in order, whether the table has it. */
+        for (size_t i = from; i < to; i++) {
+            if (strcmp(PQgetvalue(res, (int)(i - from), 0), "t") == 0) {
+                c->outside++;
+            } else if (++c->unknown <= VERIFY_SHOW) {
+                fprintf(stderr, "verify: unknown message: id=%s (no row of the table has it)\n",
+                        c->unknown_ids[i][0] ? c->unknown_ids[i] : "(none)");
+            }
+        }
+        PQclear(res);
+    }
+    return true;
+}
+
+/* Missing rows, and first copies out of their aggregate's order. */
+static void check_rows(Check *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        const Row *r = &c->rows[i];
+        if (r->seen)
+            continue;
+        if (++c->missing <= VERIFY_SHOW)
+            fprintf(stderr,
+                    "verify: missing: id=%lld event_id=%s topic=%s (marked sent, no message)\n",
+                    r->seq, r->event_id, r->topic);
+    }
+    Row **order = c->by_id; /* reused: sorted by aggregate from here on */
+    qsort(order, c->n, sizeof(*order), cmp_row_aggregate);
+    for (size_t i = 1; i < c->n; i++) {
+        const Row *a = order[i - 1], *b = order[i];
+        if (!a->seen || !b->seen || strcmp(a->aggregate_type, b->aggregate_type) ||
+            strcmp(a->aggregate_id, b->aggregate_id) || strcmp(a->topic, b->topic))
+            continue;
+        if (a->partition == b->partition && a->offset < b->offset)
+            continue;
+        if (++c->out_of_order <= VERIFY_SHOW)
+            fprintf(stderr,
+                    "verify: out of order: id=%lld event_id=%s (partition %d offset %lld) "
+                    "comes after id=%lld event_id=%s (partition %d offset %lld) in topic %s\n",
+                    a->seq, a->event_id, (int)a->partition, (long long)a->offset, b->seq,
+                    b->event_id, (int)b->partition, (long long)b->offset, a->topic);
+    }
+}
+
+static void report(const Config *cfg, const Check *c)
+{
+    if (cfg->json) {
+        json_t *o =
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "window_seconds",
+                      (json_int_t)cfg->verify_since_s, "rows", (json_int_t)c->n, "messages",
+                      (json_int_t)c->messages, "missing", (json_int_t)c->missing, "out_of_order",
+                      (json_int_t)c->out_of_order, "duplicates", (json_int_t)c->duplicates,
+                      "unknown", (json_int_t)c->unknown, "outside_window", (json_int_t)c->outside,
+                      "ok", c->missing == 0 && c->out_of_order == 0);
+        char *text = json_dumps(o, JSON_COMPACT);
+        printf("%s\n", text ? text : "{}");
+        free(text);
+        json_decref(o);
+        return;
+    }
+    printf("verify: %s: window=%lds rows=%zu messages=%lld missing=%lld out_of_order=%lld "
+           "duplicates=%lld unknown=%lld outside_window=%lld\n",
+           c->missing == 0 && c->out_of_order == 0 ? "ok" : "FAILED", cfg->verify_since_s, c->n,
+           c->messages, c->missing, c->out_of_order, c->duplicates, c->unknown, c->outside);
+}
+
+static void check_free(Check *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        free(c->rows[i].event_id);
+        free(c->rows[i].aggregate_type);
+        free(c->rows[i].aggregate_id);
+        free(c->rows[i].topic);
+    }
+    for (size_t i = 0; i < c->nunknown; i++)
+        free(c->unknown_ids[i]);
+    free(c->unknown_ids);
+    free(c->rows);
+    free(c->by_id);
+    free(c->topics);
+}
+
+int verify_run(const Config *cfg)
+{
+    PGconn *conn = admin_connect(cfg->database_url);
+    if (!conn)
+        return 1;
+    Check c = {0};
+    long long now_ms = 0;
+    bool ok = load_rows(conn, cfg, &c, &now_ms) &&
+              read_topics(cfg, &c,
+                          now_ms - cfg->verify_since_s * 1000 - VERIFY_MARGIN_MS -
+                              cfg->delivery_timeout_ms) &&
+              classify_unknown(conn, cfg, &c);
+    PQfinish(conn);
+    int rc = 1;
+    if (ok) {
+        check_rows(&c);
+        report(cfg, &c);
+        rc = c.missing == 0 && c.out_of_order == 0 ? 0 : 1;
+    }
+    check_free(&c);
+    return rc;
+}

@@ -1,0 +1,25 @@
+/* verify: after an incident, does Kafka hold what the outbox says was sent?
+ *
+ * `outbox-relay verify --since 1h` reads the rows marked sent in that window, reads their topics
+ * back with a real consumer (from a little before the window by the messages' timestamps, or
+ * from the beginning with --from-beginning, to the end of every partition as it was when verify
+ * started), and checks:
+ *   - every row has a message with its id header (else: missing);
+ *   - the first copies of one aggregate's rows come in the rows' order, within a topic (else:
+ *     out of order);
+ * and counts the duplicates (later copies: at-least-once) and the messages whose id no row of
+ * the table has (unknown). Messages of rows outside the window are neither. One summary line on
+ * stdout (or one JSON object with --json), each problem on its own line on stderr (the first 20
+ * of each kind). Rows deleted since they were sent (--on-sent delete, --retention) cannot be
+ * checked: verify sees only the rows that are still there. */
+#ifndef OUTBOX_VERIFY_H
+#define OUTBOX_VERIFY_H
+
+#include "config.h"
+
+/* Runs the check. Returns 0 when every row was found in order, 1 when something is missing or
+ * out of order (or PostgreSQL or Kafka could not be read: logged), 2 on bad input. Blocks; every
+ * wait is bounded (the consumer stops after 30 s without progress). */
+int verify_run(const Config *cfg);
+
+#endif

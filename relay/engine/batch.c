@@ -1,0 +1,266 @@
+#include "batch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "table.h"
+
+bool batch_init(Batch *b, int capacity)
+{
+    memset(b, 0, sizeof(*b));
+    b->rows = calloc((size_t)capacity, sizeof(BatchRow));
+    b->capacity = capacity;
+    return b->rows != NULL;
+}
+
+void batch_free(Batch *b)
+{
+    batch_clear(b);
+    PQclear(b->retired[0]);
+    PQclear(b->retired[1]);
+    b->retired[0] = b->retired[1] = NULL;
+    free(b->rows);
+    b->rows = NULL;
+}
+
+void batch_clear(Batch *b)
+{
+    for (int i = 0; i < b->n; i++) {
+        free(b->rows[i].error);
+        b->rows[i].error = NULL;
+        if (b->rows[i].headers)
+            rd_kafka_headers_destroy(b->rows[i].headers); /* never produced */
+        b->rows[i].headers = NULL;
+        free(b->rows[i].topic);
+        b->rows[i].topic = NULL;
+    }
+    PQclear(b->claim);
+    PQclear(b->dead);
+    b->claim = b->dead = NULL;
+    b->n = b->next = b->prepared = b->in_flight = b->acked = b->failed = 0;
+    b->payload_bytes = 0;
+    b->abandoned = b->timed_out = false;
+    if (b->any_held)
+        memset(b->held, 0, sizeof(b->held));
+    b->any_held = false;
+}
+
+void batch_retire(Batch *b)
+{
+    if (b->retired[0] || b->retired[1])
+        return;
+    b->retired[0] = b->claim;
+    b->retired[1] = b->dead;
+    b->claim = b->dead = NULL; /* the rows' strings stay valid: the results live on */
+}
+
+bool batch_reserve(Batch *b, int capacity)
+{
+    if (capacity <= b->capacity)
+        return true;
+    if (b->n > 0)
+        return false;
+    BatchRow *rows = calloc((size_t)capacity, sizeof(BatchRow));
+    if (!rows)
+        return false;
+    free(b->rows);
+    b->rows = rows;
+    b->capacity = capacity;
+    return true;
+}
+
+static void load_result(Batch *b, PGresult *res, bool dead_letter)
+{
+    int rows = res ? PQntuples(res) : 0;
+    for (int i = 0; i < rows && b->n < b->capacity; i++) {
+        BatchRow *br = &b->rows[b->n++];
+        OutboxRow *row = &br->row;
+        row->id = strtoll(PQgetvalue(res, i, ROW_COL_ID), NULL, 10);
+        row->event_id = PQgetvalue(res, i, ROW_COL_EVENT_ID);
+        row->aggregate_type = PQgetvalue(res, i, ROW_COL_AGGREGATE_TYPE);
+        row->aggregate_id = PQgetvalue(res, i, ROW_COL_AGGREGATE_ID);
+        row->event_type = PQgetvalue(res, i, ROW_COL_EVENT_TYPE);
+        row->payload =
+            PQgetisnull(res, i, ROW_COL_PAYLOAD) ? NULL : PQgetvalue(res, i, ROW_COL_PAYLOAD);
+        row->payload_len = row->payload ? (size_t)PQgetlength(res, i, ROW_COL_PAYLOAD) : 0;
+        row->headers =
+            PQgetisnull(res, i, ROW_COL_HEADERS) ? NULL : PQgetvalue(res, i, ROW_COL_HEADERS);
+        br->attempts = atoi(PQgetvalue(res, i, ROW_COL_ATTEMPTS));
+        br->last_error =
+            PQgetisnull(res, i, ROW_COL_LAST_ERROR) ? NULL : PQgetvalue(res, i, ROW_COL_LAST_ERROR);
+        br->age_s = PQnfields(res) > ROW_COL_AGE && !PQgetisnull(res, i, ROW_COL_AGE)
+                        ? strtod(PQgetvalue(res, i, ROW_COL_AGE), NULL)
+                        : -1.0;
+        row->created_at =
+            PQnfields(res) > ROW_COL_CREATED_AT && !PQgetisnull(res, i, ROW_COL_CREATED_AT)
+                ? PQgetvalue(res, i, ROW_COL_CREATED_AT)
+                : NULL;
+        row->extra_headers =
+            PQnfields(res) > ROW_COL_EXTRA_HEADERS && !PQgetisnull(res, i, ROW_COL_EXTRA_HEADERS)
+                ? PQgetvalue(res, i, ROW_COL_EXTRA_HEADERS)
+                : NULL;
+        bool sized =
+            PQnfields(res) > ROW_COL_PAYLOAD_BYTES && !PQgetisnull(res, i, ROW_COL_PAYLOAD_BYTES);
+        br->payload_bytes =
+            sized ? (size_t)strtoull(PQgetvalue(res, i, ROW_COL_PAYLOAD_BYTES), NULL, 10) : 0;
+        br->payload_omitted = sized && !row->payload;
+        b->payload_bytes += row->payload_len;
+        br->dead_letter = dead_letter;
+        br->state = ROW_PENDING;
+        br->permanent = false;
+        br->error = NULL;
+        br->headers = NULL;
+        br->topic = NULL;
+        br->owner = b->owner;
+    }
+}
+
+void batch_load(Batch *b, PGresult *claim, PGresult *dead)
+{
+    b->claim = claim;
+    b->dead = dead;
+    load_result(b, claim, false);
+    load_result(b, dead, true);
+}
+
+/* FNV-1a over aggregate_type, a separator, aggregate_id. */
+static uint32_t aggregate_hash(const OutboxRow *row)
+{
+    uint32_t h = 2166136261u;
+    for (const char *p = row->aggregate_type; *p; p++)
+        h = (h ^ (uint8_t)*p) * 16777619u;
+    h = (h ^ 0xffu) * 16777619u;
+    for (const char *p = row->aggregate_id; *p; p++)
+        h = (h ^ (uint8_t)*p) * 16777619u;
+    return h % BATCH_HELD_BITS;
+}
+
+void batch_hold(Batch *b, const OutboxRow *row)
+{
+    uint32_t bit = aggregate_hash(row);
+    b->held[bit / 8] |= (uint8_t)(1u << (bit % 8));
+    b->any_held = true;
+}
+
+bool batch_is_held(const Batch *b, const OutboxRow *row)
+{
+    if (!b->any_held)
+        return false;
+    uint32_t bit = aggregate_hash(row);
+    return (b->held[bit / 8] >> (bit % 8)) & 1u;
+}
+
+void batch_fail(Batch *b, BatchRow *br, const char *why, bool permanent)
+{
+    br->state = ROW_FAILED;
+    br->permanent = permanent;
+    free(br->error);
+    br->error = strdup(why);
+    b->failed++;
+    metrics_failure(permanent);
+    if (!br->dead_letter)
+        batch_hold(b, &br->row);
+}
+
+bool batch_row_recorded(const BatchRow *br)
+{
+    return br->state == ROW_ACKED || br->state == ROW_FAILED;
+}
+
+const BatchRow *batch_marks(const Batch *b, BatchMarks *m)
+{
+    return batch_marks_range(b, 0, b->n, m);
+}
+
+const BatchRow *batch_marks_range(const Batch *b, int from, int to, BatchMarks *m)
+{
+    const BatchRow *first_failed = NULL;
+    strbuf_array_begin(&m->sent);
+    strbuf_array_begin(&m->failed_ids);
+    strbuf_array_begin(&m->failed_errors);
+    strbuf_array_begin(&m->failed_permanent);
+    strbuf_array_begin(&m->dl_sent);
+    strbuf_array_begin(&m->dl_failed_ids);
+    strbuf_array_begin(&m->dl_failed_errors);
+    for (int i = from; i < to && i < b->n; i++) {
+        const BatchRow *br = &b->rows[i];
+        const char *error = br->error ? br->error : "unknown error";
+        if (br->state == ROW_ACKED) {
+            strbuf_array_int(br->dead_letter ? &m->dl_sent : &m->sent, br->row.id);
+        } else if (br->state == ROW_FAILED && br->dead_letter) {
+            strbuf_array_int(&m->dl_failed_ids, br->row.id);
+            strbuf_array_text(&m->dl_failed_errors, error);
+        } else if (br->state == ROW_FAILED) {
+            strbuf_array_int(&m->failed_ids, br->row.id);
+            strbuf_array_text(&m->failed_errors, error);
+            strbuf_array_text(&m->failed_permanent, br->permanent ? "t" : "f");
+            if (!first_failed)
+                first_failed = br;
+        }
+        /* PENDING and QUEUED rows stay as they are: unsent, no attempt counted. */
+    }
+    strbuf_array_end(&m->sent);
+    strbuf_array_end(&m->failed_ids);
+    strbuf_array_end(&m->failed_errors);
+    strbuf_array_end(&m->failed_permanent);
+    strbuf_array_end(&m->dl_sent);
+    strbuf_array_end(&m->dl_failed_ids);
+    strbuf_array_end(&m->dl_failed_errors);
+    return first_failed;
+}
+
+void batch_marks_free(BatchMarks *m)
+{
+    strbuf_free(&m->sent);
+    strbuf_free(&m->failed_ids);
+    strbuf_free(&m->failed_errors);
+    strbuf_free(&m->failed_permanent);
+    strbuf_free(&m->dl_sent);
+    strbuf_free(&m->dl_failed_ids);
+    strbuf_free(&m->dl_failed_errors);
+}
+
+static bool same_aggregate(const OutboxRow *a, const OutboxRow *b)
+{
+    return strcmp(a->aggregate_id, b->aggregate_id) == 0 &&
+           strcmp(a->aggregate_type, b->aggregate_type) == 0;
+}
+
+/* Whether two rows of one aggregate go to the same topic under tmpl (NULL: order is promised
+ * across topics, so they count as one). Rows without a legal topic were never produced. */
+static bool same_topic(const OutboxRow *a, const OutboxRow *b, const char *tmpl)
+{
+    char ta[ROUTE_TOPIC_MAX + 1], tb[ROUTE_TOPIC_MAX + 1], why[256];
+    if (!tmpl)
+        return true;
+    return route_topic(tmpl, a, ta, sizeof(ta), why, sizeof(why)) &&
+           route_topic(tmpl, b, tb, sizeof(tb), why, sizeof(why)) && strcmp(ta, tb) == 0;
+}
+
+int batch_order_breaks(const Batch *b, const char *per_topic_template)
+{
+    if (b->failed == 0)
+        return 0;
+    int breaks = 0;
+    for (int i = 0; i < b->n; i++) {
+        const BatchRow *later = &b->rows[i];
+        if (later->dead_letter || later->state != ROW_ACKED || !batch_is_held(b, &later->row))
+            continue;
+        for (int j = 0; j < i; j++) {
+            const BatchRow *earlier = &b->rows[j];
+            if (earlier->state == ROW_FAILED && !earlier->dead_letter &&
+                same_aggregate(&earlier->row, &later->row) &&
+                same_topic(&earlier->row, &later->row, per_topic_template)) {
+                log_error("order broken: an event was delivered after an earlier event of its "
+                          "aggregate failed",
+                          "failed_id=%lld delivered_id=%lld aggregate_id=%s", earlier->row.id,
+                          later->row.id, later->row.aggregate_id);
+                breaks++;
+                break;
+            }
+        }
+    }
+    return breaks;
+}

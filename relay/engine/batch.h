@@ -1,0 +1,121 @@
+/* batch: the rows one claim transaction holds, their delivery states, and the parameters of the
+ * statements that record the outcome.
+ *
+ * Rows are kept in claim order (id order); their strings point into the claim's PGresult, which
+ * the batch owns until it is cleared. A batch also tracks which aggregates are "held": once a row
+ * of an aggregate failed, later rows of that aggregate in the same batch are not produced (they
+ * stay unsent, no attempt counted), so a failure never lets a later event overtake an earlier
+ * one. The held set is a bitmap of hashes: a collision only holds back an unrelated row until
+ * the next batch, which is harmless. */
+#ifndef OUTBOX_BATCH_H
+#define OUTBOX_BATCH_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "route.h"
+#include "strbuf.h"
+
+typedef enum {
+    ROW_PENDING, /* not produced (yet): stays unsent */
+    ROW_QUEUED,  /* handed to the producer, report not in */
+    ROW_ACKED,   /* acknowledged by the broker */
+    ROW_FAILED,  /* not delivered; error says why */
+} RowState;
+
+/* One row of a batch and the message it becomes: built once when claimed and produced, handed
+ * to librdkafka as the message's opaque, and found again through it in the delivery report. */
+typedef struct BatchRow {
+    OutboxRow row;
+    void *owner;            /* the batch's owner (the engine's session), for the delivery report */
+    char *topic;            /* the topic it was produced to (owned), NULL until then */
+    bool dead_letter;       /* a dead event being published to the dead-letter topic */
+    int attempts;           /* as claimed */
+    const char *last_error; /* as claimed (dead-letter rows only), else NULL */
+    RowState state;
+    bool permanent; /* the failure will not go away by retrying */
+    char *error;    /* why it failed; owned */
+    double age_s;   /* seconds since created_at when claimed (database clock); < 0: unknown */
+    rd_kafka_headers_t *headers; /* built ahead of producing; owned until produced, else freed */
+    size_t payload_bytes;        /* the payload's size, also when it was not loaded */
+    bool payload_omitted;        /* over the producer's message.max.bytes: the claim left it out */
+} BatchRow;
+
+#define BATCH_HELD_BITS 65536
+
+typedef struct Batch {
+    void *owner;     /* given to every row (BatchRow.owner); set by the owner after batch_init */
+    PGresult *claim; /* event rows; owns their strings */
+    PGresult *dead;  /* dead-letter rows; owns their strings */
+    /* Results of a batch given up while Kafka still held some of its messages (shutdown): the
+     * producer does not copy payloads, so they are freed only with the batch (see batch_retire). */
+    PGresult *retired[2];
+    BatchRow *rows;
+    int capacity;
+    int n;         /* rows loaded */
+    int next;      /* next row to produce */
+    int prepared;  /* rows before this one had their headers built (or tried) */
+    int in_flight; /* produced, report not yet in */
+    int acked, failed;
+    size_t payload_bytes; /* of the rows loaded: what the batch holds (--batch-bytes) */
+    bool abandoned;       /* the transaction is gone; drop once every report is in */
+    bool timed_out;       /* the delivery timeout cancelled what was left */
+    bool any_held;
+    double claimed_at; /* loop time (ev_now) when the claim's rows arrived, for latency metrics */
+    uint8_t held[BATCH_HELD_BITS / 8];
+} Batch;
+
+/* The array parameters of the statements that record a batch's outcome. */
+typedef struct BatchMarks {
+    StrBuf sent;                                        /* ids delivered */
+    StrBuf failed_ids, failed_errors, failed_permanent; /* parallel arrays */
+    StrBuf dl_sent;                                     /* ids published to the dead-letter topic */
+    StrBuf dl_failed_ids, dl_failed_errors;
+} BatchMarks;
+
+/* Allocates room for capacity rows. Returns false when out of memory. */
+bool batch_init(Batch *b, int capacity);
+void batch_free(Batch *b);
+
+/* Forgets the rows and frees the results; keeps the allocation. */
+void batch_clear(Batch *b);
+
+/* Keeps the results of the loaded rows alive until batch_free, however the batch is cleared:
+ * for a batch given up (the shutdown timeout) while the producer still holds messages whose
+ * payloads point into them. Call it at most once per batch lifetime (later calls do nothing). */
+void batch_retire(Batch *b);
+
+/* Makes room for capacity rows (a larger batch size after a reload); never shrinks. Only while
+ * the batch is empty. Returns false (keeping the old room) when out of memory or not empty. */
+bool batch_reserve(Batch *b, int capacity) __attribute__((warn_unused_result));
+
+/* Loads the rows of the claim result, then those of the dead-letter result (either may be NULL;
+ * at most capacity rows in all). The batch takes ownership of both results. */
+void batch_load(Batch *b, PGresult *claim, PGresult *dead);
+
+/* Records a failure (copying why) and holds the row's aggregate for the rest of the batch; counts
+ * it in the failure metrics. */
+void batch_fail(Batch *b, BatchRow *br, const char *why, bool permanent);
+
+/* Holds / tests an aggregate for the rest of the batch. */
+void batch_hold(Batch *b, const OutboxRow *row);
+bool batch_is_held(const Batch *b, const OutboxRow *row);
+
+/* Fills m from the row states. Returns the first failed event row (for logging), or NULL. */
+const BatchRow *batch_marks(const Batch *b, BatchMarks *m);
+/* The same for rows [from, to) only: to record one row's outcome on its own. */
+const BatchRow *batch_marks_range(const Batch *b, int from, int to, BatchMarks *m);
+/* True when the row has an outcome to record (acknowledged or failed); PENDING and QUEUED rows
+ * stay as they are. */
+bool batch_row_recorded(const BatchRow *br);
+void batch_marks_free(BatchMarks *m);
+
+/* Counts acknowledged rows that come after a failed row of the same aggregate: an order break
+ * (possible only when the broker rejected a message after later ones of its partition were
+ * already written). With per_topic_template (--order-scope topic: order is promised within each
+ * topic only), only rows whose topics under that template are the same count. Logs each one as
+ * an error; returns how many. */
+int batch_order_breaks(const Batch *b, const char *per_topic_template);
+
+#endif

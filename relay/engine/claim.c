@@ -1,0 +1,212 @@
+/* claim: BEGIN and the claim of a batch, and the claims around rows others have locked. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "log.h"
+#include "metrics.h"
+
+/* After a claim hit a row locked by someone else, claims go around locked rows for this long
+ * before a plain claim tries again (see on_claim_locked). */
+#define AROUND_LOCKS_S 5.0
+
+/* True when a statement of the request failed with lock_not_available (the claim's
+ * lock_timeout). */
+static bool is_lock_timeout(PGresult **results, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (results[i] && PQresultStatus(results[i]) == PGRES_FATAL_ERROR) {
+            const char *state = PQresultErrorField(results[i], PG_DIAG_SQLSTATE);
+            return state && strcmp(state, "55P03") == 0;
+        }
+    }
+    return false;
+}
+
+static void on_locker_found(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Session *s = arg;
+    if (!results)
+        return;
+    PGresult *found = n == 5 && !error ? results[3] : NULL;
+    bool known = found && PQntuples(found) == 1;
+    if (!s->locked_row_logged) {
+        if (known)
+            log_warn("a row of this session's lanes is locked by another transaction; its "
+                     "aggregate waits, the others go on",
+                     "id=%s blocking_pid=%s lock_timeout_ms=%s session=%d", PQgetvalue(found, 0, 0),
+                     PQgetvalue(found, 0, 1), CLAIM_LOCK_TIMEOUT_MS, s->index);
+        else
+            log_warn("claims wait for a lock held by another transaction (on the table, or on a "
+                     "row several transactions share); retrying with backoff",
+                     "lock_timeout_ms=%s session=%d", CLAIM_LOCK_TIMEOUT_MS, s->index);
+        s->locked_row_logged = true;
+    }
+    s->wake_pending = true;
+    if (!known)
+        session_schedule_retry(
+            s); /* nothing to go around: claiming again at once would only wait again */
+    if (error) {
+        session_end_transaction(s, SQL_ROLLBACK); /* the look-up itself timed out */
+        return;
+    }
+    session_set_phase(s, PHASE_IDLE);
+    session_after_request(s);
+}
+
+/* The plain claim met a row locked by someone else (SQL_CLAIM): roll back, claim around locked
+ * rows for AROUND_LOCKS_S, and find out for the log who holds the lock. */
+static void on_claim_locked(Session *s)
+{
+    char limit[24];
+    snprintf(limit, sizeof(limit), "%ld", s->cfg->batch_size);
+    const char *params[2] = {limit, s->lanes.owned_array.s};
+    /* In a transaction of its own with the claim's lock_timeout: a lock on the whole table would
+     * hold the look-up up too. */
+    PgQuery queries[5] = {{SQL_ROLLBACK, 0, NULL, false},
+                          {SQL_BEGIN, 0, NULL, false},
+                          {SQL_CLAIM_PLAN, 0, NULL, true},
+                          {s->sql[SQL_FIND_LOCKER], 2, params, false},
+                          {SQL_COMMIT, 0, NULL, false}};
+    s->around_locks_until = ev_now(s->loop) + AROUND_LOCKS_S;
+    session_set_phase(s, PHASE_ENDING);
+    if (!pg_conn_send(s->pg, queries, 5, on_locker_found, s))
+        pg_conn_reset(s->pg, "connection busy while rolling back a claim");
+}
+
+/* The claim converts each row it takes to text before it can cut the batch at --batch-bytes, and
+ * that conversion is what large payloads cost (about 10 ms for 500 KB of JSON): claiming 1,000
+ * such rows to keep 16 took seconds. So while batches fill half the byte budget or more, the
+ * next claim asks for twice the rows that fitted, and the limit grows back (doubling) once they
+ * no longer do. An empty claim counts as one that did not fill it. */
+static void adapt_row_limit(Session *s, int rows)
+{
+    long batch_size = s->cfg->batch_size;
+    long limit = s->row_limit > 0 ? s->row_limit : batch_size;
+    if (rows > 0 && s->batch.payload_bytes >= (size_t)s->cfg->batch_bytes / 2)
+        limit = 2L * rows;
+    else
+        limit = 2L * limit;
+    s->row_limit = limit < batch_size ? limit : batch_size;
+}
+
+static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Session *s = arg;
+    char q[512];
+    if (!results)
+        return;
+    metrics_claim_done(ev_now(s->loop) - s->claim_sent_at);
+    if (error && is_lock_timeout(results, n)) {
+        on_claim_locked(s);
+        return;
+    }
+    if (error || n < 3) {
+        /* Typically a missing table (migrate not run) or missing privileges: say so once, then
+         * keep retrying with backoff so the relay recovers when it is fixed. */
+        if (!s->claim_error_logged)
+            log_error("claiming rows failed; retrying", "error=%s",
+                      log_quote(error ? error : "short result", q, sizeof(q)));
+        s->claim_error_logged = true;
+        session_end_transaction(s, SQL_ROLLBACK);
+        session_schedule_retry(s);
+        return;
+    }
+    if (s->claim_error_logged)
+        log_info("claiming rows works again", NULL);
+    s->claim_error_logged = false;
+    if (s->locked_row_logged && s->claim_sent == s->claim_stmt) {
+        log_info("no locked row holds claims up any more", "session=%d", s->index);
+        s->locked_row_logged = false;
+    }
+
+    /* BEGIN, [dead-letter claim], planner settings, claim: see claim() */
+    int events_at = n - 1, dead_at = n > 3 ? 1 : -1;
+    int events = PQntuples(results[events_at]);
+    int dead = dead_at > 0 ? PQntuples(results[dead_at]) : 0;
+    if (events + dead == 0)
+        adapt_row_limit(s, 0);
+    if (events + dead == 0 && !s->stopping && !s->wake.asleep) {
+        if (ev_now(s->loop) - s->last_rows_at >= (double)s->cfg->sleep_after_ms / 1000.0) {
+            wakeup_go_to_sleep(s);
+            return;
+        }
+        /* Work came recently: stay awake and poll, so a steady stream never pays for NOTIFY. */
+        session_poll_soon(s);
+        session_end_transaction(s, SQL_COMMIT);
+        return;
+    }
+    if (events + dead > 0) {
+        s->last_rows_at = ev_now(s->loop);
+        wakeup_work_came(&s->wake);
+    }
+    if (events + dead == 0 || s->stopping) {
+        session_end_transaction(s, SQL_COMMIT); /* asleep already: that was the final check */
+        return;
+    }
+    if (kafka_fatal(s->relay->kafka)) {
+        /* The producer failed while this claim was under way: produce nothing on it. The rows go
+         * back untouched, and the retry recreates the producer once every session is done. */
+        session_end_transaction(s, SQL_ROLLBACK);
+        session_schedule_retry(s);
+        return;
+    }
+    /* The batch keeps the results: its rows point into them. */
+    batch_load(&s->batch, results[events_at], dead_at > 0 ? results[dead_at] : NULL);
+    s->batch.claimed_at = ev_now(s->loop);
+    adapt_row_limit(s, events);
+    results[events_at] = NULL;
+    if (dead_at > 0)
+        results[dead_at] = NULL;
+    log_debug("claimed batch", "rows=%d dead_letter=%d first_id=%lld bytes=%zu session=%d", events,
+              dead, s->batch.rows[0].row.id, s->batch.payload_bytes, s->index);
+    session_set_phase(s, PHASE_PRODUCING);
+    ev_timer_stop(s->loop, &s->delivery_timer); /* libev: never set an active timer */
+    ev_timer_set(&s->delivery_timer, (double)s->cfg->delivery_timeout_ms / 1000.0, 0);
+    ev_timer_start(s->loop, &s->delivery_timer);
+    session_produce_more(s);
+}
+
+void session_claim(Session *s)
+{
+    Relay *r = s->relay;
+    if (!relay_producer_ready(r)) {
+        if (!r->stopping)
+            session_schedule_retry(s); /* once the other sessions' batches are done */
+        return;
+    }
+    s->wake_pending = false;
+    ev_timer_again(s->loop, &s->poll_timer);
+
+    char limit[24], dead_limit[24], budget[24], max_message[24];
+    long batch_size = s->cfg->batch_size; /* may have grown on SIGHUP: make room between batches */
+    if (!batch_reserve(&s->batch, (int)batch_size + DEAD_LETTER_LIMIT))
+        batch_size = s->batch.capacity - DEAD_LETTER_LIMIT;
+    if (s->row_limit > 0 && s->row_limit < batch_size)
+        batch_size = s->row_limit;
+    snprintf(limit, sizeof(limit), "%ld", batch_size);
+    snprintf(dead_limit, sizeof(dead_limit), "%d", DEAD_LETTER_LIMIT);
+    snprintf(budget, sizeof(budget), "%ld", s->cfg->batch_bytes);
+    snprintf(max_message, sizeof(max_message), "%ld", kafka_message_max_bytes(r->kafka));
+    const char *params[4] = {limit, s->lanes.owned_array.s, budget, max_message};
+    const char *dead_params[4] = {dead_limit, s->lanes.owned_array.s, budget, max_message};
+    /* Any claim of a sleeping follower but the one that follows falling asleep is a wakeup: it
+     * asks again before it sleeps again, as its guard may have left. A guard goes on sleeping
+     * through claims its timer brings about; it leaves when notified or given work (see
+     * session_start_next_request). */
+    wakeup_before_claim(&s->wake);
+    /* The dead-letter claim comes before the planner settings: it is planned as usual. */
+    PgQuery queries[4] = {{SQL_BEGIN, 0, NULL, false}};
+    int nq = 1;
+    if (s->cfg->dead_letter_topic)
+        queries[nq++] = (PgQuery){s->sql[SQL_CLAIM_DEAD], 4, dead_params, true};
+    queries[nq++] = (PgQuery){SQL_CLAIM_PLAN, 0, NULL, true};
+    s->claim_sent = ev_now(s->loop) < s->around_locks_until ? SQL_AROUND_LOCKS_OF(s->claim_stmt)
+                                                            : s->claim_stmt;
+    queries[nq++] = (PgQuery){s->sql[s->claim_sent], 4, params, true};
+    session_set_phase(s, PHASE_CLAIMING);
+    s->claim_sent_at = ev_now(s->loop);
+    if (!pg_conn_send(s->pg, queries, nq, on_claimed, s))
+        session_set_phase(s, PHASE_IDLE);
+}

@@ -1,0 +1,192 @@
+/* engine: the types the engine's modules share — the process (Relay) and its claim sessions
+ * (Session) — and the functions they call of one another. Only the engine's own .c files
+ * include it; the rest of the program sees relay.h.
+ *
+ * Who does what:
+ *   relay.c   the process: the Kafka producer the sessions share (created, recreated after a
+ *             fatal error, purged), delivery reports routed to their session, signals, shutdown;
+ *   session.c one session's life: its connection, its phase (session_set_phase is the only
+ *             writer, and checks each change), what it does next between batches, timers, stop;
+ *   claim.c   claiming a batch (and going around rows others have locked);
+ *   produce.c handing the batch to the producer and taking the delivery reports;
+ *   marks.c   recording the outcome (sent, failed, dead-lettered) and committing, or row by row;
+ *   wakeup.c  falling asleep and waking up: the guard/follow protocol (wakeup.h). */
+#ifndef OUTBOX_ENGINE_H
+#define OUTBOX_ENGINE_H
+
+#include <ev.h>
+#include <stdbool.h>
+
+#include "backoff.h"
+#include "batch.h"
+#include "config.h"
+#include "kafka.h"
+#include "lanes.h"
+#include "pg.h"
+#include "relay.h"
+#include "statements.h"
+#include "wakeup.h"
+
+/* After a batch in which nothing got through for a transient reason (Kafka down, say), wait
+ * before claiming again. */
+#define RETRY_BASE_S 0.5
+#define RETRY_CAP_S 30.0
+/* Dead events published to the dead-letter topic per batch, on top of batch-size. */
+#define DEAD_LETTER_LIMIT 100
+
+typedef struct Session Session;
+
+/* Where a session is in its cycle; exactly one request is in flight in every phase but DOWN,
+ * IDLE and PRODUCING. The allowed changes are listed in session.c (phase_change_allowed). */
+typedef enum {
+    PHASE_DOWN,        /* no PostgreSQL connection */
+    PHASE_SETUP,       /* LISTEN in flight */
+    PHASE_IDLE,        /* no transaction open */
+    PHASE_REBALANCING, /* lane ownership queries in flight */
+    PHASE_CLAIMING,    /* BEGIN + claim in flight */
+    PHASE_PRODUCING,   /* rows claimed, waiting for delivery reports */
+    PHASE_MARKING,     /* marks + COMMIT in flight */
+    PHASE_ENDING, /* COMMIT or ROLLBACK of a transaction that marks nothing, or a wakeup step */
+} Phase;
+
+/* The process: one Kafka producer shared by the claim sessions, and the signals. */
+struct Relay {
+    struct ev_loop *loop;
+    const Config *cfg;
+    rd_kafka_conf_t *kconf_template; /* kept to recreate the producer after a fatal error */
+    KafkaProducer *kafka;
+    Session *sessions;
+    int n_sessions;
+    int running;          /* sessions that have not finished stopping */
+    bool purging;         /* a delivery timeout purged the producer; its reports are not all in */
+    ev_timer purge_timer; /* purges again while reports are missing (see relay_start_purge) */
+    int logged_owned;     /* lanes of all sessions, last logged, to log only changes */
+    bool stopping;
+    int signals;
+    int exit_status;
+    ev_signal sigterm, sigint;
+};
+
+/* One claim session: its own PostgreSQL connection, lane membership, transaction and batch. Each
+ * is a member of the lane group like a relay of its own, so sessions of one process never claim
+ * rows of the same aggregate at once, and a lane moves between them only between batches. */
+struct Session {
+    Relay *relay;
+    int index; /* 0..sessions-1, for the logs */
+    struct ev_loop *loop;
+    const Config *cfg;
+    PgConn *pg;
+    Lanes lanes;
+    Phase phase; /* written by session_set_phase only */
+    Batch batch;
+    BatchMarks marks;
+    Wakeup wake;
+    char *sql[SESSION_SQL_COUNT]; /* the templates expanded for the configured table */
+    int claim_stmt;               /* SQL_CLAIM_HOLD or SQL_CLAIM_SKIP */
+    int claim_sent;               /* the claim statement of the claim in flight */
+    long row_limit; /* rows the next claim asks for, at most --batch-size (see claim.c) */
+    ev_tstamp around_locks_until; /* claims go around locked rows until then */
+    bool locked_row_logged;       /* a stall on a locked row was logged; its end is not yet */
+    int failed_stmt;        /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
+    bool wake_pending;      /* there may be rows to claim */
+    bool rebalance_due;     /* lane ownership should be checked before the next claim */
+    bool stopped;           /* done shutting down */
+    bool waiting;           /* producing paused (queue full, purge): a delivery report resumes it */
+    ev_tstamp last_rows_at; /* when a claim last returned rows */
+    ev_tstamp claim_sent_at, marks_sent_at; /* of the current batch, for the debug log */
+    bool stopping;
+    Backoff retry;
+    bool claim_error_logged;
+    int logged_sessions;       /* live sessions of the lane group at the last rebalance */
+    char last_failure[256];    /* error of the last batch that had failures, "" once one had none */
+    char last_mark_error[256]; /* of the last failed recording, logged once (see marks.c) */
+    int salvage_row;           /* recording row by row: the row whose outcome is being recorded */
+    int salvage_unrecorded;    /* rows whose outcome could not be recorded at all */
+    ev_timer poll_timer;
+    ev_timer retry_timer;
+    ev_timer busy_timer; /* session_poll_soon */
+    ev_timer rebalance_timer;
+    ev_timer shutdown_timer;
+    ev_timer delivery_timer; /* bounds a batch's wait for acknowledgements */
+    unsigned long long total_sent, total_failed, total_dead, order_breaks;
+};
+
+/* ---- relay.c: the process ---- */
+
+/* Something the process cannot go on without: every session stops, and the exit status is 1. */
+void relay_fail(Relay *r);
+/* Messages of all sessions not yet reported: the producer and its queue are shared. */
+int relay_in_flight(const Relay *r);
+/* Lanes owned by all of the relay's sessions. */
+int relay_lanes_owned(const Relay *r);
+/* Cancels everything at the producer and repeats that until every report is in. */
+void relay_start_purge(Relay *r);
+/* Whether the shared producer can take a batch now. After a fatal producer error it is
+ * recreated here, but only once no session holds a batch (every message of the old one has been
+ * reported): until then returns false, and the caller retries later. A failed recreation stops
+ * the process (relay_fail) and returns false too. */
+bool relay_producer_ready(Relay *r);
+
+/* ---- session.c: one session ---- */
+
+/* Initialises session index of r (its timers start; the connection comes with
+ * session_connect). Returns false when out of memory. session_free releases it either way. */
+bool session_init(Session *s, Relay *r, int index);
+void session_free(Session *s);
+/* Opens the session's PostgreSQL connection; the cycle starts when it is up. */
+void session_connect(Session *s);
+/* Stops the session: at once between batches, else once its batch is done (bounded by the
+ * shutdown timeout while it waits for acknowledgements). */
+void session_stop(Session *s);
+/* The only writer of s->phase: a change the cycle does not allow is a bug, logged and aborted
+ * on (a relay that does not know where it is must not mark rows). */
+void session_set_phase(Session *s, Phase to);
+/* Between batches, starts whatever comes next: a due rebalance first, then a claim when there
+ * is a reason to claim and nothing stands in the way; a woken guard first leaves. Does nothing
+ * unless the session is idle. */
+void session_start_next_request(Session *s);
+/* After a request between batches: the next request, or the end if the session is stopping. */
+void session_after_request(Session *s);
+/* Ends the session's part: a guard gives up the wakeup lock first (bounded by a second); the
+ * loop ends with the last session. */
+void session_finish_stopping(Session *s);
+/* Claims again after --busy-poll-interval. */
+void session_poll_soon(Session *s);
+/* Claims again after the retry backoff (which grows with each call until reset). */
+void session_schedule_retry(Session *s);
+/* Ends the open transaction (sql: COMMIT or ROLLBACK) without marking anything. */
+void session_end_transaction(Session *s, const char *sql);
+
+/* ---- claim.c ---- */
+
+/* Claims the next batch of the session's lanes (BEGIN, the dead-letter claim, the claim). */
+void session_claim(Session *s);
+
+/* ---- produce.c ---- */
+
+/* Hands the batch's next rows to the producer until it is all produced or the queue is full. */
+void session_produce_more(Session *s);
+/* Marks the batch once nothing is left to produce and every report is in (and drops an
+ * abandoned batch once its last report is in). */
+void session_check_batch_done(Session *s);
+/* A delivery report for br, a row of s's batch. */
+void session_record_delivery(Session *s, BatchRow *br, rd_kafka_resp_err_t err);
+/* The delivery timer's callback (w->data is the session). */
+void session_on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents);
+
+/* ---- wakeup.c (wakeup.h holds the state) ---- */
+
+/* An empty claim: ends its transaction and asks to sleep, in one round trip. */
+void wakeup_go_to_sleep(Session *s);
+/* A guard gives the wakeup lock up (and wakes its followers), in a transaction of its own. */
+void wakeup_leave_guard(Session *s);
+/* Whether a guard must give the lock up before anything else: it was notified, or has work, or
+ * has no lanes left. */
+bool wakeup_guard_must_leave(const Session *s);
+
+/* ---- marks.c ---- */
+
+/* Records the outcome of the batch (every report is in) and commits. */
+void session_send_marks(Session *s);
+
+#endif

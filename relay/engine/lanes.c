@@ -1,0 +1,204 @@
+#include "lanes.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "statements.h"
+
+static void update_owned_array(Lanes *l)
+{
+    strbuf_array_begin(&l->owned_array);
+    l->n_owned = 0;
+    for (int i = 0; i < LANE_COUNT; i++) {
+        if (l->owned[i]) {
+            strbuf_array_int(&l->owned_array, i);
+            l->n_owned++;
+        }
+    }
+    strbuf_array_end(&l->owned_array);
+}
+
+void lanes_init(Lanes *l)
+{
+    memset(l, 0, sizeof(*l));
+    lanes_reset(l);
+}
+
+void lanes_free(Lanes *l)
+{
+    strbuf_free(&l->owned_array);
+    strbuf_free(&l->lock_array);
+    strbuf_free(&l->unlock_array);
+}
+
+void lanes_reset(Lanes *l)
+{
+    l->slot = -1;
+    l->live_sessions = 0;
+    l->gained = false;
+    memset(l->owned, 0, sizeof(l->owned));
+    update_owned_array(l);
+}
+
+/* splitmix64: a well-mixed 64-bit hash of (lane, slot) for rendezvous hashing. */
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+void lanes_assign(const int *slots, int n, int slot, bool out[LANE_COUNT])
+{
+    for (int lane = 0; lane < LANE_COUNT; lane++) {
+        int best = -1;
+        uint64_t best_score = 0;
+        for (int i = 0; i < n; i++) {
+            uint64_t score = mix(((uint64_t)lane << 32) | (uint32_t)slots[i]);
+            if (best < 0 || score > best_score) {
+                best = slots[i];
+                best_score = score;
+            }
+        }
+        out[lane] = best == slot;
+    }
+}
+
+static void finish(Lanes *l, PgConn *pg, bool ok)
+{
+    LanesDoneFn done = l->done;
+    l->done = NULL;
+    done(l, ok, l->arg);
+}
+
+static bool query_failed(Lanes *l, PgConn *pg, PGresult **results, const char *error,
+                         const char *step)
+{
+    if (!results) {
+        l->done = NULL; /* connection lost: the owner hears about it through the pg state */
+        return true;
+    }
+    if (error) {
+        /* Which locks this session holds is now uncertain; dropping the session releases them
+         * all, and the reconnect starts from a clean slate. */
+        char q[512];
+        log_warn("lane rebalance failed; reconnecting", "step=%s error=%s", step,
+                 log_quote(error, q, sizeof(q)));
+        l->done = NULL;
+        pg_conn_reset(pg, "lane rebalance failed");
+        return true;
+    }
+    return false;
+}
+
+static void on_locked(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Lanes *l = arg;
+    if (query_failed(l, pg, results, error, "lock"))
+        return;
+    /* results: [lock (rows = acquired lanes)], [unlock] in the order they were sent. */
+    for (int i = 0; i < n; i++) {
+        PGresult *res = results[i];
+        if (PQnfields(res) != 1 || strcmp(PQfname(res, 0), "l") != 0)
+            continue;
+        for (int row = 0; row < PQntuples(res); row++) {
+            int lane = atoi(PQgetvalue(res, row, 0));
+            if (lane >= 0 && lane < LANE_COUNT) {
+                l->owned[lane] = true;
+                l->gained = true;
+            }
+        }
+    }
+    update_owned_array(l);
+    finish(l, pg, true);
+}
+
+static void on_members(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Lanes *l = arg;
+    if (query_failed(l, pg, results, error, "members"))
+        return;
+    PGresult *res = results[0];
+    int count = PQntuples(res);
+    int *slots = calloc((size_t)(count ? count : 1), sizeof(int));
+    for (int i = 0; i < count; i++)
+        slots[i] = atoi(PQgetvalue(res, i, 0));
+
+    bool desired[LANE_COUNT];
+    lanes_assign(slots, count, l->slot, desired);
+    free(slots);
+
+    strbuf_array_begin(&l->lock_array);
+    strbuf_array_begin(&l->unlock_array);
+    for (int lane = 0; lane < LANE_COUNT; lane++) {
+        if (desired[lane] && !l->owned[lane])
+            strbuf_array_int(&l->lock_array, lane);
+        if (!desired[lane] && l->owned[lane]) {
+            strbuf_array_int(&l->unlock_array, lane);
+            l->owned[lane] = false;
+        }
+    }
+    strbuf_array_end(&l->lock_array);
+    strbuf_array_end(&l->unlock_array);
+    if (count != l->live_sessions)
+        log_info("relay sessions in the group changed", "live_sessions=%d slot=%d", count, l->slot);
+    l->live_sessions = count;
+
+    const char *lock_params[1] = {l->lock_array.s};
+    const char *unlock_params[1] = {l->unlock_array.s};
+    PgQuery queries[2];
+    int nq = 0;
+    if (!strbuf_array_empty(&l->lock_array))
+        queries[nq++] = (PgQuery){SQL_LOCK_LANES, 1, lock_params, false};
+    if (!strbuf_array_empty(&l->unlock_array))
+        queries[nq++] = (PgQuery){SQL_UNLOCK_LANES, 1, unlock_params, false};
+    if (nq == 0) {
+        finish(l, pg, true);
+        return;
+    }
+    if (!pg_conn_send(pg, queries, nq, on_locked, l))
+        finish(l, pg, false);
+}
+
+static bool send_members(Lanes *l, PgConn *pg)
+{
+    PgQuery q = {SQL_LANES_MEMBERS, 0, NULL, false};
+    return pg_conn_send(pg, &q, 1, on_members, l);
+}
+
+static void on_joined(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Lanes *l = arg;
+    if (query_failed(l, pg, results, error, "join"))
+        return;
+    if (PQntuples(results[0]) == 0) {
+        log_warn("no free member slot: too many relays on this outbox; retrying", "max=%d",
+                 LANE_MAX_MEMBERS);
+        finish(l, pg, false);
+        return;
+    }
+    l->slot = atoi(PQgetvalue(results[0], 0, 0));
+    log_debug("joined the relay group", "slot=%d", l->slot);
+    if (!send_members(l, pg))
+        finish(l, pg, false);
+}
+
+bool lanes_rebalance(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg)
+{
+    if (!pg_conn_idle(pg))
+        return false;
+    l->done = done;
+    l->arg = arg;
+    l->gained = false;
+    if (l->slot >= 0)
+        return send_members(l, pg);
+    char max[16];
+    snprintf(max, sizeof(max), "%d", LANE_MAX_MEMBERS);
+    const char *params[1] = {max};
+    PgQuery q = {SQL_LANES_JOIN, 1, params, false};
+    return pg_conn_send(pg, &q, 1, on_joined, l);
+}

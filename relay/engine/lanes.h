@@ -1,0 +1,58 @@
+/* lanes: dividing the outbox among relays so that each aggregate has one publisher at a time.
+ *
+ * Every aggregate hashes into one of LANE_COUNT lanes (the generated column outbox.lane). A relay
+ * claims rows only from lanes it owns, and owns a lane by holding a session-level advisory lock
+ * on it, so ownership ends exactly when its PostgreSQL session does: a relay that dies or loses
+ * its connection loses its lanes and its open claim at the same moment, and nobody else can take
+ * a lane while its rows are still locked by the previous owner.
+ *
+ * Relays find each other through advisory locks too: each holds one "member slot" lock, and
+ * pg_locks lists the live members. Lanes are assigned by rendezvous hashing over the member
+ * slots, so when a relay joins or leaves only about 1/N of the lanes move. Rebalancing runs
+ * between batches (never while rows are claimed): a lane is released only when this relay has
+ * nothing of it in flight. */
+#ifndef OUTBOX_LANES_H
+#define OUTBOX_LANES_H
+
+#include <stdbool.h>
+
+#include "pg.h"
+#include "schema.h"
+#include "strbuf.h"
+
+/* Member slots 0..LANE_MAX_MEMBERS-1; more relays than this wait for a free slot. */
+#define LANE_MAX_MEMBERS 1024
+
+typedef struct Lanes Lanes;
+
+/* Called when a rebalance finished (ok = false: a query failed, already logged). */
+typedef void (*LanesDoneFn)(Lanes *lanes, bool ok, void *arg);
+
+struct Lanes {
+    int slot;               /* this relay's member slot, -1 when not (yet) a member */
+    int live_sessions;      /* live sessions (of all relays) seen at the last rebalance */
+    bool owned[LANE_COUNT]; /* lanes whose advisory lock this session holds */
+    int n_owned;
+    StrBuf owned_array; /* owned lanes as an array literal, the claim's parameter */
+    bool gained;        /* the last rebalance acquired at least one lane */
+    /* in flight */
+    StrBuf lock_array, unlock_array;
+    LanesDoneFn done;
+    void *arg;
+};
+
+void lanes_init(Lanes *l);
+void lanes_free(Lanes *l);
+
+/* Forgets membership and ownership: the session that held them is gone. */
+void lanes_reset(Lanes *l);
+
+/* Joins (if needed), reads the live members, and locks/unlocks lanes to match this relay's
+ * share. Uses pg (must be idle) for a few round trips; calls done when finished. Returns false
+ * when pg was not idle (done is not called). */
+bool lanes_rebalance(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg);
+
+/* Pure: which lanes the member `slot` should own when the live members are slots[0..n-1]. */
+void lanes_assign(const int *slots, int n, int slot, bool out[LANE_COUNT]);
+
+#endif

@@ -1,0 +1,256 @@
+/* marks: recording a batch's outcome and committing, or, when that fails, row by row. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "log.h"
+#include "metrics.h"
+
+static void record_next_row(Session *s);
+static void send_mark_statements(Session *s, bool commit, PgResultFn cb);
+
+/* ---- marking ------------------------------------------------------------------------------ */
+
+/* Logs every event the last mark dead-lettered (rows of SQL_MARK_FAILED's RETURNING). */
+static void log_dead_lettered(Session *s, PGresult *res)
+{
+    for (int i = 0; res && i < PQntuples(res); i++) {
+        if (strcmp(PQgetvalue(res, i, 4), "t") != 0)
+            continue;
+        s->total_dead++;
+        metrics_dead_lettered();
+        char q[300];
+        log_warn(s->cfg->on_poison == POISON_HOLD
+                     ? "event dead-lettered; later events of its aggregate are held until it is "
+                       "requeued"
+                     : "event dead-lettered; later events of its aggregate go on without it",
+                 "id=%s event_id=%s aggregate_type=%s aggregate_id=%s", PQgetvalue(res, i, 0),
+                 PQgetvalue(res, i, 1), log_quote(PQgetvalue(res, i, 2), q, 150),
+                 log_quote(PQgetvalue(res, i, 3), q + 150, 150));
+    }
+}
+
+/* The batch's outcome is recorded (or given up): on with the next batch, after the retry backoff
+ * when nothing got through or something could not be recorded. */
+static void finish_batch(Session *s, bool retry)
+{
+    Batch *b = &s->batch;
+    s->total_sent += (unsigned long long)b->acked;
+    s->total_failed += (unsigned long long)b->failed;
+    metrics_batch_committed();
+    batch_clear(b);
+    session_set_phase(s, PHASE_IDLE);
+    if (s->stopping) {
+        session_finish_stopping(s);
+        return;
+    }
+    if (retry) {
+        session_schedule_retry(s);
+        return;
+    }
+    backoff_reset(&s->retry);
+    /* Claim again at once: producers do not notify an awake relay, so only an empty claim may
+     * end the cycle (and then the relay goes to sleep, see wakeup_go_to_sleep). */
+    s->wake_pending = true;
+    session_start_next_request(s);
+}
+
+/* A failure to record an outcome is logged once per distinct error, then at debug level: a
+ * table that refuses a mark (a trigger, a constraint) would otherwise log every batch. */
+static void log_mark_error(Session *s, const char *what, const BatchRow *br, const char *error)
+{
+    char q[512];
+    LogLevel level = strcmp(error, s->last_mark_error) == 0 ? LOG_DEBUG : LOG_ERROR;
+    if (br)
+        log_write(level, what, "error=%s id=%lld rows=%d session=%d",
+                  log_quote(error, q, sizeof(q)), br->row.id, s->batch.n, s->index);
+    else
+        log_write(level, what, "error=%s rows=%d session=%d", log_quote(error, q, sizeof(q)),
+                  s->batch.n, s->index);
+    snprintf(s->last_mark_error, sizeof(s->last_mark_error), "%s", error);
+}
+
+/* Whether a failed statement failed because of the row itself — data it could not take
+ * (class 22), a constraint (23), a trigger's or rule's RAISE (P0), an object or privilege problem
+ * of the table (42) — rather than something passing (a deadlock, a timeout, a lock, resources,
+ * a shutdown), after which the row is left to be re-sent instead of being counted against it. */
+static bool refused_by_the_row(PGresult **results, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (results[i] && PQresultStatus(results[i]) == PGRES_FATAL_ERROR) {
+            const char *state = PQresultErrorField(results[i], PG_DIAG_SQLSTATE);
+            return state && (strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0 ||
+                             strncmp(state, "P0", 2) == 0 || strncmp(state, "42", 2) == 0);
+        }
+    }
+    return false;
+}
+
+static void on_row_recorded(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Session *s = arg;
+    Batch *b = &s->batch;
+    if (!results)
+        return; /* connection lost: the batch is abandoned (on_pg_state) */
+    BatchRow *br = &b->rows[s->salvage_row];
+    if (error) {
+        log_mark_error(s, "recording a row's outcome failed", br, error);
+        if (br->state == ROW_ACKED && refused_by_the_row(results, n)) {
+            char why[512];
+            snprintf(why, sizeof(why), "delivered, but marking it sent failed: %s", error);
+            b->acked--;
+            batch_fail(b, br, why, true);
+            record_next_row(s); /* the same row, now as a failure */
+            return;
+        }
+        s->salvage_unrecorded++; /* claimed and published again after the retry backoff */
+    } else if (br->state == ROW_FAILED && !br->dead_letter && n > 0) {
+        log_dead_lettered(s, results[0]);
+    }
+    s->salvage_row++;
+    record_next_row(s);
+}
+
+static void record_next_row(Session *s)
+{
+    Batch *b = &s->batch;
+    if (s->stopping) {
+        /* Shutting down: what is not recorded yet is sent again later (duplicates, no loss). */
+        finish_batch(s, true);
+        return;
+    }
+    while (s->salvage_row < b->n && !batch_row_recorded(&b->rows[s->salvage_row]))
+        s->salvage_row++;
+    if (s->salvage_row < b->n) {
+        batch_marks_range(b, s->salvage_row, s->salvage_row + 1, &s->marks);
+        send_mark_statements(s, false, on_row_recorded);
+        return;
+    }
+    log_write(s->salvage_unrecorded ? LOG_ERROR : LOG_INFO, "batch recorded row by row",
+              "rows=%d sent=%d failed=%d unrecorded=%d session=%d", b->n, b->acked, b->failed,
+              s->salvage_unrecorded, s->index);
+    finish_batch(s, s->salvage_unrecorded > 0 || b->acked == 0);
+}
+
+static void on_rolled_back_to_salvage(PgConn *pg, PGresult **results, int n, const char *error,
+                                      void *arg)
+{
+    Session *s = arg;
+    if (!results)
+        return;
+    if (error) {
+        /* The failed transaction may still be open: only a new session surely ends it. */
+        pg_conn_reset(pg, "rolling back a failed batch failed");
+        return;
+    }
+    s->salvage_row = 0;
+    s->salvage_unrecorded = 0;
+    record_next_row(s);
+}
+
+static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Session *s = arg;
+    Batch *b = &s->batch;
+    if (!results)
+        return; /* connection lost before COMMIT was confirmed: the rows will be re-sent */
+    if (error) {
+        log_mark_error(s, "recording the batch failed; recording its rows one by one", NULL, error);
+        PgQuery q = {SQL_ROLLBACK, 0, NULL, false};
+        if (!pg_conn_send(s->pg, &q, 1, on_rolled_back_to_salvage, s))
+            pg_conn_reset(s->pg, "connection busy while rolling back");
+        return;
+    }
+    if (s->failed_stmt >= 0 && s->failed_stmt < n)
+        log_dead_lettered(s, results[s->failed_stmt]);
+
+    bool transient_failure = false;
+    for (int i = 0; i < b->n; i++)
+        if (b->rows[i].state == ROW_FAILED && !b->rows[i].permanent)
+            transient_failure = true;
+    ev_now_update(s->loop);
+    log_debug("batch committed",
+              "rows=%d sent=%d failed=%d claim_ms=%.2f deliver_ms=%.2f mark_ms=%.2f session=%d",
+              b->n, b->acked, b->failed, (b->claimed_at - s->claim_sent_at) * 1e3,
+              (s->marks_sent_at - b->claimed_at) * 1e3, (ev_now(s->loop) - s->marks_sent_at) * 1e3,
+              s->index);
+    finish_batch(s, b->acked == 0 && transient_failure);
+}
+
+/* One line per batch with failures, and only when the failure is new: an outage that fails
+ * batch after batch with the same error logs once, then at debug level until it clears. */
+static void log_batch_failures(Session *s, const BatchRow *first_failed)
+{
+    Batch *b = &s->batch;
+    char q[512];
+    if (!first_failed) {
+        if (s->last_failure[0])
+            log_info("deliveries succeed again", "sent=%d", b->acked);
+        s->last_failure[0] = '\0';
+        return;
+    }
+    const char *error = first_failed->error ? first_failed->error : "unknown error";
+    LogLevel level = strcmp(error, s->last_failure) == 0 ? LOG_DEBUG : LOG_WARN;
+    log_write(level, "events not delivered; they will be retried",
+              "failed=%d sent=%d first_id=%lld first_event_id=%s permanent=%s error=%s session=%d",
+              b->failed, b->acked, first_failed->row.id, first_failed->row.event_id,
+              first_failed->permanent ? "true" : "false", log_quote(error, q, sizeof(q)), s->index);
+    snprintf(s->last_failure, sizeof(s->last_failure), "%s", error);
+}
+
+/* Sends the statements that record what s->marks holds (filled by batch_marks_range), then
+ * COMMIT when commit is set; without it, each statement is a transaction of its own. */
+static void send_mark_statements(Session *s, bool commit, PgResultFn cb)
+{
+    BatchMarks *marks = &s->marks;
+    char max_attempts[24], backoff[32], backoff_max[32];
+    snprintf(max_attempts, sizeof(max_attempts), "%ld", s->cfg->max_attempts);
+    snprintf(backoff, sizeof(backoff), "%.3f", (double)s->cfg->retry_backoff_ms / 1000.0);
+    snprintf(backoff_max, sizeof(backoff_max), "%.3f",
+             (double)s->cfg->retry_backoff_max_ms / 1000.0);
+    const char *sent[1] = {marks->sent.s};
+    const char *failed[6] = {marks->failed_ids.s,
+                             marks->failed_errors.s,
+                             marks->failed_permanent.s,
+                             max_attempts,
+                             backoff,
+                             backoff_max};
+    const char *dl_sent[2] = {marks->dl_sent.s, s->cfg->dead_letter_topic};
+    const char *dl_failed[2] = {marks->dl_failed_ids.s, marks->dl_failed_errors.s};
+
+    PgQuery queries[6];
+    int nq = 0;
+    s->failed_stmt = -1;
+    if (commit) /* the claim's lock_timeout is not for the marks (see SQL_CLAIM_PLAN) */
+        queries[nq++] = (PgQuery){SQL_MARK_PLAN, 0, NULL, true};
+    if (!strbuf_array_empty(&marks->sent))
+        queries[nq++] =
+            (PgQuery){s->sql[s->cfg->on_sent == ON_SENT_DELETE ? SQL_DELETE_SENT : SQL_MARK_SENT],
+                      1, sent, true};
+    if (!strbuf_array_empty(&marks->failed_ids)) {
+        s->failed_stmt = nq;
+        queries[nq++] = (PgQuery){s->sql[SQL_MARK_FAILED], 6, failed, false};
+    }
+    if (!strbuf_array_empty(&marks->dl_sent))
+        queries[nq++] = (PgQuery){s->sql[SQL_MARK_DEAD_LETTERED], 2, dl_sent, false};
+    if (!strbuf_array_empty(&marks->dl_failed_ids))
+        queries[nq++] = (PgQuery){s->sql[SQL_MARK_DEAD_LETTER_FAILED], 2, dl_failed, false};
+    if (commit)
+        queries[nq++] = (PgQuery){SQL_COMMIT, 0, NULL, false};
+    session_set_phase(s, PHASE_MARKING);
+    if (!pg_conn_send(s->pg, queries, nq, cb, s))
+        pg_conn_reset(s->pg, "connection busy while marking");
+}
+
+void session_send_marks(Session *s)
+{
+    Batch *b = &s->batch;
+    ev_timer_stop(s->loop, &s->delivery_timer);
+    log_batch_failures(s, batch_marks(b, &s->marks));
+    s->order_breaks += (unsigned long long)batch_order_breaks(
+        b, s->cfg->order_scope == ORDER_PER_TOPIC ? s->cfg->topic_template : NULL);
+    ev_now_update(s->loop);
+    s->marks_sent_at = ev_now(s->loop);
+    send_mark_statements(s, true, on_marked);
+}

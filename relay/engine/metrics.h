@@ -1,0 +1,63 @@
+/* metrics: the relay's counters, gauges and latency histogram, and their Prometheus text form.
+ *
+ * One registry per process, like the default registry of Prometheus client libraries: the relay
+ * cycle counts what happens where it happens (a call each), the upkeep connection sets the
+ * backlog gauges, and the HTTP endpoint renders everything on a scrape. All of it runs on the
+ * loop thread; nothing here locks or allocates per event except the first time a topic is seen.
+ *
+ * Names are prefixed outbox_; see metrics.c (or GET /metrics) for each metric's HELP text. */
+#ifndef OUTBOX_METRICS_H
+#define OUTBOX_METRICS_H
+
+#include <stdbool.h>
+
+#include "batch.h"
+#include "strbuf.h"
+
+/* More distinct topics than this are counted under topic="_other" (a topic template with
+ * {event_type} in it could otherwise grow the label set without bound). */
+#define METRICS_MAX_TOPICS 1000
+
+/* State read from the relay at scrape time. */
+typedef struct MetricsLive {
+    bool postgres_up;
+    bool kafka_up;
+    int lanes_owned;
+    int live_sessions; /* of all relays (lane group members) at the last rebalance, ours included */
+} MetricsLive;
+
+/* Forgets every value (unit tests). */
+void metrics_reset(void);
+
+/* An event was acknowledged by the broker: counts it under its topic and, when latency_s >= 0,
+ * observes its latency. */
+void metrics_event_published(const char *topic, double latency_s);
+
+/* A delivery attempt failed; permanent = it would fail again (a rejection). */
+void metrics_failure(bool permanent);
+void metrics_dead_lettered(void);
+void metrics_batch_committed(void);
+void metrics_retention_deleted(long long rows);
+
+/* The backlog as of the last refresh: unsent rows that are not dead-lettered, dead-lettered
+ * rows, and the age in seconds of the oldest unsent row (negative: there is none). */
+void metrics_set_backlog(long long unsent, long long dead, double oldest_age_s);
+
+/* The oldest snapshot that holds back vacuum, as of the last refresh: how many transactions old
+ * its xmin is, and for how many seconds its holder has been in its transaction (negative: not
+ * known, e.g. a replication slot). Without one, xids = 0. */
+void metrics_set_vacuum_horizon(long long xids, double held_s);
+
+/* A claim's rows (or its error) arrived `seconds` after it was sent. */
+void metrics_claim_done(double seconds);
+
+/* The relay's hook for an acknowledged row of batch b (claimed at b->claimed_at, loop time):
+ * counts event rows (dead-letter copies are not events published) under the topic the template
+ * gives them, with latency = the row's age when claimed (database clock) + the time since the
+ * claim (loop clock). */
+void metrics_row_acked(const Batch *b, const BatchRow *br, double now);
+
+/* Appends the Prometheus text exposition (format 0.0.4) of every metric to out. */
+void metrics_render(StrBuf *out, const MetricsLive *live);
+
+#endif

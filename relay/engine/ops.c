@@ -1,0 +1,109 @@
+#include "ops.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http.h"
+#include "log.h"
+#include "metrics.h"
+#include "reload.h"
+#include "upkeep.h"
+
+struct Ops {
+    struct ev_loop *loop;
+    Config *cfg;
+    int argc;
+    char **argv;
+    Relay *relay;
+    HttpServer *http;
+    Upkeep *upkeep;
+    ev_signal sighup;
+};
+
+/* /healthz answers from the loop itself, so a 200 proves the loop turns; /readyz also needs both
+ * ends of the pipe. Neither touches the network: they are safe to poll often. */
+static int handle(const char *path, StrBuf *body, const char **content_type, void *arg)
+{
+    Ops *o = arg;
+    RelayStatus st;
+    relay_status(o->relay, &st);
+    if (strcmp(path, "/metrics") == 0) {
+        MetricsLive live = {st.postgres_up, st.kafka_up, st.lanes_owned, st.live_sessions};
+        metrics_render(body, &live);
+        *content_type = "text/plain; version=0.0.4; charset=utf-8";
+        return 200;
+    }
+    if (strcmp(path, "/healthz") == 0) {
+        strbuf_puts(body, "ok\n");
+        return 200;
+    }
+    if (strcmp(path, "/readyz") == 0) {
+        if (st.postgres_up && st.kafka_up && !st.stopping) {
+            strbuf_puts(body, "ready\n");
+            return 200;
+        }
+        strbuf_puts(body, "not ready:");
+        if (!st.postgres_up)
+            strbuf_puts(body, " postgres unreachable;");
+        if (!st.kafka_up)
+            strbuf_puts(body, " kafka unreachable;");
+        if (st.stopping)
+            strbuf_puts(body, " shutting down;");
+        strbuf_puts(body, "\n");
+        return 503;
+    }
+    strbuf_puts(body, "not found\n");
+    return 404;
+}
+
+static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    Ops *o = w->data;
+    if (reload_config(o->cfg, o->argc, o->argv) && o->upkeep)
+        upkeep_reconfigure(o->upkeep);
+}
+
+Ops *ops_new(struct ev_loop *loop, Config *cfg, int argc, char **argv, char *err, size_t errlen)
+{
+    Ops *o = calloc(1, sizeof(*o));
+    if (!o) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    o->loop = loop;
+    o->cfg = cfg;
+    o->argc = argc;
+    o->argv = argv;
+    if (cfg->metrics_listen) {
+        o->http = http_server_new(loop, cfg->metrics_listen, handle, o, err, errlen);
+        if (!o->http) {
+            free(o);
+            return NULL;
+        }
+    }
+    ev_signal_init(&o->sighup, on_sighup, SIGHUP);
+    o->sighup.data = o;
+    return o;
+}
+
+void ops_start(Ops *o, Relay *relay)
+{
+    o->relay = relay;
+    if (o->http)
+        log_info("metrics listening", "address=%s paths=/metrics,/healthz,/readyz",
+                 http_server_address(o->http));
+    o->upkeep = upkeep_new(o->loop, o->cfg, o->http != NULL);
+    ev_signal_start(o->loop, &o->sighup);
+}
+
+void ops_free(Ops *o)
+{
+    if (!o)
+        return;
+    ev_signal_stop(o->loop, &o->sighup);
+    upkeep_free(o->upkeep);
+    http_server_free(o->http);
+    free(o);
+}

@@ -1,0 +1,225 @@
+/* produce: handing a batch to the shared producer, and its delivery reports. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "log.h"
+#include "metrics.h"
+#include "route.h"
+
+/* ---- producing ---------------------------------------------------------------------------- */
+
+/* Marks the batch once nothing is left to produce and every report is in. */
+void session_check_batch_done(Session *s)
+{
+    Batch *b = &s->batch;
+    if (b->abandoned) {
+        if (b->in_flight == 0) {
+            ev_timer_stop(s->loop, &s->delivery_timer); /* it ran on for the abandoned batch */
+            batch_clear(b);
+            s->wake_pending = true;
+            session_start_next_request(s);
+        }
+        return;
+    }
+    if (s->phase == PHASE_PRODUCING && b->next >= b->n && b->in_flight == 0)
+        session_send_marks(s);
+}
+
+/* The headers of an event's message in the configured format; NULL with why in err. */
+static rd_kafka_headers_t *message_headers(const Session *s, const OutboxRow *row, char *err,
+                                           size_t errlen)
+{
+    rd_kafka_headers_t *hdrs = route_headers(row, s->cfg->map.identity_headers, err, errlen);
+    if (hdrs && s->cfg->message_format == FORMAT_CLOUDEVENTS)
+        route_cloudevents_add(hdrs, row, s->cfg->ce_source, s->cfg->ce_content_type);
+    return hdrs;
+}
+
+/* Produces a dead event to the dead-letter topic, with why it died in the headers. A payload too
+ * large for Kafka (a common reason to die) is left out rather than failing again. */
+static rd_kafka_resp_err_t produce_dead_letter(Session *s, BatchRow *br)
+{
+    const OutboxRow *row = &br->row;
+    char topic[ROUTE_TOPIC_MAX + 1], why[256];
+    if (!route_topic(s->cfg->topic_template, row, topic, sizeof(topic), why, sizeof(why)))
+        topic[0] = '\0';
+    rd_kafka_headers_t *hdrs = route_dead_letter_headers(row, s->cfg->map.identity_headers,
+                                                         br->last_error, br->attempts, topic);
+    rd_kafka_resp_err_t err =
+        br->payload_omitted
+            ? RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE
+            : kafka_produce(s->relay->kafka, s->cfg->dead_letter_topic, row->aggregate_id,
+                            strlen(row->aggregate_id), row->payload, row->payload_len, hdrs, br);
+    if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+        rd_kafka_header_add(hdrs, "dlq.payload_omitted", -1, "true", -1);
+        err = kafka_produce(s->relay->kafka, s->cfg->dead_letter_topic, row->aggregate_id,
+                            strlen(row->aggregate_id), NULL, 0, hdrs, br);
+    }
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+        rd_kafka_headers_destroy(hdrs);
+    return err;
+}
+
+/* Produces one event row. Returns the producer's answer; failures that happen before the
+ * producer (topic, headers) are recorded here and reported as NO_ERROR with the row FAILED. */
+/* The failure of a payload too large for the producer (detected by the claim, or by librdkafka). */
+static void fail_too_large(Session *s, BatchRow *br, size_t bytes)
+{
+    char why[160];
+    /* librdkafka's text says "Broker:" but no broker saw it: say what actually happened. */
+    snprintf(why, sizeof(why),
+             "payload too large: %zu bytes, over the producer's message.max.bytes (not sent)",
+             bytes);
+    batch_fail(&s->batch, br, why, true);
+}
+
+static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
+{
+    const OutboxRow *row = &br->row;
+    char topic[ROUTE_TOPIC_MAX + 1], why[512];
+    if (br->payload_omitted) {
+        fail_too_large(s, br, br->payload_bytes);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+    }
+    if (!route_topic(s->cfg->topic_template, row, topic, sizeof(topic), why, sizeof(why))) {
+        batch_fail(&s->batch, br, why, true);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+    }
+    free(br->topic); /* set by an earlier try that found the queue full */
+    br->topic = strdup(topic);
+    if (!br->topic) {
+        batch_fail(&s->batch, br, "out of memory", false);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+    }
+    rd_kafka_headers_t *hdrs = br->headers; /* from prepare_headers, or built here */
+    br->headers = NULL;
+    if (!hdrs)
+        hdrs = message_headers(s, row, why, sizeof(why));
+    if (!hdrs) {
+        batch_fail(&s->batch, br, why, true);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+    }
+    rd_kafka_resp_err_t err =
+        kafka_produce(s->relay->kafka, topic, row->aggregate_id, strlen(row->aggregate_id),
+                      row->payload, row->payload_len, hdrs, br);
+    if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+        br->headers = hdrs; /* kept for the retry (session_produce_more, once reports free room) */
+    else if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+        rd_kafka_headers_destroy(hdrs);
+    if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+        fail_too_large(s, br, row->payload_len);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+    }
+    return err;
+}
+
+/* Builds the headers of the event rows not produced yet, before producing any of them, so that
+ * the produce loop hands the batch to librdkafka in one quick burst: its broker threads wake on a
+ * partition's first queued message and send what is queued by then, so a slower loop makes more,
+ * smaller produce requests. Measured on 100,000-row drains: about 8 % more events/s, and a third
+ * less CPU for the (mock) broker, which gets fewer requests. A row whose headers cannot be built is
+ * left to the loop, which fails it in order (failing it here would hold its aggregate back before
+ * its earlier rows were produced). */
+static void prepare_headers(Session *s)
+{
+    Batch *b = &s->batch;
+    char why[512];
+    for (; b->prepared < b->n; b->prepared++) {
+        BatchRow *br = &b->rows[b->prepared];
+        if (!br->dead_letter && br->state == ROW_PENDING)
+            br->headers = message_headers(s, &br->row, why, sizeof(why));
+    }
+}
+
+void session_produce_more(Session *s)
+{
+    Batch *b = &s->batch;
+    Relay *r = s->relay;
+    s->waiting = false;
+    /* Nothing new goes to the producer while a purge is under way: the purge is not
+     * instantaneous, and a message of this batch caught by it while later ones get through
+     * would leave a gap in its aggregate's order. (Nothing in the loop changes these.) */
+    bool may_produce = !s->stopping && !b->timed_out && !r->purging;
+    if (may_produce)
+        prepare_headers(s);
+    while (may_produce && b->next < b->n) {
+        BatchRow *br = &b->rows[b->next];
+        if (!br->dead_letter && batch_is_held(b, &br->row)) {
+            b->next++; /* an earlier event of its aggregate failed: it waits for the retry */
+            continue;
+        }
+        rd_kafka_resp_err_t err =
+            br->dead_letter ? produce_dead_letter(s, br) : produce_event(s, br);
+        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && relay_in_flight(r) > 0) {
+            s->waiting = true; /* backpressure: a report of any session frees room */
+            break;
+        }
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+            batch_fail(b, br, rd_kafka_err2str(err), kafka_error_permanent(err));
+        else if (br->state == ROW_PENDING) {
+            br->state = ROW_QUEUED;
+            b->in_flight++;
+        }
+        b->next++;
+    }
+    if (s->stopping || b->timed_out)
+        b->next = b->n; /* rows not produced yet stay unsent, with no attempt counted */
+    else if (r->purging && b->next < b->n)
+        s->waiting = true;
+    session_check_batch_done(s);
+}
+
+void session_record_delivery(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
+{
+    Batch *b = &s->batch;
+    if (br->state != ROW_QUEUED)
+        return; /* reported after shutdown gave up on it */
+    b->in_flight--;
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        br->state = ROW_ACKED;
+        b->acked++;
+        metrics_row_acked(b, br, ev_now(s->loop));
+    } else if (b->timed_out && (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
+                                err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)) {
+        char why[128];
+        snprintf(why, sizeof(why), "not acknowledged within the delivery timeout (%ld ms)",
+                 s->cfg->delivery_timeout_ms);
+        batch_fail(b, br, why, false);
+    } else {
+        batch_fail(b, br, rd_kafka_err2str(err), kafka_error_permanent(err));
+    }
+    if (s->phase == PHASE_PRODUCING && b->next < b->n)
+        session_produce_more(s);
+    else
+        session_check_batch_done(s);
+}
+
+void session_on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Session *s = w->data;
+    Batch *b = &s->batch;
+    if (b->n == 0)
+        return;
+    if (b->in_flight == 0) {
+        /* Nothing of this batch is at the producer: it waits for room (queue full) or for
+         * another session's purge. Its rest stays unsent, with no attempt counted. */
+        b->timed_out = true;
+        if (s->phase == PHASE_PRODUCING)
+            session_produce_more(s);
+        return;
+    }
+    /* Like log_batch_failures: loud once per streak of failing batches, then debug. */
+    log_write(s->last_failure[0] ? LOG_DEBUG : LOG_WARN,
+              "delivery timeout: cancelling the rest of the batch, it will be retried",
+              "in_flight=%d acked=%d timeout_ms=%ld session=%d", b->in_flight, b->acked,
+              s->cfg->delivery_timeout_ms, s->index);
+    /* The purge cancels what every session has in flight: each counts it as its own timeout, so
+     * what reached the broker stays a prefix of each batch per partition. */
+    Relay *r = s->relay;
+    for (int i = 0; i < r->n_sessions; i++)
+        if (r->sessions[i].batch.in_flight > 0)
+            r->sessions[i].batch.timed_out = true;
+    relay_start_purge(r);
+}

@@ -1,0 +1,207 @@
+/* relay: the process (relay.h, engine.h). */
+#include "relay.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "log.h"
+
+static void relay_stop(Relay *r);
+
+void relay_fail(Relay *r)
+{
+    r->exit_status = 1;
+    relay_stop(r);
+}
+
+int relay_in_flight(const Relay *r)
+{
+    int n = 0;
+    for (int i = 0; i < r->n_sessions; i++)
+        n += r->sessions[i].batch.in_flight;
+    return n;
+}
+
+static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
+{
+    Relay *r = arg;
+    BatchRow *br = opaque;
+    session_record_delivery(br->owner, br, err);
+    if (r->purging && relay_in_flight(r) == 0) {
+        r->purging = false;
+        ev_timer_stop(r->loop, &r->purge_timer);
+    }
+    for (int i = 0; i < r->n_sessions && !r->purging; i++) {
+        Session *other = &r->sessions[i];
+        if (other->waiting && other->phase == PHASE_PRODUCING)
+            session_produce_more(other);
+    }
+}
+
+bool relay_producer_ready(Relay *r)
+{
+    if (!kafka_fatal(r->kafka))
+        return true;
+    /* The producer is shared: recreate it only once every session's batch is done, so every
+     * message of the old one has been reported. */
+    for (int i = 0; i < r->n_sessions; i++)
+        if (r->sessions[i].batch.n > 0)
+            return false;
+    char err[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_dup(r->kconf_template);
+    kafka_producer_free(r->kafka, 0);
+    r->kafka = kafka_producer_new(r->loop, conf, on_delivery, r, err, sizeof(err));
+    if (!r->kafka) {
+        log_error("cannot recreate the Kafka producer", "error=%s", err);
+        relay_fail(r);
+        return false;
+    }
+    log_info("kafka producer recreated", NULL);
+    return true;
+}
+
+int relay_lanes_owned(const Relay *r)
+{
+    int owned = 0;
+    for (int i = 0; i < r->n_sessions; i++)
+        owned += r->sessions[i].lanes.n_owned;
+    return owned;
+}
+
+/* A purge reaches only the messages queued or in flight at that moment: one inside a request
+ * that was partly written when the purge came is left alone, and when its connection then fails
+ * librdkafka puts it back in the partition queue, where (message.timeout.ms=0) nothing ever
+ * reports it, and every session would wait on `purging` for ever. So the purge is repeated every
+ * second until every report is in. */
+#define PURGE_REPEAT_S 1.0
+
+static void on_purge_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Relay *r = w->data;
+    if (r->purging && r->kafka)
+        kafka_purge(r->kafka);
+    else
+        ev_timer_stop(loop, w);
+}
+
+void relay_start_purge(Relay *r)
+{
+    r->purging = true;
+    kafka_purge(r->kafka);
+    ev_timer_again(r->loop, &r->purge_timer);
+}
+
+static void relay_stop(Relay *r)
+{
+    r->stopping = true;
+    for (int i = 0; i < r->n_sessions; i++)
+        session_stop(&r->sessions[i]);
+}
+
+static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    Relay *r = w->data;
+    if (++r->signals > 1) {
+        /* Second signal: leave now; the server rolls back the open transactions. */
+        static const char msg[] = "level=warn msg=\"second signal, exiting immediately\"\n";
+        ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+        (void)ignored;
+        _exit(128 + w->signum);
+    }
+    log_info("shutting down", "signal=%s in_flight=%d", strsignal(w->signum), relay_in_flight(r));
+    relay_stop(r);
+}
+
+Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf, char *err,
+                 size_t errlen)
+{
+    Relay *r = calloc(1, sizeof(*r));
+    if (r) {
+        r->loop = loop;
+        r->cfg = cfg;
+        r->n_sessions = (int)cfg->sessions;
+        r->logged_owned = -1;
+        r->sessions = calloc((size_t)r->n_sessions, sizeof(Session));
+    }
+    bool ok = r && r->sessions;
+    for (int i = 0; ok && i < r->n_sessions; i++)
+        ok = session_init(&r->sessions[i], r, i);
+    if (!ok) {
+        relay_free(r);
+        rd_kafka_conf_destroy(kconf);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    r->kconf_template = rd_kafka_conf_dup(kconf);
+    r->kafka = kafka_producer_new(loop, kconf, on_delivery, r, err, errlen);
+    if (!r->kafka) {
+        relay_free(r);
+        return NULL;
+    }
+    ev_init(&r->purge_timer, on_purge_timer);
+    r->purge_timer.repeat = PURGE_REPEAT_S;
+    r->purge_timer.data = r;
+    ev_signal_init(&r->sigterm, on_signal, SIGTERM);
+    r->sigterm.data = r;
+    ev_signal_start(loop, &r->sigterm);
+    ev_signal_init(&r->sigint, on_signal, SIGINT);
+    r->sigint.data = r;
+    ev_signal_start(loop, &r->sigint);
+    return r;
+}
+
+int relay_run(Relay *r)
+{
+    r->running = r->n_sessions;
+    for (int i = 0; i < r->n_sessions; i++) {
+        session_connect(&r->sessions[i]);
+    }
+    ev_run(r->loop, 0);
+    unsigned long long sent = 0, failed = 0, dead = 0, breaks = 0;
+    for (int i = 0; i < r->n_sessions; i++) {
+        sent += r->sessions[i].total_sent;
+        failed += r->sessions[i].total_failed;
+        dead += r->sessions[i].total_dead;
+        breaks += r->sessions[i].order_breaks;
+    }
+    log_info("stopped", "sent=%llu failed_attempts=%llu dead_lettered=%llu order_breaks=%llu", sent,
+             failed, dead, breaks);
+    return r->exit_status;
+}
+
+void relay_status(const Relay *r, RelayStatus *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->postgres_up = true;
+    out->kafka_up = r->kafka && kafka_up(r->kafka);
+    out->stopping = r->stopping;
+    out->lanes_owned = relay_lanes_owned(r);
+    for (int i = 0; i < r->n_sessions; i++) {
+        const Session *s = &r->sessions[i];
+        out->postgres_up = out->postgres_up && s->pg && pg_conn_up(s->pg);
+        if (s->lanes.live_sessions > out->live_sessions)
+            out->live_sessions = s->lanes.live_sessions;
+    }
+}
+
+void relay_free(Relay *r)
+{
+    if (!r)
+        return;
+    ev_signal_stop(r->loop, &r->sigterm);
+    ev_signal_stop(r->loop, &r->sigint);
+    ev_timer_stop(r->loop, &r->purge_timer);
+    /* The producer goes first: its last delivery reports still point into the batches. */
+    kafka_producer_free(r->kafka, 1000);
+    for (int i = 0; r->sessions && i < r->n_sessions; i++)
+        session_free(&r->sessions[i]);
+    free(r->sessions);
+    if (r->kconf_template)
+        rd_kafka_conf_destroy(r->kconf_template);
+    free(r);
+}

@@ -1,0 +1,49 @@
+#include "reload.h"
+
+#include "log.h"
+#include "secrets.h"
+#include "strbuf.h"
+
+typedef struct Changes {
+    StrBuf applied, restart;
+} Changes;
+
+static void add_name(StrBuf *list, const char *name)
+{
+    if (list->len > 0)
+        strbuf_puts(list, ",");
+    strbuf_puts(list, name);
+}
+
+static void on_change(const char *option, bool reloadable, void *arg)
+{
+    Changes *c = arg;
+    add_name(reloadable ? &c->applied : &c->restart, option);
+}
+
+bool reload_config(Config *running, int argc, char **argv)
+{
+    Config fresh;
+    char err[1024], q[1100];
+    if (!config_load(&fresh, argc, argv, err, sizeof(err))) {
+        log_error("configuration reload failed; keeping the running configuration", "error=%s",
+                  log_quote(err, q, sizeof(q)));
+        config_free(&fresh);
+        return false;
+    }
+    /* A changed password file is not applied (restart-only) but must never be printed either. */
+    config_register_secrets(&fresh);
+
+    Changes c = {{0}, {0}};
+    config_diff(running, &fresh, on_change, &c);
+    config_apply_reloadable(running, &fresh);
+    log_set_level(running->log_level);
+    log_info("configuration reloaded", "changed=%s", c.applied.len ? c.applied.s : "none");
+    if (c.restart.len)
+        log_warn("changed options need a restart; they keep their running values", "options=%s",
+                 c.restart.s);
+    strbuf_free(&c.applied);
+    strbuf_free(&c.restart);
+    config_free(&fresh);
+    return true;
+}

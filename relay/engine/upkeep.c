@@ -1,0 +1,271 @@
+#include "upkeep.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "pg.h"
+#include "statements.h"
+#include "table.h"
+
+/* Bounds every statement of this session: a backlog count over a huge table, say, gives up and
+ * is retried at the next interval instead of piling up. */
+#define UPKEEP_STATEMENT_TIMEOUT_S 30
+static const char *const SQL_SETUP = "SET statement_timeout = '30s'";
+static const char *const SQL_APPNAME = "SET application_name = 'outbox-relay upkeep'";
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+
+/* Templates for the configured table (relay/outbox/table.h). */
+enum { UPKEEP_BACKLOG, UPKEEP_RETENTION, UPKEEP_SQL_COUNT };
+static const char *const sql_templates[UPKEEP_SQL_COUNT] = {
+    [UPKEEP_BACKLOG] = SQL_BACKLOG,
+    [UPKEEP_RETENTION] = SQL_RETENTION(STR(RETENTION_BATCH)),
+};
+
+struct Upkeep {
+    struct ev_loop *loop;
+    const Config *cfg;
+    bool gauges;
+    long retention_s; /* the value the timer runs with */
+    PgConn *pg;
+    char *sql[UPKEEP_SQL_COUNT]; /* expanded at the first connection */
+    bool ready;                  /* connected and session set up */
+    ev_timer gauge_timer, retention_timer;
+    bool gauge_due, retention_due;
+    bool sweeping;            /* the last delete was full: more to go */
+    long long swept;          /* rows deleted by the current sweep */
+    char last_error[256];     /* "" while the queries work */
+    char horizon_logged[128]; /* the holder last logged as holding back vacuum, "" when none */
+};
+
+static void kick(Upkeep *u);
+
+double upkeep_retention_interval(long retention_s)
+{
+    double s = (double)retention_s / 4.0;
+    return s < 1.0 ? 1.0 : s > 60.0 ? 60.0 : s;
+}
+
+/* One warn line per new error; repeats at debug level; one info line when it clears. */
+static void note_result(Upkeep *u, const char *task, const char *error)
+{
+    char q[512];
+    if (!error) {
+        if (u->last_error[0])
+            log_info("upkeep queries work again", "task=%s", task);
+        u->last_error[0] = '\0';
+        return;
+    }
+    LogLevel level = strcmp(error, u->last_error) == 0 ? LOG_DEBUG : LOG_WARN;
+    log_write(level, "upkeep query failed; retrying at the next interval", "task=%s error=%s", task,
+              log_quote(error, q, sizeof(q)));
+    snprintf(u->last_error, sizeof(u->last_error), "%s", error);
+}
+
+/* Sets the vacuum horizon gauges from SQL_HORIZON's row, and says once per holder when one has
+ * held its snapshot for over --horizon-warn: dead row versions pile up behind it, in the outbox
+ * as everywhere, and every claim walks them (README, "Dead rows and old snapshots"). */
+static void note_horizon(Upkeep *u, PGresult *r)
+{
+    if (PQntuples(r) != 1) {
+        metrics_set_vacuum_horizon(0, -1.0);
+        if (u->horizon_logged[0])
+            log_info("nothing holds back vacuum any more", NULL);
+        u->horizon_logged[0] = '\0';
+        return;
+    }
+    double held = PQgetisnull(r, 0, 4) ? -1.0 : strtod(PQgetvalue(r, 0, 4), NULL);
+    double warn_s = u->cfg->horizon_warn_s > 0 ? (double)u->cfg->horizon_warn_s : 1e300;
+    long long xids = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
+    metrics_set_vacuum_horizon(xids, held);
+    char holder[128];
+    snprintf(holder, sizeof(holder), "%s %s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
+    if (held >= warn_s && strcmp(holder, u->horizon_logged) != 0) {
+        char q1[160], q2[160];
+        log_warn("an old snapshot holds back vacuum; dead rows pile up and claims slow down",
+                 "holder=%s id=%s application=%s state=%s held_s=%.0f xids=%lld",
+                 PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1),
+                 log_quote(PQgetvalue(r, 0, 2), q1, sizeof(q1)),
+                 log_quote(PQgetvalue(r, 0, 3), q2, sizeof(q2)), held, xids);
+        snprintf(u->horizon_logged, sizeof(u->horizon_logged), "%s", holder);
+    } else if (held < warn_s && u->horizon_logged[0] && strcmp(holder, u->horizon_logged) != 0) {
+        log_info("nothing holds back vacuum any more", NULL);
+        u->horizon_logged[0] = '\0';
+    }
+}
+
+static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Upkeep *u = arg;
+    if (!results)
+        return; /* connection lost: on_state takes over */
+    u->gauge_due = false;
+    if (n >= 1 && PQresultStatus(results[0]) == PGRES_TUPLES_OK && PQntuples(results[0]) == 1) {
+        PGresult *r = results[0];
+        metrics_set_backlog(strtoll(PQgetvalue(r, 0, BACKLOG_UNSENT), NULL, 10),
+                            strtoll(PQgetvalue(r, 0, BACKLOG_DEAD), NULL, 10),
+                            PQgetisnull(r, 0, BACKLOG_OLDEST_AGE_S)
+                                ? -1.0
+                                : strtod(PQgetvalue(r, 0, BACKLOG_OLDEST_AGE_S), NULL));
+    }
+    if (n >= 2 && PQresultStatus(results[1]) == PGRES_TUPLES_OK)
+        note_horizon(u, results[1]);
+    note_result(u, "backlog", error ? error : n == 2 ? NULL : "unexpected result");
+    kick(u);
+}
+
+static void on_deleted(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Upkeep *u = arg;
+    if (!results)
+        return;
+    u->retention_due = false;
+    long long deleted = error || n != 1 ? 0 : strtoll(PQcmdTuples(results[0]), NULL, 10);
+    metrics_retention_deleted(deleted);
+    u->swept += deleted;
+    u->sweeping = !error && deleted >= RETENTION_BATCH;
+    if (!u->sweeping) {
+        log_debug("retention sweep done", "deleted=%lld retention_s=%ld", u->swept, u->retention_s);
+        u->swept = 0;
+    }
+    note_result(u, "retention", error);
+    kick(u);
+}
+
+/* Sends the next due query when the connection is free: the gauges first (cheap, and a long
+ * sweep must not starve them), then the next retention batch. */
+static void kick(Upkeep *u)
+{
+    if (!u->pg || !u->ready || !pg_conn_idle(u->pg))
+        return;
+    if (u->gauge_due && u->gauges) {
+        PgQuery q[2] = {{u->sql[UPKEEP_BACKLOG], 0, NULL, false}, {SQL_HORIZON, 0, NULL, false}};
+        if (!pg_conn_send(u->pg, q, 2, on_backlog, u))
+            u->gauge_due = false;
+        return;
+    }
+    if ((u->retention_due || u->sweeping) && u->retention_s > 0) {
+        char secs[32];
+        snprintf(secs, sizeof(secs), "%ld", u->retention_s);
+        const char *params[1] = {secs};
+        PgQuery q = {u->sql[UPKEEP_RETENTION], 1, params, false};
+        if (!pg_conn_send(u->pg, &q, 1, on_deleted, u))
+            u->retention_due = u->sweeping = false;
+    }
+}
+
+static void on_setup(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Upkeep *u = arg;
+    if (!results)
+        return;
+    if (error) {
+        note_result(u, "setup", error);
+        pg_conn_reset(pg, "upkeep session setup failed");
+        return;
+    }
+    u->ready = true;
+    u->gauge_due = u->gauges;
+    u->retention_due = u->retention_s > 0;
+    kick(u);
+}
+
+static void on_state(PgConn *pg, bool up, const char *reason, void *arg)
+{
+    Upkeep *u = arg;
+    u->ready = false;
+    u->sweeping = false;
+    u->swept = 0;
+    if (!up)
+        return;
+    char err[256];
+    if (!u->sql[0] && !table_sql_all(&u->cfg->map, pg_conn_libpq(pg), sql_templates, u->sql,
+                                     UPKEEP_SQL_COUNT, err, sizeof(err))) {
+        note_result(u, "setup", err);
+        return; /* the gauges and retention stay off; the relay itself goes on */
+    }
+    PgQuery q[2] = {{SQL_SETUP, 0, NULL, false}, {SQL_APPNAME, 0, NULL, false}};
+    if (!pg_conn_send(pg, q, 2, on_setup, u))
+        pg_conn_reset(pg, "upkeep connection busy at setup");
+}
+
+static void on_notify(PgConn *pg, const char *channel, const char *payload, void *arg) {}
+
+static void on_gauge_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Upkeep *u = w->data;
+    u->gauge_due = true;
+    kick(u);
+}
+
+static void on_retention_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Upkeep *u = w->data;
+    u->retention_due = true;
+    kick(u);
+}
+
+void upkeep_reconfigure(Upkeep *u)
+{
+    long retention = u->cfg->retention_s;
+    if (retention != u->retention_s) {
+        ev_timer_stop(u->loop, &u->retention_timer);
+        u->retention_s = retention;
+        u->sweeping = false;
+        u->swept = 0;
+        if (retention > 0) {
+            u->retention_timer.repeat = upkeep_retention_interval(retention);
+            ev_timer_again(u->loop, &u->retention_timer);
+            u->retention_due = true;
+        }
+    }
+    bool needed = u->gauges || u->retention_s > 0;
+    if (needed && !u->pg) {
+        u->pg = pg_conn_new_named(u->loop, u->cfg->database_url, "upkeep", on_state, on_notify, u);
+        /* Its statements may run up to their statement_timeout (SQL_SETUP): wait a little longer
+         * for the server's own error before giving the connection up. */
+        if (u->pg)
+            pg_conn_set_request_timeout(u->pg, UPKEEP_STATEMENT_TIMEOUT_S + 5.0);
+    } else if (!needed && u->pg) {
+        pg_conn_free(u->pg);
+        u->pg = NULL;
+        u->ready = false;
+    }
+    kick(u);
+}
+
+Upkeep *upkeep_new(struct ev_loop *loop, const Config *cfg, bool gauges)
+{
+    Upkeep *u = calloc(1, sizeof(*u));
+    if (!u)
+        return NULL;
+    u->loop = loop;
+    u->cfg = cfg;
+    u->gauges = gauges;
+    ev_init(&u->gauge_timer, on_gauge_timer);
+    u->gauge_timer.data = u;
+    ev_init(&u->retention_timer, on_retention_timer);
+    u->retention_timer.data = u;
+    if (gauges) {
+        u->gauge_timer.repeat = UPKEEP_GAUGE_INTERVAL_S;
+        ev_timer_again(loop, &u->gauge_timer);
+    }
+    upkeep_reconfigure(u);
+    return u;
+}
+
+void upkeep_free(Upkeep *u)
+{
+    if (!u)
+        return;
+    ev_timer_stop(u->loop, &u->gauge_timer);
+    ev_timer_stop(u->loop, &u->retention_timer);
+    pg_conn_free(u->pg);
+    for (int i = 0; i < UPKEEP_SQL_COUNT; i++)
+        free(u->sql[i]);
+    free(u);
+}

@@ -1,0 +1,229 @@
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "addr.h"
+#include "log.h"
+
+#define HTTP_MAX_CONNECTIONS 32
+#define HTTP_IDLE_TIMEOUT_S 10 /* a client that sends nothing for this long is dropped */
+
+/* How libmicrohttpd shares the loop.
+ *
+ * It is started without MHD_USE_INTERNAL_POLLING_THREAD, i.e. in "external polling" mode: it
+ * creates no thread and does work only inside MHD_run, which we call from the loop, so the
+ * handler runs on the loop thread and may read the relay's state without locks. (0.9.75 has no
+ * MHD_USE_NO_THREAD_SAFETY flag; without an internal thread there is nothing to be safe from.)
+ *
+ * With MHD_USE_EPOLL, the listening socket and every connection live in one epoll set of
+ * libmicrohttpd's, and the epoll descriptor itself (MHD_DAEMON_INFO_EPOLL_FD) becomes readable
+ * whenever any of them has an event: epoll sets nest. So the loop watches that single
+ * descriptor with one ev_io, whatever the number of connections, instead of re-collecting an
+ * fd_set (MHD_get_fdset2) and re-arming a watcher per socket before every loop iteration.
+ *
+ * libmicrohttpd also has deadlines (idle connections to close) and may leave work pending that
+ * no new event will announce (it reads edge-triggered sockets only so far per call).
+ * MHD_get_timeout reports both: after every MHD_run the timer is set to it, 0 meaning "run
+ * again right away". An ev_io on the epoll descriptor plus that timer is the whole contract. */
+struct HttpServer {
+    struct ev_loop *loop;
+    struct MHD_Daemon *daemon;
+    ev_io io;
+    ev_timer timer;
+    HttpHandlerFn fn;
+    void *arg;
+    char address[128];
+};
+
+/* Opens a non-blocking listening socket on host:port; writes the bound address to out. */
+static int open_listener(const char *host, const char *port, char *out, size_t outlen, char *err,
+                         size_t errlen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
+                    *ai;
+    int rc = getaddrinfo(host, port, &hints, &ai);
+    if (rc != 0) {
+        snprintf(err, errlen, "--metrics-listen %s:%s: %s", host, port, gai_strerror(rc));
+        return -1;
+    }
+    int fd = -1, saved = 0;
+    for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) {
+            saved = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (a->ai_family == AF_INET6)
+            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 64) != 0) {
+            saved = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(ai);
+    if (fd < 0) {
+        snprintf(err, errlen, "--metrics-listen %s:%s: cannot listen: %s", host, port,
+                 strerror(saved));
+        return -1;
+    }
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    char ip[INET6_ADDRSTRLEN] = "?";
+    int bound = 0;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
+        if (ss.ss_family == AF_INET6) {
+            struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof(ip));
+            bound = ntohs(s6->sin6_port);
+        } else {
+            struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip));
+            bound = ntohs(s4->sin_port);
+        }
+    }
+    snprintf(out, outlen, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", ip, bound);
+    return fd;
+}
+
+static void drive(HttpServer *s)
+{
+    MHD_run(s->daemon);
+    MHD_UNSIGNED_LONG_LONG ms;
+    ev_timer_stop(s->loop, &s->timer);
+    if (MHD_get_timeout(s->daemon, &ms) == MHD_YES) {
+        ev_timer_set(&s->timer, (double)ms / 1000.0, 0);
+        ev_timer_start(s->loop, &s->timer);
+    }
+}
+
+static void on_io(struct ev_loop *loop, ev_io *w, int revents)
+{
+    drive(w->data);
+}
+
+static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    drive(w->data);
+}
+
+static void on_mhd_log(void *arg, const char *fmt, va_list ap)
+{
+    char text[512], q[600];
+    vsnprintf(text, sizeof(text), fmt, ap);
+    log_debug("http server", "text=%s", log_quote(text, q, sizeof(q)));
+}
+
+static enum MHD_Result reply(struct MHD_Connection *conn, int status, StrBuf *body,
+                             const char *content_type, bool allow_header)
+{
+    struct MHD_Response *resp =
+        body->s ? MHD_create_response_from_buffer(body->len, body->s, MHD_RESPMEM_MUST_FREE)
+                : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        strbuf_free(body);
+        return MHD_NO;
+    }
+    body->s = NULL; /* the response owns it now (MHD frees it with free()) */
+    strbuf_free(body);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (allow_header)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned int)status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    HttpServer *s = cls;
+    StrBuf body = {0};
+    /* HEAD is GET without the body (libmicrohttpd drops it), as HTTP requires of servers. */
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
+        /* Answered before any request body is read; libmicrohttpd then closes the connection. */
+        strbuf_puts(&body, "method not allowed\n");
+        return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, &body, "text/plain; charset=utf-8", true);
+    }
+    const char *content_type = "text/plain; charset=utf-8";
+    int status = s->fn(url, &body, &content_type, s->arg);
+    return reply(conn, status, &body, content_type, false);
+}
+
+HttpServer *http_server_new(struct ev_loop *loop, const char *listen, HttpHandlerFn fn, void *arg,
+                            char *err, size_t errlen)
+{
+    char host[256], port[16];
+    unsigned port_number;
+    if (!addr_parse_host_port("--metrics-listen", listen, host, sizeof(host), &port_number, err,
+                              errlen))
+        return NULL;
+    snprintf(port, sizeof(port), "%u", port_number);
+    HttpServer *s = calloc(1, sizeof(*s));
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    int fd = open_listener(host, port, s->address, sizeof(s->address), err, errlen);
+    if (fd < 0) {
+        free(s);
+        return NULL;
+    }
+    s->loop = loop;
+    s->fn = fn;
+    s->arg = arg;
+    s->daemon = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, s,
+                                 MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+                                 MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
+                                 (unsigned int)HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned int)HTTP_IDLE_TIMEOUT_S, MHD_OPTION_END);
+    const union MHD_DaemonInfo *info =
+        s->daemon ? MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
+    if (!info) {
+        snprintf(err, errlen, "--metrics-listen %s: cannot start the HTTP server", listen);
+        if (s->daemon)
+            MHD_stop_daemon(s->daemon);
+        else
+            close(fd);
+        free(s);
+        return NULL;
+    }
+    ev_io_init(&s->io, on_io, info->epoll_fd, EV_READ);
+    s->io.data = s;
+    ev_io_start(loop, &s->io);
+    ev_init(&s->timer, on_timer);
+    s->timer.data = s;
+    drive(s);
+    return s;
+}
+
+const char *http_server_address(const HttpServer *s)
+{
+    return s->address;
+}
+
+void http_server_free(HttpServer *s)
+{
+    if (!s)
+        return;
+    ev_io_stop(s->loop, &s->io);
+    ev_timer_stop(s->loop, &s->timer);
+    MHD_stop_daemon(s->daemon); /* closes the connections and the listening socket */
+    free(s);
+}

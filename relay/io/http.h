@@ -1,0 +1,32 @@
+/* http: a small read-only HTTP server (libmicrohttpd) driven by the relay's libev loop.
+ *
+ * GET (and HEAD) requests are answered by one handler from the loop thread, synchronously; any
+ * other method gets 405. libmicrohttpd runs in "external polling" mode and starts no thread of
+ * its own (see http.c for how it is wired into the loop). */
+#ifndef OUTBOX_HTTP_H
+#define OUTBOX_HTTP_H
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "strbuf.h"
+
+typedef struct HttpServer HttpServer;
+
+/* Answers GET path (without the query string): appends the body to body, may point
+ * *content_type at a static string (default text/plain), returns the HTTP status. */
+typedef int (*HttpHandlerFn)(const char *path, StrBuf *body, const char **content_type, void *arg);
+
+/* Listens on `listen` (HOST:PORT, see addr.h) and serves requests through fn on loop. Returns NULL
+ * with one line in err when the address is malformed or cannot be bound. */
+HttpServer *http_server_new(struct ev_loop *loop, const char *listen, HttpHandlerFn fn, void *arg,
+                            char *err, size_t errlen);
+
+/* The address actually bound, "HOST:PORT" (the real port when 0 was asked for). */
+const char *http_server_address(const HttpServer *s);
+
+/* Closes the listening socket and every connection; frees s (NULL is fine). */
+void http_server_free(HttpServer *s);
+
+#endif

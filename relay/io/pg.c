@@ -1,0 +1,451 @@
+#include "pg_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backoff.h"
+#include "db.h"
+#include "log.h"
+
+/* Watches fd for events. A connection attempt moves between sockets (the next address or host,
+ * an SSL retry) and a new socket often gets the number the old one had: libev must then be told
+ * afresh (rearm), or it keeps waiting on a registration the kernel dropped with the old socket. */
+#define PG_BACKOFF_BASE_S 0.2
+/* Capped at 5 s rather than more: after a failover the relay should find the new primary within
+ * seconds, and an attempt costs a refused SYN or one startup exchange. */
+#define PG_BACKOFF_CAP_S 5.0
+
+/* The process-wide session timeout (pg_set_session_timeout). */
+static long session_timeout_ms = PG_SESSION_TIMEOUT_DEFAULT_MS;
+
+static void watch(PgConn *pg, int fd, int events, bool rearm)
+{
+    if (!rearm && pg->io_fd == fd && pg->io_events == events && ev_is_active(&pg->io))
+        return;
+    ev_io_stop(pg->loop, &pg->io);
+    pg->io_fd = fd;
+    pg->io_events = events;
+    if (fd >= 0 && events) {
+        ev_io_set(&pg->io, fd, events);
+        ev_io_start(pg->loop, &pg->io);
+    }
+}
+
+void pg_set_io(PgConn *pg, int fd, int events)
+{
+    watch(pg, fd, events, false);
+}
+
+bool pg_linked(const PgConn *pg)
+{
+    return pg->state == PG_SETUP || pg->state == PG_UP;
+}
+
+bool pg_awaiting(const PgConn *pg)
+{
+    return pg->busy || pg->heartbeat;
+}
+
+static void start_connect(PgConn *pg);
+static void attempt_target(PgConn *pg);
+
+/* Routes server notices into our log instead of libpq's default raw stderr output. */
+static void notice_to_log(void *arg, const char *message)
+{
+    char q[512];
+    log_debug("postgres notice", "notice=%s", log_quote(db_error_line(message), q, sizeof(q)));
+}
+
+/* Closes the libpq connection and everything that watches it. */
+static void close_conn(PgConn *pg)
+{
+    pg_set_io(pg, -1, 0);
+    ev_timer_stop(pg->loop, &pg->timer);
+    ev_timer_stop(pg->loop, &pg->defer);
+    ev_timer_stop(pg->loop, &pg->quiet);
+    ev_timer_stop(pg->loop, &pg->deadline);
+    free(pg->deferred_loss);
+    pg->deferred_loss = NULL;
+    free(pg->broken);
+    pg->broken = NULL;
+    pg->heartbeat = false;
+    if (pg->conn)
+        PQfinish(pg->conn);
+    pg->conn = NULL;
+}
+
+void pg_lose(PgConn *pg, const char *why)
+{
+    char reason[512];
+    snprintf(reason, sizeof(reason), "%s", db_error_line(why));
+    bool was_up = pg->state == PG_UP;
+
+    close_conn(pg);
+    pg->state = PG_DOWN;
+    pg_forget_all_prepared(pg);
+
+    double delay = backoff_next(&pg->backoff);
+    char q[600];
+    if (!pg->down_logged) {
+        log_warn(was_up ? "postgres connection lost" : "postgres unreachable",
+                 "%serror=%s retry_in_s=%.2f", pg->tag, log_quote(reason, q, sizeof(q)), delay);
+        pg->down_logged = true;
+    } else {
+        log_debug("postgres still unreachable", "%serror=%s retry_in_s=%.2f", pg->tag,
+                  log_quote(reason, q, sizeof(q)), delay);
+    }
+    ev_timer_set(&pg->timer, delay, 0);
+    ev_timer_start(pg->loop, &pg->timer);
+
+    pg_fail_request(pg, reason);
+    if (was_up)
+        pg->on_state(pg, false, reason, pg->arg);
+}
+
+/* Settings that make PostgreSQL end this session when the relay stops talking, within the
+ * session timeout T, however it stopped:
+ * - a frozen process (SIGSTOP, a paused VM) whose kernel still answers TCP: only the idle
+ *   timeouts see it, as the backend waits for its next message (in a transaction or not);
+ * - a dead host or network while the backend waits: the same idle timeouts; while it has unsent
+ *   or unacknowledged data: tcp_user_timeout; keepalives for a socket that is otherwise quiet.
+ * The relay's heartbeat (every T/3 of silence) keeps a healthy session from looking idle for T.
+ * client_connection_check_interval lets a backend stuck in a long statement notice that the
+ * relay gave the connection up (its deadline) instead of running on with the lanes' locks.
+ * Older servers get what they know. */
+static void setup_sql(const PgConn *pg, char *sql, size_t len)
+{
+    long t = session_timeout_ms;
+    long idle_s = t / 3000 > 0 ? t / 3000 : 1, interval_s = t / 9000 > 0 ? t / 9000 : 1;
+    int v = PQserverVersion(pg->conn);
+    int n = snprintf(sql, len,
+                     "SELECT set_config('idle_in_transaction_session_timeout', '%ld', false),"
+                     " set_config('tcp_keepalives_idle', '%ld', false),"
+                     " set_config('tcp_keepalives_interval', '%ld', false),"
+                     " set_config('tcp_keepalives_count', '3', false)",
+                     t, idle_s, interval_s);
+    if (v >= 120000 && n > 0 && (size_t)n < len)
+        n +=
+            snprintf(sql + n, len - (size_t)n, ", set_config('tcp_user_timeout', '%ld', false)", t);
+    if (v >= 140000 && n > 0 && (size_t)n < len)
+        snprintf(sql + n, len - (size_t)n,
+                 ", set_config('idle_session_timeout', '%ld', false),"
+                 " set_config('client_connection_check_interval', '%ld', false)",
+                 t, t / 3 > 1000 ? t / 3 : 1000);
+}
+
+static void on_setup(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    if (!results)
+        return; /* lost: pg_lose() has taken over */
+    if (error) {
+        /* The relay still works, only a silent relay keeps its lanes until TCP gives up. */
+        char q[512];
+        log_warn("cannot set the session timeouts; a silent relay may keep its lanes for long",
+                 "%serror=%s", pg->tag, log_quote(error, q, sizeof(q)));
+    }
+    pg->state = PG_UP;
+    pg->on_state(pg, true, NULL, pg->arg);
+}
+
+static void connected(PgConn *pg)
+{
+    ev_timer_stop(pg->loop, &pg->timer);
+    if (PQsetnonblocking(pg->conn, 1) != 0 || PQenterPipelineMode(pg->conn) != 1) {
+        pg_lose(pg, PQerrorMessage(pg->conn));
+        return;
+    }
+    PQsetNoticeProcessor(pg->conn, notice_to_log, NULL);
+    PgTarget *t = &pg->plan.targets[pg->target];
+    free(t->last_error);
+    t->last_error = NULL;
+    pg->state = PG_SETUP;
+    backoff_reset(&pg->backoff);
+    char q1[300], q2[40];
+    if (!pg->ever_up || pg->down_logged)
+        log_info(pg->ever_up ? "postgres reconnected" : "postgres connected",
+                 "%sserver_version=%d host=%s port=%s", pg->tag, PQserverVersion(pg->conn),
+                 log_quote(PQhost(pg->conn), q1, sizeof(q1)),
+                 log_quote(PQport(pg->conn), q2, sizeof(q2)));
+    pg->ever_up = true;
+    pg->down_logged = false;
+    watch(pg, PQsocket(pg->conn), EV_READ, true);
+    char sql[512];
+    setup_sql(pg, sql, sizeof(sql));
+    if (!pg_send_internal(pg, sql, on_setup))
+        pg_lose(pg, "cannot send the session setup");
+}
+
+/* One host failed (refused, timed out, rejected by target_session_attrs...): try the next one,
+ * or, after the last, wait and start over. With several hosts, each logs its failure once per
+ * change (a host that keeps refusing logs once), the retries at debug level. */
+static void target_failed(PgConn *pg, const char *why)
+{
+    char reason[512];
+    snprintf(reason, sizeof(reason), "%s", db_error_line(why));
+    close_conn(pg);
+    pg->state = PG_DOWN;
+    if (pg->plan.ntargets > 1) {
+        PgTarget *t = &pg->plan.targets[pg->target];
+        char q[600], q2[300];
+        bool changed = !t->last_error || strcmp(t->last_error, reason) != 0;
+        log_write(changed ? LOG_WARN : LOG_DEBUG, "postgres host failed", "%shost=%s error=%s",
+                  pg->tag, log_quote(t->shown, q2, sizeof(q2)), log_quote(reason, q, sizeof(q)));
+        if (changed) {
+            free(t->last_error);
+            t->last_error = strdup(reason);
+        }
+        if (++pg->target < pg->plan.ntargets) {
+            attempt_target(pg);
+            return;
+        }
+    }
+    pg_lose(pg, reason);
+}
+
+static void connect_step(PgConn *pg)
+{
+    switch (PQconnectPoll(pg->conn)) {
+    case PGRES_POLLING_READING:
+        watch(pg, PQsocket(pg->conn), EV_READ, true);
+        break;
+    case PGRES_POLLING_WRITING:
+        watch(pg, PQsocket(pg->conn), EV_WRITE, true);
+        break;
+    case PGRES_POLLING_OK:
+        connected(pg);
+        break;
+    default:
+        target_failed(pg, PQerrorMessage(pg->conn));
+        break;
+    }
+}
+
+/* Starts connecting to the current target (one host of the list). */
+static void attempt_target(PgConn *pg)
+{
+    const PgTarget *t = &pg->plan.targets[pg->target];
+    int n = pg->plan.nparams;
+    pg->plan.keys[n] = "host", pg->plan.values[n++] = t->addr.host;
+    pg->plan.keys[n] = "hostaddr", pg->plan.values[n++] = t->addr.hostaddr;
+    pg->plan.keys[n] = "port", pg->plan.values[n++] = t->addr.port;
+    pg->plan.keys[n] = NULL, pg->plan.values[n] = NULL;
+    pg->conn = PQconnectStartParams(pg->plan.keys, pg->plan.values, pg->plan.expand_dbname);
+    if (!pg->conn || PQstatus(pg->conn) == CONNECTION_BAD) {
+        target_failed(pg, pg->conn ? PQerrorMessage(pg->conn) : "out of memory");
+        return;
+    }
+    pg->state = PG_CONNECTING;
+    ev_timer_set(&pg->timer, pg->plan.connect_timeout_s, 0);
+    ev_timer_start(pg->loop, &pg->timer);
+    /* PQconnectStart leaves the first step as "writing" (the TCP connect in progress). */
+    watch(pg, PQsocket(pg->conn), EV_WRITE, true);
+}
+
+static void start_connect(PgConn *pg)
+{
+    pg->target = 0;
+    attempt_target(pg);
+}
+
+static void read_notifies(PgConn *pg)
+{
+    PGnotify *n;
+    while (pg->state == PG_UP && (n = PQnotifies(pg->conn)) != NULL) {
+        pg->on_notify(pg, n->relname, n->extra, pg->arg);
+        PQfreemem(n);
+    }
+}
+
+static void flush_output(PgConn *pg)
+{
+    int r = PQflush(pg->conn);
+    if (r < 0)
+        pg_lose(pg, PQerrorMessage(pg->conn));
+    else
+        /* 1: more to send; libpq wants read-readiness too so it can make room. */
+        pg_set_io(pg, PQsocket(pg->conn), r ? EV_READ | EV_WRITE : EV_READ);
+}
+
+/* Reads what the server sent and hands it out. False when the connection broke (lost). */
+static bool consume(PgConn *pg)
+{
+    if (!PQconsumeInput(pg->conn) || PQstatus(pg->conn) == CONNECTION_BAD) {
+        pg_lose(pg, PQerrorMessage(pg->conn));
+        return false;
+    }
+    read_notifies(pg);
+    pg_read_results(pg);
+    /* Reading results may have parsed notifications that came with them: hand them out now,
+     * not whenever the socket next has data. */
+    read_notifies(pg);
+    return pg_linked(pg);
+}
+
+static void on_io(struct ev_loop *loop, ev_io *w, int revents)
+{
+    PgConn *pg = w->data;
+    if (pg->state == PG_CONNECTING) {
+        connect_step(pg);
+        return;
+    }
+    if (!pg_linked(pg))
+        return;
+    if ((revents & EV_READ) && !consume(pg))
+        return;
+    if (pg_linked(pg) && (pg->io_events & EV_WRITE))
+        flush_output(pg);
+}
+
+static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    PgConn *pg = w->data;
+    if (pg->state == PG_CONNECTING) {
+        char why[96];
+        snprintf(why, sizeof(why), "no connection within %.0f s (connect_timeout)",
+                 pg->plan.connect_timeout_s);
+        target_failed(pg, why);
+    } else if (pg->state == PG_DOWN) {
+        start_connect(pg);
+    }
+}
+
+static void on_defer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    PgConn *pg = w->data;
+    char reason[512];
+    snprintf(reason, sizeof(reason), "%s", pg->deferred_loss ? pg->deferred_loss : "send failed");
+    pg_lose(pg, reason);
+}
+
+/* Nothing went to the server for a third of the session timeout: a heartbeat, so that neither
+ * the server's idle timeouts nor a silent network go unnoticed. A lone Sync is the cheapest
+ * round trip the protocol has (5 bytes out, 6 back, nothing parsed or planned); inside an open
+ * transaction it commits nothing. It is sent only while no request is in flight (a busy
+ * backend is not idle, and the request's own deadline watches it); a request sent meanwhile
+ * queues behind it in the pipeline, so the owner never notices it. */
+static void on_quiet(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    PgConn *pg = w->data;
+    if (pg->state != PG_UP || pg_awaiting(pg) || pg->deferred_loss)
+        return;
+    if (PQpipelineSync(pg->conn) != 1) {
+        pg_lose(pg, PQerrorMessage(pg->conn));
+        return;
+    }
+    pg->heartbeat = true;
+    pg->heartbeat_sent_at = ev_time();
+    pg_sent(pg, false);
+    flush_output(pg);
+}
+
+/* No answer within the deadline. The answer may be waiting in the socket unread (the relay
+ * itself was frozen, and its timers fire before its reads when it wakes): read first, and give
+ * up only if nothing completed. */
+static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    PgConn *pg = w->data;
+    if (!pg_linked(pg) || !pg_awaiting(pg))
+        return;
+    unsigned long before = pg->syncs_done;
+    if (!consume(pg) || pg->syncs_done != before || !pg_awaiting(pg))
+        return;
+    char why[160];
+    snprintf(why, sizeof(why),
+             "no answer from PostgreSQL within %.0f ms (--session-timeout); giving the connection "
+             "up",
+             pg->request_timeout_s * 1e3);
+    pg_lose(pg, why);
+}
+
+void pg_set_session_timeout(long ms)
+{
+    session_timeout_ms = ms;
+}
+
+PgConn *pg_conn_new(struct ev_loop *loop, const char *conninfo, PgStateFn on_state,
+                    PgNotifyFn on_notify, void *arg)
+{
+    return pg_conn_new_named(loop, conninfo, NULL, on_state, on_notify, arg);
+}
+
+PgConn *pg_conn_new_named(struct ev_loop *loop, const char *conninfo, const char *name,
+                          PgStateFn on_state, PgNotifyFn on_notify, void *arg)
+{
+    PgConn *pg = calloc(1, sizeof(*pg));
+    if (!pg)
+        return NULL;
+    if (name)
+        snprintf(pg->tag, sizeof(pg->tag), "conn=%s ", name);
+    pg->loop = loop;
+    pg->conninfo = strdup(conninfo);
+    if (!pg->conninfo || !pg_plan_make(&pg->plan, pg->conninfo, session_timeout_ms)) {
+        pg_plan_free(&pg->plan);
+        free(pg->conninfo);
+        free(pg);
+        return NULL;
+    }
+    pg->on_state = on_state;
+    pg->on_notify = on_notify;
+    pg->arg = arg;
+    pg->io_fd = -1;
+    pg->request_timeout_s = (double)session_timeout_ms / 1000.0;
+    backoff_init(&pg->backoff, PG_BACKOFF_BASE_S, PG_BACKOFF_CAP_S, 0);
+    ev_init(&pg->io, on_io);
+    pg->io.data = pg;
+    ev_init(&pg->timer, on_timer);
+    pg->timer.data = pg;
+    ev_init(&pg->defer, on_defer);
+    pg->defer.data = pg;
+    ev_init(&pg->quiet, on_quiet);
+    pg->quiet.repeat = (double)session_timeout_ms / 3000.0;
+    pg->quiet.data = pg;
+    ev_init(&pg->deadline, on_deadline);
+    pg->deadline.repeat = pg->request_timeout_s;
+    pg->deadline.data = pg;
+    start_connect(pg);
+    return pg;
+}
+
+void pg_conn_set_request_timeout(PgConn *pg, double seconds)
+{
+    pg->request_timeout_s = seconds;
+    pg->deadline.repeat = seconds;
+    if (ev_is_active(&pg->deadline))
+        ev_timer_again(pg->loop, &pg->deadline);
+}
+
+void pg_conn_free(PgConn *pg)
+{
+    if (!pg)
+        return;
+    close_conn(pg);
+    for (int i = 0; i < pg->nresults; i++)
+        PQclear(pg->results[i]);
+    pg_forget_all_prepared(pg);
+    free(pg->error);
+    pg_plan_free(&pg->plan);
+    free(pg->conninfo);
+    free(pg);
+}
+
+bool pg_conn_up(const PgConn *pg)
+{
+    return pg->state == PG_UP && !pg->deferred_loss;
+}
+
+PGconn *pg_conn_libpq(PgConn *pg)
+{
+    return pg_conn_up(pg) ? pg->conn : NULL;
+}
+
+bool pg_conn_idle(const PgConn *pg)
+{
+    return pg_conn_up(pg) && !pg->busy;
+}
+
+void pg_conn_reset(PgConn *pg, const char *reason)
+{
+    if (pg->state != PG_DOWN)
+        pg_lose(pg, reason);
+}

@@ -1,0 +1,104 @@
+/* pg_internal: the insides of a PgConn (pg.h), shared by its two halves and nothing else:
+ * pg.c, the connection's life (connecting host after host, setup, heartbeats, deadlines, losing
+ * and retrying), and pg_request.c, the requests (pipelined statements, prepared statements,
+ * reading results and notifications). */
+#ifndef OUTBOX_PG_INTERNAL_H
+#define OUTBOX_PG_INTERNAL_H
+
+#include <ev.h>
+#include <libpq-fe.h>
+#include <stdbool.h>
+
+#include "backoff.h"
+#include "pg.h"
+#include "pg_plan.h"
+
+#define PG_MAX_QUERIES 8
+/* Distinct statements a connection prepares; beyond that, statements are sent unprepared. */
+#define PG_MAX_PREPARED 8
+/* PG_SETUP: connected, the session's timeouts being set; the owner hears "up" after that. */
+typedef enum { PG_DOWN, PG_CONNECTING, PG_SETUP, PG_UP } PgState;
+
+/* A statement prepared (or being prepared) on the current connection. Names are never reused
+ * within a connection: a statement dropped from this list after a failure may still exist on
+ * the server. */
+typedef struct Prepared {
+    char *sql; /* a copy: the statement's identity; NULL = free slot */
+    char name[32];
+} Prepared;
+
+/* What one result of a request answers: the preparing of a statement, or a statement of the
+ * request (run as a prepared one when slot >= 0). */
+typedef struct Expected {
+    bool preparing;
+    int slot; /* the prepared statement's, or -1 */
+} Expected;
+
+struct PgConn {
+    struct ev_loop *loop;
+    char *conninfo;
+    char tag[40]; /* "conn=NAME " in log lines of a named connection, else "" */
+    PGconn *conn;
+    PgState state;
+    PgPlan plan; /* what every attempt passes to libpq, and the hosts to try in turn */
+    int target;  /* the host being tried */
+    double request_timeout_s;
+    bool ever_up;     /* for "connected" vs "reconnected" in the log */
+    bool down_logged; /* the current outage was logged once; retries go to debug */
+    ev_io io;
+    int io_fd, io_events;
+    ev_timer timer;    /* connect timeout while connecting, reconnect delay while down */
+    ev_timer quiet;    /* restarted at every send: a third of the session timeout of silence */
+    ev_timer deadline; /* runs while an answer is outstanding (request_timeout_s) */
+    bool heartbeat;    /* a heartbeat's Sync is in the pipeline, ahead of any request */
+    ev_tstamp heartbeat_sent_at;
+    unsigned long syncs_done; /* answers completed: progress, for the deadline */
+    char *broken;   /* a result said this session is unusable (read-only, shutting down) */
+    ev_timer defer; /* reports a send failure from the loop, not from inside pg_conn_send */
+    char *deferred_loss;
+    Backoff backoff;
+
+    Prepared prepared[PG_MAX_PREPARED];
+    unsigned long prepared_count; /* names given out on this connection */
+
+    /* The request in flight. */
+    bool busy;
+    PgResultFn cb;
+    void *cb_arg;
+    int nqueries, nresults;
+    PGresult *results[PG_MAX_QUERIES];
+    Expected expected[2 * PG_MAX_QUERIES]; /* in send order */
+    int nexpected, nreceived;
+    char *error;
+
+    PgStateFn on_state;
+    PgNotifyFn on_notify;
+    void *arg;
+};
+
+/* ---- pg.c ---- */
+
+/* Watches fd for events (-1: nothing). */
+void pg_set_io(PgConn *pg, int fd, int events);
+/* Connected as far as the socket goes: setting up the session, or up. */
+bool pg_linked(const PgConn *pg);
+/* An answer (a request's or a heartbeat's) is outstanding. */
+bool pg_awaiting(const PgConn *pg);
+/* The connection is gone (or never came up): close it, fail the request, schedule a retry. */
+void pg_lose(PgConn *pg, const char *why);
+
+/* ---- pg_request.c ---- */
+
+/* A new connection has none of the old one's statements. */
+void pg_forget_all_prepared(PgConn *pg);
+/* Fails the request in flight, if any: its callback gets NULL results and reason. */
+void pg_fail_request(PgConn *pg, const char *reason);
+/* Something went to the server: restart the quiet timer, and the deadline unless an earlier
+ * answer is still awaited (its deadline stands). */
+void pg_sent(PgConn *pg, bool was_awaiting);
+/* Reads what has arrived: completes the request (or the heartbeat) whose answer is whole. */
+void pg_read_results(PgConn *pg);
+/* Sends one statement of the connection's own (the session setup) as a request. */
+bool pg_send_internal(PgConn *pg, const char *sql, PgResultFn cb);
+
+#endif

@@ -1,0 +1,182 @@
+/* pg_plan: a connection string turned into the hosts to try and what each attempt passes to
+ * libpq (pg_plan.h). */
+#include "pg_plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void pg_plan_free(PgPlan *plan)
+{
+    for (int i = 0; i < plan->ntargets; i++) {
+        PgTarget *t = &plan->targets[i];
+        free(t->addr.host);
+        free(t->addr.hostaddr);
+        free(t->addr.port);
+        free(t->shown);
+        free(t->last_error);
+    }
+    free(plan->targets);
+    plan->targets = NULL;
+    plan->ntargets = 0;
+    free(plan->keys);
+    free(plan->values);
+    plan->keys = NULL;
+    plan->values = NULL;
+    if (plan->parsed)
+        PQconninfoFree(plan->parsed);
+    memset(plan, 0, sizeof(*plan));
+}
+
+/* Elements in a comma-separated list ("" has one, NULL none). */
+static int list_count(const char *list)
+{
+    if (!list)
+        return 0;
+    int n = 1;
+    for (const char *p = list; *p; p++)
+        n += *p == ',';
+    return n;
+}
+
+/* Element i of a list for host i of n: NULL for no list, the whole list when it is not split
+ * (split false) or has one element (a single port applies to every host, as in libpq). */
+static bool list_item(const char *list, int i, bool split, char **out)
+{
+    *out = NULL;
+    if (!list)
+        return true;
+    if (!split || list_count(list) == 1) {
+        *out = strdup(list);
+        return *out != NULL;
+    }
+    const char *p = list;
+    for (; i > 0; i--)
+        p = strchr(p, ',') + 1;
+    *out = strndup(p, strcspn(p, ","));
+    return *out != NULL;
+}
+
+int pg_hosts_split(const char *host, const char *hostaddr, const char *port, PgHost **out)
+{
+    int nhost = list_count(host), naddr = list_count(hostaddr), nport = list_count(port);
+    int n = nhost > naddr ? nhost : naddr;
+    bool split = n > 1 && (nhost == 0 || nhost == n) && (naddr == 0 || naddr == n) &&
+                 (nport <= 1 || nport == n);
+    if (!split)
+        n = 1;
+    *out = calloc((size_t)n, sizeof(PgHost));
+    if (!*out)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        PgHost *h = &(*out)[i];
+        if (!list_item(host, i, split, &h->host) || !list_item(hostaddr, i, split, &h->hostaddr) ||
+            !list_item(port, i, split, &h->port)) {
+            pg_hosts_free(*out, n);
+            *out = NULL;
+            return 0;
+        }
+    }
+    return n;
+}
+
+void pg_hosts_free(PgHost *hosts, int n)
+{
+    for (int i = 0; hosts && i < n; i++) {
+        free(hosts[i].host);
+        free(hosts[i].hostaddr);
+        free(hosts[i].port);
+    }
+    free(hosts);
+}
+
+/* The value the connection string gives a keyword, else the environment's (PGHOST...). */
+static const char *option_value(const PQconninfoOption *parsed, const PQconninfoOption *defaults,
+                                const char *keyword)
+{
+    for (const PQconninfoOption *o = parsed; o && o->keyword; o++)
+        if (strcmp(o->keyword, keyword) == 0 && o->val)
+            return o->val;
+    for (const PQconninfoOption *o = defaults; o && o->keyword; o++)
+        if (strcmp(o->keyword, keyword) == 0 && o->envvar && o->val && getenv(o->envvar))
+            return o->val;
+    return NULL;
+}
+
+/* Splits the connection string into one target per host, and the parameters every attempt
+ * shares, with the relay's keepalive defaults for what the string leaves unset. Lists libpq
+ * would reject (counts that do not match) are left whole for libpq to report. False only when
+ * out of memory; an unparsable string is left to PQconnectStartParams to report. */
+bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms)
+{
+    char *why = NULL;
+    plan->parsed = PQconninfoParse(conninfo, &why);
+    PQfreemem(why);
+    PQconninfoOption *defaults = PQconndefaults();
+    const char *host = option_value(plan->parsed, defaults, "host");
+    const char *hostaddr = option_value(plan->parsed, defaults, "hostaddr");
+    const char *port = option_value(plan->parsed, defaults, "port");
+    const char *timeout = option_value(plan->parsed, defaults, "connect_timeout");
+    PgHost *hosts = NULL;
+    int n = pg_hosts_split(host, hostaddr, port, &hosts);
+    plan->connect_timeout_s =
+        timeout && atoi(timeout) > 0 ? atoi(timeout) : PG_PLAN_CONNECT_TIMEOUT_S;
+    if (plan->connect_timeout_s < 2)
+        plan->connect_timeout_s = 2; /* libpq's minimum */
+
+    size_t nopts = 0;
+    for (const PQconninfoOption *o = plan->parsed; o && o->keyword; o++)
+        nopts++;
+    /* parsed options + 5 keepalive defaults + host, hostaddr, port + terminator */
+    plan->keys = calloc(nopts + 9, sizeof(char *));
+    plan->values = calloc(nopts + 9, sizeof(char *));
+    plan->targets = n > 0 ? calloc((size_t)n, sizeof(PgTarget)) : NULL;
+    bool ok = plan->keys && plan->values && plan->targets;
+    if (ok && !plan->parsed) {
+        /* Unparsable (main.c checks at start-up, so rarely): libpq reports why at every try. */
+        plan->keys[plan->nparams] = "dbname";
+        plan->values[plan->nparams++] = conninfo;
+        plan->expand_dbname = 1;
+    }
+    for (const PQconninfoOption *o = plan->parsed; ok && o && o->keyword; o++) {
+        if (!o->val || strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0 ||
+            strcmp(o->keyword, "port") == 0)
+            continue;
+        plan->keys[plan->nparams] = o->keyword;
+        plan->values[plan->nparams++] = o->val;
+    }
+    /* Client side of the same bound: a dead server or network is noticed within the session
+     * timeout even while the relay waits for nothing (keepalives) or for an acknowledgement of
+     * what it sent (tcp_user_timeout). */
+    long t = session_timeout_ms;
+    static const char *const keepalive_keys[5] = {"keepalives", "keepalives_idle",
+                                                  "keepalives_interval", "keepalives_count",
+                                                  "tcp_user_timeout"};
+    long keepalive_vals[5] = {1, t / 3000 > 0 ? t / 3000 : 1, t / 9000 > 0 ? t / 9000 : 1, 3, t};
+    for (int i = 0; ok && i < 5; i++) {
+        if (option_value(plan->parsed, NULL, keepalive_keys[i]))
+            continue; /* the user's setting wins */
+        snprintf(plan->keepalive_values[i], sizeof(plan->keepalive_values[i]), "%ld",
+                 keepalive_vals[i]);
+        plan->keys[plan->nparams] = keepalive_keys[i];
+        plan->values[plan->nparams++] = plan->keepalive_values[i];
+    }
+    for (int i = 0; ok && i < n; i++) {
+        PgTarget *tg = &plan->targets[i];
+        tg->addr = hosts[i];
+        hosts[i] = (PgHost){NULL, NULL, NULL}; /* moved */
+        plan->ntargets = i + 1;
+        const char *shown = tg->addr.host && *tg->addr.host ? tg->addr.host
+                            : tg->addr.hostaddr             ? tg->addr.hostaddr
+                                                            : "(default)";
+        const char *shown_port = tg->addr.port ? tg->addr.port : "";
+        size_t len = strlen(shown) + strlen(shown_port) + 2;
+        tg->shown = malloc(len);
+        if (tg->shown)
+            snprintf(tg->shown, len, "%s:%s", shown, shown_port);
+        ok = tg->shown != NULL;
+    }
+    pg_hosts_free(hosts, n);
+    PQconninfoFree(defaults);
+    return ok;
+}

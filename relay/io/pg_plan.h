@@ -1,0 +1,59 @@
+/* pg_plan: how a connection string is tried — the hosts of its host list, one after the other
+ * (libpq's multi-host form, for failover), and the parameters every attempt passes to
+ * PQconnectStartParams: the string's own, without host, hostaddr and port (which come from the
+ * host being tried), plus the relay's keepalive defaults for what the string leaves unset. */
+#ifndef OUTBOX_PG_PLAN_H
+#define OUTBOX_PG_PLAN_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+
+/* A connection attempt to one host that has not completed after this long (when the URL sets no
+ * connect_timeout) moves on to the next host: libpq enforces connect_timeout only in blocking
+ * mode, so a black-holed host would otherwise stall the attempt until TCP gives up (minutes). */
+#define PG_PLAN_CONNECT_TIMEOUT_S 10.0
+
+/* One host of a connection string's host list. NULL fields: not given (libpq's default). */
+typedef struct PgHost {
+    char *host, *hostaddr, *port;
+} PgHost;
+
+/* Pure: pairs libpq's comma-separated host, hostaddr and port lists (each may be NULL) into one
+ * entry per host, as libpq does: element i of each list, a single port for every host. Lists
+ * libpq would reject (counts that differ) give one entry holding them whole, for libpq to
+ * report. Returns the number of entries (>= 1) with a new array in *out (pg_hosts_free), or 0
+ * when out of memory. */
+int pg_hosts_split(const char *host, const char *hostaddr, const char *port, PgHost **out)
+    __attribute__((warn_unused_result));
+
+/* Frees what pg_hosts_split returned (n entries); NULL is fine. */
+void pg_hosts_free(PgHost *hosts, int n);
+
+/* One host of the connection string, tried in turn. */
+typedef struct PgTarget {
+    PgHost addr;
+    char *shown;      /* "host:port" for the logs */
+    char *last_error; /* the failure last logged for this host, until it connects (pg.c's) */
+} PgTarget;
+
+typedef struct PgPlan {
+    const char **keys, **values; /* for PQconnectStartParams; host entries filled per attempt */
+    int nparams, expand_dbname;
+    PQconninfoOption *parsed; /* owns the strings in values */
+    char keepalive_values[5][16];
+    PgTarget *targets;
+    int ntargets;
+    double connect_timeout_s; /* per host: the string's connect_timeout, at least 2 s */
+} PgPlan;
+
+/* Fills plan (zeroed) from conninfo, which must outlive it. The keepalives and tcp_user_timeout
+ * are derived from session_timeout_ms, so that a dead server or network is noticed within it.
+ * Returns false only when out of memory; an unparsable string is left for libpq to report at
+ * every attempt. pg_plan_free releases the plan either way. */
+bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms)
+    __attribute__((warn_unused_result));
+
+/* Releases what pg_plan_make allocated and zeroes plan. */
+void pg_plan_free(PgPlan *plan);
+
+#endif

@@ -1,0 +1,229 @@
+#include "route.h"
+
+#include "log.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool topic_char_ok(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+}
+
+/* Expands {aggregate_type} (or ${routedByValue}) and {event_type}; returns false on an unknown
+ * placeholder or overflow. Character legality is checked separately so the error can say which rule
+ * broke. */
+static bool expand(const char *tmpl, const char *aggregate_type, const char *event_type, char *out,
+                   size_t outlen, char *err, size_t errlen)
+{
+    size_t o = 0;
+    for (const char *p = tmpl; *p;) {
+        const char *sub = NULL;
+        size_t skip = 1;
+        if (strncmp(p, "${routedByValue}", 16) == 0) {
+            sub = aggregate_type;
+            skip = 16;
+        } else if (*p == '{') {
+            if (strncmp(p, "{aggregate_type}", 16) == 0) {
+                sub = aggregate_type;
+                skip = 16;
+            } else if (strncmp(p, "{event_type}", 12) == 0) {
+                sub = event_type;
+                skip = 12;
+            } else {
+                snprintf(err, errlen,
+                         "unknown placeholder in topic template at '%.20s' (use {aggregate_type} "
+                         "or {event_type})",
+                         p);
+                return false;
+            }
+        }
+        size_t n = sub ? strlen(sub) : 1;
+        if (o + n >= outlen) {
+            snprintf(err, errlen, "topic name longer than %d characters", ROUTE_TOPIC_MAX);
+            return false;
+        }
+        memcpy(out + o, sub ? sub : p, n);
+        o += n;
+        p += skip;
+    }
+    out[o] = '\0';
+    return true;
+}
+
+static bool topic_legal(const char *topic, char *err, size_t errlen)
+{
+    size_t len = strlen(topic);
+    if (len == 0) {
+        snprintf(err, errlen, "topic name is empty");
+        return false;
+    }
+    if (len > ROUTE_TOPIC_MAX) {
+        snprintf(err, errlen, "topic name longer than %d characters", ROUTE_TOPIC_MAX);
+        return false;
+    }
+    if (strcmp(topic, ".") == 0 || strcmp(topic, "..") == 0) {
+        snprintf(err, errlen, "topic name '%s' is not allowed", topic);
+        return false;
+    }
+    for (const char *p = topic; *p; p++) {
+        if (!topic_char_ok(*p)) {
+            snprintf(err, errlen,
+                     "topic name '%.64s' has a character outside [a-zA-Z0-9._-] at offset %zu",
+                     topic, (size_t)(p - topic));
+            return false;
+        }
+    }
+    return true;
+}
+
+bool route_template_check(const char *tmpl, bool per_topic_order, char *err, size_t errlen)
+{
+    char topic[ROUTE_TOPIC_MAX + 2];
+    char why[256];
+    if (!per_topic_order && strstr(tmpl, "{event_type}")) {
+        snprintf(err, errlen,
+                 "--topic-template '%.64s': {event_type} sends one aggregate's events to several "
+                 "topics, where their order cannot be kept; add --order-scope topic to accept "
+                 "order per aggregate within each topic only",
+                 tmpl);
+        log_one_line(err);
+        return false;
+    }
+    /* Placeholders stand for one legal character so only the template's own text is judged. */
+    if (!expand(tmpl, "x", "x", topic, sizeof(topic), why, sizeof(why)) ||
+        !topic_legal(topic, why, sizeof(why))) {
+        snprintf(err, errlen, "--topic-template '%.64s': %s", tmpl, why);
+        log_one_line(err);
+        return false;
+    }
+    return true;
+}
+
+bool route_topic(const char *tmpl, const OutboxRow *row, char *out, size_t outlen, char *err,
+                 size_t errlen)
+{
+    char topic[ROUTE_TOPIC_MAX + 2];
+    if (!expand(tmpl, row->aggregate_type, row->event_type, topic, sizeof(topic), err, errlen) ||
+        !topic_legal(topic, err, errlen))
+        return false;
+    if (strlen(topic) >= outlen) {
+        snprintf(err, errlen, "topic buffer too small");
+        return false;
+    }
+    memcpy(out, topic, strlen(topic) + 1);
+    return true;
+}
+
+static bool reserved_header(const char *name, bool identity_headers)
+{
+    return strcmp(name, "id") == 0 || (identity_headers && (strcmp(name, "event_type") == 0 ||
+                                                            strcmp(name, "aggregate_type") == 0));
+}
+
+static bool add_row_headers(rd_kafka_headers_t *hdrs, const char *json, bool identity_headers,
+                            char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t *obj = json_loads(json, 0, &jerr);
+    if (!obj || !json_is_object(obj)) {
+        snprintf(err, errlen, "headers column is not a JSON object%s%s", obj ? "" : ": ",
+                 obj ? "" : jerr.text);
+        json_decref(obj);
+        return false;
+    }
+    const char *name;
+    json_t *value;
+    json_object_foreach(obj, name, value)
+    {
+        if (reserved_header(name, identity_headers))
+            continue;
+        if (json_is_string(value)) {
+            rd_kafka_header_add(hdrs, name, -1, json_string_value(value),
+                                (ssize_t)json_string_length(value));
+        } else if (json_is_null(value)) {
+            rd_kafka_header_add(hdrs, name, -1, NULL, 0);
+        } else {
+            char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+            if (text)
+                rd_kafka_header_add(hdrs, name, -1, text, -1);
+            free(text);
+        }
+    }
+    json_decref(obj);
+    return true;
+}
+
+static void add_identity_headers(rd_kafka_headers_t *hdrs, const OutboxRow *row,
+                                 bool identity_headers)
+{
+    rd_kafka_header_add(hdrs, "id", -1, row->event_id, -1);
+    if (!identity_headers)
+        return;
+    rd_kafka_header_add(hdrs, "event_type", -1, row->event_type, -1);
+    rd_kafka_header_add(hdrs, "aggregate_type", -1, row->aggregate_type, -1);
+}
+
+rd_kafka_headers_t *route_headers(const OutboxRow *row, bool identity_headers, char *err,
+                                  size_t errlen)
+{
+    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(8);
+    if ((row->headers && !add_row_headers(hdrs, row->headers, identity_headers, err, errlen)) ||
+        (row->extra_headers &&
+         !add_row_headers(hdrs, row->extra_headers, identity_headers, err, errlen))) {
+        rd_kafka_headers_destroy(hdrs);
+        return NULL;
+    }
+    add_identity_headers(hdrs, row, identity_headers);
+    return hdrs;
+}
+
+rd_kafka_headers_t *route_dead_letter_headers(const OutboxRow *row, bool identity_headers,
+                                              const char *error, int attempts,
+                                              const char *original_topic)
+{
+    char why[256], count[16];
+    rd_kafka_headers_t *hdrs = route_headers(row, identity_headers, why, sizeof(why));
+    if (!hdrs) {
+        hdrs = rd_kafka_headers_new(8);
+        add_identity_headers(hdrs, row, identity_headers);
+    }
+    snprintf(count, sizeof(count), "%d", attempts);
+    rd_kafka_header_add(hdrs, "dlq.error", -1, error ? error : "", -1);
+    rd_kafka_header_add(hdrs, "dlq.attempts", -1, count, -1);
+    rd_kafka_header_add(hdrs, "dlq.original_topic", -1, original_topic, -1);
+    return hdrs;
+}
+
+bool route_topic_name_check(const char *option, const char *topic, char *err, size_t errlen)
+{
+    char why[256];
+    if (topic_legal(topic, why, sizeof(why)))
+        return true;
+    snprintf(err, errlen, "%s '%.64s': %s", option, topic, why);
+    log_one_line(err);
+    return false;
+}
+
+/* The attributes of the CloudEvents Kafka protocol binding, binary content mode (ce_ headers). */
+static const char *const ce_names[] = {"ce_specversion", "ce_id",      "ce_source",   "ce_type",
+                                       "ce_time",        "ce_subject", "content-type"};
+
+void route_cloudevents_add(rd_kafka_headers_t *hdrs, const OutboxRow *row, const char *source,
+                           const char *content_type)
+{
+    /* A row's own headers of these names would make the event say something else. */
+    for (size_t i = 0; i < sizeof(ce_names) / sizeof(ce_names[0]); i++)
+        rd_kafka_header_remove(hdrs, ce_names[i]);
+    rd_kafka_header_add(hdrs, "ce_specversion", -1, "1.0", -1);
+    rd_kafka_header_add(hdrs, "ce_id", -1, row->event_id, -1);
+    rd_kafka_header_add(hdrs, "ce_source", -1, source, -1);
+    rd_kafka_header_add(hdrs, "ce_type", -1, row->event_type, -1);
+    if (row->created_at)
+        rd_kafka_header_add(hdrs, "ce_time", -1, row->created_at, -1);
+    rd_kafka_header_add(hdrs, "ce_subject", -1, row->aggregate_id, -1);
+    rd_kafka_header_add(hdrs, "content-type", -1, content_type, -1);
+}

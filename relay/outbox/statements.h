@@ -1,0 +1,185 @@
+/* statements: every statement a relay session sends about the outbox, in one place.
+ *
+ * The statements on the table are templates: table.h expands their {placeholders} to the
+ * configured table and columns once a connection is up (session_sql_templates, indexed by
+ * SessionSql). The fixed ones (transaction control, planner settings, the wakeup functions of
+ * migrations/0007_wakeup_lock.sql) are string literals. What each statement does and why it is
+ * written so is said beside it in statements.c. Nothing here runs anything. */
+#ifndef OUTBOX_STATEMENTS_H
+#define OUTBOX_STATEMENTS_H
+
+#include "schema.h"
+
+/* The channel producers notify (migrations/0004, 0007) and sessions LISTEN on. */
+#define WAKEUP_CHANNEL "outbox_relay"
+#define SQL_LISTEN "LISTEN " WAKEUP_CHANNEL
+#define SQL_BEGIN "BEGIN"
+#define SQL_COMMIT "COMMIT"
+#define SQL_ROLLBACK "ROLLBACK"
+
+/* For the claim that follows, within its transaction: walk the unsent index in order instead of
+ * collecting and sorting every unsent row. The planner picks the sort when the table has no
+ * statistics yet (a new outbox until autovacuum first analyzes it, up to a minute after its first
+ * rows); each claim then reads the whole backlog (measured: 200-675 ms instead of 1.4 ms a claim
+ * at 200,000 unsent rows). Test 31 keeps it so. No JIT: the claim around locks is estimated
+ * above jit_above_cost on a large backlog, and compiling it took 0.9 s a claim (measured, 200,000
+ * unsent rows) to save nothing. lock_timeout: see SQL_CLAIM. */
+#define CLAIM_LOCK_TIMEOUT_MS "200"
+#define SQL_CLAIM_PLAN                                                                             \
+    "SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true)," \
+    " set_config('jit', 'off', true), set_config('lock_timeout', '" CLAIM_LOCK_TIMEOUT_MS          \
+    "', true)"
+/* Before the marks, in the claim's transaction: they wait as long as they need (a table lock
+ * some DDL holds, say), rather than fail after the claim's lock_timeout. */
+#define SQL_MARK_PLAN "SELECT set_config('lock_timeout', '0', true)"
+
+/* Going to sleep and waking up (migrations/0007_wakeup_lock.sql): outbox_relay_sleep() answers
+ * 'guard' (this session now holds the wakeup lock: producers notify), 'follow' (another session
+ * holds it) or 'busy' (producers are mid-transaction: ask again shortly). A guard gives the lock
+ * up with outbox_relay_wake(), which also wakes the followers to ask again (see wakeup.h). */
+#define SQL_SLEEP "SELECT outbox_relay_sleep()"
+#define SQL_WAKE "SELECT outbox_relay_wake()"
+#define GUARD_LEFT "guard left" /* the payload of outbox_relay_wake's notification */
+
+/* The backlog, in one pass over the unsent rows (the partial index on unsent rows keeps it off
+ * the sent ones): the upkeep's gauges and `status` both read it, columns as BacklogColumn. A
+ * template: {table} is expanded by table.h. */
+#define SQL_BACKLOG                                                                                \
+    "SELECT count(*) FILTER (WHERE dead_at IS NULL),"                                              \
+    " count(*) FILTER (WHERE dead_at IS NULL AND attempts > 0),"                                   \
+    " count(*) FILTER (WHERE dead_at IS NOT NULL),"                                                \
+    " extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL))::float8"          \
+    " FROM {table} WHERE sent_at IS NULL"
+typedef enum {
+    BACKLOG_UNSENT,       /* not sent, not dead */
+    BACKLOG_RETRYING,     /* of those, failed at least once */
+    BACKLOG_DEAD,         /* dead-lettered, not requeued */
+    BACKLOG_OLDEST_AGE_S, /* seconds since the oldest unsent row was created; NULL: none */
+} BacklogColumn;
+
+/* The templates, by what they do (statements.c says how). */
+typedef enum {
+    SQL_CLAIM_HOLD, /* the claim with --on-poison hold: $1 rows, $2 lanes, $3 bytes, $4 max */
+    SQL_CLAIM_SKIP, /* the same with --on-poison skip */
+    SQL_CLAIM_HOLD_AROUND_LOCKS, /* the claims that go around rows others have locked */
+    SQL_CLAIM_SKIP_AROUND_LOCKS,
+    SQL_FIND_LOCKER,        /* which backend holds the first locked row, for the log */
+    SQL_CLAIM_DEAD,         /* dead events not yet published to the dead-letter topic */
+    SQL_MARK_SENT,          /* $1 ids: sent_at */
+    SQL_DELETE_SENT,        /* $1 ids: deleted (--on-sent delete) */
+    SQL_MARK_FAILED,        /* $1 ids, $2 errors, $3 permanent, $4 max attempts, $5/$6 backoff */
+    SQL_MARK_DEAD_LETTERED, /* $1 ids published to the dead-letter topic $2 */
+    SQL_MARK_DEAD_LETTER_FAILED, /* $1 ids, $2 errors */
+    SESSION_SQL_COUNT
+} SessionSql;
+
+/* The claim that goes around locked rows for each plain claim. */
+#define SQL_AROUND_LOCKS_OF(claim) ((claim) + (SQL_CLAIM_HOLD_AROUND_LOCKS - SQL_CLAIM_HOLD))
+
+/* Templates for table_sql_all (table.h), indexed by SessionSql. */
+extern const char *const session_sql_templates[SESSION_SQL_COUNT];
+
+/* ---- the lane group (lanes.h): advisory locks with the keys of schema.h ---- */
+
+/* A free member slot, taken: $1 the slot count. */
+#define SQL_LANES_JOIN                                                                             \
+    "SELECT s FROM generate_series(0, $1::int - 1) AS s"                                           \
+    " WHERE pg_try_advisory_lock(" LOCK_NS_MEMBER ", s) LIMIT 1"
+/* The member slots of live sessions, of all relays on this database. */
+#define SQL_LANES_MEMBERS                                                                          \
+    "SELECT objid::int FROM pg_locks"                                                              \
+    " WHERE locktype = 'advisory' AND classid = " LOCK_NS_MEMBER "::oid AND objsubid = 2"          \
+    " AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())" \
+    " ORDER BY 1"
+/* Of the lanes $1, those this session could lock now. */
+#define SQL_LOCK_LANES                                                                             \
+    "SELECT l FROM unnest($1::int[]) AS l WHERE pg_try_advisory_lock(" LOCK_NS_LANE ", l)"
+/* Gives the lanes $1 up. */
+#define SQL_UNLOCK_LANES                                                                           \
+    "SELECT count(*) FILTER (WHERE pg_advisory_unlock(" LOCK_NS_LANE ", l))"                       \
+    " FROM unnest($1::int[]) AS l"
+
+/* ---- status (relay/cmd/status.c) ---- */
+
+/* Uses the index on sent_at (migrations/0005). */
+#define SQL_THROUGHPUT "SELECT count(*) FROM {table} WHERE sent_at > now() - interval '60 seconds'"
+/* A relay session is alive while it holds a member-slot lock (see lanes.h); its lanes are the
+ * lane locks of the same session (a relay runs --sessions of them). pg_stat_activity shows the
+ * client address and start time only for sessions the role may see (its own, or all with
+ * pg_read_all_stats): NULL otherwise. */
+#define SQL_RELAYS                                                                                 \
+    "SELECT m.objid::int, m.pid,"                                                                  \
+    " (SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory'"                              \
+    "  AND l.classid = " LOCK_NS_LANE "::oid AND l.objsubid = 2 AND l.granted"                     \
+    "  AND l.pid = m.pid AND l.database = m.database),"                                            \
+    " host(a.client_addr), a.client_port,"                                                         \
+    " to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"               \
+    " FROM pg_locks m LEFT JOIN pg_stat_activity a ON a.pid = m.pid"                               \
+    " WHERE m.locktype = 'advisory' AND m.classid = " LOCK_NS_MEMBER "::oid"                       \
+    " AND m.objsubid = 2 AND m.granted"                                                            \
+    " AND m.database = (SELECT oid FROM pg_database WHERE datname = current_database())"           \
+    " ORDER BY 1"
+
+/* ---- dead, requeue, purge-dead (relay/cmd/admin.c) ---- */
+
+/* Statement templates for the configured table (relay/outbox/table.h). An event is named by its
+ * order column ({seq}: id in the relay's own table), which is what --id takes. */
+#define SQL_DEAD                                                                                   \
+    "SELECT {seq}, {event_id}, {aggregate_type}, {aggregate_id}, {event_type}, attempts,"          \
+    " rejections, to_char(dead_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),"          \
+    " coalesce(dead_letter_topic, ''), coalesce(last_error, '')"                                   \
+    " FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL ORDER BY {seq}"
+#define SQL_REQUEUE                                                                                \
+    "UPDATE {table} SET dead_at = NULL, rejections = 0, next_attempt_at = NULL,"                   \
+    " dead_letter_topic = NULL WHERE dead_at IS NOT NULL AND sent_at IS NULL"                      \
+    " AND ($1::bigint IS NULL OR {seq} = $1::bigint)"
+/* Deleting a dead event gives up on it for good; like requeue it touches dead rows only. */
+#define SQL_PURGE_DEAD                                                                             \
+    "DELETE FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL"                            \
+    " AND ($1::bigint IS NULL OR {seq} = $1::bigint)"
+
+/* ---- upkeep (relay/engine/upkeep.c): its own connection ---- */
+
+/* The oldest snapshot holding back vacuum: a session's xmin (a long or forgotten transaction, a
+ * standby's hot_standby_feedback through its walsender), a replication slot's xmin, or a prepared
+ * transaction. Rows of other roles' sessions show only to a role with pg_read_all_stats (README,
+ * "Dead rows and old snapshots"). */
+#define SQL_HORIZON                                                                                \
+    "SELECT kind, who, app, state, secs, xids FROM ("                                              \
+    " SELECT 'session' AS kind, a.pid::text AS who, coalesce(a.application_name, '') AS app,"      \
+    " coalesce(a.state, '') AS state,"                                                             \
+    " extract(epoch FROM now() - coalesce(a.xact_start, a.backend_start))::float8 AS secs,"        \
+    " age(a.backend_xmin)::bigint AS xids"                                                         \
+    " FROM pg_stat_activity a WHERE a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()"      \
+    " UNION ALL SELECT 'replication slot', s.slot_name::text, '', CASE WHEN s.active THEN "        \
+    "'active'"                                                                                     \
+    " ELSE 'inactive' END, NULL, age(s.xmin)::bigint"                                              \
+    " FROM pg_replication_slots s WHERE s.xmin IS NOT NULL"                                        \
+    " UNION ALL SELECT 'prepared transaction', p.gid, '', 'prepared',"                             \
+    " extract(epoch FROM now() - p.prepared)::float8, age(p.transaction)::bigint"                  \
+    " FROM pg_prepared_xacts p) h ORDER BY xids DESC LIMIT 1"
+
+/* Sent rows older than $1 seconds, at most `batch` (a number, as text) of them per statement.
+ * Sent rows only (dead-lettered rows have no sent_at and stay until requeued or purged), through
+ * the index on sent_at of migrations/0005. Rows another relay is deleting right now are skipped,
+ * not waited for. A template. */
+#define SQL_RETENTION(batch)                                                                       \
+    "DELETE FROM {table} WHERE {seq} IN (SELECT {seq} FROM {table}"                                \
+    " WHERE sent_at < now() - make_interval(secs => $1::float8)"                                   \
+    " LIMIT " batch " FOR UPDATE SKIP LOCKED)"
+
+/* ---- verify (relay/cmd/verify.c) ---- */
+
+/* The rows marked sent in the last $1 seconds, in order: seq, event id, aggregate, event type. */
+#define SQL_VERIFY_ROWS                                                                            \
+    "SELECT {seq}, {event_id}::text, coalesce({aggregate_type}::text, ''),"                        \
+    " coalesce({aggregate_id}::text, ''), coalesce({event_type}::text, '') FROM {table}"           \
+    " WHERE sent_at >= now() - make_interval(secs => $1::float8) ORDER BY {seq}"
+/* The database's clock, in milliseconds since the epoch. */
+#define SQL_VERIFY_NOW "SELECT (extract(epoch FROM now()) * 1000)::bigint"
+/* For each event id of the array $1, in order, whether a row of the table has it. */
+#define SQL_VERIFY_KNOWN_IDS                                                                       \
+    "SELECT EXISTS (SELECT 1 FROM {table} o WHERE o.{event_id}::text = x.id)"                      \
+    " FROM unnest($1::text[]) WITH ORDINALITY AS x(id, n) ORDER BY x.n"
+
+#endif

@@ -1,0 +1,359 @@
+#include "table.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db.h"
+#include "optval.h"
+#include "strbuf.h"
+
+/* PostgreSQL truncates longer identifiers (NAMEDATALEN - 1), which would silently name another
+ * column than the one configured. */
+#define IDENT_MAX 63
+/* jsonb_build_object takes at most 100 arguments: two per header. */
+#define EXTRA_MAX 32
+
+typedef struct LayoutDefaults {
+    const char *seq, *event_id, *aggregate_type, *aggregate_id, *event_type, *payload, *headers;
+    bool identity_headers;
+} LayoutDefaults;
+
+static const LayoutDefaults layout_defaults[] = {
+    [LAYOUT_RELAY] = {"id", "event_id", "aggregate_type", "aggregate_id", "event_type", "payload",
+                      "headers", true},
+    /* Debezium's outbox table has no order column of its own (Debezium reads the WAL in commit
+     * order); migrate adds "seq", a bigint identity, for the relay to claim in. */
+    [LAYOUT_DEBEZIUM] = {"seq", "id", "aggregatetype", "aggregateid", "type", "payload", NULL,
+                         false},
+};
+
+static bool ident_ok(const char *what, const char *name, char *err, size_t errlen)
+{
+    if (!name || !*name)
+        return optval_fail(err, errlen, "%s: empty name", what);
+    if (strlen(name) > IDENT_MAX)
+        return optval_fail(err, errlen, "%s '%.40s...': longer than %d bytes", what, name,
+                           IDENT_MAX);
+    return true;
+}
+
+/* Copies the configured name, or the default, after checking it. */
+static bool pick(char **slot, const char *what, const char *given, const char *def, char *err,
+                 size_t errlen)
+{
+    const char *name = given ? given : def;
+    if (!ident_ok(what, name, err, errlen))
+        return false;
+    *slot = strdup(name);
+    return *slot != NULL || optval_fail(err, errlen, "out of memory");
+}
+
+static bool reserved_header(const TableMap *m, const char *name)
+{
+    return strcmp(name, "id") == 0 ||
+           (m->identity_headers &&
+            (strcmp(name, "event_type") == 0 || strcmp(name, "aggregate_type") == 0));
+}
+
+/* "column:header[:name]" entries separated by commas, as Debezium's
+ * table.fields.additional.placement; only the header placement has a meaning here. */
+static bool parse_placements(TableMap *m, const char *text, char *err, size_t errlen)
+{
+    char *copy = strdup(text);
+    if (!copy)
+        return optval_fail(err, errlen, "out of memory");
+    bool ok = true;
+    char *save = NULL;
+    for (char *entry = strtok_r(copy, ",", &save); ok && entry;
+         entry = strtok_r(NULL, ",", &save)) {
+        while (*entry == ' ')
+            entry++;
+        size_t len = strlen(entry);
+        while (len > 0 && entry[len - 1] == ' ')
+            entry[--len] = '\0';
+        char *placement = strchr(entry, ':');
+        char *name = placement ? strchr(placement + 1, ':') : NULL;
+        if (placement)
+            *placement++ = '\0';
+        if (name)
+            *name++ = '\0';
+        if (!placement || strchr(name ? name : placement, ':')) {
+            ok =
+                optval_fail(err, errlen,
+                            "additional-fields: expected COLUMN:header[:NAME], got '%.60s'", entry);
+            break;
+        }
+        if (strcmp(placement, "header") != 0) {
+            ok = optval_fail(err, errlen,
+                             "additional-fields: placement '%.20s' of column '%.40s' is not "
+                             "supported (only header)",
+                             placement, entry);
+            break;
+        }
+        if (!name)
+            name = entry;
+        if (!ident_ok("additional-fields: column", entry, err, errlen)) {
+            ok = false;
+            break;
+        }
+        if (!*name || reserved_header(m, name)) {
+            ok = optval_fail(err, errlen, "additional-fields: header name '%.40s' %s", name,
+                             *name ? "is set by the relay itself" : "is empty");
+            break;
+        }
+        for (size_t i = 0; i < m->n_extra; i++)
+            if (strcmp(m->extra[i].header, name) == 0)
+                ok =
+                    optval_fail(err, errlen, "additional-fields: header '%.40s' named twice", name);
+        if (ok && m->n_extra == EXTRA_MAX)
+            ok = optval_fail(err, errlen, "additional-fields: more than %d columns", EXTRA_MAX);
+        if (!ok)
+            break;
+        TableHeader *grown = realloc(m->extra, (m->n_extra + 1) * sizeof(*grown));
+        if (!grown) {
+            ok = optval_fail(err, errlen, "out of memory");
+            break;
+        }
+        m->extra = grown;
+        TableHeader h = {strdup(entry), strdup(name)};
+        if (!h.column || !h.header) {
+            free(h.column);
+            free(h.header);
+            ok = optval_fail(err, errlen, "out of memory");
+            break;
+        }
+        m->extra[m->n_extra++] = h;
+    }
+    free(copy);
+    return ok;
+}
+
+bool table_map_init(TableMap *m, const TableOptions *o, char *err, size_t errlen)
+{
+    memset(m, 0, sizeof(*m));
+    m->layout = o->layout;
+    const LayoutDefaults *d = &layout_defaults[o->layout];
+    m->identity_headers = d->identity_headers;
+
+    const char *table = o->table ? o->table : "outbox";
+    const char *dot = strchr(table, '.');
+    if (dot) {
+        if (strchr(dot + 1, '.'))
+            return optval_fail(err, errlen, "table '%.80s': expected NAME or SCHEMA.NAME", table);
+        m->schema = strndup(table, (size_t)(dot - table));
+        if (!m->schema)
+            return optval_fail(err, errlen, "out of memory");
+        if (!ident_ok("table: schema", m->schema, err, errlen))
+            return false;
+        table = dot + 1;
+    }
+    if (!pick(&m->name, "table", table, NULL, err, errlen) ||
+        !pick(&m->seq, "seq-column", o->seq_column, d->seq, err, errlen) ||
+        !pick(&m->event_id, "event-id-column", o->event_id_column, d->event_id, err, errlen) ||
+        !pick(&m->aggregate_type, "aggregate-type-column", o->aggregate_type_column,
+              d->aggregate_type, err, errlen) ||
+        !pick(&m->aggregate_id, "aggregate-id-column", o->aggregate_id_column, d->aggregate_id, err,
+              errlen) ||
+        !pick(&m->event_type, "event-type-column", o->event_type_column, d->event_type, err,
+              errlen) ||
+        !pick(&m->payload, "payload-column", o->payload_column, d->payload, err, errlen))
+        return false;
+    const char *headers = o->headers_column ? o->headers_column : d->headers;
+    if (headers && strcmp(headers, "none") != 0 &&
+        !pick(&m->headers, "headers-column", headers, NULL, err, errlen))
+        return false;
+    if (o->additional_fields && !parse_placements(m, o->additional_fields, err, errlen))
+        return false;
+    return true;
+}
+
+void table_map_free(TableMap *m)
+{
+    char **names[] = {&m->schema,     &m->name,           &m->seq,
+                      &m->event_id,   &m->aggregate_type, &m->aggregate_id,
+                      &m->event_type, &m->payload,        &m->headers};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        free(*names[i]);
+        *names[i] = NULL;
+    }
+    for (size_t i = 0; i < m->n_extra; i++) {
+        free(m->extra[i].column);
+        free(m->extra[i].header);
+    }
+    free(m->extra);
+    m->extra = NULL;
+    m->n_extra = 0;
+}
+
+static bool same(const char *a, const char *b)
+{
+    return a && b && strcmp(a, b) == 0;
+}
+
+bool table_map_is_own(const TableMap *m)
+{
+    const LayoutDefaults *d = &layout_defaults[LAYOUT_RELAY];
+    return !m->schema && same(m->name, "outbox") && same(m->seq, d->seq) &&
+           same(m->event_id, d->event_id) && same(m->aggregate_type, d->aggregate_type) &&
+           same(m->aggregate_id, d->aggregate_id) && same(m->event_type, d->event_type) &&
+           same(m->payload, d->payload) && same(m->headers, d->headers);
+}
+
+const char *table_map_display(const TableMap *m, char *buf, size_t buflen)
+{
+    snprintf(buf, buflen, "%s%s%s", m->schema ? m->schema : "", m->schema ? "." : "", m->name);
+    return buf;
+}
+
+/* ---- SQL templates ------------------------------------------------------------------------ */
+
+/* strbuf_puts for use in && chains (it aborts when out of memory). */
+static bool put(StrBuf *sb, const char *s)
+{
+    strbuf_puts(sb, s);
+    return true;
+}
+
+/* Appends text quoted by quote (PQescapeIdentifier or PQescapeLiteral, which share a signature);
+ * `what` names the kind in the error. */
+static bool append_quoted(StrBuf *sb, PGconn *conn, char *(*quote)(PGconn *, const char *, size_t),
+                          const char *what, const char *text, char *err, size_t errlen)
+{
+    char *quoted = quote(conn, text, strlen(text));
+    if (!quoted)
+        return optval_fail(err, errlen, "cannot quote %s: %s", what,
+                           db_error_line(PQerrorMessage(conn)));
+    strbuf_puts(sb, quoted);
+    PQfreemem(quoted);
+    return true;
+}
+
+static bool append_ident(StrBuf *sb, PGconn *conn, const char *name, char *err, size_t errlen)
+{
+    return append_quoted(sb, conn, PQescapeIdentifier, "identifier", name, err, errlen);
+}
+
+static bool append_literal(StrBuf *sb, PGconn *conn, const char *text, char *err, size_t errlen)
+{
+    return append_quoted(sb, conn, PQescapeLiteral, "literal", text, err, errlen);
+}
+
+static bool append_index_name(StrBuf *sb, PGconn *conn, const TableMap *m, const char *suffix,
+                              char *err, size_t errlen)
+{
+    char name[IDENT_MAX * 2 + 16];
+    snprintf(name, sizeof(name), "%s%s", m->name, suffix);
+    /* As PostgreSQL would truncate it (minus its notice), at a character boundary. */
+    size_t len = strlen(name) > IDENT_MAX ? IDENT_MAX : strlen(name);
+    while (len > 0 && ((unsigned char)name[len] & 0xC0) == 0x80)
+        len--;
+    name[len] = '\0';
+    return append_ident(sb, conn, name, err, errlen);
+}
+
+static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char *token, size_t len,
+                         char *err, size_t errlen)
+{
+#define IS(t) (len == strlen(t) && strncmp(token, t, len) == 0)
+    if (IS("table")) {
+        if (m->schema && (!append_ident(sb, conn, m->schema, err, errlen) || !put(sb, ".")))
+            return false;
+        return append_ident(sb, conn, m->name, err, errlen);
+    }
+    const struct {
+        const char *token;
+        const char *column;
+    } columns[] = {{"seq", m->seq},
+                   {"event_id", m->event_id},
+                   {"aggregate_type", m->aggregate_type},
+                   {"aggregate_id", m->aggregate_id},
+                   {"event_type", m->event_type},
+                   {"payload", m->payload}};
+    for (size_t i = 0; i < sizeof(columns) / sizeof(columns[0]); i++)
+        if (IS(columns[i].token))
+            return append_ident(sb, conn, columns[i].column, err, errlen);
+    if (IS("headers")) {
+        if (!m->headers)
+            return optval_fail(err, errlen, "the table has no headers column");
+        return append_ident(sb, conn, m->headers, err, errlen);
+    }
+    if (IS("o.headers")) {
+        if (!m->headers)
+            return put(sb, "NULL::text");
+        return put(sb, "o.") && append_ident(sb, conn, m->headers, err, errlen) &&
+               put(sb, "::text");
+    }
+    if (IS("o.extra_headers")) {
+        if (m->n_extra == 0)
+            return put(sb, "NULL::text");
+        put(sb, "jsonb_build_object(");
+        for (size_t i = 0; i < m->n_extra; i++) {
+            if ((i > 0 && !put(sb, ", ")) ||
+                !append_literal(sb, conn, m->extra[i].header, err, errlen) || !put(sb, ", o.") ||
+                !append_ident(sb, conn, m->extra[i].column, err, errlen) || !put(sb, "::text"))
+                return false;
+        }
+        return put(sb, ")::text");
+    }
+    if (IS("unsent_idx"))
+        return append_index_name(sb, conn, m, "_unsent_idx", err, errlen);
+    if (IS("retry_idx"))
+        return append_index_name(sb, conn, m, "_retry_idx", err, errlen);
+    if (IS("seq_idx"))
+        return append_index_name(sb, conn, m, "_seq_idx", err, errlen);
+    if (IS("sent_idx"))
+        return append_index_name(sb, conn, m, "_sent_at_idx", err, errlen);
+#undef IS
+    return optval_fail(err, errlen, "unknown placeholder {%.*s} in a statement template", (int)len,
+                       token);
+}
+
+/* A placeholder is {name} with name made of lower-case letters, '_' and '.'; anything else
+ * between braces (a JSON or array literal, say) is SQL text. */
+static size_t token_length(const char *p)
+{
+    size_t n = 0;
+    while ((p[n] >= 'a' && p[n] <= 'z') || p[n] == '_' || p[n] == '.')
+        n++;
+    return n > 0 && p[n] == '}' ? n : 0;
+}
+
+char *table_sql(const TableMap *m, PGconn *conn, const char *tmpl, char *err, size_t errlen)
+{
+    StrBuf sb = {0};
+    for (const char *p = tmpl; *p;) {
+        size_t n = *p == '{' ? token_length(p + 1) : 0;
+        if (n == 0) {
+            const char *next = strchr(p + 1, '{');
+            size_t literal = next ? (size_t)(next - p) : strlen(p);
+            strbuf_append(&sb, p, literal);
+            p += literal;
+            continue;
+        }
+        if (!expand_token(&sb, conn, m, p + 1, n, err, errlen)) {
+            strbuf_free(&sb);
+            return NULL;
+        }
+        p += n + 2;
+    }
+    if (!sb.s)
+        put(&sb, "");
+    return sb.s;
+}
+
+bool table_sql_all(const TableMap *m, PGconn *conn, const char *const *tmpls, char **out, int n,
+                   char *err, size_t errlen)
+{
+    for (int i = 0; i < n; i++) {
+        out[i] = table_sql(m, conn, tmpls[i], err, errlen);
+        if (!out[i]) {
+            while (i-- > 0) {
+                free(out[i]);
+                out[i] = NULL;
+            }
+            return false;
+        }
+    }
+    return true;
+}

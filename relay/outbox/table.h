@@ -1,0 +1,130 @@
+/* table: which table and columns hold the outbox, and the relay's SQL written for them.
+ *
+ * By default the relay reads its own table (migrations/0001_outbox.sql). It can also serve an
+ * existing table of another layout, such as the one Debezium's Outbox Event Router reads
+ * (id uuid, aggregatetype, aggregateid, type, payload): the options name the table and the
+ * columns holding each part of an event, and `migrate` adds the relay's bookkeeping columns
+ * (sent_at, attempts, ... and a bigint order column) to it.
+ *
+ * Every statement that touches the outbox is written once as a template with placeholders
+ * ({table}, {seq}, {aggregate_id}, ...) and expanded here with identifiers quoted by
+ * PQescapeIdentifier, so no name from configuration ever reaches SQL unquoted. */
+#ifndef OUTBOX_TABLE_H
+#define OUTBOX_TABLE_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum {
+    LAYOUT_RELAY,    /* the relay's own column names; id, event_type, aggregate_type headers */
+    LAYOUT_DEBEZIUM, /* Debezium's: id, aggregatetype, aggregateid, type, payload; id header */
+} TableLayout;
+
+/* One extra column placed in a Kafka header. */
+typedef struct TableHeader {
+    char *column;
+    char *header;
+} TableHeader;
+
+typedef struct TableMap {
+    TableLayout layout;
+    char *schema; /* NULL: found through the search_path */
+    char *name;
+    char *seq; /* bigint column giving the order in which events are claimed */
+    char *event_id;
+    char *aggregate_type; /* routes the event (topic) */
+    char *aggregate_id;   /* the Kafka key */
+    char *event_type;
+    char *payload;      /* the Kafka value */
+    char *headers;      /* JSON object column of headers; NULL: none */
+    TableHeader *extra; /* extra columns placed as headers */
+    size_t n_extra;
+    bool identity_headers; /* also event_type and aggregate_type headers, besides id */
+} TableMap;
+
+/* The options as given; NULL for not set (the layout's default then applies). */
+typedef struct TableOptions {
+    TableLayout layout;
+    const char *table; /* "name" or "schema.name" */
+    const char *seq_column, *event_id_column, *aggregate_type_column, *aggregate_id_column,
+        *event_type_column, *payload_column;
+    const char *headers_column;    /* "none": the table has none */
+    const char *additional_fields; /* "column:header[:name],..." (Debezium's placement syntax) */
+} TableOptions;
+
+/* Resolves the options into m. On bad input (an empty or over-long name, a placement other than
+ * header, a header name the relay sets itself) returns false with one line in err; m must still
+ * be released with table_map_free. */
+bool table_map_init(TableMap *m, const TableOptions *o, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+void table_map_free(TableMap *m);
+
+/* True when m is the relay's own table, which the embedded migrations create. */
+bool table_map_is_own(const TableMap *m);
+
+/* The table as one might write it in a message: "outbox" or "app.events" (not quoted). */
+const char *table_map_display(const TableMap *m, char *buf, size_t buflen);
+
+/* The columns of a claimed row of alias o, in the order batch.c reads them: last_error (an SQL
+ * expression) is only needed for dead-letter rows; then the row's age on the database clock, for
+ * the latency metric, and the additional fields placed as headers. Used by the claims, and by
+ * migrate to check that an adopted table has every column they read. */
+#define TABLE_ROW_COLUMNS(last_error) TABLE_ROW_COLUMNS_PAYLOAD("o.{payload}::text", last_error)
+/* The same with the payload as given (the claims take it as stored and convert it to text only
+ * for the rows within their byte budget). */
+#define TABLE_ROW_COLUMNS_PAYLOAD(payload, last_error)                                             \
+    " o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, o.{event_type}, " payload ","   \
+    " {o.headers}, o.attempts, " last_error ","                                                    \
+    " extract(epoch FROM clock_timestamp() - o.created_at)::float8, {o.extra_headers},"            \
+    " to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+
+/* One claimed row, decoded from the columns below (engine/batch.c). Strings point into the query
+ * result and stay valid while the batch lives; payload and headers are NULL for SQL NULL. */
+typedef struct OutboxRow {
+    long long id;
+    const char *event_id;
+    const char *aggregate_type;
+    const char *aggregate_id;
+    const char *event_type;
+    const char *payload;
+    size_t payload_len;
+    const char *headers;       /* JSON object text, or NULL */
+    const char *extra_headers; /* JSON object of the additional fields placed as headers, or NULL */
+    const char *created_at;    /* RFC 3339 in UTC ("2026-11-23T12:00:00.123456Z"), or NULL */
+} OutboxRow;
+
+/* The position of each column of TABLE_ROW_COLUMNS in a result, for whoever decodes one. */
+typedef enum {
+    ROW_COL_ID,
+    ROW_COL_EVENT_ID,
+    ROW_COL_AGGREGATE_TYPE,
+    ROW_COL_AGGREGATE_ID,
+    ROW_COL_EVENT_TYPE,
+    ROW_COL_PAYLOAD,
+    ROW_COL_HEADERS,
+    ROW_COL_ATTEMPTS,
+    ROW_COL_LAST_ERROR,
+    ROW_COL_AGE,
+    ROW_COL_EXTRA_HEADERS,
+    ROW_COL_CREATED_AT,   /* RFC 3339, UTC, microseconds */
+    ROW_COL_PAYLOAD_BYTES /* only the claims within a byte budget add it (statements.c) */
+} RowColumn;
+
+/* Expands a statement template for conn (whose encoding the quoting follows). Placeholders:
+ *   {table}            the table, quoted (schema-qualified when configured)
+ *   {seq} {event_id} {aggregate_type} {aggregate_id} {event_type} {payload}
+ *                      the mapped columns, quoted, unqualified
+ *   {headers}          the headers column, quoted (an error without one)
+ *   {o.headers}        o.<headers column>::text, or NULL::text without one
+ *   {o.extra_headers}  the extra header columns of row alias o, each as text, in one JSON
+ *                      object text, or NULL::text without any
+ *   {unsent_idx} {retry_idx} {sent_idx} {seq_idx}  the relay's index names, quoted
+ * Returns a malloc'd string, or NULL with one line in err (an unknown placeholder is a bug). */
+char *table_sql(const TableMap *m, PGconn *conn, const char *tmpl, char *err, size_t errlen);
+
+/* Expands n templates into out[0..n-1] (each to be freed); all or nothing. */
+bool table_sql_all(const TableMap *m, PGconn *conn, const char *const *tmpls, char **out, int n,
+                   char *err, size_t errlen) __attribute__((warn_unused_result));
+
+#endif
