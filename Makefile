@@ -6,7 +6,7 @@
 # they first install what tools/packages.txt lists and the machine lacks (as root; otherwise they
 # print the apt-get line and stop). This runs while the Makefile is read, before the pkg-config
 # lines below, which would otherwise see a machine without pkg-config or the libraries.
-ifneq ($(filter test quickstart demo bench,$(MAKECMDGOALS)),)
+ifneq ($(filter test quickstart demo bench bench-redis,$(MAKECMDGOALS)),)
 $(shell sh tools/install-deps.sh --auto >&2)
 ifneq ($(.SHELLSTATUS),0)
 $(error packages are missing, see above)
@@ -33,7 +33,10 @@ SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-
 
 VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 
-SHARED_SRC := $(wildcard lib/*.c)
+# lib/rcache.c (the demos' Redis client) is lib/ for the demos only: the relay does not link
+# hiredis.
+DEMO_ONLY_SRC := lib/rcache.c
+SHARED_SRC := $(filter-out $(DEMO_ONLY_SRC),$(wildcard lib/*.c))
 RELAY_SRC  := $(foreach d,$(RELAY_DIRS),$(wildcard $(d)/*.c))
 RELAY_HDR  := $(wildcard lib/*.h) $(foreach d,$(RELAY_DIRS),$(wildcard $(d)/*.h))
 MIGRATIONS := $(sort $(wildcard migrations/*.sql))
@@ -51,9 +54,9 @@ TOOL_BIN := $(patsubst tests/tools/%.c,bin/%,$(TOOL_SRC))
 # The demo programs (producer-demo, consumer-demo) use lib/ and nothing of relay/; their schemas
 # are embedded like the relay's migrations.
 DEMO_CFLAGS := $(shell pkg-config --cflags libmicrohttpd 2>/dev/null) -Ilib -Ibin/gen
-DEMO_LIBS   := $(shell pkg-config --libs libmicrohttpd 2>/dev/null) -lpthread
-PRODUCER_SRC := $(wildcard producer-demo/*.c)
-CONSUMER_SRC := $(wildcard consumer-demo/*.c)
+DEMO_LIBS   := $(shell pkg-config --libs libmicrohttpd hiredis 2>/dev/null) -lpthread
+PRODUCER_SRC := $(wildcard producer-demo/*.c) $(DEMO_ONLY_SRC)
+CONSUMER_SRC := $(wildcard consumer-demo/*.c) $(DEMO_ONLY_SRC)
 DEMO_UNIT_SRC := $(wildcard tests/unit/test_demo_*.c)
 
 PRODUCER_OBJ      := $(call objs,bin/obj,$(SHARED_SRC) $(PRODUCER_SRC)) bin/obj/producer_schema.o
@@ -68,7 +71,7 @@ DEMO_ASAN_BIN := bin/asan/producer-demo bin/asan/consumer-demo
 DEMO_HDR := $(wildcard lib/*.h producer-demo/*.h consumer-demo/*.h)
 
 .PHONY: all asan tools test unit deps check-deps format format-check clean quickstart demos demo bench \
-        fresh-test mutate check-floors compose-test
+        bench-redis fresh-test mutate check-floors compose-test
 
 all: bin/outbox-relay $(DEMO_BIN)
 
@@ -126,8 +129,8 @@ bin/asan/obj/%_schema.o: bin/gen/%_schema.c
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
 
 # The demos' own objects (a static pattern: one rule for both demo directories).
-DEMO_OWN_OBJ      := $(call objs,bin/obj,$(PRODUCER_SRC) $(CONSUMER_SRC))
-DEMO_OWN_ASAN_OBJ := $(call objs,bin/asan/obj,$(PRODUCER_SRC) $(CONSUMER_SRC))
+DEMO_OWN_OBJ      := $(sort $(call objs,bin/obj,$(PRODUCER_SRC) $(CONSUMER_SRC)))
+DEMO_OWN_ASAN_OBJ := $(sort $(call objs,bin/asan/obj,$(PRODUCER_SRC) $(CONSUMER_SRC)))
 
 $(DEMO_OWN_OBJ): bin/obj/%.o: %.c $(DEMO_HDR) | bin/.deps-ok
 	@mkdir -p $(@D)
@@ -192,6 +195,13 @@ bin/naive-relay: bench/naive_relay.c | bin/.deps-ok
 
 bench: bin/outbox-relay $(TOOL_BIN) bin/naive-relay
 	@bash bench/bench.sh
+
+# The demos' Redis fast path against PostgreSQL alone (bench/redis_bench.sh, not in make test).
+bin/http-replay: bench/http_replay.c | bin/.deps-ok
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $< -lpthread -o $@
+
+bench-redis: bin/outbox-relay $(DEMO_BIN) $(TOOL_BIN) bin/http-replay
+	@bash bench/redis_bench.sh
 
 # The relay end to end on a throwaway PostgreSQL and the project's broker.
 quickstart: bin/outbox-relay $(TOOL_BIN)

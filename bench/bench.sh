@@ -1261,6 +1261,11 @@ report_notes() {
 
 mkdir -p "$(dirname "$OUT")"
 report >"$T/report.md"
+# The demos' Redis section (bench/redis_bench.sh, `make bench-redis`) is its own run: keep it.
+if [ -f "$OUT" ] && grep -q '^<!-- redis-bench:start -->' "$OUT"; then
+    sed -n '/^<!-- redis-bench:start -->/,/^<!-- redis-bench:end -->/p' "$OUT" >"$T/redis.md"
+    { echo; cat "$T/redis.md"; } >>"$T/report.md"
+fi
 echo
 cat "$T/report.md"
 cp "$T/report.md" "$OUT" && echo && echo "# report written to $OUT (${RUN_SECONDS} s)"

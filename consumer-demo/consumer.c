@@ -17,6 +17,7 @@
 #include "db.h"
 #include "event.h"
 #include "log.h"
+#include "rcache.h"
 #include "store.h"
 
 #define POLL_MS 200
@@ -31,6 +32,8 @@ extern const char consumer_schema_sql[]; /* schema.sql, embedded by tools/embed-
 
 typedef struct Counters {
     long applied, duplicates, ignored, parked;
+    long stale;      /* recorded, but older than (or the same version as) the shipment's state */
+    long redis_hits; /* duplicates skipped on Redis's word alone (also counted in duplicates) */
 } Counters;
 
 typedef struct Consumer {
@@ -43,7 +46,44 @@ typedef struct Consumer {
     Counters n, logged;
     double last_stats, last_health;
     rd_kafka_resp_err_t last_kafka_err;
+    RCache *redis;
 } Consumer;
+
+/* The Redis key of a processed event: scoped by consumer group, since another service reading
+ * the same event must still process it. */
+static void done_key(const Consumer *c, const OrderEvent *ev, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "consumer-demo:done:%s:%s", c->cfg->group, ev->event_id);
+}
+
+/* True when Redis says ev was processed (its transaction committed). Any doubt (not found,
+ * Redis unavailable) is false: the processed_events transaction decides then. */
+static bool redis_seen(Consumer *c, const OrderEvent *ev)
+{
+    if (!c->redis)
+        return false;
+    char key[400];
+    done_key(c, ev, key, sizeof(key));
+    redisReply *r = rcache_command(c->redis, "EXISTS %s", key);
+    bool seen = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    if (r)
+        freeReplyObject(r);
+    return seen;
+}
+
+/* Remembers ev as processed. Only called after its transaction committed (or found it already
+ * recorded): a key written earlier could outlive a failed transaction and hide the event. */
+static void redis_remember(Consumer *c, const OrderEvent *ev)
+{
+    if (!c->redis)
+        return;
+    char key[400];
+    done_key(c, ev, key, sizeof(key));
+    redisReply *r =
+        rcache_command(c->redis, "SET %s 1 PX %lld", key, (long long)c->cfg->redis_ttl_s * 1000);
+    if (r)
+        freeReplyObject(r);
+}
 
 static double now_s(void)
 {
@@ -243,9 +283,9 @@ static bool park(Consumer *c, const rd_kafka_message_t *msg, const char *reason)
     return done;
 }
 
-/* Applies an OrderCreated event. Waits out database outages on this message; after
+/* Applies an OrderCreated or OrderUpdated event. Waits out database outages on this message; after
  * MAX_REJECTIONS other errors it parks the message instead. False when asked to stop first. */
-static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderCreated *ev)
+static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderEvent *ev)
 {
     MessagePos pos = position(msg);
     int rejections = 0;
@@ -261,12 +301,18 @@ static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderCreated
             backoff_reset(&c->backoff);
             if (r == STORE_APPLIED)
                 c->n.applied++;
+            else if (r == STORE_STALE)
+                c->n.stale++;
             else
                 c->n.duplicates++;
-            log_debug(r == STORE_APPLIED ? "event applied" : "duplicate event skipped",
-                      "event_id=%s order_id=%s partition=%d offset=%lld", ev->event_id,
-                      log_quote(ev->order_id, q, sizeof(q)), (int)pos.partition,
+            log_debug(r == STORE_APPLIED ? "event applied"
+                      : r == STORE_STALE ? "stale event skipped"
+                                         : "duplicate event skipped",
+                      "event_id=%s order_id=%s version=%lld partition=%d offset=%lld", ev->event_id,
+                      log_quote(ev->order_id, q, sizeof(q)), ev->version, (int)pos.partition,
                       (long long)pos.offset);
+            /* Committed (or committed earlier): from now on Redis may answer for it. */
+            redis_remember(c, ev);
             return true;
         }
         if (e.conn_lost) {
@@ -303,10 +349,17 @@ static bool process(Consumer *c, const rd_kafka_message_t *msg)
         if (rd_kafka_header_get_last(hdrs, "event_type", &v, &n) == RD_KAFKA_RESP_ERR_NO_ERROR && v)
             in.type = v, in.type_len = n;
     }
-    OrderCreated ev;
+    OrderEvent ev;
     char reason[256];
     switch (event_parse(&in, &ev, reason, sizeof(reason))) {
     case EVENT_APPLY:
+        if (redis_seen(c, &ev)) {
+            c->n.duplicates++;
+            c->n.redis_hits++;
+            log_debug("duplicate event skipped (redis)", "event_id=%s partition=%d offset=%lld",
+                      ev.event_id, (int)msg->partition, (long long)msg->offset);
+            return true;
+        }
         return apply(c, msg, &ev);
     case EVENT_IGNORE:
         c->n.ignored++;
@@ -337,8 +390,8 @@ static void store_offset(Consumer *c, const rd_kafka_message_t *msg)
 
 static void log_counts(const char *msg, const Counters *n)
 {
-    log_info(msg, "applied=%ld duplicates=%ld ignored=%ld parked=%ld", n->applied, n->duplicates,
-             n->ignored, n->parked);
+    log_info(msg, "applied=%ld duplicates=%ld ignored=%ld parked=%ld stale=%ld redis_hits=%ld",
+             n->applied, n->duplicates, n->ignored, n->parked, n->stale, n->redis_hits);
 }
 
 /* Periodic chores: progress counters and the health file. */
@@ -469,6 +522,14 @@ int consumer_run(const ConsumerConfig *cfg, volatile sig_atomic_t *stop)
     char err[600];
     int rc = 1;
     backoff_init(&c.backoff, 0.2, 10.0, 0);
+    if (cfg->redis_url) {
+        /* One loop, one context. */
+        c.redis = rcache_new(cfg->redis_url, 1, (int)cfg->redis_timeout_ms, err, sizeof(err));
+        if (!c.redis) {
+            log_error("cannot set up redis", "error=%s", err);
+            goto out;
+        }
+    }
     if (!prepare_db(&c)) {
         rc = *stop ? 0 : 1;
         goto out;
@@ -496,8 +557,9 @@ int consumer_run(const ConsumerConfig *cfg, volatile sig_atomic_t *stop)
         goto close;
     }
     char qb[300], qg[300];
-    log_info("consumer-demo running", "topic=%s group=%s brokers=%s", cfg->topic,
-             log_quote(cfg->group, qg, sizeof(qg)), log_quote(cfg->brokers, qb, sizeof(qb)));
+    log_info("consumer-demo running", "topic=%s group=%s brokers=%s redis=%s", cfg->topic,
+             log_quote(cfg->group, qg, sizeof(qg)), log_quote(cfg->brokers, qb, sizeof(qb)),
+             c.redis ? "on" : "off");
 
     c.last_stats = now_s();
     rc = 0;
@@ -526,6 +588,12 @@ close:
     close_consumer(c.rk);
 out:
     log_counts("consumer stopped", &c.n);
+    if (c.redis) {
+        RCacheStats st = rcache_stats(c.redis);
+        log_info("redis totals", "calls=%ld failures=%ld skipped=%ld outages=%ld", st.calls,
+                 st.failures, st.skipped, st.outages);
+    }
+    rcache_free(c.redis);
     PQfinish(c.db);
     return rc;
 }

@@ -5,7 +5,13 @@
  * auto-commit (enable.auto.offset.store=false). A crash before the commit redelivers the
  * message, and the processed_events dedupe absorbs the second copy. Database outages are waited
  * out with backoff on the same message, so nothing is skipped; a message the database keeps
- * rejecting for another reason is parked after a few tries, so no partition ever stops. */
+ * rejecting for another reason is parked after a few tries, so no partition ever stops.
+ *
+ * With Redis (redis_url), an event id is written there only after the transaction that recorded
+ * it in processed_events committed; an event whose id is found there is skipped without a
+ * transaction. Setting the id before processing, as a naive sketch does, would lose the event
+ * when processing then fails (the redelivery finds the id and skips it). Redis unavailable,
+ * slow or flushed only means more events go through the processed_events check. */
 #ifndef CONSUMER_CONSUMER_H
 #define CONSUMER_CONSUMER_H
 
@@ -21,6 +27,9 @@ typedef struct ConsumerConfig {
     const OptList *kafka;    /* extra librdkafka consumer properties */
     const char *health_file; /* touched while the loop is healthy; NULL for none */
     long stats_interval_s;   /* how often counters are logged when they changed */
+    const char *redis_url;   /* the Redis fast path (see below), or NULL */
+    long redis_timeout_ms;   /* bound on each Redis call */
+    long redis_ttl_s;        /* how long a processed event id is remembered in Redis */
 } ConsumerConfig;
 
 /* Checks the Kafka configuration without connecting: returns false with one line in err when

@@ -68,7 +68,12 @@ static bool currency_field(json_t *root, char out[4])
     return true;
 }
 
-EventVerdict event_parse(const EventInput *in, OrderCreated *out, char *reason, size_t reasonlen)
+static bool is_type(const EventInput *in, const char *name)
+{
+    return in->type_len == strlen(name) && memcmp(in->type, name, in->type_len) == 0;
+}
+
+EventVerdict event_parse(const EventInput *in, OrderEvent *out, char *reason, size_t reasonlen)
 {
     memset(out, 0, sizeof(*out));
     if (!in->id)
@@ -78,11 +83,13 @@ EventVerdict event_parse(const EventInput *in, OrderCreated *out, char *reason, 
                        (int)(in->id_len > 64 ? 64 : in->id_len), in->id);
     if (!in->type)
         return verdict(EVENT_MALFORMED, reason, reasonlen, "no event_type header");
-    if (in->type_len != strlen("OrderCreated") || memcmp(in->type, "OrderCreated", in->type_len))
+    out->updated = is_type(in, "OrderUpdated");
+    if (!out->updated && !is_type(in, "OrderCreated"))
         return verdict(EVENT_IGNORE, reason, reasonlen, "event_type '%.*s' is not handled",
                        (int)(in->type_len > 64 ? 64 : in->type_len), in->type);
+    const char *type = out->updated ? "OrderUpdated" : "OrderCreated";
     if (!in->payload)
-        return verdict(EVENT_MALFORMED, reason, reasonlen, "OrderCreated without a payload");
+        return verdict(EVENT_MALFORMED, reason, reasonlen, "%s without a payload", type);
 
     json_error_t jerr;
     json_t *root = json_loadb(in->payload, in->payload_len, 0, &jerr);
@@ -90,6 +97,8 @@ EventVerdict event_parse(const EventInput *in, OrderCreated *out, char *reason, 
         return verdict(EVENT_MALFORMED, reason, reasonlen, "payload is not JSON: %s", jerr.text);
     EventVerdict v = EVENT_APPLY;
     json_t *amount = json_object_get(root, "amount_cents");
+    json_t *version = json_object_get(root, "version");
+    json_t *status = json_object_get(root, "status");
     if (!json_is_object(root))
         v = verdict(EVENT_MALFORMED, reason, reasonlen, "payload is not a JSON object");
     else if (!text_field(root, "id", out->order_id))
@@ -101,8 +110,19 @@ EventVerdict event_parse(const EventInput *in, OrderCreated *out, char *reason, 
                     "payload has no valid \"amount_cents\" (an integer > 0)");
     else if (!currency_field(root, out->currency))
         v = verdict(EVENT_MALFORMED, reason, reasonlen, "payload has no valid \"currency\"");
-    else
+    else if ((version || out->updated) &&
+             (!json_is_integer(version) || json_integer_value(version) < 1 ||
+              json_integer_value(version) > 2147483647))
+        v = verdict(EVENT_MALFORMED, reason, reasonlen,
+                    "%s payload has no valid \"version\" (an integer 1..2147483647)", type);
+    else if ((status || out->updated) && !text_field(root, "status", out->status))
+        v = verdict(EVENT_MALFORMED, reason, reasonlen, "%s payload has no valid \"status\"", type);
+    else {
         out->amount_cents = json_integer_value(amount);
+        out->version = version ? json_integer_value(version) : 1;
+        if (!status)
+            snprintf(out->status, sizeof(out->status), "created");
+    }
     json_decref(root);
     return v;
 }

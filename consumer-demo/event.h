@@ -12,7 +12,7 @@
 #define EVENT_TEXT_MAX 255
 
 typedef enum {
-    EVENT_APPLY,     /* an OrderCreated event: ship the order */
+    EVENT_APPLY,     /* an OrderCreated or OrderUpdated event: ship the order, or update it */
     EVENT_IGNORE,    /* a well-formed event of another type: nothing to do */
     EVENT_MALFORMED, /* unusable: logged, counted and parked, never retried */
 } EventVerdict;
@@ -27,20 +27,27 @@ typedef struct EventInput {
     size_t payload_len;
 } EventInput;
 
-typedef struct OrderCreated {
+/* An order's state as OrderCreated and OrderUpdated carry it: both events carry the whole order,
+ * so either can be applied on its own; version orders them. */
+typedef struct OrderEvent {
     char event_id[37]; /* lower-case canonical UUID */
+    bool updated;      /* OrderUpdated (else OrderCreated) */
     char order_id[EVENT_TEXT_MAX + 1];
     char customer_id[EVENT_TEXT_MAX + 1];
     long long amount_cents;
     char currency[4];
-} OrderCreated;
+    char status[EVENT_TEXT_MAX + 1]; /* the order's status; "created" when OrderCreated has none */
+    long long version;               /* 1..2^31-1; 1 when OrderCreated has none */
+} OrderEvent;
 
 /* Classifies a message. EVENT_APPLY fills out. EVENT_MALFORMED when the id header is missing or
- * not a UUID, event_type is missing, or an OrderCreated payload is not a JSON object with id,
- * customer_id (non-empty strings of at most 255 bytes), amount_cents (an integer > 0) and
- * currency (three upper-case letters); other fields are allowed, so producers can add some.
- * reason gets one line of printable ASCII for EVENT_IGNORE and EVENT_MALFORMED. */
-EventVerdict event_parse(const EventInput *in, OrderCreated *out, char *reason, size_t reasonlen);
+ * not a UUID, event_type is missing, or an OrderCreated/OrderUpdated payload is not a JSON object
+ * with id, customer_id (non-empty strings of at most 255 bytes), amount_cents (an integer > 0),
+ * currency (three upper-case letters), and for OrderUpdated also version (an integer 1..2^31-1)
+ * and status (like customer_id); OrderCreated may carry version and status too (checked the same
+ * way when present). Other fields are allowed, so producers can add some. reason gets one line of
+ * printable ASCII for EVENT_IGNORE and EVENT_MALFORMED. */
+EventVerdict event_parse(const EventInput *in, OrderEvent *out, char *reason, size_t reasonlen);
 
 /* True when text[0..len) is a UUID in canonical 8-4-4-4-12 form; writes it lower-cased to
  * out[37]. */

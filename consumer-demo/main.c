@@ -3,8 +3,9 @@
  *   consumer-demo [run] --database-url URL --brokers LIST --topic T --group G
  *   consumer-demo migrate --database-url URL
  *
- * Consumes OrderCreated events and creates one shipment per order, exactly once per event id
- * however often Kafka delivers it (consumer.h). Bad input exits 2 with one line on stderr
+ * Consumes OrderCreated events and creates one shipment per order, and OrderUpdated events that
+ * bring it to a newer version of the order, exactly once per event id however often Kafka
+ * delivers it (consumer.h). Bad input exits 2 with one line on stderr
  * before anything connects. */
 #include <librdkafka/rdkafka.h>
 #include <libpq-fe.h>
@@ -17,6 +18,7 @@
 #include "db.h"
 #include "log.h"
 #include "opts.h"
+#include "rcache.h"
 
 #ifndef OUTBOX_RELAY_VERSION
 #define OUTBOX_RELAY_VERSION "dev"
@@ -36,6 +38,9 @@ typedef struct Options {
     OptList kafka;
     char *health_file;
     long stats_interval;
+    char *redis_url;
+    long redis_timeout_ms;
+    long redis_ttl;
     LogLevel log_level;
 } Options;
 
@@ -58,6 +63,14 @@ static const OptDef options[] = {
      "touched every second while consuming works (for container health checks)"},
     {"stats-interval", OPT_INT, NULL, "10", 1, 3600, F(stats_interval), RUN, 0, "SECONDS",
      "how often the counters are logged, when they changed"},
+    {"redis-url", OPT_STRING, "REDIS_URL", NULL, 0, 0, F(redis_url), RUN, 0,
+     "redis://HOST:PORT[/DB]",
+     "optional Redis in front of processed_events: ids of committed events, to skip "
+     "duplicates without a transaction"},
+    {"redis-timeout-ms", OPT_INT, NULL, "100", 1, 10000, F(redis_timeout_ms), RUN, 0, "MS",
+     "bound on each Redis call; a slower Redis is treated as down"},
+    {"redis-ttl", OPT_INT, NULL, "86400", 1, 31536000, F(redis_ttl), RUN, 0, "SECONDS",
+     "how long Redis remembers a processed event id (processed_events keeps it for good)"},
     {"log-level", OPT_LOG_LEVEL, NULL, "info", 0, 0, F(log_level), RUN | MIGRATE, 0, "LEVEL",
      "debug, info, warn or error"},
 };
@@ -72,7 +85,8 @@ static const CmdDef commands[] = {
 
 static const OptSpec spec = {
     "consumer-demo",
-    "A shipping service: consumes OrderCreated events and creates one shipment per order,\n"
+    "A shipping service: consumes OrderCreated/OrderUpdated events and keeps one shipment per\n"
+    "order at the order's newest version,\n"
     "deduplicating on the event's id header in the same transaction as the shipment.",
     commands,
     sizeof(commands) / sizeof(commands[0]),
@@ -100,10 +114,15 @@ static int usage_error(const char *msg)
 static int cmd_run(const Options *o)
 {
     char err[600];
-    ConsumerConfig cfg = {o->database_url, o->brokers,     o->topic,         o->group,
-                          &o->kafka,       o->health_file, o->stats_interval};
+    ConsumerConfig cfg = {o->database_url,     o->brokers,     o->topic,          o->group,
+                          &o->kafka,           o->health_file, o->stats_interval, o->redis_url,
+                          o->redis_timeout_ms, o->redis_ttl};
+    char host[256];
+    int port, db;
     if (!db_check_conninfo(o->database_url, err, sizeof(err)) ||
-        !consumer_check(&cfg, err, sizeof(err)))
+        !consumer_check(&cfg, err, sizeof(err)) ||
+        (o->redis_url &&
+         !rcache_parse_url(o->redis_url, host, sizeof(host), &port, &db, err, sizeof(err))))
         return usage_error(err);
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);

@@ -25,6 +25,15 @@ CREATE TABLE IF NOT EXISTS shipments (
     created_at   timestamptz NOT NULL DEFAULT now()
 );
 
+-- OrderUpdated (versioned updates): a shipment follows its order's state, and only forward.
+-- order_version is the version of the order state the row holds; an event applies only when it
+-- carries a higher one, so a stale or repeated update changes nothing. Added after the table
+-- first shipped, hence the idempotent ALTERs.
+ALTER TABLE shipments ADD COLUMN IF NOT EXISTS order_version integer NOT NULL DEFAULT 1;
+ALTER TABLE shipments ADD COLUMN IF NOT EXISTS order_status text NOT NULL DEFAULT 'created';
+ALTER TABLE shipments ADD COLUMN IF NOT EXISTS last_event_id uuid;
+ALTER TABLE shipments ADD COLUMN IF NOT EXISTS updated_at timestamptz NOT NULL DEFAULT now();
+
 -- Messages that cannot be applied (no id header, malformed payload), kept for a human to look
 -- at instead of blocking their partition. One row per Kafka position, however often it is
 -- redelivered.

@@ -3,12 +3,13 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-StoreResult store_apply(PGconn *conn, const OrderCreated *ev, const MessagePos *pos, DbError *e)
+StoreResult store_apply(PGconn *conn, const OrderEvent *ev, const MessagePos *pos, DbError *e)
 {
-    char partition[16], offset[32], amount[32];
+    char partition[16], offset[32], amount[32], version[32];
     snprintf(partition, sizeof(partition), "%" PRId32, pos->partition);
     snprintf(offset, sizeof(offset), "%" PRId64, pos->offset);
     snprintf(amount, sizeof(amount), "%lld", ev->amount_cents);
+    snprintf(version, sizeof(version), "%lld", ev->version);
 
     if (!db_exec(conn, "BEGIN", e))
         return STORE_FAILED;
@@ -27,17 +28,34 @@ StoreResult store_apply(PGconn *conn, const OrderCreated *ev, const MessagePos *
         db_rollback(conn);
         return STORE_DUPLICATE;
     }
-    const char *sv[5] = {ev->order_id, ev->event_id, ev->customer_id, amount, ev->currency};
+    /* The version comparison happens under the row lock the upsert takes, so two consumers
+     * racing on one order (a rebalance) still end at the highest version. A cancelled order
+     * cancels its shipment. */
+    const char *sv[7] = {ev->order_id, ev->event_id, ev->customer_id, amount,
+                         ev->currency, ev->status,   version};
     res = db_query(conn,
-                   "INSERT INTO shipments (order_id, event_id, customer_id, amount_cents, currency)"
-                   " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (order_id) DO NOTHING",
-                   5, sv, e);
+                   "INSERT INTO shipments (order_id, event_id, customer_id, amount_cents, currency,"
+                   " order_status, order_version, last_event_id, status)"
+                   " VALUES ($1, $2, $3, $4, $5, $6, $7, $2,"
+                   " CASE WHEN $6 = 'cancelled' THEN 'cancelled' ELSE 'pending' END)"
+                   " ON CONFLICT (order_id) DO UPDATE SET customer_id = EXCLUDED.customer_id,"
+                   " amount_cents = EXCLUDED.amount_cents, currency = EXCLUDED.currency,"
+                   " order_status = EXCLUDED.order_status, order_version = EXCLUDED.order_version,"
+                   " last_event_id = EXCLUDED.last_event_id, updated_at = now(),"
+                   " status = CASE WHEN EXCLUDED.order_status = 'cancelled' THEN 'cancelled'"
+                   " ELSE shipments.status END"
+                   " WHERE shipments.order_version < EXCLUDED.order_version"
+                   " RETURNING 1",
+                   7, sv, e);
     if (!res)
         goto failed;
+    bool changed = PQntuples(res) == 1;
     PQclear(res);
+    /* A stale event still commits its processed_events row: it is dealt with, and its
+     * redelivery is then a plain duplicate. */
     if (!db_exec(conn, "COMMIT", e))
         goto failed;
-    return STORE_APPLIED;
+    return changed ? STORE_APPLIED : STORE_STALE;
 failed:
     db_rollback(conn);
     return STORE_FAILED;

@@ -16,6 +16,8 @@
 typedef enum {
     STORE_APPLIED,   /* the event's effect is committed */
     STORE_DUPLICATE, /* already applied earlier: nothing written */
+    STORE_STALE,     /* recorded as processed, but the shipment holds this version or a newer
+                        one: its state is unchanged */
     STORE_FAILED,    /* database error (e); nothing committed, retry the message */
 } StoreResult;
 
@@ -27,8 +29,11 @@ typedef struct MessagePos {
 } MessagePos;
 
 /* In one transaction: records ev's id in processed_events (a conflict means duplicate, and the
- * transaction is rolled back untouched) and creates the order's shipment. */
-StoreResult store_apply(PGconn *conn, const OrderCreated *ev, const MessagePos *pos, DbError *e);
+ * transaction is rolled back untouched), then brings the order's shipment to ev's state if ev's
+ * version is newer than the one the shipment holds: creates it when there is none (either event
+ * type carries the whole order), updates it when the version is higher, leaves it alone
+ * otherwise (STORE_STALE). */
+StoreResult store_apply(PGconn *conn, const OrderEvent *ev, const MessagePos *pos, DbError *e);
 
 /* An unusable message, as it came (key and payload may be absent: NULL). headers_json is a
  * JSON array of [name, value] pairs. */

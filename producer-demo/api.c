@@ -4,13 +4,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "db.h"
 #include "idem.h"
+#include "fastpath.h"
 #include "log.h"
 #include "order.h"
 
 #define ENDPOINT_CREATE "POST /orders"
+#define ENDPOINT_UPDATE "PATCH /orders/{id}"
+#define ROW_LOCK_TIMEOUT "5s"     /* a PATCH waits this long for the order's row lock, then 409 */
 #define RETRY_AFTER_BUSY 1        /* seconds: a claimed key is usually done within one */
 #define RETRY_AFTER_UNAVAILABLE 2 /* seconds: PostgreSQL is down or every connection busy */
 
@@ -28,6 +32,10 @@ static const char *status_title(int status)
         return "Method Not Allowed";
     case 409:
         return "Conflict";
+    case 412:
+        return "Precondition Failed";
+    case 428:
+        return "Precondition Required";
     case 413:
         return "Content Too Large";
     case 422:
@@ -108,26 +116,158 @@ static PGconn *begin(Api *api, ApiResponse *r)
     return NULL;
 }
 
+static void set_etag(ApiResponse *r, const char *version)
+{
+    snprintf(r->etag, sizeof(r->etag), "\"%s\"", version);
+}
+
+/* The work one idempotent request does inside its transaction. Returns true when the
+ * transaction is to be committed (r holds the response to store with the key); false with r
+ * filled otherwise (rolled back: the key stays free, a retry runs again), *broken when the
+ * connection must be dropped. */
+typedef bool (*Work)(PGconn *conn, const IdemRequest *req, void *arg, ApiResponse *r, bool *broken);
+
+static double mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void replay(ApiResponse *r, IdemStored *stored)
+{
+    r->replayed = true;
+    r->status = stored->status;
+    r->content_type = "application/json";
+    r->body = stored->body;
+    stored->body = NULL;
+    snprintf(r->location, sizeof(r->location), "%s", stored->location ? stored->location : "");
+    snprintf(r->etag, sizeof(r->etag), "%s", stored->etag ? stored->etag : "");
+    idem_stored_free(stored);
+}
+
+/* Runs work under req's Idempotency-Key (req NULL: no key, work runs in a plain transaction).
+ *
+ * With Redis configured, a cached response answers first (fingerprint checked), and a guard
+ * turns concurrent duplicates away early; both are shortcuts around the same decisions that
+ * idem_claim makes in PostgreSQL, which still runs for everything not answered from the cache. */
+static void run_idempotent(Api *api, const IdemRequest *req, Work work, void *arg, ApiResponse *r)
+{
+    char fp[65] = "", token[33] = "";
+    bool guarded = false;
+    if (req && api->redis) {
+        idem_fingerprint(req, fp);
+        IdemStored cached;
+        switch (fastpath_lookup(api->redis, req, fp, &cached)) {
+        case FAST_HIT:
+            api->redis_hits++;
+            replay(r, &cached);
+            r->from_redis = true;
+            return;
+        case FAST_MISMATCH:
+            api->redis_hits++;
+            api_problem(r, 422, "this Idempotency-Key was already used with a different request");
+            r->from_redis = true;
+            return;
+        case FAST_MISS:
+            api->redis_misses++;
+            break;
+        }
+        if (api->guard_ms > 0) {
+            switch (fastpath_guard(api->redis, req, api->guard_ms, token)) {
+            case GUARD_BUSY:
+                api_problem(r, 409, "a request with this Idempotency-Key is still being processed");
+                r->retry_after = RETRY_AFTER_BUSY;
+                return;
+            case GUARD_TAKEN:
+                guarded = true;
+                break;
+            case GUARD_UNAVAILABLE:
+                break;
+            }
+        }
+    }
+
+    PGconn *conn = begin(api, r);
+    if (!conn)
+        goto out;
+    double claimed_at = mono_ms();
+    IdemStored stored;
+    DbError e;
+    bool broken = false, commit = false, cache = false;
+    long long cache_ms = 0;
+    switch (req ? idem_claim(conn, req, &stored, &e) : IDEM_NEW) {
+    case IDEM_NEW:
+        commit = work(conn, req, arg, r, &broken);
+        break;
+    case IDEM_REPLAY:
+        /* Answered by PostgreSQL: worth caching for the retries that may follow, for what the
+         * record had left when the SELECT ran (after claimed_at) minus the time since. */
+        cache = true;
+        cache_ms = stored.left_ms;
+        replay(r, &stored);
+        break;
+    case IDEM_MISMATCH:
+        api_problem(r, 422, "this Idempotency-Key was already used with a different request");
+        break;
+    case IDEM_BUSY:
+        api_problem(r, 409, "a request with this Idempotency-Key is still being processed");
+        r->retry_after = RETRY_AFTER_BUSY;
+        break;
+    case IDEM_FAILED:
+        broken = db_failed(r, "claim key", &e);
+        break;
+    }
+    if (commit) {
+        if (db_exec(conn, "COMMIT", &e)) {
+            /* The record expires key_ttl_s after its INSERT, which ran after claimed_at: a
+             * cache entry that lives key_ttl_s from claimed_at never outlives it. */
+            cache = true;
+            cache_ms = (long long)((double)api->key_ttl_s * 1e3 - (mono_ms() - claimed_at));
+        } else {
+            /* Whether a lost COMMIT took effect is unknown; the client's retry with the same
+             * key finds out (replay if it did, a fresh attempt if not). */
+            api_response_free(r);
+            *r = (ApiResponse){0};
+            broken = db_failed(r, "commit", &e);
+        }
+    }
+    if (!commit && !broken)
+        db_rollback(conn);
+    pool_release(api->pool, conn, broken);
+    if (cache && req && api->redis) {
+        if (!commit)
+            cache_ms -= (long long)(mono_ms() - claimed_at);
+        fastpath_store(api->redis, req, fp, r->status, r->body, r->location, r->etag, cache_ms);
+    }
+out:
+    if (guarded)
+        fastpath_release(api->redis, req, token);
+}
+
 /* Writes the order, its outbox event and the key's response; returns false with r filled on a
  * database error (the caller rolls back). */
-static bool insert_order(PGconn *conn, const IdemRequest *req, const OrderInput *in, ApiResponse *r,
+static bool insert_order(PGconn *conn, const IdemRequest *req, void *arg, ApiResponse *r,
                          bool *broken)
 {
+    const OrderInput *in = arg;
     DbError e;
     char amount[32];
     snprintf(amount, sizeof(amount), "%lld", in->amount_cents);
     const char *ov[3] = {in->customer_id, amount, in->currency};
     PGresult *res = db_query(conn,
                              "INSERT INTO orders (customer_id, amount_cents, currency)"
-                             " VALUES ($1, $2, $3) RETURNING id, status, " CREATED_AT_SQL,
+                             " VALUES ($1, $2, $3) RETURNING id, status, version, " CREATED_AT_SQL,
                              3, ov, &e);
     if (!res) {
         *broken = db_failed(r, "insert order", &e);
         return false;
     }
-    char *json = order_json(PQgetvalue(res, 0, 0), in->customer_id, in->amount_cents, in->currency,
-                            PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2));
+    char *json =
+        order_json(PQgetvalue(res, 0, 0), in->customer_id, in->amount_cents, in->currency,
+                   PQgetvalue(res, 0, 1), atoll(PQgetvalue(res, 0, 2)), PQgetvalue(res, 0, 3));
     snprintf(r->location, sizeof(r->location), "/orders/%s", PQgetvalue(res, 0, 0));
+    set_etag(r, PQgetvalue(res, 0, 2));
     const char *xv[2] = {PQgetvalue(res, 0, 0), json};
     bool ok = false;
     if (!json) {
@@ -145,7 +285,7 @@ static bool insert_order(PGconn *conn, const IdemRequest *req, const OrderInput 
         goto done;
     }
     PQclear(xres);
-    if (!idem_complete(conn, req, 201, json, r->location, &e)) {
+    if (!idem_complete(conn, req, 201, json, r->location, r->etag, &e)) {
         *broken = db_failed(r, "store response", &e);
         goto done;
     }
@@ -158,70 +298,195 @@ done:
     return ok;
 }
 
+/* Parses the Idempotency-Key header(s). Returns false with r filled (400) on bad input; *has is
+ * false when no key was sent and that is allowed. */
+static bool parse_key(const char *key_header, int key_count, bool required, char *key, bool *has,
+                      ApiResponse *r)
+{
+    char err[300];
+    *has = false;
+    if (key_count == 0 || !key_header) {
+        if (required)
+            api_problem(r, 400, "the Idempotency-Key header is required");
+        return !required;
+    }
+    if (key_count > 1) {
+        api_problem(r, 400, "send exactly one Idempotency-Key header");
+        return false;
+    }
+    if (!idem_key_parse(key_header, key, err, sizeof(err))) {
+        api_problem(r, 400, err);
+        return false;
+    }
+    *has = true;
+    return true;
+}
+
 void api_create_order(Api *api, const char *key_header, int key_count, const char *body,
                       size_t body_len, ApiResponse *r)
 {
     char key[IDEM_KEY_MAX + 1], err[300];
-    if (key_count == 0 || !key_header) {
-        api_problem(r, 400, "the Idempotency-Key header is required");
+    bool has_key;
+    if (!parse_key(key_header, key_count, true, key, &has_key, r))
         return;
-    }
-    if (key_count > 1) {
-        api_problem(r, 400, "send exactly one Idempotency-Key header");
-        return;
-    }
-    if (!idem_key_parse(key_header, key, err, sizeof(err))) {
-        api_problem(r, 400, err);
-        return;
-    }
     OrderInput in;
     int invalid = order_parse(body, body_len, &in, err, sizeof(err));
     if (invalid) {
         api_problem(r, invalid, err);
         return;
     }
-
-    PGconn *conn = begin(api, r);
-    if (!conn)
-        return;
     IdemRequest req = {ENDPOINT_CREATE, key, "POST", "/orders", body, body_len, api->key_ttl_s};
-    IdemStored stored;
+    run_idempotent(api, &req, insert_order, &in, r);
+}
+
+typedef struct PatchArgs {
+    const char *id;
+    long long if_match;
+    OrderPatch patch;
+} PatchArgs;
+
+/* The If-Match check and the update, under the order's row lock. */
+static bool update_order(PGconn *conn, const IdemRequest *req, void *arg, ApiResponse *r,
+                         bool *broken)
+{
+    const PatchArgs *a = arg;
     DbError e;
-    bool broken = false, commit = false;
-    switch (idem_claim(conn, &req, &stored, &e)) {
-    case IDEM_NEW:
-        commit = insert_order(conn, &req, &in, r, &broken);
-        break;
-    case IDEM_REPLAY:
-        r->replayed = true;
-        r->status = stored.status;
-        r->content_type = "application/json";
-        r->body = stored.body;
-        stored.body = NULL;
-        snprintf(r->location, sizeof(r->location), "%s", stored.location ? stored.location : "");
-        idem_stored_free(&stored);
-        break;
-    case IDEM_MISMATCH:
-        api_problem(r, 422, "this Idempotency-Key was already used with a different request");
-        break;
-    case IDEM_BUSY:
-        api_problem(r, 409, "a request with this Idempotency-Key is still being processed");
-        r->retry_after = RETRY_AFTER_BUSY;
-        break;
-    case IDEM_FAILED:
-        broken = db_failed(r, "claim key", &e);
-        break;
+    char err[300];
+    /* Concurrent PATCHes of one order queue on its row lock, each held for a few statements;
+     * the bound turns a lock held by something else (an operator's open transaction) into a
+     * 409 instead of a request that hangs. */
+    if (!db_exec(conn, "SET LOCAL lock_timeout = '" ROW_LOCK_TIMEOUT "'", &e)) {
+        *broken = db_failed(r, "set lock_timeout", &e);
+        return false;
     }
-    if (commit && !db_exec(conn, "COMMIT", &e)) {
-        /* Whether a lost COMMIT took effect is unknown; the client's retry with the same key
-         * finds out (replay if it did, a fresh attempt if not). */
-        api_response_free(r);
-        *r = (ApiResponse){0};
-        broken = db_failed(r, "commit", &e);
+    const char *iv[1] = {a->id};
+    PGresult *res =
+        db_query(conn, "SELECT status, version FROM orders WHERE id = $1 FOR UPDATE", 1, iv, &e);
+    if (!res) {
+        if (strcmp(e.sqlstate, "55P03") == 0) {
+            api_problem(r, 409, "the order is locked by another change; retry");
+            r->retry_after = RETRY_AFTER_BUSY;
+        } else {
+            *broken = db_failed(r, "lock order", &e);
+        }
+        return false;
     }
-    if (!commit && !broken)
-        db_rollback(conn);
-    pool_release(api->pool, conn, broken);
+    bool ok = false;
+    if (PQntuples(res) == 0) {
+        api_problem(r, 404, "no such order");
+        goto done;
+    }
+    /* The version is compared under the lock: of N requests based on one version, the first to
+     * get the lock changes it and every later one sees the new version (412). */
+    if (atoll(PQgetvalue(res, 0, 1)) != a->if_match) {
+        set_etag(r, PQgetvalue(res, 0, 1));
+        api_problem(r, 412,
+                    "the order changed since the version in If-Match; GET it (or use this "
+                    "response's ETag) and decide again");
+        goto done;
+    }
+    if (!order_patch_allowed(PQgetvalue(res, 0, 0), &a->patch, err, sizeof(err))) {
+        set_etag(r, PQgetvalue(res, 0, 1));
+        api_problem(r, 409, err);
+        goto done;
+    }
+    PQclear(res);
+    char amount[32];
+    snprintf(amount, sizeof(amount), "%lld", a->patch.amount_cents);
+    const char *uv[3] = {a->id, a->patch.has_amount ? amount : NULL,
+                         a->patch.has_status ? a->patch.status : NULL};
+    res = db_query(conn,
+                   "UPDATE orders SET amount_cents = coalesce($2::bigint, amount_cents),"
+                   " status = coalesce($3, status), version = version + 1, updated_at = now()"
+                   " WHERE id = $1 RETURNING id, customer_id, amount_cents, currency, status,"
+                   " version, " CREATED_AT_SQL,
+                   3, uv, &e);
+    if (!res) {
+        *broken = db_failed(r, "update order", &e);
+        return false;
+    }
+    char *json =
+        order_json(PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), atoll(PQgetvalue(res, 0, 2)),
+                   PQgetvalue(res, 0, 3), PQgetvalue(res, 0, 4), atoll(PQgetvalue(res, 0, 5)),
+                   PQgetvalue(res, 0, 6));
+    if (!json) {
+        api_problem(r, 500, "out of memory");
+        goto done;
+    }
+    set_etag(r, PQgetvalue(res, 0, 5));
+    /* The event carries the whole new state and its version, so a consumer can apply it
+     * without a call back and tell a newer state from a stale or repeated one. */
+    const char *xv[2] = {PQgetvalue(res, 0, 0), json};
+    PGresult *xres =
+        db_query(conn,
+                 "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)"
+                 " VALUES ('order', $1, 'OrderUpdated', $2::jsonb)",
+                 2, xv, &e);
+    if (!xres) {
+        *broken = db_failed(r, "insert outbox", &e);
+        free(json);
+        goto done;
+    }
+    PQclear(xres);
+    if (req && !idem_complete(conn, req, 200, json, NULL, r->etag, &e)) {
+        *broken = db_failed(r, "store response", &e);
+        free(json);
+        goto done;
+    }
+    set_json(r, 200, json);
+    ok = true;
+done:
+    PQclear(res);
+    return ok;
+}
+
+void api_update_order(Api *api, const char *id, const char *if_match, const char *key_header,
+                      int key_count, const char *body, size_t body_len, ApiResponse *r)
+{
+    char key[IDEM_KEY_MAX + 1], err[300];
+    bool has_key;
+    if (!order_id_valid(id)) {
+        api_problem(r, 404, "no such order");
+        return;
+    }
+    if (!parse_key(key_header, key_count, false, key, &has_key, r))
+        return;
+    if (!if_match) {
+        api_problem(r, 428,
+                    "PATCH needs If-Match: \"<version>\", the ETag of the order the change is "
+                    "based on");
+        return;
+    }
+    PatchArgs a = {id, order_if_match(if_match), {0}};
+    if (a.if_match == 0) {
+        api_problem(r, 400, "If-Match must be one strong ETag, like \"3\"");
+        return;
+    }
+    int invalid = order_patch_parse(body, body_len, &a.patch, err, sizeof(err));
+    if (invalid) {
+        api_problem(r, invalid, err);
+        return;
+    }
+    if (!has_key) {
+        run_idempotent(api, NULL, update_order, &a, r);
+        return;
+    }
+    /* The fingerprint covers the If-Match value too: the same key with another base version is
+     * another request (422), not a retry. */
+    char path[64];
+    snprintf(path, sizeof(path), "/orders/%s", id);
+    size_t flen = body_len + 64;
+    char *fbody = malloc(flen);
+    if (!fbody) {
+        api_problem(r, 500, "out of memory");
+        return;
+    }
+    int head = snprintf(fbody, flen, "If-Match: %lld\n", a.if_match);
+    memcpy(fbody + head, body, body_len);
+    IdemRequest req = {ENDPOINT_UPDATE,         key,           "PATCH", path, fbody,
+                       (size_t)head + body_len, api->key_ttl_s};
+    run_idempotent(api, &req, update_order, &a, r);
+    free(fbody);
 }
 
 void api_get_order(Api *api, const char *id, ApiResponse *r)
@@ -241,7 +506,7 @@ void api_get_order(Api *api, const char *id, ApiResponse *r)
     const char *values[1] = {id};
     PGresult *res =
         db_query(conn,
-                 "SELECT id, customer_id, amount_cents, currency, status, " CREATED_AT_SQL
+                 "SELECT id, customer_id, amount_cents, currency, status, version, " CREATED_AT_SQL
                  " FROM orders WHERE id = $1",
                  1, values, &e);
     bool broken = false;
@@ -249,11 +514,14 @@ void api_get_order(Api *api, const char *id, ApiResponse *r)
         broken = db_failed(r, "get order", &e);
     else if (PQntuples(res) == 0)
         api_problem(r, 404, "no such order");
-    else
+    else {
+        set_etag(r, PQgetvalue(res, 0, 5));
         set_json(r, 200,
                  order_json(PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1),
                             atoll(PQgetvalue(res, 0, 2)), PQgetvalue(res, 0, 3),
-                            PQgetvalue(res, 0, 4), PQgetvalue(res, 0, 5)));
+                            PQgetvalue(res, 0, 4), atoll(PQgetvalue(res, 0, 5)),
+                            PQgetvalue(res, 0, 6)));
+    }
     PQclear(res);
     pool_release(api->pool, conn, broken);
 }
@@ -266,7 +534,16 @@ void api_health(Api *api, ApiResponse *r)
     bool ok = conn && db_exec(conn, "SELECT 1", &e);
     if (conn)
         pool_release(api->pool, conn, !ok);
-    if (ok)
+    if (ok && api->redis) {
+        RCacheStats st = rcache_stats(api->redis);
+        json_t *o = json_pack("{s:s, s:{s:b, s:I, s:I, s:I, s:I, s:I, s:I}}", "status", "ok",
+                              "redis", "up", st.up, "hits", (json_int_t)api->redis_hits, "misses",
+                              (json_int_t)api->redis_misses, "calls", (json_int_t)st.calls,
+                              "failures", (json_int_t)st.failures, "skipped",
+                              (json_int_t)st.skipped, "outages", (json_int_t)st.outages);
+        set_json(r, 200, o ? json_dumps(o, JSON_COMPACT) : NULL);
+        json_decref(o);
+    } else if (ok)
         set_json(r, 200, strdup("{\"status\":\"ok\"}"));
     else
         api_problem(r, 503, "the database is unavailable");

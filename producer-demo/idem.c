@@ -1,5 +1,7 @@
 #include "idem.h"
 
+#include "sha256.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +89,8 @@ static IdemOutcome fetch_stored(PGresult *res, IdemStored *stored)
     stored->status = atoi(PQgetvalue(res, 0, 1));
     stored->body = strdup(PQgetvalue(res, 0, 2));
     stored->location = PQgetisnull(res, 0, 3) ? NULL : strdup(PQgetvalue(res, 0, 3));
+    stored->etag = PQgetisnull(res, 0, 4) ? NULL : strdup(PQgetvalue(res, 0, 4));
+    stored->left_ms = atoll(PQgetvalue(res, 0, 5));
     return IDEM_REPLAY;
 }
 
@@ -124,7 +128,9 @@ IdemOutcome idem_claim(PGconn *conn, const IdemRequest *req, IdemStored *stored,
 
     res = db_query_bin(conn,
                        "SELECT request_hash = sha256($3::bytea), response_status, response_body,"
-                       " response_location FROM idempotency_keys"
+                       " response_location, response_etag,"
+                       " (extract(epoch FROM expires_at - now()) * 1000)::bigint"
+                       " FROM idempotency_keys"
                        " WHERE endpoint = $1 AND key = $2 AND expires_at > now()",
                        3, values, lengths, formats, e);
     if (!res)
@@ -145,7 +151,7 @@ IdemOutcome idem_claim(PGconn *conn, const IdemRequest *req, IdemStored *stored,
                        " ON CONFLICT (endpoint, key) DO UPDATE"
                        " SET request_hash = EXCLUDED.request_hash, created_at = now(),"
                        " expires_at = EXCLUDED.expires_at, response_status = NULL,"
-                       " response_body = NULL, response_location = NULL"
+                       " response_body = NULL, response_location = NULL, response_etag = NULL"
                        " WHERE idempotency_keys.expires_at <= now()"
                        " RETURNING 1",
                        4, values, lengths, formats, e);
@@ -159,16 +165,16 @@ done:
 }
 
 bool idem_complete(PGconn *conn, const IdemRequest *req, int status, const char *body,
-                   const char *location, DbError *e)
+                   const char *location, const char *etag, DbError *e)
 {
     char status_text[16];
     snprintf(status_text, sizeof(status_text), "%d", status);
-    const char *values[5] = {req->endpoint, req->key, status_text, body, location};
+    const char *values[6] = {req->endpoint, req->key, status_text, body, location, etag};
     PGresult *res = db_query(conn,
                              "UPDATE idempotency_keys SET response_status = $3,"
-                             " response_body = $4, response_location = $5"
+                             " response_body = $4, response_location = $5, response_etag = $6"
                              " WHERE endpoint = $1 AND key = $2",
-                             5, values, e);
+                             6, values, e);
     if (!res)
         return false;
     bool one = strcmp(PQcmdTuples(res), "1") == 0;
@@ -182,7 +188,23 @@ void idem_stored_free(IdemStored *s)
 {
     free(s->body);
     free(s->location);
-    s->body = s->location = NULL;
+    free(s->etag);
+    s->body = s->location = s->etag = NULL;
+}
+
+void idem_fingerprint(const IdemRequest *req, char out[65])
+{
+    Sha256 h;
+    sha256_init(&h);
+    sha256_update(&h, req->method, strlen(req->method));
+    sha256_update(&h, " ", 1);
+    sha256_update(&h, req->path, strlen(req->path));
+    sha256_update(&h, "\n", 1);
+    sha256_update(&h, req->body, req->body_len);
+    unsigned char d[32];
+    sha256_final(&h, d);
+    for (int i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
 long idem_cleanup_batch(PGconn *conn, long batch, DbError *e)

@@ -49,7 +49,9 @@ typedef struct IdemRequest {
 typedef struct IdemStored {
     int status;
     char *body;
-    char *location; /* NULL when the response had no Location */
+    char *location;    /* NULL when the response had no Location */
+    char *etag;        /* NULL when the response had no ETag */
+    long long left_ms; /* how long the record has left to live */
 } IdemStored;
 
 /* Must run first inside an open transaction on conn. Takes the key's lock without waiting, then
@@ -57,9 +59,16 @@ typedef struct IdemStored {
  * inserting its record with the request's fingerprint. On IDEM_REPLAY fills stored. */
 IdemOutcome idem_claim(PGconn *conn, const IdemRequest *req, IdemStored *stored, DbError *e);
 
-/* Stores the response of a claimed key, in the same transaction. */
+/* Stores the response of a claimed key, in the same transaction. location and etag may be
+ * NULL. */
 bool idem_complete(PGconn *conn, const IdemRequest *req, int status, const char *body,
-                   const char *location, DbError *e) __attribute__((warn_unused_result));
+                   const char *location, const char *etag, DbError *e)
+    __attribute__((warn_unused_result));
+
+/* The request's fingerprint as 64 lower-case hex digits (SHA-256 of "METHOD PATH\nBODY", the
+ * value idem_claim stores as request_hash), computed here so that a response cached outside
+ * PostgreSQL (rcache.h) can be checked without it. */
+void idem_fingerprint(const IdemRequest *req, char out[65]);
 
 void idem_stored_free(IdemStored *s);
 

@@ -24,6 +24,7 @@
 #include "log.h"
 #include "opts.h"
 #include "pool.h"
+#include "rcache.h"
 #include "server.h"
 
 #ifndef OUTBOX_RELAY_VERSION
@@ -51,6 +52,9 @@ typedef struct Options {
     long rate;
     long aggregates;
     long connections;
+    char *redis_url;
+    long redis_timeout_ms;
+    long redis_guard_ms;
     LogLevel log_level;
 } Options;
 
@@ -83,6 +87,15 @@ static const OptDef options[] = {
      "orders the events are spread over (first event creates, later ones amend)"},
     {"connections", OPT_INT, NULL, "1", 1, 64, F(connections), LOAD, 0, "N",
      "parallel writers, one connection each"},
+    {"redis-url", OPT_STRING, "REDIS_URL", NULL, 0, 0, F(redis_url), SERVE, 0,
+     "redis://HOST:PORT[/DB]",
+     "optional Redis in front of PostgreSQL: cached Idempotency-Key responses and "
+     "in-progress guards (PostgreSQL still decides)"},
+    {"redis-timeout-ms", OPT_INT, NULL, "100", 1, 10000, F(redis_timeout_ms), SERVE, 0, "MS",
+     "bound on each Redis call; a slower Redis is treated as down"},
+    {"redis-guard-ms", OPT_INT, NULL, "10000", 0, 3600000, F(redis_guard_ms), SERVE, 0, "MS",
+     "lifetime of a key's in-progress guard in Redis (0 = no guard): how long a key can "
+     "answer 409 after a crash"},
     {"log-level", OPT_LOG_LEVEL, NULL, "info", 0, 0, F(log_level), DB, 0, "LEVEL",
      "debug, info, warn or error"},
 };
@@ -99,7 +112,8 @@ static const CmdDef commands[] = {
 static const OptSpec spec = {
     "producer-demo",
     "An order service: POST /orders with an Idempotency-Key writes the order and its\n"
-    "OrderCreated outbox event in one transaction; outbox-relay publishes the event.",
+    "OrderCreated outbox event in one transaction; PATCH /orders/{id} with If-Match changes it\n"
+    "and writes OrderUpdated the same way; outbox-relay publishes the events.",
     commands,
     sizeof(commands) / sizeof(commands[0]),
     -1,
@@ -167,6 +181,14 @@ static int cmd_serve(const Options *o)
     if (!db_check_conninfo(o->database_url, err, sizeof(err)) ||
         !addr_parse_host_port("--listen", o->listen, host, sizeof(host), &port, err, sizeof(err)))
         return usage_error(err);
+    RCache *redis = NULL;
+    if (o->redis_url) {
+        /* One context per HTTP connection thread at most; they connect on first use. */
+        redis = rcache_new(o->redis_url, (int)o->max_connections, (int)o->redis_timeout_ms, err,
+                           sizeof(err));
+        if (!redis)
+            return usage_error(err);
+    }
 
     /* Signals are taken by sigwait in this thread only; every thread started below inherits
      * the mask. */
@@ -186,6 +208,7 @@ static int cmd_serve(const Options *o)
         int sig = wait_signal(&set, backoff_next(&b));
         if (sig) {
             log_info("shutting down", "signal=%s", strsignal(sig));
+            rcache_free(redis);
             return 0;
         }
     }
@@ -193,20 +216,27 @@ static int cmd_serve(const Options *o)
     DbPool *pool = pool_new(o->database_url, (int)o->db_connections);
     if (!pool) {
         log_error("out of memory", NULL);
+        rcache_free(redis);
         return 1;
     }
-    Api api = {pool, o->key_ttl, POOL_WAIT_MS};
+    Api api = {.pool = pool,
+               .key_ttl_s = o->key_ttl,
+               .pool_wait_ms = POOL_WAIT_MS,
+               .redis = redis,
+               .guard_ms = o->redis_guard_ms};
     Server *server = server_start(&api, o->listen, (int)o->max_connections, err, sizeof(err));
     if (!server) {
         char q[400];
         log_error("cannot start the HTTP server", "error=%s", log_quote(err, q, sizeof(q)));
         pool_free(pool);
+        rcache_free(redis);
         return 1;
     }
     char qlisten[300];
-    log_info("producer-demo listening", "version=%s listen=%s port=%u key_ttl_s=%ld",
+    log_info("producer-demo listening",
+             "version=%s listen=%s port=%u key_ttl_s=%ld redis=%s redis_guard_ms=%ld",
              OUTBOX_RELAY_VERSION, log_quote(o->listen, qlisten, sizeof(qlisten)),
-             server_port(server), o->key_ttl);
+             server_port(server), o->key_ttl, redis ? "on" : "off", redis ? o->redis_guard_ms : 0L);
     Janitor *janitor = janitor_start(pool, o->cleanup_interval, o->cleanup_batch, SWEEP_BATCHES);
     if (!janitor)
         log_warn("cannot start the cleanup thread; expired keys stay until 'cleanup'", NULL);
@@ -218,6 +248,14 @@ static int cmd_serve(const Options *o)
     server_stop(server);
     janitor_stop(janitor);
     pool_free(pool);
+    if (redis) {
+        RCacheStats st = rcache_stats(redis);
+        log_info("redis totals",
+                 "hits=%ld misses=%ld calls=%ld failures=%ld skipped=%ld outages=%ld",
+                 (long)api.redis_hits, (long)api.redis_misses, st.calls, st.failures, st.skipped,
+                 st.outages);
+        rcache_free(redis);
+    }
     log_info("stopped", NULL);
     return 0;
 }

@@ -134,11 +134,13 @@ done:
 }
 
 char *order_json(const char *id, const char *customer_id, long long amount_cents,
-                 const char *currency, const char *status, const char *created_at)
+                 const char *currency, const char *status, long long version,
+                 const char *created_at)
 {
-    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "id", id, "customer_id", customer_id,
-                          "amount_cents", (json_int_t)amount_cents, "currency", currency, "status",
-                          status, "created_at", created_at);
+    json_t *o =
+        json_pack("{s:s, s:s, s:I, s:s, s:s, s:I, s:s}", "id", id, "customer_id", customer_id,
+                  "amount_cents", (json_int_t)amount_cents, "currency", currency, "status", status,
+                  "version", (json_int_t)version, "created_at", created_at);
     if (!o)
         return NULL;
     char *text = json_dumps(o, JSON_COMPACT);
@@ -154,4 +156,99 @@ bool order_id_valid(const char *s)
             return false;
     }
     return s[36] == '\0';
+}
+
+/* Statuses in life-cycle order: a patch may move forward only. */
+static const char *const statuses[] = {"created", "confirmed", "cancelled"};
+
+static int status_rank(const char *s)
+{
+    for (int i = 0; i < (int)(sizeof(statuses) / sizeof(statuses[0])); i++)
+        if (strcmp(s, statuses[i]) == 0)
+            return i;
+    return -1;
+}
+
+int order_patch_parse(const char *body, size_t len, OrderPatch *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        if (json_error_code(&jerr) == json_error_numeric_overflow)
+            return reject(422, err, errlen, "a number is out of range: %s", jerr.text);
+        return reject(400, err, errlen, "body is not valid JSON: %s at byte %d", jerr.text,
+                      jerr.position);
+    }
+    int status = 0;
+    const char *key;
+    json_t *value;
+    if (!json_is_object(root)) {
+        status = reject(400, err, errlen, "body must be a JSON object");
+        goto done;
+    }
+    json_object_foreach(root, key, value)
+    {
+        if (strcmp(key, "amount_cents") == 0) {
+            OrderInput tmp;
+            if ((status = check_amount(value, &tmp, err, errlen)))
+                goto done;
+            out->has_amount = true;
+            out->amount_cents = tmp.amount_cents;
+        } else if (strcmp(key, "status") == 0) {
+            if (!json_is_string(value) || status_rank(json_string_value(value)) < 0) {
+                status = reject(422, err, errlen,
+                                "status must be \"created\", \"confirmed\" or \"cancelled\"");
+                goto done;
+            }
+            out->has_status = true;
+            snprintf(out->status, sizeof(out->status), "%s", json_string_value(value));
+        } else {
+            status = reject(422, err, errlen, "field \"%.64s\" cannot be changed", key);
+            goto done;
+        }
+    }
+    if (!out->has_amount && !out->has_status)
+        status = reject(422, err, errlen, "nothing to change: send amount_cents or status");
+done:
+    json_decref(root);
+    return status;
+}
+
+bool order_patch_allowed(const char *from, const OrderPatch *p, char *err, size_t errlen)
+{
+    int have = status_rank(from);
+    if (have < 0) {
+        reject(409, err, errlen, "the order's status \"%.32s\" cannot be changed", from);
+        return false;
+    }
+    if (strcmp(from, "cancelled") == 0) {
+        reject(409, err, errlen, "the order is cancelled; it cannot be changed");
+        return false;
+    }
+    if (p->has_status && status_rank(p->status) < have) {
+        reject(409, err, errlen, "status cannot go back from \"%s\" to \"%s\"", from, p->status);
+        return false;
+    }
+    return true;
+}
+
+long long order_if_match(const char *value)
+{
+    const char *p = value;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p++ != '"' || *p < '1' || *p > '9')
+        return 0;
+    long long v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        v = v * 10 + (*p - '0');
+        if (v > 2147483647LL)
+            return 0;
+    }
+    if (*p++ != '"')
+        return 0;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    return *p == '\0' ? v : 0;
 }

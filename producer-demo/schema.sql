@@ -31,5 +31,9 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     CONSTRAINT idempotency_keys_key_chars CHECK (key ~ '^[!-~]{1,255}$')
 );
 
+-- The ETag of the stored response (PATCH and POST answers name the order's version), added after
+-- the table first shipped, hence a separate, idempotent ALTER.
+ALTER TABLE idempotency_keys ADD COLUMN IF NOT EXISTS response_etag text;
+
 -- The cleanup deletes expired records oldest first, in bounded batches.
 CREATE INDEX IF NOT EXISTS idempotency_keys_expires_at_idx ON idempotency_keys (expires_at);

@@ -41,8 +41,9 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn(msg, NULL);
 }
 
-/* Counts the Idempotency-Key headers, keeping the first value. */
+/* Counts the headers called name, keeping the first value. */
 typedef struct KeyHeaders {
+    const char *name;
     int count;
     const char *first;
 } KeyHeaders;
@@ -52,7 +53,7 @@ static enum MHD_Result count_keys(void *cls, enum MHD_ValueKind kind, const char
 {
     KeyHeaders *k = cls;
     (void)kind;
-    if (strcasecmp(key, "Idempotency-Key") == 0) {
+    if (strcasecmp(key, k->name) == 0) {
         if (k->count++ == 0)
             k->first = value ? value : "";
     }
@@ -82,10 +83,25 @@ static void route(Server *s, struct MHD_Connection *c, const char *url, const ch
         snprintf(detail, sizeof(detail), "the body must be at most %d bytes", ORDER_BODY_MAX);
         api_problem(r, 413, detail);
     } else if (strcmp(url, "/orders") == 0) {
-        KeyHeaders keys = {0, NULL};
+        KeyHeaders keys = {"Idempotency-Key", 0, NULL};
         MHD_get_connection_values(c, MHD_HEADER_KIND, count_keys, &keys);
         api_create_order(s->api, keys.first, keys.count, rq->body ? rq->body : "", rq->len, r);
-    } else if ((is_order || strcmp(url, "/healthz") == 0) && !is_get(method)) {
+    } else if (is_order && strcmp(method, "PATCH") == 0 && rq->too_large) {
+        char detail[64];
+        snprintf(detail, sizeof(detail), "the body must be at most %d bytes", ORDER_BODY_MAX);
+        api_problem(r, 413, detail);
+    } else if (is_order && strcmp(method, "PATCH") == 0) {
+        KeyHeaders keys = {"Idempotency-Key", 0, NULL}, match = {"If-Match", 0, NULL};
+        MHD_get_connection_values(c, MHD_HEADER_KIND, count_keys, &keys);
+        MHD_get_connection_values(c, MHD_HEADER_KIND, count_keys, &match);
+        if (match.count > 1)
+            api_problem(r, 400, "send exactly one If-Match header");
+        else
+            api_update_order(s->api, url + 8, match.first, keys.first, keys.count,
+                             rq->body ? rq->body : "", rq->len, r);
+    } else if (is_order && !is_get(method)) {
+        not_allowed(r, "GET, HEAD, PATCH");
+    } else if (strcmp(url, "/healthz") == 0 && !is_get(method)) {
         not_allowed(r, "GET, HEAD");
     } else if (is_order) {
         api_get_order(s->api, url + 8, r);
@@ -118,6 +134,11 @@ static enum MHD_Result respond(struct MHD_Connection *c, const char *method, con
         MHD_add_response_header(resp, "Location", r->location);
     if (r->replayed)
         MHD_add_response_header(resp, "Idempotency-Replayed", "true");
+    /* An ETag names the order's version: on a success, and on the 412/409 that tell a client
+     * which version it is up against. */
+    if (r->etag[0] &&
+        ((r->status >= 200 && r->status < 300) || r->status == 412 || r->status == 409))
+        MHD_add_response_header(resp, "ETag", r->etag);
     if (r->retry_after > 0) {
         snprintf(num, sizeof(num), "%d", r->retry_after);
         MHD_add_response_header(resp, "Retry-After", num);
@@ -128,9 +149,9 @@ static enum MHD_Result respond(struct MHD_Connection *c, const char *method, con
     MHD_destroy_response(resp);
 
     char qpath[160];
-    log_info("request", "method=%s path=%s status=%d replayed=%s ms=%.1f", method,
+    log_info("request", "method=%s path=%s status=%d replayed=%s redis=%s ms=%.1f", method,
              log_quote(url, qpath, sizeof(qpath)), r->status, r->replayed ? "true" : "false",
-             elapsed_ms(&rq->start));
+             r->from_redis ? "hit" : "no", elapsed_ms(&rq->start));
     return ret;
 }
 

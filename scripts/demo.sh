@@ -6,8 +6,9 @@
 # Starts a PostgreSQL cluster (initdb in a temp dir, as the postgres user when run as root) and
 # the project's mock Kafka broker, runs the three programs, sends orders through the API (a
 # retried request and a key reused with another body among them), lets the relay publish and
-# the consumer apply them, replays a few events as a crashed relay would, and ends with a final
-# check: orders = outbox events = shipments. Everything it started is stopped on every exit
+# the consumer apply them, PATCHes an order (and shows a stale If-Match refused), replays a few
+# events as a crashed relay would, and ends with a final check: orders = shipments, outbox events =
+# processed events, every shipment at its order's version. Redis runs as both demos' fast path. Everything it started is stopped on every exit
 # path. KEEP_TMP=1 keeps the temp dir with the logs.
 set -euo pipefail
 
@@ -92,7 +93,7 @@ for b in outbox-relay producer-demo consumer-demo; do
     [ -x "$BIN/$b" ] || die "$BIN/$b is missing: run 'make' first"
 done
 [ -x "$MOCK_BROKER" ] || die "$MOCK_BROKER is missing: run 'make tools' first"
-for tool in curl initdb pg_ctl psql; do
+for tool in curl initdb pg_ctl psql redis-server redis-cli; do
     command -v "$tool" >/dev/null || die "$tool is missing: run 'make deps'"
 done
 
@@ -124,6 +125,16 @@ wait_until "the broker prints its address" test -s "$W/broker.out"
 BROKERS=$(head -n 1 "$W/broker.out")
 say "mock Kafka cluster (librdkafka's mock, real protocol) at $BROKERS"
 
+# Redis: the optional fast path of both demos (never the source of truth), no persistence.
+REDIS_PORT=$(free_port) || die "no free port for Redis"
+mkdir -p "$W/redis"
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$W/redis" \
+    --logfile "$W/redis.log" >/dev/null 2>&1 &
+PIDS+=($!)
+wait_until "Redis answers" redis-cli -p "$REDIS_PORT" PING
+REDIS_URL=redis://127.0.0.1:$REDIS_PORT
+say "Redis $(redis-cli -p "$REDIS_PORT" INFO server | sed -n 's/^redis_version:\(.*\)\r$/\1/p') at $REDIS_URL (cache in front of PostgreSQL)"
+
 step "2. Schemas: the relay's outbox, then each demo's own tables"
 "$BIN/outbox-relay" migrate --database-url "$DATABASE_URL" 2>"$W/migrate.log"
 "$BIN/producer-demo" migrate --database-url "$DATABASE_URL" 2>>"$W/migrate.log"
@@ -133,7 +144,7 @@ say "tables: $(sql "SELECT string_agg(tablename, ', ' ORDER BY tablename) FROM p
 
 step "3. Start producer-demo (API), outbox-relay and consumer-demo"
 "$BIN/producer-demo" serve --database-url "$DATABASE_URL" --listen 127.0.0.1:0 \
-    2>"$W/producer.log" &
+    --redis-url "$REDIS_URL" 2>"$W/producer.log" &
 PIDS+=($!)
 wait_until "producer-demo listens" grep -q 'msg="producer-demo listening"' "$W/producer.log"
 API=http://127.0.0.1:$(grep -o 'msg="producer-demo listening".* port=[0-9]*' "$W/producer.log" |
@@ -143,10 +154,11 @@ say "producer-demo serving $API"
 PIDS+=($!)
 say "outbox-relay publishing outbox rows to topic outbox.event.order"
 "$BIN/consumer-demo" --database-url "$DATABASE_URL" --brokers "$BROKERS" \
-    --topic outbox.event.order --group shipping --stats-interval 1 2>"$W/consumer.log" &
+    --topic outbox.event.order --group shipping --stats-interval 1 --redis-url "$REDIS_URL" \
+    2>"$W/consumer.log" &
 CONSUMER_PID=$!
 PIDS+=($CONSUMER_PID)
-say "consumer-demo in group 'shipping', creating one shipment per order"
+say "consumer-demo in group 'shipping', creating one shipment per order (both demos on Redis too)"
 
 # post NAME KEY BODY: POST /orders, prints status, the replay header and the body.
 post() {
@@ -175,6 +187,10 @@ expect_status retry 201
 cmp -s "$W/first.body" "$W/retry.body" || die "the replayed body differs from the original"
 grep -qi '^Idempotency-Replayed: true' "$W/retry.headers" || die "replay not marked"
 say "  same status, byte-identical body, nothing written a second time"
+grep -q 'status=201 replayed=true redis=hit' "$W/producer.log" ||
+    die "the retry was not served from Redis"
+say "  served from Redis (producer log: redis=hit): the response was cached after its commit,"
+say "  fingerprint checked, no PostgreSQL round trip"
 say "(the same key reused for a different order:)"
 post reuse demo-order-1 '{"customer_id": "c-7", "amount_cents": 9900, "currency": "EUR"}'
 expect_status reuse 422
@@ -191,6 +207,27 @@ id=$(grep -o '"id":"[^"]*"' "$W/first.body" | cut -d'"' -f4)
 say "GET /orders/$id -> $(curl -sS -w ' (%{http_code})' "$API/orders/$id")"
 say "orders: $(sql 'SELECT count(*) FROM orders'), outbox rows: $(sql 'SELECT count(*) FROM outbox')"
 
+step "4b. Versioned update: PATCH with If-Match (optimistic locking)"
+etag=$(curl -sS -o /dev/null -D - "$API/orders/$id" | grep -i '^ETag:' | tr -d '\r' | cut -d' ' -f2)
+say "GET /orders/$id -> ETag: $etag"
+patch() {
+    local name=$1 match=$2 body=$3
+    curl -sS -o "$W/$name.body" -D "$W/$name.headers" -X PATCH "$API/orders/$id" \
+        -H "If-Match: $match" -d "$body" >/dev/null
+    head -n 1 "$W/$name.headers" | cut -d' ' -f2 >"$W/$name.status"
+    say "PATCH If-Match: $match $body"
+    say "  -> $(cat "$W/$name.status") ETag: $(grep -i '^ETag:' "$W/$name.headers" | tr -d '\r' |
+        cut -d' ' -f2) $(cat "$W/$name.body")"
+}
+patch patch1 "$etag" '{"amount_cents": 4500, "status": "confirmed"}'
+expect_status patch1 200
+say "(a second client still holding the old ETag tries its own change:)"
+patch stale "$etag" '{"amount_cents": 1}'
+expect_status stale 412
+say "  412 Precondition Failed with the current ETag: the stale update changed nothing"
+say "order row: $(sql "SELECT amount_cents || ' ' || status || ' version ' || version FROM orders
+                        WHERE id = '$id'"), outbox: OrderCreated + OrderUpdated"
+
 step "5. A burst from the load generator (real transactions: order row + outbox row each)"
 "$BIN/producer-demo" load --database-url "$DATABASE_URL" --count 50 --aggregates 50 \
     --rate 500 2>>"$W/load.log" | sed 's/^/   load: /'
@@ -202,6 +239,11 @@ wait_until "the relay publishes every outbox row" \
 say "outbox: $(sql 'SELECT count(*) FROM outbox WHERE sent_at IS NOT NULL') of $(sql 'SELECT count(*) FROM outbox') rows acknowledged by Kafka"
 wait_until "the consumer ships every order" sql_is 'SELECT count(*) FROM shipments' "$ORDERS"
 say "shipments: $(sql 'SELECT count(*) FROM shipments') for $ORDERS orders"
+wait_until "the consumer applies the update" \
+    sql_is "SELECT order_version FROM shipments WHERE order_id = '$id'" 2
+say "the patched order's shipment: $(sql "SELECT 'version ' || order_version || ', amount ' ||
+    amount_cents || ', order ' || order_status FROM shipments WHERE order_id = '$id'")"
+say "  (OrderUpdated applied because version 2 is newer than the 1 it held)"
 
 step "7. At least once: the relay sends 5 events again (as after a crash before its commit)"
 sql "UPDATE outbox SET sent_at = NULL WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT 5)"
@@ -211,6 +253,8 @@ wait_until "the consumer sees the duplicates" \
     grep -Eq 'msg="consumer progress".* duplicates=([5-9]|[1-9][0-9])' "$W/consumer.log"
 say "consumer: $(grep 'msg="consumer progress"' "$W/consumer.log" | tail -n 1 | sed 's/.*progress" //')"
 say "shipments still $(sql 'SELECT count(*) FROM shipments'): the processed_events dedupe absorbed them"
+say "  (redis_hits: duplicates skipped on Redis's word, without a transaction: ids are written there"
+say "  only after their transaction committed)"
 
 step "8. Final check"
 kill -0 "$CONSUMER_PID" 2>/dev/null || die "consumer-demo is not running"
@@ -223,9 +267,12 @@ say "outbox events    $OUTBOX"
 say "shipments        $SHIPMENTS"
 say "processed events $PROCESSED"
 say "idempotency keys $KEYS (one per accepted key)"
-if [ "$ORDERS" = "$OUTBOX" ] && [ "$OUTBOX" = "$SHIPMENTS" ] && [ "$SHIPMENTS" = "$PROCESSED" ]; then
-    printf '\n%sFINAL CHECK PASSED: orders = outbox events = shipments = %s%s\n' "$GREEN" \
-        "$ORDERS" "$OFF"
+CURRENT=$(sql "SELECT count(*) FROM shipments s JOIN orders o ON o.id::text = s.order_id
+               WHERE s.order_version = o.version AND s.amount_cents = o.amount_cents")
+say "shipments at their order's current version: $CURRENT"
+if [ "$ORDERS" = "$SHIPMENTS" ] && [ "$OUTBOX" = "$PROCESSED" ] && [ "$CURRENT" = "$ORDERS" ]; then
+    printf '\n%sFINAL CHECK PASSED: orders = shipments = %s, outbox events = processed events = %s, every shipment at its order'"'"'s version%s\n' \
+        "$GREEN" "$ORDERS" "$OUTBOX" "$OFF"
 else
-    die "FINAL CHECK FAILED: orders=$ORDERS outbox=$OUTBOX shipments=$SHIPMENTS processed=$PROCESSED"
+    die "FINAL CHECK FAILED: orders=$ORDERS outbox=$OUTBOX shipments=$SHIPMENTS processed=$PROCESSED current=$CURRENT"
 fi

@@ -120,3 +120,40 @@ consumer_stop() {
 sql_is() {
     [ "$(psql_q "$1")" = "$2" ]
 }
+
+# ---- Redis ------------------------------------------------------------------------------------
+
+# redis_start: Debian's redis-server on a free loopback port, no persistence (a restart starts
+# empty, like a flushed cache); the first call picks the port, later calls (after redis_kill)
+# reuse it. Sets REDIS_PORT, REDIS_URL, REDIS_PID (not exported: the demos read REDIS_URL from
+# the environment, and a test passes --redis-url where it wants Redis); stopped on every exit
+# path like the rest.
+redis_start() {
+    command -v redis-server >/dev/null || fail "redis-server is installed (tools/packages.txt)"
+    [ -n "${REDIS_PORT:-}" ] || REDIS_PORT=$(_free_port) || fail "find a free port for Redis"
+    mkdir -p "$T/redis"
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+        --dir "$T/redis" --daemonize no --logfile "$T/redis.log" >/dev/null 2>&1 &
+    REDIS_PID=$!
+    _t_track "$REDIS_PID"
+    _poll 10 redis_q PING || fail "Redis answers within 10s"
+    REDIS_URL=redis://127.0.0.1:$REDIS_PORT
+}
+
+# redis_q ARGS...: one redis-cli command against the test's Redis (bounded: -t 2 where
+# supported, and timeout 5 in any case).
+redis_q() {
+    timeout 5 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"
+}
+
+# redis_kill: SIGKILL, as a crash would; its data is gone (no persistence).
+redis_kill() {
+    kill -KILL "$REDIS_PID" 2>/dev/null
+    wait "$REDIS_PID" 2>/dev/null
+    return 0
+}
+
+# redis_keys PATTERN: how many keys match.
+redis_keys() {
+    redis_q --scan --pattern "$1" | wc -l
+}

@@ -34,6 +34,7 @@ APP_IMAGE=outbox-relay-test/app:$TAG
 export OUTBOX_RELAY_IMAGE=$APP_IMAGE
 export COMPOSE_TEST_POSTGRES_IMAGE=outbox-relay-test/postgres:$TAG
 export COMPOSE_TEST_KAFKA_IMAGE=outbox-relay-test/kafka:$TAG
+export COMPOSE_TEST_REDIS_IMAGE=outbox-relay-test/redis:$TAG
 # The engine's socket and runtime state: outside the temp dir, in a root-only tmpfs, where no
 # sweep of stale test dirs can pull them from under a running engine.
 RUNDIR=
@@ -63,7 +64,8 @@ _compose_exit() {
         # The engine is this test's alone (the lock): any stopped container is ours, e.g. one a
         # failed image build left behind.
         docker container prune -f >/dev/null 2>&1
-        docker rmi "$APP_IMAGE" "$COMPOSE_TEST_POSTGRES_IMAGE" "$COMPOSE_TEST_KAFKA_IMAGE" >/dev/null 2>&1
+        docker rmi "$APP_IMAGE" "$COMPOSE_TEST_POSTGRES_IMAGE" "$COMPOSE_TEST_KAFKA_IMAGE" \
+            "$COMPOSE_TEST_REDIS_IMAGE" >/dev/null 2>&1
         # The untagged layers left are the build cache of the next run; those made over a day
         # ago go, so it cannot grow without bound (rebuilding them takes about a minute).
         docker image prune -f --filter until=24h >/dev/null 2>&1
@@ -150,9 +152,10 @@ docker tag debian:bookworm-slim debian:bookworm || fail "tag debian:bookworm"
 ok "base image debian:bookworm(-slim) from a debootstrap minbase"
 
 t_build=$(date +%s)
-for target in postgres kafka; do
+for target in postgres kafka redis; do
     img=$COMPOSE_TEST_POSTGRES_IMAGE
     [ "$target" = kafka ] && img=$COMPOSE_TEST_KAFKA_IMAGE
+    [ "$target" = redis ] && img=$COMPOSE_TEST_REDIS_IMAGE
     check "the test's $target image builds" \
         docker build -q --force-rm -f tests/compose/Dockerfile --target "$target" -t "$img" . ||
         fail "build the $target image"

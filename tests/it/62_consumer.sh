@@ -47,7 +47,7 @@ shipments_over() {
 # last_counts: the counters of the current consumer's last progress (or final) line.
 last_counts() {
     grep -E 'msg="consumer (progress|stopped)"' "$CONSUMER_LOG" | tail -n 1 |
-        grep -o 'applied=.*'
+        grep -o 'applied=[0-9]* duplicates=[0-9]* ignored=[0-9]* parked=[0-9]*'
 }
 
 counts_are() {

@@ -15,7 +15,7 @@ command -v docker-compose >/dev/null || fail "docker-compose is installed (make 
 
 check "docker-compose config -q accepts the file" docker-compose config -q
 docker-compose config >"$T/config.yml" 2>"$T/config.err" || fail "docker-compose config"
-check_eq "the services" "consumer-demo kafka migrate postgres producer-demo relay-1 relay-2" \
+check_eq "the services" "consumer-demo kafka migrate postgres producer-demo redis relay-1 relay-2" \
     "$(docker-compose config --services | sort | tr '\n' ' ' | sed 's/ $//')"
 
 # The checks below read the resolved file with the YAML parser docker-compose itself uses.

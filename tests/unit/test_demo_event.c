@@ -19,7 +19,7 @@ static EventInput input(const char *id, const char *type, const char *payload)
                         payload, payload ? strlen(payload) : 0};
 }
 
-static EventVerdict classify(EventInput in, OrderCreated *out, char *reason)
+static EventVerdict classify(EventInput in, OrderEvent *out, char *reason)
 {
     EventVerdict v = event_parse(&in, out, reason, 256);
     for (const char *p = reason; v != EVENT_APPLY && *p; p++)
@@ -30,7 +30,7 @@ static EventVerdict classify(EventInput in, OrderCreated *out, char *reason)
 
 static void test_order_created(void **state)
 {
-    OrderCreated ev;
+    OrderEvent ev;
     char reason[256];
     assert_int_equal(classify(input(UUID, "OrderCreated", GOOD), &ev, reason), EVENT_APPLY);
     assert_string_equal(ev.event_id, UUID);
@@ -43,7 +43,7 @@ static void test_order_created(void **state)
 static void test_extra_fields_and_upper_case_id(void **state)
 {
     /* A tolerant reader: producers may add fields (the load generator adds version). */
-    OrderCreated ev;
+    OrderEvent ev;
     char reason[256];
     const char *payload = "{\"id\":\"o-2\",\"customer_id\":\"c\",\"amount_cents\":1,"
                           "\"currency\":\"USD\",\"version\":1,\"status\":\"created\"}";
@@ -56,7 +56,7 @@ static void test_extra_fields_and_upper_case_id(void **state)
 
 static void test_other_event_types_are_ignored(void **state)
 {
-    OrderCreated ev;
+    OrderEvent ev;
     char reason[256];
     assert_int_equal(classify(input(UUID, "OrderAmended", "{}"), &ev, reason), EVENT_IGNORE);
     assert_non_null(strstr(reason, "OrderAmended"));
@@ -66,7 +66,7 @@ static void test_other_event_types_are_ignored(void **state)
 
 static void test_bad_headers_are_malformed(void **state)
 {
-    OrderCreated ev;
+    OrderEvent ev;
     char reason[256];
     assert_int_equal(classify(input(NULL, "OrderCreated", GOOD), &ev, reason), EVENT_MALFORMED);
     assert_string_equal(reason, "no id header");
@@ -104,7 +104,7 @@ static void test_bad_payloads_are_malformed(void **state)
         "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EURO\"}",
     };
     for (size_t i = 0; i < sizeof(payloads) / sizeof(payloads[0]); i++) {
-        OrderCreated ev;
+        OrderEvent ev;
         char reason[256] = "";
         if (classify(input(UUID, "OrderCreated", payloads[i]), &ev, reason) != EVENT_MALFORMED)
             fail_msg("payload %s was not classified as malformed", payloads[i]);
@@ -115,7 +115,7 @@ static void test_bad_payloads_are_malformed(void **state)
 static void test_long_text_fields(void **state)
 {
     char payload[700], id[300];
-    OrderCreated ev;
+    OrderEvent ev;
     char reason[256];
     memset(id, 'o', 255);
     id[255] = '\0';
@@ -137,15 +137,55 @@ static void test_payload_is_not_nul_terminated(void **state)
     memcpy(buf, GOOD, strlen(GOOD));
     memcpy(buf + strlen(GOOD), "garbage", 8);
     EventInput in = {UUID, 36, "OrderCreated", 12, buf, strlen(GOOD)};
-    OrderCreated ev;
+    OrderEvent ev;
     char reason[256];
     assert_int_equal(event_parse(&in, &ev, reason, sizeof(reason)), EVENT_APPLY);
+}
+
+/* OrderUpdated carries the whole order plus its version and status; both are required there,
+ * optional (defaults 1 and "created") but checked on OrderCreated. */
+static void test_order_updated(void **state)
+{
+    OrderEvent ev;
+    char reason[256];
+    const char *good = "{\"id\":\"o-1\",\"customer_id\":\"c\",\"amount_cents\":7,"
+                       "\"currency\":\"EUR\",\"status\":\"confirmed\",\"version\":3}";
+    assert_int_equal(classify(input(UUID, "OrderUpdated", good), &ev, reason), EVENT_APPLY);
+    assert_true(ev.updated);
+    assert_int_equal(ev.version, 3);
+    assert_int_equal(ev.amount_cents, 7);
+    assert_string_equal(ev.status, "confirmed");
+    assert_int_equal(classify(input(UUID, "OrderCreated", GOOD), &ev, reason), EVENT_APPLY);
+    assert_false(ev.updated);
+    assert_int_equal(ev.version, 1);
+    assert_string_equal(ev.status, "created");
+    static const char *const bad_updates[] = {
+        "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EUR\","
+        "\"status\":\"created\"}",
+        "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EUR\","
+        "\"version\":2}",
+        "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EUR\","
+        "\"status\":\"created\",\"version\":0}",
+        "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EUR\","
+        "\"status\":\"created\",\"version\":2147483648}",
+        "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EUR\","
+        "\"status\":\"created\",\"version\":\"2\"}",
+        "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EUR\","
+        "\"status\":\"\",\"version\":2}",
+    };
+    for (size_t i = 0; i < sizeof(bad_updates) / sizeof(bad_updates[0]); i++)
+        if (classify(input(UUID, "OrderUpdated", bad_updates[i]), &ev, reason) != EVENT_MALFORMED)
+            fail_msg("OrderUpdated %s was not classified as malformed", bad_updates[i]);
+    /* The same version 0 on OrderCreated is checked too. */
+    assert_int_equal(classify(input(UUID, "OrderCreated", bad_updates[2]), &ev, reason),
+                     EVENT_MALFORMED);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_order_created),
+        cmocka_unit_test(test_order_updated),
         cmocka_unit_test(test_extra_fields_and_upper_case_id),
         cmocka_unit_test(test_other_event_types_are_ignored),
         cmocka_unit_test(test_bad_headers_are_malformed),

@@ -96,6 +96,24 @@ static void expect_listen_error(const char *text)
     assert_true(strncmp(err, "--listen: ", 10) == 0);
 }
 
+/* The fingerprint must equal PostgreSQL's sha256() of the same bytes (checked against Python's
+ * hashlib), across block boundaries and for long bodies. */
+static void test_fingerprint(void **state)
+{
+    char hex[65], body[1001];
+    IdemRequest r = {"POST /orders", "k", "POST", "/orders", "{\"x\":1}", 7, 60};
+    idem_fingerprint(&r, hex);
+    assert_string_equal(hex, "34e5cb55f701dbee344c35f19979314d058a7e6b8487fbd4dc3e8c8a529939b3");
+    memset(body, 'a', 1000);
+    r = (IdemRequest){"PATCH /orders/{id}", "k", "PATCH", "/orders/1", body, 1000, 60};
+    idem_fingerprint(&r, hex);
+    assert_string_equal(hex, "a6c41c2769c626c1a1740139384a18766f318c3fe26ffd823cd95357333e9228");
+    memset(body, 'b', 57);
+    r = (IdemRequest){"GET", "k", "GET", "/", body, 57, 60};
+    idem_fingerprint(&r, hex);
+    assert_string_equal(hex, "287bb2a66de42b26ca749b7bd6967ae3e10290fe1a0efc7d80732bee7ce97dab");
+}
+
 static void test_listen(void **state)
 {
     expect_listen("127.0.0.1:8080", "127.0.0.1", 8080);
@@ -122,6 +140,7 @@ int main(void)
         cmocka_unit_test(test_empty_and_invisible),
         cmocka_unit_test(test_length_limit),
         cmocka_unit_test(test_listen),
+        cmocka_unit_test(test_fingerprint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

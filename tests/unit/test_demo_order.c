@@ -154,13 +154,72 @@ static void test_currency_list(void **state)
 static void test_json_form(void **state)
 {
     char *json = order_json("5d0b4bf1-9ad2-44c2-b06b-570989fcd6fc", "c \"7\"", 4200, "EUR",
-                            "created", "2026-11-21T02:04:04.356111Z");
+                            "created", 3, "2026-11-21T02:04:04.356111Z");
     assert_non_null(json);
     assert_string_equal(json, "{\"id\":\"5d0b4bf1-9ad2-44c2-b06b-570989fcd6fc\","
                               "\"customer_id\":\"c \\\"7\\\"\",\"amount_cents\":4200,"
-                              "\"currency\":\"EUR\",\"status\":\"created\","
+                              "\"currency\":\"EUR\",\"status\":\"created\",\"version\":3,"
                               "\"created_at\":\"2026-11-21T02:04:04.356111Z\"}");
     free(json);
+}
+
+static void test_patch_parse(void **state)
+{
+    OrderPatch p;
+    char err[200];
+#define PATCH(text) order_patch_parse(text, strlen(text), &p, err, sizeof(err))
+    assert_int_equal(PATCH("{\"amount_cents\":250}"), 0);
+    assert_true(p.has_amount && !p.has_status);
+    assert_int_equal(p.amount_cents, 250);
+    assert_int_equal(PATCH("{\"status\":\"confirmed\",\"amount_cents\":1}"), 0);
+    assert_true(p.has_amount && p.has_status);
+    assert_string_equal(p.status, "confirmed");
+    assert_int_equal(PATCH("{}"), 422);
+    assert_int_equal(PATCH("[]"), 400);
+    assert_int_equal(PATCH("{\"amount_cents\":"), 400);
+    assert_int_equal(PATCH("{\"amount_cents\":0}"), 422);
+    assert_int_equal(PATCH("{\"amount_cents\":1.5}"), 422);
+    assert_int_equal(PATCH("{\"amount_cents\":null}"), 422);
+    assert_int_equal(PATCH("{\"amount_cents\":99999999999999999999999}"), 422);
+    assert_int_equal(PATCH("{\"status\":\"shipped\"}"), 422);
+    assert_int_equal(PATCH("{\"status\":1}"), 422);
+    assert_int_equal(PATCH("{\"currency\":\"EUR\"}"), 422);
+    assert_int_equal(PATCH("{\"status\":\"created\",\"status\":\"cancelled\"}"), 400);
+#undef PATCH
+}
+
+static void test_patch_allowed(void **state)
+{
+    char err[200];
+    OrderPatch amount = {.has_amount = true, .amount_cents = 5};
+    OrderPatch confirm = {.has_status = true, .status = "confirmed"};
+    OrderPatch cancel = {.has_status = true, .status = "cancelled"};
+    OrderPatch reopen = {.has_status = true, .status = "created"};
+    assert_true(order_patch_allowed("created", &amount, err, sizeof(err)));
+    assert_true(order_patch_allowed("created", &confirm, err, sizeof(err)));
+    assert_true(order_patch_allowed("created", &cancel, err, sizeof(err)));
+    assert_true(order_patch_allowed("confirmed", &confirm, err, sizeof(err)));
+    assert_true(order_patch_allowed("confirmed", &cancel, err, sizeof(err)));
+    assert_false(order_patch_allowed("confirmed", &reopen, err, sizeof(err)));
+    assert_false(order_patch_allowed("cancelled", &amount, err, sizeof(err)));
+    assert_false(order_patch_allowed("cancelled", &cancel, err, sizeof(err)));
+    assert_false(order_patch_allowed("lost", &amount, err, sizeof(err)));
+}
+
+static void test_if_match(void **state)
+{
+    assert_int_equal(order_if_match("\"1\""), 1);
+    assert_int_equal(order_if_match(" \"42\" "), 42);
+    assert_int_equal(order_if_match("\"2147483647\""), 2147483647LL);
+    assert_int_equal(order_if_match("\"2147483648\""), 0);
+    assert_int_equal(order_if_match("\"0\""), 0);
+    assert_int_equal(order_if_match("\"01\""), 0);
+    assert_int_equal(order_if_match("1"), 0);
+    assert_int_equal(order_if_match("W/\"1\""), 0);
+    assert_int_equal(order_if_match("*"), 0);
+    assert_int_equal(order_if_match("\"1\", \"2\""), 0);
+    assert_int_equal(order_if_match("\"\""), 0);
+    assert_int_equal(order_if_match(""), 0);
 }
 
 static void test_order_id_valid(void **state)
@@ -187,6 +246,9 @@ int main(void)
         cmocka_unit_test(test_currency_list),
         cmocka_unit_test(test_json_form),
         cmocka_unit_test(test_order_id_valid),
+        cmocka_unit_test(test_patch_parse),
+        cmocka_unit_test(test_patch_allowed),
+        cmocka_unit_test(test_if_match),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
