@@ -86,16 +86,21 @@ static void fill_error(PGconn *conn, const PGresult *res, DbError *e)
     e->conn_lost = PQstatus(conn) != CONNECTION_OK;
 }
 
-PGresult *db_query_bin(PGconn *conn, const char *sql, int nparams, const char *const *values,
-                       const int *lengths, const int *formats, DbError *e)
+/* res when it succeeded; else NULL, with e filled in and res cleared. */
+static PGresult *succeeded(PGconn *conn, PGresult *res, DbError *e)
 {
-    PGresult *res = PQexecParams(conn, sql, nparams, NULL, values, lengths, formats, 0);
     ExecStatusType st = PQresultStatus(res);
     if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
         return res;
     fill_error(conn, res, e);
     PQclear(res);
     return NULL;
+}
+
+PGresult *db_query_bin(PGconn *conn, const char *sql, int nparams, const char *const *values,
+                       const int *lengths, const int *formats, DbError *e)
+{
+    return succeeded(conn, PQexecParams(conn, sql, nparams, NULL, values, lengths, formats, 0), e);
 }
 
 PGresult *db_query(PGconn *conn, const char *sql, int nparams, const char *const *values,
@@ -106,13 +111,7 @@ PGresult *db_query(PGconn *conn, const char *sql, int nparams, const char *const
 
 PGresult *db_run_script(PGconn *conn, const char *sql, DbError *e)
 {
-    PGresult *res = PQexec(conn, sql);
-    ExecStatusType st = PQresultStatus(res);
-    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
-        return res;
-    fill_error(conn, res, e);
-    PQclear(res);
-    return NULL;
+    return succeeded(conn, PQexec(conn, sql), e);
 }
 
 bool db_exec(PGconn *conn, const char *sql, DbError *e)

@@ -90,17 +90,27 @@ static int check_currency(json_t *v, OrderInput *out, char *err, size_t errlen)
     return 0;
 }
 
+/* Parses a request body as JSON (duplicate keys refused) into *root (the caller's). Returns 0,
+ * or the HTTP status for a body that is not JSON, with the reason in err. */
+static int load_body(const char *body, size_t len, json_t **root, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (*root)
+        return 0;
+    if (json_error_code(&jerr) == json_error_numeric_overflow)
+        return reject(422, err, errlen, "a number is out of range: %s", jerr.text);
+    return reject(400, err, errlen, "body is not valid JSON: %s at byte %d", jerr.text,
+                  jerr.position);
+}
+
 int order_parse(const char *body, size_t len, OrderInput *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof(*out));
-    json_error_t jerr;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        if (json_error_code(&jerr) == json_error_numeric_overflow)
-            return reject(422, err, errlen, "a number is out of range: %s", jerr.text);
-        return reject(400, err, errlen, "body is not valid JSON: %s at byte %d", jerr.text,
-                      jerr.position);
-    }
+    json_t *root;
+    int bad = load_body(body, len, &root, err, errlen);
+    if (bad)
+        return bad;
     int status = 0;
     if (!json_is_object(root)) {
         status = reject(400, err, errlen, "body must be a JSON object");
@@ -172,14 +182,10 @@ static int status_rank(const char *s)
 int order_patch_parse(const char *body, size_t len, OrderPatch *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof(*out));
-    json_error_t jerr;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        if (json_error_code(&jerr) == json_error_numeric_overflow)
-            return reject(422, err, errlen, "a number is out of range: %s", jerr.text);
-        return reject(400, err, errlen, "body is not valid JSON: %s at byte %d", jerr.text,
-                      jerr.position);
-    }
+    json_t *root;
+    int bad = load_body(body, len, &root, err, errlen);
+    if (bad)
+        return bad;
     int status = 0;
     const char *key;
     json_t *value;
