@@ -35,6 +35,7 @@ static bool exec_ok(PGconn *conn, const char *sql, const char *what)
  * application's INSERTs need no change. The order column is an identity: existing rows get numbers
  * in their physical order, new ones at insert. ADD COLUMN of an identity or a stored generated
  * column rewrites the table under an exclusive lock (a large table: plan a window). */
+#define ADD_COLUMN(name, definition) " ADD COLUMN IF NOT EXISTS " name " " definition ","
 static const char *const SQL_ADOPT =
     /* As in migrations/0003; the relay's own table may not exist here. */
     "CREATE OR REPLACE FUNCTION outbox_lane(aggregate_type text, aggregate_id text)"
@@ -42,30 +43,28 @@ static const char *const SQL_ADOPT =
     " $$ SELECT (hashtextextended(aggregate_type || '/' || aggregate_id, 0) & " LANE_MASK
     ")::smallint $$;"
     "ALTER TABLE {table}"
-    " ADD COLUMN IF NOT EXISTS {seq} bigint GENERATED ALWAYS AS IDENTITY,"
-    " ADD COLUMN IF NOT EXISTS created_at timestamptz NOT NULL DEFAULT now(),"
-    " ADD COLUMN IF NOT EXISTS sent_at timestamptz,"
-    " ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0,"
-    " ADD COLUMN IF NOT EXISTS rejections integer NOT NULL DEFAULT 0,"
-    " ADD COLUMN IF NOT EXISTS last_error text,"
-    " ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz,"
-    " ADD COLUMN IF NOT EXISTS dead_at timestamptz,"
-    " ADD COLUMN IF NOT EXISTS dead_letter_topic text,"
-    " ADD COLUMN IF NOT EXISTS lane smallint GENERATED ALWAYS AS"
-    " (outbox_lane(coalesce({aggregate_type}::text, ''), coalesce({aggregate_id}::text, '')))"
-    " STORED;"
-    /* Marks name rows by the order column: it must name exactly one row. An existing column with
-     * NULLs or duplicates fails here, and the adoption rolls back. */
-    "ALTER TABLE {table} ALTER COLUMN {seq} SET NOT NULL;"
-    "CREATE UNIQUE INDEX IF NOT EXISTS {seq_idx} ON {table} ({seq});"
-    "CREATE INDEX IF NOT EXISTS {unsent_idx} ON {table} ({seq}) WHERE sent_at IS NULL;"
-    "CREATE INDEX IF NOT EXISTS {retry_idx} ON {table} ({aggregate_type}, {aggregate_id}, {seq})"
-    " WHERE sent_at IS NULL AND attempts > 0;"
-    "CREATE INDEX IF NOT EXISTS {sent_idx} ON {table} (sent_at) WHERE sent_at IS NOT NULL;"
-    /* The trigger as migrations/0007 defines it; the table's oid comes from its row type, so its
-     * name is never written into a string literal. */
-    "SELECT outbox_wakeup_install(typrelid::regclass) FROM pg_type"
-    " WHERE oid = pg_typeof(NULL::{table})";
+    " ADD COLUMN IF NOT EXISTS {seq} bigint GENERATED ALWAYS AS "
+    "IDENTITY," SCHEMA_BOOKKEEPING_COLUMNS(
+        ADD_COLUMN) " ADD COLUMN IF NOT EXISTS lane smallint GENERATED ALWAYS AS"
+                    " (outbox_lane(coalesce({aggregate_type}::text, ''), "
+                    "coalesce({aggregate_id}::text, '')))"
+                    " STORED;"
+                    /* Marks name rows by the order column: it must name exactly one row. An
+                     * existing column with NULLs or duplicates fails here, and the adoption rolls
+                     * back. */
+                    "ALTER TABLE {table} ALTER COLUMN {seq} SET NOT NULL;"
+                    "CREATE UNIQUE INDEX IF NOT EXISTS {seq_idx} ON {table} ({seq});"
+                    "CREATE INDEX IF NOT EXISTS {unsent_idx} ON {table} ({seq}) WHERE sent_at IS "
+                    "NULL;"
+                    "CREATE INDEX IF NOT EXISTS {retry_idx} ON {table} ({aggregate_type}, "
+                    "{aggregate_id}, {seq})"
+                    " WHERE sent_at IS NULL AND attempts > 0;"
+                    "CREATE INDEX IF NOT EXISTS {sent_idx} ON {table} (sent_at) WHERE sent_at IS "
+                    "NOT NULL;"
+                    /* The trigger as migrations/0007 defines it; the table's oid comes from its row
+                     * type, so its name is never written into a string literal. */
+                    "SELECT outbox_wakeup_install(typrelid::regclass) FROM pg_type"
+                    " WHERE oid = pg_typeof(NULL::{table})";
 static const char *const SQL_ADOPT_HEADERS =
     "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {headers} jsonb";
 /* The grants of migrations/0006 on this table, for the roles that exist. */

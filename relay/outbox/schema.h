@@ -19,6 +19,19 @@
 /* The wakeup's advisory locks: producers mid-transaction (0004) and the guard's (0007). */
 #define LOCK_KEY_PRODUCING "1331849731"
 #define LOCK_KEY_WAKEUP "1331849732"
+/* The relay's bookkeeping columns, as migrations 0001 and 0003 create them in its own table and
+ * `migrate` adds them to an adopted one (X(name, definition)); test_schema checks each definition
+ * against the migrations. */
+#define SCHEMA_BOOKKEEPING_COLUMNS(X)                                                              \
+    X("created_at", "timestamptz NOT NULL DEFAULT now()")                                          \
+    X("sent_at", "timestamptz")                                                                    \
+    X("attempts", "integer NOT NULL DEFAULT 0")                                                    \
+    X("rejections", "integer NOT NULL DEFAULT 0")                                                  \
+    X("last_error", "text")                                                                        \
+    X("next_attempt_at", "timestamptz")                                                            \
+    X("dead_at", "timestamptz")                                                                    \
+    X("dead_letter_topic", "text")
+
 /* Held by `migrate` while it applies migrations, so two never run at once. */
 #define LOCK_KEY_MIGRATE "7243016118520431001"
 

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "migrate.h"
@@ -35,11 +36,36 @@ static void test_wakeup_keys_match(void **state)
     assert_true(migrations_contain("pg_try_advisory_lock(" LOCK_KEY_WAKEUP ")"));
 }
 
+/* Each bookkeeping column as a migration defines it: "name definition", spaces collapsed. */
+static void test_bookkeeping_columns_match(void **state)
+{
+    /* The migrations align their column lists with runs of spaces: compare without them. */
+    size_t total = 0;
+    for (size_t i = 0; i < migration_count; i++)
+        total += strlen(migration_files[i].sql) + 1;
+    char *all = calloc(total + 1, 1);
+    assert_non_null(all);
+    char *w = all;
+    for (size_t i = 0; i < migration_count; i++) {
+        for (const char *r = migration_files[i].sql; *r; r++)
+            if (*r != ' ' || (w > all && w[-1] != ' '))
+                *w++ = *r;
+        *w++ = '\n';
+    }
+#define CHECK_COLUMN(name, definition)                                                             \
+    if (!strstr(all, name " " definition))                                                         \
+        fail_msg("no migration defines %s %s", name, definition);
+    SCHEMA_BOOKKEEPING_COLUMNS(CHECK_COLUMN)
+#undef CHECK_COLUMN
+    free(all);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lane_mask_matches_lane_count),
         cmocka_unit_test(test_wakeup_keys_match),
+        cmocka_unit_test(test_bookkeeping_columns_match),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
