@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kafka_guard.h"
 #include "optval.h"
 #include "opts.h"
 #include "secrets.h"
@@ -70,6 +71,10 @@ static const OptDef options[] = {
      "librdkafka producer property, repeatable (in a config file: an object)"},
     {"kafka-file", OPT_STRING, NULL, NULL, 0, 0, FIELD(kafka_file), 0, 0, "PATH",
      "librdkafka properties from a file, KEY=VALUE per line, # comments (e.g. SASL secrets)"},
+    {"kafka-allow-unsafe", OPT_STRING, NULL, NULL, 0, 0, FIELD(kafka_allow_unsafe), 0, 0,
+     "NAME,...",
+     "allow these librdkafka properties that load code, run commands or write files (refused "
+     "otherwise); a flag only, never from the config file"},
     {"log-level", OPT_LOG_LEVEL, NULL, "info", 0, 0, FIELD(log_level), 0, 0, "LEVEL",
      "debug, info, warn or error", NULL, true},
     {"poll-interval", OPT_INT, NULL, "1000", 1, 3600000, FIELD(poll_interval_ms), 0, 0, "MS",
@@ -381,6 +386,26 @@ static bool read_secret_files(Config *cfg, const OptSource *sources, size_t kafk
     return true;
 }
 
+/* Properties that load code, run commands or write files are refused (kafka_guard.h) unless
+ * --kafka-allow-unsafe names them. That option counts only as a flag: the point is that whoever
+ * may edit the config file or the environment cannot grant it to themselves. */
+static bool check_kafka_properties(Config *cfg, const OptSource *sources, char *err, size_t errlen)
+{
+    const OptDef *allow = opts_find(&spec, "kafka-allow-unsafe", strlen("kafka-allow-unsafe"));
+    OptSource from = sources[allow - options];
+    if (cfg->kafka_allow_unsafe && from != OPT_FROM_FLAG)
+        return optval_fail(err, errlen,
+                           "--kafka-allow-unsafe is accepted only as a flag, not from %s",
+                           source_names[from]);
+    if (!kafka_guard_check_allow(cfg->kafka_allow_unsafe, err, errlen))
+        return false;
+    for (size_t i = 0; i < cfg->kafka.len; i++)
+        if (!kafka_guard_check(cfg->kafka.items[i].key, cfg->kafka.items[i].value,
+                               cfg->kafka_allow_unsafe, err, errlen))
+            return false;
+    return true;
+}
+
 static const OptSpec spec = {
     .prog = "outbox-relay",
     .summary = "Moves rows from a PostgreSQL outbox table to Kafka, at least once, in order per\n"
@@ -415,6 +440,8 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
         return ok;
     /* --kafka-file lines go after the config file's --kafka entries, before the flags'. */
     if (!read_secret_files(cfg, sources, cfg->kafka_from_file, err, errlen))
+        return false;
+    if (!check_kafka_properties(cfg, sources, err, errlen))
         return false;
 
     if (!cfg->database_url)

@@ -63,6 +63,7 @@ typedef struct Config {
                     * start-up), in order: config file entries, --kafka-file lines, flags */
     size_t kafka_from_file; /* of kafka, the config file's entries (--kafka-file goes after) */
     char *kafka_file;
+    char *kafka_allow_unsafe; /* --kafka-allow-unsafe: guarded properties allowed (kafka_guard.h) */
     LogLevel log_level;
     long poll_interval_ms;
     long shutdown_timeout_ms;
