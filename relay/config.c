@@ -44,6 +44,9 @@ static const OptDef options[] = {
      FIELD(topic_template), 0, 0, "TEMPLATE",
      "Kafka topic per row; {aggregate_type} (or ${routedByValue}) and {event_type} are "
      "replaced [Debezium: route.topic.replacement]"},
+    {"schema", OPT_STRING, NULL, "public", 0, 0, FIELD(schema), 0, 0, "NAME",
+     "schema of the relay's functions and bookkeeping (and of --table without one); every "
+     "connection pins search_path to pg_catalog, NAME, pg_temp"},
     {"table", OPT_STRING, NULL, "outbox", 0, 0, FIELD(table), 0, 0, "[SCHEMA.]NAME",
      "the outbox table; another than the relay's own needs `migrate` with the same options"},
     {"layout", OPT_CHOICE, NULL, "relay", 0, 0, FIELD(layout), 0, 0, "LAYOUT",
@@ -75,6 +78,9 @@ static const OptDef options[] = {
      "NAME,...",
      "allow these librdkafka properties that load code, run commands or write files (refused "
      "otherwise); a flag only, never from the config file"},
+    {"require-tls", OPT_BOOL, NULL, NULL, 0, 0, FIELD(require_tls), 0, 0, "",
+     "run: refuse to start when a PostgreSQL host or Kafka broker other than loopback would be "
+     "reached without a verified TLS connection (default: a warning)"},
     {"log-level", OPT_LOG_LEVEL, NULL, "info", 0, 0, FIELD(log_level), 0, 0, "LEVEL",
      "debug, info, warn or error", NULL, true},
     {"poll-interval", OPT_INT, NULL, "1000", 1, 3600000, FIELD(poll_interval_ms), 0, 0, "MS",

@@ -22,6 +22,7 @@
 #include "route.h"
 #include "secrets.h"
 #include "status.h"
+#include "tls_report.h"
 
 #ifndef OUTBOX_RELAY_VERSION
 #define OUTBOX_RELAY_VERSION "dev"
@@ -59,6 +60,9 @@ static int cmd_run(Config *cfg, int argc, char **argv)
                                  sizeof(err))) ||
         (cfg->metrics_listen && !addr_parse_host_port("--metrics-listen", cfg->metrics_listen, host,
                                                       sizeof(host), &port, err, sizeof(err))))
+        return usage_error(err);
+    /* Stated before anything connects; with --require-tls, nothing connects unprotected. */
+    if (!tls_report_check(cfg, cfg->require_tls, err, sizeof(err)))
         return usage_error(err);
     rd_kafka_conf_t *kconf = kafka_conf_build(cfg, err, sizeof(err));
     if (!kconf)
@@ -111,6 +115,13 @@ int main(int argc, char **argv)
     Config cfg;
     char err[1024];
     if (!config_load(&cfg, argc, argv, err, sizeof(err))) {
+        config_free(&cfg);
+        return usage_error(err);
+    }
+    /* Before any connection: the relay and migrate resolve every name of theirs through this
+     * search_path only (db.h), whatever the role's or database's settings say. */
+    if (cfg.command != CMD_HELP && cfg.command != CMD_VERSION &&
+        !db_pin_search_path(cfg.schema, cfg.command == CMD_MIGRATE, err, sizeof(err))) {
         config_free(&cfg);
         return usage_error(err);
     }
