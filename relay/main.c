@@ -61,12 +61,15 @@ static int cmd_run(Config *cfg, int argc, char **argv)
         (cfg->metrics_listen && !addr_parse_host_port("--metrics-listen", cfg->metrics_listen, host,
                                                       sizeof(host), &port, err, sizeof(err))))
         return usage_error(err);
-    /* Stated before anything connects; with --require-tls, nothing connects unprotected. */
-    if (!tls_report_check(cfg, cfg->require_tls, err, sizeof(err)))
-        return usage_error(err);
     rd_kafka_conf_t *kconf = kafka_conf_build(cfg, err, sizeof(err));
     if (!kconf)
         return usage_error(err);
+    /* With --require-tls, nothing connects unprotected: checked before the producer exists
+     * (librdkafka connects as soon as it does). */
+    if (!tls_report_require(cfg, cfg->require_tls, err, sizeof(err))) {
+        rd_kafka_conf_destroy(kconf);
+        return usage_error(err);
+    }
 
     pg_set_session_timeout(cfg->session_timeout_ms);
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
@@ -91,6 +94,8 @@ static int cmd_run(Config *cfg, int argc, char **argv)
         log_quote(log_mask_conninfo(cfg->database_url, masked, sizeof(masked)), q1, sizeof(q1)),
         log_quote(cfg->brokers, q2, sizeof(q2)), log_quote(cfg->topic_template, q3, sizeof(q3)),
         cfg->batch_size, cfg->retention_s, cfg->on_sent == ON_SENT_DELETE ? "delete" : "mark");
+    /* Stated once the input is known good (bad input stays one line), at start. */
+    tls_report_log(cfg);
     ops_start(ops, relay);
     int rc = relay_run(relay);
     ops_free(ops);

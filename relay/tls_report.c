@@ -151,11 +151,10 @@ void tls_report_judge(const Config *cfg, TlsSide *pg, TlsSide *kafka)
     judge_kafka(cfg, kafka);
 }
 
-bool tls_report_check(const Config *cfg, bool require_tls, char *err, size_t errlen)
+bool tls_report_require(const Config *cfg, bool require_tls, char *err, size_t errlen)
 {
     TlsSide pg, kafka;
     tls_report_judge(cfg, &pg, &kafka);
-    char q[160], qm[80], qk[80];
     if (require_tls && pg.remote && pg.level != TLS_VERIFIED) {
         snprintf(err, errlen,
                  "--require-tls: PostgreSQL host %s with sslmode=%s is not verified (use "
@@ -172,6 +171,14 @@ bool tls_report_check(const Config *cfg, bool require_tls, char *err, size_t err
         log_one_line(err);
         return false;
     }
+    return true;
+}
+
+void tls_report_log(const Config *cfg)
+{
+    TlsSide pg, kafka;
+    tls_report_judge(cfg, &pg, &kafka);
+    char q[160], qm[80], qk[80];
     log_info("connection security",
              "postgres=%s postgres_sslmode=%s postgres_remote=%s kafka=%s "
              "kafka_security_protocol=%s kafka_remote=%s",
@@ -189,5 +196,4 @@ bool tls_report_check(const Config *cfg, bool require_tls, char *err, size_t err
                  "pose as the broker; use ssl or sasl_ssl with verification (or --require-tls to "
                  "refuse)\"",
                  log_quote(kafka.first_remote, q, sizeof(q)), qk);
-    return true;
 }

@@ -37,10 +37,14 @@ void tls_report_judge(const Config *cfg, TlsSide *pg, TlsSide *kafka);
 /* The word for a level in the log: verified, unverified, optional or plaintext. */
 const char *tls_level_name(TlsLevel level);
 
-/* Logs one "connection security" line, and a warning per side that reaches a remote host
- * without verification. With require_tls such a side is an error instead: returns false with
- * one line in err (nothing logged for it). */
-bool tls_report_check(const Config *cfg, bool require_tls, char *err, size_t errlen)
+/* With require_tls, a side that reaches a remote host without verification is an error:
+ * returns false with one line in err (naming the host), logging nothing. True otherwise. Call
+ * before anything connects. */
+bool tls_report_require(const Config *cfg, bool require_tls, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+
+/* Logs one "connection security" line, and a warning per side that reaches a remote host
+ * without verification. */
+void tls_report_log(const Config *cfg);
 
 #endif
