@@ -10,7 +10,8 @@
  *   trickle  sends the same, then one more header byte every 200 ms on every connection, so an
  *            idle timeout never fires;
  *   garbage  sends 512 bytes that are not HTTP, then idles.
- * Connections the server refuses or closes are counted, not reopened.
+ * Connections the server refuses, does not accept within 1 s, or closes are counted, not
+ * reopened.
  * Output, one line on stdout: "opened O refused R closed_by_server C open_at_end E".
  * Exit: 0 after S seconds, 2 on bad flags or a source address that cannot be bound.
  */
@@ -54,6 +55,26 @@ static int send_all(int fd, const char *buf, size_t len)
         len -= (size_t)n;
     }
     return 0;
+}
+
+/* Connects within ms milliseconds: a server that stopped accepting leaves its backlog full,
+ * and a blocking connect would then wait for minutes of SYN retries. Leaves fd blocking. */
+static int connect_within(int fd, const struct sockaddr_in *dst, int ms)
+{
+    int flags = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    int rc = connect(fd, (const struct sockaddr *)dst, sizeof(*dst));
+    if (rc != 0 && errno == EINPROGRESS) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int err = 0;
+        socklen_t len = sizeof(err);
+        rc = poll(&p, 1, ms) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
+                     err == 0
+                 ? 0
+                 : -1;
+    }
+    fcntl(fd, F_SETFL, flags);
+    return rc == 0;
 }
 
 /* True when the peer closed fd (or reset it); drains whatever it sent. */
@@ -131,7 +152,7 @@ int main(int argc, char **argv)
             perror("http-flood: bind");
             exit(2);
         }
-        if (connect(fd, (struct sockaddr *)&dst, sizeof(dst)) != 0) {
+        if (!connect_within(fd, &dst, 1000)) {
             close(fd);
             refused++;
             continue;
