@@ -1,6 +1,7 @@
 #include "db.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -42,6 +43,48 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
     return true;
 }
 
+/* The pinned schema ("" when none); one per process, set before any connection. */
+static char pinned_schema[64];
+static bool pinned_first; /* SCHEMA before pg_catalog (migrate creates objects there) */
+
+bool db_pin_search_path(const char *schema, bool creates, char *err, size_t errlen)
+{
+    pinned_first = creates;
+    if (!schema) {
+        pinned_schema[0] = '\0';
+        return true;
+    }
+    size_t len = strlen(schema);
+    bool ok = len > 0 && len < sizeof(pinned_schema) && !(schema[0] >= '0' && schema[0] <= '9');
+    for (size_t i = 0; ok && i < len; i++)
+        ok = (schema[i] >= 'a' && schema[i] <= 'z') || (schema[i] >= '0' && schema[i] <= '9') ||
+             schema[i] == '_';
+    if (!ok) {
+        /* A plain name needs no quoting in the search_path nor escaping in libpq's options. */
+        snprintf(err, errlen,
+                 "--schema: expected a plain lower-case name ([a-z_][a-z0-9_]*, at "
+                 "most 63 characters)");
+        return false;
+    }
+    memcpy(pinned_schema, schema, len + 1);
+    return true;
+}
+
+char *db_startup_options(const char *user_options)
+{
+    if (!pinned_schema[0])
+        return NULL;
+    const char *user = user_options ? user_options : "";
+    /* Ours go last: for a setting given twice in the startup packet, the last one wins. */
+    size_t len = strlen(user) + strlen(pinned_schema) + 64;
+    char *out = malloc(len);
+    if (out)
+        snprintf(out, len, "%s%s-c search_path=%s%s%s,pg_temp", user, *user ? " " : "",
+                 pinned_first ? pinned_schema : "pg_catalog,", pinned_first ? ",pg_catalog" : "",
+                 pinned_first ? "" : pinned_schema);
+    return out;
+}
+
 static void on_notice(void *arg, const char *message)
 {
     char line[300], q[400];
@@ -54,9 +97,30 @@ PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errl
 {
     /* Entries are applied in order and the expanded dbname (the user's string) comes last, so
      * anything the user set wins over these fallbacks. */
-    const char *keys[] = {"connect_timeout", "fallback_application_name", "dbname", NULL};
-    const char *values[] = {"10", app, conninfo, NULL};
+    const char *keys[] = {"connect_timeout", "fallback_application_name", "dbname", NULL, NULL};
+    const char *values[] = {"10", app, conninfo, NULL, NULL};
+    /* The pinned search_path goes after the expanded string, which it would otherwise lose to,
+     * and carries the string's own options along. */
+    char *options = NULL;
+    if (pinned_schema[0]) {
+        PQconninfoOption *parsed = PQconninfoParse(conninfo, NULL);
+        const char *user = NULL;
+        for (PQconninfoOption *o = parsed; o && o->keyword; o++)
+            if (strcmp(o->keyword, "options") == 0)
+                user = o->val;
+        if (!user)
+            user = getenv("PGOPTIONS"); /* an explicit options entry would hide it */
+        options = db_startup_options(user);
+        PQconninfoFree(parsed);
+        keys[3] = "options";
+        values[3] = options;
+        if (!options) {
+            snprintf(err, errlen, "out of memory");
+            return NULL;
+        }
+    }
     PGconn *conn = PQconnectdbParams(keys, values, 1);
+    free(options);
     if (PQstatus(conn) != CONNECTION_OK) {
         char line[300];
         first_line(PQerrorMessage(conn), line, sizeof(line));

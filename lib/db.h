@@ -24,6 +24,25 @@ typedef struct DbError {
 bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
+/* Pins the search_path of every later connection of this process (db_connect and the relay's
+ * non-blocking connections alike), sent in the startup packet (libpq "options", after the
+ * connection string's own options), so no statement of ours is resolved through a schema
+ * someone else put earlier on the path (the CVE-2018-1058 pattern), and ALTER ROLE/DATABASE ...
+ * SET search_path cannot change it either. The path is "pg_catalog, SCHEMA, pg_temp": built-in
+ * functions and operators cannot be shadowed even by objects in SCHEMA. With creates (migrate),
+ * it is "SCHEMA, pg_catalog, pg_temp" instead, because PostgreSQL creates unqualified objects
+ * in the first schema of the path; SCHEMA must then be writable only by trusted roles (the
+ * README says so). NULL unpins (the demos never pin). Returns false with one line in err when
+ * schema is not a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 63 characters). Call
+ * before connecting; not thread-safe. */
+bool db_pin_search_path(const char *schema, bool creates, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/* The "options" value a connection sends: user_options (NULL or the connection string's own)
+ * followed by the pin of db_pin_search_path. NULL when nothing is pinned (then send the user's
+ * options as they are). The caller frees the result. */
+char *db_startup_options(const char *user_options);
+
 /* Connects, with connect_timeout=10 and fallback_application_name=app unless conninfo sets
  * them; server notices go to the debug log. Returns NULL with one line in err on failure. */
 PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errlen);

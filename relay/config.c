@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kafka_guard.h"
 #include "optval.h"
 #include "opts.h"
 #include "secrets.h"
@@ -45,6 +46,9 @@ static const OptDef options[] = {
      FIELD(topic_template), 0, 0, "TEMPLATE",
      "Kafka topic per row; {aggregate_type} (or ${routedByValue}) and {event_type} are "
      "replaced [Debezium: route.topic.replacement]"},
+    {"schema", OPT_STRING, NULL, "public", 0, 0, FIELD(schema), 0, 0, "NAME",
+     "schema of the relay's functions and bookkeeping (and of --table without one); every "
+     "connection pins search_path to pg_catalog, NAME, pg_temp"},
     {"table", OPT_STRING, NULL, "outbox", 0, 0, FIELD(table), 0, 0, "[SCHEMA.]NAME",
      "the outbox table; another than the relay's own needs `migrate` with the same options"},
     {"layout", OPT_CHOICE, NULL, "relay", 0, 0, FIELD(layout), 0, 0, "LAYOUT",
@@ -72,6 +76,13 @@ static const OptDef options[] = {
      "librdkafka producer property, repeatable (in a config file: an object)"},
     {"kafka-file", OPT_STRING, NULL, NULL, 0, 0, FIELD(kafka_file), 0, 0, "PATH",
      "librdkafka properties from a file, KEY=VALUE per line, # comments (e.g. SASL secrets)"},
+    {"kafka-allow-unsafe", OPT_STRING, NULL, NULL, 0, 0, FIELD(kafka_allow_unsafe), 0, 0,
+     "NAME,...",
+     "allow these librdkafka properties that load code, run commands or write files (refused "
+     "otherwise); a flag only, never from the config file"},
+    {"require-tls", OPT_BOOL, NULL, NULL, 0, 0, FIELD(require_tls), 0, 0, "",
+     "run: refuse to start when a PostgreSQL host or Kafka broker other than loopback would be "
+     "reached without a verified TLS connection (default: a warning)"},
     {"log-level", OPT_LOG_LEVEL, NULL, "info", 0, 0, FIELD(log_level), 0, 0, "LEVEL",
      "debug, info, warn or error", NULL, true},
     {"poll-interval", OPT_INT, NULL, "1000", 1, 3600000, FIELD(poll_interval_ms), 0, 0, "MS",
@@ -399,6 +410,26 @@ static bool read_secret_files(Config *cfg, const OptSource *sources, size_t kafk
     return true;
 }
 
+/* Properties that load code, run commands or write files are refused (kafka_guard.h) unless
+ * --kafka-allow-unsafe names them. That option counts only as a flag: the point is that whoever
+ * may edit the config file or the environment cannot grant it to themselves. */
+static bool check_kafka_properties(Config *cfg, const OptSource *sources, char *err, size_t errlen)
+{
+    const OptDef *allow = opts_find(&spec, "kafka-allow-unsafe", strlen("kafka-allow-unsafe"));
+    OptSource from = sources[allow - options];
+    if (cfg->kafka_allow_unsafe && from != OPT_FROM_FLAG)
+        return optval_fail(err, errlen,
+                           "--kafka-allow-unsafe is accepted only as a flag, not from %s",
+                           source_names[from]);
+    if (!kafka_guard_check_allow(cfg->kafka_allow_unsafe, err, errlen))
+        return false;
+    for (size_t i = 0; i < cfg->kafka.len; i++)
+        if (!kafka_guard_check(cfg->kafka.items[i].key, cfg->kafka.items[i].value,
+                               cfg->kafka_allow_unsafe, err, errlen))
+            return false;
+    return true;
+}
+
 static const OptSpec spec = {
     .prog = "outbox-relay",
     .summary = "Moves rows from a PostgreSQL outbox table to Kafka, at least once, in order per\n"
@@ -433,6 +464,8 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
         return ok;
     /* --kafka-file lines go after the config file's --kafka entries, before the flags'. */
     if (!read_secret_files(cfg, sources, cfg->kafka_from_file, err, errlen))
+        return false;
+    if (!check_kafka_properties(cfg, sources, err, errlen))
         return false;
 
     if (!cfg->database_url)

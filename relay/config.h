@@ -60,6 +60,7 @@ typedef struct Config {
     long batch_bytes; /* payload bytes a claim may return (the first row always) */
     long sessions;    /* claim sessions, each a lane member */
     char *topic_template;
+    char *schema; /* --schema: every connection's search_path is pg_catalog, schema, pg_temp */
     /* The outbox table and its columns as configured (NULL: the layout's default)... */
     char *table;
     TableLayout layout;
@@ -70,6 +71,8 @@ typedef struct Config {
                     * start-up), in order: config file entries, --kafka-file lines, flags */
     size_t kafka_from_file; /* of kafka, the config file's entries (--kafka-file goes after) */
     char *kafka_file;
+    char *kafka_allow_unsafe; /* --kafka-allow-unsafe: guarded properties allowed (kafka_guard.h) */
+    bool require_tls;         /* --require-tls: unverified remote connections are an error */
     LogLevel log_level;
     long poll_interval_ms;
     long shutdown_timeout_ms;

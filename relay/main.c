@@ -23,6 +23,7 @@
 #include "sdnotify.h"
 #include "secrets.h"
 #include "status.h"
+#include "tls_report.h"
 #include "verify.h"
 
 #ifndef OUTBOX_RELAY_VERSION
@@ -65,6 +66,12 @@ static int cmd_run(Config *cfg, int argc, char **argv)
     rd_kafka_conf_t *kconf = kafka_conf_build(cfg, err, sizeof(err));
     if (!kconf)
         return usage_error(err);
+    /* With --require-tls, nothing connects unprotected: checked before the producer exists
+     * (librdkafka connects as soon as it does). */
+    if (!tls_report_require(cfg, cfg->require_tls, err, sizeof(err))) {
+        rd_kafka_conf_destroy(kconf);
+        return usage_error(err);
+    }
 
     pg_set_session_timeout(cfg->session_timeout_ms);
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
@@ -89,6 +96,8 @@ static int cmd_run(Config *cfg, int argc, char **argv)
         log_quote(log_mask_conninfo(cfg->database_url, masked, sizeof(masked)), q1, sizeof(q1)),
         log_quote(cfg->brokers, q2, sizeof(q2)), log_quote(cfg->topic_template, q3, sizeof(q3)),
         cfg->batch_size, cfg->retention_s, cfg->on_sent == ON_SENT_DELETE ? "delete" : "mark");
+    /* Stated once the input is known good (bad input stays one line), at start. */
+    tls_report_log(cfg);
     ops_start(ops, relay);
     SdNotify *sd = sdnotify_start(loop, relay); /* NULL unless run by systemd (Type=notify) */
     int rc = relay_run(relay);
@@ -120,6 +129,13 @@ int main(int argc, char **argv)
     Config cfg;
     char err[1024];
     if (!config_load(&cfg, argc, argv, err, sizeof(err))) {
+        config_free(&cfg);
+        return usage_error(err);
+    }
+    /* Before any connection: the relay and migrate resolve every name of theirs through this
+     * search_path only (db.h), whatever the role's or database's settings say. */
+    if (cfg.command != CMD_HELP && cfg.command != CMD_VERSION &&
+        !db_pin_search_path(cfg.schema, cfg.command == CMD_MIGRATE, err, sizeof(err))) {
         config_free(&cfg);
         return usage_error(err);
     }

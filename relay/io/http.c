@@ -9,14 +9,41 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "addr.h"
 #include "log.h"
 
-#define HTTP_MAX_CONNECTIONS 32
-#define HTTP_IDLE_TIMEOUT_S 10 /* a client that sends nothing for this long is dropped */
+/* Limits against hostile neighbours (README, "Security"). The endpoints exist for probes and a
+ * scraper: a handful of connections from a few addresses. Anyone who reaches the port could
+ * otherwise hold every slot with idle or trickling connections, and an orchestrator whose
+ * /healthz probe gets no answer restarts a healthy relay.
+ *  - per address: HTTP_PER_IP_CONNECTIONS; a flood from one address is closed at accept and
+ *    leaves the other addresses' slots free;
+ *  - in all: HTTP_MAX_CONNECTIONS (lowered to half the descriptor limit when that is smaller,
+ *    so a flood from many addresses cannot take the descriptors PostgreSQL and Kafka need);
+ *  - a request's line and headers must arrive within HTTP_HEADER_DEADLINE_S of the connection's
+ *    start (or of the previous response on a kept-alive connection): a client that trickles a
+ *    byte at a time never trips the idle timeout, this deadline it does;
+ *  - a client that sends nothing for HTTP_IDLE_TIMEOUT_S is dropped;
+ *  - request line + headers must fit in HTTP_MEMORY_LIMIT bytes (else 431 or 414, and close). */
+#define HTTP_MAX_CONNECTIONS 1024
+#define HTTP_PER_IP_CONNECTIONS 16
+#define HTTP_HEADER_DEADLINE_S 3.0
+#define HTTP_IDLE_TIMEOUT_S 10
+#define HTTP_MEMORY_LIMIT (16 * 1024)
+
+/* A connection still waiting for its request's headers, in deadline order (all deadlines are
+ * "now + the same constant", so appending keeps the list sorted). */
+typedef struct Pending {
+    struct Pending *prev, *next;
+    struct HttpServer *server;
+    int fd;
+    ev_tstamp deadline;
+    bool linked;
+} Pending;
 
 /* How libmicrohttpd shares the loop.
  *
@@ -40,6 +67,8 @@ struct HttpServer {
     struct MHD_Daemon *daemon;
     ev_io io;
     ev_timer timer;
+    ev_timer deadline_timer; /* fires at the head of pending's deadline */
+    Pending *head, *tail;    /* connections waiting for their headers, oldest first */
     HttpHandlerFn fn;
     void *arg;
     char address[128];
@@ -69,7 +98,7 @@ static int open_listener(const char *host, const char *port, char *out, size_t o
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
         if (a->ai_family == AF_INET6)
             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 64) != 0) {
+        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 256) != 0) {
             saved = errno;
             close(fd);
             fd = -1;
@@ -98,6 +127,125 @@ static int open_listener(const char *host, const char *port, char *out, size_t o
     }
     snprintf(out, outlen, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", ip, bound);
     return fd;
+}
+
+static void arm_deadline(HttpServer *s)
+{
+    ev_timer_stop(s->loop, &s->deadline_timer);
+    if (!s->head)
+        return;
+    double in = s->head->deadline - ev_now(s->loop);
+    ev_timer_set(&s->deadline_timer, in > 0 ? in : 0, 0);
+    ev_timer_start(s->loop, &s->deadline_timer);
+}
+
+static void pending_unlink(Pending *p)
+{
+    if (!p->linked)
+        return;
+    HttpServer *s = p->server;
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        s->head = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    else
+        s->tail = p->prev;
+    p->prev = p->next = NULL;
+    p->linked = false;
+}
+
+/* Starts p's header deadline (a new connection, or a kept-alive one after its response). */
+static void pending_link(Pending *p)
+{
+    HttpServer *s = p->server;
+    pending_unlink(p);
+    p->deadline = ev_now(s->loop) + HTTP_HEADER_DEADLINE_S;
+    p->prev = s->tail;
+    if (s->tail)
+        s->tail->next = p;
+    else
+        s->head = p;
+    s->tail = p;
+    p->linked = true;
+    if (s->head == p)
+        arm_deadline(s);
+}
+
+static void drive(HttpServer *s);
+
+/* Connections past their deadline are shut down, not closed: libmicrohttpd owns the descriptor
+ * and sees end-of-file on its next run, closes the connection and tells on_connection, which
+ * frees the Pending. Closing it here would let the number be reused under libmicrohttpd. */
+static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    HttpServer *s = w->data;
+    ev_tstamp now = ev_now(loop);
+    int cut = 0;
+    while (s->head && s->head->deadline <= now) {
+        Pending *p = s->head;
+        pending_unlink(p);
+        shutdown(p->fd, SHUT_RDWR);
+        cut++;
+    }
+    if (cut)
+        log_debug("http connections cut", "count=%d reason=\"no complete request within %gs\"", cut,
+                  HTTP_HEADER_DEADLINE_S);
+    arm_deadline(s);
+    drive(s);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    HttpServer *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        Pending *p = calloc(1, sizeof(*p));
+        if (!p || !ci) {
+            /* Without its record the connection would escape the deadline: refuse it. */
+            free(p);
+            if (ci)
+                shutdown(ci->connect_fd, SHUT_RDWR);
+            *socket_context = NULL;
+            return;
+        }
+        p->server = s;
+        p->fd = ci->connect_fd;
+        *socket_context = p;
+        pending_link(p);
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        Pending *p = *socket_context;
+        if (p) {
+            pending_unlink(p);
+            free(p);
+            *socket_context = NULL;
+        }
+        arm_deadline(s);
+    }
+}
+
+/* A request completed: a kept-alive connection now waits for the next one's headers. */
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (ci && ci->socket_context)
+        pending_link(ci->socket_context);
+}
+
+/* The total connection limit: HTTP_MAX_CONNECTIONS, or half the descriptor limit if lower. */
+static unsigned int connection_limit(void)
+{
+    struct rlimit rl;
+    unsigned int limit = HTTP_MAX_CONNECTIONS;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur / 2 < limit)
+        limit = rl.rlim_cur / 2 > 8 ? (unsigned int)(rl.rlim_cur / 2) : 8;
+    return limit;
 }
 
 static void drive(HttpServer *s)
@@ -155,6 +303,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 {
     HttpServer *s = cls;
     StrBuf body = {0};
+    /* The headers are complete: the connection is out of the header deadline until the
+     * response is done (on_completed). */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (ci && ci->socket_context)
+        pending_unlink(ci->socket_context);
     /* HEAD is GET without the body (libmicrohttpd drops it), as HTTP requires of servers. */
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
         /* Answered before any request body is read; libmicrohttpd then closes the connection. */
@@ -188,11 +342,14 @@ HttpServer *http_server_new(struct ev_loop *loop, const char *listen, HttpHandle
     s->loop = loop;
     s->fn = fn;
     s->arg = arg;
-    s->daemon = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, s,
-                                 MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
-                                 MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
-                                 (unsigned int)HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-                                 (unsigned int)HTTP_IDLE_TIMEOUT_S, MHD_OPTION_END);
+    s->daemon = MHD_start_daemon(
+        MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_log, s, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
+        connection_limit(), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned int)HTTP_PER_IP_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned int)HTTP_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)HTTP_MEMORY_LIMIT, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
     const union MHD_DaemonInfo *info =
         s->daemon ? MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
     if (!info) {
@@ -209,6 +366,8 @@ HttpServer *http_server_new(struct ev_loop *loop, const char *listen, HttpHandle
     ev_io_start(loop, &s->io);
     ev_init(&s->timer, on_timer);
     s->timer.data = s;
+    ev_init(&s->deadline_timer, on_deadline);
+    s->deadline_timer.data = s;
     drive(s);
     return s;
 }
@@ -224,6 +383,7 @@ void http_server_free(HttpServer *s)
         return;
     ev_io_stop(s->loop, &s->io);
     ev_timer_stop(s->loop, &s->timer);
-    MHD_stop_daemon(s->daemon); /* closes the connections and the listening socket */
+    MHD_stop_daemon(s->daemon); /* closes the connections (on_connection frees each Pending) */
+    ev_timer_stop(s->loop, &s->deadline_timer); /* after: on_connection may have re-armed it */
     free(s);
 }

@@ -164,9 +164,9 @@ static void connected(PgConn *pg)
     char q1[300], q2[40];
     if (!pg->ever_up || pg->down_logged)
         log_info(pg->ever_up ? "postgres reconnected" : "postgres connected",
-                 "%sserver_version=%d host=%s port=%s", pg->tag, PQserverVersion(pg->conn),
+                 "%sserver_version=%d host=%s port=%s tls=%s", pg->tag, PQserverVersion(pg->conn),
                  log_quote(PQhost(pg->conn), q1, sizeof(q1)),
-                 log_quote(PQport(pg->conn), q2, sizeof(q2)));
+                 log_quote(PQport(pg->conn), q2, sizeof(q2)), PQsslInUse(pg->conn) ? "on" : "off");
     pg->ever_up = true;
     pg->down_logged = false;
     watch(pg, PQsocket(pg->conn), EV_READ, true);

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db.h"
+
 void pg_plan_free(PgPlan *plan)
 {
     for (int i = 0; i < plan->ntargets; i++) {
@@ -18,6 +20,8 @@ void pg_plan_free(PgPlan *plan)
     }
     free(plan->targets);
     plan->targets = NULL;
+    free(plan->options);
+    plan->options = NULL;
     plan->ntargets = 0;
     free(plan->keys);
     free(plan->values);
@@ -127,9 +131,9 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms)
     size_t nopts = 0;
     for (const PQconninfoOption *o = plan->parsed; o && o->keyword; o++)
         nopts++;
-    /* parsed options + 5 keepalive defaults + host, hostaddr, port + terminator */
-    plan->keys = calloc(nopts + 9, sizeof(char *));
-    plan->values = calloc(nopts + 9, sizeof(char *));
+    /* parsed options + 5 keepalive defaults + options + host, hostaddr, port + terminator */
+    plan->keys = calloc(nopts + 10, sizeof(char *));
+    plan->values = calloc(nopts + 10, sizeof(char *));
     plan->targets = n > 0 ? calloc((size_t)n, sizeof(PgTarget)) : NULL;
     bool ok = plan->keys && plan->values && plan->targets;
     if (ok && !plan->parsed) {
@@ -140,10 +144,20 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms)
     }
     for (const PQconninfoOption *o = plan->parsed; ok && o && o->keyword; o++) {
         if (!o->val || strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0 ||
-            strcmp(o->keyword, "port") == 0)
+            strcmp(o->keyword, "port") == 0 || strcmp(o->keyword, "options") == 0)
             continue;
         plan->keys[plan->nparams] = o->keyword;
         plan->values[plan->nparams++] = o->val;
+    }
+    /* The string's own options, with the pinned search_path after them (db.h). */
+    const char *user_options = option_value(plan->parsed, defaults, "options"); /* or PGOPTIONS */
+    if (ok && plan->parsed) {
+        plan->options = db_startup_options(user_options);
+        const char *options = plan->options ? plan->options : user_options;
+        if (options) {
+            plan->keys[plan->nparams] = "options";
+            plan->values[plan->nparams++] = options;
+        }
     }
     /* Client side of the same bound: a dead server or network is noticed within the session
      * timeout even while the relay waits for nothing (keepalives) or for an acknowledgement of

@@ -41,13 +41,15 @@ typedef struct PgPlan {
     int nparams, expand_dbname;
     PQconninfoOption *parsed; /* owns the strings in values */
     char keepalive_values[5][16];
+    char *options; /* the string's options plus the pinned search_path (db.h), or NULL */
     PgTarget *targets;
     int ntargets;
     double connect_timeout_s; /* per host: the string's connect_timeout, at least 2 s */
 } PgPlan;
 
 /* Fills plan (zeroed) from conninfo, which must outlive it. The keepalives and tcp_user_timeout
- * are derived from session_timeout_ms, so that a dead server or network is noticed within it.
+ * are derived from session_timeout_ms, so that a dead server or network is noticed within it;
+ * the options carry the search_path pinned by db_pin_search_path (db.h), if any.
  * Returns false only when out of memory; an unparsable string is left for libpq to report at
  * every attempt. pg_plan_free releases the plan either way. */
 bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms)

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static bool topic_char_ok(char c)
 {
@@ -118,14 +119,20 @@ bool route_topic(const char *tmpl, const OutboxRow *row, char *out, size_t outle
     return true;
 }
 
-static bool reserved_header(const char *name, bool identity_headers)
+/* Names the relay sets itself. Compared ignoring case: Kafka header names are case-sensitive
+ * bytes, but consumers (and people) often look them up case-insensitively, so a row's `ID` must
+ * not stand beside the relay's `id`. The prefix `dlq.` is the relay's own for dead letters. */
+bool route_header_reserved(const char *name, bool identity_headers)
 {
-    return strcmp(name, "id") == 0 || (identity_headers && (strcmp(name, "event_type") == 0 ||
-                                                            strcmp(name, "aggregate_type") == 0));
+    return strcasecmp(name, "id") == 0 || strncasecmp(name, "dlq.", 4) == 0 ||
+           (identity_headers &&
+            (strcasecmp(name, "event_type") == 0 || strcasecmp(name, "aggregate_type") == 0));
 }
 
+/* Adds the entries of one JSON object of headers; *count and *bytes carry the totals over the
+ * row's objects, so the limits hold for the row as a whole. */
 static bool add_row_headers(rd_kafka_headers_t *hdrs, const char *json, bool identity_headers,
-                            char *err, size_t errlen)
+                            size_t *count, size_t *bytes, char *err, size_t errlen)
 {
     json_error_t jerr;
     json_t *obj = json_loads(json, 0, &jerr);
@@ -135,23 +142,41 @@ static bool add_row_headers(rd_kafka_headers_t *hdrs, const char *json, bool ide
         json_decref(obj);
         return false;
     }
+    /* Checked before any header is built: a row of 10,000 entries costs one parse, no more. */
+    *count += json_object_size(obj);
+    if (*count > ROUTE_HEADERS_MAX) {
+        snprintf(err, errlen, "headers: %zu entries, more than the limit of %d", *count,
+                 ROUTE_HEADERS_MAX);
+        json_decref(obj);
+        return false;
+    }
     const char *name;
     json_t *value;
     json_object_foreach(obj, name, value)
     {
-        if (reserved_header(name, identity_headers))
+        if (route_header_reserved(name, identity_headers))
             continue;
+        char *text = NULL;
+        const char *v = NULL;
+        size_t vlen = 0;
         if (json_is_string(value)) {
-            rd_kafka_header_add(hdrs, name, -1, json_string_value(value),
-                                (ssize_t)json_string_length(value));
-        } else if (json_is_null(value)) {
-            rd_kafka_header_add(hdrs, name, -1, NULL, 0);
-        } else {
-            char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
-            if (text)
-                rd_kafka_header_add(hdrs, name, -1, text, -1);
-            free(text);
+            v = json_string_value(value);
+            vlen = json_string_length(value);
+        } else if (!json_is_null(value)) {
+            text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+            v = text;
+            vlen = text ? strlen(text) : 0;
         }
+        *bytes += strlen(name) + vlen;
+        if (*bytes > ROUTE_HEADERS_MAX_BYTES) {
+            snprintf(err, errlen, "headers: more than the limit of %d bytes (names and values)",
+                     ROUTE_HEADERS_MAX_BYTES);
+            free(text);
+            json_decref(obj);
+            return false;
+        }
+        rd_kafka_header_add(hdrs, name, -1, v, v ? (ssize_t)vlen : 0);
+        free(text);
     }
     json_decref(obj);
     return true;
@@ -171,9 +196,11 @@ rd_kafka_headers_t *route_headers(const OutboxRow *row, bool identity_headers, c
                                   size_t errlen)
 {
     rd_kafka_headers_t *hdrs = rd_kafka_headers_new(8);
-    if ((row->headers && !add_row_headers(hdrs, row->headers, identity_headers, err, errlen)) ||
-        (row->extra_headers &&
-         !add_row_headers(hdrs, row->extra_headers, identity_headers, err, errlen))) {
+    size_t count = 0, bytes = 0;
+    if ((row->headers &&
+         !add_row_headers(hdrs, row->headers, identity_headers, &count, &bytes, err, errlen)) ||
+        (row->extra_headers && !add_row_headers(hdrs, row->extra_headers, identity_headers, &count,
+                                                &bytes, err, errlen))) {
         rd_kafka_headers_destroy(hdrs);
         return NULL;
     }

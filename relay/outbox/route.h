@@ -13,6 +13,17 @@
 /* Kafka's own limit on topic names (and its legal characters: [a-zA-Z0-9._-]). */
 #define ROUTE_TOPIC_MAX 249
 
+/* Bounds on a row's own headers (its headers column and additional fields together): a row
+ * beyond either fails with a last_error saying which (and is dead-lettered like any rejected
+ * row), so one hostile row cannot make the relay build megabytes of headers per attempt. */
+#define ROUTE_HEADERS_MAX 100
+#define ROUTE_HEADERS_MAX_BYTES (64 * 1024)
+
+/* True for a header name a row may not set (it is dropped): id; with identity_headers also
+ * event_type and aggregate_type; and every name starting with "dlq." (the relay's dead-letter
+ * headers). Compared ignoring ASCII case. */
+bool route_header_reserved(const char *name, bool identity_headers);
+
 /* Checks a topic template at start-up: only {aggregate_type} (also spelt ${routedByValue}, as in
  * Debezium's route.topic.replacement) and {event_type} placeholders, and its literal text must be
  * legal in a topic name. {event_type} only with per_topic_order: it sends one aggregate's events
@@ -29,9 +40,10 @@ bool route_topic(const char *tmpl, const OutboxRow *row, char *out, size_t outle
 
 /* Builds the message headers: the row's own headers object, then its additional fields (string
  * values as they are, other JSON values as their compact JSON text, null as a header without a
- * value; entries the relay sets itself are dropped so a row cannot spoof them), then id =
- * event_id and, with identity_headers, event_type and aggregate_type. Returns NULL with a reason
- * in err when the headers column is not a JSON object. The caller owns the result
+ * value; entries named as route_header_reserved says are dropped so a row cannot spoof them),
+ * then id = event_id and, with identity_headers, event_type and aggregate_type. Returns NULL with
+ * a reason in err when the headers column is not a JSON object or the row's headers exceed
+ * ROUTE_HEADERS_MAX entries or ROUTE_HEADERS_MAX_BYTES bytes. The caller owns the result
  * (rd_kafka_headers_destroy, or hand it to rd_kafka_producev). */
 rd_kafka_headers_t *route_headers(const OutboxRow *row, bool identity_headers, char *err,
                                   size_t errlen);

@@ -327,20 +327,26 @@ static void test_headers_order_and_values(void **state)
     rd_kafka_headers_destroy(hdrs);
 }
 
+/* Reserved names are compared ignoring case, and the relay's dlq. prefix is reserved too: a
+ * row cannot put an `ID`, `Event_Type` or `dlq.error` beside (or before) the relay's own. */
 static void test_headers_reserved_dropped(void **state)
 {
     OutboxRow row = make_row("Order", "OrderCreated",
                              "{\"id\": \"spoof\", \"a\": \"1\", \"event_type\": \"spoof\","
-                             " \"aggregate_type\": {\"x\": 1}, \"ID\": \"kept\"}");
+                             " \"aggregate_type\": {\"x\": 1}, \"ID\": \"spoof\","
+                             " \"Event_Type\": \"spoof\", \"AGGREGATE_TYPE\": \"spoof\","
+                             " \"dlq.error\": \"spoof\", \"DLQ.Attempts\": \"spoof\","
+                             " \"dlq\": \"kept\", \"idx\": \"kept\"}");
     char err[256] = "";
     rd_kafka_headers_t *hdrs = route_headers(&row, true, err, sizeof(err));
     assert_non_null(hdrs);
-    assert_int_equal(rd_kafka_header_cnt(hdrs), 5);
+    assert_int_equal(rd_kafka_header_cnt(hdrs), 6);
     assert_header(hdrs, 0, "a", "1");
-    assert_header(hdrs, 1, "ID", "kept");
-    assert_header(hdrs, 2, "id", "0b5c6a8e-6d0e-4d39-9a4c-2f6d1d7c9e01");
-    assert_header(hdrs, 3, "event_type", "OrderCreated");
-    assert_header(hdrs, 4, "aggregate_type", "Order");
+    assert_header(hdrs, 1, "dlq", "kept");
+    assert_header(hdrs, 2, "idx", "kept");
+    assert_header(hdrs, 3, "id", "0b5c6a8e-6d0e-4d39-9a4c-2f6d1d7c9e01");
+    assert_header(hdrs, 4, "event_type", "OrderCreated");
+    assert_header(hdrs, 5, "aggregate_type", "Order");
     /* no trace of the spoofed values under any name */
     for (size_t i = 0; i < rd_kafka_header_cnt(hdrs); i++) {
         const char *name;
@@ -350,6 +356,77 @@ static void test_headers_reserved_dropped(void **state)
         assert_false(size == 5 && memcmp(value, "spoof", 5) == 0);
     }
     rd_kafka_headers_destroy(hdrs);
+}
+
+static void test_header_reserved_names(void **state)
+{
+    assert_true(route_header_reserved("id", false));
+    assert_true(route_header_reserved("Id", false));
+    assert_true(route_header_reserved("dlq.original_topic", false));
+    assert_true(route_header_reserved("Dlq.X", false));
+    assert_false(route_header_reserved("event_type", false)); /* Debezium style: the row's own */
+    assert_true(route_header_reserved("EVENT_TYPE", true));
+    assert_false(route_header_reserved("dlq", true));
+    assert_false(route_header_reserved("ids", true));
+}
+
+/* headers_json N: a JSON object of N entries "hI": "v". The caller frees it. */
+static char *headers_json(int n)
+{
+    char *s = malloc((size_t)n * 16 + 3);
+    size_t o = 0;
+    s[o++] = '{';
+    for (int i = 0; i < n; i++)
+        o += (size_t)sprintf(s + o, "%s\"h%d\":\"v\"", i ? "," : "", i);
+    s[o++] = '}';
+    s[o] = '\0';
+    return s;
+}
+
+static void test_headers_count_limit(void **state)
+{
+    char *at_limit = headers_json(ROUTE_HEADERS_MAX);
+    OutboxRow row = make_row("Order", "OrderCreated", at_limit);
+    char err[256] = "";
+    rd_kafka_headers_t *hdrs = route_headers(&row, true, err, sizeof(err));
+    assert_non_null(hdrs);
+    assert_int_equal(rd_kafka_header_cnt(hdrs), ROUTE_HEADERS_MAX + 3);
+    rd_kafka_headers_destroy(hdrs);
+    free(at_limit);
+
+    char *many = headers_json(10000);
+    row = make_row("Order", "OrderCreated", many);
+    assert_null(route_headers(&row, true, err, sizeof(err)));
+    assert_string_equal(err, "headers: 10000 entries, more than the limit of 100");
+    free(many);
+
+    /* the limit holds for the row's headers and its additional fields together */
+    char *half = headers_json(60);
+    row = make_row("Order", "OrderCreated", half);
+    row.extra_headers = half;
+    assert_null(route_headers(&row, true, err, sizeof(err)));
+    assert_string_equal(err, "headers: 120 entries, more than the limit of 100");
+    free(half);
+}
+
+static void test_headers_bytes_limit(void **state)
+{
+    size_t n = ROUTE_HEADERS_MAX_BYTES + 10;
+    char *json = malloc(n + 16);
+    strcpy(json, "{\"big\":\"");
+    memset(json + 8, 'x', n);
+    strcpy(json + 8 + n, "\"}");
+    OutboxRow row = make_row("Order", "OrderCreated", json);
+    char err[256] = "";
+    assert_null(route_headers(&row, true, err, sizeof(err)));
+    assert_string_equal(err, "headers: more than the limit of 65536 bytes (names and values)");
+    /* the dead-letter headers still carry the identity and the error */
+    rd_kafka_headers_t *dlq = route_dead_letter_headers(&row, true, err, 1, "outbox.event.Order");
+    assert_non_null(dlq);
+    assert_last(dlq, "id", "0b5c6a8e-6d0e-4d39-9a4c-2f6d1d7c9e01");
+    assert_last(dlq, "dlq.error", err);
+    rd_kafka_headers_destroy(dlq);
+    free(json);
 }
 
 static void test_headers_non_string_values(void **state)
@@ -423,6 +500,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_template_default_ok),
+        cmocka_unit_test(test_header_reserved_names),
+        cmocka_unit_test(test_headers_count_limit),
+        cmocka_unit_test(test_headers_bytes_limit),
         cmocka_unit_test(test_template_placeholders_ok),
         cmocka_unit_test(test_template_event_type_needs_topic_scope),
         cmocka_unit_test(test_template_unknown_placeholder),

@@ -1,0 +1,183 @@
+/* Unit tests for tls_report.c: how the configuration's PostgreSQL and Kafka connections are
+ * judged (verified, unverified, optional, plaintext; remote or not), the warnings for remote
+ * unverified ones and --require-tls refusing them. Nothing connects: the judgement reads the
+ * configuration only, so hosts that are not loopback can be named here. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "tls_report.h"
+
+/* A Config with the URL, brokers and --kafka properties (KEY, VALUE, ... NULL) given. */
+static Config make(const char *url, const char *brokers, OptPair *props, size_t n)
+{
+    Config c;
+    memset(&c, 0, sizeof(c));
+    c.database_url = (char *)url;
+    c.brokers = (char *)brokers;
+    c.kafka.items = props;
+    c.kafka.len = n;
+    return c;
+}
+
+static void judge(const char *url, const char *brokers, OptPair *props, size_t n, TlsSide *pg,
+                  TlsSide *kafka)
+{
+    Config c = make(url, brokers, props, n);
+    tls_report_judge(&c, pg, kafka);
+}
+
+static void test_pg_modes(void **state)
+{
+    unsetenv("PGSSLMODE");
+    unsetenv("PGHOST");
+    unsetenv("PGHOSTADDR");
+    TlsSide pg, k;
+    judge("postgresql://u@db.example.com/x", "127.0.0.1:9092", NULL, 0, &pg, &k);
+    assert_int_equal(pg.level, TLS_OPTIONAL); /* libpq's default: prefer */
+    assert_string_equal(pg.mode, "prefer");
+    assert_true(pg.remote);
+    assert_string_equal(pg.first_remote, "db.example.com");
+    judge("postgresql://u@db.example.com/x?sslmode=require", NULL, NULL, 0, &pg, &k);
+    assert_int_equal(pg.level, TLS_UNVERIFIED);
+    judge("host=db.example.com sslmode=verify-ca", NULL, NULL, 0, &pg, &k);
+    assert_int_equal(pg.level, TLS_UNVERIFIED); /* the chain, not the name */
+    judge("host=db.example.com sslmode=verify-full", NULL, NULL, 0, &pg, &k);
+    assert_int_equal(pg.level, TLS_VERIFIED);
+    judge("host=db.example.com sslmode=disable", NULL, NULL, 0, &pg, &k);
+    assert_int_equal(pg.level, TLS_PLAINTEXT);
+    setenv("PGSSLMODE", "verify-full", 1);
+    judge("host=db.example.com", NULL, NULL, 0, &pg, &k);
+    assert_int_equal(pg.level, TLS_VERIFIED); /* libpq's environment counts */
+    unsetenv("PGSSLMODE");
+}
+
+static void test_pg_hosts(void **state)
+{
+    unsetenv("PGHOST");
+    unsetenv("PGHOSTADDR");
+    TlsSide pg, k;
+    const char *local[] = {"postgresql://u@localhost/x",
+                           "postgresql://u@127.0.0.1:5433/x",
+                           "postgresql://u@[::1]/x",
+                           "host=/run/postgresql dbname=x",
+                           "dbname=x",
+                           "postgresql://u@127.0.0.2,localhost/x",
+                           "host=db.example.com hostaddr=127.0.0.1"};
+    for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++) {
+        judge(local[i], NULL, NULL, 0, &pg, &k);
+        if (pg.remote)
+            fail_msg("%s judged remote (%s)", local[i], pg.first_remote);
+    }
+    judge("postgresql://u@127.0.0.1,db2.example.com:5433/x", NULL, NULL, 0, &pg, &k);
+    assert_true(pg.remote);
+    assert_string_equal(pg.first_remote, "db2.example.com");
+    judge("postgresql://u@10.0.0.5/x", NULL, NULL, 0, &pg, &k);
+    assert_true(pg.remote);
+}
+
+static void test_kafka(void **state)
+{
+    TlsSide pg, k;
+    judge("dbname=x", "kafka.example.com:9092", NULL, 0, &pg, &k);
+    assert_int_equal(k.level, TLS_PLAINTEXT);
+    assert_true(k.remote);
+    assert_string_equal(k.first_remote, "kafka.example.com");
+    OptPair ssl[] = {{"security.protocol", "SASL_SSL"}};
+    judge("dbname=x", "kafka.example.com:9093", ssl, 1, &pg, &k);
+    assert_int_equal(k.level, TLS_VERIFIED);
+    OptPair noverify[] = {{"security.protocol", "ssl"},
+                          {"enable.ssl.certificate.verification", "false"}};
+    judge("dbname=x", "kafka.example.com:9093", noverify, 2, &pg, &k);
+    assert_int_equal(k.level, TLS_UNVERIFIED);
+    OptPair noname[] = {{"security.protocol", "ssl"},
+                        {"ssl.endpoint.identification.algorithm", "none"}};
+    judge("dbname=x", "kafka.example.com:9093", noname, 2, &pg, &k);
+    assert_int_equal(k.level, TLS_UNVERIFIED);
+    OptPair later[] = {{"security.protocol", "ssl"}, {"security.protocol", "plaintext"}};
+    judge("dbname=x", "kafka.example.com:9093", later, 2, &pg, &k);
+    assert_int_equal(k.level, TLS_PLAINTEXT); /* the last setting wins, as in librdkafka */
+    judge("dbname=x", "127.0.0.1:9092,localhost:9093,[::1]:9094,PLAINTEXT://127.0.0.9:1", NULL, 0,
+          &pg, &k);
+    assert_false(k.remote);
+    OptPair servers[] = {{"bootstrap.servers", "b.example.com:9092"}};
+    judge("dbname=x", "127.0.0.1:9092", servers, 1, &pg, &k);
+    assert_true(k.remote); /* the property overrides --brokers */
+}
+
+/* Runs tls_report_require and, when it passes, tls_report_log, with stderr captured; returns
+ * what they logged (static buffer). */
+static const char *check_logged(const Config *c, bool require, bool *ok, char *err, size_t errlen)
+{
+    static char out[8192];
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *tmp = tmpfile();
+    dup2(fileno(tmp), 2);
+    *ok = tls_report_require(c, require, err, errlen);
+    if (*ok)
+        tls_report_log(c);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(tmp);
+    size_t n = fread(out, 1, sizeof(out) - 1, tmp);
+    out[n] = '\0';
+    fclose(tmp);
+    return out;
+}
+
+static void test_check(void **state)
+{
+    unsetenv("PGSSLMODE");
+    char err[512] = "";
+    bool ok;
+    Config local = make("postgresql://u@127.0.0.1/x", "127.0.0.1:9092", NULL, 0);
+    const char *log = check_logged(&local, true, &ok, err, sizeof(err));
+    assert_true(ok);
+    assert_non_null(strstr(log, "msg=\"connection security\" postgres=optional"));
+    assert_null(strstr(log, "not verified"));
+
+    Config remote =
+        make("postgresql://u@db.example.com/x?sslmode=require", "kafka.example.com:9092", NULL, 0);
+    log = check_logged(&remote, false, &ok, err, sizeof(err));
+    assert_true(ok);
+    assert_non_null(strstr(log, "level=warn msg=\"postgres connection not verified\" "
+                                "host=\"db.example.com\" sslmode=\"require\""));
+    assert_non_null(strstr(log, "level=warn msg=\"kafka connection not verified\" "
+                                "broker=\"kafka.example.com\""));
+
+    log = check_logged(&remote, true, &ok, err, sizeof(err));
+    assert_false(ok);
+    assert_string_equal(log, ""); /* refused before anything is said: the error is the line */
+    assert_non_null(strstr(err, "--require-tls: PostgreSQL host db.example.com"));
+    assert_null(strchr(err, '\n'));
+
+    OptPair ssl[] = {{"security.protocol", "ssl"}};
+    Config good = make("postgresql://u@db.example.com/x?sslmode=verify-full",
+                       "kafka.example.com:9093", ssl, 1);
+    log = check_logged(&good, true, &ok, err, sizeof(err));
+    assert_true(ok);
+    assert_non_null(strstr(log, "postgres=verified"));
+    assert_non_null(strstr(log, "kafka=verified"));
+    assert_null(strstr(log, "not verified"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pg_modes),
+        cmocka_unit_test(test_pg_hosts),
+        cmocka_unit_test(test_kafka),
+        cmocka_unit_test(test_check),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
