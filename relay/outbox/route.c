@@ -242,9 +242,24 @@ static const char *const ce_names[] = {"ce_specversion", "ce_id",      "ce_sourc
 void route_cloudevents_add(rd_kafka_headers_t *hdrs, const OutboxRow *row, const char *source,
                            const char *content_type)
 {
-    /* A row's own headers of these names would make the event say something else. */
-    for (size_t i = 0; i < sizeof(ce_names) / sizeof(ce_names[0]); i++)
-        rd_kafka_header_remove(hdrs, ce_names[i]);
+    /* A row's own headers of these names, in any letter case, would make the event say
+     * something else (or say it twice). Names are collected first: removing while walking the
+     * list would skip entries. */
+    char *drop[64];
+    size_t ndrop = 0;
+    const char *name;
+    const void *value;
+    size_t size;
+    for (size_t idx = 0; ndrop < 64 && rd_kafka_header_get_all(hdrs, idx, &name, &value, &size) ==
+                                           RD_KAFKA_RESP_ERR_NO_ERROR;
+         idx++)
+        for (size_t i = 0; i < sizeof(ce_names) / sizeof(ce_names[0]); i++)
+            if (strcasecmp(name, ce_names[i]) == 0 && (drop[ndrop] = strdup(name)) != NULL)
+                ndrop++;
+    for (size_t i = 0; i < ndrop; i++) {
+        rd_kafka_header_remove(hdrs, drop[i]);
+        free(drop[i]);
+    }
     rd_kafka_header_add(hdrs, "ce_specversion", -1, "1.0", -1);
     rd_kafka_header_add(hdrs, "ce_id", -1, row->event_id, -1);
     rd_kafka_header_add(hdrs, "ce_source", -1, source, -1);

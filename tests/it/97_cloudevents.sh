@@ -25,7 +25,8 @@ relay_migrate 2>"$T/migrate.log" || fail "migrate"
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers)
         SELECT 'order', 'o-' || (g % 5), 'OrderPlaced', jsonb_build_object('n', g),
                CASE WHEN g = 7
-                   THEN '{\"ce_id\": \"forged\", \"ce_type\": \"Forged\", \"x\": \"1\"}'::jsonb
+                   THEN '{\"ce_id\": \"forged\", \"ce_type\": \"Forged\", \"CE_Source\": \"forged\",
+                          \"x\": \"1\"}'::jsonb
                END
         FROM generate_series(1, 50) g ORDER BY g"
 check_eq "50 rows waiting" 50 "$(unsent_rows)"
@@ -55,6 +56,9 @@ check_eq "ce_time is RFC 3339 in UTC with the row's microseconds (the SDK keeps 
     "$(jq -r '.header_list[] | select(.[0] == "ce_time") | .[1]' "$T/msgs.json" |
         grep -cE '^[0-9-]{10}T[0-9:]{8}\.[0-9]{6}Z$')"
 check "a row's own ce_id/ce_type headers did not change its event" lacks "$T/events.json" 'forged'
+check_eq "... nor reached the message in another letter case (CE_Source)" "" \
+    "$(jq -r '.header_list[] | select(.[0] | ascii_downcase | startswith("ce_")) | .[1]' \
+        "$T/msgs.json" | grep -i forged)"
 check "... its other headers went through" grep -q '"x":"1"' "$T/msgs.json"
 
 # The default format adds no CloudEvents attribute.
