@@ -38,13 +38,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             memcpy(copy[i], parts[i], lens[i]);
         }
     EventInput in = {copy[0], lens[0], copy[1], lens[1], copy[2], lens[2]};
-    OrderCreated out;
+    OrderEvent out;
     char reason[256];
     EventVerdict v = event_parse(&in, &out, reason, sizeof(reason));
     if (v == EVENT_APPLY) {
         char uuid[37];
         if (!copy[0] || !event_uuid(copy[0], lens[0], uuid) || out.amount_cents <= 0 ||
-            strlen(out.currency) != 3)
+            strlen(out.currency) != 3 || out.version < 1)
             abort();
     } else {
         for (const char *r = reason; *r; r++)

@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 !order_currency_known(in.currency))
                 abort();
             char *json = order_json("00000000-0000-0000-0000-000000000000", in.customer_id,
-                                    in.amount_cents, in.currency, "created", "now");
+                                    in.amount_cents, in.currency, "created", 1, "now");
             free(json);
         } else if (status != 400 && status != 413 && status != 415 && status != 422) {
             abort();
