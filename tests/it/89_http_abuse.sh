@@ -41,6 +41,13 @@ probe_during() {
     [ "$bad" = 0 ] || { echo "$bad of 5 probes got no 200"; return 1; }
 }
 
+# opened_at_least N FILE: the flood opened at least N connections. A few may time out in the
+# kernel's listen backlog while the loop accepts hundreds at once (the flood gives connect 1 s):
+# those are the kernel's refusals, not the relay's, and the flood is real either way.
+opened_at_least() {
+    awk -v n="$1" '$1 == "opened" { found = 1; exit !($2 >= n) } END { if (!found) exit 1 }' "$2"
+}
+
 # --- 1. 500 idle half-requests from one neighbour ---
 "$FLOOD" --target "$METRICS" --from 127.0.0.2 --count 500 --mode idle --seconds 8 \
     >"$T/flood1.out" 2>&1 &
@@ -51,8 +58,8 @@ check "1: /healthz answers 200 during 500 idle half-requests from 127.0.0.2" \
 wait "$FLOOD_PID"
 tail -n 1 "$T/times"
 echo "# 1: flood: $(cat "$T/flood1.out")"
-check "1: the flood reached the port (500 connections opened)" \
-    grep -q '^opened 500 ' "$T/flood1.out"
+check "1: the flood reached the port (at least 490 of 500 connections opened)" \
+    opened_at_least 490 "$T/flood1.out"
 
 # --- 2. 500 trickling connections from 50 addresses ---
 froms=$(seq -s, -f '127.0.1.%g' 1 50)
@@ -65,7 +72,8 @@ check "2: /healthz answers 200 during 500 trickling connections from 50 addresse
 wait "$FLOOD_PID"
 tail -n 1 "$T/times"
 echo "# 2: flood: $(cat "$T/flood2.out")"
-check "2: all 500 trickling connections were opened" grep -q '^opened 500 ' "$T/flood2.out"
+check "2: at least 490 of the 500 trickling connections were opened" \
+    opened_at_least 490 "$T/flood2.out"
 # Trickling resets any idle timeout; only the header deadline ends these connections.
 check "2: the header deadline closed every trickling connection" \
     grep -q ' open_at_end 0$' "$T/flood2.out"
