@@ -243,6 +243,20 @@ static void render_published(StrBuf *out)
         printf_to(out, "outbox_events_published_total{topic=\"_other\"} %llu\n", m.other_published);
 }
 
+/* One gauge: its HELP and TYPE lines, then its sample. Integer gauges print as integers; the
+ * others with three decimals, negative values (unknown) as 0. */
+static void gauge_int(StrBuf *out, const char *name, const char *help, long long value)
+{
+    header(out, name, "gauge", help);
+    printf_to(out, "%s %lld\n", name, value);
+}
+
+static void gauge_seconds(StrBuf *out, const char *name, const char *help, double value)
+{
+    header(out, name, "gauge", help);
+    printf_to(out, "%s %.3f\n", name, value > 0 ? value : 0.0);
+}
+
 static void render_histogram(StrBuf *out, const char *name, const char *help, const Histogram *h,
                              const double *bounds, size_t n)
 {
@@ -299,36 +313,33 @@ void metrics_render(StrBuf *out, const MetricsLive *live)
     render_latency(out);
 
     if (m.backlog_known) {
-        header(out, "outbox_backlog_rows", "gauge",
-               "Unsent events that are not dead-lettered (waiting for a retry included), as of the "
-               "last refresh (every 5 s).");
-        printf_to(out, "outbox_backlog_rows %lld\n", m.backlog);
-        header(out, "outbox_oldest_unsent_age_seconds", "gauge",
-               "Age (now() - created_at, database clock) of the oldest unsent event that is not "
-               "dead-lettered, as of the last refresh; 0 when there is none.");
-        printf_to(out, "outbox_oldest_unsent_age_seconds %.3f\n",
-                  m.oldest_age_s > 0 ? m.oldest_age_s : 0.0);
-        header(out, "outbox_dead_letter_rows", "gauge",
-               "Dead-lettered events in the outbox (kept until requeued or purged), as of the last "
-               "refresh.");
-        printf_to(out, "outbox_dead_letter_rows %lld\n", m.dead_rows);
-        header(out, "outbox_backlog_refresh_timestamp_seconds", "gauge",
-               "Unix time of the last successful refresh of the backlog gauges.");
-        printf_to(out, "outbox_backlog_refresh_timestamp_seconds %lld\n",
+        gauge_int(out, "outbox_backlog_rows",
+                  "Unsent events that are not dead-lettered (waiting for a retry included), as of "
+                  "the last refresh (every 5 s).",
+                  m.backlog);
+        gauge_seconds(out, "outbox_oldest_unsent_age_seconds",
+                      "Age (now() - created_at, database clock) of the oldest unsent event that "
+                      "is not dead-lettered, as of the last refresh; 0 when there is none.",
+                      m.oldest_age_s);
+        gauge_int(out, "outbox_dead_letter_rows",
+                  "Dead-lettered events in the outbox (kept until requeued or purged), as of the "
+                  "last refresh.",
+                  m.dead_rows);
+        gauge_int(out, "outbox_backlog_refresh_timestamp_seconds",
+                  "Unix time of the last successful refresh of the backlog gauges.",
                   (long long)m.backlog_refreshed);
     }
 
     if (m.horizon_known) {
-        header(out, "outbox_vacuum_horizon_age_xids", "gauge",
-               "Age in transactions of the oldest snapshot that keeps vacuum from removing dead "
-               "rows (a long transaction, a replication slot, a prepared transaction); claims "
-               "slow down while it grows. 0 when none.");
-        printf_to(out, "outbox_vacuum_horizon_age_xids %lld\n", m.horizon_xids);
-        header(out, "outbox_vacuum_horizon_held_seconds", "gauge",
-               "How long the holder of that snapshot has been in its transaction; 0 when not "
-               "known (a replication slot) or none.");
-        printf_to(out, "outbox_vacuum_horizon_held_seconds %.3f\n",
-                  m.horizon_held_s > 0 ? m.horizon_held_s : 0.0);
+        gauge_int(out, "outbox_vacuum_horizon_age_xids",
+                  "Age in transactions of the oldest snapshot that keeps vacuum from removing dead "
+                  "rows (a long transaction, a replication slot, a prepared transaction); claims "
+                  "slow down while it grows. 0 when none.",
+                  m.horizon_xids);
+        gauge_seconds(out, "outbox_vacuum_horizon_held_seconds",
+                      "How long the holder of that snapshot has been in its transaction; 0 when "
+                      "not known (a replication slot) or none.",
+                      m.horizon_held_s);
     }
 
     header(out, "outbox_postgres_up", "gauge",
