@@ -83,15 +83,17 @@ static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
         fail_too_large(s, br, br->payload_bytes);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
-    if (!route_topic(s->cfg->topic_template, row, topic, sizeof(topic), why, sizeof(why))) {
-        batch_fail(&s->batch, br, why, true);
-        return RD_KAFKA_RESP_ERR_NO_ERROR;
-    }
-    free(br->topic); /* set by an earlier try that found the queue full */
-    br->topic = strdup(topic);
+    /* Built once per row: a retry after a full queue reuses it. */
     if (!br->topic) {
-        batch_fail(&s->batch, br, "out of memory", false);
-        return RD_KAFKA_RESP_ERR_NO_ERROR;
+        if (!route_topic(s->cfg->topic_template, row, topic, sizeof(topic), why, sizeof(why))) {
+            batch_fail(&s->batch, br, why, true);
+            return RD_KAFKA_RESP_ERR_NO_ERROR;
+        }
+        br->topic = strdup(topic);
+        if (!br->topic) {
+            batch_fail(&s->batch, br, "out of memory", false);
+            return RD_KAFKA_RESP_ERR_NO_ERROR;
+        }
     }
     rd_kafka_headers_t *hdrs = br->headers; /* from prepare_headers, or built here */
     br->headers = NULL;
@@ -102,7 +104,7 @@ static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
     rd_kafka_resp_err_t err =
-        kafka_produce(s->relay->kafka, topic, row->aggregate_id, strlen(row->aggregate_id),
+        kafka_produce(s->relay->kafka, br->topic, row->aggregate_id, strlen(row->aggregate_id),
                       row->payload, row->payload_len, hdrs, br);
     if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
         br->headers = hdrs; /* kept for the retry (session_produce_more, once reports free room) */
