@@ -22,7 +22,8 @@ _Static_assert(sizeof(MessageFormat) == sizeof(int), "MessageFormat stored as in
 
 static const char *const poison_policies[] = {"hold", "skip", NULL};
 static const char *const on_sent_actions[] = {"mark", "delete", NULL}; /* in OnSent order */
-static const char *const layouts[] = {"relay", "debezium", NULL};      /* in TableLayout order */
+static const char *const off_on[] = {"off", "on", NULL};
+static const char *const layouts[] = {"relay", "debezium", NULL}; /* in TableLayout order */
 static const char *const message_formats[] = {"relay", "cloudevents", NULL}; /* MessageFormat */
 static const char *const order_scopes[] = {"aggregate", "topic", NULL}; /* in OrderScope order */
 
@@ -117,6 +118,10 @@ static const OptDef options[] = {
     {"on-sent", OPT_CHOICE, NULL, "mark", 0, 0, FIELD(on_sent), 0, 0, "ACTION",
      "a delivered row: mark sets its sent_at (kept until --retention); delete removes it",
      on_sent_actions, false},
+    {"claim-floor", OPT_CHOICE, NULL, "on", 0, 0, FIELD(claim_floor), 0, 0, "on|off",
+     "on: claims start after the rows already sent, so dead row versions an old snapshot keeps "
+     "cost nothing; off: from the start of the unsent index",
+     off_on, false},
     {"order-scope", OPT_CHOICE, NULL, "aggregate", 0, 0, FIELD(order_scope), 0, 0, "SCOPE",
      "aggregate: all of an aggregate's events stay in order, so the topic template may not use "
      "{event_type}; topic: order holds per aggregate within each topic only",

@@ -86,6 +86,7 @@ typedef struct Config {
     long retry_backoff_max_ms;
     PoisonPolicy on_poison;
     OnSent on_sent;
+    int claim_floor; /* --claim-floor: 1 on, 0 off (relay/engine/floor.h) */
     OrderScope order_scope;
     char *dead_letter_topic; /* NULL: dead events are only kept in the table */
     char *metrics_listen;    /* HOST:PORT of the metrics and health endpoints, NULL: off */

@@ -91,6 +91,30 @@ static void adapt_row_limit(Session *s, int rows)
     s->row_limit = limit < batch_size ? limit : batch_size;
 }
 
+/* Reads what the floor's statements around the claim found (floor.h). */
+static void learn_floor(Session *s, const PGresult *held, const PGresult *claimed,
+                        const PGresult *writers)
+{
+    int rows = PQntuples(claimed);
+    FloorClaim c = {
+        .plain = s->claim_sent == s->claim_stmt,
+        .rows = rows,
+        .last_seq = rows > 0 ? strtoll(PQgetvalue(claimed, rows - 1, 0), NULL, 10) : 0,
+        .held = PQgetisnull(held, 0, 0) ? -1 : strtoll(PQgetvalue(held, 0, 0), NULL, 10),
+        .writers_ended = strcmp(PQgetvalue(writers, 0, 0), "t") == 0,
+        .writers = PQgetvalue(writers, 0, 1),
+        .max_seq = PQgetisnull(writers, 0, 2) ? -1 : strtoll(PQgetvalue(writers, 0, 2), NULL, 10),
+    };
+    if (!floor_after_claim(&s->floor, &c))
+        log_warn("out of memory for the claim floor; it stays where it is", "session=%d", s->index);
+}
+
+void session_floor_committed(Session *s)
+{
+    if (floor_commit(&s->floor))
+        log_debug("claim floor moved", "floor=%lld session=%d", s->floor.floor, s->index);
+}
+
 static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Session *s = arg;
@@ -102,7 +126,7 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
         on_claim_locked(s);
         return;
     }
-    if (error || n < 3) {
+    if (error || n < (s->floor.enabled ? 5 : 3)) {
         /* Typically a missing table (migrate not run) or missing privileges: say so once, then
          * keep retrying with backoff so the relay recovers when it is fixed. */
         if (!s->claim_error_logged)
@@ -121,12 +145,19 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
         s->locked_row_logged = false;
     }
 
-    /* BEGIN, [dead-letter claim], planner settings, claim: see claim() */
-    int events_at = n - 1, dead_at = n > 3 ? 1 : -1;
+    /* BEGIN, [dead-letter claim], [floor: held], planner settings, claim, [floor: writers]: see
+     * session_claim() */
+    bool floor = s->floor.enabled;
+    int events_at = floor ? n - 2 : n - 1;
+    int dead_at = s->cfg->dead_letter_topic ? 1 : -1;
     int events = PQntuples(results[events_at]);
     int dead = dead_at > 0 ? PQntuples(results[dead_at]) : 0;
-    if (events + dead == 0)
+    if (floor)
+        learn_floor(s, results[events_at - 2], results[events_at], results[n - 1]);
+    if (events + dead == 0) {
         adapt_row_limit(s, 0);
+        session_floor_committed(s); /* nothing claimed: nothing that a commit must record first */
+    }
     if (events + dead == 0 && !s->stopping && !s->wake.asleep) {
         if (ev_now(s->loop) - s->last_rows_at >= (double)s->cfg->sleep_after_ms / 1000.0) {
             wakeup_go_to_sleep(s);
@@ -146,6 +177,7 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
         return;
     }
     if (kafka_fatal(s->relay->kafka)) {
+        floor_abandon(&s->floor);
         /* The producer failed while this claim was under way: produce nothing on it. The rows go
          * back untouched, and the retry recreates the producer once every session is done. */
         session_end_transaction(s, SQL_ROLLBACK);
@@ -189,22 +221,35 @@ void session_claim(Session *s)
     snprintf(dead_limit, sizeof(dead_limit), "%d", DEAD_LETTER_LIMIT);
     snprintf(budget, sizeof(budget), "%ld", s->cfg->batch_bytes);
     snprintf(max_message, sizeof(max_message), "%ld", kafka_message_max_bytes(r->kafka));
-    const char *params[4] = {limit, s->lanes.owned_array.s, budget, max_message};
+    const char *params[5] = {limit, s->lanes.owned_array.s, budget, max_message,
+                             floor_param(&s->floor)};
     const char *dead_params[4] = {dead_limit, s->lanes.owned_array.s, budget, max_message};
+    const char *held_params[1] = {s->lanes.owned_array.s};
+    const char *writers_params[1] = {floor_writers_param(&s->floor)};
     /* Any claim of a sleeping follower but the one that follows falling asleep is a wakeup: it
      * asks again before it sleeps again, as its guard may have left. A guard goes on sleeping
      * through claims its timer brings about; it leaves when notified or given work (see
      * session_start_next_request). */
     wakeup_before_claim(&s->wake);
     /* The dead-letter claim comes before the planner settings: it is planned as usual. */
-    PgQuery queries[4] = {{SQL_BEGIN, 0, NULL, false}};
+    PgQuery queries[6] = {{SQL_BEGIN, 0, NULL, false}};
     int nq = 1;
     if (s->cfg->dead_letter_topic)
         queries[nq++] = (PgQuery){s->sql[SQL_CLAIM_DEAD], 4, dead_params, true};
+    /* The floor's look at failed rows comes before the claim, its look at writers after it:
+     * floor.h says why the order matters. */
+    if (s->floor.enabled)
+        queries[nq++] = (PgQuery){
+            s->sql[s->claim_stmt == SQL_CLAIM_HOLD ? SQL_FLOOR_HELD_HOLD : SQL_FLOOR_HELD_SKIP], 1,
+            held_params, true};
     queries[nq++] = (PgQuery){SQL_CLAIM_PLAN, 0, NULL, true};
     s->claim_sent = ev_now(s->loop) < s->around_locks_until ? SQL_AROUND_LOCKS_OF(s->claim_stmt)
                                                             : s->claim_stmt;
-    queries[nq++] = (PgQuery){s->sql[s->claim_sent], 4, params, true};
+    /* Only the claim in order starts at the floor (the one around locks is brief and rare). */
+    queries[nq++] =
+        (PgQuery){s->sql[s->claim_sent], s->claim_sent == s->claim_stmt ? 5 : 4, params, true};
+    if (s->floor.enabled)
+        queries[nq++] = (PgQuery){s->sql[SQL_FLOOR_WRITERS], 1, writers_params, true};
     session_set_phase(s, PHASE_CLAIMING);
     s->claim_sent_at = ev_now(s->loop);
     if (!pg_conn_send(s->pg, queries, nq, on_claimed, s))

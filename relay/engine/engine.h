@@ -20,6 +20,7 @@
 #include "backoff.h"
 #include "batch.h"
 #include "config.h"
+#include "floor.h"
 #include "kafka.h"
 #include "lanes.h"
 #include "pg.h"
@@ -84,7 +85,9 @@ struct Session {
     char *sql[SESSION_SQL_COUNT]; /* the templates expanded for the configured table */
     int claim_stmt;               /* SQL_CLAIM_HOLD or SQL_CLAIM_SKIP */
     int claim_sent;               /* the claim statement of the claim in flight */
-    long row_limit; /* rows the next claim asks for, at most --batch-size (see claim.c) */
+    long row_limit;     /* rows the next claim asks for, at most --batch-size (see claim.c) */
+    ClaimFloor floor;   /* where claims start in the unsent index (floor.h) */
+    bool floor_checked; /* whether the table allows a floor was asked on this connection */
     ev_tstamp around_locks_until; /* claims go around locked rows until then */
     bool locked_row_logged;       /* a stall on a locked row was logged; its end is not yet */
     int failed_stmt;        /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
@@ -161,6 +164,9 @@ void session_end_transaction(Session *s, const char *sql);
 
 /* Claims the next batch of the session's lanes (BEGIN, the dead-letter claim, the claim). */
 void session_claim(Session *s);
+/* The claim's transaction committed with every row of its batch recorded: the claim floor may
+ * rise (floor.h). */
+void session_floor_committed(Session *s);
 
 /* ---- produce.c ---- */
 

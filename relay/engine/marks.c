@@ -144,6 +144,7 @@ static void on_rolled_back_to_salvage(PgConn *pg, PGresult **results, int n, con
         pg_conn_reset(pg, "rolling back a failed batch failed");
         return;
     }
+    floor_abandon(&s->floor); /* row by row: the floor waits for a batch committed whole */
     s->salvage_row = 0;
     s->salvage_unrecorded = 0;
     record_next_row(s);
@@ -164,6 +165,13 @@ static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, 
     }
     if (s->failed_stmt >= 0 && s->failed_stmt < n)
         log_dead_lettered(s, results[s->failed_stmt]);
+    bool all_recorded = true;
+    for (int i = 0; i < b->n; i++)
+        all_recorded = all_recorded && batch_row_recorded(&b->rows[i]);
+    if (all_recorded)
+        session_floor_committed(s);
+    else
+        floor_abandon(&s->floor);
 
     bool transient_failure = false;
     for (int i = 0; i < b->n; i++)

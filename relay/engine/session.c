@@ -144,8 +144,10 @@ static void on_rebalanced(Lanes *lanes, bool ok, void *arg)
     r->logged_owned = owned;
     bool membership_changed = lanes->live_sessions != s->logged_sessions;
     s->logged_sessions = lanes->live_sessions;
-    if (lanes->gained)
+    if (lanes->gained) {
         s->wake_pending = true; /* new lanes may hold a backlog */
+        floor_reset(&s->floor); /* anywhere in the table */
+    }
     if (s->stopping) {
         session_finish_stopping(s);
         return;
@@ -185,11 +187,29 @@ void session_start_next_request(Session *s)
 
 /* ---- events ------------------------------------------------------------------------------- */
 
+/* The claim floor needs {seq} drawn in order (SQL_FLOOR_CHECK, floor.h); said once per process
+ * when the table does not allow it, or the check itself failed. */
+static void learn_floor_allowed(Session *s, PGresult *check)
+{
+    bool allowed = check && PQresultStatus(check) == PGRES_TUPLES_OK && PQntuples(check) == 1 &&
+                   strcmp(PQgetvalue(check, 0, 0), "t") == 0;
+    s->floor.enabled = s->cfg->claim_floor && allowed;
+    static bool said;
+    if (s->cfg->claim_floor && !allowed && !said)
+        log_warn("claims read the unsent index from its start: the order column is not drawn "
+                 "from an uncached, non-cycling sequence (README, \"Dead rows and old snapshots\")",
+                 "column=%s", s->cfg->map.seq);
+    said = said || (s->cfg->claim_floor && !allowed);
+}
+
 static void on_listening(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Session *s = arg;
     if (!results)
         return;
+    learn_floor_allowed(s, n == 2 ? results[1] : NULL);
+    if (error && n == 2 && PQresultStatus(results[0]) == PGRES_COMMAND_OK)
+        error = NULL; /* only the floor's check failed: said above */
     if (error) {
         char q[512];
         log_warn("LISTEN failed; relying on the poll timer", "error=%s",
@@ -221,9 +241,10 @@ static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
         }
     }
     if (up) {
-        PgQuery q = {SQL_LISTEN, 0, NULL, false};
+        PgQuery q[2] = {{SQL_LISTEN, 0, NULL, false}, {s->sql[SQL_FLOOR_CHECK], 0, NULL, false}};
+        floor_reset(&s->floor); /* a new connection: start from the table's start */
         session_set_phase(s, PHASE_SETUP);
-        if (!pg_conn_send(pg, &q, 1, on_listening, s))
+        if (!pg_conn_send(pg, q, 2, on_listening, s))
             session_set_phase(s, PHASE_DOWN);
         return;
     }
@@ -372,6 +393,7 @@ void session_free(Session *s)
     batch_free(&s->batch);
     batch_marks_free(&s->marks);
     lanes_free(&s->lanes);
+    floor_free(&s->floor);
     for (int i = 0; i < SESSION_SQL_COUNT; i++)
         free(s->sql[i]);
 }

@@ -33,10 +33,24 @@
  * UPDATE, a report's FOR SHARE, a foreign key check — and skipping it would publish the later
  * events of its aggregate first (issue 15). A claim that runs into the timeout fails with 55P03
  * and the session claims around locked rows for a while (SQL_CLAIM_AROUND_LOCKS). */
+/*
+ * The claim starts at the session's floor ($5, relay/engine/floor.h): rows from the floor on
+ * come from the unsent index (above), failed rows below it from the small retry index (below:
+ * requeued and retried events; ordered by {seq} + 0 so that the planner cannot walk the unsent
+ * index from its start instead). Below the floor the unsent index holds only versions that are
+ * sent, or deleted, and that vacuum may not remove yet (an old snapshot elsewhere): walking them
+ * was what made claims slow down with every minute such a snapshot stayed (issue 16). Every row
+ * below the floor sorts before every row above it, so the two parts, each locked in order, make
+ * one batch in {seq} order. */
 #define SQL_CLAIM(blocked_condition)                                                               \
-    SQL_BLOCKED(blocked_condition)                                                                 \
-    " SELECT" CLAIM_COLUMNS("NULL::text") " FROM {table} o WHERE" SQL_CLAIMABLE                \
-    " ORDER BY o.{seq} LIMIT $1 FOR UPDATE OF o"
+    SQL_BLOCKED(blocked_condition) ","                                                             \
+    " above AS (SELECT" CLAIM_COLUMNS("NULL::text") " FROM {table} o"                              \
+    " WHERE o.{seq} >= $5::bigint AND" SQL_CLAIMABLE                                               \
+    " ORDER BY o.{seq} LIMIT $1 FOR UPDATE OF o),"                                                 \
+    " below AS (SELECT" CLAIM_COLUMNS("NULL::text") " FROM {table} o"                              \
+    " WHERE o.{seq} + 0 < $5::bigint AND o.attempts > 0 AND" SQL_CLAIMABLE                         \
+    " ORDER BY o.{seq} + 0 LIMIT $1 FOR UPDATE OF o)"                                              \
+    " SELECT * FROM (SELECT * FROM below UNION ALL SELECT * FROM above) c ORDER BY 1 LIMIT $1"
 
 /* Around locked rows: the aggregates with a row locked by a running transaction among the next
  * rows (busy: a row's xmax is its locker's transaction id while one transaction holds it, and
@@ -102,10 +116,36 @@
     " AND l.transactionid = o.xmax AND l.granted AND l.pid <> pg_backend_pid()"                    \
     " ORDER BY o.{seq} LIMIT 1"
 
+/* The claim floor's statements (relay/engine/floor.h says why each is safe).
+ * Before the claim: the lowest failed row of the lanes ($1) that can hold its aggregate's later
+ * events back (with --on-poison hold a dead one too); the floor never passes it, so the events
+ * it holds back stay above the floor. {seq} + 0: min() would otherwise walk the unsent index. */
+#define SQL_FLOOR_HELD(holds)                                                                      \
+    "SELECT min(o.{seq} + 0) FROM {table} o WHERE o.sent_at IS NULL AND o.attempts > 0"            \
+    " AND o.lane = ANY($1::smallint[])" holds
+/* After the claim: whether the writers listed last time ($1, virtual transaction ids) have all
+ * ended; the transactions that may still add rows to the table (they hold RowExclusiveLock on
+ * it: every INSERT takes it before its row's {seq} is drawn); and the highest {seq} visible. */
+#define FLOOR_WRITERS                                                                          \
+    "SELECT NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'relation'"                    \
+    " AND l.database = d.oid AND l.relation = t.oid AND l.virtualtransaction = ANY($1::text[])),"  \
+    " ARRAY(SELECT l.virtualtransaction FROM pg_locks l WHERE l.locktype = 'relation'"             \
+    " AND l.database = d.oid AND l.relation = t.oid AND l.mode = 'RowExclusiveLock'"               \
+    " AND l.pid IS DISTINCT FROM pg_backend_pid())::text,"                                         \
+    " (SELECT max({seq}) FROM {table})"                                                            \
+    " FROM (SELECT {table_text}::regclass::oid AS oid) t,"                                         \
+    " (SELECT oid FROM pg_database WHERE datname = current_database()) d"
+/* Whether {seq} is drawn from a sequence that hands values out in order: one without a cache
+ * (each session would otherwise draw from its own block of values) that does not cycle. */
+#define FLOOR_CHECK                                                                            \
+    "SELECT coalesce((SELECT q.seqcache = 1 AND NOT q.seqcycle FROM pg_sequence q"                 \
+    " WHERE q.seqrelid = pg_get_serial_sequence({table_text}, {seq_text})::regclass), false)"
+
 /* Dead events not yet published to the dead-letter topic. */
 #define SQL_CLAIM_DEAD_LETTER                                                                      \
     "SELECT" CLAIM_COLUMNS("o.last_error") " FROM {table} o"                                   \
-    " WHERE o.dead_at IS NOT NULL AND o.sent_at IS NULL AND o.dead_letter_topic IS NULL"           \
+    " WHERE o.dead_at IS NOT NULL AND o.sent_at IS NULL AND o.attempts > 0"                        \
+    " AND o.dead_letter_topic IS NULL"                                                             \
     " AND o.lane = ANY($2::smallint[])"                                                            \
     " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())"                               \
     " ORDER BY o.{seq} LIMIT $1 FOR UPDATE SKIP LOCKED"
@@ -127,6 +167,10 @@ const char *const session_sql_templates[SESSION_SQL_COUNT] = {
     [SQL_CLAIM_SKIP_AROUND_LOCKS] = SQL_WITHIN_BUDGET(SQL_CLAIM_AROUND_LOCKS(SKIP_BLOCKS)),
     [SQL_FIND_LOCKER] = SQL_LOCKED_BY,
     [SQL_CLAIM_DEAD] = SQL_WITHIN_BUDGET(SQL_CLAIM_DEAD_LETTER),
+    [SQL_FLOOR_HELD_HOLD] = SQL_FLOOR_HELD(""),
+    [SQL_FLOOR_HELD_SKIP] = SQL_FLOOR_HELD(" AND o.dead_at IS NULL"),
+    [SQL_FLOOR_WRITERS] = FLOOR_WRITERS,
+    [SQL_FLOOR_CHECK] = FLOOR_CHECK,
     [SQL_MARK_SENT] =
         "UPDATE {table} SET sent_at = clock_timestamp() WHERE {seq} = ANY($1::bigint[])",
     /* --on-sent delete: no new row version and no sent_at index entry to write, which is most

@@ -59,12 +59,17 @@ typedef enum {
 
 /* The templates, by what they do (statements.c says how). */
 typedef enum {
-    SQL_CLAIM_HOLD, /* the claim with --on-poison hold: $1 rows, $2 lanes, $3 bytes, $4 max */
+    SQL_CLAIM_HOLD, /* the claim with --on-poison hold: $1 rows, $2 lanes, $3 bytes, $4 max,
+                     * $5 the claim floor */
     SQL_CLAIM_SKIP, /* the same with --on-poison skip */
     SQL_CLAIM_HOLD_AROUND_LOCKS, /* the claims that go around rows others have locked */
     SQL_CLAIM_SKIP_AROUND_LOCKS,
     SQL_FIND_LOCKER,        /* which backend holds the first locked row, for the log */
     SQL_CLAIM_DEAD,         /* dead events not yet published to the dead-letter topic */
+    SQL_FLOOR_HELD_HOLD,    /* the lowest row holding its aggregate back, $1 lanes (hold) */
+    SQL_FLOOR_HELD_SKIP,    /* the same with --on-poison skip */
+    SQL_FLOOR_WRITERS,      /* $1 writers listed before: all ended? the writers now; max seq */
+    SQL_FLOOR_CHECK,        /* whether {seq} comes from an uncached, non-cycling sequence */
     SQL_MARK_SENT,          /* $1 ids: sent_at */
     SQL_DELETE_SENT,        /* $1 ids: deleted (--on-sent delete) */
     SQL_MARK_FAILED,        /* $1 ids, $2 errors, $3 permanent, $4 max attempts, $5/$6 backoff */

@@ -261,6 +261,15 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
             return false;
         return append_ident(sb, conn, m->name, err, errlen);
     }
+    if (IS("table_text")) { /* the table's name as SQL text, for ::regclass */
+        StrBuf name = {0};
+        bool ok = expand_token(&name, conn, m, "table", strlen("table"), err, errlen) &&
+                  append_literal(sb, conn, name.s, err, errlen);
+        strbuf_free(&name);
+        return ok;
+    }
+    if (IS("seq_text")) /* the order column's name as SQL text, for pg_get_serial_sequence */
+        return append_literal(sb, conn, m->seq, err, errlen);
     const struct {
         const char *token;
         const char *column;

@@ -1,0 +1,88 @@
+/* floor: where a session's claims start in the unsent index; floor.h says why it is safe. */
+#include "floor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void floor_reset(ClaimFloor *f)
+{
+    bool enabled = f->enabled;
+    floor_free(f);
+    *f = (ClaimFloor){.enabled = enabled};
+}
+
+void floor_free(ClaimFloor *f)
+{
+    free(f->writers);
+    f->writers = NULL;
+}
+
+const char *floor_param(ClaimFloor *f)
+{
+    snprintf(f->text, sizeof(f->text), "%lld", f->enabled ? f->floor : 0LL);
+    return f->text;
+}
+
+const char *floor_writers_param(const ClaimFloor *f)
+{
+    return f->candidate > 0 && f->writers ? f->writers : "{}";
+}
+
+static long long min_ll(long long a, long long b)
+{
+    return a < b ? a : b;
+}
+
+bool floor_after_claim(ClaimFloor *f, const FloorClaim *c)
+{
+    f->on_commit = 0;
+    if (!f->enabled)
+        return true;
+    /* The claim's snapshot came after the look that confirmed f->confirmed, so it saw every row
+     * below it that committed: it may rise there, short of the rows it left out. */
+    if (c->plain && f->confirmed > 0) {
+        long long to = f->confirmed;
+        if (c->held >= 0)
+            to = min_ll(to, c->held);
+        if (c->rows > 0)
+            to = min_ll(to, c->last_seq + 1);
+        if (to > f->floor)
+            f->on_commit = to;
+    }
+    if (c->rows > 0 && c->last_seq + 1 > f->high)
+        f->high = c->last_seq + 1;
+    if (c->max_seq >= 0 && c->max_seq + 1 > f->high)
+        f->high = c->max_seq + 1;
+    /* The look came after this claim: it confirms for the claims that follow. */
+    if (f->candidate > 0 && c->writers_ended) {
+        if (f->candidate > f->confirmed)
+            f->confirmed = f->candidate;
+        f->candidate = 0;
+    }
+    /* A new candidate only once the last one is confirmed: replacing it with every claim would
+     * wait for ever newer writers and, under a steady stream, never confirm anything. */
+    if (f->candidate == 0 && f->high > f->confirmed && c->writers) {
+        char *copy = strdup(c->writers);
+        if (!copy)
+            return false;
+        free(f->writers);
+        f->writers = copy;
+        f->candidate = f->high;
+    }
+    return true;
+}
+
+bool floor_commit(ClaimFloor *f)
+{
+    bool moved = f->on_commit > f->floor;
+    if (moved)
+        f->floor = f->on_commit;
+    f->on_commit = 0;
+    return moved;
+}
+
+void floor_abandon(ClaimFloor *f)
+{
+    f->on_commit = 0;
+}

@@ -1,0 +1,79 @@
+/* floor: where a session's claims start in the unsent index (issue 16).
+ *
+ * Marking a row sent (or deleting it) leaves its old version in the partial index on unsent
+ * rows until vacuum removes it, and vacuum cannot while any snapshot older than the mark is
+ * open (a forgotten BEGIN, a long report, a standby's hot_standby_feedback, a logical slot). A
+ * claim that walks the index from its start pays for every such version before it finds the
+ * first unsent row: with an old snapshot held, claims got slower with every minute. So each
+ * session keeps a floor: its claims read the unsent index from the floor on, and failed rows
+ * below it from the retry index (SQL_CLAIM in relay/outbox/statements.c).
+ *
+ * The floor may pass a row only once that row can no longer be claimed with attempts = 0: it
+ * was sent or failed (failed rows are found below the floor), or was rolled back. The hard case
+ * is a row whose transaction has not committed yet: its {seq} may be lower than rows already
+ * sent. The rule that makes it safe:
+ *
+ *   {seq} comes from a sequence without a cache (values are handed out in time order; checked
+ *   by SQL_FLOOR_CHECK, else the floor stays 0), and an INSERT takes RowExclusiveLock on the
+ *   table before it draws its {seq}, holding it to the end of its transaction. So when a row M
+ *   is visible, every transaction that drew a {seq} below M holds that lock, or has ended, at
+ *   any later moment. After each claim the session lists the lock's holders (SQL_FLOOR_WRITERS)
+ *   and makes "one past the highest {seq} seen" a candidate; once a later look finds every
+ *   listed holder gone, every row below the candidate is committed or rolled back, and the
+ *   claims from then on see all of those that committed (the candidate is confirmed).
+ *
+ * A claim that starts after the confirmation then lets the floor rise to the confirmed
+ * candidate, but never past a row it left out: rows after its last row (its limit or byte
+ * budget cut there), and rows an earlier failed row holds back (SQL_FLOOR_HELD gives the lowest
+ * failed row, read before the claim). A claim that went around locked rows does not move it.
+ * The new floor takes effect when the claim's transaction commits with every row recorded.
+ *
+ * What keeps the floor where it is: a transaction that inserted into the table and stays open
+ * (its row may still commit), and with --on-poison hold a dead event until it is requeued or
+ * purged. Rows a relay gains with new lanes may lie anywhere: the floor starts again from 0. */
+#ifndef OUTBOX_FLOOR_H
+#define OUTBOX_FLOOR_H
+
+#include <stdbool.h>
+
+typedef struct ClaimFloor {
+    bool enabled;        /* {seq} is drawn in order (SQL_FLOOR_CHECK); else the floor stays 0 */
+    long long floor;     /* claims read the unsent index from here */
+    long long high;      /* one past the highest {seq} seen since the last reset */
+    long long confirmed; /* every row below it is committed or rolled back; 0: none yet */
+    long long candidate; /* waiting for the writers listed with it to end; 0: none */
+    char *writers;       /* those writers, as a text[] literal (owned) */
+    long long on_commit; /* the floor this claim's commit brings; 0: none */
+    char text[24];       /* floor, as the claim's parameter */
+} ClaimFloor;
+
+/* What one claim learnt (relay/engine/claim.c fills it from the claim's results). */
+typedef struct FloorClaim {
+    bool plain;          /* the claim in order (not the one around locked rows) */
+    int rows;            /* rows the claim returned */
+    long long last_seq;  /* {seq} of its last row, when rows > 0 */
+    long long held;      /* SQL_FLOOR_HELD's answer; -1: no failed row */
+    bool writers_ended;  /* SQL_FLOOR_WRITERS: the writers sent with it have all ended */
+    const char *writers; /* and the writers now (text[] literal) */
+    long long max_seq;   /* and the highest {seq} visible; -1: empty table */
+} FloorClaim;
+
+/* Back to 0, forgetting candidates (lanes gained, a new connection). Keeps `enabled`. */
+void floor_reset(ClaimFloor *f);
+/* Releases what f owns; f may be reset and used again. */
+void floor_free(ClaimFloor *f);
+/* The floor, as the claim's $5 (valid until the next call that changes f). */
+const char *floor_param(ClaimFloor *f);
+/* The writers to ask SQL_FLOOR_WRITERS about, as its $1 (valid until the next change). */
+const char *floor_writers_param(const ClaimFloor *f);
+/* Takes in what a claim learnt: the floor its commit may bring (floor_commit), a confirmed
+ * candidate for the claims after it, a new candidate. Returns false when out of memory (the
+ * floor then stays where it is, which is always safe). */
+bool floor_after_claim(ClaimFloor *f, const FloorClaim *c);
+/* The claim's transaction committed with every row of its batch recorded: the floor rises to
+ * what floor_after_claim allowed. Returns true when it moved. */
+bool floor_commit(ClaimFloor *f);
+/* The claim's transaction ended otherwise (rolled back, rows left unrecorded): the floor stays. */
+void floor_abandon(ClaimFloor *f);
+
+#endif

@@ -1,0 +1,154 @@
+#!/bin/bash
+# Proves claims cost what they return, not the dead row versions an old snapshot keeps, and that
+# the claim floor that makes it so (relay/engine/floor.h) neither loses nor reorders an event
+# (issue 16). Another client holds a REPEATABLE READ snapshot for the whole test, so no marked
+# row's old version can be vacuumed away.
+#  A. 40,000 events are sent (40,000 dead versions in the unsent index). Then 2,000 more arrive
+#     in 40 transactions: the claims' buffer accesses per claim (pg_stat_statements) stay below
+#     an eighth of the pages that history fills with the floor (the default), and are above
+#     that with --claim-floor off, the claim of before (so the check can fail).
+#  B. A transaction inserts event 1 of aggregate 'late' and stays open while 2,000 events of
+#     other aggregates go out: the floor never passes its row while it is open. It commits, event
+#     2 follows: both are delivered, in order; then the floor passes them.
+#  C. With --on-poison skip, a poison event (2 MB) dies, 1,000 events go out and the floor passes
+#     it; fixed and requeued, it is claimed from below the floor and delivered.
+# Every event of every part is delivered, first copies in order per aggregate.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+t_setup
+pg_start
+echo "shared_preload_libraries = 'pg_stat_statements'" >>"$T/pg/postgresql.conf"
+pg_restart
+psql_q "CREATE EXTENSION pg_stat_statements" >/dev/null || fail "pg_stat_statements"
+broker_start 1
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+
+OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --log-level debug
+    --kafka reconnect.backoff.max.ms=500)
+
+# insert TYPE FROM TO [AGGREGATES]: events FROM..TO (seq in the payload) of TYPE, round robin
+# over AGGREGATES aggregates (default 50), one transaction.
+insert() {
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            SELECT '$1', 'a-' || (s % ${4:-50}), 'changed', jsonb_build_object('seq', s)
+            FROM generate_series($2, $3) AS s ORDER BY s"
+}
+# trickle TYPE: 2,000 events of TYPE in 40 transactions, each a claim or so apart.
+trickle() {
+    local i
+    for i in $(seq 0 39); do
+        insert "$1" $((i * 50)) $((i * 50 + 49))
+        sleep 0.05
+    done
+}
+# The claim's buffer accesses per call since the last reset (pg_stat_statements).
+claim_cost() {
+    psql_q "SELECT (sum(shared_blks_hit + shared_blks_read) / greatest(sum(calls), 1))::bigint
+            FROM pg_stat_statements WHERE query LIKE '%above AS (SELECT%'"
+}
+# The highest floor the relay logged so far (0: none).
+floor_logged() {
+    grep -o 'msg="claim floor moved" floor=[0-9]*' "$RELAY_LOG" | sed 's/.*floor=//' |
+        sort -n | tail -n 1 | grep . || echo 0
+}
+
+psql -XAtq -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT count(*) FROM outbox" \
+    -c "SELECT pg_sleep(600)" >/dev/null 2>&1 &
+_t_track $!
+snapshot_held() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL
+                 AND query = 'SELECT pg_sleep(600)' AND pid <> pg_backend_pid()")" = 1 ]
+}
+_poll 10 snapshot_held || fail "another client holds a snapshot"
+
+# --- A: the cost of a claim after a dead history ---
+insert history 1 40000 1000
+relay_start "${OPTS[@]}"
+wait_for "40,000 events are sent behind the old snapshot" 90 no_unsent_rows
+psql_q "SELECT pg_stat_statements_reset()" >/dev/null
+trickle fresh
+wait_for "2,000 more are sent" 60 no_unsent_rows
+with_floor=$(claim_cost)
+relay_stop
+check_eq "the relay exits 0" 0 "$?"
+relay_start "${OPTS[@]}" --claim-floor off
+psql_q "SELECT pg_stat_statements_reset()" >/dev/null
+trickle fresh_off
+wait_for "2,000 more are sent with --claim-floor off" 60 no_unsent_rows
+without_floor=$(claim_cost)
+relay_stop
+echo "# buffer accesses per claim: $with_floor with the floor, $without_floor without"
+# The history fills about 800 pages (the heap's and the unsent index's): a claim that walks it
+# touches each of them; one that starts at the floor touches the few its rows are on.
+check "with the floor, a claim touches fewer than 100 buffers (an eighth of the history)" \
+    test "$with_floor" -lt 100
+check "without it, more: the check can fail" test "$without_floor" -ge 100
+for type in history fresh fresh_off; do
+    check_delivered "$type"
+done
+
+# --- B: a row committed behind the rows already sent ---
+relay_start "${OPTS[@]}"
+psql -XAtq -c "BEGIN" -c "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+    VALUES ('late', 'l', 'changed', '{\"seq\": 1}') RETURNING id" -c "SELECT pg_sleep(6)" \
+    -c "COMMIT" >"$T/late.out" 2>&1 &
+WRITER=$!
+_t_track "$WRITER"
+late_id() {
+    head -n 1 "$T/late.out" | grep -E '^[0-9]+$'
+}
+_poll 10 late_id || fail "the open transaction inserted its event"
+LATE=$(late_id)
+trickle others
+others_sent() {
+    [ "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'others'
+                 AND sent_at IS NULL")" = 0 ]
+}
+wait_for "the other aggregates' events are sent while the transaction is open" 30 others_sent
+held=$(floor_logged)
+if kill -0 "$WRITER" 2>/dev/null; then
+    check "the floor stays at or below the open transaction's row ($LATE) while it is open" \
+        test "$held" -le "$LATE"
+else
+    not_ok "the transaction is still open when the floor is checked" "it ended first"
+fi
+wait "$WRITER"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        VALUES ('late', 'l', 'changed', '{\"seq\": 2}')" >/dev/null
+wait_for "both events of the late aggregate are sent" 30 no_unsent_rows
+check_delivered late "the late event and the one after it are delivered"
+trickle after_late
+wait_for "later events are sent" 30 no_unsent_rows
+passed() {
+    [ "$(floor_logged)" -gt "$LATE" ]
+}
+wait_for "then the floor passes the late row" 30 passed
+relay_stop
+check_eq "the relay exits 0" 0 "$?"
+
+# --- C: a dead event below the floor, requeued ---
+relay_start "${OPTS[@]}" --on-poison skip --max-attempts 2 --retry-backoff 200
+POISON=$(psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+                 VALUES ('poison', 'p', 'changed',
+                         jsonb_build_object('seq', 1, 'blob', repeat('x', 2 * 1024 * 1024)))
+                 RETURNING id")
+is_dead() {
+    [ "$(psql_q "SELECT dead_at IS NOT NULL FROM outbox WHERE id = $POISON")" = t ]
+}
+wait_for "the poison event dies" 30 is_dead
+trickle after_poison
+trickle after_poison2
+past_poison() {
+    [ "$(floor_logged)" -gt "$POISON" ]
+}
+wait_for "the floor passes the dead event" 30 past_poison
+psql_q "UPDATE outbox SET payload = '{\"seq\": 1}' WHERE id = $POISON" >/dev/null
+"$RELAY_BIN" requeue --database-url "$DATABASE_URL" --id "$POISON" >"$T/requeue.out" 2>&1
+check_eq "requeue exits 0" 0 "$?"
+wait_for "the requeued event is claimed from below the floor and sent" 30 no_unsent_rows
+check_delivered poison
+for type in others after_late after_poison after_poison2; do
+    check_delivered "$type"
+done
+relay_stop
+check_eq "the relay exits 0" 0 "$?"

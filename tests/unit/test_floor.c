@@ -1,0 +1,128 @@
+/* Unit tests for floor.c: when the claim floor may rise, and when it must stay (floor.h). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "floor.h"
+
+/* A plain claim that returned rows first..last (none when last < first), with no failed row,
+ * the writers listed now and whether those listed before have ended. */
+static FloorClaim claim(long long first, long long last, bool ended, const char *writers,
+                        long long max_seq)
+{
+    return (FloorClaim){.plain = true,
+                        .rows = last >= first ? (int)(last - first + 1) : 0,
+                        .last_seq = last,
+                        .held = -1,
+                        .writers_ended = ended,
+                        .writers = writers,
+                        .max_seq = max_seq};
+}
+
+static void after_and_commit(ClaimFloor *f, FloorClaim c)
+{
+    assert_true(floor_after_claim(f, &c));
+    floor_commit(f);
+}
+
+/* The floor rises one confirmation behind: a candidate after the first claim, confirmed by the
+ * second claim's look at the writers, taken by the third claim's commit. */
+static void test_rises_after_confirmation(void **state)
+{
+    ClaimFloor f = {.enabled = true};
+    assert_string_equal(floor_param(&f), "0");
+    after_and_commit(&f, claim(1, 100, true, "{3/7}", 100));
+    assert_int_equal(f.floor, 0);
+    assert_int_equal(f.candidate, 101);
+    assert_string_equal(floor_writers_param(&f), "{3/7}");
+    after_and_commit(&f, claim(101, 200, true, "{}", 200));
+    assert_int_equal(f.floor, 0); /* confirmed now, for the claims after this one */
+    assert_int_equal(f.confirmed, 101);
+    after_and_commit(&f, claim(201, 300, true, "{}", 300));
+    assert_int_equal(f.floor, 101);
+    assert_string_equal(floor_param(&f), "101");
+    floor_free(&f);
+}
+
+/* While a writer listed with the candidate has not ended (a transaction that inserted a row and
+ * stays open), nothing is confirmed and the floor stays, however many rows go out. */
+static void test_open_writer_holds_it(void **state)
+{
+    ClaimFloor f = {.enabled = true};
+    after_and_commit(&f, claim(1, 10, true, "{5/1}", 12));
+    for (long long first = 13; first < 10000; first += 100)
+        after_and_commit(&f, claim(first, first + 99, false, "{5/1,6/2}", first + 99));
+    assert_int_equal(f.floor, 0);
+    assert_int_equal(f.confirmed, 0);
+    assert_int_equal(f.candidate, 13); /* kept, not replaced by newer ones */
+    floor_free(&f);
+}
+
+/* The floor never passes a row the claim left out: rows after its last row, or a failed row
+ * that holds its aggregate's later events back. */
+static void test_never_passes_left_out_rows(void **state)
+{
+    ClaimFloor f = {.enabled = true};
+    after_and_commit(&f, claim(1, 1000, true, "{}", 5000));
+    after_and_commit(&f, claim(1001, 2000, true, "{}", 5000));
+    assert_int_equal(f.confirmed, 5001);
+    /* this claim stopped at 2500 (its limit): the floor goes to 2501, not to 5001 */
+    after_and_commit(&f, claim(2001, 2500, true, "{}", 5000));
+    assert_int_equal(f.floor, 2501);
+    /* a failed row at 2600 holds its aggregate back */
+    FloorClaim c = claim(2501, 3000, true, "{}", 5000);
+    c.held = 2600;
+    after_and_commit(&f, c);
+    assert_int_equal(f.floor, 2600);
+    /* an empty claim: up to the confirmed candidate */
+    after_and_commit(&f, claim(1, 0, true, "{}", 5000));
+    assert_int_equal(f.floor, 5001);
+    floor_free(&f);
+}
+
+/* Only a commit with every row recorded moves it; a claim around locked rows never does; a
+ * reset (lanes gained, a new connection) starts again from 0. */
+static void test_commit_abandon_reset(void **state)
+{
+    ClaimFloor f = {.enabled = true};
+    after_and_commit(&f, claim(1, 10, true, "{}", 10));
+    after_and_commit(&f, claim(11, 20, true, "{}", 20));
+    FloorClaim c = claim(21, 30, true, "{}", 30);
+    assert_true(floor_after_claim(&f, &c));
+    floor_abandon(&f);
+    assert_false(floor_commit(&f));
+    assert_int_equal(f.floor, 0);
+    c = claim(31, 40, true, "{}", 40);
+    c.plain = false;
+    assert_true(floor_after_claim(&f, &c));
+    assert_false(floor_commit(&f));
+    c = claim(41, 50, true, "{}", 50);
+    assert_true(floor_after_claim(&f, &c));
+    assert_true(floor_commit(&f));
+    assert_true(f.floor > 0);
+    floor_reset(&f);
+    assert_true(f.enabled);
+    assert_int_equal(f.floor, 0);
+    assert_int_equal(f.candidate, 0);
+    assert_string_equal(floor_writers_param(&f), "{}");
+    f.enabled = false; /* a table whose order column is not drawn in order */
+    after_and_commit(&f, claim(1, 10, true, "{}", 10));
+    after_and_commit(&f, claim(11, 20, true, "{}", 20));
+    after_and_commit(&f, claim(21, 30, true, "{}", 30));
+    assert_string_equal(floor_param(&f), "0");
+    floor_free(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rises_after_confirmation),
+        cmocka_unit_test(test_open_writer_holds_it),
+        cmocka_unit_test(test_never_passes_left_out_rows),
+        cmocka_unit_test(test_commit_abandon_reset),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
