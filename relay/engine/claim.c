@@ -7,6 +7,9 @@
 #include "log.h"
 #include "metrics.h"
 
+/* How often a session's claims look at what the floor needs (see session_claim). */
+#define FLOOR_LOOK_INTERVAL_S 0.02
+
 /* After a claim hit a row locked by someone else, claims go around locked rows for this long
  * before a plain claim tries again (see on_claim_locked). */
 #define AROUND_LOCKS_S 5.0
@@ -126,7 +129,7 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
         on_claim_locked(s);
         return;
     }
-    if (error || n < (s->floor.enabled ? 5 : 3)) {
+    if (error || n < (s->floor_looking ? 5 : 3)) {
         /* Typically a missing table (migrate not run) or missing privileges: say so once, then
          * keep retrying with backoff so the relay recovers when it is fixed. */
         if (!s->claim_error_logged)
@@ -147,13 +150,15 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
 
     /* BEGIN, [dead-letter claim], [floor: held], planner settings, claim, [floor: writers]: see
      * session_claim() */
-    bool floor = s->floor.enabled;
+    bool floor = s->floor_looking;
     int events_at = floor ? n - 2 : n - 1;
     int dead_at = s->cfg->dead_letter_topic ? 1 : -1;
     int events = PQntuples(results[events_at]);
     int dead = dead_at > 0 ? PQntuples(results[dead_at]) : 0;
     if (floor)
         learn_floor(s, results[events_at - 2], results[events_at], results[n - 1]);
+    else
+        floor_abandon(&s->floor); /* a claim without the looks moves nothing */
     if (events + dead == 0) {
         adapt_row_limit(s, 0);
         session_floor_committed(s); /* nothing claimed: nothing that a commit must record first */
@@ -237,8 +242,13 @@ void session_claim(Session *s)
     if (s->cfg->dead_letter_topic)
         queries[nq++] = (PgQuery){s->sql[SQL_CLAIM_DEAD], 4, dead_params, true};
     /* The floor's look at failed rows comes before the claim, its look at writers after it:
-     * floor.h says why the order matters. */
-    if (s->floor.enabled)
+     * floor.h says why the order matters. At most every FLOOR_LOOK_INTERVAL_S: an awake session
+     * polls every --busy-poll-interval, and reading pg_locks each time would cost more than a
+     * floor a few claims behind. */
+    s->floor_looking = s->floor.enabled && ev_now(s->loop) >= s->floor_look_due;
+    if (s->floor_looking)
+        s->floor_look_due = ev_now(s->loop) + FLOOR_LOOK_INTERVAL_S;
+    if (s->floor_looking)
         queries[nq++] = (PgQuery){
             s->sql[s->claim_stmt == SQL_CLAIM_HOLD ? SQL_FLOOR_HELD_HOLD : SQL_FLOOR_HELD_SKIP], 1,
             held_params, true};
@@ -248,7 +258,7 @@ void session_claim(Session *s)
     /* Only the claim in order starts at the floor (the one around locks is brief and rare). */
     queries[nq++] =
         (PgQuery){s->sql[s->claim_sent], s->claim_sent == s->claim_stmt ? 5 : 4, params, true};
-    if (s->floor.enabled)
+    if (s->floor_looking)
         queries[nq++] = (PgQuery){s->sql[SQL_FLOOR_WRITERS], 1, writers_params, true};
     session_set_phase(s, PHASE_CLAIMING);
     s->claim_sent_at = ev_now(s->loop);

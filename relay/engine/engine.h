@@ -85,9 +85,10 @@ struct Session {
     char *sql[SESSION_SQL_COUNT]; /* the templates expanded for the configured table */
     int claim_stmt;               /* SQL_CLAIM_HOLD or SQL_CLAIM_SKIP */
     int claim_sent;               /* the claim statement of the claim in flight */
-    long row_limit;     /* rows the next claim asks for, at most --batch-size (see claim.c) */
-    ClaimFloor floor;   /* where claims start in the unsent index (floor.h) */
-    bool floor_checked; /* whether the table allows a floor was asked on this connection */
+    long row_limit;           /* rows the next claim asks for, at most --batch-size (see claim.c) */
+    ClaimFloor floor;         /* where claims start in the unsent index (floor.h) */
+    bool floor_looking;       /* the claim in flight carries the floor's looks (claim.c) */
+    ev_tstamp floor_look_due; /* the next claim that looks, at the earliest */
     ev_tstamp around_locks_until; /* claims go around locked rows until then */
     bool locked_row_logged;       /* a stall on a locked row was logged; its end is not yet */
     int failed_stmt;        /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
