@@ -106,7 +106,7 @@ static void learn_floor(Session *s, const PGresult *held, const PGresult *claime
         .held = PQgetisnull(held, 0, 0) ? -1 : strtoll(PQgetvalue(held, 0, 0), NULL, 10),
         .writers_ended = strcmp(PQgetvalue(writers, 0, 0), "t") == 0,
         .writers = PQgetvalue(writers, 0, 1),
-        .max_seq = PQgetisnull(writers, 0, 2) ? -1 : strtoll(PQgetvalue(writers, 0, 2), NULL, 10),
+        .seq_last = PQgetisnull(held, 0, 1) ? -1 : strtoll(PQgetvalue(held, 0, 1), NULL, 10),
     };
     if (!floor_after_claim(&s->floor, &c))
         log_warn("out of memory for the claim floor; it stays where it is", "session=%d", s->index);
@@ -124,6 +124,7 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
     char q[512];
     if (!results)
         return;
+    floor_abandon(&s->floor); /* whatever an earlier claim allowed; learn_floor says anew */
     metrics_claim_done(ev_now(s->loop) - s->claim_sent_at);
     if (error && is_lock_timeout(results, n)) {
         on_claim_locked(s);
@@ -155,10 +156,8 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
     int dead_at = s->cfg->dead_letter_topic ? 1 : -1;
     int events = PQntuples(results[events_at]);
     int dead = dead_at > 0 ? PQntuples(results[dead_at]) : 0;
-    if (floor)
+    if (floor) /* a claim without the looks moves nothing */
         learn_floor(s, results[events_at - 2], results[events_at], results[n - 1]);
-    else
-        floor_abandon(&s->floor); /* a claim without the looks moves nothing */
     if (events + dead == 0) {
         adapt_row_limit(s, 0);
         session_floor_committed(s); /* nothing claimed: nothing that a commit must record first */

@@ -50,10 +50,8 @@ bool floor_after_claim(ClaimFloor *f, const FloorClaim *c)
         if (to > f->floor)
             f->on_commit = to;
     }
-    if (c->rows > 0 && c->last_seq + 1 > f->high)
-        f->high = c->last_seq + 1;
-    if (c->max_seq >= 0 && c->max_seq + 1 > f->high)
-        f->high = c->max_seq + 1;
+    if (c->seq_last >= 0 && c->seq_last + 1 > f->high)
+        f->high = c->seq_last + 1;
     /* The look came after this claim: it confirms for the claims that follow. */
     if (f->candidate > 0 && c->writers_ended) {
         if (f->candidate > f->confirmed)

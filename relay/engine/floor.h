@@ -13,14 +13,17 @@
  * is a row whose transaction has not committed yet: its {seq} may be lower than rows already
  * sent. The rule that makes it safe:
  *
- *   {seq} comes from a sequence without a cache (values are handed out in time order; checked
- *   by SQL_FLOOR_CHECK, else the floor stays 0), and an INSERT takes RowExclusiveLock on the
- *   table before it draws its {seq}, holding it to the end of its transaction. So when a row M
- *   is visible, every transaction that drew a {seq} below M holds that lock, or has ended, at
- *   any later moment. After each claim the session lists the lock's holders (SQL_FLOOR_WRITERS)
- *   and makes "one past the highest {seq} seen" a candidate; once a later look finds every
- *   listed holder gone, every row below the candidate is committed or rolled back, and the
- *   claims from then on see all of those that committed (the candidate is confirmed).
+ *   {seq} is an identity column GENERATED ALWAYS whose sequence has no cache (values are handed
+ *   out in time order; checked by SQL_FLOOR_CHECK, else the floor stays 0), and an INSERT takes
+ *   RowExclusiveLock on the table before it draws its {seq}, holding it to the end of its
+ *   transaction (a prepared transaction's locks, pid NULL, hold every candidate). So once the
+ *   sequence has handed out L, every transaction that drew a {seq} up to L holds that lock, or
+ *   has ended, at any later moment. Before each claim the session reads L (SQL_FLOOR_HELD),
+ *   after it the lock's holders (SQL_FLOOR_WRITERS), and makes L + 1 a candidate; once a later
+ *   look finds every listed holder gone, every row below the candidate is committed or rolled
+ *   back, and the claims from then on see all of those that committed (the candidate is
+ *   confirmed). L comes from the sequence, not from the rows: a {seq} given by hand above it
+ *   (OVERRIDING SYSTEM VALUE) never lifts the floor over rows drawn later.
  *
  * A claim that starts after the confirmation then lets the floor rise to the confirmed
  * candidate, but never past a row it left out: rows after its last row (its limit or byte
@@ -28,9 +31,12 @@
  * failed row, read before the claim). A claim that went around locked rows does not move it.
  * The new floor takes effect when the claim's transaction commits with every row recorded.
  *
- * What keeps the floor where it is: a transaction that inserted into the table and stays open
- * (its row may still commit), and with --on-poison hold a dead event until it is requeued or
- * purged. Rows a relay gains with new lanes may lie anywhere: the floor starts again from 0. */
+ * What keeps the floor where it is: a transaction that wrote to the table and stays open (its
+ * row may still commit), and with --on-poison hold a dead event until it is requeued or purged.
+ * Rows a relay gains with new lanes may lie anywhere: the floor starts again from 0. Not seen:
+ * rows made claimable below the floor by hand (an UPDATE that sets attempts back to 0, moves a
+ * row to another aggregate or clears sent_at; a {seq} given by hand below the floor): `requeue`
+ * is the way back, or a restart (README, "Dead rows and old snapshots"). */
 #ifndef OUTBOX_FLOOR_H
 #define OUTBOX_FLOOR_H
 
@@ -39,7 +45,7 @@
 typedef struct ClaimFloor {
     bool enabled;        /* {seq} is drawn in order (SQL_FLOOR_CHECK); else the floor stays 0 */
     long long floor;     /* claims read the unsent index from here */
-    long long high;      /* one past the highest {seq} seen since the last reset */
+    long long high;      /* one past the sequence's last value, as last read */
     long long confirmed; /* every row below it is committed or rolled back; 0: none yet */
     long long candidate; /* waiting for the writers listed with it to end; 0: none */
     char *writers;       /* those writers, as a text[] literal (owned) */
@@ -52,10 +58,10 @@ typedef struct FloorClaim {
     bool plain;          /* the claim in order (not the one around locked rows) */
     int rows;            /* rows the claim returned */
     long long last_seq;  /* {seq} of its last row, when rows > 0 */
-    long long held;      /* SQL_FLOOR_HELD's answer; -1: no failed row */
+    long long held;      /* SQL_FLOOR_HELD: the lowest failed row; -1: none */
     bool writers_ended;  /* SQL_FLOOR_WRITERS: the writers sent with it have all ended */
     const char *writers; /* and the writers now (text[] literal) */
-    long long max_seq;   /* and the highest {seq} visible; -1: empty table */
+    long long seq_last;  /* SQL_FLOOR_HELD: the sequence's last value; -1: none yet */
 } FloorClaim;
 
 /* Back to 0, forgetting candidates (lanes gained, a new connection). Keeps `enabled`. */

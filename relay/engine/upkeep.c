@@ -36,6 +36,7 @@ struct Upkeep {
     bool ready;                  /* connected and session set up */
     ev_timer gauge_timer, retention_timer;
     bool gauge_due, retention_due;
+    ev_tstamp gauge_sent_at;  /* when the backlog query in flight was sent */
     bool sweeping;            /* the last delete was full: more to go */
     long long swept;          /* rows deleted by the current sweep */
     char last_error[256];     /* "" while the queries work */
@@ -98,12 +99,29 @@ static void note_horizon(Upkeep *u, PGresult *r)
     }
 }
 
+/* The backlog query reads every entry of the unsent index, dead versions an old snapshot keeps
+ * included (the claims skip them, see floor.h; a count cannot): it may take seconds. So the next
+ * refresh waits at least ten times as long as this one took, and the upkeep connection spends at
+ * most a tenth of its time on it. outbox_backlog_refresh_timestamp_seconds shows the pace. */
+static void pace_gauges(Upkeep *u)
+{
+    ev_now_update(u->loop);
+    double took = ev_now(u->loop) - u->gauge_sent_at, every = 10.0 * took;
+    if (every < UPKEEP_GAUGE_INTERVAL_S)
+        every = UPKEEP_GAUGE_INTERVAL_S;
+    if (every != u->gauge_timer.repeat) {
+        u->gauge_timer.repeat = every;
+        ev_timer_again(u->loop, &u->gauge_timer);
+    }
+}
+
 static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Upkeep *u = arg;
     if (!results)
         return; /* connection lost: on_state takes over */
     u->gauge_due = false;
+    pace_gauges(u);
     if (n >= 1 && PQresultStatus(results[0]) == PGRES_TUPLES_OK && PQntuples(results[0]) == 1) {
         PGresult *r = results[0];
         metrics_set_backlog(strtoll(PQgetvalue(r, 0, BACKLOG_UNSENT), NULL, 10),
@@ -144,6 +162,8 @@ static void kick(Upkeep *u)
         return;
     if (u->gauge_due && u->gauges) {
         PgQuery q[2] = {{u->sql[UPKEEP_BACKLOG], 0, NULL, false}, {SQL_HORIZON, 0, NULL, false}};
+        ev_now_update(u->loop);
+        u->gauge_sent_at = ev_now(u->loop);
         if (!pg_conn_send(u->pg, q, 2, on_backlog, u))
             u->gauge_due = false;
         return;

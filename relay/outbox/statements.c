@@ -118,28 +118,38 @@
 
 /* The claim floor's statements (relay/engine/floor.h says why each is safe).
  * Before the claim: the lowest failed row of the lanes ($1) that can hold its aggregate's later
- * events back (with --on-poison hold a dead one too); the floor never passes it, so the events
- * it holds back stay above the floor. {seq} + 0: min() would otherwise walk the unsent index. */
+ * events back (with --on-poison hold a dead one too), which the floor never passes, so the events
+ * it holds back stay above the floor ({seq} + 0: min() would otherwise walk the unsent index);
+ * and the last value the sequence of {seq} handed out (NULL before the first), which bounds the
+ * floor's candidates: a {seq} given by hand, above the sequence, never lifts the floor. */
 #define SQL_FLOOR_HELD(holds)                                                                      \
-    "SELECT min(o.{seq} + 0) FROM {table} o WHERE o.sent_at IS NULL AND o.attempts > 0"            \
-    " AND o.lane = ANY($1::smallint[])" holds
+    "SELECT (SELECT min(o.{seq} + 0) FROM {table} o WHERE o.sent_at IS NULL AND o.attempts > 0"    \
+    " AND o.lane = ANY($1::smallint[])" holds "),"                                                 \
+    " pg_sequence_last_value(pg_get_serial_sequence({table_text}, {seq_text})::regclass)"
 /* After the claim: whether the writers listed last time ($1, virtual transaction ids) have all
- * ended; the transactions that may still add rows to the table (they hold RowExclusiveLock on
- * it: every INSERT takes it before its row's {seq} is drawn); and the highest {seq} visible. */
-#define FLOOR_WRITERS                                                                          \
+ * ended, and the transactions that may still add rows to the table (they hold RowExclusiveLock
+ * on it: every INSERT takes it before its row's {seq} is drawn). A prepared transaction's locks
+ * move to a new virtual id (pid NULL) at PREPARE TRANSACTION: while one holds a lock on the
+ * table, no writer counts as ended. */
+#define FLOOR_WRITERS                                                                              \
     "SELECT NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'relation'"                    \
-    " AND l.database = d.oid AND l.relation = t.oid AND l.virtualtransaction = ANY($1::text[])),"  \
+    " AND l.database = d.oid AND l.relation = t.oid"                                               \
+    " AND (l.virtualtransaction = ANY($1::text[]) OR l.pid IS NULL)),"                             \
     " ARRAY(SELECT l.virtualtransaction FROM pg_locks l WHERE l.locktype = 'relation'"             \
     " AND l.database = d.oid AND l.relation = t.oid AND l.mode = 'RowExclusiveLock'"               \
-    " AND l.pid IS DISTINCT FROM pg_backend_pid())::text,"                                         \
-    " (SELECT max({seq}) FROM {table})"                                                            \
+    " AND l.pid IS DISTINCT FROM pg_backend_pid())::text"                                          \
     " FROM (SELECT {table_text}::regclass::oid AS oid) t,"                                         \
     " (SELECT oid FROM pg_database WHERE datname = current_database()) d"
-/* Whether {seq} is drawn from a sequence that hands values out in order: one without a cache
- * (each session would otherwise draw from its own block of values) that does not cycle. */
-#define FLOOR_CHECK                                                                            \
-    "SELECT coalesce((SELECT q.seqcache = 1 AND NOT q.seqcycle FROM pg_sequence q"                 \
-    " WHERE q.seqrelid = pg_get_serial_sequence({table_text}, {seq_text})::regclass), false)"
+/* Whether every {seq} is drawn in order from a sequence the relay may read: a plain table (an
+ * INSERT into a partition would lock the partition only) whose {seq} is an identity column
+ * GENERATED ALWAYS, whose sequence has no cache (each session would otherwise draw from its own
+ * block of values), does not cycle, and grants the relay SELECT or USAGE (0008). */
+#define FLOOR_CHECK                                                                                \
+    "SELECT coalesce((SELECT q.seqcache = 1 AND NOT q.seqcycle AND a.attidentity = 'a'"            \
+    " AND c.relkind = 'r' AND has_sequence_privilege(q.seqrelid, 'SELECT, USAGE')"                 \
+    " FROM pg_class c, pg_attribute a, pg_sequence q WHERE c.oid = {table_text}::regclass"         \
+    " AND a.attrelid = c.oid AND a.attname = {seq_text}"                                           \
+    " AND q.seqrelid = pg_get_serial_sequence({table_text}, {seq_text})::regclass), false)"
 
 /* Dead events not yet published to the dead-letter topic. */
 #define SQL_CLAIM_DEAD_LETTER                                                                      \

@@ -66,9 +66,10 @@ typedef enum {
     SQL_CLAIM_SKIP_AROUND_LOCKS,
     SQL_FIND_LOCKER,        /* which backend holds the first locked row, for the log */
     SQL_CLAIM_DEAD,         /* dead events not yet published to the dead-letter topic */
-    SQL_FLOOR_HELD_HOLD,    /* the lowest row holding its aggregate back, $1 lanes (hold) */
+    SQL_FLOOR_HELD_HOLD,    /* the lowest row holding its aggregate back ($1 lanes, hold); the
+                             * sequence's last value */
     SQL_FLOOR_HELD_SKIP,    /* the same with --on-poison skip */
-    SQL_FLOOR_WRITERS,      /* $1 writers listed before: all ended? the writers now; max seq */
+    SQL_FLOOR_WRITERS,      /* $1 writers listed before: all ended? and the writers now */
     SQL_FLOOR_CHECK,        /* whether {seq} comes from an uncached, non-cycling sequence */
     SQL_MARK_SENT,          /* $1 ids: sent_at */
     SQL_DELETE_SENT,        /* $1 ids: deleted (--on-sent delete) */

@@ -80,6 +80,8 @@ check "2: relay still running" relay_running
 relay_stop
 check_eq "2: relay exits 0" 0 $?
 check "2: no permission error in the relay's log" lacks "$RELAY_LOG" "permission denied"
+check "2: the claim floor works with the role's grants (0008)" lacks "$RELAY_LOG" \
+    "claims read the unsent index from its start"
 
 # --- 3. admin commands as relay_login ---
 admin() { # admin NAME ARGS...: runs a command as relay_login, output in $T/NAME.out

@@ -9,9 +9,9 @@
 #include "floor.h"
 
 /* A plain claim that returned rows first..last (none when last < first), with no failed row,
- * the writers listed now and whether those listed before have ended. */
+ * whether the writers listed before have ended, the writers now and the sequence's last value. */
 static FloorClaim claim(long long first, long long last, bool ended, const char *writers,
-                        long long max_seq)
+                        long long seq_last)
 {
     return (FloorClaim){.plain = true,
                         .rows = last >= first ? (int)(last - first + 1) : 0,
@@ -19,7 +19,7 @@ static FloorClaim claim(long long first, long long last, bool ended, const char 
                         .held = -1,
                         .writers_ended = ended,
                         .writers = writers,
-                        .max_seq = max_seq};
+                        .seq_last = seq_last};
 }
 
 static void after_and_commit(ClaimFloor *f, FloorClaim c)
@@ -83,6 +83,18 @@ static void test_never_passes_left_out_rows(void **state)
     floor_free(&f);
 }
 
+/* Candidates come from the sequence's last value, not from the rows: a {seq} given by hand far
+ * above the sequence (OVERRIDING SYSTEM VALUE) does not lift the floor over rows drawn later. */
+static void test_hand_given_seq_does_not_lift_it(void **state)
+{
+    ClaimFloor f = {.enabled = true};
+    after_and_commit(&f, claim(1000000000000LL, 1000000000000LL, true, "{}", 100));
+    after_and_commit(&f, claim(1, 0, true, "{}", 100));
+    after_and_commit(&f, claim(1, 0, true, "{}", 100));
+    assert_int_equal(f.floor, 101);
+    floor_free(&f);
+}
+
 /* Only a commit with every row recorded moves it; a claim around locked rows never does; a
  * reset (lanes gained, a new connection) starts again from 0. */
 static void test_commit_abandon_reset(void **state)
@@ -122,6 +134,7 @@ int main(void)
         cmocka_unit_test(test_rises_after_confirmation),
         cmocka_unit_test(test_open_writer_holds_it),
         cmocka_unit_test(test_never_passes_left_out_rows),
+        cmocka_unit_test(test_hand_given_seq_does_not_lift_it),
         cmocka_unit_test(test_commit_abandon_reset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
