@@ -42,11 +42,13 @@ selected() {
 
 # run_one NAME CMD...: streams CMD's output and adds its results to the totals.
 run_one() {
-    local name=$1 rc p f
+    local name=$1 rc p f started=$SECONDS
     shift
     echo "# ==== $name"
     timeout -k 10 "$TEST_TIMEOUT" "$@" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
+    # What each program takes, to see where make test's 20 minutes go (a figure, never a check).
+    echo "# ---- $name took $((SECONDS - started)) s"
     p=$(grep -cE '^ok( [0-9]+)? - ' "$log")
     f=$(grep -cE '^not ok( [0-9]+)? - ' "$log")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then

@@ -64,6 +64,10 @@ static const char *const SQL_ADOPT =
                     /* The trigger as migrations/0007 defines it; the table's oid comes from its row
                      * type, so its name is never written into a string literal. */
                     "SELECT outbox_wakeup_install(typrelid::regclass) FROM pg_type"
+                    " WHERE oid = pg_typeof(NULL::{table});"
+                    /* What the claim floor needs of the table, as migrations/0008 defines it. */
+                    "SELECT outbox_floor_install(typrelid::regclass, {seq_text},"
+                    " {aggregate_type_text}, {aggregate_id_text}) FROM pg_type"
                     " WHERE oid = pg_typeof(NULL::{table})";
 static const char *const SQL_ADOPT_HEADERS =
     "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {headers} jsonb";
@@ -108,23 +112,32 @@ static bool exec_mapped_ok(PGconn *conn, const TableMap *map, const char *tmpl, 
 #define INT8OID 20
 #define INT4OID 23
 
-/* The migration that sets up the wakeup (its functions); it changes only tables that already have
- * the wakeup trigger, so an adopted table shares it. */
+/* The migrations whose functions an adopted table uses too: the wakeup's (it changes only tables
+ * that already have the wakeup trigger) and the claim floor's (it sets up only the relay's own
+ * table). */
 #define WAKEUP_MIGRATION "0007_wakeup_lock.sql"
+#define FLOOR_MIGRATION "0008_claim_floor.sql"
+
+static const MigrationFile *migration_named(const char *name)
+{
+    for (size_t i = 0; i < migration_count; i++)
+        if (strcmp(migration_files[i].name, name) == 0)
+            return &migration_files[i];
+    return NULL;
+}
 
 static bool adopt_table(PGconn *conn, const TableMap *map)
 {
     char name[160];
     table_map_display(map, name, sizeof(name));
-    const MigrationFile *wakeup = NULL;
-    for (size_t i = 0; i < migration_count; i++)
-        if (strcmp(migration_files[i].name, WAKEUP_MIGRATION) == 0)
-            wakeup = &migration_files[i];
-    if (!wakeup || !exec_ok(conn, "BEGIN", "adopt"))
+    const MigrationFile *wakeup = migration_named(WAKEUP_MIGRATION);
+    const MigrationFile *floor = migration_named(FLOOR_MIGRATION);
+    if (!wakeup || !floor || !exec_ok(conn, "BEGIN", "adopt"))
         return false;
     PGresult *roles = NULL, *cols = NULL;
     bool ok =
-        exec_ok(conn, wakeup->sql, wakeup->name) && exec_mapped_ok(conn, map, SQL_ADOPT, "adopt") &&
+        exec_ok(conn, wakeup->sql, wakeup->name) && exec_ok(conn, floor->sql, floor->name) &&
+        exec_mapped_ok(conn, map, SQL_ADOPT, "adopt") &&
         (!map->headers || exec_mapped_ok(conn, map, SQL_ADOPT_HEADERS, "adopt")) &&
         (roles = exec_mapped(conn, map, SQL_ROLES, "grants")) != NULL &&
         (*PQgetvalue(roles, 0, 0) != 't' || exec_mapped_ok(conn, map, SQL_GRANT_RELAY, "grants")) &&

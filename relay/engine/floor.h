@@ -33,10 +33,10 @@
  *
  * What keeps the floor where it is: a transaction that wrote to the table and stays open (its
  * row may still commit), and with --on-poison hold a dead event until it is requeued or purged.
- * Rows a relay gains with new lanes may lie anywhere: the floor starts again from 0. Not seen:
- * rows made claimable below the floor by hand (an UPDATE that sets attempts back to 0, moves a
- * row to another aggregate or clears sent_at; a {seq} given by hand below the floor): `requeue`
- * is the way back, or a restart (README, "Dead rows and old snapshots"). */
+ * Rows a relay gains with new lanes may lie anywhere: the floor starts again from 0. Rows made
+ * unsent again by hand (sent_at cleared, attempts set back to 0, another aggregate) get attempts
+ * 1 from migrations/0008's trigger, so they are failed rows to the claims. Not seen: a {seq}
+ * given by hand below the floor (README, "Dead rows and old snapshots"). */
 #ifndef OUTBOX_FLOOR_H
 #define OUTBOX_FLOOR_H
 

@@ -268,8 +268,13 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
         strbuf_free(&name);
         return ok;
     }
-    if (IS("seq_text")) /* the order column's name as SQL text, for pg_get_serial_sequence */
+    /* Column names as SQL text (pg_get_serial_sequence, outbox_floor_install). */
+    if (IS("seq_text"))
         return append_literal(sb, conn, m->seq, err, errlen);
+    if (IS("aggregate_type_text"))
+        return append_literal(sb, conn, m->aggregate_type, err, errlen);
+    if (IS("aggregate_id_text"))
+        return append_literal(sb, conn, m->aggregate_id, err, errlen);
     const struct {
         const char *token;
         const char *column;
