@@ -245,12 +245,12 @@ void session_claim(Session *s)
      * polls every --busy-poll-interval, and reading pg_locks each time would cost more than a
      * floor a few claims behind. */
     s->floor_looking = s->floor.enabled && ev_now(s->loop) >= s->floor_look_due;
-    if (s->floor_looking)
+    if (s->floor_looking) {
         s->floor_look_due = ev_now(s->loop) + FLOOR_LOOK_INTERVAL_S;
-    if (s->floor_looking)
         queries[nq++] = (PgQuery){
             s->sql[s->claim_stmt == SQL_CLAIM_HOLD ? SQL_FLOOR_HELD_HOLD : SQL_FLOOR_HELD_SKIP], 1,
             held_params, true};
+    }
     queries[nq++] = (PgQuery){SQL_CLAIM_PLAN, 0, NULL, true};
     s->claim_sent = ev_now(s->loop) < s->around_locks_until ? SQL_AROUND_LOCKS_OF(s->claim_stmt)
                                                             : s->claim_stmt;
