@@ -165,18 +165,16 @@ static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, 
     }
     if (s->failed_stmt >= 0 && s->failed_stmt < n)
         log_dead_lettered(s, results[s->failed_stmt]);
-    bool all_recorded = true;
-    for (int i = 0; i < b->n; i++)
+    bool transient_failure = false, all_recorded = true;
+    for (int i = 0; i < b->n; i++) {
+        if (b->rows[i].state == ROW_FAILED && !b->rows[i].permanent)
+            transient_failure = true;
         all_recorded = all_recorded && batch_row_recorded(&b->rows[i]);
+    }
     if (all_recorded)
         session_floor_committed(s);
     else
         floor_abandon(&s->floor);
-
-    bool transient_failure = false;
-    for (int i = 0; i < b->n; i++)
-        if (b->rows[i].state == ROW_FAILED && !b->rows[i].permanent)
-            transient_failure = true;
     ev_now_update(s->loop);
     log_debug("batch committed",
               "rows=%d sent=%d failed=%d claim_ms=%.2f deliver_ms=%.2f mark_ms=%.2f session=%d",

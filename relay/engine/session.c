@@ -195,11 +195,12 @@ static void learn_floor_allowed(Session *s, PGresult *check)
                    strcmp(PQgetvalue(check, 0, 0), "t") == 0;
     s->floor.enabled = s->cfg->claim_floor && allowed;
     static bool said;
-    if (s->cfg->claim_floor && !allowed && !said)
+    if (s->cfg->claim_floor && !allowed && !said) {
         log_warn("claims read the unsent index from its start: the order column is not drawn "
                  "from an uncached, non-cycling sequence (README, \"Dead rows and old snapshots\")",
                  "column=%s", s->cfg->map.seq);
-    said = said || (s->cfg->claim_floor && !allowed);
+        said = true;
+    }
 }
 
 static void on_listening(PgConn *pg, PGresult **results, int n, const char *error, void *arg)

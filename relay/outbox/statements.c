@@ -42,14 +42,13 @@
  * was what made claims slow down with every minute such a snapshot stayed (issue 16). Every row
  * below the floor sorts before every row above it, so the two parts, each locked in order, make
  * one batch in {seq} order. */
+#define SQL_CLAIM_PART(name, condition, order)                                                     \
+    " " name " AS (SELECT" CLAIM_COLUMNS("NULL::text") " FROM {table} o WHERE " condition          \
+    " AND" SQL_CLAIMABLE " ORDER BY " order " LIMIT $1 FOR UPDATE OF o)"
 #define SQL_CLAIM(blocked_condition)                                                               \
     SQL_BLOCKED(blocked_condition) ","                                                             \
-    " above AS (SELECT" CLAIM_COLUMNS("NULL::text") " FROM {table} o"                              \
-    " WHERE o.{seq} >= $5::bigint AND" SQL_CLAIMABLE                                               \
-    " ORDER BY o.{seq} LIMIT $1 FOR UPDATE OF o),"                                                 \
-    " below AS (SELECT" CLAIM_COLUMNS("NULL::text") " FROM {table} o"                              \
-    " WHERE o.{seq} + 0 < $5::bigint AND o.attempts > 0 AND" SQL_CLAIMABLE                         \
-    " ORDER BY o.{seq} + 0 LIMIT $1 FOR UPDATE OF o)"                                              \
+    SQL_CLAIM_PART("above", "o.{seq} >= $5::bigint", "o.{seq}") ","                                \
+    SQL_CLAIM_PART("below", "o.{seq} + 0 < $5::bigint AND o.attempts > 0", "o.{seq} + 0")          \
     " SELECT * FROM (SELECT * FROM below UNION ALL SELECT * FROM above) c ORDER BY 1 LIMIT $1"
 
 /* Around locked rows: the aggregates with a row locked by a running transaction among the next
