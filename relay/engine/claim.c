@@ -149,15 +149,15 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
         s->locked_row_logged = false;
     }
 
-    /* BEGIN, [dead-letter claim], [floor: held], planner settings, claim, [floor: writers]: see
+    /* BEGIN, planner settings, [dead-letter claim], [floor: held], claim, [floor: writers]: see
      * session_claim() */
     bool floor = s->floor_looking;
     int events_at = floor ? n - 2 : n - 1;
-    int dead_at = s->cfg->dead_letter_topic ? 1 : -1;
+    int dead_at = s->cfg->dead_letter_topic ? 2 : -1;
     int events = PQntuples(results[events_at]);
     int dead = dead_at > 0 ? PQntuples(results[dead_at]) : 0;
     if (floor) /* a claim without the looks moves nothing */
-        learn_floor(s, results[events_at - 2], results[events_at], results[n - 1]);
+        learn_floor(s, results[events_at - 1], results[events_at], results[n - 1]);
     if (events + dead == 0) {
         adapt_row_limit(s, 0);
         session_floor_committed(s); /* nothing claimed: nothing that a commit must record first */
@@ -235,9 +235,10 @@ void session_claim(Session *s)
      * through claims its timer brings about; it leaves when notified or given work (see
      * session_start_next_request). */
     wakeup_before_claim(&s->wake);
-    /* The dead-letter claim comes before the planner settings: it is planned as usual. */
-    PgQuery queries[6] = {{SQL_BEGIN, 0, NULL, false}};
-    int nq = 1;
+    /* The planner settings first: the look-ups of failed rows (the dead-letter claim, the
+     * floor's, the claim's) rely on them to read the retry index (statements.c). */
+    PgQuery queries[6] = {{SQL_BEGIN, 0, NULL, false}, {SQL_CLAIM_PLAN, 0, NULL, true}};
+    int nq = 2;
     if (s->cfg->dead_letter_topic)
         queries[nq++] = (PgQuery){s->sql[SQL_CLAIM_DEAD], 4, dead_params, true};
     /* The floor's look at failed rows comes before the claim, its look at writers after it:
@@ -251,7 +252,6 @@ void session_claim(Session *s)
             s->sql[s->claim_stmt == SQL_CLAIM_HOLD ? SQL_FLOOR_HELD_HOLD : SQL_FLOOR_HELD_SKIP], 1,
             held_params, true};
     }
-    queries[nq++] = (PgQuery){SQL_CLAIM_PLAN, 0, NULL, true};
     s->claim_sent = ev_now(s->loop) < s->around_locks_until ? SQL_AROUND_LOCKS_OF(s->claim_stmt)
                                                             : s->claim_stmt;
     /* Only the claim in order starts at the floor (the one around locks is brief and rare). */

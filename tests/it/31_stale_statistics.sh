@@ -52,3 +52,81 @@ check "no claim scans the table by bitmap" lacks_re "$T/claim-plans.txt" \
 # Sorted are only the rows already claimed (a batch) and the failed rows below the floor (the
 # retry index), never the table's unsent rows.
 check "no claim sorts the table's rows by id" lacks_re "$T/claim-plans.txt" 'Sort Key: o(_[0-9]+)?\.id$'
+
+# Part 2: the look-ups of failed rows read the retry index, and the marks the primary key, whatever
+# the statistics say. Statistics taken while the table held 1,000 rows, all sent; then an old snapshot (an open
+# REPEATABLE READ transaction) keeps every version that 40,000 sent rows leave in the unsent index
+# (vacuum may not remove them). Walking those versions from the start of the unsent index is what
+# made each claim slower with every minute such a snapshot stayed (issue 16): the planner costs
+# both partial indexes alike on such statistics, and picked the unsent one.
+psql_q "TRUNCATE outbox"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
+        SELECT 'order', 'order-' || (g % 100), 'order.updated', '{}', now()
+        FROM generate_series(1, 1000) AS g ORDER BY g"
+psql_q "ANALYZE outbox"
+psql -XAtq -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT count(*) FROM outbox" \
+    -c "SELECT pg_sleep(600)" >/dev/null 2>&1 &
+_t_track $!
+snapshot_open() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity
+                 WHERE query = 'SELECT pg_sleep(600)' AND backend_xmin IS NOT NULL")" = 1 ]
+}
+wait_for "the old snapshot is open" 30 snapshot_open
+for _ in 1 2; do
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            SELECT 'order', 'order-' || (g % 100), 'order.updated', '{}'
+            FROM generate_series(1, 20000) AS g ORDER BY g"
+    psql_q "UPDATE outbox SET sent_at = now() WHERE sent_at IS NULL"
+done
+# Failed rows of three aggregates: two waiting for their retry (their later events wait too), one
+# dead (for the dead-letter claim); then 1,000 events of other aggregates to deliver.
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, attempts,
+            next_attempt_at, dead_at)
+        VALUES ('order', 'waits-1', 'order.updated', '{}', 1, now() + interval '1 hour', NULL),
+               ('order', 'waits-2', 'order.updated', '{}', 1, now() + interval '1 hour', NULL),
+               ('order', 'dead-1', 'order.updated', '{}', 10, NULL, now())"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'order', 'later-' || (g % 50), 'order.updated', '{}' FROM generate_series(1, 1000) g
+        UNION ALL SELECT 'order', 'waits-1', 'order.updated', '{}'::jsonb"
+log_from=$(wc -l <"$T/pg.log")
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --dead-letter-topic dlq
+held_back() { # the rows still unsent are the failed ones and the one that waits behind them
+    [ "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL")" = 4 ] &&
+        [ "$(psql_q "SELECT count(*) FROM outbox WHERE dead_letter_topic = 'dlq'")" = 1 ]
+}
+wait_for "all but the failed rows and the one behind them sent; the dead one dead-lettered" 60 \
+    held_back
+relay_stop
+check_eq "relay exits 0" 0 $?
+
+# One block per plan: from its "Query Text" to the next log line.
+tail -n +"$((log_from + 1))" "$T/pg.log" | awk '/Query Text:/ { n++ } /^20[0-9][0-9]-/ && !/Query Text/ { n += 0; on = 0 }
+    /Query Text:/ { on = 1 } on { print n ": " $0 }' >"$T/plans-2.txt"
+# The plans of the statements that look for failed rows: the claim, the floor's look, the
+# dead-letter claim.
+grep -E '^[0-9]+: .*Query Text: (SELECT w\.seq, w\.event_id|SELECT \(SELECT min\()' \
+    "$T/plans-2.txt" | cut -d: -f1 | sort -u >"$T/looks.txt"
+awk -F': ' 'NR == FNR { want[$1] = 1; next } want[$1]' "$T/looks.txt" "$T/plans-2.txt" \
+    >"$T/look-plans.txt"
+claims=$(grep -c 'Query Text: SELECT w.seq, w.event_id' "$T/look-plans.txt")
+check "claims had their plan logged ($claims)" test "$claims" -ge 3
+check "the floor's look had its plan logged" grep -q 'Query Text: SELECT (SELECT min(' \
+    "$T/look-plans.txt"
+check "the dead-letter claim had its plan logged" grep -q 'o.last_error' "$T/look-plans.txt"
+# Every scan of the unsent index in those plans starts somewhere (the claim's part above the
+# floor, an Index Cond); none walks it from its start.
+unbounded_unsent_scans() {
+    awk '/Index Scan using outbox_unsent_idx/ { if (open) n++; open = 1; next }
+         open && /Index Cond:/ { open = 0 } open && /->/ { n++; open = 0 }
+         /Query Text:/ { if (open) n++; open = 0 } END { if (open) n++; print n + 0 }' "$1"
+}
+check_eq "no look for failed rows walks the unsent index from its start" 0 \
+    "$(unbounded_unsent_scans "$T/look-plans.txt")"
+check "the failed rows come from the retry index" grep -q 'Index Scan using outbox_retry_idx' \
+    "$T/look-plans.txt"
+grep -E '^[0-9]+: .*Query Text: UPDATE "outbox" SET (sent_at|dead_letter_topic)' "$T/plans-2.txt" |
+    cut -d: -f1 | sort -u >"$T/marks.txt"
+awk -F': ' 'NR == FNR { want[$1] = 1; next } want[$1]' "$T/marks.txt" "$T/plans-2.txt" \
+    >"$T/mark-plans.txt"
+check "marks had their plan logged" test -s "$T/marks.txt"
+check "no mark scans the whole table" lacks_re "$T/mark-plans.txt" 'Seq Scan on outbox'
