@@ -1,7 +1,7 @@
 #!/bin/bash
 # Proves that a relay whose host goes silent (no FIN, no RST: every packet of its network
-# namespace dropped by nft for 60 s) loses its lanes within the session timeout, on default
-# settings, while rows arrive steadily for the first 30 s of the fault over 400 aggregates:
+# namespace dropped by nft for 40 s) loses its lanes within the session timeout, on default
+# settings, while rows arrive steadily for the first 25 s of the fault over 400 aggregates:
 #  1. every row is acknowledged before the fault ends, none waited more than 20 s from commit to
 #     acknowledgement (sent_at - created_at; p50/p99/max printed, with when the survivor took
 #     over the lanes);
@@ -24,8 +24,8 @@ broker_start 1
 netns_forward_brokers
 relay_migrate 2>"$T/migrate.log" || fail "migrate"
 
-FAULT_S=60
-LOAD_S=30
+FAULT_S=40
+LOAD_S=25
 COMMON=(--brokers "$BROKERS" --kafka reconnect.backoff.max.ms=500)
 relay_start --database-url "$DATABASE_URL" "${COMMON[@]}"
 A_PID=$RELAY_PID A_LOG=$RELAY_LOG
@@ -46,7 +46,7 @@ load_for warm 2 100
 wait_for "warm-up rows delivered by both relays" 30 load_done_and_sent warm
 
 # --- the fault ---
-# Rows arrive from 2 s before the fault (so that it strikes batches under way) to 30 s into it.
+# Rows arrive from 2 s before the fault (so that it strikes batches under way) to 25 s into it.
 load_for sil $((LOAD_S + 2))
 sleep 2
 t0=$(now_ms)

@@ -1,7 +1,7 @@
 #!/bin/bash
-# Proves that a relay frozen by SIGSTOP for 60 s (its kernel still answers TCP, so keepalives
+# Proves that a relay frozen by SIGSTOP for 40 s (its kernel still answers TCP, so keepalives
 # never end its sessions) loses its lanes within the session timeout, on default settings, while
-# rows arrive steadily for the first 30 s of the freeze over 400 aggregates:
+# rows arrive steadily for the first 25 s of the freeze over 400 aggregates:
 #  1. every row is acknowledged before the freeze ends, none waited more than 20 s from commit to
 #     acknowledgement (p50/p99/max printed, with when the other relay took the lanes over);
 #  2. after SIGCONT the frozen relay notices that its sessions are gone (PostgreSQL ended them:
@@ -18,8 +18,8 @@ pg_start
 broker_start 1
 relay_migrate 2>"$T/migrate.log" || fail "migrate"
 
-FAULT_S=60
-LOAD_S=30
+FAULT_S=40
+LOAD_S=25
 COMMON=(--brokers "$BROKERS" --kafka reconnect.backoff.max.ms=500)
 relay_start --database-url "$DATABASE_URL?application_name=relay-a" "${COMMON[@]}"
 A_PID=$RELAY_PID A_LOG=$RELAY_LOG
@@ -37,7 +37,7 @@ load_for warm 2 100
 wait_for "warm-up rows delivered by both relays" 30 load_done_and_sent warm
 
 # --- the freeze ---
-# Rows arrive from 2 s before the fault (so that it strikes batches under way) to 30 s into it.
+# Rows arrive from 2 s before the fault (so that it strikes batches under way) to 25 s into it.
 load_for frz $((LOAD_S + 2))
 sleep 2
 t0=$(now_ms)
