@@ -4,6 +4,9 @@
 # statistics PostgreSQL's cheapest-looking plan was a bitmap scan of every unsent row plus a sort,
 # so each claim read the whole backlog. auto_explain logs the plan of every claim; none may scan
 # the table by bitmap or sort its rows, and every claim must use the unsent index.
+# Part 2: after a dead history kept by an old snapshot, on statistics from when the table was
+# small, no look-up of failed rows (claim, floor, dead-letter claim) walks the unsent index from
+# its start, the failed rows come from the retry index, and no mark scans the whole table.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
 t_setup
