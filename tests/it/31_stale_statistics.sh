@@ -33,14 +33,19 @@ session_preload_libraries = 'auto_explain'
 auto_explain.log_min_duration = 0
 EOF
 psql_q "SELECT pg_reload_conf()" >/dev/null
+# plans_of REGEX [LINE]: the plans logged from line LINE of pg.log on (default: the first) whose
+# Query Text matches REGEX (extended), one block per plan, each line prefixed with its number.
+plans_of() {
+    tail -n +"${2:-1}" "$T/pg.log" | RE="Query Text: ($1)" awk '/^20[0-9][0-9]-/ { on = 0 }
+        /Query Text:/ && $0 ~ ENVIRON["RE"] { on = 1; n++ } on { print n ": " $0 }'
+}
 relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --batch-size 1000
 wait_for "every row gets sent_at" 120 no_unsent_rows
 relay_stop
 check_eq "relay exits 0" 0 $?
 
 # The plans of the claim (the statement with the held-back aggregates), one block per claim.
-awk '/Query Text: SELECT w.seq, w.event_id/ { on = 1; n++ } on && /^20[0-9][0-9]-/ && !/Query Text/ { on = 0 }
-     on { print n ": " $0 }' "$T/pg.log" >"$T/claim-plans.txt"
+plans_of 'SELECT w\.seq, w\.event_id' >"$T/claim-plans.txt"
 claims=$(grep -c 'Query Text: SELECT w.seq, w.event_id' "$T/claim-plans.txt")
 check "at least 20 claims had their plan logged ($claims)" test "$claims" -ge 20
 lacks_re() { # lacks_re FILE REGEX: no line of FILE matches REGEX
@@ -57,11 +62,11 @@ check "no claim scans the table by bitmap" lacks_re "$T/claim-plans.txt" \
 check "no claim sorts the table's rows by id" lacks_re "$T/claim-plans.txt" 'Sort Key: o(_[0-9]+)?\.id$'
 
 # Part 2: the look-ups of failed rows read the retry index, and the marks the primary key, whatever
-# the statistics say. Statistics taken while the table held 1,000 rows, all sent; then an old snapshot (an open
-# REPEATABLE READ transaction) keeps every version that 40,000 sent rows leave in the unsent index
-# (vacuum may not remove them). Walking those versions from the start of the unsent index is what
-# made each claim slower with every minute such a snapshot stayed (issue 16): the planner costs
-# both partial indexes alike on such statistics, and picked the unsent one.
+# the statistics say. Statistics taken while the table held 1,000 rows, all sent; then an old
+# snapshot (an open REPEATABLE READ transaction) keeps every version that 40,000 sent rows leave in
+# the unsent index (vacuum may not remove them). Walking those versions from the start of the
+# unsent index is what made each claim slower with every minute such a snapshot stayed (issue 16):
+# the planner costs both partial indexes alike on such statistics, and picked the unsent one.
 psql_q "TRUNCATE outbox"
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
         SELECT 'order', 'order-' || (g % 100), 'order.updated', '{}', now()
@@ -102,15 +107,9 @@ wait_for "all but the failed rows and the one behind them sent; the dead one dea
 relay_stop
 check_eq "relay exits 0" 0 $?
 
-# One block per plan: from its "Query Text" to the next log line.
-tail -n +"$((log_from + 1))" "$T/pg.log" | awk '/Query Text:/ { n++ } /^20[0-9][0-9]-/ && !/Query Text/ { n += 0; on = 0 }
-    /Query Text:/ { on = 1 } on { print n ": " $0 }' >"$T/plans-2.txt"
 # The plans of the statements that look for failed rows: the claim, the floor's look, the
 # dead-letter claim.
-grep -E '^[0-9]+: .*Query Text: (SELECT w\.seq, w\.event_id|SELECT \(SELECT min\()' \
-    "$T/plans-2.txt" | cut -d: -f1 | sort -u >"$T/looks.txt"
-awk -F': ' 'NR == FNR { want[$1] = 1; next } want[$1]' "$T/looks.txt" "$T/plans-2.txt" \
-    >"$T/look-plans.txt"
+plans_of 'SELECT w\.seq, w\.event_id|SELECT \(SELECT min\(' "$((log_from + 1))" >"$T/look-plans.txt"
 claims=$(grep -c 'Query Text: SELECT w.seq, w.event_id' "$T/look-plans.txt")
 check "claims had their plan logged ($claims)" test "$claims" -ge 3
 check "the floor's look had its plan logged" grep -q 'Query Text: SELECT (SELECT min(' \
@@ -127,9 +126,6 @@ check_eq "no look for failed rows walks the unsent index from its start" 0 \
     "$(unbounded_unsent_scans "$T/look-plans.txt")"
 check "the failed rows come from the retry index" grep -q 'Index Scan using outbox_retry_idx' \
     "$T/look-plans.txt"
-grep -E '^[0-9]+: .*Query Text: UPDATE "outbox" SET (sent_at|dead_letter_topic)' "$T/plans-2.txt" |
-    cut -d: -f1 | sort -u >"$T/marks.txt"
-awk -F': ' 'NR == FNR { want[$1] = 1; next } want[$1]' "$T/marks.txt" "$T/plans-2.txt" \
-    >"$T/mark-plans.txt"
-check "marks had their plan logged" test -s "$T/marks.txt"
+plans_of 'UPDATE "outbox" SET (sent_at|dead_letter_topic)' "$((log_from + 1))" >"$T/mark-plans.txt"
+check "marks had their plan logged" test -s "$T/mark-plans.txt"
 check "no mark scans the whole table" lacks_re "$T/mark-plans.txt" 'Seq Scan on outbox'
