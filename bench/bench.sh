@@ -17,7 +17,10 @@
 #                                  session), to show what the sessions lever buys; 0: skip
 #   BENCH_NAIVE_SIZE=100000        backlog of the naive loop (default: 100000 if among the sizes,
 #                                  else the smallest size)
-#   BENCH_RATES="1000 5000 10000"  latency runs, events/s
+#   BENCH_RATES="1000 5000 10000 5000x10 10000x10"
+#                                  latency runs, events/s; RATExN: RATE events/s as RATE/N
+#                                  transactions of N events each (bench/insert_events.sql), for
+#                                  rates this machine cannot insert one transaction per event
 #   BENCH_LATENCY_SECONDS=10       measured part of each latency run (after BENCH_WARMUP_SECONDS=3)
 #   BENCH_LATENCY_CLIENTS=4        pgbench clients of the latency load
 #   BENCH_PRODUCER_CLIENTS="1 4"   producer-cost runs; BENCH_PRODUCER_SECONDS=10 each
@@ -71,7 +74,13 @@ SIZES=${BENCH_SIZES:-$d_sizes}
 TUNED_FLAGS=${BENCH_TUNED_FLAGS-"--batch-size 2000 --kafka linger.ms=1"}
 ONE_SESSION=${BENCH_ONE_SESSION:-1}
 ON_SENT_DELETE=${BENCH_ON_SENT_DELETE:-1}
-RATES=${BENCH_RATES:-1000 5000 10000}
+RATES=${BENCH_RATES:-1000 5000 10000 5000x10 10000x10}
+for spec in $RATES; do
+    if ! [[ $spec =~ ^[1-9][0-9]*(x[1-9][0-9]*)?$ ]] || [ $((${spec%x*} % ${spec#*x})) != 0 ]; then
+        echo "bench: BENCH_RATES: '$spec' is not RATE or RATExN (N dividing RATE)" >&2
+        exit 2
+    fi
+done
 LAT_S=${BENCH_LATENCY_SECONDS:-$d_lat}
 WARM_S=${BENCH_WARMUP_SECONDS:-$d_warm}
 LAT_CLIENTS=${BENCH_LATENCY_CLIENTS:-4}
@@ -572,9 +581,15 @@ percentiles() {
 # time minus the committed_us in its payload; measured events are those with committed_us after
 # the warm-up ended. Results in L_*[KEY].
 latency() {
-    local key=$1 rate=$2 relay_pid cons_pid t_meas out cons props=() p
+    local key=$1 rate=${2%x*} relay_pid cons_pid t_meas out cons props=() p
+    local per=1 script=$BENCH/insert_event.sql
+    if [[ $2 == *x* ]]; then
+        per=${2#*x}
+        script=$BENCH/insert_events.sql
+    fi
+    local tx_rate=$((rate / per))
     shift 2
-    say "latency $key: $rate events/s, ${WARM_S} s warm-up + ${LAT_S} s measured"
+    say "latency $key: $rate events/s ($tx_rate tx/s of $per), ${WARM_S} s warm-up + ${LAT_S} s measured"
     empty_outbox
     fresh_broker
     local bin=$RELAY_BIN
@@ -592,14 +607,14 @@ latency() {
     cons_pid=$!
     _t_track "$cons_pid"
     local jobs=$((LAT_CLIENTS < 2 ? LAT_CLIENTS : 2))
-    timeout -k 5 $((WARM_S + 60)) pgbench -n -M prepared -c "$LAT_CLIENTS" -j "$jobs" -R "$rate" \
-        -T "$WARM_S" -f "$BENCH/insert_event.sql" >"$T/latency.$key.warmup.out" 2>&1 ||
+    timeout -k 5 $((WARM_S + 60)) pgbench -n -M prepared -c "$LAT_CLIENTS" -j "$jobs" -R "$tx_rate" \
+        -T "$WARM_S" -D events="$per" -f "$script" >"$T/latency.$key.warmup.out" 2>&1 ||
         not_ok "latency $key: warm-up pgbench" "$(tail -n 2 "$T/latency.$key.warmup.out")"
     [ -s "$cons" ] || note "latency $key: the consumer had received nothing by the end of the warm-up"
     t_meas=$(now_us)
     out=$T/latency.$key.pgbench.out
-    timeout -k 5 $((LAT_S + 60)) pgbench -n -M prepared -c "$LAT_CLIENTS" -j "$jobs" -R "$rate" \
-        -T "$LAT_S" -f "$BENCH/insert_event.sql" >"$out" 2>&1 ||
+    timeout -k 5 $((LAT_S + 60)) pgbench -n -M prepared -c "$LAT_CLIENTS" -j "$jobs" -R "$tx_rate" \
+        -T "$LAT_S" -D events="$per" -f "$script" >"$out" 2>&1 ||
         not_ok "latency $key: pgbench" "$(tail -n 2 "$out")"
     # The consumer stops 5 s after the last message.
     _poll $((LAT_S + 90)) _t_dead "$cons_pid" || kill -TERM "$cons_pid" 2>/dev/null
@@ -611,8 +626,8 @@ latency() {
 
     log_problems "latency $key" "$T/latency.$key.relay.log"
     L_TPS[$key]=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$out" | head -n 1)
-    awk -v a="${L_TPS[$key]:-0}" -v r="$rate" 'BEGIN { exit !(a < 0.95 * r) }' &&
-        note "latency $key: pgbench reached only $(calc "${L_TPS[$key]:-0}" %.0f) of $rate tx/s (the machine could not insert faster); latencies are at that rate"
+    awk -v a="${L_TPS[$key]:-0}" -v r="$tx_rate" 'BEGIN { exit !(a < 0.95 * r) }' &&
+        note "latency $key: pgbench reached only $(calc "${L_TPS[$key]:-0}" %.0f) of $tx_rate tx/s (the machine could not insert faster); latencies are at that rate"
     L_LAG[$key]=$(sed -n 's/^rate limit schedule lag: avg \([0-9.]*\) (max \([0-9.]*\)) ms$/\1\/\2/p' "$out")
     L_INSERTED[$key]=$(psql_q "SELECT count(*) FROM outbox WHERE (payload->>'committed_us')::bigint >= $t_meas")
     # First copies only (by id header; later copies counted as duplicates): total latency, and
@@ -1016,6 +1031,16 @@ lag_cell() {
     awk -F / '{ printf "%.1f / %.1f\n", $1, $2 }' <<<"$1"
 }
 
+# rate_label SPEC: a latency row's events/s as the report shows it ("10,000", or "10,000
+# (1,000 tx × 10)" for RATExN).
+rate_label() {
+    if [[ $1 == *x* ]]; then
+        echo "$(commas "${1%x*}") ($(commas $((${1%x*} / ${1#*x}))) tx × ${1#*x})"
+    else
+        commas "$1"
+    fi
+}
+
 report_latency() {
     local rate key d
     echo "## Latency: commit to consumer, ms"
@@ -1036,7 +1061,7 @@ report_latency() {
             d="default settings"
             [[ $key == tuned.* ]] && d="tuned: \`$TUNED_LABEL\`"
             [[ $key == baseline.* ]] && d="baseline binary ($BASELINE_LABEL), default settings"
-            echo "| $(commas "$rate") | $d | $(calc "${L_TPS[$key]:-0}" %.0f) | $(commas "${L_N[$key]}") | **${L_P50[$key]}**$([ "$LAT_ROUNDS" -gt 1 ] && echo " (${L_SPREAD[$key]})") | **${L_P99[$key]}** | ${L_MAX[$key]} | ${L_RP50[$key]} / ${L_RP99[$key]} | ${L_KP50[$key]} / ${L_KP99[$key]} | ${L_MISSING[$key]} | ${L_DUPS[$key]} | ${L_CPU[$key]:--} | $(lag_cell "${L_LAG[$key]:-}") |"
+            echo "| $(rate_label "$rate") | $d | $(calc "${L_TPS[$key]:-0}" %.0f) | $(commas "${L_N[$key]}") | **${L_P50[$key]}**$([ "$LAT_ROUNDS" -gt 1 ] && echo " (${L_SPREAD[$key]})") | **${L_P99[$key]}** | ${L_MAX[$key]} | ${L_RP50[$key]} / ${L_RP99[$key]} | ${L_KP50[$key]} / ${L_KP99[$key]} | ${L_MISSING[$key]} | ${L_DUPS[$key]} | ${L_CPU[$key]:--} | $(lag_cell "${L_LAG[$key]:-}") |"
         done
     done
     echo
@@ -1128,6 +1153,22 @@ report_payloads() {
     echo
 }
 
+# target_p99 SPEC MS: the targets' line for the default relay's p99 at latency row SPEC (RATE or
+# RATExN), if that row ran; says so when pgbench could not insert at the row's rate.
+target_p99() {
+    local key=default.$1 label tx_rate=$1
+    [ -n "${L_P99[$key]:-}" ] || return 0
+    label="$(commas "${1%x*}") events/s"
+    if [[ $1 == *x* ]]; then
+        tx_rate=$((${1%x*} / ${1#*x}))
+        label+=" ($(commas "$tx_rate") tx × ${1#*x})"
+    fi
+    echo -n "- p99 commit-to-consumer at $label ≤ $2 ms: **${L_P99[$key]} ms** — $(verdict "${L_P99[$key]}" "$2" "$2" lower)"
+    awk -v a="${L_TPS[$key]:-0}" -v r="$tx_rate" 'BEGIN { exit !(a < 0.95 * r) }' &&
+        echo -n " (pgbench reached only $(calc "${L_TPS[$key]:-0}" %.0f) tx/s: the saturated machine's figure)"
+    echo "."
+}
+
 report_targets() {
     local n r mode cost d peak grow
     echo "## Targets (from the issue), this run"
@@ -1147,6 +1188,10 @@ report_targets() {
         echo "- p99 commit-to-consumer at 1,000 events/s ≤ 10 ms (floor 25 ms): **${L_P99[default.1000]} ms** — $(verdict "${L_P99[default.1000]}" 10 25 lower)."
         echo "- p50 at 1,000 events/s ≤ 3 ms: **${L_P50[default.1000]} ms** — $(verdict "${L_P50[default.1000]}" 3 3 lower)."
     fi
+    target_p99 5000 15
+    target_p99 5000x10 15
+    target_p99 10000 25
+    target_p99 10000x10 25
     for mode in $PROD_MODES; do
         [ -n "${P_RATIO[$mode.4]:-}" ] || continue
         r=${P_RATIO[$mode.4]}
@@ -1222,8 +1267,9 @@ report_method() {
 - **Latency.** Empty outbox, fresh broker, relay started and ready, then bin/consume (a real
   librdkafka consumer, \`$CONSUMER_KAFKA\`: the mock broker answers an empty fetch only after
   fetch.wait.max.ms, it does not wake on new data) reading the topic from the start. pgbench
-  \`-M prepared -c $LAT_CLIENTS -R RATE\` runs bench/insert_event.sql (one event per transaction) for
-  ${WARM_S} s of warm-up, then ${LAT_S} s measured. Latency = consumer receive time (CLOCK_REALTIME,
+  \`-M prepared -c $LAT_CLIENTS -R RATE\` runs bench/insert_event.sql (one event per transaction; rows
+  "RATE (TX tx × N)": bench/insert_events.sql, N events per transaction at RATE/N tx/s, the rates
+  this machine cannot insert one transaction per event) for ${WARM_S} s of warm-up, then ${LAT_S} s measured. Latency = consumer receive time (CLOCK_REALTIME,
   \`received_us\`) − \`committed_us\` in the payload (clock_timestamp() during the INSERT, just
   before its commit). Every event whose committed_us falls in the measured window counts: the
   inserted count is taken from the database and compared with what the consumer read (missing),
