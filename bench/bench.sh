@@ -75,8 +75,15 @@ TUNED_FLAGS=${BENCH_TUNED_FLAGS-"--batch-size 2000 --kafka linger.ms=1"}
 ONE_SESSION=${BENCH_ONE_SESSION:-1}
 ON_SENT_DELETE=${BENCH_ON_SENT_DELETE:-1}
 RATES=${BENCH_RATES:-1000 5000 10000 5000x10 10000x10}
+# A latency row's SPEC is RATE or RATExN: RATE events/s, N (default 1) per transaction.
+spec_per() {
+    if [[ $1 == *x* ]]; then echo "${1#*x}"; else echo 1; fi
+}
+spec_tx_rate() { # transactions/s
+    echo $((${1%x*} / $(spec_per "$1")))
+}
 for spec in $RATES; do
-    if ! [[ $spec =~ ^[1-9][0-9]*(x[1-9][0-9]*)?$ ]] || [ $((${spec%x*} % ${spec#*x})) != 0 ]; then
+    if ! [[ $spec =~ ^[1-9][0-9]*(x[1-9][0-9]*)?$ ]] || [ $((${spec%x*} % $(spec_per "$spec"))) != 0 ]; then
         echo "bench: BENCH_RATES: '$spec' is not RATE or RATExN (N dividing RATE)" >&2
         exit 2
     fi
@@ -575,19 +582,24 @@ percentiles() {
               printf "%.2f %.2f %.2f\n", rank(0.50) / 1000, rank(0.99) / 1000, v[NR] / 1000 }'
 }
 
-# latency KEY RATE [RELAY FLAGS...]: an empty outbox, a relay, a consumer reading the topic from
-# the start; pgbench inserts RATE single-event transactions a second, first BENCH_WARMUP_SECONDS
+# short_of TPS TX_RATE: true if pgbench's TPS fell short of the TX_RATE it was asked for (under
+# 95 %): the machine could not insert faster, so the row's latencies are at the lower rate.
+short_of() {
+    awk -v a="$1" -v r="$2" 'BEGIN { exit !(a < 0.95 * r) }'
+}
+
+# latency KEY SPEC [RELAY FLAGS...]: an empty outbox, a relay, a consumer reading the topic from
+# the start; pgbench inserts RATE events a second (SPEC RATE or RATExN: single-event
+# transactions, or RATE/N transactions of N events), first BENCH_WARMUP_SECONDS
 # of warm-up, then BENCH_LATENCY_SECONDS measured. An event's latency is the consumer's receive
 # time minus the committed_us in its payload; measured events are those with committed_us after
 # the warm-up ended. Results in L_*[KEY].
 latency() {
     local key=$1 rate=${2%x*} relay_pid cons_pid t_meas out cons props=() p
-    local per=1 script=$BENCH/insert_event.sql
-    if [[ $2 == *x* ]]; then
-        per=${2#*x}
-        script=$BENCH/insert_events.sql
-    fi
-    local tx_rate=$((rate / per))
+    local per tx_rate script=$BENCH/insert_event.sql
+    per=$(spec_per "$2")
+    tx_rate=$(spec_tx_rate "$2")
+    [ "$per" = 1 ] || script=$BENCH/insert_events.sql
     shift 2
     say "latency $key: $rate events/s ($tx_rate tx/s of $per), ${WARM_S} s warm-up + ${LAT_S} s measured"
     empty_outbox
@@ -626,7 +638,7 @@ latency() {
 
     log_problems "latency $key" "$T/latency.$key.relay.log"
     L_TPS[$key]=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$out" | head -n 1)
-    awk -v a="${L_TPS[$key]:-0}" -v r="$tx_rate" 'BEGIN { exit !(a < 0.95 * r) }' &&
+    short_of "${L_TPS[$key]:-0}" "$tx_rate" &&
         note "latency $key: pgbench reached only $(calc "${L_TPS[$key]:-0}" %.0f) of $tx_rate tx/s (the machine could not insert faster); latencies are at that rate"
     L_LAG[$key]=$(sed -n 's/^rate limit schedule lag: avg \([0-9.]*\) (max \([0-9.]*\)) ms$/\1\/\2/p' "$out")
     L_INSERTED[$key]=$(psql_q "SELECT count(*) FROM outbox WHERE (payload->>'committed_us')::bigint >= $t_meas")
@@ -1031,14 +1043,14 @@ lag_cell() {
     awk -F / '{ printf "%.1f / %.1f\n", $1, $2 }' <<<"$1"
 }
 
-# rate_label SPEC: a latency row's events/s as the report shows it ("10,000", or "10,000
-# (1,000 tx × 10)" for RATExN).
+# rate_label SPEC [UNIT]: a latency row's events/s as the report shows it ("10,000", or
+# "10,000 (1,000 tx × 10)" for RATExN; UNIT, if given, follows the events/s figure).
 rate_label() {
-    if [[ $1 == *x* ]]; then
-        echo "$(commas "${1%x*}") ($(commas $((${1%x*} / ${1#*x}))) tx × ${1#*x})"
-    else
-        commas "$1"
-    fi
+    local per
+    per=$(spec_per "$1")
+    echo -n "$(commas "${1%x*}")${2:-}"
+    [ "$per" = 1 ] || echo -n " ($(commas "$(spec_tx_rate "$1")") tx × $per)"
+    echo
 }
 
 report_latency() {
@@ -1156,15 +1168,10 @@ report_payloads() {
 # target_p99 SPEC MS: the targets' line for the default relay's p99 at latency row SPEC (RATE or
 # RATExN), if that row ran; says so when pgbench could not insert at the row's rate.
 target_p99() {
-    local key=default.$1 label tx_rate=$1
+    local key=default.$1
     [ -n "${L_P99[$key]:-}" ] || return 0
-    label="$(commas "${1%x*}") events/s"
-    if [[ $1 == *x* ]]; then
-        tx_rate=$((${1%x*} / ${1#*x}))
-        label+=" ($(commas "$tx_rate") tx × ${1#*x})"
-    fi
-    echo -n "- p99 commit-to-consumer at $label ≤ $2 ms: **${L_P99[$key]} ms** — $(verdict "${L_P99[$key]}" "$2" "$2" lower)"
-    awk -v a="${L_TPS[$key]:-0}" -v r="$tx_rate" 'BEGIN { exit !(a < 0.95 * r) }' &&
+    echo -n "- p99 commit-to-consumer at $(rate_label "$1" " events/s") ≤ $2 ms: **${L_P99[$key]} ms** — $(verdict "${L_P99[$key]}" "$2" "$2" lower)"
+    short_of "${L_TPS[$key]:-0}" "$(spec_tx_rate "$1")" &&
         echo -n " (pgbench reached only $(calc "${L_TPS[$key]:-0}" %.0f) tx/s: the saturated machine's figure)"
     echo "."
 }
