@@ -400,6 +400,27 @@ no_unsent_rows() {
     [ "$(unsent_rows)" = 0 ]
 }
 
+# old_snapshot_open: another client opens a REPEATABLE READ transaction, takes its snapshot and
+# keeps it open until the test ends (it sleeps 600 s), so vacuum may not remove any row version
+# that outlives it. Returns at once: wait for old_snapshot_held.
+old_snapshot_open() {
+    psql -XAtq -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT count(*) FROM outbox" \
+        -c "SELECT pg_sleep(600)" >/dev/null 2>&1 &
+    _t_track $!
+}
+
+# old_snapshot_held: true once old_snapshot_open's transaction holds its snapshot.
+old_snapshot_held() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL
+                 AND query = 'SELECT pg_sleep(600)' AND pid <> pg_backend_pid()")" = 1 ]
+}
+
+# old_snapshot_close: ends old_snapshot_open's transaction before the test does.
+old_snapshot_close() {
+    psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+            WHERE query = 'SELECT pg_sleep(600)' AND pid <> pg_backend_pid()" >/dev/null
+}
+
 # ---- the metrics and health endpoints ----------------------------------------------------------
 
 # metrics_wait: waits for the relay's "metrics listening" line (start it with --metrics-listen

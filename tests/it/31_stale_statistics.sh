@@ -72,14 +72,8 @@ psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, s
         SELECT 'order', 'order-' || (g % 100), 'order.updated', '{}', now()
         FROM generate_series(1, 1000) AS g ORDER BY g"
 psql_q "ANALYZE outbox"
-psql -XAtq -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT count(*) FROM outbox" \
-    -c "SELECT pg_sleep(600)" >/dev/null 2>&1 &
-_t_track $!
-snapshot_open() {
-    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity
-                 WHERE query = 'SELECT pg_sleep(600)' AND backend_xmin IS NOT NULL")" = 1 ]
-}
-wait_for "the old snapshot is open" 30 snapshot_open
+old_snapshot_open
+wait_for "the old snapshot is open" 30 old_snapshot_held
 for _ in 1 2; do
     psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
             SELECT 'order', 'order-' || (g % 100), 'order.updated', '{}'

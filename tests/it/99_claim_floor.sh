@@ -63,14 +63,8 @@ floor_logged() {
         sort -n | tail -n 1 | grep . || echo 0
 }
 
-psql -XAtq -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT count(*) FROM outbox" \
-    -c "SELECT pg_sleep(600)" >/dev/null 2>&1 &
-_t_track $!
-snapshot_held() {
-    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL
-                 AND query = 'SELECT pg_sleep(600)' AND pid <> pg_backend_pid()")" = 1 ]
-}
-_poll 10 snapshot_held || fail "another client holds a snapshot"
+old_snapshot_open
+_poll 10 old_snapshot_held || fail "another client holds a snapshot"
 
 # --- A: the cost of a claim after a dead history ---
 insert h 1 20000 1000
@@ -180,8 +174,7 @@ check_eq "the relay exits 0" 0 "$?"
 
 # --- F: a sequence that does not hand out values in order ---
 # (the snapshot's holder read the table: ALTER TABLE would wait for it)
-psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-        WHERE query = 'SELECT pg_sleep(600)' AND pid <> pg_backend_pid()" >/dev/null
+old_snapshot_close
 psql_q "SET lock_timeout = '10s'; ALTER TABLE outbox ALTER COLUMN id SET CACHE 20" >/dev/null ||
     fail "give the sequence a cache"
 relay_start "${OPTS[@]}"
