@@ -63,6 +63,7 @@ typedef struct Batch {
     bool timed_out;       /* the delivery timeout cancelled what was left */
     bool any_held;
     double claimed_at; /* loop time (ev_now) when the claim's rows arrived, for latency metrics */
+    double claim_sent_at; /* loop time when its claim was sent (with the last marks, if chained) */
     uint8_t held[BATCH_HELD_BITS / 8];
 } Batch;
 

@@ -118,12 +118,9 @@ void session_floor_committed(Session *s)
         log_debug("claim floor moved", "floor=%lld session=%d", s->floor.floor, s->index);
 }
 
-static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+void session_claimed(Session *s, PGresult **results, int n, const char *error)
 {
-    Session *s = arg;
     char q[512];
-    if (!results)
-        return;
     floor_abandon(&s->floor); /* whatever an earlier claim allowed; learn_floor says anew */
     metrics_claim_done(ev_now(s->loop) - s->claim_sent_at);
     if (error && is_lock_timeout(results, n)) {
@@ -191,6 +188,7 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
     /* The batch keeps the results: its rows point into them. */
     batch_load(&s->batch, results[events_at], dead_at > 0 ? results[dead_at] : NULL);
     s->batch.claimed_at = ev_now(s->loop);
+    s->batch.claim_sent_at = s->claim_sent_at;
     adapt_row_limit(s, events);
     results[events_at] = NULL;
     if (dead_at > 0)
@@ -204,32 +202,40 @@ static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error,
     session_produce_more(s);
 }
 
-void session_claim(Session *s)
+static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
-    Relay *r = s->relay;
-    if (!relay_producer_ready(r)) {
-        if (!r->stopping)
-            session_schedule_retry(s); /* once the other sessions' batches are done */
-        return;
-    }
+    if (results)
+        session_claimed(arg, results, n, error);
+}
+
+bool session_claim_build(Session *s, ClaimRequest *req)
+{
+    if (!relay_producer_ready(s->relay))
+        return false;
     s->wake_pending = false;
     ev_timer_again(s->loop, &s->poll_timer);
 
-    char limit[24], dead_limit[24], budget[24], max_message[24];
     long batch_size = s->cfg->batch_size; /* may have grown on SIGHUP: make room between batches */
     if (!batch_reserve(&s->batch, (int)batch_size + DEAD_LETTER_LIMIT))
         batch_size = s->batch.capacity - DEAD_LETTER_LIMIT;
     if (s->row_limit > 0 && s->row_limit < batch_size)
         batch_size = s->row_limit;
-    snprintf(limit, sizeof(limit), "%ld", batch_size);
-    snprintf(dead_limit, sizeof(dead_limit), "%d", DEAD_LETTER_LIMIT);
-    snprintf(budget, sizeof(budget), "%ld", s->cfg->batch_bytes);
-    snprintf(max_message, sizeof(max_message), "%ld", kafka_message_max_bytes(r->kafka));
-    const char *params[5] = {limit, s->lanes.owned_array.s, budget, max_message,
-                             floor_param(&s->floor)};
-    const char *dead_params[4] = {dead_limit, s->lanes.owned_array.s, budget, max_message};
-    const char *held_params[1] = {s->lanes.owned_array.s};
-    const char *writers_params[1] = {floor_writers_param(&s->floor)};
+    snprintf(req->limit, sizeof(req->limit), "%ld", batch_size);
+    snprintf(req->dead_limit, sizeof(req->dead_limit), "%d", DEAD_LETTER_LIMIT);
+    snprintf(req->budget, sizeof(req->budget), "%ld", s->cfg->batch_bytes);
+    snprintf(req->max_message, sizeof(req->max_message), "%ld",
+             kafka_message_max_bytes(s->relay->kafka));
+    req->params[0] = req->limit;
+    req->params[1] = s->lanes.owned_array.s;
+    req->params[2] = req->budget;
+    req->params[3] = req->max_message;
+    req->params[4] = floor_param(&s->floor);
+    req->dead_params[0] = req->dead_limit;
+    req->dead_params[1] = s->lanes.owned_array.s;
+    req->dead_params[2] = req->budget;
+    req->dead_params[3] = req->max_message;
+    req->held_params[0] = s->lanes.owned_array.s;
+    req->writers_params[0] = floor_writers_param(&s->floor);
     /* Any claim of a sleeping follower but the one that follows falling asleep is a wakeup: it
      * asks again before it sleeps again, as its guard may have left. A guard goes on sleeping
      * through claims its timer brings about; it leaves when notified or given work (see
@@ -237,10 +243,12 @@ void session_claim(Session *s)
     wakeup_before_claim(&s->wake);
     /* The planner settings first: the look-ups of failed rows (the dead-letter claim, the
      * floor's, the claim's) rely on them to read the retry index (statements.c). */
-    PgQuery queries[6] = {{SQL_BEGIN, 0, NULL, false}, {SQL_CLAIM_PLAN, 0, NULL, true}};
-    int nq = 2;
+    PgQuery *queries = req->queries;
+    int nq = 0;
+    queries[nq++] = (PgQuery){SQL_BEGIN, 0, NULL, false};
+    queries[nq++] = (PgQuery){SQL_CLAIM_PLAN, 0, NULL, true};
     if (s->cfg->dead_letter_topic)
-        queries[nq++] = (PgQuery){s->sql[SQL_CLAIM_DEAD], 4, dead_params, true};
+        queries[nq++] = (PgQuery){s->sql[SQL_CLAIM_DEAD], 4, req->dead_params, true};
     /* The floor's look at failed rows comes before the claim, its look at writers after it:
      * floor.h says why the order matters. At most every FLOOR_LOOK_INTERVAL_S: an awake session
      * polls every --busy-poll-interval, and reading pg_locks each time would cost more than a
@@ -250,17 +258,29 @@ void session_claim(Session *s)
         s->floor_look_due = ev_now(s->loop) + FLOOR_LOOK_INTERVAL_S;
         queries[nq++] = (PgQuery){
             s->sql[s->claim_stmt == SQL_CLAIM_HOLD ? SQL_FLOOR_HELD_HOLD : SQL_FLOOR_HELD_SKIP], 1,
-            held_params, true};
+            req->held_params, true};
     }
     s->claim_sent = ev_now(s->loop) < s->around_locks_until ? SQL_AROUND_LOCKS_OF(s->claim_stmt)
                                                             : s->claim_stmt;
     /* Only the claim in order starts at the floor (the one around locks is brief and rare). */
     queries[nq++] =
-        (PgQuery){s->sql[s->claim_sent], s->claim_sent == s->claim_stmt ? 5 : 4, params, true};
+        (PgQuery){s->sql[s->claim_sent], s->claim_sent == s->claim_stmt ? 5 : 4, req->params, true};
     if (s->floor_looking)
-        queries[nq++] = (PgQuery){s->sql[SQL_FLOOR_WRITERS], 1, writers_params, true};
+        queries[nq++] = (PgQuery){s->sql[SQL_FLOOR_WRITERS], 1, req->writers_params, true};
+    req->n = nq;
+    return true;
+}
+
+void session_claim(Session *s)
+{
+    ClaimRequest req;
+    if (!session_claim_build(s, &req)) {
+        if (!s->relay->stopping)
+            session_schedule_retry(s); /* once the other sessions' batches are done */
+        return;
+    }
     session_set_phase(s, PHASE_CLAIMING);
     s->claim_sent_at = ev_now(s->loop);
-    if (!pg_conn_send(s->pg, queries, nq, on_claimed, s))
+    if (!pg_conn_send(s->pg, req.queries, req.n, on_claimed, s))
         session_set_phase(s, PHASE_IDLE);
 }

@@ -10,6 +10,7 @@
  *   claim.c   claiming a batch (and going around rows others have locked);
  *   produce.c handing the batch to the producer and taking the delivery reports;
  *   marks.c   recording the outcome (sent, failed, dead-lettered) and committing, or row by row;
+ *             the next claim rides behind the COMMIT in the same round trip when it may;
  *   wakeup.c  falling asleep and waking up: the guard/follow protocol (wakeup.h). */
 #ifndef OUTBOX_ENGINE_H
 #define OUTBOX_ENGINE_H
@@ -34,6 +35,8 @@
 #define RETRY_CAP_S 30.0
 /* Dead events published to the dead-letter topic per batch, on top of batch-size. */
 #define DEAD_LETTER_LIMIT 100
+/* BEGIN, planner settings, dead-letter claim, the floor's two looks, the claim. */
+#define CLAIM_MAX_QUERIES 6
 
 typedef struct Session Session;
 
@@ -46,7 +49,7 @@ typedef enum {
     PHASE_REBALANCING, /* lane ownership queries in flight */
     PHASE_CLAIMING,    /* BEGIN + claim in flight */
     PHASE_PRODUCING,   /* rows claimed, waiting for delivery reports */
-    PHASE_MARKING,     /* marks + COMMIT in flight */
+    PHASE_MARKING,     /* marks + COMMIT in flight (and the next claim, if chained) */
     PHASE_ENDING, /* COMMIT or ROLLBACK of a transaction that marks nothing, or a wakeup step */
 } Phase;
 
@@ -92,6 +95,7 @@ struct Session {
     ev_tstamp around_locks_until; /* claims go around locked rows until then */
     bool locked_row_logged;       /* a stall on a locked row was logged; its end is not yet */
     int failed_stmt;        /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
+    int chained_marks_n;    /* statements of the mark pipeline before a claim sent behind them */
     bool wake_pending;      /* there may be rows to claim */
     bool rebalance_due;     /* lane ownership should be checked before the next claim */
     bool stopped;           /* done shutting down */
@@ -149,6 +153,10 @@ void session_set_phase(Session *s, Phase to);
  * is a reason to claim and nothing stands in the way; a woken guard first leaves. Does nothing
  * unless the session is idle. */
 void session_start_next_request(Session *s);
+/* Whether the claim that would follow the batch being marked may be sent with its marks, in the
+ * same round trip: nothing session_start_next_request would do first is due (a rebalance, a
+ * guard's leaving, a retry's wait, stopping) and the session has lanes. */
+bool session_may_chain_claim(const Session *s);
 /* After a request between batches: the next request, or the end if the session is stopping. */
 void session_after_request(Session *s);
 /* Ends the session's part: a guard gives up the wakeup lock first (bounded by a second); the
@@ -163,8 +171,25 @@ void session_end_transaction(Session *s, const char *sql);
 
 /* ---- claim.c ---- */
 
+/* The statements of one claim and the parameter text they point to (claim.c fills it). */
+typedef struct ClaimRequest {
+    char limit[24], dead_limit[24], budget[24], max_message[24];
+    const char *params[5], *dead_params[4], *held_params[1], *writers_params[1];
+    PgQuery queries[CLAIM_MAX_QUERIES];
+    int n;
+} ClaimRequest;
+
 /* Claims the next batch of the session's lanes (BEGIN, the dead-letter claim, the claim). */
 void session_claim(Session *s);
+/* Fills req with the next claim's statements, to be sent by the caller while req lives (the
+ * queries point into it and into the session's lanes and floor, which must not change before the
+ * send); the session now counts the claim as under way (wakeup, floor looks, poll timer). Returns
+ * false, with nothing changed, when the shared producer cannot take a batch now. */
+bool session_claim_build(Session *s, ClaimRequest *req);
+/* What a claim's statements returned (results and n as a PgResultFn gets them, from the claim's
+ * BEGIN on; error: the first failure among them, or NULL): the batch starts producing, or the
+ * session sleeps, polls, retries or goes around a locked row. The session's phase is CLAIMING. */
+void session_claimed(Session *s, PGresult **results, int n, const char *error);
 /* The claim's transaction committed with every row of its batch recorded: the claim floor may
  * rise (floor.h). */
 void session_floor_committed(Session *s);

@@ -8,7 +8,7 @@
 #include "metrics.h"
 
 static void record_next_row(Session *s);
-static void send_mark_statements(Session *s, bool commit, PgResultFn cb);
+static void send_mark_statements(Session *s, bool commit, const ClaimRequest *next, PgResultFn cb);
 
 /* ---- marking ------------------------------------------------------------------------------ */
 
@@ -31,15 +31,21 @@ static void log_dead_lettered(Session *s, PGresult *res)
     }
 }
 
-/* The batch's outcome is recorded (or given up): on with the next batch, after the retry backoff
- * when nothing got through or something could not be recorded. */
-static void finish_batch(Session *s, bool retry)
+/* Counts the batch whose outcome is recorded (or given up) and lets go of it. */
+static void count_and_clear_batch(Session *s)
 {
     Batch *b = &s->batch;
     s->total_sent += (unsigned long long)b->acked;
     s->total_failed += (unsigned long long)b->failed;
     metrics_batch_committed();
     batch_clear(b);
+}
+
+/* The batch's outcome is recorded (or given up): on with the next batch, after the retry backoff
+ * when nothing got through or something could not be recorded. */
+static void finish_batch(Session *s, bool retry)
+{
+    count_and_clear_batch(s);
     session_set_phase(s, PHASE_IDLE);
     if (s->stopping) {
         session_finish_stopping(s);
@@ -124,7 +130,7 @@ static void record_next_row(Session *s)
         s->salvage_row++;
     if (s->salvage_row < b->n) {
         batch_marks_range(b, s->salvage_row, s->salvage_row + 1, &s->marks);
-        send_mark_statements(s, false, on_row_recorded);
+        send_mark_statements(s, false, NULL, on_row_recorded);
         return;
     }
     log_write(s->salvage_unrecorded ? LOG_ERROR : LOG_INFO, "batch recorded row by row",
@@ -150,19 +156,21 @@ static void on_rolled_back_to_salvage(PgConn *pg, PGresult **results, int n, con
     record_next_row(s);
 }
 
-static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+/* The marks failed (their transaction is aborted, COMMIT did not run): roll back, then record
+ * the rows one by one, so that one refused row does not keep the others from being recorded. */
+static void salvage_batch(Session *s, const char *error)
 {
-    Session *s = arg;
+    log_mark_error(s, "recording the batch failed; recording its rows one by one", NULL, error);
+    PgQuery q = {SQL_ROLLBACK, 0, NULL, false};
+    if (!pg_conn_send(s->pg, &q, 1, on_rolled_back_to_salvage, s))
+        pg_conn_reset(s->pg, "connection busy while rolling back");
+}
+
+/* The marks and COMMIT succeeded (results: theirs, n of them). Returns whether the next claim
+ * should wait for the retry backoff (nothing got through, for a reason that may pass). */
+static bool batch_recorded(Session *s, PGresult **results, int n)
+{
     Batch *b = &s->batch;
-    if (!results)
-        return; /* connection lost before COMMIT was confirmed: the rows will be re-sent */
-    if (error) {
-        log_mark_error(s, "recording the batch failed; recording its rows one by one", NULL, error);
-        PgQuery q = {SQL_ROLLBACK, 0, NULL, false};
-        if (!pg_conn_send(s->pg, &q, 1, on_rolled_back_to_salvage, s))
-            pg_conn_reset(s->pg, "connection busy while rolling back");
-        return;
-    }
     if (s->failed_stmt >= 0 && s->failed_stmt < n)
         log_dead_lettered(s, results[s->failed_stmt]);
     bool transient_failure = false, all_recorded = true;
@@ -178,10 +186,57 @@ static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, 
     ev_now_update(s->loop);
     log_debug("batch committed",
               "rows=%d sent=%d failed=%d claim_ms=%.2f deliver_ms=%.2f mark_ms=%.2f session=%d",
-              b->n, b->acked, b->failed, (b->claimed_at - s->claim_sent_at) * 1e3,
+              b->n, b->acked, b->failed, (b->claimed_at - b->claim_sent_at) * 1e3,
               (s->marks_sent_at - b->claimed_at) * 1e3, (ev_now(s->loop) - s->marks_sent_at) * 1e3,
               s->index);
-    finish_batch(s, b->acked == 0 && transient_failure);
+    return b->acked == 0 && transient_failure;
+}
+
+static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Session *s = arg;
+    if (!results)
+        return; /* connection lost before COMMIT was confirmed: the rows will be re-sent */
+    if (error) {
+        salvage_batch(s, error);
+        return;
+    }
+    finish_batch(s, batch_recorded(s, results, n));
+}
+
+/* The first statement of results[0..n) that failed or did not run (the pipeline was aborted
+ * before it), or n when all succeeded. */
+static int first_not_run(PGresult **results, int n)
+{
+    for (int i = 0; i < n; i++) {
+        ExecStatusType st = results[i] ? PQresultStatus(results[i]) : PGRES_PIPELINE_ABORTED;
+        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+            return i;
+    }
+    return n;
+}
+
+/* The marks, COMMIT and the next claim, in one round trip (see session_send_marks): the first
+ * s->chained_marks_n results are the marks', the rest the claim's. */
+static void on_marked_and_claimed(PgConn *pg, PGresult **results, int n, const char *error,
+                                  void *arg)
+{
+    Session *s = arg;
+    if (!results)
+        return; /* connection lost: as in on_marked; the claim's transaction went with it */
+    int marks_n = s->chained_marks_n;
+    if (first_not_run(results, n < marks_n ? n : marks_n) < marks_n) {
+        salvage_batch(s, error ? error : "short result"); /* the claim did not run */
+        return;
+    }
+    /* finish_batch, but the next claim is already here. Only a batch that got something through
+     * is chained, so no retry backoff is due. */
+    batch_recorded(s, results, marks_n);
+    count_and_clear_batch(s);
+    backoff_reset(&s->retry);
+    session_set_phase(s, PHASE_CLAIMING);
+    bool claim_failed = first_not_run(results + marks_n, n - marks_n) < n - marks_n;
+    session_claimed(s, results + marks_n, n - marks_n, claim_failed ? error : NULL);
 }
 
 /* One line per batch with failures, and only when the failure is new: an outage that fails
@@ -206,8 +261,9 @@ static void log_batch_failures(Session *s, const BatchRow *first_failed)
 }
 
 /* Sends the statements that record what s->marks holds (filled by batch_marks_range), then
- * COMMIT when commit is set; without it, each statement is a transaction of its own. */
-static void send_mark_statements(Session *s, bool commit, PgResultFn cb)
+ * COMMIT when commit is set; without it, each statement is a transaction of its own. next, when
+ * not NULL, is a claim sent after the COMMIT in the same pipeline. */
+static void send_mark_statements(Session *s, bool commit, const ClaimRequest *next, PgResultFn cb)
 {
     BatchMarks *marks = &s->marks;
     char max_attempts[24], backoff[32], backoff_max[32];
@@ -225,7 +281,7 @@ static void send_mark_statements(Session *s, bool commit, PgResultFn cb)
     const char *dl_sent[2] = {marks->dl_sent.s, s->cfg->dead_letter_topic};
     const char *dl_failed[2] = {marks->dl_failed_ids.s, marks->dl_failed_errors.s};
 
-    PgQuery queries[6];
+    PgQuery queries[PG_MAX_QUERIES];
     int nq = 0;
     s->failed_stmt = -1;
     if (commit) /* the claim's lock_timeout is not for the marks (see SQL_CLAIM_PLAN) */
@@ -244,6 +300,9 @@ static void send_mark_statements(Session *s, bool commit, PgResultFn cb)
         queries[nq++] = (PgQuery){s->sql[SQL_MARK_DEAD_LETTER_FAILED], 2, dl_failed, false};
     if (commit)
         queries[nq++] = (PgQuery){SQL_COMMIT, 0, NULL, false};
+    s->chained_marks_n = nq;
+    for (int i = 0; next && i < next->n; i++)
+        queries[nq++] = next->queries[i];
     session_set_phase(s, PHASE_MARKING);
     if (!pg_conn_send(s->pg, queries, nq, cb, s))
         pg_conn_reset(s->pg, "connection busy while marking");
@@ -258,5 +317,16 @@ void session_send_marks(Session *s)
         b, s->cfg->order_scope == ORDER_PER_TOPIC ? s->cfg->topic_template : NULL);
     ev_now_update(s->loop);
     s->marks_sent_at = ev_now(s->loop);
-    send_mark_statements(s, true, on_marked);
+    /* A batch that got something through is followed at once by the next claim (finish_batch):
+     * sent behind the COMMIT in the same pipeline, it saves the session a round trip per batch,
+     * which is what a row committed while the session was busy waits for. The server runs it after
+     * the COMMIT, so it sees this batch's marks; the decisions session_start_next_request would
+     * take after the COMMIT are taken now (session_may_chain_claim). */
+    ClaimRequest next;
+    if (b->acked > 0 && session_may_chain_claim(s) && session_claim_build(s, &next)) {
+        s->claim_sent_at = s->marks_sent_at;
+        send_mark_statements(s, true, &next, on_marked_and_claimed);
+        return;
+    }
+    send_mark_statements(s, true, NULL, on_marked);
 }

@@ -26,8 +26,9 @@ static bool phase_change_allowed(Phase from, Phase to)
         return to == PHASE_PRODUCING || to == PHASE_ENDING || to == PHASE_IDLE;
     case PHASE_PRODUCING:
         return to == PHASE_MARKING;
-    case PHASE_MARKING: /* MARKING again: recording row by row */
-        return to == PHASE_MARKING || to == PHASE_IDLE;
+    case PHASE_MARKING: /* MARKING again: recording row by row; CLAIMING: the next claim came
+                         * with the marks (session_may_chain_claim) */
+        return to == PHASE_MARKING || to == PHASE_IDLE || to == PHASE_CLAIMING;
     case PHASE_ENDING: /* ENDING again: a wakeup step that ends a transaction */
         return to == PHASE_ENDING || to == PHASE_IDLE;
     }
@@ -183,6 +184,12 @@ void session_start_next_request(Session *s)
     }
     if (s->wake_pending && s->lanes.n_owned > 0 && !ev_is_active(&s->retry_timer))
         session_claim(s);
+}
+
+bool session_may_chain_claim(const Session *s)
+{
+    return !s->stopping && !s->relay->stopping && !s->rebalance_due && s->lanes.n_owned > 0 &&
+           !ev_is_active(&s->retry_timer) && !wakeup_guard_must_leave(s);
 }
 
 /* ---- events ------------------------------------------------------------------------------- */

@@ -19,6 +19,9 @@
 
 typedef struct PgConn PgConn;
 
+/* Statements one request may carry: a batch's marks and COMMIT with the next claim after them. */
+#define PG_MAX_QUERIES 12
+
 /* One statement of a request: SQL with $n parameters given as text (NULL value = SQL NULL).
  * prepare: run it as a statement prepared on this connection, parsed and planned once (by the
  * server's plan cache) instead of at every send: for the statements the relay runs all the time,
@@ -87,11 +90,12 @@ void pg_conn_free(PgConn *pg);
 bool pg_conn_idle(const PgConn *pg);
 bool pg_conn_up(const PgConn *pg);
 
-/* Sends n statements in one pipeline. Returns false (and calls nothing) when not idle. The
- * callback runs once: with the results, or (results NULL) when the connection was lost, reset,
- * the answer missed its deadline, or an error showed the session unusable (the server became
- * read-only, SQLSTATE 25006; is shutting down, 57P01-57P03; or class 08): such a connection is
- * reset and reconnects, to the new primary after a failover. */
+/* Sends n statements (1..PG_MAX_QUERIES) in one pipeline. Returns false (and calls nothing) when
+ * not idle or n is out of range. The callback runs once: with the results (a statement after a
+ * failed one did not run: its result is PGRES_PIPELINE_ABORTED), or (results NULL) when the
+ * connection was lost, reset, the answer missed its deadline, or an error showed the session
+ * unusable (the server became read-only, SQLSTATE 25006; is shutting down, 57P01-57P03; or class
+ * 08): such a connection is reset and reconnects, to the new primary after a failover. */
 bool pg_conn_send(PgConn *pg, const PgQuery *queries, int n, PgResultFn cb, void *arg)
     __attribute__((warn_unused_result));
 

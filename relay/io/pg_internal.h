@@ -13,7 +13,6 @@
 #include "pg.h"
 #include "pg_plan.h"
 
-#define PG_MAX_QUERIES 8
 /* Distinct statements a connection prepares; beyond that, statements are sent unprepared. */
 #define PG_MAX_PREPARED 8
 /* PG_SETUP: connected, the session's timeouts being set; the owner hears "up" after that. */
