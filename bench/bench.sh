@@ -31,6 +31,10 @@
 #                                  (default settings but --poll-interval 5) draining during the run
 #   BENCH_CONSUMER_KAFKA="fetch.wait.max.ms=1"  consumer properties of the latency runs
 #   BENCH_BROKERS=3 BENCH_PARTITIONS=6          mock cluster and topic
+#   BENCH_PG_DELAY_US=N            the latency runs' relays reach PostgreSQL through bin/delay-proxy,
+#                                  N µs each way (a round trip 2N µs longer): PostgreSQL on
+#                                  another host, which loopback cannot show (pgbench and the
+#                                  consumer stay direct); empty: direct
 #   BENCH_SHARED_BUFFERS=1GB  BENCH_PG_CONF="..." (extra postgresql.conf lines)
 #   BENCH_POLL_MS=50               drain completion polling
 #   BENCH_REPEAT=1                 rounds of drains; above 1, each rate is the median of its
@@ -100,6 +104,10 @@ PROD_ROUNDS=${BENCH_PRODUCER_ROUNDS:-5}
     exit 2
 }
 CONSUMER_KAFKA=${BENCH_CONSUMER_KAFKA:-fetch.wait.max.ms=1}
+PG_DELAY_US=${BENCH_PG_DELAY_US:-}
+[[ -z $PG_DELAY_US || $PG_DELAY_US =~ ^[0-9]+$ ]] ||
+    { echo "bench: BENCH_PG_DELAY_US must be a number of microseconds" >&2; exit 2; }
+RELAY_DB_URL= # the latency runs' relays' database URL (through the delay proxy when one is set)
 BROKERS_N=${BENCH_BROKERS:-3}
 PARTITIONS=${BENCH_PARTITIONS:-6}
 SHARED_BUFFERS=${BENCH_SHARED_BUFFERS:-1GB}
@@ -606,7 +614,7 @@ latency() {
     fresh_broker
     local bin=$RELAY_BIN
     [[ $key == baseline.* ]] && bin=$BASELINE_BIN
-    start_bg "$T/latency.$key.relay.log" "$bin" run --database-url "$DATABASE_URL" \
+    start_bg "$T/latency.$key.relay.log" "$bin" run --database-url "${RELAY_DB_URL:-$DATABASE_URL}" \
         --brokers "$BROKERS" "$@"
     relay_pid=$BG_PID
     wait_ready "latency $key" "$T/latency.$key.relay.log" "$relay_pid"
@@ -843,6 +851,13 @@ done
 take_medians
 
 [[ $PARTS == *" latency "* ]] || RATES=
+if [ -n "$RATES" ] && [ -n "$PG_DELAY_US" ]; then
+    proxy_port=$(_free_port) || fail "find a free port for the delay proxy"
+    start_bg "$T/delay-proxy.log" "$BIN/delay-proxy" --listen "$proxy_port" --to "$PGPORT" \
+        --delay-us "$PG_DELAY_US"
+    _poll 10 grep -q listening "$T/delay-proxy.log" || fail "delay-proxy did not start"
+    RELAY_DB_URL=postgresql://postgres@127.0.0.1:$proxy_port/outbox
+fi
 for ((round = 1; round <= LAT_ROUNDS; round++)); do
     [ "$LAT_ROUNDS" -gt 1 ] && [ -n "$RATES" ] && say "latency round $round of $LAT_ROUNDS"
     for rate in $RATES; do
@@ -1060,6 +1075,12 @@ report_latency() {
     if [ "$LAT_ROUNDS" -gt 1 ]; then
         echo "$LAT_ROUNDS rounds, default and tuned interleaved; each row is its round with the median p50"
         echo "(the p50s' min–max in brackets)."
+        echo
+    fi
+    if [ -n "$PG_DELAY_US" ]; then
+        echo "**PostgreSQL at a distance:** every relay of these runs reached PostgreSQL through"
+        echo "bin/delay-proxy, $PG_DELAY_US µs each way ($(calc "$PG_DELAY_US * 2 / 1000" %.2f) ms more per round trip), as from"
+        echo "another host; pgbench and the consumer connected directly."
         echo
     fi
     echo "pgbench lag is how late pgbench itself started its transactions (avg / max ms): a machine"
