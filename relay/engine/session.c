@@ -188,8 +188,10 @@ void session_start_next_request(Session *s)
 
 bool session_may_chain_claim(const Session *s)
 {
+    /* A --batch-size grown by SIGHUP needs a larger batch, allocated only between batches. */
+    bool batch_fits = s->cfg->batch_size + DEAD_LETTER_LIMIT <= s->batch.capacity;
     return !s->stopping && !s->relay->stopping && !s->rebalance_due && s->lanes.n_owned > 0 &&
-           !ev_is_active(&s->retry_timer) && !wakeup_guard_must_leave(s);
+           !ev_is_active(&s->retry_timer) && !wakeup_guard_must_leave(s) && batch_fits;
 }
 
 /* ---- events ------------------------------------------------------------------------------- */
@@ -260,12 +262,17 @@ static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
      * other relays take the lanes over. Rows already handed to Kafka are sent again by whoever
      * claims them next; consumers drop the duplicates. */
     Batch *b = &s->batch;
+    bool was_marking = s->phase == PHASE_MARKING;
     session_set_phase(s, PHASE_DOWN);
     lanes_reset(&s->lanes);
     /* A guard's lock went with the session. */
     wakeup_connection_lost(&s->wake);
     if (b->n > 0) {
-        log_warn("batch abandoned with the connection; its rows will be sent again",
+        /* While marking, the answer lost may have been that of a COMMIT that went through (and
+         * of a claim behind it, which the server rolled back): the log must not say more. */
+        log_warn(was_marking ? "batch abandoned with the connection while being recorded; its "
+                               "rows will be sent again unless its COMMIT got through"
+                             : "batch abandoned with the connection; its rows will be sent again",
                  "rows=%d in_flight=%d session=%d", b->n, b->in_flight, s->index);
         /* The delivery timer keeps running: the session claims nothing until every message of
          * the abandoned batch is reported, and with message.timeout.ms=0 a message to a broker
