@@ -154,9 +154,9 @@ void session_set_phase(Session *s, Phase to);
  * unless the session is idle. */
 void session_start_next_request(Session *s);
 /* Whether the claim that would follow the batch being marked may be sent with its marks, in the
- * same round trip: nothing session_start_next_request would do first is due (a rebalance, a
- * guard's leaving, a retry's wait, stopping, a larger batch to allocate) and the session has
- * lanes. */
+ * same round trip: the batch is small and got something through, nothing
+ * session_start_next_request would do first is due (a rebalance, a guard's leaving, a retry's
+ * wait, stopping, a larger batch to allocate) and the session has lanes. */
 bool session_may_chain_claim(const Session *s);
 /* After a request between batches: the next request, or the end if the session is stopping. */
 void session_after_request(Session *s);

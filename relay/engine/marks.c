@@ -321,14 +321,9 @@ void session_send_marks(Session *s)
      * sent behind the COMMIT in the same pipeline, it saves the session a round trip per batch,
      * which is what a row committed while the session was busy waits for. The server runs it after
      * the COMMIT, so it sees this batch's marks; the decisions session_start_next_request would
-     * take after the COMMIT are taken now (session_may_chain_claim). Only behind a small batch
-     * (a quarter of --batch-size and of --batch-bytes at most): its result is still held when the
-     * next claim's arrives, and a full batch means a backlog, where a round trip per batch is
-     * little and memory stays at one batch per session. */
-    bool small =
-        b->n <= s->cfg->batch_size / 4 && b->payload_bytes <= (size_t)s->cfg->batch_bytes / 4;
+     * take after the COMMIT are taken now (session_may_chain_claim). */
     ClaimRequest next;
-    if (b->acked > 0 && small && session_may_chain_claim(s) && session_claim_build(s, &next)) {
+    if (session_may_chain_claim(s) && session_claim_build(s, &next)) {
         s->claim_sent_at = s->marks_sent_at;
         send_mark_statements(s, true, &next, on_marked_and_claimed);
         return;

@@ -188,10 +188,18 @@ void session_start_next_request(Session *s)
 
 bool session_may_chain_claim(const Session *s)
 {
+    const Batch *b = &s->batch;
+    /* Only behind a batch that got something through (else the retry backoff may be due) and a
+     * small one (a quarter of --batch-size and of --batch-bytes at most): its result is still
+     * held when the next claim's arrives, and a full batch means a backlog, where a round trip
+     * per batch is little and memory stays at one batch per session. */
+    bool small =
+        b->n <= s->cfg->batch_size / 4 && b->payload_bytes <= (size_t)s->cfg->batch_bytes / 4;
     /* A --batch-size grown by SIGHUP needs a larger batch, allocated only between batches. */
-    bool batch_fits = s->cfg->batch_size + DEAD_LETTER_LIMIT <= s->batch.capacity;
-    return !s->stopping && !s->relay->stopping && !s->rebalance_due && s->lanes.n_owned > 0 &&
-           !ev_is_active(&s->retry_timer) && !wakeup_guard_must_leave(s) && batch_fits;
+    bool batch_fits = s->cfg->batch_size + DEAD_LETTER_LIMIT <= b->capacity;
+    return b->acked > 0 && small && !s->stopping && !s->relay->stopping && !s->rebalance_due &&
+           s->lanes.n_owned > 0 && !ev_is_active(&s->retry_timer) && !wakeup_guard_must_leave(s) &&
+           batch_fits;
 }
 
 /* ---- events ------------------------------------------------------------------------------- */
