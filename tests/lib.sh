@@ -174,11 +174,17 @@ _as_pg() {
     fi
 }
 
-# Picks a port nothing listens on, below the kernel's ephemeral range so clients cannot hold it.
+# Ports tests pick from: 20000-31999, below the kernel's ephemeral range so clients cannot hold
+# one, split between the slots of tests/run.sh (tests running at once never pick the same port).
+# Exported for the scripts a test runs (scripts/demo.sh).
+export FREE_PORT_SPAN=$((12000 / ${TEST_JOBS:-1}))
+export FREE_PORT_BASE=$((20000 + ${TEST_SLOT:-0} * FREE_PORT_SPAN))
+
+# Picks a port of this test's range that nothing listens on.
 _free_port() {
     local port
     for _ in $(seq 1 50); do
-        port=$((20000 + RANDOM % 12000))
+        port=$((FREE_PORT_BASE + RANDOM % FREE_PORT_SPAN))
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
             echo "$port"
             return 0

@@ -77,7 +77,7 @@ secs_since() {
 
 # netns_create: see above. Skips the test when the machine refuses namespaces, veths or nft.
 netns_create() {
-    local x
+    local x span first
     command -v ip >/dev/null || skip_test "no 'ip' (iproute2) on this machine"
     command -v nft >/dev/null || skip_test "no 'nft' (nftables) on this machine"
     command -v socat >/dev/null || skip_test "no 'socat' on this machine"
@@ -85,11 +85,14 @@ netns_create() {
     NS=outbox-relay-$$
     NS_VETH_HOST=orh$$
     NS_VETH_NS=orn$$
-    # A /24 no interface of this machine uses yet (10.231.X.0/24, X from the pid).
-    x=$(($$ % 200 + 20))
-    for _ in $(seq 1 50); do
+    # A /24 no interface of this machine uses yet: 10.231.X.0/24, X from the pid, within this
+    # test's share of 20-219 (tests/run.sh runs TEST_JOBS tests at once, each in its own slot).
+    span=$((200 / ${TEST_JOBS:-1}))
+    first=$((20 + ${TEST_SLOT:-0} * span))
+    x=$((first + $$ % span))
+    for _ in $(seq 1 "$span"); do
         ip -o -4 addr show | grep -q " 10\.231\.$x\." || break
-        x=$(((x - 19) % 200 + 20))
+        x=$((first + (x - first + 1) % span))
     done
     NS_HOST_ADDR=10.231.$x.1
     NS_ADDR=10.231.$x.2

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Runs the unit tests (bin/asan/test_*, cmocka in TAP mode) and then the integration tests
-# (tests/it/*.sh in sorted order), streaming their output and counting `ok`/`not ok` lines.
-# A program that exits non-zero without a `not ok` line counts as one failure.
+# Runs the unit tests (bin/asan/test_*, cmocka in TAP mode, one after the other) and then the
+# integration tests (tests/it/*.sh, started in sorted order, TEST_JOBS at a time), counting
+# `ok`/`not ok` lines. A program that exits non-zero without a `not ok` line counts as one failure.
 #
 #   tests/run.sh [NAME...]     only programs whose file name contains one of the NAMEs
 #
 # The last line is "N passed, N failed"; the exit status is 1 if anything failed.
 # TEST_TIMEOUT (seconds, default 300) bounds each program.
+# TEST_JOBS (1 to 4, default 2): integration tests running at once. They spend most of their
+# time waiting on faults and timeouts (a serial `make test` keeps 2 cores about a third busy),
+# so two at a time halve the run. Each runs under its own TEST_SLOT (0 to TEST_JOBS-1), which
+# gives it ports and private subnets no other slot uses (tests/lib.sh `_free_port`,
+# tests/netns_lib.sh). A parallel test's output is printed whole when it ends.
 
-# `make test` runs this with sh; re-run under bash (arrays, PIPESTATUS).
+# `make test` runs this with sh; re-run under bash (arrays, PIPESTATUS, `wait -n -p`).
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 
 set -o pipefail
@@ -24,12 +29,24 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/tests/lsan.supp:print_suppressions=0}
 export CMOCKA_MESSAGE_OUTPUT=TAP
 TEST_TIMEOUT=${TEST_TIMEOUT:-300}
+TEST_JOBS=${TEST_JOBS:-2}
+case $TEST_JOBS in
+[1-4]) ;;
+*)
+    echo "tests/run.sh: TEST_JOBS must be 1 to 4, not '$TEST_JOBS'" >&2
+    exit 2
+    ;;
+esac
+export TEST_JOBS
 
 filters=("$@")
 passed=0
 failed=0
-log=$(mktemp "${TMPDIR:-/tmp}/outbox-relay-run.XXXXXX")
-trap 'rm -f "$log"' EXIT
+out=$(mktemp -d "${TMPDIR:-/tmp}/outbox-relay-run.XXXXXX") || exit 1
+declare -A name_of slot_of started_of # by the pid of a running integration test's `timeout`
+trap 'rm -rf "$out"' EXIT
+# Stopped from outside (CI's own timeout): `timeout` passes the signal on to its test.
+trap '[ ${#name_of[@]} -eq 0 ] || kill -TERM "${!name_of[@]}" 2>/dev/null; exit 143' TERM INT
 
 selected() {
     local name=$1 f
@@ -40,15 +57,11 @@ selected() {
     return 1
 }
 
-# run_one NAME CMD...: streams CMD's output and adds its results to the totals.
-run_one() {
-    local name=$1 rc p f started=$SECONDS
-    shift
-    echo "# ==== $name"
-    timeout -k 10 "$TEST_TIMEOUT" "$@" 2>&1 | tee "$log"
-    rc=${PIPESTATUS[0]}
+# count NAME RC LOG SECONDS: adds a finished program's results to the totals.
+count() {
+    local name=$1 rc=$2 log=$3 p f
     # What each program takes, to see where make test's 20 minutes go (a figure, never a check).
-    echo "# ---- $name took $((SECONDS - started)) s"
+    echo "# ---- $name took $4 s"
     p=$(grep -cE '^ok( [0-9]+)? - ' "$log")
     f=$(grep -cE '^not ok( [0-9]+)? - ' "$log")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
@@ -63,14 +76,69 @@ run_one() {
     failed=$((failed + f))
 }
 
+# run_now NAME CMD...: runs CMD alone, streaming its output.
+run_now() {
+    local name=$1 rc started=$SECONDS
+    shift
+    echo "# ==== $name"
+    timeout -k 10 "$TEST_TIMEOUT" "$@" 2>&1 | tee "$out/$name.log"
+    rc=${PIPESTATUS[0]}
+    count "$name" "$rc" "$out/$name.log" $((SECONDS - started))
+}
+
+# start NAME SLOT CMD...: starts CMD in the background under TEST_SLOT=SLOT, output to a file.
+start() {
+    local name=$1 slot=$2
+    shift 2
+    TEST_SLOT=$slot timeout -k 10 "$TEST_TIMEOUT" "$@" >"$out/$name.log" 2>&1 &
+    name_of[$!]=$name
+    slot_of[$!]=$slot
+    started_of[$!]=$SECONDS
+}
+
+# finish_one: waits for one running test to end, prints its output and counts it; FREE_SLOT
+# is then the slot it leaves.
+finish_one() {
+    local pid rc name
+    wait -n -p pid "${!name_of[@]}"
+    rc=$?
+    name=${name_of[$pid]}
+    echo "# ==== $name"
+    cat "$out/$name.log"
+    count "$name" "$rc" "$out/$name.log" $((SECONDS - ${started_of[$pid]}))
+    FREE_SLOT=${slot_of[$pid]}
+    unset "name_of[$pid]" "slot_of[$pid]" "started_of[$pid]"
+}
+
 for bin in bin/asan/test_*; do
     [ -x "$bin" ] || continue
-    selected "$(basename "$bin")" && run_one "$(basename "$bin")" "$bin"
+    selected "$(basename "$bin")" && run_now "$(basename "$bin")" "$bin"
 done
+
+scripts=()
 for script in tests/it/*.sh; do
-    [ -f "$script" ] || continue
-    selected "$(basename "$script")" && run_one "$(basename "$script")" bash "$script"
+    [ -f "$script" ] && selected "$(basename "$script")" && scripts+=("$script")
 done
+if [ "$TEST_JOBS" -eq 1 ] || [ ${#scripts[@]} -le 1 ]; then
+    for script in "${scripts[@]}"; do
+        TEST_SLOT=0 run_now "$(basename "$script")" bash "$script"
+    done
+else
+    next_slot=0
+    for script in "${scripts[@]}"; do
+        if [ "$next_slot" -lt "$TEST_JOBS" ]; then
+            slot=$next_slot
+            next_slot=$((next_slot + 1))
+        else
+            finish_one
+            slot=$FREE_SLOT
+        fi
+        start "$(basename "$script")" "$slot" bash "$script"
+    done
+    while [ ${#name_of[@]} -gt 0 ]; do
+        finish_one
+    done
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
