@@ -14,19 +14,6 @@
  * before a plain claim tries again (see on_claim_locked). */
 #define AROUND_LOCKS_S 5.0
 
-/* True when a statement of the request failed with lock_not_available (the claim's
- * lock_timeout). */
-static bool is_lock_timeout(PGresult **results, int n)
-{
-    for (int i = 0; i < n; i++) {
-        if (results[i] && PQresultStatus(results[i]) == PGRES_FATAL_ERROR) {
-            const char *state = PQresultErrorField(results[i], PG_DIAG_SQLSTATE);
-            return state && strcmp(state, "55P03") == 0;
-        }
-    }
-    return false;
-}
-
 static void on_locker_found(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Session *s = arg;
@@ -123,11 +110,13 @@ void session_claimed(Session *s, PGresult **results, int n, const char *error)
     char q[512];
     floor_abandon(&s->floor); /* whatever an earlier claim allowed; learn_floor says anew */
     metrics_claim_done(ev_now(s->loop) - s->claim_sent_at);
-    if (error && is_lock_timeout(results, n)) {
+    const char *state = error ? pg_failed_sqlstate(results, n) : NULL;
+    if (state && strcmp(state, "55P03") == 0) { /* lock_not_available: the claim's lock_timeout */
         on_claim_locked(s);
         return;
     }
-    if (error || n < (s->floor_looking ? 5 : 3)) {
+    const ClaimLayout *at = &s->claim_at;
+    if (error || n < at->n) {
         /* Typically a missing table (migrate not run) or missing privileges: say so once, then
          * keep retrying with backoff so the relay recovers when it is fixed. */
         if (!s->claim_error_logged)
@@ -146,15 +135,10 @@ void session_claimed(Session *s, PGresult **results, int n, const char *error)
         s->locked_row_logged = false;
     }
 
-    /* BEGIN, planner settings, [dead-letter claim], [floor: held], claim, [floor: writers]: see
-     * session_claim() */
-    bool floor = s->floor_looking;
-    int events_at = floor ? n - 2 : n - 1;
-    int dead_at = s->cfg->dead_letter_topic ? 2 : -1;
-    int events = PQntuples(results[events_at]);
-    int dead = dead_at > 0 ? PQntuples(results[dead_at]) : 0;
-    if (floor) /* a claim without the looks moves nothing */
-        learn_floor(s, results[events_at - 1], results[events_at], results[n - 1]);
+    int events = PQntuples(results[at->events]);
+    int dead = at->dead >= 0 ? PQntuples(results[at->dead]) : 0;
+    if (at->held >= 0) /* a claim without the floor's looks moves nothing */
+        learn_floor(s, results[at->held], results[at->events], results[at->writers]);
     if (events + dead == 0) {
         adapt_row_limit(s, 0);
         session_floor_committed(s); /* nothing claimed: nothing that a commit must record first */
@@ -186,13 +170,13 @@ void session_claimed(Session *s, PGresult **results, int n, const char *error)
         return;
     }
     /* The batch keeps the results: its rows point into them. */
-    batch_load(&s->batch, results[events_at], dead_at > 0 ? results[dead_at] : NULL);
+    batch_load(&s->batch, results[at->events], at->dead >= 0 ? results[at->dead] : NULL);
     s->batch.claimed_at = ev_now(s->loop);
     s->batch.claim_sent_at = s->claim_sent_at;
     adapt_row_limit(s, events);
-    results[events_at] = NULL;
-    if (dead_at > 0)
-        results[dead_at] = NULL;
+    results[at->events] = NULL;
+    if (at->dead >= 0)
+        results[at->dead] = NULL;
     log_debug("claimed batch", "rows=%d dead_letter=%d first_id=%lld bytes=%zu session=%d", events,
               dead, s->batch.rows[0].row.id, s->batch.payload_bytes, s->index);
     session_set_phase(s, PHASE_PRODUCING);
@@ -244,18 +228,22 @@ bool session_claim_build(Session *s, ClaimRequest *req)
     /* The planner settings first: the look-ups of failed rows (the dead-letter claim, the
      * floor's, the claim's) rely on them to read the retry index (statements.c). */
     PgQuery *queries = req->queries;
+    ClaimLayout at = {.dead = -1, .held = -1, .writers = -1};
     int nq = 0;
     queries[nq++] = (PgQuery){SQL_BEGIN, 0, NULL, false};
     queries[nq++] = (PgQuery){SQL_CLAIM_PLAN, 0, NULL, true};
-    if (s->cfg->dead_letter_topic)
+    if (s->cfg->dead_letter_topic) {
+        at.dead = nq;
         queries[nq++] = (PgQuery){s->sql[SQL_CLAIM_DEAD], 4, req->dead_params, true};
+    }
     /* The floor's look at failed rows comes before the claim, its look at writers after it:
      * floor.h says why the order matters. At most every FLOOR_LOOK_INTERVAL_S: an awake session
      * polls every --busy-poll-interval, and reading pg_locks each time would cost more than a
      * floor a few claims behind. */
-    s->floor_looking = s->floor.enabled && ev_now(s->loop) >= s->floor_look_due;
-    if (s->floor_looking) {
+    bool floor_looking = s->floor.enabled && ev_now(s->loop) >= s->floor_look_due;
+    if (floor_looking) {
         s->floor_look_due = ev_now(s->loop) + FLOOR_LOOK_INTERVAL_S;
+        at.held = nq;
         queries[nq++] = (PgQuery){
             s->sql[s->claim_stmt == SQL_CLAIM_HOLD ? SQL_FLOOR_HELD_HOLD : SQL_FLOOR_HELD_SKIP], 1,
             req->held_params, true};
@@ -263,11 +251,15 @@ bool session_claim_build(Session *s, ClaimRequest *req)
     s->claim_sent = ev_now(s->loop) < s->around_locks_until ? SQL_AROUND_LOCKS_OF(s->claim_stmt)
                                                             : s->claim_stmt;
     /* Only the claim in order starts at the floor (the one around locks is brief and rare). */
+    at.events = nq;
     queries[nq++] =
         (PgQuery){s->sql[s->claim_sent], s->claim_sent == s->claim_stmt ? 5 : 4, req->params, true};
-    if (s->floor_looking)
+    if (floor_looking) {
+        at.writers = nq;
         queries[nq++] = (PgQuery){s->sql[SQL_FLOOR_WRITERS], 1, req->writers_params, true};
-    req->n = nq;
+    }
+    at.n = req->n = nq;
+    s->claim_at = at;
     return true;
 }
 

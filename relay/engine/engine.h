@@ -43,13 +43,14 @@ typedef struct Session Session;
 /* Where a session is in its cycle; exactly one request is in flight in every phase but DOWN,
  * IDLE and PRODUCING. The allowed changes are listed in session.c (phase_change_allowed). */
 typedef enum {
-    PHASE_DOWN,        /* no PostgreSQL connection */
-    PHASE_SETUP,       /* LISTEN in flight */
-    PHASE_IDLE,        /* no transaction open */
-    PHASE_REBALANCING, /* lane ownership queries in flight */
-    PHASE_CLAIMING,    /* BEGIN + claim in flight */
-    PHASE_PRODUCING,   /* rows claimed, waiting for delivery reports */
-    PHASE_MARKING,     /* marks + COMMIT in flight (and the next claim, if chained) */
+    PHASE_DOWN,                 /* no PostgreSQL connection */
+    PHASE_SETUP,                /* LISTEN in flight */
+    PHASE_IDLE,                 /* no transaction open */
+    PHASE_REBALANCING,          /* lane ownership queries in flight */
+    PHASE_CLAIMING,             /* BEGIN + claim in flight */
+    PHASE_PRODUCING,            /* rows claimed, waiting for delivery reports */
+    PHASE_MARKING,              /* marks + COMMIT in flight, or a batch recorded row by row */
+    PHASE_MARKING_AND_CLAIMING, /* marks + COMMIT with the next claim behind them (marks.c) */
     PHASE_ENDING, /* COMMIT or ROLLBACK of a transaction that marks nothing, or a wakeup step */
 } Phase;
 
@@ -71,6 +72,16 @@ struct Relay {
     ev_signal sigterm, sigint;
 };
 
+/* Where each statement of a claim sits among its results, -1 for one not sent: set when the
+ * claim is built, read when its results come (the request is gone by then). */
+typedef struct ClaimLayout {
+    int dead;    /* the dead-letter claim (--dead-letter-topic) */
+    int held;    /* the floor's look at failed rows it holds back (floor.h) */
+    int events;  /* the claim */
+    int writers; /* the floor's look at writers */
+    int n;       /* statements in all, from BEGIN */
+} ClaimLayout;
+
 /* One claim session: its own PostgreSQL connection, lane membership, transaction and batch. Each
  * is a member of the lane group like a relay of its own, so sessions of one process never claim
  * rows of the same aggregate at once, and a lane moves between them only between batches. */
@@ -90,7 +101,7 @@ struct Session {
     int claim_sent;               /* the claim statement of the claim in flight */
     long row_limit;           /* rows the next claim asks for, at most --batch-size (see claim.c) */
     ClaimFloor floor;         /* where claims start in the unsent index (floor.h) */
-    bool floor_looking;       /* the claim in flight carries the floor's looks (claim.c) */
+    ClaimLayout claim_at;     /* the statements of the claim in flight (claim.c) */
     ev_tstamp floor_look_due; /* the next claim that looks, at the earliest */
     ev_tstamp around_locks_until; /* claims go around locked rows until then */
     bool locked_row_logged;       /* a stall on a locked row was logged; its end is not yet */

@@ -83,14 +83,9 @@ static void log_mark_error(Session *s, const char *what, const BatchRow *br, con
  * a shutdown), after which the row is left to be re-sent instead of being counted against it. */
 static bool refused_by_the_row(PGresult **results, int n)
 {
-    for (int i = 0; i < n; i++) {
-        if (results[i] && PQresultStatus(results[i]) == PGRES_FATAL_ERROR) {
-            const char *state = PQresultErrorField(results[i], PG_DIAG_SQLSTATE);
-            return state && (strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0 ||
-                             strncmp(state, "P0", 2) == 0 || strncmp(state, "42", 2) == 0);
-        }
-    }
-    return false;
+    const char *state = pg_failed_sqlstate(results, n);
+    return state && (strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0 ||
+                     strncmp(state, "P0", 2) == 0 || strncmp(state, "42", 2) == 0);
 }
 
 static void on_row_recorded(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
@@ -204,18 +199,6 @@ static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, 
     finish_batch(s, batch_recorded(s, results, n));
 }
 
-/* The first statement of results[0..n) that failed or did not run (the pipeline was aborted
- * before it), or n when all succeeded. */
-static int first_not_run(PGresult **results, int n)
-{
-    for (int i = 0; i < n; i++) {
-        ExecStatusType st = results[i] ? PQresultStatus(results[i]) : PGRES_PIPELINE_ABORTED;
-        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
-            return i;
-    }
-    return n;
-}
-
 /* The marks, COMMIT and the next claim, in one round trip (see session_send_marks): the first
  * s->chained_marks_n results are the marks', the rest the claim's. */
 static void on_marked_and_claimed(PgConn *pg, PGresult **results, int n, const char *error,
@@ -225,7 +208,7 @@ static void on_marked_and_claimed(PgConn *pg, PGresult **results, int n, const c
     if (!results)
         return; /* connection lost: as in on_marked; the claim's transaction went with it */
     int marks_n = s->chained_marks_n;
-    if (first_not_run(results, n < marks_n ? n : marks_n) < marks_n) {
+    if (pg_first_failed(results, n < marks_n ? n : marks_n) < marks_n) {
         salvage_batch(s, error ? error : "short result"); /* the claim did not run */
         return;
     }
@@ -235,7 +218,7 @@ static void on_marked_and_claimed(PgConn *pg, PGresult **results, int n, const c
     count_and_clear_batch(s);
     backoff_reset(&s->retry);
     session_set_phase(s, PHASE_CLAIMING);
-    bool claim_failed = first_not_run(results + marks_n, n - marks_n) < n - marks_n;
+    bool claim_failed = pg_first_failed(results + marks_n, n - marks_n) < n - marks_n;
     session_claimed(s, results + marks_n, n - marks_n, claim_failed ? error : NULL);
 }
 
@@ -303,7 +286,7 @@ static void send_mark_statements(Session *s, bool commit, const ClaimRequest *ne
     s->chained_marks_n = nq;
     for (int i = 0; next && i < next->n; i++)
         queries[nq++] = next->queries[i];
-    session_set_phase(s, PHASE_MARKING);
+    session_set_phase(s, next ? PHASE_MARKING_AND_CLAIMING : PHASE_MARKING);
     if (!pg_conn_send(s->pg, queries, nq, cb, s))
         pg_conn_reset(s->pg, "connection busy while marking");
 }

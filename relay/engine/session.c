@@ -25,10 +25,13 @@ static bool phase_change_allowed(Phase from, Phase to)
     case PHASE_CLAIMING: /* IDLE: the request could not be sent */
         return to == PHASE_PRODUCING || to == PHASE_ENDING || to == PHASE_IDLE;
     case PHASE_PRODUCING:
-        return to == PHASE_MARKING;
-    case PHASE_MARKING: /* MARKING again: recording row by row; CLAIMING: the next claim came
-                         * with the marks (session_may_chain_claim) */
-        return to == PHASE_MARKING || to == PHASE_IDLE || to == PHASE_CLAIMING;
+        return to == PHASE_MARKING || to == PHASE_MARKING_AND_CLAIMING;
+    case PHASE_MARKING: /* MARKING again: recording row by row */
+        return to == PHASE_MARKING || to == PHASE_IDLE;
+    case PHASE_MARKING_AND_CLAIMING: /* CLAIMING: the marks went through, the claim's results
+                                      * are here; MARKING: they failed, recording row by row;
+                                      * IDLE: stopping before that started */
+        return to == PHASE_CLAIMING || to == PHASE_MARKING || to == PHASE_IDLE;
     case PHASE_ENDING: /* ENDING again: a wakeup step that ends a transaction */
         return to == PHASE_ENDING || to == PHASE_IDLE;
     }
@@ -38,7 +41,8 @@ static bool phase_change_allowed(Phase from, Phase to)
 static const char *phase_name(Phase p)
 {
     static const char *const names[] = {"down",     "setup",     "idle",    "rebalancing",
-                                        "claiming", "producing", "marking", "ending"};
+                                        "claiming", "producing", "marking", "marking and claiming",
+                                        "ending"};
     return p <= PHASE_ENDING ? names[p] : "?";
 }
 
@@ -270,7 +274,7 @@ static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
      * other relays take the lanes over. Rows already handed to Kafka are sent again by whoever
      * claims them next; consumers drop the duplicates. */
     Batch *b = &s->batch;
-    bool was_marking = s->phase == PHASE_MARKING;
+    bool was_marking = s->phase == PHASE_MARKING || s->phase == PHASE_MARKING_AND_CLAIMING;
     session_set_phase(s, PHASE_DOWN);
     lanes_reset(&s->lanes);
     /* A guard's lock went with the session. */

@@ -99,6 +99,15 @@ bool pg_conn_up(const PgConn *pg);
 bool pg_conn_send(PgConn *pg, const PgQuery *queries, int n, PgResultFn cb, void *arg)
     __attribute__((warn_unused_result));
 
+/* For a request's results as a PgResultFn gets them: the index of the first statement that
+ * failed or did not run (a result missing, or not PGRES_COMMAND_OK/PGRES_TUPLES_OK, such as
+ * PGRES_PIPELINE_ABORTED behind a failure), or n when every one succeeded. */
+int pg_first_failed(PGresult *const *results, int n);
+
+/* The SQLSTATE of the request's first failed statement (pg_first_failed), or NULL when none
+ * failed or it did not say. Points into that result: valid while it is. */
+const char *pg_failed_sqlstate(PGresult *const *results, int n);
+
 /* Drops the connection on purpose (e.g. after an unrecoverable protocol state) and reconnects
  * after a backoff; reported through on_state like any loss. */
 void pg_conn_reset(PgConn *pg, const char *reason);
