@@ -11,7 +11,9 @@
 # time waiting on faults and timeouts (a serial `make test` keeps 2 cores about a third busy),
 # so two at a time halve the run. Each runs under its own TEST_SLOT (0 to TEST_JOBS-1), which
 # gives it ports and private subnets no other slot uses (tests/lib.sh `_free_port`,
-# tests/netns_lib.sh). A parallel test's output is printed whole when it ends.
+# tests/netns_lib.sh). A parallel test's output is printed whole when it ends. A test whose
+# header has a line starting "# run.sh: alone" (it keeps the cores busy on purpose) runs
+# with no other test beside it.
 
 # `make test` runs this with sh; re-run under bash (arrays, PIPESTATUS, `wait -n -p`).
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -37,16 +39,21 @@ case $TEST_JOBS in
     exit 2
     ;;
 esac
+# `wait -n -p` came with bash 5.1 (Debian 12 has 5.2): an older bash runs the tests one by one.
+if [ "$TEST_JOBS" -gt 1 ] && ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < 501)); then
+    echo "# tests/run.sh: bash $BASH_VERSION cannot wait for the first of several tests; TEST_JOBS=1"
+    TEST_JOBS=1
+fi
 export TEST_JOBS
 
 filters=("$@")
 passed=0
 failed=0
 out=$(mktemp -d "${TMPDIR:-/tmp}/outbox-relay-run.XXXXXX") || exit 1
-declare -A name_of slot_of started_of # by the pid of a running integration test's `timeout`
+declare -A name_of slot_of started_of # by the pid of a running integration test's wrapper
 trap 'rm -rf "$out"' EXIT
-# Stopped from outside (CI's own timeout): `timeout` passes the signal on to its test.
-trap '[ ${#name_of[@]} -eq 0 ] || kill -TERM "${!name_of[@]}" 2>/dev/null; exit 143' TERM INT
+trap 'stop_running; exit 143' TERM
+trap 'stop_running; exit 130' INT
 
 selected() {
     local name=$1 f
@@ -87,21 +94,46 @@ run_now() {
 }
 
 # start NAME SLOT CMD...: starts CMD in the background under TEST_SLOT=SLOT, output to a file.
+# `timeout` runs in a subshell that always exits (with its status: 124 timed out, 137 killed):
+# bash forgets a background job killed by a signal as soon as it has reported it, and `wait`
+# would then never see that test end. `timeout` puts itself and the test in a process group of
+# their own; its pid, in NAME.timeout, is that group's.
 start() {
     local name=$1 slot=$2
     shift 2
-    TEST_SLOT=$slot timeout -k 10 "$TEST_TIMEOUT" "$@" >"$out/$name.log" 2>&1 &
+    (
+        TEST_SLOT=$slot timeout -k 10 "$TEST_TIMEOUT" "$@" >"$out/$name.log" 2>&1 &
+        echo $! >"$out/$name.timeout"
+        wait $!
+    ) 2>/dev/null & # (not bash's "Killed" notice: the log says it)
     name_of[$!]=$name
     slot_of[$!]=$slot
     started_of[$!]=$SECONDS
 }
 
+# Stopped from outside (CI's own timeout, ^C): each running test's `timeout` passes SIGTERM on
+# to its test, whose cleanup then runs. A test run alone (run_now) ends before the trap runs.
+stop_running() {
+    local pid f
+    for pid in "${!name_of[@]}"; do
+        f=$out/${name_of[$pid]}.timeout
+        [ -s "$f" ] && kill -TERM "$(cat "$f")" 2>/dev/null
+    done
+}
+
 # finish_one: waits for one running test to end, prints its output and counts it; FREE_SLOT
 # is then the slot it leaves.
 finish_one() {
-    local pid rc name
+    local pid='' rc name
     wait -n -p pid "${!name_of[@]}"
     rc=$?
+    if [ -z "$pid" ] || [ -z "${name_of[$pid]:-}" ]; then
+        # Cannot happen with the wrappers of start(); if it does, fail rather than lose a test.
+        echo "not ok - tests/run.sh lost track of its running tests (wait: status $rc)"
+        stop_running
+        echo "$passed passed, $((failed + 1)) failed"
+        exit 1
+    fi
     name=${name_of[$pid]}
     echo "# ==== $name"
     cat "$out/$name.log"
@@ -126,6 +158,14 @@ if [ "$TEST_JOBS" -eq 1 ] || [ ${#scripts[@]} -le 1 ]; then
 else
     next_slot=0
     for script in "${scripts[@]}"; do
+        if grep -qE '^# run\.sh: alone( |$)' "$script"; then
+            while [ ${#name_of[@]} -gt 0 ]; do
+                finish_one
+            done
+            TEST_SLOT=0 run_now "$(basename "$script")" bash "$script"
+            next_slot=0
+            continue
+        fi
         if [ "$next_slot" -lt "$TEST_JOBS" ]; then
             slot=$next_slot
             next_slot=$((next_slot + 1))

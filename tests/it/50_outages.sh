@@ -15,6 +15,7 @@
 # Each outage lasts ~5 s and must produce state-change lines (a warn/error when it starts, an
 # info line when it ends) but fewer than 20 log lines in all. The relay runs with its default
 # librdkafka settings (no message timeout: the order rests on it), only reconnecting faster.
+# run.sh: alone (part 5 keeps a CPU busy on purpose: a test beside it would crawl)
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
 t_setup

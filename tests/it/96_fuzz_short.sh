@@ -4,6 +4,7 @@
 # time (the machine's two cores; `make test` must stay under 20 minutes), after
 # replaying its regression inputs: a short smoke run, under ASan + UBSan, that a parser change
 # which crashes on a known input or a nearby one fails `make test`. The long run is `make fuzz`.
+# run.sh: alone (both cores fuzzing: a test beside it would crawl)
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
 t_setup
