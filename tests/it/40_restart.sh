@@ -140,8 +140,7 @@ insert d 0 4999
 run_relay --shutdown-timeout 200 --kafka batch.num.messages=10
 wait_for "D: delivery under way" 60 partly_sent d
 # Rows are marked a whole batch at a time: right after a commit the session may be between
-# batches (a rebalance due since the other session joined), and a SIGTERM then has nothing to
-# give up.
+# batches (a lane rebalance due, say), and a SIGTERM then has nothing to give up.
 wait_for "D: a batch is in flight (claimed, acknowledgements pending)" 30 claim_open
 relay_stop 30
 check_eq "D: SIGTERM past the shutdown timeout: relay exits 0" 0 $?
