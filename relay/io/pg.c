@@ -449,19 +449,3 @@ void pg_conn_reset(PgConn *pg, const char *reason)
     if (pg->state != PG_DOWN)
         pg_lose(pg, reason);
 }
-
-int pg_first_failed(PGresult *const *results, int n)
-{
-    for (int i = 0; i < n; i++) {
-        ExecStatusType st = results[i] ? PQresultStatus(results[i]) : PGRES_PIPELINE_ABORTED;
-        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
-            return i;
-    }
-    return n;
-}
-
-const char *pg_failed_sqlstate(PGresult *const *results, int n)
-{
-    int i = pg_first_failed(results, n);
-    return i < n && results[i] ? PQresultErrorField(results[i], PG_DIAG_SQLSTATE) : NULL;
-}

@@ -237,3 +237,19 @@ bool pg_conn_send(PgConn *pg, const PgQuery *queries, int n, PgResultFn cb, void
         return false;
     return send_request(pg, queries, n, cb, arg);
 }
+
+int pg_first_failed(PGresult *const *results, int n)
+{
+    for (int i = 0; i < n; i++) {
+        ExecStatusType st = results[i] ? PQresultStatus(results[i]) : PGRES_PIPELINE_ABORTED;
+        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+            return i;
+    }
+    return n;
+}
+
+const char *pg_failed_sqlstate(PGresult *const *results, int n)
+{
+    int i = pg_first_failed(results, n);
+    return i < n && results[i] ? PQresultErrorField(results[i], PG_DIAG_SQLSTATE) : NULL;
+}
