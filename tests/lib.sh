@@ -174,11 +174,17 @@ _as_pg() {
     fi
 }
 
-# Ports tests pick from: 20000-31999, below the kernel's ephemeral range so clients cannot hold
-# one, split between the slots of tests/run.sh (tests running at once never pick the same port).
-# Exported for the scripts a test runs (scripts/demo.sh).
-export FREE_PORT_SPAN=$((12000 / ${TEST_JOBS:-1}))
-export FREE_PORT_BASE=$((20000 + ${TEST_SLOT:-0} * FREE_PORT_SPAN))
+# slot_share FIRST COUNT: "START SIZE", this test's share of FIRST..FIRST+COUNT-1 when split
+# evenly between the TEST_JOBS slots of tests/run.sh (tests running at once get disjoint shares).
+slot_share() {
+    local size=$(($2 / ${TEST_JOBS:-1}))
+    echo "$(($1 + ${TEST_SLOT:-0} * size)) $size"
+}
+
+# Ports tests pick from: this test's share of 20000-31999, below the kernel's ephemeral range so
+# clients cannot hold one. Exported for the scripts a test runs (scripts/demo.sh).
+read -r FREE_PORT_BASE FREE_PORT_SPAN <<<"$(slot_share 20000 12000)"
+export FREE_PORT_BASE FREE_PORT_SPAN
 
 # Picks a port of this test's range that nothing listens on.
 _free_port() {

@@ -86,9 +86,8 @@ netns_create() {
     NS_VETH_HOST=orh$$
     NS_VETH_NS=orn$$
     # A /24 no interface of this machine uses yet: 10.231.X.0/24, X from the pid, within this
-    # test's share of 20-219 (tests/run.sh runs TEST_JOBS tests at once, each in its own slot).
-    span=$((200 / ${TEST_JOBS:-1}))
-    first=$((20 + ${TEST_SLOT:-0} * span))
+    # test's share of 20-219 (slot_share: tests running at once never pick the same one).
+    read -r first span <<<"$(slot_share 20 200)"
     x=$((first + $$ % span))
     for _ in $(seq 1 "$span"); do
         ip -o -4 addr show | grep -q " 10\.231\.$x\." || break

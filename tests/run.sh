@@ -121,8 +121,7 @@ stop_running() {
     done
 }
 
-# finish_one: waits for one running test to end, prints its output and counts it; FREE_SLOT
-# is then the slot it leaves.
+# finish_one: waits for one running test to end, prints its output and counts it.
 finish_one() {
     local pid='' rc name
     wait -n -p pid "${!name_of[@]}"
@@ -138,8 +137,23 @@ finish_one() {
     echo "# ==== $name"
     cat "$out/$name.log"
     count "$name" "$rc" "$out/$name.log" $((SECONDS - ${started_of[$pid]}))
-    FREE_SLOT=${slot_of[$pid]}
     unset "name_of[$pid]" "slot_of[$pid]" "started_of[$pid]"
+}
+
+# finish_all: waits for every running test (finish_one each).
+finish_all() {
+    while [ ${#name_of[@]} -gt 0 ]; do
+        finish_one
+    done
+}
+
+# free_slot: the lowest slot no running test holds (call with fewer than TEST_JOBS running).
+free_slot() {
+    local slot
+    for ((slot = 0; ; slot++)); do
+        [[ " ${slot_of[*]} " == *" $slot "* ]] || break
+    done
+    echo "$slot"
 }
 
 for bin in bin/asan/test_*; do
@@ -156,28 +170,16 @@ if [ "$TEST_JOBS" -eq 1 ] || [ ${#scripts[@]} -le 1 ]; then
         TEST_SLOT=0 run_now "$(basename "$script")" bash "$script"
     done
 else
-    next_slot=0
     for script in "${scripts[@]}"; do
         if grep -qE '^# run\.sh: alone( |$)' "$script"; then
-            while [ ${#name_of[@]} -gt 0 ]; do
-                finish_one
-            done
+            finish_all
             TEST_SLOT=0 run_now "$(basename "$script")" bash "$script"
-            next_slot=0
             continue
         fi
-        if [ "$next_slot" -lt "$TEST_JOBS" ]; then
-            slot=$next_slot
-            next_slot=$((next_slot + 1))
-        else
-            finish_one
-            slot=$FREE_SLOT
-        fi
-        start "$(basename "$script")" "$slot" bash "$script"
+        [ ${#name_of[@]} -lt "$TEST_JOBS" ] || finish_one
+        start "$(basename "$script")" "$(free_slot)" bash "$script"
     done
-    while [ ${#name_of[@]} -gt 0 ]; do
-        finish_one
-    done
+    finish_all
 fi
 
 echo "$passed passed, $failed failed"
