@@ -42,7 +42,15 @@ static const OptDef options[] = {
     {"batch-size", OPT_INT, NULL, "1000", 1, 100000, FIELD(batch_size), 0, 0, "N",
      "rows claimed per transaction (1-100000)", NULL, true},
     {"sessions", OPT_INT, NULL, "2", 1, 8, FIELD(sessions), 0, 0, "N",
-     "claim sessions (PostgreSQL connections) per relay: one claims while another waits for Kafka"},
+     "claim sessions (PostgreSQL connections) per relay, at most: one claims while another waits "
+     "for Kafka"},
+    {"min-sessions", OPT_INT, NULL, "1", 1, 8, FIELD(min_sessions), 0, 0, "N",
+     "claim sessions that always take part; the others (up to --sessions) join while batches come "
+     "back full (a backlog) and rest after --session-rest-after without one"},
+    {"session-rest-after", OPT_INT, NULL, "30000", 0, 3600000, FIELD(session_rest_after_ms), 0, 0,
+     "MS",
+     "how long without a full batch before sessions above --min-sessions give their lanes "
+     "back"},
     {"topic-template", OPT_STRING, NULL, "outbox.event.{aggregate_type}", 0, 0,
      FIELD(topic_template), 0, 0, "TEMPLATE",
      "Kafka topic per row; {aggregate_type} (or ${routedByValue}) and {event_type} are "
@@ -495,6 +503,9 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
         return optval_fail(err, errlen,
                            "--retry-backoff-max (%ld) must not be below --retry-backoff (%ld)",
                            cfg->retry_backoff_max_ms, cfg->retry_backoff_ms);
+    if (cfg->command == CMD_RUN && cfg->min_sessions > cfg->sessions)
+        return optval_fail(err, errlen, "--min-sessions (%ld) must not exceed --sessions (%ld)",
+                           cfg->min_sessions, cfg->sessions);
     if (cfg->command == CMD_REQUEUE && (cfg->id > 0) == cfg->all)
         return optval_fail(err, errlen, "requeue needs exactly one of --id ID or --all");
     if (cfg->command == CMD_PURGE_DEAD && (cfg->id > 0) == cfg->all)

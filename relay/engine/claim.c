@@ -173,6 +173,10 @@ void session_claimed(Session *s, PGresult **results, int n, const char *error)
     batch_load(&s->batch, results[at->events], at->dead >= 0 ? results[at->dead] : NULL);
     s->batch.claimed_at = ev_now(s->loop);
     s->batch.claim_sent_at = s->claim_sent_at;
+    /* A full batch (as many rows as asked for, or half the byte budget: adapt_row_limit's
+     * measure) means rows are waiting: the relay's resting sessions join. */
+    relay_batch_claimed(s->relay, events >= s->claim_limit ||
+                                      s->batch.payload_bytes >= (size_t)s->cfg->batch_bytes / 2);
     adapt_row_limit(s, events);
     results[at->events] = NULL;
     if (at->dead >= 0)
@@ -204,6 +208,7 @@ bool session_claim_build(Session *s, ClaimRequest *req)
         batch_size = s->batch.capacity - DEAD_LETTER_LIMIT;
     if (s->row_limit > 0 && s->row_limit < batch_size)
         batch_size = s->row_limit;
+    s->claim_limit = batch_size;
     snprintf(req->limit, sizeof(req->limit), "%ld", batch_size);
     snprintf(req->dead_limit, sizeof(req->dead_limit), "%d", DEAD_LETTER_LIMIT);
     snprintf(req->budget, sizeof(req->budget), "%ld", s->cfg->batch_bytes);

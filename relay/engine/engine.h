@@ -66,6 +66,11 @@ struct Relay {
     bool purging;         /* a delivery timeout purged the producer; its reports are not all in */
     ev_timer purge_timer; /* purges again while reports are missing (see relay_start_purge) */
     int logged_owned;     /* lanes of all sessions, last logged, to log only changes */
+    /* Sessions 0..active_sessions-1 claim; the others rest (connected, no lanes): --min-sessions,
+     * and all of --sessions from a full batch until --session-rest-after without one. */
+    int active_sessions;
+    ev_tstamp backlog_seen_at; /* the last full batch */
+    ev_timer rest_timer;       /* looks whether the sessions above --min-sessions may rest */
     bool stopping;
     int signals;
     int exit_status;
@@ -100,6 +105,7 @@ struct Session {
     int claim_stmt;               /* SQL_CLAIM_HOLD or SQL_CLAIM_SKIP */
     int claim_sent;               /* the claim statement of the claim in flight */
     long row_limit;           /* rows the next claim asks for, at most --batch-size (see claim.c) */
+    long claim_limit;         /* rows the claim in flight asked for */
     ClaimFloor floor;         /* where claims start in the unsent index (floor.h) */
     ClaimLayout claim_at;     /* the statements of the claim in flight (claim.c) */
     ev_tstamp floor_look_due; /* the next claim that looks, at the earliest */
@@ -138,6 +144,13 @@ void relay_fail(Relay *r);
 int relay_in_flight(const Relay *r);
 /* Lanes owned by all of the relay's sessions. */
 int relay_lanes_owned(const Relay *r);
+/* Whether s rests: it claims nothing and gives up its lanes and member slot between batches,
+ * as the sessions above --min-sessions do while there is no backlog. */
+bool relay_session_resting(const Relay *r, const Session *s);
+/* A claim came back with rows; full: as many as it asked for, or half the byte budget, which
+ * means a backlog: the resting sessions join (each at its next step between batches) and stay
+ * until --session-rest-after passes without another full batch. */
+void relay_batch_claimed(Relay *r, bool full);
 /* Cancels everything at the producer and repeats that until every report is in. */
 void relay_start_purge(Relay *r);
 /* Whether the shared producer can take a batch now. After a fatal producer error it is
@@ -169,6 +182,9 @@ void session_start_next_request(Session *s);
  * session_start_next_request would do first is due (a rebalance, a guard's leaving, a retry's
  * wait, stopping, a larger batch to allocate) and the session has lanes. */
 bool session_may_chain_claim(const Session *s);
+/* Tells the relay's other sessions to re-divide the lanes at their next step between batches:
+ * s joined or left the group, or saw the group change. */
+void session_rebalance_others(Session *s);
 /* After a request between batches: the next request, or the end if the session is stopping. */
 void session_after_request(Session *s);
 /* Ends the session's part: a guard gives up the wakeup lock first (bounded by a second); the

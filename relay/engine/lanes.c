@@ -202,3 +202,37 @@ bool lanes_rebalance(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg)
     PgQuery q = {SQL_LANES_JOIN, 1, params, false};
     return pg_conn_send(pg, &q, 1, on_joined, l);
 }
+
+static void on_left(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Lanes *l = arg;
+    if (query_failed(l, pg, results, error, "leave"))
+        return;
+    lanes_reset(l);
+    finish(l, pg, true);
+}
+
+bool lanes_leave(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg)
+{
+    if (!pg_conn_idle(pg))
+        return false;
+    l->done = done;
+    l->arg = arg;
+    l->gained = false;
+    char slot[16];
+    snprintf(slot, sizeof(slot), "%d", l->slot);
+    const char *unlock_params[1] = {l->owned_array.s};
+    const char *slot_params[1] = {slot};
+    PgQuery queries[2];
+    int nq = 0;
+    if (l->n_owned > 0)
+        queries[nq++] = (PgQuery){SQL_UNLOCK_LANES, 1, unlock_params, false};
+    if (l->slot >= 0)
+        queries[nq++] = (PgQuery){SQL_LANES_LEAVE, 1, slot_params, false};
+    if (nq == 0) {
+        lanes_reset(l);
+        finish(l, pg, true);
+        return true;
+    }
+    return pg_conn_send(pg, queries, nq, on_left, l);
+}

@@ -52,6 +52,12 @@ void lanes_reset(Lanes *l);
  * when pg was not idle (done is not called). */
 bool lanes_rebalance(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg);
 
+/* Leaves the group: gives up every lane and the member slot, in one round trip on pg (must be
+ * idle), then calls done; the session claims nothing until it rebalances (and so joins) again.
+ * Returns false when pg was not idle (done is not called). A failed query resets the connection,
+ * which gives everything up too (done is not called then either). */
+bool lanes_leave(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg);
+
 /* Pure: which lanes the member `slot` should own when the live members are slots[0..n-1]. */
 void lanes_assign(const int *slots, int n, int slot, bool out[LANE_COUNT]);
 

@@ -356,4 +356,8 @@ void metrics_render(StrBuf *out, const MetricsLive *live)
            "Live claim sessions of all relays on this outbox (--sessions per relay) seen at the "
            "last lane rebalance, this relay's included.");
     printf_to(out, "outbox_relay_sessions %d\n", live->live_sessions);
+    header(out, "outbox_claim_sessions", "gauge",
+           "This relay's sessions that claim now: --min-sessions, and up to --sessions while "
+           "batches come back full (until --session-rest-after without one).");
+    printf_to(out, "outbox_claim_sessions %d\n", live->claim_sessions);
 }

@@ -24,6 +24,7 @@ typedef struct MetricsLive {
     bool kafka_up;
     int lanes_owned;
     int live_sessions; /* of all relays (lane group members) at the last rebalance, ours included */
+    int claim_sessions; /* this relay's sessions that claim now (the rest rest: --min-sessions) */
 } MetricsLive;
 
 /* Forgets every value (unit tests). */

@@ -30,7 +30,8 @@ static int handle(const char *path, StrBuf *body, const char **content_type, voi
     RelayStatus st;
     relay_status(o->relay, &st);
     if (strcmp(path, "/metrics") == 0) {
-        MetricsLive live = {st.postgres_up, st.kafka_up, st.lanes_owned, st.live_sessions};
+        MetricsLive live = {st.postgres_up, st.kafka_up, st.lanes_owned, st.live_sessions,
+                            st.claim_sessions};
         metrics_render(body, &live);
         *content_type = "text/plain; version=0.0.4; charset=utf-8";
         return 200;

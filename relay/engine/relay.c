@@ -73,6 +73,50 @@ int relay_lanes_owned(const Relay *r)
     return owned;
 }
 
+bool relay_session_resting(const Relay *r, const Session *s)
+{
+    return s->index >= r->active_sessions;
+}
+
+void relay_batch_claimed(Relay *r, bool full)
+{
+    if (!full)
+        return;
+    r->backlog_seen_at = ev_now(r->loop);
+    if (r->active_sessions >= r->n_sessions || r->stopping)
+        return;
+    log_info("batches come back full: every claim session takes part", "sessions=%d was=%d",
+             r->n_sessions, r->active_sessions);
+    int was = r->active_sessions;
+    r->active_sessions = r->n_sessions;
+    for (int i = was; i < r->n_sessions; i++) {
+        Session *s = &r->sessions[i];
+        s->rebalance_due = true; /* joins the group */
+        s->wake_pending = true;
+        session_start_next_request(s);
+    }
+}
+
+/* Sessions above --min-sessions rest once --session-rest-after has passed without a full batch.
+ * On a small host one session's larger batches cost PostgreSQL less per event than two
+ * sessions' smaller ones, and that is what latency wants while the relay keeps up (measured:
+ * README, Sessions); a backlog wants them all. Joining at the first full batch and resting only
+ * after a long quiet spell keeps lanes from moving back and forth: every change of the group
+ * re-divides the lanes of every relay. */
+static void on_rest_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Relay *r = w->data;
+    int min = (int)r->cfg->min_sessions;
+    double quiet = (double)r->cfg->session_rest_after_ms / 1000.0;
+    if (r->active_sessions <= min || r->stopping || ev_now(loop) - r->backlog_seen_at < quiet)
+        return;
+    log_info("no full batch for a while: the sessions above --min-sessions rest",
+             "sessions=%d was=%d quiet_s=%.0f", min, r->active_sessions, quiet);
+    r->active_sessions = min;
+    for (int i = min; i < r->n_sessions; i++)
+        session_start_next_request(&r->sessions[i]); /* leaves the group between batches */
+}
+
 /* A purge reaches only the messages queued or in flight at that moment: one inside a request
  * that was partly written when the purge came is left alone, and when its connection then fails
  * librdkafka puts it back in the partition queue, where (message.timeout.ms=0) nothing ever
@@ -99,6 +143,7 @@ void relay_start_purge(Relay *r)
 static void relay_stop(Relay *r)
 {
     r->stopping = true;
+    ev_timer_stop(r->loop, &r->rest_timer);
     for (int i = 0; i < r->n_sessions; i++)
         session_stop(&r->sessions[i]);
 }
@@ -125,6 +170,9 @@ Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf
         r->loop = loop;
         r->cfg = cfg;
         r->n_sessions = (int)cfg->sessions;
+        r->active_sessions = (int)cfg->min_sessions;
+        if (r->active_sessions > r->n_sessions)
+            r->active_sessions = r->n_sessions;
         r->logged_owned = -1;
         r->sessions = calloc((size_t)r->n_sessions, sizeof(Session));
     }
@@ -146,6 +194,13 @@ Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf
     ev_init(&r->purge_timer, on_purge_timer);
     r->purge_timer.repeat = PURGE_REPEAT_S;
     r->purge_timer.data = r;
+    ev_init(&r->rest_timer, on_rest_timer);
+    /* A tenth of the quiet spell, within 0.1-1 s: resting comes soon after it is due. */
+    double look = (double)cfg->session_rest_after_ms / 10000.0;
+    r->rest_timer.repeat = look < 0.1 ? 0.1 : look > 1.0 ? 1.0 : look;
+    r->rest_timer.data = r;
+    if (r->active_sessions < r->n_sessions)
+        ev_timer_again(loop, &r->rest_timer);
     ev_signal_init(&r->sigterm, on_signal, SIGTERM);
     r->sigterm.data = r;
     ev_signal_start(loop, &r->sigterm);
@@ -181,6 +236,7 @@ void relay_status(const Relay *r, RelayStatus *out)
     out->kafka_up = r->kafka && kafka_up(r->kafka);
     out->stopping = r->stopping;
     out->lanes_owned = relay_lanes_owned(r);
+    out->claim_sessions = r->active_sessions;
     for (int i = 0; i < r->n_sessions; i++) {
         const Session *s = &r->sessions[i];
         out->postgres_up = out->postgres_up && s->pg && pg_conn_up(s->pg);
@@ -196,6 +252,7 @@ void relay_free(Relay *r)
     ev_signal_stop(r->loop, &r->sigterm);
     ev_signal_stop(r->loop, &r->sigint);
     ev_timer_stop(r->loop, &r->purge_timer);
+    ev_timer_stop(r->loop, &r->rest_timer);
     /* The producer goes first: its last delivery reports still point into the batches. */
     kafka_producer_free(r->kafka, 1000);
     for (int i = 0; r->sessions && i < r->n_sessions; i++)

@@ -40,6 +40,7 @@ typedef struct RelayStatus {
     bool stopping;    /* shutting down after SIGTERM/SIGINT */
     int lanes_owned;
     int live_sessions; /* of all relays (lane group members) at the last rebalance, ours included */
+    int claim_sessions; /* this relay's sessions that claim now (relay_session_resting) */
 } RelayStatus;
 
 void relay_status(const Relay *r, RelayStatus *out);

@@ -136,17 +136,22 @@ void session_end_transaction(Session *s, const char *sql)
         pg_conn_reset(s->pg, "connection busy while ending a transaction");
 }
 
+/* The relay's lanes, in all, when they changed. */
+static void log_lanes_owned(Relay *r, int live_sessions)
+{
+    int owned = relay_lanes_owned(r);
+    if (owned != r->logged_owned)
+        log_info("lanes owned", "lanes=%d of=%d sessions=%d live_sessions=%d", owned, LANE_COUNT,
+                 r->active_sessions, live_sessions);
+    r->logged_owned = owned;
+}
+
 static void on_rebalanced(Lanes *lanes, bool ok, void *arg)
 {
     Session *s = arg;
     session_set_phase(s, PHASE_IDLE);
     s->rebalance_due = false;
-    Relay *r = s->relay;
-    int owned = relay_lanes_owned(r);
-    if (owned != r->logged_owned)
-        log_info("lanes owned", "lanes=%d of=%d sessions=%d live_sessions=%d", owned, LANE_COUNT,
-                 r->n_sessions, lanes->live_sessions);
-    r->logged_owned = owned;
+    log_lanes_owned(s->relay, lanes->live_sessions);
     bool membership_changed = lanes->live_sessions != s->logged_sessions;
     s->logged_sessions = lanes->live_sessions;
     if (lanes->gained) {
@@ -158,16 +163,51 @@ static void on_rebalanced(Lanes *lanes, bool ok, void *arg)
         return;
     }
     session_start_next_request(s);
-    if (membership_changed) {
-        /* The other sessions of this relay re-divide now rather than at their next interval, so
-         * a session that joins (or a relay that starts or stops) moves lanes within a batch. */
-        for (int i = 0; i < r->n_sessions; i++) {
-            if (&r->sessions[i] != s && !r->sessions[i].stopping) {
-                r->sessions[i].rebalance_due = true;
-                session_start_next_request(&r->sessions[i]);
-            }
+    if (membership_changed)
+        session_rebalance_others(s);
+}
+
+void session_rebalance_others(Session *s)
+{
+    /* The other sessions of this relay re-divide now rather than at their next interval, so a
+     * session that joins or leaves (or a relay that starts or stops) moves lanes within a
+     * batch. */
+    Relay *r = s->relay;
+    for (int i = 0; i < r->n_sessions; i++) {
+        Session *other = &r->sessions[i];
+        if (other != s && !other->stopping && !relay_session_resting(r, other)) {
+            other->rebalance_due = true;
+            session_start_next_request(other);
         }
     }
+}
+
+static void on_left_group(Lanes *lanes, bool ok, void *arg)
+{
+    Session *s = arg;
+    session_set_phase(s, PHASE_IDLE);
+    s->logged_sessions = 0;
+    floor_reset(&s->floor); /* its lanes may come back with other rows */
+    /* Not logged as lanes owned: the other sessions take its lanes over at once, and log the
+     * relay's total if it changed. */
+    log_debug("session rests", "session=%d", s->index);
+    session_rebalance_others(s); /* they take its lanes over */
+    session_after_request(s);
+}
+
+/* A resting session (relay_session_resting) gives its lanes and member slot up, then waits: a
+ * guard lets the wakeup lock go first (it has no lanes left to claim for). */
+static void session_rest(Session *s)
+{
+    s->rebalance_due = false; /* no member, nothing to re-divide */
+    if (s->lanes.slot >= 0) {
+        session_set_phase(s, PHASE_REBALANCING);
+        if (!lanes_leave(&s->lanes, s->pg, on_left_group, s))
+            session_set_phase(s, PHASE_IDLE);
+        return;
+    }
+    if (wakeup_guard_must_leave(s))
+        wakeup_leave_guard(s);
 }
 
 /* Does whatever comes next between batches: a due rebalance first, then a claim when there is a
@@ -176,6 +216,10 @@ void session_start_next_request(Session *s)
 {
     if (s->phase != PHASE_IDLE || s->stopping || s->batch.n > 0 || !pg_conn_idle(s->pg))
         return;
+    if (relay_session_resting(s->relay, s)) {
+        session_rest(s);
+        return;
+    }
     if (s->rebalance_due) {
         session_set_phase(s, PHASE_REBALANCING);
         if (!lanes_rebalance(&s->lanes, s->pg, on_rebalanced, s))
@@ -202,8 +246,8 @@ bool session_may_chain_claim(const Session *s)
     /* A --batch-size grown by SIGHUP needs a larger batch, allocated only between batches. */
     bool batch_fits = s->cfg->batch_size + DEAD_LETTER_LIMIT <= b->capacity;
     return b->acked > 0 && small && !s->stopping && !s->relay->stopping && !s->rebalance_due &&
-           s->lanes.n_owned > 0 && !ev_is_active(&s->retry_timer) && !wakeup_guard_must_leave(s) &&
-           batch_fits;
+           !relay_session_resting(s->relay, s) && s->lanes.n_owned > 0 &&
+           !ev_is_active(&s->retry_timer) && !wakeup_guard_must_leave(s) && batch_fits;
 }
 
 /* ---- events ------------------------------------------------------------------------------- */

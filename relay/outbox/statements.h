@@ -95,6 +95,8 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 #define SQL_LANES_JOIN                                                                             \
     "SELECT s FROM generate_series(0, $1::int - 1) AS s"                                           \
     " WHERE pg_try_advisory_lock(" LOCK_NS_MEMBER ", s) LIMIT 1"
+/* Gives the member slot $1 up (a session that rests). */
+#define SQL_LANES_LEAVE "SELECT pg_advisory_unlock(" LOCK_NS_MEMBER ", $1::int)"
 /* The member slots of live sessions, of all relays on this database. */
 #define SQL_LANES_MEMBERS                                                                          \
     "SELECT objid::int FROM pg_locks"                                                              \

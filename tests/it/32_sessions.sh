@@ -1,14 +1,22 @@
 #!/bin/bash
-# Proves a relay's claim sessions (--sessions, default 2):
-#  1. one relay's two sessions split the 64 lanes between them (each holds some, none twice, on two
-#     backends) and both deliver: each commits batches of its own (debug log, session=0 and 1);
+# Proves a relay's claim sessions (--sessions, default 2; --min-sessions, default 1):
+#  1. with --min-sessions 2, one relay's two sessions split the 64 lanes between them (each holds
+#     some, none twice, on two backends) and both deliver: each commits batches of its own (debug
+#     log, session=0 and 1);
 #  2. terminating the backend of a session whose claim is open while its batch waits for Kafka
 #     (300 ms round trips, kept while the rest drains, so the abandoned batch's messages are still
 #     in the shared producer while the other session takes its lanes over): the relay logs the
 #     batch abandoned, keeps running, the session reconnects and rejoins, and every row is
 #     delivered, first copies in order per aggregate, no order break logged;
 #  3. with --sessions 1 the relay holds all 64 lanes on one backend;
-#  4. --sessions 0 and 9 are refused with one line, exit 2.
+#  4. --sessions 0 and 9 are refused with one line, exit 2;
+#  5. at default settings the second session rests: one backend holds all 64 lanes, and rows
+#     trickling in (batches never full) leave it so. A backlog (full batches) brings the second
+#     session in: it claims and commits batches of its own, and every row is delivered in order;
+#     --session-rest-after without a full batch, it gives its lanes back (one backend holds all
+#     64 again), and a row inserted then is still woken for (--poll-interval 60000). A second
+#     backlog brings it back: one join per backlog, no flapping;
+#  6. --min-sessions above --sessions is refused with one line, exit 2.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
 t_setup
@@ -42,7 +50,7 @@ committed_by() { # committed_by SESSION: the relay log has a batch committed by 
     grep -qE "msg=\"batch committed\" rows=[1-9].* session=$1\$" "$RELAY_LOG"
 }
 # --- 1. two sessions share the lanes and the work ---
-relay_start "${OPTS[@]}" --log-level debug
+relay_start "${OPTS[@]}" --min-sessions 2 --log-level debug
 wait_for "1: two backends of the relay hold the 64 lanes, some each" 15 held_by 2
 insert a 0 19999
 wait_for "1: 20,000 rows sent" 60 no_unsent_rows
@@ -75,7 +83,7 @@ check_eq "2: relay exits 0" 0 $?
 check "2: no order break logged" lacks "$RELAY_LOG" "order broken"
 
 # --- 3. one session ---
-relay_start "${OPTS[@]}" --sessions 1
+relay_start "${OPTS[@]}" --sessions 1 --min-sessions 1
 wait_for "3: --sessions 1: one backend holds all 64 lanes" 15 held_by 1
 relay_stop
 check_eq "3: relay exits 0" 0 $?
@@ -87,3 +95,47 @@ for n in 0 9; do
     check_eq "4: --sessions $n: one line" 1 "$(grep -c '' "$T/bad.out")"
     check "4: --sessions $n: names the option" grep -q -- "--sessions" "$T/bad.out"
 done
+
+# --- 5. the second session rests while batches are not full, and joins for a backlog ---
+JOINED='msg="batches come back full: every claim session takes part"'
+RESTED='msg="no full batch for a while: the sessions above --min-sessions rest"'
+joins() { grep -c "$JOINED" "$RELAY_LOG"; }
+# --poll-interval 60000: rows are picked up within seconds only if the wakeup works, also after
+# a session that may have been the sleeping sessions' guard rested.
+relay_start "${OPTS[@]}" --log-level debug --batch-size 100 --session-rest-after 3000 \
+    --poll-interval 60000
+wait_for "5: at rest, one backend holds all 64 lanes" 15 held_by 1
+for i in $(seq 0 29); do # one row at a time: no claim can come back full
+    insert t "$i" "$i"
+    sleep 0.05
+done
+wait_for "5: the trickle is sent" 30 no_unsent_rows
+check_eq "5: the trickle brought no session in" 0 "$(joins)"
+check "5: still one backend holding all 64 lanes" held_by 1
+check "5: session 1 committed nothing" lacks "$RELAY_LOG" 'msg="batch committed".* session=1$'
+check_delivered t
+insert c 0 19999
+wait_for "5: the backlog brought the second session in" 30 grep -q "$JOINED" "$RELAY_LOG"
+wait_for "5: 20,000 rows sent" 60 no_unsent_rows
+check "5: session 1 committed batches of the backlog" committed_by 1
+check_delivered c
+wait_for "5: without a full batch for 3 s, the second session rests" 30 \
+    grep -q "$RESTED" "$RELAY_LOG"
+wait_for "5: one backend holds all 64 lanes again" 15 held_by 1
+sleep 1 # the remaining session falls asleep (--sleep-after 50 ms)
+insert w 0 0
+wait_for "5: a row after the rest is sent (woken by a notification)" 15 no_unsent_rows
+insert d 0 19999
+wait_for "5: the second backlog is sent" 60 no_unsent_rows
+check_delivered d
+check_eq "5: one join per backlog" 2 "$(joins)"
+relay_stop
+check_eq "5: relay exits 0" 0 $?
+check "5: no order break logged" lacks "$RELAY_LOG" "order broken"
+
+# --- 6. more sessions always claiming than there are ---
+"$RELAY_BIN" run "${OPTS[@]}" --sessions 2 --min-sessions 3 >"$T/bad.out" 2>&1
+check_eq "6: --min-sessions 3 --sessions 2 exits 2" 2 $?
+check_eq "6: one line" 1 "$(grep -c '' "$T/bad.out")"
+check "6: names both options" grep -q -- "--min-sessions (3) must not exceed --sessions (2)" \
+    "$T/bad.out"

@@ -19,7 +19,10 @@ pg_start
 broker_start 3
 relay_migrate 2>"$T/migrate.log" || fail "migrate"
 
-OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --poll-interval 60000 --log-level debug)
+# Two sessions always claiming (--min-sessions 2): the protocol among a relay's sessions is the
+# subject.
+OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --poll-interval 60000 --log-level debug
+    --min-sessions 2)
 N=0 # rows inserted so far
 insert() { # insert COUNT: rows over 200 aggregates (every lane)
     psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)

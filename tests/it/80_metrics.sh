@@ -2,8 +2,9 @@
 # Proves the metrics and health endpoints (--metrics-listen), served from the relay's own loop:
 #  1. after relaying 3,000 events: outbox_events_published_total for their topic >= 3,000, the
 #     latency histogram counted them, batches counted, the backlog gauges present (and 0), the
-#     state gauges say PostgreSQL and Kafka up, 64 lanes owned, 2 relay sessions; every sample line is
-#     well-formed Prometheus text with HELP and TYPE; /healthz and /readyz answer 200;
+#     state gauges say PostgreSQL and Kafka up, 64 lanes owned, 2 relay sessions, 2 claiming
+#     (--min-sessions 2); every sample line is well-formed Prometheus text with HELP and TYPE;
+#     /healthz and /readyz answer 200;
 #  2. unknown paths answer 404, POST 405 (with Allow), HEAD 200; a second relay asking for the
 #     same address exits 1 with one line;
 #  3. the backlog gauges follow the table: with Kafka down, 40 new rows show as a backlog of 40
@@ -31,7 +32,7 @@ answers() { # answers PATH CODE: the endpoint answers PATH with status CODE (for
 
 insert 3000
 relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0 \
-    --kafka reconnect.backoff.max.ms=500
+    --kafka reconnect.backoff.max.ms=500 --min-sessions 2
 metrics_wait
 echo "# metrics at $METRICS"
 wait_for "1: all 3,000 rows sent" 60 no_unsent_rows
@@ -63,6 +64,7 @@ check "1: outbox_kafka_up 1" metric_is outbox_kafka_up 1
 check "1: outbox_lanes_owned 64" metric_is outbox_lanes_owned 64
 check "1: outbox_relay_sessions 2 (one relay, --sessions default)" \
     metric_is outbox_relay_sessions 2
+check "1: outbox_claim_sessions 2 (--min-sessions 2)" metric_is outbox_claim_sessions 2
 
 http_get /metrics >"$T/metrics.txt"
 well_formed() {

@@ -30,7 +30,7 @@ psql_q "UPDATE outbox SET attempts = 1, next_attempt_at = now() + interval '1 ho
 # it from counting failed attempts meanwhile); status reads around its row locks.
 broker_down
 RELAY_OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --delivery-timeout 600000
-    --kafka reconnect.backoff.max.ms=500)
+    --kafka reconnect.backoff.max.ms=500 --min-sessions 2) # both sessions always members
 relay_start "${RELAY_OPTS[@]}"
 first=$RELAY_PID
 wait_for "1: the relay's two sessions show as active" 15 sessions_are 2
