@@ -45,12 +45,12 @@ static const OptDef options[] = {
      "claim sessions (PostgreSQL connections) per relay, at most: one claims while another waits "
      "for Kafka"},
     {"min-sessions", OPT_INT, NULL, "1", 1, 8, FIELD(min_sessions), 0, 0, "N",
-     "claim sessions that always take part; the others (up to --sessions) join while batches come "
+     "claim sessions that always take part; the others (up to --sessions) join while claims come "
      "back full (a backlog) and rest after --session-rest-after without one"},
-    {"session-rest-after", OPT_INT, NULL, "30000", 0, 3600000, FIELD(session_rest_after_ms), 0, 0,
-     "MS",
-     "how long without a full batch before sessions above --min-sessions give their lanes "
-     "back"},
+    {"session-rest-after", OPT_INT, NULL, "30000", 1000, 3600000, FIELD(session_rest_after_ms), 0,
+     0, "MS",
+     "how long without a full claim (and with none of its batches still out) before the sessions "
+     "above --min-sessions give their lanes back (1000-3600000)"},
     {"topic-template", OPT_STRING, NULL, "outbox.event.{aggregate_type}", 0, 0,
      FIELD(topic_template), 0, 0, "TEMPLATE",
      "Kafka topic per row; {aggregate_type} (or ${routedByValue}) and {event_type} are "

@@ -60,7 +60,7 @@ typedef struct Config {
     long batch_bytes;  /* payload bytes a claim may return (the first row always) */
     long sessions;     /* claim sessions at most, each a lane member while it claims */
     long min_sessions; /* sessions that always claim; the rest only while there is a backlog */
-    long session_rest_after_ms; /* no full batch for this long: the rest give their lanes back */
+    long session_rest_after_ms; /* no full claim for this long: the rest give their lanes back */
     char *topic_template;
     char *schema; /* --schema: every connection's search_path is pg_catalog, schema, pg_temp */
     /* The outbox table and its columns as configured (NULL: the layout's default)... */

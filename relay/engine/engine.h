@@ -104,11 +104,12 @@ struct Session {
     char *sql[SESSION_SQL_COUNT]; /* the templates expanded for the configured table */
     int claim_stmt;               /* SQL_CLAIM_HOLD or SQL_CLAIM_SKIP */
     int claim_sent;               /* the claim statement of the claim in flight */
-    long row_limit;           /* rows the next claim asks for, at most --batch-size (see claim.c) */
-    long claim_limit;         /* rows the claim in flight asked for */
-    ClaimFloor floor;         /* where claims start in the unsent index (floor.h) */
-    ClaimLayout claim_at;     /* the statements of the claim in flight (claim.c) */
-    ev_tstamp floor_look_due; /* the next claim that looks, at the earliest */
+    long row_limit;   /* rows the next claim asks for, at most --batch-size (see claim.c) */
+    long claim_limit; /* rows the claim in flight asked for */
+    bool batch_from_full_claim;   /* the batch held came from a full claim (relay_batch_claimed) */
+    ClaimFloor floor;             /* where claims start in the unsent index (floor.h) */
+    ClaimLayout claim_at;         /* the statements of the claim in flight (claim.c) */
+    ev_tstamp floor_look_due;     /* the next claim that looks, at the earliest */
     ev_tstamp around_locks_until; /* claims go around locked rows until then */
     bool locked_row_logged;       /* a stall on a locked row was logged; its end is not yet */
     int failed_stmt;        /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
@@ -144,8 +145,9 @@ void relay_fail(Relay *r);
 int relay_in_flight(const Relay *r);
 /* Lanes owned by all of the relay's sessions. */
 int relay_lanes_owned(const Relay *r);
-/* Whether s rests: it claims nothing and gives up its lanes and member slot between batches,
- * as the sessions above --min-sessions do while there is no backlog. */
+/* Whether s rests: it claims nothing and gives up its lanes and member slot between batches.
+ * The first active_sessions sessions with a connection claim (--min-sessions of them while
+ * there is no backlog); the others rest. */
 bool relay_session_resting(const Relay *r, const Session *s);
 /* A claim came back with rows; full: as many as it asked for, or half the byte budget, which
  * means a backlog: the resting sessions join (each at its next step between batches) and stay

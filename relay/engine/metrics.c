@@ -353,11 +353,11 @@ void metrics_render(StrBuf *out, const MetricsLive *live)
     header(out, "outbox_lanes_owned", "gauge", "Lanes (of 64) this relay owns and claims from.");
     printf_to(out, "outbox_lanes_owned %d\n", live->lanes_owned);
     header(out, "outbox_relay_sessions", "gauge",
-           "Live claim sessions of all relays on this outbox (--sessions per relay) seen at the "
-           "last lane rebalance, this relay's included.");
+           "Live claim sessions of all relays on this outbox (lane group members: --min-sessions "
+           "to --sessions per relay) seen at the last lane rebalance, this relay's included.");
     printf_to(out, "outbox_relay_sessions %d\n", live->live_sessions);
     header(out, "outbox_claim_sessions", "gauge",
            "This relay's sessions that claim now: --min-sessions, and up to --sessions while "
-           "batches come back full (until --session-rest-after without one).");
+           "claims come back full (until --session-rest-after without one).");
     printf_to(out, "outbox_claim_sessions %d\n", live->claim_sessions);
 }

@@ -75,7 +75,14 @@ int relay_lanes_owned(const Relay *r)
 
 bool relay_session_resting(const Relay *r, const Session *s)
 {
-    return s->index >= r->active_sessions;
+    /* The first active_sessions sessions that have a connection claim: one whose connection is
+     * down leaves its place to the next, so a single relay never stops claiming while it still
+     * has a connection to claim on. */
+    int before = 0;
+    for (int i = 0; i < s->index; i++)
+        if (r->sessions[i].phase != PHASE_DOWN)
+            before++;
+    return before >= r->active_sessions;
 }
 
 void relay_batch_claimed(Relay *r, bool full)
@@ -85,19 +92,21 @@ void relay_batch_claimed(Relay *r, bool full)
     r->backlog_seen_at = ev_now(r->loop);
     if (r->active_sessions >= r->n_sessions || r->stopping)
         return;
-    log_info("batches come back full: every claim session takes part", "sessions=%d was=%d",
+    log_info("claims come back full: every claim session takes part", "sessions=%d was=%d",
              r->n_sessions, r->active_sessions);
-    int was = r->active_sessions;
     r->active_sessions = r->n_sessions;
-    for (int i = was; i < r->n_sessions; i++) {
+    for (int i = 0; i < r->n_sessions; i++) {
         Session *s = &r->sessions[i];
+        if (s->lanes.slot >= 0 || s->stopping)
+            continue;            /* a member already */
         s->rebalance_due = true; /* joins the group */
         s->wake_pending = true;
         session_start_next_request(s);
     }
 }
 
-/* Sessions above --min-sessions rest once --session-rest-after has passed without a full batch.
+/* Sessions above --min-sessions rest once --session-rest-after has passed without a full claim
+ * (and with no batch of one still out).
  * On a small host one session's larger batches cost PostgreSQL less per event than two
  * sessions' smaller ones, and that is what latency wants while the relay keeps up (measured:
  * README, Sessions); a backlog wants them all. Joining at the first full batch and resting only
@@ -108,13 +117,20 @@ static void on_rest_timer(struct ev_loop *loop, ev_timer *w, int revents)
     Relay *r = w->data;
     int min = (int)r->cfg->min_sessions;
     double quiet = (double)r->cfg->session_rest_after_ms / 1000.0;
+    /* A batch from a full claim still out (waiting for a slow or unreachable Kafka, say) is a
+     * backlog not yet worked off: resting now would only bring the sessions back with the next
+     * claim, and move every relay's lanes twice. */
+    for (int i = 0; i < r->n_sessions; i++)
+        if (r->sessions[i].batch.n > 0 && r->sessions[i].batch_from_full_claim)
+            r->backlog_seen_at = ev_now(loop);
     if (r->active_sessions <= min || r->stopping || ev_now(loop) - r->backlog_seen_at < quiet)
         return;
-    log_info("no full batch for a while: the sessions above --min-sessions rest",
+    log_info("no full claim for a while: the sessions above --min-sessions rest",
              "sessions=%d was=%d quiet_s=%.0f", min, r->active_sessions, quiet);
     r->active_sessions = min;
-    for (int i = min; i < r->n_sessions; i++)
-        session_start_next_request(&r->sessions[i]); /* leaves the group between batches */
+    for (int i = 0; i < r->n_sessions; i++)
+        if (relay_session_resting(r, &r->sessions[i]))
+            session_start_next_request(&r->sessions[i]); /* leaves the group between batches */
 }
 
 /* A purge reaches only the messages queued or in flight at that moment: one inside a request

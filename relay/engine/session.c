@@ -323,6 +323,9 @@ static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
     lanes_reset(&s->lanes);
     /* A guard's lock went with the session. */
     wakeup_connection_lost(&s->wake);
+    /* Its lanes are free: the other sessions take them (a resting one may now claim in its
+     * place, relay_session_resting) rather than at their next rebalance. */
+    session_rebalance_others(s);
     if (b->n > 0) {
         /* While marking, the answer lost may have been that of a COMMIT that went through (and
          * of a claim behind it, which the server rolled back): the log must not say more. */
