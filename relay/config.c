@@ -45,8 +45,8 @@ static const OptDef options[] = {
      "claim sessions (PostgreSQL connections) per relay, at most: one claims while another waits "
      "for Kafka"},
     {"min-sessions", OPT_INT, NULL, "1", 1, 8, FIELD(min_sessions), 0, 0, "N",
-     "claim sessions that always take part; the others (up to --sessions) join while claims come "
-     "back full (a backlog) and rest after --session-rest-after without one"},
+     "claim sessions that always take part; the others (up to --sessions) join when ten claims in "
+     "a row come back full (a backlog) and rest after --session-rest-after without one"},
     {"session-rest-after", OPT_INT, NULL, "30000", 1000, 3600000, FIELD(session_rest_after_ms), 0,
      0, "MS",
      "how long without a full claim (and with none of its batches still out) before the sessions "

@@ -141,6 +141,7 @@ void session_claimed(Session *s, PGresult **results, int n, const char *error)
         learn_floor(s, results[at->held], results[at->events], results[at->writers]);
     if (events + dead == 0) {
         adapt_row_limit(s, 0);
+        relay_batch_claimed(s->relay, false); /* caught up */
         session_floor_committed(s); /* nothing claimed: nothing that a commit must record first */
     }
     if (events + dead == 0 && !s->stopping && !s->wake.asleep) {

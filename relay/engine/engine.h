@@ -69,7 +69,8 @@ struct Relay {
     /* Sessions 0..active_sessions-1 claim; the others rest (connected, no lanes): --min-sessions,
      * and all of --sessions from a full batch until --session-rest-after without one. */
     int active_sessions;
-    ev_tstamp backlog_seen_at; /* the last full batch */
+    int full_claims;           /* claims in a row that came back full (relay_batch_claimed) */
+    ev_tstamp backlog_seen_at; /* the last full claim */
     ev_timer rest_timer;       /* looks whether the sessions above --min-sessions may rest */
     bool stopping;
     int signals;
@@ -149,9 +150,9 @@ int relay_lanes_owned(const Relay *r);
  * The first active_sessions sessions with a connection claim (--min-sessions of them while
  * there is no backlog); the others rest. */
 bool relay_session_resting(const Relay *r, const Session *s);
-/* A claim came back with rows; full: as many as it asked for, or half the byte budget, which
- * means a backlog: the resting sessions join (each at its next step between batches) and stay
- * until --session-rest-after passes without another full batch. */
+/* A claim came back; full: as many rows as it asked for, or half the byte budget. Enough full
+ * claims in a row mean a backlog: the resting sessions join (each at its next step between
+ * batches) and stay until --session-rest-after passes without another full claim. */
 void relay_batch_claimed(Relay *r, bool full);
 /* Cancels everything at the producer and repeats that until every report is in. */
 void relay_start_purge(Relay *r);

@@ -11,8 +11,9 @@
 #  3. with --sessions 1 the relay holds all 64 lanes on one backend;
 #  4. --sessions 0 and 9 are refused with one line, exit 2;
 #  5. at default settings the second session rests: one backend holds all 64 lanes
-#     (outbox_claim_sessions 1), and rows trickling in (claims never full) leave it so. A backlog
-#     (full claims) brings the second session in (outbox_claim_sessions 2): it commits batches of
+#     (outbox_claim_sessions 1), and rows trickling in (claims never full) or 500 rows at once
+#     (five full claims of --batch-size 100) leave it so. A backlog (ten full claims in a row)
+#     brings the second session in (outbox_claim_sessions 2): it commits batches of
 #     its own, and every row is delivered in order; --session-rest-after without a full claim,
 #     it gives its lanes back (one backend holds all 64 again, the gauge 1), and a row inserted
 #     then is still woken for (--poll-interval 60000), whichever session guarded the sleepers. A
@@ -124,8 +125,12 @@ done
 wait_for "5: the trickle is sent" 30 no_unsent_rows
 check_eq "5: the trickle brought no session in" 0 "$(joins)"
 check "5: still one backend holding all 64 lanes" held_by 1
-check "5: session 1 committed nothing" not_committed_by 1
 check_delivered t
+insert s 0 499 # five claims' worth: a moment's lag, not a backlog
+wait_for "5: 500 rows at once are sent" 30 no_unsent_rows
+check_eq "5: five full claims brought no session in" 0 "$(joins)"
+check "5: session 1 committed nothing" not_committed_by 1
+check_delivered s
 insert c 0 19999
 wait_for "5: the backlog brought the second session in" 30 grep -q "$JOINED" "$RELAY_LOG"
 wait_for "5: outbox_claim_sessions 2" 15 metric_is outbox_claim_sessions 2
