@@ -187,13 +187,21 @@ static void on_joined(PgConn *pg, PGresult **results, int n, const char *error, 
         finish(l, pg, false);
 }
 
-bool lanes_rebalance(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg)
+/* The start of a rebalance or a leave: pg must be idle (else false, and done is not called). */
+static bool begin_request(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg)
 {
     if (!pg_conn_idle(pg))
         return false;
     l->done = done;
     l->arg = arg;
     l->gained = false;
+    return true;
+}
+
+bool lanes_rebalance(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg)
+{
+    if (!begin_request(l, pg, done, arg))
+        return false;
     if (l->slot >= 0)
         return send_members(l, pg);
     char max[16];
@@ -214,11 +222,8 @@ static void on_left(PgConn *pg, PGresult **results, int n, const char *error, vo
 
 bool lanes_leave(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg)
 {
-    if (!pg_conn_idle(pg))
+    if (!begin_request(l, pg, done, arg))
         return false;
-    l->done = done;
-    l->arg = arg;
-    l->gained = false;
     char slot[16];
     snprintf(slot, sizeof(slot), "%d", l->slot);
     const char *unlock_params[1] = {l->owned_array.s};
