@@ -175,7 +175,7 @@ void session_claimed(Session *s, PGresult **results, int n, const char *error)
     s->batch.claimed_at = ev_now(s->loop);
     s->batch.claim_sent_at = s->claim_sent_at;
     /* A full batch (as many rows as asked for, or half the byte budget: adapt_row_limit's
-     * measure) means rows are waiting: the relay's resting sessions join. */
+     * measure) means rows are waiting; enough in a row bring the resting sessions in. */
     s->batch_from_full_claim =
         events >= s->claim_limit || s->batch.payload_bytes >= (size_t)s->cfg->batch_bytes / 2;
     relay_batch_claimed(s->relay, s->batch_from_full_claim);

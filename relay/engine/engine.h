@@ -66,8 +66,9 @@ struct Relay {
     bool purging;         /* a delivery timeout purged the producer; its reports are not all in */
     ev_timer purge_timer; /* purges again while reports are missing (see relay_start_purge) */
     int logged_owned;     /* lanes of all sessions, last logged, to log only changes */
-    /* Sessions 0..active_sessions-1 claim; the others rest (connected, no lanes): --min-sessions,
-     * and all of --sessions from a full batch until --session-rest-after without one. */
+    /* The first active_sessions connected sessions claim; the others rest (connected, no lanes):
+     * --min-sessions, and all of --sessions from a backlog until --session-rest-after without a
+     * full claim (relay_session_resting). */
     int active_sessions;
     int full_claims;           /* claims in a row that came back full (relay_batch_claimed) */
     ev_tstamp backlog_seen_at; /* the last full claim */
