@@ -379,7 +379,9 @@ PgConn *pg_conn_new_named(struct ev_loop *loop, const char *conninfo, const char
         snprintf(pg->tag, sizeof(pg->tag), "conn=%s ", name);
     pg->loop = loop;
     pg->conninfo = strdup(conninfo);
-    if (!pg->conninfo || !pg_plan_make(&pg->plan, pg->conninfo, session_timeout_ms)) {
+    char app[64];
+    snprintf(app, sizeof(app), "outbox-relay%s%s", name ? " " : "", name ? name : "");
+    if (!pg->conninfo || !pg_plan_make(&pg->plan, pg->conninfo, session_timeout_ms, app)) {
         pg_plan_free(&pg->plan);
         free(pg->conninfo);
         free(pg);

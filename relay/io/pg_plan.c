@@ -111,7 +111,7 @@ static const char *option_value(const PQconninfoOption *parsed, const PQconninfo
  * shares, with the relay's keepalive defaults for what the string leaves unset. Lists libpq
  * would reject (counts that do not match) are left whole for libpq to report. False only when
  * out of memory; an unparsable string is left to PQconnectStartParams to report. */
-bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms)
+bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, const char *app)
 {
     char *why = NULL;
     plan->parsed = PQconninfoParse(conninfo, &why);
@@ -131,9 +131,10 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms)
     size_t nopts = 0;
     for (const PQconninfoOption *o = plan->parsed; o && o->keyword; o++)
         nopts++;
-    /* parsed options + 5 keepalive defaults + options + host, hostaddr, port + terminator */
-    plan->keys = calloc(nopts + 10, sizeof(char *));
-    plan->values = calloc(nopts + 10, sizeof(char *));
+    /* parsed options + 5 keepalive defaults + options + fallback_application_name + host,
+     * hostaddr, port + terminator */
+    plan->keys = calloc(nopts + 11, sizeof(char *));
+    plan->values = calloc(nopts + 11, sizeof(char *));
     plan->targets = n > 0 ? calloc((size_t)n, sizeof(PgTarget)) : NULL;
     bool ok = plan->keys && plan->values && plan->targets;
     if (ok && !plan->parsed) {
@@ -174,6 +175,15 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms)
                  keepalive_vals[i]);
         plan->keys[plan->nparams] = keepalive_keys[i];
         plan->values[plan->nparams++] = plan->keepalive_values[i];
+    }
+    /* Names the connection in pg_stat_activity ("outbox-relay session-0"), so an operator can
+     * tell the relay's sessions apart from each other and from the applications; a libpq
+     * fallback, so the string's own application_name wins. */
+    if (ok && app && plan->parsed &&
+        !option_value(plan->parsed, NULL, "fallback_application_name")) {
+        snprintf(plan->app_name, sizeof(plan->app_name), "%s", app);
+        plan->keys[plan->nparams] = "fallback_application_name";
+        plan->values[plan->nparams++] = plan->app_name;
     }
     for (int i = 0; ok && i < n; i++) {
         PgTarget *tg = &plan->targets[i];

@@ -45,14 +45,17 @@ typedef struct PgPlan {
     PgTarget *targets;
     int ntargets;
     double connect_timeout_s; /* per host: the string's connect_timeout, at least 2 s */
+    char app_name[64];        /* fallback_application_name, when given */
 } PgPlan;
 
 /* Fills plan (zeroed) from conninfo, which must outlive it. The keepalives and tcp_user_timeout
  * are derived from session_timeout_ms, so that a dead server or network is noticed within it;
- * the options carry the search_path pinned by db_pin_search_path (db.h), if any.
+ * the options carry the search_path pinned by db_pin_search_path (db.h), if any; app (NULL: none,
+ * copied, cut at 63 bytes) is the fallback_application_name, which an application_name or
+ * fallback_application_name in conninfo overrides.
  * Returns false only when out of memory; an unparsable string is left for libpq to report at
  * every attempt. pg_plan_free releases the plan either way. */
-bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms)
+bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, const char *app)
     __attribute__((warn_unused_result));
 
 /* Releases what pg_plan_make allocated and zeroes plan. */

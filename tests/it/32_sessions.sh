@@ -2,7 +2,8 @@
 # Proves a relay's claim sessions (--sessions, default 2; --min-sessions, default 1):
 #  1. with --min-sessions 2, one relay's two sessions split the 64 lanes between them (each holds
 #     some, none twice, on two backends) and both deliver: each commits batches of its own (debug
-#     log, session=0 and 1);
+#     log, session=0 and 1); pg_stat_activity names the lane holders "outbox-relay session-0" and
+#     "outbox-relay session-1" (fallback_application_name, as the URL names none);
 #  2. terminating the backend of a session whose claim is open while its batch waits for Kafka
 #     (300 ms round trips, kept while the rest drains, so the abandoned batch's messages are still
 #     in the shared producer while the other session takes its lanes over): the relay logs the
@@ -66,6 +67,12 @@ insert a 0 19999
 wait_for "1: 20,000 rows sent" 60 no_unsent_rows
 check "1: session 0 committed batches" committed_by 0
 check "1: session 1 committed batches" committed_by 1
+check_eq "1: pg_stat_activity names the lane holders by session" \
+    "outbox-relay session-0,outbox-relay session-1" \
+    "$(psql_q "SELECT string_agg(DISTINCT a.application_name, ',' ORDER BY a.application_name)
+               FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid
+               WHERE l.locktype = 'advisory' AND l.classid = $LANE_NS AND l.objsubid = 2
+               AND l.granted")"
 check_delivered a
 
 # --- 2. one session's backend terminated mid-batch ---

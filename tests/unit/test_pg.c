@@ -1,5 +1,6 @@
 /* Unit tests for pg_hosts_split: pairing a connection string's host, hostaddr and port lists into
- * the hosts the relay tries one at a time (each with its own connect timeout). */
+ * the hosts the relay tries one at a time (each with its own connect timeout); and for the
+ * fallback_application_name pg_plan_make passes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -96,6 +97,40 @@ static void test_one_entry_otherwise(void **state)
     pg_hosts_free(h, n);
 }
 
+/* The value of keyword among a plan's parameters, NULL when absent; fails if it is there twice. */
+static const char *plan_value(const PgPlan *plan, const char *keyword)
+{
+    const char *found = NULL;
+    for (int i = 0; i < plan->nparams; i++) {
+        if (strcmp(plan->keys[i], keyword) == 0) {
+            assert_null(found);
+            found = plan->values[i];
+        }
+    }
+    return found;
+}
+
+/* The relay names its connections for pg_stat_activity, but a name in the string wins: a
+ * fallback_application_name given there is passed alone, and application_name outranks any
+ * fallback in libpq itself. */
+static void test_fallback_application_name(void **state)
+{
+    (void)state;
+    PgPlan plan = {0};
+    assert_true(pg_plan_make(&plan, "dbname=x", 30000, "outbox-relay session-0"));
+    assert_string_equal(plan_value(&plan, "fallback_application_name"), "outbox-relay session-0");
+    pg_plan_free(&plan);
+    assert_true(pg_plan_make(&plan, "dbname=x fallback_application_name=mine", 30000, "relay"));
+    assert_string_equal(plan_value(&plan, "fallback_application_name"), "mine");
+    pg_plan_free(&plan);
+    assert_true(pg_plan_make(&plan, "postgresql:///x?application_name=a", 30000, "relay"));
+    assert_string_equal(plan_value(&plan, "application_name"), "a");
+    pg_plan_free(&plan);
+    assert_true(pg_plan_make(&plan, "dbname=x", 30000, NULL));
+    assert_null(plan_value(&plan, "fallback_application_name"));
+    pg_plan_free(&plan);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -103,6 +138,7 @@ int main(void)
         cmocka_unit_test(test_single_or_no_port),
         cmocka_unit_test(test_hostaddr_and_empty_elements),
         cmocka_unit_test(test_one_entry_otherwise),
+        cmocka_unit_test(test_fallback_application_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
