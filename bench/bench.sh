@@ -852,7 +852,7 @@ take_medians
 
 [[ $PARTS == *" latency "* ]] || RATES=
 if [ -n "$RATES" ] && [ -n "$PG_DELAY_US" ]; then
-    proxy_port=$(_free_port) || fail "find a free port for the delay proxy"
+    proxy_port=$(free_port) || fail "find a free port for the delay proxy"
     start_bg "$T/delay-proxy.log" "$BIN/delay-proxy" --listen "$proxy_port" --to "$PGPORT" \
         --delay-us "$PG_DELAY_US"
     _poll 10 grep -q listening "$T/delay-proxy.log" || fail "delay-proxy did not start"

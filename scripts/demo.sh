@@ -73,19 +73,8 @@ wait_until() {
     done
 }
 
-# A port nothing listens on, from FREE_PORT_BASE (default 20000) to FREE_PORT_BASE+FREE_PORT_SPAN-1
-# (default 12000 ports, below the kernel's ephemeral range); the tests give each slot a range.
-free_port() {
-    local port
-    for _ in $(seq 1 50); do
-        port=$((${FREE_PORT_BASE:-20000} + RANDOM % ${FREE_PORT_SPAN:-12000}))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            echo "$port"
-            return 0
-        fi
-    done
-    return 1
-}
+# shellcheck source=scripts/free_port.sh
+source "$(dirname "$0")/free_port.sh"
 
 sql() { psql -XAtq -v ON_ERROR_STOP=1 -d "$DATABASE_URL" -c "$1"; }
 # sql_is SQL VALUE: true when the query returns VALUE (for wait_until, which re-runs it).

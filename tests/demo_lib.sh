@@ -130,7 +130,7 @@ sql_is() {
 # path like the rest.
 redis_start() {
     command -v redis-server >/dev/null || fail "redis-server is installed (tools/packages.txt)"
-    [ -n "${REDIS_PORT:-}" ] || REDIS_PORT=$(_free_port) || fail "find a free port for Redis"
+    [ -n "${REDIS_PORT:-}" ] || REDIS_PORT=$(free_port) || fail "find a free port for Redis"
     mkdir -p "$T/redis"
     redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
         --dir "$T/redis" --daemonize no --logfile "$T/redis.log" >/dev/null 2>&1 &

@@ -186,18 +186,9 @@ slot_share() {
 read -r FREE_PORT_BASE FREE_PORT_SPAN <<<"$(slot_share 20000 12000)"
 export FREE_PORT_BASE FREE_PORT_SPAN
 
-# Picks a port of this test's range that nothing listens on.
-_free_port() {
-    local port
-    for _ in $(seq 1 50); do
-        port=$((FREE_PORT_BASE + RANDOM % FREE_PORT_SPAN))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            echo "$port"
-            return 0
-        fi
-    done
-    return 1
-}
+# free_port picks a port of this test's range that nothing listens on.
+# shellcheck source=scripts/free_port.sh
+source "$ROOT/scripts/free_port.sh"
 
 # pg_start: first call creates the cluster and the `outbox` database; later calls (pg_restart)
 # start the same data dir on the same port. Exports DATABASE_URL, DATABASE_URL_PW (same URL with
@@ -222,7 +213,7 @@ EOF
     fi
     for attempt in 1 2 3 4 5; do
         if [ -z "${PGPORT:-}" ] || [ "$first" = 1 ]; then
-            PGPORT=$(_free_port) || fail "find a free port for PostgreSQL"
+            PGPORT=$(free_port) || fail "find a free port for PostgreSQL"
             echo "port = $PGPORT" >>"$data/postgresql.conf" # the last setting wins
         fi
         if _as_pg pg_ctl -D "$data" -l "$T/pg.log" -w -t 30 start >/dev/null 2>&1; then

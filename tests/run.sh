@@ -10,7 +10,7 @@
 # TEST_JOBS (1 to 4, default 2): integration tests running at once. They spend most of their
 # time waiting on faults and timeouts (a serial `make test` keeps 2 cores about a third busy),
 # so two at a time halve the run. Each runs under its own TEST_SLOT (0 to TEST_JOBS-1), which
-# gives it ports and private subnets no other slot uses (tests/lib.sh `_free_port`,
+# gives it ports and private subnets no other slot uses (tests/lib.sh `free_port`,
 # tests/netns_lib.sh). A parallel test's output is printed whole when it ends. A test whose
 # header has a line starting "# run.sh: alone" (it keeps the cores busy on purpose) runs
 # with no other test beside it.

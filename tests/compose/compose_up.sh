@@ -161,7 +161,7 @@ for target in postgres kafka redis; do
         fail "build the $target image"
 done
 # `up --build` builds what the compose file builds: one image, in the migrate service.
-PRODUCER_DEMO_PORT=$(_free_port) && KAFKA_HOST_PORT=$(_free_port) || fail "free ports"
+PRODUCER_DEMO_PORT=$(free_port) && KAFKA_HOST_PORT=$(free_port) || fail "free ports"
 export PRODUCER_DEMO_PORT KAFKA_HOST_PORT
 API=http://127.0.0.1:$PRODUCER_DEMO_PORT
 check "docker-compose build" dc build || fail "docker-compose build"

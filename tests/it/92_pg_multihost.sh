@@ -38,7 +38,7 @@ delivered_within() {
 }
 
 # --- 1. the first host refuses ---
-CLOSED=$(_free_port)
+CLOSED=$(free_port)
 URL="postgresql://postgres@127.0.0.1:$CLOSED,127.0.0.1:$PGPORT/outbox?target_session_attrs=read-write"
 insert ref 100
 t0=$(now_ms)
@@ -73,7 +73,7 @@ relay_stop
 check_eq "1, 3: relay exits 0" 0 $?
 
 # --- 2. every host down ---
-CLOSED2=$(_free_port)
+CLOSED2=$(free_port)
 relay_start --database-url "postgresql://postgres@127.0.0.1:$CLOSED,127.0.0.1:$CLOSED2/outbox" \
     "${COMMON[@]}" --sessions 1
 sleep 6 # several rounds: 0.2 s doubling, with jitter

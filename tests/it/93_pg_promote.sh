@@ -27,7 +27,7 @@ mkdir -p "$SB" && touch "$T/standby.log"
 chmod 700 "$SB"
 _as_pg pg_basebackup -D "$SB" -R -h 127.0.0.1 -p "$P1" -U postgres -X stream -c fast \
     >"$T/basebackup.log" 2>&1 || { tail -n 5 "$T/basebackup.log"; fail "pg_basebackup -R"; }
-P2=$(_free_port) || fail "a free port for the standby"
+P2=$(free_port) || fail "a free port for the standby"
 echo "port = $P2" >>"$SB/postgresql.conf"
 on_exit "_as_pg pg_ctl -D '$SB' -m immediate -w -t 20 stop"
 _as_pg pg_ctl -D "$SB" -l "$T/standby.log" -w -t 30 start >/dev/null 2>&1 ||
