@@ -1273,7 +1273,7 @@ report_method() {
   events/s = pgbench's tps (without connection time) × 1,000; all rows checked claimed after.
 - **Relay drains.** bin/outbox-relay (the non-sanitizer build) started with only
   --database-url and --brokers (default settings: up to two claim sessions, the second joining
-  at the first full batch), with \`--sessions 1\` (one claim session, the cycle before sessions), with \`$TUNED_LABEL\` (tuned) or with
+  after ten full claims in a row), with \`--sessions 1\` (one claim session, the cycle before sessions), with \`$TUNED_LABEL\` (tuned) or with
   \`--on-sent delete\` (delivered rows deleted instead of marked; its ratio to the DELETE bound
   is in its row, its end is the poll's: no \`sent_at\` to read); timed from
   process start until no unsent row remains, so start-up is included (shown separately: start
