@@ -286,8 +286,8 @@ static void render_latency(StrBuf *out)
         "Seconds from sending a claim (BEGIN, the claim statement) to its rows arriving, empty "
         "claims included; a claim sent behind the last batch's marks and COMMIT, in one round "
         "trip, counts their time too. Claims that grow slower while the backlog does not are "
-        "walking dead "
-        "row versions an old snapshot keeps from vacuum: see outbox_vacuum_horizon_held_seconds.",
+        "walking dead row versions an old snapshot keeps from vacuum: see "
+        "outbox_vacuum_horizon_held_seconds.",
         &m.claims, claim_bounds, N_OF(claim_bounds));
 }
 
