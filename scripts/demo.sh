@@ -74,7 +74,7 @@ wait_until() {
 }
 
 # shellcheck source=scripts/free_port.sh
-source "$(dirname "$0")/free_port.sh"
+source "$ROOT/scripts/free_port.sh"
 
 sql() { psql -XAtq -v ON_ERROR_STOP=1 -d "$DATABASE_URL" -c "$1"; }
 # sql_is SQL VALUE: true when the query returns VALUE (for wait_until, which re-runs it).

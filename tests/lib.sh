@@ -227,6 +227,7 @@ EOF
     done
     _T_PG_STARTED=1
     export PGHOST=127.0.0.1 PGPORT PGUSER=postgres PGDATABASE=outbox
+    unset PGAPPNAME # it would name every connection, the relay's sessions too (test 32)
     _poll 30 pg_isready -q -h 127.0.0.1 -p "$PGPORT" || fail "PostgreSQL ready within 30s"
     if [ "$first" = 1 ]; then
         PG_PASSWORD=s3cret-Pw-42

@@ -68,13 +68,14 @@ void pg_set_session_timeout(long ms);
  * failures are logged once per change, and target_session_attrs applies per host (use
  * read-write, or primary, to follow a failover). After the last host, the next round starts
  * after a backoff (0.2 s doubling to 5 s, with jitter). PostgreSQL shows the connection as
- * application_name "outbox-relay" unless conninfo names one. Returns NULL when out of memory. */
+ * application_name "outbox-relay" unless conninfo or PGAPPNAME names one. Returns NULL when out of
+ * memory. */
 PgConn *pg_conn_new(struct ev_loop *loop, const char *conninfo, PgStateFn on_state,
                     PgNotifyFn on_notify, void *arg);
 
 /* Like pg_conn_new, for a second connection of the same process: its log lines carry
- * conn=NAME so they are not mistaken for the relay's own connection, and PostgreSQL shows it as
- * application_name "outbox-relay NAME" (pg_stat_activity) unless conninfo names one. */
+ * conn=NAME so they are not mistaken for the relay's own connection, and PostgreSQL shows it
+ * as application_name "outbox-relay NAME" unless conninfo or PGAPPNAME names one. */
 PgConn *pg_conn_new_named(struct ev_loop *loop, const char *conninfo, const char *name,
                           PgStateFn on_state, PgNotifyFn on_notify, void *arg);
 
