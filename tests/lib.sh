@@ -343,6 +343,8 @@ check_delivered() {
 # First keys of the relay's advisory locks (relay/outbox/schema.h): member slots and lanes.
 MEMBER_NS=1331849729
 LANE_NS=1331849730
+# LANE_LOCK: the condition on pg_locks (as l) of a granted lane lock; its objid is the lane.
+LANE_LOCK="l.locktype = 'advisory' AND l.classid = $LANE_NS AND l.objsubid = 2 AND l.granted"
 # The wakeup lock (migrations/0007_wakeup_lock.sql): a sleeping relay session holds it exclusively.
 WAKEUP_KEY=1331849732
 # guard_pid: the backend holding the wakeup lock (a sleeping relay's guard), if any.

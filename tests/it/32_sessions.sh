@@ -39,8 +39,7 @@ OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --kafka reconnect.back
 # the relay's out).
 LOCKS_DB=()
 lane_holders() {
-    psql_q "SELECT pid, count(*) FROM pg_locks WHERE locktype = 'advisory'
-            AND classid = $LANE_NS AND objsubid = 2 AND granted GROUP BY pid ORDER BY pid" \
+    psql_q "SELECT l.pid, count(*) FROM pg_locks l WHERE $LANE_LOCK GROUP BY 1 ORDER BY 1" \
         "${LOCKS_DB[@]}" | tr '|' ' '
 }
 # held_by N: N backends hold lanes, some each, the 64 lanes once in all.
@@ -49,8 +48,8 @@ held_by() {
     rows=$(lane_holders)
     [ "$(grep -c . <<<"$rows")" = "$1" ] &&
         [ "$(awk '{ s += $2 } END { print s + 0 }' <<<"$rows")" = 64 ] &&
-        [ "$(psql_q "SELECT count(DISTINCT objid) FROM pg_locks WHERE locktype = 'advisory'
-                     AND classid = $LANE_NS AND objsubid = 2 AND granted" "${LOCKS_DB[@]}")" = 64 ]
+        [ "$(psql_q "SELECT count(DISTINCT l.objid) FROM pg_locks l WHERE $LANE_LOCK" \
+            "${LOCKS_DB[@]}")" = 64 ]
 }
 insert() { # insert TYPE FROM TO: rows over 200 aggregates, seq grows with id per aggregate
     psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
@@ -70,9 +69,7 @@ check "1: session 1 committed batches" committed_by 1
 check_eq "1: pg_stat_activity names the lane holders by session" \
     "outbox-relay session-0,outbox-relay session-1" \
     "$(psql_q "SELECT string_agg(DISTINCT a.application_name, ',' ORDER BY a.application_name)
-               FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid
-               WHERE l.locktype = 'advisory' AND l.classid = $LANE_NS AND l.objsubid = 2
-               AND l.granted")"
+               FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid WHERE $LANE_LOCK")"
 check_delivered a
 
 # --- 2. one session's backend terminated mid-batch ---
@@ -82,8 +79,7 @@ insert b 0 19999
 # (idle in transaction: the claim is in, the marks are not, so its batch waits for Kafka).
 claim_open() {
     VICTIM=$(psql_q "SELECT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid
-                     WHERE l.locktype = 'advisory' AND l.classid = $LANE_NS AND l.objsubid = 2
-                     AND l.granted AND a.state = 'idle in transaction' LIMIT 1")
+                     WHERE $LANE_LOCK AND a.state = 'idle in transaction' LIMIT 1")
     [ -n "$VICTIM" ]
 }
 wait_for "2: a session has its claim open, waiting for Kafka" 15 claim_open
