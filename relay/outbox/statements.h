@@ -13,6 +13,15 @@
 /* The channel producers notify (migrations/0004, 0007) and sessions LISTEN on. */
 #define WAKEUP_CHANNEL "outbox_relay"
 #define SQL_LISTEN "LISTEN " WAKEUP_CHANNEL
+/* Sent first on every connection of a running relay (its sessions and upkeep): its commits do
+ * not wait for the WAL flush, nor for a synchronous standby. What a relay writes (marks, failures,
+ * retention's deletes, the wakeup flag) may be lost in a server crash or a failover to a standby
+ * that had not received it; the rows are then claimed and sent again, which at-least-once delivery
+ * allows (consumers drop duplicates by event id). Waiting cost a flush, or a round trip to a
+ * synchronous standby, in every batch's cycle (README, "Synchronous standbys and slow disks").
+ * Producers' commits are not affected; the relay's admin commands (migrate, requeue, purge-dead)
+ * keep the server's setting. */
+#define SQL_NO_FLUSH_WAIT "SET synchronous_commit = off"
 #define SQL_BEGIN "BEGIN"
 #define SQL_COMMIT "COMMIT"
 #define SQL_ROLLBACK "ROLLBACK"

@@ -21,17 +21,8 @@ relay_migrate 2>"$T/migrate.log" || fail "migrate"
 P1=$PGPORT
 
 # --- 1. the standby ---
-SB=$T/standby
-mkdir -p "$SB" && touch "$T/standby.log"
-[ "$(id -u)" = 0 ] && chown postgres: "$SB" "$T/standby.log"
-chmod 700 "$SB"
-_as_pg pg_basebackup -D "$SB" -R -h 127.0.0.1 -p "$P1" -U postgres -X stream -c fast \
-    >"$T/basebackup.log" 2>&1 || { tail -n 5 "$T/basebackup.log"; fail "pg_basebackup -R"; }
-P2=$(free_port) || fail "a free port for the standby"
-echo "port = $P2" >>"$SB/postgresql.conf"
-on_exit "_as_pg pg_ctl -D '$SB' -m immediate -w -t 20 stop"
-_as_pg pg_ctl -D "$SB" -l "$T/standby.log" -w -t 30 start >/dev/null 2>&1 ||
-    { tail -n 20 "$T/standby.log"; fail "start the standby"; }
+standby_start
+P2=$SB_PORT
 check_eq "1: the standby is in recovery" t "$(psql_q "SELECT pg_is_in_recovery()" -p "$P2")"
 
 URL="postgresql://postgres@127.0.0.1:$P1,127.0.0.1:$P2/outbox?target_session_attrs=read-write"

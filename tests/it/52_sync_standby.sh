@@ -1,0 +1,95 @@
+#!/bin/bash
+# Proves the relay's own commits wait neither for the WAL flush nor for a synchronous standby
+# (relay/outbox/statements.h, SQL_NO_FLUSH_WAIT). The primary's synchronous_standby_names names its
+# streaming standby, which then freezes (SIGSTOP, as a host that stops answering without closing
+# anything): a producer committing on the server's setting waits (seen waiting on SyncRep). Then:
+#  1. rows producers commit with synchronous_commit = local are delivered, first copies in order
+#     per aggregate, and marked sent: the sessions' commits (claims, marks) do not wait;
+#  2. --retention deletes them once sent: the upkeep connection's commits do not wait either;
+#  3. rows committed later are delivered too: the relay goes on claiming (and, as the producer
+#     waiting mid-commit may still add rows, does not fall asleep but polls: wakeup.h);
+#  4. once the standby answers again, the producer that waited commits, and its row is delivered;
+#     the relay logged no error and exits 0.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../lib.sh"
+# shellcheck source=tests/netns_lib.sh
+source "$(dirname "$0")/../netns_lib.sh"
+t_setup
+fault_init
+pg_start
+broker_start 1
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+
+# insert_local TYPE FROM TO: rows over 10 aggregates, seq growing with id, committed without
+# waiting for the standby; their event ids are appended to $T/TYPE.ids.
+insert_local() {
+    PGOPTIONS='-c synchronous_commit=local' psql_q "
+        INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT '$1', '$1-' || (g % 10), 'changed', jsonb_build_object('seq', g)
+        FROM generate_series($2, $3) AS g ORDER BY g RETURNING event_id" >>"$T/$1.ids"
+}
+# delivered TYPE: every event id of $T/TYPE.ids is in Kafka, first copies in order per aggregate.
+delivered() {
+    local file=$T/$1.json
+    consume --topic "outbox.event.$1" --idle-ms 2000 --timeout-ms 30000 >"$file"
+    check "$2: every row delivered" diff <(jq -r .headers.id "$file" | sort -u) <(sort "$T/$1.ids")
+    check "$2: first copies in order per aggregate" first_copies_in_order "$file"
+}
+sync_standby() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")" = 1 ]
+}
+producer_waits_for_standby() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity
+                 WHERE wait_event = 'SyncRep' AND query LIKE 'INSERT INTO outbox%'")" = 1 ]
+}
+no_rows_of() {
+    [ "$(rows_of "$1")" = 0 ]
+}
+
+standby_start
+check_eq "the standby is in recovery" t "$(psql_q "SELECT pg_is_in_recovery()" -p "$SB_PORT")"
+# lib.sh's server does not wait for flushes (synchronous_commit = off): this one does, as
+# PostgreSQL does by default, and for the standby too.
+printf '%s\n' "synchronous_commit = on" "synchronous_standby_names = '*'" >>"$T/pg/postgresql.conf"
+psql_q "SELECT pg_reload_conf()" >/dev/null
+wait_for "the standby is synchronous" 30 sync_standby
+
+# Freeze every process of the standby.
+SB_PIDS=$(head -n 1 "$SB/postmaster.pid")
+SB_PIDS="$SB_PIDS $(pgrep -P "$SB_PIDS" | tr '\n' ' ')"
+for pid in $SB_PIDS; do
+    stop_pid "$pid"
+done
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        VALUES ('waited', 'waited-1', 'changed', '{\"seq\": 1}') RETURNING event_id" \
+    >"$T/waited.ids" 2>"$T/waited.err" &
+WAITED_PID=$!
+_t_track "$WAITED_PID"
+wait_for "a producer on the server's synchronous_commit waits for the frozen standby" 30 \
+    producer_waits_for_standby
+
+# --- 1. and 2. ---
+insert_local a 1 200
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --retention 2s
+wait_for "1: the rows are marked sent (or deleted once sent)" 60 none_unsent_of a
+delivered a 1
+wait_for "2: retention deletes the sent rows" 60 no_rows_of a
+
+# --- 3. ---
+insert_local b 1 20
+wait_for "3: later rows are marked sent (or deleted once sent)" 30 none_unsent_of b
+delivered b 3
+check "1-3: the standby was still frozen" producer_waits_for_standby
+
+# --- 4. ---
+for pid in $SB_PIDS; do
+    cont_pid "$pid"
+done
+wait_for "4: the waiting producer commits once the standby answers" 60 _t_dead "$WAITED_PID"
+wait "$WAITED_PID"
+check_eq "4: its INSERT succeeded" 0 "$?"
+wait_for "4: its row is marked sent (or deleted once sent)" 30 none_unsent_of waited
+delivered waited 4
+check "4: the relay logged no error" lacks "$RELAY_LOG" 'level=error'
+relay_stop
+check_eq "4: the relay exits 0 on SIGTERM" 0 "$?"
