@@ -35,6 +35,11 @@
 #                                  N µs each way (a round trip 2N µs longer): PostgreSQL on
 #                                  another host, which loopback cannot show (pgbench and the
 #                                  consumer stay direct); empty: direct
+#   BENCH_SYNC_STANDBY_DELAY_US=N  the latency runs' PostgreSQL waits at each commit for a
+#                                  synchronous streaming standby (synchronous_commit on, the
+#                                  server's default) that streams through bin/delay-proxy, N µs
+#                                  each way: a standby on another host, as high availability
+#                                  set-ups run; empty: no standby, and commits wait for nothing
 #   BENCH_SHARED_BUFFERS=1GB  BENCH_PG_CONF="..." (extra postgresql.conf lines)
 #   BENCH_POLL_MS=50               drain completion polling
 #   BENCH_REPEAT=1                 rounds of drains; above 1, each rate is the median of its
@@ -108,6 +113,9 @@ PG_DELAY_US=${BENCH_PG_DELAY_US:-}
 [[ -z $PG_DELAY_US || $PG_DELAY_US =~ ^[0-9]+$ ]] ||
     { echo "bench: BENCH_PG_DELAY_US must be a number of microseconds" >&2; exit 2; }
 RELAY_DB_URL= # the latency runs' relays' database URL (through the delay proxy when one is set)
+SYNC_STANDBY_DELAY_US=${BENCH_SYNC_STANDBY_DELAY_US:-}
+[[ -z $SYNC_STANDBY_DELAY_US || $SYNC_STANDBY_DELAY_US =~ ^[0-9]+$ ]] ||
+    { echo "bench: BENCH_SYNC_STANDBY_DELAY_US must be a number of microseconds" >&2; exit 2; }
 BROKERS_N=${BENCH_BROKERS:-3}
 PARTITIONS=${BENCH_PARTITIONS:-6}
 SHARED_BUFFERS=${BENCH_SHARED_BUFFERS:-1GB}
@@ -858,6 +866,20 @@ if [ -n "$RATES" ] && [ -n "$PG_DELAY_US" ]; then
     _poll 10 grep -q listening "$T/delay-proxy.log" || fail "delay-proxy did not start"
     RELAY_DB_URL=postgresql://postgres@127.0.0.1:$proxy_port/outbox
 fi
+sync_standby() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")" = 1 ]
+}
+if [ -n "$RATES" ] && [ -n "$SYNC_STANDBY_DELAY_US" ]; then
+    say "a synchronous standby, $SYNC_STANDBY_DELAY_US µs each way"
+    standby_proxy_port=$(free_port) || fail "find a free port for the standby's delay proxy"
+    start_bg "$T/standby-proxy.log" "$BIN/delay-proxy" --listen "$standby_proxy_port" \
+        --to "$PGPORT" --delay-us "$SYNC_STANDBY_DELAY_US"
+    _poll 10 grep -q listening "$T/standby-proxy.log" || fail "the standby's delay-proxy did not start"
+    standby_start "$standby_proxy_port"
+    printf '%s\n' "synchronous_commit = on" "synchronous_standby_names = '*'" >>"$T/pg/postgresql.conf"
+    psql_q "SELECT pg_reload_conf()" >/dev/null
+    _poll 60 sync_standby || fail "the standby did not become synchronous"
+fi
 for ((round = 1; round <= LAT_ROUNDS; round++)); do
     [ "$LAT_ROUNDS" -gt 1 ] && [ -n "$RATES" ] && say "latency round $round of $LAT_ROUNDS"
     for rate in $RATES; do
@@ -989,7 +1011,7 @@ report_header() {
     echo "| CPU model | ${CPU_MODEL:-unknown} |"
     echo "| memory | $MEM |"
     echo "| kernel | $(uname -r) |"
-    echo "| PostgreSQL | $PGVER (fsync, synchronous_commit, full_page_writes off; shared_buffers $SHARED_BUFFERS) |"
+    echo "| PostgreSQL | $PGVER (fsync, synchronous_commit, full_page_writes off; shared_buffers $SHARED_BUFFERS)${SYNC_STANDBY_DELAY_US:+; latency runs: synchronous_commit on, a synchronous standby $SYNC_STANDBY_DELAY_US µs away} |"
     echo "| relay, librdkafka, libpq | $RDKVER |"
     echo "| load average before / after | $LOAD_BEFORE / $LOAD_AFTER |"
     echo
@@ -1081,6 +1103,13 @@ report_latency() {
         echo "**PostgreSQL at a distance:** every relay of these runs reached PostgreSQL through"
         echo "bin/delay-proxy, $PG_DELAY_US µs each way ($(calc "$PG_DELAY_US * 2 / 1000" %.2f) ms more per round trip), as from"
         echo "another host; pgbench and the consumer connected directly."
+        echo
+    fi
+    if [ -n "$SYNC_STANDBY_DELAY_US" ]; then
+        echo "**A synchronous standby:** PostgreSQL ran with \`synchronous_commit = on\` (its default) and"
+        echo "\`synchronous_standby_names = '*'\`, its one streaming standby reaching it through"
+        echo "bin/delay-proxy, $SYNC_STANDBY_DELAY_US µs each way: a commit that writes waits for the standby's"
+        echo "acknowledgement, at least $(calc "$SYNC_STANDBY_DELAY_US * 2 / 1000" %.2f) ms, unless its session turned synchronous_commit off."
         echo
     fi
     echo "pgbench lag is how late pgbench itself started its transactions (avg / max ms): a machine"

@@ -32,6 +32,7 @@ _T_FAIL=0
 _T_PIDS=()
 _T_RELAY_N=0
 _T_PG_STARTED=0
+_T_STANDBY_STARTED=0
 
 # ---- reporting -------------------------------------------------------------------------------
 
@@ -144,6 +145,8 @@ _t_exit() {
         _t_reap "$pid" 5
     done
     [ "$_T_PG_STARTED" = 1 ] && _as_pg pg_ctl -D "$T/pg" -m immediate -w -t 20 stop >/dev/null 2>&1
+    [ "$_T_STANDBY_STARTED" = 1 ] &&
+        _as_pg pg_ctl -D "$T/standby" -m immediate -w -t 20 stop >/dev/null 2>&1
     if [ "$_T_FAIL" -gt 0 ] && [ -n "$T" ]; then
         for f in "$T"/relay.*.log; do
             [ -f "$f" ] || continue
@@ -247,6 +250,25 @@ pg_stop() {
 pg_restart() {
     pg_stop
     pg_start
+}
+
+# standby_start [STREAM_PORT]: a streaming standby of the test's PostgreSQL (pg_basebackup -R) in
+# $T/standby, stopped when the test exits; sets SB (its data directory) and SB_PORT. It streams
+# from STREAM_PORT on 127.0.0.1 (a proxy in front of the primary, say) when given, else PGPORT.
+standby_start() {
+    SB=$T/standby
+    mkdir -p "$SB" && touch "$T/standby.log"
+    [ "$(id -u)" = 0 ] && chown postgres: "$SB" "$T/standby.log"
+    chmod 700 "$SB"
+    _as_pg pg_basebackup -D "$SB" -R -h 127.0.0.1 -p "$PGPORT" -U postgres -X stream -c fast \
+        >"$T/basebackup.log" 2>&1 || { tail -n 5 "$T/basebackup.log"; fail "pg_basebackup -R"; }
+    SB_PORT=$(free_port) || fail "a free port for the standby"
+    echo "port = $SB_PORT" >>"$SB/postgresql.conf"
+    [ -z "${1:-}" ] || # the last setting wins, and -R wrote its own here
+        echo "primary_conninfo = 'host=127.0.0.1 port=$1 user=postgres'" >>"$SB/postgresql.auto.conf"
+    _T_STANDBY_STARTED=1
+    _as_pg pg_ctl -D "$SB" -l "$T/standby.log" -w -t 30 start >/dev/null 2>&1 ||
+        { tail -n 20 "$T/standby.log"; fail "start the standby"; }
 }
 
 # psql_q SQL [PSQL ARGS...]: unaligned, tuples only, stops at the first error.

@@ -10,7 +10,6 @@
 #                       advertise (127.0.0.1:PORT): socat inside NS to a socat on NS_HOST_ADDR
 #   netns_block / netns_unblock   nft inside NS drops / stops dropping every packet on its veth
 #                       (loopback inside NS keeps working, as on a host whose cable is cut)
-# A streaming standby of the test's PostgreSQL: standby_start.
 # Every exit path kills what the test started (continuing stopped processes first), stops the
 # extra PostgreSQL servers, deletes the namespace (which deletes the veth pair) and removes the
 # nft table with it, before lib.sh's own cleanup runs.
@@ -55,22 +54,6 @@ stop_pid() {
 
 cont_pid() {
     kill -CONT "$1"
-}
-
-# standby_start: a streaming standby of the test's PostgreSQL (pg_basebackup -R) in $T/standby,
-# started and stopped on every exit path; SB (its data directory) and SB_PORT.
-standby_start() {
-    SB=$T/standby
-    mkdir -p "$SB" && touch "$T/standby.log"
-    [ "$(id -u)" = 0 ] && chown postgres: "$SB" "$T/standby.log"
-    chmod 700 "$SB"
-    _as_pg pg_basebackup -D "$SB" -R -h 127.0.0.1 -p "$PGPORT" -U postgres -X stream -c fast \
-        >"$T/basebackup.log" 2>&1 || { tail -n 5 "$T/basebackup.log"; fail "pg_basebackup -R"; }
-    SB_PORT=$(free_port) || fail "a free port for the standby"
-    echo "port = $SB_PORT" >>"$SB/postgresql.conf"
-    on_exit "_as_pg pg_ctl -D '$SB' -m immediate -w -t 20 stop"
-    _as_pg pg_ctl -D "$SB" -l "$T/standby.log" -w -t 30 start >/dev/null 2>&1 ||
-        { tail -n 20 "$T/standby.log"; fail "start the standby"; }
 }
 
 # skip_test REASON: the whole test is skipped (one TAP skip line), exit 0.
