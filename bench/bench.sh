@@ -39,7 +39,8 @@
 #                                  synchronous streaming standby (synchronous_commit on, the
 #                                  server's default) that streams through bin/delay-proxy, N µs
 #                                  each way: a standby on another host, as high availability
-#                                  set-ups run; empty: no standby, and commits wait for nothing
+#                                  set-ups run (it runs on this machine); the later parts go
+#                                  without it; empty: no standby, and commits wait for nothing
 #   BENCH_SHARED_BUFFERS=1GB  BENCH_PG_CONF="..." (extra postgresql.conf lines)
 #   BENCH_POLL_MS=50               drain completion polling
 #   BENCH_REPEAT=1                 rounds of drains; above 1, each rate is the median of its
@@ -114,6 +115,7 @@ PG_DELAY_US=${BENCH_PG_DELAY_US:-}
     { echo "bench: BENCH_PG_DELAY_US must be a number of microseconds" >&2; exit 2; }
 RELAY_DB_URL= # the latency runs' relays' database URL (through the delay proxy when one is set)
 SYNC_STANDBY_DELAY_US=${BENCH_SYNC_STANDBY_DELAY_US:-}
+SYNC_STANDBY_RAN= # set once the latency runs ran with the standby
 [[ -z $SYNC_STANDBY_DELAY_US || $SYNC_STANDBY_DELAY_US =~ ^[0-9]+$ ]] ||
     { echo "bench: BENCH_SYNC_STANDBY_DELAY_US must be a number of microseconds" >&2; exit 2; }
 BROKERS_N=${BENCH_BROKERS:-3}
@@ -889,6 +891,13 @@ for ((round = 1; round <= LAT_ROUNDS; round++)); do
     done
 done
 latency_medians
+if [ "$_T_STANDBY_STARTED" = 1 ]; then # the parts after the latency runs go without it
+    printf '%s\n' "synchronous_commit = off" "synchronous_standby_names = ''" >>"$T/pg/postgresql.conf"
+    psql_q "SELECT pg_reload_conf()" >/dev/null
+    _as_pg pg_ctl -D "$SB" -m fast -w -t 30 stop >/dev/null 2>&1 || fail "stop the standby"
+    _T_STANDBY_STARTED=0
+    SYNC_STANDBY_RAN=1
+fi
 
 # Old snapshot: the latency run at SNAP_RATE for SNAP_S seconds, once as it is and once while
 # another session holds a REPEATABLE READ snapshot the whole time (a forgotten BEGIN, a long
@@ -1011,7 +1020,7 @@ report_header() {
     echo "| CPU model | ${CPU_MODEL:-unknown} |"
     echo "| memory | $MEM |"
     echo "| kernel | $(uname -r) |"
-    echo "| PostgreSQL | $PGVER (fsync, synchronous_commit, full_page_writes off; shared_buffers $SHARED_BUFFERS)${SYNC_STANDBY_DELAY_US:+; latency runs: synchronous_commit on, a synchronous standby $SYNC_STANDBY_DELAY_US µs away} |"
+    echo "| PostgreSQL | $PGVER (fsync, synchronous_commit, full_page_writes off; shared_buffers $SHARED_BUFFERS)${SYNC_STANDBY_RAN:+; latency runs: synchronous_commit on, a synchronous standby $SYNC_STANDBY_DELAY_US µs away} |"
     echo "| relay, librdkafka, libpq | $RDKVER |"
     echo "| load average before / after | $LOAD_BEFORE / $LOAD_AFTER |"
     echo
@@ -1105,10 +1114,10 @@ report_latency() {
         echo "another host; pgbench and the consumer connected directly."
         echo
     fi
-    if [ -n "$SYNC_STANDBY_DELAY_US" ]; then
+    if [ -n "$SYNC_STANDBY_RAN" ]; then
         echo "**A synchronous standby:** PostgreSQL ran with \`synchronous_commit = on\` (its default) and"
         echo "\`synchronous_standby_names = '*'\`, its one streaming standby reaching it through"
-        echo "bin/delay-proxy, $SYNC_STANDBY_DELAY_US µs each way: a commit that writes waits for the standby's"
+        echo "bin/delay-proxy, $SYNC_STANDBY_DELAY_US µs each way (the standby itself ran on this machine): a commit that writes waits for the standby's"
         echo "acknowledgement, at least $(calc "$SYNC_STANDBY_DELAY_US * 2 / 1000" %.2f) ms, unless its session turned synchronous_commit off."
         echo
     fi

@@ -106,8 +106,9 @@ static void on_row_recorded(PgConn *pg, PGresult **results, int n, const char *e
             return;
         }
         s->salvage_unrecorded++; /* claimed and published again after the retry backoff */
-    } else if (br->state == ROW_FAILED && !br->dead_letter && n > 0) {
-        log_dead_lettered(s, results[0]);
+    } else if (br->state == ROW_FAILED && !br->dead_letter && s->failed_stmt >= 0 &&
+               s->failed_stmt < n) {
+        log_dead_lettered(s, results[s->failed_stmt]);
     }
     s->salvage_row++;
     record_next_row(s);
@@ -267,8 +268,14 @@ static void send_mark_statements(Session *s, bool commit, const ClaimRequest *ne
     PgQuery queries[PG_MAX_QUERIES];
     int nq = 0;
     s->failed_stmt = -1;
+    bool records_failures = !strbuf_array_empty(&marks->failed_ids) ||
+                            !strbuf_array_empty(&marks->dl_sent) ||
+                            !strbuf_array_empty(&marks->dl_failed_ids);
     if (commit) /* the claim's lock_timeout is not for the marks (see SQL_CLAIM_PLAN) */
-        queries[nq++] = (PgQuery){SQL_MARK_PLAN, 0, NULL, true};
+        queries[nq++] =
+            (PgQuery){records_failures ? SQL_MARK_PLAN_FAILURES : SQL_MARK_PLAN, 0, NULL, true};
+    else if (records_failures)
+        queries[nq++] = (PgQuery){SQL_FAILURES_DURABLE, 0, NULL, true};
     if (!strbuf_array_empty(&marks->sent))
         queries[nq++] =
             (PgQuery){s->sql[s->cfg->on_sent == ON_SENT_DELETE ? SQL_DELETE_SENT : SQL_MARK_SENT],

@@ -268,23 +268,18 @@ static void learn_floor_allowed(Session *s, PGresult *check)
     }
 }
 
-/* The setup request's statements (on_pg_state): SQL_NO_FLUSH_WAIT, LISTEN, the floor's check. */
-enum { SETUP_NO_FLUSH_WAIT, SETUP_LISTEN, SETUP_FLOOR_CHECK, SETUP_QUERIES };
-
 static void on_listening(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Session *s = arg;
     if (!results)
         return;
-    learn_floor_allowed(s, n == SETUP_QUERIES ? results[SETUP_FLOOR_CHECK] : NULL);
-    if (error && n == SETUP_QUERIES && PQresultStatus(results[SETUP_LISTEN]) == PGRES_COMMAND_OK)
+    learn_floor_allowed(s, n == 2 ? results[1] : NULL);
+    if (error && n == 2 && PQresultStatus(results[0]) == PGRES_COMMAND_OK)
         error = NULL; /* only the floor's check failed: said above */
     if (error) {
-        /* Both settings fail only with the connection, in practice: the session goes on, its
-         * commits then waiting for the flush, and wakes by the poll timer alone. */
         char q[512];
-        log_warn("session setup (synchronous_commit, LISTEN) failed; relying on the poll timer",
-                 "error=%s", log_quote(error, q, sizeof(q)));
+        log_warn("LISTEN failed; relying on the poll timer", "error=%s",
+                 log_quote(error, q, sizeof(q)));
     }
     session_set_phase(s, PHASE_IDLE);
     if (s->stopping) {
@@ -312,13 +307,10 @@ static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
         }
     }
     if (up) {
-        PgQuery q[SETUP_QUERIES] = {
-            [SETUP_NO_FLUSH_WAIT] = {SQL_NO_FLUSH_WAIT, 0, NULL, false},
-            [SETUP_LISTEN] = {SQL_LISTEN, 0, NULL, false},
-            [SETUP_FLOOR_CHECK] = {s->sql[SQL_FLOOR_CHECK], 0, NULL, false}};
+        PgQuery q[2] = {{SQL_LISTEN, 0, NULL, false}, {s->sql[SQL_FLOOR_CHECK], 0, NULL, false}};
         floor_reset(&s->floor); /* a new connection: start from the table's start */
         session_set_phase(s, PHASE_SETUP);
-        if (!pg_conn_send(pg, q, SETUP_QUERIES, on_listening, s))
+        if (!pg_conn_send(pg, q, 2, on_listening, s))
             session_set_phase(s, PHASE_DOWN);
         return;
     }

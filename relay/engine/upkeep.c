@@ -208,10 +208,8 @@ static void on_state(PgConn *pg, bool up, const char *reason, void *arg)
         note_result(u, "setup", err);
         return; /* the gauges and retention stay off; the relay itself goes on */
     }
-    PgQuery q[3] = {{SQL_SETUP, 0, NULL, false},
-                    {SQL_APPNAME, 0, NULL, false},
-                    {SQL_NO_FLUSH_WAIT, 0, NULL, false}};
-    if (!pg_conn_send(pg, q, 3, on_setup, u))
+    PgQuery q[2] = {{SQL_SETUP, 0, NULL, false}, {SQL_APPNAME, 0, NULL, false}};
+    if (!pg_conn_send(pg, q, 2, on_setup, u))
         pg_conn_reset(pg, "upkeep connection busy at setup");
 }
 

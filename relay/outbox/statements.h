@@ -13,15 +13,6 @@
 /* The channel producers notify (migrations/0004, 0007) and sessions LISTEN on. */
 #define WAKEUP_CHANNEL "outbox_relay"
 #define SQL_LISTEN "LISTEN " WAKEUP_CHANNEL
-/* Sent first on every connection of a running relay (its sessions and upkeep): its commits do
- * not wait for the WAL flush, nor for a synchronous standby. What a relay writes (marks, failures,
- * retention's deletes, the wakeup flag) may be lost in a server crash or a failover to a standby
- * that had not received it; the rows are then claimed and sent again, which at-least-once delivery
- * allows (consumers drop duplicates by event id). Waiting cost a flush, or a round trip to a
- * synchronous standby, in every batch's cycle (README, "Synchronous standbys and slow disks").
- * Producers' commits are not affected; the relay's admin commands (migrate, requeue, purge-dead)
- * keep the server's setting. */
-#define SQL_NO_FLUSH_WAIT "SET synchronous_commit = off"
 #define SQL_BEGIN "BEGIN"
 #define SQL_COMMIT "COMMIT"
 #define SQL_ROLLBACK "ROLLBACK"
@@ -45,6 +36,17 @@
  * scan read every version each mark (measured: 50 ms and more a mark in the old-snapshot bench). */
 #define SQL_MARK_PLAN                                                                              \
     "SELECT set_config('lock_timeout', '0', true), set_config('enable_seqscan', 'off', true)"
+/* In a transaction that records failures (attempts, dead-lettering, dead-letter publications):
+ * it commits as the server's synchronous_commit (or the role's, or the URL's) says, not as the
+ * relay's session does (relay/io/pg.c: its commits do not wait for the flush). A lost sent mark
+ * only sends a row again; a lost failure would let an event past --max-attempts, or bring back
+ * one already published to the dead-letter topic. Failures are rare: the wait costs nothing in
+ * a steady flow. */
+#define SQL_FAILURES_DURABLE_SETTING                                                               \
+    "set_config('synchronous_commit',"                                                             \
+    " (SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit'), true)"
+#define SQL_MARK_PLAN_FAILURES SQL_MARK_PLAN ", " SQL_FAILURES_DURABLE_SETTING
+#define SQL_FAILURES_DURABLE "SELECT " SQL_FAILURES_DURABLE_SETTING
 
 /* Going to sleep and waking up (migrations/0007_wakeup_lock.sql): outbox_relay_sleep() answers
  * 'guard' (this session now holds the wakeup lock: producers notify), 'follow' (another session

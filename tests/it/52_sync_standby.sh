@@ -1,6 +1,6 @@
 #!/bin/bash
 # Proves the relay's own commits wait neither for the WAL flush nor for a synchronous standby
-# (relay/outbox/statements.h, SQL_NO_FLUSH_WAIT). The primary's synchronous_standby_names names its
+# (relay/io/pg.c, setup_sql). The primary's synchronous_standby_names names its
 # streaming standby, which then freezes (SIGSTOP, as a host that stops answering without closing
 # anything): a producer committing on the server's setting waits (seen waiting on SyncRep). Then:
 #  1. rows producers commit with synchronous_commit = local are delivered, first copies in order
@@ -8,8 +8,12 @@
 #  2. --retention deletes them once sent: the upkeep connection's commits do not wait either;
 #  3. rows committed later are delivered too: the relay goes on claiming (and, as the producer
 #     waiting mid-commit may still add rows, does not fall asleep but polls: wakeup.h);
-#  4. once the standby answers again, the producer that waited commits, and its row is delivered;
-#     the relay logged no error and exits 0.
+#  4. a batch that records a failure (a row whose aggregate type names no legal topic) commits as
+#     the server says: its commit waits for the standby, the failure not yet recorded;
+#  5. once the standby answers again, that failure is recorded, and the producer that waited
+#     commits and its row is delivered;
+#  6. with the standby frozen again, a relay whose URL sets synchronous_commit (options) keeps it:
+#     its commits wait, its rows stay unmarked until the standby answers.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
 # shellcheck source=tests/netns_lib.sh
@@ -54,17 +58,33 @@ printf '%s\n' "synchronous_commit = on" "synchronous_standby_names = '*'" >>"$T/
 psql_q "SELECT pg_reload_conf()" >/dev/null
 wait_for "the standby is synchronous" 30 sync_standby
 
+freeze_standby() {
+    for pid in $SB_PIDS; do
+        stop_pid "$pid"
+    done
+}
+continue_standby() {
+    for pid in $SB_PIDS; do
+        cont_pid "$pid"
+    done
+}
+# relay_waits_for_standby: a session of the relay waits for the standby at a commit.
+relay_waits_for_standby() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'
+                 AND application_name LIKE 'outbox-relay session-%'")" -gt 0 ]
+}
+attempts_of() {
+    psql_q "SELECT attempts FROM outbox WHERE aggregate_type = '$1'"
+}
+
 # Freeze every process of the standby.
 SB_PIDS=$(head -n 1 "$SB/postmaster.pid")
 SB_PIDS="$SB_PIDS $(pgrep -P "$SB_PIDS" | tr '\n' ' ')"
-for pid in $SB_PIDS; do
-    stop_pid "$pid"
-done
+freeze_standby
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
         VALUES ('waited', 'waited-1', 'changed', '{\"seq\": 1}') RETURNING event_id" \
     >"$T/waited.ids" 2>"$T/waited.err" &
 WAITED_PID=$!
-_t_track "$WAITED_PID"
 wait_for "a producer on the server's synchronous_commit waits for the frozen standby" 30 \
     producer_waits_for_standby
 
@@ -80,16 +100,34 @@ insert_local b 1 20
 wait_for "3: later rows are marked sent (or deleted once sent)" 30 none_unsent_of b
 delivered b 3
 check "1-3: the standby was still frozen" producer_waits_for_standby
+check "1-3: the relay logged no error" lacks "$RELAY_LOG" 'level=error'
 
-# --- 4. ---
-for pid in $SB_PIDS; do
-    cont_pid "$pid"
-done
-wait_for "4: the waiting producer commits once the standby answers" 60 _t_dead "$WAITED_PID"
+# --- 4. --- An aggregate type no topic may be named after: the relay fails the row.
+insert_local 'bad type' 1 1
+wait_for "4: the commit that records a failure waits for the standby" 30 relay_waits_for_standby
+check_eq "4: meanwhile the failure is not recorded" 0 "$(attempts_of 'bad type')"
+
+# --- 5. ---
+continue_standby
+wait_for "5: the waiting producer commits once the standby answers" 60 _t_dead "$WAITED_PID"
 wait "$WAITED_PID"
-check_eq "4: its INSERT succeeded" 0 "$?"
-wait_for "4: its row is marked sent (or deleted once sent)" 30 none_unsent_of waited
-delivered waited 4
-check "4: the relay logged no error" lacks "$RELAY_LOG" 'level=error'
+check_eq "5: its INSERT succeeded" 0 "$?"
+wait_for "5: its row is marked sent (or deleted once sent)" 30 none_unsent_of waited
+delivered waited 5
+check "5: the failure is recorded" test "$(attempts_of 'bad type')" -ge 1
+PGOPTIONS='-c synchronous_commit=local' psql_q "DELETE FROM outbox WHERE aggregate_type = 'bad type'"
 relay_stop
-check_eq "4: the relay exits 0 on SIGTERM" 0 "$?"
+check_eq "5: the relay exits 0 on SIGTERM" 0 "$?"
+
+# --- 6. ---
+freeze_standby
+relay_start --database-url "$DATABASE_URL?options=-c%20synchronous_commit%3Don" --brokers "$BROKERS"
+insert_local c 1 20
+wait_for "6: a relay whose URL sets synchronous_commit waits for the standby at its commits" 30 \
+    relay_waits_for_standby
+check_eq "6: meanwhile its rows are not marked sent" 20 "$(unsent_of c)"
+continue_standby
+wait_for "6: they are once the standby answers" 30 none_unsent_of c
+delivered c 6
+relay_stop
+check_eq "6: the relay exits 0 on SIGTERM" 0 "$?"
