@@ -92,4 +92,5 @@ check "/metrics counts the published events" test "$(published)" -ge "$ROWS"
 
 relay_stop
 check_eq "SIGTERM (systemctl stop): exits 0" 0 $?
-check "STOPPING=1 on SIGTERM" got 'STOPPING=1'
+# socat writes what it received after the relay exited, maybe: wait for it, as for READY=1.
+wait_for "STOPPING=1 on SIGTERM" 10 got 'STOPPING=1'
