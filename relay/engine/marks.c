@@ -245,8 +245,8 @@ static void log_batch_failures(Session *s, const BatchRow *first_failed)
 }
 
 /* Sends the statements that record what s->marks holds (filled by batch_marks_range), then
- * COMMIT when commit is set; without it, each statement is a transaction of its own. next, when
- * not NULL, is a claim sent after the COMMIT in the same pipeline. */
+ * COMMIT when commit is set; without it, the request is one implicit transaction (one Sync). next,
+ * when not NULL, is a claim sent after the COMMIT in the same pipeline. */
 static void send_mark_statements(Session *s, bool commit, const ClaimRequest *next, PgResultFn cb)
 {
     BatchMarks *marks = &s->marks;
@@ -273,9 +273,10 @@ static void send_mark_statements(Session *s, bool commit, const ClaimRequest *ne
                             !strbuf_array_empty(&marks->dl_failed_ids);
     if (commit) /* the claim's lock_timeout is not for the marks (see SQL_CLAIM_PLAN) */
         queries[nq++] =
-            (PgQuery){records_failures ? SQL_MARK_PLAN_FAILURES : SQL_MARK_PLAN, 0, NULL, true};
+            (PgQuery){records_failures ? SQL_MARK_PLAN_FAILURES : SQL_MARK_PLAN, 0, NULL,
+                      !records_failures}; /* rare: not worth a prepared statement's slot */
     else if (records_failures)
-        queries[nq++] = (PgQuery){SQL_FAILURES_DURABLE, 0, NULL, true};
+        queries[nq++] = (PgQuery){SQL_FAILURES_DURABLE, 0, NULL, false};
     if (!strbuf_array_empty(&marks->sent))
         queries[nq++] =
             (PgQuery){s->sql[s->cfg->on_sent == ON_SENT_DELETE ? SQL_DELETE_SENT : SQL_MARK_SENT],

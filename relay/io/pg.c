@@ -120,7 +120,8 @@ void pg_lose(PgConn *pg, const char *why)
  * lost in a server crash or a failover to a standby that had not received it, and those rows are
  * sent again, which at-least-once delivery allows. Waiting cost a flush, or a round trip to a
  * synchronous standby, in every batch's cycle (README, "Synchronous standbys and slow disks").
- * The marks that record failures wait all the same (marks.c). */
+ * The marks that record failures wait for the local flush (statements.h, SQL_MARK_PLAN_FAILURES).
+ */
 static void setup_sql(const PgConn *pg, char *sql, size_t len)
 {
     long t = session_timeout_ms;

@@ -37,14 +37,17 @@
 #define SQL_MARK_PLAN                                                                              \
     "SELECT set_config('lock_timeout', '0', true), set_config('enable_seqscan', 'off', true)"
 /* In a transaction that records failures (attempts, dead-lettering, dead-letter publications):
- * it commits as the server's synchronous_commit (or the role's, or the URL's) says, not as the
- * relay's session does (relay/io/pg.c: its commits do not wait for the flush). A lost sent mark
- * only sends a row again; a lost failure would let an event past --max-attempts, or bring back
- * one already published to the dead-letter topic. Failures are rare: the wait costs nothing in
- * a steady flow. */
+ * where the relay's session does not wait for the flush (relay/io/pg.c), this commit waits for
+ * PostgreSQL's own flush (synchronous_commit local), still not for a standby. A lost sent mark
+ * only sends a row again; a failure lost in a crash could let an event past --max-attempts, or
+ * bring back one already published to the dead-letter topic. Not waiting for a standby keeps a
+ * standby's outage from holding the session: a backend waiting for one does not notice its
+ * client leave, and would keep the lanes' locks until the standby answers. A setting the URL,
+ * role or database gave the relay is kept. Failures are rare: the flush costs nothing in a
+ * steady flow. */
 #define SQL_FAILURES_DURABLE_SETTING                                                               \
-    "set_config('synchronous_commit',"                                                             \
-    " (SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit'), true)"
+    "set_config('synchronous_commit', CASE current_setting('synchronous_commit')"                  \
+    " WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true)"
 #define SQL_MARK_PLAN_FAILURES SQL_MARK_PLAN ", " SQL_FAILURES_DURABLE_SETTING
 #define SQL_FAILURES_DURABLE "SELECT " SQL_FAILURES_DURABLE_SETTING
 
