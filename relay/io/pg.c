@@ -112,26 +112,14 @@ void pg_lose(PgConn *pg, const char *why)
  * The relay's heartbeat (every T/3 of silence) keeps a healthy session from looking idle for T.
  * client_connection_check_interval lets a backend stuck in a long statement notice that the
  * relay gave the connection up (its deadline) instead of running on with the lanes' locks.
- * Older servers get what they know.
- *
- * And the relay's commits wait neither for the WAL flush nor for a synchronous standby
- * (synchronous_commit off), unless the relay's role, its database or the URL (options, PGOPTIONS)
- * set synchronous_commit for it: what the relay writes (marks, retention's deletes) may then be
- * lost in a server crash or a failover to a standby that had not received it, and those rows are
- * sent again, which at-least-once delivery allows. Waiting cost a flush, or a round trip to a
- * synchronous standby, in every batch's cycle (README, "Synchronous standbys and slow disks").
- * The marks that record failures wait for the local flush (statements.h, SQL_MARK_PLAN_FAILURES).
- */
+ * Older servers get what they know. */
 static void setup_sql(const PgConn *pg, char *sql, size_t len)
 {
     long t = session_timeout_ms;
     long idle_s = t / 3000 > 0 ? t / 3000 : 1, interval_s = t / 9000 > 0 ? t / 9000 : 1;
     int v = PQserverVersion(pg->conn);
     int n = snprintf(sql, len,
-                     "SELECT set_config('synchronous_commit', CASE WHEN s.source IN ('default',"
-                     " 'configuration file', 'command line', 'environment variable') THEN 'off'"
-                     " ELSE s.setting END, false),"
-                     " set_config('idle_in_transaction_session_timeout', '%ld', false),"
+                     "SELECT set_config('idle_in_transaction_session_timeout', '%ld', false),"
                      " set_config('tcp_keepalives_idle', '%ld', false),"
                      " set_config('tcp_keepalives_interval', '%ld', false),"
                      " set_config('tcp_keepalives_count', '3', false)",
@@ -144,8 +132,33 @@ static void setup_sql(const PgConn *pg, char *sql, size_t len)
                  ", set_config('idle_session_timeout', '%ld', false),"
                  " set_config('client_connection_check_interval', '%ld', false)",
                  t, t / 3 > 1000 ? t / 3 : 1000);
-    n = (int)strlen(sql);
-    snprintf(sql + n, len - (size_t)n, " FROM pg_settings s WHERE s.name = 'synchronous_commit'");
+}
+
+/* Sent after the session timeouts, as a request of its own (either may fail without undoing the
+ * other): the relay's commits wait neither for the WAL flush nor for a synchronous standby, unless
+ * the relay's role, its database or the URL (options, PGOPTIONS) set synchronous_commit for it.
+ * What the relay writes (sent marks, retention's deletes) may then be lost in a server crash or a
+ * failover to a standby that had not received it, and those rows are sent again, which
+ * at-least-once delivery allows. Waiting cost a flush, or a round trip to a synchronous standby,
+ * in every batch's cycle (README, "Synchronous standbys and slow disks"). The marks that record
+ * failures wait for the local flush (statements.h, SQL_MARK_PLAN_FAILURES). */
+static const char SQL_NO_FLUSH_WAIT[] =
+    "SELECT set_config('synchronous_commit', CASE WHEN source IN ('default', 'configuration file',"
+    " 'command line', 'environment variable') THEN 'off' ELSE setting END, false)"
+    " FROM pg_settings WHERE name = 'synchronous_commit'";
+
+static void on_no_flush_wait(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    if (!results)
+        return; /* lost: pg_lose() has taken over */
+    if (error) {
+        /* The relay still works, only each batch waits at its commit. */
+        char q[512];
+        log_warn("cannot turn synchronous_commit off; the relay's commits wait for the WAL flush",
+                 "%serror=%s", pg->tag, log_quote(error, q, sizeof(q)));
+    }
+    pg->state = PG_UP;
+    pg->on_state(pg, true, NULL, pg->arg);
 }
 
 static void on_setup(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
@@ -155,12 +168,11 @@ static void on_setup(PgConn *pg, PGresult **results, int n, const char *error, v
     if (error) {
         /* The relay still works, only a silent relay keeps its lanes until TCP gives up. */
         char q[512];
-        log_warn("cannot apply the session settings; a silent relay may keep its lanes for long, "
-                 "and its commits wait for the WAL flush",
+        log_warn("cannot set the session timeouts; a silent relay may keep its lanes for long",
                  "%serror=%s", pg->tag, log_quote(error, q, sizeof(q)));
     }
-    pg->state = PG_UP;
-    pg->on_state(pg, true, NULL, pg->arg);
+    if (!pg_send_internal(pg, SQL_NO_FLUSH_WAIT, on_no_flush_wait))
+        pg_lose(pg, "cannot send the session setup");
 }
 
 static void connected(PgConn *pg)
@@ -185,7 +197,7 @@ static void connected(PgConn *pg)
     pg->ever_up = true;
     pg->down_logged = false;
     watch(pg, PQsocket(pg->conn), EV_READ, true);
-    char sql[1024]; /* setup_sql's longest is under 700 bytes */
+    char sql[512];
     setup_sql(pg, sql, sizeof(sql));
     if (!pg_send_internal(pg, sql, on_setup))
         pg_lose(pg, "cannot send the session setup");
