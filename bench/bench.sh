@@ -868,9 +868,6 @@ if [ -n "$RATES" ] && [ -n "$PG_DELAY_US" ]; then
     _poll 10 grep -q listening "$T/delay-proxy.log" || fail "delay-proxy did not start"
     RELAY_DB_URL=postgresql://postgres@127.0.0.1:$proxy_port/outbox
 fi
-sync_standby() {
-    [ "$(psql_q "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")" = 1 ]
-}
 if [ -n "$RATES" ] && [ -n "$SYNC_STANDBY_DELAY_US" ]; then
     say "a synchronous standby, $SYNC_STANDBY_DELAY_US µs each way"
     standby_proxy_port=$(free_port) || fail "find a free port for the standby's delay proxy"
@@ -878,8 +875,7 @@ if [ -n "$RATES" ] && [ -n "$SYNC_STANDBY_DELAY_US" ]; then
         --to "$PGPORT" --delay-us "$SYNC_STANDBY_DELAY_US"
     _poll 10 grep -q listening "$T/standby-proxy.log" || fail "the standby's delay-proxy did not start"
     standby_start "$standby_proxy_port"
-    printf '%s\n' "synchronous_commit = on" "synchronous_standby_names = '*'" >>"$T/pg/postgresql.conf"
-    psql_q "SELECT pg_reload_conf()" >/dev/null
+    standby_make_synchronous
     _poll 60 sync_standby || fail "the standby did not become synchronous"
 fi
 for ((round = 1; round <= LAT_ROUNDS; round++)); do

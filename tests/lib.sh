@@ -271,6 +271,18 @@ standby_start() {
         { tail -n 20 "$T/standby.log"; fail "start the standby"; }
 }
 
+# standby_make_synchronous: the test's PostgreSQL waits at each commit for its standby
+# (synchronous_commit on, as PostgreSQL's default, where lib.sh's server has it off, and
+# synchronous_standby_names '*'); wait for sync_standby before relying on it.
+standby_make_synchronous() {
+    printf '%s\n' "synchronous_commit = on" "synchronous_standby_names = '*'" >>"$T/pg/postgresql.conf"
+    psql_q "SELECT pg_reload_conf()" >/dev/null
+}
+# sync_standby: the standby streams and acknowledges as the synchronous one.
+sync_standby() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")" = 1 ]
+}
+
 # psql_q SQL [PSQL ARGS...]: unaligned, tuples only, stops at the first error.
 psql_q() {
     local sql=$1

@@ -38,9 +38,6 @@ delivered() {
     check "$2: every row delivered" diff <(jq -r .headers.id "$file" | sort -u) <(sort "$T/$1.ids")
     check "$2: first copies in order per aggregate" first_copies_in_order "$file"
 }
-sync_standby() {
-    [ "$(psql_q "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")" = 1 ]
-}
 producer_waits_for_standby() {
     [ "$(psql_q "SELECT count(*) FROM pg_stat_activity
                  WHERE wait_event = 'SyncRep' AND query LIKE 'INSERT INTO outbox%'")" = 1 ]
@@ -51,10 +48,7 @@ no_rows_of() {
 
 standby_start
 check_eq "the standby is in recovery" t "$(psql_q "SELECT pg_is_in_recovery()" -p "$SB_PORT")"
-# lib.sh's server does not wait for flushes (synchronous_commit = off): this one does, as
-# PostgreSQL does by default, and for the standby too.
-printf '%s\n' "synchronous_commit = on" "synchronous_standby_names = '*'" >>"$T/pg/postgresql.conf"
-psql_q "SELECT pg_reload_conf()" >/dev/null
+standby_make_synchronous
 wait_for "the standby is synchronous" 30 sync_standby
 
 # freeze_standby: SIGSTOP to the standby's postmaster, then to its children (read now: a
