@@ -31,6 +31,8 @@
 #                                  (default settings but --poll-interval 5) draining during the run
 #   BENCH_CONSUMER_KAFKA="fetch.wait.max.ms=1"  consumer properties of the latency runs
 #   BENCH_BROKERS=3 BENCH_PARTITIONS=6          mock cluster and topic
+#   BENCH_LATENCY_PARTITIONS=1     the topic's partitions in the latency runs (and the
+#                                  old-snapshot runs, which are latency runs): see Method
 #   BENCH_PG_DELAY_US=N            the latency runs' relays reach PostgreSQL through bin/delay-proxy,
 #                                  N µs each way (a round trip 2N µs longer): PostgreSQL on
 #                                  another host, which loopback cannot show (pgbench and the
@@ -120,6 +122,14 @@ SYNC_STANDBY_RAN= # set once the latency runs ran with the standby
     { echo "bench: BENCH_SYNC_STANDBY_DELAY_US must be a number of microseconds" >&2; exit 2; }
 BROKERS_N=${BENCH_BROKERS:-3}
 PARTITIONS=${BENCH_PARTITIONS:-6}
+# One partition in the runs a consumer reads: librdkafka 2.0.2's mock broker finds a fetch's
+# offset by walking the partition's whole list of message sets (rdkafka_mock.c, "FIXME: Maintain
+# an index"; it keeps up to 5 MB of them per partition), so every fetch costs more as the log
+# fills. Measured at 5,000 events/s (500 tx × 10), 30 s: with 6 partitions the broker's one
+# thread climbed from 0.05 to 0.6 of a CPU within 10 s, 71 % of its samples in that walk (perf),
+# taken from the same two CPUs as PostgreSQL and the relay; with one partition it stayed at 0.13
+# (the batches go into one message set, not six small ones). No Kafka broker has that cost.
+LATENCY_PARTITIONS=${BENCH_LATENCY_PARTITIONS:-1}
 SHARED_BUFFERS=${BENCH_SHARED_BUFFERS:-1GB}
 POLL_MS=${BENCH_POLL_MS:-50}
 REPEAT=${BENCH_REPEAT:-1}
@@ -352,8 +362,9 @@ pq() {
     IFS= read -r -t 30 REPLY <&"${POLLQ[0]}"
 }
 
-# fresh_broker: a new mock cluster for every measurement (empty logs, the topic pre-created
-# with BENCH_PARTITIONS partitions), so no run sees another run's messages.
+# fresh_broker [PARTITIONS]: a new mock cluster for every measurement (empty logs, the topic
+# pre-created with PARTITIONS partitions, default BENCH_PARTITIONS), so no run sees another run's
+# messages.
 fresh_broker() {
     if [ -n "${BROKER_PID:-}" ]; then
         stop_bg "$BROKER_PID" 10
@@ -361,7 +372,7 @@ fresh_broker() {
     fi
     # broker_start waits for its output file to fill; the previous broker's must not count.
     rm -f "$T/broker.out"
-    broker_start "$BROKERS_N" --topic "$TOPIC" --partitions "$PARTITIONS" --tcp-nodelay
+    broker_start "$BROKERS_N" --topic "$TOPIC" --partitions "${1:-$PARTITIONS}" --tcp-nodelay
 }
 
 # reset_outbox N: the outbox as it was before every drain: truncated, the first N seed rows
@@ -621,7 +632,7 @@ latency() {
     shift 2
     say "latency $key: $rate events/s ($tx_rate tx/s of $per), ${WARM_S} s warm-up + ${LAT_S} s measured"
     empty_outbox
-    fresh_broker
+    fresh_broker "$LATENCY_PARTITIONS"
     local bin=$RELAY_BIN
     [[ $key == baseline.* ]] && bin=$BASELINE_BIN
     start_bg "$T/latency.$key.relay.log" "$bin" run --database-url "${RELAY_DB_URL:-$DATABASE_URL}" \
@@ -631,8 +642,10 @@ latency() {
     for p in $CONSUMER_KAFKA; do
         props+=(--kafka "$p")
     done
-    cons=$T/latency.$key.json
-    "$BIN/consume" --brokers "$BROKERS" --topic "$TOPIC" "${props[@]}" --idle-ms 5000 \
+    # --tsv: the consumer's JSON lines cost it 0.3 of a CPU at 10,000 events/s, taken from the
+    # CPUs it shares with what it measures; tab-separated fields cost a fraction of that.
+    cons=$T/latency.$key.tsv
+    "$BIN/consume" --brokers "$BROKERS" --topic "$TOPIC" "${props[@]}" --idle-ms 5000 --tsv id \
         --timeout-ms $(((WARM_S + LAT_S + 90) * 1000)) >"$cons" 2>"$T/latency.$key.consume.err" &
     cons_pid=$!
     _t_track "$cons_pid"
@@ -662,12 +675,15 @@ latency() {
     L_INSERTED[$key]=$(psql_q "SELECT count(*) FROM outbox WHERE (payload->>'committed_us')::bigint >= $t_meas")
     # First copies only (by id header; later copies counted as duplicates): total latency, and
     # its split at the message's Kafka timestamp (the relay's produce call, ms precision).
-    jq -r --argjson t "$t_meas" '(.value | fromjson | .committed_us) as $c
-        | select($c >= $t) | [.headers.id, $c, .timestamp_ms, .received_us] | @tsv' "$cons" |
-        awk -F '\t' -v dups="$T/latency.$key.dups" '
-            $1 in seen { d++; next }
-            { seen[$1] = 1; print $4 - $2, $3 * 1000 - $2, $4 - $3 * 1000 }
-            END { print d + 0 > dups }' >"$T/latency.$key.us"
+    # The consumer's lines: received_us, timestamp_ms, the id header, the value (the payload's
+    # JSON text, committed_us among its keys).
+    awk -F '\t' -v t="$t_meas" -v dups="$T/latency.$key.dups" '
+        !match($4, /"committed_us": *[0-9]+/) { next }
+        { c = substr($4, RSTART, RLENGTH); sub(/.*: */, "", c); c += 0 }
+        c < t { next }
+        $3 in seen { d++; next }
+        { seen[$3] = 1; print $1 - c, $2 * 1000 - c, $1 - $2 * 1000 }
+        END { print d + 0 > dups }' "$cons" >"$T/latency.$key.us"
     L_DUPS[$key]=$(cat "$T/latency.$key.dups")
     L_N[$key]=$(grep -c '' "$T/latency.$key.us")
     read -r "L_P50[$key]" "L_P99[$key]" "L_MAX[$key]" < <(percentiles 1 "$T/latency.$key.us")
@@ -1291,8 +1307,8 @@ report_method() {
   \`synchronous_commit\` and \`full_page_writes\` off, plus shared_buffers $SHARED_BUFFERS,
   max_wal_size 8GB, checkpoint_timeout 30min${BENCH_PG_CONF:+, \`$BENCH_PG_CONF\`}; autovacuum on), migrated with
   \`outbox-relay migrate\`. A fresh mock Kafka cluster (bin/mock-broker: librdkafka's mock
-  cluster, $BROKERS_N brokers, topic \`$TOPIC\` with $PARTITIONS partitions, acks from memory) for
-  every measurement, run with --tcp-nodelay as real brokers are (without it, delayed ACKs add
+  cluster, $BROKERS_N brokers, topic \`$TOPIC\` with $PARTITIONS partitions, $LATENCY_PARTITIONS in the runs a
+  consumer reads (below), acks from memory) for every measurement, run with --tcp-nodelay as real brokers are (without it, delayed ACKs add
   about 40 ms to every produce round with several requests in flight). Everything shares this
   machine's $(nproc) CPUs: PostgreSQL, the broker, the relay, pgbench and the consumer.
 - **Rows.** bench/seed.sql generates $(commas "$seed_rows") deterministic rows once: 1,000 aggregates
@@ -1328,7 +1344,13 @@ report_method() {
   (it marks with now(), its transaction's start; a poll is 0.5 % of its run).
 - **Latency.** Empty outbox, fresh broker, relay started and ready, then bin/consume (a real
   librdkafka consumer, \`$CONSUMER_KAFKA\`: the mock broker answers an empty fetch only after
-  fetch.wait.max.ms, it does not wake on new data) reading the topic from the start. pgbench
+  fetch.wait.max.ms, it does not wake on new data) reading the topic from the start. The topic has
+  $LATENCY_PARTITIONS partition(s) here (\`BENCH_LATENCY_PARTITIONS\`): the mock broker finds each fetch's offset
+  by walking the partition's whole list of message sets (librdkafka 2.0.2's rdkafka_mock.c, up to
+  5 MB of them per partition), a cost that grows as the log fills and that no Kafka broker has.
+  At 5,000 events/s with 6 partitions its one thread climbed from 0.05 to 0.6 of a CPU within
+  10 s (71 % of its perf samples in that walk), taken from the CPUs the relay and PostgreSQL
+  share; with one partition it stays near 0.13. pgbench
   \`-M prepared -c $LAT_CLIENTS -R RATE\` runs bench/insert_event.sql (one event per transaction; rows
   "RATE (TX tx × N)": bench/insert_events.sql, N events per transaction at RATE/N tx/s, the rates
   this machine cannot insert one transaction per event) for ${WARM_S} s of warm-up, then ${LAT_S} s measured. Latency = consumer receive time (CLOCK_REALTIME,

@@ -10,6 +10,8 @@
 #     dlq with the relay's dlq.error (not a forged one) and without its 10,000 headers, and
 #     every other row (including later rows of its own aggregate type) is delivered;
 #  3. a row whose headers hold 70 kB in one value fails the same way (the byte limit).
+# And bin/consume --tsv (bench.sh's latency runs read it): one line of four fields a message,
+# the header asked for with its tab and newline printed as spaces.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
 t_setup
@@ -27,7 +29,8 @@ FORGED=$(psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, p
                  VALUES ('hh', 'forger', 'changed', '{\"seq\": 0}',
                          '{\"ID\": \"forged\", \"Id\": \"forged\", \"Event_Type\": \"forged\",
                            \"AGGREGATE_TYPE\": \"forged\", \"dlq.error\": \"forged\",
-                           \"DLQ.Attempts\": \"forged\", \"tenant\": \"t-1\"}')
+                           \"DLQ.Attempts\": \"forged\", \"tenant\": \"t-1\",
+                           \"note\": \"a\\tb\\nc\"}')
                  RETURNING id")
 MANY=$(psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers)
                SELECT 'hh', 'many', 'changed', '{\"seq\": 0}',
@@ -63,6 +66,14 @@ check_eq "1: aggregate_type is the row's" hh "$(jq -r '.headers.aggregate_type' 
 check "1: no header carries a forged value" \
     test "$(jq '[.header_list[][1] | select(. == "forged")] | length' "$T/forged.json")" = 0
 check_eq "1: the harmless header arrives" t-1 "$(jq -r '.headers.tenant' "$T/forged.json")"
+check_eq "1: its tab and newline arrive" "a	b
+c" "$(jq -r '.headers.note' "$T/forged.json")"
+consume --topic outbox.event.hh --to-end --timeout-ms 20000 --tsv note >"$T/hh.tsv"
+check_eq "consume --tsv: one line a message" "$(wc -l <"$T/hh.json")" "$(wc -l <"$T/hh.tsv")"
+check_eq "consume --tsv: four fields on every line" 4 \
+    "$(awk -F '\t' '{ print NF }' "$T/hh.tsv" | sort -u | tr '\n' ' ' | sed 's/ $//')"
+check_eq "consume --tsv: the header's tab and newline as spaces" 1 \
+    "$(awk -F '\t' '$3 == "a b c"' "$T/hh.tsv" | wc -l)"
 
 # --- 2./3. oversized headers ---
 error_of() { psql_q "SELECT last_error FROM outbox WHERE id = $1"; }
