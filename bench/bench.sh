@@ -29,10 +29,13 @@
 #   BENCH_PRODUCER_MODES="idle relay"
 #                                  idle: no relay running (the commit path alone); relay: a relay
 #                                  (default settings but --poll-interval 5) draining during the run
-#   BENCH_CONSUMER_KAFKA="fetch.wait.max.ms=1"  consumer properties of the latency runs
-#   BENCH_BROKERS=3 BENCH_PARTITIONS=6          mock cluster and topic
+#   BENCH_CONSUMER_KAFKA="fetch.wait.max.ms=1 auto.offset.reset=error"  consumer properties of
+#                                  the latency runs
+#   BENCH_BROKERS=3 BENCH_PARTITIONS=6          mock cluster and topic (runs without a consumer)
 #   BENCH_LATENCY_PARTITIONS=1     the topic's partitions in the latency runs (and the
 #                                  old-snapshot runs, which are latency runs): see Method
+#   BENCH_CONTROL_RATES="1000 5000x10"  latency rates also run on a BENCH_PARTITIONS topic
+#                                  (default settings, every round): the control for the above
 #   BENCH_PG_DELAY_US=N            the latency runs' relays reach PostgreSQL through bin/delay-proxy,
 #                                  N µs each way (a round trip 2N µs longer): PostgreSQL on
 #                                  another host, which loopback cannot show (pgbench and the
@@ -111,7 +114,9 @@ PROD_ROUNDS=${BENCH_PRODUCER_ROUNDS:-5}
     echo "bench: BENCH_PRODUCER_ROUNDS must be a positive integer" >&2
     exit 2
 }
-CONSUMER_KAFKA=${BENCH_CONSUMER_KAFKA:-fetch.wait.max.ms=1}
+# auto.offset.reset=error: a consumer that fell behind the broker's retention (5 MB a partition)
+# reports it, and the run's missing events fail it, instead of jumping silently to the end.
+CONSUMER_KAFKA=${BENCH_CONSUMER_KAFKA:-fetch.wait.max.ms=1 auto.offset.reset=error}
 PG_DELAY_US=${BENCH_PG_DELAY_US:-}
 [[ -z $PG_DELAY_US || $PG_DELAY_US =~ ^[0-9]+$ ]] ||
     { echo "bench: BENCH_PG_DELAY_US must be a number of microseconds" >&2; exit 2; }
@@ -125,11 +130,17 @@ PARTITIONS=${BENCH_PARTITIONS:-6}
 # One partition in the runs a consumer reads: librdkafka 2.0.2's mock broker finds a fetch's
 # offset by walking the partition's whole list of message sets (rdkafka_mock.c, "FIXME: Maintain
 # an index"; it keeps up to 5 MB of them per partition), so every fetch costs more as the log
-# fills. Measured at 5,000 events/s (500 tx × 10), 30 s: with 6 partitions the broker's one
-# thread climbed from 0.05 to 0.6 of a CPU within 10 s, 71 % of its samples in that walk (perf),
-# taken from the same two CPUs as PostgreSQL and the relay; with one partition it stayed at 0.13
-# (the batches go into one message set, not six small ones). No Kafka broker has that cost.
+# fills. Measured once (2026-11-24) at 5,000 events/s (500 tx × 10), 30 s: with 6 partitions the
+# broker's one thread climbed from 0.05 to 0.6 of a CPU within 10 s, 71 % of its samples in that
+# walk (perf), taken from the same two CPUs as PostgreSQL and the relay; with one partition it
+# stayed at 0.13 (each batch is one message set, not six small ones, and the one partition's
+# 5 MB fill six times sooner). No Kafka broker has that cost. It changes the relay's producing
+# too (one leader, one message set a batch, and the idempotent producer's in-flight limit on one
+# partition instead of six), so BENCH_CONTROL_RATES also run on a BENCH_PARTITIONS topic in the
+# same rounds.
 LATENCY_PARTITIONS=${BENCH_LATENCY_PARTITIONS:-1}
+CONTROL_RATES=${BENCH_CONTROL_RATES-1000 5000x10}
+[ "$LATENCY_PARTITIONS" = "$PARTITIONS" ] && CONTROL_RATES=
 SHARED_BUFFERS=${BENCH_SHARED_BUFFERS:-1GB}
 POLL_MS=${BENCH_POLL_MS:-50}
 REPEAT=${BENCH_REPEAT:-1}
@@ -632,7 +643,11 @@ latency() {
     shift 2
     say "latency $key: $rate events/s ($tx_rate tx/s of $per), ${WARM_S} s warm-up + ${LAT_S} s measured"
     empty_outbox
-    fresh_broker "$LATENCY_PARTITIONS"
+    if [[ $key == control.* ]]; then
+        fresh_broker "$PARTITIONS"
+    else
+        fresh_broker "$LATENCY_PARTITIONS"
+    fi
     local bin=$RELAY_BIN
     [[ $key == baseline.* ]] && bin=$BASELINE_BIN
     start_bg "$T/latency.$key.relay.log" "$bin" run --database-url "${RELAY_DB_URL:-$DATABASE_URL}" \
@@ -664,6 +679,9 @@ latency() {
     wait "$cons_pid" 2>/dev/null
     untrack "$cons_pid"
     L_CPU[$key]=$(cpu_seconds "$relay_pid")
+    L_BCPU[$key]=$(cpu_seconds "$BROKER_PID")
+    [ -s "$T/latency.$key.consume.err" ] &&
+        note "latency $key: the consumer reported: $(head -c 300 "$T/latency.$key.consume.err" | tr '\n' ' ')"
     stop_bg "$relay_pid" 30 "latency $key" "$T/latency.$key.relay.log" ||
         not_ok "latency $key: relay exits 0 on SIGTERM"
 
@@ -704,12 +722,12 @@ latency() {
 latency_medians() {
     local rate key round median f p50s
     for rate in $RATES; do
-        for key in default.$rate baseline.$rate tuned.$rate; do
+        for key in default.$rate baseline.$rate tuned.$rate control.$rate; do
             [ -n "${L_N[$key.1]:-}" ] || continue
             median=$(for ((round = 1; round <= LAT_ROUNDS; round++)); do
                 echo "${L_P50[$key.$round]:-0} $round"
             done | sort -n | sed -n "$(((LAT_ROUNDS + 1) / 2))p" | cut -d ' ' -f 2)
-            for f in L_TPS L_LAG L_INSERTED L_DUPS L_N L_P50 L_P99 L_MAX L_MISSING L_CPU \
+            for f in L_TPS L_LAG L_INSERTED L_DUPS L_N L_P50 L_P99 L_MAX L_MISSING L_CPU L_BCPU \
                 L_RP50 L_RP99 L_KP50 L_KP99; do
                 local -n arr=$f
                 arr[$key]=${arr[$key.$median]:-}
@@ -818,7 +836,7 @@ perf_stop() {
 # ---- the run ------------------------------------------------------------------------------
 
 declare -A R_RATE R_SECS R_HWM R_CPU R_RSS10 R_RSS50 R_RSSEND R_START R_FIRST R_NOTE R_ALL R_SPREAD R_STEADY
-declare -A L_TPS L_LAG L_INSERTED L_DUPS L_N L_P50 L_P99 L_MAX L_MISSING L_CPU P_TPS P_RATIO
+declare -A L_TPS L_LAG L_INSERTED L_DUPS L_N L_P50 L_P99 L_MAX L_MISSING L_CPU L_BCPU P_TPS P_RATIO
 declare -A P_RATIO_SPREAD P_CPU
 declare -A L_RP50 L_RP99 L_KP50 L_KP99 L_SPREAD P_BYTES P_ROWS S_B2 S_BMAX
 NOTES=()
@@ -900,6 +918,7 @@ for ((round = 1; round <= LAT_ROUNDS; round++)); do
         latency "default.$rate.$round" "$rate"
         [ -n "$BASELINE_BIN" ] && latency "baseline.$rate.$round" "$rate"
         [ ${#TUNED[@]} -gt 0 ] && latency "tuned.$rate.$round" "$rate" "${TUNED[@]}"
+        [[ " $CONTROL_RATES " == *" $rate "* ]] && latency "control.$rate.$round" "$rate"
     done
 done
 latency_medians
@@ -1136,15 +1155,19 @@ report_latency() {
     echo "pgbench lag is how late pgbench itself started its transactions (avg / max ms): a machine"
     echo "stalling under the load shows there first, and every latency of that run with it."
     echo
-    echo "| events/s | relay | inserted tx/s | events measured | p50 | p99 | max | commit→produce p50 / p99 | produce→consumer p50 / p99 | missing | duplicates | relay CPU s | pgbench lag |"
-    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "The topic has $LATENCY_PARTITIONS partition(s) (Method says why); the control rows ran on a"
+    echo "$PARTITIONS-partition topic in the same rounds. broker CPU s is the mock broker's over the run."
+    echo
+    echo "| events/s | relay | inserted tx/s | events measured | p50 | p99 | max | commit→produce p50 / p99 | produce→consumer p50 / p99 | missing | duplicates | relay CPU s | broker CPU s | pgbench lag |"
+    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for rate in $RATES; do
-        for key in default.$rate baseline.$rate tuned.$rate; do
+        for key in default.$rate baseline.$rate tuned.$rate control.$rate; do
             [ -n "${L_N[$key]:-}" ] || continue
             d="default settings"
             [[ $key == tuned.* ]] && d="tuned: \`$TUNED_LABEL\`"
             [[ $key == baseline.* ]] && d="baseline binary ($BASELINE_LABEL), default settings"
-            echo "| $(rate_label "$rate") | $d | $(calc "${L_TPS[$key]:-0}" %.0f) | $(commas "${L_N[$key]}") | **${L_P50[$key]}**$([ "$LAT_ROUNDS" -gt 1 ] && echo " (${L_SPREAD[$key]})") | **${L_P99[$key]}** | ${L_MAX[$key]} | ${L_RP50[$key]} / ${L_RP99[$key]} | ${L_KP50[$key]} / ${L_KP99[$key]} | ${L_MISSING[$key]} | ${L_DUPS[$key]} | ${L_CPU[$key]:--} | $(lag_cell "${L_LAG[$key]:-}") |"
+            [[ $key == control.* ]] && d="control: default settings, $PARTITIONS-partition topic"
+            echo "| $(rate_label "$rate") | $d | $(calc "${L_TPS[$key]:-0}" %.0f) | $(commas "${L_N[$key]}") | **${L_P50[$key]}**$([ "$LAT_ROUNDS" -gt 1 ] && echo " (${L_SPREAD[$key]})") | **${L_P99[$key]}** | ${L_MAX[$key]} | ${L_RP50[$key]} / ${L_RP99[$key]} | ${L_KP50[$key]} / ${L_KP99[$key]} | ${L_MISSING[$key]} | ${L_DUPS[$key]} | ${L_CPU[$key]:--} | ${L_BCPU[$key]:--} | $(lag_cell "${L_LAG[$key]:-}") |"
         done
     done
     echo
@@ -1348,9 +1371,16 @@ report_method() {
   $LATENCY_PARTITIONS partition(s) here (\`BENCH_LATENCY_PARTITIONS\`): the mock broker finds each fetch's offset
   by walking the partition's whole list of message sets (librdkafka 2.0.2's rdkafka_mock.c, up to
   5 MB of them per partition), a cost that grows as the log fills and that no Kafka broker has.
-  At 5,000 events/s with 6 partitions its one thread climbed from 0.05 to 0.6 of a CPU within
-  10 s (71 % of its perf samples in that walk), taken from the CPUs the relay and PostgreSQL
-  share; with one partition it stays near 0.13. pgbench
+  Measured once (2026-11-24, 5,000 events/s, 6 partitions): its one thread climbed from 0.05 to
+  0.6 of a CPU within 10 s (71 % of its perf samples in that walk), taken from the CPUs the relay
+  and PostgreSQL share; with one partition it stayed near 0.13. One partition changes the relay's
+  producing too (one leader, one message set a batch, and the idempotent producer's in-flight
+  limit on one partition instead of six), so the control rows run default settings on a $PARTITIONS-partition topic in the same rounds, and
+  each row gives the broker's CPU. The consumer prints tab-separated lines (\`--tsv id\`), not
+  JSON: building JSON cost it 0.3 of a CPU at 10,000 messages/s, and since it takes a message's
+  receive time after formatting the messages before it in the same fetch, that cost also added
+  to the measured latency of batched arrivals (about 30 µs a message with JSON, 15 with tabs).
+  pgbench
   \`-M prepared -c $LAT_CLIENTS -R RATE\` runs bench/insert_event.sql (one event per transaction; rows
   "RATE (TX tx × N)": bench/insert_events.sql, N events per transaction at RATE/N tx/s, the rates
   this machine cannot insert one transaction per event) for ${WARM_S} s of warm-up, then ${LAT_S} s measured. Latency = consumer receive time (CLOCK_REALTIME,
@@ -1360,7 +1390,8 @@ report_method() {
   later copies of an event id are counted as duplicates and left out. p50/p99 are nearest-rank.
   The split uses the message's Kafka timestamp (CreateTime: set by librdkafka when the relay
   produces, millisecond precision): commit→produce is the relay's wakeup, claim and hand-over;
-  produce→consumer is linger, the broker round trip and the consumer's fetch.
+  produce→consumer is linger, waiting for the idempotent producer's in-flight limit, the broker
+  round trip and the consumer's fetch (the mock returns one message set per partition a fetch).
 - **Cost to producers.** pgbench \`-M prepared -c 1\` and \`-c 4\` \`-T ${PROD_S}\` with the same insert
   script into an emptied outbox, without the \`outbox_wakeup\` trigger (dropped) and with it
   (recreated from its own pg_get_triggerdef), $PROD_ROUNDS paired rounds with the order

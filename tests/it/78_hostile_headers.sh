@@ -66,14 +66,18 @@ check_eq "1: aggregate_type is the row's" hh "$(jq -r '.headers.aggregate_type' 
 check "1: no header carries a forged value" \
     test "$(jq '[.header_list[][1] | select(. == "forged")] | length' "$T/forged.json")" = 0
 check_eq "1: the harmless header arrives" t-1 "$(jq -r '.headers.tenant' "$T/forged.json")"
-check_eq "1: its tab and newline arrive" "a	b
-c" "$(jq -r '.headers.note' "$T/forged.json")"
+check_eq "1: its tab and newline arrive" $'a\tb\nc' "$(jq -r '.headers.note' "$T/forged.json")"
 consume --topic outbox.event.hh --to-end --timeout-ms 20000 --tsv note >"$T/hh.tsv"
 check_eq "consume --tsv: one line a message" "$(wc -l <"$T/hh.json")" "$(wc -l <"$T/hh.tsv")"
 check_eq "consume --tsv: four fields on every line" 4 \
     "$(awk -F '\t' '{ print NF }' "$T/hh.tsv" | sort -u | tr '\n' ' ' | sed 's/ $//')"
-check_eq "consume --tsv: the header's tab and newline as spaces" 1 \
-    "$(awk -F '\t' '$3 == "a b c"' "$T/hh.tsv" | wc -l)"
+check_eq "consume --tsv: received_us, timestamp_ms, the header (tab, newline as spaces), the value" \
+    '16 13 a b c {"seq": 0}' \
+    "$(awk -F '\t' '$3 == "a b c" && $1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ {
+           print length($1), length($2), $3, $4 }' "$T/hh.tsv")"
+consume --topic outbox.event.hh --to-end --timeout-ms 20000 --tsv id >"$T/hh-id.tsv"
+check_eq "consume --tsv id: the forged row's line carries its event id" 1 \
+    "$(awk -F '\t' -v e="$FORGED_EID" '$3 == e && $4 == "{\"seq\": 0}"' "$T/hh-id.tsv" | wc -l)"
 
 # --- 2./3. oversized headers ---
 error_of() { psql_q "SELECT last_error FROM outbox WHERE id = $1"; }

@@ -1,5 +1,6 @@
 /*
- * consume: reads topics back from Kafka for tests, one JSON object per message on stdout.
+ * consume: reads topics back from Kafka for tests, one JSON object per message on stdout (one
+ * tab-separated line with --tsv).
  *
  *   consume --brokers B --topic T [--topic T2]... [--count N] [--timeout-ms MS] [--idle-ms MS]
  *           [--to-end] [--tsv HEADER] [--kafka KEY=VALUE]...
@@ -8,7 +9,8 @@
  * committed), so it can be run any number of times and always sees the whole log.
  * --kafka sets a librdkafka consumer property after the defaults below (the benchmark sets
  * fetch.wait.max.ms=1 for low latency).
- * Output: {"topic","partition","offset","key","value","headers":{name:value},"header_list":[[n,v]],
+ * Output (without --tsv):
+ * {"topic","partition","offset","key","value","headers":{name:value},"header_list":[[n,v]],
  * "timestamp_ms","received_us"}: the message's Kafka timestamp (the producer's CreateTime, ms;
  * -1 if none) and the CLOCK_REALTIME microsecond at which the consumer handed the message over
  * (for latency measurements on one machine).
