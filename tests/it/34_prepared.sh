@@ -60,8 +60,7 @@ check "1: claims after the change run prepared afresh" \
 check "2: the table renamed away" psql_q "ALTER TABLE outbox RENAME TO outbox_away"
 from=$(log_lines)
 check "2: the relay's session backends were terminated" test "$(psql_q "
-    SELECT count(pg_terminate_backend(pid)) FROM pg_locks
-    WHERE locktype = 'advisory' AND classid = $LANE_NS AND objsubid = 2 AND granted")" -ge 1
+    SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l WHERE $LANE_LOCK")" -ge 1
 prepare_failed() {
     log_since "$from" | grep -A1 'ERROR:  relation "outbox" does not exist' |
         grep -qE 'STATEMENT:  SELECT w.seq, w.event_id'

@@ -109,9 +109,8 @@ else
 fi
 
 lanes_held_once() {
-    [ "$(psql_q "SELECT count(*) || '/' || count(DISTINCT objid) FROM pg_locks
-                 WHERE locktype = 'advisory' AND classid = $LANE_NS AND objsubid = 2
-                   AND granted")" = 64/64 ]
+    [ "$(psql_q "SELECT count(*) || '/' || count(DISTINCT l.objid) FROM pg_locks l
+                 WHERE $LANE_LOCK")" = 64/64 ]
 }
 wait_for "all 64 lanes held, each once" 15 lanes_held_once
 for i in 0 1 2; do

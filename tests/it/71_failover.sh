@@ -28,8 +28,7 @@ lanes_of() {
         paste -sd, -)
     [ -n "$ports" ] || return 0
     psql_q "SELECT l.objid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-            WHERE l.locktype = 'advisory' AND l.classid = $LANE_NS AND l.objsubid = 2
-              AND l.granted AND a.client_port IN ($ports) ORDER BY 1"
+            WHERE $LANE_LOCK AND a.client_port IN ($ports) ORDER BY 1"
 }
 
 lane_count() {

@@ -36,8 +36,7 @@ lane_locks() {
     local who="a.application_name NOT IN ('other-relay', 'newcomer')"
     [ -n "${1:-}" ] && who="a.application_name = '$1'"
     psql_q "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-            WHERE l.locktype = 'advisory' AND l.classid = $LANE_NS AND l.objsubid = 2
-              AND l.granted AND $who"
+            WHERE $LANE_LOCK AND $who"
 }
 lane_locks_are() { [ "$(lane_locks "$1")" = "$2" ]; }
 # hold APP SQL: a background session named APP that runs SQL and then holds on (its locks with it)

@@ -32,8 +32,7 @@ A_PID=$RELAY_PID
 relay_start "${COMMON[@]}"
 B_PID=$RELAY_PID
 lanes_held() { # lanes_held PORT: lane locks granted on the server at PORT
-    psql_q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $LANE_NS
-            AND objsubid = 2 AND granted" -p "$1"
+    psql_q "SELECT count(*) FROM pg_locks l WHERE $LANE_LOCK" -p "$1"
 }
 held_all() {
     [ "$(lanes_held "$1")" = 64 ]

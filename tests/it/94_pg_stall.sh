@@ -20,8 +20,7 @@ broker_start 1
 relay_migrate 2>"$T/migrate.log" || fail "migrate"
 OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --kafka reconnect.backoff.max.ms=500)
 all_lanes_held() {
-    [ "$(psql_q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $LANE_NS
-                 AND objsubid = 2 AND granted")" = 64 ]
+    [ "$(psql_q "SELECT count(*) FROM pg_locks l WHERE $LANE_LOCK")" = 64 ]
 }
 insert() { # insert TYPE FROM TO: rows over 200 aggregates, seq grows with id per aggregate
     psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
@@ -58,8 +57,7 @@ insert stall 0 9999
 # transaction: its batch waits for the broker).
 claim_open() {
     VICTIM=$(psql_q "SELECT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid
-                     WHERE l.locktype = 'advisory' AND l.classid = $LANE_NS AND l.objsubid = 2
-                     AND l.granted AND a.state = 'idle in transaction' LIMIT 1")
+                     WHERE $LANE_LOCK AND a.state = 'idle in transaction' LIMIT 1")
     [ -n "$VICTIM" ]
 }
 wait_for "2: a session has its claim open, waiting for the broker" 30 claim_open ||
