@@ -1306,7 +1306,27 @@ report_targets() {
         grow=$(calc "(${R_RSSEND[default.$MAX_SIZE]:-0} - ${R_RSS10[default.$MAX_SIZE]:-0}) / 1024" %.1f)
         echo "- Peak RSS ≤ 15 MB while draining $(commas "$MAX_SIZE") (floor 40 MB), flat: **$peak MB**, ${grow} MB more at the end than at 10 % of the drain — $(verdict "$peak" 15 40 lower)."
     fi
+    report_targets_bounds
     echo
+}
+
+# report_targets_bounds: the targets' lines for big payloads and for an old snapshot, where those
+# parts ran at their full size (a smoke run's are too small to judge).
+report_targets_bounds() {
+    local spec bytes rows key peak r grow
+    for spec in $PAYLOADS; do
+        bytes=${spec%%:*} rows=${spec##*:}
+        key=payload$bytes.$rows
+        [ "$bytes" -ge 500000 ] && [ -n "${R_HWM[$key]:-}" ] || continue
+        peak=$(mb "${R_HWM[$key]}")
+        echo "- $(commas "$rows") events of $(commas "${P_BYTES[$bytes]}") B drained at default settings, peak RSS ≤ 64 MB: **$peak MB** — $(verdict "$peak" 64 64 lower)."
+    done
+    [ -n "${L_P99[snapshot.with]:-}" ] && [ -n "${L_P99[snapshot.without]:-}" ] || return 0
+    r=$(ratio "${L_P99[snapshot.with]}" "${L_P99[snapshot.without]}")
+    echo "- p99 at $(commas "$SNAP_RATE") events/s for $SNAP_S s with an old snapshot held ≤ 2× the same run without it: **${r}×** — $(verdict "$r" 2 2 lower)."
+    [ -n "${S_B2[snapshot.with]:-}" ] || return 0
+    grow=$((${S_BMAX[snapshot.with]:-0} - ${S_B2[snapshot.with]}))
+    echo "- Backlog flat with the snapshot held: the largest sample after minute 2 no more than one second of arrivals ($(commas "$SNAP_RATE") rows) above the sample at minute 2: **$(commas "$grow") rows** above — $(verdict "$grow" "$SNAP_RATE" "$SNAP_RATE" lower)."
 }
 
 report() {
