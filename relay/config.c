@@ -39,7 +39,7 @@ static const OptDef options[] = {
      "JSON config file: an object whose keys are these option names"},
     {"batch-bytes", OPT_INT, NULL, "8388608", 65536, 1073741824, FIELD(batch_bytes), 0, 0, "BYTES",
      "payload bytes one claim may hold (a larger row still goes alone); bounds memory", NULL, true},
-    {"batch-size", OPT_INT, NULL, "1000", 1, 100000, FIELD(batch_size), 0, 0, "N",
+    {"batch-size", OPT_INT, NULL, "800", 1, 100000, FIELD(batch_size), 0, 0, "N",
      "rows claimed per transaction (1-100000)", NULL, true},
     {"sessions", OPT_INT, NULL, "2", 1, 8, FIELD(sessions), 0, 0, "N",
      "claim sessions (PostgreSQL connections) per relay, at most: one claims while another waits "
@@ -493,7 +493,8 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
                           cfg->event_type_column,
                           cfg->payload_column,
                           cfg->headers_column,
-                          cfg->additional_fields};
+                          cfg->additional_fields,
+                          cfg->message_format == FORMAT_CLOUDEVENTS};
     if (!table_map_init(&cfg->map, &table, err, errlen))
         return false;
     if ((cfg->command == CMD_RUN || cfg->command == CMD_VERIFY) && !cfg->brokers)

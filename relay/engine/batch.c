@@ -91,7 +91,7 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
         br->last_error =
             PQgetisnull(res, i, ROW_COL_LAST_ERROR) ? NULL : PQgetvalue(res, i, ROW_COL_LAST_ERROR);
         br->age_s = PQnfields(res) > ROW_COL_AGE && !PQgetisnull(res, i, ROW_COL_AGE)
-                        ? strtod(PQgetvalue(res, i, ROW_COL_AGE), NULL)
+                        ? strtoll(PQgetvalue(res, i, ROW_COL_AGE), NULL, 10) / 1e6
                         : -1.0;
         row->created_at =
             PQnfields(res) > ROW_COL_CREATED_AT && !PQgetisnull(res, i, ROW_COL_CREATED_AT)
@@ -104,7 +104,8 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
         bool sized =
             PQnfields(res) > ROW_COL_PAYLOAD_BYTES && !PQgetisnull(res, i, ROW_COL_PAYLOAD_BYTES);
         br->payload_bytes =
-            sized ? (size_t)strtoull(PQgetvalue(res, i, ROW_COL_PAYLOAD_BYTES), NULL, 10) : 0;
+            sized ? (size_t)strtoull(PQgetvalue(res, i, ROW_COL_PAYLOAD_BYTES), NULL, 10)
+                  : row->payload_len;
         br->payload_omitted = sized && !row->payload;
         b->payload_bytes += row->payload_len;
         br->dead_letter = dead_letter;

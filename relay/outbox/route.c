@@ -195,7 +195,9 @@ static void add_identity_headers(rd_kafka_headers_t *hdrs, const OutboxRow *row,
 rd_kafka_headers_t *route_headers(const OutboxRow *row, bool identity_headers, char *err,
                                   size_t errlen)
 {
-    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(8);
+    /* Room for the usual few (id, event_type, aggregate_type and a traceparent, say); the list
+     * grows for more. Each message in flight keeps it: eight slots cost 32 bytes a message. */
+    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(4);
     size_t count = 0, bytes = 0;
     if ((row->headers &&
          !add_row_headers(hdrs, row->headers, identity_headers, &count, &bytes, err, errlen)) ||

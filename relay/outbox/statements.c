@@ -95,8 +95,9 @@
  * first row always, then rows while the payload bytes so far stay within $3 (--batch-bytes).
  * Rows left out stay locked but untouched until the commit, and come first in the next claim. A
  * payload over $4 (the producer's message.max.bytes) cannot be sent: it is not returned (NULL)
- * and costs nothing of the budget; its size comes as the last column, which the relay reads to
- * fail the row (issue 16: memory bounded by configuration, not by the data).
+ * and costs nothing of the budget; its size comes as the last column (NULL for the other rows: a
+ * value there costs memory in every result held), which the relay reads to fail the row (issue
+ * 16: memory bounded by configuration, not by the data).
  * Converting a payload to text is what costs (measured: 1,000 claimed rows of 500 KB took over a
  * minute a claim when all were converted to find the 16 that fit), so rows_query hands the
  * payloads over as stored, p drops the rows that start beyond the budget by their stored size
@@ -109,7 +110,8 @@
 #define SQL_WITHIN_BUDGET(rows_query)                                                              \
     "SELECT w.seq, w.event_id, w.aggregate_type, w.aggregate_id, w.event_type,"                    \
     " CASE WHEN w.bytes > $4::bigint THEN NULL ELSE w.text END, w.headers, w.attempts,"            \
-    " w.last_error, w.age, w.extra_headers, w.created_at, w.bytes"                                               \
+    " w.last_error, w.age, w.extra_headers, w.created_at,"                                         \
+    " CASE WHEN w.bytes > $4::bigint THEN w.bytes END"                                             \
     " FROM (SELECT s.*, octet_length(s.text)::bigint AS bytes,"                                    \
     " sum(CASE WHEN octet_length(s.text) > $4::bigint THEN 0"                                      \
     " ELSE coalesce(octet_length(s.text), 0) END) OVER (ORDER BY s.seq) AS held"                   \

@@ -41,6 +41,7 @@ typedef struct TableMap {
     TableHeader *extra; /* extra columns placed as headers */
     size_t n_extra;
     bool identity_headers; /* also event_type and aggregate_type headers, besides id */
+    bool event_time;       /* the claims read created_at as text (CloudEvents' time attribute) */
 } TableMap;
 
 /* The options as given; NULL for not set (the layout's default then applies). */
@@ -51,6 +52,7 @@ typedef struct TableOptions {
         *event_type_column, *payload_column;
     const char *headers_column;    /* "none": the table has none */
     const char *additional_fields; /* "column:header[:name],..." (Debezium's placement syntax) */
+    bool event_time; /* the messages carry the event's time (--message-format cloudevents) */
 } TableOptions;
 
 /* Resolves the options into m. On bad input (an empty or over-long name, a placement other than
@@ -67,8 +69,9 @@ bool table_map_is_own(const TableMap *m);
 const char *table_map_display(const TableMap *m, char *buf, size_t buflen);
 
 /* The columns of a claimed row of alias o, in the order batch.c reads them: last_error (an SQL
- * expression) is only needed for dead-letter rows; then the row's age on the database clock, for
- * the latency metric, and the additional fields placed as headers. Used by the claims, and by
+ * expression) is only needed for dead-letter rows; then the row's age on the database clock in
+ * microseconds, for the latency metric, the additional fields placed as headers, and the row's
+ * created_at as text when the messages carry it. Used by the claims, and by
  * migrate to check that an adopted table has every column they read. */
 #define TABLE_ROW_COLUMNS(last_error) TABLE_ROW_COLUMNS_PAYLOAD("o.{payload}::text", last_error)
 /* The same with the payload as given (the claims take it as stored and convert it to text only
@@ -76,8 +79,8 @@ const char *table_map_display(const TableMap *m, char *buf, size_t buflen);
 #define TABLE_ROW_COLUMNS_PAYLOAD(payload, last_error)                                             \
     " o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, o.{event_type}, " payload ","   \
     " {o.headers}, o.attempts, " last_error ","                                                    \
-    " extract(epoch FROM clock_timestamp() - o.created_at)::float8, {o.extra_headers},"            \
-    " to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+    " (extract(epoch FROM clock_timestamp() - o.created_at) * 1000000)::bigint,"                   \
+    " {o.extra_headers}, {o.created_at_text}"
 
 /* One claimed row, decoded from the columns below (engine/batch.c). Strings point into the query
  * result and stay valid while the batch lives; payload and headers are NULL for SQL NULL. */
@@ -105,10 +108,10 @@ typedef enum {
     ROW_COL_HEADERS,
     ROW_COL_ATTEMPTS,
     ROW_COL_LAST_ERROR,
-    ROW_COL_AGE,
+    ROW_COL_AGE, /* microseconds */
     ROW_COL_EXTRA_HEADERS,
-    ROW_COL_CREATED_AT,   /* RFC 3339, UTC, microseconds */
-    ROW_COL_PAYLOAD_BYTES /* only the claims within a byte budget add it (statements.c) */
+    ROW_COL_CREATED_AT,   /* RFC 3339, UTC, microseconds; NULL unless m->event_time */
+    ROW_COL_PAYLOAD_BYTES /* claims within a byte budget: NULL unless the payload was left out */
 } RowColumn;
 
 /* Expands a statement template for conn (whose encoding the quoting follows). Placeholders:
@@ -119,6 +122,7 @@ typedef enum {
  *   {o.headers}        o.<headers column>::text, or NULL::text without one
  *   {o.extra_headers}  the extra header columns of row alias o, each as text, in one JSON
  *                      object text, or NULL::text without any
+ *   {o.created_at_text} o.created_at as RFC 3339 text in UTC when m->event_time, else NULL::text
  *   {unsent_idx} {retry_idx} {sent_idx} {seq_idx}  the relay's index names, quoted
  * Returns a malloc'd string, or NULL with one line in err (an unknown placeholder is a bug). */
 char *table_sql(const TableMap *m, PGconn *conn, const char *tmpl, char *err, size_t errlen);

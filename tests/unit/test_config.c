@@ -170,7 +170,7 @@ static void test_defaults(void **state)
     char err[256];
     assert_true(
         LOAD(&cfg, err, "run", "--database-url", "postgresql://h/db", "--brokers", "k:9092"));
-    assert_int_equal(cfg.batch_size, 1000);
+    assert_int_equal(cfg.batch_size, 800);
     assert_string_equal(cfg.topic_template, "outbox.event.{aggregate_type}");
     assert_int_equal(cfg.log_level, LOG_INFO);
     assert_int_equal(cfg.poll_interval_ms, 1000);
@@ -948,7 +948,7 @@ static void test_print_help(void **state)
                              "--retention DURATION",
                              "--database-url-file PATH",
                              "--kafka-file PATH",
-                             "[default 1000] [SIGHUP]",
+                             "[default 800] [SIGHUP]",
                              "status",
                              "purge-dead",
                              "migrate"};
