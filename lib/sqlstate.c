@@ -1,0 +1,33 @@
+#include "sqlstate.h"
+
+#include <string.h>
+
+SqlstateFault sqlstate_fault(const char *sqlstate)
+{
+    if (!sqlstate || strlen(sqlstate) < 2)
+        return SQLSTATE_FAULT_TRANSIENT;
+    static const char *const row[] = {"22", "23", "P0"};
+    /* 25: read-only during a failover (25006), an aborted transaction (25P02); 55: lock_timeout
+     * (55P03), an object in use; 57: cancelled, shut down, crash recovery; XX: internal. */
+    static const char *const transient[] = {"08", "25", "40", "53", "55", "57", "58", "XX"};
+    for (size_t i = 0; i < sizeof(row) / sizeof(row[0]); i++)
+        if (strncmp(sqlstate, row[i], 2) == 0)
+            return SQLSTATE_FAULT_ROW;
+    for (size_t i = 0; i < sizeof(transient) / sizeof(transient[0]); i++)
+        if (strncmp(sqlstate, transient[i], 2) == 0)
+            return SQLSTATE_FAULT_TRANSIENT;
+    return SQLSTATE_FAULT_SETUP;
+}
+
+const char *sqlstate_fault_name(SqlstateFault fault)
+{
+    switch (fault) {
+    case SQLSTATE_FAULT_ROW:
+        return "row";
+    case SQLSTATE_FAULT_TRANSIENT:
+        return "transient";
+    case SQLSTATE_FAULT_SETUP:
+        break;
+    }
+    return "setup";
+}
