@@ -62,8 +62,10 @@ typedef struct Batch {
     bool abandoned;       /* the transaction is gone; drop once every report is in */
     bool timed_out;       /* the delivery timeout cancelled what was left */
     bool any_held;
-    double claimed_at; /* loop time (ev_now) when the claim's rows arrived, for latency metrics */
-    double claim_sent_at; /* loop time when its claim was sent (with the last marks, if chained) */
+    double claimed_at;    /* monotonic time (monotime.h) when the claim's rows arrived, for latency
+                             metrics */
+    double claim_sent_at; /* monotonic time when its claim was sent (with the last marks, if
+                             chained) */
     uint8_t held[BATCH_HELD_BITS / 8];
 } Batch;
 

@@ -5,6 +5,7 @@
 
 #include "engine.h"
 #include "log.h"
+#include "monotime.h"
 #include "metrics.h"
 
 /* How often a session's claims look at what the floor needs (see session_claim). */
@@ -59,7 +60,7 @@ static void on_claim_locked(Session *s)
                           {SQL_CLAIM_PLAN, 0, NULL, true},
                           {s->sql[SQL_FIND_LOCKER], 2, params, false},
                           {SQL_COMMIT, 0, NULL, false}};
-    s->around_locks_until = ev_now(s->loop) + AROUND_LOCKS_S;
+    s->around_locks_until = monotime_now() + AROUND_LOCKS_S;
     session_set_phase(s, PHASE_ENDING);
     if (!pg_conn_send(s->pg, queries, 5, on_locker_found, s))
         pg_conn_reset(s->pg, "connection busy while rolling back a claim");
@@ -109,7 +110,7 @@ void session_claimed(Session *s, PGresult **results, int n, const char *error)
 {
     char q[512];
     floor_abandon(&s->floor); /* whatever an earlier claim allowed; learn_floor says anew */
-    metrics_claim_done(ev_now(s->loop) - s->claim_sent_at);
+    metrics_claim_done(monotime_now() - s->claim_sent_at);
     const char *state = error ? pg_failed_sqlstate(results, n) : NULL;
     if (state && strcmp(state, "55P03") == 0) { /* lock_not_available: the claim's lock_timeout */
         on_claim_locked(s);
@@ -145,7 +146,7 @@ void session_claimed(Session *s, PGresult **results, int n, const char *error)
         session_floor_committed(s); /* nothing claimed: nothing that a commit must record first */
     }
     if (events + dead == 0 && !s->stopping && !s->wake.asleep) {
-        if (ev_now(s->loop) - s->last_rows_at >= (double)s->cfg->sleep_after_ms / 1000.0) {
+        if (monotime_now() - s->last_rows_at >= (double)s->cfg->sleep_after_ms / 1000.0) {
             wakeup_go_to_sleep(s);
             return;
         }
@@ -155,7 +156,7 @@ void session_claimed(Session *s, PGresult **results, int n, const char *error)
         return;
     }
     if (events + dead > 0) {
-        s->last_rows_at = ev_now(s->loop);
+        s->last_rows_at = monotime_now();
         wakeup_work_came(&s->wake);
     }
     if (events + dead == 0 || s->stopping) {
@@ -172,7 +173,7 @@ void session_claimed(Session *s, PGresult **results, int n, const char *error)
     }
     /* The batch keeps the results: its rows point into them. */
     batch_load(&s->batch, results[at->events], at->dead >= 0 ? results[at->dead] : NULL);
-    s->batch.claimed_at = ev_now(s->loop);
+    s->batch.claimed_at = monotime_now();
     s->batch.claim_sent_at = s->claim_sent_at;
     /* A full batch (as many rows as asked for, or half the byte budget: adapt_row_limit's
      * measure) means rows are waiting; enough in a row bring the resting sessions in. */
@@ -247,16 +248,16 @@ bool session_claim_build(Session *s, ClaimRequest *req)
      * floor.h says why the order matters. At most every FLOOR_LOOK_INTERVAL_S: an awake session
      * polls every --busy-poll-interval, and reading pg_locks each time would cost more than a
      * floor a few claims behind. */
-    bool floor_looking = s->floor.enabled && ev_now(s->loop) >= s->floor_look_due;
+    bool floor_looking = s->floor.enabled && monotime_now() >= s->floor_look_due;
     if (floor_looking) {
-        s->floor_look_due = ev_now(s->loop) + FLOOR_LOOK_INTERVAL_S;
+        s->floor_look_due = monotime_now() + FLOOR_LOOK_INTERVAL_S;
         at.held = nq;
         queries[nq++] = (PgQuery){
             s->sql[s->claim_stmt == SQL_CLAIM_HOLD ? SQL_FLOOR_HELD_HOLD : SQL_FLOOR_HELD_SKIP], 1,
             req->held_params, true};
     }
-    s->claim_sent = ev_now(s->loop) < s->around_locks_until ? SQL_AROUND_LOCKS_OF(s->claim_stmt)
-                                                            : s->claim_stmt;
+    s->claim_sent =
+        monotime_now() < s->around_locks_until ? SQL_AROUND_LOCKS_OF(s->claim_stmt) : s->claim_stmt;
     /* Only the claim in order starts at the floor (the one around locks is brief and rare). */
     at.events = nq;
     queries[nq++] =
@@ -279,7 +280,7 @@ void session_claim(Session *s)
         return;
     }
     session_set_phase(s, PHASE_CLAIMING);
-    s->claim_sent_at = ev_now(s->loop);
+    s->claim_sent_at = monotime_now();
     if (!pg_conn_send(s->pg, req.queries, req.n, on_claimed, s))
         session_set_phase(s, PHASE_IDLE);
 }

@@ -5,6 +5,7 @@
 
 #include "engine.h"
 #include "log.h"
+#include "monotime.h"
 #include "metrics.h"
 
 static void record_next_row(Session *s);
@@ -179,11 +180,10 @@ static bool batch_recorded(Session *s, PGresult **results, int n)
         session_floor_committed(s);
     else
         floor_abandon(&s->floor);
-    ev_now_update(s->loop);
     log_debug("batch committed",
               "rows=%d sent=%d failed=%d claim_ms=%.2f deliver_ms=%.2f mark_ms=%.2f session=%d",
               b->n, b->acked, b->failed, (b->claimed_at - b->claim_sent_at) * 1e3,
-              (s->marks_sent_at - b->claimed_at) * 1e3, (ev_now(s->loop) - s->marks_sent_at) * 1e3,
+              (s->marks_sent_at - b->claimed_at) * 1e3, (monotime_now() - s->marks_sent_at) * 1e3,
               s->index);
     return b->acked == 0 && transient_failure;
 }
@@ -306,8 +306,7 @@ void session_send_marks(Session *s)
     log_batch_failures(s, batch_marks(b, &s->marks));
     s->order_breaks += (unsigned long long)batch_order_breaks(
         b, s->cfg->order_scope == ORDER_PER_TOPIC ? s->cfg->topic_template : NULL);
-    ev_now_update(s->loop);
-    s->marks_sent_at = ev_now(s->loop);
+    s->marks_sent_at = monotime_now();
     /* A batch that got something through is followed at once by the next claim (finish_batch):
      * sent behind the COMMIT in the same pipeline, it saves the session a round trip per batch,
      * which is what a row committed while the session was busy waits for. The server runs it after

@@ -52,10 +52,10 @@ void metrics_set_vacuum_horizon(long long xids, double held_s);
 /* A claim's rows (or its error) arrived `seconds` after it was sent. */
 void metrics_claim_done(double seconds);
 
-/* The relay's hook for an acknowledged row of batch b (claimed at b->claimed_at, loop time):
+/* The relay's hook for an acknowledged row of batch b (claimed at b->claimed_at, monotonic time):
  * counts event rows (dead-letter copies are not events published) under the topic the template
  * gives them, with latency = the row's age when claimed (database clock) + the time since the
- * claim (loop clock). */
+ * claim (now - b->claimed_at, both monotime_now()). */
 void metrics_row_acked(const Batch *b, const BatchRow *br, double now);
 
 /* Appends the Prometheus text exposition (format 0.0.4) of every metric to out. */

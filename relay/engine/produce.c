@@ -5,6 +5,7 @@
 
 #include "engine.h"
 #include "log.h"
+#include "monotime.h"
 #include "metrics.h"
 #include "route.h"
 
@@ -182,7 +183,7 @@ void session_record_delivery(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         br->state = ROW_ACKED;
         b->acked++;
-        metrics_row_acked(b, br, ev_now(s->loop));
+        metrics_row_acked(b, br, monotime_now());
     } else if (b->timed_out && (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
                                 err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)) {
         char why[128];

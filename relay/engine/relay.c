@@ -10,6 +10,7 @@
 
 #include "engine.h"
 #include "log.h"
+#include "monotime.h"
 
 static void relay_stop(Relay *r);
 
@@ -100,7 +101,7 @@ void relay_batch_claimed(Relay *r, bool full)
         return;
     }
     r->full_claims++;
-    r->backlog_seen_at = ev_now(r->loop);
+    r->backlog_seen_at = monotime_now();
     if (r->full_claims < FULL_CLAIMS_TO_JOIN || r->active_sessions >= r->n_sessions || r->stopping)
         return;
     log_info("claims come back full: every claim session takes part", "sessions=%d was=%d",
@@ -133,8 +134,8 @@ static void on_rest_timer(struct ev_loop *loop, ev_timer *w, int revents)
      * claim, and move every relay's lanes twice. */
     for (int i = 0; i < r->n_sessions; i++)
         if (r->sessions[i].batch.n > 0 && r->sessions[i].batch_from_full_claim)
-            r->backlog_seen_at = ev_now(loop);
-    if (r->active_sessions <= min || r->stopping || ev_now(loop) - r->backlog_seen_at < quiet)
+            r->backlog_seen_at = monotime_now();
+    if (r->active_sessions <= min || r->stopping || monotime_now() - r->backlog_seen_at < quiet)
         return;
     log_info("no full claim for a while: the sessions above --min-sessions rest",
              "sessions=%d was=%d quiet_s=%.0f", min, r->active_sessions, quiet);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "monotime.h"
 #include "metrics.h"
 #include "pg.h"
 #include "statements.h"
@@ -105,8 +106,7 @@ static void note_horizon(Upkeep *u, PGresult *r)
  * most a tenth of its time on it. outbox_backlog_refresh_timestamp_seconds shows the pace. */
 static void pace_gauges(Upkeep *u)
 {
-    ev_now_update(u->loop);
-    double took = ev_now(u->loop) - u->gauge_sent_at, every = 10.0 * took;
+    double took = monotime_now() - u->gauge_sent_at, every = 10.0 * took;
     if (every < UPKEEP_GAUGE_INTERVAL_S)
         every = UPKEEP_GAUGE_INTERVAL_S;
     if (every != u->gauge_timer.repeat) {
@@ -162,8 +162,7 @@ static void kick(Upkeep *u)
         return;
     if (u->gauge_due && u->gauges) {
         PgQuery q[2] = {{u->sql[UPKEEP_BACKLOG], 0, NULL, false}, {SQL_HORIZON, 0, NULL, false}};
-        ev_now_update(u->loop);
-        u->gauge_sent_at = ev_now(u->loop);
+        u->gauge_sent_at = monotime_now();
         if (!pg_conn_send(u->pg, q, 2, on_backlog, u))
             u->gauge_due = false;
         return;

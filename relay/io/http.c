@@ -15,6 +15,7 @@
 
 #include "addr.h"
 #include "log.h"
+#include "monotime.h"
 
 /* Limits against hostile neighbours (README, "Security"). The endpoints exist for probes and a
  * scraper: a handful of connections from a few addresses. Anyone who reaches the port could
@@ -134,7 +135,7 @@ static void arm_deadline(HttpServer *s)
     ev_timer_stop(s->loop, &s->deadline_timer);
     if (!s->head)
         return;
-    double in = s->head->deadline - ev_now(s->loop);
+    double in = s->head->deadline - monotime_now();
     ev_timer_set(&s->deadline_timer, in > 0 ? in : 0, 0);
     ev_timer_start(s->loop, &s->deadline_timer);
 }
@@ -161,7 +162,7 @@ static void pending_link(Pending *p)
 {
     HttpServer *s = p->server;
     pending_unlink(p);
-    p->deadline = ev_now(s->loop) + HTTP_HEADER_DEADLINE_S;
+    p->deadline = monotime_now() + HTTP_HEADER_DEADLINE_S;
     p->prev = s->tail;
     if (s->tail)
         s->tail->next = p;
@@ -181,7 +182,7 @@ static void drive(HttpServer *s);
 static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 {
     HttpServer *s = w->data;
-    ev_tstamp now = ev_now(loop);
+    ev_tstamp now = monotime_now();
     int cut = 0;
     while (s->head && s->head->deadline <= now) {
         Pending *p = s->head;
