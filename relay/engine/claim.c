@@ -7,6 +7,7 @@
 #include "log.h"
 #include "monotime.h"
 #include "metrics.h"
+#include "sqlstate.h"
 
 /* How often a session's claims look at what the floor needs (see session_claim). */
 #define FLOOR_LOOK_INTERVAL_S 0.02
@@ -118,19 +119,29 @@ void session_claimed(Session *s, PGresult **results, int n, const char *error)
     }
     const ClaimLayout *at = &s->claim_at;
     if (error || n < at->n) {
-        /* Typically a missing table (migrate not run) or missing privileges: say so once, then
-         * keep retrying with backoff so the relay recovers when it is fixed. */
-        if (!s->claim_error_logged)
-            log_error("claiming rows failed; retrying", "error=%s",
-                      log_quote(error ? error : "short result", q, sizeof(q)));
-        s->claim_error_logged = true;
+        if (sqlstate_fault(state) == SQLSTATE_FAULT_SETUP) {
+            /* A missing table or column (migrate not run), missing privileges: no retry cures
+             * it, so the session gives its lanes up to the relays that can claim them. */
+            session_setup_failed(s, "claiming rows", state, error);
+        } else if (!s->claim_error_logged) {
+            log_error("claiming rows failed; retrying", "error=%s session=%d",
+                      log_quote(error ? error : "short result", q, sizeof(q)), s->index);
+            s->claim_error_logged = true;
+        }
         session_end_transaction(s, SQL_ROLLBACK);
         session_schedule_retry(s);
         return;
     }
     if (s->claim_error_logged)
-        log_info("claiming rows works again", NULL);
+        log_info("claiming rows works again", "session=%d", s->index);
     s->claim_error_logged = false;
+    if (s->setup_fault) {
+        /* The probe (a claim of no lanes, and the marks' statements on no rows) went through:
+         * the setup was fixed. The session joins the lane group again. */
+        session_setup_fixed(s);
+        session_end_transaction(s, SQL_COMMIT);
+        return;
+    }
     if (s->locked_row_logged && s->claim_sent == s->claim_stmt) {
         log_info("no locked row holds claims up any more", "session=%d", s->index);
         s->locked_row_logged = false;
@@ -228,6 +239,7 @@ bool session_claim_build(Session *s, ClaimRequest *req)
     req->dead_params[3] = req->max_message;
     req->held_params[0] = s->lanes.owned_array.s;
     req->writers_params[0] = floor_writers_param(&s->floor);
+    req->no_rows[0] = "{}";
     /* Any claim of a sleeping follower but the one that follows falling asleep is a wakeup: it
      * asks again before it sleeps again, as its guard may have left. A guard goes on sleeping
      * through claims its timer brings about; it leaves when notified or given work (see
@@ -248,7 +260,7 @@ bool session_claim_build(Session *s, ClaimRequest *req)
      * floor.h says why the order matters. At most every FLOOR_LOOK_INTERVAL_S: an awake session
      * polls every --busy-poll-interval, and reading pg_locks each time would cost more than a
      * floor a few claims behind. */
-    bool floor_looking = s->floor.enabled && monotime_now() >= s->floor_look_due;
+    bool floor_looking = s->floor.enabled && !s->setup_fault && monotime_now() >= s->floor_look_due;
     if (floor_looking) {
         s->floor_look_due = monotime_now() + FLOOR_LOOK_INTERVAL_S;
         at.held = nq;
@@ -265,6 +277,14 @@ bool session_claim_build(Session *s, ClaimRequest *req)
     if (floor_looking) {
         at.writers = nq;
         queries[nq++] = (PgQuery){s->sql[SQL_FLOOR_WRITERS], 1, req->writers_params, true};
+    }
+    if (s->setup_fault) {
+        /* The probe of a session whose setup failed (it has no lanes, so the claim takes
+         * nothing): the statement that records sent rows, on none, needs the privilege the
+         * marks need (DELETE with --on-sent delete); the claim's FOR UPDATE needs UPDATE. */
+        queries[nq++] =
+            (PgQuery){s->sql[s->cfg->on_sent == ON_SENT_DELETE ? SQL_DELETE_SENT : SQL_MARK_SENT],
+                      1, req->no_rows, true};
     }
     at.n = req->n = nq;
     s->claim_at = at;

@@ -35,7 +35,8 @@
 #define RETRY_CAP_S 30.0
 /* Dead events published to the dead-letter topic per batch, on top of batch-size. */
 #define DEAD_LETTER_LIMIT 100
-/* BEGIN, planner settings, dead-letter claim, the floor's two looks, the claim. */
+/* BEGIN, planner settings, dead-letter claim, the floor's two looks (or a setup probe's mark
+ * statement, which never comes with them), the claim. */
 #define CLAIM_MAX_QUERIES 6
 
 typedef struct Session Session;
@@ -125,6 +126,13 @@ struct Session {
     bool stopping;
     Backoff retry;
     bool claim_error_logged;
+    /* The last claim or mark failed for a reason of the setup (sqlstate.h: privileges, a missing
+     * table or column), which no retry of the same rows can cure: the session gives its lanes
+     * up, so other relays carry every aggregate, and the relay is not ready. It probes with a
+     * claim of no lanes (and the marks' statements on no rows) after each retry backoff, and
+     * takes lanes again once that goes through. */
+    bool setup_fault;
+    char setup_error[200];     /* its error, for /readyz and the log */
     int logged_sessions;       /* live sessions of the lane group at the last rebalance */
     char last_failure[256];    /* error of the last batch that had failures, "" once one had none */
     char last_mark_error[256]; /* of the last failed recording, logged once (see marks.c) */
@@ -194,6 +202,13 @@ void session_after_request(Session *s);
 /* Ends the session's part: a guard gives up the wakeup lock first (bounded by a second); the
  * loop ends with the last session. */
 void session_finish_stopping(Session *s);
+/* A claim or the marks failed for a reason of the setup (sqlstate.h; what: "claiming rows",
+ * "recording a batch"; state and error: the failed statement's): the session gives its lanes up
+ * at its next step and probes after each retry backoff (engine.h, Session.setup_fault). Logged
+ * once per distinct error for the relay. */
+void session_setup_failed(Session *s, const char *what, const char *state, const char *error);
+/* A setup probe went through: the session joins the lane group again at its next step. */
+void session_setup_fixed(Session *s);
 /* Claims again after --busy-poll-interval. */
 void session_poll_soon(Session *s);
 /* Claims again after the retry backoff (which grows with each call until reset). */
@@ -207,6 +222,7 @@ void session_end_transaction(Session *s, const char *sql);
 typedef struct ClaimRequest {
     char limit[24], dead_limit[24], budget[24], max_message[24];
     const char *params[5], *dead_params[4], *held_params[1], *writers_params[1];
+    const char *no_rows[1]; /* "{}": the marks' statement of a setup probe */
     PgQuery queries[CLAIM_MAX_QUERIES];
     int n;
 } ClaimRequest;

@@ -7,6 +7,7 @@
 #include "log.h"
 #include "monotime.h"
 #include "metrics.h"
+#include "sqlstate.h"
 
 static void record_next_row(Session *s);
 static void send_mark_statements(Session *s, bool commit, const ClaimRequest *next, PgResultFn cb);
@@ -79,14 +80,13 @@ static void log_mark_error(Session *s, const char *what, const BatchRow *br, con
 }
 
 /* Whether a failed statement failed because of the row itself — data it could not take
- * (class 22), a constraint (23), a trigger's or rule's RAISE (P0), an object or privilege problem
- * of the table (42) — rather than something passing (a deadlock, a timeout, a lock, resources,
- * a shutdown), after which the row is left to be re-sent instead of being counted against it. */
+ * (class 22), a constraint (23), a trigger's or rule's RAISE (P0): sqlstate.h — rather than
+ * something passing (a deadlock, a timeout, resources, a shutdown) or the setup (privileges, a
+ * missing object), after which the row is left to be re-sent instead of being counted against
+ * it: a revoked grant must never dead-letter events that were delivered. */
 static bool refused_by_the_row(PGresult **results, int n)
 {
-    const char *state = pg_failed_sqlstate(results, n);
-    return state && (strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0 ||
-                     strncmp(state, "P0", 2) == 0 || strncmp(state, "42", 2) == 0);
+    return sqlstate_fault(pg_failed_sqlstate(results, n)) == SQLSTATE_FAULT_ROW;
 }
 
 static void on_row_recorded(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
@@ -106,6 +106,9 @@ static void on_row_recorded(PgConn *pg, PGresult **results, int n, const char *e
             record_next_row(s); /* the same row, now as a failure */
             return;
         }
+        const char *state = pg_failed_sqlstate(results, n);
+        if (sqlstate_fault(state) == SQLSTATE_FAULT_SETUP)
+            session_setup_failed(s, "recording a row", state, error);
         s->salvage_unrecorded++; /* claimed and published again after the retry backoff */
     } else if (br->state == ROW_FAILED && !br->dead_letter && s->failed_stmt >= 0 &&
                s->failed_stmt < n) {
@@ -153,13 +156,44 @@ static void on_rolled_back_to_salvage(PgConn *pg, PGresult **results, int n, con
     record_next_row(s);
 }
 
-/* The marks failed (their transaction is aborted, COMMIT did not run): roll back, then record
- * the rows one by one, so that one refused row does not keep the others from being recorded. */
-static void salvage_batch(Session *s, const char *error)
+static void on_rolled_back_to_retry(PgConn *pg, PGresult **results, int n, const char *error,
+                                    void *arg)
 {
-    log_mark_error(s, "recording the batch failed; recording its rows one by one", NULL, error);
+    Session *s = arg;
+    if (!results)
+        return;
+    if (error) {
+        pg_conn_reset(pg, "rolling back a failed batch failed");
+        return;
+    }
+    floor_abandon(&s->floor);
+    finish_batch(s, true);
+}
+
+/* The marks failed (their transaction is aborted, COMMIT did not run; state and error: the
+ * failed statement's). When a row refused them (sqlstate.h), roll back, then record the rows one
+ * by one, so that one refused row does not keep the others from being recorded. Anything else
+ * would fail every row alike, and is no row's fault: roll back and send the batch again after
+ * the retry backoff (the consumers drop the duplicates), counting nothing against its rows; a
+ * fault of the setup also takes the session out of the lane group until it is fixed. */
+static void salvage_batch(Session *s, const char *state, const char *error)
+{
     PgQuery q = {SQL_ROLLBACK, 0, NULL, false};
-    if (!pg_conn_send(s->pg, &q, 1, on_rolled_back_to_salvage, s))
+    PgResultFn then = on_rolled_back_to_salvage;
+    SqlstateFault fault = sqlstate_fault(state);
+    if (fault == SQLSTATE_FAULT_ROW) {
+        log_mark_error(s, "recording the batch failed; recording its rows one by one", NULL, error);
+    } else {
+        if (fault == SQLSTATE_FAULT_SETUP)
+            session_setup_failed(s, "recording a batch", state, error);
+        else
+            log_mark_error(s,
+                           "recording the batch failed; it is sent again after the retry "
+                           "backoff",
+                           NULL, error);
+        then = on_rolled_back_to_retry;
+    }
+    if (!pg_conn_send(s->pg, &q, 1, then, s))
         pg_conn_reset(s->pg, "connection busy while rolling back");
 }
 
@@ -194,7 +228,7 @@ static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, 
     if (!results)
         return; /* connection lost before COMMIT was confirmed: the rows will be re-sent */
     if (error) {
-        salvage_batch(s, error);
+        salvage_batch(s, pg_failed_sqlstate(results, n), error);
         return;
     }
     finish_batch(s, batch_recorded(s, results, n));
@@ -209,8 +243,9 @@ static void on_marked_and_claimed(PgConn *pg, PGresult **results, int n, const c
     if (!results)
         return; /* connection lost: as in on_marked; the claim's transaction went with it */
     int marks_n = s->chained_marks_n;
-    if (pg_first_failed(results, n < marks_n ? n : marks_n) < marks_n) {
-        salvage_batch(s, error ? error : "short result"); /* the claim did not run */
+    int marks_got = n < marks_n ? n : marks_n;
+    if (pg_first_failed(results, marks_got) < marks_n) { /* the claim did not run */
+        salvage_batch(s, pg_failed_sqlstate(results, marks_got), error ? error : "short result");
         return;
     }
     /* finish_batch, but the next claim is already here. Only a batch that got something through

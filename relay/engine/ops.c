@@ -41,7 +41,7 @@ static int handle(const char *path, StrBuf *body, const char **content_type, voi
         return 200;
     }
     if (strcmp(path, "/readyz") == 0) {
-        if (st.postgres_up && st.kafka_up && !st.stopping) {
+        if (st.postgres_up && st.kafka_up && !st.stopping && !st.setup_error[0]) {
             strbuf_puts(body, "ready\n");
             return 200;
         }
@@ -52,6 +52,11 @@ static int handle(const char *path, StrBuf *body, const char **content_type, voi
             strbuf_puts(body, " kafka unreachable;");
         if (st.stopping)
             strbuf_puts(body, " shutting down;");
+        if (st.setup_error[0]) { /* other relays carry its lanes meanwhile */
+            strbuf_puts(body, " claims fail until the setup is fixed: ");
+            strbuf_puts(body, st.setup_error);
+            strbuf_puts(body, ";");
+        }
         strbuf_puts(body, "\n");
         return 503;
     }

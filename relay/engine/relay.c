@@ -264,10 +264,14 @@ void relay_status(const Relay *r, RelayStatus *out)
     out->kafka_up = r->kafka && kafka_up(r->kafka);
     out->stopping = r->stopping;
     out->lanes_owned = relay_lanes_owned(r);
-    out->claim_sessions = r->active_sessions;
     for (int i = 0; i < r->n_sessions; i++) {
         const Session *s = &r->sessions[i];
         out->postgres_up = out->postgres_up && s->pg && pg_conn_up(s->pg);
+        if (s->phase != PHASE_DOWN && s->lanes.slot >= 0 && !s->setup_fault &&
+            !relay_session_resting(r, s))
+            out->claim_sessions++;
+        if (s->setup_fault && !out->setup_error[0])
+            snprintf(out->setup_error, sizeof(out->setup_error), "%s", s->setup_error);
         if (s->lanes.live_sessions > out->live_sessions)
             out->live_sessions = s->lanes.live_sessions;
     }

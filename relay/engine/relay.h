@@ -40,7 +40,11 @@ typedef struct RelayStatus {
     bool stopping;    /* shutting down after SIGTERM/SIGINT */
     int lanes_owned;
     int live_sessions; /* of all relays (lane group members) at the last rebalance, ours included */
-    int claim_sessions; /* this relay's sessions that claim now (relay_session_resting) */
+    int claim_sessions; /* this relay's sessions connected, in the lane group and claiming now */
+    /* A session's claims or marks fail for a reason of the setup (privileges, a missing table or
+     * column: sqlstate.h): it holds no lanes, so the relay is not ready. The first such error,
+     * "" when none. */
+    char setup_error[200];
 } RelayStatus;
 
 void relay_status(const Relay *r, RelayStatus *out);

@@ -20,7 +20,7 @@ struct SdNotify {
     bool ready_sent;    /* READY=1 goes once */
     bool stopping_sent; /* and so does STOPPING=1 */
     bool send_failed;   /* the last send failed: the next failure is not logged again */
-    char status[128];   /* the last STATUS= sent: a new one only when it changes */
+    char status[256];   /* the last STATUS= sent: a new one only when it changes */
     ev_timer tick;
     ev_signal term, intr; /* beside the relay's own watchers: STOPPING=1 at once */
 };
@@ -76,6 +76,9 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
     char status[sizeof(n->status)];
     if (st.stopping)
         snprintf(status, sizeof(status), "shutting down");
+    else if (st.setup_error[0])
+        snprintf(status, sizeof(status), "not ready: claims fail until the setup is fixed: %s",
+                 st.setup_error);
     else if (st.postgres_up && st.kafka_up)
         snprintf(status, sizeof(status), "ready: %d lanes owned, %d sessions in the group",
                  st.lanes_owned, st.live_sessions);
@@ -86,7 +89,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 
     /* What changed is recorded only once systemd has it: a datagram that could not be sent
      * (its socket buffer full) is composed again at the next tick, READY=1 included. */
-    char msg[256];
+    char msg[320];
     int len = 0;
     bool stopping = st.stopping && !n->stopping_sent;
     bool ready = !st.stopping && st.postgres_up && !n->ready_sent;

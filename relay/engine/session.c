@@ -210,12 +210,78 @@ static void session_rest(Session *s)
         wakeup_leave_guard(s);
 }
 
+/* What an operator does about a setup fault, by its SQLSTATE. */
+static const char *setup_hint(const char *state)
+{
+    if (state && strcmp(state, "42501") == 0)
+        return "grant the relay's role its privileges: run `outbox-relay migrate` as the table's "
+               "owner, or GRANT SELECT, UPDATE (and DELETE with --on-sent delete) on the table";
+    if (state &&
+        (strcmp(state, "42P01") == 0 || strcmp(state, "42703") == 0 || strcmp(state, "3F000") == 0))
+        return "the outbox table, a column or its schema is missing: run `outbox-relay migrate`, "
+               "or check --table and the column options";
+    return "fix the database or the relay's configuration; the relay checks again after each "
+           "retry backoff";
+}
+
+void session_setup_failed(Session *s, const char *what, const char *state, const char *error)
+{
+    char q[512], w[64], h[300];
+    const char *text = error ? error : "unknown error";
+    bool said = false; /* one line per distinct error for the whole relay */
+    for (int i = 0; i < s->relay->n_sessions; i++) {
+        const Session *other = &s->relay->sessions[i];
+        said = said || (other->setup_fault && strcmp(other->setup_error, text) == 0);
+    }
+    LogLevel level = said ? LOG_DEBUG : LOG_ERROR;
+    log_write(level,
+              "the relay cannot work with this database as it is set up: the session gives its "
+              "lanes up and the relay is not ready until it is fixed",
+              "what=%s sqlstate=%s error=%s hint=%s session=%d", log_quote(what, w, sizeof(w)),
+              state ? state : "", log_quote(text, q, sizeof(q)),
+              log_quote(setup_hint(state), h, sizeof(h)), s->index);
+    s->setup_fault = true;
+    snprintf(s->setup_error, sizeof(s->setup_error), "%s", text);
+}
+
+void session_setup_fixed(Session *s)
+{
+    log_info("the setup is fixed: the session takes lanes again", "session=%d", s->index);
+    s->setup_fault = false;
+    s->setup_error[0] = '\0';
+    backoff_reset(&s->retry);
+    s->rebalance_due = true;
+    s->wake_pending = true;
+}
+
+/* A session whose setup failed gives its lanes and member slot up (the other relays take them
+ * over), then probes after each retry backoff with a claim of no lanes (session_claim_build). */
+static void session_probe_setup(Session *s)
+{
+    if (s->lanes.slot >= 0 || s->lanes.n_owned > 0) {
+        session_set_phase(s, PHASE_REBALANCING);
+        if (!lanes_leave(&s->lanes, s->pg, on_left_group, s))
+            session_set_phase(s, PHASE_IDLE);
+        return;
+    }
+    if (wakeup_guard_must_leave(s)) {
+        wakeup_leave_guard(s);
+        return;
+    }
+    if (s->wake_pending && !ev_is_active(&s->retry_timer))
+        session_claim(s);
+}
+
 /* Does whatever comes next between batches: a due rebalance first, then a claim when there is a
  * reason to claim (wake_pending) and nothing stands in the way; a woken guard first leaves. */
 void session_start_next_request(Session *s)
 {
     if (s->phase != PHASE_IDLE || s->stopping || s->batch.n > 0 || !pg_conn_idle(s->pg))
         return;
+    if (s->setup_fault) {
+        session_probe_setup(s);
+        return;
+    }
     if (relay_session_resting(s->relay, s)) {
         session_rest(s);
         return;
@@ -245,8 +311,8 @@ bool session_may_chain_claim(const Session *s)
         b->n <= s->cfg->batch_size / 4 && b->payload_bytes <= (size_t)s->cfg->batch_bytes / 4;
     /* A --batch-size grown by SIGHUP needs a larger batch, allocated only between batches. */
     bool batch_fits = s->cfg->batch_size + DEAD_LETTER_LIMIT <= b->capacity;
-    return b->acked > 0 && small && !s->stopping && !s->relay->stopping && !s->rebalance_due &&
-           !relay_session_resting(s->relay, s) && s->lanes.n_owned > 0 &&
+    return b->acked > 0 && small && !s->setup_fault && !s->stopping && !s->relay->stopping &&
+           !s->rebalance_due && !relay_session_resting(s->relay, s) && s->lanes.n_owned > 0 &&
            !ev_is_active(&s->retry_timer) && !wakeup_guard_must_leave(s) && batch_fits;
 }
 

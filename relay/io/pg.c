@@ -451,6 +451,7 @@ void pg_conn_free(PgConn *pg)
     close_conn(pg);
     for (int i = 0; i < pg->nresults; i++)
         PQclear(pg->results[i]);
+    pg_drop_prepare_failure(pg);
     pg_forget_all_prepared(pg);
     free(pg->error);
     pg_plan_free(&pg->plan);

@@ -66,6 +66,10 @@ struct PgConn {
     void *cb_arg;
     int nqueries, nresults;
     PGresult *results[PG_MAX_QUERIES];
+    /* A statement prepared on first use whose preparing failed: its own result comes next,
+     * aborted with no error of its own, and this one (with the SQLSTATE: a missing table, a
+     * privilege) stands in for it. */
+    PGresult *prepare_failure;
     Expected expected[2 * PG_MAX_QUERIES]; /* in send order */
     int nexpected, nreceived;
     char *error;
@@ -92,6 +96,8 @@ void pg_lose(PgConn *pg, const char *why);
 void pg_forget_all_prepared(PgConn *pg);
 /* Fails the request in flight, if any: its callback gets NULL results and reason. */
 void pg_fail_request(PgConn *pg, const char *reason);
+/* Clears a kept failure of preparing (PgConn.prepare_failure) that no result took. */
+void pg_drop_prepare_failure(PgConn *pg);
 /* Something went to the server: restart the quiet timer, and the deadline unless an earlier
  * answer is still awaited (its deadline stands). */
 void pg_sent(PgConn *pg, bool was_awaiting);

@@ -21,11 +21,18 @@ void pg_forget_all_prepared(PgConn *pg)
     pg->prepared_count = 0;
 }
 
+void pg_drop_prepare_failure(PgConn *pg)
+{
+    PQclear(pg->prepare_failure);
+    pg->prepare_failure = NULL;
+}
+
 void pg_fail_request(PgConn *pg, const char *reason)
 {
     if (!pg->busy)
         return;
     pg->busy = false;
+    pg_drop_prepare_failure(pg);
     for (int i = 0; i < pg->nresults; i++)
         PQclear(pg->results[i]);
     pg->nresults = 0;
@@ -64,6 +71,7 @@ static void complete_request(PgConn *pg)
     pg->busy = false;
     pg->nresults = 0;
     pg->error = NULL;
+    pg_drop_prepare_failure(pg);
     answered(pg);
     cb(pg, results, n, error, cb_arg);
     for (int i = 0; i < n; i++)
@@ -134,8 +142,16 @@ void pg_read_results(PgConn *pg)
             /* Unless the preparing worked, the statement does not exist on the server. */
             if (st != PGRES_COMMAND_OK)
                 forget_prepared(pg, of.slot);
-            PQclear(r);
+            if (failed && !pg->prepare_failure)
+                pg->prepare_failure = r; /* stands in for the statement's aborted result */
+            else
+                PQclear(r);
             continue;
+        }
+        if (st == PGRES_PIPELINE_ABORTED && pg->prepare_failure) {
+            PQclear(r);
+            r = pg->prepare_failure;
+            pg->prepare_failure = NULL;
         }
         if (pg->nresults < pg->nqueries) {
             /* A prepared statement whose result columns a schema change altered fails at every
