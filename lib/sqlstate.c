@@ -6,7 +6,9 @@ SqlstateFault sqlstate_fault(const char *sqlstate)
 {
     if (!sqlstate || strlen(sqlstate) < 2)
         return SQLSTATE_FAULT_TRANSIENT;
-    static const char *const row[] = {"22", "23", "P0"};
+    /* 54: a program limit the row's data exceeds, such as an index entry too large for its
+     * key (54000). */
+    static const char *const row[] = {"22", "23", "54", "P0"};
     /* 25: read-only during a failover (25006), an aborted transaction (25P02); 55: lock_timeout
      * (55P03), an object in use; 57: cancelled, shut down, crash recovery; XX: internal. */
     static const char *const transient[] = {"08", "25", "40", "53", "55", "57", "58", "XX"};

@@ -2,8 +2,8 @@
  * demos so that both draw the line in one place.
  *
  * A failure is the row's (or message's) own when the data itself is refused: class 22 (a value
- * the column cannot take), 23 (a constraint) and P0 (a trigger's or function's RAISE on that
- * row). Only such a failure may count an attempt against a row, dead-letter it or park a
+ * the column cannot take), 23 (a constraint), 54 (a limit the data exceeds: an index entry too
+ * large) and P0 (a trigger's or function's RAISE on that row). Only such a failure may count an attempt against a row, dead-letter it or park a
  * message. Everything else is someone else's, and waits: either something passing (a lost
  * connection, a failover's read-only window, a deadlock, a lock or statement timeout, resources,
  * a shutdown) or the setup (privileges, a missing table or column, authentication), which lasts
@@ -13,7 +13,7 @@
 #define OUTBOX_SQLSTATE_H
 
 typedef enum {
-    SQLSTATE_FAULT_ROW,       /* 22, 23, P0: the data; retrying the same row fails the same way */
+    SQLSTATE_FAULT_ROW,       /* 22, 23, 54, P0: the data; retrying the row fails the same way */
     SQLSTATE_FAULT_TRANSIENT, /* 08, 25, 40, 53, 55, 57, 58, XX, none: passes by itself */
     SQLSTATE_FAULT_SETUP,     /* 42, 28, 3D, 3F, 0A and the rest: an operator must act */
 } SqlstateFault;

@@ -40,7 +40,7 @@ void batch_clear(Batch *b)
     PQclear(b->dead);
     b->claim = b->dead = NULL;
     b->n = b->next = b->prepared = b->in_flight = b->acked = b->failed = 0;
-    b->payload_bytes = 0;
+    b->bytes = 0;
     b->abandoned = b->timed_out = false;
     if (b->any_held)
         memset(b->held, 0, sizeof(b->held));
@@ -103,11 +103,20 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
                 : NULL;
         bool sized =
             PQnfields(res) > ROW_COL_PAYLOAD_BYTES && !PQgetisnull(res, i, ROW_COL_PAYLOAD_BYTES);
-        br->payload_bytes =
+        /* What the claim's budget counted of the row (statements.c, SQL_WITHIN_BUDGET): every
+         * column that becomes part of its message, as loaded. */
+        size_t loaded = 0;
+        static const RowColumn message_columns[] = {
+            ROW_COL_EVENT_ID, ROW_COL_AGGREGATE_TYPE, ROW_COL_AGGREGATE_ID,  ROW_COL_EVENT_TYPE,
+            ROW_COL_PAYLOAD,  ROW_COL_HEADERS,        ROW_COL_EXTRA_HEADERS, ROW_COL_CREATED_AT};
+        for (size_t c = 0; c < sizeof(message_columns) / sizeof(message_columns[0]); c++)
+            if ((int)message_columns[c] < PQnfields(res))
+                loaded += (size_t)PQgetlength(res, i, (int)message_columns[c]);
+        br->message_bytes =
             sized ? (size_t)strtoull(PQgetvalue(res, i, ROW_COL_PAYLOAD_BYTES), NULL, 10)
-                  : row->payload_len;
-        br->payload_omitted = sized && !row->payload;
-        b->payload_bytes += row->payload_len;
+                  : loaded;
+        br->too_large = sized && !row->payload;
+        b->bytes += loaded;
         br->dead_letter = dead_letter;
         br->state = ROW_PENDING;
         br->permanent = false;

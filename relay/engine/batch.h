@@ -38,8 +38,10 @@ typedef struct BatchRow {
     char *error;    /* why it failed; owned */
     double age_s;   /* seconds since created_at when claimed (database clock); < 0: unknown */
     rd_kafka_headers_t *headers; /* built ahead of producing; owned until produced, else freed */
-    size_t payload_bytes;        /* the payload's size, also when it was not loaded */
-    bool payload_omitted;        /* over the producer's message.max.bytes: the claim left it out */
+    size_t message_bytes; /* every column of its message (statements.c, SQL_WITHIN_BUDGET), also
+                           * when its large columns were not loaded */
+    bool too_large; /* over the producer's message.max.bytes: the claim left its large columns
+                     * (payload, headers, additional fields) out */
 } BatchRow;
 
 #define BATCH_HELD_BITS 65536
@@ -58,7 +60,7 @@ typedef struct Batch {
     int prepared;  /* rows before this one had their headers built (or tried) */
     int in_flight; /* produced, report not yet in */
     int acked, failed;
-    size_t payload_bytes; /* of the rows loaded: what the batch holds (--batch-bytes) */
+    size_t bytes; /* of the rows loaded, every column of their messages: what --batch-bytes bounds */
     bool abandoned;       /* the transaction is gone; drop once every report is in */
     bool timed_out;       /* the delivery timeout cancelled what was left */
     bool any_held;

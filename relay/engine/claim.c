@@ -76,7 +76,7 @@ static void adapt_row_limit(Session *s, int rows)
 {
     long batch_size = s->cfg->batch_size;
     long limit = s->row_limit > 0 ? s->row_limit : batch_size;
-    if (rows > 0 && s->batch.payload_bytes >= (size_t)s->cfg->batch_bytes / 2)
+    if (rows > 0 && s->batch.bytes >= (size_t)s->cfg->batch_bytes / 2)
         limit = 2L * rows;
     else
         limit = 2L * limit;
@@ -189,14 +189,14 @@ void session_claimed(Session *s, PGresult **results, int n, const char *error)
     /* A full batch (as many rows as asked for, or half the byte budget: adapt_row_limit's
      * measure) means rows are waiting; enough in a row bring the resting sessions in. */
     s->batch_from_full_claim =
-        events >= s->claim_limit || s->batch.payload_bytes >= (size_t)s->cfg->batch_bytes / 2;
+        events >= s->claim_limit || s->batch.bytes >= (size_t)s->cfg->batch_bytes / 2;
     relay_batch_claimed(s->relay, s->batch_from_full_claim);
     adapt_row_limit(s, events);
     results[at->events] = NULL;
     if (at->dead >= 0)
         results[at->dead] = NULL;
     log_debug("claimed batch", "rows=%d dead_letter=%d first_id=%lld bytes=%zu session=%d", events,
-              dead, s->batch.rows[0].row.id, s->batch.payload_bytes, s->index);
+              dead, s->batch.rows[0].row.id, s->batch.bytes, s->index);
     session_set_phase(s, PHASE_PRODUCING);
     ev_timer_stop(s->loop, &s->delivery_timer); /* libev: never set an active timer */
     ev_timer_set(&s->delivery_timer, (double)s->cfg->delivery_timeout_ms / 1000.0, 0);
@@ -225,7 +225,11 @@ bool session_claim_build(Session *s, ClaimRequest *req)
     s->claim_limit = batch_size;
     snprintf(req->limit, sizeof(req->limit), "%ld", batch_size);
     snprintf(req->dead_limit, sizeof(req->dead_limit), "%d", DEAD_LETTER_LIMIT);
-    snprintf(req->budget, sizeof(req->budget), "%ld", s->cfg->batch_bytes);
+    /* One byte budget for the session, whichever claim loads the rows: with a dead-letter topic
+     * its claim (usually empty) has a quarter of it, the claim of events the rest. */
+    long dead_budget = s->cfg->dead_letter_topic ? s->cfg->batch_bytes / 4 : 0;
+    snprintf(req->budget, sizeof(req->budget), "%ld", s->cfg->batch_bytes - dead_budget);
+    snprintf(req->dead_budget, sizeof(req->dead_budget), "%ld", dead_budget);
     snprintf(req->max_message, sizeof(req->max_message), "%ld",
              kafka_message_max_bytes(s->relay->kafka));
     req->params[0] = req->limit;
@@ -235,7 +239,7 @@ bool session_claim_build(Session *s, ClaimRequest *req)
     req->params[4] = floor_param(&s->floor);
     req->dead_params[0] = req->dead_limit;
     req->dead_params[1] = s->lanes.owned_array.s;
-    req->dead_params[2] = req->budget;
+    req->dead_params[2] = req->dead_budget;
     req->dead_params[3] = req->max_message;
     req->held_params[0] = s->lanes.owned_array.s;
     req->writers_params[0] = floor_writers_param(&s->floor);

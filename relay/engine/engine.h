@@ -220,7 +220,7 @@ void session_end_transaction(Session *s, const char *sql);
 
 /* The statements of one claim and the parameter text they point to (claim.c fills it). */
 typedef struct ClaimRequest {
-    char limit[24], dead_limit[24], budget[24], max_message[24];
+    char limit[24], dead_limit[24], budget[24], dead_budget[24], max_message[24];
     const char *params[5], *dead_params[4], *held_params[1], *writers_params[1];
     const char *no_rows[1]; /* "{}": the marks' statement of a setup probe */
     PgQuery queries[CLAIM_MAX_QUERIES];

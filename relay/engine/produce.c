@@ -49,7 +49,7 @@ static rd_kafka_resp_err_t produce_dead_letter(Session *s, BatchRow *br)
     rd_kafka_headers_t *hdrs = route_dead_letter_headers(row, s->cfg->map.identity_headers,
                                                          br->last_error, br->attempts, topic);
     rd_kafka_resp_err_t err =
-        br->payload_omitted
+        br->too_large
             ? RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE
             : kafka_produce(s->relay->kafka, s->cfg->dead_letter_topic, row->aggregate_id,
                             strlen(row->aggregate_id), row->payload, row->payload_len, hdrs, br);
@@ -65,13 +65,15 @@ static rd_kafka_resp_err_t produce_dead_letter(Session *s, BatchRow *br)
 
 /* Produces one event row. Returns the producer's answer; failures that happen before the
  * producer (topic, headers) are recorded here and reported as NO_ERROR with the row FAILED. */
-/* The failure of a payload too large for the producer (detected by the claim, or by librdkafka). */
+/* The failure of a message too large for the producer (detected by the claim, or by librdkafka):
+ * bytes counts the payload, the key and the headers' columns. */
 static void fail_too_large(Session *s, BatchRow *br, size_t bytes)
 {
     char why[160];
     /* librdkafka's text says "Broker:" but no broker saw it: say what actually happened. */
     snprintf(why, sizeof(why),
-             "payload too large: %zu bytes, over the producer's message.max.bytes (not sent)",
+             "message too large: %zu bytes with key and headers, over the producer's "
+             "message.max.bytes (not sent)",
              bytes);
     batch_fail(&s->batch, br, why, true);
 }
@@ -80,8 +82,8 @@ static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
 {
     const OutboxRow *row = &br->row;
     char topic[ROUTE_TOPIC_MAX + 1], why[512];
-    if (br->payload_omitted) {
-        fail_too_large(s, br, br->payload_bytes);
+    if (br->too_large) {
+        fail_too_large(s, br, br->message_bytes);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
     /* Built once per row: a retry after a full queue reuses it. */
@@ -112,7 +114,7 @@ static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
     else if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
         rd_kafka_headers_destroy(hdrs);
     if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
-        fail_too_large(s, br, row->payload_len);
+        fail_too_large(s, br, br->message_bytes);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
     return err;

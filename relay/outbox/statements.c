@@ -92,35 +92,55 @@
     " ORDER BY o.{seq} LIMIT $1 FOR UPDATE OF o"
 
 /* The rows of a claim (rows_query returns CLAIM_COLUMNS in seq order) up to the byte budget: the
- * first row always, then rows while the payload bytes so far stay within $3 (--batch-bytes).
- * Rows left out stay locked but untouched until the commit, and come first in the next claim. A
- * payload over $4 (the producer's message.max.bytes) cannot be sent: it is not returned (NULL)
- * and costs nothing of the budget; its size comes as the last column (NULL for the other rows: a
- * value there costs memory in every result held), which the relay reads to fail the row (issue
- * 16: memory bounded by configuration, not by the data).
+ * first row always, then rows while the bytes so far stay within $3 (the session's share of
+ * --batch-bytes). A row's bytes are every column that becomes part of its message: the payload,
+ * the headers column, the additional fields, the event id, the key (aggregate id), the aggregate
+ * and event types and the event time. Rows left out stay locked but untouched until the commit,
+ * and come first in the next claim. A row whose message would be over $4 (the producer's
+ * message.max.bytes) cannot be sent: its large columns (payload, headers, additional fields, and
+ * any of the others over MESSAGE_ID_MAX bytes) are not returned (NULL) and cost only what is
+ * returned of the budget; its size comes as the last column (NULL for the other rows: a value
+ * there costs memory in every result held), which the relay reads to fail the row. Memory is
+ * bounded by configuration, not by the data, whichever column holds the bytes.
  * Converting a payload to text is what costs (measured: 1,000 claimed rows of 500 KB took over a
  * minute a claim when all were converted to find the 16 that fit), so rows_query hands the
- * payloads over as stored, p drops the rows that start beyond the budget by their stored size
+ * payloads over as stored, p drops the rows that start beyond the budget by their stored sizes
  * (pg_column_size: no detoasting), and only the rest is converted (s, kept apart by OFFSET 0 so
  * the conversion is not repeated in w) and cut exactly by its text size (w). */
 #define CLAIM_COLUMNS(last_error) TABLE_ROW_COLUMNS_PAYLOAD("o.{payload}", last_error)
 #define ROW_NAMES                                                                                  \
     "seq, event_id, aggregate_type, aggregate_id, event_type, payload, headers, attempts,"         \
     " last_error, age, extra_headers, created_at"
+#define MESSAGE_ID_MAX "4096" /* of a row too large: the longest id or type still returned */
+/* A column of the rows of w: NULL when the row is too large and the value longer than that. */
+#define BUDGET_SMALL(col)                                                                          \
+    " CASE WHEN w.too_big AND octet_length(w." col "::text) > " MESSAGE_ID_MAX " THEN NULL"        \
+    " ELSE w." col " END"
+/* The bytes of the columns other than the payload, as text (s) or as stored (p). */
+#define BUDGET_OTHER_BYTES(f, x)                                                                   \
+    " coalesce(" f "(" x ".event_id::text), 0) + coalesce(" f "(" x ".aggregate_type::text), 0)"   \
+    " + coalesce(" f "(" x ".aggregate_id::text), 0) + coalesce(" f "(" x ".event_type::text), 0)" \
+    " + coalesce(" f "(" x ".headers), 0) + coalesce(" f "(" x ".extra_headers), 0)"               \
+    " + coalesce(" f "(" x ".created_at), 0)"
 #define SQL_WITHIN_BUDGET(rows_query)                                                              \
-    "SELECT w.seq, w.event_id, w.aggregate_type, w.aggregate_id, w.event_type,"                    \
-    " CASE WHEN w.bytes > $4::bigint THEN NULL ELSE w.text END, w.headers, w.attempts,"            \
-    " w.last_error, w.age, w.extra_headers, w.created_at,"                                         \
-    " CASE WHEN w.bytes > $4::bigint THEN w.bytes END"                                             \
-    " FROM (SELECT s.*, octet_length(s.text)::bigint AS bytes,"                                    \
-    " sum(CASE WHEN octet_length(s.text) > $4::bigint THEN 0"                                      \
-    " ELSE coalesce(octet_length(s.text), 0) END) OVER (ORDER BY s.seq) AS held"                   \
-    " FROM (SELECT p.*, p.payload::text AS text"                                                   \
+    "SELECT w.seq," BUDGET_SMALL("event_id") "," BUDGET_SMALL("aggregate_type") ","                \
+    BUDGET_SMALL("aggregate_id") "," BUDGET_SMALL("event_type") ","                                \
+    " CASE WHEN w.too_big THEN NULL ELSE w.text END,"                                              \
+    " CASE WHEN w.too_big THEN NULL ELSE w.headers END, w.attempts, w.last_error, w.age,"          \
+    " CASE WHEN w.too_big THEN NULL ELSE w.extra_headers END, w.created_at,"                       \
+    " CASE WHEN w.too_big THEN w.bytes END"                                                        \
+    " FROM (SELECT v.*, sum(CASE WHEN v.too_big THEN 0 ELSE v.bytes END)"                          \
+    " OVER (ORDER BY v.seq) AS held"                                                               \
+    " FROM (SELECT s.*, coalesce(octet_length(s.text), 0)::bigint + s.other AS bytes,"             \
+    " coalesce(octet_length(s.text), 0)::bigint + s.other > $4::bigint AS too_big"                 \
+    " FROM (SELECT p.*, p.payload::text AS text,"                                                  \
+    BUDGET_OTHER_BYTES("octet_length", "p") " AS other"                                            \
     " FROM (SELECT r.*, row_number() OVER (ORDER BY r.seq) AS n,"                                  \
-    " coalesce(sum(pg_column_size(r.payload)) OVER (ORDER BY r.seq"                                \
+    " coalesce(sum(coalesce(pg_column_size(r.payload), 0) +"                                       \
+    BUDGET_OTHER_BYTES("pg_column_size", "r") ") OVER (ORDER BY r.seq"                             \
     " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before"                             \
     " FROM (" rows_query ") AS r(" ROW_NAMES ")) p"                                                \
-    " WHERE p.n = 1 OR p.before < $3::bigint OFFSET 0) s) w"                                       \
+    " WHERE p.n = 1 OR p.before < $3::bigint OFFSET 0) s) v) w"                                    \
     " WHERE w.n = 1 OR w.held <= $3::bigint ORDER BY w.seq"
 
 /* Which transaction holds the first locked row among the next claimable ones, for the log: a

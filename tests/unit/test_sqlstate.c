@@ -10,7 +10,7 @@
 /* Data and constraints refused, and a trigger's RAISE: only these may count against a row. */
 static void test_row_faults(void **state)
 {
-    const char *row[] = {"22001", "22P02", "23505", "23503", "23514", "P0001", "P0004"};
+    const char *row[] = {"22001", "22P02", "23505", "23503", "23514", "54000", "P0001", "P0004"};
     for (size_t i = 0; i < sizeof(row) / sizeof(row[0]); i++)
         assert_int_equal(sqlstate_fault(row[i]), SQLSTATE_FAULT_ROW);
 }
