@@ -3,12 +3,12 @@
  *
  * A failure is the row's (or message's) own when the data itself is refused: class 22 (a value
  * the column cannot take), 23 (a constraint), 54 (a limit the data exceeds: an index entry too
- * large) and P0 (a trigger's or function's RAISE on that row). Only such a failure may count an attempt against a row, dead-letter it or park a
- * message. Everything else is someone else's, and waits: either something passing (a lost
- * connection, a failover's read-only window, a deadlock, a lock or statement timeout, resources,
- * a shutdown) or the setup (privileges, a missing table or column, authentication), which lasts
- * until an operator fixes it. Unknown classes are taken as the setup's: an error nobody
- * classified never destroys an event. */
+ * large) and P0 (a trigger's or function's RAISE on that row). Only such a failure may count an
+ * attempt against a row, dead-letter it or park a message. Everything else is someone else's, and
+ * waits: either something passing (a lost connection, a failover's read-only window, a deadlock, a
+ * lock or statement timeout, resources, a shutdown) or the setup (privileges, a missing table or
+ * column, authentication), which lasts until an operator fixes it. Unknown classes are taken as the
+ * setup's: an error nobody classified never destroys an event. */
 #ifndef OUTBOX_SQLSTATE_H
 #define OUTBOX_SQLSTATE_H
 

@@ -113,8 +113,7 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
             if ((int)message_columns[c] < PQnfields(res))
                 loaded += (size_t)PQgetlength(res, i, (int)message_columns[c]);
         br->message_bytes =
-            sized ? (size_t)strtoull(PQgetvalue(res, i, ROW_COL_PAYLOAD_BYTES), NULL, 10)
-                  : loaded;
+            sized ? (size_t)strtoull(PQgetvalue(res, i, ROW_COL_PAYLOAD_BYTES), NULL, 10) : loaded;
         br->too_large = sized && !row->payload;
         b->bytes += loaded;
         br->dead_letter = dead_letter;

@@ -40,8 +40,8 @@ typedef struct BatchRow {
     rd_kafka_headers_t *headers; /* built ahead of producing; owned until produced, else freed */
     size_t message_bytes; /* every column of its message (statements.c, SQL_WITHIN_BUDGET), also
                            * when its large columns were not loaded */
-    bool too_large; /* over the producer's message.max.bytes: the claim left its large columns
-                     * (payload, headers, additional fields) out */
+    bool too_large;       /* over the producer's message.max.bytes: the claim left its large columns
+                           * (payload, headers, additional fields) out */
 } BatchRow;
 
 #define BATCH_HELD_BITS 65536
@@ -60,9 +60,10 @@ typedef struct Batch {
     int prepared;  /* rows before this one had their headers built (or tried) */
     int in_flight; /* produced, report not yet in */
     int acked, failed;
-    size_t bytes; /* of the rows loaded, every column of their messages: what --batch-bytes bounds */
-    bool abandoned;       /* the transaction is gone; drop once every report is in */
-    bool timed_out;       /* the delivery timeout cancelled what was left */
+    size_t
+        bytes; /* of the rows loaded, every column of their messages: what --batch-bytes bounds */
+    bool abandoned; /* the transaction is gone; drop once every report is in */
+    bool timed_out; /* the delivery timeout cancelled what was left */
     bool any_held;
     double claimed_at;    /* monotonic time (monotime.h) when the claim's rows arrived, for latency
                              metrics */

@@ -307,8 +307,7 @@ bool session_may_chain_claim(const Session *s)
      * small one (a quarter of --batch-size and of --batch-bytes at most): its result is still
      * held when the next claim's arrives, and a full batch means a backlog, where a round trip
      * per batch is little and memory stays at one batch per session. */
-    bool small =
-        b->n <= s->cfg->batch_size / 4 && b->bytes <= (size_t)s->cfg->batch_bytes / 4;
+    bool small = b->n <= s->cfg->batch_size / 4 && b->bytes <= (size_t)s->cfg->batch_bytes / 4;
     /* A --batch-size grown by SIGHUP needs a larger batch, allocated only between batches. */
     bool batch_fits = s->cfg->batch_size + DEAD_LETTER_LIMIT <= b->capacity;
     return b->acked > 0 && small && !s->setup_fault && !s->stopping && !s->relay->stopping &&
