@@ -12,59 +12,59 @@
 /* How often a session's claims look at what the floor needs (see session_claim). */
 #define FLOOR_LOOK_INTERVAL_S 0.02
 
-/* After a claim hit a row locked by someone else, claims go around locked rows for this long
- * before a plain claim tries again (see on_claim_locked). */
-#define AROUND_LOCKS_S 5.0
+/* The rows the claims around locks look at for locked rows (SQL_CLAIM_AROUND_LOCKS): at first
+ * four times the rows asked for, at least BUSY_WINDOW_MIN, doubled each time the claim still ran
+ * into a lock, up to BUSY_WINDOW_MAX (then a lock it cannot see, on the table or shared by several
+ * transactions, is waited out with the retry backoff). */
+#define BUSY_WINDOW_MIN 1000L
+#define BUSY_WINDOW_MAX (1L << 24)
 
-static void on_locker_found(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+/* A claim ran into a row or table lock someone else holds (lock_not_available after the claim's
+ * lock_timeout): roll back and claim around locked rows at once, with a wider window each time
+ * this happens again, until the window is as wide as it gets; from then on with the retry
+ * backoff, so no lock can make the session spin. */
+static void on_claim_locked(Session *s)
 {
-    Session *s = arg;
-    if (!results)
-        return;
-    PGresult *found = n == 5 && !error ? results[3] : NULL;
-    bool known = found && PQntuples(found) == 1;
-    if (!s->locked_row_logged) {
-        if (known)
+    bool wider = true;
+    if (!s->around_locks) {
+        s->around_locks = true;
+        s->busy_window =
+            4 * s->claim_limit > BUSY_WINDOW_MIN ? 4 * s->claim_limit : BUSY_WINDOW_MIN;
+    } else if (s->busy_window < BUSY_WINDOW_MAX) {
+        s->busy_window *= 2;
+    } else {
+        wider = false;
+    }
+    if (!wider && !s->lock_wait_logged) {
+        log_warn("claims wait for a lock held by another transaction (on the table, or on a row "
+                 "several transactions share); retrying with backoff",
+                 "lock_timeout_ms=%s session=%d", CLAIM_LOCK_TIMEOUT_MS, s->index);
+        s->lock_wait_logged = true;
+    }
+    s->wake_pending = true;
+    if (!wider)
+        session_schedule_retry(s);
+    session_end_transaction(s, SQL_ROLLBACK);
+}
+
+/* What SQL_FIND_LOCKER found behind a claim around locks: the first locked row and its locker
+ * (logged once per stall), or none, and then the locks are gone and the next claim is a plain
+ * one again. */
+static void learn_lockers(Session *s, const PGresult *found)
+{
+    if (PQntuples(found) > 0) {
+        if (!s->locked_row_logged)
             log_warn("a row of this session's lanes is locked by another transaction; its "
                      "aggregate waits, the others go on",
                      "id=%s blocking_pid=%s lock_timeout_ms=%s session=%d", PQgetvalue(found, 0, 0),
                      PQgetvalue(found, 0, 1), CLAIM_LOCK_TIMEOUT_MS, s->index);
-        else
-            log_warn("claims wait for a lock held by another transaction (on the table, or on a "
-                     "row several transactions share); retrying with backoff",
-                     "lock_timeout_ms=%s session=%d", CLAIM_LOCK_TIMEOUT_MS, s->index);
         s->locked_row_logged = true;
-    }
-    s->wake_pending = true;
-    if (!known)
-        session_schedule_retry(
-            s); /* nothing to go around: claiming again at once would only wait again */
-    if (error) {
-        session_end_transaction(s, SQL_ROLLBACK); /* the look-up itself timed out */
         return;
     }
-    session_set_phase(s, PHASE_IDLE);
-    session_after_request(s);
-}
-
-/* The plain claim met a row locked by someone else (SQL_CLAIM): roll back, claim around locked
- * rows for AROUND_LOCKS_S, and find out for the log who holds the lock. */
-static void on_claim_locked(Session *s)
-{
-    char limit[24];
-    snprintf(limit, sizeof(limit), "%ld", s->cfg->batch_size);
-    const char *params[2] = {limit, s->lanes.owned_array.s};
-    /* In a transaction of its own with the claim's lock_timeout: a lock on the whole table would
-     * hold the look-up up too. */
-    PgQuery queries[5] = {{SQL_ROLLBACK, 0, NULL, false},
-                          {SQL_BEGIN, 0, NULL, false},
-                          {SQL_CLAIM_PLAN, 0, NULL, true},
-                          {s->sql[SQL_FIND_LOCKER], 2, params, false},
-                          {SQL_COMMIT, 0, NULL, false}};
-    s->around_locks_until = monotime_now() + AROUND_LOCKS_S;
-    session_set_phase(s, PHASE_ENDING);
-    if (!pg_conn_send(s->pg, queries, 5, on_locker_found, s))
-        pg_conn_reset(s->pg, "connection busy while rolling back a claim");
+    if (s->locked_row_logged || s->lock_wait_logged)
+        log_info("no locked row holds claims up any more", "session=%d", s->index);
+    s->locked_row_logged = s->lock_wait_logged = false;
+    s->around_locks = false;
 }
 
 /* The claim converts each row it takes to text before it can cut the batch at --batch-bytes, and
@@ -142,10 +142,8 @@ void session_claimed(Session *s, PGresult **results, int n, const char *error)
         session_end_transaction(s, SQL_COMMIT);
         return;
     }
-    if (s->locked_row_logged && s->claim_sent == s->claim_stmt) {
-        log_info("no locked row holds claims up any more", "session=%d", s->index);
-        s->locked_row_logged = false;
-    }
+    if (at->locker >= 0)
+        learn_lockers(s, results[at->locker]);
 
     int events = PQntuples(results[at->events]);
     int dead = at->dead >= 0 ? PQntuples(results[at->dead]) : 0;
@@ -252,7 +250,7 @@ bool session_claim_build(Session *s, ClaimRequest *req)
     /* The planner settings first: the look-ups of failed rows (the dead-letter claim, the
      * floor's, the claim's) rely on them to read the retry index (statements.c). */
     PgQuery *queries = req->queries;
-    ClaimLayout at = {.dead = -1, .held = -1, .writers = -1};
+    ClaimLayout at = {.dead = -1, .held = -1, .writers = -1, .locker = -1};
     int nq = 0;
     queries[nq++] = (PgQuery){SQL_BEGIN, 0, NULL, false};
     queries[nq++] = (PgQuery){SQL_CLAIM_PLAN, 0, NULL, true};
@@ -264,7 +262,8 @@ bool session_claim_build(Session *s, ClaimRequest *req)
      * floor.h says why the order matters. At most every FLOOR_LOOK_INTERVAL_S: an awake session
      * polls every --busy-poll-interval, and reading pg_locks each time would cost more than a
      * floor a few claims behind. */
-    bool floor_looking = s->floor.enabled && !s->setup_fault && monotime_now() >= s->floor_look_due;
+    bool floor_looking = s->floor.enabled && !s->setup_fault && !s->around_locks &&
+                         monotime_now() >= s->floor_look_due;
     if (floor_looking) {
         s->floor_look_due = monotime_now() + FLOOR_LOOK_INTERVAL_S;
         at.held = nq;
@@ -272,12 +271,21 @@ bool session_claim_build(Session *s, ClaimRequest *req)
             s->sql[s->claim_stmt == SQL_CLAIM_HOLD ? SQL_FLOOR_HELD_HOLD : SQL_FLOOR_HELD_SKIP], 1,
             req->held_params, true};
     }
-    s->claim_sent =
-        monotime_now() < s->around_locks_until ? SQL_AROUND_LOCKS_OF(s->claim_stmt) : s->claim_stmt;
-    /* Only the claim in order starts at the floor (the one around locks is brief and rare). */
+    s->claim_sent = s->around_locks ? SQL_AROUND_LOCKS_OF(s->claim_stmt) : s->claim_stmt;
+    /* Only the claim in order starts at the floor; the one around locks looks at a window of
+     * rows from the start of the unsent index (it lasts while the locks do). */
+    if (s->around_locks) {
+        snprintf(req->window, sizeof(req->window), "%ld", s->busy_window);
+        req->params[4] = req->window;
+        req->locker_params[0] = req->window;
+        req->locker_params[1] = s->lanes.owned_array.s;
+    }
     at.events = nq;
-    queries[nq++] =
-        (PgQuery){s->sql[s->claim_sent], s->claim_sent == s->claim_stmt ? 5 : 4, req->params, true};
+    queries[nq++] = (PgQuery){s->sql[s->claim_sent], 5, req->params, true};
+    if (s->around_locks) {
+        at.locker = nq;
+        queries[nq++] = (PgQuery){s->sql[SQL_FIND_LOCKER], 2, req->locker_params, true};
+    }
     if (floor_looking) {
         at.writers = nq;
         queries[nq++] = (PgQuery){s->sql[SQL_FLOOR_WRITERS], 1, req->writers_params, true};

@@ -35,9 +35,9 @@
 #define RETRY_CAP_S 30.0
 /* Dead events published to the dead-letter topic per batch, on top of batch-size. */
 #define DEAD_LETTER_LIMIT 100
-/* BEGIN, planner settings, dead-letter claim, the floor's two looks (or a setup probe's mark
- * statement, which never comes with them), the claim. */
-#define CLAIM_MAX_QUERIES 6
+/* BEGIN, planner settings, dead-letter claim, the floor's two looks, the claim, the look for a
+ * locker behind a claim around locks, a setup probe's mark statement. */
+#define CLAIM_MAX_QUERIES 7
 
 typedef struct Session Session;
 
@@ -87,6 +87,7 @@ typedef struct ClaimLayout {
     int held;    /* the floor's look at failed rows it holds back (floor.h) */
     int events;  /* the claim */
     int writers; /* the floor's look at writers */
+    int locker;  /* behind a claim around locks: the first locked row and its locker */
     int n;       /* statements in all, from BEGIN */
 } ClaimLayout;
 
@@ -109,12 +110,16 @@ struct Session {
     int claim_sent;               /* the claim statement of the claim in flight */
     long row_limit;   /* rows the next claim asks for, at most --batch-size (see claim.c) */
     long claim_limit; /* rows the claim in flight asked for */
-    bool batch_from_full_claim;   /* the batch held came from a full claim (relay_batch_claimed) */
-    ClaimFloor floor;             /* where claims start in the unsent index (floor.h) */
-    ClaimLayout claim_at;         /* the statements of the claim in flight (claim.c) */
-    ev_tstamp floor_look_due;     /* the next claim that looks, at the earliest */
-    ev_tstamp around_locks_until; /* claims go around locked rows until then */
-    bool locked_row_logged;       /* a stall on a locked row was logged; its end is not yet */
+    bool batch_from_full_claim; /* the batch held came from a full claim (relay_batch_claimed) */
+    ClaimFloor floor;           /* where claims start in the unsent index (floor.h) */
+    ClaimLayout claim_at;       /* the statements of the claim in flight (claim.c) */
+    ev_tstamp floor_look_due;   /* the next claim that looks, at the earliest */
+    /* Claims go around rows others have locked (claim.c): from a claim that ran into a lock
+     * until SQL_FIND_LOCKER finds no locked row in the window any more. */
+    bool around_locks;
+    long busy_window;       /* rows the claims around locks look at for locked rows */
+    bool locked_row_logged; /* a stall on a locked row was logged; its end is not yet */
+    bool lock_wait_logged;  /* claims wait out a lock they cannot see around (logged once) */
     int failed_stmt;        /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
     int chained_marks_n;    /* statements of the mark pipeline before a claim sent behind them */
     bool wake_pending;      /* there may be rows to claim */
@@ -220,8 +225,9 @@ void session_end_transaction(Session *s, const char *sql);
 
 /* The statements of one claim and the parameter text they point to (claim.c fills it). */
 typedef struct ClaimRequest {
-    char limit[24], dead_limit[24], budget[24], dead_budget[24], max_message[24];
+    char limit[24], dead_limit[24], budget[24], dead_budget[24], max_message[24], window[24];
     const char *params[5], *dead_params[4], *held_params[1], *writers_params[1];
+    const char *locker_params[2];
     const char *no_rows[1]; /* "{}": the marks' statement of a setup probe */
     PgQuery queries[CLAIM_MAX_QUERIES];
     int n;

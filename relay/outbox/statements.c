@@ -67,22 +67,23 @@
     " SELECT * FROM (SELECT * FROM below UNION ALL SELECT * FROM above) c ORDER BY 1 LIMIT $1"
 
 /* Around locked rows: the aggregates with a row locked by a running transaction among the next
- * rows (busy: a row's xmax is its locker's transaction id while one transaction holds it, and
- * that transaction holds a lock on its own id in pg_locks) are left out from that row on, before
- * the LIMIT, so a locked aggregate with a long tail cannot fill the batch and stall the others.
- * The claim still waits for (and times out on) a lock it did not see coming — one several
- * transactions share (xmax is then a multixact) or one taken meanwhile — rather than skip it:
- * that keeps order, at the cost of another round in this mode. It returns the rows as locked,
- * rechecked by PostgreSQL like any FOR UPDATE. It runs at 0.5-0.7 times the plain claim's rate
- * (pgbench, 1,000-row claims over 200,000 unsent rows), hence only after a lock was met. */
-#define BUSY_SCAN_FACTOR "4" /* rows looked at for locks, per row of the batch */
+ * $5 rows (the window; busy: a row's xmax is its locker's transaction id while one transaction
+ * holds it, and that transaction holds a lock on its own id in pg_locks) are left out from that
+ * row on, before the LIMIT, so a locked aggregate with a long tail cannot fill the batch and
+ * stall the others. The claim still waits for (and times out on) a lock it did not see — one
+ * beyond the window, one several transactions share (xmax is then a multixact) or one taken
+ * meanwhile — rather than skip it: that keeps order. The session then doubles the window
+ * (claim.c), so a lock anywhere in the backlog is found in a few rounds, whatever the row limit.
+ * It returns the rows as locked, rechecked by PostgreSQL like any FOR UPDATE. It runs at 0.5-0.7
+ * times the plain claim's rate (pgbench, 1,000-row claims over 200,000 unsent rows), hence only
+ * while locks are there: SQL_FIND_LOCKER, in the same transaction, says when they are gone. */
 #define SQL_CLAIM_AROUND_LOCKS(blocked_condition)                                                  \
     SQL_BLOCKED(blocked_condition) ","                                                             \
     " busy AS MATERIALIZED (SELECT h.agg_type, h.agg_id, min(h.seq) AS first_seq"                  \
     " FROM (SELECT o.{seq} AS seq, o.xmax, coalesce(o.{aggregate_type}::text, '') AS agg_type,"    \
     " coalesce(o.{aggregate_id}::text, '') AS agg_id FROM {table} o"                               \
     " WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = ANY($2::smallint[])"              \
-    " ORDER BY o.{seq} LIMIT $1 * " BUSY_SCAN_FACTOR ") h"                                         \
+    " ORDER BY o.{seq} LIMIT $5::bigint) h"                                         \
     " JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = h.xmax"                \
     " AND l.granted AND l.pid <> pg_backend_pid() GROUP BY 1, 2)"                                  \
     " SELECT" CLAIM_COLUMNS("NULL::text") " FROM {table} o WHERE" SQL_CLAIMABLE                    \
@@ -143,8 +144,10 @@
     " WHERE p.n = 1 OR p.before < $3::bigint OFFSET 0) s) v) w"                                    \
     " WHERE w.n = 1 OR w.held <= $3::bigint ORDER BY w.seq"
 
-/* Which transaction holds the first locked row among the next claimable ones, for the log: a
- * row's xmax is the locker's transaction id while a single transaction locks or updates it. */
+/* Which transaction holds the first locked row among the next $1 unsent ones (the window of the
+ * claim around locks it follows, in the same transaction: rows this session locked are left
+ * out), for the log and to end the claims around locks once no row there is locked: a row's
+ * xmax is the locker's transaction id while a single transaction locks or updates it. */
 #define SQL_LOCKED_BY                                                                              \
     "SELECT o.{seq}, l.pid FROM (SELECT o.{seq}, o.xmax FROM {table} o"                            \
     " WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = ANY($2::smallint[])"              \

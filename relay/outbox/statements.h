@@ -80,9 +80,11 @@ typedef enum {
     SQL_CLAIM_HOLD, /* the claim with --on-poison hold: $1 rows, $2 lanes, $3 bytes, $4 max,
                      * $5 the claim floor */
     SQL_CLAIM_SKIP, /* the same with --on-poison skip */
-    SQL_CLAIM_HOLD_AROUND_LOCKS, /* the claims that go around rows others have locked */
+    SQL_CLAIM_HOLD_AROUND_LOCKS, /* the claims that go around rows others have locked among the
+                                  * first $5 unsent rows (instead of the floor) */
     SQL_CLAIM_SKIP_AROUND_LOCKS,
-    SQL_FIND_LOCKER,        /* which backend holds the first locked row, for the log */
+    SQL_FIND_LOCKER,        /* the first row locked by another backend among the next $1, and
+                             * that backend ($2 lanes) */
     SQL_CLAIM_DEAD,         /* dead events not yet published to the dead-letter topic */
     SQL_FLOOR_HELD_HOLD,    /* the lowest row holding its aggregate back ($1 lanes, hold); the
                              * sequence's last value */

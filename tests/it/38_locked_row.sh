@@ -7,6 +7,10 @@
 # of every aggregate arrive meanwhile. While the lock is held: every other aggregate is
 # delivered, none of 'held-1''s events is, and each session that meets the lock logs the stall
 # once, naming the blocking backend's pid. Once the lock is gone: everything is delivered, first copies in order.
+# D (issue 38): a locked row far into the backlog, beyond the rows a claim around locks first looks
+# at (four times the row limit), stalls only its own aggregate: --sessions 1 --batch-size 10,
+# aggregate G with 60 unsent rows, H with 1, then K-1..K-10; another client holds G's and H's rows
+# FOR UPDATE for 20 s. On main the K-* events all stayed unsent (77 rounds of lock timeouts).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
 t_setup
@@ -128,3 +132,43 @@ check_delivered tl
 check "C: no batch fell back to recording row by row" lacks "$RELAY_LOG" "recording the batch failed"
 relay_stop
 check_eq "C: the relay exits 0" 0 "$?"
+
+# --- D: a locked row beyond the first window of a claim around locks -----------------------------
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'far', 'G', 'changed', jsonb_build_object('seq', s)
+        FROM generate_series(1, 60) AS s ORDER BY s"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        VALUES ('far', 'H', 'changed', '{\"seq\": 1}')"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'far', 'K-' || k, 'changed', jsonb_build_object('seq', 1)
+        FROM generate_series(1, 10) AS k ORDER BY k"
+psql -XAtq -c "BEGIN" \
+    -c "SELECT id FROM outbox WHERE aggregate_id IN ('G', 'H') FOR UPDATE" \
+    -c "SELECT 'locked'" -c "SELECT pg_sleep(20)" -c "COMMIT" >"$T/locker-d.out" 2>&1 &
+LOCKER=$!
+_t_track "$LOCKER"
+far_locked() {
+    grep -q locked "$T/locker-d.out"
+}
+_poll 10 far_locked || fail "D: the other client locks G's and H's rows"
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --sessions 1 --batch-size 10 \
+    --kafka reconnect.backoff.max.ms=500
+k_sent() {
+    [ "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'K-%'
+                 AND sent_at IS NULL")" = 0 ]
+}
+wait_for "D: K-1..K-10 are delivered while G and H are locked" 15 k_sent
+if kill -0 "$LOCKER" 2>/dev/null; then
+    check_eq "D: none of G's or H's events is sent while they are locked" 0 \
+        "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_id IN ('G', 'H')
+                   AND sent_at IS NOT NULL")"
+else
+    not_ok "D: the lock is still held when G and H are checked" "the other client ended first"
+fi
+wait "$LOCKER"
+wait_for "D: every row is delivered once the lock is gone" 30 no_unsent_rows
+check_delivered far
+wait_for "D: the stall's end is logged" 20 grep -q "no locked row holds claims up any more" \
+    "$RELAY_LOG"
+relay_stop
+check_eq "D: the relay exits 0" 0 "$?"
