@@ -494,29 +494,14 @@ static void kafka_error(Consumer *c, const rd_kafka_message_t *msg)
     c->last_kafka_err = msg->err;
 }
 
-/* The database's identity for Redis keys: its name and oid, and the cluster's system identifier
- * when the role may read it (pg_control_system). Two databases never share processed ids in
+/* Scopes Redis keys by the database (db_identity): two databases never share processed ids in
  * Redis; a database restored from a base backup of this one (same identity) still does, which
  * the README states. False with e filled on failure. */
 static bool redis_namespace(Consumer *c, DbError *e)
 {
-    PGresult *res = db_query(c->db,
-                             "SELECT d.oid::text || '.' || d.datname"
-                             " FROM pg_database d WHERE d.datname = current_database()",
-                             0, NULL, e);
-    if (!res)
+    if (!db_identity(c->db, c->ns, sizeof(c->ns), e))
         return false;
-    snprintf(c->ns, sizeof(c->ns), "%s", PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "?");
-    PQclear(res);
-    DbError ignored;
-    res = db_query(c->db, "SELECT system_identifier::text FROM pg_control_system()", 0, NULL,
-                   &ignored);
-    if (res && PQntuples(res) == 1) {
-        size_t n = strlen(c->ns);
-        snprintf(c->ns + n, sizeof(c->ns) - n, "@%s", PQgetvalue(res, 0, 0));
-    }
-    PQclear(res);
-    /* The name may hold ':' or spaces: Redis keys are binary-safe, but keep them one token. */
+    /* The name may hold ':' or spaces: keep the key's fields apart. */
     for (char *p = c->ns; *p; p++)
         if (*p == ':' || (unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f)
             *p = '_';

@@ -8,6 +8,7 @@
 # cancelled by statement_timeout (57014) while another session holds the table, and a PostgreSQL
 # restart. A poison event (its data refused by a CHECK constraint, 23514) is still parked, and
 # the events behind it flow. Each outage is logged once at its start and once at its end.
+# processed_events rows carry expires_at (--dedupe-ttl) and expired ones are swept.
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/../demo_lib.sh"
 demo_setup
@@ -164,6 +165,19 @@ check_eq "every valid event applied exactly once: 9 shipments, 9 processed event
 check_eq "only the poison event parked" 1 "$(parked)"
 check_eq "the deadlock's other session left nothing behind" 0 \
     "$(psql_q "SELECT count(*) FROM shipments WHERE customer_id = 'someone-else'")"
+
+# --- 6. processed_events is bounded: rows expire after --dedupe-ttl and are swept -----------------
+check_eq "6: each id is kept --dedupe-ttl (default 7 days) from its processing" t \
+    "$(psql_q "SELECT bool_and(expires_at BETWEEN processed_at + interval '7 days' - interval '1 min'
+                                           AND processed_at + interval '7 days' + interval '1 min')
+               FROM processed_events")"
+consumer_stop
+consumer_start --topic "$TOPIC" --group shipping --sweep-interval 1
+psql_q "UPDATE processed_events SET expires_at = now() - interval '1 s'
+        WHERE event_id IN ('$(cat "$T/ids.1")', '$(cat "$T/ids.2")')" >/dev/null
+wait_for "6: the sweep deletes the two expired ids and keeps the rest" 30 \
+    sql_is "SELECT count(*) FROM processed_events" 7
+check "6: the sweep is logged" grep -q 'msg="expired processed events deleted" rows=2' \
+    "$CONSUMER_LOG"
 consumer_stop
 check_eq "SIGTERM: consumer-demo exits 0" 0 $?
-t_done
