@@ -121,10 +121,10 @@ static int usage_error(const char *msg)
 static int cmd_run(const Options *o)
 {
     char err[600];
-    ConsumerConfig cfg = {o->database_url,     o->brokers,     o->topic,          o->group,
-                          &o->kafka,           o->health_file, o->stats_interval, o->redis_url,
-                          o->redis_timeout_ms, o->redis_ttl,      o->dedupe_ttl,
-                          o->sweep_interval};
+    ConsumerConfig cfg = {o->database_url,   o->brokers,    o->topic,
+                          o->group,          &o->kafka,     o->health_file,
+                          o->stats_interval, o->redis_url,  o->redis_timeout_ms,
+                          o->redis_ttl,      o->dedupe_ttl, o->sweep_interval};
     char host[256];
     int port, db;
     if (!db_check_conninfo(o->database_url, err, sizeof(err)) ||

@@ -99,7 +99,8 @@ GuardOutcome fastpath_guard(RCache *rc, const IdemRequest *req, long guard_ms, c
     char key[600];
     redis_key(key, sizeof(key), GUARD_PREFIX, req);
     bool sent = false;
-    redisReply *r = rcache_command_ex(rc, false, &sent, "SET %s %s NX PX %ld", key, token, guard_ms);
+    redisReply *r =
+        rcache_command_ex(rc, false, &sent, "SET %s %s NX PX %ld", key, token, guard_ms);
     if (!r)
         return sent ? GUARD_UNKNOWN : GUARD_UNAVAILABLE;
     GuardOutcome out = r->type == REDIS_REPLY_NIL ? GUARD_BUSY : GUARD_TAKEN;

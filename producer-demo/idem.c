@@ -88,7 +88,7 @@ static char *fingerprint_input(const IdemRequest *req, int *len)
 #define SELECT_STORED                                                                              \
     "SELECT request_hash = sha256($3::bytea), response_status, response_body,"                     \
     " response_location, response_etag,"                                                           \
-    " (extract(epoch FROM expires_at - now()) * 1000)::bigint"                         \
+    " (extract(epoch FROM expires_at - now()) * 1000)::bigint"                                     \
     " FROM idempotency_keys"                                                                       \
     " WHERE endpoint = $1 AND key = $2 AND expires_at > now()"
 

@@ -105,8 +105,7 @@ static const OptDef options[] = {
     {"redis-guard-ms", OPT_INT, NULL, "10000", 0, 3600000, F(redis_guard_ms), SERVE, 0, "MS",
      "lifetime of a key's in-progress guard in Redis (0 = no guard): how long a key can "
      "answer 409 after a crash"},
-    {"redis-cache-ttl", OPT_INT, NULL, "3600", 1, 31536000, F(redis_cache_ttl), SERVE, 0,
-     "SECONDS",
+    {"redis-cache-ttl", OPT_INT, NULL, "3600", 1, 31536000, F(redis_cache_ttl), SERVE, 0, "SECONDS",
      "cap on how long Redis keeps a cached response (never longer than the key itself); "
      "older retries are answered by PostgreSQL"},
     {"log-level", OPT_LOG_LEVEL, NULL, "info", 0, 0, F(log_level), DB, 0, "LEVEL",

@@ -310,14 +310,13 @@ Server *server_start(Api *api, const char *listen, const ServerLimits *limits, c
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     /* The logger goes first so that MHD reports problems with later options through it. */
-    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
-                                 mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)limits->max_connections,
-                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                                 (unsigned)limits->max_per_address, MHD_OPTION_CONNECTION_TIMEOUT,
-                                 (unsigned)CONNECTION_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION,
-                                 on_connection, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_END);
+    s->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)limits->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)limits->max_per_address, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)CONNECTION_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
         snprintf(err, errlen, "cannot listen on %.100s (address in use or not local?)", listen);
