@@ -76,7 +76,7 @@ static const OptDef options[] = {
      "address to serve HTTP on ([IPV6]:PORT for IPv6, port 0 picks a free one)"},
     {"max-connections", OPT_INT, NULL, "128", 1, 10000, F(max_connections), SERVE, 0, "N",
      "HTTP connections served at once (one thread each)"},
-    {"max-connections-per-address", OPT_INT, NULL, "32", 1, 10000, F(max_per_address), SERVE, 0,
+    {"max-connections-per-address", OPT_INT, NULL, "64", 1, 10000, F(max_per_address), SERVE, 0,
      "N", "HTTP connections from one client address at once (more are closed at accept)"},
     {"request-deadline", OPT_INT, NULL, "10", 1, 3600, F(request_deadline), SERVE, 0, "SECONDS",
      "a request's line, headers and body must arrive within this (from the connection's start "
