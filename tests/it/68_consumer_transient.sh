@@ -5,8 +5,8 @@
 # against a real PostgreSQL: the server read-only for a while (25006, as during a failover; issue
 # 45's reproduction: the old code parked the event after five refusals, committed its offset and
 # never applied it, also after a restart), a deadlock the consumer loses (40P01), statements
-# cancelled by statement_timeout (57014) while another session holds the table, and a PostgreSQL
-# restart. A poison event (its data refused by a CHECK constraint, 23514) is still parked, and
+# cancelled by statement_timeout (57014) or lock_timeout (55P03) while another session holds the
+# table, and a PostgreSQL restart. A poison event (its data refused by a CHECK constraint, 23514) is still parked, and
 # the events behind it flow. Each outage is logged once at its start and once at its end.
 # processed_events rows carry expires_at (--dedupe-ttl) and expired ones are swept.
 source "$(dirname "$0")/../lib.sh"
@@ -140,6 +140,28 @@ wait_for "3: once the table is free, the event is applied" 60 \
 check "3: the outage named the cancelled statement as transient" \
     grep -qE 'msg="postgres unavailable, retrying".*fault=transient.*57014' "$CONSUMER_LOG"
 
+# --- 3b. lock timeouts (55P03): the same, with lock_timeout instead --------------------------------
+consumer_stop
+consumer_start --topic "$TOPIC" --group shipping \
+    --database-url "$DATABASE_URL?options=-c%20lock_timeout%3D300"
+PGAPPNAME=locker timeout 150 psql -XAtq >"$T/locker.out" 2>&1 \
+    -c "BEGIN" -c "LOCK TABLE shipments IN EXCLUSIVE MODE" -c "SELECT pg_sleep(120)" &
+LOCKER_PID=$!
+_t_track "$LOCKER_PID"
+wait_for "3b: another session holds the shipments table" 30 locked
+base=$(pg_errors "lock timeout")
+order_msg 11 | produce
+_poll 60 errors_over "lock timeout" $((base + 6)) ||
+    echo "# 3b: fewer than 6 lock timeouts seen: $(( $(pg_errors "lock timeout") - base ))"
+check_eq "3b: nothing parked while locks time out" 0 "$(parked)"
+psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'locker'" \
+    >/dev/null
+wait "$LOCKER_PID" 2>/dev/null
+wait_for "3b: once the table is free, the event is applied" 60 \
+    sql_is "SELECT count(*) FROM shipments WHERE order_id = 'o-11'" 1
+check "3b: the outage named the lock timeout as transient" \
+    grep -qE 'msg="postgres unavailable, retrying".*fault=transient.*55P03' "$CONSUMER_LOG"
+
 # --- 4. a PostgreSQL restart while events arrive ----------------------------------------------------
 consumer_stop
 consumer_start --topic "$TOPIC" --group shipping
@@ -159,7 +181,7 @@ check_eq "5: the poison event is parked, with the constraint's refusal as the re
     "$(psql_q "SELECT count(*) FROM parked_messages WHERE reason LIKE '%23514%'")"
 
 # --- exactly once, overall -------------------------------------------------------------------------
-check_eq "every valid event applied exactly once: 9 shipments, 9 processed events" "9 9" \
+check_eq "every valid event applied exactly once: 10 shipments, 10 processed events" "10 10" \
     "$(psql_q "SELECT (SELECT count(*) FROM shipments) || ' ' ||
                       (SELECT count(*) FROM processed_events)")"
 check_eq "only the poison event parked" 1 "$(parked)"
@@ -176,7 +198,7 @@ consumer_start --topic "$TOPIC" --group shipping --sweep-interval 1
 psql_q "UPDATE processed_events SET expires_at = now() - interval '1 s'
         WHERE event_id IN ('$(cat "$T/ids.1")', '$(cat "$T/ids.2")')" >/dev/null
 wait_for "6: the sweep deletes the two expired ids and keeps the rest" 30 \
-    sql_is "SELECT count(*) FROM processed_events" 7
+    sql_is "SELECT count(*) FROM processed_events" 8
 check "6: the sweep is logged" grep -q 'msg="expired processed events deleted" rows=2' \
     "$CONSUMER_LOG"
 consumer_stop
