@@ -34,8 +34,9 @@ SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-
 VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 
 # lib/rcache.c (the demos' Redis client) is lib/ for the demos only: the relay does not link
-# hiredis.
-DEMO_ONLY_SRC := lib/rcache.c
+# hiredis. lib/conndeadline.c (request deadlines for a thread-per-connection server) is the
+# demos' too: the relay's metrics port keeps its deadlines on its event loop.
+DEMO_ONLY_SRC := lib/rcache.c lib/conndeadline.c
 SHARED_SRC := $(filter-out $(DEMO_ONLY_SRC),$(wildcard lib/*.c))
 RELAY_SRC  := $(foreach d,$(RELAY_DIRS),$(wildcard $(d)/*.c))
 RELAY_HDR  := $(wildcard lib/*.h) $(foreach d,$(RELAY_DIRS),$(wildcard $(d)/*.h))

@@ -18,10 +18,18 @@
 #include "event.h"
 #include "log.h"
 #include "rcache.h"
+#include "sqlstate.h"
 #include "store.h"
 
 #define POLL_MS 200
-#define MAX_REJECTIONS 5 /* non-connection database errors on one message before it is parked */
+/* Refusals of one message by the database that are the message's own fault (SQLSTATE 22, 23, P0:
+ * sqlstate.h) before it is parked. Anything else is an outage, waited out without limit. */
+#define MAX_REJECTIONS 5
+/* The processed_events sweep: rows per DELETE, and how long one round may hold up messages
+ * before it yields to them (it goes on at the next poll, so it keeps up with any rate the
+ * database can delete at). */
+#define SWEEP_BATCH 5000
+#define SWEEP_SLICE_S 0.5
 #define TOPIC_MAX 249
 /* How long leaving the group and destroying the client may take on SIGTERM: together under
  * docker's default stop grace period (10 s). */
@@ -41,7 +49,10 @@ typedef struct Consumer {
     volatile sig_atomic_t *stop;
     rd_kafka_t *rk;
     PGconn *db;
-    bool db_down; /* an outage is logged once, at its start and its end */
+    bool db_down;      /* an outage is logged once, at its start and its end */
+    bool db_conn_lost; /* the outage began with a lost or refused connection */
+    double next_sweep; /* monotonic time of the next processed_events sweep round */
+    char ns[160];      /* the database's identity, scoping Redis keys (see redis_namespace) */
     Backoff backoff;
     Counters n, logged;
     double last_stats, last_health;
@@ -49,11 +60,12 @@ typedef struct Consumer {
     RCache *redis;
 } Consumer;
 
-/* The Redis key of a processed event: scoped by consumer group, since another service reading
- * the same event must still process it. */
+/* The Redis key of a processed event: scoped by the database (an empty or restored-elsewhere
+ * database replaying the topic must not find its events "processed" by another one) and by
+ * consumer group, since another service reading the same event must still process it. */
 static void done_key(const Consumer *c, const OrderEvent *ev, char *out, size_t outlen)
 {
-    snprintf(out, outlen, "consumer-demo:done:%s:%s", c->cfg->group, ev->event_id);
+    snprintf(out, outlen, "consumer-demo:done:%s:%s:%s", c->ns, c->cfg->group, ev->event_id);
 }
 
 /* True when Redis says ev was processed (its transaction committed). Any doubt (not found,
@@ -181,7 +193,22 @@ bool consumer_check(const ConsumerConfig *cfg, char *err, size_t errlen)
     return true;
 }
 
-/* Connects when needed; logs the start and the end of an outage once. */
+/* The fault of a failed statement: a lost connection (no SQLSTATE) is transient. */
+static SqlstateFault fault_of(const DbError *e)
+{
+    return e->conn_lost ? SQLSTATE_FAULT_TRANSIENT : sqlstate_fault(e->sqlstate);
+}
+
+/* Errors after which the session itself is no use: the server is read-only (a demoted primary:
+ * with target_session_attrs=read-write the reconnect finds the new one), shutting down (57P01-3),
+ * or the connection broke (08). Other errors leave a session that can run the next try. */
+static bool session_spoilt(const DbError *e)
+{
+    return e->conn_lost || strcmp(e->sqlstate, "25006") == 0 ||
+           strncmp(e->sqlstate, "57P", 3) == 0 || strncmp(e->sqlstate, "08", 2) == 0;
+}
+
+/* Connects when needed. A failure starts (or continues) an outage, logged once. */
 static bool ensure_db(Consumer *c)
 {
     if (c->db && PQstatus(c->db) == CONNECTION_OK)
@@ -192,23 +219,42 @@ static bool ensure_db(Consumer *c)
     if (!c->db) {
         if (!c->db_down)
             log_warn("postgres unreachable", "error=%s", log_quote(err, q, sizeof(q)));
-        c->db_down = true;
+        c->db_down = c->db_conn_lost = true;
         return false;
     }
-    if (c->db_down)
-        log_info("postgres reconnected", NULL);
-    c->db_down = false;
     return true;
 }
 
-static void db_lost(Consumer *c, const DbError *e)
+/* A statement failed for a reason that is not the message's (sqlstate.h: transient or the
+ * setup's): an outage, logged once at its start; the caller retries with backoff, without limit.
+ * A spoilt session is dropped so that the next try reconnects. */
+static void db_outage(Consumer *c, const DbError *e, const char *step)
 {
     char q[400];
-    if (!c->db_down)
-        log_warn("postgres connection lost", "error=%s", log_quote(db_error_text(e), q, sizeof(q)));
+    bool lost = session_spoilt(e);
+    if (!c->db_down) {
+        if (lost)
+            log_warn("postgres connection lost", "step=%s fault=%s error=%s", step,
+                     sqlstate_fault_name(fault_of(e)), log_quote(db_error_text(e), q, sizeof(q)));
+        else
+            log_warn("postgres unavailable, retrying", "step=%s fault=%s error=%s", step,
+                     sqlstate_fault_name(fault_of(e)), log_quote(db_error_text(e), q, sizeof(q)));
+        c->db_conn_lost = lost;
+    }
     c->db_down = true;
-    PQfinish(c->db);
-    c->db = NULL;
+    if (lost) {
+        PQfinish(c->db);
+        c->db = NULL;
+    }
+}
+
+/* A statement succeeded (or the database answered for the message itself): the end of an
+ * outage, logged once. */
+static void db_ok(Consumer *c)
+{
+    if (c->db_down)
+        log_info(c->db_conn_lost ? "postgres reconnected" : "postgres available again", NULL);
+    c->db_down = c->db_conn_lost = false;
 }
 
 /* The message's headers as a JSON array of [name, value] pairs, for parked_messages. Values that
@@ -250,41 +296,52 @@ static MessagePos position(const rd_kafka_message_t *msg)
     return (MessagePos){rd_kafka_topic_name(msg->rkt), msg->partition, msg->offset};
 }
 
-/* Parks msg, retrying while PostgreSQL is unreachable. False when asked to stop first. */
-static bool park(Consumer *c, const rd_kafka_message_t *msg, const char *reason)
+/* Tries once to park msg. False when the database did not take it (e filled; an outage is
+ * logged by the caller's db_outage, a refusal here). */
+static bool park_once(Consumer *c, const rd_kafka_message_t *msg, const char *reason, DbError *e)
 {
+    *e = (DbError){0};
+    if (!ensure_db(c))
+        return false;
     char *hjson = headers_json(msg);
     ParkedMessage m = {position(msg),        msg->key, msg->key_len, msg->payload, msg->len,
                        hjson ? hjson : "[]", reason};
+    bool done = store_park(c->db, &m, e);
+    free(hjson);
     char qr[400];
-    bool done = false;
-    while (!done && !*c->stop) {
-        DbError e = {0};
-        if (ensure_db(c) && store_park(c->db, &m, &e)) {
-            done = true;
-            break;
-        }
-        if (c->db && !e.conn_lost) {
-            /* Parking is the last resort: if even that is refused, say so loudly and retry. */
-            log_error("cannot park a message", "error=%s",
-                      log_quote(db_error_text(&e), qr, sizeof(qr)));
-        } else if (c->db) {
-            db_lost(c, &e);
-        }
-        nap(c, backoff_next(&c->backoff));
-    }
     if (done) {
+        db_ok(c);
         backoff_reset(&c->backoff);
         c->n.parked++;
         log_warn("message parked", "topic=%s partition=%d offset=%lld reason=%s", m.pos.topic,
                  (int)m.pos.partition, (long long)m.pos.offset, log_quote(reason, qr, sizeof(qr)));
+    } else if (fault_of(e) == SQLSTATE_FAULT_ROW) {
+        /* Parking is the last resort: if even that is refused, say so loudly and retry. */
+        log_error("cannot park a message", "error=%s", log_quote(db_error_text(e), qr, sizeof(qr)));
+    } else {
+        db_outage(c, e, "park");
     }
-    free(hjson);
     return done;
 }
 
-/* Applies an OrderCreated or OrderUpdated event. Waits out database outages on this message; after
- * MAX_REJECTIONS other errors it parks the message instead. False when asked to stop first. */
+/* Parks a message that cannot be parsed, waiting out outages. False when asked to stop first. */
+static bool park(Consumer *c, const rd_kafka_message_t *msg, const char *reason)
+{
+    while (!*c->stop) {
+        DbError e;
+        if (park_once(c, msg, reason, &e))
+            return true;
+        nap(c, backoff_next(&c->backoff));
+    }
+    return false;
+}
+
+/* Applies an OrderCreated or OrderUpdated event. Every failure that is not the message's fault
+ * (a lost connection, read-only, a deadlock or serialization failure, a cancelled statement, a
+ * lock timeout, resources, the setup: sqlstate.h) is an outage: retried on this message with
+ * backoff and without limit, so a valid event is never parked for the database's trouble. After
+ * MAX_REJECTIONS refusals that are the message's own (22, 23, P0) it is parked instead; a park
+ * that fails goes back to trying the apply. False when asked to stop first. */
 static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderEvent *ev)
 {
     MessagePos pos = position(msg);
@@ -296,8 +353,9 @@ static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderEvent *
             continue;
         }
         DbError e;
-        StoreResult r = store_apply(c->db, ev, &pos, &e);
+        StoreResult r = store_apply(c->db, ev, &pos, c->cfg->dedupe_ttl_s, &e);
         if (r != STORE_FAILED) {
+            db_ok(c);
             backoff_reset(&c->backoff);
             if (r == STORE_APPLIED)
                 c->n.applied++;
@@ -315,11 +373,12 @@ static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderEvent *
             redis_remember(c, ev);
             return true;
         }
-        if (e.conn_lost) {
-            db_lost(c, &e);
+        if (fault_of(&e) != SQLSTATE_FAULT_ROW) {
+            db_outage(c, &e, "apply");
             nap(c, backoff_next(&c->backoff));
             continue;
         }
+        db_ok(c); /* it answered: the refusal is about this message */
         log_warn("database rejected an event", "event_id=%s attempt=%d error=%s", ev->event_id,
                  rejections + 1, log_quote(db_error_text(&e), q, sizeof(q)));
         if (++rejections >= MAX_REJECTIONS) {
@@ -328,7 +387,12 @@ static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderEvent *
             for (char *p = reason; *p; p++)
                 if ((unsigned char)*p >= 0x7f)
                     *p = '?';
-            return park(c, msg, reason);
+            DbError pe;
+            if (park_once(c, msg, reason, &pe))
+                return true;
+            /* Not parked (an outage began, or parking was refused): the apply may well work
+             * now; the refusals are counted afresh. */
+            rejections = 0;
         }
         nap(c, backoff_next(&c->backoff));
     }
@@ -394,9 +458,12 @@ static void log_counts(const char *msg, const Counters *n)
              n->applied, n->duplicates, n->ignored, n->parked, n->stale, n->redis_hits);
 }
 
-/* Periodic chores: progress counters and the health file. */
+static void sweep(Consumer *c);
+
+/* Periodic chores: progress counters, the health file and the processed_events sweep. */
 static void tick(Consumer *c)
 {
+    sweep(c);
     double now = now_s();
     if (now - c->last_stats >= (double)c->cfg->stats_interval_s &&
         memcmp(&c->n, &c->logged, sizeof(c->n)) != 0) {
@@ -427,24 +494,86 @@ static void kafka_error(Consumer *c, const rd_kafka_message_t *msg)
     c->last_kafka_err = msg->err;
 }
 
-/* Connects to PostgreSQL and applies the schema, waiting for PostgreSQL to come up. */
+/* Scopes Redis keys by the database (db_identity): two databases never share processed ids in
+ * Redis; a database restored from a base backup of this one (same identity) still does, which
+ * the README states. False with e filled on failure. */
+static bool redis_namespace(Consumer *c, DbError *e)
+{
+    if (!db_identity(c->db, c->ns, sizeof(c->ns), e))
+        return false;
+    /* The name may hold ':' or spaces: keep the key's fields apart. */
+    for (char *p = c->ns; *p; p++)
+        if (*p == ':' || (unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f)
+            *p = '_';
+    return true;
+}
+
+/* Connects to PostgreSQL and applies the schema, waiting out outages (PostgreSQL starting, a
+ * read-only window); a refusal by the setup (privileges, say) ends the run with an error. */
 static bool prepare_db(Consumer *c)
 {
     char q[400];
     while (!*c->stop) {
         DbError e = {0};
-        if (ensure_db(c) && db_apply_schema(c->db, "consumer-demo", consumer_schema_sql, &e))
+        if (ensure_db(c) && db_apply_schema(c->db, "consumer-demo", consumer_schema_sql, &e) &&
+            (!c->redis || redis_namespace(c, &e))) {
+            db_ok(c);
             return true;
-        if (c->db && !e.conn_lost) {
+        }
+        if (c->db && !e.conn_lost && fault_of(&e) != SQLSTATE_FAULT_TRANSIENT) {
             log_error("cannot apply the schema", "error=%s",
                       log_quote(db_error_text(&e), q, sizeof(q)));
             return false;
         }
         if (c->db)
-            db_lost(c, &e);
+            db_outage(c, &e, "schema");
         nap(c, backoff_next(&c->backoff));
     }
     return false;
+}
+
+/* One round of the processed_events sweep (seed 003's TTL): rows whose expires_at passed are
+ * deleted in batches of SWEEP_BATCH, oldest first, for at most SWEEP_SLICE_S; a round cut short
+ * continues at the next poll, so the sweep keeps pace with any insert rate the database can
+ * delete at, and never holds messages up for longer than one slice. Failures are left to the
+ * next round (an outage shows in the apply path). */
+static void sweep(Consumer *c)
+{
+    double now = now_s();
+    if (now < c->next_sweep || !c->db || PQstatus(c->db) != CONNECTION_OK || c->db_down)
+        return;
+    char batch[16];
+    snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
+    const char *v[1] = {batch};
+    long total = 0;
+    bool more = true;
+    while (more && !*c->stop && now_s() - now < SWEEP_SLICE_S) {
+        DbError e;
+        PGresult *res = db_query(c->db,
+                                 "DELETE FROM processed_events WHERE event_id IN ("
+                                 " SELECT event_id FROM processed_events WHERE expires_at <= now()"
+                                 " ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
+                                 1, v, &e);
+        if (!res) {
+            char q[400];
+            log_warn("processed_events sweep failed", "error=%s",
+                     log_quote(db_error_text(&e), q, sizeof(q)));
+            if (session_spoilt(&e)) {
+                PQfinish(c->db);
+                c->db = NULL;
+            }
+            more = false;
+            break;
+        }
+        long n = atol(PQcmdTuples(res));
+        PQclear(res);
+        total += n;
+        more = n == SWEEP_BATCH;
+    }
+    if (total > 0)
+        log_info("expired processed events deleted", "rows=%ld more=%s", total,
+                 more ? "true" : "false");
+    c->next_sweep = more ? now : now + (double)c->cfg->sweep_interval_s;
 }
 
 /* The client's own destruction, on a thread of its own so that close_consumer can stop waiting
@@ -562,6 +691,7 @@ int consumer_run(const ConsumerConfig *cfg, volatile sig_atomic_t *stop)
              c.redis ? "on" : "off");
 
     c.last_stats = now_s();
+    c.next_sweep = c.last_stats + 1.0; /* soon after start: a backlog from downtime goes first */
     rc = 0;
     while (!*stop) {
         rd_kafka_message_t *msg = rd_kafka_consumer_poll(c.rk, POLL_MS);

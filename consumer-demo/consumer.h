@@ -3,9 +3,14 @@
  * For each message: classify it (event.h), then apply it (store_apply), park it (store_park) or
  * skip it, and only after that database commit store the message's offset for librdkafka's
  * auto-commit (enable.auto.offset.store=false). A crash before the commit redelivers the
- * message, and the processed_events dedupe absorbs the second copy. Database outages are waited
- * out with backoff on the same message, so nothing is skipped; a message the database keeps
- * rejecting for another reason is parked after a few tries, so no partition ever stops.
+ * message, and the processed_events dedupe absorbs the second copy. Database failures are told
+ * apart by whose fault they are (sqlstate.h): anything not the message's own (a lost connection,
+ * a read-only failover window, a deadlock, a cancelled statement, a lock timeout, resources, a
+ * missing privilege) is an outage, waited out with backoff on the same message without limit, so
+ * nothing valid is skipped or parked; a message the database refuses for its data (22, 23, P0) is
+ * parked after a few tries, so no partition ever stops. processed_events rows expire after
+ * dedupe_ttl_s and are swept (a redelivery older than that is applied again, and the shipments
+ * upsert, versioned, makes that a no-op).
  *
  * With Redis (redis_url), an event id is written there only after the transaction that recorded
  * it in processed_events committed; an event whose id is found there is skipped without a
@@ -30,6 +35,8 @@ typedef struct ConsumerConfig {
     const char *redis_url;   /* the Redis fast path (see below), or NULL */
     long redis_timeout_ms;   /* bound on each Redis call */
     long redis_ttl_s;        /* how long a processed event id is remembered in Redis */
+    long dedupe_ttl_s;       /* how long processed_events keeps an event id (expires_at) */
+    long sweep_interval_s;   /* how often expired processed_events rows are deleted */
 } ConsumerConfig;
 
 /* Checks the Kafka configuration without connecting: returns false with one line in err when

@@ -41,6 +41,8 @@ typedef struct Options {
     char *redis_url;
     long redis_timeout_ms;
     long redis_ttl;
+    long dedupe_ttl;
+    long sweep_interval;
     LogLevel log_level;
 } Options;
 
@@ -70,7 +72,12 @@ static const OptDef options[] = {
     {"redis-timeout-ms", OPT_INT, NULL, "100", 1, 10000, F(redis_timeout_ms), RUN, 0, "MS",
      "bound on each Redis call; a slower Redis is treated as down"},
     {"redis-ttl", OPT_INT, NULL, "86400", 1, 31536000, F(redis_ttl), RUN, 0, "SECONDS",
-     "how long Redis remembers a processed event id (processed_events keeps it for good)"},
+     "how long Redis remembers a processed event id (keep it at most --dedupe-ttl)"},
+    {"dedupe-ttl", OPT_INT, NULL, "604800", 60, 315360000, F(dedupe_ttl), RUN, 0, "SECONDS",
+     "how long processed_events remembers an event id; keep it above the topic's retention "
+     "(an older redelivery is applied again, a no-op for the versioned shipments)"},
+    {"sweep-interval", OPT_INT, NULL, "60", 1, 86400, F(sweep_interval), RUN, 0, "SECONDS",
+     "how often expired processed_events rows are deleted (a backlog continues at once)"},
     {"log-level", OPT_LOG_LEVEL, NULL, "info", 0, 0, F(log_level), RUN | MIGRATE, 0, "LEVEL",
      "debug, info, warn or error"},
 };
@@ -114,9 +121,10 @@ static int usage_error(const char *msg)
 static int cmd_run(const Options *o)
 {
     char err[600];
-    ConsumerConfig cfg = {o->database_url,     o->brokers,     o->topic,          o->group,
-                          &o->kafka,           o->health_file, o->stats_interval, o->redis_url,
-                          o->redis_timeout_ms, o->redis_ttl};
+    ConsumerConfig cfg = {o->database_url,   o->brokers,    o->topic,
+                          o->group,          &o->kafka,     o->health_file,
+                          o->stats_interval, o->redis_url,  o->redis_timeout_ms,
+                          o->redis_ttl,      o->dedupe_ttl, o->sweep_interval};
     char host[256];
     int port, db;
     if (!db_check_conninfo(o->database_url, err, sizeof(err)) ||

@@ -13,6 +13,13 @@ CREATE TABLE IF NOT EXISTS processed_events (
     processed_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- Seed 003's TTL: a processed event id is kept until expires_at (now() + --dedupe-ttl at insert)
+-- and then swept by the consumer in bounded batches, so the table stays bounded by the event rate
+-- times the TTL. Rows from before the column existed get the default once, at the ALTER.
+ALTER TABLE processed_events
+    ADD COLUMN IF NOT EXISTS expires_at timestamptz NOT NULL DEFAULT now() + interval '7 days';
+CREATE INDEX IF NOT EXISTS processed_events_expires_at_idx ON processed_events (expires_at);
+
 -- The effect of OrderCreated: one shipment per order (the primary key makes the effect itself
 -- idempotent too, should an order ever be announced by two different events).
 CREATE TABLE IF NOT EXISTS shipments (

@@ -3,9 +3,11 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-StoreResult store_apply(PGconn *conn, const OrderEvent *ev, const MessagePos *pos, DbError *e)
+StoreResult store_apply(PGconn *conn, const OrderEvent *ev, const MessagePos *pos, long ttl_s,
+                        DbError *e)
 {
-    char partition[16], offset[32], amount[32], version[32];
+    char partition[16], offset[32], amount[32], version[32], ttl[32];
+    snprintf(ttl, sizeof(ttl), "%ld", ttl_s);
     snprintf(partition, sizeof(partition), "%" PRId32, pos->partition);
     snprintf(offset, sizeof(offset), "%" PRId64, pos->offset);
     snprintf(amount, sizeof(amount), "%lld", ev->amount_cents);
@@ -13,13 +15,13 @@ StoreResult store_apply(PGconn *conn, const OrderEvent *ev, const MessagePos *po
 
     if (!db_exec(conn, "BEGIN", e))
         return STORE_FAILED;
-    const char *pv[4] = {ev->event_id, pos->topic, partition, offset};
-    PGresult *res =
-        db_query(conn,
-                 "INSERT INTO processed_events (event_id, topic, \"partition\", \"offset\")"
-                 " VALUES ($1, $2, $3, $4) ON CONFLICT (event_id) DO NOTHING"
-                 " RETURNING 1",
-                 4, pv, e);
+    const char *pv[5] = {ev->event_id, pos->topic, partition, offset, ttl};
+    PGresult *res = db_query(conn,
+                             "INSERT INTO processed_events (event_id, topic, \"partition\","
+                             " \"offset\", expires_at)"
+                             " VALUES ($1, $2, $3, $4, now() + $5 * interval '1 second')"
+                             " ON CONFLICT (event_id) DO NOTHING RETURNING 1",
+                             5, pv, e);
     if (!res)
         goto failed;
     bool first_time = PQntuples(res) == 1;

@@ -32,8 +32,9 @@ typedef struct MessagePos {
  * transaction is rolled back untouched), then brings the order's shipment to ev's state if ev's
  * version is newer than the one the shipment holds: creates it when there is none (either event
  * type carries the whole order), updates it when the version is higher, leaves it alone
- * otherwise (STORE_STALE). */
-StoreResult store_apply(PGconn *conn, const OrderEvent *ev, const MessagePos *pos, DbError *e);
+ * otherwise (STORE_STALE). The id is kept until now() + ttl_s (expires_at), then swept. */
+StoreResult store_apply(PGconn *conn, const OrderEvent *ev, const MessagePos *pos, long ttl_s,
+                        DbError *e);
 
 /* An unusable message, as it came (key and payload may be absent: NULL). headers_json is a
  * JSON array of [name, value] pairs. */

@@ -229,3 +229,25 @@ const char *db_error_text(const DbError *e)
         snprintf(buf, sizeof(buf), "%s", e->message);
     return buf;
 }
+
+bool db_identity(PGconn *conn, char *out, size_t outlen, DbError *e)
+{
+    PGresult *res = db_query(conn,
+                             "SELECT d.oid::text || '.' || d.datname"
+                             " FROM pg_database d WHERE d.datname = current_database()",
+                             0, NULL, e);
+    if (!res)
+        return false;
+    snprintf(out, outlen, "%s", PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "?");
+    PQclear(res);
+    /* Readable by default since PostgreSQL 9.6 unless revoked: without it, the oid and name. */
+    DbError ignored;
+    res = db_query(conn, "SELECT system_identifier::text FROM pg_control_system()", 0, NULL,
+                   &ignored);
+    if (res && PQntuples(res) == 1) {
+        size_t n = strlen(out);
+        snprintf(out + n, outlen - n, "@%s", PQgetvalue(res, 0, 0));
+    }
+    PQclear(res);
+    return true;
+}

@@ -77,6 +77,13 @@ void db_rollback(PGconn *conn);
 bool db_apply_schema(PGconn *conn, const char *lock_name, const char *sql, DbError *e)
     __attribute__((warn_unused_result));
 
+/* The database's identity, for keys other systems hold about it (the demos' Redis keys): its
+ * oid and name, and "@" + the cluster's system identifier when the role may read it
+ * (pg_control_system). Two databases never share an identity; a copy made from a base backup of
+ * this cluster does. Writes at most outlen - 1 characters to out. False with e filled. */
+bool db_identity(PGconn *conn, char *out, size_t outlen, DbError *e)
+    __attribute__((warn_unused_result));
+
 /* The first line of a libpq message (they end in newlines, some span several), "unknown error"
  * for none, in a buffer of the calling thread that the next call overwrites. */
 const char *db_error_line(const char *message);

@@ -109,12 +109,13 @@ RCache *rcache_new(const char *url, int size, int timeout_ms, char *err, size_t 
     return c;
 }
 
-/* Takes a free slot, or -1 when Redis is resting after a failure or every slot is busy. */
-static int take_slot(RCache *c)
+/* Takes a free slot, or -1 when Redis is resting after a failure (unless force) or every slot
+ * is busy. */
+static int take_slot(RCache *c, bool force)
 {
     int slot = -1;
     pthread_mutex_lock(&c->mu);
-    if (!c->down || now_s() >= c->retry_at) {
+    if (force || !c->down || now_s() >= c->retry_at) {
         for (int i = 0; i < c->size && slot < 0; i++)
             if (!c->busy[i])
                 slot = i;
@@ -200,9 +201,11 @@ static bool stale_connection(const redisContext *ctx)
            (ctx->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
 }
 
-redisReply *rcache_command(RCache *c, const char *fmt, ...)
+static redisReply *vcommand(RCache *c, bool force, bool *sent, const char *fmt, va_list args)
 {
-    int slot = take_slot(c);
+    if (sent)
+        *sent = false;
+    int slot = take_slot(c, force);
     if (slot < 0)
         return NULL;
     char why[300] = "";
@@ -217,9 +220,12 @@ redisReply *rcache_command(RCache *c, const char *fmt, ...)
             return NULL;
         }
         va_list ap;
-        va_start(ap, fmt);
+        va_copy(ap, args);
         r = redisvCommand(ctx, fmt, ap);
         va_end(ap);
+        /* Written to a live connection: Redis may have run it even if no reply comes. */
+        if (sent && (r || !stale_connection(ctx)))
+            *sent = true;
         if (!r) {
             /* Timeout, reset, EOF: the context cannot be reused (a late reply would be read as
              * the answer to the next command). */
@@ -244,6 +250,24 @@ redisReply *rcache_command(RCache *c, const char *fmt, ...)
         return NULL;
     }
     put_slot(c, slot, true, false, NULL);
+    return r;
+}
+
+redisReply *rcache_command(RCache *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = vcommand(c, false, NULL, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+redisReply *rcache_command_ex(RCache *c, bool force, bool *sent, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = vcommand(c, force, sent, fmt, ap);
+    va_end(ap);
     return r;
 }
 

@@ -47,6 +47,14 @@ RCache *rcache_new(const char *url, int size, int timeout_ms, char *err, size_t 
  * answered with an error; never waits longer than the timeout. */
 redisReply *rcache_command(RCache *c, const char *fmt, ...) __attribute__((warn_unused_result));
 
+/* rcache_command with two more controls, for calls that settle state a reply may have been
+ * lost for. force: try even while Redis is resting after a failure (a late reply that made it
+ * "down" says nothing about the next call; the bound is still the timeout). sent (may be NULL):
+ * set to true when the command went out on a connection, so Redis may have run it although NULL
+ * is returned (a timeout); false when it surely did not run (resting, busy, no connection). */
+redisReply *rcache_command_ex(RCache *c, bool force, bool *sent, const char *fmt, ...)
+    __attribute__((warn_unused_result));
+
 /* The counters so far. */
 RCacheStats rcache_stats(RCache *c);
 

@@ -146,15 +146,58 @@ static void replay(ApiResponse *r, IdemStored *stored)
     idem_stored_free(stored);
 }
 
+/* A duplicate found Redis's in-progress guard taken. Before answering 409, PostgreSQL is asked
+ * (one SELECT, no transaction): a request that finished has its record there, whatever became of
+ * the guard (a late SET NX reply, Redis dropping before the release), and is replayed; only a
+ * key without a committed record is still in progress. */
+static void busy_or_replay(Api *api, const IdemRequest *req, const char *fp, ApiResponse *r)
+{
+    char err[300];
+    PGconn *conn = pool_acquire(api->pool, api->pool_wait_ms, err, sizeof(err));
+    if (!conn) {
+        api_problem(r, 503, "the database is unavailable; retry later");
+        r->retry_after = RETRY_AFTER_UNAVAILABLE;
+        return;
+    }
+    double asked_at = mono_ms();
+    IdemStored stored;
+    DbError e;
+    bool broken = false;
+    switch (idem_lookup(conn, req, &stored, &e)) {
+    case IDEM_REPLAY: {
+        long long cache_ms = stored.left_ms - (long long)(mono_ms() - asked_at);
+        replay(r, &stored);
+        if (cache_ms > api->cache_ttl_ms)
+            cache_ms = api->cache_ttl_ms;
+        fastpath_store(api->redis, req, fp, r->status, r->body, r->location, r->etag, cache_ms,
+                       false);
+        break;
+    }
+    case IDEM_MISMATCH:
+        api_problem(r, 422, "this Idempotency-Key was already used with a different request");
+        break;
+    case IDEM_NEW:
+    case IDEM_BUSY:
+        api_problem(r, 409, "a request with this Idempotency-Key is still being processed");
+        r->retry_after = RETRY_AFTER_BUSY;
+        break;
+    case IDEM_FAILED:
+        broken = db_failed(r, "look key up", &e);
+        break;
+    }
+    pool_release(api->pool, conn, broken);
+}
+
 /* Runs work under req's Idempotency-Key (req NULL: no key, work runs in a plain transaction).
  *
  * With Redis configured, a cached response answers first (fingerprint checked), and a guard
- * turns concurrent duplicates away early; both are shortcuts around the same decisions that
- * idem_claim makes in PostgreSQL, which still runs for everything not answered from the cache. */
+ * turns concurrent duplicates away early (after checking PostgreSQL's record: busy_or_replay);
+ * both are shortcuts around the same decisions that idem_claim makes in PostgreSQL, which still
+ * runs for everything not answered from the cache. */
 static void run_idempotent(Api *api, const IdemRequest *req, Work work, void *arg, ApiResponse *r)
 {
     char fp[65] = "", token[33] = "";
-    bool guarded = false;
+    bool guarded = false; /* Redis holds (or may hold) our guard: release it at the end */
     if (req && api->redis) {
         idem_fingerprint(req, fp);
         IdemStored cached;
@@ -176,10 +219,11 @@ static void run_idempotent(Api *api, const IdemRequest *req, Work work, void *ar
         if (api->guard_ms > 0) {
             switch (fastpath_guard(api->redis, req, api->guard_ms, token)) {
             case GUARD_BUSY:
-                api_problem(r, 409, "a request with this Idempotency-Key is still being processed");
-                r->retry_after = RETRY_AFTER_BUSY;
+                /* Redis is a hint: the guard may be one whose release was lost. */
+                busy_or_replay(api, req, fp, r);
                 return;
             case GUARD_TAKEN:
+            case GUARD_UNKNOWN: /* the reply came late: Redis may hold it all the same */
                 guarded = true;
                 break;
             case GUARD_UNAVAILABLE:
@@ -199,6 +243,8 @@ static void run_idempotent(Api *api, const IdemRequest *req, Work work, void *ar
     switch (req ? idem_claim(conn, req, &stored, &e) : IDEM_NEW) {
     case IDEM_NEW:
         commit = work(conn, req, arg, r, &broken);
+        if (!commit)
+            r->location[0] = '\0'; /* rolled back: the order it named does not exist */
         break;
     case IDEM_REPLAY:
         /* Answered by PostgreSQL: worth caching for the retries that may follow, for what the
@@ -238,7 +284,12 @@ static void run_idempotent(Api *api, const IdemRequest *req, Work work, void *ar
     if (cache && req && api->redis) {
         if (!commit)
             cache_ms -= (long long)(mono_ms() - claimed_at);
-        fastpath_store(api->redis, req, fp, r->status, r->body, r->location, r->etag, cache_ms);
+        if (cache_ms > api->cache_ttl_ms)
+            cache_ms = api->cache_ttl_ms;
+        /* Forced when Redis may hold our guard: the cached answer is what lets a retry in the
+         * guard's lifetime be answered without PostgreSQL. */
+        fastpath_store(api->redis, req, fp, r->status, r->body, r->location, r->etag, cache_ms,
+                       guarded);
     }
 out:
     if (guarded)

@@ -20,10 +20,11 @@
 
 typedef struct Api {
     DbPool *pool;
-    long key_ttl_s;   /* how long an Idempotency-Key record is kept */
-    int pool_wait_ms; /* how long a request waits for a free database connection */
-    RCache *redis;    /* the fast path (fastpath.h), or NULL */
-    long guard_ms;    /* Redis in-progress guard lifetime; 0 = no guard */
+    long key_ttl_s;         /* how long an Idempotency-Key record is kept */
+    int pool_wait_ms;       /* how long a request waits for a free database connection */
+    RCache *redis;          /* the fast path (fastpath.h), or NULL */
+    long guard_ms;          /* Redis in-progress guard lifetime; 0 = no guard */
+    long long cache_ttl_ms; /* cap on a cached response's lifetime in Redis */
     _Atomic long redis_hits, redis_misses; /* cache lookups answered / not answered */
 } Api;
 

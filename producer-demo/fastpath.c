@@ -13,9 +13,19 @@
 #define CACHE_PREFIX "producer-demo:idem:"
 #define GUARD_PREFIX "producer-demo:busy:"
 
+static char ns[160] = "-"; /* the database's identity (fastpath_set_namespace) */
+
+void fastpath_set_namespace(const char *name)
+{
+    snprintf(ns, sizeof(ns), "%s", name);
+    for (char *p = ns; *p; p++)
+        if (*p == ':' || *p == '|' || (unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f)
+            *p = '_';
+}
+
 static void redis_key(char *out, size_t outlen, const char *prefix, const IdemRequest *req)
 {
-    snprintf(out, outlen, "%s%s|%s", prefix, req->endpoint, req->key);
+    snprintf(out, outlen, "%s%s:%s|%s", prefix, ns, req->endpoint, req->key);
 }
 
 FastOutcome fastpath_lookup(RCache *rc, const IdemRequest *req, const char *fp, IdemStored *stored)
@@ -55,7 +65,8 @@ done:
 }
 
 void fastpath_store(RCache *rc, const IdemRequest *req, const char *fp, int status,
-                    const char *body, const char *location, const char *etag, long long ttl_ms)
+                    const char *body, const char *location, const char *etag, long long ttl_ms,
+                    bool force)
 {
     if (ttl_ms < 1)
         return;
@@ -70,7 +81,7 @@ void fastpath_store(RCache *rc, const IdemRequest *req, const char *fp, int stat
         return;
     char key[600];
     redis_key(key, sizeof(key), CACHE_PREFIX, req);
-    redisReply *r = rcache_command(rc, "SET %s %s PX %lld", key, text, ttl_ms);
+    redisReply *r = rcache_command_ex(rc, force, NULL, "SET %s %s PX %lld", key, text, ttl_ms);
     if (r)
         freeReplyObject(r);
     free(text);
@@ -87,9 +98,11 @@ GuardOutcome fastpath_guard(RCache *rc, const IdemRequest *req, long guard_ms, c
              (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec);
     char key[600];
     redis_key(key, sizeof(key), GUARD_PREFIX, req);
-    redisReply *r = rcache_command(rc, "SET %s %s NX PX %ld", key, token, guard_ms);
+    bool sent = false;
+    redisReply *r =
+        rcache_command_ex(rc, false, &sent, "SET %s %s NX PX %ld", key, token, guard_ms);
     if (!r)
-        return GUARD_UNAVAILABLE;
+        return sent ? GUARD_UNKNOWN : GUARD_UNAVAILABLE;
     GuardOutcome out = r->type == REDIS_REPLY_NIL ? GUARD_BUSY : GUARD_TAKEN;
     freeReplyObject(r);
     return out;
@@ -101,8 +114,8 @@ void fastpath_release(RCache *rc, const IdemRequest *req, const char token[33])
     redis_key(key, sizeof(key), GUARD_PREFIX, req);
     /* Compare and delete in one step: between a GET and a DEL the guard may expire and be taken
      * by another request, whose guard a plain DEL would remove. */
-    redisReply *r = rcache_command(
-        rc, "EVAL %s 1 %s %s",
+    redisReply *r = rcache_command_ex(
+        rc, true, NULL, "EVAL %s 1 %s %s",
         "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end "
         "return 0",
         key, token);

@@ -82,6 +82,16 @@ static char *fingerprint_input(const IdemRequest *req, int *len)
     return buf;
 }
 
+/* A live record of the key: whether the fingerprint matches, the response, and the time it has
+ * left. now() is the start of the claim's transaction, just before: the same instant the
+ * take-over of an expired record below compares with. */
+#define SELECT_STORED                                                                              \
+    "SELECT request_hash = sha256($3::bytea), response_status, response_body,"                     \
+    " response_location, response_etag,"                                                           \
+    " (extract(epoch FROM expires_at - now()) * 1000)::bigint"                                     \
+    " FROM idempotency_keys"                                                                       \
+    " WHERE endpoint = $1 AND key = $2 AND expires_at > now()"
+
 static IdemOutcome fetch_stored(PGresult *res, IdemStored *stored)
 {
     if (strcmp(PQgetvalue(res, 0, 0), "t") != 0)
@@ -92,6 +102,28 @@ static IdemOutcome fetch_stored(PGresult *res, IdemStored *stored)
     stored->etag = PQgetisnull(res, 0, 4) ? NULL : strdup(PQgetvalue(res, 0, 4));
     stored->left_ms = atoll(PQgetvalue(res, 0, 5));
     return IDEM_REPLAY;
+}
+
+IdemOutcome idem_lookup(PGconn *conn, const IdemRequest *req, IdemStored *stored, DbError *e)
+{
+    memset(stored, 0, sizeof(*stored));
+    int fp_len = 0;
+    char *fp = fingerprint_input(req, &fp_len);
+    if (!fp) {
+        *e = (DbError){.message = "out of memory"};
+        return IDEM_FAILED;
+    }
+    const char *values[3] = {req->endpoint, req->key, fp};
+    const int lengths[3] = {0, 0, fp_len};
+    const int formats[3] = {0, 0, 1};
+    IdemOutcome out = IDEM_FAILED;
+    PGresult *res = db_query_bin(conn, SELECT_STORED, 3, values, lengths, formats, e);
+    if (res) {
+        out = PQntuples(res) == 1 ? fetch_stored(res, stored) : IDEM_NEW;
+        PQclear(res);
+    }
+    free(fp);
+    return out;
 }
 
 IdemOutcome idem_claim(PGconn *conn, const IdemRequest *req, IdemStored *stored, DbError *e)
@@ -126,13 +158,7 @@ IdemOutcome idem_claim(PGconn *conn, const IdemRequest *req, IdemStored *stored,
         goto done;
     }
 
-    res = db_query_bin(conn,
-                       "SELECT request_hash = sha256($3::bytea), response_status, response_body,"
-                       " response_location, response_etag,"
-                       " (extract(epoch FROM expires_at - now()) * 1000)::bigint"
-                       " FROM idempotency_keys"
-                       " WHERE endpoint = $1 AND key = $2 AND expires_at > now()",
-                       3, values, lengths, formats, e);
+    res = db_query_bin(conn, SELECT_STORED, 3, values, lengths, formats, e);
     if (!res)
         goto done;
     if (PQntuples(res) == 1) {
@@ -169,12 +195,18 @@ bool idem_complete(PGconn *conn, const IdemRequest *req, int status, const char 
 {
     char status_text[16];
     snprintf(status_text, sizeof(status_text), "%d", status);
-    const char *values[6] = {req->endpoint, req->key, status_text, body, location, etag};
+    char ttl[32];
+    snprintf(ttl, sizeof(ttl), "%ld", req->ttl_s);
+    const char *values[7] = {req->endpoint, req->key, status_text, body, location, etag, ttl};
+    /* The key's lifetime counts from here, the request's completion (clock_timestamp(): now()
+     * is the transaction's start): a slow request never commits a record that has already
+     * expired, which an immediate retry would then run again. */
     PGresult *res = db_query(conn,
                              "UPDATE idempotency_keys SET response_status = $3,"
-                             " response_body = $4, response_location = $5, response_etag = $6"
+                             " response_body = $4, response_location = $5, response_etag = $6,"
+                             " expires_at = clock_timestamp() + $7 * interval '1 second'"
                              " WHERE endpoint = $1 AND key = $2",
-                             6, values, e);
+                             7, values, e);
     if (!res)
         return false;
     bool one = strcmp(PQcmdTuples(res), "1") == 0;

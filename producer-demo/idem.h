@@ -59,8 +59,14 @@ typedef struct IdemStored {
  * inserting its record with the request's fingerprint. On IDEM_REPLAY fills stored. */
 IdemOutcome idem_claim(PGconn *conn, const IdemRequest *req, IdemStored *stored, DbError *e);
 
-/* Stores the response of a claimed key, in the same transaction. location and etag may be
- * NULL. */
+/* Reads req's committed record without claiming anything (no lock, no transaction needed), for
+ * a duplicate that Redis's guard turned away: IDEM_REPLAY (stored filled, as for idem_claim),
+ * IDEM_MISMATCH, IDEM_NEW when there is no live record (the key is in progress, or free), or
+ * IDEM_FAILED with e filled. */
+IdemOutcome idem_lookup(PGconn *conn, const IdemRequest *req, IdemStored *stored, DbError *e);
+
+/* Stores the response of a claimed key, in the same transaction, and starts its lifetime:
+ * expires_at = completion + req->ttl_s. location and etag may be NULL. */
 bool idem_complete(PGconn *conn, const IdemRequest *req, int status, const char *body,
                    const char *location, const char *etag, DbError *e)
     __attribute__((warn_unused_result));

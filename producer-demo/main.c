@@ -19,6 +19,7 @@
 #include "api.h"
 #include "backoff.h"
 #include "db.h"
+#include "fastpath.h"
 #include "janitor.h"
 #include "load.h"
 #include "log.h"
@@ -44,6 +45,8 @@ typedef struct Options {
     char *database_url;
     char *listen;
     long max_connections;
+    long max_per_address;
+    long request_deadline;
     long db_connections;
     long key_ttl;
     long cleanup_interval;
@@ -55,6 +58,7 @@ typedef struct Options {
     char *redis_url;
     long redis_timeout_ms;
     long redis_guard_ms;
+    long redis_cache_ttl;
     LogLevel log_level;
 } Options;
 
@@ -72,12 +76,17 @@ static const OptDef options[] = {
      "address to serve HTTP on ([IPV6]:PORT for IPv6, port 0 picks a free one)"},
     {"max-connections", OPT_INT, NULL, "128", 1, 10000, F(max_connections), SERVE, 0, "N",
      "HTTP connections served at once (one thread each)"},
+    {"max-connections-per-address", OPT_INT, NULL, "64", 1, 10000, F(max_per_address), SERVE, 0,
+     "N", "HTTP connections from one client address at once (more are closed at accept)"},
+    {"request-deadline", OPT_INT, NULL, "10", 1, 3600, F(request_deadline), SERVE, 0, "SECONDS",
+     "a request's line, headers and body must arrive within this (from the connection's start "
+     "or the previous response), else the connection is cut"},
     {"db-connections", OPT_INT, NULL, "8", 1, 1000, F(db_connections), SERVE, 0, "N",
      "PostgreSQL connections in the pool"},
     {"key-ttl", OPT_INT, NULL, "86400", 1, 31536000, F(key_ttl), SERVE, 0, "SECONDS",
      "how long an Idempotency-Key is remembered"},
     {"cleanup-interval", OPT_INT, NULL, "60", 1, 86400, F(cleanup_interval), SERVE, 0, "SECONDS",
-     "how often expired Idempotency-Keys are deleted"},
+     "how often expired Idempotency-Keys are deleted (a backlog continues at once)"},
     {"cleanup-batch", OPT_INT, NULL, "1000", 1, 100000, F(cleanup_batch), SERVE | CLEANUP, 0, "N",
      "expired keys deleted per transaction"},
     {"count", OPT_INT, NULL, "1000", 1, 1000000000, F(count), LOAD, 0, "N", "events to write"},
@@ -96,6 +105,9 @@ static const OptDef options[] = {
     {"redis-guard-ms", OPT_INT, NULL, "10000", 0, 3600000, F(redis_guard_ms), SERVE, 0, "MS",
      "lifetime of a key's in-progress guard in Redis (0 = no guard): how long a key can "
      "answer 409 after a crash"},
+    {"redis-cache-ttl", OPT_INT, NULL, "3600", 1, 31536000, F(redis_cache_ttl), SERVE, 0, "SECONDS",
+     "cap on how long Redis keeps a cached response (never longer than the key itself); "
+     "older retries are answered by PostgreSQL"},
     {"log-level", OPT_LOG_LEVEL, NULL, "info", 0, 0, F(log_level), DB, 0, "LEVEL",
      "debug, info, warn or error"},
 };
@@ -174,6 +186,24 @@ static int wait_signal(const sigset_t *set, double seconds)
     return sig > 0 ? sig : 0;
 }
 
+/* Scopes the Redis keys by the database's identity (fastpath_set_namespace). */
+static bool redis_namespace(DbPool *pool)
+{
+    char err[300], ns[160], q[400];
+    PGconn *conn = pool_acquire(pool, POOL_WAIT_MS, err, sizeof(err));
+    DbError e = {0};
+    bool ok = conn && db_identity(conn, ns, sizeof(ns), &e);
+    if (conn)
+        pool_release(pool, conn, !ok);
+    if (!ok) {
+        log_error("cannot read the database's identity for the Redis keys", "error=%s",
+                  log_quote(conn ? db_error_text(&e) : err, q, sizeof(q)));
+        return false;
+    }
+    fastpath_set_namespace(ns);
+    return true;
+}
+
 static int cmd_serve(const Options *o)
 {
     char err[300], host[256];
@@ -223,8 +253,15 @@ static int cmd_serve(const Options *o)
                .key_ttl_s = o->key_ttl,
                .pool_wait_ms = POOL_WAIT_MS,
                .redis = redis,
-               .guard_ms = o->redis_guard_ms};
-    Server *server = server_start(&api, o->listen, (int)o->max_connections, err, sizeof(err));
+               .guard_ms = o->redis_guard_ms,
+               .cache_ttl_ms = (long long)o->redis_cache_ttl * 1000};
+    if (redis && !redis_namespace(pool)) {
+        pool_free(pool);
+        rcache_free(redis);
+        return 1;
+    }
+    ServerLimits limits = {o->max_connections, o->max_per_address, o->request_deadline};
+    Server *server = server_start(&api, o->listen, &limits, err, sizeof(err));
     if (!server) {
         char q[400];
         log_error("cannot start the HTTP server", "error=%s", log_quote(err, q, sizeof(q)));

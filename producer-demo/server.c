@@ -13,14 +13,27 @@
 #include <unistd.h>
 
 #include "addr.h"
+#include "conndeadline.h"
 #include "log.h"
 #include "order.h"
 
 #define CONNECTION_TIMEOUT_S 30 /* idle keep-alive connections are closed after this */
 
+/* Limits against hostile or broken clients (README, "producer-demo"), as on the relay's metrics
+ * port (relay/io/http.c). One thread serves each connection, so every connection held open costs
+ * a thread and a slot of max_connections:
+ *  - per address: a flood from one address is closed at accept and leaves the other addresses'
+ *    slots free (libmicrohttpd's per-IP limit);
+ *  - in all: max_connections;
+ *  - a request's line, headers and body must arrive within the request deadline of the
+ *    connection's start (or of the previous response on a kept-alive connection): a client that
+ *    trickles a byte at a time never trips the idle timeout, this deadline it does
+ *    (lib/conndeadline.h). */
+
 struct Server {
     struct MHD_Daemon *daemon;
     Api *api;
+    ConnDeadlines *deadlines;
 };
 
 /* One request's state across the access handler's calls (headers, body chunks, end). */
@@ -130,7 +143,8 @@ static enum MHD_Result respond(struct MHD_Connection *c, const char *method, con
         return MHD_NO;
     char num[16];
     MHD_add_response_header(resp, "Content-Type", r->content_type);
-    if (r->location[0])
+    /* Location names what a success created; a failure (rolled back) created nothing. */
+    if (r->location[0] && r->status >= 200 && r->status < 300)
         MHD_add_response_header(resp, "Location", r->location);
     if (r->replayed)
         MHD_add_response_header(resp, "Idempotency-Replayed", "true");
@@ -155,6 +169,15 @@ static enum MHD_Result respond(struct MHD_Connection *c, const char *method, con
     return ret;
 }
 
+/* The request has fully arrived (or is answered before its body): off the deadline's clock. */
+static void request_arrived(Server *s, struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (ci && ci->socket_context)
+        conndeadline_pause(s->deadlines, ci->socket_context);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -173,6 +196,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > ORDER_BODY_MAX) {
             rq->too_large = true;
+            request_arrived(s, c);
             ApiResponse r = {0};
             route(s, c, url, method, rq, &r);
             enum MHD_Result ret = respond(c, method, url, rq, &r);
@@ -207,6 +231,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         rq->body[rq->len] = '\0';
         return MHD_YES;
     }
+    request_arrived(s, c);
     ApiResponse r = {0};
     route(s, c, url, method, rq, &r);
     enum MHD_Result ret = respond(c, method, url, rq, &r);
@@ -217,16 +242,41 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
+    Server *s = cls;
     Request *rq = *con_cls;
-    (void)cls, (void)c, (void)toe;
     if (rq) {
         free(rq->body);
         free(rq);
         *con_cls = NULL;
     }
+    /* A kept-alive connection now waits for its next request: on the clock again. (A closing
+     * one is removed by on_connection right after.) */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && ci && ci->socket_context)
+        conndeadline_restart(s->deadlines, ci->socket_context);
 }
 
-Server *server_start(Api *api, const char *listen, int max_connections, char *err, size_t errlen)
+/* Puts each new connection on the request deadline's clock; forgets it when it closes (before
+ * libmicrohttpd closes the descriptor). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    Server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? conndeadline_add(s->deadlines, ci->connect_fd) : NULL;
+        if (ci && !*socket_context) /* it would escape the deadline: refuse it */
+            shutdown(ci->connect_fd, SHUT_RDWR);
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conndeadline_remove(s->deadlines, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+Server *server_start(Api *api, const char *listen, const ServerLimits *limits, char *err,
+                     size_t errlen)
 {
     char host[256], port_text[8];
     unsigned port;
@@ -249,19 +299,28 @@ Server *server_start(Api *api, const char *listen, int max_connections, char *er
         return NULL;
     }
     s->api = api;
+    s->deadlines = conndeadline_new((double)limits->request_deadline_s, err, errlen);
+    if (!s->deadlines) {
+        freeaddrinfo(ai);
+        free(s);
+        return NULL;
+    }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_AUTO | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     /* The logger goes first so that MHD reports problems with later options through it. */
-    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
-                                 mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_connections,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
+    s->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)limits->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)limits->max_per_address, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)CONNECTION_TIMEOUT_S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
         snprintf(err, errlen, "cannot listen on %.100s (address in use or not local?)", listen);
+        conndeadline_free(s->deadlines);
         free(s);
         return NULL;
     }
@@ -283,5 +342,9 @@ void server_stop(Server *s)
     MHD_stop_daemon(s->daemon);
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
+    long cut = conndeadline_cut(s->deadlines);
+    if (cut > 0)
+        log_info("connections cut at the request deadline", "count=%ld", cut);
+    conndeadline_free(s->deadlines);
     free(s);
 }

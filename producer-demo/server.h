@@ -14,9 +14,17 @@
 
 typedef struct Server Server;
 
-/* Binds listen and starts serving api. Returns NULL with one line in err when the address cannot
- * be resolved or bound. */
-Server *server_start(Api *api, const char *listen, int max_connections, char *err, size_t errlen);
+/* Bounds on what clients may hold (server.c says why). */
+typedef struct ServerLimits {
+    long max_connections;    /* connections served at once, in all */
+    long max_per_address;    /* connections from one client address at once */
+    long request_deadline_s; /* a request's line, headers and body must arrive within this */
+} ServerLimits;
+
+/* Binds listen and starts serving api within limits. Returns NULL with one line in err when the
+ * address cannot be resolved or bound, or no thread could be started. */
+Server *server_start(Api *api, const char *listen, const ServerLimits *limits, char *err,
+                     size_t errlen);
 
 /* The bound port (useful with port 0). */
 unsigned server_port(const Server *s);

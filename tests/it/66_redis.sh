@@ -24,7 +24,12 @@ KEY_TTL=600
 # checks below do not expect (the stopped Redis still costs one timeout per probe, once a second).
 producer_start --redis-url "$REDIS_URL" --redis-guard-ms 3000 --key-ttl $KEY_TTL \
     --redis-timeout-ms 500
-CACHE='producer-demo:idem:POST /orders|'
+# Keys are scoped by the database's identity (lib/db.h db_identity).
+NS=$(psql_q "SELECT d.oid || '.' || d.datname || coalesce('@' ||
+             (SELECT system_identifier::text FROM pg_control_system()), '')
+             FROM pg_database d WHERE d.datname = current_database()")
+CACHE="producer-demo:idem:$NS:POST /orders|"
+GUARD="producer-demo:busy:$NS:POST /orders|"
 ORDER='{"customer_id": "c-1", "amount_cents": 4200, "currency": "EUR"}'
 
 # --- 1. the fast path -------------------------------------------------------------------------------
@@ -71,11 +76,11 @@ redis_q DEL "${CACHE}k-3" >/dev/null
 post_order k-3 "$ORDER"
 check_eq "1: once it is gone the key works" 201 "$STATUS"
 
-redis_q SET 'producer-demo:busy:POST /orders|k-4' someone PX 60000 >/dev/null
+redis_q SET "${GUARD}k-4" someone PX 60000 >/dev/null
 post_order k-4 "$ORDER"
 check_eq "1: a key guarded as in progress: 409 + Retry-After, nothing written" "409 1 0" \
     "$STATUS $(hdr Retry-After) $(psql_q "SELECT count(*) FROM idempotency_keys WHERE key = 'k-4'")"
-redis_q DEL 'producer-demo:busy:POST /orders|k-4' >/dev/null
+redis_q DEL "${GUARD}k-4" >/dev/null
 post_order k-4 "$ORDER"
 check_eq "1: after the guard is gone: 201" 201 "$STATUS"
 check_eq "1: a completed request leaves no guard behind" 0 "$(redis_keys 'producer-demo:busy:*')"

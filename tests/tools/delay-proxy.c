@@ -3,13 +3,19 @@
  * runs with the database "on another host" (bench/bench.sh, BENCH_PG_RTT_US). This kernel has no
  * netem, so a round trip's network time is made here instead.
  *
- *   delay-proxy --listen PORT --to PORT --delay-us N
+ *   delay-proxy --listen PORT --to PORT --delay-us N [--only-after TEXT [--times N]]
  *
  * Accepts on 127.0.0.1:PORT, connects each client to 127.0.0.1:--to, and forwards every chunk it
  * reads in either direction N microseconds after it arrived, in order: a request and its answer
  * each take N µs longer, so a round trip takes 2N µs longer. Each direction holds at most
  * MAX_QUEUED bytes (it stops reading until they are written), and at most MAX_CONNS connections
  * are open at once (more are refused). Prints "listening" once ready; runs until killed.
+ *
+ * With --only-after, only answers are delayed, and only the answer that follows a client chunk
+ * containing TEXT (a request/response protocol such as Redis's, one command at a time: "NX"
+ * delays the replies to SET ... NX, so the client times out although the command took effect);
+ * --times bounds how many answers are delayed in all (default: no bound). Everything else passes
+ * at once (a later answer still waits behind a delayed one: order is kept).
  * Exit: 2 on bad flags or a port it cannot listen on.
  */
 #include <arpa/inet.h>
@@ -47,11 +53,14 @@ typedef struct {
 
 typedef struct {
     bool used;
+    bool armed;    /* --only-after: the last client chunk held the text */
     Flow up, down; /* client -> server, server -> client */
 } Pair;
 
 static Pair pairs[MAX_CONNS];
 static double delay_s;
+static const char *only_after; /* NULL: delay everything */
+static long times_left = -1;   /* answers still to delay with --only-after; -1: no bound */
 
 static double now_s(void)
 {
@@ -80,8 +89,25 @@ static void close_pair(Pair *p)
     memset(p, 0, sizeof(*p));
 }
 
-/* Reads what arrived on f into a new chunk; false when the connection is done. */
-static bool flow_read(Flow *f)
+/* The delay of a chunk just read on pair p's flow f. */
+static double chunk_delay(Pair *p, const Flow *f, const char *data, size_t len)
+{
+    if (!only_after)
+        return delay_s;
+    if (f == &p->up) {
+        p->armed = memmem(data, len, only_after, strlen(only_after)) != NULL;
+        return 0;
+    }
+    if (!p->armed || times_left == 0)
+        return 0;
+    p->armed = false;
+    if (times_left > 0)
+        times_left--;
+    return delay_s;
+}
+
+/* Reads what arrived on f (of pair p) into a new chunk; false when the connection is done. */
+static bool flow_read(Pair *p, Flow *f)
 {
     Chunk *c = malloc(sizeof(Chunk) + CHUNK);
     if (!c)
@@ -97,7 +123,7 @@ static bool flow_read(Flow *f)
         return f->head != NULL; /* what is queued still goes out */
     }
     c->next = NULL;
-    c->due = now_s() + delay_s;
+    c->due = now_s() + chunk_delay(p, f, c->data, (size_t)n);
     c->len = (size_t)n;
     c->off = 0;
     if (f->tail)
@@ -178,7 +204,17 @@ int main(int argc, char **argv)
 {
     int listen_port = 0, to_port = 0;
     long delay_us = -1;
+    const char *usage = "usage: delay-proxy --listen PORT --to PORT --delay-us N "
+                        "[--only-after TEXT [--times N]]";
+    if (argc % 2 != 1)
+        usage_error(usage);
     for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--only-after") == 0) {
+            if (!argv[i + 1][0])
+                usage_error("--only-after needs a non-empty text");
+            only_after = argv[i + 1];
+            continue;
+        }
         char *end;
         long v = strtol(argv[i + 1], &end, 10);
         if (*end || v < 0 || v > 10000000)
@@ -189,12 +225,14 @@ int main(int argc, char **argv)
             to_port = (int)v;
         else if (strcmp(argv[i], "--delay-us") == 0)
             delay_us = v;
+        else if (strcmp(argv[i], "--times") == 0)
+            times_left = v;
         else
-            usage_error("usage: delay-proxy --listen PORT --to PORT --delay-us N");
+            usage_error(usage);
     }
-    if (argc != 7 || listen_port < 1 || listen_port > 65535 || to_port < 1 || to_port > 65535 ||
-        delay_us < 0)
-        usage_error("usage: delay-proxy --listen PORT --to PORT --delay-us N");
+    if (listen_port < 1 || listen_port > 65535 || to_port < 1 || to_port > 65535 || delay_us < 0 ||
+        (times_left >= 0 && !only_after))
+        usage_error(usage);
     delay_s = (double)delay_us / 1e6;
     signal(SIGPIPE, SIG_IGN);
     int lfd = listen_on(listen_port);
@@ -205,6 +243,7 @@ int main(int argc, char **argv)
         /* Per flow: its source when it may read, its destination when a due write blocked. */
         struct pollfd fds[1 + 4 * MAX_CONNS];
         Flow *of[1 + 4 * MAX_CONNS];
+        Pair *op[1 + 4 * MAX_CONNS];
         int nfds = 0;
         double now = now_s(), next_due = -1;
         fds[nfds++] = (struct pollfd){.fd = lfd, .events = POLLIN};
@@ -216,6 +255,7 @@ int main(int argc, char **argv)
                 Flow *f = flows[k];
                 if (!f->eof && f->queued < MAX_QUEUED) {
                     of[nfds] = f;
+                    op[nfds] = &pairs[i];
                     fds[nfds++] = (struct pollfd){.fd = f->from, .events = POLLIN};
                 }
                 if (f->head && f->head->due > now) {
@@ -242,7 +282,7 @@ int main(int argc, char **argv)
             accept_one(lfd, to_port);
         for (int j = 1; j < nfds; j++)
             if (of[j] && (fds[j].revents & (POLLIN | POLLHUP | POLLERR)))
-                if (!flow_read(of[j]))
+                if (!flow_read(op[j], of[j]))
                     of[j]->eof = true;
         now = now_s();
         for (int i = 0; i < MAX_CONNS; i++) {

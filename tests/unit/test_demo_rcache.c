@@ -1,7 +1,9 @@
 /* Unit tests for the demos' Redis client (lib/rcache.c) without a Redis server: URL
  * parsing, and that an unreachable Redis costs one failed call, then calls that return at once
- * (skipped) until the retry interval passed, with one outage counted. */
+ * (skipped) until the retry interval passed, with one outage counted; a forced call is tried
+ * anyway and reports that nothing was sent. */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -82,6 +84,15 @@ static void test_unreachable(void **state)
         assert_int_equal(s.failures, 1);
     }
     assert_int_equal(s.outages, 1); /* still the same outage */
+    /* Forced: tried even while resting (one more failure, not a skip); the connect was refused,
+     * so the command surely did not run (sent stays false). */
+    long failures = s.failures;
+    bool sent = true;
+    assert_null(rcache_command_ex(c, true, &sent, "GET %s", "k"));
+    assert_false(sent);
+    s = rcache_stats(c);
+    assert_int_equal(s.failures, failures + 1);
+    assert_int_equal(s.outages, 1);
     rcache_free(c);
     rcache_free(NULL);
     assert_null(rcache_new("redis://h", 1, 100, err, sizeof(err)));

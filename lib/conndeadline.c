@@ -1,0 +1,177 @@
+#include "conndeadline.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+
+struct ConnDeadline {
+    ConnDeadline *prev, *next;
+    int fd;
+    double deadline; /* monotonic seconds */
+    bool linked;     /* on the clock */
+};
+
+struct ConnDeadlines {
+    double seconds;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    pthread_t thread;
+    bool stop;
+    ConnDeadline *head, *tail; /* on the clock, earliest deadline first */
+    long cut;
+};
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void unlink_entry(ConnDeadlines *d, ConnDeadline *e)
+{
+    if (!e->linked)
+        return;
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        d->head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        d->tail = e->prev;
+    e->prev = e->next = NULL;
+    e->linked = false;
+}
+
+/* Appends e with a deadline from now; the list stays sorted (one constant for all). */
+static void link_entry(ConnDeadlines *d, ConnDeadline *e)
+{
+    unlink_entry(d, e);
+    e->deadline = mono_s() + d->seconds;
+    e->prev = d->tail;
+    if (d->tail)
+        d->tail->next = e;
+    else
+        d->head = e;
+    d->tail = e;
+    e->linked = true;
+    if (d->head == e)
+        pthread_cond_signal(&d->wake); /* the watcher sleeps without a deadline */
+}
+
+static void *watch(void *arg)
+{
+    ConnDeadlines *d = arg;
+    pthread_mutex_lock(&d->mu);
+    while (!d->stop) {
+        double now = mono_s();
+        /* Shut down under the lock: conndeadline_remove (before the owner closes the
+         * descriptor) cannot run meanwhile, so the number is still the connection's. */
+        while (d->head && d->head->deadline <= now) {
+            ConnDeadline *e = d->head;
+            unlink_entry(d, e);
+            shutdown(e->fd, SHUT_RDWR);
+            d->cut++;
+        }
+        if (!d->head) {
+            pthread_cond_wait(&d->wake, &d->mu);
+            continue;
+        }
+        double at = d->head->deadline;
+        struct timespec ts = {(time_t)at, (long)((at - (double)(time_t)at) * 1e9)};
+        pthread_cond_timedwait(&d->wake, &d->mu, &ts);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+ConnDeadlines *conndeadline_new(double seconds, char *err, size_t errlen)
+{
+    ConnDeadlines *d = calloc(1, sizeof(*d));
+    if (!d) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    d->seconds = seconds;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&d->wake, &attr);
+    pthread_condattr_destroy(&attr);
+    if (pthread_create(&d->thread, NULL, watch, d) != 0) {
+        snprintf(err, errlen, "cannot start the request deadline thread");
+        pthread_cond_destroy(&d->wake);
+        pthread_mutex_destroy(&d->mu);
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void conndeadline_free(ConnDeadlines *d)
+{
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->mu);
+    d->stop = true;
+    pthread_cond_signal(&d->wake);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->thread, NULL);
+    while (d->head) {
+        ConnDeadline *e = d->head;
+        unlink_entry(d, e);
+        free(e);
+    }
+    pthread_cond_destroy(&d->wake);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}
+
+ConnDeadline *conndeadline_add(ConnDeadlines *d, int fd)
+{
+    ConnDeadline *e = calloc(1, sizeof(*e));
+    if (!e)
+        return NULL;
+    e->fd = fd;
+    pthread_mutex_lock(&d->mu);
+    link_entry(d, e);
+    pthread_mutex_unlock(&d->mu);
+    return e;
+}
+
+void conndeadline_pause(ConnDeadlines *d, ConnDeadline *e)
+{
+    pthread_mutex_lock(&d->mu);
+    unlink_entry(d, e);
+    pthread_mutex_unlock(&d->mu);
+}
+
+void conndeadline_restart(ConnDeadlines *d, ConnDeadline *e)
+{
+    pthread_mutex_lock(&d->mu);
+    link_entry(d, e);
+    pthread_mutex_unlock(&d->mu);
+}
+
+void conndeadline_remove(ConnDeadlines *d, ConnDeadline *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&d->mu);
+    unlink_entry(d, e);
+    pthread_mutex_unlock(&d->mu);
+    free(e);
+}
+
+long conndeadline_cut(ConnDeadlines *d)
+{
+    pthread_mutex_lock(&d->mu);
+    long n = d->cut;
+    pthread_mutex_unlock(&d->mu);
+    return n;
+}

@@ -1,0 +1,47 @@
+/* conndeadline: a deadline for each connection's request, for servers that run a thread per
+ * connection (producer-demo's libmicrohttpd server; the relay's metrics port does the same on its
+ * event loop, relay/io/http.c).
+ *
+ * An idle timeout never fires for a client that trickles a byte every few seconds; a deadline
+ * does. A connection is "on the clock" from its start (or from the previous response on a
+ * kept-alive connection) until its request has fully arrived (line, headers and body); one that
+ * is still on the clock after `seconds` is shut down (shutdown(2), SHUT_RDWR), so the thread
+ * serving it sees end-of-file and closes it. The descriptor itself is never closed here: its
+ * owner closes it after conndeadline_remove, so a number reused meanwhile is never touched.
+ *
+ * All deadlines are "now + the same constant", so the list is kept in order by appending: adding,
+ * pausing and removing are O(1). One thread of its own sleeps until the earliest deadline.
+ * Thread-safe. */
+#ifndef OUTBOX_CONNDEADLINE_H
+#define OUTBOX_CONNDEADLINE_H
+
+#include <stddef.h>
+
+typedef struct ConnDeadlines ConnDeadlines;
+typedef struct ConnDeadline ConnDeadline;
+
+/* Starts the watcher (seconds > 0). NULL with one line in err when no thread or memory. */
+ConnDeadlines *conndeadline_new(double seconds, char *err, size_t errlen);
+
+/* Stops the watcher and frees d; entries still registered are freed too (their connections
+ * must be gone: call after the server stopped). NULL is allowed. */
+void conndeadline_free(ConnDeadlines *d);
+
+/* Registers connection fd, on the clock from now. NULL when out of memory (then the caller
+ * should refuse the connection: without an entry it would escape the deadline). */
+ConnDeadline *conndeadline_add(ConnDeadlines *d, int fd);
+
+/* The request has fully arrived: off the clock (handling it may take as long as it takes). */
+void conndeadline_pause(ConnDeadlines *d, ConnDeadline *e);
+
+/* A response was sent on a kept-alive connection: on the clock again, from now, for the next
+ * request. */
+void conndeadline_restart(ConnDeadlines *d, ConnDeadline *e);
+
+/* The connection is closing (before its descriptor is closed): forgets and frees e. */
+void conndeadline_remove(ConnDeadlines *d, ConnDeadline *e);
+
+/* How many connections were cut at their deadline so far. */
+long conndeadline_cut(ConnDeadlines *d);
+
+#endif
