@@ -20,8 +20,12 @@
 #define ROUTE_HEADERS_MAX_BYTES (64 * 1024)
 
 /* True for a header name a row may not set (it is dropped): id; with identity_headers also
- * event_type and aggregate_type; and every name starting with "dlq." (the relay's dead-letter
- * headers). Compared ignoring ASCII case. */
+ * event_type and aggregate_type; every name starting with "dlq." (the relay's dead-letter
+ * headers). ASCII names compare ignoring case; a name with non-ASCII characters is reserved when
+ * its shape is a reserved name's (invisible characters and combining marks left out, any other
+ * non-ASCII character standing for any letter: İd, ıd, ｉｄ, aggregate_typе with a Cyrillic е).
+ * Any name holding a control character, invalid UTF-8 or an invisible, bidi or line-separator
+ * character (utf8_unsafe) is dropped as well, whatever it spells. */
 bool route_header_reserved(const char *name, bool identity_headers);
 
 /* Checks a topic template at start-up: only {aggregate_type} (also spelt ${routedByValue}, as in

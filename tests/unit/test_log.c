@@ -319,7 +319,6 @@ static void test_quote_small_buffers(void **state)
     }
 }
 
-
 /* Issue 46: characters that end a line or rewrite a terminal for readers other than a byte-wise
  * one. U+0085 (NEL), U+2028/U+2029 split lines in Java, JavaScript and Unicode-aware log viewers;
  * C1 controls (0x9b is CSI) and ESC drive terminals; bidi overrides and isolates reorder what a
@@ -327,14 +326,23 @@ static void test_quote_small_buffers(void **state)
 static void test_quote_unicode_line_breaks_and_bidi(void **state)
 {
     assert_quoted("a\xc2\x85level=error", "\"a\\u0085level=error\"");
-    assert_quoted("a\xe2\x80\xa8" "b\xe2\x80\xa9" "c", "\"a\\u2028b\\u2029c\"");
-    assert_quoted("\xe2\x80\xae" "gnp.exe", "\"\\u202egnp.exe\"");
+    assert_quoted("a\xe2\x80\xa8"
+                  "b\xe2\x80\xa9"
+                  "c",
+                  "\"a\\u2028b\\u2029c\"");
+    assert_quoted("\xe2\x80\xae"
+                  "gnp.exe",
+                  "\"\\u202egnp.exe\"");
     assert_quoted("\xe2\x80\xaa\xe2\x81\xa6\xe2\x81\xa9", "\"\\u202a\\u2066\\u2069\"");
-    assert_quoted("\xc2\x9b" "31m", "\"\\u009b31m\"");
+    assert_quoted("\xc2\x9b"
+                  "31m",
+                  "\"\\u009b31m\"");
     assert_quoted("\x1b]0;title\x07", "\"\\x1b]0;title\\x07\"");
     assert_quoted("zero\xe2\x80\x8bwidth", "\"zero\\u200bwidth\"");
     /* invalid UTF-8: a lone continuation byte, a cut sequence, an overlong '/', a surrogate */
-    assert_quoted("a\x80" "b", "\"a\\x80b\"");
+    assert_quoted("a\x80"
+                  "b",
+                  "\"a\\x80b\"");
     assert_quoted("a\xe2\x80", "\"a\\xe2\\x80\"");
     assert_quoted("\xc0\xaf", "\"\\xc0\\xaf\"");
     assert_quoted("\xed\xa0\x80", "\"\\xed\\xa0\\x80\"");
@@ -354,7 +362,10 @@ static void test_quote_cut_keeps_characters_whole(void **state)
 /* log_one_line leaves nothing a line-splitting reader or a terminal acts on. */
 static void test_one_line_unicode(void **state)
 {
-    char s[] = "a\nb\x1b[31m\xc2\x85" "c\xe2\x80\xa8" "d\xe2\x80\xae" "e\xff";
+    char s[] = "a\nb\x1b[31m\xc2\x85"
+               "c\xe2\x80\xa8"
+               "d\xe2\x80\xae"
+               "e\xff";
     log_one_line(s);
     assert_string_equal(s, "a?b?[31m?c?d?e?");
 }

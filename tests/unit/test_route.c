@@ -379,21 +379,25 @@ static void test_header_reserved_names(void **state)
 static void test_header_reserved_unicode(void **state)
 {
     const char *reserved[] = {
-        "\xc4\xb0" "d",                  /* İd */
-        "\xc4\xb1" "d",                  /* ıd */
-        "i\xc4\x8f",                     /* iď: any non-ASCII letter in a reserved shape */
-        "id\xe2\x80\x8b",                /* id + zero-width space */
-        "\xe2\x80\x8bid",                /* zero-width space + id */
-        "i\xc2\xad" "d",                 /* i, soft hyphen, d */
-        "i\xcc\x87" "d",                 /* i + combining dot above + d */
-        "id\xe2\x80\x8e",                /* id + left-to-right mark */
-        "\xef\xbd\x89\xef\xbd\x84",      /* fullwidth ｉｄ */
-        "aggregate_typ\xd0\xb5",         /* Cyrillic е */
-        "ev\xd0\xb5nt_type",             /* Cyrillic е */
-        "event_typ\xce\xb5",             /* Greek ε */
-        "dlq\xe2\x80\xa4x",              /* one dot leader for the '.' */
-        "\xd4\x81lq.error",              /* Cyrillic ԁ */
-        "id\xef\xbb\xbf",                /* id + BOM */
+        "\xc4\xb0"
+        "d", /* İd */
+        "\xc4\xb1"
+        "d",              /* ıd */
+        "i\xc4\x8f",      /* iď: any non-ASCII letter in a reserved shape */
+        "id\xe2\x80\x8b", /* id + zero-width space */
+        "\xe2\x80\x8bid", /* zero-width space + id */
+        "i\xc2\xad"
+        "d", /* i, soft hyphen, d */
+        "i\xcc\x87"
+        "d",                        /* i + combining dot above + d */
+        "id\xe2\x80\x8e",           /* id + left-to-right mark */
+        "\xef\xbd\x89\xef\xbd\x84", /* fullwidth ｉｄ */
+        "aggregate_typ\xd0\xb5",    /* Cyrillic е */
+        "ev\xd0\xb5nt_type",        /* Cyrillic е */
+        "event_typ\xce\xb5",        /* Greek ε */
+        "dlq\xe2\x80\xa4x",         /* one dot leader for the '.' */
+        "\xd4\x81lq.error",         /* Cyrillic ԁ */
+        "id\xef\xbb\xbf",           /* id + BOM */
     };
     for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
         if (!route_header_reserved(reserved[i], true))
@@ -410,8 +414,9 @@ static void test_header_reserved_unicode(void **state)
  * UTF-8 — are dropped whatever they spell: they exist to look like something else. */
 static void test_header_names_with_invisible_characters(void **state)
 {
-    const char *bad[] = {"trace\xe2\x80\x8bparent", "tenant\xe2\x80\xae", "a\x1b[31m",
-                         "a\nb", "x\xff", "tenant\xc2\x85"};
+    const char *bad[] = {
+        "trace\xe2\x80\x8bparent", "tenant\xe2\x80\xae", "a\x1b[31m", "a\nb", "x\xff",
+        "tenant\xc2\x85"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         if (!route_header_reserved(bad[i], false))
             fail_msg("header name #%zu with an invisible or control character kept", i);
