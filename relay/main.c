@@ -60,6 +60,7 @@ static int cmd_run(Config *cfg, int argc, char **argv)
         (cfg->dead_letter_topic &&
          !route_topic_name_check("--dead-letter-topic", cfg->dead_letter_topic, err,
                                  sizeof(err))) ||
+        !route_dead_letter_check(cfg->topic_template, cfg->dead_letter_topic, err, sizeof(err)) ||
         (cfg->metrics_listen && !addr_parse_host_port("--metrics-listen", cfg->metrics_listen, host,
                                                       sizeof(host), &port, err, sizeof(err))))
         return usage_error(err);

@@ -106,6 +106,41 @@ bool route_template_check(const char *tmpl, bool per_topic_order, char *err, siz
     return true;
 }
 
+/* True when tmpl[ti...] can expand to topic[k...]: literal text must match, and each
+ * placeholder stands for any text (a writer chooses aggregate_type and event_type). */
+static bool template_matches(const char *t, const char *topic)
+{
+    if (*t == '\0')
+        return *topic == '\0';
+    size_t skip = strncmp(t, "${routedByValue}", 16) == 0   ? 16
+                  : strncmp(t, "{aggregate_type}", 16) == 0 ? 16
+                  : strncmp(t, "{event_type}", 12) == 0     ? 12
+                                                            : 0;
+    if (skip) {
+        for (const char *rest = topic;; rest++) {
+            if (template_matches(t + skip, rest))
+                return true;
+            if (*rest == '\0')
+                return false;
+        }
+    }
+    return *t == *topic && template_matches(t + 1, topic + 1);
+}
+
+bool route_dead_letter_check(const char *tmpl, const char *dead_letter_topic, char *err,
+                             size_t errlen)
+{
+    if (!dead_letter_topic || !template_matches(tmpl, dead_letter_topic))
+        return true;
+    snprintf(err, errlen,
+             "--topic-template '%.64s' can produce the dead-letter topic '%.64s' (a row's "
+             "aggregate or event type chooses the placeholder's text): give the template a fixed "
+             "part the dead-letter topic does not match, or choose another --dead-letter-topic",
+             tmpl, dead_letter_topic);
+    log_one_line(err);
+    return false;
+}
+
 bool route_topic(const char *tmpl, const OutboxRow *row, char *out, size_t outlen, char *err,
                  size_t errlen)
 {

@@ -36,6 +36,14 @@ bool route_header_reserved(const char *name, bool identity_headers);
 bool route_template_check(const char *tmpl, bool per_topic_order, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
+/* Checks at start-up that no row can be routed into the dead-letter topic: with placeholders
+ * standing for any text (a writer chooses it), tmpl must not be able to expand to
+ * dead_letter_topic (NULL: nothing to check). Otherwise a writer could put events beside the
+ * relay's dead letters, with forged dlq.* contents in the payload, for whoever reads them. On
+ * failure writes one line to err. */
+bool route_dead_letter_check(const char *tmpl, const char *dead_letter_topic, char *err,
+                             size_t errlen) __attribute__((warn_unused_result));
+
 /* Expands the template for row into out (at least ROUTE_TOPIC_MAX + 1 bytes). Returns false with
  * a reason in err when the result is not a legal Kafka topic name: empty, longer than 249
  * characters, or with a character outside [a-zA-Z0-9._-]. */

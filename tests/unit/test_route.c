@@ -99,6 +99,27 @@ static void test_template_illegal_literal(void **state)
     assert_err_line(err, "empty");
 }
 
+/* Issue 46 item 8: a template that can expand to the dead-letter topic's name lets a writer put
+ * events among the dead letters. */
+static void test_template_reaches_dead_letter_topic(void **state)
+{
+    char err[512] = "";
+    assert_false(route_dead_letter_check("{aggregate_type}", "dlq", err, sizeof(err)));
+    assert_non_null(strstr(err, "dead-letter topic 'dlq'"));
+    assert_null(strchr(err, '\n'));
+    assert_false(
+        route_dead_letter_check("events.{aggregate_type}", "events.dead", err, sizeof(err)));
+    assert_false(route_dead_letter_check("${routedByValue}.out", "dlq.out", err, sizeof(err)));
+    assert_false(
+        route_dead_letter_check("a{event_type}b{aggregate_type}c", "ab.c", err, sizeof(err)));
+    assert_false(route_dead_letter_check("fixed", "fixed", err, sizeof(err)));
+    assert_true(route_dead_letter_check(DEFAULT_TEMPLATE, "dlq", err, sizeof(err)));
+    assert_true(
+        route_dead_letter_check("events.{aggregate_type}", "dead.events", err, sizeof(err)));
+    assert_true(route_dead_letter_check("fixed", "fixed2", err, sizeof(err)));
+    assert_true(route_dead_letter_check("{aggregate_type}", NULL, err, sizeof(err)));
+}
+
 static void test_template_length(void **state)
 {
     char tmpl[300], err[256] = "";
@@ -570,6 +591,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_template_default_ok),
         cmocka_unit_test(test_header_reserved_names),
+        cmocka_unit_test(test_template_reaches_dead_letter_topic),
         cmocka_unit_test(test_header_reserved_unicode),
         cmocka_unit_test(test_header_names_with_invisible_characters),
         cmocka_unit_test(test_headers_unicode_spoof_dropped),
