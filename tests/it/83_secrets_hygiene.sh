@@ -1,6 +1,8 @@
 #!/bin/bash
 # Proves the secret-handling and TLS-policy fixes of issue 46 (items 4, 5, 7 and part of 8):
-#  1. a running relay's /proc/PID/cmdline no longer holds the --database-url (password included)
+#  0. the shipped unit runs the relay with --require-tls and loads the Kafka properties as a
+#     credential (LoadCredential=kafka.properties, --kafka-file %d/kafka.properties);
+#  1. (with --require-tls, on loopback plaintext) a running relay's /proc/PID/cmdline no longer holds the --database-url (password included)
 #     or a --kafka sasl.password, the relay still delivers, and a SIGHUP reload (which re-reads
 #     the command line) still works; core dumps are off (RLIMIT_CORE 0);
 #  2. --database-url-file pointed at a file that is not a connection string (a token) exits 2
@@ -19,8 +21,19 @@ broker_start 1
 relay_migrate 2>"$T/migrate.log" || fail "migrate"
 K_SECRET=kafka-Secret-Pw-99
 
+# --- 0. ---
+UNIT_IN=$(dirname "$0")/../../systemd/outbox-relay.service.in
+check "0: the unit passes --require-tls" grep -q '^ExecStart=.* --require-tls' "$UNIT_IN"
+check "0: the unit passes the Kafka properties credential" \
+    grep -q '^ExecStart=.* --kafka-file %d/kafka.properties' "$UNIT_IN"
+check "0: the unit loads it" \
+    grep -qx 'LoadCredential=kafka.properties:@SYSCONFDIR@/outbox-relay/kafka.properties' "$UNIT_IN"
+check "0: the installed kafka.properties sets nothing" \
+    bash -c "! grep -qv '^#' $(dirname "$0")/../../systemd/kafka.properties"
+
 # --- 1. ---
-relay_start --database-url "$DATABASE_URL_PW" --brokers "$BROKERS" \
+# --require-tls as the shipped unit runs it: loopback plaintext is still allowed.
+relay_start --database-url "$DATABASE_URL_PW" --brokers "$BROKERS" --require-tls \
     --kafka "sasl.password=$K_SECRET" --kafka reconnect.backoff.max.ms=500
 wait_for "1: the relay starts" 30 grep -q "outbox-relay starting" "$RELAY_LOG"
 tr '\0' ' ' <"/proc/$RELAY_PID/cmdline" >"$T/cmdline"
