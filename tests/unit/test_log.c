@@ -370,6 +370,20 @@ static void test_one_line_unicode(void **state)
     assert_string_equal(s, "a?b?[31m?c?d?e?");
 }
 
+/* log_escape: log_quote's escaping without the quotes, for a terminal (outbox-relay dead). */
+static void test_escape_bare(void **state)
+{
+    char out[128];
+    assert_string_equal(log_escape("say \"hi\"", out, sizeof(out)), "say \"hi\"");
+    assert_string_equal(log_escape("a\\b\nc\x1b]0;t\x07", out, sizeof(out)),
+                        "a\\\\b\\nc\\x1b]0;t\\x07");
+    assert_string_equal(log_escape("x\xe2\x80\xa8y\xc2\x85z\xe2\x80\xae", out, sizeof(out)),
+                        "x\\u2028y\\u0085z\\u202e");
+    assert_string_equal(log_escape(NULL, out, sizeof(out)), "");
+    char small[10];
+    assert_string_equal(log_escape("abcdefghijklmnop", small, sizeof(small)), "abcdef...");
+}
+
 /* ---- levels ---------------------------------------------------------------------------- */
 
 static void test_level_parse(void **state)
@@ -545,6 +559,7 @@ int main(void)
         cmocka_unit_test(test_quote_unicode_line_breaks_and_bidi),
         cmocka_unit_test(test_quote_cut_keeps_characters_whole),
         cmocka_unit_test(test_one_line_unicode),
+        cmocka_unit_test(test_escape_bare),
         cmocka_unit_test(test_write_escapes_raw_fields),
         cmocka_unit_test(test_quote_escapes),
         cmocka_unit_test(test_quote_output_is_one_line),
