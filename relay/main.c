@@ -145,11 +145,11 @@ static void argv_free(int argc, char **copy)
 
 /* No core dumps: a core file holds the database password and the Kafka credentials, readable
  * by whoever may read the crash directory (systemd-coredump keeps them). RLIMIT_CORE 0 stops
- * the kernel writing one; PR_SET_DUMPABLE 0 also stops core pipes (systemd-coredump) and other
- * processes of the same user from reading our memory through /proc/PID/mem or ptrace. Its side
- * effect, /proc/PID/ files owned by root, leaves cmdline, stat, status and limits readable by
- * all; only root reads environ, fd/ and maps, as it could anyway. Failures are ignored: a
- * sandbox that forbids them forbids dumps too. */
+ * the kernel writing one; PR_SET_DUMPABLE 0 also stops core pipes (systemd-coredump) and keeps
+ * other processes of the same user out of our memory and secrets: ptrace, /proc/PID/mem,
+ * environ and io need CAP_SYS_PTRACE from then on (checked as another user: cmdline, stat,
+ * status and limits stay readable by all, which is what ps, top and the tests read). Failures
+ * are ignored: a sandbox that forbids them forbids dumps too. */
 static void disable_core_dumps(void)
 {
     struct rlimit none = {0, 0};
