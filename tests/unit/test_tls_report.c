@@ -180,8 +180,7 @@ static void test_loopback_is_literal(void **state)
     unsetenv("PGHOSTADDR");
     TlsSide pg, k;
     const char *remote_pg[] = {"postgresql://u@127.attacker.example/x",
-                               "host=127.0.0.1.nip.io dbname=x",
-                               "host=127.0.0.1x dbname=x",
+                               "host=127.0.0.1.nip.io dbname=x", "host=127.0.0.1x dbname=x",
                                "host=localhost.attacker.example dbname=x",
                                "host=::1.example dbname=x"};
     for (size_t i = 0; i < sizeof(remote_pg) / sizeof(remote_pg[0]); i++) {
@@ -214,8 +213,8 @@ static void test_pg_host_and_hostaddr_lists(void **state)
     Config c = make("host=a.example.com,b.example.com hostaddr=127.0.0.1, dbname=x",
                     "127.0.0.1:9092", NULL, 0);
     assert_refused(&c, "an empty hostaddr entry");
-    judge("host=a.example.com,b.example.com hostaddr=127.0.0.1,127.0.0.2 dbname=x", NULL, NULL,
-          0, &pg, &k);
+    judge("host=a.example.com,b.example.com hostaddr=127.0.0.1,127.0.0.2 dbname=x", NULL, NULL, 0,
+          &pg, &k);
     assert_false(pg.remote);
     setenv("PGHOST", "db.example.com", 1);
     judge("dbname=x", NULL, NULL, 0, &pg, &k);
