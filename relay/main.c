@@ -34,12 +34,15 @@
 
 #define EXIT_USAGE 2
 
-/* Prints one line (secrets scrubbed: libpq and librdkafka may echo values) and returns status. */
+/* Prints one line (secrets scrubbed: libpq and librdkafka may echo values; and kept one line
+ * for every reader and terminal: the values may come from a file or the server) and returns
+ * status. */
 static int error_line(const char *msg, int status)
 {
     char line[1024];
     snprintf(line, sizeof(line), "%s", msg);
     secrets_scrub(line);
+    log_one_line(line);
     fprintf(stderr, "outbox-relay: %s\n", line);
     return status;
 }
