@@ -419,7 +419,8 @@ static void test_header_reserved_unicode(void **state)
         "dlq\xe2\x80\xa4x",         /* one dot leader for the '.' */
         "\xd4\x81lq.error",         /* Cyrillic ԁ */
         "id\xef\xbb\xbf",           /* id + BOM */
-        "\xf0\x9d\x90\xa2d",        /* mathematical bold i + d */
+        "\xf0\x9d\x90\xa2"
+        "d", /* mathematical bold i + d */
     };
     for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
         if (!route_header_reserved(reserved[i], true))
