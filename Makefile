@@ -295,6 +295,9 @@ install-relay: bin/outbox-relay bin/man/outbox-relay.1
 	@# An operator's edited configuration is never overwritten.
 	[ -e $(DESTDIR)$(SYSCONFDIR)/outbox-relay/relay.json ] || \
 	    $(INSTALL) -m 644 systemd/relay.json $(DESTDIR)$(SYSCONFDIR)/outbox-relay/relay.json
+	@# The unit loads it as a credential (it must exist); root-only, for the Kafka secrets.
+	[ -e $(DESTDIR)$(SYSCONFDIR)/outbox-relay/kafka.properties ] || \
+	    $(INSTALL) -m 600 systemd/kafka.properties $(DESTDIR)$(SYSCONFDIR)/outbox-relay/kafka.properties
 
 install-demos: $(DEMO_BIN) bin/man/producer-demo.1 bin/man/consumer-demo.1
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1
@@ -311,6 +314,8 @@ uninstall:
 	rmdir $(DESTDIR)$(DATADIR) 2>/dev/null || true
 	@# The configuration goes only as installed; an edited one stays, and so does the secret
 	@# the operator put beside it (database-url).
+	! cmp -s systemd/kafka.properties $(DESTDIR)$(SYSCONFDIR)/outbox-relay/kafka.properties || \
+	    rm -f $(DESTDIR)$(SYSCONFDIR)/outbox-relay/kafka.properties
 	if cmp -s systemd/relay.json $(DESTDIR)$(SYSCONFDIR)/outbox-relay/relay.json; then \
 	    rm -f $(DESTDIR)$(SYSCONFDIR)/outbox-relay/relay.json; \
 	    rmdir $(DESTDIR)$(SYSCONFDIR)/outbox-relay 2>/dev/null || true; \

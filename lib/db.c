@@ -28,6 +28,32 @@ static void first_line(const char *msg, char *out, size_t outlen)
         snprintf(out, outlen, "unknown error");
 }
 
+/* libpq's parse errors quote the text they stumbled on (missing "=" after "TEXT"), and the
+ * string may not be a connection string at all: a --database-url-file pointed at a token file
+ * would print the token. Every quoted span of more than one character that comes from conninfo
+ * becomes "...", in place (the line only shrinks); a one-character span ("=") stays, it says
+ * what was expected. */
+static void hide_quoted_input(char *line, const char *conninfo)
+{
+    for (char *open = strchr(line, '"'); open;) {
+        char *close = strchr(open + 1, '"');
+        if (!close)
+            break;
+        size_t len = (size_t)(close - open - 1);
+        char saved = *close;
+        *close = '\0';
+        bool from_input = len > 1 && strstr(conninfo, open + 1) != NULL;
+        *close = saved;
+        if (from_input) {
+            size_t dots = len < 3 ? len : 3; /* never longer than what it replaces */
+            memset(open + 1, '.', dots);
+            memmove(open + 1 + dots, close, strlen(close) + 1);
+            close = open + 1 + dots;
+        }
+        open = strchr(close + 1, '"');
+    }
+}
+
 bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
 {
     char *why = NULL;
@@ -35,6 +61,7 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
     if (!opts) {
         char line[256];
         first_line(why ? why : "out of memory", line, sizeof(line));
+        hide_quoted_input(line, conninfo);
         snprintf(err, errlen, "database URL: invalid connection string: %s", line);
         PQfreemem(why);
         return false;

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "secrets.h"
+#include "utf8.h"
 
 static LogLevel min_level = LOG_INFO;
 
@@ -37,6 +38,102 @@ bool log_level_parse(const char *name, LogLevel *out)
 const char *log_level_name(LogLevel level)
 {
     return level_names[level];
+}
+
+/* What an escaper leaves alone besides plain text: log_quote escapes quotes and backslashes (its
+ * output is a quoted string), log_escape backslashes only (a terminal shows no quotes, but a
+ * reader must tell an escape from text), and the line pass of log_write neither (it runs over a
+ * line whose quoted values are already escaped, and must not escape them twice). */
+typedef enum { ESC_QUOTED, ESC_BARE, ESC_LINE } EscapeMode;
+
+/* Escapes the character at p (p[0] != '\0') into esc: C0 controls and DEL as \xNN (\n for a
+ * newline), each byte of invalid UTF-8 as \xNN, characters utf8_unsafe names (C1 controls, line
+ * and paragraph separators, bidi and zero-width characters) as \uXXXX or \UXXXXXXXX; the rest
+ * as they are. Sets *used to the bytes consumed; returns the length of esc. */
+static size_t escape_unit(const char *p, EscapeMode mode, char esc[16], size_t *used)
+{
+    unsigned char c = (unsigned char)*p;
+    int32_t cp;
+    size_t n = utf8_decode(p, &cp);
+    *used = n;
+    if ((c == '"' && mode == ESC_QUOTED) || (c == '\\' && mode != ESC_LINE)) {
+        esc[0] = '\\';
+        esc[1] = (char)c;
+        return 2;
+    }
+    if (c == '\n') {
+        memcpy(esc, "\\n", 2);
+        return 2;
+    }
+    if (cp < 0 || cp < 0x20 || cp == 0x7f)
+        return (size_t)snprintf(esc, 16, "\\x%02x", c);
+    if (utf8_unsafe(cp))
+        return (size_t)snprintf(esc, 16, cp > 0xffff ? "\\U%08x" : "\\u%04x", (unsigned)cp);
+    memcpy(esc, p, n);
+    return n;
+}
+
+/* Writes value escaped into out (outlen > 6), between quote characters when quote is set; a
+ * value that does not fit is cut at a character boundary and ends with "...". */
+static void escape_into(const char *value, EscapeMode mode, char *out, size_t outlen)
+{
+    bool quote = mode == ESC_QUOTED;
+    char esc[16];
+    size_t total = 0, used;
+    for (const char *p = value; *p; p += used)
+        total += escape_unit(p, mode, esc, &used);
+    /* The quotes and the NUL; a value that does not fit also needs room for "...". */
+    size_t extra = quote ? 3 : 1;
+    bool cut = total + extra > outlen;
+    size_t limit = cut ? outlen - extra - 3 : total;
+
+    size_t o = 0;
+    if (quote)
+        out[o++] = '"';
+    for (const char *p = value; *p; p += used) {
+        size_t n = escape_unit(p, mode, esc, &used);
+        if (o - (quote ? 1 : 0) + n > limit)
+            break;
+        memcpy(out + o, esc, n);
+        o += n;
+    }
+    if (cut) {
+        memcpy(out + o, "...", 3);
+        o += 3;
+    }
+    if (quote)
+        out[o++] = '"';
+    out[o] = '\0';
+}
+
+/* Scrubs registered secrets from a copy of value before escaping and cutting: escaping would
+ * hide a secret holding a quote or a backslash from a later scrub, and a cut could leave part of
+ * one behind. */
+static const char *escape_scrubbed(const char *value, EscapeMode mode, char *out, size_t outlen)
+{
+    if (outlen < 8) {
+        if (outlen)
+            out[0] = '\0';
+        return out;
+    }
+    char stack[1024];
+    char *copy = NULL;
+    const char *v = value ? value : "";
+    if (secrets_found(v)) {
+        size_t n = strlen(v) + 1;
+        copy = n <= sizeof(stack) ? stack : malloc(n);
+        if (!copy) {
+            snprintf(out, outlen, mode == ESC_QUOTED ? "\"***\"" : "***");
+            return out;
+        }
+        memcpy(copy, v, n);
+        secrets_scrub(copy);
+        v = copy;
+    }
+    escape_into(v, mode, out, outlen);
+    if (copy != stack)
+        free(copy);
+    return out;
 }
 
 void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
@@ -69,85 +166,42 @@ void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
     if (len > (int)sizeof(line) - 2)
         len = (int)sizeof(line) - 2;
     line[len] = '\0';
-    len = (int)secrets_scrub(line); /* values a caller did not quote (see log_quote) */
-    line[len++] = '\n';
-    fwrite(line, 1, (size_t)len, stderr);
-}
-
-/* Writes the escaped form of c into esc; returns its length. */
-static size_t escape_char(unsigned char c, char esc[8])
-{
-    if (c == '"' || c == '\\') {
-        esc[0] = '\\';
-        esc[1] = (char)c;
-        return 2;
-    }
-    if (c == '\n') {
-        memcpy(esc, "\\n", 2);
-        return 2;
-    }
-    if (c < 0x20 || c == 0x7f)
-        return (size_t)snprintf(esc, 8, "\\x%02x", c);
-    esc[0] = (char)c;
-    return 1;
+    secrets_scrub(line); /* values a caller did not quote (see log_quote) */
+    /* The same values may hold a newline, ESC or U+2028 (an event id, a prepared transaction's
+     * name: text anyone with INSERT chooses). Escaping what is left over keeps the line one line
+     * for every reader; quoted values are already escaped and pass unchanged. */
+    char escaped[sizeof(line)];
+    escape_into(line, ESC_LINE, escaped, sizeof(escaped) - 1);
+    len = (int)strlen(escaped);
+    escaped[len++] = '\n';
+    fwrite(escaped, 1, (size_t)len, stderr);
 }
 
 const char *log_quote(const char *value, char *out, size_t outlen)
 {
-    if (outlen < 8) {
-        if (outlen)
-            out[0] = '\0';
-        return out;
-    }
-    /* Scrub secrets before escaping and cutting: escaping would hide a secret holding a quote or
-     * a backslash from a later scrub, and a cut could leave part of one behind. */
-    char stack[1024];
-    char *copy = NULL;
-    const char *v = value ? value : "";
-    if (secrets_found(v)) {
-        size_t n = strlen(v) + 1;
-        copy = n <= sizeof(stack) ? stack : malloc(n);
-        if (!copy) {
-            snprintf(out, outlen, "\"***\"");
-            return out;
-        }
-        memcpy(copy, v, n);
-        secrets_scrub(copy);
-        v = copy;
-    }
-    char esc[8];
-    size_t total = 0;
-    for (const char *p = v; *p; p++)
-        total += escape_char((unsigned char)*p, esc);
-    /* Two quotes and the NUL; a value that does not fit also needs room for "...". */
-    bool cut = total + 3 > outlen;
-    size_t limit = cut ? outlen - 6 : total;
+    return escape_scrubbed(value, ESC_QUOTED, out, outlen);
+}
 
-    size_t o = 0;
-    out[o++] = '"';
-    for (const char *p = v; *p; p++) {
-        size_t n = escape_char((unsigned char)*p, esc);
-        if (o - 1 + n > limit)
-            break;
-        memcpy(out + o, esc, n);
-        o += n;
-    }
-    if (cut) {
-        memcpy(out + o, "...", 3);
-        o += 3;
-    }
-    out[o++] = '"';
-    out[o] = '\0';
-    if (copy != stack)
-        free(copy);
-    return out;
+const char *log_escape(const char *value, char *out, size_t outlen)
+{
+    return escape_scrubbed(value, ESC_BARE, out, outlen);
 }
 
 void log_one_line(char *s)
 {
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7f)
-            *s = '?';
+    char *o = s;
+    for (const char *p = s; *p;) {
+        int32_t cp;
+        size_t n = utf8_decode(p, &cp);
+        if (cp < 0 || utf8_unsafe(cp)) {
+            *o++ = '?';
+        } else {
+            memmove(o, p, n);
+            o += n;
+        }
+        p += n;
+    }
+    *o = '\0';
 }
 
 /* Replaces s[start, end) with "***"; s has room for the (at most 3 bytes) longer result. */

@@ -3,7 +3,9 @@
  * Messages are plain text; fields are passed preformatted as "key=value" pairs in the format
  * string, so a call reads like the line it prints:
  *     log_info("claimed batch", "rows=%d", n);
- * Values that may hold spaces or quotes go through log_quote(). Connection strings must go
+ * Values that may hold spaces or quotes go through log_quote(); whatever a caller leaves
+ * unquoted is still escaped (control, line-separator and bidi characters) before the line is
+ * written, so no value can start a line of its own. Connection strings must go
  * through log_mask_conninfo() first: no password is ever written. */
 #ifndef OUTBOX_LOG_H
 #define OUTBOX_LOG_H
@@ -31,12 +33,21 @@ void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
 #define log_warn(...) log_write(LOG_WARN, __VA_ARGS__)
 #define log_error(...) log_write(LOG_ERROR, __VA_ARGS__)
 
-/* Quotes a field value for a log line: wraps it in double quotes and escapes quotes, backslashes
- * and control characters; a value longer than the buffer is cut with "...". Returns out. */
+/* Quotes a field value for a log line: wraps it in double quotes and escapes quotes and
+ * backslashes (\" \\), C0 controls and DEL (\n, \xNN), invalid UTF-8 (\xNN per byte) and the
+ * characters utf8_unsafe names (C1 controls, U+2028/U+2029, bidi and zero-width characters:
+ * \uXXXX); registered secrets become "***". A value longer than the buffer is cut at a
+ * character boundary with "...". Returns out (never more than outlen bytes with the NUL). Any
+ * value from outside the relay's own code goes through this or log_escape before it is shown. */
 const char *log_quote(const char *value, char *out, size_t outlen);
 
-/* Replaces control characters (newlines included) with '?' in place, so text that echoes user
- * input stays on one line. */
+/* log_quote without the quotes (a quote character stays as it is): for text shown on a
+ * terminal, such as the rows `outbox-relay dead` prints. Returns out. */
+const char *log_escape(const char *value, char *out, size_t outlen);
+
+/* Replaces control characters (newlines included), invalid UTF-8 and the characters
+ * utf8_unsafe names with '?' in place, so text that echoes user input stays on one line for
+ * every reader (the text only shrinks). */
 void log_one_line(char *s);
 
 /* Copies a libpq connection string (URL or key=value form) into out with any password replaced

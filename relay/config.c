@@ -5,8 +5,11 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "db.h"
 #include "kafka_guard.h"
+#include "log.h"
 #include "optval.h"
 #include "opts.h"
 #include "secrets.h"
@@ -356,6 +359,14 @@ static bool read_database_url_file(Config *cfg, char *err, size_t errlen)
         return optval_fail(err, errlen, "database-url-file %s: %s (it must hold just the URL)",
                            cfg->database_url_file, why);
     }
+    /* Checked here so the error names the file (db_check_conninfo never echoes its text: a
+     * file that is not a URL at all may be a token). */
+    char bad[512];
+    if (!db_check_conninfo(text, bad, sizeof(bad))) {
+        explicit_bzero(text, n);
+        free(text);
+        return optval_fail(err, errlen, "database-url-file %s: %s", cfg->database_url_file, bad);
+    }
     free(cfg->database_url);
     cfg->database_url = text;
     return true;
@@ -609,4 +620,78 @@ void config_register_secrets(const Config *cfg)
     for (size_t i = 0; i < cfg->kafka.len; i++)
         if (secrets_kafka_key_sensitive(cfg->kafka.items[i].key))
             secrets_add(cfg->kafka.items[i].value);
+}
+
+/* Warns about one file when group or others may read it and it holds a registered secret. */
+static void warn_if_loose(const char *path)
+{
+    struct stat st;
+    if (!path || stat(path, &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 077) == 0)
+        return;
+    char err[256];
+    char *text = read_text_file("secret file", path, err, sizeof(err));
+    if (!text)
+        return;
+    bool secret = secrets_found(text);
+    explicit_bzero(text, strlen(text));
+    free(text);
+    if (!secret)
+        return;
+    char q[600];
+    log_warn("secret file readable by other users",
+             "file=%s mode=%04o hint=\"chmod 600 it (owned by the relay's user), or hand it to the "
+             "service with systemd's LoadCredential=\"",
+             log_quote(path, q, sizeof(q)), (unsigned)(st.st_mode & 07777));
+}
+
+void config_warn_loose_secret_files(const Config *cfg)
+{
+    warn_if_loose(cfg->config_file);
+    warn_if_loose(cfg->database_url_file);
+    warn_if_loose(cfg->kafka_file);
+}
+
+/* Overwrites value in place with "***" and NULs (its length kept, so the argument area of the
+ * process stays as it was laid out). */
+static void wipe_value(char *value)
+{
+    size_t len = strlen(value);
+    explicit_bzero(value, len);
+    memcpy(value, "***", len < 3 ? len : 3);
+}
+
+void config_scrub_argv(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        char *arg = argv[i];
+        if (strncmp(arg, "--", 2) != 0)
+            continue;
+        char *name = arg + 2, *eq = strchr(name, '=');
+        const OptDef *opt = opts_find(&spec, name, eq ? (size_t)(eq - name) : strlen(name));
+        if (!opt || opt->type == OPT_BOOL)
+            continue;
+        char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!value)
+            break;
+        if (strcmp(opt->name, "database-url") == 0) {
+            wipe_value(value); /* the whole URL: a password may hide in several places */
+        } else if (opt->type == OPT_LIST) {
+            char *sep = strchr(value, '=');
+            if (sep) {
+                *sep = '\0';
+                bool sensitive = secrets_kafka_key_sensitive(value);
+                *sep = '=';
+                if (sensitive)
+                    wipe_value(sep + 1);
+            }
+        }
+    }
+    /* Whatever else holds a registered secret (an alias, a value pasted elsewhere). */
+    for (int i = 1; i < argc; i++) {
+        size_t len = strlen(argv[i]);
+        if (!secrets_found(argv[i]))
+            continue;
+        size_t n = secrets_scrub(argv[i]);
+        explicit_bzero(argv[i] + n, len - n);
+    }
 }

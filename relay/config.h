@@ -139,4 +139,17 @@ void config_apply_reloadable(Config *running, const Config *fresh);
  * config file). */
 void config_register_secrets(const Config *cfg);
 
+/* Logs a warning for each secret-bearing file of cfg (the config file, --database-url-file,
+ * --kafka-file) that its group or others may read: one holding a registered secret (call after
+ * config_register_secrets). Warned, not refused: the secret is already exposed, and refusing to
+ * start would turn that into an outage at the next restart; the warning says how to fix it. */
+void config_warn_loose_secret_files(const Config *cfg);
+
+/* Overwrites, in place, the secrets on a parsed command line so /proc/PID/cmdline (ps, top, any
+ * local user) no longer shows them: the whole --database-url value, the value of every --kafka
+ * KEY=VALUE whose key is sensitive, and any registered secret elsewhere (call after
+ * config_register_secrets). Each becomes "***" padded with NULs. Anything that parses the
+ * command line again (a SIGHUP reload) must be given a copy taken before. */
+void config_scrub_argv(int argc, char **argv);
+
 #endif

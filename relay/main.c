@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 
 #include "addr.h"
 #include "admin.h"
@@ -32,12 +34,15 @@
 
 #define EXIT_USAGE 2
 
-/* Prints one line (secrets scrubbed: libpq and librdkafka may echo values) and returns status. */
+/* Prints one line (secrets scrubbed: libpq and librdkafka may echo values; and kept one line
+ * for every reader and terminal: the values may come from a file or the server) and returns
+ * status. */
 static int error_line(const char *msg, int status)
 {
     char line[1024];
     snprintf(line, sizeof(line), "%s", msg);
     secrets_scrub(line);
+    log_one_line(line);
     fprintf(stderr, "outbox-relay: %s\n", line);
     return status;
 }
@@ -60,6 +65,7 @@ static int cmd_run(Config *cfg, int argc, char **argv)
         (cfg->dead_letter_topic &&
          !route_topic_name_check("--dead-letter-topic", cfg->dead_letter_topic, err,
                                  sizeof(err))) ||
+        !route_dead_letter_check(cfg->topic_template, cfg->dead_letter_topic, err, sizeof(err)) ||
         (cfg->metrics_listen && !addr_parse_host_port("--metrics-listen", cfg->metrics_listen, host,
                                                       sizeof(host), &port, err, sizeof(err))))
         return usage_error(err);
@@ -116,8 +122,47 @@ static int cmd_migrate(const Config *cfg)
     return migrate_run(cfg->database_url, &cfg->map, cfg->connect_wait_s);
 }
 
+/* A copy of argv (strings included) for what parses the command line again later: a SIGHUP
+ * reload. The original is scrubbed of secrets (config_scrub_argv). NULL when out of memory. */
+static char **argv_copy(int argc, char **argv)
+{
+    char **copy = calloc((size_t)argc + 1, sizeof(*copy));
+    for (int i = 0; copy && i < argc; i++)
+        if (!(copy[i] = strdup(argv[i]))) {
+            for (int j = 0; j < i; j++)
+                free(copy[j]);
+            free(copy);
+            return NULL;
+        }
+    return copy;
+}
+
+static void argv_free(int argc, char **copy)
+{
+    for (int i = 0; copy && i < argc; i++) {
+        explicit_bzero(copy[i], strlen(copy[i]));
+        free(copy[i]);
+    }
+    free(copy);
+}
+
+/* No core dumps: a core file holds the database password and the Kafka credentials, readable
+ * by whoever may read the crash directory (systemd-coredump keeps them). RLIMIT_CORE 0 stops
+ * the kernel writing one; PR_SET_DUMPABLE 0 also stops core pipes (systemd-coredump) and keeps
+ * other processes of the same user out of our memory and secrets: ptrace, /proc/PID/mem,
+ * environ and io need CAP_SYS_PTRACE from then on (checked as another user: cmdline, stat,
+ * status and limits stay readable by all, which is what ps, top and the tests read). Failures
+ * are ignored: a sandbox that forbids them forbids dumps too. */
+static void disable_core_dumps(void)
+{
+    struct rlimit none = {0, 0};
+    (void)setrlimit(RLIMIT_CORE, &none);
+    (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
+
 int main(int argc, char **argv)
 {
+    disable_core_dumps();
     /* A peer closing a socket must surface as an error return, not kill the process. */
     signal(SIGPIPE, SIG_IGN);
     /* Hidden: the generated sections of the man page, for tools/gen-man.sh. */
@@ -145,6 +190,15 @@ int main(int argc, char **argv)
         signal(SIGHUP, SIG_IGN);
     /* From here on, nothing the process writes may show them. */
     config_register_secrets(&cfg);
+    /* ps and /proc/PID/cmdline show argv to every local user: the secrets go from it, and a
+     * reload reads the copy. */
+    char **kept = argv_copy(argc, argv);
+    if (!kept) {
+        config_free(&cfg);
+        return error_line("out of memory", 1);
+    }
+    config_scrub_argv(argc, argv);
+    config_warn_loose_secret_files(&cfg);
 
     int rc = 0;
     switch (cfg.command) {
@@ -156,7 +210,7 @@ int main(int argc, char **argv)
                rd_kafka_version_str(), PQlibVersion());
         break;
     case CMD_RUN:
-        rc = cmd_run(&cfg, argc, argv);
+        rc = cmd_run(&cfg, argc, kept);
         break;
     case CMD_MIGRATE:
         rc = cmd_migrate(&cfg);
@@ -179,5 +233,6 @@ int main(int argc, char **argv)
     }
     }
     config_free(&cfg);
+    argv_free(argc, kept);
     return rc;
 }

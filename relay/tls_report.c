@@ -1,6 +1,9 @@
 #include "tls_report.h"
 
+#include <arpa/inet.h>
 #include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +27,9 @@ const char *tls_level_name(TlsLevel level)
 }
 
 /* True for a host that keeps the traffic on this machine: a Unix socket directory, localhost,
- * 127.0.0.0/8 or ::1 (written as such: nothing is resolved). */
+ * or an address literal in 127.0.0.0/8 or ::1 (also as ::ffff:127.x.x.x). Nothing is resolved,
+ * so a name is local only when it is localhost: "127.attacker.example" is a name like any other,
+ * and resolves wherever its owner wants. */
 static bool host_local(const char *host, size_t len)
 {
     char h[256];
@@ -40,8 +45,13 @@ static bool host_local(const char *host, size_t len)
         memmove(h, h + 1, len - 2);
         h[len - 2] = '\0';
     }
-    return strcasecmp(h, "localhost") == 0 || strncmp(h, "127.", 4) == 0 || strcmp(h, "::1") == 0 ||
-           strcasecmp(h, "localhost.") == 0;
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, h, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, h, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+    return strcasecmp(h, "localhost") == 0 || strcasecmp(h, "localhost.") == 0;
 }
 
 /* The value libpq would use for keyword: the string's own, else its environment default. */
@@ -57,41 +67,76 @@ static const char *pq_value(const PQconninfoOption *parsed, const PQconninfoOpti
     return NULL;
 }
 
-/* Marks side remote when some entry of the comma-separated list is not local; strip_port drops
- * a ":PORT" (and a "SCHEME://" prefix), as in Kafka's broker lists. */
-static void judge_hosts(TlsSide *side, const char *list, bool kafka)
+/* Marks side remote, naming the host, when the entry h[0, hl) is not local. */
+static void judge_one(TlsSide *side, const char *h, size_t hl)
 {
-    for (const char *p = list ? list : "";;) {
-        size_t len = strcspn(p, ",");
-        const char *h = p;
-        size_t hl = len;
-        while (hl > 0 && (*h == ' ' || *h == '\t'))
-            h++, hl--;
-        while (hl > 0 && (h[hl - 1] == ' ' || h[hl - 1] == '\t'))
-            hl--;
-        if (kafka) {
-            for (size_t i = 0; i + 2 < hl; i++)
-                if (h[i] == ':' && h[i + 1] == '/' && h[i + 2] == '/') {
-                    h += i + 3;
-                    hl -= i + 3;
-                    break;
-                }
-            /* HOST:PORT, [V6]:PORT */
-            const char *colon = NULL;
-            for (size_t i = 0; i < hl; i++)
-                if (h[i] == ':')
-                    colon = h + i;
-            if (colon && (h[0] != '[' || colon[-1] == ']'))
-                hl = (size_t)(colon - h);
-        }
-        if ((kafka ? hl > 0 : true) && !host_local(h, hl) && !side->remote) {
-            side->remote = true;
-            snprintf(side->first_remote, sizeof(side->first_remote), "%.*s",
-                     (int)(hl < 120 ? hl : 120), h);
-        }
-        if (p[len] == '\0')
+    if (!host_local(h, hl) && !side->remote) {
+        side->remote = true;
+        snprintf(side->first_remote, sizeof(side->first_remote), "%.*s", (int)(hl < 120 ? hl : 120),
+                 h);
+    }
+}
+
+/* The entry number idx of a comma-separated list, spaces around it dropped: sets *out and
+ * *outlen, returns false past the end. */
+static bool list_entry(const char *list, size_t idx, const char **out, size_t *outlen)
+{
+    const char *p = list ? list : "";
+    for (size_t i = 0; i < idx; i++) {
+        p = strchr(p, ',');
+        if (!p)
+            return false;
+        p++;
+    }
+    size_t len = strcspn(p, ",");
+    while (len > 0 && (*p == ' ' || *p == '\t'))
+        p++, len--;
+    while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+        len--;
+    *out = p;
+    *outlen = len;
+    return true;
+}
+
+/* Kafka's broker list: [SCHEME://]HOST[:PORT] or [V6]:PORT entries, empty ones skipped (as
+ * librdkafka does). */
+static void judge_brokers(TlsSide *side, const char *list)
+{
+    const char *h;
+    size_t hl;
+    for (size_t i = 0; list_entry(list, i, &h, &hl); i++) {
+        for (size_t j = 0; j + 2 < hl; j++)
+            if (h[j] == ':' && h[j + 1] == '/' && h[j + 2] == '/') {
+                h += j + 3;
+                hl -= j + 3;
+                break;
+            }
+        const char *colon = NULL;
+        for (size_t j = 0; j < hl; j++)
+            if (h[j] == ':')
+                colon = h + j;
+        if (colon && (h[0] != '[' || colon[-1] == ']'))
+            hl = (size_t)(colon - h);
+        if (hl > 0)
+            judge_one(side, h, hl);
+    }
+}
+
+/* libpq's host and hostaddr lists pair up entry by entry: where a hostaddr entry is given libpq
+ * connects to it (host then only names the server for TLS), where it is empty libpq resolves
+ * the host entry of the same position, and an empty host entry is the default Unix socket. */
+static void judge_pg_hosts(TlsSide *side, const char *hosts, const char *addrs)
+{
+    const char *h, *a;
+    size_t hl, al;
+    for (size_t i = 0;; i++) {
+        bool has_h = list_entry(hosts, i, &h, &hl), has_a = list_entry(addrs, i, &a, &al);
+        if (!has_h && !has_a)
             break;
-        p += len + 1;
+        if (has_a && al > 0)
+            judge_one(side, a, al);
+        else
+            judge_one(side, has_h ? h : "", has_h ? hl : 0);
     }
 }
 
@@ -109,40 +154,56 @@ static void judge_pg(const char *conninfo, TlsSide *side)
                   : strcmp(mode, "verify-ca") == 0 || strcmp(mode, "require") == 0 ? TLS_UNVERIFIED
                   : strcmp(mode, "disable") == 0                                   ? TLS_PLAINTEXT
                                                                                    : TLS_OPTIONAL;
-    /* hostaddr, when given, is where libpq connects; host then only names the server. */
-    const char *hostaddr = pq_value(parsed, defaults, "hostaddr");
-    judge_hosts(side, hostaddr ? hostaddr : pq_value(parsed, defaults, "host"), false);
+    judge_pg_hosts(side, pq_value(parsed, defaults, "host"),
+                   pq_value(parsed, defaults, "hostaddr"));
     PQconninfoFree(parsed);
     PQconninfoFree(defaults);
 }
 
-/* The last value of a --kafka property (later entries win, as in librdkafka). */
-static const char *kafka_value(const Config *cfg, const char *key)
+/* The value librdkafka holds for name in conf, canonical (bools as true/false, enums in lower
+ * case, an alias's value under either name); "" when unset. */
+static void kafka_get(const rd_kafka_conf_t *conf, const char *name, char *out, size_t outlen)
 {
-    const char *v = NULL;
-    for (size_t i = 0; i < cfg->kafka.len; i++)
-        if (strcasecmp(cfg->kafka.items[i].key, key) == 0)
-            v = cfg->kafka.items[i].value;
-    return v;
+    size_t n = outlen;
+    if (rd_kafka_conf_get(conf, name, out, &n) != RD_KAFKA_CONF_OK)
+        out[0] = '\0';
 }
 
+/* librdkafka itself reads the properties: the brokers first, then every --kafka entry in order,
+ * as kafka_conf_build does (relay/io/kafka.c). So every spelling it accepts (f, F, 0, False for
+ * a bool; SSL for ssl), every alias (metadata.broker.list is bootstrap.servers) and the rule
+ * that the last setting wins are the ones the producer will use, not a copy of them. Entries it
+ * refuses are skipped here: kafka_conf_build refuses them before anything connects. */
 static void judge_kafka(const Config *cfg, TlsSide *side)
 {
     memset(side, 0, sizeof(*side));
-    const char *proto = kafka_value(cfg, "security.protocol");
-    if (!proto)
-        proto = "plaintext";
-    snprintf(side->mode, sizeof(side->mode), "%s", proto);
-    bool tls = strcasecmp(proto, "ssl") == 0 || strcasecmp(proto, "sasl_ssl") == 0;
-    const char *verify = kafka_value(cfg, "enable.ssl.certificate.verification");
-    const char *ident = kafka_value(cfg, "ssl.endpoint.identification.algorithm");
-    bool verified = !(verify && (strcasecmp(verify, "false") == 0 || strcmp(verify, "0") == 0)) &&
-                    !(ident && strcasecmp(ident, "none") == 0);
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char errstr[512];
+    if (cfg->brokers)
+        rd_kafka_conf_set(conf, "bootstrap.servers", cfg->brokers, errstr, sizeof(errstr));
+    for (size_t i = 0; i < cfg->kafka.len; i++)
+        rd_kafka_conf_set(conf, cfg->kafka.items[i].key, cfg->kafka.items[i].value, errstr,
+                          sizeof(errstr));
+    char proto[32], verify[16], ident[16];
+    kafka_get(conf, "security.protocol", proto, sizeof(proto));
+    kafka_get(conf, "enable.ssl.certificate.verification", verify, sizeof(verify));
+    kafka_get(conf, "ssl.endpoint.identification.algorithm", ident, sizeof(ident));
+    snprintf(side->mode, sizeof(side->mode), "%s", *proto ? proto : "plaintext");
+    bool tls = strcmp(proto, "ssl") == 0 || strcmp(proto, "sasl_ssl") == 0;
+    bool verified = strcmp(verify, "false") != 0 && strcmp(ident, "none") != 0;
     side->level = !tls ? TLS_PLAINTEXT : verified ? TLS_VERIFIED : TLS_UNVERIFIED;
-    const char *servers = kafka_value(cfg, "bootstrap.servers");
-    if (!servers)
-        servers = kafka_value(cfg, "metadata.broker.list");
-    judge_hosts(side, servers ? servers : cfg->brokers, true);
+    /* The value can be long (many brokers); ask for its size first. */
+    size_t n = 0;
+    if (rd_kafka_conf_get(conf, "bootstrap.servers", NULL, &n) == RD_KAFKA_CONF_OK && n > 0) {
+        char *servers = malloc(n);
+        if (servers &&
+            rd_kafka_conf_get(conf, "bootstrap.servers", servers, &n) == RD_KAFKA_CONF_OK)
+            judge_brokers(side, servers);
+        else
+            judge_one(side, "?", 1); /* unknown: judged remote */
+        free(servers);
+    }
+    rd_kafka_conf_destroy(conf);
 }
 
 void tls_report_judge(const Config *cfg, TlsSide *pg, TlsSide *kafka)

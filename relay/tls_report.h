@@ -5,7 +5,11 @@
  * PostgreSQL and Kafka connections will be encrypted and whether the server's identity is
  * verified; a connection to a host other than loopback (or a Unix socket) that is not verified
  * gets a warning, and with --require-tls is refused before anything connects. No name is
- * resolved here: a host is loopback when it is literally localhost, 127.0.0.0/8 or ::1. */
+ * resolved here: a host is loopback when it is localhost or an address literal in 127.0.0.0/8
+ * or ::1 (a name starting "127." is not). The configuration is read as the libraries read it:
+ * libpq's own parser and environment defaults (host and hostaddr lists paired entry by entry),
+ * and librdkafka's own configuration object for the Kafka properties (its bool spellings, its
+ * aliases such as metadata.broker.list, the last setting winning). */
 #ifndef OUTBOX_TLS_REPORT_H
 #define OUTBOX_TLS_REPORT_H
 
@@ -29,9 +33,10 @@ typedef struct TlsSide {
     char first_remote[128]; /* the first such host, for the warning */
 } TlsSide;
 
-/* Judges the configuration: database URL (with libpq's environment defaults, PGSSLMODE and
- * PGHOST) and the brokers with the --kafka properties (security.protocol,
- * enable.ssl.certificate.verification, ssl.endpoint.identification.algorithm). */
+/* Judges the configuration: database URL (with libpq's environment defaults, PGSSLMODE,
+ * PGHOST and PGHOSTADDR) and the brokers with the --kafka properties applied after them in order
+ * (security.protocol, enable.ssl.certificate.verification,
+ * ssl.endpoint.identification.algorithm, bootstrap.servers / metadata.broker.list). */
 void tls_report_judge(const Config *cfg, TlsSide *pg, TlsSide *kafka);
 
 /* The word for a level in the log: verified, unverified, optional or plaintext. */

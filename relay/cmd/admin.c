@@ -53,7 +53,9 @@ static void print_json(PGresult *res, int row)
         "rejections", atoi(PQgetvalue(res, row, 6)), "dead_at", PQgetvalue(res, row, 7),
         "dead_letter_topic", *PQgetvalue(res, row, 8) ? PQgetvalue(res, row, 8) : NULL,
         "last_error", PQgetvalue(res, row, 9));
-    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    /* ASCII only: U+2028, U+0085 and bidi characters of a row reach the terminal as \u escapes,
+     * and control characters are escaped by JSON itself. */
+    char *text = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
     if (text)
         puts(text);
     free(text);
@@ -79,11 +81,16 @@ int admin_dead(const Config *cfg)
             print_json(res, i);
             continue;
         }
-        char aggregate[256];
+        /* Every text column is the writers' (or an error quoting them): escaped as in the log,
+         * so a row cannot print a newline, ESC or OSC sequence, U+2028 or a bidi override to the
+         * operator's terminal. */
+        char aggregate[256], event_id[160], agg[520], error[1024];
         snprintf(aggregate, sizeof(aggregate), "%s/%s", PQgetvalue(res, i, 2),
                  PQgetvalue(res, i, 3));
-        printf("%-10s %-36s %-24s %-8s %-20s %s\n", PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
-               aggregate, PQgetvalue(res, i, 5), PQgetvalue(res, i, 7), PQgetvalue(res, i, 9));
+        printf("%-10s %-36s %-24s %-8s %-20s %s\n", PQgetvalue(res, i, 0),
+               log_escape(PQgetvalue(res, i, 1), event_id, sizeof(event_id)),
+               log_escape(aggregate, agg, sizeof(agg)), PQgetvalue(res, i, 5),
+               PQgetvalue(res, i, 7), log_escape(PQgetvalue(res, i, 9), error, sizeof(error)));
     }
     if (!cfg->json)
         printf("%d dead-lettered event%s\n", n, n == 1 ? "" : "s");

@@ -1,7 +1,9 @@
 #include "route.h"
 
 #include "log.h"
+#include "utf8.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +106,41 @@ bool route_template_check(const char *tmpl, bool per_topic_order, char *err, siz
     return true;
 }
 
+/* True when tmpl[ti...] can expand to topic[k...]: literal text must match, and each
+ * placeholder stands for any text (a writer chooses aggregate_type and event_type). */
+static bool template_matches(const char *t, const char *topic)
+{
+    if (*t == '\0')
+        return *topic == '\0';
+    size_t skip = strncmp(t, "${routedByValue}", 16) == 0   ? 16
+                  : strncmp(t, "{aggregate_type}", 16) == 0 ? 16
+                  : strncmp(t, "{event_type}", 12) == 0     ? 12
+                                                            : 0;
+    if (skip) {
+        for (const char *rest = topic;; rest++) {
+            if (template_matches(t + skip, rest))
+                return true;
+            if (*rest == '\0')
+                return false;
+        }
+    }
+    return *t == *topic && template_matches(t + 1, topic + 1);
+}
+
+bool route_dead_letter_check(const char *tmpl, const char *dead_letter_topic, char *err,
+                             size_t errlen)
+{
+    if (!dead_letter_topic || !template_matches(tmpl, dead_letter_topic))
+        return true;
+    snprintf(err, errlen,
+             "--topic-template '%.64s' can produce the dead-letter topic '%.64s' (a row's "
+             "aggregate or event type chooses the placeholder's text): give the template a fixed "
+             "part the dead-letter topic does not match, or choose another --dead-letter-topic",
+             tmpl, dead_letter_topic);
+    log_one_line(err);
+    return false;
+}
+
 bool route_topic(const char *tmpl, const OutboxRow *row, char *out, size_t outlen, char *err,
                  size_t errlen)
 {
@@ -119,14 +156,75 @@ bool route_topic(const char *tmpl, const OutboxRow *row, char *out, size_t outle
     return true;
 }
 
-/* Names the relay sets itself. Compared ignoring case: Kafka header names are case-sensitive
- * bytes, but consumers (and people) often look them up case-insensitively, so a row's `ID` must
- * not stand beside the relay's `id`. The prefix `dlq.` is the relay's own for dead letters. */
+/* True for characters of the blocks that hold letters and punctuation looking like ASCII ones:
+ * Latin (with IPA and modifiers), Greek, Cyrillic, Armenian, Cherokee, Coptic, Lisu, general
+ * punctuation (dot leaders, hyphens), letterlike symbols (the Kelvin sign), number forms (ⅰ),
+ * enclosed, fullwidth and mathematical letters. Scripts far from Latin (CJK, Arabic, ...) are
+ * not: a two-character Japanese name is not "id" to anyone. */
+static bool lookalike_script(int32_t cp)
+{
+    return cp < 0x0590 || (cp >= 0x1c80 && cp <= 0x1c8f) || (cp >= 0x13a0 && cp <= 0x13ff) ||
+           (cp >= 0x1d00 && cp <= 0x1fff) || (cp >= 0x2000 && cp <= 0x24ff) ||
+           (cp >= 0x2c60 && cp <= 0x2cff) || (cp >= 0x2de0 && cp <= 0x2dff) ||
+           (cp >= 0xa640 && cp <= 0xa69f) || (cp >= 0xa4d0 && cp <= 0xa4ff) ||
+           (cp >= 0xa720 && cp <= 0xa7ff) || (cp >= 0xab30 && cp <= 0xab6f) ||
+           (cp >= 0xfe50 && cp <= 0xfe6f) || (cp >= 0xff00 && cp <= 0xffef) ||
+           (cp >= 0x1d400 && cp <= 0x1d7ff);
+}
+
+/* True when name could be read as `reserved` (or, with prefix, as a name starting with it) by a
+ * consumer or a person. Plain ASCII letters compare ignoring case. A name with any other
+ * character is judged by its shape instead: invisible characters and combining marks are left
+ * out (a person does not see them: "id" + U+200B, "i" + U+0307 + "d"), and every other
+ * non-ASCII character of a script with Latin lookalikes (lookalike_script) stands for any one
+ * character of the reserved name. That covers what
+ * Java's equalsIgnoreCase folds to ASCII (U+0130 İ and U+0131 ı to i, U+212A to k, U+017F to s)
+ * and the confusables of every script (Cyrillic е, Greek ο, fullwidth forms) without a table
+ * that would always miss one; the price is that a few harmless names of a reserved name's
+ * shape ("ïd") are dropped too. */
+static bool name_shaped_like(const char *name, const char *reserved, bool prefix)
+{
+    size_t len = strlen(reserved), k = 0;
+    for (const char *p = name; *p;) {
+        int32_t cp;
+        size_t n = utf8_decode(p, &cp);
+        p += n;
+        if (cp >= 0x80 && (utf8_unsafe(cp) || utf8_combining(cp)))
+            continue; /* not seen */
+        if (k == len)
+            return prefix;
+        char want = reserved[k++];
+        if (cp < 0x80 ? tolower(cp) != want : !lookalike_script(cp))
+            return false;
+    }
+    return k == len;
+}
+
+/* True for a name no legitimate producer writes: a control character, invalid UTF-8 or a
+ * character utf8_unsafe names (zero-width, bidi, line separators). Such a name exists to look
+ * like another one, or to break the logs and terminals it reaches. */
+static bool name_has_unsafe(const char *name)
+{
+    for (const char *p = name; *p;) {
+        int32_t cp;
+        p += utf8_decode(p, &cp);
+        if (cp < 0 || utf8_unsafe(cp))
+            return true;
+    }
+    return false;
+}
+
+/* Names the relay sets itself. Kafka header names are case-sensitive bytes, but consumers (and
+ * people) often look them up ignoring case (Java's equalsIgnoreCase folds some non-ASCII
+ * letters to ASCII ones too), so a row's `ID` or `İd` must not stand beside the relay's `id`:
+ * the row's headers come first, and a consumer taking the first match would read the row's
+ * value. The prefix `dlq.` is the relay's own for dead letters. */
 bool route_header_reserved(const char *name, bool identity_headers)
 {
-    return strcasecmp(name, "id") == 0 || strncasecmp(name, "dlq.", 4) == 0 ||
-           (identity_headers &&
-            (strcasecmp(name, "event_type") == 0 || strcasecmp(name, "aggregate_type") == 0));
+    return name_has_unsafe(name) || name_shaped_like(name, "id", false) ||
+           name_shaped_like(name, "dlq.", true) ||
+           (identity_headers && (name_shaped_like(name, "event_type", false) ||
+                                 name_shaped_like(name, "aggregate_type", false)));
 }
 
 /* Adds the entries of one JSON object of headers; *count and *bytes carry the totals over the
@@ -245,8 +343,8 @@ void route_cloudevents_add(rd_kafka_headers_t *hdrs, const OutboxRow *row, const
                            const char *content_type)
 {
     /* A row's own headers of these names, in any letter case, would make the event say
-     * something else (or say it twice). Names are collected first: removing while walking the
-     * list would skip entries. */
+     * something else (or say it twice); judged as route_header_reserved judges (name_shaped_like).
+     * Names are collected first: removing while walking the list would skip entries. */
     char *drop[64];
     size_t ndrop = 0;
     const char *name;
@@ -256,7 +354,7 @@ void route_cloudevents_add(rd_kafka_headers_t *hdrs, const OutboxRow *row, const
                                            RD_KAFKA_RESP_ERR_NO_ERROR;
          idx++)
         for (size_t i = 0; i < sizeof(ce_names) / sizeof(ce_names[0]); i++)
-            if (strcasecmp(name, ce_names[i]) == 0 && (drop[ndrop] = strdup(name)) != NULL)
+            if (name_shaped_like(name, ce_names[i], false) && (drop[ndrop] = strdup(name)) != NULL)
                 ndrop++;
     for (size_t i = 0; i < ndrop; i++) {
         rd_kafka_header_remove(hdrs, drop[i]);

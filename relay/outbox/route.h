@@ -20,8 +20,12 @@
 #define ROUTE_HEADERS_MAX_BYTES (64 * 1024)
 
 /* True for a header name a row may not set (it is dropped): id; with identity_headers also
- * event_type and aggregate_type; and every name starting with "dlq." (the relay's dead-letter
- * headers). Compared ignoring ASCII case. */
+ * event_type and aggregate_type; every name starting with "dlq." (the relay's dead-letter
+ * headers). ASCII names compare ignoring case; a name with non-ASCII characters is reserved when
+ * its shape is a reserved name's (invisible characters and combining marks left out, any other
+ * non-ASCII character standing for any letter: İd, ıd, ｉｄ, aggregate_typе with a Cyrillic е).
+ * Any name holding a control character, invalid UTF-8 or an invisible, bidi or line-separator
+ * character (utf8_unsafe) is dropped as well, whatever it spells. */
 bool route_header_reserved(const char *name, bool identity_headers);
 
 /* Checks a topic template at start-up: only {aggregate_type} (also spelt ${routedByValue}, as in
@@ -31,6 +35,14 @@ bool route_header_reserved(const char *name, bool identity_headers);
  * the aggregate's order (issue 21). On failure writes one line to err. */
 bool route_template_check(const char *tmpl, bool per_topic_order, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+
+/* Checks at start-up that no row can be routed into the dead-letter topic: with placeholders
+ * standing for any text (a writer chooses it), tmpl must not be able to expand to
+ * dead_letter_topic (NULL: nothing to check). Otherwise a writer could put events beside the
+ * relay's dead letters, with forged dlq.* contents in the payload, for whoever reads them. On
+ * failure writes one line to err. */
+bool route_dead_letter_check(const char *tmpl, const char *dead_letter_topic, char *err,
+                             size_t errlen) __attribute__((warn_unused_result));
 
 /* Expands the template for row into out (at least ROUTE_TOPIC_MAX + 1 bytes). Returns false with
  * a reason in err when the result is not a legal Kafka topic name: empty, longer than 249

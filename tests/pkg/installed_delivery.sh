@@ -2,8 +2,9 @@
 # Proves the *installed* Debian package relays: /usr/bin/outbox-relay, started by the command line
 # of the installed unit (/lib/systemd/system/outbox-relay.service) with the installed
 # /etc/outbox-relay/relay.json, the way systemd would start it:
-#  - %d (the credentials directory) holds the database URL in the file database-url, as
-#    LoadCredential= puts it there, readable only by the service's user;
+#  - %d (the credentials directory) holds the database URL in the file database-url and the
+#    installed kafka.properties, as LoadCredential= puts them there, readable only by the
+#    service's user;
 #  - the service's user is an unprivileged one (DynamicUser= gives a fresh uid; here nobody), with
 #    no capabilities and no_new_privs (CapabilityBoundingSet=, NoNewPrivileges=);
 #  - KAFKA_BROKERS comes from the environment, as EnvironmentFile= would give it (it beats the
@@ -50,7 +51,8 @@ fi
 creds=$T/credentials
 mkdir -m 700 "$creds"
 printf '%s\n' "postgresql://relay_login@127.0.0.1:$PGPORT/outbox" >"$creds/database-url"
-chmod 400 "$creds/database-url"
+cp /etc/outbox-relay/kafka.properties "$creds/kafka.properties" # as installed (comments only)
+chmod 400 "$creds/database-url" "$creds/kafka.properties"
 [ "$(id -u)" = 0 ] && chown -R "$user" "$creds"
 socat -u "UNIX-RECV:$T/notify" "OPEN:$T/notify.out,creat,append" 2>"$T/socat.log" &
 _t_track $!

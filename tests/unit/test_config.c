@@ -990,9 +990,35 @@ static void test_debezium_aliases(void **state)
 
 #define T(f) cmocka_unit_test_setup_teardown(f, clean_env, clean_env)
 
+/* config_scrub_argv: every spelling of a secret on the command line becomes "***" (NULs after
+ * it), the rest stays as it was, and a bare switch does not swallow the next argument. */
+static void test_scrub_argv(void **state)
+{
+    char a0[] = "outbox-relay", a1[] = "run", a2[] = "--database-url",
+         a3[] = "postgresql://u:pw-secret@h/db", a4[] = "--kafka", a5[] = "sasl.password=k-secret",
+         a6[] = "--kafka=ssl.key.password=key-secret", a7[] = "--kafka", a8[] = "linger.ms=5",
+         a9[] = "--require-tls", a10[] = "--brokers", a11[] = "b:9092",
+         a12[] = "--database-url=postgresql://u:pw2-secret@h/db";
+    char *argv[] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12};
+    size_t len3 = strlen(a3), len12 = strlen(a12);
+    config_scrub_argv(13, argv);
+    assert_string_equal(argv[3], "***");
+    for (size_t i = 3; i < len3; i++)
+        assert_int_equal(a3[i], '\0'); /* nothing of the URL left after the NUL */
+    assert_string_equal(argv[5], "sasl.password=***");
+    assert_string_equal(argv[6], "--kafka=ssl.key.password=***");
+    assert_string_equal(argv[8], "linger.ms=5");
+    assert_string_equal(argv[9], "--require-tls");
+    assert_string_equal(argv[11], "b:9092");
+    assert_string_equal(argv[12], "--database-url=***");
+    for (size_t i = strlen("--database-url=***"); i < len12; i++)
+        assert_int_equal(a12[i], '\0');
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scrub_argv),
         T(test_command_run),
         T(test_debezium_aliases),
         T(test_command_migrate),

@@ -319,6 +319,71 @@ static void test_quote_small_buffers(void **state)
     }
 }
 
+/* Issue 46: characters that end a line or rewrite a terminal for readers other than a byte-wise
+ * one. U+0085 (NEL), U+2028/U+2029 split lines in Java, JavaScript and Unicode-aware log viewers;
+ * C1 controls (0x9b is CSI) and ESC drive terminals; bidi overrides and isolates reorder what a
+ * reader sees; invalid UTF-8 is read differently by each decoder. All leave log_quote escaped. */
+static void test_quote_unicode_line_breaks_and_bidi(void **state)
+{
+    assert_quoted("a\xc2\x85level=error", "\"a\\u0085level=error\"");
+    assert_quoted("a\xe2\x80\xa8"
+                  "b\xe2\x80\xa9"
+                  "c",
+                  "\"a\\u2028b\\u2029c\"");
+    assert_quoted("\xe2\x80\xae"
+                  "gnp.exe",
+                  "\"\\u202egnp.exe\"");
+    assert_quoted("\xe2\x80\xaa\xe2\x81\xa6\xe2\x81\xa9", "\"\\u202a\\u2066\\u2069\"");
+    assert_quoted("\xc2\x9b"
+                  "31m",
+                  "\"\\u009b31m\"");
+    assert_quoted("\x1b]0;title\x07", "\"\\x1b]0;title\\x07\"");
+    assert_quoted("zero\xe2\x80\x8bwidth", "\"zero\\u200bwidth\"");
+    /* invalid UTF-8: a lone continuation byte, a cut sequence, an overlong '/', a surrogate */
+    assert_quoted("a\x80"
+                  "b",
+                  "\"a\\x80b\"");
+    assert_quoted("a\xe2\x80", "\"a\\xe2\\x80\"");
+    assert_quoted("\xc0\xaf", "\"\\xc0\\xaf\"");
+    assert_quoted("\xed\xa0\x80", "\"\\xed\\xa0\\x80\"");
+    /* ordinary non-ASCII text stays readable */
+    assert_quoted("caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80",
+                  "\"caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80\"");
+}
+
+/* A cut never splits a multi-byte character (a reader would see invalid UTF-8). */
+static void test_quote_cut_keeps_characters_whole(void **state)
+{
+    char out[16];
+    log_quote("aaaaaaaaa\xe6\x97\xa5\xe6\x97\xa5", out, sizeof(out));
+    assert_string_equal(out, "\"aaaaaaaaa...\"");
+}
+
+/* log_one_line leaves nothing a line-splitting reader or a terminal acts on. */
+static void test_one_line_unicode(void **state)
+{
+    char s[] = "a\nb\x1b[31m\xc2\x85"
+               "c\xe2\x80\xa8"
+               "d\xe2\x80\xae"
+               "e\xff";
+    log_one_line(s);
+    assert_string_equal(s, "a?b?[31m?c?d?e?");
+}
+
+/* log_escape: log_quote's escaping without the quotes, for a terminal (outbox-relay dead). */
+static void test_escape_bare(void **state)
+{
+    char out[128];
+    assert_string_equal(log_escape("say \"hi\"", out, sizeof(out)), "say \"hi\"");
+    assert_string_equal(log_escape("a\\b\nc\x1b]0;t\x07", out, sizeof(out)),
+                        "a\\\\b\\nc\\x1b]0;t\\x07");
+    assert_string_equal(log_escape("x\xe2\x80\xa8y\xc2\x85z\xe2\x80\xae", out, sizeof(out)),
+                        "x\\u2028y\\u0085z\\u202e");
+    assert_string_equal(log_escape(NULL, out, sizeof(out)), "");
+    char small[10];
+    assert_string_equal(log_escape("abcdefghijklmnop", small, sizeof(small)), "abcdef...");
+}
+
 /* ---- levels ---------------------------------------------------------------------------- */
 
 static void test_level_parse(void **state)
@@ -427,6 +492,29 @@ static void test_write_format_and_filter(void **state)
     free(text);
 }
 
+/* Values a caller puts into the fields without log_quote (an event id, a prepared transaction's
+ * name) still cannot start a line of their own or reach the terminal raw. */
+static void write_raw_fields(void)
+{
+    log_set_level(LOG_INFO);
+    log_warn("dead", "event_id=%s gid=%s", "x\n2024-01-01T00:00:00.000Z level=error msg=\"forged\"",
+             "g\x1b[2J\xe2\x80\xa8level=error\xc2\x85z");
+}
+
+static void test_write_escapes_raw_fields(void **state)
+{
+    char *text = capture_stderr(write_raw_fields);
+    size_t len = strlen(text);
+    assert_true(len > 0);
+    assert_ptr_equal(strchr(text, '\n'), text + len - 1);
+    assert_null(strchr(text, '\x1b'));
+    assert_null(strstr(text, "\xe2\x80\xa8"));
+    assert_null(strstr(text, "\xc2\x85"));
+    assert_non_null(strstr(text, "event_id=x\\n2024"));
+    assert_non_null(strstr(text, "gid=g\\x1b[2J\\u2028level=error\\u0085z"));
+    free(text);
+}
+
 static void write_long(void)
 {
     char big[4096];
@@ -468,6 +556,11 @@ int main(void)
         cmocka_unit_test(test_mask_truncated_query_in_bounds),
         cmocka_unit_test(test_mask_truncated_url_no_leak),
         cmocka_unit_test(test_quote_plain),
+        cmocka_unit_test(test_quote_unicode_line_breaks_and_bidi),
+        cmocka_unit_test(test_quote_cut_keeps_characters_whole),
+        cmocka_unit_test(test_one_line_unicode),
+        cmocka_unit_test(test_escape_bare),
+        cmocka_unit_test(test_write_escapes_raw_fields),
         cmocka_unit_test(test_quote_escapes),
         cmocka_unit_test(test_quote_output_is_one_line),
         cmocka_unit_test(test_quote_truncates),

@@ -99,6 +99,27 @@ static void test_template_illegal_literal(void **state)
     assert_err_line(err, "empty");
 }
 
+/* Issue 46 item 8: a template that can expand to the dead-letter topic's name lets a writer put
+ * events among the dead letters. */
+static void test_template_reaches_dead_letter_topic(void **state)
+{
+    char err[512] = "";
+    assert_false(route_dead_letter_check("{aggregate_type}", "dlq", err, sizeof(err)));
+    assert_non_null(strstr(err, "dead-letter topic 'dlq'"));
+    assert_null(strchr(err, '\n'));
+    assert_false(
+        route_dead_letter_check("events.{aggregate_type}", "events.dead", err, sizeof(err)));
+    assert_false(route_dead_letter_check("${routedByValue}.out", "dlq.out", err, sizeof(err)));
+    assert_false(
+        route_dead_letter_check("a{event_type}b{aggregate_type}c", "ab.c", err, sizeof(err)));
+    assert_false(route_dead_letter_check("fixed", "fixed", err, sizeof(err)));
+    assert_true(route_dead_letter_check(DEFAULT_TEMPLATE, "dlq", err, sizeof(err)));
+    assert_true(
+        route_dead_letter_check("events.{aggregate_type}", "dead.events", err, sizeof(err)));
+    assert_true(route_dead_letter_check("fixed", "fixed2", err, sizeof(err)));
+    assert_true(route_dead_letter_check("{aggregate_type}", NULL, err, sizeof(err)));
+}
+
 static void test_template_length(void **state)
 {
     char tmpl[300], err[256] = "";
@@ -370,6 +391,77 @@ static void test_header_reserved_names(void **state)
     assert_false(route_header_reserved("ids", true));
 }
 
+/* Issue 46: names a consumer reads as a reserved one although the bytes differ. Java's
+ * equalsIgnoreCase matches U+0130 (İ) and U+0131 (ı) to i, U+212A (Kelvin sign) to k and U+017F
+ * (long s) to s; invisible and format characters (zero-width space, soft hyphen, bidi marks) and
+ * confusable letters from other scripts (Cyrillic е, Greek ο, fullwidth forms) make a name that
+ * looks the same to a person. Since the row's headers come before the relay's, a consumer taking
+ * the first match would read the row's value: all of these are dropped. */
+static void test_header_reserved_unicode(void **state)
+{
+    const char *reserved[] = {
+        "\xc4\xb0"
+        "d", /* İd */
+        "\xc4\xb1"
+        "d",              /* ıd */
+        "i\xc4\x8f",      /* iď: any non-ASCII letter in a reserved shape */
+        "id\xe2\x80\x8b", /* id + zero-width space */
+        "\xe2\x80\x8bid", /* zero-width space + id */
+        "i\xc2\xad"
+        "d", /* i, soft hyphen, d */
+        "i\xcc\x87"
+        "d",                        /* i + combining dot above + d */
+        "id\xe2\x80\x8e",           /* id + left-to-right mark */
+        "\xef\xbd\x89\xef\xbd\x84", /* fullwidth ｉｄ */
+        "aggregate_typ\xd0\xb5",    /* Cyrillic е */
+        "ev\xd0\xb5nt_type",        /* Cyrillic е */
+        "event_typ\xce\xb5",        /* Greek ε */
+        "dlq\xe2\x80\xa4x",         /* one dot leader for the '.' */
+        "\xd4\x81lq.error",         /* Cyrillic ԁ */
+        "id\xef\xbb\xbf",           /* id + BOM */
+        "\xf0\x9d\x90\xa2"
+        "d", /* mathematical bold i + d */
+    };
+    for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
+        if (!route_header_reserved(reserved[i], true))
+            fail_msg("header name \"%s\" (#%zu) not treated as reserved", reserved[i], i);
+    /* ordinary names, ASCII or not, stay the row's own */
+    assert_false(route_header_reserved("caf\xc3\xa9", true));
+    assert_false(route_header_reserved("\xc3\xa9v\xc3\xa9nement", true));
+    assert_false(route_header_reserved("\xe6\x97\xa5\xe6\x9c\xac", true));
+    assert_false(route_header_reserved("traceparent", true));
+    assert_false(route_header_reserved("idd", true));
+}
+
+/* Names no legitimate producer writes — control characters, invisible or bidi formatting, invalid
+ * UTF-8 — are dropped whatever they spell: they exist to look like something else. */
+static void test_header_names_with_invisible_characters(void **state)
+{
+    const char *bad[] = {
+        "trace\xe2\x80\x8bparent", "tenant\xe2\x80\xae", "a\x1b[31m", "a\nb", "x\xff",
+        "tenant\xc2\x85"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (!route_header_reserved(bad[i], false))
+            fail_msg("header name #%zu with an invisible or control character kept", i);
+}
+
+/* End to end: none of the forged names reaches the message; the relay's id comes first among
+ * the names a Java consumer matches to "id". */
+static void test_headers_unicode_spoof_dropped(void **state)
+{
+    OutboxRow row = make_row("Order", "OrderCreated",
+                             "{\"\\u0130d\": \"spoof\", \"\\u0131d\": \"spoof\","
+                             " \"id\\u200b\": \"spoof\", \"aggregate_typ\\u0435\": \"spoof\","
+                             " \"tenant\": \"t1\"}");
+    char err[256] = "";
+    rd_kafka_headers_t *hdrs = route_headers(&row, true, err, sizeof(err));
+    assert_non_null(hdrs);
+    assert_int_equal(rd_kafka_header_cnt(hdrs), 4);
+    assert_header(hdrs, 0, "tenant", "t1");
+    assert_header(hdrs, 1, "id", "0b5c6a8e-6d0e-4d39-9a4c-2f6d1d7c9e01");
+    rd_kafka_headers_destroy(hdrs);
+}
+
 /* headers_json N: a JSON object of N entries "hI": "v". The caller frees it. */
 static char *headers_json(int n)
 {
@@ -501,6 +593,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_template_default_ok),
         cmocka_unit_test(test_header_reserved_names),
+        cmocka_unit_test(test_template_reaches_dead_letter_topic),
+        cmocka_unit_test(test_header_reserved_unicode),
+        cmocka_unit_test(test_header_names_with_invisible_characters),
+        cmocka_unit_test(test_headers_unicode_spoof_dropped),
         cmocka_unit_test(test_headers_count_limit),
         cmocka_unit_test(test_headers_bytes_limit),
         cmocka_unit_test(test_template_placeholders_ok),

@@ -113,6 +113,115 @@ static void test_kafka(void **state)
     assert_true(k.remote); /* the property overrides --brokers */
 }
 
+/* Issue 46 item 4: configurations that librdkafka reads as unverified or remote while the
+ * report said verified or local. Each is refused by --require-tls. */
+static void assert_refused(const Config *c, const char *what)
+{
+    char err[512] = "";
+    if (tls_report_require(c, true, err, sizeof(err)))
+        fail_msg("--require-tls accepted %s", what);
+    assert_null(strchr(err, '\n'));
+}
+
+/* Every spelling of false librdkafka accepts for a bool property (rdkafka_conf.c compares
+ * case-insensitively with true/false, t/f, 1/0 ... as librdkafka 2.0.2 itself reports). */
+static void test_kafka_bool_spellings(void **state)
+{
+    const char *falses[] = {"f", "F", "False", "FALSE", "0", "false"};
+    for (size_t i = 0; i < sizeof(falses) / sizeof(falses[0]); i++) {
+        OptPair p[] = {{"security.protocol", "ssl"},
+                       {"enable.ssl.certificate.verification", (char *)falses[i]}};
+        TlsSide pg, k;
+        judge("dbname=x", "kafka.example.com:9093", p, 2, &pg, &k);
+        if (k.level != TLS_UNVERIFIED)
+            fail_msg("enable.ssl.certificate.verification=%s judged %s", falses[i],
+                     tls_level_name(k.level));
+        Config c = make("dbname=x", "kafka.example.com:9093", p, 2);
+        assert_refused(&c, falses[i]);
+    }
+    OptPair yes[] = {{"security.protocol", "SSL"}, {"enable.ssl.certificate.verification", "T"}};
+    TlsSide pg, k;
+    judge("dbname=x", "kafka.example.com:9093", yes, 2, &pg, &k);
+    assert_int_equal(k.level, TLS_VERIFIED);
+    OptPair none[] = {{"security.protocol", "ssl"},
+                      {"ssl.endpoint.identification.algorithm", "NONE"}};
+    judge("dbname=x", "kafka.example.com:9093", none, 2, &pg, &k);
+    assert_int_equal(k.level, TLS_UNVERIFIED);
+}
+
+/* metadata.broker.list and bootstrap.servers are one property in librdkafka: the last one set
+ * is where it connects, --brokers included (set first). */
+static void test_kafka_broker_aliases(void **state)
+{
+    TlsSide pg, k;
+    OptPair later[] = {{"bootstrap.servers", "127.0.0.1:9092"},
+                       {"metadata.broker.list", "kafka.example.com:9092"}};
+    judge("dbname=x", "127.0.0.1:9092", later, 2, &pg, &k);
+    assert_true(k.remote);
+    assert_string_equal(k.first_remote, "kafka.example.com");
+    Config c = make("dbname=x", "127.0.0.1:9092", later, 2);
+    assert_refused(&c, "metadata.broker.list after bootstrap.servers");
+
+    OptPair mbl[] = {{"metadata.broker.list", "kafka.example.com:9092"}};
+    judge("dbname=x", "127.0.0.1:9092", mbl, 1, &pg, &k);
+    assert_true(k.remote); /* the property overrides --brokers */
+
+    OptPair back[] = {{"metadata.broker.list", "kafka.example.com:9092"},
+                      {"bootstrap.servers", "localhost:9092"}};
+    judge("dbname=x", "kafka.example.com:9092", back, 2, &pg, &k);
+    assert_false(k.remote); /* the last one wins, whichever its name */
+}
+
+/* Only real loopback addresses are local: 127.0.0.0/8 and ::1 literals, localhost. A name that
+ * starts with "127." resolves wherever its owner wants. */
+static void test_loopback_is_literal(void **state)
+{
+    unsetenv("PGHOST");
+    unsetenv("PGHOSTADDR");
+    TlsSide pg, k;
+    const char *remote_pg[] = {"postgresql://u@127.attacker.example/x",
+                               "host=127.0.0.1.nip.io dbname=x", "host=127.0.0.1x dbname=x",
+                               "host=localhost.attacker.example dbname=x",
+                               "host=::1.example dbname=x"};
+    for (size_t i = 0; i < sizeof(remote_pg) / sizeof(remote_pg[0]); i++) {
+        judge(remote_pg[i], "127.0.0.1:9092", NULL, 0, &pg, &k);
+        if (!pg.remote)
+            fail_msg("%s judged loopback", remote_pg[i]);
+        Config c = make(remote_pg[i], "127.0.0.1:9092", NULL, 0);
+        assert_refused(&c, remote_pg[i]);
+    }
+    judge("dbname=x", "127.attacker.example:9092", NULL, 0, &pg, &k);
+    assert_true(k.remote);
+    Config c = make("dbname=x", "127.attacker.example:9092", NULL, 0);
+    assert_refused(&c, "broker 127.attacker.example");
+    /* still loopback */
+    judge("host=127.255.0.1 dbname=x", "127.0.0.2:9092,[::1]:9093,localhost:1", NULL, 0, &pg, &k);
+    assert_false(pg.remote);
+    assert_false(k.remote);
+}
+
+/* libpq pairs host and hostaddr entry by entry; an empty hostaddr entry means "resolve the
+ * host of the same position". */
+static void test_pg_host_and_hostaddr_lists(void **state)
+{
+    unsetenv("PGHOST");
+    unsetenv("PGHOSTADDR");
+    TlsSide pg, k;
+    judge("host=a.example.com,b.example.com hostaddr=127.0.0.1, dbname=x", NULL, NULL, 0, &pg, &k);
+    assert_true(pg.remote);
+    assert_string_equal(pg.first_remote, "b.example.com");
+    Config c = make("host=a.example.com,b.example.com hostaddr=127.0.0.1, dbname=x",
+                    "127.0.0.1:9092", NULL, 0);
+    assert_refused(&c, "an empty hostaddr entry");
+    judge("host=a.example.com,b.example.com hostaddr=127.0.0.1,127.0.0.2 dbname=x", NULL, NULL, 0,
+          &pg, &k);
+    assert_false(pg.remote);
+    setenv("PGHOST", "db.example.com", 1);
+    judge("dbname=x", NULL, NULL, 0, &pg, &k);
+    assert_true(pg.remote); /* libpq's environment counts */
+    unsetenv("PGHOST");
+}
+
 /* Runs tls_report_require and, when it passes, tls_report_log, with stderr captured; returns
  * what they logged (static buffer). */
 static const char *check_logged(const Config *c, bool require, bool *ok, char *err, size_t errlen)
@@ -178,6 +287,10 @@ int main(void)
         cmocka_unit_test(test_pg_hosts),
         cmocka_unit_test(test_kafka),
         cmocka_unit_test(test_check),
+        cmocka_unit_test(test_kafka_bool_spellings),
+        cmocka_unit_test(test_kafka_broker_aliases),
+        cmocka_unit_test(test_loopback_is_literal),
+        cmocka_unit_test(test_pg_host_and_hostaddr_lists),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
