@@ -22,13 +22,14 @@ static void log_dead_lettered(Session *s, PGresult *res)
             continue;
         s->total_dead++;
         metrics_dead_lettered();
-        char q[300];
+        char q[450]; /* event ids of adopted tables are text anyone writing the outbox chooses */
         log_warn(s->cfg->on_poison == POISON_HOLD
                      ? "event dead-lettered; later events of its aggregate are held until it is "
                        "requeued"
                      : "event dead-lettered; later events of its aggregate go on without it",
                  "id=%s event_id=%s aggregate_type=%s aggregate_id=%s", PQgetvalue(res, i, 0),
-                 PQgetvalue(res, i, 1), log_quote(PQgetvalue(res, i, 2), q, 150),
+                 log_quote(PQgetvalue(res, i, 1), q + 300, 150),
+                 log_quote(PQgetvalue(res, i, 2), q, 150),
                  log_quote(PQgetvalue(res, i, 3), q + 150, 150));
     }
 }
@@ -271,10 +272,12 @@ static void log_batch_failures(Session *s, const BatchRow *first_failed)
         return;
     }
     const char *error = first_failed->error ? first_failed->error : "unknown error";
+    char eid[160];
     LogLevel level = strcmp(error, s->last_failure) == 0 ? LOG_DEBUG : LOG_WARN;
     log_write(level, "events not delivered; they will be retried",
               "failed=%d sent=%d first_id=%lld first_event_id=%s permanent=%s error=%s session=%d",
-              b->failed, b->acked, first_failed->row.id, first_failed->row.event_id,
+              b->failed, b->acked, first_failed->row.id,
+              log_quote(first_failed->row.event_id, eid, sizeof(eid)),
               first_failed->permanent ? "true" : "false", log_quote(error, q, sizeof(q)), s->index);
     snprintf(s->last_failure, sizeof(s->last_failure), "%s", error);
 }

@@ -87,10 +87,11 @@ static void note_horizon(Upkeep *u, PGresult *r)
     char holder[128];
     snprintf(holder, sizeof(holder), "%s %s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
     if (held >= warn_s && strcmp(holder, u->horizon_logged) != 0) {
-        char q1[160], q2[160];
+        char q0[160], q1[160], q2[160];
+        /* id is a backend's pid, or a prepared transaction's name, which any role chooses. */
         log_warn("an old snapshot holds back vacuum; dead rows pile up and claims slow down",
                  "holder=%s id=%s application=%s state=%s held_s=%.0f xids=%lld",
-                 PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1),
+                 PQgetvalue(r, 0, 0), log_quote(PQgetvalue(r, 0, 1), q0, sizeof(q0)),
                  log_quote(PQgetvalue(r, 0, 2), q1, sizeof(q1)),
                  log_quote(PQgetvalue(r, 0, 3), q2, sizeof(q2)), held, xids);
         snprintf(u->horizon_logged, sizeof(u->horizon_logged), "%s", holder);

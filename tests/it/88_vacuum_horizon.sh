@@ -45,7 +45,7 @@ for g in $(seq 1 20); do # transactions that commit behind the old snapshot
             VALUES ('h', 'h-$g', 'changed', '{\"seq\": $g}')"
 done
 logged() {
-    grep -q "an old snapshot holds back vacuum.*holder=session id=$(holder_pid) application=\"forgotten-report\"" \
+    grep -q "an old snapshot holds back vacuum.*holder=session id=\"$(holder_pid)\" application=\"forgotten-report\"" \
         "$RELAY_LOG"
 }
 wait_for "the relay names the holder once it has held its snapshot past --horizon-warn" 20 logged
