@@ -193,6 +193,9 @@ static const CmdDef commands[] = {
     {"purge-dead", CMD_PURGE_DEAD, "delete dead-lettered events for good (--id ID or --all)"},
     {"status", CMD_STATUS, "backlog, oldest unsent event, dead events, throughput, active relays"},
     {"verify", CMD_VERIFY, "read the topics back and check them against the outbox (--since)"},
+    {"check", CMD_CHECK,
+     "check the configuration, PostgreSQL (table, columns, privileges, claim floor) and Kafka as "
+     "run would need them; exit 0 good, 1 problems found, 2 bad configuration"},
     {"help", CMD_HELP, "show this help (also --help, -h)"},
     {"version", CMD_VERSION, "show the version (also --version)"},
 };
@@ -497,14 +500,17 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
                           cfg->message_format == FORMAT_CLOUDEVENTS};
     if (!table_map_init(&cfg->map, &table, err, errlen))
         return false;
-    if ((cfg->command == CMD_RUN || cfg->command == CMD_VERIFY) && !cfg->brokers)
+    if ((cfg->command == CMD_RUN || cfg->command == CMD_VERIFY || cfg->command == CMD_CHECK) &&
+        !cfg->brokers)
         return optval_fail(err, errlen,
                            "missing Kafka brokers: pass --brokers or set KAFKA_BROKERS");
-    if (cfg->command == CMD_RUN && cfg->retry_backoff_max_ms < cfg->retry_backoff_ms)
+    /* check takes what run takes, and refuses what run would refuse. */
+    bool runs = cfg->command == CMD_RUN || cfg->command == CMD_CHECK;
+    if (runs && cfg->retry_backoff_max_ms < cfg->retry_backoff_ms)
         return optval_fail(err, errlen,
                            "--retry-backoff-max (%ld) must not be below --retry-backoff (%ld)",
                            cfg->retry_backoff_max_ms, cfg->retry_backoff_ms);
-    if (cfg->command == CMD_RUN && cfg->min_sessions > cfg->sessions)
+    if (runs && cfg->min_sessions > cfg->sessions)
         return optval_fail(err, errlen, "--min-sessions (%ld) must not exceed --sessions (%ld)",
                            cfg->min_sessions, cfg->sessions);
     if (cfg->command == CMD_REQUEUE && (cfg->id > 0) == cfg->all)

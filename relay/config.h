@@ -22,6 +22,7 @@ typedef enum {
     CMD_PURGE_DEAD,
     CMD_STATUS,
     CMD_VERIFY,
+    CMD_CHECK,
     CMD_HELP,
     CMD_VERSION
 } Command;
