@@ -57,7 +57,7 @@ static void check_session(Checks *c, PGconn *conn)
     DbError e;
     PGresult *res = db_query(conn,
                              "SELECT current_user, current_database(), current_setting("
-                             "'server_version'), coalesce(inet_server_addr()::text, 'local "
+                             "'server_version'), coalesce(host(inet_server_addr()), 'local "
                              "socket'), current_setting('port')",
                              0, NULL, &e);
     if (res)
@@ -158,9 +158,19 @@ static void check_floor(Checks *c, PGconn *conn, const Config *cfg)
     PQclear(res);
 }
 
+/* librdkafka's own lines (a broker refusing connections, a property's warning) would be printed
+ * between the check's lines; the one line per check says what matters, the rest is for
+ * --log-level debug. */
+static void on_kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    char q[600];
+    log_debug("librdkafka", "facility=%s message=%s", fac, log_quote(buf, q, sizeof(q)));
+}
+
 static void check_kafka(Checks *c, const Config *cfg, rd_kafka_conf_t *kconf)
 {
     char errstr[512];
+    rd_kafka_conf_set_log_cb(kconf, on_kafka_log);
     /* Only metadata is asked for: nothing is produced, no topic is created. */
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, kconf, errstr, sizeof(errstr));
     if (!rk) {
