@@ -192,7 +192,10 @@ static const CmdDef commands[] = {
     {"requeue", CMD_REQUEUE, "put dead-lettered events back in line (--id ID or --all)"},
     {"purge-dead", CMD_PURGE_DEAD, "delete dead-lettered events for good (--id ID or --all)"},
     {"status", CMD_STATUS, "backlog, oldest unsent event, dead events, throughput, active relays"},
-    {"verify", CMD_VERIFY, "read the topics back and check them against the outbox (--since)"},
+    {"verify", CMD_VERIFY,
+     "read the topics back and check them against the outbox (--since); exit 0 all found in "
+     "order, 1 missing or out of order, 3 inconclusive (partitions not positioned by time: use "
+     "--from-beginning)"},
     {"check", CMD_CHECK,
      "check the configuration, PostgreSQL (table, columns, privileges, claim floor) and Kafka as "
      "run would need them; exit 0 good, 1 problems found, 2 bad configuration"},
