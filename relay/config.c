@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kafka_guard.h"
 #include "optval.h"
@@ -472,7 +473,100 @@ static const OptSpec spec = {
 /* Choice fields are stored as int, and the command as the engine's int. */
 _Static_assert(sizeof(Command) == sizeof(int), "Command stored as int");
 
+/* Where the package installs the service's configuration (systemd/outbox-relay.service.in). */
+static const char *installed_dir = "/etc/outbox-relay";
+
+void config_set_installed_dir(const char *dir)
+{
+    installed_dir = dir;
+}
+
+/* The commands an operator runs by hand on the relay's host, as the relay's role: without any
+ * database setting they take the installed service's (migrate runs as the owner, run under its
+ * unit with explicit flags: neither guesses). */
+static bool takes_installed(Command c)
+{
+    return c == CMD_DEAD || c == CMD_REQUEUE || c == CMD_PURGE_DEAD || c == CMD_STATUS ||
+           c == CMD_VERIFY || c == CMD_CHECK;
+}
+
+/* The installed files that are readable, as flags appended to argv (a new array the caller
+ * frees; its strings are static or in paths). Returns the new argc, or argc when neither is. */
+static int installed_args(int argc, char **argv, char ***out, char paths[2][512], char *said,
+                          size_t saidlen)
+{
+    snprintf(paths[0], 512, "%s/relay.json", installed_dir);
+    snprintf(paths[1], 512, "%s/database-url", installed_dir);
+    bool config = access(paths[0], R_OK) == 0, url = access(paths[1], R_OK) == 0;
+    *out = NULL;
+    if (!config && !url)
+        return argc;
+    char **args = calloc((size_t)argc + 5, sizeof(*args));
+    if (!args) {
+        perror("outbox-relay");
+        exit(1);
+    }
+    memcpy(args, argv, (size_t)argc * sizeof(*args));
+    int n = argc;
+    if (config) {
+        args[n++] = (char *)"--config";
+        args[n++] = paths[0];
+    }
+    if (url) {
+        args[n++] = (char *)"--database-url-file";
+        args[n++] = paths[1];
+    }
+    snprintf(said, saidlen, "%s%s%s", config ? paths[0] : "", config && url ? " and " : "",
+             url ? paths[1] : "");
+    *out = args;
+    return n;
+}
+
+/* The missing URL, said with every way to give it (and, after the installed files were tried,
+ * why they did not give it). */
+static bool missing_url(bool tried, char *err, size_t errlen)
+{
+    char url_file[512];
+    snprintf(url_file, sizeof(url_file), "%s/database-url", installed_dir);
+    const char *why = !tried                        ? ""
+                      : access(url_file, F_OK) == 0 ? " (the installed service's credential is "
+                                                      "readable by root only: run as root, or pass "
+                                                      "the URL)"
+                                                    : " (no installed service's credential either)";
+    return optval_fail(err, errlen,
+                       "missing database URL: pass --database-url URL or --database-url-file PATH, "
+                       "set DATABASE_URL, or give --config FILE with a database-url-file key%s",
+                       why);
+}
+
+static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missing, char *err,
+                             size_t errlen);
+
 bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
+{
+    bool url_missing = false;
+    bool ok = config_load_once(cfg, argc, argv, &url_missing, err, errlen);
+    /* A --config that lacks the URL is the operator's choice: said, not second-guessed. */
+    if (ok || !url_missing || !takes_installed(cfg->command) || cfg->config_file)
+        return ok;
+    char **args, paths[2][512], said[1100];
+    int n = installed_args(argc, argv, &args, paths, said, sizeof(said));
+    if (n == argc)
+        return missing_url(true, err, errlen);
+    config_free(cfg);
+    url_missing = false;
+    ok = config_load_once(cfg, n, args, &url_missing, err, errlen);
+    free(args);
+    if (ok)
+        log_info("no database URL given: using the installed service's configuration",
+                 "files=\"%s\"", said);
+    else if (url_missing)
+        missing_url(true, err, errlen);
+    return ok;
+}
+
+static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missing, char *err,
+                             size_t errlen)
 {
     memset(cfg, 0, sizeof(*cfg));
     int command = CMD_HELP;
@@ -487,9 +581,10 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
     if (!check_kafka_properties(cfg, sources, err, errlen))
         return false;
 
-    if (!cfg->database_url)
-        return optval_fail(err, errlen,
-                           "missing database URL: pass --database-url or set DATABASE_URL");
+    if (!cfg->database_url) {
+        *url_missing = true;
+        return missing_url(false, err, errlen);
+    }
     TableOptions table = {cfg->layout,
                           cfg->table,
                           cfg->seq_column,

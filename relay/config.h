@@ -107,10 +107,18 @@ typedef struct Config {
 } Config;
 
 /* Fills cfg from argv (argv[1] is the command), the environment and the config file named by
- * --config. On bad input returns false with one line (no newline) in err naming the problem;
- * cfg must still be released with config_free. */
+ * --config (or the installed service's files, config_set_installed_dir). On bad input returns false
+ * with one line (no newline) in err naming the problem; cfg must still be released with
+ * config_free. */
 bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+
+/* The directory of the installed service's files (default /etc/outbox-relay, as the package and
+ * the unit have them). When `dead`, `requeue`, `purge-dead`, `status`, `verify` or `check` get no
+ * database URL from anywhere and no --config, config_load takes DIR/relay.json as --config and
+ * DIR/database-url as --database-url-file, each if readable, and logs that it did. For tests;
+ * dir must outlive every later config_load. */
+void config_set_installed_dir(const char *dir);
 
 /* Releases what config_load allocated; safe on a zeroed or partly loaded Config. */
 void config_free(Config *cfg);

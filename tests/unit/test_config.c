@@ -66,6 +66,8 @@ static int clean_env(void **state)
     unsetenv("DATABASE_URL");
     unsetenv("DATABASE_URL_FILE");
     unsetenv("KAFKA_BROKERS");
+    /* Not the host's installed service (a package installed here must not change the tests). */
+    config_set_installed_dir("/nonexistent/outbox-relay");
     for (size_t i = 0; i < n_temp_paths; i++)
         unlink(temp_paths[i]);
     n_temp_paths = 0;
@@ -887,13 +889,65 @@ static void test_error_missing_database_url(void **state)
 {
     Config cfg;
     char err[256];
+    const char *expected = "missing database URL: pass --database-url URL or --database-url-file "
+                           "PATH, set DATABASE_URL, or give --config FILE with a database-url-file "
+                           "key";
     assert_false(LOAD(&cfg, err, "run", "--brokers", "k:9092"));
-    assert_string_equal(err, "missing database URL: pass --database-url or set DATABASE_URL");
+    assert_string_equal(err, expected);
     config_free(&cfg);
 
     assert_false(LOAD(&cfg, err, "migrate"));
-    assert_string_equal(err, "missing database URL: pass --database-url or set DATABASE_URL");
+    assert_string_equal(err, expected);
     config_free(&cfg);
+}
+
+/* status, dead, requeue, ... without any database setting take the installed service's files
+ * (issue 44: they used to fail naming neither --database-url-file nor --config). */
+static void test_installed_configuration(void **state)
+{
+    Config cfg;
+    char err[512], dir[] = "/tmp/outbox-relay-test-installed-XXXXXX", path[600];
+    assert_non_null(mkdtemp(dir));
+    config_set_installed_dir(dir);
+
+    /* Nothing installed: the error names every way to give the URL. */
+    assert_false(LOAD(&cfg, err, "status"));
+    assert_error_line(err, "--database-url-file PATH");
+    assert_error_line(err, "--config FILE");
+    config_free(&cfg);
+
+    snprintf(path, sizeof(path), "%s/relay.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"brokers\": \"k:9092\", \"batch-size\": 7}\n", f);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/database-url", dir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("postgresql://relay@db/outbox\n", f);
+    fclose(f);
+
+    assert_true(LOAD(&cfg, err, "status"));
+    assert_string_equal(cfg.database_url, "postgresql://relay@db/outbox");
+    assert_int_equal(cfg.batch_size, 7);
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "verify"));
+    assert_string_equal(cfg.brokers, "k:9092");
+    config_free(&cfg);
+
+    /* An explicit URL wins, and the installed files are not read. */
+    assert_true(LOAD(&cfg, err, "dead", "--database-url", "postgresql://x@y/z"));
+    assert_string_equal(cfg.database_url, "postgresql://x@y/z");
+    assert_int_equal(cfg.batch_size, 800);
+    config_free(&cfg);
+    /* migrate runs as the owner: never the relay's credential. */
+    assert_false(LOAD(&cfg, err, "migrate"));
+    config_free(&cfg);
+
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/relay.json", dir);
+    unlink(path);
+    rmdir(dir);
 }
 
 static void test_error_missing_brokers(void **state)
@@ -1031,6 +1085,7 @@ int main(void)
         T(test_error_kafka_not_object),
         T(test_error_kafka_flag),
         T(test_error_missing_database_url),
+        T(test_installed_configuration),
         T(test_error_missing_brokers),
         T(test_error_fits_small_buffer),
         T(test_config_free_zeroed),
