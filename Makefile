@@ -207,9 +207,17 @@ bench-redis: bin/outbox-relay $(DEMO_BIN) $(TOOL_BIN) bin/http-replay
 quickstart: bin/outbox-relay $(TOOL_BIN)
 	@bash scripts/quickstart.sh
 
-# Installs the packages of tools/packages.txt the machine lacks (as root, or with sudo).
+# Installs the packages of tools/packages.txt the machine lacks (as root, or with sudo): `make deps`
+# what building and `make test` need; `make deps-package` the Debian packaging toolchain and the
+# checkers of the shipped files (~150 packages, a Prometheus server among them: the [package]
+# section says why), which only `make package`, `make package-test` and CI need. Both wait up to
+# APT_LOCK_TIMEOUT seconds (default 300) for another apt or dpkg to finish.
+.PHONY: deps-package
 deps:
-	sh tools/install-deps.sh build test package
+	sh tools/install-deps.sh build test
+
+deps-package:
+	sh tools/install-deps.sh package
 
 # The quick start proven on a fresh Debian 12: a debootstrap minbase chroot with only make and git
 # added, this commit cloned into it, `make $(FRESH_CMD)` as its first command (root only; CI runs
@@ -326,14 +334,14 @@ package:
 package-test: tools
 	@bash tools/deb-ci.sh
 
-# The issue's sequence for a clean Debian 12, literally: `make deps && dpkg-buildpackage -us -uc -b
+# The issue's sequence for a clean Debian 12, literally: `make deps deps-package && dpkg-buildpackage -us -uc -b
 # && dpkg -i ../outbox-relay_*.deb`, then `outbox-relay --version` and the delivery test against
 # the installed binary. `make fresh-test FRESH_CMD=package-fresh` runs it as the first command in
 # a minbase chroot (root; by hand, see docs/packaging.md for its duration). It builds in this
 # tree (dpkg-buildpackage cleans bin/ first) and leaves the package installed: for a throwaway
 # machine.
 package-fresh:
-	$(MAKE) deps
+	$(MAKE) deps deps-package
 	dpkg-buildpackage -us -uc -b
 	dpkg -i ../outbox-relay_$(VERSION)_*.deb
 	outbox-relay --version
