@@ -295,7 +295,10 @@ install-relay: bin/outbox-relay bin/man/outbox-relay.1
 	$(INSTALL) -m 755 bin/outbox-relay $(DESTDIR)$(BINDIR)/outbox-relay
 	$(INSTALL) -m 644 bin/man/outbox-relay.1 $(DESTDIR)$(MANDIR)/man1/outbox-relay.1
 	$(UNIT_SED) systemd/outbox-relay.service.in > $(DESTDIR)$(UNITDIR)/outbox-relay.service
-	chmod 644 $(DESTDIR)$(UNITDIR)/outbox-relay.service
+	@# The template outbox-relay@NAME (NAME.json, NAME.database-url): several relays on one host.
+	$(UNIT_SED) systemd/outbox-relay.service.in | sed -f systemd/template.sed \
+	    > $(DESTDIR)$(UNITDIR)/outbox-relay@.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/outbox-relay.service $(DESTDIR)$(UNITDIR)/outbox-relay@.service
 	@# The Prometheus alerting rules and the Grafana dashboard, for the monitoring hosts to take.
 	$(INSTALL) -m 644 monitoring/outbox-relay.rules.yml monitoring/outbox-relay.dashboard.json \
 	    $(DESTDIR)$(DATADIR)/
@@ -313,6 +316,7 @@ install: install-relay install-demos
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/outbox-relay $(DESTDIR)$(BINDIR)/producer-demo \
 	    $(DESTDIR)$(BINDIR)/consumer-demo $(DESTDIR)$(UNITDIR)/outbox-relay.service \
+	    $(DESTDIR)$(UNITDIR)/outbox-relay@.service \
 	    $(addprefix $(DESTDIR)$(MANDIR)/man1/,outbox-relay.1 producer-demo.1 consumer-demo.1) \
 	    $(addprefix $(DESTDIR)$(DATADIR)/,outbox-relay.rules.yml outbox-relay.dashboard.json)
 	rmdir $(DESTDIR)$(DATADIR) 2>/dev/null || true

@@ -8,7 +8,11 @@
 #     STATUS= and the watchdog set; 300 rows are delivered; /readyz answers on relay.json's address;
 #  3. `systemctl stop`: exit 0, Result=success;
 #  4. a configuration the relay refuses (exit 2) leaves the unit failed, not restarting
-#     (RestartPreventExitStatus=2).
+#     (RestartPreventExitStatus=2);
+#  5. the template outbox-relay@second, with /etc/outbox-relay/second.json and
+#     second.database-url, starts (READY=1) and stops like the unit;
+#  6. the install said why the unit stays skipped (postinst), and `dpkg --purge` leaves nothing in
+#     /etc/outbox-relay: not relay.json, not the database URL files (a password), not the rest.
 # Not part of `make test`: root, systemd-nspawn, and the .deb in bin/deb (make package-test).
 # The Debian base is the one `make fresh-test` caches (debootstrap when there is none yet).
 # shellcheck source=tests/lib.sh
@@ -47,6 +51,8 @@ apt_rc=$?
 umount "$C/proc" "$C/var/cache/apt/archives"
 [ "$apt_rc" = 0 ] || fail "install systemd and the package in the container" "$(tail -n 3 "$T/apt.log")"
 ok "container root: systemd and $(basename "$DEB") installed"
+check "6: the install says the unit stays skipped until the database URL file exists" grep -q \
+    'the service stays skipped (not failed) until /etc/outbox-relay/database-url' "$T/apt.log"
 
 pg_start
 broker_start 1
@@ -106,6 +112,25 @@ inside systemctl start outbox-relay >/dev/null 2>&1
 check_eq "4: a refused configuration (exit 2) fails the unit, which does not restart" \
     "2 failed 0" "$(prop ExecMainStatus) $(prop ActiveState) $(prop NRestarts)"
 cp "$T/relay.json" "$C/etc/outbox-relay/relay.json"
+
+# --- 5. ---
+port2=$(free_port) || fail "a free port for the second relay's metrics"
+printf '{"brokers": "%s", "metrics-listen": "127.0.0.1:%s"}\n' "$BROKERS" "$port2" \
+    >"$C/etc/outbox-relay/second.json"
+cp "$C/etc/outbox-relay/database-url" "$C/etc/outbox-relay/second.database-url"
+check "5: systemctl start outbox-relay@second returns once it sent READY=1" \
+    timeout 120 nsenter -t "$INIT" -m -u -i -n -p -- systemctl start outbox-relay@second
+check_eq "5: active, running" "active running" \
+    "$(inside systemctl show outbox-relay@second -P ActiveState) $(inside systemctl show outbox-relay@second -P SubState)"
+check_eq "5: /readyz on second.json's address" ready "$(curl -fsS "http://127.0.0.1:$port2/readyz")"
+check "5: systemctl stop outbox-relay@second" inside systemctl stop outbox-relay@second
+check_eq "5: stopped cleanly" "0 success" \
+    "$(inside systemctl show outbox-relay@second -P ExecMainStatus) $(inside systemctl show outbox-relay@second -P Result)"
+
+# --- 6. ---
+check "6: dpkg --purge" inside env DEBIAN_FRONTEND=noninteractive dpkg --purge outbox-relay
+check_eq "6: nothing left in /etc/outbox-relay" "" "$(ls -A "$C/etc/outbox-relay" 2>/dev/null)"
+check "6: not even the directory" test ! -e "$C/etc/outbox-relay"
 
 inside systemctl poweroff >/dev/null 2>&1
 _poll 60 _t_dead "$NSPAWN" || not_ok "the container powers off within 60s"
