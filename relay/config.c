@@ -37,7 +37,8 @@ static const OptDef options[] = {
     {"brokers", OPT_STRING, "KAFKA_BROKERS", NULL, 0, 0, FIELD(brokers), 0, 0, "LIST",
      "Kafka bootstrap servers, host:port[,host:port...]; required by run"},
     {"config", OPT_STRING, NULL, NULL, 0, 0, FIELD(config_file), 0, 0, "FILE",
-     "JSON config file: an object whose keys are these option names"},
+     "JSON config file: an object whose keys are these option names; a key starting with # is "
+     "ignored (a comment)"},
     {"batch-bytes", OPT_INT, NULL, "8388608", 65536, 1073741824, FIELD(batch_bytes), 0, 0, "BYTES",
      "payload bytes one claim may hold (a larger row still goes alone); bounds memory", NULL, true},
     {"batch-size", OPT_INT, NULL, "800", 1, 100000, FIELD(batch_size), 0, 0, "N",
@@ -270,6 +271,10 @@ static bool load_file(const OptSpec *sp, void *out, const char *path, OptSource 
     char source[512];
     json_object_foreach(root, key, value)
     {
+        /* JSON has no comments: a key starting with # is one (the shipped relay.json lists
+         * every option so, with its default, config_print_sample). */
+        if (key[0] == '#')
+            continue;
         const OptDef *opt = opts_find(sp, key, strlen(key));
         snprintf(source, sizeof(source), "config file %s: key \"%s\"", path, key);
         if (!opt || strcmp(key, "config") == 0) {
@@ -632,6 +637,49 @@ void config_print_help(FILE *out)
 void config_print_man(FILE *out)
 {
     opts_print_man(&spec, out);
+}
+
+/* A JSON string literal of text (the help texts hold quotes, never control characters). */
+static void put_json_string(FILE *out, const char *text)
+{
+    json_t *s = json_string(text);
+    char *dumped = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
+    fputs(dumped ? dumped : "\"\"", out);
+    free(dumped);
+    json_decref(s);
+}
+
+void config_print_sample(FILE *out)
+{
+    fputs("{\n  \"#\": \"outbox-relay configuration, read by the unit (--config). Every option of "
+          "outbox-relay(1) is a key, listed below with its default; a key starting with # is "
+          "ignored: remove the # to set one. The database URL is not set here: the unit reads "
+          "it from /etc/outbox-relay/database-url as a credential. Flags and the environment win "
+          "over this file.\",\n\n  \"brokers\": \"localhost:9092\",\n  \"metrics-listen\": "
+          "\"127.0.0.1:9187\"",
+          out);
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const OptDef *o = &options[i];
+        /* Not from a file: the file itself, a flag-only grant, and the secret (a credential). */
+        if (strcmp(o->name, "config") == 0 || strcmp(o->name, "kafka-allow-unsafe") == 0 ||
+            strcmp(o->name, "database-url") == 0 || strcmp(o->name, "brokers") == 0 ||
+            strcmp(o->name, "metrics-listen") == 0)
+            continue;
+        char note[600];
+        snprintf(note, sizeof(note), "%s%s", o->help, o->reloadable ? " [SIGHUP]" : "");
+        fprintf(out, ",\n\n  \"# %s\": ", o->name);
+        put_json_string(out, note);
+        fprintf(out, ",\n  \"#%s\": ", o->name);
+        if (o->type == OPT_LIST)
+            fputs("{}", out);
+        else if (o->type == OPT_BOOL)
+            fputs("false", out);
+        else if (o->def && o->type == OPT_INT)
+            fputs(o->def, out);
+        else
+            put_json_string(out, o->def ? o->def : o->metavar);
+    }
+    fputs("\n}\n", out);
 }
 
 bool config_option_reloadable(const char *name)

@@ -129,6 +129,11 @@ void config_print_help(FILE *out);
 /* Writes the generated sections of the man page (roff), from the same table (opts_print_man). */
 void config_print_man(FILE *out);
 
+/* Writes the sample configuration the package ships as relay.json (systemd/relay.json, checked
+ * against this by tests/it/20_cli.sh): brokers and metrics-listen set, every other option a key
+ * file may hold commented out (a # key) with its default and help text. */
+void config_print_sample(FILE *out);
+
 /* ---- reloading (SIGHUP) --------------------------------------------------------------------- */
 
 /* True for the options a running relay takes over from a reloaded configuration. */

@@ -139,6 +139,11 @@ int main(int argc, char **argv)
         config_print_man(stdout);
         return 0;
     }
+    /* Hidden: the shipped sample configuration (systemd/relay.json). */
+    if (argc == 2 && strcmp(argv[1], "--help-config") == 0) {
+        config_print_sample(stdout);
+        return 0;
+    }
 
     Config cfg;
     char err[1024];

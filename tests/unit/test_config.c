@@ -250,6 +250,22 @@ static void test_last_flag_wins(void **state)
 
 /* ---- precedence ------------------------------------------------------------------------ */
 
+/* JSON has no comments: keys starting with # are ignored, whatever their value, so the shipped
+ * relay.json can list every option commented out (issue 44). */
+static void test_file_comment_keys(void **state)
+{
+    char path[64];
+    write_temp(path, "{\"#\": \"a note\", \"# batch-size\": \"rows per claim\", "
+                     "\"#batch-size\": 5, \"#kafka\": {\"acks\": 0}, \"#no-such-option\": [1],"
+                     " \"database-url\": \"file-db\", \"brokers\": \"k:1\"}");
+    Config cfg;
+    char err[256];
+    assert_true(LOAD(&cfg, err, "run", "--config", path));
+    assert_int_equal(cfg.batch_size, 800);
+    assert_int_equal(cfg.kafka.len, 0);
+    config_free(&cfg);
+}
+
 static void test_precedence_database_url(void **state)
 {
     char path[64];
@@ -1086,6 +1102,7 @@ int main(void)
         T(test_error_kafka_flag),
         T(test_error_missing_database_url),
         T(test_installed_configuration),
+        T(test_file_comment_keys),
         T(test_error_missing_brokers),
         T(test_error_fits_small_buffer),
         T(test_config_free_zeroed),
