@@ -472,7 +472,8 @@ static const OptSpec spec = {
     .load_file = load_file,
     .help_footer =
         "\nOptions marked [SIGHUP] take effect when a running relay gets SIGHUP (it re-reads\n"
-        "the config file and environment); other changes need a restart.\n",
+        "the config file; the environment stays the one it started with, so a changed\n"
+        "EnvironmentFile= needs a restart, not a reload); other changes need a restart.\n",
 };
 
 /* Choice fields are stored as int, and the command as the engine's int. */
