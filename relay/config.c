@@ -14,6 +14,14 @@
 
 #define FIELD(f) offsetof(Config, f)
 
+/* The commands that use an option (OptDef.commands; 0: all), for `outbox-relay COMMAND --help`
+ * and the man page. Every command still accepts every option (commands_shown below): scripts,
+ * environments and tests pass one set to several commands. check uses what run uses, since it
+ * checks run's configuration. */
+#define FOR(c) (1u << (c))
+#define RUN_LIKE (FOR(CMD_RUN) | FOR(CMD_CHECK))
+#define KAFKA_USERS (RUN_LIKE | FOR(CMD_VERIFY))
+
 /* Choice fields are stored as int; the enums behind them must be int-sized. */
 _Static_assert(sizeof(PoisonPolicy) == sizeof(int), "PoisonPolicy stored as int");
 _Static_assert(sizeof(TableLayout) == sizeof(int), "TableLayout stored as int");
@@ -34,27 +42,28 @@ static const OptDef options[] = {
     {"database-url-file", OPT_STRING, "DATABASE_URL_FILE", NULL, 0, 0, FIELD(database_url_file), 0,
      0, "PATH",
      "read the database URL from this file instead (its content, trailing newline removed)"},
-    {"brokers", OPT_STRING, "KAFKA_BROKERS", NULL, 0, 0, FIELD(brokers), 0, 0, "LIST",
+    {"brokers", OPT_STRING, "KAFKA_BROKERS", NULL, 0, 0, FIELD(brokers), KAFKA_USERS, 0, "LIST",
      "Kafka bootstrap servers, host:port[,host:port...]; required by run"},
     {"config", OPT_STRING, NULL, NULL, 0, 0, FIELD(config_file), 0, 0, "FILE",
      "JSON config file: an object whose keys are these option names; a key starting with # is "
      "ignored (a comment)"},
-    {"batch-bytes", OPT_INT, NULL, "8388608", 65536, 1073741824, FIELD(batch_bytes), 0, 0, "BYTES",
-     "payload bytes one claim may hold (a larger row still goes alone); bounds memory", NULL, true},
-    {"batch-size", OPT_INT, NULL, "800", 1, 100000, FIELD(batch_size), 0, 0, "N",
+    {"batch-bytes", OPT_INT, NULL, "8388608", 65536, 1073741824, FIELD(batch_bytes), RUN_LIKE, 0,
+     "BYTES", "payload bytes one claim may hold (a larger row still goes alone); bounds memory",
+     NULL, true},
+    {"batch-size", OPT_INT, NULL, "800", 1, 100000, FIELD(batch_size), RUN_LIKE, 0, "N",
      "rows claimed per transaction (1-100000)", NULL, true},
-    {"sessions", OPT_INT, NULL, "2", 1, 8, FIELD(sessions), 0, 0, "N",
+    {"sessions", OPT_INT, NULL, "2", 1, 8, FIELD(sessions), RUN_LIKE, 0, "N",
      "claim sessions (PostgreSQL connections) per relay, at most: one claims while another waits "
      "for Kafka"},
-    {"min-sessions", OPT_INT, NULL, "1", 1, 8, FIELD(min_sessions), 0, 0, "N",
+    {"min-sessions", OPT_INT, NULL, "1", 1, 8, FIELD(min_sessions), RUN_LIKE, 0, "N",
      "claim sessions that always take part; the others (up to --sessions) join when ten claims in "
      "a row come back full (a backlog) and rest after --session-rest-after without one"},
-    {"session-rest-after", OPT_INT, NULL, "30000", 1000, 3600000, FIELD(session_rest_after_ms), 0,
-     0, "MS",
+    {"session-rest-after", OPT_INT, NULL, "30000", 1000, 3600000, FIELD(session_rest_after_ms),
+     RUN_LIKE, 0, "MS",
      "how long without a full claim (and with none of its batches still out) before the sessions "
      "above --min-sessions give their lanes back (1000-3600000)"},
     {"topic-template", OPT_STRING, NULL, "outbox.event.{aggregate_type}", 0, 0,
-     FIELD(topic_template), 0, 0, "TEMPLATE",
+     FIELD(topic_template), KAFKA_USERS, 0, "TEMPLATE",
      "Kafka topic per row; {aggregate_type} (or ${routedByValue}) and {event_type} are "
      "replaced [Debezium: route.topic.replacement]"},
     {"schema", OPT_STRING, NULL, "public", 0, 0, FIELD(schema), 0, 0, "NAME",
@@ -83,56 +92,59 @@ static const OptDef options[] = {
     {"additional-fields", OPT_STRING, NULL, NULL, 0, 0, FIELD(additional_fields), 0, 0,
      "COL:header[:NAME],...",
      "columns sent as headers too [Debezium: table.fields.additional.placement]"},
-    {"kafka", OPT_LIST, NULL, NULL, 0, 0, FIELD(kafka), 0, 0, "KEY=VALUE",
+    {"kafka", OPT_LIST, NULL, NULL, 0, 0, FIELD(kafka), KAFKA_USERS, 0, "KEY=VALUE",
      "librdkafka producer property, repeatable (in a config file: an object)"},
-    {"kafka-file", OPT_STRING, NULL, NULL, 0, 0, FIELD(kafka_file), 0, 0, "PATH",
+    {"kafka-file", OPT_STRING, NULL, NULL, 0, 0, FIELD(kafka_file), KAFKA_USERS, 0, "PATH",
      "librdkafka properties from a file, KEY=VALUE per line, # comments (e.g. SASL secrets)"},
-    {"kafka-allow-unsafe", OPT_STRING, NULL, NULL, 0, 0, FIELD(kafka_allow_unsafe), 0, 0,
+    {"kafka-allow-unsafe", OPT_STRING, NULL, NULL, 0, 0, FIELD(kafka_allow_unsafe), KAFKA_USERS, 0,
      "NAME,...",
      "allow these librdkafka properties that load code, run commands or write files (refused "
      "otherwise); a flag only, never from the config file"},
-    {"require-tls", OPT_BOOL, NULL, NULL, 0, 0, FIELD(require_tls), 0, 0, "",
+    {"require-tls", OPT_BOOL, NULL, NULL, 0, 0, FIELD(require_tls), RUN_LIKE, 0, "",
      "run: refuse to start when a PostgreSQL host or Kafka broker other than loopback would be "
      "reached without a verified TLS connection (default: a warning)"},
     {"log-level", OPT_LOG_LEVEL, NULL, "info", 0, 0, FIELD(log_level), 0, 0, "LEVEL",
      "debug, info, warn or error", NULL, true},
-    {"poll-interval", OPT_INT, NULL, "1000", 1, 3600000, FIELD(poll_interval_ms), 0, 0, "MS",
+    {"poll-interval", OPT_INT, NULL, "1000", 1, 3600000, FIELD(poll_interval_ms), RUN_LIKE, 0, "MS",
      "fallback poll when no wakeup arrives, in milliseconds"},
-    {"delivery-timeout", OPT_INT, NULL, "30000", 100, 3600000, FIELD(delivery_timeout_ms), 0, 0,
-     "MS", "how long a batch waits for acknowledgements before cancelling the rest (retried later)",
-     NULL, true},
-    {"session-timeout", OPT_INT, NULL, "15000", 1000, 3600000, FIELD(session_timeout_ms), 0, 0,
-     "MS",
+    {"delivery-timeout", OPT_INT, NULL, "30000", 100, 3600000, FIELD(delivery_timeout_ms),
+     KAFKA_USERS, 0, "MS",
+     "how long a batch waits for acknowledgements before cancelling the rest (retried later)", NULL,
+     true},
+    {"session-timeout", OPT_INT, NULL, "15000", 1000, 3600000, FIELD(session_timeout_ms), RUN_LIKE,
+     0, "MS",
      "a relay that stops talking (frozen, cut off) loses its PostgreSQL session and lanes within "
      "this; also the deadline of every round trip to PostgreSQL. Lower: faster takeover; a "
      "statement slower than this is given up and retried"},
-    {"shutdown-timeout", OPT_INT, NULL, "10000", 0, 3600000, FIELD(shutdown_timeout_ms), 0, 0, "MS",
-     "on SIGTERM/SIGINT, how long to wait for in-flight acknowledgements", NULL, true},
-    {"busy-poll-interval", OPT_INT, NULL, "2", 1, 1000, FIELD(busy_poll_interval_ms), 0, 0, "MS",
+    {"shutdown-timeout", OPT_INT, NULL, "10000", 0, 3600000, FIELD(shutdown_timeout_ms), RUN_LIKE,
+     0, "MS", "on SIGTERM/SIGINT, how long to wait for in-flight acknowledgements", NULL, true},
+    {"busy-poll-interval", OPT_INT, NULL, "2", 1, 1000, FIELD(busy_poll_interval_ms), RUN_LIKE, 0,
+     "MS",
      "when producers are mid-transaction as the relay runs out of work, check again after this",
      NULL, true},
-    {"sleep-after", OPT_INT, NULL, "50", 0, 60000, FIELD(sleep_after_ms), 0, 0, "MS",
+    {"sleep-after", OPT_INT, NULL, "50", 0, 60000, FIELD(sleep_after_ms), RUN_LIKE, 0, "MS",
      "stay awake polling this long after the last row before sleeping (waiting for NOTIFY)", NULL,
      true},
-    {"rebalance-interval", OPT_INT, NULL, "1000", 100, 60000, FIELD(rebalance_interval_ms), 0, 0,
-     "MS", "how often lanes are re-divided among the running relays"},
-    {"max-attempts", OPT_INT, NULL, "10", 1, 1000, FIELD(max_attempts), 0, 0, "N",
+    {"rebalance-interval", OPT_INT, NULL, "1000", 100, 60000, FIELD(rebalance_interval_ms),
+     RUN_LIKE, 0, "MS", "how often lanes are re-divided among the running relays"},
+    {"max-attempts", OPT_INT, NULL, "10", 1, 1000, FIELD(max_attempts), RUN_LIKE, 0, "N",
      "permanent failures (rejections) of one event before it is dead-lettered", NULL, true},
-    {"retry-backoff", OPT_INT, NULL, "5000", 10, 3600000, FIELD(retry_backoff_ms), 0, 0, "MS",
-     "first wait before retrying a rejected event; doubles per rejection", NULL, true},
-    {"retry-backoff-max", OPT_INT, NULL, "600000", 10, 86400000, FIELD(retry_backoff_max_ms), 0, 0,
-     "MS", "cap on the wait between retries of one event", NULL, true},
-    {"on-poison", OPT_CHOICE, NULL, "hold", 0, 0, FIELD(on_poison), 0, 0, "POLICY",
+    {"retry-backoff", OPT_INT, NULL, "5000", 10, 3600000, FIELD(retry_backoff_ms), RUN_LIKE, 0,
+     "MS", "first wait before retrying a rejected event; doubles per rejection", NULL, true},
+    {"retry-backoff-max", OPT_INT, NULL, "600000", 10, 86400000, FIELD(retry_backoff_max_ms),
+     RUN_LIKE, 0, "MS", "cap on the wait between retries of one event", NULL, true},
+    {"on-poison", OPT_CHOICE, NULL, "hold", 0, 0, FIELD(on_poison), RUN_LIKE, 0, "POLICY",
      "hold: later events of a dead-lettered event's aggregate wait for it; skip: they go on",
      poison_policies, false},
-    {"on-sent", OPT_CHOICE, NULL, "mark", 0, 0, FIELD(on_sent), 0, 0, "ACTION",
-     "a delivered row: mark sets its sent_at (kept until --retention); delete removes it",
+    {"on-sent", OPT_CHOICE, NULL, "mark", 0, 0, FIELD(on_sent), RUN_LIKE | FOR(CMD_STATUS), 0,
+     "ACTION", "a delivered row: mark sets its sent_at (kept until --retention); delete removes it",
      on_sent_actions, false},
-    {"claim-floor", OPT_CHOICE, NULL, "on", 0, 0, FIELD(claim_floor), 0, 0, "on|off",
+    {"claim-floor", OPT_CHOICE, NULL, "on", 0, 0, FIELD(claim_floor), RUN_LIKE, 0, "on|off",
      "on: claims start after the rows already sent, so dead row versions an old snapshot keeps "
      "cost nothing; off: from the start of the unsent index",
      off_on, false},
-    {"order-scope", OPT_CHOICE, NULL, "aggregate", 0, 0, FIELD(order_scope), 0, 0, "SCOPE",
+    {"order-scope", OPT_CHOICE, NULL, "aggregate", 0, 0, FIELD(order_scope), KAFKA_USERS, 0,
+     "SCOPE",
      "aggregate: all of an aggregate's events stay in order, so the topic template may not use "
      "{event_type}; topic: order holds per aggregate within each topic only",
      order_scopes, false},
@@ -140,33 +152,37 @@ static const OptDef options[] = {
      "relay: headers id, event_type, aggregate_type; cloudevents: also the CloudEvents Kafka "
      "binding's ce_ attributes, so CloudEvents SDKs read the messages as events",
      message_formats},
-    {"ce-source", OPT_STRING, NULL, "outbox-relay", 0, 0, FIELD(ce_source), 0, 0, "URI",
+    {"ce-source", OPT_STRING, NULL, "outbox-relay", 0, 0, FIELD(ce_source), RUN_LIKE, 0, "URI",
      "with --message-format cloudevents: the events' source attribute"},
-    {"ce-content-type", OPT_STRING, NULL, "application/json", 0, 0, FIELD(ce_content_type), 0, 0,
-     "TYPE", "with --message-format cloudevents: the payloads' media type (content-type header)"},
-    {"dead-letter-topic", OPT_STRING, NULL, NULL, 0, 0, FIELD(dead_letter_topic), 0, 0, "TOPIC",
-     "also publish dead-lettered events here, with the error in headers (default: none)"},
-    {"metrics-listen", OPT_STRING, NULL, NULL, 0, 0, FIELD(metrics_listen), 0, 0, "HOST:PORT",
+    {"ce-content-type", OPT_STRING, NULL, "application/json", 0, 0, FIELD(ce_content_type),
+     RUN_LIKE, 0, "TYPE",
+     "with --message-format cloudevents: the payloads' media type (content-type header)"},
+    {"dead-letter-topic", OPT_STRING, NULL, NULL, 0, 0, FIELD(dead_letter_topic), RUN_LIKE, 0,
+     "TOPIC", "also publish dead-lettered events here, with the error in headers (default: none)"},
+    {"metrics-listen", OPT_STRING, NULL, NULL, 0, 0, FIELD(metrics_listen), RUN_LIKE, 0,
+     "HOST:PORT",
      "serve /metrics, /healthz and /readyz over HTTP here, e.g. 127.0.0.1:9187 (default: off)"},
-    {"retention", OPT_DURATION, NULL, "off", 0, 0, FIELD(retention_s), 0, 0, "DURATION",
+    {"retention", OPT_DURATION, NULL, "off", 0, 0, FIELD(retention_s), RUN_LIKE, 0, "DURATION",
      "delete sent rows older than this, e.g. 72h, 30m, 90s; 0 or off keeps them forever", NULL,
      true},
-    {"horizon-warn", OPT_DURATION, NULL, "5m", 0, 0, FIELD(horizon_warn_s), 0, 0, "DURATION",
+    {"horizon-warn", OPT_DURATION, NULL, "5m", 0, 0, FIELD(horizon_warn_s), RUN_LIKE, 0, "DURATION",
      "with --metrics-listen: log when one snapshot has held back vacuum this long; 0 or off: "
      "never",
      NULL, true},
-    {"connect-wait", OPT_DURATION, NULL, "off", 0, 0, FIELD(connect_wait_s), 0, 0, "DURATION",
+    {"connect-wait", OPT_DURATION, NULL, "off", 0, 0, FIELD(connect_wait_s), FOR(CMD_MIGRATE), 0,
+     "DURATION",
      "migrate: retry connecting to PostgreSQL for up to this long (e.g. 60s; for a database "
      "that is still starting); 0 or off: try once"},
-    {"id", OPT_INT, NULL, NULL, 1, LONG_MAX, FIELD(id), 0, 0, "ID",
-     "requeue, purge-dead: the outbox id of one dead-lettered event"},
-    {"all", OPT_BOOL, NULL, NULL, 0, 0, FIELD(all), 0, 0, "",
+    {"id", OPT_INT, NULL, NULL, 1, LONG_MAX, FIELD(id), FOR(CMD_REQUEUE) | FOR(CMD_PURGE_DEAD), 0,
+     "ID", "requeue, purge-dead: the outbox id of one dead-lettered event"},
+    {"all", OPT_BOOL, NULL, NULL, 0, 0, FIELD(all), FOR(CMD_REQUEUE) | FOR(CMD_PURGE_DEAD), 0, "",
      "requeue, purge-dead: every dead-lettered event"},
-    {"json", OPT_BOOL, NULL, NULL, 0, 0, FIELD(json), 0, 0, "", "dead, status, verify: print JSON"},
-    {"since", OPT_DURATION, NULL, "1h", 0, 0, FIELD(verify_since_s), 0, 0, "DURATION",
+    {"json", OPT_BOOL, NULL, NULL, 0, 0, FIELD(json),
+     FOR(CMD_DEAD) | FOR(CMD_STATUS) | FOR(CMD_VERIFY), 0, "", "dead, status, verify: print JSON"},
+    {"since", OPT_DURATION, NULL, "1h", 0, 0, FIELD(verify_since_s), FOR(CMD_VERIFY), 0, "DURATION",
      "verify: check the rows marked sent this far back, e.g. 15m, 2h"},
-    {"from-beginning", OPT_BOOL, NULL, NULL, 0, 0, FIELD(verify_from_beginning), 0, 0, "",
-     "verify: read the topics from their first message, not from the window's start time"},
+    {"from-beginning", OPT_BOOL, NULL, NULL, 0, 0, FIELD(verify_from_beginning), FOR(CMD_VERIFY), 0,
+     "", "verify: read the topics from their first message, not from the window's start time"},
 };
 
 #define N_OPTIONS (sizeof(options) / sizeof(options[0]))
@@ -470,6 +486,7 @@ static const OptSpec spec = {
     .naliases = sizeof(aliases) / sizeof(aliases[0]),
     .file_option = "config",
     .load_file = load_file,
+    .commands_shown = true,
     .help_footer =
         "\nOptions marked [SIGHUP] take effect when a running relay gets SIGHUP (it re-reads\n"
         "the config file; the environment stays the one it started with, so a changed\n"
@@ -630,9 +647,15 @@ void config_free(Config *cfg)
     table_map_free(&cfg->map);
 }
 
-void config_print_help(FILE *out)
+void config_print_help(FILE *out, int argc, char **argv)
 {
-    opts_print_help(&spec, out);
+    int cmd = opts_help_command(&spec, argc, argv);
+    if (cmd >= 0)
+        opts_print_command_help(&spec, cmd, out);
+    else {
+        opts_print_help(&spec, out);
+        fprintf(out, "One command and its options only: %s COMMAND --help.\n", spec.prog);
+    }
 }
 
 void config_print_man(FILE *out)

@@ -123,8 +123,9 @@ void config_set_installed_dir(const char *dir);
 /* Releases what config_load allocated; safe on a zeroed or partly loaded Config. */
 void config_free(Config *cfg);
 
-/* Writes the usage text, generated from the option table. */
-void config_print_help(FILE *out);
+/* Writes the usage text, generated from the option table: of the whole program, or with argv
+ * naming a command ("outbox-relay run --help"), of that command and only the options it takes. */
+void config_print_help(FILE *out, int argc, char **argv);
 
 /* Writes the generated sections of the man page (roff), from the same table (opts_print_man). */
 void config_print_man(FILE *out);

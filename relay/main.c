@@ -168,7 +168,7 @@ int main(int argc, char **argv)
     int rc = 0;
     switch (cfg.command) {
     case CMD_HELP:
-        config_print_help(stdout);
+        config_print_help(stdout, argc, argv);
         break;
     case CMD_VERSION:
         printf("outbox-relay %s (librdkafka %s, libpq %d)\n", OUTBOX_RELAY_VERSION,

@@ -999,13 +999,58 @@ static void test_config_free_zeroed(void **state)
     assert_int_equal(cfg.kafka.len, 0);
 }
 
+/* Prints the help argv asks for into a string (freed by the caller). */
+static char *help_for(const char *cmd)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    char *argv[] = {(char *)"outbox-relay", (char *)cmd, (char *)"--help", NULL};
+    config_print_help(f, 3, argv);
+    assert_int_equal(fclose(f), 0);
+    return text;
+}
+
+/* `outbox-relay COMMAND --help` lists that command's options only (issue 44: run --help printed
+ * every option of every command). */
+static void test_print_command_help(void **state)
+{
+    char *run = help_for("run");
+    assert_non_null(strstr(run, "Usage: outbox-relay run [OPTIONS]"));
+    assert_non_null(strstr(run, "--batch-size N"));
+    assert_non_null(strstr(run, "--database-url URL"));
+    assert_null(strstr(run, "--since"));
+    assert_null(strstr(run, "--id ID"));
+    assert_null(strstr(run, "--connect-wait"));
+    free(run);
+    char *status = help_for("status");
+    assert_non_null(strstr(status, "Usage: outbox-relay status [OPTIONS]"));
+    assert_non_null(strstr(status, "--json"));
+    assert_non_null(strstr(status, "--on-sent"));
+    assert_null(strstr(status, "--batch-size"));
+    assert_null(strstr(status, "--brokers"));
+    free(status);
+    char *migrate = help_for("migrate");
+    assert_non_null(strstr(migrate, "--connect-wait DURATION"));
+    assert_null(strstr(migrate, "--retention"));
+    free(migrate);
+    /* Shown per command, still accepted by every command (one set of flags serves all). */
+    Config cfg;
+    char err[256];
+    assert_true(LOAD(&cfg, err, "status", "--database-url", "x", "--batch-size", "5"));
+    assert_int_equal(cfg.batch_size, 5);
+    config_free(&cfg);
+}
+
 static void test_print_help(void **state)
 {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     assert_non_null(f);
-    config_print_help(f);
+    char *argv[] = {(char *)"outbox-relay", (char *)"--help", NULL};
+    config_print_help(f, 2, argv);
     assert_int_equal(fclose(f), 0);
     const char *needles[] = {"Usage: outbox-relay COMMAND",
                              "--database-url URL",
@@ -1103,6 +1148,7 @@ int main(void)
         T(test_error_missing_database_url),
         T(test_installed_configuration),
         T(test_file_comment_keys),
+        T(test_print_command_help),
         T(test_error_missing_brokers),
         T(test_error_fits_small_buffer),
         T(test_config_free_zeroed),
