@@ -7,9 +7,16 @@
 #include <string.h>
 #include <time.h>
 
+#include "log_json.h"
 #include "secrets.h"
 
 static LogLevel min_level = LOG_INFO;
+static LogFormat line_format = LOG_FORMAT_TEXT;
+
+void log_set_format(LogFormat format)
+{
+    line_format = format;
+}
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
@@ -70,6 +77,14 @@ void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
         len = (int)sizeof(line) - 2;
     line[len] = '\0';
     len = (int)secrets_scrub(line); /* values a caller did not quote (see log_quote) */
+    if (line_format == LOG_FORMAT_JSON) {
+        /* From the finished, scrubbed line: one place formats and scrubs either way. */
+        char json[4096];
+        size_t n = log_json_line(line, json, sizeof(json) - 1);
+        json[n++] = '\n';
+        fwrite(json, 1, n, stderr);
+        return;
+    }
     line[len++] = '\n';
     fwrite(line, 1, (size_t)len, stderr);
 }

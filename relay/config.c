@@ -28,6 +28,7 @@ _Static_assert(sizeof(TableLayout) == sizeof(int), "TableLayout stored as int");
 _Static_assert(sizeof(OnSent) == sizeof(int), "OnSent stored as int");
 _Static_assert(sizeof(OrderScope) == sizeof(int), "OrderScope stored as int");
 _Static_assert(sizeof(MessageFormat) == sizeof(int), "MessageFormat stored as int");
+_Static_assert(sizeof(LogFormat) == sizeof(int), "LogFormat stored as int");
 
 static const char *const poison_policies[] = {"hold", "skip", NULL};
 static const char *const on_sent_actions[] = {"mark", "delete", NULL}; /* in OnSent order */
@@ -35,6 +36,7 @@ static const char *const off_on[] = {"off", "on", NULL};
 static const char *const layouts[] = {"relay", "debezium", NULL}; /* in TableLayout order */
 static const char *const message_formats[] = {"relay", "cloudevents", NULL}; /* MessageFormat */
 static const char *const order_scopes[] = {"aggregate", "topic", NULL}; /* in OrderScope order */
+static const char *const log_formats[] = {"text", "json", NULL};        /* in LogFormat order */
 
 static const OptDef options[] = {
     {"database-url", OPT_STRING, "DATABASE_URL", NULL, 0, 0, FIELD(database_url), 0, 0, "URL",
@@ -105,6 +107,10 @@ static const OptDef options[] = {
      "reached without a verified TLS connection (default: a warning)"},
     {"log-level", OPT_LOG_LEVEL, NULL, "info", 0, 0, FIELD(log_level), 0, 0, "LEVEL",
      "debug, info, warn or error", NULL, true},
+    {"log-format", OPT_CHOICE, NULL, "text", 0, 0, FIELD(log_format), 0, 0, "FORMAT",
+     "text: one logfmt line per event (time level=... msg=\"...\" key=value ...); json: one JSON "
+     "object per line with the same keys (ts, level, msg, then the fields)",
+     log_formats},
     {"poll-interval", OPT_INT, NULL, "1000", 1, 3600000, FIELD(poll_interval_ms), RUN_LIKE, 0, "MS",
      "fallback poll when no wakeup arrives, in milliseconds"},
     {"delivery-timeout", OPT_INT, NULL, "30000", 100, 3600000, FIELD(delivery_timeout_ms),

@@ -77,6 +77,7 @@ typedef struct Config {
     char *kafka_allow_unsafe; /* --kafka-allow-unsafe: guarded properties allowed (kafka_guard.h) */
     bool require_tls;         /* --require-tls: unverified remote connections are an error */
     LogLevel log_level;
+    LogFormat log_format; /* --log-format: text (logfmt) or json */
     long poll_interval_ms;
     long shutdown_timeout_ms;
     long delivery_timeout_ms;

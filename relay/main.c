@@ -159,6 +159,7 @@ int main(int argc, char **argv)
         return usage_error(err);
     }
     log_set_level(cfg.log_level);
+    log_set_format(cfg.log_format);
     /* A relay reloads on SIGHUP (ops.c); until that handler is installed, ignore it. */
     if (cfg.command == CMD_RUN)
         signal(SIGHUP, SIG_IGN);
