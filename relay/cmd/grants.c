@@ -170,9 +170,16 @@ bool grants_apply(PGconn *conn, const TableMap *map)
     for (int r = 0; r < 2; r++) {
         if (!exists[r])
             continue;
+        /* DELETE is given only with the role's first grants on the table (it had no SELECT yet):
+         * an operator who uses neither --on-sent delete, --retention nor purge-dead may revoke
+         * it (README, "Least privilege"), and a later migrate must not give it back. */
+        char unused[1024];
+        bool fresh = r == 0 && need_state(conn, map, &needs[1], roles[r], roles[r], unused,
+                                          sizeof(unused)) == NEED_MISSING;
         for (size_t i = 0; i < N_NEEDS; i++) {
             const Need *need = &needs[i];
-            if (!(need->flags & (r == 0 ? FOR_RELAY : FOR_PRODUCER)))
+            if (!(need->flags & (r == 0 ? FOR_RELAY : FOR_PRODUCER)) ||
+                ((need->flags & ONLY_DELETES) && !fresh))
                 continue;
             char grant[1024], q1[600], q2[1100];
             NeedState st = need_state(conn, map, need, roles[r], roles[r], grant, sizeof(grant));

@@ -5,6 +5,7 @@
 #     the statements that create them;
 #  2. once an administrator created the roles, a second `migrate` (nothing left to apply) grants
 #     everything, 0008's sequence grant included, and exits 0; a third run is quiet and exits 0;
+#     a DELETE the operator revoked is not given back;
 #  3. a relay logging in as a member of outbox_relay delivers with the claim floor on: no "claims
 #     read the unsent index from its start" warning;
 #  4. an owner who does not own the table (the grants cannot be given): non-zero, the GRANT named.
@@ -52,6 +53,10 @@ check "2: it says it is up to date" grep -q 'msg="migrations up to date" applied
 as_owner "$T/m3.log"
 check_eq "2: a third migrate exits 0" 0 $?
 check "2: ... with no server notice" lacks "$T/m3.log" "server notice"
+psql_q "REVOKE DELETE ON outbox FROM outbox_relay" -d owned || fail "revoke DELETE"
+as_owner "$T/m3b.log"
+check_eq "2: a DELETE the operator revoked stays revoked (README: revocable without deletes)" f \
+    "$(psql_q "SELECT has_table_privilege('outbox_relay', 'outbox', 'DELETE')" -d owned)"
 
 # --- 3. the relay as a member of outbox_relay: the claim floor is on ---
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
