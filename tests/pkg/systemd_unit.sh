@@ -122,7 +122,9 @@ check "5: systemctl start outbox-relay@second returns once it sent READY=1" \
     timeout 120 nsenter -t "$INIT" -m -u -i -n -p -- systemctl start outbox-relay@second
 check_eq "5: active, running" "active running" \
     "$(inside systemctl show outbox-relay@second -P ActiveState) $(inside systemctl show outbox-relay@second -P SubState)"
-check_eq "5: /readyz on second.json's address" ready "$(curl -fsS "http://127.0.0.1:$port2/readyz")"
+# READY=1 comes with the sessions; /readyz waits for lanes too (as part 2 waits for STATUS=).
+second_ready() { [ "$(curl -fsS "http://127.0.0.1:$port2/readyz" 2>/dev/null)" = ready ]; }
+wait_for "5: /readyz on second.json's address says ready" 30 second_ready
 check "5: systemctl stop outbox-relay@second" inside systemctl stop outbox-relay@second
 check_eq "5: stopped cleanly" "0 success" \
     "$(inside systemctl show outbox-relay@second -P ExecMainStatus) $(inside systemctl show outbox-relay@second -P Result)"
