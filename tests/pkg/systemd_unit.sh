@@ -43,11 +43,18 @@ cp "$DEB" "$C/root/"
 # unmounted again before the container boots.
 mount --bind "$CACHE/debs" "$C/var/cache/apt/archives" && mount -t proc proc "$C/proc" ||
     fail "mount /proc and the .deb cache into the container root"
-# shellcheck disable=SC2016 # expanded inside the chroot
-chroot "$C" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
-    sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-        systemd systemd-sysv dbus /root/'"$(basename "$DEB")" >"$T/apt.log" 2>&1
-apt_rc=$?
+# The .deb cache is shared with make fresh-test's chroots, whose apt may hold its lock for minutes:
+# wait for it (bounded: 30 tries, 10 s apart) rather than fail at once.
+for try in $(seq 1 30); do
+    # shellcheck disable=SC2016 # expanded inside the chroot
+    chroot "$C" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+        sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+            systemd systemd-sysv dbus /root/'"$(basename "$DEB")" >"$T/apt.log" 2>&1
+    apt_rc=$?
+    [ "$apt_rc" != 0 ] && grep -q 'Could not get lock' "$T/apt.log" || break
+    echo "# the shared .deb cache is locked by another apt (try $try of 30), waiting 10 s"
+    sleep 10
+done
 umount "$C/proc" "$C/var/cache/apt/archives"
 [ "$apt_rc" = 0 ] || fail "install systemd and the package in the container" "$(tail -n 3 "$T/apt.log")"
 ok "container root: systemd and $(basename "$DEB") installed"
