@@ -53,6 +53,14 @@ run_check noseq_off --claim-floor off
 check_eq "2b: ... which --claim-floor off does not need: exit 0" 0 $?
 psql_q "GRANT SELECT ON SEQUENCE outbox_id_seq TO outbox_relay" || fail "grant the sequence back"
 
+psql_q "ALTER SEQUENCE outbox_id_seq CACHE 10" || fail "cache the sequence"
+run_check cached
+check_eq "2b: a cached sequence: exit 1" 1 $?
+check "2b: ... named, with the ALTER that fixes it" grep -q \
+    "^FAIL  claim floor: .*sequence outbox_id_seq caches 10 values per session.*ALTER SEQUENCE outbox_id_seq CACHE 1" \
+    "$T/cached.out"
+psql_q "ALTER SEQUENCE outbox_id_seq CACHE 1" || fail "uncache the sequence"
+
 run_check notable --table no_such_outbox
 check_eq "2c: a missing table: exit 1" 1 $?
 check "2c: says the table does not exist and how to create it" grep -q \
