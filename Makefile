@@ -208,9 +208,17 @@ bench-redis: bin/outbox-relay $(DEMO_BIN) $(TOOL_BIN) bin/http-replay
 quickstart: bin/outbox-relay $(TOOL_BIN)
 	@bash scripts/quickstart.sh
 
-# Installs the packages of tools/packages.txt the machine lacks (as root, or with sudo).
+# Installs the packages of tools/packages.txt the machine lacks (as root, or with sudo): `make deps`
+# what building and `make test` need; `make deps-package` the Debian packaging toolchain and the
+# checkers of the shipped files (~150 packages, a Prometheus server among them: the [package]
+# section says why), which only `make package`, `make package-test` and CI need. Both wait up to
+# APT_LOCK_TIMEOUT seconds (default 300) for another apt or dpkg to finish.
+.PHONY: deps-package
 deps:
-	sh tools/install-deps.sh build test package
+	sh tools/install-deps.sh build test
+
+deps-package:
+	sh tools/install-deps.sh package
 
 # The quick start proven on a fresh Debian 12: a debootstrap minbase chroot with only make and git
 # added, this commit cloned into it, `make $(FRESH_CMD)` as its first command (root only; CI runs
@@ -288,7 +296,10 @@ install-relay: bin/outbox-relay bin/man/outbox-relay.1
 	$(INSTALL) -m 755 bin/outbox-relay $(DESTDIR)$(BINDIR)/outbox-relay
 	$(INSTALL) -m 644 bin/man/outbox-relay.1 $(DESTDIR)$(MANDIR)/man1/outbox-relay.1
 	$(UNIT_SED) systemd/outbox-relay.service.in > $(DESTDIR)$(UNITDIR)/outbox-relay.service
-	chmod 644 $(DESTDIR)$(UNITDIR)/outbox-relay.service
+	@# The template outbox-relay@NAME (NAME.json, NAME.database-url): several relays on one host.
+	$(UNIT_SED) systemd/outbox-relay.service.in | sed -f systemd/template.sed \
+	    > $(DESTDIR)$(UNITDIR)/outbox-relay@.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/outbox-relay.service $(DESTDIR)$(UNITDIR)/outbox-relay@.service
 	@# The Prometheus alerting rules and the Grafana dashboard, for the monitoring hosts to take.
 	$(INSTALL) -m 644 monitoring/outbox-relay.rules.yml monitoring/outbox-relay.dashboard.json \
 	    $(DESTDIR)$(DATADIR)/
@@ -309,6 +320,7 @@ install: install-relay install-demos
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/outbox-relay $(DESTDIR)$(BINDIR)/producer-demo \
 	    $(DESTDIR)$(BINDIR)/consumer-demo $(DESTDIR)$(UNITDIR)/outbox-relay.service \
+	    $(DESTDIR)$(UNITDIR)/outbox-relay@.service \
 	    $(addprefix $(DESTDIR)$(MANDIR)/man1/,outbox-relay.1 producer-demo.1 consumer-demo.1) \
 	    $(addprefix $(DESTDIR)$(DATADIR)/,outbox-relay.rules.yml outbox-relay.dashboard.json)
 	rmdir $(DESTDIR)$(DATADIR) 2>/dev/null || true
@@ -332,14 +344,14 @@ package:
 package-test: tools
 	@bash tools/deb-ci.sh
 
-# The issue's sequence for a clean Debian 12, literally: `make deps && dpkg-buildpackage -us -uc -b
+# The issue's sequence for a clean Debian 12, literally: `make deps deps-package && dpkg-buildpackage -us -uc -b
 # && dpkg -i ../outbox-relay_*.deb`, then `outbox-relay --version` and the delivery test against
 # the installed binary. `make fresh-test FRESH_CMD=package-fresh` runs it as the first command in
 # a minbase chroot (root; by hand, see docs/packaging.md for its duration). It builds in this
 # tree (dpkg-buildpackage cleans bin/ first) and leaves the package installed: for a throwaway
 # machine.
 package-fresh:
-	$(MAKE) deps
+	$(MAKE) deps deps-package
 	dpkg-buildpackage -us -uc -b
 	dpkg -i ../outbox-relay_$(VERSION)_*.deb
 	outbox-relay --version

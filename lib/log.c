@@ -7,10 +7,17 @@
 #include <string.h>
 #include <time.h>
 
+#include "log_json.h"
 #include "secrets.h"
 #include "utf8.h"
 
 static LogLevel min_level = LOG_INFO;
+static LogFormat line_format = LOG_FORMAT_TEXT;
+
+void log_set_format(LogFormat format)
+{
+    line_format = format;
+}
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
@@ -172,6 +179,14 @@ void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
      * for every reader; quoted values are already escaped and pass unchanged. */
     char escaped[sizeof(line)];
     escape_into(line, ESC_LINE, escaped, sizeof(escaped) - 1);
+    if (line_format == LOG_FORMAT_JSON) {
+        /* From the finished, scrubbed, escaped line: one place formats and scrubs either way. */
+        char json[4096];
+        size_t n = log_json_line(escaped, json, sizeof(json) - 1);
+        json[n++] = '\n';
+        fwrite(json, 1, n, stderr);
+        return;
+    }
     len = (int)strlen(escaped);
     escaped[len++] = '\n';
     fwrite(escaped, 1, (size_t)len, stderr);

@@ -15,6 +15,12 @@
 
 typedef enum { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR } LogLevel;
 
+/* The lines' format: logfmt (the default) or one JSON object per line (log_json.h). */
+typedef enum { LOG_FORMAT_TEXT, LOG_FORMAT_JSON } LogFormat;
+
+/* Sets the format of every later line (default LOG_FORMAT_TEXT). */
+void log_set_format(LogFormat format);
+
 /* Sets the lowest level written (default LOG_INFO). */
 void log_set_level(LogLevel level);
 LogLevel log_get_level(void);

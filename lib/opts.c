@@ -43,6 +43,12 @@ static bool applies(const OptDef *opt, int cmd)
     return opt->commands == 0 || ((opt->commands >> cmd) & 1u);
 }
 
+/* Whether cmd takes opt from flags, the environment and its default (see commands_shown). */
+static bool accepts(const OptSpec *spec, const OptDef *opt, int cmd)
+{
+    return spec->commands_shown || applies(opt, cmd);
+}
+
 bool opts_list_append(OptList *list, const char *text)
 {
     const char *eq = strchr(text, '=');
@@ -211,7 +217,7 @@ static bool collect_flags(const OptSpec *spec, int *cmd, int first, int argc, ch
         if (!opt)
             return optval_fail(err, errlen, "unknown option '--%.*s': try '%s --help'",
                                (int)name_len, name, spec->prog);
-        if (!applies(opt, *cmd))
+        if (!accepts(spec, opt, *cmd))
             return optval_fail(err, errlen, "option --%s does not apply to '%s'", opt->name,
                                cmd_name);
         const char *value = eq ? eq + 1 : NULL;
@@ -257,7 +263,7 @@ bool opts_parse_traced(const OptSpec *spec, void *out, int *cmd, OptSource *sour
     /* Defaults, then the config file, then the environment, then the flags. */
     for (size_t i = 0; i < spec->nopts && ok; i++) {
         const OptDef *opt = &spec->opts[i];
-        if (applies(opt, *cmd) && opt->def) {
+        if (accepts(spec, opt, *cmd) && opt->def) {
             ok = opts_set(opt, out, opt->def, "default", err, errlen);
             from[i] = OPT_FROM_DEFAULT;
         }
@@ -270,7 +276,7 @@ bool opts_parse_traced(const OptSpec *spec, void *out, int *cmd, OptSource *sour
         ok = spec->load_file(spec, out, file, from, err, errlen);
     for (size_t i = 0; i < spec->nopts && ok; i++) {
         const OptDef *opt = &spec->opts[i];
-        const char *env = opt->env && applies(opt, *cmd) ? getenv(opt->env) : NULL;
+        const char *env = opt->env && accepts(spec, opt, *cmd) ? getenv(opt->env) : NULL;
         if (env && *env) {
             ok = opts_set(opt, out, env, opt->env, err, errlen);
             from[i] = OPT_FROM_ENV;
@@ -320,6 +326,8 @@ void opts_free(const OptSpec *spec, void *out)
     }
 }
 
+static void print_option(const OptSpec *spec, const OptDef *o, bool with_cmds, FILE *out);
+
 void opts_print_help(const OptSpec *spec, FILE *out)
 {
     fprintf(out, "Usage: %s COMMAND [OPTIONS]\n\n%s\n\nCommands:\n", spec->prog, spec->summary);
@@ -327,29 +335,67 @@ void opts_print_help(const OptSpec *spec, FILE *out)
         fprintf(out, "  %-10s %s\n", spec->cmds[i].name, spec->cmds[i].help);
     fprintf(out, "\nOptions (precedence: flag > environment > %sdefault):\n",
             spec->file_option ? "config file > " : "");
-    for (size_t i = 0; i < spec->nopts; i++) {
-        const OptDef *o = &spec->opts[i];
-        char lhs[64], cmds[128] = "";
-        size_t used = 0;
-        snprintf(lhs, sizeof(lhs), "--%s %s", o->name, o->metavar);
-        for (size_t c = 0; o->commands && c < spec->ncmds; c++)
-            if (applies(o, spec->cmds[c].id) && used < sizeof(cmds))
-                used += (size_t)snprintf(cmds + used, sizeof(cmds) - used, "%s%s", used ? "," : "",
-                                         spec->cmds[c].name);
-        fprintf(out, "  %-28s %s", lhs, o->help);
-        if (o->env)
-            fprintf(out, " [env %s]", o->env);
-        if (o->def)
-            fprintf(out, " [default %s]", o->def);
-        if (o->reloadable)
-            fprintf(out, " [SIGHUP]");
-        if (cmds[0])
-            fprintf(out, " (%s)", cmds);
-        fputc('\n', out);
-    }
+    for (size_t i = 0; i < spec->nopts; i++)
+        print_option(spec, &spec->opts[i], true, out);
+
     if (spec->help_footer)
         fputs(spec->help_footer, out);
     fprintf(out, "\nExit status: 0 on success, 1 on a runtime failure, 2 on bad input.\n");
+}
+
+int opts_help_command(const OptSpec *spec, int argc, char **argv)
+{
+    if (argc < 3 || argv[1][0] == '-')
+        return -1;
+    for (size_t i = 0; i < spec->ncmds; i++) {
+        const CmdDef *c = &spec->cmds[i];
+        if (strcmp(argv[1], c->name) != 0 || c->id == spec->help_cmd || c->id == spec->version_cmd)
+            continue;
+        for (int a = 2; a < argc; a++)
+            if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0)
+                return c->id;
+    }
+    return -1;
+}
+
+/* One option's line of --help; with_cmds adds the commands it is limited to. */
+static void print_option(const OptSpec *spec, const OptDef *o, bool with_cmds, FILE *out)
+{
+    char lhs[64], cmds[128] = "";
+    size_t used = 0;
+    snprintf(lhs, sizeof(lhs), "--%s %s", o->name, o->metavar);
+    for (size_t c = 0; with_cmds && o->commands && c < spec->ncmds; c++)
+        if (applies(o, spec->cmds[c].id) && used < sizeof(cmds))
+            used += (size_t)snprintf(cmds + used, sizeof(cmds) - used, "%s%s", used ? "," : "",
+                                     spec->cmds[c].name);
+    fprintf(out, "  %-28s %s", lhs, o->help);
+    if (o->env)
+        fprintf(out, " [env %s]", o->env);
+    if (o->def)
+        fprintf(out, " [default %s]", o->def);
+    if (o->reloadable)
+        fprintf(out, " [SIGHUP]");
+    if (cmds[0])
+        fprintf(out, " (%s)", cmds);
+    fputc('\n', out);
+}
+
+void opts_print_command_help(const OptSpec *spec, int cmd, FILE *out)
+{
+    const CmdDef *c = find_command(spec, cmd);
+    fprintf(
+        out,
+        "Usage: %s %s [OPTIONS]\n\n%s.\n\nOptions (precedence: flag > environment > %sdefault):\n",
+        spec->prog, c->name, c->help, spec->file_option ? "config file > " : "");
+    for (size_t i = 0; i < spec->nopts; i++)
+        if (applies(&spec->opts[i], cmd))
+            print_option(spec, &spec->opts[i], false, out);
+    if (spec->help_footer)
+        fputs(spec->help_footer, out);
+    fprintf(out,
+            "\nEvery command and option: %s --help. Exit status: 0 on success, 1 on a runtime "
+            "failure, 2 on bad input.\n",
+            spec->prog);
 }
 
 void opts_print_man(const OptSpec *spec, FILE *out)

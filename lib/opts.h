@@ -93,6 +93,11 @@ struct OptSpec {
     const char *file_option; /* the option naming a config file, or NULL for none */
     OptFileFn load_file;     /* reads it (required with file_option) */
     const char *help_footer; /* printed after the options, or NULL */
+    /* OptDef.commands only says which commands use an option (`PROG COMMAND --help` lists those,
+     * the man page notes them); every command still takes every option, so one set of flags or
+     * environment serves all of a program's commands. false: a flag for another command is
+     * refused. */
+    bool commands_shown;
 };
 
 /* Parses argv (argv[1] may be a command) into out, a zeroed struct the table's offsets point
@@ -126,6 +131,13 @@ void opts_free(const OptSpec *spec, void *out);
 
 /* Writes the usage text, generated from the tables. */
 void opts_print_help(const OptSpec *spec, FILE *out);
+
+/* The command whose help argv asks for ("PROG COMMAND ... --help" or "-h"), or -1 when argv asks
+ * for the whole program's (or names no command). */
+int opts_help_command(const OptSpec *spec, int argc, char **argv);
+
+/* Writes the usage text of one command: its summary and only the options it takes. */
+void opts_print_command_help(const OptSpec *spec, int cmd, FILE *out);
 
 /* Writes the COMMANDS, OPTIONS and ENVIRONMENT sections of the program's man page (roff), from
  * the same tables as opts_print_help (manpage.h); tools/gen-man.sh adds the rest. */

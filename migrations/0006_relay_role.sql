@@ -17,8 +17,10 @@
 --   CREATE ROLE relay_login LOGIN PASSWORD '...' IN ROLE outbox_relay;
 --   -- or: GRANT outbox_relay TO relay_login; ALTER ROLE relay_login LOGIN PASSWORD '...';
 -- An owner without CREATEROLE cannot create them: the file then warns and skips their grants
--- instead of failing. Have an administrator create the two roles and run this file again with
--- psql (it is idempotent): psql "$OWNER_URL" -v ON_ERROR_STOP=1 -f 0006_relay_role.sql
+-- instead of failing. `outbox-relay migrate` prints that warning, and its grants step (run after
+-- the migrations on every migrate, relay/cmd/grants.c) exits 1 naming the missing roles: have an
+-- administrator create them, then run `outbox-relay migrate` again, which gives these grants (and
+-- 0008's) without this file. Applied with psql instead, the file is idempotent: run it again.
 DO $$
 DECLARE
     r text;

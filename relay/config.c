@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "db.h"
 #include "kafka_guard.h"
@@ -16,12 +17,21 @@
 
 #define FIELD(f) offsetof(Config, f)
 
+/* The commands that use an option (OptDef.commands; 0: all), for `outbox-relay COMMAND --help`
+ * and the man page. Every command still accepts every option (commands_shown below): scripts,
+ * environments and tests pass one set to several commands. check uses what run uses, since it
+ * checks run's configuration. */
+#define FOR(c) (1u << (c))
+#define RUN_LIKE (FOR(CMD_RUN) | FOR(CMD_CHECK))
+#define KAFKA_USERS (RUN_LIKE | FOR(CMD_VERIFY))
+
 /* Choice fields are stored as int; the enums behind them must be int-sized. */
 _Static_assert(sizeof(PoisonPolicy) == sizeof(int), "PoisonPolicy stored as int");
 _Static_assert(sizeof(TableLayout) == sizeof(int), "TableLayout stored as int");
 _Static_assert(sizeof(OnSent) == sizeof(int), "OnSent stored as int");
 _Static_assert(sizeof(OrderScope) == sizeof(int), "OrderScope stored as int");
 _Static_assert(sizeof(MessageFormat) == sizeof(int), "MessageFormat stored as int");
+_Static_assert(sizeof(LogFormat) == sizeof(int), "LogFormat stored as int");
 
 static const char *const poison_policies[] = {"hold", "skip", NULL};
 static const char *const on_sent_actions[] = {"mark", "delete", NULL}; /* in OnSent order */
@@ -29,6 +39,7 @@ static const char *const off_on[] = {"off", "on", NULL};
 static const char *const layouts[] = {"relay", "debezium", NULL}; /* in TableLayout order */
 static const char *const message_formats[] = {"relay", "cloudevents", NULL}; /* MessageFormat */
 static const char *const order_scopes[] = {"aggregate", "topic", NULL}; /* in OrderScope order */
+static const char *const log_formats[] = {"text", "json", NULL};        /* in LogFormat order */
 
 static const OptDef options[] = {
     {"database-url", OPT_STRING, "DATABASE_URL", NULL, 0, 0, FIELD(database_url), 0, 0, "URL",
@@ -36,26 +47,28 @@ static const OptDef options[] = {
     {"database-url-file", OPT_STRING, "DATABASE_URL_FILE", NULL, 0, 0, FIELD(database_url_file), 0,
      0, "PATH",
      "read the database URL from this file instead (its content, trailing newline removed)"},
-    {"brokers", OPT_STRING, "KAFKA_BROKERS", NULL, 0, 0, FIELD(brokers), 0, 0, "LIST",
+    {"brokers", OPT_STRING, "KAFKA_BROKERS", NULL, 0, 0, FIELD(brokers), KAFKA_USERS, 0, "LIST",
      "Kafka bootstrap servers, host:port[,host:port...]; required by run"},
     {"config", OPT_STRING, NULL, NULL, 0, 0, FIELD(config_file), 0, 0, "FILE",
-     "JSON config file: an object whose keys are these option names"},
-    {"batch-bytes", OPT_INT, NULL, "8388608", 65536, 1073741824, FIELD(batch_bytes), 0, 0, "BYTES",
-     "payload bytes one claim may hold (a larger row still goes alone); bounds memory", NULL, true},
-    {"batch-size", OPT_INT, NULL, "800", 1, 100000, FIELD(batch_size), 0, 0, "N",
+     "JSON config file: an object whose keys are these option names; a key starting with # is "
+     "ignored (a comment)"},
+    {"batch-bytes", OPT_INT, NULL, "8388608", 65536, 1073741824, FIELD(batch_bytes), RUN_LIKE, 0,
+     "BYTES", "payload bytes one claim may hold (a larger row still goes alone); bounds memory",
+     NULL, true},
+    {"batch-size", OPT_INT, NULL, "800", 1, 100000, FIELD(batch_size), RUN_LIKE, 0, "N",
      "rows claimed per transaction (1-100000)", NULL, true},
-    {"sessions", OPT_INT, NULL, "2", 1, 8, FIELD(sessions), 0, 0, "N",
+    {"sessions", OPT_INT, NULL, "2", 1, 8, FIELD(sessions), RUN_LIKE, 0, "N",
      "claim sessions (PostgreSQL connections) per relay, at most: one claims while another waits "
      "for Kafka"},
-    {"min-sessions", OPT_INT, NULL, "1", 1, 8, FIELD(min_sessions), 0, 0, "N",
+    {"min-sessions", OPT_INT, NULL, "1", 1, 8, FIELD(min_sessions), RUN_LIKE, 0, "N",
      "claim sessions that always take part; the others (up to --sessions) join when ten claims in "
      "a row come back full (a backlog) and rest after --session-rest-after without one"},
-    {"session-rest-after", OPT_INT, NULL, "30000", 1000, 3600000, FIELD(session_rest_after_ms), 0,
-     0, "MS",
+    {"session-rest-after", OPT_INT, NULL, "30000", 1000, 3600000, FIELD(session_rest_after_ms),
+     RUN_LIKE, 0, "MS",
      "how long without a full claim (and with none of its batches still out) before the sessions "
      "above --min-sessions give their lanes back (1000-3600000)"},
     {"topic-template", OPT_STRING, NULL, "outbox.event.{aggregate_type}", 0, 0,
-     FIELD(topic_template), 0, 0, "TEMPLATE",
+     FIELD(topic_template), KAFKA_USERS, 0, "TEMPLATE",
      "Kafka topic per row; {aggregate_type} (or ${routedByValue}) and {event_type} are "
      "replaced [Debezium: route.topic.replacement]"},
     {"schema", OPT_STRING, NULL, "public", 0, 0, FIELD(schema), 0, 0, "NAME",
@@ -84,56 +97,63 @@ static const OptDef options[] = {
     {"additional-fields", OPT_STRING, NULL, NULL, 0, 0, FIELD(additional_fields), 0, 0,
      "COL:header[:NAME],...",
      "columns sent as headers too [Debezium: table.fields.additional.placement]"},
-    {"kafka", OPT_LIST, NULL, NULL, 0, 0, FIELD(kafka), 0, 0, "KEY=VALUE",
+    {"kafka", OPT_LIST, NULL, NULL, 0, 0, FIELD(kafka), KAFKA_USERS, 0, "KEY=VALUE",
      "librdkafka producer property, repeatable (in a config file: an object)"},
-    {"kafka-file", OPT_STRING, NULL, NULL, 0, 0, FIELD(kafka_file), 0, 0, "PATH",
+    {"kafka-file", OPT_STRING, NULL, NULL, 0, 0, FIELD(kafka_file), KAFKA_USERS, 0, "PATH",
      "librdkafka properties from a file, KEY=VALUE per line, # comments (e.g. SASL secrets)"},
-    {"kafka-allow-unsafe", OPT_STRING, NULL, NULL, 0, 0, FIELD(kafka_allow_unsafe), 0, 0,
+    {"kafka-allow-unsafe", OPT_STRING, NULL, NULL, 0, 0, FIELD(kafka_allow_unsafe), KAFKA_USERS, 0,
      "NAME,...",
      "allow these librdkafka properties that load code, run commands or write files (refused "
      "otherwise); a flag only, never from the config file"},
-    {"require-tls", OPT_BOOL, NULL, NULL, 0, 0, FIELD(require_tls), 0, 0, "",
+    {"require-tls", OPT_BOOL, NULL, NULL, 0, 0, FIELD(require_tls), RUN_LIKE, 0, "",
      "run: refuse to start when a PostgreSQL host or Kafka broker other than loopback would be "
      "reached without a verified TLS connection (default: a warning)"},
     {"log-level", OPT_LOG_LEVEL, NULL, "info", 0, 0, FIELD(log_level), 0, 0, "LEVEL",
      "debug, info, warn or error", NULL, true},
-    {"poll-interval", OPT_INT, NULL, "1000", 1, 3600000, FIELD(poll_interval_ms), 0, 0, "MS",
+    {"log-format", OPT_CHOICE, NULL, "text", 0, 0, FIELD(log_format), 0, 0, "FORMAT",
+     "text: one logfmt line per event (time level=... msg=\"...\" key=value ...); json: one JSON "
+     "object per line with the same keys (ts, level, msg, then the fields)",
+     log_formats},
+    {"poll-interval", OPT_INT, NULL, "1000", 1, 3600000, FIELD(poll_interval_ms), RUN_LIKE, 0, "MS",
      "fallback poll when no wakeup arrives, in milliseconds"},
-    {"delivery-timeout", OPT_INT, NULL, "30000", 100, 3600000, FIELD(delivery_timeout_ms), 0, 0,
-     "MS", "how long a batch waits for acknowledgements before cancelling the rest (retried later)",
-     NULL, true},
-    {"session-timeout", OPT_INT, NULL, "15000", 1000, 3600000, FIELD(session_timeout_ms), 0, 0,
-     "MS",
+    {"delivery-timeout", OPT_INT, NULL, "30000", 100, 3600000, FIELD(delivery_timeout_ms),
+     KAFKA_USERS, 0, "MS",
+     "how long a batch waits for acknowledgements before cancelling the rest (retried later)", NULL,
+     true},
+    {"session-timeout", OPT_INT, NULL, "15000", 1000, 3600000, FIELD(session_timeout_ms), RUN_LIKE,
+     0, "MS",
      "a relay that stops talking (frozen, cut off) loses its PostgreSQL session and lanes within "
      "this; also the deadline of every round trip to PostgreSQL. Lower: faster takeover; a "
      "statement slower than this is given up and retried"},
-    {"shutdown-timeout", OPT_INT, NULL, "10000", 0, 3600000, FIELD(shutdown_timeout_ms), 0, 0, "MS",
-     "on SIGTERM/SIGINT, how long to wait for in-flight acknowledgements", NULL, true},
-    {"busy-poll-interval", OPT_INT, NULL, "2", 1, 1000, FIELD(busy_poll_interval_ms), 0, 0, "MS",
+    {"shutdown-timeout", OPT_INT, NULL, "10000", 0, 3600000, FIELD(shutdown_timeout_ms), RUN_LIKE,
+     0, "MS", "on SIGTERM/SIGINT, how long to wait for in-flight acknowledgements", NULL, true},
+    {"busy-poll-interval", OPT_INT, NULL, "2", 1, 1000, FIELD(busy_poll_interval_ms), RUN_LIKE, 0,
+     "MS",
      "when producers are mid-transaction as the relay runs out of work, check again after this",
      NULL, true},
-    {"sleep-after", OPT_INT, NULL, "50", 0, 60000, FIELD(sleep_after_ms), 0, 0, "MS",
+    {"sleep-after", OPT_INT, NULL, "50", 0, 60000, FIELD(sleep_after_ms), RUN_LIKE, 0, "MS",
      "stay awake polling this long after the last row before sleeping (waiting for NOTIFY)", NULL,
      true},
-    {"rebalance-interval", OPT_INT, NULL, "1000", 100, 60000, FIELD(rebalance_interval_ms), 0, 0,
-     "MS", "how often lanes are re-divided among the running relays"},
-    {"max-attempts", OPT_INT, NULL, "10", 1, 1000, FIELD(max_attempts), 0, 0, "N",
+    {"rebalance-interval", OPT_INT, NULL, "1000", 100, 60000, FIELD(rebalance_interval_ms),
+     RUN_LIKE, 0, "MS", "how often lanes are re-divided among the running relays"},
+    {"max-attempts", OPT_INT, NULL, "10", 1, 1000, FIELD(max_attempts), RUN_LIKE, 0, "N",
      "permanent failures (rejections) of one event before it is dead-lettered", NULL, true},
-    {"retry-backoff", OPT_INT, NULL, "5000", 10, 3600000, FIELD(retry_backoff_ms), 0, 0, "MS",
-     "first wait before retrying a rejected event; doubles per rejection", NULL, true},
-    {"retry-backoff-max", OPT_INT, NULL, "600000", 10, 86400000, FIELD(retry_backoff_max_ms), 0, 0,
-     "MS", "cap on the wait between retries of one event", NULL, true},
-    {"on-poison", OPT_CHOICE, NULL, "hold", 0, 0, FIELD(on_poison), 0, 0, "POLICY",
+    {"retry-backoff", OPT_INT, NULL, "5000", 10, 3600000, FIELD(retry_backoff_ms), RUN_LIKE, 0,
+     "MS", "first wait before retrying a rejected event; doubles per rejection", NULL, true},
+    {"retry-backoff-max", OPT_INT, NULL, "600000", 10, 86400000, FIELD(retry_backoff_max_ms),
+     RUN_LIKE, 0, "MS", "cap on the wait between retries of one event", NULL, true},
+    {"on-poison", OPT_CHOICE, NULL, "hold", 0, 0, FIELD(on_poison), RUN_LIKE, 0, "POLICY",
      "hold: later events of a dead-lettered event's aggregate wait for it; skip: they go on",
      poison_policies, false},
-    {"on-sent", OPT_CHOICE, NULL, "mark", 0, 0, FIELD(on_sent), 0, 0, "ACTION",
-     "a delivered row: mark sets its sent_at (kept until --retention); delete removes it",
+    {"on-sent", OPT_CHOICE, NULL, "mark", 0, 0, FIELD(on_sent), RUN_LIKE | FOR(CMD_STATUS), 0,
+     "ACTION", "a delivered row: mark sets its sent_at (kept until --retention); delete removes it",
      on_sent_actions, false},
-    {"claim-floor", OPT_CHOICE, NULL, "on", 0, 0, FIELD(claim_floor), 0, 0, "on|off",
+    {"claim-floor", OPT_CHOICE, NULL, "on", 0, 0, FIELD(claim_floor), RUN_LIKE, 0, "on|off",
      "on: claims start after the rows already sent, so dead row versions an old snapshot keeps "
      "cost nothing; off: from the start of the unsent index",
      off_on, false},
-    {"order-scope", OPT_CHOICE, NULL, "aggregate", 0, 0, FIELD(order_scope), 0, 0, "SCOPE",
+    {"order-scope", OPT_CHOICE, NULL, "aggregate", 0, 0, FIELD(order_scope), KAFKA_USERS, 0,
+     "SCOPE",
      "aggregate: all of an aggregate's events stay in order, so the topic template may not use "
      "{event_type}; topic: order holds per aggregate within each topic only",
      order_scopes, false},
@@ -141,33 +161,37 @@ static const OptDef options[] = {
      "relay: headers id, event_type, aggregate_type; cloudevents: also the CloudEvents Kafka "
      "binding's ce_ attributes, so CloudEvents SDKs read the messages as events",
      message_formats},
-    {"ce-source", OPT_STRING, NULL, "outbox-relay", 0, 0, FIELD(ce_source), 0, 0, "URI",
+    {"ce-source", OPT_STRING, NULL, "outbox-relay", 0, 0, FIELD(ce_source), RUN_LIKE, 0, "URI",
      "with --message-format cloudevents: the events' source attribute"},
-    {"ce-content-type", OPT_STRING, NULL, "application/json", 0, 0, FIELD(ce_content_type), 0, 0,
-     "TYPE", "with --message-format cloudevents: the payloads' media type (content-type header)"},
-    {"dead-letter-topic", OPT_STRING, NULL, NULL, 0, 0, FIELD(dead_letter_topic), 0, 0, "TOPIC",
-     "also publish dead-lettered events here, with the error in headers (default: none)"},
-    {"metrics-listen", OPT_STRING, NULL, NULL, 0, 0, FIELD(metrics_listen), 0, 0, "HOST:PORT",
+    {"ce-content-type", OPT_STRING, NULL, "application/json", 0, 0, FIELD(ce_content_type),
+     RUN_LIKE, 0, "TYPE",
+     "with --message-format cloudevents: the payloads' media type (content-type header)"},
+    {"dead-letter-topic", OPT_STRING, NULL, NULL, 0, 0, FIELD(dead_letter_topic), RUN_LIKE, 0,
+     "TOPIC", "also publish dead-lettered events here, with the error in headers (default: none)"},
+    {"metrics-listen", OPT_STRING, NULL, NULL, 0, 0, FIELD(metrics_listen), RUN_LIKE, 0,
+     "HOST:PORT",
      "serve /metrics, /healthz and /readyz over HTTP here, e.g. 127.0.0.1:9187 (default: off)"},
-    {"retention", OPT_DURATION, NULL, "off", 0, 0, FIELD(retention_s), 0, 0, "DURATION",
+    {"retention", OPT_DURATION, NULL, "off", 0, 0, FIELD(retention_s), RUN_LIKE, 0, "DURATION",
      "delete sent rows older than this, e.g. 72h, 30m, 90s; 0 or off keeps them forever", NULL,
      true},
-    {"horizon-warn", OPT_DURATION, NULL, "5m", 0, 0, FIELD(horizon_warn_s), 0, 0, "DURATION",
+    {"horizon-warn", OPT_DURATION, NULL, "5m", 0, 0, FIELD(horizon_warn_s), RUN_LIKE, 0, "DURATION",
      "with --metrics-listen: log when one snapshot has held back vacuum this long; 0 or off: "
      "never",
      NULL, true},
-    {"connect-wait", OPT_DURATION, NULL, "off", 0, 0, FIELD(connect_wait_s), 0, 0, "DURATION",
+    {"connect-wait", OPT_DURATION, NULL, "off", 0, 0, FIELD(connect_wait_s), FOR(CMD_MIGRATE), 0,
+     "DURATION",
      "migrate: retry connecting to PostgreSQL for up to this long (e.g. 60s; for a database "
      "that is still starting); 0 or off: try once"},
-    {"id", OPT_INT, NULL, NULL, 1, LONG_MAX, FIELD(id), 0, 0, "ID",
-     "requeue, purge-dead: the outbox id of one dead-lettered event"},
-    {"all", OPT_BOOL, NULL, NULL, 0, 0, FIELD(all), 0, 0, "",
+    {"id", OPT_INT, NULL, NULL, 1, LONG_MAX, FIELD(id), FOR(CMD_REQUEUE) | FOR(CMD_PURGE_DEAD), 0,
+     "ID", "requeue, purge-dead: the outbox id of one dead-lettered event"},
+    {"all", OPT_BOOL, NULL, NULL, 0, 0, FIELD(all), FOR(CMD_REQUEUE) | FOR(CMD_PURGE_DEAD), 0, "",
      "requeue, purge-dead: every dead-lettered event"},
-    {"json", OPT_BOOL, NULL, NULL, 0, 0, FIELD(json), 0, 0, "", "dead, status, verify: print JSON"},
-    {"since", OPT_DURATION, NULL, "1h", 0, 0, FIELD(verify_since_s), 0, 0, "DURATION",
+    {"json", OPT_BOOL, NULL, NULL, 0, 0, FIELD(json),
+     FOR(CMD_DEAD) | FOR(CMD_STATUS) | FOR(CMD_VERIFY), 0, "", "dead, status, verify: print JSON"},
+    {"since", OPT_DURATION, NULL, "1h", 0, 0, FIELD(verify_since_s), FOR(CMD_VERIFY), 0, "DURATION",
      "verify: check the rows marked sent this far back, e.g. 15m, 2h"},
-    {"from-beginning", OPT_BOOL, NULL, NULL, 0, 0, FIELD(verify_from_beginning), 0, 0, "",
-     "verify: read the topics from their first message, not from the window's start time"},
+    {"from-beginning", OPT_BOOL, NULL, NULL, 0, 0, FIELD(verify_from_beginning), FOR(CMD_VERIFY), 0,
+     "", "verify: read the topics from their first message, not from the window's start time"},
 };
 
 #define N_OPTIONS (sizeof(options) / sizeof(options[0]))
@@ -195,7 +219,13 @@ static const CmdDef commands[] = {
     {"requeue", CMD_REQUEUE, "put dead-lettered events back in line (--id ID or --all)"},
     {"purge-dead", CMD_PURGE_DEAD, "delete dead-lettered events for good (--id ID or --all)"},
     {"status", CMD_STATUS, "backlog, oldest unsent event, dead events, throughput, active relays"},
-    {"verify", CMD_VERIFY, "read the topics back and check them against the outbox (--since)"},
+    {"verify", CMD_VERIFY,
+     "read the topics back and check them against the outbox (--since); exit 0 all found in "
+     "order, 1 missing or out of order, 3 inconclusive (partitions not positioned by time: use "
+     "--from-beginning)"},
+    {"check", CMD_CHECK,
+     "check the configuration, PostgreSQL (table, columns, privileges, claim floor) and Kafka as "
+     "run would need them; exit 0 good, 1 problems found, 2 bad configuration"},
     {"help", CMD_HELP, "show this help (also --help, -h)"},
     {"version", CMD_VERSION, "show the version (also --version)"},
 };
@@ -266,6 +296,10 @@ static bool load_file(const OptSpec *sp, void *out, const char *path, OptSource 
     char source[512];
     json_object_foreach(root, key, value)
     {
+        /* JSON has no comments: a key starting with # is one (the shipped relay.json lists
+         * every option so, with its default, config_print_sample). */
+        if (key[0] == '#')
+            continue;
         const OptDef *opt = opts_find(sp, key, strlen(key));
         snprintf(source, sizeof(source), "config file %s: key \"%s\"", path, key);
         if (!opt || strcmp(key, "config") == 0) {
@@ -469,15 +503,110 @@ static const OptSpec spec = {
     .naliases = sizeof(aliases) / sizeof(aliases[0]),
     .file_option = "config",
     .load_file = load_file,
+    .commands_shown = true,
     .help_footer =
         "\nOptions marked [SIGHUP] take effect when a running relay gets SIGHUP (it re-reads\n"
-        "the config file and environment); other changes need a restart.\n",
+        "the config file; the environment stays the one it started with, so a changed\n"
+        "EnvironmentFile= needs a restart, not a reload); other changes need a restart.\n",
 };
 
 /* Choice fields are stored as int, and the command as the engine's int. */
 _Static_assert(sizeof(Command) == sizeof(int), "Command stored as int");
 
+/* Where the package installs the service's configuration (systemd/outbox-relay.service.in). */
+static const char *installed_dir = "/etc/outbox-relay";
+
+void config_set_installed_dir(const char *dir)
+{
+    installed_dir = dir;
+}
+
+/* The commands an operator runs by hand on the relay's host, as the relay's role: without any
+ * database setting they take the installed service's (migrate runs as the owner, run under its
+ * unit with explicit flags: neither guesses). */
+static bool takes_installed(Command c)
+{
+    return c == CMD_DEAD || c == CMD_REQUEUE || c == CMD_PURGE_DEAD || c == CMD_STATUS ||
+           c == CMD_VERIFY || c == CMD_CHECK;
+}
+
+/* The installed files that are readable, as flags appended to argv (a new array the caller
+ * frees; its strings are static or in paths). Returns the new argc, or argc when neither is. */
+static int installed_args(int argc, char **argv, char ***out, char paths[2][512], char *said,
+                          size_t saidlen)
+{
+    snprintf(paths[0], 512, "%s/relay.json", installed_dir);
+    snprintf(paths[1], 512, "%s/database-url", installed_dir);
+    bool config = access(paths[0], R_OK) == 0, url = access(paths[1], R_OK) == 0;
+    *out = NULL;
+    if (!config && !url)
+        return argc;
+    char **args = calloc((size_t)argc + 5, sizeof(*args));
+    if (!args) {
+        perror("outbox-relay");
+        exit(1);
+    }
+    memcpy(args, argv, (size_t)argc * sizeof(*args));
+    int n = argc;
+    if (config) {
+        args[n++] = (char *)"--config";
+        args[n++] = paths[0];
+    }
+    if (url) {
+        args[n++] = (char *)"--database-url-file";
+        args[n++] = paths[1];
+    }
+    snprintf(said, saidlen, "%s%s%s", config ? paths[0] : "", config && url ? " and " : "",
+             url ? paths[1] : "");
+    *out = args;
+    return n;
+}
+
+/* The missing URL, said with every way to give it (and, after the installed files were tried,
+ * why they did not give it). */
+static bool missing_url(bool tried, char *err, size_t errlen)
+{
+    char url_file[512];
+    snprintf(url_file, sizeof(url_file), "%s/database-url", installed_dir);
+    const char *why = !tried                        ? ""
+                      : access(url_file, F_OK) == 0 ? " (the installed service's credential is "
+                                                      "readable by root only: run as root, or pass "
+                                                      "the URL)"
+                                                    : " (no installed service's credential either)";
+    return optval_fail(err, errlen,
+                       "missing database URL: pass --database-url URL or --database-url-file PATH, "
+                       "set DATABASE_URL, or give --config FILE with a database-url-file key%s",
+                       why);
+}
+
+static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missing, char *err,
+                             size_t errlen);
+
 bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
+{
+    bool url_missing = false;
+    bool ok = config_load_once(cfg, argc, argv, &url_missing, err, errlen);
+    /* A --config that lacks the URL is the operator's choice: said, not second-guessed. */
+    if (ok || !url_missing || !takes_installed(cfg->command) || cfg->config_file)
+        return ok;
+    char **args, paths[2][512], said[1100];
+    int n = installed_args(argc, argv, &args, paths, said, sizeof(said));
+    if (n == argc)
+        return missing_url(true, err, errlen);
+    config_free(cfg);
+    url_missing = false;
+    ok = config_load_once(cfg, n, args, &url_missing, err, errlen);
+    free(args);
+    if (ok)
+        log_info("no database URL given: using the installed service's configuration",
+                 "files=\"%s\"", said);
+    else if (url_missing)
+        missing_url(true, err, errlen);
+    return ok;
+}
+
+static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missing, char *err,
+                             size_t errlen)
 {
     memset(cfg, 0, sizeof(*cfg));
     int command = CMD_HELP;
@@ -492,9 +621,10 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
     if (!check_kafka_properties(cfg, sources, err, errlen))
         return false;
 
-    if (!cfg->database_url)
-        return optval_fail(err, errlen,
-                           "missing database URL: pass --database-url or set DATABASE_URL");
+    if (!cfg->database_url) {
+        *url_missing = true;
+        return missing_url(false, err, errlen);
+    }
     TableOptions table = {cfg->layout,
                           cfg->table,
                           cfg->seq_column,
@@ -508,14 +638,17 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
                           cfg->message_format == FORMAT_CLOUDEVENTS};
     if (!table_map_init(&cfg->map, &table, err, errlen))
         return false;
-    if ((cfg->command == CMD_RUN || cfg->command == CMD_VERIFY) && !cfg->brokers)
+    if ((cfg->command == CMD_RUN || cfg->command == CMD_VERIFY || cfg->command == CMD_CHECK) &&
+        !cfg->brokers)
         return optval_fail(err, errlen,
                            "missing Kafka brokers: pass --brokers or set KAFKA_BROKERS");
-    if (cfg->command == CMD_RUN && cfg->retry_backoff_max_ms < cfg->retry_backoff_ms)
+    /* check takes what run takes, and refuses what run would refuse. */
+    bool runs = cfg->command == CMD_RUN || cfg->command == CMD_CHECK;
+    if (runs && cfg->retry_backoff_max_ms < cfg->retry_backoff_ms)
         return optval_fail(err, errlen,
                            "--retry-backoff-max (%ld) must not be below --retry-backoff (%ld)",
                            cfg->retry_backoff_max_ms, cfg->retry_backoff_ms);
-    if (cfg->command == CMD_RUN && cfg->min_sessions > cfg->sessions)
+    if (runs && cfg->min_sessions > cfg->sessions)
         return optval_fail(err, errlen, "--min-sessions (%ld) must not exceed --sessions (%ld)",
                            cfg->min_sessions, cfg->sessions);
     if (cfg->command == CMD_REQUEUE && (cfg->id > 0) == cfg->all)
@@ -531,14 +664,63 @@ void config_free(Config *cfg)
     table_map_free(&cfg->map);
 }
 
-void config_print_help(FILE *out)
+void config_print_help(FILE *out, int argc, char **argv)
 {
-    opts_print_help(&spec, out);
+    int cmd = opts_help_command(&spec, argc, argv);
+    if (cmd >= 0)
+        opts_print_command_help(&spec, cmd, out);
+    else {
+        opts_print_help(&spec, out);
+        fprintf(out, "One command and its options only: %s COMMAND --help.\n", spec.prog);
+    }
 }
 
 void config_print_man(FILE *out)
 {
     opts_print_man(&spec, out);
+}
+
+/* A JSON string literal of text (the help texts hold quotes, never control characters). */
+static void put_json_string(FILE *out, const char *text)
+{
+    json_t *s = json_string(text);
+    char *dumped = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
+    fputs(dumped ? dumped : "\"\"", out);
+    free(dumped);
+    json_decref(s);
+}
+
+void config_print_sample(FILE *out)
+{
+    fputs("{\n  \"#\": \"outbox-relay configuration, read by the unit (--config). Every option of "
+          "outbox-relay(1) is a key, listed below with its default; a key starting with # is "
+          "ignored: remove the # to set one. The database URL is not set here: the unit reads "
+          "it from /etc/outbox-relay/database-url as a credential. Flags and the environment win "
+          "over this file.\",\n\n  \"brokers\": \"localhost:9092\",\n  \"metrics-listen\": "
+          "\"127.0.0.1:9187\"",
+          out);
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const OptDef *o = &options[i];
+        /* Not from a file: the file itself, a flag-only grant, and the secret (a credential). */
+        if (strcmp(o->name, "config") == 0 || strcmp(o->name, "kafka-allow-unsafe") == 0 ||
+            strcmp(o->name, "database-url") == 0 || strcmp(o->name, "brokers") == 0 ||
+            strcmp(o->name, "metrics-listen") == 0)
+            continue;
+        char note[600];
+        snprintf(note, sizeof(note), "%s%s", o->help, o->reloadable ? " [SIGHUP]" : "");
+        fprintf(out, ",\n\n  \"# %s\": ", o->name);
+        put_json_string(out, note);
+        fprintf(out, ",\n  \"#%s\": ", o->name);
+        if (o->type == OPT_LIST)
+            fputs("{}", out);
+        else if (o->type == OPT_BOOL)
+            fputs("false", out);
+        else if (o->def && o->type == OPT_INT)
+            fputs(o->def, out);
+        else
+            put_json_string(out, o->def ? o->def : o->metavar);
+    }
+    fputs("\n}\n", out);
 }
 
 bool config_option_reloadable(const char *name)

@@ -22,6 +22,7 @@ typedef enum {
     CMD_PURGE_DEAD,
     CMD_STATUS,
     CMD_VERIFY,
+    CMD_CHECK,
     CMD_HELP,
     CMD_VERSION
 } Command;
@@ -76,6 +77,7 @@ typedef struct Config {
     char *kafka_allow_unsafe; /* --kafka-allow-unsafe: guarded properties allowed (kafka_guard.h) */
     bool require_tls;         /* --require-tls: unverified remote connections are an error */
     LogLevel log_level;
+    LogFormat log_format; /* --log-format: text (logfmt) or json */
     long poll_interval_ms;
     long shutdown_timeout_ms;
     long delivery_timeout_ms;
@@ -106,19 +108,33 @@ typedef struct Config {
 } Config;
 
 /* Fills cfg from argv (argv[1] is the command), the environment and the config file named by
- * --config. On bad input returns false with one line (no newline) in err naming the problem;
- * cfg must still be released with config_free. */
+ * --config (or the installed service's files, config_set_installed_dir). On bad input returns false
+ * with one line (no newline) in err naming the problem; cfg must still be released with
+ * config_free. */
 bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+
+/* The directory of the installed service's files (default /etc/outbox-relay, as the package and
+ * the unit have them). When `dead`, `requeue`, `purge-dead`, `status`, `verify` or `check` get no
+ * database URL from anywhere and no --config, config_load takes DIR/relay.json as --config and
+ * DIR/database-url as --database-url-file, each if readable, and logs that it did. For tests;
+ * dir must outlive every later config_load. */
+void config_set_installed_dir(const char *dir);
 
 /* Releases what config_load allocated; safe on a zeroed or partly loaded Config. */
 void config_free(Config *cfg);
 
-/* Writes the usage text, generated from the option table. */
-void config_print_help(FILE *out);
+/* Writes the usage text, generated from the option table: of the whole program, or with argv
+ * naming a command ("outbox-relay run --help"), of that command and only the options it takes. */
+void config_print_help(FILE *out, int argc, char **argv);
 
 /* Writes the generated sections of the man page (roff), from the same table (opts_print_man). */
 void config_print_man(FILE *out);
+
+/* Writes the sample configuration the package ships as relay.json (systemd/relay.json, checked
+ * against this by tests/it/20_cli.sh): brokers and metrics-listen set, every other option a key
+ * file may hold commented out (a # key) with its default and help text. */
+void config_print_sample(FILE *out);
 
 /* ---- reloading (SIGHUP) --------------------------------------------------------------------- */
 

@@ -12,6 +12,7 @@
 
 #include "addr.h"
 #include "admin.h"
+#include "check.h"
 #include "config.h"
 #include "db.h"
 #include "kafka.h"
@@ -53,12 +54,15 @@ static int usage_error(const char *msg)
     return error_line(msg, EXIT_USAGE);
 }
 
-/* libpq accepts the connection string lazily; parse it now so a typo fails at start-up. The
- * message never echoes the string itself: it may hold a password. */
-static int cmd_run(Config *cfg, int argc, char **argv)
+/* What run checks before touching the network, shared with check (which must refuse what run
+ * refuses, with the same exit status). libpq accepts the connection string lazily; parse it now so
+ * a typo fails at start-up. The message never echoes the string itself: it may hold a password.
+ * Returns the producer configuration, or NULL after printing the one line of bad input. */
+static rd_kafka_conf_t *run_input(Config *cfg)
 {
     char err[1024], host[256];
     unsigned port;
+    rd_kafka_conf_t *kconf = NULL;
     if (!db_check_conninfo(cfg->database_url, err, sizeof(err)) ||
         !route_template_check(cfg->topic_template, cfg->order_scope == ORDER_PER_TOPIC, err,
                               sizeof(err)) ||
@@ -68,16 +72,26 @@ static int cmd_run(Config *cfg, int argc, char **argv)
         !route_dead_letter_check(cfg->topic_template, cfg->dead_letter_topic, err, sizeof(err)) ||
         (cfg->metrics_listen && !addr_parse_host_port("--metrics-listen", cfg->metrics_listen, host,
                                                       sizeof(host), &port, err, sizeof(err))))
-        return usage_error(err);
-    rd_kafka_conf_t *kconf = kafka_conf_build(cfg, err, sizeof(err));
-    if (!kconf)
-        return usage_error(err);
+        goto bad;
+    kconf = kafka_conf_build(cfg, err, sizeof(err));
     /* With --require-tls, nothing connects unprotected: checked before the producer exists
      * (librdkafka connects as soon as it does). */
-    if (!tls_report_require(cfg, cfg->require_tls, err, sizeof(err))) {
+    if (!kconf || !tls_report_require(cfg, cfg->require_tls, err, sizeof(err)))
+        goto bad;
+    return kconf;
+bad:
+    if (kconf)
         rd_kafka_conf_destroy(kconf);
-        return usage_error(err);
-    }
+    usage_error(err);
+    return NULL;
+}
+
+static int cmd_run(Config *cfg, int argc, char **argv)
+{
+    char err[1024];
+    rd_kafka_conf_t *kconf = run_input(cfg);
+    if (!kconf)
+        return EXIT_USAGE;
 
     pg_set_session_timeout(cfg->session_timeout_ms);
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
@@ -170,6 +184,11 @@ int main(int argc, char **argv)
         config_print_man(stdout);
         return 0;
     }
+    /* Hidden: the shipped sample configuration (systemd/relay.json). */
+    if (argc == 2 && strcmp(argv[1], "--help-config") == 0) {
+        config_print_sample(stdout);
+        return 0;
+    }
 
     Config cfg;
     char err[1024];
@@ -185,6 +204,7 @@ int main(int argc, char **argv)
         return usage_error(err);
     }
     log_set_level(cfg.log_level);
+    log_set_format(cfg.log_format);
     /* A relay reloads on SIGHUP (ops.c); until that handler is installed, ignore it. */
     if (cfg.command == CMD_RUN)
         signal(SIGHUP, SIG_IGN);
@@ -203,7 +223,7 @@ int main(int argc, char **argv)
     int rc = 0;
     switch (cfg.command) {
     case CMD_HELP:
-        config_print_help(stdout);
+        config_print_help(stdout, argc, argv);
         break;
     case CMD_VERSION:
         printf("outbox-relay %s (librdkafka %s, libpq %d)\n", OUTBOX_RELAY_VERSION,
@@ -215,6 +235,11 @@ int main(int argc, char **argv)
     case CMD_MIGRATE:
         rc = cmd_migrate(&cfg);
         break;
+    case CMD_CHECK: {
+        rd_kafka_conf_t *kconf = run_input(&cfg);
+        rc = kconf ? check_run(&cfg, kconf) : EXIT_USAGE;
+        break;
+    }
     case CMD_DEAD:
     case CMD_REQUEUE:
     case CMD_PURGE_DEAD:

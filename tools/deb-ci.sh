@@ -29,7 +29,9 @@ step "built $deb"
 
 # An earlier run's package would make dpkg -i an upgrade; start from none.
 dpkg --purge outbox-relay >/dev/null 2>&1 || true
-dpkg -i "$deb"
+dpkg -i "$deb" 2>&1 | tee "$ROOT/bin/deb/install.log"
+grep -q 'stays skipped (not failed) until /etc/outbox-relay/database-url' "$ROOT/bin/deb/install.log" ||
+    { echo "package-test: dpkg -i did not say why the unit stays skipped" >&2; exit 1; }
 step "installed: $(dpkg-query -W -f='${Package} ${Version} ${Status}' outbox-relay)"
 trap 'dpkg --purge outbox-relay >/dev/null 2>&1 || true' EXIT
 [ "$(command -v outbox-relay)" = /usr/bin/outbox-relay ] ||
@@ -45,6 +47,13 @@ echo "package-test: man outbox-relay: $(man -w outbox-relay), no warning"
 verify_err=$(systemd-analyze verify /lib/systemd/system/outbox-relay.service 2>&1)
 [ -z "$verify_err" ] || { echo "$verify_err" >&2; echo "package-test: systemd-analyze verify of the installed unit" >&2; exit 1; }
 echo "package-test: systemd-analyze verify /lib/systemd/system/outbox-relay.service: clean"
+# The template, through an instance (verify refuses a bare template name).
+inst=$(mktemp -d)
+ln -s /lib/systemd/system/outbox-relay@.service "$inst/outbox-relay@second.service"
+verify_err=$(systemd-analyze verify "$inst/outbox-relay@second.service" 2>&1)
+rm -rf "$inst"
+[ -z "$verify_err" ] || { echo "$verify_err" >&2; echo "package-test: systemd-analyze verify of the installed template" >&2; exit 1; }
+echo "package-test: systemd-analyze verify of outbox-relay@second.service (the installed template): clean"
 step "installed binary, man page and unit checked"
 
 rc=0
@@ -53,11 +62,18 @@ step "delivery test against the installed package exited $rc"
 [ "$rc" = 0 ] || exit "$rc"
 
 trap - EXIT
+# What the documentation tells an operator to put beside relay.json: purge takes it too (the
+# database URL files hold a password).
+printf 'postgresql://relay_login:pw@db/outbox\n' >/etc/outbox-relay/database-url
+printf 'KAFKA_BROKERS=k:9092\n' >/etc/outbox-relay/environment
+printf '{}\n' >/etc/outbox-relay/second.json
+printf 'postgresql://relay_login:pw@db2/outbox\n' >/etc/outbox-relay/second.database-url
 dpkg --purge outbox-relay
-for f in /usr/bin/outbox-relay /lib/systemd/system/outbox-relay.service /etc/outbox-relay/relay.json; do
-    [ ! -e "$f" ] || { echo "package-test: $f is still there after dpkg --purge" >&2; exit 1; }
+for f in /usr/bin/outbox-relay /lib/systemd/system/outbox-relay.service \
+    /lib/systemd/system/outbox-relay@.service /etc/outbox-relay; do
+    [ ! -e "$f" ] || { echo "package-test: $f is still there after dpkg --purge" >&2; ls -A "$f" >&2; exit 1; }
 done
-step "purged: binary, unit and configuration gone"
+step "purged: binary, units, configuration, credentials and /etc/outbox-relay gone"
 
 rc=0
 bash tests/pkg/systemd_unit.sh || rc=$?

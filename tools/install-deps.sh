@@ -4,8 +4,8 @@
 #
 #   tools/install-deps.sh [--auto|--report] [SECTION...]
 #
-# SECTION: build, test or package (default: build and test, what `make test` needs; `make deps`
-# names all three). Nothing missing: one line, exit 0, in well under a
+# SECTION: build, test or package (default: build and test, what `make test` needs and `make
+# deps` installs; `make deps-package` installs package). Nothing missing: one line, exit 0, in well under a
 # second (`make test` and `make quickstart` run this first, every time). Something missing: as
 # root, apt-get update, then install it (noninteractive, no recommends), then check again.
 # Not root: plain (`make deps`) uses sudo when there is one; --auto (`make test` and co.) prints
@@ -65,11 +65,47 @@ if [ "$mode" = report ] || { [ -n "$SUDO" ] && { [ "$mode" = auto ] || ! command
     exit 1
 fi
 echo "deps: installing as $( [ -n "$SUDO" ] && echo "root via sudo" || echo root ):$missing$broken"
-$SUDO apt-get update -qq
+# Another apt or dpkg (unattended-upgrades, a second `make deps`) holds a lock for a while: wait
+# for it, up to APT_LOCK_TIMEOUT seconds, rather than fail at once. DPkg::Lock::Timeout makes apt
+# wait for dpkg's lock; the lists and archives locks it does not wait for, so a run that failed on
+# one of those is tried again every 5 s until the deadline.
+wait_s=${APT_LOCK_TIMEOUT:-300}
+lock="-o DPkg::Lock::Timeout=$wait_s"
+deadline=$(($(date +%s) + wait_s))
+apt_waiting() { # apt_waiting CMD...: runs CMD, again while it fails on a held lock
+    err=$(mktemp)
+    while :; do
+        if "$@" 2>"$err"; then
+            rm -f "$err"
+            return 0
+        fi
+        if grep -q 'Could not get lock\|Unable to lock' "$err" && [ "$(date +%s)" -lt "$deadline" ]; then
+            echo "deps: apt's lock is held by another process; waiting (up to ${wait_s} s in all)"
+            sleep 5
+            continue
+        fi
+        cat "$err" >&2
+        rm -f "$err"
+        return 1
+    done
+}
+# shellcheck disable=SC2086 # $lock is two words
+apt_waiting $SUDO apt-get $lock update -qq
 # Use-Pty=0: no dpkg progress bar redrawn into CI logs.
 # shellcheck disable=SC2086 # word splitting of the package list is intended
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    -o Dpkg::Use-Pty=0 $reinstall $missing $broken
+apt_waiting $SUDO env DEBIAN_FRONTEND=noninteractive apt-get $lock install -y -qq \
+    --no-install-recommends -o Dpkg::Use-Pty=0 $reinstall $missing $broken
+# Debian ships promtool only inside the Prometheus server package, whose install enables and
+# starts a server on :9090 under systemd. The project wants the checker, not the server: one that
+# this run installed is stopped and disabled again (one installed before is left as it was).
+case " $missing " in
+*" prometheus "*)
+    if [ -d /run/systemd/system ] && systemctl is-enabled --quiet prometheus 2>/dev/null; then
+        $SUDO systemctl disable --now prometheus >/dev/null 2>&1 &&
+            echo "deps: stopped and disabled the Prometheus server installed for promtool"
+    fi
+    ;;
+esac
 
 # A package whose listed file still is not there means packages.txt is wrong: say so now rather
 # than reinstalling it on every run.

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "db.h"
+#include "grants.h"
 #include "log.h"
 #include "schema.h"
 
@@ -71,17 +72,6 @@ static const char *const SQL_ADOPT =
                     " WHERE oid = pg_typeof(NULL::{table})";
 static const char *const SQL_ADOPT_HEADERS =
     "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {headers} jsonb";
-/* The grants of migrations/0006 on this table, for the roles that exist. */
-static const char *const SQL_ROLES =
-    "SELECT to_regrole('outbox_relay') IS NOT NULL, to_regrole('outbox_producer') IS NOT NULL";
-static const char *const SQL_GRANT_RELAY =
-    "GRANT SELECT, DELETE ON {table} TO outbox_relay;"
-    "GRANT UPDATE (sent_at, attempts, rejections, last_error, next_attempt_at, dead_at,"
-    " dead_letter_topic) ON {table} TO outbox_relay;"
-    "GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO outbox_relay";
-static const char *const SQL_GRANT_PRODUCER =
-    "GRANT INSERT ON {table} TO outbox_producer;"
-    "GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO outbox_producer";
 /* Reads no row, but fails on a column the claims read and the table lacks, and tells the order
  * column's type (the first). */
 static const char *const SQL_CHECK_COLUMNS =
@@ -134,21 +124,12 @@ static bool adopt_table(PGconn *conn, const TableMap *map)
     const MigrationFile *floor = migration_named(FLOOR_MIGRATION);
     if (!wakeup || !floor || !exec_ok(conn, "BEGIN", "adopt"))
         return false;
-    PGresult *roles = NULL, *cols = NULL;
-    bool ok =
-        exec_ok(conn, wakeup->sql, wakeup->name) && exec_ok(conn, floor->sql, floor->name) &&
-        exec_mapped_ok(conn, map, SQL_ADOPT, "adopt") &&
-        (!map->headers || exec_mapped_ok(conn, map, SQL_ADOPT_HEADERS, "adopt")) &&
-        (roles = exec_mapped(conn, map, SQL_ROLES, "grants")) != NULL &&
-        (*PQgetvalue(roles, 0, 0) != 't' || exec_mapped_ok(conn, map, SQL_GRANT_RELAY, "grants")) &&
-        (*PQgetvalue(roles, 0, 1) != 't' ||
-         exec_mapped_ok(conn, map, SQL_GRANT_PRODUCER, "grants")) &&
-        (cols = exec_mapped(conn, map, SQL_CHECK_COLUMNS, "check columns")) != NULL;
-    if (ok && (*PQgetvalue(roles, 0, 0) != 't' || *PQgetvalue(roles, 0, 1) != 't'))
-        log_warn("roles outbox_relay and outbox_producer not both found: their grants on the "
-                 "table were skipped (create them as migrations/0006_relay_role.sql does, then "
-                 "run migrate again)",
-                 "table=%s", name);
+    PGresult *cols = NULL;
+    /* The roles' grants follow, outside this transaction (grants_apply, every run). */
+    bool ok = exec_ok(conn, wakeup->sql, wakeup->name) && exec_ok(conn, floor->sql, floor->name) &&
+              exec_mapped_ok(conn, map, SQL_ADOPT, "adopt") &&
+              (!map->headers || exec_mapped_ok(conn, map, SQL_ADOPT_HEADERS, "adopt")) &&
+              (cols = exec_mapped(conn, map, SQL_CHECK_COLUMNS, "check columns")) != NULL;
     if (ok && PQftype(cols, 0) != INT8OID && PQftype(cols, 0) != INT4OID) {
         log_error("migration failed",
                   "step=check table=%s error=\"the order column (seq-column) "
@@ -156,7 +137,6 @@ static bool adopt_table(PGconn *conn, const TableMap *map)
                   name);
         ok = false;
     }
-    PQclear(roles);
     PQclear(cols);
     if (ok && exec_ok(conn, "COMMIT", "adopt")) {
         log_info("table adopted", "table=%s", name);
@@ -202,6 +182,25 @@ failed:
     return false;
 }
 
+/* What the server says while migrating. db_connect sends notices to the debug log, which hid the
+ * one that mattered most: 0006's "role outbox_relay is missing ... grants skipped" went only to
+ * the server's own log while migrate said "migration applied". Every NOTICE and WARNING now goes
+ * to stderr, with the step that raised it. */
+static const char *notice_step = "connect";
+
+static void on_notice(void *arg, const PGresult *res)
+{
+    const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    const char *message = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    const char *hint = PQresultErrorField(res, PG_DIAG_MESSAGE_HINT);
+    bool warning = severity && strcmp(severity, "WARNING") == 0;
+    char q_step[200], q_msg[600], q_hint[600];
+    log_write(warning ? LOG_WARN : LOG_INFO, "server notice", "severity=%s step=%s message=%s%s%s",
+              severity ? severity : "NOTICE", log_quote(notice_step, q_step, sizeof(q_step)),
+              log_quote(message ? message : "", q_msg, sizeof(q_msg)), hint ? " hint=" : "",
+              hint ? log_quote(hint, q_hint, sizeof(q_hint)) : "");
+}
+
 static double monotonic_s(void)
 {
     struct timespec ts;
@@ -245,39 +244,53 @@ int migrate_run(const char *conninfo, const TableMap *map, long wait_s)
 
     int rc = 1;
     size_t applied_now = 0;
-    /* Session-level lock: released by the unlock below or when the connection closes. */
-    if (!exec_ok(conn, "SET client_min_messages = warning", "setup") ||
+    PQsetNoticeReceiver(conn, on_notice, NULL);
+    notice_step = "setup";
+    /* Session-level lock: released by the unlock below or when the connection closes. The table
+     * is created only when missing, so that a run with nothing to do says nothing. */
+    if (!exec_ok(conn, "SET client_min_messages = notice", "setup") ||
         !exec_ok(conn, "SELECT pg_advisory_lock(" LOCK_KEY_MIGRATE ")", "lock") ||
         !exec_ok(conn,
-                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                 "DO $$ BEGIN IF to_regclass('schema_migrations') IS NULL THEN"
+                 " CREATE TABLE schema_migrations ("
                  " version text PRIMARY KEY,"
-                 " applied_at timestamptz NOT NULL DEFAULT now())",
+                 " applied_at timestamptz NOT NULL DEFAULT now()); END IF; END $$",
                  "schema_migrations"))
         goto done;
 
     /* Another table than the relay's own: the embedded migrations, written for the relay's own
      * table, do not apply (and would clash with a foreign table named outbox). */
     if (!table_map_is_own(map)) {
+        notice_step = "adopt";
         if (!adopt_table(conn, map))
             goto done;
-        exec_ok(conn, "SELECT pg_advisory_unlock(" LOCK_KEY_MIGRATE ")", "unlock");
-        rc = 0;
+    } else {
+        for (size_t i = 0; i < migration_count; i++) {
+            const MigrationFile *m = &migration_files[i];
+            bool applied = false;
+            if (!is_applied(conn, m->name, &applied))
+                goto done;
+            if (applied)
+                continue;
+            notice_step = m->name;
+            if (!apply_one(conn, m))
+                goto done;
+            log_info("migration applied", "version=%s", m->name);
+            applied_now++;
+        }
+    }
+    /* Not recorded as applied: the grants are given and read back on every run (grants.h). */
+    notice_step = "grants";
+    bool granted = grants_apply(conn, map);
+    exec_ok(conn, "SELECT pg_advisory_unlock(" LOCK_KEY_MIGRATE ")", "unlock");
+    if (!granted) {
+        log_error("migrate incomplete: the grants above are missing, so the relay's roles cannot "
+                  "work yet; fix them and run migrate again",
+                  "applied=%zu total=%zu", applied_now, migration_count);
         goto done;
     }
-    for (size_t i = 0; i < migration_count; i++) {
-        const MigrationFile *m = &migration_files[i];
-        bool applied = false;
-        if (!is_applied(conn, m->name, &applied))
-            goto done;
-        if (applied)
-            continue;
-        if (!apply_one(conn, m))
-            goto done;
-        log_info("migration applied", "version=%s", m->name);
-        applied_now++;
-    }
-    exec_ok(conn, "SELECT pg_advisory_unlock(" LOCK_KEY_MIGRATE ")", "unlock");
-    log_info("migrations up to date", "applied=%zu total=%zu", applied_now, migration_count);
+    if (table_map_is_own(map))
+        log_info("migrations up to date", "applied=%zu total=%zu", applied_now, migration_count);
     rc = 0;
 done:
     PQfinish(conn);

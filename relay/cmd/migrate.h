@@ -21,11 +21,14 @@ extern const size_t migration_count;
 
 /* Connects to conninfo and applies every migration not yet recorded. When map names another
  * table than the relay's own, adopts that table instead: sets up the wakeup, adds the relay's
- * bookkeeping columns, indexes and wakeup trigger where missing (idempotent), grants the relay's
- * roles (where they exist) what they need on it, and checks that every mapped column exists. Logs
- * each step. Connecting is retried for up to wait_s seconds (0: tried once), each attempt bounded
- * by connect_timeout (10 s unless conninfo sets it). Returns 0 on success, 1 on failure (logged,
- * with passwords masked). */
+ * bookkeeping columns, indexes and wakeup trigger where missing (idempotent), and checks that
+ * every mapped column exists. Then, on every run, gives the roles outbox_relay and
+ * outbox_producer what they need on the table (grants.h: created when missing and the session
+ * may), and reads it back. Every NOTICE and WARNING of the server is logged (stderr) with its
+ * step. Connecting is retried for up to wait_s seconds (0: tried once), each attempt bounded by
+ * connect_timeout (10 s unless conninfo sets it). Returns 0 on success, 1 on failure, including a
+ * role or grant that is missing afterwards (logged, one line saying what to create or grant and
+ * how; passwords masked). */
 int migrate_run(const char *conninfo, const TableMap *map, long wait_s);
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "admin.h"
+#include "db.h"
 #include "log.h"
 #include "schema.h"
 #include "statements.h"
@@ -22,18 +23,54 @@ static json_t *json_text_or_null(PGresult *res, int row, int col)
     return PQgetisnull(res, row, col) ? json_null() : json_string(PQgetvalue(res, row, col));
 }
 
-static void print_json(PGresult *backlog, long long sent_minute, PGresult *relays)
+/* Which relay a session belongs to: its application_name (the relay's is "outbox-relay
+ * session-N" unless the URL sets one: set application_name per relay to tell them apart) and its
+ * login role, by backend pid, in the order of relays. NULL when not readable (then "-"). SQL_RELAYS
+ * is shared with the engine's owner; this is a second, read-only look at pg_stat_activity. */
+static PGresult *session_owners(PGconn *conn, PGresult *relays)
+{
+    char pids[2048] = "{";
+    size_t used = 1;
+    for (int i = 0; i < PQntuples(relays) && used + 16 < sizeof(pids); i++)
+        used += (size_t)snprintf(pids + used, sizeof(pids) - used, "%s%s", i ? "," : "",
+                                 PQgetvalue(relays, i, 1));
+    snprintf(pids + used, sizeof(pids) - used, "}");
+    const char *params[1] = {pids};
+    DbError e;
+    PGresult *res = db_query(conn,
+                             "SELECT a.application_name, a.usename::text"
+                             " FROM unnest($1::int[]) WITH ORDINALITY AS p(pid, n)"
+                             " LEFT JOIN pg_stat_activity a ON a.pid = p.pid ORDER BY p.n",
+                             1, params, &e);
+    if (!res)
+        log_debug("cannot read the sessions' application names", "error=%s", db_error_text(&e));
+    return res;
+}
+
+/* Row i's column col of owners, or NULL when unknown. */
+static const char *owner_at(PGresult *owners, int i, int col)
+{
+    return owners && i < PQntuples(owners) && !PQgetisnull(owners, i, col)
+               ? PQgetvalue(owners, i, col)
+               : NULL;
+}
+
+static void print_json(PGresult *backlog, long long sent_minute, PGresult *relays, PGresult *owners)
 {
     json_t *list = json_array();
-    for (int i = 0; i < PQntuples(relays); i++)
+    for (int i = 0; i < PQntuples(relays); i++) {
+        const char *app = owner_at(owners, i, 0), *user = owner_at(owners, i, 1);
         json_array_append_new(
             list,
-            json_pack("{s:I, s:I, s:I, s:o, s:o, s:o}", "slot", (json_int_t)int_at(relays, i, 0),
-                      "pid", (json_int_t)int_at(relays, i, 1), "lanes",
-                      (json_int_t)int_at(relays, i, 2), "client_addr",
+            json_pack("{s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "slot",
+                      (json_int_t)int_at(relays, i, 0), "pid", (json_int_t)int_at(relays, i, 1),
+                      "lanes", (json_int_t)int_at(relays, i, 2), "client_addr",
                       json_text_or_null(relays, i, 3), "client_port",
                       PQgetisnull(relays, i, 4) ? json_null() : json_integer(int_at(relays, i, 4)),
-                      "backend_start", json_text_or_null(relays, i, 5)));
+                      "backend_start", json_text_or_null(relays, i, 5), "application_name",
+                      app ? json_string(app) : json_null(), "user",
+                      user ? json_string(user) : json_null()));
+    }
     json_t *o = json_pack(
         "{s:I, s:I, s:o, s:I, s:o, s:o, s:o}", "backlog",
         (json_int_t)int_at(backlog, 0, BACKLOG_UNSENT), "retrying",
@@ -51,7 +88,7 @@ static void print_json(PGresult *backlog, long long sent_minute, PGresult *relay
     json_decref(o);
 }
 
-static void print_text(PGresult *backlog, long long sent_minute, PGresult *relays)
+static void print_text(PGresult *backlog, long long sent_minute, PGresult *relays, PGresult *owners)
 {
     printf("backlog:        %lld unsent events (%lld waiting for a retry)\n",
            int_at(backlog, 0, BACKLOG_UNSENT), int_at(backlog, 0, BACKLOG_RETRYING));
@@ -72,15 +109,18 @@ static void print_text(PGresult *backlog, long long sent_minute, PGresult *relay
     printf("relay sessions: %d active, owning %lld of %d lanes\n", n, lanes, LANE_COUNT);
     if (n == 0)
         return;
-    printf("  %-6s %-8s %-6s %-24s %s\n", "SLOT", "PID", "LANES", "CLIENT", "CONNECTED SINCE");
+    printf("  %-6s %-8s %-6s %-24s %-20s %-28s %s\n", "SLOT", "PID", "LANES", "CLIENT",
+           "CONNECTED SINCE", "APPLICATION", "USER");
     for (int i = 0; i < n; i++) {
         char client[96] = "-";
         if (!PQgetisnull(relays, i, 3))
             snprintf(client, sizeof(client), "%s%s%s", PQgetvalue(relays, i, 3),
                      PQgetisnull(relays, i, 4) ? "" : ":", PQgetvalue(relays, i, 4));
-        printf("  %-6s %-8s %-6s %-24s %s\n", PQgetvalue(relays, i, 0), PQgetvalue(relays, i, 1),
-               PQgetvalue(relays, i, 2), client,
-               PQgetisnull(relays, i, 5) ? "-" : PQgetvalue(relays, i, 5));
+        const char *app = owner_at(owners, i, 0), *user = owner_at(owners, i, 1);
+        printf("  %-6s %-8s %-6s %-24s %-20s %-28s %s\n", PQgetvalue(relays, i, 0),
+               PQgetvalue(relays, i, 1), PQgetvalue(relays, i, 2), client,
+               PQgetisnull(relays, i, 5) ? "-" : PQgetvalue(relays, i, 5), app && *app ? app : "-",
+               user ? user : "-");
     }
 }
 
@@ -101,10 +141,12 @@ int status_run(const Config *cfg)
                            : NULL;
     if (relays) {
         long long sent_minute = counted ? int_at(throughput, 0, 0) : -1; /* -1: not counted */
+        PGresult *owners = session_owners(conn, relays);
         if (cfg->json)
-            print_json(backlog, sent_minute, relays);
+            print_json(backlog, sent_minute, relays, owners);
         else
-            print_text(backlog, sent_minute, relays);
+            print_text(backlog, sent_minute, relays, owners);
+        PQclear(owners);
         rc = 0;
     }
     PQclear(backlog);

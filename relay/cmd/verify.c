@@ -41,7 +41,24 @@ typedef struct Check {
     long long messages, duplicates, unknown, outside, missing, out_of_order;
     char **unknown_ids; /* ids no row of the window has, to look up in the whole table */
     size_t nunknown;
+    /* Partitions that hold messages but, by their timestamps, none since the window began:
+     * true, or a broker that cannot look offsets up by time (it answers "the end" for every
+     * timestamp). Rows missing then prove nothing. */
+    int untimed;
 } Check;
+
+/* The verdict: out of order is evidence whatever was read; missing rows are evidence only when
+ * every partition could be positioned (or was read whole). */
+typedef enum { VERDICT_OK, VERDICT_FAILED, VERDICT_INCONCLUSIVE } Verdict;
+
+static Verdict verdict(const Config *cfg, const Check *c)
+{
+    if (c->out_of_order > 0)
+        return VERDICT_FAILED;
+    if (c->missing == 0)
+        return VERDICT_OK;
+    return c->untimed > 0 && !cfg->verify_from_beginning ? VERDICT_INCONCLUSIVE : VERDICT_FAILED;
+}
 
 static int cmp_row_id(const void *a, const void *b)
 {
@@ -240,6 +257,7 @@ static bool read_topics(const Config *cfg, Check *c, long long start_ms)
             remaining++;
         }
     }
+    c->untimed = at_end;
     if (at_end > 0)
         log_warn("by their timestamps, some partitions hold nothing since the window began; "
                  "brokers that cannot look offsets up by time answer so too (--from-beginning "
@@ -357,14 +375,17 @@ static void check_rows(Check *c)
 
 static void report(const Config *cfg, const Check *c)
 {
+    Verdict v = verdict(cfg, c);
+    const char *const names[] = {"ok", "FAILED", "INCONCLUSIVE"};
+    const char *const json_names[] = {"ok", "failed", "inconclusive"};
     if (cfg->json) {
-        json_t *o =
-            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "window_seconds",
-                      (json_int_t)cfg->verify_since_s, "rows", (json_int_t)c->n, "messages",
-                      (json_int_t)c->messages, "missing", (json_int_t)c->missing, "out_of_order",
-                      (json_int_t)c->out_of_order, "duplicates", (json_int_t)c->duplicates,
-                      "unknown", (json_int_t)c->unknown, "outside_window", (json_int_t)c->outside,
-                      "ok", c->missing == 0 && c->out_of_order == 0);
+        json_t *o = json_pack(
+            "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:s, s:i}", "window_seconds",
+            (json_int_t)cfg->verify_since_s, "rows", (json_int_t)c->n, "messages",
+            (json_int_t)c->messages, "missing", (json_int_t)c->missing, "out_of_order",
+            (json_int_t)c->out_of_order, "duplicates", (json_int_t)c->duplicates, "unknown",
+            (json_int_t)c->unknown, "outside_window", (json_int_t)c->outside, "ok", v == VERDICT_OK,
+            "result", json_names[v], "untimed_partitions", c->untimed);
         char *text = json_dumps(o, JSON_COMPACT);
         printf("%s\n", text ? text : "{}");
         free(text);
@@ -373,8 +394,13 @@ static void report(const Config *cfg, const Check *c)
     }
     printf("verify: %s: window=%lds rows=%zu messages=%lld missing=%lld out_of_order=%lld "
            "duplicates=%lld unknown=%lld outside_window=%lld\n",
-           c->missing == 0 && c->out_of_order == 0 ? "ok" : "FAILED", cfg->verify_since_s, c->n,
-           c->messages, c->missing, c->out_of_order, c->duplicates, c->unknown, c->outside);
+           names[v], cfg->verify_since_s, c->n, c->messages, c->missing, c->out_of_order,
+           c->duplicates, c->unknown, c->outside);
+    if (v == VERDICT_INCONCLUSIVE)
+        printf("verify: inconclusive: %d partition(s) could not be positioned by time (the broker "
+               "may not look offsets up by timestamp), so the missing rows may be there: run "
+               "again with --from-beginning\n",
+               c->untimed);
 }
 
 static void check_free(Check *c)
@@ -410,7 +436,8 @@ int verify_run(const Config *cfg)
     if (ok) {
         check_rows(&c);
         report(cfg, &c);
-        rc = c.missing == 0 && c.out_of_order == 0 ? 0 : 1;
+        Verdict v = verdict(cfg, &c);
+        rc = v == VERDICT_OK ? 0 : v == VERDICT_FAILED ? 1 : VERIFY_INCONCLUSIVE;
     }
     check_free(&c);
     return rc;

@@ -17,9 +17,15 @@
 
 #include "config.h"
 
+/* Exit status of a check that proves nothing either way: rows are missing, but some partitions
+ * could not be positioned by time (a broker that cannot look offsets up by timestamp answers "the
+ * end"), so their messages were not read; --from-beginning reads them whole. */
+#define VERIFY_INCONCLUSIVE 3
+
 /* Runs the check. Returns 0 when every row was found in order, 1 when something is missing or
- * out of order (or PostgreSQL or Kafka could not be read: logged), 2 on bad input. Blocks; every
- * wait is bounded (the consumer stops after 30 s without progress). */
+ * out of order (or PostgreSQL or Kafka could not be read: logged), VERIFY_INCONCLUSIVE when rows
+ * are missing but partitions could not be positioned by time (nothing out of order), 2 on bad
+ * input. Blocks; every wait is bounded (the consumer stops after 30 s without progress). */
 int verify_run(const Config *cfg);
 
 #endif

@@ -39,6 +39,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     unsetenv("DATABASE_URL");
     unsetenv("DATABASE_URL_FILE");
     unsetenv("KAFKA_BROKERS");
+    /* So is the installed service's configuration (config_set_installed_dir): not this host's. */
+    config_set_installed_dir("/nonexistent/outbox-relay");
     return 0;
 }
 

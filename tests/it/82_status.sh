@@ -3,7 +3,7 @@
 #  1. with Kafka down: the backlog (unsent, not dead-lettered rows), how many wait for a retry,
 #     the age of the oldest unsent row, the dead-lettered count, and the one relay's two claim
 #     sessions (--sessions default) — their member slots, the backend pids that hold the slots'
-#     locks, their 64 lanes between them, their client address;
+#     locks, their 64 lanes between them, their client address, application name and role;
 #  2. a second relay shows up as two more sessions, the four owning the 64 lanes together;
 #  3. once Kafka is back and the backlog is sent: backlog 0, no age, and the rows sent in the last
 #     minute counted (throughput per second = that / 60);
@@ -64,6 +64,10 @@ check_eq "1: json session slots, lanes in all, client addresses" "0 1 64 127.0.0
 check "1: json session client_port and backend_start set" \
     jq -e 'all(.sessions[]; .client_port > 0 and (.backend_start | test("^[0-9-]+T[0-9:]+Z$")))' \
     "$T/status.json"
+check_eq "1: json sessions name their relay (application_name) and role (issue 44)" \
+    "outbox-relay session-0,outbox-relay session-1 postgres" \
+    "$(jq -r '"\([.sessions[].application_name] | sort | join(",")) \([.sessions[].user] | unique | join(","))"' "$T/status.json")"
+check "1: text shows the application name" grep -qE "outbox-relay session-0 +postgres$" "$T/status.txt"
 check "1: text lists the first session's pid" \
     grep -qE "^  0 +${backends%% *} +[0-9]+ +127\.0\.0\.1:" "$T/status.txt"
 

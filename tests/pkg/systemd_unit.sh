@@ -8,7 +8,11 @@
 #     STATUS= and the watchdog set; 300 rows are delivered; /readyz answers on relay.json's address;
 #  3. `systemctl stop`: exit 0, Result=success;
 #  4. a configuration the relay refuses (exit 2) leaves the unit failed, not restarting
-#     (RestartPreventExitStatus=2).
+#     (RestartPreventExitStatus=2);
+#  5. the template outbox-relay@second, with /etc/outbox-relay/second.json and
+#     second.database-url, starts (READY=1) and stops like the unit;
+#  6. the install said why the unit stays skipped (postinst), and `dpkg --purge` leaves nothing in
+#     /etc/outbox-relay: not relay.json, not the database URL files (a password), not the rest.
 # Not part of `make test`: root, systemd-nspawn, and the .deb in bin/deb (make package-test).
 # The Debian base is the one `make fresh-test` caches (debootstrap when there is none yet).
 # shellcheck source=tests/lib.sh
@@ -39,14 +43,23 @@ cp "$DEB" "$C/root/"
 # unmounted again before the container boots.
 mount --bind "$CACHE/debs" "$C/var/cache/apt/archives" && mount -t proc proc "$C/proc" ||
     fail "mount /proc and the .deb cache into the container root"
-# shellcheck disable=SC2016 # expanded inside the chroot
-chroot "$C" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
-    sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-        systemd systemd-sysv dbus /root/'"$(basename "$DEB")" >"$T/apt.log" 2>&1
-apt_rc=$?
+# The .deb cache is shared with make fresh-test's chroots, whose apt may hold its lock for minutes:
+# wait for it (bounded: 30 tries, 10 s apart) rather than fail at once.
+for try in $(seq 1 30); do
+    # shellcheck disable=SC2016 # expanded inside the chroot
+    chroot "$C" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+        sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+            systemd systemd-sysv dbus /root/'"$(basename "$DEB")" >"$T/apt.log" 2>&1
+    apt_rc=$?
+    [ "$apt_rc" != 0 ] && grep -q 'Could not get lock' "$T/apt.log" || break
+    echo "# the shared .deb cache is locked by another apt (try $try of 30), waiting 10 s"
+    sleep 10
+done
 umount "$C/proc" "$C/var/cache/apt/archives"
 [ "$apt_rc" = 0 ] || fail "install systemd and the package in the container" "$(tail -n 3 "$T/apt.log")"
 ok "container root: systemd and $(basename "$DEB") installed"
+check "6: the install says the unit stays skipped until the database URL file exists" grep -q \
+    'the service stays skipped (not failed) until /etc/outbox-relay/database-url' "$T/apt.log"
 
 pg_start
 broker_start 1
@@ -106,6 +119,27 @@ inside systemctl start outbox-relay >/dev/null 2>&1
 check_eq "4: a refused configuration (exit 2) fails the unit, which does not restart" \
     "2 failed 0" "$(prop ExecMainStatus) $(prop ActiveState) $(prop NRestarts)"
 cp "$T/relay.json" "$C/etc/outbox-relay/relay.json"
+
+# --- 5. ---
+port2=$(free_port) || fail "a free port for the second relay's metrics"
+printf '{"brokers": "%s", "metrics-listen": "127.0.0.1:%s"}\n' "$BROKERS" "$port2" \
+    >"$C/etc/outbox-relay/second.json"
+cp "$C/etc/outbox-relay/database-url" "$C/etc/outbox-relay/second.database-url"
+check "5: systemctl start outbox-relay@second returns once it sent READY=1" \
+    timeout 120 nsenter -t "$INIT" -m -u -i -n -p -- systemctl start outbox-relay@second
+check_eq "5: active, running" "active running" \
+    "$(inside systemctl show outbox-relay@second -P ActiveState) $(inside systemctl show outbox-relay@second -P SubState)"
+# READY=1 comes with the sessions; /readyz waits for lanes too (as part 2 waits for STATUS=).
+second_ready() { [ "$(curl -fsS "http://127.0.0.1:$port2/readyz" 2>/dev/null)" = ready ]; }
+wait_for "5: /readyz on second.json's address says ready" 30 second_ready
+check "5: systemctl stop outbox-relay@second" inside systemctl stop outbox-relay@second
+check_eq "5: stopped cleanly" "0 success" \
+    "$(inside systemctl show outbox-relay@second -P ExecMainStatus) $(inside systemctl show outbox-relay@second -P Result)"
+
+# --- 6. ---
+check "6: dpkg --purge" inside env DEBIAN_FRONTEND=noninteractive dpkg --purge outbox-relay
+check_eq "6: nothing left in /etc/outbox-relay" "" "$(ls -A "$C/etc/outbox-relay" 2>/dev/null)"
+check "6: not even the directory" test ! -e "$C/etc/outbox-relay"
 
 inside systemctl poweroff >/dev/null 2>&1
 _poll 60 _t_dead "$NSPAWN" || not_ok "the container powers off within 60s"

@@ -66,6 +66,8 @@ static int clean_env(void **state)
     unsetenv("DATABASE_URL");
     unsetenv("DATABASE_URL_FILE");
     unsetenv("KAFKA_BROKERS");
+    /* Not the host's installed service (a package installed here must not change the tests). */
+    config_set_installed_dir("/nonexistent/outbox-relay");
     for (size_t i = 0; i < n_temp_paths; i++)
         unlink(temp_paths[i]);
     n_temp_paths = 0;
@@ -247,6 +249,22 @@ static void test_last_flag_wins(void **state)
 }
 
 /* ---- precedence ------------------------------------------------------------------------ */
+
+/* JSON has no comments: keys starting with # are ignored, whatever their value, so the shipped
+ * relay.json can list every option commented out (issue 44). */
+static void test_file_comment_keys(void **state)
+{
+    char path[64];
+    write_temp(path, "{\"#\": \"a note\", \"# batch-size\": \"rows per claim\", "
+                     "\"#batch-size\": 5, \"#kafka\": {\"acks\": 0}, \"#no-such-option\": [1],"
+                     " \"database-url\": \"file-db\", \"brokers\": \"k:1\"}");
+    Config cfg;
+    char err[256];
+    assert_true(LOAD(&cfg, err, "run", "--config", path));
+    assert_int_equal(cfg.batch_size, 800);
+    assert_int_equal(cfg.kafka.len, 0);
+    config_free(&cfg);
+}
 
 static void test_precedence_database_url(void **state)
 {
@@ -887,13 +905,65 @@ static void test_error_missing_database_url(void **state)
 {
     Config cfg;
     char err[256];
+    const char *expected = "missing database URL: pass --database-url URL or --database-url-file "
+                           "PATH, set DATABASE_URL, or give --config FILE with a database-url-file "
+                           "key";
     assert_false(LOAD(&cfg, err, "run", "--brokers", "k:9092"));
-    assert_string_equal(err, "missing database URL: pass --database-url or set DATABASE_URL");
+    assert_string_equal(err, expected);
     config_free(&cfg);
 
     assert_false(LOAD(&cfg, err, "migrate"));
-    assert_string_equal(err, "missing database URL: pass --database-url or set DATABASE_URL");
+    assert_string_equal(err, expected);
     config_free(&cfg);
+}
+
+/* status, dead, requeue, ... without any database setting take the installed service's files
+ * (issue 44: they used to fail naming neither --database-url-file nor --config). */
+static void test_installed_configuration(void **state)
+{
+    Config cfg;
+    char err[512], dir[] = "/tmp/outbox-relay-test-installed-XXXXXX", path[600];
+    assert_non_null(mkdtemp(dir));
+    config_set_installed_dir(dir);
+
+    /* Nothing installed: the error names every way to give the URL. */
+    assert_false(LOAD(&cfg, err, "status"));
+    assert_error_line(err, "--database-url-file PATH");
+    assert_error_line(err, "--config FILE");
+    config_free(&cfg);
+
+    snprintf(path, sizeof(path), "%s/relay.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"brokers\": \"k:9092\", \"batch-size\": 7}\n", f);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/database-url", dir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("postgresql://relay@db/outbox\n", f);
+    fclose(f);
+
+    assert_true(LOAD(&cfg, err, "status"));
+    assert_string_equal(cfg.database_url, "postgresql://relay@db/outbox");
+    assert_int_equal(cfg.batch_size, 7);
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "verify"));
+    assert_string_equal(cfg.brokers, "k:9092");
+    config_free(&cfg);
+
+    /* An explicit URL wins, and the installed files are not read. */
+    assert_true(LOAD(&cfg, err, "dead", "--database-url", "postgresql://x@y/z"));
+    assert_string_equal(cfg.database_url, "postgresql://x@y/z");
+    assert_int_equal(cfg.batch_size, 800);
+    config_free(&cfg);
+    /* migrate runs as the owner: never the relay's credential. */
+    assert_false(LOAD(&cfg, err, "migrate"));
+    config_free(&cfg);
+
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/relay.json", dir);
+    unlink(path);
+    rmdir(dir);
 }
 
 static void test_error_missing_brokers(void **state)
@@ -929,13 +999,58 @@ static void test_config_free_zeroed(void **state)
     assert_int_equal(cfg.kafka.len, 0);
 }
 
+/* Prints the help argv asks for into a string (freed by the caller). */
+static char *help_for(const char *cmd)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    char *argv[] = {(char *)"outbox-relay", (char *)cmd, (char *)"--help", NULL};
+    config_print_help(f, 3, argv);
+    assert_int_equal(fclose(f), 0);
+    return text;
+}
+
+/* `outbox-relay COMMAND --help` lists that command's options only (issue 44: run --help printed
+ * every option of every command). */
+static void test_print_command_help(void **state)
+{
+    char *run = help_for("run");
+    assert_non_null(strstr(run, "Usage: outbox-relay run [OPTIONS]"));
+    assert_non_null(strstr(run, "--batch-size N"));
+    assert_non_null(strstr(run, "--database-url URL"));
+    assert_null(strstr(run, "--since"));
+    assert_null(strstr(run, "--id ID"));
+    assert_null(strstr(run, "--connect-wait"));
+    free(run);
+    char *status = help_for("status");
+    assert_non_null(strstr(status, "Usage: outbox-relay status [OPTIONS]"));
+    assert_non_null(strstr(status, "--json"));
+    assert_non_null(strstr(status, "--on-sent"));
+    assert_null(strstr(status, "--batch-size"));
+    assert_null(strstr(status, "--brokers"));
+    free(status);
+    char *migrate = help_for("migrate");
+    assert_non_null(strstr(migrate, "--connect-wait DURATION"));
+    assert_null(strstr(migrate, "--retention"));
+    free(migrate);
+    /* Shown per command, still accepted by every command (one set of flags serves all). */
+    Config cfg;
+    char err[256];
+    assert_true(LOAD(&cfg, err, "status", "--database-url", "x", "--batch-size", "5"));
+    assert_int_equal(cfg.batch_size, 5);
+    config_free(&cfg);
+}
+
 static void test_print_help(void **state)
 {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     assert_non_null(f);
-    config_print_help(f);
+    char *argv[] = {(char *)"outbox-relay", (char *)"--help", NULL};
+    config_print_help(f, 2, argv);
     assert_int_equal(fclose(f), 0);
     const char *needles[] = {"Usage: outbox-relay COMMAND",
                              "--database-url URL",
@@ -1057,6 +1172,9 @@ int main(void)
         T(test_error_kafka_not_object),
         T(test_error_kafka_flag),
         T(test_error_missing_database_url),
+        T(test_installed_configuration),
+        T(test_file_comment_keys),
+        T(test_print_command_help),
         T(test_error_missing_brokers),
         T(test_error_fits_small_buffer),
         T(test_config_free_zeroed),

@@ -1,0 +1,127 @@
+#include "log_json.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct Out {
+    char *s;
+    size_t len, cap;
+} Out;
+
+static void put(Out *o, const char *text, size_t n)
+{
+    for (size_t i = 0; i < n && o->len + 1 < o->cap; i++)
+        o->s[o->len++] = text[i];
+    o->s[o->len] = '\0';
+}
+
+static void put_str(Out *o, const char *text)
+{
+    put(o, text, strlen(text));
+}
+
+/* One byte of a string value, escaped for JSON (bytes from 0x80 pass as they are). */
+static void put_json_char(Out *o, unsigned char c)
+{
+    char esc[8];
+    if (c == '"' || c == '\\') {
+        esc[0] = '\\';
+        esc[1] = (char)c;
+        put(o, esc, 2);
+    } else if (c == '\n') {
+        put_str(o, "\\n");
+    } else if (c < 0x20 || c == 0x7f) {
+        snprintf(esc, sizeof(esc), "\\u%04x", c);
+        put_str(o, esc);
+    } else {
+        put(o, (const char *)&c, 1);
+    }
+}
+
+static int hex(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* Copies the value at *p (quoted the way log_quote writes it, or bare up to the next space) as a
+ * JSON value; advances *p past it. */
+static void put_value(Out *o, const char **p)
+{
+    const char *v = *p;
+    if (*v == '"') {
+        put_str(o, "\"");
+        for (v++; *v && *v != '"'; v++) {
+            if (*v == '\\' && v[1] == 'n') {
+                put_json_char(o, '\n');
+                v++;
+            } else if (*v == '\\' && v[1] == 'x' && hex(v[2]) >= 0 && hex(v[3]) >= 0) {
+                put_json_char(o, (unsigned char)(hex(v[2]) * 16 + hex(v[3])));
+                v += 3;
+            } else if (*v == '\\' && v[1]) {
+                put_json_char(o, (unsigned char)*++v);
+            } else {
+                put_json_char(o, (unsigned char)*v);
+            }
+        }
+        if (*v == '"')
+            v++;
+        put_str(o, "\"");
+        *p = v;
+        return;
+    }
+    size_t n = strcspn(v, " ");
+    /* A plain integer (no sign but '-', no leading zero, at most 15 digits: exact in a double)
+     * is a number; anything else a string. */
+    size_t digits = v[0] == '-' ? 1 : 0;
+    bool number = n > digits && n - digits <= 15 && !(v[digits] == '0' && n - digits > 1);
+    for (size_t i = digits; number && i < n; i++)
+        number = v[i] >= '0' && v[i] <= '9';
+    if (number) {
+        put(o, v, n);
+    } else {
+        put_str(o, "\"");
+        for (size_t i = 0; i < n; i++)
+            put_json_char(o, (unsigned char)v[i]);
+        put_str(o, "\"");
+    }
+    *p = v + n;
+}
+
+size_t log_json_line(const char *logfmt, char *out, size_t outlen)
+{
+    if (outlen == 0)
+        return 0;
+    Out o = {out, 0, outlen};
+    out[0] = '\0';
+    const char *p = logfmt;
+    size_t ts = strcspn(p, " ");
+    put_str(&o, "{\"ts\":\"");
+    for (size_t i = 0; i < ts; i++)
+        put_json_char(&o, (unsigned char)p[i]);
+    put_str(&o, "\"");
+    p += ts;
+    while (*p) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        size_t key = strcspn(p, "= ");
+        put_str(&o, ",\"");
+        for (size_t i = 0; i < key; i++)
+            put_json_char(&o, (unsigned char)p[i]);
+        put_str(&o, "\":");
+        p += key;
+        if (*p == '=') {
+            p++;
+            put_value(&o, &p);
+        } else {
+            put_str(&o, "true"); /* a bare word: a flag */
+        }
+    }
+    put_str(&o, "}");
+    return o.len;
+}

@@ -1,0 +1,18 @@
+/* log_json: the log's lines as JSON objects (--log-format json), for collectors that parse JSON
+ * rather than logfmt.
+ *
+ * log.c builds every line in logfmt first (one place formats fields, quotes values and scrubs
+ * secrets); this turns such a finished line into one JSON object with the same keys: "ts",
+ * "level", "msg", then each field in order. Quoted values are unescaped from log_quote's form and
+ * escaped again for JSON; a bare integer becomes a JSON number, every other value a string. */
+#ifndef OUTBOX_LOG_JSON_H
+#define OUTBOX_LOG_JSON_H
+
+#include <stddef.h>
+
+/* Writes the JSON object for logfmt (a line as log_write builds it, without its newline) into out,
+ * NUL-terminated, cut to fit (still one line, possibly not valid JSON when cut). Returns its
+ * length. */
+size_t log_json_line(const char *logfmt, char *out, size_t outlen);
+
+#endif

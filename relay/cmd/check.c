@@ -1,0 +1,222 @@
+#include "check.h"
+
+#include <libpq-fe.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db.h"
+#include "diagnose.h"
+#include "grants.h"
+#include "log.h"
+#include "schema.h"
+#include "table.h"
+
+typedef struct Checks {
+    int problems;
+} Checks;
+
+/* One line per check: "ok    AREA: text" or "FAIL  AREA: text". */
+static void say(Checks *c, bool good, const char *area, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void say(Checks *c, bool good, const char *area, const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    log_one_line(text);
+    printf("%-5s %s: %s\n", good ? "ok" : "FAIL", area, text);
+    if (!good)
+        c->problems++;
+    fflush(stdout);
+}
+
+/* Runs a table template with text params; NULL (and a FAIL line) on failure. */
+static PGresult *query(Checks *c, PGconn *conn, const TableMap *map, const char *area,
+                       const char *tmpl, int n, const char *const *params)
+{
+    char err[256];
+    char *sql = table_sql(map, conn, tmpl, err, sizeof(err));
+    if (!sql) {
+        say(c, false, area, "cannot write the query: %s", err);
+        return NULL;
+    }
+    DbError e;
+    PGresult *res = db_query(conn, sql, n, params, &e);
+    free(sql);
+    if (!res)
+        say(c, false, area, "the check's query failed: %s", db_error_text(&e));
+    return res;
+}
+
+static void check_session(Checks *c, PGconn *conn)
+{
+    DbError e;
+    PGresult *res = db_query(conn,
+                             "SELECT current_user, current_database(), current_setting("
+                             "'server_version'), coalesce(host(inet_server_addr()), 'local "
+                             "socket'), current_setting('port')",
+                             0, NULL, &e);
+    if (res)
+        say(c, true, "postgresql",
+            "connected to %s port %s, database %s, as role %s (PostgreSQL %s)",
+            PQgetvalue(res, 0, 3), PQgetvalue(res, 0, 4), PQgetvalue(res, 0, 1),
+            PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 2));
+    else
+        say(c, false, "postgresql", "connected, but cannot query: %s", db_error_text(&e));
+    PQclear(res);
+}
+
+/* The table and each column the claims, marks and bookkeeping use. False when the table is
+ * missing (nothing else about it can be checked). */
+static bool check_table(Checks *c, PGconn *conn, const TableMap *map)
+{
+    char name[160];
+    table_map_display(map, name, sizeof(name));
+    PGresult *res =
+        query(c, conn, map, "table", "SELECT to_regclass({table_text}) IS NOT NULL", 0, NULL);
+    if (!res)
+        return false;
+    bool exists = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    if (!exists) {
+        say(c, false, "table",
+            "the outbox table %s does not exist, or this role may not see it (no USAGE on its "
+            "schema): create it with `outbox-relay migrate` as the database owner (with the same "
+            "--table and column options for a table of your own)",
+            name);
+        return false;
+    }
+    const char *columns[32 + 8];
+    size_t n = 0;
+    columns[n++] = map->seq;
+    columns[n++] = map->event_id;
+    columns[n++] = map->aggregate_type;
+    columns[n++] = map->aggregate_id;
+    columns[n++] = map->event_type;
+    columns[n++] = map->payload;
+    if (map->headers)
+        columns[n++] = map->headers;
+#define BOOKKEEPING(col, definition) columns[n++] = col;
+    SCHEMA_BOOKKEEPING_COLUMNS(BOOKKEEPING)
+#undef BOOKKEEPING
+    columns[n++] = "lane";
+    char missing[512] = "";
+    for (size_t i = 0; i < n + map->n_extra; i++) {
+        const char *col = i < n ? columns[i] : map->extra[i - n].column;
+        const char *params[1] = {col};
+        res = query(c, conn, map, "table",
+                    "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid ="
+                    " to_regclass({table_text}) AND attname = $1 AND attnum > 0"
+                    " AND NOT attisdropped)",
+                    1, params);
+        if (!res)
+            return true;
+        if (strcmp(PQgetvalue(res, 0, 0), "t") != 0)
+            snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), "%s%s",
+                     *missing ? ", " : "", col);
+        PQclear(res);
+    }
+    if (*missing)
+        say(c, false, "table",
+            "%s lacks column(s) %s: check the column options, or run `outbox-relay migrate` as "
+            "the owner (it adds the relay's own columns to a table it adopts)",
+            name, missing);
+    else
+        say(c, true, "table", "%s has every column the relay reads and writes", name);
+    return true;
+}
+
+static void on_missing(const char *what, const char *grant, void *arg)
+{
+    Checks *c = arg;
+    say(c, false, "privileges",
+        "this role lacks %s: as the owner, %s (or run `outbox-relay "
+        "migrate` again, which grants it to outbox_relay)",
+        what, *grant ? grant : "grant it");
+}
+
+static void check_floor(Checks *c, PGconn *conn, const Config *cfg)
+{
+    if (!cfg->claim_floor) {
+        say(c, true, "claim floor", "off (--claim-floor off)");
+        return;
+    }
+    PGresult *res = query(c, conn, &cfg->map, "claim floor", diagnose_floor_sql, 0, NULL);
+    if (!res)
+        return;
+    char why[1024];
+    if (diagnose_floor(res, &cfg->map, why, sizeof(why)))
+        say(c, true, "claim floor",
+            "the order column %s is drawn in order from a sequence this role may read",
+            cfg->map.seq);
+    else
+        say(c, false, "claim floor", "claims would read the unsent index from its start: %s", why);
+    PQclear(res);
+}
+
+/* librdkafka's own lines (a broker refusing connections, a property's warning) would be printed
+ * between the check's lines; the one line per check says what matters, the rest is for
+ * --log-level debug. */
+static void on_kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    char q[600];
+    log_debug("librdkafka", "facility=%s message=%s", fac, log_quote(buf, q, sizeof(q)));
+}
+
+static void check_kafka(Checks *c, const Config *cfg, rd_kafka_conf_t *kconf)
+{
+    char errstr[512];
+    rd_kafka_conf_set_log_cb(kconf, on_kafka_log);
+    /* Only metadata is asked for: nothing is produced, no topic is created. */
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, kconf, errstr, sizeof(errstr));
+    if (!rk) {
+        rd_kafka_conf_destroy(kconf);
+        say(c, false, "kafka", "cannot create a producer: %s", errstr);
+        return;
+    }
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 1, NULL, &md, 10000);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        say(c, true, "kafka", "%d broker(s) answered at %s (%d topics)", md->broker_cnt,
+            cfg->brokers, md->topic_cnt);
+    else
+        say(c, false, "kafka", "no broker at %s answered within 10 s: %s", cfg->brokers,
+            rd_kafka_err2str(err));
+    if (md)
+        rd_kafka_metadata_destroy(md);
+    rd_kafka_destroy(rk);
+}
+
+int check_run(const Config *cfg, rd_kafka_conf_t *kconf)
+{
+    Checks c = {0};
+    say(&c, true, "config", "%s%s", cfg->config_file ? cfg->config_file : "no config file",
+        cfg->config_file ? " and the options given are valid" : "; the options given are valid");
+    char err[300];
+    PGconn *conn = db_connect(cfg->database_url, "outbox-relay check", err, sizeof(err));
+    if (!conn) {
+        say(&c, false, "postgresql", "cannot connect: %s", err);
+    } else {
+        check_session(&c, conn);
+        if (check_table(&c, conn, &cfg->map)) {
+            GrantsUse use = {cfg->on_sent == ON_SENT_DELETE || cfg->retention_s > 0, false};
+            int missing = grants_check(conn, &cfg->map, use, on_missing, &c);
+            if (missing == 0)
+                say(&c, true, "privileges", "this role holds every privilege the relay needs");
+            else if (missing < 0)
+                say(&c, false, "privileges", "the check failed (see above)");
+            check_floor(&c, conn, cfg);
+        }
+        PQfinish(conn);
+    }
+    check_kafka(&c, cfg, kconf);
+    if (c.problems)
+        printf("check: %d problem%s found\n", c.problems, c.problems == 1 ? "" : "s");
+    else
+        printf("check: ok, `outbox-relay run` would find what it needs\n");
+    return c.problems ? 1 : 0;
+}

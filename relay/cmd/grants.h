@@ -1,0 +1,38 @@
+/* grants: what the least-privileged roles of migrations/0006 need on the outbox, given by
+ * `migrate` on every run and checked by `check`.
+ *
+ * The grants used to live only in migrations 0006 and 0008, which run once: an owner without
+ * CREATEROLE applied them with the roles missing, PostgreSQL only warned (into its own log), the
+ * migrations were recorded as applied, and nothing ever granted them again. Now `migrate` runs
+ * this step after the migrations each time (it is not recorded): it creates the roles when it
+ * may, grants each privilege (GRANT is idempotent), then reads the privileges back, so creating
+ * the roles and running `migrate` again is the whole remedy and no SQL file is needed. One list
+ * below names each privilege once, with the test and the GRANT, for both commands. */
+#ifndef OUTBOX_GRANTS_H
+#define OUTBOX_GRANTS_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+
+#include "table.h"
+
+/* What the relay needs beyond reading and marking rows, which decides the privileges checked. */
+typedef struct GrantsUse {
+    bool deletes;     /* --on-sent delete, --retention or purge-dead: DELETE on the table */
+    bool claim_floor; /* --claim-floor on: SELECT on the order column's sequence */
+} GrantsUse;
+
+/* migrate's grants step, on conn (autocommit, as the owner) for map's table: creates the roles
+ * outbox_relay and outbox_producer where missing when the session may, grants each what it needs,
+ * and reads the privileges back. Logs every failure as one line saying what to create or grant
+ * and how; returns true only when both roles exist and hold every privilege. */
+bool grants_apply(PGconn *conn, const TableMap *map) __attribute__((warn_unused_result));
+
+/* Calls fn for each privilege the session's own role lacks for use on map's table (the table must
+ * exist), with a sentence naming it and the GRANT that gives it (to outbox_relay when the role is
+ * a member of it, else to the role itself). Returns the number of privileges missing, or -1 when
+ * the check itself failed (logged). */
+typedef void (*GrantsMissingFn)(const char *what, const char *grant, void *arg);
+int grants_check(PGconn *conn, const TableMap *map, GrantsUse use, GrantsMissingFn fn, void *arg);
+
+#endif
