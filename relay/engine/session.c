@@ -5,6 +5,7 @@
 
 #include "engine.h"
 #include "log.h"
+#include "diagnose.h"
 #include "table.h"
 
 /* The cycle's allowed phase changes, from -> to: anything else is a bug in the engine. */
@@ -321,14 +322,14 @@ bool session_may_chain_claim(const Session *s)
  * when the table does not allow it, or the check itself failed. */
 static void learn_floor_allowed(Session *s, PGresult *check)
 {
-    bool allowed = check && PQresultStatus(check) == PGRES_TUPLES_OK && PQntuples(check) == 1 &&
-                   strcmp(PQgetvalue(check, 0, 0), "t") == 0;
+    char why[512], q[600];
+    bool allowed = check && diagnose_floor(check, &s->cfg->map, why, sizeof(why));
     s->floor.enabled = s->cfg->claim_floor && allowed;
     static bool said;
     if (s->cfg->claim_floor && !allowed && !said) {
-        log_warn("claims read the unsent index from its start: the order column is not drawn "
-                 "from an uncached, non-cycling sequence (README, \"Dead rows and old snapshots\")",
-                 "column=%s", s->cfg->map.seq);
+        log_warn("claims read the unsent index from its start (README, \"Dead rows and old "
+                 "snapshots\")",
+                 "column=%s cause=%s", s->cfg->map.seq, log_quote(why, q, sizeof(q)));
         said = true;
     }
 }

@@ -4,26 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Each condition of SQL_FLOOR_CHECK in a column of its own. to_regclass, not ::regclass, so a
- * missing table is an answer and not an error; the sequence is looked up only once the column is
- * known to exist (pg_get_serial_sequence raises on a missing column). The grantee proposed is
- * outbox_relay when the session's role is one of its members (the least-privileged setup of
- * migrations/0006), else the session's role itself. */
-const char *const diagnose_floor_sql =
-    "SELECT t.oid IS NOT NULL, c.relkind, a.attname IS NOT NULL, a.attidentity, s.seq::text,"
-    " q.seqcache, q.seqcycle,"
-    " CASE WHEN s.seq IS NOT NULL THEN has_sequence_privilege(s.seq, 'SELECT, USAGE') END,"
-    " current_user,"
-    " CASE WHEN to_regrole('outbox_relay') IS NOT NULL"
-    " AND pg_has_role(current_user, 'outbox_relay', 'MEMBER') THEN 'outbox_relay'"
-    " ELSE quote_ident(current_user) END"
-    " FROM (SELECT to_regclass({table_text}) AS oid) t"
-    " LEFT JOIN pg_class c ON c.oid = t.oid"
-    " LEFT JOIN pg_attribute a ON a.attrelid = t.oid AND a.attname = {seq_text}"
-    " AND a.attnum > 0 AND NOT a.attisdropped"
-    " LEFT JOIN LATERAL (SELECT pg_get_serial_sequence(t.oid::regclass::text, {seq_text})::regclass"
-    " AS seq WHERE a.attname IS NOT NULL) s ON true"
-    " LEFT JOIN pg_sequence q ON q.seqrelid = s.seq";
+const char *const diagnose_floor_sql = DIAGNOSE_FLOOR_SQL;
 
 enum {
     COL_TABLE,

@@ -1,5 +1,6 @@
 #include "statements.h"
 
+#include "diagnose.h"
 #include "table.h"
 
 /* The statements on the outbox table are templates: relay/outbox/table.h expands the {placeholders}
@@ -179,17 +180,6 @@
     " AND l.pid IS DISTINCT FROM pg_backend_pid())::text"                                          \
     " FROM (SELECT {table_text}::regclass::oid AS oid) t,"                                         \
     " (SELECT oid FROM pg_database WHERE datname = current_database()) d"
-/* Whether every {seq} is drawn in order from a sequence the relay may read: a plain table (an
- * INSERT into a partition would lock the partition only) whose {seq} is an identity column
- * GENERATED ALWAYS, whose sequence has no cache (each session would otherwise draw from its own
- * block of values), does not cycle, and grants the relay SELECT or USAGE (0008). */
-#define FLOOR_CHECK                                                                                \
-    "SELECT coalesce((SELECT q.seqcache = 1 AND NOT q.seqcycle AND a.attidentity = 'a'"            \
-    " AND c.relkind = 'r' AND has_sequence_privilege(q.seqrelid, 'SELECT, USAGE')"                 \
-    " FROM pg_class c, pg_attribute a, pg_sequence q WHERE c.oid = {table_text}::regclass"         \
-    " AND a.attrelid = c.oid AND a.attname = {seq_text}"                                           \
-    " AND q.seqrelid = pg_get_serial_sequence({table_text}, {seq_text})::regclass), false)"
-
 /* Dead events not yet published to the dead-letter topic: found on the retry index (after
  * SQL_CLAIM_PLAN, as SQL_FAILED_ROWS says), locked unless someone else holds them. */
 #define DEAD_LETTER_DUE                                                                            \
@@ -221,7 +211,7 @@ const char *const session_sql_templates[SESSION_SQL_COUNT] = {
     [SQL_FLOOR_HELD_HOLD] = SQL_FLOOR_HELD(""),
     [SQL_FLOOR_HELD_SKIP] = SQL_FLOOR_HELD(" AND o.dead_at IS NULL"),
     [SQL_FLOOR_WRITERS] = FLOOR_WRITERS,
-    [SQL_FLOOR_CHECK] = FLOOR_CHECK,
+    [SQL_FLOOR_CHECK] = DIAGNOSE_FLOOR_SQL, /* read by diagnose_floor (diagnose.h) */
     [SQL_MARK_SENT] =
         "UPDATE {table} SET sent_at = clock_timestamp() WHERE {seq} = ANY($1::bigint[])",
     /* --on-sent delete: no new row version and no sent_at index entry to write, which is most

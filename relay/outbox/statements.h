@@ -90,7 +90,7 @@ typedef enum {
                              * sequence's last value */
     SQL_FLOOR_HELD_SKIP,    /* the same with --on-poison skip */
     SQL_FLOOR_WRITERS,      /* $1 writers listed before: all ended? and the writers now */
-    SQL_FLOOR_CHECK,        /* whether {seq} comes from an uncached, non-cycling sequence */
+    SQL_FLOOR_CHECK,        /* whether, and else why not, the claim floor can be on */
     SQL_MARK_SENT,          /* $1 ids: sent_at */
     SQL_DELETE_SENT,        /* $1 ids: deleted (--on-sent delete) */
     SQL_MARK_FAILED,        /* $1 ids, $2 errors, $3 permanent, $4 max attempts, $5/$6 backoff */
