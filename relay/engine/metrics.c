@@ -49,6 +49,8 @@ static struct {
     long long backlog, dead_rows;
     double oldest_age_s;
     time_t backlog_refreshed;
+    bool squatters_known;
+    int squatters;
     bool horizon_known;
     long long horizon_xids;
     double horizon_held_s;
@@ -157,6 +159,12 @@ void metrics_retention_deleted(long long rows)
 {
     if (rows > 0)
         m.retention_deleted += (unsigned long long)rows;
+}
+
+void metrics_set_lane_squatters(int sessions)
+{
+    m.squatters_known = true;
+    m.squatters = sessions;
 }
 
 void metrics_set_vacuum_horizon(long long xids, double held_s)
@@ -332,6 +340,11 @@ void metrics_render(StrBuf *out, const MetricsLive *live)
                   (long long)m.backlog_refreshed);
     }
 
+    if (m.squatters_known)
+        gauge_int(out, "outbox_lane_squatters",
+                  "Sessions that are not relays holding the lane group's advisory locks (the "
+                  "aggregates of their lanes wait for them); the relay is not ready while any do.",
+                  m.squatters);
     if (m.horizon_known) {
         gauge_int(out, "outbox_vacuum_horizon_age_xids",
                   "Age in transactions of the oldest snapshot that keeps vacuum from removing dead "

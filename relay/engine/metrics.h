@@ -43,6 +43,8 @@ void metrics_retention_deleted(long long rows);
 /* The backlog as of the last refresh: unsent rows that are not dead-lettered, dead-lettered
  * rows, and the age in seconds of the oldest unsent row (negative: there is none). */
 void metrics_set_backlog(long long unsent, long long dead, double oldest_age_s);
+/* Sessions that are not relays holding the lane group's locks (upkeep.c). */
+void metrics_set_lane_squatters(int sessions);
 
 /* The oldest snapshot that holds back vacuum, as of the last refresh: how many transactions old
  * its xmin is, and for how many seconds its holder has been in its transaction (negative: not

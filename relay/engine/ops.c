@@ -41,7 +41,8 @@ static int handle(const char *path, StrBuf *body, const char **content_type, voi
         return 200;
     }
     if (strcmp(path, "/readyz") == 0) {
-        if (st.postgres_up && st.kafka_up && !st.stopping && !st.setup_error[0]) {
+        int squatters = upkeep_lane_squatters(o->upkeep);
+        if (st.postgres_up && st.kafka_up && !st.stopping && !st.setup_error[0] && !squatters) {
             strbuf_puts(body, "ready\n");
             return 200;
         }
@@ -52,6 +53,8 @@ static int handle(const char *path, StrBuf *body, const char **content_type, voi
             strbuf_puts(body, " kafka unreachable;");
         if (st.stopping)
             strbuf_puts(body, " shutting down;");
+        if (squatters) /* the aggregates of their lanes wait (upkeep.c) */
+            strbuf_puts(body, " sessions that are not relays hold lane locks;");
         if (st.setup_error[0]) { /* other relays carry its lanes meanwhile */
             strbuf_puts(body, " claims fail until the setup is fixed: ");
             strbuf_puts(body, st.setup_error);

@@ -42,9 +42,65 @@ struct Upkeep {
     long long swept;          /* rows deleted by the current sweep */
     char last_error[256];     /* "" while the queries work */
     char horizon_logged[128]; /* the holder last logged as holding back vacuum, "" when none */
+    /* Sessions seen holding lane-group locks no relay would hold (SQL_LANE_SQUATTERS): the last
+     * look's slot holders without lanes (counted at the second look in a row), and the pids
+     * logged, so each holder is named once. */
+    int slot_only[UPKEEP_SQUATTERS_MAX], n_slot_only;
+    int logged[UPKEEP_SQUATTERS_MAX], n_logged;
+    int squatters; /* as of the last look */
 };
 
 static void kick(Upkeep *u);
+
+static bool pid_in(const int *pids, int n, int pid)
+{
+    for (int i = 0; i < n; i++)
+        if (pids[i] == pid)
+            return true;
+    return false;
+}
+
+/* Reads SQL_LANE_SQUATTERS: names each new holder once, says once when none is left, and keeps
+ * the count for /readyz and the metric. Aggregates of lanes such a session holds wait for it
+ * (no relay can claim them): that is worth an operator's attention, not a silent stall. */
+static void note_squatters(Upkeep *u, PGresult *r)
+{
+    int slot_only[UPKEEP_SQUATTERS_MAX], n_slot_only = 0;
+    int found[UPKEEP_SQUATTERS_MAX], n_found = 0;
+    for (int i = 0; i < PQntuples(r) && n_found < UPKEEP_SQUATTERS_MAX; i++) {
+        int pid = atoi(PQgetvalue(r, i, 0));
+        const char *what = PQgetvalue(r, i, 1);
+        if (strcmp(what, "slot-without-lanes") == 0) {
+            slot_only[n_slot_only++] = pid;
+            if (!pid_in(u->slot_only, u->n_slot_only, pid))
+                continue; /* a relay joining, perhaps: counted if still so at the next look */
+        }
+        found[n_found++] = pid;
+        if (pid_in(u->logged, u->n_logged, pid))
+            continue;
+        char q1[160], q2[160], q3[80];
+        log_warn("a session that is not a relay holds the lane group's locks: the aggregates of "
+                 "its lanes wait until it ends, and the relay is not ready",
+                 "pid=%d what=%s lanes=%s slots=%s role=%s application=%s client=%s", pid, what,
+                 PQgetvalue(r, i, 2), PQgetvalue(r, i, 3),
+                 log_quote(PQgetvalue(r, i, 4), q1, sizeof(q1)),
+                 log_quote(PQgetvalue(r, i, 5), q2, sizeof(q2)),
+                 log_quote(PQgetvalue(r, i, 6), q3, sizeof(q3)));
+    }
+    if (n_found == 0 && u->squatters > 0)
+        log_info("no session but relays holds the lane group's locks any more", NULL);
+    memcpy(u->slot_only, slot_only, sizeof(int) * (size_t)n_slot_only);
+    u->n_slot_only = n_slot_only;
+    memcpy(u->logged, found, sizeof(int) * (size_t)n_found);
+    u->n_logged = n_found;
+    u->squatters = n_found;
+    metrics_set_lane_squatters(n_found);
+}
+
+int upkeep_lane_squatters(const Upkeep *u)
+{
+    return u ? u->squatters : 0;
+}
 
 double upkeep_retention_interval(long retention_s)
 {
@@ -133,7 +189,9 @@ static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error,
     }
     if (n >= 2 && PQresultStatus(results[1]) == PGRES_TUPLES_OK)
         note_horizon(u, results[1]);
-    note_result(u, "backlog", error ? error : n == 2 ? NULL : "unexpected result");
+    if (n >= 3 && PQresultStatus(results[2]) == PGRES_TUPLES_OK)
+        note_squatters(u, results[2]);
+    note_result(u, "backlog", error ? error : n == 3 ? NULL : "unexpected result");
     kick(u);
 }
 
@@ -162,9 +220,11 @@ static void kick(Upkeep *u)
     if (!u->pg || !u->ready || !pg_conn_idle(u->pg))
         return;
     if (u->gauge_due && u->gauges) {
-        PgQuery q[2] = {{u->sql[UPKEEP_BACKLOG], 0, NULL, false}, {SQL_HORIZON, 0, NULL, false}};
+        PgQuery q[3] = {{u->sql[UPKEEP_BACKLOG], 0, NULL, false},
+                        {SQL_HORIZON, 0, NULL, false},
+                        {SQL_LANE_SQUATTERS, 0, NULL, false}};
         u->gauge_sent_at = monotime_now();
-        if (!pg_conn_send(u->pg, q, 2, on_backlog, u))
+        if (!pg_conn_send(u->pg, q, 3, on_backlog, u))
             u->gauge_due = false;
         return;
     }

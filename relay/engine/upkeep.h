@@ -18,6 +18,7 @@
 
 #define UPKEEP_GAUGE_INTERVAL_S 5.0
 #define RETENTION_BATCH 1000
+#define UPKEEP_SQUATTERS_MAX 64 /* sessions named at one look, at most */
 
 typedef struct Upkeep Upkeep;
 
@@ -30,6 +31,10 @@ Upkeep *upkeep_new(struct ev_loop *loop, const Config *cfg, bool gauges);
 void upkeep_reconfigure(Upkeep *u);
 
 void upkeep_free(Upkeep *u);
+
+/* Sessions that are not relays holding the lane group's locks, as of the gauges' last look
+ * (upkeep.c, SQL_LANE_SQUATTERS); 0 for NULL or while the gauges are off. */
+int upkeep_lane_squatters(const Upkeep *u);
 
 /* Seconds between retention sweeps for a retention of retention_s: a quarter of it, within
  * 1-60 s, so rows go at most about 25 % (and a minute) past their time. */
