@@ -236,8 +236,14 @@ const char *const session_sql_templates[SESSION_SQL_COUNT] = {
         " o.{aggregate_id}, o.dead_at IS NOT NULL",
     [SQL_MARK_DEAD_LETTERED] =
         "UPDATE {table} SET dead_letter_topic = $2 WHERE {seq} = ANY($1::bigint[])",
+    /* A dead event whose publication to the dead-letter topic failed (or whose record of it the
+     * row refused: then it was published, and each retry publishes it again) waits 30 s, doubling
+     * with each such failure (counted in attempts) up to an hour: a row that can never be
+     * recorded as dead-lettered costs one dead-letter message an hour, not one every 30 s. */
     [SQL_MARK_DEAD_LETTER_FAILED] =
         "UPDATE {table} AS o SET last_error = 'dead-letter publish failed: ' || f.error,"
-        " next_attempt_at = clock_timestamp() + interval '30 seconds'"
+        " attempts = o.attempts + 1, next_attempt_at = clock_timestamp() + make_interval(secs =>"
+        " least(30::float8 * 2::float8 ^ least(greatest(o.attempts - o.rejections, 0), 7)::float8,"
+        " 3600::float8))"
         " FROM unnest($1::bigint[], $2::text[]) AS f(id, error) WHERE o.{seq} = f.id",
 };

@@ -174,3 +174,28 @@ consume --topic dlq --idle-ms 2000 --timeout-ms 20000 >"$T/dlq2.json"
 check_eq "dlq got the re-dead event a second time (3 messages in all)" \
     "$(printf '%s\n' "$BAD_EID" "$BAD_EID" "$HUGE_EID" | sort | paste -sd ' ')" \
     "$(jq -r .headers.id "$T/dlq2.json" | sort | paste -sd ' ')"
+
+# --- a dead event whose dead-letter record the row refuses (issue 38) -----------------------------
+# A trigger refuses to record dead_letter_topic on one row: its dead-letter message is published,
+# the record fails, and the row waits to be published again. On main it waited 30 s every time,
+# for ever; now the wait doubles with each failure (up to an hour): after the second failure it
+# is at least a minute.
+psql_q "CREATE FUNCTION refuse_dlq() RETURNS trigger LANGUAGE plpgsql AS \$\$
+        BEGIN RAISE EXCEPTION 'no dead letters for %', NEW.aggregate_id; END \$\$;
+        CREATE TRIGGER refuse_dlq BEFORE UPDATE OF dead_letter_topic ON outbox FOR EACH ROW
+        WHEN (NEW.dead_letter_topic IS NOT NULL AND NEW.aggregate_id = 'stuck-1')
+        EXECUTE FUNCTION refuse_dlq()" || fail "DL: the refusing trigger"
+STUCK=$(psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+                VALUES ('bad topic!', 'stuck-1', 'changed', '{\"seq\": 0}') RETURNING id")
+relay_start "${OPTS[@]}"
+dl_failures_at_least() { # dl_failures_at_least N: N dead-letter failures recorded (attempts 2 + N)
+    [ "$(psql_q "SELECT attempts >= 2 + $1 AND last_error LIKE 'dead-letter publish failed:%'
+                 FROM outbox WHERE id = $STUCK")" = t ]
+}
+wait_for "DL: the refused record is a dead-letter failure" 30 dl_failures_at_least 1
+psql_q "UPDATE outbox SET next_attempt_at = now() WHERE id = $STUCK" # skip the first wait
+wait_for "DL: and again after its wait" 30 dl_failures_at_least 2
+check "DL: the next wait is at least a minute (main: 30 s each time)" test "$(psql_q "SELECT
+    next_attempt_at - clock_timestamp() > interval '55 seconds' FROM outbox WHERE id = $STUCK")" = t
+relay_stop
+check_eq "DL: the relay exits 0" 0 "$?"
