@@ -182,6 +182,13 @@ void session_record_delivery(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
     if (br->state != ROW_QUEUED)
         return; /* reported after shutdown gave up on it */
     b->in_flight--;
+    if (b->abandoned && err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        /* The batch went with its connection: nothing of it is recorded, the row is claimed and
+         * sent again, so its purge or failure is no failure of the row (nor of the metric). */
+        br->state = ROW_FAILED;
+        session_check_batch_done(s);
+        return;
+    }
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         br->state = ROW_ACKED;
         b->acked++;
