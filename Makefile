@@ -28,7 +28,9 @@ CFLAGS   ?= -O2 -g
 # relay/cmd. Headers are included by bare name; tools/check-floors.sh checks who includes whom.
 RELAY_DIRS := relay relay/outbox relay/io relay/engine relay/cmd
 INCLUDES := -Ilib $(addprefix -I,$(RELAY_DIRS)) -Ibin/gen
-BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(DEP_CFLAGS)
+# -MMD -MP: each object's compiler writes the headers it read into a .d file beside it (included
+# at the end of this file), so touching a header rebuilds exactly the objects that include it.
+BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(DEP_CFLAGS) -MMD -MP
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
@@ -85,19 +87,19 @@ bin/gen/migrations_gen.c: $(MIGRATIONS) tools/embed-migrations.sh | bin/.deps-ok
 	@mkdir -p $(@D)
 	sh tools/embed-migrations.sh $(MIGRATIONS) > $@.tmp && mv $@.tmp $@
 
-bin/obj/lib/%.o: lib/%.c $(wildcard lib/*.h) | bin/.deps-ok
+bin/obj/lib/%.o: lib/%.c | bin/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) -Ilib $(CFLAGS) -c $< -o $@
 
-bin/asan/obj/lib/%.o: lib/%.c $(wildcard lib/*.h) | bin/.deps-ok
+bin/asan/obj/lib/%.o: lib/%.c | bin/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) -Ilib $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
 
-bin/obj/relay/%.o: relay/%.c $(RELAY_HDR) | bin/.deps-ok
+bin/obj/relay/%.o: relay/%.c | bin/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
 
-bin/asan/obj/relay/%.o: relay/%.c $(RELAY_HDR) | bin/.deps-ok
+bin/asan/obj/relay/%.o: relay/%.c | bin/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $(SAN_FLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
 
@@ -133,11 +135,11 @@ bin/asan/obj/%_schema.o: bin/gen/%_schema.c
 DEMO_OWN_OBJ      := $(sort $(call objs,bin/obj,$(PRODUCER_SRC) $(CONSUMER_SRC)))
 DEMO_OWN_ASAN_OBJ := $(sort $(call objs,bin/asan/obj,$(PRODUCER_SRC) $(CONSUMER_SRC)))
 
-$(DEMO_OWN_OBJ): bin/obj/%.o: %.c $(DEMO_HDR) | bin/.deps-ok
+$(DEMO_OWN_OBJ): bin/obj/%.o: %.c | bin/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -I$(<D) $(CFLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
 
-$(DEMO_OWN_ASAN_OBJ): bin/asan/obj/%.o: %.c $(DEMO_HDR) | bin/.deps-ok
+$(DEMO_OWN_ASAN_OBJ): bin/asan/obj/%.o: %.c | bin/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -I$(<D) $(CFLAGS) $(SAN_FLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
 
@@ -385,7 +387,7 @@ FUZZ_PARALLEL ?= 1
 .PHONY: fuzzers fuzz
 fuzzers: $(FUZZ_BIN)
 
-bin/fuzz/obj/%.o: %.c $(RELAY_HDR) $(DEMO_HDR) | bin/.deps-ok
+bin/fuzz/obj/%.o: %.c | bin/.deps-ok
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(BASE_CFLAGS) $(FUZZ_INC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
 	    -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
@@ -407,3 +409,6 @@ fuzz: $(FUZZ_BIN)
 
 test: $(FUZZ_BIN)
 FORMAT_SRC += tests/fuzz/*.c
+
+# The header dependencies the compiler wrote (-MMD -MP, BASE_CFLAGS); absent before a first build.
+-include $(shell find bin -name '*.d' 2>/dev/null)
