@@ -16,6 +16,7 @@ sed -e "s|@BINDIR@|/usr/bin|g" -e "s|@SYSCONFDIR@|/etc|g" "$ROOT/systemd/outbox-
 check_eq "the template's files are the instance's" \
     "ConditionPathExists=/etc/outbox-relay/%i.database-url
 LoadCredential=database-url:/etc/outbox-relay/%i.database-url
+LoadCredential=kafka.properties:/etc/outbox-relay/kafka.properties
 EnvironmentFile=-/etc/outbox-relay/%i.environment
-ExecStart=/usr/bin/outbox-relay run --config /etc/outbox-relay/%i.json --database-url-file %d/database-url" \
+ExecStart=/usr/bin/outbox-relay run --config /etc/outbox-relay/%i.json --database-url-file %d/database-url --kafka-file %d/kafka.properties --require-tls" \
     "$(grep -E '^(ConditionPathExists|LoadCredential|EnvironmentFile|ExecStart)=' "$T/template")"
