@@ -130,8 +130,8 @@ static int db_failed(const char *what, const DbError *e)
 static int read_missing(const char *path, Selection *s, size_t *count)
 {
     json_error_t jerr;
-    json_t *root = strcmp(path, "-") == 0 ? json_loadf(stdin, 0, &jerr)
-                                          : json_load_file(path, 0, &jerr);
+    json_t *root =
+        strcmp(path, "-") == 0 ? json_loadf(stdin, 0, &jerr) : json_load_file(path, 0, &jerr);
     if (!root) {
         fprintf(stderr, "outbox-relay: replay: --missing %s: not JSON (%s, line %d)\n", path,
                 jerr.text, jerr.line);

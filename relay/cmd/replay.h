@@ -27,9 +27,9 @@
 /* Runs the replay cfg describes (cfg->replay_*). Prints what it selected (--dry-run: and stops),
  * progress on a terminal (stderr), and one final line on stdout. Returns 0 when done (or nothing
  * matched), 1 on a database error (logged; the batches committed before it stay replayed, a
- * second run picks up the rest), 2 on bad input (an unreadable --missing file, a timestamp
- * PostgreSQL cannot read, a large selection without --yes and no terminal to confirm it, a
- * refused confirmation). Blocks; waits for a locked row at most 10 s (lock_timeout). */
+ * second run picks up the rest) or when the confirmation is refused, 2 on bad input (an
+ * unreadable --missing file, a timestamp PostgreSQL cannot read, a large selection without --yes
+ * and no terminal to confirm it). Blocks; waits for a locked row at most 10 s (lock_timeout). */
 int replay_run(const Config *cfg);
 
 #endif

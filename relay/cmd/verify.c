@@ -392,10 +392,9 @@ static void report(const Config *cfg, const Check *c)
         json_t *missing = json_array();
         for (size_t i = 0; missing && i < c->n; i++)
             if (!c->rows[i].seen)
-                json_array_append_new(missing, json_pack("{s:I, s:s, s:s}", "id",
-                                                         (json_int_t)c->rows[i].seq, "event_id",
-                                                         c->rows[i].event_id, "topic",
-                                                         c->rows[i].topic));
+                json_array_append_new(
+                    missing, json_pack("{s:I, s:s, s:s}", "id", (json_int_t)c->rows[i].seq,
+                                       "event_id", c->rows[i].event_id, "topic", c->rows[i].topic));
         json_object_set_new(o, "missing_events", missing);
         char *text = json_dumps(o, JSON_COMPACT);
         printf("%s\n", text ? text : "{}");
