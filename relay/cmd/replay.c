@@ -137,6 +137,17 @@ static int read_missing(const char *path, Selection *s, size_t *count)
                 jerr.text, jerr.line);
         return 2;
     }
+    /* An inconclusive check lists rows it could not look for (partitions not read): replaying
+     * them would publish events Kafka may well hold. */
+    json_t *result = json_object_get(root, "result");
+    if (json_is_string(result) && strcmp(json_string_value(result), "inconclusive") == 0) {
+        fprintf(stderr,
+                "outbox-relay: replay: --missing %s: verify's result was inconclusive (partitions "
+                "not read), so its list proves nothing: run verify with --from-beginning\n",
+                path);
+        json_decref(root);
+        return 2;
+    }
     json_t *list = json_object_get(root, "missing_events");
     if (!json_is_array(list)) {
         fprintf(stderr,

@@ -11,8 +11,8 @@
 #     aggregate stay in order, the replayed copies come in order too, no attempt is counted and
 #     nothing is dead-lettered; a large selection without --yes and without a terminal is refused
 #     with one line and changes nothing;
-#  3. bad input (no selection, an unreadable timestamp, a file that is not verify's) exits 2
-#     with one line.
+#  3. bad input (no selection, an unreadable timestamp, an inconclusive verify's list, a file
+#     that is not verify's) exits 2 with one line.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
 t_setup
@@ -156,6 +156,10 @@ check_eq "3: ... one line naming the selections" 1 "$(grep -c -- '--sent-after' 
 replay --sent-after 'yesterday-ish' >"$T/bad.out" 2>"$T/bad.err"
 check_eq "3: an unreadable timestamp: exit 2" 2 $?
 check_eq "3: ... one line" 1 "$(grep -c '' "$T/bad.err")"
+echo '{"result": "inconclusive", "missing_events": [{"id": 1, "event_id": "x"}]}' |
+    replay --missing - >"$T/bad.out" 2>"$T/bad.err"
+check_eq "3: verify's inconclusive list: exit 2" 2 $?
+check "3: ... one line saying it proves nothing" grep -q 'inconclusive.*proves nothing' "$T/bad.err"
 echo '{"ok": true}' | replay --missing - >"$T/bad.out" 2>"$T/bad.err"
 check_eq "3: not verify's output: exit 2" 2 $?
 check "3: ... one line saying so" grep -q 'not the output of `verify --json`' "$T/bad.err"
