@@ -9,7 +9,8 @@
 # rows through the claims' path for failed rows). Each drain starts the relay afresh, so the
 # three include the same start-up. Also prints how long the replay command itself took.
 #
-#   BENCH_REPLAY_ROWS=100000  BENCH_REPLAY_ROUNDS=2    bench/replay.sh
+#   BENCH_REPLAY_ROWS=100000  BENCH_REPLAY_ROUNDS=2  BENCH_REPLAY_VACUUM=0  bench/replay.sh
+# (BENCH_REPLAY_VACUUM=1 vacuums between the replay and its drain.)
 # shellcheck source=tests/lib.sh
 RELAY_BIN=${RELAY_BIN:-$(cd "$(dirname "$0")/.." && pwd)/bin/outbox-relay}
 source "$(dirname "$0")/../tests/lib.sh"
@@ -42,6 +43,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
     "$RELAY_BIN" replay --database-url "$DATABASE_URL" --aggregate-type order --yes \
         >"$T/replay.out" || fail "replay"
     echo "# round $round: the replay command: $(echo "scale=2; ($(now) - $t0) / 1" | bc) s"
+    # BENCH_REPLAY_VACUUM=1: without the replayed rows' old versions (what they cost the drain).
+    [ "${BENCH_REPLAY_VACUUM:-0}" = 1 ] && { psql_q "VACUUM outbox" >/dev/null || fail "vacuum"; }
     drain "round $round: replayed"
     replayed=$RATE
     psql_q "UPDATE outbox SET sent_at = NULL WHERE aggregate_type = 'order'" >/dev/null ||
