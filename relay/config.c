@@ -68,7 +68,7 @@ static const OptDef options[] = {
      "how long without a full claim (and with none of its batches still out) before the sessions "
      "above --min-sessions give their lanes back (1000-3600000)"},
     {"topic-template", OPT_STRING, NULL, "outbox.event.{aggregate_type}", 0, 0,
-     FIELD(topic_template), KAFKA_USERS, 0, "TEMPLATE",
+     FIELD(topic_template), KAFKA_USERS | FOR(CMD_REPLAY), 0, "TEMPLATE",
      "Kafka topic per row; {aggregate_type} (or ${routedByValue}) and {event_type} are "
      "replaced [Debezium: route.topic.replacement]"},
     {"schema", OPT_STRING, NULL, "public", 0, 0, FIELD(schema), 0, 0, "NAME",
@@ -192,6 +192,30 @@ static const OptDef options[] = {
      "verify: check the rows marked sent this far back, e.g. 15m, 2h"},
     {"from-beginning", OPT_BOOL, NULL, NULL, 0, 0, FIELD(verify_from_beginning), FOR(CMD_VERIFY), 0,
      "", "verify: read the topics from their first message, not from the window's start time"},
+    {"from-id", OPT_INT, NULL, NULL, 1, LONG_MAX, FIELD(replay_from_id), FOR(CMD_REPLAY), 0, "ID",
+     "replay: sent events from this outbox id on"},
+    {"to-id", OPT_INT, NULL, NULL, 1, LONG_MAX, FIELD(replay_to_id), FOR(CMD_REPLAY), 0, "ID",
+     "replay: sent events up to this outbox id (inclusive)"},
+    {"sent-after", OPT_STRING, NULL, NULL, 0, 0, FIELD(replay_sent_after), FOR(CMD_REPLAY), 0,
+     "TIME",
+     "replay: events marked sent at or after this time (a PostgreSQL timestamptz, e.g. "
+     "'2026-11-26 10:00+00'): the time their messages went to Kafka"},
+    {"sent-before", OPT_STRING, NULL, NULL, 0, 0, FIELD(replay_sent_before), FOR(CMD_REPLAY), 0,
+     "TIME", "replay: events marked sent before this time"},
+    {"aggregate-type", OPT_STRING, NULL, NULL, 0, 0, FIELD(replay_aggregate_type), FOR(CMD_REPLAY),
+     0, "TYPE", "replay: events of this aggregate type only"},
+    {"aggregate-id", OPT_STRING, NULL, NULL, 0, 0, FIELD(replay_aggregate_id), FOR(CMD_REPLAY), 0,
+     "ID", "replay: events of this aggregate id only"},
+    {"event-type", OPT_STRING, NULL, NULL, 0, 0, FIELD(replay_event_type), FOR(CMD_REPLAY), 0,
+     "TYPE", "replay: events of this event type only"},
+    {"missing", OPT_STRING, NULL, NULL, 0, 0, FIELD(replay_missing), FOR(CMD_REPLAY), 0, "FILE",
+     "replay: the events `verify --json` reported missing, read from FILE (- for stdin)"},
+    {"dry-run", OPT_BOOL, NULL, NULL, 0, 0, FIELD(replay_dry_run), FOR(CMD_REPLAY), 0, "",
+     "replay: say how many events and which topics, change nothing"},
+    {"yes", OPT_BOOL, NULL, NULL, 0, 0, FIELD(replay_yes), FOR(CMD_REPLAY), 0, "",
+     "replay: no confirmation for a large selection (needed without a terminal)"},
+    {"batch-rows", OPT_INT, NULL, "10000", 1, 100000, FIELD(replay_batch_rows), FOR(CMD_REPLAY), 0,
+     "N", "replay: events per transaction"},
 };
 
 #define N_OPTIONS (sizeof(options) / sizeof(options[0]))
@@ -223,6 +247,10 @@ static const CmdDef commands[] = {
      "read the topics back and check them against the outbox (--since); exit 0 all found in "
      "order, 1 missing or out of order, 3 inconclusive (partitions not positioned by time: use "
      "--from-beginning)"},
+    {"replay", CMD_REPLAY,
+     "put sent events back in line to be published again, as fresh events (no attempt counted): "
+     "select them by id, time sent, aggregate, event type or verify's --json list (--missing); "
+     "--dry-run shows what it would do"},
     {"check", CMD_CHECK,
      "check the configuration, PostgreSQL (table, columns, privileges, claim floor) and Kafka as "
      "run would need them; exit 0 good, 1 problems found, 2 bad configuration"},
@@ -653,6 +681,17 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
                            cfg->min_sessions, cfg->sessions);
     if (cfg->command == CMD_REQUEUE && (cfg->id > 0) == cfg->all)
         return optval_fail(err, errlen, "requeue needs exactly one of --id ID or --all");
+    if (cfg->command == CMD_REPLAY && !cfg->replay_from_id && !cfg->replay_to_id &&
+        !cfg->replay_sent_after && !cfg->replay_sent_before && !cfg->replay_aggregate_type &&
+        !cfg->replay_aggregate_id && !cfg->replay_event_type && !cfg->replay_missing)
+        return optval_fail(err, errlen,
+                           "replay needs a selection: --from-id, --to-id, --sent-after, "
+                           "--sent-before, --aggregate-type, --aggregate-id, --event-type or "
+                           "--missing");
+    if (cfg->command == CMD_REPLAY && cfg->replay_from_id && cfg->replay_to_id &&
+        cfg->replay_from_id > cfg->replay_to_id)
+        return optval_fail(err, errlen, "--from-id (%ld) must not exceed --to-id (%ld)",
+                           cfg->replay_from_id, cfg->replay_to_id);
     if (cfg->command == CMD_PURGE_DEAD && (cfg->id > 0) == cfg->all)
         return optval_fail(err, errlen, "purge-dead needs exactly one of --id ID or --all");
     return true;

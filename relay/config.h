@@ -22,6 +22,7 @@ typedef enum {
     CMD_PURGE_DEAD,
     CMD_STATUS,
     CMD_VERIFY,
+    CMD_REPLAY,
     CMD_CHECK,
     CMD_HELP,
     CMD_VERSION
@@ -105,6 +106,13 @@ typedef struct Config {
     char *ce_content_type;      /* CloudEvents datacontenttype (the content-type header) */
     long verify_since_s;        /* verify --since: rows marked sent this far back */
     bool verify_from_beginning; /* verify --from-beginning: read the topics whole */
+    /* replay (relay/cmd/replay.h): the selection (NULL or 0: not given) and how to run it */
+    long replay_from_id, replay_to_id;
+    char *replay_sent_after, *replay_sent_before; /* timestamps, read by PostgreSQL */
+    char *replay_aggregate_type, *replay_aggregate_id, *replay_event_type;
+    char *replay_missing; /* file with `verify --json` output; "-": stdin */
+    bool replay_dry_run, replay_yes;
+    long replay_batch_rows;
 } Config;
 
 /* Fills cfg from argv (argv[1] is the command), the environment and the config file named by

@@ -27,6 +27,7 @@
 #include "secrets.h"
 #include "status.h"
 #include "tls_report.h"
+#include "replay.h"
 #include "verify.h"
 
 #ifndef OUTBOX_RELAY_VERSION
@@ -244,7 +245,8 @@ int main(int argc, char **argv)
     case CMD_REQUEUE:
     case CMD_PURGE_DEAD:
     case CMD_STATUS:
-    case CMD_VERIFY: {
+    case CMD_VERIFY:
+    case CMD_REPLAY: {
         if (!db_check_conninfo(cfg.database_url, err, sizeof(err))) {
             rc = usage_error(err);
             break;
@@ -253,6 +255,7 @@ int main(int argc, char **argv)
              : cfg.command == CMD_REQUEUE ? admin_requeue(&cfg)
              : cfg.command == CMD_STATUS  ? status_run(&cfg)
              : cfg.command == CMD_VERIFY  ? verify_run(&cfg)
+             : cfg.command == CMD_REPLAY  ? replay_run(&cfg)
                                           : admin_purge_dead(&cfg);
         break;
     }

@@ -386,6 +386,16 @@ static void report(const Config *cfg, const Check *c)
             (json_int_t)c->out_of_order, "duplicates", (json_int_t)c->duplicates, "unknown",
             (json_int_t)c->unknown, "outside_window", (json_int_t)c->outside, "ok", v == VERDICT_OK,
             "result", json_names[v], "untimed_partitions", c->untimed);
+        /* Every missing row (not only the first VERIFY_SHOW), so that `replay --missing -` can
+         * put exactly these back in line: id and event_id both, which replay matches together
+         * (an id alone may name another event once the row was replayed). */
+        json_t *missing = json_array();
+        for (size_t i = 0; missing && i < c->n; i++)
+            if (!c->rows[i].seen)
+                json_array_append_new(
+                    missing, json_pack("{s:I, s:s, s:s}", "id", (json_int_t)c->rows[i].seq,
+                                       "event_id", c->rows[i].event_id, "topic", c->rows[i].topic));
+        json_object_set_new(o, "missing_events", missing);
         char *text = json_dumps(o, JSON_COMPACT);
         printf("%s\n", text ? text : "{}");
         free(text);

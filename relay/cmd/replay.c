@@ -1,0 +1,411 @@
+#include "replay.h"
+
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "admin.h"
+#include "db.h"
+#include "log.h"
+#include "route.h"
+#include "statements.h"
+#include "strbuf.h"
+#include "table.h"
+
+/* How long a batch waits for a row someone else holds (a retention DELETE, an operator's open
+ * UPDATE) before it gives up: long waits would hold the batch's other locks that long. */
+#define REPLAY_LOCK_TIMEOUT "10s"
+
+/* The selection, shared by the summary and the batches. $1: the last {seq} done (exclusive),
+ * $2: the highest {seq} when replay started, $3: the database's time then. Rows given new
+ * values lie above $2, and any row marked sent later lies after $3: neither is replayed twice.
+ * The optional filters ($4-$12) are NULL when not given; each statement is planned for its
+ * values (unnamed, custom plan), so the NULL ones cost nothing. */
+#define REPLAY_WHERE                                                                               \
+    " o.sent_at IS NOT NULL AND o.sent_at <= $3::timestamptz"                                      \
+    " AND o.{seq} > $1::bigint AND o.{seq} <= $2::bigint"                                          \
+    " AND ($4::bigint IS NULL OR o.{seq} >= $4::bigint)"                                           \
+    " AND ($5::bigint IS NULL OR o.{seq} <= $5::bigint)"                                           \
+    " AND ($6::timestamptz IS NULL OR o.sent_at >= $6::timestamptz)"                               \
+    " AND ($7::timestamptz IS NULL OR o.sent_at < $7::timestamptz)"                                \
+    " AND ($8::text IS NULL OR o.{aggregate_type}::text = $8::text)"                               \
+    " AND ($9::text IS NULL OR o.{aggregate_id}::text = $9::text)"                                 \
+    " AND ($10::text IS NULL OR o.{event_type}::text = $10::text)"                                 \
+    " AND ($11::bigint[] IS NULL OR o.{seq} = ANY($11::bigint[]))"                                 \
+    " AND ($12::text[] IS NULL OR o.{event_id}::text = ANY($12::text[]))"
+#define REPLAY_NPARAMS 12
+
+/* Where the selection starts, read once. */
+static const char *const SQL_REPLAY_START =
+    "SELECT coalesce((SELECT max(o.{seq}) FROM {table} o), 0), now()::text";
+/* What a dry run shows and the confirmation asks about: the topics come from the aggregate and
+ * event types (the only placeholders of a topic template). */
+static const char *const SQL_REPLAY_SUMMARY =
+    "SELECT o.{aggregate_type}::text, o.{event_type}::text, count(*), min(o.{seq}), max(o.{seq})"
+    " FROM {table} o WHERE" REPLAY_WHERE " GROUP BY 1, 2 ORDER BY 1, 2";
+/* One batch: the next rows of the selection in {seq} order, locked for the batch's transaction
+ * so nothing (a relay's retention, a second replay) changes them between this and the update. */
+static const char *const SQL_REPLAY_BATCH = "SELECT o.{seq} FROM {table} o WHERE" REPLAY_WHERE
+                                            " ORDER BY o.{seq} LIMIT $13 FOR UPDATE OF o";
+/* The update, one row at a time in {seq} order within one statement (a DO block: one round
+ * trip, its UPDATE planned once): a single UPDATE ... WHERE {seq} = ANY(...) draws the new values
+ * in whatever order its plan visits the rows, and replayed events of one aggregate must keep
+ * their order. {seq} = DEFAULT draws from the sequence (migrations/0010_replay.sql); attempts,
+ * rejections and the retry time start again as for a new event: the copy is a new delivery, and
+ * failures of the first copy (which did reach Kafka) must not bring it nearer to --max-attempts.
+ * last_error stays as history. The ids come from this program (integers), never from input. */
+static const char *const SQL_REPLAY_UPDATE_HEAD =
+    "DO $replay$ DECLARE s bigint; BEGIN FOREACH s IN ARRAY ARRAY[";
+static const char *const SQL_REPLAY_UPDATE_TAIL =
+    "]::bigint[] LOOP UPDATE {table} SET {seq} = DEFAULT, sent_at = NULL, attempts = 0,"
+    " rejections = 0, next_attempt_at = NULL WHERE {seq} = s; END LOOP; END $replay$";
+
+typedef struct Topic {
+    char name[ROUTE_TOPIC_MAX + 1];
+    long long rows;
+} Topic;
+
+typedef struct Selection {
+    const char *params[REPLAY_NPARAMS + 1];
+    char after[24], high[24], start[64], from_id[24], to_id[24], limit[24];
+    StrBuf seqs, event_ids; /* --missing: the ids verify named */
+    long long rows, min_seq, max_seq;
+    Topic *topics;
+    size_t ntopics;
+} Selection;
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Runs a template; NULL with e filled in (and nothing logged) on failure. */
+static PGresult *run(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                     const char *const *params, ExecStatusType expect, DbError *e)
+{
+    char err[256];
+    char *sql = table_sql(map, conn, tmpl, err, sizeof(err));
+    if (!sql) {
+        snprintf(e->message, sizeof(e->message), "%s", err);
+        e->sqlstate[0] = '\0';
+        return NULL;
+    }
+    PGresult *res = db_query(conn, sql, nparams, params, e);
+    free(sql);
+    if (res && PQresultStatus(res) != expect) {
+        PQclear(res);
+        snprintf(e->message, sizeof(e->message), "unexpected result");
+        e->sqlstate[0] = '\0';
+        return NULL;
+    }
+    return res;
+}
+
+/* A database error, logged; 2 when it is the input's fault (a timestamp PostgreSQL cannot
+ * read: class 22), else 1. */
+static int db_failed(const char *what, const DbError *e)
+{
+    char q[600];
+    if (strncmp(e->sqlstate, "22", 2) == 0) {
+        fprintf(stderr, "outbox-relay: replay: bad selection: %s\n", db_error_text(e));
+        return 2;
+    }
+    if (strcmp(e->sqlstate, "42501") == 0)
+        log_error("replay needs UPDATE on the order column (it gives each event a new value from "
+                  "the sequence): run it as the table's owner, as migrate",
+                  "error=%s", log_quote(db_error_text(e), q, sizeof(q)));
+    else
+        log_error(what, "error=%s", log_quote(db_error_text(e), q, sizeof(q)));
+    return 1;
+}
+
+/* Reads `verify --json` output from path (- for stdin) into s->seqs and s->event_ids. Returns 0,
+ * 2 (message printed) on bad input; *count gets the number of events named. */
+static int read_missing(const char *path, Selection *s, size_t *count)
+{
+    json_error_t jerr;
+    json_t *root =
+        strcmp(path, "-") == 0 ? json_loadf(stdin, 0, &jerr) : json_load_file(path, 0, &jerr);
+    if (!root) {
+        fprintf(stderr, "outbox-relay: replay: --missing %s: not JSON (%s, line %d)\n", path,
+                jerr.text, jerr.line);
+        return 2;
+    }
+    /* An inconclusive check lists rows it could not look for (partitions not read): replaying
+     * them would publish events Kafka may well hold. */
+    json_t *result = json_object_get(root, "result");
+    if (json_is_string(result) && strcmp(json_string_value(result), "inconclusive") == 0) {
+        fprintf(stderr,
+                "outbox-relay: replay: --missing %s: verify's result was inconclusive (partitions "
+                "not read), so its list proves nothing: run verify with --from-beginning\n",
+                path);
+        json_decref(root);
+        return 2;
+    }
+    json_t *list = json_object_get(root, "missing_events");
+    if (!json_is_array(list)) {
+        fprintf(stderr,
+                "outbox-relay: replay: --missing %s: not the output of `verify --json` (no "
+                "missing_events list)\n",
+                path);
+        json_decref(root);
+        return 2;
+    }
+    strbuf_array_begin(&s->seqs);
+    strbuf_array_begin(&s->event_ids);
+    size_t i;
+    json_t *item;
+    json_array_foreach(list, i, item)
+    {
+        json_t *id = json_object_get(item, "id"), *eid = json_object_get(item, "event_id");
+        if (!json_is_integer(id) || !json_is_string(eid)) {
+            fprintf(stderr,
+                    "outbox-relay: replay: --missing %s: entry %zu of missing_events lacks an "
+                    "integer id or a string event_id\n",
+                    path, i + 1);
+            json_decref(root);
+            return 2;
+        }
+        strbuf_array_int(&s->seqs, (long long)json_integer_value(id));
+        strbuf_array_text(&s->event_ids, json_string_value(eid));
+    }
+    strbuf_array_end(&s->seqs);
+    strbuf_array_end(&s->event_ids);
+    *count = json_array_size(list);
+    json_decref(root);
+    return 0;
+}
+
+/* Reads the selection's size and topics into s. Returns 0, or what db_failed says. */
+static int summarise(PGconn *conn, const Config *cfg, Selection *s)
+{
+    DbError e;
+    PGresult *res =
+        run(conn, &cfg->map, SQL_REPLAY_SUMMARY, REPLAY_NPARAMS, s->params, PGRES_TUPLES_OK, &e);
+    if (!res)
+        return db_failed("cannot read the selection", &e);
+    s->topics = calloc((size_t)PQntuples(res) + 1, sizeof(*s->topics));
+    if (!s->topics) {
+        perror("outbox-relay");
+        exit(1);
+    }
+    for (int i = 0; i < PQntuples(res); i++) {
+        OutboxRow row = {.aggregate_type = PQgetvalue(res, i, 0),
+                         .event_type = PQgetvalue(res, i, 1)};
+        char topic[ROUTE_TOPIC_MAX + 1], why[256];
+        if (!route_topic(cfg->topic_template, &row, topic, sizeof(topic), why, sizeof(why)))
+            snprintf(topic, sizeof(topic), "(no legal topic)");
+        long long n = strtoll(PQgetvalue(res, i, 2), NULL, 10);
+        long long lo = strtoll(PQgetvalue(res, i, 3), NULL, 10);
+        long long hi = strtoll(PQgetvalue(res, i, 4), NULL, 10);
+        s->rows += n;
+        if (s->min_seq == 0 || lo < s->min_seq)
+            s->min_seq = lo;
+        if (hi > s->max_seq)
+            s->max_seq = hi;
+        size_t t = 0;
+        while (t < s->ntopics && strcmp(s->topics[t].name, topic) != 0)
+            t++;
+        if (t == s->ntopics)
+            snprintf(s->topics[s->ntopics++].name, sizeof(s->topics[t].name), "%s", topic);
+        s->topics[t].rows += n;
+    }
+    PQclear(res);
+    return 0;
+}
+
+/* "3 to outbox.event.order, 1 to outbox.event.user" */
+static void print_topics(FILE *out, const Selection *s)
+{
+    for (size_t t = 0; t < s->ntopics; t++)
+        fprintf(out, "%s%lld to %s", t ? ", " : "", s->topics[t].rows, s->topics[t].name);
+}
+
+/* Asks on the terminal whether to go on with a large selection. Returns 0 to go on, 2 when
+ * there is no terminal to ask (message printed), 1 when the answer is not yes. */
+static int confirm(const Selection *s)
+{
+    if (!isatty(STDIN_FILENO) || !isatty(STDERR_FILENO)) {
+        fprintf(stderr,
+                "outbox-relay: replay: %lld events selected, more than %d: pass --yes to replay "
+                "them without a terminal to confirm (--dry-run shows them)\n",
+                s->rows, REPLAY_CONFIRM_ROWS);
+        return 2;
+    }
+    fprintf(stderr, "replay %lld events (", s->rows);
+    print_topics(stderr, s);
+    fprintf(stderr, ")? [y/N] ");
+    char answer[16] = "";
+    if (!fgets(answer, sizeof(answer), stdin) || (answer[0] != 'y' && answer[0] != 'Y')) {
+        fprintf(stderr, "replay: not confirmed; nothing changed\n");
+        return 1;
+    }
+    return 0;
+}
+
+/* One batch in its own transaction: locks the next rows of the selection and gives them new
+ * order values. Returns the rows replayed (0: none left), or -1 with e filled in (rolled back). */
+static long long replay_batch(PGconn *conn, const Config *cfg, Selection *s, DbError *e)
+{
+    if (!db_exec(conn, "BEGIN", e))
+        return -1;
+    if (!db_exec(conn, "SET LOCAL lock_timeout = '" REPLAY_LOCK_TIMEOUT "'", e))
+        goto failed;
+    PGresult *res =
+        run(conn, &cfg->map, SQL_REPLAY_BATCH, REPLAY_NPARAMS + 1, s->params, PGRES_TUPLES_OK, e);
+    if (!res)
+        goto failed;
+    long long n = PQntuples(res);
+    if (n == 0) {
+        PQclear(res);
+        db_rollback(conn);
+        return 0;
+    }
+    StrBuf sql = {0};
+    strbuf_puts(&sql, SQL_REPLAY_UPDATE_HEAD);
+    for (long long i = 0; i < n; i++) {
+        if (i)
+            strbuf_puts(&sql, ",");
+        /* Checked as an integer: only digits reach the statement. */
+        char digits[24];
+        snprintf(digits, sizeof(digits), "%lld", strtoll(PQgetvalue(res, (int)i, 0), NULL, 10));
+        strbuf_puts(&sql, digits);
+    }
+    strbuf_puts(&sql, SQL_REPLAY_UPDATE_TAIL);
+    snprintf(s->after, sizeof(s->after), "%s", PQgetvalue(res, (int)(n - 1), 0));
+    PQclear(res);
+    res = run(conn, &cfg->map, sql.s, 0, NULL, PGRES_COMMAND_OK, e);
+    strbuf_free(&sql);
+    if (!res)
+        goto failed;
+    PQclear(res);
+    /* Wakes sleeping relays (they LISTEN; producers notify only when the relays sleep, and an
+     * UPDATE fires no wakeup trigger): sent at the commit, once a batch. */
+    if (!db_exec(conn, "NOTIFY " WAKEUP_CHANNEL, e) || !db_exec(conn, "COMMIT", e))
+        goto failed;
+    return n;
+failed:
+    db_rollback(conn);
+    return -1;
+}
+
+int replay_run(const Config *cfg)
+{
+    Selection s = {0};
+    int rc = 0;
+    PGconn *conn = NULL;
+    size_t listed = 0;
+    if (cfg->replay_missing) {
+        rc = read_missing(cfg->replay_missing, &s, &listed);
+        if (rc)
+            goto done;
+        if (listed == 0) {
+            printf("replay: nothing to replay: verify reported no missing events\n");
+            goto done;
+        }
+    }
+    conn = admin_connect(cfg->database_url);
+    if (!conn) {
+        rc = 1;
+        goto done;
+    }
+    DbError e;
+    PGresult *res = run(conn, &cfg->map, SQL_REPLAY_START, 0, NULL, PGRES_TUPLES_OK, &e);
+    if (!res) {
+        rc = db_failed("cannot read the outbox", &e);
+        goto done;
+    }
+    snprintf(s.high, sizeof(s.high), "%s", PQgetvalue(res, 0, 0));
+    snprintf(s.start, sizeof(s.start), "%s", PQgetvalue(res, 0, 1));
+    PQclear(res);
+    snprintf(s.after, sizeof(s.after), "0");
+    snprintf(s.from_id, sizeof(s.from_id), "%ld", cfg->replay_from_id);
+    snprintf(s.to_id, sizeof(s.to_id), "%ld", cfg->replay_to_id);
+    snprintf(s.limit, sizeof(s.limit), "%ld", cfg->replay_batch_rows);
+    const char *params[REPLAY_NPARAMS + 1] = {
+        s.after,
+        s.high,
+        s.start,
+        cfg->replay_from_id ? s.from_id : NULL,
+        cfg->replay_to_id ? s.to_id : NULL,
+        cfg->replay_sent_after,
+        cfg->replay_sent_before,
+        cfg->replay_aggregate_type,
+        cfg->replay_aggregate_id,
+        cfg->replay_event_type,
+        cfg->replay_missing ? s.seqs.s : NULL,
+        cfg->replay_missing ? s.event_ids.s : NULL,
+        s.limit,
+    };
+    memcpy(s.params, params, sizeof(params));
+
+    rc = summarise(conn, cfg, &s);
+    if (rc)
+        goto done;
+    if (s.rows == 0) {
+        printf("replay: nothing to replay: no sent event matches the selection\n");
+        goto done;
+    }
+    if (cfg->replay_missing && (size_t)s.rows < listed)
+        fprintf(stderr,
+                "replay: %zu events listed, %lld of them still in the table as sent (the others "
+                "were deleted, or are unsent already)\n",
+                listed, s.rows);
+    if (cfg->replay_dry_run) {
+        printf("replay: dry run: %lld events would be replayed (ids %lld-%lld): ", s.rows,
+               s.min_seq, s.max_seq);
+        print_topics(stdout, &s);
+        printf("\n");
+        goto done;
+    }
+    if (s.rows > REPLAY_CONFIRM_ROWS && !cfg->replay_yes) {
+        rc = confirm(&s);
+        if (rc)
+            goto done;
+    }
+
+    bool tty = isatty(STDERR_FILENO);
+    double started = mono_now(), shown = started;
+    long long done_rows = 0;
+    for (;;) {
+        long long n = replay_batch(conn, cfg, &s, &e);
+        if (n < 0) {
+            if (tty)
+                fprintf(stderr, "\n");
+            rc = db_failed("replay failed; the batches before it stay replayed", &e);
+            printf("replay: %lld events replayed before the failure; the same command replays "
+                   "the rest\n",
+                   done_rows);
+            goto done;
+        }
+        if (n == 0)
+            break;
+        done_rows += n;
+        double now = mono_now();
+        if (tty && now - shown >= 0.5) {
+            double rate = (double)done_rows / (now - started);
+            long long left = s.rows > done_rows ? s.rows - done_rows : 0;
+            fprintf(stderr, "\rreplay: %lld of %lld events, %.0f/s, %.0f s left   ", done_rows,
+                    s.rows, rate, rate > 0 ? (double)left / rate : 0.0);
+            shown = now;
+        }
+    }
+    if (tty && shown > started)
+        fprintf(stderr, "\n");
+    printf("replay: %lld events replayed in %.1f s: ", done_rows, mono_now() - started);
+    print_topics(stdout, &s);
+    printf(" (as selected)\n");
+done:
+    if (conn)
+        PQfinish(conn);
+    strbuf_free(&s.seqs);
+    strbuf_free(&s.event_ids);
+    free(s.topics);
+    return rc;
+}
