@@ -79,13 +79,16 @@ done
 if [ ${#word_of[@]} -gt 0 ]; then
     # Who ships each path: one grep over dpkg's file lists ("pkg[:arch].list:/path" lines), where
     # a `dpkg -S` of a few hundred paths takes most of a minute.
+    # shellcheck disable=SC2062 # the glob is the files to read; the patterns come from stdin
+    owners=$(printf '%s\n' "${!word_of[@]}" | grep -Fx -f - /var/lib/dpkg/info/*.list || true)
     declare -A pkg_of
     while IFS= read -r line; do
+        [ -n "$line" ] || continue
         pkg=${line%%:/*}
         pkg=${pkg##*/}
         pkg=${pkg%.list}
         for w in ${word_of[${line#*.list:}]}; do pkg_of[$w]=${pkg%%:*}; done
-    done < <(printf '%s\n' "${!word_of[@]}" | grep -Fx -f - /var/lib/dpkg/info/*.list || true)
+    done <<<"$owners"
     # Priority "required": in every Debian, nothing to list.
     declare -A required
     for p in $(dpkg-query -W -f='${Package} ${Priority}\n' | awk '$2 == "required" { print $1 }'); do
