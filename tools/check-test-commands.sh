@@ -13,7 +13,7 @@
 #    commands are installed whether or not tools/packages.txt lists them: a new `xxd` in a test
 #    fails here until it is listed. It reads every word, comments aside, rather than guess which
 #    words a shell would run (`check "what" jq ...`, `timeout 5 redis-cli ...`); the few prose
-#    words that happen to be commands are set aside below, each with its reason.
+#    words that happen to name commands are set aside below (PROSE).
 # 3. Not stale: every listed command still appears in the test scripts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,9 +24,10 @@ LIST=tools/test-commands.txt
 SCRIPTS=(tests/run.sh tests/lib.sh tests/netns_lib.sh tests/demo_lib.sh tests/it/*.sh
     tests/fuzz/run.sh scripts/demo.sh scripts/free_port.sh tools/check-floors.sh)
 
-# Words of the scripts that are commands somewhere but not here: prose in messages and SQL, or
-# options (--shutdown-timeout, --idle-ms). Only words the scan found on a real machine belong
-# here; a command a test really runs never does.
+# Words of the scripts that name a command on some machine but are not run as one: prose in
+# messages and SQL ("line 1 column", "the floor's look"), options (--shutdown-timeout,
+# --idle-ms, --event-id-column), variables (52's $postmaster), arguments (99's `trickle dh`).
+# Only a word the scan flagged on a real machine, and checked by hand, belongs here.
 PROSE=" as column dh duplicates file free idle look make postmaster shutdown size systemd w write "
 # Commands a test uses only when the machine has them, saying "# SKIP" otherwise: test 97 reads
 # the relay's events with the CloudEvents SDK from npm (the registry, at test time), which a
