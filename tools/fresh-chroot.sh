@@ -70,6 +70,11 @@ cleanup() {
     for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
         umount "${MOUNTS[i]}" 2>/dev/null || umount -l "${MOUNTS[i]}" || true
     done
+    # Mounts a test made inside and left behind (`ip netns add` binds /run/netns onto itself):
+    # newest first, so a mount on top of another goes before it.
+    for m in $(awk -v d="$D" '$2 == d || index($2, d "/") == 1 { print $2 }' /proc/mounts | tac); do
+        umount "$m" 2>/dev/null || umount -l "$m" || true
+    done
     if [ -n "${KEEP_CHROOT:-}" ]; then
         log "kept $D"
     else
@@ -99,6 +104,9 @@ mnt() { # mnt TARGET MOUNT-ARGS...: mount and remember it for cleanup
     mount "$@" "$target"
     MOUNTS+=("$target")
 }
+# The chroot's / a mount point of its own: `ip netns exec` (tests/netns_lib.sh) remounts / as a
+# slave in its new mount namespace, which fails with EINVAL on a plain directory.
+mnt / --bind "$D"
 mnt /proc -t proc proc
 mnt /sys --bind /sys
 mnt /dev --bind /dev
