@@ -73,7 +73,7 @@ DEMO_BIN := bin/producer-demo bin/consumer-demo
 DEMO_ASAN_BIN := bin/asan/producer-demo bin/asan/consumer-demo
 DEMO_HDR := $(wildcard lib/*.h producer-demo/*.h consumer-demo/*.h)
 
-.PHONY: all asan tools test unit deps check-deps format format-check clean quickstart demos demo bench \
+.PHONY: all asan tools test test-ready unit deps check-deps format format-check clean quickstart demos demo bench \
         bench-redis fresh-test mutate check-floors compose-test
 
 all: bin/outbox-relay $(DEMO_BIN)
@@ -176,8 +176,17 @@ bin/asan/test_%: tests/unit/test_%.c $(ASAN_LIB_OBJ)
 
 unit: $(UNIT_BIN) $(DEMO_UNIT_BIN)
 
-test: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN) $(DEMO_UNIT_BIN) \
-      $(DEMO_BIN) $(DEMO_ASAN_BIN)
+# Everything `make test` builds, built (the fuzzers join below), and everything it calls, here:
+# the [build] and [test] packages of tools/packages.txt with their files, and the commands of
+# tools/test-commands.txt, which must name every command the tests call that a minbase Debian
+# lacks (tools/check-test-commands.sh). CI runs it in a fresh chroot after `make quickstart`,
+# which proves `make test`'s install without its 15 minutes; `make test` runs it first.
+test-ready: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN) $(DEMO_UNIT_BIN) \
+            $(DEMO_BIN) $(DEMO_ASAN_BIN)
+	@sh tools/install-deps.sh --report build test
+	@bash tools/check-test-commands.sh
+
+test: test-ready
 	@sh tools/check-floors.sh
 	@sh tests/run.sh
 
@@ -407,7 +416,7 @@ bin/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(RELAY_HDR) $(DEMO_HDR)
 fuzz: $(FUZZ_BIN)
 	@FUZZ_PARALLEL=$(FUZZ_PARALLEL) bash tests/fuzz/run.sh $(FUZZ_SECONDS)
 
-test: $(FUZZ_BIN)
+test-ready: $(FUZZ_BIN)
 FORMAT_SRC += tests/fuzz/*.c
 
 # The header dependencies the compiler wrote (-MMD -MP, BASE_CFLAGS); absent before a first build.

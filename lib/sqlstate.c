@@ -11,7 +11,9 @@ SqlstateFault sqlstate_fault(const char *sqlstate)
     static const char *const row[] = {"22", "23", "54", "P0"};
     /* 25: read-only during a failover (25006), an aborted transaction (25P02); 55: lock_timeout
      * (55P03), an object in use; 57: cancelled, shut down, crash recovery; XX: internal. */
-    static const char *const transient[] = {"08", "25", "40", "53", "55", "57", "58", "XX"};
+    /* 0A: "cached plan must not change result type" after a schema change (0A000); the relay
+     * prepares the statement afresh on the next try (relay/io/pg_request.c). */
+    static const char *const transient[] = {"08", "0A", "25", "40", "53", "55", "57", "58", "XX"};
     for (size_t i = 0; i < sizeof(row) / sizeof(row[0]); i++)
         if (strncmp(sqlstate, row[i], 2) == 0)
             return SQLSTATE_FAULT_ROW;

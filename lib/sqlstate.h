@@ -14,8 +14,8 @@
 
 typedef enum {
     SQLSTATE_FAULT_ROW,       /* 22, 23, 54, P0: the data; retrying the row fails the same way */
-    SQLSTATE_FAULT_TRANSIENT, /* 08, 25, 40, 53, 55, 57, 58, XX, none: passes by itself */
-    SQLSTATE_FAULT_SETUP,     /* 42, 28, 3D, 3F, 0A and the rest: an operator must act */
+    SQLSTATE_FAULT_TRANSIENT, /* 08, 0A, 25, 40, 53, 55, 57, 58, XX, none: passes by itself */
+    SQLSTATE_FAULT_SETUP,     /* 42, 28, 3D, 3F and the rest: an operator must act */
 } SqlstateFault;
 
 /* The fault of a five-character SQLSTATE; NULL or "" (no state: the connection broke, or libpq
