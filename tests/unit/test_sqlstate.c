@@ -20,8 +20,9 @@ static void test_row_faults(void **state)
  * lock timeout, resources, a shutdown, a broken connection (no state at all). */
 static void test_transient_faults(void **state)
 {
-    const char *transient[] = {"08006", "0A000", "25006", "25P02", "40001", "40P01", "53300", "53100",
-                               "55P03", "55006", "57014", "57P01", "57P03", "58030", "XX000"};
+    const char *transient[] = {"08006", "0A000", "25006", "25P02", "40001",
+                               "40P01", "53300", "53100", "55P03", "55006",
+                               "57014", "57P01", "57P03", "58030", "XX000"};
     for (size_t i = 0; i < sizeof(transient) / sizeof(transient[0]); i++)
         assert_int_equal(sqlstate_fault(transient[i]), SQLSTATE_FAULT_TRANSIENT);
     assert_int_equal(sqlstate_fault(NULL), SQLSTATE_FAULT_TRANSIENT);
