@@ -144,14 +144,16 @@ $$;
 DO $$
 BEGIN
     IF pg_catalog.to_regrole('outbox_producer'::text) IS NOT NULL THEN
-        IF pg_catalog.to_regclass('outbox'::text) IS NOT NULL THEN
+        -- The relay's own table only (an adopted table named outbox has other columns: migrate's
+        -- grants step gives its writers theirs).
+        IF (SELECT pg_catalog.count(*) FROM pg_catalog.pg_attribute
+            WHERE attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('outbox'::text)::oid
+            AND attname OPERATOR(pg_catalog.=) ANY (ARRAY['aggregate_type', 'aggregate_id',
+                'event_type', 'payload', 'headers', 'attempts']::name[])
+            AND NOT attisdropped) OPERATOR(pg_catalog.=) 6::bigint THEN
             REVOKE INSERT ON outbox FROM outbox_producer;
-            IF EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid OPERATOR(pg_catalog.=)
-                       'outbox'::regclass::oid AND attname OPERATOR(pg_catalog.=) 'headers'::name
-                       AND NOT attisdropped) THEN
-                GRANT INSERT (aggregate_type, aggregate_id, event_type, payload, headers)
-                    ON outbox TO outbox_producer;
-            END IF;
+            GRANT INSERT (aggregate_type, aggregate_id, event_type, payload, headers)
+                ON outbox TO outbox_producer;
         END IF;
         IF pg_catalog.to_regclass('outbox_wakeup_state'::text) IS NOT NULL THEN
             REVOKE ALL ON outbox_wakeup_state FROM outbox_producer;
