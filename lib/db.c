@@ -106,9 +106,8 @@ char *db_startup_options(const char *user_options)
     size_t len = strlen(user) + strlen(pinned_schema) + 64;
     char *out = malloc(len);
     if (out)
-        snprintf(out, len, "%s%s-c search_path=%s%s%s,pg_temp", user, *user ? " " : "",
-                 pinned_first ? pinned_schema : "pg_catalog,", pinned_first ? ",pg_catalog" : "",
-                 pinned_first ? "" : pinned_schema);
+        snprintf(out, len, "%s%s-c search_path=%s%s,pg_temp", user, *user ? " " : "",
+                 pinned_first ? "" : "pg_catalog,", pinned_schema);
     return out;
 }
 
@@ -225,7 +224,8 @@ bool db_apply_schema(PGconn *conn, const char *lock_name, const char *sql, DbErr
     if (!db_exec(conn, "BEGIN", e))
         return false;
     /* The two-int form keeps these locks apart from single-bigint ones (the relay's migrate). */
-    res = db_query(conn, "SELECT pg_advisory_xact_lock(20240, hashtext($1))", 1, params, e);
+    res = db_query(conn, "SELECT pg_catalog.pg_advisory_xact_lock(20240, pg_catalog.hashtext($1))",
+                   1, params, e);
     if (!res)
         goto failed;
     PQclear(res);
@@ -261,7 +261,7 @@ bool db_identity(PGconn *conn, char *out, size_t outlen, DbError *e)
 {
     PGresult *res = db_query(conn,
                              "SELECT d.oid::text || '.' || d.datname"
-                             " FROM pg_database d WHERE d.datname = current_database()",
+                             " FROM pg_database d WHERE d.datname = pg_catalog.current_database()",
                              0, NULL, e);
     if (!res)
         return false;
@@ -269,8 +269,8 @@ bool db_identity(PGconn *conn, char *out, size_t outlen, DbError *e)
     PQclear(res);
     /* Readable by default since PostgreSQL 9.6 unless revoked: without it, the oid and name. */
     DbError ignored;
-    res = db_query(conn, "SELECT system_identifier::text FROM pg_control_system()", 0, NULL,
-                   &ignored);
+    res = db_query(conn, "SELECT system_identifier::text FROM pg_catalog.pg_control_system()", 0,
+                   NULL, &ignored);
     if (res && PQntuples(res) == 1) {
         size_t n = strlen(out);
         snprintf(out + n, outlen - n, "@%s", PQgetvalue(res, 0, 0));

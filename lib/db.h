@@ -29,12 +29,14 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
  * connection string's own options), so no statement of ours is resolved through a schema
  * someone else put earlier on the path (the CVE-2018-1058 pattern), and ALTER ROLE/DATABASE ...
  * SET search_path cannot change it either. The path is "pg_catalog, SCHEMA, pg_temp": built-in
- * functions and operators cannot be shadowed even by objects in SCHEMA. With creates (migrate),
- * it is "SCHEMA, pg_catalog, pg_temp" instead, because PostgreSQL creates unqualified objects
- * in the first schema of the path; SCHEMA must then be writable only by trusted roles (the
- * README says so). NULL unpins (the demos never pin). Returns false with one line in err when
- * schema is not a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 63 characters). Call
- * before connecting; not thread-safe. */
+ * functions and operators with exact argument types cannot be shadowed even by objects in SCHEMA
+ * (one that needs a cast can: our SQL qualifies or casts those, migrations/0009_hardening.sql).
+ * With creates (migrate), it is "SCHEMA, pg_temp" instead, because PostgreSQL creates
+ * unqualified objects in the first schema listed; pg_catalog, left out, is then searched before
+ * it, so built-ins, catalogs and type names resolve as for the relay (with pg_catalog listed
+ * after SCHEMA, a look-alike of the same signature in SCHEMA would win). NULL unpins (the demos
+ * never pin). Returns false with one line in err when schema is not a plain lower-case identifier
+ * ([a-z_][a-z0-9_]*, at most 63 characters). Call before connecting; not thread-safe. */
 bool db_pin_search_path(const char *schema, bool creates, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 

@@ -3,15 +3,15 @@
 --   outbox_relay     what `outbox-relay run`, `dead`, `requeue`, `purge-dead` and `status` need:
 --                    read the outbox, update its delivery columns only, delete (--on-sent
 --                    delete, retention and purge-dead only; REVOKE DELETE ON outbox FROM
---                    outbox_relay if you use none of them), and (before 0007) keep its
---                    sleeping flag in outbox_wakeup_state.
+--                    outbox_relay if you use none of them). (Before 0007 it kept its sleeping
+--                    flag in outbox_wakeup_state: that grant is gone since 0009.)
 --                    No CREATE anywhere: `migrate` runs as the owner, never as the relay. pg_locks,
 --                    pg_database and pg_stat_activity (lanes, status) are readable by every role;
 --                    LISTEN and advisory locks need no grant.
---   outbox_producer  INSERT into the outbox (the id comes from an identity column: no sequence
---                    grant needed) and (before 0007) read outbox_wakeup_state, which the insert
---                    trigger did with the producer's privileges. Add SELECT (id, event_id) if you
---                    use RETURNING.
+--   outbox_producer  INSERT into the outbox's aggregate_type, aggregate_id, event_type, payload
+--                    and headers only (the id comes from an identity column: no sequence grant
+--                    needed; the relay's columns are not the writers', see 0009). Add
+--                    SELECT (id, event_id) if you use RETURNING.
 --
 -- Both are created NOLOGIN, and only if missing (roles are cluster-wide). Log in through a member:
 --   CREATE ROLE relay_login LOGIN PASSWORD '...' IN ROLE outbox_relay;
@@ -51,9 +51,6 @@ BEGIN
         -- The claim's FOR UPDATE needs UPDATE on some column; these are all the relay writes.
         GRANT UPDATE (sent_at, attempts, rejections, last_error, next_attempt_at, dead_at,
                       dead_letter_topic) ON outbox TO outbox_relay;
-        IF to_regclass('outbox_wakeup_state') IS NOT NULL THEN
-            GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_wakeup_state TO outbox_relay;
-        END IF;
         -- The generated lane column; PUBLIC has EXECUTE by default, this survives revoking that.
         GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO outbox_relay;
         IF to_regprocedure('outbox_relay_sleep()') IS NOT NULL THEN -- the wakeup of 0007
@@ -62,10 +59,11 @@ BEGIN
     END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'outbox_producer') THEN
         EXECUTE format('GRANT USAGE ON SCHEMA %s TO outbox_producer', s);
-        GRANT INSERT ON outbox TO outbox_producer;
-        IF to_regclass('outbox_wakeup_state') IS NOT NULL THEN
-            GRANT SELECT ON outbox_wakeup_state TO outbox_producer;
-        END IF;
+        -- The columns of the integration contract only (0009 says why); REVOKE first, since a
+        -- table-wide INSERT given before would cover every column.
+        REVOKE INSERT ON outbox FROM outbox_producer;
+        GRANT INSERT (aggregate_type, aggregate_id, event_type, payload, headers)
+            ON outbox TO outbox_producer;
         GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO outbox_producer;
     END IF;
 END

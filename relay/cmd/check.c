@@ -55,11 +55,12 @@ static PGresult *query(Checks *c, PGconn *conn, const TableMap *map, const char 
 static void check_session(Checks *c, PGconn *conn)
 {
     DbError e;
-    PGresult *res = db_query(conn,
-                             "SELECT current_user, current_database(), current_setting("
-                             "'server_version'), coalesce(host(inet_server_addr()), 'local "
-                             "socket'), current_setting('port')",
-                             0, NULL, &e);
+    PGresult *res = db_query(
+        conn,
+        "SELECT current_user, pg_catalog.current_database(), pg_catalog.current_setting("
+        "'server_version'), coalesce(pg_catalog.host(pg_catalog.inet_server_addr()), 'local "
+        "socket'), pg_catalog.current_setting('port')",
+        0, NULL, &e);
     if (res)
         say(c, true, "postgresql",
             "connected to %s port %s, database %s, as role %s (PostgreSQL %s)",
@@ -76,8 +77,8 @@ static bool check_table(Checks *c, PGconn *conn, const TableMap *map)
 {
     char name[160];
     table_map_display(map, name, sizeof(name));
-    PGresult *res =
-        query(c, conn, map, "table", "SELECT to_regclass({table_text}) IS NOT NULL", 0, NULL);
+    PGresult *res = query(c, conn, map, "table",
+                          "SELECT pg_catalog.to_regclass({table_text}) IS NOT NULL", 0, NULL);
     if (!res)
         return false;
     bool exists = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
@@ -110,7 +111,7 @@ static bool check_table(Checks *c, PGconn *conn, const TableMap *map)
         const char *params[1] = {col};
         res = query(c, conn, map, "table",
                     "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid ="
-                    " to_regclass({table_text}) AND attname = $1 AND attnum > 0"
+                    " pg_catalog.to_regclass({table_text})::oid AND attname = $1 AND attnum > 0"
                     " AND NOT attisdropped)",
                     1, params);
         if (!res)

@@ -10,17 +10,33 @@
 /* The table, as an oid (NULL when it does not exist), and the order column's sequence (NULL when
  * the column has none; looked up only once the column is known to exist, since
  * pg_get_serial_sequence raises on a missing one). */
-#define T "to_regclass({table_text})"
+#define T "pg_catalog.to_regclass({table_text})"
 #define SEQ                                                                                        \
-    "(SELECT pg_get_serial_sequence(" T "::text, {seq_text})::regclass FROM pg_attribute"          \
-    " WHERE attrelid = " T " AND attname = {seq_text} AND attnum > 0 AND NOT attisdropped)"
-#define LANE_FN "to_regprocedure('outbox_lane(text,text)')"
-#define SLEEP_FN "to_regprocedure('outbox_relay_sleep()')"
-#define WAKE_FN "to_regprocedure('outbox_relay_wake()')"
-#define WAKEUP_STATE "to_regclass('outbox_wakeup_state')"
+    "(SELECT pg_catalog.pg_get_serial_sequence(" T                                                 \
+    "::text, {seq_text})::regclass FROM pg_attribute"                                              \
+    " WHERE attrelid = " T "::oid AND attname = {seq_text} AND attnum > 0 AND NOT attisdropped)"
+#define LANE_FN "pg_catalog.to_regprocedure('outbox_lane(text,text)')"
+#define SLEEP_FN "pg_catalog.to_regprocedure('outbox_relay_sleep()')"
+#define WAKE_FN "pg_catalog.to_regprocedure('outbox_relay_wake()')"
+/* The columns of the table and whether writers (outbox_producer) may INSERT into each: not the
+ * order column nor any identity or generated one (OVERRIDING SYSTEM VALUE needs INSERT on the
+ * identity column), not the relay's bookkeeping (a writer setting attempts, next_attempt_at or
+ * dead_at could hold another application's aggregate back for ever), and not the event id or
+ * created_at when the database fills them (the integration contract: an event id a writer chose
+ * could repeat another application's, which consumers would then drop as a duplicate). Every
+ * other column is the application's: on the relay's own table aggregate_type, aggregate_id,
+ * event_type, payload and headers; on an adopted table also its own columns (and an event id
+ * column without a default, which the application must then set). */
+#define WRITER_COLUMNS                                                                             \
+    "(SELECT a.attname::text AS name, a.attidentity = '' AND a.attgenerated = ''"                  \
+    " AND a.attname::text <> ALL (ARRAY['sent_at', 'attempts', 'rejections', 'last_error',"        \
+    " 'next_attempt_at', 'dead_at', 'dead_letter_topic', 'lane', {seq_text}]::text[])"             \
+    " AND NOT (a.atthasdef AND a.attname::text IN ({event_id_text}, 'created_at')) AS writer"      \
+    " FROM pg_catalog.pg_attribute a WHERE a.attrelid = " T "::oid AND a.attnum > 0"               \
+    " AND NOT a.attisdropped)"
 #define UPDATE_COLUMNS                                                                             \
     "sent_at, attempts, rejections, last_error, next_attempt_at, dead_at, dead_letter_topic"
-#define UPDATE_ON(col) "has_column_privilege($1, " T ", '" col "', 'UPDATE')"
+#define UPDATE_ON(col) "pg_catalog.has_column_privilege($1, " T ", '" col "', 'UPDATE')"
 
 enum { FOR_RELAY = 1, FOR_PRODUCER = 2, ONLY_DELETES = 4, ONLY_FLOOR = 8 };
 
@@ -42,51 +58,52 @@ static const Need
         [] =
             {
                 {FOR_RELAY | FOR_PRODUCER, "USAGE on the outbox table's schema", NULL,
-                 "has_schema_privilege($1, (SELECT relnamespace FROM pg_class WHERE oid = " T
+                 "pg_catalog.has_schema_privilege($1, (SELECT relnamespace FROM pg_class WHERE oid "
+                 "= " T "::oid"
                  "), 'USAGE')",
-                 "format('GRANT USAGE ON SCHEMA %s TO %I', (SELECT "
+                 "pg_catalog.format('GRANT USAGE ON SCHEMA %s TO %I', (SELECT "
                  "relnamespace::regnamespace::text FROM "
-                 "pg_class WHERE oid = " T "), $2::text)"},
+                 "pg_class WHERE oid = " T "::oid), $2::text)"},
                 {FOR_RELAY, "SELECT on the outbox table", NULL,
-                 "has_table_privilege($1, " T ", 'SELECT')",
-                 "format('GRANT SELECT ON %s TO %I', " T ", $2::text)"},
+                 "pg_catalog.has_table_privilege($1, " T ", 'SELECT')",
+                 "pg_catalog.format('GRANT SELECT ON %s TO %I', " T ", $2::text)"},
                 {FOR_RELAY, "UPDATE on the outbox table's delivery columns", NULL,
                  UPDATE_ON("sent_at") " AND " UPDATE_ON("attempts") " AND " UPDATE_ON("rejections") " AND " UPDATE_ON(
                      "last_error") " AND " UPDATE_ON("next_attempt_at") " AND " UPDATE_ON("dead_at") " AND " UPDATE_ON("dead_letter_topic"),
-                 "format('GRANT UPDATE (" UPDATE_COLUMNS ") ON %s TO %I', " T ", $2::text)"},
+                 "pg_catalog.format('GRANT UPDATE (" UPDATE_COLUMNS ") ON %s TO %I', " T
+                 ", $2::text)"},
                 {FOR_RELAY | ONLY_DELETES,
                  "DELETE on the outbox table (--on-sent delete, --retention)", NULL,
-                 "has_table_privilege($1, " T ", 'DELETE')",
-                 "format('GRANT DELETE ON %s TO %I', " T ", $2::text)"},
+                 "pg_catalog.has_table_privilege($1, " T ", 'DELETE')",
+                 "pg_catalog.format('GRANT DELETE ON %s TO %I', " T ", $2::text)"},
                 {FOR_RELAY | FOR_PRODUCER, "EXECUTE on outbox_lane(text, text)",
-                 LANE_FN " IS NOT NULL", "has_function_privilege($1, " LANE_FN ", 'EXECUTE')",
-                 "format('GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO %I', $2::text)"},
+                 LANE_FN " IS NOT NULL",
+                 "pg_catalog.has_function_privilege($1, " LANE_FN ", 'EXECUTE')",
+                 "pg_catalog.format('GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO %I', "
+                 "$2::text)"},
                 {FOR_RELAY,
                  "EXECUTE on the wakeup's functions outbox_relay_sleep() and outbox_relay_wake()",
                  SLEEP_FN " IS NOT NULL AND " WAKE_FN " IS NOT NULL",
-                 "has_function_privilege($1, " SLEEP_FN
-                 ", 'EXECUTE') AND has_function_privilege($1, " WAKE_FN ", 'EXECUTE')",
-                 "format('GRANT EXECUTE ON FUNCTION outbox_relay_sleep(), outbox_relay_wake() TO "
+                 "pg_catalog.has_function_privilege($1, " SLEEP_FN
+                 ", 'EXECUTE') AND pg_catalog.has_function_privilege($1, " WAKE_FN ", 'EXECUTE')",
+                 "pg_catalog.format('GRANT EXECUTE ON FUNCTION outbox_relay_sleep(), "
+                 "outbox_relay_wake() TO "
                  "%I', $2::text)"},
-                {FOR_RELAY,
-                 "SELECT, INSERT, UPDATE and DELETE on outbox_wakeup_state (relays before 0007)",
-                 WAKEUP_STATE " IS NOT NULL",
-                 "has_table_privilege($1, " WAKEUP_STATE
-                 ", 'SELECT') AND has_table_privilege($1, " WAKEUP_STATE
-                 ", 'INSERT') AND has_table_privilege($1, " WAKEUP_STATE
-                 ", 'UPDATE') AND has_table_privilege($1, " WAKEUP_STATE ", 'DELETE')",
-                 "format('GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_wakeup_state TO %I', "
-                 "$2::text)"},
                 {FOR_RELAY | ONLY_FLOOR,
                  "SELECT on the order column's sequence (the claim floor, 0008)",
-                 SEQ " IS NOT NULL", "has_sequence_privilege($1, " SEQ ", 'SELECT, USAGE')",
-                 "format('GRANT SELECT ON SEQUENCE %s TO %I', " SEQ ", $2::text)"},
-                {FOR_PRODUCER, "INSERT on the outbox table", NULL,
-                 "has_table_privilege($1, " T ", 'INSERT')",
-                 "format('GRANT INSERT ON %s TO %I', " T ", $2::text)"},
-                {FOR_PRODUCER, "SELECT on outbox_wakeup_state (producers before 0007)",
-                 WAKEUP_STATE " IS NOT NULL", "has_table_privilege($1, " WAKEUP_STATE ", 'SELECT')",
-                 "format('GRANT SELECT ON outbox_wakeup_state TO %I', $2::text)"},
+                 SEQ " IS NOT NULL",
+                 "pg_catalog.has_sequence_privilege($1, " SEQ ", 'SELECT, USAGE')",
+                 "pg_catalog.format('GRANT SELECT ON SEQUENCE %s TO %I', " SEQ ", $2::text)"},
+                {FOR_PRODUCER,
+                 "INSERT on the outbox table's writer columns, and on no other column", NULL,
+                 "NOT EXISTS (SELECT 1 FROM " WRITER_COLUMNS " c WHERE NOT c.writer ="
+                 " pg_catalog.has_column_privilege($1, " T ", c.name, 'INSERT'))",
+                 /* One statement (db_exec sends one): a REVOKE of INSERT on the table takes the
+                  * column grants with it, so both go in one transaction, writers never without. */
+                 "pg_catalog.format('DO $g$ BEGIN REVOKE INSERT ON %s FROM %I;"
+                 " GRANT INSERT (%s) ON %s TO %I; END $g$', " T
+                 ", $2::text, (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(c.name), ', ')"
+                 " FROM " WRITER_COLUMNS " c WHERE c.writer), " T ", $2::text)"},
 };
 
 #define N_NEEDS (sizeof(needs) / sizeof(needs[0]))
@@ -137,7 +154,7 @@ static bool ensure_role(PGconn *conn, const char *role)
 {
     const char *params[1] = {role};
     DbError e;
-    PGresult *res = db_query(conn, "SELECT to_regrole($1) IS NOT NULL", 1, params, &e);
+    PGresult *res = db_query(conn, "SELECT pg_catalog.to_regrole($1) IS NOT NULL", 1, params, &e);
     bool exists = res && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
     PQclear(res);
     if (!res || exists)
@@ -228,12 +245,12 @@ bool grants_apply(PGconn *conn, const TableMap *map)
 int grants_check(PGconn *conn, const TableMap *map, GrantsUse use, GrantsMissingFn fn, void *arg)
 {
     DbError e;
-    PGresult *res =
-        db_query(conn,
-                 "SELECT current_user, CASE WHEN to_regrole('outbox_relay') IS NOT NULL"
-                 " AND pg_has_role(current_user, 'outbox_relay', 'MEMBER') THEN 'outbox_relay'"
-                 " ELSE current_user::text END",
-                 0, NULL, &e);
+    PGresult *res = db_query(
+        conn,
+        "SELECT current_user, CASE WHEN pg_catalog.to_regrole('outbox_relay') IS NOT NULL"
+        " AND pg_catalog.pg_has_role(current_user, 'outbox_relay', 'MEMBER') THEN 'outbox_relay'"
+        " ELSE current_user::text END",
+        0, NULL, &e);
     if (!res) {
         log_error("cannot read the session's role", "error=%s", db_error_text(&e));
         return -1;

@@ -38,11 +38,12 @@ static bool exec_ok(PGconn *conn, const char *sql, const char *what)
  * column rewrites the table under an exclusive lock (a large table: plan a window). */
 #define ADD_COLUMN(name, definition) " ADD COLUMN IF NOT EXISTS " name " " definition ","
 static const char *const SQL_ADOPT =
-    /* As in migrations/0003; the relay's own table may not exist here. */
+    /* As in migrations/0009 (0003, hardened); the relay's own table may not exist here. */
     "CREATE OR REPLACE FUNCTION outbox_lane(aggregate_type text, aggregate_id text)"
     " RETURNS smallint LANGUAGE sql IMMUTABLE PARALLEL SAFE AS"
-    " $$ SELECT (hashtextextended(aggregate_type || '/' || aggregate_id, 0) & " LANE_MASK
-    ")::smallint $$;"
+    " $$ SELECT (pg_catalog.hashtextextended(aggregate_type OPERATOR(pg_catalog.||) '/'::text"
+    " OPERATOR(pg_catalog.||) aggregate_id, 0::bigint) OPERATOR(pg_catalog.&) " LANE_MASK
+    "::bigint)::smallint $$;"
     "ALTER TABLE {table}"
     " ADD COLUMN IF NOT EXISTS {seq} bigint GENERATED ALWAYS AS "
     "IDENTITY," SCHEMA_BOOKKEEPING_COLUMNS(
@@ -65,11 +66,11 @@ static const char *const SQL_ADOPT =
                     /* The trigger as migrations/0007 defines it; the table's oid comes from its row
                      * type, so its name is never written into a string literal. */
                     "SELECT outbox_wakeup_install(typrelid::regclass) FROM pg_type"
-                    " WHERE oid = pg_typeof(NULL::{table});"
+                    " WHERE oid = pg_catalog.pg_typeof(NULL::{table})::oid;"
                     /* What the claim floor needs of the table, as migrations/0008 defines it. */
                     "SELECT outbox_floor_install(typrelid::regclass, {seq_text},"
                     " {aggregate_type_text}, {aggregate_id_text}) FROM pg_type"
-                    " WHERE oid = pg_typeof(NULL::{table})";
+                    " WHERE oid = pg_catalog.pg_typeof(NULL::{table})::oid";
 static const char *const SQL_ADOPT_HEADERS =
     "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {headers} jsonb";
 /* Reads no row, but fails on a column the claims read and the table lacks, and tells the order
@@ -103,10 +104,12 @@ static bool exec_mapped_ok(PGconn *conn, const TableMap *map, const char *tmpl, 
 #define INT4OID 23
 
 /* The migrations whose functions an adopted table uses too: the wakeup's (it changes only tables
- * that already have the wakeup trigger) and the claim floor's (it sets up only the relay's own
- * table). */
+ * that already have the wakeup trigger), the claim floor's (it sets up only the relay's own
+ * table), and the hardening that replaces both files' functions (it must run after them, or
+ * their plain versions would stay). */
 #define WAKEUP_MIGRATION "0007_wakeup_lock.sql"
 #define FLOOR_MIGRATION "0008_claim_floor.sql"
+#define HARDENING_MIGRATION "0009_hardening.sql"
 
 static const MigrationFile *migration_named(const char *name)
 {
@@ -122,11 +125,13 @@ static bool adopt_table(PGconn *conn, const TableMap *map)
     table_map_display(map, name, sizeof(name));
     const MigrationFile *wakeup = migration_named(WAKEUP_MIGRATION);
     const MigrationFile *floor = migration_named(FLOOR_MIGRATION);
-    if (!wakeup || !floor || !exec_ok(conn, "BEGIN", "adopt"))
+    const MigrationFile *hardening = migration_named(HARDENING_MIGRATION);
+    if (!wakeup || !floor || !hardening || !exec_ok(conn, "BEGIN", "adopt"))
         return false;
     PGresult *cols = NULL;
     /* The roles' grants follow, outside this transaction (grants_apply, every run). */
     bool ok = exec_ok(conn, wakeup->sql, wakeup->name) && exec_ok(conn, floor->sql, floor->name) &&
+              exec_ok(conn, hardening->sql, hardening->name) &&
               exec_mapped_ok(conn, map, SQL_ADOPT, "adopt") &&
               (!map->headers || exec_mapped_ok(conn, map, SQL_ADOPT_HEADERS, "adopt")) &&
               (cols = exec_mapped(conn, map, SQL_CHECK_COLUMNS, "check columns")) != NULL;
@@ -249,12 +254,12 @@ int migrate_run(const char *conninfo, const TableMap *map, long wait_s)
     /* Session-level lock: released by the unlock below or when the connection closes. The table
      * is created only when missing, so that a run with nothing to do says nothing. */
     if (!exec_ok(conn, "SET client_min_messages = notice", "setup") ||
-        !exec_ok(conn, "SELECT pg_advisory_lock(" LOCK_KEY_MIGRATE ")", "lock") ||
+        !exec_ok(conn, "SELECT pg_catalog.pg_advisory_lock(" LOCK_KEY_MIGRATE ")", "lock") ||
         !exec_ok(conn,
-                 "DO $$ BEGIN IF to_regclass('schema_migrations') IS NULL THEN"
+                 "DO $$ BEGIN IF pg_catalog.to_regclass('schema_migrations') IS NULL THEN"
                  " CREATE TABLE schema_migrations ("
                  " version text PRIMARY KEY,"
-                 " applied_at timestamptz NOT NULL DEFAULT now()); END IF; END $$",
+                 " applied_at timestamptz NOT NULL DEFAULT pg_catalog.now()); END IF; END $$",
                  "schema_migrations"))
         goto done;
 
@@ -282,7 +287,7 @@ int migrate_run(const char *conninfo, const TableMap *map, long wait_s)
     /* Not recorded as applied: the grants are given and read back on every run (grants.h). */
     notice_step = "grants";
     bool granted = grants_apply(conn, map);
-    exec_ok(conn, "SELECT pg_advisory_unlock(" LOCK_KEY_MIGRATE ")", "unlock");
+    exec_ok(conn, "SELECT pg_catalog.pg_advisory_unlock(" LOCK_KEY_MIGRATE ")", "unlock");
     if (!granted) {
         log_error("migrate incomplete: the grants above are missing, so the relay's roles cannot "
                   "work yet; fix them and run migrate again",

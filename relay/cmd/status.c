@@ -39,7 +39,7 @@ static PGresult *session_owners(PGconn *conn, PGresult *relays)
     DbError e;
     PGresult *res = db_query(conn,
                              "SELECT a.application_name, a.usename::text"
-                             " FROM unnest($1::int[]) WITH ORDINALITY AS p(pid, n)"
+                             " FROM pg_catalog.unnest($1::int[]) WITH ORDINALITY AS p(pid, n)"
                              " LEFT JOIN pg_stat_activity a ON a.pid = p.pid ORDER BY p.n",
                              1, params, &e);
     if (!res)

@@ -118,19 +118,20 @@ static void setup_sql(const PgConn *pg, char *sql, size_t len)
     long t = session_timeout_ms;
     long idle_s = t / 3000 > 0 ? t / 3000 : 1, interval_s = t / 9000 > 0 ? t / 9000 : 1;
     int v = PQserverVersion(pg->conn);
-    int n = snprintf(sql, len,
-                     "SELECT set_config('idle_in_transaction_session_timeout', '%ld', false),"
-                     " set_config('tcp_keepalives_idle', '%ld', false),"
-                     " set_config('tcp_keepalives_interval', '%ld', false),"
-                     " set_config('tcp_keepalives_count', '3', false)",
-                     t, idle_s, interval_s);
+    int n = snprintf(
+        sql, len,
+        "SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', '%ld', false),"
+        " pg_catalog.set_config('tcp_keepalives_idle', '%ld', false),"
+        " pg_catalog.set_config('tcp_keepalives_interval', '%ld', false),"
+        " pg_catalog.set_config('tcp_keepalives_count', '3', false)",
+        t, idle_s, interval_s);
     if (v >= 120000 && n > 0 && (size_t)n < len)
-        n +=
-            snprintf(sql + n, len - (size_t)n, ", set_config('tcp_user_timeout', '%ld', false)", t);
+        n += snprintf(sql + n, len - (size_t)n,
+                      ", pg_catalog.set_config('tcp_user_timeout', '%ld', false)", t);
     if (v >= 140000 && n > 0 && (size_t)n < len)
         snprintf(sql + n, len - (size_t)n,
-                 ", set_config('idle_session_timeout', '%ld', false),"
-                 " set_config('client_connection_check_interval', '%ld', false)",
+                 ", pg_catalog.set_config('idle_session_timeout', '%ld', false),"
+                 " pg_catalog.set_config('client_connection_check_interval', '%ld', false)",
                  t, t / 3 > 1000 ? t / 3 : 1000);
 }
 
@@ -143,7 +144,8 @@ static void setup_sql(const PgConn *pg, char *sql, size_t len)
  * in every batch's cycle (README, "Synchronous standbys and slow disks"). The marks that record
  * failures wait for the local flush (statements.h, SQL_MARK_PLAN_FAILURES). */
 static const char SQL_NO_FLUSH_WAIT[] =
-    "SELECT set_config('synchronous_commit', CASE WHEN source IN ('default', 'configuration file',"
+    "SELECT pg_catalog.set_config('synchronous_commit', CASE WHEN source IN ('default', "
+    "'configuration file',"
     " 'command line', 'environment variable') THEN 'off' ELSE setting END, false)"
     " FROM pg_settings WHERE name = 'synchronous_commit'";
 

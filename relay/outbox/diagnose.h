@@ -24,19 +24,20 @@
 #define DIAGNOSE_FLOOR_SQL                                                                         \
     "SELECT t.oid IS NOT NULL, c.relkind, a.attname IS NOT NULL, a.attidentity, s.seq::text,"      \
     " q.seqcache, q.seqcycle,"                                                                     \
-    " CASE WHEN s.seq IS NOT NULL THEN has_sequence_privilege(s.seq, 'SELECT, USAGE') END,"        \
+    " CASE WHEN s.seq IS NOT NULL THEN pg_catalog.has_sequence_privilege(s.seq, 'SELECT, USAGE') " \
+    "END,"                                                                                         \
     " current_user,"                                                                               \
-    " CASE WHEN to_regrole('outbox_relay') IS NOT NULL"                                            \
-    " AND pg_has_role(current_user, 'outbox_relay', 'MEMBER') THEN 'outbox_relay'"                 \
-    " ELSE quote_ident(current_user) END"                                                          \
-    " FROM (SELECT to_regclass({table_text}) AS oid) t"                                            \
+    " CASE WHEN pg_catalog.to_regrole('outbox_relay') IS NOT NULL"                                 \
+    " AND pg_catalog.pg_has_role(current_user, 'outbox_relay', 'MEMBER') THEN 'outbox_relay'"      \
+    " ELSE pg_catalog.quote_ident(current_user) END"                                               \
+    " FROM (SELECT pg_catalog.to_regclass({table_text})::oid AS oid) t"                            \
     " LEFT JOIN pg_class c ON c.oid = t.oid"                                                       \
     " LEFT JOIN pg_attribute a ON a.attrelid = t.oid AND a.attname = {seq_text}"                   \
     " AND a.attnum > 0 AND NOT a.attisdropped"                                                     \
-    " LEFT JOIN LATERAL (SELECT pg_get_serial_sequence(t.oid::regclass::text, "                    \
+    " LEFT JOIN LATERAL (SELECT pg_catalog.pg_get_serial_sequence(t.oid::regclass::text, "         \
     "{seq_text})::regclass"                                                                        \
     " AS seq WHERE a.attname IS NOT NULL) s ON true"                                               \
-    " LEFT JOIN pg_sequence q ON q.seqrelid = s.seq"
+    " LEFT JOIN pg_sequence q ON q.seqrelid = s.seq::oid"
 
 /* A template for table_sql (placeholders {table_text}, {seq_text}): one row, never an error for a
  * missing table or column, and readable by any role (catalogs and has_*_privilege only). The

@@ -31,13 +31,13 @@
 #define SQL_BLOCKED(blocked_condition)                                                             \
     "WITH blocked AS ("                                                                            \
     " SELECT coalesce(f.{aggregate_type}::text, '') AS agg_type,"                                 \
-    " coalesce(f.{aggregate_id}::text, '') AS agg_id, min(f.{seq}) AS first_seq"                   \
+    " coalesce(f.{aggregate_id}::text, '') AS agg_id, pg_catalog.min(f.{seq}) AS first_seq"                   \
     " FROM (" SQL_FAILED_ROWS("o.{aggregate_type}, o.{aggregate_id}, o.{seq}",                     \
                               "o.lane = ANY($2::smallint[]) AND " blocked_condition) ") f"         \
     " GROUP BY 1, 2)"
 #define SQL_CLAIMABLE                                                                              \
     " o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = ANY($2::smallint[])"                    \
-    " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())"                               \
+    " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= pg_catalog.now())"                               \
     " AND NOT EXISTS (SELECT 1 FROM blocked b"                                                     \
     " WHERE b.agg_type = coalesce(o.{aggregate_type}::text, '')"                                   \
     " AND b.agg_id = coalesce(o.{aggregate_id}::text, '') AND b.first_seq < o.{seq})"
@@ -80,13 +80,13 @@
  * while locks are there: SQL_FIND_LOCKER, in the same transaction, says when they are gone. */
 #define SQL_CLAIM_AROUND_LOCKS(blocked_condition)                                                  \
     SQL_BLOCKED(blocked_condition) ","                                                             \
-    " busy AS MATERIALIZED (SELECT h.agg_type, h.agg_id, min(h.seq) AS first_seq"                  \
+    " busy AS MATERIALIZED (SELECT h.agg_type, h.agg_id, pg_catalog.min(h.seq) AS first_seq"                  \
     " FROM (SELECT o.{seq} AS seq, o.xmax, coalesce(o.{aggregate_type}::text, '') AS agg_type,"    \
     " coalesce(o.{aggregate_id}::text, '') AS agg_id FROM {table} o"                               \
     " WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = ANY($2::smallint[])"              \
     " ORDER BY o.{seq} LIMIT $5::bigint) h"                                         \
     " JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = h.xmax"                \
-    " AND l.granted AND l.pid <> pg_backend_pid() GROUP BY 1, 2)"                                  \
+    " AND l.granted AND l.pid <> pg_catalog.pg_backend_pid() GROUP BY 1, 2)"                                  \
     " SELECT" CLAIM_COLUMNS("NULL::text") " FROM {table} o WHERE" SQL_CLAIMABLE                    \
     " AND NOT EXISTS (SELECT 1 FROM busy k"                                                        \
     " WHERE k.agg_type = coalesce(o.{aggregate_type}::text, '')"                                   \
@@ -108,7 +108,9 @@
  * minute a claim when all were converted to find the 16 that fit), so rows_query hands the
  * payloads over as stored, p drops the rows that start beyond the budget by their stored sizes
  * (pg_column_size: no detoasting), and only the rest is converted (s, kept apart by OFFSET 0 so
- * the conversion is not repeated in w) and cut exactly by its text size (w). */
+ * the conversion is not repeated in w) and cut exactly by its text size (w). held, a sum of
+ * bigints, is numeric and is compared with the budget as numeric: PostgreSQL has no numeric <=
+ * bigint, and one planted in the schema would be chosen over the cast (README, "Security"). */
 #define CLAIM_COLUMNS(last_error) TABLE_ROW_COLUMNS_PAYLOAD("o.{payload}", last_error)
 #define ROW_NAMES                                                                                  \
     "seq, event_id, aggregate_type, aggregate_id, event_type, payload, headers, attempts,"         \
@@ -116,7 +118,7 @@
 #define MESSAGE_ID_MAX "4096" /* of a row too large: the longest id or type still returned */
 /* A column of the rows of w: NULL when the row is too large and the value longer than that. */
 #define BUDGET_SMALL(col)                                                                          \
-    " CASE WHEN w.too_big AND octet_length(w." col "::text) > " MESSAGE_ID_MAX " THEN NULL"        \
+    " CASE WHEN w.too_big AND pg_catalog.octet_length(w." col "::text) > " MESSAGE_ID_MAX " THEN NULL"        \
     " ELSE w." col " END"
 /* The bytes of the columns other than the payload, as text (s) or as stored (p). */
 #define BUDGET_OTHER_BYTES(f, x)                                                                   \
@@ -131,19 +133,19 @@
     " CASE WHEN w.too_big THEN NULL ELSE w.headers END, w.attempts, w.last_error, w.age,"          \
     " CASE WHEN w.too_big THEN NULL ELSE w.extra_headers END, w.created_at,"                       \
     " CASE WHEN w.too_big THEN w.bytes END"                                                        \
-    " FROM (SELECT v.*, sum(CASE WHEN v.too_big THEN 0 ELSE v.bytes END)"                          \
+    " FROM (SELECT v.*, pg_catalog.sum(CASE WHEN v.too_big THEN 0 ELSE v.bytes END)"                          \
     " OVER (ORDER BY v.seq) AS held"                                                               \
-    " FROM (SELECT s.*, coalesce(octet_length(s.text), 0)::bigint + s.other AS bytes,"             \
-    " coalesce(octet_length(s.text), 0)::bigint + s.other > $4::bigint AS too_big"                 \
+    " FROM (SELECT s.*, coalesce(pg_catalog.octet_length(s.text), 0)::bigint + s.other AS bytes,"             \
+    " coalesce(pg_catalog.octet_length(s.text), 0)::bigint + s.other > $4::bigint AS too_big"                 \
     " FROM (SELECT p.*, p.payload::text AS text,"                                                  \
-    BUDGET_OTHER_BYTES("octet_length", "p") " AS other"                                            \
-    " FROM (SELECT r.*, row_number() OVER (ORDER BY r.seq) AS n,"                                  \
-    " coalesce(sum(coalesce(pg_column_size(r.payload), 0) +"                                       \
-    BUDGET_OTHER_BYTES("pg_column_size", "r") ") OVER (ORDER BY r.seq"                             \
+    BUDGET_OTHER_BYTES("pg_catalog.octet_length", "p") " AS other"                                            \
+    " FROM (SELECT r.*, pg_catalog.row_number() OVER (ORDER BY r.seq) AS n,"                                  \
+    " coalesce(pg_catalog.sum(coalesce(pg_catalog.pg_column_size(r.payload), 0) +"                                       \
+    BUDGET_OTHER_BYTES("pg_catalog.pg_column_size", "r") ") OVER (ORDER BY r.seq"                             \
     " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before"                             \
     " FROM (" rows_query ") AS r(" ROW_NAMES ")) p"                                                \
     " WHERE p.n = 1 OR p.before < $3::bigint OFFSET 0) s) v) w"                                    \
-    " WHERE w.n = 1 OR w.held <= $3::bigint ORDER BY w.seq"
+    " WHERE w.n = 1 OR w.held <= $3::bigint::numeric ORDER BY w.seq"
 
 /* Which transaction holds the first locked row among the next $1 unsent ones (the window of the
  * claim around locks it follows, in the same transaction: rows this session locked are left
@@ -153,7 +155,7 @@
     "SELECT o.{seq}, l.pid FROM (SELECT o.{seq}, o.xmax FROM {table} o"                            \
     " WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = ANY($2::smallint[])"              \
     " ORDER BY o.{seq} LIMIT $1) o JOIN pg_locks l ON l.locktype = 'transactionid'"                \
-    " AND l.transactionid = o.xmax AND l.granted AND l.pid <> pg_backend_pid()"                    \
+    " AND l.transactionid = o.xmax AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()"                    \
     " ORDER BY o.{seq} LIMIT 1"
 
 /* The claim floor's statements (relay/engine/floor.h says why each is safe).
@@ -163,9 +165,9 @@
  * and the last value the sequence of {seq} handed out (NULL before the first), which bounds the
  * floor's candidates: a {seq} given by hand, above the sequence, never lifts the floor. */
 #define SQL_FLOOR_HELD(holds)                                                                      \
-    "SELECT (SELECT min(f.{seq}) FROM ("                                                           \
+    "SELECT (SELECT pg_catalog.min(f.{seq}) FROM ("                                                           \
     SQL_FAILED_ROWS("o.{seq}", "o.lane = ANY($1::smallint[])" holds) ") f),"                       \
-    " pg_sequence_last_value(pg_get_serial_sequence({table_text}, {seq_text})::regclass)"
+    " pg_catalog.pg_sequence_last_value(pg_catalog.pg_get_serial_sequence({table_text}, {seq_text})::regclass)"
 /* After the claim: whether the writers listed last time ($1, virtual transaction ids) have all
  * ended, and the transactions that may still add rows to the table (they hold RowExclusiveLock
  * on it: every INSERT takes it before its row's {seq} is drawn). A prepared transaction's locks
@@ -177,15 +179,15 @@
     " AND (l.virtualtransaction = ANY($1::text[]) OR l.pid IS NULL)),"                             \
     " ARRAY(SELECT l.virtualtransaction FROM pg_locks l WHERE l.locktype = 'relation'"             \
     " AND l.database = d.oid AND l.relation = t.oid AND l.mode = 'RowExclusiveLock'"               \
-    " AND l.pid IS DISTINCT FROM pg_backend_pid())::text"                                          \
+    " AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid())::text"                                          \
     " FROM (SELECT {table_text}::regclass::oid AS oid) t,"                                         \
-    " (SELECT oid FROM pg_database WHERE datname = current_database()) d"
+    " (SELECT oid FROM pg_database WHERE datname = pg_catalog.current_database()) d"
 /* Dead events not yet published to the dead-letter topic: found on the retry index (after
  * SQL_CLAIM_PLAN, as SQL_FAILED_ROWS says), locked unless someone else holds them. */
 #define DEAD_LETTER_DUE                                                                            \
     " o.dead_at IS NOT NULL AND o.sent_at IS NULL AND o.attempts > 0"                              \
     " AND o.dead_letter_topic IS NULL AND o.lane = ANY($2::smallint[])"                            \
-    " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())"
+    " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= pg_catalog.now())"
 #define SQL_CLAIM_DEAD_LETTER                                                                      \
     "SELECT" CLAIM_COLUMNS("o.last_error") " FROM {table} o"                                   \
     " WHERE o.{seq} = ANY(" SQL_FAILED_IN_ORDER(DEAD_LETTER_DUE) ") AND" DEAD_LETTER_DUE           \
@@ -194,8 +196,8 @@
 
 /* What holds an aggregate's later events back: a failed event waiting for its retry, and with
  * --on-poison hold a dead one. */
-#define HOLD_BLOCKS "(o.next_attempt_at > now() OR o.dead_at IS NOT NULL)"
-#define SKIP_BLOCKS "o.next_attempt_at > now() AND o.dead_at IS NULL"
+#define HOLD_BLOCKS "(o.next_attempt_at > pg_catalog.now() OR o.dead_at IS NOT NULL)"
+#define SKIP_BLOCKS "o.next_attempt_at > pg_catalog.now() AND o.dead_at IS NULL"
 
 _Static_assert(SQL_CLAIM_HOLD_AROUND_LOCKS - SQL_CLAIM_HOLD ==
                    SQL_CLAIM_SKIP_AROUND_LOCKS - SQL_CLAIM_SKIP,
@@ -213,7 +215,7 @@ const char *const session_sql_templates[SESSION_SQL_COUNT] = {
     [SQL_FLOOR_WRITERS] = FLOOR_WRITERS,
     [SQL_FLOOR_CHECK] = DIAGNOSE_FLOOR_SQL, /* read by diagnose_floor (diagnose.h) */
     [SQL_MARK_SENT] =
-        "UPDATE {table} SET sent_at = clock_timestamp() WHERE {seq} = ANY($1::bigint[])",
+        "UPDATE {table} SET sent_at = pg_catalog.clock_timestamp() WHERE {seq} = ANY($1::bigint[])",
     /* --on-sent delete: no new row version and no sent_at index entry to write, which is most
      * of what marking costs (README, "Marking or deleting sent rows"). */
     [SQL_DELETE_SENT] = "DELETE FROM {table} WHERE {seq} = ANY($1::bigint[])",
@@ -221,16 +223,20 @@ const char *const session_sql_templates[SESSION_SQL_COUNT] = {
      * retry wait counted from there could already be over when the failure is recorded. Every
      * failure counts an attempt and waits before the next one: transient failures 1 s doubling to
      * 30 s, rejections --retry-backoff doubling to --retry-backoff-max, both with jitter. The
-     * max-attempts-th rejection dead-letters the event. SET expressions see the old row. */
+     * max-attempts-th rejection dead-letters the event. SET expressions see the old row. Every
+     * operand is cast to the type of the built-in operator it meets (float8 ^ float8, ...): one
+     * that needed a cast would let a look-alike operator in the schema take the call. */
     [SQL_MARK_FAILED] =
         "UPDATE {table} AS o SET attempts = o.attempts + 1,"
         " rejections = o.rejections + f.permanent::int, last_error = f.error,"
         " dead_at = CASE WHEN f.permanent AND o.rejections + 1 >= $4::int"
-        " THEN clock_timestamp() END,"
+        " THEN pg_catalog.clock_timestamp() END,"
         " next_attempt_at = CASE WHEN f.permanent AND o.rejections + 1 >= $4::int THEN NULL"
-        " ELSE clock_timestamp() + make_interval(secs => (0.5 + random() / 2) * CASE WHEN"
-        " f.permanent THEN least($5::float8 * 2 ^ least(o.rejections, 30), $6::float8)"
-        " ELSE least(2 ^ least(o.attempts - o.rejections, 30), 30) END) END"
+        " ELSE pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs =>"
+        " (0.5::float8 + pg_catalog.random() / 2::float8) * CASE WHEN"
+        " f.permanent THEN least($5::float8 * 2::float8 ^ least(o.rejections, 30)::float8,"
+        " $6::float8)"
+        " ELSE least(2::float8 ^ least(o.attempts - o.rejections, 30)::float8, 30::float8) END) END"
         " FROM unnest($1::bigint[], $2::text[], $3::bool[]) AS f(id, error, permanent)"
         " WHERE o.{seq} = f.id RETURNING o.{seq}, o.{event_id}, o.{aggregate_type},"
         " o.{aggregate_id}, o.dead_at IS NOT NULL",
@@ -242,8 +248,8 @@ const char *const session_sql_templates[SESSION_SQL_COUNT] = {
      * recorded as dead-lettered costs one dead-letter message an hour, not one every 30 s. */
     [SQL_MARK_DEAD_LETTER_FAILED] =
         "UPDATE {table} AS o SET last_error = 'dead-letter publish failed: ' || f.error,"
-        " attempts = o.attempts + 1, next_attempt_at = clock_timestamp() + make_interval(secs =>"
-        " least(30::float8 * 2::float8 ^ least(greatest(o.attempts - o.rejections, 0), 7)::float8,"
-        " 3600::float8))"
+        " attempts = o.attempts + 1, next_attempt_at = pg_catalog.clock_timestamp()"
+        " + pg_catalog.make_interval(secs => least(30::float8 * 2::float8"
+        " ^ least(greatest(o.attempts - o.rejections, 0), 7)::float8, 3600::float8))"
         " FROM unnest($1::bigint[], $2::text[]) AS f(id, error) WHERE o.{seq} = f.id",
 };

@@ -26,16 +26,18 @@
  * unsent rows) to save nothing. lock_timeout: see SQL_CLAIM. */
 #define CLAIM_LOCK_TIMEOUT_MS "200"
 #define SQL_CLAIM_PLAN                                                                             \
-    "SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true)," \
-    " set_config('jit', 'off', true), set_config('lock_timeout', '" CLAIM_LOCK_TIMEOUT_MS          \
-    "', true)"
+    "SELECT pg_catalog.set_config('enable_sort', 'off', true), "                                   \
+    "pg_catalog.set_config('enable_bitmapscan', 'off', true),"                                     \
+    " pg_catalog.set_config('jit', 'off', true), pg_catalog.set_config('lock_timeout', "           \
+    "'" CLAIM_LOCK_TIMEOUT_MS "', true)"
 /* Before the marks, in the claim's transaction: they wait as long as they need (a table lock
  * some DDL holds, say), rather than fail after the claim's lock_timeout. And they find their rows
  * by the primary key: a batch of 1,000 ids costs the planner more than a sequential scan of a
  * table it believes small (a new one, or one whose dead versions an old snapshot keeps), and that
  * scan read every version each mark (measured: 50 ms and more a mark in the old-snapshot bench). */
 #define SQL_MARK_PLAN                                                                              \
-    "SELECT set_config('lock_timeout', '0', true), set_config('enable_seqscan', 'off', true)"
+    "SELECT pg_catalog.set_config('lock_timeout', '0', true), "                                    \
+    "pg_catalog.set_config('enable_seqscan', 'off', true)"
 /* In a transaction that records failures (attempts, dead-lettering, dead-letter publications):
  * where the relay's session does not wait for the flush (relay/io/pg.c), this commit waits for
  * PostgreSQL's own flush (synchronous_commit local), still not for a standby. A lost sent mark
@@ -46,8 +48,9 @@
  * role or database gave the relay is kept. Failures are rare: the flush costs nothing in a
  * steady flow. */
 #define SQL_FAILURES_DURABLE_SETTING                                                               \
-    "set_config('synchronous_commit', CASE current_setting('synchronous_commit')"                  \
-    " WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true)"
+    "pg_catalog.set_config('synchronous_commit', CASE "                                            \
+    "pg_catalog.current_setting('synchronous_commit')"                                             \
+    " WHEN 'off' THEN 'local' ELSE pg_catalog.current_setting('synchronous_commit') END, true)"
 #define SQL_MARK_PLAN_FAILURES SQL_MARK_PLAN ", " SQL_FAILURES_DURABLE_SETTING
 #define SQL_FAILURES_DURABLE "SELECT " SQL_FAILURES_DURABLE_SETTING
 
@@ -63,10 +66,11 @@
  * the sent ones): the upkeep's gauges and `status` both read it, columns as BacklogColumn. A
  * template: {table} is expanded by table.h. */
 #define SQL_BACKLOG                                                                                \
-    "SELECT count(*) FILTER (WHERE dead_at IS NULL),"                                              \
-    " count(*) FILTER (WHERE dead_at IS NULL AND attempts > 0),"                                   \
-    " count(*) FILTER (WHERE dead_at IS NOT NULL),"                                                \
-    " extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL))::float8"          \
+    "SELECT pg_catalog.count(*) FILTER (WHERE dead_at IS NULL),"                                   \
+    " pg_catalog.count(*) FILTER (WHERE dead_at IS NULL AND attempts > 0),"                        \
+    " pg_catalog.count(*) FILTER (WHERE dead_at IS NOT NULL),"                                     \
+    " extract(epoch FROM pg_catalog.now() - pg_catalog.min(created_at) FILTER (WHERE dead_at IS "  \
+    "NULL))::float8"                                                                               \
     " FROM {table} WHERE sent_at IS NULL"
 typedef enum {
     BACKLOG_UNSENT,       /* not sent, not dead */
@@ -109,23 +113,25 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 
 /* A free member slot, taken: $1 the slot count. */
 #define SQL_LANES_JOIN                                                                             \
-    "SELECT s FROM generate_series(0, $1::int - 1) AS s"                                           \
-    " WHERE pg_try_advisory_lock(" LOCK_NS_MEMBER ", s) LIMIT 1"
+    "SELECT s FROM pg_catalog.generate_series(0, $1::int - 1) AS s"                                \
+    " WHERE pg_catalog.pg_try_advisory_lock(" LOCK_NS_MEMBER ", s) LIMIT 1"
 /* Gives the member slot $1 up (a session that rests). */
-#define SQL_LANES_LEAVE "SELECT pg_advisory_unlock(" LOCK_NS_MEMBER ", $1::int)"
+#define SQL_LANES_LEAVE "SELECT pg_catalog.pg_advisory_unlock(" LOCK_NS_MEMBER ", $1::int)"
 /* The member slots of live sessions, of all relays on this database. */
 #define SQL_LANES_MEMBERS                                                                          \
     "SELECT objid::int FROM pg_locks"                                                              \
     " WHERE locktype = 'advisory' AND classid = " LOCK_NS_MEMBER "::oid AND objsubid = 2"          \
-    " AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())" \
+    " AND granted AND database = (SELECT oid FROM pg_database WHERE datname = "                    \
+    "pg_catalog.current_database())"                                                               \
     " ORDER BY 1"
 /* Of the lanes $1, those this session could lock now. */
 #define SQL_LOCK_LANES                                                                             \
-    "SELECT l FROM unnest($1::int[]) AS l WHERE pg_try_advisory_lock(" LOCK_NS_LANE ", l)"
+    "SELECT l FROM pg_catalog.unnest($1::int[]) AS l WHERE "                                       \
+    "pg_catalog.pg_try_advisory_lock(" LOCK_NS_LANE ", l)"
 /* Gives the lanes $1 up. */
 #define SQL_UNLOCK_LANES                                                                           \
-    "SELECT count(*) FILTER (WHERE pg_advisory_unlock(" LOCK_NS_LANE ", l))"                       \
-    " FROM unnest($1::int[]) AS l"
+    "SELECT pg_catalog.count(*) FILTER (WHERE pg_catalog.pg_advisory_unlock(" LOCK_NS_LANE ", l))" \
+    " FROM pg_catalog.unnest($1::int[]) AS l"
 
 /* Sessions holding the lane group's locks that cannot be a relay's (advisory locks need no
  * privilege: any login can take them). A relay session holds exactly one member slot, takes
@@ -153,22 +159,25 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 /* ---- status (relay/cmd/status.c) ---- */
 
 /* Uses the index on sent_at (migrations/0005). */
-#define SQL_THROUGHPUT "SELECT count(*) FROM {table} WHERE sent_at > now() - interval '60 seconds'"
+#define SQL_THROUGHPUT                                                                             \
+    "SELECT pg_catalog.count(*) FROM {table} WHERE sent_at > pg_catalog.now() - interval '60 "     \
+    "seconds'"
 /* A relay session is alive while it holds a member-slot lock (see lanes.h); its lanes are the
  * lane locks of the same session (a relay runs --sessions of them). pg_stat_activity shows the
  * client address and start time only for sessions the role may see (its own, or all with
  * pg_read_all_stats): NULL otherwise. */
 #define SQL_RELAYS                                                                                 \
     "SELECT m.objid::int, m.pid,"                                                                  \
-    " (SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory'"                              \
+    " (SELECT pg_catalog.count(*) FROM pg_locks l WHERE l.locktype = 'advisory'"                   \
     "  AND l.classid = " LOCK_NS_LANE "::oid AND l.objsubid = 2 AND l.granted"                     \
     "  AND l.pid = m.pid AND l.database = m.database),"                                            \
-    " host(a.client_addr), a.client_port,"                                                         \
-    " to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"               \
+    " pg_catalog.host(a.client_addr), a.client_port,"                                              \
+    " pg_catalog.to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"    \
     " FROM pg_locks m LEFT JOIN pg_stat_activity a ON a.pid = m.pid"                               \
     " WHERE m.locktype = 'advisory' AND m.classid = " LOCK_NS_MEMBER "::oid"                       \
     " AND m.objsubid = 2 AND m.granted"                                                            \
-    " AND m.database = (SELECT oid FROM pg_database WHERE datname = current_database())"           \
+    " AND m.database = (SELECT oid FROM pg_database WHERE datname = "                              \
+    "pg_catalog.current_database())"                                                               \
     " ORDER BY 1"
 
 /* ---- dead, requeue, purge-dead (relay/cmd/admin.c) ---- */
@@ -177,7 +186,8 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
  * order column ({seq}: id in the relay's own table), which is what --id takes. */
 #define SQL_DEAD                                                                                   \
     "SELECT {seq}, {event_id}, {aggregate_type}, {aggregate_id}, {event_type}, attempts,"          \
-    " rejections, to_char(dead_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),"          \
+    " rejections, pg_catalog.to_char(dead_at AT TIME ZONE 'UTC', "                                 \
+    "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),"                                                           \
     " coalesce(dead_letter_topic, ''), coalesce(last_error, '')"                                   \
     " FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL ORDER BY {seq}"
 #define SQL_REQUEUE                                                                                \
@@ -199,15 +209,18 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     "SELECT kind, who, app, state, secs, xids FROM ("                                              \
     " SELECT 'session' AS kind, a.pid::text AS who, coalesce(a.application_name, '') AS app,"      \
     " coalesce(a.state, '') AS state,"                                                             \
-    " extract(epoch FROM now() - coalesce(a.xact_start, a.backend_start))::float8 AS secs,"        \
-    " age(a.backend_xmin)::bigint AS xids"                                                         \
-    " FROM pg_stat_activity a WHERE a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()"      \
+    " extract(epoch FROM pg_catalog.now() - coalesce(a.xact_start, a.backend_start))::float8 AS "  \
+    "secs,"                                                                                        \
+    " pg_catalog.age(a.backend_xmin)::bigint AS xids"                                              \
+    " FROM pg_stat_activity a WHERE a.backend_xmin IS NOT NULL AND a.pid <> "                      \
+    "pg_catalog.pg_backend_pid()"                                                                  \
     " UNION ALL SELECT 'replication slot', s.slot_name::text, '', CASE WHEN s.active THEN "        \
     "'active'"                                                                                     \
-    " ELSE 'inactive' END, NULL, age(s.xmin)::bigint"                                              \
+    " ELSE 'inactive' END, NULL, pg_catalog.age(s.xmin)::bigint"                                   \
     " FROM pg_replication_slots s WHERE s.xmin IS NOT NULL"                                        \
     " UNION ALL SELECT 'prepared transaction', p.gid, '', 'prepared',"                             \
-    " extract(epoch FROM now() - p.prepared)::float8, age(p.transaction)::bigint"                  \
+    " extract(epoch FROM pg_catalog.now() - p.prepared)::float8, "                                 \
+    "pg_catalog.age(p.transaction)::bigint"                                                        \
     " FROM pg_prepared_xacts p) h ORDER BY xids DESC LIMIT 1"
 
 /* Sent rows older than $1 seconds, at most `batch` (a number, as text) of them per statement.
@@ -216,7 +229,7 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
  * not waited for. A template. */
 #define SQL_RETENTION(batch)                                                                       \
     "DELETE FROM {table} WHERE {seq} IN (SELECT {seq} FROM {table}"                                \
-    " WHERE sent_at < now() - make_interval(secs => $1::float8)"                                   \
+    " WHERE sent_at < pg_catalog.now() - pg_catalog.make_interval(secs => $1::float8)"             \
     " LIMIT " batch " FOR UPDATE SKIP LOCKED)"
 
 /* ---- verify (relay/cmd/verify.c) ---- */
@@ -225,12 +238,13 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 #define SQL_VERIFY_ROWS                                                                            \
     "SELECT {seq}, {event_id}::text, coalesce({aggregate_type}::text, ''),"                        \
     " coalesce({aggregate_id}::text, ''), coalesce({event_type}::text, '') FROM {table}"           \
-    " WHERE sent_at >= now() - make_interval(secs => $1::float8) ORDER BY {seq}"
+    " WHERE sent_at >= pg_catalog.now() - pg_catalog.make_interval(secs => $1::float8) ORDER BY "  \
+    "{seq}"
 /* The database's clock, in milliseconds since the epoch. */
-#define SQL_VERIFY_NOW "SELECT (extract(epoch FROM now()) * 1000)::bigint"
+#define SQL_VERIFY_NOW "SELECT (extract(epoch FROM pg_catalog.now()) * 1000::numeric)::bigint"
 /* For each event id of the array $1, in order, whether a row of the table has it. */
 #define SQL_VERIFY_KNOWN_IDS                                                                       \
     "SELECT EXISTS (SELECT 1 FROM {table} o WHERE o.{event_id}::text = x.id)"                      \
-    " FROM unnest($1::text[]) WITH ORDINALITY AS x(id, n) ORDER BY x.n"
+    " FROM pg_catalog.unnest($1::text[]) WITH ORDINALITY AS x(id, n) ORDER BY x.n"
 
 #endif

@@ -272,6 +272,8 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
     /* Column names as SQL text (pg_get_serial_sequence, outbox_floor_install). */
     if (IS("seq_text"))
         return append_literal(sb, conn, m->seq, err, errlen);
+    if (IS("event_id_text"))
+        return append_literal(sb, conn, m->event_id, err, errlen);
     if (IS("aggregate_type_text"))
         return append_literal(sb, conn, m->aggregate_type, err, errlen);
     if (IS("aggregate_id_text"))
@@ -302,7 +304,7 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
     if (IS("o.extra_headers")) {
         if (m->n_extra == 0)
             return put(sb, "NULL::text");
-        put(sb, "jsonb_build_object(");
+        put(sb, "pg_catalog.jsonb_build_object(");
         for (size_t i = 0; i < m->n_extra; i++) {
             if ((i > 0 && !put(sb, ", ")) ||
                 !append_literal(sb, conn, m->extra[i].header, err, errlen) || !put(sb, ", o.") ||
@@ -314,7 +316,7 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
     /* Only the messages that carry the event's time need it: the text costs 29 bytes a row in
      * every claim result held while its batch is in flight. */
     if (IS("o.created_at_text"))
-        return put(sb, m->event_time ? "to_char(o.created_at AT TIME ZONE 'UTC',"
+        return put(sb, m->event_time ? "pg_catalog.to_char(o.created_at AT TIME ZONE 'UTC',"
                                        " 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
                                      : "NULL::text");
     if (IS("unsent_idx"))

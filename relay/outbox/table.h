@@ -79,7 +79,8 @@ const char *table_map_display(const TableMap *m, char *buf, size_t buflen);
 #define TABLE_ROW_COLUMNS_PAYLOAD(payload, last_error)                                             \
     " o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, o.{event_type}, " payload ","   \
     " {o.headers}, o.attempts, " last_error ","                                                    \
-    " (extract(epoch FROM clock_timestamp() - o.created_at) * 1000000)::bigint,"                   \
+    " (extract(epoch FROM pg_catalog.clock_timestamp() - o.created_at) * "                         \
+    "1000000::numeric)::bigint,"                                                                   \
     " {o.extra_headers}, {o.created_at_text}"
 
 /* One claimed row, decoded from the columns below (engine/batch.c). Strings point into the query
