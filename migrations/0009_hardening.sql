@@ -80,6 +80,18 @@ $$;
 
 -- As in 0008; the aggregate columns are compared as text, whose = is exact (an adopted table's
 -- varchar would otherwise reach texteq through a cast, and a look-alike =(varchar, varchar)).
+--
+-- Replay (`outbox-relay replay`, relay/cmd/replay.h): a sent event put back in line is given a
+-- new order value from the sequence ({seq} = DEFAULT), in the same UPDATE that clears sent_at.
+-- Its new value is drawn, as an INSERT's is, while the replaying transaction holds
+-- RowExclusiveLock on the table, so the claim floor (relay/engine/floor.h) cannot pass it before
+-- it commits: to the claims it is a fresh row, read from the unsent index above every floor at
+-- the rate of new events, with attempts 0. So the trigger (0008: a row made unsent again counts
+-- as tried once, attempts 1, and the claims find it below the floor on the index of failed rows)
+-- leaves alone a row whose order value changed in the same UPDATE; it stays the safety net for
+-- rows made unsent by hand with their old order value. Safe because the floor is on only for an
+-- identity column GENERATED ALWAYS (diagnose.h's SQL_FLOOR_CHECK): an UPDATE may set such a
+-- column only to DEFAULT, a value the sequence hands out now, never a lower one chosen by hand.
 CREATE OR REPLACE FUNCTION outbox_floor_install(t regclass, seq name, aggregate_type name,
                                                 aggregate_id name)
 RETURNS void LANGUAGE plpgsql AS $$
@@ -98,11 +110,12 @@ BEGIN
     END IF;
     EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS outbox_floor_visible ON %s', t);
     EXECUTE pg_catalog.format('CREATE TRIGGER outbox_floor_visible BEFORE UPDATE ON %s FOR EACH ROW'
-                              ' WHEN (NEW.sent_at IS NULL AND NEW.attempts = 0 AND (OLD.sent_at IS NOT NULL'
+                              ' WHEN (NEW.sent_at IS NULL AND NEW.attempts = 0'
+                              ' AND OLD.%I IS NOT DISTINCT FROM NEW.%I AND (OLD.sent_at IS NOT NULL'
                               ' OR OLD.attempts > 0 OR OLD.%I::text IS DISTINCT FROM NEW.%I::text'
                               ' OR OLD.%I::text IS DISTINCT FROM NEW.%I::text))'
                               ' EXECUTE FUNCTION %s()',
-                              t, aggregate_type, aggregate_type, aggregate_id, aggregate_id,
+                              t, seq, seq, aggregate_type, aggregate_type, aggregate_id, aggregate_id,
                               'outbox_floor_counted()'::pg_catalog.regprocedure::pg_catalog.regproc);
 END
 $$;

@@ -54,7 +54,7 @@ static const char *const SQL_REPLAY_BATCH = "SELECT o.{seq} FROM {table} o WHERE
 /* The update, one row at a time in {seq} order within one statement (a DO block: one round
  * trip, its UPDATE planned once): a single UPDATE ... WHERE {seq} = ANY(...) draws the new values
  * in whatever order its plan visits the rows, and replayed events of one aggregate must keep
- * their order. {seq} = DEFAULT draws from the sequence (migrations/0010_replay.sql); attempts,
+ * their order. {seq} = DEFAULT draws from the sequence (migrations/0009_hardening.sql); attempts,
  * rejections and the retry time start again as for a new event: the copy is a new delivery, and
  * failures of the first copy (which did reach Kafka) must not bring it nearer to --max-attempts.
  * last_error stays as history. The ids come from this program (integers), never from input. */

@@ -5,7 +5,7 @@
  * selects sent events — by id range, by the time they were marked sent, by aggregate, by event
  * type, or the list `verify --json` reported missing (--missing FILE, - for stdin) — and makes
  * each one unsent again as a fresh event: it gets a new order value from the sequence ({seq} =
- * DEFAULT, migrations/0010_replay.sql says why that keeps the claim floor safe), attempts 0 and
+ * DEFAULT, migrations/0009_hardening.sql says why that keeps the claim floor safe), attempts 0 and
  * no retry time. The relays then claim it above their floors, from the unsent index, at the rate
  * of new events, and no failure is counted against it. Hand-made replays (`UPDATE ... SET
  * sent_at = NULL`) keep their order value and still go through 0008's trigger.

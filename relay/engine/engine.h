@@ -143,6 +143,7 @@ struct Session {
     char last_mark_error[256]; /* of the last failed recording, logged once (see marks.c) */
     int salvage_row;           /* recording row by row: the row whose outcome is being recorded */
     int salvage_unrecorded;    /* rows whose outcome could not be recorded at all */
+    int mark_retries;          /* batches in a row whose marks failed for a passing reason */
     ev_timer poll_timer;
     ev_timer retry_timer;
     ev_timer busy_timer; /* session_poll_soon */

@@ -59,6 +59,7 @@ static void finish_batch(Session *s, bool retry)
         return;
     }
     backoff_reset(&s->retry);
+    s->mark_retries = 0;
     /* Claim again at once: producers do not notify an awake relay, so only an empty claim may
      * end the cycle (and then the relay goes to sleep, see wakeup_go_to_sleep). */
     s->wake_pending = true;
@@ -169,6 +170,8 @@ static void on_rolled_back_to_retry(PgConn *pg, PGresult **results, int n, const
     }
     floor_abandon(&s->floor);
     finish_batch(s, true);
+    if (s->setup_fault)
+        session_start_next_request(s); /* gives its lanes up now, not after the backoff */
 }
 
 /* The marks failed (their transaction is aborted, COMMIT did not run; state and error: the
@@ -182,6 +185,11 @@ static void salvage_batch(Session *s, const char *state, const char *error)
     PgQuery q = {SQL_ROLLBACK, 0, NULL, false};
     PgResultFn then = on_rolled_back_to_salvage;
     SqlstateFault fault = sqlstate_fault(state);
+    /* A passing failure that comes back batch after batch may be one row's after all (a
+     * corrupt row, marks over a statement_timeout only with a large batch): from the third in
+     * a row, the rows are recorded one by one, so the others get through. */
+    if (fault == SQLSTATE_FAULT_TRANSIENT && ++s->mark_retries > 2)
+        fault = SQLSTATE_FAULT_ROW;
     if (fault == SQLSTATE_FAULT_ROW) {
         log_mark_error(s, "recording the batch failed; recording its rows one by one", NULL, error);
     } else {
@@ -254,6 +262,7 @@ static void on_marked_and_claimed(PgConn *pg, PGresult **results, int n, const c
     batch_recorded(s, results, marks_n);
     count_and_clear_batch(s);
     backoff_reset(&s->retry);
+    s->mark_retries = 0;
     session_set_phase(s, PHASE_CLAIMING);
     bool claim_failed = pg_first_failed(results + marks_n, n - marks_n) < n - marks_n;
     session_claimed(s, results + marks_n, n - marks_n, claim_failed ? error : NULL);

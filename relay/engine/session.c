@@ -250,7 +250,9 @@ void session_setup_fixed(Session *s)
     log_info("the setup is fixed: the session takes lanes again", "session=%d", s->index);
     s->setup_fault = false;
     s->setup_error[0] = '\0';
-    backoff_reset(&s->retry);
+    /* The backoff is not reset: a probe on no rows can pass where real rows still fail (a row
+     * trigger touching a table the role may not use), and each such round claims and publishes
+     * the batch again. It resets with the first batch recorded. */
     s->rebalance_due = true;
     s->wake_pending = true;
 }

@@ -71,6 +71,8 @@ static void note_squatters(Upkeep *u, PGresult *r)
         int pid = atoi(PQgetvalue(r, i, 0));
         const char *what = PQgetvalue(r, i, 1);
         if (strcmp(what, "slot-without-lanes") == 0) {
+            if (n_slot_only == UPKEEP_SQUATTERS_MAX)
+                continue; /* more than a look names: the next looks find the rest */
             slot_only[n_slot_only++] = pid;
             if (!pid_in(u->slot_only, u->n_slot_only, pid))
                 continue; /* a relay joining, perhaps: counted if still so at the next look */

@@ -74,7 +74,7 @@ static void test_debezium_layout(void **state)
     expect_sql(&m, "{seq} {event_id} {aggregate_type} {aggregate_id} {event_type} {payload}",
                "\"seq\" \"id\" \"aggregatetype\" \"aggregateid\" \"type\" \"payload\"");
     expect_sql(&m, "{o.headers} {o.extra_headers}",
-               "NULL::text jsonb_build_object('eventType', o.\"type\"::text)::text");
+               "NULL::text pg_catalog.jsonb_build_object('eventType', o.\"type\"::text)::text");
     table_map_free(&m);
 }
 
@@ -90,8 +90,9 @@ static void test_created_at_text_only_for_event_time(void **state)
     table_map_free(&m);
     o.event_time = true;
     assert_true(table_map_init(&m, &o, err, sizeof(err)));
-    expect_sql(&m, "{o.created_at_text}",
-               "to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')");
+    expect_sql(
+        &m, "{o.created_at_text}",
+        "pg_catalog.to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')");
     table_map_free(&m);
 }
 
@@ -109,7 +110,7 @@ static void test_quoting(void **state)
     expect_sql(&m, "{table} {aggregate_id} {unsent_idx}",
                "\"App\".\"Out\"\"box\" \"Key; DROP TABLE x\" \"Out\"\"box_unsent_idx\"");
     expect_sql(&m, "{o.extra_headers}",
-               "jsonb_build_object('it''s', o.\"a b\"::text, 'c', o.\"c\"::text)::text");
+               "pg_catalog.jsonb_build_object('it''s', o.\"a b\"::text, 'c', o.\"c\"::text)::text");
     table_map_free(&m);
 }
 
