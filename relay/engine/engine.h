@@ -144,6 +144,7 @@ struct Session {
     int salvage_row;           /* recording row by row: the row whose outcome is being recorded */
     int salvage_unrecorded;    /* rows whose outcome could not be recorded at all */
     int mark_retries;          /* batches in a row whose marks failed for a passing reason */
+    bool salvage_by_row;       /* a failed batch, once rolled back, is recorded row by row */
     ev_timer poll_timer;
     ev_timer retry_timer;
     ev_timer busy_timer; /* session_poll_soon */

@@ -141,8 +141,9 @@ static void record_next_row(Session *s)
     finish_batch(s, s->salvage_unrecorded > 0 || b->acked == 0);
 }
 
-static void on_rolled_back_to_salvage(PgConn *pg, PGresult **results, int n, const char *error,
-                                      void *arg)
+/* The failed marks' transaction is rolled back: the rows are recorded one by one
+ * (s->salvage_by_row), or the batch is sent again after the retry backoff (salvage_batch). */
+static void on_rolled_back(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Session *s = arg;
     if (!results)
@@ -152,23 +153,13 @@ static void on_rolled_back_to_salvage(PgConn *pg, PGresult **results, int n, con
         pg_conn_reset(pg, "rolling back a failed batch failed");
         return;
     }
-    floor_abandon(&s->floor); /* row by row: the floor waits for a batch committed whole */
-    s->salvage_row = 0;
-    s->salvage_unrecorded = 0;
-    record_next_row(s);
-}
-
-static void on_rolled_back_to_retry(PgConn *pg, PGresult **results, int n, const char *error,
-                                    void *arg)
-{
-    Session *s = arg;
-    if (!results)
-        return;
-    if (error) {
-        pg_conn_reset(pg, "rolling back a failed batch failed");
+    floor_abandon(&s->floor); /* the floor waits for a batch committed whole */
+    if (s->salvage_by_row) {
+        s->salvage_row = 0;
+        s->salvage_unrecorded = 0;
+        record_next_row(s);
         return;
     }
-    floor_abandon(&s->floor);
     finish_batch(s, true);
     if (s->setup_fault)
         session_start_next_request(s); /* gives its lanes up now, not after the backoff */
@@ -183,26 +174,21 @@ static void on_rolled_back_to_retry(PgConn *pg, PGresult **results, int n, const
 static void salvage_batch(Session *s, const char *state, const char *error)
 {
     PgQuery q = {SQL_ROLLBACK, 0, NULL, false};
-    PgResultFn then = on_rolled_back_to_salvage;
     SqlstateFault fault = sqlstate_fault(state);
     /* A passing failure that comes back batch after batch may be one row's after all (a
      * corrupt row, marks over a statement_timeout only with a large batch): from the third in
      * a row, the rows are recorded one by one, so the others get through. */
     if (fault == SQLSTATE_FAULT_TRANSIENT && ++s->mark_retries > 2)
         fault = SQLSTATE_FAULT_ROW;
-    if (fault == SQLSTATE_FAULT_ROW) {
+    if (fault == SQLSTATE_FAULT_ROW)
         log_mark_error(s, "recording the batch failed; recording its rows one by one", NULL, error);
-    } else {
-        if (fault == SQLSTATE_FAULT_SETUP)
-            session_setup_failed(s, "recording a batch", state, error);
-        else
-            log_mark_error(s,
-                           "recording the batch failed; it is sent again after the retry "
-                           "backoff",
-                           NULL, error);
-        then = on_rolled_back_to_retry;
-    }
-    if (!pg_conn_send(s->pg, &q, 1, then, s))
+    else if (fault == SQLSTATE_FAULT_SETUP)
+        session_setup_failed(s, "recording a batch", state, error);
+    else
+        log_mark_error(s, "recording the batch failed; it is sent again after the retry backoff",
+                       NULL, error);
+    s->salvage_by_row = fault == SQLSTATE_FAULT_ROW;
+    if (!pg_conn_send(s->pg, &q, 1, on_rolled_back, s))
         pg_conn_reset(s->pg, "connection busy while rolling back");
 }
 
