@@ -30,8 +30,9 @@ SCRIPTS=(tests/run.sh tests/lib.sh tests/netns_lib.sh tests/demo_lib.sh tests/it
 # Only a word the scan flagged on a real machine, and checked by hand, belongs here.
 PROSE=" as column dh duplicates file free idle look make postmaster shutdown size systemd w write "
 # ... and: faketime (41_wall_clock_step.sh names the package; the library is listed by path), man
-# (a directory of gen-man.sh's arguments in 13_units.sh), opt (a loop variable in 14).
-PROSE="$PROSE faketime man opt "
+# (a directory of gen-man.sh's arguments in 13_units.sh), opt and col (loop variables in 14 and
+# 16).
+PROSE="$PROSE faketime man opt col "
 # Commands a test uses only when the machine has them, saying "# SKIP" otherwise: test 97 reads
 # the relay's events with the CloudEvents SDK from npm (the registry, at test time), which a
 # fresh Debian has no business installing.
