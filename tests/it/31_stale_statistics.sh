@@ -103,10 +103,10 @@ check_eq "relay exits 0" 0 $?
 
 # The plans of the statements that look for failed rows: the claim, the floor's look, the
 # dead-letter claim.
-plans_of 'SELECT w\.seq, CASE WHEN w\.too_big|SELECT \(SELECT min\(' "$((log_from + 1))" >"$T/look-plans.txt"
+plans_of 'SELECT w\.seq, CASE WHEN w\.too_big|SELECT \(SELECT pg_catalog\.min\(' "$((log_from + 1))" >"$T/look-plans.txt"
 claims=$(grep -c 'Query Text: SELECT w.seq, CASE WHEN w.too_big' "$T/look-plans.txt")
 check "claims had their plan logged ($claims)" test "$claims" -ge 3
-check "the floor's look had its plan logged" grep -q 'Query Text: SELECT (SELECT min(' \
+check "the floor's look had its plan logged" grep -q 'Query Text: SELECT (SELECT pg_catalog.min(' \
     "$T/look-plans.txt"
 check "the dead-letter claim had its plan logged" grep -q 'o.last_error' "$T/look-plans.txt"
 # Every scan of the unsent index in those plans starts somewhere (the claim's part above the
