@@ -11,6 +11,9 @@
 #     named in the "holds back vacuum" warning escaped, never raw.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../lib.sh"
+# The hostile strings below are written with $'\uXXXX', which bash encodes by the locale's
+# charset: in the C locale (a fresh Debian's) they would stay the six characters "\u2028".
+export LC_ALL=C.UTF-8
 t_setup
 pg_start
 # Prepared transactions are off by default; the GID test needs a few.
