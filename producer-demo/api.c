@@ -77,6 +77,19 @@ void api_response_free(ApiResponse *r)
 
 /* Maps a database failure to a response: 503 when PostgreSQL is unreachable (retry later), 500
  * for anything else. Returns true when the connection must be dropped. */
+/* The answers for a key used with another request (422) and for one whose request is still
+ * running (409 with Retry-After), from whichever path found it so. */
+static void answer_key_mismatch(ApiResponse *r)
+{
+    api_problem(r, 422, "this Idempotency-Key was already used with a different request");
+}
+
+static void answer_key_busy(ApiResponse *r)
+{
+    api_problem(r, 409, "a request with this Idempotency-Key is still being processed");
+    r->retry_after = RETRY_AFTER_BUSY;
+}
+
 static bool db_failed(ApiResponse *r, const char *step, const DbError *e)
 {
     char q[400];
@@ -174,12 +187,11 @@ static void busy_or_replay(Api *api, const IdemRequest *req, const char *fp, Api
         break;
     }
     case IDEM_MISMATCH:
-        api_problem(r, 422, "this Idempotency-Key was already used with a different request");
+        answer_key_mismatch(r);
         break;
     case IDEM_NEW:
     case IDEM_BUSY:
-        api_problem(r, 409, "a request with this Idempotency-Key is still being processed");
-        r->retry_after = RETRY_AFTER_BUSY;
+        answer_key_busy(r);
         break;
     case IDEM_FAILED:
         broken = db_failed(r, "look key up", &e);
@@ -209,7 +221,7 @@ static void run_idempotent(Api *api, const IdemRequest *req, Work work, void *ar
             return;
         case FAST_MISMATCH:
             api->redis_hits++;
-            api_problem(r, 422, "this Idempotency-Key was already used with a different request");
+            answer_key_mismatch(r);
             r->from_redis = true;
             return;
         case FAST_MISS:
@@ -254,11 +266,10 @@ static void run_idempotent(Api *api, const IdemRequest *req, Work work, void *ar
         replay(r, &stored);
         break;
     case IDEM_MISMATCH:
-        api_problem(r, 422, "this Idempotency-Key was already used with a different request");
+        answer_key_mismatch(r);
         break;
     case IDEM_BUSY:
-        api_problem(r, 409, "a request with this Idempotency-Key is still being processed");
-        r->retry_after = RETRY_AFTER_BUSY;
+        answer_key_busy(r);
         break;
     case IDEM_FAILED:
         broken = db_failed(r, "claim key", &e);
