@@ -192,6 +192,12 @@ void session_stop(Session *s);
 /* The only writer of s->phase: a change the cycle does not allow is a bug, logged and aborted
  * on (a relay that does not know where it is must not mark rows). */
 void session_set_phase(Session *s, Phase to);
+/* The phase's name, for logs and tests ("claiming"); "?" for a value out of range. */
+const char *session_phase_name(Phase p);
+/* Called by session_set_phase with each change before it is made, when set: the engine's unit
+ * tests (tests/unit/test_engine*.c) record the phases a session goes through. NULL in the
+ * relay. */
+extern void (*session_phase_observer)(const Session *s, Phase from, Phase to);
 /* Between batches, starts whatever comes next: a due rebalance first, then a claim when there
  * is a reason to claim and nothing stands in the way; a woken guard first leaves. Does nothing
  * unless the session is idle. */

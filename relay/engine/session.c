@@ -39,7 +39,7 @@ static bool phase_change_allowed(Phase from, Phase to)
     return false;
 }
 
-static const char *phase_name(Phase p)
+const char *session_phase_name(Phase p)
 {
     static const char *const names[] = {"down",     "setup",     "idle",    "rebalancing",
                                         "claiming", "producing", "marking", "marking and claiming",
@@ -47,13 +47,17 @@ static const char *phase_name(Phase p)
     return p <= PHASE_ENDING ? names[p] : "?";
 }
 
+void (*session_phase_observer)(const Session *s, Phase from, Phase to);
+
 void session_set_phase(Session *s, Phase to)
 {
     if (!phase_change_allowed(s->phase, to)) {
         log_error("internal error: a session changed phase in a way its cycle does not allow",
-                  "from=%s to=%s session=%d", phase_name(s->phase), phase_name(to), s->index);
+                  "from=%s to=%s session=%d", session_phase_name(s->phase), session_phase_name(to), s->index);
         abort();
     }
+    if (session_phase_observer)
+        session_phase_observer(s, s->phase, to);
     s->phase = to;
 }
 
