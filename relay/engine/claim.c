@@ -9,7 +9,7 @@
 #include "metrics.h"
 #include "sqlstate.h"
 
-/* How often a session's claims look at what the floor needs (see session_claim). */
+/* How often a session's claims look at what the floor needs (see claim_build). */
 #define FLOOR_LOOK_INTERVAL_S 0.02
 
 /* The rows the claims around locks look at for locked rows (SQL_CLAIM_AROUND_LOCKS): at first
@@ -20,10 +20,10 @@
 #define BUSY_WINDOW_MAX (1L << 24)
 
 /* A claim ran into a row or table lock someone else holds (lock_not_available after the claim's
- * lock_timeout): roll back and claim around locked rows at once, with a wider window each time
- * this happens again, until the window is as wide as it gets; from then on with the retry
- * backoff, so no lock can make the session spin. */
-static void on_claim_locked(Session *s)
+ * lock_timeout): the next claim goes around locked rows at once, with a wider window each time
+ * this happens again, until the window is as wide as it gets; from then on after the retry
+ * backoff (CLAIM_LOCKED_WAIT), so no lock can make the session spin. */
+static ClaimOutcome claim_locked(Session *s)
 {
     bool wider = true;
     if (!s->around_locks) {
@@ -41,10 +41,7 @@ static void on_claim_locked(Session *s)
                  "lock_timeout_ms=%s session=%d", CLAIM_LOCK_TIMEOUT_MS, s->index);
         s->lock_wait_logged = true;
     }
-    s->wake_pending = true;
-    if (!wider)
-        session_schedule_retry(s);
-    session_end_transaction(s, SQL_ROLLBACK);
+    return wider ? CLAIM_LOCKED : CLAIM_LOCKED_WAIT;
 }
 
 /* What SQL_FIND_LOCKER found behind a claim around locks: the first locked row and its locker
@@ -101,22 +98,20 @@ static void learn_floor(Session *s, const PGresult *held, const PGresult *claime
         log_warn("out of memory for the claim floor; it stays where it is", "session=%d", s->index);
 }
 
-void session_floor_committed(Session *s)
+void claim_floor_committed(Session *s)
 {
     if (floor_commit(&s->floor))
         log_debug("claim floor moved", "floor=%lld session=%d", s->floor.floor, s->index);
 }
 
-void session_claimed(Session *s, PGresult **results, int n, const char *error)
+ClaimOutcome claim_read(Session *s, PGresult **results, int n, const char *error)
 {
     char q[512];
     floor_abandon(&s->floor); /* whatever an earlier claim allowed; learn_floor says anew */
     metrics_claim_done(monotime_now() - s->claim_sent_at);
     const char *state = error ? pg_failed_sqlstate(results, n) : NULL;
-    if (state && strcmp(state, "55P03") == 0) { /* lock_not_available: the claim's lock_timeout */
-        on_claim_locked(s);
-        return;
-    }
+    if (state && strcmp(state, "55P03") == 0) /* lock_not_available: the claim's lock_timeout */
+        return claim_locked(s);
     const ClaimLayout *at = &s->claim_at;
     if (error || n < at->n) {
         if (sqlstate_fault(state) == SQLSTATE_FAULT_SETUP) {
@@ -128,20 +123,13 @@ void session_claimed(Session *s, PGresult **results, int n, const char *error)
                       log_quote(error ? error : "short result", q, sizeof(q)), s->index);
             s->claim_error_logged = true;
         }
-        session_end_transaction(s, SQL_ROLLBACK);
-        session_schedule_retry(s);
-        return;
+        return CLAIM_FAILED;
     }
     if (s->claim_error_logged)
         log_info("claiming rows works again", "session=%d", s->index);
     s->claim_error_logged = false;
-    if (s->setup_fault) {
-        /* The probe (a claim of no lanes, and the marks' statements on no rows) went through:
-         * the setup was fixed. The session joins the lane group again. */
-        session_setup_fixed(s);
-        session_end_transaction(s, SQL_COMMIT);
-        return;
-    }
+    if (s->setup_fault) /* the probe (a claim of no lanes, the marks' statements on no rows) */
+        return CLAIM_PROBE_PASSED;
     if (at->locker >= 0)
         learn_lockers(s, results[at->locker]);
 
@@ -152,33 +140,22 @@ void session_claimed(Session *s, PGresult **results, int n, const char *error)
     if (events + dead == 0) {
         adapt_row_limit(s, 0);
         relay_batch_claimed(s->relay, false); /* caught up */
-        session_floor_committed(s); /* nothing claimed: nothing that a commit must record first */
-    }
-    if (events + dead == 0 && !s->stopping && !s->wake.asleep) {
-        if (monotime_now() - s->last_rows_at >= (double)s->cfg->sleep_after_ms / 1000.0) {
-            wakeup_go_to_sleep(s);
-            return;
-        }
+        claim_floor_committed(s); /* nothing claimed: nothing that a commit must record first */
+        if (s->stopping || s->wake.asleep)
+            return CLAIM_NOTHING; /* asleep already: that was the final check */
         /* Work came recently: stay awake and poll, so a steady stream never pays for NOTIFY. */
-        session_poll_soon(s);
-        session_end_transaction(s, SQL_COMMIT);
-        return;
+        bool quiet = monotime_now() - s->last_rows_at >= (double)s->cfg->sleep_after_ms / 1000.0;
+        return quiet ? CLAIM_EMPTY_SLEEP : CLAIM_EMPTY_POLL;
     }
-    if (events + dead > 0) {
-        s->last_rows_at = monotime_now();
-        wakeup_work_came(&s->wake);
-    }
-    if (events + dead == 0 || s->stopping) {
-        session_end_transaction(s, SQL_COMMIT); /* asleep already: that was the final check */
-        return;
-    }
+    s->last_rows_at = monotime_now();
+    wakeup_work_came(&s->wake);
+    if (s->stopping)
+        return CLAIM_NOTHING; /* the rows go back untouched */
     if (kafka_fatal(s->relay->kafka)) {
-        floor_abandon(&s->floor);
         /* The producer failed while this claim was under way: produce nothing on it. The rows go
          * back untouched, and the retry recreates the producer once every session is done. */
-        session_end_transaction(s, SQL_ROLLBACK);
-        session_schedule_retry(s);
-        return;
+        floor_abandon(&s->floor);
+        return CLAIM_PRODUCER_FAILED;
     }
     /* The batch keeps the results: its rows point into them. */
     batch_load(&s->batch, results[at->events], at->dead >= 0 ? results[at->dead] : NULL);
@@ -195,20 +172,10 @@ void session_claimed(Session *s, PGresult **results, int n, const char *error)
         results[at->dead] = NULL;
     log_debug("claimed batch", "rows=%d dead_letter=%d first_id=%lld bytes=%zu session=%d", events,
               dead, s->batch.rows[0].row.id, s->batch.bytes, s->index);
-    session_set_phase(s, PHASE_PRODUCING);
-    ev_timer_stop(s->loop, &s->delivery_timer); /* libev: never set an active timer */
-    ev_timer_set(&s->delivery_timer, (double)s->cfg->delivery_timeout_ms / 1000.0, 0);
-    ev_timer_start(s->loop, &s->delivery_timer);
-    session_produce_more(s);
+    return CLAIM_BATCH;
 }
 
-static void on_claimed(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
-{
-    if (results)
-        session_claimed(arg, results, n, error);
-}
-
-bool session_claim_build(Session *s, ClaimRequest *req)
+bool claim_build(Session *s, ClaimRequest *req)
 {
     if (!relay_producer_ready(s->relay))
         return false;
@@ -245,7 +212,7 @@ bool session_claim_build(Session *s, ClaimRequest *req)
     /* Any claim of a sleeping follower but the one that follows falling asleep is a wakeup: it
      * asks again before it sleeps again, as its guard may have left. A guard goes on sleeping
      * through claims its timer brings about; it leaves when notified or given work (see
-     * session_start_next_request). */
+     * next_step in session.c). */
     wakeup_before_claim(&s->wake);
     /* The planner settings first: the look-ups of failed rows (the dead-letter claim, the
      * floor's, the claim's) rely on them to read the retry index (statements.c). */
@@ -301,18 +268,4 @@ bool session_claim_build(Session *s, ClaimRequest *req)
     at.n = req->n = nq;
     s->claim_at = at;
     return true;
-}
-
-void session_claim(Session *s)
-{
-    ClaimRequest req;
-    if (!session_claim_build(s, &req)) {
-        if (!s->relay->stopping)
-            session_schedule_retry(s); /* once the other sessions' batches are done */
-        return;
-    }
-    session_set_phase(s, PHASE_CLAIMING);
-    s->claim_sent_at = monotime_now();
-    if (!pg_conn_send(s->pg, req.queries, req.n, on_claimed, s))
-        session_set_phase(s, PHASE_IDLE);
 }

@@ -3,15 +3,19 @@
  * include it; the rest of the program sees relay.h.
  *
  * Who does what:
+ *   session.c the driver: session_step is the one function that moves a session. It owns the
+ *             phase (session_set_phase, checked against the cycle's table), sends every request,
+ *             routes every reply, report and timer to the module of the phase, and decides what
+ *             comes next (next_step: one predicate for "what now", chained claims included);
  *   relay.c   the process: the Kafka producer the sessions share (created, recreated after a
- *             fatal error, purged), delivery reports routed to their session, signals, shutdown;
- *   session.c one session's life: its connection, its phase (session_set_phase is the only
- *             writer, and checks each change), what it does next between batches, timers, stop;
- *   claim.c   claiming a batch (and going around rows others have locked);
- *   produce.c handing the batch to the producer and taking the delivery reports;
- *   marks.c   recording the outcome (sent, failed, dead-lettered) and committing, or row by row;
- *             the next claim rides behind the COMMIT in the same round trip when it may;
- *   wakeup.c  falling asleep and waking up: the guard/follow protocol (wakeup.h). */
+ *             fatal error, purged), delivery reports routed to their session's driver, signals,
+ *             shutdown;
+ *   claim.c   builds a claim (and a claim around rows others have locked) and reads its reply;
+ *   produce.c hands the batch to the producer and records the delivery reports;
+ *   marks.c   builds the marks (sent, failed, dead-lettered; or row by row) and reads their reply;
+ *   wakeup.c  the guard/follow protocol's state (wakeup.h) and the reply to a request to sleep.
+ * claim, produce, marks and wakeup never send, never change the phase and never decide what comes
+ * next: they build requests and say what a reply means (tools/check-driver.sh checks it). */
 #ifndef OUTBOX_ENGINE_H
 #define OUTBOX_ENGINE_H
 
@@ -41,19 +45,51 @@
 
 typedef struct Session Session;
 
-/* Where a session is in its cycle; exactly one request is in flight in every phase but DOWN,
- * IDLE and PRODUCING. The allowed changes are listed in session.c (phase_change_allowed). */
+/* Where a session is in its cycle. In every phase but DOWN, IDLE and PRODUCING exactly one request
+ * is in flight, and the phase names it: the reply is read by the code of that phase alone. The
+ * allowed changes are the driver's table (session.c, `cycle`), drawn in docs/architecture.md. */
 typedef enum {
     PHASE_DOWN,                 /* no PostgreSQL connection */
-    PHASE_SETUP,                /* LISTEN in flight */
-    PHASE_IDLE,                 /* no transaction open */
-    PHASE_REBALANCING,          /* lane ownership queries in flight */
+    PHASE_SETUP,                /* LISTEN (and the floor's check) in flight */
+    PHASE_IDLE,                 /* no transaction open, no request in flight */
+    PHASE_REBALANCING,          /* lane ownership queries in flight (lanes.c) */
+    PHASE_LEAVING_LANES,        /* giving the lanes and member slot up (resting, setup fault) */
+    PHASE_LEAVING_GUARD,        /* a guard gives the wakeup lock up (wakeup.c) */
     PHASE_CLAIMING,             /* BEGIN + claim in flight */
     PHASE_PRODUCING,            /* rows claimed, waiting for delivery reports */
-    PHASE_MARKING,              /* marks + COMMIT in flight, or a batch recorded row by row */
-    PHASE_MARKING_AND_CLAIMING, /* marks + COMMIT with the next claim behind them (marks.c) */
-    PHASE_ENDING, /* COMMIT or ROLLBACK of a transaction that marks nothing, or a wakeup step */
+    PHASE_MARKING,              /* marks + COMMIT in flight */
+    PHASE_MARKING_AND_CLAIMING, /* marks + COMMIT with the next claim behind them */
+    PHASE_ROLLING_BACK,         /* ROLLBACK of marks that failed */
+    PHASE_RECORDING_ROW,        /* one row's outcome in flight (a batch recorded row by row) */
+    PHASE_ENDING,               /* COMMIT or ROLLBACK of a claim that produces nothing */
+    PHASE_GOING_TO_SLEEP,       /* COMMIT of an empty claim + the request to sleep */
 } Phase;
+#define PHASE_COUNT (PHASE_GOING_TO_SLEEP + 1)
+
+/* What moves a session: everything that happens to it is one of these, handed to session_step. */
+typedef enum {
+    EVENT_CONNECTED,        /* its PostgreSQL connection is up */
+    EVENT_DISCONNECTED,     /* its connection is gone, with the open transaction and lanes */
+    EVENT_REPLY,            /* the reply to the phase's request (results, n, error) */
+    EVENT_LANES_REPLY,      /* the lane group's reply (REBALANCING, LEAVING_LANES) */
+    EVENT_WAKE,             /* there may be rows: a notification, the poll or retry timer */
+    EVENT_REBALANCE_DUE,    /* lane ownership should be looked at before the next claim */
+    EVENT_LOOK,             /* the relay changed something the next step depends on */
+    EVENT_REPORT,           /* a delivery report for row of its batch (row, err) */
+    EVENT_PRODUCER_ROOM,    /* another session's report freed room in the producer's queue */
+    EVENT_DELIVERY_TIMEOUT, /* the batch's wait for acknowledgements is over */
+    EVENT_STOP,             /* the relay stops */
+    EVENT_SHUTDOWN_TIMEOUT, /* the bound on stopping is over */
+} SessionEventKind;
+
+typedef struct SessionEvent {
+    SessionEventKind kind;
+    PGresult **results; /* EVENT_REPLY: as a PgResultFn gets them (the callee may take some) */
+    int n;
+    const char *error;
+    BatchRow *row; /* EVENT_REPORT */
+    rd_kafka_resp_err_t err;
+} SessionEvent;
 
 /* The process: one Kafka producer shared by the claim sessions, and the signals. */
 struct Relay {
@@ -147,7 +183,7 @@ struct Session {
     bool salvage_by_row;       /* a failed batch, once rolled back, is recorded row by row */
     ev_timer poll_timer;
     ev_timer retry_timer;
-    ev_timer busy_timer; /* session_poll_soon */
+    ev_timer busy_timer; /* poll_soon (session.c) */
     ev_timer rebalance_timer;
     ev_timer shutdown_timer;
     ev_timer delivery_timer; /* bounds a batch's wait for acknowledgements */
@@ -178,7 +214,7 @@ void relay_start_purge(Relay *r);
  * the process (relay_fail) and returns false too. */
 bool relay_producer_ready(Relay *r);
 
-/* ---- session.c: one session ---- */
+/* ---- session.c: the driver ---- */
 
 /* Initialises session index of r (its timers start; the connection comes with
  * session_connect). Returns false when out of memory. session_free releases it either way. */
@@ -186,11 +222,15 @@ bool session_init(Session *s, Relay *r, int index);
 void session_free(Session *s);
 /* Opens the session's PostgreSQL connection; the cycle starts when it is up. */
 void session_connect(Session *s);
-/* Stops the session: at once between batches, else once its batch is done (bounded by the
- * shutdown timeout while it waits for acknowledgements). */
-void session_stop(Session *s);
-/* The only writer of s->phase: a change the cycle does not allow is a bug, logged and aborted
- * on (a relay that does not know where it is must not mark rows). */
+/* The driver: the one function that moves a session. It takes what happened (ev), lets the
+ * module of the session's phase read it, and decides what the session does next — the whole
+ * cycle is its table of phases (session.c). Everything else reaches a session through it: the
+ * relay (reports, stop, nudges), the connection's callbacks and the timers. */
+void session_step(Session *s, const SessionEvent *ev);
+/* session_step with an event that carries nothing but its kind. */
+void session_event(Session *s, SessionEventKind kind);
+/* The only writer of s->phase (the driver calls it): a change the cycle's table does not allow is
+ * a bug, logged and aborted on (a relay that does not know where it is must not mark rows). */
 void session_set_phase(Session *s, Phase to);
 /* The phase's name, for logs and tests ("claiming"); "?" for a value out of range. */
 const char *session_phase_name(Phase p);
@@ -198,38 +238,13 @@ const char *session_phase_name(Phase p);
  * tests (tests/unit/test_engine*.c) record the phases a session goes through. NULL in the
  * relay. */
 extern void (*session_phase_observer)(const Session *s, Phase from, Phase to);
-/* Between batches, starts whatever comes next: a due rebalance first, then a claim when there
- * is a reason to claim and nothing stands in the way; a woken guard first leaves. Does nothing
- * unless the session is idle. */
-void session_start_next_request(Session *s);
-/* Whether the claim that would follow the batch being marked may be sent with its marks, in the
- * same round trip: the batch is small and got something through, nothing
- * session_start_next_request would do first is due (a rebalance, a guard's leaving, a retry's
- * wait, stopping, a larger batch to allocate) and the session has lanes. */
-bool session_may_chain_claim(const Session *s);
-/* Tells the relay's other sessions to re-divide the lanes at their next step between batches:
- * s joined or left the group, or saw the group change. */
-void session_rebalance_others(Session *s);
-/* After a request between batches: the next request, or the end if the session is stopping. */
-void session_after_request(Session *s);
-/* Ends the session's part: a guard gives up the wakeup lock first (bounded by a second); the
- * loop ends with the last session. */
-void session_finish_stopping(Session *s);
 /* A claim or the marks failed for a reason of the setup (sqlstate.h; what: "claiming rows",
  * "recording a batch"; state and error: the failed statement's): the session gives its lanes up
  * at its next step and probes after each retry backoff (engine.h, Session.setup_fault). Logged
- * once per distinct error for the relay. */
+ * once per distinct error for the relay. State only: the driver acts on it. */
 void session_setup_failed(Session *s, const char *what, const char *state, const char *error);
-/* A setup probe went through: the session joins the lane group again at its next step. */
-void session_setup_fixed(Session *s);
-/* Claims again after --busy-poll-interval. */
-void session_poll_soon(Session *s);
-/* Claims again after the retry backoff (which grows with each call until reset). */
-void session_schedule_retry(Session *s);
-/* Ends the open transaction (sql: COMMIT or ROLLBACK) without marking anything. */
-void session_end_transaction(Session *s, const char *sql);
 
-/* ---- claim.c ---- */
+/* ---- claim.c: builds a claim, reads its reply ---- */
 
 /* The statements of one claim and the parameter text they point to (claim.c fills it). */
 typedef struct ClaimRequest {
@@ -241,46 +256,97 @@ typedef struct ClaimRequest {
     int n;
 } ClaimRequest;
 
-/* Claims the next batch of the session's lanes (BEGIN, the dead-letter claim, the claim). */
-void session_claim(Session *s);
+/* What a claim's reply means for the session (claim_read). */
+typedef enum {
+    CLAIM_BATCH,           /* rows were claimed: the batch is loaded, produce it */
+    CLAIM_EMPTY_SLEEP,     /* nothing, and no rows for --sleep-after: COMMIT and ask to sleep */
+    CLAIM_EMPTY_POLL,      /* nothing, but rows came recently: COMMIT, claim after the busy poll */
+    CLAIM_NOTHING,         /* nothing to produce (asleep's final check, stopping): COMMIT */
+    CLAIM_LOCKED,          /* ran into a lock: ROLLBACK, claim around locks at once */
+    CLAIM_LOCKED_WAIT,     /* ran into a lock the widest window cannot see: ROLLBACK, retry */
+    CLAIM_FAILED,          /* failed (logged; a setup fault noted): ROLLBACK, retry */
+    CLAIM_PRODUCER_FAILED, /* the producer failed meanwhile: ROLLBACK, retry recreates it */
+    CLAIM_PROBE_PASSED,    /* a setup fault's probe went through: COMMIT, take lanes again */
+} ClaimOutcome;
+
 /* Fills req with the next claim's statements, to be sent by the caller while req lives (the
  * queries point into it and into the session's lanes and floor, which must not change before the
  * send); the session now counts the claim as under way (wakeup, floor looks, poll timer). Returns
  * false, with nothing changed, when the shared producer cannot take a batch now. */
-bool session_claim_build(Session *s, ClaimRequest *req);
-/* What a claim's statements returned (results and n as a PgResultFn gets them, from the claim's
- * BEGIN on; error: the first failure among them, or NULL): the batch starts producing, or the
- * session sleeps, polls, retries or goes around a locked row. The session's phase is CLAIMING. */
-void session_claimed(Session *s, PGresult **results, int n, const char *error);
+bool claim_build(Session *s, ClaimRequest *req);
+/* Reads what a claim's statements returned (results and n as a PgResultFn gets them, from the
+ * claim's BEGIN on; error: the first failure among them, or NULL): learns the floor, the lockers
+ * and the row limit, loads the batch (taking the results its rows point into: they are set to
+ * NULL) and says what it means. Sends nothing. */
+ClaimOutcome claim_read(Session *s, PGresult **results, int n, const char *error);
 /* The claim's transaction committed with every row of its batch recorded: the claim floor may
  * rise (floor.h). */
-void session_floor_committed(Session *s);
+void claim_floor_committed(Session *s);
 
-/* ---- produce.c ---- */
+/* ---- produce.c: hands the batch to the producer, takes its reports ---- */
 
-/* Hands the batch's next rows to the producer until it is all produced or the queue is full. */
-void session_produce_more(Session *s);
-/* Marks the batch once nothing is left to produce and every report is in (and drops an
- * abandoned batch once its last report is in). */
-void session_check_batch_done(Session *s);
-/* A delivery report for br, a row of s's batch. */
-void session_record_delivery(Session *s, BatchRow *br, rd_kafka_resp_err_t err);
-/* The delivery timer's callback (w->data is the session). */
-void session_on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents);
+/* Hands the batch's next rows to the producer until it is all produced or the queue is full
+ * (s->waiting: a report of any session frees room); when stopping or timed out, the rows not
+ * produced yet are left unsent. */
+void produce_more(Session *s);
+/* Whether nothing is left to produce and every report is in: the batch can be marked. */
+bool produce_finished(const Session *s);
+/* Records a delivery report for br, a row of s's batch (ignored for a row given up on). */
+void produce_record_report(Session *s, BatchRow *br, rd_kafka_resp_err_t err);
+/* The batch's delivery timeout: with messages at the producer, purges it (every session's
+ * messages count as timed out); with none, the rest of the batch is left unsent. */
+void produce_delivery_timeout(Session *s);
+/* Stopping took too long: the reports still missing are ignored, their rows stay unsent. */
+void produce_give_up_waiting(Session *s);
 
 /* ---- wakeup.c (wakeup.h holds the state) ---- */
 
-/* An empty claim: ends its transaction and asks to sleep, in one round trip. */
-void wakeup_go_to_sleep(Session *s);
-/* A guard gives the wakeup lock up (and wakes its followers), in a transaction of its own. */
-void wakeup_leave_guard(Session *s);
+/* Reads the reply of COMMIT + the request to sleep: false when a producer is mid-transaction
+ * (poll again soon), true when the session is asleep (as guard or follower; one final claim is
+ * due). */
+bool wakeup_sleep_read(Session *s, PGresult **results, int n, const char *error);
 /* Whether a guard must give the lock up before anything else: it was notified, or has work, or
  * has no lanes left. */
 bool wakeup_guard_must_leave(const Session *s);
 
-/* ---- marks.c ---- */
+/* ---- marks.c: builds the marks, reads their reply ---- */
 
-/* Records the outcome of the batch (every report is in) and commits. */
-void session_send_marks(Session *s);
+/* The statements that record a batch's outcome and the parameter text they point to. */
+typedef struct MarkRequest {
+    char max_attempts[24], backoff[32], backoff_max[32];
+    const char *sent[1], *failed[6], *dl_sent[2], *dl_failed[2];
+    PgQuery queries[PG_MAX_QUERIES];
+    int n;
+} MarkRequest;
+
+/* What the marks' reply means (marks_read). */
+typedef enum {
+    MARKS_RECORDED,       /* committed: on with the next claim */
+    MARKS_RECORDED_RETRY, /* committed, but nothing got through for a passing reason: back off */
+    MARKS_FAILED,         /* not recorded: ROLLBACK, then row by row (s->salvage_by_row) or retry */
+} MarksOutcome;
+
+/* Every report is in: logs the batch's failures and fills s->marks with its outcome. */
+void marks_prepare(Session *s);
+/* Fills req with the statements that record s->marks, then COMMIT when commit is set (without
+ * it the request is one implicit transaction); next, when not NULL, is a claim sent after the
+ * COMMIT in the same pipeline (its statements are copied). req must outlive the send. */
+void marks_build(Session *s, bool commit, const ClaimRequest *next, MarkRequest *req);
+/* Reads the marks' reply (chained: with a claim behind them, whose results follow the first
+ * s->chained_marks_n and are not touched). */
+MarksOutcome marks_read(Session *s, PGresult **results, int n, const char *error, bool chained);
+/* The failed marks' transaction is rolled back: true when the rows are to be recorded one by one
+ * (marks_next_row from the first), false when the batch is sent again after the backoff. */
+bool marks_rolled_back(Session *s);
+/* Recording row by row: fills req for the next row whose outcome is to be recorded and returns
+ * true; false (and logs the batch's summary) once none is left. */
+bool marks_next_row(Session *s, MarkRequest *req);
+/* Reads the reply of one row's marks. */
+void marks_row_read(Session *s, PGresult **results, int n, const char *error);
+/* Whether a batch recorded row by row waits for the retry backoff before the next claim. */
+bool marks_row_by_row_retry(const Session *s);
+/* The batch's outcome is recorded (or given up): counts it and lets go of it; without retry the
+ * retry backoff starts again from its base. */
+void marks_batch_done(Session *s, bool retry);
 
 #endif

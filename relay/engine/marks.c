@@ -9,9 +9,6 @@
 #include "metrics.h"
 #include "sqlstate.h"
 
-static void record_next_row(Session *s);
-static void send_mark_statements(Session *s, bool commit, const ClaimRequest *next, PgResultFn cb);
-
 /* ---- marking ------------------------------------------------------------------------------ */
 
 /* Logs every event the last mark dead-lettered (rows of SQL_MARK_FAILED's RETURNING). */
@@ -34,36 +31,17 @@ static void log_dead_lettered(Session *s, PGresult *res)
     }
 }
 
-/* Counts the batch whose outcome is recorded (or given up) and lets go of it. */
-static void count_and_clear_batch(Session *s)
+void marks_batch_done(Session *s, bool retry)
 {
     Batch *b = &s->batch;
     s->total_sent += (unsigned long long)b->acked;
     s->total_failed += (unsigned long long)b->failed;
     metrics_batch_committed();
     batch_clear(b);
-}
-
-/* The batch's outcome is recorded (or given up): on with the next batch, after the retry backoff
- * when nothing got through or something could not be recorded. */
-static void finish_batch(Session *s, bool retry)
-{
-    count_and_clear_batch(s);
-    session_set_phase(s, PHASE_IDLE);
-    if (s->stopping) {
-        session_finish_stopping(s);
-        return;
+    if (!retry) {
+        backoff_reset(&s->retry);
+        s->mark_retries = 0;
     }
-    if (retry) {
-        session_schedule_retry(s);
-        return;
-    }
-    backoff_reset(&s->retry);
-    s->mark_retries = 0;
-    /* Claim again at once: producers do not notify an awake relay, so only an empty claim may
-     * end the cycle (and then the relay goes to sleep, see wakeup_go_to_sleep). */
-    s->wake_pending = true;
-    session_start_next_request(s);
 }
 
 /* A failure to record an outcome is logged once per distinct error, then at debug level: a
@@ -91,12 +69,9 @@ static bool refused_by_the_row(PGresult **results, int n)
     return sqlstate_fault(pg_failed_sqlstate(results, n)) == SQLSTATE_FAULT_ROW;
 }
 
-static void on_row_recorded(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+void marks_row_read(Session *s, PGresult **results, int n, const char *error)
 {
-    Session *s = arg;
     Batch *b = &s->batch;
-    if (!results)
-        return; /* connection lost: the batch is abandoned (on_pg_state) */
     BatchRow *br = &b->rows[s->salvage_row];
     if (error) {
         log_mark_error(s, "recording a row's outcome failed", br, error);
@@ -105,8 +80,7 @@ static void on_row_recorded(PgConn *pg, PGresult **results, int n, const char *e
             snprintf(why, sizeof(why), "delivered, but marking it sent failed: %s", error);
             b->acked--;
             batch_fail(b, br, why, true);
-            record_next_row(s); /* the same row, now as a failure */
-            return;
+            return; /* the same row next, now as a failure */
         }
         const char *state = pg_failed_sqlstate(results, n);
         if (sqlstate_fault(state) == SQLSTATE_FAULT_SETUP)
@@ -117,63 +91,47 @@ static void on_row_recorded(PgConn *pg, PGresult **results, int n, const char *e
         log_dead_lettered(s, results[s->failed_stmt]);
     }
     s->salvage_row++;
-    record_next_row(s);
 }
 
-static void record_next_row(Session *s)
+bool marks_next_row(Session *s, MarkRequest *req)
 {
     Batch *b = &s->batch;
-    if (s->stopping) {
-        /* Shutting down: what is not recorded yet is sent again later (duplicates, no loss). */
-        finish_batch(s, true);
-        return;
-    }
     while (s->salvage_row < b->n && !batch_row_recorded(&b->rows[s->salvage_row]))
         s->salvage_row++;
     if (s->salvage_row < b->n) {
         batch_marks_range(b, s->salvage_row, s->salvage_row + 1, &s->marks);
-        send_mark_statements(s, false, NULL, on_row_recorded);
-        return;
+        marks_build(s, false, NULL, req);
+        return true;
     }
     log_write(s->salvage_unrecorded ? LOG_ERROR : LOG_INFO, "batch recorded row by row",
               "rows=%d sent=%d failed=%d unrecorded=%d session=%d", b->n, b->acked, b->failed,
               s->salvage_unrecorded, s->index);
-    finish_batch(s, s->salvage_unrecorded > 0 || b->acked == 0);
+    return false;
 }
 
-/* The failed marks' transaction is rolled back: the rows are recorded one by one
- * (s->salvage_by_row), or the batch is sent again after the retry backoff (salvage_batch). */
-static void on_rolled_back(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+bool marks_row_by_row_retry(const Session *s)
 {
-    Session *s = arg;
-    if (!results)
-        return;
-    if (error) {
-        /* The failed transaction may still be open: only a new session surely ends it. */
-        pg_conn_reset(pg, "rolling back a failed batch failed");
-        return;
-    }
+    return s->salvage_unrecorded > 0 || s->batch.acked == 0;
+}
+
+bool marks_rolled_back(Session *s)
+{
     floor_abandon(&s->floor); /* the floor waits for a batch committed whole */
     if (s->salvage_by_row) {
         s->salvage_row = 0;
         s->salvage_unrecorded = 0;
-        record_next_row(s);
-        return;
     }
-    finish_batch(s, true);
-    if (s->setup_fault)
-        session_start_next_request(s); /* gives its lanes up now, not after the backoff */
+    return s->salvage_by_row;
 }
 
 /* The marks failed (their transaction is aborted, COMMIT did not run; state and error: the
- * failed statement's). When a row refused them (sqlstate.h), roll back, then record the rows one
- * by one, so that one refused row does not keep the others from being recorded. Anything else
- * would fail every row alike, and is no row's fault: roll back and send the batch again after
- * the retry backoff (the consumers drop the duplicates), counting nothing against its rows; a
- * fault of the setup also takes the session out of the lane group until it is fixed. */
+ * failed statement's): decides what follows the ROLLBACK. When a row refused them (sqlstate.h),
+ * the rows are recorded one by one, so that one refused row does not keep the others from being
+ * recorded. Anything else would fail every row alike, and is no row's fault: the batch is sent
+ * again after the retry backoff (the consumers drop the duplicates), counting nothing against its
+ * rows; a fault of the setup also takes the session out of the lane group until it is fixed. */
 static void salvage_batch(Session *s, const char *state, const char *error)
 {
-    PgQuery q = {SQL_ROLLBACK, 0, NULL, false};
     SqlstateFault fault = sqlstate_fault(state);
     /* A passing failure that comes back batch after batch may be one row's after all (a
      * corrupt row, marks over a statement_timeout only with a large batch): from the third in
@@ -188,8 +146,6 @@ static void salvage_batch(Session *s, const char *state, const char *error)
         log_mark_error(s, "recording the batch failed; it is sent again after the retry backoff",
                        NULL, error);
     s->salvage_by_row = fault == SQLSTATE_FAULT_ROW;
-    if (!pg_conn_send(s->pg, &q, 1, on_rolled_back, s))
-        pg_conn_reset(s->pg, "connection busy while rolling back");
 }
 
 /* The marks and COMMIT succeeded (results: theirs, n of them). Returns whether the next claim
@@ -206,7 +162,7 @@ static bool batch_recorded(Session *s, PGresult **results, int n)
         all_recorded = all_recorded && batch_row_recorded(&b->rows[i]);
     }
     if (all_recorded)
-        session_floor_committed(s);
+        claim_floor_committed(s);
     else
         floor_abandon(&s->floor);
     log_debug("batch committed",
@@ -217,41 +173,26 @@ static bool batch_recorded(Session *s, PGresult **results, int n)
     return b->acked == 0 && transient_failure;
 }
 
-static void on_marked(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+MarksOutcome marks_read(Session *s, PGresult **results, int n, const char *error, bool chained)
 {
-    Session *s = arg;
-    if (!results)
-        return; /* connection lost before COMMIT was confirmed: the rows will be re-sent */
+    if (chained) {
+        /* The first s->chained_marks_n results are the marks', the rest the claim's. */
+        int marks_n = s->chained_marks_n;
+        int marks_got = n < marks_n ? n : marks_n;
+        if (pg_first_failed(results, marks_got) < marks_n) { /* the claim did not run */
+            salvage_batch(s, pg_failed_sqlstate(results, marks_got),
+                          error ? error : "short result");
+            return MARKS_FAILED;
+        }
+        /* Only a batch that got something through is chained: no retry backoff is due. */
+        batch_recorded(s, results, marks_n);
+        return MARKS_RECORDED;
+    }
     if (error) {
         salvage_batch(s, pg_failed_sqlstate(results, n), error);
-        return;
+        return MARKS_FAILED;
     }
-    finish_batch(s, batch_recorded(s, results, n));
-}
-
-/* The marks, COMMIT and the next claim, in one round trip (see session_send_marks): the first
- * s->chained_marks_n results are the marks', the rest the claim's. */
-static void on_marked_and_claimed(PgConn *pg, PGresult **results, int n, const char *error,
-                                  void *arg)
-{
-    Session *s = arg;
-    if (!results)
-        return; /* connection lost: as in on_marked; the claim's transaction went with it */
-    int marks_n = s->chained_marks_n;
-    int marks_got = n < marks_n ? n : marks_n;
-    if (pg_first_failed(results, marks_got) < marks_n) { /* the claim did not run */
-        salvage_batch(s, pg_failed_sqlstate(results, marks_got), error ? error : "short result");
-        return;
-    }
-    /* finish_batch, but the next claim is already here. Only a batch that got something through
-     * is chained, so no retry backoff is due. */
-    batch_recorded(s, results, marks_n);
-    count_and_clear_batch(s);
-    backoff_reset(&s->retry);
-    s->mark_retries = 0;
-    session_set_phase(s, PHASE_CLAIMING);
-    bool claim_failed = pg_first_failed(results + marks_n, n - marks_n) < n - marks_n;
-    session_claimed(s, results + marks_n, n - marks_n, claim_failed ? error : NULL);
+    return batch_recorded(s, results, n) ? MARKS_RECORDED_RETRY : MARKS_RECORDED;
 }
 
 /* One line per batch with failures, and only when the failure is new: an outage that fails
@@ -277,28 +218,26 @@ static void log_batch_failures(Session *s, const BatchRow *first_failed)
     snprintf(s->last_failure, sizeof(s->last_failure), "%s", error);
 }
 
-/* Sends the statements that record what s->marks holds (filled by batch_marks_range), then
- * COMMIT when commit is set; without it, the request is one implicit transaction (one Sync). next,
- * when not NULL, is a claim sent after the COMMIT in the same pipeline. */
-static void send_mark_statements(Session *s, bool commit, const ClaimRequest *next, PgResultFn cb)
+void marks_build(Session *s, bool commit, const ClaimRequest *next, MarkRequest *req)
 {
     BatchMarks *marks = &s->marks;
-    char max_attempts[24], backoff[32], backoff_max[32];
-    snprintf(max_attempts, sizeof(max_attempts), "%ld", s->cfg->max_attempts);
-    snprintf(backoff, sizeof(backoff), "%.3f", (double)s->cfg->retry_backoff_ms / 1000.0);
-    snprintf(backoff_max, sizeof(backoff_max), "%.3f",
+    snprintf(req->max_attempts, sizeof(req->max_attempts), "%ld", s->cfg->max_attempts);
+    snprintf(req->backoff, sizeof(req->backoff), "%.3f", (double)s->cfg->retry_backoff_ms / 1000.0);
+    snprintf(req->backoff_max, sizeof(req->backoff_max), "%.3f",
              (double)s->cfg->retry_backoff_max_ms / 1000.0);
-    const char *sent[1] = {marks->sent.s};
-    const char *failed[6] = {marks->failed_ids.s,
-                             marks->failed_errors.s,
-                             marks->failed_permanent.s,
-                             max_attempts,
-                             backoff,
-                             backoff_max};
-    const char *dl_sent[2] = {marks->dl_sent.s, s->cfg->dead_letter_topic};
-    const char *dl_failed[2] = {marks->dl_failed_ids.s, marks->dl_failed_errors.s};
+    req->sent[0] = marks->sent.s;
+    req->failed[0] = marks->failed_ids.s;
+    req->failed[1] = marks->failed_errors.s;
+    req->failed[2] = marks->failed_permanent.s;
+    req->failed[3] = req->max_attempts;
+    req->failed[4] = req->backoff;
+    req->failed[5] = req->backoff_max;
+    req->dl_sent[0] = marks->dl_sent.s;
+    req->dl_sent[1] = s->cfg->dead_letter_topic;
+    req->dl_failed[0] = marks->dl_failed_ids.s;
+    req->dl_failed[1] = marks->dl_failed_errors.s;
 
-    PgQuery queries[PG_MAX_QUERIES];
+    PgQuery *queries = req->queries;
     int nq = 0;
     s->failed_stmt = -1;
     bool records_failures = !strbuf_array_empty(&marks->failed_ids) ||
@@ -313,43 +252,28 @@ static void send_mark_statements(Session *s, bool commit, const ClaimRequest *ne
     if (!strbuf_array_empty(&marks->sent))
         queries[nq++] =
             (PgQuery){s->sql[s->cfg->on_sent == ON_SENT_DELETE ? SQL_DELETE_SENT : SQL_MARK_SENT],
-                      1, sent, true};
+                      1, req->sent, true};
     if (!strbuf_array_empty(&marks->failed_ids)) {
         s->failed_stmt = nq;
-        queries[nq++] = (PgQuery){s->sql[SQL_MARK_FAILED], 6, failed, false};
+        queries[nq++] = (PgQuery){s->sql[SQL_MARK_FAILED], 6, req->failed, false};
     }
     if (!strbuf_array_empty(&marks->dl_sent))
-        queries[nq++] = (PgQuery){s->sql[SQL_MARK_DEAD_LETTERED], 2, dl_sent, false};
+        queries[nq++] = (PgQuery){s->sql[SQL_MARK_DEAD_LETTERED], 2, req->dl_sent, false};
     if (!strbuf_array_empty(&marks->dl_failed_ids))
-        queries[nq++] = (PgQuery){s->sql[SQL_MARK_DEAD_LETTER_FAILED], 2, dl_failed, false};
+        queries[nq++] = (PgQuery){s->sql[SQL_MARK_DEAD_LETTER_FAILED], 2, req->dl_failed, false};
     if (commit)
         queries[nq++] = (PgQuery){SQL_COMMIT, 0, NULL, false};
     s->chained_marks_n = nq;
     for (int i = 0; next && i < next->n; i++)
         queries[nq++] = next->queries[i];
-    session_set_phase(s, next ? PHASE_MARKING_AND_CLAIMING : PHASE_MARKING);
-    if (!pg_conn_send(s->pg, queries, nq, cb, s))
-        pg_conn_reset(s->pg, "connection busy while marking");
+    req->n = nq;
 }
 
-void session_send_marks(Session *s)
+void marks_prepare(Session *s)
 {
     Batch *b = &s->batch;
-    ev_timer_stop(s->loop, &s->delivery_timer);
     log_batch_failures(s, batch_marks(b, &s->marks));
     s->order_breaks += (unsigned long long)batch_order_breaks(
         b, s->cfg->order_scope == ORDER_PER_TOPIC ? s->cfg->topic_template : NULL);
     s->marks_sent_at = monotime_now();
-    /* A batch that got something through is followed at once by the next claim (finish_batch):
-     * sent behind the COMMIT in the same pipeline, it saves the session a round trip per batch,
-     * which is what a row committed while the session was busy waits for. The server runs it after
-     * the COMMIT, so it sees this batch's marks; the decisions session_start_next_request would
-     * take after the COMMIT are taken now (session_may_chain_claim). */
-    ClaimRequest next;
-    if (session_may_chain_claim(s) && session_claim_build(s, &next)) {
-        s->claim_sent_at = s->marks_sent_at;
-        send_mark_statements(s, true, &next, on_marked_and_claimed);
-        return;
-    }
-    send_mark_statements(s, true, NULL, on_marked);
 }

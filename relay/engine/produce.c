@@ -11,21 +11,10 @@
 
 /* ---- producing ---------------------------------------------------------------------------- */
 
-/* Marks the batch once nothing is left to produce and every report is in. */
-void session_check_batch_done(Session *s)
+bool produce_finished(const Session *s)
 {
-    Batch *b = &s->batch;
-    if (b->abandoned) {
-        if (b->in_flight == 0) {
-            ev_timer_stop(s->loop, &s->delivery_timer); /* it ran on for the abandoned batch */
-            batch_clear(b);
-            s->wake_pending = true;
-            session_start_next_request(s);
-        }
-        return;
-    }
-    if (s->phase == PHASE_PRODUCING && b->next >= b->n && b->in_flight == 0)
-        session_send_marks(s);
+    const Batch *b = &s->batch;
+    return b->next >= b->n && b->in_flight == 0;
 }
 
 /* The headers of an event's message in the configured format; NULL with why in err. */
@@ -110,7 +99,7 @@ static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
         kafka_produce(s->relay->kafka, br->topic, row->aggregate_id, strlen(row->aggregate_id),
                       row->payload, row->payload_len, hdrs, br);
     if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
-        br->headers = hdrs; /* kept for the retry (session_produce_more, once reports free room) */
+        br->headers = hdrs; /* kept for the retry (produce_more, once reports free room) */
     else if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
         rd_kafka_headers_destroy(hdrs);
     if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
@@ -138,7 +127,7 @@ static void prepare_headers(Session *s)
     }
 }
 
-void session_produce_more(Session *s)
+void produce_more(Session *s)
 {
     Batch *b = &s->batch;
     Relay *r = s->relay;
@@ -173,10 +162,9 @@ void session_produce_more(Session *s)
         b->next = b->n; /* rows not produced yet stay unsent, with no attempt counted */
     else if (r->purging && b->next < b->n)
         s->waiting = true;
-    session_check_batch_done(s);
 }
 
-void session_record_delivery(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
+void produce_record_report(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
 {
     Batch *b = &s->batch;
     if (br->state != ROW_QUEUED)
@@ -186,7 +174,6 @@ void session_record_delivery(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
         /* The batch went with its connection: nothing of it is recorded, the row is claimed and
          * sent again, so its purge or failure is no failure of the row (nor of the metric). */
         br->state = ROW_FAILED;
-        session_check_batch_done(s);
         return;
     }
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -202,15 +189,10 @@ void session_record_delivery(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
     } else {
         batch_fail(b, br, rd_kafka_err2str(err), kafka_error_permanent(err));
     }
-    if (s->phase == PHASE_PRODUCING && b->next < b->n)
-        session_produce_more(s);
-    else
-        session_check_batch_done(s);
 }
 
-void session_on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents)
+void produce_delivery_timeout(Session *s)
 {
-    Session *s = w->data;
     Batch *b = &s->batch;
     if (b->n == 0)
         return;
@@ -218,8 +200,6 @@ void session_on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents)
         /* Nothing of this batch is at the producer: it waits for room (queue full) or for
          * another session's purge. Its rest stays unsent, with no attempt counted. */
         b->timed_out = true;
-        if (s->phase == PHASE_PRODUCING)
-            session_produce_more(s);
         return;
     }
     /* Like log_batch_failures: loud once per streak of failing batches, then debug. */
@@ -234,4 +214,18 @@ void session_on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents)
         if (r->sessions[i].batch.in_flight > 0)
             r->sessions[i].batch.timed_out = true;
     relay_start_purge(r);
+}
+
+void produce_give_up_waiting(Session *s)
+{
+    Batch *b = &s->batch;
+    /* Reports that arrive from now on are ignored: those rows stay unsent. The producer still
+     * holds their messages, whose payloads point into the claim results: those live until the
+     * producer is gone (relay_free frees it before the sessions). */
+    for (int i = 0; i < b->n; i++)
+        if (b->rows[i].state == ROW_QUEUED)
+            b->rows[i].state = ROW_PENDING;
+    b->in_flight = 0;
+    b->next = b->n;
+    batch_retire(b);
 }

@@ -32,7 +32,8 @@ static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
 {
     Relay *r = arg;
     BatchRow *br = opaque;
-    session_record_delivery(br->owner, br, err);
+    SessionEvent report = {.kind = EVENT_REPORT, .row = br, .err = err};
+    session_step(br->owner, &report);
     if (r->purging && relay_in_flight(r) == 0) {
         r->purging = false;
         ev_timer_stop(r->loop, &r->purge_timer);
@@ -40,7 +41,7 @@ static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
     for (int i = 0; i < r->n_sessions && !r->purging; i++) {
         Session *other = &r->sessions[i];
         if (other->waiting && other->phase == PHASE_PRODUCING)
-            session_produce_more(other);
+            session_event(other, EVENT_PRODUCER_ROOM);
     }
 }
 
@@ -110,10 +111,9 @@ void relay_batch_claimed(Relay *r, bool full)
     for (int i = 0; i < r->n_sessions; i++) {
         Session *s = &r->sessions[i];
         if (s->lanes.slot >= 0 || s->stopping)
-            continue;            /* a member already */
-        s->rebalance_due = true; /* joins the group */
+            continue; /* a member already */
         s->wake_pending = true;
-        session_start_next_request(s);
+        session_event(s, EVENT_REBALANCE_DUE); /* joins the group */
     }
 }
 
@@ -142,7 +142,7 @@ static void on_rest_timer(struct ev_loop *loop, ev_timer *w, int revents)
     r->active_sessions = min;
     for (int i = 0; i < r->n_sessions; i++)
         if (relay_session_resting(r, &r->sessions[i]))
-            session_start_next_request(&r->sessions[i]); /* leaves the group between batches */
+            session_event(&r->sessions[i], EVENT_LOOK); /* leaves the group between batches */
 }
 
 /* A purge reaches only the messages queued or in flight at that moment: one inside a request
@@ -173,7 +173,7 @@ static void relay_stop(Relay *r)
     r->stopping = true;
     ev_timer_stop(r->loop, &r->rest_timer);
     for (int i = 0; i < r->n_sessions; i++)
-        session_stop(&r->sessions[i]);
+        session_event(&r->sessions[i], EVENT_STOP);
 }
 
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)

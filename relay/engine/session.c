@@ -1,50 +1,83 @@
-/* session: one claim session's life (engine.h). */
+/* session: the driver of one claim session's cycle (engine.h). session_step is the only function
+ * that moves a session; everything that happens to it arrives there as an event. Reading this file
+ * from `cycle` (the phases and their changes) to session_step (what each event does in each phase)
+ * and next_step (what a session between batches does next) is reading the whole cycle. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
 #include "log.h"
+#include "monotime.h"
 #include "diagnose.h"
 #include "table.h"
 
-/* The cycle's allowed phase changes, from -> to: anything else is a bug in the engine. */
+/* ---- the cycle ---------------------------------------------------------------------------- */
+
+/* Every phase change the cycle makes, with what makes it: the driver's table, checked by
+ * session_set_phase on each change and drawn in docs/architecture.md (tools/gen-cycle.sh writes
+ * the drawing from these lines; `make test` checks they agree). Any phase may also go DOWN: the
+ * connection can go at any moment. One row per line, in this form, for the drawing's sake. */
+static const struct {
+    Phase from, to;
+    const char *when;
+} cycle[] = {
+    {PHASE_DOWN, PHASE_SETUP, "connected: LISTEN"},
+    {PHASE_SETUP, PHASE_IDLE, "listening"},
+    {PHASE_IDLE, PHASE_REBALANCING, "lanes to look at"},
+    {PHASE_REBALANCING, PHASE_IDLE, "lanes divided"},
+    {PHASE_IDLE, PHASE_LEAVING_LANES, "resting, or a setup fault"},
+    {PHASE_LEAVING_LANES, PHASE_IDLE, "lanes given up"},
+    {PHASE_IDLE, PHASE_LEAVING_GUARD, "a guard notified, with work, or stopping"},
+    {PHASE_LEAVING_GUARD, PHASE_IDLE, "wakeup lock given up"},
+    {PHASE_IDLE, PHASE_CLAIMING, "rows may wait: claim (or probe the setup)"},
+    {PHASE_CLAIMING, PHASE_IDLE, "the claim could not be sent"},
+    {PHASE_CLAIMING, PHASE_PRODUCING, "rows claimed"},
+    {PHASE_CLAIMING, PHASE_ENDING, "nothing to produce: COMMIT or ROLLBACK"},
+    {PHASE_CLAIMING, PHASE_GOING_TO_SLEEP, "empty and quiet: COMMIT and sleep"},
+    {PHASE_ENDING, PHASE_IDLE, "transaction ended"},
+    {PHASE_GOING_TO_SLEEP, PHASE_IDLE, "asleep, or a producer is busy"},
+    {PHASE_PRODUCING, PHASE_MARKING, "every report in: marks + COMMIT"},
+    {PHASE_PRODUCING, PHASE_MARKING_AND_CLAIMING, "every report in, small batch: + next claim"},
+    {PHASE_MARKING, PHASE_IDLE, "batch recorded"},
+    {PHASE_MARKING, PHASE_ROLLING_BACK, "marks failed"},
+    {PHASE_MARKING_AND_CLAIMING, PHASE_CLAIMING, "batch recorded: read the claim behind it"},
+    {PHASE_MARKING_AND_CLAIMING, PHASE_ROLLING_BACK, "marks failed"},
+    {PHASE_ROLLING_BACK, PHASE_RECORDING_ROW, "a row refused: record row by row"},
+    {PHASE_ROLLING_BACK, PHASE_IDLE, "not the rows' fault: retry the batch"},
+    {PHASE_RECORDING_ROW, PHASE_RECORDING_ROW, "next row"},
+    {PHASE_RECORDING_ROW, PHASE_IDLE, "every row recorded, or stopping"},
+};
+
 static bool phase_change_allowed(Phase from, Phase to)
 {
     if (to == PHASE_DOWN)
-        return true; /* the connection can go at any moment */
-    switch (from) {
-    case PHASE_DOWN:
-        return to == PHASE_SETUP;
-    case PHASE_SETUP:
-        return to == PHASE_IDLE;
-    case PHASE_IDLE:
-        return to == PHASE_IDLE || to == PHASE_REBALANCING || to == PHASE_CLAIMING ||
-               to == PHASE_ENDING;
-    case PHASE_REBALANCING:
-        return to == PHASE_IDLE;
-    case PHASE_CLAIMING: /* IDLE: the request could not be sent */
-        return to == PHASE_PRODUCING || to == PHASE_ENDING || to == PHASE_IDLE;
-    case PHASE_PRODUCING:
-        return to == PHASE_MARKING || to == PHASE_MARKING_AND_CLAIMING;
-    case PHASE_MARKING: /* MARKING again: recording row by row */
-        return to == PHASE_MARKING || to == PHASE_IDLE;
-    case PHASE_MARKING_AND_CLAIMING: /* CLAIMING: the marks went through, the claim's results
-                                      * are here; MARKING: they failed, recording row by row;
-                                      * IDLE: stopping before that started */
-        return to == PHASE_CLAIMING || to == PHASE_MARKING || to == PHASE_IDLE;
-    case PHASE_ENDING: /* ENDING again: a wakeup step that ends a transaction */
-        return to == PHASE_ENDING || to == PHASE_IDLE;
-    }
+        return true;
+    for (size_t i = 0; i < sizeof(cycle) / sizeof(cycle[0]); i++)
+        if (cycle[i].from == from && cycle[i].to == to)
+            return true;
     return false;
 }
 
 const char *session_phase_name(Phase p)
 {
-    static const char *const names[] = {"down",     "setup",     "idle",    "rebalancing",
-                                        "claiming", "producing", "marking", "marking and claiming",
-                                        "ending"};
-    return p <= PHASE_ENDING ? names[p] : "?";
+    static const char *const names[PHASE_COUNT] = {
+        [PHASE_DOWN] = "down",
+        [PHASE_SETUP] = "setup",
+        [PHASE_IDLE] = "idle",
+        [PHASE_REBALANCING] = "rebalancing",
+        [PHASE_LEAVING_LANES] = "leaving lanes",
+        [PHASE_LEAVING_GUARD] = "leaving guard",
+        [PHASE_CLAIMING] = "claiming",
+        [PHASE_PRODUCING] = "producing",
+        [PHASE_MARKING] = "marking",
+        [PHASE_MARKING_AND_CLAIMING] = "marking and claiming",
+        [PHASE_ROLLING_BACK] = "rolling back",
+        [PHASE_RECORDING_ROW] = "recording row",
+        [PHASE_ENDING] = "ending",
+        [PHASE_GOING_TO_SLEEP] = "going to sleep",
+    };
+    return p >= 0 && p < PHASE_COUNT ? names[p] : "?";
 }
 
 void (*session_phase_observer)(const Session *s, Phase from, Phase to);
@@ -53,7 +86,8 @@ void session_set_phase(Session *s, Phase to)
 {
     if (!phase_change_allowed(s->phase, to)) {
         log_error("internal error: a session changed phase in a way its cycle does not allow",
-                  "from=%s to=%s session=%d", session_phase_name(s->phase), session_phase_name(to), s->index);
+                  "from=%s to=%s session=%d", session_phase_name(s->phase), session_phase_name(to),
+                  s->index);
         abort();
     }
     if (session_phase_observer)
@@ -61,45 +95,11 @@ void session_set_phase(Session *s, Phase to)
     s->phase = to;
 }
 
-/* A session has finished shutting down; the loop ends with the last one. */
-static void session_stopped(Session *s)
-{
-    ev_timer_stop(s->loop, &s->shutdown_timer);
-    if (s->stopped)
-        return;
-    s->stopped = true;
-    if (--s->relay->running == 0)
-        ev_break(s->loop, EVBREAK_ALL);
-}
-
-/* Ends the session's part. A guard on the way out gives up the wakeup lock with a notification
- * (when the connection is there to do it, within a second): the followers it guarded must not go
- * on sleeping unguarded. Its callback comes back here, and the session is done. */
-void session_finish_stopping(Session *s)
-{
-    ev_timer_stop(s->loop, &s->shutdown_timer);
-    if (!s->wake.left && s->wake.guard && pg_conn_idle(s->pg)) {
-        s->wake.left = true;
-        ev_timer_set(&s->shutdown_timer, 1.0, 0);
-        ev_timer_start(s->loop, &s->shutdown_timer);
-        wakeup_leave_guard(s);
-        return;
-    }
-    session_stopped(s);
-}
-
-/* After a request between batches: on with the cycle, or out if the session is stopping. */
-void session_after_request(Session *s)
-{
-    if (s->stopping)
-        session_finish_stopping(s);
-    else
-        session_start_next_request(s);
-}
+/* ---- timers ------------------------------------------------------------------------------- */
 
 /* Claims again after --busy-poll-interval: an awake session with nothing to do, or one that
  * producers kept from going to sleep. */
-void session_poll_soon(Session *s)
+static void poll_soon(Session *s)
 {
     /* A claim a notification brought about can come back empty while the timer is still armed,
      * and libev forbids changing an active timer. */
@@ -108,7 +108,8 @@ void session_poll_soon(Session *s)
     ev_timer_start(s->loop, &s->busy_timer);
 }
 
-void session_schedule_retry(Session *s)
+/* Claims again after the retry backoff (which grows with each call until reset). */
+static void schedule_retry(Session *s)
 {
     double delay = backoff_next(&s->retry);
     ev_timer_stop(s->loop, &s->retry_timer);
@@ -116,104 +117,20 @@ void session_schedule_retry(Session *s)
     ev_timer_start(s->loop, &s->retry_timer);
 }
 
-/* ---- ending a transaction ----------------------------------------------------------------- */
-
-static void on_ended(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+/* The retry backoff is running: no claim before it ends. */
+static bool retry_waits(const Session *s)
 {
-    Session *s = arg;
-    if (!results)
-        return; /* connection lost: on_pg_state has taken over */
-    if (error) {
-        char q[512];
-        log_warn("ending transaction failed", "error=%s", log_quote(error, q, sizeof(q)));
-    }
-    session_set_phase(s, PHASE_IDLE);
-    batch_clear(&s->batch);
-    session_after_request(s);
+    return ev_is_active(&s->retry_timer);
 }
 
-/* Ends the open transaction without marking anything. */
-void session_end_transaction(Session *s, const char *sql)
+static void start_timer(Session *s, ev_timer *t, double seconds)
 {
-    PgQuery q = {sql, 0, NULL, false};
-    session_set_phase(s, PHASE_ENDING);
-    if (!pg_conn_send(s->pg, &q, 1, on_ended, s))
-        pg_conn_reset(s->pg, "connection busy while ending a transaction");
+    ev_timer_stop(s->loop, t); /* libev: never set an active timer */
+    ev_timer_set(t, seconds, 0);
+    ev_timer_start(s->loop, t);
 }
 
-/* The relay's lanes, in all, when they changed. */
-static void log_lanes_owned(Relay *r, int live_sessions)
-{
-    int owned = relay_lanes_owned(r);
-    if (owned != r->logged_owned)
-        log_info("lanes owned", "lanes=%d of=%d sessions=%d live_sessions=%d", owned, LANE_COUNT,
-                 r->active_sessions, live_sessions);
-    r->logged_owned = owned;
-}
-
-static void on_rebalanced(Lanes *lanes, bool ok, void *arg)
-{
-    Session *s = arg;
-    session_set_phase(s, PHASE_IDLE);
-    s->rebalance_due = false;
-    log_lanes_owned(s->relay, lanes->live_sessions);
-    bool membership_changed = lanes->live_sessions != s->logged_sessions;
-    s->logged_sessions = lanes->live_sessions;
-    if (lanes->gained) {
-        s->wake_pending = true; /* new lanes may hold a backlog */
-        floor_reset(&s->floor); /* anywhere in the table */
-    }
-    if (s->stopping) {
-        session_finish_stopping(s);
-        return;
-    }
-    session_start_next_request(s);
-    if (membership_changed)
-        session_rebalance_others(s);
-}
-
-void session_rebalance_others(Session *s)
-{
-    /* The other sessions of this relay re-divide now rather than at their next interval, so a
-     * session that joins or leaves (or a relay that starts or stops) moves lanes within a
-     * batch. */
-    Relay *r = s->relay;
-    for (int i = 0; i < r->n_sessions; i++) {
-        Session *other = &r->sessions[i];
-        if (other != s && !other->stopping && !relay_session_resting(r, other)) {
-            other->rebalance_due = true;
-            session_start_next_request(other);
-        }
-    }
-}
-
-static void on_left_group(Lanes *lanes, bool ok, void *arg)
-{
-    Session *s = arg;
-    session_set_phase(s, PHASE_IDLE);
-    s->logged_sessions = 0;
-    floor_reset(&s->floor); /* its lanes may come back with other rows */
-    /* Not logged as lanes owned: the other sessions take its lanes over at once, and log the
-     * relay's total if it changed. */
-    log_debug("session rests", "session=%d", s->index);
-    session_rebalance_others(s); /* they take its lanes over */
-    session_after_request(s);
-}
-
-/* A resting session (relay_session_resting) gives its lanes and member slot up, then waits: a
- * guard lets the wakeup lock go first (it has no lanes left to claim for). */
-static void session_rest(Session *s)
-{
-    s->rebalance_due = false; /* no member, nothing to re-divide */
-    if (s->lanes.slot >= 0) {
-        session_set_phase(s, PHASE_REBALANCING);
-        if (!lanes_leave(&s->lanes, s->pg, on_left_group, s))
-            session_set_phase(s, PHASE_IDLE);
-        return;
-    }
-    if (wakeup_guard_must_leave(s))
-        wakeup_leave_guard(s);
-}
+/* ---- setup faults ------------------------------------------------------------------------- */
 
 /* What an operator does about a setup fault, by its SQLSTATE. */
 static const char *setup_hint(const char *state)
@@ -249,7 +166,8 @@ void session_setup_failed(Session *s, const char *what, const char *state, const
     snprintf(s->setup_error, sizeof(s->setup_error), "%s", text);
 }
 
-void session_setup_fixed(Session *s)
+/* A setup probe went through: the session joins the lane group again at its next step. */
+static void setup_fixed(Session *s)
 {
     log_info("the setup is fixed: the session takes lanes again", "session=%d", s->index);
     s->setup_fault = false;
@@ -260,69 +178,6 @@ void session_setup_fixed(Session *s)
     s->rebalance_due = true;
     s->wake_pending = true;
 }
-
-/* A session whose setup failed gives its lanes and member slot up (the other relays take them
- * over), then probes after each retry backoff with a claim of no lanes (session_claim_build). */
-static void session_probe_setup(Session *s)
-{
-    if (s->lanes.slot >= 0 || s->lanes.n_owned > 0) {
-        session_set_phase(s, PHASE_REBALANCING);
-        if (!lanes_leave(&s->lanes, s->pg, on_left_group, s))
-            session_set_phase(s, PHASE_IDLE);
-        return;
-    }
-    if (wakeup_guard_must_leave(s)) {
-        wakeup_leave_guard(s);
-        return;
-    }
-    if (s->wake_pending && !ev_is_active(&s->retry_timer))
-        session_claim(s);
-}
-
-/* Does whatever comes next between batches: a due rebalance first, then a claim when there is a
- * reason to claim (wake_pending) and nothing stands in the way; a woken guard first leaves. */
-void session_start_next_request(Session *s)
-{
-    if (s->phase != PHASE_IDLE || s->stopping || s->batch.n > 0 || !pg_conn_idle(s->pg))
-        return;
-    if (s->setup_fault) {
-        session_probe_setup(s);
-        return;
-    }
-    if (relay_session_resting(s->relay, s)) {
-        session_rest(s);
-        return;
-    }
-    if (s->rebalance_due) {
-        session_set_phase(s, PHASE_REBALANCING);
-        if (!lanes_rebalance(&s->lanes, s->pg, on_rebalanced, s))
-            session_set_phase(s, PHASE_IDLE);
-        return;
-    }
-    if (wakeup_guard_must_leave(s)) {
-        wakeup_leave_guard(s);
-        return;
-    }
-    if (s->wake_pending && s->lanes.n_owned > 0 && !ev_is_active(&s->retry_timer))
-        session_claim(s);
-}
-
-bool session_may_chain_claim(const Session *s)
-{
-    const Batch *b = &s->batch;
-    /* Only behind a batch that got something through (else the retry backoff may be due) and a
-     * small one (a quarter of --batch-size and of --batch-bytes at most): its result is still
-     * held when the next claim's arrives, and a full batch means a backlog, where a round trip
-     * per batch is little and memory stays at one batch per session. */
-    bool small = b->n <= s->cfg->batch_size / 4 && b->bytes <= (size_t)s->cfg->batch_bytes / 4;
-    /* A --batch-size grown by SIGHUP needs a larger batch, allocated only between batches. */
-    bool batch_fits = s->cfg->batch_size + DEAD_LETTER_LIMIT <= b->capacity;
-    return b->acked > 0 && small && !s->setup_fault && !s->stopping && !s->relay->stopping &&
-           !s->rebalance_due && !relay_session_resting(s->relay, s) && s->lanes.n_owned > 0 &&
-           !ev_is_active(&s->retry_timer) && !wakeup_guard_must_leave(s) && batch_fits;
-}
-
-/* ---- events ------------------------------------------------------------------------------- */
 
 /* The claim floor needs {seq} drawn in order (SQL_FLOOR_CHECK, floor.h); said once per process
  * when the table does not allow it, or the check itself failed. */
@@ -340,11 +195,239 @@ static void learn_floor_allowed(Session *s, PGresult *check)
     }
 }
 
-static void on_listening(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+/* The relay's lanes, in all, when they changed. */
+static void log_lanes_owned(Relay *r, int live_sessions)
 {
-    Session *s = arg;
+    int owned = relay_lanes_owned(r);
+    if (owned != r->logged_owned)
+        log_info("lanes owned", "lanes=%d of=%d sessions=%d live_sessions=%d", owned, LANE_COUNT,
+                 r->active_sessions, live_sessions);
+    r->logged_owned = owned;
+}
+
+/* ---- sending: every request of the cycle goes out here ------------------------------------ */
+
+static void on_reply(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
     if (!results)
+        return; /* connection lost: EVENT_DISCONNECTED follows (pg.h) */
+    SessionEvent ev = {.kind = EVENT_REPLY, .results = results, .n = n, .error = error};
+    session_step(arg, &ev);
+}
+
+static void on_lanes_reply(Lanes *lanes, bool ok, void *arg)
+{
+    session_event(arg, EVENT_LANES_REPLY);
+}
+
+/* Sends a request of phase `to` (entered first); a connection that cannot take it (busy: a bug)
+ * is reset, which ends the phase as the loss of a connection does. */
+static void send_request(Session *s, Phase to, const PgQuery *queries, int n, const char *what)
+{
+    session_set_phase(s, to);
+    if (!pg_conn_send(s->pg, queries, n, on_reply, s))
+        pg_conn_reset(s->pg, what);
+}
+
+/* Ends the open transaction (sql: COMMIT or ROLLBACK) without marking anything. */
+static void end_transaction(Session *s, const char *sql)
+{
+    PgQuery q = {sql, 0, NULL, false};
+    send_request(s, PHASE_ENDING, &q, 1, "connection busy while ending a transaction");
+}
+
+static void send_claim(Session *s)
+{
+    ClaimRequest req;
+    if (!claim_build(s, &req)) {
+        if (!s->relay->stopping)
+            schedule_retry(s); /* once the other sessions' batches are done */
         return;
+    }
+    s->claim_sent_at = monotime_now();
+    session_set_phase(s, PHASE_CLAIMING);
+    if (!pg_conn_send(s->pg, req.queries, req.n, on_reply, s))
+        session_set_phase(s, PHASE_IDLE);
+}
+
+/* A guard gives the wakeup lock up (and wakes its followers), in a transaction of its own. */
+static void send_leave_guard(Session *s)
+{
+    PgQuery q = {SQL_WAKE, 0, NULL, false};
+    wakeup_leaving_guard(&s->wake);
+    session_set_phase(s, PHASE_LEAVING_GUARD);
+    if (!pg_conn_send(s->pg, &q, 1, on_reply, s))
+        session_set_phase(s, PHASE_IDLE);
+}
+
+/* Whether the claim after the batch being marked may ride behind its COMMIT, in the same round
+ * trip: only behind a batch that got something through (else the retry backoff may be due) and a
+ * small one (a quarter of --batch-size and of --batch-bytes at most: its result is still held when
+ * the next claim's arrives, and a full batch means a backlog, where a round trip per batch is
+ * little and memory stays at one batch per session), with room for the batch (a --batch-size
+ * grown by SIGHUP is allocated only between batches), and when next_step would claim at once
+ * after the COMMIT. */
+static bool may_chain_claim(const Session *s);
+
+/* Every report is in: the marks and COMMIT, with the next claim behind them when it may ride
+ * along (it saves the session a round trip per batch, which is what a row committed while the
+ * session was busy waits for; the server runs it after the COMMIT, so it sees this batch's
+ * marks). */
+static void send_marks(Session *s)
+{
+    ev_timer_stop(s->loop, &s->delivery_timer);
+    marks_prepare(s);
+    MarkRequest req;
+    ClaimRequest next;
+    bool chain = may_chain_claim(s) && claim_build(s, &next);
+    if (chain)
+        s->claim_sent_at = s->marks_sent_at;
+    marks_build(s, true, chain ? &next : NULL, &req);
+    send_request(s, chain ? PHASE_MARKING_AND_CLAIMING : PHASE_MARKING, req.queries, req.n,
+                 "connection busy while marking");
+}
+
+static void batch_finished(Session *s, bool retry);
+
+/* Recording row by row: the next row's marks, or the batch is done. */
+static void send_next_row(Session *s)
+{
+    MarkRequest req;
+    if (marks_next_row(s, &req)) {
+        send_request(s, PHASE_RECORDING_ROW, req.queries, req.n, "connection busy while marking");
+        return;
+    }
+    batch_finished(s, marks_row_by_row_retry(s));
+}
+
+/* ---- what comes next between batches ------------------------------------------------------ */
+
+typedef enum {
+    NEXT_WAIT,        /* nothing to do until an event */
+    NEXT_STOP,        /* stopping: finish (a guard gives its lock up first) */
+    NEXT_LEAVE_LANES, /* resting or a setup fault: give the lanes and member slot up */
+    NEXT_REBALANCE,   /* look at lane ownership */
+    NEXT_LEAVE_GUARD, /* a guard notified or with work gives the wakeup lock up */
+    NEXT_CLAIM,       /* claim the next batch */
+    NEXT_PROBE,       /* a setup fault's claim of no lanes, after each retry backoff */
+} NextStep;
+
+/* The one answer to "what does the session do next between batches" (wake: whether there may
+ * be rows to claim; the caller checks the session is between batches). Resting sessions and
+ * those with a setup fault hold no lanes; a due rebalance comes first, then a guard's leaving,
+ * then a claim when there may be rows and no backoff runs. */
+static NextStep next_step(const Session *s, bool wake)
+{
+    if (s->stopping)
+        return NEXT_STOP;
+    if (s->setup_fault) {
+        if (s->lanes.slot >= 0 || s->lanes.n_owned > 0)
+            return NEXT_LEAVE_LANES;
+        if (wakeup_guard_must_leave(s))
+            return NEXT_LEAVE_GUARD;
+        return wake && !retry_waits(s) ? NEXT_PROBE : NEXT_WAIT;
+    }
+    if (relay_session_resting(s->relay, s)) {
+        if (s->lanes.slot >= 0)
+            return NEXT_LEAVE_LANES;
+        return wakeup_guard_must_leave(s) ? NEXT_LEAVE_GUARD : NEXT_WAIT;
+    }
+    if (s->rebalance_due)
+        return NEXT_REBALANCE;
+    if (wakeup_guard_must_leave(s))
+        return NEXT_LEAVE_GUARD;
+    return wake && s->lanes.n_owned > 0 && !retry_waits(s) ? NEXT_CLAIM : NEXT_WAIT;
+}
+
+static bool may_chain_claim(const Session *s)
+{
+    const Batch *b = &s->batch;
+    bool small = b->n <= s->cfg->batch_size / 4 && b->bytes <= (size_t)s->cfg->batch_bytes / 4;
+    bool batch_fits = s->cfg->batch_size + DEAD_LETTER_LIMIT <= b->capacity;
+    return b->acked > 0 && small && batch_fits && !s->relay->stopping &&
+           next_step(s, true) == NEXT_CLAIM;
+}
+
+/* A session has finished shutting down; the loop ends with the last one. */
+static void stopped(Session *s)
+{
+    ev_timer_stop(s->loop, &s->shutdown_timer);
+    if (s->stopped)
+        return;
+    s->stopped = true;
+    if (--s->relay->running == 0)
+        ev_break(s->loop, EVBREAK_ALL);
+}
+
+/* Ends the session's part. A guard on the way out gives up the wakeup lock with a notification
+ * (when the connection is there to do it, within a second): the followers it guarded must not go
+ * on sleeping unguarded. Its reply comes back to the driver, and the session is done. */
+static void finish_stopping(Session *s)
+{
+    ev_timer_stop(s->loop, &s->shutdown_timer);
+    if (!s->wake.left && s->wake.guard && s->phase == PHASE_IDLE && pg_conn_idle(s->pg)) {
+        s->wake.left = true;
+        start_timer(s, &s->shutdown_timer, 1.0);
+        send_leave_guard(s);
+        return;
+    }
+    stopped(s);
+}
+
+/* Starts what next_step says, for a session between batches. */
+static void start_next(Session *s)
+{
+    if (s->stopped)
+        return;
+    if (s->stopping) { /* at once between batches, with or without a connection */
+        if (s->phase == PHASE_IDLE || s->phase == PHASE_DOWN)
+            finish_stopping(s);
+        return;
+    }
+    if (s->phase != PHASE_IDLE || s->batch.n > 0 || !pg_conn_idle(s->pg))
+        return; /* a batch (perhaps abandoned, its reports not all in) or a request is out */
+    switch (next_step(s, s->wake_pending)) {
+    case NEXT_WAIT:
+    case NEXT_STOP: /* handled above */
+        return;
+    case NEXT_LEAVE_LANES:
+        s->rebalance_due = false; /* no member, nothing to re-divide */
+        session_set_phase(s, PHASE_LEAVING_LANES);
+        if (!lanes_leave(&s->lanes, s->pg, on_lanes_reply, s))
+            session_set_phase(s, PHASE_IDLE);
+        return;
+    case NEXT_REBALANCE:
+        session_set_phase(s, PHASE_REBALANCING);
+        if (!lanes_rebalance(&s->lanes, s->pg, on_lanes_reply, s))
+            session_set_phase(s, PHASE_IDLE);
+        return;
+    case NEXT_LEAVE_GUARD:
+        send_leave_guard(s);
+        return;
+    case NEXT_CLAIM:
+    case NEXT_PROBE:
+        send_claim(s);
+        return;
+    }
+}
+
+/* Tells the relay's other sessions to re-divide the lanes at their next step between batches: s
+ * joined or left the group, or saw the group change, so lanes move within a batch rather than at
+ * the others' next interval. */
+static void rebalance_others(Session *s)
+{
+    Relay *r = s->relay;
+    for (int i = 0; i < r->n_sessions; i++) {
+        Session *other = &r->sessions[i];
+        if (other != s && !other->stopping && !relay_session_resting(r, other))
+            session_event(other, EVENT_REBALANCE_DUE);
+    }
+}
+
+/* ---- replies: what each phase's request came back with ------------------------------------ */
+
+static void listening(Session *s, PGresult **results, int n, const char *error)
+{
     learn_floor_allowed(s, n == 2 ? results[1] : NULL);
     if (error && n == 2 && PQresultStatus(results[0]) == PGRES_COMMAND_OK)
         error = NULL; /* only the floor's check failed: said above */
@@ -354,51 +437,227 @@ static void on_listening(PgConn *pg, PGresult **results, int n, const char *erro
                  log_quote(error, q, sizeof(q)));
     }
     session_set_phase(s, PHASE_IDLE);
-    if (s->stopping) {
-        session_finish_stopping(s);
-        return;
-    }
     s->wake_pending = true;
     s->rebalance_due = true;
-    session_start_next_request(s);
 }
 
-static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
+static void lanes_divided(Session *s)
 {
-    Session *s = arg;
-    if (up && s->stopped)
+    Lanes *lanes = &s->lanes;
+    bool leaving = s->phase == PHASE_LEAVING_LANES;
+    session_set_phase(s, PHASE_IDLE);
+    if (leaving) {
+        s->logged_sessions = 0;
+        floor_reset(&s->floor); /* its lanes may come back with other rows */
+        /* Not logged as lanes owned: the other sessions take its lanes over at once, and log
+         * the relay's total if it changed. */
+        log_debug("session rests", "session=%d", s->index);
+        rebalance_others(s);
+        return;
+    }
+    s->rebalance_due = false;
+    log_lanes_owned(s->relay, lanes->live_sessions);
+    bool membership_changed = lanes->live_sessions != s->logged_sessions;
+    s->logged_sessions = lanes->live_sessions;
+    if (lanes->gained) {
+        s->wake_pending = true; /* new lanes may hold a backlog */
+        floor_reset(&s->floor); /* anywhere in the table */
+    }
+    if (membership_changed)
+        rebalance_others(s);
+}
+
+static void claimed(Session *s, PGresult **results, int n, const char *error)
+{
+    switch (claim_read(s, results, n, error)) {
+    case CLAIM_BATCH:
+        session_set_phase(s, PHASE_PRODUCING);
+        start_timer(s, &s->delivery_timer, (double)s->cfg->delivery_timeout_ms / 1000.0);
+        produce_more(s);
+        return;
+    case CLAIM_EMPTY_SLEEP: {
+        PgQuery q[2] = {{SQL_COMMIT, 0, NULL, false}, {SQL_SLEEP, 0, NULL, false}};
+        wakeup_before_sleep(&s->wake);
+        send_request(s, PHASE_GOING_TO_SLEEP, q, 2, "connection busy while going to sleep");
+        return;
+    }
+    case CLAIM_EMPTY_POLL:
+        poll_soon(s);
+        end_transaction(s, SQL_COMMIT);
+        return;
+    case CLAIM_NOTHING:
+        end_transaction(s, SQL_COMMIT);
+        return;
+    case CLAIM_LOCKED:
+        s->wake_pending = true;
+        end_transaction(s, SQL_ROLLBACK);
+        return;
+    case CLAIM_LOCKED_WAIT:
+    case CLAIM_FAILED:
+    case CLAIM_PRODUCER_FAILED:
+        s->wake_pending = true;
+        schedule_retry(s);
+        end_transaction(s, SQL_ROLLBACK);
+        return;
+    case CLAIM_PROBE_PASSED:
+        setup_fixed(s);
+        end_transaction(s, SQL_COMMIT);
+        return;
+    }
+}
+
+/* The batch's outcome is recorded (or given up): on with the next batch, after the retry backoff
+ * when nothing got through or something could not be recorded. Producers do not notify an awake
+ * relay, so only an empty claim may end the cycle (then the session goes to sleep). */
+static void batch_finished(Session *s, bool retry)
+{
+    marks_batch_done(s, retry);
+    session_set_phase(s, PHASE_IDLE);
+    if (s->stopping)
+        return;
+    if (retry)
+        schedule_retry(s);
+    else
+        s->wake_pending = true;
+}
+
+static void marked(Session *s, const SessionEvent *ev)
+{
+    bool chained = s->phase == PHASE_MARKING_AND_CLAIMING;
+    MarksOutcome outcome = marks_read(s, ev->results, ev->n, ev->error, chained);
+    if (outcome == MARKS_FAILED) {
+        /* The transaction is aborted: end it first; marks_rolled_back says what follows. */
+        PgQuery q = {SQL_ROLLBACK, 0, NULL, false};
+        send_request(s, PHASE_ROLLING_BACK, &q, 1, "connection busy while rolling back");
+        return;
+    }
+    if (!chained) {
+        batch_finished(s, outcome == MARKS_RECORDED_RETRY);
+        return;
+    }
+    marks_batch_done(s, false);
+    session_set_phase(s, PHASE_CLAIMING);
+    int marks_n = s->chained_marks_n;
+    bool claim_failed = pg_first_failed(ev->results + marks_n, ev->n - marks_n) < ev->n - marks_n;
+    claimed(s, ev->results + marks_n, ev->n - marks_n, claim_failed ? ev->error : NULL);
+}
+
+static void rolled_back(Session *s, const char *error)
+{
+    if (error) {
+        /* The failed transaction may still be open: only a new session surely ends it. */
+        pg_conn_reset(s->pg, "rolling back a failed batch failed");
+        return;
+    }
+    if (marks_rolled_back(s) && !s->stopping) {
+        send_next_row(s);
+        return;
+    }
+    batch_finished(s, true); /* a setup fault gives its lanes up now (next_step), not later */
+}
+
+static void row_recorded(Session *s, const SessionEvent *ev)
+{
+    marks_row_read(s, ev->results, ev->n, ev->error);
+    if (s->stopping) {
+        /* Shutting down: what is not recorded yet is sent again later (duplicates, no loss). */
+        batch_finished(s, true);
+        return;
+    }
+    send_next_row(s);
+}
+
+static void replied(Session *s, const SessionEvent *ev)
+{
+    char q[512];
+    switch (s->phase) {
+    case PHASE_SETUP:
+        listening(s, ev->results, ev->n, ev->error);
+        return;
+    case PHASE_CLAIMING:
+        claimed(s, ev->results, ev->n, ev->error);
+        return;
+    case PHASE_MARKING:
+    case PHASE_MARKING_AND_CLAIMING:
+        marked(s, ev);
+        return;
+    case PHASE_ROLLING_BACK:
+        rolled_back(s, ev->error);
+        return;
+    case PHASE_RECORDING_ROW:
+        row_recorded(s, ev);
+        return;
+    case PHASE_ENDING:
+        if (ev->error)
+            log_warn("ending transaction failed", "error=%s", log_quote(ev->error, q, sizeof(q)));
+        session_set_phase(s, PHASE_IDLE);
+        batch_clear(&s->batch);
+        return;
+    case PHASE_GOING_TO_SLEEP:
+        session_set_phase(s, PHASE_IDLE);
+        if (!wakeup_sleep_read(s, ev->results, ev->n, ev->error))
+            poll_soon(s); /* a producer is mid-transaction without having notified */
+        return;
+    case PHASE_LEAVING_GUARD:
+        if (ev->error) {
+            /* The lock may still be held: only closing the session surely frees it. */
+            log_warn("giving up the wakeup lock failed; reconnecting", "error=%s",
+                     log_quote(ev->error, q, sizeof(q)));
+            pg_conn_reset(s->pg, "giving up the wakeup lock failed");
+            return;
+        }
+        session_set_phase(s, PHASE_IDLE);
+        return;
+    case PHASE_DOWN:
+    case PHASE_IDLE:
+    case PHASE_REBALANCING:
+    case PHASE_LEAVING_LANES:
+    case PHASE_PRODUCING:
+        break;
+    }
+    log_error("internal error: a reply came with no request of the session's in flight",
+              "phase=%s session=%d", session_phase_name(s->phase), s->index);
+    abort();
+}
+
+/* ---- the connection ----------------------------------------------------------------------- */
+
+static void connected(Session *s)
+{
+    if (s->stopped)
         return; /* done: the other sessions are finishing, this one stays out of the group */
-    if (up && !s->sql[0]) {
+    if (!s->sql[0]) {
         /* Quoting follows the connection's encoding, so the statements are written now. */
         char err[256];
-        if (!table_sql_all(&s->cfg->map, pg_conn_libpq(pg), session_sql_templates, s->sql,
+        if (!table_sql_all(&s->cfg->map, pg_conn_libpq(s->pg), session_sql_templates, s->sql,
                            SESSION_SQL_COUNT, err, sizeof(err))) {
             log_error("cannot write the relay's statements", "error=%s", err);
             relay_fail(s->relay);
             return;
         }
     }
-    if (up) {
-        PgQuery q[2] = {{SQL_LISTEN, 0, NULL, false}, {s->sql[SQL_FLOOR_CHECK], 0, NULL, false}};
-        floor_reset(&s->floor); /* a new connection: start from the table's start */
-        session_set_phase(s, PHASE_SETUP);
-        if (!pg_conn_send(pg, q, 2, on_listening, s))
-            session_set_phase(s, PHASE_DOWN);
-        return;
-    }
-    /* The session is gone, and with it the open transaction and every lane this relay owned:
-     * other relays take the lanes over. Rows already handed to Kafka are sent again by whoever
-     * claims them next; consumers drop the duplicates. */
+    PgQuery q[2] = {{SQL_LISTEN, 0, NULL, false}, {s->sql[SQL_FLOOR_CHECK], 0, NULL, false}};
+    floor_reset(&s->floor); /* a new connection: start from the table's start */
+    session_set_phase(s, PHASE_SETUP);
+    if (!pg_conn_send(s->pg, q, 2, on_reply, s))
+        session_set_phase(s, PHASE_DOWN);
+}
+
+/* The session is gone, and with it the open transaction and every lane this relay owned: other
+ * relays take the lanes over. Rows already handed to Kafka are sent again by whoever claims them
+ * next; consumers drop the duplicates. */
+static void disconnected(Session *s)
+{
     Batch *b = &s->batch;
-    bool was_marking = s->phase == PHASE_MARKING || s->phase == PHASE_MARKING_AND_CLAIMING;
+    bool was_marking = s->phase == PHASE_MARKING || s->phase == PHASE_MARKING_AND_CLAIMING ||
+                       s->phase == PHASE_RECORDING_ROW;
     session_set_phase(s, PHASE_DOWN);
     lanes_reset(&s->lanes);
-    /* A guard's lock went with the session. */
-    wakeup_connection_lost(&s->wake);
+    wakeup_connection_lost(&s->wake); /* a guard's lock went with the session */
     /* Its lanes are free: the other sessions take them (a resting one may now claim in its
      * place, relay_session_resting) rather than at their next rebalance. */
-    session_rebalance_others(s);
-    if (b->n > 0) {
+    rebalance_others(s);
+    if (b->n > 0 && !b->abandoned) {
         /* While marking, the answer lost may have been that of a COMMIT that went through (and
          * of a claim behind it, which the server rolled back): the log must not say more. */
         log_warn(was_marking ? "batch abandoned with the connection while being recorded; its "
@@ -407,67 +666,15 @@ static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
                  "rows=%d in_flight=%d session=%d", b->n, b->in_flight, s->index);
         /* The delivery timer keeps running: the session claims nothing until every message of
          * the abandoned batch is reported, and with message.timeout.ms=0 a message to a broker
-         * that stays down is reported only when the timer purges it (issue 21). */
+         * that stays down is reported only when the timer purges it. */
         b->abandoned = true;
         b->next = b->n;
-        session_check_batch_done(s);
-    }
-    if (s->stopping)
-        session_finish_stopping(s);
-}
-
-static void on_notify(PgConn *pg, const char *channel, const char *payload, void *arg)
-{
-    Session *s = arg;
-    if (!wakeup_notified(&s->wake, payload))
-        return;
-    s->wake_pending = true;
-    session_start_next_request(s);
-}
-
-/* The poll, busy and retry timers: there may be rows to claim. */
-static void on_wake_timer(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    Session *s = w->data;
-    s->wake_pending = true;
-    session_start_next_request(s);
-}
-
-static void on_rebalance_timer(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    Session *s = w->data;
-    s->rebalance_due = true;
-    session_start_next_request(s);
-}
-
-static void on_shutdown_timer(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    Session *s = w->data;
-    Batch *b = &s->batch;
-    if (s->wake.left) {
-        session_stopped(s); /* giving up the wakeup lock took too long */
-        return;
-    }
-    log_warn("shutdown timeout: marking what was acknowledged, the rest will be re-sent",
-             "in_flight=%d session=%d", b->in_flight, s->index);
-    if (s->phase == PHASE_PRODUCING && !b->abandoned) {
-        /* Reports that arrive from now on are ignored: those rows stay unsent. The producer
-         * still holds their messages, whose payloads point into the claim results: those live
-         * until the producer is gone (relay_free frees it before the sessions). */
-        for (int i = 0; i < b->n; i++)
-            if (b->rows[i].state == ROW_QUEUED)
-                b->rows[i].state = ROW_PENDING;
-        b->in_flight = 0;
-        batch_retire(b);
-        session_send_marks(s);
-    } else {
-        session_finish_stopping(s);
     }
 }
 
-/* Stops one session: at once between batches, else once its batch is done (bounded by the
- * shutdown timeout while waiting for acknowledgements). */
-void session_stop(Session *s)
+/* ---- the driver --------------------------------------------------------------------------- */
+
+static void begin_stopping(Session *s)
 {
     if (s->stopping)
         return;
@@ -475,19 +682,133 @@ void session_stop(Session *s)
     ev_timer_stop(s->loop, &s->poll_timer);
     ev_timer_stop(s->loop, &s->retry_timer);
     ev_timer_stop(s->loop, &s->rebalance_timer);
-    switch (s->phase) {
-    case PHASE_DOWN:
-    case PHASE_IDLE:
-        session_finish_stopping(s);
-        break;
-    case PHASE_PRODUCING:
-        ev_timer_set(&s->shutdown_timer, (double)s->cfg->shutdown_timeout_ms / 1000.0, 0);
-        ev_timer_start(s->loop, &s->shutdown_timer);
-        session_produce_more(s); /* stops producing, marks at once if nothing is in flight */
-        break;
-    default:
-        break; /* the request in flight finishes the cycle and sees `stopping` */
+    /* A batch at the producer is waited for, within the shutdown timeout; any other request in
+     * flight finishes its step and the session stops after it (next_step). */
+    if (s->phase == PHASE_PRODUCING)
+        start_timer(s, &s->shutdown_timer, (double)s->cfg->shutdown_timeout_ms / 1000.0);
+}
+
+static void shutdown_timeout(Session *s)
+{
+    if (s->wake.left) {
+        stopped(s); /* giving up the wakeup lock took too long */
+        return;
     }
+    log_warn("shutdown timeout: marking what was acknowledged, the rest will be re-sent",
+             "in_flight=%d session=%d", s->batch.in_flight, s->index);
+    if (s->phase == PHASE_PRODUCING && !s->batch.abandoned)
+        produce_give_up_waiting(s); /* the batch is marked below, as it is */
+    else
+        finish_stopping(s);
+}
+
+/* The deferred work after each event, in one stated order: an abandoned batch is let go once its
+ * last report is in; a batch being produced gets more rows to the producer (when the event may
+ * have made room) and its marks once every report is in; a session between batches starts what
+ * next_step says. */
+static void advance(Session *s, bool produce)
+{
+    Batch *b = &s->batch;
+    if (b->abandoned && b->in_flight == 0) {
+        ev_timer_stop(s->loop, &s->delivery_timer); /* it ran on for the abandoned batch */
+        batch_clear(b);
+        s->wake_pending = true;
+    }
+    if (s->phase == PHASE_PRODUCING) {
+        if (produce && (b->next < b->n || b->timed_out || s->stopping))
+            produce_more(s);
+        if (produce_finished(s))
+            send_marks(s);
+        return;
+    }
+    start_next(s);
+}
+
+void session_step(Session *s, const SessionEvent *ev)
+{
+    bool produce = false; /* the event may let more of the batch go to the producer */
+    switch (ev->kind) {
+    case EVENT_CONNECTED:
+        connected(s);
+        break;
+    case EVENT_DISCONNECTED:
+        disconnected(s);
+        break;
+    case EVENT_REPLY:
+        replied(s, ev);
+        break;
+    case EVENT_LANES_REPLY:
+        lanes_divided(s);
+        break;
+    case EVENT_WAKE:
+        s->wake_pending = true;
+        break;
+    case EVENT_REBALANCE_DUE:
+        s->rebalance_due = true;
+        break;
+    case EVENT_LOOK:
+        break;
+    case EVENT_REPORT:
+        produce_record_report(s, ev->row, ev->err);
+        produce = true;
+        break;
+    case EVENT_PRODUCER_ROOM:
+        produce = true;
+        break;
+    case EVENT_DELIVERY_TIMEOUT:
+        produce_delivery_timeout(s);
+        produce = true;
+        break;
+    case EVENT_STOP:
+        begin_stopping(s);
+        produce = true; /* stops producing; marks at once if nothing is in flight */
+        break;
+    case EVENT_SHUTDOWN_TIMEOUT:
+        shutdown_timeout(s);
+        break;
+    }
+    advance(s, produce);
+}
+
+void session_event(Session *s, SessionEventKind kind)
+{
+    SessionEvent ev = {.kind = kind};
+    session_step(s, &ev);
+}
+
+/* ---- events from the connection and the timers -------------------------------------------- */
+
+static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
+{
+    session_event(arg, up ? EVENT_CONNECTED : EVENT_DISCONNECTED);
+}
+
+static void on_notify(PgConn *pg, const char *channel, const char *payload, void *arg)
+{
+    Session *s = arg;
+    if (wakeup_notified(&s->wake, payload))
+        session_event(s, EVENT_WAKE);
+}
+
+/* The poll, busy and retry timers: there may be rows to claim. */
+static void on_wake_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    session_event(w->data, EVENT_WAKE);
+}
+
+static void on_rebalance_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    session_event(w->data, EVENT_REBALANCE_DUE);
+}
+
+static void on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    session_event(w->data, EVENT_DELIVERY_TIMEOUT);
+}
+
+static void on_shutdown_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    session_event(w->data, EVENT_SHUTDOWN_TIMEOUT);
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
@@ -519,7 +840,7 @@ bool session_init(Session *s, Relay *r, int index)
     ev_timer_again(s->loop, &s->rebalance_timer);
     timer_init(s, &s->retry_timer, on_wake_timer);
     timer_init(s, &s->busy_timer, on_wake_timer);
-    timer_init(s, &s->delivery_timer, session_on_delivery_timer);
+    timer_init(s, &s->delivery_timer, on_delivery_timer);
     timer_init(s, &s->shutdown_timer, on_shutdown_timer);
     session_set_phase(s, PHASE_DOWN);
     return true;

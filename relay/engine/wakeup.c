@@ -8,70 +8,41 @@
 #include "engine.h"
 #include "log.h"
 
-static void on_sleep_attempt(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+bool wakeup_sleep_read(Session *s, PGresult **results, int n, const char *error)
 {
-    Session *s = arg;
-    if (!results)
-        return;
-    session_set_phase(s, PHASE_IDLE);
     PGresult *sleep = results[n - 1];
     const char *answer = !error && PQresultStatus(sleep) == PGRES_TUPLES_OK && PQntuples(sleep) == 1
                              ? PQgetvalue(sleep, 0, 0)
                              : NULL;
-    if (answer && strcmp(answer, "busy") == 0) {
-        /* A producer is mid-transaction without having notified: look again very soon. */
-        session_poll_soon(s);
-    } else {
-        if (!answer && !s->wake.sleep_error_logged) {
-            /* Typically migrate not run since an upgrade: sleep anyway, waking at the poll timer
-             * (or on a notification some other session's guard brings about). */
-            char q[512];
-            log_warn("cannot take part in the wakeup; relying on the poll timer", "error=%s",
-                     log_quote(error ? error : "unexpected result", q, sizeof(q)));
-            s->wake.sleep_error_logged = true;
-        } else if (answer && s->wake.sleep_error_logged) {
-            log_info("the wakeup works again", NULL);
-            s->wake.sleep_error_logged = false;
-        }
-        /* One final claim catches what producers committed before the guard took the lock; from
-         * then on they notify. A follower notified meanwhile (its guard may have left) makes that
-         * claim a wakeup instead, and asks again after it; a guard's final claim sees whatever
-         * was announced. */
-        s->wake.asleep = true;
-        s->wake.guard = answer && strcmp(answer, "guard") == 0;
-        s->wake.final_check = s->wake.guard || !s->wake.notified;
-        s->wake.notified = false;
-        log_debug("asleep", "as=%s session=%d", answer ? answer : "poller", s->index);
-        s->wake_pending = true;
-    }
-    session_after_request(s);
-}
-
-/* An empty claim: end its transaction and try to go to sleep, in one round trip. */
-void wakeup_go_to_sleep(Session *s)
-{
-    PgQuery queries[2] = {{SQL_COMMIT, 0, NULL, false}, {SQL_SLEEP, 0, NULL, false}};
-    s->wake.notified = false;
-    session_set_phase(s, PHASE_ENDING);
-    if (!pg_conn_send(s->pg, queries, 2, on_sleep_attempt, s))
-        pg_conn_reset(s->pg, "connection busy while going to sleep");
-}
-
-static void on_guard_left(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
-{
-    Session *s = arg;
-    if (!results)
-        return;
-    if (error) {
-        /* The lock may still be held: only closing the session surely frees it. */
+    if (answer && strcmp(answer, "busy") == 0)
+        return false; /* a producer is mid-transaction without having notified */
+    if (!answer && !s->wake.sleep_error_logged) {
+        /* Typically migrate not run since an upgrade: sleep anyway, waking at the poll timer (or
+         * on a notification some other session's guard brings about). */
         char q[512];
-        log_warn("giving up the wakeup lock failed; reconnecting", "error=%s",
-                 log_quote(error, q, sizeof(q)));
-        pg_conn_reset(pg, "giving up the wakeup lock failed");
-        return;
+        log_warn("cannot take part in the wakeup; relying on the poll timer", "error=%s",
+                 log_quote(error ? error : "unexpected result", q, sizeof(q)));
+        s->wake.sleep_error_logged = true;
+    } else if (answer && s->wake.sleep_error_logged) {
+        log_info("the wakeup works again", NULL);
+        s->wake.sleep_error_logged = false;
     }
-    session_set_phase(s, PHASE_IDLE);
-    session_after_request(s);
+    /* One final claim catches what producers committed before the guard took the lock; from then
+     * on they notify. A follower notified meanwhile (its guard may have left) makes that claim a
+     * wakeup instead, and asks again after it; a guard's final claim sees whatever was
+     * announced. */
+    s->wake.asleep = true;
+    s->wake.guard = answer && strcmp(answer, "guard") == 0;
+    s->wake.final_check = s->wake.guard || !s->wake.notified;
+    s->wake.notified = false;
+    log_debug("asleep", "as=%s session=%d", answer ? answer : "poller", s->index);
+    s->wake_pending = true;
+    return true;
+}
+
+void wakeup_before_sleep(Wakeup *w)
+{
+    w->notified = false;
 }
 
 /* A guard lets the wakeup lock go before anything else once producers notified (their rows may
@@ -79,13 +50,9 @@ static void on_guard_left(PgConn *pg, PGresult **results, int n, const char *err
  * its own, as the notification that wakes its followers to ask again must go out now, not with a
  * later commit (or never, with a rollback). A guard without lanes (moved away while it slept)
  * leaves too. */
-void wakeup_leave_guard(Session *s)
+void wakeup_leaving_guard(Wakeup *w)
 {
-    PgQuery q = {SQL_WAKE, 0, NULL, false};
-    s->wake.guard = s->wake.asleep = s->wake.notified = false;
-    session_set_phase(s, PHASE_ENDING);
-    if (!pg_conn_send(s->pg, &q, 1, on_guard_left, s))
-        session_set_phase(s, PHASE_IDLE);
+    w->guard = w->asleep = w->notified = false;
 }
 
 bool wakeup_guard_must_leave(const Session *s)

@@ -27,6 +27,13 @@ typedef struct Wakeup {
  * goes on sleeping through claims its timer brings about. */
 void wakeup_before_claim(Wakeup *w);
 
+/* The session asks to sleep: notifications that came before do not count. */
+void wakeup_before_sleep(Wakeup *w);
+
+/* A guard gives the wakeup lock up (the request is the driver's): it is neither guard nor asleep
+ * any more. */
+void wakeup_leaving_guard(Wakeup *w);
+
 /* A claim returned rows: the session is awake (a guard lets the lock go before its next claim). */
 void wakeup_work_came(Wakeup *w);
 
