@@ -74,7 +74,7 @@ DEMO_ASAN_BIN := bin/asan/producer-demo bin/asan/consumer-demo
 DEMO_HDR := $(wildcard lib/*.h producer-demo/*.h consumer-demo/*.h)
 
 .PHONY: all asan tools test test-ready unit deps check-deps format format-check clean quickstart demos demo bench \
-        bench-redis fresh-test mutate check-floors compose-test
+        bench-redis fresh-test mutate check-floors compose-test docs-cycle
 
 all: bin/outbox-relay $(DEMO_BIN)
 
@@ -188,7 +188,14 @@ test-ready: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN) $(DEM
 
 test: test-ready
 	@sh tools/check-floors.sh
+	@sh tools/check-driver.sh
+	@sh tools/gen-cycle.sh | cmp -s - docs/session-cycle.md || \
+		{ echo "docs/session-cycle.md differs from the driver's table: run make docs-cycle" >&2; exit 1; }
 	@sh tests/run.sh
+
+# The session cycle's drawing, written from the driver's table (relay/engine/session.c).
+docs-cycle:
+	sh tools/gen-cycle.sh > docs/session-cycle.md.tmp && mv docs/session-cycle.md.tmp docs/session-cycle.md
 
 # Who may include whom (README, "Code layout"); also the first step of `make test`.
 check-floors:

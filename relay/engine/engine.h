@@ -87,6 +87,7 @@ typedef struct SessionEvent {
     PGresult **results; /* EVENT_REPLY: as a PgResultFn gets them (the callee may take some) */
     int n;
     const char *error;
+    bool ok;       /* EVENT_LANES_REPLY: false when a query failed (logged) */
     BatchRow *row; /* EVENT_REPORT */
     rd_kafka_resp_err_t err;
 } SessionEvent;

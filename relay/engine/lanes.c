@@ -83,13 +83,12 @@ static bool query_failed(Lanes *l, PgConn *pg, PGresult **results, const char *e
         return true;
     }
     if (error) {
-        /* Which locks this session holds is now uncertain; dropping the session releases them
-         * all, and the reconnect starts from a clean slate. */
+        /* Which locks this session holds is now uncertain: the owner drops the session, which
+         * releases them all, and the reconnect starts from a clean slate. */
         char q[512];
         log_warn("lane rebalance failed; reconnecting", "step=%s error=%s", step,
                  log_quote(error, q, sizeof(q)));
-        l->done = NULL;
-        pg_conn_reset(pg, "lane rebalance failed");
+        finish(l, pg, false);
         return true;
     }
     return false;
@@ -161,7 +160,7 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
         return;
     }
     if (!pg_conn_send(pg, queries, nq, on_locked, l))
-        finish(l, pg, false);
+        finish(l, pg, true); /* nothing changed: the next rebalance tries again */
 }
 
 static bool send_members(Lanes *l, PgConn *pg)
@@ -178,13 +177,13 @@ static void on_joined(PgConn *pg, PGresult **results, int n, const char *error, 
     if (PQntuples(results[0]) == 0) {
         log_warn("no free member slot: too many relays on this outbox; retrying", "max=%d",
                  LANE_MAX_MEMBERS);
-        finish(l, pg, false);
+        finish(l, pg, true); /* no lanes: the next rebalance tries again */
         return;
     }
     l->slot = atoi(PQgetvalue(results[0], 0, 0));
     log_debug("joined the relay group", "slot=%d", l->slot);
     if (!send_members(l, pg))
-        finish(l, pg, false);
+        finish(l, pg, true); /* nothing locked yet: the next rebalance tries again */
 }
 
 /* The start of a rebalance or a leave: pg must be idle (else false, and done is not called). */

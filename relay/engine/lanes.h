@@ -25,7 +25,9 @@
 
 typedef struct Lanes Lanes;
 
-/* Called when a rebalance finished (ok = false: a query failed, already logged). */
+/* Called when a rebalance or a leave finished. ok = false: a query failed (logged), so which locks
+ * the session holds is uncertain, and the owner must reset the connection; a rebalance that could
+ * not get a member slot is ok, with no lanes (the next one tries again). */
 typedef void (*LanesDoneFn)(Lanes *lanes, bool ok, void *arg);
 
 struct Lanes {
@@ -54,8 +56,8 @@ bool lanes_rebalance(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg);
 
 /* Leaves the group: gives up every lane and the member slot, in one round trip on pg (must be
  * idle), then calls done; the session claims nothing until it rebalances (and so joins) again.
- * Returns false when pg was not idle (done is not called). A failed query resets the connection,
- * which gives everything up too (done is not called then either). */
+ * Returns false when pg was not idle (done is not called). A failed query calls done with ok
+ * false: the owner resets the connection, which gives everything up too. */
 bool lanes_leave(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg);
 
 /* Pure: which lanes the member `slot` should own when the live members are slots[0..n-1]. */

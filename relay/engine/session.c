@@ -217,7 +217,8 @@ static void on_reply(PgConn *pg, PGresult **results, int n, const char *error, v
 
 static void on_lanes_reply(Lanes *lanes, bool ok, void *arg)
 {
-    session_event(arg, EVENT_LANES_REPLY);
+    SessionEvent ev = {.kind = EVENT_LANES_REPLY, .ok = ok};
+    session_step(arg, &ev);
 }
 
 /* Sends a request of phase `to` (entered first); a connection that cannot take it (busy: a bug)
@@ -738,7 +739,10 @@ void session_step(Session *s, const SessionEvent *ev)
         replied(s, ev);
         break;
     case EVENT_LANES_REPLY:
-        lanes_divided(s);
+        if (ev->ok)
+            lanes_divided(s);
+        else /* which lanes it holds is uncertain: a new connection holds none */
+            pg_conn_reset(s->pg, "lane rebalance failed");
         break;
     case EVENT_WAKE:
         s->wake_pending = true;
