@@ -35,7 +35,7 @@ promtool check rules "$tmp/dashboard.rules.yml" >"$tmp/promtool.out" 2>&1 ||
     { cat "$tmp/promtool.out" >&2; fail "a dashboard query is not valid PromQL (above)"; }
 echo "monitoring-check: the dashboard's $(grep -c 'record:' "$tmp/dashboard.rules.yml") queries parse as PromQL"
 
-# Wherever the layout puts it (relay/engine/metrics.c today).
+# Wherever the layout puts it (relay/service/metrics.c today).
 metrics_c=$(find "$ROOT/relay" -name metrics.c | head -n 1)
 [ -n "$metrics_c" ] || fail "no metrics.c under relay/"
 grep -o '"outbox_[a-z_]*"' "$metrics_c" | tr -d '"' | sort -u >"$tmp/served"

@@ -205,7 +205,7 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     "DELETE FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL"                            \
     " AND ($1::bigint IS NULL OR {seq} = $1::bigint)"
 
-/* ---- upkeep (relay/engine/upkeep.c): its own connection ---- */
+/* ---- upkeep (relay/service/upkeep.c): its own connection ---- */
 
 /* The oldest snapshot holding back vacuum: a session's xmin (a long or forgotten transaction, a
  * standby's hot_standby_feedback through its walsender), a replication slot's xmin, or a prepared
