@@ -87,28 +87,36 @@ bin/gen/migrations_gen.c: $(MIGRATIONS) tools/embed-migrations.sh | bin/.deps-ok
 	@mkdir -p $(@D)
 	sh tools/embed-migrations.sh $(MIGRATIONS) > $@.tmp && mv $@.tmp $@
 
-bin/obj/lib/%.o: lib/%.c | bin/.deps-ok
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) -Ilib $(CFLAGS) -c $< -o $@
+# ---- objects: one template for every variant ------------------------------------------------
+# An object's flags are BASE_CFLAGS, then those of its kind of source (by where the source is),
+# then those of its variant. Each variant (normal, sanitizer, fuzz) is one line below that names
+# its object directory, its compiler and its flags; the rules are written once, here. -MMD -MP
+# (BASE_CFLAGS) puts each object's .d beside it in every variant, and the last line of this file
+# includes them all.
+VERSION_DEF := -DOUTBOX_RELAY_VERSION='"$(VERSION)"'
+src_flags = $(strip \
+    $(if $(filter relay/%,$<),$(INCLUDES) $(VERSION_DEF), \
+    $(if $(filter bin/gen/%,$<),$(INCLUDES), \
+    $(if $(filter producer-demo/% consumer-demo/% $(DEMO_ONLY_SRC),$<),$(DEMO_CFLAGS) -I$(<D) $(VERSION_DEF), \
+    -Ilib))))
 
-bin/asan/obj/lib/%.o: lib/%.c | bin/.deps-ok
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) -Ilib $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
+# $(call variant_rules,OBJDIR,CC variable,flags variable): OBJDIR/x/y.o from x/y.c, and
+# OBJDIR/name.o from the generated bin/gen/name.c.
+define variant_rules
+$(1)/%.o: %.c | bin/.deps-ok
+	@mkdir -p $$(@D)
+	$$($(2)) $$(BASE_CFLAGS) $$(src_flags) $$($(3)) -c $$< -o $$@
 
-bin/obj/relay/%.o: relay/%.c | bin/.deps-ok
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
+$(1)/%.o: bin/gen/%.c | bin/.deps-ok
+	@mkdir -p $$(@D)
+	$$($(2)) $$(BASE_CFLAGS) $$(src_flags) $$($(3)) -c $$< -o $$@
+endef
 
-bin/asan/obj/relay/%.o: relay/%.c | bin/.deps-ok
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $(SAN_FLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
-
-bin/obj/migrations_gen.o: bin/gen/migrations_gen.c
-	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) -c $< -o $@
-
-bin/asan/obj/migrations_gen.o: bin/gen/migrations_gen.c
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
+NORMAL_FLAGS = $(CFLAGS)
+ASAN_FLAGS   = $(CFLAGS) $(SAN_FLAGS)
+$(eval $(call variant_rules,bin/obj,CC,NORMAL_FLAGS))
+$(eval $(call variant_rules,bin/asan/obj,CC,ASAN_FLAGS))
+# The fuzz variant (bin/fuzz/obj, FUZZ_CC, FUZZ_OBJ_FLAGS) is stated with the fuzzers, below.
 
 bin/outbox-relay: $(OBJ)
 	$(CC) $(CFLAGS) $^ $(DEP_LIBS) -o $@
@@ -123,25 +131,6 @@ asan: bin/asan/outbox-relay $(DEMO_ASAN_BIN)
 bin/gen/%_schema.c: %-demo/schema.sql tools/embed-text.sh | bin/.deps-ok
 	@mkdir -p $(@D)
 	sh tools/embed-text.sh $*_schema_sql $< > $@.tmp && mv $@.tmp $@
-
-bin/obj/%_schema.o: bin/gen/%_schema.c
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
-
-bin/asan/obj/%_schema.o: bin/gen/%_schema.c
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(SAN_FLAGS) -c $< -o $@
-
-# The demos' own objects (a static pattern: one rule for both demo directories).
-DEMO_OWN_OBJ      := $(sort $(call objs,bin/obj,$(PRODUCER_SRC) $(CONSUMER_SRC)))
-DEMO_OWN_ASAN_OBJ := $(sort $(call objs,bin/asan/obj,$(PRODUCER_SRC) $(CONSUMER_SRC)))
-
-$(DEMO_OWN_OBJ): bin/obj/%.o: %.c | bin/.deps-ok
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -I$(<D) $(CFLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
-
-$(DEMO_OWN_ASAN_OBJ): bin/asan/obj/%.o: %.c | bin/.deps-ok
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -I$(<D) $(CFLAGS) $(SAN_FLAGS) -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
 
 bin/producer-demo: $(PRODUCER_OBJ)
 	$(CC) $(CFLAGS) $^ $(DEP_LIBS) $(DEMO_LIBS) -o $@
@@ -403,10 +392,8 @@ FUZZ_PARALLEL ?= 1
 .PHONY: fuzzers fuzz
 fuzzers: $(FUZZ_BIN)
 
-bin/fuzz/obj/%.o: %.c | bin/.deps-ok
-	@mkdir -p $(@D)
-	$(FUZZ_CC) $(BASE_CFLAGS) $(FUZZ_INC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
-	    -DOUTBOX_RELAY_VERSION='"$(VERSION)"' -c $< -o $@
+FUZZ_OBJ_FLAGS = $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link
+$(eval $(call variant_rules,bin/fuzz/obj,FUZZ_CC,FUZZ_OBJ_FLAGS))
 
 bin/fuzz/fuzz_order: FUZZ_LINK = $(FUZZ_PRODUCER_OBJ)
 bin/fuzz/fuzz_event: FUZZ_LINK = $(FUZZ_CONSUMER_OBJ)
