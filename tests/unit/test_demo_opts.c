@@ -22,10 +22,35 @@ typedef struct T {
 } T;
 
 static const OptDef defs[] = {
-    {"url", OPT_STRING, "TEST_OPTS_URL", NULL, 0, 0, offsetof(T, url), 3, 3, "URL", "the url"},
-    {"rate", OPT_INT, NULL, "5", 0, 100, offsetof(T, rate), 1u << C_LOAD, 0, "R", "a rate"},
-    {"kv", OPT_LIST, NULL, NULL, 0, 0, offsetof(T, kv), 1u << C_RUN, 0, "K=V", "pairs"},
-    {"log-level", OPT_LOG_LEVEL, NULL, "info", 0, 0, offsetof(T, level), 3, 0, "L", "level"},
+    {.name = "url",
+     .type = OPT_STRING,
+     .env = "TEST_OPTS_URL",
+     .offset = offsetof(T, url),
+     .commands = 3,
+     .required = 3,
+     .metavar = "URL",
+     .help = "the url"},
+    {.name = "rate",
+     .type = OPT_INT,
+     .def = "5",
+     .max = 100,
+     .offset = offsetof(T, rate),
+     .commands = 1u << C_LOAD,
+     .metavar = "R",
+     .help = "a rate"},
+    {.name = "kv",
+     .type = OPT_LIST,
+     .offset = offsetof(T, kv),
+     .commands = 1u << C_RUN,
+     .metavar = "K=V",
+     .help = "pairs"},
+    {.name = "log-level",
+     .type = OPT_LOG_LEVEL,
+     .def = "info",
+     .offset = offsetof(T, level),
+     .commands = 3,
+     .metavar = "L",
+     .help = "level"},
 };
 static const CmdDef cmds[] = {{"run", C_RUN, "run"},
                               {"load", C_LOAD, "load"},
@@ -34,7 +59,15 @@ static const CmdDef cmds[] = {{"run", C_RUN, "run"},
 
 static OptSpec spec(int default_cmd)
 {
-    return (OptSpec){"prog", "summary", cmds, 4, default_cmd, C_HELP, C_VERSION, defs, 4};
+    return (OptSpec){.prog = "prog",
+                     .summary = "summary",
+                     .cmds = cmds,
+                     .ncmds = 4,
+                     .default_cmd = default_cmd,
+                     .help_cmd = C_HELP,
+                     .version_cmd = C_VERSION,
+                     .opts = defs,
+                     .nopts = 4};
 }
 
 /* Parses a NULL-terminated argument list (after the program name). */

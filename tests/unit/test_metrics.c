@@ -174,7 +174,8 @@ static void test_every_sample_has_help_and_type(void **state)
 {
     metrics_event_published("t", 1);
     metrics_set_backlog(1, 1, 1);
-    char *t = render((MetricsLive){true, true, 64, 1});
+    char *t = render((MetricsLive){
+        .postgres_up = true, .kafka_up = true, .lanes_owned = 64, .live_sessions = 1});
     for (char *line = strtok(t, "\n"); line; line = strtok(NULL, "\n")) {
         if (line[0] == '#')
             continue;
@@ -187,7 +188,8 @@ static void test_every_sample_has_help_and_type(void **state)
         if (!suffix)
             suffix = strstr(name, "_count");
         /* HELP and TYPE lines come earlier in the text; search a fresh render */
-        char *all = render((MetricsLive){true, true, 64, 1});
+        char *all = render((MetricsLive){
+            .postgres_up = true, .kafka_up = true, .lanes_owned = 64, .live_sessions = 1});
         if (suffix) { /* a histogram's series are described under its base name */
             char histogram[200];
             snprintf(histogram, sizeof(histogram), "# TYPE %.*s histogram\n", (int)(suffix - name),
