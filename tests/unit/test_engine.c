@@ -585,12 +585,14 @@ static void test_batch_chained(void **state)
  * let the wakeup lock go, then claim. A stop while asleep lets the lock go too. */
 static void test_empty_claim_sleeps(void **state)
 {
-    static const char *const asleep[] = {"ending", "idle", "claiming", "ending", "idle", NULL};
+    static const char *const asleep[] = {"going to sleep", "idle", "claiming",
+                                         "ending",         "idle", NULL};
     static const char *const asleep_sent[] = {"COMMIT,sleep", CLAIM, "COMMIT", NULL};
-    static const char *const woken[] = {"ending",   "idle",   "claiming", "ending", "idle",
-                                        "claiming", "ending", "idle",     NULL};
+    static const char *const woken[] = {"leaving guard",  "idle", "claiming",
+                                        "going to sleep", "idle", "claiming",
+                                        "ending",         "idle", NULL};
     static const char *const woken_sent[] = {"wake", CLAIM, "COMMIT,sleep", CLAIM, "COMMIT", NULL};
-    static const char *const stopped[] = {"ending", "idle", NULL};
+    static const char *const stopped[] = {"leaving guard", "idle", NULL};
     static const char *const stopped_sent[] = {"wake", NULL};
     start("1", "1", "0");
     bring_up(0);
@@ -759,10 +761,18 @@ static void test_connection_lost_anywhere(void **state)
     static const char *const in_setup[] = {"setup", "down", NULL};
     static const char *const in_rebalancing[] = {"setup", "idle", "rebalancing", "down", NULL};
     static const char *const in_claiming[] = {"down", NULL};
-    static const char *const in_ending[] = {"ending", "down", NULL};
-    static const char *const in_idle[] = {"ending", "idle", "claiming", "ending",
-                                          "idle",   "down", NULL};
+    static const char *const in_going_to_sleep[] = {"going to sleep", "down", NULL};
+    static const char *const in_idle[] = {"going to sleep", "idle", "claiming", "ending",
+                                          "idle",           "down", NULL};
+    static const char *const in_leaving_guard[] = {"leaving guard", "down", NULL};
+    static const char *const in_ending[] = {
+        "producing", "marking and claiming", "claiming", "ending", "down", NULL};
     static const char *const in_marking[] = {"producing", "marking", "down", NULL};
+    static const char *const in_rolling_back[] = {"producing", "marking", "rolling back", "down",
+                                                  NULL};
+    static const char *const in_recording_row[] = {"producing",     "marking", "rolling back",
+                                                   "recording row", "down",    NULL};
+    static const char *const in_leaving_lanes[] = {"ending", "idle", "leaving lanes", "down", NULL};
     start("1", "1", "60000");
     fake_pg_up(PG(0));
     fake_pg_drop(PG(0), "gone during LISTEN");
@@ -776,9 +786,9 @@ static void test_connection_lost_anywhere(void **state)
     fake_pg_drop(PG(0), "gone during the claim");
     expect_phases(0, in_claiming);
     bring_up(0);
-    answer_claim(0, ""); /* empty: COMMIT and to sleep */
-    fake_pg_drop(PG(0), "gone during the COMMIT");
-    expect_phases(0, in_ending);
+    answer_claim(0, ""); /* empty, no rows for long: COMMIT and to sleep */
+    fake_pg_drop(PG(0), "gone while going to sleep");
+    expect_phases(0, in_going_to_sleep);
     forget(0);
     bring_up(0);
     answer_claim(0, "");
@@ -789,20 +799,56 @@ static void test_connection_lost_anywhere(void **state)
     expect_phases(0, in_idle);
     forget(0);
     bring_up(0);
+    answer_claim(0, "");
+    answer(0); /* "guard" */
+    answer_claim(0, "");
+    answer(0);
+    forget(0);
+    fake_pg_notify(PG(0), WAKEUP_CHANNEL, "");
+    fake_pg_drop(PG(0), "gone while the guard leaves");
+    expect_phases(0, in_leaving_guard);
+    forget(0);
+    bring_up(0);
+    answer_claim(0, "A");
+    fake_kafka_report_all(OK);
+    answer_claim(0, ""); /* rows came recently: the empty claim's COMMIT alone */
+    fake_pg_drop(PG(0), "gone during the COMMIT");
+    expect_phases(0, in_ending);
+    forget(0);
+    bring_up(0);
     answer_claim(0, "A,B,C"); /* not chained: the marks alone */
     fake_kafka_report_all(OK);
     fake_pg_drop(PG(0), "gone during the marks");
     expect_phases(0, in_marking);
     forget(0);
     bring_up(0); /* nothing of the batch is marked again */
+    answer_claim(0, "A,B,C");
+    fake_kafka_report_all(OK);
+    answer_failing(0, "mark-sent", "22P02");
+    fake_pg_drop(PG(0), "gone during the ROLLBACK");
+    expect_phases(0, in_rolling_back);
+    forget(0);
+    bring_up(0);
+    answer_claim(0, "A,B,C");
+    fake_kafka_report_all(OK);
+    answer_failing(0, "mark-sent", "22P02");
+    answer(0); /* ROLLBACK */
+    fake_pg_drop(PG(0), "gone while recording a row");
+    expect_phases(0, in_recording_row);
+    forget(0);
+    bring_up(0);
+    answer_failing(0, "claim", "42501");
+    answer(0); /* ROLLBACK */
+    fake_pg_drop(PG(0), "gone while leaving the lanes");
+    expect_phases(0, in_leaving_lanes);
 }
 
 /* The marks that rode with the next claim fail for a passing reason: rolled back, and the next
  * claim waits for the retry backoff. */
 static void test_chained_marks_transient_failure(void **state)
 {
-    static const char *const phases[] = {"producing", "marking and claiming", "idle", "claiming",
-                                         NULL};
+    static const char *const phases[] = {
+        "producing", "marking and claiming", "rolling back", "idle", "claiming", NULL};
     static const char *const sent[] = {"mark-plan,mark-sent,COMMIT," CLAIM, "ROLLBACK", CLAIM,
                                        NULL};
     start("1", "1", "60000");
@@ -833,13 +879,14 @@ static void test_session_rests_and_joins(void **state)
 {
     static const char *const resting[] = {"setup", "idle", NULL};
     static const char *const resting_sent[] = {"LISTEN,floor-check", NULL};
-    static const char *const joined[] = {"rebalancing", "idle",   "claiming", "ending", "idle",
-                                         "claiming",    "ending", "idle",     NULL};
+    static const char *const joined[] = {"rebalancing",    "idle", "claiming",
+                                         "going to sleep", "idle", "claiming",
+                                         "ending",         "idle", NULL};
     static const char *const joined_sent[] = {"join",         "members", "lock",   CLAIM,
                                               "COMMIT,sleep", CLAIM,     "COMMIT", NULL};
     static const char *const redivides[] = {"rebalancing", "idle", NULL};
     static const char *const redivides_sent[] = {"members", NULL};
-    static const char *const rests[] = {"rebalancing", "idle", "ending", "idle", NULL};
+    static const char *const rests[] = {"leaving lanes", "idle", "leaving guard", "idle", NULL};
     static const char *const rests_sent[] = {"unlock,leave", "wake", NULL};
     static const char *const takes_over[] = {"rebalancing", NULL};
     static const char *const takes_over_sent[] = {"join", NULL};
@@ -898,8 +945,9 @@ static void test_session_rests_and_joins(void **state)
  * row, the refused row as a failure, the others as sent. */
 static void test_row_by_row_after_row_fault(void **state)
 {
-    static const char *const phases[] = {"producing", "marking", "marking",  "marking", "marking",
-                                         "marking",   "idle",    "claiming", NULL};
+    static const char *const phases[] = {
+        "producing",     "marking",       "rolling back", "recording row", "recording row",
+        "recording row", "recording row", "idle",         "claiming",      NULL};
     static const char *const sent[] = {
         "mark-plan,mark-sent,COMMIT",   "ROLLBACK",  "mark-sent", "mark-sent",
         "failures-durable,mark-failed", "mark-sent", CLAIM,       NULL};
@@ -925,8 +973,10 @@ static void test_row_by_row_after_row_fault(void **state)
  * recorded. */
 static void test_row_by_row_after_chained_marks(void **state)
 {
-    static const char *const phases[] = {
-        "producing", "marking and claiming", "marking", "marking", "idle", "claiming", NULL};
+    static const char *const phases[] = {"producing",     "marking and claiming",
+                                         "rolling back",  "recording row",
+                                         "recording row", "idle",
+                                         "claiming",      NULL};
     static const char *const sent[] = {
         "mark-plan,mark-sent,COMMIT," CLAIM, "ROLLBACK", "mark-sent", "mark-sent", CLAIM, NULL};
     start("1", "1", "60000");
@@ -945,11 +995,13 @@ static void test_row_by_row_after_chained_marks(void **state)
  * the retry backoff, twice; the third time in a row, it is recorded row by row. */
 static void test_transient_mark_failures(void **state)
 {
-    static const char *const retried[] = {"producing", "marking", "idle", "claiming", NULL};
+    static const char *const retried[] = {"producing", "marking",  "rolling back",
+                                          "idle",      "claiming", NULL};
     static const char *const retried_sent[] = {"mark-plan,mark-sent,COMMIT", "ROLLBACK", CLAIM,
                                                NULL};
-    static const char *const by_row[] = {"producing", "marking", "marking",  "marking",
-                                         "marking",   "idle",    "claiming", NULL};
+    static const char *const by_row[] = {"producing",     "marking",       "rolling back",
+                                         "recording row", "recording row", "recording row",
+                                         "idle",          "claiming",      NULL};
     static const char *const by_row_sent[] = {"mark-plan,mark-sent,COMMIT",
                                               "ROLLBACK",
                                               "mark-sent",
@@ -985,9 +1037,9 @@ static void test_transient_mark_failures(void **state)
  * once one goes through it joins again and claims. */
 static void test_setup_fault(void **state)
 {
-    static const char *const phases[] = {"ending",      "idle", "rebalancing", "idle",   "claiming",
-                                         "ending",      "idle", "claiming",    "ending", "idle",
-                                         "rebalancing", "idle", "claiming",    NULL};
+    static const char *const phases[] = {
+        "ending",   "idle",   "leaving lanes", "idle",        "claiming", "ending",   "idle",
+        "claiming", "ending", "idle",          "rebalancing", "idle",     "claiming", NULL};
     static const char *const sent[] = {
         "ROLLBACK", "unlock,leave", CLAIM ",mark-sent", "ROLLBACK", CLAIM ",mark-sent",
         "COMMIT",   "join",         "members",          "lock",     CLAIM,
