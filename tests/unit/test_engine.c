@@ -12,8 +12,10 @@
  * At the end the program prints how many of the phase changes the engine allows the tests went
  * through ("# cycle paths covered"), the allowed ones asked of the engine itself.
  *
- * What reaches into the engine's insides (engine.h), all in the helpers below: the sessions of
- * the Relay (to name them and reach their timers), and on_rest_timer's notion of "long ago". */
+ * The relay is started as main starts it (relay_new, relay_run: see start()). What reaches into
+ * the engine's insides (engine.h): the Relay's sessions (S(), for their timers), its timers
+ * (rest_timer), its count of sessions still running (to see a stop complete) and its notion of
+ * when the backlog was last seen (backlog_seen_at, instead of waiting --session-rest-after). */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -22,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -49,7 +50,7 @@ static struct {
     int nphases[MAX_SESSIONS];
     char sent[MAX_SESSIONS][MAX_STEPS][160];
     int nsent[MAX_SESSIONS];
-    /* How the fake database answers (auto_answer). */
+    /* How the fake database answers (auto_result). */
     const char *members;             /* live member slots, "0" or "0,1" */
     const char *sleep_answer;        /* outbox_relay_sleep(): guard, follow, busy */
     const char *claim[MAX_SESSIONS]; /* the next claim's rows by aggregate, "A,A,B"; "" none */
