@@ -165,6 +165,15 @@ bin/asan/test_%: tests/unit/test_%.c $(ASAN_LIB_OBJ)
 
 unit: $(UNIT_BIN) $(DEMO_UNIT_BIN)
 
+# The engine's unit test (tests/unit/test_engine.c) links the engine with stand-ins for the
+# PostgreSQL connection and the Kafka producer (tests/unit/fake_*.c) in place of relay/io's.
+ENGINE_FAKE_SRC := tests/unit/fake_pg.c tests/unit/fake_kafka.c
+ENGINE_TEST_OBJ := $(filter-out %/relay/io/pg.o %/relay/io/pg_request.o %/relay/io/kafka.o,$(ASAN_LIB_OBJ))
+bin/asan/test_engine: tests/unit/test_engine.c $(ENGINE_FAKE_SRC) $(ENGINE_TEST_OBJ) \
+                      tests/unit/fake_pg.h tests/unit/fake_kafka.h
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) -Itests/unit $(CFLAGS) $(SAN_FLAGS) $(filter %.c %.o,$^) $(DEP_LIBS) -lcmocka -o $@
+
+
 # Everything `make test` builds, built (the fuzzers join below), and everything it calls, here:
 # the [build] and [test] packages of tools/packages.txt with their files, and the commands of
 # tools/test-commands.txt, which must name every command the tests call that a minbase Debian

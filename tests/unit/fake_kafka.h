@@ -1,0 +1,45 @@
+/* fake_kafka: a stand-in for relay/io/kafka.c (the KafkaProducer interface of kafka.h) for the
+ * engine's unit tests: kafka_produce queues each message (a copy of its topic, key and value,
+ * and the opaque the engine gave), and the test delivers its report (acknowledged, failed,
+ * purged) through the same KafkaDeliveryFn that relay.c registered with kafka_producer_new, from
+ * the test's own call (as kafka.c does from the loop, never from inside kafka_produce).
+ *
+ * kafka_purge does not report at once (librdkafka reports purged messages later, on the loop):
+ * it marks every unreported message purged, and fake_kafka_deliver_purged reports them with
+ * RD_KAFKA_RESP_ERR__PURGE_QUEUE. kafka_producer_free reports what is left the same way, as
+ * kafka.c's flush-then-purge does. */
+#ifndef OUTBOX_FAKE_KAFKA_H
+#define OUTBOX_FAKE_KAFKA_H
+
+#include <stdbool.h>
+
+#include "kafka.h"
+
+typedef struct FakeMessage {
+    char *topic, *key, *value;
+    void *opaque;
+    bool reported;
+    bool purged; /* caught by a kafka_purge, its report not delivered yet */
+} FakeMessage;
+
+/* The producer last created (kafka_producer_new), or NULL after it was freed. */
+KafkaProducer *fake_kafka_current(void);
+/* Messages produced since the producer was created, in order (reported ones included). */
+int fake_kafka_count(void);
+const FakeMessage *fake_kafka_at(int i);
+/* Messages not reported yet. */
+int fake_kafka_unreported(void);
+/* Delivers message i's report (i: its index in the order produced) with err. */
+void fake_kafka_report(int i, rd_kafka_resp_err_t err);
+/* Reports every unreported message with err, in order. */
+void fake_kafka_report_all(rd_kafka_resp_err_t err);
+/* kafka_purge calls so far. */
+int fake_kafka_purges(void);
+/* Reports every message a purge caught (RD_KAFKA_RESP_ERR__PURGE_QUEUE). */
+void fake_kafka_deliver_purged(void);
+/* From now on, kafka_produce refuses messages with this key with err (NO_ERROR: accept all). */
+void fake_kafka_refuse_key(const char *key, rd_kafka_resp_err_t err);
+/* Sets what kafka_fatal answers. */
+void fake_kafka_set_fatal(bool fatal);
+
+#endif

@@ -1,0 +1,1118 @@
+/* Unit tests of the engine's session cycle without a network: the real engine (relay/engine,
+ * relay/outbox, lib, config) linked with stand-ins for the PostgreSQL connection (fake_pg.c,
+ * pg.h's interface) and the Kafka producer (fake_kafka.c, kafka.h's), on the real libev loop.
+ *
+ * The tests drive the engine only from outside: they bring connections up and down, answer its
+ * requests with canned results (or failures with a SQLSTATE), deliver delivery reports, fire its
+ * timers and send it SIGTERM. They assert two things at each step:
+ *  - the phases each session went through, by name (session_phase_observer): the expected
+ *    sequences are tables at the top of each test, to update in one place when phases change;
+ *  - the requests each session sent, each as its statements' kinds ("BEGIN,claim-plan,claim"),
+ *    and their parameters where it matters (which rows a mark names).
+ * At the end the program prints how many of the phase changes the engine allows the tests went
+ * through ("# cycle paths covered"), the allowed ones asked of the engine itself.
+ *
+ * The relay is started as main starts it (relay_new, relay_run: see start()). What reaches into
+ * the engine's insides (engine.h): the Relay's sessions (S(), for their timers), its timers
+ * (rest_timer), its count of sessions still running (to see a stop complete) and its notion of
+ * when the backlog was last seen (backlog_seen_at, instead of waiting --session-rest-after). */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "engine.h"
+#include "fake_kafka.h"
+#include "fake_pg.h"
+#include "log.h"
+#include "monotime.h"
+#include "relay.h"
+#include "statements.h"
+#include "table.h"
+
+#define MAX_SESSIONS 2
+#define MAX_STEPS 128
+
+static struct {
+    struct ev_loop *loop;
+    Config cfg;
+    Relay *r;
+    char *tmpl[SESSION_SQL_COUNT]; /* the table's statements, expanded as the engine does */
+    /* What each session did since its last check: phases entered, requests sent. */
+    char phases[MAX_SESSIONS][MAX_STEPS][160];
+    int nphases[MAX_SESSIONS];
+    char sent[MAX_SESSIONS][MAX_STEPS][160];
+    int nsent[MAX_SESSIONS];
+    /* How the fake database answers (auto_result). */
+    const char *members;             /* live member slots, "0" or "0,1" */
+    const char *sleep_answer;        /* outbox_relay_sleep(): guard, follow, busy */
+    const char *claim[MAX_SESSIONS]; /* the next claim's rows by aggregate, "A,A,B"; "" none */
+    const char *fail_kind;           /* the first statement of this kind fails ... */
+    const char *fail_state;          /* ... with this SQLSTATE */
+    long long next_id;
+    ev_prepare brk;
+    ev_idle idle;
+} T;
+
+/* ---- phase changes: covered, and allowed ------------------------------------------------- */
+
+#define MAX_PHASES 24
+static bool covered[MAX_PHASES][MAX_PHASES];
+
+static void observe_phase(const Session *s, Phase from, Phase to)
+{
+    if ((int)from < MAX_PHASES && (int)to < MAX_PHASES)
+        covered[from][to] = true;
+    if (s->index < MAX_SESSIONS && T.nphases[s->index] < MAX_STEPS)
+        snprintf(T.phases[s->index][T.nphases[s->index]++], 160, "%s", session_phase_name(to));
+}
+
+static int phase_count(void)
+{
+    int n = 0;
+    while (n < MAX_PHASES && strcmp(session_phase_name((Phase)n), "?") != 0)
+        n++;
+    return n;
+}
+
+/* Whether the engine allows from -> to: asked of session_set_phase itself, which aborts on a
+ * change its cycle does not allow (the abort is caught here), so that the count follows the
+ * engine's own table. A fork per change would do the same at ten times the cost under ASan. */
+static sigjmp_buf probe_jump;
+
+static void on_probe_abort(int sig)
+{
+    siglongjmp(probe_jump, 1);
+}
+
+static bool phase_change_allowed_by_engine(Phase from, Phase to)
+{
+    struct sigaction act = {.sa_handler = on_probe_abort}, old;
+    sigemptyset(&act.sa_mask);
+    sigaction(SIGABRT, &act, &old);
+    void (*observer)(const Session *, Phase, Phase) = session_phase_observer;
+    session_phase_observer = NULL;
+    static Session s; /* static: untouched by the jump */
+    memset(&s, 0, sizeof(s));
+    s.phase = from;
+    volatile bool allowed = false;
+    if (sigsetjmp(probe_jump, 1) == 0) {
+        session_set_phase(&s, to);
+        allowed = true;
+    }
+    session_phase_observer = observer;
+    sigaction(SIGABRT, &old, NULL);
+    return allowed;
+}
+
+static void print_coverage(void)
+{
+    int n = phase_count(), allowed = 0, seen = 0;
+    char missing[2048] = "";
+    for (int from = 0; from < n; from++)
+        for (int to = 0; to < n; to++) {
+            if (!phase_change_allowed_by_engine((Phase)from, (Phase)to))
+                continue;
+            allowed++;
+            if (covered[from][to]) {
+                seen++;
+            } else if (strlen(missing) < sizeof(missing) - 64) {
+                strcat(missing, " ");
+                strcat(missing, session_phase_name((Phase)from));
+                strcat(missing, ">");
+                strcat(missing, session_phase_name((Phase)to));
+            }
+        }
+    printf("# cycle paths covered: %d of %d allowed phase changes (%d phases)\n", seen, allowed, n);
+    printf("# not covered:%s\n", missing);
+}
+
+/* ---- naming what the engine sends ------------------------------------------------------- */
+
+static const char *const template_kind[SESSION_SQL_COUNT] = {
+    [SQL_CLAIM_HOLD] = "claim",
+    [SQL_CLAIM_SKIP] = "claim",
+    [SQL_CLAIM_HOLD_AROUND_LOCKS] = "claim-around-locks",
+    [SQL_CLAIM_SKIP_AROUND_LOCKS] = "claim-around-locks",
+    [SQL_FIND_LOCKER] = "find-locker",
+    [SQL_CLAIM_DEAD] = "claim-dead",
+    [SQL_FLOOR_HELD_HOLD] = "floor-held",
+    [SQL_FLOOR_HELD_SKIP] = "floor-held",
+    [SQL_FLOOR_WRITERS] = "floor-writers",
+    [SQL_FLOOR_CHECK] = "floor-check",
+    [SQL_MARK_SENT] = "mark-sent",
+    [SQL_DELETE_SENT] = "delete-sent",
+    [SQL_MARK_FAILED] = "mark-failed",
+    [SQL_MARK_DEAD_LETTERED] = "mark-dead-lettered",
+    [SQL_MARK_DEAD_LETTER_FAILED] = "mark-dead-letter-failed",
+};
+
+static const struct {
+    const char *sql, *kind;
+} fixed_kind[] = {
+    {SQL_LISTEN, "LISTEN"},
+    {SQL_BEGIN, "BEGIN"},
+    {SQL_COMMIT, "COMMIT"},
+    {SQL_ROLLBACK, "ROLLBACK"},
+    {SQL_CLAIM_PLAN, "claim-plan"},
+    {SQL_MARK_PLAN, "mark-plan"},
+    {SQL_MARK_PLAN_FAILURES, "mark-plan-failures"},
+    {SQL_FAILURES_DURABLE, "failures-durable"},
+    {SQL_SLEEP, "sleep"},
+    {SQL_WAKE, "wake"},
+    {SQL_LANES_JOIN, "join"},
+    {SQL_LANES_LEAVE, "leave"},
+    {SQL_LANES_MEMBERS, "members"},
+    {SQL_LOCK_LANES, "lock"},
+    {SQL_UNLOCK_LANES, "unlock"},
+};
+
+static const char *kind_of(const char *sql)
+{
+    for (size_t i = 0; i < sizeof(fixed_kind) / sizeof(fixed_kind[0]); i++)
+        if (strcmp(sql, fixed_kind[i].sql) == 0)
+            return fixed_kind[i].kind;
+    for (int i = 0; i < SESSION_SQL_COUNT; i++)
+        if (T.tmpl[i] && strcmp(sql, T.tmpl[i]) == 0)
+            return template_kind[i];
+    return "?";
+}
+
+static int session_of(const PgConn *pg)
+{
+    int i = -1;
+    return sscanf(fake_pg_name(pg), "session-%d", &i) == 1 && i >= 0 && i < MAX_SESSIONS ? i : 0;
+}
+
+static void summarise(const FakeRequest *req, char *out, size_t len)
+{
+    out[0] = '\0';
+    for (int i = 0; i < req->n; i++) {
+        if (i)
+            strncat(out, ",", len - strlen(out) - 1);
+        strncat(out, kind_of(req->sql[i]), len - strlen(out) - 1);
+    }
+}
+
+/* Records each request as it is sent (fake_pg's hook). */
+static void on_sent(PgConn *pg, const FakeRequest *req)
+{
+    int i = session_of(pg);
+    if (T.nsent[i] < MAX_STEPS)
+        summarise(req, T.sent[i][T.nsent[i]++], 160);
+}
+
+/* The parameters of the pending request's first statement of this kind ("" when none). */
+static const char *pending_param(int i, const char *kind);
+
+/* ---- checks -------------------------------------------------------------------------------- */
+
+/* Compares a recorded list with a NULL-terminated table, then forgets the recorded list. */
+static void expect_list(const char *what, int i, char (*list)[160], int *n, const char *const *want)
+{
+    int k = 0;
+    bool same = true;
+    for (; want[k]; k++)
+        same = same && k < *n && strcmp(list[k], want[k]) == 0;
+    same = same && k == *n;
+    if (!same) {
+        print_error("session %d %s:\n  expected:", i, what);
+        for (int j = 0; want[j]; j++)
+            print_error(" [%s]", want[j]);
+        print_error("\n  got:     ");
+        for (int j = 0; j < *n; j++)
+            print_error(" [%s]", list[j]);
+        print_error("\n");
+    }
+    *n = 0;
+    assert_true(same);
+}
+
+static void expect_phases(int i, const char *const *want)
+{
+    expect_list("phases", i, T.phases[i], &T.nphases[i], want);
+}
+
+static void expect_sent(int i, const char *const *want)
+{
+    expect_list("requests", i, T.sent[i], &T.nsent[i], want);
+}
+
+/* Forgets what session i did so far (checked, or of no interest to the test). */
+static void forget(int i)
+{
+    T.nphases[i] = T.nsent[i] = 0;
+}
+
+/* ---- the relay and its surroundings ------------------------------------------------------- */
+
+static Session *S(int i)
+{
+    return &T.r->sessions[i];
+}
+
+static PgConn *PG(int i)
+{
+    char name[24];
+    snprintf(name, sizeof(name), "session-%d", i);
+    PgConn *pg = fake_pg_named(name);
+    assert_non_null(pg);
+    return pg;
+}
+
+/* Runs what the loop has ready without waiting (the tests' timers are far away). */
+static void settle(void)
+{
+    for (int i = 0; i < 4; i++)
+        ev_run(T.loop, EVRUN_NOWAIT);
+}
+
+/* A timer expires: a one-shot one stops first, as libev does. */
+static void fire(ev_timer *w)
+{
+    assert_true(ev_is_active(w));
+    if (w->repeat == 0.0)
+        ev_timer_stop(T.loop, w);
+    ev_invoke(T.loop, w, EV_TIMER);
+    settle();
+}
+
+static void sigterm(void)
+{
+    ev_feed_signal_event(T.loop, SIGTERM);
+    settle();
+}
+
+static void on_prepare_break(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+    ev_prepare_stop(loop, w);
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
+{
+    ev_idle_stop(loop, w);
+}
+
+static void load_config(const char *sessions, const char *min_sessions, const char *sleep_after)
+{
+    char *argv[] = {"outbox-relay", "run", "--database-url", "postgresql://fake/db", "--brokers",
+                    "fake:9092", "--batch-size", "8", "--sessions", (char *)sessions,
+                    "--min-sessions", (char *)min_sessions, "--sleep-after", (char *)sleep_after,
+                    "--claim-floor", "off",
+                    /* Every timer far away: the tests fire the ones they mean. */
+                    "--poll-interval", "3600000", "--rebalance-interval", "60000",
+                    "--busy-poll-interval", "1000", "--delivery-timeout", "3600000",
+                    "--shutdown-timeout", "3600000", "--session-rest-after", "3600000", NULL};
+    char err[512];
+    int argc = (int)(sizeof(argv) / sizeof(argv[0])) - 1;
+    if (!config_load(&T.cfg, argc, argv, err, sizeof(err)))
+        fail_msg("config: %s", err);
+}
+
+/* Starts the relay as main does (relay_new, relay_run), with relay_run's loop broken after its
+ * first iteration, so that the test drives the loop from here on (settle). */
+static void start(const char *sessions, const char *min_sessions, const char *sleep_after)
+{
+    memset(&T, 0, sizeof(T));
+    T.loop = ev_default_loop(0);
+    T.members = "0";
+    T.sleep_answer = "guard";
+    T.next_id = 1;
+    for (int i = 0; i < MAX_SESSIONS; i++)
+        T.claim[i] = "";
+    log_set_level(LOG_ERROR + 1); /* quiet: the tests check what the engine does, not says */
+    load_config(sessions, min_sessions, sleep_after);
+    PGconn *quoter = PQconnectStart("fake_pg_never_connects=1");
+    char err[512];
+    assert_true(table_sql_all(&T.cfg.map, quoter, session_sql_templates, T.tmpl, SESSION_SQL_COUNT,
+                              err, sizeof(err)));
+    PQfinish(quoter);
+    fake_pg_sent_hook = on_sent;
+    session_phase_observer = observe_phase;
+    T.r = relay_new(T.loop, &T.cfg, rd_kafka_conf_new(), err, sizeof(err));
+    assert_non_null(T.r);
+    static const char *const initialised[] = {"down", NULL};
+    for (int i = 0; i < (int)T.cfg.sessions; i++)
+        expect_phases(i, initialised);
+    ev_prepare_init(&T.brk, on_prepare_break);
+    ev_prepare_start(T.loop, &T.brk);
+    ev_idle_init(&T.idle, on_idle);
+    ev_idle_start(T.loop, &T.idle);
+    assert_int_equal(relay_run(T.r), 0);
+    assert_int_equal(fake_pg_count(), (int)T.cfg.sessions);
+}
+
+static int teardown(void **state)
+{
+    session_phase_observer = NULL;
+    fake_pg_sent_hook = NULL;
+    relay_free(T.r);
+    T.r = NULL;
+    for (int i = 0; i < SESSION_SQL_COUNT; i++)
+        free(T.tmpl[i]);
+    config_free(&T.cfg);
+    fake_pg_forget();
+    return 0;
+}
+
+/* ---- the fake database's answers ----------------------------------------------------------- */
+
+static const char *const ROW_COLS = "id,event_id,aggregate_type,aggregate_id,event_type,payload,"
+                                    "headers,attempts,last_error,age,extra_headers,created_at,"
+                                    "payload_bytes";
+#define NCOLS 13
+
+/* A claim's rows: one per aggregate named in spec ("A,A,B"), ids counting up. */
+static PGresult *claim_result(const char *spec)
+{
+    static char text[MAX_STEPS][3][64];
+    const char *cells[MAX_STEPS * NCOLS];
+    int rows = 0;
+    char copy[256];
+    snprintf(copy, sizeof(copy), "%s", spec);
+    for (char *save = NULL, *a = strtok_r(copy, ",", &save); a && rows < MAX_STEPS;
+         a = strtok_r(NULL, ",", &save), rows++) {
+        long long id = T.next_id++;
+        snprintf(text[rows][0], 64, "%lld", id);
+        snprintf(text[rows][1], 64, "00000000-0000-4000-8000-%012lld", id);
+        snprintf(text[rows][2], 64, "agg-%s", a);
+        const char *row[NCOLS] = {text[rows][0], text[rows][1], "order", text[rows][2], "Created",
+                                  "{}",          NULL,          "0",     NULL,          "0",
+                                  NULL,          NULL,          NULL};
+        memcpy(&cells[rows * NCOLS], row, sizeof(row));
+    }
+    return fake_pg_tuples(ROW_COLS, rows, cells);
+}
+
+/* A one-column result of the comma-separated values (from an array literal "{1,2}" too). */
+static PGresult *column(const char *name, const char *values)
+{
+    static char text[LANE_COUNT + 8][16];
+    const char *cells[LANE_COUNT + 8];
+    int rows = 0;
+    char copy[512];
+    snprintf(copy, sizeof(copy), "%s", values);
+    for (char *save = NULL, *v = strtok_r(copy, "{},", &save); v && rows < LANE_COUNT + 8;
+         v = strtok_r(NULL, "{},", &save))
+        snprintf(text[rows], 16, "%s", v), cells[rows] = text[rows], rows++;
+    return fake_pg_tuples(name, rows, cells);
+}
+
+static PGresult *auto_result(int i, const FakeRequest *req, int q)
+{
+    const char *kind = kind_of(req->sql[q]);
+    if (T.fail_kind && strcmp(kind, T.fail_kind) == 0) {
+        T.fail_kind = NULL;
+        return fake_pg_error(T.fail_state, "the test says no");
+    }
+    char slot[8];
+    snprintf(slot, sizeof(slot), "%d", i);
+    if (strcmp(kind, "floor-check") == 0)
+        return fake_pg_error(NULL, "no floor in these tests");
+    if (strcmp(kind, "join") == 0)
+        return column("s", slot);
+    if (strcmp(kind, "members") == 0)
+        return column("objid", T.members);
+    if (strcmp(kind, "lock") == 0)
+        return column("l", req->params[q]); /* every lane asked for is free */
+    if (strcmp(kind, "unlock") == 0 || strcmp(kind, "leave") == 0)
+        return column("pg_advisory_unlock", "t");
+    if (strcmp(kind, "sleep") == 0)
+        return column("outbox_relay_sleep", T.sleep_answer);
+    if (strcmp(kind, "wake") == 0)
+        return fake_pg_tuples("outbox_relay_wake", 1, (const char *[]){""});
+    if (strcmp(kind, "claim") == 0 || strcmp(kind, "claim-around-locks") == 0) {
+        PGresult *res = claim_result(T.claim[i]);
+        T.claim[i] = "";
+        return res;
+    }
+    if (strcmp(kind, "claim-dead") == 0)
+        return claim_result("");
+    if (strcmp(kind, "mark-failed") == 0)
+        return fake_pg_tuples("id,event_id,aggregate_type,aggregate_id,dead", 0, NULL);
+    return fake_pg_command_ok();
+}
+
+/* Answers session i's request in flight as a healthy database would (and as T says). */
+static void answer(int i)
+{
+    PgConn *pg = PG(i);
+    const FakeRequest *req = fake_pg_pending(pg);
+    assert_non_null(req);
+    PGresult *results[PG_MAX_QUERIES];
+    int n = req->n;
+    for (int q = 0; q < n; q++)
+        results[q] = auto_result(i, req, q);
+    fake_pg_answer(pg, results, n);
+    settle();
+}
+
+/* Answers with the claim's rows given by aggregate ("A,B"). */
+static void answer_claim(int i, const char *rows)
+{
+    T.claim[i] = rows;
+    answer(i);
+}
+
+/* Answers with the first statement of `kind` failing with sqlstate. */
+static void answer_failing(int i, const char *kind, const char *sqlstate)
+{
+    T.fail_kind = kind;
+    T.fail_state = sqlstate;
+    answer(i);
+    assert_null(T.fail_kind); /* the request had such a statement */
+}
+
+static const char *pending_param(int i, const char *kind)
+{
+    const FakeRequest *req = fake_pg_pending(PG(i));
+    for (int q = 0; req && q < req->n; q++)
+        if (strcmp(kind_of(req->sql[q]), kind) == 0)
+            return req->params[q];
+    return "";
+}
+
+static void expect_idle_pg(int i)
+{
+    const FakeRequest *req = fake_pg_pending(PG(i));
+    if (req) {
+        char what[160];
+        summarise(req, what, sizeof(what));
+        fail_msg("session %d sent [%s] where it must wait", i, what);
+    }
+}
+
+/* A session connects, joins the lane group and owns the lanes T.members leaves it; it then
+ * claims (its first claim is in flight when this returns). */
+static void bring_up(int i)
+{
+    static const char *const phases[] = {"setup", "idle", "rebalancing", "idle", "claiming", NULL};
+    static const char *const sent[] = {"LISTEN,floor-check",     "join", "members", "lock",
+                                       "BEGIN,claim-plan,claim", NULL};
+    fake_pg_up(PG(i));
+    answer(i); /* LISTEN */
+    answer(i); /* join */
+    answer(i); /* members */
+    answer(i); /* lock */
+    expect_phases(i, phases);
+    expect_sent(i, sent);
+}
+
+/* "{a,b}": the lane list the engine sends for the lanes member `slot` owns among `slots`. */
+static const char *lanes_of(const int *slots, int n, int slot)
+{
+    static char out[LANE_COUNT * 4 + 4];
+    bool own[LANE_COUNT];
+    lanes_assign(slots, n, slot, own);
+    snprintf(out, sizeof(out), "{");
+    for (int l = 0, first = 1; l < LANE_COUNT; l++)
+        if (own[l]) {
+            char item[8];
+            snprintf(item, sizeof(item), "%s%d", first ? "" : ",", l);
+            strcat(out, item);
+            first = 0;
+        }
+    strcat(out, "}");
+    return out;
+}
+
+/* The field'th '|'-separated parameter of text (a copy in a static buffer). */
+static const char *field(const char *params, int field)
+{
+    static char out[512];
+    const char *p = params;
+    for (int i = 0; i < field && p; i++)
+        p = strchr(p, '|') ? strchr(p, '|') + 1 : NULL;
+    snprintf(out, sizeof(out), "%s", p ? p : "");
+    out[strcspn(out, "|")] = '\0';
+    return out;
+}
+
+#define OK RD_KAFKA_RESP_ERR_NO_ERROR
+#define CLAIM "BEGIN,claim-plan,claim"
+#define FULL "A,B,C,D,E,F,G,H" /* --batch-size 8: a full claim */
+
+/* ---- the scenarios ------------------------------------------------------------------------ */
+
+/* A batch is claimed, produced, acknowledged and marked; the next claim rides behind its
+ * COMMIT in the same round trip, and so on until a claim comes back empty. Nothing is marked
+ * before every report is in, and only the acknowledged rows are marked. */
+static void test_batch_chained(void **state)
+{
+    static const char *const phases[] = {"producing",
+                                         "marking and claiming",
+                                         "claiming",
+                                         "producing",
+                                         "marking and claiming",
+                                         "claiming",
+                                         "ending",
+                                         "idle",
+                                         "claiming",
+                                         NULL};
+    static const char *const sent[] = {"mark-plan,mark-sent,COMMIT," CLAIM,
+                                       "mark-plan,mark-sent,COMMIT," CLAIM, "COMMIT", CLAIM, NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A,B"); /* rows 1, 2 */
+    assert_int_equal(fake_kafka_count(), 2);
+    expect_idle_pg(0); /* nothing is marked before the acknowledgements */
+    fake_kafka_report(0, OK);
+    expect_idle_pg(0); /* nor with one of two in */
+    fake_kafka_report(1, OK);
+    assert_string_equal(pending_param(0, "mark-sent"), "{1,2}");
+    answer_claim(0, "C"); /* the marks went through, the chained claim brings row 3 */
+    assert_int_equal(fake_kafka_count(), 3);
+    expect_idle_pg(0);
+    fake_kafka_report(2, OK);
+    assert_string_equal(pending_param(0, "mark-sent"), "{3}");
+    answer_claim(0, ""); /* caught up: rows came recently, so it polls soon, awake */
+    answer(0);           /* the empty claim's COMMIT */
+    expect_idle_pg(0);
+    fire(&S(0)->busy_timer);
+    expect_phases(0, phases);
+    expect_sent(0, sent);
+}
+
+/* An empty claim, with no rows for --sleep-after: the session commits and asks to sleep in one
+ * round trip, makes its final claim as the guard, and sleeps; a notification makes the guard
+ * let the wakeup lock go, then claim. A stop while asleep lets the lock go too. */
+static void test_empty_claim_sleeps(void **state)
+{
+    static const char *const asleep[] = {"going to sleep", "idle", "claiming",
+                                         "ending",         "idle", NULL};
+    static const char *const asleep_sent[] = {"COMMIT,sleep", CLAIM, "COMMIT", NULL};
+    static const char *const woken[] = {"leaving guard",  "idle", "claiming",
+                                        "going to sleep", "idle", "claiming",
+                                        "ending",         "idle", NULL};
+    static const char *const woken_sent[] = {"wake", CLAIM, "COMMIT,sleep", CLAIM, "COMMIT", NULL};
+    static const char *const stopped[] = {"leaving guard", "idle", NULL};
+    static const char *const stopped_sent[] = {"wake", NULL};
+    start("1", "1", "0");
+    bring_up(0);
+    answer_claim(0, ""); /* empty: go to sleep */
+    answer(0);           /* "guard": the final claim follows */
+    answer_claim(0, ""); /* still nothing: asleep */
+    answer(0);
+    expect_idle_pg(0);
+    expect_phases(0, asleep);
+    expect_sent(0, asleep_sent);
+    fake_pg_notify(PG(0), WAKEUP_CHANNEL, "");
+    answer(0);           /* the guard left: it claims */
+    answer_claim(0, ""); /* nothing: to sleep again */
+    answer(0);           /* "guard" */
+    answer_claim(0, ""); /* the final claim */
+    answer(0);
+    expect_idle_pg(0);
+    expect_phases(0, woken);
+    expect_sent(0, woken_sent);
+    sigterm(); /* a guard lets the wakeup lock go before it stops */
+    assert_int_equal(T.r->running, 1);
+    answer(0);
+    assert_int_equal(T.r->running, 0);
+    expect_phases(0, stopped);
+    expect_sent(0, stopped_sent);
+}
+
+/* SIGTERM while a batch waits for acknowledgements: nothing is marked until the shutdown
+ * timer gives up on the rest, and then only what was acknowledged. */
+static void test_stop_while_producing(void **state)
+{
+    static const char *const phases[] = {"producing", "marking", "idle", NULL};
+    static const char *const sent[] = {"mark-plan,mark-sent,COMMIT", NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A,B,C"); /* rows 1-3 */
+    fake_kafka_report(0, OK);
+    sigterm();
+    expect_idle_pg(0); /* waits for the reports, bounded by the shutdown timer */
+    fire(&S(0)->shutdown_timer);
+    assert_string_equal(pending_param(0, "mark-sent"), "{1}");
+    answer(0);
+    fake_kafka_report_all(OK); /* late reports change nothing */
+    expect_idle_pg(0);
+    assert_int_equal(T.r->running, 0);
+    expect_phases(0, phases);
+    expect_sent(0, sent);
+}
+
+/* The connection goes while the marks (and the chained claim) are in flight: the batch is
+ * abandoned, and after the reconnect nothing of it is marked again. */
+static void test_connection_lost_while_marking(void **state)
+{
+    static const char *const phases[] = {"producing", "marking and claiming", "down", NULL};
+    static const char *const sent[] = {"mark-plan,mark-sent,COMMIT," CLAIM, NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A,B");
+    fake_kafka_report_all(OK);
+    fake_pg_drop(PG(0), "connection reset by peer");
+    expect_phases(0, phases);
+    expect_sent(0, sent);
+    bring_up(0); /* LISTEN, join, members, lock, claim: no mark */
+}
+
+/* The connection goes while a batch is at the producer: the session reconnects and takes lanes
+ * again, but claims only once every report of the abandoned batch is in. */
+static void test_connection_lost_while_producing(void **state)
+{
+    static const char *const phases[] = {"producing", "down", "setup", "idle", NULL};
+    static const char *const sent[] = {"LISTEN,floor-check", NULL};
+    static const char *const after[] = {"rebalancing", "idle", "claiming", NULL};
+    static const char *const after_sent[] = {"join", "members", "lock", CLAIM, NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A,B");
+    fake_kafka_report(0, OK);
+    fake_pg_drop(PG(0), "connection reset by peer");
+    fake_pg_up(PG(0));
+    answer(0); /* LISTEN */
+    expect_phases(0, phases);
+    expect_sent(0, sent);
+    expect_idle_pg(0); /* a report is still out: no lanes, no claim */
+    fake_kafka_report(1, RD_KAFKA_RESP_ERR__PURGE_QUEUE);
+    answer(0); /* join */
+    answer(0); /* members */
+    answer(0); /* lock */
+    expect_phases(0, after);
+    expect_sent(0, after_sent);
+}
+
+/* The delivery timeout purges the producer; the purged rows are recorded as failed (a passing
+ * failure: no attempt against them is permanent) and the next claim waits for the retry
+ * backoff, as nothing got through. */
+static void test_delivery_timeout_purges(void **state)
+{
+    static const char *const phases[] = {"producing", "marking", "idle", "claiming", NULL};
+    static const char *const sent[] = {"mark-plan-failures,mark-failed,COMMIT", CLAIM, NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A,B");
+    fire(&S(0)->delivery_timer);
+    assert_int_equal(fake_kafka_purges(), 1);
+    expect_idle_pg(0); /* the purged reports are not in yet */
+    fake_kafka_deliver_purged();
+    assert_string_equal(field(pending_param(0, "mark-failed"), 0), "{1,2}");
+    assert_string_equal(field(pending_param(0, "mark-failed"), 2),
+                        "{\"f\",\"f\"}"); /* not permanent */
+    answer(0);
+    expect_idle_pg(0); /* the retry backoff */
+    fire(&S(0)->retry_timer);
+    expect_phases(0, phases);
+    expect_sent(0, sent);
+}
+
+/* Lanes move between batches only: a rebalance that falls due while a batch is out waits for
+ * its COMMIT (the claim is then not chained); the lanes another relay's session now owns are
+ * given up, the next claim names only the session's own, and lanes that come back are locked
+ * and claimed at once. */
+static void test_lanes_handed_over(void **state)
+{
+    static const char *const phases[] = {"producing",   "marking",  "idle",     "rebalancing",
+                                         "idle",        "claiming", "ending",   "idle",
+                                         "rebalancing", "idle",     "claiming", NULL};
+    static const char *const sent[] = {"mark-plan,mark-sent,COMMIT",
+                                       "members",
+                                       "unlock",
+                                       CLAIM,
+                                       "COMMIT",
+                                       "members",
+                                       "lock",
+                                       CLAIM,
+                                       NULL};
+    static const int two[] = {0, 1}, one[] = {0};
+    start("1", "1", "60000");
+    bring_up(0);
+    assert_string_equal(field(pending_param(0, "claim"), 1), lanes_of(one, 1, 0));
+    answer_claim(0, "A");
+    fire(&S(0)->rebalance_timer);
+    expect_idle_pg(0); /* no lane moves while its rows are out */
+    fake_kafka_report_all(OK);
+    answer(0);         /* the marks, not chained: the rebalance comes first */
+    T.members = "0,1"; /* another relay's session joined: slot 1 */
+    answer(0);         /* members: give slot 1's lanes up */
+    char given_up[LANE_COUNT * 4 + 4];
+    snprintf(given_up, sizeof(given_up), "%s", lanes_of(two, 2, 1));
+    assert_string_equal(pending_param(0, "unlock"), given_up);
+    answer(0);
+    assert_string_equal(field(pending_param(0, "claim"), 1), lanes_of(two, 2, 0));
+    answer_claim(0, "");
+    answer(0);       /* COMMIT */
+    T.members = "0"; /* it left: its lanes come back */
+    fire(&S(0)->rebalance_timer);
+    answer(0); /* members */
+    assert_string_equal(pending_param(0, "lock"), given_up);
+    answer(0); /* gained lanes may hold a backlog: claim at once */
+    assert_string_equal(field(pending_param(0, "claim"), 1), lanes_of(one, 1, 0));
+    expect_phases(0, phases);
+    expect_sent(0, sent);
+}
+
+/* The connection goes with a request of each kind in flight (and between requests): the
+ * session goes down, and comes back to claiming after the reconnect. */
+static void test_connection_lost_anywhere(void **state)
+{
+    static const char *const in_setup[] = {"setup", "down", NULL};
+    static const char *const in_rebalancing[] = {"setup", "idle", "rebalancing", "down", NULL};
+    static const char *const in_claiming[] = {"down", NULL};
+    static const char *const in_going_to_sleep[] = {"going to sleep", "down", NULL};
+    static const char *const in_idle[] = {"going to sleep", "idle", "claiming", "ending",
+                                          "idle",           "down", NULL};
+    static const char *const in_leaving_guard[] = {"leaving guard", "down", NULL};
+    static const char *const in_ending[] = {
+        "producing", "marking and claiming", "claiming", "ending", "down", NULL};
+    static const char *const in_marking[] = {"producing", "marking", "down", NULL};
+    static const char *const in_rolling_back[] = {"producing", "marking", "rolling back", "down",
+                                                  NULL};
+    static const char *const in_recording_row[] = {"producing",     "marking", "rolling back",
+                                                   "recording row", "down",    NULL};
+    static const char *const in_leaving_lanes[] = {"ending", "idle", "leaving lanes", "down", NULL};
+    start("1", "1", "60000");
+    fake_pg_up(PG(0));
+    fake_pg_drop(PG(0), "gone during LISTEN");
+    expect_phases(0, in_setup);
+    fake_pg_up(PG(0));
+    answer(0); /* LISTEN */
+    fake_pg_drop(PG(0), "gone during the join");
+    expect_phases(0, in_rebalancing);
+    forget(0);
+    bring_up(0);
+    fake_pg_drop(PG(0), "gone during the claim");
+    expect_phases(0, in_claiming);
+    bring_up(0);
+    answer_claim(0, ""); /* empty, no rows for long: COMMIT and to sleep */
+    fake_pg_drop(PG(0), "gone while going to sleep");
+    expect_phases(0, in_going_to_sleep);
+    forget(0);
+    bring_up(0);
+    answer_claim(0, "");
+    answer(0);           /* "guard" */
+    answer_claim(0, ""); /* the final claim */
+    answer(0);           /* COMMIT: asleep, between requests */
+    fake_pg_drop(PG(0), "gone between requests");
+    expect_phases(0, in_idle);
+    forget(0);
+    bring_up(0);
+    answer_claim(0, "");
+    answer(0); /* "guard" */
+    answer_claim(0, "");
+    answer(0);
+    forget(0);
+    fake_pg_notify(PG(0), WAKEUP_CHANNEL, "");
+    fake_pg_drop(PG(0), "gone while the guard leaves");
+    expect_phases(0, in_leaving_guard);
+    forget(0);
+    bring_up(0);
+    answer_claim(0, "A");
+    fake_kafka_report_all(OK);
+    answer_claim(0, ""); /* rows came recently: the empty claim's COMMIT alone */
+    fake_pg_drop(PG(0), "gone during the COMMIT");
+    expect_phases(0, in_ending);
+    forget(0);
+    bring_up(0);
+    answer_claim(0, "A,B,C"); /* not chained: the marks alone */
+    fake_kafka_report_all(OK);
+    fake_pg_drop(PG(0), "gone during the marks");
+    expect_phases(0, in_marking);
+    forget(0);
+    bring_up(0); /* nothing of the batch is marked again */
+    answer_claim(0, "A,B,C");
+    fake_kafka_report_all(OK);
+    answer_failing(0, "mark-sent", "22P02");
+    fake_pg_drop(PG(0), "gone during the ROLLBACK");
+    expect_phases(0, in_rolling_back);
+    forget(0);
+    bring_up(0);
+    answer_claim(0, "A,B,C");
+    fake_kafka_report_all(OK);
+    answer_failing(0, "mark-sent", "22P02");
+    answer(0); /* ROLLBACK */
+    fake_pg_drop(PG(0), "gone while recording a row");
+    expect_phases(0, in_recording_row);
+    forget(0);
+    bring_up(0);
+    answer_failing(0, "claim", "42501");
+    answer(0); /* ROLLBACK */
+    fake_pg_drop(PG(0), "gone while leaving the lanes");
+    expect_phases(0, in_leaving_lanes);
+}
+
+/* The marks that rode with the next claim fail for a passing reason: rolled back, and the next
+ * claim waits for the retry backoff. */
+static void test_chained_marks_transient_failure(void **state)
+{
+    static const char *const phases[] = {
+        "producing", "marking and claiming", "rolling back", "idle", "claiming", NULL};
+    static const char *const sent[] = {"mark-plan,mark-sent,COMMIT," CLAIM, "ROLLBACK", CLAIM,
+                                       NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A,B");
+    fake_kafka_report_all(OK);
+    answer_failing(0, "mark-sent", "40P01");
+    answer(0); /* ROLLBACK */
+    expect_idle_pg(0);
+    fire(&S(0)->retry_timer);
+    expect_phases(0, phases);
+    expect_sent(0, sent);
+}
+
+/* One full batch of session 0 (claimed as FULL, acknowledged, marked, claim again). */
+static void full_batch(void)
+{
+    answer_claim(0, FULL);
+    fake_kafka_report_all(OK);
+    answer(0); /* marks (a full batch is never chained); the next claim follows */
+}
+
+/* --sessions 2 --min-sessions 1: the second session connects but rests (no lanes, no member
+ * slot) until ten claims in a row come back full; then it joins and claims. Once the backlog is
+ * long gone it rests again, giving its lanes back; and when the claiming session's connection
+ * goes, the resting one takes its place. */
+static void test_session_rests_and_joins(void **state)
+{
+    static const char *const resting[] = {"setup", "idle", NULL};
+    static const char *const resting_sent[] = {"LISTEN,floor-check", NULL};
+    static const char *const joined[] = {"rebalancing",    "idle", "claiming",
+                                         "going to sleep", "idle", "claiming",
+                                         "ending",         "idle", NULL};
+    static const char *const joined_sent[] = {"join",         "members", "lock",   CLAIM,
+                                              "COMMIT,sleep", CLAIM,     "COMMIT", NULL};
+    static const char *const redivides[] = {"rebalancing", "idle", NULL};
+    static const char *const redivides_sent[] = {"members", NULL};
+    static const char *const rests[] = {"leaving lanes", "idle", "leaving guard", "idle", NULL};
+    static const char *const rests_sent[] = {"unlock,leave", "wake", NULL};
+    static const char *const takes_over[] = {"rebalancing", NULL};
+    static const char *const takes_over_sent[] = {"join", NULL};
+    start("2", "1", "60000");
+    bring_up(0);
+    fake_pg_up(PG(1));
+    answer(1); /* LISTEN */
+    expect_phases(1, resting);
+    expect_sent(1, resting_sent);
+    expect_idle_pg(1);
+    for (int i = 0; i < 9; i++) {
+        full_batch();
+        expect_idle_pg(1); /* nine full claims are a lag, not yet a backlog */
+    }
+    answer_claim(0, FULL); /* the tenth */
+    T.members = "0,1";
+    answer(1);           /* join */
+    answer(1);           /* members */
+    answer(1);           /* lock */
+    answer_claim(1, ""); /* its lanes are empty: to sleep */
+    answer(1);           /* "guard" */
+    answer_claim(1, ""); /* the final claim */
+    answer(1);
+    expect_phases(1, joined);
+    expect_sent(1, joined_sent);
+    /* Session 0 finishes its batch, gives session 1's lanes up, and catches up. */
+    fake_kafka_report_all(OK);
+    answer(0); /* marks */
+    answer(0); /* members */
+    answer(0); /* unlock */
+    answer_claim(0, "");
+    answer(0);
+    expect_idle_pg(0);
+    answer(1); /* session 0 saw the group change: session 1 re-divides too */
+    expect_phases(1, redivides);
+    expect_sent(1, redivides_sent);
+    expect_idle_pg(1);
+    /* The backlog is long gone: the sessions above --min-sessions rest. */
+    T.r->backlog_seen_at = monotime_now() - 2 * (double)T.cfg.session_rest_after_ms / 1000.0;
+    fire(&T.r->rest_timer);
+    answer(1); /* unlock, leave */
+    answer(1); /* a guard with no lanes lets the wakeup lock go */
+    expect_phases(1, rests);
+    expect_sent(1, rests_sent);
+    expect_idle_pg(1);
+    /* Session 0 takes the lanes back, then loses its connection: session 1 takes its place. */
+    T.members = "0";
+    answer(0); /* members */
+    answer(0); /* lock */
+    fake_pg_drop(PG(0), "connection reset by peer");
+    expect_phases(1, takes_over);
+    expect_sent(1, takes_over_sent);
+}
+
+/* The marks fail with a row's own fault (22P02): the batch is rolled back and recorded row by
+ * row, the refused row as a failure, the others as sent. */
+static void test_row_by_row_after_row_fault(void **state)
+{
+    static const char *const phases[] = {
+        "producing",     "marking",       "rolling back", "recording row", "recording row",
+        "recording row", "recording row", "idle",         "claiming",      NULL};
+    static const char *const sent[] = {
+        "mark-plan,mark-sent,COMMIT",   "ROLLBACK",  "mark-sent", "mark-sent",
+        "failures-durable,mark-failed", "mark-sent", CLAIM,       NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A,B,C"); /* three rows: not chained */
+    fake_kafka_report_all(OK);
+    answer_failing(0, "mark-sent", "22P02");
+    answer(0); /* ROLLBACK */
+    assert_string_equal(pending_param(0, "mark-sent"), "{1}");
+    answer(0);
+    assert_string_equal(pending_param(0, "mark-sent"), "{2}");
+    answer_failing(0, "mark-sent", "22P02"); /* this row refuses */
+    assert_string_equal(field(pending_param(0, "mark-failed"), 0), "{2}");
+    answer(0);
+    assert_string_equal(pending_param(0, "mark-sent"), "{3}");
+    answer(0);
+    expect_phases(0, phases);
+    expect_sent(0, sent);
+}
+
+/* The same when the marks rode with the next claim: their failure is seen, not taken as
+ * recorded. */
+static void test_row_by_row_after_chained_marks(void **state)
+{
+    static const char *const phases[] = {"producing",     "marking and claiming",
+                                         "rolling back",  "recording row",
+                                         "recording row", "idle",
+                                         "claiming",      NULL};
+    static const char *const sent[] = {
+        "mark-plan,mark-sent,COMMIT," CLAIM, "ROLLBACK", "mark-sent", "mark-sent", CLAIM, NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A,B");
+    fake_kafka_report_all(OK);
+    answer_failing(0, "mark-sent", "23514");
+    answer(0); /* ROLLBACK */
+    answer(0);
+    answer(0);
+    expect_phases(0, phases);
+    expect_sent(0, sent);
+}
+
+/* The marks fail for a passing reason (40001): the batch is rolled back and sent again after
+ * the retry backoff, twice; the third time in a row, it is recorded row by row. */
+static void test_transient_mark_failures(void **state)
+{
+    static const char *const retried[] = {"producing", "marking",  "rolling back",
+                                          "idle",      "claiming", NULL};
+    static const char *const retried_sent[] = {"mark-plan,mark-sent,COMMIT", "ROLLBACK", CLAIM,
+                                               NULL};
+    static const char *const by_row[] = {"producing",     "marking",       "rolling back",
+                                         "recording row", "recording row", "recording row",
+                                         "idle",          "claiming",      NULL};
+    static const char *const by_row_sent[] = {"mark-plan,mark-sent,COMMIT",
+                                              "ROLLBACK",
+                                              "mark-sent",
+                                              "mark-sent",
+                                              "mark-sent",
+                                              CLAIM,
+                                              NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    for (int round = 0; round < 2; round++) {
+        answer_claim(0, "A,B,C");
+        fake_kafka_report_all(OK);
+        answer_failing(0, "mark-sent", "40001");
+        answer(0);         /* ROLLBACK */
+        expect_idle_pg(0); /* the retry backoff */
+        fire(&S(0)->retry_timer);
+        expect_phases(0, retried);
+        expect_sent(0, retried_sent);
+    }
+    answer_claim(0, "A,B,C");
+    fake_kafka_report_all(OK);
+    answer_failing(0, "mark-sent", "40001");
+    answer(0); /* ROLLBACK */
+    answer(0);
+    answer(0);
+    answer(0);
+    expect_phases(0, by_row);
+    expect_sent(0, by_row_sent);
+}
+
+/* A claim fails for a reason of the setup (42501, no privilege): the session gives its lanes
+ * up, the relay is not ready, and after each retry backoff it probes with a claim of no lanes;
+ * once one goes through it joins again and claims. */
+static void test_setup_fault(void **state)
+{
+    static const char *const phases[] = {
+        "ending",   "idle",   "leaving lanes", "idle",        "claiming", "ending",   "idle",
+        "claiming", "ending", "idle",          "rebalancing", "idle",     "claiming", NULL};
+    static const char *const sent[] = {
+        "ROLLBACK", "unlock,leave", CLAIM ",mark-sent", "ROLLBACK", CLAIM ",mark-sent",
+        "COMMIT",   "join",         "members",          "lock",     CLAIM,
+        NULL};
+    RelayStatus st;
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_failing(0, "claim", "42501");
+    answer(0); /* ROLLBACK */
+    answer(0); /* unlock, leave */
+    relay_status(T.r, &st);
+    assert_int_equal(st.lanes_owned, 0);
+    assert_true(st.setup_error[0] != '\0');
+    expect_idle_pg(0); /* until the retry backoff */
+    fire(&S(0)->retry_timer);
+    assert_string_equal(field(pending_param(0, "claim"), 1), "{}"); /* a probe: no lanes */
+    answer_failing(0, "claim", "42501");
+    answer(0); /* ROLLBACK */
+    fire(&S(0)->retry_timer);
+    answer(0); /* the probe goes through: fixed */
+    answer(0); /* COMMIT */
+    answer(0); /* join */
+    answer(0); /* members */
+    answer(0); /* lock */
+    relay_status(T.r, &st);
+    assert_string_equal(st.setup_error, "");
+    assert_int_equal(st.lanes_owned, LANE_COUNT);
+    expect_phases(0, phases);
+    expect_sent(0, sent);
+}
+
+/* An event the producer refuses (too large) fails, and holds the later events of its aggregate
+ * in the batch back (not produced, nothing recorded for them); other aggregates go on. */
+static void test_refused_event_holds_its_aggregate(void **state)
+{
+    static const char *const phases[] = {"producing", "marking", "idle", "claiming", NULL};
+    static const char *const sent[] = {"mark-plan-failures,mark-sent,mark-failed,COMMIT", CLAIM,
+                                       NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    fake_kafka_refuse_key("agg-A", RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+    answer_claim(0, "A,A,B"); /* rows 1, 2 of A, 3 of B */
+    assert_int_equal(fake_kafka_count(), 1);
+    assert_string_equal(fake_kafka_at(0)->key, "agg-B");
+    fake_kafka_report_all(OK);
+    assert_string_equal(pending_param(0, "mark-sent"), "{3}");
+    assert_string_equal(field(pending_param(0, "mark-failed"), 0), "{1}");
+    answer(0);
+    expect_phases(0, phases);
+    expect_sent(0, sent);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_batch_chained, teardown),
+        cmocka_unit_test_teardown(test_empty_claim_sleeps, teardown),
+        cmocka_unit_test_teardown(test_stop_while_producing, teardown),
+        cmocka_unit_test_teardown(test_connection_lost_while_marking, teardown),
+        cmocka_unit_test_teardown(test_connection_lost_while_producing, teardown),
+        cmocka_unit_test_teardown(test_connection_lost_anywhere, teardown),
+        cmocka_unit_test_teardown(test_chained_marks_transient_failure, teardown),
+        cmocka_unit_test_teardown(test_delivery_timeout_purges, teardown),
+        cmocka_unit_test_teardown(test_lanes_handed_over, teardown),
+        cmocka_unit_test_teardown(test_session_rests_and_joins, teardown),
+        cmocka_unit_test_teardown(test_row_by_row_after_row_fault, teardown),
+        cmocka_unit_test_teardown(test_row_by_row_after_chained_marks, teardown),
+        cmocka_unit_test_teardown(test_transient_mark_failures, teardown),
+        cmocka_unit_test_teardown(test_setup_fault, teardown),
+        cmocka_unit_test_teardown(test_refused_event_holds_its_aggregate, teardown),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    print_coverage();
+    return failed;
+}
