@@ -26,6 +26,7 @@ Checked where it cannot be generated (README.md and docs/*.md):
     lists files whose fix is pending elsewhere).
 Python 3 standard library only (python3 is in tools/packages.txt [test]).
 """
+import difflib
 import glob
 import os
 import re
@@ -181,9 +182,9 @@ def gen_options():
 
 def gen_reloadable():
     opts = option_table()
-    yes = [f"`--{o['name']}`" for o in opts if o["reloadable"] == "yes"]
-    return ("Reloaded on SIGHUP (the option table's reloadable options, `[SIGHUP]` in `--help`): "
-            + ", ".join(yes) + ". Every other option needs a restart.")
+    yes = [f"- `--{o['name']}`: {o['help']}" for o in opts if o["reloadable"] == "yes"]
+    return ("Reloaded on SIGHUP (the option table's reloadable options, `[SIGHUP]` in `--help`); "
+            "every other option needs a restart:\n\n" + "\n".join(yes))
 
 
 def gen_metrics():
@@ -422,8 +423,8 @@ def anchors(md):
 
 
 def prose(md):
-    """The document without fenced code (for links)."""
-    return re.sub(r"^```.*?^```", "", md, flags=re.S | re.M)
+    """The document with its fenced code blanked out, line numbers kept (for links and prose)."""
+    return re.sub(r"^```.*?^```", lambda m: "\n" * m.group(0).count("\n"), md, flags=re.S | re.M)
 
 
 def names_in_file(p):
@@ -446,7 +447,10 @@ def check():
     # Generated parts as the code would write them.
     for f, text in generated().items():
         if read(f) != text:
-            say(f"{f}: a generated part differs from what the code gives: run `make docs` (and commit)")
+            diff = difflib.unified_diff(read(f).split("\n"), text.split("\n"), "as written", "as the code gives",
+                                        n=0, lineterm="")
+            say(f"{f}: a generated part differs from what the code gives: run `make docs` (and commit)\n    "
+                + "\n    ".join(list(diff)[:12]))
     for page, src, name, section, title in MAN_PAGES:
         if not os.path.exists(path(page)) or read(page) != man_page(src, name, section, title):
             say(f"{page}: differs from what {src} gives: run `make docs` (and commit)")
@@ -531,10 +535,10 @@ def check():
                 file, _, anchor = target.partition("#")
                 dest = os.path.normpath(os.path.join(base, file)) if file else path(f)
                 if not os.path.exists(dest):
-                    say(f"{f}: link ({target}): no such file")
+                    say(f"{f}:{ln}: link ({target}): no such file")
                     continue
                 if anchor and dest.endswith(".md") and anchor not in anchors(open(dest, encoding="utf-8").read()):
-                    say(f"{f}: link ({target}): no heading gives #{anchor}")
+                    say(f"{f}:{ln}: link ({target}): no heading gives #{anchor}")
 
     # Comments point at docs/, not at README headings or issue numbers.
     pending = set(names_in_file("tools/docs-comment-pending.txt"))
