@@ -100,15 +100,17 @@ def metric_defs():
 
 
 def sql_objects():
-    """{name: (kind, detail, [migrations])} of what migrations/*.sql create."""
+    """{(name, kind): (kind, detail, [migrations])} of what migrations/*.sql create (a trigger
+    and its function may share a name)."""
     objs = {}
 
     def add(name, kind, detail, mig):
-        if name in objs:
-            if mig not in objs[name][2]:
-                objs[name][2].append(mig)
+        key = (name, kind)
+        if key in objs:
+            if mig not in objs[key][2]:
+                objs[key][2].append(mig)
         else:
-            objs[name] = (kind, detail, [mig])
+            objs[key] = (kind, detail, [mig])
 
     for f in sorted(glob.glob(path("migrations", "*.sql"))):
         mig = os.path.basename(f)[:-4]
@@ -198,7 +200,7 @@ def gen_sql():
     objs = sql_objects()
     rows = ["| object | kind | what | created by (then changed by) |", "|---|---|---|---|"]
     order = {"table": 0, "column": 1, "constraint": 2, "index": 3, "function": 4, "trigger": 5, "role": 6}
-    for name, (kind, detail, migs) in sorted(objs.items(), key=lambda kv: (order[kv[1][0]], kv[0] if kv[1][0] != "column" else "")):
+    for (name, _), (kind, detail, migs) in sorted(objs.items(), key=lambda kv: (order[kv[1][0]], kv[0][0] if kv[1][0] != "column" else "")):
         later = f" ({', '.join(migs[1:])})" if len(migs) > 1 else ""
         rows.append(f"| `{name}` | {kind} | {detail} | `{migs[0]}`{later} |")
     return "\n".join(rows)
@@ -515,8 +517,8 @@ def check():
         names.add(name)
         if typ == "histogram":
             names |= {name + s for s in ("_bucket", "_sum", "_count")}
-    for name in sql_objects():
-        names.add(name.split(".")[-1] if "." in name else name)
+    for name, _ in sql_objects():
+        names.add(name.split(".")[-1])
     names |= set(names_in_file("tools/docs-foreign-names.txt"))
     for f in docs:
         for ln, l in enumerate(read(f).split("\n"), 1):
