@@ -80,7 +80,7 @@ def metrics_file():
 
 
 def metric_defs():
-    """(name, type, labels, help) of every metric, in the order /metrics writes them."""
+    """(name, type, labels, help) of every metric, in the order of the source."""
     src = open(metrics_file(), encoding="utf-8").read()
     src = re.sub(r"/\*.*?\*/", " ", src, flags=re.S)
     lit = r'((?:"(?:\\.|[^"\\])*"\s*)+)'
