@@ -216,11 +216,15 @@ REGIONS = {
 
 def fill_regions(name_of_file, text, produce):
     """text with every generated region of this file rewritten (produce(region) -> body)."""
-    def repl(m):
-        return f"{m.group(1)}\n{produce(m.group(2))}\n{m.group(3)}"
-    pat = re.compile(r"(<!-- generated:(\w+) -->)\n.*?\n?(<!-- end generated:\2 -->)", re.S)
+    pat = re.compile(r"(<!-- generated:(\w+) -->)\n(.*?)\n?(<!-- end generated:\2 -->)", re.S)
     found = set(m.group(2) for m in pat.finditer(text))
-    return pat.sub(lambda m: f"{m.group(1)}\n{produce(m.group(2))}\n{m.group(3)}", text), found
+
+    # A region another generator owns (the session cycle's drawing: tools/gen-cycle.sh) is kept.
+    def body(m):
+        if m.group(2) not in REGIONS:
+            return m.group(0)
+        return f"{m.group(1)}\n{produce(m.group(2))}\n{m.group(4)}"
+    return pat.sub(body, text), found
 
 
 # ---- Markdown to man(7) -----------------------------------------------------------------------------
