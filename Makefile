@@ -316,7 +316,7 @@ man-check: $(MAN_PAGES) $(DOC_PAGES)
 # The documents' generated parts (the option and metric references, the schema objects, the
 # section 5 and 7 pages) from the code: `make docs` rewrites them, `make docs-check` (part of
 # `make test`) fails when one differs or a quoted log line, option, name or link does not exist.
-docs: bin/outbox-relay
+docs: bin/outbox-relay docs-cycle
 	python3 tools/docs.py gen
 
 docs-check: bin/outbox-relay $(DEMO_BIN)

@@ -219,7 +219,7 @@ def fill_regions(name_of_file, text, produce):
     pat = re.compile(r"(<!-- generated:(\w+) -->)\n(.*?)\n?(<!-- end generated:\2 -->)", re.S)
     found = set(m.group(2) for m in pat.finditer(text))
 
-    # A region another generator owns (the session cycle's drawing: tools/gen-cycle.sh) is kept.
+    # A region of a name this script does not know belongs to another generator: kept as it is.
     def body(m):
         if m.group(2) not in REGIONS:
             return m.group(0)
