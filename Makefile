@@ -23,7 +23,7 @@ DEP_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm
 # tables (lib/opts.h) name their fields, so the fields they leave out are zero without a warning.
 WARN     := -Wall -Wextra -Wshadow -Wformat=2 -Wno-unused-parameter
 CFLAGS   ?= -O2 -g
-# The floors of the code (README, "Code layout"): lib/ is shared by the relay and the demos;
+# The floors of the code (docs/architecture.md#floors): lib/ is shared by the relay and the demos;
 # the relay is relay/ (main, configuration) over relay/outbox, relay/io, relay/engine (the cycle),
 # relay/service (metrics, ops, reload, sdnotify, upkeep) and relay/cmd. Headers are included by bare name; tools/check-floors.sh checks who includes whom.
 RELAY_DIRS := relay relay/outbox relay/io relay/engine relay/service relay/cmd
@@ -195,7 +195,7 @@ test: test-ready
 docs-cycle:
 	sh tools/gen-cycle.sh > docs/session-cycle.md.tmp && mv docs/session-cycle.md.tmp docs/session-cycle.md
 
-# Who may include whom (README, "Code layout"); also the first step of `make test`.
+# Who may include whom (docs/architecture.md#floors); also the first step of `make test`.
 check-floors:
 	@sh tools/check-floors.sh
 
@@ -281,8 +281,20 @@ UNITDIR    ?= $(PREFIX)/lib/systemd/system
 INSTALL    ?= install
 
 MAN_PAGES := bin/man/outbox-relay.1 bin/man/producer-demo.1 bin/man/consumer-demo.1
+# man/NAME.in are generated from docs/configuration.md and docs/guarantees.md by `make docs` and
+# committed, so building the package needs no Python (docs/development.md, "Documents"); the
+# build fills in the date and version as tools/gen-man.sh does for section 1.
+DOC_PAGES := bin/man/outbox-relay.conf.5 bin/man/outbox-relay-guarantees.7
+MAN_DATE = $(shell if [ -n "$$SOURCE_DATE_EPOCH" ]; then date -u -d "@$$SOURCE_DATE_EPOCH" +%Y-%m-%d; \
+    else git log -1 --format=%cs 2>/dev/null | grep . || date -u +%Y-%m-%d; fi)
+bin/man/%.5: man/%.5.in VERSION
+	@mkdir -p $(@D)
+	sed -e 's/@DATE@/$(MAN_DATE)/g' -e 's/@VERSION@/$(VERSION)/g' $< > $@
+bin/man/%.7: man/%.7.in VERSION
+	@mkdir -p $(@D)
+	sed -e 's/@DATE@/$(MAN_DATE)/g' -e 's/@VERSION@/$(VERSION)/g' $< > $@
 
-.PHONY: man man-check install install-relay install-demos uninstall unit-check package \
+.PHONY: man man-check install install-relay install-demos uninstall unit-check package docs docs-check \
         package-test package-fresh monitoring-check
 
 # Each page: the hand-written prose of man/NAME.1.in around the sections the program prints
@@ -291,12 +303,26 @@ bin/man/%.1: bin/% man/%.1.in tools/gen-man.sh VERSION
 	@mkdir -p $(@D)
 	sh tools/gen-man.sh $< man/$*.1.in "$(VERSION)" > $@.tmp && mv $@.tmp $@
 
-man: $(MAN_PAGES)
+man: $(MAN_PAGES) $(DOC_PAGES)
 
 # groff with every warning on must stay silent, man must render each page, and every option of
 # --help must be in the page (tools/man-check.sh).
-man-check: $(MAN_PAGES)
+man-check: $(MAN_PAGES) $(DOC_PAGES)
 	@sh tools/man-check.sh $(MAN_PAGES)
+	@for p in $(DOC_PAGES); do groff -man -ww -z $$p 2>&1 | grep . && exit 1; \
+	    MANWIDTH=80 man --warnings -E UTF-8 -l $$p 2>&1 >/dev/null | grep . && exit 1; \
+	    echo "man-check: $$p: groff -ww silent, man -l renders"; done; true
+
+# The documents' generated parts (the option and metric references, the schema objects, the
+# section 5 and 7 pages) from the code: `make docs` rewrites them, `make docs-check` (part of
+# `make test`) fails when one differs or a quoted log line, option, name or link does not exist.
+docs: bin/outbox-relay docs-cycle
+	python3 tools/docs.py gen
+
+docs-check: bin/outbox-relay $(DEMO_BIN)
+	@python3 tools/docs.py check
+
+test-ready: docs-check
 
 # The unit names the installed binary and configuration: written at install time, for the
 # BINDIR and SYSCONFDIR of that install.
@@ -306,11 +332,13 @@ UNIT_SED = sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
 unit-check: bin/outbox-relay bin/man/outbox-relay.1
 	@sh tools/unit-check.sh
 
-install-relay: bin/outbox-relay bin/man/outbox-relay.1
-	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(UNITDIR) \
-	    $(DESTDIR)$(SYSCONFDIR)/outbox-relay $(DESTDIR)$(DATADIR)
+install-relay: bin/outbox-relay bin/man/outbox-relay.1 $(DOC_PAGES)
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
+	    $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/outbox-relay $(DESTDIR)$(DATADIR)
 	$(INSTALL) -m 755 bin/outbox-relay $(DESTDIR)$(BINDIR)/outbox-relay
 	$(INSTALL) -m 644 bin/man/outbox-relay.1 $(DESTDIR)$(MANDIR)/man1/outbox-relay.1
+	$(INSTALL) -m 644 bin/man/outbox-relay.conf.5 $(DESTDIR)$(MANDIR)/man5/outbox-relay.conf.5
+	$(INSTALL) -m 644 bin/man/outbox-relay-guarantees.7 $(DESTDIR)$(MANDIR)/man7/outbox-relay-guarantees.7
 	$(UNIT_SED) systemd/outbox-relay.service.in > $(DESTDIR)$(UNITDIR)/outbox-relay.service
 	@# The template outbox-relay@NAME (NAME.json, NAME.database-url): several relays on one host.
 	$(UNIT_SED) systemd/outbox-relay.service.in | sed -f systemd/template.sed \
@@ -338,6 +366,7 @@ uninstall:
 	    $(DESTDIR)$(BINDIR)/consumer-demo $(DESTDIR)$(UNITDIR)/outbox-relay.service \
 	    $(DESTDIR)$(UNITDIR)/outbox-relay@.service \
 	    $(addprefix $(DESTDIR)$(MANDIR)/man1/,outbox-relay.1 producer-demo.1 consumer-demo.1) \
+	    $(DESTDIR)$(MANDIR)/man5/outbox-relay.conf.5 $(DESTDIR)$(MANDIR)/man7/outbox-relay-guarantees.7 \
 	    $(addprefix $(DESTDIR)$(DATADIR)/,outbox-relay.rules.yml outbox-relay.dashboard.json)
 	rmdir $(DESTDIR)$(DATADIR) 2>/dev/null || true
 	@# The configuration goes only as installed; an edited one stays, and so does the secret

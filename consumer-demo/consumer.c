@@ -496,7 +496,7 @@ static void kafka_error(Consumer *c, const rd_kafka_message_t *msg)
 
 /* Scopes Redis keys by the database (db_identity): two databases never share processed ids in
  * Redis; a database restored from a base backup of this one (same identity) still does, which
- * the README states. False with e filled on failure. */
+ * docs/demos.md states. False with e filled on failure. */
 static bool redis_namespace(Consumer *c, DbError *e)
 {
     if (!db_identity(c->db, c->ns, sizeof(c->ns), e))

@@ -1,8 +1,8 @@
 /* event: what one Kafka message means to consumer-demo.
  *
  * Pure functions over the message's parts, so every way a message can be unusable is covered by
- * unit tests. The relay's contract (README): the `id` header is the event's UUID (the dedupe
- * key), `event_type` names the event, the value is the payload as JSON. */
+ * unit tests. The relay's contract (docs/integration.md): the `id` header is the event's UUID (the
+ * dedupe key), `event_type` names the event, the value is the payload as JSON. */
 #ifndef CONSUMER_EVENT_H
 #define CONSUMER_EVENT_H
 

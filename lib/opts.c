@@ -436,3 +436,54 @@ void opts_print_man(const OptSpec *spec, FILE *out)
         if (spec->opts[i].env)
             manpage_env(out, spec->opts[i].env, spec->opts[i].name);
 }
+
+/* One field of opts_print_table: tabs and newlines would split the row, so they become spaces. */
+static void table_field(FILE *out, const char *text, bool last)
+{
+    for (const char *p = text ? text : ""; *p; p++)
+        fputc(*p == '\t' || *p == '\n' ? ' ' : *p, out);
+    fputc(last ? '\n' : '\t', out);
+}
+
+void opts_print_table(const OptSpec *spec, FILE *out)
+{
+    static const char *const type_names[] = {"string",   "integer",   "choice", "bool",
+                                             "duration", "log-level", "list"};
+    fputs("name\tmetavar\ttype\tdefault\tmin\tmax\tenv\treloadable\tcommands\taliases\tchoices\t"
+          "help\n",
+          out);
+    for (size_t i = 0; i < spec->nopts; i++) {
+        const OptDef *o = &spec->opts[i];
+        char lo[32] = "", hi[32] = "", cmds[256] = "", names[256] = "", choices[256] = "";
+        if (o->type == OPT_INT) {
+            snprintf(lo, sizeof(lo), "%ld", o->min);
+            snprintf(hi, sizeof(hi), "%ld", o->max);
+        }
+        size_t used = 0;
+        for (size_t c = 0; o->commands && c < spec->ncmds && used < sizeof(cmds); c++)
+            if (applies(o, spec->cmds[c].id))
+                used += (size_t)snprintf(cmds + used, sizeof(cmds) - used, "%s%s", used ? "," : "",
+                                         spec->cmds[c].name);
+        used = 0;
+        for (size_t a = 0; a < spec->naliases && used < sizeof(names); a++)
+            if (strcmp(spec->aliases[a].name, o->name) == 0)
+                used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s",
+                                         used ? "," : "", spec->aliases[a].alias);
+        used = 0;
+        for (size_t c = 0; o->choices && o->choices[c] && used < sizeof(choices); c++)
+            used += (size_t)snprintf(choices + used, sizeof(choices) - used, "%s%s",
+                                     used ? "|" : "", o->choices[c]);
+        table_field(out, o->name, false);
+        table_field(out, o->metavar, false);
+        table_field(out, type_names[o->type], false);
+        table_field(out, o->def, false);
+        table_field(out, lo, false);
+        table_field(out, hi, false);
+        table_field(out, o->env, false);
+        table_field(out, o->reloadable ? "yes" : "no", false);
+        table_field(out, o->commands ? cmds : "all", false);
+        table_field(out, names, false);
+        table_field(out, choices, false);
+        table_field(out, o->help, true);
+    }
+}

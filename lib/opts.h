@@ -143,4 +143,9 @@ void opts_print_command_help(const OptSpec *spec, int cmd, FILE *out);
  * the same tables as opts_print_help (manpage.h); tools/gen-man.sh adds the rest. */
 void opts_print_man(const OptSpec *spec, FILE *out);
 
+/* Writes every option of the table as one tab-separated line (a header line first: name,
+ * metavar, type, default, min, max, env, reloadable, commands, aliases, choices, help), for
+ * tools/docs.py to generate the configuration reference from; nothing is allocated. */
+void opts_print_table(const OptSpec *spec, FILE *out);
+
 #endif

@@ -1,5 +1,5 @@
 /* utf8: decoding one character at a time, and the characters that must never reach a log line,
- * a terminal or a name a consumer compares (issue 46).
+ * a terminal or a name a consumer compares (docs/security.md).
  *
  * Byte-wise escaping (control bytes below 0x20) is not enough for readers that decode text:
  * Java, JavaScript and Unicode-aware log viewers split lines at U+0085, U+2028 and U+2029;

@@ -48,7 +48,8 @@ static void *run(void *arg)
     while (!j->stop) {
         /* A sweep cut short at its bound goes on at once: the bound keeps one sweep's work (and
          * its hold on a pooled connection) small, not the rate, so the cleanup keeps up with any
-         * rate of new keys the database can delete at (README: 1,000 x 100 keys per sweep). */
+         * rate of new keys the database can delete at (docs/demos.md: 1,000 x 100 keys per sweep).
+         */
         if (!backlog) {
             struct timespec until;
             clock_gettime(CLOCK_MONOTONIC, &until);

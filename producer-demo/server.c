@@ -19,9 +19,9 @@
 
 #define CONNECTION_TIMEOUT_S 30 /* idle keep-alive connections are closed after this */
 
-/* Limits against hostile or broken clients (README, "producer-demo"), as on the relay's metrics
- * port (relay/io/http.c). One thread serves each connection, so every connection held open costs
- * a thread and a slot of max_connections:
+/* Limits against hostile or broken clients (docs/demos.md#producer-demo-the-order-api), as on the
+ * relay's metrics port (relay/io/http.c). One thread serves each connection, so every connection
+ * held open costs a thread and a slot of max_connections:
  *  - per address: a flood from one address is closed at accept and leaves the other addresses'
  *    slots free (libmicrohttpd's per-IP limit);
  *  - in all: max_connections;

@@ -1047,6 +1047,11 @@ void config_print_man(FILE *out)
     opts_print_man(&spec, out);
 }
 
+void config_print_table(FILE *out)
+{
+    opts_print_table(&spec, out);
+}
+
 /* A JSON string literal of text (the help texts hold quotes, never control characters). */
 static void put_json_string(FILE *out, const char *text)
 {

@@ -139,6 +139,9 @@ void config_print_help(FILE *out, int argc, char **argv);
 /* Writes the generated sections of the man page (roff), from the same table (opts_print_man). */
 void config_print_man(FILE *out);
 
+/* Writes the option table as tab-separated lines (opts_print_table), for docs/configuration.md. */
+void config_print_table(FILE *out);
+
 /* Writes the sample configuration the package ships as relay.json (systemd/relay.json, checked
  * against this by tests/it/20_cli.sh): brokers and metrics-listen set, every other option a key
  * file may hold commented out (a # key) with its default and help text. */

@@ -6,7 +6,7 @@
  * sasl.kerberos.keytab / sasl.kerberos.principal are pasted into that command's text. Whoever
  * may write the config file or the relay's environment could then run code as the relay (Kafka
  * Connect's CVE-2023-25194 is the same pattern). They are refused unless the operator names
- * them with --kafka-allow-unsafe (README, "Security"). */
+ * them with --kafka-allow-unsafe (docs/security.md). */
 #ifndef OUTBOX_KAFKA_GUARD_H
 #define OUTBOX_KAFKA_GUARD_H
 

@@ -185,6 +185,11 @@ int main(int argc, char **argv)
         config_print_man(stdout);
         return 0;
     }
+    /* Hidden: the option table as tab-separated lines, for tools/docs.py. */
+    if (argc == 2 && strcmp(argv[1], "--help-table") == 0) {
+        config_print_table(stdout);
+        return 0;
+    }
     /* Hidden: the shipped sample configuration (systemd/relay.json). */
     if (argc == 2 && strcmp(argv[1], "--help-config") == 0) {
         config_print_sample(stdout);

@@ -1,4 +1,4 @@
-/* tls_report: what protects the relay's connections, stated at start (README, "Security").
+/* tls_report: what protects the relay's connections, stated at start (docs/security.md).
  *
  * libpq's default sslmode=prefer falls back to plaintext without a word, and librdkafka's default
  * security.protocol is plaintext. At start the relay says, from its configuration, whether its

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Checks that the code's floors hold (README, "Code layout"): every #include "x.h" of a source
+# Checks that the code's floors hold (docs/architecture.md#floors): every #include "x.h" of a source
 # file must resolve to a floor that file may depend on. Headers are included by bare name, so x.h
 # is looked up in the includer's own directory first, then in every floor. Prints one line per
 # violation and exits 1 if there is any; run by `make test` (and so by CI).

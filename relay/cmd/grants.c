@@ -189,7 +189,7 @@ bool grants_apply(PGconn *conn, const TableMap *map)
             continue;
         /* DELETE is given only with the role's first grants on the table (it had no SELECT yet):
          * an operator who uses neither --on-sent delete, --retention nor purge-dead may revoke
-         * it (README, "Least privilege"), and a later migrate must not give it back. */
+         * it (docs/security.md#secure-by-default), and a later migrate must not give it back. */
         char unused[1024];
         bool fresh = r == 0 && need_state(conn, map, &needs[1], roles[r], roles[r], unused,
                                           sizeof(unused)) == NEED_MISSING;

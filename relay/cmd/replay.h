@@ -1,4 +1,5 @@
-/* replay: put events that were sent back in line, to be published again (issue 43).
+/* replay: put events that were sent back in line, to be published again
+ * (docs/operations.md#replay).
  *
  * `verify` finds events marked sent whose messages Kafka no longer has (a topic deleted and
  * recreated, an unclean leader election, retention shorter than a consumer's outage). `replay`

@@ -17,7 +17,7 @@
 #include "log.h"
 #include "monotime.h"
 
-/* Limits against hostile neighbours (README, "Security"). The endpoints exist for probes and a
+/* Limits against hostile neighbours (docs/security.md). The endpoints exist for probes and a
  * scraper: a handful of connections from a few addresses. Anyone who reaches the port could
  * otherwise hold every slot with idle or trickling connections, and an orchestrator whose
  * /healthz probe gets no answer restarts a healthy relay.

@@ -141,8 +141,8 @@ static void setup_sql(const PgConn *pg, char *sql, size_t len)
  * What the relay writes (sent marks, retention's deletes) may then be lost in a server crash or a
  * failover to a standby that had not received it, and those rows are sent again, which
  * at-least-once delivery allows. Waiting cost a flush, or a round trip to a synchronous standby,
- * in every batch's cycle (README, "Synchronous standbys and slow disks"). The marks that record
- * failures wait for the local flush (statements.h, SQL_MARK_PLAN_FAILURES). */
+ * in every batch's cycle (docs/operations.md#synchronous-standbys-and-slow-disks). The marks that
+ * record failures wait for the local flush (statements.h, SQL_MARK_PLAN_FAILURES). */
 static const char SQL_NO_FLUSH_WAIT[] =
     "SELECT pg_catalog.set_config('synchronous_commit', CASE WHEN source IN ('default', "
     "'configuration file',"

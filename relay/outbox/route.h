@@ -32,7 +32,7 @@ bool route_header_reserved(const char *name, bool identity_headers);
  * Debezium's route.topic.replacement) and {event_type} placeholders, and its literal text must be
  * legal in a topic name. {event_type} only with per_topic_order: it sends one aggregate's events
  * to several topics, and Kafka keeps order only within a partition, so the relay could not keep
- * the aggregate's order (issue 21). On failure writes one line to err. */
+ * the aggregate's order (docs/guarantees.md). On failure writes one line to err. */
 bool route_template_check(const char *tmpl, bool per_topic_order, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 

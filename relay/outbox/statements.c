@@ -46,7 +46,7 @@
  * CLAIM_LOCK_TIMEOUT_MS. It does not skip locked rows: lanes already keep other relays (and the
  * other sessions) off this session's rows, so a locked row is someone else's — an operator's open
  * UPDATE, a report's FOR SHARE, a foreign key check — and skipping it would publish the later
- * events of its aggregate first (issue 15). A claim that runs into the timeout fails with 55P03
+ * events of its aggregate first (docs/guarantees.md). A claim that runs into the timeout fails with 55P03
  * and the session claims around locked rows for a while (SQL_CLAIM_AROUND_LOCKS). */
 /*
  * The claim starts at the session's floor ($5, relay/engine/floor.h): rows from the floor on
@@ -54,7 +54,7 @@
  * requeued and retried events, SQL_FAILED_IN_ORDER: the first $1 claimable ones in {seq} order,
  * which an index look-up then locks). Below the floor the unsent index holds only versions that are
  * sent, or deleted, and that vacuum may not remove yet (an old snapshot elsewhere): walking them
- * was what made claims slow down with every minute such a snapshot stayed (issue 16). Every row
+ * was what made claims slow down with every minute such a snapshot stayed (docs/operations.md#dead-rows-and-old-snapshots). Every row
  * below the floor sorts before every row above it, so the two parts, each locked in order, make
  * one batch in {seq} order. */
 #define SQL_CLAIM_PART(name, condition, order)                                                     \
@@ -110,7 +110,7 @@
  * (pg_column_size: no detoasting), and only the rest is converted (s, kept apart by OFFSET 0 so
  * the conversion is not repeated in w) and cut exactly by its text size (w). held, a sum of
  * bigints, is numeric and is compared with the budget as numeric: PostgreSQL has no numeric <=
- * bigint, and one planted in the schema would be chosen over the cast (README, "Security"). */
+ * bigint, and one planted in the schema would be chosen over the cast (docs/security.md). */
 #define CLAIM_COLUMNS(last_error) TABLE_ROW_COLUMNS_PAYLOAD("o.{payload}", last_error)
 #define ROW_NAMES                                                                                  \
     "seq, event_id, aggregate_type, aggregate_id, event_type, payload, headers, attempts,"         \
@@ -217,7 +217,7 @@ const char *const session_sql_templates[SESSION_SQL_COUNT] = {
     [SQL_MARK_SENT] =
         "UPDATE {table} SET sent_at = pg_catalog.clock_timestamp() WHERE {seq} = ANY($1::bigint[])",
     /* --on-sent delete: no new row version and no sent_at index entry to write, which is most
-     * of what marking costs (README, "Marking or deleting sent rows"). */
+     * of what marking costs (docs/operations.md#marking-or-deleting-sent-rows). */
     [SQL_DELETE_SENT] = "DELETE FROM {table} WHERE {seq} = ANY($1::bigint[])",
     /* Times are clock_timestamp(), not now(): now() is when the claim transaction began, and a
      * retry wait counted from there could already be over when the failure is recorded. Every

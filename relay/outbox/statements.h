@@ -209,8 +209,8 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 
 /* The oldest snapshot holding back vacuum: a session's xmin (a long or forgotten transaction, a
  * standby's hot_standby_feedback through its walsender), a replication slot's xmin, or a prepared
- * transaction. Rows of other roles' sessions show only to a role with pg_read_all_stats (README,
- * "Dead rows and old snapshots"). */
+ * transaction. Rows of other roles' sessions show only to a role with pg_read_all_stats
+ * (docs/operations.md#dead-rows-and-old-snapshots). */
 #define SQL_HORIZON                                                                                \
     "SELECT kind, who, app, state, secs, xids FROM ("                                              \
     " SELECT 'session' AS kind, a.pid::text AS who, coalesce(a.application_name, '') AS app,"      \

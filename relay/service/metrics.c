@@ -18,8 +18,8 @@
 static const double latency_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
                                         2.5,   5,    10,    30,   60,  300,  900, 3600};
 /* Upper bounds of the claim-duration buckets, in seconds: a claim over a healthy index takes a
- * millisecond or two; one that walks dead versions an old snapshot keeps (README, "Dead rows and
- * old snapshots") takes tens or hundreds. */
+ * millisecond or two; one that walks dead versions an old snapshot keeps
+ * (docs/operations.md#dead-rows-and-old-snapshots) takes tens or hundreds. */
 static const double claim_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                       0.1,    0.25,  0.5,    1,     2.5,  5,     10};
 #define MAX_BOUNDS 16

@@ -128,7 +128,7 @@ static void note_result(Upkeep *u, const char *task, const char *error)
 
 /* Sets the vacuum horizon gauges from SQL_HORIZON's row, and says once per holder when one has
  * held its snapshot for over --horizon-warn: dead row versions pile up behind it, in the outbox
- * as everywhere, and every claim walks them (README, "Dead rows and old snapshots"). */
+ * as everywhere, and every claim walks them (docs/operations.md#dead-rows-and-old-snapshots). */
 static void note_horizon(Upkeep *u, PGresult *r)
 {
     if (PQntuples(r) != 1) {

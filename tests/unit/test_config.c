@@ -1043,6 +1043,48 @@ static void test_print_command_help(void **state)
     config_free(&cfg);
 }
 
+/* The table tools/docs.py generates the configuration reference from: one line per option, every
+ * line with all twelve fields, and the fields the reference shows (range, SIGHUP, Debezium name,
+ * choices, commands) as the option table has them. */
+static void test_print_table(void **state)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    config_print_table(f);
+    assert_int_equal(fclose(f), 0);
+    assert_true(strncmp(text,
+                        "name\tmetavar\ttype\tdefault\tmin\tmax\tenv\treloadable\tcommands\t"
+                        "aliases\tchoices\thelp\n",
+                        strlen("name\tmetavar")) == 0);
+    int lines = 0;
+    for (char *line = text; *line; lines++) {
+        char *end = strchr(line, '\n');
+        assert_non_null(end);
+        int tabs = 0;
+        for (char *p = line; p < end; p++)
+            tabs += *p == '\t';
+        if (tabs != 11)
+            fail_msg("line %d has %d fields, not 12", lines + 1, tabs + 1);
+        line = end + 1;
+    }
+    assert_true(lines > 40);
+    const char *rows[] = {
+        "session-rest-after\tMS\tinteger\t30000\t1000\t3600000\t\tno\trun,check\t\t\t",
+        "batch-bytes\tBYTES\tinteger\t8388608\t65536\t1073741824\t\tyes\t",
+        "sleep-after\tMS\tinteger\t50\t0\t60000\t\tyes\t",
+        "horizon-warn\tDURATION\tduration\t5m\t\t\t\tyes\t",
+        "database-url\tURL\tstring\t\t\t\tDATABASE_URL\tno\tall\t",
+        "event-id-column\tCOLUMN\tstring\t\t\t\t\tno\tall\ttable.field.event.id\t",
+        "on-sent\tACTION\tchoice\tmark\t\t\t\tno\trun,status,check\t\tmark|delete\t",
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        if (!strstr(text, rows[i]))
+            fail_msg("table lacks \"%s\"", rows[i]);
+    free(text);
+}
+
 static void test_print_help(void **state)
 {
     char *text = NULL;
@@ -1178,6 +1220,7 @@ int main(void)
         T(test_error_missing_brokers),
         T(test_error_fits_small_buffer),
         T(test_config_free_zeroed),
+        T(test_print_table),
         T(test_print_help),
         T(test_parse_duration),
         T(test_retention_option),
