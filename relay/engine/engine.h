@@ -47,7 +47,7 @@ typedef struct Session Session;
 
 /* Where a session is in its cycle. In every phase but DOWN, IDLE and PRODUCING exactly one request
  * is in flight, and the phase names it: the reply is read by the code of that phase alone. The
- * allowed changes are the driver's table (session.c, `cycle`), drawn in docs/architecture.md. */
+ * allowed changes are the driver's table (session.c, `cycle`), drawn in docs/session-cycle.md. */
 typedef enum {
     PHASE_DOWN,                 /* no PostgreSQL connection */
     PHASE_SETUP,                /* LISTEN (and the floor's check) in flight */

@@ -1,4 +1,5 @@
-/* floor: where a session's claims start in the unsent index (issue 16).
+/* floor: where a session's claims start in the unsent index
+ * (docs/architecture.md#the-claim-and-its-floor).
  *
  * Marking a row sent (or deleting it) leaves its old version in the partial index on unsent
  * rows until vacuum removes it, and vacuum cannot while any snapshot older than the mark is
@@ -36,7 +37,7 @@
  * Rows a relay gains with new lanes may lie anywhere: the floor starts again from 0. Rows made
  * unsent again by hand (sent_at cleared, attempts set back to 0, another aggregate) get attempts
  * 1 from migrations/0008's trigger, so they are failed rows to the claims. Not seen: a {seq}
- * given by hand below the floor (README, "Dead rows and old snapshots"). */
+ * given by hand below the floor (docs/operations.md#dead-rows-and-old-snapshots). */
 #ifndef OUTBOX_FLOOR_H
 #define OUTBOX_FLOOR_H
 

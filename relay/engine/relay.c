@@ -121,9 +121,9 @@ void relay_batch_claimed(Relay *r, bool full)
  * (and with no batch of one still out).
  * On a small host one session's larger batches cost PostgreSQL less per event than two
  * sessions' smaller ones, and that is what latency wants while the relay keeps up (measured:
- * README, Sessions); a backlog wants them all. Joining after FULL_CLAIMS_TO_JOIN full claims and
- * resting only after a long quiet spell keeps lanes from moving back and forth: every change of the
- * group re-divides the lanes of every relay. */
+ * docs/architecture.md#sessions); a backlog wants them all. Joining after FULL_CLAIMS_TO_JOIN full
+ * claims and resting only after a long quiet spell keeps lanes from moving back and forth: every
+ * change of the group re-divides the lanes of every relay. */
 static void on_rest_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Relay *r = w->data;

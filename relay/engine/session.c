@@ -15,7 +15,7 @@
 /* ---- the cycle ---------------------------------------------------------------------------- */
 
 /* Every phase change the cycle makes, with what makes it: the driver's table, checked by
- * session_set_phase on each change and drawn in docs/architecture.md (tools/gen-cycle.sh writes
+ * session_set_phase on each change and drawn in docs/session-cycle.md (tools/gen-cycle.sh writes
  * the drawing from these lines; `make test` checks they agree). Any phase may also go DOWN: the
  * connection can go at any moment. One row per line, in this form, for the drawing's sake. */
 static const struct {
@@ -188,8 +188,8 @@ static void learn_floor_allowed(Session *s, PGresult *check)
     s->floor.enabled = s->cfg->claim_floor && allowed;
     static bool said;
     if (s->cfg->claim_floor && !allowed && !said) {
-        log_warn("claims read the unsent index from its start (README, \"Dead rows and old "
-                 "snapshots\")",
+        log_warn("claims read the unsent index from its start "
+                 "(docs/operations.md#dead-rows-and-old-snapshots)",
                  "column=%s cause=%s", s->cfg->map.seq, log_quote(why, q, sizeof(q)));
         said = true;
     }
