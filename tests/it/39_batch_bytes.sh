@@ -139,7 +139,7 @@ fat_rejected() {
     [ "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'fat'
                  AND rejections >= 1")" = 60 ]
 }
-wait_for "C: all 60 rows with 1 MB headers are rejected" 60 fat_rejected
+wait_for "C: all 60 rows with 1 MB headers are rejected" 180 fat_rejected
 hwm_kb=$(awk '/^VmHWM:/ { print $2 }' "/proc/$RELAY_PID/status")
 echo "# C: peak RSS ${hwm_kb} kB"
 check "C: the relay's peak RSS stays under 40 MB (main: 71 MB)" test "${hwm_kb:-999999}" -lt 40960
