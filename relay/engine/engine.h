@@ -54,7 +54,7 @@ typedef enum {
     PHASE_IDLE,                 /* no transaction open, no request in flight */
     PHASE_REBALANCING,          /* lane ownership queries in flight (lanes.c) */
     PHASE_LEAVING_LANES,        /* giving the lanes and member slot up (resting, setup fault) */
-    PHASE_LEAVING_GUARD,        /* a guard gives the wakeup lock up (wakeup.c) */
+    PHASE_LEAVING_GUARD,        /* a guard gives the wakeup lock up (wakeup.h) */
     PHASE_CLAIMING,             /* BEGIN + claim in flight */
     PHASE_PRODUCING,            /* rows claimed, waiting for delivery reports */
     PHASE_MARKING,              /* marks + COMMIT in flight */

@@ -57,7 +57,9 @@ bool lanes_rebalance(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg);
 /* Leaves the group: gives up every lane and the member slot, in one round trip on pg (must be
  * idle), then calls done; the session claims nothing until it rebalances (and so joins) again.
  * Returns false when pg was not idle (done is not called). A failed query calls done with ok
- * false: the owner resets the connection, which gives everything up too. */
+ * false: the owner resets the connection, which gives everything up too. With nothing to give up
+ * (no slot, no lane), done is called before this returns: the driver asks to leave only with a
+ * slot or lanes (next_step), so it never meets that nested call. */
 bool lanes_leave(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg);
 
 /* Pure: which lanes the member `slot` should own when the live members are slots[0..n-1]. */

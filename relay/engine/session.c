@@ -28,7 +28,7 @@ static const struct {
     {PHASE_REBALANCING, PHASE_IDLE, "lanes divided"},
     {PHASE_IDLE, PHASE_LEAVING_LANES, "resting, or a setup fault"},
     {PHASE_LEAVING_LANES, PHASE_IDLE, "lanes given up"},
-    {PHASE_IDLE, PHASE_LEAVING_GUARD, "a guard notified, with work, or stopping"},
+    {PHASE_IDLE, PHASE_LEAVING_GUARD, "a guard notified, with work or no lanes, or stopping"},
     {PHASE_LEAVING_GUARD, PHASE_IDLE, "wakeup lock given up"},
     {PHASE_IDLE, PHASE_CLAIMING, "rows may wait: claim (or probe the setup)"},
     {PHASE_CLAIMING, PHASE_IDLE, "the claim could not be sent"},

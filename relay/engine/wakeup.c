@@ -1,4 +1,5 @@
-/* wakeup: the requests of the guard/follow protocol (wakeup.h) and its state changes. */
+/* wakeup: the guard/follow protocol's state changes (wakeup.h) and the reading of the reply to a
+ * request to sleep; the requests themselves are the driver's (session.c). */
 #include "wakeup.h"
 
 #include <stdio.h>
@@ -46,10 +47,10 @@ void wakeup_before_sleep(Wakeup *w)
 }
 
 /* A guard lets the wakeup lock go before anything else once producers notified (their rows may
- * be any session's) or it has work (producers would notify all the while): in a transaction of
- * its own, as the notification that wakes its followers to ask again must go out now, not with a
- * later commit (or never, with a rollback). A guard without lanes (moved away while it slept)
- * leaves too. */
+ * be any session's) or it has work (producers would notify all the while); the driver sends
+ * outbox_relay_wake() in a transaction of its own, as the notification that wakes its followers to
+ * ask again must go out now, not with a later commit (or never, with a rollback). A guard without
+ * lanes (moved away while it slept, resting, a setup fault) leaves too. */
 void wakeup_leaving_guard(Wakeup *w)
 {
     w->guard = w->asleep = w->notified = false;

@@ -7,7 +7,7 @@
  * committed before the lock was taken. A guard leaves (outbox_relay_wake(), which wakes the
  * followers to ask again) as soon as it is notified or has work, or its lanes moved away; a
  * follower's every claim but the final one is a wakeup. The state below is the session's part
- * of that protocol; the requests are in wakeup.c. */
+ * of that protocol; the requests (to sleep, to leave) are the driver's (session.c). */
 #ifndef OUTBOX_WAKEUP_H
 #define OUTBOX_WAKEUP_H
 
