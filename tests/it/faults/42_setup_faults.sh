@@ -15,9 +15,7 @@
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
-pg_start
-broker_start 1
-relay_migrate 2>"$T/migrate.log" || fail "migrate"
+fault_setup 1
 psql_q "CREATE ROLE relay_a LOGIN IN ROLE outbox_relay; CREATE ROLE relay_b LOGIN" ||
     fail "create login roles"
 URL_A=postgresql://relay_a@127.0.0.1:$PGPORT/outbox
@@ -36,8 +34,8 @@ SETUP_LINE="the relay cannot work with this database as it is set up"
 # --- A: a revoked grant -------------------------------------------------------------------------
 psql_q "REVOKE DELETE ON outbox FROM outbox_relay" || fail "A: revoke"
 insert setup 1 1
-relay_start --database-url "$URL_A" --brokers "$BROKERS" --on-sent delete --max-attempts 2 \
-    --retry-backoff 100 --metrics-listen 127.0.0.1:0 --kafka reconnect.backoff.max.ms=500
+relay_start --database-url "$URL_A" "${FAULT_RELAY_OPTS[@]}" --on-sent delete --max-attempts 2 \
+    --retry-backoff 100 --metrics-listen 127.0.0.1:0
 metrics_wait
 wait_for "A: the relay says what is wrong, once" 30 grep -q "$SETUP_LINE" "$RELAY_LOG"
 check "A: ... naming the failed privilege and what to do" \
@@ -67,14 +65,12 @@ relay_stop
 check_eq "A: the relay exits 0" 0 "$?"
 
 # --- B: a relay that may not read the outbox beside a healthy one --------------------------------
-relay_start --database-url "$URL_B" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0 \
-    --kafka reconnect.backoff.max.ms=500
+relay_start --database-url "$URL_B" "${FAULT_RELAY_OPTS[@]}" --metrics-listen 127.0.0.1:0
 BROKEN_PID=$RELAY_PID BROKEN_LOG=$RELAY_LOG
 metrics_wait
 BROKEN_METRICS=$METRICS
 wait_for "B: the broken relay says what is wrong" 30 grep -q "$SETUP_LINE.*sqlstate=42501" "$BROKEN_LOG"
-relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0 \
-    --kafka reconnect.backoff.max.ms=500
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --metrics-listen 127.0.0.1:0
 metrics_wait
 HEALTHY_METRICS=$METRICS
 insert broken 1 3
@@ -100,8 +96,7 @@ check_eq "B: the once broken relay exits 0" 0 "$?"
 
 # --- C: a database that was never migrated ------------------------------------------------------
 psql_q "CREATE DATABASE bare" || fail "C: create database"
-relay_start --database-url "postgresql://postgres@127.0.0.1:$PGPORT/bare" --brokers "$BROKERS" \
-    --kafka reconnect.backoff.max.ms=500
+relay_start --database-url "postgresql://postgres@127.0.0.1:$PGPORT/bare" "${FAULT_RELAY_OPTS[@]}"
 wait_for "C: the relay says to run migrate" 30 grep -q "42P01.*run \`outbox-relay migrate\`" "$RELAY_LOG"
 relay_stop
 check_eq "C: the relay exits 0" 0 "$?"

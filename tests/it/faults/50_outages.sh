@@ -19,21 +19,12 @@
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
-pg_start
-broker_start 3
-relay_migrate 2>"$T/migrate.log" || fail "migrate"
+fault_setup 3
 
 OUTAGE=5
-KAFKA_OPTS=(--kafka reconnect.backoff.max.ms=500)
 
 insert() { # insert TYPE FROM TO: rows over 20 aggregates, seq grows with id
-    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-            SELECT '$1', '$1-' || (g % 20), 'changed', jsonb_build_object('seq', g)
-            FROM generate_series($2, $3) AS g ORDER BY g"
-}
-
-sent_of() {
-    psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1' AND sent_at IS NOT NULL"
+    insert_rows "$1" "$2" "$3" 20
 }
 
 # mid_delivery TYPE N: part of TYPE's N rows sent and a claimed batch awaiting acknowledgements
@@ -41,10 +32,6 @@ sent_of() {
 mid_delivery() {
     SENT=$(sent_of "$1")
     [ "$SENT" -gt 0 ] && [ "$SENT" -lt "$2" ] && claim_open
-}
-
-log_lines() {
-    grep -c '' "$RELAY_LOG"
 }
 
 # Checks the log lines written since line $2 for outage $1: state changes, but no flood.
@@ -70,7 +57,7 @@ check_recovery_log() {
 # --- 1. Kafka down at start ---
 broker_down
 insert k1 0 999
-relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" "${KAFKA_OPTS[@]}"
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}"
 sleep "$OUTAGE"
 check "1: relay keeps running while Kafka is down" relay_running
 check_eq "1: no row marked sent while Kafka is down" 0 "$(sent_of k1)"
@@ -123,7 +110,7 @@ check_eq "relay exits 0 after outages 1-3" 0 $?
 # --- 4. PostgreSQL down when the relay starts ---
 insert p2 0 999
 pg_stop
-relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" "${KAFKA_OPTS[@]}"
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}"
 sleep "$OUTAGE"
 check "4: relay keeps retrying while PostgreSQL is down (did not exit)" relay_running
 check_outage_log "4 (postgres down at start)" 0
@@ -144,7 +131,7 @@ RELAY_WRAP=(taskset -c "$cpu")
 for i in 1 2 3; do
     broker_down
     insert "s$i" 0 99
-    relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" "${KAFKA_OPTS[@]}"
+    relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}"
     sleep 3
     broker_up
     wait_for "5.$i: all rows sent once Kafka is up (relay on a busy CPU)" 30 no_unsent_rows

@@ -16,9 +16,7 @@
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
-pg_start
-broker_start 2
-relay_migrate 2>"$T/migrate.log" || fail "migrate"
+fault_setup 2
 
 # leader_of TOPIC PARTITION: the broker id leading that partition.
 leader_of() {
@@ -36,14 +34,6 @@ first_copies_in_order_by() {
         ($2 in last) && $3 <= last[$2] { print "key " $2 ": seq " $3 " after " last[$2]; bad++ }
         { last[$2] = $3 }
         END { exit bad > 0 }'
-}
-
-sent_of() { # sent_of TYPE
-    psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1' AND sent_at IS NOT NULL"
-}
-
-all_sent_of() { # all_sent_of TYPE
-    [ "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1' AND sent_at IS NULL")" = 0 ]
 }
 
 # --- C: templates and order under a partial outage -----------------------------------------------
@@ -73,8 +63,8 @@ psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
         SELECT 'split', 'split-' || a, CASE WHEN e % 2 = 0 THEN '$DOWN_T' ELSE '$UP_T' END,
                jsonb_build_object('seq', e)
         FROM generate_series(1, 30) AS a, generate_series(1, 6) AS e ORDER BY e, a"
-relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --delivery-timeout 2000 \
-    --order-scope topic --topic-template 'ev.{event_type}' --kafka reconnect.backoff.max.ms=500
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --delivery-timeout 2000 \
+    --order-scope topic --topic-template 'ev.{event_type}'
 SPLIT_RELAY=$RELAY_PID SPLIT_LOG=$RELAY_LOG
 healthy_split_sent() {
     [ "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'split-%'
@@ -103,12 +93,12 @@ psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
         SELECT CASE WHEN a % 2 = 0 THEN '$DOWN_T' ELSE '$UP_T' END, 'agg-' || a, 'changed',
                jsonb_build_object('seq', e)
         FROM generate_series(1, 30) AS a, generate_series(1, 6) AS e ORDER BY e, a"
-relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --delivery-timeout 2000 \
-    --topic-template 'ev.{aggregate_type}' --kafka reconnect.backoff.max.ms=500
-wait_for "C: aggregates of the healthy topic flow while broker 1 is down" 30 all_sent_of "$UP_T"
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --delivery-timeout 2000 \
+    --topic-template 'ev.{aggregate_type}'
+wait_for "C: aggregates of the healthy topic flow while broker 1 is down" 30 none_unsent_of "$UP_T"
 sleep 3
 broker_cmd "up 1"
-wait_for "C: every aggregate-scope event delivered once broker 1 is back" 60 all_sent_of "$DOWN_T"
+wait_for "C: every aggregate-scope event delivered once broker 1 is back" 60 none_unsent_of "$DOWN_T"
 consume --topic "ev.$DOWN_T" --topic "ev.$UP_T" --idle-ms 2000 --timeout-ms 30000 \
     >"$T/agg.json"
 check "C: {aggregate_type}: first copies in order per aggregate" \
@@ -124,8 +114,8 @@ broker_cmd "down $LEADER"
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
         SELECT 'd', 'd-' || g, 'changed', jsonb_build_object('seq', g)
         FROM generate_series(1, 40) AS g ORDER BY g"
-relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --sessions 1 \
-    --delivery-timeout 2000 --kafka reconnect.backoff.max.ms=500
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --sessions 1 \
+    --delivery-timeout 2000
 waiting_backend() { # the relay session's backend, while its batch waits for Kafka
     psql_q "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid()
             AND state = 'idle in transaction' LIMIT 1"
@@ -150,18 +140,15 @@ if wait_for "D: new rows reach the healthy partitions while broker $LEADER stays
 fi
 check "D: the abandoned batch is logged" grep -q "batch abandoned with the connection" "$RELAY_LOG"
 broker_cmd "up $LEADER"
-wait_for "D: everything delivered once the broker is back" 60 all_sent_of d
+wait_for "D: everything delivered once the broker is back" 60 none_unsent_of d
 check_delivered d
 relay_stop
 
 # --- E: a session waiting for room when its delivery timeout fires ---------------------------------
 broker_cmd "down all"
-psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-        SELECT 'e', 'e-' || (g % 50), 'changed', jsonb_build_object('seq', g)
-        FROM generate_series(1, 400) AS g ORDER BY g"
-relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --sessions 2 --batch-size 50 \
-    --delivery-timeout 1000 --kafka queue.buffering.max.messages=10 \
-    --kafka reconnect.backoff.max.ms=500
+insert_rows e 1 400 50
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --sessions 2 --batch-size 50 \
+    --delivery-timeout 1000 --kafka queue.buffering.max.messages=10
 oldest_tx_s=0
 for _ in $(seq 1 40); do # 8 s of outage, sampled every 0.2 s
     age=$(psql_q "SELECT coalesce(floor(extract(epoch FROM max(now() - xact_start))), 0)
@@ -174,7 +161,7 @@ done
 # timer was lost would stay open for the whole 8 s outage.
 echo "# E: oldest claim transaction seen during the outage: ${oldest_tx_s} s"
 broker_cmd "up all"
-wait_for "E: everything delivered once the brokers are back" 60 all_sent_of e
+wait_for "E: everything delivered once the brokers are back" 60 none_unsent_of e
 check_delivered e
 relay_stop
 check_eq "the relay exits 0" 0 "$?"

@@ -19,9 +19,7 @@ source "$(dirname "$0")/../../lib.sh"
 source "$(dirname "$0")/../../netns_lib.sh"
 t_setup
 fault_init
-pg_start
-broker_start 1
-relay_migrate 2>"$T/migrate.log" || fail "migrate"
+fault_setup 1
 
 # insert_local TYPE FROM TO: rows over 10 aggregates, seq growing with id, committed without
 # waiting for the standby; their event ids are appended to $T/TYPE.ids.

@@ -17,15 +17,12 @@
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
-pg_start
-broker_start 3
-relay_migrate 2>"$T/migrate.log" || fail "migrate"
+fault_setup 3
 
 AGGS=300
 ROUNDS=15 # kill rounds, 2 s apart: ~30 s of load
 DRAIN_LIMIT=120
-OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --rebalance-interval 300
-    --kafka reconnect.backoff.max.ms=500)
+OPTS=(--database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --rebalance-interval 300)
 
 # The writer: one connection at a time, one INSERT per transaction (psql reading a script runs
 # each statement on its own), so ids follow seq per aggregate. Inserts that fail while

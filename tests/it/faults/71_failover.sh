@@ -14,12 +14,10 @@
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
-pg_start
-broker_start 3
-relay_migrate 2>"$T/migrate.log" || fail "migrate"
+fault_setup 3
 
 FAILOVER_LIMIT=10  # "within a few seconds": the default --rebalance-interval is 1 s
-OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --kafka reconnect.backoff.max.ms=500)
+OPTS=(--database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}")
 
 # lanes_of PID: the lanes held by the PostgreSQL session(s) of relay process PID, one per line.
 lanes_of() {
@@ -58,14 +56,6 @@ insert_in_lanes() {
             SELECT '$1', a.agg, 'changed', jsonb_build_object('seq', g)
             FROM generate_series(0, $3 - 1) AS g JOIN aggs a ON a.k = g % (SELECT c FROM n)
             ORDER BY g"
-}
-
-unsent_of() {
-    psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1' AND sent_at IS NULL"
-}
-
-none_unsent_of() {
-    [ "$(unsent_of "$1")" = 0 ]
 }
 
 pg_array() { # pg_array: stdin lines -> {a,b,c}

@@ -23,26 +23,16 @@
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
-pg_start
-broker_start 3
-relay_migrate 2>"$T/migrate.log" || fail "migrate"
+fault_setup 3
 
 insert() { # insert TYPE FROM TO: rows over 50 aggregates, seq grows with id
-    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-            SELECT '$1', '$1-' || (g % 50), 'changed', jsonb_build_object('seq', g)
-            FROM generate_series($2, $3) AS g ORDER BY g"
+    insert_rows "$1" "$2" "$3" 50
 }
 count_of() { # count_of TYPE CONDITION
     psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1' AND ($2)"
 }
-none_unsent_of() {
-    [ "$(count_of "$1" "sent_at IS NULL")" = 0 ]
-}
 since() { # since LINE: relay log lines after line LINE
     tail -n +"$(($1 + 1))" "$RELAY_LOG"
-}
-log_lines() {
-    grep -c '' "$RELAY_LOG"
 }
 # check_delivered_counted TYPE [exact]: check_delivered (tests/lib.sh), and print how many
 # duplicates; with "exact", also check there are none.
@@ -56,8 +46,8 @@ check_delivered_counted() {
 }
 
 # --- 1. brokers down longer than the delivery timeout ---
-relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --delivery-timeout 2000 \
-    --max-attempts 1 --kafka reconnect.backoff.max.ms=500
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --delivery-timeout 2000 \
+    --max-attempts 1
 insert t1 0 99
 wait_for "1: warm-up rows delivered" 30 none_unsent_of t1
 mark=$(log_lines)
@@ -98,8 +88,8 @@ check_eq "1: relay exits 0" 0 $?
 # success") though the mock never stored them. With two claim sessions' batches in flight that
 # happened here about once in ten runs; it is the mock's gap, not the relay's. Section 5 runs the
 # default in-flight setting and checks what the mock keeps faithfully: the order.
-relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --retry-backoff 500 \
-    --log-level debug --kafka debug=msg --kafka reconnect.backoff.max.ms=500 \
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --retry-backoff 500 \
+    --log-level debug --kafka debug=msg \
     --kafka max.in.flight.requests.per.connection=1
 insert w 0 99
 wait_for "2: warm-up rows delivered" 30 none_unsent_of w
@@ -136,8 +126,8 @@ check_eq "relay exits 0" 0 $?
 check "no relay logged 'order broken'" lacks "$RELAY_LOG" "order broken"
 
 # --- 5. the same errors with the default five requests in flight ---
-relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --retry-backoff 500 \
-    --log-level debug --kafka debug=msg --kafka reconnect.backoff.max.ms=500 \
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --retry-backoff 500 \
+    --log-level debug --kafka debug=msg \
     --kafka batch.num.messages=100
 insert w5 0 99
 wait_for "5: warm-up rows delivered" 30 none_unsent_of w5

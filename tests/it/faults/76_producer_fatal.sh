@@ -14,32 +14,22 @@
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
-pg_start
-broker_start 3
-relay_migrate 2>"$T/migrate.log" || fail "migrate"
+fault_setup 3
 
-insert() { # insert TYPE FROM TO
-    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-            SELECT '$1', '$1-' || (g % 50), 'changed', jsonb_build_object('seq', g)
-            FROM generate_series($2, $3) AS g ORDER BY g"
-}
-all_sent_of() {
-    [ "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1' AND sent_at IS NULL")" = 0 ]
-}
-log_lines() {
-    grep -c '' "$RELAY_LOG"
+insert() { # insert TYPE FROM TO: rows over 50 aggregates, seq grows with id
+    insert_rows "$1" "$2" "$3" 50
 }
 
-relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --delivery-timeout 5000 \
-    --log-level debug --kafka debug=msg,eos --kafka reconnect.backoff.max.ms=500 --kafka max.in.flight.requests.per.connection=1
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --delivery-timeout 5000 \
+    --log-level debug --kafka debug=msg,eos --kafka max.in.flight.requests.per.connection=1
 insert w 1 100
-wait_for "warm-up rows delivered" 30 all_sent_of w
+wait_for "warm-up rows delivered" 30 none_unsent_of w
 for fault in "45 OUT_OF_ORDER_SEQUENCE_NUMBER" "59 UNKNOWN_PRODUCER_ID"; do
     read -r code name <<<"$fault"
     mark=$(log_lines)
     broker_cmd "errors produce 3 $code"
     insert "f$code" 1 1000
-    wait_for "$name x3: every row sent" 60 all_sent_of "f$code"
+    wait_for "$name x3: every row sent" 60 none_unsent_of "f$code"
     echo "# $name: $(tail -n +"$((mark + 1))" "$RELAY_LOG" | grep -c 'kafka producer recreated') producer recreations, $(tail -n +"$((mark + 1))" "$RELAY_LOG" | grep -c 'fatal') fatal lines"
     check "$name: the producer met the error" \
         grep -qi "$name\|$(tr '_' ' ' <<<"${name,,}")" <<<"$(tail -n +"$((mark + 1))" "$RELAY_LOG")"

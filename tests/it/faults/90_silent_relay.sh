@@ -18,19 +18,16 @@ source "$(dirname "$0")/../../netns_lib.sh"
 t_setup
 fault_init
 netns_create
-pg_start
+fault_setup 1
 netns_pg_listen
-broker_start 1
 netns_forward_brokers
-relay_migrate 2>"$T/migrate.log" || fail "migrate"
 
 FAULT_S=40
 LOAD_S=25
-COMMON=(--brokers "$BROKERS" --kafka reconnect.backoff.max.ms=500)
-relay_start --database-url "$DATABASE_URL" "${COMMON[@]}"
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}"
 A_PID=$RELAY_PID A_LOG=$RELAY_LOG
 RELAY_WRAP=(ip netns exec "$NS")
-relay_start --database-url "$NS_DATABASE_URL" "${COMMON[@]}"
+relay_start --database-url "$NS_DATABASE_URL" "${FAULT_RELAY_OPTS[@]}"
 RELAY_WRAP=()
 B_PID=$RELAY_PID B_LOG=$RELAY_LOG
 
@@ -52,24 +49,9 @@ sleep 2
 t0=$(now_ms)
 netns_block
 fault_end=$((t0 + FAULT_S * 1000))
-until load_done_and_sent sil || [ "$(now_ms)" -ge "$fault_end" ]; do
-    sleep 0.2
-done
-if load_done_and_sent sil; then
-    ok "1: every row ($(rows_of sil)) acknowledged before the fault ends (${FAULT_S}s)"
-    echo "# 1: last row acknowledged $(secs_since "$t0")s after the fault began (load: ${LOAD_S}s)"
-else
-    not_ok "1: every row acknowledged before the fault ends" "$(unsent_of sil) of $(rows_of sil) unsent"
-fi
-took=$(log_time_ms "$A_LOG" 'msg="lanes owned" lanes=64 ')
-[ -n "$took" ] && echo "# 1: relay here logged 'lanes owned lanes=64' $(((took - t0) / 1000)).$(printf '%03d' $(((took - t0) % 1000)))s after the fault began"
-read -r p50 p99 max <<<"$(latency_figures sil)"
-echo "# 1: commit -> acknowledgement during the fault: p50 ${p50}s p99 ${p99}s max ${max}s"
-check "1: no row waited more than 20 s from commit to acknowledgement (max ${max}s)" \
-    awk -v m="$max" 'BEGIN { exit !(m + 0 <= 20) }'
+check_rows_during_fault sil fault "relay here" "$t0" "$fault_end"
 check "1: relay here still running" kill -0 "$A_PID"
-now=$(now_ms)
-[ "$now" -lt "$fault_end" ] && sleep "$(((fault_end - now) / 1000)).$(printf '%03d' $(((fault_end - now) % 1000)))"
+sleep_until "$fault_end"
 
 # --- healed ---
 netns_unblock

@@ -18,14 +18,9 @@ source "$(dirname "$0")/../../lib.sh"
 source "$(dirname "$0")/../../netns_lib.sh"
 t_setup
 fault_init
-pg_start
-broker_start 1
-relay_migrate 2>"$T/migrate.log" || fail "migrate"
-COMMON=(--brokers "$BROKERS" --kafka reconnect.backoff.max.ms=500)
-insert() { # insert TYPE N
-    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-            SELECT '$1', '$1-' || (g % 20), 'changed', jsonb_build_object('seq', g)
-            FROM generate_series(1, $2) AS g ORDER BY g"
+fault_setup 1
+insert() { # insert TYPE N: N rows over 20 aggregates, seq grows with id
+    insert_rows "$1" 1 "$2" 20
 }
 # delivered_within TYPE LIMIT_S T0_MS DESCRIPTION: every row of TYPE acknowledged by T0 + LIMIT.
 delivered_within() {
@@ -42,7 +37,7 @@ CLOSED=$(free_port)
 URL="postgresql://postgres@127.0.0.1:$CLOSED,127.0.0.1:$PGPORT/outbox?target_session_attrs=read-write"
 insert ref 100
 t0=$(now_ms)
-relay_start --database-url "$URL" "${COMMON[@]}"
+relay_start --database-url "$URL" "${FAULT_RELAY_OPTS[@]}"
 delivered_within ref 5 "$t0" "1: first host refusing: rows delivered from the second host"
 check "1: the refusing host is logged" \
     grep -qE "msg=\"postgres host failed\".* host=\"127.0.0.1:$CLOSED\"" "$RELAY_LOG"
@@ -75,7 +70,7 @@ check_eq "1, 3: relay exits 0" 0 $?
 # --- 2. every host down ---
 CLOSED2=$(free_port)
 relay_start --database-url "postgresql://postgres@127.0.0.1:$CLOSED,127.0.0.1:$CLOSED2/outbox" \
-    "${COMMON[@]}" --sessions 1
+    "${FAULT_RELAY_OPTS[@]}" --sessions 1
 sleep 6 # several rounds: 0.2 s doubling, with jitter
 check_eq "2: each host's refusal logged once" 2 \
     "$(grep -c 'msg="postgres host failed"' "$RELAY_LOG")"
@@ -91,7 +86,7 @@ netns_block
 URL="postgresql://postgres@$NS_ADDR:$PGPORT,127.0.0.1:$PGPORT/outbox?target_session_attrs=read-write&connect_timeout=3"
 insert bh 100
 t0=$(now_ms)
-relay_start --database-url "$URL" "${COMMON[@]}"
+relay_start --database-url "$URL" "${FAULT_RELAY_OPTS[@]}"
 delivered_within bh 8 "$t0" "4: first host black-holed, connect_timeout=3: rows delivered from the second host"
 check "4: the black-holed host is logged with the timeout" \
     grep -qE "msg=\"postgres host failed\".* host=\"$NS_ADDR:$PGPORT\".*connect_timeout" \

@@ -15,9 +15,7 @@ source "$(dirname "$0")/../../lib.sh"
 source "$(dirname "$0")/../../netns_lib.sh"
 t_setup
 fault_init
-pg_start
-broker_start 1
-relay_migrate 2>"$T/migrate.log" || fail "migrate"
+fault_setup 1
 P1=$PGPORT
 
 # --- 1. the standby ---
@@ -26,7 +24,7 @@ P2=$SB_PORT
 check_eq "1: the standby is in recovery" t "$(psql_q "SELECT pg_is_in_recovery()" -p "$P2")"
 
 URL="postgresql://postgres@127.0.0.1:$P1,127.0.0.1:$P2/outbox?target_session_attrs=read-write"
-COMMON=(--database-url "$URL" --brokers "$BROKERS" --kafka reconnect.backoff.max.ms=500)
+COMMON=(--database-url "$URL" "${FAULT_RELAY_OPTS[@]}")
 relay_start "${COMMON[@]}"
 A_PID=$RELAY_PID
 relay_start "${COMMON[@]}"

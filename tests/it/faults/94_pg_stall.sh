@@ -15,17 +15,13 @@ source "$(dirname "$0")/../../lib.sh"
 source "$(dirname "$0")/../../netns_lib.sh"
 t_setup
 fault_init
-pg_start
-broker_start 1
-relay_migrate 2>"$T/migrate.log" || fail "migrate"
-OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --kafka reconnect.backoff.max.ms=500)
+fault_setup 1
+OPTS=(--database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}")
 all_lanes_held() {
     [ "$(psql_q "SELECT count(*) FROM pg_locks l WHERE $LANE_LOCK")" = 64 ]
 }
 insert() { # insert TYPE FROM TO: rows over 200 aggregates, seq grows with id per aggregate
-    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-            SELECT '$1', '$1-' || (g % 200), 'changed', jsonb_build_object('seq', g)
-            FROM generate_series($2, $3) AS g ORDER BY g"
+    insert_rows "$1" "$2" "$3" 200
 }
 
 # --- 1. never cut off ---
