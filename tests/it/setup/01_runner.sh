@@ -16,6 +16,7 @@
 source "$(dirname "$0")/../../lib.sh"
 t_setup
 
+unset TEST_GROUP # (the group this test runs in, when run by group: the runs below choose theirs)
 R=$T/root
 mkdir -p "$R/tests/it/setup" "$R/tests/it/delivery" "$R/tests/it/faults" "$R/bin/asan" "$T/running"
 cp "$ROOT/tests/run.sh" "$R/tests/"
