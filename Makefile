@@ -184,12 +184,14 @@ test-ready: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN) $(DEM
 	@sh tools/install-deps.sh --report build test
 	@bash tools/check-test-commands.sh
 
+# `make test GROUP=faults` runs one group of the tests only (`unit`, or a directory of tests/it/:
+# tests/it/README.md); the build and checks before it are the same.
 test: test-ready
 	@sh tools/check-floors.sh
 	@sh tools/check-driver.sh
 	@sh tools/gen-cycle.sh | cmp -s - docs/session-cycle.md || \
 		{ echo "docs/session-cycle.md differs from the driver's table: run make docs-cycle" >&2; exit 1; }
-	@sh tests/run.sh
+	@sh tests/run.sh $(if $(GROUP),--group $(GROUP))
 
 # The session cycle's drawing, written from the driver's table (relay/engine/session.c).
 docs-cycle:
@@ -410,7 +412,7 @@ monitoring-check:
 # ---- fuzzing (issue 20; tests/fuzz/README.md) -----------------------------------------------
 # libFuzzer harnesses for every parser of untrusted or semi-trusted input, built with clang and
 # ASan + UBSan. `make fuzzers` builds them; `make test` runs each for a few seconds over its
-# committed seeds and regression inputs (tests/it/96_fuzz_short.sh); `make fuzz` runs each for
+# committed seeds and regression inputs (tests/it/security/96_fuzz_short.sh); `make fuzz` runs each for
 # FUZZ_SECONDS (default 600), FUZZ_PARALLEL (default 1, at most 2 on a 2-core machine) at once.
 FUZZ_CC     ?= clang
 FUZZ_CFLAGS ?= -O1 -g

@@ -1,4 +1,4 @@
-# tests/demo_lib.sh: helpers for the demo tests (6N_*.sh), on top of tests/lib.sh.
+# tests/demo_lib.sh: helpers for the demo tests (tests/it/demos/), on top of tests/lib.sh.
 # Source it after lib.sh. Provides the sanitizer builds of the demos, producer-demo's HTTP API
 # (producer_start, http, hdr) and consumer-demo (consumer_start/consumer_stop).
 

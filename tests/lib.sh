@@ -3,7 +3,8 @@
 #
 # Provides a throwaway PostgreSQL (pg_start/pg_stop/pg_restart/psql_q), the mock Kafka cluster
 # (broker_start/broker_cmd/broker_down/broker_up), the relay under test (relay_start/relay_stop),
-# bounded polling (wait_for) and TAP-like reporting (ok/not_ok/check/check_eq).
+# bounded polling (wait_for), TAP-like reporting (ok/not_ok/check/check_eq) and the fault tests'
+# set-up (fault_setup, insert_rows, sent_of/unsent_of, log_lines).
 # Every wait is bounded, and every exit path stops what the test started and removes the temp dir
 # (set KEEP_TMP=1 to keep it). A script exits non-zero if any check failed.
 
@@ -438,6 +439,55 @@ unsent_rows() {
 
 no_unsent_rows() {
     [ "$(unsent_rows)" = 0 ]
+}
+
+# ---- the fault tests' set-up ------------------------------------------------------------------
+
+# fault_setup [BROKERS]: what every test of tests/it/faults/ starts from (after t_setup, and
+# fault_init when it sources netns_lib.sh): PostgreSQL, the mock Kafka cluster of BROKERS brokers
+# (default 1), the outbox migrated (its output in $T/migrate.log; the test ends at once if it
+# fails). Sets FAULT_RELAY_OPTS, the relay flags those tests share: the brokers, and librdkafka's
+# reconnect backoff capped at 500 ms (its default grows to 10 s), so that a relay is back on a
+# broker within a second of the broker's return and the tests' bounds measure the relay, not the
+# backoff. No --database-url: some reach PostgreSQL through a namespace or a list of hosts.
+fault_setup() {
+    pg_start
+    broker_start "${1:-1}"
+    relay_migrate 2>"$T/migrate.log" || fail "migrate"
+    FAULT_RELAY_OPTS=(--brokers "$BROKERS" --kafka reconnect.backoff.max.ms=500)
+}
+
+# insert_rows TYPE FROM TO AGGREGATES: rows FROM to TO of aggregate type TYPE, over AGGREGATES
+# aggregates (TYPE-0 ... TYPE-(AGGREGATES-1)), in one transaction; payload seq is the row's
+# number, so seq grows with id within each aggregate (what first_copies_in_order checks).
+insert_rows() {
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            SELECT '$1', '$1-' || (g % $4), 'changed', jsonb_build_object('seq', g)
+            FROM generate_series($2, $3) AS g ORDER BY g"
+}
+
+# rows_of TYPE / sent_of TYPE / unsent_of TYPE: how many rows of aggregate type TYPE there are,
+# are acknowledged, wait for an acknowledgement; none_unsent_of TYPE: none waits.
+rows_of() {
+    psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1'"
+}
+
+sent_of() {
+    psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1' AND sent_at IS NOT NULL"
+}
+
+unsent_of() {
+    psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1' AND sent_at IS NULL"
+}
+
+none_unsent_of() {
+    [ "$(unsent_of "$1")" = 0 ]
+}
+
+# log_lines [FILE]: how many lines FILE (default the last relay's log) has: a mark, so that a
+# check reads only what was logged after it (tail -n +$((mark + 1))).
+log_lines() {
+    grep -c '' "${1:-$RELAY_LOG}"
 }
 
 # old_snapshot_open: another client opens a REPEATABLE READ transaction, takes its snapshot and

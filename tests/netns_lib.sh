@@ -69,8 +69,12 @@ now_ms() {
 
 # secs_since MS: seconds (3 decimals) from MS to now.
 secs_since() {
-    local d=$(($(now_ms) - $1))
-    printf '%d.%03d' $((d / 1000)) $((d % 1000))
+    ms_as_s $(($(now_ms) - $1))
+}
+
+# ms_as_s MS: MS milliseconds (not negative) as seconds with 3 decimals.
+ms_as_s() {
+    printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000))
 }
 
 # ---- network namespaces ------------------------------------------------------------------------
@@ -195,19 +199,6 @@ load_for() {
     _t_track "$LOAD_PID"
 }
 
-# rows_of TYPE / unsent_of TYPE / none_unsent_of TYPE
-rows_of() {
-    psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1'"
-}
-
-unsent_of() {
-    psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1' AND sent_at IS NULL"
-}
-
-none_unsent_of() {
-    [ "$(unsent_of "$1")" = 0 ]
-}
-
 # load_done_and_sent TYPE: the load has ended and every row of TYPE is acknowledged.
 load_done_and_sent() {
     _t_dead "$LOAD_PID" && none_unsent_of "$1"
@@ -249,6 +240,40 @@ lanes_of_app() {
     psql_q "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
             WHERE l.locktype = 'advisory' AND l.classid = $LANE_NS AND l.objsubid = 2
               AND l.granted AND a.application_name = '$1'"
+}
+
+# check_rows_during_fault TYPE WHAT NAME_A T0 FAULT_END: part 1 of a fault test with relays $A_PID
+# and $B_PID, the fault (WHAT: "fault", "freeze") struck at T0 and lasting until FAULT_END (ms
+# since the epoch), load TYPE arriving meanwhile. Waits until the load has ended and every row of
+# TYPE is acknowledged, or FAULT_END at the most, and checks the first came before the second:
+# relay A (NAME_A) took the lanes over in time. Prints when the last row was acknowledged and when
+# relay A logged that it holds all 64 lanes, and checks that no row waited more than 20 s from
+# commit to acknowledgement (its latency figures printed).
+check_rows_during_fault() {
+    local type=$1 what=$2 name_a=$3 t0=$4 fault_end=$5 took p50 p99 max
+    until load_done_and_sent "$type" || [ "$(now_ms)" -ge "$fault_end" ]; do
+        sleep 0.2
+    done
+    if load_done_and_sent "$type"; then
+        ok "1: every row ($(rows_of "$type")) acknowledged before the $what ends ($(((fault_end - t0) / 1000))s)"
+        echo "# 1: last row acknowledged $(secs_since "$t0")s after the $what began"
+    else
+        not_ok "1: every row acknowledged before the $what ends" \
+            "$(unsent_of "$type") of $(rows_of "$type") unsent"
+    fi
+    took=$(log_time_ms "$A_LOG" 'msg="lanes owned" lanes=64 ')
+    [ -n "$took" ] && echo "# 1: $name_a logged 'lanes owned lanes=64' $(ms_as_s $((took - t0)))s after the $what began"
+    read -r p50 p99 max <<<"$(latency_figures "$type")"
+    echo "# 1: commit -> acknowledgement during the $what: p50 ${p50}s p99 ${p99}s max ${max}s"
+    check "1: no row waited more than 20 s from commit to acknowledgement (max ${max}s)" \
+        awk -v m="$max" 'BEGIN { exit !(m + 0 <= 20) }'
+}
+
+# sleep_until MS: sleeps until MS (ms since the epoch), at once when it has passed.
+sleep_until() {
+    local now
+    now=$(now_ms)
+    [ "$now" -ge "$1" ] || sleep "$(ms_as_s $(($1 - now)))"
 }
 
 # check_two_relays_after_fault TYPE WHAT NAME_A NAME_B: the end of a fault test with relays

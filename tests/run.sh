@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # Runs the unit tests (bin/asan/test_*, cmocka in TAP mode, one after the other) and then the
-# integration tests (tests/it/*.sh, started in sorted order, TEST_JOBS at a time), counting
-# `ok`/`not ok` lines. A program that exits non-zero without a `not ok` line counts as one failure.
+# integration tests (tests/it/GROUP/NN_*.sh: the groups in the order of IT_GROUPS below, each
+# group's tests in sorted order, TEST_JOBS at a time), counting `ok`/`not ok` lines. A program
+# that exits non-zero without a `not ok` line counts as one failure.
 #
-#   tests/run.sh [NAME...]     only programs whose file name contains one of the NAMEs
+#   tests/run.sh [NAME...]             only programs whose name (test_NAME, GROUP/NN_name.sh)
+#                                      contains one of the NAMEs
+#   tests/run.sh --group GROUP [NAME...]   only the group GROUP (repeat for more; TEST_GROUP=
+#                                      GROUP[,GROUP...] does the same): `unit` is the unit
+#                                      tests, the others are the directories of tests/it/
+#   tests/run.sh --list [--group GROUP] [NAME...]   lists the groups and their tests, runs none
+#
+# A group that does not exist is refused with exit 2, as is a directory of tests/it/ missing from
+# IT_GROUPS or a test outside a group (neither would ever run). tests/it/README.md says what each
+# group holds.
 #
 # The last line is "N passed, N failed"; the exit status is 1 if anything failed.
 # TEST_TIMEOUT (seconds, default 300) bounds each program.
@@ -19,7 +29,7 @@
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 
 set -o pipefail
-export LC_COLLATE=C # sorted order of tests/it/NN_*.sh
+export LC_COLLATE=C # sorted order of tests/it/GROUP/NN_*.sh
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
 
@@ -46,15 +56,57 @@ if [ "$TEST_JOBS" -gt 1 ] && ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < 501))
 fi
 export TEST_JOBS
 
-filters=("$@")
-passed=0
-failed=0
-out=$(mktemp -d "${TMPDIR:-/tmp}/outbox-relay-run.XXXXXX") || exit 1
-declare -A name_of slot_of started_of # by the pid of a running integration test's wrapper
-trap 'rm -rf "$out"' EXIT
-trap 'stop_running; exit 143' TERM
-trap 'stop_running; exit 130' INT
+# The groups of integration tests, in the order they run: quick checks of the set-up and of what
+# ships first, the long fault tests last (tests/it/README.md).
+IT_GROUPS=(setup packaging security delivery order operations demos faults)
 
+usage_error() {
+    echo "tests/run.sh: $1" >&2
+    exit 2
+}
+
+groups=()
+listing=0
+filters=()
+while [ $# -gt 0 ]; do
+    case $1 in
+    --group)
+        [ $# -ge 2 ] || usage_error "--group needs a group"
+        groups+=("$2")
+        shift
+        ;;
+    --group=*) groups+=("${1#--group=}") ;;
+    --list) listing=1 ;;
+    --) shift && filters+=("$@") && break ;;
+    -*) usage_error "unknown option '$1' (--group GROUP, --list, or NAMEs)" ;;
+    *) filters+=("$1") ;;
+    esac
+    shift
+done
+[ -n "${TEST_GROUP:-}" ] && IFS=', ' read -r -a more <<<"$TEST_GROUP" && groups+=("${more[@]}")
+
+# Every directory of tests/it/ must be a group of IT_GROUPS and every test must be in a group:
+# anything else would never run, silently.
+for d in tests/it/*; do
+    if [ -d "$d" ]; then
+        [[ " ${IT_GROUPS[*]} " == *" ${d#tests/it/} "* ]] ||
+            usage_error "$d/ is not in IT_GROUPS: add it there and to tests/it/README.md"
+    elif [[ $d == *.sh ]]; then
+        usage_error "$d is in no group: move it into one of tests/it/*/ (tests/it/README.md)"
+    fi
+done
+for g in "${groups[@]}"; do
+    [[ " unit ${IT_GROUPS[*]} " == *" $g "* ]] ||
+        usage_error "no group '$g' (groups: unit ${IT_GROUPS[*]})"
+done
+
+# in_group GROUP: GROUP is selected (every group is, without --group or TEST_GROUP).
+in_group() {
+    [ ${#groups[@]} -eq 0 ] && return 0
+    [[ " ${groups[*]} " == *" $1 "* ]]
+}
+
+# selected NAME: NAME contains one of the NAMEs given (all are, without NAMEs).
 selected() {
     local name=$1 f
     [ ${#filters[@]} -eq 0 ] && return 0
@@ -63,6 +115,53 @@ selected() {
     done
     return 1
 }
+
+# The unit tests and the integration tests selected, in the order they run.
+units=()
+if in_group unit; then
+    for bin in bin/asan/test_*; do
+        [ -x "$bin" ] && selected "$(basename "$bin")" && units+=("$bin")
+    done
+fi
+scripts=()
+for g in "${IT_GROUPS[@]}"; do
+    in_group "$g" || continue
+    for script in tests/it/"$g"/*.sh; do
+        [ -f "$script" ] && selected "${script#tests/it/}" && scripts+=("$script")
+    done
+done
+
+# --list: the groups with a test selected, each with them (unit tests by source: they may not be
+# built yet), "(alone)" after a test that runs with no other beside it.
+if [ "$listing" = 1 ]; then
+    list=()
+    if in_group unit; then
+        for src in tests/unit/test_*.c; do
+            [ -f "$src" ] && selected "$(basename "$src" .c)" && list+=("unit $(basename "$src" .c)")
+        done
+    fi
+    for script in "${scripts[@]}"; do
+        name=${script#tests/it/}
+        grep -qE '^# run\.sh: alone( |$)' "$script" && name+=" (alone)"
+        list+=("${name%%/*} $name")
+    done
+    last=
+    for line in "${list[@]}"; do
+        [ "${line%% *}" = "$last" ] || echo "${line%% *}"
+        last=${line%% *}
+        echo "    ${line#* }"
+    done
+    exit 0
+fi
+
+passed=0
+failed=0
+out=$(mktemp -d "${TMPDIR:-/tmp}/outbox-relay-run.XXXXXX") || exit 1
+mkdir -p "${IT_GROUPS[@]/#/$out/}" || exit 1 # logs by name: GROUP/NN_name.sh.log
+declare -A name_of slot_of started_of # by the pid of a running integration test's wrapper
+trap 'rm -rf "$out"' EXIT
+trap 'stop_running; exit 143' TERM
+trap 'stop_running; exit 130' INT
 
 # count NAME RC LOG SECONDS: adds a finished program's results to the totals.
 count() {
@@ -156,28 +255,24 @@ free_slot() {
     echo "$slot"
 }
 
-for bin in bin/asan/test_*; do
-    [ -x "$bin" ] || continue
-    selected "$(basename "$bin")" && run_now "$(basename "$bin")" "$bin"
+for bin in "${units[@]}"; do
+    run_now "$(basename "$bin")" "$bin"
 done
 
-scripts=()
-for script in tests/it/*.sh; do
-    [ -f "$script" ] && selected "$(basename "$script")" && scripts+=("$script")
-done
+# An integration test is named GROUP/NN_name.sh in the output.
 if [ "$TEST_JOBS" -eq 1 ] || [ ${#scripts[@]} -le 1 ]; then
     for script in "${scripts[@]}"; do
-        TEST_SLOT=0 run_now "$(basename "$script")" bash "$script"
+        TEST_SLOT=0 run_now "${script#tests/it/}" bash "$script"
     done
 else
     for script in "${scripts[@]}"; do
         if grep -qE '^# run\.sh: alone( |$)' "$script"; then
             finish_all
-            TEST_SLOT=0 run_now "$(basename "$script")" bash "$script"
+            TEST_SLOT=0 run_now "${script#tests/it/}" bash "$script"
             continue
         fi
         [ ${#name_of[@]} -lt "$TEST_JOBS" ] || finish_one
-        start "$(basename "$script")" "$(free_slot)" bash "$script"
+        start "${script#tests/it/}" "$(free_slot)" bash "$script"
     done
     finish_all
 fi

@@ -10,7 +10,7 @@ trap 'rm -rf "$tmp"' EXIT
 unit=$tmp/outbox-relay.service
 sed -e "s|@BINDIR@|$ROOT/bin|g" -e "s|@SYSCONFDIR@|/etc|g" "$ROOT/systemd/outbox-relay.service.in" >"$unit"
 # verify also runs `man` for Documentation=man:outbox-relay(1): let it find the generated page
-# (MAN_PAGE: another copy of it, for tests/it/13_units.sh, which runs before `make man`).
+# (MAN_PAGE: another copy of it, for tests/it/packaging/13_units.sh, which runs before `make man`).
 mkdir -p "$tmp/man/man1"
 cp "${MAN_PAGE:-$ROOT/bin/man/outbox-relay.1}" "$tmp/man/man1/outbox-relay.1"
 export MANPATH="$tmp/man"

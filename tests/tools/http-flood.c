@@ -1,5 +1,5 @@
 /*
- * http-flood: hostile HTTP clients for tests (tests/it/89_http_abuse.sh).
+ * http-flood: hostile HTTP clients for tests (tests/it/security/89_http_abuse.sh).
  *
  *   http-flood --target IP:PORT --from IP[,IP...] --count N --mode idle|trickle|garbage
  *              --seconds S

@@ -1,0 +1,137 @@
+#!/bin/bash
+# Proves the wakeup (migrations/0007_wakeup_lock.sql). Every relay here polls only once a minute
+# (--poll-interval 60000), so a delivery within seconds was brought about by a notification:
+#  1. the insert trigger notifies only while some session holds the wakeup lock exclusively (a
+#     sleeping relay's guard), and an insert never waits for that lock;
+#  2. sessions that find the lock held by another session sleep as followers and are woken by
+#     producers; when that guard gives the lock up (outbox_relay_wake), they wake, ask again, and
+#     one of them becomes the guard, so later inserts still wake them;
+#  3. a producer transaction that inserted while the relay was awake keeps it from sleeping
+#     (the relay cannot take the lock): its row goes out as soon as it commits;
+#  4. a guard whose poll timer wakes it (nothing notified) keeps the lock: no notification;
+#  5. two relays of two sessions each go to sleep with exactly one guard among them, rows of every
+#     lane are delivered promptly, round after round, and once asleep the sessions stay asleep
+#     (the lock is not handed round).
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+broker_start 3
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+
+# Two sessions always claiming (--min-sessions 2): the protocol among a relay's sessions is the
+# subject.
+OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --poll-interval 60000 --log-level debug
+    --min-sessions 2)
+N=0 # rows inserted so far
+insert() { # insert COUNT: rows over 200 aggregates (every lane)
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            SELECT 'order', 'o-' || (g % 200), 'changed', jsonb_build_object('seq', g)
+            FROM generate_series($((N + 1)), $((N + $1))) AS g ORDER BY g" || return 1
+    N=$((N + $1))
+}
+# listen SECS [SQL]: one session LISTENs, runs SQL (an insert: a session hears its own
+# notifications; it may not wait for a lock) and waits SECS seconds; prints how many
+# notifications it heard, or "failed".
+listen() {
+    local out=$T/listen.$RANDOM args=(-c "LISTEN outbox_relay")
+    [ -z "${2:-}" ] || args+=(-c "SET statement_timeout = 2000" -c "$2" -c "RESET statement_timeout")
+    psql -XAt -v ON_ERROR_STOP=1 "${args[@]}" -c "SELECT pg_sleep($1)" -c "SELECT 'done'" \
+        >"$out" 2>&1 && grep -q '^done$' "$out" || {
+        echo failed
+        return
+    }
+    grep -c 'Asynchronous notification "outbox_relay"' "$out"
+}
+ONE_ROW="INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('order', 'x', 'changed', '{}')"
+asleep_count() { grep -c "msg=\"asleep\" as=$1" "$RELAY_LOG"; }
+at_least() { [ "$("$2" "$3")" -ge "$1" ]; }
+
+# --- 1. the trigger ---
+check_eq "1: nobody holds the lock: an insert does not notify" 0 "$(listen 0 "$ONE_ROW")"
+# An outside session stands in for a sleeping relay's guard. It gives the lock up (as a woken
+# guard does) once it can take a second lock, which the session "go" holds until the test ends it.
+GO_KEY=424242
+PGAPPNAME=go psql -XAtq -c "SELECT pg_advisory_lock($GO_KEY)" -c "SELECT pg_sleep(600)" \
+    >/dev/null 2>&1 &
+_t_track $!
+go_held() { [ "$(psql_q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+                         AND objid = $GO_KEY AND granted")" = 1 ]; }
+wait_for "1: the go session holds its lock" 5 go_held
+PGAPPNAME=stand-in psql -XAtq -c "SELECT pg_advisory_lock($WAKEUP_KEY)" \
+    -c "SELECT pg_advisory_lock($GO_KEY)" -c "SELECT outbox_relay_wake()" -c "SELECT pg_sleep(600)" \
+    >"$T/stand-in.out" 2>&1 &
+_t_track $!
+wait_for "1: the stand-in holds the wakeup lock" 5 guard_held
+STAND_IN_BACKEND=$(guard_pid)
+check_eq "1: the lock held: an insert notifies, without waiting for the lock" 1 \
+    "$(listen 0 "$ONE_ROW")"
+psql_q "TRUNCATE outbox" || fail "truncate"
+
+# --- 2. followers ---
+relay_start "${OPTS[@]}"
+wait_for "2: both sessions fall asleep as followers" 10 at_least 2 asleep_count follow
+check "2: the stand-in is still the guard" test "$(guard_pid)" = "$STAND_IN_BACKEND"
+insert 400 || not_ok "2: a producer inserts"
+wait_for "2: followers woken by the producer deliver every row" 10 no_unsent_rows
+check "2: no session became the guard meanwhile" lacks "$RELAY_LOG" 'msg="asleep" as=guard'
+# The stand-in gives the lock up: the followers wake and one guards.
+psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'go'" \
+    >/dev/null || fail "end the go session"
+relay_guards() { local p; p=$(guard_pid) && [ -n "$p" ] && [ "$p" != "$STAND_IN_BACKEND" ]; }
+wait_for "2: after the stand-in's outbox_relay_wake, a relay session is the guard" 20 relay_guards
+insert 400 || not_ok "2: a producer inserts"
+wait_for "2: the new guard's sleep is woken: every row delivered" 10 no_unsent_rows
+
+# --- 3. a producer transaction open while the relay is awake ---
+relay_stop || not_ok "2: relay exits 0"
+relay_start "${OPTS[@]}" --sleep-after 3000
+wait_for "3: the relay guards" 10 guard_held
+insert 100 || not_ok "3: a producer inserts (wakes the relay, which stays awake 3 s)"
+wait_for "3: delivered" 10 no_unsent_rows
+awake() { [ -z "$(guard_pid)" ]; }
+wait_for "3: the relay is awake (gave the lock up)" 5 awake
+psql -XAtq -c "BEGIN" -c "$ONE_ROW" -c "SELECT pg_sleep(5)" -c "COMMIT" >"$T/slow.out" 2>&1 &
+SLOW=$!
+sleep 4
+check "3: while the producer's transaction is open, the relay does not guard" awake
+wait "$SLOW" || not_ok "3: the slow producer commits" "$(cat "$T/slow.out")"
+N=$((N + 1))
+wait_for "3: its row goes out soon after its commit" 5 no_unsent_rows
+check "3: relay still running" relay_running
+relay_stop || not_ok "3: relay exits 0"
+
+# --- 4. a guard stays asleep through its poll timer ---
+relay_start "${OPTS[@]}" --poll-interval 200
+wait_for "4: the relay guards" 10 guard_held
+check_eq "4: polling every 200 ms for 2 s, the guard does not leave (no notification)" 0 \
+    "$(listen 2)"
+relay_stop || not_ok "4: relay exits 0"
+
+# --- 5. two relays, four sessions ---
+relay_start "${OPTS[@]}"
+RELAY_A=$RELAY_PID A_LOG=$RELAY_LOG
+relay_start "${OPTS[@]}"
+for round in 1 2 3; do
+    wait_for "5.$round: the relays fall asleep, one guard" 15 guard_held
+    sleep 0.5
+    insert 300 || not_ok "5.$round: a producer inserts"
+    wait_for "5.$round: rows of every lane delivered" 10 no_unsent_rows
+done
+# Asleep, they stay asleep: the lock is not handed round between them.
+asleep_lines() { cat "$A_LOG" "$RELAY_LOG" | grep -c 'msg="asleep"'; }
+stay_asleep() {
+    local before
+    before=$(asleep_lines)
+    sleep 2
+    [ "$(asleep_lines)" = "$before" ]
+}
+wait_for "5: the relays fall asleep again, then stay asleep (no wakeups for 2 s)" 20 stay_asleep
+for log in "$A_LOG" "$RELAY_LOG"; do
+    check "5: no wakeup problem logged ($(basename "$log"))" lacks "$log" "cannot take part"
+done
+relay_stop || not_ok "5: relay B exits 0"
+RELAY_PID=$RELAY_A
+relay_stop || not_ok "5: relay A exits 0"
+check_delivered order

@@ -1,0 +1,274 @@
+#!/bin/bash
+# Proves producer-demo's order API and its Idempotency-Key semantics against a real PostgreSQL:
+# a new key creates the order, its OrderCreated outbox row and the stored response in one
+# transaction; a retry replays status and body byte for byte with Idempotency-Replayed: true and
+# writes nothing; the key reused with another request gets 422; a missing or malformed key gets
+# 400; bad bodies get 400/422 and write nothing (not even the key); a key still being processed
+# gets 409 + Retry-After; 20 concurrent requests with one key create one order and one outbox
+# row; keys expire and are cleaned up in bounded batches; PostgreSQL down gives 503 and the
+# server recovers; bad command lines exit 2 with one line.
+source "$(dirname "$0")/../../lib.sh"
+source "$(dirname "$0")/../../demo_lib.sh"
+demo_setup
+pg_start
+relay_migrate 2>"$T/migrate.log" || fail "outbox-relay migrate"
+producer_start
+
+ORDER='{"customer_id": "c-7", "amount_cents": 4200, "currency": "EUR"}'
+
+# --- a new order ---------------------------------------------------------------------------------
+post_order k-1 "$ORDER"
+check_eq "new key: 201 Created" 201 "$STATUS"
+cp "$T/body" "$T/first.body"
+ID=$(jq -r .id "$T/body")
+check_eq "the body is the order" "c-7 4200 EUR created" \
+    "$(jq -r '[.customer_id, .amount_cents, .currency, .status] | join(" ")' "$T/body")"
+check_eq "Location names the order" "/orders/$ID" "$(hdr Location)"
+check_eq "no Idempotency-Replayed on the original response" "" "$(hdr Idempotency-Replayed)"
+check_eq "one order, one outbox row, one key" "1 1 1" "$(counts)"
+check_eq "the outbox row is the order's OrderCreated event, payload = the order" \
+    "order|$ID|OrderCreated|t" \
+    "$(psql_q "SELECT aggregate_type, aggregate_id, event_type,
+                      payload = '$(cat "$T/body")'::jsonb FROM outbox")"
+check_eq "the key is scoped to its endpoint and stores the response" "POST /orders|k-1|201|t" \
+    "$(psql_q "SELECT endpoint, key, response_status,
+                      response_body = '$(cat "$T/body")' FROM idempotency_keys")"
+
+# --- retries -------------------------------------------------------------------------------------
+post_order k-1 "$ORDER"
+check_eq "retry: same status" 201 "$STATUS"
+check "retry: byte-identical body" cmp -s "$T/first.body" "$T/body"
+check_eq "retry: Idempotency-Replayed: true" true "$(hdr Idempotency-Replayed)"
+check_eq "retry: same Location" "/orders/$ID" "$(hdr Location)"
+check_eq "retry writes nothing" "1 1 1" "$(counts)"
+http POST /orders -H 'Idempotency-Key: "k-1"' -d "$ORDER"
+check_eq "the draft's quoted form names the same key (replayed)" "201 true" \
+    "$STATUS $(hdr Idempotency-Replayed)"
+check "quoted-form retry: byte-identical body" cmp -s "$T/first.body" "$T/body"
+
+# --- the key reused for another request -------------------------------------------------------------
+post_order k-1 '{"customer_id": "c-7", "amount_cents": 9900, "currency": "EUR"}'
+check_eq "key reused with another body: 422" 422 "$STATUS"
+check_eq "422 is a problem document" "application/problem+json 422" \
+    "$(hdr Content-Type) $(jq -r .status "$T/body")"
+post_order k-1 '{"customer_id":"c-7","amount_cents":4200,"currency":"EUR"}'
+check_eq "same fields, other bytes: a different request (byte-exact fingerprint): 422" 422 "$STATUS"
+check_eq "reuse writes nothing" "1 1 1" "$(counts)"
+
+# --- missing or malformed keys -----------------------------------------------------------------------
+post_order "" "$ORDER"
+check_eq "missing key: 400" 400 "$STATUS"
+check "missing key: the detail says so" grep -q 'Idempotency-Key header is required' "$T/body"
+http POST /orders -H 'Idempotency-Key;' -d "$ORDER"
+check_eq "empty key: 400" 400 "$STATUS"
+long=$(head -c 400 /dev/zero | tr '\0' k)
+post_order "$long" "$ORDER"
+check_eq "400-character key: 400" 400 "$STATUS"
+post_order "${long:0:256}" "$ORDER"
+check_eq "256-character key: 400" 400 "$STATUS"
+post_order "has space" "$ORDER"
+check_eq "key with a space: 400" 400 "$STATUS"
+post_order "$(printf 'caf\xc3\xa9')" "$ORDER"
+check_eq "non-ASCII key: 400" 400 "$STATUS"
+http POST /orders -H 'Idempotency-Key: a' -H 'Idempotency-Key: b' -d "$ORDER"
+check_eq "two Idempotency-Key headers: 400" 400 "$STATUS"
+check_eq "bad keys write nothing" "1 1 1" "$(counts)"
+post_order "${long:0:255}" '{"customer_id": "c-255", "amount_cents": 1, "currency": "EUR"}'
+check_eq "255-character key: 201" 201 "$STATUS"
+
+# --- bad bodies --------------------------------------------------------------------------------------
+before=$(counts)
+bad_body() {
+    local want=$1 desc=$2 body=$3
+    post_order bad-body-key "$body"
+    check_eq "$desc: $want" "$want" "$STATUS"
+}
+bad_body 400 "not JSON" 'nope'
+bad_body 400 "empty body" ''
+bad_body 400 "a JSON array" '[1, 2]'
+bad_body 400 "truncated JSON" '{"customer_id": "c"'
+bad_body 422 "missing currency" '{"customer_id": "c", "amount_cents": 5}'
+bad_body 422 "unknown field" '{"customer_id": "c", "amount_cents": 5, "currency": "EUR", "x": 1}'
+bad_body 422 "customer_id a number" '{"customer_id": 7, "amount_cents": 5, "currency": "EUR"}'
+bad_body 422 "amount_cents a string" '{"customer_id": "c", "amount_cents": "5", "currency": "EUR"}'
+bad_body 422 "amount_cents 1.5" '{"customer_id": "c", "amount_cents": 1.5, "currency": "EUR"}'
+bad_body 422 "amount_cents 0" '{"customer_id": "c", "amount_cents": 0, "currency": "EUR"}'
+bad_body 422 "amount_cents -5" '{"customer_id": "c", "amount_cents": -5, "currency": "EUR"}'
+bad_body 422 "amount_cents beyond 64 bits" \
+    '{"customer_id": "c", "amount_cents": 99999999999999999999, "currency": "EUR"}'
+bad_body 422 "unknown currency XYZ" '{"customer_id": "c", "amount_cents": 5, "currency": "XYZ"}'
+bad_body 422 "lower-case currency" '{"customer_id": "c", "amount_cents": 5, "currency": "eur"}'
+check "a bad body's error is a one-line JSON problem with a detail" \
+    jq -e '.detail | length > 0' "$T/body"
+check_eq "bad bodies write nothing (no order, no outbox row, no key)" "$before" "$(counts)"
+head -c 70000 /dev/zero | tr '\0' ' ' >"$T/big.json"
+http POST /orders -H 'Idempotency-Key: big' --data-binary @"$T/big.json"
+check_eq "a body over 64 KiB: 413" 413 "$STATUS"
+post_order bad-body-key '{"customer_id": "c-ok", "amount_cents": 5, "currency": "EUR"}'
+check_eq "the key of a rejected body is still free: 201, not a replay" "201 " \
+    "$STATUS $(hdr Idempotency-Replayed)"
+
+# --- reading orders, other routes ---------------------------------------------------------------------
+http GET "/orders/$ID"
+check_eq "GET /orders/{id}: 200" 200 "$STATUS"
+check "GET returns the same bytes as the POST" cmp -s "$T/first.body" "$T/body"
+http GET /orders/00000000-0000-0000-0000-000000000000
+check_eq "GET an unknown order: 404" 404 "$STATUS"
+http GET "/orders/not-a-uuid'--"
+check_eq "GET a malformed id: 404" 404 "$STATUS"
+http GET /orders
+check_eq "GET /orders: 405 with Allow: POST" "405 POST" "$STATUS $(hdr Allow)"
+http DELETE "/orders/$ID"
+check_eq "DELETE /orders/{id}: 405" 405 "$STATUS"
+http GET /nope
+check_eq "unknown path: 404" 404 "$STATUS"
+http GET /healthz
+check_eq "healthz: 200" 200 "$STATUS"
+
+# --- concurrency ----------------------------------------------------------------------------------
+CONC='{"customer_id": "c-conc", "amount_cents": 777, "currency": "USD"}'
+pids=()
+for i in $(seq 1 20); do
+    curl -sS -o "$T/conc.$i.body" -D "$T/conc.$i.headers" -w '%{http_code}\n' -X POST \
+        "$API/orders" -H 'Idempotency-Key: conc-1' -d "$CONC" >"$T/conc.$i.status" &
+    pids+=($!)
+done
+wait "${pids[@]}"
+check_eq "20 concurrent requests with one key: one order" 1 \
+    "$(psql_q "SELECT count(*) FROM orders WHERE customer_id = 'c-conc'")"
+check_eq "20 concurrent requests with one key: one outbox row" 1 \
+    "$(psql_q "SELECT count(*) FROM outbox WHERE payload->>'customer_id' = 'c-conc'")"
+check_eq "every answer is 201 or 409" "" \
+    "$(cat "$T"/conc.*.status | grep -vx 201 | grep -vx 409)"
+originals=0
+no_retry_after=0
+: >"$T/conc.sums"
+for i in $(seq 1 20); do
+    if [ "$(cat "$T/conc.$i.status")" = 201 ]; then
+        grep -qi '^Idempotency-Replayed: true' "$T/conc.$i.headers" || originals=$((originals + 1))
+        md5sum <"$T/conc.$i.body" >>"$T/conc.sums"
+    elif ! grep -qi '^Retry-After: [1-9]' "$T/conc.$i.headers"; then
+        no_retry_after=$((no_retry_after + 1))
+    fi
+done
+check_eq "exactly one 201 is the original, the others replay it" 1 "$originals"
+check_eq "every 201 has the same body" 1 "$(sort -u "$T/conc.sums" | wc -l)"
+check_eq "every 409 carries Retry-After" 0 "$no_retry_after"
+
+# --- a key still being processed -------------------------------------------------------------------
+# The first request takes the key, then waits on a lock on orders, held until the test cancels
+# the locker: while it waits, the same key is in progress. The second request must be answered
+# while the first still waits (state, not time: the first request is checked to be still blocked
+# after the 409 came back); a server that waited on the key instead would only answer once the
+# first request finished, i.e. after the cancel below (curl gives up at 30 s, never reached).
+psql -XAtq -c "SELECT 'locker'" -c "BEGIN" -c "LOCK TABLE orders" -c "SELECT pg_sleep(120)" \
+    >/dev/null 2>&1 &
+LOCKER=$!
+_t_track "$LOCKER"
+_poll 10 sql_is "SELECT count(*) FROM pg_locks WHERE relation = 'orders'::regclass AND granted
+                 AND mode = 'AccessExclusiveLock'" 1 || fail "lock the orders table"
+SLOW='{"customer_id": "c-slow", "amount_cents": 5, "currency": "EUR"}'
+curl -sS --max-time 60 -o "$T/slow.body" -w '%{http_code}' -X POST "$API/orders" \
+    -H 'Idempotency-Key: slow-1' -d "$SLOW" >"$T/slow.status" &
+SLOWPID=$!
+first_waits() {
+    sql_is "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+            AND query LIKE 'INSERT INTO orders%'" 1
+}
+wait_for "the first request holds the key and waits for the table" 10 first_waits
+http POST /orders --max-time 30 -H 'Idempotency-Key: slow-1' -H 'Content-Type: application/json' \
+    -d "$SLOW"
+check_eq "same key while the first request runs: 409" 409 "$STATUS"
+check_eq "409 carries Retry-After" 1 "$(hdr Retry-After)"
+check "the 409 came while the first request still waited (without waiting for it)" first_waits
+check "...and before it answered" kill -0 "$SLOWPID"
+psql_q "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(120)'" \
+    >/dev/null
+wait "$SLOWPID" "$LOCKER"
+check_eq "the first request completes: 201" 201 "$(cat "$T/slow.status")"
+post_order slow-1 "$SLOW"
+check_eq "after it completed, a retry replays it" "201 true" "$STATUS $(hdr Idempotency-Replayed)"
+check_eq "one order for the slow key" 1 \
+    "$(psql_q "SELECT count(*) FROM orders WHERE customer_id = 'c-slow'")"
+
+# --- expiry and cleanup ----------------------------------------------------------------------------
+producer_stop
+check_eq "SIGTERM: producer-demo exits 0" 0 "$?"
+producer_start --key-ttl 1 --cleanup-interval 1
+post_order exp-1 '{"customer_id": "c-exp", "amount_cents": 5, "currency": "EUR"}'
+check_eq "a key with a 1 s lifetime: 201" 201 "$STATUS"
+first_id=$(jq -r .id "$T/body")
+wait_for "the janitor deletes the expired key" 15 \
+    sql_is "SELECT count(*) FROM idempotency_keys WHERE key = 'exp-1'" 0
+post_order exp-1 '{"customer_id": "c-exp", "amount_cents": 6, "currency": "EUR"}'
+check_eq "an expired key is free again: 201 for another body" 201 "$STATUS"
+check "...and it is a new order" test "$(jq -r .id "$T/body")" != "$first_id"
+wait_for "the janitor deletes that key too once it expires" 15 \
+    sql_is "SELECT count(*) FROM idempotency_keys WHERE key = 'exp-1'" 0
+producer_stop
+# The takeover of an expired key the janitor has not reached yet: a server without a janitor
+# (an hour between cleanups), so the expired record is certainly still there at the request.
+producer_start --key-ttl 3600 --cleanup-interval 3600
+post_order exp-2 '{"customer_id": "c-exp2", "amount_cents": 5, "currency": "EUR"}'
+exp2_first=$(jq -r .id "$T/body")
+psql_q "UPDATE idempotency_keys SET expires_at = now() - interval '1 hour' WHERE key = 'exp-2'"
+check_eq "the expired record is still there before the request" 1 \
+    "$(psql_q "SELECT count(*) FROM idempotency_keys WHERE key = 'exp-2' AND expires_at <= now()")"
+post_order exp-2 '{"customer_id": "c-exp2", "amount_cents": 7, "currency": "EUR"}'
+check_eq "an expired key the janitor has not reached yet is taken over: 201, not replayed" "201 " \
+    "$STATUS $(hdr Idempotency-Replayed)"
+check "...a new order" test "$(jq -r .id "$T/body")" != "$exp2_first"
+check_eq "...and the same record now holds the new request, live again" "1 1" \
+    "$(psql_q "SELECT count(*) || ' ' || count(*) FILTER (WHERE expires_at > now()
+                      AND response_body::jsonb->>'amount_cents' = '7')
+               FROM idempotency_keys WHERE key = 'exp-2'")"
+producer_stop
+
+psql_q "INSERT INTO idempotency_keys (endpoint, key, request_hash, response_status, response_body,
+                                      expires_at)
+        SELECT 'POST /orders', 'old-' || g, '\\x00', 201, '{}', now() - interval '1 day'
+        FROM generate_series(1, 2500) g"
+out=$("$PRODUCER_BIN" cleanup --database-url "$DATABASE_URL" --cleanup-batch 1000 \
+    --log-level debug 2>"$T/cleanup.log")
+check_eq "cleanup deletes every expired key" '{"deleted":2500}' "$out"
+check_eq "...in bounded batches of 1000, 1000 and 500" "rows=1000 rows=1000 rows=500" \
+    "$(grep -o 'msg="expired idempotency keys batch" rows=[0-9]*' "$T/cleanup.log" |
+        grep -o 'rows=[0-9]*' | tr '\n' ' ' | sed 's/ $//')"
+check_eq "no expired key is left, live ones are kept" "0 1" \
+    "$(psql_q "SELECT count(*) FILTER (WHERE expires_at <= now()) || ' ' ||
+                      count(*) FILTER (WHERE key = 'k-1') FROM idempotency_keys")"
+
+# --- PostgreSQL down and back --------------------------------------------------------------------------
+producer_start
+pg_stop
+post_order down-1 '{"customer_id": "c-down", "amount_cents": 5, "currency": "EUR"}'
+check_eq "PostgreSQL down: 503" 503 "$STATUS"
+check "503 carries Retry-After" test -n "$(hdr Retry-After)"
+http GET /healthz
+check_eq "healthz while PostgreSQL is down: 503" 503 "$STATUS"
+pg_start
+post_order down-1 '{"customer_id": "c-down", "amount_cents": 5, "currency": "EUR"}'
+check_eq "PostgreSQL back: the retry succeeds (201)" 201 "$STATUS"
+check "producer-demo logged the outage once" test \
+    "$(grep -c 'msg="postgres unreachable"' "$PRODUCER_LOG")" = 1
+producer_stop
+check_eq "SIGTERM: producer-demo exits 0" 0 "$?"
+
+# --- bad command lines -------------------------------------------------------------------------------
+usage() {
+    local desc=$1
+    shift
+    local err rc
+    err=$("$PRODUCER_BIN" "$@" 2>&1 >/dev/null)
+    rc=$?
+    check_eq "$desc: exit 2 with one line" "2 1" "$rc $(printf '%s\n' "$err" | wc -l)"
+}
+usage "no command"
+usage "unknown command" bogus
+usage "serve without a database URL" serve --database-url ''
+usage "unparsable database URL" serve --database-url 'postgresql://a:b@/x?sslmode=bogus&x'
+usage "bad --listen" serve --database-url "$DATABASE_URL" --listen nope
+usage "port out of range" serve --database-url "$DATABASE_URL" --listen 127.0.0.1:70000
+usage "--key-ttl 0" serve --database-url "$DATABASE_URL" --key-ttl 0
+usage "an option of another command" serve --database-url "$DATABASE_URL" --rate 5
+usage "load --count 0" load --database-url "$DATABASE_URL" --count 0

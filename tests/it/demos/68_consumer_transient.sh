@@ -1,0 +1,205 @@
+#!/bin/bash
+# Proves that consumer-demo tells the database's trouble from the message's (lib/sqlstate.h):
+# every failure that is not the event's own fault is an outage, retried without limit, and the
+# event is applied exactly once when it passes; nothing valid is parked. Each class is made real
+# against a real PostgreSQL: the server read-only for a while (25006, as during a failover; issue
+# 45's reproduction: the old code parked the event after five refusals, committed its offset and
+# never applied it, also after a restart), a deadlock the consumer loses (40P01), statements
+# cancelled by statement_timeout (57014) or lock_timeout (55P03) while another session holds the
+# table, and a PostgreSQL restart. A poison event (its data refused by a CHECK constraint, 23514) is still parked, and
+# the events behind it flow. Each outage is logged once at its start and once at its end.
+# processed_events rows carry expires_at (--dedupe-ttl) and expired ones are swept.
+source "$(dirname "$0")/../../lib.sh"
+source "$(dirname "$0")/../../demo_lib.sh"
+demo_setup
+pg_start
+broker_start 1
+TOPIC=orders.transient
+"$CONSUMER_BIN" migrate --database-url "$DATABASE_URL" 2>"$T/consumer.migrate.log" ||
+    fail "consumer-demo migrate"
+
+# order_msg N [AMOUNT]: one OrderCreated message for order o-N (event id fixed per N).
+order_msg() {
+    local n=$1 amount=${2:-$(($1 * 100))}
+    [ -f "$T/ids.$n" ] || cat /proc/sys/kernel/random/uuid >"$T/ids.$n"
+    jq -cn --arg n "$n" --arg id "$(cat "$T/ids.$n")" --arg a "$amount" '{
+        key: ("o-" + $n),
+        value: ({id: ("o-" + $n), customer_id: ("c-" + $n), amount_cents: ($a | tonumber),
+                 currency: "EUR"} | tojson),
+        headers: [["id", $id], ["event_type", "OrderCreated"], ["aggregate_type", "order"]]}'
+}
+produce() {
+    "$BIN/produce" --brokers "$BROKERS" --topic "$TOPIC" >/dev/null 2>>"$T/produce.log"
+}
+shipped() { # N: 1 when o-N has its shipment
+    psql_q "SELECT count(*) FROM shipments WHERE order_id = 'o-$1'"
+}
+parked() { psql_q "SELECT count(*) FROM parked_messages"; }
+# pg_errors TEXT: how many times the server logged an ERROR containing TEXT so far.
+pg_errors() { grep -c "ERROR: .*$1" "$T/pg.log"; }
+errors_over() { [ "$(pg_errors "$1")" -ge "$2" ]; }
+outage_lines() { grep -cE 'msg="postgres (connection lost|unavailable, retrying|unreachable)"' "$CONSUMER_LOG"; }
+recovery_lines() { grep -cE 'msg="postgres (reconnected|available again)"' "$CONSUMER_LOG"; }
+
+consumer_start --topic "$TOPIC" --group shipping
+order_msg 1 | produce
+wait_for "a first event is applied" 60 sql_is "SELECT count(*) FROM shipments" 1
+
+# --- 1. the server read-only (25006) for longer than five tries ------------------------------------
+# As a primary being demoted: default_transaction_read_only reloaded into every session. The
+# window lasts until the server refused the consumer's transaction more times than the old code
+# tried before parking (at least 6), whatever the clock says.
+psql_q "ALTER SYSTEM SET default_transaction_read_only = on" >/dev/null
+psql_q "SELECT pg_reload_conf()" >/dev/null
+_poll 10 sql_is "SHOW default_transaction_read_only" on || fail "the server is read-only"
+base=$(pg_errors "read-only transaction")
+out0=$(outage_lines) rec0=$(recovery_lines)
+order_msg 2 | produce
+_poll 60 errors_over "read-only transaction" $((base + 6)) ||
+    echo "# 1: fewer than 6 refusals seen: $(( $(pg_errors "read-only transaction") - base ))"
+check_eq "1: nothing parked while the server is read-only" 0 "$(parked)"
+psql_q "ALTER SYSTEM RESET default_transaction_read_only" >/dev/null
+psql_q "SELECT pg_reload_conf()" >/dev/null
+wait_for "1: once writable again, the event of the read-only window is applied" 60 \
+    sql_is "SELECT count(*) FROM shipments WHERE order_id = 'o-2'" 1
+check_eq "1: still nothing parked" 0 "$(parked)"
+check_eq "1: the outage is logged once at its start" $((out0 + 1)) "$(outage_lines)"
+check_eq "1: ... and once at its end" $((rec0 + 1)) "$(recovery_lines)"
+check "1: its start names the fault as transient" \
+    grep -qE 'msg="postgres connection lost".*fault=transient.*25006' "$CONSUMER_LOG"
+consumer_stop
+consumer_start --topic "$TOPIC" --group shipping
+order_msg 3 | produce
+wait_for "1: after a restart the consumer goes on" 60 sql_is "$(printf \
+    "SELECT count(*) FROM shipments WHERE order_id IN ('o-1', 'o-2', 'o-3')")" 3
+
+# --- 2. a deadlock the consumer loses (40P01) ------------------------------------------------------
+# Another session inserts o-4's shipment first and, once the consumer waits for that row,
+# inserts o-4's event id into processed_events, which the consumer's open transaction holds:
+# a real deadlock. The other session's deadlock_timeout is long, so the consumer (1 s) detects
+# it and is the one aborted; the other session then rolls back, leaving the event to the retry.
+base=$(pg_errors "deadlock detected")
+order_msg 4 >"$T/msg.4" # fixes o-4's event id
+id4=$(cat "$T/ids.4")
+PGAPPNAME=deadlock-maker timeout 120 psql -XAtq -v ON_ERROR_STOP=0 >"$T/deadlock.out" 2>&1 <<EOF &
+SET deadlock_timeout = '60s';
+SET statement_timeout = '90s';
+BEGIN;
+INSERT INTO shipments (order_id, event_id, customer_id, amount_cents, currency)
+    VALUES ('o-4', '$id4', 'someone-else', 1, 'EUR');
+DO \$\$ BEGIN
+  LOOP
+    PERFORM pg_stat_clear_snapshot();
+    EXIT WHEN EXISTS (SELECT 1 FROM pg_stat_activity
+                      WHERE application_name = 'consumer-demo' AND wait_event_type = 'Lock');
+    PERFORM pg_sleep(0.05);
+  END LOOP;
+END \$\$;
+INSERT INTO processed_events (event_id, topic, "partition", "offset") VALUES ('$id4', 'x', 0, 0);
+ROLLBACK;
+EOF
+DEADLOCK_PID=$!
+_t_track "$DEADLOCK_PID"
+waiting_session() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'deadlock-maker'
+                 AND query LIKE '%LOOP%'")" = 1 ]
+}
+wait_for "2: the other session holds o-4's row" 30 waiting_session
+produce <"$T/msg.4"
+wait_for "2: the consumer lost a deadlock" 60 errors_over "deadlock detected" $((base + 1))
+wait "$DEADLOCK_PID"
+wait_for "2: the event of the deadlock is applied, with its own data" 60 \
+    sql_is "SELECT customer_id FROM shipments WHERE order_id = 'o-4'" c-4
+check_eq "2: nothing parked" 0 "$(parked)"
+
+# --- 3. statements cancelled by statement_timeout (57014) -----------------------------------------
+# A consumer whose statements time out after 300 ms, while another session holds the shipments
+# table for longer than six of them.
+consumer_stop
+consumer_start --topic "$TOPIC" --group shipping \
+    --database-url "$DATABASE_URL?options=-c%20statement_timeout%3D300"
+PGAPPNAME=locker timeout 150 psql -XAtq >"$T/locker.out" 2>&1 \
+    -c "BEGIN" -c "LOCK TABLE shipments IN EXCLUSIVE MODE" -c "SELECT pg_sleep(120)" &
+LOCKER_PID=$!
+_t_track "$LOCKER_PID"
+locked() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'locker'
+                 AND query LIKE '%pg_sleep%'")" = 1 ]
+}
+wait_for "3: another session holds the shipments table" 30 locked
+base=$(pg_errors "statement timeout")
+order_msg 5 | produce
+_poll 60 errors_over "statement timeout" $((base + 6)) ||
+    echo "# 3: fewer than 6 timeouts seen: $(( $(pg_errors "statement timeout") - base ))"
+check_eq "3: nothing parked while statements time out" 0 "$(parked)"
+psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'locker'" \
+    >/dev/null
+wait "$LOCKER_PID" 2>/dev/null
+wait_for "3: once the table is free, the event is applied" 60 \
+    sql_is "SELECT count(*) FROM shipments WHERE order_id = 'o-5'" 1
+check "3: the outage named the cancelled statement as transient" \
+    grep -qE 'msg="postgres unavailable, retrying".*fault=transient.*57014' "$CONSUMER_LOG"
+
+# --- 3b. lock timeouts (55P03): the same, with lock_timeout instead --------------------------------
+consumer_stop
+consumer_start --topic "$TOPIC" --group shipping \
+    --database-url "$DATABASE_URL?options=-c%20lock_timeout%3D300"
+PGAPPNAME=locker timeout 150 psql -XAtq >"$T/locker.out" 2>&1 \
+    -c "BEGIN" -c "LOCK TABLE shipments IN EXCLUSIVE MODE" -c "SELECT pg_sleep(120)" &
+LOCKER_PID=$!
+_t_track "$LOCKER_PID"
+wait_for "3b: another session holds the shipments table" 30 locked
+base=$(pg_errors "lock timeout")
+order_msg 11 | produce
+_poll 60 errors_over "lock timeout" $((base + 6)) ||
+    echo "# 3b: fewer than 6 lock timeouts seen: $(( $(pg_errors "lock timeout") - base ))"
+check_eq "3b: nothing parked while locks time out" 0 "$(parked)"
+psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'locker'" \
+    >/dev/null
+wait "$LOCKER_PID" 2>/dev/null
+wait_for "3b: once the table is free, the event is applied" 60 \
+    sql_is "SELECT count(*) FROM shipments WHERE order_id = 'o-11'" 1
+check "3b: the outage named the lock timeout as transient" \
+    grep -qE 'msg="postgres unavailable, retrying".*fault=transient.*55P03' "$CONSUMER_LOG"
+
+# --- 4. a PostgreSQL restart while events arrive ----------------------------------------------------
+consumer_stop
+consumer_start --topic "$TOPIC" --group shipping
+pg_stop
+for n in 6 7 8; do order_msg "$n"; done | produce
+sleep 1
+pg_start
+wait_for "4: after the restart, the three events are applied" 60 \
+    sql_is "SELECT count(*) FROM shipments WHERE order_id IN ('o-6', 'o-7', 'o-8')" 3
+
+# --- 5. a poison event is still parked -----------------------------------------------------------
+psql_q "ALTER TABLE shipments ADD CONSTRAINT no_666 CHECK (amount_cents <> 666)" >/dev/null
+{ order_msg 9 666; order_msg 10; } | produce
+wait_for "5: the event behind the poison one is applied" 60 \
+    sql_is "SELECT count(*) FROM shipments WHERE order_id = 'o-10'" 1
+check_eq "5: the poison event is parked, with the constraint's refusal as the reason" 1 \
+    "$(psql_q "SELECT count(*) FROM parked_messages WHERE reason LIKE '%23514%'")"
+
+# --- exactly once, overall -------------------------------------------------------------------------
+check_eq "every valid event applied exactly once: 10 shipments, 10 processed events" "10 10" \
+    "$(psql_q "SELECT (SELECT count(*) FROM shipments) || ' ' ||
+                      (SELECT count(*) FROM processed_events)")"
+check_eq "only the poison event parked" 1 "$(parked)"
+check_eq "the deadlock's other session left nothing behind" 0 \
+    "$(psql_q "SELECT count(*) FROM shipments WHERE customer_id = 'someone-else'")"
+
+# --- 6. processed_events is bounded: rows expire after --dedupe-ttl and are swept -----------------
+check_eq "6: each id is kept --dedupe-ttl (default 7 days) from its processing" t \
+    "$(psql_q "SELECT bool_and(expires_at BETWEEN processed_at + interval '7 days' - interval '1 min'
+                                           AND processed_at + interval '7 days' + interval '1 min')
+               FROM processed_events")"
+consumer_stop
+consumer_start --topic "$TOPIC" --group shipping --sweep-interval 1
+psql_q "UPDATE processed_events SET expires_at = now() - interval '1 s'
+        WHERE event_id IN ('$(cat "$T/ids.1")', '$(cat "$T/ids.2")')" >/dev/null
+wait_for "6: the sweep deletes the two expired ids and keeps the rest" 30 \
+    sql_is "SELECT count(*) FROM processed_events" 8
+check "6: the sweep is logged" grep -q 'msg="expired processed events deleted" rows=2' \
+    "$CONSUMER_LOG"
+consumer_stop
+check_eq "SIGTERM: consumer-demo exits 0" 0 $?

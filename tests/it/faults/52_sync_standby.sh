@@ -1,0 +1,130 @@
+#!/bin/bash
+# Proves the relay's own commits wait neither for the WAL flush nor for a synchronous standby
+# (relay/io/pg.c, setup_sql). The primary's synchronous_standby_names names its
+# streaming standby, which then freezes (SIGSTOP, as a host that stops answering without closing
+# anything): a producer committing on the server's setting waits (seen waiting on SyncRep). Then:
+#  1. rows producers commit with synchronous_commit = local are delivered, first copies in order
+#     per aggregate, and marked sent: the sessions' commits (claims, marks) do not wait;
+#  2. --retention deletes them once sent: the upkeep connection's commits do not wait either;
+#  3. rows committed later are delivered too: the relay goes on claiming (and, as the producer
+#     waiting mid-commit may still add rows, does not fall asleep but polls: wakeup.h);
+#  4. a batch that records a failure (a row whose aggregate type names no legal topic) does not
+#     wait for the standby either (it waits for the local flush only: statements.h);
+#  5. once the standby answers again, the producer that waited commits and its row is delivered;
+#  6. with the standby frozen again, a relay whose URL sets synchronous_commit (options) keeps it:
+#     its commits wait, its rows stay unmarked until the standby answers.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+# shellcheck source=tests/netns_lib.sh
+source "$(dirname "$0")/../../netns_lib.sh"
+t_setup
+fault_init
+fault_setup 1
+
+# insert_local TYPE FROM TO: rows over 10 aggregates, seq growing with id, committed without
+# waiting for the standby; their event ids are appended to $T/TYPE.ids.
+insert_local() {
+    PGOPTIONS='-c synchronous_commit=local' psql_q "
+        INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT '$1', '$1-' || (g % 10), 'changed', jsonb_build_object('seq', g)
+        FROM generate_series($2, $3) AS g ORDER BY g RETURNING event_id" >>"$T/$1.ids"
+}
+# delivered TYPE: every event id of $T/TYPE.ids is in Kafka, first copies in order per aggregate.
+delivered() {
+    local file=$T/$1.json
+    consume --topic "outbox.event.$1" --idle-ms 2000 --timeout-ms 30000 >"$file"
+    check "$2: every row delivered" diff <(jq -r .headers.id "$file" | sort -u) <(sort "$T/$1.ids")
+    check "$2: first copies in order per aggregate" first_copies_in_order "$file"
+}
+producer_waits_for_standby() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity
+                 WHERE wait_event = 'SyncRep' AND query LIKE 'INSERT INTO outbox%'")" = 1 ]
+}
+no_rows_of() {
+    [ "$(rows_of "$1")" = 0 ]
+}
+
+standby_start
+check_eq "the standby is in recovery" t "$(psql_q "SELECT pg_is_in_recovery()" -p "$SB_PORT")"
+standby_make_synchronous
+wait_for "the standby is synchronous" 30 sync_standby
+
+# freeze_standby: SIGSTOP to the standby's postmaster, then to its children (read now: a
+# walreceiver the primary timed out is started anew, with another pid).
+freeze_standby() {
+    local postmaster
+    postmaster=$(head -n 1 "$SB/postmaster.pid")
+    stop_pid "$postmaster"
+    SB_PIDS="$postmaster $(pgrep -P "$postmaster" | tr '\n' ' ')"
+    for pid in $SB_PIDS; do
+        [ "$pid" = "$postmaster" ] || stop_pid "$pid"
+    done
+}
+continue_standby() {
+    for pid in $SB_PIDS; do
+        cont_pid "$pid"
+    done
+}
+# relay_waits_for_standby: a session of the relay waits for the standby at a commit.
+relay_waits_for_standby() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'
+                 AND application_name LIKE 'outbox-relay session-%'")" -gt 0 ]
+}
+attempts_of() {
+    psql_q "SELECT attempts FROM outbox WHERE aggregate_type = '$1'"
+}
+
+freeze_standby
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        VALUES ('waited', 'waited-1', 'changed', '{\"seq\": 1}') RETURNING event_id" \
+    >"$T/waited.ids" 2>"$T/waited.err" &
+WAITED_PID=$!
+wait_for "a producer on the server's synchronous_commit waits for the frozen standby" 30 \
+    producer_waits_for_standby
+
+# --- 1. and 2. ---
+insert_local a 1 200
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --retention 2s
+wait_for "1: the rows are marked sent (or deleted once sent)" 60 none_unsent_of a
+delivered a 1
+wait_for "2: retention deletes the sent rows" 60 no_rows_of a
+
+# --- 3. ---
+insert_local b 1 20
+wait_for "3: later rows are marked sent (or deleted once sent)" 30 none_unsent_of b
+delivered b 3
+check "1-3: the standby was still frozen" producer_waits_for_standby
+check "1-3: the relay logged no error" lacks "$RELAY_LOG" 'level=error'
+
+# --- 4. --- An aggregate type no topic may be named after: the relay fails the row.
+insert_local 'bad type' 1 1
+recorded() { [ "$(attempts_of 'bad type')" -ge 1 ]; }
+wait_for "4: a failure is recorded, its commit not waiting for the standby" 30 recorded
+no_session_waits() { ! relay_waits_for_standby; }
+check "4: no session of the relay waits for the standby" no_session_waits
+check "4: the standby was still frozen" producer_waits_for_standby
+
+# --- 5. ---
+continue_standby
+wait_for "5: the waiting producer commits once the standby answers" 60 _t_dead "$WAITED_PID"
+wait "$WAITED_PID"
+check_eq "5: its INSERT succeeded" 0 "$?"
+wait_for "5: its row is marked sent (or deleted once sent)" 30 none_unsent_of waited
+delivered waited 5
+PGOPTIONS='-c synchronous_commit=local' psql_q "DELETE FROM outbox WHERE aggregate_type = 'bad type'"
+relay_stop
+check_eq "5: the relay exits 0 on SIGTERM" 0 "$?"
+
+# --- 6. ---
+wait_for "6: the standby is synchronous again" 60 sync_standby
+freeze_standby
+relay_start --database-url "$DATABASE_URL?options=-c%20synchronous_commit%3Don" --brokers "$BROKERS"
+insert_local c 1 20
+wait_for "6: a relay whose URL sets synchronous_commit waits for the standby at its commits" 30 \
+    relay_waits_for_standby
+check_eq "6: meanwhile its rows are not marked sent" 20 "$(unsent_of c)"
+continue_standby
+wait_for "6: they are once the standby answers" 30 none_unsent_of c
+delivered c 6
+relay_stop
+check_eq "6: the relay exits 0 on SIGTERM" 0 "$?"

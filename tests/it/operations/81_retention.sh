@@ -1,0 +1,99 @@
+#!/bin/bash
+# Proves retention (--retention) and purge-dead:
+#  1. with --retention 3s, sent rows are deleted within seconds of turning 3 s old — 2,500 rows
+#     sent an hour ago (more than one 1,000-row statement) and 200 the relay sends itself — while
+#     rows waiting for a retry and dead-lettered rows (both unsent) stay, and the relay keeps
+#     delivering new rows meanwhile; outbox_retention_deleted_rows_total counts the deletions;
+#  2. a sent row younger than the retention survives two whole sweeps (it is deleted once old);
+#  3. without --retention (the default) nothing is deleted;
+#  4. purge-dead --id deletes exactly that dead-lettered row (exit 0), refuses a row that is not
+#     dead-lettered (exit 1, row kept), and purge-dead --all deletes the remaining dead rows only.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+broker_start 3
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+
+insert() { # insert TYPE N
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            SELECT '$1', '$1-' || (g % 20), 'changed', jsonb_build_object('seq', g)
+            FROM generate_series(1, $2) AS g ORDER BY g"
+}
+count() { psql_q "SELECT count(*) FROM outbox WHERE $1"; }
+none_where() { [ "$(count "$1")" = 0 ]; }
+
+# Old sent rows, rows waiting for a retry an hour from now, and dead-lettered rows. Each kind is
+# its own aggregate type: the waiting and dead rows hold back nothing else.
+insert old 2500
+psql_q "UPDATE outbox SET sent_at = now() - interval '1 hour' WHERE aggregate_type = 'old'"
+insert waiting 30
+psql_q "UPDATE outbox SET attempts = 1, last_error = 'broker down',
+        next_attempt_at = now() + interval '1 hour' WHERE aggregate_type = 'waiting'"
+insert dead 20
+psql_q "UPDATE outbox SET attempts = 10, rejections = 10, last_error = 'rejected',
+        dead_at = now() WHERE aggregate_type = 'dead'"
+
+# --- 3. no retention: nothing deleted ---
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS"
+insert fresh0 50
+wait_for "3: default relay sends new rows" 30 none_where "aggregate_type = 'fresh0' AND sent_at IS NULL"
+sleep 3
+check_eq "3: without --retention the old sent rows stay" 2500 "$(count "aggregate_type = 'old'")"
+relay_stop
+check_eq "3: relay exits 0" 0 $?
+
+# --- 1. --retention 3s ---
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --retention 3s \
+    --metrics-listen 127.0.0.1:0 --log-level debug
+metrics_wait
+wait_for "1: 2,500 rows sent an hour ago are deleted" 15 none_where "aggregate_type = 'old'"
+check "1: it took several statements (a sweep logged more than 1,000 deletions)" \
+    grep -qE 'msg="retention sweep done" deleted=(1[0-9]{3}|[2-9][0-9]{3})' "$RELAY_LOG"
+insert fresh 200
+wait_for "1: new rows are delivered meanwhile" 30 none_where "aggregate_type = 'fresh' AND sent_at IS NULL"
+check_eq "1: just sent rows are still there (younger than 3 s)" 200 \
+    "$(count "aggregate_type = 'fresh' AND sent_at > now() - interval '3 seconds'")"
+wait_for "1: they are deleted within seconds of turning 3 s old" 15 \
+    none_where "aggregate_type IN ('fresh', 'fresh0')"
+check_eq "1: rows waiting for a retry stay" 30 "$(count "aggregate_type = 'waiting'")"
+check_eq "1: dead-lettered rows stay" 20 "$(count "aggregate_type = 'dead' AND dead_at IS NOT NULL")"
+check_eq "1: no sent row is left" 0 "$(count "sent_at IS NOT NULL")"
+check "1: outbox_retention_deleted_rows_total counts them (>= 2,750)" \
+    metric_at_least outbox_retention_deleted_rows_total 2750
+
+# --- 2. not early: a young sent row survives two whole sweeps ---
+# Its sent_at lies an hour ahead, so it is younger than the retention however long the sweeps
+# take; an age-blind sweep would delete it. Two more "retention sweep done" lines than before the
+# insert mean at least one whole sweep ran after it.
+sweeps() { grep -c 'msg="retention sweep done"' "$RELAY_LOG"; }
+sweeps_over() { [ "$(sweeps)" -ge "$1" ]; }
+before=$(sweeps)
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
+        VALUES ('young', 'y-1', 'changed', '{}', now() + interval '1 hour')"
+wait_for "2: two more retention sweeps ran after the young row was sent" 15 \
+    sweeps_over $((before + 2))
+check_eq "2: a sent row younger than the retention is kept" 1 "$(count "aggregate_type = 'young'")"
+psql_q "UPDATE outbox SET sent_at = now() - interval '4 seconds' WHERE aggregate_type = 'young'"
+wait_for "2: and deleted once older" 10 none_where "aggregate_type = 'young'"
+check "2: relay still running" relay_running
+relay_stop
+check_eq "1: relay exits 0" 0 $?
+
+# --- 4. purge-dead ---
+first_dead=$(psql_q "SELECT min(id) FROM outbox WHERE aggregate_type = 'dead'")
+waiting_id=$(psql_q "SELECT min(id) FROM outbox WHERE aggregate_type = 'waiting'")
+"$RELAY_BIN" purge-dead --database-url "$DATABASE_URL" --id "$first_dead" >"$T/purge1.out" 2>&1
+check_eq "4: purge-dead --id exits 0" 0 $?
+check_eq "4: that row is gone" 0 "$(count "id = $first_dead")"
+check_eq "4: the other dead rows stay" 19 "$(count "aggregate_type = 'dead'")"
+check "4: it says how many" grep -q 'purged 1 event$' "$T/purge1.out"
+"$RELAY_BIN" purge-dead --database-url "$DATABASE_URL" --id "$waiting_id" >"$T/purge2.out" 2>&1
+check_eq "4: purge-dead --id of a row that is not dead-lettered exits 1" 1 $?
+check_eq "4: and keeps it" 1 "$(count "id = $waiting_id")"
+"$RELAY_BIN" purge-dead --database-url "$DATABASE_URL" --all >"$T/purge3.out" 2>&1
+check_eq "4: purge-dead --all exits 0" 0 $?
+check_eq "4: every dead row is gone" 0 "$(count "dead_at IS NOT NULL")"
+check_eq "4: rows waiting for a retry are untouched" 30 "$(count "aggregate_type = 'waiting'")"
+"$RELAY_BIN" purge-dead --database-url "$DATABASE_URL" >"$T/purge4.out" 2>&1
+check_eq "4: purge-dead without --id or --all is bad input (2)" 2 $?

@@ -1,0 +1,107 @@
+#!/bin/bash
+# Proves `outbox-relay status` (and --json) reports what the table and the relays look like:
+#  1. with Kafka down: the backlog (unsent, not dead-lettered rows), how many wait for a retry,
+#     the age of the oldest unsent row, the dead-lettered count, and the one relay's two claim
+#     sessions (--sessions default) — their member slots, the backend pids that hold the slots'
+#     locks, their 64 lanes between them, their client address, application name and role;
+#  2. a second relay shows up as two more sessions, the four owning the 64 lanes together;
+#  3. once Kafka is back and the backlog is sent: backlog 0, no age, and the rows sent in the last
+#     minute counted (throughput per second = that / 60);
+#  4. after the relays stop: no active session; an unreachable database exits 1 with one error line.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+broker_start 3
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+
+status() { "$RELAY_BIN" status --database-url "$DATABASE_URL" "$@"; }
+json() { status --json | jq -r "$1"; }
+sessions_are() { [ "$(json '.sessions | length')" = "$1" ]; }
+
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'dead', 'd-' || g, 'changed', '{}' FROM generate_series(1, 3) AS g"
+psql_q "UPDATE outbox SET attempts = 10, rejections = 10, dead_at = now(), last_error = 'x'"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'order', 'o-' || g, 'changed', '{}' FROM generate_series(1, 120) AS g"
+psql_q "UPDATE outbox SET attempts = 1, next_attempt_at = now() + interval '1 hour'
+        WHERE id IN (SELECT id FROM outbox WHERE aggregate_type = 'order' ORDER BY id LIMIT 5)"
+# Kafka down: the relay claims the rows and waits for the broker (a long delivery timeout keeps
+# it from counting failed attempts meanwhile); status reads around its row locks.
+broker_down
+RELAY_OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --delivery-timeout 600000
+    --kafka reconnect.backoff.max.ms=500 --min-sessions 2) # both sessions always members
+relay_start "${RELAY_OPTS[@]}"
+first=$RELAY_PID
+wait_for "1: the relay's two sessions show as active" 15 sessions_are 2
+
+# --- 1. ---
+status >"$T/status.txt" 2>&1
+check_eq "1: status exits 0" 0 $?
+check "1: text: backlog of 120, 5 waiting for a retry" \
+    grep -qE '^backlog: +120 unsent events \(5 waiting for a retry\)' "$T/status.txt"
+check "1: text: dead-lettered 3" grep -qE '^dead-lettered: +3$' "$T/status.txt"
+check "1: text: two sessions owning 64 lanes" \
+    grep -qE '^relay sessions: 2 active, owning 64 of 64 lanes' "$T/status.txt"
+status --json >"$T/status.json" 2>&1
+check_eq "1: --json exits 0" 0 $?
+check_eq "1: --json is one JSON object" 1 "$(jq -s length "$T/status.json")"
+check_eq "1: json backlog" 120 "$(jq -r .backlog "$T/status.json")"
+check_eq "1: json retrying" 5 "$(jq -r .retrying "$T/status.json")"
+check_eq "1: json dead_lettered" 3 "$(jq -r .dead_lettered "$T/status.json")"
+check "1: json oldest_unsent_age_seconds > 0" \
+    jq -e '.oldest_unsent_age_seconds > 0' "$T/status.json"
+# The backends that hold the member-slot locks are the relay's connections. Which session owns
+# which lanes depends on who joined first (a session hands lanes over only between batches, and
+# the batch waits for Kafka), so only the sum is fixed.
+backends=$(psql_q "SELECT string_agg(pid::text, ' ' ORDER BY objid) FROM pg_locks
+                   WHERE locktype = 'advisory' AND classid = $MEMBER_NS AND objsubid = 2
+                   AND granted")
+check_eq "1: json session pids are the backends holding the member slots" "$backends" \
+    "$(jq -r '[.sessions[].pid | tostring] | join(" ")' "$T/status.json")"
+check_eq "1: json session slots, lanes in all, client addresses" "0 1 64 127.0.0.1" \
+    "$(jq -r '"\([.sessions[].slot | tostring] | join(" ")) \([.sessions[].lanes] | add) \([.sessions[].client_addr] | unique | join(","))"' "$T/status.json")"
+check "1: json session client_port and backend_start set" \
+    jq -e 'all(.sessions[]; .client_port > 0 and (.backend_start | test("^[0-9-]+T[0-9:]+Z$")))' \
+    "$T/status.json"
+check_eq "1: json sessions name their relay (application_name) and role (issue 44)" \
+    "outbox-relay session-0,outbox-relay session-1 postgres" \
+    "$(jq -r '"\([.sessions[].application_name] | sort | join(",")) \([.sessions[].user] | unique | join(","))"' "$T/status.json")"
+check "1: text shows the application name" grep -qE "outbox-relay session-0 +postgres$" "$T/status.txt"
+check "1: text lists the first session's pid" \
+    grep -qE "^  0 +${backends%% *} +[0-9]+ +127\.0\.0\.1:" "$T/status.txt"
+
+# --- 2. a second relay ---
+relay_start "${RELAY_OPTS[@]}"
+wait_for "2: four active sessions" 15 sessions_are 4
+# (The first relay hands lanes over only between batches, and its batch waits for Kafka.)
+all_lanes_owned() { [ "$(json '[.sessions[].lanes] | add')" = 64 ]; }
+wait_for "2: together they own the 64 lanes" 15 all_lanes_owned
+check "2: text lists all four" grep -qE '^relay sessions: 4 active, owning 64 of 64 lanes' <(status)
+relay_stop
+check_eq "2: second relay exits 0" 0 $?
+wait_for "2: back to the first relay's two sessions" 15 sessions_are 2
+
+# --- 3. throughput ---
+broker_up
+backlog_gone() { [ "$(json .backlog)" = 5 ]; } # the 5 waiting rows wait an hour
+wait_for "3: the backlog is sent once Kafka is back" 45 backlog_gone
+status --json >"$T/status2.json"
+check_eq "3: json sent_last_minute counts the 115 rows sent" 115 \
+    "$(jq -r .sent_last_minute "$T/status2.json")"
+check "3: json throughput_per_second = sent_last_minute / 60" \
+    jq -e '(.throughput_per_second - 115 / 60) | fabs < 0.01' "$T/status2.json"
+psql_q "UPDATE outbox SET next_attempt_at = NULL WHERE next_attempt_at IS NOT NULL"
+no_backlog() { [ "$(json .backlog)" = 0 ]; }
+wait_for "3: backlog 0 once the waiting rows are due and sent" 30 no_backlog
+check_eq "3: no oldest age without a backlog" null "$(json .oldest_unsent_age_seconds)"
+check "3: text shows no age" grep -qE '^oldest unsent: +-$' <(status)
+
+# --- 4. ---
+RELAY_PID=$first
+relay_stop
+check_eq "4: first relay exits 0" 0 $?
+wait_for "4: no active session after both relays stopped" 15 sessions_are 0
+"$RELAY_BIN" status --database-url "postgresql://postgres@127.0.0.1:1/outbox" >"$T/down.out" 2>&1
+check_eq "4: unreachable database: exit 1" 1 $?
+check_eq "4: with one line" 1 "$(grep -c '' "$T/down.out")"

@@ -1,0 +1,64 @@
+#!/bin/bash
+# Proves the relay makes an old snapshot visible (issue 16: claims slow down while one holds back
+# vacuum, so an operator must see it and who holds it):
+#  - with no long transaction, outbox_vacuum_horizon_held_seconds stays below --horizon-warn and
+#    nothing is logged;
+#  - another client opens a REPEATABLE READ transaction and keeps it (as a forgotten BEGIN or a
+#    long report would): outbox_vacuum_horizon_held_seconds grows past --horizon-warn (2 s here),
+#    the relay logs "an old snapshot holds back vacuum" once, naming the holder's pid and
+#    application_name, and outbox_vacuum_horizon_age_xids counts the transactions committed since;
+#  - once the transaction ends, the relay logs "nothing holds back vacuum any more".
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+broker_start 1
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0 \
+    --horizon-warn 2s --kafka reconnect.backoff.max.ms=500
+metrics_wait
+gauge() { # gauge NAME: the metric's value
+    curl -s --max-time 5 "http://$METRICS/metrics" | awk -v n="$1" '$1 == n { print $2 }'
+}
+has_gauge() {
+    [ -n "$(gauge outbox_vacuum_horizon_age_xids)" ]
+}
+wait_for "the vacuum horizon gauges are served" 30 has_gauge
+check "nothing is logged while no snapshot is old" lacks "$RELAY_LOG" "holds back vacuum"
+
+# The holder: a REPEATABLE READ transaction that took its snapshot, then sleeps 12 s.
+PGAPPNAME=forgotten-report psql -XAtq -c "BEGIN ISOLATION LEVEL REPEATABLE READ" \
+    -c "SELECT pg_backend_pid() FROM outbox LIMIT 0" -c "SELECT pg_backend_pid()" \
+    -c "SELECT pg_sleep(12)" -c "COMMIT" >"$T/holder.out" 2>&1 &
+HOLDER=$!
+_t_track "$HOLDER"
+holder_pid() {
+    head -n 1 "$T/holder.out"
+}
+has_holder() {
+    [ -n "$(holder_pid)" ]
+}
+_poll 10 has_holder || fail "the other client holds its snapshot"
+for g in $(seq 1 20); do # transactions that commit behind the old snapshot
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            VALUES ('h', 'h-$g', 'changed', '{\"seq\": $g}')"
+done
+logged() {
+    grep -q "an old snapshot holds back vacuum.*holder=session id=\"$(holder_pid)\" application=\"forgotten-report\"" \
+        "$RELAY_LOG"
+}
+wait_for "the relay names the holder once it has held its snapshot past --horizon-warn" 20 logged
+held=$(gauge outbox_vacuum_horizon_held_seconds)
+xids=$(gauge outbox_vacuum_horizon_age_xids)
+echo "# while held: outbox_vacuum_horizon_held_seconds $held, outbox_vacuum_horizon_age_xids $xids"
+check "the held-seconds gauge is past --horizon-warn" awk -v h="$held" 'BEGIN { exit !(h >= 2) }'
+check "the xids gauge counts the transactions committed behind it" test "${xids%.*}" -ge 20
+wait "$HOLDER"
+released() {
+    grep -q "nothing holds back vacuum any more" "$RELAY_LOG"
+}
+wait_for "its end is logged" 20 released
+check_eq "the holder was logged once" 1 "$(grep -c "an old snapshot holds back vacuum" "$RELAY_LOG")"
+relay_stop
+check_eq "the relay exits 0" 0 "$?"

@@ -1,0 +1,57 @@
+#!/bin/bash
+# Proves the relay speaks systemd's notification protocol (relay/sdnotify.c) the way the unit's
+# Type=notify and WatchdogSec= expect, with a datagram socket standing in for systemd:
+#  1. while PostgreSQL is down, STATUS= says so and READY=1 is not sent;
+#  2. once it is up, READY=1; after a delivery (Kafka acknowledged), STATUS=ready;
+#  3. WATCHDOG=1 keeps coming from the event loop (WATCHDOG_USEC set), and STOPPING=1 on SIGTERM,
+#     after which the relay exits 0 as usual;
+#  4. a NOTIFY_SOCKET nobody listens on: one warning line, and the relay still delivers.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+broker_start 1
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+
+# socat prints each datagram as it comes (the relay ends every line with a newline).
+socat -u "UNIX-RECV:$T/notify" "OPEN:$T/notify.out,creat,append" 2>"$T/socat.log" &
+_t_track $!
+_poll 10 test -S "$T/notify" || fail "socat listens on $T/notify within 10s"
+got() { grep -qx -e "$1" "$T/notify.out"; }
+count() { grep -cx -e "$1" "$T/notify.out"; }
+
+# --- 1. ---
+pg_stop
+RELAY_WRAP=(env NOTIFY_SOCKET="$T/notify" WATCHDOG_USEC=1000000)
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --kafka reconnect.backoff.max.ms=500
+wait_for "1: STATUS= says postgres is unreachable" 30 got 'STATUS=not ready: postgres unreachable;.*'
+check "1: no READY=1 while postgres is down" lacks "$T/notify.out" "READY=1"
+
+# --- 2. ---
+pg_start
+wait_for "2: READY=1 once postgres is up" 60 got 'READY=1'
+check_eq "2: READY=1 sent once" 1 "$(count 'READY=1')"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        VALUES ('order', 'o-1', 'created', '{}')"
+wait_for "2: the row is delivered" 60 no_unsent_rows
+wait_for "2: STATUS=ready after Kafka acknowledged" 30 got 'STATUS=ready: .* lanes owned, .* sessions in the group'
+
+# --- 3. ---
+watchdogs_seen() { [ "$(count 'WATCHDOG=1')" -ge "$1" ]; }
+wait_for "3: WATCHDOG=1 keeps coming" 30 watchdogs_seen "$(($(count 'WATCHDOG=1') + 3))"
+relay_stop
+check_eq "3: SIGTERM: relay exits 0" 0 $?
+wait_for "3: STOPPING=1 on SIGTERM" 10 got 'STOPPING=1' # socat may write it after the relay exited
+check "3: the log names the socket and the watchdog period" \
+    grep -q 'msg="notifying systemd" socket=".*/notify" watchdog_ms=1000' "$RELAY_LOG"
+
+# --- 4. ---
+RELAY_WRAP=(env NOTIFY_SOCKET="$T/nobody-listens")
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        VALUES ('order', 'o-2', 'created', '{}')"
+wait_for "4: the row is delivered all the same" 60 no_unsent_rows
+relay_stop
+check_eq "4: relay exits 0" 0 $?
+check_eq "4: one warning for the unreachable socket, not one per tick" 1 \
+    "$(grep -c 'msg="cannot notify systemd"' "$RELAY_LOG")"

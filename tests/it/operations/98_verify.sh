@@ -1,0 +1,91 @@
+#!/bin/bash
+# Proves `outbox-relay verify` against a real broker and outbox:
+#  1. after a clean run (600 rows over 30 aggregates delivered by the relay) it exits 0, every
+#     row found, nothing out of order, in text and in --json;
+#  2. a row marked sent that was never published: exit 1, that row named as missing;
+#  3. two rows of one aggregate whose messages a hand-run producer wrote in the wrong order:
+#     exit 1, the pair named as out of order; a message whose id no row has is counted unknown;
+#  4. bad input (no brokers, a bad --since) exits 2 with one line.
+# Read by time on a broker that cannot look offsets up by time (the mock cluster), rows missing
+# prove nothing: "inconclusive", exit 3 (part 1), never FAILED.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+broker_start 3
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+
+# verify [FLAGS...]: runs the command; stdout to $T/verify.out, stderr to $T/verify.err.
+# --from-beginning: librdkafka's mock cluster cannot look offsets up by time (it answers "the
+# end" for every timestamp), which the first check below also shows.
+verify() {
+    "$RELAY_BIN" verify --database-url "$DATABASE_URL" --brokers "$BROKERS" --since 1h \
+        --from-beginning "$@" \
+        >"$T/verify.out" 2>"$T/verify.err"
+}
+
+# --- 1. a clean run ---
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'order', 'o-' || (g % 30), 'Updated', jsonb_build_object('n', g)
+        FROM generate_series(1, 600) g ORDER BY g"
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS"
+wait_for "1: every row sent" 60 no_unsent_rows
+relay_stop
+
+verify
+check_eq "1: verify exits 0 after a clean run" 0 $?
+check "1: the summary says ok, 600 rows, none missing or out of order" grep -q \
+    '^verify: ok: window=3600s rows=600 messages=600 missing=0 out_of_order=0 duplicates=0 unknown=0' \
+    "$T/verify.out"
+check_eq "1: nothing on stderr" "" "$(cat "$T/verify.err")"
+verify --json
+check_eq "1: --json: ok, 600 rows, 0 missing" "true 600 0 0" \
+    "$(jq -r '"\(.ok) \(.rows) \(.missing) \(.out_of_order)"' "$T/verify.out")"
+
+"$RELAY_BIN" verify --database-url "$DATABASE_URL" --brokers "$BROKERS" --since 1h \
+    >"$T/bytime.out" 2>"$T/bytime.err"
+check_eq "1: by time on the mock cluster: nothing read, inconclusive (exit 3), not FAILED" 3 $?
+check "1: ... the summary says INCONCLUSIVE, not FAILED" grep -q \
+    '^verify: INCONCLUSIVE: window=3600s rows=600 messages=0 missing=600' "$T/bytime.out"
+check "1: ... and says what to run instead" grep -q \
+    '^verify: inconclusive: .* partition(s) could not be positioned by time.*--from-beginning' \
+    "$T/bytime.out"
+check "1: ... and a warning says why and names --from-beginning" grep -q \
+    'level=warn msg="by their timestamps, some partitions hold nothing.*--from-beginning' \
+    "$T/bytime.err"
+
+# --- 2. marked sent, never published ---
+lost=$(psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
+               VALUES ('order', 'o-lost', 'Created', '{}', now()) RETURNING event_id")
+verify
+check_eq "2: a row marked sent without a message: exit 1" 1 $?
+check "2: the summary counts it missing" grep -q 'missing=1 out_of_order=0' "$T/verify.out"
+check "2: the row is named" grep -q "verify: missing: id=[0-9]* event_id=$lost" "$T/verify.err"
+
+# --- 3. out of order by hand, and an unknown message ---
+read -r first second < <(psql_q "WITH r AS (
+    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
+    SELECT 'order', 'o-hand', 'Step', jsonb_build_object('n', g), now()
+    FROM generate_series(1, 2) g ORDER BY g RETURNING id, event_id)
+    SELECT string_agg(event_id::text, ' ' ORDER BY id) FROM r")
+printf '%s\n' \
+    "{\"key\": \"o-hand\", \"value\": \"2\", \"headers\": [[\"id\", \"$second\"]]}" \
+    "{\"key\": \"o-hand\", \"value\": \"1\", \"headers\": [[\"id\", \"$first\"]]}" \
+    "{\"key\": \"o-x\", \"value\": \"?\", \"headers\": [[\"id\", \"no-such-event\"]]}" |
+    "$BIN/produce" --brokers "$BROKERS" --topic outbox.event.order >/dev/null ||
+    fail "produce the hand-made messages"
+verify
+check_eq "3: messages out of their aggregate's order: exit 1" 1 $?
+check "3: the summary counts one pair out of order and one unknown message" grep -q \
+    'out_of_order=1 duplicates=0 unknown=1' "$T/verify.out"
+check "3: the pair is named" grep -q "out of order: id=[0-9]* event_id=$first .* comes after id=[0-9]* event_id=$second" "$T/verify.err"
+check "3: the unknown message is named" grep -q 'unknown message: id=no-such-event' "$T/verify.err"
+
+# --- 4. bad input ---
+"$RELAY_BIN" verify --database-url "$DATABASE_URL" >"$T/bad.out" 2>"$T/bad.err"
+check_eq "4: no brokers: exit 2" 2 $?
+check_eq "4: one line" 1 "$(grep -c '' "$T/bad.err")"
+"$RELAY_BIN" verify --database-url "$DATABASE_URL" --brokers "$BROKERS" --since 1y \
+    >"$T/bad.out" 2>"$T/bad.err"
+check_eq "4: a bad --since: exit 2" 2 $?
+check "4: the error names --since" grep -q -- '--since' "$T/bad.err"

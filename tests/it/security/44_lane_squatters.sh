@@ -1,0 +1,85 @@
+#!/bin/bash
+# Proves that a session which is not a relay cannot stall delivery silently by taking the lane
+# group's advisory locks (issue 46: advisory locks need no privilege; on main a login with no
+# grants at all took the 64 lane locks: 20 of 20 new events unsent after 30 s, /readyz 200,
+# nothing logged):
+#  A. a stranger (a login with no grants) holds all 64 lane locks: the relay names it in the log
+#     (pid, what it holds), counts it (outbox_lane_squatters), answers /readyz 503, delivers
+#     nothing meanwhile; once the stranger's session ends, every event is delivered, the relay is
+#     ready again and says so.
+#  B. a stranger holds eight member slots (no relay holds more than one): named, counted, 503,
+#     and ready again once it lets them go.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+broker_start 1
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+psql_q "CREATE ROLE stranger LOGIN" || fail "create the stranger's role"
+STRANGER_URL=postgresql://stranger@127.0.0.1:$PGPORT/outbox
+SQUAT_LINE="a session that is not a relay holds the lane group's locks"
+
+ready_is() { # ready_is CODE: /readyz answers CODE
+    [ "$(http_code /readyz)" = "$1" ]
+}
+insert() { # insert FROM TO
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            SELECT 'squat', 's-' || (g % 5), 'changed', jsonb_build_object('seq', g)
+            FROM generate_series($1, $2) AS g ORDER BY g"
+}
+# squat NS FROM TO OUT: the stranger takes locks (NS, FROM..TO), prints its pid, then holds them
+# for 60 s (or until terminated).
+squat() {
+    psql -XAtq "$STRANGER_URL" -c "SELECT pg_backend_pid()" \
+        -c "SELECT count(pg_advisory_lock($1, k)) FROM generate_series($2, $3) AS k" \
+        -c "SELECT pg_sleep(60)" >"$4" 2>&1 &
+    SQUATTER=$!
+    _t_track "$SQUATTER"
+}
+holds() { # holds OUT: the squat's locks are taken
+    [ "$(sed -n 2p "$1")" != "" ]
+}
+end_squat() { # end_squat OUT
+    psql_q "SELECT pg_terminate_backend($(head -n 1 "$1"))" >/dev/null
+    wait "$SQUATTER" 2>/dev/null
+}
+
+# --- A: every lane lock ---------------------------------------------------------------------------
+squat "$LANE_NS" 0 63 "$T/squat-a.out"
+_poll 10 holds "$T/squat-a.out" || fail "A: the stranger holds the 64 lane locks"
+A_PID=$(head -n 1 "$T/squat-a.out")
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0 \
+    --kafka reconnect.backoff.max.ms=500
+metrics_wait
+insert 1 20
+wait_for "A: the relay names the stranger in its log" 30 \
+    grep -q "$SQUAT_LINE.*pid=$A_PID what=lanes-without-slot lanes=64 slots=0 role=\"stranger\"" \
+    "$RELAY_LOG"
+check "A: it counts it" metric_at_least outbox_lane_squatters 1
+check "A: /readyz answers 503" ready_is 503
+check "A: ... saying why" grep -q "sessions that are not relays hold lane locks" <(
+    curl -s --max-time 5 "http://$METRICS/readyz"
+)
+check_eq "A: nothing is delivered while every lane is held" 20 "$(unsent_rows)"
+check_eq "A: the stranger is named once" 1 "$(grep -c "$SQUAT_LINE.*pid=$A_PID " "$RELAY_LOG")"
+end_squat "$T/squat-a.out"
+wait_for "A: once it is gone every event is delivered" 40 no_unsent_rows
+wait_for "A: the relay is ready again" 30 ready_is 200
+check "A: and says the locks are free" grep -q "no session but relays holds the lane group's locks" \
+    "$RELAY_LOG"
+check "A: the count is back to 0" metric_is outbox_lane_squatters 0
+
+# --- B: member slots ---------------------------------------------------------------------------------
+squat "$MEMBER_NS" 100 107 "$T/squat-b.out"
+_poll 10 holds "$T/squat-b.out" || fail "B: the stranger holds eight member slots"
+B_PID=$(head -n 1 "$T/squat-b.out")
+wait_for "B: the relay names it" 30 \
+    grep -q "$SQUAT_LINE.*pid=$B_PID what=several-slots lanes=0 slots=8" "$RELAY_LOG"
+check "B: /readyz answers 503" ready_is 503
+end_squat "$T/squat-b.out"
+wait_for "B: ready again once it lets them go" 30 ready_is 200
+insert 21 30
+wait_for "B: events go out" 30 no_unsent_rows
+check_delivered squat
+relay_stop
+check_eq "the relay exits 0" 0 "$?"

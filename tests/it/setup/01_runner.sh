@@ -1,0 +1,114 @@
+#!/bin/bash
+# Proves tests/run.sh counts what CI trusts, with fake integration tests in a scratch copy of
+# the tree (tests/run.sh and tests/it/GROUP/ only), run two at a time:
+#  1. every ok and not ok line is counted, and a test that exits non-zero without a not ok line
+#     counts as one failure; the exit status is 1 when anything failed;
+#  2. a test past TEST_TIMEOUT that ignores SIGTERM is killed and counted as timed out (bash
+#     forgets a background job killed by a signal: the runner must not lose it);
+#  3. each test's output is printed whole, never interleaved with another's;
+#  4. two tests running at once have different slots, and so different port ranges and subnets
+#     (tests/lib.sh, tests/netns_lib.sh); a test marked "# run.sh: alone" runs with no other;
+#  5. the same tests one at a time (TEST_JOBS=1) give the same totals; TEST_JOBS out of range is
+#     refused with exit 2;
+#  6. --group GROUP (and TEST_GROUP) runs that group's tests only, --list lists them and runs
+#     none; a group that does not exist, and a test outside any group, are refused with exit 2.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+
+unset TEST_GROUP # (the group this test runs in, when run by group: the runs below choose theirs)
+R=$T/root
+mkdir -p "$R/tests/it/setup" "$R/tests/it/delivery" "$R/tests/it/faults" "$R/bin/asan" "$T/running"
+cp "$ROOT/tests/run.sh" "$R/tests/"
+
+# fake GROUP/NAME BODY: a fake integration test. Each notes its pid in $T/running/NAME, and lists
+# the other fakes alive when it starts and when it ends in $T/NAME.others.
+fake() {
+    local group=${1%/*}
+    set -- "${1#*/}" "$2"
+    cat >"$R/tests/it/$group/$1.sh" <<EOF
+#!/bin/bash
+others() { # (a killed fake may stay a zombie: alive is a state other than Z)
+    local f state
+    for f in "$T/running/"*; do
+        state=\$(sed 's/.*) //' "/proc/\$(cat "\$f")/stat" 2>/dev/null | cut -c1)
+        [ "\${f##*/}" != "$1" ] && [ -n "\$state" ] && [ "\$state" != Z ] && echo "\${f##*/}"
+    done
+    return 0
+}
+echo \$\$ >"$T/running/$1"
+echo "\$TEST_SLOT" >"$T/$1.slot"
+others >"$T/$1.others"
+$2
+others >>"$T/$1.others"
+exit 0
+EOF
+}
+fake setup/10_pass 'echo "ok - p1"; sleep 1; echo "ok - p2"'
+fake setup/20_fail 'echo "ok - f1"; echo "not ok - f2"; sleep 2; exit 1'
+fake delivery/30_hang 'trap "" TERM; echo "ok - h1"; sleep 60'
+fake delivery/40_exit 'sleep 1; exit 3'
+fake faults/50_alone '# run.sh: alone (a fake)
+echo "ok - a1"; sleep 1'
+fake faults/60_last 'echo "ok - l1"; sleep 2; echo "ok - l2"'
+
+# The runner's output goes to a file: its ok/not ok lines are the fakes', not this test's.
+# A timeout well above the fakes' 2 s sleeps: a loaded machine starts them late (it once cut
+# one short at 4 s).
+TEST_TIMEOUT=10 TEST_JOBS=2 bash "$R/tests/run.sh" >"$T/par.out" 2>&1
+rc=$?
+sed 's/^/#   /' "$T/par.out"
+check_eq "1. every ok and not ok counted, a silent non-zero exit and a timeout as failures" \
+    "7 passed, 3 failed" "$(tail -n 1 "$T/par.out")"
+check_eq "1. exit status 1 when something failed" 1 "$rc"
+check_eq "1. a non-zero exit without a not ok line is one failure" 1 \
+    "$(grep -c '^not ok - delivery/40_exit.sh: exited with status 3$' "$T/par.out")"
+check_eq "2. the test that ignored SIGTERM is counted as timed out" 1 \
+    "$(grep -c '^not ok - delivery/30_hang.sh: timed out after 10s$' "$T/par.out")"
+check_eq "3. each test's output whole under its header" \
+    "setup/10_pass.sh ok - p1 ok - p2 faults/60_last.sh ok - l1 ok - l2" \
+    "$(grep -A2 -E '^# ==== [a-z]+/(10_pass|60_last)' "$T/par.out" | grep -v '^--' |
+        sed 's/^# ==== //' | paste -sd' ' -)"
+check "4. a test runs beside another (20_fail beside 10_pass)" grep -qx 20_fail "$T/10_pass.others"
+check "4. tests running at once have different slots" \
+    test "$(cat "$T/10_pass.slot")" != "$(cat "$T/20_fail.slot")"
+check_eq "4. the test marked alone ran with no other" "" "$(sort -u "$T/50_alone.others" | paste -sd, -)"
+ranges() { # ranges SLOT: the port range and subnet base tests/lib.sh and netns_lib.sh give SLOT
+    (TEST_JOBS=2 TEST_SLOT=$1 && source "$ROOT/tests/lib.sh" &&
+        echo "$FREE_PORT_BASE-$((FREE_PORT_BASE + FREE_PORT_SPAN - 1))")
+}
+check_eq "4. slots 0 and 1 pick ports from disjoint ranges" "20000-25999 26000-31999" \
+    "$(ranges 0) $(ranges 1)"
+
+rm -f "$R/tests/it/delivery/30_hang.sh"
+TEST_JOBS=1 bash "$R/tests/run.sh" >"$T/ser.out" 2>&1
+rc=$?
+check_eq "5. one at a time: the same totals without the hanging test" "6 passed, 2 failed" \
+    "$(tail -n 1 "$T/ser.out")"
+check_eq "5. one at a time: exit status 1" 1 "$rc"
+TEST_JOBS=9 bash "$R/tests/run.sh" >"$T/bad.out" 2>&1
+check_eq "5. TEST_JOBS=9 is refused with exit 2" 2 $?
+check "5. ... saying why" grep -q 'TEST_JOBS must be 1 to 4' "$T/bad.out"
+
+TEST_JOBS=2 bash "$R/tests/run.sh" --group setup >"$T/setup.out" 2>&1
+check_eq "6. --group setup: its two tests' totals only" "3 passed, 1 failed" "$(tail -n 1 "$T/setup.out")"
+check_eq "6. --group setup: its tests ran, no other" "setup/10_pass.sh setup/20_fail.sh" \
+    "$(sed -n 's/^# ==== //p' "$T/setup.out" | sort | paste -sd' ' -)"
+TEST_GROUP=faults bash "$R/tests/run.sh" >"$T/faults.out" 2>&1
+check_eq "6. TEST_GROUP=faults: its two tests' totals, exit 0" "3 passed, 0 failed 0" \
+    "$(tail -n 1 "$T/faults.out") $?"
+rm -f "$T/running/"*
+bash "$R/tests/run.sh" --list >"$T/list.out" 2>&1
+check_eq "6. --list: the groups and their tests, the alone one marked, nothing run" \
+    "setup|    setup/10_pass.sh|    setup/20_fail.sh|delivery|    delivery/40_exit.sh|faults|    faults/50_alone.sh (alone)|    faults/60_last.sh" \
+    "$(paste -sd'|' "$T/list.out")"
+check_eq "6. --list ran no test" "" "$(ls "$T/running")"
+bash "$R/tests/run.sh" --group nope >"$T/nope.out" 2>&1
+check_eq "6. --group nope is refused with exit 2" 2 $?
+check_eq "6. ... in one line naming the groups" \
+    "tests/run.sh: no group 'nope' (groups: unit setup packaging security delivery order operations demos faults)" \
+    "$(cat "$T/nope.out")"
+touch "$R/tests/it/90_stray.sh"
+bash "$R/tests/run.sh" >"$T/stray.out" 2>&1
+check_eq "6. a test outside any group is refused with exit 2" 2 $?
+check "6. ... naming it" grep -q 'tests/it/90_stray.sh is in no group' "$T/stray.out"

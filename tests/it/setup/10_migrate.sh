@@ -1,0 +1,119 @@
+#!/bin/bash
+# Proves: `outbox-relay migrate` creates the outbox schema the relay and applications rely on
+# (columns and defaults), records one schema_migrations row per migrations/*.sql file, is a no-op
+# when run again, is safe when several instances start at once, and that the SQL files also
+# apply with plain psql in order (so operators can review and run them by hand). With PostgreSQL
+# down it fails at once, or with --connect-wait retries until the server is up (exit 0) or the
+# wait is over (exit 1, one error line).
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+
+mapfile -t files < <(ls "$ROOT"/migrations/*.sql | sort)
+[ ${#files[@]} -gt 0 ] || fail "migrations/*.sql exist"
+
+# Rows of schema_migrations naming this file (by file name, name without .sql, or its number).
+recorded() {
+    local db=$1 f
+    f=$(basename "$2")
+    psql_q "SELECT count(*) FROM schema_migrations
+            WHERE version IN ('$f', '${f%.sql}', '${f%%_*}')" -d "$db"
+}
+
+# Checks that database $1 has one schema_migrations row per file, and nothing else.
+check_recorded() {
+    local db=$1 label=$2 f
+    check_eq "$label: one schema_migrations row per file" "${#files[@]}" \
+        "$(psql_q "SELECT count(*) FROM schema_migrations" -d "$db")"
+    for f in "${files[@]}"; do
+        check_eq "$label: $(basename "$f") recorded once" 1 "$(recorded "$db" "$f")"
+    done
+}
+
+# --- first run, second run ---
+relay_migrate 2>"$T/migrate1.log"
+check_eq "first migrate exits 0" 0 $?
+check_eq "outbox has the documented columns" \
+    "aggregate_id aggregate_type attempts created_at dead_at dead_letter_topic event_id event_type headers id lane last_error next_attempt_at payload rejections sent_at" \
+    "$(psql_q "SELECT string_agg(column_name, ' ' ORDER BY column_name)
+               FROM information_schema.columns WHERE table_name = 'outbox'")"
+check_recorded outbox "after first migrate"
+
+# An application inserts only its own fields; everything else must default sensibly.
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        VALUES ('order', 'o-1', 'created', '{\"n\": 1}')" >/dev/null
+check_eq "defaults: event_id set, attempts 0, sent_at and last_error null, created_at set" \
+    "t|0|t|t|t" \
+    "$(psql_q "SELECT event_id IS NOT NULL, attempts, sent_at IS NULL, last_error IS NULL,
+                      created_at IS NOT NULL FROM outbox")"
+dup=$(psql_q "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload)
+              SELECT event_id, 'order', 'o-2', 'created', '{}' FROM outbox" 2>&1)
+check "event_id is unique" grep -q 'duplicate key' <<<"$dup"
+
+before=$(psql_q "SELECT string_agg(version || '@' || applied_at, ',' ORDER BY version)
+                 FROM schema_migrations")
+relay_migrate 2>"$T/migrate2.log"
+check_eq "second migrate exits 0" 0 $?
+check_eq "second migrate changes nothing in schema_migrations" "$before" \
+    "$(psql_q "SELECT string_agg(version || '@' || applied_at, ',' ORDER BY version)
+               FROM schema_migrations")"
+check_eq "second migrate keeps the rows" 1 "$(psql_q "SELECT count(*) FROM outbox")"
+
+# --- concurrent runs on a fresh database ---
+psql_q "CREATE DATABASE outbox_conc" -d postgres
+conc_url=postgresql://postgres@127.0.0.1:$PGPORT/outbox_conc
+pids=()
+for i in 1 2 3 4; do
+    "$RELAY_BIN" migrate --database-url "$conc_url" 2>"$T/conc.$i.log" &
+    pids+=($!)
+done
+for i in 1 2 3 4; do
+    wait "${pids[$((i - 1))]}"
+    check_eq "concurrent migrate $i of 4 exits 0" 0 $?
+done
+check_recorded outbox_conc "concurrent"
+
+# --- plain psql, file by file ---
+psql_q "CREATE DATABASE outbox_psql" -d postgres
+for f in "${files[@]}"; do
+    check "psql -f $(basename "$f") applies to a fresh database" \
+        psql -Xq -v ON_ERROR_STOP=1 -d outbox_psql -f "$f"
+done
+check_eq "psql-applied schema has the outbox table" 1 \
+    "$(psql_q "SELECT count(*) FROM information_schema.tables WHERE table_name = 'outbox'" \
+        -d outbox_psql)"
+
+# --- a database that is still starting (--connect-wait) ---
+# As in docker compose: migrate starts while PostgreSQL does not accept connections yet. Without
+# --connect-wait it tries once and fails; with it, it retries until the server is up.
+psql_q "CREATE DATABASE outbox_wait" -d postgres
+wait_url=postgresql://postgres@127.0.0.1:$PGPORT/outbox_wait
+pg_stop
+relay_migrate_at() { "$RELAY_BIN" migrate --database-url "$wait_url" "$@"; }
+relay_migrate_at 2>"$T/nowait.log"
+check_eq "PostgreSQL down, no --connect-wait: migrate exits 1" 1 $?
+check "it says it cannot connect" grep -q 'msg="cannot connect to PostgreSQL"' "$T/nowait.log"
+relay_migrate_at --connect-wait 2s 2>"$T/wait-gone.log"
+check_eq "PostgreSQL down for the whole --connect-wait 2s: migrate exits 1" 1 $?
+check "it said it would retry, then that it cannot connect" \
+    grep -q 'msg="cannot connect to PostgreSQL yet, retrying" wait_s=2 ' "$T/wait-gone.log"
+check_eq "the final error is logged once" 1 \
+    "$(grep -c 'msg="cannot connect to PostgreSQL" ' "$T/wait-gone.log")"
+relay_migrate_at --connect-wait 60s 2>"$T/wait.log" &
+wait_pid=$!
+_t_track "$wait_pid"
+wait_for "migrate --connect-wait 60s waits while PostgreSQL is down" 30 \
+    grep -q 'retrying' "$T/wait.log"
+check "it is still waiting" kill -0 "$wait_pid"
+pg_start
+if _poll 60 _t_dead "$wait_pid"; then
+    wait "$wait_pid"
+    check_eq "once PostgreSQL is up, migrate exits 0" 0 $?
+else
+    not_ok "once PostgreSQL is up, migrate exits within 60 s" "still running"
+fi
+check_recorded outbox_wait "after waiting for PostgreSQL"
+usage_out=$("$RELAY_BIN" migrate --database-url "$wait_url" --connect-wait 5x 2>&1)
+check_eq "--connect-wait 5x: exit 2" 2 $?
+check "it names the option" grep -q 'connect-wait' <<<"$usage_out"

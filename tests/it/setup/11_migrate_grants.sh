@@ -1,0 +1,84 @@
+#!/bin/bash
+# Proves that `migrate` cannot silently skip the grants of the least-privileged setup (issue 44):
+#  1. run as a database owner without CREATEROLE on a cluster without the roles, it prints the
+#     server's WARNING (not only the server log), exits non-zero, and names the missing roles and
+#     the statements that create them;
+#  2. once an administrator created the roles, a second `migrate` (nothing left to apply) grants
+#     everything, 0008's sequence grant included, and exits 0; a third run is quiet and exits 0;
+#     a DELETE the operator revoked is not given back;
+#  3. a relay logging in as a member of outbox_relay delivers with the claim floor on: no "claims
+#     read the unsent index from its start" warning;
+#  4. an owner who does not own the table (the grants cannot be given): non-zero, the GRANT named.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+broker_start 1
+
+psql_q "CREATE ROLE app_owner LOGIN" -d postgres && psql_q "CREATE DATABASE owned OWNER app_owner" \
+    -d postgres || fail "create app_owner and its database"
+OWNER_URL=postgresql://app_owner@127.0.0.1:$PGPORT/owned
+as_owner() { # as_owner LOG: migrate as app_owner; its exit status
+    "$RELAY_BIN" migrate --database-url "$OWNER_URL" >"$1" 2>&1
+}
+
+# --- 1. no roles, no CREATEROLE ---
+as_owner "$T/m1.log"
+rc=$?
+check "1: migrate without the roles exits non-zero" test "$rc" -ne 0
+check "1: the server's warning is printed" grep -q \
+    'level=warn msg="server notice" severity=WARNING step="0006_relay_role.sql" message="role outbox_relay is missing' \
+    "$T/m1.log"
+check "1: one error line names both roles and how to create them" grep -q \
+    'roles outbox_relay, outbox_producer are missing and app_owner may not create them.*CREATE ROLE outbox_relay NOLOGIN; CREATE ROLE outbox_producer NOLOGIN;.*outbox-relay migrate` again' \
+    "$T/m1.log"
+check "1: it does not claim to be up to date" lacks "$T/m1.log" "migrations up to date"
+check_eq "1: the migrations themselves are applied" "$(ls "$ROOT"/migrations/*.sql | wc -l)" \
+    "$(psql_q "SELECT count(*) FROM schema_migrations" -d owned)"
+
+# --- 2. the administrator creates the roles; migrate again grants ---
+psql_q "CREATE ROLE outbox_relay NOLOGIN; CREATE ROLE outbox_producer NOLOGIN;
+        CREATE ROLE relay_login LOGIN IN ROLE outbox_relay" -d postgres || fail "create the roles"
+as_owner "$T/m2.log"
+check_eq "2: the second migrate exits 0" 0 $?
+check_eq "2: outbox_relay may read the sequence, read, mark and delete; the producer may insert (its columns only: 16_writer_columns)" \
+    "t|t|t|t|t|t" \
+    "$(psql_q "SELECT has_sequence_privilege('outbox_relay', 'outbox_id_seq', 'SELECT'),
+                      has_table_privilege('outbox_relay', 'outbox', 'SELECT'),
+                      has_column_privilege('outbox_relay', 'outbox', 'sent_at', 'UPDATE'),
+                      has_table_privilege('outbox_relay', 'outbox', 'DELETE'),
+                      has_function_privilege('outbox_relay', 'outbox_relay_sleep()', 'EXECUTE'),
+                      has_column_privilege('outbox_producer', 'outbox', 'payload', 'INSERT')
+                      AND NOT has_column_privilege('outbox_producer', 'outbox', 'attempts',
+                                                   'INSERT')" -d owned)"
+check "2: it says it is up to date" grep -q 'msg="migrations up to date" applied=0' "$T/m2.log"
+as_owner "$T/m3.log"
+check_eq "2: a third migrate exits 0" 0 $?
+check "2: ... with no server notice" lacks "$T/m3.log" "server notice"
+psql_q "REVOKE DELETE ON outbox FROM outbox_relay" -d owned || fail "revoke DELETE"
+as_owner "$T/m3b.log"
+check_eq "2: a DELETE the operator revoked stays revoked (README: revocable without deletes)" f \
+    "$(psql_q "SELECT has_table_privilege('outbox_relay', 'outbox', 'DELETE')" -d owned)"
+
+# --- 3. the relay as a member of outbox_relay: the claim floor is on ---
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'order', 'o-' || (g % 10), 'changed', '{}' FROM generate_series(1, 50) g" -d owned ||
+    fail "insert"
+relay_start --database-url "postgresql://relay_login@127.0.0.1:$PGPORT/owned" --brokers "$BROKERS"
+all_sent() { [ "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL" -d owned)" = 0 ]; }
+wait_for "3: the relay delivers the 50 events" 30 all_sent
+relay_stop
+check "3: no claim-floor warning in the relay's log" lacks "$RELAY_LOG" \
+    "claims read the unsent index from its start"
+check "3: no permission error" lacks "$RELAY_LOG" "permission denied"
+
+# --- 4. the grants cannot be given: named, non-zero ---
+psql_q "CREATE ROLE other_owner LOGIN; GRANT CREATE ON DATABASE owned TO other_owner;
+        GRANT ALL ON SCHEMA public TO other_owner; GRANT SELECT ON schema_migrations TO other_owner;
+        REVOKE SELECT ON SEQUENCE outbox_id_seq FROM outbox_relay" -d owned || fail "other owner"
+"$RELAY_BIN" migrate --database-url "postgresql://other_owner@127.0.0.1:$PGPORT/owned" \
+    >"$T/m4.log" 2>&1
+rc=$?
+check "4: a migrate that cannot grant exits non-zero" test "$rc" -ne 0
+check "4: it names the GRANT to run" grep -q \
+    'grant="GRANT SELECT ON SEQUENCE outbox_id_seq TO outbox_relay"' "$T/m4.log"

@@ -1,0 +1,134 @@
+#!/bin/bash
+# Proves the command line contract: every kind of bad input (flags, values, config file, --kafka
+# properties, missing settings, --metrics-listen and --retention formats) is rejected before any
+# network work, within a second, with exit status 2 and exactly one line on stderr (no password
+# echoed); --help documents every flag;
+# --version works; and the precedence flag > environment > config file > default holds.
+# Needs neither PostgreSQL nor Kafka: the addresses below have nothing listening.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+
+DB=postgresql://postgres@127.0.0.1:1/outbox
+KB=127.0.0.1:1
+BAD_DB='postgresql://u:hunter2@127.0.0.1:1/outbox?no_such_param=1' # libpq rejects the parameter
+unset DATABASE_URL KAFKA_BROKERS
+
+cfg() { # cfg NAME JSON: writes a config file, prints its path
+    printf '%s\n' "$2" >"$T/$1.json"
+    echo "$T/$1.json"
+}
+
+# bad DESCRIPTION ARGS...: `outbox-relay ARGS` must exit 2 (within 10 s: a loaded machine) with one
+# stderr line.
+bad() {
+    local desc=$1 rc lines
+    shift
+    timeout 10 "$RELAY_BIN" "$@" >"$T/out" 2>"$T/err"
+    rc=$?
+    lines=$(grep -c '' "$T/err")
+    if [ "$rc" = 2 ] && [ "$lines" = 1 ] && [ -s "$T/err" ]; then
+        ok "rejects $desc"
+    else
+        not_ok "rejects $desc" "exit $rc (want 2; 124 = still running after 10 s), $lines stderr lines (want 1)"
+        head -n 5 "$T/err" | sed 's/^/#   /'
+    fi
+}
+
+bad "an unknown flag" run --database-url "$DB" --brokers "$KB" --no-such-flag
+bad "an unknown subcommand" frobnicate --database-url "$DB" --brokers "$KB"
+bad "no subcommand arguments at all" --no-such-flag
+bad "a flag without its value" run --database-url "$DB" --brokers "$KB" --batch-size
+bad "--batch-size abc" run --database-url "$DB" --brokers "$KB" --batch-size abc
+bad "--batch-size 0" run --database-url "$DB" --brokers "$KB" --batch-size 0
+bad "--batch-size -1" run --database-url "$DB" --brokers "$KB" --batch-size -1
+bad "--batch-size 10x" run --database-url "$DB" --brokers "$KB" --batch-size 10x
+bad "--batch-size overflowing" run --database-url "$DB" --brokers "$KB" \
+    --batch-size 99999999999999999999999
+bad "--poll-interval abc" run --database-url "$DB" --brokers "$KB" --poll-interval abc
+bad "--shutdown-timeout -5" run --database-url "$DB" --brokers "$KB" --shutdown-timeout -5
+bad "--log-level loud" run --database-url "$DB" --brokers "$KB" --log-level loud
+bad "--metrics-listen without a port" run --database-url "$DB" --brokers "$KB" \
+    --metrics-listen 127.0.0.1
+bad "--metrics-listen with an unbracketed IPv6 address" run --database-url "$DB" --brokers "$KB" \
+    --metrics-listen ::1:9187
+bad "--retention without a unit" run --database-url "$DB" --brokers "$KB" --retention 10
+bad "--retention with an unknown unit" run --database-url "$DB" --brokers "$KB" --retention 3w
+bad "a topic template with an unknown placeholder" run --database-url "$DB" --brokers "$KB" \
+    --topic-template 'outbox.{nope}'
+bad "a missing config file" run --database-url "$DB" --brokers "$KB" --config "$T/nope.json"
+bad "a directory as config file" run --database-url "$DB" --brokers "$KB" --config "$T"
+bad "a malformed config file" run --database-url "$DB" --brokers "$KB" \
+    --config "$(cfg malformed '{"batch-size": 10,')"
+bad "a config file that is not an object" run --database-url "$DB" --brokers "$KB" \
+    --config "$(cfg array '[1, 2]')"
+bad "an unknown config key" run --database-url "$DB" --brokers "$KB" \
+    --config "$(cfg unknown '{"no-such-key": 1}')"
+bad "a config value of the wrong type" run --database-url "$DB" --brokers "$KB" \
+    --config "$(cfg wrongtype '{"batch-size": "lots"}')"
+bad "a config value out of range" run --database-url "$DB" --brokers "$KB" \
+    --config "$(cfg range '{"batch-size": 0}')"
+bad "--kafka without =" run --database-url "$DB" --brokers "$KB" --kafka linger.ms
+bad "--kafka with an empty key" run --database-url "$DB" --brokers "$KB" --kafka =5
+bad "--kafka property librdkafka rejects" run --database-url "$DB" --brokers "$KB" \
+    --kafka no.such.prop=1
+bad "--kafka value librdkafka rejects" run --database-url "$DB" --brokers "$KB" \
+    --kafka linger.ms=notanumber
+bad "--kafka enable.idempotence=false (order depends on it)" run --database-url "$DB" \
+    --brokers "$KB" --kafka enable.idempotence=false
+check "...and the line says why" grep -q 'enable.idempotence=false: must stay true' "$T/err"
+bad "a config kafka property librdkafka rejects" run --database-url "$DB" --brokers "$KB" \
+    --config "$(cfg kafka '{"kafka": {"no.such.prop": "1"}}')"
+bad "run without a database URL" run --brokers "$KB"
+bad "migrate without a database URL" migrate
+bad "run without brokers" run --database-url "$DB"
+bad "an invalid database URL" run --database-url "$BAD_DB" --brokers "$KB"
+check "the invalid-URL error does not echo the password" lacks "$T/err" hunter2
+
+# --- help and version ---
+timeout 10 "$RELAY_BIN" --help >"$T/help" 2>&1
+check_eq "--help exits 0" 0 $?
+for flag in --database-url --brokers --batch-size --topic-template --kafka --log-level --config \
+    --poll-interval --shutdown-timeout --database-url-file --kafka-file --metrics-listen \
+    --retention; do
+    check "--help mentions $flag" grep -q -e "$flag" "$T/help"
+done
+version=$(timeout 10 "$RELAY_BIN" --version 2>&1)
+check_eq "--version exits 0" 0 $?
+check "--version prints the VERSION file's version" grep -qF "$(cat "$ROOT/VERSION")" <<<"$version"
+
+# --- precedence: flag > environment > config file > default ---
+# A relay given a valid database URL keeps running (retrying the connection); an invalid one
+# exits 2 at once. So "still running after 1 s" shows which source won.
+runs_for_a_second() {
+    local pid rc
+    "$@" >"$T/prec.log" 2>&1 &
+    pid=$!
+    sleep 1
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid"
+        _poll 20 _t_dead "$pid" || kill -KILL "$pid"
+        wait "$pid" 2>/dev/null
+        return 0
+    fi
+    wait "$pid"
+    rc=$?
+    echo "exited $rc: $(head -n 1 "$T/prec.log")"
+    return 1
+}
+bad_file=$(cfg baddb "{\"database-url\": \"$BAD_DB\"}")
+check "flag beats environment" \
+    runs_for_a_second env DATABASE_URL="$BAD_DB" "$RELAY_BIN" run --database-url "$DB" \
+    --brokers "$KB"
+check "environment beats config file" \
+    runs_for_a_second env DATABASE_URL="$DB" "$RELAY_BIN" run --config "$bad_file" --brokers "$KB"
+check "flag beats config file" \
+    runs_for_a_second "$RELAY_BIN" run --config "$bad_file" --database-url "$DB" --brokers "$KB"
+check "KAFKA_BROKERS supplies the brokers" \
+    runs_for_a_second env KAFKA_BROKERS="$KB" "$RELAY_BIN" run --database-url "$DB"
+check "config file supplies settings over defaults" \
+    runs_for_a_second "$RELAY_BIN" run --brokers "$KB" \
+    --config "$(cfg good "{\"database-url\": \"$DB\", \"batch-size\": 5, \"kafka\": {\"linger.ms\": \"5\"}}")"
+DATABASE_URL=$BAD_DB bad "an invalid DATABASE_URL from the environment" run --brokers "$KB"
+bad "a bad flag even when the config file has a good value" run --brokers "$KB" \
+    --config "$(cfg gooddb "{\"database-url\": \"$DB\"}")" --database-url "$BAD_DB"
