@@ -1,6 +1,6 @@
 #!/bin/bash
-# bench/replay.sh (issue 43): how fast the relay drains events put back in line, against fresh
-# events of the same run. Not a test: it prints figures and never fails on them.
+# bench/replay.sh: how fast the relay drains events put back in line (docs/operations.md#replay),
+# against fresh events of the same run. Not a test: it prints figures and never fails on them.
 #
 # Per round: N fresh rows (1,000 aggregates) are inserted with no relay running, then one relay
 # (default settings) is started and timed until nothing is unsent; the same N rows are then put

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make package-test` (CI, as root): what issue 19 asks of the package, on this machine:
+# `make package-test` (CI, as root): the package's checks, on this machine (docs/packaging.md):
 #   1. the [package] tools of tools/packages.txt installed;
 #   2. the man pages (make man-check), the unit (make unit-check) and the alerting rules
 #      (make monitoring-check) checked with groff/man, systemd-analyze and promtool;

@@ -22,8 +22,9 @@ Checked where it cannot be generated (README.md and docs/*.md):
   - every outbox_* name is a metric, or an object, column or role the migrations create, or
     listed in tools/docs-foreign-names.txt;
   - every relative link resolves, and so does its #anchor;
-  - no C comment points at a README heading or an issue number (tools/docs-comment-pending.txt
-    lists files whose fix is pending elsewhere).
+  - no C comment, nor a comment of a shell script of tests/, bench/ or tools/, points at a README
+    heading or an issue number, and every docs/x.md#anchor they name resolves
+    (tools/docs-comment-pending.txt lists files whose fix is pending elsewhere).
 Python 3 standard library only (python3 is in tools/packages.txt [test]).
 """
 import difflib
@@ -546,22 +547,42 @@ def check():
                 if anchor and dest.endswith(".md") and anchor not in anchors(open(dest, encoding="utf-8").read()):
                     say(f"{f}:{ln}: link ({target}): no heading gives #{anchor}")
 
-    # Comments point at docs/, not at README headings or issue numbers.
+    # Comments point at docs/, not at README headings or issue numbers. C files are read whole (a
+    # string literal citing an issue is as stale as a comment); a shell script's comments are its
+    # lines whose first non-blank character is '#' (the shebang aside), each read with the start
+    # of the next comment line, so "issue" at the end of one line and "45" on the next is found.
+    # README.md as a file name is the current README; "README" alone, or README.md#anchor, is a
+    # heading of it (the old README's, whose content is in docs/ now).
     pending = set(names_in_file("tools/docs-comment-pending.txt"))
+    cited = re.compile(r"\bREADME\b(?!\.md(?!#))|\(issues? \d+|\bissues? \d+\)|\bissue #?\d+\b")
+
+    def comment(rel, ln, l, text):
+        for doc, _, anchor in re.findall(r"\b(docs/[\w.-]+\.md)(#([\w-]+))?", l):
+            if not os.path.exists(path(doc)):
+                say(f"{rel}:{ln}: points at {doc}, which does not exist")
+            elif anchor and anchor not in anchors(read(doc)):
+                say(f"{rel}:{ln}: points at {doc}#{anchor}, which no heading gives")
+        if any(m.start() < len(l) for m in cited.finditer(text)):
+            if rel in pending:
+                print(f"docs-check: pending (tools/docs-comment-pending.txt): {rel}:{ln}: {l.strip()}")
+            else:
+                say(f"{rel}:{ln}: points at the README or an issue number, not at docs/: {l.strip()}")
+
     for f in sorted(glob.glob(path("relay", "**", "*.[ch]"), recursive=True) + glob.glob(path("lib", "*.[ch]")) +
                     glob.glob(path("producer-demo", "*.[ch]")) + glob.glob(path("consumer-demo", "*.[ch]"))):
         rel = os.path.relpath(f, ROOT)
         for ln, l in enumerate(open(f, encoding="utf-8").read().split("\n"), 1):
-            for doc, _, anchor in re.findall(r"\b(docs/[\w.-]+\.md)(#([\w-]+))?", l):
-                if not os.path.exists(path(doc)):
-                    say(f"{rel}:{ln}: points at {doc}, which does not exist")
-                elif anchor and anchor not in anchors(read(doc)):
-                    say(f"{rel}:{ln}: points at {doc}#{anchor}, which no heading gives")
-            if re.search(r"\bREADME\b|\(issues? \d+|\bissues? \d+\)|\bissue #?\d+\b", l):
-                if rel in pending:
-                    print(f"docs-check: pending (tools/docs-comment-pending.txt): {rel}:{ln}: {l.strip()}")
-                else:
-                    say(f"{rel}:{ln}: points at the README or an issue number, not at docs/: {l.strip()}")
+            comment(rel, ln, l, l)
+    for f in sorted(glob.glob(path("tests", "**", "*.sh"), recursive=True) + glob.glob(path("bench", "*.sh")) +
+                    glob.glob(path("tools", "*.sh"))):
+        rel = os.path.relpath(f, ROOT)
+        lines = open(f, encoding="utf-8").read().split("\n")
+        notes = [(ln, l) for ln, l in enumerate(lines, 1)
+                 if l.lstrip().startswith("#") and not (ln == 1 and l.startswith("#!"))]
+        for i, (ln, l) in enumerate(notes):
+            nxt = notes[i + 1] if i + 1 < len(notes) else (0, "")
+            after = nxt[1].lstrip().lstrip("#").lstrip() if nxt[0] == ln + 1 else ""
+            comment(rel, ln, l, l.rstrip() + " " + after[:20])
 
     for p in problems:
         print(f"docs-check: {p}", file=sys.stderr)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# `make fresh-test`: proves the README's quick start on a truly fresh Debian 12. CI runs on a
+# `make fresh-test`: proves README.md's quick start on a truly fresh Debian 12. CI runs on a
 # machine that earlier work left packages on, so a green CI can hide a missing install step; this
-# builds a minbase bookworm chroot with debootstrap, adds only `make` and `git` (the README's one
+# builds a minbase bookworm chroot with debootstrap, adds only `make` and `git` (README.md's one
 # prerequisite), clones the current commit into it and runs, as the very first command:
 #
 #   tools/fresh-chroot.sh [quickstart|test|package-fresh]     (default quickstart;

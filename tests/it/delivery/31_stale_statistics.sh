@@ -65,7 +65,8 @@ check "no claim sorts the table's rows by id" lacks_re "$T/claim-plans.txt" 'Sor
 # the statistics say. Statistics taken while the table held 1,000 rows, all sent; then an old
 # snapshot (an open REPEATABLE READ transaction) keeps every version that 40,000 sent rows leave in
 # the unsent index (vacuum may not remove them). Walking those versions from the start of the
-# unsent index is what made each claim slower with every minute such a snapshot stayed (issue 16):
+# unsent index is what made each claim slower with every minute such a snapshot stayed
+# (docs/operations.md#dead-rows-and-old-snapshots):
 # the planner costs both partial indexes alike on such statistics, and picked the unsent one.
 psql_q "TRUNCATE outbox"
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)

@@ -1,6 +1,7 @@
 #!/bin/bash
-# Proves a claim holds at most --batch-bytes of payload whatever the rows' sizes (issue 16), and
-# that a payload over the producer's message.max.bytes is failed without being loaded:
+# Proves a claim holds at most --batch-bytes of payload whatever the rows' sizes
+# (docs/operations.md#memory), and that a payload over the producer's message.max.bytes is failed
+# without being loaded:
 #  - 30 rows of ~150 KB over 5 aggregates, one of ~700 KB (over the budget of 500,000 bytes: it
 #    goes alone) and one of ~2 MB in an aggregate of its own (over message.max.bytes, 1,000,000 by
 #    default);
@@ -8,8 +9,8 @@
 #    500,000 payload bytes, or a single row; the 2 MB payload never counts (it is not loaded);
 #  - every row but the 2 MB one is delivered, first copies in order; that one is rejected with
 #    last_error "message too large: N bytes ...", N its real size (payload, key and headers).
-# B. The budget counts every column of a message, not the payload alone (issue 38: on main 60
-#    rows of tiny payloads with 1 MB headers peaked at 71 MB with --batch-bytes 65536): 40 rows of
+# B. The budget counts every column of a message, not the payload alone (on main 60 rows of
+#    tiny payloads with 1 MB headers peaked at 71 MB with --batch-bytes 65536): 40 rows of
 #    tiny payloads with ~30 KB headers, 20 with ~20 KB keys (aggregate ids) and ~20 KB additional
 #    fields placed as headers, one whose headers column is ~1.1 MB (over message.max.bytes in
 #    a column that is not the payload) and one whose additional field is: every batch of several rows holds at

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Proves the relay measures durations on the monotonic clock, not the wall clock (issue 38):
+# Proves the relay measures durations on the monotonic clock, not the wall clock:
 # libev's ev_now() is wall-clock time, and a session that decided "rows came recently, stay
 # awake" from ev_now() differences polled every --busy-poll-interval (2 ms) for as long as the
 # wall clock had been stepped back (an NTP step, a resumed VM). On main: ~35 claims in 5 s idle,

@@ -1,8 +1,8 @@
 #!/bin/bash
 # Proves claims cost what they return, not the dead row versions an old snapshot keeps, and that
 # the claim floor that makes it so (relay/engine/floor.h) neither loses nor reorders an event
-# (issue 16). Another client holds a REPEATABLE READ snapshot for the whole test, so no marked
-# row's old version can be vacuumed away.
+# (docs/architecture.md#the-claim-and-its-floor). Another client holds a REPEATABLE READ
+# snapshot for the whole test, so no marked row's old version can be vacuumed away.
 #  A. 20,000 events are sent (20,000 dead versions in the unsent index). Then 1,000 more arrive
 #     in 20 transactions: the claims' buffer accesses per claim (pg_stat_statements) stay below
 #     a fourth of the pages that history fills with the floor (the default), and are above

@@ -2,8 +2,8 @@
 # Proves that consumer-demo tells the database's trouble from the message's (lib/sqlstate.h):
 # every failure that is not the event's own fault is an outage, retried without limit, and the
 # event is applied exactly once when it passes; nothing valid is parked. Each class is made real
-# against a real PostgreSQL: the server read-only for a while (25006, as during a failover; issue
-# 45's reproduction: the old code parked the event after five refusals, committed its offset and
+# against a real PostgreSQL: the server read-only for a while (25006, as during a failover;
+# before the fix the consumer parked the event after five refusals, committed its offset and
 # never applied it, also after a restart), a deadlock the consumer loses (40P01), statements
 # cancelled by statement_timeout (57014) or lock_timeout (55P03) while another session holds the
 # table, and a PostgreSQL restart. A poison event (its data refused by a CHECK constraint, 23514) is still parked, and

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Proves producer-demo's answers to issue 45's reproductions, each against real servers and real
+# Proves how producer-demo behaves in five hard cases, each against real servers and real
 # faults (each of 1-4 failed against the code before the fix; see the commit):
 #  1. Redis is a hint, PostgreSQL decides: a SET NX guard whose reply came after the timeout
 #     (the guard took effect, Redis was then "down" for 1 s) and a guard left behind because Redis

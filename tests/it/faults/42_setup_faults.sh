@@ -1,6 +1,7 @@
 #!/bin/bash
 # Proves that a fault of the setup (privileges, a missing table: lib/sqlstate.h) is nobody's row's
-# fault (issue 38) and that a relay which cannot work holds no lanes and is not ready (issue 44):
+# fault and that a relay which cannot work holds no lanes and is not ready
+# (docs/guarantees.md#failure-modes):
 #  A. --on-sent delete --max-attempts 2, run as a member of outbox_relay, after REVOKE DELETE ON
 #     outbox FROM outbox_relay (migration 0006 itself suggests it where deletes are not used):
 #     the marks fail with 42501. On main every event was dead-lettered within 8 s, 20 messages in

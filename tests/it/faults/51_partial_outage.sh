@@ -1,6 +1,6 @@
 #!/bin/bash
 # Proves per-aggregate order and the delivery timeout's bound hold while only part of the Kafka
-# cluster is down (issue 21, findings 2 and 3, suspected finding 4):
+# cluster is down (docs/guarantees.md#failure-modes):
 #  C. A topic template with {event_type} spreads an aggregate over topics, whose order Kafka does
 #     not keep: it is refused (exit 2, one line) unless --order-scope topic accepts order per
 #     aggregate within each topic. With a broker down that leads some topics, no first copy is out

@@ -3,7 +3,7 @@
 #  1. all brokers down for 6 s, longer than --delivery-timeout 2000, with --max-attempts 1: the
 #     rows claimed meanwhile get attempts > 0 and a last_error while nothing is marked sent, and
 #     none is counted as a rejection or dead-lettered (a delivery timeout is transient, however
-#     low --max-attempts is: the README's promise); once the brokers are back
+#     low --max-attempts is: docs/guarantees.md#failure-modes); once the brokers are back
 #     every row is delivered, first copies in order per aggregate; the outage costs at most a
 #     few warn lines (`kafka unreachable`, `events not delivered`, delivery timeouts), not one per
 #     retry, and the relay logs that Kafka is reachable again;

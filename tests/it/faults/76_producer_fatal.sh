@@ -1,6 +1,6 @@
 #!/bin/bash
-# Proves the relay recovers from the idempotent producer's sequence errors without loss and
-# without a reorder (issue 15, "Kafka side"): the mock broker answers produce requests with
+# Proves the relay recovers from the idempotent producer's sequence errors without loss or
+# reorder (docs/guarantees.md#failure-modes): the mock broker answers produce requests with
 #   45 OUT_OF_ORDER_SEQUENCE_NUMBER — with enable.gapless.guarantee librdkafka 2.0.2 raises a
 #      fatal error; the relay purges the producer, fails what it had in flight, recreates it and
 #      retries the rows in order;

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Proves `outbox-relay replay` (issue 43) against a real PostgreSQL, the mock broker and real
-# consumers:
+# Proves `outbox-relay replay` (docs/operations.md#replay) against a real PostgreSQL, the mock
+# broker and real consumers:
 #  1. verify finds 3 events marked sent whose messages never reached Kafka; a dry run of replay
 #     over verify's --json list names the 3 and their topic and changes nothing; replay puts
 #     exactly those back in line as fresh rows (new ids above every other, attempts 0, not

@@ -64,7 +64,7 @@ check_eq "1: json session slots, lanes in all, client addresses" "0 1 64 127.0.0
 check "1: json session client_port and backend_start set" \
     jq -e 'all(.sessions[]; .client_port > 0 and (.backend_start | test("^[0-9-]+T[0-9:]+Z$")))' \
     "$T/status.json"
-check_eq "1: json sessions name their relay (application_name) and role (issue 44)" \
+check_eq "1: json sessions name their relay (application_name) and role" \
     "outbox-relay session-0,outbox-relay session-1 postgres" \
     "$(jq -r '"\([.sessions[].application_name] | sort | join(",")) \([.sessions[].user] | unique | join(","))"' "$T/status.json")"
 check "1: text shows the application name" grep -qE "outbox-relay session-0 +postgres$" "$T/status.txt"

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Proves the relay makes an old snapshot visible (issue 16: claims slow down while one holds back
-# vacuum, so an operator must see it and who holds it):
+# Proves the relay makes an old snapshot visible (claims slow down while one holds back vacuum, so
+# an operator must see it and who holds it: docs/operations.md#dead-rows-and-old-snapshots):
 #  - with no long transaction, outbox_vacuum_horizon_held_seconds stays below --horizon-warn and
 #    nothing is logged;
 #  - another client opens a REPEATABLE READ transaction and keeps it (as a forgotten BEGIN or a

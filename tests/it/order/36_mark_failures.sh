@@ -1,7 +1,7 @@
 #!/bin/bash
-# Proves that recording a batch's outcome can fail without replaying the batch for ever (issue 21,
-# finding 1). Both parts failed on main before the fix: the good rows were published again after
-# every backoff and never marked, and the poison row was never dead-lettered.
+# Proves that recording a batch's outcome can fail without replaying the batch for ever. Both
+# parts failed on main before the fix: the good rows were published again after every backoff
+# and never marked, and the poison row was never dead-lettered.
 #  A. A row whose aggregate type is 50 'a' and an 'é' has an illegal topic; the error text names
 #     the topic cut at 64 bytes, inside the 'é'. That text is stored as the row's last_error
 #     (made valid UTF-8), so the row is dead-lettered after --max-attempts with its error, and the

@@ -1,9 +1,8 @@
 #!/bin/bash
-# Proves a failed event holds back the later events of its aggregate when the aggregate id is
-# NULL (an adopted table may allow it; issue 21, suspected finding 6). Lanes hash NULL as '', but
-# the claim's held-back check compared `b.agg_id = o.agg_id`, never true for NULL, so on main the
-# later events of a NULL-keyed aggregate were claimed and published while its first event waited
-# for its retry: an order break.
+# Proves a failed event holds back the later events of its aggregate when the aggregate id is NULL
+# (an adopted table may allow it). Lanes hash NULL as '', but the claim's held-back check compared
+# `b.agg_id = o.agg_id`, never true for NULL, so on main the later events of a NULL-keyed aggregate
+# were claimed and published while its first event waited for its retry: an order break.
 # A Debezium-layout table whose aggregateid allows NULL holds, for aggregate ('n', NULL): a 2 MB
 # event (over message.max.bytes: rejected, retried after --retry-backoff) and then two small ones.
 # After the rejection, rows of another aggregate inserted later are delivered (so later claims ran),

@@ -1,13 +1,13 @@
 #!/bin/bash
 # Proves a row locked by someone else (an operator's open transaction) never lets the later
-# events of its aggregate overtake it (issue 15). On main the claim's SKIP LOCKED skipped the
-# locked row and published the aggregate's later events first.
+# events of its aggregate overtake it. On main the claim's SKIP LOCKED skipped the locked row and
+# published the aggregate's later events first.
 # 30 aggregates with 4 events each; another client locks the first event of aggregate 'held-1'
 # for 8 s (SELECT … FOR UPDATE in an open transaction) before the relay starts, and more events
 # of every aggregate arrive meanwhile. While the lock is held: every other aggregate is
 # delivered, none of 'held-1''s events is, and each session that meets the lock logs the stall
 # once, naming the blocking backend's pid. Once the lock is gone: everything is delivered, first copies in order.
-# D (issue 38): a locked row far into the backlog, beyond the rows a claim around locks first looks
+# D. A locked row far into the backlog, beyond the rows a claim around locks first looks
 # at (four times the row limit), stalls only its own aggregate: --sessions 1 --batch-size 10,
 # aggregate G with 60 unsent rows, H with 1, then K-1..K-10; another client holds G's and H's rows
 # FOR UPDATE for 20 s. On main the K-* events all stayed unsent (77 rounds of lock timeouts).

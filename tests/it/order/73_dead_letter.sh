@@ -175,7 +175,7 @@ check_eq "dlq got the re-dead event a second time (3 messages in all)" \
     "$(printf '%s\n' "$BAD_EID" "$BAD_EID" "$HUGE_EID" | sort | paste -sd ' ')" \
     "$(jq -r .headers.id "$T/dlq2.json" | sort | paste -sd ' ')"
 
-# --- a dead event whose dead-letter record the row refuses (issue 38) -----------------------------
+# --- a dead event whose dead-letter record the row refuses ---------------------------------------
 # A trigger refuses to record dead_letter_topic on one row: its dead-letter message is published,
 # the record fails, and the row waits to be published again. On main it waited 30 s every time,
 # for ever; now the wait doubles with each failure (up to an hour): after the second failure it

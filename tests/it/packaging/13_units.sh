@@ -1,6 +1,6 @@
 #!/bin/bash
 # Proves that both shipped units pass `systemd-analyze verify` as `make install` writes them (the
-# unit and the template outbox-relay@.service, through an instance, issue 44), with the relay this
+# unit and the template outbox-relay@.service, through an instance), with the relay this
 # tree built: the same check as `make unit-check` (tools/unit-check.sh), in `make test` too; and
 # that the template names the instance's own files.
 # shellcheck source=tests/lib.sh

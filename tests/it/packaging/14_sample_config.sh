@@ -1,7 +1,7 @@
 #!/bin/bash
 # Proves the shipped relay.json (systemd/relay.json, installed as /etc/outbox-relay/relay.json)
 # is the sample the option table generates (every option a file may hold, commented out with its
-# default and help: issue 44), so it cannot drift from the options; and that the relay takes it
+# default and help), so it cannot drift from the options; and that the relay takes it
 # as it is: `check --config` finds no configuration error in it (exit 1 for the unreachable
 # database of this test, not 2), and a key whose # is removed takes effect.
 # shellcheck source=tests/lib.sh

@@ -1,13 +1,13 @@
 #!/bin/bash
 # Proves docker-compose.yml is valid for Debian's docker-compose (`config -q`, as CI runs it) and
-# holds what the README promises: PostgreSQL, Apache Kafka in KRaft mode (official image, one
-# node), a one-shot migrate service, two relay replicas, producer-demo and consumer-demo, each
-# long-running service with a health check, the programs started only after the migration; and
-# that the Dockerfile is a multi-stage Debian bookworm build of the three binaries. Also what
-# issue 22 fixed: one service builds the image (the others only name it and never pull it),
-# PostgreSQL's health check goes over TCP, migrate waits a bounded time for the database, the
-# password is not a word the logs are full of, Kafka keeps its data on a volume, and the
-# published ports are on loopback. tests/compose/compose_up.sh (make compose-test) runs the file.
+# holds what docs/demos.md#docker-compose-the-chain-on-real-kafka describes: PostgreSQL, Apache
+# Kafka in KRaft mode (official image, one node), a one-shot migrate service, two relay replicas,
+# producer-demo and consumer-demo, each long-running service with a health check, the programs
+# started only after the migration; and that the Dockerfile is a multi-stage Debian bookworm build
+# of the three binaries. Also: one service builds the image (the others only name it and never pull
+# it), PostgreSQL's health check goes over TCP, migrate waits a bounded time for the database, the
+# password is not a word the logs are full of, Kafka keeps its data on a volume, and the published
+# ports are on loopback. tests/compose/compose_up.sh (make compose-test) runs the file.
 source "$(dirname "$0")/../../lib.sh"
 t_setup
 cd "$ROOT" || fail "cd $ROOT"

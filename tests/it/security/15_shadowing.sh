@@ -1,9 +1,9 @@
 #!/bin/bash
 # Proves that no SQL of the relay or of its migrations can be captured by look-alike functions and
-# operators (issue 46, item 1). PostgreSQL prefers an exact argument-type match anywhere on the
-# search_path over a built-in that needs a cast, so with pg_catalog first a built-in is safe only
-# where its argument types match exactly. An untrusted role, `neighbour`, with CREATE on `public`
-# (the relay's schema), plants before anything is migrated:
+# operators (docs/security.md, its search_path item). PostgreSQL prefers an exact argument-type
+# match anywhere on the search_path over a built-in that needs a cast, so with pg_catalog first a
+# built-in is safe only where its argument types match exactly. An untrusted role, `neighbour`,
+# with CREATE on `public` (the relay's schema), plants before anything is migrated:
 #  - for every built-in function the relay's SQL and its migrations name, one look-alike per
 #    signature and argument position with integer, bigint, smallint, numeric, float, text,
 #    varchar, name, boolean, jsonb, oid, regclass, time, interval (and "unknown" where PostgreSQL
@@ -36,9 +36,9 @@ generate_series gen_random_uuid format string_agg date_part extract timezone"
 AGGS="count min max sum array_agg"
 OPS="+ - * / ^ & | % = <> < > <= >= || ~~"
 
-# The schema as an existing installation has it: migrated before any look-alike existed
-# (0001-0008 predate the hardening and, once applied, never run again; README, "Security": the
-# schema is writable by trusted roles only when migrate first runs). 0009 is forgotten, so that
+# The schema as an existing installation has it: migrated before any look-alike existed (0001-0008
+# predate the hardening and, once applied, never run again; docs/security.md: the schema must be
+# writable by trusted roles only whenever migrate applies 0001-0008). 0009 is forgotten, so that
 # the migrate below applies it with the look-alikes in place, as an upgrade would.
 relay_migrate >"$T/migrate0.log" 2>&1 || { cat "$T/migrate0.log"; fail "migrate"; }
 psql_q "DELETE FROM schema_migrations WHERE version >= '0009'" || fail "forget 0009"

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Proves that writers (members of outbox_producer) may INSERT only the columns of the integration
-# contract (issue 46, item 3; migrations/0009_hardening.sql, relay/cmd/grants.c):
+# contract (migrations/0009_hardening.sql, relay/cmd/grants.c; docs/security.md):
 #  1. the documented INSERT (aggregate_type, aggregate_id, event_type, payload, headers) works;
 #  2. setting attempts, next_attempt_at, dead_at, sent_at, rejections, last_error,
 #     dead_letter_topic, event_id, created_at or the id (OVERRIDING SYSTEM VALUE) is refused,

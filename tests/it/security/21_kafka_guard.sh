@@ -1,6 +1,6 @@
 #!/bin/bash
 # Proves that librdkafka properties which load code or run commands are refused unless the
-# operator allows them by name (relay/kafka_guard.c, README "Security"):
+# operator allows them by name (relay/kafka_guard.c, docs/security.md):
 #  1. --kafka plugin.library.paths=LIB exits 2 with one line, and LIB is not loaded (its
 #     constructor would create a file); the same from --kafka-file, from the config file's
 #     "kafka" object, and with the name in another case;

@@ -1,7 +1,8 @@
 #!/bin/bash
-# Proves the relay states how its connections are protected (relay/tls_report.c, README
-# "Security"), end to end; how each setting is judged and the warnings towards hosts that are
-# not loopback are covered by tests/unit/test_tls_report.c (which needs no connection to them):
+# Proves the relay states how its connections are protected (relay/tls_report.c,
+# docs/security.md#secure-by-default), end to end; how each setting is judged and the warnings
+# towards hosts that are not loopback are covered by tests/unit/test_tls_report.c (which needs no
+# connection to them):
 #  1. --require-tls with sslmode=require towards a PostgreSQL host that is not loopback exits 2
 #     with one line naming the host, before anything connects (the name is never resolved);
 #  2. --require-tls with a plaintext broker that is not loopback exits 2 with one line too;

@@ -1,8 +1,7 @@
 #!/bin/bash
 # Proves that a session which is not a relay cannot stall delivery silently by taking the lane
-# group's advisory locks (issue 46: advisory locks need no privilege; on main a login with no
-# grants at all took the 64 lane locks: 20 of 20 new events unsent after 30 s, /readyz 200,
-# nothing logged):
+# group's advisory locks (advisory locks need no privilege; on main a login with no grants at all
+# took the 64 lane locks: 20 of 20 new events unsent after 30 s, /readyz 200, nothing logged):
 #  A. a stranger (a login with no grants) holds all 64 lane locks: the relay names it in the log
 #     (pid, what it holds), counts it (outbox_lane_squatters), answers /readyz 503, delivers
 #     nothing meanwhile; once the stranger's session ends, every event is delivered, the relay is

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Proves a row cannot forge the headers the relay sets, and one row's oversized headers fail
-# that row only (relay/outbox/route.c, README "Security"). With --max-attempts 1
+# that row only (relay/outbox/route.c, docs/security.md). With --max-attempts 1
 # --dead-letter-topic dlq:
 #  1. a row whose headers hold `ID`, `Id`, `Event_Type`, `AGGREGATE_TYPE`, `dlq.error` and
 #     `DLQ.Attempts` is delivered with exactly one header named id/event_type/aggregate_type

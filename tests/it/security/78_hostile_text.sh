@@ -1,6 +1,6 @@
 #!/bin/bash
 # Proves text that writers choose cannot forge log lines or drive the operator's terminal
-# (issue 46 item 6; lib/log.c, relay/cmd/admin.c, README "Security"):
+# (lib/log.c, relay/cmd/admin.c, docs/security.md):
 #  1. an adopted table with text event ids: a row whose event id holds ESC, an OSC title
 #     sequence, U+2028, U+0085, U+202E and a newline followed by a forged "level=error" line is
 #     dead-lettered; the relay's log holds no raw ESC, BEL, U+2028, U+0085 or U+202E, no line

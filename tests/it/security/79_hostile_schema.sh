@@ -1,6 +1,6 @@
 #!/bin/bash
 # Proves the relay and migrate use their own objects when a hostile schema comes earlier on the
-# search_path (the CVE-2018-1058 pattern; README "Security"). After a normal migrate, a schema
+# search_path (the CVE-2018-1058 pattern; docs/security.md). After a normal migrate, a schema
 # `evil` gets a table `outbox` (same columns, one decoy row), a `schema_migrations`, and
 # functions of the relay's names (outbox_relay_sleep, outbox_relay_wake, outbox_lane,
 # outbox_wakeup_install) that record every call; then ALTER DATABASE and ALTER ROLE put `evil`

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Proves the secret-handling and TLS-policy fixes of issue 46 (items 4, 5, 7 and part of 8):
+# Proves the relay's secret handling and TLS policy (docs/security.md#secrets,
+# docs/security.md#secure-by-default):
 #  0. the shipped unit runs the relay with --require-tls and loads the Kafka properties as a
 #     credential (LoadCredential=kafka.properties, --kafka-file %d/kafka.properties);
 #  1. (with --require-tls, on loopback plaintext) a running relay's /proc/PID/cmdline no longer holds the --database-url (password included)

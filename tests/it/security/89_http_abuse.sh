@@ -1,6 +1,6 @@
 #!/bin/bash
-# Proves the metrics port answers its probes while hostile neighbours abuse it (README,
-# "Security"): the relay serves /healthz from 127.0.0.1 while
+# Proves the metrics port answers its probes while hostile neighbours abuse it
+# (docs/operations.md#metrics-and-health): the relay serves /healthz from 127.0.0.1 while
 #  1. 500 connections from 127.0.0.2 each send half a request and then nothing (the per-address
 #     limit closes all but a few at once);
 #  2. 500 connections spread over 50 addresses (127.0.1.1-50, 10 each: under the per-address

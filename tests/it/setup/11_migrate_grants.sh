@@ -1,5 +1,6 @@
 #!/bin/bash
-# Proves that `migrate` cannot silently skip the grants of the least-privileged setup (issue 44):
+# Proves that `migrate` cannot silently skip the grants of the least-privileged setup
+# (docs/security.md#secure-by-default, "Least privilege"):
 #  1. run as a database owner without CREATEROLE on a cluster without the roles, it prints the
 #     server's WARNING (not only the server log), exits non-zero, and names the missing roles and
 #     the statements that create them;
@@ -57,7 +58,7 @@ check_eq "2: a third migrate exits 0" 0 $?
 check "2: ... with no server notice" lacks "$T/m3.log" "server notice"
 psql_q "REVOKE DELETE ON outbox FROM outbox_relay" -d owned || fail "revoke DELETE"
 as_owner "$T/m3b.log"
-check_eq "2: a DELETE the operator revoked stays revoked (README: revocable without deletes)" f \
+check_eq "2: a DELETE the operator revoked stays revoked (granted only once)" f \
     "$(psql_q "SELECT has_table_privilege('outbox_relay', 'outbox', 'DELETE')" -d owned)"
 
 # --- 3. the relay as a member of outbox_relay: the claim floor is on ---

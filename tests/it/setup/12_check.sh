@@ -1,5 +1,5 @@
 #!/bin/bash
-# Proves `outbox-relay check` (issue 44), run as a login role that is a member of outbox_relay
+# Proves `outbox-relay check`, run as a login role that is a member of outbox_relay
 # only, as the least-privileged relay would:
 #  1. on a good setup it exits 0 and says ok for the config, PostgreSQL, the table, the
 #     privileges, the claim floor and Kafka;
