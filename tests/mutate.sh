@@ -9,13 +9,19 @@
 # and the unit tests it names (test_NAME);
 # the named tests run with tests/run.sh. Outcome per mutant:
 #   caught          in every run, one of the named tests failed (they run in the order named,
-#                   and a run stops at the first that fails)
-#   missed          all of them passed in some run (a probabilistic catch counts as missed)
+#                   and a run stops at the first that fails; with MUTATE_EACH=1, every named
+#                   test failed)
+#   missed          all of them passed in some run (a probabilistic catch counts as missed);
+#                   with MUTATE_EACH=1, one of them passed
+# Name the unit test first (test_engine, test_floor): it fails in seconds and the slow
+# integration test then does not run; MUTATE_EACH=1 proves the integration tests still bite.
 #   does not apply  the patch no longer applies: refresh it (a failure, but not a miss)
 #   build failed    the patched tree does not build: fix the patch
 #
 #   tests/mutate.sh [NAME...]    only mutants whose file name contains one of the NAMEs
+#   MUTANTS="NAME..."            the same, for `make mutate MUTANTS="08_ 18_"`
 #   MUTATE_REPEAT=N              run the named tests N times per mutant (default 1)
+#   MUTATE_EACH=1                run every named test, each must fail (not only the first)
 #   MUTATE_KEEP=1                keep the scratch directories and logs
 # Exit status 0 only when every selected mutant was caught.
 
@@ -24,7 +30,10 @@ set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
 REPEAT=${MUTATE_REPEAT:-1}
+EACH=${MUTATE_EACH:-0}
 filters=("$@")
+# shellcheck disable=SC2206 # MUTANTS is a list of words
+[ ${#filters[@]} -eq 0 ] && [ -n "${MUTANTS:-}" ] && filters=(${MUTANTS})
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/outbox-relay-mutate.XXXXXX") || exit 1
 cleanup() {
@@ -100,11 +109,13 @@ for patch in tests/mutants/*.patch; do
         for run in $(seq 1 "$REPEAT"); do
             log=$WORK/$name.run$run.log
             : >"$log"
-            by=
+            by='' passed=''
             for t in $tests; do
                 if ! bash "$dir/tests/run.sh" "$t" >>"$log" 2>&1; then
-                    by=$t
-                    break
+                    by="$by $t"
+                    [ "$EACH" = 1 ] || break
+                else
+                    passed="$passed $t"
                 fi
             done
             if [ -z "$by" ]; then
@@ -112,6 +123,12 @@ for patch in tests/mutants/*.patch; do
                 echo "#   run $run: every named test passed"
                 break
             fi
+            if [ "$EACH" = 1 ] && [ -n "$passed" ]; then
+                result="missed by$passed"
+                echo "#   run $run: passed:$passed (failed:$by)"
+                break
+            fi
+            by=${by# }
             echo "#   run $run: $by failed, $(grep -cE '^not ok' "$log") failed checks, e.g.:"
             grep -E '^not ok' "$log" | head -n 3 | sed 's/^/#     /'
         done
