@@ -1033,6 +1033,27 @@ static void test_transient_mark_failures(void **state)
     expect_sent(0, by_row_sent);
 }
 
+/* A claim fails for a passing reason (57014, a statement timeout): the session rolls back and
+ * waits out the retry backoff; a notification meanwhile (work for everyone) sends nothing, the
+ * retry timer brings the next claim. */
+static void test_claim_failure_waits_for_backoff(void **state)
+{
+    static const char *const phases[] = {"ending", "idle", "claiming", NULL};
+    static const char *const sent[] = {"ROLLBACK", CLAIM, NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_failing(0, "claim", "57014");
+    answer(0); /* ROLLBACK */
+    expect_idle_pg(0);
+    fake_pg_notify(PG(0), WAKEUP_CHANNEL, "");
+    expect_idle_pg(0);       /* the backoff runs: no claim before it ends */
+    fire(&S(0)->poll_timer); /* nor the poll timer */
+    expect_idle_pg(0);
+    fire(&S(0)->retry_timer);
+    expect_phases(0, phases);
+    expect_sent(0, sent);
+}
+
 /* A claim fails for a reason of the setup (42501, no privilege): the session gives its lanes
  * up, the relay is not ready, and after each retry backoff it probes with a claim of no lanes;
  * once one goes through it joins again and claims. */
@@ -1109,6 +1130,7 @@ int main(void)
         cmocka_unit_test_teardown(test_row_by_row_after_row_fault, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_chained_marks, teardown),
         cmocka_unit_test_teardown(test_transient_mark_failures, teardown),
+        cmocka_unit_test_teardown(test_claim_failure_waits_for_backoff, teardown),
         cmocka_unit_test_teardown(test_setup_fault, teardown),
         cmocka_unit_test_teardown(test_refused_event_holds_its_aggregate, teardown),
     };
