@@ -38,7 +38,9 @@ static const char *const on_sent_actions[] = {"mark", "delete", NULL}; /* in OnS
 static const char *const off_on[] = {"off", "on", NULL};
 static const char *const layouts[] = {"relay", "debezium", NULL}; /* in TableLayout order */
 static const char *const message_formats[] = {"relay", "cloudevents", NULL}; /* MessageFormat */
-static const char *const order_scopes[] = {"aggregate", "topic", NULL}; /* in OrderScope order */
+static const char *const order_scopes[] = {"aggregate", "topic", "partition",
+                                           NULL}; /* in OrderScope order */
+static const char *const payload_formats[] = {"text", "binary", NULL}; /* false, true */
 static const char *const log_formats[] = {"text", "json", NULL};        /* in LogFormat order */
 
 static const OptDef options[] = {
@@ -190,8 +192,24 @@ static const OptDef options[] = {
     {.name = "additional-fields",
      .type = OPT_STRING,
      .offset = FIELD(additional_fields),
-     .metavar = "COL:header[:NAME],...",
-     .help = "columns sent as headers too [Debezium: table.fields.additional.placement]"},
+     .metavar = "COL:PLACEMENT[:NAME],...",
+     .help = "columns placed in the message too: COL:header[:NAME] a header, COL:envelope[:NAME] a "
+             "field of the value beside payload, COL:partition the partition (needs --order-scope "
+             "partition) [Debezium: table.fields.additional.placement]"},
+    {.name = "timestamp-column",
+     .type = OPT_STRING,
+     .offset = FIELD(timestamp_column),
+     .metavar = "COLUMN",
+     .help = "timestamp or timestamptz column giving the message's timestamp (default: the time "
+             "it is produced) [Debezium: table.field.event.timestamp]"},
+    {.name = "payload-format",
+     .type = OPT_CHOICE,
+     .def = "text",
+     .offset = FIELD(payload_binary),
+     .metavar = "FORMAT",
+     .help = "text: the payload column's text form (jsonb, json, text); binary: a bytea column, "
+             "published byte for byte",
+     .choices = payload_formats},
     {.name = "kafka",
      .type = OPT_LIST,
      .offset = FIELD(kafka),
@@ -372,7 +390,8 @@ static const OptDef options[] = {
      .metavar = "SCOPE",
      .help =
          "aggregate: all of an aggregate's events stay in order, so the topic template may not use "
-         "{event_type}; topic: order holds per aggregate within each topic only",
+         "{event_type}; topic: order holds per aggregate within each topic only; partition: within "
+         "each topic and partition only (needed by a partition column)",
      .choices = order_scopes},
     {.name = "message-format",
      .type = OPT_CHOICE,
@@ -558,6 +577,7 @@ static const OptAlias aliases[] = {
     {"route.by.field", "aggregate-type-column"},
     {"route.topic.replacement", "topic-template"},
     {"table.fields.additional.placement", "additional-fields"},
+    {"table.field.event.timestamp", "timestamp-column"},
 };
 
 /* How an OptSource is said in an error. */
@@ -991,9 +1011,20 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
                           cfg->payload_column,
                           cfg->headers_column,
                           cfg->additional_fields,
-                          cfg->message_format == FORMAT_CLOUDEVENTS};
+                          cfg->timestamp_column,
+                          cfg->message_format == FORMAT_CLOUDEVENTS,
+                          cfg->payload_binary != 0};
     if (!table_map_init(&cfg->map, &table, err, errlen))
         return false;
+    /* Kafka orders a partition, not a key: rows of one aggregate that name different partitions
+     * are read in no order across them, so the promise shrinks to each partition, and the
+     * operator says so (as {event_type} in the topic template needs --order-scope topic). */
+    if (cfg->map.partition && cfg->order_scope != ORDER_PER_PARTITION)
+        return optval_fail(err, errlen,
+                           "additional-fields: %s:partition needs --order-scope partition (order "
+                           "then holds per aggregate within each partition; keep the column "
+                           "constant per aggregate for whole-aggregate order)",
+                           cfg->map.partition);
     if ((cfg->command == CMD_RUN || cfg->command == CMD_VERIFY || cfg->command == CMD_CHECK) &&
         !cfg->brokers)
         return optval_fail(err, errlen,

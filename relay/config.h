@@ -44,6 +44,7 @@ typedef enum {
 typedef enum {
     ORDER_PER_AGGREGATE, /* all of an aggregate's events, in one topic: no {event_type} */
     ORDER_PER_TOPIC,     /* an aggregate's events within each topic: {event_type} allowed */
+    ORDER_PER_PARTITION, /* within each topic and partition: a partition column allowed */
 } OrderScope;
 
 /* What a message looks like besides its value (the payload) and key (the aggregate id). */
@@ -69,8 +70,9 @@ typedef struct Config {
     char *table;
     TableLayout layout;
     char *seq_column, *event_id_column, *aggregate_type_column, *aggregate_id_column,
-        *event_type_column, *payload_column, *headers_column, *additional_fields;
-    TableMap map;  /* ...and resolved: what every statement is written for */
+        *event_type_column, *payload_column, *headers_column, *additional_fields, *timestamp_column;
+    int payload_binary; /* --payload-format: 0 text, 1 binary (a bytea column, byte for byte) */
+    TableMap map;       /* ...and resolved: what every statement is written for */
     OptList kafka; /* librdkafka properties, passed through as given (validated by librdkafka at
                     * start-up), in order: config file entries, --kafka-file lines, flags */
     size_t kafka_from_file; /* of kafka, the config file's entries (--kafka-file goes after) */

@@ -65,7 +65,7 @@ static rd_kafka_conf_t *run_input(Config *cfg)
     unsigned port;
     rd_kafka_conf_t *kconf = NULL;
     if (!db_check_conninfo(cfg->database_url, err, sizeof(err)) ||
-        !route_template_check(cfg->topic_template, cfg->order_scope == ORDER_PER_TOPIC, err,
+        !route_template_check(cfg->topic_template, cfg->order_scope != ORDER_PER_AGGREGATE, err,
                               sizeof(err)) ||
         (cfg->dead_letter_topic &&
          !route_topic_name_check("--dead-letter-topic", cfg->dead_letter_topic, err,
