@@ -14,7 +14,7 @@ endif
 endif
 
 CC       ?= cc
-PKGS     := libpq rdkafka jansson libmicrohttpd
+PKGS     := libpq rdkafka jansson libmicrohttpd avro-c libcurl
 # Debian's libev-dev ships no pkg-config file, so it is linked by name.
 DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 DEP_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm

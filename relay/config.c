@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -41,6 +42,11 @@ static const char *const message_formats[] = {"relay", "cloudevents", NULL}; /* 
 static const char *const order_scopes[] = {"aggregate", "topic", "partition",
                                            NULL}; /* in OrderScope order */
 static const char *const payload_formats[] = {"text", "binary", NULL}; /* false, true */
+static const char *const value_formats[] = {"json", "avro", "json-schema", NULL}; /* ValueFormat */
+static const char *const subject_strategies[] = {"topic", "record", "topic-record",
+                                                 NULL}; /* in SubjectStrategy order */
+_Static_assert(sizeof(ValueFormat) == sizeof(int), "ValueFormat stored as int");
+_Static_assert(sizeof(SubjectStrategy) == sizeof(int), "SubjectStrategy stored as int");
 static const char *const log_formats[] = {"text", "json", NULL};        /* in LogFormat order */
 
 static const OptDef options[] = {
@@ -402,6 +408,64 @@ static const OptDef options[] = {
          "relay: headers id, event_type, aggregate_type; cloudevents: also the CloudEvents Kafka "
          "binding's ce_ attributes, so CloudEvents SDKs read the messages as events",
      .choices = message_formats},
+    {.name = "value-format",
+     .type = OPT_CHOICE,
+     .def = "json",
+     .offset = FIELD(value_format),
+     .commands = RUN_LIKE,
+     .metavar = "FORMAT",
+     .help = "json: the payload as it is; avro or json-schema: encoded by the schema the Schema "
+             "Registry holds for the message's subject, in Confluent's wire format",
+     .choices = value_formats},
+    {.name = "schema-registry-url",
+     .type = OPT_STRING,
+     .env = "SCHEMA_REGISTRY_URL",
+     .offset = FIELD(schema_registry_url),
+     .commands = RUN_LIKE,
+     .metavar = "URL[,URL...]",
+     .help = "Schema Registry base URL(s), tried in turn; required by --value-format avro or "
+             "json-schema"},
+    {.name = "schema-registry-auth-file",
+     .type = OPT_STRING,
+     .offset = FIELD(schema_registry_auth_file),
+     .commands = RUN_LIKE,
+     .metavar = "PATH",
+     .help = "basic-auth credentials for the registry, USER:PASSWORD on one line (a secret: "
+             "never logged)"},
+    {.name = "schema-registry-ca-file",
+     .type = OPT_STRING,
+     .offset = FIELD(schema_registry_ca_file),
+     .commands = RUN_LIKE,
+     .metavar = "PATH",
+     .help = "PEM CA bundle that verifies an https registry (default: the system's)"},
+    {.name = "schema-registry-timeout",
+     .type = OPT_INT,
+     .def = "5000",
+     .min = 100,
+     .max = 600000,
+     .offset = FIELD(schema_registry_timeout_ms),
+     .commands = RUN_LIKE,
+     .metavar = "MS",
+     .help = "bound on each registry request, connection included"},
+    {.name = "schema-version",
+     .type = OPT_INT,
+     .def = "0",
+     .min = 0,
+     .max = INT32_MAX,
+     .offset = FIELD(schema_version),
+     .commands = RUN_LIKE,
+     .metavar = "N",
+     .help = "the subject's schema version to encode with; 0: the latest (fetched once, as "
+             "Confluent's use.latest.version)"},
+    {.name = "subject-name-strategy",
+     .type = OPT_CHOICE,
+     .def = "topic",
+     .offset = FIELD(subject_name_strategy),
+     .commands = RUN_LIKE,
+     .metavar = "STRATEGY",
+     .help = "topic: subject <topic>-value; record: <event type>; topic-record: "
+             "<topic>-<event type>",
+     .choices = subject_strategies},
     {.name = "ce-source",
      .type = OPT_STRING,
      .def = "outbox-relay",
@@ -958,6 +1022,11 @@ static bool missing_url(bool tried, char *err, size_t errlen)
 static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missing, char *err,
                              size_t errlen);
 
+static bool runs_relay(const Config *cfg)
+{
+    return cfg->command == CMD_RUN || cfg->command == CMD_CHECK;
+}
+
 bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
 {
     bool url_missing = false;
@@ -1019,6 +1088,14 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
     /* Kafka orders a partition, not a key: rows of one aggregate that name different partitions
      * are read in no order across them, so the promise shrinks to each partition, and the
      * operator says so (as {event_type} in the topic template needs --order-scope topic). */
+    if (runs_relay(cfg) && cfg->value_format != VALUE_JSON && !cfg->schema_registry_url)
+        return optval_fail(err, errlen, "--value-format %s needs --schema-registry-url",
+                           cfg->value_format == VALUE_AVRO ? "avro" : "json-schema");
+    if (cfg->value_format != VALUE_JSON && (cfg->map.payload_binary || cfg->map.n_envelope > 0))
+        return optval_fail(err, errlen,
+                           "--value-format %s encodes a JSON payload: not with --payload-format "
+                           "binary or envelope fields",
+                           cfg->value_format == VALUE_AVRO ? "avro" : "json-schema");
     if (cfg->map.partition && cfg->order_scope != ORDER_PER_PARTITION)
         return optval_fail(err, errlen,
                            "additional-fields: %s:partition needs --order-scope partition (order "

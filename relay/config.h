@@ -53,6 +53,20 @@ typedef enum {
     FORMAT_CLOUDEVENTS, /* those, plus CloudEvents' ce_ attributes (route_cloudevents_add) */
 } MessageFormat;
 
+/* The message value: the payload as it is, or encoded by a Schema Registry's schema. */
+typedef enum {
+    VALUE_JSON,        /* the payload column's text (or bytes): no registry */
+    VALUE_AVRO,        /* Confluent wire format, Avro binary (relay/io/serializer.h) */
+    VALUE_JSON_SCHEMA, /* Confluent wire format, JSON text checked by a JSON Schema */
+} ValueFormat;
+
+/* How a message's Schema Registry subject is named (Confluent's strategies). */
+typedef enum {
+    SUBJECT_TOPIC,        /* TopicNameStrategy: <topic>-value */
+    SUBJECT_RECORD,       /* RecordNameStrategy: <event type> */
+    SUBJECT_TOPIC_RECORD, /* TopicRecordNameStrategy: <topic>-<event type> */
+} SubjectStrategy;
+
 typedef struct Config {
     Command command;
     char *database_url; /* from --database-url, DATABASE_URL or the file of database-url-file */
@@ -104,6 +118,13 @@ typedef struct Config {
     bool all;                /* requeue, purge-dead --all */
     bool json;               /* dead, status, verify --json */
     MessageFormat message_format;
+    ValueFormat value_format;        /* --value-format */
+    char *schema_registry_url;       /* base URLs, comma-separated */
+    char *schema_registry_auth_file; /* USER:PASSWORD, a secret */
+    char *schema_registry_ca_file;   /* PEM CA bundle for https */
+    long schema_registry_timeout_ms; /* bound on each registry request */
+    long schema_version;             /* 0: latest */
+    SubjectStrategy subject_name_strategy;
     char *ce_source;            /* CloudEvents source attribute */
     char *ce_content_type;      /* CloudEvents datacontenttype (the content-type header) */
     long verify_since_s;        /* verify --since: rows marked sent this far back */

@@ -107,6 +107,12 @@ static int cmd_run(Config *cfg, int argc, char **argv)
         ops_free(ops);
         return usage_error(err);
     }
+    /* A wrong registry password is one clear line now, not a stream of failed lookups. */
+    if (!relay_check_registry(relay, err, sizeof(err))) {
+        relay_free(relay);
+        ops_free(ops);
+        return error_line(err, 1);
+    }
 
     char masked[1024], q1[1100], q2[600], q3[300];
     log_info(

@@ -35,6 +35,8 @@ void batch_clear(Batch *b)
         b->rows[i].headers = NULL;
         free(b->rows[i].topic);
         b->rows[i].topic = NULL;
+        free(b->rows[i].value); /* the producer's report is in: nothing points at it any more */
+        b->rows[i].value = NULL;
     }
     PQclear(b->claim);
     PQclear(b->dead);
@@ -187,6 +189,8 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
         br->error = NULL;
         br->headers = NULL;
         br->topic = NULL;
+        br->value = NULL;
+        br->value_len = 0;
         br->owner = b->owner;
     }
 }

@@ -38,6 +38,9 @@ typedef struct BatchRow {
     char *error;    /* why it failed; owned */
     double age_s;   /* seconds since created_at when claimed (database clock); < 0: unknown */
     rd_kafka_headers_t *headers; /* built ahead of producing; owned until produced, else freed */
+    char *value; /* the encoded value (--value-format avro/json-schema), owned; NULL: the
+                  * payload as it is */
+    size_t value_len;
     size_t message_bytes; /* every column of its message (statements.c, SQL_WITHIN_BUDGET), also
                            * when its large columns were not loaded */
     bool too_large;       /* over the producer's message.max.bytes: the claim left its large columns

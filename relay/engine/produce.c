@@ -95,6 +95,32 @@ static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
         batch_fail(&s->batch, br, why, true);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
+    /* The value in the configured format, encoded once (a retry after a full queue reuses it).
+     * The Schema Registry's answer may not be here yet, or it may be down: the row then waits,
+     * and with it the rest of the batch, so order is kept (produce_more pauses). */
+    const char *value = row->payload;
+    size_t value_len = row->payload_len;
+    if (s->relay->serializer && row->payload) {
+        if (!br->value) {
+            switch (serializer_encode(s->relay->serializer, br->topic, row->event_type,
+                                      row->payload, row->payload_len, &br->value, &br->value_len,
+                                      why, sizeof(why))) {
+            case SERIALIZER_OK:
+                break;
+            case SERIALIZER_ROW_FAULT:
+                batch_fail(&s->batch, br, why, true);
+                return RD_KAFKA_RESP_ERR_NO_ERROR;
+            case SERIALIZER_RETRY_LATER:
+                batch_fail(&s->batch, br, why, false);
+                return RD_KAFKA_RESP_ERR_NO_ERROR;
+            case SERIALIZER_WAIT:
+            case SERIALIZER_UNAVAILABLE:
+                return RD_KAFKA_RESP_ERR__WAIT_CACHE;
+            }
+        }
+        value = br->value;
+        value_len = br->value_len;
+    }
     rd_kafka_headers_t *hdrs = br->headers; /* from prepare_headers, or built here */
     br->headers = NULL;
     if (!hdrs)
@@ -103,9 +129,9 @@ static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
         batch_fail(&s->batch, br, why, true);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
-    rd_kafka_resp_err_t err = kafka_produce(
-        s->relay->kafka, br->topic, parts.partition, parts.timestamp_ms, row->aggregate_id,
-        strlen(row->aggregate_id), row->payload, row->payload_len, hdrs, br);
+    rd_kafka_resp_err_t err =
+        kafka_produce(s->relay->kafka, br->topic, parts.partition, parts.timestamp_ms,
+                      row->aggregate_id, strlen(row->aggregate_id), value, value_len, hdrs, br);
     if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
         br->headers = hdrs; /* kept for the retry (produce_more, once reports free room) */
     else if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -156,6 +182,10 @@ void produce_more(Session *s)
             br->dead_letter ? produce_dead_letter(s, br) : produce_event(s, br);
         if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && relay_in_flight(r) > 0) {
             s->waiting = true; /* backpressure: a report of any session frees room */
+            break;
+        }
+        if (err == RD_KAFKA_RESP_ERR__WAIT_CACHE) {
+            s->waiting = true; /* the Schema Registry: its ready callback resumes */
             break;
         }
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR)

@@ -52,4 +52,13 @@ void relay_status(const Relay *r, RelayStatus *out);
 /* Releases everything; call after relay_run returned. */
 void relay_free(Relay *r);
 
+/* With --value-format avro or json-schema: the Schema Registry's start-up check (it blocks up to
+ * --schema-registry-timeout: call it before relay_run). False with one line in err when the
+ * registry refuses the credentials or its TLS certificate; true otherwise (also without a
+ * registry, and when it does not answer: rows wait for it). */
+bool relay_check_registry(Relay *r, char *err, size_t errlen) __attribute__((warn_unused_result));
+
+/* False while the Schema Registry the values need is down (for /readyz and the metric). */
+bool relay_registry_up(const Relay *r);
+
 #endif
