@@ -280,6 +280,7 @@ void relay_status(const Relay *r, RelayStatus *out)
     memset(out, 0, sizeof(*out));
     out->postgres_up = true;
     out->kafka_up = r->kafka && kafka_up(r->kafka);
+    out->registry_up = relay_registry_up(r);
     out->stopping = r->stopping;
     out->lanes_owned = relay_lanes_owned(r);
     for (int i = 0; i < r->n_sessions; i++) {

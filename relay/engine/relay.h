@@ -37,6 +37,8 @@ int relay_run(Relay *r);
 typedef struct RelayStatus {
     bool postgres_up; /* the relay's own connection */
     bool kafka_up;    /* see kafka_up() */
+    bool registry_up; /* the Schema Registry answers (true without --value-format avro/json-schema)
+                       */
     bool stopping;    /* shutting down after SIGTERM/SIGINT */
     int lanes_owned;
     int live_sessions; /* of all relays (lane group members) at the last rebalance, ours included */

@@ -556,11 +556,6 @@ RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistryS
     return REGISTRY_PENDING;
 }
 
-void registry_set_parsed(Registry *r, const RegistrySchema *schema, void *parsed)
-{
-    ((RegistrySchema *)schema)->parsed = parsed;
-}
-
 bool registry_up(const Registry *r)
 {
     return r->up;

@@ -38,7 +38,7 @@ typedef enum {
 typedef enum { REGISTRY_AVRO, REGISTRY_JSON, REGISTRY_PROTOBUF } RegistrySchemaType;
 
 /* A schema as the registry holds it. The strings live as long as the registry. parsed is the
- * serializer's (registry_set_parsed). */
+ * serializer's slot: it may set it (once) on the cached schema, and registry_free frees it. */
 typedef struct RegistrySchema {
     int id;
     int version;
@@ -63,9 +63,6 @@ void registry_free(Registry *r, void (*free_parsed)(void *));
  * err says what the registry answered. Never blocks. */
 RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistrySchema **schema,
                                char *err, size_t errlen);
-
-/* Attaches the serializer's parsed form to a cached schema (freed by registry_free). */
-void registry_set_parsed(Registry *r, const RegistrySchema *schema, void *parsed);
 
 /* True unless the last request failed for the registry's sake (down, 5xx, auth). */
 bool registry_up(const Registry *r);

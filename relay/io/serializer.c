@@ -245,7 +245,7 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
         if (fits(avro_typeof(avro_schema_union_branch(us, (int)b)), j))
             chosen = (int)b;
     if (chosen < 0) {
-        snprintf(err, errlen, "field %s: a %s fits no branch of its union",
+        snprintf(err, errlen, "field %s: %s fits no branch of its union",
                  *path->text ? path->text : "(value)", json_kind(j));
         return false;
     }
@@ -621,14 +621,28 @@ SerializerOutcome serializer_encode(Serializer *s, const char *topic, const char
     case REGISTRY_OK:
         break;
     }
+    /* The cache entry is the registry's; its parsed slot is ours (registry.h). */
+    return serializer_encode_schema(s->format, (RegistrySchema *)rs, subject, payload, payload_len,
+                                    out, out_len, err, errlen);
+}
+
+void serializer_schema_release(RegistrySchema *rs)
+{
+    parsed_free(rs->parsed);
+    rs->parsed = NULL;
+}
+
+SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *rs,
+                                           const char *subject, const char *payload,
+                                           size_t payload_len, char **out, size_t *out_len,
+                                           char *err, size_t errlen)
+{
+    if (!rs->parsed)
+        rs->parsed = parse_schema(rs, format);
     Parsed *ps = rs->parsed;
     if (!ps) {
-        ps = parse_schema(rs, s->format);
-        if (!ps) {
-            snprintf(err, errlen, "out of memory");
-            return SERIALIZER_RETRY_LATER;
-        }
-        registry_set_parsed(s->registry, rs, ps);
+        snprintf(err, errlen, "out of memory");
+        return SERIALIZER_RETRY_LATER;
     }
     if (ps->broken) {
         snprintf(err, errlen, "%s", ps->broken_why);
@@ -642,7 +656,7 @@ SerializerOutcome serializer_encode(Serializer *s, const char *topic, const char
     }
     char why[400];
     bool ok;
-    if (s->format == VALUE_AVRO) {
+    if (format == VALUE_AVRO) {
         ok = avro_encode(ps, root, out, out_len, rs->id, why, sizeof(why));
     } else {
         Path path = {""};

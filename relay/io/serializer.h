@@ -26,6 +26,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "registry.h"
 
 typedef struct Serializer Serializer;
 
@@ -55,6 +56,17 @@ void serializer_free(Serializer *s);
 SerializerOutcome serializer_encode(Serializer *s, const char *topic, const char *record,
                                     const char *payload, size_t payload_len, char **out,
                                     size_t *out_len, char *err, size_t errlen);
+
+/* The encoding itself, by a schema already at hand (serializer_encode after the registry
+ * answered; the unit tests, without a registry): parses rs->text on first use into rs->parsed
+ * (release it with serializer_schema_release), then encodes as serializer_encode does. subject
+ * is for the errors. Returns SERIALIZER_OK, SERIALIZER_ROW_FAULT, or SERIALIZER_RETRY_LATER when
+ * the schema itself cannot be used (wrong type, not parsable). */
+SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *rs,
+                                           const char *subject, const char *payload,
+                                           size_t payload_len, char **out, size_t *out_len,
+                                           char *err, size_t errlen);
+void serializer_schema_release(RegistrySchema *rs);
 
 /* False while the registry is down (for /readyz and the metric). */
 bool serializer_up(const Serializer *s);

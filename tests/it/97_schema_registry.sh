@@ -153,16 +153,19 @@ check "4: and never the password" lacks wrong "$T/bad.out"
 
 # --- 5. the registry down for 30 s under load ---
 relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
-    "${SR_ARGS[@]}" --delivery-timeout 5000
+    "${SR_ARGS[@]}" --delivery-timeout 5000 --metrics-listen 127.0.0.1:0
 _poll 30 grep -q "lanes owned" "$RELAY_LOG" || fail "5: the relay owns its lanes"
+metrics_wait
+check_eq "5: the registry is up: outbox_schema_registry_up 1" 1 "$(metric outbox_schema_registry_up)"
 kill -KILL "$SR_PID"
 wait "$SR_PID" 2>/dev/null
 for s in $(seq 1 30); do
+    lo=$((s * 10 - 9)) hi=$((s * 10))
     psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
             SELECT 'order2', 'p-' || (g % 4), 'OrderPlaced',
                    jsonb_build_object('id', 'p-' || (g % 4), 'seq', g, 'amount', g, 'note', NULL,
                        'status', 'NEW', 'lines', '[]'::jsonb)
-            FROM generate_series($(((s - 1) * 10 + 1)), $((s * 10))) g" ||
+            FROM generate_series($lo, $hi) g" ||
         fail "5: insert while the registry is down"
     sleep 1
 done
@@ -171,12 +174,16 @@ check_eq "5: after 30 s down: none sent, no attempt counted, none dead" "300 0 0
                       coalesce(sum(attempts), 0), count(dead_at) FROM outbox WHERE aggregate_type = 'order2'" |
         tr '|' ' ')"
 check "5: the relay said the registry is unavailable" grep -q "schema registry unavailable" "$RELAY_LOG"
+check_eq "5: /readyz says so (503)" 503 "$(http_code /readyz)"
+check "5: ... naming the registry" grep -q "schema registry unavailable" <(curl -s --max-time 5 "http://$METRICS/readyz")
+check_eq "5: outbox_schema_registry_up 0" 0 "$(metric outbox_schema_registry_up)"
 registry_start
 order2_sent() {
     [ "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'order2' AND sent_at IS NULL")" = 0 ]
 }
 wait_for "5: once it is back, every row is sent" 60 order2_sent
 check "5: and the relay said so" grep -q "schema registry available again" "$RELAY_LOG"
+check_eq "5: outbox_schema_registry_up 1 again" 1 "$(metric outbox_schema_registry_up)"
 relay_stop
 check_eq "5: no row died" 0 "$(psql_q "SELECT count(dead_at) FROM outbox WHERE aggregate_type = 'order2'")"
 consume --topic outbox.event.order2 --to-end --hex --timeout-ms 20000 >"$T/order2.out"
