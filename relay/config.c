@@ -40,14 +40,14 @@ static const char *const off_on[] = {"off", "on", NULL};
 static const char *const layouts[] = {"relay", "debezium", NULL}; /* in TableLayout order */
 static const char *const message_formats[] = {"relay", "cloudevents", NULL}; /* MessageFormat */
 static const char *const order_scopes[] = {"aggregate", "topic", "partition",
-                                           NULL}; /* in OrderScope order */
+                                           NULL};                      /* in OrderScope order */
 static const char *const payload_formats[] = {"text", "binary", NULL}; /* false, true */
 static const char *const value_formats[] = {"json", "avro", "json-schema", NULL}; /* ValueFormat */
 static const char *const subject_strategies[] = {"topic", "record", "topic-record",
                                                  NULL}; /* in SubjectStrategy order */
 _Static_assert(sizeof(ValueFormat) == sizeof(int), "ValueFormat stored as int");
 _Static_assert(sizeof(SubjectStrategy) == sizeof(int), "SubjectStrategy stored as int");
-static const char *const log_formats[] = {"text", "json", NULL};        /* in LogFormat order */
+static const char *const log_formats[] = {"text", "json", NULL}; /* in LogFormat order */
 
 static const OptDef options[] = {
     {.name = "database-url",
