@@ -317,7 +317,7 @@ void relay_free(Relay *r)
 
 bool relay_check_registry(Relay *r, char *err, size_t errlen)
 {
-    return !r->serializer || serializer_probe(r->serializer, err, errlen);
+    return !r->serializer || serializer_probe(r->serializer, NULL, err, errlen);
 }
 
 bool relay_registry_up(const Relay *r)

@@ -70,7 +70,9 @@ bool registry_up(const Registry *r);
 /* Start-up check, before the loop runs (it blocks up to the timeout): GET /subjects on the first
  * URL that answers. Returns false with one line in err when the registry refuses the credentials
  * (401/403) or the CA file cannot verify it; true otherwise (a registry that is down at start-up
- * is not an error: rows wait for it), with a warning line in warn when none answered. */
+ * is not an error: rows wait for it), with a warning line in warn when none answered. It does
+ * not mark the registry down: only a lookup a row needs does, and only a lookup brings it back
+ * up, so an idle relay never stays "down" on the strength of its start-up. */
 bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t warnlen)
     __attribute__((warn_unused_result));
 

@@ -97,11 +97,13 @@ bool serializer_up(const Serializer *s)
     return registry_up(s->registry);
 }
 
-bool serializer_probe(Serializer *s, char *err, size_t errlen)
+bool serializer_probe(Serializer *s, bool *answered, char *err, size_t errlen)
 {
     char warn[512];
     if (!registry_probe(s->registry, err, errlen, warn, sizeof(warn)))
         return false;
+    if (answered)
+        *answered = !*warn;
     if (*warn)
         log_warn("schema registry not reachable at start-up", "error=\"%s\"", warn);
     return true;

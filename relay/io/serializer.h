@@ -72,8 +72,9 @@ void serializer_schema_release(RegistrySchema *rs);
 bool serializer_up(const Serializer *s);
 
 /* The registry's start-up check (registry_probe): false with one line in err when it refuses the
- * credentials; a registry not answering only logs a warning. Blocks up to the request timeout:
- * call it before the loop runs. */
-bool serializer_probe(Serializer *s, char *err, size_t errlen) __attribute__((warn_unused_result));
+ * credentials; a registry not answering only logs a warning (and *answered, if given, is set
+ * false). Blocks up to the request timeout: call it before the loop runs. */
+bool serializer_probe(Serializer *s, bool *answered, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
 
 #endif

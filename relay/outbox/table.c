@@ -314,6 +314,8 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
         return append_literal(sb, conn, m->aggregate_type, err, errlen);
     if (IS("aggregate_id_text"))
         return append_literal(sb, conn, m->aggregate_id, err, errlen);
+    if (IS("payload_text"))
+        return append_literal(sb, conn, m->payload, err, errlen);
     const struct {
         const char *token;
         const char *column;

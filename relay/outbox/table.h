@@ -143,6 +143,7 @@ typedef enum {
  *                      ::text, or with a binary payload its bytes as hex (batch.c decodes them)
  *   {o.timestamp_ms}   the timestamp column in ms since the epoch as text, or NULL::text
  *   {o.partition}      the partition column as text, or NULL::text
+ *   {payload_text}     the payload column's name as an SQL literal (check's look at its type)
  *   {unsent_idx} {retry_idx} {sent_idx} {seq_idx}  the relay's index names, quoted
  * Returns a malloc'd string, or NULL with one line in err (an unknown placeholder is a bug). */
 char *table_sql(const TableMap *m, PGconn *conn, const char *tmpl, char *err, size_t errlen);

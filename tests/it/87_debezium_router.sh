@@ -50,6 +50,15 @@ psql_q "INSERT INTO bin_outbox (aggregatetype, aggregateid, type, payload, occur
 psql_q "INSERT INTO bin_outbox (aggregatetype, aggregateid, type, payload, part)
         VALUES ('bin', 'bad', 'Blob', '\\x01', -1)" || fail "insert a bad partition row"
 
+"$RELAY_BIN" check --config "$T/bin.json" --database-url "$DATABASE_URL" --brokers "$BROKERS" \
+    >"$T/check.out" 2>&1
+check "1: check: the bytea column goes out byte for byte" \
+    grep -q "^ok    payload: column payload is bytea: published byte for byte" "$T/check.out"
+"$RELAY_BIN" check --config "$T/bin.json" --payload-format text --database-url "$DATABASE_URL" \
+    --brokers "$BROKERS" >"$T/check.out" 2>&1
+check_eq "1: check without --payload-format binary: exit 1" 1 $?
+check "1: ... saying to set it" grep -q "^FAIL  payload: column payload is bytea: set --payload-format binary" \
+    "$T/check.out"
 relay_start --config "$T/bin.json" --database-url "$DATABASE_URL" --brokers "$BROKERS" \
     --max-attempts 1
 bin_done() {

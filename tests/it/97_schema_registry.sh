@@ -8,6 +8,7 @@
 #     of records, an enum, a nullable union, a long); first copies in order per aggregate;
 #  2. a payload that does not fit the schema is dead-lettered (--max-attempts 1) with an error
 #     naming the field and the schema id; the dead-letter topic carries its payload as JSON;
+#     verify finds the Avro events (it reads ids, not values);
 #  3. JSON Schema: the same for --value-format json-schema, and its non-conforming payload;
 #  4. a wrong registry password is one clear line at start-up, exit 1;
 #  5. the registry stopped for 30 s while rows of a new subject keep coming (10 a second): none
@@ -119,6 +120,12 @@ consume --topic dead.letters --to-end --timeout-ms 20000 >"$T/dead.out"
 check_eq "2: the dead-letter topic carries its JSON payload and the error" "x|1" \
     "$(jq -r '[(.value | fromjson | .amount), (.headers["dlq.error"] | test("field amount") | if . then 1 else 0 end)] | join("|")' "$T/dead.out")"
 
+# verify reads the topics back by the id header: the values' format is no matter to it.
+"$RELAY_BIN" verify --database-url "$DATABASE_URL" --brokers "$BROKERS" --since 1h \
+    --from-beginning --json >"$T/verify.out" 2>"$T/verify.err"
+check_eq "2: verify finds the 60 Avro events, in order" "true 60 0 0" \
+    "$(jq -r '"\(.ok) \(.rows) \(.missing) \(.out_of_order)"' "$T/verify.out")"
+
 # --- 3. JSON Schema ---
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
         SELECT 'doc', 'd-' || (g % 2), 'Written',
@@ -150,6 +157,15 @@ check_eq "4: one line" 1 "$(grep -c '' "$T/bad.out")"
 check "4: says the registry refuses the credentials" grep -q "refuses the credentials (HTTP 401)" \
     "$T/bad.out"
 check "4: and never the password" lacks wrong "$T/bad.out"
+"$RELAY_BIN" check --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
+    --schema-registry-url "$SR_URL" --schema-registry-auth-file "$T/sr-bad" >"$T/check.out" 2>&1
+check_eq "4: check: exit 1" 1 $?
+check "4: ... naming the registry's refusal" grep -q "^FAIL  schema registry: .*refuses the credentials" \
+    "$T/check.out"
+"$RELAY_BIN" check --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
+    "${SR_ARGS[@]}" >"$T/check.out" 2>&1
+check "4: check with the right password: the registry answers" \
+    grep -q "^ok    schema registry: answers and takes the credentials" "$T/check.out"
 
 # --- 5. the registry down for 30 s under load ---
 relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
