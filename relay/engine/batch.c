@@ -21,6 +21,11 @@ void batch_free(Batch *b)
     PQclear(b->retired[0]);
     PQclear(b->retired[1]);
     b->retired[0] = b->retired[1] = NULL;
+    for (int i = 0; i < b->n_retired_values; i++)
+        free(b->retired_values[i]);
+    free(b->retired_values);
+    b->retired_values = NULL;
+    b->n_retired_values = 0;
     free(b->rows);
     b->rows = NULL;
 }
@@ -51,10 +56,20 @@ void batch_clear(Batch *b)
 
 void batch_retire(Batch *b)
 {
-    if (b->retired[0] || b->retired[1])
+    if (b->retired[0] || b->retired[1] || b->retired_values)
         return;
     b->retired[0] = b->claim;
     b->retired[1] = b->dead;
+    /* Encoded values too: librdkafka points at them until its reports are in. If there is no
+     * room to keep them, they leak rather than be freed under the producer. */
+    b->retired_values = calloc((size_t)(b->n > 0 ? b->n : 1), sizeof(char *));
+    for (int i = 0; b->retired_values && i < b->n; i++) {
+        if (b->rows[i].value)
+            b->retired_values[b->n_retired_values++] = b->rows[i].value;
+        b->rows[i].value = NULL;
+    }
+    for (int i = 0; !b->retired_values && i < b->n; i++)
+        b->rows[i].value = NULL;
     b->claim = b->dead = NULL; /* the rows' strings stay valid: the results live on */
 }
 

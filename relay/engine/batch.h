@@ -56,6 +56,9 @@ typedef struct Batch {
     /* Results of a batch given up while Kafka still held some of its messages (shutdown): the
      * producer does not copy payloads, so they are freed only with the batch (see batch_retire). */
     PGresult *retired[2];
+    /* The encoded values (BatchRow.value) of that batch, for the same reason. */
+    char **retired_values;
+    int n_retired_values;
     BatchRow *rows;
     int capacity;
     int n;         /* rows loaded */
