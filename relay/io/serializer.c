@@ -2,6 +2,7 @@
 
 #include <avro.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -445,8 +446,10 @@ static bool type_matches(const char *type, const json_t *j)
     if (strcmp(type, "string") == 0)
         return json_is_string(j);
     if (strcmp(type, "integer") == 0)
-        return json_is_integer(j) ||
-               (json_is_real(j) && json_real_value(j) == (double)(long long)json_real_value(j));
+        /* JSON Schema's integer is a number without a fraction: 1.0 is one (floor, not a cast
+         * to an integer type, which is undefined for 1e300). */
+        return json_is_integer(j) || (json_is_real(j) && isfinite(json_real_value(j)) &&
+                                      floor(json_real_value(j)) == json_real_value(j));
     if (strcmp(type, "number") == 0)
         return json_is_number(j);
     if (strcmp(type, "boolean") == 0)
