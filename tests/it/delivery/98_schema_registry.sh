@@ -15,7 +15,7 @@
 #     is sent, none counts an attempt or dies; once it is back all are sent, decoded, in order.
 # Needs node and npm (without them it is skipped, saying so).
 # shellcheck source=tests/lib.sh
-source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/../../lib.sh"
 t_setup
 TOOLS=$ROOT/tests/tools
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

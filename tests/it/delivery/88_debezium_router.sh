@@ -12,7 +12,7 @@
 #     {"payload": <payload>, NAME: <column>}, a NULL payload stays a tombstone; with a binary
 #     payload it is refused at start-up.
 # shellcheck source=tests/lib.sh
-source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/../../lib.sh"
 t_setup
 pg_start
 broker_start 1
