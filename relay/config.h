@@ -166,8 +166,8 @@ void config_print_man(FILE *out);
 void config_print_table(FILE *out);
 
 /* Writes the sample configuration the package ships as relay.json (systemd/relay.json, checked
- * against this by tests/it/setup/20_cli.sh): brokers and metrics-listen set, every other option a key
- * file may hold commented out (a # key) with its default and help text. */
+ * against this by tests/it/setup/20_cli.sh): brokers and metrics-listen set, every other option a
+ * key file may hold commented out (a # key) with its default and help text. */
 void config_print_sample(FILE *out);
 
 /* ---- reloading (SIGHUP) --------------------------------------------------------------------- */

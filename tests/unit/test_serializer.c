@@ -1,7 +1,8 @@
 /* Unit tests for serializer: Confluent's wire format and the Avro and JSON Schema encodings, by
  * a schema at hand (no registry). The Avro bytes are checked against the specification's binary
  * encoding, worked out by hand: zigzag varints, length-prefixed strings, union branch indexes,
- * array blocks. tests/it/delivery/98_schema_registry.sh checks the same with Confluent's own client. */
+ * array blocks. tests/it/delivery/98_schema_registry.sh checks the same with Confluent's own
+ * client. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
