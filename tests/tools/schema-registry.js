@@ -17,7 +17,8 @@
 // FILE: {"subject": [{"schema": "...", "schemaType": "JSON"}, ...], ...}, registered in file
 // order (ids 1, 2, ... in that order, so a restart with the same file gives the same ids).
 // Prints "listening PORT" once it listens. Stop it (SIGTERM, SIGKILL) to simulate an outage;
-// SIGSTOP makes it a registry that accepts connections and never answers.
+// SIGSTOP makes it a registry that accepts connections and never answers; SIGUSR1 toggles a
+// failing one that answers every request 503 (as a registry whose Kafka store is down does).
 'use strict';
 const http = require('http');
 const fs = require('fs');
@@ -72,7 +73,15 @@ function schemaAnswer(subject, v) {
     return out;
 }
 
+let failing = false;
+process.on('SIGUSR1', () => {
+    failing = !failing;
+    console.log(failing ? 'failing' : 'answering');
+});
+
 const server = http.createServer((req, res) => {
+    if (failing)
+        return send(res, 503, {error_code: 50302, message: 'Service Unavailable'});
     if (auth) {
         const want = 'Basic ' + Buffer.from(auth).toString('base64');
         if (req.headers.authorization !== want)

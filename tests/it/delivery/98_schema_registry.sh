@@ -12,7 +12,8 @@
 #  3. JSON Schema: the same for --value-format json-schema, and its non-conforming payload;
 #  4. a wrong registry password is one clear line at start-up, exit 1;
 #  5. the registry stopped for 30 s while rows of a new subject keep coming (10 a second): none
-#     is sent, none counts an attempt or dies; once it is back all are sent, decoded, in order.
+#     is sent, none counts an attempt or dies; once it is back all are sent, decoded, in order;
+#  6. the same while the registry answers 503.
 # Needs node and npm (without them it is skipped, saying so).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
@@ -49,6 +50,7 @@ DOC_JSON='{"type": "object", "additionalProperties": false, "required": ["seq", 
 jq -n --arg order "$ORDER_AVRO" --arg doc "$DOC_JSON" '{
     "outbox.event.order-value": [{schema: $order}],
     "outbox.event.order2-value": [{schema: $order}],
+    "outbox.event.order3-value": [{schema: $order}],
     "outbox.event.doc-value": [{schema: $doc, schemaType: "JSON"}]}' >"$T/schemas.json"
 SR_PORT=$(free_port) || fail "a port for the registry"
 SR_URL=http://127.0.0.1:$SR_PORT
@@ -209,3 +211,29 @@ check_eq "5: Confluent's client decodes every message" "0 $(grep -c '' "$T/order
 check_eq "5: 300 events, none lost" 300 "$(jq -s 'map(.id) | unique | length' "$T/order2.dec")"
 check "5: first copies in order per aggregate" first_copies_in_order \
     <(jq -c '{headers: {id: .id}, key: .value.id, value: (.value | tojson)}' "$T/order2.dec")
+
+# --- 6. the registry answering 503 ---
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
+    "${SR_ARGS[@]}" --delivery-timeout 5000
+_poll 30 grep -q "lanes owned" "$RELAY_LOG" || fail "6: the relay owns its lanes"
+kill -USR1 "$SR_PID"
+_poll 10 grep -q '^failing' "$T/registry.out" || fail "6: the registry fails"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'order3', 'q-' || (g % 2), 'OrderPlaced',
+               jsonb_build_object('id', 'q-' || (g % 2), 'seq', g, 'amount', g, 'note', NULL,
+                   'status', 'NEW', 'lines', '[]'::jsonb)
+        FROM generate_series(1, 20) g" || fail "6: insert"
+_poll 30 grep -q 'schema registry unavailable.*HTTP 503' "$RELAY_LOG"
+check "6: the relay says the registry answers 503" grep -q 'schema registry unavailable.*HTTP 503' \
+    "$RELAY_LOG"
+sleep 5 # a few retries (1 s, 2 s, ...) go by: still nothing sent, nothing counted
+check_eq "6: while it fails: none sent, no attempt counted" "20 0" \
+    "$(psql_q "SELECT count(*) FILTER (WHERE sent_at IS NULL), coalesce(sum(attempts), 0)
+               FROM outbox WHERE aggregate_type = 'order3'" | tr '|' ' ')"
+kill -USR1 "$SR_PID"
+order3_sent() {
+    [ "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'order3' AND sent_at IS NULL")" = 0 ]
+}
+wait_for "6: once it answers again, every row is sent" 60 order3_sent
+relay_stop
+check_eq "6: relay exits 0" 0 $?
