@@ -16,7 +16,7 @@ RUN make -j"$(nproc)" CFLAGS="-O2 -g -Werror" bin/outbox-relay bin/producer-demo
 FROM debian:bookworm-slim
 RUN apt-get update \
     && apt-get install -y --no-install-recommends libpq5 librdkafka1 libjansson4 libev4 \
-        libmicrohttpd12 libhiredis0.14 ca-certificates curl postgresql-client \
+        libmicrohttpd12 libhiredis0.14 libavro23 libcurl4 ca-certificates curl postgresql-client \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/bin/outbox-relay /src/bin/producer-demo /src/bin/consumer-demo \
     /usr/local/bin/

@@ -14,7 +14,7 @@ endif
 endif
 
 CC       ?= cc
-PKGS     := libpq rdkafka jansson libmicrohttpd
+PKGS     := libpq rdkafka jansson libmicrohttpd avro-c libcurl
 # Debian's libev-dev ships no pkg-config file, so it is linked by name.
 DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 DEP_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm
@@ -435,6 +435,10 @@ fuzzers: $(FUZZ_BIN)
 FUZZ_OBJ_FLAGS = $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link
 $(eval $(call variant_rules,bin/fuzz/obj,FUZZ_CC,FUZZ_OBJ_FLAGS))
 
+# fuzz_serializer: the Schema Registry encodings (relay/io/serializer.c, which calls the registry).
+FUZZ_SERIALIZER_OBJ := $(FUZZ_RELAY_OBJ) $(call objs,bin/fuzz/obj,relay/io/serializer.c relay/io/registry.c)
+bin/fuzz/fuzz_serializer: FUZZ_LINK = $(FUZZ_SERIALIZER_OBJ)
+bin/fuzz/fuzz_serializer: $(FUZZ_SERIALIZER_OBJ)
 bin/fuzz/fuzz_order: FUZZ_LINK = $(FUZZ_PRODUCER_OBJ)
 bin/fuzz/fuzz_event: FUZZ_LINK = $(FUZZ_CONSUMER_OBJ)
 FUZZ_LINK ?= $(FUZZ_RELAY_OBJ)

@@ -13,6 +13,8 @@
 #   BENCH_TUNED_FLAGS="--batch-size 2000 --kafka linger.ms=1"
 #                                  extra relay flags of the "tuned" rows; empty: no tuned rows
 #   BENCH_ON_SENT_DELETE=1         also drain with --on-sent delete (against the DELETE bound)
+#   BENCH_AVRO=0                   skip the drain with --value-format avro (Schema Registry, on by
+#                                  default when node is here: the stand-in registry needs it)
 #   BENCH_ONE_SESSION=1            also drain with --sessions 1 (the cycle without a second claim
 #                                  session), to show what the sessions lever buys; 0: skip
 #   BENCH_NAIVE_SIZE=100000        backlog of the naive loop (default: 100000 if among the sizes,
@@ -154,6 +156,8 @@ LAT_ROUNDS=${BENCH_LATENCY_ROUNDS:-$REPEAT}
     exit 2
 }
 PARTS=" ${BENCH_PARTS:-drain latency producers payloads snapshot} "
+AVRO=${BENCH_AVRO:-1}
+command -v node >/dev/null || AVRO=0
 SNAP_S=${BENCH_SNAPSHOT_SECONDS:-$d_snap}
 SNAP_RATE=${BENCH_SNAPSHOT_RATE:-3000}
 PAYLOADS=${BENCH_PAYLOADS:-$d_payloads}
@@ -876,6 +880,24 @@ if [[ $PARTS == *" drain "* ]]; then
 else
     SIZE_LIST=()
 fi
+# The Avro drain's registry: the stand-in (tests/tools/schema-registry.js) holding the seed
+# payload's schema (bench/seed.sql) for the topic's subject.
+if [[ $PARTS == *" drain "* ]] && [ "$AVRO" = 1 ]; then
+    jq -n --arg s '{"type": "record", "name": "Order", "namespace": "bench", "fields": [
+        {"name": "order_id", "type": "string"}, {"name": "seq", "type": "long"},
+        {"name": "status", "type": "string"}, {"name": "customer_id", "type": "string"},
+        {"name": "amount_cents", "type": "long"}, {"name": "currency", "type": "string"},
+        {"name": "items", "type": {"type": "array", "items": {"type": "record", "name": "Item",
+          "fields": [{"name": "sku", "type": "string"}, {"name": "qty", "type": "int"},
+                     {"name": "price_cents", "type": "long"}]}}},
+        {"name": "note", "type": "string"}]}' '{"outbox.event.order-value": [{schema: $s}]}' \
+        >"$T/schemas.json"
+    sr_port=$(free_port) || fail "find a free port for the schema registry"
+    start_bg "$T/registry.log" node "$ROOT/tests/tools/schema-registry.js" --port "$sr_port" \
+        --schemas "$T/schemas.json"
+    _poll 10 grep -q listening "$T/registry.log" || fail "the schema registry did not start"
+    AVRO_FLAGS=(--value-format avro --schema-registry-url "http://127.0.0.1:$sr_port")
+fi
 for ((round = 1; round <= REPEAT; round++)); do
     [ "$REPEAT" -gt 1 ] && [ ${#SIZE_LIST[@]} -gt 0 ] && say "drain round $round of $REPEAT"
     for n in "${SIZE_LIST[@]}"; do
@@ -885,6 +907,7 @@ for ((round = 1; round <= REPEAT; round++)); do
         [ "$main_size" = 1 ] && bound "delete.$n" "$n" "$BENCH/claim_delete.sql"
         drain "default.$n" "$n" relay
         [ -n "$BASELINE_BIN" ] && [ "$main_size" = 1 ] && drain "baseline.$n" "$n" baseline
+        [ "$main_size" = 1 ] && [ "$AVRO" = 1 ] && drain "avro.$n" "$n" relay "${AVRO_FLAGS[@]}"
         [ "$main_size" = 1 ] && [ "$ONE_SESSION" = 1 ] && drain "single.$n" "$n" relay --sessions 1
         [ "$main_size" = 1 ] && [ ${#TUNED[@]} -gt 0 ] && drain "tuned.$n" "$n" relay "${TUNED[@]}"
         [ "$main_size" = 1 ] && [ "$ON_SENT_DELETE" = 1 ] &&
@@ -1075,7 +1098,7 @@ report_drain() {
     for n in "${SIZE_LIST[@]}"; do
         bound=${R_RATE[update.$n]:-}
         naive=${R_RATE[naive.$n]:-}
-        for key in update delete default baseline single tuned ondelete naive; do
+        for key in update delete default avro baseline single tuned ondelete naive; do
             [ -n "${R_RATE[$key.$n]:-}" ] || continue
             case $key in
             update) d="PostgreSQL-only bound: claim + UPDATE, 1,000 rows a statement" ;;
@@ -1084,6 +1107,10 @@ report_drain() {
             baseline)
                 d="baseline binary, default settings ($BASELINE_LABEL; this build: $(x_ratio \
                     "$(ratio "${R_RATE[default.$n]}" "${R_RATE[$key.$n]}")") of it)"
+                ;;
+            avro)
+                d="relay, Avro values: \`--value-format avro\` (Schema Registry stand-in; $(x_ratio \
+                    "$(ratio "${R_RATE[$key.$n]}" "${R_RATE[default.$n]}")") the JSON drain)"
                 ;;
             single) d="relay, one claim session: \`--sessions 1\`" ;;
             tuned) d="relay, tuned: \`$TUNED_LABEL\`" ;;
@@ -1280,6 +1307,11 @@ report_targets() {
         echo "- Drain of $(commas "$n") at default settings ≥ 0.9× the PostgreSQL-only bound (floor 0.75×), from process start: **${r}×** — $(verdict "$r" 0.9 0.75 higher)."
         r=$(ratio "${R_STEADY[default.$n]:--}" "${R_RATE[update.$n]:-}")
         echo "  - steady (after the first batch; the bound has no start-up either): **${r}×** — $(verdict "$r" 0.9 0.75 higher)."
+    done
+    for n in "${SIZE_LIST[@]}"; do
+        [ -n "${R_RATE[avro.$n]:-}" ] || continue
+        r=$(ratio "${R_RATE[avro.$n]}" "${R_RATE[default.$n]:-}")
+        echo "- Drain of $(commas "$n") with Avro values ≥ 0.7× the JSON drain: **${r}×** — $(verdict "$r" 0.7 0.7 higher); peak RSS $(mb "${R_HWM[avro.$n]}") MB against $(mb "${R_HWM[default.$n]:-0}") MB."
     done
     if [ -n "${R_RATE[naive.$NAIVE_SIZE]:-}" ]; then
         r=$(ratio "${R_RATE[default.$NAIVE_SIZE]:-}" "${R_RATE[naive.$NAIVE_SIZE]}")

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -38,8 +39,15 @@ static const char *const on_sent_actions[] = {"mark", "delete", NULL}; /* in OnS
 static const char *const off_on[] = {"off", "on", NULL};
 static const char *const layouts[] = {"relay", "debezium", NULL}; /* in TableLayout order */
 static const char *const message_formats[] = {"relay", "cloudevents", NULL}; /* MessageFormat */
-static const char *const order_scopes[] = {"aggregate", "topic", NULL}; /* in OrderScope order */
-static const char *const log_formats[] = {"text", "json", NULL};        /* in LogFormat order */
+static const char *const order_scopes[] = {"aggregate", "topic", "partition",
+                                           NULL};                      /* in OrderScope order */
+static const char *const payload_formats[] = {"text", "binary", NULL}; /* false, true */
+static const char *const value_formats[] = {"json", "avro", "json-schema", NULL}; /* ValueFormat */
+static const char *const subject_strategies[] = {"topic", "record", "topic-record",
+                                                 NULL}; /* in SubjectStrategy order */
+_Static_assert(sizeof(ValueFormat) == sizeof(int), "ValueFormat stored as int");
+_Static_assert(sizeof(SubjectStrategy) == sizeof(int), "SubjectStrategy stored as int");
+static const char *const log_formats[] = {"text", "json", NULL}; /* in LogFormat order */
 
 static const OptDef options[] = {
     {.name = "database-url",
@@ -190,8 +198,24 @@ static const OptDef options[] = {
     {.name = "additional-fields",
      .type = OPT_STRING,
      .offset = FIELD(additional_fields),
-     .metavar = "COL:header[:NAME],...",
-     .help = "columns sent as headers too [Debezium: table.fields.additional.placement]"},
+     .metavar = "COL:PLACEMENT[:NAME],...",
+     .help = "columns placed in the message too: COL:header[:NAME] a header, COL:envelope[:NAME] a "
+             "field of the value beside payload, COL:partition the partition (needs --order-scope "
+             "partition) [Debezium: table.fields.additional.placement]"},
+    {.name = "timestamp-column",
+     .type = OPT_STRING,
+     .offset = FIELD(timestamp_column),
+     .metavar = "COLUMN",
+     .help = "timestamp or timestamptz column giving the message's timestamp (default: the time "
+             "it is produced) [Debezium: table.field.event.timestamp]"},
+    {.name = "payload-format",
+     .type = OPT_CHOICE,
+     .def = "text",
+     .offset = FIELD(payload_binary),
+     .metavar = "FORMAT",
+     .help = "text: the payload column's text form (jsonb, json, text); binary: a bytea column, "
+             "published byte for byte",
+     .choices = payload_formats},
     {.name = "kafka",
      .type = OPT_LIST,
      .offset = FIELD(kafka),
@@ -372,7 +396,8 @@ static const OptDef options[] = {
      .metavar = "SCOPE",
      .help =
          "aggregate: all of an aggregate's events stay in order, so the topic template may not use "
-         "{event_type}; topic: order holds per aggregate within each topic only",
+         "{event_type}; topic: order holds per aggregate within each topic only; partition: within "
+         "each topic and partition only (needed by a partition column)",
      .choices = order_scopes},
     {.name = "message-format",
      .type = OPT_CHOICE,
@@ -383,6 +408,64 @@ static const OptDef options[] = {
          "relay: headers id, event_type, aggregate_type; cloudevents: also the CloudEvents Kafka "
          "binding's ce_ attributes, so CloudEvents SDKs read the messages as events",
      .choices = message_formats},
+    {.name = "value-format",
+     .type = OPT_CHOICE,
+     .def = "json",
+     .offset = FIELD(value_format),
+     .commands = RUN_LIKE,
+     .metavar = "FORMAT",
+     .help = "json: the payload as it is; avro or json-schema: encoded by the schema the Schema "
+             "Registry holds for the message's subject, in Confluent's wire format",
+     .choices = value_formats},
+    {.name = "schema-registry-url",
+     .type = OPT_STRING,
+     .env = "SCHEMA_REGISTRY_URL",
+     .offset = FIELD(schema_registry_url),
+     .commands = RUN_LIKE,
+     .metavar = "URL[,URL...]",
+     .help = "Schema Registry base URL(s), tried in turn; required by --value-format avro or "
+             "json-schema"},
+    {.name = "schema-registry-auth-file",
+     .type = OPT_STRING,
+     .offset = FIELD(schema_registry_auth_file),
+     .commands = RUN_LIKE,
+     .metavar = "PATH",
+     .help = "basic-auth credentials for the registry, USER:PASSWORD on one line (a secret: "
+             "never logged)"},
+    {.name = "schema-registry-ca-file",
+     .type = OPT_STRING,
+     .offset = FIELD(schema_registry_ca_file),
+     .commands = RUN_LIKE,
+     .metavar = "PATH",
+     .help = "PEM CA bundle that verifies an https registry (default: the system's)"},
+    {.name = "schema-registry-timeout",
+     .type = OPT_INT,
+     .def = "5000",
+     .min = 100,
+     .max = 600000,
+     .offset = FIELD(schema_registry_timeout_ms),
+     .commands = RUN_LIKE,
+     .metavar = "MS",
+     .help = "bound on each registry request, connection included"},
+    {.name = "schema-version",
+     .type = OPT_INT,
+     .def = "0",
+     .min = 0,
+     .max = INT32_MAX,
+     .offset = FIELD(schema_version),
+     .commands = RUN_LIKE,
+     .metavar = "N",
+     .help = "the subject's schema version to encode with; 0: the latest (fetched once, as "
+             "Confluent's use.latest.version)"},
+    {.name = "subject-name-strategy",
+     .type = OPT_CHOICE,
+     .def = "topic",
+     .offset = FIELD(subject_name_strategy),
+     .commands = RUN_LIKE,
+     .metavar = "STRATEGY",
+     .help = "topic: subject <topic>-value; record: <event type>; topic-record: "
+             "<topic>-<event type>",
+     .choices = subject_strategies},
     {.name = "ce-source",
      .type = OPT_STRING,
      .def = "outbox-relay",
@@ -558,6 +641,7 @@ static const OptAlias aliases[] = {
     {"route.by.field", "aggregate-type-column"},
     {"route.topic.replacement", "topic-template"},
     {"table.fields.additional.placement", "additional-fields"},
+    {"table.field.event.timestamp", "timestamp-column"},
 };
 
 /* How an OptSource is said in an error. */
@@ -938,6 +1022,11 @@ static bool missing_url(bool tried, char *err, size_t errlen)
 static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missing, char *err,
                              size_t errlen);
 
+static bool runs_relay(const Config *cfg)
+{
+    return cfg->command == CMD_RUN || cfg->command == CMD_CHECK;
+}
+
 bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
 {
     bool url_missing = false;
@@ -991,9 +1080,28 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
                           cfg->payload_column,
                           cfg->headers_column,
                           cfg->additional_fields,
-                          cfg->message_format == FORMAT_CLOUDEVENTS};
+                          cfg->timestamp_column,
+                          cfg->message_format == FORMAT_CLOUDEVENTS,
+                          cfg->payload_binary != 0};
     if (!table_map_init(&cfg->map, &table, err, errlen))
         return false;
+    /* Kafka orders a partition, not a key: rows of one aggregate that name different partitions
+     * are read in no order across them, so the promise shrinks to each partition, and the
+     * operator says so (as {event_type} in the topic template needs --order-scope topic). */
+    if (runs_relay(cfg) && cfg->value_format != VALUE_JSON && !cfg->schema_registry_url)
+        return optval_fail(err, errlen, "--value-format %s needs --schema-registry-url",
+                           cfg->value_format == VALUE_AVRO ? "avro" : "json-schema");
+    if (cfg->value_format != VALUE_JSON && (cfg->map.payload_binary || cfg->map.n_envelope > 0))
+        return optval_fail(err, errlen,
+                           "--value-format %s encodes a JSON payload: not with --payload-format "
+                           "binary or envelope fields",
+                           cfg->value_format == VALUE_AVRO ? "avro" : "json-schema");
+    if (cfg->map.partition && cfg->order_scope != ORDER_PER_PARTITION)
+        return optval_fail(err, errlen,
+                           "additional-fields: %s:partition needs --order-scope partition (order "
+                           "then holds per aggregate within each partition; keep the column "
+                           "constant per aggregate for whole-aggregate order)",
+                           cfg->map.partition);
     if ((cfg->command == CMD_RUN || cfg->command == CMD_VERIFY || cfg->command == CMD_CHECK) &&
         !cfg->brokers)
         return optval_fail(err, errlen,

@@ -44,6 +44,7 @@ typedef enum {
 typedef enum {
     ORDER_PER_AGGREGATE, /* all of an aggregate's events, in one topic: no {event_type} */
     ORDER_PER_TOPIC,     /* an aggregate's events within each topic: {event_type} allowed */
+    ORDER_PER_PARTITION, /* within each topic and partition: a partition column allowed */
 } OrderScope;
 
 /* What a message looks like besides its value (the payload) and key (the aggregate id). */
@@ -51,6 +52,20 @@ typedef enum {
     FORMAT_RELAY,       /* the headers id (event id), event_type, aggregate_type, the row's own */
     FORMAT_CLOUDEVENTS, /* those, plus CloudEvents' ce_ attributes (route_cloudevents_add) */
 } MessageFormat;
+
+/* The message value: the payload as it is, or encoded by a Schema Registry's schema. */
+typedef enum {
+    VALUE_JSON,        /* the payload column's text (or bytes): no registry */
+    VALUE_AVRO,        /* Confluent wire format, Avro binary (relay/io/serializer.h) */
+    VALUE_JSON_SCHEMA, /* Confluent wire format, JSON text checked by a JSON Schema */
+} ValueFormat;
+
+/* How a message's Schema Registry subject is named (Confluent's strategies). */
+typedef enum {
+    SUBJECT_TOPIC,        /* TopicNameStrategy: <topic>-value */
+    SUBJECT_RECORD,       /* RecordNameStrategy: <event type> */
+    SUBJECT_TOPIC_RECORD, /* TopicRecordNameStrategy: <topic>-<event type> */
+} SubjectStrategy;
 
 typedef struct Config {
     Command command;
@@ -69,8 +84,9 @@ typedef struct Config {
     char *table;
     TableLayout layout;
     char *seq_column, *event_id_column, *aggregate_type_column, *aggregate_id_column,
-        *event_type_column, *payload_column, *headers_column, *additional_fields;
-    TableMap map;  /* ...and resolved: what every statement is written for */
+        *event_type_column, *payload_column, *headers_column, *additional_fields, *timestamp_column;
+    int payload_binary; /* --payload-format: 0 text, 1 binary (a bytea column, byte for byte) */
+    TableMap map;       /* ...and resolved: what every statement is written for */
     OptList kafka; /* librdkafka properties, passed through as given (validated by librdkafka at
                     * start-up), in order: config file entries, --kafka-file lines, flags */
     size_t kafka_from_file; /* of kafka, the config file's entries (--kafka-file goes after) */
@@ -102,6 +118,13 @@ typedef struct Config {
     bool all;                /* requeue, purge-dead --all */
     bool json;               /* dead, status, verify --json */
     MessageFormat message_format;
+    ValueFormat value_format;        /* --value-format */
+    char *schema_registry_url;       /* base URLs, comma-separated */
+    char *schema_registry_auth_file; /* USER:PASSWORD, a secret */
+    char *schema_registry_ca_file;   /* PEM CA bundle for https */
+    long schema_registry_timeout_ms; /* bound on each registry request */
+    long schema_version;             /* 0: latest */
+    SubjectStrategy subject_name_strategy;
     char *ce_source;            /* CloudEvents source attribute */
     char *ce_content_type;      /* CloudEvents datacontenttype (the content-type header) */
     long verify_since_s;        /* verify --since: rows marked sent this far back */

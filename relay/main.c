@@ -65,7 +65,7 @@ static rd_kafka_conf_t *run_input(Config *cfg)
     unsigned port;
     rd_kafka_conf_t *kconf = NULL;
     if (!db_check_conninfo(cfg->database_url, err, sizeof(err)) ||
-        !route_template_check(cfg->topic_template, cfg->order_scope == ORDER_PER_TOPIC, err,
+        !route_template_check(cfg->topic_template, cfg->order_scope != ORDER_PER_AGGREGATE, err,
                               sizeof(err)) ||
         (cfg->dead_letter_topic &&
          !route_topic_name_check("--dead-letter-topic", cfg->dead_letter_topic, err,
@@ -106,6 +106,12 @@ static int cmd_run(Config *cfg, int argc, char **argv)
     if (!relay) {
         ops_free(ops);
         return usage_error(err);
+    }
+    /* A wrong registry password is one clear line now, not a stream of failed lookups. */
+    if (!relay_check_registry(relay, err, sizeof(err))) {
+        relay_free(relay);
+        ops_free(ops);
+        return error_line(err, 1);
     }
 
     char masked[1024], q1[1100], q2[600], q3[300];

@@ -11,6 +11,7 @@
 #include "grants.h"
 #include "log.h"
 #include "schema.h"
+#include "serializer.h"
 #include "table.h"
 
 typedef struct Checks {
@@ -131,6 +132,53 @@ static bool check_table(Checks *c, PGconn *conn, const TableMap *map)
     return true;
 }
 
+/* The payload column's type against --payload-format: binary wants bytea, and text a column
+ * that is not (its hex text would go out instead of its bytes). */
+static void check_payload_type(Checks *c, PGconn *conn, const TableMap *map)
+{
+    PGresult *res = query(c, conn, map, "payload",
+                          "SELECT pg_catalog.format_type(atttypid, atttypmod) FROM pg_attribute"
+                          " WHERE attrelid = pg_catalog.to_regclass({table_text})::oid"
+                          " AND attname = {payload_text} AND attnum > 0 AND NOT attisdropped",
+                          0, NULL);
+    if (!res)
+        return;
+    if (PQntuples(res) == 1) {
+        const char *type = PQgetvalue(res, 0, 0);
+        bool bytea = strcmp(type, "bytea") == 0;
+        if (bytea == map->payload_binary)
+            say(c, true, "payload", "column %s is %s: published %s", map->payload, type,
+                bytea ? "byte for byte" : "as its text");
+        else
+            say(c, false, "payload", "column %s is %s: %s", map->payload, type,
+                bytea ? "set --payload-format binary, or its hex text is published"
+                      : "--payload-format binary needs a bytea column");
+    }
+    PQclear(res);
+}
+
+/* With --value-format avro or json-schema: the Schema Registry answers and takes the
+ * credentials (registry_probe, bounded by --schema-registry-timeout). */
+static void check_registry(Checks *c, const Config *cfg)
+{
+    if (cfg->value_format == VALUE_JSON)
+        return;
+    char err[512];
+    Serializer *ser = serializer_new(ev_default_loop(0), cfg, NULL, NULL, err, sizeof(err));
+    if (!ser) {
+        say(c, false, "schema registry", "%s", err);
+        return;
+    }
+    bool answered = false;
+    if (!serializer_probe(ser, &answered, err, sizeof(err)))
+        say(c, false, "schema registry", "%s", err);
+    else if (!answered)
+        say(c, false, "schema registry", "does not answer (see the warning above)");
+    else
+        say(c, true, "schema registry", "answers and takes the credentials");
+    serializer_free(ser);
+}
+
 static void on_missing(const char *what, const char *grant, void *arg)
 {
     Checks *c = arg;
@@ -211,10 +259,12 @@ int check_run(const Config *cfg, rd_kafka_conf_t *kconf)
             else if (missing < 0)
                 say(&c, false, "privileges", "the check failed (see above)");
             check_floor(&c, conn, cfg);
+            check_payload_type(&c, conn, &cfg->map);
         }
         PQfinish(conn);
     }
     check_kafka(&c, cfg, kconf);
+    check_registry(&c, cfg);
     if (c.problems)
         printf("check: %d problem%s found\n", c.problems, c.problems == 1 ? "" : "s");
     else

@@ -21,6 +21,11 @@ void batch_free(Batch *b)
     PQclear(b->retired[0]);
     PQclear(b->retired[1]);
     b->retired[0] = b->retired[1] = NULL;
+    for (int i = 0; i < b->n_retired_values; i++)
+        free(b->retired_values[i]);
+    free(b->retired_values);
+    b->retired_values = NULL;
+    b->n_retired_values = 0;
     free(b->rows);
     b->rows = NULL;
 }
@@ -35,6 +40,8 @@ void batch_clear(Batch *b)
         b->rows[i].headers = NULL;
         free(b->rows[i].topic);
         b->rows[i].topic = NULL;
+        free(b->rows[i].value); /* the producer's report is in: nothing points at it any more */
+        b->rows[i].value = NULL;
     }
     PQclear(b->claim);
     PQclear(b->dead);
@@ -49,10 +56,20 @@ void batch_clear(Batch *b)
 
 void batch_retire(Batch *b)
 {
-    if (b->retired[0] || b->retired[1])
+    if (b->retired[0] || b->retired[1] || b->retired_values)
         return;
     b->retired[0] = b->claim;
     b->retired[1] = b->dead;
+    /* Encoded values too: librdkafka points at them until its reports are in. If there is no
+     * room to keep them, they leak rather than be freed under the producer. */
+    b->retired_values = calloc((size_t)(b->n > 0 ? b->n : 1), sizeof(char *));
+    for (int i = 0; b->retired_values && i < b->n; i++) {
+        if (b->rows[i].value)
+            b->retired_values[b->n_retired_values++] = b->rows[i].value;
+        b->rows[i].value = NULL;
+    }
+    for (int i = 0; !b->retired_values && i < b->n; i++)
+        b->rows[i].value = NULL;
     b->claim = b->dead = NULL; /* the rows' strings stay valid: the results live on */
 }
 
@@ -71,8 +88,58 @@ bool batch_reserve(Batch *b, int capacity)
     return true;
 }
 
+/* PostgreSQL's type oid of bytea (catalog/pg_type.dat), which libpq does not export. */
+#define BYTEA_OID 17
+
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* Decodes a bytea's text form (hex "\\x...", or the escape format of bytea_output = escape) in
+ * place, into the result's own memory: the bytes are never longer than their text, and no copy
+ * means the claim's memory bound holds for binary payloads too. Returns the byte count, or
+ * (size_t)-1 when the text is malformed (PostgreSQL never sends that). */
+static size_t bytea_decode_in_place(char *text, size_t len)
+{
+    size_t out = 0;
+    if (len >= 2 && text[0] == '\\' && text[1] == 'x') {
+        if (len % 2 != 0)
+            return (size_t)-1;
+        for (size_t i = 2; i < len; i += 2) {
+            int hi = hex_digit(text[i]), lo = hex_digit(text[i + 1]);
+            if (hi < 0 || lo < 0)
+                return (size_t)-1;
+            text[out++] = (char)(hi << 4 | lo);
+        }
+        return out;
+    }
+    for (size_t i = 0; i < len;) {
+        if (text[i] != '\\') {
+            text[out++] = text[i++];
+        } else if (i + 1 < len && text[i + 1] == '\\') {
+            text[out++] = '\\';
+            i += 2;
+        } else if (i + 3 < len && text[i + 1] >= '0' && text[i + 1] <= '3' && text[i + 2] >= '0' &&
+                   text[i + 2] <= '7' && text[i + 3] >= '0' && text[i + 3] <= '7') {
+            text[out++] =
+                (char)((text[i + 1] - '0') << 6 | (text[i + 2] - '0') << 3 | (text[i + 3] - '0'));
+            i += 4;
+        } else {
+            return (size_t)-1;
+        }
+    }
+    return out;
+}
+
 static void load_result(Batch *b, PGresult *res, bool dead_letter)
 {
+    /* A binary payload column (--payload-format binary) arrives as bytea's text form. */
+    bool bytea =
+        res && PQnfields(res) > ROW_COL_PAYLOAD && PQftype(res, ROW_COL_PAYLOAD) == BYTEA_OID;
     int rows = res ? PQntuples(res) : 0;
     for (int i = 0; i < rows && b->n < b->capacity; i++) {
         BatchRow *br = &b->rows[b->n++];
@@ -85,6 +152,11 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
         row->payload =
             PQgetisnull(res, i, ROW_COL_PAYLOAD) ? NULL : PQgetvalue(res, i, ROW_COL_PAYLOAD);
         row->payload_len = row->payload ? (size_t)PQgetlength(res, i, ROW_COL_PAYLOAD) : 0;
+        size_t text_len = row->payload_len; /* what the result holds, for the budget below */
+        if (bytea && row->payload) {
+            size_t n = bytea_decode_in_place(PQgetvalue(res, i, ROW_COL_PAYLOAD), text_len);
+            row->payload_len = n == (size_t)-1 ? 0 : n;
+        }
         row->headers =
             PQgetisnull(res, i, ROW_COL_HEADERS) ? NULL : PQgetvalue(res, i, ROW_COL_HEADERS);
         br->attempts = atoi(PQgetvalue(res, i, ROW_COL_ATTEMPTS));
@@ -101,6 +173,14 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
             PQnfields(res) > ROW_COL_EXTRA_HEADERS && !PQgetisnull(res, i, ROW_COL_EXTRA_HEADERS)
                 ? PQgetvalue(res, i, ROW_COL_EXTRA_HEADERS)
                 : NULL;
+        row->timestamp_ms =
+            PQnfields(res) > ROW_COL_TIMESTAMP && !PQgetisnull(res, i, ROW_COL_TIMESTAMP)
+                ? PQgetvalue(res, i, ROW_COL_TIMESTAMP)
+                : NULL;
+        row->partition =
+            PQnfields(res) > ROW_COL_PARTITION && !PQgetisnull(res, i, ROW_COL_PARTITION)
+                ? PQgetvalue(res, i, ROW_COL_PARTITION)
+                : NULL;
         bool sized =
             PQnfields(res) > ROW_COL_PAYLOAD_BYTES && !PQgetisnull(res, i, ROW_COL_PAYLOAD_BYTES);
         /* What the claim's budget counted of the row (statements.c, SQL_WITHIN_BUDGET): every
@@ -111,7 +191,9 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
             ROW_COL_PAYLOAD,  ROW_COL_HEADERS,        ROW_COL_EXTRA_HEADERS, ROW_COL_CREATED_AT};
         for (size_t c = 0; c < sizeof(message_columns) / sizeof(message_columns[0]); c++)
             if ((int)message_columns[c] < PQnfields(res))
-                loaded += (size_t)PQgetlength(res, i, (int)message_columns[c]);
+                loaded += message_columns[c] == ROW_COL_PAYLOAD
+                              ? text_len
+                              : (size_t)PQgetlength(res, i, (int)message_columns[c]);
         br->message_bytes =
             sized ? (size_t)strtoull(PQgetvalue(res, i, ROW_COL_PAYLOAD_BYTES), NULL, 10) : loaded;
         br->too_large = sized && !row->payload;
@@ -122,6 +204,8 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
         br->error = NULL;
         br->headers = NULL;
         br->topic = NULL;
+        br->value = NULL;
+        br->value_len = 0;
         br->owner = b->owner;
     }
 }

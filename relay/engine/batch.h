@@ -38,6 +38,9 @@ typedef struct BatchRow {
     char *error;    /* why it failed; owned */
     double age_s;   /* seconds since created_at when claimed (database clock); < 0: unknown */
     rd_kafka_headers_t *headers; /* built ahead of producing; owned until produced, else freed */
+    char *value; /* the encoded value (--value-format avro/json-schema), owned; NULL: the
+                  * payload as it is */
+    size_t value_len;
     size_t message_bytes; /* every column of its message (statements.c, SQL_WITHIN_BUDGET), also
                            * when its large columns were not loaded */
     bool too_large;       /* over the producer's message.max.bytes: the claim left its large columns
@@ -53,6 +56,9 @@ typedef struct Batch {
     /* Results of a batch given up while Kafka still held some of its messages (shutdown): the
      * producer does not copy payloads, so they are freed only with the batch (see batch_retire). */
     PGresult *retired[2];
+    /* The encoded values (BatchRow.value) of that batch, for the same reason. */
+    char **retired_values;
+    int n_retired_values;
     BatchRow *rows;
     int capacity;
     int n;         /* rows loaded */

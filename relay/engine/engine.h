@@ -29,6 +29,7 @@
 #include "kafka.h"
 #include "lanes.h"
 #include "pg.h"
+#include "serializer.h"
 #include "relay.h"
 #include "statements.h"
 #include "wakeup.h"
@@ -98,6 +99,7 @@ struct Relay {
     const Config *cfg;
     rd_kafka_conf_t *kconf_template; /* kept to recreate the producer after a fatal error */
     KafkaProducer *kafka;
+    Serializer *serializer; /* --value-format avro/json-schema; NULL: values as they are */
     Session *sessions;
     int n_sessions;
     int running;          /* sessions that have not finished stopping */

@@ -6,6 +6,7 @@
 #include "engine.h"
 #include "log.h"
 #include "monotime.h"
+#include "message.h"
 #include "metrics.h"
 #include "route.h"
 
@@ -40,12 +41,13 @@ static rd_kafka_resp_err_t produce_dead_letter(Session *s, BatchRow *br)
     rd_kafka_resp_err_t err =
         br->too_large
             ? RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE
-            : kafka_produce(s->relay->kafka, s->cfg->dead_letter_topic, row->aggregate_id,
-                            strlen(row->aggregate_id), row->payload, row->payload_len, hdrs, br);
+            : kafka_produce(s->relay->kafka, s->cfg->dead_letter_topic, RD_KAFKA_PARTITION_UA, 0,
+                            row->aggregate_id, strlen(row->aggregate_id), row->payload,
+                            row->payload_len, hdrs, br);
     if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
         rd_kafka_header_add(hdrs, "dlq.payload_omitted", -1, "true", -1);
-        err = kafka_produce(s->relay->kafka, s->cfg->dead_letter_topic, row->aggregate_id,
-                            strlen(row->aggregate_id), NULL, 0, hdrs, br);
+        err = kafka_produce(s->relay->kafka, s->cfg->dead_letter_topic, RD_KAFKA_PARTITION_UA, 0,
+                            row->aggregate_id, strlen(row->aggregate_id), NULL, 0, hdrs, br);
     }
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
         rd_kafka_headers_destroy(hdrs);
@@ -87,6 +89,38 @@ static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
             return RD_KAFKA_RESP_ERR_NO_ERROR;
         }
     }
+    /* Checked before the headers are taken: a faulty row fails here with nothing to free. */
+    MessageParts parts;
+    if (!message_parts(row, &s->cfg->map, &parts, why, sizeof(why))) {
+        batch_fail(&s->batch, br, why, true);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+    }
+    /* The value in the configured format, encoded once (a retry after a full queue reuses it).
+     * The Schema Registry's answer may not be here yet, or it may be down: the row then waits,
+     * and with it the rest of the batch, so order is kept (produce_more pauses). */
+    const char *value = row->payload;
+    size_t value_len = row->payload_len;
+    if (s->relay->serializer && row->payload) {
+        if (!br->value) {
+            switch (serializer_encode(s->relay->serializer, br->topic, row->event_type,
+                                      row->payload, row->payload_len, &br->value, &br->value_len,
+                                      why, sizeof(why))) {
+            case SERIALIZER_OK:
+                break;
+            case SERIALIZER_ROW_FAULT:
+                batch_fail(&s->batch, br, why, true);
+                return RD_KAFKA_RESP_ERR_NO_ERROR;
+            case SERIALIZER_RETRY_LATER:
+                batch_fail(&s->batch, br, why, false);
+                return RD_KAFKA_RESP_ERR_NO_ERROR;
+            case SERIALIZER_WAIT:
+            case SERIALIZER_UNAVAILABLE:
+                return RD_KAFKA_RESP_ERR__WAIT_CACHE;
+            }
+        }
+        value = br->value;
+        value_len = br->value_len;
+    }
     rd_kafka_headers_t *hdrs = br->headers; /* from prepare_headers, or built here */
     br->headers = NULL;
     if (!hdrs)
@@ -96,8 +130,8 @@ static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
     rd_kafka_resp_err_t err =
-        kafka_produce(s->relay->kafka, br->topic, row->aggregate_id, strlen(row->aggregate_id),
-                      row->payload, row->payload_len, hdrs, br);
+        kafka_produce(s->relay->kafka, br->topic, parts.partition, parts.timestamp_ms,
+                      row->aggregate_id, strlen(row->aggregate_id), value, value_len, hdrs, br);
     if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
         br->headers = hdrs; /* kept for the retry (produce_more, once reports free room) */
     else if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -148,6 +182,10 @@ void produce_more(Session *s)
             br->dead_letter ? produce_dead_letter(s, br) : produce_event(s, br);
         if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && relay_in_flight(r) > 0) {
             s->waiting = true; /* backpressure: a report of any session frees room */
+            break;
+        }
+        if (err == RD_KAFKA_RESP_ERR__WAIT_CACHE) {
+            s->waiting = true; /* the Schema Registry: its ready callback resumes */
             break;
         }
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR)

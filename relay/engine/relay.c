@@ -28,6 +28,22 @@ int relay_in_flight(const Relay *r)
     return n;
 }
 
+/* Sessions paused for room in the producer's queue or for the Schema Registry go on. */
+static void resume_waiting(Relay *r)
+{
+    for (int i = 0; i < r->n_sessions && !r->purging; i++) {
+        Session *other = &r->sessions[i];
+        if (other->waiting && other->phase == PHASE_PRODUCING)
+            session_event(other, EVENT_PRODUCER_ROOM);
+    }
+}
+
+/* The serializer's schema arrived, or its registry may be back: paused sessions try again. */
+static void on_serializer_ready(void *arg)
+{
+    resume_waiting(arg);
+}
+
 static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
 {
     Relay *r = arg;
@@ -38,11 +54,7 @@ static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
         r->purging = false;
         ev_timer_stop(r->loop, &r->purge_timer);
     }
-    for (int i = 0; i < r->n_sessions && !r->purging; i++) {
-        Session *other = &r->sessions[i];
-        if (other->waiting && other->phase == PHASE_PRODUCING)
-            session_event(other, EVENT_PRODUCER_ROOM);
-    }
+    resume_waiting(r);
 }
 
 bool relay_producer_ready(Relay *r)
@@ -213,6 +225,12 @@ Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    r->serializer = serializer_new(loop, cfg, on_serializer_ready, r, err, errlen);
+    if (!r->serializer && *err) {
+        relay_free(r);
+        rd_kafka_conf_destroy(kconf);
+        return NULL;
+    }
     r->kconf_template = rd_kafka_conf_dup(kconf);
     r->kafka = kafka_producer_new(loop, kconf, on_delivery, r, err, errlen);
     if (!r->kafka) {
@@ -262,6 +280,7 @@ void relay_status(const Relay *r, RelayStatus *out)
     memset(out, 0, sizeof(*out));
     out->postgres_up = true;
     out->kafka_up = r->kafka && kafka_up(r->kafka);
+    out->registry_up = relay_registry_up(r);
     out->stopping = r->stopping;
     out->lanes_owned = relay_lanes_owned(r);
     for (int i = 0; i < r->n_sessions; i++) {
@@ -290,7 +309,18 @@ void relay_free(Relay *r)
     for (int i = 0; r->sessions && i < r->n_sessions; i++)
         session_free(&r->sessions[i]);
     free(r->sessions);
+    serializer_free(r->serializer);
     if (r->kconf_template)
         rd_kafka_conf_destroy(r->kconf_template);
     free(r);
+}
+
+bool relay_check_registry(Relay *r, char *err, size_t errlen)
+{
+    return !r->serializer || serializer_probe(r->serializer, NULL, err, errlen);
+}
+
+bool relay_registry_up(const Relay *r)
+{
+    return !r->serializer || serializer_up(r->serializer);
 }

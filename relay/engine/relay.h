@@ -37,6 +37,8 @@ int relay_run(Relay *r);
 typedef struct RelayStatus {
     bool postgres_up; /* the relay's own connection */
     bool kafka_up;    /* see kafka_up() */
+    bool registry_up; /* the Schema Registry answers (true without --value-format avro/json-schema)
+                       */
     bool stopping;    /* shutting down after SIGTERM/SIGINT */
     int lanes_owned;
     int live_sessions; /* of all relays (lane group members) at the last rebalance, ours included */
@@ -51,5 +53,14 @@ void relay_status(const Relay *r, RelayStatus *out);
 
 /* Releases everything; call after relay_run returned. */
 void relay_free(Relay *r);
+
+/* With --value-format avro or json-schema: the Schema Registry's start-up check (it blocks up to
+ * --schema-registry-timeout: call it before relay_run). False with one line in err when the
+ * registry refuses the credentials or its TLS certificate; true otherwise (also without a
+ * registry, and when it does not answer: rows wait for it). */
+bool relay_check_registry(Relay *r, char *err, size_t errlen) __attribute__((warn_unused_result));
+
+/* False while the Schema Registry the values need is down (for /readyz and the metric). */
+bool relay_registry_up(const Relay *r);
 
 #endif

@@ -236,9 +236,10 @@ void kafka_producer_free(KafkaProducer *kp, int timeout_ms)
     free(kp);
 }
 
-rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, const char *key,
-                                  size_t key_len, const char *value, size_t value_len,
-                                  rd_kafka_headers_t *hdrs, void *opaque)
+rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, int32_t partition,
+                                  int64_t timestamp_ms, const char *key, size_t key_len,
+                                  const char *value, size_t value_len, rd_kafka_headers_t *hdrs,
+                                  void *opaque)
 {
     if (strcmp(topic, kp->last_topic) != 0) {
         /* librdkafka 2.0 asks for a topic's partitions right away only when the topic is opened
@@ -251,7 +252,8 @@ rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, const ch
     }
     /* No copy of the value (flags 0): the batch keeps its rows until every report is in, and a
      * second copy of each in-flight payload was the largest heap item after the claim results. */
-    return rd_kafka_producev(kp->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
+    return rd_kafka_producev(kp->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition),
+                             RD_KAFKA_V_TIMESTAMP(timestamp_ms), RD_KAFKA_V_KEY(key, key_len),
                              RD_KAFKA_V_VALUE((void *)value, value_len), RD_KAFKA_V_HEADERS(hdrs),
                              RD_KAFKA_V_MSGFLAGS(0), RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
 }
@@ -271,6 +273,8 @@ bool kafka_error_permanent(rd_kafka_resp_err_t err)
     case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
     case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
     case RD_KAFKA_RESP_ERR__INVALID_ARG:
+    /* A partition column naming a partition the topic lacks: the row's value, not the moment. */
+    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
         return true;
     default:
         return false;

@@ -34,13 +34,16 @@ KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
  * loop has stopped. */
 void kafka_producer_free(KafkaProducer *kp, int timeout_ms);
 
-/* Enqueues one message. The key is copied; the value is not: it must stay valid until the
- * message's delivery report has been served (or the producer freed). Headers are taken over on
- * success; on failure the caller still owns them. Returns RD_KAFKA_RESP_ERR__QUEUE_FULL when the
- * local queue is full: wait for delivery reports and try again. */
-rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, const char *key,
-                                  size_t key_len, const char *value, size_t value_len,
-                                  rd_kafka_headers_t *hdrs, void *opaque);
+/* Enqueues one message to partition (RD_KAFKA_PARTITION_UA: the partitioner chooses by the key)
+ * with timestamp_ms as its CreateTime (0: now). The key is copied; the value is not: it must stay
+ * valid until the message's delivery report has been served (or the producer freed). Headers are
+ * taken over on success; on failure the caller still owns them. Returns
+ * RD_KAFKA_RESP_ERR__QUEUE_FULL when the local queue is full: wait for delivery reports and try
+ * again. */
+rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, int32_t partition,
+                                  int64_t timestamp_ms, const char *key, size_t key_len,
+                                  const char *value, size_t value_len, rd_kafka_headers_t *hdrs,
+                                  void *opaque);
 
 /* The producer's message.max.bytes: a payload above it cannot be sent. */
 long kafka_message_max_bytes(const KafkaProducer *kp);

@@ -111,10 +111,10 @@
  * the conversion is not repeated in w) and cut exactly by its text size (w). held, a sum of
  * bigints, is numeric and is compared with the budget as numeric: PostgreSQL has no numeric <=
  * bigint, and one planted in the schema would be chosen over the cast (docs/security.md). */
-#define CLAIM_COLUMNS(last_error) TABLE_ROW_COLUMNS_PAYLOAD("o.{payload}", last_error)
+#define CLAIM_COLUMNS(last_error) TABLE_ROW_COLUMNS_PAYLOAD("{o.payload}", last_error)
 #define ROW_NAMES                                                                                  \
     "seq, event_id, aggregate_type, aggregate_id, event_type, payload, headers, attempts,"         \
-    " last_error, age, extra_headers, created_at"
+    " last_error, age, extra_headers, created_at, msg_ts, msg_partition"
 #define MESSAGE_ID_MAX "4096" /* of a row too large: the longest id or type still returned */
 /* A column of the rows of w: NULL when the row is too large and the value longer than that. */
 #define BUDGET_SMALL(col)                                                                          \
@@ -131,13 +131,14 @@
     BUDGET_SMALL("aggregate_id") "," BUDGET_SMALL("event_type") ","                                \
     " CASE WHEN w.too_big THEN NULL ELSE w.text END,"                                              \
     " CASE WHEN w.too_big THEN NULL ELSE w.headers END, w.attempts, w.last_error, w.age,"          \
-    " CASE WHEN w.too_big THEN NULL ELSE w.extra_headers END, w.created_at,"                       \
+    " CASE WHEN w.too_big THEN NULL ELSE w.extra_headers END, w.created_at, w.msg_ts,"             \
+    " w.msg_partition,"                                                                            \
     " CASE WHEN w.too_big THEN w.bytes END"                                                        \
     " FROM (SELECT v.*, pg_catalog.sum(CASE WHEN v.too_big THEN 0 ELSE v.bytes END)"                          \
     " OVER (ORDER BY v.seq) AS held"                                                               \
     " FROM (SELECT s.*, coalesce(pg_catalog.octet_length(s.text), 0)::bigint + s.other AS bytes,"             \
     " coalesce(pg_catalog.octet_length(s.text), 0)::bigint + s.other > $4::bigint AS too_big"                 \
-    " FROM (SELECT p.*, p.payload::text AS text,"                                                  \
+    " FROM (SELECT p.*, {p.payload_text} AS text,"                                                  \
     BUDGET_OTHER_BYTES("pg_catalog.octet_length", "p") " AS other"                                            \
     " FROM (SELECT r.*, pg_catalog.row_number() OVER (ORDER BY r.seq) AS n,"                                  \
     " coalesce(pg_catalog.sum(coalesce(pg_catalog.pg_column_size(r.payload), 0) +"                                       \

@@ -56,8 +56,78 @@ static bool reserved_header(const TableMap *m, const char *name)
             (strcmp(name, "event_type") == 0 || strcmp(name, "aggregate_type") == 0));
 }
 
-/* "column:header[:name]" entries separated by commas, as Debezium's
- * table.fields.additional.placement; only the header placement has a meaning here. */
+/* Appends {column, name} to *list (with *n entries), refusing a name already there. */
+static bool add_placement(TableHeader **list, size_t *n, const char *column, const char *name,
+                          const char *kind, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp((*list)[i].header, name) == 0)
+            return optval_fail(err, errlen, "additional-fields: %s '%.40s' named twice", kind,
+                               name);
+    if (*n == EXTRA_MAX)
+        return optval_fail(err, errlen, "additional-fields: more than %d %s columns", EXTRA_MAX,
+                           kind);
+    TableHeader *grown = realloc(*list, (*n + 1) * sizeof(*grown));
+    if (!grown)
+        return optval_fail(err, errlen, "out of memory");
+    *list = grown;
+    TableHeader h = {strdup(column), strdup(name)};
+    if (!h.column || !h.header) {
+        free(h.column);
+        free(h.header);
+        return optval_fail(err, errlen, "out of memory");
+    }
+    (*list)[(*n)++] = h;
+    return true;
+}
+
+/* One "column:placement[:name]" entry (trimmed, split in place). The placements are Debezium's:
+ * header (a Kafka header), envelope (a field of the value, beside "payload") and partition (the
+ * message's partition; no name). */
+static bool parse_placement(TableMap *m, char *entry, char *err, size_t errlen)
+{
+    char *placement = strchr(entry, ':');
+    char *name = placement ? strchr(placement + 1, ':') : NULL;
+    if (placement)
+        *placement++ = '\0';
+    if (name)
+        *name++ = '\0';
+    if (!placement || strchr(name ? name : placement, ':'))
+        return optval_fail(err, errlen,
+                           "additional-fields: expected COLUMN:header|envelope[:NAME] or "
+                           "COLUMN:partition, got '%.60s'",
+                           entry);
+    if (!ident_ok("additional-fields: column", entry, err, errlen))
+        return false;
+    if (!name)
+        name = entry;
+    if (strcmp(placement, "partition") == 0) {
+        if (m->partition)
+            return optval_fail(err, errlen,
+                               "additional-fields: a second partition column ('%.40s')", entry);
+        m->partition = strdup(entry);
+        return m->partition != NULL || optval_fail(err, errlen, "out of memory");
+    }
+    if (strcmp(placement, "envelope") == 0) {
+        if (!*name || strcmp(name, "payload") == 0)
+            return optval_fail(err, errlen, "additional-fields: envelope field name '%.40s' %s",
+                               name, *name ? "is the payload's own" : "is empty");
+        return add_placement(&m->envelope, &m->n_envelope, entry, name, "envelope field", err,
+                             errlen);
+    }
+    if (strcmp(placement, "header") != 0)
+        return optval_fail(err, errlen,
+                           "additional-fields: placement '%.20s' of column '%.40s' is not "
+                           "supported (header, envelope or partition)",
+                           placement, entry);
+    if (!*name || reserved_header(m, name))
+        return optval_fail(err, errlen, "additional-fields: header name '%.40s' %s", name,
+                           *name ? "is set by the relay itself" : "is empty");
+    return add_placement(&m->extra, &m->n_extra, entry, name, "header", err, errlen);
+}
+
+/* "column:placement[:name]" entries separated by commas, as Debezium's
+ * table.fields.additional.placement. */
 static bool parse_placements(TableMap *m, const char *text, char *err, size_t errlen)
 {
     char *copy = strdup(text);
@@ -72,58 +142,7 @@ static bool parse_placements(TableMap *m, const char *text, char *err, size_t er
         size_t len = strlen(entry);
         while (len > 0 && entry[len - 1] == ' ')
             entry[--len] = '\0';
-        char *placement = strchr(entry, ':');
-        char *name = placement ? strchr(placement + 1, ':') : NULL;
-        if (placement)
-            *placement++ = '\0';
-        if (name)
-            *name++ = '\0';
-        if (!placement || strchr(name ? name : placement, ':')) {
-            ok =
-                optval_fail(err, errlen,
-                            "additional-fields: expected COLUMN:header[:NAME], got '%.60s'", entry);
-            break;
-        }
-        if (strcmp(placement, "header") != 0) {
-            ok = optval_fail(err, errlen,
-                             "additional-fields: placement '%.20s' of column '%.40s' is not "
-                             "supported (only header)",
-                             placement, entry);
-            break;
-        }
-        if (!name)
-            name = entry;
-        if (!ident_ok("additional-fields: column", entry, err, errlen)) {
-            ok = false;
-            break;
-        }
-        if (!*name || reserved_header(m, name)) {
-            ok = optval_fail(err, errlen, "additional-fields: header name '%.40s' %s", name,
-                             *name ? "is set by the relay itself" : "is empty");
-            break;
-        }
-        for (size_t i = 0; i < m->n_extra; i++)
-            if (strcmp(m->extra[i].header, name) == 0)
-                ok =
-                    optval_fail(err, errlen, "additional-fields: header '%.40s' named twice", name);
-        if (ok && m->n_extra == EXTRA_MAX)
-            ok = optval_fail(err, errlen, "additional-fields: more than %d columns", EXTRA_MAX);
-        if (!ok)
-            break;
-        TableHeader *grown = realloc(m->extra, (m->n_extra + 1) * sizeof(*grown));
-        if (!grown) {
-            ok = optval_fail(err, errlen, "out of memory");
-            break;
-        }
-        m->extra = grown;
-        TableHeader h = {strdup(entry), strdup(name)};
-        if (!h.column || !h.header) {
-            free(h.column);
-            free(h.header);
-            ok = optval_fail(err, errlen, "out of memory");
-            break;
-        }
-        m->extra[m->n_extra++] = h;
+        ok = parse_placement(m, entry, err, errlen);
     }
     free(copy);
     return ok;
@@ -136,6 +155,7 @@ bool table_map_init(TableMap *m, const TableOptions *o, char *err, size_t errlen
     const LayoutDefaults *d = &layout_defaults[o->layout];
     m->identity_headers = d->identity_headers;
     m->event_time = o->event_time;
+    m->payload_binary = o->payload_binary;
 
     const char *table = o->table ? o->table : "outbox";
     const char *dot = strchr(table, '.');
@@ -166,14 +186,23 @@ bool table_map_init(TableMap *m, const TableOptions *o, char *err, size_t errlen
         return false;
     if (o->additional_fields && !parse_placements(m, o->additional_fields, err, errlen))
         return false;
+    if (o->timestamp_column &&
+        !pick(&m->timestamp, "timestamp-column", o->timestamp_column, NULL, err, errlen))
+        return false;
+    /* An envelope is a JSON object: bytes have no place in it (Debezium's envelope of a bytes
+     * payload is a Connect struct, which only a schema'd converter could write). */
+    if (m->payload_binary && m->n_envelope > 0)
+        return optval_fail(err, errlen,
+                           "additional-fields: envelope placement needs a text payload, not "
+                           "--payload-format binary");
     return true;
 }
 
 void table_map_free(TableMap *m)
 {
-    char **names[] = {&m->schema,     &m->name,           &m->seq,
-                      &m->event_id,   &m->aggregate_type, &m->aggregate_id,
-                      &m->event_type, &m->payload,        &m->headers};
+    char **names[] = {&m->schema,         &m->name,         &m->seq,        &m->event_id,
+                      &m->aggregate_type, &m->aggregate_id, &m->event_type, &m->payload,
+                      &m->headers,        &m->partition,    &m->timestamp};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         free(*names[i]);
         *names[i] = NULL;
@@ -185,6 +214,13 @@ void table_map_free(TableMap *m)
     free(m->extra);
     m->extra = NULL;
     m->n_extra = 0;
+    for (size_t i = 0; i < m->n_envelope; i++) {
+        free(m->envelope[i].column);
+        free(m->envelope[i].header);
+    }
+    free(m->envelope);
+    m->envelope = NULL;
+    m->n_envelope = 0;
 }
 
 static bool same(const char *a, const char *b)
@@ -278,6 +314,8 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
         return append_literal(sb, conn, m->aggregate_type, err, errlen);
     if (IS("aggregate_id_text"))
         return append_literal(sb, conn, m->aggregate_id, err, errlen);
+    if (IS("payload_text"))
+        return append_literal(sb, conn, m->payload, err, errlen);
     const struct {
         const char *token;
         const char *column;
@@ -319,6 +357,39 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
         return put(sb, m->event_time ? "pg_catalog.to_char(o.created_at AT TIME ZONE 'UTC',"
                                        " 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
                                      : "NULL::text");
+    if (IS("o.payload")) {
+        if (m->n_envelope == 0)
+            return put(sb, "o.") && append_ident(sb, conn, m->payload, err, errlen);
+        /* Debezium's envelope placement: the value becomes {"payload": ..., field: ...}, each
+         * field as its column's JSON (json_build_object keeps the order given); a NULL payload
+         * stays a tombstone. */
+        if (!put(sb, "CASE WHEN o.") || !append_ident(sb, conn, m->payload, err, errlen) ||
+            !put(sb, " IS NULL THEN NULL ELSE pg_catalog.json_build_object('payload', o.") ||
+            !append_ident(sb, conn, m->payload, err, errlen))
+            return false;
+        for (size_t i = 0; i < m->n_envelope; i++)
+            if (!put(sb, ", ") || !append_literal(sb, conn, m->envelope[i].header, err, errlen) ||
+                !put(sb, ", o.") || !append_ident(sb, conn, m->envelope[i].column, err, errlen))
+                return false;
+        return put(sb, ") END");
+    }
+    /* A bytea payload stays bytea: its text form is hex (the result's column type tells
+     * batch.c to decode it), and octet_length counts its bytes. */
+    if (IS("p.payload_text"))
+        return put(sb, m->payload_binary ? "p.payload" : "p.payload::text");
+    if (IS("o.timestamp_ms")) {
+        if (!m->timestamp)
+            return put(sb, "NULL::text");
+        return put(sb, "pg_catalog.floor(extract(epoch FROM o.") &&
+               append_ident(sb, conn, m->timestamp, err, errlen) &&
+               put(sb, ") * 1000::numeric)::bigint::text");
+    }
+    if (IS("o.partition")) {
+        if (!m->partition)
+            return put(sb, "NULL::text");
+        return put(sb, "o.") && append_ident(sb, conn, m->partition, err, errlen) &&
+               put(sb, "::text");
+    }
     if (IS("unsent_idx"))
         return append_index_name(sb, conn, m, "_unsent_idx", err, errlen);
     if (IS("retry_idx"))

@@ -29,7 +29,8 @@ typedef struct TableHeader {
 
 typedef struct TableMap {
     TableLayout layout;
-    char *schema; /* NULL: found through the search_path */
+    bool payload_binary; /* bytea payload column: published byte for byte (--payload-format) */
+    char *schema;        /* NULL: found through the search_path */
     char *name;
     char *seq; /* bigint column giving the order in which events are claimed */
     char *event_id;
@@ -40,6 +41,10 @@ typedef struct TableMap {
     char *headers;      /* JSON object column of headers; NULL: none */
     TableHeader *extra; /* extra columns placed as headers */
     size_t n_extra;
+    TableHeader *envelope; /* extra columns placed in the value's envelope (header: field name) */
+    size_t n_envelope;
+    char *partition; /* column whose value is the message's partition (placement partition) */
+    char *timestamp; /* column whose value is the message's timestamp; NULL: the produce time */
     bool identity_headers; /* also event_type and aggregate_type headers, besides id */
     bool event_time;       /* the claims read created_at as text (CloudEvents' time attribute) */
 } TableMap;
@@ -52,12 +57,15 @@ typedef struct TableOptions {
         *event_type_column, *payload_column;
     const char *headers_column;    /* "none": the table has none */
     const char *additional_fields; /* "column:header[:name],..." (Debezium's placement syntax) */
-    bool event_time; /* the messages carry the event's time (--message-format cloudevents) */
+    const char *timestamp_column;  /* the message timestamp (table.field.event.timestamp) */
+    bool event_time;     /* the messages carry the event's time (--message-format cloudevents) */
+    bool payload_binary; /* the payload column is bytea, sent as its bytes */
 } TableOptions;
 
 /* Resolves the options into m. On bad input (an empty or over-long name, a placement other than
- * header, a header name the relay sets itself) returns false with one line in err; m must still
- * be released with table_map_free. */
+ * header, envelope or partition, a header name the relay sets itself, an envelope field named
+ * payload or twice, a second partition column, envelope fields with a binary payload) returns
+ * false with one line in err; m must still be released with table_map_free. */
 bool table_map_init(TableMap *m, const TableOptions *o, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 void table_map_free(TableMap *m);
@@ -73,7 +81,7 @@ const char *table_map_display(const TableMap *m, char *buf, size_t buflen);
  * microseconds, for the latency metric, the additional fields placed as headers, and the row's
  * created_at as text when the messages carry it. Used by the claims, and by
  * migrate to check that an adopted table has every column they read. */
-#define TABLE_ROW_COLUMNS(last_error) TABLE_ROW_COLUMNS_PAYLOAD("o.{payload}::text", last_error)
+#define TABLE_ROW_COLUMNS(last_error) TABLE_ROW_COLUMNS_PAYLOAD("{o.payload}::text", last_error)
 /* The same with the payload as given (the claims take it as stored and convert it to text only
  * for the rows within their byte budget). */
 #define TABLE_ROW_COLUMNS_PAYLOAD(payload, last_error)                                             \
@@ -81,7 +89,7 @@ const char *table_map_display(const TableMap *m, char *buf, size_t buflen);
     " {o.headers}, o.attempts, " last_error ","                                                    \
     " (extract(epoch FROM pg_catalog.clock_timestamp() - o.created_at) * "                         \
     "1000000::numeric)::bigint,"                                                                   \
-    " {o.extra_headers}, {o.created_at_text}"
+    " {o.extra_headers}, {o.created_at_text}, {o.timestamp_ms}, {o.partition}"
 
 /* One claimed row, decoded from the columns below (engine/batch.c). Strings point into the query
  * result and stay valid while the batch lives; payload and headers are NULL for SQL NULL. */
@@ -96,6 +104,8 @@ typedef struct OutboxRow {
     const char *headers;       /* JSON object text, or NULL */
     const char *extra_headers; /* JSON object of the additional fields placed as headers, or NULL */
     const char *created_at;    /* RFC 3339 in UTC ("2026-11-23T12:00:00.123456Z"), or NULL */
+    const char *timestamp_ms;  /* the timestamp column in ms since the epoch (text), or NULL */
+    const char *partition;     /* the partition column's text, or NULL (the partitioner decides) */
 } OutboxRow;
 
 /* The position of each column of TABLE_ROW_COLUMNS in a result, for whoever decodes one. */
@@ -112,6 +122,8 @@ typedef enum {
     ROW_COL_AGE, /* microseconds */
     ROW_COL_EXTRA_HEADERS,
     ROW_COL_CREATED_AT,   /* RFC 3339, UTC, microseconds; NULL unless m->event_time */
+    ROW_COL_TIMESTAMP,    /* ms since the epoch; NULL without a timestamp column */
+    ROW_COL_PARTITION,    /* the partition column as text; NULL without one */
     ROW_COL_PAYLOAD_BYTES /* claims within a byte budget: NULL unless the payload was left out */
 } RowColumn;
 
@@ -124,6 +136,14 @@ typedef enum {
  *   {o.extra_headers}  the extra header columns of row alias o, each as text, in one JSON
  *                      object text, or NULL::text without any
  *   {o.created_at_text} o.created_at as RFC 3339 text in UTC when m->event_time, else NULL::text
+ *   {o.payload}        the value of row alias o: its payload column, or with envelope fields a
+ *                      json object {"payload": <payload>, <field>: <column>, ...} (NULL payload:
+ *                      NULL, a tombstone)
+ *   {p.payload_text}   the text form of column payload of alias p (a claim's inner query): its
+ *                      ::text, or with a binary payload its bytes as hex (batch.c decodes them)
+ *   {o.timestamp_ms}   the timestamp column in ms since the epoch as text, or NULL::text
+ *   {o.partition}      the partition column as text, or NULL::text
+ *   {payload_text}     the payload column's name as an SQL literal (check's look at its type)
  *   {unsent_idx} {retry_idx} {sent_idx} {seq_idx}  the relay's index names, quoted
  * Returns a malloc'd string, or NULL with one line in err (an unknown placeholder is a bug). */
 char *table_sql(const TableMap *m, PGconn *conn, const char *tmpl, char *err, size_t errlen);

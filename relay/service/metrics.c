@@ -365,6 +365,10 @@ void metrics_render(StrBuf *out, const MetricsLive *live)
            "1 while a Kafka broker is reachable (a connection up in the last statistics, or an "
            "acknowledgement since all brokers were last reported down), else 0.");
     printf_to(out, "outbox_kafka_up %d\n", live->kafka_up ? 1 : 0);
+    header(out, "outbox_schema_registry_up", "gauge",
+           "1 while the Schema Registry answers (always 1 without --value-format avro or "
+           "json-schema), else 0: rows wait for it, no attempt counted.");
+    printf_to(out, "outbox_schema_registry_up %d\n", live->registry_up ? 1 : 0);
     header(out, "outbox_lanes_owned", "gauge", "Lanes (of 64) this relay owns and claims from.");
     printf_to(out, "outbox_lanes_owned %d\n", live->lanes_owned);
     header(out, "outbox_relay_sessions", "gauge",

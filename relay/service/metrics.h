@@ -22,6 +22,7 @@
 typedef struct MetricsLive {
     bool postgres_up;
     bool kafka_up;
+    bool registry_up; /* the Schema Registry answers; true without one */
     int lanes_owned;
     int live_sessions; /* of all relays (lane group members) at the last rebalance, ours included */
     int claim_sessions; /* this relay's sessions that claim now (the rest rest: --min-sessions) */

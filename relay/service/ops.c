@@ -30,8 +30,12 @@ static int handle(const char *path, StrBuf *body, const char **content_type, voi
     RelayStatus st;
     relay_status(o->relay, &st);
     if (strcmp(path, "/metrics") == 0) {
-        MetricsLive live = {st.postgres_up, st.kafka_up, st.lanes_owned, st.live_sessions,
-                            st.claim_sessions};
+        MetricsLive live = {.postgres_up = st.postgres_up,
+                            .kafka_up = st.kafka_up,
+                            .registry_up = st.registry_up,
+                            .lanes_owned = st.lanes_owned,
+                            .live_sessions = st.live_sessions,
+                            .claim_sessions = st.claim_sessions};
         metrics_render(body, &live);
         *content_type = "text/plain; version=0.0.4; charset=utf-8";
         return 200;
@@ -42,7 +46,8 @@ static int handle(const char *path, StrBuf *body, const char **content_type, voi
     }
     if (strcmp(path, "/readyz") == 0) {
         int squatters = upkeep_lane_squatters(o->upkeep);
-        if (st.postgres_up && st.kafka_up && !st.stopping && !st.setup_error[0] && !squatters) {
+        if (st.postgres_up && st.kafka_up && st.registry_up && !st.stopping && !st.setup_error[0] &&
+            !squatters) {
             strbuf_puts(body, "ready\n");
             return 200;
         }
@@ -51,6 +56,8 @@ static int handle(const char *path, StrBuf *body, const char **content_type, voi
             strbuf_puts(body, " postgres unreachable;");
         if (!st.kafka_up)
             strbuf_puts(body, " kafka unreachable;");
+        if (!st.registry_up) /* rows wait for it, no attempt counted (serializer.h) */
+            strbuf_puts(body, " schema registry unavailable;");
         if (st.stopping)
             strbuf_puts(body, " shutting down;");
         if (squatters) /* the aggregates of their lanes wait (upkeep.c) */

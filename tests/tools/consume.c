@@ -3,7 +3,7 @@
  * tab-separated line with --tsv).
  *
  *   consume --brokers B --topic T [--topic T2]... [--count N] [--timeout-ms MS] [--idle-ms MS]
- *           [--to-end] [--tsv HEADER] [--kafka KEY=VALUE]...
+ *           [--to-end] [--tsv HEADER] [--hex] [--kafka KEY=VALUE]...
  *
  * Assigns every partition of the topics from the beginning (no consumer group, nothing
  * committed), so it can be run any number of times and always sees the whole log.
@@ -20,6 +20,8 @@
  * benchmark's latency runs, where building each JSON object cost the consumer most of its CPU
  * (perf: jansson and malloc, 0.3 of a CPU at 10,000 messages/s) on the CPUs it shares with what
  * it measures.
+ * --hex adds "value_hex": the value's bytes in hex (binary payloads, Schema Registry framing),
+ * since "value" shows bytes that are not UTF-8 as '?'.
  * --to-end reads every partition up to its end (the end at the time it is reached) and stops:
  * everything already acknowledged, duplicates included, with no idle-time guess.
  * Exit: 0 when --count messages were read, when --idle-ms passed without a new message, when
@@ -92,6 +94,23 @@ static int64_t realtime_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+static bool hex_values; /* --hex */
+
+static json_t *hex_json(const void *data, size_t len)
+{
+    if (!data)
+        return json_null();
+    char *hex = malloc(len * 2 + 1);
+    if (!hex)
+        return json_null();
+    for (size_t i = 0; i < len; i++)
+        snprintf(hex + i * 2, 3, "%02x", ((const unsigned char *)data)[i]);
+    hex[len * 2] = '\0';
+    json_t *s = json_string(hex);
+    free(hex);
+    return s ? s : json_null();
+}
+
 static void print_message(const rd_kafka_message_t *m, int64_t received_us)
 {
     json_t *headers = json_object(), *list = json_array();
@@ -111,6 +130,8 @@ static void print_message(const rd_kafka_message_t *m, int64_t received_us)
     json_object_set_new(obj, "offset", json_integer(m->offset));
     json_object_set_new(obj, "key", bytes_json(m->key, m->key_len));
     json_object_set_new(obj, "value", bytes_json(m->payload, m->len));
+    if (hex_values)
+        json_object_set_new(obj, "value_hex", hex_json(m->payload, m->len));
     json_object_set_new(obj, "headers", headers);
     json_object_set_new(obj, "header_list", list);
     json_object_set_new(obj, "timestamp_ms", json_integer(rd_kafka_message_timestamp(m, NULL)));
@@ -182,6 +203,7 @@ int main(int argc, char **argv)
         {"idle-ms", required_argument, NULL, 'i'},
         {"to-end", no_argument, NULL, 'e'},
         {"tsv", required_argument, NULL, 's'},
+        {"hex", no_argument, NULL, 'x'},
         {"kafka", required_argument, NULL, 'k'},
         {NULL, 0, NULL, 0},
     };
@@ -224,6 +246,9 @@ int main(int argc, char **argv)
             if (!strchr(optarg, '=') || optarg[0] == '=')
                 usage_error("--kafka must be KEY=VALUE", optarg);
             props[nprops++] = optarg;
+            break;
+        case 'x':
+            hex_values = true;
             break;
         default:
             usage_error("unknown or incomplete option", argv[optind - 1]);

@@ -143,10 +143,13 @@ static char *copy(const char *s, size_t len)
     return c;
 }
 
-rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, const char *key,
-                                  size_t key_len, const char *value, size_t value_len,
-                                  rd_kafka_headers_t *hdrs, void *opaque)
+rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, int32_t partition,
+                                  int64_t timestamp_ms, const char *key, size_t key_len,
+                                  const char *value, size_t value_len, rd_kafka_headers_t *hdrs,
+                                  void *opaque)
 {
+    (void)partition; /* the fake keeps no partitions; the router's tests read them (test 87) */
+    (void)timestamp_ms;
     if (kp->refused_err && strlen(kp->refused_key) == key_len &&
         memcmp(kp->refused_key, key, key_len) == 0)
         return kp->refused_err; /* the caller keeps its headers */

@@ -1140,8 +1140,29 @@ static void test_debezium_aliases(void **state)
     config_free(&cfg);
 
     assert_false(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1", "--additional-fields",
-                      "type:envelope"));
-    assert_error_line(err, "placement 'envelope'");
+                      "type:offset"));
+    assert_error_line(err, "placement 'offset'");
+    config_free(&cfg);
+
+    /* The rest of the router: envelope fields, the partition placement (only with the order
+     * promise narrowed to partitions) and the timestamp column, by Debezium's names. */
+    assert_true(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1",
+                     "--table.fields.additional.placement",
+                     "type:envelope:eventType,part:partition", "--order-scope", "partition",
+                     "--table.field.event.timestamp", "occurred_at", "--payload-format", "text"));
+    assert_int_equal(cfg.map.n_envelope, 1);
+    assert_string_equal(cfg.map.envelope[0].header, "eventType");
+    assert_string_equal(cfg.map.partition, "part");
+    assert_string_equal(cfg.map.timestamp, "occurred_at");
+    assert_false(cfg.map.payload_binary);
+    config_free(&cfg);
+    assert_false(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1", "--additional-fields",
+                      "part:partition"));
+    assert_error_line(err, "needs --order-scope partition");
+    config_free(&cfg);
+    assert_true(
+        LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1", "--payload-format", "binary"));
+    assert_true(cfg.map.payload_binary);
     config_free(&cfg);
 }
 

@@ -51,7 +51,8 @@ static void test_counters(void **state)
     metrics_batch_committed();
     metrics_retention_deleted(1000);
     metrics_retention_deleted(-5); /* ignored */
-    char *t = render((MetricsLive){true, false, 32, 2, 1});
+    char *t = render((MetricsLive){
+        .postgres_up = true, .lanes_owned = 32, .live_sessions = 2, .claim_sessions = 1});
     assert_line(t, "outbox_events_published_total{topic=\"outbox.event.order\"} 2");
     assert_line(t, "outbox_events_published_total{topic=\"outbox.event.invoice\"} 1");
     assert_line(t, "outbox_failures_total{class=\"transient\"} 1");
@@ -61,6 +62,7 @@ static void test_counters(void **state)
     assert_line(t, "outbox_retention_deleted_rows_total 1000");
     assert_line(t, "outbox_postgres_up 1");
     assert_line(t, "outbox_kafka_up 0");
+    assert_line(t, "outbox_schema_registry_up 0");
     assert_line(t, "outbox_lanes_owned 32");
     assert_line(t, "outbox_relay_sessions 2");
     assert_line(t, "outbox_claim_sessions 1");

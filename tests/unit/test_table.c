@@ -139,14 +139,49 @@ static void test_bad_options(void **state)
     expect_init_error(&(TableOptions){.additional_fields = "type"}, "expected COLUMN:header");
     expect_init_error(&(TableOptions){.additional_fields = "a:header:b:c"},
                       "expected COLUMN:header");
-    expect_init_error(&(TableOptions){.additional_fields = "type:partition"},
-                      "placement 'partition'");
+    expect_init_error(&(TableOptions){.additional_fields = "type:offset"}, "placement 'offset'");
+    expect_init_error(&(TableOptions){.additional_fields = "a:partition, b:partition"},
+                      "a second partition column");
+    expect_init_error(&(TableOptions){.additional_fields = "a:envelope:payload"},
+                      "is the payload's own");
+    expect_init_error(&(TableOptions){.additional_fields = "a:envelope", .payload_binary = true},
+                      "needs a text payload");
     expect_init_error(&(TableOptions){.additional_fields = "type:header:event_type"},
                       "set by the relay itself");
     expect_init_error(
         &(TableOptions){.layout = LAYOUT_DEBEZIUM, .additional_fields = "a:header:x, b:header:x"},
         "named twice");
     expect_init_error(&(TableOptions){.additional_fields = ":header"}, "empty name");
+}
+
+/* Debezium's other placements and the message timestamp: what the claims read for them. */
+static void test_router_placements(void **state)
+{
+    TableOptions o = {.layout = LAYOUT_DEBEZIUM,
+                      .additional_fields = "type:header:eventType, type:envelope:eventType, "
+                                           "part:partition, tenant:envelope",
+                      .timestamp_column = "occurred_at"};
+    TableMap m;
+    char err[256];
+    assert_true(table_map_init(&m, &o, err, sizeof(err)));
+    assert_int_equal(m.n_extra, 1);
+    assert_int_equal(m.n_envelope, 2);
+    assert_string_equal(m.partition, "part");
+    expect_sql(&m, "{o.payload}",
+               "CASE WHEN o.\"payload\" IS NULL THEN NULL ELSE pg_catalog.json_build_object("
+               "'payload', o.\"payload\", 'eventType', o.\"type\", 'tenant', o.\"tenant\") END");
+    expect_sql(&m, "{o.partition}", "o.\"part\"::text");
+    expect_sql(
+        &m, "{o.timestamp_ms}",
+        "pg_catalog.floor(extract(epoch FROM o.\"occurred_at\") * 1000::numeric)::bigint::text");
+    expect_sql(&m, "{p.payload_text}", "p.payload::text");
+    table_map_free(&m);
+
+    TableOptions plain = {.layout = LAYOUT_RELAY, .payload_binary = true};
+    assert_true(table_map_init(&m, &plain, err, sizeof(err)));
+    expect_sql(&m, "{o.payload} {p.payload_text} {o.partition} {o.timestamp_ms}",
+               "o.\"payload\" p.payload NULL::text NULL::text");
+    table_map_free(&m);
 }
 
 static void test_debezium_may_name_event_type_header(void **state)
@@ -170,6 +205,7 @@ int main(void)
         cmocka_unit_test(test_headers_none),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_debezium_may_name_event_type_header),
+        cmocka_unit_test(test_router_placements),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -12,7 +12,7 @@
 #  3. status and dead work on the adopted table;
 #  4. names needing quotes (a schema, a table and columns with spaces, capitals and a double
 #     quote) work through flags: identifiers are quoted, never pasted;
-#  5. bad mappings fail cleanly: a placement other than header, a reserved header name and a
+#  5. bad mappings fail cleanly: an unknown placement, a reserved header name and a
 #     non-integer order column, each with one line.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
@@ -138,8 +138,8 @@ bad() {
     check_eq "5: $name: one line" 1 "$(grep -c '' "$T/bad.out")"
     check "5: $name: says why" grep -q "$PATTERN" "$T/bad.out"
 }
-PATTERN="placement 'envelope'" bad "envelope placement" run --layout debezium \
-    --additional-fields type:envelope:eventType
+PATTERN="placement 'offset'" bad "unknown placement" run --layout debezium \
+    --additional-fields type:offset:eventType
 PATTERN="header name 'id' is set by the relay" bad "reserved header" run --layout debezium \
     --additional-fields type:header:id
 PATTERN="expected COLUMN:header" bad "malformed placement" run --additional-fields type

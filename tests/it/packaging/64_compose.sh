@@ -15,7 +15,7 @@ command -v docker-compose >/dev/null || fail "docker-compose is installed (make 
 
 check "docker-compose config -q accepts the file" docker-compose config -q
 docker-compose config >"$T/config.yml" 2>"$T/config.err" || fail "docker-compose config"
-check_eq "the services" "consumer-demo kafka migrate postgres producer-demo redis relay-1 relay-2" \
+check_eq "the services" "consumer-demo kafka migrate postgres producer-demo redis relay-1 relay-2 schema-registry" \
     "$(docker-compose config --services | sort | tr '\n' ' ' | sed 's/ $//')"
 
 # The checks below read the resolved file with the YAML parser docker-compose itself uses.
@@ -24,6 +24,9 @@ yq() {
 c = yaml.safe_load(open(sys.argv[1]))
 print(eval(sys.argv[2], {"c": c, "s": c["services"], "os": os}))' "$T/config.yml" "$1"
 }
+check_eq "Confluent's Schema Registry, only with its profile" \
+    "confluentinc/cp-schema-registry ['schema-registry']" \
+    "$(yq 's["schema-registry"]["image"].split(":")[0] + " " + str(s["schema-registry"]["profiles"])')"
 check_eq "Kafka is the official image" apache/kafka "$(yq 's["kafka"]["image"].split(":")[0]')"
 check_eq "Kafka runs KRaft as broker and controller, one voter" "broker,controller 1@kafka:9093" \
     "$(yq '(s["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] + " " +

@@ -1,0 +1,614 @@
+#include "registry.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "monotime.h"
+#include "secrets.h"
+#include "strbuf.h"
+
+/* A registry answer larger than this is not a schema we can use (Confluent's default limit on a
+ * schema is far below it); reading stops there, so a hostile endpoint cannot fill memory. */
+#define RESPONSE_MAX (4 * 1024 * 1024)
+#define BACKOFF_FIRST_S 1.0
+#define BACKOFF_MAX_S 10.0
+/* A subject the registry says does not exist is asked again after this. */
+#define MISSING_RETRY_S 5.0
+#define MAX_URLS 8
+
+typedef enum { ENTRY_EMPTY, ENTRY_FETCHING, ENTRY_OK, ENTRY_MISSING, ENTRY_FAILED } EntryState;
+
+typedef struct Entry {
+    struct Entry *next;
+    char *subject;
+    EntryState state;
+    double retry_at; /* monotonic: MISSING and FAILED entries are asked again from then on */
+    double backoff_s;
+    char *missing_why;
+    RegistrySchema schema; /* valid in ENTRY_OK */
+    char *schema_text;
+} Entry;
+
+typedef struct Request {
+    struct Request *next; /* the registry's requests in flight */
+    Registry *r;
+    Entry *entry;
+    CURL *easy;
+    StrBuf body;
+    bool too_large;
+    char errbuf[CURL_ERROR_SIZE];
+} Request;
+
+typedef struct SockWatch {
+    ev_io io;
+    Registry *r;
+} SockWatch;
+
+struct Registry {
+    struct ev_loop *loop;
+    CURLM *multi;
+    ev_timer timer;
+    char *urls[MAX_URLS];
+    int n_urls;
+    int current; /* the URL requests go to; moves on after a failure */
+    char *userpwd;
+    char *ca_file;
+    long timeout_ms;
+    long version;
+    Entry *entries;
+    Request *requests; /* in flight, freed by registry_free if still there */
+    RegistryReadyFn ready;
+    void *arg;
+    bool up;
+    bool logged_down; /* the last state change logged was "down" */
+    int in_flight;
+};
+
+/* ---- curl driven by libev ----------------------------------------------------------------- */
+
+static void finish_request(Request *q, CURLcode code);
+
+static void check_done(Registry *r)
+{
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(r->multi, &left))) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        Request *q = NULL;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&q);
+        CURLcode code = msg->data.result;
+        curl_multi_remove_handle(r->multi, msg->easy_handle);
+        finish_request(q, code);
+    }
+}
+
+static void on_io(struct ev_loop *loop, ev_io *w, int revents)
+{
+    /* The action may remove the socket, and free sw with it (socket_cb): keep r first. */
+    Registry *r = ((SockWatch *)w)->r;
+    int running;
+    int action =
+        (revents & EV_READ ? CURL_CSELECT_IN : 0) | (revents & EV_WRITE ? CURL_CSELECT_OUT : 0);
+    curl_multi_socket_action(r->multi, w->fd, action, &running);
+    check_done(r);
+}
+
+static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Registry *r = w->data;
+    int running;
+    curl_multi_socket_action(r->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    check_done(r);
+}
+
+static int socket_cb(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
+{
+    Registry *r = userp;
+    SockWatch *sw = socketp;
+    if (what == CURL_POLL_REMOVE) {
+        if (sw) {
+            ev_io_stop(r->loop, &sw->io);
+            free(sw);
+            curl_multi_assign(r->multi, s, NULL);
+        }
+        return 0;
+    }
+    int events = (what & CURL_POLL_IN ? EV_READ : 0) | (what & CURL_POLL_OUT ? EV_WRITE : 0);
+    if (!sw) {
+        sw = calloc(1, sizeof(*sw));
+        if (!sw)
+            return -1;
+        sw->r = r;
+        curl_multi_assign(r->multi, s, sw);
+    } else {
+        ev_io_stop(r->loop, &sw->io);
+    }
+    ev_io_init(&sw->io, on_io, s, events);
+    ev_io_start(r->loop, &sw->io);
+    return 0;
+}
+
+static int timer_cb(CURLM *multi, long timeout_ms, void *userp)
+{
+    Registry *r = userp;
+    ev_timer_stop(r->loop, &r->timer);
+    if (timeout_ms >= 0) {
+        ev_timer_set(&r->timer, (double)timeout_ms / 1000.0, 0.0);
+        ev_timer_start(r->loop, &r->timer);
+    }
+    return 0;
+}
+
+/* ---- requests ----------------------------------------------------------------------------- */
+
+static size_t on_body(char *data, size_t size, size_t n, void *userp)
+{
+    Request *q = userp;
+    size_t len = size * n;
+    if (q->body.len + len > RESPONSE_MAX) {
+        q->too_large = true;
+        return 0; /* curl fails the transfer (CURLE_WRITE_ERROR) */
+    }
+    strbuf_append(&q->body, data, len);
+    return len;
+}
+
+/* Applies what every request shares: timeouts, auth, TLS, no redirects, no signals. */
+static void easy_setup(Registry *r, CURL *easy, const char *url, struct curl_slist *hdrs)
+{
+    curl_easy_setopt(easy, CURLOPT_URL, url);
+    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, r->timeout_ms);
+    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, r->timeout_ms);
+    curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(easy, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, hdrs);
+    if (r->userpwd) {
+        curl_easy_setopt(easy, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+        curl_easy_setopt(easy, CURLOPT_USERPWD, r->userpwd);
+    }
+    if (r->ca_file)
+        curl_easy_setopt(easy, CURLOPT_CAINFO, r->ca_file);
+}
+
+static struct curl_slist *accept_headers(void)
+{
+    return curl_slist_append(NULL, "Accept: application/vnd.schemaregistry.v1+json, "
+                                   "application/json");
+}
+
+/* The subject's URL path, percent-encoded (subjects hold dots, and may hold anything). */
+static char *subject_url(Registry *r, CURL *easy, const char *subject)
+{
+    char *escaped = curl_easy_escape(easy, subject, 0);
+    if (!escaped)
+        return NULL;
+    char version[32];
+    if (r->version > 0)
+        snprintf(version, sizeof(version), "%ld", r->version);
+    else
+        snprintf(version, sizeof(version), "latest");
+    const char *base = r->urls[r->current];
+    size_t blen = strlen(base);
+    while (blen > 0 && base[blen - 1] == '/')
+        blen--;
+    size_t n = blen + strlen(escaped) + strlen(version) + 32;
+    char *url = malloc(n);
+    if (url)
+        snprintf(url, n, "%.*s/subjects/%s/versions/%s", (int)blen, base, escaped, version);
+    curl_free(escaped);
+    return url;
+}
+
+static void set_up(Registry *r, bool up, const char *why)
+{
+    r->up = up;
+    if (!up && !r->logged_down) {
+        log_warn("schema registry unavailable: rows wait for it (no attempt counted)",
+                 "url=%s error=\"%s\"", r->urls[r->current], why);
+        r->logged_down = true;
+    } else if (up && r->logged_down) {
+        log_info("schema registry available again", "url=%s", r->urls[r->current]);
+        r->logged_down = false;
+    }
+}
+
+static void entry_failed(Registry *r, Entry *e, const char *why)
+{
+    e->state = ENTRY_FAILED;
+    e->backoff_s = e->backoff_s <= 0 ? BACKOFF_FIRST_S : e->backoff_s * 2;
+    if (e->backoff_s > BACKOFF_MAX_S)
+        e->backoff_s = BACKOFF_MAX_S;
+    e->retry_at = monotime_now() + e->backoff_s;
+    set_up(r, false, why);
+    if (r->n_urls > 1)
+        r->current = (r->current + 1) % r->n_urls;
+}
+
+static RegistrySchemaType schema_type(const char *name)
+{
+    if (name && strcmp(name, "JSON") == 0)
+        return REGISTRY_JSON;
+    if (name && strcmp(name, "PROTOBUF") == 0)
+        return REGISTRY_PROTOBUF;
+    return REGISTRY_AVRO; /* the registry leaves schemaType out for Avro */
+}
+
+/* Fills e from a 200 answer: {"subject", "version", "id", "schema", "schemaType"?}. */
+static bool entry_fill(Entry *e, const char *body, char *why, size_t whylen)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(body, 0, &jerr);
+    json_t *id = json_object_get(root, "id"), *version = json_object_get(root, "version"),
+           *schema = json_object_get(root, "schema"), *type = json_object_get(root, "schemaType");
+    if (!json_is_integer(id) || !json_is_string(schema) || (type && !json_is_string(type))) {
+        snprintf(why, whylen, "the registry's answer is not a schema");
+        json_decref(root);
+        return false;
+    }
+    free(e->schema_text);
+    e->schema_text = strdup(json_string_value(schema));
+    e->schema.id = (int)json_integer_value(id);
+    e->schema.version = json_is_integer(version) ? (int)json_integer_value(version) : 0;
+    e->schema.type = schema_type(type ? json_string_value(type) : NULL);
+    e->schema.subject = e->subject;
+    e->schema.text = e->schema_text;
+    json_decref(root);
+    return e->schema_text != NULL;
+}
+
+static void finish_request(Request *q, CURLcode code)
+{
+    Registry *r = q->r;
+    Entry *e = q->entry;
+    long status = 0;
+    curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &status);
+    char why[300] = "";
+    if (code != CURLE_OK) {
+        snprintf(why, sizeof(why), "%s",
+                 q->too_large ? "answer too large"
+                 : *q->errbuf ? q->errbuf
+                              : curl_easy_strerror(code));
+        entry_failed(r, e, why);
+    } else if (status == 200) {
+        strbuf_append(&q->body, "", 1); /* NUL-terminated */
+        if (entry_fill(e, q->body.s, why, sizeof(why))) {
+            e->state = ENTRY_OK;
+            e->backoff_s = 0;
+            set_up(r, true, NULL);
+            log_info("schema found", "subject=%s id=%d version=%d", e->subject, e->schema.id,
+                     e->schema.version);
+        } else {
+            entry_failed(r, e, why);
+        }
+    } else if (status == 404) {
+        /* {"error_code": 40401, "message": "Subject 'x' not found."}: the registry is up. */
+        strbuf_append(&q->body, "", 1);
+        json_t *root = json_loads(q->body.s, 0, NULL);
+        const char *msg = json_string_value(json_object_get(root, "message"));
+        snprintf(why, sizeof(why), "schema registry: %s", msg ? msg : "subject not found");
+        json_decref(root);
+        free(e->missing_why);
+        e->missing_why = strdup(why);
+        e->state = ENTRY_MISSING;
+        e->retry_at = monotime_now() + MISSING_RETRY_S;
+        set_up(r, true, NULL);
+    } else {
+        snprintf(why, sizeof(why), "HTTP %ld%s", status,
+                 status == 401 || status == 403 ? " (check --schema-registry-auth-file)" : "");
+        entry_failed(r, e, why);
+    }
+    r->in_flight--;
+    for (Request **p = &r->requests; *p; p = &(*p)->next)
+        if (*p == q) {
+            *p = q->next;
+            break;
+        }
+    curl_easy_cleanup(q->easy);
+    strbuf_free(&q->body);
+    free(q);
+    if (r->ready)
+        r->ready(r->arg);
+}
+
+static bool start_request(Registry *r, Entry *e)
+{
+    Request *q = calloc(1, sizeof(*q));
+    CURL *easy = q ? curl_easy_init() : NULL;
+    char *url = easy ? subject_url(r, easy, e->subject) : NULL;
+    if (!url) {
+        if (easy)
+            curl_easy_cleanup(easy);
+        free(q);
+        return false;
+    }
+    static struct curl_slist *hdrs;
+    if (!hdrs)
+        hdrs = accept_headers();
+    q->r = r;
+    q->entry = e;
+    q->easy = easy;
+    easy_setup(r, easy, url, hdrs);
+    free(url); /* curl copies CURLOPT_URL */
+    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(easy, CURLOPT_WRITEDATA, q);
+    curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, q->errbuf);
+    curl_easy_setopt(easy, CURLOPT_PRIVATE, q);
+    if (curl_multi_add_handle(r->multi, easy) != CURLM_OK) {
+        curl_easy_cleanup(easy);
+        free(q);
+        return false;
+    }
+    e->state = ENTRY_FETCHING;
+    r->in_flight++;
+    q->next = r->requests;
+    r->requests = q;
+    return true;
+}
+
+/* A waiter whose entry is in backoff must hear when it may ask again: one timer per registry
+ * that fires at the earliest retry time and calls the ready callback. */
+static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Registry *r = w->data;
+    if (r->ready)
+        r->ready(r->arg);
+}
+
+static ev_timer retry_timer; /* one registry per process */
+
+static void arm_retry(Registry *r, double at)
+{
+    double in = at - monotime_now();
+    if (in < 0.01)
+        in = 0.01;
+    if (ev_is_active(&retry_timer) && ev_timer_remaining(r->loop, &retry_timer) <= in)
+        return;
+    ev_timer_stop(r->loop, &retry_timer);
+    ev_timer_set(&retry_timer, in, 0.0);
+    ev_timer_start(r->loop, &retry_timer);
+}
+
+/* ---- public ------------------------------------------------------------------------------- */
+
+static bool read_auth_file(Registry *r, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "schema-registry-auth-file %s: %s", path, strerror(errno));
+        return false;
+    }
+    char line[1024];
+    bool got = fgets(line, sizeof(line), f) != NULL;
+    fclose(f);
+    size_t n = got ? strlen(line) : 0;
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = '\0';
+    char *colon = strchr(line, ':');
+    if (!got || !colon || colon == line) {
+        explicit_bzero(line, sizeof(line));
+        snprintf(err, errlen, "schema-registry-auth-file %s: expected USER:PASSWORD on one line",
+                 path);
+        return false;
+    }
+    if (colon[1])
+        secrets_add(colon + 1);
+    r->userpwd = strdup(line);
+    explicit_bzero(line, sizeof(line));
+    return r->userpwd != NULL;
+}
+
+Registry *registry_new(struct ev_loop *loop, const RegistryOptions *o, RegistryReadyFn ready,
+                       void *arg, char *err, size_t errlen)
+{
+    static bool curl_ready;
+    if (!curl_ready && curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        snprintf(err, errlen, "cannot initialise libcurl");
+        return NULL;
+    }
+    curl_ready = true;
+    Registry *r = calloc(1, sizeof(*r));
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    r->loop = loop;
+    r->ready = ready;
+    r->arg = arg;
+    r->up = true;
+    r->timeout_ms = o->timeout_ms;
+    r->version = o->version;
+    char *copy = strdup(o->urls ? o->urls : "");
+    char *save = NULL;
+    for (char *u = copy ? strtok_r(copy, ",", &save) : NULL; u && r->n_urls < MAX_URLS;
+         u = strtok_r(NULL, ",", &save)) {
+        while (*u == ' ')
+            u++;
+        if (*u)
+            r->urls[r->n_urls++] = strdup(u);
+    }
+    free(copy);
+    if (r->n_urls == 0) {
+        snprintf(err, errlen, "schema-registry-url: no URL given");
+        registry_free(r, NULL);
+        return NULL;
+    }
+    if ((o->auth_file && !read_auth_file(r, o->auth_file, err, errlen)) ||
+        (o->ca_file && !(r->ca_file = strdup(o->ca_file)))) {
+        registry_free(r, NULL);
+        return NULL;
+    }
+    r->multi = curl_multi_init();
+    if (!r->multi) {
+        snprintf(err, errlen, "cannot initialise libcurl's multi interface");
+        registry_free(r, NULL);
+        return NULL;
+    }
+    curl_multi_setopt(r->multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
+    curl_multi_setopt(r->multi, CURLMOPT_SOCKETDATA, r);
+    curl_multi_setopt(r->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+    curl_multi_setopt(r->multi, CURLMOPT_TIMERDATA, r);
+    ev_init(&r->timer, on_timer);
+    r->timer.data = r;
+    ev_init(&retry_timer, on_retry);
+    retry_timer.data = r;
+    return r;
+}
+
+void registry_free(Registry *r, void (*free_parsed)(void *))
+{
+    if (!r)
+        return;
+    if (r->multi) {
+        for (Request *q = r->requests, *next; q; q = next) {
+            next = q->next;
+            curl_multi_remove_handle(r->multi, q->easy);
+            curl_easy_cleanup(q->easy);
+            strbuf_free(&q->body);
+            free(q);
+        }
+        curl_multi_cleanup(r->multi);
+    }
+    ev_timer_stop(r->loop, &r->timer);
+    ev_timer_stop(r->loop, &retry_timer);
+    for (Entry *e = r->entries, *next; e; e = next) {
+        next = e->next;
+        if (free_parsed && e->schema.parsed)
+            free_parsed(e->schema.parsed);
+        free(e->subject);
+        free(e->schema_text);
+        free(e->missing_why);
+        free(e);
+    }
+    for (int i = 0; i < r->n_urls; i++)
+        free(r->urls[i]);
+    if (r->userpwd)
+        explicit_bzero(r->userpwd, strlen(r->userpwd));
+    free(r->userpwd);
+    free(r->ca_file);
+    free(r);
+}
+
+static Entry *entry_find(Registry *r, const char *subject)
+{
+    for (Entry *e = r->entries; e; e = e->next)
+        if (strcmp(e->subject, subject) == 0)
+            return e;
+    Entry *e = calloc(1, sizeof(*e));
+    if (!e)
+        return NULL;
+    e->subject = strdup(subject);
+    if (!e->subject) {
+        free(e);
+        return NULL;
+    }
+    e->next = r->entries;
+    r->entries = e;
+    return e;
+}
+
+RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistrySchema **schema,
+                               char *err, size_t errlen)
+{
+    Entry *e = entry_find(r, subject);
+    if (!e) {
+        snprintf(err, errlen, "out of memory");
+        return REGISTRY_DOWN;
+    }
+    double now = monotime_now();
+    switch (e->state) {
+    case ENTRY_OK:
+        *schema = &e->schema;
+        return REGISTRY_OK;
+    case ENTRY_FETCHING:
+        return REGISTRY_PENDING;
+    case ENTRY_MISSING:
+        if (now < e->retry_at) {
+            snprintf(err, errlen, "%s", e->missing_why ? e->missing_why : "subject not found");
+            return REGISTRY_MISSING;
+        }
+        break;
+    case ENTRY_FAILED:
+        if (now < e->retry_at) {
+            arm_retry(r, e->retry_at);
+            return REGISTRY_DOWN;
+        }
+        break;
+    case ENTRY_EMPTY:
+        break;
+    }
+    if (!start_request(r, e)) {
+        e->retry_at = now + BACKOFF_FIRST_S;
+        e->state = ENTRY_FAILED;
+        arm_retry(r, e->retry_at);
+        return REGISTRY_DOWN;
+    }
+    return REGISTRY_PENDING;
+}
+
+bool registry_up(const Registry *r)
+{
+    return r->up;
+}
+
+bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t warnlen)
+{
+    struct curl_slist *hdrs = accept_headers();
+    bool ok = true;
+    *warn = '\0';
+    for (int i = 0; i < r->n_urls; i++) {
+        CURL *easy = curl_easy_init();
+        if (!easy)
+            break;
+        char url[2048], errbuf[CURL_ERROR_SIZE] = "";
+        size_t blen = strlen(r->urls[i]);
+        while (blen > 0 && r->urls[i][blen - 1] == '/')
+            blen--;
+        snprintf(url, sizeof(url), "%.*s/subjects", (int)blen, r->urls[i]);
+        StrBuf body = {0};
+        Request q = {.r = r, .body = body};
+        easy_setup(r, easy, url, hdrs);
+        curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(easy, CURLOPT_WRITEDATA, &q);
+        curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
+        CURLcode code = curl_easy_perform(easy);
+        long status = 0;
+        curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_cleanup(easy);
+        strbuf_free(&q.body);
+        if (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE) {
+            snprintf(err, errlen, "schema registry %s: TLS: %s", r->urls[i],
+                     *errbuf ? errbuf : curl_easy_strerror(code));
+            ok = false;
+            break;
+        }
+        if (code == CURLE_OK && (status == 401 || status == 403)) {
+            snprintf(err, errlen,
+                     "schema registry %s refuses the credentials (HTTP %ld): check "
+                     "--schema-registry-auth-file",
+                     r->urls[i], status);
+            ok = false;
+            break;
+        }
+        if (code == CURLE_OK && status < 500) {
+            r->current = i;
+            *warn = '\0';
+            break;
+        }
+        snprintf(warn, warnlen, "schema registry %s does not answer (%s): rows wait for it",
+                 r->urls[i],
+                 code != CURLE_OK ? (*errbuf ? errbuf : curl_easy_strerror(code)) : "5xx");
+    }
+    curl_slist_free_all(hdrs);
+    return ok;
+}

@@ -1,0 +1,79 @@
+/* registry: a Confluent Schema Registry client for the event loop.
+ *
+ * It fetches the schema a subject holds (GET /subjects/{subject}/versions/{latest|N}) and keeps
+ * it for the life of the process, as Confluent's serializers with use.latest.version cache the
+ * version they found. Requests go through libcurl's multi interface driven by libev
+ * (curl_multi_socket_action from ev_io and ev_timer watchers), so the loop never waits for the
+ * registry; each request is bounded by the configured timeout. Several base URLs are tried in
+ * turn after a failure. A registry that fails (no answer, timeout, 5xx, 401/403) is "down": no
+ * request for a subject is sent again before its backoff (1 s doubling to 10 s) is over, and one
+ * log line says each change between up and down. The basic-auth password is registered with
+ * lib/secrets.h and never logged. */
+#ifndef OUTBOX_REGISTRY_H
+#define OUTBOX_REGISTRY_H
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct Registry Registry;
+
+typedef struct RegistryOptions {
+    const char *urls;      /* base URLs, comma-separated (no trailing slash needed) */
+    const char *auth_file; /* USER:PASSWORD on one line, or NULL: no authentication */
+    const char *ca_file;   /* PEM CA bundle for https, or NULL: the system's */
+    long timeout_ms;       /* bound on each request, connection included */
+    long version;          /* the subject's version to use; 0: the latest */
+} RegistryOptions;
+
+/* What registry_lookup found. */
+typedef enum {
+    REGISTRY_OK,      /* *schema is filled */
+    REGISTRY_PENDING, /* a request is in flight: the ready callback says when to ask again */
+    REGISTRY_DOWN,    /* the registry failed and its backoff is not over; the ready callback
+                       * comes when a retry succeeds */
+    REGISTRY_MISSING, /* the registry answered that the subject (or version) does not exist */
+} RegistryStatus;
+
+typedef enum { REGISTRY_AVRO, REGISTRY_JSON, REGISTRY_PROTOBUF } RegistrySchemaType;
+
+/* A schema as the registry holds it. The strings live as long as the registry. parsed is the
+ * serializer's slot: it may set it (once) on the cached schema, and registry_free frees it. */
+typedef struct RegistrySchema {
+    int id;
+    int version;
+    RegistrySchemaType type;
+    const char *subject;
+    const char *text;
+    void *parsed;
+} RegistrySchema;
+
+/* Called on the loop when a lookup that answered PENDING or DOWN may now give another answer. */
+typedef void (*RegistryReadyFn)(void *arg);
+
+/* Creates the client. Reads the auth file (its password becomes a registered secret). Returns
+ * NULL with one line in err (unreadable or malformed file, no URL, curl failing to start). */
+Registry *registry_new(struct ev_loop *loop, const RegistryOptions *o, RegistryReadyFn ready,
+                       void *arg, char *err, size_t errlen);
+
+/* Cancels what is in flight and frees everything, calling free_parsed on each parsed schema. */
+void registry_free(Registry *r, void (*free_parsed)(void *));
+
+/* The schema of subject, from the cache or by a request started now (then PENDING). On MISSING,
+ * err says what the registry answered. Never blocks. */
+RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistrySchema **schema,
+                               char *err, size_t errlen);
+
+/* True unless the last request failed for the registry's sake (down, 5xx, auth). */
+bool registry_up(const Registry *r);
+
+/* Start-up check, before the loop runs (it blocks up to the timeout): GET /subjects on the first
+ * URL that answers. Returns false with one line in err when the registry refuses the credentials
+ * (401/403) or the CA file cannot verify it; true otherwise (a registry that is down at start-up
+ * is not an error: rows wait for it), with a warning line in warn when none answered. It does
+ * not mark the registry down: only a lookup a row needs does, and only a lookup brings it back
+ * up, so an idle relay never stays "down" on the strength of its start-up. */
+bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t warnlen)
+    __attribute__((warn_unused_result));
+
+#endif

@@ -1,0 +1,80 @@
+/* serializer: the message value in a Schema Registry format (--value-format avro | json-schema).
+ *
+ * A payload (JSON text, as the claim returns it) is encoded by the schema the registry holds for
+ * the message's subject, in Confluent's wire format: byte 0, the schema id as 4 bytes big-endian,
+ * then the Avro binary encoding or the JSON text. The subject follows --subject-name-strategy:
+ * topic (TopicNameStrategy, "<topic>-value"), record ("<event type>") or topic-record
+ * ("<topic>-<event type>"): the relay has no record of its own, so the row's event type names it.
+ * The version is the latest (as Confluent's serializers with use.latest.version) or the one
+ * pinned by --schema-version, fetched once per subject and kept.
+ *
+ * Avro: avro-c parses the schema and writes the binary encoding (avro_value_write); the JSON
+ * payload is walked into an avro value by its schema (avro-c has no JSON decoder). A union takes
+ * the first branch the JSON value fits (null, boolean, number, string, array, object), or the
+ * branch an Avro-JSON wrapper {"type": value} names; a record field missing from the payload is
+ * null when its type allows null, a fault otherwise; payload fields the schema lacks are
+ * ignored (as Confluent's JavaScript serializer does).
+ * JSON Schema: the payload is checked against type, properties, required, additionalProperties,
+ * items, enum and const (others are not checked) and sent as it is.
+ *
+ * One serializer per relay, on the loop's thread. */
+#ifndef OUTBOX_SERIALIZER_H
+#define OUTBOX_SERIALIZER_H
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "config.h"
+#include "registry.h"
+
+typedef struct Serializer Serializer;
+
+typedef enum {
+    SERIALIZER_OK,          /* *out holds the value (malloc'd, the caller's) */
+    SERIALIZER_ROW_FAULT,   /* the payload does not fit its schema: err names the field and the
+                             * schema id; retrying cannot help (a rejection) */
+    SERIALIZER_RETRY_LATER, /* no schema for the subject yet (the registry says so): a failure of
+                             * the row that a later try may not have (counted, not dead-lettered) */
+    SERIALIZER_WAIT,        /* the schema is being fetched: ask again after the ready callback */
+    SERIALIZER_UNAVAILABLE, /* the registry is down (backoff): the ready callback says when to ask
+                             * again; nobody's row's fault */
+} SerializerOutcome;
+
+/* Called on the loop when an encode that answered WAIT or UNAVAILABLE may succeed now. */
+typedef void (*SerializerReadyFn)(void *arg);
+
+/* A serializer for cfg's --value-format (NULL with err empty for json: values go as they are).
+ * Returns NULL with one line in err on bad configuration (unreadable auth file, ...). */
+Serializer *serializer_new(struct ev_loop *loop, const Config *cfg, SerializerReadyFn ready,
+                           void *arg, char *err, size_t errlen);
+void serializer_free(Serializer *s);
+
+/* Encodes payload (payload_len bytes of JSON text; need not be NUL-terminated) for topic, the
+ * record name being the row's event type. On SERIALIZER_OK, *out (malloc'd) and *out_len hold the
+ * value; otherwise err says why. Never blocks. */
+SerializerOutcome serializer_encode(Serializer *s, const char *topic, const char *record,
+                                    const char *payload, size_t payload_len, char **out,
+                                    size_t *out_len, char *err, size_t errlen);
+
+/* The encoding itself, by a schema already at hand (serializer_encode after the registry
+ * answered; the unit tests, without a registry): parses rs->text on first use into rs->parsed
+ * (release it with serializer_schema_release), then encodes as serializer_encode does. subject
+ * is for the errors. Returns SERIALIZER_OK, SERIALIZER_ROW_FAULT, or SERIALIZER_RETRY_LATER when
+ * the schema itself cannot be used (wrong type, not parsable). */
+SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *rs,
+                                           const char *subject, const char *payload,
+                                           size_t payload_len, char **out, size_t *out_len,
+                                           char *err, size_t errlen);
+void serializer_schema_release(RegistrySchema *rs);
+
+/* False while the registry is down (for /readyz and the metric). */
+bool serializer_up(const Serializer *s);
+
+/* The registry's start-up check (registry_probe): false with one line in err when it refuses the
+ * credentials; a registry not answering only logs a warning (and *answered, if given, is set
+ * false). Blocks up to the request timeout: call it before the loop runs. */
+bool serializer_probe(Serializer *s, bool *answered, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+#endif

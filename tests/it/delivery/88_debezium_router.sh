@@ -1,0 +1,148 @@
+#!/bin/bash
+# Proves the rest of Debezium's Outbox Event Router, configured by Debezium's option names:
+#  1. a bytea payload column (--payload-format binary) is published byte for byte: NUL, 0xff,
+#     CR/LF, every byte value, an empty value and a NULL (a tombstone);
+#  2. table.field.event.timestamp: the column's time is each message's timestamp (ms);
+#  3. the partition placement (COLUMN:partition) puts each message in the partition its row
+#     names, also when an aggregate's rows name different partitions (with --order-scope
+#     partition: order then holds per aggregate within each partition, which the first copies
+#     show); without --order-scope partition it is refused at start-up with one line; a value
+#     that is no partition number is the row's fault, dead-lettered naming the column;
+#  4. the envelope placement (COLUMN:envelope[:NAME]): the value becomes
+#     {"payload": <payload>, NAME: <column>}, a NULL payload stays a tombstone; with a binary
+#     payload it is refused at start-up.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+broker_start 1
+
+# --- 1, 2, 3: a Debezium table with a bytea payload, a time and a partition column ---
+psql_q "CREATE TABLE bin_outbox (
+            id uuid NOT NULL PRIMARY KEY DEFAULT gen_random_uuid(),
+            aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL,
+            payload bytea, occurred_at timestamptz, part int)" || fail "create bin_outbox"
+cat >"$T/bin.json" <<'EOF'
+{
+  "layout": "debezium",
+  "table": "bin_outbox",
+  "payload-format": "binary",
+  "table.field.event.timestamp": "occurred_at",
+  "table.fields.additional.placement": "type:header:eventType,part:partition",
+  "order-scope": "partition"
+}
+EOF
+relay_migrate --config "$T/bin.json" 2>"$T/migrate.log"
+check_eq "1: migrate adopts the bytea table" 0 $?
+# 40 rows over 4 aggregates; every byte value appears (row 1 holds 0..255), then NULs, 0xff and
+# line breaks around an md5; row 5 is empty, row 6 NULL. Aggregate a-0's rows move between
+# partitions (g % 3), the others stay in theirs. Times: 2020-01-02 03:04:05.678 UTC + g seconds.
+psql_q "INSERT INTO bin_outbox (aggregatetype, aggregateid, type, payload, occurred_at, part)
+        SELECT 'bin', 'a-' || (g % 4), 'Blob',
+               CASE WHEN g = 1 THEN (SELECT string_agg(set_byte('\\x00'::bytea, 0, b), ''::bytea
+                                                       ORDER BY b) FROM generate_series(0, 255) b)
+                    WHEN g = 5 THEN ''::bytea WHEN g = 6 THEN NULL
+                    ELSE '\\x00ff0d0a'::bytea || decode(md5(g::text), 'hex') || '\\x00'::bytea END,
+               timestamptz '2020-01-02 03:04:05.678+00' + g * interval '1 s',
+               CASE WHEN g % 4 = 0 THEN g % 3 ELSE g % 4 END
+        FROM generate_series(1, 40) g" || fail "insert binary rows"
+# A partition number no topic has: the row's fault (max-attempts 1: dead at once).
+psql_q "INSERT INTO bin_outbox (aggregatetype, aggregateid, type, payload, part)
+        VALUES ('bin', 'bad', 'Blob', '\\x01', -1)" || fail "insert a bad partition row"
+
+"$RELAY_BIN" check --config "$T/bin.json" --database-url "$DATABASE_URL" --brokers "$BROKERS" \
+    >"$T/check.out" 2>&1
+check "1: check: the bytea column goes out byte for byte" \
+    grep -q "^ok    payload: column payload is bytea: published byte for byte" "$T/check.out"
+"$RELAY_BIN" check --config "$T/bin.json" --payload-format text --database-url "$DATABASE_URL" \
+    --brokers "$BROKERS" >"$T/check.out" 2>&1
+check_eq "1: check without --payload-format binary: exit 1" 1 $?
+check "1: ... saying to set it" grep -q "^FAIL  payload: column payload is bytea: set --payload-format binary" \
+    "$T/check.out"
+relay_start --config "$T/bin.json" --database-url "$DATABASE_URL" --brokers "$BROKERS" \
+    --max-attempts 1
+bin_done() {
+    [ "$(psql_q "SELECT count(*) FROM bin_outbox WHERE sent_at IS NULL AND dead_at IS NULL")" = 0 ]
+}
+wait_for "1: every row sent or dead" 30 bin_done
+relay_stop
+check_eq "1: relay exits 0" 0 $?
+
+consume --topic outbox.event.bin --to-end --hex --timeout-ms 20000 >"$T/bin.out"
+jq -s 'group_by(.headers.id) | map(.[0])' "$T/bin.out" >"$T/bin.first.json"
+psql_q "SELECT json_build_object('id', id::text, 'hex', encode(payload, 'hex'), 'null', payload IS NULL,
+                                 'ts', floor(extract(epoch FROM occurred_at) * 1000)::bigint,
+                                 'part', part)
+        FROM bin_outbox WHERE dead_at IS NULL ORDER BY seq" >"$T/bin.rows.json"
+check_eq "1: 40 distinct events" 40 "$(jq length "$T/bin.first.json")"
+check_eq "1: every value is its row's bytes (hex compared), NULL a tombstone" "" \
+    "$(jq -n --slurpfile rows "$T/bin.rows.json" --slurpfile got "$T/bin.first.json" '
+        ($got[0] | map({key: .headers.id, value: .}) | from_entries) as $by_id
+        | $rows[] | select(if .null then $by_id[.id].value_hex != null
+                           else $by_id[.id].value_hex != .hex end) | .id')"
+check_eq "1: the 256-byte row arrived whole" 512 \
+    "$(jq -r 'select(.value_hex != null) | .value_hex | length' "$T/bin.out" | sort -n | tail -n 1)"
+check_eq "1: the empty payload is an empty value, not a tombstone" 1 \
+    "$(jq -s '[.[] | select(.value_hex == "")] | map(.headers.id) | unique | length' "$T/bin.out")"
+
+# --- 2. ---
+check_eq "2: each message's timestamp is its row's occurred_at in ms" "" \
+    "$(jq -n --slurpfile rows "$T/bin.rows.json" --slurpfile got "$T/bin.first.json" '
+        ($got[0] | map({key: .headers.id, value: .}) | from_entries) as $by_id
+        | $rows[] | select($by_id[.id].timestamp_ms != .ts) | .id')"
+
+# --- 3. ---
+check_eq "3: each message is in the partition its row names" "" \
+    "$(jq -n --slurpfile rows "$T/bin.rows.json" --slurpfile got "$T/bin.first.json" '
+        ($got[0] | map({key: .headers.id, value: .}) | from_entries) as $by_id
+        | $rows[] | select($by_id[.id].partition != .part) | .id')"
+check_eq "3: aggregate a-0 spans three partitions" 3 \
+    "$(jq -s '[.[] | select(.key == "a-0") | .partition] | unique | length' "$T/bin.out")"
+# Per aggregate within each partition, the first copies come in row (timestamp) order.
+check_eq "3: first copies in order per aggregate and partition" "" \
+    "$(jq -r '[.headers.id, .key, .partition, .timestamp_ms] | @tsv' "$T/bin.out" | awk -F '\t' '
+        $1 in seen { next }
+        { seen[$1] = 1; k = $2 "/" $3 }
+        (k in last) && $4 <= last[k] { print "key " k ": " $4 " after " last[k] }
+        { last[k] = $4 }')"
+check "3: the row with partition -1 is dead, its error naming the column" \
+    grep -q "partition column part: '-1'" \
+    <(psql_q "SELECT last_error FROM bin_outbox WHERE aggregateid = 'bad' AND dead_at IS NOT NULL")
+
+bad() {
+    local name=$1
+    shift
+    "$RELAY_BIN" run "$@" --database-url "$DATABASE_URL" --brokers "$BROKERS" >"$T/bad.out" 2>&1
+    check_eq "$name: exits 2" 2 $?
+    check_eq "$name: one line" 1 "$(grep -c '' "$T/bad.out")"
+    check "$name: says why" grep -q "$PATTERN" "$T/bad.out"
+}
+PATTERN="part:partition needs --order-scope partition" bad "3: partition without the scope" \
+    --config "$T/bin.json" --order-scope aggregate
+PATTERN="envelope placement needs a text payload" bad "4: envelope with a binary payload" \
+    --config "$T/bin.json" --additional-fields type:envelope
+
+# --- 4: envelope ---
+psql_q "CREATE TABLE env_outbox (
+            id uuid NOT NULL PRIMARY KEY DEFAULT gen_random_uuid(),
+            aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL,
+            payload jsonb, tenant int)" || fail "create env_outbox"
+ENV=(--layout debezium --table env_outbox
+    --table.fields.additional.placement 'type:envelope:eventType,tenant:envelope,type:header:eventType')
+relay_migrate "${ENV[@]}" 2>"$T/migrate-env.log"
+check_eq "4: migrate adopts env_outbox" 0 $?
+psql_q "INSERT INTO env_outbox (aggregatetype, aggregateid, type, payload, tenant)
+        VALUES ('env', 'e-1', 'Created', '{\"seq\": 1, \"n\": [1, 2]}', 7),
+               ('env', 'e-1', 'Deleted', NULL, NULL)" || fail "4: insert"
+relay_start "${ENV[@]}" --database-url "$DATABASE_URL" --brokers "$BROKERS"
+env_done() {
+    [ "$(psql_q "SELECT count(*) FROM env_outbox WHERE sent_at IS NULL")" = 0 ]
+}
+wait_for "4: both rows sent" 30 env_done
+relay_stop
+consume --topic outbox.event.env --to-end --timeout-ms 20000 >"$T/env.out"
+check_eq "4: the value is the envelope: payload and the fields" \
+    '{"payload":{"n":[1,2],"seq":1},"eventType":"Created","tenant":7}' \
+    "$(jq -c 'select(.headers.eventType == "Created") | .value | fromjson' "$T/env.out" | head -n 1)"
+check_eq "4: a NULL payload stays a tombstone" null \
+    "$(jq -c 'select(.headers.eventType == "Deleted") | .value' "$T/env.out" | head -n 1)"
