@@ -13,6 +13,17 @@
 
 static LogLevel min_level = LOG_INFO;
 static LogFormat line_format = LOG_FORMAT_TEXT;
+static _Thread_local const char *context;
+
+void log_set_context(const char *fields)
+{
+    context = fields;
+}
+
+const char *log_context(void)
+{
+    return context;
+}
 
 void log_set_format(LogFormat format)
 {
@@ -161,6 +172,11 @@ void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
         snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s msg=%s",
                  tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                  now.tv_nsec / 1000000, level_names[level], log_quote(msg, quoted, sizeof(quoted)));
+    if (context && *context && len > 0 && len < (int)sizeof(line) - 1) {
+        int n = snprintf(line + len, sizeof(line) - (size_t)len, " %s", context);
+        if (n > 0)
+            len += n;
+    }
     if (fields_fmt && *fields_fmt && len < (int)sizeof(line) - 1) {
         line[len++] = ' ';
         va_list ap;

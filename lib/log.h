@@ -34,6 +34,14 @@ const char *log_level_name(LogLevel level);
 void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Fields ("database=NAME") every later line written by this thread carries after msg, until
+ * set again; NULL for none. The string is not copied: it must outlive its use. A process serving
+ * several databases sets it as each database's work starts (relay_enter), so a line says whose
+ * it is; librdkafka's threads have none of their own. */
+void log_set_context(const char *fields);
+/* The fields set by log_set_context for this thread, or NULL. */
+const char *log_context(void);
+
 #define log_debug(...) log_write(LOG_DEBUG, __VA_ARGS__)
 #define log_info(...) log_write(LOG_INFO, __VA_ARGS__)
 #define log_warn(...) log_write(LOG_WARN, __VA_ARGS__)

@@ -15,6 +15,7 @@
 #include "optval.h"
 #include "opts.h"
 #include "secrets.h"
+#include "strbuf.h"
 
 #define FIELD(f) offsetof(Config, f)
 
@@ -627,6 +628,22 @@ static const OptDef options[] = {
      .commands = FOR(CMD_REPLAY),
      .metavar = "N",
      .help = "replay: events per transaction"},
+    /* ---- many databases (docs/operations.md#many-databases) ---- */
+    {.name = "databases",
+     .type = OPT_STRING,
+     .offset = FIELD(databases),
+     .metavar = "JSON",
+     .help = "serve several databases in one process: a JSON array (in a config file: the array "
+             "itself) of objects, each with a name, database-url or database-url-file, and the "
+             "per-database options it changes (table, layout and columns, topic-template, "
+             "on-sent, retention, sessions ...); instead of --database-url",
+     .reloadable = true},
+    {.name = "database",
+     .type = OPT_STRING,
+     .offset = FIELD(database),
+     .metavar = "NAME",
+     .help = "with --databases: the one database a command other than run (migrate, status, "
+             "verify, dead, requeue, purge-dead, replay, check) works on; run serves them all"},
 };
 
 #define N_OPTIONS (sizeof(options) / sizeof(options[0]))
@@ -670,10 +687,13 @@ static const CmdDef commands[] = {
     {"version", CMD_VERSION, "show the version (also --version)"},
 };
 
-/* Inserts prop at position at of the --kafka list (the list takes both strings). */
-static void kafka_insert(Config *cfg, size_t at, OptPair prop)
+/* Inserts prop at position at of list (the list takes both strings). */
+static void kafka_insert_into(OptList *list, size_t at, OptPair prop)
 {
-    OptList *list = &cfg->kafka;
+    if (!prop.key || !prop.value) {
+        perror("outbox-relay");
+        exit(1);
+    }
     OptPair *grown = realloc(list->items, (list->len + 1) * sizeof(*grown));
     if (!grown) {
         perror("outbox-relay");
@@ -683,6 +703,12 @@ static void kafka_insert(Config *cfg, size_t at, OptPair prop)
     memmove(grown + at + 1, grown + at, (list->len - at) * sizeof(*grown));
     grown[at] = prop;
     list->len++;
+}
+
+/* Inserts prop at position at of the --kafka list (the list takes both strings). */
+static void kafka_insert(Config *cfg, size_t at, OptPair prop)
+{
+    kafka_insert_into(&cfg->kafka, at, prop);
 }
 
 /* A JSON scalar as the text a flag would carry; NULL for objects, arrays and null. */
@@ -705,6 +731,229 @@ static char *json_scalar_text(json_t *v)
 }
 
 static const OptSpec spec;
+
+/* ---- many databases -------------------------------------------------------------------------
+ * An entry of --databases is an object: "name", the URL ("database-url" or "database-url-file")
+ * and any of these options, which then hold for that database alone. The others are the
+ * process's: Kafka (one cluster, its properties), the endpoints, logging, the search_path pin
+ * (--schema: every connection of the process, db.h) and the session timeout (pg.h). */
+static const char *const database_keys[] = {"database-url",
+                                            "database-url-file",
+                                            "table",
+                                            "layout",
+                                            "seq-column",
+                                            "event-id-column",
+                                            "aggregate-type-column",
+                                            "aggregate-id-column",
+                                            "event-type-column",
+                                            "payload-column",
+                                            "headers-column",
+                                            "additional-fields",
+                                            "topic-template",
+                                            "on-sent",
+                                            "retention",
+                                            "sessions",
+                                            "min-sessions",
+                                            "session-rest-after",
+                                            "batch-size",
+                                            "batch-bytes",
+                                            "dead-letter-topic",
+                                            "on-poison",
+                                            "max-attempts",
+                                            "retry-backoff",
+                                            "retry-backoff-max",
+                                            "message-format",
+                                            "ce-source",
+                                            "ce-content-type",
+                                            "order-scope",
+                                            "claim-floor",
+                                            "poll-interval",
+                                            "busy-poll-interval",
+                                            "sleep-after",
+                                            "rebalance-interval",
+                                            "delivery-timeout",
+                                            "horizon-warn",
+                                            "timestamp-column",
+                                            "payload-format",
+                                            "value-format",
+                                            "subject-name-strategy",
+                                            "schema-version",
+                                            NULL};
+
+static bool database_key(const char *key)
+{
+    for (size_t i = 0; database_keys[i]; i++)
+        if (strcmp(database_keys[i], key) == 0)
+            return true;
+    return false;
+}
+
+/* A copy of from's option values (strings and lists duplicated), without its databases. */
+static void config_copy(Config *to, const Config *from)
+{
+    memcpy(to, from, sizeof(*to));
+    memset(&to->map, 0, sizeof(to->map));
+    to->databases = to->database = to->database_name = NULL;
+    to->dbs = NULL;
+    to->n_dbs = 0;
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        void *field = (char *)to + options[i].offset;
+        if (options[i].type == OPT_STRING) {
+            char **slot = field;
+            if (*slot && !(*slot = strdup(*slot))) {
+                perror("outbox-relay");
+                exit(1);
+            }
+        } else if (options[i].type == OPT_LIST) {
+            OptList *list = field, copy = {NULL, 0};
+            for (size_t j = 0; j < list->len; j++)
+                kafka_insert_into(
+                    &copy, copy.len,
+                    (OptPair){strdup(list->items[j].key), strdup(list->items[j].value)});
+            *list = copy;
+        }
+    }
+}
+
+/* A database name: what goes into log lines, metric labels and status output unquoted. */
+static bool database_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > 63)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
+              name[i] == '_' || name[i] == '-'))
+            return false;
+    return true;
+}
+
+static bool read_database_url_file(Config *cfg, char *err, size_t errlen);
+static bool config_map_init(Config *cfg, char *err, size_t errlen);
+
+/* One entry of --databases into db, a copy of base with the entry's options over it. */
+static bool database_load(Config *db, const Config *base, json_t *entry, size_t at, char *err,
+                          size_t errlen)
+{
+    config_copy(db, base);
+    if (!json_is_object(entry))
+        return optval_fail(err, errlen, "databases[%zu]: expected an object", at);
+    json_t *name = json_object_get(entry, "name");
+    if (!json_is_string(name) || !database_name_ok(json_string_value(name)))
+        return optval_fail(err, errlen,
+                           "databases[%zu]: \"name\" must be 1-63 characters of a-z, 0-9, _ and -",
+                           at);
+    db->database_name = strdup(json_string_value(name));
+    free(db->database_url);
+    free(db->database_url_file);
+    db->database_url = db->database_url_file = NULL;
+    const char *key;
+    json_t *value;
+    char source[200];
+    json_object_foreach(entry, key, value)
+    {
+        if (strcmp(key, "name") == 0 || key[0] == '#')
+            continue;
+        snprintf(source, sizeof(source), "databases \"%s\": key \"%s\"", db->database_name, key);
+        const OptDef *opt = opts_find(&spec, key, strlen(key));
+        if (!opt || !database_key(opt->name))
+            return optval_fail(err, errlen,
+                               "%s: not a per-database option (the process's options go outside "
+                               "the list)",
+                               source);
+        char *text = json_scalar_text(value);
+        if (!text)
+            return optval_fail(err, errlen, "%s: expected a string or a number", source);
+        bool ok = opts_set(opt, db, text, source, err, errlen);
+        explicit_bzero(text, strlen(text));
+        free(text);
+        if (!ok)
+            return false;
+    }
+    if (db->database_url && db->database_url_file)
+        return optval_fail(err, errlen,
+                           "databases \"%s\": database-url and database-url-file: use one",
+                           db->database_name);
+    if (db->database_url_file && !read_database_url_file(db, err, errlen))
+        return false;
+    if (!db->database_url)
+        return optval_fail(err, errlen,
+                           "databases \"%s\": missing database-url or database-url-file",
+                           db->database_name);
+    bool runs = db->command == CMD_RUN || db->command == CMD_CHECK;
+    if (runs && db->min_sessions > db->sessions)
+        return optval_fail(err, errlen,
+                           "databases \"%s\": min-sessions (%ld) must not exceed sessions (%ld)",
+                           db->database_name, db->min_sessions, db->sessions);
+    if (runs && db->retry_backoff_max_ms < db->retry_backoff_ms)
+        return optval_fail(err, errlen,
+                           "databases \"%s\": retry-backoff-max must not be below retry-backoff",
+                           db->database_name);
+    char why[400];
+    if (!config_map_init(db, why, sizeof(why)))
+        return optval_fail(err, errlen, "databases \"%s\": %s", db->database_name, why);
+    return true;
+}
+
+/* Builds cfg->dbs from cfg->databases. */
+static bool databases_load(Config *cfg, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t *list = json_loads(cfg->databases, JSON_REJECT_DUPLICATES, &jerr);
+    if (!list || !json_is_array(list)) {
+        json_decref(list);
+        return optval_fail(err, errlen, "databases: expected a JSON array of objects%s%s",
+                           list ? "" : ": ", list ? "" : jerr.text);
+    }
+    size_t n = json_array_size(list);
+    bool ok = true;
+    if (n == 0)
+        ok = optval_fail(err, errlen, "databases: the list is empty");
+    else if (n > CONFIG_MAX_DATABASES)
+        ok = optval_fail(err, errlen,
+                         "databases: %zu entries, at most %d in one process: split the list "
+                         "over several processes (docs/operations.md#many-databases)",
+                         n, CONFIG_MAX_DATABASES);
+    else if (!(cfg->dbs = calloc(n, sizeof(Config)))) {
+        perror("outbox-relay");
+        exit(1);
+    }
+    for (size_t i = 0; ok && i < n; i++) {
+        cfg->n_dbs = (int)i + 1;
+        ok = database_load(&cfg->dbs[i], cfg, json_array_get(list, i), i, err, errlen);
+        for (size_t j = 0; ok && j < i; j++)
+            if (strcmp(cfg->dbs[j].database_name, cfg->dbs[i].database_name) == 0)
+                ok = optval_fail(err, errlen, "databases: \"%s\" is named twice",
+                                 cfg->dbs[i].database_name);
+    }
+    json_decref(list);
+    return ok;
+}
+
+const Config *config_pick_database(const Config *cfg, char *err, size_t errlen)
+{
+    if (!cfg->n_dbs) {
+        if (cfg->database) {
+            optval_fail(err, errlen, "--database %s: no --databases list to pick it from",
+                        cfg->database);
+            return NULL;
+        }
+        return cfg;
+    }
+    for (int i = 0; cfg->database && i < cfg->n_dbs; i++)
+        if (strcmp(cfg->dbs[i].database_name, cfg->database) == 0)
+            return &cfg->dbs[i];
+    StrBuf names = {0};
+    for (int i = 0; i < cfg->n_dbs; i++) {
+        if (i)
+            strbuf_puts(&names, ", ");
+        strbuf_puts(&names, cfg->dbs[i].database_name);
+    }
+    optval_fail(err, errlen, "%s: pass --database NAME, one of %s",
+                cfg->database ? "unknown --database" : "several databases", names.s);
+    strbuf_free(&names);
+    return NULL;
+}
 
 /* The config file: a JSON object whose keys are option names (or aliases); --kafka is an object
  * of librdkafka properties. Loaded after the defaults, before the environment and flags. */
@@ -747,6 +996,17 @@ static bool load_file(const OptSpec *sp, void *out, const char *path, OptSource 
             goto done;
         }
         sources[opt - sp->opts] = OPT_FROM_FILE;
+        if (strcmp(opt->name, "databases") == 0 && json_is_array(value)) {
+            /* The list stays JSON text, read by databases_load like the flag's value. */
+            char *text = json_dumps(value, JSON_COMPACT);
+            ok = text && opts_set(opt, cfg, text, source, err, errlen);
+            if (text)
+                explicit_bzero(text, strlen(text));
+            free(text);
+            if (!ok)
+                goto done;
+            continue;
+        }
         if (opt->type == OPT_LIST) {
             if (!json_is_object(value)) {
                 ok = optval_fail(err, errlen, "%s: expected an object of librdkafka properties",
@@ -1050,6 +1310,25 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
     return ok;
 }
 
+/* Resolves cfg's table and column options into cfg->map. */
+static bool config_map_init(Config *cfg, char *err, size_t errlen)
+{
+    TableOptions table = {cfg->layout,
+                          cfg->table,
+                          cfg->seq_column,
+                          cfg->event_id_column,
+                          cfg->aggregate_type_column,
+                          cfg->aggregate_id_column,
+                          cfg->event_type_column,
+                          cfg->payload_column,
+                          cfg->headers_column,
+                          cfg->additional_fields,
+                          cfg->timestamp_column,
+                          cfg->message_format == FORMAT_CLOUDEVENTS,
+                          cfg->payload_binary != 0};
+    return table_map_init(&cfg->map, &table, err, errlen);
+}
+
 static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missing, char *err,
                              size_t errlen)
 {
@@ -1066,24 +1345,17 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
     if (!check_kafka_properties(cfg, sources, err, errlen))
         return false;
 
-    if (!cfg->database_url) {
+    if (cfg->databases && (cfg->database_url || cfg->database_url_file))
+        return optval_fail(err, errlen,
+                           "databases and database-url (or database-url-file) are both set: the "
+                           "list names each database's URL");
+    if (!cfg->database_url && !cfg->databases) {
         *url_missing = true;
         return missing_url(false, err, errlen);
     }
-    TableOptions table = {cfg->layout,
-                          cfg->table,
-                          cfg->seq_column,
-                          cfg->event_id_column,
-                          cfg->aggregate_type_column,
-                          cfg->aggregate_id_column,
-                          cfg->event_type_column,
-                          cfg->payload_column,
-                          cfg->headers_column,
-                          cfg->additional_fields,
-                          cfg->timestamp_column,
-                          cfg->message_format == FORMAT_CLOUDEVENTS,
-                          cfg->payload_binary != 0};
-    if (!table_map_init(&cfg->map, &table, err, errlen))
+    if (!config_map_init(cfg, err, errlen))
+        return false;
+    if (cfg->databases && !databases_load(cfg, err, errlen))
         return false;
     /* Kafka orders a partition, not a key: rows of one aggregate that name different partitions
      * are read in no order across them, so the promise shrinks to each partition, and the
@@ -1135,6 +1407,13 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
 
 void config_free(Config *cfg)
 {
+    for (int i = 0; cfg->dbs && i < cfg->n_dbs; i++)
+        config_free(&cfg->dbs[i]);
+    free(cfg->dbs);
+    cfg->dbs = NULL;
+    cfg->n_dbs = 0;
+    free(cfg->database_name);
+    cfg->database_name = NULL;
     opts_free(&spec, cfg);
     table_map_free(&cfg->map);
 }
@@ -1193,6 +1472,8 @@ void config_print_sample(FILE *out)
         fprintf(out, ",\n  \"#%s\": ", o->name);
         if (o->type == OPT_LIST)
             fputs("{}", out);
+        else if (strcmp(o->name, "databases") == 0)
+            fputs("[]", out);
         else if (o->type == OPT_BOOL)
             fputs("false", out);
         else if (o->def && o->type == OPT_INT)
@@ -1278,7 +1559,10 @@ void config_apply_reloadable(Config *running, const Config *fresh)
 
 void config_register_secrets(const Config *cfg)
 {
-    secrets_add_conninfo(cfg->database_url);
+    for (int i = 0; i < cfg->n_dbs; i++)
+        config_register_secrets(&cfg->dbs[i]);
+    if (cfg->database_url)
+        secrets_add_conninfo(cfg->database_url);
     for (size_t i = 0; i < cfg->kafka.len; i++)
         if (secrets_kafka_key_sensitive(cfg->kafka.items[i].key))
             secrets_add(cfg->kafka.items[i].value);
@@ -1311,6 +1595,8 @@ void config_warn_loose_secret_files(const Config *cfg)
     warn_if_loose(cfg->config_file);
     warn_if_loose(cfg->database_url_file);
     warn_if_loose(cfg->kafka_file);
+    for (int i = 0; i < cfg->n_dbs; i++)
+        warn_if_loose(cfg->dbs[i].database_url_file);
 }
 
 /* Overwrites value in place with "***" and NULs (its length kept, so the argument area of the
@@ -1335,7 +1621,7 @@ void config_scrub_argv(int argc, char **argv)
         char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!value)
             break;
-        if (strcmp(opt->name, "database-url") == 0) {
+        if (strcmp(opt->name, "database-url") == 0 || strcmp(opt->name, "databases") == 0) {
             wipe_value(value); /* the whole URL: a password may hide in several places */
         } else if (opt->type == OPT_LIST) {
             char *sep = strchr(value, '=');

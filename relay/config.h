@@ -136,7 +136,21 @@ typedef struct Config {
     char *replay_missing; /* file with `verify --json` output; "-": stdin */
     bool replay_dry_run, replay_yes;
     long replay_batch_rows;
+    /* Many databases (docs/operations.md#many-databases): --databases, the list as JSON text (an
+     * array of objects: a name, a database URL or URL file, and per-database options); dbs, one
+     * Config per entry (this one with the entry's options over it), built by config_load; the
+     * selection of one by --database NAME for the commands; and, in a Config of dbs,
+     * database_name, its entry's name (NULL in the one-database case). */
+    char *databases;
+    char *database;
+    char *database_name;
+    struct Config *dbs;
+    int n_dbs;
 } Config;
+
+/* Databases one process serves at most: each costs its sessions' connections, a Kafka producer
+ * (its threads) and its batches' memory (docs/operations.md#many-databases). */
+#define CONFIG_MAX_DATABASES 100
 
 /* Fills cfg from argv (argv[1] is the command), the environment and the config file named by
  * --config (or the installed service's files, config_set_installed_dir). On bad input returns false
@@ -151,6 +165,11 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
  * DIR/database-url as --database-url-file, each if readable, and logs that it did. For tests;
  * dir must outlive every later config_load. */
 void config_set_installed_dir(const char *dir);
+
+/* The configuration a command other than run works on: with --databases, the one --database
+ * names (NULL with one line in err when none or an unknown one is named); without, cfg itself
+ * (--database is then refused: there is nothing to pick from). Points into cfg. */
+const Config *config_pick_database(const Config *cfg, char *err, size_t errlen);
 
 /* Releases what config_load allocated; safe on a zeroed or partly loaded Config. */
 void config_free(Config *cfg);

@@ -14,6 +14,7 @@
 #include "admin.h"
 #include "check.h"
 #include "config.h"
+#include "databases.h"
 #include "db.h"
 #include "kafka.h"
 #include "log.h"
@@ -59,25 +60,43 @@ static int usage_error(const char *msg)
  * refuses, with the same exit status). libpq accepts the connection string lazily; parse it now so
  * a typo fails at start-up. The message never echoes the string itself: it may hold a password.
  * Returns the producer configuration, or NULL after printing the one line of bad input. */
+/* One database's part of run_input: its URL, topic template and dead-letter topic. The error
+ * names the database when there are several. */
+static bool database_input(const Config *cfg, char *err, size_t errlen)
+{
+    char why[900];
+    bool ok =
+        db_check_conninfo(cfg->database_url, why, sizeof(why)) &&
+        route_template_check(cfg->topic_template, cfg->order_scope != ORDER_PER_AGGREGATE, why,
+                             sizeof(why)) &&
+        (!cfg->dead_letter_topic ||
+         route_topic_name_check("--dead-letter-topic", cfg->dead_letter_topic, why, sizeof(why))) &&
+        route_dead_letter_check(cfg->topic_template, cfg->dead_letter_topic, why, sizeof(why)) &&
+        (!cfg->database_name || tls_report_require(cfg, cfg->require_tls, why, sizeof(why)));
+    if (!ok && cfg->database_name)
+        snprintf(err, errlen, "database %s: %s", cfg->database_name, why);
+    else if (!ok)
+        snprintf(err, errlen, "%s", why);
+    return ok;
+}
+
 static rd_kafka_conf_t *run_input(Config *cfg)
 {
     char err[1024], host[256];
     unsigned port;
     rd_kafka_conf_t *kconf = NULL;
-    if (!db_check_conninfo(cfg->database_url, err, sizeof(err)) ||
-        !route_template_check(cfg->topic_template, cfg->order_scope != ORDER_PER_AGGREGATE, err,
-                              sizeof(err)) ||
-        (cfg->dead_letter_topic &&
-         !route_topic_name_check("--dead-letter-topic", cfg->dead_letter_topic, err,
-                                 sizeof(err))) ||
-        !route_dead_letter_check(cfg->topic_template, cfg->dead_letter_topic, err, sizeof(err)) ||
+    bool dbs_ok = true;
+    for (int i = 0; dbs_ok && i < cfg->n_dbs; i++)
+        dbs_ok = database_input(&cfg->dbs[i], err, sizeof(err));
+    if (!dbs_ok || (!cfg->n_dbs && !database_input(cfg, err, sizeof(err))) ||
         (cfg->metrics_listen && !addr_parse_host_port("--metrics-listen", cfg->metrics_listen, host,
                                                       sizeof(host), &port, err, sizeof(err))))
         goto bad;
     kconf = kafka_conf_build(cfg, err, sizeof(err));
     /* With --require-tls, nothing connects unprotected: checked before the producer exists
-     * (librdkafka connects as soon as it does). */
-    if (!kconf || !tls_report_require(cfg, cfg->require_tls, err, sizeof(err)))
+     * (librdkafka connects as soon as it does); with several databases, for each of them by
+     * database_input. */
+    if (!kconf || (!cfg->n_dbs && !tls_report_require(cfg, cfg->require_tls, err, sizeof(err))))
         goto bad;
     return kconf;
 bad:
@@ -87,12 +106,62 @@ bad:
     return NULL;
 }
 
+/* run with --databases: a pipeline per database on the one loop (databases.h). */
+static int run_databases(Config *cfg, rd_kafka_conf_t *kconf, int argc, char **argv)
+{
+    char err[1024];
+    struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
+    Ops *ops = ops_new(loop, cfg, argc, argv, err, sizeof(err));
+    if (!ops) {
+        rd_kafka_conf_destroy(kconf);
+        ev_loop_destroy(loop);
+        return error_line(err, 1);
+    }
+    char q2[600];
+    log_info("outbox-relay starting", "version=%s databases=%d brokers=%s", OUTBOX_RELAY_VERSION,
+             cfg->n_dbs, log_quote(cfg->brokers, q2, sizeof(q2)));
+    for (int i = 0; i < cfg->n_dbs; i++) {
+        const Config *db = &cfg->dbs[i];
+        char masked[1024], q1[1100], q3[300], context[80];
+        snprintf(context, sizeof(context), "database=%s", db->database_name);
+        log_set_context(context);
+        log_info(
+            "database",
+            "url=%s topic_template=%s batch_size=%ld sessions=%ld retention_s=%ld "
+            "on_sent=%s",
+            log_quote(log_mask_conninfo(db->database_url, masked, sizeof(masked)), q1, sizeof(q1)),
+            log_quote(db->topic_template, q3, sizeof(q3)), db->batch_size, db->sessions,
+            db->retention_s, db->on_sent == ON_SENT_DELETE ? "delete" : "mark");
+        tls_report_log(db);
+    }
+    log_set_context(NULL);
+    Databases *dbs = databases_new(loop, cfg, kconf, cfg->metrics_listen != NULL, err, sizeof(err));
+    rd_kafka_conf_destroy(kconf);
+    if (!dbs) {
+        ops_free(ops);
+        ev_loop_destroy(loop);
+        return usage_error(err);
+    }
+    ops_start_databases(ops, dbs);
+    databases_start(dbs);
+    /* NULL unless run by systemd (Type=notify) */
+    SdNotify *sd = sdnotify_start_with(loop, databases_sd_status, dbs);
+    int rc = databases_run(dbs);
+    sdnotify_free(sd);
+    ops_free(ops);
+    databases_free(dbs);
+    ev_loop_destroy(loop);
+    return rc;
+}
+
 static int cmd_run(Config *cfg, int argc, char **argv)
 {
     char err[1024];
     rd_kafka_conf_t *kconf = run_input(cfg);
     if (!kconf)
         return EXIT_USAGE;
+    if (cfg->n_dbs)
+        return run_databases(cfg, kconf, argc, argv);
 
     pg_set_session_timeout(cfg->session_timeout_ms);
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
@@ -232,6 +301,23 @@ int main(int argc, char **argv)
     config_scrub_argv(argc, argv);
     config_warn_loose_secret_files(&cfg);
 
+    /* The commands other than run work on one database: with --databases, the one --database
+     * names (its entry's options over the file's). run serves them all. */
+    const Config *one = &cfg;
+    if (cfg.command != CMD_HELP && cfg.command != CMD_VERSION) {
+        if (cfg.command == CMD_RUN && cfg.database) {
+            config_free(&cfg);
+            argv_free(argc, kept);
+            return usage_error("--database: run serves every database of --databases; the option "
+                               "picks one for the other commands");
+        }
+        if (cfg.command != CMD_RUN && !(one = config_pick_database(&cfg, err, sizeof(err)))) {
+            config_free(&cfg);
+            argv_free(argc, kept);
+            return usage_error(err);
+        }
+    }
+
     int rc = 0;
     switch (cfg.command) {
     case CMD_HELP:
@@ -245,11 +331,11 @@ int main(int argc, char **argv)
         rc = cmd_run(&cfg, argc, kept);
         break;
     case CMD_MIGRATE:
-        rc = cmd_migrate(&cfg);
+        rc = cmd_migrate(one);
         break;
     case CMD_CHECK: {
         rd_kafka_conf_t *kconf = run_input(&cfg);
-        rc = kconf ? check_run(&cfg, kconf) : EXIT_USAGE;
+        rc = kconf ? check_run(one, kconf) : EXIT_USAGE;
         break;
     }
     case CMD_DEAD:
@@ -258,16 +344,16 @@ int main(int argc, char **argv)
     case CMD_STATUS:
     case CMD_VERIFY:
     case CMD_REPLAY: {
-        if (!db_check_conninfo(cfg.database_url, err, sizeof(err))) {
+        if (!db_check_conninfo(one->database_url, err, sizeof(err))) {
             rc = usage_error(err);
             break;
         }
-        rc = cfg.command == CMD_DEAD      ? admin_dead(&cfg)
-             : cfg.command == CMD_REQUEUE ? admin_requeue(&cfg)
-             : cfg.command == CMD_STATUS  ? status_run(&cfg)
-             : cfg.command == CMD_VERIFY  ? verify_run(&cfg)
-             : cfg.command == CMD_REPLAY  ? replay_run(&cfg)
-                                          : admin_purge_dead(&cfg);
+        rc = cfg.command == CMD_DEAD      ? admin_dead(one)
+             : cfg.command == CMD_REQUEUE ? admin_requeue(one)
+             : cfg.command == CMD_STATUS  ? status_run(one)
+             : cfg.command == CMD_VERIFY  ? verify_run(one)
+             : cfg.command == CMD_REPLAY  ? replay_run(one)
+                                          : admin_purge_dead(one);
         break;
     }
     }

@@ -87,13 +87,15 @@ def metric_defs():
     lit = r'((?:"(?:\\.|[^"\\])*"\s*)+)'
     join = lambda s: "".join(re.findall(r'"((?:\\.|[^"\\])*)"', s)).replace('\\"', '"')
     defs = []
-    pat = re.compile(r'\b(header|gauge_int|gauge_seconds|render_histogram)\(\s*out,\s*"([a-z_]+)",\s*'
-                     r'(?:"([a-z]+)",\s*)?' + lit)
+    pat = re.compile(r'\b(header|gauge_int|gauge_seconds|render_histogram|family_counter|family_gauge|'
+                     r'family_live)\(\s*out,\s*(?:&?set,\s*)?"([a-z_]+)",\s*(?:"([a-z]+)",\s*)?' + lit)
     for m in pat.finditer(src):
         fn, name, typ, help_ = m.group(1), m.group(2), m.group(3), join(m.group(4))
-        typ = typ or {"gauge_int": "gauge", "gauge_seconds": "gauge",
+        typ = typ or {"gauge_int": "gauge", "gauge_seconds": "gauge", "family_gauge": "gauge",
+                      "family_live": "gauge", "family_counter": "counter",
                       "render_histogram": "histogram"}[fn]
-        labels = sorted(set(re.findall(re.escape(name) + r'\{([a-z_]+)=', src)))
+        labels = sorted(set(re.findall(re.escape(name) + r'\{([a-z_]+)=', src)) |
+                        set(re.findall(r'series\(out, "' + re.escape(name) + r'", [^,]+, "([a-z_]+)=', src)))
         defs.append((name, typ, labels, help_))
     if len(defs) < 10:
         sys.exit(f"docs: only {len(defs)} metrics found in {metrics_file()}: has its form changed?")

@@ -26,7 +26,7 @@ jq -e '.panels | length > 0' outbox-relay.dashboard.json >/dev/null ||
         awk -F '\t' '{
             e = $2
             gsub(/\$__rate_interval/, "5m", e)
-            gsub(/\$(job|instance)/, ".*", e)
+            gsub(/\$(job|instance|database)/, ".*", e)
             gsub(/\x27/, "\x27\x27", e)
             printf "      - record: dashboard:panel_%d\n        expr: \x27%s\x27\n", NR, e
         }'

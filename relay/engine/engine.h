@@ -28,6 +28,7 @@
 #include "floor.h"
 #include "kafka.h"
 #include "lanes.h"
+#include "metrics.h"
 #include "pg.h"
 #include "serializer.h"
 #include "relay.h"
@@ -97,6 +98,12 @@ typedef struct SessionEvent {
 struct Relay {
     struct ev_loop *loop;
     const Config *cfg;
+    /* With several databases in one process: "database=NAME" for its log lines, and its metrics
+     * registry; relay_enter makes them current when the relay's work starts. */
+    char log_context[80];
+    MetricsDb *metrics;
+    RelayStoppedFn on_stopped; /* NULL: the loop ends when the relay has stopped */
+    void *on_stopped_arg;
     rd_kafka_conf_t *kconf_template; /* kept to recreate the producer after a fatal error */
     KafkaProducer *kafka;
     Serializer *serializer; /* --value-format avro/json-schema; NULL: values as they are */
@@ -195,6 +202,10 @@ struct Session {
 
 /* ---- relay.c: the process ---- */
 
+/* A session has finished stopping (session.c): with the last one the relay is done. Returns true
+ * when the loop is to end then (one database); with several, relay_set_stopped_hook's function
+ * is called instead and false returned (the others go on). */
+bool relay_session_stopped(Relay *r);
 /* Something the process cannot go on without: every session stops, and the exit status is 1. */
 void relay_fail(Relay *r);
 /* Messages of all sessions not yet reported: the producer and its queue are shared. */

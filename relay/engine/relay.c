@@ -41,12 +41,14 @@ static void resume_waiting(Relay *r)
 /* The serializer's schema arrived, or its registry may be back: paused sessions try again. */
 static void on_serializer_ready(void *arg)
 {
+    relay_enter(arg);
     resume_waiting(arg);
 }
 
 static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
 {
     Relay *r = arg;
+    relay_enter(r);
     BatchRow *br = opaque;
     SessionEvent report = {.kind = EVENT_REPORT, .row = br, .err = err};
     session_step(br->owner, &report);
@@ -139,6 +141,7 @@ void relay_batch_claimed(Relay *r, bool full)
 static void on_rest_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Relay *r = w->data;
+    relay_enter(r);
     int min = (int)r->cfg->min_sessions;
     double quiet = (double)r->cfg->session_rest_after_ms / 1000.0;
     /* A batch from a full claim still out (waiting for a slow or unreachable Kafka, say) is a
@@ -167,6 +170,7 @@ static void on_rest_timer(struct ev_loop *loop, ev_timer *w, int revents)
 static void on_purge_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Relay *r = w->data;
+    relay_enter(r);
     if (r->purging && r->kafka)
         kafka_purge(r->kafka);
     else
@@ -191,6 +195,7 @@ static void relay_stop(Relay *r)
 static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 {
     Relay *r = w->data;
+    relay_enter(r);
     if (++r->signals > 1) {
         /* Second signal: leave now; the server rolls back the open transactions. */
         static const char msg[] = "level=warn msg=\"second signal, exiting immediately\"\n";
@@ -202,8 +207,8 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
     relay_stop(r);
 }
 
-Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf, char *err,
-                 size_t errlen)
+static Relay *relay_create(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf,
+                           bool signals, char *err, size_t errlen)
 {
     Relay *r = calloc(1, sizeof(*r));
     if (r) {
@@ -249,20 +254,80 @@ Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf
         ev_timer_again(loop, &r->rest_timer);
     ev_signal_init(&r->sigterm, on_signal, SIGTERM);
     r->sigterm.data = r;
-    ev_signal_start(loop, &r->sigterm);
     ev_signal_init(&r->sigint, on_signal, SIGINT);
     r->sigint.data = r;
-    ev_signal_start(loop, &r->sigint);
+    if (signals) {
+        ev_signal_start(loop, &r->sigterm);
+        ev_signal_start(loop, &r->sigint);
+    }
     return r;
 }
 
-int relay_run(Relay *r)
+Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf, char *err,
+                 size_t errlen)
 {
+    return relay_create(loop, cfg, kconf, true, err, errlen);
+}
+
+Relay *relay_new_quiet(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf, char *err,
+                       size_t errlen)
+{
+    return relay_create(loop, cfg, kconf, false, err, errlen);
+}
+
+void relay_set_stopped_hook(Relay *r, RelayStoppedFn fn, void *arg)
+{
+    r->on_stopped = fn;
+    r->on_stopped_arg = arg;
+}
+
+void relay_set_database(Relay *r, const char *log_context, MetricsDb *m)
+{
+    snprintf(r->log_context, sizeof(r->log_context), "%s", log_context ? log_context : "");
+    r->metrics = m;
+}
+
+void relay_enter(const Relay *r)
+{
+    log_set_context(r->log_context[0] ? r->log_context : NULL);
+    metrics_select(r->metrics);
+}
+
+bool relay_session_stopped(Relay *r)
+{
+    if (--r->running > 0)
+        return false;
+    if (!r->on_stopped)
+        return true;
+    r->on_stopped(r, r->on_stopped_arg);
+    return false;
+}
+
+void relay_drain(Relay *r)
+{
+    relay_enter(r);
+    relay_stop(r);
+}
+
+void relay_start(Relay *r)
+{
+    relay_enter(r);
     r->running = r->n_sessions;
     for (int i = 0; i < r->n_sessions; i++) {
         session_connect(&r->sessions[i]);
     }
+}
+
+int relay_run(Relay *r)
+{
+    relay_start(r);
     ev_run(r->loop, 0);
+    return relay_finish(r);
+}
+
+int relay_finish(Relay *r)
+{
+    relay_enter(r);
     unsigned long long sent = 0, failed = 0, dead = 0, breaks = 0;
     for (int i = 0; i < r->n_sessions; i++) {
         sent += r->sessions[i].total_sent;

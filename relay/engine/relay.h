@@ -19,6 +19,7 @@
 #include <stdbool.h>
 
 #include "config.h"
+#include "metrics.h"
 
 typedef struct Relay Relay;
 
@@ -27,6 +28,34 @@ typedef struct Relay Relay;
  * created from the configuration. cfg must outlive the relay. */
 Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf, char *err,
                  size_t errlen);
+
+/* ---- several databases in one process (docs/operations.md#many-databases) ----
+ * Each database has a relay of its own (its sessions, lanes, floor, wakeup, byte budget and
+ * producer) on the one loop; these let something above start, watch and stop them one by one. */
+
+/* Called once every session of r has stopped (the relay is done: relay_finish, then relay_free,
+ * outside the callback that called it). */
+typedef void (*RelayStoppedFn)(Relay *r, void *arg);
+
+/* Instead of ending the loop when r has stopped, calls fn(r, arg). Set before relay_start. */
+void relay_set_stopped_hook(Relay *r, RelayStoppedFn fn, void *arg);
+/* Gives r's log lines the context fields ("database=NAME", copied; NULL: none) and its counts
+ * the metrics registry m (NULL: the process's own). Set before relay_start. */
+void relay_set_database(Relay *r, const char *log_context, MetricsDb *m);
+/* Makes r's log context and metrics registry the current ones (log_set_context,
+ * metrics_select): called as r's work starts on the loop (session_step, its timers). */
+void relay_enter(const Relay *r);
+/* Connects r's sessions; the cycle runs on the loop. */
+void relay_start(Relay *r);
+/* Stops r as SIGTERM would: every session finishes its batch (within --shutdown-timeout) and
+ * gives its lanes back; then the stopped hook is called. */
+void relay_drain(Relay *r);
+/* Logs r's totals ("stopped") and returns its exit status: after it has stopped. */
+int relay_finish(Relay *r);
+/* Like relay_new, without signal handlers: whoever runs several relays handles the signals and
+ * calls relay_drain on each. */
+Relay *relay_new_quiet(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf, char *err,
+                       size_t errlen);
 
 /* Connects and runs the loop until SIGTERM/SIGINT and a clean shutdown. Returns the process exit
  * status. A second signal during shutdown exits the process at once (the open transaction rolls

@@ -349,14 +349,14 @@ static bool may_chain_claim(const Session *s)
            next_step(s, true) == NEXT_CLAIM;
 }
 
-/* A session has finished shutting down; the loop ends with the last one. */
+/* A session has finished shutting down; the loop ends with the last one (of the last database). */
 static void stopped(Session *s)
 {
     ev_timer_stop(s->loop, &s->shutdown_timer);
     if (s->stopped)
         return;
     s->stopped = true;
-    if (--s->relay->running == 0)
+    if (relay_session_stopped(s->relay)) /* with several databases, the others go on */
         ev_break(s->loop, EVBREAK_ALL);
 }
 
@@ -727,7 +727,8 @@ static void advance(Session *s, bool produce)
 
 void session_step(Session *s, const SessionEvent *ev)
 {
-    bool produce = false; /* the event may let more of the batch go to the producer */
+    relay_enter(s->relay); /* its database's log context and metrics (several in one process) */
+    bool produce = false;  /* the event may let more of the batch go to the producer */
     switch (ev->kind) {
     case EVENT_CONNECTED:
         connected(s);

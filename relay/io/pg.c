@@ -314,6 +314,7 @@ static bool consume(PgConn *pg)
 static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 {
     PgConn *pg = w->data;
+    log_set_context(pg->log_context);
     if (pg->state == PG_CONNECTING) {
         connect_step(pg);
         return;
@@ -329,6 +330,7 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     PgConn *pg = w->data;
+    log_set_context(pg->log_context);
     if (pg->state == PG_CONNECTING) {
         char why[96];
         snprintf(why, sizeof(why), "no connection within %.0f s (connect_timeout)",
@@ -342,6 +344,7 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 static void on_defer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     PgConn *pg = w->data;
+    log_set_context(pg->log_context);
     char reason[512];
     snprintf(reason, sizeof(reason), "%s", pg->deferred_loss ? pg->deferred_loss : "send failed");
     pg_lose(pg, reason);
@@ -356,6 +359,7 @@ static void on_defer(struct ev_loop *loop, ev_timer *w, int revents)
 static void on_quiet(struct ev_loop *loop, ev_timer *w, int revents)
 {
     PgConn *pg = w->data;
+    log_set_context(pg->log_context);
     if (pg->state != PG_UP || pg_awaiting(pg) || pg->deferred_loss)
         return;
     if (PQpipelineSync(pg->conn) != 1) {
@@ -374,6 +378,7 @@ static void on_quiet(struct ev_loop *loop, ev_timer *w, int revents)
 static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 {
     PgConn *pg = w->data;
+    log_set_context(pg->log_context);
     if (!pg_linked(pg) || !pg_awaiting(pg))
         return;
     unsigned long before = pg->syncs_done;
@@ -406,6 +411,7 @@ PgConn *pg_conn_new_named(struct ev_loop *loop, const char *conninfo, const char
         return NULL;
     if (name)
         snprintf(pg->tag, sizeof(pg->tag), "conn=%s ", name);
+    pg->log_context = log_context();
     pg->loop = loop;
     pg->conninfo = strdup(conninfo);
     char app[64];

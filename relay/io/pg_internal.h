@@ -37,6 +37,9 @@ struct PgConn {
     struct ev_loop *loop;
     char *conninfo;
     char tag[40]; /* "conn=NAME " in log lines of a named connection, else "" */
+    /* The log context (log_set_context) current when the connection was made: its database's,
+     * when a process serves several; made current again by each of its watchers. */
+    const char *log_context;
     PGconn *conn;
     PgState state;
     PgPlan plan; /* what every attempt passes to libpq, and the hosts to try in turn */

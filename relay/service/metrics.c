@@ -1,6 +1,7 @@
 #include "metrics.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +37,8 @@ typedef struct TopicCount {
     unsigned long long published;
 } TopicCount;
 
-static struct {
+struct MetricsDb {
+    char *name; /* NULL: the process's own registry (no database label) */
     /* Open addressing over a power-of-two table, at most half full. */
     TopicCount *topics;
     size_t topics_cap, topics_len;
@@ -54,14 +56,57 @@ static struct {
     bool horizon_known;
     long long horizon_xids;
     double horizon_held_s;
-} m;
+};
+
+static MetricsDb own;
+/* The registry the counting functions count into: the loop's thread only. */
+static MetricsDb *cur = &own;
+
+static void db_clear(MetricsDb *d)
+{
+    for (size_t i = 0; i < d->topics_cap; i++)
+        free(d->topics[i].topic);
+    free(d->topics);
+    char *name = d->name;
+    memset(d, 0, sizeof(*d));
+    d->name = name;
+}
 
 void metrics_reset(void)
 {
-    for (size_t i = 0; i < m.topics_cap; i++)
-        free(m.topics[i].topic);
-    free(m.topics);
-    memset(&m, 0, sizeof(m));
+    db_clear(&own);
+    cur = &own;
+}
+
+MetricsDb *metrics_db_new(const char *name)
+{
+    MetricsDb *d = calloc(1, sizeof(*d));
+    if (d && !(d->name = strdup(name))) {
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void metrics_db_free(MetricsDb *d)
+{
+    if (!d)
+        return;
+    if (cur == d)
+        cur = &own;
+    db_clear(d);
+    free(d->name);
+    free(d);
+}
+
+void metrics_select(MetricsDb *d)
+{
+    cur = d ? d : &own;
+}
+
+MetricsDb *metrics_selected(void)
+{
+    return cur == &own ? NULL : cur;
 }
 
 static uint64_t hash(const char *s)
@@ -83,33 +128,34 @@ static TopicCount *slot_of(TopicCount *table, size_t cap, const char *topic)
 
 static bool grow(void)
 {
-    size_t cap = m.topics_cap ? m.topics_cap * 2 : 16;
+    size_t cap = cur->topics_cap ? cur->topics_cap * 2 : 16;
     TopicCount *table = calloc(cap, sizeof(*table));
     if (!table)
         return false;
-    for (size_t i = 0; i < m.topics_cap; i++)
-        if (m.topics[i].topic)
-            *slot_of(table, cap, m.topics[i].topic) = m.topics[i];
-    free(m.topics);
-    m.topics = table;
-    m.topics_cap = cap;
+    for (size_t i = 0; i < cur->topics_cap; i++)
+        if (cur->topics[i].topic)
+            *slot_of(table, cap, cur->topics[i].topic) = cur->topics[i];
+    free(cur->topics);
+    cur->topics = table;
+    cur->topics_cap = cap;
     return true;
 }
 
 static unsigned long long *published_counter(const char *topic)
 {
-    if (m.topics_cap) {
-        TopicCount *t = slot_of(m.topics, m.topics_cap, topic);
+    if (cur->topics_cap) {
+        TopicCount *t = slot_of(cur->topics, cur->topics_cap, topic);
         if (t->topic)
             return &t->published;
     }
-    if (m.topics_len >= METRICS_MAX_TOPICS || ((m.topics_len + 1) * 2 > m.topics_cap && !grow()))
-        return &m.other_published;
-    TopicCount *t = slot_of(m.topics, m.topics_cap, topic);
+    if (cur->topics_len >= METRICS_MAX_TOPICS ||
+        ((cur->topics_len + 1) * 2 > cur->topics_cap && !grow()))
+        return &cur->other_published;
+    TopicCount *t = slot_of(cur->topics, cur->topics_cap, topic);
     t->topic = strdup(topic);
     if (!t->topic)
-        return &m.other_published;
-    m.topics_len++;
+        return &cur->other_published;
+    cur->topics_len++;
     return &t->published;
 }
 
@@ -131,56 +177,56 @@ void metrics_event_published(const char *topic, double latency_s)
 {
     (*published_counter(topic))++;
     if (latency_s >= 0)
-        observe(&m.latency, latency_bounds, N_OF(latency_bounds), latency_s);
+        observe(&cur->latency, latency_bounds, N_OF(latency_bounds), latency_s);
 }
 
 void metrics_claim_done(double seconds)
 {
     if (seconds >= 0)
-        observe(&m.claims, claim_bounds, N_OF(claim_bounds), seconds);
+        observe(&cur->claims, claim_bounds, N_OF(claim_bounds), seconds);
 }
 
 void metrics_failure(bool permanent)
 {
-    m.failures[permanent ? 1 : 0]++;
+    cur->failures[permanent ? 1 : 0]++;
 }
 
 void metrics_dead_lettered(void)
 {
-    m.dead_lettered++;
+    cur->dead_lettered++;
 }
 
 void metrics_batch_committed(void)
 {
-    m.batches++;
+    cur->batches++;
 }
 
 void metrics_retention_deleted(long long rows)
 {
     if (rows > 0)
-        m.retention_deleted += (unsigned long long)rows;
+        cur->retention_deleted += (unsigned long long)rows;
 }
 
 void metrics_set_lane_squatters(int sessions)
 {
-    m.squatters_known = true;
-    m.squatters = sessions;
+    cur->squatters_known = true;
+    cur->squatters = sessions;
 }
 
 void metrics_set_vacuum_horizon(long long xids, double held_s)
 {
-    m.horizon_known = true;
-    m.horizon_xids = xids;
-    m.horizon_held_s = held_s;
+    cur->horizon_known = true;
+    cur->horizon_xids = xids;
+    cur->horizon_held_s = held_s;
 }
 
 void metrics_set_backlog(long long unsent, long long dead, double oldest_age_s)
 {
-    m.backlog_known = true;
-    m.backlog = unsent;
-    m.dead_rows = dead;
-    m.oldest_age_s = oldest_age_s;
-    m.backlog_refreshed = time(NULL);
+    cur->backlog_known = true;
+    cur->backlog = unsent;
+    cur->dead_rows = dead;
+    cur->oldest_age_s = oldest_age_s;
+    cur->backlog_refreshed = time(NULL);
 }
 
 void metrics_row_acked(const Batch *b, const BatchRow *br, double now)
@@ -225,158 +271,270 @@ static void label_value(StrBuf *out, const char *v)
     }
 }
 
+/* The start of one sample: name, then its labels (the database's first, then extra: label text
+ * already escaped, or NULL), then a space. */
+static void series(StrBuf *out, const char *name, const MetricsDb *d, const char *extra)
+{
+    strbuf_puts(out, name);
+    if (!d->name && !extra) {
+        strbuf_puts(out, " ");
+        return;
+    }
+    strbuf_puts(out, "{");
+    if (d->name) {
+        strbuf_puts(out, "database=\"");
+        label_value(out, d->name);
+        strbuf_puts(out, extra ? "\"," : "\"");
+    }
+    if (extra)
+        strbuf_puts(out, extra);
+    strbuf_puts(out, "} ");
+}
+
+/* What is rendered: each database's registry beside its live state. */
+typedef struct Set {
+    const MetricsDb *const *dbs;
+    const MetricsLive *lives;
+    int n;
+} Set;
+
 static int by_topic(const void *a, const void *b)
 {
     return strcmp((*(const TopicCount *const *)a)->topic, (*(const TopicCount *const *)b)->topic);
 }
 
-static void render_published(StrBuf *out)
+static void render_published(StrBuf *out, const Set *set)
 {
     header(out, "outbox_events_published_total", "counter",
            "Events acknowledged by Kafka (acks=all), by topic. At least once: an event sent again "
            "after a crash or a lost connection counts again. Dead-letter copies are not counted.");
-    TopicCount **sorted = calloc(m.topics_len ? m.topics_len : 1, sizeof(*sorted));
-    size_t n = 0;
-    for (size_t i = 0; sorted && i < m.topics_cap; i++)
-        if (m.topics[i].topic)
-            sorted[n++] = &m.topics[i];
-    qsort(sorted, n, sizeof(*sorted), by_topic);
-    for (size_t i = 0; i < n; i++) {
-        strbuf_puts(out, "outbox_events_published_total{topic=\"");
-        label_value(out, sorted[i]->topic);
-        printf_to(out, "\"} %llu\n", sorted[i]->published);
+    StrBuf label = {0};
+    for (int k = 0; k < set->n; k++) {
+        const MetricsDb *d = set->dbs[k];
+        TopicCount **sorted = calloc(d->topics_len ? d->topics_len : 1, sizeof(*sorted));
+        size_t n = 0;
+        for (size_t i = 0; sorted && i < d->topics_cap; i++)
+            if (d->topics[i].topic)
+                sorted[n++] = &d->topics[i];
+        qsort(sorted, n, sizeof(*sorted), by_topic);
+        for (size_t i = 0; i < n; i++) {
+            strbuf_reset(&label);
+            strbuf_puts(&label, "topic=\"");
+            label_value(&label, sorted[i]->topic);
+            strbuf_puts(&label, "\"");
+            series(out, "outbox_events_published_total", d, label.s);
+            printf_to(out, "%llu\n", sorted[i]->published);
+        }
+        free(sorted);
+        if (d->other_published) {
+            series(out, "outbox_events_published_total", d, "topic=\"_other\"");
+            printf_to(out, "%llu\n", d->other_published);
+        }
     }
-    free(sorted);
-    if (m.other_published)
-        printf_to(out, "outbox_events_published_total{topic=\"_other\"} %llu\n", m.other_published);
+    strbuf_free(&label);
 }
 
-/* One gauge: its HELP and TYPE lines, then its sample. Integer gauges print as integers; the
- * others with three decimals, negative values (unknown) as 0. */
-static void gauge_int(StrBuf *out, const char *name, const char *help, long long value)
+/* A counter or gauge of one value per database: offset of an unsigned long long field. */
+static void family_counter(StrBuf *out, const Set *set, const char *name, const char *help,
+                           size_t offset)
 {
-    header(out, name, "gauge", help);
-    printf_to(out, "%s %lld\n", name, value);
+    header(out, name, "counter", help);
+    for (int k = 0; k < set->n; k++) {
+        series(out, name, set->dbs[k], NULL);
+        printf_to(out, "%llu\n", *(const unsigned long long *)((const char *)set->dbs[k] + offset));
+    }
 }
 
-static void gauge_seconds(StrBuf *out, const char *name, const char *help, double value)
+/* Integer gauges print as integers; second gauges with three decimals, negative values
+ * (unknown) as 0. Only the databases with known set (its byte offset; -1: all) are shown. */
+typedef enum { G_INT, G_LLONG, G_SECONDS, G_TIME } GaugeKind;
+
+static void family_gauge(StrBuf *out, const Set *set, const char *name, const char *help,
+                         long known, size_t offset, GaugeKind kind)
 {
-    header(out, name, "gauge", help);
-    printf_to(out, "%s %.3f\n", name, value > 0 ? value : 0.0);
+    bool any = false;
+    for (int k = 0; k < set->n; k++) {
+        const char *d = (const char *)set->dbs[k];
+        if (known >= 0 && !*(const bool *)(d + known))
+            continue;
+        if (!any)
+            header(out, name, "gauge", help);
+        any = true;
+        series(out, name, set->dbs[k], NULL);
+        if (kind == G_INT)
+            printf_to(out, "%d\n", *(const int *)(d + offset));
+        else if (kind == G_LLONG)
+            printf_to(out, "%lld\n", *(const long long *)(d + offset));
+        else if (kind == G_TIME)
+            printf_to(out, "%lld\n", (long long)*(const time_t *)(d + offset));
+        else {
+            double v = *(const double *)(d + offset);
+            printf_to(out, "%.3f\n", v > 0 ? v : 0.0);
+        }
+    }
 }
 
-static void render_histogram(StrBuf *out, const char *name, const char *help, const Histogram *h,
-                             const double *bounds, size_t n)
+static void render_histogram(StrBuf *out, const Set *set, const char *name, const char *help,
+                             size_t offset, const double *bounds, size_t n)
 {
     header(out, name, "histogram", help);
-    unsigned long long cumulative = 0;
-    for (size_t b = 0; b < n; b++) {
-        cumulative += h->buckets[b];
-        printf_to(out, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[b], cumulative);
+    char bucket[200], le[40];
+    snprintf(bucket, sizeof(bucket), "%s_bucket", name);
+    for (int k = 0; k < set->n; k++) {
+        const MetricsDb *d = set->dbs[k];
+        const Histogram *h = (const Histogram *)((const char *)d + offset);
+        unsigned long long cumulative = 0;
+        for (size_t b = 0; b <= n; b++) {
+            cumulative += h->buckets[b];
+            if (b < n)
+                snprintf(le, sizeof(le), "le=\"%g\"", bounds[b]);
+            else
+                snprintf(le, sizeof(le), "le=\"+Inf\"");
+            series(out, bucket, d, le);
+            printf_to(out, "%llu\n", cumulative);
+        }
+        printf_to(out, "%s_sum", name);
+        series(out, "", d, NULL);
+        printf_to(out, "%.6f\n%s_count", h->sum, name);
+        series(out, "", d, NULL);
+        printf_to(out, "%llu\n", h->count);
     }
-    cumulative += h->buckets[n];
-    printf_to(out, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, cumulative,
-              name, h->sum, name, h->count);
 }
 
-static void render_latency(StrBuf *out)
+static void render_latency(StrBuf *out, const Set *set)
 {
     render_histogram(
-        out, "outbox_created_to_ack_seconds",
+        out, set, "outbox_created_to_ack_seconds",
         "Seconds from an event's created_at (the start of the transaction that inserted it) to "
         "the broker's acknowledgement of its message: time waiting in the outbox plus claim, "
         "produce and replication. Measured as the row's age when claimed (database clock) plus "
         "the time from claim to acknowledgement (relay clock), so clock skew does not enter. A "
         "retried event counts from its original created_at; a copy sent again counts again.",
-        &m.latency, latency_bounds, N_OF(latency_bounds));
+        offsetof(MetricsDb, latency), latency_bounds, N_OF(latency_bounds));
     render_histogram(
-        out, "outbox_claim_duration_seconds",
+        out, set, "outbox_claim_duration_seconds",
         "Seconds from sending a claim (BEGIN, the claim statement) to its rows arriving, empty "
         "claims included; a claim sent behind the last batch's marks and COMMIT, in one round "
         "trip, counts their time too. Claims that grow slower while the backlog does not are "
         "walking dead row versions an old snapshot keeps from vacuum: see "
         "outbox_vacuum_horizon_held_seconds.",
-        &m.claims, claim_bounds, N_OF(claim_bounds));
+        offsetof(MetricsDb, claims), claim_bounds, N_OF(claim_bounds));
 }
 
-void metrics_render(StrBuf *out, const MetricsLive *live)
+/* A gauge of the live state, one sample per database. */
+static void family_live(StrBuf *out, const Set *set, const char *name, const char *help,
+                        size_t offset, bool is_bool)
+{
+    header(out, name, "gauge", help);
+    for (int k = 0; k < set->n; k++) {
+        const char *l = (const char *)&set->lives[k];
+        series(out, name, set->dbs[k], NULL);
+        printf_to(out, "%d\n",
+                  is_bool ? (*(const bool *)(l + offset) ? 1 : 0) : *(const int *)(l + offset));
+    }
+}
+
+#define DB(f) offsetof(MetricsDb, f)
+#define LIVE(f) offsetof(MetricsLive, f)
+
+static void render_set(StrBuf *out, const Set *set)
 {
     header(out, "outbox_build_info", "gauge", "Always 1; the version label tells the build.");
     printf_to(out, "outbox_build_info{version=\"%s\"} 1\n", OUTBOX_RELAY_VERSION);
 
-    render_published(out);
+    render_published(out, set);
     header(out, "outbox_failures_total", "counter",
            "Failed delivery attempts of events and dead-letter copies, by class: transient "
            "(broker down, timeouts; retried soon) or permanent (rejected, too large, illegal "
            "topic; retried with backoff, then dead-lettered).");
-    printf_to(out, "outbox_failures_total{class=\"transient\"} %llu\n", m.failures[0]);
-    printf_to(out, "outbox_failures_total{class=\"permanent\"} %llu\n", m.failures[1]);
-    header(out, "outbox_events_dead_lettered_total", "counter",
-           "Events this relay dead-lettered after --max-attempts rejections.");
-    printf_to(out, "outbox_events_dead_lettered_total %llu\n", m.dead_lettered);
-    header(out, "outbox_batches_total", "counter",
-           "Claim transactions that delivered or recorded rows and committed.");
-    printf_to(out, "outbox_batches_total %llu\n", m.batches);
-    header(out, "outbox_retention_deleted_rows_total", "counter",
-           "Sent rows deleted by this relay because they were older than --retention.");
-    printf_to(out, "outbox_retention_deleted_rows_total %llu\n", m.retention_deleted);
-    render_latency(out);
-
-    if (m.backlog_known) {
-        gauge_int(out, "outbox_backlog_rows",
-                  "Unsent events that are not dead-lettered (waiting for a retry included), as of "
-                  "the last refresh (every 5 s).",
-                  m.backlog);
-        gauge_seconds(out, "outbox_oldest_unsent_age_seconds",
-                      "Age (now() - created_at, database clock) of the oldest unsent event that "
-                      "is not dead-lettered, as of the last refresh; 0 when there is none.",
-                      m.oldest_age_s);
-        gauge_int(out, "outbox_dead_letter_rows",
-                  "Dead-lettered events in the outbox (kept until requeued or purged), as of the "
-                  "last refresh.",
-                  m.dead_rows);
-        gauge_int(out, "outbox_backlog_refresh_timestamp_seconds",
-                  "Unix time of the last successful refresh of the backlog gauges.",
-                  (long long)m.backlog_refreshed);
+    for (int k = 0; k < set->n; k++) {
+        series(out, "outbox_failures_total", set->dbs[k], "class=\"transient\"");
+        printf_to(out, "%llu\n", set->dbs[k]->failures[0]);
+        series(out, "outbox_failures_total", set->dbs[k], "class=\"permanent\"");
+        printf_to(out, "%llu\n", set->dbs[k]->failures[1]);
     }
+    family_counter(out, set, "outbox_events_dead_lettered_total",
+                   "Events this relay dead-lettered after --max-attempts rejections.",
+                   DB(dead_lettered));
+    family_counter(out, set, "outbox_batches_total",
+                   "Claim transactions that delivered or recorded rows and committed.",
+                   DB(batches));
+    family_counter(out, set, "outbox_retention_deleted_rows_total",
+                   "Sent rows deleted by this relay because they were older than --retention.",
+                   DB(retention_deleted));
+    render_latency(out, set);
 
-    if (m.squatters_known)
-        gauge_int(out, "outbox_lane_squatters",
-                  "Sessions that are not relays holding the lane group's advisory locks (the "
-                  "aggregates of their lanes wait for them); the relay is not ready while any do.",
-                  m.squatters);
-    if (m.horizon_known) {
-        gauge_int(out, "outbox_vacuum_horizon_age_xids",
-                  "Age in transactions of the oldest snapshot that keeps vacuum from removing dead "
-                  "rows (a long transaction, a replication slot, a prepared transaction); claims "
-                  "slow down while it grows. 0 when none.",
-                  m.horizon_xids);
-        gauge_seconds(out, "outbox_vacuum_horizon_held_seconds",
-                      "How long the holder of that snapshot has been in its transaction; 0 when "
-                      "not known (a replication slot) or none.",
-                      m.horizon_held_s);
-    }
+    long backlog = (long)DB(backlog_known);
+    family_gauge(out, set, "outbox_backlog_rows",
+                 "Unsent events that are not dead-lettered (waiting for a retry included), as of "
+                 "the last refresh (every 5 s).",
+                 backlog, DB(backlog), G_LLONG);
+    family_gauge(out, set, "outbox_oldest_unsent_age_seconds",
+                 "Age (now() - created_at, database clock) of the oldest unsent event that "
+                 "is not dead-lettered, as of the last refresh; 0 when there is none.",
+                 backlog, DB(oldest_age_s), G_SECONDS);
+    family_gauge(out, set, "outbox_dead_letter_rows",
+                 "Dead-lettered events in the outbox (kept until requeued or purged), as of the "
+                 "last refresh.",
+                 backlog, DB(dead_rows), G_LLONG);
+    family_gauge(out, set, "outbox_backlog_refresh_timestamp_seconds",
+                 "Unix time of the last successful refresh of the backlog gauges.", backlog,
+                 DB(backlog_refreshed), G_TIME);
+    family_gauge(out, set, "outbox_lane_squatters",
+                 "Sessions that are not relays holding the lane group's advisory locks (the "
+                 "aggregates of their lanes wait for them); the relay is not ready while any do.",
+                 (long)DB(squatters_known), DB(squatters), G_INT);
+    long horizon = (long)DB(horizon_known);
+    family_gauge(out, set, "outbox_vacuum_horizon_age_xids",
+                 "Age in transactions of the oldest snapshot that keeps vacuum from removing dead "
+                 "rows (a long transaction, a replication slot, a prepared transaction); claims "
+                 "slow down while it grows. 0 when none.",
+                 horizon, DB(horizon_xids), G_LLONG);
+    family_gauge(out, set, "outbox_vacuum_horizon_held_seconds",
+                 "How long the holder of that snapshot has been in its transaction; 0 when "
+                 "not known (a replication slot) or none.",
+                 horizon, DB(horizon_held_s), G_SECONDS);
 
-    header(out, "outbox_postgres_up", "gauge",
-           "1 while every PostgreSQL connection of the relay is up, else 0 (it keeps "
-           "reconnecting).");
-    printf_to(out, "outbox_postgres_up %d\n", live->postgres_up ? 1 : 0);
-    header(out, "outbox_kafka_up", "gauge",
-           "1 while a Kafka broker is reachable (a connection up in the last statistics, or an "
-           "acknowledgement since all brokers were last reported down), else 0.");
-    printf_to(out, "outbox_kafka_up %d\n", live->kafka_up ? 1 : 0);
-    header(out, "outbox_schema_registry_up", "gauge",
-           "1 while the Schema Registry answers (always 1 without --value-format avro or "
-           "json-schema), else 0: rows wait for it, no attempt counted.");
-    printf_to(out, "outbox_schema_registry_up %d\n", live->registry_up ? 1 : 0);
-    header(out, "outbox_lanes_owned", "gauge", "Lanes (of 64) this relay owns and claims from.");
-    printf_to(out, "outbox_lanes_owned %d\n", live->lanes_owned);
-    header(out, "outbox_relay_sessions", "gauge",
-           "Live claim sessions of all relays on this outbox (lane group members: --min-sessions "
-           "to --sessions per relay) seen at the last lane rebalance, this relay's included.");
-    printf_to(out, "outbox_relay_sessions %d\n", live->live_sessions);
-    header(out, "outbox_claim_sessions", "gauge",
-           "This relay's sessions that claim now: --min-sessions, and up to --sessions while "
-           "claims come back full (until --session-rest-after without one).");
-    printf_to(out, "outbox_claim_sessions %d\n", live->claim_sessions);
+    family_live(out, set, "outbox_postgres_up",
+                "1 while every PostgreSQL connection of the relay is up, else 0 (it keeps "
+                "reconnecting).",
+                LIVE(postgres_up), true);
+    family_live(
+        out, set, "outbox_kafka_up",
+        "1 while a Kafka broker is reachable (a connection up in the last statistics, or an "
+        "acknowledgement since all brokers were last reported down), else 0.",
+        LIVE(kafka_up), true);
+    family_live(out, set, "outbox_schema_registry_up",
+                "1 while the Schema Registry answers (always 1 without --value-format avro or "
+                "json-schema), else 0: rows wait for it, no attempt counted.",
+                LIVE(registry_up), true);
+    family_live(out, set, "outbox_lanes_owned", "Lanes (of 64) this relay owns and claims from.",
+                LIVE(lanes_owned), false);
+    family_live(out, set, "outbox_relay_sessions",
+                "Live claim sessions of all relays on this outbox (lane group members: "
+                "--min-sessions to --sessions per relay) seen at the last lane rebalance, this "
+                "relay's included.",
+                LIVE(live_sessions), false);
+    family_live(out, set, "outbox_claim_sessions",
+                "This relay's sessions that claim now: --min-sessions, and up to --sessions while "
+                "claims come back full (until --session-rest-after without one).",
+                LIVE(claim_sessions), false);
+}
+
+void metrics_render(StrBuf *out, const MetricsLive *live)
+{
+    const MetricsDb *dbs[1] = {&own};
+    Set set = {dbs, live, 1};
+    render_set(out, &set);
+}
+
+void metrics_render_databases(StrBuf *out, MetricsDb *const *dbs, const MetricsLive *lives, int n)
+{
+    Set set = {(const MetricsDb *const *)dbs, lives, n};
+    render_set(out, &set);
+    family_live(out, &set, "outbox_database_ready",
+                "With --databases: 1 while the database is ready (its sessions connected and "
+                "claiming, Kafka reachable, no setup fault, no lane squatters), else 0; /readyz "
+                "says why. The process is ready while any database is.",
+                LIVE(ready), true);
 }

@@ -18,6 +18,22 @@
  * {event_type} in it could otherwise grow the label set without bound). */
 #define METRICS_MAX_TOPICS 1000
 
+/* One database's registry when a process serves several (docs/operations.md#many-databases):
+ * its samples carry database="NAME". Without any, the process's own registry is used, and its
+ * samples carry no database label (one database: the output as it always was). */
+typedef struct MetricsDb MetricsDb;
+
+/* A registry for the database called name (copied); NULL when out of memory. It is rendered, in
+ * the order made, until metrics_db_free. */
+MetricsDb *metrics_db_new(const char *name);
+/* Forgets db (a database removed by SIGHUP): its series leave /metrics. NULL is fine. */
+void metrics_db_free(MetricsDb *db);
+/* Where the counting functions below count from now on, on this thread: db, or NULL for the
+ * process's own registry. Set as a database's work starts (relay_enter, upkeep). */
+void metrics_select(MetricsDb *db);
+/* The registry selected now (NULL: the process's own). */
+MetricsDb *metrics_selected(void);
+
 /* State read from the relay at scrape time. */
 typedef struct MetricsLive {
     bool postgres_up;
@@ -26,6 +42,7 @@ typedef struct MetricsLive {
     int lanes_owned;
     int live_sessions; /* of all relays (lane group members) at the last rebalance, ours included */
     int claim_sessions; /* this relay's sessions that claim now (the rest rest: --min-sessions) */
+    bool ready; /* metrics_render_databases: the database is ready (outbox_database_ready) */
 } MetricsLive;
 
 /* Forgets every value (unit tests). */
@@ -63,5 +80,9 @@ void metrics_row_acked(const Batch *b, const BatchRow *br, double now);
 
 /* Appends the Prometheus text exposition (format 0.0.4) of every metric to out. */
 void metrics_render(StrBuf *out, const MetricsLive *live);
+
+/* metrics_render for several databases: every sample of dbs[i] (lives[i] its live state) carries
+ * database="NAME"; each metric's HELP and TYPE come once; outbox_database_ready is added. */
+void metrics_render_databases(StrBuf *out, MetricsDb *const *dbs, const MetricsLive *lives, int n);
 
 #endif

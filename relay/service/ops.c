@@ -17,6 +17,7 @@ struct Ops {
     int argc;
     char **argv;
     Relay *relay;
+    Databases *dbs; /* instead of relay, with --databases */
     HttpServer *http;
     Upkeep *upkeep;
     ev_signal sighup;
@@ -24,9 +25,43 @@ struct Ops {
 
 /* /healthz answers from the loop itself, so a 200 proves the loop turns; /readyz also needs both
  * ends of the pipe. Neither touches the network: they are safe to poll often. */
+/* With several databases the process is ready while at least one of them is: one database down
+ * (its own outage, a lock, revoked grants) is that database's problem, which restarting or
+ * routing around this process would not cure, and it must not take the others' relay out of
+ * a rollout. Each database's state is in the body and in outbox_database_ready. */
+static int handle_databases(Ops *o, const char *path, StrBuf *body, const char **content_type)
+{
+    if (strcmp(path, "/metrics") == 0) {
+        databases_metrics(o->dbs, body);
+        *content_type = "text/plain; version=0.0.4; charset=utf-8";
+        return 200;
+    }
+    if (strcmp(path, "/healthz") == 0) {
+        strbuf_puts(body, "ok\n");
+        return 200;
+    }
+    if (strcmp(path, "/readyz") == 0) {
+        DatabasesStatus st;
+        databases_status(o->dbs, &st);
+        bool ready = st.ready > 0 && !st.stopping;
+        char line[120];
+        snprintf(line, sizeof(line), "%s: %d of %d databases ready%s\n",
+                 ready ? "ready" : "not ready", st.ready, st.total,
+                 st.stopping ? ", shutting down" : "");
+        strbuf_puts(body, line);
+        databases_readyz(o->dbs, body);
+        return ready ? 200 : 503;
+    }
+    strbuf_puts(body, "not found\n");
+    return 404;
+}
+
 static int handle(const char *path, StrBuf *body, const char **content_type, void *arg)
 {
     Ops *o = arg;
+    log_set_context(NULL);
+    if (o->dbs)
+        return handle_databases(o, path, body, content_type);
     RelayStatus st;
     relay_status(o->relay, &st);
     if (strcmp(path, "/metrics") == 0) {
@@ -74,9 +109,20 @@ static int handle(const char *path, StrBuf *body, const char **content_type, voi
     return 404;
 }
 
+static void reload_databases(Config *fresh, void *arg)
+{
+    databases_reload(arg, fresh);
+}
+
 static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 {
     Ops *o = w->data;
+    log_set_context(NULL);
+    metrics_select(NULL);
+    if (o->dbs) {
+        reload_config_then(o->cfg, o->argc, o->argv, reload_databases, o->dbs);
+        return;
+    }
     if (reload_config(o->cfg, o->argc, o->argv) && o->upkeep)
         upkeep_reconfigure(o->upkeep);
 }
@@ -111,6 +157,15 @@ void ops_start(Ops *o, Relay *relay)
         log_info("metrics listening", "address=%s paths=/metrics,/healthz,/readyz",
                  http_server_address(o->http));
     o->upkeep = upkeep_new(o->loop, o->cfg, o->http != NULL);
+    ev_signal_start(o->loop, &o->sighup);
+}
+
+void ops_start_databases(Ops *o, Databases *dbs)
+{
+    o->dbs = dbs;
+    if (o->http)
+        log_info("metrics listening", "address=%s paths=/metrics,/healthz,/readyz",
+                 http_server_address(o->http));
     ev_signal_start(o->loop, &o->sighup);
 }
 

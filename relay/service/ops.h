@@ -7,6 +7,7 @@
 #include <ev.h>
 
 #include "config.h"
+#include "databases.h"
 #include "relay.h"
 
 typedef struct Ops Ops;
@@ -20,6 +21,12 @@ Ops *ops_new(struct ev_loop *loop, Config *cfg, int argc, char **argv, char *err
 /* Starts the rest for relay: the upkeep connection and the SIGHUP handler. Requests are answered
  * once the loop runs. */
 void ops_start(Ops *ops, Relay *relay);
+
+/* ops_start for several databases (--databases): /metrics, /readyz and SIGHUP cover them all;
+ * each database has its own upkeep (databases.h), so none is started here. /readyz answers 200
+ * while at least one database is ready, with a line per database
+ * (docs/operations.md#many-databases). */
+void ops_start_databases(Ops *ops, Databases *dbs);
 
 /* Stops everything; call before relay_free. NULL is fine. */
 void ops_free(Ops *ops);

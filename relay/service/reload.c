@@ -23,6 +23,12 @@ static void on_change(const char *option, bool reloadable, void *arg)
 
 bool reload_config(Config *running, int argc, char **argv)
 {
+    return reload_config_then(running, argc, argv, NULL, NULL);
+}
+
+bool reload_config_then(Config *running, int argc, char **argv, void (*then)(Config *, void *),
+                        void *arg)
+{
     Config fresh;
     char err[1024], q[1100];
     if (!config_load(&fresh, argc, argv, err, sizeof(err))) {
@@ -44,6 +50,8 @@ bool reload_config(Config *running, int argc, char **argv)
                  c.restart.s);
     strbuf_free(&c.applied);
     strbuf_free(&c.restart);
+    if (then)
+        then(&fresh, arg);
     config_free(&fresh);
     return true;
 }

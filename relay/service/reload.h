@@ -14,4 +14,9 @@
  * including the log level. Returns true when it loaded (whether or not anything changed). */
 bool reload_config(Config *running, int argc, char **argv);
 
+/* reload_config that also hands the freshly loaded configuration to then(fresh, arg) before it
+ * is released (then may take parts of it, leaving them zeroed): the databases of --databases. */
+bool reload_config_then(Config *running, int argc, char **argv, void (*then)(Config *, void *),
+                        void *arg);
+
 #endif

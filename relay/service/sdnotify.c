@@ -15,6 +15,8 @@
 struct SdNotify {
     struct ev_loop *loop;
     const Relay *relay;
+    SdStatusFn status_fn; /* instead of relay (several databases) */
+    const void *status_arg;
     char *addr;
     bool watchdog;      /* WATCHDOG_USEC set for this process */
     bool ready_sent;    /* READY=1 goes once */
@@ -72,9 +74,15 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 {
     SdNotify *n = w->data;
     RelayStatus st;
-    relay_status(n->relay, &st);
     char status[sizeof(n->status)];
-    if (st.stopping)
+    status[0] = '\0';
+    if (n->status_fn)
+        n->status_fn(n->status_arg, &st, status, sizeof(status));
+    else
+        relay_status(n->relay, &st);
+    if (status[0])
+        ; /* said by status_fn */
+    else if (st.stopping)
         snprintf(status, sizeof(status), "shutting down");
     else if (st.setup_error[0])
         snprintf(status, sizeof(status), "not ready: claims fail until the setup is fixed: %s",
@@ -136,6 +144,16 @@ static unsigned long long watchdog_usec(void)
     errno = 0;
     unsigned long long v = strtoull(usec, &end, 10);
     return errno || *end || v == 0 ? 0 : v;
+}
+
+SdNotify *sdnotify_start_with(struct ev_loop *loop, SdStatusFn fn, const void *arg)
+{
+    SdNotify *n = sdnotify_start(loop, NULL);
+    if (n) {
+        n->status_fn = fn;
+        n->status_arg = arg;
+    }
+    return n;
 }
 
 SdNotify *sdnotify_start(struct ev_loop *loop, const Relay *relay)

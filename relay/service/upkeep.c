@@ -48,7 +48,17 @@ struct Upkeep {
     int slot_only[UPKEEP_SQUATTERS_MAX], n_slot_only;
     int logged[UPKEEP_SQUATTERS_MAX], n_logged;
     int squatters; /* as of the last look */
+    /* Its database's log context and metrics registry (current at upkeep_new), made current by
+     * each of its callbacks: a process may serve several databases. */
+    const char *log_context;
+    MetricsDb *metrics;
 };
+
+static void enter(const Upkeep *u)
+{
+    log_set_context(u->log_context);
+    metrics_select(u->metrics);
+}
 
 static void kick(Upkeep *u);
 
@@ -177,6 +187,7 @@ static void pace_gauges(Upkeep *u)
 static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Upkeep *u = arg;
+    enter(u);
     if (!results)
         return; /* connection lost: on_state takes over */
     u->gauge_due = false;
@@ -200,6 +211,7 @@ static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error,
 static void on_deleted(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Upkeep *u = arg;
+    enter(u);
     if (!results)
         return;
     u->retention_due = false;
@@ -243,6 +255,7 @@ static void kick(Upkeep *u)
 static void on_setup(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Upkeep *u = arg;
+    enter(u);
     if (!results)
         return;
     if (error) {
@@ -259,6 +272,7 @@ static void on_setup(PgConn *pg, PGresult **results, int n, const char *error, v
 static void on_state(PgConn *pg, bool up, const char *reason, void *arg)
 {
     Upkeep *u = arg;
+    enter(u);
     u->ready = false;
     u->sweeping = false;
     u->swept = 0;
@@ -280,6 +294,7 @@ static void on_notify(PgConn *pg, const char *channel, const char *payload, void
 static void on_gauge_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Upkeep *u = w->data;
+    enter(u);
     u->gauge_due = true;
     kick(u);
 }
@@ -287,6 +302,7 @@ static void on_gauge_timer(struct ev_loop *loop, ev_timer *w, int revents)
 static void on_retention_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Upkeep *u = w->data;
+    enter(u);
     u->retention_due = true;
     kick(u);
 }
@@ -328,6 +344,8 @@ Upkeep *upkeep_new(struct ev_loop *loop, const Config *cfg, bool gauges)
     u->loop = loop;
     u->cfg = cfg;
     u->gauges = gauges;
+    u->log_context = log_context();
+    u->metrics = metrics_selected();
     ev_init(&u->gauge_timer, on_gauge_timer);
     u->gauge_timer.data = u;
     ev_init(&u->retention_timer, on_retention_timer);

@@ -23,7 +23,9 @@
 typedef struct Upkeep Upkeep;
 
 /* Starts what cfg asks for: the backlog gauges when `gauges`, retention when cfg->retention_s >
- * 0; connects only when either is on. cfg must outlive the upkeep; its database URL is copied. */
+ * 0; connects only when either is on. cfg must outlive the upkeep; its database URL is copied.
+ * Its log lines and gauges go to the log context and metrics registry current now (a process
+ * serving several databases makes the database's current first). */
 Upkeep *upkeep_new(struct ev_loop *loop, const Config *cfg, bool gauges);
 
 /* Picks up a changed cfg->retention_s (after SIGHUP): starts, stops or re-times retention, and

@@ -1,0 +1,425 @@
+/* databases: several databases in one process (databases.h). */
+#include "databases.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kafka.h"
+#include "log.h"
+#include "upkeep.h"
+
+/* One database: its configuration (moved out of the loaded Config), relay, upkeep, registry. */
+typedef struct Db {
+    Databases *owner;
+    Config cfg;
+    char log_context[80]; /* "database=NAME" */
+    MetricsDb *metrics;
+    Relay *relay;
+    Upkeep *upkeep;
+    bool started;
+    bool stopped; /* every session of its relay has stopped */
+    bool removed; /* SIGHUP dropped it: it drains, then goes */
+} Db;
+
+struct Databases {
+    struct ev_loop *loop;
+    rd_kafka_conf_t *kconf; /* the template every database's producer is made from */
+    bool gauges;
+    Db *dbs[CONFIG_MAX_DATABASES];
+    int n;
+    bool stopping;
+    int signals;
+    int exit_status;
+    ev_signal sigterm, sigint;
+    ev_timer reap; /* frees removed databases outside the callbacks that may still touch them */
+};
+
+static void db_free(Db *db)
+{
+    if (!db)
+        return;
+    log_set_context(db->log_context);
+    if (db->relay && db->started)
+        (void)relay_finish(db->relay);
+    upkeep_free(db->upkeep);
+    relay_free(db->relay);
+    metrics_db_free(db->metrics);
+    config_free(&db->cfg);
+    log_set_context(NULL);
+    free(db);
+}
+
+static void on_relay_stopped(Relay *r, void *arg)
+{
+    Db *db = arg;
+    Databases *d = db->owner;
+    db->stopped = true;
+    if (db->removed) {
+        log_info("database removed", NULL);
+        ev_feed_event(d->loop, &d->reap, EV_TIMER);
+        return;
+    }
+    if (!d->stopping) {
+        /* A relay stops on its own only when the process cannot go on (relay_fail: a producer
+         * that cannot be recreated): as with one database, the process stops, exit status 1, for
+         * its supervisor to restart it. */
+        log_error("a database's relay failed; stopping every database", NULL);
+        d->exit_status = 1;
+        d->stopping = true;
+        for (int i = 0; i < d->n; i++)
+            if (!d->dbs[i]->stopped)
+                relay_drain(d->dbs[i]->relay);
+    }
+    for (int i = 0; i < d->n; i++)
+        if (!d->dbs[i]->stopped)
+            return;
+    ev_break(d->loop, EVBREAK_ALL);
+}
+
+static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Databases *d = w->data;
+    int kept = 0;
+    for (int i = 0; i < d->n; i++) {
+        Db *db = d->dbs[i];
+        if (db->removed && db->stopped)
+            db_free(db);
+        else
+            d->dbs[kept++] = db;
+    }
+    d->n = kept;
+    log_set_context(NULL);
+}
+
+/* Builds db from cfg (moved into it: cfg is zeroed). */
+static Db *db_new(Databases *d, Config *cfg, char *err, size_t errlen)
+{
+    Db *db = calloc(1, sizeof(*db));
+    if (!db) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    db->owner = d;
+    db->cfg = *cfg;
+    memset(cfg, 0, sizeof(*cfg));
+    snprintf(db->log_context, sizeof(db->log_context), "database=%s", db->cfg.database_name);
+    db->metrics = metrics_db_new(db->cfg.database_name);
+    rd_kafka_conf_t *kconf = rd_kafka_conf_dup(d->kconf);
+    /* Its log context first: the producer's, connections' and upkeep's log lines carry it. */
+    log_set_context(db->log_context);
+    metrics_select(db->metrics);
+    char why[900];
+    db->relay =
+        db->metrics && kconf ? relay_new_quiet(d->loop, &db->cfg, kconf, why, sizeof(why)) : NULL;
+    if (!db->relay) {
+        if (!db->metrics || !kconf) {
+            snprintf(why, sizeof(why), "out of memory");
+            if (kconf)
+                rd_kafka_conf_destroy(kconf);
+        }
+        snprintf(err, errlen, "database %s: %s", db->cfg.database_name, why);
+        db_free(db);
+        return NULL;
+    }
+    relay_set_database(db->relay, db->log_context, db->metrics);
+    relay_set_stopped_hook(db->relay, on_relay_stopped, db);
+    log_set_context(NULL);
+    metrics_select(NULL);
+    return db;
+}
+
+static void db_start(Databases *d, Db *db)
+{
+    log_set_context(db->log_context);
+    metrics_select(db->metrics);
+    db->upkeep = upkeep_new(d->loop, &db->cfg, d->gauges);
+    relay_start(db->relay);
+    db->started = true;
+    log_set_context(NULL);
+    metrics_select(NULL);
+}
+
+static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    Databases *d = w->data;
+    if (++d->signals > 1) {
+        /* Second signal: leave now; the servers roll back the open transactions. */
+        static const char msg[] = "level=warn msg=\"second signal, exiting immediately\"\n";
+        ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+        (void)ignored;
+        _exit(128 + w->signum);
+    }
+    log_set_context(NULL);
+    log_info("shutting down", "signal=%s databases=%d", strsignal(w->signum), d->n);
+    d->stopping = true;
+    for (int i = 0; i < d->n; i++)
+        if (!d->dbs[i]->stopped)
+            relay_drain(d->dbs[i]->relay);
+    log_set_context(NULL);
+    bool all = true;
+    for (int i = 0; i < d->n; i++)
+        all = all && d->dbs[i]->stopped;
+    if (all)
+        ev_break(loop, EVBREAK_ALL);
+}
+
+Databases *databases_new(struct ev_loop *loop, Config *cfg, const rd_kafka_conf_t *kconf,
+                         bool gauges, char *err, size_t errlen)
+{
+    Databases *d = calloc(1, sizeof(*d));
+    if (!d || !(d->kconf = rd_kafka_conf_dup(kconf))) {
+        free(d);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    d->loop = loop;
+    d->gauges = gauges;
+    ev_init(&d->reap, on_reap);
+    d->reap.data = d;
+    ev_signal_init(&d->sigterm, on_signal, SIGTERM);
+    d->sigterm.data = d;
+    ev_signal_init(&d->sigint, on_signal, SIGINT);
+    d->sigint.data = d;
+    for (int i = 0; i < cfg->n_dbs; i++) {
+        Db *db = db_new(d, &cfg->dbs[i], err, errlen);
+        if (!db) {
+            databases_free(d);
+            return NULL;
+        }
+        d->dbs[d->n++] = db;
+    }
+    return d;
+}
+
+void databases_start(Databases *d)
+{
+    ev_signal_start(d->loop, &d->sigterm);
+    ev_signal_start(d->loop, &d->sigint);
+    for (int i = 0; i < d->n; i++)
+        db_start(d, d->dbs[i]);
+}
+
+int databases_run(Databases *d)
+{
+    ev_run(d->loop, 0);
+    return d->exit_status;
+}
+
+static Db *find(const Databases *d, const char *name)
+{
+    for (int i = 0; i < d->n; i++)
+        if (!d->dbs[i]->removed && strcmp(d->dbs[i]->cfg.database_name, name) == 0)
+            return d->dbs[i];
+    return NULL;
+}
+
+static const Config *find_fresh(const Config *fresh, const char *name)
+{
+    for (int i = 0; i < fresh->n_dbs; i++)
+        if (fresh->dbs[i].database_name && strcmp(fresh->dbs[i].database_name, name) == 0)
+            return &fresh->dbs[i];
+    return NULL;
+}
+
+/* Collects the names of changed options that need a restart (config_diff). */
+static void note_restart_only(const char *option, bool reloadable, void *arg)
+{
+    StrBuf *names = arg;
+    if (reloadable || strcmp(option, "databases") == 0)
+        return;
+    if (names->len)
+        strbuf_puts(names, ",");
+    strbuf_puts(names, option);
+}
+
+void databases_reload(Databases *d, Config *fresh)
+{
+    if (d->stopping)
+        return;
+    if (fresh->n_dbs == 0) {
+        log_error("configuration reload: no databases list any more; keeping the running ones",
+                  NULL);
+        return;
+    }
+    int removed = 0, added = 0;
+    for (int i = 0; i < d->n; i++) {
+        Db *db = d->dbs[i];
+        if (db->removed)
+            continue;
+        const Config *now = find_fresh(fresh, db->cfg.database_name);
+        log_set_context(db->log_context);
+        if (!now) {
+            db->removed = true;
+            removed++;
+            log_info("database no longer listed: draining it", NULL);
+            relay_drain(db->relay);
+            continue;
+        }
+        StrBuf restart = {0};
+        config_diff(&db->cfg, now, note_restart_only, &restart);
+        if (restart.len)
+            log_warn("changed options of this database need a restart (or a remove and an add "
+                     "under another name); they keep their running values",
+                     "options=%s", restart.s);
+        strbuf_free(&restart);
+        config_apply_reloadable(&db->cfg, now);
+        metrics_select(db->metrics);
+        if (db->upkeep)
+            upkeep_reconfigure(db->upkeep);
+    }
+    log_set_context(NULL);
+    metrics_select(NULL);
+    /* Names being drained cannot come back until they are gone: the new one would claim
+     * beside the old one's last batch (both are lane members, so order would hold, but two
+     * registries of one name would not). It starts at the next SIGHUP. */
+    for (int i = 0; i < fresh->n_dbs; i++) {
+        Config *c = &fresh->dbs[i];
+        if (!c->database_name || find(d, c->database_name))
+            continue;
+        bool draining = false;
+        for (int j = 0; j < d->n; j++)
+            draining = draining || strcmp(d->dbs[j]->cfg.database_name, c->database_name) == 0;
+        char q[100];
+        if (draining) {
+            log_warn("database listed again while it drains: send SIGHUP again once it is gone",
+                     "database=%s", log_quote(c->database_name, q, sizeof(q)));
+            continue;
+        }
+        if (d->n >= CONFIG_MAX_DATABASES) {
+            log_error("configuration reload: too many databases; not adding", "database=%s max=%d",
+                      log_quote(c->database_name, q, sizeof(q)), CONFIG_MAX_DATABASES);
+            continue;
+        }
+        char err[1024];
+        Db *db = db_new(d, c, err, sizeof(err));
+        if (!db) {
+            log_error("configuration reload: cannot add a database", "error=%s",
+                      log_quote(err, q, sizeof(q)));
+            continue;
+        }
+        d->dbs[d->n++] = db;
+        log_set_context(db->log_context);
+        log_info("database added", NULL);
+        db_start(d, db);
+        added++;
+    }
+    log_set_context(NULL);
+    log_info("databases reloaded", "added=%d removed=%d running=%d", added, removed,
+             d->n - removed);
+}
+
+/* Whether db is ready; its reasons go to why (when not NULL). */
+static bool db_ready(const Db *db, StrBuf *why)
+{
+    RelayStatus st;
+    relay_status(db->relay, &st);
+    int squatters = upkeep_lane_squatters(db->upkeep);
+    bool ready = db->started && st.postgres_up && st.kafka_up && st.registry_up && !st.stopping &&
+                 !st.setup_error[0] && !squatters && !db->removed;
+    if (!why || ready)
+        return ready;
+    if (!st.postgres_up)
+        strbuf_puts(why, " postgres unreachable;");
+    if (!st.kafka_up)
+        strbuf_puts(why, " kafka unreachable;");
+    if (!st.registry_up)
+        strbuf_puts(why, " schema registry unavailable;");
+    if (db->removed)
+        strbuf_puts(why, " removed, draining;");
+    else if (st.stopping)
+        strbuf_puts(why, " shutting down;");
+    if (squatters)
+        strbuf_puts(why, " sessions that are not relays hold lane locks;");
+    if (st.setup_error[0]) {
+        strbuf_puts(why, " claims fail until the setup is fixed: ");
+        strbuf_puts(why, st.setup_error);
+        strbuf_puts(why, ";");
+    }
+    return false;
+}
+
+void databases_status(const Databases *d, DatabasesStatus *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->stopping = d->stopping;
+    out->total = d->n;
+    for (int i = 0; i < d->n; i++) {
+        RelayStatus st;
+        relay_status(d->dbs[i]->relay, &st);
+        out->all.lanes_owned += st.lanes_owned;
+        out->all.claim_sessions += st.claim_sessions;
+        out->all.postgres_up = out->all.postgres_up || st.postgres_up;
+        out->all.kafka_up = out->all.kafka_up || st.kafka_up;
+        if (db_ready(d->dbs[i], NULL))
+            out->ready++;
+    }
+    out->all.stopping = d->stopping;
+}
+
+void databases_sd_status(const void *arg, RelayStatus *st, char *status, size_t len)
+{
+    const Databases *d = arg;
+    DatabasesStatus all;
+    databases_status(d, &all);
+    *st = all.all;
+    const char *first = NULL;
+    for (int i = 0; i < d->n && !first; i++)
+        if (!db_ready(d->dbs[i], NULL))
+            first = d->dbs[i]->cfg.database_name;
+    if (all.stopping)
+        snprintf(status, len, "shutting down");
+    else
+        snprintf(status, len, "%s: %d of %d databases ready%s%s", all.ready ? "ready" : "not ready",
+                 all.ready, all.total, first ? "; not: " : "", first ? first : "");
+}
+
+void databases_readyz(const Databases *d, StrBuf *body)
+{
+    StrBuf why = {0};
+    for (int i = 0; i < d->n; i++) {
+        strbuf_reset(&why);
+        bool ready = db_ready(d->dbs[i], &why);
+        strbuf_puts(body, d->dbs[i]->cfg.database_name);
+        strbuf_puts(body, ready ? " ready\n" : " not ready:");
+        if (!ready) {
+            strbuf_puts(body, why.s ? why.s : "");
+            strbuf_puts(body, "\n");
+        }
+    }
+    strbuf_free(&why);
+}
+
+void databases_metrics(const Databases *d, StrBuf *out)
+{
+    MetricsLive lives[CONFIG_MAX_DATABASES];
+    MetricsDb *regs[CONFIG_MAX_DATABASES];
+    for (int i = 0; i < d->n; i++) {
+        RelayStatus st;
+        relay_status(d->dbs[i]->relay, &st);
+        lives[i] = (MetricsLive){.postgres_up = st.postgres_up,
+                                 .kafka_up = st.kafka_up,
+                                 .registry_up = st.registry_up,
+                                 .lanes_owned = st.lanes_owned,
+                                 .live_sessions = st.live_sessions,
+                                 .claim_sessions = st.claim_sessions,
+                                 .ready = db_ready(d->dbs[i], NULL)};
+        regs[i] = d->dbs[i]->metrics;
+    }
+    metrics_render_databases(out, regs, lives, d->n);
+}
+
+void databases_free(Databases *d)
+{
+    if (!d)
+        return;
+    ev_signal_stop(d->loop, &d->sigterm);
+    ev_signal_stop(d->loop, &d->sigint);
+    ev_timer_stop(d->loop, &d->reap);
+    for (int i = 0; i < d->n; i++)
+        db_free(d->dbs[i]);
+    rd_kafka_conf_destroy(d->kconf);
+    free(d);
+}

@@ -1,0 +1,68 @@
+/* databases: one process serving several databases (--databases;
+ * docs/operations.md#many-databases).
+ *
+ * Each database is a pipeline of its own on the one loop: its relay (sessions, lanes, floor,
+ * wakeup, byte budget and its own Kafka producer, so a delivery timeout or purge caused by its
+ * messages cancels nothing of another's), its upkeep connection and its metrics registry; its log
+ * lines carry database=NAME. A database that is down, locked or refused delays only itself.
+ * SIGTERM/SIGINT drain them all (a second signal exits at once); SIGHUP starts the databases the
+ * list gained and drains the ones it lost, leaving the others alone. */
+#ifndef OUTBOX_DATABASES_H
+#define OUTBOX_DATABASES_H
+
+#include <ev.h>
+#include <librdkafka/rdkafka.h>
+#include <stdbool.h>
+
+#include "config.h"
+#include "metrics.h"
+#include "relay.h"
+#include "strbuf.h"
+
+typedef struct Databases Databases;
+
+/* Builds a relay, metrics registry and (with gauges or --retention) upkeep for every entry of
+ * cfg->dbs, taking each entry's Config out of cfg (cfg->dbs is left with zeroed entries) and a
+ * producer per database from kconf (a copy each; kconf stays the caller's, kept for databases
+ * added later). Nothing connects before databases_start. Returns NULL with one line in err. */
+Databases *databases_new(struct ev_loop *loop, Config *cfg, const rd_kafka_conf_t *kconf,
+                         bool gauges, char *err, size_t errlen);
+
+/* Connects every database's sessions and installs SIGTERM/SIGINT. */
+void databases_start(Databases *d);
+
+/* Runs the loop until every database has stopped; returns the exit status (1 when a database's
+ * relay failed, which stops them all). */
+int databases_run(Databases *d);
+
+/* SIGHUP: fresh is the configuration just loaded. Databases it names that are not running start;
+ * running ones it no longer names drain and go; the others take fresh's reloadable options
+ * (their URL and other options keep the running values: a restart, or a remove and an add under
+ * another name, changes them). Logged by name. */
+void databases_reload(Databases *d, Config *fresh);
+
+/* What /readyz, /metrics and systemd see. */
+typedef struct DatabasesStatus {
+    int total;       /* databases running (draining ones included) */
+    int ready;       /* of those, ready: connected, claiming, Kafka reachable, no setup fault */
+    bool stopping;   /* the process is shutting down */
+    RelayStatus all; /* postgres_up, kafka_up: of any database (systemd's READY=1 waits for
+                      * one connected database); lanes, sessions: the sums */
+} DatabasesStatus;
+void databases_status(const Databases *d, DatabasesStatus *out);
+
+/* An SdStatusFn (sdnotify.h) for d: ready while any database is, STATUS= "ready: N of M
+ * databases ready" (naming the first not ready). */
+void databases_sd_status(const void *d, RelayStatus *st, char *status, size_t len);
+
+/* Appends one line per database, "NAME ready" or "NAME not ready: REASONS", to body. */
+void databases_readyz(const Databases *d, StrBuf *body);
+
+/* Appends the Prometheus exposition of every database's metrics (database="NAME"), with
+ * outbox_database_ready per database. */
+void databases_metrics(const Databases *d, StrBuf *out);
+
+/* Releases everything; after databases_run returned. NULL is fine. */
+void databases_free(Databases *d);
+
+#endif
