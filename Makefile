@@ -73,7 +73,7 @@ DEMO_BIN := bin/producer-demo bin/consumer-demo
 DEMO_ASAN_BIN := bin/asan/producer-demo bin/asan/consumer-demo
 DEMO_HDR := $(wildcard lib/*.h producer-demo/*.h consumer-demo/*.h)
 
-.PHONY: all asan tools test test-ready unit deps check-deps format format-check clean quickstart demos demo bench \
+.PHONY: all asan tools test test-ready unit deps check-deps format format-check clean quickstart demos demo bench bench-multidb \
         bench-redis fresh-test mutate check-floors compose-test docs-cycle
 
 all: bin/outbox-relay $(DEMO_BIN)
@@ -214,6 +214,10 @@ bin/naive-relay: bench/naive_relay.c | bin/.deps-ok
 
 bench: bin/outbox-relay $(TOOL_BIN) bin/naive-relay
 	@bash bench/bench.sh
+
+# One relay serving many databases against one database at the same rate (also a part of bench).
+bench-multidb: bin/outbox-relay $(TOOL_BIN)
+	@bash bench/multidb.sh
 
 # The demos' Redis fast path against PostgreSQL alone (bench/redis_bench.sh, not in make test).
 bin/http-replay: bench/http_replay.c | bin/.deps-ok

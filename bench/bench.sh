@@ -54,7 +54,9 @@
 #                                  rounds (and its min–max is shown)
 #   BENCH_LATENCY_ROUNDS=REPEAT    rounds of latency runs (default and tuned interleaved); above
 #                                  1, each row is its median-p50 round (and the p50s' min–max)
-#   BENCH_PARTS="drain latency producers payloads"   which measurements to run
+#   BENCH_PARTS="drain latency producers payloads"   which measurements to run ("multidb": one
+#                                  relay serving many databases, bench/multidb.sh and its
+#                                  BENCH_MULTIDB_* settings, a run of its own)
 #   BENCH_SNAPSHOT_SECONDS=600     the old-snapshot runs ("snapshot" part): latency at
 #   BENCH_SNAPSHOT_RATE=3000       this rate for this long, without and then with a REPEATABLE
 #                                  READ transaction held open the whole time
@@ -155,7 +157,7 @@ LAT_ROUNDS=${BENCH_LATENCY_ROUNDS:-$REPEAT}
     echo "bench: BENCH_REPEAT must be a positive integer" >&2
     exit 2
 }
-PARTS=" ${BENCH_PARTS:-drain latency producers payloads snapshot} "
+PARTS=" ${BENCH_PARTS:-drain latency producers payloads snapshot multidb} "
 AVRO=${BENCH_AVRO:-1}
 command -v node >/dev/null || AVRO=0
 SNAP_S=${BENCH_SNAPSHOT_SECONDS:-$d_snap}
@@ -1369,6 +1371,7 @@ report() {
     [[ $PARTS == *" drain "* ]] && report_memory
     [ -n "$PAYLOADS" ] && report_payloads
     [[ $PARTS == *" snapshot "* ]] && report_snapshot
+    [ -s "$T/multidb.md" ] && { echo; sed -n '/^## Many databases/,$p' "$T/multidb.md"; }
     report_targets
     report_method
     report_notes
@@ -1477,6 +1480,11 @@ report_notes() {
     fi
 }
 
+# One relay, many databases: its own PostgreSQL and brokers (bench/multidb.sh).
+if [[ $PARTS == *" multidb "* ]]; then
+    RELAY_BIN=$RELAY_BIN bash "$BENCH/multidb.sh" >"$T/multidb.md" 2>"$T/multidb.log" ||
+        NOTES+=("multidb: bench/multidb.sh failed (exit $?): $(tail -n 1 "$T/multidb.log")")
+fi
 mkdir -p "$(dirname "$OUT")"
 report >"$T/report.md"
 # The demos' Redis section (bench/redis_bench.sh, `make bench-redis`) is its own run: keep it.

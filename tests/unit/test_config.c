@@ -1193,6 +1193,97 @@ static void test_scrub_argv(void **state)
         assert_int_equal(a12[i], '\0');
 }
 
+/* ---- many databases (--databases) ----------------------------------------------------------- */
+
+/* Each entry becomes a Config of its own: the file's options with the entry's over them. */
+static void test_databases_entries(void **state)
+{
+    (void)state;
+    Config cfg;
+    char err[1024], path[64];
+    write_temp(path,
+               "{\"brokers\": \"k:9092\", \"batch-size\": 300, \"sessions\": 1, \"databases\": ["
+               "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"},"
+               "{\"name\": \"b-2\", \"database-url\": \"postgresql://h/b\", \"table\": "
+               "\"events\", \"batch-size\": 50, \"topic-template\": \"b.{aggregate_type}\"}]}");
+    assert_true(LOAD(&cfg, err, "run", "--config", path));
+    assert_int_equal(cfg.n_dbs, 2);
+    assert_null(cfg.database_url);
+    assert_string_equal(cfg.dbs[0].database_name, "a");
+    assert_string_equal(cfg.dbs[0].database_url, "postgresql://h/a");
+    assert_int_equal(cfg.dbs[0].batch_size, 300); /* the file's */
+    assert_int_equal(cfg.dbs[0].sessions, 1);
+    assert_string_equal(cfg.dbs[1].database_name, "b-2");
+    assert_int_equal(cfg.dbs[1].batch_size, 50); /* the entry's */
+    assert_string_equal(cfg.dbs[1].topic_template, "b.{aggregate_type}");
+    assert_string_equal(cfg.dbs[1].brokers, "k:9092");
+    assert_string_equal(cfg.dbs[1].map.name, "events");
+    assert_string_equal(cfg.dbs[0].topic_template, "outbox.event.{aggregate_type}");
+    /* Commands pick one; without --database they name the choices. */
+    const Config *one = config_pick_database(&cfg, err, sizeof(err));
+    assert_null(one);
+    assert_error_line(err, "pass --database NAME, one of a, b-2");
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "status", "--config", path, "--database", "b-2"));
+    one = config_pick_database(&cfg, err, sizeof(err));
+    assert_non_null(one);
+    assert_string_equal(one->database_url, "postgresql://h/b");
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "status", "--config", path, "--database", "c"));
+    assert_null(config_pick_database(&cfg, err, sizeof(err)));
+    assert_error_line(err, "unknown --database: pass --database NAME, one of a, b-2");
+    config_free(&cfg);
+}
+
+/* What the list refuses, each in one line naming the entry. */
+static void test_databases_errors(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *json, *needle;
+    } cases[] = {
+        {"[{\"name\": \"a\", \"database-url\": \"x\", \"brokers\": \"y\"}]",
+         "databases \"a\": key \"brokers\": not a per-database option"},
+        {"[{\"name\": \"a\"}]", "databases \"a\": missing database-url or database-url-file"},
+        {"[{\"name\": \"A b\", \"database-url\": \"x\"}]", "databases[0]: \"name\" must be"},
+        {"[{\"name\": \"a\", \"database-url\": \"x\"}, {\"name\": \"a\", \"database-url\": \"y\"}]",
+         "databases: \"a\" is named twice"},
+        {"[]", "databases: the list is empty"},
+        {"{\"a\": 1}", "databases: expected a JSON array of objects"},
+        {"[{\"name\": \"a\", \"database-url\": \"x\", \"sessions\": 9}]",
+         "databases \"a\": key \"sessions\""},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        Config cfg;
+        char err[1024];
+        assert_false(LOAD(&cfg, err, "run", "--brokers", "k:9092", "--databases", cases[i].json));
+        assert_error_line(err, cases[i].needle);
+        config_free(&cfg);
+    }
+    /* A URL beside the list, and more entries than the cap. */
+    Config cfg;
+    char err[1024];
+    assert_false(LOAD(&cfg, err, "run", "--brokers", "k", "--database-url", "x", "--databases",
+                      "[{\"name\": \"a\", \"database-url\": \"x\"}]"));
+    assert_error_line(err, "databases and database-url (or database-url-file) are both set");
+    config_free(&cfg);
+    static char many[16384];
+    size_t len = 0;
+    len += (size_t)snprintf(many + len, sizeof(many) - len, "[");
+    for (int i = 0; i <= CONFIG_MAX_DATABASES; i++)
+        len += (size_t)snprintf(many + len, sizeof(many) - len,
+                                "%s{\"name\": \"t%d\", \"database-url\": \"x\"}", i ? "," : "", i);
+    snprintf(many + len, sizeof(many) - len, "]");
+    assert_false(LOAD(&cfg, err, "run", "--brokers", "k", "--databases", many));
+    assert_error_line(err, "at most 100 in one process");
+    config_free(&cfg);
+    /* --database without a list, and for run. */
+    assert_true(LOAD(&cfg, err, "status", "--database-url", "x", "--database", "a"));
+    assert_null(config_pick_database(&cfg, err, sizeof(err)));
+    assert_error_line(err, "--database a: no --databases list to pick it from");
+    config_free(&cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1252,6 +1343,8 @@ int main(void)
         T(test_error_json_does_not_echo_values),
         T(test_reload_diff_and_apply),
         T(test_reloadable_options),
+        T(test_databases_entries),
+        T(test_databases_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
