@@ -60,9 +60,9 @@ static void on_relay_stopped(Relay *r, void *arg)
     if (db->removed) {
         log_info("database removed", NULL);
         ev_feed_event(d->loop, &d->reap, EV_TIMER);
-        return;
-    }
-    if (!d->stopping) {
+        if (!d->stopping)
+            return; /* the others go on; when stopping, the last one ends the loop below */
+    } else if (!d->stopping) {
         /* A relay stops on its own only when the process cannot go on (relay_fail: a producer
          * that cannot be recreated): as with one database, the process stops, exit status 1, for
          * its supervisor to restart it. */
