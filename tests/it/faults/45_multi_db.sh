@@ -1,5 +1,5 @@
 #!/bin/bash
-# Proves one relay process serving several databases (--databases; issue 42), each isolated:
+# Proves one relay process serving several databases (--databases), each isolated:
 #  1. four databases (a, b, c, d) on one PostgreSQL, listed in the config file, one relay: each
 #     database's rows go to Kafka at least once, first copies in order per aggregate; every
 #     metric carries database="NAME", /readyz lists each database ready;
@@ -16,7 +16,7 @@
 #  5. commands take a database name: `status --database a` works, without --database it is
 #     refused naming the choices (exit 2); more databases than the cap are refused (exit 2).
 # shellcheck source=tests/lib.sh
-source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/../../lib.sh"
 t_setup
 pg_start
 broker_start 3
