@@ -272,6 +272,58 @@ static void test_retention_interval(void **state)
     assert_true(upkeep_retention_interval(72 * 3600) == 60.0); /* at most a minute */
 }
 
+/* ---- several databases ------------------------------------------------------------------- */
+
+/* Each database counts into its own registry (metrics_select); rendered together, every sample
+ * carries database="NAME" first, each metric's HELP comes once, and outbox_database_ready says
+ * which are ready. */
+static void test_databases(void **state)
+{
+    MetricsDb *a = metrics_db_new("a"), *b = metrics_db_new("b-2");
+    assert_non_null(a);
+    assert_non_null(b);
+    metrics_select(a);
+    assert_ptr_equal(metrics_selected(), a);
+    metrics_event_published("t.x", 0.001);
+    metrics_batch_committed();
+    metrics_select(b);
+    metrics_failure(true);
+    metrics_set_backlog(7, 0, 1.5);
+    metrics_select(NULL);
+    assert_null(metrics_selected());
+    metrics_batch_committed(); /* the process's own registry: not rendered below */
+    MetricsDb *dbs[2] = {a, b};
+    MetricsLive lives[2] = {{.postgres_up = true,
+                             .kafka_up = true,
+                             .registry_up = true,
+                             .lanes_owned = 64,
+                             .live_sessions = 1,
+                             .claim_sessions = 1,
+                             .ready = true},
+                            {.kafka_up = true, .registry_up = true}};
+    StrBuf out = {0};
+    metrics_render_databases(&out, dbs, lives, 2);
+    const char *t = out.s;
+    assert_line(t, "outbox_events_published_total{database=\"a\",topic=\"t.x\"} 1");
+    assert_line(t, "outbox_batches_total{database=\"a\"} 1");
+    assert_line(t, "outbox_batches_total{database=\"b-2\"} 0");
+    assert_line(t, "outbox_failures_total{database=\"b-2\",class=\"permanent\"} 1");
+    assert_line(t, "outbox_backlog_rows{database=\"b-2\"} 7");
+    assert_null(strstr(t, "outbox_backlog_rows{database=\"a\"}")); /* a's not refreshed yet */
+    assert_line(t, "outbox_created_to_ack_seconds_count{database=\"a\"} 1");
+    assert_line(t, "outbox_created_to_ack_seconds_bucket{database=\"a\",le=\"0.005\"} 1");
+    assert_line(t, "outbox_lanes_owned{database=\"a\"} 64");
+    assert_line(t, "outbox_postgres_up{database=\"b-2\"} 0");
+    assert_line(t, "outbox_database_ready{database=\"a\"} 1");
+    assert_line(t, "outbox_database_ready{database=\"b-2\"} 0");
+    const char *help = strstr(t, "# HELP outbox_batches_total ");
+    assert_non_null(help);
+    assert_null(strstr(help + 1, "# HELP outbox_batches_total "));
+    strbuf_free(&out);
+    metrics_db_free(a);
+    metrics_db_free(b);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, reset, reset)
@@ -281,7 +333,7 @@ int main(void)
         T(test_label_escaping),     T(test_claim_duration),
         T(test_row_acked),          T(test_every_sample_has_help_and_type),
         T(test_kafka_stats),        T(test_parse_listen),
-        T(test_retention_interval),
+        T(test_retention_interval), T(test_databases),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
