@@ -17,7 +17,9 @@
 # pg_stat_activity named outbox-relay. Prints a Markdown report; never fails on the figures.
 #
 # Settings: BENCH_MULTIDB_N=50 BENCH_MULTIDB_RATE=1000 BENCH_MULTIDB_SECONDS=30
-#           BENCH_MULTIDB_WARMUP=5 BENCH_MULTIDB_FAULTED=5; KEEP_TMP=1 keeps the logs.
+#           BENCH_MULTIDB_WARMUP=5 BENCH_MULTIDB_FAULTED=5; BENCH_MULTIDB_CONFIG='"sleep-after": 500'
+#           (more keys of the many-database config file, JSON); BENCH_MULTIDB_RUNS="single many
+#           faulted"; KEEP_TMP=1 keeps the logs.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -59,8 +61,9 @@ list=""
 for i in $(seq 1 "$N"); do
     list="$list${list:+,}{\"name\":\"d$i\",\"database-url\":\"$(url "d$i")\"}"
 done
-printf '{"brokers": "%s", "metrics-listen": "127.0.0.1:0", "sessions": 1, "databases": [%s]}\n' \
-    "$BROKERS" "$list" >"$T/many.json"
+EXTRA=${BENCH_MULTIDB_CONFIG:-}
+printf '{"brokers": "%s", "metrics-listen": "127.0.0.1:0", "sessions": 1, %s"databases": [%s]}\n' \
+    "$BROKERS" "${EXTRA:+$EXTRA, }" "$list" >"$T/many.json"
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$RELAY_PID/stat"; }
 kb() { awk -v k="$1" '$1 == k ":" { print $2 }' "/proc/$RELAY_PID/status"; }
@@ -131,6 +134,8 @@ run() {
     for db in "${dbs[@]:${#faulted[@]}}"; do healthy+=("$db"); done
     _poll 120 drained "${healthy[@]}" || echo "bench/multidb: $kind: healthy databases not drained in 120 s" >&2
     R_HWM=$(kb VmHWM)
+    # What the producers achieved (pgbench falls behind its -R schedule on a busy machine).
+    R_TPS=$(awk '/^tps = / { s += $3 } END { printf "%.0f", s }' "$T/pgbench.$kind.log")
     latencies "$from" "$to" "${healthy[@]}" >"$T/lat.$kind"
     R_EVENTS=$(grep -c . "$T/lat.$kind")
     R_P50=$(pct 50 <"$T/lat.$kind") R_P99=$(pct 99 <"$T/lat.$kind")
@@ -147,14 +152,13 @@ run() {
             awk '{ s += $1 } END { print s }')
     fi
     relay_stop 60 || echo "bench/multidb: $kind: relay exit status $?" >&2
-    ROWS+=("| $kind | ${#healthy[@]} | $R_EVENTS | $R_P50 | $R_P99 | $R_CPU | $((R_IDLE_RSS / 1024)) | $((R_HWM / 1024)) | $R_THREADS | $R_IDLE_CONNS | $R_LOAD_CONNS |")
+    ROWS+=("| $kind | ${#healthy[@]} | $R_TPS | $R_EVENTS | $R_P50 | $R_P99 | $R_CPU | $((R_IDLE_RSS / 1024)) | $((R_HWM / 1024)) | $R_THREADS | $R_IDLE_CONNS | $R_LOAD_CONNS |")
     [ -n "$R_CATCHUP" ] && NOTES+=("faulted: $FAULTED databases unreachable for $SECS s under load ($R_FAULTED_ROWS rows in them in all) caught up in $R_CATCHUP s once allowed again")
 }
 
+EXTRA_NOTE=${EXTRA:+ (and $EXTRA)}
 ROWS=() NOTES=()
-run single
-run many
-run faulted
+for kind in ${BENCH_MULTIDB_RUNS:-single many faulted}; do run "$kind"; done
 
 cat <<EOF
 ## Many databases in one relay (bench/multidb.sh)
@@ -162,15 +166,15 @@ cat <<EOF
 $RATE events/s for $SECS s (after $WARM s of warm-up), single-event transactions: \`single\` is one
 database and a relay at default settings; \`many\` spreads the same rate over $N databases
 ($PER_DB_RATE/s each, one pgbench client a database) served by one relay with \`"sessions": 1\` per
-database; \`faulted\` is \`many\` with $FAULTED databases made unreachable to the relay after the
+database$EXTRA_NOTE; \`faulted\` is \`many\` with $FAULTED databases made unreachable to the relay after the
 warm-up (their load goes on). Latency: commit -> sent_at (ms) of the events committed in the
 measured seconds, of the healthy databases; CPU: the relay's user + system time over them.
 
-| run | databases measured | events | p50 ms | p99 ms | relay CPU % | RSS idle MB | peak RSS MB | threads | connections idle | connections under load |
-|---|---|---|---|---|---|---|---|---|---|---|
+| run | databases measured | producer tx/s achieved | events measured | p50 ms | p99 ms | relay CPU % | RSS idle MB | peak RSS MB | threads | connections idle | connections under load |
+|---|---|---|---|---|---|---|---|---|---|---|---|
 $(printf '%s\n' "${ROWS[@]}")
 
 $(printf -- '- %s\n' "${NOTES[@]}")
 
-Machine: $(nproc) CPUs, $(awk '/MemTotal/ { printf "%.1f GB", $2 / 1048576 }' /proc/meminfo); PostgreSQL $(psql_q "SHOW server_version" -d postgres), mock Kafka cluster of 3 brokers, all on this machine; $(date -u +%Y-%m-%d).
+Machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end, $(awk '/MemTotal/ { printf "%.1f GB", $2 / 1048576 }' /proc/meminfo); PostgreSQL $(psql_q "SHOW server_version" -d postgres), mock Kafka cluster of 3 brokers, all on this machine; $(date -u +%Y-%m-%d).
 EOF
