@@ -174,7 +174,7 @@ measured seconds, of the healthy databases; CPU: the relay's user + system time 
 |---|---|---|---|---|---|---|---|---|---|---|---|
 $(printf '%s\n' "${ROWS[@]}")
 
-$(printf -- '- %s\n' "${NOTES[@]}")
+$([ ${#NOTES[@]} -eq 0 ] || printf -- '- %s\n' "${NOTES[@]}")
 
 Machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end, $(awk '/MemTotal/ { printf "%.1f GB", $2 / 1048576 }' /proc/meminfo); PostgreSQL $(psql_q "SHOW server_version" -d postgres), mock Kafka cluster of 3 brokers, all on this machine; $(date -u +%Y-%m-%d).
 EOF
