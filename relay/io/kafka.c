@@ -21,6 +21,9 @@ struct KafkaProducer {
     bool down_logged;
     bool fatal;
     char last_topic[256]; /* the topic of the last message produced */
+    /* The log context current when the producer was made (its database's, when a process
+     * serves several): made current again as its reports and errors are served on the loop. */
+    const char *log_context;
 };
 
 static bool conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, const char *source,
@@ -168,6 +171,7 @@ void kafka_poll(KafkaProducer *kp)
 static void on_pipe(struct ev_loop *loop, ev_io *w, int revents)
 {
     KafkaProducer *kp = w->data;
+    log_set_context(kp->log_context);
     char buf[64];
     /* Drain the wake-up bytes first: librdkafka writes again only after the queue is polled. */
     while (read(kp->pipe_fds[0], buf, sizeof(buf)) > 0)
@@ -186,6 +190,7 @@ KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
         return NULL;
     }
     kp->loop = loop;
+    kp->log_context = log_context();
     kp->on_delivery = on_delivery;
     kp->arg = arg;
     rd_kafka_conf_set_opaque(conf, kp);
