@@ -166,7 +166,8 @@ bin/asan/test_%: tests/unit/test_%.c $(ASAN_LIB_OBJ)
 unit: $(UNIT_BIN) $(DEMO_UNIT_BIN)
 
 # The engine's unit test (tests/unit/test_engine.c) links the engine with stand-ins for the
-# PostgreSQL connection and the Kafka producer (tests/unit/fake_*.c) in place of relay/io's.
+# PostgreSQL connection and the Kafka producer (tests/unit/fake_*.c) in place of relay/io's; the
+# classification of producer errors (relay/io/kafka_errors.c) is the relay's own.
 ENGINE_FAKE_SRC := tests/unit/fake_pg.c tests/unit/fake_kafka.c
 ENGINE_TEST_OBJ := $(filter-out %/relay/io/pg.o %/relay/io/pg_request.o %/relay/io/kafka.o,$(ASAN_LIB_OBJ))
 bin/asan/test_engine: tests/unit/test_engine.c $(ENGINE_FAKE_SRC) $(ENGINE_TEST_OBJ) \

@@ -263,29 +263,6 @@ rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, int32_t 
                              RD_KAFKA_V_MSGFLAGS(0), RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
 }
 
-bool kafka_error_permanent(rd_kafka_resp_err_t err)
-{
-    switch (err) {
-    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
-    case RD_KAFKA_RESP_ERR_INVALID_MSG:
-    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
-    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
-    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
-    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
-    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
-    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
-    case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
-    case RD_KAFKA_RESP_ERR__INVALID_ARG:
-    /* A partition column naming a partition the topic lacks: the row's value, not the moment. */
-    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
-        return true;
-    default:
-        return false;
-    }
-}
-
 long kafka_message_max_bytes(const KafkaProducer *kp)
 {
     char value[32];

@@ -177,28 +177,6 @@ void kafka_purge(KafkaProducer *kp)
             kp->messages[i].purged = true;
 }
 
-/* kafka.c's classification, restated: the engine fails rows permanently or not by it. */
-bool kafka_error_permanent(rd_kafka_resp_err_t err)
-{
-    switch (err) {
-    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
-    case RD_KAFKA_RESP_ERR_INVALID_MSG:
-    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
-    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
-    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
-    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
-    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
-    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
-    case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
-    case RD_KAFKA_RESP_ERR__INVALID_ARG:
-        return true;
-    default:
-        return false;
-    }
-}
-
 void kafka_poll(KafkaProducer *kp)
 {
     (void)kp;

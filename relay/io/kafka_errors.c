@@ -1,0 +1,28 @@
+/* kafka_errors: which producer errors are the message's own (kafka.h, kafka_error_permanent).
+ * A file of its own, apart from the producer in kafka.c, so that the engine's unit test, which
+ * links a stand-in producer (tests/unit/fake_kafka.c) in kafka.c's place, classifies errors
+ * with this very code rather than a copy that could drift from it. */
+#include "kafka.h"
+
+bool kafka_error_permanent(rd_kafka_resp_err_t err)
+{
+    switch (err) {
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG:
+    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
+    case RD_KAFKA_RESP_ERR__INVALID_ARG:
+    /* A partition column naming a partition the topic lacks: the row's value, not the moment. */
+    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+        return true;
+    default:
+        return false;
+    }
+}
