@@ -206,6 +206,9 @@ struct Session {
  * when the loop is to end then (one database); with several, relay_set_stopped_hook's function
  * is called instead and false returned (the others go on). */
 bool relay_session_stopped(Relay *r);
+/* How many relays the process has now (at least 1): one per database it serves
+ * (docs/operations.md#many-databases). Read by the claims to space their looks at pg_locks. */
+int relays_in_process(void);
 /* Something the process cannot go on without: every session stops, and the exit status is 1. */
 void relay_fail(Relay *r);
 /* Messages of all sessions not yet reported: the producer and its queue are shared. */

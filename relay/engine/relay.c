@@ -207,11 +207,20 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
     relay_stop(r);
 }
 
+/* Relays between relay_create and relay_free: one per database the process serves. */
+static int relays_alive;
+
+int relays_in_process(void)
+{
+    return relays_alive > 1 ? relays_alive : 1;
+}
+
 static Relay *relay_create(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf,
                            bool signals, char *err, size_t errlen)
 {
     Relay *r = calloc(1, sizeof(*r));
     if (r) {
+        relays_alive++;
         r->loop = loop;
         r->cfg = cfg;
         r->n_sessions = (int)cfg->sessions;
@@ -377,6 +386,7 @@ void relay_free(Relay *r)
     serializer_free(r->serializer);
     if (r->kconf_template)
         rd_kafka_conf_destroy(r->kconf_template);
+    relays_alive--;
     free(r);
 }
 
