@@ -831,9 +831,15 @@ static bool database_name_ok(const char *name)
 static bool read_database_url_file(Config *cfg, char *err, size_t errlen);
 static bool config_map_init(Config *cfg, char *err, size_t errlen);
 
-/* One entry of --databases into db, a copy of base with the entry's options over it. */
-static bool database_load(Config *db, const Config *base, json_t *entry, size_t at, char *err,
-                          size_t errlen)
+/* One entry of --databases into db, a copy of base with the entry's options over it.
+ * sessions_default: base's --sessions is the default (set by no file, variable or flag), and so
+ * is an entry's that does not set it: its --min-sessions, not 2. A process of many databases
+ * should cost one connection per idle database (docs/operations.md#many-databases): a resting
+ * session keeps its connection (so that it can take over when the claiming one's is lost, even
+ * from a server that refuses new ones: test 32), which one database can afford and fifty idle
+ * ones should not. A busy database is given more in its entry. */
+static bool database_load(Config *db, const Config *base, bool sessions_default, json_t *entry,
+                          size_t at, char *err, size_t errlen)
 {
     config_copy(db, base);
     if (!json_is_object(entry))
@@ -850,6 +856,7 @@ static bool database_load(Config *db, const Config *base, json_t *entry, size_t 
     const char *key;
     json_t *value;
     char source[200];
+    bool sessions_set = false;
     json_object_foreach(entry, key, value)
     {
         if (strcmp(key, "name") == 0 || key[0] == '#')
@@ -864,6 +871,7 @@ static bool database_load(Config *db, const Config *base, json_t *entry, size_t 
         char *text = json_scalar_text(value);
         if (!text)
             return optval_fail(err, errlen, "%s: expected a string or a number", source);
+        sessions_set = sessions_set || opt->offset == FIELD(sessions);
         bool ok = opts_set(opt, db, text, source, err, errlen);
         explicit_bzero(text, strlen(text));
         free(text);
@@ -880,6 +888,8 @@ static bool database_load(Config *db, const Config *base, json_t *entry, size_t 
         return optval_fail(err, errlen,
                            "databases \"%s\": missing database-url or database-url-file",
                            db->database_name);
+    if (sessions_default && !sessions_set)
+        db->sessions = db->min_sessions;
     bool runs = db->command == CMD_RUN || db->command == CMD_CHECK;
     if (runs && db->min_sessions > db->sessions)
         return optval_fail(err, errlen,
@@ -895,9 +905,11 @@ static bool database_load(Config *db, const Config *base, json_t *entry, size_t 
     return true;
 }
 
-/* Builds cfg->dbs from cfg->databases. */
-static bool databases_load(Config *cfg, char *err, size_t errlen)
+/* Builds cfg->dbs from cfg->databases; sources says where cfg's options came from. */
+static bool databases_load(Config *cfg, const OptSource *sources, char *err, size_t errlen)
 {
+    const OptDef *sessions = opts_find(&spec, "sessions", strlen("sessions"));
+    bool sessions_default = sessions && sources[sessions - options] == OPT_FROM_DEFAULT;
     json_error_t jerr;
     json_t *list = json_loads(cfg->databases, JSON_REJECT_DUPLICATES, &jerr);
     if (!list || !json_is_array(list)) {
@@ -920,7 +932,8 @@ static bool databases_load(Config *cfg, char *err, size_t errlen)
     }
     for (size_t i = 0; ok && i < n; i++) {
         cfg->n_dbs = (int)i + 1;
-        ok = database_load(&cfg->dbs[i], cfg, json_array_get(list, i), i, err, errlen);
+        ok = database_load(&cfg->dbs[i], cfg, sessions_default, json_array_get(list, i), i, err,
+                           errlen);
         for (size_t j = 0; ok && j < i; j++)
             if (strcmp(cfg->dbs[j].database_name, cfg->dbs[i].database_name) == 0)
                 ok = optval_fail(err, errlen, "databases: \"%s\" is named twice",
@@ -1355,7 +1368,7 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
     }
     if (!config_map_init(cfg, err, errlen))
         return false;
-    if (cfg->databases && !databases_load(cfg, err, errlen))
+    if (cfg->databases && !databases_load(cfg, sources, err, errlen))
         return false;
     /* Kafka orders a partition, not a key: rows of one aggregate that name different partitions
      * are read in no order across them, so the promise shrinks to each partition, and the

@@ -452,6 +452,11 @@ void pg_conn_set_request_timeout(PgConn *pg, double seconds)
         ev_timer_again(pg->loop, &pg->deadline);
 }
 
+void pg_conn_seen_before(PgConn *pg)
+{
+    pg->ever_up = true;
+}
+
 void pg_conn_free(PgConn *pg)
 {
     if (!pg)

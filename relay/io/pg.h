@@ -84,6 +84,12 @@ PgConn *pg_conn_new_named(struct ev_loop *loop, const char *conninfo, const char
  * them server-side, e.g. with statement_timeout, below this). */
 void pg_conn_set_request_timeout(PgConn *pg, double seconds);
 
+/* Says that this process has reached pg's server before, on an earlier connection object: its
+ * connect is then not logged as "postgres connected" (for a connection opened again for each
+ * piece of work, upkeep.c's on demand, which would say so every few seconds). An outage and the
+ * recovery from it are logged as for any connection. Call right after pg_conn_new*. */
+void pg_conn_seen_before(PgConn *pg);
+
 /* Closes the connection (an open transaction rolls back on the server) and frees everything.
  * The callback of a request in flight is not called. */
 void pg_conn_free(PgConn *pg);

@@ -135,7 +135,8 @@ static void db_start(Databases *d, Db *db)
 {
     log_set_context(db->log_context);
     metrics_select(db->metrics);
-    db->upkeep = upkeep_new(d->loop, &db->cfg, d->gauges);
+    /* On demand: an idle database holds its claim session's connection and no other. */
+    db->upkeep = upkeep_new_on_demand(d->loop, &db->cfg, d->gauges);
     relay_start(db->relay);
     db->started = true;
     log_set_context(NULL);

@@ -3,7 +3,8 @@
  *
  * Each database is a pipeline of its own on the one loop: its relay (sessions, lanes, floor,
  * wakeup, byte budget and its own Kafka producer, so a delivery timeout or purge caused by its
- * messages cancels nothing of another's), its upkeep connection and its metrics registry; its log
+ * messages cancels nothing of another's), its upkeep (connecting for each tick's work, so that an
+ * idle database holds its claim session's connection alone) and its metrics registry; its log
  * lines carry database=NAME. A database that is down, locked or refused delays only itself.
  * SIGTERM/SIGINT drain them all (a second signal exits at once); SIGHUP starts the databases the
  * list gained and drains the ones it lost, leaving the others alone. */

@@ -1,5 +1,6 @@
 #include "upkeep.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +32,15 @@ struct Upkeep {
     struct ev_loop *loop;
     const Config *cfg;
     bool gauges;
-    long retention_s; /* the value the timer runs with */
+    /* Connects for each tick's work and closes after it (upkeep_new_on_demand): one database of
+     * many, which should cost one connection (its claim session's) while idle. */
+    bool on_demand;
+    ev_timer close_timer; /* closes an on-demand connection outside the callbacks that use it */
+    long retention_s;     /* the value the timer runs with */
     PgConn *pg;
     char *sql[UPKEEP_SQL_COUNT]; /* expanded at the first connection */
     bool ready;                  /* connected and session set up */
+    bool connected_before;       /* a connection of this upkeep has been up (on demand) */
     ev_timer gauge_timer, retention_timer;
     bool gauge_due, retention_due;
     ev_tstamp gauge_sent_at;  /* when the backlog query in flight was sent */
@@ -173,11 +179,16 @@ static void note_horizon(Upkeep *u, PGresult *r)
  * included (the claims skip them, see floor.h; a count cannot): it may take seconds. So the next
  * refresh waits at least ten times as long as this one took, and the upkeep connection spends at
  * most a tenth of its time on it. outbox_backlog_refresh_timestamp_seconds shows the pace. */
+static double gauge_interval(const Upkeep *u)
+{
+    return u->on_demand ? UPKEEP_ON_DEMAND_GAUGE_INTERVAL_S : UPKEEP_GAUGE_INTERVAL_S;
+}
+
 static void pace_gauges(Upkeep *u)
 {
     double took = monotime_now() - u->gauge_sent_at, every = 10.0 * took;
-    if (every < UPKEEP_GAUGE_INTERVAL_S)
-        every = UPKEEP_GAUGE_INTERVAL_S;
+    if (every < gauge_interval(u))
+        every = gauge_interval(u);
     if (every != u->gauge_timer.repeat) {
         u->gauge_timer.repeat = every;
         ev_timer_again(u->loop, &u->gauge_timer);
@@ -227,12 +238,49 @@ static void on_deleted(PgConn *pg, PGresult **results, int n, const char *error,
     kick(u);
 }
 
+static void on_state(PgConn *pg, bool up, const char *reason, void *arg);
+static void on_notify(PgConn *pg, const char *channel, const char *payload, void *arg);
+
+static bool work_due(const Upkeep *u)
+{
+    return (u->gauge_due && u->gauges) || ((u->retention_due || u->sweeping) && u->retention_s > 0);
+}
+
+static void open_connection(Upkeep *u)
+{
+    u->pg = pg_conn_new_named(u->loop, u->cfg->database_url, "upkeep", on_state, on_notify, u);
+    /* On demand, the first connection says "postgres connected", not every one after it. */
+    if (u->pg && u->connected_before)
+        pg_conn_seen_before(u->pg);
+    /* Its statements may run up to their statement_timeout (SQL_SETUP): wait a little longer
+     * for the server's own error before giving the connection up. */
+    if (u->pg)
+        pg_conn_set_request_timeout(u->pg, UPKEEP_STATEMENT_TIMEOUT_S + 5.0);
+}
+
+static void close_connection(Upkeep *u)
+{
+    ev_timer_stop(u->loop, &u->close_timer);
+    pg_conn_free(u->pg);
+    u->pg = NULL;
+    u->ready = false;
+}
+
 /* Sends the next due query when the connection is free: the gauges first (cheap, and a long
- * sweep must not starve them), then the next retention batch. */
+ * sweep must not starve them), then the next retention batch. On demand, a due query opens the
+ * connection and the last one done closes it (at the next loop iteration: kick runs inside the
+ * connection's callbacks, which must not free it). */
 static void kick(Upkeep *u)
 {
+    if (u->on_demand && !u->pg && work_due(u))
+        open_connection(u); /* on_setup kicks again once it is up */
     if (!u->pg || !u->ready || !pg_conn_idle(u->pg))
         return;
+    if (u->on_demand && !work_due(u)) {
+        ev_timer_set(&u->close_timer, 0.0, 0.0);
+        ev_timer_start(u->loop, &u->close_timer);
+        return;
+    }
     if (u->gauge_due && u->gauges) {
         PgQuery q[3] = {{u->sql[UPKEEP_BACKLOG], 0, NULL, false},
                         {SQL_HORIZON, 0, NULL, false},
@@ -264,8 +312,13 @@ static void on_setup(PgConn *pg, PGresult **results, int n, const char *error, v
         return;
     }
     u->ready = true;
-    u->gauge_due = u->gauges;
-    u->retention_due = u->retention_s > 0;
+    /* A new connection refreshes the gauges and sweeps at once (the state may have changed while
+     * it was down). On demand, the connection exists because something is due: that is done,
+     * and nothing more. */
+    if (!u->on_demand) {
+        u->gauge_due = u->gauges;
+        u->retention_due = u->retention_s > 0;
+    }
     kick(u);
 }
 
@@ -278,6 +331,7 @@ static void on_state(PgConn *pg, bool up, const char *reason, void *arg)
     u->swept = 0;
     if (!up)
         return;
+    u->connected_before = true;
     char err[256];
     if (!u->sql[0] && !table_sql_all(&u->cfg->map, pg_conn_libpq(pg), sql_templates, u->sql,
                                      UPKEEP_SQL_COUNT, err, sizeof(err))) {
@@ -297,6 +351,14 @@ static void on_gauge_timer(struct ev_loop *loop, ev_timer *w, int revents)
     enter(u);
     u->gauge_due = true;
     kick(u);
+}
+
+static void on_close_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Upkeep *u = w->data;
+    enter(u);
+    if (u->pg && u->ready && pg_conn_idle(u->pg) && !work_due(u))
+        close_connection(u);
 }
 
 static void on_retention_timer(struct ev_loop *loop, ev_timer *w, int revents)
@@ -322,21 +384,14 @@ void upkeep_reconfigure(Upkeep *u)
         }
     }
     bool needed = u->gauges || u->retention_s > 0;
-    if (needed && !u->pg) {
-        u->pg = pg_conn_new_named(u->loop, u->cfg->database_url, "upkeep", on_state, on_notify, u);
-        /* Its statements may run up to their statement_timeout (SQL_SETUP): wait a little longer
-         * for the server's own error before giving the connection up. */
-        if (u->pg)
-            pg_conn_set_request_timeout(u->pg, UPKEEP_STATEMENT_TIMEOUT_S + 5.0);
-    } else if (!needed && u->pg) {
-        pg_conn_free(u->pg);
-        u->pg = NULL;
-        u->ready = false;
-    }
-    kick(u);
+    if (needed && !u->pg && !u->on_demand)
+        open_connection(u);
+    else if (!needed && u->pg)
+        close_connection(u);
+    kick(u); /* on demand: connects if something is due */
 }
 
-Upkeep *upkeep_new(struct ev_loop *loop, const Config *cfg, bool gauges)
+static Upkeep *upkeep_create(struct ev_loop *loop, const Config *cfg, bool gauges, bool on_demand)
 {
     Upkeep *u = calloc(1, sizeof(*u));
     if (!u)
@@ -344,6 +399,11 @@ Upkeep *upkeep_new(struct ev_loop *loop, const Config *cfg, bool gauges)
     u->loop = loop;
     u->cfg = cfg;
     u->gauges = gauges;
+    u->on_demand = on_demand;
+    /* On demand, the first refresh comes at once, as a standing connection's does at setup. */
+    u->gauge_due = on_demand && gauges;
+    ev_init(&u->close_timer, on_close_timer);
+    u->close_timer.data = u;
     u->log_context = log_context();
     u->metrics = metrics_selected();
     ev_init(&u->gauge_timer, on_gauge_timer);
@@ -351,11 +411,29 @@ Upkeep *upkeep_new(struct ev_loop *loop, const Config *cfg, bool gauges)
     ev_init(&u->retention_timer, on_retention_timer);
     u->retention_timer.data = u;
     if (gauges) {
-        u->gauge_timer.repeat = UPKEEP_GAUGE_INTERVAL_S;
-        ev_timer_again(loop, &u->gauge_timer);
+        /* The databases of a list start together: on demand, the first tick of each comes at
+         * another point of the interval (the fractional parts of multiples of the golden ratio
+         * spread any number of them evenly), so fifty databases do not open fifty connections at
+         * once every interval but one every 0.3 s. Their first refresh is the one at start. */
+        static unsigned started;
+        double every = gauge_interval(u), first = every;
+        if (on_demand)
+            first = every * (0.05 + 0.95 * fmod(0.6180339887 * (double)started++, 1.0));
+        ev_timer_set(&u->gauge_timer, first, every);
+        ev_timer_start(loop, &u->gauge_timer);
     }
     upkeep_reconfigure(u);
     return u;
+}
+
+Upkeep *upkeep_new(struct ev_loop *loop, const Config *cfg, bool gauges)
+{
+    return upkeep_create(loop, cfg, gauges, false);
+}
+
+Upkeep *upkeep_new_on_demand(struct ev_loop *loop, const Config *cfg, bool gauges)
+{
+    return upkeep_create(loop, cfg, gauges, true);
 }
 
 void upkeep_free(Upkeep *u)
@@ -364,6 +442,7 @@ void upkeep_free(Upkeep *u)
         return;
     ev_timer_stop(u->loop, &u->gauge_timer);
     ev_timer_stop(u->loop, &u->retention_timer);
+    ev_timer_stop(u->loop, &u->close_timer);
     pg_conn_free(u->pg);
     for (int i = 0; i < UPKEEP_SQL_COUNT; i++)
         free(u->sql[i]);

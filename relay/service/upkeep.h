@@ -5,7 +5,8 @@
  * while there is work, so queries interleaved on it would delay claims exactly when the relay is
  * busiest, and anything sent on it must never end up inside a claim transaction. A second
  * session keeps both apart at the cost of one more server connection (only while the metrics
- * endpoint or retention is on). Every statement runs in its own short transaction: retention
+ * endpoint or retention is on; for a database of a list, only for the moment of each tick's work:
+ * upkeep_new_on_demand). Every statement runs in its own short transaction: retention
  * deletes at most RETENTION_BATCH rows per statement, one statement after another until a sweep
  * finds no more, and never waits on another relay's sweep (SKIP LOCKED). */
 #ifndef OUTBOX_UPKEEP_H
@@ -17,6 +18,9 @@
 #include "config.h"
 
 #define UPKEEP_GAUGE_INTERVAL_S 5.0
+/* The gauges' interval of an upkeep on demand (upkeep_new_on_demand): each refresh costs a
+ * connection start on the server, so it comes as often as a usual Prometheus scrape, no more. */
+#define UPKEEP_ON_DEMAND_GAUGE_INTERVAL_S 15.0
 #define RETENTION_BATCH 1000
 #define UPKEEP_SQUATTERS_MAX 64 /* sessions named at one look, at most */
 
@@ -27,6 +31,12 @@ typedef struct Upkeep Upkeep;
  * Its log lines and gauges go to the log context and metrics registry current now (a process
  * serving several databases makes the database's current first). */
 Upkeep *upkeep_new(struct ev_loop *loop, const Config *cfg, bool gauges);
+
+/* Like upkeep_new, for one database of several (databases.c): the connection is opened when a
+ * gauge refresh or retention batch is due and closed as soon as none is (a sweep keeps it until
+ * it finds no more), so an idle database holds none between ticks; the gauges refresh every
+ * UPKEEP_ON_DEMAND_GAUGE_INTERVAL_S. Same ownership and errors as upkeep_new. */
+Upkeep *upkeep_new_on_demand(struct ev_loop *loop, const Config *cfg, bool gauges);
 
 /* Picks up a changed cfg->retention_s (after SIGHUP): starts, stops or re-times retention, and
  * opens or closes the connection as needed. */

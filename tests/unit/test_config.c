@@ -1235,6 +1235,29 @@ static void test_databases_entries(void **state)
     config_free(&cfg);
 }
 
+/* An entry's sessions default to its min-sessions (1), not 2: an idle database of many costs
+ * one connection. Set in the entry, or around the list, it holds as given. */
+static void test_databases_sessions_default(void **state)
+{
+    (void)state;
+    Config cfg;
+    char err[1024], path[64];
+    write_temp(path,
+               "{\"brokers\": \"k:9092\", \"databases\": ["
+               "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"},"
+               "{\"name\": \"b\", \"database-url\": \"postgresql://h/b\", \"sessions\": 3},"
+               "{\"name\": \"c\", \"database-url\": \"postgresql://h/c\", \"min-sessions\": 2}]}");
+    assert_true(LOAD(&cfg, err, "run", "--config", path));
+    assert_int_equal(cfg.dbs[0].sessions, 1);
+    assert_int_equal(cfg.dbs[1].sessions, 3);
+    assert_int_equal(cfg.dbs[2].sessions, 2);
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "run", "--config", path, "--sessions", "4"));
+    assert_int_equal(cfg.dbs[0].sessions, 4);
+    assert_int_equal(cfg.dbs[1].sessions, 3);
+    config_free(&cfg);
+}
+
 /* What the list refuses, each in one line naming the entry. */
 static void test_databases_errors(void **state)
 {
@@ -1344,6 +1367,7 @@ int main(void)
         T(test_reload_diff_and_apply),
         T(test_reloadable_options),
         T(test_databases_entries),
+        T(test_databases_sessions_default),
         T(test_databases_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -14,7 +14,10 @@
 #  4. two relay processes with the same list share every database's lanes (each database's 64
 #     lanes held by two backends, both processes own lanes of each), and deliver in order;
 #  5. commands take a database name: `status --database a` works, without --database it is
-#     refused naming the choices (exit 2); more databases than the cap are refused (exit 2).
+#     refused naming the choices (exit 2); more databases than the cap are refused (exit 2);
+#  6. an idle database costs one connection: with the list's defaults (no sessions given) and the
+#     metrics endpoint on, a drained database is left with one backend of the relay (its claim
+#     session; the upkeep connects only for each refresh), and its backlog gauges still refresh.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -39,7 +42,8 @@ write_conf() { # write_conf NAME...: the config file, atomically, listing these 
     for db in "$@"; do
         list="$list${list:+, }{\"name\": \"$db\", \"database-url\": \"$(url "$db")\"}"
     done
-    printf '{"brokers": "%s", "metrics-listen": "127.0.0.1:0", "min-sessions": 1, "sessions": 1,
+    # No sessions given: a database of a list has its min-sessions (1) by default (part 6).
+    printf '{"brokers": "%s", "metrics-listen": "127.0.0.1:0",
 "kafka": {"reconnect.backoff.max.ms": "500"}, "databases": [%s]}\n' "$BROKERS" "$list" \
         >"$CONF.tmp" && mv "$CONF.tmp" "$CONF"
 }
@@ -73,6 +77,21 @@ check "1: metrics carry the database label" \
 check "1: one gauge per database" metric_is 'outbox_lanes_owned{database="b"}' 64
 wait_for "1: /readyz: 4 of 4 ready" 15 ready_line '^ready: 4 of 4 databases ready'
 check "1: the log lines carry the database" grep -q 'msg="postgres connected".* database=d' "$RELAY_LOG"
+
+# --- 6: an idle database costs one connection -------------------------------------------------------
+backends() { # backends DB: the relay's backends in db_DB, by application_name
+    psql_q "SELECT string_agg(application_name, ',' ORDER BY application_name) FROM pg_stat_activity
+            WHERE datname = 'db_$1' AND usename = 'relay_login'" -d postgres
+}
+# The upkeep connects every 15 s for a few milliseconds: the claim session alone is what is seen
+# between refreshes (before this change, a standing upkeep connection made it two, or three
+# with the two sessions a database had by default).
+idle_one() { [ "$(backends "$1")" = "outbox-relay session-0" ]; }
+for db in a b; do
+    wait_for "6: idle, $db holds one connection: its claim session's" 20 idle_one "$db"
+done
+check "6: ... and its backlog gauges are refreshed (by the upkeep on demand)" \
+    metric_at_least 'outbox_backlog_refresh_timestamp_seconds{database="a"}' 1
 
 # --- 2: one unavailable, one locked, one revoked; a goes on --------------------------------------
 psql_q "REVOKE CONNECT ON DATABASE db_b FROM PUBLIC" -d postgres || fail "2: revoke connect"
@@ -138,7 +157,7 @@ check "3: d's series left /metrics" bash -c "! curl -s 'http://$METRICS/metrics'
 wait_for "3: /readyz: 4 of 4 ready" 15 ready_line '^ready: 4 of 4 databases ready'
 delivered e
 delivered a "every row of a delivered through the reload"
-FIRST_PID=$RELAY_PID FIRST_METRICS=$METRICS
+FIRST_PID=$RELAY_PID FIRST_METRICS=$METRICS FIRST_LOG=$RELAY_LOG
 
 # --- 4: two processes share every database's lanes ------------------------------------------------
 relay_start --config "$CONF"
@@ -163,6 +182,10 @@ check_eq "4: the second relay exits 0" 0 "$?"
 RELAY_PID=$FIRST_PID
 relay_stop
 check_eq "4: the first relay exits 0" 0 "$?"
+# Part 6 again, over the first relay's minute and more of refreshes: the upkeep of a connected
+# for each one, and said so once.
+check_eq "6: a's upkeep logged \"postgres connected\" once, not at every refresh" 1 \
+    "$(grep -c 'msg="postgres connected" database=a conn=upkeep' "$FIRST_LOG")"
 
 # --- 5: commands take a database name; the cap ------------------------------------------------------
 sed 's/relay_login@/postgres@/g' "$CONF" >"$CONF.owner"
@@ -176,3 +199,4 @@ printf '{"brokers": "%s", "databases": [%s]}\n' "$BROKERS" "${list%,}" >"$T/many
 "$RELAY_BIN" run --config "$T/many.json" >"$T/many.out" 2>&1
 check "5: 101 databases: exit 2" [ $? = 2 ]
 check "5: ... saying the cap" grep -q '101 entries, at most 100 in one process' "$T/many.out"
+
