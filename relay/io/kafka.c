@@ -152,6 +152,12 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
               log_quote(reason, q, sizeof(q)));
 }
 
+/* Called on librdkafka's own threads (and now and then on the loop's, inside a librdkafka call).
+ * The log context is per thread, so theirs is empty: the producer's (its database's, when a
+ * process serves several) is set around the line and the thread's own put back, which leaves
+ * the loop thread's context as it was when the call comes from there. The producer is reached
+ * through rk's opaque, which rd_kafka_new took from the conf before any thread started; the
+ * context string outlives the producer (kafka_producer_new's contract). */
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
     char q[512];
@@ -159,7 +165,12 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
      * purpose); the rest repeats what on_error reports. */
     bool confwarn = strcmp(fac, "CONFWARN") == 0 && !strstr(buf, "enable.gapless.guarantee");
     LogLevel lvl = confwarn ? LOG_WARN : LOG_DEBUG;
+    const KafkaProducer *kp = rk ? rd_kafka_opaque(rk) : NULL;
+    const char *was = log_context();
+    if (kp)
+        log_set_context(kp->log_context);
     log_write(lvl, "librdkafka", "facility=%s text=%s", fac, log_quote(buf, q, sizeof(q)));
+    log_set_context(was);
 }
 
 void kafka_poll(KafkaProducer *kp)

@@ -25,7 +25,9 @@ typedef void (*KafkaDeliveryFn)(void *opaque, rd_kafka_resp_err_t err, void *arg
 rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen);
 
 /* Creates the producer from conf (taking ownership of it in every case) and starts serving its
- * events on loop. Returns NULL with one line in err on failure. */
+ * events on loop. The log context current now (log_context(), its database's) is kept, not
+ * copied, and carried by its lines, librdkafka's own included: it must outlive the producer.
+ * Returns NULL with one line in err on failure. */
 KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
                                   KafkaDeliveryFn on_delivery, void *arg, char *err, size_t errlen);
 

@@ -17,7 +17,8 @@
 #     refused naming the choices (exit 2); more databases than the cap are refused (exit 2);
 #  6. an idle database costs one connection: with the list's defaults (no sessions given) and the
 #     metrics endpoint on, a drained database is left with one backend of the relay (its claim
-#     session; the upkeep connects only for each refresh), and its backlog gauges still refresh.
+#     session; the upkeep connects only for each refresh), and its backlog gauges still refresh;
+#  7. librdkafka's own lines, logged from its threads (--kafka debug=broker), name their database.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -200,3 +201,19 @@ printf '{"brokers": "%s", "databases": [%s]}\n' "$BROKERS" "${list%,}" >"$T/many
 check "5: 101 databases: exit 2" [ $? = 2 ]
 check "5: ... saying the cap" grep -q '101 entries, at most 100 in one process' "$T/many.out"
 
+# --- 7: librdkafka's own lines name their database --------------------------------------------------
+# Its broker threads log (debug=broker) through the relay's log callback, outside the loop: the
+# line must still name the database whose producer it is.
+printf '{"brokers": "%s", "log-level": "debug", "kafka": {"debug": "broker"},
+"databases": [{"name": "a", "database-url": "%s"}, {"name": "b", "database-url": "%s"}]}\n' \
+    "$BROKERS" "$(url a)" "$(url b)" >"$T/kafka-log.json"
+relay_start --config "$T/kafka-log.json"
+rdk_lines() { grep 'msg="librdkafka"' "$RELAY_LOG"; }
+# A broker thread's own line ([thrd:HOST:PORT/...]), as opposed to one of the loop's calls.
+wait_for "7: librdkafka logs from its broker threads" 15 \
+    bash -c "grep -q 'msg=\"librdkafka\".*text=\"\\[thrd:127' '$RELAY_LOG'"
+relay_stop
+check "7: ... lines naming database a" bash -c "grep -q 'msg=\"librdkafka\" database=a ' '$RELAY_LOG'"
+check "7: ... and b" bash -c "grep -q 'msg=\"librdkafka\" database=b ' '$RELAY_LOG'"
+check_eq "7: no librdkafka line without its database" 0 \
+    "$(rdk_lines | grep -vc '^[^ ]* level=[a-z]* msg="librdkafka" database=[ab] ')"
