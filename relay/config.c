@@ -107,8 +107,7 @@ static const OptDef options[] = {
      .commands = RUN_LIKE,
      .metavar = "N",
      .help = "claim sessions (PostgreSQL connections) per relay, at most: one claims while another "
-             "waits "
-             "for Kafka"},
+             "waits for Kafka"},
     {.name = "min-sessions",
      .type = OPT_INT,
      .def = "1",
@@ -118,8 +117,8 @@ static const OptDef options[] = {
      .commands = RUN_LIKE,
      .metavar = "N",
      .help = "claim sessions that always take part; the others (up to --sessions) join when ten "
-             "claims in "
-             "a row come back full (a backlog) and rest after --session-rest-after without one"},
+             "claims in a row come back full (a backlog) and rest after --session-rest-after "
+             "without one"},
     {.name = "session-rest-after",
      .type = OPT_INT,
      .def = "30000",
@@ -129,8 +128,7 @@ static const OptDef options[] = {
      .commands = RUN_LIKE,
      .metavar = "MS",
      .help = "how long without a full claim (and with none of its batches still out) before the "
-             "sessions "
-             "above --min-sessions give their lanes back (1000-3600000)"},
+             "sessions above --min-sessions give their lanes back (1000-3600000)"},
     {.name = "topic-template",
      .type = OPT_STRING,
      .def = "outbox.event.{aggregate_type}",
@@ -259,8 +257,7 @@ static const OptDef options[] = {
      .offset = FIELD(log_format),
      .metavar = "FORMAT",
      .help = "text: one logfmt line per event (time level=... msg=\"...\" key=value ...); json: "
-             "one JSON "
-             "object per line with the same keys (ts, level, msg, then the fields)",
+             "one JSON object per line with the same keys (ts, level, msg, then the fields)",
      .choices = log_formats},
     {.name = "poll-interval",
      .type = OPT_INT,
@@ -291,9 +288,8 @@ static const OptDef options[] = {
      .commands = RUN_LIKE,
      .metavar = "MS",
      .help = "a relay that stops talking (frozen, cut off) loses its PostgreSQL session and lanes "
-             "within "
-             "this; also the deadline of every round trip to PostgreSQL. Lower: faster takeover; a "
-             "statement slower than this is given up and retried"},
+             "within this; also the deadline of every round trip to PostgreSQL. Lower: faster "
+             "takeover; a statement slower than this is given up and retried"},
     {.name = "shutdown-timeout",
      .type = OPT_INT,
      .def = "10000",
@@ -464,8 +460,8 @@ static const OptDef options[] = {
      .offset = FIELD(subject_name_strategy),
      .commands = RUN_LIKE,
      .metavar = "STRATEGY",
-     .help = "topic: subject <topic>-value; record: <event type>; topic-record: "
-             "<topic>-<event type>",
+     .help =
+         "topic: subject <topic>-value; record: <event type>; topic-record: <topic>-<event type>",
      .choices = subject_strategies},
     {.name = "ce-source",
      .type = OPT_STRING,
