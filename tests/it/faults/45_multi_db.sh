@@ -18,7 +18,9 @@
 #  6. an idle database costs one connection: with the list's defaults (no sessions given) and the
 #     metrics endpoint on, a drained database is left with one backend of the relay (its claim
 #     session; the upkeep connects only for each refresh), and its backlog gauges still refresh;
-#  7. librdkafka's own lines, logged from its threads (--kafka debug=broker), name their database.
+#  7. librdkafka's own lines, logged from its threads (--kafka debug=broker), name their database;
+#     a database's retention works with its upkeep connecting on demand: a's sent rows are deleted
+#     (b's, without retention, kept), and a is left with its claim session's connection alone.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -205,14 +207,20 @@ check "5: ... saying the cap" grep -q '101 entries, at most 100 in one process' 
 # Its broker threads log (debug=broker) through the relay's log callback, outside the loop: the
 # line must still name the database whose producer it is.
 printf '{"brokers": "%s", "log-level": "debug", "kafka": {"debug": "broker"},
-"databases": [{"name": "a", "database-url": "%s"}, {"name": "b", "database-url": "%s"}]}\n' \
+"databases": [{"name": "a", "database-url": "%s", "retention": "1s"}, {"name": "b", "database-url": "%s"}]}\n' \
     "$BROKERS" "$(url a)" "$(url b)" >"$T/kafka-log.json"
 relay_start --config "$T/kafka-log.json"
 rdk_lines() { grep 'msg="librdkafka"' "$RELAY_LOG"; }
 # A broker thread's own line ([thrd:HOST:PORT/...]), as opposed to one of the loop's calls.
 wait_for "7: librdkafka logs from its broker threads" 15 \
     bash -c "grep -q 'msg=\"librdkafka\".*text=\"\\[thrd:127' '$RELAY_LOG'"
+rows() { psql_q "SELECT count(*) FROM outbox" -d "db_$1"; }
+emptied() { [ "$(rows "$1")" = 0 ]; }
+wait_for "7: a's retention (1s) deletes its sent rows" 30 emptied a
+check "7: ... b's, without retention, stay" [ "$(rows b)" -gt 0 ]
+wait_for "7: ... and a, its sweep done, holds its claim session's connection alone" 20 idle_one a
 relay_stop
+check_eq "7: the relay exits 0 (under ASan: nothing leaked by the upkeep's connections)" 0 "$?"
 check "7: ... lines naming database a" bash -c "grep -q 'msg=\"librdkafka\" database=a ' '$RELAY_LOG'"
 check "7: ... and b" bash -c "grep -q 'msg=\"librdkafka\" database=b ' '$RELAY_LOG'"
 check_eq "7: no librdkafka line without its database" 0 \
