@@ -88,13 +88,41 @@ wait_for "2: the new guard's sleep is woken: every row delivered" 10 no_unsent_r
 relay_stop || not_ok "2: relay exits 0"
 relay_start "${OPTS[@]}" --sleep-after 3000
 wait_for "3: the relay guards" 10 guard_held
-insert 100 || not_ok "3: a producer inserts (wakes the relay, which stays awake 3 s)"
-wait_for "3: delivered" 10 no_unsent_rows
 awake() { [ -z "$(guard_pid)" ]; }
-wait_for "3: the relay is awake (gave the lock up)" 5 awake
-psql -XAtq -c "BEGIN" -c "$ONE_ROW" -c "SELECT pg_sleep(5)" -c "COMMIT" >"$T/slow.out" 2>&1 &
-SLOW=$!
-sleep 4
+# slow_producer: a producer transaction begun while no session guards. It takes the wakeup lock
+# shared first, as its insert's trigger does, which succeeds only while no session holds it
+# exclusively; then it says "held" (at once: \! writes past psql's buffer), inserts a row and
+# keeps its transaction open 5 s. If a session guards after all (on a busy machine the relay's
+# 3 s awake spell can end before this runs), it rolls back and says "guarded".
+slow_producer() {
+    psql -XAtq -v ON_ERROR_STOP=1 <<SQL
+BEGIN;
+SELECT pg_try_advisory_xact_lock_shared(1331849732) AS got \gset
+\if :got
+\! echo held
+$ONE_ROW;
+SELECT pg_sleep(5);
+COMMIT;
+\else
+ROLLBACK;
+\! echo guarded
+\endif
+SQL
+}
+said() { grep -qx "$1" "$T/slow.out"; }
+decided() { said held || said guarded; }
+for try in 1 2 3 4 5; do
+    insert 100 || not_ok "3: a producer inserts (wakes the relay, which stays awake 3 s)"
+    _poll 10 no_unsent_rows || break
+    slow_producer >"$T/slow.out" 2>&1 &
+    SLOW=$!
+    _poll 10 decided
+    said held && break
+    wait "$SLOW"
+done
+check "3: rows delivered, and a producer's transaction begun while the relay was awake" said held
+echo "# 3: the producer found the relay awake at try $try"
+sleep 4 # past --sleep-after: the relay would sleep now, but the producer holds the lock shared
 check "3: while the producer's transaction is open, the relay does not guard" awake
 wait "$SLOW" || not_ok "3: the slow producer commits" "$(cat "$T/slow.out")"
 N=$((N + 1))
