@@ -186,13 +186,14 @@ test-ready: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN) $(DEM
 	@bash tools/check-test-commands.sh
 
 # `make test GROUP=faults` runs one group of the tests only (`unit`, or a directory of tests/it/:
-# tests/it/README.md); the build and checks before it are the same.
+# tests/it/README.md), `make test TESTS="98_schema 97_cloud"` the tests whose names contain one of
+# the words (tests/run.sh NAME...); the build and checks before them are the same.
 test: test-ready
 	@sh tools/check-floors.sh
 	@sh tools/check-driver.sh
 	@sh tools/gen-cycle.sh | cmp -s - docs/session-cycle.md || \
 		{ echo "docs/session-cycle.md differs from the driver's table: run make docs-cycle" >&2; exit 1; }
-	@sh tests/run.sh $(if $(GROUP),--group $(GROUP))
+	@sh tests/run.sh $(if $(GROUP),--group $(GROUP)) $(TESTS)
 
 # The session cycle's drawing, written from the driver's table (relay/engine/session.c).
 docs-cycle:
@@ -245,10 +246,10 @@ deps-package:
 
 # The quick start proven on a fresh Debian 12: a debootstrap minbase chroot with only make and git
 # added, this commit cloned into it, `make $(FRESH_CMD)` as its first command (root only; CI runs
-# it). FRESH_CMD=test runs the whole suite there instead.
+# it). FRESH_CMD=test runs the whole suite there instead (with TESTS="...": those tests only).
 FRESH_CMD ?= quickstart
 fresh-test:
-	@bash tools/fresh-chroot.sh $(FRESH_CMD)
+	@bash tools/fresh-chroot.sh $(FRESH_CMD) $(if $(TESTS),"TESTS=$(TESTS)")
 
 # docker-compose.yml brought up for real on a private Docker engine, with the two unpullable
 # images swapped (tests/compose/). Root only; not part of `make test` (it needs dockerd and

@@ -4,8 +4,8 @@
 # builds a minbase bookworm chroot with debootstrap, adds only `make` and `git` (README.md's one
 # prerequisite), clones the current commit into it and runs, as the very first command:
 #
-#   tools/fresh-chroot.sh [quickstart|test|package-fresh]     (default quickstart;
-#                                                  make fresh-test FRESH_CMD=test)
+#   tools/fresh-chroot.sh [quickstart|test|package-fresh] [TESTS=NAME...]   (default quickstart;
+#                                                  make fresh-test FRESH_CMD=test [TESTS=...])
 #
 # After `make quickstart`, it also runs `make -j2 test-ready`: everything `make test` builds
 # links, and everything it calls is installed, with no more packages than the quick start's.
@@ -15,7 +15,8 @@
 #
 # The debootstrap result is cached as a tarball under /var/cache/outbox-relay by
 # tools/bookworm-base.sh (rebuilt when a month old, or with FRESH_REBUILD=1), and so are the .deb
-# files apt downloads (like a proxy would; emptied with each rebuild); every run unpacks the
+# files apt downloads (like a proxy would; emptied with each rebuild), and so is npm's cache
+# (npm/: the tests' npm clients, tests/tools/*/package-lock.json); every run unpacks the
 # pristine tarball into a new directory, removed at the end (KEEP_CHROOT=1 keeps it).
 set -euo pipefail
 # The body is one { } block: bash reads it whole before running it, so editing this file during a
@@ -23,7 +24,15 @@ set -euo pipefail
 {
 
 CMD=${1:-quickstart}
-case $CMD in quickstart | test | package-fresh) ;; *) echo "usage: $0 [quickstart|test|package-fresh]" >&2; exit 2 ;; esac
+case $CMD in quickstart | test | package-fresh) ;; *) echo "usage: $0 [quickstart|test|package-fresh] [TESTS=NAME...]" >&2; exit 2 ;; esac
+# TESTS=: make test's subset of tests (tests/run.sh NAME...), names of letters, digits and _.-
+TESTS_ARG=""
+case ${2:-} in
+"") ;;
+TESTS=*[!A-Za-z0-9_.\ -]*) echo "fresh-chroot: TESTS: test names only" >&2; exit 2 ;;
+TESTS=*) TESTS_ARG=" '$2'" ;;
+*) echo "usage: $0 [quickstart|test|package-fresh] [TESTS=NAME...]" >&2; exit 2 ;;
+esac
 [ "$(id -u)" = 0 ] || { echo "fresh-chroot: needs root (debootstrap, chroot, mount)" >&2; exit 2; }
 
 REPO=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
@@ -113,6 +122,8 @@ mnt /dev --bind /dev
 mnt /dev/pts --bind /dev/pts
 mnt /dev/shm -t tmpfs -o mode=1777,nosuid,nodev shm # PostgreSQL's shared memory, the chroot's own
 mnt /var/cache/apt/archives --bind "$CACHE/debs"
+mkdir -p "$CACHE/npm" "$D$CACHE/npm"
+mnt "$CACHE/npm" --bind "$CACHE/npm"
 
 in_chroot() { chroot "$D" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
@@ -139,7 +150,7 @@ in_repo() {
     return "$rc"
 }
 rc=0
-in_repo "$CMD" || rc=$?
+in_repo "$CMD$TESTS_ARG" || rc=$?
 # After the quick start, the rest of `make test`'s install story without its 15 minutes: the
 # quick start installed the same packages `make test` does (tools/packages.txt's [build] and
 # [test]), so whatever `make test` builds must now link (the sanitizer builds, unit tests,

@@ -23,7 +23,8 @@ entries=$(awk -v want=" $sections " '
     { sub(/#.*/, "") }
     /^\[.*\]$/ { sec = substr($0, 2, length($0) - 2); next }
     NF && index(want, " " sec " ") { print }' "$LIST")
-pkgs=$(printf '%s\n' "$entries" | awk '{ print $1 }')
+# Every package named, alternatives too ("npm|nodejs": packages.txt's header).
+pkgs=$(printf '%s\n' "$entries" | awk '{ print $1 }' | tr '|' '\n')
 
 # find_missing: sets $missing (not installed) and $broken (installed, but a listed file is gone).
 find_missing() {
@@ -33,14 +34,27 @@ find_missing() {
         awk '$1 == "ii" { printf "%s ", $2 }')"
     missing=""
     broken=""
-    while read -r pkg files; do
-        case $installed in *" $pkg "*) ;; *) missing="$missing $pkg"; continue ;; esac
-        for f in $files; do # unquoted: a path may be a glob (/usr/lib/postgresql/*/bin/initdb)
-            case $f in
-            /*) [ -e "$f" ] || { broken="$broken $pkg"; break; } ;;
-            *) command -v "$f" >/dev/null 2>&1 || { broken="$broken $pkg"; break; } ;;
-            esac
+    while read -r spec files; do
+        # An entry holds when one of its alternatives is installed with every listed file;
+        # otherwise its first alternative is the one to install (or reinstall).
+        first=${spec%%|*}
+        held=""
+        for pkg in $(printf '%s' "$spec" | tr '|' ' '); do
+            case $installed in *" $pkg "*) ;; *) continue ;; esac
+            held=$pkg
+            for f in $files; do # unquoted: a path may be a glob (/usr/lib/postgresql/*/bin/initdb)
+                case $f in
+                /*) [ -e "$f" ] || { held=""; break; } ;;
+                *) command -v "$f" >/dev/null 2>&1 || { held=""; break; } ;;
+                esac
+            done
+            [ -z "$held" ] || break
         done
+        [ -n "$held" ] && continue
+        case $installed in
+        *" $first "*) broken="$broken $first" ;;
+        *) missing="$missing $first" ;;
+        esac
     done <<EOF
 $entries
 EOF
@@ -48,7 +62,7 @@ EOF
 
 find_missing
 if [ -z "$missing$broken" ]; then
-    echo "deps: the $(printf '%s\n' "$pkgs" | wc -l) packages of tools/packages.txt ($sections) are installed"
+    echo "deps: the $(printf '%s\n' "$entries" | wc -l) packages of tools/packages.txt ($sections) are installed"
     exit 0
 fi
 # --reinstall only when a file of an installed package is gone: plain install would skip it.
