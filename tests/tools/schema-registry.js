@@ -12,8 +12,9 @@
 // {"error_code": 401} without the right basic-auth credentials, 422 for an invalid body. Schemas
 // are not checked for compatibility (not used by the relay). No other dependency than node.
 //
-//   node schema-registry.js --port N [--auth USER:PASSWORD] [--schemas FILE]
+//   node schema-registry.js --port N [--auth USER:PASSWORD] [--schemas FILE] [--tls CERT KEY]
 //
+// --tls: https with that PEM certificate (chain) and key, instead of http.
 // FILE: {"subject": [{"schema": "...", "schemaType": "JSON"}, ...], ...}, registered in file
 // order (ids 1, 2, ... in that order, so a restart with the same file gives the same ids).
 // Prints "listening PORT" once it listens. Stop it (SIGTERM, SIGKILL) to simulate an outage;
@@ -21,6 +22,7 @@
 // failing one that answers every request 503 (as a registry whose Kafka store is down does).
 'use strict';
 const http = require('http');
+const https = require('https');
 const fs = require('fs');
 
 const args = process.argv.slice(2);
@@ -31,6 +33,9 @@ const opt = (name) => {
 const port = Number(opt('--port') || 0);
 const auth = opt('--auth');
 const file = opt('--schemas');
+const tls = args.indexOf('--tls') >= 0
+    ? {cert: fs.readFileSync(opt('--tls')), key: fs.readFileSync(args[args.indexOf('--tls') + 2])}
+    : undefined;
 
 const subjects = new Map(); // subject -> [{id, version, schema, schemaType}]
 const byId = new Map();     // id -> {schema, schemaType}
@@ -79,7 +84,7 @@ process.on('SIGUSR1', () => {
     console.log(failing ? 'failing' : 'answering');
 });
 
-const server = http.createServer((req, res) => {
+const handler = (req, res) => {
     if (failing)
         return send(res, 503, {error_code: 50302, message: 'Service Unavailable'});
     if (auth) {
@@ -142,6 +147,7 @@ const server = http.createServer((req, res) => {
         }
         send(res, 404, {error_code: 404, message: 'HTTP 404 Not Found'});
     });
-});
+};
+const server = tls ? https.createServer(tls, handler) : http.createServer(handler);
 server.listen(port, '127.0.0.1', () => console.log(`listening ${server.address().port}`));
 process.on('SIGTERM', () => process.exit(0));

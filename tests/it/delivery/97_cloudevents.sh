@@ -10,18 +10,9 @@ t_setup
 TOOLS=$ROOT/tests/tools
 command -v node >/dev/null && command -v npm >/dev/null ||
     fail "node and npm are installed (tools/packages.txt)"
-# The SDK, installed once per lockfile version from tests/tools/cloudevents/ with npm's cache in
-# /var/cache/outbox-relay/npm, offline when that holds it: as 98_schema_registry.sh says.
-SDK=/var/cache/outbox-relay/cloudevents-$(cat "$TOOLS/cloudevents/package.json" \
-    "$TOOLS/cloudevents/package-lock.json" | md5sum | cut -c1-12)
-if [ ! -d "$SDK/node_modules/cloudevents" ]; then
-    mkdir -p /var/cache/outbox-relay && new=$(mktemp -d "$SDK.XXXXXX") && chmod 755 "$new" &&
-        cp "$TOOLS/cloudevents/package.json" "$TOOLS/cloudevents/package-lock.json" "$new/" &&
-        (cd "$new" && timeout 300 npm ci --prefer-offline --cache /var/cache/outbox-relay/npm \
-            --no-audit --no-fund --loglevel=error >"$T/npm.log" 2>&1) ||
-        { rm -rf "${new:-}"; fail "npm ci cloudevents: $(tail -n 3 "$T/npm.log")"; }
-    mv -T "$new" "$SDK" 2>/dev/null || rm -rf "$new" # a run beside this one was first: as good
-fi
+# The SDK, from tests/tools/cloudevents/'s lockfile (npm-ci.sh: cached, offline if it can).
+SDK=$(sh "$TOOLS/npm-ci.sh" cloudevents 2>"$T/npm.log") ||
+    fail "npm ci cloudevents: $(tail -n 3 "$T/npm.log")"
 pg_start
 broker_start 1
 relay_migrate 2>"$T/migrate.log" || fail "migrate"

@@ -21,23 +21,9 @@ t_setup
 TOOLS=$ROOT/tests/tools
 command -v node >/dev/null && command -v npm >/dev/null ||
     fail "node and npm are installed (tools/packages.txt)"
-# The client, installed once per lockfile version (npm ci: exactly what the lockfile says, its
-# tarballs by their resolved URLs and integrity). npm's cache is the project's, under
-# /var/cache/outbox-relay/npm, which make fresh-test lends its chroots as it does apt's .deb
-# files: --prefer-offline takes what it holds without asking the registry, so the install works
-# offline once any run on the machine has fetched them, and from registry.npmjs.org otherwise.
-# Bounded: npm's own retries sit inside the timeout.
-SR=/var/cache/outbox-relay/schemaregistry-$(cat "$TOOLS/schemaregistry/package.json" \
-    "$TOOLS/schemaregistry/package-lock.json" | md5sum | cut -c1-12)
-# Installed beside it and renamed into place, so an interrupted install is never taken for one.
-if [ ! -d "$SR/node_modules/@confluentinc/schemaregistry" ]; then
-    mkdir -p /var/cache/outbox-relay && new=$(mktemp -d "$SR.XXXXXX") && chmod 755 "$new" &&
-        cp "$TOOLS/schemaregistry/package.json" "$TOOLS/schemaregistry/package-lock.json" "$new/" &&
-        (cd "$new" && timeout 300 npm ci --prefer-offline --cache /var/cache/outbox-relay/npm \
-            --no-audit --no-fund --loglevel=error >"$T/npm.log" 2>&1) ||
-        { rm -rf "${new:-}"; fail "npm ci @confluentinc/schemaregistry: $(tail -n 3 "$T/npm.log")"; }
-    mv -T "$new" "$SR" 2>/dev/null || rm -rf "$new" # a run beside this one was first: as good
-fi
+# The client, from tests/tools/schemaregistry/'s lockfile (npm-ci.sh: cached, offline if it can).
+SR=$(sh "$TOOLS/npm-ci.sh" schemaregistry 2>"$T/npm.log") ||
+    fail "npm ci @confluentinc/schemaregistry: $(tail -n 3 "$T/npm.log")"
 pg_start
 broker_start 1
 relay_migrate 2>"$T/migrate.log" || fail "migrate"

@@ -1,0 +1,182 @@
+#!/bin/bash
+# The Schema Registry client's paths that 98_schema_registry.sh (the formats) does not take. In
+# each, the schema id in the messages says which schema the relay used, and Confluent's own
+# JavaScript client (@confluentinc/schemaregistry) decodes them from the stand-in registry:
+#  1. https: a registry whose certificate a CA of the test's own signed (openssl) is used with
+#     --schema-registry-ca-file; without that file, start-up is one TLS line and exit 1;
+#  2. two registry URLs, the first down: start-up picks the second, and rows go with no outage
+#     logged; then the second goes down and the first comes up: a new subject's schema is
+#     fetched from the first (one "unavailable" line, one "available again" naming it);
+#  3. --subject-name-strategy record (subject: the event type) and topic-record
+#     (<topic>-<event type>): each message carries the id registered under that subject;
+#  4. the latest schema, once fetched, is kept while the relay runs (as Confluent's serializers
+#     with use.latest.version and their default latest.cache.ttl.sec=-1): a version registered
+#     meanwhile is not used until a restart (docs/integration.md says so).
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+TOOLS=$ROOT/tests/tools
+command -v node >/dev/null && command -v npm >/dev/null ||
+    fail "node and npm are installed (tools/packages.txt)"
+SR=$(sh "$TOOLS/npm-ci.sh" schemaregistry 2>"$T/npm.log") ||
+    fail "npm ci @confluentinc/schemaregistry: $(tail -n 3 "$T/npm.log")"
+pg_start
+broker_start 1
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+
+# --- the registries: one schemas file, so each has the same ids ---
+rec() { # rec NAME FIELD...: an Avro record of string/long fields ("name:type")
+    local f fields=""
+    for f in "${@:2}"; do fields="$fields${fields:+, }{\"name\": \"${f%%:*}\", \"type\": \"${f#*:}\"}"; done
+    printf '{"type": "record", "name": "%s", "fields": [%s]}' "$1" "$fields"
+}
+ITEM=$(rec Item id:string seq:long)
+SHIPPED=$(rec Shipped seq:long where:string)
+SHIPPED2=$(rec Shipped2 seq:long where:string)
+ITEM_V2='{"type": "record", "name": "Item", "fields": [{"name": "id", "type": "string"},
+  {"name": "seq", "type": "long"}, {"name": "note", "type": ["null", "string"], "default": null}]}'
+jq -n --arg item "$ITEM" --arg shipped "$SHIPPED" --arg shipped2 "$SHIPPED2" '{
+    "outbox.event.tls-value": [{schema: $item}], "outbox.event.fo-value": [{schema: $item}],
+    "outbox.event.fo2-value": [{schema: $item}], "outbox.event.ver-value": [{schema: $item}],
+    "Shipped": [{schema: $shipped}], "outbox.event.ship2-Shipped": [{schema: $shipped2}]}' \
+    >"$T/schemas.json"
+printf 'relay:s3cret\n' >"$T/sr-auth"
+chmod 600 "$T/sr-auth"
+# registry_start NAME PORT [ARGS...]: a stand-in on PORT, its pid in REG_PID[NAME], output in
+# $T/registry-NAME.out.
+declare -A REG_PID
+registry_start() {
+    node "$TOOLS/schema-registry.js" --port "$2" --auth relay:s3cret --schemas "$T/schemas.json" \
+        "${@:3}" >"$T/registry-$1.out" 2>&1 &
+    REG_PID[$1]=$!
+    _t_track $!
+    _poll 10 grep -q '^listening' "$T/registry-$1.out" || fail "the registry $1 listens"
+}
+# sr_id URL SUBJECT: the id of the subject's latest version, as the registry says.
+sr_id() {
+    curl -s --max-time 5 --cacert "$T/ca.pem" -u relay:s3cret "$1/subjects/$2/versions/latest" |
+        jq -r .id
+}
+# ids TOPIC: the schema ids of the topic's messages, in order, one a line (bytes 1-4 of each).
+ids() {
+    consume --topic "$1" --to-end --hex --timeout-ms 20000 >"$T/$1.out"
+    jq -r '.value_hex[0:10]' "$T/$1.out" | while read -r h; do
+        [ "${h:0:2}" = 00 ] && echo $((16#${h:2})) || echo "magic byte ${h:0:2}"
+    done
+}
+# decoded_ok TOPIC URL: Confluent's client decodes every message of the topic and each equals
+# its row's payload, field by field (fields a schema lacks left out of the row's side).
+decoded_ok() {
+    NODE_EXTRA_CA_CERTS=$T/ca.pem node "$TOOLS/schemaregistry_read.js" "$SR" "$2" avro \
+        relay:s3cret <"$T/$1.out" >"$T/$1.dec" || return 1
+    [ "$(grep -c '' "$T/$1.dec")" = "$(grep -c '' "$T/$1.out")" ] || return 1
+    psql_q "SELECT json_build_object('id', event_id, 'payload', payload) FROM outbox
+            WHERE 'outbox.event.' || aggregate_type = '$1'" >"$T/$1.rows"
+    jq -e -n --slurpfile rows "$T/$1.rows" --slurpfile got "$T/$1.dec" '
+        ($rows | map({key: .id, value: .payload}) | from_entries) as $want
+        | $got | length > 0 and all(.[]; . as $m | $want[$m.id] as $p
+            | ($m.value | keys) as $k | $p != null and ($p | with_entries(select(.key | IN($k[])))) == $m.value)' \
+        >/dev/null
+}
+insert() { # insert TYPE EVENT_TYPE FROM TO: rows whose payload fits Item and Shipped alike
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            SELECT '$1', '$1-' || (g % 2), '$2',
+                   jsonb_build_object('id', '$1-' || (g % 2), 'seq', g, 'where', 'w' || g, 'note', 'n')
+            FROM generate_series($3, $4) g ORDER BY g" >/dev/null || fail "insert $1 rows"
+}
+P1=$(free_port) && P2=$(free_port) && P3=$(free_port) || fail "ports for the registries"
+while [ "$P2" = "$P1" ] || [ "$P3" = "$P1" ] || [ "$P3" = "$P2" ]; do # three, not one twice
+    P2=$(free_port) && P3=$(free_port) || fail "ports for the registries"
+done
+
+# --- 1. https with a CA file ---
+{
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+        -subj /CN=outbox-relay-test-ca -keyout "$T/ca.key" -out "$T/ca.pem" &&
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=127.0.0.1 \
+            -keyout "$T/srv.key" -out "$T/srv.csr" &&
+        openssl x509 -req -in "$T/srv.csr" -CA "$T/ca.pem" -CAkey "$T/ca.key" -CAcreateserial \
+            -days 2 -extfile <(printf 'subjectAltName = IP:127.0.0.1\n') -out "$T/srv.pem"
+} >"$T/openssl.log" 2>&1 || fail "openssl makes a CA and a certificate: $(tail -n 2 "$T/openssl.log")"
+registry_start tls "$P1" --tls "$T/srv.pem" "$T/srv.key"
+TLS_URL=https://127.0.0.1:$P1
+insert tls Changed 1 10
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
+    --schema-registry-url "$TLS_URL" --schema-registry-auth-file "$T/sr-auth" \
+    --schema-registry-ca-file "$T/ca.pem"
+wait_for "1: https with the CA file: every row sent" 60 none_unsent_of tls
+relay_stop
+check_eq "1: relay exits 0" 0 $?
+check_eq "1: each message carries the subject's schema id" \
+    "$(sr_id "$TLS_URL" outbox.event.tls-value) 10" "$(ids outbox.event.tls | sort | uniq -c | awk '{ print $2, $1 }')"
+check "1: Confluent's client (over https, same CA) decodes them to the rows' payloads" \
+    decoded_ok outbox.event.tls "$TLS_URL"
+"$RELAY_BIN" run --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
+    --schema-registry-url "$TLS_URL" --schema-registry-auth-file "$T/sr-auth" >"$T/noca.out" 2>&1
+check_eq "1: without the CA file: exit 1" 1 $?
+check_eq "1: ... one line" 1 "$(grep -c '' "$T/noca.out")"
+check "1: ... saying TLS could not verify the registry" grep -q "schema registry $TLS_URL: TLS: " \
+    "$T/noca.out"
+
+# --- 2. two URLs ---
+registry_start b "$P3"
+A_URL=http://127.0.0.1:$P2 B_URL=http://127.0.0.1:$P3
+insert fo Changed 1 10
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
+    --schema-registry-url "$A_URL,$B_URL" --schema-registry-auth-file "$T/sr-auth"
+wait_for "2: the first URL down: every row sent" 60 none_unsent_of fo
+check "2: ... by the second, with no outage logged" lacks "$RELAY_LOG" "schema registry unavailable"
+registry_start a "$P2"
+kill -KILL "${REG_PID[b]}"
+wait "${REG_PID[b]}" 2>/dev/null
+insert fo2 Changed 1 10
+wait_for "2: the second down and the first up: a new subject's rows sent" 60 none_unsent_of fo2
+relay_stop
+check_eq "2: relay exits 0" 0 $?
+check_eq "2: one 'unavailable' line, naming the second" 1 \
+    "$(grep "schema registry unavailable" "$RELAY_LOG" | grep -c "url=$B_URL")"
+check "2: one 'available again', naming the first" grep -q "schema registry available again.*url=$A_URL" \
+    "$RELAY_LOG"
+check_eq "2: the messages carry the subjects' schema id" "$(sr_id "$A_URL" outbox.event.fo2-value) 20" \
+    "$({ ids outbox.event.fo; ids outbox.event.fo2; } | sort | uniq -c | awk '{ print $2, $1 }')"
+check "2: Confluent's client decodes them to the rows' payloads" decoded_ok outbox.event.fo2 "$A_URL"
+
+# --- 3. the record and topic-record strategies ---
+SR_ARGS=(--schema-registry-url "$A_URL" --schema-registry-auth-file "$T/sr-auth")
+insert ship Shipped 1 10
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
+    "${SR_ARGS[@]}" --subject-name-strategy record
+wait_for "3: record: every row sent" 60 none_unsent_of ship
+relay_stop
+check_eq "3: record: the id of subject Shipped (the event type) in each message" \
+    "$(sr_id "$A_URL" Shipped) 10" "$(ids outbox.event.ship | sort | uniq -c | awk '{ print $2, $1 }')"
+check "3: record: Confluent's client decodes them" decoded_ok outbox.event.ship "$A_URL"
+insert ship2 Shipped 1 10
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
+    "${SR_ARGS[@]}" --subject-name-strategy topic-record
+wait_for "3: topic-record: every row sent" 60 none_unsent_of ship2
+relay_stop
+check_eq "3: topic-record: the id of subject outbox.event.ship2-Shipped in each message" \
+    "$(sr_id "$A_URL" outbox.event.ship2-Shipped) 10" \
+    "$(ids outbox.event.ship2 | sort | uniq -c | awk '{ print $2, $1 }')"
+check "3: topic-record: Confluent's client decodes them" decoded_ok outbox.event.ship2 "$A_URL"
+
+# --- 4. the cached latest version ---
+V1=$(sr_id "$A_URL" outbox.event.ver-value)
+insert ver Changed 1 5
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro "${SR_ARGS[@]}"
+wait_for "4: rows sent with version 1" 60 none_unsent_of ver
+V2=$(jq -n --arg s "$ITEM_V2" '{schema: $s}' | curl -s --max-time 5 -u relay:s3cret \
+    -H 'Content-Type: application/vnd.schemaregistry.v1+json' --data-binary @- \
+    "$A_URL/subjects/outbox.event.ver-value/versions" | jq -r .id)
+check "4: version 2 registered under a new id ($V1 then $V2)" test "$V2" -gt "$V1"
+insert ver Changed 6 10
+wait_for "4: rows inserted after it sent" 60 none_unsent_of ver
+relay_stop
+insert ver Changed 11 15
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro "${SR_ARGS[@]}"
+wait_for "4: after a restart, rows sent" 60 none_unsent_of ver
+relay_stop
+check_eq "4: the running relay kept version 1; the restarted one took version 2" \
+    "$(printf '%s\n' "$V1 10" "$V2 5")" "$(ids outbox.event.ver | sort -n | uniq -c | awk '{ print $2, $1 }')"
+check "4: Confluent's client decodes both versions" decoded_ok outbox.event.ver "$A_URL"
