@@ -54,9 +54,13 @@
 #                                  rounds (and its min–max is shown)
 #   BENCH_LATENCY_ROUNDS=REPEAT    rounds of latency runs (default and tuned interleaved); above
 #                                  1, each row is its median-p50 round (and the p50s' min–max)
-#   BENCH_PARTS="drain latency producers payloads"   which measurements to run ("multidb": one
+#   BENCH_PARTS="drain replay latency producers payloads"   which measurements to run ("multidb": one
 #                                  relay serving many databases, bench/multidb.sh and its
 #                                  BENCH_MULTIDB_* settings, a run of its own)
+#   BENCH_REPLAY_SIZE=100000       the "replay" part: a backlog of this many rows drained fresh,
+#                                  then put back in line by `outbox-relay replay` and drained
+#                                  again, then made unsent by hand (UPDATE sent_at = NULL) and
+#                                  drained once more; every BENCH_REPEAT round (BENCH_QUICK: 10000)
 #   BENCH_SNAPSHOT_SECONDS=600     the old-snapshot runs ("snapshot" part): latency at
 #   BENCH_SNAPSHOT_RATE=3000       this rate for this long, without and then with a REPEATABLE
 #                                  READ transaction held open the whole time
@@ -69,6 +73,10 @@
 #                                  so a change is judged by a same-run ratio (rows "baseline")
 #   BENCH_PERF=1                   also record a CPU profile (perf, cpu-clock) of the relay
 #                                  during the largest default drain, into bin/bench-perf.txt
+#   BENCH_PERF_KEY=ondelete.100000 the drain to profile instead (a key of the report's rows:
+#                                  default, ondelete, replayed, ... dot backlog)
+#   BENCH_PERF_ALL=1               profile the whole machine during that drain, reported for this
+#                                  run's processes only (relay, PostgreSQL's, broker), by process
 #   KEEP_TMP=1                     keep the temp dir with every log
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 
@@ -83,10 +91,10 @@ export LC_ALL=C # decimal points in $EPOCHREALTIME, awk and printf; byte order i
 
 QUICK=${BENCH_QUICK:-0}
 if [ "$QUICK" = 1 ]; then
-    d_sizes="10000 30000" d_lat=3 d_warm=1 d_prod=3 d_snap=20
+    d_sizes="10000 30000" d_lat=3 d_warm=1 d_prod=3 d_snap=20 d_replay=10000
     d_payloads="1024:10000 512000:300"
 else
-    d_sizes="100000 1000000" d_lat=10 d_warm=3 d_prod=10 d_snap=600
+    d_sizes="100000 1000000" d_lat=10 d_warm=3 d_prod=10 d_snap=600 d_replay=100000
     d_payloads="1024:100000 10240:20000 512000:3000"
 fi
 SIZES=${BENCH_SIZES:-$d_sizes}
@@ -157,7 +165,12 @@ LAT_ROUNDS=${BENCH_LATENCY_ROUNDS:-$REPEAT}
     echo "bench: BENCH_REPEAT must be a positive integer" >&2
     exit 2
 }
-PARTS=" ${BENCH_PARTS:-drain latency producers payloads snapshot multidb} "
+PARTS=" ${BENCH_PARTS:-drain replay latency producers payloads snapshot multidb} "
+REPLAY_SIZE=${BENCH_REPLAY_SIZE:-$d_replay}
+[[ $REPLAY_SIZE =~ ^[1-9][0-9]*$ ]] || {
+    echo "bench: BENCH_REPLAY_SIZE must be a positive integer" >&2
+    exit 2
+}
 AVRO=${BENCH_AVRO:-1}
 command -v node >/dev/null || AVRO=0
 SNAP_S=${BENCH_SNAPSHOT_SECONDS:-$d_snap}
@@ -312,6 +325,24 @@ cpu_seconds() {
     awk -v u="${12}" -v s="${13}" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", (u + s) / hz }'
 }
 
+# pg_cpu_seconds: CPU time (user + system) PostgreSQL's processes have used so far: the
+# postmaster's own, what it reaped of backends that exited (cutime, cstime) and each live child's.
+# The difference over a measurement is what it cost PostgreSQL, a figure the machine's other load
+# changes far less than the measurement's wall time.
+pg_cpu_seconds() {
+    local pm p stat rest ticks=0
+    read -r pm <"$T/pg/postmaster.pid" 2>/dev/null || return 1
+    for p in "$pm" $(pgrep -P "$pm"); do
+        read -r stat <"/proc/$p/stat" 2>/dev/null || continue
+        rest=${stat##*) }
+        # shellcheck disable=SC2086
+        set -- $rest
+        ticks=$((ticks + ${12} + ${13}))
+        [ "$p" = "$pm" ] && ticks=$((ticks + ${14} + ${15}))
+    done
+    awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }'
+}
+
 mb() {
     [ -n "$1" ] && awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }' || echo -
 }
@@ -411,33 +442,39 @@ empty_outbox() {
 
 # ---- drains -----------------------------------------------------------------------------------
 
-# wait_drained PID LAST_ID T0_US LIMIT_S: polls every BENCH_POLL_MS until no unsent row remains.
-# The cheap poll is the primary-key lookup of the last row (claims go in id order); once it is
-# sent, one check of the whole partial index confirms (if rows are still unsent, that check
-# repeats). Sets DONE_US (after the poll that saw the drain complete), FIRST_US (after the poll
-# that first saw row 1 sent: the end of the first batch) and RSS samples (RSS_AT: "elapsed_us
-# rss_kb" lines). Returns 0 drained, 1 timed out, 2 the process died.
+# wait_drained PID FIRST_ID LAST_ID T0_US LIMIT_S: polls every BENCH_POLL_MS until no unsent row
+# remains; the backlog is the rows FIRST_ID..LAST_ID. The cheap poll is the primary-key lookup of
+# the last row of each lane (LANE_LASTS, an array literal: claims go in id order within a lane,
+# and lanes are claimed side by side by the sessions, so the last row of the backlog alone is
+# sent while other lanes still have rows); once they are all sent, one check of the whole
+# partial index confirms (if rows are still unsent, that check repeats). That check is not a
+# poll: after --on-sent delete it walks every deleted row's index entry (measured: 0.2-0.6 s on
+# a loaded machine after 100,000 deletes), so each failed one made the end late. Sets DONE_US (after the poll that saw
+# the drain complete), FIRST_US (after the poll that first saw row FIRST_ID sent: the end of the
+# first batch) and RSS samples (RSS_AT: "elapsed_us rss_kb" lines). Returns 0 drained, 1 timed
+# out, 2 the process died.
 wait_drained() {
-    local pid=$1 last=$2 t0=$3 limit=$4 mode=last now
+    local pid=$1 first=$2 last=$3 t0=$4 limit=$5 mode=last now
     local sleep_s
     sleep_s=$(awk -v m="$POLL_MS" 'BEGIN { printf "%.3f", m / 1000 }')
     RSS_AT=()
     FIRST_US=
     while :; do
         if [ -z "$FIRST_US" ]; then
-            pq "SELECT NOT EXISTS (SELECT 1 FROM outbox WHERE id = 1 AND sent_at IS NULL)"
+            pq "SELECT NOT EXISTS (SELECT 1 FROM outbox WHERE id = $first AND sent_at IS NULL)"
             if [ "$REPLY" = t ]; then
                 FIRST_US=${EPOCHREALTIME/./}
                 # Rows already sent at that moment (claims go in id order, so they are among the
                 # first ids): the steady rate counts only the rows sent after it.
                 # (Rows not unsent: --on-sent delete leaves no sent rows to count.)
-                pq "SELECT least($last, 200000) - count(*) FROM outbox
-                    WHERE id <= 200000 AND sent_at IS NULL"
+                pq "SELECT least($last, $first + 199999) - $first + 1 - count(*) FROM outbox
+                    WHERE id BETWEEN $first AND $first + 199999 AND sent_at IS NULL"
                 FIRST_SENT=$REPLY
             fi
         fi
         if [ "$mode" = last ]; then
-            pq "SELECT NOT EXISTS (SELECT 1 FROM outbox WHERE id = $last AND sent_at IS NULL)"
+            pq "SELECT NOT EXISTS (SELECT 1 FROM outbox WHERE id = ANY('$LANE_LASTS'::bigint[])
+                AND sent_at IS NULL)"
             [ "$REPLY" = t ] && mode=all
         fi
         now=${EPOCHREALTIME/./}
@@ -488,12 +525,22 @@ rss_at() {
 # (bin/naive-relay). Times from process start until no unsent row remains. Results go to
 # R_RATE[KEY], R_SECS, R_HWM (kB), R_RSS10 / R_RSS50 / R_RSSEND (kB), R_CPU (s), R_START (s).
 drain() {
-    local key=$1 n=$2 kind=$3 log pid t0 rc src sent cpu hwm dur limit partial
-    shift 3
+    local key=$1 n=$2
     say "drain $key: resetting the outbox to $(commas "$n") rows"
     reset_outbox "$n"
+    drain_rows "$key" "$n" 1 "${@:3}"
+}
+
+# drain_rows KEY N FIRST_ID KIND [FLAGS...]: drain's measurement of a backlog already in the
+# outbox, the N unsent rows FIRST_ID..FIRST_ID+N-1 (drain KEY N KIND: a reset outbox's 1..N).
+drain_rows() {
+    local key=$1 n=$2 first=$3 kind=$4 log pid t0 rc src sent cpu hwm dur limit partial pg0
+    shift 4
     fresh_broker
+    LANE_LASTS=$(psql_q "SELECT array_agg(m) FROM (SELECT max(id) AS m FROM outbox
+                         WHERE id BETWEEN $first AND $((first + n - 1)) GROUP BY lane) l")
     log=$T/drain.$key.log
+    pg0=$(pg_cpu_seconds)
     t0=$(now_us)
     if [ "$kind" = naive ]; then
         start_bg "$log" "$BIN/naive-relay" --database-url "$DATABASE_URL" --brokers "$BROKERS" "$@"
@@ -508,7 +555,7 @@ drain() {
     say "drain $key: $kind running (pid $pid), polling every ${POLL_MS} ms, at most ${limit} s"
     [ "${BENCH_PERF:-0}" = 1 ] && [ "$key" = "$PERF_KEY" ] && perf_start "$pid"
     DONE_US=
-    wait_drained "$pid" "$n" "$t0" "$limit"
+    wait_drained "$pid" "$first" "$((first + n - 1))" "$t0" "$limit"
     rc=$?
     [ -n "${PERF_PID:-}" ] && perf_stop
     if [ "$rc" = 0 ] && [ "$kind" = relay ]; then
@@ -526,6 +573,8 @@ drain() {
     proc_status_kb "$pid" VmHWM
     hwm=$KB
     cpu=$(cpu_seconds "$pid")
+    R_PGCPU[$key]=$(calc "$(pg_cpu_seconds) - $pg0")
+    R_BCPU[$key]=$(cpu_seconds "$BROKER_PID")
     partial=
     case $rc in
     0) ok "$key: $(commas "$n") rows drained in $(calc "$dur / 1000000") s" ;;
@@ -569,18 +618,20 @@ drain() {
     R_RSSEND[$key]=$(rss_at "$dur" 1)
     log_problems "drain $key" "$log"
     R_ALL[$key]+="${R_RATE[$key]} "
-    say "drain $key: $(commas "${R_RATE[$key]}") events/s, ${R_SECS[$key]} s, start-up ${R_START[$key]} s, first row sent at ${R_FIRST[$key]} s, CPU ${cpu} s, VmHWM $(mb "$hwm") MB"
+    say "drain $key: $(commas "${R_RATE[$key]}") events/s, ${R_SECS[$key]} s, start-up ${R_START[$key]} s, first row sent at ${R_FIRST[$key]} s, CPU ${cpu} s (PostgreSQL ${R_PGCPU[$key]} s, broker ${R_BCPU[$key]} s), VmHWM $(mb "$hwm") MB"
 }
 
 # bound KEY N FILE: the PostgreSQL-only bound, pgbench -c 1 running FILE N/1000 times back to
 # back (each statement claims and marks or deletes 1,000 rows); rows/s = pgbench tps x 1000.
 bound() {
-    local key=$1 n=$2 file=$3 out tps left
+    local key=$1 n=$2 file=$3 out tps left pg0
     say "bound $key: resetting the outbox to $(commas "$n") rows"
     reset_outbox "$n"
     out=$T/bound.$key.out
+    pg0=$(pg_cpu_seconds)
     timeout -k 5 $((60 + n / 1000)) pgbench -n -M prepared -c 1 -t $((n / BOUND_BATCH)) \
         -f "$file" >"$out" 2>&1
+    R_PGCPU[$key]=$(calc "$(pg_cpu_seconds) - $pg0")
     tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$out" | head -n 1)
     left=$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL")
     if [ -n "$tps" ] && [ "$left" = 0 ]; then
@@ -591,7 +642,7 @@ bound() {
         not_ok "$key: pgbench claimed all $(commas "$n") rows" "$left left; $(tail -n 3 "$out" | tr '\n' ' ')"
         R_RATE[$key]=- R_SECS[$key]=-
     fi
-    say "bound $key: $(commas "${R_RATE[$key]}") rows/s"
+    say "bound $key: $(commas "${R_RATE[$key]}") rows/s, PostgreSQL CPU ${R_PGCPU[$key]} s"
     R_ALL[$key]+="${R_RATE[$key]} "
 }
 
@@ -817,9 +868,17 @@ producers() {
 # ---- profile (optional) -----------------------------------------------------------------------
 
 PERF_PID=
+PERF_WHOM=
 perf_start() {
     # A flat profile: the build has no frame pointers, so call graphs would be noise.
-    perf record -e cpu-clock -F 999 -p "$1" -o "$T/perf.data" >"$T/perf.log" 2>&1 &
+    local whom=(-p "$1")
+    PERF_WHOM=$1
+    if [ "${BENCH_PERF_ALL:-0}" = 1 ]; then
+        # The machine is shared: record all of it, report this run's processes (perf_stop).
+        whom=(-a)
+        PERF_WHOM="$1,$BROKER_PID,$(head -n 1 "$T/pg/postmaster.pid")"
+    fi
+    perf record -e cpu-clock -F 999 "${whom[@]}" -o "$T/perf.data" >"$T/perf.log" 2>&1 &
     PERF_PID=$!
     _t_track "$PERF_PID"
 }
@@ -829,18 +888,57 @@ perf_stop() {
     wait "$PERF_PID" 2>/dev/null
     untrack "$PERF_PID"
     PERF_PID=
+    local pids=$PERF_WHOM sort=dso what="relay" p
+    if [ "${BENCH_PERF_ALL:-0}" = 1 ]; then
+        # PostgreSQL's processes: the postmaster's children now (the relay's backends are gone
+        # by now only if it exited, and it has not: perf_stop runs before it is stopped).
+        for p in $(pgrep -P "${PERF_WHOM##*,}"); do
+            pids+=",$p"
+        done
+        sort=comm,dso what="the relay, PostgreSQL's processes and the broker"
+    fi
     {
-        echo "# relay CPU by shared object, then by symbol (perf report; libraries without"
-        echo "# debug symbols show addresses)"
-        perf report -i "$T/perf.data" --sort dso --stdio 2>/dev/null | grep -v -e '^#' -e '^$'
-        perf report -i "$T/perf.data" --sort dso,symbol --stdio 2>/dev/null |
-            grep -v -e '^#' -e '^$' | head -n 40
+        echo "# CPU of $what by shared object, then by symbol (perf report; libraries"
+        echo "# without debug symbols show addresses)"
+        perf report -i "$T/perf.data" --pid "$pids" --sort "$sort" --stdio 2>/dev/null |
+            grep -v -e '^#' -e '^$'
+        perf report -i "$T/perf.data" --pid "$pids" --sort "$sort,symbol" --stdio 2>/dev/null |
+            grep -v -e '^#' -e '^$' | head -n 60
     } >"$BIN/bench-perf.txt"
     note "CPU profile of the relay during the $PERF_KEY drain: bin/bench-perf.txt (perf, cpu-clock)"
 }
 
+# ---- replay -----------------------------------------------------------------------------------
+
+# replay_round N: N fresh rows drained at default settings (drain: a reset outbox), then the same
+# rows put back in line by `outbox-relay replay` (new ids above the old ones, attempts 0:
+# docs/operations.md#replay) and drained again, then made unsent by hand (UPDATE sent_at = NULL,
+# which the floor's trigger counts as tried once, so they go the failed rows' way) and drained
+# once more. No VACUUM between: the replayed drain meets the old versions a replay leaves behind,
+# as it would right after an operator's replay; a CHECKPOINT before each drain, as before the
+# fresh one. Keys replay_fresh.N, replayed.N, byhand.N; RP_CMD_S[N]: the replay command's seconds.
+replay_round() {
+    local n=$1 t0 first count
+    drain "replay_fresh.$n" "$n" relay
+    say "replay: putting the $(commas "$n") sent rows back in line"
+    t0=$(now_us)
+    "$RELAY_BIN" replay --database-url "$DATABASE_URL" --aggregate-type order --yes \
+        >"$T/replay.$n.out" 2>&1 || fail "outbox-relay replay" "$(tail -n 3 "$T/replay.$n.out")"
+    RP_ALL_CMD+="$(calc "($(now_us) - $t0) / 1000000") "
+    read -r first count < <(psql_q "SELECT min(id), count(*) FROM outbox WHERE sent_at IS NULL" |
+        tr '|' ' ')
+    check_eq "replay: every drained row is unsent again" "$n" "$count"
+    psql_q "CHECKPOINT" || fail "checkpoint"
+    drain_rows "replayed.$n" "$n" "$first" relay
+    psql_q "UPDATE outbox SET sent_at = NULL WHERE sent_at IS NOT NULL" >/dev/null &&
+        psql_q "CHECKPOINT" || fail "make the rows unsent by hand"
+    drain_rows "byhand.$n" "$n" "$first" relay
+}
+RP_ALL_CMD=
+
 # ---- the run ------------------------------------------------------------------------------
 
+declare -A R_PGCPU R_BCPU
 declare -A R_RATE R_SECS R_HWM R_CPU R_RSS10 R_RSS50 R_RSSEND R_START R_FIRST R_NOTE R_ALL R_SPREAD R_STEADY
 declare -A L_TPS L_LAG L_INSERTED L_DUPS L_N L_P50 L_P99 L_MAX L_MISSING L_CPU L_BCPU P_TPS P_RATIO
 declare -A P_RATIO_SPREAD P_CPU
@@ -848,7 +946,7 @@ declare -A L_RP50 L_RP99 L_KP50 L_KP99 L_SPREAD P_BYTES P_ROWS S_B2 S_BMAX
 NOTES=()
 RUN_START=$(now_us)
 LOAD_BEFORE=$(cut -d ' ' -f 1-3 /proc/loadavg)
-PERF_KEY=default.$MAX_SIZE
+PERF_KEY=${BENCH_PERF_KEY:-default.$MAX_SIZE}
 
 t_setup
 say "PostgreSQL"
@@ -868,6 +966,7 @@ TRIGGER_DEF=$(psql_q "SELECT pg_get_triggerdef(oid) FROM pg_trigger
 say "generating the seed rows"
 seed_rows=$MAX_SIZE
 [[ $PARTS == *" drain "* ]] || seed_rows=1000 # only for the payload size in the report
+[[ $PARTS == *" replay "* ]] && [ "$REPLAY_SIZE" -gt "$seed_rows" ] && seed_rows=$REPLAY_SIZE
 psql -XAtq -v ON_ERROR_STOP=1 -v rows="$seed_rows" -f "$BENCH/seed.sql" >/dev/null ||
     fail "generate the seed rows"
 PAYLOAD_BYTES=$(psql_q "SELECT round(avg(length(payload::text))) FROM bench_seed")
@@ -916,6 +1015,7 @@ for ((round = 1; round <= REPEAT; round++)); do
             drain "ondelete.$n" "$n" relay --on-sent delete
         [ "$n" = "$NAIVE_SIZE" ] && drain "naive.$n" "$n" naive
     done
+    [[ $PARTS == *" replay "* ]] && replay_round "$REPLAY_SIZE"
 done
 take_medians
 
@@ -1095,7 +1195,11 @@ report_drain() {
         echo "Median of $REPEAT rounds (min–max); the other columns are from the last round."
         echo
     fi
-    echo "| backlog | what | events/s | seconds | × PG bound (UPDATE) | × naive | steady events/s | steady × bound | start-up s | first row sent s | CPU s | peak RSS (VmHWM) |"
+    echo "CPU s: the relay's (all threads), PostgreSQL's (all its processes) and the mock broker's, over"
+    echo "the drain; what a drain costs in CPU changes much less with the machine's other load than"
+    echo "its wall time does (the bounds: PostgreSQL's alone)."
+    echo
+    echo "| backlog | what | events/s | seconds | × PG bound (UPDATE) | × naive | steady events/s | steady × bound | start-up s | first row sent s | CPU s: relay / PostgreSQL / broker | peak RSS (VmHWM) |"
     echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for n in "${SIZE_LIST[@]}"; do
         bound=${R_RATE[update.$n]:-}
@@ -1127,13 +1231,15 @@ report_drain() {
             printf '| %s | %s | %s | %s | %s |' "$(commas "$n")" "$d" "$rate" "${R_SECS[$key.$n]}" \
                 "$(x_ratio "$(ratio "${R_RATE[$key.$n]}" "$bound")")"
             if [ "$key" = update ] || [ "$key" = delete ]; then
-                echo " | | | | | | |"
+                echo " | | | | | - / ${R_PGCPU[$key.$n]:--} / - | |"
             else
                 printf ' %s | %s | %s | %s | %s | %s | %s MB |\n' \
                     "$(x_ratio "$(ratio "${R_RATE[$key.$n]}" "$naive")")" \
                     "$(commas "${R_STEADY[$key.$n]:--}")" \
                     "$(x_ratio "$(ratio "${R_STEADY[$key.$n]:--}" "$bound")")" "${R_START[$key.$n]:--}" \
-                    "${R_FIRST[$key.$n]:--}" "${R_CPU[$key.$n]:--}" "$(mb "${R_HWM[$key.$n]}")"
+                    "${R_FIRST[$key.$n]:--}" \
+                    "${R_CPU[$key.$n]:--} / ${R_PGCPU[$key.$n]:--} / ${R_BCPU[$key.$n]:--}" \
+                    "$(mb "${R_HWM[$key.$n]}")"
             fi
         done
     done
@@ -1250,6 +1356,38 @@ report_memory() {
     echo
 }
 
+report_replay() {
+    local n=$REPLAY_SIZE key d rate fresh=${R_RATE[replay_fresh.$REPLAY_SIZE]:-}
+    [ -n "$fresh" ] || return 0
+    echo "## Replay: events put back in line, against fresh events, events/s"
+    echo
+    echo "Each round: $(commas "$n") fresh rows drained at default settings from a reset outbox; the"
+    echo "same rows put back in line by \`outbox-relay replay --aggregate-type order --yes\` (new ids,"
+    echo "attempts 0) and drained again, with no VACUUM between (their old versions still in the table"
+    echo "and its indexes); then made unsent by hand (\`UPDATE outbox SET sent_at = NULL\`: the floor's"
+    echo "trigger counts them as tried once) and drained once more. Each drain is timed as the drains"
+    echo "above. The replay command took $(median_spread $RP_ALL_CMD | cut -d ' ' -f 1) s (median)."
+    echo
+    if [ "$REPEAT" -gt 1 ]; then
+        echo "Median of $REPEAT rounds (min–max); the other columns are from the last round."
+        echo
+    fi
+    echo "| backlog | what | events/s | seconds | × fresh | steady events/s | start-up s | first row sent s | CPU s: relay / PostgreSQL / broker |"
+    echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+    for key in replay_fresh replayed byhand; do
+        [ -n "${R_RATE[$key.$n]:-}" ] || continue
+        case $key in
+        replay_fresh) d="fresh rows (inserted, never sent)" ;;
+        replayed) d="replayed: \`outbox-relay replay\`" ;;
+        byhand) d="made unsent by hand: \`UPDATE … SET sent_at = NULL\`" ;;
+        esac
+        rate=$(commas "${R_RATE[$key.$n]}")
+        [ -n "${R_SPREAD[$key.$n]:-}" ] && rate="$rate (${R_SPREAD[$key.$n]})"
+        echo "| $(commas "$n") | $d | $rate | ${R_SECS[$key.$n]} | $(x_ratio "$(ratio "${R_RATE[$key.$n]}" "$fresh")") | $(commas "${R_STEADY[$key.$n]:--}") | ${R_START[$key.$n]:--} | ${R_FIRST[$key.$n]:--} | ${R_CPU[$key.$n]:--} / ${R_PGCPU[$key.$n]:--} / ${R_BCPU[$key.$n]:--} |"
+    done
+    echo
+}
+
 report_snapshot() {
     local key d
     echo "## An old snapshot held: latency at $(commas "$SNAP_RATE") events/s for $SNAP_S s"
@@ -1315,6 +1453,15 @@ report_targets() {
         r=$(ratio "${R_RATE[avro.$n]}" "${R_RATE[default.$n]:-}")
         echo "- Drain of $(commas "$n") with Avro values ≥ 0.7× the JSON drain: **${r}×** — $(verdict "$r" 0.7 0.7 higher); peak RSS $(mb "${R_HWM[avro.$n]}") MB against $(mb "${R_HWM[default.$n]:-0}") MB."
     done
+    if [ -n "${R_RATE[replayed.$REPLAY_SIZE]:-}" ]; then
+        r=$(ratio "${R_RATE[replayed.$REPLAY_SIZE]}" "${R_RATE[replay_fresh.$REPLAY_SIZE]:-}")
+        echo "- $(commas "$REPLAY_SIZE") replayed events drain at ≥ 0.8× the rate of $(commas "$REPLAY_SIZE") fresh ones: **${r}×** — $(verdict "$r" 0.8 0.8 higher)."
+    fi
+    for n in "${SIZE_LIST[@]}"; do
+        [ -n "${R_RATE[ondelete.$n]:-}" ] || continue
+        r=$(ratio "${R_RATE[ondelete.$n]}" "${R_RATE[delete.$n]:-}")
+        echo "- Drain of $(commas "$n") with \`--on-sent delete\` ≥ 0.85× the claim + DELETE bound: **${r}×** — $(verdict "$r" 0.85 0.85 higher)."
+    done
     if [ -n "${R_RATE[naive.$NAIVE_SIZE]:-}" ]; then
         r=$(ratio "${R_RATE[default.$NAIVE_SIZE]:-}" "${R_RATE[naive.$NAIVE_SIZE]}")
         echo "- Drain of $(commas "$NAIVE_SIZE") at default settings ≥ 5× the naive loop: **${r}×** — $(verdict "$r" 5 5 higher)."
@@ -1369,6 +1516,7 @@ report() {
     [[ $PARTS == *" latency "* ]] && report_latency
     [[ $PARTS == *" producers "* ]] && report_producers
     [[ $PARTS == *" drain "* ]] && report_memory
+    [[ $PARTS == *" replay "* ]] && report_replay
     [ -n "$PAYLOADS" ] && report_payloads
     [[ $PARTS == *" snapshot "* ]] && report_snapshot
     [ -s "$T/multidb.md" ] && { echo; sed -n '/^## Many databases/,$p' "$T/multidb.md"; }
