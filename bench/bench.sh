@@ -1366,7 +1366,7 @@ report_replay() {
     echo "attempts 0) and drained again, with no VACUUM between (their old versions still in the table"
     echo "and its indexes); then made unsent by hand (\`UPDATE outbox SET sent_at = NULL\`: the floor's"
     echo "trigger counts them as tried once) and drained once more. Each drain is timed as the drains"
-    echo "above. The replay command took $(median_spread $RP_ALL_CMD | cut -d ' ' -f 1) s (median)."
+    echo "above. The replay command took $(calc "$(median_spread $RP_ALL_CMD | cut -d ' ' -f 1)" %.1f) s (median)."
     echo
     if [ "$REPEAT" -gt 1 ]; then
         echo "Median of $REPEAT rounds (min–max); the other columns are from the last round."
@@ -1562,6 +1562,19 @@ report_method() {
   start-up stalls, such as librdkafka 2.0.2 asking for a topic's metadata only at its 1-second
   topic scan when a producer first sends to it. CPU s = user + system time of the relay
   process (all threads) from /proc/PID/stat at the end.
+- **CPU.** Each drain also reports the CPU time PostgreSQL's processes used over it (the
+  postmaster's children, live and reaped: every backend, autovacuum, the checkpointer; the
+  completion polls are a small part) and the mock broker's; the bounds, PostgreSQL's. On a
+  machine whose CPUs the relay, PostgreSQL and the broker share, a drain's rate is about the
+  CPUs divided by their summed CPU per event, so these say where a drain's time goes, and they
+  change much less with other load on the machine than its wall time does.
+- **Replay.** $(commas "$REPLAY_SIZE") rows drained fresh (as above, from a reset outbox), then put
+  back in line by \`outbox-relay replay --aggregate-type order --yes\` (new ids from the sequence,
+  attempts 0) and drained by a new relay, then made unsent by hand (\`UPDATE … SET sent_at =
+  NULL\`: the floor's trigger counts each as tried once, so they are claimed as failed rows) and
+  drained again; no VACUUM between, a CHECKPOINT before each drain. A relay starts with its
+  claim floor at 0, so its first claims walk the old versions' entries in the unsent index (the
+  fresh drain's table was vacuumed): that shows in "first row sent".
 - **Naive loop.** bin/naive-relay (bench/naive_relay.c), the seed's loop written plainly with
   blocking libpq and librdkafka: BEGIN; SELECT 100 unsent rows FOR UPDATE SKIP LOCKED; per row
   produce (same key, value and headers as the relay) and \`UPDATE … WHERE id = \$1\`; flush (wait
