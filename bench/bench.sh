@@ -61,6 +61,8 @@
 #                                  then put back in line by `outbox-relay replay` and drained
 #                                  again, then made unsent by hand (UPDATE sent_at = NULL) and
 #                                  drained once more; every BENCH_REPEAT round (BENCH_QUICK: 10000)
+#   BENCH_REPLAY_VACUUM=1          VACUUM between the replay and its drain: what the replayed
+#                                  rows' old versions cost a relay that starts with its floor at 0
 #   BENCH_SNAPSHOT_SECONDS=600     the old-snapshot runs ("snapshot" part): latency at
 #   BENCH_SNAPSHOT_RATE=3000       this rate for this long, without and then with a REPEATABLE
 #                                  READ transaction held open the whole time
@@ -914,9 +916,9 @@ perf_stop() {
 # rows put back in line by `outbox-relay replay` (new ids above the old ones, attempts 0:
 # docs/operations.md#replay) and drained again, then made unsent by hand (UPDATE sent_at = NULL,
 # which the floor's trigger counts as tried once, so they go the failed rows' way) and drained
-# once more. No VACUUM between: the replayed drain meets the old versions a replay leaves behind,
-# as it would right after an operator's replay; a CHECKPOINT before each drain, as before the
-# fresh one. Keys replay_fresh.N, replayed.N, byhand.N; RP_CMD_S[N]: the replay command's seconds.
+# once more. No VACUUM between (unless BENCH_REPLAY_VACUUM=1): the replayed drain meets the old
+# versions a replay leaves behind, as it would right after an operator's replay; a CHECKPOINT
+# before each drain, as before the fresh one. Keys replay_fresh.N, replayed.N, byhand.N; RP_CMD_S[N]: the replay command's seconds.
 replay_round() {
     local n=$1 t0 first count
     drain "replay_fresh.$n" "$n" relay
@@ -928,6 +930,9 @@ replay_round() {
     read -r first count < <(psql_q "SELECT min(id), count(*) FROM outbox WHERE sent_at IS NULL" |
         tr '|' ' ')
     check_eq "replay: every drained row is unsent again" "$n" "$count"
+    if [ "${BENCH_REPLAY_VACUUM:-0}" = 1 ]; then
+        psql_q "VACUUM outbox" || fail "vacuum"
+    fi
     psql_q "CHECKPOINT" || fail "checkpoint"
     drain_rows "replayed.$n" "$n" "$first" relay
     psql_q "UPDATE outbox SET sent_at = NULL WHERE sent_at IS NOT NULL" >/dev/null &&
@@ -1363,8 +1368,13 @@ report_replay() {
     echo
     echo "Each round: $(commas "$n") fresh rows drained at default settings from a reset outbox; the"
     echo "same rows put back in line by \`outbox-relay replay --aggregate-type order --yes\` (new ids,"
-    echo "attempts 0) and drained again, with no VACUUM between (their old versions still in the table"
-    echo "and its indexes); then made unsent by hand (\`UPDATE outbox SET sent_at = NULL\`: the floor's"
+    if [ "${BENCH_REPLAY_VACUUM:-0}" = 1 ]; then
+        echo "attempts 0) and drained again after a VACUUM (BENCH_REPLAY_VACUUM=1: their old versions"
+        echo "removed); then made unsent by hand (\`UPDATE outbox SET sent_at = NULL\`: the floor's"
+    else
+        echo "attempts 0) and drained again, with no VACUUM between (their old versions still in the table"
+        echo "and its indexes); then made unsent by hand (\`UPDATE outbox SET sent_at = NULL\`: the floor's"
+    fi
     echo "trigger counts them as tried once) and drained once more. Each drain is timed as the drains"
     echo "above. The replay command took $(calc "$(median_spread $RP_ALL_CMD | cut -d ' ' -f 1)" %.1f) s (median)."
     echo
@@ -1564,15 +1574,14 @@ report_method() {
   process (all threads) from /proc/PID/stat at the end.
 - **CPU.** Each drain also reports the CPU time PostgreSQL's processes used over it (the
   postmaster's children, live and reaped: every backend, autovacuum, the checkpointer; the
-  completion polls are a small part) and the mock broker's; the bounds, PostgreSQL's. On a
-  machine whose CPUs the relay, PostgreSQL and the broker share, a drain's rate is about the
-  CPUs divided by their summed CPU per event, so these say where a drain's time goes, and they
-  change much less with other load on the machine than its wall time does.
+  completion polls are a small part) and the mock broker's; the bounds, PostgreSQL's. The
+  relay, PostgreSQL and the broker share the machine's CPUs, so these say where a drain's CPU
+  goes, and they change much less with other load on the machine than its wall time does.
 - **Replay.** $(commas "$REPLAY_SIZE") rows drained fresh (as above, from a reset outbox), then put
   back in line by \`outbox-relay replay --aggregate-type order --yes\` (new ids from the sequence,
   attempts 0) and drained by a new relay, then made unsent by hand (\`UPDATE … SET sent_at =
   NULL\`: the floor's trigger counts each as tried once, so they are claimed as failed rows) and
-  drained again; no VACUUM between, a CHECKPOINT before each drain. A relay starts with its
+  drained again; $([ "${BENCH_REPLAY_VACUUM:-0}" = 1 ] && echo "a VACUUM after the replay" || echo "no VACUUM between"), a CHECKPOINT before each drain. A relay starts with its
   claim floor at 0, so its first claims walk the old versions' entries in the unsent index (the
   fresh drain's table was vacuumed): that shows in "first row sent".
 - **Naive loop.** bin/naive-relay (bench/naive_relay.c), the seed's loop written plainly with
