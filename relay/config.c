@@ -1393,7 +1393,12 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
         return optval_fail(err, errlen,
                            "--retry-backoff-max (%ld) must not be below --retry-backoff (%ld)",
                            cfg->retry_backoff_max_ms, cfg->retry_backoff_ms);
-    if (runs && cfg->min_sessions > cfg->sessions)
+    /* Around a list, a --sessions left at its default is no bound: each entry's sessions default
+     * to its min-sessions (database_load), which checks its own pair. */
+    const OptDef *sessions = opts_find(&spec, "sessions", strlen("sessions"));
+    bool list_default =
+        cfg->databases && sessions && sources[sessions - options] == OPT_FROM_DEFAULT;
+    if (runs && !list_default && cfg->min_sessions > cfg->sessions)
         return optval_fail(err, errlen, "--min-sessions (%ld) must not exceed --sessions (%ld)",
                            cfg->min_sessions, cfg->sessions);
     if (cfg->command == CMD_REQUEUE && (cfg->id > 0) == cfg->all)

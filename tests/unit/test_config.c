@@ -1256,6 +1256,17 @@ static void test_databases_sessions_default(void **state)
     assert_int_equal(cfg.dbs[0].sessions, 4);
     assert_int_equal(cfg.dbs[1].sessions, 3);
     config_free(&cfg);
+    /* A min-sessions above the default 2 around the list: each entry's sessions follow it, and
+     * the default --sessions is no bound to check it against. */
+    write_temp(path, "{\"brokers\": \"k:9092\", \"min-sessions\": 3, \"databases\": ["
+                     "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"}]}");
+    assert_true(LOAD(&cfg, err, "run", "--config", path));
+    assert_int_equal(cfg.dbs[0].sessions, 3);
+    config_free(&cfg);
+    /* A --sessions given around the list still bounds it. */
+    assert_false(LOAD(&cfg, err, "run", "--config", path, "--sessions", "2"));
+    assert_error_line(err, "min-sessions (3) must not exceed");
+    config_free(&cfg);
 }
 
 /* What the list refuses, each in one line naming the entry. */
