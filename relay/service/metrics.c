@@ -467,7 +467,7 @@ static void render_set(StrBuf *out, const Set *set)
     long backlog = (long)DB(backlog_known);
     family_gauge(out, set, "outbox_backlog_rows",
                  "Unsent events that are not dead-lettered (waiting for a retry included), as of "
-                 "the last refresh (every 5 s).",
+                 "the last refresh (every 5 s; 15 s for a database of a list).",
                  backlog, DB(backlog), G_LLONG);
     family_gauge(out, set, "outbox_oldest_unsent_age_seconds",
                  "Age (now() - created_at, database clock) of the oldest unsent event that "

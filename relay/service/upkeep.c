@@ -40,8 +40,11 @@ struct Upkeep {
     PgConn *pg;
     char *sql[UPKEEP_SQL_COUNT]; /* expanded at the first connection */
     bool ready;                  /* connected and session set up */
-    bool connected_before;       /* a connection of this upkeep has been up (on demand) */
+    bool connected_before;       /* a connection of this upkeep has been up */
+    /* On demand, gauge_timer is the one tick of both tasks (see on_gauge_timer) and
+     * retention_timer stays stopped; swept_at is when that tick last made retention due. */
     ev_timer gauge_timer, retention_timer;
+    ev_tstamp swept_at;
     bool gauge_due, retention_due;
     ev_tstamp gauge_sent_at;  /* when the backlog query in flight was sent */
     bool sweeping;            /* the last delete was full: more to go */
@@ -175,15 +178,15 @@ static void note_horizon(Upkeep *u, PGresult *r)
     }
 }
 
-/* The backlog query reads every entry of the unsent index, dead versions an old snapshot keeps
- * included (the claims skip them, see floor.h; a count cannot): it may take seconds. So the next
- * refresh waits at least ten times as long as this one took, and the upkeep connection spends at
- * most a tenth of its time on it. outbox_backlog_refresh_timestamp_seconds shows the pace. */
 static double gauge_interval(const Upkeep *u)
 {
     return u->on_demand ? UPKEEP_ON_DEMAND_GAUGE_INTERVAL_S : UPKEEP_GAUGE_INTERVAL_S;
 }
 
+/* The backlog query reads every entry of the unsent index, dead versions an old snapshot keeps
+ * included (the claims skip them, see floor.h; a count cannot): it may take seconds. So the next
+ * refresh waits at least ten times as long as this one took, and the upkeep connection spends at
+ * most a tenth of its time on it. outbox_backlog_refresh_timestamp_seconds shows the pace. */
 static void pace_gauges(Upkeep *u)
 {
     double took = monotime_now() - u->gauge_sent_at, every = 10.0 * took;
@@ -277,8 +280,10 @@ static void kick(Upkeep *u)
     if (!u->pg || !u->ready || !pg_conn_idle(u->pg))
         return;
     if (u->on_demand && !work_due(u)) {
-        ev_timer_set(&u->close_timer, 0.0, 0.0);
-        ev_timer_start(u->loop, &u->close_timer);
+        /* Already pending when kicked twice in one iteration (a SIGHUP's reconfigure beside a
+         * query's callback): libev forbids re-setting an active timer, and once is enough. */
+        if (!ev_is_active(&u->close_timer))
+            ev_timer_start(u->loop, &u->close_timer);
         return;
     }
     if (u->gauge_due && u->gauges) {
@@ -336,6 +341,13 @@ static void on_state(PgConn *pg, bool up, const char *reason, void *arg)
     if (!u->sql[0] && !table_sql_all(&u->cfg->map, pg_conn_libpq(pg), sql_templates, u->sql,
                                      UPKEEP_SQL_COUNT, err, sizeof(err))) {
         note_result(u, "setup", err);
+        if (u->on_demand) {
+            /* Useless without its statements: closed (on_close_timer, outside this callback)
+             * rather than kept for good beside the claim session; the next tick tries again. */
+            u->gauge_due = u->retention_due = false;
+            if (!ev_is_active(&u->close_timer))
+                ev_timer_start(u->loop, &u->close_timer);
+        }
         return; /* the gauges and retention stay off; the relay itself goes on */
     }
     PgQuery q[2] = {{SQL_SETUP, 0, NULL, false}, {SQL_APPNAME, 0, NULL, false}};
@@ -345,11 +357,22 @@ static void on_state(PgConn *pg, bool up, const char *reason, void *arg)
 
 static void on_notify(PgConn *pg, const char *channel, const char *payload, void *arg) {}
 
+/* On demand, this tick also makes retention due once its interval has passed, so that one
+ * connection does both and the databases' sweeps are spread over the interval as their refreshes
+ * are (upkeep_create); a sweep then comes at most every UPKEEP_ON_DEMAND_GAUGE_INTERVAL_S, however
+ * short the retention. Half a tick of slack keeps a sweep due every fourth tick, say, from
+ * slipping to the fifth when a tick comes a little early. */
 static void on_gauge_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Upkeep *u = w->data;
     enter(u);
-    u->gauge_due = true;
+    u->gauge_due = u->gauges;
+    ev_tstamp now = ev_now(loop);
+    if (u->on_demand && u->retention_s > 0 &&
+        now - u->swept_at >= upkeep_retention_interval(u->retention_s) - gauge_interval(u) / 2.0) {
+        u->retention_due = true;
+        u->swept_at = now;
+    }
     kick(u);
 }
 
@@ -357,7 +380,8 @@ static void on_close_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Upkeep *u = w->data;
     enter(u);
-    if (u->pg && u->ready && pg_conn_idle(u->pg) && !work_due(u))
+    /* Without its statements (table_sql_all failed in on_state) the connection serves nothing. */
+    if (u->pg && (!u->sql[0] || (u->ready && pg_conn_idle(u->pg) && !work_due(u))))
         close_connection(u);
 }
 
@@ -378,9 +402,13 @@ void upkeep_reconfigure(Upkeep *u)
         u->sweeping = false;
         u->swept = 0;
         if (retention > 0) {
-            u->retention_timer.repeat = upkeep_retention_interval(retention);
-            ev_timer_again(u->loop, &u->retention_timer);
+            /* On demand, the gauge tick makes retention due (on_gauge_timer). */
+            if (!u->on_demand) {
+                u->retention_timer.repeat = upkeep_retention_interval(retention);
+                ev_timer_again(u->loop, &u->retention_timer);
+            }
             u->retention_due = true;
+            u->swept_at = ev_now(u->loop);
         }
     }
     bool needed = u->gauges || u->retention_s > 0;
@@ -402,7 +430,7 @@ static Upkeep *upkeep_create(struct ev_loop *loop, const Config *cfg, bool gauge
     u->on_demand = on_demand;
     /* On demand, the first refresh comes at once, as a standing connection's does at setup. */
     u->gauge_due = on_demand && gauges;
-    ev_init(&u->close_timer, on_close_timer);
+    ev_timer_init(&u->close_timer, on_close_timer, 0.0, 0.0);
     u->close_timer.data = u;
     u->log_context = log_context();
     u->metrics = metrics_selected();
@@ -410,11 +438,13 @@ static Upkeep *upkeep_create(struct ev_loop *loop, const Config *cfg, bool gauge
     u->gauge_timer.data = u;
     ev_init(&u->retention_timer, on_retention_timer);
     u->retention_timer.data = u;
-    if (gauges) {
+    if (gauges || on_demand) {
         /* The databases of a list start together: on demand, the first tick of each comes at
          * another point of the interval (the fractional parts of multiples of the golden ratio
          * spread any number of them evenly), so fifty databases do not open fifty connections at
-         * once every interval but one every 0.3 s. Their first refresh is the one at start. */
+         * once every interval but one every 0.3 s. Their first refresh and sweep are the ones at
+         * start. On demand the tick runs without the gauges too: it times retention, which
+         * --retention may turn on at a SIGHUP (on_gauge_timer). */
         static unsigned started;
         double every = gauge_interval(u), first = every;
         if (on_demand)

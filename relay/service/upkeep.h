@@ -35,7 +35,10 @@ Upkeep *upkeep_new(struct ev_loop *loop, const Config *cfg, bool gauges);
 /* Like upkeep_new, for one database of several (databases.c): the connection is opened when a
  * gauge refresh or retention batch is due and closed as soon as none is (a sweep keeps it until
  * it finds no more), so an idle database holds none between ticks; the gauges refresh every
- * UPKEEP_ON_DEMAND_GAUGE_INTERVAL_S. Same ownership and errors as upkeep_new. */
+ * UPKEEP_ON_DEMAND_GAUGE_INTERVAL_S, and a retention sweep comes on the same tick once
+ * upkeep_retention_interval has passed (so at most that often; one connection does both). The
+ * ticks of the upkeeps made one after another are spread over the interval. Same ownership and
+ * errors as upkeep_new. */
 Upkeep *upkeep_new_on_demand(struct ev_loop *loop, const Config *cfg, bool gauges);
 
 /* Picks up a changed cfg->retention_s (after SIGHUP): starts, stops or re-times retention, and
