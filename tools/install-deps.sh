@@ -8,8 +8,11 @@
 # deps` installs; `make deps-package` installs package). Nothing missing: one line, exit 0, in well under a
 # second (`make test` and `make quickstart` run this first, every time). Something missing: as
 # root, apt-get update, then install it (noninteractive, no recommends), then check again.
+# In two passes when an entry with alternatives ("npm|nodejs") is missing too and one of its
+# alternatives is among the rest: the rest first, then that entry checked again and installed
+# (what holds depends on what the first pass brought; packages.txt's header).
 # Not root: plain (`make deps`) uses sudo when there is one; --auto (`make test` and co.) prints
-# the one apt-get line to run and exits 1, rather than prompting for a password half-way through
+# the apt-get line to run (the first pass's, and what is checked after it) and exits 1, rather than prompting for a password half-way through
 # a build. --report (the build's own check, tools/check-deps.sh) never installs: it prints the
 # line and exits 1 even as root, since the build has already read its pkg-config flags.
 set -e
@@ -25,8 +28,43 @@ entries=$(awk -v want=" $sections " '
     NF && index(want, " " sec " ") { print }' "$LIST")
 # Every package named, alternatives too ("npm|nodejs": packages.txt's header).
 pkgs=$(printf '%s\n' "$entries" | awk '{ print $1 }' | tr '|' '\n')
+# Two passes: the entries without alternatives first, then those with ("npm|nodejs"), checked
+# again after the first pass installed: which alternative holds depends on what the first pass
+# brought. Asked for together, apt would pick NodeSource's nodejs (a higher version, when its repo
+# is configured) for "nodejs" and then fail on Debian's npm, which that nodejs conflicts with;
+# installed first, that nodejs ships npm itself and the second pass has nothing to do.
+plain=$(printf '%s\n' "$entries" | awk '$1 !~ /[|]/')
+alts=$(printf '%s\n' "$entries" | awk '$1 ~ /[|]/')
 
-# find_missing: sets $missing (not installed) and $broken (installed, but a listed file is gone).
+# ships PKG FILE...: whether installed PKG's own file list (dpkg-query -L) holds one of FILEs
+# that is gone: a command not in PATH as a bin or sbin path, an absolute path (a glob) as a path
+# it matches.
+ships() {
+    list=$(dpkg-query -L "$1" 2>/dev/null) || return 1
+    shift
+    for f in "$@"; do
+        case $f in
+        /*)
+            while read -r p; do
+                # shellcheck disable=SC2254 # $f is a glob on purpose
+                case $p in $f) [ -e "$p" ] || return 0 ;; esac
+            done <<EOF
+$list
+EOF
+            ;;
+        *)
+            if ! command -v "$f" >/dev/null 2>&1 &&
+                printf '%s\n' "$list" | grep -qE "^(/usr)?(/local)?/s?bin/$f\$"; then
+                return 0
+            fi
+            ;;
+        esac
+    done
+    return 1
+}
+
+# find_missing ENTRIES: sets $missing (not installed) and $broken (installed, but a listed file is
+# gone) for ENTRIES ("package file..." lines).
 find_missing() {
     # One dpkg-query for the whole list keeps the check fast; unknown packages print nothing.
     # shellcheck disable=SC2086 # one argument per package
@@ -35,8 +73,8 @@ find_missing() {
     missing=""
     broken=""
     while read -r spec files; do
-        # An entry holds when one of its alternatives is installed with every listed file;
-        # otherwise its first alternative is the one to install (or reinstall).
+        [ -n "$spec" ] || continue
+        # An entry holds when one of its alternatives is installed with every listed file.
         first=${spec%%|*}
         held=""
         for pkg in $(printf '%s' "$spec" | tr '|' ' '); do
@@ -51,26 +89,74 @@ find_missing() {
             [ -z "$held" ] || break
         done
         [ -n "$held" ] && continue
-        case $installed in
-        *" $first "*) broken="$broken $first" ;;
-        *) missing="$missing $first" ;;
+        # Otherwise: the first alternative, installed, is reinstalled. Else a later one that is
+        # installed and ships a listed file that is gone (NodeSource's nodejs without its
+        # /usr/bin/npm) is reinstalled: installing the first beside it would conflict. Else the
+        # first is installed (Debian's nodejs ships no npm: it cannot stand in, npm is needed).
+        case $installed in *" $first "*)
+            broken="$broken $first"
+            continue
+            ;;
         esac
+        fix=""
+        rest=""
+        case $spec in *"|"*) rest=${spec#*|} ;; esac
+        for pkg in $(printf '%s' "$rest" | tr '|' ' '); do
+            case $installed in *" $pkg "*) ;; *) continue ;; esac
+            # set -f: a glob in $files goes to ships as it is, matched against the file list.
+            set -f
+            # shellcheck disable=SC2086 # one argument per file
+            ships "$pkg" $files && fix=$pkg
+            set +f
+            [ -z "$fix" ] || break
+        done
+        if [ -n "$fix" ]; then
+            broken="$broken $fix"
+        else
+            missing="$missing $first"
+        fi
     done <<EOF
-$entries
+$1
 EOF
 }
 
-find_missing
+find_missing "$entries"
 if [ -z "$missing$broken" ]; then
     echo "deps: the $(printf '%s\n' "$entries" | wc -l) packages of tools/packages.txt ($sections) are installed"
     exit 0
 fi
+# The first pass, then the alternative entries that do not depend on it: those none of whose
+# alternatives the first pass installs. The rest (deferred) are checked after it.
+find_missing "$plain"
+missing1=$missing
+broken1=$broken
+find_missing "$alts"
+missing2=""
+broken2=""
+deferred=""
+for pkg in $missing $broken; do
+    # The entry that named it (one package per entry: find_missing picks one).
+    spec=$(printf '%s\n' "$alts" | awk -v p="$pkg" '
+        { n = split($1, a, "|"); for (i = 1; i <= n; i++) if (a[i] == p) { print $1; exit } }')
+    clash=""
+    for alt in $(printf '%s' "$spec" | tr '|' ' '); do
+        case " $missing1 $broken1 " in *" $alt "*) clash=1 ;; esac
+    done
+    if [ -n "$clash" ]; then
+        deferred="$deferred $spec"
+    else
+        case " $missing " in *" $pkg "*) missing2="$missing2 $pkg" ;; *) broken2="$broken2 $pkg" ;; esac
+    fi
+done
+missing=$missing1$missing2
+broken=$broken1$broken2
 # --reinstall only when a file of an installed package is gone: plain install would skip it.
 reinstall=""
 [ -z "$broken" ] || reinstall=" --reinstall"
 line="apt-get install -y --no-install-recommends$reinstall$missing$broken"
 [ -z "$missing" ] || echo "deps: missing:$missing"
 [ -z "$broken" ] || echo "deps: installed, but a file the project uses is gone:$broken"
+[ -z "$deferred" ] || echo "deps: then, once those are installed, checked again:$deferred"
 
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -106,9 +192,13 @@ apt_waiting() { # apt_waiting CMD...: runs CMD, again while it fails on a held l
 # shellcheck disable=SC2086 # $lock is two words
 apt_waiting $SUDO apt-get $lock update -qq
 # Use-Pty=0: no dpkg progress bar redrawn into CI logs.
+install() { # install [--reinstall] PACKAGE...
+    # shellcheck disable=SC2086 # $lock is two words
+    apt_waiting $SUDO env DEBIAN_FRONTEND=noninteractive apt-get $lock install -y -qq \
+        --no-install-recommends -o Dpkg::Use-Pty=0 "$@"
+}
 # shellcheck disable=SC2086 # word splitting of the package list is intended
-apt_waiting $SUDO env DEBIAN_FRONTEND=noninteractive apt-get $lock install -y -qq \
-    --no-install-recommends -o Dpkg::Use-Pty=0 $reinstall $missing $broken
+install $reinstall $missing $broken
 # Debian ships promtool only inside the Prometheus server package, whose install enables and
 # starts a server on :9090 under systemd. The project wants the checker, not the server: one that
 # this run installed is stopped and disabled again (one installed before is left as it was).
@@ -121,9 +211,21 @@ case " $missing " in
     ;;
 esac
 
+# The second pass: the alternative entries left for after the first, checked again now.
+if [ -n "$deferred" ]; then
+    find_missing "$alts"
+    if [ -n "$missing$broken" ]; then
+        echo "deps: second pass, the alternatives:$missing$broken"
+        reinstall=""
+        [ -z "$broken" ] || reinstall="--reinstall"
+        # shellcheck disable=SC2086 # word splitting of the package list is intended
+        install $reinstall $missing $broken
+    fi
+fi
+
 # A package whose listed file still is not there means packages.txt is wrong: say so now rather
 # than reinstalling it on every run.
-find_missing
+find_missing "$entries"
 if [ -n "$missing$broken" ]; then
     echo "deps: still missing after apt-get:$missing$broken (check tools/packages.txt)" >&2
     exit 1
