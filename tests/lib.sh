@@ -391,6 +391,17 @@ guard_pid() {
 guard_held() {
     [ -n "$(guard_pid)" ]
 }
+# npm_client NAME: prints the directory of the npm client pinned by tests/tools/NAME/'s lockfile
+# (tests/tools/npm-ci.sh: cached, offline if it can), for the tests that read the relay's output
+# with a client no one here wrote. Without node and npm, or when the install fails, it returns 1
+# with the reason in $T/npm.log (it runs in the caller's $(...): the caller fails the test).
+npm_client() {
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+        echo "node and npm are not installed (tools/packages.txt)" >"$T/npm.log"
+        return 1
+    fi
+    sh "$ROOT/tests/tools/npm-ci.sh" "$1" 2>"$T/npm.log"
+}
 RELAY_WRAP=()
 relay_start() {
     _T_RELAY_N=$((_T_RELAY_N + 1))

@@ -8,11 +8,7 @@
 source "$(dirname "$0")/../../lib.sh"
 t_setup
 TOOLS=$ROOT/tests/tools
-command -v node >/dev/null && command -v npm >/dev/null ||
-    fail "node and npm are installed (tools/packages.txt)"
-# The SDK, from tests/tools/cloudevents/'s lockfile (npm-ci.sh: cached, offline if it can).
-SDK=$(sh "$TOOLS/npm-ci.sh" cloudevents 2>"$T/npm.log") ||
-    fail "npm ci cloudevents: $(tail -n 3 "$T/npm.log")"
+SDK=$(npm_client cloudevents) || fail "the npm client cloudevents: $(tail -n 3 "$T/npm.log")"
 pg_start
 broker_start 1
 relay_migrate 2>"$T/migrate.log" || fail "migrate"

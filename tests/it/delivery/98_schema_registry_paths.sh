@@ -16,10 +16,7 @@
 source "$(dirname "$0")/../../lib.sh"
 t_setup
 TOOLS=$ROOT/tests/tools
-command -v node >/dev/null && command -v npm >/dev/null ||
-    fail "node and npm are installed (tools/packages.txt)"
-SR=$(sh "$TOOLS/npm-ci.sh" schemaregistry 2>"$T/npm.log") ||
-    fail "npm ci @confluentinc/schemaregistry: $(tail -n 3 "$T/npm.log")"
+SR=$(npm_client schemaregistry) || fail "the npm client schemaregistry: $(tail -n 3 "$T/npm.log")"
 pg_start
 broker_start 1
 relay_migrate 2>"$T/migrate.log" || fail "migrate"
