@@ -728,6 +728,12 @@ static char *json_scalar_text(json_t *v)
 
 static const OptSpec spec;
 
+/* Where the option NAME (of the spec) got its value, from the sources config_load_once keeps. */
+static OptSource source_of(const OptSource *sources, const char *name)
+{
+    return sources[opts_find(&spec, name, strlen(name)) - options];
+}
+
 /* ---- many databases -------------------------------------------------------------------------
  * An entry of --databases is an object: "name", the URL ("database-url" or "database-url-file")
  * and any of these options, which then hold for that database alone. The others are the
@@ -901,11 +907,9 @@ static bool database_load(Config *db, const Config *base, bool sessions_default,
     return true;
 }
 
-/* Builds cfg->dbs from cfg->databases; sources says where cfg's options came from. */
-static bool databases_load(Config *cfg, const OptSource *sources, char *err, size_t errlen)
+/* Builds cfg->dbs from cfg->databases; sessions_default as database_load takes it. */
+static bool databases_load(Config *cfg, bool sessions_default, char *err, size_t errlen)
 {
-    const OptDef *sessions = opts_find(&spec, "sessions", strlen("sessions"));
-    bool sessions_default = sessions && sources[sessions - options] == OPT_FROM_DEFAULT;
     json_error_t jerr;
     json_t *list = json_loads(cfg->databases, JSON_REJECT_DUPLICATES, &jerr);
     if (!list || !json_is_array(list)) {
@@ -1163,9 +1167,8 @@ static bool read_kafka_file(Config *cfg, size_t at, char *err, size_t errlen)
 static bool read_secret_files(Config *cfg, const OptSource *sources, size_t kafka_file_at,
                               char *err, size_t errlen)
 {
-    const OptDef *url = opts_find(&spec, "database-url", strlen("database-url"));
-    const OptDef *url_file = opts_find(&spec, "database-url-file", strlen("database-url-file"));
-    OptSource l_url = sources[url - options], l_file = sources[url_file - options];
+    OptSource l_url = source_of(sources, "database-url");
+    OptSource l_file = source_of(sources, "database-url-file");
     if (l_file != OPT_FROM_NOWHERE && l_file == l_url)
         return optval_fail(err, errlen,
                            "database-url and database-url-file are both set by %s: use one",
@@ -1182,8 +1185,7 @@ static bool read_secret_files(Config *cfg, const OptSource *sources, size_t kafk
  * may edit the config file or the environment cannot grant it to themselves. */
 static bool check_kafka_properties(Config *cfg, const OptSource *sources, char *err, size_t errlen)
 {
-    const OptDef *allow = opts_find(&spec, "kafka-allow-unsafe", strlen("kafka-allow-unsafe"));
-    OptSource from = sources[allow - options];
+    OptSource from = source_of(sources, "kafka-allow-unsafe");
     if (cfg->kafka_allow_unsafe && from != OPT_FROM_FLAG)
         return optval_fail(err, errlen,
                            "--kafka-allow-unsafe is accepted only as a flag, not from %s",
@@ -1364,7 +1366,9 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
     }
     if (!config_map_init(cfg, err, errlen))
         return false;
-    if (cfg->databases && !databases_load(cfg, sources, err, errlen))
+    /* --sessions left at its default: around a list, each entry's follow its min-sessions. */
+    bool sessions_default = source_of(sources, "sessions") == OPT_FROM_DEFAULT;
+    if (cfg->databases && !databases_load(cfg, sessions_default, err, errlen))
         return false;
     /* Kafka orders a partition, not a key: rows of one aggregate that name different partitions
      * are read in no order across them, so the promise shrinks to each partition, and the
@@ -1395,9 +1399,7 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
                            cfg->retry_backoff_max_ms, cfg->retry_backoff_ms);
     /* Around a list, a --sessions left at its default is no bound: each entry's sessions default
      * to its min-sessions (database_load), which checks its own pair. */
-    const OptDef *sessions = opts_find(&spec, "sessions", strlen("sessions"));
-    bool list_default =
-        cfg->databases && sessions && sources[sessions - options] == OPT_FROM_DEFAULT;
+    bool list_default = cfg->databases && sessions_default;
     if (runs && !list_default && cfg->min_sessions > cfg->sessions)
         return optval_fail(err, errlen, "--min-sessions (%ld) must not exceed --sessions (%ld)",
                            cfg->min_sessions, cfg->sessions);
