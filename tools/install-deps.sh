@@ -36,6 +36,15 @@ pkgs=$(printf '%s\n' "$entries" | awk '{ print $1 }' | tr '|' '\n')
 plain=$(printf '%s\n' "$entries" | awk '$1 !~ /[|]/')
 alts=$(printf '%s\n' "$entries" | awk '$1 ~ /[|]/')
 
+# present FILE: whether FILE is there: an absolute path (a glob, unquoted by the caller) exists,
+# a command is in PATH.
+present() {
+    case $1 in
+    /*) [ -e "$1" ] ;;
+    *) command -v "$1" >/dev/null 2>&1 ;;
+    esac
+}
+
 # ships PKG FILE...: whether installed PKG's own file list (dpkg-query -L) holds one of FILEs
 # that is gone: a command not in PATH as a bin or sbin path, an absolute path (a glob) as a path
 # it matches.
@@ -53,7 +62,7 @@ $list
 EOF
             ;;
         *)
-            if ! command -v "$f" >/dev/null 2>&1 &&
+            if ! present "$f" &&
                 printf '%s\n' "$list" | grep -qE "^(/usr)?(/local)?/s?bin/$f\$"; then
                 return 0
             fi
@@ -81,10 +90,10 @@ find_missing() {
             case $installed in *" $pkg "*) ;; *) continue ;; esac
             held=$pkg
             for f in $files; do # unquoted: a path may be a glob (/usr/lib/postgresql/*/bin/initdb)
-                case $f in
-                /*) [ -e "$f" ] || { held=""; break; } ;;
-                *) command -v "$f" >/dev/null 2>&1 || { held=""; break; } ;;
-                esac
+                present "$f" || {
+                    held=""
+                    break
+                }
             done
             [ -z "$held" ] || break
         done
