@@ -72,7 +72,9 @@
 #   BENCH_OUT=FILE                 where the report goes
 #   BENCH_BASELINE_BIN=PATH        another outbox-relay binary (an older commit, say) drained and
 #                                  timed at default settings right after this one, in every round,
-#                                  so a change is judged by a same-run ratio (rows "baseline")
+#                                  so a change is judged by a same-run ratio (rows "baseline");
+#                                  with BENCH_ON_SENT_DELETE also with --on-sent delete (rows
+#                                  "baselinedel", taking turns with this build's delete drain)
 #   BENCH_PERF=1                   also record a CPU profile (perf, cpu-clock) of the relay
 #                                  during the largest default drain, into bin/bench-perf.txt
 #   BENCH_PERF_KEY=ondelete.100000 the drain to profile instead (a key of the report's rows:
@@ -1016,8 +1018,14 @@ for ((round = 1; round <= REPEAT; round++)); do
         [ "$main_size" = 1 ] && [ "$AVRO" = 1 ] && drain "avro.$n" "$n" relay "${AVRO_FLAGS[@]}"
         [ "$main_size" = 1 ] && [ "$ONE_SESSION" = 1 ] && drain "single.$n" "$n" relay --sessions 1
         [ "$main_size" = 1 ] && [ ${#TUNED[@]} -gt 0 ] && drain "tuned.$n" "$n" relay "${TUNED[@]}"
-        [ "$main_size" = 1 ] && [ "$ON_SENT_DELETE" = 1 ] &&
-            drain "ondelete.$n" "$n" relay --on-sent delete
+        # With a baseline binary, the two delete drains take turns going first, round by round,
+        # so a drift of the machine's load does not favour one of them.
+        for del in $([ $((round % 2)) = 1 ] && echo ondelete baselinedel || echo baselinedel ondelete); do
+            [ "$main_size" = 1 ] && [ "$ON_SENT_DELETE" = 1 ] || continue
+            [ "$del" = ondelete ] && drain "ondelete.$n" "$n" relay --on-sent delete
+            [ "$del" = baselinedel ] && [ -n "$BASELINE_BIN" ] &&
+                drain "baselinedel.$n" "$n" baseline --on-sent delete
+        done
         [ "$n" = "$NAIVE_SIZE" ] && drain "naive.$n" "$n" naive
     done
     [[ $PARTS == *" replay "* ]] && replay_round "$REPLAY_SIZE"
@@ -1209,7 +1217,7 @@ report_drain() {
     for n in "${SIZE_LIST[@]}"; do
         bound=${R_RATE[update.$n]:-}
         naive=${R_RATE[naive.$n]:-}
-        for key in update delete default avro baseline single tuned ondelete naive; do
+        for key in update delete default avro baseline single tuned ondelete baselinedel naive; do
             [ -n "${R_RATE[$key.$n]:-}" ] || continue
             case $key in
             update) d="PostgreSQL-only bound: claim + UPDATE, 1,000 rows a statement" ;;
@@ -1228,6 +1236,11 @@ report_drain() {
             ondelete)
                 d="relay, deleting sent rows: \`--on-sent delete\` ($(x_ratio "$(ratio \
                     "${R_RATE[$key.$n]}" "${R_RATE[delete.$n]:--}")") the DELETE bound)"
+                ;;
+            baselinedel)
+                d="baseline binary, \`--on-sent delete\` ($BASELINE_LABEL; $(x_ratio "$(ratio \
+                    "${R_RATE[$key.$n]}" "${R_RATE[delete.$n]:--}")") the DELETE bound; this build: \
+                    $(x_ratio "$(ratio "${R_RATE[ondelete.$n]:--}" "${R_RATE[$key.$n]}")") of it)"
                 ;;
             naive) d="naive loop (100-row batches, one UPDATE per row)" ;;
             esac
