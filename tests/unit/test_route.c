@@ -521,6 +521,71 @@ static void test_headers_bytes_limit(void **state)
     free(json);
 }
 
+/* route.c reads the usual headers column (a flat object of plain ASCII strings) without jansson,
+ * and hands every other text to jansson: each pair below is the same object, once in the flat
+ * shape and once with an escape (\u0031 is "1") that only jansson reads; the headers must be the
+ * same, entry by entry. The texts jansson rejects must be rejected whatever the flat reader
+ * made of their start. */
+static void assert_same_headers(const char *flat, const char *escaped)
+{
+    char err[256] = "";
+    OutboxRow a = make_row("Order", "OrderCreated", flat);
+    OutboxRow b = make_row("Order", "OrderCreated", escaped);
+    rd_kafka_headers_t *ha = route_headers(&a, true, err, sizeof(err));
+    rd_kafka_headers_t *hb = route_headers(&b, true, err, sizeof(err));
+    assert_non_null(ha);
+    assert_non_null(hb);
+    assert_int_equal(rd_kafka_header_cnt(ha), rd_kafka_header_cnt(hb));
+    for (size_t i = 0; i < rd_kafka_header_cnt(ha); i++) {
+        const char *na, *nb;
+        const void *va, *vb;
+        size_t sa, sb;
+        assert_int_equal(rd_kafka_header_get_all(ha, i, &na, &va, &sa), 0);
+        assert_int_equal(rd_kafka_header_get_all(hb, i, &nb, &vb, &sb), 0);
+        assert_string_equal(na, nb);
+        assert_int_equal(sa, sb);
+        assert_memory_equal(va, vb, sa);
+    }
+    rd_kafka_headers_destroy(ha);
+    rd_kafka_headers_destroy(hb);
+}
+
+static void test_headers_flat_same_as_jansson(void **state)
+{
+    assert_same_headers("{\"traceparent\": \"00-abc-01\"}",
+                        "{\"traceparent\": \"00-abc-0\\u0031\"}");
+    assert_same_headers(
+        " {\n\t\"a\" : \"1\" ,\r\"ID\":\"x\", \"dlq.x\": \"y\", \"\": \"e\", \"s\": \"\"} ",
+        "{\"a\":\"\\u0031\",\"ID\":\"x\",\"dlq.x\":\"y\",\"\":\"e\",\"s\":\"\"}");
+    assert_same_headers("{}", " { } ");
+    /* a name twice: jansson keeps the last value in the first one's place */
+    assert_same_headers("{\"a\":\"0\",\"b\":\"2\",\"a\":\"1\"}", "{\"a\":\"\\u0031\",\"b\":\"2\"}");
+    char err[256];
+    static const char *const bad[] = {"{\"a\":\"b\"} x",
+                                      "{\"a\":\"b\",}",
+                                      "{\"a\":\"b\"",
+                                      "{\"a\" \"b\"}",
+                                      "[\"a\"]",
+                                      "{\"a\":\"b\" \"c\":\"d\"}",
+                                      ""};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        OutboxRow row = make_row("Order", "OrderCreated", bad[i]);
+        err[0] = '\0';
+        rd_kafka_headers_t *hdrs = route_headers(&row, true, err, sizeof(err));
+        if (hdrs)
+            fail_msg("headers column '%s' was taken", bad[i]);
+        assert_err_line(err, "headers column is not a JSON object");
+    }
+    /* the count limit holds across the two objects when the second one is read flat */
+    char *many = headers_json(90), *flat = headers_json(16);
+    OutboxRow row = make_row("Order", "OrderCreated", many);
+    row.extra_headers = flat;
+    assert_null(route_headers(&row, true, err, sizeof(err)));
+    assert_string_equal(err, "headers: 106 entries, more than the limit of 100");
+    free(many);
+    free(flat);
+}
+
 static void test_headers_non_string_values(void **state)
 {
     OutboxRow row = make_row("Order", "OrderCreated",
@@ -618,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_headers_order_and_values),
         cmocka_unit_test(test_headers_reserved_dropped),
         cmocka_unit_test(test_headers_non_string_values),
+        cmocka_unit_test(test_headers_flat_same_as_jansson),
         cmocka_unit_test(test_headers_not_an_object),
         cmocka_unit_test(test_headers_debezium_style),
         cmocka_unit_test(test_topic_routed_by_value),
