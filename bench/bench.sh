@@ -580,6 +580,8 @@ drain_rows() {
     R_PGCPU[$key]=$(calc "$(pg_cpu_seconds) - $pg0")
     R_BCPU[$key]=$(cpu_seconds "$BROKER_PID")
     partial=
+    # Every round's CPU in the log (the report shows the last round's): per-round figures.
+    say "drain $key: CPU s relay / PostgreSQL / broker: $cpu / ${R_PGCPU[$key]} / ${R_BCPU[$key]}"
     case $rc in
     0) ok "$key: $(commas "$n") rows drained in $(calc "$dur / 1000000") s" ;;
     1)
