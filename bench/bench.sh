@@ -1241,8 +1241,8 @@ report_drain() {
                 ;;
             baselinedel)
                 d="baseline binary, \`--on-sent delete\` ($BASELINE_LABEL; $(x_ratio "$(ratio \
-                    "${R_RATE[$key.$n]}" "${R_RATE[delete.$n]:--}")") the DELETE bound; this build: \
-                    $(x_ratio "$(ratio "${R_RATE[ondelete.$n]:--}" "${R_RATE[$key.$n]}")") of it)"
+                    "${R_RATE[$key.$n]}" "${R_RATE[delete.$n]:--}")") the DELETE bound;"
+                d+=" this build: $(x_ratio "$(ratio "${R_RATE[ondelete.$n]:--}" "${R_RATE[$key.$n]}")") of it)"
                 ;;
             naive) d="naive loop (100-row batches, one UPDATE per row)" ;;
             esac
