@@ -214,11 +214,15 @@ mutate:
 bin/naive-relay: bench/naive_relay.c | bin/.deps-ok
 	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $< $(DEP_LIBS) -o $@
 
-bench: bin/outbox-relay $(TOOL_BIN) bin/naive-relay
+bench: bin/outbox-relay $(TOOL_BIN) bin/naive-relay bin/outbox-load
 	@bash bench/bench.sh
 
 # One relay serving many databases against one database at the same rate (also a part of bench).
-bench-multidb: bin/outbox-relay $(TOOL_BIN)
+# bin/outbox-load is its producer: one process pacing inserts into all the databases.
+bin/outbox-load: bench/outbox_load.c | bin/.deps-ok
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $< $(shell pkg-config --libs libpq) -lm -o $@
+
+bench-multidb: bin/outbox-relay $(TOOL_BIN) bin/outbox-load
 	@bash bench/multidb.sh
 
 # The demos' Redis fast path against PostgreSQL alone (bench/redis_bench.sh, not in make test).
