@@ -20,6 +20,16 @@ struct KafkaProducer {
     bool up;
     bool down_logged;
     bool fatal;
+    /* The fatal error was a broker's rejection (not a local one, such as the gap-less check
+     * tripping on the relay's own purge at a delivery timeout, which cancels every message of
+     * the partition behind the purged ones too). */
+    bool fatal_from_broker;
+    /* The partition of the last message a broker rejected (the request that can make the
+     * producer fail), and whether a message of it in flight when the producer failed has been
+     * reported cancelled (logged once per producer). */
+    rd_kafka_topic_t *rejected_topic;
+    int32_t rejected_partition;
+    bool fatal_in_flight_logged;
     char last_topic[256]; /* the topic of the last message produced */
     /* The log context current when the producer was made (its database's, when a process
      * serves several): made current again as its reports and errors are served on the loop. */
@@ -107,6 +117,28 @@ static void on_delivery_report(rd_kafka_t *rk, const rd_kafka_message_t *msg, vo
     KafkaProducer *kp = opaque;
     if (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR)
         mark_up(kp);
+    if (msg->err > 0) { /* a broker's answer, not one of librdkafka's own (negative) */
+        kp->rejected_topic = msg->rkt;
+        kp->rejected_partition = msg->partition;
+    }
+    if (kp->fatal_from_broker && msg->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT &&
+        msg->rkt == kp->rejected_topic && msg->partition == kp->rejected_partition &&
+        !kp->fatal_in_flight_logged) {
+        /* After the fatal error librdkafka 2.0.2 may still send a request it had built behind
+         * the rejected one; the purge reports it failed, but a broker with no record of this
+         * producer on the partition (its first request there was the rejected one) keeps it,
+         * ahead of the failed events' retry (docs/guarantees.md, "In Kafka"). The relay cannot
+         * tell whether it was kept: say so rather than stay silent. Only for the rejected
+         * partition: on the others the purge cancels a tail behind acknowledged messages. */
+        char key[128], q[300];
+        snprintf(key, sizeof(key), "%.*s", msg->key_len < sizeof(key) ? (int)msg->key_len : 127,
+                 msg->key ? (const char *)msg->key : "");
+        log_warn("events in flight when the producer failed were cancelled; the broker may have "
+                 "kept them ahead of earlier failed events of their aggregates (order may be "
+                 "broken for those aggregates)",
+                 "key=%s", log_quote(key, q, sizeof(q)));
+        kp->fatal_in_flight_logged = true;
+    }
     kp->on_delivery(msg->_private, msg->err, kp->arg);
 }
 
@@ -132,6 +164,7 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         log_error("kafka producer fatal error, recreating the producer", "error=%s code=%s",
                   log_quote(why, q, sizeof(q)), rd_kafka_err2name(orig));
         kp->fatal = true;
+        kp->fatal_from_broker = orig > 0; /* librdkafka's own errors are negative */
         /* The producer sends nothing more, but librdkafka 2.0.2 may leave a message it still
          * holds unreported (seen: one message for 30 s, until the delivery timeout, with two
          * sessions' batches in flight). Purging reports everything left at once, as failures the
