@@ -173,16 +173,19 @@
  * ended, and the transactions that may still add rows to the table (they hold RowExclusiveLock
  * on it: every INSERT takes it before its row's {seq} is drawn). A prepared transaction's locks
  * move to a new virtual id (pid NULL) at PREPARE TRANSACTION: while one holds a lock on the
- * table, no writer counts as ended. */
+ * table, no writer counts as ended. pg_locks is read once (MATERIALIZED): each read copies the
+ * whole server's lock table under every lock-manager partition lock, stalling every database's
+ * commits meanwhile (docs/architecture.md), and one read also gives both answers the same
+ * moment. */
 #define FLOOR_WRITERS                                                                              \
-    "SELECT NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'relation'"                    \
-    " AND l.database = d.oid AND l.relation = t.oid"                                               \
-    " AND (l.virtualtransaction = ANY($1::text[]) OR l.pid IS NULL)),"                             \
-    " ARRAY(SELECT l.virtualtransaction FROM pg_locks l WHERE l.locktype = 'relation'"             \
-    " AND l.database = d.oid AND l.relation = t.oid AND l.mode = 'RowExclusiveLock'"               \
-    " AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid())::text"                                          \
-    " FROM (SELECT {table_text}::regclass::oid AS oid) t,"                                         \
-    " (SELECT oid FROM pg_database WHERE datname = pg_catalog.current_database()) d"
+    "WITH l AS MATERIALIZED (SELECT l.virtualtransaction, l.pid, l.mode FROM pg_locks l,"          \
+    " (SELECT {table_text}::regclass::oid AS oid) t,"                                              \
+    " (SELECT oid FROM pg_database WHERE datname = pg_catalog.current_database()) d"               \
+    " WHERE l.locktype = 'relation' AND l.database = d.oid AND l.relation = t.oid)"                \
+    " SELECT NOT EXISTS (SELECT 1 FROM l"                                                          \
+    " WHERE l.virtualtransaction = ANY($1::text[]) OR l.pid IS NULL),"                             \
+    " ARRAY(SELECT l.virtualtransaction FROM l WHERE l.mode = 'RowExclusiveLock'"                  \
+    " AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid())::text"
 /* Dead events not yet published to the dead-letter topic: found on the retry index (after
  * SQL_CLAIM_PLAN, as SQL_FAILED_ROWS says), locked unless someone else holds them. */
 #define DEAD_LETTER_DUE                                                                            \
