@@ -15,6 +15,7 @@
 #    words a shell would run (`check "what" jq ...`, `timeout 5 redis-cli ...`); the few prose
 #    words that happen to name commands are set aside below (PROSE).
 # 3. Not stale: every listed command still appears in the test scripts.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@" # `sh tools/check-test-commands.sh` too
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LIST=tools/test-commands.txt
