@@ -28,9 +28,6 @@ void batch_free(Batch *b)
     b->n_retired_values = 0;
     free(b->rows);
     b->rows = NULL;
-    free(b->topics);
-    b->topics = NULL;
-    b->topics_cap = 0;
 }
 
 void batch_clear(Batch *b)
@@ -41,13 +38,11 @@ void batch_clear(Batch *b)
         if (b->rows[i].headers)
             rd_kafka_headers_destroy(b->rows[i].headers); /* never produced */
         b->rows[i].headers = NULL;
+        free(b->rows[i].topic);
         b->rows[i].topic = NULL;
         free(b->rows[i].value); /* the producer's report is in: nothing points at it any more */
         b->rows[i].value = NULL;
     }
-    for (int i = 0; i < b->n_topics; i++)
-        free(b->topics[i]);
-    b->n_topics = 0; /* the array stays for the next batch */
     PQclear(b->claim);
     PQclear(b->dead);
     b->claim = b->dead = NULL;
@@ -221,30 +216,6 @@ void batch_load(Batch *b, PGresult *claim, PGresult *dead)
     b->dead = dead;
     load_result(b, claim, false);
     load_result(b, dead, true);
-}
-
-/* How many of the latest names batch_topic compares a row's with: one topic per batch is the
- * usual case, a few (a template with {event_type}) the next. */
-#define BATCH_TOPIC_LOOKBACK 8
-
-const char *batch_topic(Batch *b, const char *topic)
-{
-    int stop = b->n_topics > BATCH_TOPIC_LOOKBACK ? b->n_topics - BATCH_TOPIC_LOOKBACK : 0;
-    for (int i = b->n_topics - 1; i >= stop; i--)
-        if (strcmp(b->topics[i], topic) == 0)
-            return b->topics[i];
-    if (b->n_topics == b->topics_cap) {
-        int cap = b->topics_cap ? b->topics_cap * 2 : 4;
-        char **topics = realloc(b->topics, (size_t)cap * sizeof(*topics));
-        if (!topics)
-            return NULL;
-        b->topics = topics;
-        b->topics_cap = cap;
-    }
-    char *copy = strdup(topic);
-    if (copy)
-        b->topics[b->n_topics++] = copy;
-    return copy;
 }
 
 /* FNV-1a over aggregate_type, a separator, aggregate_id. */

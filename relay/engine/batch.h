@@ -29,8 +29,7 @@ typedef enum {
 typedef struct BatchRow {
     OutboxRow row;
     void *owner;            /* the batch's owner (the engine's session), for the delivery report */
-    const char *topic;      /* the topic it was produced to (the batch's copy, batch_topic), NULL
-                             * until then */
+    char *topic;            /* the topic it was produced to (owned), NULL until then */
     bool dead_letter;       /* a dead event being published to the dead-letter topic */
     int attempts;           /* as claimed */
     const char *last_error; /* as claimed (dead-letter rows only), else NULL */
@@ -76,10 +75,6 @@ typedef struct Batch {
                              metrics */
     double claim_sent_at; /* monotonic time when its claim was sent (with the last marks, if
                              chained) */
-    /* The rows' topic names (BatchRow.topic), one copy per name and batch instead of one per
-     * row: a batch's rows mostly share one topic. Freed by batch_clear. */
-    char **topics;
-    int n_topics, topics_cap;
     uint8_t held[BATCH_HELD_BITS / 8];
 } Batch;
 
@@ -110,12 +105,6 @@ bool batch_reserve(Batch *b, int capacity) __attribute__((warn_unused_result));
 /* Loads the rows of the claim result, then those of the dead-letter result (either may be NULL;
  * at most capacity rows in all). The batch takes ownership of both results. */
 void batch_load(Batch *b, PGresult *claim, PGresult *dead);
-
-/* The batch's copy of the topic name topic (interned: rows of the same topic share one copy),
- * valid until batch_clear or batch_free; NULL when out of memory. Looks among the last few names
- * only, so a batch of many distinct topics costs a bounded search per row (a name may then be
- * stored twice). */
-const char *batch_topic(Batch *b, const char *topic);
 
 /* Records a failure (copying why) and holds the row's aggregate for the rest of the batch; counts
  * it in the failure metrics. */

@@ -83,7 +83,7 @@ static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
             batch_fail(&s->batch, br, why, true);
             return RD_KAFKA_RESP_ERR_NO_ERROR;
         }
-        br->topic = batch_topic(&s->batch, topic);
+        br->topic = strdup(topic);
         if (!br->topic) {
             batch_fail(&s->batch, br, "out of memory", false);
             return RD_KAFKA_RESP_ERR_NO_ERROR;

@@ -4,7 +4,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -199,36 +198,6 @@ static void test_order_breaks_per_topic(void **state)
     batch_clear(b);
 }
 
-/* Rows of one topic share the batch's one copy of its name; a new name gets its own; a name
- * seen only beyond the look-back may be stored again, still equal; batch_clear frees them all
- * (ASan: no leak) and the batch takes names again after. */
-static void test_topic_copies(void **state)
-{
-    Batch *b = *state;
-    char name[32] = "outbox.event.order";
-    const char *t = batch_topic(b, name);
-    assert_non_null(t);
-    assert_ptr_not_equal(t, name);
-    assert_string_equal(t, "outbox.event.order");
-    name[0] = 'X'; /* the caller's buffer is not kept */
-    assert_string_equal(t, "outbox.event.order");
-    assert_ptr_equal(batch_topic(b, "outbox.event.order"), t);
-    const char *u = batch_topic(b, "outbox.event.invoice");
-    assert_ptr_not_equal(u, t);
-    assert_string_equal(u, "outbox.event.invoice");
-    assert_ptr_equal(batch_topic(b, "outbox.event.order"), t);
-    for (int i = 0; i < 40; i++) {
-        char other[32];
-        snprintf(other, sizeof(other), "topic.%d", i);
-        assert_string_equal(batch_topic(b, other), other);
-    }
-    assert_string_equal(batch_topic(b, "outbox.event.order"), "outbox.event.order");
-    assert_string_equal(t, "outbox.event.order"); /* older copies stay until batch_clear */
-    batch_clear(b);
-    assert_int_equal(b->n_topics, 0);
-    assert_string_equal(batch_topic(b, "outbox.event.order"), "outbox.event.order");
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,7 +209,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_marks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_order_breaks_per_topic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_order_breaks, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_topic_copies, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
