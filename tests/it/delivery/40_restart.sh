@@ -77,13 +77,26 @@ check "A: exactly the table's events" same_ids "$T/a.json" "aggregate_type = 'a'
 check "A: order per aggregate" first_copies_in_order "$T/a.json"
 
 # --- B: SIGTERM with a batch in flight ---
+# claim_open sees the session waiting for its batch's acknowledgements, but the SIGTERM that
+# follows a psql round trip later can land just after the last of them (the wait is 300 ms; seen
+# once, in a fresh chroot under the sanitizers). Such a stop has nothing in flight and proves
+# nothing, so the relay is started and stopped again, three times at most.
 broker_cmd "rtt all 300"
 insert b 0 4999
-run_relay --batch-size 250
-wait_for "B: delivery under way" 60 partly_sent b
-wait_for "B: a batch is in flight (claimed, acknowledgements pending)" 30 claim_open
-relay_stop 30
-check_eq "B: SIGTERM mid-batch: relay exits 0" 0 $?
+b_under=0 b_open=0 b_rc=0
+for b_try in 1 2 3; do
+    run_relay --batch-size 250
+    if _poll 60 partly_sent b; then
+        b_under=$((b_under + 1))
+        _poll 30 claim_open && b_open=$((b_open + 1))
+    fi
+    relay_stop 30 || b_rc=$?
+    grep -qE 'msg="shutting down" .*in_flight=[1-9]' "$RELAY_LOG" && break
+    echo "# B: try $b_try: the SIGTERM landed between batches; again"
+done
+check_eq "B: delivery under way (each try)" "$b_try" "$b_under"
+check_eq "B: a batch is in flight (claimed, acknowledgements pending; each try)" "$b_try" "$b_open"
+check_eq "B: SIGTERM mid-batch: relay exits 0" 0 "$b_rc"
 check "B: the SIGTERM landed with messages in flight (shutting down ... in_flight > 0)" \
     grep -qE 'msg="shutting down" .*in_flight=[1-9]' "$RELAY_LOG"
 b_sent=$(sent_of b)
