@@ -83,6 +83,7 @@ check "A: order per aggregate" first_copies_in_order "$T/a.json"
 # nothing, so the relay is started and stopped again, three times at most.
 broker_cmd "rtt all 300"
 insert b 0 4999
+in_flight_at_stop='msg="shutting down" .*in_flight=[1-9]'
 b_under=0 b_open=0 b_rc=0
 for b_try in 1 2 3; do
     run_relay --batch-size 250
@@ -91,14 +92,14 @@ for b_try in 1 2 3; do
         _poll 30 claim_open && b_open=$((b_open + 1))
     fi
     relay_stop 30 || b_rc=$?
-    grep -qE 'msg="shutting down" .*in_flight=[1-9]' "$RELAY_LOG" && break
+    grep -qE "$in_flight_at_stop" "$RELAY_LOG" && break
     echo "# B: try $b_try: the SIGTERM landed between batches; again"
 done
 check_eq "B: delivery under way (each try)" "$b_try" "$b_under"
 check_eq "B: a batch is in flight (claimed, acknowledgements pending; each try)" "$b_try" "$b_open"
 check_eq "B: SIGTERM mid-batch: relay exits 0" 0 "$b_rc"
 check "B: the SIGTERM landed with messages in flight (shutting down ... in_flight > 0)" \
-    grep -qE 'msg="shutting down" .*in_flight=[1-9]' "$RELAY_LOG"
+    grep -qE "$in_flight_at_stop" "$RELAY_LOG"
 b_sent=$(sent_of b)
 echo "# B: $b_sent of 5000 rows marked at shutdown"
 grep -m 1 'shutting down' "$RELAY_LOG" | sed 's/^/# /'
