@@ -1185,6 +1185,14 @@ report_header() {
     echo "Latest run of \`$CMD\` ($(date -u +%Y-%m-%d), ${RUN_SECONDS} s). Every ratio compares"
     echo "figures measured in this same run."
     echo
+    # Runs measured apart keep documents of their own, which this report links and never rewrites.
+    if [ "$OUT" = "$ROOT/docs/benchmarks.md" ]; then
+        echo "Measured apart, in documents a \`make bench\` leaves as they are: the latency part with"
+        echo "PostgreSQL 1 ms away ([benchmarks-remote-pg.md](benchmarks-remote-pg.md)), replay and"
+        echo "\`--on-sent delete\` taken apart ([benchmarks-delete-replay.md](benchmarks-delete-replay.md)),"
+        echo "rounds of \`make bench-multidb\` ([benchmarks-multidb.md](benchmarks-multidb.md))."
+        echo
+    fi
     echo "| machine | |"
     echo "|---|---|"
     echo "| CPUs (nproc) | $(nproc) |"
