@@ -122,9 +122,22 @@ static void on_notice(void *arg, const char *message)
 PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errlen)
 {
     /* Entries are applied in order and the expanded dbname (the user's string) comes last, so
-     * anything the user set wins over these fallbacks. */
-    const char *keys[] = {"connect_timeout", "fallback_application_name", "dbname", NULL, NULL};
-    const char *values[] = {"10", app, conninfo, NULL, NULL};
+     * anything the user set wins over these fallbacks. The keepalives and tcp_user_timeout make
+     * a silent network (a partition, a host gone) an error within about 30 s instead of a wait
+     * of hours on the kernel's defaults, whether the connection waits for an answer or for the
+     * acknowledgement of what it sent: a command blocked that long would hold its transaction's
+     * locks, and the relays' claim floor, as long. */
+    const char *keys[] = {"connect_timeout",
+                          "keepalives",
+                          "keepalives_idle",
+                          "keepalives_interval",
+                          "keepalives_count",
+                          "tcp_user_timeout",
+                          "fallback_application_name",
+                          "dbname",
+                          NULL,
+                          NULL};
+    const char *values[] = {"10", "1", "10", "5", "3", "30000", app, conninfo, NULL, NULL};
     /* The pinned search_path goes after the expanded string, which it would otherwise lose to,
      * and carries the string's own options along. */
     char *options = NULL;
@@ -138,8 +151,9 @@ PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errl
             user = getenv("PGOPTIONS"); /* an explicit options entry would hide it */
         options = db_startup_options(user);
         PQconninfoFree(parsed);
-        keys[3] = "options";
-        values[3] = options;
+        size_t after_dbname = sizeof(keys) / sizeof(keys[0]) - 2;
+        keys[after_dbname] = "options";
+        values[after_dbname] = options;
         if (!options) {
             snprintf(err, errlen, "out of memory");
             return NULL;

@@ -45,8 +45,9 @@ bool db_pin_search_path(const char *schema, bool creates, char *err, size_t errl
  * options as they are). The caller frees the result. */
 char *db_startup_options(const char *user_options);
 
-/* Connects, with connect_timeout=10 and fallback_application_name=app unless conninfo sets
- * them; server notices go to the debug log. Returns NULL with one line in err on failure. */
+/* Connects, with connect_timeout=10, keepalives (after 10 s idle, every 5 s, 3 unanswered),
+ * tcp_user_timeout=30000 and fallback_application_name=app unless conninfo sets them; server
+ * notices go to the debug log. Returns NULL with one line in err on failure. */
 PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errlen);
 
 /* db_connect for a one-shot command: on failure logs "postgres unreachable" as an error and

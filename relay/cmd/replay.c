@@ -2,6 +2,7 @@
 
 #include <jansson.h>
 #include <libpq-fe.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,9 +40,21 @@
     " AND ($12::text[] IS NULL OR o.{event_id}::text = ANY($12::text[]))"
 #define REPLAY_NPARAMS 12
 
-/* Where the selection starts, read once. */
+/* Where the selection starts, read once; and the bounds that select the rest of it in a later
+ * run, printed when this one stops short: the rows it replays get ids above $2 and, once sent
+ * again, a sent_at after $3, so a rerun of an open-ended selection (an aggregate type, --from-id
+ * alone) would take them again. The time is printed in ISO 8601, UTC (whatever the session's
+ * DateStyle), as the exclusive bound --sent-before takes: the earlier of the user's ($1) and
+ * $3 plus the type's resolution. */
 static const char *const SQL_REPLAY_START =
-    "SELECT coalesce((SELECT max(o.{seq}) FROM {table} o), 0), now()::text";
+    "SELECT coalesce((SELECT max(o.{seq}) FROM {table} o), 0), now()::text,"
+    " pg_catalog.to_char(LEAST($1::timestamptz,"
+    " now() + '1 microsecond'::interval) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')";
+/* Whether the order column draws new values by itself (an identity column or a default, as a
+ * sequence gives): each replayed row takes its new value from there. */
+static const char *const SQL_REPLAY_SEQ_DRAWS =
+    "SELECT a.atthasdef OR a.attidentity <> '' FROM pg_catalog.pg_attribute a"
+    " WHERE a.attrelid = {table_text}::regclass AND a.attname = {seq_text} AND NOT a.attisdropped";
 /* What a dry run shows and the confirmation asks about: the topics come from the aggregate and
  * event types (the only placeholders of a topic template). */
 static const char *const SQL_REPLAY_SUMMARY =
@@ -72,7 +85,8 @@ typedef struct Topic {
 typedef struct Selection {
     const char *params[REPLAY_NPARAMS + 1];
     char after[24], high[24], start[64], from_id[24], to_id[24], limit[24];
-    StrBuf seqs, event_ids; /* --missing: the ids verify named */
+    char rest_to_id[24], rest_sent_before[40]; /* the bounds of the rest (SQL_REPLAY_START) */
+    StrBuf seqs, event_ids;                    /* --missing: the ids verify named */
     long long rows, min_seq, max_seq;
     Topic *topics;
     size_t ntopics;
@@ -125,6 +139,12 @@ static int db_failed(const char *what, const DbError *e)
     return 1;
 }
 
+static int cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
 /* Reads `verify --json` output from path (- for stdin) into s->seqs and s->event_ids. Returns 0,
  * 2 (message printed) on bad input; *count gets the number of events named. */
 static int read_missing(const char *path, Selection *s, size_t *count)
@@ -159,7 +179,12 @@ static int read_missing(const char *path, Selection *s, size_t *count)
     }
     strbuf_array_begin(&s->seqs);
     strbuf_array_begin(&s->event_ids);
-    size_t i;
+    size_t i, n = json_array_size(list);
+    long long *ids = malloc((n ? n : 1) * sizeof(*ids));
+    if (!ids) {
+        perror("outbox-relay");
+        exit(1);
+    }
     json_t *item;
     json_array_foreach(list, i, item)
     {
@@ -169,15 +194,23 @@ static int read_missing(const char *path, Selection *s, size_t *count)
                     "outbox-relay: replay: --missing %s: entry %zu of missing_events lacks an "
                     "integer id or a string event_id\n",
                     path, i + 1);
+            free(ids);
             json_decref(root);
             return 2;
         }
-        strbuf_array_int(&s->seqs, (long long)json_integer_value(id));
+        ids[i] = (long long)json_integer_value(id);
+        strbuf_array_int(&s->seqs, ids[i]);
         strbuf_array_text(&s->event_ids, json_string_value(eid));
     }
     strbuf_array_end(&s->seqs);
     strbuf_array_end(&s->event_ids);
-    *count = json_array_size(list);
+    /* A list named twice (two verify outputs joined) counts each event once. */
+    qsort(ids, n, sizeof(*ids), cmp_ll);
+    *count = 0;
+    for (i = 0; i < n; i++)
+        if (i == 0 || ids[i] != ids[i - 1])
+            (*count)++;
+    free(ids);
     json_decref(root);
     return 0;
 }
@@ -295,6 +328,40 @@ failed:
     return -1;
 }
 
+/* A first SIGINT or SIGTERM asks the batch loop to stop after the batch under way, so the count
+ * and the bounds of the rest are printed; the handler then goes back to the default, and a second
+ * signal ends the process at once (the server rolls the open batch back). */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    static const char note[] = "\nreplay: stopping after the batch under way (a second signal "
+                               "stops at once; that batch then rolls back)\n";
+    stop_signal = sig;
+    ssize_t w = write(STDERR_FILENO, note, sizeof(note) - 1);
+    (void)w;
+}
+
+static void catch_stop_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* The last line of a run that stopped short (why: "before the failure", "before the signal"). */
+static void print_rest(const Selection *s, long long done_rows, const char *why)
+{
+    printf("replay: %lld events replayed %s; to replay the rest, run it again with --to-id %s "
+           "--sent-before '%s' in place of any such options of yours (without them the events "
+           "replayed so far would be selected again)\n",
+           done_rows, why, s->rest_to_id, s->rest_sent_before);
+}
+
 int replay_run(const Config *cfg)
 {
     Selection s = {0};
@@ -316,14 +383,36 @@ int replay_run(const Config *cfg)
         goto done;
     }
     DbError e;
-    PGresult *res = run(conn, &cfg->map, SQL_REPLAY_START, 0, NULL, PGRES_TUPLES_OK, &e);
+    PGresult *res = run(conn, &cfg->map, SQL_REPLAY_SEQ_DRAWS, 0, NULL, PGRES_TUPLES_OK, &e);
+    if (!res) {
+        rc = db_failed("cannot read the order column's definition", &e);
+        goto done;
+    }
+    bool draws = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    if (!draws) {
+        char q[300];
+        log_error("replay gives each event a new value of the order column from its sequence, "
+                  "and this table's has neither an identity nor a default: give it one, or make "
+                  "the rows unsent by hand (UPDATE ... SET sent_at = NULL)",
+                  "column=%s", log_quote(cfg->map.seq, q, sizeof(q)));
+        rc = 1;
+        goto done;
+    }
+    const char *start_params[1] = {cfg->replay_sent_before};
+    res = run(conn, &cfg->map, SQL_REPLAY_START, 1, start_params, PGRES_TUPLES_OK, &e);
     if (!res) {
         rc = db_failed("cannot read the outbox", &e);
         goto done;
     }
     snprintf(s.high, sizeof(s.high), "%s", PQgetvalue(res, 0, 0));
     snprintf(s.start, sizeof(s.start), "%s", PQgetvalue(res, 0, 1));
+    snprintf(s.rest_sent_before, sizeof(s.rest_sent_before), "%s", PQgetvalue(res, 0, 2));
     PQclear(res);
+    long long high = strtoll(s.high, NULL, 10);
+    snprintf(s.rest_to_id, sizeof(s.rest_to_id), "%lld",
+             cfg->replay_to_id > 0 && cfg->replay_to_id < high ? (long long)cfg->replay_to_id
+                                                               : high);
     snprintf(s.after, sizeof(s.after), "0");
     snprintf(s.from_id, sizeof(s.from_id), "%ld", cfg->replay_from_id);
     snprintf(s.to_id, sizeof(s.to_id), "%ld", cfg->replay_to_id);
@@ -373,20 +462,26 @@ int replay_run(const Config *cfg)
     bool tty = isatty(STDERR_FILENO);
     double started = mono_now(), shown = started;
     long long done_rows = 0;
+    catch_stop_signals();
     for (;;) {
         long long n = replay_batch(conn, cfg, &s, &e);
         if (n < 0) {
             if (tty)
                 fprintf(stderr, "\n");
             rc = db_failed("replay failed; the batches before it stay replayed", &e);
-            printf("replay: %lld events replayed before the failure; the same command replays "
-                   "the rest\n",
-                   done_rows);
+            print_rest(&s, done_rows, "before the failure");
+            goto done;
+        }
+        done_rows += n;
+        if (stop_signal && n > 0) {
+            if (tty)
+                fprintf(stderr, "\n");
+            print_rest(&s, done_rows, "before the signal");
+            rc = 1;
             goto done;
         }
         if (n == 0)
             break;
-        done_rows += n;
         double now = mono_now();
         if (tty && now - shown >= 0.5) {
             double rate = (double)done_rows / (now - started);

@@ -47,6 +47,16 @@ typedef struct Check {
     int untimed;
 } Check;
 
+/* Whether the partitions are read from their first offset rather than from the window's start
+ * found by the messages' timestamps: asked for, or the timestamps are the events' own times
+ * (--timestamp-column). Those say nothing of when a message was written (a replayed event keeps
+ * its old time), so a search by time would skip messages sent inside the window and call their
+ * rows missing. */
+static bool reads_whole_partitions(const Config *cfg)
+{
+    return cfg->verify_from_beginning || cfg->timestamp_column;
+}
+
 /* The verdict: out of order is evidence whatever was read; missing rows are evidence only when
  * every partition could be positioned (or was read whole). */
 typedef enum { VERDICT_OK, VERDICT_FAILED, VERDICT_INCONCLUSIVE } Verdict;
@@ -57,7 +67,7 @@ static Verdict verdict(const Config *cfg, const Check *c)
         return VERDICT_FAILED;
     if (c->missing == 0)
         return VERDICT_OK;
-    return c->untimed > 0 && !cfg->verify_from_beginning ? VERDICT_INCONCLUSIVE : VERDICT_FAILED;
+    return c->untimed > 0 && !reads_whole_partitions(cfg) ? VERDICT_INCONCLUSIVE : VERDICT_FAILED;
 }
 
 static int cmp_row_id(const void *a, const void *b)
@@ -238,7 +248,7 @@ static bool read_topics(const Config *cfg, Check *c, long long start_ms)
                 ok = false;
                 break;
             }
-            if (cfg->verify_from_beginning)
+            if (reads_whole_partitions(cfg))
                 from = low;
             else if (from < 0 && high > low)
                 at_end++;
@@ -436,6 +446,10 @@ int verify_run(const Config *cfg)
         return 1;
     Check c = {0};
     long long now_ms = 0;
+    if (cfg->timestamp_column && !cfg->verify_from_beginning)
+        log_info("messages carry the events' own times (--timestamp-column), which cannot find "
+                 "the window's start: reading every partition from its first offset",
+                 "timestamp_column=%s", cfg->timestamp_column);
     bool ok = load_rows(conn, cfg, &c, &now_ms) &&
               read_topics(cfg, &c,
                           now_ms - cfg->verify_since_s * 1000 - VERIFY_MARGIN_MS -

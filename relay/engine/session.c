@@ -225,6 +225,12 @@ static void on_lanes_reply(Lanes *lanes, bool ok, void *arg)
  * is reset, which ends the phase as the loss of a connection does. */
 static void send_request(Session *s, Phase to, const PgQuery *queries, int n, const char *what)
 {
+    /* The shutdown timeout bounds the wait for the producer's reports (begin_stopping). What
+     * follows them (the marks and COMMIT of what was acknowledged, row by row if need be, or a
+     * rollback) has the bound every request has (--session-timeout): left running, the timer
+     * would end the process mid-mark, and acknowledged events would go out again. */
+    if (s->phase == PHASE_PRODUCING)
+        ev_timer_stop(s->loop, &s->shutdown_timer);
     session_set_phase(s, to);
     if (!pg_conn_send(s->pg, queries, n, on_reply, s))
         pg_conn_reset(s->pg, what);

@@ -17,6 +17,10 @@
 #     acknowledgements: exit 0 (under the sanitizers: the producer, which does not copy
 #     payloads, still sends queued messages of the given-up batch while it is freed, so their
 #     rows must outlive it), acknowledged work is recorded, and a restart delivers every row.
+#  E. SIGTERM with a batch in flight whose acknowledgements come within --shutdown-timeout but
+#     whose marks outlast it (one row's UPDATE held 4 s by a trigger): the timeout bounds the
+#     wait for acknowledgements only, so the marks finish and commit (no "shutdown timeout"),
+#     and every acknowledged row is marked when the relay exits: nothing is sent twice.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -173,3 +177,43 @@ check_eq "D: restarted relay exits 0" 0 $?
 read_topic d "$T/d2.json"
 check "D: every row delivered" same_ids "$T/d2.json" "aggregate_type = 'd'"
 check "D: first copies in order per aggregate" first_copies_in_order "$T/d2.json"
+
+# --- E: the marks outlast the shutdown timeout ---
+# One row of each try's batch takes 4 s to mark; the broker answers after 1 s, inside the 3 s
+# timeout (a warm-up row first, at full speed: the producer's id and the topic's metadata would
+# cost round trips of their own). As in B, a SIGTERM that lands between batches proves nothing:
+# three tries at most.
+psql_q "CREATE FUNCTION slow_mark() RETURNS trigger LANGUAGE plpgsql AS \$\$
+        BEGIN
+            IF NEW.aggregate_type = 'e' AND OLD.sent_at IS NULL AND NEW.sent_at IS NOT NULL
+               AND NEW.payload->>'seq' = '5' THEN
+                PERFORM pg_sleep(4);
+            END IF;
+            RETURN NEW;
+        END \$\$;
+        CREATE TRIGGER slow_mark BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION slow_mark()"
+e_open=0 e_rc=0
+for e_try in 1 2 3; do
+    run_relay --shutdown-timeout 3000
+    insert e "$((e_try * 1000))" "$((e_try * 1000))"
+    wait_for "E: the warm-up row sent (try $e_try)" 30 no_unsent_rows
+    broker_cmd "rtt all 1000"
+    insert e 0 9
+    _poll 30 claim_open && e_open=$((e_open + 1))
+    relay_stop 30 || e_rc=$?
+    broker_cmd "rtt all 0"
+    grep -qE "$in_flight_at_stop" "$RELAY_LOG" && break
+    echo "# E: try $e_try: the SIGTERM landed between batches; again"
+done
+check_eq "E: a batch is in flight at the SIGTERM (each try)" "$e_try" "$e_open"
+check "E: the SIGTERM landed with messages in flight (shutting down ... in_flight > 0)" \
+    grep -qE "$in_flight_at_stop" "$RELAY_LOG"
+check_eq "E: relay exits 0" 0 "$e_rc"
+check "E: the shutdown timeout did not end the marks" lacks "$RELAY_LOG" 'msg="shutdown timeout'
+check_eq "E: every row marked when the relay exits" 0 \
+    "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'e' AND sent_at IS NULL")"
+psql_q "DROP TRIGGER slow_mark ON outbox"
+read_topic e "$T/e.json"
+e_rows=$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'e'")
+check "E: every event in Kafka" same_ids "$T/e.json" "aggregate_type = 'e'"
+check_eq "E: ... none twice" "$e_rows" "$(grep -c '' "$T/e.json")"

@@ -12,7 +12,14 @@
 #     nothing is dead-lettered; a large selection without --yes and without a terminal is refused
 #     with one line and changes nothing;
 #  3. bad input (no selection, an unreadable timestamp, an inconclusive verify's list, a file
-#     that is not verify's) exits 2 with one line.
+#     that is not verify's) exits 2 with one line;
+#  4. a replay that stops short (a batch fails; a SIGINT) exits 1 with a last line giving the
+#     count and the bounds of the rest, and the same command with those bounds replays only the
+#     rest, though the relay has re-sent the first part meanwhile (without them it would take
+#     that part again); a list naming an event twice counts it once; an order column that draws
+#     no values (no identity, no default) is refused with one line before anything changes.
+#  Also in 1: verify with --timestamp-column (messages carrying the events' own times, which
+#  cannot find the window's start) reads the partitions whole, without --from-beginning.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -87,6 +94,13 @@ check "1: ... none missing" grep -q '^verify: ok: .* rows=303 messages=303 missi
     "$T/verify2.out"
 check_eq "1: no attempt counted, nothing dead" "0|0" \
     "$(psql_q "SELECT max(attempts), count(*) FILTER (WHERE dead_at IS NOT NULL) FROM outbox")"
+# The mock broker cannot look offsets up by time: a verify that searched by time would read
+# nothing and call every row missing (inconclusive, exit 3).
+"$RELAY_BIN" verify "${OPTS[@]}" --since 1h --timestamp-column created_at \
+    >"$T/verify3.out" 2>"$T/verify3.err"
+check_eq "1: verify --timestamp-column without --from-beginning: exit 0" 0 $?
+check "1: ... it read every partition whole, and says why" \
+    grep -q 'reading every partition from its first offset' "$T/verify3.err"
 
 # --- 2. by time, under load from producers and two relays ---
 # Events of aggregate type 'load': each producer writes its own aggregates, seq growing with id.
@@ -163,3 +177,99 @@ check "3: ... one line saying it proves nothing" grep -q 'inconclusive.*proves n
 echo '{"ok": true}' | replay --missing - >"$T/bad.out" 2>"$T/bad.err"
 check_eq "3: not verify's output: exit 2" 2 $?
 check "3: ... one line saying so" grep -q 'not the output of `verify --json`' "$T/bad.err"
+
+# --- 4. stopped short, and resumed ---
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'rerun', 'r-' || (g % 5), CASE WHEN g = 21 THEN 'Stop' ELSE 'Step' END,
+               jsonb_build_object('seq', g)
+        FROM generate_series(1, 30) g ORDER BY g"
+relay_start "${OPTS[@]}"
+wait_for "4: the rerun rows sent" 60 no_unsent_rows
+# The 21st row refuses to be made unsent: a stand-in for any failure mid-run.
+psql_q "CREATE FUNCTION refuse_replay() RETURNS trigger LANGUAGE plpgsql AS \$\$
+        BEGIN
+            IF OLD.event_type = 'Stop' AND NEW.sent_at IS NULL THEN
+                RAISE EXCEPTION 'refused for the test';
+            END IF;
+            RETURN NEW;
+        END \$\$;
+        CREATE TRIGGER refuse_replay BEFORE UPDATE ON outbox FOR EACH ROW
+            EXECUTE FUNCTION refuse_replay()"
+replay --aggregate-type rerun --batch-rows 10 >"$T/stop.out" 2>"$T/stop.err"
+check_eq "4: a batch fails: exit 1" 1 $?
+check "4: ... the last line: 20 replayed, and the bounds of the rest" grep -q \
+    "^replay: 20 events replayed before the failure; to replay the rest, run it again with --to-id [0-9]* --sent-before '[0-9T:.Z-]*' in place of" \
+    "$T/stop.out"
+wait_for "4: the relay sends the 20 again" 60 no_unsent_rows
+psql_q "DROP TRIGGER refuse_replay ON outbox"
+rest_to=$(sed -n 's/.*--to-id \([0-9]*\) .*/\1/p' "$T/stop.out")
+rest_before=$(sed -n "s/.*--sent-before '\([^']*\)'.*/\1/p" "$T/stop.out")
+replay --aggregate-type rerun --batch-rows 10 --to-id "$rest_to" --sent-before "$rest_before" \
+    >"$T/rest.out" 2>"$T/rest.err"
+check_eq "4: the same command with those bounds: exit 0" 0 $?
+check "4: ... replays only the 10 left" grep -q '^replay: 10 events replayed in ' "$T/rest.out"
+wait_for "4: ... and they are sent" 60 no_unsent_rows
+consume --topic outbox.event.rerun --idle-ms 2000 --timeout-ms 30000 >"$T/rerun.json"
+check_eq "4: each of the 30 events in Kafka twice (its first copy and one replay)" "30 2" \
+    "$(jq -r .headers.id "$T/rerun.json" | sort | uniq -c | awk '{print $1}' | uniq -c |
+        awk '{print $1, $2}')"
+
+# A SIGINT: each replayed row takes 10 ms, so the 400 take 40 batches of 10 and 4 s.
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'intr', 'i-' || (g % 5), 'Step', jsonb_build_object('seq', g)
+        FROM generate_series(1, 400) g ORDER BY g"
+wait_for "4: the intr rows sent" 60 no_unsent_rows
+psql_q "CREATE FUNCTION slow_replay() RETURNS trigger LANGUAGE plpgsql AS \$\$
+        BEGIN
+            IF NEW.aggregate_type = 'intr' AND OLD.sent_at IS NOT NULL AND NEW.sent_at IS NULL
+            THEN
+                PERFORM pg_sleep(0.01);
+            END IF;
+            RETURN NEW;
+        END \$\$;
+        CREATE TRIGGER slow_replay BEFORE UPDATE ON outbox FOR EACH ROW
+            EXECUTE FUNCTION slow_replay()"
+intr_high=$(psql_q "SELECT max(id) FROM outbox")
+intr_replayed() {
+    psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'intr' AND id > $intr_high"
+}
+# The binary itself in the background (not the replay function: $! would be a subshell).
+"$RELAY_BIN" replay --database-url "$DATABASE_URL" --aggregate-type intr --batch-rows 10 \
+    >"$T/intr.out" 2>"$T/intr.err" &
+intr_pid=$!
+intr_under_way() { [ "$(intr_replayed)" -gt 0 ]; }
+wait_for "4: the replay under way" 30 intr_under_way
+kill -INT "$intr_pid"
+wait "$intr_pid"
+check_eq "4: SIGINT mid-run: exit 1" 1 $?
+intr_n=$(intr_replayed)
+check "4: ... stopped before the end ($intr_n of 400)" test "$intr_n" -lt 400
+check "4: ... the last line gives the count and the bounds of the rest" grep -q \
+    "^replay: $intr_n events replayed before the signal; to replay the rest, run it again with --to-id" \
+    "$T/intr.out"
+check "4: ... stderr said it stops after the batch under way" \
+    grep -q 'stopping after the batch under way' "$T/intr.err"
+check_eq "4: ... no transaction left open" 0 \
+    "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%'")"
+psql_q "DROP TRIGGER slow_replay ON outbox"
+wait_for "4: the interrupted part sent" 60 no_unsent_rows
+relay_stop
+
+# A list that names an event twice (two verify outputs joined) and one that is gone.
+IFS='|' read -r one_id one_eid < <(psql_q "SELECT id, event_id FROM outbox WHERE sent_at IS NOT NULL
+                                          ORDER BY id LIMIT 1")
+printf '{"result": "failed", "missing_events": [%s, %s, {"id": 999999999, "event_id": "gone"}]}' \
+    "{\"id\": $one_id, \"event_id\": \"$one_eid\"}" "{\"id\": $one_id, \"event_id\": \"$one_eid\"}" |
+    replay --missing - --dry-run >"$T/twice.out" 2>"$T/twice.err"
+check_eq "4: a list naming an event twice: exit 0" 0 $?
+check "4: ... counts it once" grep -q '^replay: 2 events listed, 1 of them still in the table as sent' \
+    "$T/twice.err"
+
+# An order column with no sequence behind it (an adopted table's plain bigint).
+psql_q "ALTER TABLE outbox ALTER COLUMN id DROP IDENTITY"
+before=$(table_digest)
+replay --aggregate-type rerun >"$T/noseq.out" 2>"$T/noseq.err"
+check_eq "4: an order column that draws no values: exit 1" 1 $?
+check_eq "4: ... one line" 1 "$(grep -c '' "$T/noseq.err")"
+check "4: ... that says so" grep -q 'neither an identity nor a default' "$T/noseq.err"
+check_eq "4: ... and nothing changed" "$before" "$(table_digest)"
