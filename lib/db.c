@@ -122,11 +122,12 @@ static void on_notice(void *arg, const char *message)
 PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errlen)
 {
     /* Entries are applied in order and the expanded dbname (the user's string) comes last, so
-     * anything the user set wins over these fallbacks. The keepalives and tcp_user_timeout make
-     * a silent network (a partition, a host gone) an error within about 30 s instead of a wait
-     * of hours on the kernel's defaults, whether the connection waits for an answer or for the
-     * acknowledgement of what it sent: a command blocked that long would hold its transaction's
-     * locks, and the relays' claim floor, as long. */
+     * anything the string sets wins over these fallbacks (a service file's or a PG* variable's
+     * values do not: libpq fills those in only where nothing is set). The keepalives and
+     * tcp_user_timeout make a silent network (a partition, a host gone) an error within about 30 s
+     * instead of a wait of hours on the kernel's defaults, whether the connection waits for an
+     * answer or for the acknowledgement of what it sent: a command blocked that long would hold its
+     * transaction's locks, and the relays' claim floor, as long. */
     const char *keys[] = {"connect_timeout",
                           "keepalives",
                           "keepalives_idle",

@@ -1,5 +1,6 @@
 #include "replay.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <libpq-fe.h>
 #include <signal.h>
@@ -40,20 +41,25 @@
     " AND ($12::text[] IS NULL OR o.{event_id}::text = ANY($12::text[]))"
 #define REPLAY_NPARAMS 12
 
+/* A time as text that reads back the same whatever the session's DateStyle and TimeZone (a
+ * zone abbreviation such as IST would not). */
+#define REPLAY_ISO_UTC "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'"
 /* Where the selection starts, read once; and the bounds that select the rest of it in a later
  * run, printed when this one stops short: the rows it replays get ids above $2 and, once sent
  * again, a sent_at after $3, so a rerun of an open-ended selection (an aggregate type, --from-id
- * alone) would take them again. The time is printed in ISO 8601, UTC (whatever the session's
- * DateStyle), as the exclusive bound --sent-before takes: the earlier of the user's ($1) and
- * $3 plus the type's resolution. */
+ * alone) would take them again. The time of the rest is the exclusive bound --sent-before takes:
+ * the earlier of the user's ($1) and $3 plus the type's resolution. */
 static const char *const SQL_REPLAY_START =
-    "SELECT coalesce((SELECT max(o.{seq}) FROM {table} o), 0), now()::text,"
-    " pg_catalog.to_char(LEAST($1::timestamptz,"
-    " now() + '1 microsecond'::interval) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')";
+    "SELECT coalesce((SELECT max(o.{seq}) FROM {table} o), 0),"
+    " pg_catalog.to_char(now() AT TIME ZONE 'UTC', " REPLAY_ISO_UTC "),"
+    " pg_catalog.to_char(LEAST($1::timestamptz, now() + '1 microsecond'::interval)"
+    " AT TIME ZONE 'UTC', " REPLAY_ISO_UTC ")";
 /* Whether the order column draws new values by itself (an identity column or a default, as a
- * sequence gives): each replayed row takes its new value from there. */
+ * sequence gives; not a generated column, whose DEFAULT keeps the old value): each replayed row
+ * takes its new value from there. */
 static const char *const SQL_REPLAY_SEQ_DRAWS =
-    "SELECT a.atthasdef OR a.attidentity <> '' FROM pg_catalog.pg_attribute a"
+    "SELECT (a.atthasdef AND a.attgenerated = '') OR a.attidentity <> ''"
+    " FROM pg_catalog.pg_attribute a"
     " WHERE a.attrelid = {table_text}::regclass AND a.attname = {seq_text} AND NOT a.attisdropped";
 /* What a dry run shows and the confirmation asks about: the topics come from the aggregate and
  * event types (the only placeholders of a topic template). */
@@ -328,38 +334,80 @@ failed:
     return -1;
 }
 
+/* A silent network (a partition, a host gone) must not leave this session's batch, with its row
+ * locks and its place among the writers the relays' claim floors wait for, open on the server
+ * for hours: the server ends a transaction idle for a minute (a batch's statements follow one
+ * another without a pause) and probes a quiet client as it does the relay's sessions; the
+ * client's side of the same is db_connect's. Returns false with e filled in. */
+static bool bound_server_session(PGconn *conn, DbError *e)
+{
+    bool user_timeout = PQserverVersion(conn) >= 120000; /* tcp_user_timeout: PostgreSQL 12 on */
+    return db_exec(conn,
+                   user_timeout
+                       ? "SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', "
+                         "'60000', false), pg_catalog.set_config('tcp_keepalives_idle', '10', "
+                         "false), pg_catalog.set_config('tcp_keepalives_interval', '5', false), "
+                         "pg_catalog.set_config('tcp_keepalives_count', '3', false), "
+                         "pg_catalog.set_config('tcp_user_timeout', '30000', false)"
+                       : "SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', "
+                         "'60000', false), pg_catalog.set_config('tcp_keepalives_idle', '10', "
+                         "false), pg_catalog.set_config('tcp_keepalives_interval', '5', false), "
+                         "pg_catalog.set_config('tcp_keepalives_count', '3', false)",
+                   e);
+}
+
 /* A first SIGINT or SIGTERM asks the batch loop to stop after the batch under way, so the count
- * and the bounds of the rest are printed; the handler then goes back to the default, and a second
- * signal ends the process at once (the server rolls the open batch back). */
+ * and the bounds of the rest are printed; both signals then go back to the default, and a second
+ * one of either ends the process at once (the server rolls the open batch back). A signal the
+ * process was started ignoring (nohup, a background job of a script) stays ignored. */
 static volatile sig_atomic_t stop_signal;
 
 static void on_stop_signal(int sig)
 {
     static const char note[] = "\nreplay: stopping after the batch under way (a second signal "
                                "stops at once; that batch then rolls back)\n";
+    int saved = errno;
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGINT, &dfl, NULL);
+    sigaction(SIGTERM, &dfl, NULL);
     stop_signal = sig;
     ssize_t w = write(STDERR_FILENO, note, sizeof(note) - 1);
     (void)w;
+    errno = saved;
 }
 
 static void catch_stop_signals(void)
 {
-    struct sigaction sa;
+    struct sigaction sa, old;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    sigaddset(&sa.sa_mask, SIGINT);
+    sigaddset(&sa.sa_mask, SIGTERM);
+    const int sigs[] = {SIGINT, SIGTERM};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(sigs[i], &sa, NULL);
+    /* The last line must not be lost to a reader that went away with the same Ctrl-C (a tee):
+     * a write to a closed pipe fails (print_rest then uses stderr) instead of killing. */
+    signal(SIGPIPE, SIG_IGN);
 }
 
-/* The last line of a run that stopped short (why: "before the failure", "before the signal"). */
+/* The last line of a run that stopped short (why: "before the failure", "before the signal"),
+ * on stdout, or on stderr when stdout cannot take it. */
 static void print_rest(const Selection *s, long long done_rows, const char *why)
 {
-    printf("replay: %lld events replayed %s; to replay the rest, run it again with --to-id %s "
-           "--sent-before '%s' in place of any such options of yours (without them the events "
-           "replayed so far would be selected again)\n",
-           done_rows, why, s->rest_to_id, s->rest_sent_before);
+#define REST_LINE                                                                                  \
+    "replay: %lld events replayed %s; to replay the rest, run it again with --to-id %s "           \
+    "--sent-before '%s' in place of any such options of yours (without them the events replayed "  \
+    "so far would be selected again)\n"
+    printf(REST_LINE, done_rows, why, s->rest_to_id, s->rest_sent_before);
+    if (fflush(stdout) != 0 || ferror(stdout))
+        fprintf(stderr, REST_LINE, done_rows, why, s->rest_to_id, s->rest_sent_before);
+#undef REST_LINE
 }
 
 int replay_run(const Config *cfg)
@@ -383,6 +431,10 @@ int replay_run(const Config *cfg)
         goto done;
     }
     DbError e;
+    if (!bound_server_session(conn, &e)) {
+        rc = db_failed("cannot set the session's timeouts", &e);
+        goto done;
+    }
     PGresult *res = run(conn, &cfg->map, SQL_REPLAY_SEQ_DRAWS, 0, NULL, PGRES_TUPLES_OK, &e);
     if (!res) {
         rc = db_failed("cannot read the order column's definition", &e);
@@ -464,6 +516,13 @@ int replay_run(const Config *cfg)
     long long done_rows = 0;
     catch_stop_signals();
     for (;;) {
+        if (stop_signal) {
+            if (tty)
+                fprintf(stderr, "\n");
+            print_rest(&s, done_rows, "before the signal");
+            rc = 1;
+            goto done;
+        }
         long long n = replay_batch(conn, cfg, &s, &e);
         if (n < 0) {
             if (tty)
@@ -472,16 +531,9 @@ int replay_run(const Config *cfg)
             print_rest(&s, done_rows, "before the failure");
             goto done;
         }
-        done_rows += n;
-        if (stop_signal && n > 0) {
-            if (tty)
-                fprintf(stderr, "\n");
-            print_rest(&s, done_rows, "before the signal");
-            rc = 1;
-            goto done;
-        }
         if (n == 0)
             break;
+        done_rows += n;
         double now = mono_now();
         if (tty && now - shown >= 0.5) {
             double rate = (double)done_rows / (now - started);

@@ -238,7 +238,7 @@ static bool read_topics(const Config *cfg, Check *c, long long start_ms)
             err = rd_kafka_query_watermark_offsets(rk, c->topics[t], p, &low, &high, 10000);
             rd_kafka_topic_partition_list_t *when = rd_kafka_topic_partition_list_new(1);
             rd_kafka_topic_partition_list_add(when, c->topics[t], p)->offset = start_ms;
-            if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+            if (err == RD_KAFKA_RESP_ERR_NO_ERROR && !reads_whole_partitions(cfg))
                 err = rd_kafka_offsets_for_times(rk, when, 10000);
             int64_t from = when->elems[0].offset;
             rd_kafka_topic_partition_list_destroy(when);

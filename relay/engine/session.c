@@ -226,9 +226,9 @@ static void on_lanes_reply(Lanes *lanes, bool ok, void *arg)
 static void send_request(Session *s, Phase to, const PgQuery *queries, int n, const char *what)
 {
     /* The shutdown timeout bounds the wait for the producer's reports (begin_stopping). What
-     * follows them (the marks and COMMIT of what was acknowledged, row by row if need be, or a
-     * rollback) has the bound every request has (--session-timeout): left running, the timer
-     * would end the process mid-mark, and acknowledged events would go out again. */
+     * follows them (the marks and COMMIT of what was acknowledged, and a rollback if they fail)
+     * has the bound every request has (--session-timeout): left running, the timer would end
+     * the process mid-mark, and acknowledged events would go out again. */
     if (s->phase == PHASE_PRODUCING)
         ev_timer_stop(s->loop, &s->shutdown_timer);
     session_set_phase(s, to);

@@ -18,7 +18,7 @@
 #     payloads, still sends queued messages of the given-up batch while it is freed, so their
 #     rows must outlive it), acknowledged work is recorded, and a restart delivers every row.
 #  E. SIGTERM with a batch in flight whose acknowledgements come within --shutdown-timeout but
-#     whose marks outlast it (one row's UPDATE held 4 s by a trigger): the timeout bounds the
+#     whose marks outlast it (one row's UPDATE held 9 s by a trigger): the timeout bounds the
 #     wait for acknowledgements only, so the marks finish and commit (no "shutdown timeout"),
 #     and every acknowledged row is marked when the relay exits: nothing is sent twice.
 # shellcheck source=tests/lib.sh
@@ -179,7 +179,7 @@ check "D: every row delivered" same_ids "$T/d2.json" "aggregate_type = 'd'"
 check "D: first copies in order per aggregate" first_copies_in_order "$T/d2.json"
 
 # --- E: the marks outlast the shutdown timeout ---
-# One row of each try's batch takes 4 s to mark; the broker answers after 1 s, inside the 3 s
+# One row of each try's batch takes 9 s to mark; the broker answers after 1 s, inside the 6 s
 # timeout (a warm-up row first, at full speed: the producer's id and the topic's metadata would
 # cost round trips of their own). As in B, a SIGTERM that lands between batches proves nothing:
 # three tries at most.
@@ -187,14 +187,14 @@ psql_q "CREATE FUNCTION slow_mark() RETURNS trigger LANGUAGE plpgsql AS \$\$
         BEGIN
             IF NEW.aggregate_type = 'e' AND OLD.sent_at IS NULL AND NEW.sent_at IS NOT NULL
                AND NEW.payload->>'seq' = '5' THEN
-                PERFORM pg_sleep(4);
+                PERFORM pg_sleep(9);
             END IF;
             RETURN NEW;
         END \$\$;
         CREATE TRIGGER slow_mark BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION slow_mark()"
 e_open=0 e_rc=0
 for e_try in 1 2 3; do
-    run_relay --shutdown-timeout 3000
+    run_relay --shutdown-timeout 6000
     insert e "$((e_try * 1000))" "$((e_try * 1000))"
     wait_for "E: the warm-up row sent (try $e_try)" 30 no_unsent_rows
     broker_cmd "rtt all 1000"

@@ -13,7 +13,7 @@
 #     with one line and changes nothing;
 #  3. bad input (no selection, an unreadable timestamp, an inconclusive verify's list, a file
 #     that is not verify's) exits 2 with one line;
-#  4. a replay that stops short (a batch fails; a SIGINT) exits 1 with a last line giving the
+#  4. a replay that stops short (a batch fails; a SIGTERM, after the batch under way) exits 1 with a last line giving the
 #     count and the bounds of the rest, and the same command with those bounds replays only the
 #     rest, though the relay has re-sent the first part meanwhile (without them it would take
 #     that part again); a list naming an event twice counts it once; an order column that draws
@@ -214,45 +214,59 @@ check_eq "4: each of the 30 events in Kafka twice (its first copy and one replay
     "$(jq -r .headers.id "$T/rerun.json" | sort | uniq -c | awk '{print $1}' | uniq -c |
         awk '{print $1, $2}')"
 
-# A SIGINT: each replayed row takes 10 ms, so the 400 take 40 batches of 10 and 4 s.
+# A SIGTERM mid-run. The replay's second batch waits at a gate the test holds (a trigger looping
+# while replay_gate has a row); the signal comes while it waits, then the gate opens: that batch
+# finishes, and the run stops there, with exactly 20 of the 30 replayed.
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
         SELECT 'intr', 'i-' || (g % 5), 'Step', jsonb_build_object('seq', g)
-        FROM generate_series(1, 400) g ORDER BY g"
+        FROM generate_series(1, 30) g ORDER BY g"
 wait_for "4: the intr rows sent" 60 no_unsent_rows
-psql_q "CREATE FUNCTION slow_replay() RETURNS trigger LANGUAGE plpgsql AS \$\$
+psql_q "CREATE TABLE replay_gate (closed bool); INSERT INTO replay_gate VALUES (true);
+        CREATE FUNCTION gate_replay() RETURNS trigger LANGUAGE plpgsql AS \$\$
         BEGIN
             IF NEW.aggregate_type = 'intr' AND OLD.sent_at IS NOT NULL AND NEW.sent_at IS NULL
-            THEN
-                PERFORM pg_sleep(0.01);
+               AND (NEW.payload->>'seq')::int > 10 THEN
+                WHILE EXISTS (SELECT 1 FROM replay_gate) LOOP
+                    PERFORM pg_sleep(0.05);
+                END LOOP;
             END IF;
             RETURN NEW;
         END \$\$;
-        CREATE TRIGGER slow_replay BEFORE UPDATE ON outbox FOR EACH ROW
-            EXECUTE FUNCTION slow_replay()"
+        CREATE TRIGGER gate_replay BEFORE UPDATE ON outbox FOR EACH ROW
+            EXECUTE FUNCTION gate_replay()"
 intr_high=$(psql_q "SELECT max(id) FROM outbox")
 intr_replayed() {
     psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'intr' AND id > $intr_high"
+}
+intr_at_gate() {
+    [ "$(intr_replayed)" = 10 ] &&
+        [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'DO \$replay\$%'
+                     AND state = 'active'")" = 1 ]
 }
 # The binary itself in the background (not the replay function: $! would be a subshell).
 "$RELAY_BIN" replay --database-url "$DATABASE_URL" --aggregate-type intr --batch-rows 10 \
     >"$T/intr.out" 2>"$T/intr.err" &
 intr_pid=$!
-intr_under_way() { [ "$(intr_replayed)" -gt 0 ]; }
-wait_for "4: the replay under way" 30 intr_under_way
-kill -INT "$intr_pid"
+wait_for "4: the first batch replayed, the second at the gate" 30 intr_at_gate
+kill -TERM "$intr_pid"
+psql_q "DELETE FROM replay_gate"
 wait "$intr_pid"
-check_eq "4: SIGINT mid-run: exit 1" 1 $?
-intr_n=$(intr_replayed)
-check "4: ... stopped before the end ($intr_n of 400)" test "$intr_n" -lt 400
+check_eq "4: SIGTERM mid-run: exit 1" 1 $?
+check_eq "4: ... the batch under way finished, and no other" 20 "$(intr_replayed)"
 check "4: ... the last line gives the count and the bounds of the rest" grep -q \
-    "^replay: $intr_n events replayed before the signal; to replay the rest, run it again with --to-id" \
+    "^replay: 20 events replayed before the signal; to replay the rest, run it again with --to-id" \
     "$T/intr.out"
 check "4: ... stderr said it stops after the batch under way" \
     grep -q 'stopping after the batch under way' "$T/intr.err"
-check_eq "4: ... no transaction left open" 0 \
-    "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%'")"
-psql_q "DROP TRIGGER slow_replay ON outbox"
+psql_q "DROP TRIGGER gate_replay ON outbox"
 wait_for "4: the interrupted part sent" 60 no_unsent_rows
+rest_to=$(sed -n 's/.*--to-id \([0-9]*\) .*/\1/p' "$T/intr.out")
+rest_before=$(sed -n "s/.*--sent-before '\([^']*\)'.*/\1/p" "$T/intr.out")
+replay --aggregate-type intr --to-id "$rest_to" --sent-before "$rest_before" \
+    >"$T/intr2.out" 2>"$T/intr2.err"
+check "4: ... and its bounds replay the 10 left" grep -q '^replay: 10 events replayed in ' \
+    "$T/intr2.out"
+wait_for "4: those sent" 60 no_unsent_rows
 relay_stop
 
 # A list that names an event twice (two verify outputs joined) and one that is gone.
