@@ -341,19 +341,18 @@ failed:
  * client's side of the same is db_connect's. Returns false with e filled in. */
 static bool bound_server_session(PGconn *conn, DbError *e)
 {
+#define SESSION_BOUNDS                                                                             \
+    "SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', '60000', false),"         \
+    " pg_catalog.set_config('tcp_keepalives_idle', '10', false),"                                  \
+    " pg_catalog.set_config('tcp_keepalives_interval', '5', false),"                               \
+    " pg_catalog.set_config('tcp_keepalives_count', '3', false)"
     bool user_timeout = PQserverVersion(conn) >= 120000; /* tcp_user_timeout: PostgreSQL 12 on */
     return db_exec(conn,
-                   user_timeout
-                       ? "SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', "
-                         "'60000', false), pg_catalog.set_config('tcp_keepalives_idle', '10', "
-                         "false), pg_catalog.set_config('tcp_keepalives_interval', '5', false), "
-                         "pg_catalog.set_config('tcp_keepalives_count', '3', false), "
-                         "pg_catalog.set_config('tcp_user_timeout', '30000', false)"
-                       : "SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', "
-                         "'60000', false), pg_catalog.set_config('tcp_keepalives_idle', '10', "
-                         "false), pg_catalog.set_config('tcp_keepalives_interval', '5', false), "
-                         "pg_catalog.set_config('tcp_keepalives_count', '3', false)",
+                   user_timeout ? SESSION_BOUNDS
+                       ", pg_catalog.set_config('tcp_user_timeout', '30000', false)"
+                                : SESSION_BOUNDS,
                    e);
+#undef SESSION_BOUNDS
 }
 
 /* A first SIGINT or SIGTERM asks the batch loop to stop after the batch under way, so the count
