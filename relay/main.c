@@ -60,26 +60,6 @@ static int usage_error(const char *msg)
  * refuses, with the same exit status). libpq accepts the connection string lazily; parse it now so
  * a typo fails at start-up. The message never echoes the string itself: it may hold a password.
  * Returns the producer configuration, or NULL after printing the one line of bad input. */
-/* One database's part of run_input: its URL, topic template and dead-letter topic. The error
- * names the database when there are several. */
-static bool database_input(const Config *cfg, char *err, size_t errlen)
-{
-    char why[900];
-    bool ok =
-        db_check_conninfo(cfg->database_url, why, sizeof(why)) &&
-        route_template_check(cfg->topic_template, cfg->order_scope != ORDER_PER_AGGREGATE, why,
-                             sizeof(why)) &&
-        (!cfg->dead_letter_topic ||
-         route_topic_name_check("--dead-letter-topic", cfg->dead_letter_topic, why, sizeof(why))) &&
-        route_dead_letter_check(cfg->topic_template, cfg->dead_letter_topic, why, sizeof(why)) &&
-        (!cfg->database_name || tls_report_require(cfg, cfg->require_tls, why, sizeof(why)));
-    if (!ok && cfg->database_name)
-        snprintf(err, errlen, "database %s: %s", cfg->database_name, why);
-    else if (!ok)
-        snprintf(err, errlen, "%s", why);
-    return ok;
-}
-
 static rd_kafka_conf_t *run_input(Config *cfg)
 {
     char err[1024], host[256];
@@ -87,15 +67,15 @@ static rd_kafka_conf_t *run_input(Config *cfg)
     rd_kafka_conf_t *kconf = NULL;
     bool dbs_ok = true;
     for (int i = 0; dbs_ok && i < cfg->n_dbs; i++)
-        dbs_ok = database_input(&cfg->dbs[i], err, sizeof(err));
-    if (!dbs_ok || (!cfg->n_dbs && !database_input(cfg, err, sizeof(err))) ||
+        dbs_ok = databases_entry_check(&cfg->dbs[i], err, sizeof(err));
+    if (!dbs_ok || (!cfg->n_dbs && !databases_entry_check(cfg, err, sizeof(err))) ||
         (cfg->metrics_listen && !addr_parse_host_port("--metrics-listen", cfg->metrics_listen, host,
                                                       sizeof(host), &port, err, sizeof(err))))
         goto bad;
     kconf = kafka_conf_build(cfg, err, sizeof(err));
     /* With --require-tls, nothing connects unprotected: checked before the producer exists
      * (librdkafka connects as soon as it does); with several databases, for each of them by
-     * database_input. */
+     * databases_entry_check. */
     if (!kconf || (!cfg->n_dbs && !tls_report_require(cfg, cfg->require_tls, err, sizeof(err))))
         goto bad;
     return kconf;
@@ -160,10 +140,11 @@ static int cmd_run(Config *cfg, int argc, char **argv)
     rd_kafka_conf_t *kconf = run_input(cfg);
     if (!kconf)
         return EXIT_USAGE;
+    /* A process option: every database's connections and requests (--databases too). */
+    pg_set_session_timeout(cfg->session_timeout_ms);
     if (cfg->n_dbs)
         return run_databases(cfg, kconf, argc, argv);
 
-    pg_set_session_timeout(cfg->session_timeout_ms);
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
     Ops *ops = ops_new(loop, cfg, argc, argv, err, sizeof(err));
     if (!ops) {

@@ -39,6 +39,7 @@ typedef struct Request {
     Registry *r;
     Entry *entry;
     CURL *easy;
+    int url_index; /* which of r->urls it went to: a failure moves r->current on from there only */
     StrBuf body;
     bool too_large;
     char errbuf[CURL_ERROR_SIZE];
@@ -53,6 +54,7 @@ struct Registry {
     struct ev_loop *loop;
     CURLM *multi;
     ev_timer timer;
+    ev_timer retry_timer; /* fires when the earliest entry in backoff may be asked again */
     char *urls[MAX_URLS];
     int n_urls;
     int current; /* the URL requests go to; moves on after a failure */
@@ -187,17 +189,23 @@ static struct curl_slist *accept_headers(void)
                                    "application/json");
 }
 
+/* The version requests ask for, as the URL path and messages write it. */
+static void version_text(const Registry *r, char *buf, size_t n)
+{
+    if (r->version > 0)
+        snprintf(buf, n, "%ld", r->version);
+    else
+        snprintf(buf, n, "latest");
+}
+
 /* The subject's URL path, percent-encoded (subjects hold dots, and may hold anything). */
 static char *subject_url(Registry *r, CURL *easy, const char *subject)
 {
     char *escaped = curl_easy_escape(easy, subject, 0);
     if (!escaped)
         return NULL;
-    char version[32];
-    if (r->version > 0)
-        snprintf(version, sizeof(version), "%ld", r->version);
-    else
-        snprintf(version, sizeof(version), "latest");
+    char version[24];
+    version_text(r, version, sizeof(version));
     const char *base = r->urls[r->current];
     size_t blen = strlen(base);
     while (blen > 0 && base[blen - 1] == '/')
@@ -223,7 +231,9 @@ static void set_up(Registry *r, bool up, const char *why)
     }
 }
 
-static void entry_failed(Registry *r, Entry *e, const char *why)
+/* url_index: the URL the failed request went to. Requests fail together when a URL hangs, and
+ * each moving r->current on would move it past the next URL and back: only the first moves it. */
+static void entry_failed(Registry *r, Entry *e, int url_index, const char *why)
 {
     e->state = ENTRY_FAILED;
     e->backoff_s = e->backoff_s <= 0 ? BACKOFF_FIRST_S : e->backoff_s * 2;
@@ -231,7 +241,7 @@ static void entry_failed(Registry *r, Entry *e, const char *why)
         e->backoff_s = BACKOFF_MAX_S;
     e->retry_at = monotime_now() + e->backoff_s;
     set_up(r, false, why);
-    if (r->n_urls > 1)
+    if (r->n_urls > 1 && r->current == url_index)
         r->current = (r->current + 1) % r->n_urls;
 }
 
@@ -279,7 +289,7 @@ static void finish_request(Request *q, CURLcode code)
                  q->too_large ? "answer too large"
                  : *q->errbuf ? q->errbuf
                               : curl_easy_strerror(code));
-        entry_failed(r, e, why);
+        entry_failed(r, e, q->url_index, why);
     } else if (status == 200) {
         strbuf_append(&q->body, "", 1); /* NUL-terminated */
         if (entry_fill(e, q->body.s, why, sizeof(why))) {
@@ -289,14 +299,18 @@ static void finish_request(Request *q, CURLcode code)
             log_info("schema found", "subject=%s id=%d version=%d", e->subject, e->schema.id,
                      e->schema.version);
         } else {
-            entry_failed(r, e, why);
+            entry_failed(r, e, q->url_index, why);
         }
     } else if (status == 404) {
         /* {"error_code": 40401, "message": "Subject 'x' not found."}: the registry is up. */
         strbuf_append(&q->body, "", 1);
         json_t *root = json_loads(q->body.s, 0, NULL);
         const char *msg = json_string_value(json_object_get(root, "message"));
-        snprintf(why, sizeof(why), "schema registry: %s", msg ? msg : "subject not found");
+        /* A pinned version the subject lacks answers "Version not found." alone: say which. */
+        char version[24];
+        version_text(r, version, sizeof(version));
+        snprintf(why, sizeof(why), "schema registry: %s (subject %s, version %s)",
+                 msg ? msg : "subject not found", e->subject, version);
         json_decref(root);
         free(e->missing_why);
         e->missing_why = strdup(why);
@@ -306,7 +320,7 @@ static void finish_request(Request *q, CURLcode code)
     } else {
         snprintf(why, sizeof(why), "HTTP %ld%s", status,
                  status == 401 || status == 403 ? " (check --schema-registry-auth-file)" : "");
-        entry_failed(r, e, why);
+        entry_failed(r, e, q->url_index, why);
     }
     r->in_flight--;
     for (Request **p = &r->requests; *p; p = &(*p)->next)
@@ -338,6 +352,7 @@ static bool start_request(Registry *r, Entry *e)
     q->r = r;
     q->entry = e;
     q->easy = easy;
+    q->url_index = r->current; /* subject_url used it */
     easy_setup(r, easy, url, hdrs);
     free(url); /* curl copies CURLOPT_URL */
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
@@ -356,8 +371,9 @@ static bool start_request(Registry *r, Entry *e)
     return true;
 }
 
-/* A waiter whose entry is in backoff must hear when it may ask again: one timer per registry
- * that fires at the earliest retry time and calls the ready callback. */
+/* A waiter whose entry is in backoff must hear when it may ask again: the registry's timer
+ * (each database of a --databases list has a registry of its own, which SIGHUP may remove) fires
+ * at the earliest retry time and calls the ready callback. */
 static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Registry *r = w->data;
@@ -365,18 +381,16 @@ static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
         r->ready(r->arg);
 }
 
-static ev_timer retry_timer; /* one registry per process */
-
 static void arm_retry(Registry *r, double at)
 {
     double in = at - monotime_now();
     if (in < 0.01)
         in = 0.01;
-    if (ev_is_active(&retry_timer) && ev_timer_remaining(r->loop, &retry_timer) <= in)
+    if (ev_is_active(&r->retry_timer) && ev_timer_remaining(r->loop, &r->retry_timer) <= in)
         return;
-    ev_timer_stop(r->loop, &retry_timer);
-    ev_timer_set(&retry_timer, in, 0.0);
-    ev_timer_start(r->loop, &retry_timer);
+    ev_timer_stop(r->loop, &r->retry_timer);
+    ev_timer_set(&r->retry_timer, in, 0.0);
+    ev_timer_start(r->loop, &r->retry_timer);
 }
 
 /* ---- public ------------------------------------------------------------------------------- */
@@ -460,8 +474,8 @@ Registry *registry_new(struct ev_loop *loop, const RegistryOptions *o, RegistryR
     curl_multi_setopt(r->multi, CURLMOPT_TIMERDATA, r);
     ev_init(&r->timer, on_timer);
     r->timer.data = r;
-    ev_init(&retry_timer, on_retry);
-    retry_timer.data = r;
+    ev_init(&r->retry_timer, on_retry);
+    r->retry_timer.data = r;
     return r;
 }
 
@@ -480,7 +494,7 @@ void registry_free(Registry *r, void (*free_parsed)(void *))
         curl_multi_cleanup(r->multi);
     }
     ev_timer_stop(r->loop, &r->timer);
-    ev_timer_stop(r->loop, &retry_timer);
+    ev_timer_stop(r->loop, &r->retry_timer);
     for (Entry *e = r->entries, *next; e; e = next) {
         next = e->next;
         if (free_parsed && e->schema.parsed)

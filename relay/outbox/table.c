@@ -380,9 +380,14 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
     if (IS("o.timestamp_ms")) {
         if (!m->timestamp)
             return put(sb, "NULL::text");
-        return put(sb, "pg_catalog.floor(extract(epoch FROM o.") &&
+        /* infinity has no epoch as a bigint: the cast would fail the whole claim, every row of
+         * the session's lanes with it. Its text instead fails only its own row (message.c). */
+        return put(sb, "CASE WHEN pg_catalog.isfinite(o.") &&
                append_ident(sb, conn, m->timestamp, err, errlen) &&
-               put(sb, ") * 1000::numeric)::bigint::text");
+               put(sb, ") THEN pg_catalog.floor(extract(epoch FROM o.") &&
+               append_ident(sb, conn, m->timestamp, err, errlen) &&
+               put(sb, ") * 1000::numeric)::bigint::text ELSE o.") &&
+               append_ident(sb, conn, m->timestamp, err, errlen) && put(sb, "::text END");
     }
     if (IS("o.partition")) {
         if (!m->partition)

@@ -7,8 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "db.h"
 #include "kafka.h"
 #include "log.h"
+#include "route.h"
+#include "tls_report.h"
 #include "upkeep.h"
 
 /* One database: its configuration (moved out of the loaded Config), relay, upkeep, registry. */
@@ -92,6 +95,26 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
     }
     d->n = kept;
     log_set_context(NULL);
+}
+
+/* One database's input that run refuses before anything connects; also each entry a SIGHUP adds.
+ * The error names the database when it has a name (an entry of a list). */
+bool databases_entry_check(const Config *cfg, char *err, size_t errlen)
+{
+    char why[900];
+    bool ok =
+        db_check_conninfo(cfg->database_url, why, sizeof(why)) &&
+        route_template_check(cfg->topic_template, cfg->order_scope != ORDER_PER_AGGREGATE, why,
+                             sizeof(why)) &&
+        (!cfg->dead_letter_topic ||
+         route_topic_name_check("--dead-letter-topic", cfg->dead_letter_topic, why, sizeof(why))) &&
+        route_dead_letter_check(cfg->topic_template, cfg->dead_letter_topic, why, sizeof(why)) &&
+        (!cfg->database_name || tls_report_require(cfg, cfg->require_tls, why, sizeof(why)));
+    if (!ok && cfg->database_name)
+        snprintf(err, errlen, "database %s: %s", cfg->database_name, why);
+    else if (!ok)
+        snprintf(err, errlen, "%s", why);
+    return ok;
 }
 
 /* Builds db from cfg (moved into it: cfg is zeroed). */
@@ -295,6 +318,14 @@ void databases_reload(Databases *d, Config *fresh)
             continue;
         }
         char err[1024];
+        /* What start-up refuses (a plaintext URL under --require-tls, a template that breaks
+         * order) is refused here too: the entry is not added, the running ones go on. */
+        if (!databases_entry_check(c, err, sizeof(err))) {
+            char qe[1100];
+            log_error("configuration reload: database not added", "error=%s",
+                      log_quote(err, qe, sizeof(qe)));
+            continue;
+        }
         Db *db = db_new(d, c, err, sizeof(err));
         if (!db) {
             log_error("configuration reload: cannot add a database", "error=%s",

@@ -22,6 +22,13 @@
 
 typedef struct Databases Databases;
 
+/* What run refuses in one database's settings before anything connects: its connection string
+ * (parsed, never echoed: it may hold a password), topic template against --order-scope,
+ * dead-letter topic, and with a name (a --databases entry) --require-tls against its URL and
+ * the brokers. Used at start for every entry and on SIGHUP for each entry added. Returns false
+ * with one line in err (naming the entry when it has a name). */
+bool databases_entry_check(const Config *cfg, char *err, size_t errlen);
+
 /* Builds a relay, metrics registry and (with gauges or --retention) upkeep for every entry of
  * cfg->dbs, taking each entry's Config out of cfg (cfg->dbs is left with zeroed entries) and a
  * producer per database from kconf (a copy each; kconf stays the caller's, kept for databases

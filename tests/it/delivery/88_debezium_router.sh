@@ -2,7 +2,8 @@
 # Proves the rest of Debezium's Outbox Event Router, configured by Debezium's option names:
 #  1. a bytea payload column (--payload-format binary) is published byte for byte: NUL, 0xff,
 #     CR/LF, every byte value, an empty value and a NULL (a tombstone);
-#  2. table.field.event.timestamp: the column's time is each message's timestamp (ms);
+#  2. table.field.event.timestamp: the column's time is each message's timestamp (ms); a row
+#     timed infinity or -infinity is dead, naming the column, and the others are sent;
 #  3. the partition placement (COLUMN:partition) puts each message in the partition its row
 #     names, also when an aggregate's rows name different partitions (with --order-scope
 #     partition: order then holds per aggregate within each partition, which the first copies
@@ -49,6 +50,11 @@ psql_q "INSERT INTO bin_outbox (aggregatetype, aggregateid, type, payload, occur
 # A partition number no topic has: the row's fault (max-attempts 1: dead at once).
 psql_q "INSERT INTO bin_outbox (aggregatetype, aggregateid, type, payload, part)
         VALUES ('bin', 'bad', 'Blob', '\\x01', -1)" || fail "insert a bad partition row"
+# Times with no epoch in milliseconds: each row's own fault, not the claim's (which would stop
+# every row of the session's lanes).
+psql_q "INSERT INTO bin_outbox (aggregatetype, aggregateid, type, payload, occurred_at, part)
+        VALUES ('bin', 'inf', 'Blob', '\\x02', 'infinity', 0),
+               ('bin', 'ninf', 'Blob', '\\x03', '-infinity', 0)" || fail "insert infinite times"
 
 "$RELAY_BIN" check --config "$T/bin.json" --database-url "$DATABASE_URL" --brokers "$BROKERS" \
     >"$T/check.out" 2>&1
@@ -108,6 +114,12 @@ check_eq "3: first copies in order per aggregate and partition" "" \
 check "3: the row with partition -1 is dead, its error naming the column" \
     grep -q "partition column part: '-1'" \
     <(psql_q "SELECT last_error FROM bin_outbox WHERE aggregateid = 'bad' AND dead_at IS NOT NULL")
+
+for agg in inf:infinity ninf:-infinity; do
+    check "2: the row timed ${agg#*:} is dead, its error naming the column" \
+        grep -q "timestamp column occurred_at: '${agg#*:}'" \
+        <(psql_q "SELECT last_error FROM bin_outbox WHERE aggregateid = '${agg%%:*}' AND dead_at IS NOT NULL")
+done
 
 bad() {
     local name=$1

@@ -11,7 +11,10 @@
 #     (<topic>-<event type>): each message carries the id registered under that subject;
 #  4. the latest schema, once fetched, is kept while the relay runs (as Confluent's serializers
 #     with use.latest.version and their default latest.cache.ttl.sec=-1): a version registered
-#     meanwhile is not used until a restart (docs/integration.md says so).
+#     meanwhile is not used until a restart (docs/integration.md says so);
+#  5. two URLs, the first hung (SIGSTOP) while each of two sessions asks it for a subject of its
+#     own: the two requests time out together, and the registry moves on to the second URL once,
+#     not once per request (twice went back to the hung one, every retry, for ever).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -35,6 +38,8 @@ ITEM_V2='{"type": "record", "name": "Item", "fields": [{"name": "id", "type": "s
 jq -n --arg item "$ITEM" --arg shipped "$SHIPPED" --arg shipped2 "$SHIPPED2" '{
     "outbox.event.tls-value": [{schema: $item}], "outbox.event.fo-value": [{schema: $item}],
     "outbox.event.fo2-value": [{schema: $item}], "outbox.event.ver-value": [{schema: $item}],
+    "outbox.event.warm-value": [{schema: $item}], "outbox.event.rot1-value": [{schema: $item}],
+    "outbox.event.rot2-value": [{schema: $item}],
     "Shipped": [{schema: $shipped}], "outbox.event.ship2-Shipped": [{schema: $shipped2}]}' \
     >"$T/schemas.json"
 printf 'relay:s3cret\n' >"$T/sr-auth"
@@ -177,3 +182,42 @@ relay_stop
 check_eq "4: the running relay kept version 1; the restarted one took version 2" \
     "$(printf '%s\n' "$V1 10" "$V2 5")" "$(ids outbox.event.ver | sort -n | uniq -c | awk '{ print $2, $1 }')"
 check "4: Confluent's client decodes both versions" decoded_ok outbox.event.ver "$A_URL"
+
+# --- 5. two requests failing on a hung URL move to the next URL once ---
+registry_start b "$P3"
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
+    --schema-registry-url "$A_URL,$B_URL" --schema-registry-auth-file "$T/sr-auth" \
+    --schema-registry-timeout 1000 --sessions 2 --min-sessions 2
+two_hold_lanes() {
+    [ "$(psql_q "SELECT count(DISTINCT l.pid) FROM pg_locks l WHERE $LANE_LOCK")" = 2 ] &&
+        [ "$(psql_q "SELECT count(DISTINCT l.objid) FROM pg_locks l WHERE $LANE_LOCK")" = 64 ]
+}
+wait_for "5: two sessions hold the lanes" 30 two_hold_lanes
+# An aggregate of each session's lanes: rot1's rows are the first session's, rot2's the other's,
+# so each asks for its own subject.
+read -r AGG1 AGG2 < <(psql_q "WITH h AS (SELECT l.pid, l.objid::int AS lane FROM pg_locks l
+                                         WHERE $LANE_LOCK),
+                                   p AS (SELECT min(pid) AS p1, max(pid) AS p2 FROM h)
+    SELECT (SELECT 'r-' || g FROM generate_series(1, 1000) g WHERE outbox_lane('rot1', 'r-' || g)
+                IN (SELECT lane FROM h, p WHERE h.pid = p.p1) LIMIT 1),
+           (SELECT 'r-' || g FROM generate_series(1, 1000) g WHERE outbox_lane('rot2', 'r-' || g)
+                IN (SELECT lane FROM h, p WHERE h.pid = p.p2) LIMIT 1)" | tr '|' ' ')
+check "5: an aggregate in each session's lanes ($AGG1, $AGG2)" test -n "$AGG2"
+insert warm Changed 1 2
+wait_for "5: a warm-up row's schema from the first URL" 30 none_unsent_of warm
+kill -STOP "${REG_PID[a]}"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT t, a, 'Changed', jsonb_build_object('id', a, 'seq', g)
+        FROM (VALUES ('rot1', '$AGG1'), ('rot2', '$AGG2')) v(t, a), generate_series(1, 5) g
+        ORDER BY g" >/dev/null || fail "5: insert rows of two subjects"
+rot_done() { none_unsent_of rot1 && none_unsent_of rot2; }
+wait_for "5: the first URL hung: both subjects' rows sent, by the second" 30 rot_done
+kill -CONT "${REG_PID[a]}"
+relay_stop
+check_eq "5: relay exits 0" 0 $?
+check "5: the outage logged naming the hung URL" grep -q "schema registry unavailable.*url=$A_URL" \
+    "$RELAY_LOG"
+check_eq "5: the messages carry the subjects' schema ids" \
+    "$(printf '%s\n' "$(sr_id "$B_URL" outbox.event.rot1-value) 5" "$(sr_id "$B_URL" outbox.event.rot2-value) 5")" \
+    "$({ ids outbox.event.rot1 | sort | uniq -c; ids outbox.event.rot2 | sort | uniq -c; } | awk '{ print $2, $1 }')"
+check "5: Confluent's client decodes them to the rows' payloads" decoded_ok outbox.event.rot2 "$B_URL"

@@ -11,6 +11,8 @@
 #     d catch up: every row of every database delivered, first copies in order;
 #  3. SIGHUP with d removed and e added (migrated with `migrate --database e`): e starts and
 #     delivers, d drains (no session of the relay left in db_d), a keeps delivering throughout;
+#     before that, an entry added by SIGHUP that start-up would refuse (a template that breaks
+#     order) is refused with one line naming it, and never starts;
 #  4. two relay processes with the same list share every database's lanes (each database's 64
 #     lanes held by two backends, both processes own lanes of each), and deliver in order;
 #  5. commands take a database name: `status --database a` works, without --database it is
@@ -22,7 +24,8 @@
 #  7. librdkafka's own lines, logged from its threads (--kafka debug=broker), name their database;
 #     a database's retention works with its upkeep connecting on demand: a's sent rows are deleted
 #     (b's, without retention, kept), and a is left with its claim session's connection alone;
-#     a retention of 1s sweeps on the upkeep's 15 s tick, not every second.
+#     a retention of 1s sweeps on the upkeep's 15 s tick, not every second;
+#  8. --session-timeout (a process option) is every database's session timeout with a list.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -149,6 +152,16 @@ for db in a b c d; do delivered "$db" "every row delivered after the faults"; do
 wait_for "2: /readyz: 4 of 4 ready again" 30 ready_line '^ready: 4 of 4 databases ready'
 
 # --- 3: SIGHUP removes d and adds e ---------------------------------------------------------------
+# First an entry start-up would refuse ({event_type} without --order-scope topic): a reload
+# refuses it too, and the running databases go on.
+jq --arg url "$(url f)" '.databases += [{"name": "f", "database-url": $url,
+                                         "topic-template": "f.{event_type}"}]' "$CONF" \
+    >"$CONF.tmp" && mv "$CONF.tmp" "$CONF"
+mark=$(lines)
+kill -HUP "$RELAY_PID"
+wait_for "3: a reload with an entry start-up refuses: not added, one line naming it" 15 \
+    bash -c "tail -n +$((mark + 1)) '$RELAY_LOG' | grep 'configuration reload: database not added' | grep -q 'database f: --topic-template'"
+check "3: ... and f never started" bash -c "! grep -q 'database=f' '$RELAY_LOG'"
 "$RELAY_BIN" migrate --config "$CONF" --database e 2>/dev/null # not listed yet: refused
 check "3: migrate --database names an unknown database: exit 2" [ $? = 2 ]
 write_conf a b c e
@@ -247,3 +260,20 @@ check "7: ... lines naming database a" bash -c "grep -q 'msg=\"librdkafka\" data
 check "7: ... and b" bash -c "grep -q 'msg=\"librdkafka\" database=b ' '$RELAY_LOG'"
 check_eq "7: no librdkafka line without its database" 0 \
     "$(rdk_lines | grep -vc '^[^ ]* level=[a-z]* msg="librdkafka" database=[ab] ')"
+
+# --- 8: --session-timeout, a process option, holds for every database of a list ------------------
+# Each connection's setup sets idle_in_transaction_session_timeout from it: the server's log of
+# every statement shows the value the relay sent.
+psql_q "ALTER SYSTEM SET log_statement = 'all'" -d postgres && psql_q "SELECT pg_reload_conf()" \
+    -d postgres >/dev/null || fail "8: log every statement"
+printf '{"brokers": "%s", "session-timeout": 4000,
+"databases": [{"name": "a", "database-url": "%s"}, {"name": "b", "database-url": "%s"}]}\n' \
+    "$BROKERS" "$(url a)" "$(url b)" >"$T/timeout.json"
+relay_start --config "$T/timeout.json"
+set_4000() { [ "$(grep -c "idle_in_transaction_session_timeout', '4000'" "$T/pg.log")" -ge 2 ]; }
+wait_for "8: both databases' sessions set up with the 4 s session timeout" 20 set_4000
+check "8: ... none with the default 15 s" lacks "$T/pg.log" "idle_in_transaction_session_timeout', '15000'"
+relay_stop
+check_eq "8: the relay exits 0" 0 "$?"
+psql_q "ALTER SYSTEM RESET log_statement" -d postgres && psql_q "SELECT pg_reload_conf()" -d postgres >/dev/null
+
