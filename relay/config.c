@@ -833,6 +833,51 @@ static bool database_name_ok(const char *name)
 static bool read_database_url_file(Config *cfg, char *err, size_t errlen);
 static bool config_map_init(Config *cfg, char *err, size_t errlen);
 
+/* run and check: check takes what run takes, and refuses what run would refuse. */
+static bool runs_relay(const Config *cfg)
+{
+    return cfg->command == CMD_RUN || cfg->command == CMD_CHECK;
+}
+
+/* The checks between the options that one database's relay runs with: the top level's, and each
+ * --databases entry's (the options around the list with the entry's over them), so that an entry
+ * is refused for whatever the same options are refused for without a list. cfg->map must be
+ * resolved (config_map_init). sessions_bound: --sessions bounds --min-sessions (false around a
+ * list that leaves --sessions at its default: each entry's then follow their own min-sessions,
+ * checked in the entry). Returns false with one line in err; the caller names the entry. */
+static bool database_options_check(const Config *cfg, bool sessions_bound, char *err, size_t errlen)
+{
+    bool runs = runs_relay(cfg);
+    const char *value_format = cfg->value_format == VALUE_AVRO ? "avro" : "json-schema";
+    if (runs && cfg->value_format != VALUE_JSON && !cfg->schema_registry_url)
+        return optval_fail(err, errlen, "--value-format %s needs --schema-registry-url",
+                           value_format);
+    /* The encoders read the payload column as JSON: bytes, or the payload beside envelope
+     * fields, would fail in every row, and every row would be dead-lettered. */
+    if (cfg->value_format != VALUE_JSON && (cfg->map.payload_binary || cfg->map.n_envelope > 0))
+        return optval_fail(err, errlen,
+                           "--value-format %s encodes a JSON payload: not with --payload-format "
+                           "binary or envelope fields",
+                           value_format);
+    /* Kafka orders a partition, not a key: rows of one aggregate that name different partitions
+     * are read in no order across them, so the promise shrinks to each partition, and the
+     * operator says so (as {event_type} in the topic template needs --order-scope topic). */
+    if (cfg->map.partition && cfg->order_scope != ORDER_PER_PARTITION)
+        return optval_fail(err, errlen,
+                           "additional-fields: %s:partition needs --order-scope partition (order "
+                           "then holds per aggregate within each partition; keep the column "
+                           "constant per aggregate for whole-aggregate order)",
+                           cfg->map.partition);
+    if (runs && cfg->retry_backoff_max_ms < cfg->retry_backoff_ms)
+        return optval_fail(err, errlen,
+                           "--retry-backoff-max (%ld) must not be below --retry-backoff (%ld)",
+                           cfg->retry_backoff_max_ms, cfg->retry_backoff_ms);
+    if (runs && sessions_bound && cfg->min_sessions > cfg->sessions)
+        return optval_fail(err, errlen, "--min-sessions (%ld) must not exceed --sessions (%ld)",
+                           cfg->min_sessions, cfg->sessions);
+    return true;
+}
+
 /* One entry of --databases into db, a copy of base with the entry's options over it.
  * sessions_default: base's --sessions is the default (set by no file, variable or flag), and so
  * is an entry's that does not set it: its --min-sessions, not 2. A process of many databases
@@ -892,17 +937,9 @@ static bool database_load(Config *db, const Config *base, bool sessions_default,
                            db->database_name);
     if (sessions_default && !sessions_set)
         db->sessions = db->min_sessions;
-    bool runs = db->command == CMD_RUN || db->command == CMD_CHECK;
-    if (runs && db->min_sessions > db->sessions)
-        return optval_fail(err, errlen,
-                           "databases \"%s\": min-sessions (%ld) must not exceed sessions (%ld)",
-                           db->database_name, db->min_sessions, db->sessions);
-    if (runs && db->retry_backoff_max_ms < db->retry_backoff_ms)
-        return optval_fail(err, errlen,
-                           "databases \"%s\": retry-backoff-max must not be below retry-backoff",
-                           db->database_name);
-    char why[400];
-    if (!config_map_init(db, why, sizeof(why)))
+    char why[600];
+    if (!config_map_init(db, why, sizeof(why)) ||
+        !database_options_check(db, true, why, sizeof(why)))
         return optval_fail(err, errlen, "databases \"%s\": %s", db->database_name, why);
     return true;
 }
@@ -1293,11 +1330,6 @@ static bool missing_url(bool tried, char *err, size_t errlen)
 static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missing, char *err,
                              size_t errlen);
 
-static bool runs_relay(const Config *cfg)
-{
-    return cfg->command == CMD_RUN || cfg->command == CMD_CHECK;
-}
-
 bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
 {
     bool url_missing = false;
@@ -1370,39 +1402,14 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
     bool sessions_default = source_of(sources, "sessions") == OPT_FROM_DEFAULT;
     if (cfg->databases && !databases_load(cfg, sessions_default, err, errlen))
         return false;
-    /* Kafka orders a partition, not a key: rows of one aggregate that name different partitions
-     * are read in no order across them, so the promise shrinks to each partition, and the
-     * operator says so (as {event_type} in the topic template needs --order-scope topic). */
-    if (runs_relay(cfg) && cfg->value_format != VALUE_JSON && !cfg->schema_registry_url)
-        return optval_fail(err, errlen, "--value-format %s needs --schema-registry-url",
-                           cfg->value_format == VALUE_AVRO ? "avro" : "json-schema");
-    if (cfg->value_format != VALUE_JSON && (cfg->map.payload_binary || cfg->map.n_envelope > 0))
-        return optval_fail(err, errlen,
-                           "--value-format %s encodes a JSON payload: not with --payload-format "
-                           "binary or envelope fields",
-                           cfg->value_format == VALUE_AVRO ? "avro" : "json-schema");
-    if (cfg->map.partition && cfg->order_scope != ORDER_PER_PARTITION)
-        return optval_fail(err, errlen,
-                           "additional-fields: %s:partition needs --order-scope partition (order "
-                           "then holds per aggregate within each partition; keep the column "
-                           "constant per aggregate for whole-aggregate order)",
-                           cfg->map.partition);
+    /* Around a list, a --sessions left at its default is no bound: each entry's sessions default
+     * to its min-sessions (database_load), which checks its own pair. */
+    if (!database_options_check(cfg, !(cfg->databases && sessions_default), err, errlen))
+        return false;
     if ((cfg->command == CMD_RUN || cfg->command == CMD_VERIFY || cfg->command == CMD_CHECK) &&
         !cfg->brokers)
         return optval_fail(err, errlen,
                            "missing Kafka brokers: pass --brokers or set KAFKA_BROKERS");
-    /* check takes what run takes, and refuses what run would refuse. */
-    bool runs = cfg->command == CMD_RUN || cfg->command == CMD_CHECK;
-    if (runs && cfg->retry_backoff_max_ms < cfg->retry_backoff_ms)
-        return optval_fail(err, errlen,
-                           "--retry-backoff-max (%ld) must not be below --retry-backoff (%ld)",
-                           cfg->retry_backoff_max_ms, cfg->retry_backoff_ms);
-    /* Around a list, a --sessions left at its default is no bound: each entry's sessions default
-     * to its min-sessions (database_load), which checks its own pair. */
-    bool list_default = cfg->databases && sessions_default;
-    if (runs && !list_default && cfg->min_sessions > cfg->sessions)
-        return optval_fail(err, errlen, "--min-sessions (%ld) must not exceed --sessions (%ld)",
-                           cfg->min_sessions, cfg->sessions);
     if (cfg->command == CMD_REQUEUE && (cfg->id > 0) == cfg->all)
         return optval_fail(err, errlen, "requeue needs exactly one of --id ID or --all");
     if (cfg->command == CMD_REPLAY && !cfg->replay_from_id && !cfg->replay_to_id &&
@@ -1573,12 +1580,50 @@ void config_apply_reloadable(Config *running, const Config *fresh)
     }
 }
 
+/* The password of each Schema Registry URL: curl takes USER:PASSWORD@ in a URL's authority, and
+ * the URL is logged as written (the registry's warnings name it). The list is split as the
+ * registry splits it (relay/io/registry.c); each URL's password is found by the code that finds
+ * a database URL's (secrets_add_conninfo: the text between the userinfo's first ':' and the '@'
+ * that ends it, as written, percent-encoding and all; shorter than SECRETS_MIN_LEN, it is not
+ * registered). --schema-registry-auth-file's password is registered when the registry reads the
+ * file (registry_new). */
+static void register_registry_secrets(const char *urls)
+{
+    if (!urls)
+        return;
+    char *copy = strdup(urls), *save = NULL;
+    if (!copy) {
+        perror("outbox-relay");
+        exit(1);
+    }
+    for (char *u = strtok_r(copy, ",", &save); u; u = strtok_r(NULL, ",", &save)) {
+        while (*u == ' ')
+            u++;
+        if (strstr(u, "://")) {
+            secrets_add_conninfo(u);
+            continue;
+        }
+        /* curl takes a URL without a scheme as http:// (reg:PASSWORD@host:8081 works). */
+        char *with_scheme = NULL;
+        if (asprintf(&with_scheme, "http://%s", u) < 0) {
+            perror("outbox-relay");
+            exit(1);
+        }
+        secrets_add_conninfo(with_scheme);
+        explicit_bzero(with_scheme, strlen(with_scheme));
+        free(with_scheme);
+    }
+    explicit_bzero(copy, strlen(urls));
+    free(copy);
+}
+
 void config_register_secrets(const Config *cfg)
 {
     for (int i = 0; i < cfg->n_dbs; i++)
         config_register_secrets(&cfg->dbs[i]);
     if (cfg->database_url)
         secrets_add_conninfo(cfg->database_url);
+    register_registry_secrets(cfg->schema_registry_url);
     for (size_t i = 0; i < cfg->kafka.len; i++)
         if (secrets_kafka_key_sensitive(cfg->kafka.items[i].key))
             secrets_add(cfg->kafka.items[i].value);

@@ -204,8 +204,10 @@ void config_diff(const Config *running, const Config *fresh, ConfigChangeFn fn, 
 void config_apply_reloadable(Config *running, const Config *fresh);
 
 /* Registers every secret of a loaded configuration with lib/secrets.h: the database URL's
- * passwords and the values of sensitive librdkafka properties (from --kafka, --kafka-file and the
- * config file). */
+ * passwords (of every --databases entry too), the password in each Schema Registry URL's
+ * USER:PASSWORD@ (as written, percent-encoded), and the values of sensitive librdkafka properties
+ * (from --kafka, --kafka-file and the config file). Call it right after config_load, before
+ * anything logs the configuration. */
 void config_register_secrets(const Config *cfg);
 
 /* Logs a warning for each secret-bearing file of cfg (the config file, --database-url-file,

@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "log.h"
+#include "reload.h"
+#include "secrets.h"
 
 #define MAX_ARGS 32
 
@@ -66,6 +69,7 @@ static int clean_env(void **state)
     unsetenv("DATABASE_URL");
     unsetenv("DATABASE_URL_FILE");
     unsetenv("KAFKA_BROKERS");
+    unsetenv("SCHEMA_REGISTRY_URL");
     /* Not the host's installed service (a package installed here must not change the tests). */
     config_set_installed_dir("/nonexistent/outbox-relay");
     for (size_t i = 0; i < n_temp_paths; i++)
@@ -1318,6 +1322,161 @@ static void test_databases_errors(void **state)
     config_free(&cfg);
 }
 
+/* The checks between one database's options hold inside a list entry as they do around it,
+ * each refused in one line that names the entry: a partition column without --order-scope
+ * partition (it would narrow the order promise unasked), avro or json-schema with a binary
+ * payload or envelope fields (every row would fail to parse and be dead-lettered), and avro or
+ * json-schema without a registry to fetch the schemas from. */
+static void test_databases_option_checks(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *registry, *entry, *needle;
+    } cases[] = {
+        {NULL, "\"additional-fields\": \"part:partition\"",
+         "databases \"b\": additional-fields: part:partition needs --order-scope partition"},
+        {NULL, "\"additional-fields\": \"part:partition\", \"order-scope\": \"topic\"",
+         "databases \"b\": additional-fields: part:partition needs --order-scope partition"},
+        {"http://sr:8081", "\"value-format\": \"avro\", \"payload-format\": \"binary\"",
+         "databases \"b\": --value-format avro encodes a JSON payload: not with --payload-format "
+         "binary or envelope fields"},
+        {"http://sr:8081",
+         "\"value-format\": \"json-schema\", \"additional-fields\": \"type:envelope\"",
+         "databases \"b\": --value-format json-schema encodes a JSON payload"},
+        {NULL, "\"value-format\": \"avro\"",
+         "databases \"b\": --value-format avro needs --schema-registry-url"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        Config cfg;
+        char err[1024], list[512];
+        snprintf(list, sizeof(list),
+                 "[{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"},"
+                 "{\"name\": \"b\", \"database-url\": \"postgresql://h/b\", %s}]",
+                 cases[i].entry);
+        /* Run and check refuse it, as they refuse the same options without a list. */
+        if (cases[i].registry)
+            setenv("SCHEMA_REGISTRY_URL", cases[i].registry, 1);
+        else
+            unsetenv("SCHEMA_REGISTRY_URL");
+        assert_false(LOAD(&cfg, err, "run", "--brokers", "k:9092", "--databases", list));
+        assert_error_line(err, cases[i].needle);
+        config_free(&cfg);
+        assert_false(LOAD(&cfg, err, "check", "--brokers", "k:9092", "--databases", list));
+        assert_error_line(err, cases[i].needle);
+        config_free(&cfg);
+    }
+    unsetenv("SCHEMA_REGISTRY_URL");
+    /* The same entries, with what they need, load. */
+    Config cfg;
+    char err[1024];
+    assert_true(LOAD(&cfg, err, "run", "--brokers", "k:9092", "--schema-registry-url",
+                     "http://127.0.0.1:8081", "--databases",
+                     "[{\"name\": \"a\", \"database-url\": \"postgresql://h/a\", "
+                     "\"additional-fields\": \"part:partition\", \"order-scope\": \"partition\"},"
+                     "{\"name\": \"b\", \"database-url\": \"postgresql://h/b\", "
+                     "\"value-format\": \"avro\"}]"));
+    assert_string_equal(cfg.dbs[0].map.partition, "part");
+    assert_int_equal(cfg.dbs[1].value_format, VALUE_AVRO);
+    config_free(&cfg);
+    /* An entry that sets back what the options around the list lacked passes... */
+    assert_true(LOAD(&cfg, err, "run", "--brokers", "k:9092", "--order-scope", "partition",
+                     "--databases",
+                     "[{\"name\": \"a\", \"database-url\": \"postgresql://h/a\", "
+                     "\"additional-fields\": \"part:partition\"}]"));
+    config_free(&cfg);
+    /* ...and one that takes it away is refused. */
+    assert_false(LOAD(&cfg, err, "run", "--brokers", "k:9092", "--order-scope", "partition",
+                      "--additional-fields", "part:partition", "--databases",
+                      "[{\"name\": \"a\", \"database-url\": \"postgresql://h/a\", "
+                      "\"order-scope\": \"aggregate\"}]"));
+    assert_error_line(err, "databases \"a\": additional-fields: part:partition needs");
+    config_free(&cfg);
+}
+
+/* A SIGHUP that brings in a list entry failing those checks is refused whole, as any list that
+ * does not load: the running configuration keeps its databases. */
+static void test_databases_reload_refuses_bad_entry(void **state)
+{
+    (void)state;
+    char path[64], err[1024];
+    write_temp(path, "{\"brokers\": \"k:9092\", \"databases\": ["
+                     "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"}]}");
+    char a0[] = "outbox-relay", a1[] = "run", a2[] = "--config";
+    char *argv[] = {a0, a1, a2, path, NULL};
+    Config running;
+    assert_true(config_load(&running, 4, argv, err, sizeof(err)));
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"brokers\": \"k:9092\", \"batch-size\": 7, \"databases\": ["
+          "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"},"
+          "{\"name\": \"b\", \"database-url\": \"postgresql://h/b\", "
+          "\"additional-fields\": \"part:partition\"}]}",
+          f);
+    assert_int_equal(fclose(f), 0);
+    assert_false(reload_config(&running, 4, argv));
+    assert_int_equal(running.n_dbs, 1);
+    assert_int_not_equal(running.batch_size, 7); /* nothing of the refused file applied */
+    config_free(&running);
+}
+
+/* A password in a Schema Registry URL (curl takes http://USER:PASSWORD@host) is a secret like the
+ * database URL's: registered as written (percent-encoded), for each URL of the list, from a flag,
+ * the environment or the config file, around a --databases list as without one. */
+static void test_registry_url_password_secret(void **state)
+{
+    (void)state;
+    secrets_clear();
+    Config cfg;
+    char err[1024], line[512], q[600];
+    assert_true(LOAD(&cfg, err, "run", "--database-url", "postgresql://h/db", "--brokers", "k:1",
+                     "--value-format", "avro", "--schema-registry-url",
+                     "http://reg:hunter2@127.0.0.1:8081, https://other:s3cr%40t-x@h2:443/sr"));
+    config_register_secrets(&cfg);
+    config_free(&cfg);
+    snprintf(line, sizeof(line), "url=http://reg:hunter2@127.0.0.1:8081 next=%s",
+             "https://other:s3cr%40t-x@h2:443/sr");
+    secrets_scrub(line);
+    assert_string_equal(line, "url=http://reg:***@127.0.0.1:8081 next=https://other:***@h2:443/sr");
+    /* What every log line goes through. */
+    log_quote("registry unreachable: http://reg:hunter2@127.0.0.1:8081", q, sizeof(q));
+    assert_null(strstr(q, "hunter2"));
+    secrets_clear();
+
+    /* From the environment, around a list of databases. */
+    setenv("SCHEMA_REGISTRY_URL", "http://user:env-pass-1@sr:8081", 1);
+    assert_true(LOAD(&cfg, err, "run", "--brokers", "k:1", "--databases",
+                     "[{\"name\": \"a\", \"database-url\": \"postgresql://h/a\", "
+                     "\"value-format\": \"json-schema\"}]"));
+    assert_false(secrets_found("env-pass-1"));
+    config_register_secrets(&cfg);
+    assert_true(secrets_found("env-pass-1"));
+    assert_false(secrets_found("user")); /* the user name is no secret */
+    config_free(&cfg);
+    unsetenv("SCHEMA_REGISTRY_URL");
+    secrets_clear();
+
+    /* From the config file; a URL without a password registers nothing. */
+    char path[64];
+    write_temp(path, "{\"schema-registry-url\": \"http://only-user@sr:8081,http://sr2:8081\"}");
+    assert_true(LOAD(&cfg, err, "run", "--database-url", "postgresql://h/db", "--brokers", "k:1",
+                     "--config", path));
+    config_register_secrets(&cfg);
+    assert_false(secrets_found("http://only-user@sr:8081,http://sr2:8081"));
+    assert_false(secrets_found("only-user"));
+    assert_false(secrets_found("sr:8081"));
+    config_free(&cfg);
+    /* curl takes a URL without a scheme as http://. */
+    write_temp(path,
+               "{\"schema-registry-url\": \"http://u:file-pass-2@sr:8081,u:no-scheme-3@sr\"}");
+    assert_true(LOAD(&cfg, err, "run", "--database-url", "postgresql://h/db", "--brokers", "k:1",
+                     "--config", path));
+    config_register_secrets(&cfg);
+    assert_true(secrets_found("file-pass-2"));
+    assert_true(secrets_found("no-scheme-3"));
+    config_free(&cfg);
+    secrets_clear();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1380,6 +1539,9 @@ int main(void)
         T(test_databases_entries),
         T(test_databases_sessions_default),
         T(test_databases_errors),
+        T(test_databases_option_checks),
+        T(test_databases_reload_refuses_bad_entry),
+        T(test_registry_url_password_secret),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
