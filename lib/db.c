@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "strbuf.h"
 
 static void first_line(const char *msg, char *out, size_t outlen);
 
@@ -68,6 +69,40 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
     }
     PQconninfoFree(opts);
     return true;
+}
+
+/* "host|port|dbname" of a connection string into out, each as written ("" when not given). */
+static bool db_target(const char *conninfo, StrBuf *out)
+{
+    PQconninfoOption *opts = conninfo ? PQconninfoParse(conninfo, NULL) : NULL;
+    if (!opts)
+        return false;
+    const char *host = "", *hostaddr = "", *port = "", *dbname = "";
+    for (PQconninfoOption *o = opts; o->keyword; o++) {
+        const char *v = o->val ? o->val : "";
+        if (strcmp(o->keyword, "host") == 0)
+            host = v;
+        else if (strcmp(o->keyword, "hostaddr") == 0)
+            hostaddr = v;
+        else if (strcmp(o->keyword, "port") == 0)
+            port = v;
+        else if (strcmp(o->keyword, "dbname") == 0)
+            dbname = v;
+    }
+    const char *parts[] = {*host ? host : hostaddr, "|", port, "|", dbname};
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+        strbuf_puts(out, parts[i]);
+    PQconninfoFree(opts);
+    return true;
+}
+
+bool db_same_database(const char *a, const char *b)
+{
+    StrBuf ta = {0}, tb = {0};
+    bool same = db_target(a, &ta) && db_target(b, &tb) && ta.s && tb.s && strcmp(ta.s, tb.s) == 0;
+    strbuf_free(&ta);
+    strbuf_free(&tb);
+    return same;
 }
 
 /* The pinned schema ("" when none); one per process, set before any connection. */

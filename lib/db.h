@@ -24,6 +24,12 @@ typedef struct DbError {
 bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
+/* Whether two connection strings name the same server and database as written: host (or
+ * hostaddr), port and dbname compared as text, a missing one as empty. Not resolved (localhost
+ * and 127.0.0.1 differ; an omitted port is not 5432), so false means "not shown the same", and
+ * an unparsable string is never the same as anything. */
+bool db_same_database(const char *a, const char *b) __attribute__((warn_unused_result));
+
 /* Pins the search_path of every later connection of this process (db_connect and the relay's
  * non-blocking connections alike), sent in the startup packet (libpq "options", after the
  * connection string's own options), so no statement of ours is resolved through a schema

@@ -971,10 +971,21 @@ static bool databases_load(Config *cfg, bool sessions_default, char *err, size_t
         cfg->n_dbs = (int)i + 1;
         ok = database_load(&cfg->dbs[i], cfg, sessions_default, json_array_get(list, i), i, err,
                            errlen);
-        for (size_t j = 0; ok && j < i; j++)
+        for (size_t j = 0; ok && j < i; j++) {
             if (strcmp(cfg->dbs[j].database_name, cfg->dbs[i].database_name) == 0)
                 ok = optval_fail(err, errlen, "databases: \"%s\" is named twice",
                                  cfg->dbs[i].database_name);
+            /* A database's lanes are one group (keyed by the database, not the table): two
+             * entries would split them, and each would leave its table's rows in the other's
+             * lanes unclaimed, while both look ready. */
+            else if (db_same_database(cfg->dbs[j].database_url, cfg->dbs[i].database_url))
+                ok = optval_fail(err, errlen,
+                                 "databases: \"%s\" and \"%s\" name the same database (host, "
+                                 "port and dbname): list each database once (its lanes are one "
+                                 "group, which two entries would split, each leaving rows of its "
+                                 "table unclaimed)",
+                                 cfg->dbs[j].database_name, cfg->dbs[i].database_name);
+        }
     }
     json_decref(list);
     return ok;

@@ -372,6 +372,11 @@ void relay_status(const Relay *r, RelayStatus *out)
 
 void relay_free(Relay *r)
 {
+    relay_free_within(r, 1000);
+}
+
+void relay_free_within(Relay *r, int flush_ms)
+{
     if (!r)
         return;
     ev_signal_stop(r->loop, &r->sigterm);
@@ -379,7 +384,7 @@ void relay_free(Relay *r)
     ev_timer_stop(r->loop, &r->purge_timer);
     ev_timer_stop(r->loop, &r->rest_timer);
     /* The producer goes first: its last delivery reports still point into the batches. */
-    kafka_producer_free(r->kafka, 1000);
+    kafka_producer_free(r->kafka, flush_ms);
     for (int i = 0; r->sessions && i < r->n_sessions; i++)
         session_free(&r->sessions[i]);
     free(r->sessions);

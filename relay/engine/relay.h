@@ -80,8 +80,11 @@ typedef struct RelayStatus {
 
 void relay_status(const Relay *r, RelayStatus *out);
 
-/* Releases everything; call after relay_run returned. */
+/* Releases everything; call after relay_run returned. Messages still in the producer get up to
+ * 1 s to be acknowledged (relay_free_within: flush_ms), then are purged: their rows stay unsent
+ * and are sent again. */
 void relay_free(Relay *r);
+void relay_free_within(Relay *r, int flush_ms);
 
 /* With --value-format avro or json-schema: the Schema Registry's start-up check (it blocks up to
  * --schema-registry-timeout: call it before relay_run). False with one line in err when the

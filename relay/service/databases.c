@@ -10,6 +10,7 @@
 #include "db.h"
 #include "kafka.h"
 #include "log.h"
+#include "monotime.h"
 #include "route.h"
 #include "tls_report.h"
 #include "upkeep.h"
@@ -40,7 +41,10 @@ struct Databases {
     ev_timer reap; /* frees removed databases outside the callbacks that may still touch them */
 };
 
-static void db_free(Db *db)
+/* flush_ms: how long the producer's last messages may take (relay_free_within). The databases
+ * are freed one after another on the loop's thread, so a wait each would add up (a second a
+ * database with Kafka down) and, for a database removed by SIGHUP, stall the others. */
+static void db_free(Db *db, int flush_ms)
 {
     if (!db)
         return;
@@ -48,7 +52,7 @@ static void db_free(Db *db)
     if (db->relay && db->started)
         (void)relay_finish(db->relay);
     upkeep_free(db->upkeep);
-    relay_free(db->relay);
+    relay_free_within(db->relay, flush_ms);
     metrics_db_free(db->metrics);
     config_free(&db->cfg);
     log_set_context(NULL);
@@ -89,7 +93,7 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
     for (int i = 0; i < d->n; i++) {
         Db *db = d->dbs[i];
         if (db->removed && db->stopped)
-            db_free(db);
+            db_free(db, 0); /* drained: what is left was given up on */
         else
             d->dbs[kept++] = db;
     }
@@ -144,7 +148,7 @@ static Db *db_new(Databases *d, Config *cfg, char *err, size_t errlen)
                 rd_kafka_conf_destroy(kconf);
         }
         snprintf(err, errlen, "database %s: %s", db->cfg.database_name, why);
-        db_free(db);
+        db_free(db, 0);
         return NULL;
     }
     relay_set_database(db->relay, db->log_context, db->metrics);
@@ -450,8 +454,12 @@ void databases_free(Databases *d)
     ev_signal_stop(d->loop, &d->sigterm);
     ev_signal_stop(d->loop, &d->sigint);
     ev_timer_stop(d->loop, &d->reap);
-    for (int i = 0; i < d->n; i++)
-        db_free(d->dbs[i]);
+    /* One second for all the producers' last messages, as one database's relay has. */
+    double deadline = monotime_now() + 1.0;
+    for (int i = 0; i < d->n; i++) {
+        double left_ms = (deadline - monotime_now()) * 1000.0;
+        db_free(d->dbs[i], left_ms > 0 ? (int)left_ms : 0);
+    }
     rd_kafka_conf_destroy(d->kconf);
     free(d);
 }

@@ -1393,6 +1393,26 @@ static void test_databases_option_checks(void **state)
     config_free(&cfg);
 }
 
+/* Two entries on one database (a table each, say) would split its one lane group between
+ * them: refused, naming both; the same host with other databases, or another port, loads. */
+static void test_databases_same_database_refused(void **state)
+{
+    (void)state;
+    Config cfg;
+    char err[1024];
+    assert_false(LOAD(&cfg, err, "run", "--brokers", "k:9092", "--databases",
+                      "[{\"name\": \"a\", \"database-url\": \"postgresql://u@h:5433/d\"},"
+                      "{\"name\": \"b\", \"database-url\": \"host=h port=5433 dbname=d user=v\","
+                      " \"table\": \"t2.outbox\"}]"));
+    assert_error_line(err, "databases: \"a\" and \"b\" name the same database");
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "run", "--brokers", "k:9092", "--databases",
+                     "[{\"name\": \"a\", \"database-url\": \"postgresql://h:5433/d\"},"
+                     "{\"name\": \"b\", \"database-url\": \"postgresql://h:5433/e\"},"
+                     "{\"name\": \"c\", \"database-url\": \"postgresql://h:5434/d\"}]"));
+    config_free(&cfg);
+}
+
 /* A SIGHUP that brings in a list entry failing those checks is refused whole, as any list that
  * does not load: the running configuration keeps its databases. */
 static void test_databases_reload_refuses_bad_entry(void **state)
@@ -1541,6 +1561,7 @@ int main(void)
         T(test_databases_errors),
         T(test_databases_option_checks),
         T(test_databases_reload_refuses_bad_entry),
+        T(test_databases_same_database_refused),
         T(test_registry_url_password_secret),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
