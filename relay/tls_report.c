@@ -206,6 +206,53 @@ static void judge_kafka(const Config *cfg, TlsSide *side)
     rd_kafka_conf_destroy(conf);
 }
 
+/* The Schema Registry's URLs, when the payloads go through it (--value-format avro or
+ * json-schema): an https URL is verified (the client never turns verification off), any other
+ * is plain http (curl's default scheme), remote unless its host is loopback. The side's level
+ * is the weakest URL's. */
+static void judge_registry(const Config *cfg, TlsSide *side)
+{
+    memset(side, 0, sizeof(*side));
+    side->level = TLS_VERIFIED;
+    snprintf(side->mode, sizeof(side->mode), "https");
+    if (cfg->value_format == VALUE_JSON || !cfg->schema_registry_url)
+        return;
+    const char *u;
+    size_t ul;
+    for (size_t i = 0; list_entry(cfg->schema_registry_url, i, &u, &ul); i++) {
+        if (ul >= 8 && strncasecmp(u, "https://", 8) == 0)
+            continue;
+        side->level = TLS_PLAINTEXT;
+        snprintf(side->mode, sizeof(side->mode), "http");
+        for (size_t j = 0; j + 2 < ul; j++)
+            if (u[j] == ':' && u[j + 1] == '/' && u[j + 2] == '/') {
+                u += j + 3;
+                ul -= j + 3;
+                break;
+            }
+        size_t auth = strcspn(u, "/?#"); /* the authority: [USERINFO@]HOST[:PORT] */
+        if (auth > ul)
+            auth = ul;
+        for (size_t j = auth; j > 0; j--)
+            if (u[j - 1] == '@') {
+                u += j;
+                auth -= j;
+                break;
+            }
+        size_t hl = auth;
+        if (u[0] == '[') {
+            const char *close = memchr(u, ']', auth);
+            hl = close ? (size_t)(close - u) + 1 : auth;
+        } else {
+            const char *colon = memchr(u, ':', auth);
+            if (colon)
+                hl = (size_t)(colon - u);
+        }
+        if (hl > 0)
+            judge_one(side, u, hl);
+    }
+}
+
 void tls_report_judge(const Config *cfg, TlsSide *pg, TlsSide *kafka)
 {
     judge_pg(cfg->database_url, pg);
@@ -221,6 +268,16 @@ bool tls_report_require(const Config *cfg, bool require_tls, char *err, size_t e
                  "--require-tls: PostgreSQL host %s with sslmode=%s is not verified (use "
                  "sslmode=verify-full and sslrootcert)",
                  pg.first_remote, pg.mode);
+        log_one_line(err);
+        return false;
+    }
+    TlsSide registry;
+    judge_registry(cfg, &registry);
+    if (require_tls && registry.remote && registry.level != TLS_VERIFIED) {
+        snprintf(err, errlen,
+                 "--require-tls: Schema Registry host %s over plain http is not encrypted (use an "
+                 "https URL, with --schema-registry-ca-file for a private CA)",
+                 registry.first_remote);
         log_one_line(err);
         return false;
     }
@@ -251,6 +308,14 @@ void tls_report_log(const Config *cfg)
                  "host=%s sslmode=%s hint=\"anyone on the network path can read or pose as the "
                  "server; use sslmode=verify-full (or --require-tls to refuse)\"",
                  log_quote(pg.first_remote, q, sizeof(q)), qm);
+    TlsSide registry;
+    judge_registry(cfg, &registry);
+    if (registry.remote && registry.level != TLS_VERIFIED)
+        log_warn("schema registry connection not encrypted",
+                 "host=%s hint=\"anyone on the network path can read the schemas and any "
+                 "password sent, or pose as the registry; use an https URL (or --require-tls to "
+                 "refuse)\"",
+                 log_quote(registry.first_remote, q, sizeof(q)));
     if (kafka.remote && kafka.level != TLS_VERIFIED)
         log_warn("kafka connection not verified",
                  "broker=%s security_protocol=%s hint=\"anyone on the network path can read or "

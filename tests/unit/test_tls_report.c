@@ -280,6 +280,53 @@ static void test_check(void **state)
     assert_null(strstr(log, "not verified"));
 }
 
+/* The Schema Registry, when payloads go through it: a remote plain http URL (curl's default
+ * scheme too) is warned about and refused by --require-tls, naming the host without the URL's
+ * password; https, loopback http, or a relay sending JSON (no registry used) pass. */
+static void test_registry(void **state)
+{
+    unsetenv("PGSSLMODE");
+    char err[512] = "";
+    bool ok;
+    OptPair ssl[] = {{"security.protocol", "ssl"}};
+    Config c = make("postgresql://u@db.example.com/x?sslmode=verify-full", "kafka.example.com:9093",
+                    ssl, 1);
+    c.value_format = VALUE_AVRO;
+    const char *plain[] = {"http://u:pw@sr.example.com:8081/base",
+                           "https://sr1.example.com,sr2.example.com:8081",
+                           "http://[2001:db8::1]:8081"};
+    const char *host[] = {"sr.example.com", "sr2.example.com", "[2001:db8::1]"};
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) {
+        c.schema_registry_url = (char *)plain[i];
+        const char *log = check_logged(&c, true, &ok, err, sizeof(err));
+        assert_false(ok);
+        assert_string_equal(log, "");
+        char want[200];
+        snprintf(want, sizeof(want), "--require-tls: Schema Registry host %s over plain http",
+                 host[i]);
+        assert_non_null(strstr(err, want));
+        assert_null(strstr(err, "pw"));
+        log = check_logged(&c, false, &ok, err, sizeof(err));
+        assert_true(ok);
+        snprintf(want, sizeof(want),
+                 "level=warn msg=\"schema registry connection not encrypted\" host=\"%s\"",
+                 host[i]);
+        assert_non_null(strstr(log, want));
+    }
+    const char *fine[] = {"https://sr.example.com:8081", "http://127.0.0.1:8081,http://localhost",
+                          "HTTPS://sr.example.com"};
+    for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++) {
+        c.schema_registry_url = (char *)fine[i];
+        const char *log = check_logged(&c, true, &ok, err, sizeof(err));
+        assert_true(ok);
+        assert_null(strstr(log, "schema registry"));
+    }
+    c.schema_registry_url = (char *)"http://sr.example.com:8081";
+    c.value_format = VALUE_JSON; /* not used: nothing connects to it */
+    check_logged(&c, true, &ok, err, sizeof(err));
+    assert_true(ok);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -291,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_kafka_broker_aliases),
         cmocka_unit_test(test_loopback_is_literal),
         cmocka_unit_test(test_pg_host_and_hostaddr_lists),
+        cmocka_unit_test(test_registry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
