@@ -108,7 +108,9 @@
  * minute a claim when all were converted to find the 16 that fit), so rows_query hands the
  * payloads over as stored, p drops the rows that start beyond the budget by their stored sizes
  * (pg_column_size: no detoasting), and only the rest is converted (s, kept apart by OFFSET 0 so
- * the conversion is not repeated in w) and cut exactly by its text size (w). held, a sum of
+ * the conversion is not repeated in w) and cut exactly by its text size (w; a bytea payload,
+ * --payload-format binary, by its hex text, \x and two digits a byte, as the result holds it until
+ * batch.c decodes it in place, while too_big compares its bytes with $4). held, a sum of
  * bigints, is numeric and is compared with the budget as numeric: PostgreSQL has no numeric <=
  * bigint, and one planted in the schema would be chosen over the cast (docs/security.md). */
 #define CLAIM_COLUMNS(last_error) TABLE_ROW_COLUMNS_PAYLOAD("{o.payload}", last_error)
@@ -134,9 +136,10 @@
     " CASE WHEN w.too_big THEN NULL ELSE w.extra_headers END, w.created_at, w.msg_ts,"             \
     " w.msg_partition,"                                                                            \
     " CASE WHEN w.too_big THEN w.bytes END"                                                        \
-    " FROM (SELECT v.*, pg_catalog.sum(CASE WHEN v.too_big THEN 0 ELSE v.bytes END)"                          \
+    " FROM (SELECT v.*, pg_catalog.sum(CASE WHEN v.too_big THEN 0 ELSE v.bytes + v.hex_extra END)"           \
     " OVER (ORDER BY v.seq) AS held"                                                               \
     " FROM (SELECT s.*, coalesce(pg_catalog.octet_length(s.text), 0)::bigint + s.other AS bytes,"             \
+    " {s.payload_hex_extra} AS hex_extra,"                                                         \
     " coalesce(pg_catalog.octet_length(s.text), 0)::bigint + s.other > $4::bigint AS too_big"                 \
     " FROM (SELECT p.*, {p.payload_text} AS text,"                                                  \
     BUDGET_OTHER_BYTES("pg_catalog.octet_length", "p") " AS other"                                            \

@@ -377,6 +377,12 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
      * batch.c to decode it), and octet_length counts its bytes. */
     if (IS("p.payload_text"))
         return put(sb, m->payload_binary ? "p.payload" : "p.payload::text");
+    /* What a payload holds in the claim's result beyond its bytes: a bytea arrives as its hex
+     * text (\x and two digits a byte), so the budget counts that, not the bytes it decodes to. */
+    if (IS("s.payload_hex_extra"))
+        return put(sb, m->payload_binary
+                           ? "coalesce(pg_catalog.octet_length(s.text) + 2, 0)::bigint"
+                           : "0::bigint");
     if (IS("o.timestamp_ms")) {
         if (!m->timestamp)
             return put(sb, "NULL::text");

@@ -16,6 +16,9 @@
 #    a column that is not the payload) and one whose additional field is: every batch of several rows holds at
 #    most the budget by the relay's own count, neither oversized row is ever loaded (no batch of
 #    1,000,000 bytes or more), both are rejected with their real size, the rest is delivered.
+# D. A bytea payload (--payload-format binary) arrives in the claim's result as hex text, twice
+#    its bytes: the budget counts that (on main: batches of 10 rows of 100,000 bytes held
+#    2,000,490 bytes against a budget of 1,048,576), and every row is delivered byte for byte.
 # C. Memory: 60 rows of tiny payloads whose headers columns hold ~1.05 MB each (each over
 #    message.max.bytes), --sessions 1 --batch-bytes 65536, the normal build (ASan's shadow memory
 #    would hide the difference): on main the claims loaded every header (peak RSS 71 MB); now
@@ -127,6 +130,37 @@ check "B: every other row is in Kafka, with its headers" \
 check "B: first copies in order per aggregate" first_copies_in_order "$T/wide.json"
 relay_stop
 check_eq "B: the relay exits 0" 0 "$?"
+
+# --- D: binary payloads, counted as the result holds them --------------------------------------
+psql_q "CREATE TABLE bin_outbox (id uuid NOT NULL PRIMARY KEY DEFAULT gen_random_uuid(),
+            aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL,
+            payload bytea)" || fail "D: create bin_outbox"
+printf '{"layout": "debezium", "table": "bin_outbox", "payload-format": "binary"}\n' >"$T/bin.json"
+relay_migrate --config "$T/bin.json" 2>>"$T/migrate.log" || fail "D: migrate adopts bin_outbox"
+psql_q "INSERT INTO bin_outbox (aggregatetype, aggregateid, type, payload)
+        SELECT 'bin', 'b-' || (g % 4), 'Blob', (SELECT string_agg(decode(md5(g || '-' || i), 'hex'),
+                                                                  ''::bytea ORDER BY i)
+                                               FROM generate_series(1, 6250) i)
+        FROM generate_series(1, 40) g ORDER BY g" || fail "D: insert 40 rows of 100,000 bytes"
+relay_start --config "$T/bin.json" --database-url "$DATABASE_URL" --brokers "$BROKERS" \
+    --batch-bytes 1048576 --log-level debug
+bin_sent() { [ "$(psql_q "SELECT count(*) FROM bin_outbox WHERE sent_at IS NULL")" = 0 ]; }
+wait_for "D: every binary row is delivered" 60 bin_sent
+relay_stop
+check_eq "D: the relay exits 0" 0 "$?"
+grep 'msg="claimed batch"' "$RELAY_LOG" | sed -E 's/.* rows=([0-9]+) .* bytes=([0-9]+) .*/\1 \2/' \
+    >"$T/bin-batches.txt"
+echo "# D: batches (rows bytes): $(sort -n "$T/bin-batches.txt" | uniq -c | tr -s ' ' | tr '\n' ';')"
+check "D: batches were claimed" test -s "$T/bin-batches.txt"
+check_eq "D: no batch of several rows holds more than 1,048,576 bytes as loaded" "" \
+    "$(awk '$1 > 1 && $2 > 1048576' "$T/bin-batches.txt")"
+consume --topic outbox.event.bin --to-end --hex --timeout-ms 20000 >"$T/bin.out"
+check_eq "D: each message is its row's 100,000 bytes" "" \
+    "$(psql_q "SELECT id::text || ' ' || md5(encode(payload, 'hex')) FROM bin_outbox" |
+        sort >"$T/bin.want" &&
+        jq -r '.headers.id + " " + .value_hex' "$T/bin.out" |
+        while read -r id hex; do echo "$id $(printf '%s' "$hex" | md5sum | cut -d ' ' -f 1)"; done |
+            sort -u | diff - "$T/bin.want")"
 
 # --- C: memory with oversized headers ------------------------------------------------------------
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers)
