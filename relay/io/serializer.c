@@ -24,6 +24,17 @@ struct Serializer {
     void *arg;
 };
 
+/* A decimal logical type of the schema (avro-c parses the schema but drops logicalType: it is
+ * read from the schema's JSON text). Where it sits: a fixed by its own schema (index -1, each
+ * fixed is one object), a bytes by its parent (record and field index, array or map and 0, union
+ * and branch, NULL and 0 for the top level): avro-c shares one "bytes" schema among all. */
+typedef struct Decimal {
+    avro_schema_t at;
+    int index;
+    int precision;
+    int scale;
+} Decimal;
+
 /* A schema as the serializer uses it, attached to the registry's cache entry. */
 typedef struct Parsed {
     ValueFormat format;
@@ -33,6 +44,8 @@ typedef struct Parsed {
     avro_value_iface_t *iface;
     avro_value_t value; /* reused for each row (avro_value_reset) */
     json_t *json;       /* the JSON Schema */
+    Decimal *decimals;  /* the Avro schema's decimals (n_decimals) */
+    size_t n_decimals;
 } Parsed;
 
 static void parsed_free(void *p)
@@ -47,6 +60,7 @@ static void parsed_free(void *p)
     if (ps->avro)
         avro_schema_decref(ps->avro);
     json_decref(ps->json);
+    free(ps->decimals);
     free(ps);
 }
 
@@ -115,7 +129,25 @@ bool serializer_probe(Serializer *s, bool *answered, char *err, size_t errlen)
 /* The path of the field being written, for errors: "order.lines[2].sku". */
 typedef struct Path {
     char text[256];
+    const Parsed *ps; /* for the decimals (NULL for JSON Schema) */
 } Path;
+
+static const Decimal *decimal_at(const Path *path, avro_schema_t at, int index)
+{
+    const Parsed *ps = path->ps;
+    for (size_t i = 0; ps && i < ps->n_decimals; i++)
+        if (ps->decimals[i].at == at && ps->decimals[i].index == index)
+            return &ps->decimals[i];
+    return NULL;
+}
+
+/* The decimal a bytes or fixed value at (at, index) is, or NULL. */
+static const Decimal *decimal_of(const Path *path, avro_schema_t s, avro_schema_t at, int index)
+{
+    if (is_avro_fixed(s))
+        return decimal_at(path, s, -1);
+    return is_avro_bytes(s) ? decimal_at(path, at, index) : NULL;
+}
 
 /* Appends ".name" (or name first), or "[index]" when name is NULL; *mark is where to cut it. */
 static void path_push(Path *p, size_t *mark, const char *name, size_t index)
@@ -185,21 +217,44 @@ static const char *avro_kind(avro_type_t t)
     }
 }
 
-/* Whether a JSON value could be written as a value of Avro type t (for choosing a union's
- * branch: no deeper check, the write itself does that). */
-static bool fits(avro_type_t t, const json_t *j)
+/* A JSON number with no fraction, as a long: an integer, or a real such as 100.0 (JSON does not
+ * tell 100 from 100.0; PostgreSQL's jsonb keeps the ".0"). False for fractions and for reals
+ * beyond a long's range (compared as doubles: 2^63 is exact, a cast beyond it undefined). */
+static bool whole_number(const json_t *j, json_int_t *out)
 {
+    if (json_is_integer(j)) {
+        *out = json_integer_value(j);
+        return true;
+    }
+    if (!json_is_real(j))
+        return false;
+    double d = json_real_value(j);
+    if (!isfinite(d) || floor(d) != d || d < -9223372036854775808.0 || d >= 9223372036854775808.0)
+        return false;
+    *out = (json_int_t)d;
+    return true;
+}
+
+/* Whether a JSON value could be written as a value of Avro type t (for choosing a union's
+ * branch: no deeper check, the write itself does that). exact: only the JSON kind that is the
+ * type's own (integer for int and long, in range; real for float and double), so that a union
+ * ["long", "double"] takes 1.5 and 2.0 as doubles and 2 as a long. */
+static bool fits(avro_type_t t, const json_t *j, bool exact)
+{
+    json_int_t i;
     switch (t) {
     case AVRO_NULL:
         return json_is_null(j);
     case AVRO_BOOLEAN:
         return json_is_boolean(j);
     case AVRO_INT32:
+        return (exact ? json_is_integer(j) : json_is_number(j)) && whole_number(j, &i) &&
+               i >= INT32_MIN && i <= INT32_MAX;
     case AVRO_INT64:
-        return json_is_integer(j);
+        return (exact ? json_is_integer(j) : json_is_number(j)) && whole_number(j, &i);
     case AVRO_FLOAT:
     case AVRO_DOUBLE:
-        return json_is_number(j);
+        return exact ? json_is_real(j) : json_is_number(j);
     case AVRO_STRING:
     case AVRO_BYTES:
     case AVRO_ENUM:
@@ -215,8 +270,8 @@ static bool fits(avro_type_t t, const json_t *j)
     }
 }
 
-static bool put_value(avro_value_t *v, const json_t *j, Path *path, int depth, char *err,
-                      size_t errlen);
+static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path *path, int depth,
+                      char *err, size_t errlen);
 
 static bool mismatch(const Path *path, avro_type_t t, const json_t *j, char *err, size_t errlen)
 {
@@ -225,31 +280,98 @@ static bool mismatch(const Path *path, avro_type_t t, const json_t *j, char *err
     return false;
 }
 
+/* Branch b of union us, a reference to a named type defined elsewhere (["null", "shop.Addr"],
+ * which avro-c parses as a link) resolved to the type. */
+static avro_schema_t union_branch(avro_schema_t us, int b)
+{
+    avro_schema_t bs = avro_schema_union_branch(us, b);
+    for (int hops = 0; is_avro_link(bs) && hops < 8; hops++)
+        bs = avro_schema_link_target(bs);
+    return bs;
+}
+
+/* Whether branch b of union us could take j: fits, or a decimal's number or numeric string. */
+static bool branch_fits(const Path *path, avro_schema_t us, int b, const json_t *j, bool exact)
+{
+    avro_schema_t bs = union_branch(us, b);
+    if (decimal_of(path, bs, us, b))
+        return json_is_number(j) || json_is_string(j);
+    return fits(avro_typeof(bs), j, exact);
+}
+
+/* The name an Avro-JSON union wrapper gives branch bs: the full name ("shop.Addr") of a named
+ * type, the type name ("string", "array") of the others. */
+static const char *branch_full_name(avro_schema_t bs, char *buf, size_t len)
+{
+    const char *name = avro_schema_type_name(bs);
+    if (!name)
+        return "";
+    if (is_avro_named_type(bs)) {
+        const char *ns = avro_schema_namespace(bs);
+        if (ns && *ns) {
+            snprintf(buf, len, "%s.%s", ns, name);
+            return buf;
+        }
+    }
+    return name;
+}
+
+/* A union's branch: the one an Avro-JSON wrapper {"full.Name": value} names (the short name is
+ * taken too when one branch alone has it); else the one branch that can take the JSON value,
+ * preferring the value's own kind (an integer goes to int or long before double). An object that
+ * more than one record or map branch could take is refused without a wrapper: taking the first
+ * would publish another record than the one meant. */
 static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, char *err,
                       size_t errlen)
 {
     avro_schema_t us = avro_value_get_schema(v);
     size_t n = avro_schema_union_size(us);
+    const char *where = *path->text ? path->text : "(value)";
     const json_t *inner = j;
     int chosen = -1;
-    /* Avro's JSON encoding wraps a non-null union value as {"type name": value}. */
     if (json_is_object(j) && json_object_size(j) == 1) {
         const char *key = json_object_iter_key(json_object_iter((json_t *)j));
+        int by_short = -1, shorts = 0;
         for (size_t b = 0; b < n && chosen < 0; b++) {
-            avro_schema_t bs = avro_schema_union_branch(us, (int)b);
-            const char *name = avro_schema_type_name(bs);
-            if (name && strcmp(name, key) == 0) {
+            avro_schema_t bs = union_branch(us, (int)b);
+            char full[512];
+            if (strcmp(branch_full_name(bs, full, sizeof(full)), key) == 0)
                 chosen = (int)b;
-                inner = json_object_iter_value(json_object_iter((json_t *)j));
+            else if (is_avro_named_type(bs) && strcmp(avro_schema_type_name(bs), key) == 0) {
+                by_short = (int)b;
+                shorts++;
             }
         }
+        if (chosen < 0 && shorts == 1)
+            chosen = by_short;
+        else if (chosen < 0 && shorts > 1) {
+            snprintf(err, errlen,
+                     "field %s: wrapper '%.60s' names more than one branch of its union: use the "
+                     "full name",
+                     where, key);
+            return false;
+        }
+        if (chosen >= 0)
+            inner = json_object_iter_value(json_object_iter((json_t *)j));
     }
-    for (size_t b = 0; b < n && chosen < 0; b++)
-        if (fits(avro_typeof(avro_schema_union_branch(us, (int)b)), j))
-            chosen = (int)b;
+    if (chosen < 0 && json_is_object(j)) {
+        int objects = 0;
+        for (size_t b = 0; b < n; b++)
+            objects += branch_fits(path, us, (int)b, j, false);
+        if (objects > 1) {
+            snprintf(err, errlen,
+                     "field %s: object is ambiguous among its union's record and map branches: "
+                     "wrap it as {\"full.Name\": {...}}",
+                     where);
+            return false;
+        }
+    }
+    for (int exact = 1; exact >= 0 && chosen < 0; exact--)
+        for (size_t b = 0; b < n && chosen < 0; b++)
+            if (branch_fits(path, us, (int)b, j, exact))
+                chosen = (int)b;
     if (chosen < 0) {
-        snprintf(err, errlen, "field %s: %s fits no branch of its union",
-                 *path->text ? path->text : "(value)", json_kind(j));
+        snprintf(err, errlen, "field %s: %s fits no branch of its union", where, json_kind(j));
         return false;
     }
     avro_value_t branch;
@@ -257,7 +379,8 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
         snprintf(err, errlen, "field %s: %s", path->text, avro_strerror());
         return false;
     }
-    return put_value(&branch, inner, path, depth + 1, err, errlen);
+    return put_value(&branch, inner, decimal_of(path, avro_value_get_schema(&branch), us, chosen),
+                     path, depth + 1, err, errlen);
 }
 
 static bool put_record(avro_value_t *v, const json_t *j, Path *path, int depth, char *err,
@@ -265,6 +388,7 @@ static bool put_record(avro_value_t *v, const json_t *j, Path *path, int depth, 
 {
     size_t n = 0;
     avro_value_get_size(v, &n);
+    avro_schema_t rs = avro_value_get_schema(v);
     for (size_t i = 0; i < n; i++) {
         avro_value_t field;
         const char *name = NULL;
@@ -279,11 +403,12 @@ static bool put_record(avro_value_t *v, const json_t *j, Path *path, int depth, 
             json_t *null = json_null();
             avro_type_t ft = avro_value_get_type(&field);
             ok = (ft == AVRO_NULL || ft == AVRO_UNION) &&
-                 put_value(&field, null, path, depth + 1, err, errlen);
+                 put_value(&field, null, NULL, path, depth + 1, err, errlen);
             if (!ok)
                 snprintf(err, errlen, "field %s: missing (its type has no null)", path->text);
         } else {
-            ok = put_value(&field, fj, path, depth + 1, err, errlen);
+            ok = put_value(&field, fj, decimal_of(path, avro_value_get_schema(&field), rs, (int)i),
+                           path, depth + 1, err, errlen);
         }
         if (!ok)
             return false;
@@ -292,16 +417,160 @@ static bool put_record(avro_value_t *v, const json_t *j, Path *path, int depth, 
     return true;
 }
 
-static bool put_value(avro_value_t *v, const json_t *j, Path *path, int depth, char *err,
-                      size_t errlen)
+/* A decimal: the two's-complement big-endian unscaled integer (Avro's decimal: 12.34 at scale 2
+ * is 1234, 04 d2), the fewest bytes for bytes, sign-extended to the size of a fixed. From a JSON
+ * integer, a real or a numeric string ("-12.34"); more fractional digits than the scale (other
+ * than trailing zeros) or more digits than the precision are refused, never rounded. */
+static bool put_decimal(avro_value_t *v, const json_t *j, const Decimal *dec, const Path *path,
+                        char *err, size_t errlen)
+{
+    const char *where = *path->text ? path->text : "(value)";
+    char text[400];
+    if (json_is_string(j)) {
+        if (json_string_length(j) >= sizeof(text)) {
+            snprintf(err, errlen, "field %s: decimal of %zu characters, more than its precision %d",
+                     where, json_string_length(j), dec->precision);
+            return false;
+        }
+        snprintf(text, sizeof(text), "%s", json_string_value(j));
+    } else if (json_is_integer(j)) {
+        snprintf(text, sizeof(text), "%" JSON_INTEGER_FORMAT, json_integer_value(j));
+    } else if (json_is_real(j)) {
+        /* A double has no decimal digits of its own: the one with scale digits that reads back
+         * as the same double is the value (12.34 at scale 2); if none does, 12.345 at scale 2,
+         * the value has more digits than the scale. */
+        double d = json_real_value(j);
+        snprintf(text, sizeof(text), "%.*f", dec->scale, d);
+        if (!isfinite(d) || strtod(text, NULL) != d) {
+            char shortest[40]; /* the JSON's text as far as a double tells: 12.345 */
+            for (int digits = 15; digits <= 17; digits++) {
+                snprintf(shortest, sizeof(shortest), "%.*g", digits, d);
+                if (strtod(shortest, NULL) == d)
+                    break;
+            }
+            snprintf(err, errlen,
+                     "field %s: decimal %s has more fractional digits than its scale %d", where,
+                     shortest, dec->scale);
+            return false;
+        }
+    } else {
+        snprintf(err, errlen, "field %s: expected decimal (a number or a numeric string), got %s",
+                 where, json_kind(j));
+        return false;
+    }
+    const char *p = text;
+    bool negative = *p == '-';
+    p += negative;
+    size_t int_len = strspn(p, "0123456789");
+    const char *frac = p + int_len;
+    size_t frac_len = 0;
+    if (*frac == '.') {
+        frac++;
+        frac_len = strspn(frac, "0123456789");
+    }
+    if ((int_len == 0 && frac_len == 0) || frac[frac_len] != '\0' ||
+        (*frac == '\0' && frac != p + int_len && frac_len == 0)) {
+        snprintf(err, errlen, "field %s: '%.60s' is not a decimal number", where, text);
+        return false;
+    }
+    /* Trailing zeros beyond the scale change nothing; other digits would be lost. */
+    while (frac_len > (size_t)dec->scale && frac[frac_len - 1] == '0')
+        frac_len--;
+    if (frac_len > (size_t)dec->scale) {
+        snprintf(err, errlen,
+                 "field %s: decimal %.60s has more fractional digits than its scale %d", where,
+                 text, dec->scale);
+        return false;
+    }
+    /* The unscaled integer's digits: the integer part, the fraction padded to the scale. */
+    char digits[300];
+    size_t nd = 0;
+    for (size_t i = 0; i < int_len && nd < sizeof(digits); i++)
+        if (nd || p[i] != '0')
+            digits[nd++] = p[i];
+    for (int i = 0; i < dec->scale && nd < sizeof(digits); i++)
+        if (nd || ((size_t)i < frac_len && frac[i] != '0'))
+            digits[nd++] = (size_t)i < frac_len ? frac[i] : '0';
+    if (nd > (size_t)dec->precision || nd >= sizeof(digits)) {
+        snprintf(err, errlen, "field %s: decimal %.60s has more digits than its precision %d",
+                 where, text, dec->precision);
+        return false;
+    }
+    /* Base 10 to base 256, big-endian, right-aligned in mag: n bytes end at mag[sizeof - 1]. */
+    unsigned char mag[160] = {0};
+    size_t n = 0;
+    for (size_t i = 0; i < nd; i++) {
+        unsigned carry = (unsigned)(digits[i] - '0');
+        for (size_t k = 0; k < n; k++) {
+            unsigned char *b = &mag[sizeof(mag) - 1 - k];
+            unsigned x = *b * 10u + carry;
+            *b = (unsigned char)x;
+            carry = x >> 8;
+        }
+        while (carry) {
+            mag[sizeof(mag) - 1 - n++] = (unsigned char)carry;
+            carry >>= 8;
+        }
+    }
+    if (negative && n > 0) {
+        unsigned carry = 1;
+        for (size_t k = 0; k < n; k++) {
+            unsigned char *b = &mag[sizeof(mag) - 1 - k];
+            unsigned x = (unsigned char)~*b + carry;
+            *b = (unsigned char)x;
+            carry = x >> 8;
+        }
+    } else {
+        negative = false; /* -0 is 0 */
+    }
+    /* A sign byte when the top bit does not already say the sign (and for 0: one byte). */
+    unsigned char top = n ? mag[sizeof(mag) - n] : 0;
+    if (n == 0 || (!negative && (top & 0x80)) || (negative && !(top & 0x80)))
+        mag[sizeof(mag) - 1 - n++] = negative ? 0xff : 0x00;
+    avro_schema_t s = avro_value_get_schema(v);
+    int rc;
+    if (is_avro_fixed(s)) {
+        size_t size = (size_t)avro_schema_fixed_size(s);
+        if (n > size || size > sizeof(mag)) {
+            snprintf(err, errlen, "field %s: decimal %.60s does not fit its fixed of %zu bytes",
+                     where, text, size);
+            return false;
+        }
+        memset(mag + sizeof(mag) - size, negative ? 0xff : 0x00, size - n);
+        rc = avro_value_set_fixed(v, mag + sizeof(mag) - size, size);
+    } else {
+        rc = avro_value_set_bytes(v, mag + sizeof(mag) - n, n);
+    }
+    if (rc != 0) {
+        snprintf(err, errlen, "field %s: %s", where, avro_strerror());
+        return false;
+    }
+    return true;
+}
+
+static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path *path, int depth,
+                      char *err, size_t errlen)
 {
     if (depth > DEPTH_MAX) {
         snprintf(err, errlen, "field %s: nested deeper than %d levels", path->text, DEPTH_MAX);
         return false;
     }
     avro_type_t t = avro_value_get_type(v);
-    if (t != AVRO_UNION && !fits(t, j))
+    if (dec)
+        return put_decimal(v, j, dec, path, err, errlen);
+    json_int_t whole = 0;
+    if (t == AVRO_INT32 || t == AVRO_INT64) {
+        /* 100.0 is a long (whole_number); 2.5 and "1" are not. */
+        if (!whole_number(j, &whole)) {
+            double d = json_is_real(j) ? json_real_value(j) : 0.5;
+            if (!isfinite(d) || floor(d) != d)
+                return mismatch(path, t, j, err, errlen);
+            snprintf(err, errlen, "field %s: %.0f is out of a long's range", path->text, d);
+            return false;
+        }
+    } else if (t != AVRO_UNION && !fits(t, j, false)) {
         return mismatch(path, t, j, err, errlen);
+    }
     int rc = 0;
     switch (t) {
     case AVRO_NULL:
@@ -311,7 +580,7 @@ static bool put_value(avro_value_t *v, const json_t *j, Path *path, int depth, c
         rc = avro_value_set_boolean(v, json_is_true(j));
         break;
     case AVRO_INT32: {
-        json_int_t i = json_integer_value(j);
+        json_int_t i = whole;
         if (i < INT32_MIN || i > INT32_MAX) {
             snprintf(err, errlen, "field %s: %" JSON_INTEGER_FORMAT " is out of an int's range",
                      path->text, i);
@@ -321,7 +590,7 @@ static bool put_value(avro_value_t *v, const json_t *j, Path *path, int depth, c
         break;
     }
     case AVRO_INT64:
-        rc = avro_value_set_long(v, json_integer_value(j));
+        rc = avro_value_set_long(v, whole);
         break;
     case AVRO_FLOAT:
         rc = avro_value_set_float(v, (float)json_number_value(j));
@@ -357,6 +626,7 @@ static bool put_value(avro_value_t *v, const json_t *j, Path *path, int depth, c
         break;
     }
     case AVRO_ARRAY: {
+        avro_schema_t container = avro_value_get_schema(v);
         size_t i;
         const json_t *item;
         json_array_foreach(j, i, item)
@@ -365,13 +635,16 @@ static bool put_value(avro_value_t *v, const json_t *j, Path *path, int depth, c
             size_t mark;
             path_push(path, &mark, NULL, i);
             if (avro_value_append(v, &child, NULL) != 0 ||
-                !put_value(&child, item, path, depth + 1, err, errlen))
+                !put_value(&child, item,
+                           decimal_of(path, avro_value_get_schema(&child), container, 0), path,
+                           depth + 1, err, errlen))
                 return false;
             path->text[mark] = '\0';
         }
         break;
     }
     case AVRO_MAP: {
+        avro_schema_t container = avro_value_get_schema(v);
         const char *key;
         const json_t *item;
         json_object_foreach((json_t *)j, key, item)
@@ -380,7 +653,9 @@ static bool put_value(avro_value_t *v, const json_t *j, Path *path, int depth, c
             size_t mark;
             path_push(path, &mark, key, 0);
             if (avro_value_add(v, key, &child, NULL, NULL) != 0 ||
-                !put_value(&child, item, path, depth + 1, err, errlen))
+                !put_value(&child, item,
+                           decimal_of(path, avro_value_get_schema(&child), container, 0), path,
+                           depth + 1, err, errlen))
                 return false;
             path->text[mark] = '\0';
         }
@@ -404,8 +679,8 @@ static bool avro_encode(Parsed *ps, const json_t *root, char **out, size_t *out_
                         char *err, size_t errlen)
 {
     avro_value_reset(&ps->value);
-    Path path = {""};
-    if (!put_value(&ps->value, root, &path, 0, err, errlen))
+    Path path = {"", ps};
+    if (!put_value(&ps->value, root, decimal_of(&path, ps->avro, NULL, 0), &path, 0, err, errlen))
         return false;
     size_t size = 0;
     if (avro_value_sizeof(&ps->value, &size) != 0) {
@@ -553,6 +828,64 @@ static bool check_json(const json_t *schema, const json_t *j, Path *path, int de
 
 /* ---- encode --------------------------------------------------------------------------------- */
 
+/* Finds the decimals of an Avro schema: walks its JSON text (js) beside avro-c's parse of it (s),
+ * at (at, index) as decimal_at keys them. A named type's reference is a string and carries no
+ * logical type: only definitions are walked. An invalid decimal (no precision, scale beyond it)
+ * is its underlying type, as the specification says. False only when out of memory. */
+static bool find_decimals(Parsed *ps, const json_t *js, avro_schema_t s, avro_schema_t at,
+                          int index, int depth)
+{
+    if (depth > DEPTH_MAX || !s || is_avro_link(s))
+        return true;
+    if (json_is_array(js)) {
+        for (size_t b = 0;
+             is_avro_union(s) && b < json_array_size(js) && b < avro_schema_union_size(s); b++)
+            if (!find_decimals(ps, json_array_get(js, b), avro_schema_union_branch(s, (int)b), s,
+                               (int)b, depth + 1))
+                return false;
+        return true;
+    }
+    if (!json_is_object(js))
+        return true;
+    const json_t *type = json_object_get(js, "type");
+    if (json_is_object(type) || json_is_array(type))
+        return find_decimals(ps, type, s, at, index, depth + 1);
+    const char *logical = json_string_value(json_object_get(js, "logicalType"));
+    if ((is_avro_bytes(s) || is_avro_fixed(s)) && logical && strcmp(logical, "decimal") == 0) {
+        const json_t *precision = json_object_get(js, "precision");
+        const json_t *scale = json_object_get(js, "scale");
+        json_int_t p = json_integer_value(precision), sc = scale ? json_integer_value(scale) : 0;
+        if (!json_is_integer(precision) || (scale && !json_is_integer(scale)) || p <= 0 ||
+            p > 250 || sc < 0 || sc > p)
+            return true;
+        Decimal *d = realloc(ps->decimals, (ps->n_decimals + 1) * sizeof(*d));
+        if (!d)
+            return false;
+        ps->decimals = d;
+        d[ps->n_decimals++] = (Decimal){.at = is_avro_fixed(s) ? s : at,
+                                        .index = is_avro_fixed(s) ? -1 : index,
+                                        .precision = (int)p,
+                                        .scale = (int)sc};
+        return true;
+    }
+    if (is_avro_record(s)) {
+        const json_t *fields = json_object_get(js, "fields");
+        for (size_t i = 0; i < json_array_size(fields); i++) {
+            avro_schema_t fs = avro_schema_record_field_get_by_index(s, (int)i);
+            if (fs && !find_decimals(ps, json_object_get(json_array_get(fields, i), "type"), fs, s,
+                                     (int)i, depth + 1))
+                return false;
+        }
+    } else if (is_avro_array(s)) {
+        return find_decimals(ps, json_object_get(js, "items"), avro_schema_array_items(s), s, 0,
+                             depth + 1);
+    } else if (is_avro_map(s)) {
+        return find_decimals(ps, json_object_get(js, "values"), avro_schema_map_values(s), s, 0,
+                             depth + 1);
+    }
+    return true;
+}
+
 /* Parses the registry's schema once; a schema we cannot use fails every row of its subject with
  * the reason (logged once). */
 static Parsed *parse_schema(const RegistrySchema *rs, ValueFormat format)
@@ -580,6 +913,17 @@ static Parsed *parse_schema(const RegistrySchema *rs, ValueFormat format)
                 avro_value_iface_decref(ps->iface);
             ps->iface = NULL;
             ps->broken = true;
+        } else {
+            json_t *js = json_loads(rs->text, JSON_DECODE_ANY, NULL);
+            bool ok = !js || find_decimals(ps, js, ps->avro, NULL, 0, 0);
+            json_decref(js);
+            if (!ok) {
+                free(ps->decimals);
+                ps->decimals = NULL;
+                ps->n_decimals = 0;
+                snprintf(ps->broken_why, sizeof(ps->broken_why), "out of memory");
+                ps->broken = true;
+            }
         }
     } else {
         json_error_t jerr;
@@ -655,6 +999,12 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
     }
     json_error_t jerr;
     json_t *root = json_loadb(payload, payload_len, JSON_DECODE_ANY, &jerr);
+    /* JSON Schema only checks the payload and sends its text as it is: an integer beyond
+     * jansson's long long (12345678901234567890, which jsonb accepts) is checked as a real.
+     * Not for Avro: there every integer would become a double, rounding longs above 2^53. */
+    if (!root && format == VALUE_JSON_SCHEMA &&
+        json_error_code(&jerr) == json_error_numeric_overflow)
+        root = json_loadb(payload, payload_len, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &jerr);
     if (!root) {
         snprintf(err, errlen, "payload is not JSON (schema id %d): %s", rs->id, jerr.text);
         return SERIALIZER_ROW_FAULT;
@@ -664,7 +1014,7 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
     if (format == VALUE_AVRO) {
         ok = avro_encode(ps, root, out, out_len, rs->id, why, sizeof(why));
     } else {
-        Path path = {""};
+        Path path = {"", NULL};
         ok = check_json(ps->json, root, &path, 0, why, sizeof(why));
         char *buf = ok ? malloc(WIRE_HEADER + payload_len) : NULL;
         if (ok && !buf) {

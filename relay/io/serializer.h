@@ -10,12 +10,20 @@
  *
  * Avro: avro-c parses the schema and writes the binary encoding (avro_value_write); the JSON
  * payload is walked into an avro value by its schema (avro-c has no JSON decoder). A union takes
- * the first branch the JSON value fits (null, boolean, number, string, array, object), or the
- * branch an Avro-JSON wrapper {"type": value} names; a record field missing from the payload is
+ * the branch an Avro-JSON wrapper {"type": value} names (a named type by its full name,
+ * "ns.Name", or by its short name when no other branch has it), else the first branch the JSON
+ * value fits, its own kind first (an integer in an int's range, then a long, then a double); an
+ * object that more than one record or map branch could take needs the wrapper (else the row is
+ * refused as ambiguous). int and long take whole-number reals (100.0) in range. A decimal
+ * (logicalType on bytes or fixed, read from the schema's text: avro-c drops it) takes a JSON
+ * number or numeric string and is written as Avro's two's-complement unscaled integer; more
+ * fractional digits than its scale or more digits than its precision are refused. A record field
+ * missing from the payload is
  * null when its type allows null, a fault otherwise; payload fields the schema lacks are
  * ignored (as Confluent's JavaScript serializer does).
  * JSON Schema: the payload is checked against type, properties, required, additionalProperties,
- * items, enum and const (others are not checked) and sent as it is.
+ * items, enum and const (others are not checked) and sent as it is; an integer beyond 64 bits is
+ * checked as a real.
  *
  * One serializer per relay, on the loop's thread. */
 #ifndef OUTBOX_SERIALIZER_H

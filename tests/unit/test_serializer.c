@@ -129,6 +129,217 @@ static void test_json_schema(void **state)
     serializer_schema_release(&rs);
 }
 
+static void expect_bytes(RegistrySchema *rs, const char *payload, const unsigned char *want,
+                         size_t want_len)
+{
+    char *out = NULL, err[256] = "";
+    size_t len = 0;
+    if (encode(VALUE_AVRO, rs, payload, &out, &len, err) != SERIALIZER_OK)
+        fail_msg("%s: %s", payload, err);
+    assert_int_equal(len, want_len);
+    assert_memory_equal(out, want, want_len);
+    free(out);
+}
+
+/* From an independent review: the Avro-JSON wrapper names a named type by its full name; a
+ * wrapper that did not match was taken as the record itself (its fields null), and a union of
+ * two records always took the first. */
+static void test_avro_union_wrapper(void **state)
+{
+    RegistrySchema rs = {
+        .id = 1,
+        .type = REGISTRY_AVRO,
+        .subject = "t-value",
+        .text = "{\"type\": \"record\", \"name\": \"R\", \"namespace\": \"shop\", \"fields\": ["
+                " {\"name\": \"a\", \"type\": [\"null\", {\"type\": \"record\", \"name\": "
+                "\"Addr\", \"fields\": [{\"name\": \"street\", \"type\": [\"null\", "
+                "\"string\"]}]}]}]}"};
+    /* Branch 1 (02), street branch 1 (02), "x" (02 78). */
+    const unsigned char want[] = {0, 0, 0, 0, 1, 0x02, 0x02, 0x02, 'x'};
+    expect_bytes(&rs, "{\"a\": {\"shop.Addr\": {\"street\": \"x\"}}}", want, sizeof(want));
+    /* The short name, unambiguous here, and the bare record too. */
+    expect_bytes(&rs, "{\"a\": {\"Addr\": {\"street\": \"x\"}}}", want, sizeof(want));
+    expect_bytes(&rs, "{\"a\": {\"street\": \"x\"}}", want, sizeof(want));
+    serializer_schema_release(&rs);
+
+    RegistrySchema two = {
+        .id = 2,
+        .type = REGISTRY_AVRO,
+        .subject = "t-value",
+        .text = "{\"type\": \"record\", \"name\": \"T\", \"fields\": [{\"name\": \"u\", \"type\": ["
+                "{\"type\": \"record\", \"name\": \"A\", \"namespace\": \"n\", \"fields\": "
+                "[{\"name\": \"x\", \"type\": [\"null\", \"string\"]}]},"
+                "{\"type\": \"record\", \"name\": \"B\", \"namespace\": \"n\", \"fields\": "
+                "[{\"name\": \"y\", \"type\": \"string\"}]}]}]}"};
+    /* Branch 1 (02), "hello" (0a ...). */
+    const unsigned char want_b[] = {0, 0, 0, 0, 2, 0x02, 0x0a, 'h', 'e', 'l', 'l', 'o'};
+    expect_bytes(&two, "{\"u\": {\"n.B\": {\"y\": \"hello\"}}}", want_b, sizeof(want_b));
+    expect_fault(VALUE_AVRO, &two, "{\"u\": {\"y\": \"hello\"}}",
+                 "schema id 2 (subject t-value): field u: object is ambiguous");
+    serializer_schema_release(&two);
+
+    /* Two records of one short name: only their full names tell them apart. */
+    RegistrySchema same = {
+        .id = 3,
+        .type = REGISTRY_AVRO,
+        .subject = "t-value",
+        .text = "{\"type\": \"record\", \"name\": \"T\", \"fields\": [{\"name\": \"u\", \"type\": ["
+                "{\"type\": \"record\", \"name\": \"A\", \"namespace\": \"m\", \"fields\": "
+                "[{\"name\": \"x\", \"type\": \"string\"}]},"
+                "{\"type\": \"record\", \"name\": \"A\", \"namespace\": \"n\", \"fields\": "
+                "[{\"name\": \"x\", \"type\": \"string\"}]}]}]}"};
+    /* Branch 1 (02), "q" (02 71). */
+    const unsigned char want_n[] = {0, 0, 0, 0, 3, 0x02, 0x02, 'q'};
+    expect_bytes(&same, "{\"u\": {\"n.A\": {\"x\": \"q\"}}}", want_n, sizeof(want_n));
+    expect_fault(VALUE_AVRO, &same, "{\"u\": {\"A\": {\"x\": \"q\"}}}",
+                 "field u: wrapper 'A' names more than one branch of its union");
+    serializer_schema_release(&same);
+}
+
+/* From an independent review: whole-number reals are longs, and a union's int branch is taken
+ * only for an int's range. */
+static void test_avro_numbers(void **state)
+{
+    RegistrySchema rs = {
+        .id = 4,
+        .type = REGISTRY_AVRO,
+        .subject = "t-value",
+        .text = "{\"type\": \"record\", \"name\": \"N\", \"fields\": ["
+                " {\"name\": \"n\", \"type\": \"long\"}, {\"name\": \"i\", \"type\": \"int\"},"
+                " {\"name\": \"u\", \"type\": [\"int\", \"long\"]},"
+                " {\"name\": \"d\", \"type\": [\"long\", \"double\"]}]}"};
+    /* 100 -> c8 01; 3 -> 06; branch 1 (02), 3000000000 -> zigzag 6000000000 ;
+     * (7-bit groups, low first: 00 78 02 2d 16) = 80 f8 82 ad 16; d 2.0: branch 1 (02), double 2.0
+     * little-endian. */
+    const unsigned char want[] = {0,    0,    0,    0, 4, 0xc8, 0x01, 0x06, 0x02, 0x80, 0xf8, 0x82,
+                                  0xad, 0x16, 0x02, 0, 0, 0,    0,    0,    0,    0,    0x40};
+    expect_bytes(&rs, "{\"n\": 100.0, \"i\": 3.0, \"u\": 3000000000, \"d\": 2.0}", want,
+                 sizeof(want));
+    /* u 7 -> branch 0 (00) 0e; d 2 -> branch 0 (00) 04. */
+    const unsigned char want2[] = {0, 0, 0, 0, 4, 0xc8, 0x01, 0x06, 0x00, 0x0e, 0x00, 0x04};
+    expect_bytes(&rs, "{\"n\": 100, \"i\": 3, \"u\": 7, \"d\": 2}", want2, sizeof(want2));
+    expect_fault(VALUE_AVRO, &rs, "{\"n\": 1.5, \"i\": 3, \"u\": 7, \"d\": 2}",
+                 "field n: expected long, got number");
+    expect_fault(VALUE_AVRO, &rs, "{\"n\": 1e19, \"i\": 3, \"u\": 7, \"d\": 2}",
+                 "field n: 10000000000000000000 is out of a long's range");
+    expect_fault(VALUE_AVRO, &rs, "{\"n\": 1, \"i\": 3000000000.0, \"u\": 7, \"d\": 2}",
+                 "field i: 3000000000 is out of an int's range");
+    expect_fault(VALUE_AVRO, &rs, "{\"n\": 1, \"i\": 3, \"u\": 1e19, \"d\": 2}",
+                 "field u: number fits no branch");
+    serializer_schema_release(&rs);
+}
+
+/* From an independent review: an integer beyond a long long is valid JSON (jsonb keeps it). */
+static void test_json_schema_big_integer(void **state)
+{
+    RegistrySchema rs = {.id = 5,
+                         .type = REGISTRY_JSON,
+                         .subject = "t-value",
+                         .text = "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": "
+                                 "\"number\"}, \"b\": {\"type\": \"integer\"}}}"};
+    char *out = NULL, err[256] = "";
+    size_t len;
+    const char *payload = "{\"a\": 12345678901234567890, \"b\": 12345678901234567890}";
+    assert_int_equal(encode(VALUE_JSON_SCHEMA, &rs, payload, &out, &len, err), SERIALIZER_OK);
+    assert_int_equal(len, 5 + strlen(payload));
+    assert_memory_equal(out + 5, payload, strlen(payload));
+    free(out);
+    expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"a\": \"x\", \"b\": 12345678901234567890}",
+                 "field a: expected number, got string");
+    serializer_schema_release(&rs);
+    /* Avro keeps refusing it: a long cannot hold it, and reading every integer as a double
+     * would round other longs. */
+    RegistrySchema av = {
+        .id = 6, .type = REGISTRY_AVRO, .subject = "t-value", .text = order_schema};
+    expect_fault(VALUE_AVRO, &av, "{\"n\": 12345678901234567890}",
+                 "payload is not JSON (schema id 6)");
+    serializer_schema_release(&av);
+}
+
+/* From an independent review: a decimal was sent as the bytes of its text ("12.34" read back as
+ * 2113096384.52). Avro's decimal is the two's-complement big-endian unscaled integer. */
+static void test_avro_decimal(void **state)
+{
+    RegistrySchema rs = {
+        .id = 8,
+        .type = REGISTRY_AVRO,
+        .subject = "t-value",
+        .text = "{\"type\": \"record\", \"name\": \"D\", \"namespace\": \"shop\", \"fields\": ["
+                " {\"name\": \"price\", \"type\": {\"type\": \"bytes\", \"logicalType\": "
+                "\"decimal\", \"precision\": 10, \"scale\": 2}},"
+                " {\"name\": \"f\", \"type\": {\"type\": \"fixed\", \"name\": \"Money\", \"size\": "
+                "4, \"logicalType\": \"decimal\", \"precision\": 9, \"scale\": 2}},"
+                " {\"name\": \"u\", \"type\": [\"null\", {\"type\": \"bytes\", \"logicalType\": "
+                "\"decimal\", \"precision\": 5, \"scale\": 1}]},"
+                " {\"name\": \"raw\", \"type\": \"bytes\"}]}"};
+    /* price 1234 = 04 d2: length 2 (04), 04 d2; f -150 in 4 bytes: ff ff ff 6a; u branch 1
+     * (02), 30 = 1e: length 1 (02), 1e; raw "ab": length 2 (04), 'a' 'b'. */
+    const unsigned char want[] = {0,    0,    0,    0,    8,    0x04, 0x04, 0xd2, 0xff,
+                                  0xff, 0xff, 0x6a, 0x02, 0x02, 0x1e, 0x04, 'a',  'b'};
+    expect_bytes(&rs, "{\"price\": \"12.34\", \"f\": -1.5, \"u\": 3, \"raw\": \"ab\"}", want,
+                 sizeof(want));
+    expect_bytes(&rs, "{\"price\": 12.34, \"f\": \"-1.50\", \"u\": \"3.0\", \"raw\": \"ab\"}", want,
+                 sizeof(want));
+    /* 128 = 80 needs a sign byte: 00 80; -128 is 80; 0 is 00; u null (00); 1 in 4 bytes. */
+    const unsigned char want2[] = {0, 0, 0, 0, 8, 0x04, 0x00, 0x80, 0, 0, 0, 0x01, 0x00, 0x00};
+    expect_bytes(&rs, "{\"price\": \"1.28\", \"f\": \"0.01\", \"raw\": \"\"}", want2,
+                 sizeof(want2));
+    const unsigned char want3[] = {0, 0, 0, 0, 8, 0x02, 0x80, 0, 0, 0, 0, 0x00, 0x00};
+    expect_bytes(&rs, "{\"price\": \"-1.280\", \"f\": 0, \"u\": null, \"raw\": \"\"}", want3,
+                 sizeof(want3));
+    const unsigned char want4[] = {0, 0, 0, 0, 8, 0x02, 0x00, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00};
+    expect_bytes(&rs, "{\"price\": \"-0.00\", \"f\": -0.01, \"raw\": \"\"}", want4, sizeof(want4));
+    expect_fault(VALUE_AVRO, &rs, "{\"price\": \"12.345\", \"f\": 0, \"raw\": \"\"}",
+                 "schema id 8 (subject t-value): field price: decimal 12.345 has more fractional "
+                 "digits than its scale 2");
+    expect_fault(VALUE_AVRO, &rs, "{\"price\": 12.345, \"f\": 0, \"raw\": \"\"}",
+                 "field price: decimal 12.345 has more fractional digits than its scale 2");
+    expect_fault(VALUE_AVRO, &rs, "{\"price\": \"123456789.00\", \"f\": 0, \"raw\": \"\"}",
+                 "field price: decimal 123456789.00 has more digits than its precision 10");
+    expect_fault(VALUE_AVRO, &rs, "{\"price\": \"1e3\", \"f\": 0, \"raw\": \"\"}",
+                 "field price: '1e3' is not a decimal number");
+    expect_fault(VALUE_AVRO, &rs, "{\"price\": true, \"f\": 0, \"raw\": \"\"}",
+                 "field price: expected decimal (a number or a numeric string), got boolean");
+    expect_fault(VALUE_AVRO, &rs, "{\"price\": 0, \"f\": 0, \"u\": \"99999.9\", \"raw\": \"\"}",
+                 "field u: decimal 99999.9 has more digits than its precision 5");
+    serializer_schema_release(&rs);
+}
+
+/* Named types used by reference: a union branch "shop.P" (avro-c's link) takes its record, and a
+ * decimal is one wherever its fixed, or the record holding its bytes, is referenced. */
+static void test_avro_named_references(void **state)
+{
+    RegistrySchema rs = {
+        .id = 9,
+        .type = REGISTRY_AVRO,
+        .subject = "t-value",
+        .text = "{\"type\": \"record\", \"name\": \"R\", \"namespace\": \"shop\", \"fields\": ["
+                " {\"name\": \"a\", \"type\": {\"type\": \"fixed\", \"name\": \"Money\", \"size\": "
+                "2, \"logicalType\": \"decimal\", \"precision\": 4, \"scale\": 2}},"
+                " {\"name\": \"b\", \"type\": \"Money\"},"
+                " {\"name\": \"c\", \"type\": {\"type\": \"record\", \"name\": \"P\", \"fields\": "
+                "[{\"name\": \"v\", \"type\": {\"type\": \"bytes\", \"logicalType\": \"decimal\", "
+                "\"precision\": 4, \"scale\": 1}}]}},"
+                " {\"name\": \"d\", \"type\": [\"null\", \"shop.P\"]},"
+                " {\"name\": \"e\", \"type\": {\"type\": \"array\", \"items\": \"P\"}}]}"};
+    /* a 150 in 2 bytes: 00 96; b -1: ff ff; c.v 20: length 1 (02) 14; d branch 1 (02), v 5:
+     * 02 05; e a block of 1 (02), v 10: 02 0a, end 00. */
+    const unsigned char want[] = {0,    0,    0,    0,    9,    0x00, 0x96, 0xff, 0xff,
+                                  0x02, 0x14, 0x02, 0x02, 0x05, 0x02, 0x02, 0x0a, 0x00};
+    expect_bytes(&rs,
+                 "{\"a\": 1.5, \"b\": \"-0.01\", \"c\": {\"v\": 2}, \"d\": {\"v\": \"0.5\"},"
+                 " \"e\": [{\"v\": 1}]}",
+                 want, sizeof(want));
+    /* The same through the wrapper of the referenced record's full name. */
+    expect_bytes(&rs,
+                 "{\"a\": 1.5, \"b\": \"-0.01\", \"c\": {\"v\": 2}, \"d\": {\"shop.P\": {\"v\": "
+                 "\"0.5\"}}, \"e\": [{\"v\": 1}]}",
+                 want, sizeof(want));
+    expect_fault(VALUE_AVRO, &rs, "{\"a\": 1.5, \"b\": 100, \"c\": {\"v\": 2}, \"e\": []}",
+                 "field b: decimal 100 has more digits than its precision 4");
+    serializer_schema_release(&rs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -136,6 +347,11 @@ int main(void)
         cmocka_unit_test(test_avro_faults),
         cmocka_unit_test(test_unusable_schema),
         cmocka_unit_test(test_json_schema),
+        cmocka_unit_test(test_avro_union_wrapper),
+        cmocka_unit_test(test_avro_numbers),
+        cmocka_unit_test(test_json_schema_big_integer),
+        cmocka_unit_test(test_avro_decimal),
+        cmocka_unit_test(test_avro_named_references),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
