@@ -14,7 +14,11 @@
 #     meanwhile is not used until a restart (docs/integration.md says so);
 #  5. two URLs, the first hung (SIGSTOP) while each of two sessions asks it for a subject of its
 #     own: the two requests time out together, and the registry moves on to the second URL once,
-#     not once per request (twice went back to the hung one, every retry, for ever).
+#     not once per request (twice went back to the hung one, every retry, for ever);
+#  6. a --databases list (each database has a registry client of its own), the registry down at
+#     start: database a's rows wait and their lookups back off; once the registry is up, a's own
+#     retry timer wakes its sessions (one timer for the process woke only the last database's,
+#     and a waited for --delivery-timeout).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -221,3 +225,35 @@ check_eq "5: the messages carry the subjects' schema ids" \
     "$(printf '%s\n' "$(sr_id "$B_URL" outbox.event.rot1-value) 5" "$(sr_id "$B_URL" outbox.event.rot2-value) 5")" \
     "$({ ids outbox.event.rot1 | sort | uniq -c; ids outbox.event.rot2 | sort | uniq -c; } | awk '{ print $2, $1 }')"
 check "5: Confluent's client decodes them to the rows' payloads" decoded_ok outbox.event.rot2 "$B_URL"
+
+# --- 6. each database's registry client has its own retry timer ---
+for db in a b; do
+    psql_q "CREATE DATABASE reg_$db" -d postgres || fail "6: create reg_$db"
+    "$RELAY_BIN" migrate --database-url "postgresql://postgres@127.0.0.1:$PGPORT/reg_$db" \
+        2>>"$T/migrate.log" || fail "6: migrate reg_$db"
+done
+P4=$(free_port) || fail "6: a port for the registry"
+while [ "$P4" = "$P1" ] || [ "$P4" = "$P2" ] || [ "$P4" = "$P3" ]; do
+    P4=$(free_port) || fail "6: a port for the registry"
+done
+printf '{"brokers": "%s", "value-format": "avro", "schema-registry-url": "http://127.0.0.1:%s",
+"schema-registry-auth-file": "%s", "delivery-timeout": 300000, "databases": [
+{"name": "a", "database-url": "postgresql://postgres@127.0.0.1:%s/reg_a"},
+{"name": "b", "database-url": "postgresql://postgres@127.0.0.1:%s/reg_b"}]}\n' \
+    "$BROKERS" "$P4" "$T/sr-auth" "$PGPORT" "$PGPORT" >"$T/two.json"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'late', 'late-' || (g % 2), 'Changed', jsonb_build_object('id', 'late', 'seq', g)
+        FROM generate_series(1, 10) g ORDER BY g" -d reg_a >/dev/null || fail "6: insert into a"
+SAVED_URL=$DATABASE_URL
+unset DATABASE_URL # the list names every URL
+relay_start --config "$T/two.json"
+export DATABASE_URL=$SAVED_URL
+wait_for "6: the registry down: a's rows wait for it" 30 \
+    grep -q 'msg="schema registry unavailable' "$RELAY_LOG"
+registry_start late "$P4"
+late_sent() { [ "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL" -d reg_a)" = 0 ]; }
+wait_for "6: the registry up: a's rows sent, its own timer waking it (not the delivery timeout)" \
+    60 late_sent
+relay_stop
+check_eq "6: relay exits 0" 0 $?
+
