@@ -43,7 +43,7 @@ jq -n --arg item "$ITEM" --arg shipped "$SHIPPED" --arg shipped2 "$SHIPPED2" '{
     "outbox.event.tls-value": [{schema: $item}], "outbox.event.fo-value": [{schema: $item}],
     "outbox.event.fo2-value": [{schema: $item}], "outbox.event.ver-value": [{schema: $item}],
     "outbox.event.warm-value": [{schema: $item}], "outbox.event.rot1-value": [{schema: $item}],
-    "outbox.event.rot2-value": [{schema: $item}],
+    "outbox.event.rot2-value": [{schema: $item}], "outbox.event.late-value": [{schema: $item}],
     "Shipped": [{schema: $shipped}], "outbox.event.ship2-Shipped": [{schema: $shipped2}]}' \
     >"$T/schemas.json"
 printf 'relay:s3cret\n' >"$T/sr-auth"
