@@ -23,7 +23,6 @@
 #include "ops.h"
 #include "pg.h"
 #include "relay.h"
-#include "route.h"
 #include "sdnotify.h"
 #include "secrets.h"
 #include "status.h"
