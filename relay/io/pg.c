@@ -60,6 +60,8 @@ static void notice_to_log(void *arg, const char *message)
 /* Closes the libpq connection and everything that watches it. */
 static void close_conn(PgConn *pg)
 {
+    resolve_cancel(pg->resolving);
+    pg->resolving = NULL;
     pg_set_io(pg, -1, 0);
     ev_timer_stop(pg->loop, &pg->timer);
     ev_timer_stop(pg->loop, &pg->defer);
@@ -250,13 +252,14 @@ static void connect_step(PgConn *pg)
     }
 }
 
-/* Starts connecting to the current target (one host of the list). */
-static void attempt_target(PgConn *pg)
+/* Hands the current target to libpq. hostaddr (NULL: the target's own) is the addresses to try,
+ * for a name the relay looked up itself: libpq then looks nothing up. */
+static void connect_target(PgConn *pg, const char *host, const char *hostaddr)
 {
     const PgTarget *t = &pg->plan.targets[pg->target];
     int n = pg->plan.nparams;
-    pg->plan.keys[n] = "host", pg->plan.values[n++] = t->addr.host;
-    pg->plan.keys[n] = "hostaddr", pg->plan.values[n++] = t->addr.hostaddr;
+    pg->plan.keys[n] = "host", pg->plan.values[n++] = host;
+    pg->plan.keys[n] = "hostaddr", pg->plan.values[n++] = hostaddr ? hostaddr : t->addr.hostaddr;
     pg->plan.keys[n] = "port", pg->plan.values[n++] = t->addr.port;
     pg->plan.keys[n] = NULL, pg->plan.values[n] = NULL;
     pg->conn = PQconnectStartParams(pg->plan.keys, pg->plan.values, pg->plan.expand_dbname);
@@ -265,10 +268,72 @@ static void attempt_target(PgConn *pg)
         return;
     }
     pg->state = PG_CONNECTING;
+    ev_timer_stop(pg->loop, &pg->timer);
     ev_timer_set(&pg->timer, pg->plan.connect_timeout_s, 0);
     ev_timer_start(pg->loop, &pg->timer);
     /* PQconnectStart leaves the first step as "writing" (the TCP connect in progress). */
     watch(pg, PQsocket(pg->conn), EV_WRITE, true);
+}
+
+/* A lookup's failure in libpq's own words, so that the log reads the same either way. */
+static void lookup_failed(PgConn *pg, const char *why)
+{
+    char line[512];
+    snprintf(line, sizeof(line), "could not translate host name \"%s\" to address: %s",
+             pg->plan.targets[pg->target].addr.host, why);
+    target_failed(pg, line);
+}
+
+static void on_resolved(void *arg, const char *addrs, int n, const char *error)
+{
+    PgConn *pg = arg;
+    pg->resolving = NULL; /* gone after this call */
+    log_set_context(pg->log_context);
+    if (n == 0) {
+        lookup_failed(pg, error);
+        return;
+    }
+    const PgTarget *t = &pg->plan.targets[pg->target];
+    char q[200], q2[RESOLVE_MAX_ADDRS * 50];
+    log_debug("postgres host resolved", "%shost=%s addresses=%s", pg->tag,
+              log_quote(t->shown, q, sizeof(q)), log_quote(addrs, q2, sizeof(q2)));
+    /* libpq pairs element i of host with element i of hostaddr: the name goes with each address,
+     * as TLS verification (verify-full) and the password file match on it. */
+    size_t len = strlen(t->addr.host) + 1;
+    char *hosts = malloc(len * (size_t)n);
+    if (!hosts) {
+        target_failed(pg, "out of memory");
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        memcpy(hosts + len * (size_t)i, t->addr.host, len - 1);
+        hosts[len * (size_t)i + len - 1] = i + 1 < n ? ',' : '\0';
+    }
+    connect_target(pg, hosts, addrs); /* libpq keeps copies */
+    free(hosts);
+}
+
+/* Starts connecting to the current target (one host of the list). A host name is looked up off
+ * the loop first (resolve.h), as libpq's own lookup would block it; connect_timeout bounds the
+ * lookup, and then the connection, each. */
+static void attempt_target(PgConn *pg)
+{
+    const PgTarget *t = &pg->plan.targets[pg->target];
+    /* A list left whole (counts libpq rejects) is libpq's to report. */
+    if (t->addr.hostaddr || !resolve_needed(t->addr.host) || strchr(t->addr.host, ',')) {
+        connect_target(pg, t->addr.host, NULL);
+        return;
+    }
+    char err[200];
+    pg->resolving = resolve_start(pg->loop, t->addr.host, on_resolved, pg, err, sizeof(err));
+    if (!pg->resolving) {
+        lookup_failed(pg, err);
+        return;
+    }
+    pg->state = PG_CONNECTING;
+    ev_timer_stop(pg->loop, &pg->timer);
+    ev_timer_set(&pg->timer, pg->plan.connect_timeout_s, 0);
+    ev_timer_start(pg->loop, &pg->timer);
 }
 
 static void start_connect(PgConn *pg)
@@ -333,9 +398,12 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
     log_set_context(pg->log_context);
     if (pg->state == PG_CONNECTING) {
         char why[96];
-        snprintf(why, sizeof(why), "no connection within %.0f s (connect_timeout)",
-                 pg->plan.connect_timeout_s);
-        target_failed(pg, why);
+        snprintf(why, sizeof(why), "no %s within %.0f s (connect_timeout)",
+                 pg->resolving ? "address" : "connection", pg->plan.connect_timeout_s);
+        if (pg->resolving)
+            lookup_failed(pg, why);
+        else
+            target_failed(pg, why);
     } else if (pg->state == PG_DOWN) {
         start_connect(pg);
     }

@@ -12,6 +12,7 @@
 #include "backoff.h"
 #include "pg.h"
 #include "pg_plan.h"
+#include "resolve.h"
 
 /* Distinct statements a connection prepares; beyond that, statements are sent unprepared. */
 #define PG_MAX_PREPARED 8
@@ -44,6 +45,9 @@ struct PgConn {
     PgState state;
     PgPlan plan; /* what every attempt passes to libpq, and the hosts to try in turn */
     int target;  /* the host being tried */
+    /* The current host's name being looked up (resolve.h), before libpq is given its addresses;
+     * state is PG_CONNECTING and conn NULL meanwhile. */
+    Resolve *resolving;
     double request_timeout_s;
     bool ever_up;     /* for "connected" vs "reconnected" in the log */
     bool down_logged; /* the current outage was logged once; retries go to debug */

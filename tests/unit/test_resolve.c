@@ -1,0 +1,93 @@
+/* Unit tests for resolve (relay/io/resolve.h): which hosts the relay looks up off the loop, a
+ * lookup reported on the loop, and a lookup given up on before it ends (no call, nothing leaked:
+ * the sanitizers' leak check runs at exit). Names come from /etc/hosts (localhost), so no
+ * nameserver is asked. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "resolve.h"
+
+static void test_needed(void **state)
+{
+    assert_true(resolve_needed("localhost"));
+    assert_true(resolve_needed("db.example.com"));
+    assert_true(resolve_needed("10.0.0.1.example")); /* a name that starts like an address */
+    assert_false(resolve_needed(NULL));
+    assert_false(resolve_needed(""));
+    assert_false(resolve_needed("127.0.0.1"));
+    assert_false(resolve_needed("::1"));
+    assert_false(resolve_needed("fe80::1"));
+    assert_false(resolve_needed("/var/run/postgresql"));
+    assert_false(resolve_needed("@abstract"));
+}
+
+typedef struct {
+    int calls, n;
+    char addrs[256], error[160];
+} Seen;
+
+static void on_done(void *arg, const char *addrs, int n, const char *error)
+{
+    Seen *s = arg;
+    s->calls++;
+    s->n = n;
+    if (addrs)
+        snprintf(s->addrs, sizeof(s->addrs), "%s", addrs);
+    if (error)
+        snprintf(s->error, sizeof(s->error), "%s", error);
+}
+
+/* Runs the loop until the lookup has reported (at most ~10 s). */
+static void run_until_called(struct ev_loop *loop, const Seen *s)
+{
+    for (int i = 0; i < 1000 && s->calls == 0; i++)
+        ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT), usleep(10000);
+}
+
+static void test_lookup_reports_on_the_loop(void **state)
+{
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    Seen s = {0};
+    char err[200];
+    Resolve *r = resolve_start(loop, "localhost", on_done, &s, err, sizeof(err));
+    assert_non_null(r);
+    assert_int_equal(s.calls, 0); /* never from inside resolve_start */
+    run_until_called(loop, &s);
+    assert_int_equal(s.calls, 1);
+    assert_true(s.n >= 1);
+    assert_non_null(strstr(s.addrs, "127.0.0.1"));
+    ev_loop_destroy(loop);
+}
+
+static void test_cancelled_lookup_is_not_reported(void **state)
+{
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    Seen s = {0};
+    char err[200];
+    Resolve *r = resolve_start(loop, "localhost", on_done, &s, err, sizeof(err));
+    assert_non_null(r);
+    resolve_cancel(r);
+    /* Whether the thread had finished or not, nothing is called, now or later. */
+    for (int i = 0; i < 20; i++)
+        ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT), usleep(10000);
+    assert_int_equal(s.calls, 0);
+    resolve_cancel(NULL);
+    ev_loop_destroy(loop);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_needed),
+        cmocka_unit_test(test_lookup_reports_on_the_loop),
+        cmocka_unit_test(test_cancelled_lookup_is_not_reported),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
