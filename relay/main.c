@@ -121,6 +121,13 @@ static int run_databases(Config *cfg, rd_kafka_conf_t *kconf, int argc, char **a
         ev_loop_destroy(loop);
         return usage_error(err);
     }
+    /* A wrong registry password is one clear line now, as with one database. */
+    if (!databases_check_registries(dbs, err, sizeof(err))) {
+        databases_free(dbs);
+        ops_free(ops);
+        ev_loop_destroy(loop);
+        return error_line(err, 1);
+    }
     ops_start_databases(ops, dbs);
     databases_start(dbs);
     /* NULL unless run by systemd (Type=notify) */

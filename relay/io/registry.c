@@ -52,10 +52,17 @@ typedef struct SockWatch {
 
 struct Registry {
     struct ev_loop *loop;
+    /* The log context current when the registry was made (its database's, when a process serves
+     * several): made current again by each of its watchers, whose lines would otherwise carry
+     * whichever database's watcher ran last. */
+    const char *log_context;
     CURLM *multi;
     ev_timer timer;
     ev_timer retry_timer; /* fires when the earliest entry in backoff may be asked again */
     char *urls[MAX_URLS];
+    /* Each URL as the log and errors show it: a password in it masked by position (log.h),
+     * whatever its length (the secrets registry skips short ones). */
+    char *shown[MAX_URLS];
     int n_urls;
     int current; /* the URL requests go to; moves on after a failure */
     char *userpwd;
@@ -94,6 +101,7 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 {
     /* The action may remove the socket, and free sw with it (socket_cb): keep r first. */
     Registry *r = ((SockWatch *)w)->r;
+    log_set_context(r->log_context);
     int running;
     int action =
         (revents & EV_READ ? CURL_CSELECT_IN : 0) | (revents & EV_WRITE ? CURL_CSELECT_OUT : 0);
@@ -104,6 +112,7 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Registry *r = w->data;
+    log_set_context(r->log_context);
     int running;
     curl_multi_socket_action(r->multi, CURL_SOCKET_TIMEOUT, 0, &running);
     check_done(r);
@@ -223,10 +232,10 @@ static void set_up(Registry *r, bool up, const char *why)
     r->up = up;
     if (!up && !r->logged_down) {
         log_warn("schema registry unavailable: rows wait for it (no attempt counted)",
-                 "url=%s error=\"%s\"", r->urls[r->current], why);
+                 "url=%s error=\"%s\"", r->shown[r->current], why);
         r->logged_down = true;
     } else if (up && r->logged_down) {
-        log_info("schema registry available again", "url=%s", r->urls[r->current]);
+        log_info("schema registry available again", "url=%s", r->shown[r->current]);
         r->logged_down = false;
     }
 }
@@ -377,6 +386,7 @@ static bool start_request(Registry *r, Entry *e)
 static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Registry *r = w->data;
+    log_set_context(r->log_context);
     if (r->ready)
         r->ready(r->arg);
 }
@@ -394,6 +404,26 @@ static void arm_retry(Registry *r, double at)
 }
 
 /* ---- public ------------------------------------------------------------------------------- */
+
+/* url with its password masked (a URL without a scheme is curl's http://); NULL when out of
+ * memory. */
+static char *shown_url(const char *url)
+{
+    char *with_scheme = NULL;
+    bool bare = !strstr(url, "://");
+    if (asprintf(&with_scheme, "%s%s", bare ? "http://" : "", url) < 0)
+        return NULL;
+    size_t n = strlen(with_scheme) + 16;
+    char *out = malloc(n);
+    if (out) {
+        log_mask_conninfo(with_scheme, out, n);
+        if (bare)
+            memmove(out, out + strlen("http://"), strlen(out + strlen("http://")) + 1);
+    }
+    explicit_bzero(with_scheme, strlen(with_scheme));
+    free(with_scheme);
+    return out;
+}
 
 static bool read_auth_file(Registry *r, const char *path, char *err, size_t errlen)
 {
@@ -437,6 +467,7 @@ Registry *registry_new(struct ev_loop *loop, const RegistryOptions *o, RegistryR
         return NULL;
     }
     r->loop = loop;
+    r->log_context = log_context();
     r->ready = ready;
     r->arg = arg;
     r->up = true;
@@ -448,10 +479,19 @@ Registry *registry_new(struct ev_loop *loop, const RegistryOptions *o, RegistryR
          u = strtok_r(NULL, ",", &save)) {
         while (*u == ' ')
             u++;
-        if (*u)
+        if (*u) {
+            r->shown[r->n_urls] = shown_url(u);
             r->urls[r->n_urls++] = strdup(u);
+        }
     }
     free(copy);
+    for (int i = 0; i < r->n_urls; i++) {
+        if (!r->urls[i] || !r->shown[i]) {
+            snprintf(err, errlen, "out of memory");
+            registry_free(r, NULL);
+            return NULL;
+        }
+    }
     if (r->n_urls == 0) {
         snprintf(err, errlen, "schema-registry-url: no URL given");
         registry_free(r, NULL);
@@ -504,8 +544,10 @@ void registry_free(Registry *r, void (*free_parsed)(void *))
         free(e->missing_why);
         free(e);
     }
-    for (int i = 0; i < r->n_urls; i++)
+    for (int i = 0; i < r->n_urls; i++) {
         free(r->urls[i]);
+        free(r->shown[i]);
+    }
     if (r->userpwd)
         explicit_bzero(r->userpwd, strlen(r->userpwd));
     free(r->userpwd);
@@ -601,7 +643,7 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
         curl_easy_cleanup(easy);
         strbuf_free(&q.body);
         if (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE) {
-            snprintf(err, errlen, "schema registry %s: TLS: %s", r->urls[i],
+            snprintf(err, errlen, "schema registry %s: TLS: %s", r->shown[i],
                      *errbuf ? errbuf : curl_easy_strerror(code));
             ok = false;
             break;
@@ -610,7 +652,7 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
             snprintf(err, errlen,
                      "schema registry %s refuses the credentials (HTTP %ld): check "
                      "--schema-registry-auth-file",
-                     r->urls[i], status);
+                     r->shown[i], status);
             ok = false;
             break;
         }
@@ -620,7 +662,7 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
             break;
         }
         snprintf(warn, warnlen, "schema registry %s does not answer (%s): rows wait for it",
-                 r->urls[i],
+                 r->shown[i],
                  code != CURLE_OK ? (*errbuf ? errbuf : curl_easy_strerror(code)) : "5xx");
     }
     curl_slist_free_all(hdrs);

@@ -222,6 +222,21 @@ Databases *databases_new(struct ev_loop *loop, Config *cfg, const rd_kafka_conf_
     return d;
 }
 
+bool databases_check_registries(Databases *d, char *err, size_t errlen)
+{
+    /* The registry's URLs and credentials are the process's: one probe, by the first database
+     * whose value format uses them. */
+    for (int i = 0; i < d->n; i++) {
+        if (d->dbs[i]->cfg.value_format == VALUE_JSON)
+            continue;
+        log_set_context(d->dbs[i]->log_context);
+        bool ok = relay_check_registry(d->dbs[i]->relay, err, errlen);
+        log_set_context(NULL);
+        return ok;
+    }
+    return true;
+}
+
 void databases_start(Databases *d)
 {
     ev_signal_start(d->loop, &d->sigterm);

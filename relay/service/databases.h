@@ -36,6 +36,13 @@ bool databases_entry_check(const Config *cfg, char *err, size_t errlen);
 Databases *databases_new(struct ev_loop *loop, Config *cfg, const rd_kafka_conf_t *kconf,
                          bool gauges, char *err, size_t errlen);
 
+/* The start-up check of the Schema Registry (relay_check_registry: credentials refused is an
+ * error, a registry not answering a warning), made once: the registry's URLs and credentials are
+ * the process's. Blocks up to --schema-registry-timeout: call before the loop runs (a database a
+ * SIGHUP adds is not probed; its lookups log what fails). False with one line in err. */
+bool databases_check_registries(Databases *d, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
 /* Connects every database's sessions and installs SIGTERM/SIGINT. */
 void databases_start(Databases *d);
 

@@ -10,7 +10,8 @@
 #     naming the field and the schema id; the dead-letter topic carries its payload as JSON;
 #     verify finds the Avro events (it reads ids, not values);
 #  3. JSON Schema: the same for --value-format json-schema, and its non-conforming payload;
-#  4. a wrong registry password is one clear line at start-up, exit 1;
+#  4. a wrong registry password is one clear line at start-up, exit 1, with one database or a
+#     --databases list;
 #  5. the registry stopped for 30 s while rows of a new subject keep coming (10 a second): none
 #     is sent, none counts an attempt or dies; once it is back all are sent, decoded, in order;
 #  6. the same while the registry answers 503.
@@ -147,6 +148,18 @@ check_eq "4: one line" 1 "$(grep -c '' "$T/bad.out")"
 check "4: says the registry refuses the credentials" grep -q "refuses the credentials (HTTP 401)" \
     "$T/bad.out"
 check "4: and never the password" lacks wrong "$T/bad.out"
+# The same with a --databases list: the registry's settings are the process's, probed once
+# before anything connects (b, the database whose rows use it; a's are JSON).
+printf '{"brokers": "%s", "schema-registry-url": "%s", "schema-registry-auth-file": "%s",
+"databases": [{"name": "a", "database-url": "%s"},
+{"name": "b", "database-url": "%s", "value-format": "avro"}]}\n' \
+    "$BROKERS" "$SR_URL" "$T/sr-bad" "$DATABASE_URL" \
+    "postgresql://postgres@127.0.0.1:$PGPORT/sr_b" >"$T/dbs-bad.json"
+timeout -k 5 30 env -u DATABASE_URL "$RELAY_BIN" run --config "$T/dbs-bad.json" >"$T/dbs-bad.out" 2>&1
+check_eq "4: with --databases: exit 1" 1 $?
+check "4: ... saying the registry refuses the credentials" \
+    grep -q "schema registry .*refuses the credentials (HTTP 401)" "$T/dbs-bad.out"
+check "4: ... and never the password" lacks wrong "$T/dbs-bad.out"
 "$RELAY_BIN" check --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
     --schema-registry-url "$SR_URL" --schema-registry-auth-file "$T/sr-bad" >"$T/check.out" 2>&1
 check_eq "4: check: exit 1" 1 $?

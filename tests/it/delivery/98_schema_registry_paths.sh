@@ -6,7 +6,8 @@
 #     --schema-registry-ca-file; without that file, start-up is one TLS line and exit 1;
 #  2. two registry URLs, the first down: start-up picks the second, and rows go with no outage
 #     logged; then the second goes down and the first comes up: a new subject's schema is
-#     fetched from the first (one "unavailable" line, one "available again" naming it);
+#     fetched from the first (one "unavailable" line, one "available again" naming it); the
+#     second URL's two-character password is masked in the log lines that name it;
 #  3. --subject-name-strategy record (subject: the event type) and topic-record
 #     (<topic>-<event type>): each message carries the id registered under that subject;
 #  4. the latest schema, once fetched, is kept while the relay runs (as Confluent's serializers
@@ -18,7 +19,7 @@
 #  6. a --databases list (each database has a registry client of its own), the registry down at
 #     start: database a's rows wait and their lookups back off; once the registry is up, a's own
 #     retry timer wakes its sessions (one timer for the process woke only the last database's,
-#     and a waited for --delivery-timeout).
+#     and a waited for --delivery-timeout); the registry's log lines name database a.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -126,10 +127,13 @@ check "1: ... saying TLS could not verify the registry" grep -q "schema registry
 
 # --- 2. two URLs ---
 registry_start b "$P3"
+# The second URL carries a password of two characters (the auth file's credentials are the ones
+# sent): too short for the secrets registry, it is masked by its place in the URL.
 A_URL=http://127.0.0.1:$P2 B_URL=http://127.0.0.1:$P3
+B_PW_URL=http://sr:pw@127.0.0.1:$P3 B_SHOWN="http://sr:\*\*\*@127.0.0.1:$P3"
 insert fo Changed 1 10
 relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
-    --schema-registry-url "$A_URL,$B_URL" --schema-registry-auth-file "$T/sr-auth"
+    --schema-registry-url "$A_URL,$B_PW_URL" --schema-registry-auth-file "$T/sr-auth"
 wait_for "2: the first URL down: every row sent" 60 none_unsent_of fo
 check "2: ... by the second, with no outage logged" lacks "$RELAY_LOG" "schema registry unavailable"
 registry_start a "$P2"
@@ -139,8 +143,9 @@ insert fo2 Changed 1 10
 wait_for "2: the second down and the first up: a new subject's rows sent" 60 none_unsent_of fo2
 relay_stop
 check_eq "2: relay exits 0" 0 $?
-check_eq "2: one 'unavailable' line, naming the second" 1 \
-    "$(grep "schema registry unavailable" "$RELAY_LOG" | grep -c "url=$B_URL")"
+check_eq "2: one 'unavailable' line, naming the second, its password masked" 1 \
+    "$(grep "schema registry unavailable" "$RELAY_LOG" | grep -c "url=$B_SHOWN")"
+check "2: the second URL's password is nowhere in the log" lacks "$RELAY_LOG" "sr:pw@"
 check "2: one 'available again', naming the first" grep -q "schema registry available again.*url=$A_URL" \
     "$RELAY_LOG"
 check_eq "2: the messages carry the subjects' schema id" "$(sr_id "$A_URL" outbox.event.fo2-value) 20" \
@@ -256,4 +261,9 @@ wait_for "6: the registry up: a's rows sent, its own timer waking it (not the de
     60 late_sent
 relay_stop
 check_eq "6: relay exits 0" 0 $?
+# Its watchers set the registry's own log context (a's), whichever database's watcher ran last.
+check "6: the registry's lines name database a" grep -q \
+    'msg="schema registry available again" database=a ' "$RELAY_LOG"
+check_eq "6: ... every one of them" 0 \
+    "$(grep 'msg="schema registry' "$RELAY_LOG" | grep -vc ' database=a ')"
 
