@@ -15,9 +15,10 @@ endif
 
 CC       ?= cc
 PKGS     := libpq rdkafka jansson libmicrohttpd avro-c libcurl
-# Debian's libev-dev ships no pkg-config file, so it is linked by name.
+# Debian's libev-dev ships no pkg-config file, so it is linked by name. -pthread: the relay's
+# host name lookups run on threads of their own (relay/io/resolve.c).
 DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-DEP_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm
+DEP_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm -pthread
 # Unused parameters are the norm in callbacks whose signatures libev, libpq, librdkafka and
 # cmocka impose; everything else of -Wall -Wextra stays on (and CI adds -Werror). The option
 # tables (lib/opts.h) name their fields, so the fields they leave out are zero without a warning.

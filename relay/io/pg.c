@@ -247,7 +247,15 @@ static void connect_step(PgConn *pg)
         connected(pg);
         break;
     default:
-        target_failed(pg, PQerrorMessage(pg->conn));
+        if (pg->looked_up) {
+            /* Given addresses, libpq names only them: put the name back, as libpq writes it. */
+            char named[1024];
+            pg_error_name_host(PQerrorMessage(pg->conn), pg->plan.targets[pg->target].addr.host,
+                               named, sizeof(named));
+            target_failed(pg, named);
+        } else {
+            target_failed(pg, PQerrorMessage(pg->conn));
+        }
         break;
     }
 }
@@ -309,6 +317,7 @@ static void on_resolved(void *arg, const char *addrs, int n, const char *error)
         memcpy(hosts + len * (size_t)i, t->addr.host, len - 1);
         hosts[len * (size_t)i + len - 1] = i + 1 < n ? ',' : '\0';
     }
+    pg->looked_up = true;
     connect_target(pg, hosts, addrs); /* libpq keeps copies */
     free(hosts);
 }
@@ -319,15 +328,18 @@ static void on_resolved(void *arg, const char *addrs, int n, const char *error)
 static void attempt_target(PgConn *pg)
 {
     const PgTarget *t = &pg->plan.targets[pg->target];
-    /* A list left whole (counts libpq rejects) is libpq's to report. */
-    if (t->addr.hostaddr || !resolve_needed(t->addr.host) || strchr(t->addr.host, ',')) {
+    /* A hostaddr given (libpq ignores an empty one) needs no lookup; lists left whole (counts
+     * libpq rejects) are libpq's to report. */
+    pg->looked_up = false;
+    if ((t->addr.hostaddr && *t->addr.hostaddr) || !resolve_needed(t->addr.host) ||
+        strchr(t->addr.host, ',') || (t->addr.port && strchr(t->addr.port, ','))) {
         connect_target(pg, t->addr.host, NULL);
         return;
     }
-    char err[200];
+    char err[300];
     pg->resolving = resolve_start(pg->loop, t->addr.host, on_resolved, pg, err, sizeof(err));
     if (!pg->resolving) {
-        lookup_failed(pg, err);
+        target_failed(pg, err);
         return;
     }
     pg->state = PG_CONNECTING;

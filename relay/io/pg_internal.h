@@ -48,6 +48,7 @@ struct PgConn {
     /* The current host's name being looked up (resolve.h), before libpq is given its addresses;
      * state is PG_CONNECTING and conn NULL meanwhile. */
     Resolve *resolving;
+    bool looked_up; /* the attempt under way gave libpq the addresses of that lookup */
     double request_timeout_s;
     bool ever_up;     /* for "connected" vs "reconnected" in the log */
     bool down_logged; /* the current outage was logged once; retries go to debug */

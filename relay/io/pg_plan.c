@@ -204,3 +204,30 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
     PQconninfoFree(defaults);
     return ok;
 }
+
+const char *pg_error_name_host(const char *msg, const char *host, char *out, size_t outlen)
+{
+    static const char lead[] = "connection to server at \"";
+    size_t len = 0;
+    if (outlen == 0)
+        return out;
+    out[0] = '\0';
+    const char *p = msg;
+    for (const char *at; (at = strstr(p, lead)) != NULL && len < outlen;) {
+        const char *addr = at + strlen(lead);
+        const char *end = strchr(addr, '"');
+        if (!end) /* not the shape looked for: the rest as it is */
+            break;
+        if (end[1] != ',') { /* named already ("HOST" (ADDR)): as it is */
+            len += (size_t)snprintf(out + len, outlen - len, "%.*s", (int)(end + 1 - p), p);
+            p = end + 1;
+            continue;
+        }
+        len += (size_t)snprintf(out + len, outlen - len, "%.*s%s%s\" (%.*s)", (int)(at - p), p,
+                                lead, host, (int)(end - addr), addr);
+        p = end + 1;
+    }
+    if (len < outlen)
+        snprintf(out + len, outlen - len, "%s", p);
+    return out;
+}

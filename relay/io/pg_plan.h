@@ -58,6 +58,12 @@ typedef struct PgPlan {
 bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, const char *app)
     __attribute__((warn_unused_result));
 
+/* Pure: libpq's error text msg, for a connection given host's addresses as hostaddr, with host
+ * put back where libpq names the server as it does when it looked the name up itself:
+ * `connection to server at "ADDR", port` becomes `connection to server at "HOST" (ADDR), port`,
+ * each time. Written into out (cut to outlen); returns out. */
+const char *pg_error_name_host(const char *msg, const char *host, char *out, size_t outlen);
+
 /* Releases what pg_plan_make allocated and zeroes plan. */
 void pg_plan_free(PgPlan *plan);
 

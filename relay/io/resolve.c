@@ -1,10 +1,15 @@
 /* resolve: host names looked up on threads of their own, reported back on the loop (resolve.h).
  *
- * A lookup is shared by two threads: the loop's, which started it and may give it up, and the
- * lookup's, which fills it in. One mutex orders the hand-over: the lookup's thread, once
- * getaddrinfo returns, either frees a lookup given up on or marks it done and wakes the loop,
- * and touches it no more after that; the loop's thread frees it after calling fn, or at once when
- * it gives up a lookup already done. */
+ * A Lookup (one name, one thread) is shared by the loop's thread, which hands its answer to the
+ * waiters (a Resolve each), and the lookup's thread, which fills it in. One mutex orders the
+ * hand-over, and guards the list of lookups running and the late answers:
+ * - the lookup's thread, once getaddrinfo returns, takes the lookup off the running list; if no
+ *   one waits any more (orphaned) it keeps a successful answer among the late ones and frees the
+ *   lookup, touching nothing of the loop's; else it marks the lookup done and wakes the loop, and
+ *   touches it no more;
+ * - the loop's thread hands a done lookup's answer to its waiters and frees it; a request that
+ *   finds the name's lookup still running waits on it (and takes it back from orphanhood).
+ * Waiter lists and the late answers' delivery timers are the loop thread's alone. */
 #include "resolve.h"
 
 #include <arpa/inet.h>
@@ -15,22 +20,56 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* A numeric address: an IPv6 one with a scope id is the longest, well under this. */
+#define ADDR_LEN 80
+#define ADDRS_LEN (RESOLVE_MAX_ADDRS * ADDR_LEN)
+
+typedef struct Lookup Lookup;
 
 struct Resolve {
     struct ev_loop *loop;
-    ev_async done_async;
+    Lookup *lookup;   /* the lookup waited on; NULL while a late answer is delivered */
+    ev_timer deliver; /* hands a late answer over from the loop, not from resolve_start */
     ResolveFn fn;
     void *arg;
+    Resolve *next; /* among the lookup's waiters */
+    int naddrs;    /* the late answer */
+    char addrs[ADDRS_LEN];
+};
+
+struct Lookup {
+    struct ev_loop *loop;
+    ev_async done_async; /* started while someone waits */
     char *host;
-    bool done, cancelled; /* under lock */
-    /* Written by the lookup's thread before done, read by the loop's after. */
-    int naddrs;
-    char addrs[RESOLVE_MAX_ADDRS * (NI_MAXHOST + 1)];
+    Resolve *waiters;
+    bool delivering;     /* its answer is being handed out: the waiters' cancels free nothing */
+    Lookup *next;        /* in the running list (under lock) */
+    bool done, orphaned; /* under lock */
+    int naddrs;          /* written by the lookup's thread before done */
+    char addrs[ADDRS_LEN];
     char error[160];
 };
 
+typedef struct {
+    char *host; /* NULL: a free slot */
+    double at;  /* when the answer came */
+    int naddrs;
+    char addrs[ADDRS_LEN];
+} Late;
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int running; /* lookups whose threads have not returned (under lock) */
+static Lookup *running;                /* under lock */
+static int nrunning;                   /* under lock */
+static Late late[RESOLVE_MAX_RUNNING]; /* under lock */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 bool resolve_needed(const char *host)
 {
@@ -40,122 +79,239 @@ bool resolve_needed(const char *host)
     return inet_pton(AF_INET, host, buf) != 1 && inet_pton(AF_INET6, host, buf) != 1;
 }
 
-static void resolve_free(Resolve *r)
+/* Keeps a late answer for host (under lock): its own slot, a free one, or the oldest. */
+static void late_keep(const char *host, const char *addrs, int naddrs)
 {
-    free(r->host);
-    free(r);
+    Late *slot = NULL;
+    for (int i = 0; i < RESOLVE_MAX_RUNNING && !slot; i++)
+        if (late[i].host && strcmp(late[i].host, host) == 0)
+            slot = &late[i];
+    for (int i = 0; i < RESOLVE_MAX_RUNNING && !slot; i++)
+        if (!late[i].host)
+            slot = &late[i];
+    if (!slot) {
+        slot = &late[0];
+        for (int i = 1; i < RESOLVE_MAX_RUNNING; i++)
+            if (late[i].at < slot->at)
+                slot = &late[i];
+    }
+    char *copy = strdup(host);
+    if (!copy)
+        return; /* a late answer is a nicety: without memory, the next request asks again */
+    free(slot->host);
+    slot->host = copy;
+    slot->at = now_s();
+    slot->naddrs = naddrs;
+    snprintf(slot->addrs, sizeof(slot->addrs), "%s", addrs);
 }
 
-/* The addresses of ai as numeric strings joined by commas into r, duplicates dropped. */
-static void keep_addresses(Resolve *r, const struct addrinfo *ai)
+/* Takes host's late answer, if a fresh one is kept, into r (under lock). */
+static bool late_take(const char *host, Resolve *r)
 {
-    size_t len = 0;
-    for (; ai && r->naddrs < RESOLVE_MAX_ADDRS; ai = ai->ai_next) {
-        char one[NI_MAXHOST];
-        if (getnameinfo(ai->ai_addr, ai->ai_addrlen, one, sizeof(one), NULL, 0, NI_NUMERICHOST))
+    for (int i = 0; i < RESOLVE_MAX_RUNNING; i++) {
+        if (!late[i].host || strcmp(late[i].host, host) != 0)
             continue;
-        bool seen = false;
-        size_t n = strlen(one);
-        for (const char *p = r->addrs; *p && !seen; p += strcspn(p, ","), p += *p == ',')
-            seen = strncmp(p, one, n) == 0 && (p[n] == ',' || p[n] == '\0');
-        if (seen)
-            continue;
-        len += (size_t)snprintf(r->addrs + len, sizeof(r->addrs) - len, "%s%s",
-                                r->naddrs ? "," : "", one);
-        r->naddrs++;
+        bool fresh = now_s() - late[i].at <= RESOLVE_LATE_TTL_S;
+        if (fresh) {
+            r->naddrs = late[i].naddrs;
+            memcpy(r->addrs, late[i].addrs, sizeof(r->addrs));
+        }
+        free(late[i].host);
+        late[i].host = NULL;
+        return fresh;
+    }
+    return false;
+}
+
+/* Takes l off the running list (under lock). */
+static void running_remove(Lookup *l)
+{
+    for (Lookup **at = &running; *at; at = &(*at)->next) {
+        if (*at == l) {
+            *at = l->next;
+            nrunning--;
+            return;
+        }
     }
 }
 
-static void *lookup(void *p)
+static void lookup_free(Lookup *l)
 {
-    Resolve *r = p;
+    free(l->host);
+    free(l);
+}
+
+/* The addresses of ai as numeric strings joined by commas into l, duplicates dropped. */
+static void keep_addresses(Lookup *l, const struct addrinfo *ai)
+{
+    size_t len = 0;
+    for (; ai && l->naddrs < RESOLVE_MAX_ADDRS; ai = ai->ai_next) {
+        char one[NI_MAXHOST];
+        if (getnameinfo(ai->ai_addr, ai->ai_addrlen, one, sizeof(one), NULL, 0, NI_NUMERICHOST) ||
+            strlen(one) >= ADDR_LEN)
+            continue;
+        bool seen = false;
+        size_t n = strlen(one);
+        for (const char *p = l->addrs; *p && !seen; p += strcspn(p, ","), p += *p == ',')
+            seen = strncmp(p, one, n) == 0 && (p[n] == ',' || p[n] == '\0');
+        if (seen)
+            continue;
+        len += (size_t)snprintf(l->addrs + len, sizeof(l->addrs) - len, "%s%s",
+                                l->naddrs ? "," : "", one);
+        l->naddrs++;
+    }
+}
+
+static void *lookup_thread(void *p)
+{
+    Lookup *l = p;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
-    int rc = getaddrinfo(r->host, NULL, &hints, &ai);
+    int rc = getaddrinfo(l->host, NULL, &hints, &ai);
     if (rc == 0)
-        keep_addresses(r, ai);
+        keep_addresses(l, ai);
     else
-        snprintf(r->error, sizeof(r->error), "%s",
+        snprintf(l->error, sizeof(l->error), "%s",
                  rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
-    if (rc == 0 && r->naddrs == 0)
-        snprintf(r->error, sizeof(r->error), "the name has no address");
+    if (rc == 0 && l->naddrs == 0)
+        snprintf(l->error, sizeof(l->error), "the name has no address");
     if (ai)
         freeaddrinfo(ai);
 
     pthread_mutex_lock(&lock);
-    running--;
-    if (r->cancelled) {
+    running_remove(l);
+    if (l->orphaned) {
+        if (l->naddrs)
+            late_keep(l->host, l->addrs, l->naddrs);
         pthread_mutex_unlock(&lock);
-        resolve_free(r);
+        lookup_free(l);
         return NULL;
     }
-    r->done = true;
-    ev_async_send(r->loop, &r->done_async);
-    pthread_mutex_unlock(&lock); /* r is the loop's from here: not touched again */
+    l->done = true;
+    ev_async_send(l->loop, &l->done_async);
+    pthread_mutex_unlock(&lock); /* l is the loop's from here: not touched again */
     return NULL;
 }
 
 static void on_done(struct ev_loop *loop, ev_async *w, int revents)
 {
-    Resolve *r = w->data;
+    Lookup *l = w->data;
     ev_async_stop(loop, w);
-    pthread_mutex_lock(&lock); /* the lookup's thread has let go of r */
+    pthread_mutex_lock(&lock); /* the lookup's thread has let go of l */
     pthread_mutex_unlock(&lock);
-    r->fn(r->arg, r->naddrs ? r->addrs : NULL, r->naddrs, r->naddrs ? NULL : r->error);
-    resolve_free(r);
+    /* One waiter at a time off the list: a callback may cancel another waiter. */
+    l->delivering = true;
+    Resolve *r;
+    while ((r = l->waiters) != NULL) {
+        l->waiters = r->next;
+        r->lookup = NULL;
+        r->fn(r->arg, l->naddrs ? l->addrs : NULL, l->naddrs, l->naddrs ? NULL : l->error);
+        free(r);
+    }
+    lookup_free(l);
 }
 
-Resolve *resolve_start(struct ev_loop *loop, const char *host, ResolveFn fn, void *arg, char *err,
-                       size_t errlen)
+static void on_deliver(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    Resolve *r = calloc(1, sizeof(*r));
-    if (!r || !(r->host = strdup(host))) {
-        free(r);
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    r->loop = loop;
-    r->fn = fn;
-    r->arg = arg;
-    ev_async_init(&r->done_async, on_done);
-    r->done_async.data = r;
-    ev_async_start(loop, &r->done_async);
+    Resolve *r = w->data;
+    ev_timer_stop(loop, w);
+    r->fn(r->arg, r->addrs, r->naddrs, NULL);
+    free(r);
+}
 
-    pthread_mutex_lock(&lock);
-    bool room = running < RESOLVE_MAX_RUNNING;
-    if (room)
-        running++;
-    pthread_mutex_unlock(&lock);
-    if (!room) {
-        snprintf(err, errlen,
-                 "%d host name lookups are still waiting for a nameserver; not starting another",
-                 RESOLVE_MAX_RUNNING);
-        ev_async_stop(loop, &r->done_async);
-        resolve_free(r);
-        return NULL;
-    }
-
-    /* The thread takes no signals: the loop's signal watchers are the process's. */
+/* Starts a thread for l, which takes no signals but the synchronous ones (a fault inside
+ * getaddrinfo must still crash with its report): the loop's signal watchers are the process's.
+ * The default stack size is kept: NSS modules (LDAP, sssd) may want more than a small one, and
+ * only the pages a lookup touches cost memory. Returns pthread_create's result. */
+static int start_thread(Lookup *l)
+{
     sigset_t all, old;
     sigfillset(&all);
+    static const int synchronous[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
+    for (size_t i = 0; i < sizeof(synchronous) / sizeof(synchronous[0]); i++)
+        sigdelset(&all, synchronous[i]);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_attr_t attr;
     pthread_t thread;
     int rc = pthread_attr_init(&attr);
     if (rc == 0) {
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        rc = pthread_create(&thread, &attr, lookup, r);
+        rc = pthread_create(&thread, &attr, lookup_thread, l);
         pthread_attr_destroy(&attr);
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
-        pthread_mutex_lock(&lock);
-        running--;
-        pthread_mutex_unlock(&lock);
-        snprintf(err, errlen, "cannot start a host name lookup: %s", strerror(rc));
-        ev_async_stop(loop, &r->done_async);
-        resolve_free(r);
+    return rc;
+}
+
+Resolve *resolve_start(struct ev_loop *loop, const char *host, ResolveFn fn, void *arg, char *err,
+                       size_t errlen)
+{
+    Resolve *r = calloc(1, sizeof(*r));
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    r->loop = loop;
+    r->fn = fn;
+    r->arg = arg;
+    ev_timer_init(&r->deliver, on_deliver, 0, 0);
+    r->deliver.data = r;
+
+    pthread_mutex_lock(&lock);
+    if (late_take(host, r)) {
+        pthread_mutex_unlock(&lock);
+        ev_timer_start(loop, &r->deliver);
+        return r;
+    }
+    Lookup *l = running;
+    while (l && (l->loop != loop || strcmp(l->host, host) != 0))
+        l = l->next;
+    if (l && l->orphaned) { /* waited on again: its answer comes to the loop after all */
+        l->orphaned = false;
+        ev_async_start(loop, &l->done_async);
+    }
+    if (!l && nrunning >= RESOLVE_MAX_RUNNING) {
+        pthread_mutex_unlock(&lock);
+        snprintf(err, errlen,
+                 "host name %s not looked up: %d other names are still waiting for a "
+                 "nameserver",
+                 host, RESOLVE_MAX_RUNNING);
+        free(r);
+        return NULL;
+    }
+    bool fresh = !l;
+    if (fresh && (l = calloc(1, sizeof(*l))) != NULL && !(l->host = strdup(host))) {
+        free(l);
+        l = NULL;
+    }
+    if (fresh && l) {
+        l->loop = loop;
+        ev_async_init(&l->done_async, on_done);
+        l->done_async.data = l;
+        ev_async_start(loop, &l->done_async);
+        l->next = running;
+        running = l;
+        nrunning++;
+    }
+    pthread_mutex_unlock(&lock);
+    if (!l) {
+        snprintf(err, errlen, "out of memory");
+        free(r);
+        return NULL;
+    }
+    int rc = fresh ? start_thread(l) : 0;
+    if (rc != 0) {
+        pthread_mutex_lock(&lock);
+        running_remove(l);
+        pthread_mutex_unlock(&lock);
+        ev_async_stop(loop, &l->done_async);
+        lookup_free(l);
+        snprintf(err, errlen, "cannot start a host name lookup: %s", strerror(rc));
+        free(r);
+        return NULL;
+    }
+    r->lookup = l;
+    r->next = l->waiters;
+    l->waiters = r;
     return r;
 }
 
@@ -163,11 +319,31 @@ void resolve_cancel(Resolve *r)
 {
     if (!r)
         return;
+    Lookup *l = r->lookup;
+    if (!l) {
+        ev_timer_stop(r->loop, &r->deliver);
+        free(r);
+        return;
+    }
+    for (Resolve **at = &l->waiters; *at; at = &(*at)->next) {
+        if (*at == r) {
+            *at = r->next;
+            break;
+        }
+    }
+    free(r);
+    if (l->waiters || l->delivering)
+        return;
     pthread_mutex_lock(&lock); /* ordered with the thread's ev_async_send */
-    ev_async_stop(r->loop, &r->done_async);
-    bool done = r->done;
-    r->cancelled = true;
+    ev_async_stop(l->loop, &l->done_async);
+    if (!l->done) {
+        l->orphaned = true; /* its thread keeps the answer and frees it */
+        pthread_mutex_unlock(&lock);
+        return;
+    }
+    /* Done, its report not handled yet: the answer is kept as a late one. */
+    if (l->naddrs)
+        late_keep(l->host, l->addrs, l->naddrs);
     pthread_mutex_unlock(&lock);
-    if (done)
-        resolve_free(r); /* its thread has returned; else that thread frees it */
+    lookup_free(l);
 }

@@ -131,9 +131,33 @@ static void test_fallback_application_name(void **state)
     pg_plan_free(&plan);
 }
 
+/* Given addresses as hostaddr, libpq names only the address: the name is put back, in libpq's
+ * own form, on every line that names a server; other text is left alone. */
+static void test_error_names_the_host(void **state)
+{
+    char out[512];
+    pg_error_name_host("connection to server at \"10.0.0.3\", port 5432 failed: Connection "
+                       "refused\n\tIs the server running on that host and accepting TCP/IP "
+                       "connections?\nconnection to server at \"::1\", port 5432 failed: timeout\n",
+                       "db.example", out, sizeof(out));
+    assert_string_equal(out, "connection to server at \"db.example\" (10.0.0.3), port 5432 failed: "
+                             "Connection refused\n\tIs the server running on that host and "
+                             "accepting TCP/IP connections?\nconnection to server at "
+                             "\"db.example\" (::1), port 5432 failed: timeout\n");
+    pg_error_name_host("FATAL:  password authentication failed for user \"relay\"", "db", out,
+                       sizeof(out));
+    assert_string_equal(out, "FATAL:  password authentication failed for user \"relay\"");
+    pg_error_name_host("connection to server at \"db\" (10.0.0.3), port 5432 failed: x", "db", out,
+                       sizeof(out));
+    assert_string_equal(out, "connection to server at \"db\" (10.0.0.3), port 5432 failed: x");
+    pg_error_name_host("connection to server at \"10.0.0.3\", port 1 failed", "db", out, 20);
+    assert_int_equal(strlen(out), 19); /* cut, terminated */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_error_names_the_host),
         cmocka_unit_test(test_pairs_hosts_and_ports),
         cmocka_unit_test(test_single_or_no_port),
         cmocka_unit_test(test_hostaddr_and_empty_elements),

@@ -1,7 +1,8 @@
 /* Unit tests for resolve (relay/io/resolve.h): which hosts the relay looks up off the loop, a
- * lookup reported on the loop, and a lookup given up on before it ends (no call, nothing leaked:
- * the sanitizers' leak check runs at exit). Names come from /etc/hosts (localhost), so no
- * nameserver is asked. */
+ * lookup reported on the loop, a lookup given up on before it ends (no call, nothing leaked: the
+ * sanitizers' leak check runs at exit; its answer is kept as a late one, which the next test's
+ * first request may take), and requests sharing one lookup. Names come from /etc/hosts
+ * (localhost), so no nameserver is asked. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -82,12 +83,36 @@ static void test_cancelled_lookup_is_not_reported(void **state)
     ev_loop_destroy(loop);
 }
 
+/* Requests for a name while its lookup runs wait on that one: each hears the answer once, and
+ * one given up on meanwhile is not called. */
+static void test_requests_share_a_lookup(void **state)
+{
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    Seen a = {0}, b = {0}, c = {0};
+    char err[200];
+    Resolve *ra = resolve_start(loop, "localhost", on_done, &a, err, sizeof(err));
+    Resolve *rb = resolve_start(loop, "localhost", on_done, &b, err, sizeof(err));
+    Resolve *rc = resolve_start(loop, "localhost", on_done, &c, err, sizeof(err));
+    assert_non_null(ra);
+    assert_non_null(rb);
+    assert_non_null(rc);
+    resolve_cancel(rb);
+    run_until_called(loop, &a);
+    run_until_called(loop, &c);
+    assert_int_equal(a.calls, 1);
+    assert_int_equal(b.calls, 0);
+    assert_int_equal(c.calls, 1);
+    assert_string_equal(a.addrs, c.addrs);
+    ev_loop_destroy(loop);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_needed),
         cmocka_unit_test(test_lookup_reports_on_the_loop),
         cmocka_unit_test(test_cancelled_lookup_is_not_reported),
+        cmocka_unit_test(test_requests_share_a_lookup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

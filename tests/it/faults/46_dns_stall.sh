@@ -1,17 +1,27 @@
 #!/bin/bash
 # Proves that the host names of a connection string are looked up off the event loop. The fault:
 # a nameserver that never answers (socat holding a loopback UDP port 53 and discarding every
-# query), which the relay's resolver uses through an /etc/resolv.conf of its own (bind-mounted
-# in a mount namespace made for the relay alone; the machine's own file is left as it is):
-#  1. one database whose host name's lookup hangs: /healthz answers while the lookup waits;
-#     the host's failure is logged, naming the name that could not be looked up, once the
-#     URL's connect_timeout (3 s) is up; SIGTERM stops the relay within 5 s;
-#  2. --databases with a (127.0.0.1) and b (the hanging name): a's rows are delivered, in order,
-#     while b's lookups hang, and more of a's rows are delivered while they go on hanging;
-#  3. a name that resolves (localhost, from /etc/hosts, to an address list the relay hands
-#     libpq) connects and delivers, and the server sees the relay's connection;
+# query), which the relay's resolver uses through an /etc/resolv.conf of its own, with an
+# /etc/hosts of its own beside it (both bind-mounted in a mount namespace made for the relay
+# alone; the machine's own files are left as they are):
+#  1. one database whose host name's lookup hangs (the URL's hostaddr empty, which libpq
+#     ignores): /healthz answers while the lookup waits; the host's failure is logged, naming the
+#     name that could not be looked up, once the URL's connect_timeout (3 s) is up; SIGTERM stops
+#     the relay within 5 s;
+#  2. --databases with a (localhost, from the hosts file) and b and c (two hanging names, 8
+#     sessions each, connect_timeout 2 s, so that their sessions retry many times): a's rows are
+#     delivered while the lookups hang; a's connections, ended by the server, come back and
+#     deliver more; one lookup thread runs per hanging name, however many sessions wait on it,
+#     and none is refused for want of room (a thread per attempt filled the process's 64 and
+#     refused a's);
+#  3. a name with two addresses, the first refusing: the relay hands libpq both, connects to the
+#     second and delivers; a name whose one address refuses: the error names the host as libpq
+#     names it when it looks the name up itself ("NAME" (ADDRESS));
 #  4. a nameserver that refuses at once (nothing listens: the lookup fails fast): the failure is
-#     logged naming the host, and the relay keeps retrying without a hot loop.
+#     logged naming the host, and the relay keeps retrying without a hot loop;
+#  5. a nameserver that answers in 3 s (tests/tools/slow-dns.py) with connect_timeout=2: the
+#     first attempt gives the lookup up, the next one takes its answer and connects (a fresh
+#     lookup at every attempt never would).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 # shellcheck source=tests/netns_lib.sh
@@ -19,7 +29,8 @@ source "$(dirname "$0")/../../netns_lib.sh"
 t_setup
 fault_init
 
-[ -f /etc/resolv.conf ] || skip_test "no /etc/resolv.conf to stand a relay's own in for"
+[ -f /etc/resolv.conf ] && [ -f /etc/hosts ] ||
+    skip_test "no /etc/resolv.conf and /etc/hosts to stand a relay's own in for"
 unshare -m --propagation private true 2>/dev/null ||
     skip_test "cannot make a mount namespace here (unshare -m)"
 
@@ -27,8 +38,8 @@ pg_start
 relay_migrate 2>>"$T/migrate.log" || fail "migrate"
 broker_start 3
 
-# The black hole: a loopback address of its own, so nothing else on the machine is touched.
-DNS_ADDR=127.77.0.53
+# The black hole: a loopback address of this test slot's own, so nothing else is touched.
+DNS_ADDR=127.77.${TEST_SLOT:-0}.53
 socat -u "UDP-RECV:53,bind=$DNS_ADDR" /dev/null &
 _t_track $!
 on_exit "kill $! 2>/dev/null"
@@ -37,18 +48,31 @@ _poll 5 dns_listens || fail "the black-hole nameserver listens"
 STALL_NAME=pg.dns-stall.test
 printf 'nameserver %s\noptions timeout:30 attempts:1\n' "$DNS_ADDR" >"$T/resolv.stall"
 # Nothing listens on this one: the query is refused at once (ICMP port unreachable).
-printf 'nameserver 127.77.0.54\noptions timeout:30 attempts:1\n' >"$T/resolv.refuse"
+printf 'nameserver 127.77.%s.54\noptions timeout:30 attempts:1\n' "${TEST_SLOT:-0}" \
+    >"$T/resolv.refuse"
+# Nothing listens on 127.0.0.3 (PostgreSQL listens on 127.0.0.1 alone): connections refused.
+printf '127.0.0.1\tlocalhost\n127.0.0.3\tpg-two.test\n127.0.0.1\tpg-two.test
+127.0.0.3\tpg-refused.test\n' >"$T/hosts"
 
-# with_resolv FILE: relay_start's prefix running the relay with FILE as its /etc/resolv.conf.
-with_resolv() {
-    # shellcheck disable=SC2016 # $0 and $@ belong to the inner sh
-    RELAY_WRAP=(unshare -m --propagation private
-        sh -c 'mount --bind "$0" /etc/resolv.conf && exec "$@"' "$1")
+# in_ns RESOLV CMD...: CMD with RESOLV as its /etc/resolv.conf and $T/hosts as its /etc/hosts.
+in_ns() {
+    # shellcheck disable=SC2016 # $0, $1 and $@ belong to the inner sh
+    exec unshare -m --propagation private sh -c 'mount --bind "$0" /etc/resolv.conf &&
+        mount --bind "$1" /etc/hosts && shift && exec "$@"' "$1" "$T/hosts" "${@:2}"
 }
+# with_resolv FILE: relay_start's prefix running the relay in_ns FILE.
+with_resolv() {
+    RELAY_WRAP=(in_ns "$1")
+}
+# A resolver that bypasses resolv.conf (nscd, systemd-resolved's NSS module) would answer.
+timeout 3 bash -c "$(declare -f in_ns); T=$T; in_ns $T/resolv.stall getent hosts $STALL_NAME" \
+    >/dev/null 2>&1
+[ $? = 124 ] || skip_test "the name's lookup does not go to the relay's own resolv.conf here"
 
 # --- 1. one database, its host name's lookup hangs ---
 with_resolv "$T/resolv.stall"
-relay_start --brokers "$BROKERS" --database-url "postgresql://postgres@$STALL_NAME:$PGPORT/outbox?connect_timeout=3" \
+relay_start --brokers "$BROKERS" \
+    --database-url "postgresql://postgres@$STALL_NAME:$PGPORT/outbox?connect_timeout=3&hostaddr=" \
     --metrics-listen 127.0.0.1:0 --sessions 1
 metrics_wait
 # A lookup that waits for 30 s has started by now; with it on the loop nothing would answer.
@@ -62,49 +86,75 @@ check_eq "1: /healthz still answers" 200 "$(http_code /healthz)"
 relay_stop 5
 check_eq "1: SIGTERM stops the relay (exit 0) while a lookup hangs" 0 $?
 
-# --- 2. two databases, one of them behind the hanging name ---
-for db in a b; do
-    psql_q "CREATE DATABASE db_$db" -d postgres || fail "create db_$db"
-    "$RELAY_BIN" migrate --database-url "postgresql://postgres@127.0.0.1:$PGPORT/db_$db" \
-        2>>"$T/migrate.log" || fail "migrate db_$db"
-done
-unset DATABASE_URL
+# --- 2. a database beside three whose names hang ---
+psql_q "CREATE DATABASE db_a" -d postgres || fail "create db_a"
+"$RELAY_BIN" migrate --database-url "postgresql://postgres@127.0.0.1:$PGPORT/db_a" \
+    2>>"$T/migrate.log" || fail "migrate db_a"
+SAVED_URL=$DATABASE_URL
+unset DATABASE_URL # the list names every URL
+hung() { # hung NAME: a list entry whose host name's lookup hangs, its 8 sessions retrying
+    printf ', {"name": "%s", "database-url": "postgresql://postgres@pg-%s.dns-stall.test:%s/db_%s?connect_timeout=2", "sessions": 8, "min-sessions": 8}' \
+        "$1" "$1" "$PGPORT" "$1"
+}
 printf '{"brokers": "%s", "databases": [
-  {"name": "a", "database-url": "postgresql://postgres@127.0.0.1:%s/db_a"},
-  {"name": "b", "database-url": "postgresql://postgres@%s:%s/db_b?connect_timeout=3"}]}\n' \
-    "$BROKERS" "$PGPORT" "$STALL_NAME" "$PGPORT" >"$T/relay.json"
+  {"name": "a", "database-url": "postgresql://postgres@localhost:%s/db_a"}%s%s%s]}\n' \
+    "$BROKERS" "$PGPORT" "$(hung b)" "$(hung c)" "$(hung d)" >"$T/relay.json"
 insert_a() { # insert_a FROM TO: rows of aggregate type a in db_a
     PGDATABASE=db_a insert_rows a "$1" "$2" 20
 }
 drained_a() { [ "$(PGDATABASE=db_a unsent_of a)" = 0 ]; }
 insert_a 1 300
+with_resolv "$T/resolv.stall"
 relay_start --config "$T/relay.json"
-wait_for "2: a's rows delivered while b's lookups hang" 15 drained_a
-insert_a 301 600
-wait_for "2: and more of a's rows, as b's lookups go on hanging" 15 drained_a
-PGDATABASE=db_a check_delivered a
+export DATABASE_URL=$SAVED_URL
+wait_for "2: a's rows delivered while the others' lookups hang" 15 drained_a
 wait_for "2: b's failure is logged for b" 10 \
     grep -qE 'msg="postgres unreachable" database=b .*could not translate host name' "$RELAY_LOG"
+# 24 sessions retrying every 2-7 s: a lookup per attempt, each waiting 30 s, would pile up.
+sleep 12
+# Lookup threads carry the relay's own name (librdkafka names its threads rdk:...).
+lookup_threads() {
+    local name
+    name=$(cat "/proc/$RELAY_PID/comm") &&
+        echo $(($(grep -lxF "$name" "/proc/$RELAY_PID"/task/*/comm | wc -l) - 1))
+}
+n=$(lookup_threads)
+check "2: one lookup thread per hanging name, however many sessions retry ($n for 3)" \
+    test "$n" -le 3
+psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+        WHERE datname = 'db_a' AND application_name LIKE 'outbox-relay%'" -d postgres >/dev/null
+insert_a 301 600
+wait_for "2: a's connections, ended by the server, come back and deliver" 20 drained_a
+PGDATABASE=db_a check_delivered a
+check "2: no lookup refused for want of room (one per name, not per attempt)" \
+    lacks "$RELAY_LOG" "waiting for a nameserver"
 relay_stop 5
 check_eq "2: the relay exits 0" 0 $?
 
-# --- 3. a name that resolves ---
-RELAY_WRAP=()
-insert_rows local 1 200 10
-relay_start --brokers "$BROKERS" --database-url "postgresql://postgres@localhost:$PGPORT/outbox" \
+# --- 3. names from the hosts file: two addresses, one refusing ---
+with_resolv "$T/resolv.refuse"
+insert_rows two 1 200 10
+relay_start --brokers "$BROKERS" --database-url "postgresql://postgres@pg-two.test:$PGPORT/outbox" \
     --sessions 1 --log-level debug
-wait_for "3: localhost: rows delivered" 15 none_unsent_of local
-check_delivered local
-check "3: the name was looked up by the relay" \
-    grep -qE 'msg="postgres host resolved".* host="localhost:[0-9]+" addresses="[^"]*127\.0\.0\.1' \
+wait_for "3: two addresses: rows delivered" 15 none_unsent_of two
+check_delivered two
+check "3: both addresses were handed to libpq" grep -qE \
+    'msg="postgres host resolved".* host="pg-two.test:[0-9]+" addresses="(127\.0\.0\.3,127\.0\.0\.1|127\.0\.0\.1,127\.0\.0\.3)"' \
+    "$RELAY_LOG"
+relay_stop 5
+check_eq "3: the relay exits 0" 0 $?
+relay_start --brokers "$BROKERS" \
+    --database-url "postgresql://postgres@pg-refused.test:$PGPORT/outbox" --sessions 1
+wait_for "3: a refusing address: the error names the host and the address" 10 grep -qF \
+    "error=\"connection to server at \\\"pg-refused.test\\\" (127.0.0.3), port $PGPORT failed" \
     "$RELAY_LOG"
 relay_stop 5
 check_eq "3: the relay exits 0" 0 $?
 
 # --- 4. a nameserver that refuses ---
 with_resolv "$T/resolv.refuse"
-relay_start --brokers "$BROKERS" --database-url "postgresql://postgres@$STALL_NAME:$PGPORT/outbox" --sessions 1 \
-    --log-level debug
+relay_start --brokers "$BROKERS" --database-url "postgresql://postgres@$STALL_NAME:$PGPORT/outbox" \
+    --sessions 1 --log-level debug
 sleep 4
 check "4: the failure names the host" \
     grep -qE "could not translate host name \\\\\"$STALL_NAME\\\\\"" "$RELAY_LOG"
@@ -114,4 +164,23 @@ check "4: retried with backoff ($tries retries in 4 s)" test "$tries" -ge 1 -a "
 check "4: the relay keeps running" relay_running
 relay_stop 5
 check_eq "4: the relay exits 0" 0 $?
+
+# --- 5. a nameserver slower than connect_timeout ---
+SLOW_ADDR=127.77.${TEST_SLOT:-0}.55
+python3 "$ROOT/tests/tools/slow-dns.py" "$SLOW_ADDR" 3 127.0.0.1 >"$T/slow-dns.out" 2>&1 &
+_t_track $!
+on_exit "kill $! 2>/dev/null"
+_poll 5 grep -q listening "$T/slow-dns.out" || fail "the slow nameserver listens"
+printf 'nameserver %s\noptions timeout:30 attempts:1\n' "$SLOW_ADDR" >"$T/resolv.slow"
+with_resolv "$T/resolv.slow"
+insert_rows slow 1 100 10
+relay_start --brokers "$BROKERS" --sessions 1 \
+    --database-url "postgresql://postgres@pg-slow.test:$PGPORT/outbox?connect_timeout=2"
+wait_for "5: answers in 3 s, connect_timeout 2 s: the next attempt takes the answer, rows delivered" \
+    20 none_unsent_of slow
+check "5: ... after the first attempt gave the lookup up" grep -q 'no address within 2 s' \
+    "$RELAY_LOG"
+check_delivered slow
+relay_stop 5
+check_eq "5: the relay exits 0" 0 $?
 RELAY_WRAP=()
