@@ -21,7 +21,9 @@
 #     logged naming the host, and the relay keeps retrying without a hot loop;
 #  5. a nameserver that answers in 3 s (tests/tools/slow-dns.py) with connect_timeout=2: the
 #     first attempt gives the lookup up, the next one takes its answer and connects (a fresh
-#     lookup at every attempt never would).
+#     lookup at every attempt never would);
+#  6. sslmode=verify-full with a name from the hosts file: the server's certificate names it, and
+#     the relay, which hands libpq the name beside the addresses, connects over TLS.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 # shellcheck source=tests/netns_lib.sh
@@ -183,4 +185,30 @@ check "5: ... after the first attempt gave the lookup up" grep -q 'no address wi
 check_delivered slow
 relay_stop 5
 check_eq "5: the relay exits 0" 0 $?
+
+# --- 6. TLS verify-full against a looked-up name ---
+{
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+        -subj /CN=outbox-relay-test-ca -keyout "$T/ca.key" -out "$T/ca.pem" &&
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=pg-two.test \
+            -keyout "$T/pg/server.key" -out "$T/srv.csr" &&
+        openssl x509 -req -in "$T/srv.csr" -CA "$T/ca.pem" -CAkey "$T/ca.key" -CAcreateserial \
+            -days 2 -extfile <(printf 'subjectAltName = DNS:pg-two.test\n') -out "$T/pg/server.crt"
+} >"$T/openssl.log" 2>&1 || fail "openssl makes a CA and a certificate: $(tail -n 2 "$T/openssl.log")"
+chmod 600 "$T/pg/server.key"
+[ "$(id -u)" = 0 ] && chown postgres: "$T/pg/server.key" "$T/pg/server.crt"
+psql_q "ALTER SYSTEM SET ssl = on" -d postgres && psql_q "SELECT pg_reload_conf()" -d postgres >/dev/null ||
+    fail "PostgreSQL turns TLS on"
+tls_on() { [ "$(psql_q "SHOW ssl" -d postgres)" = on ]; }
+_poll 10 tls_on || fail "PostgreSQL turns TLS on"
+insert_rows tls 1 100 10
+with_resolv "$T/resolv.refuse"
+relay_start --brokers "$BROKERS" --sessions 1 --database-url \
+    "postgresql://postgres@pg-two.test:$PGPORT/outbox?sslmode=verify-full&sslrootcert=$T/ca.pem"
+wait_for "6: verify-full against the looked-up name's certificate: rows delivered" 15 \
+    none_unsent_of tls
+check "6: ... over TLS" grep -qE 'msg="postgres connected".* tls=on' "$RELAY_LOG"
+check_delivered tls
+relay_stop 5
+check_eq "6: the relay exits 0" 0 $?
 RELAY_WRAP=()
