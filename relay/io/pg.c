@@ -212,7 +212,12 @@ static void connected(PgConn *pg)
  * change (a host that keeps refusing logs once), the retries at debug level. */
 static void target_failed(PgConn *pg, const char *why)
 {
-    char reason[512];
+    char reason[512], named[1024];
+    if (pg->looked_up) {
+        /* Given addresses, libpq names only them: put the name back, as libpq writes it. */
+        pg_error_name_host(why, pg->plan.targets[pg->target].addr.host, named, sizeof(named));
+        why = named;
+    }
     snprintf(reason, sizeof(reason), "%s", db_error_line(why));
     close_conn(pg);
     pg->state = PG_DOWN;
@@ -247,15 +252,7 @@ static void connect_step(PgConn *pg)
         connected(pg);
         break;
     default:
-        if (pg->looked_up) {
-            /* Given addresses, libpq names only them: put the name back, as libpq writes it. */
-            char named[1024];
-            pg_error_name_host(PQerrorMessage(pg->conn), pg->plan.targets[pg->target].addr.host,
-                               named, sizeof(named));
-            target_failed(pg, named);
-        } else {
-            target_failed(pg, PQerrorMessage(pg->conn));
-        }
+        target_failed(pg, PQerrorMessage(pg->conn));
         break;
     }
 }
@@ -302,7 +299,7 @@ static void on_resolved(void *arg, const char *addrs, int n, const char *error)
         return;
     }
     const PgTarget *t = &pg->plan.targets[pg->target];
-    char q[200], q2[RESOLVE_MAX_ADDRS * 50];
+    char q[200], q2[RESOLVE_MAX_ADDRS * 90];
     log_debug("postgres host resolved", "%shost=%s addresses=%s", pg->tag,
               log_quote(t->shown, q, sizeof(q)), log_quote(addrs, q2, sizeof(q2)));
     /* libpq pairs element i of host with element i of hostaddr: the name goes with each address,

@@ -413,11 +413,14 @@ static char *shown_url(const char *url)
     bool bare = !strstr(url, "://");
     if (asprintf(&with_scheme, "%s%s", bare ? "http://" : "", url) < 0)
         return NULL;
-    size_t n = strlen(with_scheme) + 16;
+    /* Masking turns each password into "***": at most 3 bytes more each, and each takes more
+     * than 3 bytes of the text ("password=" or the userinfo's ':' and '@'). */
+    size_t n = 2 * strlen(with_scheme) + 16;
     char *out = malloc(n);
     if (out) {
         log_mask_conninfo(with_scheme, out, n);
-        if (bare)
+        /* Out of memory, the masker writes "***" alone. */
+        if (bare && strncmp(out, "http://", strlen("http://")) == 0)
             memmove(out, out + strlen("http://"), strlen(out + strlen("http://")) + 1);
     }
     explicit_bzero(with_scheme, strlen(with_scheme));

@@ -105,20 +105,23 @@ static void late_keep(const char *host, const char *addrs, int naddrs)
     snprintf(slot->addrs, sizeof(slot->addrs), "%s", addrs);
 }
 
-/* Takes host's late answer, if a fresh one is kept, into r (under lock). */
-static bool late_take(const char *host, Resolve *r)
+/* Copies host's late answer, if a fresh one is kept, into r (under lock). It stays for the
+ * name's other requests (its sessions, its upkeep, other databases on the host) until
+ * RESOLVE_LATE_TTL_S is up: each of them would otherwise start a lookup that outlasts
+ * connect_timeout again. */
+static bool late_copy(const char *host, Resolve *r)
 {
     for (int i = 0; i < RESOLVE_MAX_RUNNING; i++) {
         if (!late[i].host || strcmp(late[i].host, host) != 0)
             continue;
-        bool fresh = now_s() - late[i].at <= RESOLVE_LATE_TTL_S;
-        if (fresh) {
-            r->naddrs = late[i].naddrs;
-            memcpy(r->addrs, late[i].addrs, sizeof(r->addrs));
+        if (now_s() - late[i].at > RESOLVE_LATE_TTL_S) {
+            free(late[i].host);
+            late[i].host = NULL;
+            return false;
         }
-        free(late[i].host);
-        late[i].host = NULL;
-        return fresh;
+        r->naddrs = late[i].naddrs;
+        memcpy(r->addrs, late[i].addrs, sizeof(r->addrs));
+        return true;
     }
     return false;
 }
@@ -167,11 +170,12 @@ static void *lookup_thread(void *p)
     Lookup *l = p;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
     int rc = getaddrinfo(l->host, NULL, &hints, &ai);
+    char why[128];
     if (rc == 0)
         keep_addresses(l, ai);
     else
         snprintf(l->error, sizeof(l->error), "%s",
-                 rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+                 rc == EAI_SYSTEM ? strerror_r(errno, why, sizeof(why)) : gai_strerror(rc));
     if (rc == 0 && l->naddrs == 0)
         snprintf(l->error, sizeof(l->error), "the name has no address");
     if (ai)
@@ -257,7 +261,7 @@ Resolve *resolve_start(struct ev_loop *loop, const char *host, ResolveFn fn, voi
     r->deliver.data = r;
 
     pthread_mutex_lock(&lock);
-    if (late_take(host, r)) {
+    if (late_copy(host, r)) {
         pthread_mutex_unlock(&lock);
         ev_timer_start(loop, &r->deliver);
         return r;

@@ -7,8 +7,8 @@
  * One lookup of a name runs at a time: every connection that needs the name while it runs waits
  * on that one, so a nameserver that never answers costs one thread per name, however many
  * sessions retry. A lookup every waiter gave up on runs on; a successful answer it gets late is
- * kept for RESOLVE_LATE_TTL_S and given to the next request for the name at once, so that a
- * nameserver slower than connect_timeout still lets the next attempt connect. */
+ * kept for RESOLVE_LATE_TTL_S and given to every request for the name meanwhile, at once, so
+ * that a nameserver slower than connect_timeout still lets the next attempts connect. */
 #ifndef OUTBOX_RESOLVE_H
 #define OUTBOX_RESOLVE_H
 
@@ -28,7 +28,8 @@ typedef struct Resolve Resolve;
 
 /* The end of a lookup, called on the loop: addrs holds n (1..RESOLVE_MAX_ADDRS) numeric
  * addresses joined by commas, or n is 0 and error says why (gai_strerror's words). Both strings
- * are valid only during the call; the handle is gone when it returns. */
+ * are valid only during the call; the handle is gone when it returns (and must not be given to
+ * resolve_cancel from inside it). */
 typedef void (*ResolveFn)(void *arg, const char *addrs, int n, const char *error);
 
 /* Pure: whether libpq would look host up in the DNS: a name, not a numeric IPv4 or IPv6
