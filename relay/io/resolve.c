@@ -20,7 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "monotime.h"
 
 /* A numeric address: an IPv6 one with a scope id is the longest, well under this. */
 #define ADDR_LEN 80
@@ -64,13 +65,6 @@ static Lookup *running;                /* under lock */
 static int nrunning;                   /* under lock */
 static Late late[RESOLVE_MAX_RUNNING]; /* under lock */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 bool resolve_needed(const char *host)
 {
     if (!host || !*host || host[0] == '/' || host[0] == '@')
@@ -100,7 +94,7 @@ static void late_keep(const char *host, const char *addrs, int naddrs)
         return; /* a late answer is a nicety: without memory, the next request asks again */
     free(slot->host);
     slot->host = copy;
-    slot->at = now_s();
+    slot->at = monotime_now();
     slot->naddrs = naddrs;
     snprintf(slot->addrs, sizeof(slot->addrs), "%s", addrs);
 }
@@ -114,7 +108,7 @@ static bool late_copy(const char *host, Resolve *r)
     for (int i = 0; i < RESOLVE_MAX_RUNNING; i++) {
         if (!late[i].host || strcmp(late[i].host, host) != 0)
             continue;
-        if (now_s() - late[i].at > RESOLVE_LATE_TTL_S) {
+        if (monotime_now() - late[i].at > RESOLVE_LATE_TTL_S) {
             free(late[i].host);
             late[i].host = NULL;
             return false;
