@@ -1,6 +1,7 @@
 #include "tls_report.h"
 
 #include <arpa/inet.h>
+#include <curl/curl.h>
 #include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
 #include <netinet/in.h>
@@ -206,6 +207,25 @@ static void judge_kafka(const Config *cfg, TlsSide *side)
     rd_kafka_conf_destroy(conf);
 }
 
+/* The host of one registry URL (u, ul bytes), as libcurl parses it for the registry client
+ * (http:// when it names no scheme), into out ("[...]" for IPv6); "(unparsable URL)" when curl
+ * cannot parse it (the registry client fails on it too). The URL's password goes nowhere. */
+static void registry_host(const char *u, size_t ul, char *out, size_t outlen)
+{
+    char *url = strndup(u, ul), *host = NULL;
+    CURLU *parsed = url ? curl_url() : NULL;
+    bool ok = parsed &&
+              curl_url_set(parsed, CURLUPART_URL, url,
+                           CURLU_GUESS_SCHEME | CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK &&
+              curl_url_get(parsed, CURLUPART_HOST, &host, 0) == CURLUE_OK && *host;
+    snprintf(out, outlen, "%s", ok ? host : "(unparsable URL)");
+    curl_free(host);
+    curl_url_cleanup(parsed);
+    if (url)
+        explicit_bzero(url, ul);
+    free(url);
+}
+
 /* The Schema Registry's URLs, when the payloads go through it (--value-format avro or
  * json-schema): an https URL is verified (the client never turns verification off), any other
  * is plain http (curl's default scheme), remote unless its host is loopback. The side's level
@@ -224,32 +244,9 @@ static void judge_registry(const Config *cfg, TlsSide *side)
             continue;
         side->level = TLS_PLAINTEXT;
         snprintf(side->mode, sizeof(side->mode), "http");
-        for (size_t j = 0; j + 2 < ul; j++)
-            if (u[j] == ':' && u[j + 1] == '/' && u[j + 2] == '/') {
-                u += j + 3;
-                ul -= j + 3;
-                break;
-            }
-        size_t auth = strcspn(u, "/?#"); /* the authority: [USERINFO@]HOST[:PORT] */
-        if (auth > ul)
-            auth = ul;
-        for (size_t j = auth; j > 0; j--)
-            if (u[j - 1] == '@') {
-                u += j;
-                auth -= j;
-                break;
-            }
-        size_t hl = auth;
-        if (u[0] == '[') {
-            const char *close = memchr(u, ']', auth);
-            hl = close ? (size_t)(close - u) + 1 : auth;
-        } else {
-            const char *colon = memchr(u, ':', auth);
-            if (colon)
-                hl = (size_t)(colon - u);
-        }
-        if (hl > 0)
-            judge_one(side, u, hl);
+        char host[256];
+        registry_host(u, ul, host, sizeof(host));
+        judge_one(side, host, strlen(host));
     }
 }
 
