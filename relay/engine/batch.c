@@ -153,9 +153,11 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
             PQgetisnull(res, i, ROW_COL_PAYLOAD) ? NULL : PQgetvalue(res, i, ROW_COL_PAYLOAD);
         row->payload_len = row->payload ? (size_t)PQgetlength(res, i, ROW_COL_PAYLOAD) : 0;
         size_t text_len = row->payload_len; /* what the result holds, for the budget below */
+        br->undecodable = false;
         if (bytea && row->payload) {
             size_t n = bytea_decode_in_place(PQgetvalue(res, i, ROW_COL_PAYLOAD), text_len);
-            row->payload_len = n == (size_t)-1 ? 0 : n;
+            br->undecodable = n == (size_t)-1;
+            row->payload_len = br->undecodable ? 0 : n;
         }
         row->headers =
             PQgetisnull(res, i, ROW_COL_HEADERS) ? NULL : PQgetvalue(res, i, ROW_COL_HEADERS);

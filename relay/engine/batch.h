@@ -43,6 +43,8 @@ typedef struct BatchRow {
     size_t value_len;
     size_t message_bytes; /* every column of its message (statements.c, SQL_WITHIN_BUDGET), also
                            * when its large columns were not loaded */
+    bool undecodable;     /* a bytea payload whose text form did not decode (never expected: the
+                           * server writes it); failed, never sent empty */
     bool too_large;       /* over the producer's message.max.bytes: the claim left its large columns
                            * (payload, headers, additional fields) out */
 } BatchRow;

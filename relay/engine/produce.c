@@ -23,8 +23,12 @@ static rd_kafka_headers_t *message_headers(const Session *s, const OutboxRow *ro
                                            size_t errlen)
 {
     rd_kafka_headers_t *hdrs = route_headers(row, s->cfg->map.identity_headers, err, errlen);
-    if (hdrs && s->cfg->message_format == FORMAT_CLOUDEVENTS)
-        route_cloudevents_add(hdrs, row, s->cfg->ce_source, s->cfg->ce_content_type);
+    if (hdrs && s->cfg->message_format == FORMAT_CLOUDEVENTS &&
+        !route_cloudevents_add(hdrs, row, s->cfg->ce_source, s->cfg->ce_content_type)) {
+        rd_kafka_headers_destroy(hdrs);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
     return hdrs;
 }
 
@@ -75,6 +79,10 @@ static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
     char topic[ROUTE_TOPIC_MAX + 1], why[512];
     if (br->too_large) {
         fail_too_large(s, br, br->message_bytes);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+    }
+    if (br->undecodable) {
+        batch_fail(&s->batch, br, "payload: its bytea text form did not decode (not sent)", true);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
     /* Built once per row: a retry after a full queue reuses it. */

@@ -164,7 +164,11 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         log_error("kafka producer fatal error, recreating the producer", "error=%s code=%s",
                   log_quote(why, q, sizeof(q)), rd_kafka_err2name(orig));
         kp->fatal = true;
-        kp->fatal_from_broker = orig > 0; /* librdkafka's own errors are negative */
+        /* A broker's rejection: its own code, or (enable.gapless.guarantee) librdkafka's
+         * __GAPLESS_GUARANTEE, which 2.0.2 raises for any permanent rejection of a message
+         * (rd_kafka_handle_Produce_error). The warning below also needs the rejected message's
+         * own report (a broker code), so a fatal error of librdkafka's alone never says it. */
+        kp->fatal_from_broker = orig > 0 || orig == RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE;
         /* The producer sends nothing more, but librdkafka 2.0.2 may leave a message it still
          * holds unreported (seen: one message for 30 s, until the delivery timeout, with two
          * sessions' batches in flight). Purging reports everything left at once, as failures the

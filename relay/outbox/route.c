@@ -445,26 +445,30 @@ bool route_topic_name_check(const char *option, const char *topic, char *err, si
 static const char *const ce_names[] = {"ce_specversion", "ce_id",      "ce_source",   "ce_type",
                                        "ce_time",        "ce_subject", "content-type"};
 
-void route_cloudevents_add(rd_kafka_headers_t *hdrs, const OutboxRow *row, const char *source,
+bool route_cloudevents_add(rd_kafka_headers_t *hdrs, const OutboxRow *row, const char *source,
                            const char *content_type)
 {
     /* A row's own headers of these names, in any letter case, would make the event say
      * something else (or say it twice); judged as route_header_reserved judges (name_shaped_like).
-     * Names are collected first: removing while walking the list would skip entries. */
-    char *drop[64];
-    size_t ndrop = 0;
-    const char *name;
-    const void *value;
-    size_t size;
-    for (size_t idx = 0; ndrop < 64 && rd_kafka_header_get_all(hdrs, idx, &name, &value, &size) ==
+     * One name at a time, found afresh after each removal (removing while walking the list would
+     * skip entries), with no cap: a row may bring up to ROUTE_HEADERS_MAX decoys, and any one
+     * left in would stand ahead of the relay's own. The name is copied first, as removing frees
+     * the header it points into. */
+    for (;;) {
+        const char *name;
+        const void *value;
+        size_t size;
+        char *found = NULL;
+        for (size_t idx = 0; !found && rd_kafka_header_get_all(hdrs, idx, &name, &value, &size) ==
                                            RD_KAFKA_RESP_ERR_NO_ERROR;
-         idx++)
-        for (size_t i = 0; i < sizeof(ce_names) / sizeof(ce_names[0]); i++)
-            if (name_shaped_like(name, ce_names[i], false) && (drop[ndrop] = strdup(name)) != NULL)
-                ndrop++;
-    for (size_t i = 0; i < ndrop; i++) {
-        rd_kafka_header_remove(hdrs, drop[i]);
-        free(drop[i]);
+             idx++)
+            for (size_t i = 0; !found && i < sizeof(ce_names) / sizeof(ce_names[0]); i++)
+                if (name_shaped_like(name, ce_names[i], false) && !(found = strdup(name)))
+                    return false;
+        if (!found)
+            break;
+        rd_kafka_header_remove(hdrs, found);
+        free(found);
     }
     rd_kafka_header_add(hdrs, "ce_specversion", -1, "1.0", -1);
     rd_kafka_header_add(hdrs, "ce_id", -1, row->event_id, -1);
@@ -474,4 +478,5 @@ void route_cloudevents_add(rd_kafka_headers_t *hdrs, const OutboxRow *row, const
         rd_kafka_header_add(hdrs, "ce_time", -1, row->created_at, -1);
     rd_kafka_header_add(hdrs, "ce_subject", -1, row->aggregate_id, -1);
     rd_kafka_header_add(hdrs, "content-type", -1, content_type, -1);
+    return true;
 }

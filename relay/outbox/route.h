@@ -75,8 +75,9 @@ bool route_topic_name_check(const char *option, const char *topic, char *err, si
  * ce_specversion 1.0, ce_id = event id, ce_source = source, ce_type = event type, ce_time =
  * created_at, ce_subject = aggregate id, content-type), replacing any header of those names the
  * row brought itself. The value stays the payload, so a CloudEvents SDK reads it as the event's
- * data. hdrs stays the caller's. */
-void route_cloudevents_add(rd_kafka_headers_t *hdrs, const OutboxRow *row, const char *source,
-                           const char *content_type);
+ * data. hdrs stays the caller's. False only when out of memory: a header of those names may then
+ * be left in, so the message must not be sent. */
+bool route_cloudevents_add(rd_kafka_headers_t *hdrs, const OutboxRow *row, const char *source,
+                           const char *content_type) __attribute__((warn_unused_result));
 
 #endif

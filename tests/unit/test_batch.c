@@ -89,9 +89,22 @@ static void test_bytea_payload_decoded(void **state)
     batch_load(b, res, NULL);
     assert_int_equal(b->n, 1);
     assert_int_equal(b->rows[0].row.payload_len, 4);
+    assert_false(b->rows[0].undecodable);
     assert_memory_equal(b->rows[0].row.payload, "\x00\xff\x41\x0a", 4);
     assert_string_equal(b->rows[0].row.partition, "3");
     assert_null(b->rows[0].row.timestamp_ms);
+    batch_clear(b);
+    /* A text form that does not decode (odd hex) marks the row, which produce fails rather
+     * than publish an empty payload. */
+    res = PQmakeEmptyPGresult(NULL, PGRES_TUPLES_OK);
+    assert_true(PQsetResultAttrs(res, ROW_COL_PAYLOAD_BYTES, attrs));
+    values[ROW_COL_PAYLOAD] = "\\x00f";
+    for (int c = 0; c < ROW_COL_PAYLOAD_BYTES; c++)
+        assert_true(
+            PQsetvalue(res, 0, c, (char *)values[c], values[c] ? (int)strlen(values[c]) : -1));
+    batch_load(b, res, NULL);
+    assert_int_equal(b->n, 1);
+    assert_true(b->rows[0].undecodable);
     batch_clear(b);
 }
 

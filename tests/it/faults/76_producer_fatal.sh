@@ -62,3 +62,37 @@ done
 check "no 'order broken' in the log" lacks "$RELAY_LOG" "order broken"
 relay_stop
 check_eq "the relay exits 0" 0 "$?"
+
+# A broker's permanent rejection of a message, which librdkafka 2.0.2 under
+# enable.gapless.guarantee turns into a fatal error of its own code (_GAPLESS_GUARANTEE), at the
+# relay's defaults (linger 0, five requests in flight). 200 ms of broker round trip and two
+# messages a request keep later requests of the partition in flight behind the rejected one.
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --delivery-timeout 5000 \
+    --retry-backoff 200 --retry-backoff-max 400 --kafka batch.num.messages=2
+insert w 101 150
+wait_for "second relay: warm-up rows delivered" 30 none_unsent_of w
+broker_cmd "rtt all 200"
+# INVALID_TIMESTAMP (a timestamp outside the topic's message.timestamp.difference.max.ms) is the
+# row's own value, a rejection like a record too large (docs/guarantees.md), not a transient
+# failure: counted in rejections, so --max-attempts dead-letters a row that keeps it.
+broker_cmd "errors produce 1 32"
+insert_rows ts 1 1 1
+wait_for "INVALID_TIMESTAMP: the row is sent on its retry" 60 none_unsent_of ts
+check_eq "INVALID_TIMESTAMP counts as a rejection (rejections, attempts)" "1|1" \
+    "$(psql_q "SELECT rejections, attempts FROM outbox WHERE aggregate_type = 'ts'")"
+# The first request to a partition rejected (MSG_SIZE_TOO_LARGE) with later ones in flight: the
+# broker may keep those ahead of the rejected event's retry, which guarantees.md promises to
+# say once, with a key (the relay cannot tell whether it did).
+mark=$(log_lines)
+broker_cmd "errors produce 1 10"
+insert_rows big 1 40 1
+wait_for "MSG_SIZE_TOO_LARGE in the first request: every row sent" 60 none_unsent_of big
+check "the in-flight warning names the aggregate" grep -q \
+    'events in flight when the producer failed were cancelled.*key="big-0"' \
+    <<<"$(tail -n +"$((mark + 1))" "$RELAY_LOG")"
+consume --topic outbox.event.big --idle-ms 2000 --timeout-ms 30000 >"$T/big.json"
+check "MSG_SIZE_TOO_LARGE in the first request: every row delivered" \
+    diff <(jq -r .headers.id "$T/big.json" | sort -u) \
+    <(psql_q "SELECT event_id FROM outbox WHERE aggregate_type = 'big'" | sort)
+relay_stop
+check_eq "the second relay exits 0" 0 "$?"
