@@ -95,6 +95,20 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
             ok = conf_set(conf, p->key, p->value, "--kafka", err, errlen);
         }
     }
+    /* A message larger than the producer's whole queue is refused with QUEUE_FULL for ever,
+     * which the relay can only read as a full queue: its row would retry without end. */
+    char mmb[32], qkb[32];
+    size_t mmb_len = sizeof(mmb), qkb_len = sizeof(qkb);
+    if (ok && rd_kafka_conf_get(conf, "message.max.bytes", mmb, &mmb_len) == RD_KAFKA_CONF_OK &&
+        rd_kafka_conf_get(conf, "queue.buffering.max.kbytes", qkb, &qkb_len) == RD_KAFKA_CONF_OK &&
+        strtoll(qkb, NULL, 10) * 1024 < strtoll(mmb, NULL, 10)) {
+        snprintf(
+            err, errlen,
+            "--kafka queue.buffering.max.kbytes=%s: the producer's queue must hold one message "
+            "of message.max.bytes (%s bytes); raise it, or lower message.max.bytes",
+            qkb, mmb);
+        ok = false;
+    }
     if (!ok) {
         rd_kafka_conf_destroy(conf);
         return NULL;

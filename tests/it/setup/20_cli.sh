@@ -77,6 +77,9 @@ bad "--kafka value librdkafka rejects" run --database-url "$DB" --brokers "$KB" 
 bad "--kafka enable.idempotence=false (order depends on it)" run --database-url "$DB" \
     --brokers "$KB" --kafka enable.idempotence=false
 check "...and the line says why" grep -q 'enable.idempotence=false: must stay true' "$T/err"
+bad "--kafka queue.buffering.max.kbytes under one message.max.bytes" run --database-url "$DB" \
+    --brokers "$KB" --kafka queue.buffering.max.kbytes=1
+check "...and the line says why" grep -q 'queue must hold one message of message.max.bytes' "$T/err"
 bad "a config kafka property librdkafka rejects" run --database-url "$DB" --brokers "$KB" \
     --config "$(cfg kafka '{"kafka": {"no.such.prop": "1"}}')"
 bad "run without a database URL" run --brokers "$KB"
