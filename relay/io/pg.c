@@ -7,6 +7,7 @@
 #include "backoff.h"
 #include "db.h"
 #include "log.h"
+#include "monotime.h"
 
 /* Watches fd for events. A connection attempt moves between sockets (the next address or host,
  * an SSL retry) and a new socket often gets the number the old one had: libev must then be told
@@ -15,6 +16,11 @@
 /* Capped at 5 s rather than more: after a failover the relay should find the new primary within
  * seconds, and an attempt costs a refused SYN or one startup exchange. */
 #define PG_BACKOFF_CAP_S 5.0
+/* A connection that lasts this long ends an outage: the backoff starts again from its base and
+ * a later loss is logged afresh. One lost sooner (say, made to a standby, whose first LISTEN
+ * fails) belongs to the same outage: the backoff goes on growing and the streak stays logged
+ * once, where resetting at every connect retried five times a second with two lines each. */
+#define PG_STABLE_S PG_BACKOFF_CAP_S
 
 /* The process-wide session timeout (pg_set_session_timeout). */
 static long session_timeout_ms = PG_SESSION_TIMEOUT_DEFAULT_MS;
@@ -87,12 +93,17 @@ void pg_lose(PgConn *pg, const char *why)
     pg->state = PG_DOWN;
     pg_forget_all_prepared(pg);
 
+    if (pg->connected_at > 0 && monotime_now() - pg->connected_at >= PG_STABLE_S) {
+        backoff_reset(&pg->backoff); /* the outage before this connection ended */
+        pg->outage_logged = OUTAGE_NONE;
+    }
+    pg->connected_at = 0;
     double delay = backoff_next(&pg->backoff);
     char q[600];
-    if (!pg->down_logged) {
+    if (pg->outage_logged == OUTAGE_NONE || pg->outage_logged == OUTAGE_BACK) {
         log_warn(was_up ? "postgres connection lost" : "postgres unreachable",
                  "%serror=%s retry_in_s=%.2f", pg->tag, log_quote(reason, q, sizeof(q)), delay);
-        pg->down_logged = true;
+        pg->outage_logged = pg->outage_logged == OUTAGE_NONE ? OUTAGE_LOST : OUTAGE_RELAPSED;
     } else {
         log_debug("postgres still unreachable", "%serror=%s retry_in_s=%.2f", pg->tag,
                   log_quote(reason, q, sizeof(q)), delay);
@@ -191,15 +202,16 @@ static void connected(PgConn *pg)
     free(t->last_error);
     t->last_error = NULL;
     pg->state = PG_SETUP;
-    backoff_reset(&pg->backoff);
+    pg->connected_at = monotime_now(); /* the backoff and the outage's log end if it lasts */
     char q1[300], q2[40];
-    if (!pg->ever_up || pg->down_logged)
+    if (!pg->ever_up || pg->outage_logged == OUTAGE_LOST)
         log_info(pg->ever_up ? "postgres reconnected" : "postgres connected",
                  "%sserver_version=%d host=%s port=%s tls=%s", pg->tag, PQserverVersion(pg->conn),
                  log_quote(PQhost(pg->conn), q1, sizeof(q1)),
                  log_quote(PQport(pg->conn), q2, sizeof(q2)), PQsslInUse(pg->conn) ? "on" : "off");
     pg->ever_up = true;
-    pg->down_logged = false;
+    if (pg->outage_logged == OUTAGE_LOST)
+        pg->outage_logged = OUTAGE_BACK;
     watch(pg, PQsocket(pg->conn), EV_READ, true);
     char sql[512];
     setup_sql(pg, sql, sizeof(sql));

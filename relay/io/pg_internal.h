@@ -50,8 +50,12 @@ struct PgConn {
     Resolve *resolving;
     bool looked_up; /* the attempt under way gave libpq the addresses of that lookup */
     double request_timeout_s;
-    bool ever_up;     /* for "connected" vs "reconnected" in the log */
-    bool down_logged; /* the current outage was logged once; retries go to debug */
+    bool ever_up; /* for "connected" vs "reconnected" in the log */
+    /* What the log has said of the current outage: the loss (warn), then the first connection
+     * made again (info), then that connection's loss if it came within PG_STABLE_S (warn, once);
+     * everything else in the outage goes to debug. */
+    enum { OUTAGE_NONE, OUTAGE_LOST, OUTAGE_BACK, OUTAGE_RELAPSED } outage_logged;
+    double connected_at; /* monotime of the last connection made (0: none since the last loss) */
     ev_io io;
     int io_fd, io_events;
     ev_timer timer;    /* connect timeout while connecting, reconnect delay while down */

@@ -9,6 +9,9 @@
 #     session up and reconnects (with target_session_attrs=read-write it accepts no read-only
 #     server) instead of retrying the claim on it, and delivers again once the server is
 #     writable;
+#  5. (run before 4) a read-only server with no target_session_attrs: connections that are given
+#     up at once make one outage, logged once (and once after the first reconnection), with a
+#     growing backoff, not a reconnect every 0.2 s with two lines each;
 #  4. the first host black-holes connections (an address inside a network namespace whose
 #     packets nft drops: no answer at all): the relay delivers from the second host within
 #     connect_timeout (3 s here) + 5 s of starting (time printed).
@@ -79,6 +82,32 @@ check_eq "2: 'postgres unreachable' logged once" 1 \
 check "2: the relay keeps running" relay_running
 relay_stop
 check_eq "2: relay exits 0" 0 $?
+
+# --- 5. a read-only server, and no target_session_attrs to refuse it ---
+# Every connection succeeds and is given up at its first claim (SQLSTATE 25006), as against a
+# standby whose first LISTEN fails. Such short-lived connections belong to one outage: the
+# backoff keeps growing (reset only by a connection that lasts) and the loss is logged once, and
+# once more after the first reconnection; the connect-time reset retried five times a second
+# with a warning and an info line each (40 of each in 6 s).
+export PGOPTIONS="-c default_transaction_read_only=off"
+psql_q "ALTER SYSTEM SET default_transaction_read_only = on" && psql_q "SELECT pg_reload_conf()" >/dev/null
+insert ro5 100
+PGOPTIONS="" relay_start --database-url "postgresql://postgres@127.0.0.1:$PGPORT/outbox" \
+    "${FAULT_RELAY_OPTS[@]}" --sessions 1 # (the relay's sessions read-only, unlike this test's)
+wait_for "5: the read-only claim gives the session up (SQLSTATE 25006)" 15 \
+    grep -qE 'msg="postgres connection lost".*25006' "$RELAY_LOG"
+sleep 6 # several rounds of connecting and giving up
+lost=$(grep -c 'msg="postgres connection lost"' "$RELAY_LOG")
+back=$(grep -c 'msg="postgres reconnected"' "$RELAY_LOG")
+echo "# 5: in about 6 s: $lost 'connection lost' and $back 'reconnected' lines"
+check "5: the loss logged at most twice, not at every retry" [ "$lost" -le 2 ]
+check "5: 'reconnected' logged at most once" [ "$back" -le 1 ]
+psql_q "ALTER SYSTEM RESET default_transaction_read_only" && psql_q "SELECT pg_reload_conf()" >/dev/null
+unset PGOPTIONS
+wait_for "5: writable again: rows delivered (the backoff is capped at 5 s)" 20 none_unsent_of ro5
+check_delivered ro5
+relay_stop
+check_eq "5: relay exits 0" 0 $?
 
 # --- 4. the first host black-holes ---
 netns_create # skips the rest where namespaces are refused
