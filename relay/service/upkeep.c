@@ -46,7 +46,9 @@ struct Upkeep {
     ev_timer gauge_timer, retention_timer;
     ev_tstamp swept_at;
     bool gauge_due, retention_due;
-    ev_tstamp gauge_sent_at;  /* when the backlog query in flight was sent */
+    double gauge_sent_at;     /* monotime the looks in flight were sent */
+    bool backlog_sent;        /* the backlog count is among them */
+    double backlog_next_at;   /* monotime before which the count is not sent again (pace_backlog) */
     bool sweeping;            /* the last delete was full: more to go */
     long long swept;          /* rows deleted by the current sweep */
     char last_error[256];     /* "" while the queries work */
@@ -56,7 +58,8 @@ struct Upkeep {
      * logged, so each holder is named once. */
     int slot_only[UPKEEP_SQUATTERS_MAX], n_slot_only;
     int logged[UPKEEP_SQUATTERS_MAX], n_logged;
-    int squatters; /* as of the last look */
+    int squatters;       /* as of the last look */
+    double squatters_at; /* monotime of the last look that answered (0: none yet) */
     /* Its database's log context and metrics registry (current at upkeep_new), made current by
      * each of its callbacks: a process may serve several databases. */
     const char *log_context;
@@ -118,9 +121,21 @@ static void note_squatters(Upkeep *u, PGresult *r)
     metrics_set_lane_squatters(n_found);
 }
 
+/* A look older than this is no answer: the connection is down, or the looks fail. Its count is
+ * then not reported (readiness should neither stay refused for a holder long gone nor be refused
+ * by a failing side connection); the metric keeps the last value. The looks go every gauge
+ * interval; a backlog count in flight may hold the connection up to its statement timeout. */
+static double squatters_stale_after(const Upkeep *u)
+{
+    return 3.0 * (u->on_demand ? UPKEEP_ON_DEMAND_GAUGE_INTERVAL_S : UPKEEP_GAUGE_INTERVAL_S) +
+           UPKEEP_STATEMENT_TIMEOUT_S;
+}
+
 int upkeep_lane_squatters(const Upkeep *u)
 {
-    return u ? u->squatters : 0;
+    if (!u || u->squatters_at <= 0 || monotime_now() - u->squatters_at > squatters_stale_after(u))
+        return 0;
+    return u->squatters;
 }
 
 double upkeep_retention_interval(long retention_s)
@@ -185,17 +200,17 @@ static double gauge_interval(const Upkeep *u)
 
 /* The backlog query reads every entry of the unsent index, dead versions an old snapshot keeps
  * included (the claims skip them, see floor.h; a count cannot): it may take seconds. So the next
- * refresh waits at least ten times as long as this one took, and the upkeep connection spends at
- * most a tenth of its time on it. outbox_backlog_refresh_timestamp_seconds shows the pace. */
-static void pace_gauges(Upkeep *u)
+ * count waits at least ten times as long as this one took, and the upkeep connection spends at
+ * most a tenth of its time on it. outbox_backlog_refresh_timestamp_seconds shows the pace. The
+ * quick looks (vacuum horizon, lane squatters) keep the gauge interval: /readyz reads the
+ * squatters, and a count paced to five minutes once kept a holder long gone refusing it. */
+static void pace_backlog(Upkeep *u)
 {
     double took = monotime_now() - u->gauge_sent_at, every = 10.0 * took;
     if (every < gauge_interval(u))
         every = gauge_interval(u);
-    if (every != u->gauge_timer.repeat) {
-        u->gauge_timer.repeat = every;
-        ev_timer_again(u->loop, &u->gauge_timer);
-    }
+    /* Half an interval early is due: the tick that comes at `every` sends it. */
+    u->backlog_next_at = u->gauge_sent_at + every - gauge_interval(u) / 2.0;
 }
 
 static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
@@ -205,20 +220,29 @@ static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error,
     if (!results)
         return; /* connection lost: on_state takes over */
     u->gauge_due = false;
-    pace_gauges(u);
-    if (n >= 1 && PQresultStatus(results[0]) == PGRES_TUPLES_OK && PQntuples(results[0]) == 1) {
-        PGresult *r = results[0];
+    /* The looks first, then the count (kick): a count that fails or times out does not take the
+     * looks with it (one pipeline: the statements after a failed one are skipped). */
+    if (n >= 1 && PQresultStatus(results[0]) == PGRES_TUPLES_OK)
+        note_horizon(u, results[0]);
+    if (n >= 2 && PQresultStatus(results[1]) == PGRES_TUPLES_OK) {
+        note_squatters(u, results[1]);
+        u->squatters_at = monotime_now();
+    }
+    if (u->backlog_sent)
+        pace_backlog(u);
+    if (u->backlog_sent && n >= 3 && PQresultStatus(results[2]) == PGRES_TUPLES_OK &&
+        PQntuples(results[2]) == 1) {
+        PGresult *r = results[2];
         metrics_set_backlog(strtoll(PQgetvalue(r, 0, BACKLOG_UNSENT), NULL, 10),
                             strtoll(PQgetvalue(r, 0, BACKLOG_DEAD), NULL, 10),
                             PQgetisnull(r, 0, BACKLOG_OLDEST_AGE_S)
                                 ? -1.0
                                 : strtod(PQgetvalue(r, 0, BACKLOG_OLDEST_AGE_S), NULL));
     }
-    if (n >= 2 && PQresultStatus(results[1]) == PGRES_TUPLES_OK)
-        note_horizon(u, results[1]);
-    if (n >= 3 && PQresultStatus(results[2]) == PGRES_TUPLES_OK)
-        note_squatters(u, results[2]);
-    note_result(u, "backlog", error ? error : n == 3 ? NULL : "unexpected result");
+    note_result(u, "backlog",
+                error                            ? error
+                : n == (u->backlog_sent ? 3 : 2) ? NULL
+                                                 : "unexpected result");
     kick(u);
 }
 
@@ -287,11 +311,12 @@ static void kick(Upkeep *u)
         return;
     }
     if (u->gauge_due && u->gauges) {
-        PgQuery q[3] = {{u->sql[UPKEEP_BACKLOG], 0, NULL, false},
-                        {SQL_HORIZON, 0, NULL, false},
-                        {SQL_LANE_SQUATTERS, 0, NULL, false}};
+        PgQuery q[3] = {{SQL_HORIZON, 0, NULL, false},
+                        {SQL_LANE_SQUATTERS, 0, NULL, false},
+                        {u->sql[UPKEEP_BACKLOG], 0, NULL, false}};
         u->gauge_sent_at = monotime_now();
-        if (!pg_conn_send(u->pg, q, 3, on_backlog, u))
+        u->backlog_sent = u->gauge_sent_at >= u->backlog_next_at;
+        if (!pg_conn_send(u->pg, q, u->backlog_sent ? 3 : 2, on_backlog, u))
             u->gauge_due = false;
         return;
     }
@@ -322,6 +347,7 @@ static void on_setup(PgConn *pg, PGresult **results, int n, const char *error, v
      * and nothing more. */
     if (!u->on_demand) {
         u->gauge_due = u->gauges;
+        u->backlog_next_at = 0;
         u->retention_due = u->retention_s > 0;
     }
     kick(u);

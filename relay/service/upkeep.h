@@ -48,7 +48,8 @@ void upkeep_reconfigure(Upkeep *u);
 void upkeep_free(Upkeep *u);
 
 /* Sessions that are not relays holding the lane group's locks, as of the gauges' last look
- * (upkeep.c, SQL_LANE_SQUATTERS); 0 for NULL or while the gauges are off. */
+ * (upkeep.c, SQL_LANE_SQUATTERS, every gauge interval); 0 for NULL, while the gauges are off, and
+ * when no look has answered for three intervals and a statement timeout (not known). */
 int upkeep_lane_squatters(const Upkeep *u);
 
 /* Seconds between retention sweeps for a retention of retention_s: a quarter of it, within

@@ -8,6 +8,8 @@
 #     ready again and says so.
 #  B. a stranger holds eight member slots (no relay holds more than one): named, counted, 503,
 #     and ready again once it lets them go.
+#  C. the same while a table lock makes the backlog count slow: ready again within 30 s of the
+#     stranger leaving (the looks no longer wait for the count's pace).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -79,6 +81,21 @@ end_squat "$T/squat-b.out"
 wait_for "B: ready again once it lets them go" 30 ready_is 200
 insert 21 30
 wait_for "B: events go out" 30 no_unsent_rows
+
+# --- C: the squatter leaves while the backlog count is slow ----------------------------------------
+# The count waits for a table lock for 12 s; it paced the next refresh to ten times that, and the
+# squatter look, which went in the same request behind it, with it: /readyz kept refusing for a
+# minute or more after the squatter had gone. The looks now go every 5 s, before the count.
+squat "$MEMBER_NS" 100 107 "$T/squat-c.out"
+_poll 10 holds "$T/squat-c.out" || fail "C: the stranger holds eight member slots"
+wait_for "C: /readyz answers 503" 30 ready_is 503
+psql -XAtq -c "BEGIN" -c "LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE" -c "SELECT pg_sleep(12)" \
+    -c "COMMIT" >/dev/null 2>&1 &
+LOCKER=$!
+_t_track "$LOCKER"
+wait "$LOCKER"
+end_squat "$T/squat-c.out"
+wait_for "C: ready again soon after it leaves, though the count was slow" 30 ready_is 200
 check_delivered squat
 relay_stop
 check_eq "the relay exits 0" 0 "$?"
