@@ -26,7 +26,7 @@ WARN     := -Wall -Wextra -Wshadow -Wformat=2 -Wno-unused-parameter
 CFLAGS   ?= -O2 -g
 # The floors of the code (docs/architecture.md#floors): lib/ is shared by the relay and the demos;
 # the relay is relay/ (main, configuration) over relay/outbox, relay/io, relay/engine (the cycle),
-# relay/service (metrics, ops, reload, sdnotify, upkeep) and relay/cmd. Headers are included by bare name; tools/check-floors.sh checks who includes whom.
+# relay/service (metrics, ops, readiness, reload, sdnotify, upkeep) and relay/cmd. Headers are included by bare name; tools/check-floors.sh checks who includes whom.
 RELAY_DIRS := relay relay/outbox relay/io relay/engine relay/service relay/cmd
 INCLUDES := -Ilib $(addprefix -I,$(RELAY_DIRS)) -Ibin/gen
 # -MMD -MP: each object's compiler writes the headers it read into a .d file beside it (included

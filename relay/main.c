@@ -131,7 +131,7 @@ static int run_databases(Config *cfg, rd_kafka_conf_t *kconf, int argc, char **a
     ops_start_databases(ops, dbs);
     databases_start(dbs);
     /* NULL unless run by systemd (Type=notify) */
-    SdNotify *sd = sdnotify_start_with(loop, databases_sd_status, dbs);
+    SdNotify *sd = sdnotify_start(loop, databases_sd_status, dbs);
     int rc = databases_run(dbs);
     sdnotify_free(sd);
     ops_free(ops);
@@ -182,7 +182,8 @@ static int cmd_run(Config *cfg, int argc, char **argv)
     /* Stated once the input is known good (bad input stays one line), at start. */
     tls_report_log(cfg);
     ops_start(ops, relay);
-    SdNotify *sd = sdnotify_start(loop, relay); /* NULL unless run by systemd (Type=notify) */
+    /* NULL unless run by systemd (Type=notify); STATUS= judged as /readyz is. */
+    SdNotify *sd = sdnotify_start(loop, ops_sd_status, ops);
     int rc = relay_run(relay);
     sdnotify_free(sd);
     ops_free(ops);

@@ -9,7 +9,7 @@
 #   relay/          (config) lib, outbox            relay/main.c: anything
 #   relay/io/       lib, relay (config)
 #   relay/engine/   lib, relay, outbox, io           and service/metrics.h alone (below)
-#   relay/service/  lib, relay, outbox, io, engine   (metrics, ops, reload, sdnotify, upkeep)
+#   relay/service/  lib, relay, outbox, io, engine   (metrics, ops, readiness, reload, sdnotify, upkeep)
 #   relay/cmd/      lib, relay, outbox, io           never the engine nor the service
 #   producer-demo/, consumer-demo/   lib
 #

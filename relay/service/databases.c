@@ -11,6 +11,7 @@
 #include "kafka.h"
 #include "log.h"
 #include "monotime.h"
+#include "readiness.h"
 #include "route.h"
 #include "tls_report.h"
 #include "upkeep.h"
@@ -367,29 +368,12 @@ static bool db_ready(const Db *db, StrBuf *why)
 {
     RelayStatus st;
     relay_status(db->relay, &st);
-    int squatters = upkeep_lane_squatters(db->upkeep);
-    bool ready = db->started && st.postgres_up && st.kafka_up && st.registry_up && !st.stopping &&
-                 !st.setup_error[0] && !squatters && !db->removed;
-    if (!why || ready)
-        return ready;
-    if (!st.postgres_up)
-        strbuf_puts(why, " postgres unreachable;");
-    if (!st.kafka_up)
-        strbuf_puts(why, " kafka unreachable;");
-    if (!st.registry_up)
-        strbuf_puts(why, " schema registry unavailable;");
-    if (db->removed)
+    st.stopping = st.stopping && !db->removed; /* said as "removed, draining" below */
+    bool ready =
+        readiness_judge(&st, upkeep_lane_squatters(db->upkeep), why) && db->started && !db->removed;
+    if (why && db->removed)
         strbuf_puts(why, " removed, draining;");
-    else if (st.stopping)
-        strbuf_puts(why, " shutting down;");
-    if (squatters)
-        strbuf_puts(why, " sessions that are not relays hold lane locks;");
-    if (st.setup_error[0]) {
-        strbuf_puts(why, " claims fail until the setup is fixed: ");
-        strbuf_puts(why, st.setup_error);
-        strbuf_puts(why, ";");
-    }
-    return false;
+    return ready;
 }
 
 void databases_status(const Databases *d, DatabasesStatus *out)

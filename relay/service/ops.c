@@ -8,6 +8,7 @@
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
+#include "readiness.h"
 #include "reload.h"
 #include "upkeep.h"
 
@@ -80,30 +81,15 @@ static int handle(const char *path, StrBuf *body, const char **content_type, voi
         return 200;
     }
     if (strcmp(path, "/readyz") == 0) {
-        int squatters = upkeep_lane_squatters(o->upkeep);
-        if (st.postgres_up && st.kafka_up && st.registry_up && !st.stopping && !st.setup_error[0] &&
-            !squatters) {
-            strbuf_puts(body, "ready\n");
-            return 200;
+        StrBuf why = {0};
+        bool ready = readiness_judge(&st, upkeep_lane_squatters(o->upkeep), &why);
+        strbuf_puts(body, ready ? "ready\n" : "not ready:");
+        if (!ready) {
+            strbuf_puts(body, why.s ? why.s : "");
+            strbuf_puts(body, "\n");
         }
-        strbuf_puts(body, "not ready:");
-        if (!st.postgres_up)
-            strbuf_puts(body, " postgres unreachable;");
-        if (!st.kafka_up)
-            strbuf_puts(body, " kafka unreachable;");
-        if (!st.registry_up) /* rows wait for it, no attempt counted (serializer.h) */
-            strbuf_puts(body, " schema registry unavailable;");
-        if (st.stopping)
-            strbuf_puts(body, " shutting down;");
-        if (squatters) /* the aggregates of their lanes wait (upkeep.c) */
-            strbuf_puts(body, " sessions that are not relays hold lane locks;");
-        if (st.setup_error[0]) { /* other relays carry its lanes meanwhile */
-            strbuf_puts(body, " claims fail until the setup is fixed: ");
-            strbuf_puts(body, st.setup_error);
-            strbuf_puts(body, ";");
-        }
-        strbuf_puts(body, "\n");
-        return 503;
+        strbuf_free(&why);
+        return ready ? 200 : 503;
     }
     strbuf_puts(body, "not found\n");
     return 404;
@@ -177,4 +163,19 @@ void ops_free(Ops *o)
     upkeep_free(o->upkeep);
     http_server_free(o->http);
     free(o);
+}
+
+void ops_sd_status(const void *arg, RelayStatus *st, char *status, size_t len)
+{
+    const Ops *o = arg;
+    relay_status(o->relay, st);
+    StrBuf why = {0};
+    if (st->stopping)
+        snprintf(status, len, "shutting down");
+    else if (readiness_judge(st, upkeep_lane_squatters(o->upkeep), &why))
+        snprintf(status, len, "ready: %d lanes owned, %d sessions in the group", st->lanes_owned,
+                 st->live_sessions);
+    else
+        snprintf(status, len, "not ready:%s", why.s ? why.s : "");
+    strbuf_free(&why);
 }

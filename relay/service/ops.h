@@ -28,6 +28,10 @@ void ops_start(Ops *ops, Relay *relay);
  * (docs/operations.md#many-databases). */
 void ops_start_databases(Ops *ops, Databases *dbs);
 
+/* What systemd's STATUS= says of the relay ops_start was given (an SdStatusFn: arg is the Ops):
+ * the verdict and reasons /readyz gives (readiness.h), with the lanes and sessions when ready. */
+void ops_sd_status(const void *arg, RelayStatus *st, char *status, size_t len);
+
 /* Stops everything; call before relay_free. NULL is fine. */
 void ops_free(Ops *ops);
 

@@ -14,8 +14,7 @@
 
 struct SdNotify {
     struct ev_loop *loop;
-    const Relay *relay;
-    SdStatusFn status_fn; /* instead of relay (several databases) */
+    SdStatusFn status_fn; /* the state and the STATUS= text (ops_sd_status, databases_sd_status) */
     const void *status_arg;
     char *addr;
     bool watchdog;      /* WATCHDOG_USEC set for this process */
@@ -76,24 +75,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
     RelayStatus st;
     char status[sizeof(n->status)];
     status[0] = '\0';
-    if (n->status_fn)
-        n->status_fn(n->status_arg, &st, status, sizeof(status));
-    else
-        relay_status(n->relay, &st);
-    if (status[0])
-        ; /* said by status_fn */
-    else if (st.stopping)
-        snprintf(status, sizeof(status), "shutting down");
-    else if (st.setup_error[0])
-        snprintf(status, sizeof(status), "not ready: claims fail until the setup is fixed: %s",
-                 st.setup_error);
-    else if (st.postgres_up && st.kafka_up)
-        snprintf(status, sizeof(status), "ready: %d lanes owned, %d sessions in the group",
-                 st.lanes_owned, st.live_sessions);
-    else
-        snprintf(status, sizeof(status), "not ready:%s%s",
-                 st.postgres_up ? "" : " postgres unreachable;",
-                 st.kafka_up ? "" : " kafka not reached yet or unreachable;");
+    n->status_fn(n->status_arg, &st, status, sizeof(status));
 
     /* What changed is recorded only once systemd has it: a datagram that could not be sent
      * (its socket buffer full) is composed again at the next tick, READY=1 included. */
@@ -146,17 +128,7 @@ static unsigned long long watchdog_usec(void)
     return errno || *end || v == 0 ? 0 : v;
 }
 
-SdNotify *sdnotify_start_with(struct ev_loop *loop, SdStatusFn fn, const void *arg)
-{
-    SdNotify *n = sdnotify_start(loop, NULL);
-    if (n) {
-        n->status_fn = fn;
-        n->status_arg = arg;
-    }
-    return n;
-}
-
-SdNotify *sdnotify_start(struct ev_loop *loop, const Relay *relay)
+SdNotify *sdnotify_start(struct ev_loop *loop, SdStatusFn fn, const void *arg)
 {
     const char *addr = getenv("NOTIFY_SOCKET");
     if (!addr || !*addr)
@@ -168,7 +140,8 @@ SdNotify *sdnotify_start(struct ev_loop *loop, const Relay *relay)
         return NULL;
     }
     n->loop = loop;
-    n->relay = relay;
+    n->status_fn = fn;
+    n->status_arg = arg;
     /* Once a second is often enough for readiness and status; a watchdog gets at least two
      * pings per interval, as sd_watchdog_enabled(3) advises. */
     unsigned long long wd = watchdog_usec();

@@ -23,16 +23,13 @@
 
 typedef struct SdNotify SdNotify;
 
-/* Starts reporting relay's state on loop when NOTIFY_SOCKET is set; returns NULL (nothing to
- * do) when it is not. */
-SdNotify *sdnotify_start(struct ev_loop *loop, const Relay *relay);
-
-/* What a process of several databases reports (databases.h): fills st (stopping, and
- * postgres_up while any database is served: READY=1 then) and the STATUS= text. */
+/* What the process reports (ops_sd_status for one relay, databases_sd_status for a list): fills
+ * st (stopping, and postgres_up: READY=1 then) and the STATUS= text. */
 typedef void (*SdStatusFn)(const void *arg, RelayStatus *st, char *status, size_t len);
 
-/* sdnotify_start for what fn(arg) reports instead of a relay. */
-SdNotify *sdnotify_start_with(struct ev_loop *loop, SdStatusFn fn, const void *arg);
+/* Starts reporting what fn(arg) says on loop when NOTIFY_SOCKET is set; returns NULL (nothing to
+ * do) when it is not. arg must outlive the returned SdNotify. */
+SdNotify *sdnotify_start(struct ev_loop *loop, SdStatusFn fn, const void *arg);
 
 /* Stops the timer and frees n; NULL is fine. */
 void sdnotify_free(SdNotify *n);

@@ -5,6 +5,8 @@
 #  2. once it is up, READY=1; after a delivery (Kafka acknowledged), STATUS=ready;
 #  3. WATCHDOG=1 keeps coming from the event loop (WATCHDOG_USEC set), and STOPPING=1 on SIGTERM,
 #     after which the relay exits 0 as usual;
+#  5. (run before 4) STATUS= gives /readyz's verdict and reasons: not ready while a session that
+#     is not a relay holds member slots;
 #  4. a NOTIFY_SOCKET nobody listens on: one warning line, and the relay still delivers.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
@@ -44,6 +46,25 @@ check_eq "3: SIGTERM: relay exits 0" 0 $?
 wait_for "3: STOPPING=1 on SIGTERM" 10 got 'STOPPING=1' # socat may write it after the relay exited
 check "3: the log names the socket and the watchdog period" \
     grep -q 'msg="notifying systemd" socket=".*/notify" watchdog_ms=1000' "$RELAY_LOG"
+
+# --- 5. STATUS= judges as /readyz does: a session that is not a relay holds member slots ---
+# (It said "ready" while /readyz answered 503: it looked at PostgreSQL and Kafka alone.)
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0
+metrics_wait
+wait_for "5: STATUS=ready" 60 got 'STATUS=ready: .* lanes owned, .* sessions in the group'
+psql -XAtq -c "SELECT count(pg_advisory_lock($MEMBER_NS, k)) FROM generate_series(100, 107) AS k" \
+    -c "SELECT pg_sleep(60)" >/dev/null 2>&1 &
+SQUATTER=$!
+_t_track "$SQUATTER"
+wait_for "5: /readyz answers 503" 30 sh -c "[ \"\$(curl -s -o /dev/null -w '%{http_code}' \
+    --max-time 5 http://$METRICS/readyz)\" = 503 ]"
+wait_for "5: STATUS= says not ready, and why, as /readyz does" 10 \
+    got 'STATUS=not ready: sessions that are not relays hold lane locks;'
+kill "$SQUATTER" 2>/dev/null
+psql_q "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'
+        AND classid = $MEMBER_NS AND objsubid = 2 AND objid BETWEEN 100 AND 107" >/dev/null
+relay_stop
+check_eq "5: relay exits 0" 0 $?
 
 # --- 4. ---
 RELAY_WRAP=(env NOTIFY_SOCKET="$T/nobody-listens")

@@ -1,0 +1,25 @@
+#include "readiness.h"
+
+bool readiness_judge(const RelayStatus *st, int lane_squatters, StrBuf *why)
+{
+    bool ready = st->postgres_up && st->kafka_up && st->registry_up && !st->stopping &&
+                 !st->setup_error[0] && !lane_squatters;
+    if (ready || !why)
+        return ready;
+    if (!st->postgres_up)
+        strbuf_puts(why, " postgres unreachable;");
+    if (!st->kafka_up)
+        strbuf_puts(why, " kafka unreachable;");
+    if (!st->registry_up) /* rows wait for it, no attempt counted (serializer.h) */
+        strbuf_puts(why, " schema registry unavailable;");
+    if (st->stopping)
+        strbuf_puts(why, " shutting down;");
+    if (lane_squatters) /* the aggregates of their lanes wait (upkeep.c) */
+        strbuf_puts(why, " sessions that are not relays hold lane locks;");
+    if (st->setup_error[0]) { /* other relays carry its lanes meanwhile */
+        strbuf_puts(why, " claims fail until the setup is fixed: ");
+        strbuf_puts(why, st->setup_error);
+        strbuf_puts(why, ";");
+    }
+    return false;
+}
