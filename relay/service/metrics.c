@@ -526,6 +526,11 @@ void metrics_render(StrBuf *out, const MetricsLive *live)
     const MetricsDb *dbs[1] = {&own};
     Set set = {dbs, live, 1};
     render_set(out, &set);
+    family_live(out, &set, "outbox_ready",
+                "Without --databases: 1 while /readyz answers 200 (PostgreSQL and Kafka reachable, "
+                "the Schema Registry available, no setup fault, no lane squatters), else 0; "
+                "/readyz says why.",
+                LIVE(ready), true);
 }
 
 void metrics_render_databases(StrBuf *out, MetricsDb *const *dbs, const MetricsLive *lives, int n)

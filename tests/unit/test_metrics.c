@@ -66,6 +66,7 @@ static void test_counters(void **state)
     assert_line(t, "outbox_lanes_owned 32");
     assert_line(t, "outbox_relay_sessions 2");
     assert_line(t, "outbox_claim_sessions 1");
+    assert_line(t, "outbox_ready 0");
     assert_line(t, "# TYPE outbox_events_published_total counter");
     /* topics sorted by name */
     assert_true(strstr(t, "outbox.event.invoice") < strstr(t, "outbox.event.order"));

@@ -58,6 +58,7 @@ wait_for "A: the relay names the stranger in its log" 30 \
     "$RELAY_LOG"
 check "A: it counts it" metric_at_least outbox_lane_squatters 1
 check "A: /readyz answers 503" ready_is 503
+check "A: outbox_ready says so" metric_is outbox_ready 0
 check "A: ... saying why" grep -q "sessions that are not relays hold lane locks" <(
     curl -s --max-time 5 "http://$METRICS/readyz"
 )
@@ -69,6 +70,7 @@ wait_for "A: the relay is ready again" 30 ready_is 200
 check "A: and says the locks are free" grep -q "no session but relays holds the lane group's locks" \
     "$RELAY_LOG"
 check "A: the count is back to 0" metric_is outbox_lane_squatters 0
+check "A: outbox_ready is back to 1" metric_is outbox_ready 1
 
 # --- B: member slots ---------------------------------------------------------------------------------
 squat "$MEMBER_NS" 100 107 "$T/squat-b.out"
