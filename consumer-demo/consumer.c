@@ -216,6 +216,12 @@ static bool ensure_db(Consumer *c)
     PQfinish(c->db);
     char err[300], q[400];
     c->db = db_connect(c->cfg->conninfo, "consumer-demo", err, sizeof(err));
+    DbError e;
+    if (c->db && !store_prepare_session(c->db, &e)) {
+        snprintf(err, sizeof(err), "%s", db_error_text(&e));
+        PQfinish(c->db);
+        c->db = NULL;
+    }
     if (!c->db) {
         if (!c->db_down)
             log_warn("postgres unreachable", "error=%s", log_quote(err, q, sizeof(q)));
@@ -341,7 +347,8 @@ static bool park(Consumer *c, const rd_kafka_message_t *msg, const char *reason)
  * lock timeout, resources, the setup: sqlstate.h) is an outage: retried on this message with
  * backoff and without limit, so a valid event is never parked for the database's trouble. After
  * MAX_REJECTIONS refusals that are the message's own (22, 23, P0) it is parked instead; a park
- * that fails goes back to trying the apply. False when asked to stop first. */
+ * that fails goes back to trying the apply. False when asked to stop first, also in the middle
+ * of a statement that waits (store_apply looks at the flag while it waits). */
 static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderEvent *ev)
 {
     MessagePos pos = position(msg);
@@ -353,7 +360,14 @@ static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderEvent *
             continue;
         }
         DbError e;
-        StoreResult r = store_apply(c->db, ev, &pos, c->cfg->dedupe_ttl_s, &e);
+        StoreResult r = store_apply(c->db, ev, &pos, c->cfg->dedupe_ttl_s, c->stop, &e);
+        if (r == STORE_STOPPED) {
+            /* A SIGTERM while a statement waited (for a row lock, say): closing the connection
+             * ends the transaction uncommitted. */
+            PQfinish(c->db);
+            c->db = NULL;
+            break;
+        }
         if (r != STORE_FAILED) {
             db_ok(c);
             backoff_reset(&c->backoff);
@@ -396,6 +410,11 @@ static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderEvent *
         }
         nap(c, backoff_next(&c->backoff));
     }
+    /* Asked to stop before the event was applied: its offset is not stored, so the group's next
+     * member gets it again. */
+    log_info("apply abandoned at shutdown, the event will be delivered again",
+             "event_id=%s partition=%d offset=%lld", ev->event_id, (int)pos.partition,
+             (long long)pos.offset);
     return false;
 }
 

@@ -1,10 +1,104 @@
 #include "store.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
+#include <string.h>
+
+/* How often a statement that waits for the server looks at the stop flag. */
+#define STOP_CHECK_MS 100
+
+/* consumer-demo's bounds on waiting for PostgreSQL
+ * (docs/demos.md#consumer-demo-the-shipping-service). A lock held by someone else (an operator's
+ * open UPDATE of a shipment, a member that has not yet noticed it lost the partition) fails the
+ * statement after LOCK_TIMEOUT with 55P03, and anything else that stalls an apply statement fails
+ * it after STATEMENT_TIMEOUT with 57014: both are outages, retried with backoff (consumer.c), so a
+ * stuck wait shows in the log instead of holding the loop silently. lock_timeout is the session's
+ * (the schema's ALTER TABLEs at start-up wait for locks too); statement_timeout only the apply
+ * transaction's, since the schema's CREATE INDEX on a large table may rightly take long. A
+ * connection string that sets a stricter (non-zero, smaller) value keeps its own. */
+#define LOCK_TIMEOUT "5s"
+#define STATEMENT_TIMEOUT "10s"
+
+/* Sets the setting name to bound (for the transaction when local is "true", else the session)
+ * unless the session's own value is already a non-zero one at most as long. */
+#define BOUND_SQL(name, bound, local)                                                              \
+    "SELECT pg_catalog.set_config('" name "', '" bound "', " local ")"                             \
+    " WHERE pg_catalog.current_setting('" name "')::interval"                                      \
+    " NOT BETWEEN interval '1 ms' AND interval '" bound "'"
+
+/* Opens the apply transaction with its statement_timeout, in the BEGIN's round trip. */
+static const char begin_sql[] = "BEGIN; " BOUND_SQL("statement_timeout", STATEMENT_TIMEOUT, "true");
+
+bool store_prepare_session(PGconn *conn, DbError *e)
+{
+    PGresult *res = db_query(conn, BOUND_SQL("lock_timeout", LOCK_TIMEOUT, "false"), 0, NULL, e);
+    PQclear(res);
+    return res != NULL;
+}
+
+/* e from a failed result (res NULL: from the connection), as lib/db.c fills it. */
+static void fill_error(PGconn *conn, const PGresult *res, DbError *e)
+{
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    snprintf(e->sqlstate, sizeof(e->sqlstate), "%s", state ? state : "");
+    const char *msg = res ? PQresultErrorMessage(res) : NULL;
+    snprintf(e->message, sizeof(e->message), "%s",
+             db_error_line(msg && *msg ? msg : PQerrorMessage(conn)));
+    e->conn_lost = PQstatus(conn) != CONNECTION_OK;
+}
+
+/* db_query, except that it stops waiting for the server as soon as *stop is set: a statement
+ * that waits for a lock (up to LOCK_TIMEOUT) must not hold up a SIGTERM. Returns the result when
+ * the statement succeeded (the caller PQclears it); NULL with e filled when it failed, or with
+ * *stopped set when it was left running: the connection is then still busy with it and must be
+ * closed, never used again (closing it ends the transaction uncommitted; the server finds out at
+ * the latest when the statement's own timeout ends the wait). */
+static PGresult *query_until_stop(PGconn *conn, const char *sql, int nparams,
+                                  const char *const *values, const volatile sig_atomic_t *stop,
+                                  bool *stopped, DbError *e)
+{
+    *stopped = false;
+    if (!PQsendQueryParams(conn, sql, nparams, NULL, values, NULL, NULL, 0)) {
+        fill_error(conn, NULL, e);
+        return NULL;
+    }
+    while (PQisBusy(conn)) {
+        struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
+        if (pfd.fd < 0)
+            break; /* no connection any more: PQgetResult reports it */
+        int n = poll(&pfd, 1, STOP_CHECK_MS);
+        if (n > 0) {
+            if (!PQconsumeInput(conn))
+                break; /* the connection broke: PQgetResult reports it */
+            continue;
+        }
+        if (n < 0 && errno != EINTR) {
+            *e = (DbError){.conn_lost = true};
+            snprintf(e->message, sizeof(e->message), "poll: %s", strerror(errno));
+            return NULL;
+        }
+        if (*stop) { /* no answer yet, and asked to stop (the signal may have cut the poll) */
+            *stopped = true;
+            *e = (DbError){.conn_lost = true};
+            snprintf(e->message, sizeof(e->message), "stopped while waiting for the server");
+            return NULL;
+        }
+    }
+    PGresult *res = PQgetResult(conn);
+    for (PGresult *more; (more = PQgetResult(conn)) != NULL;)
+        PQclear(more);
+    ExecStatusType st = PQresultStatus(res);
+    if (res && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK))
+        return res;
+    fill_error(conn, res, e);
+    PQclear(res);
+    return NULL;
+}
 
 StoreResult store_apply(PGconn *conn, const OrderEvent *ev, const MessagePos *pos, long ttl_s,
-                        DbError *e)
+                        const volatile sig_atomic_t *stop, DbError *e)
 {
     char partition[16], offset[32], amount[32], version[32], ttl[32];
     snprintf(ttl, sizeof(ttl), "%ld", ttl_s);
@@ -13,15 +107,20 @@ StoreResult store_apply(PGconn *conn, const OrderEvent *ev, const MessagePos *po
     snprintf(amount, sizeof(amount), "%lld", ev->amount_cents);
     snprintf(version, sizeof(version), "%lld", ev->version);
 
-    if (!db_exec(conn, "BEGIN", e))
-        return STORE_FAILED;
+    PGresult *res = db_run_script(conn, begin_sql, e);
+    PQclear(res);
+    if (!res)
+        goto failed; /* a SET that failed leaves the transaction open (aborted) */
+    bool stopped;
     const char *pv[5] = {ev->event_id, pos->topic, partition, offset, ttl};
-    PGresult *res = db_query(conn,
-                             "INSERT INTO processed_events (event_id, topic, \"partition\","
-                             " \"offset\", expires_at)"
-                             " VALUES ($1, $2, $3, $4, now() + $5 * interval '1 second')"
-                             " ON CONFLICT (event_id) DO NOTHING RETURNING 1",
-                             5, pv, e);
+    res = query_until_stop(conn,
+                           "INSERT INTO processed_events (event_id, topic, \"partition\","
+                           " \"offset\", expires_at)"
+                           " VALUES ($1, $2, $3, $4, now() + $5 * interval '1 second')"
+                           " ON CONFLICT (event_id) DO NOTHING RETURNING 1",
+                           5, pv, stop, &stopped, e);
+    if (stopped)
+        return STORE_STOPPED;
     if (!res)
         goto failed;
     bool first_time = PQntuples(res) == 1;
@@ -35,20 +134,23 @@ StoreResult store_apply(PGconn *conn, const OrderEvent *ev, const MessagePos *po
      * cancels its shipment. */
     const char *sv[7] = {ev->order_id, ev->event_id, ev->customer_id, amount,
                          ev->currency, ev->status,   version};
-    res = db_query(conn,
-                   "INSERT INTO shipments (order_id, event_id, customer_id, amount_cents, currency,"
-                   " order_status, order_version, last_event_id, status)"
-                   " VALUES ($1, $2, $3, $4, $5, $6, $7, $2,"
-                   " CASE WHEN $6 = 'cancelled' THEN 'cancelled' ELSE 'pending' END)"
-                   " ON CONFLICT (order_id) DO UPDATE SET customer_id = EXCLUDED.customer_id,"
-                   " amount_cents = EXCLUDED.amount_cents, currency = EXCLUDED.currency,"
-                   " order_status = EXCLUDED.order_status, order_version = EXCLUDED.order_version,"
-                   " last_event_id = EXCLUDED.last_event_id, updated_at = now(),"
-                   " status = CASE WHEN EXCLUDED.order_status = 'cancelled' THEN 'cancelled'"
-                   " ELSE shipments.status END"
-                   " WHERE shipments.order_version < EXCLUDED.order_version"
-                   " RETURNING 1",
-                   7, sv, e);
+    res = query_until_stop(
+        conn,
+        "INSERT INTO shipments (order_id, event_id, customer_id, amount_cents, currency,"
+        " order_status, order_version, last_event_id, status)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $2,"
+        " CASE WHEN $6 = 'cancelled' THEN 'cancelled' ELSE 'pending' END)"
+        " ON CONFLICT (order_id) DO UPDATE SET customer_id = EXCLUDED.customer_id,"
+        " amount_cents = EXCLUDED.amount_cents, currency = EXCLUDED.currency,"
+        " order_status = EXCLUDED.order_status, order_version = EXCLUDED.order_version,"
+        " last_event_id = EXCLUDED.last_event_id, updated_at = now(),"
+        " status = CASE WHEN EXCLUDED.order_status = 'cancelled' THEN 'cancelled'"
+        " ELSE shipments.status END"
+        " WHERE shipments.order_version < EXCLUDED.order_version"
+        " RETURNING 1",
+        7, sv, stop, &stopped, e);
+    if (stopped)
+        return STORE_STOPPED;
     if (!res)
         goto failed;
     bool changed = PQntuples(res) == 1;

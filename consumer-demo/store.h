@@ -7,6 +7,7 @@
 #define CONSUMER_STORE_H
 
 #include <libpq-fe.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +20,8 @@ typedef enum {
     STORE_STALE,     /* recorded as processed, but the shipment holds this version or a newer
                         one: its state is unchanged */
     STORE_FAILED,    /* database error (e); nothing committed, retry the message */
+    STORE_STOPPED,   /* asked to stop while a statement waited for the server: nothing
+                        committed, and the connection is still busy with it (close it) */
 } StoreResult;
 
 /* Where a message came from. */
@@ -28,13 +31,22 @@ typedef struct MessagePos {
     int64_t offset;
 } MessagePos;
 
+/* Bounds the session's waits for locks: lock_timeout 5 s, unless the connection string set a
+ * stricter one. Call once on every new connection. False with e on failure. */
+bool store_prepare_session(PGconn *conn, DbError *e) __attribute__((warn_unused_result));
+
 /* In one transaction: records ev's id in processed_events (a conflict means duplicate, and the
  * transaction is rolled back untouched), then brings the order's shipment to ev's state if ev's
  * version is newer than the one the shipment holds: creates it when there is none (either event
  * type carries the whole order), updates it when the version is higher, leaves it alone
- * otherwise (STORE_STALE). The id is kept until now() + ttl_s (expires_at), then swept. */
+ * otherwise (STORE_STALE). The id is kept until now() + ttl_s (expires_at), then swept.
+ *
+ * Each statement runs at most 10 s (statement_timeout, 57014; less when the session is set
+ * stricter) and, on a session prepared by store_prepare_session, waits for a lock at most 5 s
+ * (55P03): STORE_FAILED then, like any outage. While a statement waits, *stop is looked at every
+ * 100 ms: once it is set the wait is abandoned (STORE_STOPPED) and the caller must close conn. */
 StoreResult store_apply(PGconn *conn, const OrderEvent *ev, const MessagePos *pos, long ttl_s,
-                        DbError *e);
+                        const volatile sig_atomic_t *stop, DbError *e);
 
 /* An unusable message, as it came (key and payload may be absent: NULL). headers_json is a
  * JSON array of [name, value] pairs. */
