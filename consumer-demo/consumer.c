@@ -129,13 +129,47 @@ static void kafka_log(const rd_kafka_t *rk, int level, const char *fac, const ch
               log_quote(buf, q, sizeof(q)));
 }
 
-/* Properties that the at-least-once contract depends on cannot be overridden. */
+/* Properties that the at-least-once contract depends on cannot be overridden (nor the brokers,
+ * which have an option of their own). librdkafka knows some properties under a second name
+ * (bootstrap.servers is an alias of metadata.broker.list): build_conf refuses both names, and
+ * then checks that no --kafka override changed a locked property's value under any name. */
 static const char *const locked_props[] = {"enable.auto.offset.store", "enable.auto.commit",
-                                           "group.id", "bootstrap.servers"};
+                                           "group.id", "bootstrap.servers", "metadata.broker.list"};
+#define LOCKED_N (sizeof(locked_props) / sizeof(locked_props[0]))
+
+/* The value of property name in conf ("" when unset), malloc'd; NULL when out of memory. */
+static char *conf_value(const rd_kafka_conf_t *conf, const char *name)
+{
+    size_t len = 0;
+    if (rd_kafka_conf_get(conf, name, NULL, &len) != RD_KAFKA_CONF_OK)
+        len = 0;
+    size_t size = len + 1;
+    char *v = calloc(1, size);
+    if (v && len > 0 && rd_kafka_conf_get(conf, name, v, &size) != RD_KAFKA_CONF_OK)
+        v[0] = '\0';
+    return v;
+}
+
+/* Whether the locked properties still have the values in was (from conf_value); else the first
+ * one that changed into *changed. */
+static bool locked_unchanged(const rd_kafka_conf_t *conf, char *const *was, const char **changed)
+{
+    for (size_t j = 0; j < LOCKED_N; j++) {
+        char *now = conf_value(conf, locked_props[j]);
+        bool same = now && was[j] && strcmp(now, was[j]) == 0;
+        free(now);
+        if (!same) {
+            *changed = locked_props[j];
+            return false;
+        }
+    }
+    return true;
+}
 
 static rd_kafka_conf_t *build_conf(const ConsumerConfig *cfg, char *err, size_t errlen)
 {
     char errstr[512];
+    char *locked[LOCKED_N] = {NULL}; /* their values before the overrides */
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     const char *defaults[][2] = {
         {"bootstrap.servers", cfg->brokers},
@@ -153,9 +187,11 @@ static rd_kafka_conf_t *build_conf(const ConsumerConfig *cfg, char *err, size_t 
             goto failed;
         }
     }
+    for (size_t j = 0; j < LOCKED_N; j++)
+        locked[j] = conf_value(conf, locked_props[j]);
     for (size_t i = 0; cfg->kafka && i < cfg->kafka->len; i++) {
         const char *key = cfg->kafka->items[i].key;
-        for (size_t j = 0; j < sizeof(locked_props) / sizeof(locked_props[0]); j++) {
+        for (size_t j = 0; j < LOCKED_N; j++) {
             if (strcmp(key, locked_props[j]) == 0) {
                 snprintf(err, errlen,
                          "--kafka %s cannot be changed (use the option for it, or "
@@ -169,11 +205,23 @@ static rd_kafka_conf_t *build_conf(const ConsumerConfig *cfg, char *err, size_t 
             snprintf(err, errlen, "--kafka %s: %s", key, errstr);
             goto failed;
         }
+        const char *changed;
+        if (!locked_unchanged(conf, locked, &changed)) {
+            snprintf(err, errlen,
+                     "--kafka %s cannot be changed: it sets %s (use the option for it, or it "
+                     "would break at-least-once processing)",
+                     key, changed);
+            goto failed;
+        }
     }
     rd_kafka_conf_set_log_cb(conf, kafka_log);
+    for (size_t j = 0; j < LOCKED_N; j++)
+        free(locked[j]);
     return conf;
 failed:
     log_one_line(err);
+    for (size_t j = 0; j < LOCKED_N; j++)
+        free(locked[j]);
     rd_kafka_conf_destroy(conf);
     return NULL;
 }
