@@ -38,6 +38,7 @@ typedef struct ApiResponse {
     bool from_redis;   /* answered from the Redis fast path, without PostgreSQL */
     const char *allow; /* the Allow header of a 405, else NULL */
     char etag[24];     /* "\"<version>\"" of the order the response shows (or, on 412, has now) */
+    bool close;        /* close the connection after this response (Connection: close) */
 } ApiResponse;
 
 /* POST /orders. key_header is the Idempotency-Key value (NULL when absent) and key_count how

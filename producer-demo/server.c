@@ -73,6 +73,21 @@ static enum MHD_Result count_keys(void *cls, enum MHD_ValueKind kind, const char
     return MHD_YES;
 }
 
+/* Whether the request's length is told in more than one way: more than one Content-Length
+ * header, more than one Transfer-Encoding header, or both kinds. Such a request is refused
+ * (RFC 9112 section 6.3: differing lengths are unrecoverable, and Transfer-Encoding with
+ * Content-Length is a smuggling attempt or a broken client). libmicrohttpd 0.9.75 frames the
+ * body by the first Content-Length (or by Transfer-Encoding, ignoring Content-Length) without
+ * looking for others; a proxy in front that reads another one would see a different request
+ * boundary, and the rest of the body would be taken here as the next pipelined request. */
+static bool length_ambiguous(struct MHD_Connection *c)
+{
+    KeyHeaders length = {"Content-Length", 0, NULL}, encoding = {"Transfer-Encoding", 0, NULL};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_keys, &length);
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_keys, &encoding);
+    return length.count > 1 || encoding.count > 1 || (length.count > 0 && encoding.count > 0);
+}
+
 static bool is_get(const char *method)
 {
     return strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
@@ -159,6 +174,8 @@ static enum MHD_Result respond(struct MHD_Connection *c, const char *method, con
     }
     if (r->allow)
         MHD_add_response_header(resp, "Allow", r->allow);
+    if (r->close) /* libmicrohttpd closes the connection after this response */
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
 
@@ -192,6 +209,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         clock_gettime(CLOCK_MONOTONIC, &rq->start);
         *con_cls = rq;
+        if (length_ambiguous(c)) {
+            /* Answered before the body is read, and the connection closed after the answer:
+             * nothing after these headers is taken as a request. */
+            request_arrived(s, c);
+            ApiResponse r = {0};
+            api_problem(&r, 400,
+                        "send one Content-Length header, or Transfer-Encoding without "
+                        "Content-Length");
+            r.close = true;
+            enum MHD_Result ret = respond(c, method, url, rq, &r);
+            api_response_free(&r);
+            return ret;
+        }
         /* A declared oversized body is refused before it is read (and before "100 Continue"). */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > ORDER_BODY_MAX) {

@@ -108,6 +108,83 @@ post_order bad-body-key '{"customer_id": "c-ok", "amount_cents": 5, "currency": 
 check_eq "the key of a rejected body is still free: 201, not a replay" "201 " \
     "$STATUS $(hdr Idempotency-Replayed)"
 
+# --- requests whose length is told twice (request smuggling) --------------------------------------
+# libmicrohttpd 0.9.75 frames a body by the first Content-Length alone (and by Transfer-Encoding
+# alone when both come): a proxy in front that reads another one sees other request boundaries.
+# Each such request gets one 400 and the connection is closed after it; before the fix the first
+# was created (201) and in the second the rest of the body was served as a pipelined request.
+# raw_http FILE: sends FILE's bytes as they are on one connection, and writes what comes back
+# until the server closes it (at most 10 s) to $T/raw.
+raw_http() {
+    python3 - "${API#http://}" "$1" >"$T/raw" <<'PY'
+import socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+s = socket.create_connection((host, int(port)), timeout=10)
+s.sendall(open(sys.argv[2], "rb").read())
+out = b""
+try:
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        out += chunk
+except socket.timeout:
+    out += b"\n[the connection was still open after 10 s]\n"
+except ConnectionResetError:
+    out += b"\n[the connection was reset]\n"
+sys.stdout.buffer.write(out)
+PY
+}
+# raw_answers: the status codes of every response in $T/raw, space-separated (a response may
+# start right after the previous one's body, on its line).
+raw_answers() {
+    grep -a -o 'HTTP/1\.[01] [0-9][0-9][0-9]' "$T/raw" | cut -d' ' -f2 | tr '\n' ' ' |
+        sed 's/ $//'
+}
+raw_closes() {
+    grep -a -qi '^Connection: close' "$T/raw" && ! grep -a -q 'still open' "$T/raw"
+}
+before=$(counts)
+SMUGGLED='{"customer_id": "c-smuggled", "amount_cents": 5, "currency": "EUR"}'
+DUP='{"customer_id": "c-dup-length", "amount_cents": 5, "currency": "EUR"}'
+printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: dup-cl-1\r\nContent-Length: %d\r\nContent-Length: 5\r\nConnection: close\r\n\r\n%s' \
+    "${#DUP}" "$DUP" >"$T/req.dup-cl"
+raw_http "$T/req.dup-cl"
+check_eq "Content-Length: <the body's length>, then 5: one 400" 400 "$(raw_answers)"
+check "...a problem document" grep -a -q '"status":400' "$T/raw"
+printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: dup-cl-2\r\nContent-Length: 5\r\nContent-Length: 5\r\nConnection: close\r\n\r\n{}   ' \
+    >"$T/req.same-cl"
+raw_http "$T/req.same-cl"
+check_eq "the same Content-Length twice: 400" 400 "$(raw_answers)"
+# The second request hides in the first one's body, after the byte the first Content-Length
+# counts; no Connection: close on the first, so a server that keeps the connection reads it.
+printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: smuggled-1\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
+    "${#SMUGGLED}" "$SMUGGLED" >"$T/req.inner"
+printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: outer-1\r\nContent-Length: 1\r\nContent-Length: %d\r\n\r\nX' \
+    $(($(wc -c <"$T/req.inner") + 1)) >"$T/req.smuggle"
+cat "$T/req.inner" >>"$T/req.smuggle"
+raw_http "$T/req.smuggle"
+check_eq "Content-Length: 1, then the whole body's: one 400, no second answer" 400 "$(raw_answers)"
+check "...and the connection is closed after it (Connection: close)" raw_closes
+printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: te-cl-1\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n%x\r\n%s\r\n0\r\n\r\n' \
+    "${#DUP}" "$DUP" >"$T/req.te-cl"
+cat "$T/req.inner" >>"$T/req.te-cl"
+raw_http "$T/req.te-cl"
+check_eq "Transfer-Encoding with Content-Length: one 400, nothing after it served" 400 \
+    "$(raw_answers)"
+check "...and the connection is closed after it" raw_closes
+check_eq "requests with a doubtful length write nothing, and nothing smuggled in is served" \
+    "$before" "$(counts)"
+printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: raw-ok-1\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
+    "${#DUP}" "$DUP" >"$T/req.ok"
+raw_http "$T/req.ok"
+check_eq "the same request with one Content-Length: 201" 201 "$(raw_answers)"
+CHUNKED='{"customer_id": "c-chunked", "amount_cents": 5, "currency": "EUR"}'
+printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: raw-ok-2\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n%x\r\n%s\r\n0\r\n\r\n' \
+    "${#CHUNKED}" "$CHUNKED" >"$T/req.chunked"
+raw_http "$T/req.chunked"
+check_eq "a chunked body without Content-Length: 201" 201 "$(raw_answers)"
+
 # --- reading orders, other routes ---------------------------------------------------------------------
 http GET "/orders/$ID"
 check_eq "GET /orders/{id}: 200" 200 "$STATUS"
