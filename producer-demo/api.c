@@ -11,6 +11,7 @@
 #include "fastpath.h"
 #include "log.h"
 #include "order.h"
+#include "utf8.h"
 
 #define ENDPOINT_CREATE "POST /orders"
 #define ENDPOINT_UPDATE "PATCH /orders/{id}"
@@ -47,17 +48,39 @@ static const char *status_title(int status)
     }
 }
 
+/* A copy of s in which every byte that does not belong to a valid UTF-8 sequence is '?'
+ * (jansson refuses strings that are not UTF-8); NULL when out of memory. */
+static char *utf8_or_question_marks(const char *s)
+{
+    char *out = strdup(s);
+    for (char *p = out; p && *p;) {
+        int32_t cp;
+        size_t n = utf8_decode(p, &cp);
+        if (cp < 0)
+            *p = '?';
+        p += n;
+    }
+    return out;
+}
+
 void api_problem(ApiResponse *r, int status, const char *detail)
 {
     free(r->body);
     r->status = status;
     r->content_type = "application/problem+json";
-    json_t *o = json_pack("{s:s, s:s, s:i, s:s}", "type", "about:blank", "title",
-                          status_title(status), "status", status, "detail", detail);
+    char *text = utf8_or_question_marks(detail);
+    json_t *o = text ? json_pack("{s:s, s:s, s:i, s:s}", "type", "about:blank", "title",
+                                 status_title(status), "status", status, "detail", text)
+                     : NULL;
     r->body = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
-    if (!r->body) /* detail was not UTF-8, or no memory: still answer */
-        r->body = strdup("{\"type\":\"about:blank\",\"title\":\"Internal Server Error\"}");
+    free(text);
+    if (!r->body) { /* no memory: still answer, with the same status and title */
+        char body[128];
+        snprintf(body, sizeof(body), "{\"type\":\"about:blank\",\"title\":\"%s\",\"status\":%d}",
+                 status_title(status), status);
+        r->body = strdup(body);
+    }
 }
 
 static void set_json(ApiResponse *r, int status, char *body)

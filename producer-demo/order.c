@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
+
 /* ISO 4217 codes of circulating currencies (fund codes, precious metals and test codes left
  * out: an order is paid in money). Sorted, for bsearch. */
 static const char *const currencies[] = {
@@ -50,6 +52,24 @@ static int reject(int status, char *err, size_t errlen, const char *fmt, ...)
             *p = '?';
     return status;
 }
+
+/* How many bytes of a client's field name an error message quotes: at most max, cut where a
+ * character ends, so that a long name cut short is still UTF-8 (the problem document that
+ * carries the message must be). */
+static int name_prefix(const char *name, size_t max)
+{
+    size_t n = 0;
+    while (name[n]) {
+        int32_t cp;
+        size_t len = utf8_decode(name + n, &cp);
+        if (n + len > max)
+            break;
+        n += len;
+    }
+    return (int)n;
+}
+
+#define NAME_QUOTED_MAX 64 /* bytes of an unknown field's name quoted back */
 
 static int check_customer(json_t *v, OrderInput *out, char *err, size_t errlen)
 {
@@ -125,7 +145,8 @@ int order_parse(const char *body, size_t len, OrderInput *out, char *err, size_t
         for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
             known = known || strcmp(key, fields[i]) == 0;
         if (!known) {
-            status = reject(422, err, errlen, "unknown field \"%.64s\"", key);
+            status = reject(422, err, errlen, "unknown field \"%.*s\"",
+                            name_prefix(key, NAME_QUOTED_MAX), key);
             goto done;
         }
     }
@@ -210,7 +231,8 @@ int order_patch_parse(const char *body, size_t len, OrderPatch *out, char *err, 
             out->has_status = true;
             snprintf(out->status, sizeof(out->status), "%s", json_string_value(value));
         } else {
-            status = reject(422, err, errlen, "field \"%.64s\" cannot be changed", key);
+            status = reject(422, err, errlen, "field \"%.*s\" cannot be changed",
+                            name_prefix(key, NAME_QUOTED_MAX), key);
             goto done;
         }
     }

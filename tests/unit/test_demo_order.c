@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "order.h"
+#include "utf8.h"
 
 /* Parses body and returns the status (0 = valid); err and out are left for the caller. */
 static int parse(const char *body, OrderInput *out, char *err)
@@ -141,6 +142,47 @@ static void test_errors_never_span_lines(void **state)
         assert_true((unsigned char)*p >= 0x20);
 }
 
+/* True when s is valid UTF-8 throughout. */
+static bool is_utf8(const char *s)
+{
+    while (*s) {
+        int32_t cp;
+        s += utf8_decode(s, &cp);
+        if (cp < 0)
+            return false;
+    }
+    return true;
+}
+
+static void test_long_field_names_are_cut_between_characters(void **state)
+{
+    /* "a" and 40 two-byte characters (81 bytes): the message quotes at most 64 bytes of a name,
+     * and before the fix cut the 32nd character in half (invalid UTF-8, which the problem
+     * document could then not carry). */
+    char name[128] = "a", body[256];
+    for (int i = 0; i < 40; i++)
+        strcat(name, "\xc3\xa9");
+    OrderInput in;
+    OrderPatch patch;
+    char err[256];
+    snprintf(body, sizeof(body), "{\"%s\": 1}", name);
+    assert_int_equal(parse(body, &in, err), 422);
+    assert_true(is_utf8(err));
+    /* The longest whole-character prefix within 64 bytes: "a" and 31 of them (63 bytes). */
+    char want[128];
+    snprintf(want, sizeof(want), "unknown field \"%.63s\"", name);
+    assert_string_equal(err, want);
+    assert_int_equal(order_patch_parse(body, strlen(body), &patch, err, sizeof(err)), 422);
+    assert_true(is_utf8(err));
+    snprintf(want, sizeof(want), "field \"%.63s\" cannot be changed", name);
+    assert_string_equal(err, want);
+    /* A name of exactly 64 bytes is quoted whole. */
+    snprintf(body, sizeof(body), "{\"%.64s\": 1}", name + 1);
+    assert_int_equal(parse(body, &in, err), 422);
+    snprintf(want, sizeof(want), "unknown field \"%.64s\"", name + 1);
+    assert_string_equal(err, want);
+}
+
 static void test_currency_list(void **state)
 {
     static const char *const known[] = {"AED", "CHF", "EUR", "GBP", "JPY", "USD", "ZWG"};
@@ -243,6 +285,7 @@ int main(void)
         cmocka_unit_test(test_bad_fields_are_422),
         cmocka_unit_test(test_customer_id_length_limit),
         cmocka_unit_test(test_errors_never_span_lines),
+        cmocka_unit_test(test_long_field_names_are_cut_between_characters),
         cmocka_unit_test(test_currency_list),
         cmocka_unit_test(test_json_form),
         cmocka_unit_test(test_order_id_valid),

@@ -100,6 +100,15 @@ bad_body 422 "unknown currency XYZ" '{"customer_id": "c", "amount_cents": 5, "cu
 bad_body 422 "lower-case currency" '{"customer_id": "c", "amount_cents": 5, "currency": "eur"}'
 check "a bad body's error is a one-line JSON problem with a detail" \
     jq -e '.detail | length > 0' "$T/body"
+# An unknown field whose name is longer than the 64 bytes the detail quotes, made of two-byte
+# characters: before the fix the name was cut inside a character, the detail was not UTF-8 and
+# the body fell back to {"type":"about:blank","title":"Internal Server Error"} under the 422.
+bad_body 422 "unknown field with a long non-ASCII name" \
+    "{\"a$(printf 'é%.0s' $(seq 40))\": 1}"
+check_eq "...its problem document keeps the status and title" "422 Unprocessable Content" \
+    "$(jq -r '"\(.status) \(.title)"' "$T/body")"
+check "...and quotes the name's start, cut between characters" \
+    jq -e '.detail | startswith("unknown field \"aééé")' "$T/body"
 check_eq "bad bodies write nothing (no order, no outbox row, no key)" "$before" "$(counts)"
 head -c 70000 /dev/zero | tr '\0' ' ' >"$T/big.json"
 http POST /orders -H 'Idempotency-Key: big' --data-binary @"$T/big.json"
