@@ -65,11 +65,13 @@ bool opts_parse_duration(const char *text, long *seconds)
         *seconds = 0;
         return true;
     }
+    /* A digit first: strtol would also take leading blanks and a sign (" -1h" as -3600). */
+    if (*text < '0' || *text > '9')
+        return false;
     char *end;
     errno = 0;
     long n = strtol(text, &end, 10);
-    if (end == text || *text == '-' || *text == '+' || errno != 0 || end[0] == '\0' ||
-        end[1] != '\0')
+    if (errno != 0 || end[0] == '\0' || end[1] != '\0')
         return false;
     long unit = end[0] == 's'   ? 1
                 : end[0] == 'm' ? 60
@@ -120,6 +122,12 @@ bool opts_set(const OptDef *opt, void *out, const char *value, const char *sourc
             return optval_fail(err, errlen, "%s: expected true or false, got '%s'", source, value);
         return true;
     case OPT_DURATION:
+        if (opt->min > 0 &&
+            (!opts_parse_duration(value, (long *)field) || *(long *)field < opt->min))
+            return optval_fail(err, errlen,
+                               "%s: expected a duration of at least %lds such as 90s, 30m, 72h or "
+                               "7d, got '%s'",
+                               source, opt->min, value);
         if (!opts_parse_duration(value, (long *)field))
             return optval_fail(
                 err, errlen,
@@ -458,6 +466,8 @@ void opts_print_table(const OptSpec *spec, FILE *out)
         if (o->type == OPT_INT) {
             snprintf(lo, sizeof(lo), "%ld", o->min);
             snprintf(hi, sizeof(hi), "%ld", o->max);
+        } else if (o->type == OPT_DURATION && o->min > 0) {
+            snprintf(lo, sizeof(lo), "%ld", o->min); /* seconds; 0/off then refused */
         }
         size_t used = 0;
         for (size_t c = 0; o->commands && c < spec->ncmds && used < sizeof(cmds); c++)

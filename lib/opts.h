@@ -18,7 +18,7 @@ typedef enum {
     OPT_INT,       /* long within [min, max] */
     OPT_CHOICE,    /* int: the index of the value in choices */
     OPT_BOOL,      /* bool: true/false/1/0; a bare flag means true */
-    OPT_DURATION,  /* long seconds: 90s, 30m, 72h, 7d, or 0/off */
+    OPT_DURATION,  /* long seconds: 90s, 30m, 72h, 7d, or 0/off (refused with a min above 0) */
     OPT_LOG_LEVEL, /* LogLevel (log.h) */
     OPT_LIST,      /* OptList of KEY=VALUE pairs (non-empty KEY), repeatable */
 } OptType;
@@ -40,7 +40,7 @@ typedef struct OptDef {
     OptType type;
     const char *env;     /* environment fallback, or NULL */
     const char *def;     /* default as text, or NULL for none */
-    long min, max;       /* inclusive range of an OPT_INT */
+    long min, max;       /* inclusive range of an OPT_INT; an OPT_DURATION's least seconds */
     size_t offset;       /* field in the program's options struct */
     unsigned commands;   /* bit (1u << command id) for each command that accepts it; 0: all */
     unsigned required;   /* commands for which it must be set */
@@ -123,7 +123,8 @@ bool opts_set(const OptDef *opt, void *out, const char *value, const char *sourc
  * key (the text is not echoed anywhere). */
 bool opts_list_append(OptList *list, const char *text) __attribute__((warn_unused_result));
 
-/* Parses a duration: 0 or off, or a count with s, m, h or d (at most ten years). */
+/* Parses a duration: 0 or off, or a count (digits, no sign or blanks) with s, m, h or d (at most
+ * ten years). */
 bool opts_parse_duration(const char *text, long *seconds) __attribute__((warn_unused_result));
 
 /* Releases the strings and lists opts_parse stored in out. */

@@ -30,10 +30,12 @@ bool optval_string(char **slot, const char *value, const char *source, char *err
 bool optval_long(long *out, const char *value, long min, long max, const char *source, char *err,
                  size_t errlen)
 {
-    char *end;
+    /* Digits only: strtol would also take leading blanks and a sign (" -1", "+5"). */
+    bool digits = *value >= '0' && *value <= '9';
+    char *end = NULL;
     errno = 0;
-    long n = strtol(value, &end, 10);
-    if (*value == '\0' || *end != '\0' || errno != 0 || n < min || n > max)
+    long n = digits ? strtol(value, &end, 10) : 0;
+    if (!digits || *end != '\0' || errno != 0 || n < min || n > max)
         return optval_fail(err, errlen, "%s: expected an integer from %ld to %ld, got '%s'", source,
                            min, max, value);
     *out = n;

@@ -540,6 +540,7 @@ static const OptDef options[] = {
     {.name = "since",
      .type = OPT_DURATION,
      .def = "1h",
+     .min = 1, /* 0 or off would check nothing and say ok */
      .offset = FIELD(verify_since_s),
      .commands = FOR(CMD_VERIFY),
      .metavar = "DURATION",

@@ -163,7 +163,7 @@ def gen_options():
         elif o["choices"]:
             rng = ", ".join(f"`{c}`" for c in o["choices"].split("|"))
         elif o["type"] == "duration":
-            rng = "`90s`, `30m`, `72h`, `7d`; `0`/`off`"
+            rng = "`90s`, `30m`, `72h`, `7d`; " + (f"at least {o['min']}s" if o["min"] else "`0`/`off`")
         elif o["type"] == "log-level":
             rng = "`debug`, `info`, `warn`, `error`"
         elif o["type"] == "bool":

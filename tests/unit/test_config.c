@@ -471,7 +471,9 @@ static void test_error_empty_string_value(void **state)
 
 static void test_error_batch_size(void **state)
 {
-    const char *bad[] = {"abc", "0", "100001", "12x", "", "-1", "99999999999999999999999"};
+    /* Digits only: strtol alone would take the blanks and signs (" 5" and "+5" as 5). */
+    const char *bad[] = {
+        "abc", "0", "100001", "12x", "", "-1", " 5", "+5", " -1", "5 ", "99999999999999999999999"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         Config cfg;
         char err[256], quoted[64];
@@ -674,7 +676,14 @@ static void test_parse_duration(void **state)
                          "3651d",
                          "99999999999999999999s",
                          "OFF",
-                         "1.5h"};
+                         "1.5h",
+                         " -1h", /* strtol skips the blank, then takes the sign */
+                         " 5s",
+                         "\t5s",
+                         "\n5s",
+                         " +5s",
+                         " 0s",
+                         "-0s"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         long s = -1;
         if (opts_parse_duration(bad[i], &s))
@@ -694,6 +703,40 @@ static void test_retention_option(void **state)
     config_free(&cfg);
     assert_false(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k", "--retention", "72"));
     assert_error_line(err, "--retention: expected a duration");
+    config_free(&cfg);
+}
+
+/* Negative durations never pass, from a flag or a file; verify's --since refuses 0/off (a window
+ * of nothing would check no row and say ok). */
+static void test_duration_sign_and_since_minimum(void **state)
+{
+    Config cfg;
+    char err[256], path[64];
+    const char *flags[][2] = {{"--retention", " -5s"},    {"--horizon-warn", " -1m"},
+                              {"--connect-wait", " -1h"}, {"--since", " -1h"},
+                              {"--since", "0"},           {"--since", "off"},
+                              {"--since", "0s"}};
+    for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
+        if (LOAD(&cfg, err, "verify", "--database-url=x", "--brokers=k:1", flags[i][0],
+                 flags[i][1]))
+            fail_msg("%s '%s' accepted", flags[i][0], flags[i][1]);
+        assert_error_line(err, flags[i][0]);
+        config_free(&cfg);
+    }
+    assert_false(LOAD(&cfg, err, "verify", "--database-url=x", "--brokers=k:1", "--since=off"));
+    assert_string_equal(err, "--since: expected a duration of at least 1s such as 90s, 30m, 72h or "
+                             "7d, got 'off'");
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "verify", "--database-url=x", "--brokers=k:1", "--since=1s"));
+    assert_int_equal(cfg.verify_since_s, 1);
+    config_free(&cfg);
+    write_temp(path, "{\"retention\": \" -5s\"}");
+    assert_false(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1", "--config", path));
+    assert_error_line(err, "retention");
+    config_free(&cfg);
+    write_temp(path, "{\"since\": \"off\"}");
+    assert_false(LOAD(&cfg, err, "verify", "--database-url=x", "--brokers=k:1", "--config", path));
+    assert_error_line(err, "since");
     config_free(&cfg);
 }
 
@@ -1549,6 +1592,7 @@ int main(void)
         T(test_print_help),
         T(test_parse_duration),
         T(test_retention_option),
+        T(test_duration_sign_and_since_minimum),
         T(test_purge_dead_and_status_commands),
         T(test_database_url_file),
         T(test_database_url_file_precedence),

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Proves the command line contract: every kind of bad input (flags, values, config file, --kafka
-# properties, missing settings, --metrics-listen and --retention formats) is rejected before any
+# properties, missing settings, --metrics-listen and --retention formats, numbers and durations
+# with blanks or signs) is rejected before any
 # network work, within a second, with exit status 2 and exactly one line on stderr (no password
 # echoed); --help documents every flag;
 # --version works; and the precedence flag > environment > config file > default holds.
@@ -54,6 +55,16 @@ bad "--metrics-listen with an unbracketed IPv6 address" run --database-url "$DB"
     --metrics-listen ::1:9187
 bad "--retention without a unit" run --database-url "$DB" --brokers "$KB" --retention 10
 bad "--retention with an unknown unit" run --database-url "$DB" --brokers "$KB" --retention 3w
+# strtol skips blanks and takes a sign: " -5s" was -5 s (retention off), " 5" was 5.
+bad "--retention ' -5s' (a blank, then a sign)" run --database-url "$DB" --brokers "$KB" \
+    --retention ' -5s'
+bad "--horizon-warn ' -1m'" run --database-url "$DB" --brokers "$KB" --horizon-warn ' -1m'
+bad "--batch-size ' 5'" run --database-url "$DB" --brokers "$KB" --batch-size ' 5'
+bad "--batch-size +5" run --database-url "$DB" --brokers "$KB" --batch-size +5
+bad "migrate --connect-wait ' -1h'" migrate --database-url "$DB" --connect-wait ' -1h'
+bad "verify --since off (a window of nothing)" verify --database-url "$DB" --brokers "$KB" \
+    --since off
+bad "verify --since ' -1h'" verify --database-url "$DB" --brokers "$KB" --since ' -1h'
 bad "a topic template with an unknown placeholder" run --database-url "$DB" --brokers "$KB" \
     --topic-template 'outbox.{nope}'
 bad "a missing config file" run --database-url "$DB" --brokers "$KB" --config "$T/nope.json"
