@@ -389,7 +389,7 @@ static const OptDef options[] = {
      .type = OPT_CHOICE,
      .def = "aggregate",
      .offset = FIELD(order_scope),
-     .commands = KAFKA_USERS,
+     .commands = KAFKA_USERS | FOR(CMD_REPLAY),
      .metavar = "SCOPE",
      .help =
          "aggregate: all of an aggregate's events stay in order, so the topic template may not use "

@@ -28,6 +28,7 @@
 #include "status.h"
 #include "tls_report.h"
 #include "replay.h"
+#include "route.h"
 #include "verify.h"
 
 #ifndef OUTBOX_RELAY_VERSION
@@ -332,14 +333,22 @@ int main(int argc, char **argv)
     case CMD_STATUS:
     case CMD_VERIFY:
     case CMD_REPLAY: {
-        if (!db_check_conninfo(one->database_url, err, sizeof(err))) {
+        /* verify and replay name each row's topic as run would: a template run refuses is
+         * refused here too (verify would report every row missing, replay "no legal topic"). */
+        bool topics = cfg.command == CMD_VERIFY || cfg.command == CMD_REPLAY;
+        rd_kafka_conf_t *vconf = NULL;
+        if (!db_check_conninfo(one->database_url, err, sizeof(err)) ||
+            (topics &&
+             !route_template_check(one->topic_template, one->order_scope != ORDER_PER_AGGREGATE,
+                                   err, sizeof(err))) ||
+            (cfg.command == CMD_VERIFY && !(vconf = verify_kafka_conf(one, err, sizeof(err))))) {
             rc = usage_error(err);
             break;
         }
         rc = cfg.command == CMD_DEAD      ? admin_dead(one)
              : cfg.command == CMD_REQUEUE ? admin_requeue(one)
              : cfg.command == CMD_STATUS  ? status_run(one)
-             : cfg.command == CMD_VERIFY  ? verify_run(one)
+             : cfg.command == CMD_VERIFY  ? verify_run(one, vconf)
              : cfg.command == CMD_REPLAY  ? replay_run(one)
                                           : admin_purge_dead(one);
         break;

@@ -11,6 +11,7 @@
 #include "db.h"
 #include "log.h"
 #include "route.h"
+#include "secrets.h"
 #include "statements.h"
 #include "strbuf.h"
 
@@ -190,23 +191,38 @@ static void note_message(Check *c, const rd_kafka_message_t *m)
     r->offset = m->offset;
 }
 
-/* A consumer for the topics, assigned from start_ms to the end each partition had when verify
- * started. Returns false (logged) when Kafka cannot be read. */
-static bool read_topics(const Config *cfg, Check *c, long long start_ms)
+rd_kafka_conf_t *verify_kafka_conf(const Config *cfg, char *err, size_t errlen)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    const char *defaults[][3] = {{"group.id", "outbox-relay-verify", "default"},
+                                 {"enable.auto.commit", "false", "default"},
+                                 {"enable.partition.eof", "true", "default"},
+                                 {"bootstrap.servers", cfg->brokers, "--brokers"}};
+    size_t n_defaults = sizeof(defaults) / sizeof(defaults[0]);
+    /* The relay's --kafka properties carry what reaching the brokers takes (TLS, SASL);
+     * producer-only ones are ignored by a consumer. One librdkafka refuses (unknown, or a bad
+     * value) is refused here as run refuses it: bad input, not a check that reads nothing. */
+    for (size_t i = 0; i < n_defaults + cfg->kafka.len; i++) {
+        bool ours = i < n_defaults;
+        const char *key = ours ? defaults[i][0] : cfg->kafka.items[i - n_defaults].key;
+        const char *value = ours ? defaults[i][1] : cfg->kafka.items[i - n_defaults].value;
+        char why[512];
+        if (!value || rd_kafka_conf_set(conf, key, value, why, sizeof(why)) == RD_KAFKA_CONF_OK)
+            continue;
+        if (secrets_kafka_key_sensitive(key) && *value && strstr(why, value))
+            snprintf(why, sizeof(why), "invalid value (not shown: it is a secret)");
+        snprintf(err, errlen, "%s %s: %s", ours ? defaults[i][2] : "--kafka", key, why);
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    return conf;
+}
+
+/* A consumer for the topics (conf, which it takes), assigned from start_ms to the end each
+ * partition had when verify started. Returns false (logged) when Kafka cannot be read. */
+static bool read_topics(const Config *cfg, rd_kafka_conf_t *conf, Check *c, long long start_ms)
 {
     char errstr[512];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    const char *defaults[][2] = {{"group.id", "outbox-relay-verify"},
-                                 {"enable.auto.commit", "false"},
-                                 {"enable.partition.eof", "true"},
-                                 {"bootstrap.servers", cfg->brokers}};
-    for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++)
-        rd_kafka_conf_set(conf, defaults[i][0], defaults[i][1], errstr, sizeof(errstr));
-    /* The relay's --kafka properties carry what reaching the brokers takes (TLS, SASL);
-     * producer-only ones are ignored by a consumer. */
-    for (size_t i = 0; i < cfg->kafka.len; i++)
-        rd_kafka_conf_set(conf, cfg->kafka.items[i].key, cfg->kafka.items[i].value, errstr,
-                          sizeof(errstr));
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
     if (!rk) {
         rd_kafka_conf_destroy(conf);
@@ -439,19 +455,24 @@ static void check_free(Check *c)
     free(c->topics);
 }
 
-int verify_run(const Config *cfg)
+int verify_run(const Config *cfg, rd_kafka_conf_t *conf)
 {
     PGconn *conn = admin_connect(cfg->database_url);
-    if (!conn)
+    if (!conn) {
+        rd_kafka_conf_destroy(conf);
         return 1;
+    }
     Check c = {0};
     long long now_ms = 0;
     if (cfg->timestamp_column && !cfg->verify_from_beginning)
         log_info("messages carry the events' own times (--timestamp-column), which cannot find "
                  "the window's start: reading every partition from its first offset",
                  "timestamp_column=%s", cfg->timestamp_column);
-    bool ok = load_rows(conn, cfg, &c, &now_ms) &&
-              read_topics(cfg, &c,
+    bool loaded = load_rows(conn, cfg, &c, &now_ms);
+    if (!loaded)
+        rd_kafka_conf_destroy(conf);
+    bool ok = loaded &&
+              read_topics(cfg, conf, &c,
                           now_ms - cfg->verify_since_s * 1000 - VERIFY_MARGIN_MS -
                               cfg->delivery_timeout_ms) &&
               classify_unknown(conn, cfg, &c);

@@ -15,6 +15,8 @@
 #ifndef OUTBOX_VERIFY_H
 #define OUTBOX_VERIFY_H
 
+#include <librdkafka/rdkafka.h>
+
 #include "config.h"
 
 /* Exit status of a check that proves nothing either way: rows are missing, but some partitions
@@ -22,10 +24,16 @@
  * end"), so their messages were not read; --from-beginning reads them whole. */
 #define VERIFY_INCONCLUSIVE 3
 
-/* Runs the check. Returns 0 when every row was found in order, 1 when something is missing or
- * out of order (or PostgreSQL or Kafka could not be read: logged), VERIFY_INCONCLUSIVE when rows
- * are missing but partitions could not be positioned by time (nothing out of order), 2 on bad
- * input. Blocks; every wait is bounded (the consumer stops after 30 s without progress). */
-int verify_run(const Config *cfg);
+/* The consumer's configuration: verify's own settings, --brokers, then the --kafka properties.
+ * NULL with one line in err when librdkafka refuses one (an unknown property, a bad value; a
+ * secret's value is never shown): bad input, exit 2, as run refuses it. */
+rd_kafka_conf_t *verify_kafka_conf(const Config *cfg, char *err, size_t errlen);
+
+/* Runs the check with conf (from verify_kafka_conf; taken, whatever happens). Returns 0 when every
+ * row was found in order, 1 when something is missing or out of order (or PostgreSQL or Kafka could
+ * not be read: logged), VERIFY_INCONCLUSIVE when rows are missing but partitions could not be
+ * positioned by time (nothing out of order), 2 on bad input. Blocks; every wait is bounded (the
+ * consumer stops after 30 s without progress). */
+int verify_run(const Config *cfg, rd_kafka_conf_t *conf);
 
 #endif

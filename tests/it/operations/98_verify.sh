@@ -5,7 +5,8 @@
 #  2. a row marked sent that was never published: exit 1, that row named as missing;
 #  3. two rows of one aggregate whose messages a hand-run producer wrote in the wrong order:
 #     exit 1, the pair named as out of order; a message whose id no row has is counted unknown;
-#  4. bad input (no brokers, a bad --since) exits 2 with one line.
+#  4. bad input (no brokers, a bad --since, a topic template or --kafka property run refuses)
+#     exits 2 with one line.
 # Read by time on a broker that cannot look offsets up by time (the mock cluster), rows missing
 # prove nothing: "inconclusive", exit 3 (part 1), never FAILED.
 # shellcheck source=tests/lib.sh
@@ -89,3 +90,13 @@ check_eq "4: one line" 1 "$(grep -c '' "$T/bad.err")"
     >"$T/bad.out" 2>"$T/bad.err"
 check_eq "4: a bad --since: exit 2" 2 $?
 check "4: the error names --since" grep -q -- '--since' "$T/bad.err"
+# A template run refuses is a typo, not data loss: it used to make every row "missing", FAILED.
+"$RELAY_BIN" verify --database-url "$DATABASE_URL" --brokers "$BROKERS" --since 1h \
+    --from-beginning --topic-template 'outbox.event.{bogus}' >"$T/bad.out" 2>"$T/bad.err"
+check_eq "4: a topic template run refuses: exit 2, not FAILED" 2 $?
+check_eq "4: ... one line, naming the placeholder" 1 "$(grep -c 'unknown placeholder' "$T/bad.err")"
+check_eq "4: ... and nothing reported missing" "" "$(cat "$T/bad.out")"
+"$RELAY_BIN" verify --database-url "$DATABASE_URL" --brokers "$BROKERS" --since 1h \
+    --kafka no.such.prop=1 >"$T/bad.out" 2>"$T/bad.err"
+check_eq "4: a --kafka property librdkafka refuses: exit 2, as run" 2 $?
+check "4: ... naming it" grep -q 'kafka no.such.prop' "$T/bad.err"

@@ -67,6 +67,18 @@ bad "verify --since off (a window of nothing)" verify --database-url "$DB" --bro
 bad "verify --since ' -1h'" verify --database-url "$DB" --brokers "$KB" --since ' -1h'
 bad "a topic template with an unknown placeholder" run --database-url "$DB" --brokers "$KB" \
     --topic-template 'outbox.{nope}'
+# verify and replay name topics as run does: the same template check (verify reported every row
+# missing, FAILED; replay --dry-run said "to (no legal topic)", exit 0).
+bad "verify with a topic template run refuses" verify --database-url "$DB" --brokers "$KB" \
+    --topic-template 'a.{bogus}'
+bad "replay with a topic template run refuses" replay --database-url "$DB" --dry-run --from-id 1 \
+    --topic-template 'a.{bogus}'
+bad "verify with {event_type} but no --order-scope topic" verify --database-url "$DB" \
+    --brokers "$KB" --topic-template 'a.{event_type}'
+bad "verify --kafka property librdkafka rejects" verify --database-url "$DB" --brokers "$KB" \
+    --kafka bogus.prop=1
+bad "verify --kafka value librdkafka rejects" verify --database-url "$DB" --brokers "$KB" \
+    --kafka linger.ms=abc
 bad "a missing config file" run --database-url "$DB" --brokers "$KB" --config "$T/nope.json"
 bad "a directory as config file" run --database-url "$DB" --brokers "$KB" --config "$T"
 bad "a malformed config file" run --database-url "$DB" --brokers "$KB" \
