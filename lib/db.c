@@ -1,5 +1,6 @@
 #include "db.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,114 @@ static void hide_quoted_input(char *line, const char *conninfo)
     }
 }
 
+/* Whether value is one of the NULL-terminated names. */
+static bool one_of(const char *value, const char *const *names)
+{
+    for (size_t i = 0; names[i]; i++)
+        if (strcmp(value, names[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Entries of a comma-separated list ("a,b" 2, "" 1, as libpq counts hosts and ports). */
+static size_t list_len(const char *list)
+{
+    size_t n = 1;
+    for (const char *p = list; *p; p++)
+        n += *p == ',';
+    return n;
+}
+
+/* A port list: each entry empty (the default port) or a number from 1 to 65535. */
+static bool ports_ok(const char *list)
+{
+    for (const char *p = list;; p++) {
+        const char *end = p + strcspn(p, ",");
+        long n = 0;
+        for (const char *d = p; d < end; d++) {
+            if (*d < '0' || *d > '9' || (n = n * 10 + (*d - '0')) > 65535)
+                return false;
+        }
+        if (end > p && n == 0)
+            return false;
+        if (*end == '\0')
+            return true;
+        p = end;
+    }
+}
+
+/* A whole number, as libpq's connect_timeout takes it (zero or negative: no limit). */
+static bool integer_ok(const char *value)
+{
+    const char *d = value + (*value == '-');
+    if (*d == '\0' || strlen(d) > 9)
+        return false;
+    return strspn(d, "0123456789") == strlen(d);
+}
+
+/* Formats one line into err and returns false. */
+static bool refuse(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bool refuse(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+/* The values libpq checks only when it connects (a bad one made run retry forever, and check say
+ * "ok config" before failing): the ports, and the settings whose values are a fixed set. The error
+ * names the setting, never its value (the string may hold a password anywhere). */
+static bool conninfo_values_ok(const PQconninfoOption *opts, char *err, size_t errlen)
+{
+    static const char *const sslmodes[] = {"disable",   "allow",       "prefer", "require",
+                                           "verify-ca", "verify-full", NULL};
+    static const char *const gssencmodes[] = {"disable", "prefer", "require", NULL};
+    static const char *const session_attrs[] = {"any",     "read-write",     "read-only", "primary",
+                                                "standby", "prefer-standby", NULL};
+    const char *host = "", *hostaddr = "", *port = "";
+    for (const PQconninfoOption *o = opts; o->keyword; o++) {
+        const char *v = o->val, *k = o->keyword;
+        if (!v)
+            continue;
+        if (strcmp(k, "host") == 0)
+            host = v;
+        else if (strcmp(k, "hostaddr") == 0)
+            hostaddr = v;
+        else if (strcmp(k, "port") == 0)
+            port = v;
+        else if (strcmp(k, "sslmode") == 0 && !one_of(v, sslmodes))
+            return refuse(err, errlen,
+                          "database URL: sslmode: expected disable, allow, prefer, require, "
+                          "verify-ca or verify-full");
+        else if (strcmp(k, "gssencmode") == 0 && !one_of(v, gssencmodes))
+            return refuse(err, errlen,
+                          "database URL: gssencmode: expected disable, prefer or require");
+        else if (strcmp(k, "target_session_attrs") == 0 && !one_of(v, session_attrs))
+            return refuse(err, errlen,
+                          "database URL: target_session_attrs: expected any, read-write, "
+                          "read-only, primary, standby or prefer-standby");
+        else if (strcmp(k, "connect_timeout") == 0 && !integer_ok(v))
+            return refuse(err, errlen,
+                          "database URL: connect_timeout: expected a whole number of seconds");
+    }
+    if (!*port)
+        return true;
+    if (!ports_ok(port))
+        return refuse(err, errlen,
+                      "database URL: port: expected a number from 1 to 65535, or a "
+                      "comma-separated list of them (one per host)");
+    /* libpq pairs a list of ports with the hosts one to one (with hostaddr's, when given). */
+    size_t n_ports = list_len(port), n_hosts = list_len(*hostaddr ? hostaddr : host);
+    if (n_ports > 1 && n_ports != n_hosts)
+        return refuse(err, errlen,
+                      "database URL: %zu ports for %zu hosts: give one port, or one per host",
+                      n_ports, n_hosts);
+    return true;
+}
+
 bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
 {
     char *why = NULL;
@@ -67,8 +176,9 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
         PQfreemem(why);
         return false;
     }
+    bool ok = conninfo_values_ok(opts, err, errlen);
     PQconninfoFree(opts);
-    return true;
+    return ok;
 }
 
 /* "host|port|dbname" of a connection string into out, each as written ("" when not given). */

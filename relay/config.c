@@ -1,10 +1,14 @@
 #include "config.h"
 
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
+#include <librdkafka/rdkafka.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -1229,6 +1233,125 @@ static bool read_secret_files(Config *cfg, const OptSource *sources, size_t kafk
     return true;
 }
 
+/* The security.protocol librdkafka will use, from the --kafka properties as librdkafka reads them
+ * (aliases, any case, the last one winning). */
+static void kafka_security_protocol(const Config *cfg, char *out, size_t outlen)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char errstr[256];
+    for (size_t i = 0; i < cfg->kafka.len; i++)
+        rd_kafka_conf_set(conf, cfg->kafka.items[i].key, cfg->kafka.items[i].value, errstr,
+                          sizeof(errstr));
+    size_t n = outlen;
+    if (rd_kafka_conf_get(conf, "security.protocol", out, &n) != RD_KAFKA_CONF_OK)
+        snprintf(out, outlen, "plaintext");
+    rd_kafka_conf_destroy(conf);
+}
+
+/* A port: digits only, 1-65535. */
+static bool port_ok(const char *text, size_t len)
+{
+    long n = 0;
+    for (size_t i = 0; i < len; i++)
+        if (text[i] < '0' || text[i] > '9' || (n = n * 10 + (text[i] - '0')) > 65535)
+            return false;
+    return len > 0 && n > 0;
+}
+
+/* One entry of the broker list, [PROTOCOL://]HOST[:PORT], as librdkafka parses it
+ * (rd_kafka_broker_name_parse): the protocol must be security.protocol's (librdkafka otherwise
+ * adds no broker); a host with one ':' has a port; an IPv6 address with a port is bracketed, one
+ * without may stand alone. Returns what is wrong, or NULL when the entry is good. */
+static const char *broker_entry_problem(const char *entry, size_t len, const char *protocol)
+{
+    const char *end = entry + len, *scheme = memmem(entry, len, "://", 3);
+    if (scheme) {
+        static const char *const protocols[] = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL",
+                                                NULL};
+        size_t plen = (size_t)(scheme - entry);
+        bool known = false,
+             same = strlen(protocol) == plen && strncasecmp(entry, protocol, plen) == 0;
+        for (size_t i = 0; protocols[i]; i++)
+            known = known ||
+                    (strlen(protocols[i]) == plen && strncasecmp(entry, protocols[i], plen) == 0);
+        if (!known)
+            return "unknown protocol: use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL";
+        if (!same)
+            return "the protocol is not security.protocol's, and librdkafka would add no broker: "
+                   "set --kafka security.protocol to it, or leave the prefix out";
+        entry = scheme + 3;
+        const char *slash = memchr(entry, '/', (size_t)(end - entry));
+        if (slash)
+            end = slash; /* librdkafka ignores a URL's path */
+    }
+    size_t n = (size_t)(end - entry);
+    if (n > 0 && entry[0] == '[') {
+        const char *close = memchr(entry, ']', n);
+        if (!close || close == entry + 1)
+            return "expected an IPv6 address in brackets, [ADDRESS]:PORT";
+        if (close + 1 == end)
+            return NULL;
+        return close[1] == ':' && port_ok(close + 2, (size_t)(end - close - 2))
+                   ? NULL
+                   : "expected [ADDRESS]:PORT, a port from 1 to 65535";
+    }
+    const char *colon = memchr(entry, ':', n);
+    size_t hostlen = colon ? (size_t)(colon - entry) : n;
+    if (colon && memchr(colon + 1, ':', (size_t)(end - colon - 1))) {
+        /* Several colons: an IPv6 address without a port (librdkafka's default, 9092). */
+        char addr[INET6_ADDRSTRLEN];
+        struct in6_addr a6;
+        if (n < sizeof(addr)) {
+            memcpy(addr, entry, n);
+            addr[n] = '\0';
+            if (inet_pton(AF_INET6, addr, &a6) == 1)
+                return NULL;
+        }
+        return "expected HOST:PORT (an IPv6 address with a port goes in brackets, [ADDRESS]:PORT)";
+    }
+    if (hostlen == 0)
+        return "the host name is missing";
+    for (size_t i = 0; i < hostlen; i++)
+        if (!isalnum((unsigned char)entry[i]) && !strchr("._-", entry[i]))
+            return "a host name is letters, digits, '.', '-' and '_'";
+    if (colon && !port_ok(colon + 1, (size_t)(end - colon - 1)))
+        return "the port must be a number from 1 to 65535";
+    return NULL;
+}
+
+/* --brokers, a comma-separated list of brokers as librdkafka reads bootstrap.servers: a typo
+ * (a port that is not a number, a list of commas) would otherwise leave the relay retrying
+ * forever. Empty entries are skipped, as librdkafka skips them; at least one broker is needed. */
+static bool brokers_check(const Config *cfg, OptSource from, char *err, size_t errlen)
+{
+    const char *source = from == OPT_FROM_ENV    ? "KAFKA_BROKERS"
+                         : from == OPT_FROM_FILE ? "config file: key \"brokers\""
+                                                 : "--brokers";
+    char protocol[32];
+    kafka_security_protocol(cfg, protocol, sizeof(protocol));
+    size_t entries = 0;
+    for (const char *p = cfg->brokers; *p;) {
+        if (*p == ',' || *p == ' ') {
+            p++;
+            continue;
+        }
+        size_t len = strcspn(p, ",");
+        const char *why = strcspn(p, " \t\r\n") < len
+                              ? "blanks inside an entry (the entries are separated by ',')"
+                              : broker_entry_problem(p, len, protocol);
+        if (why)
+            return optval_fail(err, errlen, "%s: broker '%.*s': %s", source,
+                               (int)(len < 200 ? len : 200), p, why);
+        entries++;
+        p += len;
+    }
+    if (entries == 0)
+        return optval_fail(err, errlen,
+                           "%s: expected at least one broker, [PROTOCOL://]HOST[:PORT][,...]",
+                           source);
+    return true;
+}
+
 /* Properties that load code, run commands or write files are refused (kafka_guard.h) unless
  * --kafka-allow-unsafe names them. That option counts only as a flag: the point is that whoever
  * may edit the config file or the environment cannot grant it to themselves. */
@@ -1422,6 +1545,8 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
         !cfg->brokers)
         return optval_fail(err, errlen,
                            "missing Kafka brokers: pass --brokers or set KAFKA_BROKERS");
+    if (cfg->brokers && !brokers_check(cfg, source_of(sources, "brokers"), err, errlen))
+        return false;
     if (cfg->command == CMD_REQUEUE && (cfg->id > 0) == cfg->all)
         return optval_fail(err, errlen, "requeue needs exactly one of --id ID or --all");
     if (cfg->command == CMD_REPLAY && !cfg->replay_from_id && !cfg->replay_to_id &&

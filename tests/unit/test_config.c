@@ -1026,6 +1026,66 @@ static void test_error_missing_brokers(void **state)
     config_free(&cfg);
 }
 
+/* --brokers as librdkafka reads it: a port that is not a number, or a list of nothing, left the
+ * relay retrying forever; what librdkafka takes that is legitimate (a host without a port, an
+ * IPv6 address, a PROTOCOL:// prefix matching security.protocol, a trailing comma) still passes. */
+static void test_brokers_list(void **state)
+{
+    const char *bad[][2] = {
+        {",", "at least one broker"},
+        {" , ,", "at least one broker"},
+        {"localhost:notaport", "'localhost:notaport': the port must be"},
+        {"h:0", "the port must be"},
+        {"h:65536", "the port must be"},
+        {"h:9092,h2:", "'h2:': the port must be"},
+        {":9092", "host name is missing"},
+        {"h:9092:1", "in brackets"},
+        {"[::1]:x", "[ADDRESS]:PORT"},
+        {"[::1", "[ADDRESS]:PORT"},
+        {"h:90 92", "blanks"},
+        {"bogus://h:1", "unknown protocol"},
+        {"SASL_SSL://h:9093", "security.protocol"},
+        {"h$x:9092", "host name is letters"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        Config cfg;
+        char err[512];
+        if (LOAD(&cfg, err, "run", "--database-url=x", "--brokers", bad[i][0]))
+            fail_msg("--brokers '%s' accepted", bad[i][0]);
+        assert_error_line(err, "--brokers: ");
+        assert_error_line(err, bad[i][1]);
+        config_free(&cfg);
+    }
+    const char *good[] = {"localhost",
+                          "k:9092",
+                          "k1:9092,k2:9093, k3:9094",
+                          "k:9092,",
+                          "[::1]:9092",
+                          "[fe80::1%eth0]:9092",
+                          "::1",
+                          "PLAINTEXT://k:9092",
+                          "plaintext://k_1.example-x:9092/ignored",
+                          "127.0.0.1:1"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        Config cfg;
+        char err[512];
+        if (!LOAD(&cfg, err, "run", "--database-url=x", "--brokers", good[i]))
+            fail_msg("--brokers '%s' refused: %s", good[i], err);
+        config_free(&cfg);
+    }
+    /* The prefix is librdkafka's security.protocol, any case, from --kafka or --kafka-file. */
+    Config cfg;
+    char err[512];
+    assert_true(LOAD(&cfg, err, "run", "--database-url=x", "--brokers",
+                     "SASL_SSL://k:9093,sasl_ssl://k2:9093", "--kafka",
+                     "security.protocol=SASL_SSL"));
+    config_free(&cfg);
+    setenv("KAFKA_BROKERS", "k:x", 1);
+    assert_false(LOAD(&cfg, err, "run", "--database-url=x"));
+    assert_error_line(err, "KAFKA_BROKERS: broker 'k:x'");
+    config_free(&cfg);
+}
+
 static void test_error_fits_small_buffer(void **state)
 {
     /* A short err buffer is truncated, never overrun. */
@@ -1586,6 +1646,7 @@ int main(void)
         T(test_file_comment_keys),
         T(test_print_command_help),
         T(test_error_missing_brokers),
+        T(test_brokers_list),
         T(test_error_fits_small_buffer),
         T(test_config_free_zeroed),
         T(test_print_table),

@@ -25,10 +25,62 @@ static void test_check_conninfo_hides_input(void **state)
     assert_true(db_check_conninfo("postgresql://u@localhost/x", err, sizeof(err)));
 }
 
+/* Values libpq only checks when it connects are bad input too (a port that is not a number made
+ * run retry forever; sslmode=bogus passed check's "config" line): refused naming the setting,
+ * never echoing the string (a password may be anywhere in it). Every value libpq takes passes. */
+static void test_check_conninfo_values(void **state)
+{
+    const char *bad[][2] = {
+        {"postgresql://u:pw-s3cret@127.0.0.1:notaport/db", "port"},
+        {"postgresql://u:pw-s3cret@127.0.0.1:0/db", "port"},
+        {"postgresql://u:pw-s3cret@127.0.0.1:65536/db", "port"},
+        {"postgresql://u:pw-s3cret@127.0.0.1:-5/db", "port"},
+        {"host=h port=' 5432'", "port"},
+        {"host=a,b port=1,2,3", "3 ports for 2 hosts"},
+        {"host=a port=1,2", "2 ports for 1 hosts"},
+        {"postgresql://u:pw-s3cret@h/db?sslmode=bogus", "sslmode"},
+        {"postgresql://u:pw-s3cret@h/db?sslmode=pw-s3cret", "sslmode"},
+        {"host=h sslmode=Require", "sslmode"},
+        {"host=h gssencmode=always", "gssencmode"},
+        {"host=h target_session_attrs=master", "target_session_attrs"},
+        {"host=h connect_timeout=10s", "connect_timeout"},
+        {"host=h connect_timeout=", "connect_timeout"},
+    };
+    char err[512];
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        memset(err, 0, sizeof(err));
+        if (db_check_conninfo(bad[i][0], err, sizeof(err)))
+            fail_msg("\"%s\" accepted", bad[i][0]);
+        if (!strstr(err, bad[i][1]) || strncmp(err, "database URL: ", 14) != 0)
+            fail_msg("\"%s\": error \"%s\" does not name %s", bad[i][0], err, bad[i][1]);
+        assert_null(strstr(err, "s3cret"));
+        assert_null(strchr(err, '\n'));
+    }
+    const char *good[] = {
+        "postgresql://u:pw@127.0.0.1:5432/db?sslmode=verify-full&connect_timeout=5",
+        "postgresql://h1,h2:5433/db?target_session_attrs=read-write",
+        "postgresql://h1:5432,h2:5433/db?target_session_attrs=prefer-standby",
+        "host=a,b,c port=5432",
+        "host=a,b port=5432,",
+        "hostaddr=10.0.0.1,10.0.0.2 host=a,b port=1,65535",
+        "host=/var/run/postgresql port=5432 gssencmode=disable sslmode=disable",
+        "host=h sslmode=allow connect_timeout=-1",
+        "host=h sslmode=prefer",
+        "host=h sslmode=require target_session_attrs=any",
+        "host=h sslmode=verify-ca target_session_attrs=standby gssencmode=prefer",
+        "dbname=x",
+        "postgresql:///db",
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        if (!db_check_conninfo(good[i], err, sizeof(err)))
+            fail_msg("\"%s\" refused: %s", good[i], err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_conninfo_hides_input),
+        cmocka_unit_test(test_check_conninfo_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

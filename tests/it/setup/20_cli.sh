@@ -110,6 +110,21 @@ bad "migrate without a database URL" migrate
 bad "run without brokers" run --database-url "$DB"
 bad "an invalid database URL" run --database-url "$BAD_DB" --brokers "$KB"
 check "the invalid-URL error does not echo the password" lacks "$T/err" hunter2
+# Values libpq checks only when it connects: run retried forever, check said "ok config", then FAIL.
+bad "a database URL whose port is not a number" run \
+    --database-url 'postgresql://u:hunter2@127.0.0.1:notaport/db' --brokers "$KB"
+check "...and the line names the port, not the password" \
+    bash -c "grep -q 'database URL: port' '$T/err' && ! grep -q hunter2 '$T/err'"
+bad "check with sslmode=bogus" check \
+    --database-url 'postgresql://u:hunter2@127.0.0.1:1/db?sslmode=bogus' --brokers "$KB"
+check "...and the line names sslmode, not the password" \
+    bash -c "grep -q 'database URL: sslmode' '$T/err' && ! grep -q hunter2 '$T/err'"
+bad "a database URL with target_session_attrs=master" status \
+    --database-url 'postgresql://u@127.0.0.1:1/db?target_session_attrs=master'
+bad "--brokers ','" run --database-url "$DB" --brokers ','
+bad "--brokers localhost:notaport" run --database-url "$DB" --brokers localhost:notaport
+KAFKA_BROKERS=localhost:x bad "KAFKA_BROKERS with a port that is not a number" run \
+    --database-url "$DB"
 
 # --- help and version ---
 timeout 10 "$RELAY_BIN" --help >"$T/help" 2>&1
