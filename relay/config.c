@@ -837,6 +837,41 @@ static bool database_name_ok(const char *name)
 
 static bool read_database_url_file(Config *cfg, char *err, size_t errlen);
 static bool config_map_init(Config *cfg, char *err, size_t errlen);
+static char *read_text_file(const char *option, const char *path, char *err, size_t errlen);
+
+/* The registry's files, read as the registry reads them (relay/io/registry.c) but with the rest
+ * of the configuration, so that run and check refuse an unreadable or malformed one alike, as bad
+ * input (exit 2): check used to report it as a problem found (exit 1). The password is never
+ * shown, and its copy is cleared. */
+static bool registry_files_check(const Config *cfg, char *err, size_t errlen)
+{
+    const char *auth = cfg->schema_registry_auth_file, *ca = cfg->schema_registry_ca_file;
+    if (auth) {
+        char *text = read_text_file("schema-registry-auth-file", auth, err, errlen);
+        if (!text)
+            return false;
+        size_t line = strcspn(text, "\r\n");
+        const char *colon = memchr(text, ':', line);
+        bool ok = colon && colon != text;
+        explicit_bzero(text, strlen(text));
+        free(text);
+        if (!ok)
+            return optval_fail(err, errlen,
+                               "schema-registry-auth-file %s: expected USER:PASSWORD on one line",
+                               auth);
+    }
+    /* The bundle is curl's to read (it may be large): readable, and not a directory. */
+    struct stat st;
+    FILE *f = ca ? fopen(ca, "r") : NULL;
+    int saved = errno;
+    bool dir = f && fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode);
+    if (f)
+        fclose(f);
+    if (ca && (!f || dir))
+        return optval_fail(err, errlen, "schema-registry-ca-file %s: %s", ca,
+                           strerror(dir ? EISDIR : saved));
+    return true;
+}
 
 /* run and check: check takes what run takes, and refuses what run would refuse. */
 static bool runs_relay(const Config *cfg)
@@ -857,6 +892,8 @@ static bool database_options_check(const Config *cfg, bool sessions_bound, char 
     if (runs && cfg->value_format != VALUE_JSON && !cfg->schema_registry_url)
         return optval_fail(err, errlen, "--value-format %s needs --schema-registry-url",
                            value_format);
+    if (runs && cfg->value_format != VALUE_JSON && !registry_files_check(cfg, err, errlen))
+        return false;
     /* The encoders read the payload column as JSON: bytes, or the payload beside envelope
      * fields, would fail in every row, and every row would be dead-lettered. */
     if (cfg->value_format != VALUE_JSON && (cfg->map.payload_binary || cfg->map.n_envelope > 0))

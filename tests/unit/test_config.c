@@ -1086,6 +1086,54 @@ static void test_brokers_list(void **state)
     config_free(&cfg);
 }
 
+/* The registry's files are checked with the configuration, so run and check refuse an unreadable
+ * or malformed one alike (exit 2: check made it a FAIL line, exit 1); only when a registry is
+ * used, and never showing the password. */
+static void test_registry_files_checked(void **state)
+{
+    char auth[64], bad[64], err[512];
+    write_temp(auth, "relay:pw-s3cret\n");
+    write_temp(bad, "pw-s3cret-without-user\n");
+    const char *commands[] = {"run", "check"};
+    for (size_t i = 0; i < 2; i++) {
+        Config cfg;
+        const char *c = commands[i];
+        assert_true(LOAD(&cfg, err, c, "--database-url=x", "--brokers=k:1", "--value-format=avro",
+                         "--schema-registry-url=http://sr:8081", "--schema-registry-auth-file",
+                         auth));
+        config_free(&cfg);
+        assert_false(LOAD(&cfg, err, c, "--database-url=x", "--brokers=k:1", "--value-format=avro",
+                          "--schema-registry-url=http://sr:8081", "--schema-registry-auth-file",
+                          "/nonexistent/auth"));
+        assert_error_line(err, "schema-registry-auth-file /nonexistent/auth: No such file");
+        config_free(&cfg);
+        assert_false(LOAD(&cfg, err, c, "--database-url=x", "--brokers=k:1",
+                          "--value-format=json-schema", "--schema-registry-url=http://sr:8081",
+                          "--schema-registry-auth-file", bad));
+        assert_error_line(err, "expected USER:PASSWORD on one line");
+        assert_null(strstr(err, "s3cret"));
+        config_free(&cfg);
+        assert_false(LOAD(&cfg, err, c, "--database-url=x", "--brokers=k:1", "--value-format=avro",
+                          "--schema-registry-url=http://sr:8081", "--schema-registry-ca-file",
+                          "/tmp"));
+        assert_error_line(err, "schema-registry-ca-file /tmp: Is a directory");
+        config_free(&cfg);
+        /* No registry in use: the files are not read. */
+        assert_true(LOAD(&cfg, err, c, "--database-url=x", "--brokers=k:1",
+                         "--schema-registry-auth-file", "/nonexistent/auth"));
+        config_free(&cfg);
+    }
+    /* A database of a list that uses the registry has the file checked too. */
+    Config cfg;
+    assert_false(LOAD(&cfg, err, "run", "--brokers=k:1", "--schema-registry-url=http://sr:8081",
+                      "--schema-registry-auth-file", "/nonexistent/auth", "--databases",
+                      "[{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"},"
+                      "{\"name\": \"b\", \"database-url\": \"postgresql://h/b\","
+                      " \"value-format\": \"avro\"}]"));
+    assert_error_line(err, "databases \"b\": schema-registry-auth-file");
+    config_free(&cfg);
+}
+
 static void test_error_fits_small_buffer(void **state)
 {
     /* A short err buffer is truncated, never overrun. */
@@ -1647,6 +1695,7 @@ int main(void)
         T(test_print_command_help),
         T(test_error_missing_brokers),
         T(test_brokers_list),
+        T(test_registry_files_checked),
         T(test_error_fits_small_buffer),
         T(test_config_free_zeroed),
         T(test_print_table),

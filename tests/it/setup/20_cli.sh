@@ -105,6 +105,13 @@ bad "--kafka queue.buffering.max.kbytes under one message.max.bytes" run --datab
 check "...and the line says why" grep -q 'queue must hold one message of message.max.bytes' "$T/err"
 bad "a config kafka property librdkafka rejects" run --database-url "$DB" --brokers "$KB" \
     --config "$(cfg kafka '{"kafka": {"no.such.prop": "1"}}')"
+# The registry's files are checked with the configuration: check refuses what run refuses, with
+# the same status (check made an unreadable auth file a FAIL line, exit 1).
+REGISTRY=(--value-format avro --schema-registry-url http://127.0.0.1:1)
+bad "run with an unreadable --schema-registry-auth-file" run --database-url "$DB" \
+    --brokers "$KB" "${REGISTRY[@]}" --schema-registry-auth-file "$T/nope"
+bad "check with an unreadable --schema-registry-auth-file" check --database-url "$DB" \
+    --brokers "$KB" "${REGISTRY[@]}" --schema-registry-auth-file "$T/nope"
 bad "run without a database URL" run --brokers "$KB"
 bad "migrate without a database URL" migrate
 bad "run without brokers" run --database-url "$DB"
