@@ -235,7 +235,34 @@ static PGconn *connect_waiting(const char *conninfo, long wait_s, char *err, siz
     }
 }
 
-int migrate_run(const char *conninfo, const TableMap *map, long wait_s)
+/* Whether schema exists. Checked before anything is created: with search_path "SCHEMA,
+ * pg_temp" (db_pin_search_path), a missing SCHEMA makes pg_temp the first schema that exists,
+ * and every CREATE would land there, said "applied", and vanish with the session. */
+static bool schema_exists(PGconn *conn, const char *schema)
+{
+    DbError e;
+    const char *params[1] = {schema};
+    PGresult *res =
+        db_query(conn, "SELECT pg_catalog.to_regnamespace($1) IS NOT NULL", 1, params, &e);
+    if (!res) {
+        char q[512];
+        log_error("migration failed", "step=schema error=%s",
+                  log_quote(db_error_text(&e), q, sizeof(q)));
+        return false;
+    }
+    bool exists = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    if (!exists) {
+        char q[200];
+        log_error("schema does not exist; nothing migrated",
+                  "schema=%s hint=\"create it first (CREATE SCHEMA, as the database's owner), or "
+                  "pass the --schema that holds the relay's objects\"",
+                  log_quote(schema, q, sizeof(q)));
+    }
+    return exists;
+}
+
+int migrate_run(const char *conninfo, const TableMap *map, const char *schema, long wait_s)
 {
     char masked[1024], q_url[1100], err[300], q_err[600];
     PGconn *conn = connect_waiting(conninfo, wait_s, err, sizeof(err));
@@ -255,6 +282,7 @@ int migrate_run(const char *conninfo, const TableMap *map, long wait_s)
      * is created only when missing, so that a run with nothing to do says nothing. */
     if (!exec_ok(conn, "SET client_min_messages = notice", "setup") ||
         !exec_ok(conn, "SELECT pg_catalog.pg_advisory_lock(" LOCK_KEY_MIGRATE ")", "lock") ||
+        !schema_exists(conn, schema ? schema : "public") ||
         !exec_ok(conn,
                  "DO $$ BEGIN IF pg_catalog.to_regclass('schema_migrations') IS NULL THEN"
                  " CREATE TABLE schema_migrations ("
@@ -265,7 +293,7 @@ int migrate_run(const char *conninfo, const TableMap *map, long wait_s)
 
     /* Another table than the relay's own: the embedded migrations, written for the relay's own
      * table, do not apply (and would clash with a foreign table named outbox). */
-    if (!table_map_is_own(map)) {
+    if (!table_map_is_own(map, schema)) {
         notice_step = "adopt";
         if (!adopt_table(conn, map))
             goto done;
@@ -294,7 +322,7 @@ int migrate_run(const char *conninfo, const TableMap *map, long wait_s)
                   "applied=%zu total=%zu", applied_now, migration_count);
         goto done;
     }
-    if (table_map_is_own(map))
+    if (table_map_is_own(map, schema))
         log_info("migrations up to date", "applied=%zu total=%zu", applied_now, migration_count);
     rc = 0;
 done:

@@ -19,7 +19,9 @@ typedef struct MigrationFile {
 extern const MigrationFile migration_files[];
 extern const size_t migration_count;
 
-/* Connects to conninfo and applies every migration not yet recorded. When map names another
+/* Connects to conninfo and applies every migration not yet recorded, in schema (--schema: the
+ * first of the pinned search_path, db.h), which must exist (else one error line, 1: objects would
+ * go to pg_temp). When map names another
  * table than the relay's own, adopts that table instead: sets up the wakeup, adds the relay's
  * bookkeeping columns, indexes and wakeup trigger where missing (idempotent), and checks that
  * every mapped column exists. Then, on every run, gives the roles outbox_relay and
@@ -29,6 +31,6 @@ extern const size_t migration_count;
  * connect_timeout (10 s unless conninfo sets it). Returns 0 on success, 1 on failure, including a
  * role or grant that is missing afterwards (logged, one line saying what to create or grant and
  * how; passwords masked). */
-int migrate_run(const char *conninfo, const TableMap *map, long wait_s);
+int migrate_run(const char *conninfo, const TableMap *map, const char *schema, long wait_s);
 
 #endif

@@ -228,10 +228,12 @@ static bool same(const char *a, const char *b)
     return a && b && strcmp(a, b) == 0;
 }
 
-bool table_map_is_own(const TableMap *m)
+bool table_map_is_own(const TableMap *m, const char *schema)
 {
     const LayoutDefaults *d = &layout_defaults[LAYOUT_RELAY];
-    return !m->schema && same(m->name, "outbox") && same(m->seq, d->seq) &&
+    /* --table public.outbox is the relay's own table, written out, when public is the schema. */
+    bool own_schema = !m->schema || same(m->schema, schema ? schema : "public");
+    return own_schema && same(m->name, "outbox") && same(m->seq, d->seq) &&
            same(m->event_id, d->event_id) && same(m->aggregate_type, d->aggregate_type) &&
            same(m->aggregate_id, d->aggregate_id) && same(m->event_type, d->event_type) &&
            same(m->payload, d->payload) && same(m->headers, d->headers);

@@ -70,8 +70,10 @@ bool table_map_init(TableMap *m, const TableOptions *o, char *err, size_t errlen
     __attribute__((warn_unused_result));
 void table_map_free(TableMap *m);
 
-/* True when m is the relay's own table, which the embedded migrations create. */
-bool table_map_is_own(const TableMap *m);
+/* True when m is the relay's own table, which the embedded migrations create in schema (the
+ * --schema, public when NULL): the table "outbox", unqualified or qualified with that schema, with
+ * the relay layout's columns. */
+bool table_map_is_own(const TableMap *m, const char *schema);
 
 /* The table as one might write it in a message: "outbox" or "app.events" (not quoted). */
 const char *table_map_display(const TableMap *m, char *buf, size_t buflen);

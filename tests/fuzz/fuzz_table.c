@@ -80,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[512], shown[256];
     if (table_map_init(&m, &o, err, sizeof(err))) {
         (void)table_map_display(&m, shown, sizeof(shown));
-        (void)table_map_is_own(&m);
+        (void)table_map_is_own(&m, "public");
         char *sql = table_sql(&m, conn,
                               "SELECT o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, "
                               "o.{event_type}, o.{payload}, {o.headers}, {o.extra_headers} FROM "

@@ -53,7 +53,7 @@ static void test_relay_layout_is_own(void **state)
     TableMap m;
     char err[256];
     assert_true(table_map_init(&m, &o, err, sizeof(err)));
-    assert_true(table_map_is_own(&m));
+    assert_true(table_map_is_own(&m, "public"));
     assert_true(m.identity_headers);
     expect_sql(&m,
                "SELECT o.{seq}, {o.headers}, {o.extra_headers} FROM {table} o"
@@ -63,13 +63,36 @@ static void test_relay_layout_is_own(void **state)
     table_map_free(&m);
 }
 
+/* --table public.outbox (or SCHEMA.outbox with --schema SCHEMA) is the relay's own table written
+ * out: migrate used to take it for another table to adopt, and failed on a fresh database. */
+static void test_own_table_qualified(void **state)
+{
+    TableMap m;
+    char err[256];
+    TableOptions o = {.layout = LAYOUT_RELAY, .table = "public.outbox"};
+    assert_true(table_map_init(&m, &o, err, sizeof(err)));
+    assert_true(table_map_is_own(&m, "public"));
+    assert_true(table_map_is_own(&m, NULL));     /* no --schema: public */
+    assert_false(table_map_is_own(&m, "relay")); /* public.outbox beside the relay's schema */
+    table_map_free(&m);
+    o.table = "relay.outbox";
+    assert_true(table_map_init(&m, &o, err, sizeof(err)));
+    assert_true(table_map_is_own(&m, "relay"));
+    assert_false(table_map_is_own(&m, "public"));
+    table_map_free(&m);
+    o.table = "public.events";
+    assert_true(table_map_init(&m, &o, err, sizeof(err)));
+    assert_false(table_map_is_own(&m, "public"));
+    table_map_free(&m);
+}
+
 static void test_debezium_layout(void **state)
 {
     TableOptions o = {.layout = LAYOUT_DEBEZIUM, .additional_fields = "type:header:eventType"};
     TableMap m;
     char err[256];
     assert_true(table_map_init(&m, &o, err, sizeof(err)));
-    assert_false(table_map_is_own(&m));
+    assert_false(table_map_is_own(&m, "public"));
     assert_false(m.identity_headers);
     expect_sql(&m, "{seq} {event_id} {aggregate_type} {aggregate_id} {event_type} {payload}",
                "\"seq\" \"id\" \"aggregatetype\" \"aggregateid\" \"type\" \"payload\"");
@@ -105,7 +128,7 @@ static void test_quoting(void **state)
     TableMap m;
     char err[256], buf[64];
     assert_true(table_map_init(&m, &o, err, sizeof(err)));
-    assert_false(table_map_is_own(&m));
+    assert_false(table_map_is_own(&m, "public"));
     assert_string_equal(table_map_display(&m, buf, sizeof(buf)), "App.Out\"box");
     expect_sql(&m, "{table} {aggregate_id} {unsent_idx}",
                "\"App\".\"Out\"\"box\" \"Key; DROP TABLE x\" \"Out\"\"box_unsent_idx\"");
@@ -204,6 +227,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_relay_layout_is_own),
+        cmocka_unit_test(test_own_table_qualified),
         cmocka_unit_test(test_debezium_layout),
         cmocka_unit_test(test_created_at_text_only_for_event_time),
         cmocka_unit_test(test_quoting),

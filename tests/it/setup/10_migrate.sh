@@ -2,7 +2,9 @@
 # Proves: `outbox-relay migrate` creates the outbox schema the relay and applications rely on
 # (columns and defaults), records one schema_migrations row per migrations/*.sql file, is a no-op
 # when run again, is safe when several instances start at once, and that the SQL files also
-# apply with plain psql in order (so operators can review and run them by hand). With PostgreSQL
+# apply with plain psql in order (so operators can review and run them by hand); --table
+# public.outbox is the relay's own table (migrated, not adopted), and a --schema that does not
+# exist is refused in one line (exit 1). With PostgreSQL
 # down it fails at once, or with --connect-wait retries until the server is up (exit 0) or the
 # wait is over (exit 1, one error line).
 # shellcheck source=tests/lib.sh
@@ -83,6 +85,22 @@ done
 check_eq "psql-applied schema has the outbox table" 1 \
     "$(psql_q "SELECT count(*) FROM information_schema.tables WHERE table_name = 'outbox'" \
         -d outbox_psql)"
+
+# --- the relay's own table written out, and a --schema that does not exist ---
+# --table public.outbox is the relay's own table: it used to take the adopt path for a table of
+# the application's and fail "relation public.outbox does not exist" on a fresh database.
+psql_q "CREATE DATABASE outbox_qual" -d postgres
+qual_url=postgresql://postgres@127.0.0.1:$PGPORT/outbox_qual
+"$RELAY_BIN" migrate --database-url "$qual_url" --table public.outbox 2>"$T/qual.log"
+check_eq "--table public.outbox on a fresh database: migrate exits 0" 0 $?
+check_recorded outbox_qual "--table public.outbox"
+check "...applying the migrations, not adopting" grep -q 'msg="migrations up to date"' "$T/qual.log"
+# A missing --schema: search_path "nosuch, pg_temp" put every object in pg_temp, said "migration
+# applied", then failed. Now one line, exit 1, nothing created.
+"$RELAY_BIN" migrate --database-url "$qual_url" --schema nosuch 2>"$T/noschema.log"
+check_eq "--schema of a schema that does not exist: migrate exits 1" 1 $?
+check_eq "...with one line, saying so" 1 "$(grep -c 'msg="schema does not exist; nothing migrated" schema="nosuch"' "$T/noschema.log")"
+check_eq "...and nothing else on stderr (no migration said applied)" 1 "$(grep -c '' "$T/noschema.log")"
 
 # --- a database that is still starting (--connect-wait) ---
 # As in docker compose: migrate starts while PostgreSQL does not accept connections yet. Without
