@@ -1,11 +1,14 @@
 #include "reload.h"
 
+#include <string.h>
+
 #include "log.h"
 #include "secrets.h"
 #include "strbuf.h"
 
 typedef struct Changes {
     StrBuf applied, restart;
+    bool list_switched; /* one database became a --databases list, or the other way round */
 } Changes;
 
 static void add_name(StrBuf *list, const char *name)
@@ -18,6 +21,10 @@ static void add_name(StrBuf *list, const char *name)
 static void on_change(const char *option, bool reloadable, void *arg)
 {
     Changes *c = arg;
+    /* A running relay takes a changed list over (ops.c: databases_reload), but not a switch
+     * between one database and a list: that is a restart, so say so rather than "reloaded". */
+    if (c->list_switched && strcmp(option, "databases") == 0)
+        reloadable = false;
     add_name(reloadable ? &c->applied : &c->restart, option);
 }
 
@@ -40,7 +47,7 @@ bool reload_config_then(Config *running, int argc, char **argv, void (*then)(Con
     /* A changed password file is not applied (restart-only) but must never be printed either. */
     config_register_secrets(&fresh);
 
-    Changes c = {{0}, {0}};
+    Changes c = {{0}, {0}, (running->n_dbs > 0) != (fresh.n_dbs > 0)};
     config_diff(running, &fresh, on_change, &c);
     config_apply_reloadable(running, &fresh);
     log_set_level(running->log_level);

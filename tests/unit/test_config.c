@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -1590,6 +1591,84 @@ static void test_databases_reload_refuses_bad_entry(void **state)
     config_free(&running);
 }
 
+/* Runs reload_config with stderr (the log) captured; returns what was logged (freed by caller). */
+static char *reload_logged(Config *running, int argc, char **argv, bool *loaded)
+{
+    char path[64];
+    write_temp(path, "");
+    int fd = open(path, O_WRONLY | O_TRUNC), saved = dup(STDERR_FILENO);
+    assert_true(fd >= 0 && saved >= 0);
+    fflush(stderr);
+    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    *loaded = reload_config(running, argc, argv);
+    fflush(stderr);
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(fd);
+    close(saved);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char *text = calloc(1, 8192);
+    assert_non_null(text);
+    assert_true(fread(text, 1, 8191, f) < 8191);
+    fclose(f);
+    return text;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A SIGHUP that switches between one database and a --databases list is not taken over (ops.c
+ * acts on a changed list only when the relay runs one): databases is named among the options
+ * that need a restart, not as applied. A changed list, in a relay that runs one, is applied. */
+static void test_reload_databases_switch_needs_restart(void **state)
+{
+    (void)state;
+    char path[64], err[1024];
+    write_temp(path, "{\"brokers\": \"k:9092\", \"database-url\": \"postgresql://h/a\"}");
+    char a0[] = "outbox-relay", a1[] = "run", a2[] = "--config";
+    char *argv[] = {a0, a1, a2, path, NULL};
+    Config running;
+    bool loaded;
+    assert_true(config_load(&running, 4, argv, err, sizeof(err)));
+    write_file(path, "{\"brokers\": \"k:9092\", \"databases\": ["
+                     "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"}]}");
+    char *log = reload_logged(&running, 4, argv, &loaded);
+    assert_true(loaded);
+    if (!strstr(log, "msg=\"configuration reloaded\" changed=none") ||
+        !strstr(log, "options=database-url,databases"))
+        fail_msg("one database to a list: logged %s", log);
+    free(log);
+    config_free(&running);
+
+    /* A list to one database. */
+    assert_true(config_load(&running, 4, argv, err, sizeof(err)));
+    write_file(path, "{\"brokers\": \"k:9092\", \"database-url\": \"postgresql://h/a\"}");
+    log = reload_logged(&running, 4, argv, &loaded);
+    if (!strstr(log, "changed=none") || !strstr(log, "options=database-url,databases"))
+        fail_msg("a list to one database: logged %s", log);
+    free(log);
+
+    config_free(&running);
+
+    /* A list changed in a relay that runs one: applied (databases_reload takes it over). */
+    write_file(path, "{\"brokers\": \"k:9092\", \"databases\": ["
+                     "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"}]}");
+    assert_true(config_load(&running, 4, argv, err, sizeof(err)));
+    write_file(path, "{\"brokers\": \"k:9092\", \"databases\": ["
+                     "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"},"
+                     "{\"name\": \"b\", \"database-url\": \"postgresql://h/b\"}]}");
+    log = reload_logged(&running, 4, argv, &loaded);
+    if (!strstr(log, "changed=databases") || strstr(log, "need a restart"))
+        fail_msg("a changed list: logged %s", log);
+    free(log);
+    config_free(&running);
+}
+
 /* A password in a Schema Registry URL (curl takes http://USER:PASSWORD@host) is a secret like the
  * database URL's: registered as written (percent-encoded), for each URL of the list, from a flag,
  * the environment or the config file, around a --databases list as without one. */
@@ -1715,6 +1794,7 @@ int main(void)
         T(test_databases_errors),
         T(test_databases_option_checks),
         T(test_databases_reload_refuses_bad_entry),
+        T(test_reload_databases_switch_needs_restart),
         T(test_databases_same_database_refused),
         T(test_registry_url_password_secret),
     };
