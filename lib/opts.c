@@ -167,6 +167,8 @@ static bool is_set(const void *out, const OptDef *opt)
 typedef struct Flag {
     const OptDef *opt;
     const char *value;
+    const char *spelling; /* the name as given (an alias or the option's), spelling_len bytes */
+    size_t spelling_len;
 } Flag;
 
 /* Finds the command in argv[1]; sets *first to the first argument after it. Returns false with
@@ -228,6 +230,14 @@ static bool collect_flags(const OptSpec *spec, int *cmd, int first, int argc, ch
         if (!accepts(spec, opt, *cmd))
             return optval_fail(err, errlen, "option --%s does not apply to '%s'", opt->name,
                                cmd_name);
+        /* One option under two names (a Debezium alias and its own): which one was meant? The
+         * same name twice is a later flag overriding an earlier one, as scripts do. */
+        for (size_t j = 0; j < *n_flags; j++)
+            if (flags[j].opt == opt && (flags[j].spelling_len != name_len ||
+                                        strncmp(flags[j].spelling, name, name_len) != 0))
+                return optval_fail(err, errlen, "--%.*s and --%.*s both set %s: give one of them",
+                                   (int)flags[j].spelling_len, flags[j].spelling, (int)name_len,
+                                   name, opt->name);
         const char *value = eq ? eq + 1 : NULL;
         if (!value && opt->type == OPT_BOOL)
             value = "true"; /* a bare switch */
@@ -237,7 +247,7 @@ static bool collect_flags(const OptSpec *spec, int *cmd, int first, int argc, ch
                                    opt->metavar);
             value = argv[++i];
         }
-        flags[(*n_flags)++] = (Flag){opt, value};
+        flags[(*n_flags)++] = (Flag){opt, value, name, name_len};
     }
     return true;
 }

@@ -787,6 +787,20 @@ static const char *const database_keys[] = {"database-url",
                                             "schema-version",
                                             NULL};
 
+/* Records that key set opt in one source (where: a config file, or an entry of --databases); a
+ * second key for the same option there, an alias beside the option's own name, is refused rather
+ * than letting whichever comes last win. spelled: one slot per option. */
+static bool set_once(const char **spelled, const OptDef *opt, const char *key, const char *where,
+                     char *err, size_t errlen)
+{
+    size_t i = (size_t)(opt - options);
+    if (spelled[i])
+        return optval_fail(err, errlen, "%s: keys \"%s\" and \"%s\" both set %s: keep one of them",
+                           where, spelled[i], key, opt->name);
+    spelled[i] = key;
+    return true;
+}
+
 static bool database_key(const char *key)
 {
     for (size_t i = 0; database_keys[i]; i++)
@@ -946,6 +960,7 @@ static bool database_load(Config *db, const Config *base, bool sessions_default,
     json_t *value;
     char source[200];
     bool sessions_set = false;
+    const char *spelled[N_OPTIONS] = {0};
     json_object_foreach(entry, key, value)
     {
         if (strcmp(key, "name") == 0 || key[0] == '#')
@@ -957,6 +972,10 @@ static bool database_load(Config *db, const Config *base, bool sessions_default,
                                "%s: not a per-database option (the process's options go outside "
                                "the list)",
                                source);
+        char where[100];
+        snprintf(where, sizeof(where), "databases \"%s\"", db->database_name);
+        if (!set_once(spelled, opt, key, where, err, errlen))
+            return false;
         char *text = json_scalar_text(value);
         if (!text)
             return optval_fail(err, errlen, "%s: expected a string or a number", source);
@@ -1086,6 +1105,7 @@ static bool load_file(const OptSpec *sp, void *out, const char *path, OptSource 
     const char *key;
     json_t *value;
     char source[512];
+    const char *spelled[N_OPTIONS] = {0}; /* the key that set each option */
     json_object_foreach(root, key, value)
     {
         /* JSON has no comments: a key starting with # is one (the shipped relay.json lists
@@ -1098,6 +1118,10 @@ static bool load_file(const OptSpec *sp, void *out, const char *path, OptSource 
             ok = optval_fail(err, errlen, "config file %s: unknown key \"%s\"", path, key);
             goto done;
         }
+        char where[480];
+        snprintf(where, sizeof(where), "config file %s", path);
+        if (!(ok = set_once(spelled, opt, key, where, err, errlen)))
+            goto done;
         sources[opt - sp->opts] = OPT_FROM_FILE;
         if (strcmp(opt->name, "databases") == 0 && json_is_array(value)) {
             /* The list stays JSON text, read by databases_load like the flag's value. */

@@ -1322,6 +1322,46 @@ static void test_debezium_aliases(void **state)
     config_free(&cfg);
 }
 
+/* An option under its Debezium alias and its own name in one source (the flags, a config file,
+ * a --databases entry) is refused naming both, not settled by whichever comes last; the same flag
+ * twice is a later flag overriding an earlier one (test_last_flag_wins), and a file may set what
+ * a flag overrides. */
+static void test_alias_and_name_in_one_source(void **state)
+{
+    Config cfg;
+    char err[512], path[64];
+    assert_false(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1", "--topic-template",
+                      "a.{aggregate_type}", "--route.topic.replacement", "b.{aggregate_type}"));
+    assert_string_equal(err, "--topic-template and --route.topic.replacement both set "
+                             "topic-template: give one of them");
+    config_free(&cfg);
+    assert_false(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1",
+                      "--table.field.event.key=k", "--aggregate-id-column=k"));
+    assert_error_line(err, "--table.field.event.key and --aggregate-id-column both set");
+    config_free(&cfg);
+
+    write_temp(path, "{\"route.topic.replacement\": \"a.{aggregate_type}\","
+                     " \"topic-template\": \"b.{aggregate_type}\"}");
+    assert_false(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1", "--config", path));
+    assert_error_line(err, "keys \"route.topic.replacement\" and \"topic-template\" both set "
+                           "topic-template");
+    assert_error_line(err, path);
+    config_free(&cfg);
+    /* The file's alias, overridden by the flag's own name: two sources, the flag wins. */
+    write_temp(path, "{\"route.topic.replacement\": \"a.{aggregate_type}\"}");
+    assert_true(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1", "--config", path,
+                     "--topic-template", "b.{aggregate_type}"));
+    assert_string_equal(cfg.topic_template, "b.{aggregate_type}");
+    config_free(&cfg);
+
+    assert_false(LOAD(&cfg, err, "run", "--brokers=k:1", "--databases",
+                      "[{\"name\": \"a\", \"database-url\": \"postgresql://h/a\","
+                      " \"payload-column\": \"p\", \"table.field.event.payload\": \"q\"}]"));
+    assert_error_line(err, "databases \"a\": keys \"payload-column\" and "
+                           "\"table.field.event.payload\" both set payload-column");
+    config_free(&cfg);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, clean_env, clean_env)
 
 /* config_scrub_argv: every spelling of a secret on the command line becomes "***" (NULs after
@@ -1733,6 +1773,7 @@ int main(void)
         cmocka_unit_test(test_scrub_argv),
         T(test_command_run),
         T(test_debezium_aliases),
+        T(test_alias_and_name_in_one_source),
         T(test_command_migrate),
         T(test_command_help),
         T(test_command_help_after_run),
