@@ -340,8 +340,9 @@ def md_to_man(md, name, section, title, date, version):
             in_list = max(in_list, level)
             text = [m.group(2)]
             i += 1
+            # A comment line (a generated region's end marker) ends the item: it is not text.
             while i < len(lines) and lines[i].strip() and not re.match(r"^ *(?:- |\d+\. )", lines[i]) \
-                    and not lines[i].startswith(("```", "|", "#")):
+                    and not lines[i].startswith(("```", "|", "#", "<!--")):
                 text.append(lines[i].strip())
                 i += 1
             out += [".IP \\(bu 2", roff_line(" ".join(text))]
@@ -463,6 +464,11 @@ def check():
     for page, src, name, section, title in MAN_PAGES:
         if not os.path.exists(path(page)) or read(page) != man_page(src, name, section, title):
             say(f"{page}: differs from what {src} gives: run `make docs` (and commit)")
+        # Markdown's comments (the generated regions' markers) are not text: a page showing one
+        # ("<!-- end generated:reloadable -->" after a list item) was converted wrongly.
+        for ln, l in enumerate(man_page(src, name, section, title).split("\n"), 1):
+            if re.search(r"<!\\?-\\?-|\\?-\\?->", l):
+                say(f"{page}:{ln}: shows a Markdown comment as text: {l.strip()[:100]}")
 
     # Shape.
     n = read("README.md").count("\n")
