@@ -11,6 +11,7 @@
 #include "grants.h"
 #include "log.h"
 #include "schema.h"
+#include "secrets.h"
 #include "serializer.h"
 #include "table.h"
 
@@ -28,6 +29,9 @@ static void say(Checks *c, bool good, const char *area, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
+    /* As every line the program writes: the text quotes servers, files and the configuration
+     * (a password repeated elsewhere in a URL, libpq's and librdkafka's errors). */
+    secrets_scrub(text);
     log_one_line(text);
     printf("%-5s %s: %s\n", good ? "ok" : "FAIL", area, text);
     if (!good)

@@ -7,7 +7,7 @@
 #     SELECT on the outbox, no SELECT on the order column's sequence (the claim floor), a table
 #     that does not exist (--table); a column the options name but the table lacks is named too;
 #  3. bad configuration exits 2 with one line (as run would), and an unreachable PostgreSQL or
-#     Kafka exits 1 naming which.
+#     Kafka exits 1 naming which; no line shows the password, even where a server quotes it.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -82,6 +82,15 @@ timeout 60 "$RELAY_BIN" check --database-url "postgresql://relay_login@127.0.0.1
     --brokers "$BROKERS" >"$T/nopg.out" 2>&1
 check_eq "3: PostgreSQL unreachable: exit 1" 1 $?
 check "3: ... named" grep -q '^FAIL  postgresql: cannot connect' "$T/nopg.out"
+# check's lines are scrubbed of secrets as every line the program writes: here the password is
+# also the database's name, which the server's refusal quotes.
+timeout 60 "$RELAY_BIN" check \
+    --database-url "postgresql://relay_login:pw-s3cret-9@127.0.0.1:$PGPORT/pw-s3cret-9" \
+    --brokers "$BROKERS" >"$T/secret.out" 2>&1
+check_eq "3: a database that does not exist: exit 1" 1 $?
+check "3: ... named, the password in its name masked" \
+    grep -q '^FAIL  postgresql: cannot connect: .*database "\*\*\*" does not exist' "$T/secret.out"
+check "3: ... and the password nowhere" lacks "$T/secret.out" pw-s3cret-9
 timeout 60 "$RELAY_BIN" check --database-url "$RELAY_URL" --brokers 127.0.0.1:1 \
     --kafka socket.connection.setup.timeout.ms=1000 >"$T/nokafka.out" 2>&1
 check_eq "3: Kafka unreachable: exit 1" 1 $?
