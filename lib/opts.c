@@ -179,21 +179,31 @@ static bool parse_command(const OptSpec *spec, int *cmd, int *first, int argc, c
     *cmd = spec->help_cmd;
     *first = 1;
     const char *arg1 = argc > 1 ? argv[1] : NULL;
-    if (arg1 && (strcmp(arg1, "--help") == 0 || strcmp(arg1, "-h") == 0))
-        return true;
-    if (arg1 && (strcmp(arg1, "--version") == 0 || strcmp(arg1, "-V") == 0)) {
-        *cmd = spec->version_cmd;
+    const CmdDef *named = NULL;
+    for (size_t i = 0; arg1 && arg1[0] != '-' && i < spec->ncmds; i++)
+        if (strcmp(arg1, spec->cmds[i].name) == 0)
+            named = &spec->cmds[i];
+    if (arg1 && arg1[0] != '-' && !named)
+        return optval_fail(err, errlen, "unknown command '%s': try '%s --help'", arg1, spec->prog);
+    bool help = (arg1 && (strcmp(arg1, "--help") == 0 || strcmp(arg1, "-h") == 0)) ||
+                (named && named->id == spec->help_cmd);
+    bool version = (arg1 && (strcmp(arg1, "--version") == 0 || strcmp(arg1, "-V") == 0)) ||
+                   (named && named->id == spec->version_cmd);
+    if (help || version) {
+        /* Nothing may follow them: "version --bogus" or "help foo" would be ignored. One
+         * command's help is "PROG COMMAND --help". */
+        if (argc > 2)
+            return optval_fail(err, errlen,
+                               "%s takes no arguments, got '%s': try '%s --help' or '%s COMMAND "
+                               "--help'",
+                               arg1, argv[2], spec->prog, spec->prog);
+        *cmd = help ? spec->help_cmd : spec->version_cmd;
         return true;
     }
-    if (arg1 && arg1[0] != '-') {
-        for (size_t i = 0; i < spec->ncmds; i++) {
-            if (strcmp(arg1, spec->cmds[i].name) == 0) {
-                *cmd = spec->cmds[i].id;
-                *first = 2;
-                return true;
-            }
-        }
-        return optval_fail(err, errlen, "unknown command '%s': try '%s --help'", arg1, spec->prog);
+    if (named) {
+        *cmd = named->id;
+        *first = 2;
+        return true;
     }
     if (spec->default_cmd >= 0) {
         *cmd = spec->default_cmd;

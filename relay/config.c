@@ -731,6 +731,20 @@ static char *json_scalar_text(json_t *v)
     return NULL;
 }
 
+/* The text of a config file's (or a --databases entry's) value for opt: a JSON true or false
+ * only for a switch ("table": true would name a table "true"); NULL for what opt cannot take. */
+static char *scalar_for(const OptDef *opt, json_t *v)
+{
+    return json_is_boolean(v) && opt->type != OPT_BOOL ? NULL : json_scalar_text(v);
+}
+
+/* What scalar_for takes for opt, for the error. */
+static const char *scalar_expected(const OptDef *opt)
+{
+    return opt->type == OPT_BOOL ? "true or false"
+                                 : "a string or a number (true and false are for switches)";
+}
+
 static const OptSpec spec;
 
 /* Where the option NAME (of the spec) got its value, from the sources config_load_once keeps. */
@@ -976,9 +990,9 @@ static bool database_load(Config *db, const Config *base, bool sessions_default,
         snprintf(where, sizeof(where), "databases \"%s\"", db->database_name);
         if (!set_once(spelled, opt, key, where, err, errlen))
             return false;
-        char *text = json_scalar_text(value);
+        char *text = scalar_for(opt, value);
         if (!text)
-            return optval_fail(err, errlen, "%s: expected a string or a number", source);
+            return optval_fail(err, errlen, "%s: expected %s", source, scalar_expected(opt));
         sessions_set = sessions_set || opt->offset == FIELD(sessions);
         bool ok = opts_set(opt, db, text, source, err, errlen);
         explicit_bzero(text, strlen(text));
@@ -1083,6 +1097,10 @@ static bool load_file(const OptSpec *sp, void *out, const char *path, OptSource 
                       size_t errlen)
 {
     Config *cfg = out;
+    /* jansson opens a directory and fails to read it, a JSON error that hides the reason. */
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return optval_fail(err, errlen, "config file %s: %s", path, strerror(EISDIR));
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
@@ -1158,9 +1176,9 @@ static bool load_file(const OptSpec *sp, void *out, const char *path, OptSource 
         }
         /* Integers must be JSON numbers or numeric strings; other scalars go in as text and
          * opts_set checks them like a flag. */
-        char *text = json_scalar_text(value);
+        char *text = scalar_for(opt, value);
         if (!text) {
-            ok = optval_fail(err, errlen, "%s: expected a string or a number", source);
+            ok = optval_fail(err, errlen, "%s: expected %s", source, scalar_expected(opt));
             goto done;
         }
         ok = opts_set(opt, cfg, text, source, err, errlen);

@@ -141,6 +141,22 @@ static void test_command_version(void **state)
     }
 }
 
+/* Nothing may follow help or version: the extras were ignored, exit 0 ("version --bogus"). */
+static void test_help_and_version_take_no_arguments(void **state)
+{
+    const char *cases[][2] = {{"version", "--bogus"}, {"--version", "extra"}, {"-V", "x"},
+                              {"help", "foo"},        {"--help", "run"},      {"-h", "-h"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        Config cfg;
+        char err[256], want[64];
+        if (LOAD(&cfg, err, cases[i][0], cases[i][1]))
+            fail_msg("'%s %s' accepted", cases[i][0], cases[i][1]);
+        snprintf(want, sizeof(want), "%s takes no arguments, got '%s'", cases[i][0], cases[i][1]);
+        assert_error_line(err, want);
+        config_free(&cfg);
+    }
+}
+
 static void test_missing_command(void **state)
 {
     Config cfg;
@@ -568,6 +584,37 @@ static void test_error_unreadable_file(void **state)
     char err[512];
     assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--config", path));
     assert_error_line(err, "config file /nonexistent-outbox-relay-dir/config.json");
+    config_free(&cfg);
+}
+
+/* A directory as --config is said so (it was a JSON parse error); a JSON true or false is taken
+ * by switches only ("table": true named a table "true"), in the file and in a --databases
+ * entry. */
+static void test_error_config_directory_and_booleans(void **state)
+{
+    Config cfg;
+    char err[512], path[64];
+    assert_false(LOAD(&cfg, err, "migrate", "--database-url=x", "--config", "/tmp"));
+    assert_string_equal(err, "config file /tmp: Is a directory");
+    config_free(&cfg);
+    const char *bad[] = {"{\"table\": true}", "{\"topic-template\": false}",
+                         "{\"batch-size\": true}", "{\"claim-floor\": false}",
+                         "{\"retention\": false}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        write_temp(path, bad[i]);
+        if (LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1", "--config", path))
+            fail_msg("%s accepted", bad[i]);
+        assert_error_line(err, "expected a string or a number (true and false are for switches)");
+        config_free(&cfg);
+    }
+    write_temp(path, "{\"require-tls\": true, \"json\": false, \"all\": 0}");
+    assert_true(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1", "--config", path));
+    assert_true(cfg.require_tls);
+    config_free(&cfg);
+    assert_false(LOAD(&cfg, err, "run", "--brokers=k:1", "--databases",
+                      "[{\"name\": \"a\", \"database-url\": \"postgresql://h/a\","
+                      " \"table\": true}]"));
+    assert_error_line(err, "databases \"a\": key \"table\": expected a string or a number");
     config_free(&cfg);
 }
 
@@ -1779,6 +1826,7 @@ int main(void)
         T(test_command_help_after_run),
         T(test_command_version),
         T(test_missing_command),
+        T(test_help_and_version_take_no_arguments),
         T(test_unknown_command),
         T(test_option_before_command),
         T(test_defaults),
@@ -1805,6 +1853,7 @@ int main(void)
         T(test_error_duplicate_key),
         T(test_error_unreadable_file),
         T(test_error_top_level_not_object),
+        T(test_error_config_directory_and_booleans),
         T(test_error_unknown_config_key),
         T(test_error_config_key_in_file),
         T(test_error_kafka_not_object),

@@ -81,6 +81,9 @@ bad "verify --kafka value librdkafka rejects" verify --database-url "$DB" --brok
     --kafka linger.ms=abc
 bad "a missing config file" run --database-url "$DB" --brokers "$KB" --config "$T/nope.json"
 bad "a directory as config file" run --database-url "$DB" --brokers "$KB" --config "$T"
+check "...saying it is a directory (not a JSON error)" grep -q 'Is a directory' "$T/err"
+bad "a JSON true for a string option" run --database-url "$DB" --brokers "$KB" \
+    --config "$(cfg booltable '{"table": true}')"
 bad "a malformed config file" run --database-url "$DB" --brokers "$KB" \
     --config "$(cfg malformed '{"batch-size": 10,')"
 bad "a config file that is not an object" run --database-url "$DB" --brokers "$KB" \
@@ -134,6 +137,10 @@ KAFKA_BROKERS=localhost:x bad "KAFKA_BROKERS with a port that is not a number" r
     --database-url "$DB"
 
 # --- help and version ---
+# Nothing may follow them (the extras were ignored, exit 0).
+bad "version --bogus" version --bogus
+bad "--version extra" --version extra
+bad "help foo" help foo
 timeout 10 "$RELAY_BIN" --help >"$T/help" 2>&1
 check_eq "--help exits 0" 0 $?
 for flag in --database-url --brokers --batch-size --topic-template --kafka --log-level --config \
