@@ -15,9 +15,16 @@
 
 #define ENDPOINT_CREATE "POST /orders"
 #define ENDPOINT_UPDATE "PATCH /orders/{id}"
-#define ROW_LOCK_TIMEOUT "5s"     /* a PATCH waits this long for the order's row lock, then 409 */
 #define RETRY_AFTER_BUSY 1        /* seconds: a claimed key is usually done within one */
 #define RETRY_AFTER_UNAVAILABLE 2 /* seconds: PostgreSQL is down or every connection busy */
+#define RETRY_AFTER_TIMEOUT 2     /* seconds: a statement ran into --lock/--statement-timeout */
+
+/* Sets the session's name to bound (milliseconds) unless the connection string already set a
+ * non-zero value at most as long (the stricter one stays, as in consumer-demo). */
+#define BOUND_SQL(name)                                                                            \
+    "SELECT pg_catalog.set_config('" name "', '%ldms', false)"                                     \
+    " WHERE pg_catalog.current_setting('" name "')::interval"                                      \
+    " NOT BETWEEN interval '1 ms' AND interval '%ldms'"
 
 /* Timestamps in the API: UTC, microseconds, as PostgreSQL stores them. */
 #define CREATED_AT_SQL "to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
@@ -61,6 +68,13 @@ static char *utf8_or_question_marks(const char *s)
         p += n;
     }
     return out;
+}
+
+bool api_session_sql(long lock_timeout_ms, long statement_timeout_ms, char *out, size_t outlen)
+{
+    int n = snprintf(out, outlen, BOUND_SQL("lock_timeout") "; " BOUND_SQL("statement_timeout"),
+                     lock_timeout_ms, lock_timeout_ms, statement_timeout_ms, statement_timeout_ms);
+    return n > 0 && (size_t)n < outlen;
 }
 
 void api_problem(ApiResponse *r, int status, const char *detail)
@@ -116,6 +130,17 @@ static void answer_key_busy(ApiResponse *r)
 static bool db_failed(ApiResponse *r, const char *step, const DbError *e)
 {
     char q[400];
+    /* A wait cut by the session's bounds (api_session_sql): the transaction is rolled back by
+     * the caller, which frees the Idempotency-Key it claimed, and the connection stays good. */
+    if (!e->conn_lost && (strcmp(e->sqlstate, "55P03") == 0 || strcmp(e->sqlstate, "57014") == 0)) {
+        log_warn("database wait timed out", "step=%s error=%s", step,
+                 log_quote(db_error_text(e), q, sizeof(q)));
+        api_problem(r, 503,
+                    "the database did not answer in time (a lock or statement timeout); retry "
+                    "later with the same Idempotency-Key");
+        r->retry_after = RETRY_AFTER_TIMEOUT;
+        return false;
+    }
     if (e->conn_lost) {
         log_warn("database connection lost", "step=%s error=%s", step,
                  log_quote(db_error_text(e), q, sizeof(q)));
@@ -438,12 +463,9 @@ static bool update_order(PGconn *conn, const IdemRequest *req, void *arg, ApiRes
     DbError e;
     char err[300];
     /* Concurrent PATCHes of one order queue on its row lock, each held for a few statements;
-     * the bound turns a lock held by something else (an operator's open transaction) into a
-     * 409 instead of a request that hangs. */
-    if (!db_exec(conn, "SET LOCAL lock_timeout = '" ROW_LOCK_TIMEOUT "'", &e)) {
-        *broken = db_failed(r, "set lock_timeout", &e);
-        return false;
-    }
+     * the session's lock_timeout (--lock-timeout, api_session_sql) turns a lock held by
+     * something else (an operator's open transaction) into a 409 instead of a request that
+     * hangs. */
     const char *iv[1] = {a->id};
     PGresult *res =
         db_query(conn, "SELECT status, version FROM orders WHERE id = $1 FOR UPDATE", 1, iv, &e);

@@ -64,6 +64,17 @@ void api_get_order(Api *api, const char *id, ApiResponse *r);
  * does not make the service unhealthy, it only makes retries slower. */
 void api_health(Api *api, ApiResponse *r);
 
+/* Writes to out the SQL that bounds a pooled session's waits (run on every new connection,
+ * pool_new's setup_sql): lock_timeout and statement_timeout, in milliseconds, unless the
+ * connection string set a stricter non-zero value. Every statement of every handler then waits
+ * for a lock at most lock_timeout_ms (55P03) and runs at most statement_timeout_ms (57014);
+ * either is answered 503 + Retry-After with a problem document, after the transaction rolled
+ * back (a claimed Idempotency-Key with it, so a retry with the same key runs again), except for
+ * PATCH's wait for the order's row lock, which is 409 + Retry-After. False when out is too
+ * small. */
+bool api_session_sql(long lock_timeout_ms, long statement_timeout_ms, char *out, size_t outlen)
+    __attribute__((warn_unused_result));
+
 /* Fills r with a problem document for status, with detail as its one-line explanation. */
 void api_problem(ApiResponse *r, int status, const char *detail);
 

@@ -48,6 +48,8 @@ typedef struct Options {
     long max_per_address;
     long request_deadline;
     long db_connections;
+    long lock_timeout;
+    long statement_timeout;
     long key_ttl;
     long cleanup_interval;
     long cleanup_batch;
@@ -124,6 +126,36 @@ static const OptDef options[] = {
      .commands = SERVE,
      .metavar = "N",
      .help = "PostgreSQL connections in the pool"},
+    /* Every statement of the server waits at most this long for a lock (55P03) and runs at most
+     * --statement-timeout (57014); either answers 503 + Retry-After, its transaction rolled back
+     * (docs/demos.md#producer-demo-the-order-api). 5 s: as long as a request waits for a pooled
+     * connection, and long past the milliseconds a request's single-row statements hold their
+     * locks, so only someone else's long hold (DDL, LOCK TABLE, an open transaction) trips it;
+     * short enough that such a hold costs callers a 503 they can retry, not threads and pooled
+     * connections that hang with it. 10 s: a request's statements are single-row index lookups
+     * and inserts that take milliseconds, so this catches only a stalled server (I/O, a
+     * regressed plan); kept above --lock-timeout so that a lock wait ends as the lock timeout it
+     * is. */
+    {.name = "lock-timeout",
+     .type = OPT_INT,
+     .def = "5000",
+     .min = 1,
+     .max = 3600000,
+     .offset = F(lock_timeout),
+     .commands = SERVE,
+     .metavar = "MS",
+     .help = "longest wait for a lock of any statement (lock_timeout); longer: 503 + Retry-After, "
+             "rolled back, the Idempotency-Key left free (PATCH's row lock: 409)"},
+    {.name = "statement-timeout",
+     .type = OPT_INT,
+     .def = "10000",
+     .min = 1,
+     .max = 3600000,
+     .offset = F(statement_timeout),
+     .commands = SERVE,
+     .metavar = "MS",
+     .help = "longest run of any statement, waits included (statement_timeout); longer: 503 + "
+             "Retry-After, rolled back, the Idempotency-Key left free"},
     {.name = "key-ttl",
      .type = OPT_INT,
      .def = "86400",
@@ -363,7 +395,13 @@ static int cmd_serve(const Options *o)
         }
     }
 
-    DbPool *pool = pool_new(o->database_url, (int)o->db_connections);
+    char session_sql[512];
+    if (!api_session_sql(o->lock_timeout, o->statement_timeout, session_sql, sizeof(session_sql))) {
+        log_error("the session settings do not fit their buffer", NULL); /* cannot happen */
+        rcache_free(redis);
+        return 1;
+    }
+    DbPool *pool = pool_new(o->database_url, session_sql, (int)o->db_connections);
     if (!pool) {
         log_error("out of memory", NULL);
         rcache_free(redis);
@@ -391,9 +429,11 @@ static int cmd_serve(const Options *o)
     }
     char qlisten[300];
     log_info("producer-demo listening",
-             "version=%s listen=%s port=%u key_ttl_s=%ld redis=%s redis_guard_ms=%ld",
+             "version=%s listen=%s port=%u key_ttl_s=%ld lock_timeout_ms=%ld "
+             "statement_timeout_ms=%ld redis=%s redis_guard_ms=%ld",
              OUTBOX_RELAY_VERSION, log_quote(o->listen, qlisten, sizeof(qlisten)),
-             server_port(server), o->key_ttl, redis ? "on" : "off", redis ? o->redis_guard_ms : 0L);
+             server_port(server), o->key_ttl, o->lock_timeout, o->statement_timeout,
+             redis ? "on" : "off", redis ? o->redis_guard_ms : 0L);
     Janitor *janitor = janitor_start(pool, o->cleanup_interval, o->cleanup_batch, SWEEP_BATCHES);
     if (!janitor)
         log_warn("cannot start the cleanup thread; expired keys stay until 'cleanup'", NULL);

@@ -12,6 +12,7 @@
 
 struct DbPool {
     char *conninfo;
+    char *setup_sql; /* run on every new connection; NULL: none */
     int size;
     PGconn **conns; /* NULL: not connected */
     bool *busy;
@@ -20,20 +21,22 @@ struct DbPool {
     pthread_cond_t freed;
 };
 
-DbPool *pool_new(const char *conninfo, int size)
+DbPool *pool_new(const char *conninfo, const char *setup_sql, int size)
 {
     DbPool *p = calloc(1, sizeof(*p));
     char *copy = strdup(conninfo);
+    char *setup = setup_sql ? strdup(setup_sql) : NULL;
     PGconn **conns = calloc((size_t)size, sizeof(*conns));
     bool *busy = calloc((size_t)size, sizeof(*busy));
-    if (!p || !copy || !conns || !busy) {
+    if (!p || !copy || (setup_sql && !setup) || !conns || !busy) {
         free(p);
         free(copy);
+        free(setup);
         free(conns);
         free(busy);
         return NULL;
     }
-    *p = (DbPool){.conninfo = copy, .size = size, .conns = conns, .busy = busy};
+    *p = (DbPool){.conninfo = copy, .setup_sql = setup, .size = size, .conns = conns, .busy = busy};
     pthread_mutex_init(&p->mu, NULL);
     /* Waits are measured on the monotonic clock, immune to wall-clock jumps. */
     pthread_condattr_t attr;
@@ -98,6 +101,16 @@ PGconn *pool_acquire(DbPool *p, int wait_ms, char *err, size_t errlen)
         return conn;
     PQfinish(conn);
     conn = db_connect(p->conninfo, "producer-demo", err, errlen);
+    if (conn && p->setup_sql) {
+        DbError e;
+        PGresult *res = db_run_script(conn, p->setup_sql, &e); /* one round trip */
+        if (!res) {
+            snprintf(err, errlen, "setting up the session: %s", db_error_text(&e));
+            PQfinish(conn);
+            conn = NULL;
+        }
+        PQclear(res);
+    }
     note_connect(p, conn != NULL, err);
     pthread_mutex_lock(&p->mu);
     p->conns[slot] = conn;
@@ -143,5 +156,6 @@ void pool_free(DbPool *p)
     free(p->conns);
     free(p->busy);
     free(p->conninfo);
+    free(p->setup_sql);
     free(p);
 }

@@ -13,9 +13,11 @@
 
 typedef struct DbPool DbPool;
 
-/* Creates a pool of size slots for conninfo (copied); nothing connects yet. NULL when out of
- * memory. */
-DbPool *pool_new(const char *conninfo, int size);
+/* Creates a pool of size slots for conninfo (copied); nothing connects yet. setup_sql (copied;
+ * NULL: none) runs on every new connection before it is handed out (session settings: the
+ * server's timeouts); a connection on which it fails counts as one that could not connect. NULL
+ * when out of memory. */
+DbPool *pool_new(const char *conninfo, const char *setup_sql, int size);
 
 /* Takes a free slot, waiting up to wait_ms for one, and makes sure it is connected. Returns NULL
  * with one line in err when no slot frees up in time or PostgreSQL cannot be reached; both are

@@ -12,7 +12,9 @@ source "$(dirname "$0")/../../demo_lib.sh"
 demo_setup
 pg_start
 relay_migrate 2>"$T/migrate.log" || fail "outbox-relay migrate"
-producer_start
+# Long bounds on waits: "a key still being processed" below holds a request on a lock for as
+# long as the test needs (the default bounds, and the 503 past them: 69_producer_careful.sh part 6).
+producer_start --lock-timeout 120000 --statement-timeout 120000
 
 ORDER='{"customer_id": "c-7", "amount_cents": 4200, "currency": "EUR"}'
 

@@ -73,7 +73,9 @@ retry_until_done() {
 producer_round() {
     local round=$1 i pids=() committed deadline
     shift
-    producer_start --db-connections $((N + 5)) "$@"
+    # Long bounds on waits: the requests stay inside their transactions, waiting for locks,
+    # until the kill (up to a minute on a loaded machine), not until --lock-timeout's default.
+    producer_start --db-connections $((N + 5)) --lock-timeout 120000 --statement-timeout 120000 "$@"
     # Requests 1..N/2 will wait on the orders table, N/2+1..N on their idempotency key, which an
     # open transaction has inserted (and will roll back): the first half can be let through to
     # commit while the second half stays inside its transactions for the kill.

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Proves how producer-demo behaves in five hard cases, each against real servers and real
-# faults (each of 1-4 failed against the code before the fix; see the commit):
+# Proves how producer-demo behaves in six hard cases, each against real servers and real
+# faults (each of 1-4 and 6 failed against the code before the fix; see the commit):
 #  1. Redis is a hint, PostgreSQL decides: a SET NX guard whose reply came after the timeout
 #     (the guard took effect, Redis was then "down" for 1 s) and a guard left behind because Redis
 #     dropped between taking and releasing it never make a finished request answer 409: its
@@ -15,6 +15,11 @@
 #     database; a cleanup backlog larger than one round's bound is cleared without waiting an
 #     interval per round; the fingerprint is the raw body (documented choice): the same JSON with
 #     other whitespace is another request (422), the same bytes a retry.
+#  6. Every wait of a POST is bounded: a lock on orders or idempotency_keys held past
+#     --lock-timeout, or a statement slower than --statement-timeout, is answered 503 +
+#     Retry-After with a problem document; the request wrote nothing and its key is free (the same
+#     request after the lock is gone: 201 once, then replays); more blocked POSTs than pooled
+#     connections leave the server able to answer (/healthz, GET) while the lock is still held.
 source "$(dirname "$0")/../../lib.sh"
 source "$(dirname "$0")/../../demo_lib.sh"
 demo_setup
@@ -106,8 +111,9 @@ proxy_stop
 # The request takes its guard, then waits for the orders table; meanwhile the way to Redis goes
 # (the proxy stops), so the release after the commit cannot reach it: the guard stays for 30 s.
 proxy_start --delay-us 0
+# The request is held on the lock for as long as the test needs (the bound is part 6's).
 producer_start --redis-url "redis://127.0.0.1:$PROXY_PORT" --redis-timeout-ms 200 \
-    --redis-guard-ms 30000
+    --redis-guard-ms 30000 --lock-timeout 120000 --statement-timeout 120000
 locker_start orders
 BODY_1B='{"customer_id": "c-drop", "amount_cents": 100, "currency": "EUR"}'
 curl -sS -o "$T/drop.body" -w '%{http_code}' -X POST "$API/orders" -H "Idempotency-Key: drop-1" \
@@ -190,7 +196,7 @@ producer_stop
 # --- 4. a key's lifetime counts from completion ---------------------------------------------------------
 # --key-ttl 3, and a request held 4 s by a lock: before, its record expired before it committed,
 # and a retry ran the order again.
-producer_start --key-ttl 3
+producer_start --key-ttl 3 --lock-timeout 120000 --statement-timeout 120000
 locker_start orders
 BODY_4='{"customer_id": "c-slow", "amount_cents": 100, "currency": "EUR"}'
 curl -sS -o "$T/slow.body" -D "$T/slow.headers" -w '%{http_code}' -X POST "$API/orders" \
@@ -209,6 +215,92 @@ post_order slow-1 "$BODY_4"
 check_eq "4: an immediate retry is replayed" "201 true" "$STATUS $(hdr Idempotency-Replayed)"
 check_eq "4: one order" 1 "$(orders_of c-slow)"
 producer_stop
+
+# --- 6. every wait of a POST is bounded -------------------------------------------------------------------
+# --lock-timeout 1000 --statement-timeout 3000 and two pooled connections. Before the fix a POST
+# had no bound: it waited as long as the lock was held, holding its HTTP thread and its pooled
+# connection, and curl's 20 s (the bound plus a wide margin; the status is asserted, never the
+# time) ran out with no answer (000); with both connections so held, even /healthz got 503.
+# bounded_post KEY BODY: POST /orders, answer within 20 s; STATUS (000: none), headers, body.
+bounded_post() {
+    http POST /orders -m 20 -H "Idempotency-Key: $1" -d "$2" 2>/dev/null
+}
+# timed_out WHAT: the last answer was the bound's: 503, Retry-After, an RFC 9457 problem document.
+timed_out() {
+    check_eq "$1: 503 + Retry-After + a problem document" \
+        "503 2 application/problem+json 503 Service Unavailable" \
+        "$STATUS $(hdr Retry-After) $(hdr Content-Type) $(jq -r '"\(.status) \(.title)"' \
+            "$T/body" 2>/dev/null)"
+}
+producer_start --lock-timeout 1000 --statement-timeout 3000 --db-connections 2 \
+    --redis-url "$REDIS_URL" --redis-guard-ms 30000
+post_order bound-0 '{"customer_id": "c-bound0", "amount_cents": 100, "currency": "EUR"}'
+check_eq "6: a POST with nothing in its way: 201" 201 "$STATUS"
+BOUND0=$(jq -r .id "$T/body")
+# 6a. the orders table locked (SHARE: reads go on, writes wait) for longer than the bound.
+locker_start orders
+before=$(counts)
+BODY_6='{"customer_id": "c-bound", "amount_cents": 100, "currency": "EUR"}'
+bounded_post bound-1 "$BODY_6"
+timed_out "6a: a POST held by a lock on orders past --lock-timeout"
+check "6a: ...its detail says to retry with the same key" \
+    jq -e '.detail | test("retry later with the same Idempotency-Key")' "$T/body"
+check_eq "6a: ...and it wrote nothing (no order, no outbox row, no key)" "$before" "$(counts)"
+check_eq "6a: ...its Redis guard is released" 0 "$(redis_q EXISTS "${GUARD}bound-1")"
+# More blocked POSTs than the pool has connections, at once: each gives its connection back.
+pids=()
+for i in 1 2 3 4; do
+    curl -sS -m 20 -o /dev/null -w '%{http_code}\n' -X POST "$API/orders" \
+        -H "Idempotency-Key: bound-many-$i" -d "$BODY_6" >"$T/many.$i" 2>/dev/null &
+    pids+=($!)
+done
+wait "${pids[@]}"
+check_eq "6a: four blocked POSTs on two pooled connections: four 503s" "503 503 503 503" \
+    "$(cat "$T"/many.* | tr '\n' ' ' | sed 's/ $//')"
+http GET /healthz -m 20
+check_eq "6a: the lock still held, the server's threads and connections are free: /healthz 200" \
+    200 "$STATUS"
+http GET "/orders/$BOUND0" -m 20
+check_eq "6a: ...and a read of an order: 200" 200 "$STATUS"
+check_eq "6a: the blocked POSTs wrote nothing" "$before" "$(counts)"
+check "6a: the timeouts are logged" grep -q 'msg="database wait timed out" step=insert order' \
+    "$PRODUCER_LOG"
+locker_stop
+bounded_post bound-1 "$BODY_6"
+check_eq "6a: the same request once the lock is gone: 201, not a replay" "201 " \
+    "$STATUS $(hdr Idempotency-Replayed)"
+bounded_post bound-1 "$BODY_6"
+check_eq "6a: ...and its retry replays it" "201 true" "$STATUS $(hdr Idempotency-Replayed)"
+check_eq "6a: one order" 1 "$(orders_of c-bound)"
+# 6b. idempotency_keys locked: the key's claim itself waits.
+locker_start idempotency_keys
+before=$(counts)
+BODY_6B='{"customer_id": "c-bound-keys", "amount_cents": 100, "currency": "EUR"}'
+bounded_post bound-2 "$BODY_6B"
+timed_out "6b: a POST whose key claim waits on a lock on idempotency_keys"
+check_eq "6b: ...wrote nothing" "$before" "$(counts)"
+locker_stop
+bounded_post bound-2 "$BODY_6B"
+check_eq "6b: the same request once the lock is gone: 201, not a replay" "201 " \
+    "$STATUS $(hdr Idempotency-Replayed)"
+# 6c. a statement slow for another reason than a lock (a trigger that sleeps 6 s) past
+# --statement-timeout.
+psql_q "CREATE FUNCTION slow_order() RETURNS trigger LANGUAGE plpgsql AS
+        \$\$BEGIN PERFORM pg_sleep(6); RETURN NEW; END\$\$;
+        CREATE TRIGGER slow_order BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION slow_order()"
+before=$(counts)
+BODY_6C='{"customer_id": "c-bound-slow", "amount_cents": 100, "currency": "EUR"}'
+bounded_post bound-3 "$BODY_6C"
+timed_out "6c: a POST whose statement runs past --statement-timeout"
+check_eq "6c: ...wrote nothing" "$before" "$(counts)"
+psql_q "DROP TRIGGER slow_order ON orders; DROP FUNCTION slow_order()"
+bounded_post bound-3 "$BODY_6C"
+check_eq "6c: the same request once the statement is fast again: 201, not a replay" "201 " \
+    "$STATUS $(hdr Idempotency-Replayed)"
+check_eq "6: one order per key (c-bound, c-bound-keys, c-bound-slow)" "1 1 1" \
+    "$(orders_of c-bound) $(orders_of c-bound-keys) $(orders_of c-bound-slow)"
+producer_stop
+check_eq "6: SIGTERM: producer-demo exits 0" 0 $?
 
 # --- 5b. the fingerprint is the raw body -----------------------------------------------------------------
 producer_start
