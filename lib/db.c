@@ -1,5 +1,8 @@
 #include "db.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,31 +77,48 @@ static size_t list_len(const char *list)
     return n;
 }
 
+/* A whole number as libpq reads one (fe-connect.c, parse_int_param): blanks around it, an
+ * optional sign, and a value that fits an int. text is len bytes, not terminated. */
+static bool libpq_int(const char *text, size_t len, long *out)
+{
+    char buf[32];
+    if (len >= sizeof(buf))
+        return false;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    const char *p = buf;
+    while (isspace((unsigned char)*p))
+        p++;
+    char *end;
+    errno = 0;
+    long n = strtol(p, &end, 10);
+    if (end == p || errno || n < INT_MIN || n > INT_MAX)
+        return false;
+    while (isspace((unsigned char)*end))
+        end++;
+    *out = n;
+    return *end == '\0';
+}
+
 /* A port list: each entry empty (the default port) or a number from 1 to 65535. */
 static bool ports_ok(const char *list)
 {
     for (const char *p = list;; p++) {
-        const char *end = p + strcspn(p, ",");
-        long n = 0;
-        for (const char *d = p; d < end; d++) {
-            if (*d < '0' || *d > '9' || (n = n * 10 + (*d - '0')) > 65535)
-                return false;
-        }
-        if (end > p && n == 0)
+        size_t len = strcspn(p, ",");
+        long n;
+        if (len > 0 && (!libpq_int(p, len, &n) || n < 1 || n > 65535))
             return false;
-        if (*end == '\0')
+        p += len;
+        if (*p == '\0')
             return true;
-        p = end;
     }
 }
 
 /* A whole number, as libpq's connect_timeout takes it (zero or negative: no limit). */
 static bool integer_ok(const char *value)
 {
-    const char *d = value + (*value == '-');
-    if (*d == '\0' || strlen(d) > 9)
-        return false;
-    return strspn(d, "0123456789") == strlen(d);
+    long n;
+    return libpq_int(value, strlen(value), &n);
 }
 
 /* Formats one line into err and returns false. */
@@ -155,9 +175,11 @@ static bool conninfo_values_ok(const PQconninfoOption *opts, char *err, size_t e
         return refuse(err, errlen,
                       "database URL: port: expected a number from 1 to 65535, or a "
                       "comma-separated list of them (one per host)");
-    /* libpq pairs a list of ports with the hosts one to one (with hostaddr's, when given). */
+    /* libpq pairs a list of ports with the hosts one to one (with hostaddr's, when given).
+     * Counted only against hosts the string gives: without them libpq takes the hosts from a
+     * service file or PGHOST, which the parse does not apply. */
     size_t n_ports = list_len(port), n_hosts = list_len(*hostaddr ? hostaddr : host);
-    if (n_ports > 1 && n_ports != n_hosts)
+    if (n_ports > 1 && n_ports != n_hosts && (*host || *hostaddr))
         return refuse(err, errlen,
                       "database URL: %zu ports for %zu hosts: give one port, or one per host",
                       n_ports, n_hosts);

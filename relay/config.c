@@ -1388,12 +1388,14 @@ static const char *broker_entry_problem(const char *entry, size_t len, const cha
         }
         return "expected HOST:PORT (an IPv6 address with a port goes in brackets, [ADDRESS]:PORT)";
     }
-    if (hostlen == 0)
-        return "the host name is missing";
+    /* An empty host is librdkafka's localhost. */
     for (size_t i = 0; i < hostlen; i++)
         if (!isalnum((unsigned char)entry[i]) && !strchr("._-", entry[i]))
             return "a host name is letters, digits, '.', '-' and '_'";
-    if (colon && !port_ok(colon + 1, (size_t)(end - colon - 1)))
+    size_t portlen = colon ? (size_t)(end - colon - 1) : 0;
+    if (colon && portlen > 0 && colon[portlen] == '/')
+        portlen--; /* "host:9092/": librdkafka reads the port up to the slash */
+    if (colon && !port_ok(colon + 1, portlen))
         return "the port must be a number from 1 to 65535";
     return NULL;
 }
@@ -1415,6 +1417,8 @@ static bool brokers_check(const Config *cfg, OptSource from, char *err, size_t e
             continue;
         }
         size_t len = strcspn(p, ",");
+        while (len > 0 && strchr(" \t\r\n", p[len - 1]))
+            len--; /* "k1:9092 ,k2:9092": librdkafka reads the port up to the blank */
         const char *why = strcspn(p, " \t\r\n") < len
                               ? "blanks inside an entry (the entries are separated by ',')"
                               : broker_entry_problem(p, len, protocol);
@@ -1423,6 +1427,7 @@ static bool brokers_check(const Config *cfg, OptSource from, char *err, size_t e
                                (int)(len < 200 ? len : 200), p, why);
         entries++;
         p += len;
+        p += strspn(p, " \t\r\n");
     }
     if (entries == 0)
         return optval_fail(err, errlen,
@@ -1624,7 +1629,10 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
         !cfg->brokers)
         return optval_fail(err, errlen,
                            "missing Kafka brokers: pass --brokers or set KAFKA_BROKERS");
-    if (cfg->brokers && !brokers_check(cfg, source_of(sources, "brokers"), err, errlen))
+    /* Checked for the commands that talk to Kafka: an environment file shared by every command
+     * must not stop migrate over a list only run would read. */
+    if ((cfg->command == CMD_RUN || cfg->command == CMD_VERIFY || cfg->command == CMD_CHECK) &&
+        cfg->brokers && !brokers_check(cfg, source_of(sources, "brokers"), err, errlen))
         return false;
     if (cfg->command == CMD_REQUEUE && (cfg->id > 0) == cfg->all)
         return optval_fail(err, errlen, "requeue needs exactly one of --id ID or --all");

@@ -11,7 +11,8 @@ bool kafka_error_permanent(rd_kafka_resp_err_t err)
     case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
     case RD_KAFKA_RESP_ERR_INVALID_MSG:
     case RD_KAFKA_RESP_ERR_INVALID_RECORD:
-    /* The row's timestamp column outside the topic's message.timestamp.difference.max.ms. */
+    /* A timestamp outside the topic's message.timestamp.difference.max.ms: the row's own when
+     * it came from its timestamp column (produce.c treats the producer's clock apart). */
     case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP:
     case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
     case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:

@@ -7,7 +7,6 @@
 #include "backoff.h"
 #include "db.h"
 #include "log.h"
-#include "monotime.h"
 
 /* Watches fd for events. A connection attempt moves between sockets (the next address or host,
  * an SSL retry) and a new socket often gets the number the old one had: libev must then be told
@@ -16,10 +15,11 @@
 /* Capped at 5 s rather than more: after a failover the relay should find the new primary within
  * seconds, and an attempt costs a refused SYN or one startup exchange. */
 #define PG_BACKOFF_CAP_S 5.0
-/* A connection that lasts this long ends an outage: the backoff starts again from its base and
- * a later loss is logged afresh. One lost sooner (say, made to a standby, whose first LISTEN
- * fails) belongs to the same outage: the backoff goes on growing and the streak stays logged
- * once, where resetting at every connect retried five times a second with two lines each. */
+/* A connection that lasts this long ends an outage (on_stable): the backoff starts again from its
+ * base and a later loss is logged afresh. One lost sooner (say, made to a standby, whose first
+ * LISTEN fails) belongs to the same outage: the backoff goes on growing and the streak stays
+ * logged once, where resetting at every connect retried five times a second with two lines
+ * each. */
 #define PG_STABLE_S PG_BACKOFF_CAP_S
 
 /* The process-wide session timeout (pg_set_session_timeout). */
@@ -73,6 +73,7 @@ static void close_conn(PgConn *pg)
     ev_timer_stop(pg->loop, &pg->defer);
     ev_timer_stop(pg->loop, &pg->quiet);
     ev_timer_stop(pg->loop, &pg->deadline);
+    ev_timer_stop(pg->loop, &pg->stable);
     free(pg->deferred_loss);
     pg->deferred_loss = NULL;
     free(pg->broken);
@@ -93,11 +94,6 @@ void pg_lose(PgConn *pg, const char *why)
     pg->state = PG_DOWN;
     pg_forget_all_prepared(pg);
 
-    if (pg->connected_at > 0 && monotime_now() - pg->connected_at >= PG_STABLE_S) {
-        backoff_reset(&pg->backoff); /* the outage before this connection ended */
-        pg->outage_logged = OUTAGE_NONE;
-    }
-    pg->connected_at = 0;
     double delay = backoff_next(&pg->backoff);
     char q[600];
     if (pg->outage_logged == OUTAGE_NONE || pg->outage_logged == OUTAGE_BACK) {
@@ -190,6 +186,22 @@ static void on_setup(PgConn *pg, PGresult **results, int n, const char *error, v
         pg_lose(pg, "cannot send the session setup");
 }
 
+/* A connection has lasted PG_STABLE_S: the outage before it is over. Said once more if the log
+ * last told of a loss (the "reconnected" line went with an earlier, short-lived connection). */
+static void on_stable(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    PgConn *pg = w->data;
+    log_set_context(pg->log_context);
+    if (pg->outage_logged == OUTAGE_RELAPSED) {
+        char q1[300], q2[40];
+        log_info("postgres reconnected", "%sserver_version=%d host=%s port=%s tls=%s", pg->tag,
+                 PQserverVersion(pg->conn), log_quote(PQhost(pg->conn), q1, sizeof(q1)),
+                 log_quote(PQport(pg->conn), q2, sizeof(q2)), PQsslInUse(pg->conn) ? "on" : "off");
+    }
+    pg->outage_logged = OUTAGE_NONE;
+    backoff_reset(&pg->backoff);
+}
+
 static void connected(PgConn *pg)
 {
     ev_timer_stop(pg->loop, &pg->timer);
@@ -202,7 +214,8 @@ static void connected(PgConn *pg)
     free(t->last_error);
     t->last_error = NULL;
     pg->state = PG_SETUP;
-    pg->connected_at = monotime_now(); /* the backoff and the outage's log end if it lasts */
+    ev_timer_set(&pg->stable, PG_STABLE_S, 0.); /* the backoff and the outage end if it lasts */
+    ev_timer_start(pg->loop, &pg->stable);
     char q1[300], q2[40];
     if (!pg->ever_up || pg->outage_logged == OUTAGE_LOST)
         log_info(pg->ever_up ? "postgres reconnected" : "postgres connected",
@@ -526,6 +539,8 @@ PgConn *pg_conn_new_named(struct ev_loop *loop, const char *conninfo, const char
     ev_init(&pg->quiet, on_quiet);
     pg->quiet.repeat = (double)session_timeout_ms / 3000.0;
     pg->quiet.data = pg;
+    ev_init(&pg->stable, on_stable);
+    pg->stable.data = pg;
     ev_init(&pg->deadline, on_deadline);
     pg->deadline.repeat = pg->request_timeout_s;
     pg->deadline.data = pg;

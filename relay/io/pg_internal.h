@@ -52,10 +52,11 @@ struct PgConn {
     double request_timeout_s;
     bool ever_up; /* for "connected" vs "reconnected" in the log */
     /* What the log has said of the current outage: the loss (warn), then the first connection
-     * made again (info), then that connection's loss if it came within PG_STABLE_S (warn, once);
-     * everything else in the outage goes to debug. */
+     * made again (info), then that connection's loss if it came within PG_STABLE_S (warn, once),
+     * and "reconnected" again once a connection lasts PG_STABLE_S (on_stable, which ends the
+     * outage); everything else in the outage goes to debug. */
     enum { OUTAGE_NONE, OUTAGE_LOST, OUTAGE_BACK, OUTAGE_RELAPSED } outage_logged;
-    double connected_at; /* monotime of the last connection made (0: none since the last loss) */
+    ev_timer stable; /* PG_STABLE_S after a connection is made: the outage (if any) has ended */
     ev_io io;
     int io_fd, io_events;
     ev_timer timer;    /* connect timeout while connecting, reconnect delay while down */

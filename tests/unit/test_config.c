@@ -1086,7 +1086,6 @@ static void test_brokers_list(void **state)
         {"h:0", "the port must be"},
         {"h:65536", "the port must be"},
         {"h:9092,h2:", "'h2:': the port must be"},
-        {":9092", "host name is missing"},
         {"h:9092:1", "in brackets"},
         {"[::1]:x", "[ADDRESS]:PORT"},
         {"[::1", "[ADDRESS]:PORT"},
@@ -1104,16 +1103,12 @@ static void test_brokers_list(void **state)
         assert_error_line(err, bad[i][1]);
         config_free(&cfg);
     }
-    const char *good[] = {"localhost",
-                          "k:9092",
-                          "k1:9092,k2:9093, k3:9094",
-                          "k:9092,",
-                          "[::1]:9092",
-                          "[fe80::1%eth0]:9092",
-                          "::1",
-                          "PLAINTEXT://k:9092",
-                          "plaintext://k_1.example-x:9092/ignored",
-                          "127.0.0.1:1"};
+    const char *good[] = {"localhost", "k:9092", "k1:9092,k2:9093, k3:9094", "k:9092,",
+                          "[::1]:9092", "[fe80::1%eth0]:9092", "::1", "PLAINTEXT://k:9092",
+                          "plaintext://k_1.example-x:9092/ignored", "127.0.0.1:1",
+                          /* librdkafka: an empty host is localhost, a port read up to a blank
+                           * or a slash */
+                          ":9092", "k1:9092 ,k2:9092", "k1:9092/"};
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         Config cfg;
         char err[512];
@@ -1131,6 +1126,10 @@ static void test_brokers_list(void **state)
     setenv("KAFKA_BROKERS", "k:x", 1);
     assert_false(LOAD(&cfg, err, "run", "--database-url=x"));
     assert_error_line(err, "KAFKA_BROKERS: broker 'k:x'");
+    config_free(&cfg);
+    /* Only the commands that talk to Kafka check it: an environment file every command shares
+     * does not stop migrate. */
+    assert_true(LOAD(&cfg, err, "migrate", "--database-url=x"));
     config_free(&cfg);
 }
 

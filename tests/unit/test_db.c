@@ -35,7 +35,7 @@ static void test_check_conninfo_values(void **state)
         {"postgresql://u:pw-s3cret@127.0.0.1:0/db", "port"},
         {"postgresql://u:pw-s3cret@127.0.0.1:65536/db", "port"},
         {"postgresql://u:pw-s3cret@127.0.0.1:-5/db", "port"},
-        {"host=h port=' 5432'", "port"},
+        {"host=h port=5432x", "port"},
         {"host=a,b port=1,2,3", "3 ports for 2 hosts"},
         {"host=a port=1,2", "2 ports for 1 hosts"},
         {"postgresql://u:pw-s3cret@h/db?sslmode=bogus", "sslmode"},
@@ -45,6 +45,7 @@ static void test_check_conninfo_values(void **state)
         {"host=h target_session_attrs=master", "target_session_attrs"},
         {"host=h connect_timeout=10s", "connect_timeout"},
         {"host=h connect_timeout=", "connect_timeout"},
+        {"host=h connect_timeout=2147483648", "connect_timeout"},
     };
     char err[512];
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -69,6 +70,13 @@ static void test_check_conninfo_values(void **state)
         "host=h sslmode=require target_session_attrs=any",
         "host=h sslmode=verify-ca target_session_attrs=standby gssencmode=prefer",
         "dbname=x",
+        /* as libpq's parse_int_param reads numbers: blanks around, a sign, any int */
+        "host=h port=' 5432 '",
+        "host=h connect_timeout=+3",
+        "host=h connect_timeout=2147483647",
+        /* hosts from a service file or PGHOST, which the parse does not see: not counted */
+        "service=x port=5432,5433",
+        "dbname=x port=5432,5433",
         "postgresql:///db",
     };
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)

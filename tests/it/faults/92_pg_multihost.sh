@@ -11,7 +11,8 @@
 #     writable;
 #  5. (run before 4) a read-only server with no target_session_attrs: connections that are given
 #     up at once make one outage, logged once (and once after the first reconnection), with a
-#     growing backoff, not a reconnect every 0.2 s with two lines each;
+#     growing backoff, not a reconnect every 0.2 s with two lines each; its end is logged once
+#     a connection lasts;
 #  4. the first host black-holes connections (an address inside a network namespace whose
 #     packets nft drops: no answer at all): the relay delivers from the second host within
 #     connect_timeout (3 s here) + 5 s of starting (time printed).
@@ -106,6 +107,11 @@ psql_q "ALTER SYSTEM RESET default_transaction_read_only" && psql_q "SELECT pg_r
 unset PGOPTIONS
 wait_for "5: writable again: rows delivered (the backoff is capped at 5 s)" 20 none_unsent_of ro5
 check_delivered ro5
+# The outage ends once a connection lasts 5 s, and the log says so: its last word on PostgreSQL
+# was the loss (the earlier 'reconnected' went with a connection lost at once).
+wait_for "5: the end of the outage is logged" 15 sh -c \
+    "grep -E 'msg=\"postgres (connection lost|reconnected)\"' '$RELAY_LOG' | tail -n 1 |
+     grep -q 'msg=\"postgres reconnected\"'"
 relay_stop
 check_eq "5: relay exits 0" 0 $?
 
