@@ -42,8 +42,9 @@ static rd_kafka_resp_err_t produce_dead_letter(Session *s, BatchRow *br)
         topic[0] = '\0';
     rd_kafka_headers_t *hdrs = route_dead_letter_headers(row, s->cfg->map.identity_headers,
                                                          br->last_error, br->attempts, topic);
+    /* A payload too large, or one that did not decode, goes out omitted, and the header says so. */
     rd_kafka_resp_err_t err =
-        br->too_large
+        br->too_large || br->undecodable
             ? RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE
             : kafka_produce(s->relay->kafka, s->cfg->dead_letter_topic, RD_KAFKA_PARTITION_UA, 0,
                             row->aggregate_id, strlen(row->aggregate_id), row->payload,

@@ -220,25 +220,30 @@ static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error,
     if (!results)
         return; /* connection lost: on_state takes over */
     u->gauge_due = false;
-    /* The looks first, then the count (kick): a count that fails or times out does not take the
-     * looks with it (one pipeline: the statements after a failed one are skipped). */
-    if (n >= 1 && PQresultStatus(results[0]) == PGRES_TUPLES_OK)
-        note_horizon(u, results[0]);
-    if (n >= 2 && PQresultStatus(results[1]) == PGRES_TUPLES_OK) {
-        note_squatters(u, results[1]);
+    /* In the order kick sends them: the squatters (readiness), the count when due, the horizon.
+     * One pipeline: the statements after a failed one are skipped, so a count that fails or
+     * times out never takes the squatter look with it, and a horizon look the server refuses
+     * (pg_replication_slots restricted, say) takes nothing. */
+    int at = 0, horizon_at = u->backlog_sent ? 2 : 1;
+    if (n > at && PQresultStatus(results[at]) == PGRES_TUPLES_OK) {
+        note_squatters(u, results[at]);
         u->squatters_at = monotime_now();
     }
-    if (u->backlog_sent)
+    at++;
+    if (u->backlog_sent) {
         pace_backlog(u);
-    if (u->backlog_sent && n >= 3 && PQresultStatus(results[2]) == PGRES_TUPLES_OK &&
-        PQntuples(results[2]) == 1) {
-        PGresult *r = results[2];
-        metrics_set_backlog(strtoll(PQgetvalue(r, 0, BACKLOG_UNSENT), NULL, 10),
-                            strtoll(PQgetvalue(r, 0, BACKLOG_DEAD), NULL, 10),
-                            PQgetisnull(r, 0, BACKLOG_OLDEST_AGE_S)
-                                ? -1.0
-                                : strtod(PQgetvalue(r, 0, BACKLOG_OLDEST_AGE_S), NULL));
+        if (n > at && PQresultStatus(results[at]) == PGRES_TUPLES_OK &&
+            PQntuples(results[at]) == 1) {
+            PGresult *r = results[at];
+            metrics_set_backlog(strtoll(PQgetvalue(r, 0, BACKLOG_UNSENT), NULL, 10),
+                                strtoll(PQgetvalue(r, 0, BACKLOG_DEAD), NULL, 10),
+                                PQgetisnull(r, 0, BACKLOG_OLDEST_AGE_S)
+                                    ? -1.0
+                                    : strtod(PQgetvalue(r, 0, BACKLOG_OLDEST_AGE_S), NULL));
+        }
     }
+    if (n > horizon_at && PQresultStatus(results[horizon_at]) == PGRES_TUPLES_OK)
+        note_horizon(u, results[horizon_at]);
     note_result(u, "backlog",
                 error                            ? error
                 : n == (u->backlog_sent ? 3 : 2) ? NULL
@@ -311,11 +316,13 @@ static void kick(Upkeep *u)
         return;
     }
     if (u->gauge_due && u->gauges) {
-        PgQuery q[3] = {{SQL_HORIZON, 0, NULL, false},
-                        {SQL_LANE_SQUATTERS, 0, NULL, false},
-                        {u->sql[UPKEEP_BACKLOG], 0, NULL, false}};
         u->gauge_sent_at = monotime_now();
         u->backlog_sent = u->gauge_sent_at >= u->backlog_next_at;
+        PgQuery q[3] = {{SQL_LANE_SQUATTERS, 0, NULL, false},
+                        {u->sql[UPKEEP_BACKLOG], 0, NULL, false},
+                        {SQL_HORIZON, 0, NULL, false}};
+        if (!u->backlog_sent)
+            q[1] = q[2];
         if (!pg_conn_send(u->pg, q, u->backlog_sent ? 3 : 2, on_backlog, u))
             u->gauge_due = false;
         return;
