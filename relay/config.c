@@ -880,13 +880,14 @@ static bool registry_files_check(const Config *cfg, char *err, size_t errlen)
             return false;
         size_t line = strcspn(text, "\r\n");
         const char *colon = memchr(text, ':', line);
-        bool ok = colon && colon != text;
+        bool ok = colon && colon != text && line < CONFIG_AUTH_LINE_MAX - 1;
         explicit_bzero(text, strlen(text));
         free(text);
         if (!ok)
             return optval_fail(err, errlen,
-                               "schema-registry-auth-file %s: expected USER:PASSWORD on one line",
-                               auth);
+                               "schema-registry-auth-file %s: expected USER:PASSWORD on one line "
+                               "of at most %d bytes",
+                               auth, CONFIG_AUTH_LINE_MAX - 2);
     }
     /* The bundle is curl's to read (it may be large): readable, and not a directory. */
     struct stat st;

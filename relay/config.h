@@ -14,6 +14,10 @@
 #include "opts.h"
 #include "table.h"
 
+/* The longest line of --schema-registry-auth-file, newline included, as the registry reads it
+ * (relay/io/registry.c) and the configuration checks it. */
+#define CONFIG_AUTH_LINE_MAX 1024
+
 typedef enum {
     CMD_RUN,
     CMD_MIGRATE,
@@ -120,7 +124,7 @@ typedef struct Config {
     MessageFormat message_format;
     ValueFormat value_format;        /* --value-format */
     char *schema_registry_url;       /* base URLs, comma-separated */
-    char *schema_registry_auth_file; /* USER:PASSWORD, a secret */
+    char *schema_registry_auth_file; /* USER:PASSWORD, a secret (CONFIG_AUTH_LINE_MAX) */
     char *schema_registry_ca_file;   /* PEM CA bundle for https */
     long schema_registry_timeout_ms; /* bound on each registry request */
     long schema_version;             /* 0: latest */

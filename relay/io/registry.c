@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "log.h"
 #include "monotime.h"
 #include "secrets.h"
@@ -435,17 +436,21 @@ static bool read_auth_file(Registry *r, const char *path, char *err, size_t errl
         snprintf(err, errlen, "schema-registry-auth-file %s: %s", path, strerror(errno));
         return false;
     }
-    char line[1024];
+    char line[CONFIG_AUTH_LINE_MAX];
     bool got = fgets(line, sizeof(line), f) != NULL;
     fclose(f);
     size_t n = got ? strlen(line) : 0;
+    if (n == sizeof(line) - 1 && line[n - 1] != '\n')
+        got = false; /* longer than the configuration's check allows (config.c) */
     while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
         line[--n] = '\0';
     char *colon = strchr(line, ':');
     if (!got || !colon || colon == line) {
         explicit_bzero(line, sizeof(line));
-        snprintf(err, errlen, "schema-registry-auth-file %s: expected USER:PASSWORD on one line",
-                 path);
+        snprintf(err, errlen,
+                 "schema-registry-auth-file %s: expected USER:PASSWORD on one line of at most %d "
+                 "bytes",
+                 path, CONFIG_AUTH_LINE_MAX - 2);
         return false;
     }
     if (colon[1])

@@ -1138,9 +1138,16 @@ static void test_brokers_list(void **state)
  * used, and never showing the password. */
 static void test_registry_files_checked(void **state)
 {
-    char auth[64], bad[64], err[512];
+    char auth[64], bad[64], err[512], longline[64];
     write_temp(auth, "relay:pw-s3cret\n");
     write_temp(bad, "pw-s3cret-without-user\n");
+    /* Longer than the registry reads (CONFIG_AUTH_LINE_MAX), the colon past it: refused here
+     * as the registry would refuse it at run time. */
+    char text[CONFIG_AUTH_LINE_MAX + 16];
+    memset(text, 'u', sizeof(text) - 1);
+    text[sizeof(text) - 1] = '\0';
+    text[CONFIG_AUTH_LINE_MAX + 2] = ':';
+    write_temp(longline, text);
     const char *commands[] = {"run", "check"};
     for (size_t i = 0; i < 2; i++) {
         Config cfg;
@@ -1159,6 +1166,11 @@ static void test_registry_files_checked(void **state)
                           "--schema-registry-auth-file", bad));
         assert_error_line(err, "expected USER:PASSWORD on one line");
         assert_null(strstr(err, "s3cret"));
+        config_free(&cfg);
+        assert_false(LOAD(&cfg, err, c, "--database-url=x", "--brokers=k:1", "--value-format=avro",
+                          "--schema-registry-url=http://sr:8081", "--schema-registry-auth-file",
+                          longline));
+        assert_error_line(err, "on one line of at most 1022 bytes");
         config_free(&cfg);
         assert_false(LOAD(&cfg, err, c, "--database-url=x", "--brokers=k:1", "--value-format=avro",
                           "--schema-registry-url=http://sr:8081", "--schema-registry-ca-file",
