@@ -192,6 +192,11 @@ static void on_stable(struct ev_loop *loop, ev_timer *w, int revents)
 {
     PgConn *pg = w->data;
     log_set_context(pg->log_context);
+    if (pg->state != PG_UP) { /* its setup still under way: it has not proved itself yet */
+        ev_timer_set(w, PG_STABLE_S, 0.);
+        ev_timer_start(loop, w);
+        return;
+    }
     if (pg->outage_logged == OUTAGE_RELAPSED) {
         char q1[300], q2[40];
         log_info("postgres reconnected", "%sserver_version=%d host=%s port=%s tls=%s", pg->tag,
