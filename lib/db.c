@@ -81,23 +81,22 @@ static size_t list_len(const char *list)
  * optional sign, and a value that fits an int. text is len bytes, not terminated. */
 static bool libpq_int(const char *text, size_t len, long *out)
 {
-    char buf[32];
-    if (len >= sizeof(buf))
+    char *buf = strndup(text, len); /* any length: leading zeros count for nothing */
+    if (!buf)
         return false;
-    memcpy(buf, text, len);
-    buf[len] = '\0';
     const char *p = buf;
     while (isspace((unsigned char)*p))
         p++;
     char *end;
     errno = 0;
     long n = strtol(p, &end, 10);
-    if (end == p || errno || n < INT_MIN || n > INT_MAX)
-        return false;
-    while (isspace((unsigned char)*end))
+    bool ok = end != p && !errno && n >= INT_MIN && n <= INT_MAX;
+    while (ok && isspace((unsigned char)*end))
         end++;
+    ok = ok && *end == '\0';
+    free(buf);
     *out = n;
-    return *end == '\0';
+    return ok;
 }
 
 /* A port list: each entry empty (the default port) or a number from 1 to 65535. */

@@ -1413,8 +1413,8 @@ static bool brokers_check(const Config *cfg, OptSource from, char *err, size_t e
     kafka_security_protocol(cfg, protocol, sizeof(protocol));
     size_t entries = 0;
     for (const char *p = cfg->brokers; *p;) {
-        if (*p == ',' || *p == ' ') {
-            p++;
+        if (*p == ',' || isspace((unsigned char)*p)) {
+            p++; /* librdkafka skips ',' and ' '; other blanks would make an entry of nothing */
             continue;
         }
         size_t len = strcspn(p, ",");

@@ -233,8 +233,10 @@ void produce_record_report(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
         snprintf(why, sizeof(why), "not acknowledged within the delivery timeout (%ld ms)",
                  s->cfg->delivery_timeout_ms);
         batch_fail(b, br, why, false);
-    } else if (err == RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP && !br->row.timestamp_ms) {
-        /* The producer's clock, not the row's value: the host's clock is off from the broker's
+    } else if (err == RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP &&
+               (!br->row.timestamp_ms || strtoll(br->row.timestamp_ms, NULL, 10) == 0)) {
+        /* The producer's clock (no timestamp column, or a row stamped 0, which librdkafka reads
+         * as "now"), not the row's value: the host's clock is off from the broker's
          * by more than the topic allows, which every row would meet. Retried, never
          * dead-lettered: it passes once the clock is set right. */
         batch_fail(b, br, "Broker: Invalid timestamp (the relay host's clock, not the row's)",

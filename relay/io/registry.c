@@ -436,14 +436,16 @@ static bool read_auth_file(Registry *r, const char *path, char *err, size_t errl
         snprintf(err, errlen, "schema-registry-auth-file %s: %s", path, strerror(errno));
         return false;
     }
-    char line[CONFIG_AUTH_LINE_MAX];
+    /* The first line ends at a CR or an LF, and holds at most CONFIG_AUTH_LINE_MAX - 2 bytes: the
+     * configuration's check (config.c, registry_files_check) reads it by the same rule. The
+     * buffer has room for that, a CR, an LF and the NUL; a longer line fills it. */
+    char line[CONFIG_AUTH_LINE_MAX + 1];
     bool got = fgets(line, sizeof(line), f) != NULL;
     fclose(f);
-    size_t n = got ? strlen(line) : 0;
-    if (n == sizeof(line) - 1 && line[n - 1] != '\n')
-        got = false; /* longer than the configuration's check allows (config.c) */
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-        line[--n] = '\0';
+    size_t n = got ? strcspn(line, "\r\n") : 0;
+    if (n > CONFIG_AUTH_LINE_MAX - 2)
+        got = false;
+    line[n] = '\0';
     char *colon = strchr(line, ':');
     if (!got || !colon || colon == line) {
         explicit_bzero(line, sizeof(line));

@@ -11,8 +11,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <ev.h>
+
 #include "config.h"
 #include "log.h"
+#include "registry.h"
 #include "reload.h"
 #include "secrets.h"
 
@@ -1082,6 +1085,8 @@ static void test_brokers_list(void **state)
     const char *bad[][2] = {
         {",", "at least one broker"},
         {" , ,", "at least one broker"},
+        {"\t", "at least one broker"},
+        {",\t,\n", "at least one broker"},
         {"localhost:notaport", "'localhost:notaport': the port must be"},
         {"h:0", "the port must be"},
         {"h:65536", "the port must be"},
@@ -1136,6 +1141,42 @@ static void test_brokers_list(void **state)
 /* The registry's files are checked with the configuration, so run and check refuse an unreadable
  * or malformed one alike (exit 2: check made it a FAIL line, exit 1); only when a registry is
  * used, and never showing the password. */
+/* The auth file's first line is judged alike by the configuration's check and by the registry
+ * that reads it at run time (CONFIG_AUTH_LINE_MAX): a file the check passes never fails later. */
+static void test_registry_auth_line_same_rule(void **state)
+{
+    static const struct {
+        size_t len;      /* bytes of USER:PASSWORD */
+        const char *end; /* what follows them */
+    } cases[] = {{1021, ""},   {1021, "\r\n"}, {1022, ""},
+                 {1022, "\n"}, {1022, "\r\n"}, {1023, ""},
+                 {1023, "\n"}, {1023, "\r\n"}, {4, "\rxxxxxxxxxxxxxxxxxxxxxxxx"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char text[CONFIG_AUTH_LINE_MAX + 64], path[64], err[512];
+        memset(text, 'u', cases[i].len);
+        text[1] = ':';
+        snprintf(text + cases[i].len, sizeof(text) - cases[i].len, "%s", cases[i].end);
+        write_temp(path, text);
+        Config cfg;
+        bool checked =
+            LOAD(&cfg, err, "check", "--database-url=x", "--brokers=k:1", "--value-format=avro",
+                 "--schema-registry-url=http://sr:8081", "--schema-registry-auth-file", path);
+        config_free(&cfg);
+        struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+        RegistryOptions o = {.urls = "http://sr:8081", .auth_file = path, .timeout_ms = 1000};
+        Registry *r = registry_new(loop, &o, NULL, NULL, err, sizeof(err));
+        if ((r != NULL) != checked)
+            fail_msg("%zu bytes + \"%s\": the check %s it, the registry %s it", cases[i].len,
+                     cases[i].end[0] == '\r' ? "CR..." : cases[i].end, checked ? "took" : "refused",
+                     r ? "took" : "refused");
+        assert_int_equal(checked, cases[i].len <= CONFIG_AUTH_LINE_MAX - 2);
+        registry_free(r, NULL);
+        ev_loop_destroy(loop);
+        unlink(path);
+        n_temp_paths--;
+    }
+}
+
 static void test_registry_files_checked(void **state)
 {
     char auth[64], bad[64], err[512], longline[64];
@@ -1876,6 +1917,7 @@ int main(void)
         T(test_error_missing_brokers),
         T(test_brokers_list),
         T(test_registry_files_checked),
+        T(test_registry_auth_line_same_rule),
         T(test_error_fits_small_buffer),
         T(test_config_free_zeroed),
         T(test_print_table),

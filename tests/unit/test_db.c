@@ -74,6 +74,7 @@ static void test_check_conninfo_values(void **state)
         "host=h port=' 5432 '",
         "host=h connect_timeout=+3",
         "host=h connect_timeout=2147483647",
+        "host=h port=00000000000000000000000000000000000000005432",
         /* hosts from a service file or PGHOST, which the parse does not see: not counted */
         "service=x port=5432,5433",
         "dbname=x port=5432,5433",
