@@ -38,17 +38,6 @@ bool store_prepare_session(PGconn *conn, DbError *e)
     return res != NULL;
 }
 
-/* e from a failed result (res NULL: from the connection), as lib/db.c fills it. */
-static void fill_error(PGconn *conn, const PGresult *res, DbError *e)
-{
-    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-    snprintf(e->sqlstate, sizeof(e->sqlstate), "%s", state ? state : "");
-    const char *msg = res ? PQresultErrorMessage(res) : NULL;
-    snprintf(e->message, sizeof(e->message), "%s",
-             db_error_line(msg && *msg ? msg : PQerrorMessage(conn)));
-    e->conn_lost = PQstatus(conn) != CONNECTION_OK;
-}
-
 /* db_query, except that it stops waiting for the server as soon as *stop is set: a statement
  * that waits for a lock (up to LOCK_TIMEOUT) must not hold up a SIGTERM. Returns the result when
  * the statement succeeded (the caller PQclears it); NULL with e filled when it failed, or with
@@ -60,10 +49,8 @@ static PGresult *query_until_stop(PGconn *conn, const char *sql, int nparams,
                                   bool *stopped, DbError *e)
 {
     *stopped = false;
-    if (!PQsendQueryParams(conn, sql, nparams, NULL, values, NULL, NULL, 0)) {
-        fill_error(conn, NULL, e);
-        return NULL;
-    }
+    if (!PQsendQueryParams(conn, sql, nparams, NULL, values, NULL, NULL, 0))
+        return db_result(conn, NULL, e);
     while (PQisBusy(conn)) {
         struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
         if (pfd.fd < 0)
@@ -89,12 +76,7 @@ static PGresult *query_until_stop(PGconn *conn, const char *sql, int nparams,
     PGresult *res = PQgetResult(conn);
     for (PGresult *more; (more = PQgetResult(conn)) != NULL;)
         PQclear(more);
-    ExecStatusType st = PQresultStatus(res);
-    if (res && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK))
-        return res;
-    fill_error(conn, res, e);
-    PQclear(res);
-    return NULL;
+    return db_result(conn, res, e);
 }
 
 StoreResult store_apply(PGconn *conn, const OrderEvent *ev, const MessagePos *pos, long ttl_s,

@@ -357,8 +357,7 @@ static void fill_error(PGconn *conn, const PGresult *res, DbError *e)
     e->conn_lost = PQstatus(conn) != CONNECTION_OK;
 }
 
-/* res when it succeeded; else NULL, with e filled in and res cleared. */
-static PGresult *succeeded(PGconn *conn, PGresult *res, DbError *e)
+PGresult *db_result(PGconn *conn, PGresult *res, DbError *e)
 {
     ExecStatusType st = PQresultStatus(res);
     if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
@@ -371,7 +370,7 @@ static PGresult *succeeded(PGconn *conn, PGresult *res, DbError *e)
 PGresult *db_query_bin(PGconn *conn, const char *sql, int nparams, const char *const *values,
                        const int *lengths, const int *formats, DbError *e)
 {
-    return succeeded(conn, PQexecParams(conn, sql, nparams, NULL, values, lengths, formats, 0), e);
+    return db_result(conn, PQexecParams(conn, sql, nparams, NULL, values, lengths, formats, 0), e);
 }
 
 PGresult *db_query(PGconn *conn, const char *sql, int nparams, const char *const *values,
@@ -382,7 +381,7 @@ PGresult *db_query(PGconn *conn, const char *sql, int nparams, const char *const
 
 PGresult *db_run_script(PGconn *conn, const char *sql, DbError *e)
 {
-    return succeeded(conn, PQexec(conn, sql), e);
+    return db_result(conn, PQexec(conn, sql), e);
 }
 
 bool db_exec(PGconn *conn, const char *sql, DbError *e)

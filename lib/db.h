@@ -73,6 +73,11 @@ PGresult *db_query_bin(PGconn *conn, const char *sql, int nparams, const char *c
  * trip; returns the last statement's result, or NULL with e filled in. */
 PGresult *db_run_script(PGconn *conn, const char *sql, DbError *e);
 
+/* A statement's result res (NULL: none came, the connection says why) when it succeeded (the
+ * caller PQclears it); else NULL, with e filled in and res cleared. For callers that send and
+ * wait themselves (PQsendQuery...); db_query and the rest end with it. */
+PGresult *db_result(PGconn *conn, PGresult *res, DbError *e);
+
 /* Runs a statement whose result is not needed; true on success. */
 bool db_exec(PGconn *conn, const char *sql, DbError *e) __attribute__((warn_unused_result));
 
