@@ -21,19 +21,14 @@
 #define LOCK_TIMEOUT "5s"
 #define STATEMENT_TIMEOUT "10s"
 
-/* Sets the setting name to bound (for the transaction when local is "true", else the session)
- * unless the session's own value is already a non-zero one at most as long. */
-#define BOUND_SQL(name, bound, local)                                                              \
-    "SELECT pg_catalog.set_config('" name "', '" bound "', " local ")"                             \
-    " WHERE pg_catalog.current_setting('" name "')::interval"                                      \
-    " NOT BETWEEN interval '1 ms' AND interval '" bound "'"
-
 /* Opens the apply transaction with its statement_timeout, in the BEGIN's round trip. */
-static const char begin_sql[] = "BEGIN; " BOUND_SQL("statement_timeout", STATEMENT_TIMEOUT, "true");
+static const char begin_sql[] =
+    "BEGIN; " DB_BOUND_SETTING_SQL("statement_timeout", STATEMENT_TIMEOUT, "true");
 
 bool store_prepare_session(PGconn *conn, DbError *e)
 {
-    PGresult *res = db_query(conn, BOUND_SQL("lock_timeout", LOCK_TIMEOUT, "false"), 0, NULL, e);
+    PGresult *res =
+        db_query(conn, DB_BOUND_SETTING_SQL("lock_timeout", LOCK_TIMEOUT, "false"), 0, NULL, e);
     PQclear(res);
     return res != NULL;
 }

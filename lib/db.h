@@ -73,6 +73,16 @@ PGresult *db_query_bin(PGconn *conn, const char *sql, int nparams, const char *c
  * trip; returns the last statement's result, or NULL with e filled in. */
 PGresult *db_run_script(PGconn *conn, const char *sql, DbError *e);
 
+/* SQL that sets the setting name (a duration: lock_timeout, statement_timeout) to bound, for the
+ * transaction when local is "true" (else "false": the session), unless the value in force is
+ * already a non-zero one at most as long: a stricter one the connection string set stays. name,
+ * bound and local are string literals; bound may be a printf conversion ("%ldms") the caller
+ * fills, twice. */
+#define DB_BOUND_SETTING_SQL(name, bound, local)                                                   \
+    "SELECT pg_catalog.set_config('" name "', '" bound "', " local ")"                             \
+    " WHERE pg_catalog.current_setting('" name "')::interval"                                      \
+    " NOT BETWEEN interval '1 ms' AND interval '" bound "'"
+
 /* A statement's result res (NULL: none came, the connection says why) when it succeeded (the
  * caller PQclears it); else NULL, with e filled in and res cleared. For callers that send and
  * wait themselves (PQsendQuery...); db_query and the rest end with it. */

@@ -19,13 +19,6 @@
 #define RETRY_AFTER_UNAVAILABLE 2 /* seconds: PostgreSQL is down or every connection busy */
 #define RETRY_AFTER_TIMEOUT 2     /* seconds: a statement ran into --lock/--statement-timeout */
 
-/* Sets the session's name to bound (milliseconds) unless the connection string already set a
- * non-zero value at most as long (the stricter one stays, as in consumer-demo). */
-#define BOUND_SQL(name)                                                                            \
-    "SELECT pg_catalog.set_config('" name "', '%ldms', false)"                                     \
-    " WHERE pg_catalog.current_setting('" name "')::interval"                                      \
-    " NOT BETWEEN interval '1 ms' AND interval '%ldms'"
-
 /* Timestamps in the API: UTC, microseconds, as PostgreSQL stores them. */
 #define CREATED_AT_SQL "to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 
@@ -72,8 +65,11 @@ static char *utf8_or_question_marks(const char *s)
 
 bool api_session_sql(long lock_timeout_ms, long statement_timeout_ms, char *out, size_t outlen)
 {
-    int n = snprintf(out, outlen, BOUND_SQL("lock_timeout") "; " BOUND_SQL("statement_timeout"),
-                     lock_timeout_ms, lock_timeout_ms, statement_timeout_ms, statement_timeout_ms);
+    int n =
+        snprintf(out, outlen,
+                 DB_BOUND_SETTING_SQL("lock_timeout", "%ldms", "false") "; " DB_BOUND_SETTING_SQL(
+                     "statement_timeout", "%ldms", "false"),
+                 lock_timeout_ms, lock_timeout_ms, statement_timeout_ms, statement_timeout_ms);
     return n > 0 && (size_t)n < outlen;
 }
 
