@@ -157,3 +157,33 @@ redis_kill() {
 redis_keys() {
     redis_q --scan --pattern "$1" | wc -l
 }
+
+# ---- another session holding locks -------------------------------------------------------------
+
+declare -gA HOLDER_PIDS
+# holder_start NAME SQL...: a session named NAME (its application_name) runs BEGIN and each SQL,
+# then keeps its transaction, and what it locked, for 120 s or until holder_stop NAME. Returns at
+# once; holder_holds NAME says when it has got that far. Output in $T/NAME.out.
+holder_start() {
+    local name=$1 sql args=(-c BEGIN)
+    shift
+    for sql in "$@"; do
+        args+=(-c "$sql")
+    done
+    PGAPPNAME=$name timeout 150 psql -XAtq "${args[@]}" -c "SELECT pg_sleep(120)" \
+        >"$T/$name.out" 2>&1 &
+    HOLDER_PIDS[$name]=$!
+    _t_track "$!"
+}
+# holder_holds NAME: holder_start NAME's session is in its sleep, its statements done.
+holder_holds() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE application_name = '$1'
+                 AND query LIKE '%pg_sleep%'")" = 1 ]
+}
+# holder_stop NAME: ends holder_start NAME's session (its transaction rolls back).
+holder_stop() {
+    psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+            WHERE application_name = '$1'" >/dev/null
+    wait "${HOLDER_PIDS[$1]}" 2>/dev/null
+    return 0
+}

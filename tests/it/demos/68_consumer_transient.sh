@@ -120,23 +120,14 @@ check_eq "2: nothing parked" 0 "$(parked)"
 consumer_stop
 consumer_start --topic "$TOPIC" --group shipping \
     --database-url "$DATABASE_URL?options=-c%20statement_timeout%3D300"
-PGAPPNAME=locker timeout 150 psql -XAtq >"$T/locker.out" 2>&1 \
-    -c "BEGIN" -c "LOCK TABLE shipments IN EXCLUSIVE MODE" -c "SELECT pg_sleep(120)" &
-LOCKER_PID=$!
-_t_track "$LOCKER_PID"
-locked() {
-    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'locker'
-                 AND query LIKE '%pg_sleep%'")" = 1 ]
-}
-wait_for "3: another session holds the shipments table" 30 locked
+holder_start locker "LOCK TABLE shipments IN EXCLUSIVE MODE"
+wait_for "3: another session holds the shipments table" 30 holder_holds locker
 base=$(pg_errors "statement timeout")
 order_msg 5 | produce
 _poll 60 errors_over "statement timeout" $((base + 6)) ||
     echo "# 3: fewer than 6 timeouts seen: $(( $(pg_errors "statement timeout") - base ))"
 check_eq "3: nothing parked while statements time out" 0 "$(parked)"
-psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'locker'" \
-    >/dev/null
-wait "$LOCKER_PID" 2>/dev/null
+holder_stop locker
 wait_for "3: once the table is free, the event is applied" 60 \
     sql_is "SELECT count(*) FROM shipments WHERE order_id = 'o-5'" 1
 check "3: the outage named the cancelled statement as transient" \
@@ -146,19 +137,14 @@ check "3: the outage named the cancelled statement as transient" \
 consumer_stop
 consumer_start --topic "$TOPIC" --group shipping \
     --database-url "$DATABASE_URL?options=-c%20lock_timeout%3D300"
-PGAPPNAME=locker timeout 150 psql -XAtq >"$T/locker.out" 2>&1 \
-    -c "BEGIN" -c "LOCK TABLE shipments IN EXCLUSIVE MODE" -c "SELECT pg_sleep(120)" &
-LOCKER_PID=$!
-_t_track "$LOCKER_PID"
-wait_for "3b: another session holds the shipments table" 30 locked
+holder_start locker "LOCK TABLE shipments IN EXCLUSIVE MODE"
+wait_for "3b: another session holds the shipments table" 30 holder_holds locker
 base=$(pg_errors "lock timeout")
 order_msg 11 | produce
 _poll 60 errors_over "lock timeout" $((base + 6)) ||
     echo "# 3b: fewer than 6 lock timeouts seen: $(( $(pg_errors "lock timeout") - base ))"
 check_eq "3b: nothing parked while locks time out" 0 "$(parked)"
-psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'locker'" \
-    >/dev/null
-wait "$LOCKER_PID" 2>/dev/null
+holder_stop locker
 wait_for "3b: once the table is free, the event is applied" 60 \
     sql_is "SELECT count(*) FROM shipments WHERE order_id = 'o-11'" 1
 check "3b: the outage named the lock timeout as transient" \
@@ -224,24 +210,10 @@ update_msg() { # N VERSION: o-N's OrderUpdated at VERSION (event id fixed per N 
         headers: [["id", $id], ["event_type", "OrderUpdated"], ["aggregate_type", "order"]]}'
 }
 # hold_row: another session (row-holder) updates o-12's shipment and keeps its transaction open
-# for 120 s, or until release_row.
+# for 120 s, or until holder_stop row-holder.
 hold_row() {
-    PGAPPNAME=row-holder timeout 150 psql -XAtq >"$T/row-holder.out" 2>&1 -c "BEGIN" \
-        -c "UPDATE shipments SET updated_at = now() WHERE order_id = 'o-12'" \
-        -c "SELECT pg_sleep(120)" &
-    HOLDER_PID=$!
-    _t_track "$HOLDER_PID"
-    wait_for "7: another session holds o-12's shipment row" 30 row_held
-}
-row_held() {
-    sql_is "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'row-holder'
-            AND query LIKE '%pg_sleep%'" 1
-}
-release_row() {
-    psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-            WHERE application_name = 'row-holder'" >/dev/null
-    wait "$HOLDER_PID" 2>/dev/null
-    return 0
+    holder_start row-holder "UPDATE shipments SET updated_at = now() WHERE order_id = 'o-12'"
+    wait_for "7: another session holds o-12's shipment row" 30 holder_holds row-holder
 }
 consumer_waits_for_lock() {
     sql_is "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'consumer-demo'
@@ -259,9 +231,9 @@ hold_row
 update_msg 12 2 | produce
 wait_for "7a: the waits for the row end at the lock timeout, retried as an outage" 60 \
     grep -qE 'msg="postgres unavailable, retrying".*fault=transient.*55P03' "$CONSUMER_LOG"
-check "7a: ...while the row is still held" row_held
+check "7a: ...while the row is still held" holder_holds row-holder
 check_eq "7a: nothing parked meanwhile (the one parked is part 5's poison event)" 1 "$(parked)"
-release_row
+holder_stop row-holder
 wait_for "7a: once the row is released, the update is applied" 60 \
     sql_is "SELECT order_version FROM shipments WHERE order_id = 'o-12'" 2
 check "7a: the outage's end is logged" grep -q 'msg="postgres available again"' "$CONSUMER_LOG"
@@ -280,7 +252,7 @@ if _poll 60 _t_dead "$CONSUMER_PID"; then
 else
     not_ok "7b: SIGTERM while waiting for the row: consumer-demo leaves" "still running after 60 s"
 fi
-check "7b: ...while the other session still held the row" row_held
+check "7b: ...while the other session still held the row" holder_holds row-holder
 check "7b: it says it left the event for redelivery" \
     grep -q 'msg="apply abandoned at shutdown, the event will be delivered again"' "$CONSUMER_LOG"
 check_eq "7b: nothing of the update committed (still version 2, its id not recorded)" "2 0" \
@@ -288,7 +260,7 @@ check_eq "7b: nothing of the update committed (still version 2, its id not recor
 consumer_running && consumer_stop # the old code: let it go before the next run
 # The next run starts once the row is free: at start-up the schema's ALTER TABLE waits for every
 # lock on shipments.
-release_row
+holder_stop row-holder
 consumer_start --topic "$TOPIC" --group shipping
 wait_for "7b: the next run gets the update again and applies it" 60 \
     sql_is "SELECT order_version FROM shipments WHERE order_id = 'o-12'" 3

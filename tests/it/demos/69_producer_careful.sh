@@ -72,18 +72,11 @@ retries() {
 }
 # locker_start TABLE: another session holds TABLE (SHARE: writes wait) until locker_stop.
 locker_start() {
-    PGAPPNAME=locker timeout 150 psql -XAtq >"$T/locker.out" 2>&1 \
-        -c "BEGIN" -c "LOCK TABLE $1 IN SHARE MODE" -c "SELECT pg_sleep(120)" &
-    LOCKER_PID=$!
-    _t_track "$LOCKER_PID"
-    _poll 30 sql_is "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'locker'
-                     AND query LIKE '%pg_sleep%'" 1 || fail "the locker holds $1"
+    holder_start locker "LOCK TABLE $1 IN SHARE MODE"
+    _poll 30 holder_holds locker || fail "the locker holds $1"
 }
 locker_stop() {
-    psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-            WHERE application_name = 'locker'" >/dev/null
-    wait "$LOCKER_PID" 2>/dev/null
-    return 0
+    holder_stop locker
 }
 # request_waits [SECONDS]: a producer-demo request waits for a lock (for at least SECONDS).
 request_waits() {
