@@ -404,9 +404,15 @@ static void start_next(Session *s)
             session_set_phase(s, PHASE_IDLE);
         return;
     case NEXT_REBALANCE:
+        /* Cleared as the look goes out, not when its answer comes: a change of the group
+         * while it is out (a session resting, one joining) describes a group its answer may
+         * not have seen, and sets the flag again for another look before the next claim. */
+        s->rebalance_due = false;
         session_set_phase(s, PHASE_REBALANCING);
-        if (!lanes_rebalance(&s->lanes, s->pg, on_lanes_reply, s))
+        if (!lanes_rebalance(&s->lanes, s->pg, on_lanes_reply, s)) {
+            s->rebalance_due = true;
             session_set_phase(s, PHASE_IDLE);
+        }
         return;
     case NEXT_LEAVE_GUARD:
         send_leave_guard(s);
@@ -462,7 +468,6 @@ static void lanes_divided(Session *s)
         rebalance_others(s);
         return;
     }
-    s->rebalance_due = false;
     log_lanes_owned(s->relay, lanes->live_sessions);
     bool membership_changed = lanes->live_sessions != s->logged_sessions;
     s->logged_sessions = lanes->live_sessions;

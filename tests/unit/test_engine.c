@@ -942,6 +942,41 @@ static void test_session_rests_and_joins(void **state)
     expect_sent(1, takes_over_sent);
 }
 
+/* The group changes while a session's rebalance is out: the answer it gets describes the group
+ * before the change, so it must look again before it claims. Seen at start-up, where the second
+ * session's connection came up first: that session joined and claimed, then rested when the
+ * first came up, during the first's rebalance; the first then claimed on half of the lanes
+ * until its next rebalance interval, and the other half's events waited. */
+static void test_group_change_during_rebalance(void **state)
+{
+    static const char *const sent[] = {
+        "LISTEN,floor-check", "join", "members", "lock", "members", NULL};
+    static const int two[] = {0, 1}, one[] = {0};
+    start("2", "1", "60000");
+    T.members = "1";
+    bring_up(1); /* session 0 is down: session 1 claims in its place */
+    fake_pg_up(PG(0));
+    answer(0); /* LISTEN: session 1 rests from now on */
+    answer(0); /* join */
+    T.members = "0,1";
+    /* Its members look is out; it is answered below with the group before session 1 left. */
+    assert_non_null(fake_pg_pending(PG(0)));
+    answer_claim(1, "");
+    while (S(1)->lanes.slot >= 0) {
+        assert_non_null(fake_pg_pending(PG(1)));
+        answer(1); /* ending its claim, then unlock and leave */
+    }
+    answer(0); /* members: "0,1", as the statement saw it */
+    assert_string_equal(pending_param(0, "lock"), lanes_of(two, 2, 0));
+    T.members = "0";
+    answer(0); /* lock: the group changed meanwhile, so it looks again before claiming */
+    expect_sent(0, sent);
+    answer(0); /* members: alone now, so it takes session 1's half too */
+    assert_string_equal(pending_param(0, "lock"), lanes_of(two, 2, 1));
+    answer(0);
+    assert_string_equal(field(pending_param(0, "claim"), 1), lanes_of(one, 1, 0));
+}
+
 /* The marks fail with a row's own fault (22P02): the batch is rolled back and recorded row by
  * row, the refused row as a failure, the others as sent. */
 static void test_row_by_row_after_row_fault(void **state)
@@ -1127,6 +1162,7 @@ int main(void)
         cmocka_unit_test_teardown(test_delivery_timeout_purges, teardown),
         cmocka_unit_test_teardown(test_lanes_handed_over, teardown),
         cmocka_unit_test_teardown(test_session_rests_and_joins, teardown),
+        cmocka_unit_test_teardown(test_group_change_during_rebalance, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_row_fault, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_chained_marks, teardown),
         cmocka_unit_test_teardown(test_transient_mark_failures, teardown),

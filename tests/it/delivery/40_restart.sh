@@ -56,6 +56,11 @@ sent_of() { # sent_of TYPE: rows of aggregate type TYPE marked sent
     psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1' AND sent_at IS NOT NULL"
 }
 
+one_session_holds_the_lanes() {
+    [ "$(psql_q "SELECT count(*) || '/' || count(DISTINCT l.pid) FROM pg_locks l
+                 WHERE $LANE_LOCK")" = 64/1 ]
+}
+
 partly_sent() { # partly_sent TYPE: some but not all of TYPE's 5,000 rows marked sent
     local n
     n=$(sent_of "$1")
@@ -197,6 +202,9 @@ for e_try in 1 2 3; do
     run_relay --shutdown-timeout 6000
     insert e "$((e_try * 1000))" "$((e_try * 1000))"
     wait_for "E: the warm-up row sent (try $e_try)" 30 no_unsent_rows
+    # The ten rows must make one batch: the second session, which may have claimed until the
+    # first was connected, has left its lanes to the first.
+    wait_for "E: one session holds the 64 lanes (try $e_try)" 30 one_session_holds_the_lanes
     broker_cmd "rtt all 1000"
     insert e 0 9
     _poll 30 claim_open && e_open=$((e_open + 1))
