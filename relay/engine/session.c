@@ -466,6 +466,10 @@ static void lanes_divided(Session *s)
          * the relay's total if it changed. */
         log_debug("session rests", "session=%d", s->index);
         rebalance_others(s);
+        /* Called back while it was leaving (a backlog: relay_batch_claimed skips members): it
+         * joins again at once rather than at its next interval. */
+        if (!s->setup_fault && !relay_session_resting(s->relay, s))
+            s->rebalance_due = true;
         return;
     }
     log_lanes_owned(s->relay, lanes->live_sessions);

@@ -942,6 +942,35 @@ static void test_session_rests_and_joins(void **state)
     expect_sent(1, takes_over_sent);
 }
 
+/* A backlog calls the resting sessions back while one is still leaving the group (its unlock and
+ * leave out): once out, it joins again at once, not at its next --rebalance-interval (while the
+ * backlog waits on fewer sessions than it asked for). */
+static void test_called_back_while_leaving(void **state)
+{
+    start("2", "1", "60000");
+    bring_up(0);
+    fake_pg_up(PG(1));
+    answer(1); /* LISTEN */
+    for (int i = 0; i < 10; i++)
+        full_batch(); /* a backlog: session 1 joins */
+    T.members = "0,1";
+    answer(1); /* join */
+    answer(1); /* members */
+    answer(1); /* lock */
+    answer_claim(1, "");
+    while (fake_pg_pending(PG(1)))
+        answer(1); /* to sleep, its final claim */
+    T.r->backlog_seen_at = monotime_now() - 2 * (double)T.cfg.session_rest_after_ms / 1000.0;
+    fire(&T.r->rest_timer);
+    assert_non_null(fake_pg_pending(PG(1))); /* unlock, leave */
+    forget(1);
+    for (int i = 0; i < 10; i++)
+        relay_batch_claimed(T.r, true); /* the backlog is back before the leave's answer */
+    answer(1);
+    static const char *const sent[] = {"join", NULL};
+    expect_sent(1, sent);
+}
+
 /* The group changes while a session's rebalance is out: the answer it gets describes the group
  * before the change, so it must look again before it claims. Seen at start-up, where the second
  * session's connection came up first: that session joined and claimed, then rested when the
@@ -1163,6 +1192,7 @@ int main(void)
         cmocka_unit_test_teardown(test_lanes_handed_over, teardown),
         cmocka_unit_test_teardown(test_session_rests_and_joins, teardown),
         cmocka_unit_test_teardown(test_group_change_during_rebalance, teardown),
+        cmocka_unit_test_teardown(test_called_back_while_leaving, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_row_fault, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_chained_marks, teardown),
         cmocka_unit_test_teardown(test_transient_mark_failures, teardown),
