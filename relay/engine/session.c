@@ -437,6 +437,18 @@ static void rebalance_others(Session *s)
     }
 }
 
+/* s's connection is up: the sessions after it that it pushes out of the first active_sessions
+ * connected ones rest from now on (relay_session_resting), and give their lanes up between
+ * batches. Told now, as on_rest_timer tells them: one asleep would keep its lanes until its next
+ * event (a notification, the poll or rebalance timer) while s joins and takes only its share. */
+static void rest_others(Session *s)
+{
+    Relay *r = s->relay;
+    for (int i = s->index + 1; i < r->n_sessions; i++)
+        if (relay_session_resting(r, &r->sessions[i]))
+            session_event(&r->sessions[i], EVENT_LOOK);
+}
+
 /* ---- replies: what each phase's request came back with ------------------------------------ */
 
 static void listening(Session *s, PGresult **results, int n, const char *error)
@@ -655,8 +667,11 @@ static void connected(Session *s)
     PgQuery q[2] = {{SQL_LISTEN, 0, NULL, false}, {s->sql[SQL_FLOOR_CHECK], 0, NULL, false}};
     floor_reset(&s->floor); /* a new connection: start from the table's start */
     session_set_phase(s, PHASE_SETUP);
-    if (!pg_conn_send(s->pg, q, 2, on_reply, s))
+    if (!pg_conn_send(s->pg, q, 2, on_reply, s)) {
         session_set_phase(s, PHASE_DOWN);
+        return;
+    }
+    rest_others(s);
 }
 
 /* The session is gone, and with it the open transaction and every lane this relay owned: other

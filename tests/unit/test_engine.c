@@ -1006,6 +1006,33 @@ static void test_group_change_during_rebalance(void **state)
     assert_string_equal(field(pending_param(0, "claim"), 1), lanes_of(one, 1, 0));
 }
 
+/* Session 1 came up first and claims in session 0's place; it is asleep, with nothing to do,
+ * when session 0's connection comes up. From then on it rests: it gives its lanes up at once,
+ * not at its next event (a notification, the poll or rebalance timer) while session 0 joins
+ * beside it and takes only half of the lanes. */
+static void test_rests_when_lower_session_connects(void **state)
+{
+    static const char *const rests_sent[] = {"unlock,leave", "wake", NULL};
+    static const int one[] = {0};
+    start("2", "1", "60000");
+    T.members = "1";
+    bring_up(1); /* session 0 is down: session 1 claims in its place */
+    while (fake_pg_pending(PG(1)))
+        answer(1); /* nothing to claim: to sleep, its final claim */
+    forget(1);
+    fake_pg_up(PG(0)); /* session 1 rests from now on */
+    assert_non_null(fake_pg_pending(PG(1)));
+    answer(1); /* unlock, leave */
+    answer(1); /* a guard with no lanes lets the wakeup lock go */
+    expect_sent(1, rests_sent);
+    expect_idle_pg(1);
+    T.members = "0";
+    answer(0); /* LISTEN */
+    answer(0); /* join */
+    answer(0); /* members: alone, so it takes every lane */
+    assert_string_equal(pending_param(0, "lock"), lanes_of(one, 1, 0));
+}
+
 /* The marks fail with a row's own fault (22P02): the batch is rolled back and recorded row by
  * row, the refused row as a failure, the others as sent. */
 static void test_row_by_row_after_row_fault(void **state)
@@ -1193,6 +1220,7 @@ int main(void)
         cmocka_unit_test_teardown(test_session_rests_and_joins, teardown),
         cmocka_unit_test_teardown(test_group_change_during_rebalance, teardown),
         cmocka_unit_test_teardown(test_called_back_while_leaving, teardown),
+        cmocka_unit_test_teardown(test_rests_when_lower_session_connects, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_row_fault, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_chained_marks, teardown),
         cmocka_unit_test_teardown(test_transient_mark_failures, teardown),
