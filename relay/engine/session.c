@@ -684,6 +684,10 @@ static void disconnected(Session *s)
                        s->phase == PHASE_RECORDING_ROW;
     session_set_phase(s, PHASE_DOWN);
     lanes_reset(&s->lanes);
+    /* Its join after the reconnect changes the group as its first did, whatever the number of
+     * members it saw before: the others must re-divide then (lanes_divided), not at their next
+     * interval, while they hold its lanes. */
+    s->logged_sessions = 0;
     wakeup_connection_lost(&s->wake); /* a guard's lock went with the session */
     /* Its lanes are free: the other sessions take them (a resting one may now claim in its
      * place, relay_session_resting) rather than at their next rebalance. */

@@ -1006,6 +1006,17 @@ static void test_group_change_during_rebalance(void **state)
     assert_string_equal(field(pending_param(0, "claim"), 1), lanes_of(one, 1, 0));
 }
 
+/* Answers both sessions until neither has a request out. */
+static void drain_both(void)
+{
+    while (fake_pg_pending(PG(0)) || fake_pg_pending(PG(1))) {
+        if (fake_pg_pending(PG(0)))
+            answer(0);
+        if (fake_pg_pending(PG(1)))
+            answer(1);
+    }
+}
+
 /* Session 1 came up first and claims in session 0's place; it is asleep, with nothing to do,
  * when session 0's connection comes up. From then on it rests: it gives its lanes up at once,
  * not at its next event (a notification, the poll or rebalance timer) while session 0 joins
@@ -1031,6 +1042,31 @@ static void test_rests_when_lower_session_connects(void **state)
     answer(0); /* join */
     answer(0); /* members: alone, so it takes every lane */
     assert_string_equal(pending_param(0, "lock"), lanes_of(one, 1, 0));
+}
+
+/* A session's connection goes and comes back: its join after the reconnect is a change of the
+ * group as much as its first one, and the other session re-divides at once, not at its next
+ * --rebalance-interval (keeping the lanes of both sessions until then), though the number of
+ * members is the one the session saw before it went. */
+static void test_rejoin_after_reconnect(void **state)
+{
+    static const char *const redivides_sent[] = {"members", NULL};
+    start("2", "2", "60000");
+    bring_up(0);
+    T.members = "0,1";
+    fake_pg_up(PG(1));
+    drain_both(); /* session 1 joins, session 0 re-divides; both go to sleep */
+    fake_pg_drop(PG(1), "connection reset by peer");
+    T.members = "0";
+    drain_both(); /* session 0 takes every lane */
+    forget(0);
+    T.members = "0,1";
+    fake_pg_up(PG(1));
+    answer(1); /* LISTEN */
+    answer(1); /* join */
+    answer(1); /* members */
+    answer(1); /* lock: session 1 is a member with lanes again */
+    expect_sent(0, redivides_sent);
 }
 
 /* The marks fail with a row's own fault (22P02): the batch is rolled back and recorded row by
@@ -1221,6 +1257,7 @@ int main(void)
         cmocka_unit_test_teardown(test_group_change_during_rebalance, teardown),
         cmocka_unit_test_teardown(test_called_back_while_leaving, teardown),
         cmocka_unit_test_teardown(test_rests_when_lower_session_connects, teardown),
+        cmocka_unit_test_teardown(test_rejoin_after_reconnect, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_row_fault, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_chained_marks, teardown),
         cmocka_unit_test_teardown(test_transient_mark_failures, teardown),
