@@ -837,7 +837,14 @@ static void on_wake_timer(struct ev_loop *loop, ev_timer *w, int revents)
 
 static void on_rebalance_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    session_event(w->data, EVENT_REBALANCE_DUE);
+    Session *s = w->data;
+    /* A look out now is this interval's: with looks as slow as the interval (a remote or loaded
+     * server, --rebalance-interval 100) a tick would put another behind each, and the session
+     * would never claim again. A change of the group arrives through rebalance_others and
+     * relay_batch_claimed, and still brings another look. */
+    if (s->phase == PHASE_REBALANCING)
+        return;
+    session_event(s, EVENT_REBALANCE_DUE);
 }
 
 static void on_delivery_timer(struct ev_loop *loop, ev_timer *w, int revents)

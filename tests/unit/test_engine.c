@@ -1069,6 +1069,24 @@ static void test_rejoin_after_reconnect(void **state)
     expect_sent(0, redivides_sent);
 }
 
+/* The rebalance timer ticks while the session's look at the group is out (a look as slow as
+ * --rebalance-interval: a remote or loaded server, or an interval of 100 ms): that look is the
+ * interval's, and the next claim follows it. Were the tick to bring another look at once, every
+ * look would have one behind it, and the session would never claim again. */
+static void test_rebalance_tick_during_look(void **state)
+{
+    static const char *const sent[] = {"mark-plan,mark-sent,COMMIT", "members", CLAIM, NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A");
+    fire(&S(0)->rebalance_timer); /* a look before the next claim */
+    fake_kafka_report_all(OK);
+    answer(0); /* the marks; the look goes out */
+    fire(&S(0)->rebalance_timer);
+    answer(0); /* members: nothing changed */
+    expect_sent(0, sent);
+}
+
 /* The marks fail with a row's own fault (22P02): the batch is rolled back and recorded row by
  * row, the refused row as a failure, the others as sent. */
 static void test_row_by_row_after_row_fault(void **state)
@@ -1258,6 +1276,7 @@ int main(void)
         cmocka_unit_test_teardown(test_called_back_while_leaving, teardown),
         cmocka_unit_test_teardown(test_rests_when_lower_session_connects, teardown),
         cmocka_unit_test_teardown(test_rejoin_after_reconnect, teardown),
+        cmocka_unit_test_teardown(test_rebalance_tick_during_look, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_row_fault, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_chained_marks, teardown),
         cmocka_unit_test_teardown(test_transient_mark_failures, teardown),
