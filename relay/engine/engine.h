@@ -176,6 +176,9 @@ struct Session {
     ev_tstamp claim_sent_at, marks_sent_at; /* of the current batch, for the debug log */
     bool stopping;
     Backoff retry;
+    /* Its claim waits for the other sessions' batches, the producer having failed: the last one
+     * done wakes it (relay_batch_done); its retry backoff is only the fallback. */
+    bool producer_wait;
     bool claim_error_logged;
     /* The last claim or mark failed for a reason of the setup (sqlstate.h: privileges, a missing
      * table or column), which no retry of the same rows can cure: the session gives its lanes
@@ -230,6 +233,9 @@ void relay_start_purge(Relay *r);
  * reported): until then returns false, and the caller retries later. A failed recreation stops
  * the process (relay_fail) and returns false too. */
 bool relay_producer_ready(Relay *r);
+/* A session's batch is done (recorded, or abandoned and every report in): after a fatal producer
+ * error the last one wakes the sessions whose claims waited for it (Session.producer_wait). */
+void relay_batch_done(Relay *r);
 
 /* ---- session.c: the driver ---- */
 

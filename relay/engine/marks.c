@@ -42,6 +42,7 @@ void marks_batch_done(Session *s, bool retry)
         backoff_reset(&s->retry);
         s->mark_retries = 0;
     }
+    relay_batch_done(s->relay);
 }
 
 /* A failure to record an outcome is logged once per distinct error, then at debug level: a

@@ -81,6 +81,26 @@ bool relay_producer_ready(Relay *r)
     return true;
 }
 
+void relay_batch_done(Relay *r)
+{
+    if (r->stopping || !kafka_fatal(r->kafka))
+        return; /* stopping: no session claims again (and the producer may be being freed) */
+    for (int i = 0; i < r->n_sessions; i++)
+        if (r->sessions[i].batch.n > 0)
+            return;
+    /* The producer may be recreated now. A session that found it could not be (another's batch
+     * was out) waits out its retry backoff, grown with each look meanwhile (up to 30 s): it
+     * claims now instead, and its claim recreates the producer. */
+    for (int i = 0; i < r->n_sessions; i++) {
+        Session *s = &r->sessions[i];
+        if (!s->producer_wait)
+            continue;
+        s->producer_wait = false;
+        ev_timer_stop(r->loop, &s->retry_timer);
+        session_event(s, EVENT_WAKE);
+    }
+}
+
 int relay_lanes_owned(const Relay *r)
 {
     int owned = 0;

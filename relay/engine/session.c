@@ -246,9 +246,12 @@ static void end_transaction(Session *s, const char *sql)
 static void send_claim(Session *s)
 {
     ClaimRequest req;
-    if (!claim_build(s, &req)) {
+    s->producer_wait = !claim_build(s, &req);
+    if (s->producer_wait) {
+        /* The last of the other sessions' batches wakes it (relay_batch_done); the backoff is
+         * a bound should none. */
         if (!s->relay->stopping)
-            schedule_retry(s); /* once the other sessions' batches are done */
+            schedule_retry(s);
         return;
     }
     s->claim_sent_at = monotime_now();
@@ -497,7 +500,8 @@ static void lanes_divided(Session *s)
 
 static void claimed(Session *s, PGresult **results, int n, const char *error)
 {
-    switch (claim_read(s, results, n, error)) {
+    ClaimOutcome outcome = claim_read(s, results, n, error);
+    switch (outcome) {
     case CLAIM_BATCH:
         session_set_phase(s, PHASE_PRODUCING);
         start_timer(s, &s->delivery_timer, (double)s->cfg->delivery_timeout_ms / 1000.0);
@@ -523,6 +527,9 @@ static void claimed(Session *s, PGresult **results, int n, const char *error)
     case CLAIM_LOCKED_WAIT:
     case CLAIM_FAILED:
     case CLAIM_PRODUCER_FAILED:
+        /* A producer failed under the claim is recreated once the last batch is done, which
+         * wakes the session (relay_batch_done), whatever its backoff. */
+        s->producer_wait = outcome == CLAIM_PRODUCER_FAILED;
         s->wake_pending = true;
         schedule_retry(s);
         end_transaction(s, SQL_ROLLBACK);
@@ -748,6 +755,7 @@ static void advance(Session *s, bool produce)
         ev_timer_stop(s->loop, &s->delivery_timer); /* it ran on for the abandoned batch */
         batch_clear(b);
         s->wake_pending = true;
+        relay_batch_done(s->relay);
     }
     if (s->phase == PHASE_PRODUCING) {
         if (produce && (b->next < b->n || b->timed_out || s->stopping))

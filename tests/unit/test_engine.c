@@ -1259,6 +1259,49 @@ static void test_refused_event_holds_its_aggregate(void **state)
     expect_sent(0, sent);
 }
 
+/* The producer fails fatally while session 0's batch is out and session 1's claim is out: its
+ * rows go back. Session 1 may not claim until session 0's batch is done (the shared producer is
+ * recreated only then, relay_producer_ready): it waits for the retry backoff, and each look
+ * meanwhile (looks of them) finds the batch still out and grows the backoff (up to 30 s). Once
+ * the last batch is done, session 1 claims at once (recreating the producer), not at the end of
+ * that backoff. */
+static void claims_once_producer_may_be_recreated(int looks, double backoff_at_least)
+{
+    start("2", "2", "60000");
+    T.members = "0,1";
+    bring_up(0);
+    bring_up(1);
+    answer_claim(0, "A"); /* session 0's batch is out */
+    fake_kafka_set_fatal(true);
+    answer_claim(1, "B"); /* the producer failed: nothing of it is produced */
+    answer(1);            /* ROLLBACK */
+    for (int i = 0; i < looks; i++) {
+        expect_idle_pg(1); /* the retry backoff */
+        fire(&S(1)->retry_timer);
+    }
+    expect_idle_pg(1); /* session 0's batch is still out */
+    assert_true(ev_timer_remaining(T.loop, &S(1)->retry_timer) >= backoff_at_least);
+    fake_kafka_report_all(RD_KAFKA_RESP_ERR__FATAL);
+    /* The marks, then the look session 1's join asked for. */
+    while (fake_pg_pending(PG(0)))
+        answer(0);
+    assert_non_null(fake_pg_pending(PG(1))); /* the last batch is done: session 1 claims */
+    assert_false(kafka_fatal(T.r->kafka));   /* on a new producer */
+}
+
+/* Session 0's batch is done before session 1's first retry. */
+static void test_claims_once_producer_may_be_recreated(void **state)
+{
+    claims_once_producer_may_be_recreated(0, 0.25);
+}
+
+/* Session 0's batch is done after six more looks of session 1's: its backoff was at its cap by
+ * then, 15-30 s. */
+static void test_claims_once_producer_may_be_recreated_late(void **state)
+{
+    claims_once_producer_may_be_recreated(6, 15.0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1283,6 +1326,8 @@ int main(void)
         cmocka_unit_test_teardown(test_claim_failure_waits_for_backoff, teardown),
         cmocka_unit_test_teardown(test_setup_fault, teardown),
         cmocka_unit_test_teardown(test_refused_event_holds_its_aggregate, teardown),
+        cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated, teardown),
+        cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated_late, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     print_coverage();
