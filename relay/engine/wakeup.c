@@ -89,5 +89,11 @@ bool wakeup_notified(Wakeup *w, const char *payload)
     if (w->guard && strcmp(payload, GUARD_LEFT) == 0)
         return false;
     w->notified = true;
+    /* A follower whose final claim is not out yet (a look at the lanes went first) may have lost
+     * its guard: that claim is a wakeup, and it asks again after it, as wakeup_sleep_read has it
+     * for a notification while it asked. Made final, it would sleep on with no guard, and rows
+     * committed from then on would wait for its poll timer. */
+    if (!w->guard)
+        w->final_check = false;
     return true;
 }

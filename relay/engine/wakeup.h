@@ -42,7 +42,8 @@ void wakeup_connection_lost(Wakeup *w);
 
 /* A notification with payload came. Returns false when it must be ignored: a guard that left
  * wakes its followers, and a guard now is none of them; waking it would make it leave in turn,
- * and the sessions would hand the lock round for ever. */
+ * and the sessions would hand the lock round for ever. A follower's final claim not yet out
+ * becomes a wakeup: its guard may have left. */
 bool wakeup_notified(Wakeup *w, const char *payload);
 
 #endif

@@ -1302,6 +1302,26 @@ static void test_claims_once_producer_may_be_recreated_late(void **state)
     claims_once_producer_may_be_recreated(6, 15.0);
 }
 
+/* A follower's final claim waits behind a look at the lanes (the rebalance timer ticked while it
+ * asked to sleep), and its guard leaves meanwhile: the claim is then a wakeup, and the session
+ * asks again after it, as when the guard leaves while it asks to sleep. Were it to sleep on, no
+ * session would guard it, and rows committed from then on would wait for its poll timer. */
+static void test_guard_leaves_before_final_claim(void **state)
+{
+    static const char *const sent[] = {"members", CLAIM, "COMMIT,sleep", NULL};
+    start("1", "1", "0");
+    T.sleep_answer = "follow";
+    bring_up(0);
+    answer_claim(0, "");          /* empty: COMMIT and to sleep */
+    fire(&S(0)->rebalance_timer); /* while the request to sleep is out */
+    forget(0);
+    answer(0); /* "follow": the look goes before the final claim */
+    fake_pg_notify(PG(0), WAKEUP_CHANNEL, GUARD_LEFT);
+    answer(0);           /* members: nothing changed */
+    answer_claim(0, ""); /* the claim that was to be the final one: nothing */
+    expect_sent(0, sent);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1328,6 +1348,7 @@ int main(void)
         cmocka_unit_test_teardown(test_refused_event_holds_its_aggregate, teardown),
         cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated, teardown),
         cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated_late, teardown),
+        cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     print_coverage();
