@@ -154,6 +154,10 @@ static void salvage_batch(Session *s, const char *state, const char *error)
 static bool batch_recorded(Session *s, PGresult **results, int n)
 {
     Batch *b = &s->batch;
+    /* The marks went through: the run of batches whose marks failed is over, also when nothing
+     * got through to Kafka (the retry backoff then runs on, but a later passing failure of the
+     * marks is the first of a new run, not the third, which would record its batch row by row). */
+    s->mark_retries = 0;
     if (s->failed_stmt >= 0 && s->failed_stmt < n)
         log_dead_lettered(s, results[s->failed_stmt]);
     bool transient_failure = false, all_recorded = true;

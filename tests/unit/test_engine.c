@@ -1322,6 +1322,37 @@ static void test_guard_leaves_before_final_claim(void **state)
     expect_sent(0, sent);
 }
 
+/* Two batches in a row whose marks failed for a passing reason, then a batch whose marks go
+ * through though nothing of it got through (Kafka down: every row failed, recorded, and the next
+ * claim waits for the retry backoff): the run of failed marks is over. A later passing failure of
+ * the marks is the first of a new run: the batch is sent again after the backoff, not recorded
+ * row by row as from the third in a row. */
+static void test_mark_retries_end_with_recorded_failures(void **state)
+{
+    static const char *const retried_sent[] = {"mark-plan,mark-sent,COMMIT", "ROLLBACK", NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    for (int round = 0; round < 2; round++) {
+        answer_claim(0, "A,B,C");
+        fake_kafka_report_all(OK);
+        answer_failing(0, "mark-sent", "40001");
+        answer(0); /* ROLLBACK */
+        fire(&S(0)->retry_timer);
+    }
+    answer_claim(0, "A,B,C");
+    fake_kafka_report_all(RD_KAFKA_RESP_ERR__TRANSPORT);
+    assert_string_equal(field(pending_param(0, "mark-failed"), 0), "{7,8,9}");
+    answer(0); /* the failures are recorded */
+    fire(&S(0)->retry_timer);
+    forget(0);
+    answer_claim(0, "A,B,C");
+    fake_kafka_report_all(OK);
+    answer_failing(0, "mark-sent", "40001");
+    answer(0);         /* ROLLBACK */
+    expect_idle_pg(0); /* the retry backoff, not row by row */
+    expect_sent(0, retried_sent);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1349,6 +1380,7 @@ int main(void)
         cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated, teardown),
         cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated_late, teardown),
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
+        cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     print_coverage();
