@@ -191,6 +191,7 @@ test-ready: bin/outbox-relay bin/asan/outbox-relay $(TOOL_BIN) $(UNIT_BIN) $(DEM
 # the words (tests/run.sh NAME...); the build and checks before them are the same.
 test: test-ready
 	@sh tools/check-floors.sh
+	@sh tools/check-mutants.sh
 	@sh tools/check-driver.sh
 	@sh tools/gen-cycle.sh | cmp -s - docs/session-cycle.md || \
 		{ echo "docs/session-cycle.md differs from the driver's table: run make docs-cycle" >&2; exit 1; }

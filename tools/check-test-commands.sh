@@ -23,7 +23,7 @@ LIST=tools/test-commands.txt
 # What `make test` runs: the runner, its libraries, every test, the fuzz runner, the scripts the
 # tests start, and the check `make test` runs first.
 SCRIPTS=(tests/run.sh tests/lib.sh tests/netns_lib.sh tests/demo_lib.sh tests/it/*/*.sh
-    tests/fuzz/run.sh scripts/demo.sh scripts/free_port.sh tools/check-floors.sh)
+    tests/fuzz/run.sh scripts/demo.sh scripts/free_port.sh tools/check-floors.sh tools/check-mutants.sh)
 
 # Words of the scripts that name a command on some machine but are not run as one: prose in
 # messages and SQL ("line 1 column", "the floor's look"), options (--shutdown-timeout,
