@@ -1137,6 +1137,18 @@ static void test_row_by_row_after_chained_marks(void **state)
     expect_sent(0, sent);
 }
 
+/* Session 0 claims A,B,C, Kafka acknowledges them, and the marks fail for a passing reason
+ * (40001): rolled back, the batch is sent again after the retry backoff (fired here). */
+static void marks_fail_passingly(void)
+{
+    answer_claim(0, "A,B,C");
+    fake_kafka_report_all(OK);
+    answer_failing(0, "mark-sent", "40001");
+    answer(0);         /* ROLLBACK */
+    expect_idle_pg(0); /* the retry backoff */
+    fire(&S(0)->retry_timer);
+}
+
 /* The marks fail for a passing reason (40001): the batch is rolled back and sent again after
  * the retry backoff, twice; the third time in a row, it is recorded row by row. */
 static void test_transient_mark_failures(void **state)
@@ -1158,12 +1170,7 @@ static void test_transient_mark_failures(void **state)
     start("1", "1", "60000");
     bring_up(0);
     for (int round = 0; round < 2; round++) {
-        answer_claim(0, "A,B,C");
-        fake_kafka_report_all(OK);
-        answer_failing(0, "mark-sent", "40001");
-        answer(0);         /* ROLLBACK */
-        expect_idle_pg(0); /* the retry backoff */
-        fire(&S(0)->retry_timer);
+        marks_fail_passingly();
         expect_phases(0, retried);
         expect_sent(0, retried_sent);
     }
@@ -1332,13 +1339,8 @@ static void test_mark_retries_end_with_recorded_failures(void **state)
     static const char *const retried_sent[] = {"mark-plan,mark-sent,COMMIT", "ROLLBACK", NULL};
     start("1", "1", "60000");
     bring_up(0);
-    for (int round = 0; round < 2; round++) {
-        answer_claim(0, "A,B,C");
-        fake_kafka_report_all(OK);
-        answer_failing(0, "mark-sent", "40001");
-        answer(0); /* ROLLBACK */
-        fire(&S(0)->retry_timer);
-    }
+    for (int round = 0; round < 2; round++)
+        marks_fail_passingly();
     answer_claim(0, "A,B,C");
     fake_kafka_report_all(RD_KAFKA_RESP_ERR__TRANSPORT);
     assert_string_equal(field(pending_param(0, "mark-failed"), 0), "{7,8,9}");
