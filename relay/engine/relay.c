@@ -90,14 +90,18 @@ void relay_batch_done(Relay *r)
             return;
     /* The producer may be recreated now. A session that found it could not be (another's batch
      * was out) waits out its retry backoff, grown with each look meanwhile (up to 30 s): it
-     * claims now instead, and its claim recreates the producer. */
+     * claims now instead, and its claim recreates the producer: from the loop, by its retry
+     * timer set to fire at once, not from here. This runs inside another session's step, and
+     * (an abandoned batch's last report, advance) inside the failed producer's own delivery
+     * report, which the recreation would free under kafka_poll. */
     for (int i = 0; i < r->n_sessions; i++) {
         Session *s = &r->sessions[i];
         if (!s->producer_wait)
             continue;
         s->producer_wait = false;
         ev_timer_stop(r->loop, &s->retry_timer);
-        session_event(s, EVENT_WAKE);
+        ev_timer_set(&s->retry_timer, 0.0, 0.0);
+        ev_timer_start(r->loop, &s->retry_timer);
     }
 }
 

@@ -21,6 +21,9 @@ struct KafkaProducer {
 };
 
 static KafkaProducer *current;
+/* The delivery report being served (kafka.c serves them inside rd_kafka_poll, on the producer's
+ * own queue): the producer may not be freed from inside one, as kafka_poll goes on polling it. */
+static const KafkaProducer *reporting;
 
 KafkaProducer *fake_kafka_current(void)
 {
@@ -54,7 +57,10 @@ void fake_kafka_report(int i, rd_kafka_resp_err_t err)
     }
     m->reported = true;
     m->purged = false;
+    const KafkaProducer *was = reporting;
+    reporting = current;
     current->on_delivery(m->opaque, err, current->arg);
+    reporting = was;
 }
 
 void fake_kafka_report_all(rd_kafka_resp_err_t err)
@@ -116,6 +122,10 @@ void kafka_producer_free(KafkaProducer *kp, int timeout_ms)
 {
     if (!kp)
         return;
+    if (kp == reporting) {
+        fprintf(stderr, "fake_kafka: producer freed inside its own delivery report\n");
+        abort();
+    }
     /* kafka.c flushes, then purges what is left: its reports are still delivered. */
     for (int i = 0; i < kp->n; i++) {
         FakeMessage *m = &kp->messages[i];

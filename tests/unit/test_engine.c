@@ -1309,6 +1309,31 @@ static void test_claims_once_producer_may_be_recreated_late(void **state)
     claims_once_producer_may_be_recreated(6, 15.0);
 }
 
+/* As above, but session 0's batch is abandoned with its connection: its last report (served by
+ * the failed producer, inside its poll) lets the batch go, and session 1, waiting on the
+ * producer, claims. Its claim recreates the producer: not from inside that producer's own
+ * delivery report (kafka_poll goes on polling it), but once the report is served. */
+static void test_producer_recreated_outside_its_report(void **state)
+{
+    start("2", "2", "60000");
+    T.members = "0,1";
+    bring_up(0);
+    bring_up(1);
+    answer_claim(0, "A"); /* session 0's batch is out */
+    fake_kafka_set_fatal(true);
+    answer_claim(1, "B"); /* the producer failed: nothing of it is produced */
+    answer(1);            /* ROLLBACK: session 1 waits on the producer */
+    T.members = "1";
+    fake_pg_drop(PG(0), "connection reset by peer"); /* session 0's batch is abandoned */
+    while (fake_pg_pending(PG(1)))
+        answer(1); /* session 1 takes session 0's lanes */
+    expect_idle_pg(1); /* the retry backoff: session 0's batch is still out */
+    fake_kafka_report_all(RD_KAFKA_RESP_ERR__FATAL); /* aborts if freed inside the report */
+    settle();
+    assert_non_null(fake_pg_pending(PG(1))); /* session 1 claims */
+    assert_false(kafka_fatal(T.r->kafka));   /* on a new producer */
+}
+
 /* A follower's final claim waits behind a look at the lanes (the rebalance timer ticked while it
  * asked to sleep), and its guard leaves meanwhile: the claim is then a wakeup, and the session
  * asks again after it, as when the guard leaves while it asks to sleep. Were it to sleep on, no
@@ -1381,6 +1406,7 @@ int main(void)
         cmocka_unit_test_teardown(test_refused_event_holds_its_aggregate, teardown),
         cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated, teardown),
         cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated_late, teardown),
+        cmocka_unit_test_teardown(test_producer_recreated_outside_its_report, teardown),
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
     };
