@@ -527,8 +527,10 @@ static void claimed(Session *s, PGresult **results, int n, const char *error)
     case CLAIM_LOCKED_WAIT:
     case CLAIM_FAILED:
     case CLAIM_PRODUCER_FAILED:
-        /* A producer failed under the claim is recreated once the last batch is done, which
-         * wakes the session (relay_batch_done), whatever its backoff. */
+        /* A producer failed under the claim is recreated by a claim once no batch is out: the
+         * last of the other sessions' batches done wakes the session then (relay_batch_done),
+         * whatever its backoff. With none out, the backoff stands: a producer that fails at its
+         * own start (an InitProducerId refused) would otherwise be recreated in a loop. */
         s->producer_wait = outcome == CLAIM_PRODUCER_FAILED;
         s->wake_pending = true;
         schedule_retry(s);
