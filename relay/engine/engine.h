@@ -106,6 +106,11 @@ struct Relay {
     void *on_stopped_arg;
     rd_kafka_conf_t *kconf_template; /* kept to recreate the producer after a fatal error */
     KafkaProducer *kafka;
+    /* Recreations of the producer in a row with no acknowledgement between them space out
+     * (relay_producer_ready): one that fails at its own start would otherwise be recreated by
+     * every claim. No recreation before recreate_after (monotime; 0: at once). */
+    Backoff recreate;
+    ev_tstamp recreate_after;
     Serializer *serializer; /* --value-format avro/json-schema; NULL: values as they are */
     Session *sessions;
     int n_sessions;

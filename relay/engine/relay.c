@@ -50,6 +50,10 @@ static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
     Relay *r = arg;
     relay_enter(r);
     BatchRow *br = opaque;
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR && r->recreate_after > 0) {
+        backoff_reset(&r->recreate); /* this producer works: a later fatal error is a new one */
+        r->recreate_after = 0;
+    }
     SessionEvent report = {.kind = EVENT_REPORT, .row = br, .err = err};
     session_step(br->owner, &report);
     if (r->purging && relay_in_flight(r) == 0) {
@@ -68,6 +72,12 @@ bool relay_producer_ready(Relay *r)
     for (int i = 0; i < r->n_sessions; i++)
         if (r->sessions[i].batch.n > 0)
             return false;
+    /* The last one failed before any message of it was acknowledged (an InitProducerId the
+     * cluster refuses, say): the next waits, the caller's retry backoff brings it. */
+    ev_tstamp now = monotime_now();
+    if (now < r->recreate_after)
+        return false;
+    r->recreate_after = now + backoff_next(&r->recreate);
     char err[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_dup(r->kconf_template);
     kafka_producer_free(r->kafka, 0);
@@ -270,6 +280,7 @@ static Relay *relay_create(struct ev_loop *loop, const Config *cfg, rd_kafka_con
         return NULL;
     }
     r->kconf_template = rd_kafka_conf_dup(kconf);
+    backoff_init(&r->recreate, RETRY_BASE_S, RETRY_CAP_S, 0);
     r->kafka = kafka_producer_new(loop, kconf, on_delivery, r, err, errlen);
     if (!r->kafka) {
         relay_free(r);

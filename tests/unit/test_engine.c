@@ -1326,12 +1326,42 @@ static void test_producer_recreated_outside_its_report(void **state)
     T.members = "1";
     fake_pg_drop(PG(0), "connection reset by peer"); /* session 0's batch is abandoned */
     while (fake_pg_pending(PG(1)))
-        answer(1); /* session 1 takes session 0's lanes */
+        answer(1);     /* session 1 takes session 0's lanes */
     expect_idle_pg(1); /* the retry backoff: session 0's batch is still out */
     fake_kafka_report_all(RD_KAFKA_RESP_ERR__FATAL); /* aborts if freed inside the report */
     settle();
     assert_non_null(fake_pg_pending(PG(1))); /* session 1 claims */
     assert_false(kafka_fatal(T.r->kafka));   /* on a new producer */
+}
+
+/* The producer is recreated after a fatal error, and the new one fails too before anything of it
+ * is acknowledged (an InitProducerId the cluster refuses, say): the next recreation waits for its
+ * own backoff, not for whichever claim comes next, so that a producer failing at its start is
+ * not recreated by every claim; the session's retry backoff bounds the wait. An acknowledgement
+ * from a recreated producer ends the run. */
+static void test_failing_producer_recreated_at_a_pace(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    fake_kafka_set_fatal(true);
+    answer_claim(0, "A"); /* the producer failed under the claim */
+    answer(0);            /* ROLLBACK */
+    fire(&S(0)->retry_timer);
+    KafkaProducer *second = fake_kafka_current();
+    assert_false(kafka_fatal(second)); /* recreated at once: the first failure */
+    fake_kafka_set_fatal(true);        /* the new one fails at its start */
+    answer_claim(0, "A");
+    answer(0); /* ROLLBACK */
+    fire(&S(0)->retry_timer);
+    expect_idle_pg(0); /* no claim, no new producer: its recreation waits */
+    assert_ptr_equal(fake_kafka_current(), second);
+    assert_true(ev_is_active(&S(0)->retry_timer)); /* the session tries again later */
+    T.r->recreate_after = monotime_now() - 1;      /* its backoff is over */
+    fire(&S(0)->retry_timer);
+    assert_ptr_not_equal(fake_kafka_current(), second);
+    answer_claim(0, "A");
+    fake_kafka_report_all(OK); /* this one works */
+    assert_true(T.r->recreate_after == 0);
 }
 
 /* A follower's final claim waits behind a look at the lanes (the rebalance timer ticked while it
@@ -1407,6 +1437,7 @@ int main(void)
         cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated, teardown),
         cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated_late, teardown),
         cmocka_unit_test_teardown(test_producer_recreated_outside_its_report, teardown),
+        cmocka_unit_test_teardown(test_failing_producer_recreated_at_a_pace, teardown),
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
     };
