@@ -111,6 +111,7 @@ struct Relay {
      * every claim. No recreation before recreate_after (monotime; 0: at once). */
     Backoff recreate;
     ev_tstamp recreate_after;
+    bool in_report; /* on_delivery is serving a report of r->kafka (inside its rd_kafka_poll) */
     Serializer *serializer; /* --value-format avro/json-schema; NULL: values as they are */
     Session *sessions;
     int n_sessions;

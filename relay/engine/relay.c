@@ -55,12 +55,14 @@ static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
         r->recreate_after = 0;
     }
     SessionEvent report = {.kind = EVENT_REPORT, .row = br, .err = err};
+    r->in_report = true;
     session_step(br->owner, &report);
     if (r->purging && relay_in_flight(r) == 0) {
         r->purging = false;
         ev_timer_stop(r->loop, &r->purge_timer);
     }
     resume_waiting(r);
+    r->in_report = false;
 }
 
 bool relay_producer_ready(Relay *r)
@@ -72,6 +74,11 @@ bool relay_producer_ready(Relay *r)
     for (int i = 0; i < r->n_sessions; i++)
         if (r->sessions[i].batch.n > 0)
             return false;
+    /* Never from inside one of its own reports: kafka_poll goes on polling it after the report.
+     * No path leads here from there today (relay_batch_done defers its wakes to the loop; a
+     * session that lets an abandoned batch go rebalances first), and this keeps it so. */
+    if (r->in_report)
+        return false;
     /* The last one failed before any message of it was acknowledged (an InitProducerId the
      * cluster refuses, say): the next waits, the caller's retry backoff brings it. */
     ev_tstamp now = monotime_now();
