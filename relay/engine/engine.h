@@ -374,8 +374,9 @@ bool marks_next_row(Session *s, MarkRequest *req);
 void marks_row_read(Session *s, PGresult **results, int n, const char *error);
 /* Whether a batch recorded row by row waits for the retry backoff before the next claim. */
 bool marks_row_by_row_retry(const Session *s);
-/* The batch's outcome is recorded (or given up): counts it and lets go of it; without retry the
- * retry backoff starts again from its base. */
-void marks_batch_done(Session *s, bool retry);
+/* The batch's outcome is recorded (or given up): lets go of it, and counts it (sent and failed
+ * rows, outbox_batches_total) when committed, not when rolled back (its rows go out again and
+ * are counted then); without retry the retry backoff starts again from its base. */
+void marks_batch_done(Session *s, bool retry, bool committed);
 
 #endif

@@ -31,12 +31,14 @@ static void log_dead_lettered(Session *s, PGresult *res)
     }
 }
 
-void marks_batch_done(Session *s, bool retry)
+void marks_batch_done(Session *s, bool retry, bool committed)
 {
     Batch *b = &s->batch;
-    s->total_sent += (unsigned long long)b->acked;
-    s->total_failed += (unsigned long long)b->failed;
-    metrics_batch_committed();
+    if (committed) {
+        s->total_sent += (unsigned long long)b->acked;
+        s->total_failed += (unsigned long long)b->failed;
+        metrics_batch_committed();
+    }
     batch_clear(b);
     if (!retry) {
         backoff_reset(&s->retry);

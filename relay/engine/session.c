@@ -297,7 +297,7 @@ static void send_marks(Session *s)
                  "connection busy while marking");
 }
 
-static void batch_finished(Session *s, bool retry);
+static void batch_finished(Session *s, bool retry, bool committed);
 
 /* Recording row by row: the next row's marks, or the batch is done. */
 static void send_next_row(Session *s)
@@ -307,7 +307,7 @@ static void send_next_row(Session *s)
         send_request(s, PHASE_RECORDING_ROW, req.queries, req.n, "connection busy while marking");
         return;
     }
-    batch_finished(s, marks_row_by_row_retry(s));
+    batch_finished(s, marks_row_by_row_retry(s), true);
 }
 
 /* ---- what comes next between batches ------------------------------------------------------ */
@@ -546,9 +546,9 @@ static void claimed(Session *s, PGresult **results, int n, const char *error)
 /* The batch's outcome is recorded (or given up): on with the next batch, after the retry backoff
  * when nothing got through or something could not be recorded. Producers do not notify an awake
  * relay, so only an empty claim may end the cycle (then the session goes to sleep). */
-static void batch_finished(Session *s, bool retry)
+static void batch_finished(Session *s, bool retry, bool committed)
 {
-    marks_batch_done(s, retry);
+    marks_batch_done(s, retry, committed);
     session_set_phase(s, PHASE_IDLE);
     if (s->stopping)
         return;
@@ -569,10 +569,10 @@ static void marked(Session *s, const SessionEvent *ev)
         return;
     }
     if (!chained) {
-        batch_finished(s, outcome == MARKS_RECORDED_RETRY);
+        batch_finished(s, outcome == MARKS_RECORDED_RETRY, true);
         return;
     }
-    marks_batch_done(s, false);
+    marks_batch_done(s, false, true);
     session_set_phase(s, PHASE_CLAIMING);
     int marks_n = s->chained_marks_n;
     bool claim_failed = pg_first_failed(ev->results + marks_n, ev->n - marks_n) < ev->n - marks_n;
@@ -590,7 +590,9 @@ static void rolled_back(Session *s, const char *error)
         send_next_row(s);
         return;
     }
-    batch_finished(s, true); /* a setup fault gives its lanes up now (next_step), not later */
+    /* Rolled back: nothing of it is recorded, and its rows go out again. A setup fault gives
+     * its lanes up now (next_step), not later. */
+    batch_finished(s, true, false);
 }
 
 static void row_recorded(Session *s, const SessionEvent *ev)
@@ -598,7 +600,7 @@ static void row_recorded(Session *s, const SessionEvent *ev)
     marks_row_read(s, ev->results, ev->n, ev->error);
     if (s->stopping) {
         /* Shutting down: what is not recorded yet is sent again later (duplicates, no loss). */
-        batch_finished(s, true);
+        batch_finished(s, true, true); /* counted whole: the rows recorded so far committed */
         return;
     }
     send_next_row(s);

@@ -1149,6 +1149,20 @@ static void marks_fail_passingly(void)
     fire(&S(0)->retry_timer);
 }
 
+/* A batch whose marks were rolled back is not counted (sent, committed): its rows go out again
+ * and count then, once. */
+static void test_rolled_back_batch_not_counted(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    marks_fail_passingly();
+    assert_int_equal(S(0)->total_sent, 0);
+    answer_claim(0, "A,B,C");
+    fake_kafka_report_all(OK);
+    answer(0); /* the marks go through */
+    assert_int_equal(S(0)->total_sent, 3);
+}
+
 /* The marks fail for a passing reason (40001): the batch is rolled back and sent again after
  * the retry backoff, twice; the third time in a row, it is recorded row by row. */
 static void test_transient_mark_failures(void **state)
@@ -1431,6 +1445,7 @@ int main(void)
         cmocka_unit_test_teardown(test_row_by_row_after_row_fault, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_chained_marks, teardown),
         cmocka_unit_test_teardown(test_transient_mark_failures, teardown),
+        cmocka_unit_test_teardown(test_rolled_back_batch_not_counted, teardown),
         cmocka_unit_test_teardown(test_claim_failure_waits_for_backoff, teardown),
         cmocka_unit_test_teardown(test_setup_fault, teardown),
         cmocka_unit_test_teardown(test_refused_event_holds_its_aggregate, teardown),
