@@ -1280,13 +1280,9 @@ static void test_refused_event_holds_its_aggregate(void **state)
     expect_sent(0, sent);
 }
 
-/* The producer fails fatally while session 0's batch is out and session 1's claim is out: its
- * rows go back. Session 1 may not claim until session 0's batch is done (the shared producer is
- * recreated only then, relay_producer_ready): it waits for the retry backoff, and each look
- * meanwhile (looks of them) finds the batch still out and grows the backoff (up to 30 s). Once
- * the last batch is done, session 1 claims at once (recreating the producer), not at the end of
- * that backoff. */
-static void claims_once_producer_may_be_recreated(int looks, double backoff_at_least)
+/* Two sessions claim; the producer fails fatally while session 0's batch is out and session 1's
+ * claim is out, which then goes back (its ROLLBACK is the next request of session 1). */
+static void producer_fails_under_a_claim(void)
 {
     start("2", "2", "60000");
     T.members = "0,1";
@@ -1295,7 +1291,18 @@ static void claims_once_producer_may_be_recreated(int looks, double backoff_at_l
     answer_claim(0, "A"); /* session 0's batch is out */
     fake_kafka_set_fatal(true);
     answer_claim(1, "B"); /* the producer failed: nothing of it is produced */
-    answer(1);            /* ROLLBACK */
+}
+
+/* The producer fails fatally while session 0's batch is out and session 1's claim is out: its
+ * rows go back. Session 1 may not claim until session 0's batch is done (the shared producer is
+ * recreated only then, relay_producer_ready): it waits for the retry backoff, and each look
+ * meanwhile (looks of them) finds the batch still out and grows the backoff (up to 30 s). Once
+ * the last batch is done, session 1 claims at once (recreating the producer), not at the end of
+ * that backoff. */
+static void claims_once_producer_may_be_recreated(int looks, double backoff_at_least)
+{
+    producer_fails_under_a_claim();
+    answer(1); /* ROLLBACK */
     for (int i = 0; i < looks; i++) {
         expect_idle_pg(1); /* the retry backoff */
         fire(&S(1)->retry_timer);
@@ -1329,14 +1336,8 @@ static void test_claims_once_producer_may_be_recreated_late(void **state)
  * delivery report (kafka_poll goes on polling it), but once the report is served. */
 static void test_producer_recreated_outside_its_report(void **state)
 {
-    start("2", "2", "60000");
-    T.members = "0,1";
-    bring_up(0);
-    bring_up(1);
-    answer_claim(0, "A"); /* session 0's batch is out */
-    fake_kafka_set_fatal(true);
-    answer_claim(1, "B"); /* the producer failed: nothing of it is produced */
-    answer(1);            /* ROLLBACK: session 1 waits on the producer */
+    producer_fails_under_a_claim();
+    answer(1); /* ROLLBACK: session 1 waits on the producer */
     T.members = "1";
     fake_pg_drop(PG(0), "connection reset by peer"); /* session 0's batch is abandoned */
     while (fake_pg_pending(PG(1)))
