@@ -198,8 +198,9 @@ struct Session {
     char last_mark_error[256]; /* of the last failed recording, logged once (see marks.c) */
     int salvage_row;           /* recording row by row: the row whose outcome is being recorded */
     int salvage_unrecorded;    /* rows whose outcome could not be recorded at all */
-    int mark_retries;          /* batches in a row whose marks failed for a passing reason */
-    bool salvage_by_row;       /* a failed batch, once rolled back, is recorded row by row */
+    int salvage_sent, salvage_failed; /* rows recorded as sent or failed, one by one so far */
+    int mark_retries;                 /* batches in a row whose marks failed for a passing reason */
+    bool salvage_by_row; /* the batch, its marks rolled back, is recorded row by row (until done) */
     ev_timer poll_timer;
     ev_timer retry_timer;
     ev_timer busy_timer; /* poll_soon (session.c) */

@@ -35,8 +35,12 @@ void marks_batch_done(Session *s, bool retry, bool committed)
 {
     Batch *b = &s->batch;
     if (committed) {
-        s->total_sent += (unsigned long long)b->acked;
-        s->total_failed += (unsigned long long)b->failed;
+        /* Recorded row by row, only the rows whose record went through count: the others (a
+         * record that failed for a passing reason, the rows left when stopping) go out again
+         * and count then. */
+        bool by_row = s->salvage_by_row;
+        s->total_sent += (unsigned long long)(by_row ? s->salvage_sent : b->acked);
+        s->total_failed += (unsigned long long)(by_row ? s->salvage_failed : b->failed);
         metrics_batch_committed();
     }
     batch_clear(b);
@@ -89,9 +93,12 @@ void marks_row_read(Session *s, PGresult **results, int n, const char *error)
         if (sqlstate_fault(state) == SQLSTATE_FAULT_SETUP)
             session_setup_failed(s, "recording a row", state, error);
         s->salvage_unrecorded++; /* claimed and published again after the retry backoff */
-    } else if (br->state == ROW_FAILED && !br->dead_letter && s->failed_stmt >= 0 &&
-               s->failed_stmt < n) {
-        log_dead_lettered(s, results[s->failed_stmt]);
+    } else if (br->state == ROW_ACKED) {
+        s->salvage_sent++;
+    } else {
+        s->salvage_failed++;
+        if (!br->dead_letter && s->failed_stmt >= 0 && s->failed_stmt < n)
+            log_dead_lettered(s, results[s->failed_stmt]);
     }
     s->salvage_row++;
 }
@@ -107,14 +114,27 @@ bool marks_next_row(Session *s, MarkRequest *req)
         return true;
     }
     log_write(s->salvage_unrecorded ? LOG_ERROR : LOG_INFO, "batch recorded row by row",
-              "rows=%d sent=%d failed=%d unrecorded=%d session=%d", b->n, b->acked, b->failed,
-              s->salvage_unrecorded, s->index);
+              "rows=%d sent=%d failed=%d unrecorded=%d session=%d", b->n, s->salvage_sent,
+              s->salvage_failed, s->salvage_unrecorded, s->index);
+    return false;
+}
+
+/* Whether nothing of b got through to Kafka for a reason that may pass (Kafka down, a timeout):
+ * the next claim waits for the retry backoff then. Rows that failed for good (too large, a
+ * topic that cannot exist) are recorded as such, and the rows behind them go on at once. */
+static bool nothing_got_through(const Batch *b)
+{
+    if (b->acked > 0)
+        return false;
+    for (int i = 0; i < b->n; i++)
+        if (b->rows[i].state == ROW_FAILED && !b->rows[i].permanent)
+            return true;
     return false;
 }
 
 bool marks_row_by_row_retry(const Session *s)
 {
-    return s->salvage_unrecorded > 0 || s->batch.acked == 0;
+    return s->salvage_unrecorded > 0 || nothing_got_through(&s->batch);
 }
 
 bool marks_rolled_back(Session *s)
@@ -122,7 +142,7 @@ bool marks_rolled_back(Session *s)
     floor_abandon(&s->floor); /* the floor waits for a batch committed whole */
     if (s->salvage_by_row) {
         s->salvage_row = 0;
-        s->salvage_unrecorded = 0;
+        s->salvage_unrecorded = s->salvage_sent = s->salvage_failed = 0;
     }
     return s->salvage_by_row;
 }
@@ -162,12 +182,9 @@ static bool batch_recorded(Session *s, PGresult **results, int n)
     s->mark_retries = 0;
     if (s->failed_stmt >= 0 && s->failed_stmt < n)
         log_dead_lettered(s, results[s->failed_stmt]);
-    bool transient_failure = false, all_recorded = true;
-    for (int i = 0; i < b->n; i++) {
-        if (b->rows[i].state == ROW_FAILED && !b->rows[i].permanent)
-            transient_failure = true;
+    bool all_recorded = true;
+    for (int i = 0; i < b->n; i++)
         all_recorded = all_recorded && batch_row_recorded(&b->rows[i]);
-    }
     if (all_recorded)
         claim_floor_committed(s);
     else
@@ -177,7 +194,7 @@ static bool batch_recorded(Session *s, PGresult **results, int n)
               b->n, b->acked, b->failed, (b->claimed_at - b->claim_sent_at) * 1e3,
               (s->marks_sent_at - b->claimed_at) * 1e3, (monotime_now() - s->marks_sent_at) * 1e3,
               s->index);
-    return b->acked == 0 && transient_failure;
+    return nothing_got_through(b);
 }
 
 MarksOutcome marks_read(Session *s, PGresult **results, int n, const char *error, bool chained)
@@ -279,6 +296,7 @@ void marks_build(Session *s, bool commit, const ClaimRequest *next, MarkRequest 
 void marks_prepare(Session *s)
 {
     Batch *b = &s->batch;
+    s->salvage_by_row = false; /* set again should these marks fail (salvage_batch) */
     log_batch_failures(s, batch_marks(b, &s->marks));
     s->order_breaks += (unsigned long long)batch_order_breaks(
         b, s->cfg->order_scope == ORDER_PER_TOPIC ? s->cfg->topic_template : NULL);

@@ -600,7 +600,7 @@ static void row_recorded(Session *s, const SessionEvent *ev)
     marks_row_read(s, ev->results, ev->n, ev->error);
     if (s->stopping) {
         /* Shutting down: what is not recorded yet is sent again later (duplicates, no loss). */
-        batch_finished(s, true, true); /* counted whole: the rows recorded so far committed */
+        batch_finished(s, true, true); /* counts the rows recorded so far */
         return;
     }
     send_next_row(s);

@@ -1137,6 +1137,60 @@ static void test_row_by_row_after_chained_marks(void **state)
     expect_sent(0, sent);
 }
 
+/* Recorded row by row, only the rows whose record went through count as sent: a row whose
+ * record failed for a passing reason (40001) goes out again, and so do the rows left when the
+ * relay stops in the middle; they count when they are recorded. */
+static void test_row_by_row_counts_recorded_rows(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A,B,C");
+    fake_kafka_report_all(OK);
+    answer_failing(0, "mark-sent", "22P02");
+    answer(0);                               /* ROLLBACK */
+    answer(0);                               /* row 1 recorded */
+    answer_failing(0, "mark-sent", "40001"); /* row 2 not */
+    answer(0);                               /* row 3 recorded */
+    assert_int_equal(S(0)->total_sent, 2);
+    expect_idle_pg(0); /* the retry backoff: row 2 goes out again after it */
+    fire(&S(0)->retry_timer);
+    answer_claim(0, "A,B,C");
+    fake_kafka_report_all(OK);
+    answer_failing(0, "mark-sent", "22P02");
+    answer(0); /* ROLLBACK */
+    sigterm();
+    answer(0); /* row 1 recorded; the relay stops before the others */
+    expect_idle_pg(0);
+    assert_int_equal(S(0)->total_sent, 3);
+}
+
+/* Every row of a batch failed for good (too large for the broker) and the marks were refused by
+ * a row: recorded row by row as failures, the rows behind them are claimed at once, not after
+ * the retry backoff, which is for a Kafka that may come back. */
+static void test_permanent_failures_by_row_no_backoff(void **state)
+{
+    static const char *const sent[] = {"mark-plan-failures,mark-failed,COMMIT",
+                                       "ROLLBACK",
+                                       "failures-durable,mark-failed",
+                                       "failures-durable,mark-failed",
+                                       "failures-durable,mark-failed",
+                                       CLAIM,
+                                       NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A,B,C");
+    forget(0);
+    fake_kafka_report_all(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+    answer_failing(0, "mark-failed", "23514");
+    answer(0); /* ROLLBACK */
+    answer(0);
+    answer(0);
+    answer(0);
+    expect_sent(0, sent);
+    assert_false(ev_is_active(&S(0)->retry_timer));
+    assert_int_equal(S(0)->total_failed, 3);
+}
+
 /* Session 0 claims A,B,C, Kafka acknowledges them, and the marks fail for a passing reason
  * (40001): rolled back, the batch is sent again after the retry backoff (fired here). */
 static void marks_fail_passingly(void)
@@ -1447,6 +1501,8 @@ int main(void)
         cmocka_unit_test_teardown(test_row_by_row_after_chained_marks, teardown),
         cmocka_unit_test_teardown(test_transient_mark_failures, teardown),
         cmocka_unit_test_teardown(test_rolled_back_batch_not_counted, teardown),
+        cmocka_unit_test_teardown(test_row_by_row_counts_recorded_rows, teardown),
+        cmocka_unit_test_teardown(test_permanent_failures_by_row_no_backoff, teardown),
         cmocka_unit_test_teardown(test_claim_failure_waits_for_backoff, teardown),
         cmocka_unit_test_teardown(test_setup_fault, teardown),
         cmocka_unit_test_teardown(test_refused_event_holds_its_aggregate, teardown),
