@@ -193,7 +193,7 @@ struct Session {
      * takes lanes again once that goes through. */
     bool setup_fault;
     char setup_error[200];     /* its error, for /readyz and the log */
-    int logged_sessions;       /* live sessions of the lane group at the last rebalance */
+    uint64_t seen_members;     /* the lane group's members at its last look (lanes.members) */
     char last_failure[256];    /* error of the last batch that had failures, "" once one had none */
     char last_mark_error[256]; /* of the last failed recording, logged once (see marks.c) */
     int salvage_row;           /* recording row by row: the row whose outcome is being recorded */

@@ -38,6 +38,7 @@ void lanes_reset(Lanes *l)
 {
     l->slot = -1;
     l->live_sessions = 0;
+    l->members = 0;
     l->gained = false;
     memset(l->owned, 0, sizeof(l->owned));
     update_owned_array(l);
@@ -124,8 +125,11 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
     PGresult *res = results[0];
     int count = PQntuples(res);
     int *slots = calloc((size_t)(count ? count : 1), sizeof(int));
-    for (int i = 0; i < count; i++)
+    uint64_t members = (uint64_t)count;
+    for (int i = 0; i < count; i++) {
         slots[i] = atoi(PQgetvalue(res, i, 0));
+        members = mix(members ^ (uint32_t)slots[i]); /* in slot order: the statement sorts */
+    }
 
     bool desired[LANE_COUNT];
     lanes_assign(slots, count, l->slot, desired);
@@ -143,9 +147,11 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
     }
     strbuf_array_end(&l->lock_array);
     strbuf_array_end(&l->unlock_array);
-    if (count != l->live_sessions)
+    members = members ? members : 1;
+    if (members != l->members)
         log_info("relay sessions in the group changed", "live_sessions=%d slot=%d", count, l->slot);
     l->live_sessions = count;
+    l->members = members;
 
     const char *lock_params[1] = {l->lock_array.s};
     const char *unlock_params[1] = {l->unlock_array.s};

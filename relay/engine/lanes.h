@@ -15,6 +15,7 @@
 #define OUTBOX_LANES_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "pg.h"
 #include "schema.h"
@@ -31,8 +32,11 @@ typedef struct Lanes Lanes;
 typedef void (*LanesDoneFn)(Lanes *lanes, bool ok, void *arg);
 
 struct Lanes {
-    int slot;               /* this relay's member slot, -1 when not (yet) a member */
-    int live_sessions;      /* live sessions (of all relays) seen at the last rebalance */
+    int slot;          /* this relay's member slot, -1 when not (yet) a member */
+    int live_sessions; /* live sessions (of all relays) seen at the last rebalance */
+    /* Which members those were: a fingerprint of their slots (never 0; 0 when none seen), so
+     * that a leave and a join between two looks are a change though the count is the same. */
+    uint64_t members;
     bool owned[LANE_COUNT]; /* lanes whose advisory lock this session holds */
     int n_owned;
     StrBuf owned_array; /* owned lanes as an array literal, the claim's parameter */

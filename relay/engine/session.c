@@ -475,7 +475,7 @@ static void lanes_divided(Session *s)
     bool leaving = s->phase == PHASE_LEAVING_LANES;
     session_set_phase(s, PHASE_IDLE);
     if (leaving) {
-        s->logged_sessions = 0;
+        s->seen_members = 0;
         floor_reset(&s->floor); /* its lanes may come back with other rows */
         /* Not logged as lanes owned: the other sessions take its lanes over at once, and log
          * the relay's total if it changed. */
@@ -488,8 +488,8 @@ static void lanes_divided(Session *s)
         return;
     }
     log_lanes_owned(s->relay, lanes->live_sessions);
-    bool membership_changed = lanes->live_sessions != s->logged_sessions;
-    s->logged_sessions = lanes->live_sessions;
+    bool membership_changed = lanes->members != s->seen_members;
+    s->seen_members = lanes->members;
     if (lanes->gained) {
         s->wake_pending = true; /* new lanes may hold a backlog */
         floor_reset(&s->floor); /* anywhere in the table */
@@ -695,10 +695,10 @@ static void disconnected(Session *s)
                        s->phase == PHASE_RECORDING_ROW;
     session_set_phase(s, PHASE_DOWN);
     lanes_reset(&s->lanes);
-    /* Its join after the reconnect changes the group as its first did, whatever the number of
-     * members it saw before: the others must re-divide then (lanes_divided), not at their next
-     * interval, while they hold its lanes. */
-    s->logged_sessions = 0;
+    /* Its join after the reconnect changes the group as its first did, whatever the members it
+     * saw before: the others must re-divide then (lanes_divided), not at their next interval,
+     * while they hold its lanes. */
+    s->seen_members = 0;
     wakeup_connection_lost(&s->wake); /* a guard's lock went with the session */
     /* Its lanes are free: the other sessions take them (a resting one may now claim in its
      * place, relay_session_resting) rather than at their next rebalance. */

@@ -1069,6 +1069,25 @@ static void test_rejoin_after_reconnect(void **state)
     expect_sent(0, redivides_sent);
 }
 
+/* Between two looks, another relay leaves the group and a third joins: the number of members is
+ * the same, but not the members, and so not the lanes each should own. The session whose look
+ * sees it tells the other to re-divide at once, not at its next --rebalance-interval. */
+static void test_members_replaced_between_looks(void **state)
+{
+    static const char *const redivides_sent[] = {"members", NULL};
+    start("2", "2", "60000");
+    T.members = "0,1,3"; /* slot 3: another relay */
+    bring_up(0);
+    fake_pg_up(PG(1));
+    drain_both();
+    forget(1);
+    T.members = "0,1,4"; /* slot 3 left, slot 4 joined */
+    fire(&S(0)->rebalance_timer);
+    answer(0); /* members */
+    answer(0); /* lock and unlock: slot 4's share is not slot 3's */
+    expect_sent(1, redivides_sent);
+}
+
 /* The rebalance timer ticks while the session's look at the group is out (a look as slow as
  * --rebalance-interval: a remote or loaded server, or an interval of 100 ms): that look is the
  * interval's, and the next claim follows it. Were the tick to bring another look at once, every
@@ -1496,6 +1515,7 @@ int main(void)
         cmocka_unit_test_teardown(test_called_back_while_leaving, teardown),
         cmocka_unit_test_teardown(test_rests_when_lower_session_connects, teardown),
         cmocka_unit_test_teardown(test_rejoin_after_reconnect, teardown),
+        cmocka_unit_test_teardown(test_members_replaced_between_looks, teardown),
         cmocka_unit_test_teardown(test_rebalance_tick_during_look, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_row_fault, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_chained_marks, teardown),
