@@ -116,6 +116,9 @@ void relay_batch_done(Relay *r)
         if (!s->producer_wait)
             continue;
         s->producer_wait = false;
+        if (s->setup_fault)
+            continue; /* its probe keeps the retry backoff: one per batch done would be a pace
+                       * set by the other sessions' batches */
         ev_timer_stop(r->loop, &s->retry_timer);
         ev_timer_set(&s->retry_timer, 0.0, 0.0);
         ev_timer_start(r->loop, &s->retry_timer);

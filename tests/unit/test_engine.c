@@ -1403,6 +1403,30 @@ static void test_claims_once_producer_may_be_recreated_late(void **state)
     claims_once_producer_may_be_recreated(6, 15.0);
 }
 
+/* A session with a setup fault probes after each retry backoff; when its probe found the producer
+ * failed with another session's batch out, the end of that batch does not bring the probe
+ * forward: probes keep their pace, not one per batch of the other sessions. */
+static void test_setup_probe_keeps_its_backoff(void **state)
+{
+    start("2", "2", "60000");
+    T.members = "0,1";
+    bring_up(0);
+    bring_up(1);
+    answer_claim(0, "A"); /* session 0's batch is out */
+    answer_failing(1, "claim", "42501");
+    answer(1); /* ROLLBACK */
+    T.members = "0";
+    answer(1); /* unlock, leave */
+    fake_kafka_set_fatal(true);
+    fire(&S(1)->retry_timer);
+    expect_idle_pg(1); /* its probe waits: the producer cannot be recreated yet */
+    fake_kafka_report_all(RD_KAFKA_RESP_ERR__FATAL);
+    while (fake_pg_pending(PG(0)))
+        answer(0); /* the marks, a look at the group */
+    expect_idle_pg(1);
+    assert_true(ev_timer_remaining(T.loop, &S(1)->retry_timer) >= 0.2);
+}
+
 /* As above, but session 0's batch is abandoned with its connection: its last report (served by
  * the failed producer, inside its poll) lets the batch go, and session 1, waiting on the
  * producer, claims. Its claim recreates the producer: not from inside that producer's own
@@ -1528,6 +1552,7 @@ int main(void)
         cmocka_unit_test_teardown(test_refused_event_holds_its_aggregate, teardown),
         cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated, teardown),
         cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated_late, teardown),
+        cmocka_unit_test_teardown(test_setup_probe_keeps_its_backoff, teardown),
         cmocka_unit_test_teardown(test_producer_recreated_outside_its_report, teardown),
         cmocka_unit_test_teardown(test_failing_producer_recreated_at_a_pace, teardown),
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
