@@ -181,13 +181,18 @@ static void on_joined(PgConn *pg, PGresult **results, int n, const char *error, 
     if (query_failed(l, pg, results, error, "join"))
         return;
     if (PQntuples(results[0]) == 0) {
-        log_warn("no free member slot: too many relays on this outbox; retrying", "max=%d",
-                 LANE_MAX_MEMBERS);
+        /* Once, not at every --rebalance-interval while the group stays full. */
+        log_write(l->no_slot_logged ? LOG_DEBUG : LOG_WARN,
+                  "no free member slot: too many relays on this outbox; retrying", "max=%d",
+                  LANE_MAX_MEMBERS);
+        l->no_slot_logged = true;
         finish(l, pg, true); /* no lanes: the next rebalance tries again */
         return;
     }
     l->slot = atoi(PQgetvalue(results[0], 0, 0));
-    log_debug("joined the relay group", "slot=%d", l->slot);
+    log_write(l->no_slot_logged ? LOG_INFO : LOG_DEBUG, "joined the relay group", "slot=%d",
+              l->slot);
+    l->no_slot_logged = false;
     if (!send_members(l, pg))
         finish(l, pg, true); /* nothing locked yet: the next rebalance tries again */
 }

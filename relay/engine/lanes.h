@@ -39,8 +39,9 @@ struct Lanes {
     uint64_t members;
     bool owned[LANE_COUNT]; /* lanes whose advisory lock this session holds */
     int n_owned;
-    StrBuf owned_array; /* owned lanes as an array literal, the claim's parameter */
-    bool gained;        /* the last rebalance acquired at least one lane */
+    StrBuf owned_array;  /* owned lanes as an array literal, the claim's parameter */
+    bool gained;         /* the last rebalance acquired at least one lane */
+    bool no_slot_logged; /* "no free member slot" was said; said again only after a join */
     /* in flight */
     StrBuf lock_array, unlock_array;
     LanesDoneFn done;
