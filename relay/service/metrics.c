@@ -496,7 +496,7 @@ static void render_set(StrBuf *out, const Set *set)
                  horizon, DB(horizon_held_s), G_SECONDS);
 
     family_live(out, set, "outbox_postgres_up",
-                "1 while every PostgreSQL connection of the relay is up, else 0 (it keeps "
+                "1 while every claim session's PostgreSQL connection is up, else 0 (it keeps "
                 "reconnecting).",
                 LIVE(postgres_up), true);
     family_live(
