@@ -435,8 +435,7 @@ FUZZ_BIN    := $(patsubst tests/fuzz/%.c,bin/fuzz/%,$(FUZZ_SRC))
 # What each harness links: the relay's parsers, or one demo's.
 FUZZ_RELAY_OBJ    := $(call objs,bin/fuzz/obj,$(SHARED_SRC) relay/config.c relay/kafka_guard.c \
                        relay/tls_report.c $(wildcard relay/outbox/*.c))
-FUZZ_PRODUCER_OBJ := $(call objs,bin/fuzz/obj,$(SHARED_SRC) producer-demo/order.c producer-demo/idem.c \
-                                    producer-demo/sha256.c)
+FUZZ_PRODUCER_OBJ := $(call objs,bin/fuzz/obj,$(SHARED_SRC) producer-demo/order.c producer-demo/idem.c)
 FUZZ_CONSUMER_OBJ := $(call objs,bin/fuzz/obj,$(SHARED_SRC) consumer-demo/event.c)
 FUZZ_SECONDS  ?= 600
 FUZZ_PARALLEL ?= 1

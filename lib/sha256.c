@@ -1,5 +1,6 @@
 #include "sha256.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const uint32_t K[64] = {
@@ -98,4 +99,15 @@ void sha256_final(Sha256 *s, unsigned char out[32])
         out[4 * i + 2] = (unsigned char)(s->h[i] >> 8);
         out[4 * i + 3] = (unsigned char)s->h[i];
     }
+}
+
+void sha256_hex(const void *data, size_t len, char out[65])
+{
+    Sha256 s;
+    unsigned char d[32];
+    sha256_init(&s);
+    sha256_update(&s, data, len);
+    sha256_final(&s, d);
+    for (int i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
