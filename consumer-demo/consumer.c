@@ -35,6 +35,10 @@
  * docker's default stop grace period (10 s). */
 #define CLOSE_TIMEOUT_S 4.0
 #define DESTROY_TIMEOUT_S 2.0
+/* How many event ids whose conflict was logged at warn are remembered (the latest ones), so a
+ * producer that reuses one id for message after message fills the log with one warning, not one
+ * per message; a bound on memory, not on what is counted. */
+#define CONFLICTS_WARNED 256
 
 extern const char consumer_schema_sql[]; /* schema.sql, embedded by tools/embed-text.sh */
 
@@ -42,6 +46,7 @@ typedef struct Counters {
     long applied, duplicates, ignored, parked;
     long stale;      /* recorded, but older than (or the same version as) the shipment's state */
     long redis_hits; /* duplicates skipped on Redis's word alone (also counted in duplicates) */
+    long conflicts;  /* an applied event's id with another payload: skipped, not applied */
 } Counters;
 
 typedef struct Consumer {
@@ -58,6 +63,8 @@ typedef struct Consumer {
     double last_stats, last_health;
     rd_kafka_resp_err_t last_kafka_err;
     RCache *redis;
+    char warned[CONFLICTS_WARNED][37]; /* ids whose conflict was logged at warn, a ring */
+    size_t warned_next;
 } Consumer;
 
 /* The Redis key of a processed event: scoped by the database (an empty or restored-elsewhere
@@ -68,33 +75,56 @@ static void done_key(const Consumer *c, const OrderEvent *ev, char *out, size_t 
     snprintf(out, outlen, "consumer-demo:done:%s:%s:%s", c->ns, c->cfg->group, ev->event_id);
 }
 
-/* True when Redis says ev was processed (its transaction committed). Any doubt (not found,
- * Redis unavailable) is false: the processed_events transaction decides then. */
+/* True when Redis says ev was processed with this very payload: its transaction committed, and
+ * the entry holds ev's payload digest. Any doubt is false, and the processed_events transaction
+ * decides then: not found, Redis unavailable, or another digest (a conflict, which only
+ * PostgreSQL may call one, or an entry "1" written before digests were kept). So skipping on
+ * Redis's word never hides a conflict. */
 static bool redis_seen(Consumer *c, const OrderEvent *ev)
 {
     if (!c->redis)
         return false;
     char key[400];
     done_key(c, ev, key, sizeof(key));
-    redisReply *r = rcache_command(c->redis, "EXISTS %s", key);
-    bool seen = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    redisReply *r = rcache_command(c->redis, "GET %s", key);
+    bool seen = r && r->type == REDIS_REPLY_STRING && r->len == 64 &&
+                memcmp(r->str, ev->payload_sha256, 64) == 0;
     if (r)
         freeReplyObject(r);
     return seen;
 }
 
-/* Remembers ev as processed. Only called after its transaction committed (or found it already
- * recorded): a key written earlier could outlive a failed transaction and hide the event. */
-static void redis_remember(Consumer *c, const OrderEvent *ev)
+/* Remembers ev as processed, its applied payload's digest (64 hex characters) as the value. Only
+ * called after its transaction committed (or found it already recorded): a key written earlier
+ * could outlive a failed transaction and hide the event. */
+static void redis_remember(Consumer *c, const OrderEvent *ev, const char *digest)
 {
     if (!c->redis)
         return;
     char key[400];
     done_key(c, ev, key, sizeof(key));
-    redisReply *r =
-        rcache_command(c->redis, "SET %s 1 PX %lld", key, (long long)c->cfg->redis_ttl_s * 1000);
+    redisReply *r = rcache_command(c->redis, "SET %s %s PX %lld", key, digest,
+                                   (long long)c->cfg->redis_ttl_s * 1000);
     if (r)
         freeReplyObject(r);
+}
+
+/* Counts and logs a conflict: ev's id was applied earlier with the payload whose digest is
+ * applied. At warn the first time for an id (among the last CONFLICTS_WARNED), at debug after. */
+static void conflict(Consumer *c, const OrderEvent *ev, const MessagePos *pos, const char *applied)
+{
+    c->n.conflicts++;
+    bool warned = false;
+    for (size_t i = 0; i < CONFLICTS_WARNED && !warned; i++)
+        warned = strcmp(c->warned[i], ev->event_id) == 0;
+    if (!warned) {
+        memcpy(c->warned[c->warned_next], ev->event_id, sizeof(c->warned[0]));
+        c->warned_next = (c->warned_next + 1) % CONFLICTS_WARNED;
+    }
+    log_write(warned ? LOG_DEBUG : LOG_WARN, "conflicting event skipped",
+              "event_id=%s partition=%d offset=%lld applied_sha256=%.8s message_sha256=%.8s",
+              ev->event_id, (int)pos->partition, (long long)pos->offset, applied,
+              ev->payload_sha256);
 }
 
 static double now_s(void)
@@ -408,13 +438,24 @@ static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderEvent *
             continue;
         }
         DbError e;
-        StoreResult r = store_apply(c->db, ev, &pos, c->cfg->dedupe_ttl_s, c->stop, &e);
+        char applied[65];
+        StoreResult r = store_apply(c->db, ev, &pos, c->cfg->dedupe_ttl_s, c->stop, applied, &e);
         if (r == STORE_STOPPED) {
             /* A SIGTERM while a statement waited (for a row lock, say): closing the connection
              * ends the transaction uncommitted. */
             PQfinish(c->db);
             c->db = NULL;
             break;
+        }
+        if (r == STORE_CONFLICT) {
+            db_ok(c);
+            backoff_reset(&c->backoff);
+            /* Not applied, and its offset is committed all the same: the first copy stays the
+             * truth, and retrying could never change the answer. Redis keeps the applied
+             * copy's digest, so its redeliveries are still skipped there. */
+            conflict(c, ev, &pos, applied);
+            redis_remember(c, ev, applied);
+            return true;
         }
         if (r != STORE_FAILED) {
             db_ok(c);
@@ -432,7 +473,7 @@ static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderEvent *
                       log_quote(ev->order_id, q, sizeof(q)), ev->version, (int)pos.partition,
                       (long long)pos.offset);
             /* Committed (or committed earlier): from now on Redis may answer for it. */
-            redis_remember(c, ev);
+            redis_remember(c, ev, ev->payload_sha256);
             return true;
         }
         if (fault_of(&e) != SQLSTATE_FAULT_ROW) {
@@ -466,8 +507,8 @@ static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderEvent *
     return false;
 }
 
-/* Handles one message. True when it is dealt with for good (applied, duplicate, ignored or
- * parked), i.e. its offset may be committed. */
+/* Handles one message. True when it is dealt with for good (applied, duplicate, conflict,
+ * ignored or parked), i.e. its offset may be committed. */
 static bool process(Consumer *c, const rd_kafka_message_t *msg)
 {
     EventInput in = {.payload = msg->payload, .payload_len = msg->len};
@@ -521,8 +562,12 @@ static void store_offset(Consumer *c, const rd_kafka_message_t *msg)
 
 static void log_counts(const char *msg, const Counters *n)
 {
-    log_info(msg, "applied=%ld duplicates=%ld ignored=%ld parked=%ld stale=%ld redis_hits=%ld",
-             n->applied, n->duplicates, n->ignored, n->parked, n->stale, n->redis_hits);
+    /* conflicts last: readers of the older fields' order keep working. */
+    log_info(msg,
+             "applied=%ld duplicates=%ld ignored=%ld parked=%ld stale=%ld redis_hits=%ld "
+             "conflicts=%ld",
+             n->applied, n->duplicates, n->ignored, n->parked, n->stale, n->redis_hits,
+             n->conflicts);
 }
 
 static void sweep(Consumer *c);

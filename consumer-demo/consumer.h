@@ -10,13 +10,17 @@
  * nothing valid is skipped or parked; a message the database refuses for its data (22, 23, P0) is
  * parked after a few tries, so no partition ever stops. processed_events rows expire after
  * dedupe_ttl_s and are swept (a redelivery older than that is applied again, and the shipments
- * upsert, versioned, makes that a no-op).
+ * upsert, versioned, makes that a no-op). A message whose id was applied with another payload
+ * (a producer reused the id: store.h's conflict) is counted and logged, not applied, and its
+ * offset committed: the first copy stays the truth.
  *
- * With Redis (redis_url), an event id is written there only after the transaction that recorded
- * it in processed_events committed; an event whose id is found there is skipped without a
- * transaction. Setting the id before processing, as a naive sketch does, would lose the event
- * when processing then fails (the redelivery finds the id and skips it). Redis unavailable,
- * slow or flushed only means more events go through the processed_events check. */
+ * With Redis (redis_url), an event id is written there, with its applied payload's digest, only
+ * after the transaction that recorded it in processed_events committed; an event whose id is
+ * found there with its own payload's digest is skipped without a transaction (any other digest
+ * goes to processed_events, so Redis never hides a conflict). Setting the id before processing, as
+ * a naive sketch does, would lose the event when processing then fails (the redelivery finds the id
+ * and skips it). Redis unavailable, slow or flushed only means more events go through the
+ * processed_events check. */
 #ifndef CONSUMER_CONSUMER_H
 #define CONSUMER_CONSUMER_H
 

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sha256.h"
+
 static EventVerdict verdict(EventVerdict v, char *reason, size_t reasonlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -122,6 +124,7 @@ EventVerdict event_parse(const EventInput *in, OrderEvent *out, char *reason, si
         out->version = version ? json_integer_value(version) : 1;
         if (!status)
             snprintf(out->status, sizeof(out->status), "created");
+        sha256_hex(in->payload, in->payload_len, out->payload_sha256);
     }
     json_decref(root);
     return v;

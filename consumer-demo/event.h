@@ -38,6 +38,10 @@ typedef struct OrderEvent {
     char currency[4];
     char status[EVENT_TEXT_MAX + 1]; /* the order's status; "created" when OrderCreated has none */
     long long version;               /* 1..2^31-1; 1 when OrderCreated has none */
+    /* SHA-256 of the message's value as it came (its raw bytes, not the parsed JSON), in
+     * lower-case hex: a redelivery carries the same bytes, so another digest under the same
+     * event id means a producer reused the id for other content (a conflict, store.h). */
+    char payload_sha256[65];
 } OrderEvent;
 
 /* Classifies a message. EVENT_APPLY fills out. EVENT_MALFORMED when the id header is missing or

@@ -20,6 +20,12 @@ ALTER TABLE processed_events
     ADD COLUMN IF NOT EXISTS expires_at timestamptz NOT NULL DEFAULT now() + interval '7 days';
 CREATE INDEX IF NOT EXISTS processed_events_expires_at_idx ON processed_events (expires_at);
 
+-- SHA-256 of the applied copy's raw Kafka value: a later message with the same event id and
+-- another digest is a conflict (a producer reused the id for other content), counted and logged,
+-- never applied; the first copy stays the truth. Rows from before the column existed are NULL:
+-- unknown, so a redelivery of theirs counts as a duplicate whatever it carries.
+ALTER TABLE processed_events ADD COLUMN IF NOT EXISTS payload_sha256 bytea;
+
 -- The effect of OrderCreated: one shipment per order (the primary key makes the effect itself
 -- idempotent too, should an order ever be announced by two different events).
 CREATE TABLE IF NOT EXISTS shipments (

@@ -74,8 +74,40 @@ static PGresult *query_until_stop(PGconn *conn, const char *sql, int nparams,
     return db_result(conn, res, e);
 }
 
+/* The dedupe, in the statement's one round trip: inserts the id with its payload digest and
+ * returns one row, (true, NULL) when it went in, or (false, the applied copy's digest in hex or
+ * NULL) when the id was there. All parts of the statement share one snapshot, so a row that
+ * another member committed while this insert waited for it (two members applying one event
+ * during a rebalance) conflicts but is not seen: no row then, and applied_digest looks again. */
+static const char record_sql[] =
+    "WITH ins AS (INSERT INTO processed_events (event_id, topic, \"partition\", \"offset\","
+    " expires_at, payload_sha256)"
+    " VALUES ($1, $2, $3, $4, now() + $5 * interval '1 second', decode($6, 'hex'))"
+    " ON CONFLICT (event_id) DO NOTHING RETURNING 1)"
+    " SELECT true, NULL FROM ins"
+    " UNION ALL SELECT false, encode(payload_sha256, 'hex') FROM processed_events"
+    " WHERE event_id = $1 AND NOT EXISTS (SELECT FROM ins)";
+
+/* The digest recorded for event_id, read by a statement of its own (a fresh snapshot), for
+ * record_sql's race above. Into out: the hex digest, "" when unknown (NULL, or the row is gone:
+ * swept since). Returns false when the query failed or was stopped (like query_until_stop). */
+static bool applied_digest(PGconn *conn, const char *event_id, char out[65],
+                           const volatile sig_atomic_t *stop, bool *stopped, DbError *e)
+{
+    const char *v[1] = {event_id};
+    PGresult *res = query_until_stop(conn,
+                                     "SELECT encode(payload_sha256, 'hex') FROM processed_events"
+                                     " WHERE event_id = $1",
+                                     1, v, stop, stopped, e);
+    if (!res)
+        return false;
+    snprintf(out, 65, "%s", PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "");
+    PQclear(res);
+    return true;
+}
+
 StoreResult store_apply(PGconn *conn, const OrderEvent *ev, const MessagePos *pos, long ttl_s,
-                        const volatile sig_atomic_t *stop, DbError *e)
+                        const volatile sig_atomic_t *stop, char applied_sha256[65], DbError *e)
 {
     char partition[16], offset[32], amount[32], version[32], ttl[32];
     snprintf(ttl, sizeof(ttl), "%ld", ttl_s);
@@ -89,22 +121,31 @@ StoreResult store_apply(PGconn *conn, const OrderEvent *ev, const MessagePos *po
     if (!res)
         goto failed; /* a SET that failed leaves the transaction open (aborted) */
     bool stopped;
-    const char *pv[5] = {ev->event_id, pos->topic, partition, offset, ttl};
-    res = query_until_stop(conn,
-                           "INSERT INTO processed_events (event_id, topic, \"partition\","
-                           " \"offset\", expires_at)"
-                           " VALUES ($1, $2, $3, $4, now() + $5 * interval '1 second')"
-                           " ON CONFLICT (event_id) DO NOTHING RETURNING 1",
-                           5, pv, stop, &stopped, e);
+    const char *pv[6] = {ev->event_id, pos->topic, partition, offset, ttl, ev->payload_sha256};
+    res = query_until_stop(conn, record_sql, 6, pv, stop, &stopped, e);
     if (stopped)
         return STORE_STOPPED;
     if (!res)
         goto failed;
-    bool first_time = PQntuples(res) == 1;
+    bool first_time = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
+    char applied[65] = "";
+    if (!first_time && PQntuples(res) == 1)
+        snprintf(applied, sizeof(applied), "%s", PQgetvalue(res, 0, 1)); /* "" for NULL */
+    bool look_again = PQntuples(res) == 0;
     PQclear(res);
+    if (look_again && !applied_digest(conn, ev->event_id, applied, stop, &stopped, e)) {
+        if (stopped)
+            return STORE_STOPPED;
+        goto failed;
+    }
     if (!first_time) {
         db_rollback(conn);
-        return STORE_DUPLICATE;
+        /* Unknown (a row from before digests were kept) is not a conflict: nothing says the
+         * payloads differ. */
+        if (applied[0] == '\0' || strcmp(applied, ev->payload_sha256) == 0)
+            return STORE_DUPLICATE;
+        snprintf(applied_sha256, 65, "%s", applied);
+        return STORE_CONFLICT;
     }
     /* The version comparison happens under the row lock the upsert takes, so two consumers
      * racing on one order (a rebalance) still end at the highest version. A cancelled order

@@ -181,6 +181,23 @@ static void test_order_updated(void **state)
                      EVENT_MALFORMED);
 }
 
+/* The payload digest is SHA-256 of the value's raw bytes (as sha256sum and PostgreSQL's sha256()
+ * give it): the same JSON spelt with other whitespace is other content, as a redelivery always
+ * carries the very bytes of its first copy. */
+static void test_payload_digest(void **state)
+{
+    OrderEvent ev;
+    char reason[256];
+    assert_int_equal(classify(input(UUID, "OrderCreated", GOOD), &ev, reason), EVENT_APPLY);
+    assert_string_equal(ev.payload_sha256,
+                        "a8b678ce230616104850289c2b9d113f046f0252652dd3835eb4fd2d5d4f34b4");
+    const char *spaced = "{\"id\": \"o-1\",\"customer_id\":\"c-7\",\"amount_cents\":4200,"
+                         "\"currency\":\"EUR\"}";
+    assert_int_equal(classify(input(UUID, "OrderCreated", spaced), &ev, reason), EVENT_APPLY);
+    assert_string_equal(ev.payload_sha256,
+                        "b9b295a71e23353458462dcbee87b3a1b2a05cdf245012ae8be93b02a20c3b98");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -192,6 +209,7 @@ int main(void)
         cmocka_unit_test(test_bad_payloads_are_malformed),
         cmocka_unit_test(test_long_text_fields),
         cmocka_unit_test(test_payload_is_not_nul_terminated),
+        cmocka_unit_test(test_payload_digest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
