@@ -19,7 +19,8 @@
 #     --lock-timeout, or a statement slower than --statement-timeout, is answered 503 +
 #     Retry-After with a problem document; the request wrote nothing and its key is free (the same
 #     request after the lock is gone: 201 once, then replays); more blocked POSTs than pooled
-#     connections leave the server able to answer (/healthz, GET) while the lock is still held.
+#     connections leave the server able to answer (/healthz, GET) while the lock is still held;
+#     a stricter lock_timeout the connection string sets stays, a looser one gives way.
 source "$(dirname "$0")/../../lib.sh"
 source "$(dirname "$0")/../../demo_lib.sh"
 demo_setup
@@ -294,6 +295,30 @@ check_eq "6: one order per key (c-bound, c-bound-keys, c-bound-slow)" "1 1 1" \
     "$(orders_of c-bound) $(orders_of c-bound-keys) $(orders_of c-bound-slow)"
 producer_stop
 check_eq "6: SIGTERM: producer-demo exits 0" 0 $?
+
+# --- 6d. a stricter bound the connection string sets stays ---------------------------------------
+# The demo writes --lock-timeout over the session's lock_timeout only when the value in force is
+# zero or longer. The URL's 1 s under --lock-timeout 120000: the POST held by a lock on orders is
+# answered 503 after the URL's second, well within curl's 20 s; had the flag's two minutes been put
+# over it, curl would give up first (000). The other way round, the URL's looser 120 s gives way
+# to --lock-timeout 1000 (the status is asserted, never the time).
+BODY_6D='{"customer_id": "c-bound-url", "amount_cents": 100, "currency": "EUR"}'
+DATABASE_URL="$DATABASE_URL?options=-c%20lock_timeout%3D1000" \
+    producer_start --lock-timeout 120000 --statement-timeout 120000
+locker_start orders
+bounded_post bound-4 "$BODY_6D"
+timed_out "6d: the URL's stricter lock_timeout (1 s) stays under --lock-timeout 120000"
+locker_stop
+producer_stop
+DATABASE_URL="$DATABASE_URL?options=-c%20lock_timeout%3D120000" \
+    producer_start --lock-timeout 1000 --statement-timeout 3000
+locker_start orders
+bounded_post bound-4 "$BODY_6D"
+timed_out "6d: the URL's looser lock_timeout (120 s) gives way to --lock-timeout 1000"
+locker_stop
+bounded_post bound-4 "$BODY_6D"
+check_eq "6d: the same request once the lock is gone: 201" 201 "$STATUS"
+producer_stop
 
 # --- 5b. the fingerprint is the raw body -----------------------------------------------------------------
 producer_start
