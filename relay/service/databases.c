@@ -268,6 +268,20 @@ static const Config *find_fresh(const Config *fresh, const char *name)
     return NULL;
 }
 
+/* The running database (not one draining) whose URL names the same database as url, or NULL.
+ * The new list was checked for two entries of one database (config.c) by the URLs it gives, but
+ * a kept entry goes on with its running URL whatever the list now says (restart-only): an entry
+ * the list adds with that URL would be a second one serving the database. Its 64 lanes are one
+ * group, which two entries would split, each leaving its own table's rows in the other's lanes
+ * unclaimed. A draining one is not counted: it gives its lanes up (a rename). */
+static const Db *serving(const Databases *d, const char *url)
+{
+    for (int i = 0; i < d->n; i++)
+        if (!d->dbs[i]->removed && db_same_database(d->dbs[i]->cfg.database_url, url))
+            return d->dbs[i];
+    return NULL;
+}
+
 /* Collects the names of changed options that need a restart (config_diff). */
 static void note_restart_only(const char *option, bool reloadable, void *arg)
 {
@@ -340,7 +354,14 @@ void databases_reload(Databases *d, Config *fresh)
         char err[1024];
         /* What start-up refuses (a plaintext URL under --require-tls, a template that breaks
          * order) is refused here too: the entry is not added, the running ones go on. */
-        if (!databases_entry_check(c, err, sizeof(err))) {
+        const Db *twin = serving(d, c->database_url);
+        if (twin)
+            snprintf(err, sizeof(err),
+                     "database %s: names the same database (host, port and dbname) as database "
+                     "%s, which still serves it (a kept entry's URL changes only at a restart): "
+                     "restart, or remove %s first",
+                     c->database_name, twin->cfg.database_name, twin->cfg.database_name);
+        if (twin || !databases_entry_check(c, err, sizeof(err))) {
             char qe[1100];
             log_error("configuration reload: database not added", "error=%s",
                       log_quote(err, qe, sizeof(qe)));

@@ -12,7 +12,9 @@
 #  3. SIGHUP with d removed and e added (migrated with `migrate --database e`): e starts and
 #     delivers, d drains (no session of the relay left in db_d), a keeps delivering throughout;
 #     before that, an entry added by SIGHUP that start-up would refuse (a template that breaks
-#     order) is refused with one line naming it, and never starts;
+#     order) is refused with one line naming it, and never starts; after it, an entry naming the
+#     database a kept entry still serves (that entry's URL changed, which takes a restart) is
+#     refused likewise: one database, one entry;
 #  4. two relay processes with the same list share every database's lanes (each database's 64
 #     lanes held by two backends, both processes own lanes of each), and deliver in order;
 #  5. commands take a database name: `status --database a` works, without --database it is
@@ -142,7 +144,7 @@ check_eq "2: d's rows wait" 200 "$(psql_q "SELECT count(*) FROM outbox WHERE sen
 psql_q "GRANT CONNECT ON DATABASE db_b TO PUBLIC" -d postgres || fail "2: grant connect"
 echo "COMMIT; SELECT 'done';" >&"${LOCKC[1]}"
 read -r -t 10 said <&"${LOCKC[0]}"
-check_eq "2: c's locking transaction commits its rows" done "$said"
+check_eq "2: c's locking transaction commits its rows" "done" "$said"
 echo '\q' >&"${LOCKC[1]}"
 psql_q "GRANT SELECT ON outbox TO outbox_relay" -d db_d || fail "2: grant select"
 for db in b c d; do
@@ -181,6 +183,21 @@ check_eq "3: no session of the relay is left in db_d" 0 \
     "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE datname = 'db_d' AND usename = 'relay_login'" -d postgres)"
 check "3: d's series left /metrics" bash -c "! curl -s 'http://$METRICS/metrics' | grep -q 'database=\"d\"'"
 wait_for "3: /readyz: 4 of 4 ready" 15 ready_line '^ready: 4 of 4 databases ready'
+# a's URL changes (restart-only: a goes on serving db_a) and a new entry g names db_a: the list
+# itself has each database once, but g would be a second entry serving db_a, splitting its lanes.
+jq --arg url "$(url d)" --arg a "$(url a)" \
+    '(.databases[] | select(.name == "a") | ."database-url") = $url |
+     .databases += [{"name": "g", "database-url": $a}]' "$CONF" >"$CONF.tmp" && mv "$CONF.tmp" "$CONF"
+mark=$(lines)
+kill -HUP "$RELAY_PID"
+wait_for "3: an entry naming the database a kept entry still serves: not added, one line" 15 \
+    bash -c "tail -n +$((mark + 1)) '$RELAY_LOG' | grep 'configuration reload: database not added' |
+             grep -q 'database g: names the same database .* as database a'"
+check "3: ... and g never started" bash -c "! grep -q 'database=g' '$RELAY_LOG'"
+check_eq "3: ... db_a has one relay session" 1 \
+    "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE datname = 'db_a'
+               AND application_name LIKE 'outbox-relay session-%'" -d postgres)"
+write_conf a b c e
 delivered e
 delivered a "every row of a delivered through the reload"
 FIRST_PID=$RELAY_PID FIRST_METRICS=$METRICS FIRST_LOG=$RELAY_LOG
