@@ -42,9 +42,11 @@ struct Upkeep {
     bool ready;                  /* connected and session set up */
     bool connected_before;       /* a connection of this upkeep has been up */
     /* On demand, gauge_timer is the one tick of both tasks (see on_gauge_timer) and
-     * retention_timer stays stopped; swept_at is when that tick last made retention due. */
+     * retention_timer stays stopped; swept_at is when that tick last made retention due
+     * (monotime: ev_now() is the wall clock, and a clock stepped back an hour held every sweep
+     * back for that hour). */
     ev_timer gauge_timer, retention_timer;
-    ev_tstamp swept_at;
+    double swept_at;
     bool gauge_due, retention_due;
     double gauge_sent_at;     /* monotime the looks in flight were sent */
     bool backlog_sent;        /* the backlog count is among them */
@@ -400,7 +402,7 @@ static void on_gauge_timer(struct ev_loop *loop, ev_timer *w, int revents)
     Upkeep *u = w->data;
     enter(u);
     u->gauge_due = u->gauges;
-    ev_tstamp now = ev_now(loop);
+    double now = monotime_now();
     if (u->on_demand && u->retention_s > 0 &&
         now - u->swept_at >= upkeep_retention_interval(u->retention_s) - gauge_interval(u) / 2.0) {
         u->retention_due = true;
@@ -441,7 +443,7 @@ void upkeep_reconfigure(Upkeep *u)
                 ev_timer_again(u->loop, &u->retention_timer);
             }
             u->retention_due = true;
-            u->swept_at = ev_now(u->loop);
+            u->swept_at = monotime_now();
         }
     }
     bool needed = u->gauges || u->retention_s > 0;
