@@ -182,6 +182,7 @@ static void drive(HttpServer *s);
 static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 {
     HttpServer *s = w->data;
+    log_set_context(NULL); /* the process's line, not the last database's (drive) */
     ev_tstamp now = monotime_now();
     int cut = 0;
     while (s->head && s->head->deadline <= now) {
@@ -251,6 +252,9 @@ static unsigned int connection_limit(void)
 
 static void drive(HttpServer *s)
 {
+    /* Its lines (on_mhd_log) are the process's: the log context is whatever the loop's last
+     * callback set, a database's session with --databases. */
+    log_set_context(NULL);
     MHD_run(s->daemon);
     MHD_UNSIGNED_LONG_LONG ms;
     ev_timer_stop(s->loop, &s->timer);

@@ -72,6 +72,9 @@ static bool send_state(SdNotify *n, const char *msg)
 static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 {
     SdNotify *n = w->data;
+    /* The process's, not a database's: the context is whatever the last callback set (a
+     * database's session, with --databases), and a warning here would name that database. */
+    log_set_context(NULL);
     RelayStatus st;
     char status[sizeof(n->status)];
     status[0] = '\0';
@@ -107,6 +110,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
 {
     SdNotify *n = w->data;
+    log_set_context(NULL); /* the process's (on_tick) */
     if (n->stopping_sent || !send_state(n, "STOPPING=1\nSTATUS=shutting down\n"))
         return; /* not sent: the next tick sends it (the relay is stopping by then) */
     n->stopping_sent = true;

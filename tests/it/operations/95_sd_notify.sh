@@ -7,7 +7,9 @@
 #     after which the relay exits 0 as usual;
 #  5. (run before 4) STATUS= gives /readyz's verdict and reasons: not ready while a session that
 #     is not a relay holds member slots;
-#  4. a NOTIFY_SOCKET nobody listens on: one warning line, and the relay still delivers.
+#  4. a NOTIFY_SOCKET nobody listens on: one warning line, and the relay still delivers;
+#  6. with --databases, a socket that goes away is warned about as the process's, naming no
+#     database.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -76,3 +78,25 @@ relay_stop
 check_eq "4: relay exits 0" 0 $?
 check_eq "4: one warning for the unreachable socket, not one per tick" 1 \
     "$(grep -c 'msg="cannot notify systemd"' "$RELAY_LOG")"
+
+# --- 6. with --databases, the process's own lines name no database ---
+# The log context is whatever the loop's last callback set (a database's session): the warning
+# named the database whose session ran last, as if the socket were that database's.
+socat -u "UNIX-RECV:$T/notify6" "OPEN:$T/notify6.out,creat,append" 2>>"$T/socat.log" &
+SOCAT6=$!
+_t_track "$SOCAT6"
+_poll 10 test -S "$T/notify6" || fail "6: socat listens on $T/notify6 within 10s"
+# A list names every URL: the environment's DATABASE_URL beside it would be refused.
+RELAY_WRAP=(env -u DATABASE_URL NOTIFY_SOCKET="$T/notify6")
+relay_start --brokers "$BROKERS" --databases "[{\"name\": \"a\", \"database-url\": \"$DATABASE_URL\"}]"
+wait_for "6: READY=1 from the list's relay" 60 grep -qx READY=1 "$T/notify6.out"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        VALUES ('order', 'o-3', 'created', '{}')"
+wait_for "6: the row is delivered (a session of database a ran)" 60 no_unsent_rows
+kill "$SOCAT6"
+rm -f "$T/notify6"
+wait_for "6: the vanished socket is warned about" 15 grep -q 'msg="cannot notify systemd"' "$RELAY_LOG"
+check "6: ... as the process's, naming no database" \
+    bash -c "! grep 'msg=\"cannot notify systemd\"' '$RELAY_LOG' | grep -q 'database='"
+relay_stop
+check_eq "6: relay exits 0" 0 $?
