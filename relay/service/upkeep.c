@@ -465,6 +465,9 @@ static Upkeep *upkeep_create(struct ev_loop *loop, const Config *cfg, bool gauge
     u->on_demand = on_demand;
     /* On demand, the first refresh comes at once, as a standing connection's does at setup. */
     u->gauge_due = on_demand && gauges;
+    /* Never swept: the first tick sweeps, whatever the monotonic clock reads (it counts from the
+     * host's boot, which may be less than an interval ago). */
+    u->swept_at = -HUGE_VAL;
     ev_timer_init(&u->close_timer, on_close_timer, 0.0, 0.0);
     u->close_timer.data = u;
     u->log_context = log_context();
