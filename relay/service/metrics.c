@@ -242,15 +242,25 @@ void metrics_row_acked(const Batch *b, const BatchRow *br, double now)
 
 static void printf_to(StrBuf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Appends the formatted text whole, however long: a line cut short (a HELP text that grew, say)
+ * would lose what follows it, such as its family's # TYPE line. */
 static void printf_to(StrBuf *out, const char *fmt, ...)
 {
     char line[512];
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
+    va_copy(again, ap);
     int n = vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    if (n > 0)
-        strbuf_append(out, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+    if (n > 0 && (size_t)n < sizeof(line)) {
+        strbuf_append(out, line, (size_t)n);
+    } else if (n > 0) {
+        char *longer = malloc((size_t)n + 1);
+        if (longer && vsnprintf(longer, (size_t)n + 1, fmt, again) == n)
+            strbuf_append(out, longer, (size_t)n);
+        free(longer);
+    }
+    va_end(again);
 }
 
 static void header(StrBuf *out, const char *name, const char *type, const char *help)
