@@ -1005,8 +1005,12 @@ static bool database_load(Config *db, const Config *base, bool sessions_default,
         return optval_fail(err, errlen,
                            "databases \"%s\": database-url and database-url-file: use one",
                            db->database_name);
-    if (db->database_url_file && !read_database_url_file(db, err, errlen))
-        return false;
+    if (db->database_url_file && !read_database_url_file(db, err, errlen)) {
+        /* The file's error names the file; which entry gave it is said here. */
+        char why[1024];
+        snprintf(why, sizeof(why), "%s", err);
+        return optval_fail(err, errlen, "databases \"%s\": %s", db->database_name, why);
+    }
     if (!db->database_url)
         return optval_fail(err, errlen,
                            "databases \"%s\": missing database-url or database-url-file",
