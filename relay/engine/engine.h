@@ -183,7 +183,8 @@ struct Session {
     bool stopping;
     Backoff retry;
     /* Its claim waits for the other sessions' batches, the producer having failed: the last one
-     * done wakes it (relay_batch_done); its retry backoff is only the fallback. */
+     * done wakes it (relay_batch_done), unless it is a setup fault's probe, which keeps its retry
+     * backoff; for a claim the backoff is only the fallback. */
     bool producer_wait;
     bool claim_error_logged;
     /* The last claim or mark failed for a reason of the setup (sqlstate.h: privileges, a missing
@@ -199,6 +200,7 @@ struct Session {
     int salvage_row;           /* recording row by row: the row whose outcome is being recorded */
     int salvage_unrecorded;    /* rows whose outcome could not be recorded at all */
     int salvage_sent, salvage_failed; /* rows recorded as sent or failed, one by one so far */
+    int salvage_refused;              /* rows delivered whose sent mark the table refused */
     int mark_retries;                 /* batches in a row whose marks failed for a passing reason */
     bool salvage_by_row; /* the batch, its marks rolled back, is recorded row by row (until done) */
     ev_timer poll_timer;
@@ -375,6 +377,11 @@ bool marks_next_row(Session *s, MarkRequest *req);
 void marks_row_read(Session *s, PGresult **results, int n, const char *error);
 /* Whether a batch recorded row by row waits for the retry backoff before the next claim. */
 bool marks_row_by_row_retry(const Session *s);
+/* Recording row by row ends before its last row: the relay stops (lost false), or the connection
+ * went (lost true; the row in flight with it, its outcome unknown). Logs what was recorded; the
+ * rest goes out again. Lost, the batch is abandoned and never done, so its recorded rows are
+ * counted here; stopping, marks_batch_done counts them. */
+void marks_row_by_row_cut_short(Session *s, bool lost);
 /* The batch's outcome is recorded (or given up): lets go of it, and counts it (sent and failed
  * rows, outbox_batches_total) when committed, not when rolled back (its rows go out again and
  * are counted then); without retry the retry backoff starts again from its base. */

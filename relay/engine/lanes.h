@@ -34,8 +34,9 @@ typedef void (*LanesDoneFn)(Lanes *lanes, bool ok, void *arg);
 struct Lanes {
     int slot;          /* this relay's member slot, -1 when not (yet) a member */
     int live_sessions; /* live sessions (of all relays) seen at the last rebalance */
-    /* Which members those were: a fingerprint of their slots (never 0; 0 when none seen), so
-     * that a leave and a join between two looks are a change though the count is the same. */
+    /* Which members those were: a fingerprint of their slots (non-zero once a look was made, 0
+     * before), so that a leave and a join between two looks are a change though the count is
+     * the same. */
     uint64_t members;
     bool owned[LANE_COUNT]; /* lanes whose advisory lock this session holds */
     int n_owned;

@@ -31,6 +31,17 @@ static void log_dead_lettered(Session *s, PGresult *res)
     }
 }
 
+/* Counts recorded rows in the totals (sent=, failed= of "stopped") and the batch in
+ * outbox_batches_total ("claim transactions that delivered or recorded rows"): a batch recorded
+ * row by row of which no row could be recorded is none. */
+static void count_recorded(Session *s, int sent, int failed, bool by_row)
+{
+    s->total_sent += (unsigned long long)sent;
+    s->total_failed += (unsigned long long)failed;
+    if (!by_row || sent + failed > 0)
+        metrics_batch_committed();
+}
+
 void marks_batch_done(Session *s, bool retry, bool committed)
 {
     Batch *b = &s->batch;
@@ -39,9 +50,8 @@ void marks_batch_done(Session *s, bool retry, bool committed)
          * record that failed for a passing reason, the rows left when stopping) go out again
          * and count then. */
         bool by_row = s->salvage_by_row;
-        s->total_sent += (unsigned long long)(by_row ? s->salvage_sent : b->acked);
-        s->total_failed += (unsigned long long)(by_row ? s->salvage_failed : b->failed);
-        metrics_batch_committed();
+        count_recorded(s, by_row ? s->salvage_sent : b->acked,
+                       by_row ? s->salvage_failed : b->failed, by_row);
     }
     batch_clear(b);
     if (!retry) {
@@ -49,6 +59,21 @@ void marks_batch_done(Session *s, bool retry, bool committed)
         s->mark_retries = 0;
     }
     relay_batch_done(s->relay);
+}
+
+void marks_row_by_row_cut_short(Session *s, bool lost)
+{
+    const Batch *b = &s->batch;
+    log_warn(lost ? "connection lost while recording a batch row by row; the rows not recorded "
+                    "will be sent again"
+                  : "stopping while recording a batch row by row; the rows not recorded will be "
+                    "sent again",
+             "rows=%d sent=%d failed=%d not_recorded=%d session=%d", b->n, s->salvage_sent,
+             s->salvage_failed, b->n - s->salvage_sent - s->salvage_failed, s->index);
+    if (lost) { /* the batch is abandoned, never done: its recorded rows count now */
+        count_recorded(s, s->salvage_sent, s->salvage_failed, true);
+        s->salvage_sent = s->salvage_failed = 0;
+    }
 }
 
 /* A failure to record an outcome is logged once per distinct error, then at debug level: a
@@ -87,6 +112,7 @@ void marks_row_read(Session *s, PGresult **results, int n, const char *error)
             snprintf(why, sizeof(why), "delivered, but marking it sent failed: %s", error);
             b->acked--;
             batch_fail(b, br, why, true);
+            s->salvage_refused++;
             return; /* the same row next, now as a failure */
         }
         const char *state = pg_failed_sqlstate(results, n);
@@ -120,7 +146,7 @@ bool marks_next_row(Session *s, MarkRequest *req)
 }
 
 /* Whether nothing of b got through to Kafka for a reason that may pass (Kafka down, a timeout):
- * the next claim waits for the retry backoff then. Rows that failed for good (too large, a
+ * the next claim waits for the retry backoff then. Rows Kafka refused for good (too large, a
  * topic that cannot exist) are recorded as such, and the rows behind them go on at once. */
 static bool nothing_got_through(const Batch *b)
 {
@@ -134,7 +160,11 @@ static bool nothing_got_through(const Batch *b)
 
 bool marks_row_by_row_retry(const Session *s)
 {
-    return s->salvage_unrecorded > 0 || nothing_got_through(&s->batch);
+    /* Rows delivered whose sent mark the table refused are failures for good too, but a table
+     * that refuses every one (a trigger) is more like the setup than the rows: without a pause
+     * each batch would be published, refused and recorded again at full speed. */
+    bool none_marked_sent = s->salvage_sent == 0 && s->salvage_refused > 0;
+    return s->salvage_unrecorded > 0 || nothing_got_through(&s->batch) || none_marked_sent;
 }
 
 bool marks_rolled_back(Session *s)
@@ -142,7 +172,7 @@ bool marks_rolled_back(Session *s)
     floor_abandon(&s->floor); /* the floor waits for a batch committed whole */
     if (s->salvage_by_row) {
         s->salvage_row = 0;
-        s->salvage_unrecorded = s->salvage_sent = s->salvage_failed = 0;
+        s->salvage_unrecorded = s->salvage_sent = s->salvage_failed = s->salvage_refused = 0;
     }
     return s->salvage_by_row;
 }

@@ -600,6 +600,7 @@ static void row_recorded(Session *s, const SessionEvent *ev)
     marks_row_read(s, ev->results, ev->n, ev->error);
     if (s->stopping) {
         /* Shutting down: what is not recorded yet is sent again later (duplicates, no loss). */
+        marks_row_by_row_cut_short(s, false);
         batch_finished(s, true, true); /* counts the rows recorded so far */
         return;
     }
@@ -691,8 +692,8 @@ static void connected(Session *s)
 static void disconnected(Session *s)
 {
     Batch *b = &s->batch;
-    bool was_marking = s->phase == PHASE_MARKING || s->phase == PHASE_MARKING_AND_CLAIMING ||
-                       s->phase == PHASE_RECORDING_ROW;
+    bool was_marking = s->phase == PHASE_MARKING || s->phase == PHASE_MARKING_AND_CLAIMING;
+    bool was_recording_rows = s->phase == PHASE_RECORDING_ROW;
     session_set_phase(s, PHASE_DOWN);
     lanes_reset(&s->lanes);
     /* Its join after the reconnect changes the group as its first did, whatever the members it
@@ -705,11 +706,16 @@ static void disconnected(Session *s)
     rebalance_others(s);
     if (b->n > 0 && !b->abandoned) {
         /* While marking, the answer lost may have been that of a COMMIT that went through (and
-         * of a claim behind it, which the server rolled back): the log must not say more. */
-        log_warn(was_marking ? "batch abandoned with the connection while being recorded; its "
-                               "rows will be sent again unless its COMMIT got through"
-                             : "batch abandoned with the connection; its rows will be sent again",
-                 "rows=%d in_flight=%d session=%d", b->n, b->in_flight, s->index);
+         * of a claim behind it, which the server rolled back): the log must not say more. Rows
+         * recorded one by one are in already, each in a transaction of its own. */
+        if (was_recording_rows)
+            marks_row_by_row_cut_short(s, true);
+        else
+            log_warn(was_marking ? "batch abandoned with the connection while being recorded; "
+                                   "its rows will be sent again unless its COMMIT got through"
+                                 : "batch abandoned with the connection; its rows will be sent "
+                                   "again",
+                     "rows=%d in_flight=%d session=%d", b->n, b->in_flight, s->index);
         /* The delivery timer keeps running: the session claims nothing until every message of
          * the abandoned batch is reported, and with message.timeout.ms=0 a message to a broker
          * that stays down is reported only when the timer purges it. */

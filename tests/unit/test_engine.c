@@ -1183,6 +1183,42 @@ static void test_row_by_row_counts_recorded_rows(void **state)
     assert_int_equal(S(0)->total_sent, 3);
 }
 
+/* The connection goes while a batch is recorded row by row: the rows recorded so far are in (each
+ * in a transaction of its own) and count; the row in flight and the rest go out again. */
+static void test_row_by_row_lost_counts_recorded(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A,B,C");
+    fake_kafka_report_all(OK);
+    answer_failing(0, "mark-sent", "22P02");
+    answer(0); /* ROLLBACK */
+    answer(0); /* row 1 recorded; row 2's record is out */
+    fake_pg_drop(PG(0), "connection reset by peer");
+    assert_int_equal(S(0)->total_sent, 1);
+}
+
+/* The table refuses the sent mark of every row Kafka acknowledged (a trigger): recorded row by
+ * row as failures, the batch is followed by the retry backoff, as the rows behind it would meet
+ * the same refusal; without it each batch would be published, refused and recorded again at
+ * full speed. */
+static void test_every_sent_mark_refused_backs_off(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A,B,C");
+    fake_kafka_report_all(OK);
+    answer_failing(0, "mark-sent", "23514");
+    answer(0); /* ROLLBACK */
+    for (int row = 0; row < 3; row++) {
+        answer_failing(0, "mark-sent", "23514"); /* refused: the row becomes a failure */
+        answer(0);                               /* ...recorded as one */
+    }
+    expect_idle_pg(0);
+    assert_true(ev_is_active(&S(0)->retry_timer));
+    assert_int_equal(S(0)->total_failed, 3);
+}
+
 /* Every row of a batch failed for good (too large for the broker) and the marks were refused by
  * a row: recorded row by row as failures, the rows behind them are claimed at once, not after
  * the retry backoff, which is for a Kafka that may come back. */
@@ -1547,6 +1583,8 @@ int main(void)
         cmocka_unit_test_teardown(test_rolled_back_batch_not_counted, teardown),
         cmocka_unit_test_teardown(test_row_by_row_counts_recorded_rows, teardown),
         cmocka_unit_test_teardown(test_permanent_failures_by_row_no_backoff, teardown),
+        cmocka_unit_test_teardown(test_row_by_row_lost_counts_recorded, teardown),
+        cmocka_unit_test_teardown(test_every_sent_mark_refused_backs_off, teardown),
         cmocka_unit_test_teardown(test_claim_failure_waits_for_backoff, teardown),
         cmocka_unit_test_teardown(test_setup_fault, teardown),
         cmocka_unit_test_teardown(test_refused_event_holds_its_aggregate, teardown),
