@@ -38,8 +38,9 @@ VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 
 # lib/rcache.c (the demos' Redis client) is lib/ for the demos only: the relay does not link
 # hiredis. lib/conndeadline.c (request deadlines for a thread-per-connection server) is the
-# demos' too: the relay's metrics port keeps its deadlines on its event loop.
-DEMO_ONLY_SRC := lib/rcache.c lib/conndeadline.c
+# demos' too: the relay's metrics port keeps its deadlines on its event loop. lib/sha256.c (the
+# demos' request fingerprints and payload digests) has no use in the relay.
+DEMO_ONLY_SRC := lib/rcache.c lib/conndeadline.c lib/sha256.c
 SHARED_SRC := $(filter-out $(DEMO_ONLY_SRC),$(wildcard lib/*.c))
 RELAY_SRC  := $(foreach d,$(RELAY_DIRS),$(wildcard $(d)/*.c))
 RELAY_HDR  := $(wildcard lib/*.h) $(foreach d,$(RELAY_DIRS),$(wildcard $(d)/*.h))
@@ -435,8 +436,9 @@ FUZZ_BIN    := $(patsubst tests/fuzz/%.c,bin/fuzz/%,$(FUZZ_SRC))
 # What each harness links: the relay's parsers, or one demo's.
 FUZZ_RELAY_OBJ    := $(call objs,bin/fuzz/obj,$(SHARED_SRC) relay/config.c relay/kafka_guard.c \
                        relay/tls_report.c $(wildcard relay/outbox/*.c))
-FUZZ_PRODUCER_OBJ := $(call objs,bin/fuzz/obj,$(SHARED_SRC) producer-demo/order.c producer-demo/idem.c)
-FUZZ_CONSUMER_OBJ := $(call objs,bin/fuzz/obj,$(SHARED_SRC) consumer-demo/event.c)
+FUZZ_PRODUCER_OBJ := $(call objs,bin/fuzz/obj,$(SHARED_SRC) producer-demo/order.c producer-demo/idem.c \
+                                    lib/sha256.c)
+FUZZ_CONSUMER_OBJ := $(call objs,bin/fuzz/obj,$(SHARED_SRC) consumer-demo/event.c lib/sha256.c)
 FUZZ_SECONDS  ?= 600
 FUZZ_PARALLEL ?= 1
 
