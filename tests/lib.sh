@@ -522,6 +522,33 @@ old_snapshot_close() {
             WHERE query = 'SELECT pg_sleep(600)' AND pid <> pg_backend_pid()" >/dev/null
 }
 
+# table_lock_open: another client takes ACCESS EXCLUSIVE on the outbox (as a migration's ALTER
+# or a VACUUM FULL does) and keeps it until the test ends (it sleeps 600 s). Returns at once:
+# wait for table_lock_held.
+table_lock_open() {
+    PGAPPNAME=table_lock psql -XAtq -c "BEGIN" -c "LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE" \
+        -c "SELECT pg_sleep(600)" >/dev/null 2>&1 &
+    _t_track $!
+}
+
+# table_lock_held: true once table_lock_open's transaction holds its lock.
+table_lock_held() {
+    [ "$(psql_q "SELECT count(*) FROM pg_locks WHERE relation = 'outbox'::regclass
+                 AND mode = 'AccessExclusiveLock' AND granted")" = 1 ]
+}
+
+# table_lock_close: ends table_lock_open's transaction before the test does, and waits until
+# its lock is gone.
+table_lock_close() {
+    psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+            WHERE application_name = 'table_lock'" >/dev/null
+    _poll 10 _table_lock_free
+}
+
+_table_lock_free() {
+    ! table_lock_held
+}
+
 # ---- the metrics and health endpoints ----------------------------------------------------------
 
 # metrics_wait: waits for the relay's "metrics listening" line (start it with --metrics-listen

@@ -18,8 +18,11 @@
 #include "strbuf.h"
 #include "table.h"
 
-/* How long a batch waits for a row someone else holds (a retention DELETE, an operator's open
- * UPDATE) before it gives up: long waits would hold the batch's other locks that long. */
+/* How long any statement waits for a lock before it gives up: a batch for a row someone else
+ * holds (a retention DELETE, an operator's open UPDATE; a long wait would hold the batch's other
+ * locks that long), and every statement, the dry run's included, for the table itself (a
+ * migration's ALTER, a VACUUM FULL, or an ALTER queued behind a long transaction, which every
+ * later reader queues behind): without it replay waits as long as they do, silently. */
 #define REPLAY_LOCK_TIMEOUT "10s"
 
 /* The selection, shared by the summary and the batches. $1: the last {seq} done (exclusive),
@@ -294,8 +297,6 @@ static long long replay_batch(PGconn *conn, const Config *cfg, Selection *s, DbE
 {
     if (!db_exec(conn, "BEGIN", e))
         return -1;
-    if (!db_exec(conn, "SET LOCAL lock_timeout = '" REPLAY_LOCK_TIMEOUT "'", e))
-        goto failed;
     PGresult *res =
         run(conn, &cfg->map, SQL_REPLAY_BATCH, REPLAY_NPARAMS + 1, s->params, PGRES_TUPLES_OK, e);
     if (!res)
@@ -338,7 +339,9 @@ failed:
  * locks and its place among the writers the relays' claim floors wait for, open on the server
  * for hours: the server ends a transaction idle for a minute (a batch's statements follow one
  * another without a pause) and probes a quiet client as it does the relay's sessions; the
- * client's side of the same is db_connect's. Returns false with e filled in. */
+ * client's side of the same is db_connect's. Every statement waits for a lock at most
+ * REPLAY_LOCK_TIMEOUT (a stricter lock_timeout of the connection string stays). Returns false
+ * with e filled in. */
 static bool bound_server_session(PGconn *conn, DbError *e)
 {
 #define SESSION_BOUNDS                                                                             \
@@ -351,7 +354,8 @@ static bool bound_server_session(PGconn *conn, DbError *e)
                    user_timeout ? SESSION_BOUNDS
                        ", pg_catalog.set_config('tcp_user_timeout', '30000', false)"
                                 : SESSION_BOUNDS,
-                   e);
+                   e) &&
+           db_exec(conn, DB_BOUND_SETTING_SQL("lock_timeout", REPLAY_LOCK_TIMEOUT, "false"), e);
 #undef SESSION_BOUNDS
 }
 

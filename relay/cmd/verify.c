@@ -24,6 +24,10 @@
 /* Problems of each kind named on stderr; the rest are only counted. */
 #define VERIFY_SHOW 20
 #define VERIFY_UNKNOWN_CHUNK 1000
+/* How long a read of the table waits for a lock on it (a migration's ALTER, a VACUUM FULL, or an
+ * ALTER queued behind a long transaction, which every later reader queues behind): verify gives
+ * up then (exit 1) rather than wait as long as they do, silently. */
+#define VERIFY_LOCK_TIMEOUT "10s"
 
 typedef struct Row {
     long long seq;
@@ -458,6 +462,15 @@ static void check_free(Check *c)
 int verify_run(const Config *cfg, rd_kafka_conf_t *conf)
 {
     PGconn *conn = admin_connect(cfg->database_url);
+    DbError e;
+    if (conn &&
+        !db_exec(conn, DB_BOUND_SETTING_SQL("lock_timeout", VERIFY_LOCK_TIMEOUT, "false"), &e)) {
+        char q[600];
+        log_error("cannot set the session's lock timeout", "error=%s",
+                  log_quote(db_error_text(&e), q, sizeof(q)));
+        PQfinish(conn);
+        conn = NULL;
+    }
     if (!conn) {
         rd_kafka_conf_destroy(conf);
         return 1;

@@ -32,8 +32,8 @@ rd_kafka_conf_t *verify_kafka_conf(const Config *cfg, char *err, size_t errlen);
 /* Runs the check with conf (from verify_kafka_conf; taken, whatever happens). Returns 0 when every
  * row was found in order, 1 when something is missing or out of order (or PostgreSQL or Kafka could
  * not be read: logged), VERIFY_INCONCLUSIVE when rows are missing but partitions could not be
- * positioned by time (nothing out of order), 2 on bad input. Blocks; every wait is bounded (the
- * consumer stops after 30 s without progress). */
+ * positioned by time (nothing out of order), 2 on bad input. Blocks; every wait is bounded (a
+ * statement waits for a lock at most 10 s, the consumer stops after 30 s without progress). */
 int verify_run(const Config *cfg, rd_kafka_conf_t *conf);
 
 #endif

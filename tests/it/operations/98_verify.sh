@@ -6,7 +6,9 @@
 #  3. two rows of one aggregate whose messages a hand-run producer wrote in the wrong order:
 #     exit 1, the pair named as out of order; a message whose id no row has is counted unknown;
 #  4. bad input (no brokers, a bad --since, a topic template or --kafka property run refuses)
-#     exits 2 with one line.
+#     exits 2 with one line;
+#  5. on a table another session holds locked (a migration, a VACUUM FULL) it gives up after
+#     10 s with exit 1 and one line, rather than wait as long as the lock is held.
 # Read by time on a broker that cannot look offsets up by time (the mock cluster), rows missing
 # prove nothing: "inconclusive", exit 3 (part 1), never FAILED.
 # shellcheck source=tests/lib.sh
@@ -100,3 +102,13 @@ check_eq "4: ... and nothing reported missing" "" "$(cat "$T/bad.out")"
     --kafka no.such.prop=1 >"$T/bad.out" 2>"$T/bad.err"
 check_eq "4: a --kafka property librdkafka refuses: exit 2, as run" 2 $?
 check "4: ... naming it" grep -q 'kafka no.such.prop' "$T/bad.err"
+
+# --- 5. a table someone else holds locked ---
+table_lock_open
+wait_for "5: the table locked by another session" 10 table_lock_held
+timeout 40 "$RELAY_BIN" verify --database-url "$DATABASE_URL" --brokers "$BROKERS" --since 1h \
+    --from-beginning >"$T/locked.out" 2>"$T/locked.err"
+check_eq "5: verify on a locked table gives up: exit 1" 1 $?
+check_eq "5: ... one line" 1 "$(grep -c '' "$T/locked.err")"
+check "5: ... that names the lock timeout" grep -q 'lock timeout' "$T/locked.err"
+table_lock_close
