@@ -51,12 +51,15 @@
  * run, printed when this one stops short: the rows it replays get ids above $2 and, once sent
  * again, a sent_at after $3, so a rerun of an open-ended selection (an aggregate type, --from-id
  * alone) would take them again. The time of the rest is the exclusive bound --sent-before takes:
- * the earlier of the user's ($1) and $3 plus the type's resolution. */
+ * the earlier of the user's ($1) and $3 plus the type's resolution. The last column says whether
+ * --sent-after ($2) is at or after --sent-before, a range no time lies in (both read here, as
+ * PostgreSQL reads them: a time zone or DateStyle of the text's own is honoured). */
 static const char *const SQL_REPLAY_START =
     "SELECT coalesce((SELECT max(o.{seq}) FROM {table} o), 0),"
     " pg_catalog.to_char(now() AT TIME ZONE 'UTC', " REPLAY_ISO_UTC "),"
     " pg_catalog.to_char(LEAST($1::timestamptz, now() + '1 microsecond'::interval)"
-    " AT TIME ZONE 'UTC', " REPLAY_ISO_UTC ")";
+    " AT TIME ZONE 'UTC', " REPLAY_ISO_UTC "),"
+    " coalesce($2::timestamptz >= $1::timestamptz, false)";
 /* Whether the order column draws new values by itself (an identity column or a default, as a
  * sequence gives; not a generated column, whose DEFAULT keeps the old value): each replayed row
  * takes its new value from there. */
@@ -454,10 +457,21 @@ int replay_run(const Config *cfg)
         rc = 1;
         goto done;
     }
-    const char *start_params[1] = {cfg->replay_sent_before};
-    res = run(conn, &cfg->map, SQL_REPLAY_START, 1, start_params, PGRES_TUPLES_OK, &e);
+    const char *start_params[2] = {cfg->replay_sent_before, cfg->replay_sent_after};
+    res = run(conn, &cfg->map, SQL_REPLAY_START, 2, start_params, PGRES_TUPLES_OK, &e);
     if (!res) {
         rc = db_failed("cannot read the outbox", &e);
+        goto done;
+    }
+    /* Swapped bounds are a typo: "nothing to replay", exit 0, would read as "nothing was sent
+     * then". */
+    if (strcmp(PQgetvalue(res, 0, 3), "t") == 0) {
+        fprintf(stderr,
+                "outbox-relay: replay: --sent-after (%s) is not before --sent-before (%s): no "
+                "time lies between them\n",
+                cfg->replay_sent_after, cfg->replay_sent_before);
+        PQclear(res);
+        rc = 2;
         goto done;
     }
     snprintf(s.high, sizeof(s.high), "%s", PQgetvalue(res, 0, 0));

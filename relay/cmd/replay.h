@@ -29,9 +29,10 @@
  * progress on a terminal (stderr), and one final line on stdout. Returns 0 when done (or nothing
  * matched), 1 on a database error (logged; the batches committed before it stay replayed, a
  * second run picks up the rest) or when the confirmation is refused, 2 on bad input (an
- * unreadable --missing file, a timestamp PostgreSQL cannot read, a large selection without --yes
- * and no terminal to confirm it). Blocks; each statement waits for a lock (a row, the table) at
- * most 10 s (lock_timeout), then fails as a database error. */
+ * unreadable --missing file, a timestamp PostgreSQL cannot read, --sent-after not before
+ * --sent-before, a large selection without --yes and no terminal to confirm it). Blocks; each
+ * statement waits for a lock (a row, the table) at most 10 s (lock_timeout), then fails as a
+ * database error. */
 int replay_run(const Config *cfg);
 
 #endif

@@ -11,8 +11,8 @@
 #     aggregate stay in order, the replayed copies come in order too, no attempt is counted and
 #     nothing is dead-lettered; a large selection without --yes and without a terminal is refused
 #     with one line and changes nothing;
-#  3. bad input (no selection, an unreadable timestamp, an inconclusive verify's list, a file
-#     that is not verify's) exits 2 with one line;
+#  3. bad input (no selection, an unreadable timestamp, a time range inverted or empty, an
+#     inconclusive verify's list, a file that is not verify's) exits 2 with one line;
 #  4. a replay that stops short (a batch fails; a SIGTERM, after the batch under way) exits 1 with a last line giving the
 #     count and the bounds of the rest, and the same command with those bounds replays only the
 #     rest, though the relay has re-sent the first part meanwhile (without them it would take
@@ -172,6 +172,16 @@ check_eq "3: ... one line naming the selections" 1 "$(grep -c -- '--sent-after' 
 replay --sent-after 'yesterday-ish' >"$T/bad.out" 2>"$T/bad.err"
 check_eq "3: an unreadable timestamp: exit 2" 2 $?
 check_eq "3: ... one line" 1 "$(grep -c '' "$T/bad.err")"
+# Swapped bounds select nothing: "nothing to replay", exit 0, would read as "nothing was sent then".
+replay --sent-after '2026-11-26 10:00+00' --sent-before '2026-11-26 11:00+01' >"$T/bad.out" 2>"$T/bad.err"
+check_eq "3: --sent-after not before --sent-before (the same instant): exit 2" 2 $?
+check_eq "3: ... one line" 1 "$(grep -c '' "$T/bad.err")"
+check "3: ... that says so" grep -q -- '--sent-after (.*) is not before --sent-before' "$T/bad.err"
+check_eq "3: ... and nothing on stdout" "" "$(cat "$T/bad.out")"
+replay --sent-after "$t1" --sent-before "$t0" --yes >"$T/bad.out" 2>"$T/bad.err"
+check_eq "3: a time range inverted: exit 2" 2 $?
+check "3: ... one line that says so" grep -q -- '--sent-after (.*) is not before --sent-before' \
+    "$T/bad.err"
 echo '{"result": "inconclusive", "missing_events": [{"id": 1, "event_id": "x"}]}' |
     replay --missing - >"$T/bad.out" 2>"$T/bad.err"
 check_eq "3: verify's inconclusive list: exit 2" 2 $?
