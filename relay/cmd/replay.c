@@ -134,11 +134,13 @@ static PGresult *run(PGconn *conn, const TableMap *map, const char *tmpl, int np
 }
 
 /* A database error, logged; 2 when it is the input's fault (a timestamp PostgreSQL cannot
- * read: class 22), else 1. */
-static int db_failed(const char *what, const DbError *e)
+ * read: class 22) while reads_input (the statements that read the selection's options), else 1.
+ * A batch's class 22 is a row's or a trigger's (the options were read before it), and comes
+ * after other batches may have committed: exit 2 would say nothing changed. */
+static int db_failed(const char *what, const DbError *e, bool reads_input)
 {
     char q[600];
-    if (strncmp(e->sqlstate, "22", 2) == 0) {
+    if (reads_input && strncmp(e->sqlstate, "22", 2) == 0) {
         fprintf(stderr, "outbox-relay: replay: bad selection: %s\n", db_error_text(e));
         return 2;
     }
@@ -234,7 +236,7 @@ static int summarise(PGconn *conn, const Config *cfg, Selection *s)
     PGresult *res =
         run(conn, &cfg->map, SQL_REPLAY_SUMMARY, REPLAY_NPARAMS, s->params, PGRES_TUPLES_OK, &e);
     if (!res)
-        return db_failed("cannot read the selection", &e);
+        return db_failed("cannot read the selection", &e, true);
     s->topics = calloc((size_t)PQntuples(res) + 1, sizeof(*s->topics));
     if (!s->topics) {
         perror("outbox-relay");
@@ -438,12 +440,12 @@ int replay_run(const Config *cfg)
     }
     DbError e;
     if (!bound_server_session(conn, &e)) {
-        rc = db_failed("cannot set the session's timeouts", &e);
+        rc = db_failed("cannot set the session's timeouts", &e, true);
         goto done;
     }
     PGresult *res = run(conn, &cfg->map, SQL_REPLAY_SEQ_DRAWS, 0, NULL, PGRES_TUPLES_OK, &e);
     if (!res) {
-        rc = db_failed("cannot read the order column's definition", &e);
+        rc = db_failed("cannot read the order column's definition", &e, true);
         goto done;
     }
     bool draws = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
@@ -460,7 +462,7 @@ int replay_run(const Config *cfg)
     const char *start_params[2] = {cfg->replay_sent_before, cfg->replay_sent_after};
     res = run(conn, &cfg->map, SQL_REPLAY_START, 2, start_params, PGRES_TUPLES_OK, &e);
     if (!res) {
-        rc = db_failed("cannot read the outbox", &e);
+        rc = db_failed("cannot read the outbox", &e, true);
         goto done;
     }
     /* Swapped bounds are a typo: "nothing to replay", exit 0, would read as "nothing was sent
@@ -544,7 +546,7 @@ int replay_run(const Config *cfg)
         if (n < 0) {
             if (tty)
                 fprintf(stderr, "\n");
-            rc = db_failed("replay failed; the batches before it stay replayed", &e);
+            rc = db_failed("replay failed; the batches before it stay replayed", &e, false);
             print_rest(&s, done_rows, "before the failure");
             goto done;
         }

@@ -197,11 +197,13 @@ psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
         FROM generate_series(1, 30) g ORDER BY g"
 relay_start "${OPTS[@]}"
 wait_for "4: the rerun rows sent" 60 no_unsent_rows
-# The 21st row refuses to be made unsent: a stand-in for any failure mid-run.
+# The 21st row refuses to be made unsent: a stand-in for any failure mid-run. A data exception
+# (class 22, as a check of the writers' own raises) is the row's, not the selection's: exit 1,
+# as for any failure after batches committed (it was taken for bad input, exit 2).
 psql_q "CREATE FUNCTION refuse_replay() RETURNS trigger LANGUAGE plpgsql AS \$\$
         BEGIN
             IF OLD.event_type = 'Stop' AND NEW.sent_at IS NULL THEN
-                RAISE EXCEPTION 'refused for the test';
+                RAISE EXCEPTION 'refused for the test' USING ERRCODE = 'data_exception';
             END IF;
             RETURN NEW;
         END \$\$;
@@ -209,6 +211,9 @@ psql_q "CREATE FUNCTION refuse_replay() RETURNS trigger LANGUAGE plpgsql AS \$\$
             EXECUTE FUNCTION refuse_replay()"
 replay --aggregate-type rerun --batch-rows 10 >"$T/stop.out" 2>"$T/stop.err"
 check_eq "4: a batch fails: exit 1" 1 $?
+check "4: ... logged as a failure, its error quoted (not as bad input)" \
+    grep -q 'level=error msg="replay failed; the batches before it stay replayed" error=.*refused for the test' \
+    "$T/stop.err"
 check "4: ... the last line: 20 replayed, and the bounds of the rest" grep -q \
     "^replay: 20 events replayed before the failure; to replay the rest, run it again with --to-id [0-9]* --sent-before '[0-9T:.Z-]*' in place of" \
     "$T/stop.out"
