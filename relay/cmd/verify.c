@@ -24,6 +24,10 @@
 /* Problems of each kind named on stderr; the rest are only counted. */
 #define VERIFY_SHOW 20
 #define VERIFY_UNKNOWN_CHUNK 1000
+/* An event id as shown on stderr: escaped as in the log (log_escape), since the table's writers
+ * and, for unknown messages, anyone who can write to the topic chose it: a control sequence must
+ * reach the operator's terminal as text. Room for a long id escaped. */
+#define VERIFY_SHOWN_ID 1024
 /* How long a read of the table waits for a lock on it (a migration's ALTER, a VACUUM FULL, or an
  * ALTER queued behind a long transaction, which every later reader queues behind): verify gives
  * up then (exit 1) rather than wait as long as they do, silently. */
@@ -364,8 +368,11 @@ static bool classify_unknown(PGconn *conn, const Config *cfg, Check *c)
             if (strcmp(PQgetvalue(res, (int)(i - from), 0), "t") == 0) {
                 c->outside++;
             } else if (++c->unknown <= VERIFY_SHOW) {
+                /* Anyone who can write to the topic chose these bytes. */
+                char id[VERIFY_SHOWN_ID];
                 fprintf(stderr, "verify: unknown message: id=%s (no row of the table has it)\n",
-                        c->unknown_ids[i][0] ? c->unknown_ids[i] : "(none)");
+                        c->unknown_ids[i][0] ? log_escape(c->unknown_ids[i], id, sizeof(id))
+                                             : "(none)");
             }
         }
         PQclear(res);
@@ -380,10 +387,11 @@ static void check_rows(Check *c)
         const Row *r = &c->rows[i];
         if (r->seen)
             continue;
+        char id[VERIFY_SHOWN_ID];
         if (++c->missing <= VERIFY_SHOW)
             fprintf(stderr,
                     "verify: missing: id=%lld event_id=%s topic=%s (marked sent, no message)\n",
-                    r->seq, r->event_id, r->topic);
+                    r->seq, log_escape(r->event_id, id, sizeof(id)), r->topic);
     }
     Row **order = c->by_id; /* reused: sorted by aggregate from here on */
     qsort(order, c->n, sizeof(*order), cmp_row_aggregate);
@@ -394,12 +402,14 @@ static void check_rows(Check *c)
             continue;
         if (a->partition == b->partition && a->offset < b->offset)
             continue;
+        char id_a[VERIFY_SHOWN_ID], id_b[VERIFY_SHOWN_ID];
         if (++c->out_of_order <= VERIFY_SHOW)
             fprintf(stderr,
                     "verify: out of order: id=%lld event_id=%s (partition %d offset %lld) "
                     "comes after id=%lld event_id=%s (partition %d offset %lld) in topic %s\n",
-                    a->seq, a->event_id, (int)a->partition, (long long)a->offset, b->seq,
-                    b->event_id, (int)b->partition, (long long)b->offset, a->topic);
+                    a->seq, log_escape(a->event_id, id_a, sizeof(id_a)), (int)a->partition,
+                    (long long)a->offset, b->seq, log_escape(b->event_id, id_b, sizeof(id_b)),
+                    (int)b->partition, (long long)b->offset, a->topic);
     }
 }
 
@@ -426,7 +436,9 @@ static void report(const Config *cfg, const Check *c)
                     missing, json_pack("{s:I, s:s, s:s}", "id", (json_int_t)c->rows[i].seq,
                                        "event_id", c->rows[i].event_id, "topic", c->rows[i].topic));
         json_object_set_new(o, "missing_events", missing);
-        char *text = json_dumps(o, JSON_COMPACT);
+        /* ASCII only, as `dead --json`: U+2028 and bidi characters of an event id reach a
+         * terminal as \u escapes (JSON escapes control characters itself). */
+        char *text = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
         printf("%s\n", text ? text : "{}");
         free(text);
         json_decref(o);

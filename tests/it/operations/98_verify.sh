@@ -8,7 +8,9 @@
 #  4. bad input (no brokers, a bad --since, a topic template or --kafka property run refuses)
 #     exits 2 with one line;
 #  5. on a table another session holds locked (a migration, a VACUUM FULL) it gives up after
-#     10 s with exit 1 and one line, rather than wait as long as the lock is held.
+#     10 s with exit 1 and one line, rather than wait as long as the lock is held;
+#  6. an id header someone wrote to the topic with a terminal control sequence in it is shown
+#     escaped, as the log escapes it: no control character reaches the operator's terminal.
 # Read by time on a broker that cannot look offsets up by time (the mock cluster), rows missing
 # prove nothing: "inconclusive", exit 3 (part 1), never FAILED.
 # shellcheck source=tests/lib.sh
@@ -112,3 +114,15 @@ check_eq "5: verify on a locked table gives up: exit 1" 1 $?
 check_eq "5: ... one line" 1 "$(grep -c '' "$T/locked.err")"
 check "5: ... that names the lock timeout" grep -q 'lock timeout' "$T/locked.err"
 table_lock_close
+
+# --- 6. an id header with a terminal control sequence ---
+# ESC ] 0 ; ... BEL sets a terminal's title; ESC [ 2 J clears the screen.
+printf '%s\n' \
+    '{"key": "o-x", "value": "?", "headers": [["id", "evil\u001b]0;pwned\u0007\u001b[2J"]]}' |
+    "$BIN/produce" --brokers "$BROKERS" --topic outbox.event.order >/dev/null ||
+    fail "produce the hostile message"
+verify
+check_eq "6: verify still fails on part 3's messages: exit 1" 1 $?
+check "6: the hostile id is shown escaped" grep -qF 'unknown message: id=evil\x1b]0;pwned\x07\x1b[2J' \
+    "$T/verify.err"
+check_eq "6: no control character on stderr" 0 "$(LC_ALL=C grep -c $'[\x01-\x08\x0b-\x1f\x7f]' "$T/verify.err")"
