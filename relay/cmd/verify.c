@@ -101,6 +101,21 @@ static int cmp_row_aggregate(const void *a, const void *b)
     return c ? c : (x->seq > y->seq) - (x->seq < y->seq);
 }
 
+/* The same, within each partition (of the first copies) too: with --order-scope partition the
+ * rows of one aggregate may name different partitions, and order holds within each only. */
+static int cmp_row_aggregate_partition(const void *a, const void *b)
+{
+    const Row *x = *(Row *const *)a, *y = *(Row *const *)b;
+    int c = strcmp(x->aggregate_type, y->aggregate_type);
+    if (!c)
+        c = strcmp(x->aggregate_id, y->aggregate_id);
+    if (!c)
+        c = strcmp(x->topic, y->topic);
+    if (!c)
+        c = (x->partition > y->partition) - (x->partition < y->partition);
+    return c ? c : (x->seq > y->seq) - (x->seq < y->seq);
+}
+
 static Row *find_row(const Check *c, const char *id)
 {
     Row key = {.event_id = (char *)id}, *kp = &key;
@@ -380,9 +395,11 @@ static bool classify_unknown(PGconn *conn, const Config *cfg, Check *c)
     return true;
 }
 
-/* Missing rows, and first copies out of their aggregate's order. */
-static void check_rows(Check *c)
+/* Missing rows, and first copies out of their aggregate's order: within a topic, and with
+ * --order-scope partition within a partition, as the relay keeps it. */
+static void check_rows(const Config *cfg, Check *c)
 {
+    bool per_partition = cfg->order_scope == ORDER_PER_PARTITION;
     for (size_t i = 0; i < c->n; i++) {
         const Row *r = &c->rows[i];
         if (r->seen)
@@ -394,11 +411,13 @@ static void check_rows(Check *c)
                     r->seq, log_escape(r->event_id, id, sizeof(id)), r->topic);
     }
     Row **order = c->by_id; /* reused: sorted by aggregate from here on */
-    qsort(order, c->n, sizeof(*order), cmp_row_aggregate);
+    qsort(order, c->n, sizeof(*order),
+          per_partition ? cmp_row_aggregate_partition : cmp_row_aggregate);
     for (size_t i = 1; i < c->n; i++) {
         const Row *a = order[i - 1], *b = order[i];
         if (!a->seen || !b->seen || strcmp(a->aggregate_type, b->aggregate_type) ||
-            strcmp(a->aggregate_id, b->aggregate_id) || strcmp(a->topic, b->topic))
+            strcmp(a->aggregate_id, b->aggregate_id) || strcmp(a->topic, b->topic) ||
+            (per_partition && a->partition != b->partition))
             continue;
         if (a->partition == b->partition && a->offset < b->offset)
             continue;
@@ -504,7 +523,7 @@ int verify_run(const Config *cfg, rd_kafka_conf_t *conf)
     PQfinish(conn);
     int rc = 1;
     if (ok) {
-        check_rows(&c);
+        check_rows(cfg, &c);
         report(cfg, &c);
         Verdict v = verdict(cfg, &c);
         rc = v == VERDICT_OK ? 0 : v == VERDICT_FAILED ? 1 : VERIFY_INCONCLUSIVE;

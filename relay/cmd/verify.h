@@ -5,8 +5,8 @@
  * from the beginning with --from-beginning, to the end of every partition as it was when verify
  * started), and checks:
  *   - every row has a message with its id header (else: missing);
- *   - the first copies of one aggregate's rows come in the rows' order, within a topic (else:
- *     out of order);
+ *   - the first copies of one aggregate's rows come in the rows' order, within a topic (with
+ *     --order-scope partition, within a topic and partition) (else: out of order);
  * and counts the duplicates (later copies: at-least-once) and the messages whose id no row of
  * the table has (unknown). Messages of rows outside the window are neither. One summary line on
  * stdout (or one JSON object with --json), each problem on its own line on stderr (the first 20
