@@ -364,10 +364,13 @@ static bool bound_server_session(PGconn *conn, DbError *e)
 #undef SESSION_BOUNDS
 }
 
-/* A first SIGINT or SIGTERM asks the batch loop to stop after the batch under way, so the count
- * and the bounds of the rest are printed; both signals then go back to the default, and a second
- * one of either ends the process at once (the server rolls the open batch back). A signal the
- * process was started ignoring (nohup, a background job of a script) stays ignored. */
+/* A first SIGINT, SIGTERM or SIGHUP asks the batch loop to stop after the batch under way, so
+ * the count and the bounds of the rest are printed; the three then go back to the default, and a
+ * second one ends the process at once (the server rolls the open batch back). SIGHUP is one of
+ * them because a terminal that goes away (an ssh session dropped) sends it to a replay whose
+ * output may well go to a file: killed at once, it would leave that file without its last line.
+ * A signal the process was started ignoring (nohup, a background job of a script) stays
+ * ignored. */
 static volatile sig_atomic_t stop_signal;
 
 static void on_stop_signal(int sig)
@@ -381,6 +384,7 @@ static void on_stop_signal(int sig)
     sigemptyset(&dfl.sa_mask);
     sigaction(SIGINT, &dfl, NULL);
     sigaction(SIGTERM, &dfl, NULL);
+    sigaction(SIGHUP, &dfl, NULL);
     stop_signal = sig;
     ssize_t w = write(STDERR_FILENO, note, sizeof(note) - 1);
     (void)w;
@@ -395,7 +399,8 @@ static void catch_stop_signals(void)
     sigemptyset(&sa.sa_mask);
     sigaddset(&sa.sa_mask, SIGINT);
     sigaddset(&sa.sa_mask, SIGTERM);
-    const int sigs[] = {SIGINT, SIGTERM};
+    sigaddset(&sa.sa_mask, SIGHUP);
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
     for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
         if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
             sigaction(sigs[i], &sa, NULL);
@@ -404,14 +409,18 @@ static void catch_stop_signals(void)
     signal(SIGPIPE, SIG_IGN);
 }
 
+/* The bounds of the rest, as print_rest and the first line of a run of several batches give
+ * them. */
+#define REST_BOUNDS                                                                                \
+    "--to-id %s --sent-before '%s' in place of any such options of yours (without them the "       \
+    "events replayed so far would be selected again)"
+
 /* The last line of a run that stopped short (why: "before the failure", "before the signal"),
  * on stdout, or on stderr when stdout cannot take it. */
 static void print_rest(const Selection *s, long long done_rows, const char *why)
 {
 #define REST_LINE                                                                                  \
-    "replay: %lld events replayed %s; to replay the rest, run it again with --to-id %s "           \
-    "--sent-before '%s' in place of any such options of yours (without them the events replayed "  \
-    "so far would be selected again)\n"
+    "replay: %lld events replayed %s; to replay the rest, run it again with " REST_BOUNDS "\n"
     printf(REST_LINE, done_rows, why, s->rest_to_id, s->rest_sent_before);
     if (fflush(stdout) != 0 || ferror(stdout))
         fprintf(stderr, REST_LINE, done_rows, why, s->rest_to_id, s->rest_sent_before);
@@ -530,6 +539,16 @@ int replay_run(const Config *cfg)
             goto done;
     }
 
+    /* A run that stops between its batches without a last line (a second signal, SIGKILL, the
+     * OOM killer, the operator's machine gone) leaves batches replayed, and a rerun of the same
+     * command would take them again once the relays have sent them: the bounds of the rest are
+     * given before the first batch, where they survive any such end. One batch commits whole
+     * or not at all, so a run of one needs none. */
+    if (s.rows > cfg->replay_batch_rows)
+        fprintf(stderr,
+                "replay: %lld events, in transactions of %ld; should it stop short, run it again "
+                "with " REST_BOUNDS " to replay the rest\n",
+                s.rows, cfg->replay_batch_rows, s.rest_to_id, s.rest_sent_before);
     bool tty = isatty(STDERR_FILENO);
     double started = mono_now(), shown = started;
     long long done_rows = 0;

@@ -26,7 +26,9 @@
 #define REPLAY_CONFIRM_ROWS 10000
 
 /* Runs the replay cfg describes (cfg->replay_*). Prints what it selected (--dry-run: and stops),
- * progress on a terminal (stderr), and one final line on stdout. Returns 0 when done (or nothing
+ * for a run of several batches the bounds of the rest before the first (stderr: they survive a
+ * kill), progress on a terminal (stderr), and one final line on stdout. SIGINT, SIGTERM and
+ * SIGHUP stop it after the batch under way (a second one at once). Returns 0 when done (or nothing
  * matched), 1 on a database error (logged; the batches committed before it stay replayed, a
  * second run picks up the rest) or when the confirmation is refused, 2 on bad input (an
  * unreadable --missing file, a timestamp PostgreSQL cannot read, --sent-after not before

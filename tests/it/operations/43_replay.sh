@@ -13,8 +13,9 @@
 #     with one line and changes nothing;
 #  3. bad input (no selection, an unreadable timestamp, a time range inverted or empty, an
 #     inconclusive verify's list, a file that is not verify's) exits 2 with one line;
-#  4. a replay that stops short (a batch fails; a SIGTERM, after the batch under way) exits 1 with a last line giving the
-#     count and the bounds of the rest, and the same command with those bounds replays only the
+#  4. a replay that stops short (a batch fails; a SIGTERM or a SIGHUP, after the batch under
+#     way) exits 1 with a last line giving the count and the bounds of the rest, which its first
+#     line on stderr gave already, and the same command with those bounds replays only the
 #     rest, though the relay has re-sent the first part meanwhile (without them it would take
 #     that part again); a list naming an event twice counts it once; an order column that draws
 #     no values (no identity, no default) is refused with one line before anything changes.
@@ -231,18 +232,20 @@ check_eq "4: each of the 30 events in Kafka twice (its first copy and one replay
     "$(jq -r .headers.id "$T/rerun.json" | sort | uniq -c | awk '{print $1}' | uniq -c |
         awk '{print $1, $2}')"
 
-# A SIGTERM mid-run. The replay's second batch waits at a gate the test holds (a trigger looping
-# while replay_gate has a row); the signal comes while it waits, then the gate opens: that batch
-# finishes, and the run stops there, with exactly 20 of the 30 replayed.
+# A SIGTERM mid-run, and a SIGHUP (a terminal gone: an ssh session dropped while the output goes
+# to a file). The replay's second batch waits at a gate the test holds (a trigger looping while
+# replay_gate has a row); the signal comes while it waits, then the gate opens: that batch
+# finishes, and the run stops there, with exactly 20 of the 30 replayed. Its first line on stderr
+# gave the same bounds of the rest before the first batch, for an end that prints no last line.
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-        SELECT 'intr', 'i-' || (g % 5), 'Step', jsonb_build_object('seq', g)
-        FROM generate_series(1, 30) g ORDER BY g"
-wait_for "4: the intr rows sent" 60 no_unsent_rows
-psql_q "CREATE TABLE replay_gate (closed bool); INSERT INTO replay_gate VALUES (true);
+        SELECT a, 'i-' || (g % 5), 'Step', jsonb_build_object('seq', g)
+        FROM generate_series(1, 30) g, unnest(ARRAY['intr', 'hup']) a ORDER BY a, g"
+wait_for "4: the intr and hup rows sent" 60 no_unsent_rows
+psql_q "CREATE TABLE replay_gate (closed bool);
         CREATE FUNCTION gate_replay() RETURNS trigger LANGUAGE plpgsql AS \$\$
         BEGIN
-            IF NEW.aggregate_type = 'intr' AND OLD.sent_at IS NOT NULL AND NEW.sent_at IS NULL
-               AND (NEW.payload->>'seq')::int > 10 THEN
+            IF NEW.aggregate_type IN ('intr', 'hup') AND OLD.sent_at IS NOT NULL
+               AND NEW.sent_at IS NULL AND (NEW.payload->>'seq')::int > 10 THEN
                 WHILE EXISTS (SELECT 1 FROM replay_gate) LOOP
                     PERFORM pg_sleep(0.05);
                 END LOOP;
@@ -251,30 +254,38 @@ psql_q "CREATE TABLE replay_gate (closed bool); INSERT INTO replay_gate VALUES (
         END \$\$;
         CREATE TRIGGER gate_replay BEFORE UPDATE ON outbox FOR EACH ROW
             EXECUTE FUNCTION gate_replay()"
-intr_high=$(psql_q "SELECT max(id) FROM outbox")
-intr_replayed() {
-    psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'intr' AND id > $intr_high"
+gated_replayed() { # AGGREGATE_TYPE HIGH
+    psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1' AND id > $2"
 }
-intr_at_gate() {
-    [ "$(intr_replayed)" = 10 ] &&
+gated_at_gate() { # AGGREGATE_TYPE HIGH
+    [ "$(gated_replayed "$1" "$2")" = 10 ] &&
         [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'DO \$replay\$%'
                      AND state = 'active'")" = 1 ]
 }
-# The binary itself in the background (not the replay function: $! would be a subshell).
-"$RELAY_BIN" replay --database-url "$DATABASE_URL" --aggregate-type intr --batch-rows 10 \
-    >"$T/intr.out" 2>"$T/intr.err" &
-intr_pid=$!
-wait_for "4: the first batch replayed, the second at the gate" 30 intr_at_gate
-kill -TERM "$intr_pid"
-psql_q "DELETE FROM replay_gate"
-wait "$intr_pid"
-check_eq "4: SIGTERM mid-run: exit 1" 1 $?
-check_eq "4: ... the batch under way finished, and no other" 20 "$(intr_replayed)"
-check "4: ... the last line gives the count and the bounds of the rest" grep -q \
-    "^replay: 20 events replayed before the signal; to replay the rest, run it again with --to-id" \
-    "$T/intr.out"
-check "4: ... stderr said it stops after the batch under way" \
-    grep -q 'stopping after the batch under way' "$T/intr.err"
+for agg_sig in intr:TERM hup:HUP; do
+    agg=${agg_sig%%:*} sig=${agg_sig#*:}
+    psql_q "INSERT INTO replay_gate VALUES (true)"
+    high=$(psql_q "SELECT max(id) FROM outbox")
+    # The binary itself in the background (not the replay function: $! would be a subshell).
+    "$RELAY_BIN" replay --database-url "$DATABASE_URL" --aggregate-type "$agg" --batch-rows 10 \
+        >"$T/$agg.out" 2>"$T/$agg.err" &
+    gated_pid=$!
+    wait_for "4: $agg: the first batch replayed, the second at the gate" 30 gated_at_gate "$agg" "$high"
+    kill -"$sig" "$gated_pid"
+    psql_q "DELETE FROM replay_gate"
+    wait "$gated_pid"
+    check_eq "4: SIG$sig mid-run: exit 1" 1 $?
+    check_eq "4: ... the batch under way finished, and no other" 20 "$(gated_replayed "$agg" "$high")"
+    check "4: ... the last line gives the count and the bounds of the rest" grep -q \
+        "^replay: 20 events replayed before the signal; to replay the rest, run it again with --to-id" \
+        "$T/$agg.out"
+    check "4: ... stderr said it stops after the batch under way" \
+        grep -q 'stopping after the batch under way' "$T/$agg.err"
+    last=$(sed -n 's/.*\(--to-id [0-9]* --sent-before [^ ]*\) .*/\1/p' "$T/$agg.out")
+    first=$(sed -n 's/^replay: 30 events, in transactions of 10; should it stop short, run it again with \(--to-id [0-9]* --sent-before [^ ]*\) .*/\1/p' "$T/$agg.err")
+    check "4: ... stderr gave the same bounds before the first batch ($first)" \
+        test -n "$first" -a "$first" = "$last"
+done
 psql_q "DROP TRIGGER gate_replay ON outbox"
 wait_for "4: the interrupted part sent" 60 no_unsent_rows
 rest_to=$(sed -n 's/.*--to-id \([0-9]*\) .*/\1/p' "$T/intr.out")
