@@ -50,6 +50,7 @@ typedef struct Check {
     long long messages, duplicates, unknown, outside, missing, out_of_order;
     char **unknown_ids; /* ids no row of the window has, to look up in the whole table */
     size_t nunknown;
+    bool uuid_ids; /* the event id column is a uuid: SQL_VERIFY_KNOWN_UUIDS looks them up */
     /* Partitions that hold messages but, by their timestamps, none since the window began:
      * true, or a broker that cannot look offsets up by time (it answers "the end" for every
      * timestamp). Rows missing then prove nothing. */
@@ -133,9 +134,16 @@ static char *xstrdup(const char *s)
     return d;
 }
 
-/* Reads the rows marked sent within the window; sets *now_ms to the database's clock. */
+/* Reads the rows marked sent within the window, and the event id column's type; sets *now_ms to
+ * the database's clock. */
 static bool load_rows(PGconn *conn, const Config *cfg, Check *c, long long *now_ms)
 {
+    PGresult *uuid =
+        admin_exec(conn, &cfg->map, SQL_VERIFY_EVENT_ID_IS_UUID, 0, NULL, PGRES_TUPLES_OK);
+    if (!uuid)
+        return false;
+    c->uuid_ids = PQntuples(uuid) == 1 && strcmp(PQgetvalue(uuid, 0, 0), "t") == 0;
+    PQclear(uuid);
     char since[32];
     snprintf(since, sizeof(since), "%ld", cfg->verify_since_s);
     const char *params[1] = {since};
@@ -374,7 +382,8 @@ static bool classify_unknown(PGconn *conn, const Config *cfg, Check *c)
         strbuf_array_end(&ids);
         const char *params[1] = {ids.s};
         PGresult *res =
-            admin_exec(conn, &cfg->map, SQL_VERIFY_KNOWN_IDS, 1, params, PGRES_TUPLES_OK);
+            admin_exec(conn, &cfg->map, c->uuid_ids ? SQL_VERIFY_KNOWN_UUIDS : SQL_VERIFY_KNOWN_IDS,
+                       1, params, PGRES_TUPLES_OK);
         strbuf_free(&ids);
         if (!res)
             return false;
