@@ -12,7 +12,8 @@
 #     nothing is dead-lettered; a large selection without --yes and without a terminal is refused
 #     with one line and changes nothing;
 #  3. bad input (no selection, an unreadable timestamp, a time range inverted or empty, an
-#     inconclusive verify's list, a file that is not verify's) exits 2 with one line;
+#     inconclusive verify's list, a file that is not verify's, a list larger than 32 MiB, which
+#     would be held in memory whole, a file that cannot be opened) exits 2 with one line;
 #  4. a replay that stops short (a batch fails; a SIGTERM or a SIGHUP, after the batch under
 #     way) exits 1 with a last line giving the count and the bounds of the rest, which its first
 #     line on stderr gave already, and the same command with those bounds replays only the
@@ -190,6 +191,21 @@ check "3: ... one line saying it proves nothing" grep -q 'inconclusive.*proves n
 echo '{"ok": true}' | replay --missing - >"$T/bad.out" 2>"$T/bad.err"
 check_eq "3: not verify's output: exit 2" 2 $?
 check "3: ... one line saying so" grep -q 'not the output of `verify --json`' "$T/bad.err"
+# A list is parsed whole (about 7 bytes of memory a byte): one larger than 32 MiB is refused
+# before it is, here one of 40 MiB (spaces: to an unbounded reader, a list of nothing).
+{
+    printf '{"result": "failed", "missing_events": []'
+    head -c $((40 << 20)) /dev/zero | tr '\0' ' '
+    printf '}\n'
+} | replay --missing - --dry-run >"$T/bad.out" 2>"$T/bad.err"
+check_eq "3: a list larger than 32 MiB: exit 2" 2 $?
+check_eq "3: ... one line" 1 "$(grep -c '' "$T/bad.err")"
+check "3: ... naming the limit and the selection by time" \
+    grep -q -- '--missing -: larger than 32 MiB .*--sent-after, --sent-before' "$T/bad.err"
+replay --missing "$T/no-such-file" >"$T/bad.out" 2>"$T/bad.err"
+check_eq "3: a list that cannot be opened: exit 2" 2 $?
+check "3: ... one line saying why" grep -q -- "--missing $T/no-such-file: No such file or directory$" \
+    "$T/bad.err"
 
 # --- 4. stopped short, and resumed ---
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
