@@ -62,11 +62,14 @@ static const char *const SQL_REPLAY_START =
     " coalesce($2::timestamptz >= $1::timestamptz, false)";
 /* Whether the order column draws new values by itself (an identity column or a default, as a
  * sequence gives; not a generated column, whose DEFAULT keeps the old value): each replayed row
- * takes its new value from there. */
+ * takes its new value from there. The oids are compared as oids: oid = regclass is an exact
+ * match for a look-alike operator someone with CREATE on the schema planted, which would run with
+ * the rights of the table's owner, who runs replay (docs/security.md). */
 static const char *const SQL_REPLAY_SEQ_DRAWS =
     "SELECT (a.atthasdef AND a.attgenerated = '') OR a.attidentity <> ''"
     " FROM pg_catalog.pg_attribute a"
-    " WHERE a.attrelid = {table_text}::regclass AND a.attname = {seq_text} AND NOT a.attisdropped";
+    " WHERE a.attrelid = {table_text}::pg_catalog.regclass::pg_catalog.oid"
+    " AND a.attname = {seq_text} AND NOT a.attisdropped";
 /* What a dry run shows and the confirmation asks about: the topics come from the aggregate and
  * event types (the only placeholders of a topic template). */
 static const char *const SQL_REPLAY_SUMMARY =

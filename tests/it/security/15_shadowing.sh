@@ -16,8 +16,9 @@
 # in place: `migrate` (all migrations, then again), producer inserts as a member of
 # outbox_producer with the default search_path (the triggers and the lane's function run in the
 # producer's session), the relay delivering, failing and dead-lettering an event, sleeping (the
-# wakeup lock) and being woken, --retention deleting sent rows, `verify`, `status`, `dead`,
-# `requeue`, `purge-dead` and `check`. No look-alike may have been called.
+# wakeup lock) and being woken, --retention deleting sent rows, `verify`, `replay` (a dry run,
+# then two batches), `status`, `dead`, `requeue`, `purge-dead` and `check`. No look-alike may
+# have been called.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -223,6 +224,17 @@ cmd() { # cmd NAME ARGS...: a command of the relay against the test database
 }
 cmd verify verify --database-url "$DATABASE_URL" --brokers "$BROKERS" --since 1h --from-beginning
 check "verify ran (exit 0, 1 or 2: the verdict is not the point)" [ $? -le 2 ]
+# replay runs as the table's owner: a look-alike it called would run with the owner's rights. Three
+# sent rows (retention has deleted the relay's), replayed in two batches after a dry run.
+psql_safe "INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
+           SELECT 'order', 'r-' || g, 'changed', '{}', pg_catalog.now()
+           FROM pg_catalog.generate_series(1, 3) AS g" || not_ok "insert rows to replay"
+check "replay --dry-run exits 0" cmd replay-dry replay --database-url "$DATABASE_URL" \
+    --aggregate-type order --dry-run
+check "replay exits 0" cmd replay replay --database-url "$DATABASE_URL" --aggregate-type order \
+    --batch-rows 2
+check_eq "... and replayed the 3" 3 "$(psql_safe "SELECT pg_catalog.count(*) FROM public.outbox
+                                              WHERE aggregate_id LIKE 'r-%' AND sent_at IS NULL")"
 check "status exits 0" cmd status status --database-url "$DATABASE_URL"
 check "dead exits 0" cmd dead dead --database-url "$DATABASE_URL"
 check "requeue exits 0" cmd requeue requeue --all --database-url "$DATABASE_URL"
