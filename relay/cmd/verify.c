@@ -48,8 +48,14 @@ typedef struct Check {
     char **topics;
     size_t ntopics;
     long long messages, duplicates, unknown, outside, missing, out_of_order;
-    char **unknown_ids; /* ids no row of the window has, to look up in the whole table */
+    /* Ids no row of the window has, looked up in the whole table a chunk at a time as the read
+     * goes (look_up_unknown): memory stays bounded whatever the topics hold (--from-beginning on
+     * a long retention). The connection and configuration are for those looks. */
+    char *unknown_ids[VERIFY_UNKNOWN_CHUNK];
     size_t nunknown;
+    bool lookup_failed; /* a look failed (logged): the read stops, verify fails */
+    PGconn *conn;
+    const Config *cfg;
     bool uuid_ids; /* the event id column is a uuid: SQL_VERIFY_KNOWN_UUIDS looks them up */
     /* Partitions that hold messages but, by their timestamps, none since the window began:
      * true, or a broker that cannot look offsets up by time (it answers "the end" for every
@@ -192,6 +198,8 @@ static bool load_rows(PGconn *conn, const Config *cfg, Check *c, long long *now_
     return true;
 }
 
+static bool look_up_unknown(Check *c);
+
 static void note_message(Check *c, const rd_kafka_message_t *m)
 {
     c->messages++;
@@ -204,13 +212,9 @@ static void note_message(Check *c, const rd_kafka_message_t *m)
         snprintf(id, sizeof(id), "%.*s", (int)size, (const char *)val);
     Row *r = id[0] ? find_row(c, id) : NULL;
     if (!r) {
-        char **grown = realloc(c->unknown_ids, (c->nunknown + 1) * sizeof(*grown));
-        if (!grown) {
-            perror("outbox-relay");
-            exit(1);
-        }
-        c->unknown_ids = grown;
         c->unknown_ids[c->nunknown++] = xstrdup(id);
+        if (c->nunknown == VERIFY_UNKNOWN_CHUNK && !look_up_unknown(c))
+            c->lookup_failed = true;
         return;
     }
     if (r->seen) {
@@ -326,7 +330,7 @@ static bool read_topics(const Config *cfg, rd_kafka_conf_t *conf, Check *c, long
     }
     struct timespec last, now;
     clock_gettime(CLOCK_MONOTONIC, &last);
-    while (ok && remaining > 0) {
+    while (ok && remaining > 0 && !c->lookup_failed) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 1000);
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (!m) {
@@ -365,43 +369,42 @@ static bool read_topics(const Config *cfg, rd_kafka_conf_t *conf, Check *c, long
     rd_kafka_topic_partition_list_destroy(assign);
     rd_kafka_consumer_close(rk);
     rd_kafka_destroy(rk);
-    return ok;
+    return ok && !c->lookup_failed;
 }
 
-/* The ids no row of the window has: those the table has are rows outside the window (sent
- * before it), the others unknown. */
-static bool classify_unknown(PGconn *conn, const Config *cfg, Check *c)
+/* The ids no row of the window has, gathered so far (at most a chunk): those the table has are
+ * rows outside the window (sent before it), the others unknown. Counts them and lets them go. */
+static bool look_up_unknown(Check *c)
 {
-    for (size_t from = 0; from < c->nunknown; from += VERIFY_UNKNOWN_CHUNK) {
-        size_t to =
-            from + VERIFY_UNKNOWN_CHUNK < c->nunknown ? from + VERIFY_UNKNOWN_CHUNK : c->nunknown;
-        StrBuf ids = {0};
-        strbuf_array_begin(&ids);
-        for (size_t i = from; i < to; i++)
-            strbuf_array_text(&ids, c->unknown_ids[i]);
-        strbuf_array_end(&ids);
-        const char *params[1] = {ids.s};
-        PGresult *res =
-            admin_exec(conn, &cfg->map, c->uuid_ids ? SQL_VERIFY_KNOWN_UUIDS : SQL_VERIFY_KNOWN_IDS,
-                       1, params, PGRES_TUPLES_OK);
-        strbuf_free(&ids);
-        if (!res)
-            return false;
-        /* The statement returns, for each id in order, whether the table has it. */
-        for (size_t i = from; i < to; i++) {
-            if (strcmp(PQgetvalue(res, (int)(i - from), 0), "t") == 0) {
-                c->outside++;
-            } else if (++c->unknown <= VERIFY_SHOW) {
-                /* Anyone who can write to the topic chose these bytes. */
-                char id[VERIFY_SHOWN_ID];
-                fprintf(stderr, "verify: unknown message: id=%s (no row of the table has it)\n",
-                        c->unknown_ids[i][0] ? log_escape(c->unknown_ids[i], id, sizeof(id))
-                                             : "(none)");
-            }
+    if (c->nunknown == 0)
+        return true;
+    StrBuf ids = {0};
+    strbuf_array_begin(&ids);
+    for (size_t i = 0; i < c->nunknown; i++)
+        strbuf_array_text(&ids, c->unknown_ids[i]);
+    strbuf_array_end(&ids);
+    const char *params[1] = {ids.s};
+    PGresult *res = admin_exec(c->conn, &c->cfg->map,
+                               c->uuid_ids ? SQL_VERIFY_KNOWN_UUIDS : SQL_VERIFY_KNOWN_IDS, 1,
+                               params, PGRES_TUPLES_OK);
+    strbuf_free(&ids);
+    /* The statement returns, for each id in order, whether the table has it. */
+    for (size_t i = 0; res && i < c->nunknown; i++) {
+        if (strcmp(PQgetvalue(res, (int)i, 0), "t") == 0) {
+            c->outside++;
+        } else if (++c->unknown <= VERIFY_SHOW) {
+            /* Anyone who can write to the topic chose these bytes. */
+            char id[VERIFY_SHOWN_ID];
+            fprintf(stderr, "verify: unknown message: id=%s (no row of the table has it)\n",
+                    c->unknown_ids[i][0] ? log_escape(c->unknown_ids[i], id, sizeof(id))
+                                         : "(none)");
         }
-        PQclear(res);
     }
-    return true;
+    PQclear(res);
+    for (size_t i = 0; i < c->nunknown; i++)
+        free(c->unknown_ids[i]);
+    c->nunknown = 0;
+    return res != NULL;
 }
 
 /* Missing rows, and first copies out of their aggregate's order: within a topic, and with
@@ -493,7 +496,6 @@ static void check_free(Check *c)
     }
     for (size_t i = 0; i < c->nunknown; i++)
         free(c->unknown_ids[i]);
-    free(c->unknown_ids);
     free(c->rows);
     free(c->by_id);
     free(c->topics);
@@ -515,7 +517,7 @@ int verify_run(const Config *cfg, rd_kafka_conf_t *conf)
         rd_kafka_conf_destroy(conf);
         return 1;
     }
-    Check c = {0};
+    Check c = {.conn = conn, .cfg = cfg};
     long long now_ms = 0;
     if (cfg->timestamp_column && !cfg->verify_from_beginning)
         log_info("messages carry the events' own times (--timestamp-column), which cannot find "
@@ -528,7 +530,7 @@ int verify_run(const Config *cfg, rd_kafka_conf_t *conf)
               read_topics(cfg, conf, &c,
                           now_ms - cfg->verify_since_s * 1000 - VERIFY_MARGIN_MS -
                               cfg->delivery_timeout_ms) &&
-              classify_unknown(conn, cfg, &c);
+              look_up_unknown(&c);
     PQfinish(conn);
     int rc = 1;
     if (ok) {

@@ -161,3 +161,23 @@ read=$(($(seq_read) - before))
 rows=$(psql_q "SELECT count(*) FROM outbox")
 check "7: 400 lookups read $read rows by sequential scans, not the table ($rows rows) each" \
     test "$read" -lt $((5 * rows))
+
+# --- 8. more such messages than one lookup takes ---
+# The ids no row of the window has are looked up in chunks of 1,000 as the read goes, so that
+# verify's memory does not grow with the topics (--from-beginning over a long retention): 2,400
+# more of old rows and 150 more unknown ones make 2,952 lookups, three chunks, counted whole.
+psql_q "(SELECT json_build_object('key', 'o-old', 'value', '?',
+                                  'headers', json_build_array(json_build_array('id', event_id)))
+         FROM outbox WHERE event_type = 'Old' ORDER BY id OFFSET 100 LIMIT 2400)
+        UNION ALL
+        SELECT json_build_object('key', 'o-gone', 'value', '?',
+                                 'headers', json_build_array(json_build_array('id', gen_random_uuid())))
+        FROM generate_series(1, 150)" |
+    "$BIN/produce" --brokers "$BROKERS" --topic outbox.event.order >/dev/null ||
+    fail "produce the messages of three lookups"
+verify
+check_eq "8: verify still fails on part 3's messages: exit 1" 1 $?
+check "8: ... 2,500 messages of rows sent before the window, 452 unknown" grep -q \
+    'unknown=452 outside_window=2500$' "$T/verify.out"
+check_eq "8: ... 20 unknown ones named on stderr, the rest counted" 20 \
+    "$(grep -c '^verify: unknown message' "$T/verify.err")"
