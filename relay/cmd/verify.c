@@ -96,31 +96,30 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Rows of one aggregate and topic together, in seq order. */
-static int cmp_row_aggregate(const void *a, const void *b)
+/* Rows of one aggregate and topic together (by_partition: and partition of the first copy), in
+ * seq order. */
+static int compare_rows(const Row *x, const Row *y, bool by_partition)
 {
-    const Row *x = *(Row *const *)a, *y = *(Row *const *)b;
     int c = strcmp(x->aggregate_type, y->aggregate_type);
     if (!c)
         c = strcmp(x->aggregate_id, y->aggregate_id);
     if (!c)
         c = strcmp(x->topic, y->topic);
+    if (!c && by_partition)
+        c = (x->partition > y->partition) - (x->partition < y->partition);
     return c ? c : (x->seq > y->seq) - (x->seq < y->seq);
 }
 
-/* The same, within each partition (of the first copies) too: with --order-scope partition the
- * rows of one aggregate may name different partitions, and order holds within each only. */
+static int cmp_row_aggregate(const void *a, const void *b)
+{
+    return compare_rows(*(Row *const *)a, *(Row *const *)b, false);
+}
+
+/* With --order-scope partition the rows of one aggregate may name different partitions, and
+ * order holds within each only. */
 static int cmp_row_aggregate_partition(const void *a, const void *b)
 {
-    const Row *x = *(Row *const *)a, *y = *(Row *const *)b;
-    int c = strcmp(x->aggregate_type, y->aggregate_type);
-    if (!c)
-        c = strcmp(x->aggregate_id, y->aggregate_id);
-    if (!c)
-        c = strcmp(x->topic, y->topic);
-    if (!c)
-        c = (x->partition > y->partition) - (x->partition < y->partition);
-    return c ? c : (x->seq > y->seq) - (x->seq < y->seq);
+    return compare_rows(*(Row *const *)a, *(Row *const *)b, true);
 }
 
 static Row *find_row(const Check *c, const char *id)

@@ -540,6 +540,16 @@ static const char *field(const char *params, int field)
 #define CLAIM "BEGIN,claim-plan,claim"
 #define FULL "A,B,C,D,E,F,G,H" /* --batch-size 8: a full claim */
 
+/* Session 0 claims A,B,C, Kafka acknowledges them, the marks fail with sqlstate (a row's fault:
+ * 22P02, 23514; a passing one: 40001), and the ROLLBACK is answered: what follows is the test's. */
+static void marks_fail(const char *sqlstate)
+{
+    answer_claim(0, "A,B,C"); /* three rows: not chained */
+    fake_kafka_report_all(OK);
+    answer_failing(0, "mark-sent", sqlstate);
+    answer(0); /* ROLLBACK */
+}
+
 /* ---- the scenarios ------------------------------------------------------------------------ */
 
 /* A batch is claimed, produced, acknowledged and marked; the next claim rides behind its
@@ -830,10 +840,7 @@ static void test_connection_lost_anywhere(void **state)
     expect_phases(0, in_rolling_back);
     forget(0);
     bring_up(0);
-    answer_claim(0, "A,B,C");
-    fake_kafka_report_all(OK);
-    answer_failing(0, "mark-sent", "22P02");
-    answer(0); /* ROLLBACK */
+    marks_fail("22P02");
     fake_pg_drop(PG(0), "gone while recording a row");
     expect_phases(0, in_recording_row);
     forget(0);
@@ -1118,10 +1125,7 @@ static void test_row_by_row_after_row_fault(void **state)
         "failures-durable,mark-failed", "mark-sent", CLAIM,       NULL};
     start("1", "1", "60000");
     bring_up(0);
-    answer_claim(0, "A,B,C"); /* three rows: not chained */
-    fake_kafka_report_all(OK);
-    answer_failing(0, "mark-sent", "22P02");
-    answer(0); /* ROLLBACK */
+    marks_fail("22P02");
     assert_string_equal(pending_param(0, "mark-sent"), "{1}");
     answer(0);
     assert_string_equal(pending_param(0, "mark-sent"), "{2}");
@@ -1163,20 +1167,14 @@ static void test_row_by_row_counts_recorded_rows(void **state)
 {
     start("1", "1", "60000");
     bring_up(0);
-    answer_claim(0, "A,B,C");
-    fake_kafka_report_all(OK);
-    answer_failing(0, "mark-sent", "22P02");
-    answer(0);                               /* ROLLBACK */
+    marks_fail("22P02");
     answer(0);                               /* row 1 recorded */
     answer_failing(0, "mark-sent", "40001"); /* row 2 not */
     answer(0);                               /* row 3 recorded */
     assert_int_equal(S(0)->total_sent, 2);
     expect_idle_pg(0); /* the retry backoff: row 2 goes out again after it */
     fire(&S(0)->retry_timer);
-    answer_claim(0, "A,B,C");
-    fake_kafka_report_all(OK);
-    answer_failing(0, "mark-sent", "22P02");
-    answer(0); /* ROLLBACK */
+    marks_fail("22P02");
     sigterm();
     answer(0); /* row 1 recorded; the relay stops before the others */
     expect_idle_pg(0);
@@ -1189,10 +1187,7 @@ static void test_row_by_row_lost_counts_recorded(void **state)
 {
     start("1", "1", "60000");
     bring_up(0);
-    answer_claim(0, "A,B,C");
-    fake_kafka_report_all(OK);
-    answer_failing(0, "mark-sent", "22P02");
-    answer(0); /* ROLLBACK */
+    marks_fail("22P02");
     answer(0); /* row 1 recorded; row 2's record is out */
     fake_pg_drop(PG(0), "connection reset by peer");
     assert_int_equal(S(0)->total_sent, 1);
@@ -1206,10 +1201,7 @@ static void test_every_sent_mark_refused_backs_off(void **state)
 {
     start("1", "1", "60000");
     bring_up(0);
-    answer_claim(0, "A,B,C");
-    fake_kafka_report_all(OK);
-    answer_failing(0, "mark-sent", "23514");
-    answer(0); /* ROLLBACK */
+    marks_fail("23514");
     for (int row = 0; row < 3; row++) {
         answer_failing(0, "mark-sent", "23514"); /* refused: the row becomes a failure */
         answer(0);                               /* ...recorded as one */
@@ -1250,10 +1242,7 @@ static void test_permanent_failures_by_row_no_backoff(void **state)
  * (40001): rolled back, the batch is sent again after the retry backoff (fired here). */
 static void marks_fail_passingly(void)
 {
-    answer_claim(0, "A,B,C");
-    fake_kafka_report_all(OK);
-    answer_failing(0, "mark-sent", "40001");
-    answer(0);         /* ROLLBACK */
+    marks_fail("40001");
     expect_idle_pg(0); /* the retry backoff */
     fire(&S(0)->retry_timer);
 }
@@ -1297,10 +1286,7 @@ static void test_transient_mark_failures(void **state)
         expect_phases(0, retried);
         expect_sent(0, retried_sent);
     }
-    answer_claim(0, "A,B,C");
-    fake_kafka_report_all(OK);
-    answer_failing(0, "mark-sent", "40001");
-    answer(0); /* ROLLBACK */
+    marks_fail("40001");
     answer(0);
     answer(0);
     answer(0);
@@ -1550,10 +1536,7 @@ static void test_mark_retries_end_with_recorded_failures(void **state)
     answer(0); /* the failures are recorded */
     fire(&S(0)->retry_timer);
     forget(0);
-    answer_claim(0, "A,B,C");
-    fake_kafka_report_all(OK);
-    answer_failing(0, "mark-sent", "40001");
-    answer(0);         /* ROLLBACK */
+    marks_fail("40001");
     expect_idle_pg(0); /* the retry backoff, not row by row */
     expect_sent(0, retried_sent);
 }

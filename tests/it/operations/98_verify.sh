@@ -134,15 +134,19 @@ check_eq "6: no control character on stderr" 0 "$(LC_ALL=C grep -c $'[\x01-\x08\
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
         SELECT 'order', 'o-old-' || (g % 50), 'Old', '{}', now() - interval '2 days'
         FROM generate_series(1, 20000) g; ANALYZE outbox" >/dev/null
-psql_q "(SELECT json_build_object('key', 'o-old', 'value', '?',
-                                  'headers', json_build_array(json_build_array('id', event_id)))
-         FROM outbox WHERE event_type = 'Old' ORDER BY id LIMIT 100)
-        UNION ALL
-        SELECT json_build_object('key', 'o-gone', 'value', '?',
-                                 'headers', json_build_array(json_build_array('id', gen_random_uuid())))
-        FROM generate_series(1, 300)" |
-    "$BIN/produce" --brokers "$BROKERS" --topic outbox.event.order >/dev/null ||
-    fail "produce the messages outside the window"
+# produce_old_and_unknown SKIP OLD UNKNOWN: messages of OLD rows sent before the window (after the
+# first SKIP of them), and of UNKNOWN ids no row has.
+produce_old_and_unknown() {
+    psql_q "(SELECT json_build_object('key', 'o-old', 'value', '?',
+                                      'headers', json_build_array(json_build_array('id', event_id)))
+             FROM outbox WHERE event_type = 'Old' ORDER BY id OFFSET $1 LIMIT $2)
+            UNION ALL
+            SELECT json_build_object('key', 'o-gone', 'value', '?', 'headers',
+                                     json_build_array(json_build_array('id', gen_random_uuid())))
+            FROM generate_series(1, $3)" |
+        "$BIN/produce" --brokers "$BROKERS" --topic outbox.event.order >/dev/null
+}
+produce_old_and_unknown 0 100 300 || fail "produce the messages outside the window"
 seq_read() { # rows read by sequential scans of the table (a rescan per lookup counts no scan)
     psql_q "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relid = 'outbox'::regclass"
 }
@@ -166,15 +170,7 @@ check "7: 400 lookups read $read rows by sequential scans, not the table ($rows 
 # The ids no row of the window has are looked up in chunks of 1,000 as the read goes, so that
 # verify's memory does not grow with the topics (--from-beginning over a long retention): 2,400
 # more of old rows and 150 more unknown ones make 2,952 lookups, three chunks, counted whole.
-psql_q "(SELECT json_build_object('key', 'o-old', 'value', '?',
-                                  'headers', json_build_array(json_build_array('id', event_id)))
-         FROM outbox WHERE event_type = 'Old' ORDER BY id OFFSET 100 LIMIT 2400)
-        UNION ALL
-        SELECT json_build_object('key', 'o-gone', 'value', '?',
-                                 'headers', json_build_array(json_build_array('id', gen_random_uuid())))
-        FROM generate_series(1, 150)" |
-    "$BIN/produce" --brokers "$BROKERS" --topic outbox.event.order >/dev/null ||
-    fail "produce the messages of three lookups"
+produce_old_and_unknown 100 2400 150 || fail "produce the messages of three lookups"
 verify
 check_eq "8: verify still fails on part 3's messages: exit 1" 1 $?
 check "8: ... 2,500 messages of rows sent before the window, 452 unknown" grep -q \
