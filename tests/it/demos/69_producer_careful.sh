@@ -303,19 +303,19 @@ check_eq "6: SIGTERM: producer-demo exits 0" 0 $?
 # over it, curl would give up first (000). The other way round, the URL's looser 120 s gives way
 # to --lock-timeout 1000 (the status is asserted, never the time).
 BODY_6D='{"customer_id": "c-bound-url", "amount_cents": 100, "currency": "EUR"}'
-DATABASE_URL="$DATABASE_URL?options=-c%20lock_timeout%3D1000" \
-    producer_start --lock-timeout 120000 --statement-timeout 120000
-locker_start orders
-bounded_post bound-4 "$BODY_6D"
-timed_out "6d: the URL's stricter lock_timeout (1 s) stays under --lock-timeout 120000"
-locker_stop
+# held_with URL_MS FLAG_MS STATEMENT_MS WHAT: producer-demo with lock_timeout URL_MS in its URL
+# and --lock-timeout FLAG_MS; a POST held by a lock on orders is answered by the bound (WHAT).
+held_with() {
+    DATABASE_URL="$DATABASE_URL?options=-c%20lock_timeout%3D$1" \
+        producer_start --lock-timeout "$2" --statement-timeout "$3"
+    locker_start orders
+    bounded_post bound-4 "$BODY_6D"
+    timed_out "6d: $4"
+    locker_stop
+}
+held_with 1000 120000 120000 "the URL's stricter lock_timeout (1 s) stays under --lock-timeout 120000"
 producer_stop
-DATABASE_URL="$DATABASE_URL?options=-c%20lock_timeout%3D120000" \
-    producer_start --lock-timeout 1000 --statement-timeout 3000
-locker_start orders
-bounded_post bound-4 "$BODY_6D"
-timed_out "6d: the URL's looser lock_timeout (120 s) gives way to --lock-timeout 1000"
-locker_stop
+held_with 120000 1000 3000 "the URL's looser lock_timeout (120 s) gives way to --lock-timeout 1000"
 bounded_post bound-4 "$BODY_6D"
 check_eq "6d: the same request once the lock is gone: 201" 201 "$STATUS"
 producer_stop
