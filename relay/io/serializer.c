@@ -235,6 +235,15 @@ static bool whole_number(const json_t *j, json_int_t *out)
     return true;
 }
 
+/* Whether a double is within a float's range once rounded to the nearest float: below 2^128 -
+ * 2^103, halfway between FLT_MAX and 2^128, where rounding goes to infinity (3.4028235e38, as
+ * Java prints FLT_MAX, is in; 1e39 is not). Converting a double beyond it would publish
+ * Infinity for a finite number. */
+static bool float_range(double d)
+{
+    return fabs(d) < 0x1.ffffffp127;
+}
+
 /* Whether a JSON value could be written as a value of Avro type t (for choosing a union's
  * branch: no deeper check, the write itself does that). exact: only the JSON kind that is the
  * type's own (integer for int and long, in range; real for float and double), so that a union
@@ -253,6 +262,7 @@ static bool fits(avro_type_t t, const json_t *j, bool exact)
     case AVRO_INT64:
         return (exact ? json_is_integer(j) : json_is_number(j)) && whole_number(j, &i);
     case AVRO_FLOAT:
+        return (exact ? json_is_real(j) : json_is_number(j)) && float_range(json_number_value(j));
     case AVRO_DOUBLE:
         return exact ? json_is_real(j) : json_is_number(j);
     case AVRO_STRING:
@@ -568,6 +578,10 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
             snprintf(err, errlen, "field %s: %.0f is out of a long's range", path->text, d);
             return false;
         }
+    } else if (t == AVRO_FLOAT && json_is_number(j) && !float_range(json_number_value(j))) {
+        snprintf(err, errlen, "field %s: %g is out of a float's range",
+                 *path->text ? path->text : "(value)", json_number_value(j));
+        return false;
     } else if (t != AVRO_UNION && !fits(t, j, false)) {
         return mismatch(path, t, j, err, errlen);
     }

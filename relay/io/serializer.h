@@ -14,7 +14,8 @@
  * "ns.Name", or by its short name when no other branch has it), else the first branch the JSON
  * value fits, its own kind first (an integer in an int's range, then a long, then a double); an
  * object that more than one record or map branch could take needs the wrapper (else the row is
- * refused as ambiguous). int and long take whole-number reals (100.0) in range. A decimal
+ * refused as ambiguous). int and long take whole-number reals (100.0) in range; a float refuses
+ * a number beyond its range (it would be Infinity). A decimal
  * (logicalType on bytes or fixed, read from the schema's text: avro-c drops it) takes a JSON
  * number or numeric string and is written as Avro's two's-complement unscaled integer; more
  * fractional digits than its scale or more digits than its precision are refused. A record field

@@ -229,6 +229,27 @@ static void test_avro_numbers(void **state)
     serializer_schema_release(&rs);
 }
 
+/* A finite number beyond a float's range is refused, not published as Infinity (00 00 80 7f);
+ * a union with a double takes it there. FLT_MAX as Java prints it (3.4028235e38) rounds to
+ * FLT_MAX (ff ff 7f 7f). */
+static void test_avro_float_range(void **state)
+{
+    RegistrySchema rs = {.id = 5,
+                         .type = REGISTRY_AVRO,
+                         .subject = "t-value",
+                         .text = "{\"type\": \"record\", \"name\": \"F\", \"fields\": ["
+                                 " {\"name\": \"f\", \"type\": \"float\"},"
+                                 " {\"name\": \"u\", \"type\": [\"float\", \"double\"]}]}"};
+    expect_fault(VALUE_AVRO, &rs, "{\"f\": 1e39, \"u\": 1}",
+                 "field f: 1e+39 is out of a float's range");
+    expect_fault(VALUE_AVRO, &rs, "{\"f\": -1e39, \"u\": 1}", "out of a float's range");
+    /* f 3.4028235e38 -> ff ff 7f 7f; u 1e39: branch 1 (02), the double 1e39 little-endian. */
+    const unsigned char want[] = {0,    0,    0,    0,    5,    0xff, 0xff, 0x7f, 0x7f,
+                                  0x02, 0x1d, 0x4a, 0x9c, 0xf4, 0x87, 0x82, 0x07, 0x48};
+    expect_bytes(&rs, "{\"f\": 3.4028235e38, \"u\": 1e39}", want, sizeof(want));
+    serializer_schema_release(&rs);
+}
+
 /* From an independent review: an integer beyond a long long is valid JSON (jsonb keeps it). */
 static void test_json_schema_big_integer(void **state)
 {
@@ -343,15 +364,11 @@ static void test_avro_named_references(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_avro_bytes),
-        cmocka_unit_test(test_avro_faults),
-        cmocka_unit_test(test_unusable_schema),
-        cmocka_unit_test(test_json_schema),
-        cmocka_unit_test(test_avro_union_wrapper),
-        cmocka_unit_test(test_avro_numbers),
-        cmocka_unit_test(test_json_schema_big_integer),
-        cmocka_unit_test(test_avro_decimal),
-        cmocka_unit_test(test_avro_named_references),
+        cmocka_unit_test(test_avro_bytes),         cmocka_unit_test(test_avro_faults),
+        cmocka_unit_test(test_unusable_schema),    cmocka_unit_test(test_json_schema),
+        cmocka_unit_test(test_avro_union_wrapper), cmocka_unit_test(test_avro_numbers),
+        cmocka_unit_test(test_avro_float_range),   cmocka_unit_test(test_json_schema_big_integer),
+        cmocka_unit_test(test_avro_decimal),       cmocka_unit_test(test_avro_named_references),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
