@@ -960,16 +960,25 @@ SerializerOutcome serializer_encode(Serializer *s, const char *topic, const char
                                     const char *payload, size_t payload_len, char **out,
                                     size_t *out_len, char *err, size_t errlen)
 {
+    /* A topic has at most 249 characters, an event type any number: a subject cut to fit would
+     * be another one (two long event types with the same first 600 characters would share a
+     * schema), so a subject that does not fit is the row's fault. */
     char subject[600];
+    int n;
     switch (s->strategy) {
     case SUBJECT_RECORD:
-        snprintf(subject, sizeof(subject), "%s", record);
+        n = snprintf(subject, sizeof(subject), "%s", record);
         break;
     case SUBJECT_TOPIC_RECORD:
-        snprintf(subject, sizeof(subject), "%s-%s", topic, record);
+        n = snprintf(subject, sizeof(subject), "%s-%s", topic, record);
         break;
     default:
-        snprintf(subject, sizeof(subject), "%s-value", topic);
+        n = snprintf(subject, sizeof(subject), "%s-value", topic);
+    }
+    if (n < 0 || (size_t)n >= sizeof(subject)) {
+        snprintf(err, errlen, "subject of %d characters (event type '%.40s...'): at most %zu", n,
+                 record, sizeof(subject) - 1);
+        return SERIALIZER_ROW_FAULT;
     }
     const RegistrySchema *rs = NULL;
     switch (registry_lookup(s->registry, subject, &rs, err, errlen)) {

@@ -250,6 +250,31 @@ static void test_avro_float_range(void **state)
     serializer_schema_release(&rs);
 }
 
+/* A subject too long for the serializer is the row's fault: cut to fit, two long event types
+ * with the same beginning would share one subject, and one would be encoded by the other's
+ * schema. Nothing is sent: the registry's URL is never asked. */
+static void test_subject_too_long(void **state)
+{
+    Config cfg = {.value_format = VALUE_AVRO,
+                  .subject_name_strategy = SUBJECT_TOPIC_RECORD,
+                  .schema_registry_url = "http://127.0.0.1:9",
+                  .schema_registry_timeout_ms = 1000};
+    char err[256] = "";
+    Serializer *s = serializer_new(EV_DEFAULT, &cfg, NULL, NULL, err, sizeof(err));
+    assert_non_null(s);
+    char record[701];
+    memset(record, 'E', sizeof(record) - 1);
+    record[sizeof(record) - 1] = '\0';
+    char *out = NULL;
+    size_t len = 0;
+    assert_int_equal(serializer_encode(s, "orders", record, "{}", 2, &out, &len, err, sizeof(err)),
+                     SERIALIZER_ROW_FAULT);
+    assert_null(out);
+    if (!strstr(err, "subject of 707 characters"))
+        fail_msg("error \"%s\"", err);
+    serializer_free(s);
+}
+
 /* From an independent review: an integer beyond a long long is valid JSON (jsonb keeps it). */
 static void test_json_schema_big_integer(void **state)
 {
@@ -369,6 +394,7 @@ int main(void)
         cmocka_unit_test(test_avro_union_wrapper), cmocka_unit_test(test_avro_numbers),
         cmocka_unit_test(test_avro_float_range),   cmocka_unit_test(test_json_schema_big_integer),
         cmocka_unit_test(test_avro_decimal),       cmocka_unit_test(test_avro_named_references),
+        cmocka_unit_test(test_subject_too_long),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
