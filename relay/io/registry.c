@@ -21,6 +21,12 @@
 /* A subject the registry says does not exist is asked again after this. */
 #define MISSING_RETRY_S 5.0
 #define MAX_URLS 8
+/* Subjects kept without a schema (the registry said 404, or failed): at most this many. They only
+ * spare the registry a request per row; subjects come from the rows (an event type, a topic made
+ * of an aggregate type), so a writer's bug that makes one per row would otherwise grow the cache
+ * by one entry per row for the life of the process. The oldest go first. Subjects with a schema
+ * are not counted: there are as many as the registry holds. */
+#define NEGATIVE_MAX 1000
 
 typedef enum { ENTRY_EMPTY, ENTRY_FETCHING, ENTRY_OK, ENTRY_MISSING, ENTRY_FAILED } EntryState;
 
@@ -287,6 +293,34 @@ static bool entry_fill(Entry *e, const char *body, char *why, size_t whylen)
     return e->schema_text != NULL;
 }
 
+/* Drops the oldest entries without a schema (MISSING, FAILED) beyond NEGATIVE_MAX. An entry in
+ * flight has a request pointing at it and an OK one may be in use: neither is touched. */
+static void trim_negative(Registry *r)
+{
+    size_t negative = 0;
+    for (Entry *e = r->entries; e; e = e->next)
+        negative += e->state == ENTRY_MISSING || e->state == ENTRY_FAILED;
+    /* New entries go first in the list: the oldest are at its end. Walk it once, dropping the
+     * first negative ones found beyond the ones kept. */
+    size_t keep = NEGATIVE_MAX;
+    for (Entry **p = &r->entries; *p && negative > NEGATIVE_MAX;) {
+        Entry *e = *p;
+        bool neg = e->state == ENTRY_MISSING || e->state == ENTRY_FAILED;
+        if (neg && keep > 0) {
+            keep--;
+        } else if (neg) {
+            *p = e->next;
+            free(e->subject);
+            free(e->schema_text);
+            free(e->missing_why);
+            free(e);
+            negative--;
+            continue;
+        }
+        p = &e->next;
+    }
+}
+
 static void finish_request(Request *q, CURLcode code)
 {
     Registry *r = q->r;
@@ -341,6 +375,7 @@ static void finish_request(Request *q, CURLcode code)
     curl_easy_cleanup(q->easy);
     strbuf_free(&q->body);
     free(q);
+    trim_negative(r);
     if (r->ready)
         r->ready(r->arg);
 }
@@ -620,6 +655,14 @@ RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistryS
         return REGISTRY_DOWN;
     }
     return REGISTRY_PENDING;
+}
+
+size_t registry_cached(const Registry *r)
+{
+    size_t n = 0;
+    for (const Entry *e = r->entries; e; e = e->next)
+        n++;
+    return n;
 }
 
 bool registry_up(const Registry *r)

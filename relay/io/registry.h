@@ -2,13 +2,14 @@
  *
  * It fetches the schema a subject holds (GET /subjects/{subject}/versions/{latest|N}) and keeps
  * it for the life of the process, as Confluent's serializers with use.latest.version cache the
- * version they found. Requests go through libcurl's multi interface driven by libev
- * (curl_multi_socket_action from ev_io and ev_timer watchers), so the loop never waits for the
- * registry; each request is bounded by the configured timeout. Several base URLs are tried in
- * turn after a failure. A registry that fails (no answer, timeout, 5xx, 401/403) is "down": no
- * request for a subject is sent again before its backoff (1 s doubling to 10 s) is over, and one
- * log line says each change between up and down. The basic-auth password is registered with
- * lib/secrets.h and never logged. */
+ * version they found; a subject it lacks is asked again after 5 s, and at most 1,000 such
+ * subjects are remembered (the oldest forgotten first). Requests go through libcurl's multi
+ * interface driven by libev (curl_multi_socket_action from ev_io and ev_timer watchers), so the
+ * loop never waits for the registry; each request is bounded by the configured timeout. Several
+ * base URLs are tried in turn after a failure. A registry that fails (no answer, timeout, 5xx,
+ * 401/403) is "down": no request for a subject is sent again before its backoff (1 s doubling to 10
+ * s) is over, and one log line says each change between up and down. The basic-auth password is
+ * registered with lib/secrets.h and never logged. */
 #ifndef OUTBOX_REGISTRY_H
 #define OUTBOX_REGISTRY_H
 
@@ -63,6 +64,11 @@ void registry_free(Registry *r, void (*free_parsed)(void *));
  * err says what the registry answered. Never blocks. */
 RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistrySchema **schema,
                                char *err, size_t errlen);
+
+/* How many subjects the client keeps (with a schema, without one, or in flight): those without a
+ * schema are bounded (the oldest are dropped beyond 1,000), so that subjects made from rows'
+ * text cannot grow it without end. For tests and the curious; O(subjects). */
+size_t registry_cached(const Registry *r);
 
 /* True unless the last request failed for the registry's sake (down, 5xx, auth). */
 bool registry_up(const Registry *r);

@@ -1,0 +1,89 @@
+/* Unit tests for registry: the Schema Registry client against a stand-in served by libmicrohttpd
+ * on a loopback port, driven by a real libev loop (the requests go through curl's multi
+ * interface, as in the relay). tests/it/delivery/98_schema_registry*.sh check the rest against
+ * the relay as a whole. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <ev.h>
+#include <microhttpd.h>
+
+#include "registry.h"
+
+/* Answers every request as Confluent's registry answers for a subject it lacks. */
+static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const char *url,
+                                      const char *method, const char *version, const char *data,
+                                      size_t *size, void **state)
+{
+    static const char body[] = "{\"error_code\": 40401, \"message\": \"Subject not found.\"}";
+    struct MHD_Response *res =
+        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_NOT_FOUND, res);
+    MHD_destroy_response(res);
+    return rc;
+}
+
+static int answered;
+
+static void on_ready(void *arg)
+{
+    answered++;
+    ev_break(EV_DEFAULT, EVBREAK_ONE);
+}
+
+/* Subjects come from the rows: an event type per row (a writer's bug) must not grow the cache
+ * without end. Each distinct subject the registry lacks is asked once; the client keeps at most
+ * 1,000 of them. */
+static void test_missing_subjects_bounded(void **state)
+{
+    struct MHD_Daemon *d =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL,
+                         NULL, answer_missing, NULL, MHD_OPTION_END);
+    assert_non_null(d);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u", (unsigned)info->port);
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    char err[256] = "";
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    const int subjects = 1500, at_once = 50;
+    for (int first = 0; first < subjects; first += at_once) {
+        answered = 0;
+        for (int i = first; i < first + at_once; i++) {
+            char subject[32];
+            snprintf(subject, sizeof(subject), "event-%d", i);
+            const RegistrySchema *rs = NULL;
+            assert_int_equal(registry_lookup(r, subject, &rs, err, sizeof(err)), REGISTRY_PENDING);
+        }
+        while (answered < at_once)
+            ev_run(EV_DEFAULT, 0);
+    }
+    /* The registry answered: up, and the latest subject is known to be missing. */
+    assert_true(registry_up(r));
+    const RegistrySchema *rs = NULL;
+    char subject[32];
+    snprintf(subject, sizeof(subject), "event-%d", subjects - 1);
+    assert_int_equal(registry_lookup(r, subject, &rs, err, sizeof(err)), REGISTRY_MISSING);
+    if (!strstr(err, "Subject not found."))
+        fail_msg("error \"%s\"", err);
+    size_t kept = registry_cached(r);
+    if (kept > 1000)
+        fail_msg("%zu subjects kept for %d looked up", kept, subjects);
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_missing_subjects_bounded),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
