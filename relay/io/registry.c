@@ -321,6 +321,14 @@ static void trim_negative(Registry *r)
     }
 }
 
+bool registry_not_found(const char *body, size_t len)
+{
+    json_t *root = body ? json_loadb(body, len, 0, NULL) : NULL;
+    json_int_t code = json_integer_value(json_object_get(root, "error_code"));
+    json_decref(root);
+    return code >= 40400 && code <= 40499;
+}
+
 static void finish_request(Request *q, CURLcode code)
 {
     Registry *r = q->r;
@@ -345,6 +353,13 @@ static void finish_request(Request *q, CURLcode code)
         } else {
             entry_failed(r, e, q->url_index, why);
         }
+    } else if (status == 404 && !registry_not_found(q->body.s, q->body.len)) {
+        /* A 404 that is not the registry's (a proxy's page, a base URL with a wrong path) says
+         * nothing of the subject: every row would count an attempt against a subject that may
+         * well be registered. It is the registry's failure, as a 5xx. */
+        snprintf(why, sizeof(why),
+                 "HTTP 404 without a Schema Registry error (check --schema-registry-url)");
+        entry_failed(r, e, q->url_index, why);
     } else if (status == 404) {
         /* {"error_code": 40401, "message": "Subject 'x' not found."}: the registry is up. */
         strbuf_append(&q->body, "", 1);

@@ -7,9 +7,10 @@
  * interface driven by libev (curl_multi_socket_action from ev_io and ev_timer watchers), so the
  * loop never waits for the registry; each request is bounded by the configured timeout. Several
  * base URLs are tried in turn after a failure. A registry that fails (no answer, timeout, 5xx,
- * 401/403) is "down": no request for a subject is sent again before its backoff (1 s doubling to 10
- * s) is over, and one log line says each change between up and down. The basic-auth password is
- * registered with lib/secrets.h and never logged. */
+ * 401/403, a 404 that is not its own "not found") is "down": no request for a subject is sent
+ * again before its backoff (1 s doubling to 10 s) is over, and one log line says each change
+ * between up and down. The basic-auth password is registered with lib/secrets.h and never logged.
+ */
 #ifndef OUTBOX_REGISTRY_H
 #define OUTBOX_REGISTRY_H
 
@@ -69,6 +70,12 @@ RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistryS
  * schema are bounded (the oldest are dropped beyond 1,000), so that subjects made from rows'
  * text cannot grow it without end. For tests and the curious; O(subjects). */
 size_t registry_cached(const Registry *r);
+
+/* Whether a 404's body (len bytes, need not be NUL-terminated; NULL: none) is the registry's
+ * own "not found" ({"error_code": 40401 | 40402 | ..., "message": ...}, as Confluent's registry
+ * and the ones compatible with it answer): only then does the subject or version not exist. Any
+ * other 404 (a proxy's page, a wrong base URL) is a failure of the registry, as a 5xx. */
+bool registry_not_found(const char *body, size_t len);
 
 /* True unless the last request failed for the registry's sake (down, 5xx, auth). */
 bool registry_up(const Registry *r);

@@ -16,12 +16,15 @@
 
 #include "registry.h"
 
-/* Answers every request as Confluent's registry answers for a subject it lacks. */
+/* Confluent's registry's answer for a subject it lacks. */
+static const char registry_404[] = "{\"error_code\": 40401, \"message\": \"Subject not found.\"}";
+
+/* Answers every request with a 404 whose body is cls. */
 static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const char *url,
                                       const char *method, const char *version, const char *data,
                                       size_t *size, void **state)
 {
-    static const char body[] = "{\"error_code\": 40401, \"message\": \"Subject not found.\"}";
+    const char *body = cls;
     struct MHD_Response *res =
         MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
     enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_NOT_FOUND, res);
@@ -37,18 +40,25 @@ static void on_ready(void *arg)
     ev_break(EV_DEFAULT, EVBREAK_ONE);
 }
 
+/* A stand-in answering every request with a 404 whose body is body; its URL in url. */
+static struct MHD_Daemon *stand_in(const char *body, char *url, size_t len)
+{
+    struct MHD_Daemon *d =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL,
+                         NULL, answer_missing, (void *)body, MHD_OPTION_END);
+    assert_non_null(d);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    snprintf(url, len, "http://127.0.0.1:%u", (unsigned)info->port);
+    return d;
+}
+
 /* Subjects come from the rows: an event type per row (a writer's bug) must not grow the cache
  * without end. Each distinct subject the registry lacks is asked once; the client keeps at most
  * 1,000 of them. */
 static void test_missing_subjects_bounded(void **state)
 {
-    struct MHD_Daemon *d =
-        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL,
-                         NULL, answer_missing, NULL, MHD_OPTION_END);
-    assert_non_null(d);
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     char url[64];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u", (unsigned)info->port);
+    struct MHD_Daemon *d = stand_in(registry_404, url, sizeof(url));
     RegistryOptions o = {.urls = url, .timeout_ms = 5000};
     char err[256] = "";
     Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
@@ -80,10 +90,40 @@ static void test_missing_subjects_bounded(void **state)
     MHD_stop_daemon(d);
 }
 
+/* A 404 that is not the registry's own (a proxy's page for a wrong base URL) says nothing of the
+ * subject: the registry is down (no attempt counted against the rows), not the subject missing. */
+static void test_foreign_404_is_down(void **state)
+{
+    static const char version_404[] =
+        "{\"error_code\": 40402, \"message\": \"Version not found.\"}";
+    assert_true(registry_not_found(registry_404, strlen(registry_404)));
+    assert_true(registry_not_found(version_404, strlen(version_404)));
+    assert_false(registry_not_found("<html>Not Found</html>", 22));
+    assert_false(registry_not_found("{\"error_code\": 50001}", 21));
+    assert_false(registry_not_found(NULL, 0));
+
+    char url[64];
+    struct MHD_Daemon *d = stand_in("<html><body>404 Not Found</body></html>", url, sizeof(url));
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    char err[256] = "";
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    const RegistrySchema *rs = NULL;
+    answered = 0;
+    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    while (answered < 1)
+        ev_run(EV_DEFAULT, 0);
+    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_DOWN);
+    assert_false(registry_up(r));
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_missing_subjects_bounded),
+        cmocka_unit_test(test_foreign_404_is_down),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
