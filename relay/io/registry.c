@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,7 +278,10 @@ static bool entry_fill(Entry *e, const char *body, char *why, size_t whylen)
     json_t *root = json_loads(body, 0, &jerr);
     json_t *id = json_object_get(root, "id"), *version = json_object_get(root, "version"),
            *schema = json_object_get(root, "schema"), *type = json_object_get(root, "schemaType");
-    if (!json_is_integer(id) || !json_is_string(schema) || (type && !json_is_string(type))) {
+    /* The wire format has 4 bytes for the id: one beyond them (or negative) would be sent as
+     * another schema's. */
+    if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > INT32_MAX ||
+        !json_is_string(schema) || (type && !json_is_string(type))) {
         snprintf(why, whylen, "the registry's answer is not a schema");
         json_decref(root);
         return false;

@@ -19,7 +19,10 @@
 /* Confluent's registry's answer for a subject it lacks. */
 static const char registry_404[] = "{\"error_code\": 40401, \"message\": \"Subject not found.\"}";
 
-/* Answers every request with a 404 whose body is cls. */
+/* The status the stand-in answers with. */
+static unsigned stand_in_status = MHD_HTTP_NOT_FOUND;
+
+/* Answers every request with stand_in_status and the body cls. */
 static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const char *url,
                                       const char *method, const char *version, const char *data,
                                       size_t *size, void **state)
@@ -27,7 +30,7 @@ static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const
     const char *body = cls;
     struct MHD_Response *res =
         MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
-    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_NOT_FOUND, res);
+    enum MHD_Result rc = MHD_queue_response(c, stand_in_status, res);
     MHD_destroy_response(res);
     return rc;
 }
@@ -40,7 +43,7 @@ static void on_ready(void *arg)
     ev_break(EV_DEFAULT, EVBREAK_ONE);
 }
 
-/* A stand-in answering every request with a 404 whose body is body; its URL in url. */
+/* A stand-in answering every request with stand_in_status and body; its URL in url. */
 static struct MHD_Daemon *stand_in(const char *body, char *url, size_t len)
 {
     struct MHD_Daemon *d =
@@ -119,11 +122,41 @@ static void test_foreign_404_is_down(void **state)
     MHD_stop_daemon(d);
 }
 
+/* A schema id beyond the wire format's 4 bytes is garbage, not an id to cut to 32 bits: sent, it
+ * would name another schema (4294967297 would be id 1). The registry is down, as for any answer
+ * that is not a schema. */
+static void test_schema_id_out_of_range(void **state)
+{
+    stand_in_status = MHD_HTTP_OK;
+    char url[64];
+    struct MHD_Daemon *d =
+        stand_in("{\"subject\": \"orders-value\", \"version\": 1, \"id\": 4294967297, \"schema\": "
+                 "\"\\\"string\\\"\"}",
+                 url, sizeof(url));
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    char err[256] = "";
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    const RegistrySchema *rs = NULL;
+    answered = 0;
+    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    while (answered < 1)
+        ev_run(EV_DEFAULT, 0);
+    RegistryStatus st = registry_lookup(r, "orders-value", &rs, err, sizeof(err));
+    if (st == REGISTRY_OK)
+        fail_msg("schema id %d taken from id 4294967297", rs->id);
+    assert_int_equal(st, REGISTRY_DOWN);
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_missing_subjects_bounded),
         cmocka_unit_test(test_foreign_404_is_down),
+        cmocka_unit_test(test_schema_id_out_of_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
