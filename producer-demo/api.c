@@ -150,6 +150,22 @@ static bool db_failed(ApiResponse *r, const char *step, const DbError *e)
     return false;
 }
 
+static void answer_unavailable(ApiResponse *r)
+{
+    api_problem(r, 503, "the database is unavailable; retry later");
+    r->retry_after = RETRY_AFTER_UNAVAILABLE;
+}
+
+/* Whether a read that failed with e on its attempt-th pooled connection (0 first) is to run once
+ * more on a fresh one. A pooled connection may have died while idle (PostgreSQL restarted, an
+ * idle session killed): its first statement is where that shows, and a read that failed so
+ * changed nothing. Without the retry every connection left from before a restart would cost
+ * one client a 503 (a load balancer's /healthz included) although PostgreSQL is up. */
+static bool read_again(const DbError *e, int attempt)
+{
+    return e->conn_lost && attempt == 0;
+}
+
 /* Takes a connection and opens a transaction. A pooled connection may have died while idle
  * (PostgreSQL restarted): nothing has happened yet, so one retry on a fresh connection is safe. */
 static PGconn *begin(Api *api, ApiResponse *r)
@@ -210,17 +226,25 @@ static void replay(ApiResponse *r, IdemStored *stored)
 static void busy_or_replay(Api *api, const IdemRequest *req, const char *fp, ApiResponse *r)
 {
     char err[300];
-    PGconn *conn = pool_acquire(api->pool, api->pool_wait_ms, err, sizeof(err));
-    if (!conn) {
-        api_problem(r, 503, "the database is unavailable; retry later");
-        r->retry_after = RETRY_AFTER_UNAVAILABLE;
-        return;
-    }
-    double asked_at = mono_ms();
+    PGconn *conn;
+    double asked_at;
     IdemStored stored;
     DbError e;
+    IdemOutcome found;
+    for (int attempt = 0;; attempt++) {
+        conn = pool_acquire(api->pool, api->pool_wait_ms, err, sizeof(err));
+        if (!conn) {
+            answer_unavailable(r);
+            return;
+        }
+        asked_at = mono_ms();
+        found = idem_lookup(conn, req, &stored, &e);
+        if (found != IDEM_FAILED || !read_again(&e, attempt))
+            break;
+        pool_release(api->pool, conn, true);
+    }
     bool broken = false;
-    switch (idem_lookup(conn, req, &stored, &e)) {
+    switch (found) {
     case IDEM_REPLAY: {
         long long cache_ms = stored.left_ms - (long long)(mono_ms() - asked_at);
         replay(r, &stored);
@@ -599,19 +623,24 @@ void api_get_order(Api *api, const char *id, ApiResponse *r)
         return;
     }
     char err[300];
-    PGconn *conn = pool_acquire(api->pool, api->pool_wait_ms, err, sizeof(err));
-    if (!conn) {
-        api_problem(r, 503, "the database is unavailable; retry later");
-        r->retry_after = RETRY_AFTER_UNAVAILABLE;
-        return;
-    }
+    PGconn *conn;
     DbError e;
     const char *values[1] = {id};
-    PGresult *res =
-        db_query(conn,
-                 "SELECT id, customer_id, amount_cents, currency, status, version, " CREATED_AT_SQL
-                 " FROM orders WHERE id = $1",
-                 1, values, &e);
+    PGresult *res;
+    for (int attempt = 0;; attempt++) {
+        conn = pool_acquire(api->pool, api->pool_wait_ms, err, sizeof(err));
+        if (!conn) {
+            answer_unavailable(r);
+            return;
+        }
+        res = db_query(conn,
+                       "SELECT id, customer_id, amount_cents, currency, status,"
+                       " version, " CREATED_AT_SQL " FROM orders WHERE id = $1",
+                       1, values, &e);
+        if (res || !read_again(&e, attempt))
+            break;
+        pool_release(api->pool, conn, true);
+    }
     bool broken = false;
     if (!res)
         broken = db_failed(r, "get order", &e);
@@ -632,11 +661,17 @@ void api_get_order(Api *api, const char *id, ApiResponse *r)
 void api_health(Api *api, ApiResponse *r)
 {
     char err[300];
-    PGconn *conn = pool_acquire(api->pool, api->pool_wait_ms, err, sizeof(err));
-    DbError e;
-    bool ok = conn && db_exec(conn, "SELECT 1", &e);
-    if (conn)
+    bool ok = false;
+    for (int attempt = 0;; attempt++) {
+        PGconn *conn = pool_acquire(api->pool, api->pool_wait_ms, err, sizeof(err));
+        if (!conn)
+            break;
+        DbError e;
+        ok = db_exec(conn, "SELECT 1", &e);
         pool_release(api->pool, conn, !ok);
+        if (ok || !read_again(&e, attempt))
+            break;
+    }
     if (ok && api->redis) {
         RCacheStats st = rcache_stats(api->redis);
         json_t *o = json_pack("{s:s, s:{s:b, s:I, s:I, s:I, s:I, s:I, s:I}}", "status", "ok",

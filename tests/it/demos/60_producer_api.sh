@@ -339,6 +339,17 @@ post_order down-1 '{"customer_id": "c-down", "amount_cents": 5, "currency": "EUR
 check_eq "PostgreSQL back: the retry succeeds (201)" 201 "$STATUS"
 check "producer-demo logged the outage once" test \
     "$(grep -c 'msg="postgres unreachable"' "$PRODUCER_LOG")" = 1
+# A restart while the server is idle leaves its pooled connection dead; the first read on it
+# finds that out. A read changed nothing, so it runs again on a fresh connection: before the fix
+# the first /healthz and the first GET after each restart answered 503 with PostgreSQL up.
+down_id=$(jq -r .id "$T/body")
+pg_restart
+http GET /healthz
+check_eq "PostgreSQL restarted while idle: the first healthz is 200" 200 "$STATUS"
+http GET /healthz # the pooled connection is live again (the check above may have dropped it)
+pg_restart
+http GET "/orders/$down_id"
+check_eq "PostgreSQL restarted while idle: the first GET is 200" 200 "$STATUS"
 producer_stop
 check_eq "SIGTERM: producer-demo exits 0" 0 "$?"
 
