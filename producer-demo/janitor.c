@@ -12,16 +12,16 @@
 struct Janitor {
     DbPool *pool;
     long interval_s, batch, max_batches;
-    bool stop;
+    atomic_bool stop; /* set under mu; the sweep reads it between batches without */
     pthread_mutex_t mu;
     pthread_cond_t wake;
     pthread_t thread;
 };
 
-long janitor_sweep(PGconn *conn, long batch, long max_batches)
+long janitor_sweep(PGconn *conn, long batch, long max_batches, const atomic_bool *stop)
 {
     long total = 0;
-    for (long i = 0; i < max_batches; i++) {
+    for (long i = 0; i < max_batches && !(stop && atomic_load(stop)); i++) {
         DbError e;
         long n = idem_cleanup_batch(conn, batch, &e);
         if (n < 0) {
@@ -59,13 +59,14 @@ static void *run(void *arg)
         }
         if (j->stop)
             break;
-        /* Sweep without the lock: janitor_stop must be able to flag us meanwhile. */
+        /* Sweep without the lock: janitor_stop must be able to flag us meanwhile, and the sweep
+         * ends at the next batch when it does. */
         pthread_mutex_unlock(&j->mu);
         char err[300];
         PGconn *conn = pool_acquire(j->pool, 1000, err, sizeof(err));
         backlog = false;
         if (conn) {
-            long n = janitor_sweep(conn, j->batch, j->max_batches);
+            long n = janitor_sweep(conn, j->batch, j->max_batches, &j->stop);
             pool_release(j->pool, conn, n < 0 && PQstatus(conn) != CONNECTION_OK);
             backlog = n >= j->batch * j->max_batches;
         }

@@ -8,20 +8,23 @@
 #define PRODUCER_JANITOR_H
 
 #include <libpq-fe.h>
+#include <stdatomic.h>
 
 #include "pool.h"
 
 typedef struct Janitor Janitor;
 
-/* Deletes expired records batch at a time until a batch comes back short or max_batches ran.
- * Returns how many were deleted, or -1 after a database error (logged). */
-long janitor_sweep(PGconn *conn, long batch, long max_batches);
+/* Deletes expired records batch at a time until a batch comes back short, max_batches ran or
+ * *stop became true (looked at before each batch; NULL: never), so that a shutdown waits for the
+ * batch in progress, not for the rest of a sweep (up to max_batches statements). Returns how many
+ * were deleted, or -1 after a database error (logged). */
+long janitor_sweep(PGconn *conn, long batch, long max_batches, const atomic_bool *stop);
 
 /* Starts a thread that sweeps every interval_s seconds with a connection from pool. NULL when
  * the thread cannot be created. */
 Janitor *janitor_start(DbPool *pool, long interval_s, long batch, long max_batches);
 
-/* Wakes the thread, waits for the sweep in progress to end, and frees it. */
+/* Wakes the thread, waits for the cleanup batch in progress to end, and frees it. */
 void janitor_stop(Janitor *j);
 
 #endif

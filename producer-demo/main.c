@@ -499,7 +499,7 @@ static int cmd_cleanup(const Options *o)
     if (!conn)
         return 1;
     /* No cap on batches here: an operator asked for everything expired to go. */
-    long n = janitor_sweep(conn, o->cleanup_batch, 1000000000L);
+    long n = janitor_sweep(conn, o->cleanup_batch, 1000000000L, NULL);
     PQfinish(conn);
     if (n >= 0)
         printf("{\"deleted\":%ld}\n", n);

@@ -326,6 +326,33 @@ check_eq "no expired key is left, live ones are kept" "0 1" \
     "$(psql_q "SELECT count(*) FILTER (WHERE expires_at <= now()) || ' ' ||
                       count(*) FILTER (WHERE key = 'k-1') FROM idempotency_keys")"
 
+# --- SIGTERM during a long cleanup ------------------------------------------------------------------
+# A backlog of 40 expired batches, each slowed to about 2 s by a trigger: the janitor's
+# sweep would run for 80 s. SIGTERM while it runs waits for the batch in progress only; before the
+# fix it waited for the whole sweep (up to 100 batches) and the stop took longer than the test's
+# 20 s before SIGKILL.
+psql_q "INSERT INTO idempotency_keys (endpoint, key, request_hash, expires_at)
+        SELECT 'POST /orders', 'sweep-' || g, '\\x00', now() - interval '1 day'
+        FROM generate_series(1, 40000) g"
+psql -XAtq -v ON_ERROR_STOP=1 >/dev/null <<'SQL' || fail "create the slow-delete trigger"
+CREATE FUNCTION slow_delete() RETURNS trigger LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM pg_sleep(0.001); RETURN OLD; END $$;
+CREATE TRIGGER slow_delete BEFORE DELETE ON idempotency_keys FOR EACH ROW
+    EXECUTE FUNCTION slow_delete();
+SQL
+producer_start --cleanup-interval 1
+wait_for "the janitor's sweep is under way" 15 \
+    sql_is "SELECT count(*) < 39000 FROM idempotency_keys WHERE key LIKE 'sweep-%'" t
+started=$(date +%s)
+producer_stop
+check_eq "SIGTERM during a sweep: producer-demo exits 0" 0 "$?"
+check "...within 10 s (the batch in progress, not the sweep): $(($(date +%s) - started)) s" \
+    test $(($(date +%s) - started)) -le 10
+check "...with most of the backlog left for the next sweep" \
+    sql_is "SELECT count(*) > 20000 FROM idempotency_keys WHERE key LIKE 'sweep-%'" t
+psql_q "DROP TRIGGER slow_delete ON idempotency_keys; DROP FUNCTION slow_delete();
+        DELETE FROM idempotency_keys WHERE key LIKE 'sweep-%'"
+
 # --- PostgreSQL down and back --------------------------------------------------------------------------
 producer_start
 pg_stop
