@@ -196,6 +196,23 @@ printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: raw-ok-2\r\nTransfe
 raw_http "$T/req.chunked"
 check_eq "a chunked body without Content-Length: 201" 201 "$(raw_answers)"
 
+# RFC 9112 section 3.2: an HTTP/1.1 request without Host, or any request with two, is a 400.
+# libmicrohttpd checks neither: before the fix both were served (201 and 200).
+before=$(counts)
+printf 'POST /orders HTTP/1.1\r\nIdempotency-Key: no-host-1\r\nContent-Length: %d\r\n\r\n%s' \
+    "${#DUP}" "$DUP" >"$T/req.no-host"
+raw_http "$T/req.no-host"
+check_eq "HTTP/1.1 without Host: 400" 400 "$(raw_answers)"
+check "...a problem document, and the connection is closed after it" \
+    eval 'grep -a -q "\"status\":400" "$T/raw" && raw_closes'
+printf 'GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n' >"$T/req.two-hosts"
+raw_http "$T/req.two-hosts"
+check_eq "two Host headers: 400" 400 "$(raw_answers)"
+printf 'GET /healthz HTTP/1.0\r\n\r\n' >"$T/req.http10"
+raw_http "$T/req.http10"
+check_eq "HTTP/1.0 without Host (allowed there): 200" 200 "$(raw_answers)"
+check_eq "a request refused for its Host writes nothing" "$before" "$(counts)"
+
 # --- reading orders, other routes ---------------------------------------------------------------------
 http GET "/orders/$ID"
 check_eq "GET /orders/{id}: 200" 200 "$STATUS"
