@@ -47,7 +47,7 @@ static void *run(void *arg)
     pthread_mutex_lock(&j->mu);
     while (!j->stop) {
         /* A sweep cut short at its bound goes on at once: the bound keeps one sweep's work (and
-         * its hold on a pooled connection) small, not the rate, so the cleanup keeps up with any
+         * its hold on its connection) small, not the rate, so the cleanup keeps up with any
          * rate of new keys the database can delete at (docs/demos.md: 1,000 x 100 keys per sweep).
          */
         if (!backlog) {

@@ -125,7 +125,7 @@ static const OptDef options[] = {
      .offset = F(db_connections),
      .commands = SERVE,
      .metavar = "N",
-     .help = "PostgreSQL connections in the pool"},
+     .help = "PostgreSQL connections in the requests' pool (the key cleanup has one more)"},
     /* Every statement of the server waits at most this long for a lock (55P03) and runs at most
      * --statement-timeout (57014); either answers 503 + Retry-After, its transaction rolled back
      * (docs/demos.md#producer-demo-the-order-api). 5 s: as long as a request waits for a pooled
@@ -434,7 +434,14 @@ static int cmd_serve(const Options *o)
              OUTBOX_RELAY_VERSION, log_quote(o->listen, qlisten, sizeof(qlisten)),
              server_port(server), o->key_ttl, o->lock_timeout, o->statement_timeout,
              redis ? "on" : "off", redis ? o->redis_guard_ms : 0L);
-    Janitor *janitor = janitor_start(pool, o->cleanup_interval, o->cleanup_batch, SWEEP_BATCHES);
+    /* The cleanup has a connection of its own, not one of the requests' pool: a backlog keeps it
+     * busy round after round, and on a shared pool it took a connection back the moment it gave
+     * one up, ahead of the requests waiting for it (with --db-connections 1, every request got
+     * 503 until the backlog was gone). */
+    DbPool *janitor_pool = pool_new(o->database_url, session_sql, 1);
+    Janitor *janitor = janitor_pool ? janitor_start(janitor_pool, o->cleanup_interval,
+                                                    o->cleanup_batch, SWEEP_BATCHES)
+                                    : NULL;
     if (!janitor)
         log_warn("cannot start the cleanup thread; expired keys stay until 'cleanup'", NULL);
 
@@ -444,6 +451,7 @@ static int cmd_serve(const Options *o)
     log_info("shutting down", "signal=%s", strsignal(sig));
     server_stop(server);
     janitor_stop(janitor);
+    pool_free(janitor_pool);
     pool_free(pool);
     if (redis) {
         RCacheStats st = rcache_stats(redis);

@@ -357,9 +357,16 @@ CREATE FUNCTION slow_delete() RETURNS trigger LANGUAGE plpgsql AS
 CREATE TRIGGER slow_delete BEFORE DELETE ON idempotency_keys FOR EACH ROW
     EXECUTE FUNCTION slow_delete();
 SQL
-producer_start --cleanup-interval 1
+producer_start --cleanup-interval 1 --db-connections 1
 wait_for "the janitor's sweep is under way" 15 \
     sql_is "SELECT count(*) < 39000 FROM idempotency_keys WHERE key LIKE 'sweep-%'" t
+# The cleanup has a connection of its own: before the fix it shared the pool, took the only
+# connection back as soon as it gave it up, and every request waited 5 s for a 503.
+asked=$(date +%s)
+http GET /healthz --max-time 10
+took=$(($(date +%s) - asked))
+check_eq "during the sweep, on a pool of one connection: /healthz 200" 200 "$STATUS"
+check "...at once (the sweep holds no connection of the pool): $took s" test "$took" -le 2
 started=$(date +%s)
 producer_stop
 check_eq "SIGTERM during a sweep: producer-demo exits 0" 0 "$?"
