@@ -39,6 +39,8 @@ static const char *status_title(int status)
         return "Precondition Required";
     case 413:
         return "Content Too Large";
+    case 415:
+        return "Unsupported Media Type";
     case 422:
         return "Unprocessable Content";
     case 503:

@@ -110,6 +110,22 @@ static void not_allowed(ApiResponse *r, const char *allow)
     r->allow = allow;
 }
 
+/* Whether the body comes in a content coding (gzip, deflate, ...): it is read as it arrives, so
+ * such a body would be refused as "not JSON" (400), which blames the JSON rather than the
+ * coding. RFC 9110 section 15.5.16: 415. "identity" is no coding. */
+static bool body_encoded(struct MHD_Connection *c)
+{
+    KeyHeaders coding = {"Content-Encoding", 0, NULL};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_keys, &coding);
+    return coding.count > 1 || (coding.count == 1 && strcasecmp(coding.first, "identity") != 0);
+}
+
+static void unsupported_coding(ApiResponse *r)
+{
+    api_problem(r, 415,
+                "send the body without Content-Encoding (no gzip, deflate or other coding)");
+}
+
 /* Routes a complete request to its handler. */
 static void route(Server *s, struct MHD_Connection *c, const char *url, const char *method,
                   Request *rq, ApiResponse *r)
@@ -121,6 +137,8 @@ static void route(Server *s, struct MHD_Connection *c, const char *url, const ch
         char detail[64];
         snprintf(detail, sizeof(detail), "the body must be at most %d bytes", ORDER_BODY_MAX);
         api_problem(r, 413, detail);
+    } else if (strcmp(url, "/orders") == 0 && body_encoded(c)) {
+        unsupported_coding(r);
     } else if (strcmp(url, "/orders") == 0) {
         KeyHeaders keys = {"Idempotency-Key", 0, NULL};
         MHD_get_connection_values(c, MHD_HEADER_KIND, count_keys, &keys);
@@ -129,6 +147,8 @@ static void route(Server *s, struct MHD_Connection *c, const char *url, const ch
         char detail[64];
         snprintf(detail, sizeof(detail), "the body must be at most %d bytes", ORDER_BODY_MAX);
         api_problem(r, 413, detail);
+    } else if (is_order && strcmp(method, "PATCH") == 0 && body_encoded(c)) {
+        unsupported_coding(r);
     } else if (is_order && strcmp(method, "PATCH") == 0) {
         KeyHeaders keys = {"Idempotency-Key", 0, NULL}, match = {"If-Match", 0, NULL};
         MHD_get_connection_values(c, MHD_HEADER_KIND, count_keys, &keys);

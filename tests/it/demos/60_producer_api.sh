@@ -111,6 +111,15 @@ check_eq "...its problem document keeps the status and title" "422 Unprocessable
     "$(jq -r '"\(.status) \(.title)"' "$T/body")"
 check "...and quotes the name's start, cut between characters" \
     jq -e '.detail | startswith("unknown field \"aééé")' "$T/body"
+# A body in a content coding is not read as JSON: 415 says what to change (before the fix: 400
+# "not valid JSON", which blames the JSON).
+printf '%s' '{"customer_id": "c", "amount_cents": 5, "currency": "EUR"}' | gzip >"$T/body.gz"
+http POST /orders -H 'Idempotency-Key: bad-body-key' -H 'Content-Encoding: gzip' \
+    --data-binary @"$T/body.gz"
+check_eq "a gzip body: 415, a problem document" "415 application/problem+json" \
+    "$STATUS $(hdr Content-Type)"
+http PATCH "/orders/$ID" -H 'If-Match: "1"' -H 'Content-Encoding: gzip' --data-binary @"$T/body.gz"
+check_eq "...on PATCH too" 415 "$STATUS"
 check_eq "bad bodies write nothing (no order, no outbox row, no key)" "$before" "$(counts)"
 head -c 70000 /dev/zero | tr '\0' ' ' >"$T/big.json"
 http POST /orders -H 'Idempotency-Key: big' --data-binary @"$T/big.json"
