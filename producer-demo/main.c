@@ -401,7 +401,7 @@ static int cmd_serve(const Options *o)
         rcache_free(redis);
         return 1;
     }
-    DbPool *pool = pool_new(o->database_url, session_sql, (int)o->db_connections);
+    DbPool *pool = pool_new(o->database_url, session_sql, (int)o->db_connections, "requests");
     if (!pool) {
         log_error("out of memory", NULL);
         rcache_free(redis);
@@ -438,7 +438,7 @@ static int cmd_serve(const Options *o)
      * busy round after round, and on a shared pool it took a connection back the moment it gave
      * one up, ahead of the requests waiting for it (with --db-connections 1, every request got
      * 503 until the backlog was gone). */
-    DbPool *janitor_pool = pool_new(o->database_url, session_sql, 1);
+    DbPool *janitor_pool = pool_new(o->database_url, session_sql, 1, "cleanup");
     Janitor *janitor = janitor_pool ? janitor_start(janitor_pool, o->cleanup_interval,
                                                     o->cleanup_batch, SWEEP_BATCHES)
                                     : NULL;

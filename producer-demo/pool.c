@@ -12,7 +12,8 @@
 
 struct DbPool {
     char *conninfo;
-    char *setup_sql; /* run on every new connection; NULL: none */
+    char *setup_sql;  /* run on every new connection; NULL: none */
+    const char *name; /* for the log: which pool's outage */
     int size;
     PGconn **conns; /* NULL: not connected */
     bool *busy;
@@ -21,7 +22,7 @@ struct DbPool {
     pthread_cond_t freed;
 };
 
-DbPool *pool_new(const char *conninfo, const char *setup_sql, int size)
+DbPool *pool_new(const char *conninfo, const char *setup_sql, int size, const char *name)
 {
     DbPool *p = calloc(1, sizeof(*p));
     char *copy = strdup(conninfo);
@@ -36,7 +37,12 @@ DbPool *pool_new(const char *conninfo, const char *setup_sql, int size)
         free(busy);
         return NULL;
     }
-    *p = (DbPool){.conninfo = copy, .setup_sql = setup, .size = size, .conns = conns, .busy = busy};
+    *p = (DbPool){.conninfo = copy,
+                  .setup_sql = setup,
+                  .name = name,
+                  .size = size,
+                  .conns = conns,
+                  .busy = busy};
     pthread_mutex_init(&p->mu, NULL);
     /* Waits are measured on the monotonic clock, immune to wall-clock jumps. */
     pthread_condattr_t attr;
@@ -64,9 +70,9 @@ static void note_connect(DbPool *p, bool ok, const char *why)
     pthread_mutex_unlock(&p->mu);
     char q[400];
     if (!ok && !was_down)
-        log_warn("postgres unreachable", "error=%s", log_quote(why, q, sizeof(q)));
+        log_warn("postgres unreachable", "pool=%s error=%s", p->name, log_quote(why, q, sizeof(q)));
     else if (ok && was_down)
-        log_info("postgres reconnected", NULL);
+        log_info("postgres reconnected", "pool=%s", p->name);
 }
 
 PGconn *pool_acquire(DbPool *p, int wait_ms, char *err, size_t errlen)

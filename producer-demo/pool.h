@@ -15,9 +15,10 @@ typedef struct DbPool DbPool;
 
 /* Creates a pool of size slots for conninfo (copied); nothing connects yet. setup_sql (copied;
  * NULL: none) runs on every new connection before it is handed out (session settings: the
- * server's timeouts); a connection on which it fails counts as one that could not connect. NULL
+ * server's timeouts); a connection on which it fails counts as one that could not connect. name
+ * (a string literal: "requests", "cleanup") tells its outage lines from another pool's. NULL
  * when out of memory. */
-DbPool *pool_new(const char *conninfo, const char *setup_sql, int size);
+DbPool *pool_new(const char *conninfo, const char *setup_sql, int size, const char *name);
 
 /* Takes a free slot, waiting up to wait_ms for one, and makes sure it is connected. Returns NULL
  * with one line in err when no slot frees up in time or PostgreSQL cannot be reached; both are
