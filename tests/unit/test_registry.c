@@ -93,6 +93,21 @@ static void test_missing_subjects_bounded(void **state)
     MHD_stop_daemon(d);
 }
 
+/* A registry at url asked for "orders-value" once, its answer awaited: returns what a lookup
+ * says then (*rs: the schema when OK). The caller frees *r. */
+static RegistryStatus look_up_once(const char *url, Registry **r, const RegistrySchema **rs)
+{
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    char err[256] = "";
+    *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(*r);
+    answered = 0;
+    assert_int_equal(registry_lookup(*r, "orders-value", rs, err, sizeof(err)), REGISTRY_PENDING);
+    while (answered < 1)
+        ev_run(EV_DEFAULT, 0);
+    return registry_lookup(*r, "orders-value", rs, err, sizeof(err));
+}
+
 /* A 404 that is not the registry's own (a proxy's page for a wrong base URL) says nothing of the
  * subject: the registry is down (no attempt counted against the rows), not the subject missing. */
 static void test_foreign_404_is_down(void **state)
@@ -107,16 +122,9 @@ static void test_foreign_404_is_down(void **state)
 
     char url[64];
     struct MHD_Daemon *d = stand_in("<html><body>404 Not Found</body></html>", url, sizeof(url));
-    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
-    char err[256] = "";
-    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
-    assert_non_null(r);
+    Registry *r;
     const RegistrySchema *rs = NULL;
-    answered = 0;
-    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
-    while (answered < 1)
-        ev_run(EV_DEFAULT, 0);
-    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_DOWN);
+    assert_int_equal(look_up_once(url, &r, &rs), REGISTRY_DOWN);
     assert_false(registry_up(r));
     registry_free(r, NULL);
     MHD_stop_daemon(d);
@@ -133,16 +141,9 @@ static void test_schema_id_out_of_range(void **state)
         stand_in("{\"subject\": \"orders-value\", \"version\": 1, \"id\": 4294967297, \"schema\": "
                  "\"\\\"string\\\"\"}",
                  url, sizeof(url));
-    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
-    char err[256] = "";
-    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
-    assert_non_null(r);
+    Registry *r;
     const RegistrySchema *rs = NULL;
-    answered = 0;
-    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
-    while (answered < 1)
-        ev_run(EV_DEFAULT, 0);
-    RegistryStatus st = registry_lookup(r, "orders-value", &rs, err, sizeof(err));
+    RegistryStatus st = look_up_once(url, &r, &rs);
     if (st == REGISTRY_OK)
         fail_msg("schema id %d taken from id 4294967297", rs->id);
     assert_int_equal(st, REGISTRY_DOWN);
