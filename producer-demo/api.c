@@ -1,5 +1,6 @@
 #include "api.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -602,8 +603,12 @@ void api_update_order(Api *api, const char *id, const char *if_match, const char
     }
     /* The fingerprint covers the If-Match value too: the same key with another base version is
      * another request (422), not a retry. */
+    /* The id as the database reads it (a uuid: case does not matter), so a retry that writes
+     * the id in other case is the same request, not another one (422). */
     char path[64];
-    snprintf(path, sizeof(path), "/orders/%s", id);
+    int plen = snprintf(path, sizeof(path), "/orders/%s", id);
+    for (int i = plen - 36; i < plen; i++)
+        path[i] = (char)tolower((unsigned char)path[i]);
     size_t flen = body_len + 64;
     char *fbody = malloc(flen);
     if (!fbody) {

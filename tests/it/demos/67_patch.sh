@@ -8,7 +8,8 @@
 #     If-Match again gets 412 with the current ETag and writes nothing; a status that goes back,
 #     or any change of a cancelled order, gets 409;
 #  3. with an Idempotency-Key a retried PATCH replays (200, Idempotency-Replayed, same body and
-#     ETag), it does not answer 412; the key with another If-Match is another request (422);
+#     ETag), it does not answer 412, also when the retry writes the id in upper case; the key
+#     with another If-Match is another request (422);
 #  4. 20 concurrent PATCHes with the same If-Match: exactly one 200, 19 x 412, one new version;
 #  5. consumer-demo (fed by outbox-relay, per-aggregate order) ends with every shipment at its
 #     order's final version and state, counting no stale event: ordering never skips a real
@@ -95,6 +96,10 @@ check_eq "3: the retry replays (not 412)" '200 "3" true' \
     "$STATUS $(hdr ETag) $(hdr Idempotency-Replayed)"
 check "3: the replay is byte-identical" cmp -s "$T/p1.body" "$T/body"
 check_eq "3: the retry wrote nothing" "1 3 2" "$(counts)"
+UPPER_ID=$(printf '%s' "$ID" | tr 'a-f' 'A-F')
+patch "$UPPER_ID" '"2"' '{"status": "confirmed"}' -H 'Idempotency-Key: p-1'
+check_eq "3: a retry naming the id in upper case is the same request: it replays" '200 true' \
+    "$STATUS $(hdr Idempotency-Replayed)"
 patch "$ID" '"3"' '{"status": "confirmed"}' -H 'Idempotency-Key: p-1'
 check_eq "3: the key with another If-Match is another request: 422" 422 "$STATUS"
 patch "$ID" '"3"' '{"status": "created"}'
