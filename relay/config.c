@@ -424,8 +424,8 @@ static const OptDef options[] = {
      .offset = FIELD(schema_registry_url),
      .commands = RUN_LIKE,
      .metavar = "URL[,URL...]",
-     .help = "Schema Registry base URL(s), tried in turn; required by --value-format avro or "
-             "json-schema"},
+     .help = "Schema Registry base URL(s), at most 8, tried in turn; required by --value-format "
+             "avro or json-schema"},
     {.name = "schema-registry-auth-file",
      .type = OPT_STRING,
      .offset = FIELD(schema_registry_auth_file),

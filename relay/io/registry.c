@@ -539,16 +539,21 @@ Registry *registry_new(struct ev_loop *loop, const RegistryOptions *o, RegistryR
     r->version = o->version;
     char *copy = strdup(o->urls ? o->urls : "");
     char *save = NULL;
-    for (char *u = copy ? strtok_r(copy, ",", &save) : NULL; u && r->n_urls < MAX_URLS;
-         u = strtok_r(NULL, ",", &save)) {
+    int given = 0;
+    for (char *u = copy ? strtok_r(copy, ",", &save) : NULL; u; u = strtok_r(NULL, ",", &save)) {
         while (*u == ' ')
             u++;
-        if (*u) {
+        if (*u && given++ < MAX_URLS) {
             r->shown[r->n_urls] = shown_url(u);
             r->urls[r->n_urls++] = strdup(u);
         }
     }
     free(copy);
+    if (given > MAX_URLS) {
+        snprintf(err, errlen, "schema-registry-url: at most %d URLs, %d given", MAX_URLS, given);
+        registry_free(r, NULL);
+        return NULL;
+    }
     for (int i = 0; i < r->n_urls; i++) {
         if (!r->urls[i] || !r->shown[i]) {
             snprintf(err, errlen, "out of memory");
@@ -689,54 +694,111 @@ bool registry_up(const Registry *r)
     return r->up;
 }
 
-bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t warnlen)
+/* One URL's answer to the start-up probe. */
+typedef struct ProbeResult {
+    CURLcode code;
+    long status;
+    char errbuf[CURL_ERROR_SIZE];
+} ProbeResult;
+
+/* GET /subjects on every URL at once, on a multi handle of its own (the loop is not running yet):
+ * the probe then waits one --schema-registry-timeout when every URL is down, not one per URL. */
+static void probe_all(Registry *r, ProbeResult *out)
 {
     struct curl_slist *hdrs = accept_headers();
-    bool ok = true;
-    *warn = '\0';
+    CURLM *multi = curl_multi_init();
+    CURL *easy[MAX_URLS] = {0};
+    Request q[MAX_URLS];
     for (int i = 0; i < r->n_urls; i++) {
-        CURL *easy = curl_easy_init();
-        if (!easy)
-            break;
-        char url[2048], errbuf[CURL_ERROR_SIZE] = "";
+        out[i] = (ProbeResult){.code = CURLE_FAILED_INIT};
+        q[i] = (Request){.r = r};
+        easy[i] = multi ? curl_easy_init() : NULL;
+        if (!easy[i])
+            continue;
+        char url[2048];
         size_t blen = strlen(r->urls[i]);
         while (blen > 0 && r->urls[i][blen - 1] == '/')
             blen--;
         snprintf(url, sizeof(url), "%.*s/subjects", (int)blen, r->urls[i]);
-        StrBuf body = {0};
-        Request q = {.r = r, .body = body};
-        easy_setup(r, easy, url, hdrs);
-        curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(easy, CURLOPT_WRITEDATA, &q);
-        curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
-        CURLcode code = curl_easy_perform(easy);
-        long status = 0;
-        curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
-        curl_easy_cleanup(easy);
-        strbuf_free(&q.body);
+        easy_setup(r, easy[i], url, hdrs);
+        curl_easy_setopt(easy[i], CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(easy[i], CURLOPT_WRITEDATA, &q[i]);
+        curl_easy_setopt(easy[i], CURLOPT_ERRORBUFFER, out[i].errbuf);
+        curl_easy_setopt(easy[i], CURLOPT_PRIVATE, &out[i]);
+        if (curl_multi_add_handle(multi, easy[i]) != CURLM_OK) {
+            curl_easy_cleanup(easy[i]);
+            easy[i] = NULL;
+        }
+    }
+    /* Each transfer ends within the timeout (CURLOPT_TIMEOUT_MS); the deadline is a second
+     * bound, should curl's own fail to fire. The first answer ends the wait: the URLs still out
+     * (hung, or slower) count as not answering, as a lookup would find them. */
+    double deadline = monotime_now() + r->timeout_ms / 1000.0 + 1.0;
+    int running = multi ? 1 : 0;
+    bool answered = false;
+    while (running > 0 && !answered && monotime_now() < deadline) {
+        if (curl_multi_perform(multi, &running) != CURLM_OK)
+            break;
+        CURLMsg *m;
+        int left;
+        while ((m = curl_multi_info_read(multi, &left)) != NULL) {
+            if (m->msg != CURLMSG_DONE)
+                continue;
+            ProbeResult *pr = NULL;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&pr);
+            pr->code = m->data.result;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &pr->status);
+            answered |= pr->code == CURLE_OK && pr->status < 500;
+        }
+        if (running > 0 && !answered && curl_multi_poll(multi, NULL, 0, 100, NULL) != CURLM_OK)
+            break;
+    }
+    for (int i = 0; i < r->n_urls; i++) {
+        if (easy[i]) {
+            if (out[i].code == CURLE_FAILED_INIT) { /* still out when the wait ended */
+                out[i].code = CURLE_OPERATION_TIMEDOUT;
+                out[i].errbuf[0] = '\0';
+            }
+            curl_multi_remove_handle(multi, easy[i]);
+            curl_easy_cleanup(easy[i]);
+        }
+        strbuf_free(&q[i].body);
+    }
+    curl_multi_cleanup(multi);
+    curl_slist_free_all(hdrs);
+}
+
+bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t warnlen)
+{
+    ProbeResult res[MAX_URLS];
+    probe_all(r, res);
+    *warn = '\0';
+    /* The answers are read in the URLs' order, as a failover walks them: the first that answers
+     * becomes the current one, and a refusal before it is an error. */
+    for (int i = 0; i < r->n_urls; i++) {
+        CURLcode code = res[i].code;
+        long status = res[i].status;
+        const char *errbuf = res[i].errbuf;
         if (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE) {
             snprintf(err, errlen, "schema registry %s: TLS: %s", r->shown[i],
                      *errbuf ? errbuf : curl_easy_strerror(code));
-            ok = false;
-            break;
+            return false;
         }
         if (code == CURLE_OK && (status == 401 || status == 403)) {
             snprintf(err, errlen,
                      "schema registry %s refuses the credentials (HTTP %ld): check "
                      "--schema-registry-auth-file",
                      r->shown[i], status);
-            ok = false;
-            break;
+            return false;
         }
         if (code == CURLE_OK && status < 500) {
             r->current = i;
             *warn = '\0';
-            break;
+            return true;
         }
         snprintf(warn, warnlen, "schema registry %s does not answer (%s): rows wait for it",
                  r->shown[i],
                  code != CURLE_OK ? (*errbuf ? errbuf : curl_easy_strerror(code)) : "5xx");
     }
-    curl_slist_free_all(hdrs);
-    return ok;
+    return true;
 }

@@ -3,7 +3,8 @@
 # each, the schema id in the messages says which schema the relay used, and Confluent's own
 # JavaScript client (@confluentinc/schemaregistry) decodes them from the stand-in registry:
 #  1. https: a registry whose certificate a CA of the test's own signed (openssl) is used with
-#     --schema-registry-ca-file; without that file, start-up is one TLS line and exit 1;
+#     --schema-registry-ca-file; without that file, start-up is one TLS line and exit 1; nine
+#     URLs (eight at most, once the ninth was dropped unsaid) are one line and exit 2;
 #  2. two registry URLs, the first down: start-up picks the second, and rows go with no outage
 #     logged; then the second goes down and the first comes up: a new subject's schema is
 #     fetched from the first (one "unavailable" line, one "available again" naming it); the
@@ -16,6 +17,9 @@
 #  5. two URLs, the first hung (SIGSTOP) while each of two sessions asks it for a subject of its
 #     own: the two requests time out together, and the registry moves on to the second URL once,
 #     not once per request (twice went back to the hung one, every retry, for ever);
+#  5b. start-up with the first URL hung and a timeout of ten minutes: the probe asks both URLs at
+#     once, so the relay starts on the second's answer (one after the other, it waited out the
+#     hung one first);
 #  6. a --databases list (each database has a registry client of its own), the registry down at
 #     start: database a's rows wait and their lookups back off; once the registry is up, a's own
 #     retry timer wakes its sessions (one timer for the process woke only the last database's,
@@ -45,6 +49,7 @@ jq -n --arg item "$ITEM" --arg shipped "$SHIPPED" --arg shipped2 "$SHIPPED2" '{
     "outbox.event.fo2-value": [{schema: $item}], "outbox.event.ver-value": [{schema: $item}],
     "outbox.event.warm-value": [{schema: $item}], "outbox.event.rot1-value": [{schema: $item}],
     "outbox.event.rot2-value": [{schema: $item}], "outbox.event.late-value": [{schema: $item}],
+    "outbox.event.hung-value": [{schema: $item}],
     "Shipped": [{schema: $shipped}], "outbox.event.ship2-Shipped": [{schema: $shipped2}]}' \
     >"$T/schemas.json"
 printf 'relay:s3cret\n' >"$T/sr-auth"
@@ -124,6 +129,11 @@ check_eq "1: without the CA file: exit 1" 1 $?
 check_eq "1: ... one line" 1 "$(grep -c '' "$T/noca.out")"
 check "1: ... saying TLS could not verify the registry" grep -q "schema registry $TLS_URL: TLS: " \
     "$T/noca.out"
+NINE=$(printf "$TLS_URL,%.0s" 1 2 3 4 5 6 7 8 9)
+"$RELAY_BIN" run --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
+    --schema-registry-url "${NINE%,}" >"$T/nine.out" 2>&1
+check_eq "1: nine registry URLs (eight at most): exit 2, one line" "2 1" "$? $(grep -c '' "$T/nine.out")"
+check "1: ... saying so" grep -q "at most 8 URLs, 9 given" "$T/nine.out"
 
 # --- 2. two URLs ---
 registry_start b "$P3"
@@ -230,6 +240,21 @@ check_eq "5: the messages carry the subjects' schema ids" \
     "$(printf '%s\n' "$(sr_id "$B_URL" outbox.event.rot1-value) 5" "$(sr_id "$B_URL" outbox.event.rot2-value) 5")" \
     "$({ ids outbox.event.rot1 | sort | uniq -c; ids outbox.event.rot2 | sort | uniq -c; } | awk '{ print $2, $1 }')"
 check "5: Confluent's client decodes them to the rows' payloads" decoded_ok outbox.event.rot2 "$B_URL"
+
+# --- 5b. start-up with the first URL hung: the URLs are asked at once ---
+# With a timeout far beyond this test's wait, a probe that asks the URLs one after the other sits
+# on the hung one for ten minutes before the relay starts; asked at once, the second answers.
+kill -STOP "${REG_PID[a]}"
+insert hung Changed 1 4
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
+    --schema-registry-url "$A_URL,$B_URL" --schema-registry-auth-file "$T/sr-auth" \
+    --schema-registry-timeout 600000
+wait_for "5b: the first URL hung at start-up: rows sent, by the second" 60 none_unsent_of hung
+kill -CONT "${REG_PID[a]}"
+relay_stop
+check_eq "5b: relay exits 0" 0 $?
+check "5b: no 'not reachable at start-up' warning: the second answered" lacks "$RELAY_LOG" \
+    "not reachable at start-up"
 
 # --- 6. each database's registry client has its own retry timer ---
 for db in a b; do
