@@ -300,12 +300,28 @@ static avro_schema_t union_branch(avro_schema_t us, int b)
     return bs;
 }
 
-/* Whether branch b of union us could take j: fits, or a decimal's number or numeric string. */
+/* Whether text is a decimal number as put_decimal reads it: an optional '-', digits, and a
+ * fraction of at least one digit after a '.' ("12.34", "-0.5", ".5", "7"; not "12.", "1e3",
+ * "+1", " 1"). */
+static bool decimal_syntax(const char *text)
+{
+    const char *p = text + (*text == '-');
+    size_t int_len = strspn(p, "0123456789");
+    const char *frac = p + int_len;
+    if (*frac != '.')
+        return int_len > 0 && *frac == '\0';
+    size_t frac_len = strspn(frac + 1, "0123456789");
+    return frac_len > 0 && frac[1 + frac_len] == '\0';
+}
+
+/* Whether branch b of union us could take j: fits, or a decimal's number or numeric string. A
+ * string that is not a number ("n/a") is not the decimal's: in [decimal, "string"] it is the
+ * string branch's, not a row refused by the decimal. */
 static bool branch_fits(const Path *path, avro_schema_t us, int b, const json_t *j, bool exact)
 {
     avro_schema_t bs = union_branch(us, b);
     if (decimal_of(path, bs, us, b))
-        return json_is_number(j) || json_is_string(j);
+        return json_is_number(j) || (json_is_string(j) && decimal_syntax(json_string_value(j)));
     return fits(avro_typeof(bs), j, exact);
 }
 
@@ -468,6 +484,10 @@ static bool put_decimal(avro_value_t *v, const json_t *j, const Decimal *dec, co
                  where, json_kind(j));
         return false;
     }
+    if (!decimal_syntax(text)) {
+        snprintf(err, errlen, "field %s: '%.60s' is not a decimal number", where, text);
+        return false;
+    }
     const char *p = text;
     bool negative = *p == '-';
     p += negative;
@@ -477,11 +497,6 @@ static bool put_decimal(avro_value_t *v, const json_t *j, const Decimal *dec, co
     if (*frac == '.') {
         frac++;
         frac_len = strspn(frac, "0123456789");
-    }
-    if ((int_len == 0 && frac_len == 0) || frac[frac_len] != '\0' ||
-        (*frac == '\0' && frac != p + int_len && frac_len == 0)) {
-        snprintf(err, errlen, "field %s: '%.60s' is not a decimal number", where, text);
-        return false;
     }
     /* Trailing zeros beyond the scale change nothing; other digits would be lost. */
     while (frac_len > (size_t)dec->scale && frac[frac_len - 1] == '0')

@@ -351,6 +351,31 @@ static void test_avro_decimal(void **state)
     serializer_schema_release(&rs);
 }
 
+/* The known open item of the review: in a union [decimal, "string"] a string that is not a number
+ * went to the decimal branch (every string "fitted" it) and the row was refused, where the string
+ * branch takes it. A numeric string still goes to the decimal, the branch listed first. */
+static void test_avro_decimal_or_string(void **state)
+{
+    RegistrySchema rs = {
+        .id = 10,
+        .type = REGISTRY_AVRO,
+        .subject = "t-value",
+        .text = "{\"type\": \"record\", \"name\": \"R\", \"fields\": [{\"name\": \"v\", \"type\": "
+                "[\"null\", {\"type\": \"bytes\", \"logicalType\": \"decimal\", \"precision\": 6, "
+                "\"scale\": 2}, \"string\"]}]}"};
+    /* Branch 2 (04), "n/a" (06 'n' '/' 'a'). */
+    const unsigned char want_s[] = {0, 0, 0, 0, 10, 0x04, 0x06, 'n', '/', 'a'};
+    expect_bytes(&rs, "{\"v\": \"n/a\"}", want_s, sizeof(want_s));
+    /* "12." and "1e3" are not decimals either: strings. */
+    const unsigned char want_e[] = {0, 0, 0, 0, 10, 0x04, 0x06, '1', 'e', '3'};
+    expect_bytes(&rs, "{\"v\": \"1e3\"}", want_e, sizeof(want_e));
+    /* Branch 1 (02), 1234 = 04 d2: length 2 (04). */
+    const unsigned char want_d[] = {0, 0, 0, 0, 10, 0x02, 0x04, 0x04, 0xd2};
+    expect_bytes(&rs, "{\"v\": \"12.34\"}", want_d, sizeof(want_d));
+    expect_bytes(&rs, "{\"v\": 12.34}", want_d, sizeof(want_d));
+    serializer_schema_release(&rs);
+}
+
 /* Named types used by reference: a union branch "shop.P" (avro-c's link) takes its record, and a
  * decimal is one wherever its fixed, or the record holding its bytes, is referenced. */
 static void test_avro_named_references(void **state)
@@ -394,7 +419,7 @@ int main(void)
         cmocka_unit_test(test_avro_union_wrapper), cmocka_unit_test(test_avro_numbers),
         cmocka_unit_test(test_avro_float_range),   cmocka_unit_test(test_json_schema_big_integer),
         cmocka_unit_test(test_avro_decimal),       cmocka_unit_test(test_avro_named_references),
-        cmocka_unit_test(test_subject_too_long),
+        cmocka_unit_test(test_subject_too_long),   cmocka_unit_test(test_avro_decimal_or_string),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
