@@ -330,6 +330,93 @@ static int flat_headers(rd_kafka_headers_t *hdrs, const char *json, bool identit
     return 1;
 }
 
+/* Past the JSON string at p (its opening quote), in text jansson has read (well-formed). */
+static const char *skip_string(const char *p)
+{
+    for (p++; *p != '"'; p++)
+        if (*p == '\\')
+            p++;
+    return p + 1;
+}
+
+/* Past the JSON value at p, in text jansson has read (well-formed). Iterative: nesting as deep as
+ * jansson allows costs no stack. */
+static const char *skip_value(const char *p)
+{
+    if (*p == '"')
+        return skip_string(p);
+    if (*p != '{' && *p != '[') {
+        while (*p && !strchr(",}] \t\r\n", *p))
+            p++;
+        return p;
+    }
+    size_t depth = 0;
+    do {
+        if (*p == '"') {
+            p = skip_string(p);
+            continue;
+        }
+        if (*p == '{' || *p == '[')
+            depth++;
+        else if (*p == '}' || *p == ']')
+            depth--;
+        p++;
+    } while (depth > 0);
+    return p;
+}
+
+/* Where each member's value starts in json, a JSON object jansson has read: an object of the
+ * members' names (as jansson decodes them; the last of a name, as jansson keeps it) to offsets
+ * into json. NULL when out of memory. */
+static json_t *value_offsets(const char *json)
+{
+    json_t *at = json_object();
+    const char *p = skip_ws(skip_ws(json) + 1);
+    while (at && *p == '"') {
+        const char *name = p;
+        p = skip_string(p);
+        json_t *key = json_loadb(name, (size_t)(p - name), JSON_DECODE_ANY, NULL);
+        p = skip_ws(skip_ws(p) + 1); /* past the ':' */
+        if (!json_is_string(key) ||
+            json_object_setn_new(at, json_string_value(key), json_string_length(key),
+                                 json_integer((json_int_t)(p - json))) != 0) {
+            json_decref(at);
+            at = NULL;
+        }
+        json_decref(key);
+        p = skip_ws(skip_value(p));
+        if (*p == ',')
+            p = skip_ws(p + 1);
+    }
+    return at;
+}
+
+/* The value at json[offset] as compact JSON text: the column's own text (PostgreSQL's jsonb
+ * output) without its white space, so numbers stay as written (0.1, 12345678901234567890),
+ * not as a double prints them (jansson's dump: 0.10000000000000001). Caller frees; NULL when
+ * out of memory. */
+static char *compact_value(const char *json, json_int_t offset)
+{
+    const char *v = json + offset, *end = skip_value(v);
+    char *text = malloc((size_t)(end - v) + 1), *o = text;
+    if (!text)
+        return NULL;
+    while (v < end) {
+        if (*v == '"') {
+            const char *close = skip_string(v);
+            memcpy(o, v, (size_t)(close - v));
+            o += close - v;
+            v = close;
+        } else if (*v == ' ' || *v == '\t' || *v == '\n' || *v == '\r') {
+            v++;
+        } else {
+            *o++ = *v++;
+        }
+    }
+    *o = '\0';
+    return text;
+}
+
 /* Adds the entries of one JSON object of headers; *count and *bytes carry the totals over the
  * row's objects, so the limits hold for the row as a whole. */
 static bool add_row_headers(rd_kafka_headers_t *hdrs, const char *json, bool identity_headers,
@@ -340,6 +427,11 @@ static bool add_row_headers(rd_kafka_headers_t *hdrs, const char *json, bool ide
         return flat > 0;
     json_error_t jerr;
     json_t *obj = json_loads(json, 0, &jerr);
+    /* An integer beyond a long long (12345678901234567890, which jsonb takes) is only read here:
+     * its header is the column's text (compact_value), so jansson's reading of it does not
+     * matter. */
+    if (!obj && json_error_code(&jerr) == json_error_numeric_overflow)
+        obj = json_loads(json, JSON_DECODE_INT_AS_REAL, &jerr);
     if (!obj || !json_is_object(obj)) {
         snprintf(err, errlen, "headers column is not a JSON object%s%s", obj ? "" : ": ",
                  obj ? "" : jerr.text);
@@ -356,6 +448,7 @@ static bool add_row_headers(rd_kafka_headers_t *hdrs, const char *json, bool ide
     }
     const char *name;
     json_t *value;
+    json_t *offsets = NULL; /* value_offsets, at the first value that is not a string */
     json_object_foreach(obj, name, value)
     {
         if (route_header_reserved(name, identity_headers))
@@ -367,21 +460,32 @@ static bool add_row_headers(rd_kafka_headers_t *hdrs, const char *json, bool ide
             v = json_string_value(value);
             vlen = json_string_length(value);
         } else if (!json_is_null(value)) {
-            text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+            if (!offsets)
+                offsets = value_offsets(json);
+            json_t *at = json_object_get(offsets, name);
+            text = at ? compact_value(json, json_integer_value(at)) : NULL;
+            if (!text) {
+                snprintf(err, errlen, "headers: out of memory");
+                json_decref(offsets);
+                json_decref(obj);
+                return false;
+            }
             v = text;
-            vlen = text ? strlen(text) : 0;
+            vlen = strlen(text);
         }
         *bytes += strlen(name) + vlen;
         if (*bytes > ROUTE_HEADERS_MAX_BYTES) {
             snprintf(err, errlen, "headers: more than the limit of %d bytes (names and values)",
                      ROUTE_HEADERS_MAX_BYTES);
             free(text);
+            json_decref(offsets);
             json_decref(obj);
             return false;
         }
         rd_kafka_header_add(hdrs, name, -1, v, v ? (ssize_t)vlen : 0);
         free(text);
     }
+    json_decref(offsets);
     json_decref(obj);
     return true;
 }

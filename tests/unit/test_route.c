@@ -611,6 +611,30 @@ static void test_headers_non_string_values(void **state)
     rd_kafka_headers_destroy(hdrs);
 }
 
+/* From this review: a number in a header value was jansson's double printed back (0.1 became
+ * "0.10000000000000001", 3.14159 "3.1415899999999999", inside objects and arrays too), and an
+ * integer beyond a long long (which jsonb takes) failed the row as "too big integer". The value
+ * is now the column's own text, compact. */
+static void test_headers_numbers_as_written(void **state)
+{
+    OutboxRow row = make_row("Order", "OrderCreated",
+                             "{\"r\": 0.1, \"pi\": 3.14159, \"big\": 12345678901234567890,"
+                             " \"o\": {\"x\": [1.1, 2], \"s\": \"a, b: \\\"c\\\" }\"},"
+                             " \"n\": \"\\u00e9\", \"r\": 2.50}");
+    char err[256] = "";
+    rd_kafka_headers_t *hdrs = route_headers(&row, true, err, sizeof(err));
+    if (!hdrs)
+        fail_msg("refused: %s", err);
+    assert_int_equal(rd_kafka_header_cnt(hdrs), 8);
+    /* a name twice: the last value, in the first one's place (as jansson keeps it) */
+    assert_header(hdrs, 0, "r", "2.50");
+    assert_header(hdrs, 1, "pi", "3.14159");
+    assert_header(hdrs, 2, "big", "12345678901234567890");
+    assert_header(hdrs, 3, "o", "{\"x\":[1.1,2],\"s\":\"a, b: \\\"c\\\" }\"}");
+    assert_header(hdrs, 4, "n", "\xc3\xa9");
+    rd_kafka_headers_destroy(hdrs);
+}
+
 static void test_headers_not_an_object(void **state)
 {
     const char *bad[] = {"[1, 2]", "\"text\"", "42", "null", "{", "", "{\"a\": 1} trailing"};
@@ -726,6 +750,7 @@ int main(void)
         cmocka_unit_test(test_headers_non_string_values),
         cmocka_unit_test(test_headers_flat_same_as_jansson),
         cmocka_unit_test(test_headers_not_an_object),
+        cmocka_unit_test(test_headers_numbers_as_written),
         cmocka_unit_test(test_headers_debezium_style),
         cmocka_unit_test(test_topic_routed_by_value),
         cmocka_unit_test(test_cloudevents_decoys_replaced),
