@@ -10,6 +10,7 @@
 
 #include "log.h"
 #include "registry.h"
+#include "utf8.h"
 
 /* Confluent's wire format: magic byte 0, then the schema id as 4 bytes big-endian. */
 #define WIRE_HEADER 5
@@ -244,6 +245,27 @@ static bool float_range(double d)
     return fabs(d) < 0x1.ffffffp127;
 }
 
+/* The bytes an Avro-JSON string stands for as a bytes or fixed value: each character one byte,
+ * U+0000 to U+00FF, as the specification's JSON encoding has it (and Avro's own JsonDecoder, in
+ * ISO-8859-1): "\u00ff" is the byte ff, not UTF-8's c3 bf. Writes them to out (room for
+ * json_string_length bytes; NULL only counts) and returns how many, or -1 when a character is
+ * beyond U+00FF. jansson's strings are valid UTF-8 without NUL (it refuses \u0000). */
+static long latin1_bytes(const json_t *j, unsigned char *out)
+{
+    const char *p = json_string_value(j);
+    long n = 0;
+    while (*p) {
+        int32_t cp;
+        p += utf8_decode(p, &cp);
+        if (cp < 0 || cp > 0xff)
+            return -1;
+        if (out)
+            out[n] = (unsigned char)cp;
+        n++;
+    }
+    return n;
+}
+
 /* Whether a JSON value could be written as a value of Avro type t (for choosing a union's
  * branch: no deeper check, the write itself does that). exact: only the JSON kind that is the
  * type's own (integer for int and long, in range; real for float and double), so that a union
@@ -322,6 +344,12 @@ static bool branch_fits(const Path *path, avro_schema_t us, int b, const json_t 
     avro_schema_t bs = union_branch(us, b);
     if (decimal_of(path, bs, us, b))
         return json_is_number(j) || (json_is_string(j) && decimal_syntax(json_string_value(j)));
+    /* Only strings that are bytes: [fixed 16, "string"] takes "n/a" as the string, as
+     * ["bytes", "string"] takes "日本" (beyond U+00FF). */
+    if (is_avro_fixed(bs))
+        return json_is_string(j) && latin1_bytes(j, NULL) == avro_schema_fixed_size(bs);
+    if (is_avro_bytes(bs))
+        return json_is_string(j) && latin1_bytes(j, NULL) >= 0;
     return fits(avro_typeof(bs), j, exact);
 }
 
@@ -632,16 +660,31 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
         rc = avro_value_set_string_len(v, json_string_value(j), json_string_length(j) + 1);
         break;
     case AVRO_BYTES:
-        rc = avro_value_set_bytes(v, (void *)json_string_value(j), json_string_length(j));
-        break;
     case AVRO_FIXED: {
-        avro_schema_t fs = avro_value_get_schema(v);
-        if ((size_t)avro_schema_fixed_size(fs) != json_string_length(j)) {
-            snprintf(err, errlen, "field %s: fixed of %lld bytes, got %zu", path->text,
-                     (long long)avro_schema_fixed_size(fs), json_string_length(j));
+        /* json_string_length bytes bound the result (a character is at least one byte). */
+        unsigned char *bytes = malloc(json_string_length(j) + 1);
+        long n = bytes ? latin1_bytes(j, bytes) : 0;
+        if (!bytes) {
+            snprintf(err, errlen, "out of memory");
             return false;
         }
-        rc = avro_value_set_fixed(v, (void *)json_string_value(j), json_string_length(j));
+        avro_schema_t fs = avro_value_get_schema(v);
+        if (n < 0) {
+            snprintf(err, errlen,
+                     "field %s: %s holds a character beyond U+00FF (Avro's JSON encoding of "
+                     "bytes: one character, U+0000 to U+00FF, per byte)",
+                     *path->text ? path->text : "(value)", avro_kind(t));
+        } else if (t == AVRO_FIXED && n != avro_schema_fixed_size(fs)) {
+            snprintf(err, errlen, "field %s: fixed of %lld bytes, got %ld", path->text,
+                     (long long)avro_schema_fixed_size(fs), n);
+            n = -1;
+        } else {
+            rc = t == AVRO_FIXED ? avro_value_set_fixed(v, bytes, (size_t)n)
+                                 : avro_value_set_bytes(v, bytes, (size_t)n);
+        }
+        free(bytes);
+        if (n < 0)
+            return false;
         break;
     }
     case AVRO_ENUM: {

@@ -376,6 +376,42 @@ static void test_avro_decimal_or_string(void **state)
     serializer_schema_release(&rs);
 }
 
+/* From this review: bytes and fixed took the UTF-8 bytes of the JSON string, so "\u00ff" was
+ * sent as c3 bf where Avro's JSON encoding (and Avro's own JsonDecoder) reads the byte ff, and a
+ * fixed 2 of "\u00ff\u0080" was refused as 4 bytes. A character beyond U+00FF is no byte. */
+static void test_avro_bytes_latin1(void **state)
+{
+    RegistrySchema rs = {
+        .id = 11,
+        .type = REGISTRY_AVRO,
+        .subject = "t-value",
+        .text = "{\"type\": \"record\", \"name\": \"R\", \"fields\": ["
+                " {\"name\": \"b\", \"type\": \"bytes\"},"
+                " {\"name\": \"f\", \"type\": {\"type\": \"fixed\", \"name\": \"F\", \"size\": 2}},"
+                " {\"name\": \"u\", \"type\": [\"null\", \"bytes\", \"string\"]},"
+                " {\"name\": \"g\", \"type\": [\"F\", \"string\"]}]}"};
+    /* b: length 3 (06) ff 41 e9 (the é written as an escape and as UTF-8 alike); f: ff 80; u
+     * branch 1 (02), length 1 (02) 01; g branch 0 (00) 7f 61. */
+    const unsigned char want[] = {0,    0,    0,    0,    11,   0x06, 0xff, 'A', 0xe9,
+                                  0xff, 0x80, 0x02, 0x02, 0x01, 0x00, 0x7f, 'a'};
+    expect_bytes(&rs,
+                 "{\"b\": \"\\u00ffA\u00e9\", \"f\": \"\\u00ff\\u0080\", \"u\": \"\\u0001\","
+                 " \"g\": \"\\u007fa\"}",
+                 want, sizeof(want));
+    /* Beyond U+00FF: the union's string branch (u branch 2: 04, "日" is e6 97 a5: 06), and the
+     * string branch for a string of another size than the fixed (g branch 1: 02, "abc": 06). */
+    const unsigned char want2[] = {0,    0,    0,    0,    11,   0x00, 0x01, 0x02, 0x04,
+                                   0x06, 0xe6, 0x97, 0xa5, 0x02, 0x06, 'a',  'b',  'c'};
+    expect_bytes(&rs,
+                 "{\"b\": \"\", \"f\": \"\\u0001\\u0002\", \"u\": \"\\u65e5\", \"g\": \"abc\"}",
+                 want2, sizeof(want2));
+    expect_fault(VALUE_AVRO, &rs, "{\"b\": \"\\u65e5\", \"f\": \"ab\", \"g\": \"ab\"}",
+                 "field b: bytes holds a character beyond U+00FF");
+    expect_fault(VALUE_AVRO, &rs, "{\"b\": \"\", \"f\": \"\\u00e9\", \"g\": \"ab\"}",
+                 "field f: fixed of 2 bytes, got 1");
+    serializer_schema_release(&rs);
+}
+
 /* Named types used by reference: a union branch "shop.P" (avro-c's link) takes its record, and a
  * decimal is one wherever its fixed, or the record holding its bytes, is referenced. */
 static void test_avro_named_references(void **state)
@@ -420,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_avro_float_range),   cmocka_unit_test(test_json_schema_big_integer),
         cmocka_unit_test(test_avro_decimal),       cmocka_unit_test(test_avro_named_references),
         cmocka_unit_test(test_subject_too_long),   cmocka_unit_test(test_avro_decimal_or_string),
+        cmocka_unit_test(test_avro_bytes_latin1),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
