@@ -1,6 +1,7 @@
 #include "serializer.h"
 
 #include <avro.h>
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -471,6 +472,57 @@ static bool put_record(avro_value_t *v, const json_t *j, Path *path, int depth, 
     return true;
 }
 
+/* The decimal text ("12.34", "0.0000001", "150000000000000000000") a JSON real stands for: the
+ * shortest that reads back as the same double, when it has at most DBL_DIG (15) significant
+ * digits. Any decimal of up to 15 digits survives a double and comes back as itself; a longer one
+ * may not (99999999999999.99 is the double 99999999999999.984375, whose text at scale 2 is .98,
+ * at scale 4 .9844; 0.1 at scale 20 would be 0.10000000000000000555): false then, rather than
+ * publish digits the row never held. out has room for 330 characters (a double's exponent is at
+ * most 308). */
+static bool real_text(double d, char *out, size_t outlen)
+{
+    char e[40];
+    int digits = 1;
+    if (!isfinite(d))
+        return false;
+    for (; digits <= DBL_DIG; digits++) {
+        snprintf(e, sizeof(e), "%.*e", digits - 1, d);
+        if (strtod(e, NULL) == d)
+            break;
+    }
+    if (digits > DBL_DIG)
+        return false;
+    /* e is [-]D[.DDD]e±X: the digits, and where the point goes among them. */
+    const char *p = e;
+    size_t o = 0;
+    if (*p == '-')
+        out[o++] = *p++;
+    char mant[DBL_DIG + 1];
+    int m = 0;
+    for (; *p != 'e'; p++)
+        if (*p != '.')
+            mant[m++] = *p;
+    int point = atoi(p + 1) + 1;
+    if ((size_t)(abs(point) + m + 4) > outlen)
+        return false;
+    if (point <= 0) {
+        out[o++] = '0';
+        out[o++] = '.';
+        for (int i = 0; i < -point; i++)
+            out[o++] = '0';
+        for (int i = 0; i < m; i++)
+            out[o++] = mant[i];
+    } else {
+        for (int i = 0; i < m || i < point; i++) {
+            if (i == point)
+                out[o++] = '.';
+            out[o++] = i < m ? mant[i] : '0';
+        }
+    }
+    out[o] = '\0';
+    return true;
+}
+
 /* A decimal: the two's-complement big-endian unscaled integer (Avro's decimal: 12.34 at scale 2
  * is 1234, 04 d2), the fewest bytes for bytes, sign-extended to the size of a fixed. From a JSON
  * integer, a real or a numeric string ("-12.34"); more fractional digits than the scale (other
@@ -490,21 +542,13 @@ static bool put_decimal(avro_value_t *v, const json_t *j, const Decimal *dec, co
     } else if (json_is_integer(j)) {
         snprintf(text, sizeof(text), "%" JSON_INTEGER_FORMAT, json_integer_value(j));
     } else if (json_is_real(j)) {
-        /* A double has no decimal digits of its own: the one with scale digits that reads back
-         * as the same double is the value (12.34 at scale 2); if none does, 12.345 at scale 2,
-         * the value has more digits than the scale. */
-        double d = json_real_value(j);
-        snprintf(text, sizeof(text), "%.*f", dec->scale, d);
-        if (!isfinite(d) || strtod(text, NULL) != d) {
-            char shortest[40]; /* the JSON's text as far as a double tells: 12.345 */
-            for (int digits = 15; digits <= 17; digits++) {
-                snprintf(shortest, sizeof(shortest), "%.*g", digits, d);
-                if (strtod(shortest, NULL) == d)
-                    break;
-            }
+        if (!real_text(json_real_value(j), text, sizeof(text))) {
+            char shortest[32]; /* the double's own text: at most 24 characters */
+            snprintf(shortest, sizeof(shortest), "%.17g", json_real_value(j));
             snprintf(err, errlen,
-                     "field %s: decimal %s has more fractional digits than its scale %d", where,
-                     shortest, dec->scale);
+                     "field %s: decimal %s: over %d digits, not exact as a JSON number (a double): "
+                     "send it as a string",
+                     where, shortest, DBL_DIG);
             return false;
         }
     } else {

@@ -412,6 +412,43 @@ static void test_avro_bytes_latin1(void **state)
     serializer_schema_release(&rs);
 }
 
+/* From this review: a JSON real for a decimal was printed at the schema's scale, and whatever
+ * read back as the same double was taken: 99999999999999.99 (the double 99999999999999.984375)
+ * went out as .98 at scale 2 and .9844 at scale 4, and 0.1 at scale 20 as 0.10000000000000000555.
+ * Now a real is its shortest text, and one needing over 15 digits is refused. */
+static void test_avro_decimal_real_exact(void **state)
+{
+    RegistrySchema rs = {.id = 12,
+                         .type = REGISTRY_AVRO,
+                         .subject = "t-value",
+                         .text =
+                             "{\"type\": \"record\", \"name\": \"R\", \"fields\": ["
+                             " {\"name\": \"a\", \"type\": {\"type\": \"bytes\", \"logicalType\": "
+                             "\"decimal\", \"precision\": 30, \"scale\": 20}},"
+                             " {\"name\": \"b\", \"type\": {\"type\": \"bytes\", \"logicalType\": "
+                             "\"decimal\", \"precision\": 25, \"scale\": 0}},"
+                             " {\"name\": \"c\", \"type\": {\"type\": \"bytes\", \"logicalType\": "
+                             "\"decimal\", \"precision\": 18, \"scale\": 4}}]}"};
+    /* a 0.1 at scale 20: 10^19 = 00 8a c7 23 04 89 e8 00 00 (length 9: 12); b 1.5e20:
+     * 08 21 ab 0d 44 14 98 00 00 (12); c 1e-4 at scale 4: 1 (02 01). */
+    const unsigned char want[] = {0,    0,    0,    0,    12,   0x12, 0x00, 0x8a, 0xc7,
+                                  0x23, 0x04, 0x89, 0xe8, 0x00, 0x00, 0x12, 0x08, 0x21,
+                                  0xab, 0x0d, 0x44, 0x14, 0x98, 0x00, 0x00, 0x02, 0x01};
+    expect_bytes(&rs, "{\"a\": 0.1, \"b\": 1.5e20, \"c\": 1e-4}", want, sizeof(want));
+    expect_bytes(&rs, "{\"a\": \"0.1\", \"b\": \"150000000000000000000\", \"c\": \"0.0001\"}", want,
+                 sizeof(want));
+    expect_fault(VALUE_AVRO, &rs, "{\"a\": 0, \"b\": 0, \"c\": 99999999999999.99}",
+                 "field c: decimal 99999999999999.984: over 15 digits, not exact as a JSON number");
+    /* The same as a string is exact. */
+    char *out = NULL, err[256] = "";
+    size_t len = 0;
+    assert_int_equal(encode(VALUE_AVRO, &rs, "{\"a\": 0, \"b\": 0, \"c\": \"99999999999999.99\"}",
+                            &out, &len, err),
+                     SERIALIZER_OK);
+    free(out);
+    serializer_schema_release(&rs);
+}
+
 /* Named types used by reference: a union branch "shop.P" (avro-c's link) takes its record, and a
  * decimal is one wherever its fixed, or the record holding its bytes, is referenced. */
 static void test_avro_named_references(void **state)
@@ -456,7 +493,7 @@ int main(void)
         cmocka_unit_test(test_avro_float_range),   cmocka_unit_test(test_json_schema_big_integer),
         cmocka_unit_test(test_avro_decimal),       cmocka_unit_test(test_avro_named_references),
         cmocka_unit_test(test_subject_too_long),   cmocka_unit_test(test_avro_decimal_or_string),
-        cmocka_unit_test(test_avro_bytes_latin1),
+        cmocka_unit_test(test_avro_bytes_latin1),  cmocka_unit_test(test_avro_decimal_real_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
