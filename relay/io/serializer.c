@@ -850,6 +850,43 @@ static bool type_matches(const char *type, const json_t *j)
     return true; /* an unknown type name: not ours to refuse */
 }
 
+/* JSON Schema's equality (enum, const): numbers by value, so 1.0 (as jsonb keeps it) is 1, which
+ * jansson's json_equal tells apart (an integer and a real); the rest as json_equal, element by
+ * element. */
+static bool schema_equal(const json_t *a, const json_t *b, int depth)
+{
+    if (json_is_number(a) && json_is_number(b)) {
+        json_int_t x, y;
+        if (json_is_integer(a) || json_is_integer(b))
+            return whole_number(a, &x) && whole_number(b, &y) && x == y;
+        return json_real_value(a) == json_real_value(b);
+    }
+    if (depth > DEPTH_MAX || json_typeof(a) != json_typeof(b))
+        return false;
+    if (json_is_array(a)) {
+        if (json_array_size(a) != json_array_size(b))
+            return false;
+        for (size_t i = 0; i < json_array_size(a); i++)
+            if (!schema_equal(json_array_get(a, i), json_array_get(b, i), depth + 1))
+                return false;
+        return true;
+    }
+    if (json_is_object(a)) {
+        const char *key;
+        const json_t *value;
+        if (json_object_size(a) != json_object_size(b))
+            return false;
+        json_object_foreach((json_t *)a, key, value)
+        {
+            const json_t *other = json_object_get(b, key);
+            if (!other || !schema_equal(value, other, depth + 1))
+                return false;
+        }
+        return true;
+    }
+    return json_equal((json_t *)a, (json_t *)b);
+}
+
 static bool check_json(const json_t *schema, const json_t *j, Path *path, int depth, char *err,
                        size_t errlen)
 {
@@ -878,7 +915,7 @@ static bool check_json(const json_t *schema, const json_t *j, Path *path, int de
         }
     }
     const json_t *cnst = json_object_get(schema, "const");
-    if (cnst && !json_equal((json_t *)cnst, (json_t *)j)) {
+    if (cnst && !schema_equal(cnst, j, 0)) {
         snprintf(err, errlen, "field %s: not the constant its schema requires", where);
         return false;
     }
@@ -887,7 +924,7 @@ static bool check_json(const json_t *schema, const json_t *j, Path *path, int de
         bool any = false;
         size_t i;
         const json_t *e;
-        json_array_foreach(enm, i, e) any = any || json_equal((json_t *)e, (json_t *)j);
+        json_array_foreach(enm, i, e) any = any || schema_equal(e, j, 0);
         if (!any) {
             snprintf(err, errlen, "field %s: not one of its enum's values", where);
             return false;
@@ -896,7 +933,13 @@ static bool check_json(const json_t *schema, const json_t *j, Path *path, int de
     if (json_is_object(j)) {
         const json_t *props = json_object_get(schema, "properties");
         const json_t *required = json_object_get(schema, "required");
-        const json_t *additional = json_object_get(schema, "additionalProperties");
+        /* additionalProperties is for the names neither properties nor patternProperties
+         * take; the patterns (ECMA 262 regular expressions) are not evaluated here, so with
+         * any, a name outside properties is not judged at all rather than refused. */
+        const json_t *patterns = json_object_get(schema, "patternProperties");
+        const json_t *additional = json_is_object(patterns) && json_object_size(patterns) > 0
+                                       ? NULL
+                                       : json_object_get(schema, "additionalProperties");
         size_t i;
         const json_t *name;
         json_array_foreach(required, i, name)

@@ -129,6 +129,37 @@ static void test_json_schema(void **state)
     serializer_schema_release(&rs);
 }
 
+/* From this review: enum and const compared with jansson's json_equal, for which 1.0 (as jsonb
+ * keeps a number written so) is not 1, while JSON Schema compares numbers by value; and
+ * additionalProperties false refused the names patternProperties allows (the patterns are not
+ * evaluated: with any, such names are not judged). */
+static void test_json_schema_equality_and_patterns(void **state)
+{
+    RegistrySchema rs = {
+        .id = 4,
+        .type = REGISTRY_JSON,
+        .subject = "t-value",
+        .text =
+            "{\"type\": \"object\", \"additionalProperties\": false,"
+            " \"patternProperties\": {\"^x-\": {\"type\": \"string\"}},"
+            " \"properties\": {\"v\": {\"const\": 1}, \"e\": {\"enum\": [2, [3, {\"k\": 4}]]}}}"};
+    char *out = NULL, err[256] = "";
+    size_t len;
+    const char *ok[] = {"{\"v\": 1.0, \"e\": 2.0}", "{\"v\": 1, \"e\": [3.0, {\"k\": 4.0}]}",
+                        "{\"v\": 1, \"x-trace\": \"t\"}"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        if (encode(VALUE_JSON_SCHEMA, &rs, ok[i], &out, &len, err) != SERIALIZER_OK)
+            fail_msg("%s: %s", ok[i], err);
+        free(out);
+        out = NULL;
+    }
+    expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"v\": 1.5}", "field v: not the constant");
+    expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"e\": [3, {\"k\": 4.5}]}",
+                 "field e: not one of its enum's values");
+    expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"e\": \"2\"}", "field e: not one of its enum's values");
+    serializer_schema_release(&rs);
+}
+
 static void expect_bytes(RegistrySchema *rs, const char *payload, const unsigned char *want,
                          size_t want_len)
 {
@@ -487,13 +518,21 @@ static void test_avro_named_references(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_avro_bytes),         cmocka_unit_test(test_avro_faults),
-        cmocka_unit_test(test_unusable_schema),    cmocka_unit_test(test_json_schema),
-        cmocka_unit_test(test_avro_union_wrapper), cmocka_unit_test(test_avro_numbers),
-        cmocka_unit_test(test_avro_float_range),   cmocka_unit_test(test_json_schema_big_integer),
-        cmocka_unit_test(test_avro_decimal),       cmocka_unit_test(test_avro_named_references),
-        cmocka_unit_test(test_subject_too_long),   cmocka_unit_test(test_avro_decimal_or_string),
-        cmocka_unit_test(test_avro_bytes_latin1),  cmocka_unit_test(test_avro_decimal_real_exact),
+        cmocka_unit_test(test_avro_bytes),
+        cmocka_unit_test(test_avro_faults),
+        cmocka_unit_test(test_unusable_schema),
+        cmocka_unit_test(test_json_schema),
+        cmocka_unit_test(test_avro_union_wrapper),
+        cmocka_unit_test(test_avro_numbers),
+        cmocka_unit_test(test_avro_float_range),
+        cmocka_unit_test(test_json_schema_big_integer),
+        cmocka_unit_test(test_avro_decimal),
+        cmocka_unit_test(test_avro_named_references),
+        cmocka_unit_test(test_subject_too_long),
+        cmocka_unit_test(test_avro_decimal_or_string),
+        cmocka_unit_test(test_avro_bytes_latin1),
+        cmocka_unit_test(test_avro_decimal_real_exact),
+        cmocka_unit_test(test_json_schema_equality_and_patterns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
