@@ -26,7 +26,9 @@ static RegistrySchema avro = {
         "{\"name\": \"f\", \"type\": {\"type\": \"fixed\", \"name\": \"F\", \"size\": 2}},"
         "{\"name\": \"m\", \"type\": {\"type\": \"map\", \"values\": {\"type\": \"record\","
         " \"name\": \"N\", \"fields\": [{\"name\": \"x\", \"type\": [\"null\", \"int\"]}]}}},"
-        "{\"name\": \"a\", \"type\": {\"type\": \"array\", \"items\": [\"null\", \"N\"]}}]}"};
+        "{\"name\": \"a\", \"type\": {\"type\": \"array\", \"items\": [\"null\", \"N\"]}},"
+        "{\"name\": \"g\", \"type\": [\"null\", {\"type\": \"bytes\", \"logicalType\": \"decimal\","
+        " \"precision\": 30, \"scale\": 4}, \"bytes\", \"string\"]}]}"};
 static RegistrySchema json = {
     .id = 2,
     .type = REGISTRY_JSON,
