@@ -1173,6 +1173,13 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
     if (!root && format == VALUE_JSON_SCHEMA &&
         json_error_code(&jerr) == json_error_numeric_overflow)
         root = json_loadb(payload, payload_len, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &jerr);
+    if (!root && json_error_code(&jerr) == json_error_numeric_overflow) {
+        /* Valid JSON (jsonb takes it): say what is wrong with it, not that it is no JSON. */
+        snprintf(err, errlen,
+                 "payload has a number beyond %s (schema id %d): %s; send it as a string",
+                 strstr(jerr.text, "integer") ? "a 64-bit integer" : "a double", rs->id, jerr.text);
+        return SERIALIZER_ROW_FAULT;
+    }
     if (!root) {
         snprintf(err, errlen, "payload is not JSON (schema id %d): %s", rs->id, jerr.text);
         return SERIALIZER_ROW_FAULT;
