@@ -351,6 +351,9 @@ static bool branch_fits(const Path *path, avro_schema_t us, int b, const json_t 
         return json_is_string(j) && latin1_bytes(j, NULL) == avro_schema_fixed_size(bs);
     if (is_avro_bytes(bs))
         return json_is_string(j) && latin1_bytes(j, NULL) >= 0;
+    /* Only its symbols: [enum, "string"] takes another string as the string. */
+    if (is_avro_enum(bs))
+        return json_is_string(j) && avro_schema_enum_get_by_name(bs, json_string_value(j)) >= 0;
     return fits(avro_typeof(bs), j, exact);
 }
 
@@ -425,6 +428,11 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
         for (size_t b = 0; b < n && chosen < 0; b++)
             if (branch_fits(path, us, (int)b, j, exact))
                 chosen = (int)b;
+    /* None takes it: the first of its kind writes it anyway, for that branch's own reason
+     * ("'Z' is not a symbol of its enum", "'n/a' is not a decimal number"). */
+    for (size_t b = 0; b < n && chosen < 0; b++)
+        if (fits(avro_typeof(union_branch(us, (int)b)), j, false))
+            chosen = (int)b;
     if (chosen < 0) {
         snprintf(err, errlen, "field %s: %s fits no branch of its union", where, json_kind(j));
         return false;

@@ -409,6 +409,34 @@ static void test_avro_decimal_or_string(void **state)
     expect_bytes(&rs, "{\"v\": \"12.34\"}", want_d, sizeof(want_d));
     expect_bytes(&rs, "{\"v\": 12.34}", want_d, sizeof(want_d));
     serializer_schema_release(&rs);
+
+    /* The same for an enum: a string that is none of its symbols is the string branch's. */
+    RegistrySchema en = {
+        .id = 13,
+        .type = REGISTRY_AVRO,
+        .subject = "t-value",
+        .text =
+            "{\"type\": \"record\", \"name\": \"R\", \"fields\": [{\"name\": \"v\", \"type\": "
+            "[{\"type\": \"enum\", \"name\": \"E\", \"symbols\": [\"A\", \"B\"]}, \"string\"]}]}"};
+    /* Branch 1 (02), "C" (02 43); branch 0 (00), symbol 1 (02). */
+    const unsigned char want_c[] = {0, 0, 0, 0, 13, 0x02, 0x02, 'C'};
+    expect_bytes(&en, "{\"v\": \"C\"}", want_c, sizeof(want_c));
+    const unsigned char want_b[] = {0, 0, 0, 0, 13, 0x00, 0x02};
+    expect_bytes(&en, "{\"v\": \"B\"}", want_b, sizeof(want_b));
+    serializer_schema_release(&en);
+    /* Without a string branch, the branch of the value's kind says why it refuses it. */
+    RegistrySchema only = {
+        .id = 14,
+        .type = REGISTRY_AVRO,
+        .subject = "t-value",
+        .text = "{\"type\": \"record\", \"name\": \"R\", \"fields\": [{\"name\": \"v\", \"type\": "
+                "[\"null\", {\"type\": \"enum\", \"name\": \"E\", \"symbols\": [\"A\"]}]},"
+                " {\"name\": \"d\", \"type\": [\"null\", {\"type\": \"bytes\", \"logicalType\": "
+                "\"decimal\", \"precision\": 4, \"scale\": 2}]}]}"};
+    expect_fault(VALUE_AVRO, &only, "{\"v\": \"Z\"}", "field v: 'Z' is not a symbol of its enum");
+    expect_fault(VALUE_AVRO, &only, "{\"d\": \"n/a\"}", "field d: 'n/a' is not a decimal number");
+    expect_fault(VALUE_AVRO, &only, "{\"d\": true}", "field d: boolean fits no branch");
+    serializer_schema_release(&only);
 }
 
 /* From this review: bytes and fixed took the UTF-8 bytes of the JSON string, so "\u00ff" was
