@@ -502,6 +502,14 @@ static void test_avro_decimal_real_exact(void **state)
                  sizeof(want));
     expect_fault(VALUE_AVRO, &rs, "{\"a\": 0, \"b\": 0, \"c\": 99999999999999.99}",
                  "field c: decimal 99999999999999.984: over 15 digits, not exact as a JSON number");
+    /* A text longer than a double keeps whose double has a short text of its own: 0.1 here. */
+    expect_fault(VALUE_AVRO, &rs, "{\"a\": 0.10000000000000000001, \"b\": 0, \"c\": 0}",
+                 "field a: decimal 0.10000000000000001: over 15 digits, not exact");
+    /* Trailing zeros are no digits the double loses; nor are those of a string. */
+    expect_bytes(&rs, "{\"a\": 0.100000000000000000000, \"b\": 1.5e20, \"c\": 1e-4}", want,
+                 sizeof(want));
+    expect_bytes(&rs, "{\"a\": 0.1, \"b\": 1.5e20, \"c\": 1e-4, \"s\": \"0.10000000000000000001\"}",
+                 want, sizeof(want));
     /* The same as a string is exact. */
     char *out = NULL, err[256] = "";
     size_t len = 0;
