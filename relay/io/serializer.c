@@ -131,10 +131,87 @@ bool serializer_probe(Serializer *s, bool *answered, char *err, size_t errlen)
 /* The path of the field being written, for errors: "order.lines[2].sku". */
 typedef struct Path {
     char text[256];
-    const Parsed *ps;      /* for the decimals (NULL for JSON Schema) */
-    const double *inexact; /* inexact_reals of the payload (n_inexact) */
+    const Parsed *ps; /* for the decimals (NULL for JSON Schema) */
+    const char *payload;
+    size_t payload_len;
+    bool scanned;    /* inexact (n_inexact) holds inexact_reals(payload), once one was asked */
+    double *inexact; /* the caller frees it */
     size_t n_inexact;
 } Path;
+
+/* The doubles of the payload's reals whose text has more significant digits than a double keeps
+ * (DBL_DIG), for put_decimal to refuse: such a text can read back as a shorter number
+ * (0.10000000000000000001 is the double 0.1, whose shortest text real_text would take). Integers
+ * are left out: jansson keeps them exactly. payload is JSON jansson has read, so outside strings a
+ * '-' or a digit starts a number. NULL with *n 0 when there are none, or when out of memory (a
+ * check lost, never a row refused for it). Caller frees. */
+static double *inexact_reals(const char *payload, size_t len, size_t *n)
+{
+    double *found = NULL;
+    size_t cap = 0;
+    *n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (payload[i] == '"') {
+            for (i++; i < len && payload[i] != '"'; i++)
+                if (payload[i] == '\\')
+                    i++;
+            continue;
+        }
+        if (payload[i] != '-' && (payload[i] < '0' || payload[i] > '9'))
+            continue;
+        size_t start = i, digit = 0, first = 0, last = 0;
+        bool real = false, exponent = false;
+        for (; i < len && payload[i] && strchr("0123456789.+-eE", payload[i]); i++) {
+            char c = payload[i];
+            if (c == '.' || c == 'e' || c == 'E') {
+                real = true;
+                exponent = exponent || c != '.';
+            } else if (!exponent && c >= '0' && c <= '9') {
+                digit++;
+                if (c != '0') {
+                    first = first ? first : digit;
+                    last = digit;
+                }
+            }
+        }
+        size_t token = i - start;
+        i--; /* the loop's i++ comes back to the character after the number */
+        if (!real || !first || last - first + 1 <= DBL_DIG)
+            continue;
+        double *more = found;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 8;
+            more = realloc(found, cap * sizeof(*found));
+        }
+        char *text = more ? malloc(token + 1) : NULL;
+        if (!text) {
+            free(more ? more : found);
+            *n = 0;
+            return NULL;
+        }
+        found = more;
+        memcpy(text, payload + start, token);
+        text[token] = '\0';
+        found[(*n)++] = strtod(text, NULL);
+        free(text);
+    }
+    return found;
+}
+
+/* Whether a real of the payload, d, was written with more digits than a double keeps (its
+ * double may stand for another number than its text). The payload is scanned at the first
+ * question only: most rows have no real that a long or a decimal takes. */
+static bool real_inexact(Path *path, double d)
+{
+    if (!path->scanned) {
+        path->inexact = inexact_reals(path->payload, path->payload_len, &path->n_inexact);
+        path->scanned = true;
+    }
+    for (size_t i = 0; i < path->n_inexact; i++)
+        if (path->inexact[i] == d)
+            return true;
+    return false;
+}
 
 static const Decimal *decimal_at(const Path *path, avro_schema_t at, int index)
 {
@@ -537,8 +614,8 @@ static bool real_text(double d, char *out, size_t outlen)
  * is 1234, 04 d2), the fewest bytes for bytes, sign-extended to the size of a fixed. From a JSON
  * integer, a real or a numeric string ("-12.34"); more fractional digits than the scale (other
  * than trailing zeros) or more digits than the precision are refused, never rounded. */
-static bool put_decimal(avro_value_t *v, const json_t *j, const Decimal *dec, const Path *path,
-                        char *err, size_t errlen)
+static bool put_decimal(avro_value_t *v, const json_t *j, const Decimal *dec, Path *path, char *err,
+                        size_t errlen)
 {
     const char *where = *path->text ? path->text : "(value)";
     char text[400];
@@ -552,10 +629,8 @@ static bool put_decimal(avro_value_t *v, const json_t *j, const Decimal *dec, co
     } else if (json_is_integer(j)) {
         snprintf(text, sizeof(text), "%" JSON_INTEGER_FORMAT, json_integer_value(j));
     } else if (json_is_real(j)) {
-        bool inexact = false;
-        for (size_t i = 0; i < path->n_inexact && !inexact; i++)
-            inexact = path->inexact[i] == json_real_value(j);
-        if (inexact || !real_text(json_real_value(j), text, sizeof(text))) {
+        if (real_inexact(path, json_real_value(j)) ||
+            !real_text(json_real_value(j), text, sizeof(text))) {
             char shortest[32]; /* the double's own text: at most 24 characters */
             snprintf(shortest, sizeof(shortest), "%.17g", json_real_value(j));
             snprintf(err, errlen,
@@ -676,6 +751,14 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
             if (!isfinite(d) || floor(d) != d)
                 return mismatch(path, t, j, err, errlen);
             snprintf(err, errlen, "field %s: %.0f is out of a long's range", path->text, d);
+            return false;
+        }
+        /* 1000000000000000001.0 is the double 1e18, 5.0000000000000001 is 5: not the row's. */
+        if (json_is_real(j) && real_inexact(path, json_real_value(j))) {
+            snprintf(err, errlen,
+                     "field %s: %.17g: over %d digits, not exact as a JSON real (a double): "
+                     "write the integer without a fraction",
+                     path->text, json_real_value(j), DBL_DIG);
             return false;
         }
     } else if (t == AVRO_FLOAT && json_is_number(j) && !float_range(json_number_value(j))) {
@@ -804,75 +887,14 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
     return true;
 }
 
-/* The doubles of the payload's reals whose text has more significant digits than a double keeps
- * (DBL_DIG), for put_decimal to refuse: such a text can read back as a shorter number
- * (0.10000000000000000001 is the double 0.1, whose shortest text real_text would take). Integers
- * are left out: jansson keeps them exactly. payload is JSON jansson has read, so outside strings a
- * '-' or a digit starts a number. NULL with *n 0 when there are none, or when out of memory (a
- * check lost, never a row refused for it). Caller frees. */
-static double *inexact_reals(const char *payload, size_t len, size_t *n)
-{
-    double *found = NULL;
-    size_t cap = 0;
-    *n = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (payload[i] == '"') {
-            for (i++; i < len && payload[i] != '"'; i++)
-                if (payload[i] == '\\')
-                    i++;
-            continue;
-        }
-        if (payload[i] != '-' && (payload[i] < '0' || payload[i] > '9'))
-            continue;
-        size_t start = i, digit = 0, first = 0, last = 0;
-        bool real = false, exponent = false;
-        for (; i < len && payload[i] && strchr("0123456789.+-eE", payload[i]); i++) {
-            char c = payload[i];
-            if (c == '.' || c == 'e' || c == 'E') {
-                real = true;
-                exponent = exponent || c != '.';
-            } else if (!exponent && c >= '0' && c <= '9') {
-                digit++;
-                if (c != '0') {
-                    first = first ? first : digit;
-                    last = digit;
-                }
-            }
-        }
-        size_t token = i - start;
-        i--; /* the loop's i++ comes back to the character after the number */
-        if (!real || !first || last - first + 1 <= DBL_DIG)
-            continue;
-        double *more = found;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 8;
-            more = realloc(found, cap * sizeof(*found));
-        }
-        char *text = more ? malloc(token + 1) : NULL;
-        if (!text) {
-            free(more ? more : found);
-            *n = 0;
-            return NULL;
-        }
-        found = more;
-        memcpy(text, payload + start, token);
-        text[token] = '\0';
-        found[(*n)++] = strtod(text, NULL);
-        free(text);
-    }
-    return found;
-}
-
 static bool avro_encode(Parsed *ps, const json_t *root, const char *payload, size_t payload_len,
                         char **out, size_t *out_len, int id, char *err, size_t errlen)
 {
     avro_value_reset(&ps->value);
-    Path path = {"", ps, NULL, 0};
-    double *inexact = ps->n_decimals ? inexact_reals(payload, payload_len, &path.n_inexact) : NULL;
-    path.inexact = inexact;
+    Path path = {"", ps, payload, payload_len, false, NULL, 0};
     bool ok =
         put_value(&ps->value, root, decimal_of(&path, ps->avro, NULL, 0), &path, 0, err, errlen);
-    free(inexact);
+    free(path.inexact);
     if (!ok)
         return false;
     size_t size = 0;
@@ -1266,7 +1288,7 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
     if (format == VALUE_AVRO) {
         ok = avro_encode(ps, root, payload, payload_len, out, out_len, rs->id, why, sizeof(why));
     } else {
-        Path path = {"", NULL, NULL, 0};
+        Path path = {"", NULL, NULL, 0, false, NULL, 0};
         ok = check_json(ps->json, root, &path, 0, why, sizeof(why));
         char *buf = ok ? malloc(WIRE_HEADER + payload_len) : NULL;
         if (ok && !buf) {

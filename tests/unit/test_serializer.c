@@ -257,6 +257,12 @@ static void test_avro_numbers(void **state)
                  "field i: 3000000000 is out of an int's range");
     expect_fault(VALUE_AVRO, &rs, "{\"n\": 1, \"i\": 3, \"u\": 1e19, \"d\": 2}",
                  "field u: number fits no branch");
+    /* From this review: a whole real written with more digits than a double keeps went out as
+     * the double's value (1000000000000000001.0 as 10^18, 5.0000000000000001 as 5). */
+    expect_fault(VALUE_AVRO, &rs, "{\"n\": 1000000000000000001.0, \"i\": 3, \"u\": 7, \"d\": 2}",
+                 "field n: 1e+18: over 15 digits, not exact as a JSON real");
+    expect_fault(VALUE_AVRO, &rs, "{\"n\": 1, \"i\": 5.0000000000000001, \"u\": 7, \"d\": 2}",
+                 "field i: 5: over 15 digits, not exact as a JSON real");
     serializer_schema_release(&rs);
 }
 
