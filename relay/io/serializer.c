@@ -927,7 +927,7 @@ static bool avro_encode(Parsed *ps, const json_t *root, const char *payload, siz
 
 /* ---- JSON Schema: the keywords checked ------------------------------------------------------ */
 
-static bool type_matches(const char *type, const json_t *j)
+static bool type_matches(const char *type, const json_t *j, Path *path)
 {
     if (strcmp(type, "object") == 0)
         return json_is_object(j);
@@ -938,8 +938,11 @@ static bool type_matches(const char *type, const json_t *j)
     if (strcmp(type, "integer") == 0)
         /* JSON Schema's integer is a number without a fraction: 1.0 is one (floor, not a cast
          * to an integer type, which is undefined for 1e300). */
-        return json_is_integer(j) || (json_is_real(j) && isfinite(json_real_value(j)) &&
-                                      floor(json_real_value(j)) == json_real_value(j));
+        return json_is_integer(j) ||
+               (json_is_real(j) && isfinite(json_real_value(j)) &&
+                floor(json_real_value(j)) == json_real_value(j) &&
+                /* 5.0000000000000001 is the double 5, but the text that goes out is no integer */
+                !real_inexact(path, json_real_value(j)));
     if (strcmp(type, "number") == 0)
         return json_is_number(j);
     if (strcmp(type, "boolean") == 0)
@@ -997,7 +1000,7 @@ static bool check_json(const json_t *schema, const json_t *j, Path *path, int de
     }
     const char *where = *path->text ? path->text : "(value)";
     const json_t *type = json_object_get(schema, "type");
-    if (json_is_string(type) && !type_matches(json_string_value(type), j)) {
+    if (json_is_string(type) && !type_matches(json_string_value(type), j, path)) {
         snprintf(err, errlen, "field %s: expected %s, got %s", where, json_string_value(type),
                  json_kind(j));
         return false;
@@ -1007,7 +1010,7 @@ static bool check_json(const json_t *schema, const json_t *j, Path *path, int de
         size_t i;
         const json_t *t;
         json_array_foreach(type, i, t) any =
-            any || (json_is_string(t) && type_matches(json_string_value(t), j));
+            any || (json_is_string(t) && type_matches(json_string_value(t), j, path));
         if (!any) {
             snprintf(err, errlen, "field %s: a %s is none of its types", where, json_kind(j));
             return false;
@@ -1288,8 +1291,9 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
     if (format == VALUE_AVRO) {
         ok = avro_encode(ps, root, payload, payload_len, out, out_len, rs->id, why, sizeof(why));
     } else {
-        Path path = {"", NULL, NULL, 0, false, NULL, 0};
+        Path path = {"", NULL, payload, payload_len, false, NULL, 0};
         ok = check_json(ps->json, root, &path, 0, why, sizeof(why));
+        free(path.inexact);
         char *buf = ok ? malloc(WIRE_HEADER + payload_len) : NULL;
         if (ok && !buf) {
             snprintf(why, sizeof(why), "out of memory");

@@ -126,6 +126,13 @@ static void test_json_schema(void **state)
     expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"a\": 1, \"c\": 0}", "field c: not allowed");
     expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"a\": 1, \"b\": [\"z\"]}",
                  "field b[0]: not one of its enum's values");
+    /* From this review: the double of 5.0000000000000001 is 5, an integer, but the text sent
+     * as it is has a fraction; 5.0 is an integer. */
+    expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"a\": 5.0000000000000001}",
+                 "field a: expected integer, got number");
+    assert_int_equal(encode(VALUE_JSON_SCHEMA, &rs, "{\"a\": 5.0}", &out, &len, err),
+                     SERIALIZER_OK);
+    free(out);
     serializer_schema_release(&rs);
 }
 
