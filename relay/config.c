@@ -476,11 +476,12 @@ static const OptDef options[] = {
      .help = "with --message-format cloudevents: the events' source attribute"},
     {.name = "ce-content-type",
      .type = OPT_STRING,
-     .def = "application/json",
      .offset = FIELD(ce_content_type),
      .commands = RUN_LIKE,
      .metavar = "TYPE",
-     .help = "with --message-format cloudevents: the payloads' media type (content-type header)"},
+     .help = "with --message-format cloudevents: the payloads' media type (content-type header; "
+             "default: application/avro with --value-format avro, application/octet-stream with "
+             "--payload-format binary, else application/json)"},
     {.name = "dead-letter-topic",
      .type = OPT_STRING,
      .offset = FIELD(dead_letter_topic),

@@ -18,13 +18,26 @@ bool produce_finished(const Session *s)
     return b->next >= b->n && b->in_flight == 0;
 }
 
+/* The CloudEvents content-type: --ce-content-type, else the media type of what the value holds,
+ * so that a CloudEvents SDK does not read Avro or a bytea payload's bytes as JSON. */
+static const char *ce_content_type(const Config *cfg)
+{
+    if (cfg->ce_content_type)
+        return cfg->ce_content_type;
+    if (cfg->value_format == VALUE_AVRO)
+        return "application/avro";
+    if (cfg->map.payload_binary)
+        return "application/octet-stream";
+    return "application/json";
+}
+
 /* The headers of an event's message in the configured format; NULL with why in err. */
 static rd_kafka_headers_t *message_headers(const Session *s, const OutboxRow *row, char *err,
                                            size_t errlen)
 {
     rd_kafka_headers_t *hdrs = route_headers(row, s->cfg->map.identity_headers, err, errlen);
     if (hdrs && s->cfg->message_format == FORMAT_CLOUDEVENTS &&
-        !route_cloudevents_add(hdrs, row, s->cfg->ce_source, s->cfg->ce_content_type)) {
+        !route_cloudevents_add(hdrs, row, s->cfg->ce_source, ce_content_type(s->cfg))) {
         rd_kafka_headers_destroy(hdrs);
         snprintf(err, errlen, "out of memory");
         return NULL;

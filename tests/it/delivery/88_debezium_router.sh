@@ -1,7 +1,9 @@
 #!/bin/bash
 # Proves the rest of Debezium's Outbox Event Router, configured by Debezium's option names:
 #  1. a bytea payload column (--payload-format binary) is published byte for byte: NUL, 0xff,
-#     CR/LF, every byte value, an empty value and a NULL (a tombstone);
+#     CR/LF, every byte value, an empty value and a NULL (a tombstone); as CloudEvents, with
+#     content-type application/octet-stream (application/json, the default once, told SDKs to
+#     parse the bytes as JSON);
 #  2. table.field.event.timestamp: the column's time is each message's timestamp (ms); a row
 #     timed infinity or -infinity is dead, naming the column, and the others are sent;
 #  3. the partition placement (COLUMN:partition) puts each message in the partition its row
@@ -67,7 +69,7 @@ check_eq "1: check without --payload-format binary: exit 1" 1 $?
 check "1: ... saying to set it" grep -q "^FAIL  payload: column payload is bytea: set --payload-format binary" \
     "$T/check.out"
 relay_start --config "$T/bin.json" --database-url "$DATABASE_URL" --brokers "$BROKERS" \
-    --max-attempts 1
+    --max-attempts 1 --message-format cloudevents
 bin_done() {
     [ "$(psql_q "SELECT count(*) FROM bin_outbox WHERE sent_at IS NULL AND dead_at IS NULL")" = 0 ]
 }
@@ -91,6 +93,8 @@ check_eq "1: the 256-byte row arrived whole" 512 \
     "$(jq -r 'select(.value_hex != null) | .value_hex | length' "$T/bin.out" | sort -n | tail -n 1)"
 check_eq "1: the empty payload is an empty value, not a tombstone" 1 \
     "$(jq -s '[.[] | select(.value_hex == "")] | map(.headers.id) | unique | length' "$T/bin.out")"
+check_eq "1: as CloudEvents, each says its data is bytes (content-type), not JSON" \
+    application/octet-stream "$(jq -r '.headers["content-type"]' "$T/bin.out" | sort -u)"
 
 # --- 2. ---
 check_eq "2: each message's timestamp is its row's occurred_at in ms" "" \

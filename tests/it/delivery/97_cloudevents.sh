@@ -51,6 +51,8 @@ check_eq "... nor reached the message in another letter case (CE_Source)" "" \
     "$(jq -r '.header_list[] | select(.[0] | ascii_downcase | startswith("ce_")) | .[1]' \
         "$T/msgs.json" | grep -i forged)"
 check "... its other headers went through" grep -q '"x":"1"' "$T/msgs.json"
+check_eq "a JSON payload's content-type is application/json" application/json \
+    "$(jq -r '.headers["content-type"]' "$T/msgs.json" | sort -u)"
 
 # The default format adds no CloudEvents attribute.
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
