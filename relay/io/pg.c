@@ -55,12 +55,22 @@ bool pg_awaiting(const PgConn *pg)
 
 static void start_connect(PgConn *pg);
 static void attempt_target(PgConn *pg);
+static void connect_target(PgConn *pg, const char *host, const char *hostaddr);
 
 /* Routes server notices into our log instead of libpq's default raw stderr output. */
 static void notice_to_log(void *arg, const char *message)
 {
     char q[512];
     log_debug("postgres notice", "notice=%s", log_quote(db_error_line(message), q, sizeof(q)));
+}
+
+/* Drops the addresses of the last lookup (PgConn.addrs): a new host's attempt, or a connection
+ * made, or the object freed. */
+static void forget_addrs(PgConn *pg)
+{
+    free(pg->addrs);
+    free(pg->addr_error);
+    pg->addrs = pg->addr = pg->addrs_end = pg->addr_error = NULL;
 }
 
 /* Closes the libpq connection and everything that watches it. */
@@ -210,6 +220,7 @@ static void on_stable(struct ev_loop *loop, ev_timer *w, int revents)
 static void connected(PgConn *pg)
 {
     ev_timer_stop(pg->loop, &pg->timer);
+    forget_addrs(pg);
     if (PQsetnonblocking(pg->conn, 1) != 0 || PQenterPipelineMode(pg->conn) != 1) {
         pg_lose(pg, PQerrorMessage(pg->conn));
         return;
@@ -245,10 +256,30 @@ static void target_failed(PgConn *pg, const char *why)
     char reason[512], named[1024];
     if (pg->looked_up) {
         /* Given addresses, libpq names only them: put the name back, as libpq writes it. */
-        pg_error_name_host(why, pg->plan.targets[pg->target].addr.host, named, sizeof(named));
+        const char *host = pg->plan.targets[pg->target].addr.host;
+        pg_error_name_host(why, host, named, sizeof(named));
         why = named;
+        char *next = pg->addr ? pg->addr + strlen(pg->addr) + 1 : NULL;
+        if (next && next < pg->addrs_end) { /* the name's next address, on a clock of its own */
+            char q[600], q2[300];
+            log_debug("postgres address failed", "%shost=%s error=%s", pg->tag,
+                      log_quote(pg->plan.targets[pg->target].shown, q2, sizeof(q2)),
+                      log_quote(db_error_line(why), q, sizeof(q)));
+            if (!pg->addr_error)
+                pg->addr_error = strdup(db_error_line(why));
+            close_conn(pg);
+            pg->state = PG_DOWN;
+            pg->addr = next;
+            connect_target(pg, host, next);
+            return;
+        }
+        if (pg->addr_error) {
+            snprintf(named, sizeof(named), "%s", pg->addr_error);
+            why = named;
+        }
     }
     snprintf(reason, sizeof(reason), "%s", db_error_line(why));
+    forget_addrs(pg);
     close_conn(pg);
     pg->state = PG_DOWN;
     if (pg->plan.ntargets > 1) {
@@ -332,21 +363,22 @@ static void on_resolved(void *arg, const char *addrs, int n, const char *error)
     char q[200], q2[RESOLVE_MAX_ADDRS * 90];
     log_debug("postgres host resolved", "%shost=%s addresses=%s", pg->tag,
               log_quote(t->shown, q, sizeof(q)), log_quote(addrs, q2, sizeof(q2)));
-    /* libpq pairs element i of host with element i of hostaddr: the name goes with each address,
-     * as TLS verification (verify-full) and the password file match on it. */
-    size_t len = strlen(t->addr.host) + 1;
-    char *hosts = malloc(len * (size_t)n);
-    if (!hosts) {
+    /* One address an attempt, in order (PgConn.addrs); the name goes with it, as TLS
+     * verification (verify-full) and the password file match on it. */
+    forget_addrs(pg);
+    size_t len = strlen(addrs) + 1;
+    pg->addrs = malloc(len);
+    if (!pg->addrs) {
         target_failed(pg, "out of memory");
         return;
     }
-    for (int i = 0; i < n; i++) {
-        memcpy(hosts + len * (size_t)i, t->addr.host, len - 1);
-        hosts[len * (size_t)i + len - 1] = i + 1 < n ? ',' : '\0';
-    }
+    memcpy(pg->addrs, addrs, len);
+    for (char *c = pg->addrs; (c = strchr(c, ',')) != NULL;)
+        *c++ = '\0';
+    pg->addr = pg->addrs;
+    pg->addrs_end = pg->addrs + len;
     pg->looked_up = true;
-    connect_target(pg, hosts, addrs); /* libpq keeps copies */
-    free(hosts);
+    connect_target(pg, t->addr.host, pg->addr); /* libpq keeps copies */
 }
 
 /* Starts connecting to the current target (one host of the list). A host name is looked up off
@@ -358,6 +390,7 @@ static void attempt_target(PgConn *pg)
     /* A hostaddr given (libpq ignores an empty one) needs no lookup; lists left whole (counts
      * libpq rejects) are libpq's to report. */
     pg->looked_up = false;
+    forget_addrs(pg);
     if ((t->addr.hostaddr && *t->addr.hostaddr) || !resolve_needed(t->addr.host) ||
         strchr(t->addr.host, ',') || (t->addr.port && strchr(t->addr.port, ','))) {
         connect_target(pg, t->addr.host, NULL);
@@ -436,9 +469,15 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
     PgConn *pg = w->data;
     log_set_context(pg->log_context);
     if (pg->state == PG_CONNECTING) {
-        char why[96];
-        snprintf(why, sizeof(why), "no %s within %.0f s (connect_timeout)",
-                 pg->resolving ? "address" : "connection", pg->plan.connect_timeout_s);
+        char why[256];
+        if (pg->looked_up && pg->addr && pg->conn) /* libpq's words, for target_failed's naming */
+            snprintf(why, sizeof(why),
+                     "connection to server at \"%s\", port %s failed: no answer within %.0f s "
+                     "(connect_timeout)",
+                     pg->addr, PQport(pg->conn), pg->plan.connect_timeout_s);
+        else
+            snprintf(why, sizeof(why), "no %s within %.0f s (connect_timeout)",
+                     pg->resolving ? "address" : "connection", pg->plan.connect_timeout_s);
         if (pg->resolving)
             lookup_failed(pg, why);
         else
@@ -571,6 +610,7 @@ void pg_conn_free(PgConn *pg)
     if (!pg)
         return;
     close_conn(pg);
+    forget_addrs(pg);
     for (int i = 0; i < pg->nresults; i++)
         PQclear(pg->results[i]);
     pg_drop_prepare_failure(pg);

@@ -64,7 +64,8 @@ void pg_set_session_timeout(long ms);
 
 /* Creates the connection object and starts connecting. conninfo is copied. A multi-host string
  * (host=a,b port=1,2 or postgresql://a:1,b:2/db) is tried one host at a time, in order, each
- * attempt bounded by the string's connect_timeout (default 10 s, at least 2 s); each host's
+ * attempt bounded by the string's connect_timeout (default 10 s, at least 2 s): a host name's
+ * lookup, then each of its addresses in turn, is one attempt (as libpq bounds them); each host's
  * failures are logged once per change, and target_session_attrs applies per host (use
  * read-write, or primary, to follow a failover). After the last host, the next round starts
  * after a backoff (0.2 s doubling to 5 s, with jitter). PostgreSQL shows the connection as

@@ -48,7 +48,15 @@ struct PgConn {
     /* The current host's name being looked up (resolve.h), before libpq is given its addresses;
      * state is PG_CONNECTING and conn NULL meanwhile. */
     Resolve *resolving;
-    bool looked_up; /* the attempt under way gave libpq the addresses of that lookup */
+    bool looked_up; /* the attempt under way gave libpq an address of that lookup */
+    /* That lookup's addresses, NUL-separated, tried one attempt each, so that connect_timeout
+     * bounds each address as libpq bounds each address of a name it looks up itself: with the
+     * whole list in one attempt, a first address that never answers (a host that died) used up
+     * the timeout and the others were never tried. addr is the one being tried, addrs_end ends
+     * the list; addr_error holds the first address's failure (libpq's message for a list starts
+     * with it), reported if none connects. NULL: no lookup's addresses. */
+    char *addrs, *addr, *addrs_end;
+    char *addr_error;
     double request_timeout_s;
     bool ever_up; /* for "connected" vs "reconnected" in the log */
     /* What the log has said of the current outage: the loss (warn), then the first connection

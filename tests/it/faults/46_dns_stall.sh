@@ -23,7 +23,10 @@
 #     first attempt gives the lookup up, the next one takes its answer and connects (a fresh
 #     lookup at every attempt never would);
 #  6. sslmode=verify-full with a name from the hosts file: the server's certificate names it, and
-#     the relay, which hands libpq the name beside the addresses, connects over TLS.
+#     the relay, which hands libpq the name beside the addresses, connects over TLS;
+#  7. a name with two addresses, the first silent (it takes the connection and never answers, as
+#     a host that died does): connect_timeout bounds each address, so the relay connects to the
+#     second and delivers (one timeout for the whole list retried the silent one for ever).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 # shellcheck source=tests/netns_lib.sh
@@ -211,4 +214,31 @@ check "6: ... over TLS" grep -qE 'msg="postgres connected".* tls=on' "$RELAY_LOG
 check_delivered tls
 relay_stop 5
 check_eq "6: the relay exits 0" 0 $?
+
+# --- 7. a name with two addresses, the first silent ---
+# 127.0.0.4 accepts and discards (socat -u: never a byte back); 127.0.0.5 forwards to PostgreSQL.
+# Both are as far from 127.0.0.1, so getaddrinfo keeps the hosts file's order (checked below).
+printf '127.0.0.4\tpg-silent.test\n127.0.0.5\tpg-silent.test\n' >>"$T/hosts"
+socat -u "TCP-LISTEN:$PGPORT,bind=127.0.0.4,fork,reuseaddr" /dev/null &
+_t_track $!
+on_exit "kill $! 2>/dev/null"
+socat "TCP-LISTEN:$PGPORT,bind=127.0.0.5,fork,reuseaddr" "TCP:127.0.0.1:$PGPORT" &
+_t_track $!
+on_exit "kill $! 2>/dev/null"
+listens() { ss -tlnH "src = $1" | grep -q .; }
+_poll 5 listens 127.0.0.4 && _poll 5 listens 127.0.0.5 || fail "the silent and the forwarding address listen"
+insert_rows silent 1 100 10
+with_resolv "$T/resolv.refuse"
+relay_start --brokers "$BROKERS" --sessions 1 --log-level debug \
+    --database-url "postgresql://postgres@pg-silent.test:$PGPORT/outbox?connect_timeout=2"
+wait_for "7: the first address silent: the second connects, rows delivered" 20 \
+    none_unsent_of silent
+check "7: ... the silent address was tried first" grep -qE \
+    'msg="postgres host resolved".* addresses="127\.0\.0\.4,127\.0\.0\.5"' "$RELAY_LOG"
+check "7: ... and its timeout names the host and the address" grep -qF \
+    "connection to server at \\\"pg-silent.test\\\" (127.0.0.4), port $PGPORT failed: no answer within 2 s" \
+    "$RELAY_LOG"
+check_delivered silent
+relay_stop 5
+check_eq "7: the relay exits 0" 0 $?
 RELAY_WRAP=()
