@@ -141,6 +141,31 @@ static void judge_pg_hosts(TlsSide *side, const char *hosts, const char *addrs)
     }
 }
 
+/* A service (service=NAME in the string, or PGSERVICE) fills in, from pg_service.conf, whatever
+ * the string leaves unset, ahead of the environment: host, hostaddr, sslmode. This parse does not
+ * read that file, so what it would fill is unknown, and judged the worst it could be: an sslmode
+ * the string does not set is only "optional" (not PGSSLMODE's, which the file's beats), and
+ * unless the string gives every host its hostaddr the service may point it anywhere (a remote
+ * host, "service NAME"). Setting them in the string makes the judgement exact again. */
+static void judge_pg_service(TlsSide *side, const PQconninfoOption *parsed, const char *service)
+{
+    if (!pq_value(parsed, NULL, "sslmode")) {
+        snprintf(side->mode, sizeof(side->mode), "unset (service)");
+        if (side->level != TLS_PLAINTEXT)
+            side->level = TLS_OPTIONAL;
+    }
+    const char *addrs = pq_value(parsed, NULL, "hostaddr");
+    bool every_addr = addrs != NULL;
+    const char *a;
+    size_t al;
+    for (size_t i = 0; every_addr && list_entry(addrs, i, &a, &al); i++)
+        every_addr = al > 0;
+    if (!every_addr && !side->remote) {
+        side->remote = true;
+        snprintf(side->first_remote, sizeof(side->first_remote), "service %.100s", service);
+    }
+}
+
 static void judge_pg(const char *conninfo, TlsSide *side)
 {
     memset(side, 0, sizeof(*side));
@@ -157,6 +182,9 @@ static void judge_pg(const char *conninfo, TlsSide *side)
                                                                                    : TLS_OPTIONAL;
     judge_pg_hosts(side, pq_value(parsed, defaults, "host"),
                    pq_value(parsed, defaults, "hostaddr"));
+    const char *service = pq_value(parsed, defaults, "service");
+    if (service)
+        judge_pg_service(side, parsed, service);
     PQconninfoFree(parsed);
     PQconninfoFree(defaults);
 }

@@ -222,6 +222,43 @@ static void test_pg_host_and_hostaddr_lists(void **state)
     unsetenv("PGHOST");
 }
 
+/* A service file (service=, PGSERVICE) may give the host and the sslmode, and the judgement
+ * does not read it: a host it may supply counts as remote, an sslmode it may supply as optional,
+ * so --require-tls refuses; what the string itself sets is judged as always. */
+static void test_pg_service(void **state)
+{
+    unsetenv("PGHOST");
+    unsetenv("PGHOSTADDR");
+    unsetenv("PGSSLMODE");
+    unsetenv("PGSERVICE");
+    TlsSide pg, k;
+    judge("service=orders dbname=x", NULL, NULL, 0, &pg, &k);
+    assert_true(pg.remote);
+    assert_string_equal(pg.first_remote, "service orders");
+    assert_int_equal(pg.level, TLS_OPTIONAL);
+    Config c = make("service=orders", "127.0.0.1:9092", NULL, 0);
+    assert_refused(&c, "a host from a service file");
+    /* PGSSLMODE is not what libpq uses when the service file sets sslmode. */
+    setenv("PGSSLMODE", "verify-full", 1);
+    judge("service=orders host=localhost", NULL, NULL, 0, &pg, &k);
+    assert_true(pg.remote);
+    assert_int_equal(pg.level, TLS_OPTIONAL);
+    unsetenv("PGSSLMODE");
+    /* The string's own sslmode wins over the file's. */
+    judge("service=orders sslmode=verify-full", NULL, NULL, 0, &pg, &k);
+    assert_int_equal(pg.level, TLS_VERIFIED);
+    assert_string_equal(pg.mode, "verify-full");
+    /* Every host given its address: the file cannot move it. */
+    judge("service=orders hostaddr=127.0.0.1 sslmode=disable", NULL, NULL, 0, &pg, &k);
+    assert_false(pg.remote);
+    assert_int_equal(pg.level, TLS_PLAINTEXT);
+    setenv("PGSERVICE", "orders", 1);
+    judge("dbname=x", NULL, NULL, 0, &pg, &k);
+    assert_true(pg.remote);
+    assert_string_equal(pg.first_remote, "service orders");
+    unsetenv("PGSERVICE");
+}
+
 /* Runs tls_report_require and, when it passes, tls_report_log, with stderr captured; returns
  * what they logged (static buffer). */
 static const char *check_logged(const Config *c, bool require, bool *ok, char *err, size_t errlen)
@@ -338,6 +375,7 @@ int main(void)
         cmocka_unit_test(test_kafka_broker_aliases),
         cmocka_unit_test(test_loopback_is_literal),
         cmocka_unit_test(test_pg_host_and_hostaddr_lists),
+        cmocka_unit_test(test_pg_service),
         cmocka_unit_test(test_registry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
