@@ -57,11 +57,26 @@ static void start_connect(PgConn *pg);
 static void attempt_target(PgConn *pg);
 static void connect_target(PgConn *pg, const char *host, const char *hostaddr);
 
-/* Routes server notices into our log instead of libpq's default raw stderr output. */
-static void notice_to_log(void *arg, const char *message)
+/* Routes server notices into our log instead of libpq's default raw stderr output. An error
+ * that ends the session (FATAL, PANIC) arrives here too when no request was out, just before the
+ * server closes the connection: it is kept, so that the loss names the server's reason
+ * (pg_lose), where libpq would say only "server closed the connection unexpectedly". */
+static void notice_to_log(void *arg, const PGresult *res)
 {
+    PgConn *pg = arg;
     char q[512];
-    log_debug("postgres notice", "notice=%s", log_quote(db_error_line(message), q, sizeof(q)));
+    log_debug("postgres notice", "%snotice=%s", pg->tag,
+              log_quote(db_error_line(PQresultErrorMessage(res)), q, sizeof(q)));
+    const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    if (pg->server_fatal || !severity ||
+        (strcmp(severity, "FATAL") != 0 && strcmp(severity, "PANIC") != 0))
+        return;
+    const char *primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    char line[400];
+    snprintf(line, sizeof(line), "%s (SQLSTATE %s)", primary ? primary : "unknown error",
+             state ? state : "none");
+    pg->server_fatal = strdup(db_error_line(line));
 }
 
 /* Drops the addresses of the last lookup (PgConn.addrs): a new host's attempt, or a connection
@@ -88,6 +103,8 @@ static void close_conn(PgConn *pg)
     pg->deferred_loss = NULL;
     free(pg->broken);
     pg->broken = NULL;
+    free(pg->server_fatal);
+    pg->server_fatal = NULL;
     pg->heartbeat = false;
     if (pg->conn)
         PQfinish(pg->conn);
@@ -97,7 +114,10 @@ static void close_conn(PgConn *pg)
 void pg_lose(PgConn *pg, const char *why)
 {
     char reason[512];
-    snprintf(reason, sizeof(reason), "%s", db_error_line(why));
+    if (pg->server_fatal) /* the server's reason first: it is the cause */
+        snprintf(reason, sizeof(reason), "%s; %s", pg->server_fatal, db_error_line(why));
+    else
+        snprintf(reason, sizeof(reason), "%s", db_error_line(why));
     bool was_up = pg->state == PG_UP;
 
     close_conn(pg);
@@ -225,7 +245,7 @@ static void connected(PgConn *pg)
         pg_lose(pg, PQerrorMessage(pg->conn));
         return;
     }
-    PQsetNoticeProcessor(pg->conn, notice_to_log, NULL);
+    PQsetNoticeReceiver(pg->conn, notice_to_log, pg);
     PgTarget *t = &pg->plan.targets[pg->target];
     free(t->last_error);
     t->last_error = NULL;
@@ -437,6 +457,9 @@ static void flush_output(PgConn *pg)
 static bool consume(PgConn *pg)
 {
     if (!PQconsumeInput(pg->conn) || PQstatus(pg->conn) == CONNECTION_BAD) {
+        /* Parses what came before the end, so that an error the server sent while no request
+         * was out reaches notice_to_log and the loss can name it. */
+        (void)PQisBusy(pg->conn);
         pg_lose(pg, PQerrorMessage(pg->conn));
         return false;
     }

@@ -73,7 +73,11 @@ struct PgConn {
     bool heartbeat;    /* a heartbeat's Sync is in the pipeline, ahead of any request */
     ev_tstamp heartbeat_sent_at;
     unsigned long syncs_done; /* answers completed: progress, for the deadline */
-    char *broken;   /* a result said this session is unusable (read-only, shutting down) */
+    char *broken; /* a result said this session is unusable (read-only, shutting down) */
+    /* The server's reason for ending the session, when it sent one while no request was out
+     * (pg_terminate_backend, the idle timeouts, a shutdown): libpq hands such an error to the
+     * notice receiver, and then says only that the server closed the connection. */
+    char *server_fatal;
     ev_timer defer; /* reports a send failure from the loop, not from inside pg_conn_send */
     char *deferred_loss;
     Backoff backoff;

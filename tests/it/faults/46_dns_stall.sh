@@ -13,7 +13,8 @@
 #     delivered while the lookups hang; a's connections, ended by the server, come back and
 #     deliver more; one lookup thread runs per hanging name, however many sessions wait on it,
 #     and none is refused for want of room (a thread per attempt filled the process's 64 and
-#     refused a's);
+#     refused a's); the loss of a's connections names the server's reason (administrator
+#     command, SQLSTATE 57P01), not only "server closed the connection";
 #  3. a name with two addresses, the first refusing: the relay hands libpq both, connects to the
 #     second and delivers; a name whose one address refuses: the error names the host as libpq
 #     names it when it looks the name up itself ("NAME" (ADDRESS));
@@ -130,6 +131,11 @@ psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
         WHERE datname = 'db_a' AND application_name LIKE 'outbox-relay%'" -d postgres >/dev/null
 insert_a 301 600
 wait_for "2: a's connections, ended by the server, come back and deliver" 20 drained_a
+# The server says why before it closes (libpq hands that to the notice receiver, then says only
+# "server closed the connection unexpectedly"): the loss names the reason.
+check "2: ... and their loss names the server's reason" grep -qE \
+    'msg="postgres connection lost" database=a .*error="terminating connection due to administrator command \(SQLSTATE 57P01\)' \
+    "$RELAY_LOG"
 PGDATABASE=db_a check_delivered a
 check "2: no lookup refused for want of room (one per name, not per attempt)" \
     lacks "$RELAY_LOG" "waiting for a nameserver"
