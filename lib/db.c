@@ -113,7 +113,8 @@ static bool ports_ok(const char *list)
     }
 }
 
-/* A whole number, as libpq's connect_timeout takes it (zero or negative: no limit). */
+/* A whole number, as libpq reads the integer settings (for connect_timeout, zero or negative is
+ * no limit). */
 static bool integer_ok(const char *value)
 {
     long n;
@@ -132,9 +133,32 @@ static bool refuse(char *err, size_t errlen, const char *fmt, ...)
     return false;
 }
 
+/* The settings libpq reads as whole numbers (parse_int_param, or strtol for keepalives) when it
+ * connects; a bad one fails every attempt of run for ever ("invalid integer value"). */
+static const struct {
+    const char *name, *what;
+} integer_settings[] = {
+    {"connect_timeout", "a whole number of seconds"},
+    {"keepalives", "a whole number (1 on, 0 off)"},
+    {"keepalives_idle", "a whole number of seconds"},
+    {"keepalives_interval", "a whole number of seconds"},
+    {"keepalives_count", "a whole number"},
+    {"tcp_user_timeout", "a whole number of milliseconds"},
+};
+
+/* What an integer setting takes ("a whole number of seconds"), or NULL for another setting. */
+static const char *integer_setting(const char *name)
+{
+    for (size_t i = 0; i < sizeof(integer_settings) / sizeof(integer_settings[0]); i++)
+        if (strcmp(name, integer_settings[i].name) == 0)
+            return integer_settings[i].what;
+    return NULL;
+}
+
 /* The values libpq checks only when it connects (a bad one made run retry forever, and check say
- * "ok config" before failing): the ports, and the settings whose values are a fixed set. The error
- * names the setting, never its value (the string may hold a password anywhere). */
+ * "ok config" before failing): the ports, the whole numbers, and the settings whose values are a
+ * fixed set. The error names the setting, never its value (the string may hold a password
+ * anywhere). */
 static bool conninfo_values_ok(const PQconninfoOption *opts, char *err, size_t errlen)
 {
     static const char *const sslmodes[] = {"disable",   "allow",       "prefer", "require",
@@ -142,6 +166,7 @@ static bool conninfo_values_ok(const PQconninfoOption *opts, char *err, size_t e
     static const char *const gssencmodes[] = {"disable", "prefer", "require", NULL};
     static const char *const session_attrs[] = {"any",     "read-write",     "read-only", "primary",
                                                 "standby", "prefer-standby", NULL};
+    static const char *const channel_bindings[] = {"disable", "prefer", "require", NULL};
     const char *host = "", *hostaddr = "", *port = "";
     for (const PQconninfoOption *o = opts; o->keyword; o++) {
         const char *v = o->val, *k = o->keyword;
@@ -164,9 +189,11 @@ static bool conninfo_values_ok(const PQconninfoOption *opts, char *err, size_t e
             return refuse(err, errlen,
                           "database URL: target_session_attrs: expected any, read-write, "
                           "read-only, primary, standby or prefer-standby");
-        else if (strcmp(k, "connect_timeout") == 0 && !integer_ok(v))
+        else if (strcmp(k, "channel_binding") == 0 && !one_of(v, channel_bindings))
             return refuse(err, errlen,
-                          "database URL: connect_timeout: expected a whole number of seconds");
+                          "database URL: channel_binding: expected disable, prefer or require");
+        else if (integer_setting(k) && !integer_ok(v))
+            return refuse(err, errlen, "database URL: %s: expected %s", k, integer_setting(k));
     }
     if (!*port)
         return true;

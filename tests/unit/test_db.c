@@ -46,6 +46,12 @@ static void test_check_conninfo_values(void **state)
         {"host=h connect_timeout=10s", "connect_timeout"},
         {"host=h connect_timeout=", "connect_timeout"},
         {"host=h connect_timeout=2147483648", "connect_timeout"},
+        {"host=h keepalives=on", "keepalives"},
+        {"host=h keepalives_idle=abc", "keepalives_idle"},
+        {"host=h keepalives_interval=5s", "keepalives_interval"},
+        {"host=h keepalives_count=", "keepalives_count"},
+        {"postgresql://u:pw-s3cret@h/db?tcp_user_timeout=30s", "tcp_user_timeout"},
+        {"host=h channel_binding=required", "channel_binding"},
     };
     char err[512];
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -74,6 +80,10 @@ static void test_check_conninfo_values(void **state)
         "host=h port=' 5432 '",
         "host=h connect_timeout=+3",
         "host=h connect_timeout=2147483647",
+        "host=h keepalives=0 keepalives_idle=10 keepalives_interval=-1 keepalives_count=3",
+        "host=h tcp_user_timeout=30000 channel_binding=require",
+        "host=h channel_binding=disable",
+        "host=h channel_binding=prefer",
         "host=h port=00000000000000000000000000000000000000005432",
         /* hosts from a service file or PGHOST, which the parse does not see: not counted */
         "service=x port=5432,5433",
