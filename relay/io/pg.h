@@ -37,7 +37,10 @@ typedef struct PgQuery {
 /* Called once per request. On success error is NULL and results[i] is the result of query i;
  * the callback may keep a result by setting results[i] = NULL (it then owns it, PQclear), the
  * rest are cleared after it returns. When a statement failed, error holds the first failure's
- * message and results holds what arrived. When the connection was lost, results is NULL. */
+ * message and results holds what arrived. When the connection was lost, results is NULL, and
+ * what the request did is unknown: any of its statements, a COMMIT among them, may have run to
+ * completion on the server before the answer was lost (the caller must not count a transaction
+ * it committed as rolled back). */
 typedef void (*PgResultFn)(PgConn *pg, PGresult **results, int n, const char *error, void *arg);
 
 /* up = true once connected (also after every reconnect); up = false when the connection is lost
