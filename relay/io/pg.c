@@ -68,14 +68,19 @@ static void notice_to_log(void *arg, const PGresult *res)
     log_debug("postgres notice", "%snotice=%s", pg->tag,
               log_quote(db_error_line(PQresultErrorMessage(res)), q, sizeof(q)));
     const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
-    if (pg->server_fatal || !severity ||
-        (strcmp(severity, "FATAL") != 0 && strcmp(severity, "PANIC") != 0))
+    if (severity && (strcmp(severity, "FATAL") == 0 || strcmp(severity, "PANIC") == 0))
+        pg_keep_server_fatal(pg, res);
+}
+
+void pg_keep_server_fatal(PgConn *pg, const PGresult *res)
+{
+    if (pg->server_fatal)
         return;
     const char *primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
     const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
     char line[400];
-    snprintf(line, sizeof(line), "%s (SQLSTATE %s)", primary ? primary : "unknown error",
-             state ? state : "none");
+    snprintf(line, sizeof(line), "%s (SQLSTATE %s)",
+             primary ? primary : db_error_line(PQresultErrorMessage(res)), state ? state : "none");
     pg->server_fatal = strdup(db_error_line(line));
 }
 

@@ -114,6 +114,9 @@ bool pg_linked(const PgConn *pg);
 bool pg_awaiting(const PgConn *pg);
 /* The connection is gone (or never came up): close it, fail the request, schedule a retry. */
 void pg_lose(PgConn *pg, const char *why);
+/* Keeps res (an error the server sent outside any request) as its reason for ending the session,
+ * which pg_lose names; the first one kept stays. */
+void pg_keep_server_fatal(PgConn *pg, const PGresult *res);
 
 /* ---- pg_request.c ---- */
 

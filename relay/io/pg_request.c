@@ -126,8 +126,6 @@ void pg_read_results(PgConn *pg)
             continue;
         }
         bool failed = st == PGRES_FATAL_ERROR || st == PGRES_NONFATAL_ERROR;
-        if (failed && !pg->error)
-            pg->error = strdup(db_error_line(PQresultErrorMessage(r)));
         const char *state = failed ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
         if (session_unusable(state) && !pg->broken) {
             char reason[560];
@@ -135,6 +133,18 @@ void pg_read_results(PgConn *pg)
                      db_error_line(PQresultErrorMessage(r)), state);
             pg->broken = strdup(reason);
         }
+        if (!pg->busy) {
+            /* Only a heartbeat's Sync is awaited, and it has no result of its own: this is the
+             * server ending the session (an error sent just before it closes, while the Sync was
+             * on its way). It belongs to no request: kept as the reason for the loss, never
+             * handed to the next request as its error or results. */
+            if (failed)
+                pg_keep_server_fatal(pg, r);
+            PQclear(r);
+            continue;
+        }
+        if (failed && !pg->error)
+            pg->error = strdup(db_error_line(PQresultErrorMessage(r)));
         Expected of =
             pg->nreceived < pg->nexpected ? pg->expected[pg->nreceived] : (Expected){false, -1};
         pg->nreceived++;
