@@ -7,7 +7,8 @@
  * gets a warning, and with --require-tls is refused before anything connects. No name is
  * resolved here: a host is loopback when it is localhost or an address literal in 127.0.0.0/8
  * or ::1 (a name starting "127." is not). The configuration is read as the libraries read it:
- * libpq's own parser and environment defaults (host and hostaddr lists paired entry by entry),
+ * libpq's own parser and environment defaults (host and hostaddr lists paired entry by entry; a
+ * service file, which is not read, judged the worst it could be: remote, sslmode optional),
  * and librdkafka's own configuration object for the Kafka properties (its bool spellings, its
  * aliases such as metadata.broker.list, the last setting winning). */
 #ifndef OUTBOX_TLS_REPORT_H
