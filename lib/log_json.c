@@ -7,12 +7,18 @@
 typedef struct Out {
     char *s;
     size_t len, cap;
+    bool full; /* something did not fit */
 } Out;
 
 static void put(Out *o, const char *text, size_t n)
 {
-    for (size_t i = 0; i < n && o->len + 1 < o->cap; i++)
+    for (size_t i = 0; i < n; i++) {
+        if (o->len + 1 >= o->cap) {
+            o->full = true;
+            break;
+        }
         o->s[o->len++] = text[i];
+    }
     o->s[o->len] = '\0';
 }
 
@@ -47,6 +53,37 @@ static int hex(char c)
                                   : -1;
 }
 
+/* Whether text starts with n hex digits. */
+static bool hex_run(const char *text, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (hex(text[i]) < 0)
+            return false;
+    return true;
+}
+
+static unsigned long hex_value(const char *text, int n)
+{
+    unsigned long v = 0;
+    for (int i = 0; i < n; i++)
+        v = v * 16 + (unsigned long)hex(text[i]);
+    return v;
+}
+
+/* A code point as a JSON escape: \uXXXX, or a surrogate pair above U+FFFF. */
+static void put_json_codepoint(Out *o, unsigned long cp)
+{
+    char esc[16];
+    if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        cp = 0xfffd;
+    if (cp > 0xffff)
+        snprintf(esc, sizeof(esc), "\\u%04lx\\u%04lx", 0xd800 + ((cp - 0x10000) >> 10),
+                 0xdc00 + ((cp - 0x10000) & 0x3ff));
+    else
+        snprintf(esc, sizeof(esc), "\\u%04lx", cp);
+    put_str(o, esc);
+}
+
 /* Copies the value at *p (quoted the way log_quote writes it, or bare up to the next space) as a
  * JSON value; advances *p past it. */
 static void put_value(Out *o, const char **p)
@@ -61,6 +98,12 @@ static void put_value(Out *o, const char **p)
             } else if (*v == '\\' && v[1] == 'x' && hex(v[2]) >= 0 && hex(v[3]) >= 0) {
                 put_json_char(o, (unsigned char)(hex(v[2]) * 16 + hex(v[3])));
                 v += 3;
+            } else if (*v == '\\' && (v[1] == 'u' || v[1] == 'U') &&
+                       hex_run(v + 2, v[1] == 'u' ? 4 : 8)) {
+                /* A character log_quote escaped (U+2028, a bidi control...): the same escape in
+                 * JSON, which gives the reader the character and keeps the line one line. */
+                put_json_codepoint(o, hex_value(v + 2, v[1] == 'u' ? 4 : 8));
+                v += v[1] == 'u' ? 5 : 9;
             } else if (*v == '\\' && v[1]) {
                 put_json_char(o, (unsigned char)*++v);
             } else {
@@ -91,25 +134,38 @@ static void put_value(Out *o, const char **p)
     *p = v + n;
 }
 
+/* What ends a line whose fields did not all fit: the object stays valid JSON and says so. */
+static const char cut_mark[] = ",\"cut\":true}";
+
 size_t log_json_line(const char *logfmt, char *out, size_t outlen)
 {
     if (outlen == 0)
         return 0;
-    Out o = {out, 0, outlen};
     out[0] = '\0';
+    if (outlen < 64)
+        return 0; /* not even the timestamp and the mark */
+    /* Fields go in while they fit whole, with room kept for the mark: a cut inside a value
+     * would leave no valid JSON, and a collector drops such a line altogether. */
+    Out o = {out, 0, outlen - (sizeof(cut_mark) - 1), false};
     const char *p = logfmt;
     size_t ts = strcspn(p, " ");
     put_str(&o, "{\"ts\":\"");
     for (size_t i = 0; i < ts; i++)
         put_json_char(&o, (unsigned char)p[i]);
     put_str(&o, "\"");
+    if (o.full || o.len + 2 > o.cap) { /* not a timestamp: an empty one, and the mark */
+        o = (Out){out, 0, outlen, false};
+        put_str(&o, "{\"ts\":\"\"");
+        put_str(&o, cut_mark);
+        return o.len;
+    }
     p += ts;
     while (*p) {
         while (*p == ' ')
             p++;
         if (!*p)
             break;
-        size_t key = strcspn(p, "= ");
+        size_t key = strcspn(p, "= "), before = o.len;
         put_str(&o, ",\"");
         for (size_t i = 0; i < key; i++)
             put_json_char(&o, (unsigned char)p[i]);
@@ -121,7 +177,15 @@ size_t log_json_line(const char *logfmt, char *out, size_t outlen)
         } else {
             put_str(&o, "true"); /* a bare word: a flag */
         }
+        /* "}" must fit after the field, too. */
+        if (o.full || o.len + 2 > o.cap) {
+            o.len = before;
+            o.cap = outlen;
+            put_str(&o, cut_mark);
+            return o.len;
+        }
     }
+    o.cap = outlen;
     put_str(&o, "}");
     return o.len;
 }

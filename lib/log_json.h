@@ -11,8 +11,8 @@
 #include <stddef.h>
 
 /* Writes the JSON object for logfmt (a line as log_write builds it, without its newline) into out,
- * NUL-terminated, cut to fit (still one line, possibly not valid JSON when cut). Returns its
- * length. */
+ * NUL-terminated, one line and valid JSON: the fields that do not fit whole are left out, and
+ * "cut":true ends the object then. outlen under 64 writes "" (returns 0). Returns its length. */
 size_t log_json_line(const char *logfmt, char *out, size_t outlen);
 
 #endif

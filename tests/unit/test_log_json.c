@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -46,8 +47,10 @@ static void test_fields(void **state)
 /* What log_quote writes round-trips: the JSON value is the original text. */
 static void test_quoted_round_trip(void **state)
 {
-    const char *values[] = {"plain",          "with space", "quote \" and \\ backslash",
-                            "tab\tnew\nline", "\x7f del",   ""};
+    /* U+2028 and U+E0001 (a tag character): log_quote writes them as \u2028 and \U000e0001. */
+    const char *values[] = {
+        "plain", "with space",          "quote \" and \\ backslash", "tab\tnew\nline", "\x7f del",
+        "",      "line\xe2\x80\xa8sep", "tag\xf3\xa0\x80\x81x",      "literal \\u2028"};
     for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
         char q[256], line[512];
         snprintf(line, sizeof(line), "T level=info msg=\"m\" v=%s",
@@ -58,14 +61,47 @@ static void test_quoted_round_trip(void **state)
     }
 }
 
-/* A line longer than the buffer is cut, never overrun. */
+/* A line longer than the buffer is cut, never overrun, and still one JSON object: the fields
+ * that fit whole, then "cut":true. (Before, the object was cut mid-value, and a collector drops
+ * a line it cannot parse.) */
 static void test_cut(void **state)
 {
-    char out[32];
+    char out[64];
     size_t n =
         log_json_line("T level=info msg=\"a long message that does not fit\"", out, sizeof(out));
     assert_true(n < sizeof(out));
     assert_int_equal(strlen(out), n);
+    json_error_t e;
+    json_t *o = json_loads(out, 0, &e);
+    if (!o)
+        fail_msg("not JSON: %s (%s)", out, e.text);
+    assert_string_equal(json_string_value(json_object_get(o, "level")), "info");
+    assert_null(json_object_get(o, "msg"));
+    assert_true(json_is_true(json_object_get(o, "cut")));
+    json_decref(o);
+
+    /* Bare words grow most (a two-byte "f " is ,"f":true): every size from the smallest. */
+    char line[600] = "2026-11-26T23:00:00.123Z level=info msg=\"m\"";
+    for (int i = 0; i < 100; i++)
+        strcat(line, i % 2 ? " f" : " k=\"\\x01\"");
+    for (size_t len = 64; len < 1400; len++) {
+        char *buf = malloc(len);
+        n = log_json_line(line, buf, len);
+        assert_true(n < len);
+        o = json_loads(buf, 0, &e);
+        if (!o)
+            fail_msg("%zu bytes: not JSON: %s (%s)", len, buf, e.text);
+        json_decref(o);
+        free(buf);
+    }
+    /* No timestamp at all (no space in a long line): still JSON. */
+    memset(line, 'x', sizeof(line) - 1);
+    line[sizeof(line) - 1] = '\0';
+    n = log_json_line(line, out, sizeof(out));
+    o = json_loads(out, 0, &e);
+    if (!o)
+        fail_msg("not JSON: %s (%s)", out, e.text);
+    json_decref(o);
 }
 
 int main(void)
