@@ -1,21 +1,92 @@
 #include "admin.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <libpq-fe.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "db.h"
 #include "log.h"
+#include "monotime.h"
 #include "statements.h"
 #include "table.h"
+
+PGresult *admin_query(PGconn *conn, const char *sql, int nparams, const char *const *params,
+                      DbError *e)
+{
+    /* Blocking libpq waits for an answer as long as the socket stays open, and the keepalives
+     * db_connect sets end only a silent network: a stopped server, or one behind a proxy that
+     * accepted the connection, acknowledges every packet and never answers. Past the deadline the
+     * statement is given up; the caller closes the connection. */
+    double deadline = monotime_now() + ADMIN_STATEMENT_TIMEOUT_S + ADMIN_ANSWER_GRACE_S;
+    if (!PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
+        return db_result(conn, NULL, e);
+    PGresult *last = NULL;
+    for (;;) {
+        while (PQisBusy(conn)) {
+            double left = deadline - monotime_now();
+            if (left <= 0) {
+                PQclear(last);
+                snprintf(e->sqlstate, sizeof(e->sqlstate), "%s", "");
+                snprintf(e->message, sizeof(e->message),
+                         "PostgreSQL did not answer within %d s (a stopped or overloaded server, "
+                         "or a proxy that lost it)",
+                         ADMIN_STATEMENT_TIMEOUT_S + ADMIN_ANSWER_GRACE_S);
+                e->conn_lost = true;
+                return NULL;
+            }
+            struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
+            int ready = poll(&p, 1, (int)(left * 1000) + 1);
+            if ((ready < 0 && errno != EINTR) || (ready > 0 && !PQconsumeInput(conn))) {
+                PQclear(last);
+                return db_result(conn, NULL, e);
+            }
+        }
+        PGresult *res = PQgetResult(conn);
+        if (!res)
+            break;
+        /* One statement, one result; an error result is kept over what follows it. */
+        if (last && PQresultStatus(last) == PGRES_FATAL_ERROR) {
+            PQclear(res);
+            continue;
+        }
+        PQclear(last);
+        last = res;
+    }
+    return db_result(conn, last, e);
+}
+
+bool admin_bound_session(PGconn *conn, DbError *e)
+{
+    /* The server's own limit ends a statement that waits for a lock (a migration's ALTER, a
+     * VACUUM FULL, an operator's open transaction) with a clear error, and takes the waiting
+     * backend out of the lock queue, where it would hold up everyone queued behind it. */
+    char ms[32];
+    snprintf(ms, sizeof(ms), "%d", ADMIN_STATEMENT_TIMEOUT_S * 1000);
+    const char *params[1] = {ms};
+    PGresult *res = admin_query(
+        conn, "SELECT pg_catalog.set_config('statement_timeout', $1, false)", 1, params, e);
+    bool ok = res != NULL;
+    PQclear(res);
+    return ok;
+}
 
 PGconn *admin_connect(const char *conninfo)
 {
     char err[300], q[600];
     PGconn *conn = db_connect(conninfo, "outbox-relay", err, sizeof(err));
-    if (!conn)
+    if (!conn) {
         log_error("cannot connect to PostgreSQL", "error=%s", log_quote(err, q, sizeof(q)));
+        return NULL;
+    }
+    DbError e;
+    if (!admin_bound_session(conn, &e)) {
+        log_error("query failed", "error=%s", log_quote(e.message, q, sizeof(q)));
+        PQfinish(conn);
+        return NULL;
+    }
     return conn;
 }
 
@@ -29,7 +100,7 @@ PGresult *admin_exec(PGconn *conn, const TableMap *map, const char *tmpl, int np
         return NULL;
     }
     DbError e;
-    PGresult *res = db_query(conn, sql, nparams, params, &e);
+    PGresult *res = admin_query(conn, sql, nparams, params, &e);
     free(sql);
     if (res && PQresultStatus(res) != expect) {
         PQclear(res);

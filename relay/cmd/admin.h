@@ -7,10 +7,30 @@
 #include <libpq-fe.h>
 
 #include "config.h"
+#include "db.h"
 
-/* Blocking helpers shared by the one-shot commands (admin, status). Connects with a one-line,
- * password-free error logged on failure; returns NULL then. */
+/* Every statement of the one-shot commands (dead, requeue, purge-dead, status, check) ends
+ * within ADMIN_STATEMENT_TIMEOUT_S: PostgreSQL cancels it then (statement_timeout, set by
+ * admin_bound_session), and admin_query gives up ADMIN_ANSWER_GRACE_S later when no answer
+ * came at all (a stopped server). Without a bound they waited for ever behind a lock. */
+#define ADMIN_STATEMENT_TIMEOUT_S 30
+#define ADMIN_ANSWER_GRACE_S 5
+
+/* Blocking helpers shared by the one-shot commands (admin, status, check). Connects and bounds
+ * the session (admin_bound_session), with a one-line, password-free error logged on failure;
+ * returns NULL then. */
 PGconn *admin_connect(const char *conninfo);
+
+/* Sets the session's statement_timeout to ADMIN_STATEMENT_TIMEOUT_S. False with e filled in
+ * when the statement fails. */
+bool admin_bound_session(PGconn *conn, DbError *e);
+
+/* db_query with a deadline: the result (the caller PQclears it) when the statement succeeded;
+ * NULL with e filled in when it failed or no answer came within ADMIN_STATEMENT_TIMEOUT_S +
+ * ADMIN_ANSWER_GRACE_S (then e->conn_lost is set and the connection is mid-statement: the
+ * caller closes it). */
+PGresult *admin_query(PGconn *conn, const char *sql, int nparams, const char *const *params,
+                      DbError *e);
 
 /* Runs a statement template (relay/outbox/table.h) written for map's table with text params;
  * returns the result, or NULL (error logged, result cleared) when its status is not `expect`. */

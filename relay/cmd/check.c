@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admin.h"
 #include "db.h"
 #include "diagnose.h"
 #include "grants.h"
@@ -50,7 +51,7 @@ static PGresult *query(Checks *c, PGconn *conn, const TableMap *map, const char 
         return NULL;
     }
     DbError e;
-    PGresult *res = db_query(conn, sql, n, params, &e);
+    PGresult *res = admin_query(conn, sql, n, params, &e);
     free(sql);
     if (!res)
         say(c, false, area, "the check's query failed: %s", db_error_text(&e));
@@ -60,7 +61,7 @@ static PGresult *query(Checks *c, PGconn *conn, const TableMap *map, const char 
 static void check_session(Checks *c, PGconn *conn)
 {
     DbError e;
-    PGresult *res = db_query(
+    PGresult *res = admin_query(
         conn,
         "SELECT current_user, pg_catalog.current_database(), pg_catalog.current_setting("
         "'server_version'), coalesce(pg_catalog.host(pg_catalog.inet_server_addr()), 'local "
@@ -251,8 +252,12 @@ int check_run(const Config *cfg, rd_kafka_conf_t *kconf)
         cfg->config_file ? " and the options given are valid" : "; the options given are valid");
     char err[300];
     PGconn *conn = db_connect(cfg->database_url, "outbox-relay check", err, sizeof(err));
+    DbError e;
     if (!conn) {
         say(&c, false, "postgresql", "cannot connect: %s", err);
+    } else if (!admin_bound_session(conn, &e)) {
+        say(&c, false, "postgresql", "connected, but cannot query: %s", db_error_text(&e));
+        PQfinish(conn);
     } else {
         check_session(&c, conn);
         if (check_table(&c, conn, &cfg->map)) {

@@ -37,11 +37,11 @@ static PGresult *session_owners(PGconn *conn, PGresult *relays)
     snprintf(pids + used, sizeof(pids) - used, "}");
     const char *params[1] = {pids};
     DbError e;
-    PGresult *res = db_query(conn,
-                             "SELECT a.application_name, a.usename::text"
-                             " FROM pg_catalog.unnest($1::int[]) WITH ORDINALITY AS p(pid, n)"
-                             " LEFT JOIN pg_stat_activity a ON a.pid = p.pid ORDER BY p.n",
-                             1, params, &e);
+    PGresult *res = admin_query(conn,
+                                "SELECT a.application_name, a.usename::text"
+                                " FROM pg_catalog.unnest($1::int[]) WITH ORDINALITY AS p(pid, n)"
+                                " LEFT JOIN pg_stat_activity a ON a.pid = p.pid ORDER BY p.n",
+                                1, params, &e);
     if (!res)
         log_debug("cannot read the sessions' application names", "error=%s", db_error_text(&e));
     return res;

@@ -7,7 +7,9 @@
 #  2. a second relay shows up as two more sessions, the four owning the 64 lanes together;
 #  3. once Kafka is back and the backlog is sent: backlog 0, no age, and the rows sent in the last
 #     minute counted (throughput per second = that / 60);
-#  4. after the relays stop: no active session; an unreachable database exits 1 with one error line.
+#  4. after the relays stop: no active session; an unreachable database exits 1 with one error line;
+#  5. behind a lock on the outbox (a migration's ALTER, a VACUUM FULL) status, dead and requeue
+#     do not wait for ever: each exits 1 with one line naming the statement timeout.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -105,3 +107,23 @@ wait_for "4: no active session after both relays stopped" 15 sessions_are 0
 "$RELAY_BIN" status --database-url "postgresql://postgres@127.0.0.1:1/outbox" >"$T/down.out" 2>&1
 check_eq "4: unreachable database: exit 1" 1 $?
 check_eq "4: with one line" 1 "$(grep -c '' "$T/down.out")"
+
+# --- 5. a lock on the outbox ---
+# Before the bound, all three waited for the lock as long as it was held (timeout's 124 here).
+table_lock_open
+wait_for "5: another client holds ACCESS EXCLUSIVE on the outbox" 15 table_lock_held
+declare -A locked_pid
+for cmd in status dead requeue; do
+    args=("$cmd")
+    [ "$cmd" = requeue ] && args+=(--all)
+    timeout 120 "$RELAY_BIN" "${args[@]}" --database-url "$DATABASE_URL" >"$T/$cmd.lock" 2>&1 &
+    locked_pid[$cmd]=$!
+    _t_track $!
+done
+for cmd in status dead requeue; do
+    wait "${locked_pid[$cmd]}"
+    check_eq "5: $cmd gives up on the lock: exit 1" 1 $?
+    check_eq "5: $cmd says so in one line" 1 "$(grep -c '' "$T/$cmd.lock")"
+    check "5: $cmd names the statement timeout" grep -q 'statement timeout' "$T/$cmd.lock"
+done
+table_lock_close
