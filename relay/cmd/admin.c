@@ -114,7 +114,9 @@ PGresult *admin_exec(PGconn *conn, const TableMap *map, const char *tmpl, int np
     return res;
 }
 
-static void print_json(PGresult *res, int row)
+/* Prints row as one JSON line. False when it cannot (a text that is not UTF-8: a SQL_ASCII
+ * database stores any bytes), with an error logged: the row must not vanish from the list. */
+static bool print_json(PGresult *res, int row)
 {
     json_t *o = json_pack(
         "{s:I, s:s, s:s, s:s, s:s, s:i, s:i, s:s, s:s?, s:s}", "id",
@@ -127,10 +129,15 @@ static void print_json(PGresult *res, int row)
     /* ASCII only: U+2028, U+0085 and bidi characters of a row reach the terminal as \u escapes,
      * and control characters are escaped by JSON itself. */
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
-    if (text)
+    bool printed = text != NULL;
+    if (printed)
         puts(text);
+    else
+        log_error("cannot print a dead-lettered event as JSON: a text column is not UTF-8",
+                  "id=%lld", strtoll(PQgetvalue(res, row, 0), NULL, 10));
     free(text);
     json_decref(o);
+    return printed;
 }
 
 int admin_dead(const Config *cfg)
@@ -143,13 +150,13 @@ int admin_dead(const Config *cfg)
         PQfinish(conn);
         return 1;
     }
-    int n = PQntuples(res);
+    int n = PQntuples(res), unprinted = 0;
     if (!cfg->json)
         printf("%-10s %-36s %-24s %-8s %-20s %s\n", "ID", "EVENT_ID", "AGGREGATE", "ATTEMPTS",
                "DEAD_AT", "LAST_ERROR");
     for (int i = 0; i < n; i++) {
         if (cfg->json) {
-            print_json(res, i);
+            unprinted += !print_json(res, i);
             continue;
         }
         /* Every text column is the writers' (or an error quoting them): escaped as in the log,
@@ -167,7 +174,7 @@ int admin_dead(const Config *cfg)
         printf("%d dead-lettered event%s\n", n, n == 1 ? "" : "s");
     PQclear(res);
     PQfinish(conn);
-    return 0;
+    return unprinted ? 1 : 0;
 }
 
 /* Runs sql (a statement on dead-lettered rows taking $1 = the id, or NULL for all) and reports

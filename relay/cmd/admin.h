@@ -38,7 +38,8 @@ PGresult *admin_exec(PGconn *conn, const TableMap *map, const char *tmpl, int np
                      const char *const *params, ExecStatusType expect);
 
 /* Prints the dead-lettered events (a table, or JSON lines with cfg->json) to stdout. Returns the
- * exit status: 0, or 1 on a database error (logged). */
+ * exit status: 0, or 1 on a database error or a row --json cannot print (not UTF-8; logged, the
+ * other rows printed). */
 int admin_dead(const Config *cfg);
 
 /* Requeues the dead-lettered event cfg->id, or all of them with cfg->all: clears dead_at,

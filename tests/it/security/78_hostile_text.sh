@@ -8,7 +8,9 @@
 #  2. `outbox-relay dead` (table and --json) prints that row without any of those characters
 #     raw, and the JSON still decodes to the row's exact event id;
 #  3. a prepared transaction whose name (any role chooses it) holds the same characters is
-#     named in the "holds back vacuum" warning escaped, never raw.
+#     named in the "holds back vacuum" warning escaped, never raw;
+#  4. `dead --json` on a row whose text is not UTF-8 (a SQL_ASCII database keeps any bytes)
+#     says so and exits 1, never a list that leaves the row out and exits 0.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 # The hostile strings below are written with $'\uXXXX', which bash encodes by the locale's
@@ -98,3 +100,18 @@ check "2: dead shows the event id escaped" grep -qF 'ev-1\x1b[2J' "$T/dead.txt"
 check_eq "2: dead --json exits 0" 0 $?
 raw_free "$T/dead.json" "2: dead --json"
 check_eq "2: dead --json decodes to the exact event id" "$HOSTILE" "$(jq -r .event_id "$T/dead.json")"
+
+# --- 4. ---
+# A SQL_ASCII database keeps any bytes. Before, the row was left out and the list exited 0.
+psql_q "CREATE DATABASE ascii ENCODING 'SQL_ASCII' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'" ||
+    fail "create a SQL_ASCII database"
+ASCII_URL=${DATABASE_URL%/*}/ascii
+"$RELAY_BIN" migrate --database-url "$ASCII_URL" 2>"$T/migrate.ascii.log" || fail "migrate it"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, attempts, dead_at, last_error)
+        VALUES ('t', E'caf\\xe9', 'x', '{}', 1, now(), 'x')" -d ascii || fail "insert a LATIN1 row"
+"$RELAY_BIN" dead --json --database-url "$ASCII_URL" >"$T/dead.ascii.json" 2>"$T/dead.ascii.err"
+check_eq "4: dead --json on a row that is not UTF-8 exits 1" 1 $?
+check "4: and says why" grep -q 'not UTF-8' "$T/dead.ascii.err"
+"$RELAY_BIN" dead --database-url "$ASCII_URL" >"$T/dead.ascii.txt" 2>&1
+check_eq "4: the table lists it (exit 0)" 0 $?
+check "4: with the byte escaped" grep -qF 't/caf\xe9' "$T/dead.ascii.txt"
