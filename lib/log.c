@@ -258,11 +258,12 @@ static void mask_in_place(char *buf)
         }
     }
 
-    /* password=... in key=value form (pairs separated by any whitespace) or in a URL query
-     * string (?password=...&...). */
+    /* password=... and sslpassword=... (the client key's passphrase) in key=value form (pairs
+     * separated by any whitespace) or in a URL query string (?password=...&...). */
     for (char *p = buf; (p = strstr(p, "password")) != NULL;) {
+        const char *key = p - buf >= 3 && strncmp(p - 3, "ssl", 3) == 0 ? p - 3 : p;
         bool at_key_start =
-            p == buf || isspace((unsigned char)p[-1]) || p[-1] == '?' || p[-1] == '&';
+            key == buf || isspace((unsigned char)key[-1]) || key[-1] == '?' || key[-1] == '&';
         char *q = p + strlen("password");
         while (isspace((unsigned char)*q))
             q++;

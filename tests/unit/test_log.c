@@ -68,6 +68,20 @@ static void test_mask_url_query_password(void **state)
                   "postgresql://u:***@h/db?password=***");
 }
 
+/* The client key's passphrase too: before, it was shown as given (the secrets registry scrubs
+ * only values of 4 characters or more, so "abc" reached the log). */
+static void test_mask_sslpassword(void **state)
+{
+    assert_masked("host=h sslpassword=secret user=u", "host=h sslpassword=*** user=u");
+    assert_masked("sslpassword = 'sec ret'", "sslpassword = ***");
+    assert_masked("postgresql://u@h/db?sslmode=require&sslpassword=secret&x=1",
+                  "postgresql://u@h/db?sslmode=require&sslpassword=***&x=1");
+    assert_masked("postgresql://u:secret@h/db?sslpassword=secret",
+                  "postgresql://u:***@h/db?sslpassword=***");
+    /* Still only whole keys. */
+    assert_masked("host=h nosslpassword=x", "host=h nosslpassword=x");
+}
+
 static void test_mask_keyword_value(void **state)
 {
     assert_masked("password=secret", "password=***");
@@ -542,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_mask_url_with_at_in_path),
         cmocka_unit_test(test_mask_url_with_at_in_password),
         cmocka_unit_test(test_mask_url_query_password),
+        cmocka_unit_test(test_mask_sslpassword),
         cmocka_unit_test(test_mask_keyword_value),
         cmocka_unit_test(test_mask_keyword_value_quoted),
         cmocka_unit_test(test_mask_word_password_elsewhere),
