@@ -177,11 +177,30 @@ void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
         if (n > 0)
             len += n;
     }
-    if (fields_fmt && *fields_fmt && len < (int)sizeof(line) - 1) {
+    if (fields_fmt && *fields_fmt && len < (int)sizeof(line) - 2) {
         line[len++] = ' ';
-        va_list ap;
+        /* Up to sizeof(line) - 2, where the line is cut below: a cut here, not there, comes
+         * after the scrub. */
+        size_t room = sizeof(line) - 1 - (size_t)len;
+        va_list ap, again;
         va_start(ap, fields_fmt);
-        int n = vsnprintf(line + len, sizeof(line) - (size_t)len, fields_fmt, ap);
+        va_copy(again, ap);
+        int n = vsnprintf(line + len, room, fields_fmt, ap);
+        if (n >= (int)room) {
+            /* Cut: the scrub below would see only the start of a secret that spans the cut,
+             * and leave it. Scrub the whole text, then cut; without memory for it, the fields
+             * are dropped rather than risked. */
+            char *full = malloc((size_t)n + 1);
+            if (full) {
+                vsnprintf(full, (size_t)n + 1, fields_fmt, again);
+                secrets_scrub(full);
+                n = snprintf(line + len, room, "%s", full);
+                free(full);
+            } else {
+                n = snprintf(line + len, room, "...");
+            }
+        }
+        va_end(again);
         va_end(ap);
         if (n > 0)
             len += n;

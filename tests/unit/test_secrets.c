@@ -161,6 +161,49 @@ static void test_log_write_scrubs(void **state)
     assert_non_null(strstr(text, "msg=\"login as *** failed\" detail=unquoted *** here"));
 }
 
+static void write_cut_lines(void)
+{
+    log_set_level(LOG_INFO);
+    char pad[2100];
+    for (size_t n = 1950; n < 2060; n++) {
+        memset(pad, 'p', n);
+        pad[n] = '\0';
+        log_info("m", "pad=%s error=%s", pad, "unquoted hunter22-long-secret");
+    }
+}
+
+/* A line longer than log_write's buffer is cut; a secret in an unquoted field that spans the
+ * cut was scrubbed only after it, so its start ("hunter22-lon") stayed in the line. */
+static void test_log_write_scrubs_before_cutting(void **state)
+{
+    secrets_add("hunter22-long-secret");
+    char path[] = "/tmp/outbox-relay-test-secrets-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    write_cut_lines();
+    fflush(stderr);
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(saved);
+    off_t size = lseek(fd, 0, SEEK_END);
+    char *text = calloc((size_t)size + 1, 1);
+    assert_non_null(text);
+    assert_int_equal(pread(fd, text, (size_t)size, 0), size);
+    close(fd);
+    unlink(path);
+    char shown[64] = "";
+    const char *part = strstr(text, "hunter");
+    if (part)
+        snprintf(shown, sizeof(shown), "%.40s", part - 20);
+    bool scrubbed = strstr(text, "error=unquoted ***") != NULL;
+    free(text);
+    if (part)
+        fail_msg("a cut line shows part of the secret: ...%s", shown);
+    assert_true(scrubbed);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, reset, reset)
@@ -176,6 +219,7 @@ int main(void)
         T(test_add_config),
         T(test_log_quote_scrubs_before_escaping),
         T(test_log_write_scrubs),
+        T(test_log_write_scrubs_before_cutting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
