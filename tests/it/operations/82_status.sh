@@ -9,7 +9,10 @@
 #     minute counted (throughput per second = that / 60);
 #  4. after the relays stop: no active session; an unreachable database exits 1 with one error line;
 #  5. behind a lock on the outbox (a migration's ALTER, a VACUUM FULL) status, dead and requeue
-#     do not wait for ever: each exits 1 with one line naming the statement timeout.
+#     do not wait for ever: each exits 1 with one line naming the statement timeout;
+#  6. nor does status against a server that stops answering mid-statement (a SIGSTOPped
+#     forwarder in between: the kernel still acknowledges what is sent, nothing comes back, so
+#     not even the server's timeout error arrives): exit 1, "did not answer", after 35 s.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -126,4 +129,31 @@ for cmd in status dead requeue; do
     check_eq "5: $cmd says so in one line" 1 "$(grep -c '' "$T/$cmd.lock")"
     check "5: $cmd names the statement timeout" grep -q 'statement timeout' "$T/$cmd.lock"
 done
+table_lock_close
+
+# --- 6. a server that stops answering ---
+port=$(free_port) || fail "a free port for the forwarder"
+socat "TCP-LISTEN:$port,bind=127.0.0.1,fork,reuseaddr" "TCP:127.0.0.1:$PGPORT" 2>"$T/socat.log" &
+forwarder=$!
+_t_track $forwarder
+forwarding() { psql -XAtq -h 127.0.0.1 -p "$port" -c "SELECT 1" >/dev/null 2>&1; }
+wait_for "6: the forwarder passes connections on" 10 forwarding
+table_lock_open
+wait_for "6: the lock is held again" 15 table_lock_held
+timeout 120 "$RELAY_BIN" status --database-url "postgresql://postgres@127.0.0.1:$port/outbox" \
+    >"$T/stopped.out" 2>&1 &
+waiting=$!
+_t_track $waiting
+status_waits() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity
+                 WHERE application_name = 'outbox-relay' AND wait_event_type = 'Lock'")" = 1 ]
+}
+wait_for "6: status waits behind the lock" 15 status_waits
+# The forwarder and the child it forked for status's connection (their pids, no names).
+read -ra stopped <<<"$forwarder $(ps -o pid= --ppid "$forwarder" | tr '\n' ' ')"
+kill -STOP "${stopped[@]}"
+wait "$waiting"
+check_eq "6: status gives up on a server that does not answer: exit 1" 1 $?
+check "6: and says it did not answer" grep -q 'did not answer' "$T/stopped.out"
+kill -CONT "${stopped[@]}"
 table_lock_close
