@@ -55,21 +55,23 @@ static const char *owner_at(PGresult *owners, int i, int col)
                : NULL;
 }
 
-static void print_json(PGresult *backlog, long long sent_minute, PGresult *relays, PGresult *owners)
+/* False (an error logged) when the object cannot be built: a text that is not UTF-8 (a role
+ * name in a SQL_ASCII database may hold any bytes). */
+static bool print_json(PGresult *backlog, long long sent_minute, PGresult *relays, PGresult *owners)
 {
     json_t *list = json_array();
+    bool whole = true; /* json_array_append_new takes a NULL silently: the session would vanish */
     for (int i = 0; i < PQntuples(relays); i++) {
         const char *app = owner_at(owners, i, 0), *user = owner_at(owners, i, 1);
-        json_array_append_new(
-            list,
-            json_pack("{s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "slot",
-                      (json_int_t)int_at(relays, i, 0), "pid", (json_int_t)int_at(relays, i, 1),
-                      "lanes", (json_int_t)int_at(relays, i, 2), "client_addr",
-                      json_text_or_null(relays, i, 3), "client_port",
-                      PQgetisnull(relays, i, 4) ? json_null() : json_integer(int_at(relays, i, 4)),
-                      "backend_start", json_text_or_null(relays, i, 5), "application_name",
-                      app ? json_string(app) : json_null(), "user",
-                      user ? json_string(user) : json_null()));
+        json_t *session = json_pack(
+            "{s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "slot", (json_int_t)int_at(relays, i, 0),
+            "pid", (json_int_t)int_at(relays, i, 1), "lanes", (json_int_t)int_at(relays, i, 2),
+            "client_addr", json_text_or_null(relays, i, 3), "client_port",
+            PQgetisnull(relays, i, 4) ? json_null() : json_integer(int_at(relays, i, 4)),
+            "backend_start", json_text_or_null(relays, i, 5), "application_name",
+            app ? json_string(app) : json_null(), "user", user ? json_string(user) : json_null());
+        whole = whole && session != NULL;
+        json_array_append_new(list, session);
     }
     json_t *o = json_pack(
         "{s:I, s:I, s:o, s:I, s:o, s:o, s:o}", "backlog",
@@ -81,11 +83,15 @@ static void print_json(PGresult *backlog, long long sent_minute, PGresult *relay
         "dead_lettered", (json_int_t)int_at(backlog, 0, BACKLOG_DEAD), "sent_last_minute",
         sent_minute < 0 ? json_null() : json_integer(sent_minute), "throughput_per_second",
         sent_minute < 0 ? json_null() : json_real((double)sent_minute / 60.0), "sessions", list);
-    char *text = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
-    if (text)
+    char *text = o && whole ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
+    bool printed = text != NULL;
+    if (printed)
         puts(text);
+    else
+        log_error("cannot print the status as JSON: a session's text is not UTF-8", NULL);
     free(text);
     json_decref(o);
+    return printed;
 }
 
 static void print_text(PGresult *backlog, long long sent_minute, PGresult *relays, PGresult *owners)
@@ -117,10 +123,14 @@ static void print_text(PGresult *backlog, long long sent_minute, PGresult *relay
             snprintf(client, sizeof(client), "%s%s%s", PQgetvalue(relays, i, 3),
                      PQgetisnull(relays, i, 4) ? "" : ":", PQgetvalue(relays, i, 4));
         const char *app = owner_at(owners, i, 0), *user = owner_at(owners, i, 1);
+        /* Escaped as in the log: a role name may hold ESC or an OSC sequence (whoever may
+         * create roles chooses it), and any session may hold a member slot. */
+        char app_text[200], user_text[200];
         printf("  %-6s %-8s %-6s %-24s %-20s %-28s %s\n", PQgetvalue(relays, i, 0),
                PQgetvalue(relays, i, 1), PQgetvalue(relays, i, 2), client,
-               PQgetisnull(relays, i, 5) ? "-" : PQgetvalue(relays, i, 5), app && *app ? app : "-",
-               user ? user : "-");
+               PQgetisnull(relays, i, 5) ? "-" : PQgetvalue(relays, i, 5),
+               app && *app ? log_escape(app, app_text, sizeof(app_text)) : "-",
+               user ? log_escape(user, user_text, sizeof(user_text)) : "-");
     }
 }
 
@@ -142,12 +152,12 @@ int status_run(const Config *cfg)
     if (relays) {
         long long sent_minute = counted ? int_at(throughput, 0, 0) : -1; /* -1: not counted */
         PGresult *owners = session_owners(conn, relays);
+        rc = 0;
         if (cfg->json)
-            print_json(backlog, sent_minute, relays, owners);
+            rc = print_json(backlog, sent_minute, relays, owners) ? 0 : 1;
         else
             print_text(backlog, sent_minute, relays, owners);
         PQclear(owners);
-        rc = 0;
     }
     PQclear(backlog);
     PQclear(throughput);

@@ -10,7 +10,9 @@
 #  3. a prepared transaction whose name (any role chooses it) holds the same characters is
 #     named in the "holds back vacuum" warning escaped, never raw;
 #  4. `dead --json` on a row whose text is not UTF-8 (a SQL_ASCII database keeps any bytes)
-#     says so and exits 1, never a list that leaves the row out and exits 0.
+#     says so and exits 1, never a list that leaves the row out and exits 0; `status --json`
+#     with a session whose role name is not UTF-8 likewise (before: the session silently left
+#     out of "sessions", exit 0), and its text form shows that name escaped (before: ESC raw).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 # The hostile strings below are written with $'\uXXXX', which bash encodes by the locale's
@@ -115,3 +117,23 @@ check "4: and says why" grep -q 'not UTF-8' "$T/dead.ascii.err"
 "$RELAY_BIN" dead --database-url "$ASCII_URL" >"$T/dead.ascii.txt" 2>&1
 check_eq "4: the table lists it (exit 0)" 0 $?
 check "4: with the byte escaped" grep -qF 't/caf\xe9' "$T/dead.ascii.txt"
+# A session of a role whose name is not UTF-8 holds a member slot, as a relay's would.
+psql_q "DO \$d\$ BEGIN EXECUTE pg_catalog.format('CREATE ROLE %I LOGIN', E'caf\\xe9\\x1b[2J'); END \$d\$" \
+    -d ascii || fail "create a role named in LATIN1"
+PGAPPNAME=latin1_slot psql -XAtq -d ascii -U $'caf\xe9\e[2J' -c "SELECT pg_advisory_lock($MEMBER_NS, 5)" \
+    -c "SELECT pg_sleep(600)" >/dev/null 2>&1 &
+_t_track $!
+slot_held() {
+    [ "$(psql_q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $MEMBER_NS
+                 AND objid = 5 AND granted" -d ascii)" = 1 ]
+}
+wait_for "4: the LATIN1 role's session holds a member slot" 15 slot_held
+"$RELAY_BIN" status --json --database-url "$ASCII_URL" >"$T/status.ascii.json" 2>"$T/status.ascii.err"
+check_eq "4: status --json with that session exits 1" 1 $?
+check "4: and says why" grep -q 'not UTF-8' "$T/status.ascii.err"
+"$RELAY_BIN" status --database-url "$ASCII_URL" >"$T/status.ascii.txt" 2>&1
+check_eq "4: the text form still exits 0" 0 $?
+raw_free "$T/status.ascii.txt" "4: status"
+check "4: and shows the role name escaped" grep -qF 'caf\xe9\x1b[2J' "$T/status.ascii.txt"
+psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'latin1_slot'" \
+    >/dev/null
