@@ -30,8 +30,14 @@ bool sdnotify_send(const char *addr, const char *msg)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     size_t len = strlen(addr);
-    if ((addr[0] != '/' && addr[0] != '@') || len < 2 || len >= sizeof(sa.sun_path)) {
+    if (addr[0] != '/' && addr[0] != '@') {
         errno = EAFNOSUPPORT; /* e.g. vsock: addresses, which no systemd of Debian 12 gives */
+        return false;
+    }
+    /* As systemd reads the variable: an abstract name ('@', which becomes a NUL) may fill
+     * sun_path, a path must leave room for its terminating NUL. */
+    if (len < 2 || len > sizeof(sa.sun_path) - (addr[0] == '/' ? 1 : 0)) {
+        errno = len < 2 ? EINVAL : ENAMETOOLONG;
         return false;
     }
     memcpy(sa.sun_path, addr, len);
