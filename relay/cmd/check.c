@@ -18,6 +18,9 @@
 
 typedef struct Checks {
     int problems;
+    /* PostgreSQL stopped answering (admin_query gave a statement up): the connection is still
+     * mid-statement, and the blocking calls after (grants_check) would wait on it for ever. */
+    bool pg_gone;
 } Checks;
 
 /* One line per check: "ok    AREA: text" or "FAIL  AREA: text". */
@@ -53,8 +56,10 @@ static PGresult *query(Checks *c, PGconn *conn, const TableMap *map, const char 
     DbError e;
     PGresult *res = admin_query(conn, sql, n, params, &e);
     free(sql);
-    if (!res)
+    if (!res) {
         say(c, false, area, "the check's query failed: %s", db_error_text(&e));
+        c->pg_gone = c->pg_gone || e.conn_lost;
+    }
     return res;
 }
 
@@ -74,6 +79,7 @@ static void check_session(Checks *c, PGconn *conn)
             PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 2));
     else
         say(c, false, "postgresql", "connected, but cannot query: %s", db_error_text(&e));
+    c->pg_gone = c->pg_gone || (!res && e.conn_lost);
     PQclear(res);
 }
 
@@ -121,7 +127,7 @@ static bool check_table(Checks *c, PGconn *conn, const TableMap *map)
                     " AND NOT attisdropped)",
                     1, params);
         if (!res)
-            return true;
+            return !c->pg_gone;
         if (strcmp(PQgetvalue(res, 0, 0), "t") != 0)
             snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), "%s%s",
                      *missing ? ", " : "", col);
@@ -260,7 +266,7 @@ int check_run(const Config *cfg, rd_kafka_conf_t *kconf)
         PQfinish(conn);
     } else {
         check_session(&c, conn);
-        if (check_table(&c, conn, &cfg->map)) {
+        if (!c.pg_gone && check_table(&c, conn, &cfg->map)) {
             GrantsUse use = {cfg->on_sent == ON_SENT_DELETE || cfg->retention_s > 0, false};
             int missing = grants_check(conn, &cfg->map, use, on_missing, &c);
             if (missing == 0)
@@ -268,7 +274,8 @@ int check_run(const Config *cfg, rd_kafka_conf_t *kconf)
             else if (missing < 0)
                 say(&c, false, "privileges", "the check failed (see above)");
             check_floor(&c, conn, cfg);
-            check_payload_type(&c, conn, &cfg->map);
+            if (!c.pg_gone)
+                check_payload_type(&c, conn, &cfg->map);
         }
         PQfinish(conn);
     }

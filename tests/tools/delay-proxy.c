@@ -217,8 +217,9 @@ int main(int argc, char **argv)
         }
         char *end;
         long v = strtol(argv[i + 1], &end, 10);
-        if (*end || v < 0 || v > 10000000)
-            usage_error("flag values are non-negative integers");
+        /* Up to an hour: a held answer may need to outlast a client's own deadline. */
+        if (*end || v < 0 || v > 3600000000L)
+            usage_error("flag values are integers from 0 to 3600000000");
         if (strcmp(argv[i], "--listen") == 0)
             listen_port = (int)v;
         else if (strcmp(argv[i], "--to") == 0)

@@ -7,7 +7,10 @@
 #     SELECT on the outbox, no SELECT on the order column's sequence (the claim floor), a table
 #     that does not exist (--table); a column the options name but the table lacks is named too;
 #  3. bad configuration exits 2 with one line (as run would), and an unreachable PostgreSQL or
-#     Kafka exits 1 naming which; no line shows the password, even where a server quotes it.
+#     Kafka exits 1 naming which; no line shows the password, even where a server quotes it;
+#  4. a PostgreSQL that stops answering in the middle (a proxy holds back the answer to the
+#     column look-up for 10 minutes) is a FAIL line and exit 1 after the 35 s bound, not a wait:
+#     the checks after it do not use the connection it left mid-statement.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -95,3 +98,20 @@ timeout 60 "$RELAY_BIN" check --database-url "$RELAY_URL" --brokers 127.0.0.1:1 
     --kafka socket.connection.setup.timeout.ms=1000 >"$T/nokafka.out" 2>&1
 check_eq "3: Kafka unreachable: exit 1" 1 $?
 check "3: ... named" grep -q '^FAIL  kafka: no broker at 127.0.0.1:1 answered' "$T/nokafka.out"
+
+# --- 4. a server that stops answering ---
+PROXY_BIN=$BIN/delay-proxy
+[ -x "$PROXY_BIN" ] || fail "bin/delay-proxy built (make tools)"
+PROXY_PORT=$(free_port) || fail "a free port for the proxy"
+# Only the answer to the first statement that names attisdropped (check's column look-up) is held.
+"$PROXY_BIN" --listen "$PROXY_PORT" --to "$PGPORT" --delay-us 600000000 \
+    --only-after attisdropped --times 1 >"$T/proxy.out" 2>&1 &
+_t_track $!
+_poll 10 grep -q listening "$T/proxy.out" || fail "delay-proxy listens"
+# Before: check waited for the held answer (timeout's 124 here); with only the statement's own
+# deadline, grants_check then waited on the connection left mid-statement.
+timeout 120 "$RELAY_BIN" check --database-url "postgresql://relay_login@127.0.0.1:$PROXY_PORT/outbox" \
+    --brokers "$BROKERS" >"$T/silent.out" 2>&1
+check_eq "4: a server that stops answering: exit 1" 1 $?
+check "4: ... named" grep -q '^FAIL  table: .*PostgreSQL did not answer within 35 s' "$T/silent.out"
+check "4: ... and Kafka still checked" grep -q '^ok    kafka:' "$T/silent.out"
