@@ -1,6 +1,7 @@
 /* outbox-relay: command line entry point. Parses the configuration, checks everything that can
  * be checked before touching the network (so bad input fails fast with exit status 2), then runs
  * the requested command. */
+#include <errno.h>
 #include <ev.h>
 #include <libpq-fe.h>
 #include <signal.h>
@@ -353,6 +354,16 @@ int main(int argc, char **argv)
                                           : admin_purge_dead(one);
         break;
     }
+    }
+    /* Output that could not be written (a full disk, a closed pipe) is a failure: a script
+     * reading `dead --json >file` must not take a cut list for the whole one. stdio keeps the
+     * error; the last buffer is written here. */
+    int write_error = fflush(stdout) != 0 ? errno : 0;
+    if (write_error || ferror(stdout)) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "cannot write to standard output: %s",
+                 write_error ? strerror(write_error) : "write error");
+        rc = error_line(msg, rc ? rc : 1);
     }
     config_free(&cfg);
     argv_free(argc, kept);

@@ -4,7 +4,7 @@
 # with blanks or signs) is rejected before any
 # network work, within a second, with exit status 2 and exactly one line on stderr (no password
 # echoed); --help documents every flag;
-# --version works; and the precedence flag > environment > config file > default holds.
+# --version works (and output that cannot be written exits 1); and the precedence flag > environment > config file > default holds.
 # Needs neither PostgreSQL nor Kafka: the addresses below have nothing listening.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
@@ -151,6 +151,12 @@ done
 version=$(timeout 10 "$RELAY_BIN" --version 2>&1)
 check_eq "--version exits 0" 0 $?
 check "--version prints the VERSION file's version" grep -qF "$(cat "$ROOT/VERSION")" <<<"$version"
+# Output that cannot be written is a failure, named in one line (before: exit 0, nothing said).
+for cmd in --version --help; do
+    timeout 10 "$RELAY_BIN" "$cmd" >/dev/full 2>"$T/full.err"
+    check_eq "$cmd to a full disk exits 1" 1 $?
+    check_eq "$cmd to a full disk: one line" 1 "$(grep -c 'cannot write to standard output: No space left on device' "$T/full.err")"
+done
 
 # --- precedence: flag > environment > config file > default ---
 # A relay given a valid database URL keeps running (retrying the connection); an invalid one
