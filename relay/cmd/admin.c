@@ -145,62 +145,92 @@ int admin_dead(const Config *cfg)
     PGconn *conn = admin_connect(cfg->database_url);
     if (!conn)
         return 1;
-    PGresult *res = admin_exec(conn, &cfg->map, SQL_DEAD, 0, NULL, PGRES_TUPLES_OK);
-    if (!res) {
-        PQfinish(conn);
-        return 1;
-    }
-    int n = PQntuples(res), unprinted = 0;
     if (!cfg->json)
         printf("%-10s %-36s %-24s %-8s %-20s %s\n", "ID", "EVENT_ID", "AGGREGATE", "ATTEMPTS",
                "DEAD_AT", "LAST_ERROR");
-    for (int i = 0; i < n; i++) {
-        if (cfg->json) {
-            unprinted += !print_json(res, i);
-            continue;
+    long n = 0;
+    int unprinted = 0, rc = 0;
+    char after[32] = "", batch[32];
+    snprintf(batch, sizeof(batch), "%d", ADMIN_DEAD_BATCH);
+    for (;;) {
+        const char *params[3] = {NULL, *after ? after : NULL, batch};
+        PGresult *res = admin_exec(conn, &cfg->map, SQL_DEAD, 3, params, PGRES_TUPLES_OK);
+        if (!res) {
+            rc = 1;
+            break;
         }
-        /* Every text column is the writers' (or an error quoting them): escaped as in the log,
-         * so a row cannot print a newline, ESC or OSC sequence, U+2028 or a bidi override to the
-         * operator's terminal. */
-        char aggregate[256], event_id[160], agg[520], error[1024];
-        snprintf(aggregate, sizeof(aggregate), "%s/%s", PQgetvalue(res, i, 2),
-                 PQgetvalue(res, i, 3));
-        printf("%-10s %-36s %-24s %-8s %-20s %s\n", PQgetvalue(res, i, 0),
-               log_escape(PQgetvalue(res, i, 1), event_id, sizeof(event_id)),
-               log_escape(aggregate, agg, sizeof(agg)), PQgetvalue(res, i, 5),
-               PQgetvalue(res, i, 7), log_escape(PQgetvalue(res, i, 9), error, sizeof(error)));
+        int rows = PQntuples(res);
+        for (int i = 0; i < rows; i++) {
+            if (cfg->json) {
+                unprinted += !print_json(res, i);
+                continue;
+            }
+            /* Every text column is the writers' (or an error quoting them): escaped as in the
+             * log, so a row cannot print a newline, ESC or OSC sequence, U+2028 or a bidi
+             * override to the operator's terminal. */
+            char aggregate[256], event_id[160], agg[520], error[1024];
+            snprintf(aggregate, sizeof(aggregate), "%s/%s", PQgetvalue(res, i, 2),
+                     PQgetvalue(res, i, 3));
+            printf("%-10s %-36s %-24s %-8s %-20s %s\n", PQgetvalue(res, i, 0),
+                   log_escape(PQgetvalue(res, i, 1), event_id, sizeof(event_id)),
+                   log_escape(aggregate, agg, sizeof(agg)), PQgetvalue(res, i, 5),
+                   PQgetvalue(res, i, 7), log_escape(PQgetvalue(res, i, 9), error, sizeof(error)));
+        }
+        n += rows;
+        if (rows > 0)
+            snprintf(after, sizeof(after), "%s", PQgetvalue(res, rows - 1, 0));
+        PQclear(res);
+        if (rows < ADMIN_DEAD_BATCH)
+            break;
     }
-    if (!cfg->json)
-        printf("%d dead-lettered event%s\n", n, n == 1 ? "" : "s");
-    PQclear(res);
+    if (!cfg->json && rc == 0)
+        printf("%ld dead-lettered event%s\n", n, n == 1 ? "" : "s");
     PQfinish(conn);
-    return unprinted ? 1 : 0;
+    return rc || unprinted ? 1 : 0;
 }
 
-/* Runs sql (a statement on dead-lettered rows taking $1 = the id, or NULL for all) and reports
- * how many rows it changed as `verb`. */
+/* Runs sql (SQL_REQUEUE or SQL_PURGE_DEAD: $1 the id, or NULL for all) a batch at a time until a
+ * batch comes back short, and reports how many rows it changed as `verb`. A failure after some
+ * batches leaves them changed (each was committed) and says how many. */
 static int change_dead(const Config *cfg, const char *sql, const char *verb)
 {
     PGconn *conn = admin_connect(cfg->database_url);
     if (!conn)
         return 1;
-    char id[32];
+    char id[32], after[32] = "", batch[32];
     snprintf(id, sizeof(id), "%ld", cfg->id);
-    const char *params[1] = {cfg->all ? NULL : id};
-    PGresult *res = admin_exec(conn, &cfg->map, sql, 1, params, PGRES_COMMAND_OK);
-    if (!res) {
-        PQfinish(conn);
+    snprintf(batch, sizeof(batch), "%d", ADMIN_DEAD_BATCH);
+    long n = 0;
+    bool failed = false;
+    for (;;) {
+        const char *params[3] = {cfg->all ? NULL : id, *after ? after : NULL, batch};
+        PGresult *res = admin_exec(conn, &cfg->map, sql, 3, params, PGRES_TUPLES_OK);
+        if (!res) {
+            failed = true;
+            break;
+        }
+        long rows = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+        if (rows > 0)
+            snprintf(after, sizeof(after), "%s", PQgetvalue(res, 0, 1));
+        PQclear(res);
+        n += rows;
+        if (rows < ADMIN_DEAD_BATCH)
+            break;
+    }
+    PQfinish(conn);
+    char msg[64];
+    snprintf(msg, sizeof(msg), "%s dead-lettered events", verb);
+    if (failed) {
+        if (n > 0) {
+            log_error(msg, "count=%ld stopped=\"by the failure above\"", n);
+            printf("%s %ld event%s before the failure\n", verb, n, n == 1 ? "" : "s");
+        }
         return 1;
     }
-    long n = strtol(PQcmdTuples(res), NULL, 10);
-    PQclear(res);
-    PQfinish(conn);
     if (!cfg->all && n == 0) {
         log_error("no dead-lettered event with this id", "id=%ld", cfg->id);
         return 1;
     }
-    char msg[64];
-    snprintf(msg, sizeof(msg), "%s dead-lettered events", verb);
     log_info(msg, "count=%ld", n);
     printf("%s %ld event%s\n", verb, n, n == 1 ? "" : "s");
     return 0;

@@ -15,6 +15,9 @@
  * came at all (a stopped server). Without a bound they waited for ever behind a lock. */
 #define ADMIN_STATEMENT_TIMEOUT_S 30
 #define ADMIN_ANSWER_GRACE_S 5
+/* Rows a statement of dead, requeue or purge-dead takes at a time (SQL_DEAD_BATCH): a batch of
+ * any row size is done well within ADMIN_STATEMENT_TIMEOUT_S. */
+#define ADMIN_DEAD_BATCH 10000
 
 /* Blocking helpers shared by the one-shot commands (admin, status, check). Connects and bounds
  * the session (admin_bound_session), with a one-line, password-free error logged on failure;

@@ -189,21 +189,35 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 /* ---- dead, requeue, purge-dead (relay/cmd/admin.c) ---- */
 
 /* Statement templates for the configured table (relay/outbox/table.h). An event is named by its
- * order column ({seq}: id in the relay's own table), which is what --id takes. */
+ * order column ({seq}: id in the relay's own table), which is what --id takes.
+ *
+ * dead, requeue and purge-dead go a batch at a time in {seq} order, each batch a statement and a
+ * transaction of its own: a statement stays far within the commands' statement_timeout and holds
+ * its row locks briefly, and the listing's memory is one batch, however many rows died. $1: one
+ * event's {seq} (NULL: all); $2: the last {seq} of the batch before (NULL at first); $3: the rows
+ * of a batch (ADMIN_DEAD_BATCH). */
+#define SQL_DEAD_ROWS                                                                              \
+    " FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL"                                  \
+    " AND ($1::bigint IS NULL OR {seq} = $1::bigint)"                                              \
+    " AND ($2::bigint IS NULL OR {seq} > $2::bigint) ORDER BY {seq} LIMIT $3::bigint"
 #define SQL_DEAD                                                                                   \
     "SELECT {seq}, {event_id}, {aggregate_type}, {aggregate_id}, {event_type}, attempts,"          \
     " rejections, pg_catalog.to_char(dead_at AT TIME ZONE 'UTC', "                                 \
     "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),"                                                           \
-    " coalesce(dead_letter_topic, ''), coalesce(last_error, '')"                                   \
-    " FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL ORDER BY {seq}"
+    " coalesce(dead_letter_topic, ''), coalesce(last_error, '')" SQL_DEAD_ROWS
+/* The batch's rows, locked (b); the change (c) returns their count and the last {seq}. */
+#define SQL_DEAD_BATCH "WITH b AS (SELECT {seq} AS seq" SQL_DEAD_ROWS " FOR UPDATE)"
+#define SQL_DEAD_CHANGED " SELECT pg_catalog.count(*), pg_catalog.max(seq) FROM c"
 #define SQL_REQUEUE                                                                                \
-    "UPDATE {table} SET dead_at = NULL, rejections = 0, next_attempt_at = NULL,"                   \
-    " dead_letter_topic = NULL WHERE dead_at IS NOT NULL AND sent_at IS NULL"                      \
-    " AND ($1::bigint IS NULL OR {seq} = $1::bigint)"
+    SQL_DEAD_BATCH                                                                                 \
+    ", c AS (UPDATE {table} o SET dead_at = NULL, rejections = 0,"                                 \
+    " next_attempt_at = NULL, dead_letter_topic = NULL FROM b WHERE o.{seq} = b.seq"               \
+    " RETURNING b.seq)" SQL_DEAD_CHANGED
 /* Deleting a dead event gives up on it for good; like requeue it touches dead rows only. */
 #define SQL_PURGE_DEAD                                                                             \
-    "DELETE FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL"                            \
-    " AND ($1::bigint IS NULL OR {seq} = $1::bigint)"
+    SQL_DEAD_BATCH                                                                                 \
+    ", c AS (DELETE FROM {table} o USING b WHERE o.{seq} = b.seq RETURNING "                       \
+    "b.seq)" SQL_DEAD_CHANGED
 
 /* ---- upkeep (relay/service/upkeep.c): its own connection ---- */
 

@@ -11,7 +11,9 @@
 #  - `requeue --id` puts exactly that event back (dead_at, rejections, next_attempt_at and
 #    dead_letter_topic cleared, attempts kept as history), `requeue --all` the rest;
 #  - back in line, a fixed event is delivered and a still-broken one dies again after another
-#    2 rejections and is published to dlq again; requeued after its fix, it is delivered too.
+#    2 rejections and is published to dlq again; requeued after its fix, it is delivered too;
+#  - 25,000 dead events: dead lists them all, requeue --all and purge-dead --all take them, each
+#    a batch of at most 10,000 rows at a time (requeue's rows carry three transaction ids).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -199,3 +201,30 @@ check "DL: the next wait is at least a minute (main: 30 s each time)" test "$(ps
     next_attempt_at - clock_timestamp() > interval '55 seconds' FROM outbox WHERE id = $STUCK")" = t
 relay_stop
 check_eq "DL: the relay exits 0" 0 "$?"
+
+# --- many dead events: dead, requeue --all and purge-dead --all go 10,000 rows at a time ---------
+# Each batch is a statement and a transaction of its own, well within the commands' 30 s bound
+# (one UPDATE or DELETE of every dead row could outlast it, and held every row's lock to the end);
+# dead holds one batch in memory, not the whole list.
+psql_q "DROP TRIGGER refuse_dlq ON outbox; DELETE FROM outbox;
+        INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, attempts, dead_at,
+                            last_error)
+        SELECT 'many', 'm-' || g, 'changed', '{}', 2, now(), 'poison'
+        FROM generate_series(1, 25000) g" >/dev/null || fail "MANY: 25,000 dead rows"
+relay_cmd "$T/many.dead" dead
+check_eq "MANY: dead lists all 25,000 (three batches)" "0 25000 dead-lettered events" \
+    "$? $(tail -n 1 "$T/many.dead")"
+sed '1d;$d' "$T/many.dead" | awk '{ print $1 }' >"$T/many.ids"
+check_eq "MANY: ... each once, in id order" "25000 25000" \
+    "$(grep -c . "$T/many.ids") $(sort -nu "$T/many.ids" | cmp -s - "$T/many.ids" && grep -c . "$T/many.ids")"
+relay_cmd "$T/many.rq" requeue --all
+check_eq "MANY: requeue --all: 25,000, exit 0" "0 requeued 25000 events" "$? $(cat "$T/many.rq")"
+check_eq "MANY: ... in three transactions of at most 10,000 rows" "3 10000 0" \
+    "$(psql_q "SELECT count(DISTINCT xmin::text), max(n), count(*) FILTER (WHERE dead)
+               FROM (SELECT xmin, count(*) OVER (PARTITION BY xmin::text) AS n,
+                            dead_at IS NOT NULL AS dead FROM outbox) r" | tr '|' ' ')"
+psql_q "UPDATE outbox SET dead_at = now()" >/dev/null
+relay_cmd "$T/many.pd" purge-dead --all
+check_eq "MANY: purge-dead --all: 25,000, exit 0, none left" "0 purged 25000 events 0" \
+    "$? $(cat "$T/many.pd") $(psql_q "SELECT count(*) FROM outbox")"
+
