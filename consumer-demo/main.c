@@ -204,7 +204,7 @@ static int cmd_run(const Options *o)
                           o->redis_ttl,      o->dedupe_ttl, o->sweep_interval};
     char host[256];
     int port, db;
-    if (!db_check_conninfo(o->database_url, err, sizeof(err)) ||
+    if (!db_check_writer_conninfo(o->database_url, err, sizeof(err)) ||
         !consumer_check(&cfg, err, sizeof(err)) ||
         (o->redis_url &&
          !rcache_parse_url(o->redis_url, host, sizeof(host), &port, &db, err, sizeof(err))))
@@ -219,7 +219,7 @@ static int cmd_run(const Options *o)
 static int cmd_migrate(const Options *o)
 {
     char err[300], q[400];
-    if (!db_check_conninfo(o->database_url, err, sizeof(err)))
+    if (!db_check_writer_conninfo(o->database_url, err, sizeof(err)))
         return usage_error(err);
     PGconn *conn = db_connect_once(o->database_url, "consumer-demo");
     if (!conn)

@@ -229,6 +229,29 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
     return ok;
 }
 
+bool db_check_writer_conninfo(const char *conninfo, char *err, size_t errlen)
+{
+    if (!db_check_conninfo(conninfo, err, errlen))
+        return false;
+    static const char *const read_only[] = {"read-only", "standby", "prefer-standby", NULL};
+    PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+    if (!opts)
+        return refuse(err, errlen, "out of memory");
+    /* libpq takes the setting from the environment when the string does not give it. */
+    const char *attrs = getenv("PGTARGETSESSIONATTRS");
+    for (const PQconninfoOption *o = opts; o->keyword; o++)
+        if (strcmp(o->keyword, "target_session_attrs") == 0 && o->val)
+            attrs = o->val;
+    bool ok = !attrs || !one_of(attrs, read_only);
+    if (!ok)
+        refuse(err, errlen,
+               "database URL: target_session_attrs=%s picks a server that cannot be written "
+               "to, and this command writes: use read-write (or primary, or any)",
+               attrs);
+    PQconninfoFree(opts);
+    return ok;
+}
+
 /* "host|port|dbname" of a connection string into out, each as written ("" when not given). */
 static bool db_target(const char *conninfo, StrBuf *out)
 {

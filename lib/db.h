@@ -24,6 +24,13 @@ typedef struct DbError {
 bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
+/* db_check_conninfo, for a command that writes: also refuses a target_session_attrs (in the
+ * string, or PGTARGETSESSIONATTRS) that picks a read-only server (read-only, standby,
+ * prefer-standby), where every write would fail with "read-only transaction" and the command retry
+ * or fail for ever. Same err contract as db_check_conninfo. */
+bool db_check_writer_conninfo(const char *conninfo, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
 /* Whether two connection strings name the same server and database as written: host (or
  * hostaddr), port and dbname compared as text, a missing one as empty. Not resolved (localhost
  * and 127.0.0.1 differ; an omitted port is not 5432), so false means "not shown the same", and

@@ -360,7 +360,7 @@ static int cmd_serve(const Options *o)
 {
     char err[300], host[256];
     unsigned port;
-    if (!db_check_conninfo(o->database_url, err, sizeof(err)) ||
+    if (!db_check_writer_conninfo(o->database_url, err, sizeof(err)) ||
         !addr_parse_host_port("--listen", o->listen, host, sizeof(host), &port, err, sizeof(err)))
         return usage_error(err);
     RCache *redis = NULL;
@@ -476,7 +476,7 @@ static void on_load_signal(int sig)
 static int cmd_load(const Options *o)
 {
     char err[300];
-    if (!db_check_conninfo(o->database_url, err, sizeof(err)))
+    if (!db_check_writer_conninfo(o->database_url, err, sizeof(err)))
         return usage_error(err);
     bool unreachable = false;
     if (!prepare_db(o->database_url, &unreachable))
@@ -492,7 +492,7 @@ static int cmd_load(const Options *o)
 static int cmd_migrate(const Options *o)
 {
     char err[300];
-    if (!db_check_conninfo(o->database_url, err, sizeof(err)))
+    if (!db_check_writer_conninfo(o->database_url, err, sizeof(err)))
         return usage_error(err);
     bool unreachable = false;
     return prepare_db(o->database_url, &unreachable) ? 0 : 1;
@@ -501,7 +501,7 @@ static int cmd_migrate(const Options *o)
 static int cmd_cleanup(const Options *o)
 {
     char err[300];
-    if (!db_check_conninfo(o->database_url, err, sizeof(err)))
+    if (!db_check_writer_conninfo(o->database_url, err, sizeof(err)))
         return usage_error(err);
     PGconn *conn = db_connect_once(o->database_url, "producer-demo");
     if (!conn)

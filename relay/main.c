@@ -197,7 +197,7 @@ static int cmd_run(Config *cfg, int argc, char **argv)
 static int cmd_migrate(const Config *cfg)
 {
     char err[1024];
-    if (!db_check_conninfo(cfg->database_url, err, sizeof(err)))
+    if (!db_check_writer_conninfo(cfg->database_url, err, sizeof(err)))
         return usage_error(err);
     return migrate_run(cfg->database_url, &cfg->map, cfg->schema, cfg->connect_wait_s);
 }
@@ -338,7 +338,11 @@ int main(int argc, char **argv)
          * refused here too (verify would report every row missing, replay "no legal topic"). */
         bool topics = cfg.command == CMD_VERIFY || cfg.command == CMD_REPLAY;
         rd_kafka_conf_t *vconf = NULL;
-        if (!db_check_conninfo(one->database_url, err, sizeof(err)) ||
+        /* requeue, purge-dead and replay write; dead, status and verify may read a standby. */
+        bool writes = cfg.command == CMD_REQUEUE || cfg.command == CMD_PURGE_DEAD ||
+                      cfg.command == CMD_REPLAY;
+        if (!(writes ? db_check_writer_conninfo : db_check_conninfo)(one->database_url, err,
+                                                                     sizeof(err)) ||
             (topics &&
              !route_template_check(one->topic_template, one->order_scope != ORDER_PER_AGGREGATE,
                                    err, sizeof(err))) ||

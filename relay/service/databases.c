@@ -108,7 +108,7 @@ bool databases_entry_check(const Config *cfg, char *err, size_t errlen)
 {
     char why[900];
     bool ok =
-        db_check_conninfo(cfg->database_url, why, sizeof(why)) &&
+        db_check_writer_conninfo(cfg->database_url, why, sizeof(why)) &&
         route_template_check(cfg->topic_template, cfg->order_scope != ORDER_PER_AGGREGATE, why,
                              sizeof(why)) &&
         (!cfg->dead_letter_topic ||

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "db.h"
@@ -95,11 +96,42 @@ static void test_check_conninfo_values(void **state)
             fail_msg("\"%s\" refused: %s", good[i], err);
 }
 
+/* A command that writes refuses a target_session_attrs that picks a read-only server, in the
+ * string or in the environment (every claim would fail "read-only transaction" and run retry for
+ * ever); the string's own setting wins over the environment, as in libpq. */
+static void test_writer_conninfo(void **state)
+{
+    char err[512];
+    unsetenv("PGTARGETSESSIONATTRS");
+    const char *refused[] = {"host=h target_session_attrs=standby",
+                             "postgresql://h/db?target_session_attrs=read-only",
+                             "host=a,b target_session_attrs=prefer-standby"};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        if (db_check_writer_conninfo(refused[i], err, sizeof(err)))
+            fail_msg("\"%s\" taken by a writer", refused[i]);
+        assert_non_null(strstr(err, "cannot be written to"));
+        assert_true(db_check_conninfo(refused[i], err, sizeof(err))); /* a reader takes it */
+    }
+    const char *taken[] = {"host=h", "host=h target_session_attrs=read-write",
+                           "host=a,b target_session_attrs=primary",
+                           "host=h target_session_attrs=any"};
+    for (size_t i = 0; i < sizeof(taken) / sizeof(taken[0]); i++)
+        if (!db_check_writer_conninfo(taken[i], err, sizeof(err)))
+            fail_msg("\"%s\" refused: %s", taken[i], err);
+    assert_false(db_check_writer_conninfo("host=h port=x", err, sizeof(err))); /* and the rest */
+    setenv("PGTARGETSESSIONATTRS", "standby", 1);
+    assert_false(db_check_writer_conninfo("host=h", err, sizeof(err)));
+    assert_true(
+        db_check_writer_conninfo("host=h target_session_attrs=read-write", err, sizeof(err)));
+    unsetenv("PGTARGETSESSIONATTRS");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_conninfo_hides_input),
         cmocka_unit_test(test_check_conninfo_values),
+        cmocka_unit_test(test_writer_conninfo),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
