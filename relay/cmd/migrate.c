@@ -103,12 +103,12 @@ static bool exec_mapped_ok(PGconn *conn, const TableMap *map, const char *tmpl, 
 #define INT8OID 20
 #define INT4OID 23
 
-/* The migrations whose functions an adopted table uses too: the wakeup's (it changes only tables
- * that already have the wakeup trigger), the claim floor's (it sets up only the relay's own
- * table), and the hardening that replaces both files' functions (it must run after them, or
- * their plain versions would stay). */
-#define WAKEUP_MIGRATION "0007_wakeup_lock.sql"
-#define FLOOR_MIGRATION "0008_claim_floor.sql"
+/* The migration whose functions an adopted table uses too: 0009 defines every one of them
+ * (outbox_lane, the wakeup's of 0007, the claim floor's of 0008) in its hardened form, so it is the
+ * only file adopting runs. 0007 and 0008 must not run here: they predate the hardening (unqualified
+ * format(), =(oid, regclass), pg_get_serial_sequence(text, name), ...), so running them on every
+ * `migrate --table` would call look-alikes planted in the schema as the owner, and would replace
+ * the hardened functions with their plain versions until 0009 ran again (docs/security.md). */
 #define HARDENING_MIGRATION "0009_hardening.sql"
 
 static const MigrationFile *migration_named(const char *name)
@@ -123,15 +123,12 @@ static bool adopt_table(PGconn *conn, const TableMap *map)
 {
     char name[160];
     table_map_display(map, name, sizeof(name));
-    const MigrationFile *wakeup = migration_named(WAKEUP_MIGRATION);
-    const MigrationFile *floor = migration_named(FLOOR_MIGRATION);
     const MigrationFile *hardening = migration_named(HARDENING_MIGRATION);
-    if (!wakeup || !floor || !hardening || !exec_ok(conn, "BEGIN", "adopt"))
+    if (!hardening || !exec_ok(conn, "BEGIN", "adopt"))
         return false;
     PGresult *cols = NULL;
     /* The roles' grants follow, outside this transaction (grants_apply, every run). */
-    bool ok = exec_ok(conn, wakeup->sql, wakeup->name) && exec_ok(conn, floor->sql, floor->name) &&
-              exec_ok(conn, hardening->sql, hardening->name) &&
+    bool ok = exec_ok(conn, hardening->sql, hardening->name) &&
               exec_mapped_ok(conn, map, SQL_ADOPT, "adopt") &&
               (!map->headers || exec_mapped_ok(conn, map, SQL_ADOPT_HEADERS, "adopt")) &&
               (cols = exec_mapped(conn, map, SQL_CHECK_COLUMNS, "check columns")) != NULL;

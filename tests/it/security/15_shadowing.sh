@@ -13,7 +13,8 @@
 # Each look-alike is SECURITY INVOKER (it runs as whoever calls it) and records its call three
 # ways: a sequence (not rolled back with the caller's transaction), a row in a table of the
 # neighbour (when the caller commits) and a WARNING in the server log. Then, with the look-alikes
-# in place: `migrate` (all migrations, then again), producer inserts as a member of
+# in place: `migrate` (all migrations, then again), `migrate --table` adopting another table (it
+# installs the same functions, on every run), producer inserts as a member of
 # outbox_producer with the default search_path (the triggers and the lane's function run in the
 # producer's session), the relay delivering, failing and dead-lettering an event, sleeping (the
 # wakeup lock) and being woken, --retention deleting sent rows, `verify`, `replay` (a dry run,
@@ -187,6 +188,12 @@ PG_LOG_START=$(wc -c <"$T/pg.log")
 
 # --- the relay's SQL, with the look-alikes in place ---
 check "migrate, with the look-alikes in place" relay_migrate >"$T/migrate1.log" 2>&1
+# Adopting a table runs, every time, the SQL that installs the relay's functions and triggers on it.
+psql_safe "CREATE TABLE public.adopted (event_id uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid(),
+           aggregate_type text NOT NULL, aggregate_id text NOT NULL, event_type text NOT NULL,
+           payload jsonb)" || fail "create the table to adopt"
+relay_migrate --table adopted >"$T/adopt.log" 2>&1
+check_eq "migrate --table (adopt), with the look-alikes in place, exits 0" 0 $?
 psql_safe "CREATE ROLE producer_login LOGIN IN ROLE outbox_producer" || fail "create producer_login"
 psql_some() { [ -n "$(psql_safe "$1")" ]; }
 psql_none() { [ -z "$(psql_safe "$1")" ]; }
