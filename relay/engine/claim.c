@@ -95,8 +95,13 @@ static void learn_floor(Session *s, const PGresult *held, const PGresult *claime
         .writers = PQgetvalue(writers, 0, 1),
         .seq_last = PQgetisnull(held, 0, 1) ? -1 : strtoll(PQgetvalue(held, 0, 1), NULL, 10),
     };
+    unsigned restarts = s->floor.restarts;
     if (!floor_after_claim(&s->floor, &c))
         log_warn("out of memory for the claim floor; it stays where it is", "session=%d", s->index);
+    if (s->floor.restarts != restarts)
+        log_info("the order column's sequence was set back; the claim floor starts again from the "
+                 "table's start",
+                 "sequence_last=%lld session=%d", c.seq_last, s->index);
 }
 
 void claim_floor_committed(Session *s)

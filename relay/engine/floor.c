@@ -39,6 +39,16 @@ bool floor_after_claim(ClaimFloor *f, const FloorClaim *c)
     f->on_commit = 0;
     if (!f->enabled)
         return true;
+    /* The sequence was set back (TRUNCATE ... RESTART IDENTITY, ALTER SEQUENCE ... RESTART,
+     * setval): rows drawn from now on may lie anywhere below the floor, with attempts 0, where
+     * the claims read only failed rows. Start again from the table's start, as on a new
+     * connection; the look after this one takes up a candidate again. */
+    long long now_high = c->seq_last >= 0 ? c->seq_last + 1 : 0;
+    if (now_high < f->high) {
+        floor_free(f);
+        *f = (ClaimFloor){.enabled = true, .high = now_high, .restarts = f->restarts + 1};
+        return true;
+    }
     /* The claim's snapshot came after the look that confirmed f->confirmed, so it saw every row
      * below it that committed: it may rise there, short of the rows it left out. */
     if (c->plain && f->confirmed > 0) {

@@ -36,7 +36,8 @@
  * row may still commit), and with --on-poison hold a dead event until it is requeued or purged.
  * Rows a relay gains with new lanes may lie anywhere: the floor starts again from 0. Rows made
  * unsent again by hand (sent_at cleared, attempts set back to 0, another aggregate) get attempts
- * 1 from migrations/0008's trigger, so they are failed rows to the claims. Not seen: a {seq}
+ * 1 from migrations/0008's trigger, so they are failed rows to the claims. A sequence set back
+ * (its last value lower than at the last look) starts the floor again from 0. Not seen: a {seq}
  * given by hand below the floor (docs/operations.md#dead-rows-and-old-snapshots). */
 #ifndef OUTBOX_FLOOR_H
 #define OUTBOX_FLOOR_H
@@ -51,6 +52,7 @@ typedef struct ClaimFloor {
     long long candidate; /* waiting for the writers listed with it to end; 0: none */
     char *writers;       /* those writers, as a text[] literal (owned) */
     long long on_commit; /* the floor this claim's commit brings; 0: none */
+    unsigned restarts;   /* times the sequence was found set back (floor_after_claim) */
     char text[24];       /* floor, as the claim's parameter */
 } ClaimFloor;
 
@@ -74,8 +76,11 @@ const char *floor_param(ClaimFloor *f);
 /* The writers to ask SQL_FLOOR_WRITERS about, as its $1 (valid until the next change). */
 const char *floor_writers_param(const ClaimFloor *f);
 /* Takes in what a claim learnt: the floor its commit may bring (floor_commit), a confirmed
- * candidate for the claims after it, a new candidate. Returns false when out of memory (the
- * floor then stays where it is, which is always safe). */
+ * candidate for the claims after it, a new candidate. When the sequence's last value is below
+ * the one seen before (it was set back: TRUNCATE ... RESTART IDENTITY, setval), new rows may be
+ * drawn below the floor: the floor starts again from 0, forgetting its candidates, and
+ * f->restarts counts it. Returns false when out of memory (the floor then stays where it is,
+ * which is always safe). */
 bool floor_after_claim(ClaimFloor *f, const FloorClaim *c);
 /* The claim's transaction committed with every row of its batch recorded: the floor rises to
  * what floor_after_claim allowed. Returns true when it moved. */

@@ -128,6 +128,39 @@ static void test_commit_abandon_reset(void **state)
     floor_free(&f);
 }
 
+/* A sequence set back (TRUNCATE ... RESTART IDENTITY, setval) hands out ids below the floor
+ * again: the floor starts again from 0 at the first look that sees it, whether the sequence
+ * reads as never used (NULL, -1) or as a lower value, and rises again from there. */
+static void test_sequence_set_back(void **state)
+{
+    ClaimFloor f = {.enabled = true};
+    after_and_commit(&f, claim(1, 1000, true, "{}", 1000));
+    after_and_commit(&f, claim(1001, 1000, true, "{}", 1000));
+    after_and_commit(&f, claim(1001, 1000, true, "{}", 1000));
+    assert_int_equal(f.floor, 1001);
+    /* RESTART IDENTITY: the sequence reads NULL until its first value is drawn */
+    FloorClaim c = claim(1001, 1000, true, "{}", -1);
+    assert_true(floor_after_claim(&f, &c));
+    assert_false(floor_commit(&f));
+    assert_int_equal(f.floor, 0);
+    assert_int_equal(f.restarts, 1);
+    assert_string_equal(floor_param(&f), "0");
+    /* ids 1-50 drawn since: the floor rises again, one confirmation behind */
+    after_and_commit(&f, claim(1, 50, true, "{}", 50));
+    after_and_commit(&f, claim(51, 50, true, "{}", 50));
+    after_and_commit(&f, claim(51, 50, true, "{}", 50));
+    assert_int_equal(f.floor, 51);
+    /* setval to a lower value (not NULL): the same */
+    after_and_commit(&f, claim(51, 50, true, "{}", 20));
+    assert_int_equal(f.floor, 0);
+    assert_int_equal(f.restarts, 2);
+    /* the sequence going on as before moves nothing back */
+    after_and_commit(&f, claim(21, 30, true, "{}", 30));
+    after_and_commit(&f, claim(31, 40, true, "{}", 40));
+    assert_int_equal(f.restarts, 2);
+    floor_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -136,6 +169,7 @@ int main(void)
         cmocka_unit_test(test_never_passes_left_out_rows),
         cmocka_unit_test(test_hand_given_seq_does_not_lift_it),
         cmocka_unit_test(test_commit_abandon_reset),
+        cmocka_unit_test(test_sequence_set_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
