@@ -99,9 +99,16 @@ static bool parse_placement(TableMap *m, char *entry, char *err, size_t errlen)
                            entry);
     if (!ident_ok("additional-fields: column", entry, err, errlen))
         return false;
+    bool named = name != NULL;
     if (!name)
         name = entry;
     if (strcmp(placement, "partition") == 0) {
+        /* A partition has no name to take: one given would be dropped unseen. */
+        if (named)
+            return optval_fail(err, errlen,
+                               "additional-fields: expected COLUMN:partition (no name), got "
+                               "'%.40s:partition:%.40s'",
+                               entry, name);
         if (m->partition)
             return optval_fail(err, errlen,
                                "additional-fields: a second partition column ('%.40s')", entry);

@@ -165,6 +165,8 @@ static void test_bad_options(void **state)
     expect_init_error(&(TableOptions){.additional_fields = "type:offset"}, "placement 'offset'");
     expect_init_error(&(TableOptions){.additional_fields = "a:partition, b:partition"},
                       "a second partition column");
+    expect_init_error(&(TableOptions){.additional_fields = "a:partition:p"},
+                      "expected COLUMN:partition (no name)");
     expect_init_error(&(TableOptions){.additional_fields = "a:envelope:payload"},
                       "is the payload's own");
     expect_init_error(&(TableOptions){.additional_fields = "a:envelope", .payload_binary = true},
