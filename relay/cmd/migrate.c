@@ -73,6 +73,17 @@ static const char *const SQL_ADOPT =
                     " WHERE oid = pg_catalog.pg_typeof(NULL::{table})::oid";
 static const char *const SQL_ADOPT_HEADERS =
     "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {headers} jsonb";
+/* The indexes SQL_ADOPT names that are not the table's own. CREATE INDEX IF NOT EXISTS skips a
+ * name any relation of the schema has (a table renamed keeps its indexes' names: a new table of
+ * the old name got none, with only a notice), and the unique index on the order column is what
+ * catches duplicates in an existing one: marks name rows by it, and a duplicate would be marked
+ * sent with its twin, unsent. */
+static const char *const SQL_FOREIGN_INDEXES =
+    "SELECT n.name FROM pg_catalog.unnest(ARRAY[{seq_idx_text}, {unsent_idx_text},"
+    " {retry_idx_text}, {sent_idx_text}]::pg_catalog.text[]) AS n(name)"
+    " WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class i"
+    " ON i.oid = x.indexrelid WHERE i.relname = n.name::pg_catalog.name"
+    " AND x.indrelid = pg_catalog.to_regclass({table_text})::pg_catalog.oid)";
 /* Reads no row, but fails on a column the claims read and the table lacks, and tells the order
  * column's type (the first). */
 static const char *const SQL_CHECK_COLUMNS =
@@ -126,12 +137,23 @@ static bool adopt_table(PGconn *conn, const TableMap *map)
     const MigrationFile *hardening = migration_named(HARDENING_MIGRATION);
     if (!hardening || !exec_ok(conn, "BEGIN", "adopt"))
         return false;
-    PGresult *cols = NULL;
+    PGresult *cols = NULL, *foreign = NULL;
     /* The roles' grants follow, outside this transaction (grants_apply, every run). */
     bool ok = exec_ok(conn, hardening->sql, hardening->name) &&
               exec_mapped_ok(conn, map, SQL_ADOPT, "adopt") &&
               (!map->headers || exec_mapped_ok(conn, map, SQL_ADOPT_HEADERS, "adopt")) &&
-              (cols = exec_mapped(conn, map, SQL_CHECK_COLUMNS, "check columns")) != NULL;
+              (cols = exec_mapped(conn, map, SQL_CHECK_COLUMNS, "check columns")) != NULL &&
+              (foreign = exec_mapped(conn, map, SQL_FOREIGN_INDEXES, "check indexes")) != NULL;
+    if (ok && PQntuples(foreign) > 0) {
+        char q[200];
+        log_error("migration failed: an index name the table needs is another relation's (a "
+                  "table renamed keeps its indexes' names); rename or drop that one, then run "
+                  "migrate again",
+                  "step=check table=%s index=%s", name,
+                  log_quote(PQgetvalue(foreign, 0, 0), q, sizeof(q)));
+        ok = false;
+    }
+    PQclear(foreign);
     if (ok && PQftype(cols, 0) != INT8OID && PQftype(cols, 0) != INT4OID) {
         log_error("migration failed",
                   "step=check table=%s error=\"the order column (seq-column) "

@@ -285,8 +285,10 @@ static bool append_literal(StrBuf *sb, PGconn *conn, const char *text, char *err
     return append_quoted(sb, conn, PQescapeLiteral, "literal", text, err, errlen);
 }
 
+/* The name of one of the indexes migrate gives an adopted table, as an identifier or (text) as a
+ * string literal. */
 static bool append_index_name(StrBuf *sb, PGconn *conn, const TableMap *m, const char *suffix,
-                              char *err, size_t errlen)
+                              bool text, char *err, size_t errlen)
 {
     char name[IDENT_MAX * 2 + 16];
     snprintf(name, sizeof(name), "%s%s", m->name, suffix);
@@ -295,7 +297,8 @@ static bool append_index_name(StrBuf *sb, PGconn *conn, const TableMap *m, const
     while (len > 0 && ((unsigned char)name[len] & 0xC0) == 0x80)
         len--;
     name[len] = '\0';
-    return append_ident(sb, conn, name, err, errlen);
+    return text ? append_literal(sb, conn, name, err, errlen)
+                : append_ident(sb, conn, name, err, errlen);
 }
 
 static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char *token, size_t len,
@@ -410,14 +413,20 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
         return put(sb, "o.") && append_ident(sb, conn, m->partition, err, errlen) &&
                put(sb, "::text");
     }
-    if (IS("unsent_idx"))
-        return append_index_name(sb, conn, m, "_unsent_idx", err, errlen);
-    if (IS("retry_idx"))
-        return append_index_name(sb, conn, m, "_retry_idx", err, errlen);
-    if (IS("seq_idx"))
-        return append_index_name(sb, conn, m, "_seq_idx", err, errlen);
-    if (IS("sent_idx"))
-        return append_index_name(sb, conn, m, "_sent_at_idx", err, errlen);
+    /* {NAME_idx} as an identifier, {NAME_idx_text} as a string literal (migrate's check that
+     * each is the table's own). */
+    static const struct {
+        const char *token, *suffix;
+    } indexes[] = {{"unsent_idx", "_unsent_idx"},
+                   {"retry_idx", "_retry_idx"},
+                   {"seq_idx", "_seq_idx"},
+                   {"sent_idx", "_sent_at_idx"}};
+    for (size_t i = 0; i < sizeof(indexes) / sizeof(indexes[0]); i++) {
+        size_t n = strlen(indexes[i].token);
+        if (len >= n && strncmp(token, indexes[i].token, n) == 0 &&
+            (len == n || (len == n + 5 && strncmp(token + n, "_text", 5) == 0)))
+            return append_index_name(sb, conn, m, indexes[i].suffix, len > n, err, errlen);
+    }
 #undef IS
     return optval_fail(err, errlen, "unknown placeholder {%.*s} in a statement template", (int)len,
                        token);

@@ -132,6 +132,9 @@ static void test_quoting(void **state)
     assert_string_equal(table_map_display(&m, buf, sizeof(buf)), "App.Out\"box");
     expect_sql(&m, "{table} {aggregate_id} {unsent_idx}",
                "\"App\".\"Out\"\"box\" \"Key; DROP TABLE x\" \"Out\"\"box_unsent_idx\"");
+    /* As string literals, for migrate's check that each index is the table's own. */
+    assert_null(table_sql(&m, conn, "{retry_idx_texts}", err, sizeof(err)));
+    expect_sql(&m, "{seq_idx_text} {sent_idx_text}", "'Out\"box_seq_idx' 'Out\"box_sent_at_idx'");
     expect_sql(&m, "{o.extra_headers}",
                "pg_catalog.jsonb_build_object('it''s', o.\"a b\"::text, 'c', o.\"c\"::text)::text");
     table_map_free(&m);

@@ -4,7 +4,8 @@
 # when run again, is safe when several instances start at once, and that the SQL files also
 # apply with plain psql in order (so operators can review and run them by hand); --table
 # public.outbox is the relay's own table (migrated, not adopted), and a --schema that does not
-# exist is refused in one line (exit 1). With PostgreSQL
+# exist is refused in one line (exit 1), as is adopting a table whose index names another relation
+# holds (a table renamed keeps them). With PostgreSQL
 # down it fails at once, or with --connect-wait retries until the server is up (exit 0) or the
 # wait is over (exit 1, one error line).
 # shellcheck source=tests/lib.sh
@@ -101,6 +102,33 @@ check "...applying the migrations, not adopting" grep -q 'msg="migrations up to 
 check_eq "--schema of a schema that does not exist: migrate exits 1" 1 $?
 check_eq "...with one line, saying so" 1 "$(grep -c 'msg="schema does not exist; nothing migrated" schema="nosuch"' "$T/noschema.log")"
 check_eq "...and nothing else on stderr (no migration said applied)" 1 "$(grep -c '' "$T/noschema.log")"
+
+# --- an adopted table whose index names another relation holds ---
+# A table renamed keeps its indexes' names: a new table of the old name, adopted, got none of
+# its indexes (CREATE INDEX IF NOT EXISTS only noticed the names taken), so duplicates in its
+# existing order column went unseen and a mark by that column would mark both rows sent.
+psql_q "CREATE DATABASE outbox_adopt" -d postgres
+adopt_url=postgresql://postgres@127.0.0.1:$PGPORT/outbox_adopt
+psql_adopt() { psql_q "$1" -d outbox_adopt; }
+psql_adopt "CREATE TABLE events (event_id uuid NOT NULL DEFAULT gen_random_uuid(),
+            aggregate_type text NOT NULL, aggregate_id text NOT NULL,
+            event_type text NOT NULL, payload jsonb)" || fail "create the table to adopt"
+"$RELAY_BIN" migrate --database-url "$adopt_url" --table events 2>"$T/adopt1.log"
+check_eq "adopting a table: migrate exits 0" 0 $?
+psql_adopt "ALTER TABLE events RENAME TO events_old;
+            CREATE TABLE events (event_id uuid NOT NULL DEFAULT gen_random_uuid(),
+            aggregate_type text NOT NULL, aggregate_id text NOT NULL,
+            event_type text NOT NULL, payload jsonb, id bigint);
+            INSERT INTO events (aggregate_type, aggregate_id, event_type, id)
+            VALUES ('a', '1', 'e', 7), ('a', '2', 'e', 7)" || fail "rename, create again"
+"$RELAY_BIN" migrate --database-url "$adopt_url" --table events 2>"$T/adopt2.log"
+check_eq "adopting a table whose index names the old one holds: migrate exits 1" 1 $?
+check "...naming the index that is another table's" \
+    grep -q 'msg="migration failed: an index name the table needs is another relation.s.*index="events_seq_idx"' \
+    "$T/adopt2.log"
+check_eq "...and adopting nothing (rolled back)" "" \
+    "$(psql_adopt "SELECT attname FROM pg_attribute WHERE attrelid = 'events'::regclass
+                   AND attname = 'sent_at'")"
 
 # --- a database that is still starting (--connect-wait) ---
 # As in docker compose: migrate starts while PostgreSQL does not accept connections yet. Without
