@@ -94,11 +94,18 @@ static void learn_floor(Session *s, const PGresult *held, const PGresult *claime
         .writers_ended = strcmp(PQgetvalue(writers, 0, 0), "t") == 0,
         .writers = PQgetvalue(writers, 0, 1),
         .seq_last = PQgetisnull(held, 0, 1) ? -1 : strtoll(PQgetvalue(held, 0, 1), NULL, 10),
+        /* NULL (the column has no sequence any more) counts as out of order: the floor goes off */
+        .seq_in_order = PQnfields(held) > 2 && strcmp(PQgetvalue(held, 0, 2), "t") == 0,
     };
     unsigned restarts = s->floor.restarts;
     if (!floor_after_claim(&s->floor, &c))
         log_warn("out of memory for the claim floor; it stays where it is", "session=%d", s->index);
-    if (s->floor.restarts != restarts)
+    if (!s->floor.enabled)
+        log_warn("the order column's sequence no longer hands out its values in order (a cache "
+                 "or a cycle given while the relay runs); the claim floor is off until the "
+                 "session reconnects, claims read the unsent index from its start",
+                 "column=%s session=%d", s->cfg->map.seq, s->index);
+    else if (s->floor.restarts != restarts)
         log_info("the order column's sequence was set back; the claim floor starts again from the "
                  "table's start",
                  "sequence_last=%lld session=%d", c.seq_last, s->index);

@@ -39,6 +39,14 @@ bool floor_after_claim(ClaimFloor *f, const FloorClaim *c)
     f->on_commit = 0;
     if (!f->enabled)
         return true;
+    /* The sequence was given a cache (or a cycle) since the session checked it: values are no
+     * longer drawn in the order of the inserts, so no floor is safe. Back to the table's start,
+     * and off; the next connection's check decides again. */
+    if (!c->seq_in_order) {
+        floor_free(f);
+        *f = (ClaimFloor){.enabled = false, .restarts = f->restarts};
+        return true;
+    }
     /* The sequence was set back (TRUNCATE ... RESTART IDENTITY, ALTER SEQUENCE ... RESTART,
      * setval): rows drawn from now on may lie anywhere below the floor, with attempts 0, where
      * the claims read only failed rows. Start again from the table's start, as on a new

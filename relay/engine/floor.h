@@ -65,6 +65,7 @@ typedef struct FloorClaim {
     bool writers_ended;  /* SQL_FLOOR_WRITERS: the writers sent with it have all ended */
     const char *writers; /* and the writers now (text[] literal) */
     long long seq_last;  /* SQL_FLOOR_HELD: the sequence's last value; -1: none yet */
+    bool seq_in_order;   /* SQL_FLOOR_HELD: the sequence still has no cache, no cycle */
 } FloorClaim;
 
 /* Back to 0, forgetting candidates (lanes gained, a new connection). Keeps `enabled`. */
@@ -79,7 +80,10 @@ const char *floor_writers_param(const ClaimFloor *f);
  * candidate for the claims after it, a new candidate. When the sequence's last value is below
  * the one seen before (it was set back: TRUNCATE ... RESTART IDENTITY, setval), new rows may be
  * drawn below the floor: the floor starts again from 0, forgetting its candidates, and
- * f->restarts counts it. Returns false when out of memory (the floor then stays where it is,
+ * f->restarts counts it. When the sequence no longer hands its values out in order (given a
+ * cache, or cycling, while the relay runs), the floor goes back to 0 and is turned off
+ * (f->enabled false) until the session's next connection checks the table again
+ * (SQL_FLOOR_CHECK). Returns false when out of memory (the floor then stays where it is,
  * which is always safe). */
 bool floor_after_claim(ClaimFloor *f, const FloorClaim *c);
 /* The claim's transaction committed with every row of its batch recorded: the floor rises to

@@ -167,11 +167,17 @@
  * events back (with --on-poison hold a dead one too), which the floor never passes, so the events
  * it holds back stay above the floor (SQL_FAILED_ROWS: after SQL_CLAIM_PLAN, on the retry index);
  * and the last value the sequence of {seq} handed out (NULL before the first), which bounds the
- * floor's candidates: a {seq} given by hand, above the sequence, never lifts the floor. */
+ * floor's candidates: a {seq} given by hand, above the sequence, never lifts the floor; and
+ * whether that sequence still hands its values out in order (the session checked it at connect,
+ * SQL_FLOOR_CHECK, but ALTER SEQUENCE ... CACHE may change it while the relay runs: a session
+ * that cached values would then insert rows below the floor). */
+#define FLOOR_SEQUENCE "pg_catalog.pg_get_serial_sequence({table_text}, {seq_text})::regclass"
 #define SQL_FLOOR_HELD(holds)                                                                      \
     "SELECT (SELECT pg_catalog.min(f.{seq}) FROM ("                                                           \
     SQL_FAILED_ROWS("o.{seq}", "o.lane = ANY($1::smallint[])" holds) ") f),"                       \
-    " pg_catalog.pg_sequence_last_value(pg_catalog.pg_get_serial_sequence({table_text}, {seq_text})::regclass)"
+    " pg_catalog.pg_sequence_last_value(" FLOOR_SEQUENCE "),"                                      \
+    " (SELECT q.seqcache = 1 AND NOT q.seqcycle AND q.seqincrement > 0"                            \
+    " FROM pg_catalog.pg_sequence q WHERE q.seqrelid = " FLOOR_SEQUENCE "::oid)"
 /* After the claim: whether the writers listed last time ($1, virtual transaction ids) have all
  * ended, and the transactions that may still add rows to the table (they hold RowExclusiveLock
  * on it: every INSERT takes it before its row's {seq} is drawn). A prepared transaction's locks

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Proves the claim floor (relay/engine/floor.h) follows the id's sequence when it is set back:
+# Proves the claim floor (relay/engine/floor.h) follows the id's sequence when it changes under a
+# running relay. First, when it is set back:
 # `TRUNCATE outbox RESTART IDENTITY` (or ALTER SEQUENCE ... RESTART, setval) while a relay runs
 # makes new events take ids from 1 again, far below a floor that had risen with the events sent
 # before. Such rows have attempts 0, so the claims, which read below the floor only the index on
@@ -8,6 +9,12 @@
 #  1. 1,000 events go out in 20 transactions; the floor rises above 500.
 #  2. TRUNCATE ... RESTART IDENTITY; 100 events of the same aggregates (ids 1-100) follow, in 5
 #     transactions: every one is delivered, first copies in order per aggregate.
+# Then, when it is given a cache (ALTER SEQUENCE ... CACHE 20): values are no longer drawn in
+# the order of the inserts, and the floor, checked only at connect, rose past values a session
+# had cached and inserted later.
+#  3. A writer's session inserts one event (and caches 19 more ids), other sessions insert 1,000
+#     events after it, each a block of ids above; the writer's next event takes a cached id, far
+#     below them: it is delivered, and the relay says once that its floor is off.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -53,9 +60,34 @@ for i in $(seq 0 4); do
 done
 check_eq "the new events have ids from 1" 1 "$(psql_q "SELECT min(id) FROM outbox")"
 wait_for "the events after the restart of the sequence are sent" 30 no_unsent_rows
+check "it said the floor starts again" grep -q 'the claim floor starts again' "$RELAY_LOG"
+
+psql_q "ALTER SEQUENCE outbox_id_seq CACHE 20" || fail "give the sequence a cache"
+coproc WRITER { psql -XAtq -v ON_ERROR_STOP=1 2>&1; }
+writer_pid=$WRITER_PID
+_t_track "$writer_pid"
+writer_insert() { # writer_insert SEQ: one event of aggregate r-0 in the writer's session, its id
+    echo "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+          VALUES ('r', 'r-0', 'changed', '{\"seq\": $1}') RETURNING id;" >&"${WRITER[1]}"
+    read -r -t 10 WRITER_ID <&"${WRITER[0]}" && [[ $WRITER_ID =~ ^[0-9]+$ ]]
+}
+writer_insert 20000 || fail "the writer inserts: $WRITER_ID"
+first_cached=$WRITER_ID
+for i in $(seq 0 19); do
+    insert $((20001 + i * 50)) $((20001 + i * 50 + 49))
+    sleep 0.05
+done
+wait_for "the other sessions' events are sent" 30 no_unsent_rows
+writer_insert 30000 || fail "the writer inserts again: $WRITER_ID"
+check "the writer's second event took a cached id, below the others" \
+    test "$WRITER_ID" -eq $((first_cached + 1))
+wait_for "the event with the cached id is sent" 30 no_unsent_rows
+echo '\q' >&"${WRITER[1]}"
+wait "$writer_pid" 2>/dev/null
 relay_stop
 check_eq "the relay exits 0" 0 "$?"
-check "it said the floor starts again" grep -q 'the claim floor starts again' "$RELAY_LOG"
+check_eq "it said once that the floor is off" 1 \
+    "$(grep -c 'sequence no longer hands out its values in order' "$RELAY_LOG")"
 # The topic also holds the events the TRUNCATE removed: each row left must be among its messages.
 consume --topic outbox.event.r --idle-ms 2000 --timeout-ms 30000 >"$T/r.json"
 check_eq "every event after the restart is in the topic" "" \
