@@ -11,6 +11,14 @@
 #include "log.h"
 #include "schema.h"
 
+/* How long a statement of migrate waits for a lock (a stricter lock_timeout of the connection
+ * string stays). The DDL of the migrations and of every adoption (ALTER TABLE, CREATE TRIGGER,
+ * CREATE INDEX) waits for every transaction that holds the table, a relay's batch waiting for
+ * Kafka or a forgotten BEGIN, and while it waits every producer's INSERT queues behind it: a
+ * wait without end would stop the applications' writes with it. Set once migrate holds its own
+ * advisory lock, which concurrent migrates wait for as long as a migration takes. */
+#define MIGRATE_LOCK_TIMEOUT "10s"
+
 /* Runs sql (one or more commands) and returns the last result; on failure logs it with the
  * step's name and returns NULL. */
 static PGresult *exec_step(PGconn *conn, const char *sql, const char *what)
@@ -19,7 +27,13 @@ static PGresult *exec_step(PGconn *conn, const char *sql, const char *what)
     PGresult *res = db_run_script(conn, sql, &e);
     if (!res) {
         char q[512];
-        log_error("migration failed", "step=%s error=%s", what, log_quote(e.message, q, sizeof(q)));
+        bool lock = strcmp(e.sqlstate, "55P03") == 0; /* lock_not_available */
+        log_error(
+            "migration failed", "step=%s error=%s%s", what, log_quote(e.message, q, sizeof(q)),
+            lock ? " hint=\"another transaction held a table this step changes for "
+                   "longer than " MIGRATE_LOCK_TIMEOUT " (a long transaction, a relay's batch "
+                   "waiting for Kafka); this step was rolled back: run migrate again\""
+                 : "");
     }
     return res;
 }
@@ -301,6 +315,8 @@ int migrate_run(const char *conninfo, const TableMap *map, const char *schema, l
      * is created only when missing, so that a run with nothing to do says nothing. */
     if (!exec_ok(conn, "SET client_min_messages = notice", "setup") ||
         !exec_ok(conn, "SELECT pg_catalog.pg_advisory_lock(" LOCK_KEY_MIGRATE ")", "lock") ||
+        !exec_ok(conn, DB_BOUND_SETTING_SQL("lock_timeout", MIGRATE_LOCK_TIMEOUT, "false"),
+                 "setup") ||
         !schema_exists(conn, schema ? schema : "public") ||
         !exec_ok(conn,
                  "DO $$ BEGIN IF pg_catalog.to_regclass('schema_migrations') IS NULL THEN"

@@ -5,7 +5,8 @@
 # apply with plain psql in order (so operators can review and run them by hand); --table
 # public.outbox is the relay's own table (migrated, not adopted), and a --schema that does not
 # exist is refused in one line (exit 1), as is adopting a table whose index names another relation
-# holds (a table renamed keeps them). With PostgreSQL
+# holds (a table renamed keeps them); a table another transaction holds makes migrate give up
+# after its lock_timeout (exit 1), not wait for ever. With PostgreSQL
 # down it fails at once, or with --connect-wait retries until the server is up (exit 0) or the
 # wait is over (exit 1, one error line).
 # shellcheck source=tests/lib.sh
@@ -129,6 +130,30 @@ check "...naming the index that is another table's" \
 check_eq "...and adopting nothing (rolled back)" "" \
     "$(psql_adopt "SELECT attname FROM pg_attribute WHERE attrelid = 'events'::regclass
                    AND attname = 'sent_at'")"
+
+# --- a table another transaction holds ---
+# Adoption's ALTER TABLE waits for every transaction holding the table, and every writer's INSERT
+# queues behind it: migrate waited without end. Now it gives up after its lock_timeout (10 s),
+# exit 1, saying why, and changes nothing.
+psql_adopt "CREATE TABLE held (event_id uuid NOT NULL DEFAULT gen_random_uuid(),
+            aggregate_type text NOT NULL, aggregate_id text NOT NULL,
+            event_type text NOT NULL, payload jsonb)" || fail "create the held table"
+coproc HOLDER { psql -XAtq -v ON_ERROR_STOP=1 -d outbox_adopt 2>&1; }
+holder_pid=$HOLDER_PID
+_t_track "$holder_pid"
+echo "BEGIN; SELECT count(*) FROM held;" >&"${HOLDER[1]}"
+read -r -t 10 held_rows <&"${HOLDER[0]}" || fail "the holder reads the table"
+[ "$held_rows" = 0 ] || fail "the holder reads the table: $held_rows"
+timeout 60 "$RELAY_BIN" migrate --database-url "$adopt_url" --table held 2>"$T/held.log"
+check_eq "adopting a table another transaction holds: migrate exits 1 (not waiting for ever)" 1 $?
+check "...saying that a lock was not had in time, and to run it again" \
+    grep -q 'msg="migration failed" step=adopt error=".*canceling statement due to lock timeout.*run migrate again' \
+    "$T/held.log"
+echo "COMMIT;" >&"${HOLDER[1]}"
+echo '\q' >&"${HOLDER[1]}"
+wait "$holder_pid" 2>/dev/null
+"$RELAY_BIN" migrate --database-url "$adopt_url" --table held 2>"$T/held2.log"
+check_eq "...and adopts it once the transaction ended" 0 $?
 
 # --- a database that is still starting (--connect-wait) ---
 # As in docker compose: migrate starts while PostgreSQL does not accept connections yet. Without
