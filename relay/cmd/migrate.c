@@ -52,10 +52,11 @@ static bool exec_ok(PGconn *conn, const char *sql, const char *what)
  * column rewrites the table under an exclusive lock (a large table: plan a window). */
 #define ADD_COLUMN(name, definition) " ADD COLUMN IF NOT EXISTS " name " " definition ","
 static const char *const SQL_ADOPT =
-    /* As in migrations/0009 (0003, hardened); the relay's own table may not exist here. */
+    /* As in migrations/0010 (0003, hardened); the relay's own table may not exist here. */
     "CREATE OR REPLACE FUNCTION outbox_lane(aggregate_type text, aggregate_id text)"
     " RETURNS smallint LANGUAGE sql IMMUTABLE PARALLEL SAFE AS"
-    " $$ SELECT (pg_catalog.hashtextextended(aggregate_type OPERATOR(pg_catalog.||) '/'::text"
+    " $$ SELECT (pg_catalog.hashtextextended(aggregate_type OPERATOR(pg_catalog.||)"
+    " '/'::pg_catalog.text"
     " OPERATOR(pg_catalog.||) aggregate_id, 0::bigint) OPERATOR(pg_catalog.&) " LANE_MASK
     "::bigint)::smallint $$;"
     "ALTER TABLE {table}"

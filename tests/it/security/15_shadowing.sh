@@ -9,14 +9,16 @@
 #    varchar, name, boolean, jsonb, oid, regclass, time, interval (and "unknown" where PostgreSQL
 #    lets it be declared) in place of the built-in's type, and each with all arguments so;
 #  - look-alike aggregates (count, min, max, sum, array_agg) over those types;
-#  - every operator the SQL uses, for every pair of those types that has no exact built-in.
+#  - every operator the SQL uses, for every pair of those types that has no exact built-in;
+#  - a type named text (a domain whose CHECK records its use), which a cast to text would find
+#    on a search_path that lists the schema before pg_catalog (a writer's may).
 # Each look-alike is SECURITY INVOKER (it runs as whoever calls it) and records its call three
 # ways: a sequence (not rolled back with the caller's transaction), a row in a table of the
 # neighbour (when the caller commits) and a WARNING in the server log. Then, with the look-alikes
 # in place: `migrate` (all migrations, then again), `migrate --table` adopting another table (it
 # installs the same functions, on every run), producer inserts as a member of
-# outbox_producer with the default search_path (the triggers and the lane's function run in the
-# producer's session), the relay delivering, failing and dead-lettering an event, sleeping (the
+# outbox_producer with the default search_path and with the schema first (the triggers and the
+# lane's function run in the producer's session), the relay delivering, failing and dead-lettering an event, sleeping (the
 # wakeup lock) and being woken, --retention deleting sent rows, `verify`, `replay` (a dry run,
 # then two batches), `status`, `dead`, `requeue`, `purge-dead` and `check`. No look-alike may
 # have been called.
@@ -164,6 +166,10 @@ BEGIN
     END LOOP;
 END
 $plant$;
+-- A look-alike type: text is a type name the search_path resolves (bigint and smallint are
+-- keywords), and a domain over text runs its CHECK wherever a value is cast to it.
+CREATE DOMAIN public.text AS pg_catalog.text CHECK (public.shadow_hit('type text') IS NOT NULL);
+INSERT INTO public.shadow_planted VALUES ('type', 'text');
 SQL
     { cat "$T/plant.log"; fail "plant the look-alikes"; }
 planted() { psql_safe "SELECT count(*) FROM public.shadow_planted WHERE kind = '$1'"; }
@@ -209,6 +215,11 @@ insert() { # insert FROM TO: as the producer, default search_path ("$user", publ
                  FROM generate_series($1, $2) AS g ORDER BY g"
 }
 check "the producer inserts" insert 1 200
+# A writer whose own search_path puts the schema first misleads its own statements, but not the
+# lane function inside its INSERT (it names every type, function and operator in pg_catalog).
+check "a producer with the schema before pg_catalog inserts" as_producer \
+    "SET search_path = public, pg_catalog;
+     INSERT INTO outbox (aggregate_type, aggregate_id, event_type) VALUES ('order', 'p-1', 'changed')"
 as_producer "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
              VALUES ('bad topic!', 'p-1', 'changed', '{}')" || not_ok "insert the poison event"
 check_eq "the lanes are the built-in hash's (not all 0)" t \
