@@ -126,6 +126,22 @@ ClaimOutcome claim_read(Session *s, PGresult **results, int n, const char *error
     if (state && strcmp(state, "55P03") == 0) /* lock_not_available: the claim's lock_timeout */
         return claim_locked(s);
     const ClaimLayout *at = &s->claim_at;
+    int failed = error ? pg_first_failed(results, n) : n;
+    if (error && s->floor.enabled && (failed == at->held || failed == at->writers) &&
+        sqlstate_fault(state) == SQLSTATE_FAULT_SETUP) {
+        /* The floor's own look failed for want of a privilege or an object (its SELECT on the
+         * sequence revoked, an identity re-created with a new sequence and no grant): the floor
+         * is an optimisation, so the session goes on
+         * without it until it reconnects (the connection's check decides again), rather than
+         * give its lanes up as for a broken setup. Its probe has no floor: it would pass, the
+         * session take its lanes again and fail again, and deliver nothing. */
+        floor_reset(&s->floor);
+        s->floor.enabled = false;
+        log_warn("the claim floor's look failed; the floor is off until the session reconnects, "
+                 "claims read the unsent index from its start",
+                 "error=%s session=%d", log_quote(error, q, sizeof(q)), s->index);
+        return CLAIM_FAILED;
+    }
     if (error || n < at->n) {
         if (sqlstate_fault(state) == SQLSTATE_FAULT_SETUP) {
             /* A missing table or column (migrate not run), missing privileges: no retry cures
