@@ -99,6 +99,21 @@ static const char *const SQL_FOREIGN_INDEXES =
     " WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class i"
     " ON i.oid = x.indexrelid WHERE i.relname = n.name::pg_catalog.name"
     " AND x.indrelid = pg_catalog.to_regclass({table_text})::pg_catalog.oid)";
+/* The bookkeeping columns the table already had under the relay's names (ADD COLUMN IF NOT EXISTS
+ * keeps them as they are) that do not work as the relay's, with what they must be. A NULL in
+ * attempts counts nothing (NULL + 1): a failed row gets no backoff, holds none of its aggregate's
+ * later events back (attempts > 0 is NULL), and once the claim floor passes it is on neither
+ * index the claims read; a lane that is not the generated column puts rows in no lane any relay
+ * owns. */
+static const char *const SQL_CHECK_BOOKKEEPING =
+    "SELECT c.name, c.want FROM (VALUES ('attempts', 'integer NOT NULL DEFAULT 0'),"
+    " ('rejections', 'integer NOT NULL DEFAULT 0'),"
+    " ('lane', 'smallint GENERATED ALWAYS AS (outbox_lane(...)) STORED')) AS c(name, want)"
+    " JOIN pg_catalog.pg_attribute a ON a.attrelid = pg_catalog.to_regclass({table_text})::"
+    "pg_catalog.oid AND a.attname = c.name::pg_catalog.name AND NOT a.attisdropped"
+    " WHERE CASE WHEN c.name = 'lane'::pg_catalog.text THEN a.attgenerated <> 's'::\"char\""
+    " OR a.atttypid <> 'pg_catalog.int2'::pg_catalog.regtype::pg_catalog.oid"
+    " ELSE NOT a.attnotnull OR NOT a.atthasdef END";
 /* Reads no row, but fails on a column the claims read and the table lacks, and tells the order
  * column's type (the first). */
 static const char *const SQL_CHECK_COLUMNS =
@@ -152,13 +167,24 @@ static bool adopt_table(PGconn *conn, const TableMap *map)
     const MigrationFile *hardening = migration_named(HARDENING_MIGRATION);
     if (!hardening || !exec_ok(conn, "BEGIN", "adopt"))
         return false;
-    PGresult *cols = NULL, *foreign = NULL;
+    PGresult *cols = NULL, *foreign = NULL, *unlike = NULL;
     /* The roles' grants follow, outside this transaction (grants_apply, every run). */
     bool ok = exec_ok(conn, hardening->sql, hardening->name) &&
               exec_mapped_ok(conn, map, SQL_ADOPT, "adopt") &&
               (!map->headers || exec_mapped_ok(conn, map, SQL_ADOPT_HEADERS, "adopt")) &&
               (cols = exec_mapped(conn, map, SQL_CHECK_COLUMNS, "check columns")) != NULL &&
-              (foreign = exec_mapped(conn, map, SQL_FOREIGN_INDEXES, "check indexes")) != NULL;
+              (foreign = exec_mapped(conn, map, SQL_FOREIGN_INDEXES, "check indexes")) != NULL &&
+              (unlike = exec_mapped(conn, map, SQL_CHECK_BOOKKEEPING, "check columns")) != NULL;
+    if (ok && PQntuples(unlike) > 0) {
+        char q1[200], q2[200];
+        log_error("migration failed: the table has a column of the relay's bookkeeping that does "
+                  "not work as the relay's; make it so (or rename it), then run migrate again",
+                  "step=check table=%s column=%s expected=%s", name,
+                  log_quote(PQgetvalue(unlike, 0, 0), q1, sizeof(q1)),
+                  log_quote(PQgetvalue(unlike, 0, 1), q2, sizeof(q2)));
+        ok = false;
+    }
+    PQclear(unlike);
     if (ok && PQntuples(foreign) > 0) {
         char q[200];
         log_error("migration failed: an index name the table needs is another relation's (a "

@@ -5,7 +5,8 @@
 # apply with plain psql in order (so operators can review and run them by hand); --table
 # public.outbox is the relay's own table (migrated, not adopted), and a --schema that does not
 # exist is refused in one line (exit 1), as is adopting a table whose index names another relation
-# holds (a table renamed keeps them); a table another transaction holds makes migrate give up
+# holds (a table renamed keeps them) or a bookkeeping column of its own that does not work as the
+# relay's (attempts that may be NULL); a table another transaction holds makes migrate give up
 # after its lock_timeout (exit 1), not wait for ever. With PostgreSQL
 # down it fails at once, or with --connect-wait retries until the server is up (exit 0) or the
 # wait is over (exit 1, one error line).
@@ -130,6 +131,21 @@ check "...naming the index that is another table's" \
 check_eq "...and adopting nothing (rolled back)" "" \
     "$(psql_adopt "SELECT attname FROM pg_attribute WHERE attrelid = 'events'::regclass
                    AND attname = 'sent_at'")"
+
+# --- an adopted table with a bookkeeping column of its own ---
+# ADD COLUMN IF NOT EXISTS keeps a column the table has: an attempts that may be NULL (a home-made
+# outbox's) left a failed row on neither index the claims read once the floor passed it.
+psql_adopt "CREATE TABLE own_attempts (event_id uuid NOT NULL DEFAULT gen_random_uuid(),
+            aggregate_type text NOT NULL, aggregate_id text NOT NULL,
+            event_type text NOT NULL, payload jsonb, attempts integer)" || fail "create own_attempts"
+"$RELAY_BIN" migrate --database-url "$adopt_url" --table own_attempts 2>"$T/own_attempts.log"
+check_eq "adopting a table whose attempts may be NULL: migrate exits 1" 1 $?
+check "...naming the column and what it must be" \
+    grep -q 'column="attempts" expected="integer NOT NULL DEFAULT 0"' "$T/own_attempts.log"
+psql_adopt "ALTER TABLE own_attempts ALTER COLUMN attempts SET DEFAULT 0,
+            ALTER COLUMN attempts SET NOT NULL" || fail "fix attempts"
+"$RELAY_BIN" migrate --database-url "$adopt_url" --table own_attempts 2>"$T/own_attempts2.log"
+check_eq "...adopted once it is" 0 $?
 
 # --- a table another transaction holds ---
 # Adoption's ALTER TABLE waits for every transaction holding the table, and every writer's INSERT
