@@ -18,6 +18,8 @@
 #define LANE_FN "pg_catalog.to_regprocedure('outbox_lane(text,text)')"
 #define SLEEP_FN "pg_catalog.to_regprocedure('outbox_relay_sleep()')"
 #define WAKE_FN "pg_catalog.to_regprocedure('outbox_relay_wake()')"
+/* The schema of the relay's functions (--schema), which may not be the table's. */
+#define FN_SCHEMA "(SELECT pronamespace FROM pg_catalog.pg_proc WHERE oid = " SLEEP_FN "::oid)"
 /* The columns of the table and whether writers (outbox_producer) may INSERT into each: not the
  * order column nor any identity or generated one (OVERRIDING SYSTEM VALUE needs INSERT on the
  * identity column), not the relay's bookkeeping (a writer setting attempts, next_attempt_at or
@@ -89,6 +91,14 @@ static const Need
                  "pg_catalog.format('GRANT EXECUTE ON FUNCTION outbox_relay_sleep(), "
                  "outbox_relay_wake() TO "
                  "%I', $2::text)"},
+                /* The relay calls its wakeup's functions by name, through its search_path: in a
+                 * schema it may not use they are not found, and its sessions fall back to the
+                 * poll timer (a table in another schema than --schema). */
+                {FOR_RELAY, "USAGE on the schema of the wakeup's functions",
+                 SLEEP_FN " IS NOT NULL",
+                 "pg_catalog.has_schema_privilege($1, " FN_SCHEMA ", 'USAGE')",
+                 "pg_catalog.format('GRANT USAGE ON SCHEMA %s TO %I', " FN_SCHEMA
+                 "::regnamespace::text, $2::text)"},
                 {FOR_RELAY | ONLY_FLOOR,
                  "SELECT on the order column's sequence (the claim floor, 0008)",
                  SEQ " IS NOT NULL",

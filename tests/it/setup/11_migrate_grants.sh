@@ -9,7 +9,9 @@
 #     a DELETE the operator revoked is not given back;
 #  3. a relay logging in as a member of outbox_relay delivers with the claim floor on: no "claims
 #     read the unsent index from its start" warning;
-#  4. an owner who does not own the table (the grants cannot be given): non-zero, the GRANT named.
+#  4. an owner who does not own the table (the grants cannot be given): non-zero, the GRANT named;
+#  5. the relay's functions in their own schema (--schema) and the table in another: outbox_relay
+#     gets USAGE on both (without the functions' schema its wakeup calls find no function).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -83,3 +85,16 @@ rc=$?
 check "4: a migrate that cannot grant exits non-zero" test "$rc" -ne 0
 check "4: it names the GRANT to run" grep -q \
     'grant="GRANT SELECT ON SEQUENCE outbox_id_seq TO outbox_relay"' "$T/m4.log"
+
+# --- 5. the relay's functions in a schema of their own, the table in another ---
+psql_q "CREATE DATABASE split" -d postgres || fail "create split"
+psql_q "CREATE SCHEMA fns; CREATE SCHEMA app;
+        CREATE TABLE app.events (event_id uuid NOT NULL DEFAULT gen_random_uuid(),
+            aggregate_type text NOT NULL, aggregate_id text NOT NULL, event_type text NOT NULL,
+            payload jsonb)" -d split || fail "create the schemas and the table"
+"$RELAY_BIN" migrate --database-url "postgresql://postgres@127.0.0.1:$PGPORT/split" --schema fns \
+    --table app.events >"$T/m5.log" 2>&1
+check_eq "5: migrate --schema fns --table app.events exits 0" 0 $?
+check_eq "5: outbox_relay may use both schemas (the table's, the functions')" "t|t" \
+    "$(psql_q "SELECT has_schema_privilege('outbox_relay', 'app', 'USAGE'),
+                      has_schema_privilege('outbox_relay', 'fns', 'USAGE')" -d split)"
