@@ -150,7 +150,7 @@ status_waits() {
 }
 wait_for "6: status waits behind the lock" 15 status_waits
 # The forwarder and the child it forked for status's connection (their pids, no names).
-read -ra stopped <<<"$forwarder $(ps -o pid= --ppid "$forwarder" | tr '\n' ' ')"
+read -ra stopped <<<"$forwarder $(pgrep -P "$forwarder" | tr '\n' ' ')"
 kill -STOP "${stopped[@]}"
 wait "$waiting"
 check_eq "6: status gives up on a server that does not answer: exit 1" 1 $?
