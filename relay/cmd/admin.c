@@ -145,9 +145,6 @@ int admin_dead(const Config *cfg)
     PGconn *conn = admin_connect(cfg->database_url);
     if (!conn)
         return 1;
-    if (!cfg->json)
-        printf("%-10s %-36s %-24s %-8s %-20s %s\n", "ID", "EVENT_ID", "AGGREGATE", "ATTEMPTS",
-               "DEAD_AT", "LAST_ERROR");
     long n = 0;
     int unprinted = 0, rc = 0;
     char after[32] = "", batch[32];
@@ -160,6 +157,10 @@ int admin_dead(const Config *cfg)
             break;
         }
         int rows = PQntuples(res);
+        /* The heading once the first batch is read: a command that fails prints its one line. */
+        if (!cfg->json && !*after)
+            printf("%-10s %-36s %-24s %-8s %-20s %s\n", "ID", "EVENT_ID", "AGGREGATE", "ATTEMPTS",
+                   "DEAD_AT", "LAST_ERROR");
         for (int i = 0; i < rows; i++) {
             if (cfg->json) {
                 unprinted += !print_json(res, i);
