@@ -6,6 +6,8 @@
 #     (ConditionPathExists=);
 #  2. with it: the start job completes (Type=notify: READY=1), as the dynamic user, with
 #     STATUS= and the watchdog set; 300 rows are delivered; /readyz answers on relay.json's address;
+#     `systemctl reload` (ExecReload=/bin/kill, which only procps ships: the package must depend
+#     on it, as minbase lacks it) makes the relay re-read relay.json;
 #  3. `systemctl stop`: exit 0, Result=success;
 #  4. a configuration the relay refuses (exit 2) leaves the unit failed, not restarting
 #     (RestartPreventExitStatus=2);
@@ -106,6 +108,13 @@ check_eq "2: /readyz on relay.json's address" ready "$(curl -fsS "http://$metric
 inside journalctl -u outbox-relay --no-pager -o cat -n 200 >"$T/journal.log" 2>&1
 check "2: no sandbox denial in the log (EPERM, Operation not permitted)" \
     lacks "$T/journal.log" "Operation not permitted"
+check "2: systemctl reload (ExecReload= sends SIGHUP)" inside systemctl reload outbox-relay
+reloaded() {
+    inside journalctl -u outbox-relay --no-pager -o cat -n 200 2>/dev/null |
+        grep -q 'msg="configuration reloaded"'
+}
+wait_for "2: the relay re-read relay.json (configuration reloaded)" 30 reloaded
+check_eq "2: still active after the reload" active "$(prop ActiveState)"
 
 # --- 3. ---
 check "3: systemctl stop" inside systemctl stop outbox-relay
