@@ -32,8 +32,8 @@ SCRIPTS=(tests/run.sh tests/lib.sh tests/netns_lib.sh tests/demo_lib.sh tests/it
 PROSE=" as column dh duplicates file free idle look make postmaster shutdown size systemd w write "
 # ... and: faketime (41_wall_clock_step.sh names the package; the library is listed by path), man
 # (a directory of gen-man.sh's arguments in 13_units.sh), opt and col (loop variables in 14 and
-# 16).
-PROSE="$PROSE faketime man opt col "
+# 16), nodejs (the package 15_install_deps.sh's stand-in apt-get "installs"; node is listed).
+PROSE="$PROSE faketime man opt col nodejs "
 # Commands a test uses only when the machine has them, saying "# SKIP" otherwise: none now
 # (node and npm, for 97 and 98, are listed and installed).
 OPTIONAL=" "

@@ -12,7 +12,8 @@
 # alternatives is among the rest: the rest first, then that entry checked again and installed
 # (what holds depends on what the first pass brought; packages.txt's header).
 # Not root: plain (`make deps`) uses sudo when there is one; --auto (`make test` and co.) prints
-# the apt-get line to run (the first pass's, and what is checked after it) and exits 1, rather than prompting for a password half-way through
+# the one apt-get line to run (the first pass, then each deferred entry when still missing) and
+# exits 1, rather than prompting for a password half-way through
 # a build. --report (the build's own check, tools/check-deps.sh) never installs: it prints the
 # line and exits 1 even as root, since the build has already read its pkg-config flags.
 set -e
@@ -167,10 +168,28 @@ line="apt-get install -y --no-install-recommends$reinstall$missing$broken"
 [ -z "$broken" ] || echo "deps: installed, but a file the project uses is gone:$broken"
 [ -z "$deferred" ] || echo "deps: then, once those are installed, checked again:$deferred"
 
+# The line printed for a user to run must leave nothing missing, or the next `make test` stops
+# again on the deferred entries: each rides on it as a step of its own, run after the first
+# install and only when what the entry provides is still not there (npm after Debian's nodejs:
+# installed; after NodeSource's, which ships it: skipped, as the second pass below does).
+followup=""
+set -f # a glob of $files goes into the line as it is, for the user's shell
+for spec in $deferred; do
+    files=$(printf '%s\n' "$alts" | awk -v s="$spec" '$1 == s { $1 = ""; print; exit }')
+    cond=""
+    for f in $files; do
+        case $f in /*) c="ls $f" ;; *) c="command -v $f" ;; esac
+        cond="${cond:+$cond && }$c"
+    done
+    [ -n "$cond" ] || cond="dpkg -s ${spec%%|*}"
+    followup="$followup && { { $cond; } >/dev/null 2>&1 || apt-get install -y --no-install-recommends ${spec%%|*}; }"
+done
+set +f
+
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 if [ "$mode" = report ] || { [ -n "$SUDO" ] && { [ "$mode" = auto ] || ! command -v sudo >/dev/null 2>&1; }; }; then
-    echo "deps: install them as root (or run 'make deps'):  apt-get update && $line" >&2
+    echo "deps: install them as root (or run 'make deps'):  apt-get update && $line$followup" >&2
     exit 1
 fi
 echo "deps: installing as $( [ -n "$SUDO" ] && echo "root via sudo" || echo root ):$missing$broken"
