@@ -1,6 +1,7 @@
 # Builds outbox-relay, producer-demo and consumer-demo on Debian bookworm (the versions the
 # project is tested with), then copies them into a slim runtime image with only the shared
-# libraries they link and the clients the compose health checks use (curl, psql).
+# libraries they link, curl (the compose health checks: the relays' /readyz, the API's
+# /healthz) and psql (to look at the database from a program's container).
 #
 #   docker build -t outbox-relay:local .      (docker-compose.yml does this for you)
 

@@ -7,7 +7,7 @@
 # of the three binaries. Also: one service builds the image (the others only name it and never pull
 # it), PostgreSQL's health check goes over TCP, migrate waits a bounded time for the database, the
 # password is not a word the logs are full of, Kafka keeps its data on a volume, and the published
-# ports are on loopback. tests/compose/compose_up.sh (make compose-test) runs the file.
+# ports are on loopback; each relay's health check is its own /readyz. tests/compose/compose_up.sh (make compose-test) runs the file.
 source "$(dirname "$0")/../../lib.sh"
 t_setup
 cd "$ROOT" || fail "cd $ROOT"
@@ -34,6 +34,16 @@ check_eq "Kafka runs KRaft as broker and controller, one voter" "broker,controll
 check_eq "no ZooKeeper anywhere" False "$(yq '"zookeeper" in str(c).lower()')"
 for svc in postgres kafka relay-1 relay-2 producer-demo consumer-demo; do
     check_eq "$svc has a health check" True "$(yq "'test' in s['$svc'].get('healthcheck', {})")"
+done
+# Each relay's own readiness, not the table's: a dead relay is unhealthy though its replica
+# drains the outbox, and a dead-lettered row leaves both healthy.
+for svc in relay-1 relay-2; do
+    listen=$(yq "(lambda c: c[c.index('--metrics-listen') + 1] if '--metrics-listen' in c else '')(s['$svc']['command'])")
+    check "$svc serves /readyz on the container's loopback (--metrics-listen 127.0.0.1:PORT)" \
+        grep -qE '^127\.0\.0\.1:[0-9]+$' <<<"$listen"
+    check_eq "$svc's health check asks its /readyz" \
+        "['CMD', 'curl', '-fsS', '-o', '/dev/null', 'http://$listen/readyz']" \
+        "$(yq "s['$svc']['healthcheck']['test']")"
 done
 check_eq "migrate runs once" no "$(yq 's["migrate"]["restart"]')"
 migrate_cmd=$(yq 's["migrate"]["command"][-1]')
