@@ -501,8 +501,8 @@ static void render_set(StrBuf *out, const Set *set)
                  "slow down while it grows. 0 when none.",
                  horizon, DB(horizon_xids), G_LLONG);
     family_gauge(out, set, "outbox_vacuum_horizon_held_seconds",
-                 "How long the holder of that snapshot has been in its transaction; 0 when "
-                 "not known (a replication slot) or none.",
+                 "How long the holder of that snapshot has been in its transaction (a "
+                 "replication slot: since this relay first saw it hold); 0 when none.",
                  horizon, DB(horizon_held_s), G_SECONDS);
 
     family_live(out, set, "outbox_postgres_up",

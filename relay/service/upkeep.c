@@ -55,6 +55,10 @@ struct Upkeep {
     long long swept;          /* rows deleted by the current sweep */
     char last_error[256];     /* "" while the queries work */
     char horizon_logged[128]; /* the holder last logged as holding back vacuum, "" when none */
+    /* A holder whose start PostgreSQL does not keep (a replication slot), and when this upkeep
+     * first saw it hold (monotonic): its held time counts from there. "" when none. */
+    char untimed_holder[128];
+    double untimed_since;
     /* Sessions seen holding lane-group locks no relay would hold (SQL_LANE_SQUATTERS): the last
      * look's slot holders without lanes (counted at the second look in a row), and the pids
      * logged, so each holder is named once. */
@@ -168,24 +172,40 @@ static void note_result(Upkeep *u, const char *task, const char *error)
 static void note_horizon(Upkeep *u, PGresult *r)
 {
     if (PQntuples(r) != 1) {
+        u->untimed_holder[0] = '\0';
         metrics_set_vacuum_horizon(0, -1.0);
         if (u->horizon_logged[0])
             log_info("nothing holds back vacuum any more", NULL);
         u->horizon_logged[0] = '\0';
         return;
     }
-    double held = PQgetisnull(r, 0, 4) ? -1.0 : strtod(PQgetvalue(r, 0, 4), NULL);
+    char holder[128];
+    snprintf(holder, sizeof(holder), "%s %s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
+    double held;
+    if (!PQgetisnull(r, 0, 4)) {
+        held = strtod(PQgetvalue(r, 0, 4), NULL);
+        u->untimed_holder[0] = '\0';
+    } else {
+        /* A replication slot has no start time: held since this upkeep first saw it hold, a
+         * lower bound (a relay restarted counts again), so that a slot nobody reads past
+         * --horizon-warn is logged and alerted on like a forgotten transaction. */
+        if (strcmp(holder, u->untimed_holder) != 0) {
+            snprintf(u->untimed_holder, sizeof(u->untimed_holder), "%s", holder);
+            u->untimed_since = monotime_now();
+        }
+        held = monotime_now() - u->untimed_since;
+    }
     double warn_s = u->cfg->horizon_warn_s > 0 ? (double)u->cfg->horizon_warn_s : 1e300;
     long long xids = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
     metrics_set_vacuum_horizon(xids, held);
-    char holder[128];
-    snprintf(holder, sizeof(holder), "%s %s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
     if (held >= warn_s && strcmp(holder, u->horizon_logged) != 0) {
-        char q0[160], q1[160], q2[160];
-        /* id is a backend's pid, or a prepared transaction's name, which any role chooses. */
+        char qk[40], q0[160], q1[160], q2[160];
+        /* id is a backend's pid, or a prepared transaction's name, which any role chooses; the
+         * kind is quoted too ("replication slot": a bare space would end the field). */
         log_warn("an old snapshot holds back vacuum; dead rows pile up and claims slow down",
                  "holder=%s id=%s application=%s state=%s held_s=%.0f xids=%lld",
-                 PQgetvalue(r, 0, 0), log_quote(PQgetvalue(r, 0, 1), q0, sizeof(q0)),
+                 log_quote(PQgetvalue(r, 0, 0), qk, sizeof(qk)),
+                 log_quote(PQgetvalue(r, 0, 1), q0, sizeof(q0)),
                  log_quote(PQgetvalue(r, 0, 2), q1, sizeof(q1)),
                  log_quote(PQgetvalue(r, 0, 3), q2, sizeof(q2)), held, xids);
         snprintf(u->horizon_logged, sizeof(u->horizon_logged), "%s", holder);

@@ -7,7 +7,10 @@
 #    long report would): outbox_vacuum_horizon_held_seconds grows past --horizon-warn (2 s here),
 #    the relay logs "an old snapshot holds back vacuum" once, naming the holder's pid and
 #    application_name, and outbox_vacuum_horizon_age_xids counts the transactions committed since;
-#  - once the transaction ends, the relay logs "nothing holds back vacuum any more".
+#  - once the transaction ends, the relay logs "nothing holds back vacuum any more";
+#  - a replication slot (a standby with hot_standby_feedback holding a snapshot), whose start
+#    PostgreSQL does not keep, is timed from when the relay first saw it hold: logged past
+#    --horizon-warn, its gauge past it too.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -45,7 +48,7 @@ for g in $(seq 1 20); do # transactions that commit behind the old snapshot
             VALUES ('h', 'h-$g', 'changed', '{\"seq\": $g}')"
 done
 logged() {
-    grep -q "an old snapshot holds back vacuum.*holder=session id=\"$(holder_pid)\" application=\"forgotten-report\"" \
+    grep -q "an old snapshot holds back vacuum.*holder=\"session\" id=\"$(holder_pid)\" application=\"forgotten-report\"" \
         "$RELAY_LOG"
 }
 wait_for "the relay names the holder once it has held its snapshot past --horizon-warn" 20 logged
@@ -62,3 +65,39 @@ wait_for "its end is logged" 20 released
 check_eq "the holder was logged once" 1 "$(grep -c "an old snapshot holds back vacuum" "$RELAY_LOG")"
 relay_stop
 check_eq "the relay exits 0" 0 "$?"
+
+# --- a replication slot: PostgreSQL keeps no start time for it -------------------------------------
+# A standby with hot_standby_feedback streams through a slot and holds a snapshot: the slot's xmin
+# stays behind. The relay times it from when it first saw it hold (it logged nothing, its gauge
+# said 0, and OutboxVacuumHorizonHeld could never fire, for a slot nobody reads any more).
+psql_q "SELECT pg_create_physical_replication_slot('horizon_slot')" >/dev/null ||
+    fail "SLOT: create the slot"
+standby_start
+printf '%s\n' "primary_slot_name = 'horizon_slot'" "hot_standby_feedback = on" >>"$SB/postgresql.auto.conf"
+_as_pg pg_ctl -D "$SB" reload >/dev/null || fail "SLOT: reload the standby"
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0 \
+    --horizon-warn 2s --kafka reconnect.backoff.max.ms=500
+metrics_wait
+psql -XAtq -p "$SB_PORT" -c "BEGIN ISOLATION LEVEL REPEATABLE READ" \
+    -c "SELECT count(*) FROM outbox" -c "SELECT pg_sleep(15)" -c "COMMIT" >"$T/sb-holder.out" 2>&1 &
+SB_HOLDER=$!
+_t_track "$SB_HOLDER"
+slot_holds() {
+    [ "$(psql_q "SELECT xmin IS NOT NULL FROM pg_replication_slots WHERE slot_name = 'horizon_slot'")" = t ]
+}
+wait_for "SLOT: the standby's feedback gives the slot an xmin" 20 slot_holds
+for g in $(seq 1 20); do # transactions that commit behind the standby's snapshot
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            VALUES ('s', 's-$g', 'changed', '{\"seq\": $g}')"
+done
+slot_logged() {
+    grep -q 'an old snapshot holds back vacuum.*holder="replication slot" id="horizon_slot"' \
+        "$RELAY_LOG"
+}
+wait_for "SLOT: the relay names the slot once it has held past --horizon-warn" 20 slot_logged
+check "SLOT: the held-seconds gauge counts its time (past --horizon-warn)" \
+    awk -v h="$(gauge outbox_vacuum_horizon_held_seconds)" 'BEGIN { exit !(h >= 2) }'
+wait "$SB_HOLDER"
+relay_stop
+check_eq "SLOT: the relay exits 0" 0 "$?"
+

@@ -84,7 +84,7 @@ GID="gid-1"$'\e'"]0;pwned"$'\a'$'\u2028'"level=error msg=forged"
 psql -XAtq -v ON_ERROR_STOP=1 -c "BEGIN" -c "INSERT INTO held VALUES (1)" \
     -c "PREPARE TRANSACTION \$g\$$GID\$g\$" >/dev/null || fail "prepare a transaction"
 wait_for "3: the relay warns about the prepared transaction" 40 \
-    grep -q "holder=prepared transaction" "$RELAY_LOG"
+    grep -q 'holder="prepared transaction"' "$RELAY_LOG"
 psql_q "ROLLBACK PREPARED \$g\$$GID\$g\$" >/dev/null
 relay_stop
 check_eq "1: the relay stops cleanly" 0 $?
