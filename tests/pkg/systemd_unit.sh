@@ -9,8 +9,9 @@
 #     `systemctl reload` (ExecReload=/bin/kill, which only procps ships: the package must depend
 #     on it, as minbase lacks it) makes the relay re-read relay.json;
 #  3. `systemctl stop`: exit 0, Result=success;
-#  4. a configuration the relay refuses (exit 2) leaves the unit failed, not restarting
-#     (RestartPreventExitStatus=2);
+#  4. a configuration the relay refuses (exit 2), or a credential file gone (kafka.properties:
+#     LoadCredential= fails, exit 243), leaves the unit failed, not restarting
+#     (RestartPreventExitStatus=2 243);
 #  5. the template outbox-relay@second, with /etc/outbox-relay/second.json and
 #     second.database-url, starts (READY=1) and stops like the unit;
 #  6. the install said why the unit stays skipped (postinst), and `dpkg --purge` leaves nothing in
@@ -128,6 +129,11 @@ inside systemctl start outbox-relay >/dev/null 2>&1
 check_eq "4: a refused configuration (exit 2) fails the unit, which does not restart" \
     "2 failed 0" "$(prop ExecMainStatus) $(prop ActiveState) $(prop NRestarts)"
 cp "$T/relay.json" "$C/etc/outbox-relay/relay.json"
+mv "$C/etc/outbox-relay/kafka.properties" "$T/kafka.properties"
+inside systemctl start outbox-relay >/dev/null 2>&1
+check_eq "4: a credential file gone (kafka.properties: exit 243) fails the unit, which does not restart" \
+    "243 failed 0" "$(prop ExecMainStatus) $(prop ActiveState) $(prop NRestarts)"
+mv "$T/kafka.properties" "$C/etc/outbox-relay/kafka.properties"
 
 # --- 5. ---
 port2=$(free_port) || fail "a free port for the second relay's metrics"
