@@ -29,12 +29,19 @@ as_pg() {
 }
 
 cleanup() {
-    local rc=$? i pid
+    local rc=$? i t pid
     trap - EXIT INT TERM
-    # Newest first: the programs stop before the broker they talk to.
+    # Newest first: the programs stop before the broker they talk to. Each gets 30 s (the relay's
+    # own shutdown bound is 40 s at most, well under that on a demo's few rows), then SIGKILL: a
+    # cleanup never waits without a bound.
     for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
         pid=${PIDS[$i]}
         kill -TERM "$pid" 2>/dev/null || true
+        for ((t = 0; t < 300; t++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     done
     [ "$PG_STARTED" = 1 ] && as_pg pg_ctl -D "$W/pg" -m fast -w stop >/dev/null 2>&1
@@ -148,14 +155,14 @@ say "outbox-relay publishing outbox rows to topic outbox.event.order"
     --topic outbox.event.order --group shipping --stats-interval 1 --redis-url "$REDIS_URL" \
     2>"$W/consumer.log" &
 CONSUMER_PID=$!
-PIDS+=($CONSUMER_PID)
+PIDS+=("$CONSUMER_PID")
 say "consumer-demo in group 'shipping', creating one shipment per order (both demos on Redis too)"
 
 # post NAME KEY BODY: POST /orders, prints status, the replay header and the body.
 post() {
     local name=$1 key=$2 body=$3 hdr=()
     [ -n "$key" ] && hdr=(-H "Idempotency-Key: $key")
-    curl -sS -o "$W/$name.body" -D "$W/$name.headers" -X POST "$API/orders" \
+    curl -sS --max-time 10 -o "$W/$name.body" -D "$W/$name.headers" -X POST "$API/orders" \
         -H 'Content-Type: application/json' "${hdr[@]}" -d "$body" >/dev/null
     local status replayed
     status=$(head -n 1 "$W/$name.headers" | cut -d' ' -f2)
@@ -195,15 +202,15 @@ expect_status second 201
 post third demo-order-4 '{"customer_id": "c-9", "amount_cents": 350, "currency": "GBP"}'
 expect_status third 201
 id=$(grep -o '"id":"[^"]*"' "$W/first.body" | cut -d'"' -f4)
-say "GET /orders/$id -> $(curl -sS -w ' (%{http_code})' "$API/orders/$id")"
+say "GET /orders/$id -> $(curl -sS --max-time 10 -w ' (%{http_code})' "$API/orders/$id")"
 say "orders: $(sql 'SELECT count(*) FROM orders'), outbox rows: $(sql 'SELECT count(*) FROM outbox')"
 
 step "4b. Versioned update: PATCH with If-Match (optimistic locking)"
-etag=$(curl -sS -o /dev/null -D - "$API/orders/$id" | grep -i '^ETag:' | tr -d '\r' | cut -d' ' -f2)
+etag=$(curl -sS --max-time 10 -o /dev/null -D - "$API/orders/$id" | grep -i '^ETag:' | tr -d '\r' | cut -d' ' -f2)
 say "GET /orders/$id -> ETag: $etag"
 patch() {
     local name=$1 match=$2 body=$3
-    curl -sS -o "$W/$name.body" -D "$W/$name.headers" -X PATCH "$API/orders/$id" \
+    curl -sS --max-time 10 -o "$W/$name.body" -D "$W/$name.headers" -X PATCH "$API/orders/$id" \
         -H "If-Match: $match" -d "$body" >/dev/null
     head -n 1 "$W/$name.headers" | cut -d' ' -f2 >"$W/$name.status"
     say "PATCH If-Match: $match $body"
