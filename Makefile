@@ -331,11 +331,16 @@ man-check: $(MAN_PAGES) $(DOC_PAGES)
 # The documents' generated parts (the option and metric references, the schema objects, the
 # section 5 and 7 pages) from the code: `make docs` rewrites them, `make docs-check` (part of
 # `make test`) fails when one differs or a quoted log line, option, name or link does not exist.
+# systemd/relay.json, the sample configuration the package installs, is --help-config's output:
+# written with the documents, and checked with them, so an option's new help cannot leave it stale.
 docs: bin/outbox-relay docs-cycle
 	python3 tools/docs.py gen
+	bin/outbox-relay --help-config >systemd/relay.json
 
 docs-check: bin/outbox-relay $(DEMO_BIN)
 	@python3 tools/docs.py check
+	@bin/outbox-relay --help-config | cmp -s - systemd/relay.json || \
+	    { echo "docs-check: systemd/relay.json differs from --help-config: run \`make docs\` (and commit)"; exit 1; }
 
 test-ready: docs-check
 

@@ -311,8 +311,8 @@ static const OptDef options[] = {
      .offset = FIELD(busy_poll_interval_ms),
      .commands = RUN_LIKE,
      .metavar = "MS",
-     .help =
-         "when producers are mid-transaction as the relay runs out of work, check again after this",
+     .help = "how often an awake session with no rows claims again (for --sleep-after, and "
+             "while producers are mid-transaction)",
      .reloadable = true},
     {.name = "sleep-after",
      .type = OPT_INT,
