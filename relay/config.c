@@ -849,6 +849,14 @@ static void config_copy(Config *to, const Config *from)
             *list = copy;
         }
     }
+    if (from->kafka_file_entries) {
+        size_t size = from->kafka_file_entries * sizeof(*to->kafka_file_lines);
+        if (!(to->kafka_file_lines = malloc(size))) {
+            perror("outbox-relay");
+            exit(1);
+        }
+        memcpy(to->kafka_file_lines, from->kafka_file_lines, size);
+    }
 }
 
 /* A database name: what goes into log lines, metric labels and status output unquoted. */
@@ -1292,6 +1300,13 @@ static bool read_kafka_file(Config *cfg, size_t at, char *err, size_t errlen)
         char *value = eq + 1;
         while (*value == ' ' || *value == '\t')
             value++;
+        int *lines = realloc(cfg->kafka_file_lines, (cfg->kafka_file_entries + 1) * sizeof(*lines));
+        if (!lines) {
+            perror("outbox-relay");
+            exit(1);
+        }
+        cfg->kafka_file_lines = lines;
+        lines[cfg->kafka_file_entries++] = lineno;
         kafka_insert(cfg, at++, (OptPair){strndup(line, (size_t)(key_end - line)), strdup(value)});
     }
     /* The buffer held the secrets too: clear it before it goes back to the allocator. */
@@ -1454,11 +1469,28 @@ static bool check_kafka_properties(Config *cfg, const OptSource *sources, char *
                            source_names[from]);
     if (!kafka_guard_check_allow(cfg->kafka_allow_unsafe, err, errlen))
         return false;
-    for (size_t i = 0; i < cfg->kafka.len; i++)
+    for (size_t i = 0; i < cfg->kafka.len; i++) {
+        char origin[1024];
+        config_kafka_origin(cfg, i, origin, sizeof(origin));
         if (!kafka_guard_check(cfg->kafka.items[i].key, cfg->kafka.items[i].value,
-                               cfg->kafka_allow_unsafe, err, errlen))
+                               cfg->kafka_allow_unsafe, origin, err, errlen))
             return false;
+    }
     return true;
+}
+
+void config_kafka_origin(const Config *cfg, size_t i, char *out, size_t outlen)
+{
+    const char *key = i < cfg->kafka.len ? cfg->kafka.items[i].key : "";
+    size_t from_file = cfg->kafka_from_file;
+    if (i < from_file)
+        snprintf(out, outlen, "config file %s: kafka %s", cfg->config_file ? cfg->config_file : "",
+                 key);
+    else if (i - from_file < cfg->kafka_file_entries)
+        snprintf(out, outlen, "kafka-file %s line %d: %s", cfg->kafka_file ? cfg->kafka_file : "",
+                 cfg->kafka_file_lines[i - from_file], key);
+    else
+        snprintf(out, outlen, "--kafka %s", key);
 }
 
 static const OptSpec spec = {
@@ -1667,6 +1699,9 @@ void config_free(Config *cfg)
     cfg->n_dbs = 0;
     free(cfg->database_name);
     cfg->database_name = NULL;
+    free(cfg->kafka_file_lines);
+    cfg->kafka_file_lines = NULL;
+    cfg->kafka_file_entries = 0;
     opts_free(&spec, cfg);
     table_map_free(&cfg->map);
 }

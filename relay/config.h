@@ -94,6 +94,10 @@ typedef struct Config {
     OptList kafka; /* librdkafka properties, passed through as given (validated by librdkafka at
                     * start-up), in order: config file entries, --kafka-file lines, flags */
     size_t kafka_from_file; /* of kafka, the config file's entries (--kafka-file goes after) */
+    /* The --kafka-file entries, after the config file's: how many, and the line of each (so an
+     * error about one names its line, config_kafka_origin). */
+    size_t kafka_file_entries;
+    int *kafka_file_lines;
     char *kafka_file;
     char *kafka_allow_unsafe; /* --kafka-allow-unsafe: guarded properties allowed (kafka_guard.h) */
     bool require_tls;         /* --require-tls: unverified remote connections are an error */
@@ -177,6 +181,11 @@ const Config *config_pick_database(const Config *cfg, char *err, size_t errlen);
 
 /* Releases what config_load allocated; safe on a zeroed or partly loaded Config. */
 void config_free(Config *cfg);
+
+/* Where entry i of cfg->kafka came from, for an error about it, written to out: "--kafka KEY",
+ * "kafka-file PATH line N: KEY" or "config file PATH: kafka KEY" (never the value: it may be a
+ * secret). */
+void config_kafka_origin(const Config *cfg, size_t i, char *out, size_t outlen);
 
 /* Writes the usage text, generated from the option table: of the whole program, or with argv
  * naming a command ("outbox-relay run --help"), of that command and only the options it takes. */

@@ -68,8 +68,8 @@ static bool allowed(const Guarded *g, const char *allow)
     return false;
 }
 
-bool kafka_guard_check(const char *key, const char *value, const char *allow, char *err,
-                       size_t errlen)
+bool kafka_guard_check(const char *key, const char *value, const char *allow, const char *origin,
+                       char *err, size_t errlen)
 {
     (void)value;
     size_t len;
@@ -77,9 +77,8 @@ bool kafka_guard_check(const char *key, const char *value, const char *allow, ch
     const Guarded *g = find(name, len);
     if (!g || allowed(g, allow))
         return true;
-    snprintf(err, errlen,
-             "--kafka %s: refused, it %s; allow it with --kafka-allow-unsafe %s if you must",
-             g->name, g->why, g->name);
+    snprintf(err, errlen, "%s: refused, it %s; allow it with --kafka-allow-unsafe %s if you must",
+             origin, g->why, g->name);
     return false;
 }
 

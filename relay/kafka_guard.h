@@ -14,11 +14,12 @@
 #include <stddef.h>
 
 /* Checks one property. allow is the value of --kafka-allow-unsafe (comma-separated property
- * names, or NULL). Returns false with one line in err (naming the property, never its value:
- * it may be a secret) when key is refused; true otherwise. Keys are compared ignoring case and
- * surrounding blanks. */
-bool kafka_guard_check(const char *key, const char *value, const char *allow, char *err,
-                       size_t errlen) __attribute__((warn_unused_result));
+ * names, or NULL); origin says where the property was set (config_kafka_origin: the flag, or the
+ * file and line) and starts the error. Returns false with one line in err (naming the property
+ * and where it was set, never its value: it may be a secret) when key is refused; true
+ * otherwise. Keys are compared ignoring case and surrounding blanks. */
+bool kafka_guard_check(const char *key, const char *value, const char *allow, const char *origin,
+                       char *err, size_t errlen) __attribute__((warn_unused_result));
 
 /* Checks --kafka-allow-unsafe itself: every name must be one of the guarded properties (a typo
  * must not silently allow nothing). Returns false with one line in err. */

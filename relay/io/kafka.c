@@ -36,16 +36,26 @@ struct KafkaProducer {
     const char *log_context;
 };
 
-static bool conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, const char *source,
-                     char *err, size_t errlen)
+/* Sets key to value; on failure, one line in err that starts with origin (where the property
+ * was set, and its name) and never shows a secret value. */
+static bool conf_set_from(rd_kafka_conf_t *conf, const char *key, const char *value,
+                          const char *origin, char *err, size_t errlen)
 {
     char why[512];
     if (rd_kafka_conf_set(conf, key, value, why, sizeof(why)) == RD_KAFKA_CONF_OK)
         return true;
     if (secrets_kafka_key_sensitive(key) && *value && strstr(why, value))
         snprintf(why, sizeof(why), "invalid value (not shown: it is a secret)");
-    snprintf(err, errlen, "%s %s: %s", source, key, why);
+    snprintf(err, errlen, "%s: %s", origin, why);
     return false;
+}
+
+static bool conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, const char *source,
+                     char *err, size_t errlen)
+{
+    char origin[300];
+    snprintf(origin, sizeof(origin), "%s %s", source, key);
+    return conf_set_from(conf, key, value, origin, err, errlen);
 }
 
 rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
@@ -81,18 +91,18 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
                conf_set(conf, "bootstrap.servers", cfg->brokers, "--brokers", err, errlen));
     for (size_t i = 0; ok && i < cfg->kafka.len; i++) {
         const OptPair *p = &cfg->kafka.items[i];
+        char origin[1024];
+        config_kafka_origin(cfg, i, origin, sizeof(origin));
         if (strcmp(p->key, "enable.idempotence") == 0 && strcmp(p->value, "true") != 0) {
-            snprintf(err, errlen,
-                     "--kafka enable.idempotence=%s: must stay true, per-aggregate order depends "
-                     "on it",
-                     p->value);
+            snprintf(err, errlen, "%s=%s: must stay true, per-aggregate order depends on it",
+                     origin, p->value);
             ok = false;
         } else if (strcmp(p->key, "dr_msg_cb") == 0 || strcmp(p->key, "dr_cb") == 0 ||
                    strcmp(p->key, "opaque") == 0) {
-            snprintf(err, errlen, "--kafka %s: cannot be set from configuration", p->key);
+            snprintf(err, errlen, "%s: cannot be set from configuration", origin);
             ok = false;
         } else {
-            ok = conf_set(conf, p->key, p->value, "--kafka", err, errlen);
+            ok = conf_set_from(conf, p->key, p->value, origin, err, errlen);
         }
     }
     /* A message larger than the producer's whole queue is refused with QUEUE_FULL for ever,

@@ -7,7 +7,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "kafka.h"
@@ -87,6 +91,71 @@ static void test_delivery_callbacks_cannot_be_set(void **state)
     config_free(&cfg);
 }
 
+/* Writes text to a fresh temporary file; its path goes to path (PATH_MAX bytes). */
+static void write_temp(char *path, const char *suffix, const char *text)
+{
+    snprintf(path, PATH_MAX, "/tmp/test_kafka_XXXXXX%s", suffix);
+    int fd = mkstemps(path, (int)strlen(suffix));
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
+/* A property librdkafka rejects is named with where it was set: the --kafka-file and its line,
+ * the config file, or the flag (docs/security.md), not as a --kafka flag whatever its origin. */
+static void test_rejected_property_names_its_origin(void **state)
+{
+    Config cfg;
+    char err[1024] = "", props[PATH_MAX], json[PATH_MAX], want[PATH_MAX + 64];
+    write_temp(props, ".properties", "# SASL\nlinger.ms=1\n\n  no.such.prop = 1\n");
+    assert_null(build(&cfg, err, sizeof(err), "--kafka-file", props, (char *)NULL));
+    snprintf(want, sizeof(want), "kafka-file %s line 4: no.such.prop: ", props);
+    if (strncmp(err, want, strlen(want)) != 0)
+        fail_msg("error \"%s\" does not start with \"%s\"", err, want);
+    config_free(&cfg);
+
+    write_temp(json, ".json", "{\"kafka\": {\"linger.ms\": \"notanumber\"}}\n");
+    assert_null(build(&cfg, err, sizeof(err), "--config", json, (char *)NULL));
+    snprintf(want, sizeof(want), "config file %s: kafka linger.ms: ", json);
+    if (strncmp(err, want, strlen(want)) != 0)
+        fail_msg("error \"%s\" does not start with \"%s\"", err, want);
+    config_free(&cfg);
+
+    /* All three: the config file's entries come first, then the file's lines, then the flags. */
+    write_temp(json, ".json", "{\"kafka\": {\"linger.ms\": \"5\", \"acks\": \"all\"}}\n");
+    unlink(props);
+    write_temp(props, ".properties", "linger.ms=2\nbad.one=1\n");
+    assert_null(build(&cfg, err, sizeof(err), "--config", json, "--kafka-file", props, "--kafka",
+                      "linger.ms=3", (char *)NULL));
+    snprintf(want, sizeof(want), "kafka-file %s line 2: bad.one: ", props);
+    if (strncmp(err, want, strlen(want)) != 0)
+        fail_msg("error \"%s\" does not start with \"%s\"", err, want);
+    config_free(&cfg);
+    unlink(props);
+    write_temp(props, ".properties", "linger.ms=2\n");
+    assert_null(build(&cfg, err, sizeof(err), "--config", json, "--kafka-file", props, "--kafka",
+                      "x.y=1", (char *)NULL));
+    if (strncmp(err, "--kafka x.y: ", 13) != 0)
+        fail_msg("error \"%s\" does not start with \"--kafka x.y: \"", err);
+    config_free(&cfg);
+    unlink(props);
+    unlink(json);
+}
+
+/* The same for a property the relay refuses itself. */
+static void test_refused_property_names_its_origin(void **state)
+{
+    Config cfg;
+    char err[1024] = "", props[PATH_MAX], want[PATH_MAX + 64];
+    write_temp(props, ".properties", "linger.ms=1\nenable.idempotence=false\n");
+    assert_null(build(&cfg, err, sizeof(err), "--kafka-file", props, (char *)NULL));
+    snprintf(want, sizeof(want), "kafka-file %s line 2: enable.idempotence", props);
+    if (strncmp(err, want, strlen(want)) != 0)
+        fail_msg("error \"%s\" does not start with \"%s\"", err, want);
+    config_free(&cfg);
+    unlink(props);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -94,6 +163,8 @@ int main(void)
         cmocka_unit_test(test_flags_come_after_the_defaults),
         cmocka_unit_test(test_idempotence_cannot_be_turned_off),
         cmocka_unit_test(test_delivery_callbacks_cannot_be_set),
+        cmocka_unit_test(test_rejected_property_names_its_origin),
+        cmocka_unit_test(test_refused_property_names_its_origin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,8 @@
 # operator allows them by name (relay/kafka_guard.c, docs/security.md):
 #  1. --kafka plugin.library.paths=LIB exits 2 with one line, and LIB is not loaded (its
 #     constructor would create a file); the same from --kafka-file, from the config file's
-#     "kafka" object, and with the name in another case;
+#     "kafka" object (the line names the file, and the --kafka-file's line), and with the name
+#     in another case;
 #  2. --kafka sasl.kerberos.kinit.cmd=CMD (with GSSAPI) exits 2 with one line and CMD never runs;
 #     ssl.engine.location and ssl.providers are refused too;
 #  3. --kafka-allow-unsafe is honoured from flags only (from the config file: exit 2), and a name
@@ -44,8 +45,12 @@ refused "1: plugin.library.paths" --kafka "plugin.library.paths=$T/evil.so"
 check "1: the plugin was not loaded" test ! -e "$T/loaded"
 printf 'linger.ms=1\nplugin.library.paths = %s\n' "$T/evil.so" >"$T/kafka.properties"
 refused "1: plugin.library.paths from --kafka-file" --kafka-file "$T/kafka.properties"
+check "1: the refusal names the file and line, not --kafka" \
+    grep -qF "kafka-file $T/kafka.properties line 2: plugin.library.paths: refused" "$T/err"
 printf '{"kafka": {"plugin.library.paths": "%s"}}\n' "$T/evil.so" >"$T/config.json"
 refused "1: plugin.library.paths from the config file" --config "$T/config.json"
+check "1: the refusal names the config file, not --kafka" \
+    grep -qF "config file $T/config.json: kafka plugin.library.paths: refused" "$T/err"
 refused "1: Plugin.Library.Paths (another case)" --kafka "Plugin.Library.Paths=$T/evil.so"
 check "1: the plugin was never loaded" test ! -e "$T/loaded"
 

@@ -108,6 +108,13 @@ bad "--kafka queue.buffering.max.kbytes under one message.max.bytes" run --datab
 check "...and the line says why" grep -q 'queue must hold one message of message.max.bytes' "$T/err"
 bad "a config kafka property librdkafka rejects" run --database-url "$DB" --brokers "$KB" \
     --config "$(cfg kafka '{"kafka": {"no.such.prop": "1"}}')"
+check "...and the line names the config file, not --kafka" \
+    grep -qF "config file $T/kafka.json: kafka no.such.prop: " "$T/err"
+printf 'linger.ms=1\n# comment\nno.such.prop=1\n' >"$T/kafka.properties"
+bad "a --kafka-file property librdkafka rejects" run --database-url "$DB" --brokers "$KB" \
+    --kafka-file "$T/kafka.properties"
+check "...and the line names the file and the line, not --kafka" \
+    grep -qF "kafka-file $T/kafka.properties line 3: no.such.prop: " "$T/err"
 # The registry's files are checked with the configuration: check refuses what run refuses, with
 # the same status (check made an unreadable auth file a FAIL line, exit 1).
 REGISTRY=(--value-format avro --schema-registry-url http://127.0.0.1:1)
