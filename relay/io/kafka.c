@@ -58,6 +58,41 @@ static bool conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, 
     return conf_set_from(conf, key, value, origin, err, errlen);
 }
 
+/* The properties whose final values kafka_conf_build checks. */
+enum { W_IDEMPOTENCE, W_GAPLESS, W_TIMEOUT, W_QUEUE_KBYTES, W_MESSAGE_MAX_BYTES, W_N };
+static const char *const watched[W_N] = {"enable.idempotence", "enable.gapless.guarantee",
+                                         "message.timeout.ms", "queue.buffering.max.kbytes",
+                                         "message.max.bytes"};
+
+/* The value of key in conf as text ("" if librdkafka has none). */
+static void conf_value(const rd_kafka_conf_t *conf, const char *key, char *out, size_t outlen)
+{
+    size_t size = outlen;
+    if (rd_kafka_conf_get(conf, key, out, &size) != RD_KAFKA_CONF_OK)
+        out[0] = '\0';
+}
+
+/* Where a watched property's final value came from: entry i of cfg->kafka, or (i < 0) the
+ * relay's default or librdkafka's. */
+static void watched_origin(const Config *cfg, long i, const char *key, char *out, size_t outlen)
+{
+    if (i >= 0)
+        config_kafka_origin(cfg, (size_t)i, out, outlen);
+    else
+        snprintf(out, outlen, "default %s", key);
+}
+
+/* The longest --delivery-timeout of the process (each database may set its own): the producer
+ * is the process's. */
+static long max_delivery_timeout_ms(const Config *cfg)
+{
+    long ms = cfg->n_dbs ? 0 : cfg->delivery_timeout_ms;
+    for (int i = 0; i < cfg->n_dbs; i++)
+        if (cfg->dbs[i].delivery_timeout_ms > ms)
+            ms = cfg->dbs[i].delivery_timeout_ms;
+    return ms;
+}
+
 rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -89,34 +124,94 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
                                                 KAFKA_STATS_INTERVAL_MS, "default", err, errlen)) &&
               (!cfg->brokers ||
                conf_set(conf, "bootstrap.servers", cfg->brokers, "--brokers", err, errlen));
+    /* The checks below read the final values, as librdkafka will use them, whatever spelling
+     * set them (an alias such as delivery.timeout.ms, "1" or "TRUE" for true); the entry that
+     * last changed each one is the one an error names. */
+    char value[W_N][64];
+    long setter[W_N];
+    for (int w = 0; w < W_N; w++) {
+        conf_value(conf, watched[w], value[w], sizeof(value[w]));
+        setter[w] = -1;
+    }
     for (size_t i = 0; ok && i < cfg->kafka.len; i++) {
         const OptPair *p = &cfg->kafka.items[i];
         char origin[1024];
         config_kafka_origin(cfg, i, origin, sizeof(origin));
-        if (strcmp(p->key, "enable.idempotence") == 0 && strcmp(p->value, "true") != 0) {
-            snprintf(err, errlen, "%s=%s: must stay true, per-aggregate order depends on it",
-                     origin, p->value);
-            ok = false;
-        } else if (strcmp(p->key, "dr_msg_cb") == 0 || strcmp(p->key, "dr_cb") == 0 ||
-                   strcmp(p->key, "opaque") == 0) {
+        if (strcmp(p->key, "dr_msg_cb") == 0 || strcmp(p->key, "dr_cb") == 0 ||
+            strcmp(p->key, "opaque") == 0) {
             snprintf(err, errlen, "%s: cannot be set from configuration", origin);
             ok = false;
         } else {
             ok = conf_set_from(conf, p->key, p->value, origin, err, errlen);
         }
+        for (int w = 0; ok && w < W_N; w++) {
+            char now[64];
+            conf_value(conf, watched[w], now, sizeof(now));
+            if (strcmp(now, value[w]) != 0) {
+                snprintf(value[w], sizeof(value[w]), "%s", now);
+                setter[w] = (long)i;
+            }
+        }
+    }
+    char origin[1024];
+    if (ok && strcmp(value[W_IDEMPOTENCE], "true") != 0) {
+        watched_origin(cfg, setter[W_IDEMPOTENCE], watched[W_IDEMPOTENCE], origin, sizeof(origin));
+        snprintf(err, errlen, "%s=%s: must stay true, per-aggregate order depends on it", origin,
+                 value[W_IDEMPOTENCE]);
+        ok = false;
+    }
+    /* Without the gap-less guarantee, librdkafka 2.0.2 answers a broker's permanent rejection
+     * of one request (a record too large for the topic, a timestamp out of its range) by
+     * bumping the epoch and sending the partition's later messages on (rd_kafka_handle_Produce_
+     * error): the later events of the rejected one's aggregates are then in the topic before
+     * its retry, or its dead-lettering, which breaks the documented order, not just weakens it. */
+    if (ok && strcmp(value[W_GAPLESS], "true") != 0) {
+        watched_origin(cfg, setter[W_GAPLESS], watched[W_GAPLESS], origin, sizeof(origin));
+        snprintf(err, errlen,
+                 "%s=%s: must stay true: without it, a message the broker rejects lets the later "
+                 "messages of its partition through ahead of its retry (per-aggregate order)",
+                 origin, value[W_GAPLESS]);
+        ok = false;
+    }
+    /* A message timeout shorter than --delivery-timeout fails messages one at a time (queued
+     * ones during any broker outage longer than it), and librdkafka sends the later messages of
+     * the partition on: order breaks in ordinary outages, so it is refused. One at least as long
+     * never fires first (the batch's delivery timer starts at the claim, before any of its
+     * messages is produced, and then cancels them all at once) but leaves order resting on the
+     * two staying so: warned. */
+    long timeout_ms = strtol(value[W_TIMEOUT], NULL, 10);
+    long delivery_ms = max_delivery_timeout_ms(cfg);
+    if (ok && timeout_ms > 0) {
+        watched_origin(cfg, setter[W_TIMEOUT], watched[W_TIMEOUT], origin, sizeof(origin));
+        if (timeout_ms < delivery_ms) {
+            snprintf(err, errlen,
+                     "%s=%ld: must be 0 (no limit, the relay's default) or at least "
+                     "--delivery-timeout (%ld ms): a message that times out alone lets the later "
+                     "messages of its partition through ahead of its retry (per-aggregate order)",
+                     origin, timeout_ms, delivery_ms);
+            ok = false;
+        } else {
+            char q[1100];
+            log_warn("message.timeout.ms is set: --delivery-timeout cancels each batch first, but "
+                     "per-aggregate order breaks if --delivery-timeout is ever raised to it; "
+                     "leave it unset",
+                     "origin=%s message_timeout_ms=%ld delivery_timeout_ms=%ld",
+                     log_quote(origin, q, sizeof(q)), timeout_ms, delivery_ms);
+        }
     }
     /* A message larger than the producer's whole queue is refused with QUEUE_FULL for ever,
      * which the relay can only read as a full queue: its row would retry without end. */
-    char mmb[32], qkb[32];
-    size_t mmb_len = sizeof(mmb), qkb_len = sizeof(qkb);
-    if (ok && rd_kafka_conf_get(conf, "message.max.bytes", mmb, &mmb_len) == RD_KAFKA_CONF_OK &&
-        rd_kafka_conf_get(conf, "queue.buffering.max.kbytes", qkb, &qkb_len) == RD_KAFKA_CONF_OK &&
-        strtoll(qkb, NULL, 10) * 1024 < strtoll(mmb, NULL, 10)) {
-        snprintf(
-            err, errlen,
-            "--kafka queue.buffering.max.kbytes=%s: the producer's queue must hold one message "
-            "of message.max.bytes (%s bytes); raise it, or lower message.max.bytes",
-            qkb, mmb);
+    long long qkb = strtoll(value[W_QUEUE_KBYTES], NULL, 10);
+    long long mmb = strtoll(value[W_MESSAGE_MAX_BYTES], NULL, 10);
+    if (ok && qkb * 1024 < mmb) {
+        int w = setter[W_MESSAGE_MAX_BYTES] > setter[W_QUEUE_KBYTES] ? W_MESSAGE_MAX_BYTES
+                                                                     : W_QUEUE_KBYTES;
+        watched_origin(cfg, setter[w], watched[w], origin, sizeof(origin));
+        snprintf(err, errlen,
+                 "%s: the producer's queue must hold one message of message.max.bytes (%lld "
+                 "bytes), queue.buffering.max.kbytes is %lld; raise it, or lower "
+                 "message.max.bytes",
+                 origin, mmb, qkb);
         ok = false;
     }
     if (!ok) {

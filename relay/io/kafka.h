@@ -21,7 +21,10 @@ typedef void (*KafkaDeliveryFn)(void *opaque, rd_kafka_resp_err_t err, void *arg
 /* Builds the producer configuration: our defaults (idempotence on, no message timeout: the relay
  * bounds a batch's wait itself, see relay.c), then cfg->brokers, then every --kafka property in
  * order. Returns NULL with one line in err when librdkafka rejects a property or a property would
- * break the ordering guarantee; the line names where the property was set (config_kafka_origin). */
+ * break the ordering guarantee (idempotence or the gap-less guarantee off, a message.timeout.ms
+ * shorter than the longest --delivery-timeout); the line names where the property was set
+ * (config_kafka_origin). Logs a warning for a longer message.timeout.ms (docs/configuration.md,
+ * "Why no message timeout"). */
 rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen);
 
 /* Creates the producer from conf (taking ownership of it in every case) and starts serving its

@@ -156,6 +156,118 @@ static void test_refused_property_names_its_origin(void **state)
     unlink(props);
 }
 
+/* Builds as build() does with stderr (the log) captured into logged (logged_len bytes). */
+static rd_kafka_conf_t *build_logged(Config *cfg, char *err, size_t errlen, char *logged,
+                                     size_t logged_len, char **args)
+{
+    char *argv[16] = {"outbox-relay",     "run",       "--database-url",
+                      "postgresql://x/y", "--brokers", "127.0.0.1:9"};
+    int argc = 6;
+    for (char **a = args; *a; a++)
+        argv[argc++] = *a;
+    assert_true(config_load(cfg, argc, argv, err, errlen));
+    FILE *tmp = tmpfile();
+    assert_non_null(tmp);
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    assert_true(dup2(fileno(tmp), STDERR_FILENO) >= 0);
+    rd_kafka_conf_t *conf = kafka_conf_build(cfg, err, errlen);
+    fflush(stderr);
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(saved);
+    rewind(tmp);
+    size_t n = fread(logged, 1, logged_len - 1, tmp);
+    logged[n] = '\0';
+    fclose(tmp);
+    return conf;
+}
+
+/* Without the gap-less guarantee librdkafka sends a partition's later messages on after the
+ * broker rejected one (docs/guarantees.md, "In Kafka"): refused like idempotence, in any
+ * spelling librdkafka takes, and named where it was set. */
+static void test_gapless_cannot_be_turned_off(void **state)
+{
+    Config cfg;
+    char err[1024] = "";
+    assert_null(
+        build(&cfg, err, sizeof(err), "--kafka", "enable.gapless.guarantee=false", (char *)NULL));
+    if (strncmp(err, "--kafka enable.gapless.guarantee=false: must stay true", 54) != 0)
+        fail_msg("error \"%s\"", err);
+    config_free(&cfg);
+    assert_null(build(&cfg, err, sizeof(err), "--kafka", "enable.gapless.guarantee=F", "--kafka",
+                      "linger.ms=1", (char *)NULL));
+    assert_non_null(strstr(err, "enable.gapless.guarantee=false: must stay true"));
+    config_free(&cfg);
+    /* Set back by a later entry: the final value is what librdkafka uses. */
+    rd_kafka_conf_t *conf =
+        build(&cfg, err, sizeof(err), "--kafka", "enable.gapless.guarantee=false", "--kafka",
+              "enable.gapless.guarantee=true", (char *)NULL);
+    assert_non_null(conf);
+    rd_kafka_conf_destroy(conf);
+    config_free(&cfg);
+}
+
+/* Idempotence is checked by its final value too: "1" is true, and is not refused. */
+static void test_idempotence_spelled_otherwise(void **state)
+{
+    Config cfg;
+    char err[1024] = "";
+    rd_kafka_conf_t *conf =
+        build(&cfg, err, sizeof(err), "--kafka", "enable.idempotence=1", (char *)NULL);
+    if (!conf)
+        fail_msg("refused: %s", err);
+    assert_prop(conf, "enable.idempotence", "true");
+    rd_kafka_conf_destroy(conf);
+    config_free(&cfg);
+    assert_null(build(&cfg, err, sizeof(err), "--kafka", "enable.idempotence=0", (char *)NULL));
+    assert_non_null(strstr(err, "--kafka enable.idempotence=false: must stay true"));
+    config_free(&cfg);
+}
+
+/* A message timeout shorter than --delivery-timeout fails single messages and lets the later
+ * ones of their partition through (docs/configuration.md, "Why no message timeout"): refused,
+ * under every name librdkafka takes for it. */
+static void test_short_message_timeout_refused(void **state)
+{
+    static const char *const spellings[] = {"message.timeout.ms=5000", "delivery.timeout.ms=5000",
+                                            "topic.message.timeout.ms=5000"};
+    for (size_t i = 0; i < sizeof(spellings) / sizeof(spellings[0]); i++) {
+        Config cfg;
+        char err[1024] = "", want[128];
+        assert_null(build(&cfg, err, sizeof(err), "--kafka", spellings[i], (char *)NULL));
+        snprintf(want, sizeof(want), "--kafka %.*s=5000: must be 0",
+                 (int)(strchr(spellings[i], '=') - spellings[i]), spellings[i]);
+        if (strncmp(err, want, strlen(want)) != 0)
+            fail_msg("error \"%s\" does not start with \"%s\"", err, want);
+        assert_non_null(strstr(err, "--delivery-timeout (30000 ms)"));
+        config_free(&cfg);
+    }
+}
+
+/* One at least as long as --delivery-timeout never fires first: accepted, with a warning. */
+static void test_long_message_timeout_warns(void **state)
+{
+    Config cfg;
+    char err[1024] = "", logged[4096];
+    char *args[] = {"--delivery-timeout", "5000", "--kafka", "message.timeout.ms=5000", NULL};
+    rd_kafka_conf_t *conf = build_logged(&cfg, err, sizeof(err), logged, sizeof(logged), args);
+    if (!conf)
+        fail_msg("refused: %s", err);
+    assert_prop(conf, "message.timeout.ms", "5000");
+    if (!strstr(logged, "level=warn msg=\"message.timeout.ms is set") ||
+        !strstr(logged, "origin=\"--kafka message.timeout.ms\""))
+        fail_msg("logged: %s", logged);
+    rd_kafka_conf_destroy(conf);
+    config_free(&cfg);
+    /* The relay's own 0 says nothing. */
+    char *none[] = {NULL};
+    conf = build_logged(&cfg, err, sizeof(err), logged, sizeof(logged), none);
+    assert_non_null(conf);
+    assert_string_equal(logged, "");
+    rd_kafka_conf_destroy(conf);
+    config_free(&cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -165,6 +277,10 @@ int main(void)
         cmocka_unit_test(test_delivery_callbacks_cannot_be_set),
         cmocka_unit_test(test_rejected_property_names_its_origin),
         cmocka_unit_test(test_refused_property_names_its_origin),
+        cmocka_unit_test(test_gapless_cannot_be_turned_off),
+        cmocka_unit_test(test_idempotence_spelled_otherwise),
+        cmocka_unit_test(test_short_message_timeout_refused),
+        cmocka_unit_test(test_long_message_timeout_warns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -103,6 +103,14 @@ bad "--kafka value librdkafka rejects" run --database-url "$DB" --brokers "$KB" 
 bad "--kafka enable.idempotence=false (order depends on it)" run --database-url "$DB" \
     --brokers "$KB" --kafka enable.idempotence=false
 check "...and the line says why" grep -q 'enable.idempotence=false: must stay true' "$T/err"
+bad "--kafka enable.gapless.guarantee=false (order depends on it)" run --database-url "$DB" \
+    --brokers "$KB" --kafka enable.gapless.guarantee=false
+check "...and the line says why" grep -q 'enable.gapless.guarantee=false: must stay true' "$T/err"
+printf 'delivery.timeout.ms=5000\n' >"$T/timeout.properties"
+bad "a message timeout (delivery.timeout.ms) shorter than --delivery-timeout" run \
+    --database-url "$DB" --brokers "$KB" --kafka-file "$T/timeout.properties"
+check "...and the line names the file and line and says why" grep -qF \
+    "kafka-file $T/timeout.properties line 1: delivery.timeout.ms=5000: must be 0 (no limit" "$T/err"
 bad "--kafka queue.buffering.max.kbytes under one message.max.bytes" run --database-url "$DB" \
     --brokers "$KB" --kafka queue.buffering.max.kbytes=1
 check "...and the line says why" grep -q 'queue must hold one message of message.max.bytes' "$T/err"
