@@ -59,10 +59,18 @@ static bool conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, 
 }
 
 /* The properties whose final values kafka_conf_build checks. */
-enum { W_IDEMPOTENCE, W_GAPLESS, W_TIMEOUT, W_QUEUE_KBYTES, W_MESSAGE_MAX_BYTES, W_N };
-static const char *const watched[W_N] = {"enable.idempotence", "enable.gapless.guarantee",
-                                         "message.timeout.ms", "queue.buffering.max.kbytes",
-                                         "message.max.bytes"};
+enum {
+    W_IDEMPOTENCE,
+    W_GAPLESS,
+    W_TIMEOUT,
+    W_PARTITIONER,
+    W_QUEUE_KBYTES,
+    W_MESSAGE_MAX_BYTES,
+    W_N
+};
+static const char *const watched[W_N] = {"enable.idempotence",         "enable.gapless.guarantee",
+                                         "message.timeout.ms",         "partitioner",
+                                         "queue.buffering.max.kbytes", "message.max.bytes"};
 
 /* The value of key in conf as text ("" if librdkafka has none). */
 static void conf_value(const rd_kafka_conf_t *conf, const char *key, char *out, size_t outlen)
@@ -109,6 +117,11 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
                * this, librdkafka fails them all (a fatal error, after which the relay recreates
                * the producer and retries in order). */
               conf_set(conf, "enable.gapless.guarantee", "true", "default", err, errlen) &&
+              /* An aggregate stays in one partition only if its key picks the partition.
+               * librdkafka's default, consistent_random, places an empty key (an aggregate id
+               * '') at random, message by message; consistent is the same CRC32 of the key for
+               * every other key, so no aggregate moves. */
+              conf_set(conf, "partitioner", "consistent", "default", err, errlen) &&
               conf_set(conf, "client.id", "outbox-relay", "default", err, errlen) &&
               /* The relay hands Kafka whole batches at once, so waiting for more messages only
                * adds latency: measured, linger.ms=0 took p50 commit-to-consumer from 12.6 to
@@ -171,6 +184,21 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
                  "%s=%s: must stay true: without it, a message the broker rejects lets the later "
                  "messages of its partition through ahead of its retry (per-aggregate order)",
                  origin, value[W_GAPLESS]);
+        ok = false;
+    }
+    /* The relay always passes the aggregate id as the key, never a NULL one, so only these two
+     * spread one aggregate's events over several partitions (murmur2_random and fnv1a_random
+     * randomise NULL keys alone). */
+    const char *scatters = strcmp(value[W_PARTITIONER], "random") == 0 ? "every event"
+                           : strcmp(value[W_PARTITIONER], "consistent_random") == 0
+                               ? "the events of an empty aggregate id"
+                               : NULL;
+    if (ok && scatters) {
+        watched_origin(cfg, setter[W_PARTITIONER], watched[W_PARTITIONER], origin, sizeof(origin));
+        snprintf(err, errlen,
+                 "%s=%s: places %s in a partition at random, which breaks per-aggregate order; "
+                 "use consistent (the relay's default), murmur2 or fnv1a",
+                 origin, value[W_PARTITIONER], scatters);
         ok = false;
     }
     /* A message timeout shorter than --delivery-timeout fails messages one at a time (queued

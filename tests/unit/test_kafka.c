@@ -50,6 +50,7 @@ static void test_protective_defaults(void **state)
     assert_non_null(conf);
     assert_prop(conf, "enable.idempotence", "true");
     assert_prop(conf, "enable.gapless.guarantee", "true");
+    assert_prop(conf, "partitioner", "consistent");
     assert_prop(conf, "message.timeout.ms", "0");
     assert_prop(conf, "linger.ms", "0");
     assert_prop(conf, "message.copy.max.bytes", "0");
@@ -268,6 +269,34 @@ static void test_long_message_timeout_warns(void **state)
     config_free(&cfg);
 }
 
+/* A partitioner that places a keyed message at random spreads one aggregate over partitions:
+ * random for every key, consistent_random (librdkafka's default) for an empty one (an aggregate
+ * id '' or NULL). Refused; those that hash every non-NULL key are taken. */
+static void test_scattering_partitioners_refused(void **state)
+{
+    static const char *const refused[] = {"partitioner=random", "partitioner=consistent_random",
+                                          "topic.partitioner=random"};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        Config cfg;
+        char err[1024] = "";
+        assert_null(build(&cfg, err, sizeof(err), "--kafka", refused[i], (char *)NULL));
+        if (strncmp(err, "--kafka ", 8) != 0 || !strstr(err, "breaks per-aggregate order"))
+            fail_msg("%s: error \"%s\"", refused[i], err);
+        config_free(&cfg);
+    }
+    static const char *const taken[] = {"partitioner=murmur2_random", "partitioner=fnv1a",
+                                        "partitioner=murmur2"};
+    for (size_t i = 0; i < sizeof(taken) / sizeof(taken[0]); i++) {
+        Config cfg;
+        char err[1024] = "";
+        rd_kafka_conf_t *conf = build(&cfg, err, sizeof(err), "--kafka", taken[i], (char *)NULL);
+        if (!conf)
+            fail_msg("%s refused: %s", taken[i], err);
+        rd_kafka_conf_destroy(conf);
+        config_free(&cfg);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -281,6 +310,7 @@ int main(void)
         cmocka_unit_test(test_idempotence_spelled_otherwise),
         cmocka_unit_test(test_short_message_timeout_refused),
         cmocka_unit_test(test_long_message_timeout_warns),
+        cmocka_unit_test(test_scattering_partitioners_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
