@@ -64,13 +64,14 @@ enum {
     W_GAPLESS,
     W_TIMEOUT,
     W_PARTITIONER,
+    W_TRANSACTIONAL_ID,
     W_QUEUE_KBYTES,
     W_MESSAGE_MAX_BYTES,
     W_N
 };
-static const char *const watched[W_N] = {"enable.idempotence",         "enable.gapless.guarantee",
-                                         "message.timeout.ms",         "partitioner",
-                                         "queue.buffering.max.kbytes", "message.max.bytes"};
+static const char *const watched[W_N] = {
+    "enable.idempotence", "enable.gapless.guarantee",   "message.timeout.ms", "partitioner",
+    "transactional.id",   "queue.buffering.max.kbytes", "message.max.bytes"};
 
 /* The value of key in conf as text ("" if librdkafka has none). */
 static void conf_value(const rd_kafka_conf_t *conf, const char *key, char *out, size_t outlen)
@@ -199,6 +200,18 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
                  "%s=%s: places %s in a partition at random, which breaks per-aggregate order; "
                  "use consistent (the relay's default), murmur2 or fnv1a",
                  origin, value[W_PARTITIONER], scatters);
+        ok = false;
+    }
+    /* A transactional producer refuses every message produced outside a transaction
+     * (RD_KAFKA_RESP_ERR__STATE), and the relay begins none: it would run, fail every batch as
+     * a transient error and retry it for ever, publishing nothing. */
+    if (ok && value[W_TRANSACTIONAL_ID][0]) {
+        watched_origin(cfg, setter[W_TRANSACTIONAL_ID], watched[W_TRANSACTIONAL_ID], origin,
+                       sizeof(origin));
+        snprintf(err, errlen,
+                 "%s: the relay does not use transactions, and a transactional producer refuses "
+                 "every message sent outside one; leave it unset",
+                 origin);
         ok = false;
     }
     /* A message timeout shorter than --delivery-timeout fails messages one at a time (queued

@@ -297,6 +297,19 @@ static void test_scattering_partitioners_refused(void **state)
     }
 }
 
+/* With a transactional.id every message outside a transaction is refused, and the relay begins
+ * none: refused at start rather than failing every batch for ever. */
+static void test_transactional_id_refused(void **state)
+{
+    Config cfg;
+    char err[1024] = "";
+    assert_null(build(&cfg, err, sizeof(err), "--kafka", "transactional.id=relay-1", (char *)NULL));
+    if (strncmp(err, "--kafka transactional.id: the relay does not use transactions", 61) != 0)
+        fail_msg("error \"%s\"", err);
+    assert_null(strstr(err, "relay-1"));
+    config_free(&cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -311,6 +324,7 @@ int main(void)
         cmocka_unit_test(test_short_message_timeout_refused),
         cmocka_unit_test(test_long_message_timeout_warns),
         cmocka_unit_test(test_scattering_partitioners_refused),
+        cmocka_unit_test(test_transactional_id_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

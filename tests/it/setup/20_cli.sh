@@ -106,6 +106,10 @@ check "...and the line says why" grep -q 'enable.idempotence=false: must stay tr
 bad "--kafka enable.gapless.guarantee=false (order depends on it)" run --database-url "$DB" \
     --brokers "$KB" --kafka enable.gapless.guarantee=false
 check "...and the line says why" grep -q 'enable.gapless.guarantee=false: must stay true' "$T/err"
+bad "--kafka transactional.id (every message outside a transaction is refused)" run \
+    --database-url "$DB" --brokers "$KB" --kafka transactional.id=relay-1
+check "...and the line says why" grep -q 'transactional.id: the relay does not use transactions' \
+    "$T/err"
 printf 'delivery.timeout.ms=5000\n' >"$T/timeout.properties"
 bad "a message timeout (delivery.timeout.ms) shorter than --delivery-timeout" run \
     --database-url "$DB" --brokers "$KB" --kafka-file "$T/timeout.properties"
