@@ -269,6 +269,29 @@ static void test_long_message_timeout_warns(void **state)
     config_free(&cfg);
 }
 
+/* With several databases, the producer is the process's: a message timeout is measured against
+ * the longest --delivery-timeout of them, not the top level's. */
+static void test_message_timeout_against_every_database(void **state)
+{
+    Config cfg;
+    char err[1024] = "";
+    char *argv[] = {"outbox-relay",
+                    "run",
+                    "--brokers",
+                    "127.0.0.1:9",
+                    "--kafka",
+                    "message.timeout.ms=45000",
+                    "--databases",
+                    "[{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"},"
+                    " {\"name\": \"b\", \"database-url\": \"postgresql://h/b\","
+                    " \"delivery-timeout\": 60000}]",
+                    NULL};
+    assert_true(config_load(&cfg, 8, argv, err, sizeof(err)));
+    assert_null(kafka_conf_build(&cfg, err, sizeof(err)));
+    assert_non_null(strstr(err, "at least --delivery-timeout (60000 ms)"));
+    config_free(&cfg);
+}
+
 /* A partitioner that places a keyed message at random spreads one aggregate over partitions:
  * random for every key, consistent_random (librdkafka's default) for an empty one (an aggregate
  * id '' or NULL). Refused; those that hash every non-NULL key are taken. */
@@ -323,6 +346,7 @@ int main(void)
         cmocka_unit_test(test_idempotence_spelled_otherwise),
         cmocka_unit_test(test_short_message_timeout_refused),
         cmocka_unit_test(test_long_message_timeout_warns),
+        cmocka_unit_test(test_message_timeout_against_every_database),
         cmocka_unit_test(test_scattering_partitioners_refused),
         cmocka_unit_test(test_transactional_id_refused),
     };
