@@ -19,7 +19,8 @@
 typedef struct Checks {
     int problems;
     /* PostgreSQL stopped answering (admin_query gave a statement up): the connection is still
-     * mid-statement, and the blocking calls after (grants_check) would wait on it for ever. */
+     * mid-statement, and nothing more may be sent on it (each later statement would fail, and
+     * say so, on a connection that is gone). */
     bool pg_gone;
 } Checks;
 
@@ -268,12 +269,15 @@ int check_run(const Config *cfg, rd_kafka_conf_t *kconf)
         check_session(&c, conn);
         if (!c.pg_gone && check_table(&c, conn, &cfg->map)) {
             GrantsUse use = {cfg->on_sent == ON_SENT_DELETE || cfg->retention_s > 0, false};
-            int missing = grants_check(conn, &cfg->map, use, on_missing, &c);
+            bool lost = false;
+            int missing = grants_check(conn, &cfg->map, use, on_missing, &c, &lost);
+            c.pg_gone = c.pg_gone || lost;
             if (missing == 0)
                 say(&c, true, "privileges", "this role holds every privilege the relay needs");
             else if (missing < 0)
                 say(&c, false, "privileges", "the check failed (see above)");
-            check_floor(&c, conn, cfg);
+            if (!c.pg_gone)
+                check_floor(&c, conn, cfg);
             if (!c.pg_gone)
                 check_payload_type(&c, conn, &cfg->map);
         }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admin.h"
 #include "db.h"
 #include "log.h"
 
@@ -122,9 +123,12 @@ static const Need
 typedef enum { NEED_NOT_APPLICABLE, NEED_HELD, NEED_MISSING, NEED_UNKNOWN } NeedState;
 
 /* Evaluates need for role (held?) and writes the GRANT that gives it to grantee in grant (empty
- * when it does not apply). */
+ * when it does not apply). With bounded (check, as its other statements), through admin_query:
+ * NEED_UNKNOWN with *lost set when PostgreSQL did not answer in time (the connection is left
+ * mid-statement: nothing more may be sent on it). */
 static NeedState need_state(PGconn *conn, const TableMap *map, const Need *need, const char *role,
-                            const char *grantee, char *grant, size_t grantlen)
+                            const char *grantee, char *grant, size_t grantlen, bool bounded,
+                            bool *lost)
 {
     char tmpl[4096], err[256], q[600];
     snprintf(tmpl, sizeof(tmpl),
@@ -140,9 +144,12 @@ static NeedState need_state(PGconn *conn, const TableMap *map, const Need *need,
     }
     const char *params[2] = {role, grantee};
     DbError e;
-    PGresult *res = db_query(conn, sql, 2, params, &e);
+    PGresult *res =
+        bounded ? admin_query(conn, sql, 2, params, &e) : db_query(conn, sql, 2, params, &e);
     free(sql);
     if (!res) {
+        if (lost)
+            *lost = *lost || e.conn_lost;
         log_error("cannot check a privilege", "privilege=%s error=%s",
                   log_quote(need->what, q, sizeof(q)), db_error_text(&e));
         return NEED_UNKNOWN;
@@ -202,14 +209,15 @@ bool grants_apply(PGconn *conn, const TableMap *map)
          * it (docs/security.md#secure-by-default), and a later migrate must not give it back. */
         char unused[1024];
         bool fresh = r == 0 && need_state(conn, map, &needs[1], roles[r], roles[r], unused,
-                                          sizeof(unused)) == NEED_MISSING;
+                                          sizeof(unused), false, NULL) == NEED_MISSING;
         for (size_t i = 0; i < N_NEEDS; i++) {
             const Need *need = &needs[i];
             if (!(need->flags & (r == 0 ? FOR_RELAY : FOR_PRODUCER)) ||
                 ((need->flags & ONLY_DELETES) && !fresh))
                 continue;
             char grant[1024], q1[600], q2[1100];
-            NeedState st = need_state(conn, map, need, roles[r], roles[r], grant, sizeof(grant));
+            NeedState st =
+                need_state(conn, map, need, roles[r], roles[r], grant, sizeof(grant), false, NULL);
             if (st == NEED_NOT_APPLICABLE)
                 continue;
             /* GRANT again even when held: it costs nothing, and the read-back below decides. */
@@ -217,7 +225,7 @@ bool grants_apply(PGconn *conn, const TableMap *map)
             if (st != NEED_UNKNOWN && !db_exec(conn, grant, &e))
                 log_warn("grant failed", "grant=%s error=%s", log_quote(grant, q2, sizeof(q2)),
                          db_error_text(&e));
-            st = need_state(conn, map, need, roles[r], roles[r], grant, sizeof(grant));
+            st = need_state(conn, map, need, roles[r], roles[r], grant, sizeof(grant), false, NULL);
             if (st == NEED_HELD)
                 continue;
             ok = false;
@@ -252,10 +260,12 @@ bool grants_apply(PGconn *conn, const TableMap *map)
     return ok;
 }
 
-int grants_check(PGconn *conn, const TableMap *map, GrantsUse use, GrantsMissingFn fn, void *arg)
+int grants_check(PGconn *conn, const TableMap *map, GrantsUse use, GrantsMissingFn fn, void *arg,
+                 bool *conn_lost)
 {
+    *conn_lost = false;
     DbError e;
-    PGresult *res = db_query(
+    PGresult *res = admin_query(
         conn,
         "SELECT current_user, CASE WHEN pg_catalog.to_regrole('outbox_relay') IS NOT NULL"
         " AND pg_catalog.pg_has_role(current_user, 'outbox_relay', 'MEMBER') THEN 'outbox_relay'"
@@ -263,6 +273,7 @@ int grants_check(PGconn *conn, const TableMap *map, GrantsUse use, GrantsMissing
         0, NULL, &e);
     if (!res) {
         log_error("cannot read the session's role", "error=%s", db_error_text(&e));
+        *conn_lost = e.conn_lost;
         return -1;
     }
     char role[128], grantee[128];
@@ -276,7 +287,8 @@ int grants_check(PGconn *conn, const TableMap *map, GrantsUse use, GrantsMissing
             ((need->flags & ONLY_FLOOR) && !use.claim_floor))
             continue;
         char grant[1024];
-        NeedState st = need_state(conn, map, need, role, grantee, grant, sizeof(grant));
+        NeedState st =
+            need_state(conn, map, need, role, grantee, grant, sizeof(grant), true, conn_lost);
         if (st == NEED_UNKNOWN)
             return -1;
         if (st == NEED_MISSING) {

@@ -30,9 +30,12 @@ bool grants_apply(PGconn *conn, const TableMap *map) __attribute__((warn_unused_
 
 /* Calls fn for each privilege the session's own role lacks for use on map's table (the table must
  * exist), with a sentence naming it and the GRANT that gives it (to outbox_relay when the role is
- * a member of it, else to the role itself). Returns the number of privileges missing, or -1 when
- * the check itself failed (logged). */
+ * a member of it, else to the role itself). Each statement is bounded as admin_query bounds it
+ * (the session set up by admin_bound_session). Returns the number of privileges missing, or -1
+ * when the check itself failed (logged); *conn_lost is then true when PostgreSQL did not answer in
+ * time, and the connection, left mid-statement, must only be closed. */
 typedef void (*GrantsMissingFn)(const char *what, const char *grant, void *arg);
-int grants_check(PGconn *conn, const TableMap *map, GrantsUse use, GrantsMissingFn fn, void *arg);
+int grants_check(PGconn *conn, const TableMap *map, GrantsUse use, GrantsMissingFn fn, void *arg,
+                 bool *conn_lost);
 
 #endif

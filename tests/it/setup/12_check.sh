@@ -11,7 +11,8 @@
 #     Kafka exits 1 naming which; no line shows the password, even where a server quotes it;
 #  4. a PostgreSQL that stops answering in the middle (a proxy holds back the answer to the
 #     column look-up for 10 minutes) is a FAIL line and exit 1 after the 35 s bound, not a wait:
-#     the checks after it do not use the connection it left mid-statement.
+#     the checks after it do not use the connection it left mid-statement;
+#  5. the same while the privileges are checked (grants_check).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -126,3 +127,20 @@ timeout 120 "$RELAY_BIN" check --database-url "postgresql://relay_login@127.0.0.
 check_eq "4: a server that stops answering: exit 1" 1 $?
 check "4: ... named" grep -q '^FAIL  table: .*PostgreSQL did not answer within 35 s' "$T/silent.out"
 check "4: ... and Kafka still checked" grep -q '^ok    kafka:' "$T/silent.out"
+
+# --- 5. a server that stops answering during the privileges' check ---
+# The first statement that names has_schema_privilege is grants_check's first privilege. Before:
+# grants_check used blocking libpq, and check waited for the held answer (timeout's 124 here).
+PROXY2_PORT=$(free_port) || fail "a free port for the second proxy"
+"$PROXY_BIN" --listen "$PROXY2_PORT" --to "$PGPORT" --delay-us 600000000 \
+    --only-after has_schema_privilege --times 1 >"$T/proxy2.out" 2>&1 &
+_t_track $!
+_poll 10 grep -q listening "$T/proxy2.out" || fail "the second delay-proxy listens"
+timeout 120 "$RELAY_BIN" check --database-url "postgresql://relay_login@127.0.0.1:$PROXY2_PORT/outbox" \
+    --brokers "$BROKERS" >"$T/silent2.out" 2>&1
+check_eq "5: a server that stops answering the privileges' check: exit 1" 1 $?
+check "5: ... named" grep -q 'PostgreSQL did not answer within 35 s' "$T/silent2.out"
+check "5: ... the privileges' check a FAIL" grep -q '^FAIL  privileges: ' "$T/silent2.out"
+check "5: ... no check after it on the connection left mid-statement" \
+    lacks "$T/silent2.out" 'another command is already in progress'
+check "5: ... and Kafka still checked" grep -q '^ok    kafka:' "$T/silent2.out"
