@@ -20,6 +20,78 @@ enum {
     N_COLS
 };
 
+/* The keywords quote_ident quotes (pg_get_keywords() of catcode R, C and T, PostgreSQL 15, and
+ * those 16 and 17 added): unquoted, each is a syntax error or another meaning where a name goes.
+ * The unreserved ones are names as they are. Quoting one that a server does not reserve is still
+ * the same name, so a newer server's additions can only make a statement quote more. Each word
+ * between spaces. */
+static const char reserved[] =
+    " all analyse analyze and any array as asc asymmetric authorization between bigint binary"
+    " bit boolean both case cast char character check coalesce collate collation column"
+    " concurrently constraint create cross current_catalog current_date current_role"
+    " current_schema current_time current_timestamp current_user dec decimal default deferrable"
+    " desc distinct do else end except exists extract false fetch float for foreign freeze from"
+    " full grant greatest group grouping having ilike in initially inner inout int integer"
+    " intersect interval into is isnull join json json_array json_arrayagg json_exists"
+    " json_object json_objectagg json_query json_scalar json_serialize json_table json_value"
+    " lateral leading least left like limit localtime localtimestamp merge_action national"
+    " natural nchar none normalize not notnull null nullif numeric offset on only or order out"
+    " outer overlaps overlay placing position precision primary real references returning right"
+    " row select session_user setof similar smallint some substring symmetric system_user table"
+    " tablesample then time timestamp to trailing treat trim true union unique user using"
+    " values varchar variadic verbose when where window with xmlattributes xmlconcat xmlelement"
+    " xmlexists xmlforest xmlnamespaces xmlparse xmlpi xmlroot xmlserialize xmltable ";
+
+static bool needs_quotes(const char *name)
+{
+    if (!((*name >= 'a' && *name <= 'z') || *name == '_'))
+        return true; /* also the empty name, which only quoted is one */
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_'))
+            return true;
+    char word[DIAGNOSE_IDENT_MAX];
+    if (strlen(name) + 3 > sizeof(word))
+        return false; /* longer than any keyword */
+    snprintf(word, sizeof(word), " %s ", name);
+    return strstr(reserved, word) != NULL;
+}
+
+const char *diagnose_quote_ident(const char *name, char *buf, size_t buflen)
+{
+    if (buflen == 0)
+        return buf;
+    if (!needs_quotes(name)) {
+        snprintf(buf, buflen, "%s", name);
+        return buf;
+    }
+    size_t n = 0;
+    buf[n++] = '"';
+    for (const char *p = name; *p; p++) {
+        /* Room is kept for the closing quote and the NUL. */
+        if (n + (*p == '"' ? 2 : 1) + 2 > buflen)
+            break;
+        if (*p == '"')
+            buf[n++] = '"';
+        buf[n++] = *p;
+    }
+    if (n + 2 <= buflen)
+        buf[n++] = '"';
+    buf[n < buflen ? n : buflen - 1] = '\0';
+    return buf;
+}
+
+const char *diagnose_quote_table(const TableMap *map, char *buf, size_t buflen)
+{
+    char schema[DIAGNOSE_IDENT_MAX], name[DIAGNOSE_IDENT_MAX];
+    diagnose_quote_ident(map->name, name, sizeof(name));
+    if (map->schema)
+        snprintf(buf, buflen, "%s.%s", diagnose_quote_ident(map->schema, schema, sizeof(schema)),
+                 name);
+    else
+        snprintf(buf, buflen, "%s", name);
+    return buf;
+}
+
 static bool is_true(const PGresult *res, int col)
 {
     return !PQgetisnull(res, 0, col) && strcmp(PQgetvalue(res, 0, col), "t") == 0;
@@ -27,8 +99,11 @@ static bool is_true(const PGresult *res, int col)
 
 bool diagnose_floor(const PGresult *res, const TableMap *map, char *why, size_t whylen)
 {
-    char table[160];
-    table_map_display(map, table, sizeof(table));
+    /* Quoted as needed: the names go into the statements an operator is told to run. The
+     * sequence comes quoted from the server (regclass's text), the grantee too (quote_ident). */
+    char table[DIAGNOSE_TABLE_MAX], seq[DIAGNOSE_IDENT_MAX];
+    diagnose_quote_table(map, table, sizeof(table));
+    diagnose_quote_ident(map->seq, seq, sizeof(seq));
     if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
         PQnfields(res) != N_COLS) {
         snprintf(why, whylen, "the claim floor's diagnosis failed: %s",
@@ -49,20 +124,20 @@ bool diagnose_floor(const PGresult *res, const TableMap *map, char *why, size_t 
                  "partition): the claim floor needs a plain table",
                  table);
     else if (!is_true(res, COL_COLUMN))
-        snprintf(why, whylen, "the outbox table %s has no column %s (seq-column)", table, map->seq);
+        snprintf(why, whylen, "the outbox table %s has no column %s (seq-column)", table, seq);
     else if (strcmp(PQgetvalue(res, 0, COL_IDENTITY), "d") == 0)
         /* ADD GENERATED ALWAYS would fail on it: it is an identity column already. */
         snprintf(why, whylen,
                  "the order column %s of %s is an identity column GENERATED BY DEFAULT, whose "
                  "values an INSERT or UPDATE may choose: ALTER TABLE %s ALTER COLUMN %s SET "
                  "GENERATED ALWAYS",
-                 map->seq, table, table, map->seq);
+                 seq, table, table, seq);
     else if (strcmp(PQgetvalue(res, 0, COL_IDENTITY), "a") != 0 || PQgetisnull(res, 0, COL_CACHE))
         snprintf(why, whylen,
                  "the order column %s of %s is not an identity column GENERATED ALWAYS: "
                  "ALTER TABLE %s ALTER COLUMN %s ADD GENERATED ALWAYS AS IDENTITY (an existing "
                  "default must be dropped first)",
-                 map->seq, table, table, map->seq);
+                 seq, table, table, seq);
     else if (strcmp(PQgetvalue(res, 0, COL_CACHE), "1") != 0)
         snprintf(why, whylen,
                  "the order column's sequence %s caches %s values per session, so ids are not "

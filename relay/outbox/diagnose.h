@@ -44,10 +44,27 @@
  * sessions send it as SQL_FLOOR_CHECK. */
 extern const char *const diagnose_floor_sql;
 
+/* Room for one identifier quoted by diagnose_quote_ident (every name of a TableMap is at most 63
+ * bytes: each doubled quote and the two around it), and for a table's schema-qualified name. */
+#define DIAGNOSE_IDENT_MAX (63 * 2 + 3)
+#define DIAGNOSE_TABLE_MAX (DIAGNOSE_IDENT_MAX * 2)
+
+/* Writes name into buf as an SQL identifier, as PostgreSQL's quote_ident would: as it is when it
+ * is a lower-case word of [a-z0-9_] not starting with a digit and not a keyword PostgreSQL
+ * reserves in any position, else between double quotes with each double quote doubled. For the
+ * statements the messages suggest, which an operator pastes into psql: without a connection at
+ * hand, so no PQescapeIdentifier. buf must hold DIAGNOSE_IDENT_MAX bytes (a longer name is cut
+ * and then not valid SQL, but never overruns buf); returns buf. */
+const char *diagnose_quote_ident(const char *name, char *buf, size_t buflen);
+
+/* map's table as diagnose_quote_ident writes each part: "outbox", "app"."Outbox Events". buf must
+ * hold DIAGNOSE_TABLE_MAX bytes; returns buf. */
+const char *diagnose_quote_table(const TableMap *map, char *buf, size_t buflen);
+
 /* Reads a result of diagnose_floor_sql for map's table. Returns true when the claim floor can be
  * on (the same answer as SQL_FLOOR_CHECK); otherwise false with one sentence in why naming the
- * cause and the statement that fixes it (no trailing newline). A result that is not one row of
- * the expected shape (the query failed) gives false and says so. */
+ * cause and the statement that fixes it, names quoted as needed (no trailing newline). A result
+ * that is not one row of the expected shape (the query failed) gives false and says so. */
 bool diagnose_floor(const PGresult *res, const TableMap *map, char *why, size_t whylen);
 
 #endif
