@@ -191,13 +191,15 @@ static void check_registry(Checks *c, const Config *cfg)
     serializer_free(ser);
 }
 
-static void on_missing(const char *what, const char *grant, void *arg)
+static void on_missing(const char *what, const char *grant, bool migrate_grants, void *arg)
 {
     Checks *c = arg;
-    say(c, false, "privileges",
-        "this role lacks %s: as the owner, %s (or run `outbox-relay "
-        "migrate` again, which grants it to outbox_relay)",
-        what, *grant ? grant : "grant it");
+    /* migrate gives DELETE only with a role's first grants (a REVOKE DELETE stays revoked):
+     * running it again would not help, only the GRANT does. */
+    say(c, false, "privileges", "this role lacks %s: as the owner, %s%s", what,
+        *grant ? grant : "grant it",
+        migrate_grants ? " (or run `outbox-relay migrate` again, which grants it to outbox_relay)"
+                       : " (`outbox-relay migrate` does not give it back once revoked)");
 }
 
 static void check_floor(Checks *c, PGconn *conn, const Config *cfg)

@@ -293,7 +293,7 @@ int grants_check(PGconn *conn, const TableMap *map, GrantsUse use, GrantsMissing
             return -1;
         if (st == NEED_MISSING) {
             missing++;
-            fn(need->what, grant, arg);
+            fn(need->what, grant, !(need->flags & ONLY_DELETES), arg);
         }
     }
     return missing;

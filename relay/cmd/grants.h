@@ -29,12 +29,15 @@ typedef struct GrantsUse {
 bool grants_apply(PGconn *conn, const TableMap *map) __attribute__((warn_unused_result));
 
 /* Calls fn for each privilege the session's own role lacks for use on map's table (the table must
- * exist), with a sentence naming it and the GRANT that gives it (to outbox_relay when the role is
- * a member of it, else to the role itself). Each statement is bounded as admin_query bounds it
- * (the session set up by admin_bound_session). Returns the number of privileges missing, or -1
- * when the check itself failed (logged); *conn_lost is then true when PostgreSQL did not answer in
- * time, and the connection, left mid-statement, must only be closed. */
-typedef void (*GrantsMissingFn)(const char *what, const char *grant, void *arg);
+ * exist), with a sentence naming it, the GRANT that gives it (to outbox_relay when the role is a
+ * member of it, else to the role itself), and whether `migrate` gives it to outbox_relay on every
+ * run (all but DELETE, which it gives only with the role's first grants). Each statement is
+ * bounded as admin_query bounds it (the session set up by admin_bound_session). Returns the number
+ * of privileges missing, or -1 when the check itself failed (logged); *conn_lost is then true when
+ * PostgreSQL did not answer in time, and the connection, left mid-statement, must only be
+ * closed. */
+typedef void (*GrantsMissingFn)(const char *what, const char *grant, bool migrate_grants,
+                                void *arg);
 int grants_check(PGconn *conn, const TableMap *map, GrantsUse use, GrantsMissingFn fn, void *arg,
                  bool *conn_lost);
 

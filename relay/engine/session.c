@@ -132,12 +132,22 @@ static void start_timer(Session *s, ev_timer *t, double seconds)
 
 /* ---- setup faults ------------------------------------------------------------------------- */
 
-/* What an operator does about a setup fault, by its SQLSTATE. */
-static const char *setup_hint(const char *state)
+/* What an operator does about a setup fault, by its SQLSTATE, into buf. migrate gives DELETE only
+ * with a role's first grants (a REVOKE DELETE stays revoked), so for it only the GRANT helps. */
+static const char *setup_hint(const Session *s, const char *state, char *buf, size_t buflen)
 {
-    if (state && strcmp(state, "42501") == 0)
-        return "grant the relay's role its privileges: run `outbox-relay migrate` as the table's "
-               "owner, or GRANT SELECT, UPDATE (and DELETE with --on-sent delete) on the table";
+    if (state && strcmp(state, "42501") == 0) {
+        char table[DIAGNOSE_TABLE_MAX];
+        diagnose_quote_table(&s->cfg->map, table, sizeof(table));
+        bool deletes = s->cfg->on_sent == ON_SENT_DELETE || s->cfg->retention_s > 0;
+        snprintf(buf, buflen,
+                 "grant the relay's role its privileges: `outbox-relay check`, run as the relay's "
+                 "login, names each one missing with its GRANT; `outbox-relay migrate`, as the "
+                 "table's owner, gives outbox_relay all but DELETE again%s%s%s",
+                 deletes ? ", and only GRANT DELETE ON " : "", deletes ? table : "",
+                 deletes ? " TO outbox_relay gives DELETE back" : "");
+        return buf;
+    }
     if (state &&
         (strcmp(state, "42P01") == 0 || strcmp(state, "42703") == 0 || strcmp(state, "3F000") == 0))
         return "the outbox table, a column or its schema is missing: run `outbox-relay migrate`, "
@@ -148,7 +158,7 @@ static const char *setup_hint(const char *state)
 
 void session_setup_failed(Session *s, const char *what, const char *state, const char *error)
 {
-    char q[512], w[64], h[300];
+    char q[512], w[64], hint[600], h[800];
     const char *text = error ? error : "unknown error";
     bool said = false; /* one line per distinct error for the whole relay */
     for (int i = 0; i < s->relay->n_sessions; i++) {
@@ -161,7 +171,7 @@ void session_setup_failed(Session *s, const char *what, const char *state, const
               "lanes up and the relay is not ready until it is fixed",
               "what=%s sqlstate=%s error=%s hint=%s session=%d", log_quote(what, w, sizeof(w)),
               state ? state : "", log_quote(text, q, sizeof(q)),
-              log_quote(setup_hint(state), h, sizeof(h)), s->index);
+              log_quote(setup_hint(s, state, hint, sizeof(hint)), h, sizeof(h)), s->index);
     s->setup_fault = true;
     snprintf(s->setup_error, sizeof(s->setup_error), "%s", text);
 }
