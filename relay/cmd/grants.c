@@ -19,6 +19,16 @@
 #define LANE_FN "pg_catalog.to_regprocedure('outbox_lane(text,text)')"
 #define SLEEP_FN "pg_catalog.to_regprocedure('outbox_relay_sleep()')"
 #define WAKE_FN "pg_catalog.to_regprocedure('outbox_relay_wake()')"
+/* A relation (the table, the sequence) and a function of the relay's by oid, schema-qualified and
+ * quoted, for the GRANTs: regclass's and regprocedure's text leave out a schema on the session's
+ * search_path, which `check` pins to --schema, and the owner who runs the GRANT in psql has another
+ * one (there an unqualified name is not found, or names an object someone else placed first). */
+#define QUALIFIED(oid)                                                                             \
+    "(SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c"          \
+    " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = " oid "::oid)"
+#define FN_QUALIFIED(fn)                                                                           \
+    "(SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_proc p"                          \
+    " JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = " fn "::oid)"
 /* The schema of the relay's functions (--schema), which may not be the table's. */
 #define FN_SCHEMA "(SELECT pronamespace FROM pg_catalog.pg_proc WHERE oid = " SLEEP_FN "::oid)"
 /* The columns of the table and whether writers (outbox_producer) may INSERT into each: not the
@@ -69,29 +79,29 @@ static const Need
                  "pg_class WHERE oid = " T "::oid), $2::text)"},
                 {FOR_RELAY, "SELECT on the outbox table", NULL,
                  "pg_catalog.has_table_privilege($1, " T ", 'SELECT')",
-                 "pg_catalog.format('GRANT SELECT ON %s TO %I', " T ", $2::text)"},
+                 "pg_catalog.format('GRANT SELECT ON %s TO %I', " QUALIFIED(T) ", $2::text)"},
                 {FOR_RELAY, "UPDATE on the outbox table's delivery columns", NULL,
                  UPDATE_ON("sent_at") " AND " UPDATE_ON("attempts") " AND " UPDATE_ON("rejections") " AND " UPDATE_ON(
                      "last_error") " AND " UPDATE_ON("next_attempt_at") " AND " UPDATE_ON("dead_at") " AND " UPDATE_ON("dead_letter_topic"),
-                 "pg_catalog.format('GRANT UPDATE (" UPDATE_COLUMNS ") ON %s TO %I', " T
-                 ", $2::text)"},
+                 "pg_catalog.format('GRANT UPDATE (" UPDATE_COLUMNS
+                 ") ON %s TO %I', " QUALIFIED(T) ", $2::text)"},
                 {FOR_RELAY | ONLY_DELETES,
                  "DELETE on the outbox table (--on-sent delete, --retention)", NULL,
                  "pg_catalog.has_table_privilege($1, " T ", 'DELETE')",
-                 "pg_catalog.format('GRANT DELETE ON %s TO %I', " T ", $2::text)"},
+                 "pg_catalog.format('GRANT DELETE ON %s TO %I', " QUALIFIED(T) ", $2::text)"},
                 {FOR_RELAY | FOR_PRODUCER, "EXECUTE on outbox_lane(text, text)",
                  LANE_FN " IS NOT NULL",
                  "pg_catalog.has_function_privilege($1, " LANE_FN ", 'EXECUTE')",
-                 "pg_catalog.format('GRANT EXECUTE ON FUNCTION outbox_lane(text, text) TO %I', "
-                 "$2::text)"},
+                 "pg_catalog.format('GRANT EXECUTE ON FUNCTION %s.outbox_lane(text, text) TO "
+                 "%I', " FN_QUALIFIED(LANE_FN) ", $2::text)"},
                 {FOR_RELAY,
                  "EXECUTE on the wakeup's functions outbox_relay_sleep() and outbox_relay_wake()",
                  SLEEP_FN " IS NOT NULL AND " WAKE_FN " IS NOT NULL",
                  "pg_catalog.has_function_privilege($1, " SLEEP_FN
                  ", 'EXECUTE') AND pg_catalog.has_function_privilege($1, " WAKE_FN ", 'EXECUTE')",
-                 "pg_catalog.format('GRANT EXECUTE ON FUNCTION outbox_relay_sleep(), "
-                 "outbox_relay_wake() TO "
-                 "%I', $2::text)"},
+                 "pg_catalog.format('GRANT EXECUTE ON FUNCTION %s.outbox_relay_sleep(), "
+                 "%s.outbox_relay_wake() TO %I', " FN_QUALIFIED(SLEEP_FN) ", " FN_QUALIFIED(
+                     WAKE_FN) ", $2::text)"},
                 /* The relay calls its wakeup's functions by name, through its search_path: in a
                  * schema it may not use they are not found, and its sessions fall back to the
                  * poll timer (a table in another schema than --schema). */
@@ -104,7 +114,8 @@ static const Need
                  "SELECT on the order column's sequence (the claim floor, 0008)",
                  SEQ " IS NOT NULL",
                  "pg_catalog.has_sequence_privilege($1, " SEQ ", 'SELECT, USAGE')",
-                 "pg_catalog.format('GRANT SELECT ON SEQUENCE %s TO %I', " SEQ ", $2::text)"},
+                 "pg_catalog.format('GRANT SELECT ON SEQUENCE %s TO %I', " QUALIFIED(
+                     SEQ) ", $2::text)"},
                 {FOR_PRODUCER,
                  "INSERT on the outbox table's writer columns, and on no other column", NULL,
                  "NOT EXISTS (SELECT 1 FROM " WRITER_COLUMNS " c WHERE NOT c.writer ="
@@ -112,9 +123,10 @@ static const Need
                  /* One statement (db_exec sends one): a REVOKE of INSERT on the table takes the
                   * column grants with it, so both go in one transaction, writers never without. */
                  "pg_catalog.format('DO $g$ BEGIN REVOKE INSERT ON %s FROM %I;"
-                 " GRANT INSERT (%s) ON %s TO %I; END $g$', " T
-                 ", $2::text, (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(c.name), ', ')"
-                 " FROM " WRITER_COLUMNS " c WHERE c.writer), " T ", $2::text)"},
+                 " GRANT INSERT (%s) ON %s TO %I; END $g$', " QUALIFIED(
+                     T) ", $2::text, (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(c.name), "
+                        "', ')"
+                        " FROM " WRITER_COLUMNS " c WHERE c.writer), " QUALIFIED(T) ", $2::text)"},
 };
 
 #define N_NEEDS (sizeof(needs) / sizeof(needs[0]))

@@ -138,7 +138,7 @@ static const char *setup_hint(const Session *s, const char *state, char *buf, si
 {
     if (state && strcmp(state, "42501") == 0) {
         char table[DIAGNOSE_TABLE_MAX];
-        diagnose_quote_table(&s->cfg->map, table, sizeof(table));
+        diagnose_quote_table(&s->cfg->map, s->cfg->schema, table, sizeof(table));
         bool deletes = s->cfg->on_sent == ON_SENT_DELETE || s->cfg->retention_s > 0;
         snprintf(buf, buflen,
                  "grant the relay's role its privileges: `outbox-relay check`, run as the relay's "

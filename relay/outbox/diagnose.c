@@ -17,6 +17,7 @@ enum {
     COL_PRIVILEGE,
     COL_USER,
     COL_GRANTEE,
+    COL_QUALIFIED, /* the table, schema-qualified and quoted; NULL when it does not exist */
     N_COLS
 };
 
@@ -80,13 +81,13 @@ const char *diagnose_quote_ident(const char *name, char *buf, size_t buflen)
     return buf;
 }
 
-const char *diagnose_quote_table(const TableMap *map, char *buf, size_t buflen)
+const char *diagnose_quote_table(const TableMap *map, const char *schema, char *buf, size_t buflen)
 {
-    char schema[DIAGNOSE_IDENT_MAX], name[DIAGNOSE_IDENT_MAX];
+    char quoted[DIAGNOSE_IDENT_MAX], name[DIAGNOSE_IDENT_MAX];
+    const char *in = map->schema ? map->schema : schema;
     diagnose_quote_ident(map->name, name, sizeof(name));
-    if (map->schema)
-        snprintf(buf, buflen, "%s.%s", diagnose_quote_ident(map->schema, schema, sizeof(schema)),
-                 name);
+    if (in)
+        snprintf(buf, buflen, "%s.%s", diagnose_quote_ident(in, quoted, sizeof(quoted)), name);
     else
         snprintf(buf, buflen, "%s", name);
     return buf;
@@ -99,10 +100,10 @@ static bool is_true(const PGresult *res, int col)
 
 bool diagnose_floor(const PGresult *res, const TableMap *map, char *why, size_t whylen)
 {
-    /* Quoted as needed: the names go into the statements an operator is told to run. The
-     * sequence comes quoted from the server (regclass's text), the grantee too (quote_ident). */
-    char table[DIAGNOSE_TABLE_MAX], seq[DIAGNOSE_IDENT_MAX];
-    diagnose_quote_table(map, table, sizeof(table));
+    /* Quoted as needed: the names go into the statements an operator is told to run. The table
+     * (once it exists) and the sequence come schema-qualified and quoted from the server, the
+     * grantee quoted (quote_ident). */
+    char configured[DIAGNOSE_TABLE_MAX], seq[DIAGNOSE_IDENT_MAX];
     diagnose_quote_ident(map->seq, seq, sizeof(seq));
     if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
         PQnfields(res) != N_COLS) {
@@ -111,6 +112,9 @@ bool diagnose_floor(const PGresult *res, const TableMap *map, char *why, size_t 
         why[strcspn(why, "\n")] = '\0';
         return false;
     }
+    const char *table = PQgetisnull(res, 0, COL_QUALIFIED)
+                            ? diagnose_quote_table(map, NULL, configured, sizeof(configured))
+                            : PQgetvalue(res, 0, COL_QUALIFIED);
     const char *user = PQgetvalue(res, 0, COL_USER);
     const char *sequence = PQgetvalue(res, 0, COL_SEQUENCE);
     if (!is_true(res, COL_TABLE))

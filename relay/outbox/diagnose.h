@@ -20,16 +20,22 @@
  * missing table is an answer and not an error; the sequence is looked up only once the column is
  * known to exist (pg_get_serial_sequence raises on a missing column). The grantee proposed is
  * outbox_relay when the session's role is one of its members (the least-privileged setup of
- * migrations/0006), else the session's role itself. */
+ * migrations/0006), else the session's role itself. The table and the sequence come
+ * schema-qualified and quoted (format %I.%I, not regclass's text, which leaves out a schema on the
+ * session's search_path: the relay's is pinned to --schema, psql's is not), for the statements. */
 #define DIAGNOSE_FLOOR_SQL                                                                         \
-    "SELECT t.oid IS NOT NULL, c.relkind, a.attname IS NOT NULL, a.attidentity, s.seq::text,"      \
+    "SELECT t.oid IS NOT NULL, c.relkind, a.attname IS NOT NULL, a.attidentity,"                   \
+    " (SELECT pg_catalog.format('%I.%I', sn.nspname, sc.relname) FROM pg_catalog.pg_class sc"      \
+    " JOIN pg_catalog.pg_namespace sn ON sn.oid = sc.relnamespace WHERE sc.oid = s.seq::oid),"     \
     " q.seqcache, q.seqcycle,"                                                                     \
     " CASE WHEN s.seq IS NOT NULL THEN pg_catalog.has_sequence_privilege(s.seq, 'SELECT, USAGE') " \
     "END,"                                                                                         \
     " current_user,"                                                                               \
     " CASE WHEN pg_catalog.to_regrole('outbox_relay') IS NOT NULL"                                 \
     " AND pg_catalog.pg_has_role(current_user, 'outbox_relay', 'MEMBER') THEN 'outbox_relay'"      \
-    " ELSE pg_catalog.quote_ident(current_user) END"                                               \
+    " ELSE pg_catalog.quote_ident(current_user) END,"                                              \
+    " (SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_namespace n"     \
+    " WHERE n.oid = c.relnamespace)"                                                               \
     " FROM (SELECT pg_catalog.to_regclass({table_text})::oid AS oid) t"                            \
     " LEFT JOIN pg_class c ON c.oid = t.oid"                                                       \
     " LEFT JOIN pg_attribute a ON a.attrelid = t.oid AND a.attname = {seq_text}"                   \
@@ -57,9 +63,11 @@ extern const char *const diagnose_floor_sql;
  * and then not valid SQL, but never overruns buf); returns buf. */
 const char *diagnose_quote_ident(const char *name, char *buf, size_t buflen);
 
-/* map's table as diagnose_quote_ident writes each part: "outbox", "app"."Outbox Events". buf must
- * hold DIAGNOSE_TABLE_MAX bytes; returns buf. */
-const char *diagnose_quote_table(const TableMap *map, char *buf, size_t buflen);
+/* map's table as diagnose_quote_ident writes each part: "outbox", "app"."Outbox Events"; an
+ * unqualified one qualified with schema when not NULL (--schema, which pins the relay's
+ * search_path: the table is found there, and psql's search_path is another). buf must hold
+ * DIAGNOSE_TABLE_MAX bytes; returns buf. */
+const char *diagnose_quote_table(const TableMap *map, const char *schema, char *buf, size_t buflen);
 
 /* Reads a result of diagnose_floor_sql for map's table. Returns true when the claim floor can be
  * on (the same answer as SQL_FLOOR_CHECK); otherwise false with one sentence in why naming the

@@ -48,20 +48,37 @@ static void test_quote_ident(void **state)
     assert_string_equal(diagnose_quote_ident("Ab", small, 1), "");
 }
 
+static void test_quote_table(void **state)
+{
+    char err[256], buf[DIAGNOSE_TABLE_MAX];
+    TableMap m;
+    TableOptions plain = {.layout = LAYOUT_RELAY};
+    assert_true(table_map_init(&m, &plain, err, sizeof(err)));
+    assert_string_equal(diagnose_quote_table(&m, NULL, buf, sizeof(buf)), "outbox");
+    /* Unqualified, the table is in --schema (the relay's pinned search_path). */
+    assert_string_equal(diagnose_quote_table(&m, "app", buf, sizeof(buf)), "app.outbox");
+    table_map_free(&m);
+    TableOptions odd = {.layout = LAYOUT_RELAY, .table = "my-app.Outbox Events"};
+    assert_true(table_map_init(&m, &odd, err, sizeof(err)));
+    assert_string_equal(diagnose_quote_table(&m, "app", buf, sizeof(buf)),
+                        "\"my-app\".\"Outbox Events\"");
+    table_map_free(&m);
+}
+
 /* One row of diagnose_floor_sql's shape; NULL values are SQL NULLs. */
 static PGresult *floor_result(const char *const values[])
 {
     PGresult *res = PQmakeEmptyPGresult(NULL, PGRES_TUPLES_OK);
-    PGresAttDesc attrs[10];
+    PGresAttDesc attrs[11];
     memset(attrs, 0, sizeof(attrs));
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < 11; i++) {
         attrs[i].name = (char *)"c";
         attrs[i].typid = 25;
         attrs[i].typlen = -1;
         attrs[i].atttypmod = -1;
     }
-    assert_true(PQsetResultAttrs(res, 10, attrs));
-    for (int i = 0; i < 10; i++)
+    assert_true(PQsetResultAttrs(res, 11, attrs));
+    for (int i = 0; i < 11; i++)
         assert_true(
             PQsetvalue(res, 0, i, (char *)values[i], values[i] ? (int)strlen(values[i]) : -1));
     return res;
@@ -84,27 +101,66 @@ static void test_floor_statements_quoted(void **state)
 {
     TableOptions o = {
         .layout = LAYOUT_RELAY, .table = "my-app.Outbox Events", .seq_column = "order"};
-    /* table, relkind, column, identity, sequence, cache, cycle, privilege, user, grantee */
-    const char *by_default[] = {"t", "r", "t", "d",   "\"my-app\".\"Outbox Events_order_seq\"",
-                                "1", "f", "t", "app", "outbox_relay"};
+    /* table, relkind, column, identity, sequence, cache, cycle, privilege, user, grantee, and the
+     * table schema-qualified as the server writes it */
+    const char *by_default[] = {"t",
+                                "r",
+                                "t",
+                                "d",
+                                "\"my-app\".\"Outbox Events_order_seq\"",
+                                "1",
+                                "f",
+                                "t",
+                                "app",
+                                "outbox_relay",
+                                "\"my-app\".\"Outbox Events\""};
     expect_floor(&o, by_default,
                  "ALTER TABLE \"my-app\".\"Outbox Events\" ALTER COLUMN \"order\" SET GENERATED "
                  "ALWAYS");
-    const char *no_identity[] = {"t", "r", "t", "", NULL, NULL, NULL, NULL, "app", "outbox_relay"};
+    const char *no_identity[] = {"t",
+                                 "r",
+                                 "t",
+                                 "",
+                                 NULL,
+                                 NULL,
+                                 NULL,
+                                 NULL,
+                                 "app",
+                                 "outbox_relay",
+                                 "\"my-app\".\"Outbox Events\""};
     expect_floor(&o, no_identity,
                  "ALTER TABLE \"my-app\".\"Outbox Events\" ALTER COLUMN \"order\" ADD GENERATED "
                  "ALWAYS AS IDENTITY");
-    const char *no_column[] = {"t", "r", "f", NULL, NULL, NULL, NULL, NULL, "app", "outbox_relay"};
+    const char *no_column[] = {"t",
+                               "r",
+                               "f",
+                               NULL,
+                               NULL,
+                               NULL,
+                               NULL,
+                               NULL,
+                               "app",
+                               "outbox_relay",
+                               "\"my-app\".\"Outbox Events\""};
     expect_floor(&o, no_column, "has no column \"order\" (seq-column)");
-    /* Plain names stay as they are. */
+    /* No table: named as configured, quoted. */
+    const char *no_table[] = {"f",  NULL, NULL,  NULL,           NULL, NULL,
+                              NULL, NULL, "app", "outbox_relay", NULL};
+    expect_floor(&o, no_table, "the outbox table \"my-app\".\"Outbox Events\" does not exist");
+    /* An unqualified --table: the statement names the schema it is in (the relay's search_path,
+     * pinned to --schema, is not psql's); plain names stay unquoted. */
     TableOptions plain = {.layout = LAYOUT_RELAY};
-    expect_floor(&plain, by_default, "ALTER TABLE outbox ALTER COLUMN id SET GENERATED ALWAYS");
+    const char *in_app[] = {"t",         "r", "t", "d",   "app.outbox_id_seq",
+                            "1",         "f", "t", "app", "outbox_relay",
+                            "app.outbox"};
+    expect_floor(&plain, in_app, "ALTER TABLE app.outbox ALTER COLUMN id SET GENERATED ALWAYS");
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quote_ident),
+        cmocka_unit_test(test_quote_table),
         cmocka_unit_test(test_floor_statements_quoted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

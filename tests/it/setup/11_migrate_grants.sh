@@ -11,7 +11,9 @@
 #     read the unsent index from its start" warning;
 #  4. an owner who does not own the table (the grants cannot be given): non-zero, the GRANT named;
 #  5. the relay's functions in their own schema (--schema) and the table in another: outbox_relay
-#     gets USAGE on both (without the functions' schema its wakeup calls find no function).
+#     gets USAGE on both (without the functions' schema its wakeup calls find no function);
+#  6. the GRANTs `check` gives, for a relay whose table is in its --schema, run as written in
+#     psql (whose search_path is not pinned), and then check passes.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -84,7 +86,7 @@ psql_q "CREATE ROLE other_owner LOGIN; GRANT CREATE ON DATABASE owned TO other_o
 rc=$?
 check "4: a migrate that cannot grant exits non-zero" test "$rc" -ne 0
 check "4: it names the GRANT to run" grep -q \
-    'grant="GRANT SELECT ON SEQUENCE outbox_id_seq TO outbox_relay"' "$T/m4.log"
+    'grant="GRANT SELECT ON SEQUENCE public.outbox_id_seq TO outbox_relay"' "$T/m4.log"
 
 # --- 5. the relay's functions in a schema of their own, the table in another ---
 psql_q "CREATE DATABASE split" -d postgres || fail "create split"
@@ -98,3 +100,36 @@ check_eq "5: migrate --schema fns --table app.events exits 0" 0 $?
 check_eq "5: outbox_relay may use both schemas (the table's, the functions')" "t|t" \
     "$(psql_q "SELECT has_schema_privilege('outbox_relay', 'app', 'USAGE'),
                       has_schema_privilege('outbox_relay', 'fns', 'USAGE')" -d split)"
+
+# --- 6. check's GRANTs run as written, for a relay whose table is in its --schema ---
+# check's session has search_path pinned to --schema, psql's has not: the statements must name the
+# schema. Before, they named the table, the sequence and outbox_lane unqualified (regclass's text,
+# a constant), and psql answered "relation outbox does not exist".
+psql_q "CREATE DATABASE inapp" -d postgres && psql_q "CREATE SCHEMA app" -d inapp ||
+    fail "create inapp and its schema"
+"$RELAY_BIN" migrate --database-url "postgresql://postgres@127.0.0.1:$PGPORT/inapp" --schema app \
+    >"$T/m6.log" 2>&1
+check_eq "6: migrate --schema app exits 0" 0 $?
+psql_q "CREATE ROLE app_relay_login LOGIN IN ROLE outbox_relay;
+        REVOKE SELECT ON app.outbox FROM outbox_relay;
+        REVOKE SELECT, USAGE ON SEQUENCE app.outbox_id_seq FROM outbox_relay;
+        REVOKE EXECUTE ON FUNCTION app.outbox_lane(text, text) FROM PUBLIC, outbox_relay" -d inapp ||
+    fail "6: revoke"
+check_app() { # check_app OUT: `check --schema app` as app_relay_login; its exit status
+    timeout 60 "$RELAY_BIN" check --database-url "postgresql://app_relay_login@127.0.0.1:$PGPORT/inapp" \
+        --schema app --brokers "$BROKERS" >"$1" 2>&1
+}
+check_app "$T/c6.out"
+check_eq "6: check, three privileges revoked: exit 1" 1 $?
+sed -n 's/^FAIL  [a-z ]*: .*as \(the\|its\) owner, \(GRANT .* TO outbox_relay\) (.*$/\2/p' \
+    "$T/c6.out" >"$T/c6.sql"
+check_eq "6: ... three GRANTs given" 3 "$(wc -l <"$T/c6.sql")"
+run_grants() {
+    local g
+    while IFS= read -r g; do
+        psql_q "$g" -d inapp || return 1
+    done <"$T/c6.sql"
+}
+check "6: ... each runs as written in psql (its own search_path)" run_grants
+check_app "$T/c6b.out"
+check_eq "6: ... and then check exits 0" 0 $?
