@@ -44,7 +44,7 @@ check "A: ... naming the failed privilege and what to do" \
 # migrate gives DELETE only with a role's first grants: the hint names the GRANT that gives it back
 # (before, it said to run migrate, which would not have).
 check "A: ... with the GRANT that gives DELETE back" \
-    grep -q 'hint=".*only GRANT DELETE ON outbox TO outbox_relay gives DELETE back' "$RELAY_LOG"
+    grep -q 'hint=".*only GRANT DELETE ON public.outbox TO outbox_relay gives DELETE back' "$RELAY_LOG"
 wait_for "A: it gives its lanes up" 15 metric_is outbox_lanes_owned 0
 wait_for "A: and is not ready" 15 ready_is 503
 check "A: /readyz says why" grep -q "claims fail until the setup is fixed" <(
