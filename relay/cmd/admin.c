@@ -73,14 +73,21 @@ bool admin_bound_session(PGconn *conn, DbError *e)
     return ok;
 }
 
-PGconn *admin_connect(const char *conninfo)
+PGconn *admin_connect_unbounded(const char *conninfo)
 {
     char err[300], q[600];
     PGconn *conn = db_connect(conninfo, "outbox-relay", err, sizeof(err));
-    if (!conn) {
+    if (!conn)
         log_error("cannot connect to PostgreSQL", "error=%s", log_quote(err, q, sizeof(q)));
+    return conn;
+}
+
+PGconn *admin_connect(const char *conninfo)
+{
+    char q[600];
+    PGconn *conn = admin_connect_unbounded(conninfo);
+    if (!conn)
         return NULL;
-    }
     DbError e;
     if (!admin_bound_session(conn, &e)) {
         log_error("query failed", "error=%s", log_quote(e.message, q, sizeof(q)));
@@ -90,8 +97,8 @@ PGconn *admin_connect(const char *conninfo)
     return conn;
 }
 
-PGresult *admin_exec(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
-                     const char *const *params, ExecStatusType expect)
+static PGresult *exec_template(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                               const char *const *params, ExecStatusType expect, bool bounded)
 {
     char err[256];
     char *sql = table_sql(map, conn, tmpl, err, sizeof(err));
@@ -100,7 +107,8 @@ PGresult *admin_exec(PGconn *conn, const TableMap *map, const char *tmpl, int np
         return NULL;
     }
     DbError e;
-    PGresult *res = admin_query(conn, sql, nparams, params, &e);
+    PGresult *res = bounded ? admin_query(conn, sql, nparams, params, &e)
+                            : db_query(conn, sql, nparams, params, &e);
     free(sql);
     if (res && PQresultStatus(res) != expect) {
         PQclear(res);
@@ -112,6 +120,18 @@ PGresult *admin_exec(PGconn *conn, const TableMap *map, const char *tmpl, int np
         log_error("query failed", "error=%s", log_quote(e.message, q, sizeof(q)));
     }
     return res;
+}
+
+PGresult *admin_exec(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                     const char *const *params, ExecStatusType expect)
+{
+    return exec_template(conn, map, tmpl, nparams, params, expect, true);
+}
+
+PGresult *admin_exec_unbounded(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                               const char *const *params, ExecStatusType expect)
+{
+    return exec_template(conn, map, tmpl, nparams, params, expect, false);
 }
 
 /* Prints row as one JSON line. False when it cannot (a text that is not UTF-8: a SQL_ASCII

@@ -24,6 +24,12 @@
  * returns NULL then. */
 PGconn *admin_connect(const char *conninfo);
 
+/* admin_connect without the statement bound, for verify and replay: a read of a long window, or a
+ * replay selection scanned whole, may rightly run longer than ADMIN_STATEMENT_TIMEOUT_S (with
+ * the bound they failed after 30 s), and they bound their lock waits themselves (lock_timeout).
+ * A role's or database's own statement_timeout still applies. NULL (error logged) on failure. */
+PGconn *admin_connect_unbounded(const char *conninfo);
+
 /* Sets the session's statement_timeout to ADMIN_STATEMENT_TIMEOUT_S. False with e filled in
  * when the statement fails. */
 bool admin_bound_session(PGconn *conn, DbError *e);
@@ -35,10 +41,15 @@ bool admin_bound_session(PGconn *conn, DbError *e);
 PGresult *admin_query(PGconn *conn, const char *sql, int nparams, const char *const *params,
                       DbError *e);
 
-/* Runs a statement template (relay/outbox/table.h) written for map's table with text params;
- * returns the result, or NULL (error logged, result cleared) when its status is not `expect`. */
+/* Runs a statement template (relay/outbox/table.h) written for map's table with text params,
+ * through admin_query (its client-side deadline); returns the result, or NULL (error logged,
+ * result cleared) when it failed or its status is not `expect`. */
 PGresult *admin_exec(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
                      const char *const *params, ExecStatusType expect);
+
+/* admin_exec without admin_query's deadline, for a connection of admin_connect_unbounded. */
+PGresult *admin_exec_unbounded(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                               const char *const *params, ExecStatusType expect);
 
 /* Prints the dead-lettered events (a table, or JSON lines with cfg->json) to stdout. Returns the
  * exit status: 0, or 1 on a database error or a row --json cannot print (not UTF-8; logged, the

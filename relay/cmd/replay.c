@@ -497,7 +497,7 @@ int replay_run(const Config *cfg)
             goto done;
         }
     }
-    conn = admin_connect(cfg->database_url);
+    conn = admin_connect_unbounded(cfg->database_url);
     if (!conn) {
         rc = 1;
         goto done;

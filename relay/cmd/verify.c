@@ -143,8 +143,8 @@ static char *xstrdup(const char *s)
  * the database's clock. */
 static bool load_rows(PGconn *conn, const Config *cfg, Check *c, long long *now_ms)
 {
-    PGresult *uuid =
-        admin_exec(conn, &cfg->map, SQL_VERIFY_EVENT_ID_IS_UUID, 0, NULL, PGRES_TUPLES_OK);
+    PGresult *uuid = admin_exec_unbounded(conn, &cfg->map, SQL_VERIFY_EVENT_ID_IS_UUID, 0, NULL,
+                                          PGRES_TUPLES_OK);
     if (!uuid)
         return false;
     c->uuid_ids = PQntuples(uuid) == 1 && strcmp(PQgetvalue(uuid, 0, 0), "t") == 0;
@@ -152,8 +152,10 @@ static bool load_rows(PGconn *conn, const Config *cfg, Check *c, long long *now_
     char since[32];
     snprintf(since, sizeof(since), "%ld", cfg->verify_since_s);
     const char *params[1] = {since};
-    PGresult *res = admin_exec(conn, &cfg->map, SQL_VERIFY_ROWS, 1, params, PGRES_TUPLES_OK);
-    PGresult *clock = admin_exec(conn, &cfg->map, SQL_VERIFY_NOW, 0, NULL, PGRES_TUPLES_OK);
+    PGresult *res =
+        admin_exec_unbounded(conn, &cfg->map, SQL_VERIFY_ROWS, 1, params, PGRES_TUPLES_OK);
+    PGresult *clock =
+        admin_exec_unbounded(conn, &cfg->map, SQL_VERIFY_NOW, 0, NULL, PGRES_TUPLES_OK);
     if (!res || !clock) {
         PQclear(res);
         PQclear(clock);
@@ -383,9 +385,9 @@ static bool look_up_unknown(Check *c)
         strbuf_array_text(&ids, c->unknown_ids[i]);
     strbuf_array_end(&ids);
     const char *params[1] = {ids.s};
-    PGresult *res = admin_exec(c->conn, &c->cfg->map,
-                               c->uuid_ids ? SQL_VERIFY_KNOWN_UUIDS : SQL_VERIFY_KNOWN_IDS, 1,
-                               params, PGRES_TUPLES_OK);
+    PGresult *res = admin_exec_unbounded(
+        c->conn, &c->cfg->map, c->uuid_ids ? SQL_VERIFY_KNOWN_UUIDS : SQL_VERIFY_KNOWN_IDS, 1,
+        params, PGRES_TUPLES_OK);
     strbuf_free(&ids);
     /* The statement returns, for each id in order, whether the table has it. */
     for (size_t i = 0; res && i < c->nunknown; i++) {
@@ -502,7 +504,7 @@ static void check_free(Check *c)
 
 int verify_run(const Config *cfg, rd_kafka_conf_t *conf)
 {
-    PGconn *conn = admin_connect(cfg->database_url);
+    PGconn *conn = admin_connect_unbounded(cfg->database_url);
     DbError e;
     if (conn &&
         !db_exec(conn, DB_BOUND_SETTING_SQL("lock_timeout", VERIFY_LOCK_TIMEOUT, "false"), &e)) {

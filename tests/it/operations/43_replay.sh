@@ -21,7 +21,10 @@
 #     that part again); a list naming an event twice counts it once; an order column that draws
 #     no values (no identity, no default) is refused with one line before anything changes.
 #  5. on a table another session holds locked (a migration, a VACUUM FULL) it gives up after 10 s
-#     with exit 1 and one line, rather than wait as long as the lock is held.
+#     with exit 1 and one line, rather than wait as long as the lock is held;
+#  6. a selection whose read takes longer than the 30 s the one-shot commands dead, status and
+#     the like give a statement (a large table scanned whole) still completes: replay bounds its
+#     lock waits only, not its statements.
 #  Also in 1: verify with --timestamp-column (messages carrying the events' own times, which
 #  cannot find the window's start) reads the partitions whole, without --from-beginning.
 # shellcheck source=tests/lib.sh
@@ -345,3 +348,20 @@ check_eq "5: a dry run on a locked table gives up: exit 1" 1 $?
 check_eq "5: ... one line" 1 "$(grep -c '' "$T/locked.err")"
 check "5: ... that names the lock timeout" grep -q 'lock timeout' "$T/locked.err"
 table_lock_close
+
+# --- 6. a selection that takes longer to read than dead's and status's statement bound ---
+# A view of the table whose aggregate_type takes 31 s a row to read stands in for a selection
+# scanned on a large table; a dry run of one row reads it once (the summary's topics). The
+# function is said to be stable so that the planner leaves it out where the column is not read.
+psql_q "CREATE FUNCTION slow_text(t text) RETURNS text LANGUAGE plpgsql STABLE AS
+            \$\$ BEGIN PERFORM pg_catalog.pg_sleep(31); RETURN t; END \$\$;
+        CREATE VIEW slow_outbox AS SELECT o.id, o.event_id,
+            slow_text(o.aggregate_type) AS aggregate_type, o.aggregate_id, o.event_type,
+            o.payload, o.sent_at, o.attempts
+        FROM outbox o;
+        ALTER VIEW slow_outbox ALTER COLUMN id SET DEFAULT 0"
+slow_id=$(psql_q "SELECT min(id) FROM outbox WHERE sent_at IS NOT NULL")
+replay --table slow_outbox --from-id "$slow_id" --to-id "$slow_id" --dry-run \
+    >"$T/slow.out" 2>"$T/slow.err"
+check_eq "6: a dry run whose read takes 31 s: exit 0" 0 $?
+check_eq "6: ... no statement timeout" 0 "$(grep -c 'statement timeout' "$T/slow.err")"
