@@ -62,12 +62,18 @@ bool admin_bound_session(PGconn *conn, DbError *e)
 {
     /* The server's own limit ends a statement that waits for a lock (a migration's ALTER, a
      * VACUUM FULL, an operator's open transaction) with a clear error, and takes the waiting
-     * backend out of the lock queue, where it would hold up everyone queued behind it. */
-    char ms[32];
-    snprintf(ms, sizeof(ms), "%d", ADMIN_STATEMENT_TIMEOUT_S * 1000);
-    const char *params[1] = {ms};
-    PGresult *res = admin_query(
-        conn, "SELECT pg_catalog.set_config('statement_timeout', $1, false)", 1, params, e);
+     * backend out of the lock queue, where it would hold up everyone queued behind it. A
+     * stricter limit already in force (the connection string's options, the role's or the
+     * database's setting) stays: the bound only shortens a longer one, or none. */
+#define ADMIN_STR(x) #x
+#define ADMIN_SECONDS(x) ADMIN_STR(x) "s"
+    PGresult *res =
+        admin_query(conn,
+                    DB_BOUND_SETTING_SQL("statement_timeout",
+                                         ADMIN_SECONDS(ADMIN_STATEMENT_TIMEOUT_S), "false"),
+                    0, NULL, e);
+#undef ADMIN_SECONDS
+#undef ADMIN_STR
     bool ok = res != NULL;
     PQclear(res);
     return ok;

@@ -30,8 +30,9 @@ PGconn *admin_connect(const char *conninfo);
  * A role's or database's own statement_timeout still applies. NULL (error logged) on failure. */
 PGconn *admin_connect_unbounded(const char *conninfo);
 
-/* Sets the session's statement_timeout to ADMIN_STATEMENT_TIMEOUT_S. False with e filled in
- * when the statement fails. */
+/* Sets the session's statement_timeout to ADMIN_STATEMENT_TIMEOUT_S, unless one at most as long
+ * is in force already (set by the connection string, the role or the database: it stays). False
+ * with e filled in when the statement fails. */
 bool admin_bound_session(PGconn *conn, DbError *e);
 
 /* db_query with a deadline: the result (the caller PQclears it) when the statement succeeded;

@@ -12,7 +12,9 @@
 #     do not wait for ever: each exits 1 with one line naming the statement timeout;
 #  6. nor does status against a server that stops answering mid-statement (a SIGSTOPped
 #     forwarder in between: the kernel still acknowledges what is sent, nothing comes back, so
-#     not even the server's timeout error arrives): exit 1, "did not answer", after 35 s.
+#     not even the server's timeout error arrives): exit 1, "did not answer", after 35 s;
+#  7. a statement_timeout stricter than their 30 s, set for the connection (the URL's options, as
+#     for a role or a database), stays: the commands only shorten a longer one or none.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -157,3 +159,21 @@ check_eq "6: status gives up on a server that does not answer: exit 1" 1 $?
 check "6: and says it did not answer" grep -q 'did not answer' "$T/stopped.out"
 kill -CONT "${stopped[@]}"
 table_lock_close
+
+# --- 7. a stricter statement_timeout stays ---
+# The statement_timeout in force while dead reads its rows, as a view over the table records it
+# (a function said to be stable, so the view stays a plain one).
+psql_q "CREATE TABLE seen_timeout (setting text);
+        CREATE FUNCTION note_timeout() RETURNS boolean LANGUAGE plpgsql AS \$\$ BEGIN
+            INSERT INTO seen_timeout VALUES (pg_catalog.current_setting('statement_timeout'));
+            RETURN true; END \$\$;
+        CREATE VIEW noting_outbox AS SELECT o.* FROM outbox o WHERE note_timeout()"
+seen() { psql_q "SELECT string_agg(DISTINCT setting, ',') FROM seen_timeout"; }
+"$RELAY_BIN" dead --table noting_outbox \
+    --database-url "$DATABASE_URL?options=-c%20statement_timeout%3D5s" >"$T/strict.out" 2>&1
+check_eq "7: dead with a statement_timeout of 5 s in the URL: exit 0" 0 $?
+check_eq "7: ... which stays 5 s" 5s "$(seen)"
+psql_q "TRUNCATE seen_timeout"
+"$RELAY_BIN" dead --table noting_outbox --database-url "$DATABASE_URL" >"$T/loose.out" 2>&1
+check_eq "7: dead with no statement_timeout: exit 0" 0 $?
+check_eq "7: ... gets 30 s" 30s "$(seen)"
