@@ -81,6 +81,14 @@ static void adapt_row_limit(Session *s, int rows)
     s->row_limit = limit < batch_size ? limit : batch_size;
 }
 
+/* A relfilenode from SQL_FLOOR_HELD's column `col`; 0 (nothing to compare) when NULL or absent. */
+static unsigned relfilenode(const PGresult *held, int col)
+{
+    if (PQnfields(held) <= col || PQgetisnull(held, 0, col))
+        return 0;
+    return (unsigned)strtoul(PQgetvalue(held, 0, col), NULL, 10);
+}
+
 /* Reads what the floor's statements around the claim found (floor.h). */
 static void learn_floor(Session *s, const PGresult *held, const PGresult *claimed,
                         const PGresult *writers)
@@ -96,6 +104,8 @@ static void learn_floor(Session *s, const PGresult *held, const PGresult *claime
         .seq_last = PQgetisnull(held, 0, 1) ? -1 : strtoll(PQgetvalue(held, 0, 1), NULL, 10),
         /* NULL (the column has no sequence any more) counts as out of order: the floor goes off */
         .seq_in_order = PQnfields(held) > 2 && strcmp(PQgetvalue(held, 0, 2), "t") == 0,
+        .table_node = relfilenode(held, 3),
+        .seq_node = relfilenode(held, 4),
     };
     unsigned restarts = s->floor.restarts;
     if (!floor_after_claim(&s->floor, &c))
@@ -106,9 +116,10 @@ static void learn_floor(Session *s, const PGresult *held, const PGresult *claime
                  "session reconnects, claims read the unsent index from its start",
                  "column=%s session=%d", s->cfg->map.seq, s->index);
     else if (s->floor.restarts != restarts)
-        log_info("the order column's sequence was set back; the claim floor starts again from the "
-                 "table's start",
-                 "sequence_last=%lld session=%d", c.seq_last, s->index);
+        log_info("the table was truncated or the order column's sequence set back; the claim "
+                 "floor starts again from the table's start",
+                 "sequence_last=%lld table_relfilenode=%u sequence_relfilenode=%u session=%d",
+                 c.seq_last, c.table_node, c.seq_node, s->index);
 }
 
 void claim_floor_committed(Session *s)

@@ -48,15 +48,26 @@ bool floor_after_claim(ClaimFloor *f, const FloorClaim *c)
         return true;
     }
     /* The sequence was set back (TRUNCATE ... RESTART IDENTITY, ALTER SEQUENCE ... RESTART,
-     * setval): rows drawn from now on may lie anywhere below the floor, with attempts 0, where
+     * setval): rows drawn from then on may lie anywhere below the floor, with attempts 0, where
      * the claims read only failed rows. Start again from the table's start, as on a new
-     * connection; the look after this one takes up a candidate again. */
+     * connection; the look after this one takes up a candidate again. A last value lower than
+     * before shows a setval; a reset that one transaction's rows overtook before this look (the
+     * last value already past the old one) shows only as a new relfilenode of the table or of
+     * the sequence. 0 is no relfilenode to compare (the first look, a partitioned table). */
     long long now_high = c->seq_last >= 0 ? c->seq_last + 1 : 0;
-    if (now_high < f->high) {
+    bool replaced = (f->table_node && c->table_node && f->table_node != c->table_node) ||
+                    (f->seq_node && c->seq_node && f->seq_node != c->seq_node);
+    if (replaced || now_high < f->high) {
         floor_free(f);
-        *f = (ClaimFloor){.enabled = true, .high = now_high, .restarts = f->restarts + 1};
+        *f = (ClaimFloor){.enabled = true,
+                          .high = now_high,
+                          .restarts = f->restarts + 1,
+                          .table_node = c->table_node,
+                          .seq_node = c->seq_node};
         return true;
     }
+    f->table_node = c->table_node;
+    f->seq_node = c->seq_node;
     /* The claim's snapshot came after the look that confirmed f->confirmed, so it saw every row
      * below it that committed: it may rise there, short of the rows it left out. */
     if (c->plain && f->confirmed > 0) {

@@ -37,8 +37,15 @@
  * Rows a relay gains with new lanes may lie anywhere: the floor starts again from 0. Rows made
  * unsent again by hand (sent_at cleared, attempts set back to 0, another aggregate) get attempts
  * 1 from migrations/0008's trigger, so they are failed rows to the claims. A sequence set back
- * (its last value lower than at the last look) starts the floor again from 0. Not seen: a {seq}
- * given by hand below the floor (docs/operations.md#dead-rows-and-old-snapshots). */
+ * starts the floor again from 0: seen by identity, as a new relfilenode of the table (TRUNCATE)
+ * or of the sequence (TRUNCATE ... RESTART IDENTITY, ALTER SEQUENCE ... RESTART), which a look
+ * sees even when the rows inserted since have drawn the sequence past its old last value; and by
+ * value, as a last value lower than at the last look (setval, which keeps the relfilenode).
+ * The claim that runs on the old floor before the look that sees a reset sends the new rows
+ * above that floor before those below it (the next claims start from 0): an aggregate with rows
+ * on both sides is reordered once. Not seen: a setval down that new rows overtook before the
+ * next look, and a {seq} given by hand below the floor
+ * (docs/operations.md#dead-rows-and-old-snapshots). */
 #ifndef OUTBOX_FLOOR_H
 #define OUTBOX_FLOOR_H
 
@@ -53,6 +60,8 @@ typedef struct ClaimFloor {
     char *writers;       /* those writers, as a text[] literal (owned) */
     long long on_commit; /* the floor this claim's commit brings; 0: none */
     unsigned restarts;   /* times the sequence was found set back (floor_after_claim) */
+    unsigned table_node; /* the table's relfilenode at the last look; 0: not known */
+    unsigned seq_node;   /* the sequence's relfilenode at the last look; 0: not known */
     char text[24];       /* floor, as the claim's parameter */
 } ClaimFloor;
 
@@ -66,9 +75,12 @@ typedef struct FloorClaim {
     const char *writers; /* and the writers now (text[] literal) */
     long long seq_last;  /* SQL_FLOOR_HELD: the sequence's last value; -1: none yet */
     bool seq_in_order;   /* SQL_FLOOR_HELD: the sequence still has no cache, no cycle */
+    unsigned table_node; /* SQL_FLOOR_HELD: the table's relfilenode; 0: not known */
+    unsigned seq_node;   /* SQL_FLOOR_HELD: the sequence's relfilenode; 0: not known */
 } FloorClaim;
 
-/* Back to 0, forgetting candidates (lanes gained, a new connection). Keeps `enabled`. */
+/* Back to 0, forgetting candidates and the relfilenodes seen (lanes gained, a new connection).
+ * Keeps `enabled`. */
 void floor_reset(ClaimFloor *f);
 /* Releases what f owns; f may be reset and used again. */
 void floor_free(ClaimFloor *f);
@@ -77,12 +89,14 @@ const char *floor_param(ClaimFloor *f);
 /* The writers to ask SQL_FLOOR_WRITERS about, as its $1 (valid until the next change). */
 const char *floor_writers_param(const ClaimFloor *f);
 /* Takes in what a claim learnt: the floor its commit may bring (floor_commit), a confirmed
- * candidate for the claims after it, a new candidate. When the sequence's last value is below
- * the one seen before (it was set back: TRUNCATE ... RESTART IDENTITY, setval), new rows may be
- * drawn below the floor: the floor starts again from 0, forgetting its candidates, and
- * f->restarts counts it. When the sequence no longer hands its values out in order (given a
- * cache, or cycling, while the relay runs), the floor goes back to 0 and is turned off
- * (f->enabled false) until the session's next connection checks the table again
+ * candidate for the claims after it, a new candidate. When the table's or the sequence's
+ * relfilenode differs from the one seen before (both known and not 0: TRUNCATE, TRUNCATE ...
+ * RESTART IDENTITY, ALTER SEQUENCE ... RESTART; also VACUUM FULL, CLUSTER and any ALTER
+ * SEQUENCE, which cost a restart and nothing else), or the sequence's last value is below the one
+ * seen before (setval), new rows may have been drawn below the floor: the floor starts again from
+ * 0, forgetting its candidates, and f->restarts counts it. When the sequence no longer hands its
+ * values out in order (given a cache, or cycling, while the relay runs), the floor goes back to 0
+ * and is turned off (f->enabled false) until the session's next connection checks the table again
  * (SQL_FLOOR_CHECK). Returns false when out of memory (the floor then stays where it is,
  * which is always safe). */
 bool floor_after_claim(ClaimFloor *f, const FloorClaim *c);

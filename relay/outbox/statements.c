@@ -170,14 +170,21 @@
  * floor's candidates: a {seq} given by hand, above the sequence, never lifts the floor; and
  * whether that sequence still hands its values out in order (the session checked it at connect,
  * SQL_FLOOR_CHECK, but ALTER SEQUENCE ... CACHE may change it while the relay runs: a session
- * that cached values would then insert rows below the floor). */
+ * that cached values would then insert rows below the floor); and the relfilenodes of the table
+ * and of that sequence, which TRUNCATE (of the table), TRUNCATE ... RESTART IDENTITY and ALTER
+ * SEQUENCE ... RESTART (of the sequence) replace: a reset that new rows overtook before the next
+ * look leaves a last value above the one seen before, and only the new relfilenode tells. */
 #define FLOOR_SEQUENCE "pg_catalog.pg_get_serial_sequence({table_text}, {seq_text})::regclass"
 #define SQL_FLOOR_HELD(holds)                                                                      \
     "SELECT (SELECT pg_catalog.min(f.{seq}) FROM ("                                                           \
     SQL_FAILED_ROWS("o.{seq}", "o.lane = ANY($1::smallint[])" holds) ") f),"                       \
     " pg_catalog.pg_sequence_last_value(" FLOOR_SEQUENCE "),"                                      \
     " (SELECT q.seqcache = 1 AND NOT q.seqcycle AND q.seqincrement > 0"                            \
-    " FROM pg_catalog.pg_sequence q WHERE q.seqrelid = " FLOOR_SEQUENCE "::oid)"
+    " FROM pg_catalog.pg_sequence q WHERE q.seqrelid = " FLOOR_SEQUENCE "::oid),"                  \
+    " (SELECT c.relfilenode FROM pg_catalog.pg_class c"                                            \
+    " WHERE c.oid = {table_text}::pg_catalog.regclass::pg_catalog.oid),"                           \
+    " (SELECT c.relfilenode FROM pg_catalog.pg_class c"                                            \
+    " WHERE c.oid = " FLOOR_SEQUENCE "::pg_catalog.oid)"
 /* After the claim: whether the writers listed last time ($1, virtual transaction ids) have all
  * ended, and the transactions that may still add rows to the table (they hold RowExclusiveLock
  * on it: every INSERT takes it before its row's {seq} is drawn). A prepared transaction's locks

@@ -162,6 +162,55 @@ static void test_sequence_set_back(void **state)
     floor_free(&f);
 }
 
+/* A claim as claim() makes it, with the relfilenodes its look read. */
+static FloorClaim claim_nodes(long long first, long long last, long long seq_last,
+                              unsigned table_node, unsigned seq_node)
+{
+    FloorClaim c = claim(first, last, true, "{}", seq_last);
+    c.table_node = table_node;
+    c.seq_node = seq_node;
+    return c;
+}
+
+/* A reset that new rows overtook before the next look: TRUNCATE ... RESTART IDENTITY, then one
+ * transaction of more rows than the floor's height. The last value is above the one seen before,
+ * so only the new relfilenodes tell; rows 1-1000 (attempts 0) lie below the floor. */
+static void test_reset_overtaken(void **state)
+{
+    ClaimFloor f = {.enabled = true};
+    after_and_commit(&f, claim_nodes(1, 1000, 1000, 500, 600));
+    after_and_commit(&f, claim_nodes(1001, 1000, 1000, 500, 600));
+    after_and_commit(&f, claim_nodes(1001, 1000, 1000, 500, 600));
+    assert_int_equal(f.floor, 1001);
+    /* TRUNCATE ... RESTART IDENTITY (both replaced) and 3,000 rows: the claim from 1001 finds
+     * 1001-2000, and the look says 3000 */
+    FloorClaim c = claim_nodes(1001, 2000, 3000, 501, 601);
+    assert_true(floor_after_claim(&f, &c));
+    assert_false(floor_commit(&f));
+    assert_int_equal(f.restarts, 1);
+    assert_string_equal(floor_param(&f), "0");
+    /* the floor rises again from there, and the same relfilenodes restart nothing */
+    after_and_commit(&f, claim_nodes(1, 1000, 3000, 501, 601));
+    after_and_commit(&f, claim_nodes(2001, 3000, 3000, 501, 601));
+    after_and_commit(&f, claim_nodes(3001, 3000, 3000, 501, 601));
+    assert_int_equal(f.floor, 3001);
+    assert_int_equal(f.restarts, 1);
+    /* ALTER SEQUENCE ... RESTART alone (the sequence's relfilenode), overtaken */
+    after_and_commit(&f, claim_nodes(3001, 3000, 5000, 501, 602));
+    assert_int_equal(f.restarts, 2);
+    assert_string_equal(floor_param(&f), "0");
+    /* plain TRUNCATE (the table's relfilenode): a restart too */
+    after_and_commit(&f, claim_nodes(1, 100, 5100, 502, 602));
+    assert_int_equal(f.restarts, 3);
+    /* 0 is nothing to compare: after a reset (a new connection: other relfilenodes), or not
+     * known */
+    floor_reset(&f);
+    after_and_commit(&f, claim_nodes(1, 10, 5100, 503, 603));
+    after_and_commit(&f, claim_nodes(11, 10, 5100, 0, 0));
+    assert_int_equal(f.restarts, 0);
+    floor_free(&f);
+}
+
 /* A sequence given a cache (or a cycle) while the relay runs: a session that cached values
  * inserts rows below the floor later. The floor goes back to 0 and off, and stays off. */
 static void test_sequence_out_of_order(void **state)
@@ -192,6 +241,7 @@ int main(void)
         cmocka_unit_test(test_hand_given_seq_does_not_lift_it),
         cmocka_unit_test(test_commit_abandon_reset),
         cmocka_unit_test(test_sequence_set_back),
+        cmocka_unit_test(test_reset_overtaken),
         cmocka_unit_test(test_sequence_out_of_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
