@@ -102,6 +102,62 @@ static long max_delivery_timeout_ms(const Config *cfg)
     return ms;
 }
 
+/* The trial producer's lines (a property's warning) are for --log-level debug: the real
+ * producer logs them again. */
+static void on_trial_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    char q[600];
+    (void)rk;
+    (void)level;
+    log_debug("librdkafka", "facility=%s message=%s", fac, log_quote(buf, q, sizeof(q)));
+}
+
+/* Whether rd_kafka_new accepts conf (left as it is); why says why not. librdkafka checks some
+ * combinations only there (acks, max.in.flight.requests.per.connection or retries against
+ * idempotence, the TLS files), so run would otherwise refuse them only after check said the
+ * configuration is valid. The trial producer has no bootstrap server, so it connects nowhere. */
+static bool producer_accepts(const rd_kafka_conf_t *conf, char *why, size_t whylen)
+{
+    rd_kafka_conf_t *trial = rd_kafka_conf_dup(conf);
+    char ignored[128];
+    rd_kafka_conf_set(trial, "bootstrap.servers", "", ignored, sizeof(ignored));
+    rd_kafka_conf_set_log_cb(trial, on_trial_log);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, trial, why, whylen);
+    if (!rk) {
+        rd_kafka_conf_destroy(trial);
+        return false;
+    }
+    rd_kafka_destroy(rk);
+    return true;
+}
+
+/* conf (base, then every entry of cfg->kafka) is one rd_kafka_new refuses: one line in err that
+ * names the entry after which it stays refused (the last entry k such that base with entries
+ * 0..k-1 is accepted), as a property librdkafka rejects outright is named. */
+static void producer_refusal(const Config *cfg, const rd_kafka_conf_t *base, const char *why,
+                             char *err, size_t errlen)
+{
+    char scratch[512];
+    for (size_t k = cfg->kafka.len; k-- > 0;) {
+        rd_kafka_conf_t *prefix = rd_kafka_conf_dup(base);
+        for (size_t j = 0; j < k; j++)
+            rd_kafka_conf_set(prefix, cfg->kafka.items[j].key, cfg->kafka.items[j].value, scratch,
+                              sizeof(scratch));
+        bool accepted = producer_accepts(prefix, scratch, sizeof(scratch));
+        rd_kafka_conf_destroy(prefix);
+        if (accepted) {
+            const OptPair *p = &cfg->kafka.items[k];
+            char origin[1024];
+            config_kafka_origin(cfg, k, origin, sizeof(origin));
+            bool hide = secrets_kafka_key_sensitive(p->key) && *p->value && strstr(why, p->value);
+            snprintf(err, errlen, "%s: librdkafka refuses the producer: %s", origin,
+                     hide ? "invalid value (not shown: it is a secret)" : why);
+            return;
+        }
+    }
+    snprintf(err, errlen, "invalid Kafka configuration: %s", why);
+}
+
 rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -141,6 +197,7 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
     /* The checks below read the final values, as librdkafka will use them, whatever spelling
      * set them (an alias such as delivery.timeout.ms, "1" or "TRUE" for true); the entry that
      * last changed each one is the one an error names. */
+    rd_kafka_conf_t *base = ok ? rd_kafka_conf_dup(conf) : NULL;
     char value[W_N][64];
     long setter[W_N];
     for (int w = 0; w < W_N; w++) {
@@ -255,6 +312,13 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
                  origin, mmb, qkb);
         ok = false;
     }
+    char why[512];
+    if (ok && !producer_accepts(conf, why, sizeof(why))) {
+        producer_refusal(cfg, base, why, err, errlen);
+        ok = false;
+    }
+    if (base)
+        rd_kafka_conf_destroy(base);
     if (!ok) {
         rd_kafka_conf_destroy(conf);
         return NULL;

@@ -22,9 +22,10 @@ typedef void (*KafkaDeliveryFn)(void *opaque, rd_kafka_resp_err_t err, void *arg
  * bounds a batch's wait itself, see relay.c), then cfg->brokers, then every --kafka property in
  * order. Returns NULL with one line in err when librdkafka rejects a property or a property would
  * break the ordering guarantee (idempotence or the gap-less guarantee off, a message.timeout.ms
- * shorter than the longest --delivery-timeout); the line names where the property was set
- * (config_kafka_origin). Logs a warning for a longer message.timeout.ms (docs/configuration.md,
- * "Why no message timeout"). */
+ * shorter than the longest --delivery-timeout) or librdkafka would refuse to create the producer
+ * from it (acks=1 with idempotence, say: checked by creating one that connects nowhere); the
+ * line names where the property was set (config_kafka_origin). Logs a warning for a longer
+ * message.timeout.ms (docs/configuration.md, "Why no message timeout"). */
 rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen);
 
 /* Creates the producer from conf (taking ownership of it in every case) and starts serving its

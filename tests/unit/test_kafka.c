@@ -143,6 +143,43 @@ static void test_rejected_property_names_its_origin(void **state)
     unlink(json);
 }
 
+/* Properties librdkafka takes one by one but refuses together only when the producer is made
+ * (acks=1, max.in.flight.requests.per.connection=6 or retries=0 with idempotence) are refused
+ * here, so check refuses what run refuses, naming the entry after which the configuration stays
+ * refused and where it was set. */
+static void test_producer_refusal_names_its_origin(void **state)
+{
+    static const char *const refused[][2] = {
+        {"acks=1", "--kafka acks: librdkafka refuses the producer: "},
+        {"max.in.flight.requests.per.connection=6",
+         "--kafka max.in.flight.requests.per.connection: librdkafka refuses the producer: "},
+        {"retries=0", "--kafka retries: librdkafka refuses the producer: "},
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        Config cfg;
+        char err[1024] = "";
+        assert_null(build(&cfg, err, sizeof(err), "--kafka", refused[i][0], (char *)NULL));
+        if (strncmp(err, refused[i][1], strlen(refused[i][1])) != 0)
+            fail_msg("error \"%s\" does not start with \"%s\"", err, refused[i][1]);
+        config_free(&cfg);
+    }
+    /* A later entry that puts it right is taken; the entry after the last good state is named. */
+    Config cfg;
+    char err[1024] = "", props[PATH_MAX], want[PATH_MAX + 64];
+    write_temp(props, ".properties", "acks=1\nacks=all\nretries=0\n");
+    assert_null(build(&cfg, err, sizeof(err), "--kafka-file", props, (char *)NULL));
+    snprintf(want, sizeof(want), "kafka-file %s line 3: retries: ", props);
+    if (strncmp(err, want, strlen(want)) != 0)
+        fail_msg("error \"%s\" does not start with \"%s\"", err, want);
+    config_free(&cfg);
+    rd_kafka_conf_t *conf =
+        build(&cfg, err, sizeof(err), "--kafka", "acks=1", "--kafka", "acks=-1", (char *)NULL);
+    assert_non_null(conf);
+    rd_kafka_conf_destroy(conf);
+    config_free(&cfg);
+    unlink(props);
+}
+
 /* The same for a property the relay refuses itself. */
 static void test_refused_property_names_its_origin(void **state)
 {
@@ -342,6 +379,7 @@ int main(void)
         cmocka_unit_test(test_delivery_callbacks_cannot_be_set),
         cmocka_unit_test(test_rejected_property_names_its_origin),
         cmocka_unit_test(test_refused_property_names_its_origin),
+        cmocka_unit_test(test_producer_refusal_names_its_origin),
         cmocka_unit_test(test_gapless_cannot_be_turned_off),
         cmocka_unit_test(test_idempotence_spelled_otherwise),
         cmocka_unit_test(test_short_message_timeout_refused),

@@ -127,6 +127,13 @@ bad "a --kafka-file property librdkafka rejects" run --database-url "$DB" --brok
     --kafka-file "$T/kafka.properties"
 check "...and the line names the file and the line, not --kafka" \
     grep -qF "kafka-file $T/kafka.properties line 3: no.such.prop: " "$T/err"
+# Properties librdkafka refuses only when the producer is made: check refuses them as run does,
+# with the same status and line (check printed "ok config", then a FAIL, exit 1), naming the origin.
+for cmd in run check; do
+    bad "$cmd --kafka acks=1 (idempotence needs acks=all)" $cmd --database-url "$DB" \
+        --brokers "$KB" --kafka acks=1
+    check "...and the line names --kafka acks" grep -qF -- "--kafka acks: " "$T/err"
+done
 # The registry's files are checked with the configuration: check refuses what run refuses, with
 # the same status (check made an unreadable auth file a FAIL line, exit 1).
 REGISTRY=(--value-format avro --schema-registry-url http://127.0.0.1:1)
