@@ -247,7 +247,14 @@ rd_kafka_conf_t *verify_kafka_conf(const Config *cfg, char *err, size_t errlen)
             continue;
         if (secrets_kafka_key_sensitive(key) && *value && strstr(why, value))
             snprintf(why, sizeof(why), "invalid value (not shown: it is a secret)");
-        snprintf(err, errlen, "%s %s: %s", ours ? defaults[i][2] : "--kafka", key, why);
+        /* Named where it was set (the flag, the --kafka-file line, the config file), as run
+         * names it (config_kafka_origin). */
+        char origin[1024];
+        if (ours)
+            snprintf(origin, sizeof(origin), "%s %s", defaults[i][2], key);
+        else
+            config_kafka_origin(cfg, i - n_defaults, origin, sizeof(origin));
+        snprintf(err, errlen, "%s: %s", origin, why);
         rd_kafka_conf_destroy(conf);
         return NULL;
     }

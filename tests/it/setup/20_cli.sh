@@ -127,6 +127,15 @@ bad "a --kafka-file property librdkafka rejects" run --database-url "$DB" --brok
     --kafka-file "$T/kafka.properties"
 check "...and the line names the file and the line, not --kafka" \
     grep -qF "kafka-file $T/kafka.properties line 3: no.such.prop: " "$T/err"
+# verify names it as run does (it said "--kafka no.such.prop" whatever the origin).
+bad "a --kafka-file property librdkafka rejects, for verify" verify --database-url "$DB" \
+    --brokers "$KB" --kafka-file "$T/kafka.properties"
+check "...and the line names the file and the line, not --kafka" \
+    grep -qF "kafka-file $T/kafka.properties line 3: no.such.prop: " "$T/err"
+bad "a config kafka property librdkafka rejects, for verify" verify --database-url "$DB" \
+    --brokers "$KB" --config "$(cfg kafka '{"kafka": {"no.such.prop": "1"}}')"
+check "...and the line names the config file, not --kafka" \
+    grep -qF "config file $T/kafka.json: kafka no.such.prop: " "$T/err"
 # Properties librdkafka refuses only when the producer is made: check refuses them as run does,
 # with the same status and line (check printed "ok config", then a FAIL, exit 1), naming the origin.
 for cmd in run check; do
