@@ -273,6 +273,17 @@ static void connected(PgConn *pg)
         pg_lose(pg, "cannot send the session setup");
 }
 
+/* Adds one address's failure to those of the lookup's earlier addresses ("; " between them). */
+static void addr_error_add(PgConn *pg, const char *line)
+{
+    size_t had = pg->addr_error ? strlen(pg->addr_error) : 0;
+    char *joined = realloc(pg->addr_error, had + 2 + strlen(line) + 1);
+    if (!joined)
+        return; /* the earlier ones are reported */
+    sprintf(joined + had, "%s%s", had ? "; " : "", line);
+    pg->addr_error = joined;
+}
+
 /* One host failed (refused, timed out, rejected by target_session_attrs...): try the next one,
  * or, after the last, wait and start over. With several hosts, each logs its failure once per
  * change (a host that keeps refusing logs once), the retries at debug level. */
@@ -290,16 +301,24 @@ static void target_failed(PgConn *pg, const char *why)
             log_debug("postgres address failed", "%shost=%s error=%s", pg->tag,
                       log_quote(pg->plan.targets[pg->target].shown, q2, sizeof(q2)),
                       log_quote(db_error_line(why), q, sizeof(q)));
-            if (!pg->addr_error)
-                pg->addr_error = strdup(db_error_line(why));
+            addr_error_add(pg, db_error_line(why));
             close_conn(pg);
             pg->state = PG_DOWN;
             pg->addr = next;
             connect_target(pg, host, next);
             return;
         }
+        /* Every address failed: each one's reason, in the order tried, as libpq reports a name
+         * it looks up itself (the first alone said "Connection refused" for localhost's ::1 when
+         * 127.0.0.1 refused the password). The last in full, then, if they fit, the others. */
         if (pg->addr_error) {
-            snprintf(named, sizeof(named), "%s", pg->addr_error);
+            char last[512];
+            snprintf(last, sizeof(last), "%s", db_error_line(why));
+            if (strlen(pg->addr_error) + 2 + strlen(last) < sizeof(reason))
+                snprintf(named, sizeof(named), "%s; %s", pg->addr_error, last);
+            else
+                snprintf(named, sizeof(named),
+                         "%s; earlier addresses failed too (--log-level debug)", last);
             why = named;
         }
     }

@@ -53,8 +53,9 @@ struct PgConn {
      * bounds each address as libpq bounds each address of a name it looks up itself: with the
      * whole list in one attempt, a first address that never answers (a host that died) used up
      * the timeout and the others were never tried. addr is the one being tried, addrs_end ends
-     * the list; addr_error holds the first address's failure (libpq's message for a list starts
-     * with it), reported if none connects. NULL: no lookup's addresses. */
+     * the list; addr_error holds the failures of the addresses tried so far, "; " between them
+     * (libpq's message for a list names each), reported with the last if none connects. NULL:
+     * no lookup's addresses, or none failed yet. */
     char *addrs, *addr, *addrs_end;
     char *addr_error;
     double request_timeout_s;

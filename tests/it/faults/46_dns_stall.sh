@@ -17,7 +17,8 @@
 #     command, SQLSTATE 57P01), not only "server closed the connection";
 #  3. a name with two addresses, the first refusing: the relay hands libpq both, connects to the
 #     second and delivers; a name whose one address refuses: the error names the host as libpq
-#     names it when it looks the name up itself ("NAME" (ADDRESS));
+#     names it when it looks the name up itself ("NAME" (ADDRESS)); a name whose every address
+#     fails, each for its own reason: every reason is reported, not the first alone;
 #  4. a nameserver that refuses at once (nothing listens: the lookup fails fast): the failure is
 #     logged naming the host, and the relay keeps retrying without a hot loop;
 #  5. a nameserver that answers in 3 s (tests/tools/slow-dns.py) with connect_timeout=2: the
@@ -159,6 +160,16 @@ relay_start --brokers "$BROKERS" \
 wait_for "3: a refusing address: the error names the host and the address" 10 grep -qF \
     "error=\"connection to server at \\\"pg-refused.test\\\" (127.0.0.3), port $PGPORT failed" \
     "$RELAY_LOG"
+relay_stop 5
+check_eq "3: the relay exits 0" 0 $?
+# Every address fails, the second (PostgreSQL's) for a reason of its own: each is reported, not
+# the first alone (that said "Connection refused" and hid the real cause).
+relay_start --brokers "$BROKERS" --sessions 1 \
+    --database-url "postgresql://postgres@pg-two.test:$PGPORT/no_such_db"
+unreachable() { grep -F 'msg="postgres unreachable"' "$RELAY_LOG" | grep -F "$1" | grep -qF "$2"; }
+wait_for "3: every address fails: the refusal and the server's reason both reported" 10 \
+    unreachable "(127.0.0.3), port $PGPORT failed: Connection refused" \
+    'database \"no_such_db\" does not exist'
 relay_stop 5
 check_eq "3: the relay exits 0" 0 $?
 
