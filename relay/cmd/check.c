@@ -191,15 +191,25 @@ static void check_registry(Checks *c, const Config *cfg)
     serializer_free(ser);
 }
 
-static void on_missing(const char *what, const char *grant, bool migrate_grants, void *arg)
+static void on_missing(const char *what, const char *grant, bool migrate_grants,
+                       const char *nonmember, void *arg)
 {
     Checks *c = arg;
     /* migrate gives DELETE only with a role's first grants (a REVOKE DELETE stays revoked):
-     * running it again would not help, only the GRANT does. */
-    say(c, false, "privileges", "this role lacks %s: as the owner, %s%s", what,
-        *grant ? grant : "grant it",
-        migrate_grants ? " (or run `outbox-relay migrate` again, which grants it to outbox_relay)"
-                       : " (`outbox-relay migrate` does not give it back once revoked)");
+     * running it again would not help, only the GRANT does. What it grants goes to outbox_relay:
+     * for a role that is not a member, running it again would not help either, membership does. */
+    if (nonmember && migrate_grants)
+        say(c, false, "privileges",
+            "this role lacks %s: as the owner, %s (or make it a member of outbox_relay, to which "
+            "`outbox-relay migrate` grants it: GRANT outbox_relay TO %s)",
+            what, *grant ? grant : "grant it", nonmember);
+    else
+        say(c, false, "privileges", "this role lacks %s: as the owner, %s%s", what,
+            *grant ? grant : "grant it",
+            nonmember        ? ""
+            : migrate_grants ? " (or run `outbox-relay migrate` again, which grants it to "
+                               "outbox_relay)"
+                             : " (`outbox-relay migrate` does not give it back once revoked)");
 }
 
 static void check_floor(Checks *c, PGconn *conn, const Config *cfg)

@@ -30,14 +30,16 @@ bool grants_apply(PGconn *conn, const TableMap *map) __attribute__((warn_unused_
 
 /* Calls fn for each privilege the session's own role lacks for use on map's table (the table must
  * exist), with a sentence naming it, the GRANT that gives it (to outbox_relay when the role is a
- * member of it, else to the role itself), and whether `migrate` gives it to outbox_relay on every
- * run (all but DELETE, which it gives only with the role's first grants). Each statement is
+ * member of it, else to the role itself), whether `migrate` gives it to outbox_relay on every
+ * run (all but DELETE, which it gives only with the role's first grants), and nonmember: NULL when
+ * the role is outbox_relay or one of its members, else its name quoted as an identifier (what
+ * migrate grants outbox_relay does not reach it; GRANT outbox_relay TO it would). Each statement is
  * bounded as admin_query bounds it (the session set up by admin_bound_session). Returns the number
  * of privileges missing, or -1 when the check itself failed (logged); *conn_lost is then true when
  * PostgreSQL did not answer in time, and the connection, left mid-statement, must only be
  * closed. */
 typedef void (*GrantsMissingFn)(const char *what, const char *grant, bool migrate_grants,
-                                void *arg);
+                                const char *nonmember, void *arg);
 int grants_check(PGconn *conn, const TableMap *map, GrantsUse use, GrantsMissingFn fn, void *arg,
                  bool *conn_lost);
 

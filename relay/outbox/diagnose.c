@@ -150,12 +150,22 @@ bool diagnose_floor(const PGresult *res, const TableMap *map, char *why, size_t 
     else if (is_true(res, COL_CYCLE))
         snprintf(why, whylen, "the order column's sequence %s cycles: ALTER SEQUENCE %s NO CYCLE",
                  sequence, sequence);
+    else if (!is_true(res, COL_PRIVILEGE) &&
+             strcmp(PQgetvalue(res, 0, COL_GRANTEE), "outbox_relay") == 0)
+        snprintf(why, whylen,
+                 "role %s may not read the order column's sequence %s: as its owner, GRANT SELECT "
+                 "ON SEQUENCE %s TO outbox_relay (or run `outbox-relay migrate` again, which "
+                 "grants it to outbox_relay)",
+                 user, sequence, sequence);
+    /* Not outbox_relay nor a member of it (the grantee is the role itself, quoted): what migrate
+     * grants outbox_relay does not reach it, so running migrate again would not help. */
     else if (!is_true(res, COL_PRIVILEGE))
         snprintf(why, whylen,
                  "role %s may not read the order column's sequence %s: as its owner, GRANT SELECT "
-                 "ON SEQUENCE %s TO %s (or run `outbox-relay migrate` again, which grants it to "
-                 "outbox_relay)",
-                 user, sequence, sequence, PQgetvalue(res, 0, COL_GRANTEE));
+                 "ON SEQUENCE %s TO %s (or make it a member of outbox_relay, to which "
+                 "`outbox-relay migrate` grants it: GRANT outbox_relay TO %s)",
+                 user, sequence, sequence, PQgetvalue(res, 0, COL_GRANTEE),
+                 PQgetvalue(res, 0, COL_GRANTEE));
     else
         return true;
     return false;

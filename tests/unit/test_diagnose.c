@@ -156,12 +156,59 @@ static void test_floor_statements_quoted(void **state)
     expect_floor(&plain, in_app, "ALTER TABLE app.outbox ALTER COLUMN id SET GENERATED ALWAYS");
 }
 
+/* No SELECT on the sequence: a member of outbox_relay is told the GRANT to outbox_relay or to run
+ * migrate again; a role that is not a member, the GRANT to itself or membership, never migrate
+ * again (what migrate grants goes to outbox_relay and did not reach it). */
+static void test_floor_privilege_advice(void **state)
+{
+    TableOptions plain = {.layout = LAYOUT_RELAY};
+    const char *member[] = {"t",
+                            "r",
+                            "t",
+                            "a",
+                            "public.outbox_id_seq",
+                            "1",
+                            "f",
+                            "f",
+                            "app",
+                            "outbox_relay",
+                            "public.outbox"};
+    expect_floor(&plain, member,
+                 "GRANT SELECT ON SEQUENCE public.outbox_id_seq TO outbox_relay (or run "
+                 "`outbox-relay migrate` again");
+    const char *other[] = {"t",
+                           "r",
+                           "t",
+                           "a",
+                           "public.outbox_id_seq",
+                           "1",
+                           "f",
+                           "f",
+                           "Other Role",
+                           "\"Other Role\"",
+                           "public.outbox"};
+    expect_floor(&plain, other,
+                 "GRANT SELECT ON SEQUENCE public.outbox_id_seq TO \"Other Role\" (or make it a "
+                 "member of outbox_relay, to which `outbox-relay migrate` grants it: GRANT "
+                 "outbox_relay TO \"Other Role\")");
+    TableMap m;
+    char err[256], why[1024];
+    assert_true(table_map_init(&m, &plain, err, sizeof(err)));
+    PGresult *res = floor_result(other);
+    assert_false(diagnose_floor(res, &m, why, sizeof(why)));
+    if (strstr(why, "migrate` again"))
+        fail_msg("\"%s\" advises migrate again, which does not reach the role", why);
+    PQclear(res);
+    table_map_free(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quote_ident),
         cmocka_unit_test(test_quote_table),
         cmocka_unit_test(test_floor_statements_quoted),
+        cmocka_unit_test(test_floor_privilege_advice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
