@@ -522,6 +522,15 @@ static const OptDef options[] = {
      .help =
          "migrate: retry connecting to PostgreSQL for up to this long (e.g. 60s; for a database "
          "that is still starting); 0 or off: try once"},
+    {.name = "migrate-timeout",
+     .type = OPT_DURATION,
+     .def = "10m",
+     .min = 1, /* 0 or off would wait for ever on a server that stopped answering */
+     .offset = FIELD(migrate_timeout_s),
+     .commands = FOR(CMD_MIGRATE),
+     .metavar = "DURATION",
+     .help = "migrate: give up when PostgreSQL has not answered one statement (a migration's DDL, "
+             "the lock of a concurrent migrate) within this long"},
     {.name = "id",
      .type = OPT_INT,
      .min = 1,

@@ -122,6 +122,7 @@ typedef struct Config {
     long retention_s;        /* delete sent rows older than this; 0: keep them forever */
     long horizon_warn_s;     /* log a snapshot holding back vacuum this long; 0: never */
     long connect_wait_s;     /* migrate: retry the first connection this long; 0: once */
+    long migrate_timeout_s;  /* migrate: how long one statement may go unanswered */
     long id;                 /* requeue, purge-dead --id */
     bool all;                /* requeue, purge-dead --all */
     bool json;               /* dead, status, verify --json */

@@ -199,7 +199,8 @@ static int cmd_migrate(const Config *cfg)
     char err[1024];
     if (!db_check_writer_conninfo(cfg->database_url, err, sizeof(err)))
         return usage_error(err);
-    return migrate_run(cfg->database_url, &cfg->map, cfg->schema, cfg->connect_wait_s);
+    return migrate_run(cfg->database_url, &cfg->map, cfg->schema, cfg->connect_wait_s,
+                       cfg->migrate_timeout_s);
 }
 
 /* A copy of argv (strings included) for what parses the command line again later: a SIGHUP

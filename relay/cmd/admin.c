@@ -13,16 +13,14 @@
 #include "statements.h"
 #include "table.h"
 
-PGresult *admin_query(PGconn *conn, const char *sql, int nparams, const char *const *params,
-                      DbError *e)
+/* Collects the results of the statement just sent: the last one, or the first error. Blocking
+ * libpq waits for an answer as long as the socket stays open, and the keepalives db_connect sets
+ * end only a silent network: a stopped server, or one behind a proxy that accepted the
+ * connection, acknowledges every packet and never answers. Past timeout_s the statement is given
+ * up (e->conn_lost); the caller closes the connection. */
+static PGresult *await_answer(PGconn *conn, long timeout_s, DbError *e)
 {
-    /* Blocking libpq waits for an answer as long as the socket stays open, and the keepalives
-     * db_connect sets end only a silent network: a stopped server, or one behind a proxy that
-     * accepted the connection, acknowledges every packet and never answers. Past the deadline the
-     * statement is given up; the caller closes the connection. */
-    double deadline = monotime_now() + ADMIN_STATEMENT_TIMEOUT_S + ADMIN_ANSWER_GRACE_S;
-    if (!PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
-        return db_result(conn, NULL, e);
+    double deadline = monotime_now() + (double)timeout_s;
     PGresult *last = NULL;
     for (;;) {
         while (PQisBusy(conn)) {
@@ -31,9 +29,9 @@ PGresult *admin_query(PGconn *conn, const char *sql, int nparams, const char *co
                 PQclear(last);
                 snprintf(e->sqlstate, sizeof(e->sqlstate), "%s", "");
                 snprintf(e->message, sizeof(e->message),
-                         "PostgreSQL did not answer within %d s (a stopped or overloaded server, "
+                         "PostgreSQL did not answer within %ld s (a stopped or overloaded server, "
                          "or a proxy that lost it)",
-                         ADMIN_STATEMENT_TIMEOUT_S + ADMIN_ANSWER_GRACE_S);
+                         timeout_s);
                 e->conn_lost = true;
                 return NULL;
             }
@@ -56,6 +54,28 @@ PGresult *admin_query(PGconn *conn, const char *sql, int nparams, const char *co
         last = res;
     }
     return db_result(conn, last, e);
+}
+
+PGresult *admin_query_within(PGconn *conn, const char *sql, int nparams, const char *const *params,
+                             long timeout_s, DbError *e)
+{
+    if (!PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
+        return db_result(conn, NULL, e);
+    return await_answer(conn, timeout_s, e);
+}
+
+PGresult *admin_script_within(PGconn *conn, const char *sql, long timeout_s, DbError *e)
+{
+    if (!PQsendQuery(conn, sql))
+        return db_result(conn, NULL, e);
+    return await_answer(conn, timeout_s, e);
+}
+
+PGresult *admin_query(PGconn *conn, const char *sql, int nparams, const char *const *params,
+                      DbError *e)
+{
+    return admin_query_within(conn, sql, nparams, params,
+                              ADMIN_STATEMENT_TIMEOUT_S + ADMIN_ANSWER_GRACE_S, e);
 }
 
 bool admin_bound_session(PGconn *conn, DbError *e)

@@ -42,6 +42,14 @@ bool admin_bound_session(PGconn *conn, DbError *e);
 PGresult *admin_query(PGconn *conn, const char *sql, int nparams, const char *const *params,
                       DbError *e);
 
+/* admin_query with a deadline of timeout_s seconds instead (migrate, whose DDL may take long). */
+PGresult *admin_query_within(PGconn *conn, const char *sql, int nparams, const char *const *params,
+                             long timeout_s, DbError *e);
+
+/* The same for sql of one or more statements without parameters (the simple protocol, as
+ * PQexec): the last statement's result, or the first error. */
+PGresult *admin_script_within(PGconn *conn, const char *sql, long timeout_s, DbError *e);
+
 /* Runs a statement template (relay/outbox/table.h) written for map's table with text params,
  * through admin_query (its client-side deadline); returns the result, or NULL (error logged,
  * result cleared) when it failed or its status is not `expect`. */

@@ -135,11 +135,11 @@ static const Need
 typedef enum { NEED_NOT_APPLICABLE, NEED_HELD, NEED_MISSING, NEED_UNKNOWN } NeedState;
 
 /* Evaluates need for role (held?) and writes the GRANT that gives it to grantee in grant (empty
- * when it does not apply). With bounded (check, as its other statements), through admin_query:
- * NEED_UNKNOWN with *lost set when PostgreSQL did not answer in time (the connection is left
+ * when it does not apply). Given up after answer_s seconds without an answer (check: admin_query's
+ * bound; migrate: --migrate-timeout): NEED_UNKNOWN with *lost set (the connection is left
  * mid-statement: nothing more may be sent on it). */
 static NeedState need_state(PGconn *conn, const TableMap *map, const Need *need, const char *role,
-                            const char *grantee, char *grant, size_t grantlen, bool bounded,
+                            const char *grantee, char *grant, size_t grantlen, long answer_s,
                             bool *lost)
 {
     char tmpl[4096], err[256], q[600];
@@ -156,12 +156,10 @@ static NeedState need_state(PGconn *conn, const TableMap *map, const Need *need,
     }
     const char *params[2] = {role, grantee};
     DbError e;
-    PGresult *res =
-        bounded ? admin_query(conn, sql, 2, params, &e) : db_query(conn, sql, 2, params, &e);
+    PGresult *res = admin_query_within(conn, sql, 2, params, answer_s, &e);
     free(sql);
     if (!res) {
-        if (lost)
-            *lost = *lost || e.conn_lost;
+        *lost = *lost || e.conn_lost;
         log_error("cannot check a privilege", "privilege=%s error=%s",
                   log_quote(need->what, q, sizeof(q)), db_error_text(&e));
         return NEED_UNKNOWN;
@@ -178,22 +176,30 @@ static NeedState need_state(PGconn *conn, const TableMap *map, const Need *need,
 static const char *const roles[2] = {"outbox_relay", "outbox_producer"};
 
 /* Creates role (NOLOGIN, as 0006 does) when it is missing and the session may. True when the
- * role exists afterwards. */
-static bool ensure_role(PGconn *conn, const char *role)
+ * role exists afterwards; false with *lost set when PostgreSQL did not answer within answer_s. */
+static bool ensure_role(PGconn *conn, const char *role, long answer_s, bool *lost)
 {
     const char *params[1] = {role};
     DbError e;
-    PGresult *res = db_query(conn, "SELECT pg_catalog.to_regrole($1) IS NOT NULL", 1, params, &e);
+    PGresult *res = admin_query_within(conn, "SELECT pg_catalog.to_regrole($1) IS NOT NULL", 1,
+                                       params, answer_s, &e);
     bool exists = res && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
     PQclear(res);
+    if (!res) {
+        *lost = *lost || e.conn_lost;
+        log_error("cannot look the role up", "role=%s error=%s", role, db_error_text(&e));
+    }
     if (!res || exists)
         return exists;
     char sql[128];
     snprintf(sql, sizeof(sql), "CREATE ROLE %s NOLOGIN", role); /* a constant name: no quoting */
-    if (db_exec(conn, sql, &e)) {
+    res = admin_query_within(conn, sql, 0, NULL, answer_s, &e);
+    PQclear(res);
+    if (res) {
         log_info("role created", "role=%s", role);
         return true;
     }
+    *lost = *lost || e.conn_lost;
     /* Created meanwhile by a concurrent migrate: fine. */
     if (strcmp(e.sqlstate, "42710") == 0 || strcmp(e.sqlstate, "23505") == 0)
         return true;
@@ -202,12 +208,15 @@ static bool ensure_role(PGconn *conn, const char *role)
     return false;
 }
 
-bool grants_apply(PGconn *conn, const TableMap *map)
+bool grants_apply(PGconn *conn, const TableMap *map, long answer_s, bool *conn_lost)
 {
     bool exists[2];
     char missing[64] = "";
+    *conn_lost = false;
     for (int r = 0; r < 2; r++) {
-        exists[r] = ensure_role(conn, roles[r]);
+        exists[r] = ensure_role(conn, roles[r], answer_s, conn_lost);
+        if (*conn_lost)
+            return false;
         if (!exists[r])
             snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), "%s%s",
                      *missing ? ", " : "", roles[r]);
@@ -221,23 +230,37 @@ bool grants_apply(PGconn *conn, const TableMap *map)
          * it (docs/security.md#secure-by-default), and a later migrate must not give it back. */
         char unused[1024];
         bool fresh = r == 0 && need_state(conn, map, &needs[1], roles[r], roles[r], unused,
-                                          sizeof(unused), false, NULL) == NEED_MISSING;
+                                          sizeof(unused), answer_s, conn_lost) == NEED_MISSING;
+        if (*conn_lost)
+            return false;
         for (size_t i = 0; i < N_NEEDS; i++) {
             const Need *need = &needs[i];
             if (!(need->flags & (r == 0 ? FOR_RELAY : FOR_PRODUCER)) ||
                 ((need->flags & ONLY_DELETES) && !fresh))
                 continue;
             char grant[1024], q1[600], q2[1100];
-            NeedState st =
-                need_state(conn, map, need, roles[r], roles[r], grant, sizeof(grant), false, NULL);
+            NeedState st = need_state(conn, map, need, roles[r], roles[r], grant, sizeof(grant),
+                                      answer_s, conn_lost);
+            if (*conn_lost)
+                return false;
             if (st == NEED_NOT_APPLICABLE)
                 continue;
             /* GRANT again even when held: it costs nothing, and the read-back below decides. */
             DbError e;
-            if (st != NEED_UNKNOWN && !db_exec(conn, grant, &e))
+            PGresult *res =
+                st != NEED_UNKNOWN ? admin_query_within(conn, grant, 0, NULL, answer_s, &e) : NULL;
+            if (st != NEED_UNKNOWN && !res) {
+                *conn_lost = e.conn_lost;
                 log_warn("grant failed", "grant=%s error=%s", log_quote(grant, q2, sizeof(q2)),
                          db_error_text(&e));
-            st = need_state(conn, map, need, roles[r], roles[r], grant, sizeof(grant), false, NULL);
+                if (*conn_lost)
+                    return false;
+            }
+            PQclear(res);
+            st = need_state(conn, map, need, roles[r], roles[r], grant, sizeof(grant), answer_s,
+                            conn_lost);
+            if (*conn_lost)
+                return false;
             if (st == NEED_HELD)
                 continue;
             ok = false;
@@ -252,7 +275,8 @@ bool grants_apply(PGconn *conn, const TableMap *map)
     if (*missing) {
         char user[128] = "the migrating role";
         DbError e;
-        PGresult *res = db_query(conn, "SELECT current_user", 0, NULL, &e);
+        PGresult *res = admin_query_within(conn, "SELECT current_user", 0, NULL, answer_s, &e);
+        *conn_lost = !res && e.conn_lost;
         if (res)
             snprintf(user, sizeof(user), "%s", PQgetvalue(res, 0, 0));
         PQclear(res);
@@ -302,8 +326,8 @@ int grants_check(PGconn *conn, const TableMap *map, GrantsUse use, GrantsMissing
             ((need->flags & ONLY_FLOOR) && !use.claim_floor))
             continue;
         char grant[1024];
-        NeedState st =
-            need_state(conn, map, need, role, grantee, grant, sizeof(grant), true, conn_lost);
+        NeedState st = need_state(conn, map, need, role, grantee, grant, sizeof(grant),
+                                  ADMIN_STATEMENT_TIMEOUT_S + ADMIN_ANSWER_GRACE_S, conn_lost);
         if (st == NEED_UNKNOWN)
             return -1;
         if (st == NEED_MISSING) {

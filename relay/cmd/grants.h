@@ -25,8 +25,11 @@ typedef struct GrantsUse {
 /* migrate's grants step, on conn (autocommit, as the owner) for map's table: creates the roles
  * outbox_relay and outbox_producer where missing when the session may, grants each what it needs,
  * and reads the privileges back. Logs every failure as one line saying what to create or grant
- * and how; returns true only when both roles exist and hold every privilege. */
-bool grants_apply(PGconn *conn, const TableMap *map) __attribute__((warn_unused_result));
+ * and how; returns true only when both roles exist and hold every privilege. Each statement is
+ * given up when PostgreSQL has not answered it within answer_s seconds: false then, with
+ * *conn_lost set (the connection is left mid-statement and must only be closed). */
+bool grants_apply(PGconn *conn, const TableMap *map, long answer_s, bool *conn_lost)
+    __attribute__((warn_unused_result));
 
 /* Calls fn for each privilege the session's own role lacks for use on map's table (the table must
  * exist), with a sentence naming it, the GRANT that gives it (to outbox_relay when the role is a

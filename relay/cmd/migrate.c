@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "admin.h"
 #include "db.h"
 #include "grants.h"
 #include "log.h"
@@ -19,12 +20,21 @@
  * advisory lock, which concurrent migrates wait for as long as a migration takes. */
 #define MIGRATE_LOCK_TIMEOUT "10s"
 
+/* How long one statement may go unanswered (--migrate-timeout), and whether one was not: the
+ * connection is then left mid-statement and nothing more is sent on it (no ROLLBACK, no unlock:
+ * closing it ends both). */
+static long answer_s;
+static bool conn_lost;
+
 /* Runs sql (one or more commands) and returns the last result; on failure logs it with the
  * step's name and returns NULL. */
 static PGresult *exec_step(PGconn *conn, const char *sql, const char *what)
 {
     DbError e;
-    PGresult *res = db_run_script(conn, sql, &e);
+    if (conn_lost)
+        return NULL;
+    PGresult *res = admin_script_within(conn, sql, answer_s, &e);
+    conn_lost = conn_lost || (!res && e.conn_lost);
     if (!res) {
         char q[512];
         bool lock = strcmp(e.sqlstate, "55P03") == 0; /* lock_not_available */
@@ -242,8 +252,8 @@ static bool is_applied(PGconn *conn, const char *version, bool *applied)
 {
     const char *params[1] = {version};
     DbError e;
-    PGresult *res =
-        db_query(conn, "SELECT 1 FROM schema_migrations WHERE version = $1", 1, params, &e);
+    PGresult *res = admin_query_within(conn, "SELECT 1 FROM schema_migrations WHERE version = $1",
+                                       1, params, answer_s, &e);
     if (res)
         *applied = PQntuples(res) > 0;
     else {
@@ -262,8 +272,9 @@ static bool apply_one(PGconn *conn, const MigrationFile *m)
         goto failed;
     const char *params[1] = {m->name};
     DbError e;
-    PGresult *res =
-        db_query(conn, "INSERT INTO schema_migrations (version) VALUES ($1)", 1, params, &e);
+    PGresult *res = admin_query_within(conn, "INSERT INTO schema_migrations (version) VALUES ($1)",
+                                       1, params, answer_s, &e);
+    conn_lost = conn_lost || (!res && e.conn_lost);
     bool recorded = res != NULL;
     PQclear(res);
     if (!recorded || !exec_ok(conn, "COMMIT", m->name))
@@ -329,8 +340,8 @@ static bool schema_exists(PGconn *conn, const char *schema)
 {
     DbError e;
     const char *params[1] = {schema};
-    PGresult *res =
-        db_query(conn, "SELECT pg_catalog.to_regnamespace($1) IS NOT NULL", 1, params, &e);
+    PGresult *res = admin_query_within(conn, "SELECT pg_catalog.to_regnamespace($1) IS NOT NULL", 1,
+                                       params, answer_s, &e);
     if (!res) {
         char q[512];
         log_error("migration failed", "step=schema error=%s",
@@ -349,8 +360,11 @@ static bool schema_exists(PGconn *conn, const char *schema)
     return exists;
 }
 
-int migrate_run(const char *conninfo, const TableMap *map, const char *schema, long wait_s)
+int migrate_run(const char *conninfo, const TableMap *map, const char *schema, long wait_s,
+                long answer_timeout_s)
 {
+    answer_s = answer_timeout_s;
+    conn_lost = false;
     char masked[1024], q_url[1100], err[300], q_err[600];
     PGconn *conn = connect_waiting(conninfo, wait_s, err, sizeof(err));
     if (!conn) {
@@ -403,8 +417,10 @@ int migrate_run(const char *conninfo, const TableMap *map, const char *schema, l
     }
     /* Not recorded as applied: the grants are given and read back on every run (grants.h). */
     notice_step = "grants";
-    bool granted = grants_apply(conn, map);
+    bool granted = !conn_lost && grants_apply(conn, map, answer_s, &conn_lost);
     exec_ok(conn, "SELECT pg_catalog.pg_advisory_unlock(" LOCK_KEY_MIGRATE ")", "unlock");
+    if (conn_lost)
+        goto done; /* said as the step failed */
     if (!granted) {
         log_error("migrate incomplete: the grants above are missing, so the relay's roles cannot "
                   "work yet; fix them and run migrate again",

@@ -28,9 +28,12 @@ extern const size_t migration_count;
  * outbox_producer what they need on the table (grants.h: created when missing and the session
  * may), and reads it back. Every NOTICE and WARNING of the server is logged (stderr) with its
  * step. Connecting is retried for up to wait_s seconds (0: tried once), each attempt bounded by
- * connect_timeout (10 s unless conninfo sets it). Returns 0 on success, 1 on failure, including a
+ * connect_timeout (10 s unless conninfo sets it). Every statement is given up when PostgreSQL has
+ * not answered it within answer_s seconds (--migrate-timeout: a server that stopped answering
+ * would otherwise hold migrate for ever). Returns 0 on success, 1 on failure, including a
  * role or grant that is missing afterwards (logged, one line saying what to create or grant and
  * how; passwords masked). */
-int migrate_run(const char *conninfo, const TableMap *map, const char *schema, long wait_s);
+int migrate_run(const char *conninfo, const TableMap *map, const char *schema, long wait_s,
+                long answer_s);
 
 #endif
