@@ -373,6 +373,19 @@ check_delivered() {
 
 # ---- the relay ---------------------------------------------------------------------------------
 
+# holding_proxy NAME WORD: bin/delay-proxy in front of the test's PostgreSQL, holding (ten
+# minutes) the answer to the first statement that names WORD, and only that one: a server that
+# stops answering mid-command. Sets PROXY_PORT and PROXY_PID; output in $T/NAME.out.
+holding_proxy() {
+    [ -x "$BIN/delay-proxy" ] || fail "bin/delay-proxy built (make tools)"
+    PROXY_PORT=$(free_port) || fail "a free port for delay-proxy $1"
+    "$BIN/delay-proxy" --listen "$PROXY_PORT" --to "$PGPORT" --delay-us 600000000 \
+        --only-after "$2" --times 1 >"$T/$1.out" 2>&1 &
+    PROXY_PID=$!
+    _t_track "$PROXY_PID"
+    _poll 10 grep -q listening "$T/$1.out" || fail "delay-proxy $1 listens"
+}
+
 # relay_start ARGS...: `outbox-relay run ARGS` in the background; output in $RELAY_LOG.
 # RELAY_WRAP (array) may hold an exec-style prefix such as (taskset -c 0).
 # First keys of the relay's advisory locks (relay/outbox/schema.h): member slots and lanes.

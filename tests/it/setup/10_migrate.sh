@@ -199,23 +199,17 @@ check_eq "...and adopts it once the transaction ended" 0 $?
 # A proxy holds back the answer to one statement for 10 minutes: migrate gives it up after its
 # --migrate-timeout (exit 1, one line naming it), at the lock and in the grants step alike.
 # Before: it waited on the blocking query for the whole 10 minutes (timeout's 124 here).
-PROXY_PORT=$(free_port) || fail "a free port for the proxy"
 psql_q "CREATE DATABASE outbox_silent" -d postgres
 for held in pg_advisory_lock to_regrole; do
-    [ -x "$BIN/delay-proxy" ] || fail "bin/delay-proxy built (make tools)"
-    "$BIN/delay-proxy" --listen "$PROXY_PORT" --to "$PGPORT" --delay-us 600000000 \
-        --only-after "$held" --times 1 >"$T/proxy-$held.out" 2>&1 &
-    proxy_pid=$!
-    _t_track "$proxy_pid"
-    _poll 10 grep -q listening "$T/proxy-$held.out" || fail "delay-proxy listens"
+    holding_proxy "proxy-$held" "$held"
     timeout 120 "$RELAY_BIN" migrate --migrate-timeout 3s \
         --database-url "postgresql://postgres@127.0.0.1:$PROXY_PORT/outbox_silent" \
         2>"$T/silent-$held.log"
     check_eq "no answer to $held: migrate exits 1" 1 $?
     check "...naming the bound" grep -q 'PostgreSQL did not answer within 3 s' \
         "$T/silent-$held.log"
-    kill "$proxy_pid" 2>/dev/null
-    wait "$proxy_pid" 2>/dev/null
+    kill "$PROXY_PID" 2>/dev/null
+    wait "$PROXY_PID" 2>/dev/null
 done
 bad_timeout=$("$RELAY_BIN" migrate --database-url "$DATABASE_URL" --migrate-timeout 0 2>&1)
 check_eq "--migrate-timeout 0 (no bound): exit 2" 2 $?

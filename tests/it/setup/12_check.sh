@@ -144,14 +144,8 @@ check_eq "3: Kafka unreachable: exit 1" 1 $?
 check "3: ... named" grep -q '^FAIL  kafka: no broker at 127.0.0.1:1 answered' "$T/nokafka.out"
 
 # --- 4. a server that stops answering ---
-PROXY_BIN=$BIN/delay-proxy
-[ -x "$PROXY_BIN" ] || fail "bin/delay-proxy built (make tools)"
-PROXY_PORT=$(free_port) || fail "a free port for the proxy"
 # Only the answer to the first statement that names attisdropped (check's column look-up) is held.
-"$PROXY_BIN" --listen "$PROXY_PORT" --to "$PGPORT" --delay-us 600000000 \
-    --only-after attisdropped --times 1 >"$T/proxy.out" 2>&1 &
-_t_track $!
-_poll 10 grep -q listening "$T/proxy.out" || fail "delay-proxy listens"
+holding_proxy proxy attisdropped
 # Before: check waited for the held answer (timeout's 124 here); with only the statement's own
 # deadline, grants_check then waited on the connection left mid-statement.
 timeout 120 "$RELAY_BIN" check --database-url "postgresql://relay_login@127.0.0.1:$PROXY_PORT/outbox" \
@@ -163,12 +157,8 @@ check "4: ... and Kafka still checked" grep -q '^ok    kafka:' "$T/silent.out"
 # --- 5. a server that stops answering during the privileges' check ---
 # The first statement that names has_schema_privilege is grants_check's first privilege. Before:
 # grants_check used blocking libpq, and check waited for the held answer (timeout's 124 here).
-PROXY2_PORT=$(free_port) || fail "a free port for the second proxy"
-"$PROXY_BIN" --listen "$PROXY2_PORT" --to "$PGPORT" --delay-us 600000000 \
-    --only-after has_schema_privilege --times 1 >"$T/proxy2.out" 2>&1 &
-_t_track $!
-_poll 10 grep -q listening "$T/proxy2.out" || fail "the second delay-proxy listens"
-timeout 120 "$RELAY_BIN" check --database-url "postgresql://relay_login@127.0.0.1:$PROXY2_PORT/outbox" \
+holding_proxy proxy2 has_schema_privilege
+timeout 120 "$RELAY_BIN" check --database-url "postgresql://relay_login@127.0.0.1:$PROXY_PORT/outbox" \
     --brokers "$BROKERS" >"$T/silent2.out" 2>&1
 check_eq "5: a server that stops answering the privileges' check: exit 1" 1 $?
 check "5: ... named" grep -q 'PostgreSQL did not answer within 35 s' "$T/silent2.out"
