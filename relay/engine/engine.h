@@ -119,7 +119,7 @@ struct Relay {
     bool purging;         /* a delivery timeout purged the producer; its reports are not all in */
     ev_timer purge_timer; /* purges again while reports are missing (see relay_start_purge) */
     int logged_owned;     /* lanes of all sessions, last logged, to log only changes */
-    /* The first active_sessions connected sessions claim; the others rest (connected, no lanes):
+    /* The first active_sessions sessions that can claim do; the others rest (no lanes):
      * --min-sessions, and all of --sessions from a backlog until --session-rest-after without a
      * full claim (relay_session_resting). */
     int active_sessions;
@@ -228,8 +228,9 @@ int relay_in_flight(const Relay *r);
 /* Lanes owned by all of the relay's sessions. */
 int relay_lanes_owned(const Relay *r);
 /* Whether s rests: it claims nothing and gives up its lanes and member slot between batches.
- * The first active_sessions sessions with a connection claim (--min-sessions of them while
- * there is no backlog); the others rest. */
+ * The first active_sessions sessions that can claim (connected, no setup fault) claim
+ * (--min-sessions of them while there is no backlog); the others rest. A session that can claim
+ * again tells those above it (session.c, rest_others). */
 bool relay_session_resting(const Relay *r, const Session *s);
 /* A claim came back; full: as many rows as it asked for, or half the byte budget. Enough full
  * claims in a row mean a backlog: the resting sessions join (each at its next step between

@@ -133,14 +133,23 @@ int relay_lanes_owned(const Relay *r)
     return owned;
 }
 
+/* Whether o can claim now, were it not resting: connected, with no setup fault (it probes,
+ * holding no lanes). */
+static bool session_can_claim(const Session *o)
+{
+    return o->phase != PHASE_DOWN && !o->setup_fault;
+}
+
 bool relay_session_resting(const Relay *r, const Session *s)
 {
-    /* The first active_sessions sessions that have a connection claim: one whose connection is
-     * down leaves its place to the next, so a single relay never stops claiming while it still
-     * has a connection to claim on. */
+    /* The first active_sessions sessions that can claim do: one that cannot (its connection
+     * down, a setup fault) leaves its place to the next, so a relay never
+     * stops claiming while it still has a session that could. Counting such a session, the
+     * sessions above it rested while it claimed nothing: a setup fault of session 0 alone kept
+     * the whole relay from delivering. */
     int before = 0;
     for (int i = 0; i < s->index; i++)
-        if (r->sessions[i].phase != PHASE_DOWN)
+        if (session_can_claim(&r->sessions[i]))
             before++;
     return before >= r->active_sessions;
 }

@@ -450,10 +450,11 @@ static void rebalance_others(Session *s)
     }
 }
 
-/* s's connection is up: the sessions after it that it pushes out of the first active_sessions
- * connected ones rest from now on (relay_session_resting), and give their lanes up between
- * batches. Told now, as on_rest_timer tells them: one asleep would keep its lanes until its next
- * event (a notification, the poll or rebalance timer) while s joins and takes only its share. */
+/* s can claim again (its connection is up, its setup fault fixed):
+ * the sessions after it that it pushes out of the first active_sessions that can claim rest from
+ * now on (relay_session_resting), and give their lanes up between batches. Told now, as
+ * on_rest_timer tells them: one asleep would keep its lanes until its next event (a notification,
+ * the poll or rebalance timer) while s joins and takes only its share. */
 static void rest_others(Session *s)
 {
     Relay *r = s->relay;
@@ -549,6 +550,8 @@ static void claimed(Session *s, PGresult **results, int n, const char *error)
     case CLAIM_PROBE_PASSED:
         setup_fixed(s);
         end_transaction(s, SQL_COMMIT);
+        /* It may claim again: a session above it that claimed in its place rests now. */
+        rest_others(s);
         return;
     }
 }

@@ -1354,6 +1354,50 @@ static void test_setup_fault(void **state)
     expect_sent(0, sent);
 }
 
+/* --sessions 2 --min-sessions 1: the claiming session 0 hits a setup fault while session 1
+ * rests. Session 1 takes its place at once (a relay must not deliver nothing while a session of
+ * it could claim; the fault may be session 0's alone), while session 0 probes after each retry
+ * backoff; once a probe goes through, session 1 rests again and session 0 takes every lane. */
+static void test_lower_setup_fault_hands_over(void **state)
+{
+    static const char *const takes_over_sent[] = {"join", "members", "lock", CLAIM, NULL};
+    static const char *const rests_sent[] = {"unlock,leave", "wake", NULL};
+    static const int one[] = {0};
+    start("2", "1", "60000");
+    bring_up(0);
+    fake_pg_up(PG(1));
+    answer(1); /* LISTEN: it rests */
+    expect_idle_pg(1);
+    forget(1);
+    answer_failing(0, "claim", "42501");
+    answer(0); /* ROLLBACK */
+    T.members = "1";
+    answer(0);                               /* unlock, leave */
+    assert_non_null(fake_pg_pending(PG(1))); /* session 1 takes session 0's place */
+    answer(1);                               /* join */
+    answer(1);                               /* members */
+    answer(1);                               /* lock */
+    expect_sent(1, takes_over_sent);
+    assert_int_equal(S(1)->lanes.n_owned, LANE_COUNT);
+    while (fake_pg_pending(PG(1)))
+        answer(1); /* nothing to claim: asleep, its final claim */
+    forget(1);
+    expect_idle_pg(0); /* session 0 waits for its retry backoff */
+    fire(&S(0)->retry_timer);
+    assert_string_equal(field(pending_param(0, "claim"), 1), "{}"); /* a probe: no lanes */
+    answer(0); /* the probe goes through: session 1 rests from now on */
+    assert_non_null(fake_pg_pending(PG(1)));
+    answer(1); /* unlock, leave */
+    answer(1); /* a guard with no lanes lets the wakeup lock go */
+    expect_sent(1, rests_sent);
+    expect_idle_pg(1);
+    T.members = "0";
+    answer(0); /* COMMIT */
+    answer(0); /* join */
+    answer(0); /* members: alone, so it takes every lane */
+    assert_string_equal(pending_param(0, "lock"), lanes_of(one, 1, 0));
+}
+
 /* An event the producer refuses (too large) fails, and holds the later events of its aggregate
  * in the batch back (not produced, nothing recorded for them); other aggregates go on. */
 static void test_refused_event_holds_its_aggregate(void **state)
@@ -1570,6 +1614,7 @@ int main(void)
         cmocka_unit_test_teardown(test_every_sent_mark_refused_backs_off, teardown),
         cmocka_unit_test_teardown(test_claim_failure_waits_for_backoff, teardown),
         cmocka_unit_test_teardown(test_setup_fault, teardown),
+        cmocka_unit_test_teardown(test_lower_setup_fault_hands_over, teardown),
         cmocka_unit_test_teardown(test_refused_event_holds_its_aggregate, teardown),
         cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated, teardown),
         cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated_late, teardown),
