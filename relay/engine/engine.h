@@ -228,9 +228,9 @@ int relay_in_flight(const Relay *r);
 /* Lanes owned by all of the relay's sessions. */
 int relay_lanes_owned(const Relay *r);
 /* Whether s rests: it claims nothing and gives up its lanes and member slot between batches.
- * The first active_sessions sessions that can claim (connected, no setup fault) claim
- * (--min-sessions of them while there is no backlog); the others rest. A session that can claim
- * again tells those above it (session.c, rest_others). */
+ * The first active_sessions sessions that can claim (connected, no setup fault, no abandoned
+ * batch still out) claim (--min-sessions of them while there is no backlog); the others rest.
+ * A session that can claim again tells those above it (session.c, rest_others). */
 bool relay_session_resting(const Relay *r, const Session *s);
 /* A claim came back; full: as many rows as it asked for, or half the byte budget. Enough full
  * claims in a row mean a backlog: the resting sessions join (each at its next step between

@@ -134,16 +134,17 @@ int relay_lanes_owned(const Relay *r)
 }
 
 /* Whether o can claim now, were it not resting: connected, with no setup fault (it probes,
- * holding no lanes). */
+ * holding no lanes) and no abandoned batch whose reports are still out (it claims nothing until
+ * they are in). */
 static bool session_can_claim(const Session *o)
 {
-    return o->phase != PHASE_DOWN && !o->setup_fault;
+    return o->phase != PHASE_DOWN && !o->setup_fault && !o->batch.abandoned;
 }
 
 bool relay_session_resting(const Relay *r, const Session *s)
 {
     /* The first active_sessions sessions that can claim do: one that cannot (its connection
-     * down, a setup fault) leaves its place to the next, so a relay never
+     * down, a setup fault, an abandoned batch) leaves its place to the next, so a relay never
      * stops claiming while it still has a session that could. Counting such a session, the
      * sessions above it rested while it claimed nothing: a setup fault of session 0 alone kept
      * the whole relay from delivering. */

@@ -450,7 +450,7 @@ static void rebalance_others(Session *s)
     }
 }
 
-/* s can claim again (its connection is up, its setup fault fixed):
+/* s can claim again (its connection is up, its setup fault fixed, its abandoned batch let go):
  * the sessions after it that it pushes out of the first active_sessions that can claim rest from
  * now on (relay_session_resting), and give their lanes up between batches. Told now, as
  * on_rest_timer tells them: one asleep would keep its lanes until its next event (a notification,
@@ -779,6 +779,9 @@ static void advance(Session *s, bool produce)
         batch_clear(b);
         s->wake_pending = true;
         relay_batch_done(s->relay);
+        /* It may claim again (relay_session_resting): a session above it that claimed in its
+         * place meanwhile rests now. */
+        rest_others(s);
     }
     if (s->phase == PHASE_PRODUCING) {
         if (produce && (b->next < b->n || b->timed_out || s->stopping))

@@ -1398,6 +1398,42 @@ static void test_lower_setup_fault_hands_over(void **state)
     assert_string_equal(pending_param(0, "lock"), lanes_of(one, 1, 0));
 }
 
+/* --sessions 2 --min-sessions 1: session 0's connection goes while its batch is at the producer,
+ * and session 1 takes its place. Session 0 reconnects while a report of its abandoned batch is
+ * still out: it cannot claim until that report is in, so session 1 goes on claiming meanwhile,
+ * and rests only once session 0 can claim again. */
+static void test_stand_in_works_while_batch_abandoned(void **state)
+{
+    static const char *const rests_sent[] = {"unlock,leave", "wake", NULL};
+    static const int one[] = {0};
+    start("2", "1", "60000");
+    bring_up(0);
+    fake_pg_up(PG(1));
+    answer(1); /* LISTEN: it rests */
+    answer_claim(0, "A,B");
+    fake_kafka_report(0, OK);
+    fake_pg_drop(PG(0), "connection reset by peer");
+    T.members = "1";
+    while (fake_pg_pending(PG(1)))
+        answer(1); /* session 1 joins, claims nothing, goes to sleep */
+    assert_int_equal(S(1)->lanes.n_owned, LANE_COUNT);
+    forget(1);
+    fake_pg_up(PG(0));
+    answer(0);         /* LISTEN */
+    expect_idle_pg(0); /* a report is still out: no lanes, no claim */
+    expect_idle_pg(1); /* session 1 keeps its lanes and claims on */
+    assert_int_equal(S(1)->lanes.n_owned, LANE_COUNT);
+    fake_kafka_report(1, RD_KAFKA_RESP_ERR__PURGE_QUEUE); /* session 0 can claim again */
+    T.members = "0";
+    assert_non_null(fake_pg_pending(PG(1)));
+    answer(1); /* unlock, leave */
+    answer(1); /* a guard with no lanes lets the wakeup lock go */
+    expect_sent(1, rests_sent);
+    answer(0); /* join */
+    answer(0); /* members: alone, so it takes every lane */
+    assert_string_equal(pending_param(0, "lock"), lanes_of(one, 1, 0));
+}
+
 /* An event the producer refuses (too large) fails, and holds the later events of its aggregate
  * in the batch back (not produced, nothing recorded for them); other aggregates go on. */
 static void test_refused_event_holds_its_aggregate(void **state)
@@ -1615,6 +1651,7 @@ int main(void)
         cmocka_unit_test_teardown(test_claim_failure_waits_for_backoff, teardown),
         cmocka_unit_test_teardown(test_setup_fault, teardown),
         cmocka_unit_test_teardown(test_lower_setup_fault_hands_over, teardown),
+        cmocka_unit_test_teardown(test_stand_in_works_while_batch_abandoned, teardown),
         cmocka_unit_test_teardown(test_refused_event_holds_its_aggregate, teardown),
         cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated, teardown),
         cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated_late, teardown),
