@@ -511,7 +511,15 @@ static void lanes_divided(Session *s)
 
 static void claimed(Session *s, PGresult **results, int n, const char *error)
 {
+    unsigned restarts = s->floor.restarts;
+    bool floor_on = s->floor.enabled;
     ClaimOutcome outcome = claim_read(s, results, n, error);
+    /* The floor's look in this claim restarted the floor (a reset table or sequence) or turned
+     * it off: the claim itself still read from the old floor, above rows drawn below it, which
+     * were committed before and bring no notification. Claim again at once from the table's
+     * start; a session asleep (its final claim done) would otherwise leave them to the poll. */
+    if (s->floor.restarts != restarts || (floor_on && !s->floor.enabled))
+        s->wake_pending = true;
     switch (outcome) {
     case CLAIM_BATCH:
         session_set_phase(s, PHASE_PRODUCING);

@@ -56,6 +56,7 @@ static struct {
     const char *claim[MAX_SESSIONS]; /* the next claim's rows by aggregate, "A,A,B"; "" none */
     const char *fail_kind;           /* the first statement of this kind fails ... */
     const char *fail_state;          /* ... with this SQLSTATE */
+    const char *table_node;          /* the table's relfilenode the floor's look finds */
     long long next_id;
     ev_prepare brk;
     ev_idle idle;
@@ -326,6 +327,7 @@ static void start(const char *sessions, const char *min_sessions, const char *sl
     T.members = "0";
     T.sleep_answer = "guard";
     T.next_id = 1;
+    T.table_node = "5";
     for (int i = 0; i < MAX_SESSIONS; i++)
         T.claim[i] = "";
     log_set_level(LOG_ERROR + 1); /* quiet: the tests check what the engine does, not says */
@@ -417,6 +419,11 @@ static PGresult *auto_result(int i, const FakeRequest *req, int q)
     snprintf(slot, sizeof(slot), "%d", i);
     if (strcmp(kind, "floor-check") == 0)
         return fake_pg_error(NULL, "no floor in these tests");
+    if (strcmp(kind, "floor-held") == 0) /* no failed row; the sequence's last value, in order */
+        return fake_pg_tuples("held,seq_last,seq_in_order,table_node,seq_node", 1,
+                              (const char *[]){NULL, "10", "t", T.table_node, "1"});
+    if (strcmp(kind, "floor-writers") == 0)
+        return fake_pg_tuples("ended,writers", 1, (const char *[]){"t", "{}"});
     if (strcmp(kind, "join") == 0)
         return column("s", slot);
     if (strcmp(kind, "members") == 0)
@@ -1434,6 +1441,33 @@ static void test_stand_in_works_while_batch_abandoned(void **state)
     assert_string_equal(pending_param(0, "lock"), lanes_of(one, 1, 0));
 }
 
+/* A session asleep (as guard, its final claim done) claims at its poll timer, and that claim's
+ * floor look finds the table replaced (TRUNCATE ... RESTART IDENTITY): the floor starts again
+ * from 0, but the claim itself read from the old floor, above the new rows, which were committed
+ * before and bring no notification. The session claims again at once, from the table's start,
+ * not at its next poll. (The floor is turned on by hand: the fake database has no floor check.) */
+static void test_claim_again_after_floor_restart(void **state)
+{
+    static const char *const again_sent[] = {"BEGIN,claim-plan,floor-held,claim,floor-writers",
+                                             "COMMIT", CLAIM, NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    S(0)->floor.enabled = true;
+    while (fake_pg_pending(PG(0)))
+        answer(0); /* nothing to claim: asleep as guard, its final claim (and first look) done */
+    assert_true(S(0)->wake.asleep && S(0)->wake.guard);
+    assert_int_equal(S(0)->floor.restarts, 0);
+    forget(0);
+    T.table_node = "6"; /* the table was truncated meanwhile */
+    S(0)->floor_look_due = 0;
+    fire(&S(0)->poll_timer);
+    answer(0); /* the claim, empty: its look restarts the floor */
+    assert_int_equal(S(0)->floor.restarts, 1);
+    answer(0); /* COMMIT */
+    expect_sent(0, again_sent);
+    assert_non_null(fake_pg_pending(PG(0))); /* the claim from the table's start */
+}
+
 /* An event the producer refuses (too large) fails, and holds the later events of its aggregate
  * in the batch back (not produced, nothing recorded for them); other aggregates go on. */
 static void test_refused_event_holds_its_aggregate(void **state)
@@ -1652,6 +1686,7 @@ int main(void)
         cmocka_unit_test_teardown(test_setup_fault, teardown),
         cmocka_unit_test_teardown(test_lower_setup_fault_hands_over, teardown),
         cmocka_unit_test_teardown(test_stand_in_works_while_batch_abandoned, teardown),
+        cmocka_unit_test_teardown(test_claim_again_after_floor_restart, teardown),
         cmocka_unit_test_teardown(test_refused_event_holds_its_aggregate, teardown),
         cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated, teardown),
         cmocka_unit_test_teardown(test_claims_once_producer_may_be_recreated_late, teardown),
