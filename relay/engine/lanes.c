@@ -125,6 +125,12 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
     PGresult *res = results[0];
     int count = PQntuples(res);
     int *slots = calloc((size_t)(count ? count : 1), sizeof(int));
+    if (!slots) {
+        /* Nothing locked or unlocked yet: the next rebalance tries again. */
+        log_warn("lane rebalance failed; retrying", "step=members error=\"out of memory\"");
+        finish(l, pg, true);
+        return;
+    }
     uint64_t members = (uint64_t)count;
     for (int i = 0; i < count; i++) {
         slots[i] = atoi(PQgetvalue(res, i, 0));
@@ -165,8 +171,13 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
         finish(l, pg, true);
         return;
     }
-    if (!pg_conn_send(pg, queries, nq, on_locked, l))
-        finish(l, pg, true); /* nothing changed: the next rebalance tries again */
+    if (!pg_conn_send(pg, queries, nq, on_locked, l)) {
+        /* The lanes to unlock are already marked not owned while the server still holds their
+         * locks: drop the session (which releases them all) rather than leave lanes that no
+         * session claims and no other can take. */
+        log_warn("lane rebalance failed; reconnecting", "step=lock error=\"could not send\"");
+        finish(l, pg, false);
+    }
 }
 
 static bool send_members(Lanes *l, PgConn *pg)

@@ -20,6 +20,7 @@ struct PgConn {
 };
 
 void (*fake_pg_sent_hook)(PgConn *pg, const FakeRequest *req);
+int fake_pg_refuse_sends;
 
 static PgConn *conns[FAKE_PG_MAX];
 static int nconns;
@@ -323,6 +324,10 @@ bool pg_conn_send(PgConn *pg, const PgQuery *queries, int n, PgResultFn cb, void
 {
     if (!pg_conn_idle(pg) || n < 1 || n > PG_MAX_QUERIES)
         return false;
+    if (fake_pg_refuse_sends > 0) {
+        fake_pg_refuse_sends--;
+        return false;
+    }
     pg->busy = true;
     pg->req.n = n;
     pg->req.cb = cb;

@@ -40,6 +40,10 @@ typedef struct FakeRequest {
 /* Called with each request pg_conn_send accepts, when set (the tests record what was sent). */
 extern void (*fake_pg_sent_hook)(PgConn *pg, const FakeRequest *req);
 
+/* How many of the next pg_conn_send calls (on any connection) return false as if the send had
+ * failed, recording nothing (0: none; the tests set it). */
+extern int fake_pg_refuse_sends;
+
 /* Connections made since the last fake_pg_forget, in creation order (pg_conn_free'd ones are
  * removed). At most FAKE_PG_MAX of them. */
 #define FAKE_PG_MAX 8

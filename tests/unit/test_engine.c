@@ -772,6 +772,27 @@ static void test_lanes_handed_over(void **state)
     expect_sent(0, sent);
 }
 
+/* The send of a rebalance's lock/unlock fails: the lanes to give up are already marked not
+ * owned while the server still holds their locks, so the session is dropped (which releases
+ * them) rather than left holding lanes that nobody claims. */
+static void test_failed_unlock_send_reconnects(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A");
+    fire(&S(0)->rebalance_timer);
+    fake_kafka_report_all(OK);
+    answer(0); /* the marks; the rebalance's members look comes next */
+    assert_non_null(fake_pg_pending(PG(0)));
+    assert_string_equal(fake_pg_pending(PG(0))->sql[0], SQL_LANES_MEMBERS);
+    T.members = "0,1"; /* another relay's session joined: slot 1 */
+    int resets = fake_pg_resets(PG(0));
+    fake_pg_refuse_sends = 1;
+    answer(0); /* members: the unlock of slot 1's lanes cannot be sent */
+    fake_pg_refuse_sends = 0;
+    assert_int_equal(fake_pg_resets(PG(0)), resets + 1);
+}
+
 /* The connection goes with a request of each kind in flight (and between requests): the
  * session goes down, and comes back to claiming after the reconnect. */
 static void test_connection_lost_anywhere(void **state)
@@ -1667,6 +1688,7 @@ int main(void)
         cmocka_unit_test_teardown(test_chained_marks_transient_failure, teardown),
         cmocka_unit_test_teardown(test_delivery_timeout_purges, teardown),
         cmocka_unit_test_teardown(test_lanes_handed_over, teardown),
+        cmocka_unit_test_teardown(test_failed_unlock_send_reconnects, teardown),
         cmocka_unit_test_teardown(test_session_rests_and_joins, teardown),
         cmocka_unit_test_teardown(test_group_change_during_rebalance, teardown),
         cmocka_unit_test_teardown(test_called_back_while_leaving, teardown),
