@@ -131,26 +131,192 @@ bool serializer_probe(Serializer *s, bool *answered, char *err, size_t errlen)
 /* The path of the field being written, for errors: "order.lines[2].sku". */
 typedef struct Path {
     char text[256];
-    const Parsed *ps; /* for the decimals (NULL for JSON Schema) */
+    const Parsed *ps;   /* for the decimals (NULL for JSON Schema) */
+    const json_t *root; /* the tree jansson made of payload */
     const char *payload;
     size_t payload_len;
-    bool scanned;    /* inexact (n_inexact) holds inexact_reals(payload), once one was asked */
-    double *inexact; /* the caller frees it */
+    bool scanned;           /* inexact (n_inexact) holds inexact_reals(), once one was asked */
+    const json_t **inexact; /* the caller frees it */
     size_t n_inexact;
 } Path;
 
-/* The doubles of the payload's reals whose text has more significant digits than a double keeps
- * (DBL_DIG), for put_decimal to refuse: such a text can read back as a shorter number
- * (0.10000000000000000001 is the double 0.1, whose shortest text real_text would take). Integers
- * are left out: jansson keeps them exactly. payload is JSON jansson has read, so outside strings a
- * '-' or a digit starts a number. NULL with *n 0 when there are none, or when out of memory (a
- * check lost, never a row refused for it). Caller frees. */
-static double *inexact_reals(const char *payload, size_t len, size_t *n)
+/* Whether the number token text[0, len) is a real written with more significant digits than a
+ * double keeps (DBL_DIG): such a text can read back as a shorter number (0.10000000000000000001
+ * is the double 0.1, whose shortest text real_text would take). Integers are not: jansson keeps
+ * them exactly. Trailing zeros and the exponent's digits are no significant digits. */
+static bool token_inexact(const char *text, size_t len)
 {
-    double *found = NULL;
-    size_t cap = 0;
-    *n = 0;
+    size_t digit = 0, first = 0, last = 0;
+    bool real = false, exponent = false;
     for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (c == '.' || c == 'e' || c == 'E') {
+            real = true;
+            exponent = exponent || c != '.';
+        } else if (!exponent && c >= '0' && c <= '9') {
+            digit++;
+            if (c != '0') {
+                first = first ? first : digit;
+                last = digit;
+            }
+        }
+    }
+    return real && first && last - first + 1 > DBL_DIG;
+}
+
+/* The length of the number token at p (at most len bytes). */
+static size_t token_len(const char *p, size_t len)
+{
+    size_t n = 0;
+    while (n < len && p[n] && strchr("0123456789.+-eE", p[n]))
+        n++;
+    return n;
+}
+
+/* The payload's text walked beside jansson's tree of it, to find which json_t reals were
+ * written with more digits than a double keeps. They are found by identity, not by their double:
+ * {"price": 0.1, "x": 0.10000000000000000001} has two reals of the double 0.1 and only x's is
+ * inexact. payload is JSON jansson has read (only its structure is followed here). A key given
+ * twice is jansson's last value: each occurrence is walked against that node and the last one's
+ * verdict stands (mark overwrites), as jansson's own tree does. */
+typedef struct Walk {
+    const char *p;
+    size_t len, i;
+    const json_t **found;
+    size_t n, cap;
+    bool oom;
+} Walk;
+
+static void walk_ws(Walk *w)
+{
+    while (w->i < w->len && strchr(" \t\r\n", w->p[w->i]) && w->p[w->i])
+        w->i++;
+}
+
+/* Skips the string at w->i (its opening quote). */
+static void walk_string(Walk *w)
+{
+    for (w->i++; w->i < w->len && w->p[w->i] != '"'; w->i++)
+        if (w->p[w->i] == '\\')
+            w->i++;
+    w->i++;
+}
+
+/* node's verdict: inexact or not, the last one given standing. */
+static void walk_mark(Walk *w, const json_t *node, bool inexact)
+{
+    if (!json_is_real(node))
+        return;
+    for (size_t k = 0; k < w->n; k++)
+        if (w->found[k] == node) {
+            if (!inexact)
+                w->found[k] = w->found[--w->n];
+            return;
+        }
+    if (!inexact || w->oom)
+        return;
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 8;
+        const json_t **more = realloc(w->found, cap * sizeof(*more));
+        if (!more) {
+            w->oom = true;
+            return;
+        }
+        w->found = more;
+        w->cap = cap;
+    }
+    w->found[w->n++] = node;
+}
+
+/* The value at w->i, node being jansson's node for it (NULL: none, as below a key another
+ * occurrence replaced). Deeper than the encoders go (DEPTH_MAX), a value is skipped without
+ * recursion: no question is asked of it. */
+static void walk_value(Walk *w, const json_t *node, int depth)
+{
+    walk_ws(w);
+    if (w->i >= w->len)
+        return;
+    char c = w->p[w->i];
+    if ((c == '{' || c == '[') && depth > DEPTH_MAX + 1) {
+        int open = 0;
+        do {
+            if (w->p[w->i] == '"') {
+                walk_string(w);
+                continue;
+            }
+            open += w->p[w->i] == '{' || w->p[w->i] == '[';
+            open -= w->p[w->i] == '}' || w->p[w->i] == ']';
+            w->i++;
+        } while (open > 0 && w->i < w->len);
+        return;
+    }
+    if (c == '{') {
+        w->i++;
+        for (;;) {
+            walk_ws(w);
+            if (w->i >= w->len || w->p[w->i] == '}')
+                break;
+            size_t start = w->i;
+            walk_string(w);
+            const char *key = w->p + start + 1;
+            size_t key_len = w->i - start - 2;
+            const json_t *child = NULL;
+            if (json_is_object(node) && w->i <= w->len) {
+                if (!memchr(key, '\\', key_len)) {
+                    child = json_object_getn(node, key, key_len);
+                } else {
+                    /* An escaped key: jansson decodes it as it decoded the payload's. */
+                    json_t *k = json_loadb(w->p + start, w->i - start, JSON_DECODE_ANY, NULL);
+                    child = json_object_get(node, json_string_value(k) ? json_string_value(k) : "");
+                    json_decref(k);
+                }
+            }
+            walk_ws(w);
+            w->i++; /* the ':' */
+            walk_value(w, child, depth + 1);
+            walk_ws(w);
+            if (w->i < w->len && w->p[w->i] == ',')
+                w->i++;
+            else
+                break;
+        }
+        w->i++; /* the '}' */
+    } else if (c == '[') {
+        w->i++;
+        for (size_t index = 0;; index++) {
+            walk_ws(w);
+            if (w->i >= w->len || w->p[w->i] == ']')
+                break;
+            walk_value(w, json_array_get(node, index), depth + 1);
+            walk_ws(w);
+            if (w->i < w->len && w->p[w->i] == ',')
+                w->i++;
+            else
+                break;
+        }
+        w->i++; /* the ']' */
+    } else if (c == '"') {
+        walk_string(w);
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+        size_t n = token_len(w->p + w->i, w->len - w->i);
+        walk_mark(w, node, token_inexact(w->p + w->i, n));
+        w->i += n;
+    } else {
+        while (w->i < w->len && w->p[w->i] >= 'a' && w->p[w->i] <= 'z')
+            w->i++; /* true, false, null */
+    }
+}
+
+/* The json_t reals of the payload (root its tree) whose text has more significant digits than a
+ * double keeps, for the encoders to refuse where the digits matter (a decimal, a long, an
+ * integer). A first pass over the text alone finds whether there is any (most rows have none);
+ * only then is the text walked beside the tree. NULL with *n 0 when there are none, or when out
+ * of memory (a check lost, never a row refused for it). Caller frees. */
+static const json_t **inexact_reals(const char *payload, size_t len, const json_t *root, size_t *n)
+{
+    *n = 0;
+    bool any = false;
+    for (size_t i = 0; i < len && !any; i++) {
         if (payload[i] == '"') {
             for (i++; i < len && payload[i] != '"'; i++)
                 if (payload[i] == '\\')
@@ -159,56 +325,34 @@ static double *inexact_reals(const char *payload, size_t len, size_t *n)
         }
         if (payload[i] != '-' && (payload[i] < '0' || payload[i] > '9'))
             continue;
-        size_t start = i, digit = 0, first = 0, last = 0;
-        bool real = false, exponent = false;
-        for (; i < len && payload[i] && strchr("0123456789.+-eE", payload[i]); i++) {
-            char c = payload[i];
-            if (c == '.' || c == 'e' || c == 'E') {
-                real = true;
-                exponent = exponent || c != '.';
-            } else if (!exponent && c >= '0' && c <= '9') {
-                digit++;
-                if (c != '0') {
-                    first = first ? first : digit;
-                    last = digit;
-                }
-            }
-        }
-        size_t token = i - start;
-        i--; /* the loop's i++ comes back to the character after the number */
-        if (!real || !first || last - first + 1 <= DBL_DIG)
-            continue;
-        double *more = found;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 8;
-            more = realloc(found, cap * sizeof(*found));
-        }
-        char *text = more ? malloc(token + 1) : NULL;
-        if (!text) {
-            free(more ? more : found);
-            *n = 0;
-            return NULL;
-        }
-        found = more;
-        memcpy(text, payload + start, token);
-        text[token] = '\0';
-        found[(*n)++] = strtod(text, NULL);
-        free(text);
+        size_t token = token_len(payload + i, len - i);
+        any = token_inexact(payload + i, token);
+        i += token - 1; /* the loop's i++ comes back to the character after the number */
     }
-    return found;
+    if (!any)
+        return NULL;
+    Walk w = {.p = payload, .len = len};
+    walk_value(&w, root, 0);
+    if (w.oom) {
+        free(w.found);
+        return NULL;
+    }
+    *n = w.n;
+    return w.found;
 }
 
-/* Whether a real of the payload, d, was written with more digits than a double keeps (its
+/* Whether j, a real of the payload, was written with more digits than a double keeps (its
  * double may stand for another number than its text). The payload is scanned at the first
  * question only: most rows have no real that a long or a decimal takes. */
-static bool real_inexact(Path *path, double d)
+static bool real_inexact(Path *path, const json_t *j)
 {
     if (!path->scanned) {
-        path->inexact = inexact_reals(path->payload, path->payload_len, &path->n_inexact);
+        path->inexact =
+            inexact_reals(path->payload, path->payload_len, path->root, &path->n_inexact);
         path->scanned = true;
     }
     for (size_t i = 0; i < path->n_inexact; i++)
-        if (path->inexact[i] == d)
+        if (path->inexact[i] == j)
             return true;
     return false;
 }
@@ -629,8 +773,7 @@ static bool put_decimal(avro_value_t *v, const json_t *j, const Decimal *dec, Pa
     } else if (json_is_integer(j)) {
         snprintf(text, sizeof(text), "%" JSON_INTEGER_FORMAT, json_integer_value(j));
     } else if (json_is_real(j)) {
-        if (real_inexact(path, json_real_value(j)) ||
-            !real_text(json_real_value(j), text, sizeof(text))) {
+        if (real_inexact(path, j) || !real_text(json_real_value(j), text, sizeof(text))) {
             char shortest[32]; /* the double's own text: at most 24 characters */
             snprintf(shortest, sizeof(shortest), "%.17g", json_real_value(j));
             snprintf(err, errlen,
@@ -754,7 +897,7 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
             return false;
         }
         /* 1000000000000000001.0 is the double 1e18, 5.0000000000000001 is 5: not the row's. */
-        if (json_is_real(j) && real_inexact(path, json_real_value(j))) {
+        if (json_is_real(j) && real_inexact(path, j)) {
             snprintf(err, errlen,
                      "field %s: %.17g: over %d digits, not exact as a JSON real (a double): "
                      "write the integer without a fraction",
@@ -891,10 +1034,10 @@ static bool avro_encode(Parsed *ps, const json_t *root, const char *payload, siz
                         char **out, size_t *out_len, int id, char *err, size_t errlen)
 {
     avro_value_reset(&ps->value);
-    Path path = {"", ps, payload, payload_len, false, NULL, 0};
+    Path path = {"", ps, root, payload, payload_len, false, NULL, 0};
     bool ok =
         put_value(&ps->value, root, decimal_of(&path, ps->avro, NULL, 0), &path, 0, err, errlen);
-    free(path.inexact);
+    free((void *)path.inexact);
     if (!ok)
         return false;
     size_t size = 0;
@@ -942,7 +1085,7 @@ static bool type_matches(const char *type, const json_t *j, Path *path)
                (json_is_real(j) && isfinite(json_real_value(j)) &&
                 floor(json_real_value(j)) == json_real_value(j) &&
                 /* 5.0000000000000001 is the double 5, but the text that goes out is no integer */
-                !real_inexact(path, json_real_value(j)));
+                !real_inexact(path, j));
     if (strcmp(type, "number") == 0)
         return json_is_number(j);
     if (strcmp(type, "boolean") == 0)
@@ -1291,9 +1434,9 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
     if (format == VALUE_AVRO) {
         ok = avro_encode(ps, root, payload, payload_len, out, out_len, rs->id, why, sizeof(why));
     } else {
-        Path path = {"", NULL, payload, payload_len, false, NULL, 0};
+        Path path = {"", NULL, root, payload, payload_len, false, NULL, 0};
         ok = check_json(ps->json, root, &path, 0, why, sizeof(why));
-        free(path.inexact);
+        free((void *)path.inexact);
         char *buf = ok ? malloc(WIRE_HEADER + payload_len) : NULL;
         if (ok && !buf) {
             snprintf(why, sizeof(why), "out of memory");

@@ -270,6 +270,12 @@ static void test_avro_numbers(void **state)
                  "field n: 1e+18: over 15 digits, not exact as a JSON real");
     expect_fault(VALUE_AVRO, &rs, "{\"n\": 1, \"i\": 5.0000000000000001, \"u\": 7, \"d\": 2}",
                  "field i: 5: over 15 digits, not exact as a JSON real");
+    /* Another real of the same double, written inexactly where no long takes it, refuses
+     * nothing (the old scan matched reals by their double and refused n). */
+    expect_bytes(&rs,
+                 "{\"n\": 100.0, \"i\": 3.0, \"u\": 3000000000, \"d\": 2.0,"
+                 " \"x\": 100.000000000000000001}",
+                 want, sizeof(want));
     serializer_schema_release(&rs);
 }
 
@@ -523,6 +529,22 @@ static void test_avro_decimal_real_exact(void **state)
                  sizeof(want));
     expect_bytes(&rs, "{\"a\": 0.1, \"b\": 1.5e20, \"c\": 1e-4, \"s\": \"0.10000000000000000001\"}",
                  want, sizeof(want));
+    /* Found by the real itself, not by its double: another field's inexact 0.1 (a field the
+     * schema lacks, here) does not refuse a's exact 0.1, which the old scan, matching doubles,
+     * did. */
+    expect_bytes(&rs, "{\"a\": 0.1, \"b\": 1.5e20, \"c\": 1e-4, \"x\": 0.10000000000000000001}",
+                 want, sizeof(want));
+    expect_bytes(&rs,
+                 "{\"x\": [0.10000000000000000001, {\"y\\u0041\": 0.10000000000000000001}],"
+                 " \"a\": 0.1, \"b\": 1.5e20, \"c\": 1e-4}",
+                 want, sizeof(want));
+    expect_fault(VALUE_AVRO, &rs, "{\"x\": 0.1, \"a\": 0.10000000000000000001, \"b\": 0, \"c\": 0}",
+                 "field a: decimal 0.10000000000000001: over 15 digits, not exact");
+    /* A key given twice is jansson's last value: its text decides. */
+    expect_bytes(&rs, "{\"a\": 0.10000000000000000001, \"a\": 0.1, \"b\": 1.5e20, \"c\": 1e-4}",
+                 want, sizeof(want));
+    expect_fault(VALUE_AVRO, &rs, "{\"a\": 0.1, \"a\": 0.10000000000000000001, \"b\": 0, \"c\": 0}",
+                 "field a: decimal 0.10000000000000001: over 15 digits, not exact");
     /* The same as a string is exact. */
     char *out = NULL, err[256] = "";
     size_t len = 0;
