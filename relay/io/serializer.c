@@ -560,14 +560,31 @@ static bool decimal_syntax(const char *text)
     return frac_len > 0 && frac[1 + frac_len] == '\0';
 }
 
-/* Whether branch b of union us could take j: fits, or a decimal's number or numeric string. A
- * string that is not a number ("n/a") is not the decimal's: in [decimal, "string"] it is the
- * string branch's, not a row refused by the decimal. */
-static bool branch_fits(const Path *path, avro_schema_t us, int b, const json_t *j, bool exact)
+/* A decimal value as Avro writes it: the two's-complement big-endian unscaled integer, its n
+ * bytes ending at mag[sizeof(mag) - 1], and the text it was read from (for errors). */
+typedef struct DecimalBytes {
+    char text[400];
+    unsigned char mag[160];
+    size_t n;
+    bool negative;
+} DecimalBytes;
+
+static bool decimal_read(const json_t *j, const Decimal *dec, avro_schema_t s, Path *path,
+                         DecimalBytes *db, char *err, size_t errlen);
+
+/* Whether branch b of union us could take j: fits, or for a decimal, a number or numeric string
+ * that is exactly a value of it (its scale and precision, its fixed's size). Another string
+ * ("n/a", "12.345" at scale 2) is not the decimal's: in [decimal, "string"] it is the string
+ * branch's, not a row refused by the decimal, as a string beyond an enum's symbols is. */
+static bool branch_fits(Path *path, avro_schema_t us, int b, const json_t *j, bool exact)
 {
     avro_schema_t bs = union_branch(us, b);
-    if (decimal_of(path, bs, us, b))
-        return json_is_number(j) || (json_is_string(j) && decimal_syntax(json_string_value(j)));
+    const Decimal *dec = decimal_of(path, bs, us, b);
+    if (dec) {
+        DecimalBytes db;
+        char why[8];
+        return decimal_read(j, dec, bs, path, &db, why, sizeof(why));
+    }
     /* Only strings that are bytes: [fixed 16, "string"] takes "n/a" as the string, as
      * ["bytes", "string"] takes "日本" (beyond U+00FF). */
     if (is_avro_fixed(bs))
@@ -652,10 +669,14 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
             if (branch_fits(path, us, (int)b, j, exact))
                 chosen = (int)b;
     /* None takes it: the first of its kind writes it anyway, for that branch's own reason
-     * ("'Z' is not a symbol of its enum", "'n/a' is not a decimal number"). */
-    for (size_t b = 0; b < n && chosen < 0; b++)
-        if (fits(avro_typeof(union_branch(us, (int)b)), j, false))
+     * ("'Z' is not a symbol of its enum", "'n/a' is not a decimal number", "decimal 12.345 has
+     * more fractional digits than its scale 2"); a decimal's kind is a number or a string. */
+    for (size_t b = 0; b < n && chosen < 0; b++) {
+        avro_schema_t bs = union_branch(us, (int)b);
+        if (decimal_of(path, bs, us, (int)b) ? json_is_number(j) || json_is_string(j)
+                                             : fits(avro_typeof(bs), j, false))
             chosen = (int)b;
+    }
     if (chosen < 0) {
         snprintf(err, errlen, "field %s: %s fits no branch of its union", where, json_kind(j));
         return false;
@@ -754,26 +775,28 @@ static bool real_text(double d, char *out, size_t outlen)
     return true;
 }
 
-/* A decimal: the two's-complement big-endian unscaled integer (Avro's decimal: 12.34 at scale 2
- * is 1234, 04 d2), the fewest bytes for bytes, sign-extended to the size of a fixed. From a JSON
- * integer, a real or a numeric string ("-12.34"); more fractional digits than the scale (other
- * than trailing zeros) or more digits than the precision are refused, never rounded. */
-static bool put_decimal(avro_value_t *v, const json_t *j, const Decimal *dec, Path *path, char *err,
-                        size_t errlen)
+/* Reads j as the decimal dec of Avro schema s (bytes or fixed) into *db: the two's-complement
+ * big-endian unscaled integer (Avro's decimal: 12.34 at scale 2 is 1234, 04 d2), the fewest bytes
+ * for bytes, sign-extended to the size of a fixed. From a JSON integer, a real or a numeric string
+ * ("-12.34"); more fractional digits than the scale (other than trailing zeros) or more digits
+ * than the precision are refused, never rounded. False with err saying why: j is not this decimal
+ * (put_union asks it to choose a branch, put_decimal to write it). */
+static bool decimal_read(const json_t *j, const Decimal *dec, avro_schema_t s, Path *path,
+                         DecimalBytes *db, char *err, size_t errlen)
 {
     const char *where = *path->text ? path->text : "(value)";
-    char text[400];
+    char *text = db->text;
     if (json_is_string(j)) {
-        if (json_string_length(j) >= sizeof(text)) {
+        if (json_string_length(j) >= sizeof(db->text)) {
             snprintf(err, errlen, "field %s: decimal of %zu characters, more than its precision %d",
                      where, json_string_length(j), dec->precision);
             return false;
         }
-        snprintf(text, sizeof(text), "%s", json_string_value(j));
+        snprintf(text, sizeof(db->text), "%s", json_string_value(j));
     } else if (json_is_integer(j)) {
-        snprintf(text, sizeof(text), "%" JSON_INTEGER_FORMAT, json_integer_value(j));
+        snprintf(text, sizeof(db->text), "%" JSON_INTEGER_FORMAT, json_integer_value(j));
     } else if (json_is_real(j)) {
-        if (real_inexact(path, j) || !real_text(json_real_value(j), text, sizeof(text))) {
+        if (real_inexact(path, j) || !real_text(json_real_value(j), text, sizeof(db->text))) {
             char shortest[32]; /* the double's own text: at most 24 characters */
             snprintf(shortest, sizeof(shortest), "%.17g", json_real_value(j));
             snprintf(err, errlen,
@@ -825,25 +848,27 @@ static bool put_decimal(avro_value_t *v, const json_t *j, const Decimal *dec, Pa
         return false;
     }
     /* Base 10 to base 256, big-endian, right-aligned in mag: n bytes end at mag[sizeof - 1]. */
-    unsigned char mag[160] = {0};
+    unsigned char *mag = db->mag;
+    const size_t magsize = sizeof(db->mag);
+    memset(mag, 0, magsize);
     size_t n = 0;
     for (size_t i = 0; i < nd; i++) {
         unsigned carry = (unsigned)(digits[i] - '0');
         for (size_t k = 0; k < n; k++) {
-            unsigned char *b = &mag[sizeof(mag) - 1 - k];
+            unsigned char *b = &mag[magsize - 1 - k];
             unsigned x = *b * 10u + carry;
             *b = (unsigned char)x;
             carry = x >> 8;
         }
         while (carry) {
-            mag[sizeof(mag) - 1 - n++] = (unsigned char)carry;
+            mag[magsize - 1 - n++] = (unsigned char)carry;
             carry >>= 8;
         }
     }
     if (negative && n > 0) {
         unsigned carry = 1;
         for (size_t k = 0; k < n; k++) {
-            unsigned char *b = &mag[sizeof(mag) - 1 - k];
+            unsigned char *b = &mag[magsize - 1 - k];
             unsigned x = (unsigned char)~*b + carry;
             *b = (unsigned char)x;
             carry = x >> 8;
@@ -852,25 +877,37 @@ static bool put_decimal(avro_value_t *v, const json_t *j, const Decimal *dec, Pa
         negative = false; /* -0 is 0 */
     }
     /* A sign byte when the top bit does not already say the sign (and for 0: one byte). */
-    unsigned char top = n ? mag[sizeof(mag) - n] : 0;
+    unsigned char top = n ? mag[magsize - n] : 0;
     if (n == 0 || (!negative && (top & 0x80)) || (negative && !(top & 0x80)))
-        mag[sizeof(mag) - 1 - n++] = negative ? 0xff : 0x00;
-    avro_schema_t s = avro_value_get_schema(v);
-    int rc;
+        mag[magsize - 1 - n++] = negative ? 0xff : 0x00;
     if (is_avro_fixed(s)) {
         size_t size = (size_t)avro_schema_fixed_size(s);
-        if (n > size || size > sizeof(mag)) {
+        if (n > size || size > magsize) {
             snprintf(err, errlen, "field %s: decimal %.60s does not fit its fixed of %zu bytes",
                      where, text, size);
             return false;
         }
-        memset(mag + sizeof(mag) - size, negative ? 0xff : 0x00, size - n);
-        rc = avro_value_set_fixed(v, mag + sizeof(mag) - size, size);
-    } else {
-        rc = avro_value_set_bytes(v, mag + sizeof(mag) - n, n);
+        memset(mag + magsize - size, negative ? 0xff : 0x00, size - n);
+        n = size;
     }
+    db->n = n;
+    db->negative = negative;
+    return true;
+}
+
+static bool put_decimal(avro_value_t *v, const json_t *j, const Decimal *dec, Path *path, char *err,
+                        size_t errlen)
+{
+    avro_schema_t s = avro_value_get_schema(v);
+    DecimalBytes db;
+    if (!decimal_read(j, dec, s, path, &db, err, errlen))
+        return false;
+    const unsigned char *bytes = db.mag + sizeof(db.mag) - db.n;
+    int rc = is_avro_fixed(s) ? avro_value_set_fixed(v, (void *)bytes, db.n)
+                              : avro_value_set_bytes(v, (void *)bytes, db.n);
     if (rc != 0) {
-        snprintf(err, errlen, "field %s: %s", where, avro_strerror());
+        snprintf(err, errlen, "field %s: %s", *path->text ? path->text : "(value)",
+                 avro_strerror());
         return false;
     }
     return true;

@@ -13,7 +13,8 @@
  * payload is walked into an avro value by its schema (avro-c has no JSON decoder). A union takes
  * the branch an Avro-JSON wrapper {"type": value} names (a named type by its full name,
  * "ns.Name", or by its short name when no other branch has it), else the first branch the JSON
- * value fits, its own kind first (an integer in an int's range, then a long, then a double); an
+ * value fits, its own kind first (an integer in an int's range, then a long, then a double; a
+ * decimal only a number or numeric string it holds exactly, at its scale and precision); an
  * object that more than one record or map branch could take needs the wrapper (else the row is
  * refused as ambiguous). int and long take whole-number reals (100.0) in range; a float refuses
  * a number beyond its range (it would be Infinity). A decimal

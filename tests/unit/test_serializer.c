@@ -427,6 +427,17 @@ static void test_avro_decimal_or_string(void **state)
     const unsigned char want_d[] = {0, 0, 0, 0, 10, 0x02, 0x04, 0x04, 0xd2};
     expect_bytes(&rs, "{\"v\": \"12.34\"}", want_d, sizeof(want_d));
     expect_bytes(&rs, "{\"v\": 12.34}", want_d, sizeof(want_d));
+    /* From this review: a numeric string the decimal cannot hold exactly (more fractional digits
+     * than its scale, more digits than its precision) is no value of it either: the string
+     * branch takes it, where the decimal branch refused the row. Branch 2 (04), length 6 (0c). */
+    const unsigned char want_f[] = {0, 0, 0, 0, 10, 0x04, 0x0c, '1', '2', '.', '3', '4', '5'};
+    expect_bytes(&rs, "{\"v\": \"12.345\"}", want_f, sizeof(want_f));
+    const unsigned char want_p[] = {0,   0,   0,   0,   10,  0x04, 0x10, '1',
+                                    '2', '3', '4', '5', '.', '6',  '7'};
+    expect_bytes(&rs, "{\"v\": \"12345.67\"}", want_p, sizeof(want_p));
+    /* A number no branch takes is refused for the decimal's reason. */
+    expect_fault(VALUE_AVRO, &rs, "{\"v\": 12.345}",
+                 "field v: decimal 12.345 has more fractional digits than its scale 2");
     serializer_schema_release(&rs);
 
     /* The same for an enum: a string that is none of its symbols is the string branch's. */
@@ -454,6 +465,8 @@ static void test_avro_decimal_or_string(void **state)
                 "\"decimal\", \"precision\": 4, \"scale\": 2}]}]}"};
     expect_fault(VALUE_AVRO, &only, "{\"v\": \"Z\"}", "field v: 'Z' is not a symbol of its enum");
     expect_fault(VALUE_AVRO, &only, "{\"d\": \"n/a\"}", "field d: 'n/a' is not a decimal number");
+    expect_fault(VALUE_AVRO, &only, "{\"d\": \"1.234\"}",
+                 "field d: decimal 1.234 has more fractional digits than its scale 2");
     expect_fault(VALUE_AVRO, &only, "{\"d\": true}", "field d: boolean fits no branch");
     serializer_schema_release(&only);
 }
