@@ -28,6 +28,17 @@
  * by one entry per row for the life of the process. The oldest go first. Subjects with a schema
  * are not counted: there are as many as the registry holds. */
 #define NEGATIVE_MAX 1000
+/* Requests for subjects without a schema at hand (new ones, and those whose "not found" or failure
+ * is over its retry time): at most LOOKUP_BURST at once, then LOOKUP_RATE a second. Subjects come
+ * from the rows: a writer's bug that names a new subject per row (or more subjects than
+ * NEGATIVE_MAX in turn, each forgotten before its retry time) would otherwise send the registry a
+ * request per row, and the cache only remembers answers. Beyond the budget a new subject waits
+ * (its row with it, order kept) and a subject known missing stays missing until a request may go.
+ */
+#define LOOKUP_BURST 100.0
+#define LOOKUP_RATE 20.0
+/* The line saying lookups are held back is logged at most this often. */
+#define THROTTLE_LOG_S 60.0
 
 typedef enum { ENTRY_EMPTY, ENTRY_FETCHING, ENTRY_OK, ENTRY_MISSING, ENTRY_FAILED } EntryState;
 
@@ -84,6 +95,11 @@ struct Registry {
     bool up;
     bool logged_down; /* the last state change logged was "down" */
     int in_flight;
+    double lookup_rate, lookup_burst; /* the request budget (LOOKUP_RATE, LOOKUP_BURST) */
+    double tokens;                    /* requests the budget allows now, as of tokens_at */
+    double tokens_at;
+    double throttle_logged_at; /* monotonic; 0: never */
+    unsigned long throttled;   /* lookups held back since the last line said so */
 };
 
 /* ---- curl driven by libev ----------------------------------------------------------------- */
@@ -458,6 +474,32 @@ static void arm_retry(Registry *r, double at)
     ev_timer_start(r->loop, &r->retry_timer);
 }
 
+/* Takes one request from the budget, refilled at lookup_rate up to lookup_burst. False when
+ * there is none: the ready callback then comes when there is (the retry timer), and one line at
+ * most every THROTTLE_LOG_S says how many lookups were held back. */
+static bool budget_take(Registry *r, const char *subject, double now)
+{
+    r->tokens += (now - r->tokens_at) * r->lookup_rate;
+    if (r->tokens > r->lookup_burst)
+        r->tokens = r->lookup_burst;
+    r->tokens_at = now;
+    if (r->tokens >= 1.0) {
+        r->tokens -= 1.0;
+        return true;
+    }
+    r->throttled++;
+    if (r->throttle_logged_at == 0 || now - r->throttle_logged_at >= THROTTLE_LOG_S) {
+        char q[160]; /* the subject comes from a row: quoted, it cannot forge fields */
+        log_warn("schema registry lookups held back: too many subjects without a schema",
+                 "subject=%s held=%lu rate=%g/s", log_quote(subject, q, sizeof(q)), r->throttled,
+                 r->lookup_rate);
+        r->throttle_logged_at = now;
+        r->throttled = 0;
+    }
+    arm_retry(r, now + (1.0 - r->tokens) / r->lookup_rate);
+    return false;
+}
+
 /* ---- public ------------------------------------------------------------------------------- */
 
 /* url with its password masked (a URL without a scheme is curl's http://); NULL when out of
@@ -537,6 +579,10 @@ Registry *registry_new(struct ev_loop *loop, const RegistryOptions *o, RegistryR
     r->up = true;
     r->timeout_ms = o->timeout_ms;
     r->version = o->version;
+    r->lookup_rate = o->lookup_rate > 0 ? o->lookup_rate : LOOKUP_RATE;
+    r->lookup_burst = o->lookup_burst >= 1 ? o->lookup_burst : LOOKUP_BURST;
+    r->tokens = r->lookup_burst;
+    r->tokens_at = monotime_now();
     char *copy = strdup(o->urls ? o->urls : "");
     char *save = NULL;
     int given = 0;
@@ -629,6 +675,11 @@ static Entry *entry_find(Registry *r, const char *subject)
     for (Entry *e = r->entries; e; e = e->next)
         if (strcmp(e->subject, subject) == 0)
             return e;
+    return NULL;
+}
+
+static Entry *entry_add(Registry *r, const char *subject)
+{
     Entry *e = calloc(1, sizeof(*e));
     if (!e)
         return NULL;
@@ -645,12 +696,35 @@ static Entry *entry_find(Registry *r, const char *subject)
 RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistrySchema **schema,
                                char *err, size_t errlen)
 {
+    double now = monotime_now();
     Entry *e = entry_find(r, subject);
     if (!e) {
-        snprintf(err, errlen, "out of memory");
-        return REGISTRY_DOWN;
+        /* A subject held back by the budget gets no entry: they would grow without bound. */
+        if (!budget_take(r, subject, now))
+            return REGISTRY_PENDING;
+        e = entry_add(r, subject);
+        if (!e) {
+            snprintf(err, errlen, "out of memory");
+            return REGISTRY_DOWN;
+        }
+    } else {
+        switch (e->state) {
+        case ENTRY_MISSING:
+            /* Its answer is kept until a request may go: the row fails as it did, no wait. */
+            if (now >= e->retry_at && !budget_take(r, subject, now)) {
+                snprintf(err, errlen, "%s", e->missing_why ? e->missing_why : "subject not found");
+                return REGISTRY_MISSING;
+            }
+            break;
+        case ENTRY_FAILED:
+        case ENTRY_EMPTY:
+            if ((e->state == ENTRY_EMPTY || now >= e->retry_at) && !budget_take(r, subject, now))
+                return e->state == ENTRY_EMPTY ? REGISTRY_PENDING : REGISTRY_DOWN;
+            break;
+        default:
+            break;
+        }
     }
-    double now = monotime_now();
     switch (e->state) {
     case ENTRY_OK:
         *schema = &e->schema;

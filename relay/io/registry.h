@@ -3,7 +3,11 @@
  * It fetches the schema a subject holds (GET /subjects/{subject}/versions/{latest|N}) and keeps
  * it for the life of the process, as Confluent's serializers with use.latest.version cache the
  * version they found; a subject it lacks is asked again after 5 s, and at most 1,000 such
- * subjects are remembered (the oldest forgotten first). Requests go through libcurl's multi
+ * subjects are remembered (the oldest forgotten first). Requests for subjects without a schema at
+ * hand are budgeted (100 at once, then 20 a second): beyond it a new subject's lookup is PENDING
+ * (no request, no entry; the ready callback comes when the budget allows one), a subject known
+ * missing stays MISSING, and one line a minute at most says lookups are held back, so rows naming
+ * many subjects the registry lacks cannot flood it. Requests go through libcurl's multi
  * interface driven by libev (curl_multi_socket_action from ev_io and ev_timer watchers), so the
  * loop never waits for the registry; each request is bounded by the configured timeout. Several
  * base URLs are tried in turn after a failure. A registry that fails (no answer, timeout, 5xx,
@@ -26,6 +30,8 @@ typedef struct RegistryOptions {
     const char *ca_file;   /* PEM CA bundle for https, or NULL: the system's */
     long timeout_ms;       /* bound on each request, connection included */
     long version;          /* the subject's version to use; 0: the latest */
+    double lookup_rate;    /* requests a second for subjects without a schema; 0: 20 */
+    double lookup_burst;   /* ... and at once; 0: 100 */
 } RegistryOptions;
 
 /* What registry_lookup found. */
@@ -61,8 +67,9 @@ Registry *registry_new(struct ev_loop *loop, const RegistryOptions *o, RegistryR
 /* Cancels what is in flight and frees everything, calling free_parsed on each parsed schema. */
 void registry_free(Registry *r, void (*free_parsed)(void *));
 
-/* The schema of subject, from the cache or by a request started now (then PENDING). On MISSING,
- * err says what the registry answered. Never blocks. */
+/* The schema of subject, from the cache or by a request started now (then PENDING; PENDING too,
+ * without a request, when the lookup budget is spent). On MISSING, err says what the registry
+ * answered. Never blocks. */
 RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistrySchema **schema,
                                char *err, size_t errlen);
 

@@ -21,6 +21,8 @@ static const char registry_404[] = "{\"error_code\": 40401, \"message\": \"Subje
 
 /* The status the stand-in answers with. */
 static unsigned stand_in_status = MHD_HTTP_NOT_FOUND;
+/* Requests the stand-in received (its threads count them). */
+static int stand_in_requests;
 
 /* Answers every request with stand_in_status and the body cls. */
 static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const char *url,
@@ -28,6 +30,11 @@ static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const
                                       size_t *size, void **state)
 {
     const char *body = cls;
+    if (!*state) { /* once per request: MHD calls back again for the (empty) upload */
+        static int first;
+        *state = &first;
+        __atomic_add_fetch(&stand_in_requests, 1, __ATOMIC_SEQ_CST);
+    }
     struct MHD_Response *res =
         MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
     enum MHD_Result rc = MHD_queue_response(c, stand_in_status, res);
@@ -62,7 +69,8 @@ static void test_missing_subjects_bounded(void **state)
 {
     char url[64];
     struct MHD_Daemon *d = stand_in(registry_404, url, sizeof(url));
-    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    /* The lookup budget out of the way: this is about the cache. */
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000, .lookup_rate = 1e9, .lookup_burst = 1e9};
     char err[256] = "";
     Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
     assert_non_null(r);
@@ -89,6 +97,42 @@ static void test_missing_subjects_bounded(void **state)
     size_t kept = registry_cached(r);
     if (kept > 1000)
         fail_msg("%zu subjects kept for %d looked up", kept, subjects);
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+}
+
+/* From this review: every lookup of a subject without a schema sent a request, so rows naming a
+ * new subject each (or more than the cache remembers, in turn) sent the registry one request per
+ * row. Now a budget bounds them: beyond it a new subject waits (PENDING, no request, no entry)
+ * and the ready callback comes when the budget allows one; a subject known missing stays so. */
+static void test_lookups_budgeted(void **state)
+{
+    char url[64];
+    struct MHD_Daemon *d = stand_in(registry_404, url, sizeof(url));
+    /* 10 at once, then one per 1,000 s: none more during the test. */
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000, .lookup_rate = 0.001, .lookup_burst = 10};
+    char err[256] = "";
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    __atomic_store_n(&stand_in_requests, 0, __ATOMIC_SEQ_CST);
+    answered = 0;
+    for (int i = 0; i < 300; i++) {
+        char subject[32];
+        snprintf(subject, sizeof(subject), "flood-%d", i);
+        const RegistrySchema *rs = NULL;
+        assert_int_equal(registry_lookup(r, subject, &rs, err, sizeof(err)), REGISTRY_PENDING);
+    }
+    while (answered < 10)
+        ev_run(EV_DEFAULT, 0);
+    int sent = __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST);
+    if (sent != 10)
+        fail_msg("%d requests for 300 subjects looked up, with a budget of 10", sent);
+    assert_int_equal(registry_cached(r), 10);
+    /* The ones asked are known missing; another new one still waits. */
+    const RegistrySchema *rs = NULL;
+    assert_int_equal(registry_lookup(r, "flood-0", &rs, err, sizeof(err)), REGISTRY_MISSING);
+    assert_int_equal(registry_lookup(r, "flood-299", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    assert_int_equal(__atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST), 10);
     registry_free(r, NULL);
     MHD_stop_daemon(d);
 }
@@ -156,6 +200,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_missing_subjects_bounded),
+        cmocka_unit_test(test_lookups_budgeted),
         cmocka_unit_test(test_foreign_404_is_down),
         cmocka_unit_test(test_schema_id_out_of_range),
     };
