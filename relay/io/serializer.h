@@ -20,7 +20,10 @@
  * a number beyond its range (it would be Infinity). A decimal
  * (logicalType on bytes or fixed, read from the schema's text: avro-c drops it) takes a JSON
  * number or numeric string and is written as Avro's two's-complement unscaled integer; more
- * fractional digits than its scale or more digits than its precision are refused. A record field
+ * fractional digits than its scale or more digits than its precision are refused. Other logical
+ * types (date, time-*, timestamp-*, uuid, duration) are their underlying type, written from the
+ * JSON value as it is: a timestamp is a JSON integer (a date's text is refused, never parsed), a
+ * uuid any string (not checked as a UUID), a duration a fixed 12's string. A record field
  * missing from the payload is
  * null when its type allows null, a fault otherwise; payload fields the schema lacks are
  * ignored (as Confluent's JavaScript serializer does).

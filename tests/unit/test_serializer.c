@@ -568,6 +568,55 @@ static void test_avro_decimal_real_exact(void **state)
     serializer_schema_release(&rs);
 }
 
+/* Logical types other than decimal are written as their underlying type from the JSON value as
+ * it is (docs/integration.md): a date or time-millis is an int, a time-micros or timestamp a long
+ * (an integer: a date's text is refused, not parsed), a uuid a string, a duration a fixed 12. */
+static void test_avro_other_logical_types(void **state)
+{
+    RegistrySchema rs = {
+        .id = 15,
+        .type = REGISTRY_AVRO,
+        .subject = "t-value",
+        .text = "{\"type\": \"record\", \"name\": \"L\", \"fields\": ["
+                " {\"name\": \"d\", \"type\": {\"type\": \"int\", \"logicalType\": \"date\"}},"
+                " {\"name\": \"tm\", \"type\": {\"type\": \"int\", \"logicalType\": "
+                "\"time-millis\"}},"
+                " {\"name\": \"tu\", \"type\": {\"type\": \"long\", \"logicalType\": "
+                "\"time-micros\"}},"
+                " {\"name\": \"ts\", \"type\": {\"type\": \"long\", \"logicalType\": "
+                "\"timestamp-millis\"}},"
+                " {\"name\": \"tsu\", \"type\": [\"null\", {\"type\": \"long\", \"logicalType\": "
+                "\"timestamp-micros\"}]},"
+                " {\"name\": \"u\", \"type\": {\"type\": \"string\", \"logicalType\": "
+                "\"uuid\"}},"
+                " {\"name\": \"dur\", \"type\": {\"type\": \"fixed\", \"name\": \"Dur\", "
+                "\"size\": 12, \"logicalType\": \"duration\"}}]}"};
+    /* d 1 (02), tm 2 (04), tu 3 (06), ts 4 (08), tsu branch 1 (02) -1 (01), u "ab" (04 'a' 'b'),
+     * dur its 12 bytes. */
+    const unsigned char want[] = {0,    0,    0,    0,   15,  0x02, 0x04, 0x06, 0x08,
+                                  0x02, 0x01, 0x04, 'a', 'b', 'a',  'b',  'c',  'd',
+                                  'e',  'f',  'g',  'h', 'i', 'j',  'k',  'l'};
+    expect_bytes(&rs,
+                 "{\"d\": 1, \"tm\": 2, \"tu\": 3, \"ts\": 4, \"tsu\": -1, \"u\": \"ab\","
+                 " \"dur\": \"abcdefghijkl\"}",
+                 want, sizeof(want));
+    expect_fault(VALUE_AVRO, &rs,
+                 "{\"d\": 1, \"tm\": 2, \"tu\": 3, \"ts\": \"2026-01-01T00:00:00Z\", \"u\": \"a\","
+                 " \"dur\": \"abcdefghijkl\"}",
+                 "field ts: expected long, got string");
+    expect_fault(VALUE_AVRO, &rs,
+                 "{\"d\": \"2026-01-01\", \"tm\": 2, \"tu\": 3, \"ts\": 4, \"u\": \"a\","
+                 " \"dur\": \"abcdefghijkl\"}",
+                 "field d: expected int, got string");
+    expect_fault(VALUE_AVRO, &rs,
+                 "{\"d\": 1, \"tm\": 2, \"tu\": 3, \"ts\": 4, \"u\": 7, \"dur\": \"abcdefghijkl\"}",
+                 "field u: expected string, got integer");
+    expect_fault(VALUE_AVRO, &rs,
+                 "{\"d\": 1, \"tm\": 2, \"tu\": 3, \"ts\": 4, \"u\": \"a\", \"dur\": \"P1D\"}",
+                 "field dur: fixed of 12 bytes, got 3");
+    serializer_schema_release(&rs);
+}
+
 /* Named types used by reference: a union branch "shop.P" (avro-c's link) takes its record, and a
  * decimal is one wherever its fixed, or the record holding its bytes, is referenced. */
 static void test_avro_named_references(void **state)
@@ -616,6 +665,7 @@ int main(void)
         cmocka_unit_test(test_json_schema_big_integer),
         cmocka_unit_test(test_avro_decimal),
         cmocka_unit_test(test_avro_named_references),
+        cmocka_unit_test(test_avro_other_logical_types),
         cmocka_unit_test(test_subject_too_long),
         cmocka_unit_test(test_avro_decimal_or_string),
         cmocka_unit_test(test_avro_bytes_latin1),
