@@ -4,9 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* A decimal integer in [min, max], the whole text; false otherwise. */
+/* A decimal integer in [min, max], the whole text; false otherwise. strtoll alone would take
+ * leading white space and a '+' (" 3", "+3" from a text column): such a value is not the
+ * integer's text, so it is refused as its trailing garbage is. */
 static bool parse_int(const char *text, long long min, long long max, long long *out)
 {
+    if (!((*text >= '0' && *text <= '9') || (*text == '-' && text[1] >= '0' && text[1] <= '9')))
+        return false;
     char *end;
     errno = 0;
     long long v = strtoll(text, &end, 10);

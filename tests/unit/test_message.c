@@ -51,6 +51,12 @@ static void test_faults(void **state)
     expect_fault("1.5", NULL, "not a partition number");
     expect_fault(NULL, "-5", "timestamp column occurred_at");
     expect_fault(NULL, "", "timestamp column occurred_at");
+    /* From this review: strtoll took leading white space and a sign, so a text column's " 3"
+     * or "+3" was partition 3; the text of an integer has neither. */
+    expect_fault(" 3", NULL, "not a partition number");
+    expect_fault("+3", NULL, "not a partition number");
+    expect_fault("\t3", NULL, "not a partition number");
+    expect_fault(NULL, " 1764201600123", "timestamp column occurred_at");
 }
 
 int main(void)
