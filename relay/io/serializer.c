@@ -1448,13 +1448,24 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
         return SERIALIZER_RETRY_LATER;
     }
     json_error_t jerr;
-    json_t *root = json_loadb(payload, payload_len, JSON_DECODE_ANY, &jerr);
+    /* JSON Schema checks the payload and sends its text as it is: a key given twice (a json or
+     * text column keeps both; jsonb keeps the last) would be checked by its last value while a
+     * consumer may read the first, so it is refused. Avro writes the value it checked. */
+    size_t flags = JSON_DECODE_ANY | (format == VALUE_JSON_SCHEMA ? JSON_REJECT_DUPLICATES : 0);
+    json_t *root = json_loadb(payload, payload_len, flags, &jerr);
     /* JSON Schema only checks the payload and sends its text as it is: an integer beyond
      * jansson's long long (12345678901234567890, which jsonb accepts) is checked as a real.
      * Not for Avro: there every integer would become a double, rounding longs above 2^53. */
     if (!root && format == VALUE_JSON_SCHEMA &&
         json_error_code(&jerr) == json_error_numeric_overflow)
-        root = json_loadb(payload, payload_len, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &jerr);
+        root = json_loadb(payload, payload_len, flags | JSON_DECODE_INT_AS_REAL, &jerr);
+    if (!root && json_error_code(&jerr) == json_error_duplicate_key) {
+        snprintf(err, errlen,
+                 "payload has a key twice (schema id %d): %s; JSON Schema would check one value "
+                 "and the text sent holds both",
+                 rs->id, jerr.text);
+        return SERIALIZER_ROW_FAULT;
+    }
     if (!root && json_error_code(&jerr) == json_error_numeric_overflow) {
         /* Valid JSON (jsonb takes it): say what is wrong with it, not that it is no JSON. */
         snprintf(err, errlen,

@@ -29,7 +29,8 @@
  * ignored (as Confluent's JavaScript serializer does).
  * JSON Schema: the payload is checked against type, properties, required, additionalProperties,
  * items, enum and const (others are not checked) and sent as it is; an integer beyond 64 bits is
- * checked as a real.
+ * checked as a real, and a payload with a key given twice is refused (a consumer may read the
+ * value the check did not).
  *
  * One serializer per relay, on the loop's thread. */
 #ifndef OUTBOX_SERIALIZER_H

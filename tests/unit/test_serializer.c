@@ -133,6 +133,12 @@ static void test_json_schema(void **state)
     assert_int_equal(encode(VALUE_JSON_SCHEMA, &rs, "{\"a\": 5.0}", &out, &len, err),
                      SERIALIZER_OK);
     free(out);
+    /* From this review: a key given twice was checked by its last value and sent as it is, both
+     * values in it; a consumer reading the first got the string the schema refuses. */
+    expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"a\": \"x\", \"a\": 1}",
+                 "schema id 3): duplicate object key near '\"a\"'");
+    expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"a\": 1, \"b\": [], \"b\": [\"x\"]}",
+                 "payload has a key twice");
     serializer_schema_release(&rs);
 }
 
