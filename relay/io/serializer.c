@@ -1272,7 +1272,8 @@ static bool check_json(const json_t *schema, const json_t *j, Path *path, int de
 /* Finds the decimals of an Avro schema: walks its JSON text (js) beside avro-c's parse of it (s),
  * at (at, index) as decimal_at keys them. A named type's reference is a string and carries no
  * logical type: only definitions are walked. An invalid decimal (no precision, scale beyond it)
- * is its underlying type, as the specification says. False only when out of memory. */
+ * is its underlying type, as the specification says. False when out of memory, or with
+ * ps->broken_why for a decimal beyond the 250 digits put_decimal writes. */
 static bool find_decimals(Parsed *ps, const json_t *js, avro_schema_t s, avro_schema_t at,
                           int index, int depth)
 {
@@ -1296,9 +1297,18 @@ static bool find_decimals(Parsed *ps, const json_t *js, avro_schema_t s, avro_sc
         const json_t *precision = json_object_get(js, "precision");
         const json_t *scale = json_object_get(js, "scale");
         json_int_t p = json_integer_value(precision), sc = scale ? json_integer_value(scale) : 0;
-        if (!json_is_integer(precision) || (scale && !json_is_integer(scale)) || p <= 0 ||
-            p > 250 || sc < 0 || sc > p)
+        if (!json_is_integer(precision) || (scale && !json_is_integer(scale)) || p <= 0 || sc < 0 ||
+            sc > p)
             return true;
+        /* A valid decimal the relay cannot write: taken as its bytes, a value would go out as
+         * its characters, which a consumer decodes as another number. The schema is unusable. */
+        if (p > 250) {
+            snprintf(ps->broken_why, sizeof(ps->broken_why),
+                     "decimal of precision %" JSON_INTEGER_FORMAT
+                     ": the relay writes at most 250 digits",
+                     p);
+            return false;
+        }
         Decimal *d = realloc(ps->decimals, (ps->n_decimals + 1) * sizeof(*d));
         if (!d)
             return false;
@@ -1362,7 +1372,11 @@ static Parsed *parse_schema(const RegistrySchema *rs, ValueFormat format)
                 free(ps->decimals);
                 ps->decimals = NULL;
                 ps->n_decimals = 0;
-                snprintf(ps->broken_why, sizeof(ps->broken_why), "out of memory");
+                char why[sizeof(ps->broken_why)];
+                snprintf(why, sizeof(why), "%s",
+                         *ps->broken_why ? ps->broken_why : "out of memory");
+                snprintf(ps->broken_why, sizeof(ps->broken_why), "schema id %d: %.200s", rs->id,
+                         why);
                 ps->broken = true;
             }
         }

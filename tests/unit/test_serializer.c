@@ -101,6 +101,23 @@ static void test_unusable_schema(void **state)
     assert_int_equal(encode(VALUE_AVRO, &bad, "{}", &out, &len, err), SERIALIZER_RETRY_LATER);
     assert_non_null(strstr(err, "schema id 2: avro:"));
     serializer_schema_release(&bad);
+    /* From this review: a decimal of a precision beyond the 250 digits the relay writes was
+     * taken as plain bytes, so "12.34" went out as its five characters, which a consumer decodes
+     * as another number. Such a schema cannot be used. */
+    RegistrySchema wide = {
+        .id = 3,
+        .type = REGISTRY_AVRO,
+        .subject = "s",
+        .text = "{\"type\": \"record\", \"name\": \"W\", \"fields\": [{\"name\": \"v\", \"type\": "
+                "{\"type\": \"bytes\", \"logicalType\": \"decimal\", \"precision\": 300, "
+                "\"scale\": 2}}]}"};
+    out = NULL;
+    assert_int_equal(encode(VALUE_AVRO, &wide, "{\"v\": \"12.34\"}", &out, &len, err),
+                     SERIALIZER_RETRY_LATER);
+    assert_null(out);
+    if (!strstr(err, "schema id 3: decimal of precision 300: the relay writes at most 250 digits"))
+        fail_msg("error \"%s\"", err);
+    serializer_schema_release(&wide);
 }
 
 static void test_json_schema(void **state)
