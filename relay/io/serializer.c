@@ -1421,6 +1421,15 @@ SerializerOutcome serializer_encode(Serializer *s, const char *topic, const char
                  record, sizeof(subject) - 1);
         return SERIALIZER_ROW_FAULT;
     }
+    /* An empty event type (the column allows it) with --subject-name-strategy record: asked for,
+     * /subjects//versions/latest is no subject's URL, and its 404 is not the registry's own
+     * "not found", so the registry would be taken for down and the session would wait for it. */
+    if (n == 0) {
+        snprintf(err, errlen,
+                 "subject is empty: the event type is empty (subject-name-strategy "
+                 "record)");
+        return SERIALIZER_ROW_FAULT;
+    }
     const RegistrySchema *rs = NULL;
     switch (registry_lookup(s->registry, subject, &rs, err, errlen)) {
     case REGISTRY_PENDING:

@@ -5,7 +5,8 @@
  * then the Avro binary encoding or the JSON text. The subject follows --subject-name-strategy:
  * topic (TopicNameStrategy, "<topic>-value"), record ("<event type>") or topic-record
  * ("<topic>-<event type>"): the relay has no record of its own, so the row's event type names it.
- * A subject longer than 599 characters is the row's fault (cut short, it would be another).
+ * A subject longer than 599 characters is the row's fault (cut short, it would be another), and
+ * so is an empty one (an empty event type with record).
  * The version is the latest (as Confluent's serializers with use.latest.version) or the one
  * pinned by --schema-version, fetched once per subject and kept.
  *

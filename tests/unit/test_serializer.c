@@ -346,6 +346,18 @@ static void test_subject_too_long(void **state)
     if (!strstr(err, "subject of 707 characters"))
         fail_msg("error \"%s\"", err);
     serializer_free(s);
+    /* From this review: an empty event type under the record strategy was the subject "", whose
+     * URL (/subjects//versions/latest) no registry serves: its 404, not the registry's own, took
+     * the registry for down and the session waited. It is the row's fault. */
+    cfg.subject_name_strategy = SUBJECT_RECORD;
+    s = serializer_new(EV_DEFAULT, &cfg, NULL, NULL, err, sizeof(err));
+    assert_non_null(s);
+    assert_int_equal(serializer_encode(s, "orders", "", "{}", 2, &out, &len, err, sizeof(err)),
+                     SERIALIZER_ROW_FAULT);
+    assert_null(out);
+    if (!strstr(err, "subject is empty"))
+        fail_msg("error \"%s\"", err);
+    serializer_free(s);
 }
 
 /* From an independent review: an integer beyond a long long is valid JSON (jsonb keeps it). */
