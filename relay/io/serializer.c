@@ -930,7 +930,8 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
             double d = json_is_real(j) ? json_real_value(j) : 0.5;
             if (!isfinite(d) || floor(d) != d)
                 return mismatch(path, t, j, err, errlen);
-            snprintf(err, errlen, "field %s: %.0f is out of a long's range", path->text, d);
+            snprintf(err, errlen, "field %s: %.0f is out of %s range", path->text, d,
+                     t == AVRO_INT32 ? "an int's" : "a long's");
             return false;
         }
         /* 1000000000000000001.0 is the double 1e18, 5.0000000000000001 is 5: not the row's. */

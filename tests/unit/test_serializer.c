@@ -285,6 +285,9 @@ static void test_avro_numbers(void **state)
                  "field n: 10000000000000000000 is out of a long's range");
     expect_fault(VALUE_AVRO, &rs, "{\"n\": 1, \"i\": 3000000000.0, \"u\": 7, \"d\": 2}",
                  "field i: 3000000000 is out of an int's range");
+    /* From this review: beyond a long's range too, an int field said "a long's range". */
+    expect_fault(VALUE_AVRO, &rs, "{\"n\": 1, \"i\": 1e19, \"u\": 7, \"d\": 2}",
+                 "field i: 10000000000000000000 is out of an int's range");
     expect_fault(VALUE_AVRO, &rs, "{\"n\": 1, \"i\": 3, \"u\": 1e19, \"d\": 2}",
                  "field u: number fits no branch");
     /* From this review: a whole real written with more digits than a double keeps went out as
