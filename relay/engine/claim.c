@@ -81,7 +81,8 @@ static void adapt_row_limit(Session *s, int rows)
     s->row_limit = limit < batch_size ? limit : batch_size;
 }
 
-/* A relfilenode from SQL_FLOOR_HELD's column `col`; 0 (nothing to compare) when NULL or absent. */
+/* A relfilenode or oid from SQL_FLOOR_HELD's column `col`; 0 (nothing to compare) when NULL or
+ * absent. */
 static unsigned relfilenode(const PGresult *held, int col)
 {
     if (PQnfields(held) <= col || PQgetisnull(held, 0, col))
@@ -106,6 +107,7 @@ static void learn_floor(Session *s, const PGresult *held, const PGresult *claime
         .seq_in_order = PQnfields(held) > 2 && strcmp(PQgetvalue(held, 0, 2), "t") == 0,
         .table_node = relfilenode(held, 3),
         .seq_node = relfilenode(held, 4),
+        .seq_oid = relfilenode(held, 5),
     };
     unsigned restarts = s->floor.restarts;
     if (!floor_after_claim(&s->floor, &c))

@@ -20,7 +20,11 @@ void floor_free(ClaimFloor *f)
 
 const char *floor_param(ClaimFloor *f)
 {
-    snprintf(f->text, sizeof(f->text), "%lld", f->enabled ? f->floor : 0LL);
+    if (!f->enabled || f->floor <= 0)
+        snprintf(f->text, sizeof(f->text), "{0}");
+    else
+        snprintf(f->text, sizeof(f->text), "{%lld,%u,%u,%u,%lld}", f->floor, f->table_node,
+                 f->seq_oid, f->seq_node, f->high - 1);
     return f->text;
 }
 
@@ -63,11 +67,13 @@ bool floor_after_claim(ClaimFloor *f, const FloorClaim *c)
                           .high = now_high,
                           .restarts = f->restarts + 1,
                           .table_node = c->table_node,
-                          .seq_node = c->seq_node};
+                          .seq_node = c->seq_node,
+                          .seq_oid = c->seq_oid};
         return true;
     }
     f->table_node = c->table_node;
     f->seq_node = c->seq_node;
+    f->seq_oid = c->seq_oid;
     /* The claim's snapshot came after the look that confirmed f->confirmed, so it saw every row
      * below it that committed: it may rise there, short of the rows it left out. */
     if (c->plain && f->confirmed > 0) {

@@ -41,10 +41,13 @@
  * or of the sequence (TRUNCATE ... RESTART IDENTITY, ALTER SEQUENCE ... RESTART), which a look
  * sees even when the rows inserted since have drawn the sequence past its old last value; and by
  * value, as a last value lower than at the last look (setval, which keeps the relfilenode).
- * The claim that runs on the old floor before the look that sees a reset sends the new rows
- * above that floor before those below it (the next claims start from 0): an aggregate with rows
- * on both sides is reordered once. Not seen: a setval down that new rows overtook before the
- * next look, and a {seq} given by hand below the floor
+ * Every claim on a floor above 0 checks the same against what the last look saw (floor_param,
+ * FLOOR_GUARD in relay/outbox/statements.c), under the sequence's lock, and reads from the
+ * table's start when anything differs: the claims between a reset and the look that sees it
+ * never send new rows above the floor before those below it. Not seen: a setval down that new
+ * rows overtook before the next look (setval changes nothing else a statement can read: not the
+ * relfilenode, not the sequence tuple's xmin, which stays frozen; its log_cnt 0 is what the
+ * sequence shows after every 32 values drawn too), and a {seq} given by hand below the floor
  * (docs/operations.md#dead-rows-and-old-snapshots). */
 #ifndef OUTBOX_FLOOR_H
 #define OUTBOX_FLOOR_H
@@ -62,7 +65,8 @@ typedef struct ClaimFloor {
     unsigned restarts;   /* times the sequence was found set back (floor_after_claim) */
     unsigned table_node; /* the table's relfilenode at the last look; 0: not known */
     unsigned seq_node;   /* the sequence's relfilenode at the last look; 0: not known */
-    char text[24];       /* floor, as the claim's parameter */
+    unsigned seq_oid;    /* the sequence's oid at the last look; 0: not known */
+    char text[128];      /* floor and the above, as the claim's parameter (floor_param) */
 } ClaimFloor;
 
 /* What one claim learnt (relay/engine/claim.c fills it from the claim's results). */
@@ -77,6 +81,7 @@ typedef struct FloorClaim {
     bool seq_in_order;   /* SQL_FLOOR_HELD: the sequence still has no cache, no cycle */
     unsigned table_node; /* SQL_FLOOR_HELD: the table's relfilenode; 0: not known */
     unsigned seq_node;   /* SQL_FLOOR_HELD: the sequence's relfilenode; 0: not known */
+    unsigned seq_oid;    /* SQL_FLOOR_HELD: the sequence's oid; 0: not known */
 } FloorClaim;
 
 /* Back to 0, forgetting candidates and the relfilenodes seen (lanes gained, a new connection).
@@ -84,7 +89,10 @@ typedef struct FloorClaim {
 void floor_reset(ClaimFloor *f);
 /* Releases what f owns; f may be reset and used again. */
 void floor_free(ClaimFloor *f);
-/* The floor, as the claim's $5 (valid until the next call that changes f). */
+/* The claim's $5 (valid until the next call that changes f): "{0}" while the floor is 0 or off,
+ * else {floor, table relfilenode, sequence oid, sequence relfilenode, last value} as the looks
+ * saw them (the last value: the highest seen, -1 for none). The claim reads from 0 instead when
+ * the table or sequence it finds differs (FLOOR_GUARD in relay/outbox/statements.c). */
 const char *floor_param(ClaimFloor *f);
 /* The writers to ask SQL_FLOOR_WRITERS about, as its $1 (valid until the next change). */
 const char *floor_writers_param(const ClaimFloor *f);

@@ -60,10 +60,34 @@
 #define SQL_CLAIM_PART(name, condition, order)                                                     \
     " " name " AS (SELECT" CLAIM_COLUMNS("NULL::text") " FROM {table} o WHERE " condition          \
     " AND" SQL_CLAIMABLE " ORDER BY " order " LIMIT $1 FOR UPDATE OF o)"
+/* $5 is the floor and what it was computed against, as a bigint[] (floor_param): {floor, the
+ * table's relfilenode, the oid of the sequence of {seq}, its relfilenode, its last value}, as the
+ * floor's last look saw them. A reset of the table or the sequence between that look and this
+ * claim (TRUNCATE, TRUNCATE ... RESTART IDENTITY, ALTER SEQUENCE ... RESTART replace a
+ * relfilenode; setval down leaves a lower last value) lets new rows be drawn below the floor with
+ * attempts 0: a claim on the old floor would send an aggregate's rows above it before its rows
+ * below it. So the claim checks, and reads from the table's start (floor 0) when anything
+ * differs; the next look starts the floor again (floor.h). pg_sequence_last_value comes first: it
+ * locks the sequence (taking in the catalog's changes when the lock is new), so the relfilenode
+ * read after it is current and stays so to the end of the transaction (ALTER SEQUENCE waits for
+ * the lock; TRUNCATE for the claim's lock on the table). Without SELECT or USAGE on the sequence
+ * (a REVOKE the next look turns the floor off for) it reads from 0 rather than fail. All of it
+ * costs catalog cache look-ups and one read of the sequence's page, only when the floor is up. */
+#define FLOOR_GUARD                                                                                \
+    " floor_at AS MATERIALIZED (SELECT CASE WHEN f.p[1] <= 0 THEN 0::bigint"                       \
+    " WHEN NOT coalesce(pg_catalog.has_sequence_privilege(f.p[3]::pg_catalog.oid,"                 \
+    " 'SELECT, USAGE'), false) THEN 0::bigint"                                                     \
+    " WHEN coalesce(pg_catalog.pg_sequence_last_value("                                            \
+    "f.p[3]::pg_catalog.oid::pg_catalog.regclass), -1::bigint) < f.p[5] THEN 0::bigint"            \
+    " WHEN coalesce(pg_catalog.pg_relation_filenode({table_text}::pg_catalog.regclass)::bigint,"   \
+    " 0::bigint) <> f.p[2] OR coalesce(pg_catalog.pg_relation_filenode("                           \
+    "f.p[3]::pg_catalog.oid::pg_catalog.regclass)::bigint, 0::bigint) <> f.p[4] THEN 0::bigint"    \
+    " ELSE f.p[1] END AS at FROM (SELECT $5::bigint[] AS p) f)"
+#define FLOOR_AT "(SELECT g.at FROM floor_at g)"
 #define SQL_CLAIM(blocked_condition)                                                               \
-    SQL_BLOCKED(blocked_condition) ","                                                             \
-    SQL_CLAIM_PART("above", "o.{seq} >= $5::bigint", "o.{seq}") ","                                \
-    SQL_CLAIM_PART("below", "o.{seq} = ANY(" SQL_FAILED_IN_ORDER("o.{seq} < $5::bigint AND"        \
+    SQL_BLOCKED(blocked_condition) "," FLOOR_GUARD ","                                             \
+    SQL_CLAIM_PART("above", "o.{seq} >= " FLOOR_AT, "o.{seq}") ","                                 \
+    SQL_CLAIM_PART("below", "o.{seq} = ANY(" SQL_FAILED_IN_ORDER("o.{seq} < " FLOOR_AT " AND"      \
                    SQL_CLAIMABLE) ") AND o.attempts > 0", "o.{seq}")                               \
     " SELECT * FROM (SELECT * FROM below UNION ALL SELECT * FROM above) c ORDER BY 1 LIMIT $1"
 
@@ -173,7 +197,8 @@
  * that cached values would then insert rows below the floor); and the relfilenodes of the table
  * and of that sequence, which TRUNCATE (of the table), TRUNCATE ... RESTART IDENTITY and ALTER
  * SEQUENCE ... RESTART (of the sequence) replace: a reset that new rows overtook before the next
- * look leaves a last value above the one seen before, and only the new relfilenode tells. */
+ * look leaves a last value above the one seen before, and only the new relfilenode tells; and
+ * the sequence's oid, with which the claims check that nothing changed since (FLOOR_GUARD). */
 #define FLOOR_SEQUENCE "pg_catalog.pg_get_serial_sequence({table_text}, {seq_text})::regclass"
 #define SQL_FLOOR_HELD(holds)                                                                      \
     "SELECT (SELECT pg_catalog.min(f.{seq}) FROM ("                                                           \
@@ -184,7 +209,8 @@
     " (SELECT c.relfilenode FROM pg_catalog.pg_class c"                                            \
     " WHERE c.oid = {table_text}::pg_catalog.regclass::pg_catalog.oid),"                           \
     " (SELECT c.relfilenode FROM pg_catalog.pg_class c"                                            \
-    " WHERE c.oid = " FLOOR_SEQUENCE "::pg_catalog.oid)"
+    " WHERE c.oid = " FLOOR_SEQUENCE "::pg_catalog.oid),"                                          \
+    " " FLOOR_SEQUENCE "::pg_catalog.oid"
 /* After the claim: whether the writers listed last time ($1, virtual transaction ids) have all
  * ended, and the transactions that may still add rows to the table (they hold RowExclusiveLock
  * on it: every INSERT takes it before its row's {seq} is drawn). A prepared transaction's locks

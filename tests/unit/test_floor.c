@@ -34,7 +34,7 @@ static void after_and_commit(ClaimFloor *f, FloorClaim c)
 static void test_rises_after_confirmation(void **state)
 {
     ClaimFloor f = {.enabled = true};
-    assert_string_equal(floor_param(&f), "0");
+    assert_string_equal(floor_param(&f), "{0}");
     after_and_commit(&f, claim(1, 100, true, "{3/7}", 100));
     assert_int_equal(f.floor, 0);
     assert_int_equal(f.candidate, 101);
@@ -44,7 +44,7 @@ static void test_rises_after_confirmation(void **state)
     assert_int_equal(f.confirmed, 101);
     after_and_commit(&f, claim(201, 300, true, "{}", 300));
     assert_int_equal(f.floor, 101);
-    assert_string_equal(floor_param(&f), "101");
+    assert_string_equal(floor_param(&f), "{101,0,0,0,300}");
     floor_free(&f);
 }
 
@@ -125,7 +125,7 @@ static void test_commit_abandon_reset(void **state)
     after_and_commit(&f, claim(1, 10, true, "{}", 10));
     after_and_commit(&f, claim(11, 20, true, "{}", 20));
     after_and_commit(&f, claim(21, 30, true, "{}", 30));
-    assert_string_equal(floor_param(&f), "0");
+    assert_string_equal(floor_param(&f), "{0}");
     floor_free(&f);
 }
 
@@ -145,7 +145,7 @@ static void test_sequence_set_back(void **state)
     assert_false(floor_commit(&f));
     assert_int_equal(f.floor, 0);
     assert_int_equal(f.restarts, 1);
-    assert_string_equal(floor_param(&f), "0");
+    assert_string_equal(floor_param(&f), "{0}");
     /* ids 1-50 drawn since: the floor rises again, one confirmation behind */
     after_and_commit(&f, claim(1, 50, true, "{}", 50));
     after_and_commit(&f, claim(51, 50, true, "{}", 50));
@@ -188,7 +188,7 @@ static void test_reset_overtaken(void **state)
     assert_true(floor_after_claim(&f, &c));
     assert_false(floor_commit(&f));
     assert_int_equal(f.restarts, 1);
-    assert_string_equal(floor_param(&f), "0");
+    assert_string_equal(floor_param(&f), "{0}");
     /* the floor rises again from there, and the same relfilenodes restart nothing */
     after_and_commit(&f, claim_nodes(1, 1000, 3000, 501, 601));
     after_and_commit(&f, claim_nodes(2001, 3000, 3000, 501, 601));
@@ -198,7 +198,7 @@ static void test_reset_overtaken(void **state)
     /* ALTER SEQUENCE ... RESTART alone (the sequence's relfilenode), overtaken */
     after_and_commit(&f, claim_nodes(3001, 3000, 5000, 501, 602));
     assert_int_equal(f.restarts, 2);
-    assert_string_equal(floor_param(&f), "0");
+    assert_string_equal(floor_param(&f), "{0}");
     /* plain TRUNCATE (the table's relfilenode): a restart too */
     after_and_commit(&f, claim_nodes(1, 100, 5100, 502, 602));
     assert_int_equal(f.restarts, 3);
@@ -208,6 +208,28 @@ static void test_reset_overtaken(void **state)
     after_and_commit(&f, claim_nodes(1, 10, 5100, 503, 603));
     after_and_commit(&f, claim_nodes(11, 10, 5100, 0, 0));
     assert_int_equal(f.restarts, 0);
+    floor_free(&f);
+}
+
+/* The claim's $5 carries what the floor was computed against, so that the claim itself reads
+ * from 0 when the table or the sequence changed after the last look (FLOOR_GUARD, statements.c):
+ * the table's relfilenode, the sequence's oid and relfilenode, and the highest last value seen
+ * (not the latest: a lower one is a setval down). */
+static void test_param_carries_what_the_floor_saw(void **state)
+{
+    ClaimFloor f = {.enabled = true};
+    FloorClaim c = claim_nodes(1, 1000, 1000, 500, 600);
+    c.seq_oid = 700;
+    after_and_commit(&f, c);
+    assert_string_equal(floor_param(&f), "{0}"); /* no floor: nothing to check */
+    c = claim_nodes(1001, 1000, 1200, 500, 600);
+    c.seq_oid = 700;
+    after_and_commit(&f, c);
+    after_and_commit(&f, c);
+    assert_int_equal(f.floor, 1001);
+    assert_string_equal(floor_param(&f), "{1001,500,700,600,1200}");
+    f.enabled = false;
+    assert_string_equal(floor_param(&f), "{0}");
     floor_free(&f);
 }
 
@@ -225,10 +247,10 @@ static void test_sequence_out_of_order(void **state)
     assert_true(floor_after_claim(&f, &c));
     assert_false(floor_commit(&f));
     assert_false(f.enabled);
-    assert_string_equal(floor_param(&f), "0");
+    assert_string_equal(floor_param(&f), "{0}");
     for (long long first = 141; first < 1000; first += 100)
         after_and_commit(&f, claim(first, first + 99, true, "{}", first + 99));
-    assert_string_equal(floor_param(&f), "0");
+    assert_string_equal(floor_param(&f), "{0}");
     floor_free(&f);
 }
 
@@ -242,6 +264,7 @@ int main(void)
         cmocka_unit_test(test_commit_abandon_reset),
         cmocka_unit_test(test_sequence_set_back),
         cmocka_unit_test(test_reset_overtaken),
+        cmocka_unit_test(test_param_carries_what_the_floor_saw),
         cmocka_unit_test(test_sequence_out_of_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

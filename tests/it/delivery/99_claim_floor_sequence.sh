@@ -17,9 +17,13 @@
 # TRUNCATE replaces.
 #  2b. 1,000 more events raise the floor above 500 again; then, in one transaction, TRUNCATE ...
 #     RESTART IDENTITY and 2,000 events (ids 1-2,000, past the old last value): all delivered.
-#     They are of aggregate type v, outside the order check at the end: the claim that runs on
-#     the old floor, before the look that sees the reset, sends the rows above that floor before
-#     those below it (floor.h, "Not seen").
+# And the claim that ran on the old floor, before the look that saw the reset (its $5 was built
+# before that look, even when the look ran in its own transaction), sent the new rows above that
+# floor before those below it: each of the 2,000 events' aggregates (v-0..v-9, rows on both
+# sides) came out of order once. Now the claim itself compares the table's and the sequence's
+# relfilenodes and the sequence's last value with what the floor was computed against, and reads
+# from the table's start when they differ.
+#     The 2,000 events (aggregate type v) arrive in order per aggregate (checked at the end).
 # Then, when it is given a cache (ALTER SEQUENCE ... CACHE 20): values are no longer drawn in
 # the order of the inserts, and the floor, checked only at connect, rose past values a session
 # had cached and inserted later.
@@ -156,3 +160,4 @@ consume --topic outbox.event.r --idle-ms 2000 --timeout-ms 30000 >"$T/r.json"
 check_eq "every event after the restart is in the topic" "" \
     "$(comm -23 <(psql_q "SELECT event_id FROM outbox WHERE aggregate_type = 'r'" | sort) <(jq -r .headers.id "$T/r.json" | sort -u))"
 check "first copies in order per aggregate" first_copies_in_order "$T/r.json"
+check_delivered v "the events of the overtaken reset are in the topic"
