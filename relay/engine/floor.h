@@ -44,7 +44,8 @@
  * Every claim on a floor above 0 checks the same against what the last look saw (floor_param,
  * FLOOR_GUARD in relay/outbox/statements.c), under the sequence's lock, and reads from the
  * table's start when anything differs: the claims between a reset and the look that sees it
- * never send new rows above the floor before those below it. Not seen: a setval down that new
+ * read from 0 too, and send no new row above the floor before those below it (but for the
+ * setval that follows). Not seen: a setval down that new
  * rows overtook before the next look (setval changes nothing else a statement can read: not the
  * relfilenode, not the sequence tuple's xmin, which stays frozen; its log_cnt 0 is what the
  * sequence shows after every 32 values drawn too), and a {seq} given by hand below the floor
@@ -57,7 +58,7 @@
 typedef struct ClaimFloor {
     bool enabled;        /* {seq} is drawn in order (SQL_FLOOR_CHECK); else the floor stays 0 */
     long long floor;     /* claims read the unsent index from here */
-    long long high;      /* one past the sequence's last value, as last read */
+    long long high;      /* one past the highest last value read since the floor last restarted */
     long long confirmed; /* every row below it is committed or rolled back; 0: none yet */
     long long candidate; /* waiting for the writers listed with it to end; 0: none */
     char *writers;       /* those writers, as a text[] literal (owned) */
