@@ -49,9 +49,9 @@
  * events of its aggregate first (docs/guarantees.md). A claim that runs into the timeout fails with 55P03
  * and the session claims around locked rows for a while (SQL_CLAIM_AROUND_LOCKS). */
 /*
- * The claim starts at the session's floor ($5, relay/engine/floor.h): rows from the floor on
- * come from the unsent index (above), failed rows below it from the small retry index (below:
- * requeued and retried events, SQL_FAILED_IN_ORDER: the first $1 claimable ones in {seq} order,
+ * The claim starts at the session's floor ($5, checked by FLOOR_GUARD; floor.h): rows from the
+ * floor on come from the unsent index (above), failed rows below it from the small retry index
+ * (below: requeued and retried events, SQL_FAILED_IN_ORDER: the first $1 claimable ones in {seq} order,
  * which an index look-up then locks). Below the floor the unsent index holds only versions that are
  * sent, or deleted, and that vacuum may not remove yet (an old snapshot elsewhere): walking them
  * was what made claims slow down with every minute such a snapshot stayed (docs/operations.md#dead-rows-and-old-snapshots). Every row
