@@ -255,8 +255,9 @@ static void set_up(Registry *r, bool up, const char *why)
 {
     r->up = up;
     if (!up && !r->logged_down) {
+        char qw[400]; /* curl's text or the registry's: quoted, a '"' in it cannot end it */
         log_warn("schema registry unavailable: rows wait for it (no attempt counted)",
-                 "url=%s error=\"%s\"", r->shown[r->current], why);
+                 "url=%s error=%s", r->shown[r->current], log_quote(why, qw, sizeof(qw)));
         r->logged_down = true;
     } else if (up && r->logged_down) {
         log_info("schema registry available again", "url=%s", r->shown[r->current]);
@@ -368,8 +369,10 @@ static void finish_request(Request *q, CURLcode code)
             e->state = ENTRY_OK;
             e->backoff_s = 0;
             set_up(r, true, NULL);
-            log_info("schema found", "subject=%s id=%d version=%d", e->subject, e->schema.id,
-                     e->schema.version);
+            /* The subject comes from a row: quoted, it cannot forge fields. */
+            char qs[160];
+            log_info("schema found", "subject=%s id=%d version=%d",
+                     log_quote(e->subject, qs, sizeof(qs)), e->schema.id, e->schema.version);
         } else {
             entry_failed(r, e, q->url_index, why);
         }

@@ -121,8 +121,11 @@ bool serializer_probe(Serializer *s, bool *answered, char *err, size_t errlen)
         return false;
     if (answered)
         *answered = !*warn;
-    if (*warn)
-        log_warn("schema registry not reachable at start-up", "error=\"%s\"", warn);
+    if (*warn) {
+        char q[600]; /* curl's text: quoted, a '"' in it cannot end the field */
+        log_warn("schema registry not reachable at start-up", "error=%s",
+                 log_quote(warn, q, sizeof(q)));
+    }
     return true;
 }
 
@@ -1390,11 +1393,14 @@ static Parsed *parse_schema(const RegistrySchema *rs, ValueFormat format)
             ps->broken = true;
         }
     }
-    if (ps->broken)
+    if (ps->broken) {
+        /* The subject comes from a row, the reason may quote the schema: both quoted, neither
+         * can forge fields. */
+        char qs[160], qw[sizeof(ps->broken_why) + 64];
         log_error("the registry's schema cannot be used: its rows fail",
-                  "subject=%s id=%d "
-                  "error=\"%s\"",
-                  rs->subject, rs->id, ps->broken_why);
+                  "subject=%s id=%d error=%s", log_quote(rs->subject, qs, sizeof(qs)), rs->id,
+                  log_quote(ps->broken_why, qw, sizeof(qw)));
+    }
     return ps;
 }
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <ev.h>
@@ -137,6 +138,28 @@ static void test_lookups_budgeted(void **state)
     MHD_stop_daemon(d);
 }
 
+/* Starts capturing stderr (the log) into a temporary file; capture_end returns it in buf. */
+static FILE *capture_start(int *saved)
+{
+    FILE *tmp = tmpfile();
+    assert_non_null(tmp);
+    fflush(stderr);
+    *saved = dup(STDERR_FILENO);
+    assert_true(dup2(fileno(tmp), STDERR_FILENO) >= 0);
+    return tmp;
+}
+
+static void capture_end(FILE *tmp, int saved, char *buf, size_t len)
+{
+    fflush(stderr);
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(saved);
+    rewind(tmp);
+    size_t n = fread(buf, 1, len - 1, tmp);
+    buf[n] = '\0';
+    fclose(tmp);
+}
+
 /* A registry at url asked for "orders-value" once, its answer awaited: returns what a lookup
  * says then (*rs: the schema when OK). The caller frees *r. */
 static RegistryStatus look_up_once(const char *url, Registry **r, const RegistrySchema **rs)
@@ -196,6 +219,37 @@ static void test_schema_id_out_of_range(void **state)
     stand_in_status = MHD_HTTP_NOT_FOUND;
 }
 
+/* From this review: "schema found" wrote the subject (from a row) unquoted, so a subject holding
+ * spaces and '=' wrote fields of its own. */
+static void test_subject_logged_quoted(void **state)
+{
+    stand_in_status = MHD_HTTP_OK;
+    char url[64];
+    struct MHD_Daemon *d =
+        stand_in("{\"subject\": \"x\", \"version\": 3, \"id\": 5, \"schema\": \"\\\"string\\\"\"}",
+                 url, sizeof(url));
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    char err[256] = "";
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    const char *subject = "ev id=99 version=1";
+    const RegistrySchema *rs = NULL;
+    int saved;
+    FILE *tmp = capture_start(&saved);
+    answered = 0;
+    RegistryStatus st = registry_lookup(r, subject, &rs, err, sizeof(err));
+    while (st == REGISTRY_PENDING && answered < 1)
+        ev_run(EV_DEFAULT, 0);
+    char logged[2048];
+    capture_end(tmp, saved, logged, sizeof(logged));
+    assert_int_equal(registry_lookup(r, subject, &rs, err, sizeof(err)), REGISTRY_OK);
+    if (!strstr(logged, "subject=\"ev id=99 version=1\" id=5 version=3"))
+        fail_msg("subject not quoted: %s", logged);
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -203,6 +257,7 @@ int main(void)
         cmocka_unit_test(test_lookups_budgeted),
         cmocka_unit_test(test_foreign_404_is_down),
         cmocka_unit_test(test_schema_id_out_of_range),
+        cmocka_unit_test(test_subject_logged_quoted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -690,6 +691,36 @@ static void test_avro_named_references(void **state)
     serializer_schema_release(&rs);
 }
 
+/* From this review: the line saying a schema cannot be used wrote the subject (from a row: an
+ * event type, a topic) unquoted, so a subject holding spaces and '=' wrote fields of its own
+ * ("id=1 error=forged"). It is quoted now, as is the reason. */
+static void test_broken_schema_log_quoted(void **state)
+{
+    RegistrySchema rs = {
+        .id = 12, .type = REGISTRY_JSON, .subject = "ev id=1 error=forged", .text = "{not json"};
+    FILE *tmp = tmpfile();
+    assert_non_null(tmp);
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    assert_true(dup2(fileno(tmp), STDERR_FILENO) >= 0);
+    char *out = NULL, err[256] = "";
+    size_t len = 0;
+    SerializerOutcome got = encode(VALUE_JSON_SCHEMA, &rs, "{}", &out, &len, err);
+    fflush(stderr);
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(saved);
+    rewind(tmp);
+    char logged[2048];
+    size_t n = fread(logged, 1, sizeof(logged) - 1, tmp);
+    logged[n] = '\0';
+    fclose(tmp);
+    assert_int_not_equal(got, SERIALIZER_OK);
+    free(out);
+    if (!strstr(logged, "subject=\"ev id=1 error=forged\" id=12 error=\""))
+        fail_msg("subject not quoted: %s", logged);
+    serializer_schema_release(&rs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -709,6 +740,7 @@ int main(void)
         cmocka_unit_test(test_avro_bytes_latin1),
         cmocka_unit_test(test_avro_decimal_real_exact),
         cmocka_unit_test(test_json_schema_equality_and_patterns),
+        cmocka_unit_test(test_broken_schema_log_quoted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
