@@ -595,6 +595,21 @@ Registry *registry_new(struct ev_loop *loop, const RegistryOptions *o, RegistryR
         if (*u && given++ < MAX_URLS) {
             r->shown[r->n_urls] = shown_url(u);
             r->urls[r->n_urls++] = strdup(u);
+            /* Requests append /subjects/... to the URL as written (a path prefix and trailing
+             * slashes are kept, as Confluent's clients join them): after a query or a fragment
+             * that text would land in the query (?tenant=a/subjects/...) and every lookup fail
+             * as a 404. Confluent's clients do not take one either: refused here, in one line. */
+            if (strpbrk(u, "?#") && r->shown[r->n_urls - 1]) {
+                /* Named without its query, which may hold a key the masking does not know. */
+                const char *shown = r->shown[r->n_urls - 1];
+                snprintf(err, errlen,
+                         "schema-registry-url %.*s: a query or fragment ('?', '#') is not "
+                         "supported: give the registry's base URL (a path prefix is fine)",
+                         (int)strcspn(shown, "?#"), shown);
+                free(copy);
+                registry_free(r, NULL);
+                return NULL;
+            }
         }
     }
     free(copy);

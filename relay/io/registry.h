@@ -25,7 +25,8 @@
 typedef struct Registry Registry;
 
 typedef struct RegistryOptions {
-    const char *urls;      /* base URLs, comma-separated (no trailing slash needed) */
+    const char *urls;      /* base URLs, comma-separated: a path prefix and trailing slashes
+                            * are kept, a query or fragment is refused (registry_new) */
     const char *auth_file; /* USER:PASSWORD on one line, or NULL: no authentication */
     const char *ca_file;   /* PEM CA bundle for https, or NULL: the system's */
     long timeout_ms;       /* bound on each request, connection included */
@@ -60,7 +61,8 @@ typedef struct RegistrySchema {
 typedef void (*RegistryReadyFn)(void *arg);
 
 /* Creates the client. Reads the auth file (its password becomes a registered secret). Returns
- * NULL with one line in err (unreadable or malformed file, no URL, curl failing to start). */
+ * NULL with one line in err (unreadable or malformed file, no URL, a URL with a query or a
+ * fragment, curl failing to start). */
 Registry *registry_new(struct ev_loop *loop, const RegistryOptions *o, RegistryReadyFn ready,
                        void *arg, char *err, size_t errlen);
 

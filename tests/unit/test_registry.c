@@ -24,6 +24,8 @@ static const char registry_404[] = "{\"error_code\": 40401, \"message\": \"Subje
 static unsigned stand_in_status = MHD_HTTP_NOT_FOUND;
 /* Requests the stand-in received (its threads count them). */
 static int stand_in_requests;
+/* The path of the last request it received. */
+static char stand_in_path[512];
 
 /* Answers every request with stand_in_status and the body cls. */
 static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const char *url,
@@ -34,6 +36,7 @@ static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const
     if (!*state) { /* once per request: MHD calls back again for the (empty) upload */
         static int first;
         *state = &first;
+        snprintf(stand_in_path, sizeof(stand_in_path), "%s", url);
         __atomic_add_fetch(&stand_in_requests, 1, __ATOMIC_SEQ_CST);
     }
     struct MHD_Response *res =
@@ -250,6 +253,35 @@ static void test_subject_logged_quoted(void **state)
     stand_in_status = MHD_HTTP_NOT_FOUND;
 }
 
+/* From this review: a base URL with a query string (or a fragment) had /subjects/... appended
+ * after it, into the query: every lookup went to the base path and failed as a 404. Confluent's
+ * clients join the path to the URL as written too, so such a URL is refused at start, in one line
+ * naming it; a path prefix and trailing slashes keep working. */
+static void test_base_url_query_refused(void **state)
+{
+    char err[256] = "";
+    RegistryOptions o = {.urls = "http://127.0.0.1:1/sr?api_key=s3cr3tkey", .timeout_ms = 5000};
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    if (r)
+        fail_msg("a base URL with a query was taken");
+    /* Named without its query: it may hold a key. */
+    if (!strstr(err, "schema-registry-url http://127.0.0.1:1/sr: a query or fragment") ||
+        strstr(err, "s3cr3tkey"))
+        fail_msg("error \"%s\"", err);
+    o.urls = "http://127.0.0.1:1, http://127.0.0.1:2/#x";
+    assert_null(registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err)));
+
+    /* A path prefix with trailing slashes: the subject's path goes after the prefix. */
+    char url[64], prefixed[128];
+    struct MHD_Daemon *d = stand_in(registry_404, url, sizeof(url));
+    snprintf(prefixed, sizeof(prefixed), "%s/apis/ccompat/v7//", url);
+    const RegistrySchema *rs = NULL;
+    assert_int_equal(look_up_once(prefixed, &r, &rs), REGISTRY_MISSING);
+    assert_string_equal(stand_in_path, "/apis/ccompat/v7/subjects/orders-value/versions/latest");
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -258,6 +290,7 @@ int main(void)
         cmocka_unit_test(test_foreign_404_is_down),
         cmocka_unit_test(test_schema_id_out_of_range),
         cmocka_unit_test(test_subject_logged_quoted),
+        cmocka_unit_test(test_base_url_query_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
