@@ -48,6 +48,11 @@ typedef struct Parsed {
     json_t *json;       /* the JSON Schema */
     Decimal *decimals;  /* the Avro schema's decimals (n_decimals) */
     size_t n_decimals;
+    /* The JSON Schema's text (its own copy) and each of its numbers' tokens in it, for const
+     * and enum: compared by their text, not by their doubles (schema_equal). */
+    char *json_text;
+    struct NumText *json_nums;
+    size_t n_json_nums;
 } Parsed;
 
 static void parsed_free(void *p)
@@ -63,6 +68,8 @@ static void parsed_free(void *p)
         avro_schema_decref(ps->avro);
     json_decref(ps->json);
     free(ps->decimals);
+    free(ps->json_text);
+    free(ps->json_nums);
     free(ps);
 }
 
@@ -141,7 +148,18 @@ typedef struct Path {
     bool scanned;           /* inexact (n_inexact) holds inexact_reals(), once one was asked */
     const json_t **inexact; /* the caller frees it */
     size_t n_inexact;
+    /* For JSON Schema's const and enum: the payload's numbers' tokens (number_texts), once one
+     * was asked; the caller frees nums. */
+    bool nums_scanned;
+    struct NumText *nums;
+    size_t n_nums;
 } Path;
+
+/* A number of a JSON text and its token there: text + at, len bytes. */
+typedef struct NumText {
+    const json_t *node;
+    size_t at, len;
+} NumText;
 
 /* Whether the number token text[0, len) is a real written with more significant digits than a
  * double keeps (DBL_DIG): such a text can read back as a shorter number (0.10000000000000000001
@@ -188,6 +206,9 @@ typedef struct Walk {
     const json_t **found;
     size_t n, cap;
     bool oom;
+    bool want_nums; /* record every number's token in nums (number_texts) instead */
+    NumText *nums;
+    size_t n_nums, cap_nums;
 } Walk;
 
 static void walk_ws(Walk *w)
@@ -229,6 +250,25 @@ static void walk_mark(Walk *w, const json_t *node, bool inexact)
         w->cap = cap;
     }
     w->found[w->n++] = node;
+}
+
+/* Records node's token (n bytes at w->i). A key given twice records its node twice: the later
+ * token is the one jansson kept (number_text takes the last). */
+static void walk_num(Walk *w, const json_t *node, size_t n)
+{
+    if (!json_is_number(node) || w->oom)
+        return;
+    if (w->n_nums == w->cap_nums) {
+        size_t cap = w->cap_nums ? 2 * w->cap_nums : 16;
+        NumText *more = realloc(w->nums, cap * sizeof(*more));
+        if (!more) {
+            w->oom = true;
+            return;
+        }
+        w->nums = more;
+        w->cap_nums = cap;
+    }
+    w->nums[w->n_nums++] = (NumText){node, w->i, n};
 }
 
 /* The value at w->i, node being jansson's node for it (NULL: none, as below a key another
@@ -302,7 +342,10 @@ static void walk_value(Walk *w, const json_t *node, int depth)
         walk_string(w);
     } else if (c == '-' || (c >= '0' && c <= '9')) {
         size_t n = token_len(w->p + w->i, w->len - w->i);
-        walk_mark(w, node, token_inexact(w->p + w->i, n));
+        if (w->want_nums)
+            walk_num(w, node, n);
+        else
+            walk_mark(w, node, token_inexact(w->p + w->i, n));
         w->i += n;
     } else {
         while (w->i < w->len && w->p[w->i] >= 'a' && w->p[w->i] <= 'z')
@@ -342,6 +385,125 @@ static const json_t **inexact_reals(const char *payload, size_t len, const json_
     }
     *n = w.n;
     return w.found;
+}
+
+static int numtext_order(const void *a, const void *b)
+{
+    const NumText *x = a, *y = b;
+    if (x->node != y->node)
+        return (uintptr_t)x->node < (uintptr_t)y->node ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at; /* a key given twice: the later token last */
+}
+
+/* Every number of text (len bytes, root jansson's tree of it) with its token, sorted by node for
+ * number_text. NULL with *n 0 when there is none, or out of memory (numbers are then compared by
+ * their doubles, as before). Caller frees. */
+static NumText *number_texts(const char *text, size_t len, const json_t *root, size_t *n)
+{
+    Walk w = {.p = text, .len = len, .want_nums = true};
+    walk_value(&w, root, 0);
+    if (w.oom) {
+        free(w.nums);
+        *n = 0;
+        return NULL;
+    }
+    if (w.n_nums > 1)
+        qsort(w.nums, w.n_nums, sizeof(*w.nums), numtext_order);
+    *n = w.n_nums;
+    return w.nums;
+}
+
+/* node's token in nums (sorted by number_texts), the last one given; NULL when not there. */
+static const NumText *number_text(const NumText *nums, size_t n, const json_t *node)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) { /* the first entry above node */
+        size_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)nums[mid].node <= (uintptr_t)node)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && nums[lo - 1].node == node ? &nums[lo - 1] : NULL;
+}
+
+/* A number token in a normal form: its significant digits (no leading or trailing zeros) and
+ * the power of ten of the first, so 1, 1.0, 1e0 and 10e-1 are all ("1", 0). saturated: the
+ * exponent's text was beyond what is kept (|e| > 10^15: no double holds such a number but 0). */
+typedef struct NumNorm {
+    bool neg, zero, saturated;
+    char *digits; /* malloc'd */
+    size_t n_digits;
+    long long exp;
+} NumNorm;
+
+static bool num_norm(const char *t, size_t len, NumNorm *out)
+{
+    *out = (NumNorm){0};
+    out->digits = malloc(len + 1);
+    if (!out->digits)
+        return false;
+    size_t i = 0, int_digits = 0;
+    bool in_frac = false;
+    if (i < len && t[i] == '-') {
+        out->neg = true;
+        i++;
+    }
+    for (; i < len && t[i] != 'e' && t[i] != 'E'; i++) {
+        if (t[i] == '.') {
+            in_frac = true;
+            continue;
+        }
+        if (t[i] == '0' && out->n_digits == 0) { /* a leading zero */
+            if (in_frac)
+                out->exp--;
+            continue;
+        }
+        out->digits[out->n_digits++] = t[i];
+        int_digits += !in_frac;
+    }
+    long long e = 0;
+    bool eneg = false;
+    if (i < len) { /* the exponent */
+        i++;
+        if (i < len && (t[i] == '+' || t[i] == '-'))
+            eneg = t[i++] == '-';
+        for (; i < len; i++) {
+            if (e > 1000000000000000LL) {
+                out->saturated = true;
+                break;
+            }
+            e = e * 10 + (t[i] - '0');
+        }
+    }
+    while (out->n_digits > 0 && out->digits[out->n_digits - 1] == '0')
+        out->n_digits--;
+    out->zero = out->n_digits == 0;
+    /* The first significant digit's power of ten: int_digits - 1 past the point, or the leading
+     * zeros of the fraction (counted in exp) below it. */
+    out->exp += (int_digits > 0 ? (long long)int_digits : 0) - 1 + (eneg ? -e : e);
+    return true;
+}
+
+/* Whether two number tokens are the same number (JSON Schema's equality is mathematical: 1.0
+ * is 1; 0.1 is not 0.10000000000000000001, whose double is the same). -1 when out of memory. */
+static int token_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+    NumNorm x, y;
+    bool okx = num_norm(a, alen, &x), oky = num_norm(b, blen, &y);
+    int eq = -1;
+    if (okx && oky) {
+        if (x.zero || y.zero)
+            eq = x.zero && y.zero;           /* -0 is 0 */
+        else if (x.saturated || y.saturated) /* beyond any double: only the same text */
+            eq = alen == blen && memcmp(a, b, alen) == 0;
+        else
+            eq = x.neg == y.neg && x.exp == y.exp && x.n_digits == y.n_digits &&
+                 memcmp(x.digits, y.digits, x.n_digits) == 0;
+    }
+    free(x.digits);
+    free(y.digits);
+    return eq;
 }
 
 /* Whether j, a real of the payload, was written with more digits than a double keeps (its
@@ -1075,7 +1237,7 @@ static bool avro_encode(Parsed *ps, const json_t *root, const char *payload, siz
                         char **out, size_t *out_len, int id, char *err, size_t errlen)
 {
     avro_value_reset(&ps->value);
-    Path path = {"", ps, root, payload, payload_len, false, NULL, 0};
+    Path path = {"", ps, root, payload, payload_len, false, NULL, 0, false, NULL, 0};
     bool ok =
         put_value(&ps->value, root, decimal_of(&path, ps->avro, NULL, 0), &path, 0, err, errlen);
     free((void *)path.inexact);
@@ -1137,11 +1299,27 @@ static bool type_matches(const char *type, const json_t *j, Path *path)
 }
 
 /* JSON Schema's equality (enum, const): numbers by value, so 1.0 (as jsonb keeps it) is 1, which
- * jansson's json_equal tells apart (an integer and a real); the rest as json_equal, element by
+ * jansson's json_equal tells apart (an integer and a real), and exactly, by their text (a the
+ * schema's node, b the payload's, path giving both texts); the rest as json_equal, element by
  * element. */
-static bool schema_equal(const json_t *a, const json_t *b, int depth)
+static bool schema_equal(const json_t *a, const json_t *b, Path *path, int depth)
 {
     if (json_is_number(a) && json_is_number(b)) {
+        /* a is the schema's, b the payload's: both by their text where it is known, since their
+         * doubles may be equal when the numbers are not (0.1 and 0.10000000000000000001; a long
+         * above 2^53 and a real), and it is the payload's text that goes out. */
+        const Parsed *ps = path->ps;
+        if (!path->nums_scanned) {
+            path->nums = number_texts(path->payload, path->payload_len, path->root, &path->n_nums);
+            path->nums_scanned = true;
+        }
+        const NumText *ta = ps ? number_text(ps->json_nums, ps->n_json_nums, a) : NULL;
+        const NumText *tb = number_text(path->nums, path->n_nums, b);
+        int eq = ta && tb
+                     ? token_equal(ps->json_text + ta->at, ta->len, path->payload + tb->at, tb->len)
+                     : -1;
+        if (eq >= 0)
+            return eq;
         json_int_t x, y;
         if (json_is_integer(a) || json_is_integer(b))
             return whole_number(a, &x) && whole_number(b, &y) && x == y;
@@ -1153,7 +1331,7 @@ static bool schema_equal(const json_t *a, const json_t *b, int depth)
         if (json_array_size(a) != json_array_size(b))
             return false;
         for (size_t i = 0; i < json_array_size(a); i++)
-            if (!schema_equal(json_array_get(a, i), json_array_get(b, i), depth + 1))
+            if (!schema_equal(json_array_get(a, i), json_array_get(b, i), path, depth + 1))
                 return false;
         return true;
     }
@@ -1165,7 +1343,7 @@ static bool schema_equal(const json_t *a, const json_t *b, int depth)
         json_object_foreach((json_t *)a, key, value)
         {
             const json_t *other = json_object_get(b, key);
-            if (!other || !schema_equal(value, other, depth + 1))
+            if (!other || !schema_equal(value, other, path, depth + 1))
                 return false;
         }
         return true;
@@ -1201,7 +1379,7 @@ static bool check_json(const json_t *schema, const json_t *j, Path *path, int de
         }
     }
     const json_t *cnst = json_object_get(schema, "const");
-    if (cnst && !schema_equal(cnst, j, 0)) {
+    if (cnst && !schema_equal(cnst, j, path, 0)) {
         snprintf(err, errlen, "field %s: not the constant its schema requires", where);
         return false;
     }
@@ -1210,7 +1388,7 @@ static bool check_json(const json_t *schema, const json_t *j, Path *path, int de
         bool any = false;
         size_t i;
         const json_t *e;
-        json_array_foreach(enm, i, e) any = any || schema_equal(e, j, 0);
+        json_array_foreach(enm, i, e) any = any || schema_equal(e, j, path, 0);
         if (!any) {
             snprintf(err, errlen, "field %s: not one of its enum's values", where);
             return false;
@@ -1391,6 +1569,10 @@ static Parsed *parse_schema(const RegistrySchema *rs, ValueFormat format)
             snprintf(ps->broken_why, sizeof(ps->broken_why), "schema id %d: not JSON: %s", rs->id,
                      jerr.text);
             ps->broken = true;
+        } else if ((ps->json_text = strdup(rs->text)) != NULL) {
+            /* Out of memory, const and enum compare numbers by their doubles, as before. */
+            ps->json_nums =
+                number_texts(ps->json_text, strlen(ps->json_text), ps->json, &ps->n_json_nums);
         }
     }
     if (ps->broken) {
@@ -1512,9 +1694,10 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
     if (format == VALUE_AVRO) {
         ok = avro_encode(ps, root, payload, payload_len, out, out_len, rs->id, why, sizeof(why));
     } else {
-        Path path = {"", NULL, root, payload, payload_len, false, NULL, 0};
+        Path path = {"", ps, root, payload, payload_len, false, NULL, 0, false, NULL, 0};
         ok = check_json(ps->json, root, &path, 0, why, sizeof(why));
         free((void *)path.inexact);
+        free(path.nums);
         char *buf = ok ? malloc(WIRE_HEADER + payload_len) : NULL;
         if (ok && !buf) {
             snprintf(why, sizeof(why), "out of memory");

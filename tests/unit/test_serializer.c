@@ -191,6 +191,49 @@ static void test_json_schema_equality_and_patterns(void **state)
     serializer_schema_release(&rs);
 }
 
+/* From this review: const and enum compared numbers by their doubles, so 0.10000000000000000001
+ * (whose double is 0.1) passed a const 0.1 and went out as written, and a long above 2^53 equalled
+ * its neighbour. They compare by their text now, normalised as numbers (1 == 1.0 == 1e0 ==
+ * 10e-1), on both sides: a schema's const written with many digits too. */
+static void test_json_schema_equality_exact(void **state)
+{
+    RegistrySchema rs = {.id = 5,
+                         .type = REGISTRY_JSON,
+                         .subject = "t-value",
+                         .text = "{\"properties\": {\"v\": {\"const\": 0.1},"
+                                 " \"w\": {\"enum\": [9007199254740993, 100, -0.0]},"
+                                 " \"x\": {\"const\": 0.10000000000000000001},"
+                                 " \"y\": {\"const\": [1.50, {\"k\": 2e3}]}}}"};
+    char *out = NULL, err[256] = "";
+    size_t len;
+    const char *ok[] = {
+        "{\"v\": 0.1, \"w\": 9007199254740993, \"x\": 0.10000000000000000001}",
+        "{\"v\": 1e-1, \"w\": 1e2, \"x\": 1.0000000000000000001e-1}",
+        "{\"v\": 0.100, \"w\": 100.000, \"x\": 0.100000000000000000010}",
+        "{\"v\": 10e-2, \"w\": 9007199254740993.0, \"y\": [1.5, {\"k\": 2000}]}",
+        "{\"w\": 0, \"y\": [15e-1, {\"k\": 2000.0}]}",
+        "{\"w\": -0}",
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        if (encode(VALUE_JSON_SCHEMA, &rs, ok[i], &out, &len, err) != SERIALIZER_OK)
+            fail_msg("%s: %s", ok[i], err);
+        free(out);
+        out = NULL;
+    }
+    expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"v\": 0.10000000000000000001}",
+                 "field v: not the constant");
+    expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"x\": 0.1}", "field x: not the constant");
+    expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"w\": 9007199254740992}",
+                 "field w: not one of its enum's values");
+    expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"w\": 9007199254740992.0}",
+                 "field w: not one of its enum's values");
+    expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"w\": 100.00000000000000001}",
+                 "field w: not one of its enum's values");
+    expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"y\": [1.5, {\"k\": 2000.0000000000000001}]}",
+                 "field y: not the constant");
+    serializer_schema_release(&rs);
+}
+
 static void expect_bytes(RegistrySchema *rs, const char *payload, const unsigned char *want,
                          size_t want_len)
 {
@@ -741,6 +784,7 @@ int main(void)
         cmocka_unit_test(test_avro_decimal_real_exact),
         cmocka_unit_test(test_json_schema_equality_and_patterns),
         cmocka_unit_test(test_broken_schema_log_quoted),
+        cmocka_unit_test(test_json_schema_equality_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
