@@ -25,8 +25,9 @@
 /* Subjects kept without a schema (the registry said 404, or failed): at most this many. They only
  * spare the registry a request per row; subjects come from the rows (an event type, a topic made
  * of an aggregate type), so a writer's bug that makes one per row would otherwise grow the cache
- * by one entry per row for the life of the process. The oldest go first. Subjects with a schema
- * are not counted: there are as many as the registry holds. */
+ * by one entry per row for the life of the process. The least recently looked up go first, so a
+ * subject rows keep naming is not forgotten (and asked again) for others named once. Subjects
+ * with a schema are not counted: there are as many as the registry holds. */
 #define NEGATIVE_MAX 1000
 /* Requests for subjects without a schema at hand (new ones, and those whose "not found" or failure
  * is over its retry time): at most LOOKUP_BURST at once, then LOOKUP_RATE a second. Subjects come
@@ -43,7 +44,10 @@
 typedef enum { ENTRY_EMPTY, ENTRY_FETCHING, ENTRY_OK, ENTRY_MISSING, ENTRY_FAILED } EntryState;
 
 typedef struct Entry {
-    struct Entry *next;
+    /* The cache's entries from the most recently looked up (r->entries) to the least (r->last). */
+    struct Entry *next, *prev;
+    struct Entry *hnext; /* the next in its hash bucket */
+    uint32_t hash;
     char *subject;
     EntryState state;
     double retry_at; /* monotonic: MISSING and FAILED entries are asked again from then on */
@@ -88,8 +92,13 @@ struct Registry {
     char *ca_file;
     long timeout_ms;
     long version;
-    Entry *entries;
-    Request *requests; /* in flight, freed by registry_free if still there */
+    Entry *entries, *last; /* most recently looked up first */
+    /* The entries by subject: lookups come once per row, and the cache holds up to NEGATIVE_MAX
+     * subjects without a schema besides those with one. Chained, n_buckets a power of two. */
+    Entry **buckets;
+    size_t n_buckets, n_entries;
+    uint32_t hash_seed; /* subjects come from rows: a seed of its own makes collisions unforeseen */
+    Request *requests;  /* in flight, freed by registry_free if still there */
     RegistryReadyFn ready;
     void *arg;
     bool up;
@@ -314,31 +323,43 @@ static bool entry_fill(Entry *e, const char *body, char *why, size_t whylen)
     return e->schema_text != NULL;
 }
 
-/* Drops the oldest entries without a schema (MISSING, FAILED) beyond NEGATIVE_MAX. An entry in
- * flight has a request pointing at it and an OK one may be in use: neither is touched. */
+/* Unlinks e from the cache (its list and its bucket) and frees it. */
+static void entry_drop(Registry *r, Entry *e)
+{
+    for (Entry **p = &r->buckets[e->hash & (r->n_buckets - 1)]; *p; p = &(*p)->hnext)
+        if (*p == e) {
+            *p = e->hnext;
+            break;
+        }
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        r->entries = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        r->last = e->prev;
+    r->n_entries--;
+    free(e->subject);
+    free(e->schema_text);
+    free(e->missing_why);
+    free(e);
+}
+
+/* Drops the least recently looked up entries without a schema (MISSING, FAILED) beyond
+ * NEGATIVE_MAX. An entry in flight has a request pointing at it and an OK one may be in use:
+ * neither is touched. */
 static void trim_negative(Registry *r)
 {
     size_t negative = 0;
     for (Entry *e = r->entries; e; e = e->next)
         negative += e->state == ENTRY_MISSING || e->state == ENTRY_FAILED;
-    /* New entries go first in the list: the oldest are at its end. Walk it once, dropping the
-     * first negative ones found beyond the ones kept. */
-    size_t keep = NEGATIVE_MAX;
-    for (Entry **p = &r->entries; *p && negative > NEGATIVE_MAX;) {
-        Entry *e = *p;
-        bool neg = e->state == ENTRY_MISSING || e->state == ENTRY_FAILED;
-        if (neg && keep > 0) {
-            keep--;
-        } else if (neg) {
-            *p = e->next;
-            free(e->subject);
-            free(e->schema_text);
-            free(e->missing_why);
-            free(e);
+    for (Entry *e = r->last, *prev; e && negative > NEGATIVE_MAX; e = prev) {
+        prev = e->prev;
+        if (e->state == ENTRY_MISSING || e->state == ENTRY_FAILED) {
+            entry_drop(r, e);
             negative--;
-            continue;
         }
-        p = &e->next;
     }
 }
 
@@ -586,6 +607,14 @@ Registry *registry_new(struct ev_loop *loop, const RegistryOptions *o, RegistryR
     r->lookup_burst = o->lookup_burst >= 1 ? o->lookup_burst : LOOKUP_BURST;
     r->tokens = r->lookup_burst;
     r->tokens_at = monotime_now();
+    r->n_buckets = 64;
+    r->buckets = calloc(r->n_buckets, sizeof(*r->buckets));
+    if (!r->buckets) {
+        snprintf(err, errlen, "out of memory");
+        free(r);
+        return NULL;
+    }
+    r->hash_seed = (uint32_t)((uintptr_t)r >> 4) ^ (uint32_t)(r->tokens_at * 1e9);
     char *copy = strdup(o->urls ? o->urls : "");
     char *save = NULL;
     int given = 0;
@@ -677,6 +706,7 @@ void registry_free(Registry *r, void (*free_parsed)(void *))
         free(e->missing_why);
         free(e);
     }
+    free(r->buckets);
     for (int i = 0; i < r->n_urls; i++) {
         free(r->urls[i]);
         free(r->shown[i]);
@@ -688,16 +718,53 @@ void registry_free(Registry *r, void (*free_parsed)(void *))
     free(r);
 }
 
+/* FNV-1a, from the registry's seed. */
+static uint32_t subject_hash(const Registry *r, const char *subject)
+{
+    uint32_t h = 2166136261u ^ r->hash_seed;
+    for (const unsigned char *p = (const unsigned char *)subject; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
+
+/* subject's entry, made the most recently looked up; NULL when the cache has none. */
 static Entry *entry_find(Registry *r, const char *subject)
 {
-    for (Entry *e = r->entries; e; e = e->next)
-        if (strcmp(e->subject, subject) == 0)
-            return e;
-    return NULL;
+    uint32_t h = subject_hash(r, subject);
+    Entry *e = r->buckets[h & (r->n_buckets - 1)];
+    while (e && (e->hash != h || strcmp(e->subject, subject) != 0))
+        e = e->hnext;
+    if (e && e != r->entries) { /* to the front of the list */
+        e->prev->next = e->next;
+        if (e->next)
+            e->next->prev = e->prev;
+        else
+            r->last = e->prev;
+        e->prev = NULL;
+        e->next = r->entries;
+        r->entries->prev = e;
+        r->entries = e;
+    }
+    return e;
 }
 
 static Entry *entry_add(Registry *r, const char *subject)
 {
+    /* At most two entries a bucket on average: twice the buckets beyond that. Out of memory,
+     * the chains only grow longer. */
+    if (r->n_entries >= 2 * r->n_buckets) {
+        size_t n = 2 * r->n_buckets;
+        Entry **b = calloc(n, sizeof(*b));
+        if (b) {
+            for (Entry *e = r->entries; e; e = e->next) {
+                e->hnext = b[e->hash & (n - 1)];
+                b[e->hash & (n - 1)] = e;
+            }
+            free(r->buckets);
+            r->buckets = b;
+            r->n_buckets = n;
+        }
+    }
     Entry *e = calloc(1, sizeof(*e));
     if (!e)
         return NULL;
@@ -706,9 +773,26 @@ static Entry *entry_add(Registry *r, const char *subject)
         free(e);
         return NULL;
     }
+    e->hash = subject_hash(r, subject);
+    e->hnext = r->buckets[e->hash & (r->n_buckets - 1)];
+    r->buckets[e->hash & (r->n_buckets - 1)] = e;
     e->next = r->entries;
+    if (r->entries)
+        r->entries->prev = e;
+    else
+        r->last = e;
     r->entries = e;
+    r->n_entries++;
     return e;
+}
+
+bool registry_knows(const Registry *r, const char *subject)
+{
+    uint32_t h = subject_hash(r, subject);
+    for (const Entry *e = r->buckets[h & (r->n_buckets - 1)]; e; e = e->hnext)
+        if (e->hash == h && strcmp(e->subject, subject) == 0)
+            return true;
+    return false;
 }
 
 RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistrySchema **schema,
@@ -775,10 +859,7 @@ RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistryS
 
 size_t registry_cached(const Registry *r)
 {
-    size_t n = 0;
-    for (const Entry *e = r->entries; e; e = e->next)
-        n++;
-    return n;
+    return r->n_entries;
 }
 
 bool registry_up(const Registry *r)

@@ -3,11 +3,11 @@
  * It fetches the schema a subject holds (GET /subjects/{subject}/versions/{latest|N}) and keeps
  * it for the life of the process, as Confluent's serializers with use.latest.version cache the
  * version they found; a subject it lacks is asked again after 5 s, and at most 1,000 such
- * subjects are remembered (the oldest forgotten first). Requests for subjects without a schema at
- * hand are budgeted (100 at once, then 20 a second): beyond it a new subject's lookup is PENDING
- * (no request, no entry; the ready callback comes when the budget allows one), a subject known
- * missing stays MISSING, and one line a minute at most says lookups are held back, so rows naming
- * many subjects the registry lacks cannot flood it. Requests go through libcurl's multi
+ * subjects are remembered (the least recently looked up forgotten first). Requests for subjects
+ * without a schema at hand are budgeted (100 at once, then 20 a second): beyond it a new subject's
+ * lookup is PENDING (no request, no entry; the ready callback comes when the budget allows one), a
+ * subject known missing stays MISSING, and one line a minute at most says lookups are held back, so
+ * rows naming many subjects the registry lacks cannot flood it. Requests go through libcurl's multi
  * interface driven by libev (curl_multi_socket_action from ev_io and ev_timer watchers), so the
  * loop never waits for the registry; each request is bounded by the configured timeout. Several
  * base URLs are tried in turn after a failure. A registry that fails (no answer, timeout, 5xx,
@@ -76,9 +76,12 @@ RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistryS
                                char *err, size_t errlen);
 
 /* How many subjects the client keeps (with a schema, without one, or in flight): those without a
- * schema are bounded (the oldest are dropped beyond 1,000), so that subjects made from rows'
- * text cannot grow it without end. For tests and the curious; O(subjects). */
+ * schema are bounded (the least recently looked up are dropped beyond 1,000), so that subjects
+ * made from rows' text cannot grow it without end. For tests and the curious. */
 size_t registry_cached(const Registry *r);
+
+/* Whether the client keeps an entry for subject (for tests: no lookup, nothing changes). */
+bool registry_knows(const Registry *r, const char *subject);
 
 /* Whether a 404's body (len bytes, need not be NUL-terminated; NULL: none) is the registry's
  * own "not found" ({"error_code": 40401 | 40402 | ..., "message": ...}, as Confluent's registry

@@ -141,6 +141,50 @@ static void test_lookups_budgeted(void **state)
     MHD_stop_daemon(d);
 }
 
+/* From this review: beyond 1,000 subjects without a schema the oldest made were dropped, however
+ * recently rows named them: a subject many rows name was forgotten (and asked again) for one
+ * named once. The least recently looked up goes now. */
+static void test_missing_subjects_lru(void **state)
+{
+    char url[64];
+    struct MHD_Daemon *d = stand_in(registry_404, url, sizeof(url));
+    /* A budget of exactly the requests made below (1,000 subjects and one more), none refilled:
+     * event-0 looked up again is not asked again whenever its retry time comes, so no timing
+     * matters. */
+    RegistryOptions o = {
+        .urls = url, .timeout_ms = 5000, .lookup_rate = 1e-9, .lookup_burst = 1001};
+    char err[256] = "";
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    const RegistrySchema *rs = NULL;
+    const int at_once = 50;
+    for (int first = 0; first < 1000; first += at_once) {
+        answered = 0;
+        for (int i = first; i < first + at_once; i++) {
+            char subject[32];
+            snprintf(subject, sizeof(subject), "event-%d", i);
+            assert_int_equal(registry_lookup(r, subject, &rs, err, sizeof(err)), REGISTRY_PENDING);
+        }
+        while (answered < at_once)
+            ev_run(EV_DEFAULT, 0);
+    }
+    assert_int_equal(registry_cached(r), 1000);
+    answered = 0;
+    assert_int_equal(registry_lookup(r, "event-new", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    /* The first made, looked up again by a row: the most recently used now. */
+    assert_int_equal(registry_lookup(r, "event-0", &rs, err, sizeof(err)), REGISTRY_MISSING);
+    while (answered < 1)
+        ev_run(EV_DEFAULT, 0);
+    assert_int_equal(registry_cached(r), 1000);
+    if (!registry_knows(r, "event-0"))
+        fail_msg("event-0, just looked up, was dropped");
+    assert_false(registry_knows(r, "event-1"));
+    assert_true(registry_knows(r, "event-new"));
+    assert_true(registry_knows(r, "event-999"));
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+}
+
 /* Starts capturing stderr (the log) into a temporary file; capture_end returns it in buf. */
 static FILE *capture_start(int *saved)
 {
@@ -291,6 +335,7 @@ int main(void)
         cmocka_unit_test(test_schema_id_out_of_range),
         cmocka_unit_test(test_subject_logged_quoted),
         cmocka_unit_test(test_base_url_query_refused),
+        cmocka_unit_test(test_missing_subjects_lru),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
