@@ -726,7 +726,9 @@ static bool decimal_syntax(const char *text)
 }
 
 /* A decimal value as Avro writes it: the two's-complement big-endian unscaled integer, its n
- * bytes ending at mag[sizeof(mag) - 1], and the text it was read from (for errors). */
+ * bytes ending at mag[sizeof(mag) - 1], and the text it was read from (for errors). 250 digits
+ * (the most find_decimals lets through) take 105 bytes; a fixed larger than mag is sign-extended
+ * to its size by put_decimal. */
 typedef struct DecimalBytes {
     char text[400];
     unsigned char mag[160];
@@ -1047,13 +1049,17 @@ static bool decimal_read(const json_t *j, const Decimal *dec, avro_schema_t s, P
         mag[magsize - 1 - n++] = negative ? 0xff : 0x00;
     if (is_avro_fixed(s)) {
         size_t size = (size_t)avro_schema_fixed_size(s);
-        if (n > size || size > magsize) {
+        if (n > size) {
             snprintf(err, errlen, "field %s: decimal %.60s does not fit its fixed of %zu bytes",
                      where, text, size);
             return false;
         }
-        memset(mag + magsize - size, negative ? 0xff : 0x00, size - n);
-        n = size;
+        /* A fixed larger than mag (valid: the specification bounds the precision by the size,
+         * not the size) keeps n, the bytes that matter: put_decimal widens it. */
+        if (size <= magsize) {
+            memset(mag + magsize - size, negative ? 0xff : 0x00, size - n);
+            n = size;
+        }
     }
     db->n = n;
     db->negative = negative;
@@ -1068,8 +1074,22 @@ static bool put_decimal(avro_value_t *v, const json_t *j, const Decimal *dec, Pa
     if (!decimal_read(j, dec, s, path, &db, err, errlen))
         return false;
     const unsigned char *bytes = db.mag + sizeof(db.mag) - db.n;
-    int rc = is_avro_fixed(s) ? avro_value_set_fixed(v, (void *)bytes, db.n)
-                              : avro_value_set_bytes(v, (void *)bytes, db.n);
+    size_t n = db.n;
+    unsigned char *wide = NULL; /* a fixed larger than db.mag, sign-extended */
+    if (is_avro_fixed(s) && (size_t)avro_schema_fixed_size(s) > n) {
+        n = (size_t)avro_schema_fixed_size(s);
+        wide = malloc(n);
+        if (!wide) {
+            snprintf(err, errlen, "out of memory");
+            return false;
+        }
+        memset(wide, db.negative ? 0xff : 0x00, n - db.n);
+        memcpy(wide + n - db.n, bytes, db.n);
+        bytes = wide;
+    }
+    int rc = is_avro_fixed(s) ? avro_value_set_fixed(v, (void *)bytes, n)
+                              : avro_value_set_bytes(v, (void *)bytes, n); /* both copy */
+    free(wide);
     if (rc != 0) {
         snprintf(err, errlen, "field %s: %s", *path->text ? path->text : "(value)",
                  avro_strerror());

@@ -764,6 +764,28 @@ static void test_broken_schema_log_quoted(void **state)
     serializer_schema_release(&rs);
 }
 
+/* From this review: a decimal on a fixed larger than 160 bytes (the relay's buffer) refused every
+ * value ("does not fit its fixed of 200 bytes"), though the specification bounds the precision
+ * by the size, not the size: the value is sign-extended to the fixed's size now. */
+static void test_avro_decimal_wide_fixed(void **state)
+{
+    RegistrySchema rs = {
+        .id = 3,
+        .type = REGISTRY_AVRO,
+        .subject = "t-value",
+        .text = "{\"type\": \"record\", \"name\": \"R\", \"fields\": [{\"name\": \"a\", \"type\": "
+                "{\"type\": \"fixed\", \"name\": \"Wide\", \"size\": 200, \"logicalType\": "
+                "\"decimal\", \"precision\": 4, \"scale\": 2}}]}"};
+    unsigned char want[5 + 200] = {0, 0, 0, 0, 3};
+    want[5 + 198] = 0x00; /* 150: 00 96, sign-extended with 00 */
+    want[5 + 199] = 0x96;
+    expect_bytes(&rs, "{\"a\": 1.5}", want, sizeof(want));
+    memset(want + 5, 0xff, 200); /* -1: ff, sign-extended with ff */
+    expect_bytes(&rs, "{\"a\": \"-0.01\"}", want, sizeof(want));
+    expect_fault(VALUE_AVRO, &rs, "{\"a\": 100}", "field a: decimal 100 has more digits");
+    serializer_schema_release(&rs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -785,6 +807,7 @@ int main(void)
         cmocka_unit_test(test_json_schema_equality_and_patterns),
         cmocka_unit_test(test_broken_schema_log_quoted),
         cmocka_unit_test(test_json_schema_equality_exact),
+        cmocka_unit_test(test_avro_decimal_wide_fixed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
