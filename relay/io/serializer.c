@@ -1540,7 +1540,7 @@ static bool find_decimals(Parsed *ps, const json_t *js, avro_schema_t s, avro_sc
 }
 
 /* Parses the registry's schema once; a schema we cannot use fails every row of its subject with
- * the reason (logged once). */
+ * the reason (logged once). NULL when out of memory: nothing kept, the next row tries again. */
 static Parsed *parse_schema(const RegistrySchema *rs, ValueFormat format)
 {
     Parsed *ps = calloc(1, sizeof(*ps));
@@ -1567,16 +1567,23 @@ static Parsed *parse_schema(const RegistrySchema *rs, ValueFormat format)
             ps->iface = NULL;
             ps->broken = true;
         } else {
+            /* avro-c read the same text: NULL is out of memory. Without the decimals, a
+             * decimal's value would be written as its characters ("12.34" as 5 bytes): nothing
+             * is kept, the next row parses the schema again. So with find_decimals out of
+             * memory (false, no reason given). */
             json_t *js = json_loads(rs->text, JSON_DECODE_ANY, NULL);
-            bool ok = !js || find_decimals(ps, js, ps->avro, NULL, 0, 0);
+            bool ok = js && find_decimals(ps, js, ps->avro, NULL, 0, 0);
             json_decref(js);
+            if (!ok && !*ps->broken_why) {
+                parsed_free(ps);
+                return NULL;
+            }
             if (!ok) {
                 free(ps->decimals);
                 ps->decimals = NULL;
                 ps->n_decimals = 0;
                 char why[sizeof(ps->broken_why)];
-                snprintf(why, sizeof(why), "%s",
-                         *ps->broken_why ? ps->broken_why : "out of memory");
+                snprintf(why, sizeof(why), "%s", ps->broken_why);
                 snprintf(ps->broken_why, sizeof(ps->broken_why), "schema id %d: %.200s", rs->id,
                          why);
                 ps->broken = true;

@@ -11,7 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <avro.h>
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "serializer.h"
 
@@ -786,6 +788,50 @@ static void test_avro_decimal_wide_fixed(void **state)
     serializer_schema_release(&rs);
 }
 
+/* jansson's allocations (avro-c parses schemas with it too), counted; the one numbered
+ * fail_at fails. */
+static long jansson_allocs, jansson_fail_at = -1;
+
+static void *counting_malloc(size_t n)
+{
+    return jansson_allocs++ == jansson_fail_at ? NULL : malloc(n);
+}
+
+/* From this review: when reading the Avro schema's text for its decimals ran out of memory, the
+ * schema was kept without them, and for the life of the process a decimal's value went out as
+ * its characters ("1.5" as the 3 bytes 31 2e 35, read back as another number). Nothing is kept
+ * now: the row is retried (out of memory) and the next parse finds the decimals. */
+static void test_avro_decimal_schema_oom(void **state)
+{
+    static const char text[] =
+        "{\"type\": \"record\", \"name\": \"R\", \"fields\": [{\"name\": \"a\", \"type\": "
+        "{\"type\": \"bytes\", \"logicalType\": \"decimal\", \"precision\": 4, \"scale\": 2}}]}";
+    /* How many allocations avro-c's own reading of the text takes: the next is the decimals'. */
+    json_set_alloc_funcs(counting_malloc, free);
+    jansson_allocs = 0;
+    avro_schema_t avro = NULL;
+    assert_int_equal(avro_schema_from_json_length(text, strlen(text), &avro), 0);
+    avro_schema_decref(avro);
+    long avro_reads = jansson_allocs;
+
+    RegistrySchema rs = {.id = 6, .type = REGISTRY_AVRO, .subject = "t-value", .text = text};
+    char *out = NULL, err[256] = "";
+    size_t len = 0;
+    jansson_allocs = 0;
+    jansson_fail_at = avro_reads;
+    SerializerOutcome got = encode(VALUE_AVRO, &rs, "{\"a\": \"1.5\"}", &out, &len, err);
+    jansson_fail_at = -1;
+    json_set_alloc_funcs(malloc, free);
+    if (got == SERIALIZER_OK)
+        fail_msg("encoded without its decimal: %zu bytes", len);
+    assert_int_equal(got, SERIALIZER_RETRY_LATER);
+    assert_string_equal(err, "out of memory");
+    /* 150 at scale 2: 00 96, length 2 (04). */
+    const unsigned char want[] = {0, 0, 0, 0, 6, 0x04, 0x00, 0x96};
+    expect_bytes(&rs, "{\"a\": \"1.5\"}", want, sizeof(want));
+    serializer_schema_release(&rs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -808,6 +854,7 @@ int main(void)
         cmocka_unit_test(test_broken_schema_log_quoted),
         cmocka_unit_test(test_json_schema_equality_exact),
         cmocka_unit_test(test_avro_decimal_wide_fixed),
+        cmocka_unit_test(test_avro_decimal_schema_oom),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
