@@ -433,9 +433,16 @@ static void check_rows(const Config *cfg, Check *c)
     Row **order = c->by_id; /* reused: sorted by aggregate from here on */
     qsort(order, c->n, sizeof(*order),
           per_partition ? cmp_row_aggregate_partition : cmp_row_aggregate);
-    for (size_t i = 1; i < c->n; i++) {
-        const Row *a = order[i - 1], *b = order[i];
-        if (!a->seen || !b->seen || strcmp(a->aggregate_type, b->aggregate_type) ||
+    /* Each row found is compared with the previous row found of its aggregate, skipping the
+     * missing ones between: comparing neighbours only, a missing row hid the order of the rows
+     * either side of it (1 and 3 sent as 3, 1 with 2 missing was no break). */
+    const Row *prev = NULL; /* the last row found */
+    for (size_t i = 0; i < c->n; i++) {
+        const Row *a = prev, *b = order[i];
+        if (!b->seen)
+            continue;
+        prev = b;
+        if (!a || strcmp(a->aggregate_type, b->aggregate_type) ||
             strcmp(a->aggregate_id, b->aggregate_id) || strcmp(a->topic, b->topic) ||
             (per_partition && a->partition != b->partition))
             continue;
