@@ -24,6 +24,15 @@
  * migration's ALTER, a VACUUM FULL, or an ALTER queued behind a long transaction, which every
  * later reader queues behind): without it replay waits as long as they do, silently. */
 #define REPLAY_LOCK_TIMEOUT "10s"
+/* How long a batch's COMMIT may go without an answer. It is a flush of the WAL, and with a
+ * synchronous standby (synchronous_standby_names, synchronous_commit on or above) a round trip to
+ * it: one that stops answering held the COMMIT, and replay with it, for as long as it was gone,
+ * with the network fine (keepalives answered) and nothing said. The wait is not cut short on the
+ * server (a cancel would commit locally without the standby, against the durability the
+ * database is set for): replay gives up and says the outcome is unknown. */
+#define REPLAY_COMMIT_TIMEOUT_S 30
+/* replay_batch's answer when its COMMIT was sent and no verdict came back. */
+#define REPLAY_COMMIT_UNKNOWN (-2)
 
 /* The selection, shared by the summary and the batches. $1: the last {seq} done (exclusive),
  * $2: the highest {seq} when replay started, $3: the database's time then. Rows given new
@@ -101,6 +110,7 @@ typedef struct Selection {
     const char *params[REPLAY_NPARAMS + 1];
     char after[24], high[24], start[64], from_id[24], to_id[24], limit[24];
     char rest_to_id[24], rest_sent_before[40]; /* the bounds of the rest (SQL_REPLAY_START) */
+    char batch_first[24];                      /* the first {seq} of the batch under way */
     StrBuf seqs, event_ids;                    /* --missing: the ids verify named */
     long long rows, min_seq, max_seq;
     Topic *topics;
@@ -352,7 +362,10 @@ static int confirm(const Selection *s)
 }
 
 /* One batch in its own transaction: locks the next rows of the selection and gives them new
- * order values. Returns the rows replayed (0: none left), or -1 with e filled in (rolled back). */
+ * order values. Returns the rows replayed (0: none left), -1 with e filled in (rolled back), or
+ * REPLAY_COMMIT_UNKNOWN with e filled in when the COMMIT was sent but no verdict came (no answer
+ * within REPLAY_COMMIT_TIMEOUT_S, or the connection lost): the batch may or may not have
+ * committed, and the connection is unusable (the caller closes it). */
 static long long replay_batch(PGconn *conn, const Config *cfg, Selection *s, DbError *e)
 {
     if (!db_exec(conn, "BEGIN", e))
@@ -378,6 +391,7 @@ static long long replay_batch(PGconn *conn, const Config *cfg, Selection *s, DbE
         strbuf_puts(&sql, digits);
     }
     strbuf_puts(&sql, SQL_REPLAY_UPDATE_TAIL);
+    snprintf(s->batch_first, sizeof(s->batch_first), "%s", PQgetvalue(res, 0, 0));
     snprintf(s->after, sizeof(s->after), "%s", PQgetvalue(res, (int)(n - 1), 0));
     PQclear(res);
     res = run(conn, &cfg->map, sql.s, 0, NULL, PGRES_COMMAND_OK, e);
@@ -387,8 +401,14 @@ static long long replay_batch(PGconn *conn, const Config *cfg, Selection *s, DbE
     PQclear(res);
     /* Wakes sleeping relays (they LISTEN; producers notify only when the relays sleep, and an
      * UPDATE fires no wakeup trigger): sent at the commit, once a batch. */
-    if (!db_exec(conn, "NOTIFY " WAKEUP_CHANNEL, e) || !db_exec(conn, "COMMIT", e))
+    if (!db_exec(conn, "NOTIFY " WAKEUP_CHANNEL, e))
         goto failed;
+    res = admin_script_within(conn, "COMMIT", REPLAY_COMMIT_TIMEOUT_S, e);
+    if (!res)
+        /* An error the server sent is its verdict: rolled back. None (no answer, the connection
+         * gone after the COMMIT left) says nothing either way. */
+        return e->sqlstate[0] ? -1 : REPLAY_COMMIT_UNKNOWN;
+    PQclear(res);
     return n;
 failed:
     db_rollback(conn);
@@ -617,6 +637,27 @@ int replay_run(const Config *cfg)
             goto done;
         }
         long long n = replay_batch(conn, cfg, &s, &e);
+        if (n == REPLAY_COMMIT_UNKNOWN) {
+            if (tty)
+                fprintf(stderr, "\n");
+            char q[600];
+            /* A rerun with the bounds of the rest is right either way once the COMMIT is settled:
+             * committed, the batch's rows are unsent under new ids above --to-id; not, they are
+             * selected again. While it waits it holds their locks, and a rerun gives up on
+             * them after REPLAY_LOCK_TIMEOUT. */
+            log_error("a batch's COMMIT got no verdict: whether that batch was replayed is "
+                      "unknown. A synchronous standby that does not answer holds a COMMIT until "
+                      "it answers or leaves synchronous_standby_names (pg_stat_activity shows the "
+                      "session, application_name outbox-relay, waiting with wait_event SyncRep); "
+                      "once no such session is left, `replay --dry-run` with the same options "
+                      "lists the batch's ids again if it did not commit. Run again with the "
+                      "bounds of the rest below then: they are right either way",
+                      "batch_ids=%s-%s error=%s", s.batch_first, s.after,
+                      log_quote(db_error_text(&e), q, sizeof(q)));
+            print_rest(&s, done_rows, "before the batch whose outcome is unknown");
+            rc = 1;
+            goto done;
+        }
         if (n < 0) {
             if (tty)
                 fprintf(stderr, "\n");

@@ -12,7 +12,11 @@
 #     wait for the standby either (it waits for the local flush only: statements.h);
 #  5. once the standby answers again, the producer that waited commits and its row is delivered;
 #  6. with the standby frozen again, a relay whose URL sets synchronous_commit (options) keeps it:
-#     its commits wait, its rows stay unmarked until the standby answers.
+#     its commits wait, its rows stay unmarked until the standby answers;
+#  7. replay's COMMIT, which waits for the frozen standby as the server is set, is given up after
+#     30 s with exit 1, a line saying the batch's outcome is unknown and how to find it out, and
+#     the bounds of the rest; the COMMIT is left waiting on the server (not turned into a local
+#     commit) and completes once the standby answers.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 # shellcheck source=tests/netns_lib.sh
@@ -128,3 +132,33 @@ wait_for "6: they are once the standby answers" 30 none_unsent_of c
 delivered c 6
 relay_stop
 check_eq "6: the relay exits 0 on SIGTERM" 0 "$?"
+
+# --- 7. ---
+# replay's batches commit as the server is set (a replay the standby never got would be lost
+# at a failover): its COMMIT waits for the frozen standby. It used to wait as long as the standby
+# stayed frozen, saying nothing; `timeout` stands in for the operator who gives up.
+wait_for "7: the standby is synchronous again" 60 sync_standby
+PGOPTIONS='-c synchronous_commit=local' psql_q "
+    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
+    SELECT 'replayed', 'replayed-' || (g % 3), 'changed', jsonb_build_object('seq', g), now()
+    FROM generate_series(1, 5) AS g ORDER BY g"
+freeze_standby
+timeout -k 5 120 "$RELAY_BIN" replay --database-url "$DATABASE_URL" --aggregate-type replayed \
+    >"$T/replay.out" 2>"$T/replay.err"
+check_eq "7: replay gives up on a COMMIT the frozen standby holds: exit 1" 1 "$?"
+check "7: ... saying the batch's outcome is unknown, and how to find it out" grep -q \
+    'level=error msg="a batch.s COMMIT got no verdict: whether that batch was replayed is unknown.*wait_event SyncRep.*replay --dry-run' \
+    "$T/replay.err"
+check "7: ... its last line gives the bounds of the rest" grep -q \
+    '^replay: 0 events replayed before the batch whose outcome is unknown; to replay the rest, run it again with --to-id' \
+    "$T/replay.out"
+replay_waits() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'
+                 AND application_name = 'outbox-relay'")" = 1 ]
+}
+check "7: its COMMIT still waits on the server, not cancelled into a local commit" replay_waits
+check_eq "7: ... so its rows are not unsent yet" 0 "$(unsent_of replayed)"
+continue_standby
+none_sent_of() { [ "$(sent_of "$1")" = 0 ]; }
+wait_for "7: once the standby answers, the batch commits: its rows are unsent" 30 \
+    none_sent_of replayed
