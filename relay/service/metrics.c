@@ -51,6 +51,8 @@ struct MetricsDb {
     long long backlog, dead_rows;
     double oldest_age_s;
     time_t backlog_refreshed;
+    bool pace_known;
+    double backlog_pace_s;
     bool squatters_known;
     int squatters;
     bool horizon_known;
@@ -227,6 +229,12 @@ void metrics_set_backlog(long long unsent, long long dead, double oldest_age_s)
     cur->dead_rows = dead;
     cur->oldest_age_s = oldest_age_s;
     cur->backlog_refreshed = time(NULL);
+}
+
+void metrics_set_backlog_pace(double every_s)
+{
+    cur->pace_known = true;
+    cur->backlog_pace_s = every_s;
 }
 
 void metrics_row_acked(const Batch *b, const BatchRow *br, double now)
@@ -490,6 +498,12 @@ static void render_set(StrBuf *out, const Set *set)
     family_gauge(out, set, "outbox_backlog_refresh_timestamp_seconds",
                  "Unix time of the last successful refresh of the backlog gauges.", backlog,
                  DB(backlog_refreshed), G_TIME);
+    family_gauge(out, set, "outbox_backlog_refresh_interval_seconds",
+                 "Seconds between backlog refreshes now: every 5 s (15 s for a database of a "
+                 "list), or ten times as long as the last count took when that is longer. The "
+                 "next refresh is due this long after outbox_backlog_refresh_timestamp_seconds, "
+                 "plus the count's own time.",
+                 (long)DB(pace_known), DB(backlog_pace_s), G_SECONDS);
     family_gauge(out, set, "outbox_lane_squatters",
                  "Sessions that are not relays holding the lane group's advisory locks (the "
                  "aggregates of their lanes wait for them); the relay is not ready while any do.",

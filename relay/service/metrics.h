@@ -62,6 +62,11 @@ void metrics_retention_deleted(long long rows);
 /* The backlog as of the last refresh: unsent rows that are not dead-lettered, dead-lettered
  * rows, and the age in seconds of the oldest unsent row (negative: there is none). */
 void metrics_set_backlog(long long unsent, long long dead, double oldest_age_s);
+/* How long the upkeep now waits between backlog counts, set after each count, failed ones
+ * included (pace_backlog, upkeep.c): the refresh interval, or ten times the count's time when
+ * that is longer. outbox_backlog_refresh_timestamp_seconds plus this is when the next refresh is
+ * due, so an alert on the gauges' age follows a slow count's pace. */
+void metrics_set_backlog_pace(double every_s);
 /* Sessions that are not relays holding the lane group's locks (upkeep.c). */
 void metrics_set_lane_squatters(int sessions);
 

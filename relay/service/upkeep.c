@@ -233,6 +233,9 @@ static void pace_backlog(Upkeep *u)
         every = gauge_interval(u);
     /* Half an interval early is due: the tick that comes at `every` sends it. */
     u->backlog_next_at = u->gauge_sent_at + every - gauge_interval(u) / 2.0;
+    /* Shown, so that OutboxGaugesStale waits for a slow count's next turn: ten times a 24-30 s
+     * count is four to five minutes between refreshes, past the alert's two. */
+    metrics_set_backlog_pace(every);
 }
 
 static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error, void *arg)

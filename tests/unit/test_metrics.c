@@ -105,6 +105,11 @@ static void test_backlog_gauges(void **state)
     metrics_set_backlog(0, 0, -1);
     t = render((MetricsLive){0});
     assert_line(t, "outbox_oldest_unsent_age_seconds 0.000");
+    assert_null(strstr(t, "outbox_backlog_refresh_interval_seconds ")); /* no count paced yet */
+    free(t);
+    metrics_set_backlog_pace(275.5); /* a count of 27.55 s */
+    t = render((MetricsLive){0});
+    assert_line(t, "outbox_backlog_refresh_interval_seconds 275.500");
     free(t);
 }
 
