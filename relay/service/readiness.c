@@ -1,5 +1,7 @@
 #include "readiness.h"
 
+#include "log.h"
+
 bool readiness_judge(const RelayStatus *st, int lane_squatters, StrBuf *why)
 {
     bool ready = st->postgres_up && st->kafka_up && st->registry_up && !st->stopping &&
@@ -17,8 +19,12 @@ bool readiness_judge(const RelayStatus *st, int lane_squatters, StrBuf *why)
     if (lane_squatters) /* the aggregates of their lanes wait (upkeep.c) */
         strbuf_puts(why, " sessions that are not relays hold lane locks;");
     if (st->setup_error[0]) { /* other relays carry its lanes meanwhile */
+        /* A server's or libpq's error text, which may echo a value of the configuration (a
+         * password of the connection string): scrubbed as a log line scrubs it, and escaped to
+         * stay one line. /readyz answers anyone who reaches the metrics port. */
+        char shown[4 * sizeof(st->setup_error) + 8];
         strbuf_puts(why, " claims fail until the setup is fixed: ");
-        strbuf_puts(why, st->setup_error);
+        strbuf_puts(why, log_escape(st->setup_error, shown, sizeof(shown)));
         strbuf_puts(why, ";");
     }
     return false;

@@ -12,7 +12,8 @@
 /* True when st says the relay can work: PostgreSQL and Kafka reachable, the Schema Registry
  * available, not stopping, no setup fault, and no session that is not a relay holding the lane
  * group's locks (lane_squatters, upkeep_lane_squatters). When false and why is not NULL, appends
- * each reason as " reason;" (one line: a setup fault's text is one line already). */
+ * each reason as " reason;" (one line: a setup fault's text is escaped as a log value is, and
+ * scrubbed of registered secrets, secrets.h). */
 bool readiness_judge(const RelayStatus *st, int lane_squatters, StrBuf *why);
 
 #endif
