@@ -451,7 +451,8 @@ static volatile sig_atomic_t stop_signal;
 static void on_stop_signal(int sig)
 {
     static const char note[] = "\nreplay: stopping after the batch under way (a second signal "
-                               "stops at once; that batch then rolls back)\n";
+                               "stops at once; that batch then rolls back unless its COMMIT was "
+                               "sent)\n";
     int saved = errno;
     struct sigaction dfl;
     memset(&dfl, 0, sizeof(dfl));
