@@ -8,6 +8,7 @@
 
 #include "engine.h"
 #include "log.h"
+#include "secrets.h"
 #include "monotime.h"
 #include "diagnose.h"
 #include "table.h"
@@ -160,10 +161,18 @@ void session_setup_failed(Session *s, const char *what, const char *state, const
 {
     char q[512], w[64], hint[600], h[800];
     const char *text = error ? error : "unknown error";
+    /* What /readyz and STATUS= show: scrubbed whole, then cut (a secret straddling the cut
+     * would leave a fragment the scrub no longer matches). */
+    char shown[sizeof(s->setup_error)];
+    char *whole = strdup(text);
+    if (whole)
+        secrets_scrub(whole);
+    snprintf(shown, sizeof(shown), "%s", whole ? whole : "(out of memory)");
+    free(whole);
     bool said = false; /* one line per distinct error for the whole relay */
     for (int i = 0; i < s->relay->n_sessions; i++) {
         const Session *other = &s->relay->sessions[i];
-        said = said || (other->setup_fault && strcmp(other->setup_error, text) == 0);
+        said = said || (other->setup_fault && strcmp(other->setup_error, shown) == 0);
     }
     LogLevel level = said ? LOG_DEBUG : LOG_ERROR;
     log_write(level,
@@ -173,7 +182,7 @@ void session_setup_failed(Session *s, const char *what, const char *state, const
               state ? state : "", log_quote(text, q, sizeof(q)),
               log_quote(setup_hint(s, state, hint, sizeof(hint)), h, sizeof(h)), s->index);
     s->setup_fault = true;
-    snprintf(s->setup_error, sizeof(s->setup_error), "%s", text);
+    memcpy(s->setup_error, shown, sizeof(shown));
 }
 
 /* A setup probe went through: the session joins the lane group again at its next step. */

@@ -32,6 +32,7 @@
 #include "fake_kafka.h"
 #include "fake_pg.h"
 #include "log.h"
+#include "secrets.h"
 #include "monotime.h"
 #include "relay.h"
 #include "statements.h"
@@ -56,6 +57,7 @@ static struct {
     const char *claim[MAX_SESSIONS]; /* the next claim's rows by aggregate, "A,A,B"; "" none */
     const char *fail_kind;           /* the first statement of this kind fails ... */
     const char *fail_state;          /* ... with this SQLSTATE */
+    const char *fail_text;           /* ... and this message (NULL: "the test says no") */
     const char *table_node;          /* the table's relfilenode the floor's look finds */
     long long next_id;
     ev_prepare brk;
@@ -413,7 +415,7 @@ static PGresult *auto_result(int i, const FakeRequest *req, int q)
     const char *kind = kind_of(req->sql[q]);
     if (T.fail_kind && strcmp(kind, T.fail_kind) == 0) {
         T.fail_kind = NULL;
-        return fake_pg_error(T.fail_state, "the test says no");
+        return fake_pg_error(T.fail_state, T.fail_text ? T.fail_text : "the test says no");
     }
     char slot[8];
     snprintf(slot, sizeof(slot), "%d", i);
@@ -1382,6 +1384,33 @@ static void test_setup_fault(void **state)
     expect_sent(0, sent);
 }
 
+/* A setup fault's text is kept (for /readyz and STATUS=) cut to its buffer: a secret that
+ * straddles the cut is scrubbed first, so no fragment of it is kept. */
+static void test_setup_fault_scrubbed_before_cut(void **state)
+{
+    static const char secret[] = "s3cr3t-passw0rd-straddling";
+    char text[512];
+    RelayStatus st;
+    /* The kept text starts "ERROR:  " (8 bytes, libpq's prefix): the secret starts 6 bytes
+     * before the cut. */
+    const size_t xs = sizeof(st.setup_error) - 8 - 6;
+    memset(text, 'x', xs);
+    snprintf(text + xs, sizeof(text) - xs, "%s and more", secret);
+    start("1", "1", "60000");
+    secrets_add(secret);
+    bring_up(0);
+    T.fail_text = text;
+    answer_failing(0, "claim", "42501");
+    T.fail_text = NULL;
+    answer(0); /* ROLLBACK */
+    answer(0); /* unlock, leave */
+    relay_status(T.r, &st);
+    assert_true(st.setup_error[0] != '\0');
+    assert_null(strstr(st.setup_error, "s3cr"));
+    assert_non_null(strstr(st.setup_error, "***"));
+    secrets_clear();
+}
+
 /* --sessions 2 --min-sessions 1: the claiming session 0 hits a setup fault while session 1
  * rests. Session 1 takes its place at once (a relay must not deliver nothing while a session of
  * it could claim; the fault may be session 0's alone), while session 0 probes after each retry
@@ -1706,6 +1735,7 @@ int main(void)
         cmocka_unit_test_teardown(test_every_sent_mark_refused_backs_off, teardown),
         cmocka_unit_test_teardown(test_claim_failure_waits_for_backoff, teardown),
         cmocka_unit_test_teardown(test_setup_fault, teardown),
+        cmocka_unit_test_teardown(test_setup_fault_scrubbed_before_cut, teardown),
         cmocka_unit_test_teardown(test_lower_setup_fault_hands_over, teardown),
         cmocka_unit_test_teardown(test_stand_in_works_while_batch_abandoned, teardown),
         cmocka_unit_test_teardown(test_claim_again_after_floor_restart, teardown),
