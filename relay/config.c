@@ -920,6 +920,29 @@ static bool registry_files_check(const Config *cfg, char *err, size_t errlen)
     return true;
 }
 
+/* The registry's URL list, split and counted as registry_new splits it (relay/io/registry.c:
+ * commas, leading spaces dropped, empty items skipped, at most CONFIG_REGISTRY_URLS_MAX): bad
+ * input refused here with the rest (exit 2), not by registry_new inside relay_new, whose failures
+ * are runtime ones (exit 1, which systemd restarts: a list it refuses would restart for ever). */
+static bool registry_urls_check(const char *urls, char *err, size_t errlen)
+{
+    int given = 0;
+    for (const char *p = urls; p && *p;) {
+        p += strspn(p, ",");
+        while (*p == ' ')
+            p++;
+        if (*p && *p != ',')
+            given++;
+        p += strcspn(p, ",");
+    }
+    if (given == 0)
+        return optval_fail(err, errlen, "schema-registry-url: no URL given");
+    if (given > CONFIG_REGISTRY_URLS_MAX)
+        return optval_fail(err, errlen, "schema-registry-url: at most %d URLs, %d given",
+                           CONFIG_REGISTRY_URLS_MAX, given);
+    return true;
+}
+
 /* run and check: check takes what run takes, and refuses what run would refuse. */
 static bool runs_relay(const Config *cfg)
 {
@@ -939,7 +962,9 @@ static bool database_options_check(const Config *cfg, bool sessions_bound, char 
     if (runs && cfg->value_format != VALUE_JSON && !cfg->schema_registry_url)
         return optval_fail(err, errlen, "--value-format %s needs --schema-registry-url",
                            value_format);
-    if (runs && cfg->value_format != VALUE_JSON && !registry_files_check(cfg, err, errlen))
+    if (runs && cfg->value_format != VALUE_JSON &&
+        (!registry_urls_check(cfg->schema_registry_url, err, errlen) ||
+         !registry_files_check(cfg, err, errlen)))
         return false;
     /* The encoders read the payload column as JSON: bytes, or the payload beside envelope
      * fields, would fail in every row, and every row would be dead-lettered. */

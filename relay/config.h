@@ -17,6 +17,8 @@
 /* The longest line of --schema-registry-auth-file, newline included, as the registry reads it
  * (relay/io/registry.c) and the configuration checks it. */
 #define CONFIG_AUTH_LINE_MAX 1024
+/* The most --schema-registry-url URLs: relay/io/registry.c's MAX_URLS, which must stay equal. */
+#define CONFIG_REGISTRY_URLS_MAX 8
 
 typedef enum {
     CMD_RUN,

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "addr.h"
 #include "admin.h"
@@ -87,11 +88,37 @@ bad:
     return NULL;
 }
 
+/* libev's answer to a failed system call (no descriptor left for its signal pipe, say) is
+ * perror and abort(): a core-less crash with a line in no format of ours. A runtime failure, said
+ * in one line, exit 1 (restarted by systemd). libev expects no return. */
+static void on_ev_syserr(const char *msg)
+{
+    char line[300];
+    snprintf(line, sizeof(line), "event loop: %s: %s", msg, strerror(errno));
+    error_line(line, 1);
+    _exit(1);
+}
+
+/* The process's event loop, or NULL after one line (ev_default_loop fails without epoll, select
+ * or poll descriptors to spare). */
+static struct ev_loop *default_loop(void)
+{
+    ev_set_syserr_cb(on_ev_syserr);
+    struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
+    if (!loop)
+        error_line("cannot create the event loop (out of descriptors or memory?)", 1);
+    return loop;
+}
+
 /* run with --databases: a pipeline per database on the one loop (databases.h). */
 static int run_databases(Config *cfg, rd_kafka_conf_t *kconf, int argc, char **argv)
 {
     char err[1024];
-    struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
+    struct ev_loop *loop = default_loop();
+    if (!loop) {
+        rd_kafka_conf_destroy(kconf);
+        return 1;
+    }
     Ops *ops = ops_new(loop, cfg, argc, argv, err, sizeof(err));
     if (!ops) {
         rd_kafka_conf_destroy(kconf);
@@ -118,10 +145,13 @@ static int run_databases(Config *cfg, rd_kafka_conf_t *kconf, int argc, char **a
     log_set_context(NULL);
     Databases *dbs = databases_new(loop, cfg, kconf, cfg->metrics_listen != NULL, err, sizeof(err));
     rd_kafka_conf_destroy(kconf);
+    /* The input was checked (run_input, config_load): what fails now is the machine's (memory,
+     * descriptors, threads), which a restart may cure. Exit 2 would keep systemd from trying
+     * (RestartPreventExitStatus=2). */
     if (!dbs) {
         ops_free(ops);
         ev_loop_destroy(loop);
-        return usage_error(err);
+        return error_line(err, 1);
     }
     /* A wrong registry password is one clear line now, as with one database. */
     if (!databases_check_registries(dbs, err, sizeof(err))) {
@@ -153,7 +183,11 @@ static int cmd_run(Config *cfg, int argc, char **argv)
     if (cfg->n_dbs)
         return run_databases(cfg, kconf, argc, argv);
 
-    struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
+    struct ev_loop *loop = default_loop();
+    if (!loop) {
+        rd_kafka_conf_destroy(kconf);
+        return 1;
+    }
     Ops *ops = ops_new(loop, cfg, argc, argv, err, sizeof(err));
     if (!ops) {
         rd_kafka_conf_destroy(kconf);
@@ -161,9 +195,12 @@ static int cmd_run(Config *cfg, int argc, char **argv)
         return error_line(err, 1);
     }
     Relay *relay = relay_new(loop, cfg, kconf, err, sizeof(err));
+    /* A runtime failure (exit 1, restarted by systemd): the input was checked by run_input and
+     * config_load, so what fails here is the machine's (memory, descriptors, threads). */
     if (!relay) {
         ops_free(ops);
-        return usage_error(err);
+        ev_loop_destroy(loop);
+        return error_line(err, 1);
     }
     /* A wrong registry password is one clear line now, not a stream of failed lookups. */
     if (!relay_check_registry(relay, err, sizeof(err))) {

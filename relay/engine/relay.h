@@ -24,8 +24,10 @@
 typedef struct Relay Relay;
 
 /* Creates the relay and its producer (taking ownership of kconf); PostgreSQL is connected by
- * relay_run. Returns NULL with one line in err when the producer cannot be
- * created from the configuration. cfg must outlive the relay. */
+ * relay_run. cfg must have passed config_load and kconf kafka_conf_build: every failure left is
+ * a runtime one (out of memory, no descriptor or thread for the producer, libcurl), returned as
+ * NULL with one line in err, and main exits 1 on it, never 2 (bad input). cfg must outlive the
+ * relay. */
 Relay *relay_new(struct ev_loop *loop, const Config *cfg, rd_kafka_conf_t *kconf, char *err,
                  size_t errlen);
 

@@ -1234,6 +1234,34 @@ static void test_registry_files_checked(void **state)
     config_free(&cfg);
 }
 
+/* A registry URL list registry_new would refuse (none, or more than it holds) is bad input
+ * refused by the configuration (exit 2): left to relay_new it was a failure main cannot tell
+ * from a runtime one, and a runtime failure exits 1 (restarted by systemd). */
+static void test_registry_url_list_checked(void **state)
+{
+    (void)state;
+    char err[1024];
+    const char *eight = "http://a,http://b,http://c,http://d,http://e,http://f,http://g,http://h";
+    char nine[200];
+    snprintf(nine, sizeof(nine), "%s, http://i", eight);
+    const char *commands[] = {"run", "check"};
+    for (size_t i = 0; i < 2; i++) {
+        Config cfg;
+        const char *c = commands[i];
+        assert_true(LOAD(&cfg, err, c, "--database-url=x", "--brokers=k:1", "--value-format=avro",
+                         "--schema-registry-url", eight));
+        config_free(&cfg);
+        assert_false(LOAD(&cfg, err, c, "--database-url=x", "--brokers=k:1", "--value-format=avro",
+                          "--schema-registry-url", nine));
+        assert_error_line(err, "schema-registry-url: at most 8 URLs, 9 given");
+        config_free(&cfg);
+        assert_false(LOAD(&cfg, err, c, "--database-url=x", "--brokers=k:1", "--value-format=avro",
+                          "--schema-registry-url", " , ,"));
+        assert_error_line(err, "schema-registry-url: no URL given");
+        config_free(&cfg);
+    }
+}
+
 static void test_error_fits_small_buffer(void **state)
 {
     /* A short err buffer is truncated, never overrun. */
@@ -1917,6 +1945,7 @@ int main(void)
         T(test_error_missing_brokers),
         T(test_brokers_list),
         T(test_registry_files_checked),
+        T(test_registry_url_list_checked),
         T(test_registry_auth_line_same_rule),
         T(test_error_fits_small_buffer),
         T(test_config_free_zeroed),

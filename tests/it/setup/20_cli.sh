@@ -5,6 +5,7 @@
 # network work, within a second, with exit status 2 and exactly one line on stderr (no password
 # echoed); --help documents every flag;
 # --version works (and output that cannot be written exits 1); and the precedence flag > environment > config file > default holds.
+# A runtime failure at start-up (no descriptor for the producer or the event loop) exits 1 in one line.
 # Needs neither PostgreSQL nor Kafka: the addresses below have nothing listening.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
@@ -228,3 +229,37 @@ check "config file supplies settings over defaults" \
 DATABASE_URL=$BAD_DB bad "an invalid DATABASE_URL from the environment" run --brokers "$KB"
 bad "a bad flag even when the config file has a good value" run --brokers "$KB" \
     --config "$(cfg gooddb "{\"database-url\": \"$DB\"}")" --database-url "$BAD_DB"
+
+# A runtime failure at start-up exits 1, not 2 (2 is bad input, which the unit does not restart:
+# RestartPreventExitStatus=2). The failure: no descriptor left for the producer's wake-up pipe,
+# with the open-file limit lowered step by step from 3 until the relay starts (each lower limit
+# fails somewhere; the ones that fail making the producer are the runtime failure meant here).
+# started_or_gone PID FILE: the relay PID has exited, or logged its start in FILE.
+started_or_gone() {
+    ! kill -0 "$1" 2>/dev/null || grep -q 'msg="outbox-relay starting"' "$2"
+}
+producer_failures=0 producer_rcs="" crashes=""
+for limit in $(seq 3 64); do
+    out=$T/fds.$limit
+    # shellcheck disable=SC2016 # $1 and $@ are the inner shell's
+    ASAN_OPTIONS=detect_leaks=0 bash -c 'ulimit -n "$1" && shift && exec "$@"' _ "$limit" \
+        "$RELAY_BIN" run --database-url "$DB" --brokers "$KB" >"$out" 2>&1 &
+    pid=$!
+    _poll 10 started_or_gone "$pid" "$out" || fail "fd limit $limit: neither exited nor started in 10 s"
+    if grep -q 'msg="outbox-relay starting"' "$out"; then
+        _t_reap "$pid"
+        break
+    fi
+    wait "$pid"
+    rc=$?
+    [ "$rc" -le 128 ] || crashes="$crashes limit $limit: exit $rc ($(head -c 200 "$out"));"
+    if grep -q 'cannot create the producer' "$out"; then
+        producer_failures=$((producer_failures + 1))
+        producer_rcs="$producer_rcs $rc"
+    fi
+done
+check "a start-up failure making the producer was seen (some descriptor limit)" \
+    [ "$producer_failures" -gt 0 ]
+check_eq "a runtime start-up failure (cannot create the producer) exits 1, not 2" \
+    "$(printf ' 1%.0s' $(seq 1 "$producer_failures"))" "$producer_rcs"
+check_eq "no descriptor limit crashes the relay (libev's failures exit 1 too)" "" "$crashes"
