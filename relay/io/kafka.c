@@ -327,6 +327,56 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
     return conf;
 }
 
+bool kafka_reload_check(const Config *running, const Config *fresh, char *err, size_t errlen)
+{
+    /* The running producer's message.timeout.ms, as kafka_conf_build's checks read it: the
+     * relay's default, then running's entries in order (the ones it started with: --kafka and
+     * the files are restart-only). Setting properties on a bare conf connects nowhere and starts
+     * nothing, so this is safe on the loop; entries that fail to set failed nothing at start
+     * either (kafka_conf_build refused them) and are skipped. */
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char ignored[256], value[64];
+    long setter = -1;
+    rd_kafka_conf_set(conf, "message.timeout.ms", "0", ignored, sizeof(ignored));
+    conf_value(conf, "message.timeout.ms", value, sizeof(value));
+    for (size_t i = 0; i < running->kafka.len; i++) {
+        const OptPair *p = &running->kafka.items[i];
+        if (rd_kafka_conf_set(conf, p->key, p->value, ignored, sizeof(ignored)) != RD_KAFKA_CONF_OK)
+            continue;
+        char now[64];
+        conf_value(conf, "message.timeout.ms", now, sizeof(now));
+        if (strcmp(now, value) != 0) {
+            snprintf(value, sizeof(value), "%s", now);
+            setter = (long)i;
+        }
+    }
+    rd_kafka_conf_destroy(conf);
+    long timeout_ms = strtol(value, NULL, 10);
+    if (timeout_ms <= 0)
+        return true;
+    /* Each database's own --delivery-timeout is checked, so that the line names the entry. */
+    const Config *over = NULL;
+    if (!fresh->n_dbs && fresh->delivery_timeout_ms > timeout_ms)
+        over = fresh;
+    for (int i = 0; !over && i < fresh->n_dbs; i++)
+        if (fresh->dbs[i].delivery_timeout_ms > timeout_ms)
+            over = &fresh->dbs[i];
+    if (!over)
+        return true;
+    char origin[1024], entry[160] = "";
+    watched_origin(running, setter, "message.timeout.ms", origin, sizeof(origin));
+    if (over->database_name)
+        snprintf(entry, sizeof(entry), "database %s: ", over->database_name);
+    snprintf(
+        err, errlen,
+        "%s--delivery-timeout (%ld ms) is longer than the running producer's %s=%ld: a message "
+        "that times out alone lets the later messages of its partition through ahead of its "
+        "retry (per-aggregate order); keep it at most %ld ms, or change message.timeout.ms "
+        "and restart",
+        entry, over->delivery_timeout_ms, origin, timeout_ms, timeout_ms);
+    return false;
+}
+
 static void mark_up(KafkaProducer *kp)
 {
     if (kp->up)

@@ -28,6 +28,13 @@ typedef void (*KafkaDeliveryFn)(void *opaque, rd_kafka_resp_err_t err, void *arg
  * message.timeout.ms (docs/configuration.md, "Why no message timeout"). */
 rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen);
 
+/* What kafka_conf_build checks at start that a SIGHUP reload can change: a --delivery-timeout
+ * (fresh's, or any of its databases') longer than the message.timeout.ms the running producer
+ * was built with (from running's Kafka properties, which a reload never changes). Returns false
+ * with one line in err naming the database (with a list) and where message.timeout.ms was set.
+ * Pure: touches no network and starts no thread (safe on the loop). */
+bool kafka_reload_check(const Config *running, const Config *fresh, char *err, size_t errlen);
+
 /* Creates the producer from conf (taking ownership of it in every case) and starts serving its
  * events on loop. The log context current now (log_context(), its database's) is kept, not
  * copied, and carried by its lines, librdkafka's own included: it must outlive the producer.

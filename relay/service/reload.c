@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "databases.h"
+#include "kafka.h"
 #include "log.h"
 #include "secrets.h"
 #include "strbuf.h"
@@ -28,6 +30,21 @@ static void on_change(const char *option, bool reloadable, void *arg)
     add_name(reloadable ? &c->applied : &c->restart, option);
 }
 
+/* What start-up refuses beyond config_load (main.c run_input) and a reload can bring: each
+ * database's own checks (databases_entry_check: a template that breaks order, a dead-letter topic,
+ * a plaintext URL under --require-tls), and a --delivery-timeout past the running producer's
+ * message.timeout.ms. All of it before anything is applied: a reload is taken whole or not at
+ * all, so a bad entry never leaves the relay half on the new settings. */
+static bool reload_check(const Config *running, const Config *fresh, char *err, size_t errlen)
+{
+    for (int i = 0; i < fresh->n_dbs; i++)
+        if (!databases_entry_check(&fresh->dbs[i], err, errlen))
+            return false;
+    if (!fresh->n_dbs && !databases_entry_check(fresh, err, errlen))
+        return false;
+    return kafka_reload_check(running, fresh, err, errlen);
+}
+
 bool reload_config(Config *running, int argc, char **argv)
 {
     return reload_config_then(running, argc, argv, NULL, NULL);
@@ -44,8 +61,15 @@ bool reload_config_then(Config *running, int argc, char **argv, void (*then)(Con
         config_free(&fresh);
         return false;
     }
-    /* A changed password file is not applied (restart-only) but must never be printed either. */
+    /* A changed password file is not applied (restart-only) but must never be printed either:
+     * registered before anything (the checks' errors included) can show it. */
     config_register_secrets(&fresh);
+    if (!reload_check(running, &fresh, err, sizeof(err))) {
+        log_error("configuration reload failed; keeping the running configuration", "error=%s",
+                  log_quote(err, q, sizeof(q)));
+        config_free(&fresh);
+        return false;
+    }
 
     Changes c = {{0}, {0}, (running->n_dbs > 0) != (fresh.n_dbs > 0)};
     config_diff(running, &fresh, on_change, &c);

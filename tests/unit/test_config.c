@@ -1789,6 +1789,86 @@ static void write_file(const char *path, const char *text)
     assert_int_equal(fclose(f), 0);
 }
 
+/* A reload that start-up would refuse beyond config_load (a list entry databases_entry_check
+ * refuses; a --delivery-timeout past the running producer's message.timeout.ms) is refused whole,
+ * in one line naming what is wrong: nothing of it is applied, not even its valid options. */
+static void test_reload_all_or_nothing(void **state)
+{
+    (void)state;
+    char path[64], err[1024];
+    write_temp(path, "{\"brokers\": \"k:9092\", \"databases\": ["
+                     "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"}]}");
+    char a0[] = "outbox-relay", a1[] = "run", a2[] = "--config";
+    char *argv[] = {a0, a1, a2, path, NULL};
+    Config running;
+    bool loaded;
+    assert_true(config_load(&running, 4, argv, err, sizeof(err)));
+    long batch = running.batch_size;
+    /* b's template breaks order ({event_type} without --order-scope topic): start-up refuses
+     * it, and so does the reload, batch-size and log-level included. */
+    write_file(path, "{\"brokers\": \"k:9092\", \"batch-size\": 7, \"log-level\": \"debug\", "
+                     "\"databases\": [{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"},"
+                     "{\"name\": \"b\", \"database-url\": \"postgresql://h/b\", "
+                     "\"topic-template\": \"b.{event_type}\"}]}");
+    char *log = reload_logged(&running, 4, argv, &loaded);
+    assert_false(loaded);
+    assert_int_equal(running.batch_size, batch);
+    assert_int_not_equal(running.log_level, LOG_DEBUG);
+    if (!strstr(log, "level=error msg=\"configuration reload failed; keeping the running "
+                     "configuration\" error=\"database b: --topic-template") ||
+        strstr(log, "configuration reloaded") || strchr(log, '\n') != strrchr(log, '\n'))
+        fail_msg("a bad entry: logged %s", log);
+    free(log);
+    config_free(&running);
+
+    /* The running producer's message.timeout.ms (60 s) bounds --delivery-timeout as at start. */
+    write_file(path,
+               "{\"brokers\": \"k:9092\", \"database-url\": \"postgresql://h/a\", "
+               "\"delivery-timeout\": 30000, \"kafka\": {\"message.timeout.ms\": \"60000\"}}");
+    assert_true(config_load(&running, 4, argv, err, sizeof(err)));
+    batch = running.batch_size;
+    write_file(path, "{\"brokers\": \"k:9092\", \"database-url\": \"postgresql://h/a\", "
+                     "\"batch-size\": 7, \"delivery-timeout\": 90000, "
+                     "\"kafka\": {\"message.timeout.ms\": \"60000\"}}");
+    log = reload_logged(&running, 4, argv, &loaded);
+    assert_false(loaded);
+    assert_int_equal(running.batch_size, batch);
+    assert_int_equal(running.delivery_timeout_ms, 30000);
+    if (!strstr(log, "--delivery-timeout (90000 ms) is longer than the running producer's "
+                     "config file ") ||
+        !strstr(log, "kafka message.timeout.ms=60000") || strstr(log, "configuration reloaded"))
+        fail_msg("a delivery timeout past message.timeout.ms: logged %s", log);
+    free(log);
+    /* Up to it: applied. */
+    write_file(path, "{\"brokers\": \"k:9092\", \"database-url\": \"postgresql://h/a\", "
+                     "\"batch-size\": 7, \"delivery-timeout\": 60000, "
+                     "\"kafka\": {\"message.timeout.ms\": \"60000\"}}");
+    log = reload_logged(&running, 4, argv, &loaded);
+    assert_true(loaded);
+    assert_int_equal(running.batch_size, 7);
+    assert_int_equal(running.delivery_timeout_ms, 60000);
+    free(log);
+    config_free(&running);
+
+    /* With a list, the entry whose own --delivery-timeout is too long is named. */
+    write_temp(path, "{\"brokers\": \"k:9092\", \"kafka\": {\"message.timeout.ms\": \"60000\"}, "
+                     "\"delivery-timeout\": 30000, \"databases\": ["
+                     "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"}]}");
+    assert_true(config_load(&running, 4, argv, err, sizeof(err)));
+    write_file(path, "{\"brokers\": \"k:9092\", \"kafka\": {\"message.timeout.ms\": \"60000\"}, "
+                     "\"delivery-timeout\": 30000, \"batch-size\": 7, \"databases\": ["
+                     "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"},"
+                     "{\"name\": \"b\", \"database-url\": \"postgresql://h/b\", "
+                     "\"delivery-timeout\": 120000}]}");
+    log = reload_logged(&running, 4, argv, &loaded);
+    assert_false(loaded);
+    assert_int_not_equal(running.batch_size, 7);
+    if (!strstr(log, "error=\"database b: --delivery-timeout (120000 ms)"))
+        fail_msg("an entry's delivery timeout: logged %s", log);
+    free(log);
+    config_free(&running);
+}
+
 /* A SIGHUP that switches between one database and a --databases list is not taken over (ops.c
  * acts on a changed list only when the relay runs one): databases is named among the options
  * that need a restart, not as applied. A changed list, in a relay that runs one, is applied. */
@@ -1967,6 +2047,7 @@ int main(void)
         T(test_databases_option_checks),
         T(test_databases_reload_refuses_bad_entry),
         T(test_reload_databases_switch_needs_restart),
+        T(test_reload_all_or_nothing),
         T(test_databases_same_database_refused),
         T(test_registry_url_password_secret),
     };

@@ -12,7 +12,8 @@
 #  3. SIGHUP with d removed and e added (migrated with `migrate --database e`): e starts and
 #     delivers, d drains (no session of the relay left in db_d), a keeps delivering throughout;
 #     before that, an entry added by SIGHUP that start-up would refuse (a template that breaks
-#     order) is refused with one line naming it, and never starts; after it, an entry naming the
+#     order) refuses the whole reload with one line naming it (a batch-size change beside it is
+#     not applied either), and never starts; after it, an entry naming the
 #     database a kept entry still serves (that entry's URL changed, which takes a restart) is
 #     refused likewise: one database, one entry;
 #  4. two relay processes with the same list share every database's lanes (each database's 64
@@ -157,13 +158,16 @@ wait_for "2: /readyz: 4 of 4 ready again" 30 ready_line '^ready: 4 of 4 database
 # First an entry start-up would refuse ({event_type} without --order-scope topic): a reload
 # refuses it too, and the running databases go on.
 jq --arg url "$(url f)" '.databases += [{"name": "f", "database-url": $url,
-                                         "topic-template": "f.{event_type}"}]' "$CONF" \
+                                         "topic-template": "f.{event_type}"}] |
+                          ."batch-size" = 3' "$CONF" \
     >"$CONF.tmp" && mv "$CONF.tmp" "$CONF"
 mark=$(lines)
 kill -HUP "$RELAY_PID"
-wait_for "3: a reload with an entry start-up refuses: not added, one line naming it" 15 \
-    bash -c "tail -n +$((mark + 1)) '$RELAY_LOG' | grep 'configuration reload: database not added' | grep -q 'database f: --topic-template'"
+wait_for "3: a reload with an entry start-up refuses: refused whole, one line naming it" 15 \
+    bash -c "tail -n +$((mark + 1)) '$RELAY_LOG' | grep 'configuration reload failed; keeping the running configuration' | grep -q 'database f: --topic-template'"
 check "3: ... and f never started" bash -c "! grep -q 'database=f' '$RELAY_LOG'"
+check "3: ... and nothing of that reload applied (no 'configuration reloaded')" \
+    bash -c "! tail -n +$((mark + 1)) '$RELAY_LOG' | grep -q 'configuration reloaded'"
 "$RELAY_BIN" migrate --config "$CONF" --database e 2>/dev/null # not listed yet: refused
 check "3: migrate --database names an unknown database: exit 2" [ $? = 2 ]
 write_conf a b c e

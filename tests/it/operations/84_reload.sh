@@ -10,7 +10,10 @@
 #  4. a flag beats the reloaded file (precedence as at start-up): --log-level given on the command
 #     line wins over the file's (the reload is seen to happen: its restart-only warning shows);
 #  5. growing batch-size past the first allocation (7 -> 5000) takes effect between batches;
-#  6. the relay exits 0 on SIGTERM after all this.
+#  6. the relay exits 0 on SIGTERM after all this;
+#  7. a reload start-up would refuse beyond loading (a --delivery-timeout past the running
+#     producer's message.timeout.ms) is refused whole, in one line naming it: its valid
+#     batch-size is not applied either (claims still take 7), and the relay goes on delivering.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -129,3 +132,24 @@ check "5: a claim took more than the first allocation (7 + 100 dead-letter rows)
 # --- 6. ---
 relay_stop
 check_eq "6: relay exits 0" 0 $?
+
+# --- 7. a reload start-up would refuse is refused whole ---
+write_conf '"log-level": "debug", "batch-size": 7, "delivery-timeout": 30000,
+            "kafka": {"message.timeout.ms": "60000"}'
+relay_start --config "$CONF"
+insert g 5
+wait_for "7: relay delivers" 30 unsent_of g
+write_conf '"log-level": "debug", "batch-size": 5, "delivery-timeout": 90000,
+            "kafka": {"message.timeout.ms": "60000"}'
+mark=$(lines)
+hup "7: a --delivery-timeout past message.timeout.ms is refused, naming both" \
+    'level=error msg="configuration reload failed; keeping the running configuration" error=".*--delivery-timeout \(90000 ms\) is longer than the running producer.s .*message\.timeout\.ms=60000'
+check_eq "7: in one line, nothing reloaded" 1 "$(since "$mark" | grep -c 'reload')"
+insert h 30
+wait_for "7: rows still delivered" 30 unsent_of h
+check "7: still 7 per claim (the refused file's batch-size 5 not applied)" \
+    grep -q 'msg="claimed batch" rows=7 ' <(since "$mark")
+check "7: no claim took 5" bash -c "! tail -n +$((mark + 1)) '$RELAY_LOG' |
+    grep -qE 'msg=\"claimed batch\" rows=5 '"
+relay_stop
+check_eq "7: relay exits 0" 0 $?
