@@ -168,6 +168,7 @@ static int run_databases(Config *cfg, rd_kafka_conf_t *kconf, int argc, char **a
     sdnotify_free(sd);
     ops_free(ops);
     databases_free(dbs);
+    kafka_retired_wait(); /* an old producer still being destroyed (kafka.h) */
     ev_loop_destroy(loop);
     return rc;
 }
@@ -227,6 +228,7 @@ static int cmd_run(Config *cfg, int argc, char **argv)
     sdnotify_free(sd);
     ops_free(ops);
     relay_free(relay);
+    kafka_retired_wait(); /* an old producer still being destroyed (kafka.h) */
     ev_loop_destroy(loop);
     return rc;
 }

@@ -84,10 +84,16 @@ bool relay_producer_ready(Relay *r)
     ev_tstamp now = monotime_now();
     if (now < r->recreate_after)
         return false;
+    /* The old one is destroyed off the loop (rd_kafka_destroy may block while its broker threads
+     * finish a connection attempt or a name lookup); every report of it is in (above), and none
+     * can reach this relay again. One is destroyed at a time: while another (this relay's last,
+     * or another database's) still is, the caller's retry backoff brings it back. */
+    if (!kafka_producer_retire(r->kafka))
+        return false;
+    r->kafka = NULL;
     r->recreate_after = now + backoff_next(&r->recreate);
     char err[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_dup(r->kconf_template);
-    kafka_producer_free(r->kafka, 0);
     r->kafka = kafka_producer_new(r->loop, conf, on_delivery, r, err, sizeof(err));
     if (!r->kafka) {
         log_error("cannot recreate the Kafka producer", "error=%s", err);

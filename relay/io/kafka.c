@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -32,8 +34,11 @@ struct KafkaProducer {
     bool fatal_in_flight_logged;
     char last_topic[256]; /* the topic of the last message produced */
     /* The log context current when the producer was made (its database's, when a process
-     * serves several): made current again as its reports and errors are served on the loop. */
-    const char *log_context;
+     * serves several): made current again as its reports and errors are served on the loop, and
+     * by librdkafka's threads. A copy: a retired producer (kafka_producer_retire) may log from
+     * its own thread after its relay, and the relay's context string, are gone. */
+    char log_context_buf[128];
+    const char *log_context; /* log_context_buf, or NULL: none */
 };
 
 /* Sets key to value; on failure, one line in err that starts with origin (where the property
@@ -414,7 +419,9 @@ static void on_delivery_report(rd_kafka_t *rk, const rd_kafka_message_t *msg, vo
                  "key=%s", log_quote(key, q, sizeof(q)));
         kp->fatal_in_flight_logged = true;
     }
-    kp->on_delivery(msg->_private, msg->err, kp->arg);
+    /* NULL once retired: its reports reach nothing of the relay's (kafka_producer_retire). */
+    if (kp->on_delivery)
+        kp->on_delivery(msg->_private, msg->err, kp->arg);
 }
 
 /* Served by rd_kafka_poll, i.e. on the loop thread like the delivery reports. */
@@ -513,7 +520,10 @@ KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
         return NULL;
     }
     kp->loop = loop;
-    kp->log_context = log_context();
+    if (log_context()) {
+        snprintf(kp->log_context_buf, sizeof(kp->log_context_buf), "%s", log_context());
+        kp->log_context = kp->log_context_buf;
+    }
     kp->on_delivery = on_delivery;
     kp->arg = arg;
     rd_kafka_conf_set_opaque(conf, kp);
@@ -562,6 +572,77 @@ void kafka_producer_free(KafkaProducer *kp, int timeout_ms)
     close(kp->pipe_fds[0]);
     close(kp->pipe_fds[1]);
     free(kp);
+}
+
+/* The producer being destroyed off the loop (kafka_producer_retire): one at a time, so that the
+ * memory and threads of old producers stay bounded however often the cluster fails them.
+ * retire_thread is valid while retire_started; retire_done is set by the thread as it ends. Only
+ * the loop thread starts, joins and reads these (kafka_producer_retire, kafka_retired_wait). */
+static pthread_t retire_thread;
+static bool retire_started;
+static atomic_bool retire_done;
+
+/* Bound on the retired producer's last flush: its messages are purged first, so only reports
+ * still on their way are waited for. */
+#define RETIRE_FLUSH_MS 5000
+
+static void *retire_main(void *arg)
+{
+    KafkaProducer *kp = arg;
+    log_set_context(kp->log_context);
+    rd_kafka_purge(kp->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    /* Serves what is left to on_delivery_report, which passes it to no one now. */
+    rd_kafka_flush(kp->rk, RETIRE_FLUSH_MS);
+    /* May take long (broker threads finishing a connection attempt, a name lookup): the reason
+     * this runs here and not on the loop. */
+    rd_kafka_destroy(kp->rk);
+    close(kp->pipe_fds[0]);
+    close(kp->pipe_fds[1]);
+    free(kp);
+    atomic_store(&retire_done, true);
+    return NULL;
+}
+
+/* Joins the retiring thread if it has ended (or, wait: until it ends). Returns whether none is
+ * left. */
+static bool retire_reap(bool wait)
+{
+    if (!retire_started)
+        return true;
+    if (!wait && !atomic_load(&retire_done))
+        return false;
+    pthread_join(retire_thread, NULL);
+    retire_started = false;
+    return true;
+}
+
+bool kafka_producer_retire(KafkaProducer *kp)
+{
+    if (!kp)
+        return true;
+    if (!retire_reap(false))
+        return false; /* the previous one is still being destroyed: the caller tries later */
+    /* From here on nothing of the relay's is reached: the loop no longer polls it, and its
+     * reports (all of them in already, see the contract) go nowhere. */
+    ev_io_stop(kp->loop, &kp->io);
+    kp->on_delivery = NULL;
+    kp->arg = NULL;
+    atomic_store(&retire_done, false);
+    int rc = pthread_create(&retire_thread, NULL, retire_main, kp);
+    if (rc != 0) {
+        /* No thread to spare: destroyed here, on the loop, as before; said, since it may block. */
+        log_warn("cannot destroy the old Kafka producer off the event loop; destroying it inline",
+                 "error=\"%s\"", strerror(rc));
+        kafka_producer_free(kp, 0);
+        return true;
+    }
+    retire_started = true;
+    return true;
+}
+
+void kafka_retired_wait(void)
+{
+    retire_reap(true);
 }
 
 rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, int32_t partition,

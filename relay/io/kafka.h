@@ -36,8 +36,8 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen);
 bool kafka_reload_check(const Config *running, const Config *fresh, char *err, size_t errlen);
 
 /* Creates the producer from conf (taking ownership of it in every case) and starts serving its
- * events on loop. The log context current now (log_context(), its database's) is kept, not
- * copied, and carried by its lines, librdkafka's own included: it must outlive the producer.
+ * events on loop. The log context current now (log_context(), its database's; up to 127
+ * bytes) is copied and carried by its lines, librdkafka's own included.
  * Returns NULL with one line in err on failure. */
 KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
                                   KafkaDeliveryFn on_delivery, void *arg, char *err, size_t errlen);
@@ -46,6 +46,19 @@ KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
  * still delivered, with an error), and destroys the producer. Blocks: call it only after the
  * loop has stopped. */
 void kafka_producer_free(KafkaProducer *kp, int timeout_ms);
+
+/* Destroys kp off the loop, for a producer replaced while the loop runs (after a fatal error):
+ * rd_kafka_destroy may block for as long as a broker thread takes to finish (a connection
+ * attempt, a name lookup). kp is detached from the loop and from its KafkaDeliveryFn at once, so
+ * no report of it reaches its owner again: call it only once every message of kp has been
+ * reported. At most one producer is being destroyed at a time (memory and threads bounded):
+ * returns false, kp untouched and still the caller's, while the previous one is; true when kp
+ * was taken (a thread destroys it; without a thread to spare, it is destroyed here). */
+bool kafka_producer_retire(KafkaProducer *kp);
+
+/* Waits for the producer kafka_producer_retire is destroying, if any: before the process exits
+ * (librdkafka must not be torn down under it). Blocks: only after the loop has stopped. */
+void kafka_retired_wait(void);
 
 /* Enqueues one message to partition (RD_KAFKA_PARTITION_UA: the partitioner chooses by the key)
  * with timestamp_ms as its CreateTime (0: now). The key is copied; the value is not: it must stay

@@ -21,6 +21,9 @@ struct KafkaProducer {
 };
 
 static KafkaProducer *current;
+/* kafka_producer_free and kafka_producer_retire calls (fake_kafka_freed, fake_kafka_retired). */
+static int freed, retired;
+static bool retire_busy;
 /* The delivery report being served (kafka.c serves them inside rd_kafka_poll, on the producer's
  * own queue): the producer may not be freed from inside one, as kafka_poll goes on polling it. */
 static const KafkaProducer *reporting;
@@ -149,7 +152,47 @@ void kafka_producer_free(KafkaProducer *kp, int timeout_ms)
     if (current == kp)
         current = NULL;
     free(kp);
+    freed++;
 }
+
+int fake_kafka_freed(void)
+{
+    return freed;
+}
+
+int fake_kafka_retired(void)
+{
+    return retired;
+}
+
+void fake_kafka_set_retire_busy(bool busy)
+{
+    retire_busy = busy;
+}
+
+bool kafka_producer_retire(KafkaProducer *kp)
+{
+    if (!kp)
+        return true;
+    if (retire_busy)
+        return false;
+    if (kp == reporting) {
+        fprintf(stderr, "fake_kafka: producer retired inside its own delivery report\n");
+        abort();
+    }
+    /* kafka.h: its reports go nowhere from now on, so every one must be in already. */
+    for (int i = 0; i < kp->n; i++)
+        if (!kp->messages[i].reported) {
+            fprintf(stderr, "fake_kafka: producer retired with message %d unreported\n", i);
+            abort();
+        }
+    freed--; /* not freed on the loop: kafka_producer_free below is the thread's part */
+    kafka_producer_free(kp, 0);
+    retired++;
+    return true;
+}
+
+void kafka_retired_wait(void) {}
 
 static char *copy(const char *s, size_t len)
 {

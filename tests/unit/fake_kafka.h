@@ -41,5 +41,11 @@ void fake_kafka_deliver_purged(void);
 void fake_kafka_refuse_key(const char *key, rd_kafka_resp_err_t err);
 /* Sets what kafka_fatal answers. */
 void fake_kafka_set_fatal(bool fatal);
+/* Producers destroyed on the caller's thread (kafka_producer_free), and handed to be destroyed
+ * off the loop (kafka_producer_retire, which aborts if one of its messages is unreported). */
+int fake_kafka_freed(void);
+int fake_kafka_retired(void);
+/* While busy, kafka_producer_retire refuses (another old producer is still being destroyed). */
+void fake_kafka_set_retire_busy(bool busy);
 
 #endif

@@ -1662,6 +1662,35 @@ static void test_failing_producer_recreated_at_a_pace(void **state)
     assert_true(T.r->recreate_after == 0);
 }
 
+/* The failed producer is destroyed off the loop (rd_kafka_destroy may block while a broker thread
+ * finishes a connection attempt or a name lookup): handed to kafka_producer_retire once all its
+ * reports are in (the fake aborts otherwise), never kafka_producer_free'd while the relay runs.
+ * While another old producer is still being destroyed, the recreation waits (one at a time, so
+ * memory stays bounded) and comes with the session's retry. */
+static void test_failed_producer_destroyed_off_the_loop(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    int freed = fake_kafka_freed(), retired = fake_kafka_retired();
+    KafkaProducer *first = fake_kafka_current();
+    fake_kafka_set_fatal(true);
+    answer_claim(0, "A"); /* the producer failed under the claim */
+    answer(0);            /* ROLLBACK */
+    fake_kafka_set_retire_busy(true);
+    fire(&S(0)->retry_timer);
+    expect_idle_pg(0); /* no claim: the old producer is kept until it can be retired */
+    assert_ptr_equal(fake_kafka_current(), first);
+    assert_true(ev_is_active(&S(0)->retry_timer)); /* the session tries again later */
+    fake_kafka_set_retire_busy(false);
+    fire(&S(0)->retry_timer);
+    assert_ptr_not_equal(fake_kafka_current(), first);
+    assert_false(kafka_fatal(fake_kafka_current()));
+    assert_int_equal(fake_kafka_retired(), retired + 1);
+    assert_int_equal(fake_kafka_freed(), freed); /* none destroyed on the loop */
+    answer_claim(0, "A");
+    fake_kafka_report_all(OK);
+}
+
 /* A follower's final claim waits behind a look at the lanes (the rebalance timer ticked while it
  * asked to sleep), and its guard leaves meanwhile: the claim is then a wakeup, and the session
  * asks again after it, as when the guard leaves while it asks to sleep. Were it to sleep on, no
@@ -1745,6 +1774,7 @@ int main(void)
         cmocka_unit_test_teardown(test_setup_probe_keeps_its_backoff, teardown),
         cmocka_unit_test_teardown(test_producer_recreated_outside_its_report, teardown),
         cmocka_unit_test_teardown(test_failing_producer_recreated_at_a_pace, teardown),
+        cmocka_unit_test_teardown(test_failed_producer_destroyed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
     };

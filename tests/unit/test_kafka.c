@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <ev.h>
+
 #include "config.h"
 #include "kafka.h"
 
@@ -370,6 +372,45 @@ static void test_transactional_id_refused(void **state)
     config_free(&cfg);
 }
 
+static int reports_after_retire;
+
+static void count_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
+{
+    (void)opaque;
+    (void)err;
+    (void)arg;
+    reports_after_retire++;
+}
+
+/* A retired producer is destroyed by its own thread, and whatever it still reports (here a
+ * message queued to a broker that never answers, purged by the retirement) reaches no one: not
+ * the KafkaDeliveryFn its owner gave. kafka_retired_wait returns once it is gone (the sanitizers
+ * see its memory freed, its threads joined); a second retirement after it is taken at once. */
+static void test_retired_producer_reports_to_no_one(void **state)
+{
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    assert_non_null(loop);
+    for (int round = 0; round < 2; round++) {
+        char err[512] = "";
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        assert_int_equal(
+            rd_kafka_conf_set(conf, "bootstrap.servers", "127.0.0.1:9", err, sizeof(err)),
+            RD_KAFKA_CONF_OK);
+        KafkaProducer *kp = kafka_producer_new(loop, conf, count_report, NULL, err, sizeof(err));
+        assert_non_null(kp);
+        static const char value[] = "v";
+        assert_int_equal(
+            kafka_produce(kp, "t", RD_KAFKA_PARTITION_UA, 0, "k", 1, value, 1, NULL, NULL),
+            RD_KAFKA_RESP_ERR_NO_ERROR);
+        reports_after_retire = 0;
+        assert_true(kafka_producer_retire(kp));
+        kafka_retired_wait();
+        ev_run(loop, EVRUN_NOWAIT);
+        assert_int_equal(reports_after_retire, 0);
+    }
+    ev_loop_destroy(loop);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -387,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_message_timeout_against_every_database),
         cmocka_unit_test(test_scattering_partitioners_refused),
         cmocka_unit_test(test_transactional_id_refused),
+        cmocka_unit_test(test_retired_producer_reports_to_no_one),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
