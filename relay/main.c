@@ -61,12 +61,14 @@ static int usage_error(const char *msg)
 /* What run checks before touching the network, shared with check (which must refuse what run
  * refuses, with the same exit status). libpq accepts the connection string lazily; parse it now so
  * a typo fails at start-up. The message never echoes the string itself: it may hold a password.
- * Returns the producer configuration, or NULL after printing the one line of bad input. */
-static rd_kafka_conf_t *run_input(Config *cfg)
+ * Returns the producer configuration, or NULL after printing the one line of bad input (*status
+ * EXIT_USAGE) or of a runtime failure (*status 1: no thread for the trial producer). */
+static rd_kafka_conf_t *run_input(Config *cfg, int *status)
 {
     char err[1024], host[256];
     unsigned port;
     rd_kafka_conf_t *kconf = NULL;
+    bool runtime = false;
     bool dbs_ok = true;
     for (int i = 0; dbs_ok && i < cfg->n_dbs; i++)
         dbs_ok = databases_entry_check(&cfg->dbs[i], err, sizeof(err));
@@ -74,7 +76,7 @@ static rd_kafka_conf_t *run_input(Config *cfg)
         (cfg->metrics_listen && !addr_parse_host_port("--metrics-listen", cfg->metrics_listen, host,
                                                       sizeof(host), &port, err, sizeof(err))))
         goto bad;
-    kconf = kafka_conf_build(cfg, err, sizeof(err));
+    kconf = kafka_conf_build(cfg, &runtime, err, sizeof(err));
     /* With --require-tls, nothing connects unprotected: checked before the producer exists
      * (librdkafka connects as soon as it does); with several databases, for each of them by
      * databases_entry_check. */
@@ -84,7 +86,7 @@ static rd_kafka_conf_t *run_input(Config *cfg)
 bad:
     if (kconf)
         rd_kafka_conf_destroy(kconf);
-    usage_error(err);
+    *status = error_line(err, runtime ? 1 : EXIT_USAGE);
     return NULL;
 }
 
@@ -176,9 +178,10 @@ static int run_databases(Config *cfg, rd_kafka_conf_t *kconf, int argc, char **a
 static int cmd_run(Config *cfg, int argc, char **argv)
 {
     char err[1024];
-    rd_kafka_conf_t *kconf = run_input(cfg);
+    int status;
+    rd_kafka_conf_t *kconf = run_input(cfg, &status);
     if (!kconf)
-        return EXIT_USAGE;
+        return status;
     /* A process option: every database's connections and requests (--databases too). */
     pg_set_session_timeout(cfg->session_timeout_ms);
     if (cfg->n_dbs)
@@ -364,8 +367,9 @@ int main(int argc, char **argv)
         rc = cmd_migrate(one);
         break;
     case CMD_CHECK: {
-        rd_kafka_conf_t *kconf = run_input(&cfg);
-        rc = kconf ? check_run(one, kconf) : EXIT_USAGE;
+        int status;
+        rd_kafka_conf_t *kconf = run_input(&cfg, &status);
+        rc = kconf ? check_run(one, kconf) : status;
         break;
     }
     case CMD_DEAD:

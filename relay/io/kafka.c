@@ -122,7 +122,8 @@ static void on_trial_log(const rd_kafka_t *rk, int level, const char *fac, const
  * combinations only there (acks, max.in.flight.requests.per.connection or retries against
  * idempotence, the TLS files), so run would otherwise refuse them only after check said the
  * configuration is valid. The trial producer has no bootstrap server, so it connects nowhere. */
-static bool producer_accepts(const rd_kafka_conf_t *conf, char *why, size_t whylen)
+static bool producer_accepts(const rd_kafka_conf_t *conf, bool *no_resource, char *why,
+                             size_t whylen)
 {
     rd_kafka_conf_t *trial = rd_kafka_conf_dup(conf);
     char ignored[128];
@@ -130,6 +131,9 @@ static bool producer_accepts(const rd_kafka_conf_t *conf, char *why, size_t whyl
     rd_kafka_conf_set_log_cb(trial, on_trial_log);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, trial, why, whylen);
     if (!rk) {
+        /* Not the configuration's fault: no thread to spare (a process or cgroup limit). */
+        if (no_resource)
+            *no_resource = rd_kafka_last_error() == RD_KAFKA_RESP_ERR__CRIT_SYS_RESOURCE;
         rd_kafka_conf_destroy(trial);
         return false;
     }
@@ -149,7 +153,7 @@ static void producer_refusal(const Config *cfg, const rd_kafka_conf_t *base, con
         for (size_t j = 0; j < k; j++)
             rd_kafka_conf_set(prefix, cfg->kafka.items[j].key, cfg->kafka.items[j].value, scratch,
                               sizeof(scratch));
-        bool accepted = producer_accepts(prefix, scratch, sizeof(scratch));
+        bool accepted = producer_accepts(prefix, NULL, scratch, sizeof(scratch));
         rd_kafka_conf_destroy(prefix);
         if (accepted) {
             const OptPair *p = &cfg->kafka.items[k];
@@ -164,8 +168,10 @@ static void producer_refusal(const Config *cfg, const rd_kafka_conf_t *base, con
     snprintf(err, errlen, "invalid Kafka configuration: %s", why);
 }
 
-rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
+rd_kafka_conf_t *kafka_conf_build(const Config *cfg, bool *runtime, char *err, size_t errlen)
 {
+    if (runtime)
+        *runtime = false;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     /* Idempotence gives acks=all, at most 5 requests in flight and no reordering or duplicates
      * within a partition: the per-aggregate order rests on it. It does not cover messages that
@@ -319,8 +325,14 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
         ok = false;
     }
     char why[512];
-    if (ok && !producer_accepts(conf, why, sizeof(why))) {
-        producer_refusal(cfg, base, why, err, errlen);
+    bool no_resource = false;
+    if (ok && !producer_accepts(conf, &no_resource, why, sizeof(why))) {
+        if (no_resource)
+            snprintf(err, errlen, "cannot create the producer: %s", why);
+        else
+            producer_refusal(cfg, base, why, err, errlen);
+        if (runtime)
+            *runtime = no_resource;
         ok = false;
     }
     if (base)
@@ -535,7 +547,12 @@ KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
     char why[512];
     kp->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
     if (!kp->rk) {
-        snprintf(err, errlen, "invalid Kafka configuration: %s", why);
+        /* The configuration passed kafka_conf_build's trial: most likely no thread to spare. */
+        snprintf(err, errlen, "%s: %s",
+                 rd_kafka_last_error() == RD_KAFKA_RESP_ERR__CRIT_SYS_RESOURCE
+                     ? "cannot create the producer"
+                     : "invalid Kafka configuration",
+                 why);
         rd_kafka_conf_destroy(conf);
         close(kp->pipe_fds[0]);
         close(kp->pipe_fds[1]);

@@ -25,8 +25,11 @@ typedef void (*KafkaDeliveryFn)(void *opaque, rd_kafka_resp_err_t err, void *arg
  * shorter than the longest --delivery-timeout) or librdkafka would refuse to create the producer
  * from it (acks=1 with idempotence, say: checked by creating one that connects nowhere); the
  * line names where the property was set (config_kafka_origin). Logs a warning for a longer
- * message.timeout.ms (docs/configuration.md, "Why no message timeout"). */
-rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen);
+ * message.timeout.ms (docs/configuration.md, "Why no message timeout"). *runtime (when not NULL)
+ * is set true when the refusal is the machine's, not the configuration's: the trial producer
+ * could not start a thread (a process or cgroup limit), which a restart may cure (exit 1, not 2).
+ */
+rd_kafka_conf_t *kafka_conf_build(const Config *cfg, bool *runtime, char *err, size_t errlen);
 
 /* What kafka_conf_build checks at start that a SIGHUP reload can change: a --delivery-timeout
  * (fresh's, or any of its databases') longer than the message.timeout.ms the running producer

@@ -98,8 +98,10 @@ void fake_kafka_set_fatal(bool fatal)
 
 /* ---- kafka.h ---- */
 
-rd_kafka_conf_t *kafka_conf_build(const Config *cfg, char *err, size_t errlen)
+rd_kafka_conf_t *kafka_conf_build(const Config *cfg, bool *runtime, char *err, size_t errlen)
 {
+    if (runtime)
+        *runtime = false;
     (void)cfg;
     (void)err;
     (void)errlen;

@@ -31,7 +31,7 @@ static rd_kafka_conf_t *build(Config *cfg, char *err, size_t errlen, ...)
         argv[argc++] = a;
     va_end(ap);
     assert_true(config_load(cfg, argc, argv, err, errlen));
-    return kafka_conf_build(cfg, err, errlen);
+    return kafka_conf_build(cfg, NULL, err, errlen);
 }
 
 /* Asserts that property key of conf has the value want. */
@@ -211,7 +211,7 @@ static rd_kafka_conf_t *build_logged(Config *cfg, char *err, size_t errlen, char
     fflush(stderr);
     int saved = dup(STDERR_FILENO);
     assert_true(dup2(fileno(tmp), STDERR_FILENO) >= 0);
-    rd_kafka_conf_t *conf = kafka_conf_build(cfg, err, errlen);
+    rd_kafka_conf_t *conf = kafka_conf_build(cfg, NULL, err, errlen);
     fflush(stderr);
     assert_true(dup2(saved, STDERR_FILENO) >= 0);
     close(saved);
@@ -326,7 +326,7 @@ static void test_message_timeout_against_every_database(void **state)
                     " \"delivery-timeout\": 60000}]",
                     NULL};
     assert_true(config_load(&cfg, 8, argv, err, sizeof(err)));
-    assert_null(kafka_conf_build(&cfg, err, sizeof(err)));
+    assert_null(kafka_conf_build(&cfg, NULL, err, sizeof(err)));
     assert_non_null(strstr(err, "at least --delivery-timeout (60000 ms)"));
     config_free(&cfg);
 }

@@ -5,7 +5,8 @@
 # network work, within a second, with exit status 2 and exactly one line on stderr (no password
 # echoed); --help documents every flag;
 # --version works (and output that cannot be written exits 1); and the precedence flag > environment > config file > default holds.
-# A runtime failure at start-up (no descriptor for the producer or the event loop) exits 1 in one line.
+# A runtime failure at start-up (no descriptor for the producer or the event loop, no thread for
+# librdkafka) exits 1 in one line.
 # Needs neither PostgreSQL nor Kafka: the addresses below have nothing listening.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
@@ -263,3 +264,38 @@ check "a start-up failure making the producer was seen (some descriptor limit)" 
 check_eq "a runtime start-up failure (cannot create the producer) exits 1, not 2" \
     "$(printf ' 1%.0s' $(seq 1 "$producer_failures"))" "$producer_rcs"
 check_eq "no descriptor limit crashes the relay (libev's failures exit 1 too)" "" "$crashes"
+
+# The same for a thread librdkafka cannot start (a process limit: RLIMIT_NPROC, which binds a user
+# other than root, here nobody, raised step by step from 1): the trial producer's refusal read
+# "invalid Kafka configuration" and exited 2.
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+    thread_failures=0 thread_rcs=""
+    for limit in $(seq 1 64); do
+        out=$T/nproc.$limit
+        # shellcheck disable=SC2016 # $1 and $@ are the inner shell's
+        ASAN_OPTIONS=detect_leaks=0 setpriv --reuid=65534 --regid=65534 --clear-groups \
+            bash -c 'ulimit -u "$1" && shift && exec "$@"' _ "$limit" \
+            "$RELAY_BIN" run --database-url "$DB" --brokers "$KB" >"$out" 2>&1 &
+        pid=$!
+        _poll 10 started_or_gone "$pid" "$out" ||
+            fail "process limit $limit: neither exited nor started in 10 s"
+        if grep -q 'msg="outbox-relay starting"' "$out"; then
+            _t_reap "$pid"
+            break
+        fi
+        wait "$pid"
+        rc=$?
+        if grep -q 'Failed to create thread' "$out"; then
+            thread_failures=$((thread_failures + 1))
+            thread_rcs="$thread_rcs $rc"
+            grep -q 'outbox-relay: cannot create the producer: Failed to create thread' "$out" ||
+                not_ok "process limit $limit: the line says what failed" "$(head -c 300 "$out")"
+        fi
+    done
+    check "a start-up failure to start a librdkafka thread was seen (some process limit)" \
+        [ "$thread_failures" -gt 0 ]
+    check_eq "no thread for librdkafka at start-up exits 1, not 2 (bad configuration)" \
+        "$(printf ' 1%.0s' $(seq 1 "$thread_failures"))" "$thread_rcs"
+else
+    ok "# skip: a process limit needs root (setpriv to another user)"
+fi
