@@ -444,8 +444,16 @@ void relay_free_within(Relay *r, int flush_ms)
     ev_signal_stop(r->loop, &r->sigint);
     ev_timer_stop(r->loop, &r->purge_timer);
     ev_timer_stop(r->loop, &r->rest_timer);
-    /* The producer goes first: its last delivery reports still point into the batches. */
-    kafka_producer_free(r->kafka, flush_ms);
+    /* The producer goes first: its last delivery reports still point into the batches. With
+     * every batch empty nothing of it points into the relay any more, and it is destroyed off the
+     * loop (kafka_producer_retire): a database removed by SIGHUP is freed on the loop (on_reap,
+     * databases.c), where rd_kafka_destroy would stall every other database. Otherwise, or while
+     * another old producer is still being destroyed, here, as before. */
+    bool reported = true;
+    for (int i = 0; r->sessions && i < r->n_sessions; i++)
+        reported = reported && r->sessions[i].batch.n == 0;
+    if (!reported || !kafka_producer_retire(r->kafka))
+        kafka_producer_free(r->kafka, flush_ms);
     for (int i = 0; r->sessions && i < r->n_sessions; i++)
         session_free(&r->sessions[i]);
     free(r->sessions);

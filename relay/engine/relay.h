@@ -84,7 +84,8 @@ void relay_status(const Relay *r, RelayStatus *out);
 
 /* Releases everything; call after relay_run returned. Messages still in the producer get up to
  * 1 s to be acknowledged (relay_free_within: flush_ms), then are purged: their rows stay unsent
- * and are sent again. */
+ * and are sent again. A producer with nothing left is destroyed off the loop
+ * (kafka_producer_retire; the process waits for it with kafka_retired_wait before it exits). */
 void relay_free(Relay *r);
 void relay_free_within(Relay *r, int flush_ms);
 

@@ -662,6 +662,34 @@ static void test_stop_while_producing(void **state)
     expect_sent(0, sent);
 }
 
+/* A relay freed with every report in (a database removed by SIGHUP is freed on the loop)
+ * hands its producer to kafka_producer_retire, destroyed off the loop; one freed with a batch
+ * still out frees it here, its last reports served into the batch before the batch goes. */
+static void test_freed_producer_destroyed_off_the_loop(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A");
+    fake_kafka_report_all(OK);
+    answer(0); /* marked */
+    int freed = fake_kafka_freed(), retired = fake_kafka_retired();
+    relay_free(T.r);
+    T.r = NULL;
+    assert_int_equal(fake_kafka_retired(), retired + 1);
+    assert_int_equal(fake_kafka_freed(), freed);
+
+    teardown(state);
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A,B"); /* out: no report yet */
+    freed = fake_kafka_freed();
+    retired = fake_kafka_retired();
+    relay_free(T.r); /* the fake aborts if it is retired with reports outstanding */
+    T.r = NULL;
+    assert_int_equal(fake_kafka_freed(), freed + 1);
+    assert_int_equal(fake_kafka_retired(), retired);
+}
+
 /* The connection goes while the marks (and the chained claim) are in flight: the batch is
  * abandoned, and after the reconnect nothing of it is marked again. */
 static void test_connection_lost_while_marking(void **state)
@@ -1775,6 +1803,7 @@ int main(void)
         cmocka_unit_test_teardown(test_producer_recreated_outside_its_report, teardown),
         cmocka_unit_test_teardown(test_failing_producer_recreated_at_a_pace, teardown),
         cmocka_unit_test_teardown(test_failed_producer_destroyed_off_the_loop, teardown),
+        cmocka_unit_test_teardown(test_freed_producer_destroyed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
     };
