@@ -96,7 +96,14 @@ static void put_value(Out *o, const char **p)
                 put_json_char(o, '\n');
                 v++;
             } else if (*v == '\\' && v[1] == 'x' && hex(v[2]) >= 0 && hex(v[3]) >= 0) {
-                put_json_char(o, (unsigned char)(hex(v[2]) * 16 + hex(v[3])));
+                /* log_quote writes a byte of invalid UTF-8 this way too: copied back as it is,
+                 * it would make the line invalid JSON (RFC 8259 requires UTF-8), and collectors
+                 * drop such a line; it is U+FFFD then, as strict decoders show it. */
+                unsigned char c = (unsigned char)(hex(v[2]) * 16 + hex(v[3]));
+                if (c >= 0x80)
+                    put_json_codepoint(o, 0xfffd);
+                else
+                    put_json_char(o, c);
                 v += 3;
             } else if (*v == '\\' && (v[1] == 'u' || v[1] == 'U') &&
                        hex_run(v + 2, v[1] == 'u' ? 4 : 8)) {

@@ -4,7 +4,8 @@
  * log.c builds every line in logfmt first (one place formats fields, quotes values and scrubs
  * secrets); this turns such a finished line into one JSON object with the same keys: "ts",
  * "level", "msg", then each field in order. Quoted values are unescaped from log_quote's form and
- * escaped again for JSON; a bare integer becomes a JSON number, every other value a string. */
+ * escaped again for JSON (a byte of invalid UTF-8, \xNN from 80 up, becomes U+FFFD: JSON text is
+ * UTF-8); a bare integer becomes a JSON number, every other value a string. */
 #ifndef OUTBOX_LOG_JSON_H
 #define OUTBOX_LOG_JSON_H
 

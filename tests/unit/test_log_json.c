@@ -61,6 +61,24 @@ static void test_quoted_round_trip(void **state)
     }
 }
 
+/* A value holding bytes that are not UTF-8 (Latin-1 text, a character cut in two): log_quote
+ * writes each as \xNN, and the JSON line must still be UTF-8, or a parser rejects it (jansson
+ * does, like the collectors). Before, the byte was copied back raw. */
+static void test_invalid_utf8(void **state)
+{
+    const char *values[] = {"caf\xe9", "cut \xe2\x80", "\xff\xfe", "over\xc0\xaflong"};
+    const char *expected[] = {"caf\xef\xbf\xbd", "cut \xef\xbf\xbd\xef\xbf\xbd",
+                              "\xef\xbf\xbd\xef\xbf\xbd", "over\xef\xbf\xbd\xef\xbf\xbdlong"};
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        char q[256], line[512];
+        snprintf(line, sizeof(line), "T level=info msg=\"m\" v=%s",
+                 log_quote(values[i], q, sizeof(q)));
+        json_t *o = convert(line);
+        assert_string_equal(json_string_value(json_object_get(o, "v")), expected[i]);
+        json_decref(o);
+    }
+}
+
 /* A line longer than the buffer is cut, never overrun, and still one JSON object: the fields
  * that fit whole, then "cut":true. (Before, the object was cut mid-value, and a collector drops
  * a line it cannot parse.) */
@@ -110,6 +128,7 @@ int main(void)
         cmocka_unit_test(test_fields),
         cmocka_unit_test(test_quoted_round_trip),
         cmocka_unit_test(test_cut),
+        cmocka_unit_test(test_invalid_utf8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
