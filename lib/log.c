@@ -270,6 +270,12 @@ static void mask_in_place(char *buf)
         char *auth = scheme + 3;
         size_t auth_len = strcspn(auth, "/?#");
         char *at = memrchr(auth, '@', auth_len);
+        if (!at) {
+            /* libpq ends the user info at the first '@' before any '/', so a password may hold
+             * '?' or '#' ("u:pa?ss@h"): look that far before deciding there is none. */
+            auth_len = strcspn(auth, "/");
+            at = memrchr(auth, '@', auth_len);
+        }
         if (at) {
             char *colon = memchr(auth, ':', (size_t)(at - auth));
             if (colon)

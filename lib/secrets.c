@@ -64,6 +64,8 @@ static void add_raw_passwords(const char *conninfo)
         const char *auth = scheme + 3;
         size_t auth_len = strcspn(auth, "/?#");
         const char *at = memrchr(auth, '@', auth_len);
+        if (!at) /* "u:pa?ss@h": libpq looks as far as the first '/' (log_mask_conninfo) */
+            at = memrchr(auth, '@', strcspn(auth, "/"));
         const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
         if (colon)
             add_span(colon + 1, (size_t)(at - colon - 1));

@@ -58,6 +58,17 @@ static void test_mask_url_with_at_in_password(void **state)
     assert_masked("postgresql://u:secret@x@h/db", "postgresql://u:***@h/db");
 }
 
+/* libpq ends the user info at the first '@' before a '/', so '?' and '#' may be part of the
+ * password; before, the masker stopped looking at them and showed the password. */
+static void test_mask_url_password_with_query_chars(void **state)
+{
+    assert_masked("postgresql://u:sec?ret@h/db", "postgresql://u:***@h/db");
+    assert_masked("postgresql://u:sec#ret@h:5432", "postgresql://u:***@h:5432");
+    assert_masked("postgresql://u:a?b#c@h?sslmode=require", "postgresql://u:***@h?sslmode=require");
+    /* no user info: a ':' and an '@' after a '/' are not one */
+    assert_masked("postgresql://h/db?options=a:b@c", "postgresql://h/db?options=a:b@c");
+}
+
 static void test_mask_url_query_password(void **state)
 {
     assert_masked("postgresql://h/db?password=secret&sslmode=require",
@@ -555,6 +566,7 @@ int main(void)
         cmocka_unit_test(test_mask_url_with_query),
         cmocka_unit_test(test_mask_url_with_at_in_path),
         cmocka_unit_test(test_mask_url_with_at_in_password),
+        cmocka_unit_test(test_mask_url_password_with_query_chars),
         cmocka_unit_test(test_mask_url_query_password),
         cmocka_unit_test(test_mask_sslpassword),
         cmocka_unit_test(test_mask_keyword_value),

@@ -83,6 +83,17 @@ static void test_conninfo_unparsable(void **state)
                     "invalid percent-encoded token: \"***\"");
 }
 
+static void test_conninfo_url_password_with_query_chars(void **state)
+{
+    /* libpq reads "hunter?22%zz" as the password ('?' does not end the user info) and echoes it
+     * when the encoding is bad; before, the raw text was not registered. */
+    secrets_add_conninfo("postgresql://u:hunter?22%zz@h/db");
+    assert_scrubbed("invalid percent-encoded token: \"hunter?22%zz\"",
+                    "invalid percent-encoded token: \"***\"");
+    secrets_add_conninfo("postgresql://u:pass#word1@h/db");
+    assert_scrubbed("pass#word1", "***");
+}
+
 static void test_conninfo_keyword_form(void **state)
 {
     secrets_add_conninfo("host=h dbname=d password='it\\'s a secret' sslpassword=keypass99");
@@ -211,6 +222,7 @@ int main(void)
         T(test_duplicates),
         T(test_conninfo_url),
         T(test_conninfo_unparsable),
+        T(test_conninfo_url_password_with_query_chars),
         T(test_conninfo_keyword_form),
         T(test_kafka_keys),
         T(test_add_config),
