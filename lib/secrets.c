@@ -91,8 +91,11 @@ static void add_raw_passwords(const char *conninfo)
                 if (*end == '\\' && end[1])
                     end++;
         } else {
-            while (*end && !isspace((unsigned char)*end) && *end != '&')
-                end++;
+            /* libpq honours backslash escapes in unquoted values too ("se\ cret"), as
+             * log_mask_conninfo knows: the raw value runs past an escaped blank. */
+            for (; *end && !isspace((unsigned char)*end) && *end != '&'; end++)
+                if (*end == '\\' && end[1])
+                    end++;
         }
         add_span(q, (size_t)(end - q));
     }

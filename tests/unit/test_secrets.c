@@ -104,6 +104,15 @@ static void test_conninfo_keyword_form(void **state)
     assert_scrubbed("query-secret", "***");
 }
 
+static void test_conninfo_unquoted_escape(void **state)
+{
+    /* "pw\ 9999" is one value to libpq; before, the raw text was cut at the blank, "pw\" (too
+     * short to register), so libpq's echo of the string as written kept the password. The
+     * string fails to parse (no '=' after "bogus"): only the raw text can be registered. */
+    secrets_add_conninfo("host=h password=pw\\ 9999 bogus");
+    assert_scrubbed("host=h password=pw\\ 9999 bogus", "host=h password=*** bogus");
+}
+
 static void test_kafka_keys(void **state)
 {
     const char *sensitive[] = {
@@ -224,6 +233,7 @@ int main(void)
         T(test_conninfo_unparsable),
         T(test_conninfo_url_password_with_query_chars),
         T(test_conninfo_keyword_form),
+        T(test_conninfo_unquoted_escape),
         T(test_kafka_keys),
         T(test_add_config),
         T(test_log_quote_scrubs_before_escaping),
