@@ -42,8 +42,11 @@ static void hide_quoted_input(char *line, const char *conninfo)
 {
     for (char *open = strchr(line, '"'); open;) {
         char *close = strchr(open + 1, '"');
-        if (!close)
-            break;
+        /* No closing quote: first_line cut the line inside the quoted text (a long token), so
+         * the rest of the line is the start of it. */
+        bool cut = !close;
+        if (cut)
+            close = open + 1 + strlen(open + 1);
         size_t len = (size_t)(close - open - 1);
         char saved = *close;
         *close = '\0';
@@ -55,6 +58,8 @@ static void hide_quoted_input(char *line, const char *conninfo)
             memmove(open + 1 + dots, close, strlen(close) + 1);
             close = open + 1 + dots;
         }
+        if (cut)
+            break;
         open = strchr(close + 1, '"');
     }
 }

@@ -24,6 +24,15 @@ static void test_check_conninfo_hides_input(void **state)
     assert_false(db_check_conninfo("host=h ab", err, sizeof(err)));
     assert_null(strstr(err, "\"ab\""));
     assert_true(db_check_conninfo("postgresql://u@localhost/x", err, sizeof(err)));
+    /* A token longer than the line kept of libpq's message: the line ends inside the quote, and
+     * before, the text after the opening quote was shown as it was. */
+    char token[401];
+    for (size_t i = 0; i < sizeof(token) - 1; i++)
+        token[i] = "k9Xq"[i % 4];
+    token[sizeof(token) - 1] = '\0';
+    assert_false(db_check_conninfo(token, err, sizeof(err)));
+    assert_non_null(strstr(err, "missing \"=\""));
+    assert_null(strstr(err, "k9Xq"));
 }
 
 /* Values libpq only checks when it connects are bad input too (a port that is not a number made
