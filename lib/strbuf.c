@@ -1,5 +1,7 @@
 #include "strbuf.h"
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,11 +22,14 @@ void strbuf_free(StrBuf *b)
 
 void strbuf_append(StrBuf *b, const char *s, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (b->len + n + 1 > cap)
-            cap *= 2;
-        char *grown = realloc(b->s, cap);
+    /* A size past SIZE_MAX would wrap (the copy then runs off the buffer) and doubling past it
+     * would reach 0 and never end: no memory can hold it, so it is out of memory. */
+    bool too_big = n > SIZE_MAX - 1 - b->len;
+    if (too_big || b->len + n + 1 > b->cap) {
+        size_t need = too_big ? 0 : b->len + n + 1, cap = b->cap ? b->cap : 256;
+        while (!too_big && need > cap)
+            cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+        char *grown = too_big ? NULL : realloc(b->s, cap);
         if (!grown) {
             /* Nothing sensible to do half way through building a statement. */
             fputs("outbox-relay: out of memory\n", stderr);

@@ -5,7 +5,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "strbuf.h"
 
@@ -80,6 +83,24 @@ static void test_malformed_bytes_replaced(void **state)
     strbuf_free(&b);
 }
 
+/* A length that wraps len + n + 1 past SIZE_MAX is out of memory (abort, with the message),
+ * never a copy off the end of the buffer (before: the wrapped size looked small enough). */
+static void test_append_size_overflow(void **state)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        StrBuf b = {0};
+        strbuf_puts(&b, "abcd");
+        strbuf_append(&b, "x", SIZE_MAX - 4);
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), SIGABRT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -88,6 +109,7 @@ int main(void)
         cmocka_unit_test(test_valid_utf8_kept),
         cmocka_unit_test(test_cut_character_replaced),
         cmocka_unit_test(test_malformed_bytes_replaced),
+        cmocka_unit_test(test_append_size_overflow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
