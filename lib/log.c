@@ -287,8 +287,10 @@ static void mask_in_place(char *buf)
      * separated by any whitespace) or in a URL query string (?password=...&...). */
     for (char *p = buf; (p = strstr(p, "password")) != NULL;) {
         const char *key = p - buf >= 3 && strncmp(p - 3, "ssl", 3) == 0 ? p - 3 : p;
-        bool at_key_start =
-            key == buf || isspace((unsigned char)key[-1]) || key[-1] == '?' || key[-1] == '&';
+        /* Only a URL's query string separates parameters with '&'; in key=value form it is
+         * part of the value ("password=abc&def" is the password abc&def). */
+        bool in_query = key != buf && (key[-1] == '?' || key[-1] == '&');
+        bool at_key_start = key == buf || isspace((unsigned char)key[-1]) || in_query;
         char *q = p + strlen("password");
         while (isspace((unsigned char)*q))
             q++;
@@ -308,7 +310,8 @@ static void mask_in_place(char *buf)
                 end++;
         } else {
             /* libpq honours backslash escapes in unquoted values too ("se\ cret"). */
-            for (; buf[end] && !isspace((unsigned char)buf[end]) && buf[end] != '&'; end++)
+            for (; buf[end] && !isspace((unsigned char)buf[end]) && !(in_query && buf[end] == '&');
+                 end++)
                 if (buf[end] == '\\' && buf[end + 1])
                     end++;
         }

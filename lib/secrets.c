@@ -74,8 +74,9 @@ static void add_raw_passwords(const char *conninfo)
         const char *key = p;
         if (key - conninfo >= 3 && strncmp(key - 3, "ssl", 3) == 0)
             key -= 3;
-        bool at_key_start =
-            key == conninfo || isspace((unsigned char)key[-1]) || key[-1] == '?' || key[-1] == '&';
+        /* '&' ends a value only in a URL's query string (as in log_mask_conninfo). */
+        bool in_query = key != conninfo && (key[-1] == '?' || key[-1] == '&');
+        bool at_key_start = key == conninfo || isspace((unsigned char)key[-1]) || in_query;
         const char *q = p + strlen("password");
         p = q;
         while (isspace((unsigned char)*q))
@@ -93,7 +94,7 @@ static void add_raw_passwords(const char *conninfo)
         } else {
             /* libpq honours backslash escapes in unquoted values too ("se\ cret"), as
              * log_mask_conninfo knows: the raw value runs past an escaped blank. */
-            for (; *end && !isspace((unsigned char)*end) && *end != '&'; end++)
+            for (; *end && !isspace((unsigned char)*end) && !(in_query && *end == '&'); end++)
                 if (*end == '\\' && end[1])
                     end++;
         }

@@ -69,6 +69,17 @@ static void test_mask_url_password_with_query_chars(void **state)
     assert_masked("postgresql://h/db?options=a:b@c", "postgresql://h/db?options=a:b@c");
 }
 
+/* In key=value form '&' is an ordinary character of a value: only a URL's query string
+ * separates parameters with it. Before, the part after the '&' was shown. */
+static void test_mask_keyword_value_with_ampersand(void **state)
+{
+    assert_masked("host=h password=ab&secret user=u", "host=h password=*** user=u");
+    assert_masked("sslpassword=x&secret", "sslpassword=***");
+    /* the query string: as before */
+    assert_masked("postgresql://h/db?password=ab&sslmode=require",
+                  "postgresql://h/db?password=***&sslmode=require");
+}
+
 static void test_mask_url_query_password(void **state)
 {
     assert_masked("postgresql://h/db?password=secret&sslmode=require",
@@ -567,6 +578,7 @@ int main(void)
         cmocka_unit_test(test_mask_url_with_at_in_path),
         cmocka_unit_test(test_mask_url_with_at_in_password),
         cmocka_unit_test(test_mask_url_password_with_query_chars),
+        cmocka_unit_test(test_mask_keyword_value_with_ampersand),
         cmocka_unit_test(test_mask_url_query_password),
         cmocka_unit_test(test_mask_sslpassword),
         cmocka_unit_test(test_mask_keyword_value),

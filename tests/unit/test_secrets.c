@@ -113,6 +113,14 @@ static void test_conninfo_unquoted_escape(void **state)
     assert_scrubbed("host=h password=pw\\ 9999 bogus", "host=h password=*** bogus");
 }
 
+static void test_conninfo_keyword_ampersand(void **state)
+{
+    /* "ab&cd-secret" is one key=value password; before, the raw text registered was "ab" (too
+     * short), so once libpq refused the string (no '=' after "bogus") nothing covered it. */
+    secrets_add_conninfo("host=h password=ab&cd-secret bogus");
+    assert_scrubbed("password=ab&cd-secret", "password=***");
+}
+
 static void test_kafka_keys(void **state)
 {
     const char *sensitive[] = {
@@ -234,6 +242,7 @@ int main(void)
         T(test_conninfo_url_password_with_query_chars),
         T(test_conninfo_keyword_form),
         T(test_conninfo_unquoted_escape),
+        T(test_conninfo_keyword_ampersand),
         T(test_kafka_keys),
         T(test_add_config),
         T(test_log_quote_scrubs_before_escaping),
