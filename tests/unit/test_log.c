@@ -80,6 +80,20 @@ static void test_mask_keyword_value_with_ampersand(void **state)
                   "postgresql://h/db?password=***&sslmode=require");
 }
 
+/* libpq percent-decodes the names of query parameters, so these are passwords too; before,
+ * only the literal name was looked for and these were shown. */
+static void test_mask_url_query_encoded_name(void **state)
+{
+    assert_masked("postgresql://h/db?%70assword=secret&sslmode=require",
+                  "postgresql://h/db?%70assword=***&sslmode=require");
+    assert_masked("postgresql://h/db?sslmode=require&ssl%70ass%77ord=secret",
+                  "postgresql://h/db?sslmode=require&ssl%70ass%77ord=***");
+    assert_masked("postgresql://u:secret@h/db?%70assword=secret",
+                  "postgresql://u:***@h/db?%70assword=***");
+    /* other encoded names stay */
+    assert_masked("postgresql://h/db?%75ser=u%20x", "postgresql://h/db?%75ser=u%20x");
+}
+
 static void test_mask_url_query_password(void **state)
 {
     assert_masked("postgresql://h/db?password=secret&sslmode=require",
@@ -579,6 +593,7 @@ int main(void)
         cmocka_unit_test(test_mask_url_with_at_in_password),
         cmocka_unit_test(test_mask_url_password_with_query_chars),
         cmocka_unit_test(test_mask_keyword_value_with_ampersand),
+        cmocka_unit_test(test_mask_url_query_encoded_name),
         cmocka_unit_test(test_mask_url_query_password),
         cmocka_unit_test(test_mask_sslpassword),
         cmocka_unit_test(test_mask_keyword_value),

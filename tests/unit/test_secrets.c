@@ -121,6 +121,15 @@ static void test_conninfo_keyword_ampersand(void **state)
     assert_scrubbed("password=ab&cd-secret", "password=***");
 }
 
+static void test_conninfo_url_encoded_name(void **state)
+{
+    /* libpq decodes "%70assword" to password; the string fails to parse (bad encoding in the
+     * value) and libpq echoes the token, so the raw text must be registered. */
+    secrets_add_conninfo("postgresql://h/db?%70assword=hunter22%zz&sslmode=require");
+    assert_scrubbed("invalid percent-encoded token: \"hunter22%zz\"",
+                    "invalid percent-encoded token: \"***\"");
+}
+
 static void test_kafka_keys(void **state)
 {
     const char *sensitive[] = {
@@ -243,6 +252,7 @@ int main(void)
         T(test_conninfo_keyword_form),
         T(test_conninfo_unquoted_escape),
         T(test_conninfo_keyword_ampersand),
+        T(test_conninfo_url_encoded_name),
         T(test_kafka_keys),
         T(test_add_config),
         T(test_log_quote_scrubs_before_escaping),
