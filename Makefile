@@ -31,7 +31,11 @@ RELAY_DIRS := relay relay/outbox relay/io relay/engine relay/service relay/cmd
 INCLUDES := -Ilib $(addprefix -I,$(RELAY_DIRS)) -Ibin/gen
 # -MMD -MP: each object's compiler writes the headers it read into a .d file beside it (included
 # at the end of this file), so touching a header rebuilds exactly the objects that include it.
-BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(DEP_CFLAGS) -MMD -MP
+# Where libpq looks for pg_service.conf when PGSYSCONFDIR is unset: lib/db.c reads the same file
+# (db_service_value) to check what a service sets.
+PG_SYSCONFDIR := $(shell pg_config --sysconfdir 2>/dev/null)
+BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(DEP_CFLAGS) -MMD -MP \
+               $(if $(PG_SYSCONFDIR),-DPG_SYSCONFDIR='"$(PG_SYSCONFDIR)"')
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)

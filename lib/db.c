@@ -2,11 +2,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <pwd.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "strbuf.h"
@@ -234,6 +236,104 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
     return ok;
 }
 
+#ifndef PG_SYSCONFDIR
+#define PG_SYSCONFDIR "/etc/postgresql-common" /* Debian's; the Makefile sets libpq's own */
+#endif
+
+/* One service file, read as libpq reads it (fe-connect.c, parseServiceFile): lines with blanks in
+ * front skipped over, blank lines and "#" comments ignored, "[NAME]" opening a group, "key=value"
+ * inside it (nothing trimmed around the "=", trailing blanks dropped). Sets *found when the group
+ * is in the file (libpq then reads no other file) and copies keyword's value into out. */
+static bool service_file_value(const char *path, const char *service, const char *keyword,
+                               char *out, size_t outlen, bool *found)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char line[1024];
+    bool in_group = false, got = false;
+    size_t slen = strlen(service);
+    while (!got && fgets(line, sizeof(line), f)) {
+        size_t n = strlen(line);
+        while (n > 0 && isspace((unsigned char)line[n - 1]))
+            line[--n] = '\0';
+        const char *p = line;
+        while (isspace((unsigned char)*p))
+            p++;
+        if (*p == '\0' || *p == '#')
+            continue;
+        if (*p == '[') {
+            if (in_group)
+                break; /* the group is over */
+            in_group = strncmp(p + 1, service, slen) == 0 && p[slen + 1] == ']';
+            *found = *found || in_group;
+            continue;
+        }
+        const char *eq = strchr(p, '=');
+        if (in_group && eq && (size_t)(eq - p) == strlen(keyword) &&
+            strncmp(p, keyword, (size_t)(eq - p)) == 0) {
+            snprintf(out, outlen, "%s", eq + 1);
+            got = true;
+        }
+    }
+    fclose(f);
+    return got;
+}
+
+bool db_service_value(const char *service, const char *keyword, char *out, size_t outlen)
+{
+    if (!service || !*service)
+        return false;
+    char path[4096];
+    bool found = false;
+    const char *file = getenv("PGSERVICEFILE"), *home = getenv("HOME");
+    if (file)
+        snprintf(path, sizeof(path), "%s", file);
+    else if (!home || !*home) {
+        struct passwd *pw = getpwuid(geteuid());
+        home = pw ? pw->pw_dir : NULL;
+    }
+    if (!file && home)
+        snprintf(path, sizeof(path), "%s/.pg_service.conf", home);
+    if ((file || home) && service_file_value(path, service, keyword, out, outlen, &found))
+        return true;
+    if (found)
+        return false; /* libpq reads no further file */
+    const char *dir = getenv("PGSYSCONFDIR");
+    snprintf(path, sizeof(path), "%s/pg_service.conf", dir ? dir : PG_SYSCONFDIR);
+    return service_file_value(path, service, keyword, out, outlen, &found);
+}
+
+/* The value libpq connects with for keyword, when conninfo parses: the string's own, else the
+ * service file's (service= or PGSERVICE), else the environment's (envvar, may be NULL). Into out;
+ * false when none sets it. *from says where it came from ("" the string, else "service NAME" or
+ * the variable), for errors. */
+static bool effective_value(const PQconninfoOption *opts, const char *keyword, const char *envvar,
+                            char *out, size_t outlen, char *from, size_t fromlen)
+{
+    const char *service = getenv("PGSERVICE");
+    for (const PQconninfoOption *o = opts; o && o->keyword; o++) {
+        if (strcmp(o->keyword, "service") == 0 && o->val)
+            service = o->val;
+        if (strcmp(o->keyword, keyword) == 0 && o->val) {
+            snprintf(out, outlen, "%s", o->val);
+            snprintf(from, fromlen, "%s", "");
+            return true;
+        }
+    }
+    if (db_service_value(service, keyword, out, outlen)) {
+        snprintf(from, fromlen, "service %.60s", service);
+        return true;
+    }
+    const char *env = envvar ? getenv(envvar) : NULL;
+    if (env) {
+        snprintf(out, outlen, "%s", env);
+        snprintf(from, fromlen, "%s", envvar);
+        return true;
+    }
+    return false;
+}
+
 bool db_check_writer_conninfo(const char *conninfo, char *err, size_t errlen)
 {
     if (!db_check_conninfo(conninfo, err, errlen))
@@ -242,17 +342,17 @@ bool db_check_writer_conninfo(const char *conninfo, char *err, size_t errlen)
     PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
     if (!opts)
         return refuse(err, errlen, "out of memory");
-    /* libpq takes the setting from the environment when the string does not give it. */
-    const char *attrs = getenv("PGTARGETSESSIONATTRS");
-    for (const PQconninfoOption *o = opts; o->keyword; o++)
-        if (strcmp(o->keyword, "target_session_attrs") == 0 && o->val)
-            attrs = o->val;
-    bool ok = !attrs || !one_of(attrs, read_only);
+    /* libpq takes the setting from the service file, else the environment, when the string
+     * does not give it. */
+    char attrs[64], from[80];
+    bool ok = !effective_value(opts, "target_session_attrs", "PGTARGETSESSIONATTRS", attrs,
+                               sizeof(attrs), from, sizeof(from)) ||
+              !one_of(attrs, read_only);
     if (!ok)
         refuse(err, errlen,
-               "database URL: target_session_attrs=%s picks a server that cannot be written "
-               "to, and this command writes: use read-write (or primary, or any)",
-               attrs);
+               "database URL: target_session_attrs=%s%s%s%s picks a server that cannot be "
+               "written to, and this command writes: use read-write (or primary, or any)",
+               attrs, *from ? " (from " : "", from, *from ? ")" : "");
     PQconninfoFree(opts);
     return ok;
 }
@@ -360,27 +460,26 @@ PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errl
                           NULL,
                           NULL};
     const char *values[] = {"10", "1", "10", "5", "3", "30000", app, conninfo, NULL, NULL};
+    size_t after_dbname = 8;
+    PQconninfoOption *parsed = PQconninfoParse(conninfo, NULL);
+    char value[1024], from[80];
     /* The pinned search_path goes after the expanded string, which it would otherwise lose to,
-     * and carries the string's own options along. */
+     * and carries the user's own options along (the string's, else the service file's, else
+     * PGOPTIONS: an explicit options entry hides the other two). */
     char *options = NULL;
     if (pinned_schema[0]) {
-        PQconninfoOption *parsed = PQconninfoParse(conninfo, NULL);
-        const char *user = NULL;
-        for (PQconninfoOption *o = parsed; o && o->keyword; o++)
-            if (strcmp(o->keyword, "options") == 0)
-                user = o->val;
-        if (!user)
-            user = getenv("PGOPTIONS"); /* an explicit options entry would hide it */
-        options = db_startup_options(user);
-        PQconninfoFree(parsed);
-        size_t after_dbname = sizeof(keys) / sizeof(keys[0]) - 2;
+        bool user = parsed && effective_value(parsed, "options", "PGOPTIONS", value, sizeof(value),
+                                              from, sizeof(from));
+        options = db_startup_options(user ? value : NULL);
         keys[after_dbname] = "options";
         values[after_dbname] = options;
         if (!options) {
+            PQconninfoFree(parsed);
             snprintf(err, errlen, "out of memory");
             return NULL;
         }
     }
+    PQconninfoFree(parsed);
     PGconn *conn = PQconnectdbParams(keys, values, 1);
     free(options);
     if (PQstatus(conn) != CONNECTION_OK) {

@@ -58,6 +58,12 @@ bool db_pin_search_path(const char *schema, bool creates, char *err, size_t errl
  * options as they are). The caller frees the result. */
 char *db_startup_options(const char *user_options);
 
+/* The value of keyword (host, target_session_attrs...) in the group service of the service file
+ * libpq reads for it: PGSERVICEFILE, else ~/.pg_service.conf, and only when the group is in
+ * neither, pg_service.conf in PGSYSCONFDIR (else libpq's sysconfdir). Into out (at most
+ * outlen - 1 bytes); false when no file sets it. Reads files: for start-up checks, not the loop. */
+bool db_service_value(const char *service, const char *keyword, char *out, size_t outlen);
+
 /* Connects, with connect_timeout=10, keepalives (after 10 s idle, every 5 s, 3 unanswered),
  * tcp_user_timeout=30000 and fallback_application_name=app unless conninfo sets them; server
  * notices go to the debug log. Returns NULL with one line in err on failure. */

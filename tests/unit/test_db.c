@@ -7,8 +7,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "db.h"
 
@@ -135,12 +138,85 @@ static void test_writer_conninfo(void **state)
     unsetenv("PGTARGETSESSIONATTRS");
 }
 
+/* Writes text to a fresh file under /tmp; its path into path. */
+static void write_file(char *path, size_t len, const char *name, const char *text)
+{
+    snprintf(path, len, "/tmp/test_db_%ld_%s", (long)getpid(), name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A target_session_attrs that a service file sets (service= in the string, or PGSERVICE) picks
+ * the server as surely as one in the string: a writer refuses a read-only one, naming the
+ * service. The string's own setting wins over the file's, and the file's over the environment's;
+ * the system file is read only when the user's file lacks the group, as libpq does. */
+static void test_writer_service(void **state)
+{
+    char err[512], user[128], sys[192], sysdir[128];
+    unsetenv("PGTARGETSESSIONATTRS");
+    unsetenv("PGSERVICE");
+    write_file(user, sizeof(user), "user.conf",
+               "# services\n"
+               "[ro]\n"
+               "host=replica.example\n"
+               "  target_session_attrs=standby  \n"
+               "[rw]\n"
+               "host=primary.example\n"
+               "[rwish]\n"
+               "target_session_attrs=read-write\n"
+               "[prefer]\n"
+               "target_session_attrs=prefer-standby\n");
+    snprintf(sysdir, sizeof(sysdir), "/tmp/test_db_%ld_sysdir", (long)getpid());
+    mkdir(sysdir, 0700);
+    snprintf(sys, sizeof(sys), "%s/pg_service.conf", sysdir);
+    FILE *f = fopen(sys, "w");
+    assert_non_null(f);
+    fputs("[sysonly]\ntarget_session_attrs=read-only\n[rw]\ntarget_session_attrs=standby\n", f);
+    fclose(f);
+    setenv("PGSERVICEFILE", user, 1);
+    setenv("PGSYSCONFDIR", sysdir, 1);
+
+    const char *refused[] = {"service=ro", "postgresql:///db?service=prefer", "service=sysonly"};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        memset(err, 0, sizeof(err));
+        if (db_check_writer_conninfo(refused[i], err, sizeof(err)))
+            fail_msg("\"%s\" taken by a writer", refused[i]);
+        assert_non_null(strstr(err, "cannot be written to"));
+        assert_non_null(strstr(err, "(from service "));
+    }
+    const char *taken[] = {"service=rw", "service=rwish", "service=ro target_session_attrs=any",
+                           "service=missing"};
+    for (size_t i = 0; i < sizeof(taken) / sizeof(taken[0]); i++)
+        if (!db_check_writer_conninfo(taken[i], err, sizeof(err)))
+            fail_msg("\"%s\" refused: %s", taken[i], err);
+    setenv("PGSERVICE", "ro", 1);
+    assert_false(db_check_writer_conninfo("host=h", err, sizeof(err)));
+    assert_true(db_check_writer_conninfo("host=h service=rw", err, sizeof(err)));
+    setenv("PGTARGETSESSIONATTRS", "read-write", 1); /* the file's beats the environment's */
+    assert_false(db_check_writer_conninfo("host=h", err, sizeof(err)));
+    unsetenv("PGTARGETSESSIONATTRS");
+    unsetenv("PGSERVICE");
+
+    char value[64];
+    assert_true(db_service_value("ro", "host", value, sizeof(value)));
+    assert_string_equal(value, "replica.example");
+    assert_false(db_service_value("r", "host", value, sizeof(value))); /* "[ro]" is not "[r]" */
+    unsetenv("PGSERVICEFILE");
+    unsetenv("PGSYSCONFDIR");
+    unlink(user);
+    unlink(sys);
+    rmdir(sysdir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_conninfo_hides_input),
         cmocka_unit_test(test_check_conninfo_values),
         cmocka_unit_test(test_writer_conninfo),
+        cmocka_unit_test(test_writer_service),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
