@@ -458,11 +458,25 @@ PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errl
                           "fallback_application_name",
                           "dbname",
                           NULL,
+                          NULL,
                           NULL};
-    const char *values[] = {"10", "1", "10", "5", "3", "30000", app, conninfo, NULL, NULL};
+    const char *values[] = {
+        DB_CONNECT_TIMEOUT_DEFAULT, "1", "10", "5", "3", "30000", app, conninfo, NULL, NULL, NULL};
     size_t after_dbname = 8;
     PQconninfoOption *parsed = PQconninfoParse(conninfo, NULL);
     char value[1024], from[80];
+    long n;
+    /* A connect_timeout of zero or less (the string's, the service file's or PGCONNECT_TIMEOUT) is
+     * libpq's "wait for ever": a server that takes the connection and never answers would hold
+     * the command for ever. It gets the default bound instead, as the relay's own connections
+     * do (pg_plan_make); set after the string, it wins over all three. */
+    if (parsed &&
+        effective_value(parsed, "connect_timeout", "PGCONNECT_TIMEOUT", value, sizeof(value), from,
+                        sizeof(from)) &&
+        libpq_int(value, strlen(value), &n) && n <= 0) {
+        keys[after_dbname] = "connect_timeout";
+        values[after_dbname++] = DB_CONNECT_TIMEOUT_DEFAULT;
+    }
     /* The pinned search_path goes after the expanded string, which it would otherwise lose to,
      * and carries the user's own options along (the string's, else the service file's, else
      * PGOPTIONS: an explicit options entry hides the other two). */

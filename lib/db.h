@@ -64,9 +64,15 @@ char *db_startup_options(const char *user_options);
  * outlen - 1 bytes); false when no file sets it. Reads files: for start-up checks, not the loop. */
 bool db_service_value(const char *service, const char *keyword, char *out, size_t outlen);
 
-/* Connects, with connect_timeout=10, keepalives (after 10 s idle, every 5 s, 3 unanswered),
- * tcp_user_timeout=30000 and fallback_application_name=app unless conninfo sets them; server
- * notices go to the debug log. Returns NULL with one line in err on failure. */
+/* The connect_timeout db_connect and the relay's connections use when none is set, or when the
+ * one set (in the string, the service file or PGCONNECT_TIMEOUT) is zero or less, which libpq
+ * would take as no limit. */
+#define DB_CONNECT_TIMEOUT_DEFAULT "10"
+
+/* Connects, with connect_timeout=10 (also for a connect_timeout of zero or less), keepalives (after
+ * 10 s idle, every 5 s, 3 unanswered), tcp_user_timeout=30000 and fallback_application_name=app
+ * unless conninfo sets them; server notices go to the debug log. Returns NULL with one line in err
+ * on failure. */
 PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errlen);
 
 /* db_connect for a one-shot command: on failure logs "postgres unreachable" as an error and

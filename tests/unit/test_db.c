@@ -7,9 +7,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -210,6 +213,47 @@ static void test_writer_service(void **state)
     rmdir(sysdir);
 }
 
+/* A listening socket on 127.0.0.1 that takes connections (the kernel's backlog) and never
+ * answers them: a server that hangs. Its port into port. */
+static int silent_server(char *port, size_t len)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 8), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    snprintf(port, len, "%u", ntohs(a.sin_port));
+    return fd;
+}
+
+/* connect_timeout=0 (in the string, or in the service file it names) is libpq's "no limit": a
+ * server that never answers held a command (migrate, check) for ever. db_connect bounds it with
+ * the default instead, and fails. alarm() only turns a hang into a failure; nothing is timed. */
+static void test_connect_timeout_zero(void **state)
+{
+    char port[16], conninfo[256], err[300], path[128], service[256];
+    int fd = silent_server(port, sizeof(port));
+    unsetenv("PGCONNECT_TIMEOUT");
+    unsetenv("PGSERVICE");
+    alarm(120);
+    snprintf(conninfo, sizeof(conninfo),
+             "host=127.0.0.1 port=%s dbname=x user=x sslmode=disable gssencmode=disable "
+             "connect_timeout=0",
+             port);
+    assert_null(db_connect(conninfo, "test_db", err, sizeof(err)));
+    snprintf(service, sizeof(service), "[hang]\nconnect_timeout=-1\nport=%s\n", port);
+    write_file(path, sizeof(path), "hang.conf", service);
+    setenv("PGSERVICEFILE", path, 1);
+    assert_null(db_connect("service=hang host=127.0.0.1 dbname=x user=x sslmode=disable "
+                           "gssencmode=disable",
+                           "test_db", err, sizeof(err)));
+    alarm(0);
+    unsetenv("PGSERVICEFILE");
+    unlink(path);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -217,6 +261,7 @@ int main(void)
         cmocka_unit_test(test_check_conninfo_values),
         cmocka_unit_test(test_writer_conninfo),
         cmocka_unit_test(test_writer_service),
+        cmocka_unit_test(test_connect_timeout_zero),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
