@@ -98,17 +98,45 @@ static const char *const SQL_ADOPT =
                     " WHERE oid = pg_catalog.pg_typeof(NULL::{table})::oid";
 static const char *const SQL_ADOPT_HEADERS =
     "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {headers} jsonb";
-/* The indexes SQL_ADOPT names that are not the table's own. CREATE INDEX IF NOT EXISTS skips a
- * name any relation of the schema has (a table renamed keeps its indexes' names: a new table of
- * the old name got none, with only a notice), and the unique index on the order column is what
- * catches duplicates in an existing one: marks name rows by it, and a duplicate would be marked
- * sent with its twin, unsent. */
+/* The indexes SQL_ADOPT names that are not what it would create: each row the name and why.
+ * CREATE INDEX IF NOT EXISTS skips a name any relation of the schema has, so the name may be
+ * another relation's (a table renamed keeps its indexes' names: a new table of the old name got
+ * none, with only a notice), or an index of the table's own with another definition (another
+ * column, no predicate, a non-unique one on the order column, one left invalid by a failed
+ * CREATE INDEX CONCURRENTLY) that the claims cannot use as they expect; the unique index on the
+ * order column is what catches duplicates in an existing one: marks name rows by it, and a
+ * duplicate would be marked sent with its twin, unsent. Compared: access method btree, validity,
+ * uniqueness, the key columns in order (by attribute number; as text, since int2vector's array
+ * starts at 0, which = compares), no expressions, and the predicate
+ * as PostgreSQL prints it back (pg_get_expr of the same expression on the same column names
+ * prints the same text). Operator classes, collations and sort options are not compared. */
 static const char *const SQL_FOREIGN_INDEXES =
-    "SELECT n.name FROM pg_catalog.unnest(ARRAY[{seq_idx_text}, {unsent_idx_text},"
-    " {retry_idx_text}, {sent_idx_text}]::pg_catalog.text[]) AS n(name)"
-    " WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class i"
-    " ON i.oid = x.indexrelid WHERE i.relname = n.name::pg_catalog.name"
-    " AND x.indrelid = pg_catalog.to_regclass({table_text})::pg_catalog.oid)";
+    "SELECT n.name, CASE WHEN i.oid IS NULL THEN 'another relation''s'"
+    " ELSE 'another definition' END, n.want"
+    " FROM (VALUES (1, {seq_idx_text}, true, ARRAY[{seq_text}], NULL,"
+    " 'UNIQUE (' || {seq_text} || ')'),"
+    " (2, {unsent_idx_text}, false, ARRAY[{seq_text}], '(sent_at IS NULL)',"
+    " '(' || {seq_text} || ') WHERE sent_at IS NULL'),"
+    " (3, {retry_idx_text}, false, ARRAY[{aggregate_type_text}, {aggregate_id_text}, {seq_text}],"
+    " '((sent_at IS NULL) AND (attempts > 0))',"
+    " '(' || {aggregate_type_text} || ', ' || {aggregate_id_text} || ', ' || {seq_text}"
+    " || ') WHERE sent_at IS NULL AND attempts > 0'),"
+    " (4, {sent_idx_text}, false, ARRAY['sent_at'], '(sent_at IS NOT NULL)',"
+    " '(sent_at) WHERE sent_at IS NOT NULL'))"
+    " AS n(k, name, uniq, cols, pred, want)"
+    " LEFT JOIN (pg_catalog.pg_index x JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid)"
+    " ON i.relname = n.name::pg_catalog.name"
+    " AND x.indrelid = pg_catalog.to_regclass({table_text})::pg_catalog.oid"
+    " WHERE i.oid IS NULL OR NOT (x.indisvalid AND x.indisunique = n.uniq"
+    " AND x.indexprs IS NULL AND x.indnkeyatts = pg_catalog.cardinality(n.cols)"
+    " AND x.indnatts = x.indnkeyatts"
+    " AND i.relam = (SELECT oid FROM pg_catalog.pg_am WHERE amname = 'btree')"
+    " AND pg_catalog.array_to_string(x.indkey::pg_catalog.int2[], ' ')"
+    " = pg_catalog.array_to_string(ARRAY(SELECT a.attnum FROM pg_catalog.unnest(n.cols)"
+    " WITH ORDINALITY AS c(col, ord) JOIN pg_catalog.pg_attribute a ON a.attrelid = x.indrelid"
+    " AND a.attname = c.col::pg_catalog.name ORDER BY c.ord), ' ')"
+    " AND pg_catalog.pg_get_expr(x.indpred, x.indrelid) IS NOT DISTINCT FROM n.pred)"
+    " ORDER BY n.k";
 /* The bookkeeping columns the table already had under the relay's names (ADD COLUMN IF NOT EXISTS
  * keeps them as they are) that do not work as the relay's, with what they must be. A NULL in
  * attempts counts nothing (NULL + 1): a failed row gets no backoff, holds none of its aggregate's
@@ -222,13 +250,23 @@ static bool adopt_table(PGconn *conn, const TableMap *map)
         ok = false;
     }
     PQclear(unlike);
-    if (ok && PQntuples(foreign) > 0) {
+    if (ok && PQntuples(foreign) > 0 &&
+        strcmp(PQgetvalue(foreign, 0, 1), "another relation's") == 0) {
         char q[200];
         log_error("migration failed: an index name the table needs is another relation's (a "
                   "table renamed keeps its indexes' names); rename or drop that one, then run "
                   "migrate again",
                   "step=check table=%s index=%s", name,
                   log_quote(PQgetvalue(foreign, 0, 0), q, sizeof(q)));
+        ok = false;
+    } else if (ok && PQntuples(foreign) > 0) {
+        char q[200], qw[300];
+        log_error("migration failed: the table has an index of the name the relay needs with "
+                  "another definition, which the claims and marks cannot rely on; drop or rename "
+                  "it, then run migrate again (it is created as expected)",
+                  "step=check table=%s index=%s expected=%s", name,
+                  log_quote(PQgetvalue(foreign, 0, 0), q, sizeof(q)),
+                  log_quote(PQgetvalue(foreign, 0, 2), qw, sizeof(qw)));
         ok = false;
     }
     PQclear(foreign);
