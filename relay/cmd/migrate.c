@@ -61,14 +61,20 @@ static bool exec_ok(PGconn *conn, const char *sql, const char *what)
  * in their physical order, new ones at insert. ADD COLUMN of an identity or a stored generated
  * column rewrites the table under an exclusive lock (a large table: plan a window). */
 #define ADD_COLUMN(name, definition) " ADD COLUMN IF NOT EXISTS " name " " definition ","
-static const char *const SQL_ADOPT =
-    /* As in migrations/0010 (0003, hardened); the relay's own table may not exist here. */
+/* As in migrations/0010 (0003, hardened); the relay's own table may not exist here. */
+static const char *const SQL_ADOPT_FUNCTION =
     "CREATE OR REPLACE FUNCTION outbox_lane(aggregate_type text, aggregate_id text)"
     " RETURNS smallint LANGUAGE sql IMMUTABLE PARALLEL SAFE AS"
     " $$ SELECT (pg_catalog.hashtextextended(aggregate_type OPERATOR(pg_catalog.||)"
     " '/'::pg_catalog.text"
     " OPERATOR(pg_catalog.||) aggregate_id, 0::bigint) OPERATOR(pg_catalog.&) " LANE_MASK
-    "::bigint)::smallint $$;"
+    "::bigint)::smallint $$";
+/* The table's DDL. It, the hardening migration (which installs the wakeup trigger again on every
+ * table that has one, and the claim floor's on the relay's own) and SQL_ADOPT_FUNCTION run only
+ * when adoption_in_place says they have not all been done (item by item, or by this version's
+ * text): each ALTER TABLE, CREATE INDEX and trigger install locks the table against its writers,
+ * ALTER TABLE even when IF NOT EXISTS finds nothing to do. */
+static const char *const SQL_ADOPT =
     "ALTER TABLE {table}"
     " ADD COLUMN IF NOT EXISTS {seq} bigint GENERATED ALWAYS AS "
     "IDENTITY," SCHEMA_BOOKKEEPING_COLUMNS(
@@ -137,6 +143,32 @@ static const char *const SQL_FOREIGN_INDEXES =
     " AND a.attname = c.col::pg_catalog.name ORDER BY c.ord), ' ')"
     " AND pg_catalog.pg_get_expr(x.indpred, x.indrelid) IS NOT DISTINCT FROM n.pred)"
     " ORDER BY n.k";
+/* Whether the table has what SQL_ADOPT gives it, its catalog part: this version's adoption
+ * recorded for this table (FINGERPRINT, in schema_migrations: a changed SQL_ADOPT runs again
+ * once), the order column NOT NULL, both triggers, the constraint, and the four index names on
+ * the table (their definitions are SQL_FOREIGN_INDEXES's to judge). Reads catalogs only. */
+static const char *const SQL_ADOPTED =
+    "SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = 'adopted ' || c.oid"
+    " || ' FINGERPRINT')"
+    " AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid"
+    " AND a.attname = {seq_text}::pg_catalog.name AND a.attnotnull AND NOT a.attisdropped)"
+    " AND (SELECT pg_catalog.count(*) FROM pg_catalog.pg_trigger t WHERE t.tgrelid = c.oid"
+    " AND t.tgname IN ('outbox_wakeup', 'outbox_floor_visible')) = 2"
+    " AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k WHERE k.conrelid = c.oid"
+    " AND k.conname = 'outbox_waits_after_failure')"
+    " AND (SELECT pg_catalog.count(*) FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class i"
+    " ON i.oid = x.indexrelid WHERE x.indrelid = c.oid AND i.relname IN ({seq_idx_text},"
+    " {unsent_idx_text}, {retry_idx_text}, {sent_idx_text})) = 4"
+    " FROM (SELECT pg_catalog.to_regclass({table_text})::pg_catalog.oid AS oid) c";
+/* Records this version's adoption of the table (and forgets an older version's). */
+static const char *const SQL_RECORD_ADOPTED =
+    "DELETE FROM schema_migrations WHERE pg_catalog.split_part(version, ' ', 1) = 'adopted'"
+    " AND pg_catalog.split_part(version, ' ', 2)"
+    " = pg_catalog.to_regclass({table_text})::pg_catalog.oid::pg_catalog.text;"
+    "INSERT INTO schema_migrations (version) SELECT 'adopted ' ||"
+    " pg_catalog.to_regclass({table_text})::pg_catalog.oid || ' FINGERPRINT'";
+/* Every column of the table, none read (which columns it has: adoption_in_place). */
+static const char *const SQL_ALL_COLUMNS = "SELECT * FROM {table} LIMIT 0";
 /* The bookkeeping columns the table already had under the relay's names (ADD COLUMN IF NOT EXISTS
  * keeps them as they are) that do not work as the relay's, with what they must be. A NULL in
  * attempts counts nothing (NULL + 1): a failed row gets no backoff, holds none of its aggregate's
@@ -225,21 +257,127 @@ static const MigrationFile *migration_named(const char *name)
     return NULL;
 }
 
+/* FNV-1a (64 bits) of text, continuing from h: tells one version's adoption SQL from another's. */
+static unsigned long long fnv1a(unsigned long long h, const char *text)
+{
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        h = (h ^ *p) * 1099511628211ULL;
+    return h;
+}
+
+/* tmpl with its one "FINGERPRINT" replaced by hex (a-f0-9, no quoting needed). */
+static char *with_fingerprint(const char *tmpl, const char *hex)
+{
+    const char *at = strstr(tmpl, "FINGERPRINT");
+    size_t len = strlen(tmpl) + strlen(hex) + 1;
+    char *out = at ? malloc(len) : NULL;
+    if (out)
+        snprintf(out, len, "%.*s%s%s", (int)(at - tmpl), tmpl, hex, at + strlen("FINGERPRINT"));
+    return out;
+}
+
+/* Runs tmpl with "FINGERPRINT" replaced by hex, expanded for map; the result, or NULL (logged). */
+static PGresult *exec_fingerprinted(PGconn *conn, const TableMap *map, const char *tmpl,
+                                    const char *hex, const char *what)
+{
+    char *sql = with_fingerprint(tmpl, hex);
+    if (!sql) {
+        log_error("migration failed", "step=%s error=\"out of memory\"", what);
+        return NULL;
+    }
+    PGresult *res = exec_mapped(conn, map, sql, what);
+    free(sql);
+    return res;
+}
+
+/* The fingerprint of this version's adoption DDL for map's table (the hardening migration, and
+ * SQL_ADOPT_FUNCTION, SQL_ADOPT and, when a headers column is configured, SQL_ADOPT_HEADERS as
+ * expanded) into hex. False (logged) when a template does not expand. */
+static bool adoption_fingerprint(PGconn *conn, const TableMap *map, const MigrationFile *hardening,
+                                 char hex[17])
+{
+    unsigned long long h = fnv1a(14695981039346656037ULL, hardening->sql);
+    const char *tmpls[] = {SQL_ADOPT_FUNCTION, SQL_ADOPT, map->headers ? SQL_ADOPT_HEADERS : NULL};
+    for (size_t i = 0; i < 3 && tmpls[i]; i++) {
+        char err[256], q[512];
+        char *sql = table_sql(map, conn, tmpls[i], err, sizeof(err));
+        if (!sql) {
+            log_error("migration failed", "step=adopt error=%s", log_quote(err, q, sizeof(q)));
+            return false;
+        }
+        h = fnv1a(h, sql);
+        h = fnv1a(h, ";");
+        free(sql);
+    }
+    snprintf(hex, 17, "%016llx", h);
+    return true;
+}
+
+/* Whether res has a column of exactly this name: PQfnumber folds an unquoted name to lower case,
+ * so it gets the name in double quotes, its own doubled. */
+static bool has_column(const PGresult *res, const char *name)
+{
+    char quoted[2 * 64 + 3];
+    size_t n = 0;
+    quoted[n++] = '"';
+    for (const char *p = name; *p && n < sizeof(quoted) - 3; p++) {
+        if (*p == '"')
+            quoted[n++] = '"';
+        quoted[n++] = *p;
+    }
+    quoted[n++] = '"';
+    quoted[n] = '\0';
+    return PQfnumber(res, quoted) >= 0;
+}
+
+/* Whether everything the hardening migration, SQL_ADOPT_FUNCTION, SQL_ADOPT (and
+ * SQL_ADOPT_HEADERS) would do is done already, so that a run
+ * of `migrate --table` on an adopted table takes no lock its producers' INSERTs would wait for
+ * (ALTER TABLE, CREATE INDEX and CREATE TRIGGER all do, each up to the lock timeout, even when
+ * they change nothing). Any doubt is "not in place": the DDL then runs as on the first adoption.
+ * False (logged) when a statement failed. */
+static bool adoption_in_place(PGconn *conn, const TableMap *map, const char *hex, bool *in_place)
+{
+    *in_place = false;
+    PGresult *res = exec_fingerprinted(conn, map, SQL_ADOPTED, hex, "check adopted");
+    if (!res)
+        return false;
+    bool catalog = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    if (!catalog)
+        return true;
+    if (!(res = exec_mapped(conn, map, SQL_ALL_COLUMNS, "check adopted")))
+        return false;
+#define HAS_COLUMN(name, definition) &&has_column(res, name)
+    *in_place = has_column(res, map->seq) && has_column(res, "lane") &&
+                (!map->headers || has_column(res, map->headers))
+                    SCHEMA_BOOKKEEPING_COLUMNS(HAS_COLUMN);
+#undef HAS_COLUMN
+    PQclear(res);
+    return true;
+}
+
 static bool adopt_table(PGconn *conn, const TableMap *map)
 {
-    char name[160];
+    char name[160], hex[17];
     table_map_display(map, name, sizeof(name));
     const MigrationFile *hardening = migration_named(HARDENING_MIGRATION);
-    if (!hardening || !exec_ok(conn, "BEGIN", "adopt"))
+    if (!hardening || !adoption_fingerprint(conn, map, hardening, hex) ||
+        !exec_ok(conn, "BEGIN", "adopt"))
         return false;
     PGresult *cols = NULL, *foreign = NULL, *unlike = NULL;
-    /* The roles' grants follow, outside this transaction (grants_apply, every run). */
-    bool ok = exec_ok(conn, hardening->sql, hardening->name) &&
-              exec_mapped_ok(conn, map, SQL_ADOPT, "adopt") &&
-              (!map->headers || exec_mapped_ok(conn, map, SQL_ADOPT_HEADERS, "adopt")) &&
-              (cols = exec_mapped(conn, map, SQL_CHECK_COLUMNS, "check columns")) != NULL &&
-              (foreign = exec_mapped(conn, map, SQL_FOREIGN_INDEXES, "check indexes")) != NULL &&
-              (unlike = exec_mapped(conn, map, SQL_CHECK_BOOKKEEPING, "check columns")) != NULL;
+    bool in_place = false;
+    /* The roles' grants follow, outside this transaction (grants_apply, every run). The checks
+     * run either way: they read, and lock nothing a writer waits for. */
+    bool ok =
+        adoption_in_place(conn, map, hex, &in_place) &&
+        (in_place || (exec_ok(conn, hardening->sql, hardening->name) &&
+                      exec_mapped_ok(conn, map, SQL_ADOPT_FUNCTION, "adopt") &&
+                      exec_mapped_ok(conn, map, SQL_ADOPT, "adopt") &&
+                      (!map->headers || exec_mapped_ok(conn, map, SQL_ADOPT_HEADERS, "adopt")))) &&
+        (cols = exec_mapped(conn, map, SQL_CHECK_COLUMNS, "check columns")) != NULL &&
+        (foreign = exec_mapped(conn, map, SQL_FOREIGN_INDEXES, "check indexes")) != NULL &&
+        (unlike = exec_mapped(conn, map, SQL_CHECK_BOOKKEEPING, "check columns")) != NULL;
     if (ok && PQntuples(unlike) > 0) {
         char q1[200], q2[200];
         log_error("migration failed: the table has a column of the relay's bookkeeping that does "
@@ -278,8 +416,16 @@ static bool adopt_table(PGconn *conn, const TableMap *map)
         ok = false;
     }
     PQclear(cols);
+    if (ok && !in_place) {
+        PGresult *rec = exec_fingerprinted(conn, map, SQL_RECORD_ADOPTED, hex, "adopt");
+        ok = rec != NULL;
+        PQclear(rec);
+    }
     if (ok && exec_ok(conn, "COMMIT", "adopt")) {
-        log_info("table adopted", "table=%s", name);
+        if (in_place)
+            log_info("table already adopted; its DDL skipped", "table=%s", name);
+        else
+            log_info("table adopted", "table=%s", name);
         return true;
     }
     exec_ok(conn, "ROLLBACK", "rollback");
