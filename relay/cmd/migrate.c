@@ -120,15 +120,15 @@ static const char *const SQL_FOREIGN_INDEXES =
     "SELECT n.name, CASE WHEN i.oid IS NULL THEN 'another relation''s'"
     " ELSE 'another definition' END, n.want"
     " FROM (VALUES (1, {seq_idx_text}, true, ARRAY[{seq_text}], NULL,"
-    " 'UNIQUE (' || {seq_text} || ')'),"
+    " pg_catalog.concat('UNIQUE (', {seq_text}, ')')),"
     " (2, {unsent_idx_text}, false, ARRAY[{seq_text}], '(sent_at IS NULL)',"
-    " '(' || {seq_text} || ') WHERE sent_at IS NULL'),"
+    " pg_catalog.concat('(', {seq_text}, ') WHERE sent_at IS NULL')),"
     " (3, {retry_idx_text}, false, ARRAY[{aggregate_type_text}, {aggregate_id_text}, {seq_text}],"
     " '((sent_at IS NULL) AND (attempts > 0))',"
-    " '(' || {aggregate_type_text} || ', ' || {aggregate_id_text} || ', ' || {seq_text}"
-    " || ') WHERE sent_at IS NULL AND attempts > 0'),"
+    " pg_catalog.concat('(', {aggregate_type_text}, ', ', {aggregate_id_text}, ', ', {seq_text},"
+    " ') WHERE sent_at IS NULL AND attempts > 0')),"
     " (4, {sent_idx_text}, false, ARRAY['sent_at'], '(sent_at IS NOT NULL)',"
-    " '(sent_at) WHERE sent_at IS NOT NULL'))"
+    " '(sent_at) WHERE sent_at IS NOT NULL'::pg_catalog.text))"
     " AS n(k, name, uniq, cols, pred, want)"
     " LEFT JOIN (pg_catalog.pg_index x JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid)"
     " ON i.relname = n.name::pg_catalog.name"
@@ -136,37 +136,42 @@ static const char *const SQL_FOREIGN_INDEXES =
     " WHERE i.oid IS NULL OR NOT (x.indisvalid AND x.indisunique = n.uniq"
     " AND x.indexprs IS NULL AND x.indnkeyatts = pg_catalog.cardinality(n.cols)"
     " AND x.indnatts = x.indnkeyatts"
-    " AND i.relam = (SELECT oid FROM pg_catalog.pg_am WHERE amname = 'btree')"
+    " AND i.relam = (SELECT oid FROM pg_catalog.pg_am WHERE amname = 'btree'::pg_catalog.name)"
     " AND pg_catalog.array_to_string(x.indkey::pg_catalog.int2[], ' ')"
     " = pg_catalog.array_to_string(ARRAY(SELECT a.attnum FROM pg_catalog.unnest(n.cols)"
     " WITH ORDINALITY AS c(col, ord) JOIN pg_catalog.pg_attribute a ON a.attrelid = x.indrelid"
     " AND a.attname = c.col::pg_catalog.name ORDER BY c.ord), ' ')"
     " AND pg_catalog.pg_get_expr(x.indpred, x.indrelid) IS NOT DISTINCT FROM n.pred)"
     " ORDER BY n.k";
-/* Whether the table has what SQL_ADOPT gives it, its catalog part: this version's adoption
+/* (These statements, like the rest of migrate's, qualify their functions and cast their
+ * literals, so no look-alike another role planted in the schema resolves: docs/security.md.)
+ * Whether the table has what SQL_ADOPT gives it, its catalog part: this version's adoption
  * recorded for this table (FINGERPRINT, in schema_migrations: a changed SQL_ADOPT runs again
  * once), the order column NOT NULL, both triggers, the constraint, and the four index names on
  * the table (their definitions are SQL_FOREIGN_INDEXES's to judge). Reads catalogs only. */
 static const char *const SQL_ADOPTED =
-    "SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = 'adopted ' || c.oid"
-    " || ' FINGERPRINT')"
+    "SELECT EXISTS (SELECT 1 FROM schema_migrations"
+    " WHERE version = pg_catalog.concat('adopted ', c.oid, ' FINGERPRINT'))"
     " AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid"
     " AND a.attname = {seq_text}::pg_catalog.name AND a.attnotnull AND NOT a.attisdropped)"
     " AND (SELECT pg_catalog.count(*) FROM pg_catalog.pg_trigger t WHERE t.tgrelid = c.oid"
-    " AND t.tgname IN ('outbox_wakeup', 'outbox_floor_visible')) = 2"
+    " AND t.tgname IN ('outbox_wakeup'::pg_catalog.name,"
+    " 'outbox_floor_visible'::pg_catalog.name)) = 2::pg_catalog.int8"
     " AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k WHERE k.conrelid = c.oid"
-    " AND k.conname = 'outbox_waits_after_failure')"
+    " AND k.conname = 'outbox_waits_after_failure'::pg_catalog.name)"
     " AND (SELECT pg_catalog.count(*) FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class i"
-    " ON i.oid = x.indexrelid WHERE x.indrelid = c.oid AND i.relname IN ({seq_idx_text},"
-    " {unsent_idx_text}, {retry_idx_text}, {sent_idx_text})) = 4"
+    " ON i.oid = x.indexrelid WHERE x.indrelid = c.oid AND i.relname IN"
+    " ({seq_idx_text}::pg_catalog.name, {unsent_idx_text}::pg_catalog.name,"
+    " {retry_idx_text}::pg_catalog.name, {sent_idx_text}::pg_catalog.name)) = 4::pg_catalog.int8"
     " FROM (SELECT pg_catalog.to_regclass({table_text})::pg_catalog.oid AS oid) c";
 /* Records this version's adoption of the table (and forgets an older version's). */
 static const char *const SQL_RECORD_ADOPTED =
-    "DELETE FROM schema_migrations WHERE pg_catalog.split_part(version, ' ', 1) = 'adopted'"
+    "DELETE FROM schema_migrations WHERE pg_catalog.split_part(version, ' ', 1)"
+    " = 'adopted'::pg_catalog.text"
     " AND pg_catalog.split_part(version, ' ', 2)"
     " = pg_catalog.to_regclass({table_text})::pg_catalog.oid::pg_catalog.text;"
-    "INSERT INTO schema_migrations (version) SELECT 'adopted ' ||"
-    " pg_catalog.to_regclass({table_text})::pg_catalog.oid || ' FINGERPRINT'";
+    "INSERT INTO schema_migrations (version) SELECT pg_catalog.concat('adopted ',"
+    " pg_catalog.to_regclass({table_text})::pg_catalog.oid, ' FINGERPRINT')";
 /* Every column of the table, none read (which columns it has: adoption_in_place). */
 static const char *const SQL_ALL_COLUMNS = "SELECT * FROM {table} LIMIT 0";
 /* The bookkeeping columns the table already had under the relay's names (ADD COLUMN IF NOT EXISTS
