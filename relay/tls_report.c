@@ -185,6 +185,17 @@ static void judge_pg(const char *conninfo, TlsSide *side)
     const char *service = pq_value(parsed, defaults, "service");
     if (service)
         judge_pg_service(side, parsed, service);
+    /* gssencmode=require: libpq connects only with GSSAPI encryption, or not at all (it never
+     * falls back to sslmode's TLS or to clear text), and it asks Kerberos for mutual
+     * authentication, so the server proves it holds the key of the service principal of the host
+     * named (postgres/HOST): as private and as authenticated as verify-full. prefer (libpq's
+     * default when built with GSSAPI) proves nothing before connecting and is judged by sslmode
+     * as before. PGGSSENCMODE counts only without a service, whose file would beat it. */
+    const char *gss = pq_value(parsed, service ? NULL : defaults, "gssencmode");
+    if (gss && strcmp(gss, "require") == 0) {
+        side->level = TLS_VERIFIED;
+        snprintf(side->mode, sizeof(side->mode), "gssencmode=require");
+    }
     PQconninfoFree(parsed);
     PQconninfoFree(defaults);
 }
@@ -291,7 +302,7 @@ bool tls_report_require(const Config *cfg, bool require_tls, char *err, size_t e
     if (require_tls && pg.remote && pg.level != TLS_VERIFIED) {
         snprintf(err, errlen,
                  "--require-tls: PostgreSQL host %s with sslmode=%s is not verified (use "
-                 "sslmode=verify-full and sslrootcert)",
+                 "sslmode=verify-full and sslrootcert, or gssencmode=require)",
                  pg.first_remote, pg.mode);
         log_one_line(err);
         return false;

@@ -259,6 +259,41 @@ static void test_pg_service(void **state)
     unsetenv("PGSERVICE");
 }
 
+/* gssencmode=require (in the string, or PGGSSENCMODE without a service) means GSSAPI encryption
+ * with Kerberos mutual authentication or no connection: as good as verify-full, so --require-tls
+ * takes it. prefer proves nothing before connecting; a service file may set its own. */
+static void test_pg_gssenc(void **state)
+{
+    unsetenv("PGSSLMODE");
+    unsetenv("PGGSSENCMODE");
+    unsetenv("PGSERVICE");
+    unsetenv("PGHOST");
+    TlsSide pg, k;
+    judge("host=db.example.com gssencmode=require", NULL, NULL, 0, &pg, &k);
+    assert_int_equal(pg.level, TLS_VERIFIED);
+    assert_string_equal(pg.mode, "gssencmode=require");
+    assert_true(pg.remote);
+    bool ok;
+    char err[512];
+    Config c = make("postgresql://u@db.example.com/x?gssencmode=require&sslmode=disable",
+                    "127.0.0.1:9092", NULL, 0);
+    ok = tls_report_require(&c, true, err, sizeof(err));
+    if (!ok)
+        fail_msg("gssencmode=require refused: %s", err);
+    judge("host=db.example.com gssencmode=prefer", NULL, NULL, 0, &pg, &k);
+    assert_int_equal(pg.level, TLS_OPTIONAL);
+    c = make("host=db.example.com gssencmode=prefer", "127.0.0.1:9092", NULL, 0);
+    assert_refused(&c, "gssencmode=prefer");
+    setenv("PGGSSENCMODE", "require", 1);
+    judge("host=db.example.com", NULL, NULL, 0, &pg, &k);
+    assert_int_equal(pg.level, TLS_VERIFIED); /* libpq's environment counts */
+    judge("host=db.example.com service=orders", NULL, NULL, 0, &pg, &k);
+    assert_int_equal(pg.level, TLS_OPTIONAL); /* unless a service file may set it */
+    unsetenv("PGGSSENCMODE");
+    judge("host=db.example.com service=orders gssencmode=require", NULL, NULL, 0, &pg, &k);
+    assert_int_equal(pg.level, TLS_VERIFIED); /* the string's own beats the file's */
+}
+
 /* Runs tls_report_require and, when it passes, tls_report_log, with stderr captured; returns
  * what they logged (static buffer). */
 static const char *check_logged(const Config *c, bool require, bool *ok, char *err, size_t errlen)
@@ -376,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_loopback_is_literal),
         cmocka_unit_test(test_pg_host_and_hostaddr_lists),
         cmocka_unit_test(test_pg_service),
+        cmocka_unit_test(test_pg_gssenc),
         cmocka_unit_test(test_registry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
