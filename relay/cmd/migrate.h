@@ -28,11 +28,12 @@ extern const size_t migration_count;
  * outbox_producer what they need on the table (grants.h: created when missing and the session
  * may), and reads it back. Every NOTICE and WARNING of the server is logged (stderr) with its
  * step. Connecting is retried for up to wait_s seconds (0: tried once), each attempt bounded by
- * connect_timeout (10 s unless conninfo sets it). Every statement is given up when PostgreSQL has
- * not answered it within answer_s seconds (--migrate-timeout: a server that stopped answering
- * would otherwise hold migrate for ever). Returns 0 on success, 1 on failure, including a
- * role or grant that is missing afterwards (logged, one line saying what to create or grant and
- * how; passwords masked). */
+ * connect_timeout (10 s unless conninfo sets a positive one). Every statement is given up when
+ * PostgreSQL has not answered it within answer_s seconds (--migrate-timeout: a server that
+ * stopped answering would otherwise hold migrate for ever). Returns 0 on success, 1 on failure,
+ * including a role or grant that is missing afterwards (logged, one line saying what to create or
+ * grant and how; passwords masked). A table already adopted gets no DDL again (migrate.c,
+ * adoption_in_place), so its writers never wait behind migrate. */
 int migrate_run(const char *conninfo, const TableMap *map, const char *schema, long wait_s,
                 long answer_s);
 
