@@ -393,6 +393,16 @@ static bool adopt_table(PGconn *conn, const TableMap *map)
         ok = false;
     }
     PQclear(unlike);
+    /* Before the indexes: on a column of another type, the index of the order column is not
+     * the relay's either, and the type is what to fix. */
+    if (ok && PQftype(cols, 0) != INT8OID && PQftype(cols, 0) != INT4OID) {
+        log_error("migration failed",
+                  "step=check table=%s error=\"the order column (seq-column) "
+                  "must be bigint or integer\"",
+                  name);
+        ok = false;
+    }
+    PQclear(cols);
     if (ok && PQntuples(foreign) > 0 &&
         strcmp(PQgetvalue(foreign, 0, 1), "another relation's") == 0) {
         char q[200];
@@ -413,14 +423,6 @@ static bool adopt_table(PGconn *conn, const TableMap *map)
         ok = false;
     }
     PQclear(foreign);
-    if (ok && PQftype(cols, 0) != INT8OID && PQftype(cols, 0) != INT4OID) {
-        log_error("migration failed",
-                  "step=check table=%s error=\"the order column (seq-column) "
-                  "must be bigint or integer\"",
-                  name);
-        ok = false;
-    }
-    PQclear(cols);
     if (ok && !in_place) {
         PGresult *rec = exec_fingerprinted(conn, map, SQL_RECORD_ADOPTED, hex, "adopt");
         ok = rec != NULL;
