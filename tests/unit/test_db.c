@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "db.h"
@@ -254,6 +255,61 @@ static void test_connect_timeout_zero(void **state)
     close(fd);
 }
 
+/* The startup packet a db_connect sends to port (its key/value pairs, NULs turned to spaces):
+ * a child accepts the one connection on fd, reads what comes and closes, so the connect fails. */
+static void startup_packet(int fd, const char *conninfo, char *out, size_t len)
+{
+    int pipefd[2];
+    assert_int_equal(pipe(pipefd), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        int c = accept(fd, NULL, NULL);
+        char buf[1024];
+        ssize_t n = c >= 0 ? read(c, buf, sizeof(buf)) : -1;
+        for (ssize_t i = 0; i < n; i++)
+            buf[i] = buf[i] ? buf[i] : ' ';
+        if (n > 0 && write(pipefd[1], buf, (size_t)n) < 0)
+            _exit(1);
+        _exit(0);
+    }
+    close(pipefd[1]);
+    char err[300];
+    assert_null(db_connect(conninfo, "test_db", err, sizeof(err)));
+    ssize_t n = read(pipefd[0], out, len - 1);
+    out[n > 0 ? n : 0] = '\0';
+    close(pipefd[0]);
+    waitpid(child, NULL, 0);
+}
+
+/* With a pinned schema, db_connect sends an explicit options entry: it carried the string's
+ * options or PGOPTIONS, and dropped a service file's, which libpq fills in only where nothing
+ * is set. Now the service file's options go along, before the pinned search_path. */
+static void test_pinned_options_from_service(void **state)
+{
+    char port[16], path[128], service[256], packet[1024], err[256];
+    int fd = silent_server(port, sizeof(port));
+    unsetenv("PGOPTIONS");
+    unsetenv("PGSERVICE");
+    snprintf(service, sizeof(service), "[opts]\noptions=-c statement_timeout=12345\n");
+    write_file(path, sizeof(path), "opts.conf", service);
+    setenv("PGSERVICEFILE", path, 1);
+    assert_true(db_pin_search_path("relayschema", false, err, sizeof(err)));
+    char conninfo[256];
+    snprintf(conninfo, sizeof(conninfo),
+             "service=opts host=127.0.0.1 port=%s dbname=x user=x sslmode=disable "
+             "gssencmode=disable",
+             port);
+    startup_packet(fd, conninfo, packet, sizeof(packet));
+    assert_non_null(strstr(packet, "search_path=pg_catalog,relayschema,pg_temp"));
+    if (!strstr(packet, "-c statement_timeout=12345"))
+        fail_msg("the service file's options were dropped: %s", packet);
+    assert_true(db_pin_search_path(NULL, false, err, sizeof(err)));
+    unsetenv("PGSERVICEFILE");
+    unlink(path);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -262,6 +318,7 @@ int main(void)
         cmocka_unit_test(test_writer_conninfo),
         cmocka_unit_test(test_writer_service),
         cmocka_unit_test(test_connect_timeout_zero),
+        cmocka_unit_test(test_pinned_options_from_service),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
