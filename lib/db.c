@@ -165,8 +165,11 @@ static const char *integer_setting(const char *name)
 /* The values libpq checks only when it connects (a bad one made run retry forever, and check say
  * "ok config" before failing): the ports, the whole numbers, and the settings whose values are a
  * fixed set. The error names the setting, never its value (the string may hold a password
- * anywhere). */
-static bool conninfo_values_ok(const PQconninfoOption *opts, char *err, size_t errlen)
+ * anywhere). what names the source ("database URL", "service NAME"). skip (a service group's
+ * check) is the string's parse, in the same keyword order: what it sets is not the file's to
+ * judge, and the ports are not counted against hosts the string may give. */
+static bool conninfo_values_ok(const PQconninfoOption *opts, const PQconninfoOption *skip,
+                               const char *what, char *err, size_t errlen)
 {
     static const char *const sslmodes[] = {"disable",   "allow",       "prefer", "require",
                                            "verify-ca", "verify-full", NULL};
@@ -177,8 +180,8 @@ static bool conninfo_values_ok(const PQconninfoOption *opts, char *err, size_t e
     const char *host = "", *hostaddr = "", *port = "";
     for (const PQconninfoOption *o = opts; o->keyword; o++) {
         const char *v = o->val, *k = o->keyword;
-        if (!v)
-            continue;
+        if (!v || (skip && skip[o - opts].val))
+            continue; /* skip: set in the string, which beats the service file */
         if (strcmp(k, "host") == 0)
             host = v;
         else if (strcmp(k, "hostaddr") == 0)
@@ -187,36 +190,78 @@ static bool conninfo_values_ok(const PQconninfoOption *opts, char *err, size_t e
             port = v;
         else if (strcmp(k, "sslmode") == 0 && !one_of(v, sslmodes))
             return refuse(err, errlen,
-                          "database URL: sslmode: expected disable, allow, prefer, require, "
-                          "verify-ca or verify-full");
+                          "%s: sslmode: expected disable, allow, prefer, require, "
+                          "verify-ca or verify-full",
+                          what);
         else if (strcmp(k, "gssencmode") == 0 && !one_of(v, gssencmodes))
-            return refuse(err, errlen,
-                          "database URL: gssencmode: expected disable, prefer or require");
+            return refuse(err, errlen, "%s: gssencmode: expected disable, prefer or require", what);
         else if (strcmp(k, "target_session_attrs") == 0 && !one_of(v, session_attrs))
             return refuse(err, errlen,
-                          "database URL: target_session_attrs: expected any, read-write, "
-                          "read-only, primary, standby or prefer-standby");
+                          "%s: target_session_attrs: expected any, read-write, "
+                          "read-only, primary, standby or prefer-standby",
+                          what);
         else if (strcmp(k, "channel_binding") == 0 && !one_of(v, channel_bindings))
-            return refuse(err, errlen,
-                          "database URL: channel_binding: expected disable, prefer or require");
+            return refuse(err, errlen, "%s: channel_binding: expected disable, prefer or require",
+                          what);
         else if (integer_setting(k) && !integer_ok(v))
-            return refuse(err, errlen, "database URL: %s: expected %s", k, integer_setting(k));
+            return refuse(err, errlen, "%s: %s: expected %s", what, k, integer_setting(k));
     }
     if (!*port)
         return true;
     if (!ports_ok(port))
         return refuse(err, errlen,
-                      "database URL: port: expected a number from 1 to 65535, or a "
-                      "comma-separated list of them (one per host)");
+                      "%s: port: expected a number from 1 to 65535, or a "
+                      "comma-separated list of them (one per host)",
+                      what);
     /* libpq pairs a list of ports with the hosts one to one (with hostaddr's, when given).
      * Counted only against hosts the string gives: without them libpq takes the hosts from a
      * service file or PGHOST, which the parse does not apply. */
     size_t n_ports = list_len(port), n_hosts = list_len(*hostaddr ? hostaddr : host);
-    if (n_ports > 1 && n_ports != n_hosts && (*host || *hostaddr))
-        return refuse(err, errlen,
-                      "database URL: %zu ports for %zu hosts: give one port, or one per host",
-                      n_ports, n_hosts);
+    if (n_ports > 1 && n_ports != n_hosts && (*host || *hostaddr) && !skip)
+        return refuse(err, errlen, "%s: %zu ports for %zu hosts: give one port, or one per host",
+                      what, n_ports, n_hosts);
     return true;
+}
+
+static bool service_read(const char *service, const char *keyword, char *out, size_t outlen,
+                         StrBuf *all);
+
+/* The group of the service the string names (service=, else PGSERVICE), checked as the string
+ * is: libpq fills in from it what the string leaves unset, so a bad value there (port=abc) or a
+ * line libpq cannot read failed every attempt of run for ever, after a start-up check that
+ * passed. What the string sets is not judged (it wins). A service in no file passes: libpq's
+ * own error ("definition of service not found") says so at the first attempt. The error names
+ * the service and the setting, never a value (the file may hold a password). */
+static bool service_values_ok(const PQconninfoOption *opts, char *err, size_t errlen)
+{
+    const char *service = getenv("PGSERVICE");
+    for (const PQconninfoOption *o = opts; o->keyword; o++)
+        if (strcmp(o->keyword, "service") == 0 && o->val)
+            service = o->val;
+    StrBuf group = {0};
+    if (!service_read(service, NULL, NULL, 0, &group)) {
+        strbuf_free(&group);
+        return true;
+    }
+    char what[100];
+    snprintf(what, sizeof(what), "service %.60s", service);
+    char *why = NULL;
+    PQconninfoOption *file = PQconninfoParse(group.s ? group.s : "", &why);
+    bool ok;
+    if (!file) {
+        char line[256];
+        first_line(why ? why : "out of memory", line, sizeof(line));
+        hide_quoted_input(line, group.s ? group.s : "");
+        ok = refuse(err, errlen, "%s: invalid service file entry: %s", what, line);
+    } else {
+        ok = conninfo_values_ok(file, opts, what, err, errlen);
+    }
+    PQfreemem(why);
+    PQconninfoFree(file);
+    if (group.s)
+        explicit_bzero(group.s, strlen(group.s)); /* it may hold a password */
+    strbuf_free(&group);
+    return ok;
 }
 
 bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
@@ -231,7 +276,8 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
         PQfreemem(why);
         return false;
     }
-    bool ok = conninfo_values_ok(opts, err, errlen);
+    bool ok = conninfo_values_ok(opts, NULL, "database URL", err, errlen) &&
+              service_values_ok(opts, err, errlen);
     PQconninfoFree(opts);
     return ok;
 }
@@ -245,7 +291,7 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
  * inside it (nothing trimmed around the "=", trailing blanks dropped). Sets *found when the group
  * is in the file (libpq then reads no other file) and copies keyword's value into out. */
 static bool service_file_value(const char *path, const char *service, const char *keyword,
-                               char *out, size_t outlen, bool *found)
+                               char *out, size_t outlen, StrBuf *all, bool *found)
 {
     FILE *f = fopen(path, "r");
     if (!f)
@@ -270,17 +316,36 @@ static bool service_file_value(const char *path, const char *service, const char
             continue;
         }
         const char *eq = strchr(p, '=');
-        if (in_group && eq && (size_t)(eq - p) == strlen(keyword) &&
-            strncmp(p, keyword, (size_t)(eq - p)) == 0) {
+        if (in_group && all) {
+            /* As a connection string: key='value', quotes and backslashes escaped; a line
+             * without "=" as it is, for the parse to refuse as libpq refuses the file. */
+            strbuf_puts(all, " ");
+            if (!eq) {
+                strbuf_puts(all, p);
+                continue;
+            }
+            strbuf_append(all, p, (size_t)(eq - p));
+            strbuf_puts(all, "='");
+            for (const char *v = eq + 1; *v; v++) {
+                if (*v == '\'' || *v == '\\')
+                    strbuf_puts(all, "\\");
+                strbuf_append(all, v, 1);
+            }
+            strbuf_puts(all, "'");
+        } else if (in_group && eq && (size_t)(eq - p) == strlen(keyword) &&
+                   strncmp(p, keyword, (size_t)(eq - p)) == 0) {
             snprintf(out, outlen, "%s", eq + 1);
             got = true;
         }
     }
     fclose(f);
-    return got;
+    return got || (all && in_group);
 }
 
-bool db_service_value(const char *service, const char *keyword, char *out, size_t outlen)
+/* db_service_value, or with all the whole group as a connection string (keyword, out unused):
+ * true when the group was found. */
+static bool service_read(const char *service, const char *keyword, char *out, size_t outlen,
+                         StrBuf *all)
 {
     if (!service || !*service)
         return false;
@@ -295,13 +360,18 @@ bool db_service_value(const char *service, const char *keyword, char *out, size_
     }
     if (!file && home)
         snprintf(path, sizeof(path), "%s/.pg_service.conf", home);
-    if ((file || home) && service_file_value(path, service, keyword, out, outlen, &found))
+    if ((file || home) && service_file_value(path, service, keyword, out, outlen, all, &found))
         return true;
     if (found)
         return false; /* libpq reads no further file */
     const char *dir = getenv("PGSYSCONFDIR");
     snprintf(path, sizeof(path), "%s/pg_service.conf", dir ? dir : PG_SYSCONFDIR);
-    return service_file_value(path, service, keyword, out, outlen, &found);
+    return service_file_value(path, service, keyword, out, outlen, all, &found);
+}
+
+bool db_service_value(const char *service, const char *keyword, char *out, size_t outlen)
+{
+    return service_read(service, keyword, out, outlen, NULL);
 }
 
 /* The value libpq connects with for keyword, when conninfo parses: the string's own, else the

@@ -20,7 +20,9 @@ typedef struct DbError {
 
 /* Checks the syntax of a connection string before anything connects, so a typo is bad input
  * (exit 2) rather than a runtime failure: "database URL: invalid connection string: ..." in err,
- * which never echoes the string (it may hold a password). */
+ * which never echoes the string (it may hold a password). The values of the service file's group
+ * that the string or PGSERVICE names are checked too where the string does not set them
+ * ("service NAME: port: ..."). Reads files: a start-up (or reload) check. */
 bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 

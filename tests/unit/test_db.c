@@ -214,6 +214,48 @@ static void test_writer_service(void **state)
     rmdir(sysdir);
 }
 
+/* What a service file's group sets is checked as the string is (libpq fills it in where the
+ * string sets nothing): a bad port or sslmode there failed every attempt of run for ever after
+ * a start-up check that passed. Refused naming the service and the setting, never a value;
+ * what the string sets itself is not the file's to judge. */
+static void test_service_values(void **state)
+{
+    char err[512], path[128];
+    unsetenv("PGSERVICE");
+    write_file(path, sizeof(path), "values.conf",
+               "[badport]\nhost=db.example\nport=54x32\npassword=pw-s3cret\n"
+               "[badmode]\nsslmode=Require\n"
+               "[noeq]\nhost=db.example\ns3cretline\n"
+               "[ports]\nhost=a\nport=5432,5433\n"
+               "[good]\nhost=db.example\nport=5432\nsslmode=verify-full\n"
+               "password=it's a \\ secret\n");
+    setenv("PGSERVICEFILE", path, 1);
+    const char *bad[][2] = {
+        {"service=badport", "service badport: port: expected"},
+        {"service=badmode dbname=x", "service badmode: sslmode: expected"},
+        {"service=noeq", "service noeq: invalid service file entry"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        memset(err, 0, sizeof(err));
+        if (db_check_conninfo(bad[i][0], err, sizeof(err)))
+            fail_msg("\"%s\" accepted", bad[i][0]);
+        if (!strstr(err, bad[i][1]))
+            fail_msg("\"%s\": error \"%s\" does not say %s", bad[i][0], err, bad[i][1]);
+        assert_null(strstr(err, "s3cret"));
+        assert_null(strchr(err, '\n'));
+    }
+    const char *good[] = {"service=good", "service=badport port=5432", "service=missing",
+                          "host=a,b service=ports", "service=badmode sslmode=require"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        if (!db_check_conninfo(good[i], err, sizeof(err)))
+            fail_msg("\"%s\" refused: %s", good[i], err);
+    setenv("PGSERVICE", "badport", 1);
+    assert_false(db_check_conninfo("dbname=x", err, sizeof(err)));
+    unsetenv("PGSERVICE");
+    unsetenv("PGSERVICEFILE");
+    unlink(path);
+}
+
 /* A listening socket on 127.0.0.1 that takes connections (the kernel's backlog) and never
  * answers them: a server that hangs. Its port into port. */
 static int silent_server(char *port, size_t len)
@@ -317,6 +359,7 @@ int main(void)
         cmocka_unit_test(test_check_conninfo_values),
         cmocka_unit_test(test_writer_conninfo),
         cmocka_unit_test(test_writer_service),
+        cmocka_unit_test(test_service_values),
         cmocka_unit_test(test_connect_timeout_zero),
         cmocka_unit_test(test_pinned_options_from_service),
     };
