@@ -29,7 +29,8 @@
  *    start (or of the previous response on a kept-alive connection): a client that trickles a
  *    byte at a time never trips the idle timeout, this deadline it does;
  *  - a client that sends nothing for HTTP_IDLE_TIMEOUT_S is dropped;
- *  - request line + headers must fit in HTTP_MEMORY_LIMIT bytes (else 431 or 414, and close). */
+ *  - request line + headers must fit in HTTP_MEMORY_LIMIT bytes (else 431 or 414, and close);
+ *  - large response bodies held for clients still reading them: HTTP_RESPONSE_BUDGET (http.h). */
 #define HTTP_MAX_CONNECTIONS 1024
 #define HTTP_PER_IP_CONNECTIONS 16
 #define HTTP_HEADER_DEADLINE_S 3.0
@@ -72,8 +73,25 @@ struct HttpServer {
     Pending *head, *tail;    /* connections waiting for their headers, oldest first */
     HttpHandlerFn fn;
     void *arg;
+    size_t held; /* bytes of large bodies not yet freed by libmicrohttpd (HTTP_RESPONSE_BUDGET) */
     char address[128];
 };
+
+/* A large body given to libmicrohttpd: counted in held until it frees the response (sent, or its
+ * connection gone). */
+typedef struct Held {
+    HttpServer *server;
+    size_t len;
+    char *body;
+} Held;
+
+static void held_free(void *cls)
+{
+    Held *h = cls;
+    h->server->held -= h->len;
+    free(h->body);
+    free(h);
+}
 
 /* Opens a non-blocking listening socket on host:port; writes the bound address to out. */
 static int open_listener(const char *host, const char *port, char *out, size_t outlen, char *err,
@@ -281,17 +299,31 @@ static void on_mhd_log(void *arg, const char *fmt, va_list ap)
     log_debug("http server", "text=%s", log_quote(text, q, sizeof(q)));
 }
 
-static enum MHD_Result reply(struct MHD_Connection *conn, int status, StrBuf *body,
+static enum MHD_Result reply(HttpServer *s, struct MHD_Connection *conn, int status, StrBuf *body,
                              const char *content_type, bool allow_header)
 {
-    struct MHD_Response *resp =
-        body->s ? MHD_create_response_from_buffer(body->len, body->s, MHD_RESPMEM_MUST_FREE)
-                : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *resp = NULL;
+    Held *h = NULL;
+    if (body->s && body->len > HTTP_LARGE_RESPONSE) {
+        h = malloc(sizeof(*h));
+        if (h) {
+            *h = (Held){.server = s, .len = body->len, .body = body->s};
+            resp = MHD_create_response_from_buffer_with_free_callback_cls(body->len, body->s,
+                                                                          held_free, h);
+            if (resp)
+                s->held += h->len;
+            else
+                free(h);
+        }
+    } else {
+        resp = body->s ? MHD_create_response_from_buffer(body->len, body->s, MHD_RESPMEM_MUST_FREE)
+                       : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    }
     if (!resp) {
         strbuf_free(body);
         return MHD_NO;
     }
-    body->s = NULL; /* the response owns it now (MHD frees it with free()) */
+    body->s = NULL; /* the response owns it now (freed by MHD, or by held_free) */
     strbuf_free(body);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
@@ -318,11 +350,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
         /* Answered before any request body is read; libmicrohttpd then closes the connection. */
         strbuf_puts(&body, "method not allowed\n");
-        return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, &body, "text/plain; charset=utf-8", true);
+        return reply(s, conn, MHD_HTTP_METHOD_NOT_ALLOWED, &body, "text/plain; charset=utf-8",
+                     true);
     }
     const char *content_type = "text/plain; charset=utf-8";
     int status = s->fn(url, &body, &content_type, s->arg);
-    return reply(conn, status, &body, content_type, false);
+    /* One large body is always served when none is held, however large: the budget bounds what
+     * readers that do not read can pile up, not what one scrape may be. */
+    if (body.len > HTTP_LARGE_RESPONSE && s->held > 0 &&
+        s->held + body.len > HTTP_RESPONSE_BUDGET) {
+        char q[300];
+        log_debug("http response refused",
+                  "path=%s bytes=%zu held=%zu reason=\"large responses still being read\"",
+                  log_quote(url, q, sizeof(q)), body.len, s->held);
+        strbuf_free(&body);
+        strbuf_puts(&body, "busy: other large responses are still being read; try again\n");
+        status = MHD_HTTP_SERVICE_UNAVAILABLE;
+        content_type = "text/plain; charset=utf-8";
+    }
+    return reply(s, conn, status, &body, content_type, false);
 }
 
 HttpServer *http_server_new(struct ev_loop *loop, const char *listen, HttpHandlerFn fn, void *arg,

@@ -14,6 +14,15 @@
 
 typedef struct HttpServer HttpServer;
 
+/* Bytes of large response bodies (over HTTP_LARGE_RESPONSE: /metrics of many databases or
+ * topics) held at once for clients still reading them. A slow reader holds its response until it
+ * has read it all, so without this bound every connection could hold a /metrics body of several
+ * MB. Past it a large answer is 503 (one is always served when none is held, whatever its size).
+ * Smaller ones, /healthz and /readyz (under 50 KB with the most databases and reasons), are
+ * bounded by the connection limits and always served: a probe never reads "busy" as not ready. */
+#define HTTP_LARGE_RESPONSE (64u << 10)
+#define HTTP_RESPONSE_BUDGET (32u << 20)
+
 /* Answers GET path (without the query string): appends the body to body, may point
  * *content_type at a static string (default text/plain), returns the HTTP status. */
 typedef int (*HttpHandlerFn)(const char *path, StrBuf *body, const char **content_type, void *arg);
