@@ -30,7 +30,8 @@
  *    byte at a time never trips the idle timeout, this deadline it does;
  *  - a client that sends nothing for HTTP_IDLE_TIMEOUT_S is dropped;
  *  - request line + headers must fit in HTTP_MEMORY_LIMIT bytes (else 431 or 414, and close);
- *  - large response bodies held for clients still reading them: HTTP_RESPONSE_BUDGET (http.h). */
+ *  - large response bodies held for clients still reading them: HTTP_RESPONSE_BUDGET, and one
+ *    rendering of a large answer serves its path's requests for HTTP_SHARE_S (http.h). */
 #define HTTP_MAX_CONNECTIONS 1024
 #define HTTP_PER_IP_CONNECTIONS 16
 #define HTTP_HEADER_DEADLINE_S 3.0
@@ -74,6 +75,11 @@ struct HttpServer {
     HttpHandlerFn fn;
     void *arg;
     size_t held; /* bytes of large bodies not yet freed by libmicrohttpd (HTTP_RESPONSE_BUDGET) */
+    /* The last large answer, shared by the requests for its path for HTTP_SHARE_S (http.h). */
+    struct MHD_Response *shared;
+    unsigned int shared_status;
+    double shared_until;
+    char shared_path[64];
     char address[128];
 };
 
@@ -299,8 +305,25 @@ static void on_mhd_log(void *arg, const char *fmt, va_list ap)
     log_debug("http server", "text=%s", log_quote(text, q, sizeof(q)));
 }
 
-static enum MHD_Result reply(HttpServer *s, struct MHD_Connection *conn, int status, StrBuf *body,
-                             const char *content_type, bool allow_header)
+/* Keeps resp (a large answer to path, just rendered) for the requests of the next HTTP_SHARE_S,
+ * dropping the one kept before (libmicrohttpd frees it once no connection still sends it).
+ * Returns whether it was kept: then the caller's reference is the keeper's (not destroyed). */
+static bool share(HttpServer *s, const char *path, unsigned int status, struct MHD_Response *resp)
+{
+    if (s->shared)
+        MHD_destroy_response(s->shared);
+    s->shared = NULL;
+    if (strlen(path) >= sizeof(s->shared_path))
+        return false;
+    s->shared = resp;
+    s->shared_status = status;
+    s->shared_until = monotime_now() + HTTP_SHARE_S;
+    snprintf(s->shared_path, sizeof(s->shared_path), "%s", path);
+    return true;
+}
+
+static enum MHD_Result reply(HttpServer *s, struct MHD_Connection *conn, const char *path,
+                             int status, StrBuf *body, const char *content_type, bool allow_header)
 {
     struct MHD_Response *resp = NULL;
     Held *h = NULL;
@@ -329,8 +352,10 @@ static enum MHD_Result reply(HttpServer *s, struct MHD_Connection *conn, int sta
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (allow_header)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    bool kept = h && status == MHD_HTTP_OK && share(s, path, (unsigned int)status, resp);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned int)status, resp);
-    MHD_destroy_response(resp);
+    if (!kept)
+        MHD_destroy_response(resp);
     return ret;
 }
 
@@ -350,9 +375,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
         /* Answered before any request body is read; libmicrohttpd then closes the connection. */
         strbuf_puts(&body, "method not allowed\n");
-        return reply(s, conn, MHD_HTTP_METHOD_NOT_ALLOWED, &body, "text/plain; charset=utf-8",
+        return reply(s, conn, url, MHD_HTTP_METHOD_NOT_ALLOWED, &body, "text/plain; charset=utf-8",
                      true);
     }
+    if (s->shared && monotime_now() >= s->shared_until) {
+        /* Released before the budget is looked at: kept, it would count against the next
+         * rendering, and an answer larger than half the budget would be refused for ever. */
+        MHD_destroy_response(s->shared);
+        s->shared = NULL;
+    }
+    if (s->shared && strcmp(url, s->shared_path) == 0)
+        return MHD_queue_response(conn, s->shared_status, s->shared);
     const char *content_type = "text/plain; charset=utf-8";
     int status = s->fn(url, &body, &content_type, s->arg);
     /* One large body is always served when none is held, however large: the budget bounds what
@@ -368,7 +401,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         status = MHD_HTTP_SERVICE_UNAVAILABLE;
         content_type = "text/plain; charset=utf-8";
     }
-    return reply(s, conn, status, &body, content_type, false);
+    return reply(s, conn, url, status, &body, content_type, false);
 }
 
 HttpServer *http_server_new(struct ev_loop *loop, const char *listen, HttpHandlerFn fn, void *arg,
@@ -434,6 +467,8 @@ void http_server_free(HttpServer *s)
         return;
     ev_io_stop(s->loop, &s->io);
     ev_timer_stop(s->loop, &s->timer);
+    if (s->shared)
+        MHD_destroy_response(s->shared); /* its free callback needs s */
     MHD_stop_daemon(s->daemon); /* closes the connections (on_connection frees each Pending) */
     ev_timer_stop(s->loop, &s->deadline_timer); /* after: on_connection may have re-armed it */
     free(s);
