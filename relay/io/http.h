@@ -17,11 +17,14 @@ typedef struct HttpServer HttpServer;
 /* Bytes of large response bodies (over HTTP_LARGE_RESPONSE: /metrics of many databases or
  * topics) held at once for clients still reading them. A slow reader holds its response until it
  * has read it all, so without this bound every connection could hold a /metrics body of several
- * MB. Past it a large answer is 503 (one is always served when none is held, whatever its size).
+ * MB. Past it a large answer is 503 (one is always served when none is held, whatever its size):
+ * room for several scrapers reading 10 MB answers at once; readers that hold it all make the
+ * scrape fail visibly (503, up=0) until they finish or time out, rather than the relay's memory
+ * grow with them.
  * Smaller ones, /healthz and /readyz (under 50 KB with the most databases and reasons), are
  * bounded by the connection limits and always served: a probe never reads "busy" as not ready. */
 #define HTTP_LARGE_RESPONSE (64u << 10)
-#define HTTP_RESPONSE_BUDGET (32u << 20)
+#define HTTP_RESPONSE_BUDGET (64u << 20)
 
 /* A large answer (200) is rendered once and served to every request of its path for this long:
  * rendering /metrics of 100 databases of 1000 topics each (10 MB) takes the loop ~0.1 s, and
