@@ -29,10 +29,11 @@ typedef struct Databases Databases;
  * with one line in err (naming the entry when it has a name). */
 bool databases_entry_check(const Config *cfg, char *err, size_t errlen);
 
-/* Builds a relay, metrics registry and (with gauges or --retention) upkeep for every entry of
- * cfg->dbs, taking each entry's Config out of cfg (cfg->dbs is left with zeroed entries) and a
- * producer per database from kconf (a copy each; kconf stays the caller's, kept for databases
- * added later). Nothing connects before databases_start. Returns NULL with one line in err. */
+/* Builds a relay and metrics registry for every entry of cfg->dbs (its upkeep, with gauges or
+ * --retention, comes at databases_start), taking each entry's Config out of cfg (cfg->dbs is
+ * left with zeroed entries) and a producer per database from kconf (a copy each; kconf stays the
+ * caller's, kept for databases added later). Nothing connects before databases_start. Returns
+ * NULL with one line in err. */
 Databases *databases_new(struct ev_loop *loop, Config *cfg, const rd_kafka_conf_t *kconf,
                          bool gauges, char *err, size_t errlen);
 
@@ -43,7 +44,7 @@ Databases *databases_new(struct ev_loop *loop, Config *cfg, const rd_kafka_conf_
 bool databases_check_registries(Databases *d, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
-/* Connects every database's sessions and installs SIGTERM/SIGINT. */
+/* Makes every database's upkeep, connects its sessions and installs SIGTERM/SIGINT. */
 void databases_start(Databases *d);
 
 /* Runs the loop until every database has stopped; returns the exit status (1 when a database's
