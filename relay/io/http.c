@@ -389,8 +389,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     const char *content_type = "text/plain; charset=utf-8";
     int status = s->fn(url, &body, &content_type, s->arg);
     /* One large body is always served when none is held, however large: the budget bounds what
-     * readers that do not read can pile up, not what one scrape may be. */
-    if (body.len > HTTP_LARGE_RESPONSE && s->held > 0 &&
+     * readers that do not read can pile up, not what one scrape may be. Only a 200 is refused:
+     * another status is the answer itself (a /readyz 503 with a line per database must never
+     * turn into "busy"), and such bodies are small. */
+    if (status == MHD_HTTP_OK && body.len > HTTP_LARGE_RESPONSE && s->held > 0 &&
         s->held + body.len > HTTP_RESPONSE_BUDGET) {
         char q[300];
         log_debug("http response refused",

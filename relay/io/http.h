@@ -22,7 +22,8 @@ typedef struct HttpServer HttpServer;
  * scrape fail visibly (503, up=0) until they finish or time out, rather than the relay's memory
  * grow with them.
  * Smaller ones, /healthz and /readyz (under 50 KB with the most databases and reasons), are
- * bounded by the connection limits and always served: a probe never reads "busy" as not ready. */
+ * bounded by the connection limits and always served, and so is an answer of any other status
+ * than 200, whatever its size: a probe never reads "busy" as not ready. */
 #define HTTP_LARGE_RESPONSE (64u << 10)
 #define HTTP_RESPONSE_BUDGET (64u << 20)
 

@@ -50,8 +50,8 @@ static int handler(const char *path, StrBuf *body, const char **content_type, vo
         free(x);
         return 200;
     }
-    if (strcmp(path, "/readyz") == 0) { /* as long as /readyz gets: 100 databases, every reason */
-        for (int i = 0; i < 100; i++)
+    if (strcmp(path, "/readyz") == 0) { /* longer than /readyz gets (100 databases, every reason) */
+        for (int i = 0; i < 500; i++)
             strbuf_puts(body,
                         "tenant-0123456789 not ready: postgres unreachable; kafka unreachable; "
                         "claims fail until the setup is fixed: permission denied for table "
