@@ -80,15 +80,18 @@ void marks_row_by_row_cut_short(Session *s, bool lost)
  * table that refuses a mark (a trigger, a constraint) would otherwise log every batch. */
 static void log_mark_error(Session *s, const char *what, const BatchRow *br, const char *error)
 {
-    char q[512];
-    LogLevel level = strcmp(error, s->last_mark_error) == 0 ? LOG_DEBUG : LOG_ERROR;
+    char q[512], seen[sizeof(s->last_mark_error)];
+    /* Compared as it is kept: an error longer than the copy would never equal it, and would be
+     * logged at error level batch after batch. */
+    snprintf(seen, sizeof(seen), "%s", error);
+    LogLevel level = strcmp(seen, s->last_mark_error) == 0 ? LOG_DEBUG : LOG_ERROR;
     if (br)
         log_write(level, what, "error=%s id=%lld rows=%d session=%d",
                   log_quote(error, q, sizeof(q)), br->row.id, s->batch.n, s->index);
     else
         log_write(level, what, "error=%s rows=%d session=%d", log_quote(error, q, sizeof(q)),
                   s->batch.n, s->index);
-    snprintf(s->last_mark_error, sizeof(s->last_mark_error), "%s", error);
+    snprintf(s->last_mark_error, sizeof(s->last_mark_error), "%s", seen);
 }
 
 /* Whether a failed statement failed because of the row itself — data it could not take
@@ -262,14 +265,17 @@ static void log_batch_failures(Session *s, const BatchRow *first_failed)
         return;
     }
     const char *error = first_failed->error ? first_failed->error : "unknown error";
-    char eid[160];
-    LogLevel level = strcmp(error, s->last_failure) == 0 ? LOG_DEBUG : LOG_WARN;
+    char eid[160], key[sizeof(s->last_failure)];
+    /* Compared as it is kept: cut to the copy's size, or a long error would never equal it and
+     * log at warn level batch after batch. */
+    snprintf(key, sizeof(key), "%s", error);
+    LogLevel level = strcmp(key, s->last_failure) == 0 ? LOG_DEBUG : LOG_WARN;
     log_write(level, "events not delivered; they will be retried",
               "failed=%d sent=%d first_id=%lld first_event_id=%s permanent=%s error=%s session=%d",
               b->failed, b->acked, first_failed->row.id,
               log_quote(first_failed->row.event_id, eid, sizeof(eid)),
               first_failed->permanent ? "true" : "false", log_quote(error, q, sizeof(q)), s->index);
-    snprintf(s->last_failure, sizeof(s->last_failure), "%s", error);
+    snprintf(s->last_failure, sizeof(s->last_failure), "%s", key);
 }
 
 void marks_build(Session *s, bool commit, const ClaimRequest *next, MarkRequest *req)

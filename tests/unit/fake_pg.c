@@ -30,7 +30,7 @@ static int nconns;
 static struct {
     const PGresult *res;
     char state[6];
-    char msg[512];
+    char msg[600]; /* room for a server's long error line (a trigger's RAISE) */
 } errors[MAX_ERRORS];
 
 static int error_slot(const PGresult *res)
@@ -218,13 +218,13 @@ void fake_pg_answer(PgConn *pg, PGresult **given, int n)
             state = e >= 0 && errors[e].state[0] ? errors[e].state : NULL;
         }
     }
-    char error_copy[512] = "";
+    char error_copy[600] = "";
     if (error)
         snprintf(error_copy, sizeof(error_copy), "%s", error);
     if (session_unusable(state)) {
         for (int i = 0; i < n; i++)
             clear_result(results[i]);
-        char reason[600];
+        char reason[660];
         snprintf(reason, sizeof(reason), "%s (SQLSTATE %s); reconnecting", error_copy, state);
         lose(pg, reason);
         return;

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -57,7 +58,8 @@ static struct {
     const char *claim[MAX_SESSIONS]; /* the next claim's rows by aggregate, "A,A,B"; "" none */
     const char *fail_kind;           /* the first statement of this kind fails ... */
     const char *fail_state;          /* ... with this SQLSTATE */
-    const char *fail_text;           /* ... and this message (NULL: "the test says no") */
+    const char *fail_msg;            /* ... and this message (NULL: "the test says no") */
+    const char *dead[MAX_SESSIONS];  /* the next dead-letter claim's rows, as claim[] */
     const char *table_node;          /* the table's relfilenode the floor's look finds */
     long long next_id;
     ev_prepare brk;
@@ -304,18 +306,25 @@ static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
     ev_idle_stop(loop, w);
 }
 
+/* --dead-letter-topic for the next start() (NULL: none); teardown resets it. */
+static const char *dead_letter_topic;
+
 static void load_config(const char *sessions, const char *min_sessions, const char *sleep_after)
 {
-    char *argv[] = {"outbox-relay", "run", "--database-url", "postgresql://fake/db", "--brokers",
-                    "fake:9092", "--batch-size", "8", "--sessions", (char *)sessions,
-                    "--min-sessions", (char *)min_sessions, "--sleep-after", (char *)sleep_after,
-                    "--claim-floor", "off",
-                    /* Every timer far away: the tests fire the ones they mean. */
-                    "--poll-interval", "3600000", "--rebalance-interval", "60000",
-                    "--busy-poll-interval", "1000", "--delivery-timeout", "3600000",
-                    "--shutdown-timeout", "3600000", "--session-rest-after", "3600000", NULL};
+    char *argv[] = {
+        "outbox-relay", "run", "--database-url", "postgresql://fake/db", "--brokers", "fake:9092",
+        "--batch-size", "8", "--sessions", (char *)sessions, "--min-sessions", (char *)min_sessions,
+        "--sleep-after", (char *)sleep_after, "--claim-floor", "off",
+        /* Every timer far away: the tests fire the ones they mean. */
+        "--poll-interval", "3600000", "--rebalance-interval", "60000", "--busy-poll-interval",
+        "1000", "--delivery-timeout", "3600000", "--shutdown-timeout", "3600000",
+        "--session-rest-after", "3600000", NULL, NULL, NULL};
     char err[512];
-    int argc = (int)(sizeof(argv) / sizeof(argv[0])) - 1;
+    int argc = (int)(sizeof(argv) / sizeof(argv[0])) - 3;
+    if (dead_letter_topic) {
+        argv[argc++] = "--dead-letter-topic";
+        argv[argc++] = (char *)dead_letter_topic;
+    }
     if (!config_load(&T.cfg, argc, argv, err, sizeof(err)))
         fail_msg("config: %s", err);
 }
@@ -364,6 +373,7 @@ static int teardown(void **state)
         free(T.tmpl[i]);
     config_free(&T.cfg);
     fake_pg_forget();
+    dead_letter_topic = NULL;
     return 0;
 }
 
@@ -415,7 +425,7 @@ static PGresult *auto_result(int i, const FakeRequest *req, int q)
     const char *kind = kind_of(req->sql[q]);
     if (T.fail_kind && strcmp(kind, T.fail_kind) == 0) {
         T.fail_kind = NULL;
-        return fake_pg_error(T.fail_state, T.fail_text ? T.fail_text : "the test says no");
+        return fake_pg_error(T.fail_state, T.fail_msg ? T.fail_msg : "the test says no");
     }
     char slot[8];
     snprintf(slot, sizeof(slot), "%d", i);
@@ -443,8 +453,11 @@ static PGresult *auto_result(int i, const FakeRequest *req, int q)
         T.claim[i] = "";
         return res;
     }
-    if (strcmp(kind, "claim-dead") == 0)
-        return claim_result("");
+    if (strcmp(kind, "claim-dead") == 0) {
+        PGresult *res = claim_result(T.dead[i] ? T.dead[i] : "");
+        T.dead[i] = NULL;
+        return res;
+    }
     if (strcmp(kind, "mark-failed") == 0)
         return fake_pg_tuples("id,event_id,aggregate_type,aggregate_id,dead", 0, NULL);
     return fake_pg_command_ok();
@@ -1427,9 +1440,9 @@ static void test_setup_fault_scrubbed_before_cut(void **state)
     start("1", "1", "60000");
     secrets_add(secret);
     bring_up(0);
-    T.fail_text = text;
+    T.fail_msg = text;
     answer_failing(0, "claim", "42501");
-    T.fail_text = NULL;
+    T.fail_msg = NULL;
     answer(0); /* ROLLBACK */
     answer(0); /* unlock, leave */
     relay_status(T.r, &st);
@@ -1762,6 +1775,70 @@ static void test_mark_retries_end_with_recorded_failures(void **state)
     expect_sent(0, retried_sent);
 }
 
+/* ---- what the engine logs ---------------------------------------------------------------- */
+
+static struct {
+    char path[64];
+    int saved;
+} capture;
+
+/* From here to logged(), the log (stderr) goes to a file, at level and above. */
+static void capture_log(LogLevel level)
+{
+    snprintf(capture.path, sizeof(capture.path), "/tmp/test_engine_log.XXXXXX");
+    int fd = mkstemp(capture.path);
+    capture.saved = dup(STDERR_FILENO);
+    assert_true(fd >= 0 && capture.saved >= 0);
+    fflush(stderr);
+    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    close(fd);
+    log_set_level(level);
+}
+
+/* Ends capture_log: what was logged (a static buffer), the log quiet again. */
+static const char *logged(void)
+{
+    static char text[65536];
+    fflush(stderr);
+    assert_true(dup2(capture.saved, STDERR_FILENO) >= 0);
+    close(capture.saved);
+    log_set_level(LOG_ERROR + 1);
+    FILE *f = fopen(capture.path, "r");
+    assert_non_null(f);
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    unlink(capture.path);
+    return text;
+}
+
+static int occurrences(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+/* The marks fail batch after batch with the same error, one longer than the copy the session
+ * keeps of the last (a trigger's long RAISE text): logged at error level once, then at debug
+ * level, as any other error. Each batch logged it at error level when the comparison was with
+ * the whole text. */
+static void test_long_mark_error_logged_once(void **state)
+{
+    char msg[400];
+    memset(msg, 'x', sizeof(msg) - 1);
+    msg[sizeof(msg) - 1] = '\0';
+    start("1", "1", "60000");
+    bring_up(0);
+    T.fail_msg = msg;
+    capture_log(LOG_ERROR);
+    marks_fail_passingly();
+    marks_fail_passingly();
+    const char *text = logged();
+    assert_int_equal(occurrences(text, "recording the batch failed"), 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1806,6 +1883,7 @@ int main(void)
         cmocka_unit_test_teardown(test_freed_producer_destroyed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
+        cmocka_unit_test_teardown(test_long_mark_error_logged_once, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     print_coverage();
