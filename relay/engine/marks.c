@@ -253,28 +253,39 @@ MarksOutcome marks_read(Session *s, PGresult **results, int n, const char *error
 }
 
 /* One line per batch with failures, and only when the failure is new: an outage that fails
- * batch after batch with the same error logs once, then at debug level until it clears. */
+ * batch after batch with the same error logs once, then at debug level until it clears. A dead
+ * event that could not be published to the dead-letter topic is said too (its own line: nothing
+ * else tells an operator that the dead-letter topic is missing or refused). */
 static void log_batch_failures(Session *s, const BatchRow *first_failed)
 {
     Batch *b = &s->batch;
     char q[512];
-    if (!first_failed) {
+    const BatchRow *dead_failed = NULL;
+    for (int i = 0; !first_failed && !dead_failed && i < b->n; i++)
+        if (b->rows[i].state == ROW_FAILED && b->rows[i].dead_letter)
+            dead_failed = &b->rows[i];
+    if (!first_failed && !dead_failed) {
         if (s->last_failure[0])
             log_info("deliveries succeed again", "sent=%d", b->acked);
         s->last_failure[0] = '\0';
         return;
     }
-    const char *error = first_failed->error ? first_failed->error : "unknown error";
+    const BatchRow *failed = first_failed ? first_failed : dead_failed;
+    const char *error = failed->error ? failed->error : "unknown error";
     char eid[160], key[sizeof(s->last_failure)];
-    /* Compared as it is kept: cut to the copy's size, or a long error would never equal it and
-     * log at warn level batch after batch. */
-    snprintf(key, sizeof(key), "%s", error);
+    /* The streak's key tells the two kinds apart (a dead-letter failure after event failures
+     * with the same error is news), and is compared as it is kept: cut to the copy's size, or a
+     * long error would never equal it and log at warn level batch after batch. */
+    snprintf(key, sizeof(key), "%s%s", first_failed ? "" : "dead-letter publish failed: ", error);
     LogLevel level = strcmp(key, s->last_failure) == 0 ? LOG_DEBUG : LOG_WARN;
-    log_write(level, "events not delivered; they will be retried",
+    log_write(level,
+              first_failed ? "events not delivered; they will be retried"
+                           : "dead events not published to the dead-letter topic; they will be "
+                             "retried",
               "failed=%d sent=%d first_id=%lld first_event_id=%s permanent=%s error=%s session=%d",
-              b->failed, b->acked, first_failed->row.id,
-              log_quote(first_failed->row.event_id, eid, sizeof(eid)),
-              first_failed->permanent ? "true" : "false", log_quote(error, q, sizeof(q)), s->index);
+              b->failed, b->acked, failed->row.id,
+              log_quote(failed->row.event_id, eid, sizeof(eid)),
+              failed->permanent ? "true" : "false", log_quote(error, q, sizeof(q)), s->index);
     snprintf(s->last_failure, sizeof(s->last_failure), "%s", key);
 }
 

@@ -1839,6 +1839,38 @@ static void test_long_mark_error_logged_once(void **state)
     assert_int_equal(occurrences(text, "recording the batch failed"), 1);
 }
 
+/* Brings session i up as bring_up does, without its checks (a dead-letter topic adds its claim
+ * to the expected requests). */
+static void bring_up_quietly(int i)
+{
+    fake_pg_up(PG(i));
+    for (int k = 0; k < 4; k++) /* LISTEN, join, members, lock */
+        answer(i);
+    forget(i);
+}
+
+/* A dead event whose publication to the dead-letter topic failed (the topic refused, say) is
+ * said in the log, once per distinct error like any failure: it was silent (only the metric
+ * and the row's last_error knew), and a batch that delivered its events even logged "deliveries
+ * succeed again". */
+static void test_dead_letter_failure_logged(void **state)
+{
+    dead_letter_topic = "dead-letters";
+    start("1", "1", "60000");
+    bring_up_quietly(0);
+    capture_log(LOG_WARN);
+    T.dead[0] = "A";      /* row 1: dead, to be published to the dead-letter topic */
+    answer_claim(0, "B"); /* row 2: an event */
+    assert_int_equal(fake_kafka_count(), 2);
+    assert_string_equal(fake_kafka_at(1)->topic, "dead-letters");
+    fake_kafka_report(0, OK);
+    fake_kafka_report(1, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+    assert_string_equal(field(pending_param(0, "mark-dead-letter-failed"), 0), "{1}");
+    const char *text = logged();
+    assert_int_equal(occurrences(text, "dead events not published to the dead-letter topic"), 1);
+    assert_int_equal(occurrences(text, "id=1"), 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1884,6 +1916,7 @@ int main(void)
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
         cmocka_unit_test_teardown(test_long_mark_error_logged_once, teardown),
+        cmocka_unit_test_teardown(test_dead_letter_failure_logged, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     print_coverage();
