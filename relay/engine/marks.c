@@ -255,7 +255,10 @@ MarksOutcome marks_read(Session *s, PGresult **results, int n, const char *error
 /* One line per batch with failures, and only when the failure is new: an outage that fails
  * batch after batch with the same error logs once, then at debug level until it clears. A dead
  * event that could not be published to the dead-letter topic is said too (its own line: nothing
- * else tells an operator that the dead-letter topic is missing or refused). */
+ * else tells an operator that the dead-letter topic is missing or refused). The end of a streak is
+ * said only by a batch that got something through: one that delivered nothing and failed nothing
+ * (cut short by a stop, or by its delivery timeout before anything reached the producer) is no
+ * news either way. */
 static void log_batch_failures(Session *s, const BatchRow *first_failed)
 {
     Batch *b = &s->batch;
@@ -265,6 +268,8 @@ static void log_batch_failures(Session *s, const BatchRow *first_failed)
         if (b->rows[i].state == ROW_FAILED && b->rows[i].dead_letter)
             dead_failed = &b->rows[i];
     if (!first_failed && !dead_failed) {
+        if (b->acked == 0)
+            return;
         if (s->last_failure[0])
             log_info("deliveries succeed again", "sent=%d", b->acked);
         s->last_failure[0] = '\0';

@@ -1871,6 +1871,26 @@ static void test_dead_letter_failure_logged(void **state)
     assert_int_equal(occurrences(text, "id=1"), 1);
 }
 
+/* A streak of failing batches ends only with a batch that got something through: one stopped
+ * before any of its events was acknowledged (nothing sent, nothing failed) said "deliveries
+ * succeed again sent=0" while nothing did. */
+static void test_no_success_said_without_a_delivery(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    capture_log(LOG_INFO);
+    answer_claim(0, "A");
+    fake_kafka_report(0, RD_KAFKA_RESP_ERR__MSG_TIMED_OUT); /* a passing failure */
+    answer(0);                                              /* its marks */
+    fire(&S(0)->retry_timer);
+    answer_claim(0, "B");
+    sigterm(); /* B waits for its report, within the shutdown timeout */
+    fire(&S(0)->shutdown_timer);
+    const char *text = logged();
+    assert_int_equal(occurrences(text, "events not delivered"), 1);
+    assert_int_equal(occurrences(text, "deliveries succeed again"), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1917,6 +1937,7 @@ int main(void)
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
         cmocka_unit_test_teardown(test_long_mark_error_logged_once, teardown),
         cmocka_unit_test_teardown(test_dead_letter_failure_logged, teardown),
+        cmocka_unit_test_teardown(test_no_success_said_without_a_delivery, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     print_coverage();
