@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "message.h"
 #include "metrics.h"
 #include "table.h"
 
@@ -208,6 +209,7 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
         br->topic = NULL;
         br->value = NULL;
         br->value_len = 0;
+        br->partition = MESSAGE_PARTITION_ANY;
         br->owner = b->owner;
     }
 }
@@ -334,7 +336,15 @@ static bool same_topic(const OutboxRow *a, const OutboxRow *b, const char *tmpl)
            route_topic(tmpl, b, tb, sizeof(tb), why, sizeof(why)) && strcmp(ta, tb) == 0;
 }
 
-int batch_order_breaks(const Batch *b, const char *per_topic_template)
+/* Whether two rows of one topic may share a partition: the same partition column, or one (or
+ * both) placed by the key, which for one aggregate in one topic is one partition. */
+static bool same_partition(const BatchRow *a, const BatchRow *b)
+{
+    return a->partition == b->partition || a->partition == MESSAGE_PARTITION_ANY ||
+           b->partition == MESSAGE_PARTITION_ANY;
+}
+
+int batch_order_breaks(const Batch *b, const char *per_topic_template, bool per_partition)
 {
     if (b->failed == 0)
         return 0;
@@ -347,7 +357,8 @@ int batch_order_breaks(const Batch *b, const char *per_topic_template)
             const BatchRow *earlier = &b->rows[j];
             if (earlier->state == ROW_FAILED && !earlier->dead_letter &&
                 same_aggregate(&earlier->row, &later->row) &&
-                same_topic(&earlier->row, &later->row, per_topic_template)) {
+                same_topic(&earlier->row, &later->row, per_topic_template) &&
+                (!per_partition || same_partition(earlier, later))) {
                 log_error("order broken: an event was delivered after an earlier event of its "
                           "aggregate failed",
                           "failed_id=%lld delivered_id=%lld aggregate_id=%s", earlier->row.id,

@@ -47,6 +47,8 @@ typedef struct BatchRow {
                            * server writes it); failed, never sent empty */
     bool too_large;       /* over the producer's message.max.bytes: the claim left its large columns
                            * (payload, headers, additional fields) out */
+    int32_t partition;    /* the partition it was produced to (its partition column), or
+                           * MESSAGE_PARTITION_ANY: by its key, or not produced */
 } BatchRow;
 
 #define BATCH_HELD_BITS 65536
@@ -127,9 +129,11 @@ void batch_marks_free(BatchMarks *m);
 
 /* Counts acknowledged rows that come after a failed row of the same aggregate: an order break
  * (possible only when the broker rejected a message after later ones of its partition were
- * already written). With per_topic_template (--order-scope topic: order is promised within each
- * topic only), only rows whose topics under that template are the same count. Logs each one as
- * an error; returns how many. */
-int batch_order_breaks(const Batch *b, const char *per_topic_template);
+ * already written). With per_topic_template (--order-scope topic or partition: order is promised
+ * within each topic only), only rows whose topics under that template are the same count; with
+ * per_partition as well (--order-scope partition), only rows produced to the same partition (or
+ * one of them by its key, whose partition the relay does not know). Logs each one as an error;
+ * returns how many. */
+int batch_order_breaks(const Batch *b, const char *per_topic_template, bool per_partition);
 
 #endif

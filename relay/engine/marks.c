@@ -350,7 +350,10 @@ void marks_prepare(Session *s)
     Batch *b = &s->batch;
     s->salvage_by_row = false; /* set again should these marks fail (salvage_batch) */
     log_batch_failures(s, batch_marks(b, &s->marks));
+    /* Order is promised per aggregate, or within each topic (--order-scope topic), or within
+     * each topic and partition (--order-scope partition): only a break of that promise is one. */
     s->order_breaks += (unsigned long long)batch_order_breaks(
-        b, s->cfg->order_scope == ORDER_PER_TOPIC ? s->cfg->topic_template : NULL);
+        b, s->cfg->order_scope != ORDER_PER_AGGREGATE ? s->cfg->topic_template : NULL,
+        s->cfg->order_scope == ORDER_PER_PARTITION);
     s->marks_sent_at = monotime_now();
 }

@@ -117,6 +117,7 @@ static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
         batch_fail(&s->batch, br, why, true);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
+    br->partition = parts.partition; /* for the order check (batch_order_breaks) */
     /* The value in the configured format, encoded once (a retry after a full queue reuses it).
      * The Schema Registry's answer may not be here yet, or it may be down: the row then waits,
      * and with it the rest of the batch, so order is kept (produce_more pauses). */
