@@ -195,7 +195,8 @@ struct Session {
     bool setup_fault;
     char setup_error[200];     /* its error, for /readyz and the log */
     uint64_t seen_members;     /* the lane group's members at its last look (lanes.members) */
-    char last_failure[256];    /* error of the last batch that had failures, "" once one had none */
+    char last_failure[256];    /* error of the last batch that had failures (marks.c,
+                                * log_batch_failures), "" once one delivered with none */
     char last_mark_error[256]; /* of the last failed recording, logged once (see marks.c) */
     int salvage_row;           /* recording row by row: the row whose outcome is being recorded */
     int salvage_unrecorded;    /* rows whose outcome could not be recorded at all */
