@@ -474,7 +474,7 @@ void api_create_order(Api *api, const char *key_header, int key_count, const cha
 
 typedef struct PatchArgs {
     const char *id;
-    long long if_match;
+    OrderIfMatch if_match;
     OrderPatch patch;
 } PatchArgs;
 
@@ -508,11 +508,15 @@ static bool update_order(PGconn *conn, const IdemRequest *req, void *arg, ApiRes
     }
     /* The version is compared under the lock: of N requests based on one version, the first to
      * get the lock changes it and every later one sees the new version (412). */
-    if (atoll(PQgetvalue(res, 0, 1)) != a->if_match) {
+    if (!order_if_match_matches(&a->if_match, atoll(PQgetvalue(res, 0, 1)))) {
         set_etag(r, PQgetvalue(res, 0, 1));
         api_problem(r, 412,
-                    "the order changed since the version in If-Match; GET it (or use this "
-                    "response's ETag) and decide again");
+                    a->if_match.weak
+                        ? "no entity tag in If-Match is the order's current version (a weak "
+                          "tag, W/\"...\", never matches: If-Match compares strongly); GET it "
+                          "(or use this response's ETag) and decide again"
+                        : "the order changed since the version in If-Match; GET it (or use "
+                          "this response's ETag) and decide again");
         goto done;
     }
     if (!order_patch_allowed(PQgetvalue(res, 0, 0), &a->patch, err, sizeof(err))) {
@@ -587,9 +591,11 @@ void api_update_order(Api *api, const char *id, const char *if_match, const char
                     "based on");
         return;
     }
-    PatchArgs a = {id, order_if_match(if_match), {0}};
-    if (a.if_match == 0) {
-        api_problem(r, 400, "If-Match must be one strong ETag, like \"3\"");
+    PatchArgs a = {id, {0}, {0}};
+    if (!order_if_match_parse(if_match, &a.if_match)) {
+        api_problem(r, 400,
+                    "If-Match must be * or a comma-separated list of ETags, like \"3\" or "
+                    "\"3\", \"4\"");
         return;
     }
     int invalid = order_patch_parse(body, body_len, &a.patch, err, sizeof(err));
@@ -609,13 +615,16 @@ void api_update_order(Api *api, const char *id, const char *if_match, const char
     int plen = snprintf(path, sizeof(path), "/orders/%s", id);
     for (int i = plen - 36; i < plen; i++)
         path[i] = (char)tolower((unsigned char)path[i]);
-    size_t flen = body_len + 64;
-    char *fbody = malloc(flen);
-    if (!fbody) {
+    size_t mlen = strlen(if_match) + 1, flen = body_len + mlen + 16;
+    char *canon = malloc(mlen), *fbody = malloc(flen);
+    if (!canon || !fbody || !order_if_match_canon(&a.if_match, canon, mlen)) {
+        free(canon);
+        free(fbody);
         api_problem(r, 500, "out of memory");
         return;
     }
-    int head = snprintf(fbody, flen, "If-Match: %lld\n", a.if_match);
+    int head = snprintf(fbody, flen, "If-Match: %s\n", canon);
+    free(canon);
     memcpy(fbody + head, body, body_len);
     IdemRequest req = {ENDPOINT_UPDATE,         key,           "PATCH", path, fbody,
                        (size_t)head + body_len, api->key_ttl_s};

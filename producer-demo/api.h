@@ -3,7 +3,8 @@
  *   POST  /orders        create an order; requires an Idempotency-Key (see idem.h)
  *   GET   /orders/{id}   the order, or 404; ETag: "<version>"
  *   PATCH /orders/{id}   change amount_cents and/or status; requires If-Match: "<version>"
- *                        (optimistic locking), honours an Idempotency-Key when one is sent
+ *                        (optimistic locking; "*" or a list, as RFC 9110 has it); honours
+ *                        an Idempotency-Key when one is sent
  *   GET   /healthz       200 when PostgreSQL answers, else 503 (Redis is optional: not checked)
  *
  * Each handler fills an ApiResponse; server.c turns it into HTTP. Errors are RFC 9457 problem
@@ -47,10 +48,12 @@ typedef struct ApiResponse {
 void api_create_order(Api *api, const char *key_header, int key_count, const char *body,
                       size_t body_len, ApiResponse *r);
 
-/* PATCH /orders/{id}. if_match is the If-Match header (NULL when absent: 428); key_header and
+/* PATCH /orders/{id}. if_match is the If-Match value, several header lines joined with ", "
+ * (NULL when absent: 428; not "*" or a list of entity tags: 400); key_header and
  * key_count as for POST, except that the key is optional here (0 headers: no key). A match
  * updates the order, bumps its version and writes an OrderUpdated outbox event with the new
- * state, in one transaction: 200 with the order and its new ETag. A stale version gets 412 with
+ * state, in one transaction: 200 with the order and its new ETag ("*" matches any version, a
+ * list when one strong tag names the current version). No match gets 412 with
  * the current ETag, an unknown order 404, a forbidden status change 409. With a key, a retry of
  * a PATCH that succeeded replays its response instead of answering 412. */
 void api_update_order(Api *api, const char *id, const char *if_match, const char *key_header,

@@ -261,22 +261,114 @@ bool order_patch_allowed(const char *from, const OrderPatch *p, char *err, size_
     return true;
 }
 
-long long order_if_match(const char *value)
+/* One entity tag of an If-Match list: W/ or not, and the bytes between the quotes. */
+typedef struct EntityTag {
+    bool weak;
+    const char *opaque;
+    size_t len;
+} EntityTag;
+
+static bool ows(char c)
 {
-    const char *p = value;
-    while (*p == ' ' || *p == '\t')
+    return c == ' ' || c == '\t';
+}
+
+/* etagc (RFC 9110 section 8.8.3): any visible byte but '"', and obs-text. */
+static bool etagc(unsigned char c)
+{
+    return c == 0x21 || (c >= 0x23 && c <= 0x7e) || c >= 0x80;
+}
+
+/* Reads the next entity tag of the list at *pp into t and moves *pp past it. after_tag says a
+ * tag was read before, so that only a comma may follow it. Returns 1 with a tag, 0 at the end
+ * of the list, -1 on bad syntax. */
+static int next_tag(const char **pp, bool after_tag, EntityTag *t)
+{
+    const char *p = *pp;
+    while (ows(*p))
         p++;
-    if (*p++ != '"' || *p < '1' || *p > '9')
+    if (after_tag && *p != '\0' && *p != ',')
+        return -1; /* "1" "2": two tags need a comma between them */
+    while (ows(*p) || *p == ',')
+        p++;
+    if (*p == '\0')
         return 0;
-    long long v = 0;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        v = v * 10 + (*p - '0');
-        if (v > 2147483647LL)
-            return 0;
-    }
+    t->weak = p[0] == 'W' && p[1] == '/';
+    if (t->weak)
+        p += 2;
     if (*p++ != '"')
-        return 0;
-    while (*p == ' ' || *p == '\t')
+        return -1;
+    t->opaque = p;
+    while (etagc((unsigned char)*p))
         p++;
-    return *p == '\0' ? v : 0;
+    t->len = (size_t)(p - t->opaque);
+    if (*p++ != '"')
+        return -1;
+    *pp = p;
+    return 1;
+}
+
+bool order_if_match_parse(const char *value, OrderIfMatch *out)
+{
+    *out = (OrderIfMatch){.value = value};
+    const char *p = value;
+    while (ows(*p))
+        p++;
+    if (*p == '*') {
+        p++;
+        while (ows(*p))
+            p++;
+        out->any = *p == '\0';
+        return out->any;
+    }
+    EntityTag t;
+    int n = 0, got;
+    while ((got = next_tag(&p, n > 0, &t)) == 1) {
+        n++;
+        out->weak = out->weak || t.weak;
+    }
+    return got == 0 && n > 0;
+}
+
+bool order_if_match_matches(const OrderIfMatch *m, long long version)
+{
+    if (m->any)
+        return true;
+    char want[24];
+    int wlen = snprintf(want, sizeof(want), "%lld", version);
+    const char *p = m->value;
+    EntityTag t;
+    for (bool after = false; next_tag(&p, after, &t) == 1; after = true)
+        if (!t.weak && t.len == (size_t)wlen && memcmp(t.opaque, want, t.len) == 0)
+            return true;
+    return false;
+}
+
+bool order_if_match_canon(const OrderIfMatch *m, char *out, size_t outlen)
+{
+    if (outlen < strlen(m->value) + 1 || outlen < 2)
+        return false;
+    if (m->any) {
+        strcpy(out, "*");
+        return true;
+    }
+    const char *p = m->value;
+    EntityTag t;
+    size_t n = 0;
+    int tags = 0;
+    bool digits = false;
+    for (; next_tag(&p, tags > 0, &t) == 1; tags++) {
+        if (tags > 0)
+            out[n++] = ',';
+        size_t whole = t.len + 2 + (t.weak ? 2 : 0); /* the tag as written: W/"..." */
+        memcpy(out + n, t.opaque - 1 - (t.weak ? 2 : 0), whole);
+        n += whole;
+        digits = !t.weak && t.len > 0 && strspn(t.opaque, "0123456789") >= t.len;
+    }
+    out[n] = '\0';
+    if (tags == 1 && digits) { /* "3" -> 3 */
+        memmove(out, out + 1, n - 2);
+        out[n - 2] = '\0';
+    }
+    return true;
 }

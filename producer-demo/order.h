@@ -59,10 +59,33 @@ int order_patch_parse(const char *body, size_t len, OrderPatch *out, char *err, 
  * err; the API answers 409. */
 bool order_patch_allowed(const char *from, const OrderPatch *p, char *err, size_t errlen);
 
-/* Parses an If-Match header value: exactly one strong entity tag "N" with N a version (a
- * decimal integer 1..2^31-1). Returns the version, or 0 when the value is anything else (a
- * weak tag, "*", a list, garbage); the API answers 400 then. */
-long long order_if_match(const char *value);
+/* An If-Match header value (RFC 9110 section 13.1.1): "*" or a comma-separated list of entity
+ * tags. Several If-Match header lines are one list (RFC 9110 section 5.3): the caller joins them
+ * with ", " before parsing. */
+typedef struct OrderIfMatch {
+    bool any;          /* "*": matches any current version of an existing order */
+    bool weak;         /* the list holds a weak tag (W/"..."), which never matches */
+    const char *value; /* the header value (the caller's, must outlive this) */
+} OrderIfMatch;
+
+/* Parses an If-Match value: "*" alone, or one or more entity tags ("3", W/"3", "x"), separated
+ * by commas with optional spaces or tabs around them (empty list elements are skipped, as RFC
+ * 9110 section 5.6.1 asks). Returns false when the value is neither (no tag at all, an unquoted
+ * or unterminated tag, "*" inside a list, a byte an entity tag cannot hold); the API answers 400
+ * then. A well-formed tag that names no version ("0", "01", "abc", a weak tag) is valid: it just
+ * never matches (412). */
+bool order_if_match_parse(const char *value, OrderIfMatch *out);
+
+/* Whether the parsed If-Match matches an order at version: "*" does, and so does a list holding
+ * the strong tag "<version>" (strong comparison: byte for byte, weak tags never match). */
+bool order_if_match_matches(const OrderIfMatch *m, long long version);
+
+/* The parsed If-Match in one canonical form, for the idempotency fingerprint: "*", a lone strong
+ * tag of digits as those digits (3 for "3", as the fingerprint has always written it), anything
+ * else as its tags joined by ",". Two values that differ only in spaces or empty elements give
+ * the same form. out needs strlen(m->value) + 1 bytes (the form is never longer); returns false
+ * when outlen is smaller. */
+bool order_if_match_canon(const OrderIfMatch *m, char *out, size_t outlen);
 
 /* True when s is a UUID in canonical text form (8-4-4-4-12 hex digits), the form order ids take. */
 bool order_id_valid(const char *s);

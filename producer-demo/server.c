@@ -73,6 +73,41 @@ static enum MHD_Result count_keys(void *cls, enum MHD_ValueKind kind, const char
     return MHD_YES;
 }
 
+/* The values of the header lines called name joined into one list value with ", ": RFC 9110
+ * section 5.3 makes several lines of a list header (If-Match) the same as one line holding
+ * their values in order. joined stays NULL when no such line came; its size is bounded by
+ * libmicrohttpd's per-connection memory, which holds the headers. */
+typedef struct ListHeader {
+    const char *name;
+    char *joined; /* malloc'd */
+    size_t len;
+    bool no_memory;
+} ListHeader;
+
+static enum MHD_Result join_list(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value)
+{
+    ListHeader *h = cls;
+    (void)kind;
+    if (strcasecmp(key, h->name) != 0 || h->no_memory)
+        return MHD_YES;
+    size_t add = strlen(value ? value : "");
+    char *grown = realloc(h->joined, h->len + add + 3);
+    if (!grown) {
+        h->no_memory = true;
+        return MHD_YES;
+    }
+    if (h->joined) {
+        memcpy(grown + h->len, ", ", 2);
+        h->len += 2;
+    }
+    memcpy(grown + h->len, value ? value : "", add);
+    h->len += add;
+    grown[h->len] = '\0';
+    h->joined = grown;
+    return MHD_YES;
+}
+
 /* Whether the request's length is told in more than one way: more than one Content-Length
  * header, more than one Transfer-Encoding header, or both kinds. Such a request is refused
  * (RFC 9112 section 6.3: differing lengths are unrecoverable, and Transfer-Encoding with
@@ -150,14 +185,16 @@ static void route(Server *s, struct MHD_Connection *c, const char *url, const ch
     } else if (is_order && strcmp(method, "PATCH") == 0 && body_encoded(c)) {
         unsupported_coding(r);
     } else if (is_order && strcmp(method, "PATCH") == 0) {
-        KeyHeaders keys = {"Idempotency-Key", 0, NULL}, match = {"If-Match", 0, NULL};
+        KeyHeaders keys = {"Idempotency-Key", 0, NULL};
         MHD_get_connection_values(c, MHD_HEADER_KIND, count_keys, &keys);
-        MHD_get_connection_values(c, MHD_HEADER_KIND, count_keys, &match);
-        if (match.count > 1)
-            api_problem(r, 400, "send exactly one If-Match header");
+        ListHeader match = {"If-Match", NULL, 0, false};
+        MHD_get_connection_values(c, MHD_HEADER_KIND, join_list, &match);
+        if (match.no_memory)
+            api_problem(r, 500, "out of memory");
         else
-            api_update_order(s->api, url + 8, match.first, keys.first, keys.count,
+            api_update_order(s->api, url + 8, match.joined, keys.first, keys.count,
                              rq->body ? rq->body : "", rq->len, r);
+        free(match.joined);
     } else if (is_order && !is_get(method)) {
         not_allowed(r, "GET, HEAD, PATCH");
     } else if (strcmp(url, "/healthz") == 0 && !is_get(method)) {

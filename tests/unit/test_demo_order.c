@@ -248,20 +248,83 @@ static void test_patch_allowed(void **state)
     assert_false(order_patch_allowed("lost", &amount, err, sizeof(err)));
 }
 
+/* Whether value parses and matches an order at version. */
+static bool if_match(const char *value, long long version)
+{
+    OrderIfMatch m;
+    return order_if_match_parse(value, &m) && order_if_match_matches(&m, version);
+}
+
+static bool if_match_valid(const char *value)
+{
+    OrderIfMatch m;
+    return order_if_match_parse(value, &m);
+}
+
 static void test_if_match(void **state)
 {
-    assert_int_equal(order_if_match("\"1\""), 1);
-    assert_int_equal(order_if_match(" \"42\" "), 42);
-    assert_int_equal(order_if_match("\"2147483647\""), 2147483647LL);
-    assert_int_equal(order_if_match("\"2147483648\""), 0);
-    assert_int_equal(order_if_match("\"0\""), 0);
-    assert_int_equal(order_if_match("\"01\""), 0);
-    assert_int_equal(order_if_match("1"), 0);
-    assert_int_equal(order_if_match("W/\"1\""), 0);
-    assert_int_equal(order_if_match("*"), 0);
-    assert_int_equal(order_if_match("\"1\", \"2\""), 0);
-    assert_int_equal(order_if_match("\"\""), 0);
-    assert_int_equal(order_if_match(""), 0);
+    /* one strong tag: matches its version only */
+    assert_true(if_match("\"1\"", 1));
+    assert_true(if_match(" \"42\" ", 42));
+    assert_false(if_match("\"42\"", 41));
+    assert_true(if_match("\"2147483647\"", 2147483647LL));
+    /* RFC 9110 section 13.1.1: "*" matches any current version */
+    assert_true(if_match("*", 1));
+    assert_true(if_match(" * ", 77));
+    /* a list matches when any of its tags does */
+    assert_true(if_match("\"1\", \"2\"", 2));
+    assert_true(if_match("\"1\",\"2\"", 1));
+    assert_true(if_match("\"x\" ,\t\"7\"", 7));
+    assert_false(if_match("\"1\", \"2\"", 3));
+    assert_true(if_match(", \"5\",, ", 5)); /* empty list elements are skipped (5.6.1) */
+    /* strong comparison: weak tags and other spellings are valid but never match */
+    assert_true(if_match_valid("W/\"1\""));
+    assert_false(if_match("W/\"1\"", 1));
+    assert_true(if_match("W/\"1\", \"1\"", 1));
+    assert_false(if_match("\"01\"", 1));
+    assert_true(if_match_valid("\"0\""));
+    assert_false(if_match("\"\"", 1));
+    assert_false(if_match("\"2147483648\"", 1));
+    /* not * and not a list of entity tags: 400 */
+    assert_false(if_match_valid(""));
+    assert_false(if_match_valid(" , "));
+    assert_false(if_match_valid("1"));
+    assert_false(if_match_valid("\"1"));
+    assert_false(if_match_valid("\"1\" \"2\""));
+    assert_false(if_match_valid("*, \"1\""));
+    assert_false(if_match_valid("\"1\", *"));
+    assert_false(if_match_valid("w/\"1\""));
+    assert_false(if_match_valid("\"a b\""));
+    assert_false(if_match_valid("\"1\"x"));
+    OrderIfMatch weak, strong;
+    assert_true(order_if_match_parse("\"2\", W/\"3\"", &weak) && weak.weak);
+    assert_true(order_if_match_parse("\"2\", \"3\"", &strong) && !strong.weak);
+}
+
+/* The fingerprint's form of an If-Match value. */
+static const char *canon(const char *value)
+{
+    static char out[64];
+    OrderIfMatch m;
+    assert_true(order_if_match_parse(value, &m));
+    assert_true(order_if_match_canon(&m, out, strlen(value) + 1));
+    return out;
+}
+
+static void test_if_match_canon(void **state)
+{
+    assert_string_equal(canon("\"3\""), "3"); /* as fingerprints stored before lists */
+    assert_string_equal(canon("  \"3\"\t"), "3");
+    assert_string_equal(canon("*"), "*");
+    assert_string_equal(canon("\"*\""), "\"*\"");
+    assert_string_equal(canon("W/\"3\""), "W/\"3\"");
+    assert_string_equal(canon("\"3\" , \"4\""), "\"3\",\"4\"");
+    assert_string_equal(canon(",\"3\",,\"4\","), "\"3\",\"4\"");
+    assert_string_equal(canon("\"\""), "\"\"");
+    OrderIfMatch m;
+    char small[3];
+    assert_true(order_if_match_parse("\"3\"", &m));
+    assert_false(order_if_match_canon(&m, small, sizeof(small)));
 }
 
 static void test_order_id_valid(void **state)
@@ -292,6 +355,7 @@ int main(void)
         cmocka_unit_test(test_patch_parse),
         cmocka_unit_test(test_patch_allowed),
         cmocka_unit_test(test_if_match),
+        cmocka_unit_test(test_if_match_canon),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Proves versioned updates (optimistic locking) end to end, with the sanitizer builds:
 #  1. every order response carries ETag: "<version>"; PATCH /orders/{id} without If-Match gets
-#     428, with a malformed one 400, on an unknown order 404, with a bad body 400/422 — none of
+#     428, with a malformed one 400 (a weak one 412), on an unknown order 404, with a bad body 400/422 — none of
 #     them writes anything;
 #  2. a matching If-Match updates the order, bumps its version and writes an OrderUpdated outbox
 #     event whose payload is the new order (with the version), in one transaction; the same
@@ -14,7 +14,10 @@
 #  5. consumer-demo (fed by outbox-relay, per-aggregate order) ends with every shipment at its
 #     order's final version and state, counting no stale event: ordering never skips a real
 #     update; an old version sent again under a new event id is counted stale and changes
-#     nothing; a redelivered event is a duplicate.
+#     nothing; a redelivered event is a duplicate;
+#  6. If-Match * matches any version, a list (one header or several lines) matches when one of
+#     its strong tags is the current version, a weak tag never does (412); * and a tag under one
+#     Idempotency-Key are different requests (422).
 source "$(dirname "$0")/../../lib.sh"
 source "$(dirname "$0")/../../demo_lib.sh"
 demo_setup
@@ -52,12 +55,18 @@ check_eq "1: a replayed POST carries the same ETag" '201 "1" true' \
 
 patch "$ID" "" '{"amount_cents": 2000}'
 check_eq "1: no If-Match: 428" 428 "$STATUS"
+patch "$ID" '"1' '{"amount_cents": 2000}'
+check_eq "1: an unterminated ETag in If-Match: 400" 400 "$STATUS"
+patch "$ID" '"1" "2"' '{"amount_cents": 2000}'
+check_eq "1: two ETags without a comma: 400" 400 "$STATUS"
+patch "$ID" '*, "1"' '{"amount_cents": 2000}'
+check_eq "1: * inside a list: 400" 400 "$STATUS"
+http PATCH "/orders/$ID" -H 'If-Match: *' -H 'If-Match: "1"' -d '{"amount_cents": 2000}'
+check_eq "1: * and a tag on two If-Match lines (one list): 400" 400 "$STATUS"
 patch "$ID" 'W/"1"' '{"amount_cents": 2000}'
-check_eq "1: a weak ETag in If-Match: 400" 400 "$STATUS"
-patch "$ID" '*' '{"amount_cents": 2000}'
-check_eq "1: If-Match * (no version to check): 400" 400 "$STATUS"
-http PATCH "/orders/$ID" -H 'If-Match: "1"' -H 'If-Match: "1"' -d '{"amount_cents": 2000}'
-check_eq "1: two If-Match headers: 400" 400 "$STATUS"
+check_eq "1: a weak ETag never matches (strong comparison): 412 with the current ETag" \
+    '412 "1"' "$STATUS $(hdr ETag)"
+check "1: the 412 says why" grep -q 'weak tag' "$T/body"
 patch 00000000-0000-4000-8000-000000000000 '"1"' '{"amount_cents": 2000}'
 check_eq "1: unknown order: 404" 404 "$STATUS"
 patch not-an-id '"1"' '{"amount_cents": 2000}'
@@ -179,6 +188,29 @@ dup_seen() {
     grep -E 'msg="consumer progress"' "$CONSUMER_LOG" | tail -n 1 | grep -qE ' duplicates=[1-9]'
 }
 wait_for "5: the redelivered event was counted a duplicate" 30 dup_seen
+# --- 6. If-Match * and lists (RFC 9110 section 13.1.1) ----------------------------------------------
+post_order k-7 "$ORDER"
+ID7=$(jq -r .id "$T/body")
+patch "$ID7" '"7", "1"' '{"amount_cents": 1001}'
+check_eq "6: a list holding the current version: 200, ETag \"2\"" '200 "2"' "$STATUS $(hdr ETag)"
+http PATCH "/orders/$ID7" -H 'If-Match: "9"' -H 'If-Match: "2"' -d '{"amount_cents": 1002}'
+check_eq "6: two If-Match lines are one list: 200, ETag \"3\"" '200 "3"' "$STATUS $(hdr ETag)"
+patch "$ID7" '*' '{"amount_cents": 1003}' -H 'Idempotency-Key: p-7'
+check_eq "6: If-Match * matches any version: 200, ETag \"4\"" '200 "4"' "$STATUS $(hdr ETag)"
+patch "$ID7" ' * ' '{"amount_cents": 1003}' -H 'Idempotency-Key: p-7'
+check_eq "6: its retry replays" '200 "4" true' "$STATUS $(hdr ETag) $(hdr Idempotency-Replayed)"
+patch "$ID7" '"4"' '{"amount_cents": 1003}' -H 'Idempotency-Key: p-7'
+check_eq "6: the key with a tag instead of * is another request: 422" 422 "$STATUS"
+patch "$ID7" '"1", W/"4", "3"' '{"amount_cents": 1004}'
+check_eq "6: a list naming no current version: 412 with the current ETag" '412 "4"' \
+    "$STATUS $(hdr ETag)"
+patch 00000000-0000-4000-8000-000000000000 '*' '{"amount_cents": 2000}'
+check_eq "6: * on an unknown order: 404" 404 "$STATUS"
+check_eq "6: the order is at version 4 with the * request's amount" "4|1003" \
+    "$(psql_q "SELECT version, amount_cents FROM orders WHERE id = '$ID7'")"
+check_eq "6: three OrderUpdated rows for it" 3 \
+    "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_id = '$ID7' AND event_type = 'OrderUpdated'")"
+
 check "no sanitizer report in the demo logs" \
     bash -c "! grep -l 'ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:' \
         '$T'/producer.*.log '$T'/consumer.*.log"
