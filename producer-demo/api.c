@@ -44,6 +44,8 @@ static const char *status_title(int status)
         return "Unsupported Media Type";
     case 422:
         return "Unprocessable Content";
+    case 501:
+        return "Not Implemented";
     case 503:
         return "Service Unavailable";
     default:

@@ -123,6 +123,34 @@ static bool length_ambiguous(struct MHD_Connection *c)
     return length.count > 1 || encoding.count > 1 || (length.count > 0 && encoding.count > 0);
 }
 
+/* Whether the request's Transfer-Encoding is one libmicrohttpd cannot frame: anything but
+ * "chunked" alone (compared as libmicrohttpd compares it). libmicrohttpd 0.9.75 takes any
+ * other value ("gzip", "gzip, chunked", "identity") as a body of unknown length that is not
+ * chunked, and reads it until the client closes the connection: the client waits for an
+ * answer that never comes until the request deadline cuts it. RFC 9112 section 6.1: a request
+ * whose final transfer coding is not chunked gets 400 and the connection closed; one with a
+ * coding the server does not implement should get 501. Returns 0 when fine, else the status
+ * and the detail in *detail. */
+static int transfer_coding_refused(struct MHD_Connection *c, const char **detail)
+{
+    KeyHeaders te = {"Transfer-Encoding", 0, NULL};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_keys, &te);
+    if (te.count == 0 || strcasecmp(te.first, "chunked") == 0)
+        return 0;
+    const char *last = strrchr(te.first, ',');
+    last = last ? last + 1 : te.first;
+    last += strspn(last, " \t");
+    size_t n = strcspn(last, " \t");
+    if (n == 7 && strncasecmp(last, "chunked", 7) == 0 &&
+        last[n + strspn(last + n, " \t")] == '\0') {
+        *detail = "Transfer-Encoding: only chunked alone is implemented (no gzip or other "
+                  "transfer coding)";
+        return 501;
+    }
+    *detail = "Transfer-Encoding must be chunked (or left out, with Content-Length)";
+    return 400;
+}
+
 /* Whether the request breaks RFC 9112 section 3.2: a server must answer 400 to an HTTP/1.1
  * request without a Host header and to any request with more than one. libmicrohttpd 0.9.75
  * checks neither. Nothing here reads Host, but a proxy or cache in front may key on one of two
@@ -277,17 +305,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         clock_gettime(CLOCK_MONOTONIC, &rq->start);
         *con_cls = rq;
         const char *refused = NULL;
+        int refused_status = 400;
         if (length_ambiguous(c))
             refused = "send one Content-Length header, or Transfer-Encoding without "
                       "Content-Length";
         else if (host_invalid(c, version))
             refused = "send exactly one Host header";
+        else
+            refused_status = transfer_coding_refused(c, &refused); /* refused stays NULL on 0 */
         if (refused) {
             /* Answered before the body is read, and the connection closed after the answer:
              * nothing after these headers is taken as a request. */
             request_arrived(s, c);
             ApiResponse r = {0};
-            api_problem(&r, 400, refused);
+            api_problem(&r, refused_status, refused);
             r.close = true;
             enum MHD_Result ret = respond(c, method, url, rq, &r);
             api_response_free(&r);

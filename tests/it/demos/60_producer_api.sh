@@ -205,6 +205,24 @@ printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: raw-ok-2\r\nTransfe
 raw_http "$T/req.chunked"
 check_eq "a chunked body without Content-Length: 201" 201 "$(raw_answers)"
 
+# RFC 9112 section 6.1: a Transfer-Encoding whose last coding is not chunked cannot be framed
+# (400, connection closed); a coding before chunked is one not implemented here (501).
+# libmicrohttpd 0.9.75 read such a body until the client closed the connection: before the fix
+# the client got no answer at all (raw_http gave up after 10 s).
+before=$(counts)
+printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: te-gzip-1\r\nTransfer-Encoding: gzip\r\n\r\n%s' \
+    "$DUP" >"$T/req.te-gzip"
+raw_http "$T/req.te-gzip"
+check_eq "Transfer-Encoding: gzip (not chunked): 400 at once" 400 "$(raw_answers)"
+check "...a problem document, and the connection is closed after it" \
+    eval 'grep -a -q "\"status\":400" "$T/raw" && raw_closes'
+printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: te-gzip-2\r\nTransfer-Encoding: gzip, chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n' \
+    "${#DUP}" "$DUP" >"$T/req.te-gzip-chunked"
+raw_http "$T/req.te-gzip-chunked"
+check_eq "Transfer-Encoding: gzip, chunked: 501, a problem document" "501 true" \
+    "$(raw_answers) $(grep -a -q '"status":501' "$T/raw" && echo true)"
+check_eq "neither wrote anything" "$before" "$(counts)"
+
 # RFC 9112 section 3.2: an HTTP/1.1 request without Host, or any request with two, is a 400.
 # libmicrohttpd checks neither: before the fix both were served (201 and 200).
 before=$(counts)
