@@ -342,7 +342,9 @@ static void db_ok(Consumer *c)
 }
 
 /* The message's headers as a JSON array of [name, value] pairs, for parked_messages. Values that
- * are not UTF-8 text are kept as "\x" + hex, like PostgreSQL's bytea output. */
+ * are not UTF-8 text, or hold a NUL byte, are kept as "\x" + hex, like PostgreSQL's bytea output:
+ * jansson would write a NUL as \u0000, which jsonb refuses (22P05), and a message whose park is
+ * refused is retried for ever, holding up its partition. */
 static char *headers_json(const rd_kafka_message_t *msg)
 {
     json_t *arr = json_array();
@@ -354,7 +356,9 @@ static char *headers_json(const rd_kafka_message_t *msg)
         for (size_t i = 0;
              rd_kafka_header_get_all(hdrs, i, &name, &val, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
              i++) {
-            json_t *v = val ? json_stringn(val, size) : json_null();
+            json_t *v = !val                      ? json_null()
+                        : memchr(val, '\0', size) ? NULL
+                                                  : json_stringn(val, size);
             if (!v) {
                 char *hex = malloc(2 * size + 3);
                 if (hex) {

@@ -5,9 +5,9 @@
  *
  * Each stdin line is one JSON object:
  *   {"key": K, "value": V, "headers": [[NAME, VALUE], ...], "partition": P}
- * where K and V are strings (sent as their bytes) or null/absent (no key, a null value), headers
- * may repeat names (an object {NAME: VALUE} works too), and partition is optional (default: by
- * key, as any producer would). Messages go out in input order
+ * where K and V are strings (sent as their bytes; \u0000 is a NUL byte) or null/absent (no key,
+ * a null value), headers may repeat names (an object {NAME: VALUE} works too), and partition is
+ * optional (default: by key, as any producer would). Messages go out in input order
  * (acks=all, idempotent), and the program waits for every delivery report.
  * Output: "produced N" on stdout. Exit: 0 when every message was acknowledged, 1 otherwise,
  * 2 on bad flags or a malformed input line.
@@ -138,7 +138,7 @@ int main(int argc, char **argv)
         if (strspn(line, " \t\r\n") == strlen(line))
             continue;
         json_error_t jerr;
-        json_t *o = json_loads(line, 0, &jerr);
+        json_t *o = json_loads(line, JSON_ALLOW_NUL, &jerr); /* \u0000: a NUL byte */
         const char *key, *value;
         size_t key_len, value_len;
         rd_kafka_headers_t *hdrs = NULL;

@@ -12,7 +12,9 @@
 #     not a conflict: another payload under its id counts as a duplicate;
 #  4. with Redis, which holds the applied payload's digest: a redelivery of A is skipped there
 #     (redis_hits), B is not (it goes to PostgreSQL and is a conflict); an entry of the older
-#     form ("1") is no Redis hit, and is rewritten with the digest.
+#     form ("1") is no Redis hit, and is rewritten with the digest;
+#  5. a malformed message with a NUL byte in a header value is parked (the value kept as hex),
+#     and the valid event behind it is applied.
 # The consumer before payload digests counted B as a duplicate and applied only A, silently.
 source "$(dirname "$0")/../../lib.sh"
 source "$(dirname "$0")/../../demo_lib.sh"
@@ -133,3 +135,21 @@ wait_for "4: ...and the entry holds the digest again" 10 \
     test "$(redis_q GET "$KEY")" = "$(digest "$RA")"
 consumer_stop
 check_eq "4: SIGTERM: consumer-demo exits 0" 0 $?
+
+# --- 5. a malformed message with a NUL byte in a header value is parked ----------------------------
+# jsonb refuses \u0000: before the fix the park was refused (22P05) and retried for ever, and the
+# valid event behind it in the same partition was never applied.
+{
+    jq -cn '{key: "o-nul", value: "{}", headers: [["event_type", "OrderCreated"], ["trace", "a\u0000b"]]}'
+    msg "$(uuid)" "$(payload o-nul 500)"
+} | produce orders.conflict.nul || fail "produce a NUL header, then a valid event"
+consumer_start --topic orders.conflict.nul --group shipping
+wait_for "5: the message is parked and the valid event after it applied" 30 \
+    counts_are "applied=1 duplicates=0 ignored=0 parked=1 stale=0 redis_hits=0 conflicts=0"
+check_eq "5: the parked row keeps the header value as bytes in hex" 'no id header|trace|\x610062' \
+    "$(psql_q "SELECT reason || '|' || (headers->1->>0) || '|' || (headers->1->>1)
+               FROM parked_messages WHERE topic = 'orders.conflict.nul'")"
+check_eq "5: the shipment exists" 500 \
+    "$(psql_q "SELECT amount_cents FROM shipments WHERE order_id = 'o-nul'")"
+consumer_stop
+check_eq "5: SIGTERM: consumer-demo exits 0" 0 $?
