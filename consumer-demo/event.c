@@ -93,8 +93,14 @@ EventVerdict event_parse(const EventInput *in, OrderEvent *out, char *reason, si
     if (!in->payload)
         return verdict(EVENT_MALFORMED, reason, reasonlen, "%s without a payload", type);
 
+    /* A name that comes twice ({"amount_cents": 1, "amount_cents": 999}) means whatever its
+     * reader decides (jansson keeps the last, other readers the first): not an order to apply,
+     * as producer-demo refuses such a body too. */
     json_error_t jerr;
-    json_t *root = json_loadb(in->payload, in->payload_len, 0, &jerr);
+    json_t *root = json_loadb(in->payload, in->payload_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root && json_error_code(&jerr) == json_error_duplicate_key)
+        return verdict(EVENT_MALFORMED, reason, reasonlen, "payload has a field twice: %s",
+                       jerr.text);
     if (!root)
         return verdict(EVENT_MALFORMED, reason, reasonlen, "payload is not JSON: %s", jerr.text);
     EventVerdict v = EVENT_APPLY;

@@ -46,6 +46,7 @@ typedef struct OrderEvent {
 
 /* Classifies a message. EVENT_APPLY fills out. EVENT_MALFORMED when the id header is missing or
  * not a UUID, event_type is missing, or an OrderCreated/OrderUpdated payload is not a JSON object
+ * (an object with a name twice is not)
  * with id, customer_id (non-empty strings of at most 255 bytes), amount_cents (an integer > 0),
  * currency (three upper-case letters), and for OrderUpdated also version (an integer 1..2^31-1)
  * and status (like customer_id); OrderCreated may carry version and status too (checked the same

@@ -102,6 +102,10 @@ static void test_bad_payloads_are_malformed(void **state)
         "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":1}",
         "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"eur\"}",
         "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EURO\"}",
+        /* a name twice: which value counts depends on the reader, so none is applied */
+        "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":1,\"amount_cents\":999,"
+        "\"currency\":\"EUR\"}",
+        "{\"id\":\"o\",\"id\":\"p\",\"customer_id\":\"c\",\"amount_cents\":1,\"currency\":\"EUR\"}",
     };
     for (size_t i = 0; i < sizeof(payloads) / sizeof(payloads[0]); i++) {
         OrderEvent ev;
@@ -110,6 +114,17 @@ static void test_bad_payloads_are_malformed(void **state)
             fail_msg("payload %s was not classified as malformed", payloads[i]);
         assert_true(strlen(reason) > 0);
     }
+}
+
+static void test_duplicate_field_reason(void **state)
+{
+    OrderEvent ev;
+    char reason[256];
+    const char *payload = "{\"id\":\"o\",\"customer_id\":\"c\",\"amount_cents\":1,"
+                          "\"currency\":\"EUR\",\"currency\":\"USD\"}";
+    assert_int_equal(classify(input(UUID, "OrderCreated", payload), &ev, reason), EVENT_MALFORMED);
+    assert_non_null(strstr(reason, "payload has a field twice"));
+    assert_non_null(strstr(reason, "currency"));
 }
 
 static void test_long_text_fields(void **state)
@@ -207,6 +222,7 @@ int main(void)
         cmocka_unit_test(test_other_event_types_are_ignored),
         cmocka_unit_test(test_bad_headers_are_malformed),
         cmocka_unit_test(test_bad_payloads_are_malformed),
+        cmocka_unit_test(test_duplicate_field_reason),
         cmocka_unit_test(test_long_text_fields),
         cmocka_unit_test(test_payload_is_not_nul_terminated),
         cmocka_unit_test(test_payload_digest),
