@@ -658,31 +658,24 @@ static void sweep(Consumer *c)
     double now = now_s();
     if (now < c->next_sweep || !c->db || PQstatus(c->db) != CONNECTION_OK || c->db_down)
         return;
-    char batch[16];
-    snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
-    const char *v[1] = {batch};
     long total = 0;
     bool more = true;
     while (more && !*c->stop && now_s() - now < SWEEP_SLICE_S) {
         DbError e;
-        PGresult *res = db_query(c->db,
-                                 "DELETE FROM processed_events WHERE event_id IN ("
-                                 " SELECT event_id FROM processed_events WHERE expires_at <= now()"
-                                 " ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
-                                 1, v, &e);
-        if (!res) {
+        bool stopped;
+        long n = store_sweep(c->db, SWEEP_BATCH, c->stop, &stopped, &e);
+        if (n < 0) {
             char q[400];
-            log_warn("processed_events sweep failed", "error=%s",
-                     log_quote(db_error_text(&e), q, sizeof(q)));
-            if (session_spoilt(&e)) {
-                PQfinish(c->db);
+            if (!stopped)
+                log_warn("processed_events sweep failed", "error=%s",
+                         log_quote(db_error_text(&e), q, sizeof(q)));
+            if (stopped || session_spoilt(&e)) {
+                PQfinish(c->db); /* stopped: still busy with the DELETE */
                 c->db = NULL;
             }
             more = false;
             break;
         }
-        long n = atol(PQcmdTuples(res));
-        PQclear(res);
         total += n;
         more = n == SWEEP_BATCH;
     }

@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* How often a statement that waits for the server looks at the stop flag. */
@@ -201,4 +202,37 @@ bool store_park(PGconn *conn, const ParkedMessage *m, DbError *e)
                                  7, values, lengths, formats, e);
     PQclear(res);
     return res != NULL;
+}
+
+long store_sweep(PGconn *conn, long batch, const volatile sig_atomic_t *stop, bool *stopped,
+                 DbError *e)
+{
+    *stopped = false;
+    char limit[32];
+    snprintf(limit, sizeof(limit), "%ld", batch);
+    const char *v[1] = {limit};
+    /* In a transaction of its own for begin_sql's statement_timeout: FOR UPDATE SKIP LOCKED
+     * never waits for a row, and lock_timeout bounds a wait for the table, but nothing else
+     * bounded a DELETE that stalls (a slow disk, a trigger), and the loop waited in it. */
+    PGresult *res = db_run_script(conn, begin_sql, e);
+    PQclear(res);
+    if (!res)
+        goto failed;
+    res = query_until_stop(conn,
+                           "DELETE FROM processed_events WHERE event_id IN ("
+                           " SELECT event_id FROM processed_events WHERE expires_at <= now()"
+                           " ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
+                           1, v, stop, stopped, e);
+    if (*stopped)
+        return -1;
+    if (!res)
+        goto failed;
+    long n = atol(PQcmdTuples(res));
+    PQclear(res);
+    if (!db_exec(conn, "COMMIT", e))
+        goto failed;
+    return n;
+failed:
+    db_rollback(conn);
+    return -1;
 }

@@ -10,6 +10,7 @@
 
 #include <libpq-fe.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,6 +56,14 @@ bool store_prepare_session(PGconn *conn, DbError *e) __attribute__((warn_unused_
  * 100 ms: once it is set the wait is abandoned (STORE_STOPPED) and the caller must close conn. */
 StoreResult store_apply(PGconn *conn, const OrderEvent *ev, const MessagePos *pos, long ttl_s,
                         const volatile sig_atomic_t *stop, char applied_sha256[65], DbError *e);
+
+/* Deletes up to batch processed_events rows whose expires_at has passed, oldest first, skipping
+ * rows locked by an apply in progress, in a transaction of its own. Bounded like store_apply: the
+ * DELETE runs at most 10 s (57014) and waits for a lock at most 5 s (55P03), and a set *stop
+ * abandons it (*stopped, the caller must close conn). Returns the rows deleted, or -1 with e
+ * filled (or *stopped). */
+long store_sweep(PGconn *conn, long batch, const volatile sig_atomic_t *stop, bool *stopped,
+                 DbError *e);
 
 /* An unusable message, as it came (key and payload may be absent: NULL). headers_json is a
  * JSON array of [name, value] pairs. */

@@ -10,7 +10,8 @@
 # the events behind it flow. Each outage is logged once at its start and once at its end.
 # processed_events rows carry expires_at (--dedupe-ttl) and expired ones are swept. A row lock
 # held by another session is waited for at most the lock timeout, and a SIGTERM meanwhile ends
-# the wait at once: the event is left for redelivery and applied once later (part 7).
+# the wait at once: the event is left for redelivery and applied once later (part 7). A
+# stalled processed_events sweep is cut at the statement timeout, and SIGTERM ends it (part 8).
 source "$(dirname "$0")/../../lib.sh"
 source "$(dirname "$0")/../../demo_lib.sh"
 demo_setup
@@ -270,3 +271,41 @@ check "7b: that run applied it once (applied=1, no duplicate, nothing stale or p
     grep -q 'msg="consumer stopped" applied=1 duplicates=0 ignored=0 parked=0 stale=0' \
     "$CONSUMER_LOG"
 check_eq "7b: the update is recorded once" 1 "$(recorded 12 3)"
+
+# --- 8. a stalled processed_events sweep is bounded, and SIGTERM ends it ----------------------------
+# A trigger makes each DELETE of processed_events sleep 600 s (a stalled disk, say). The sweep's
+# DELETE is cut at the statement timeout (57014), logged, and tried again at the next round; a
+# SIGTERM while it waits ends the wait at once. Before the fix the sweep ran without a statement
+# timeout and did not look at the stop flag: the consumer's loop sat in it for the whole 600 s.
+psql_q "CREATE FUNCTION slow_delete() RETURNS trigger LANGUAGE plpgsql
+        AS \$\$ BEGIN PERFORM pg_sleep(600); RETURN OLD; END \$\$;
+        CREATE TRIGGER slow_delete BEFORE DELETE ON processed_events
+        FOR EACH ROW EXECUTE FUNCTION slow_delete();
+        UPDATE processed_events SET expires_at = now() - interval '1 s'
+        WHERE event_id = '$(cat "$T/ids.3")'" >/dev/null
+consumer_start --topic "$TOPIC" --group shipping --sweep-interval 1
+wait_for "8: the stalled sweep is cut at the statement timeout and logged" 60 \
+    grep -qE 'msg="processed_events sweep failed".*statement timeout' "$CONSUMER_LOG"
+sweep_sleeps() {
+    sql_is "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'consumer-demo'
+            AND wait_event = 'PgSleep'" 1
+}
+wait_for "8: the next round's sweep waits in the trigger again" 60 sweep_sleeps
+kill -TERM "$CONSUMER_PID"
+if _poll 60 _t_dead "$CONSUMER_PID"; then
+    ok "8: SIGTERM while the sweep waits: consumer-demo leaves"
+    wait "$CONSUMER_PID"
+    check_eq "8: exit status 0" 0 $?
+else
+    not_ok "8: SIGTERM while the sweep waits: consumer-demo leaves" "still running after 60 s"
+fi
+consumer_running && consumer_stop # the old code: let it go
+# The old code's DELETE would still sleep: cancel it, so that DROP TRIGGER gets its lock.
+psql_q "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'PgSleep'
+        AND pid <> pg_backend_pid()" >/dev/null
+psql_q "DROP TRIGGER slow_delete ON processed_events; DROP FUNCTION slow_delete()" >/dev/null
+consumer_start --topic "$TOPIC" --group shipping --sweep-interval 1
+wait_for "8: without the trigger the expired id is swept" 30 \
+    sql_is "SELECT count(*) FROM processed_events WHERE event_id = '$(cat "$T/ids.3")'" 0
+consumer_stop
+check_eq "8: SIGTERM: exit 0" 0 $?
