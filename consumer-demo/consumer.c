@@ -385,7 +385,7 @@ static MessagePos position(const rd_kafka_message_t *msg)
 }
 
 /* Tries once to park msg. False when the database did not take it (e filled; an outage is
- * logged by the caller's db_outage, a refusal here). */
+ * logged by the caller's db_outage, a refusal here), or when asked to stop while it waited. */
 static bool park_once(Consumer *c, const rd_kafka_message_t *msg, const char *reason, DbError *e)
 {
     *e = (DbError){0};
@@ -394,10 +394,16 @@ static bool park_once(Consumer *c, const rd_kafka_message_t *msg, const char *re
     char *hjson = headers_json(msg);
     ParkedMessage m = {position(msg),        msg->key, msg->key_len, msg->payload, msg->len,
                        hjson ? hjson : "[]", reason};
-    bool done = store_park(c->db, &m, e);
+    bool stopped;
+    bool done = store_park(c->db, &m, c->stop, &stopped, e);
     free(hjson);
     char qr[400];
-    if (done) {
+    if (stopped) {
+        /* SIGTERM while the INSERT waited: the connection is still busy with it; closing it
+         * ends the transaction uncommitted, and the message's offset is not stored. */
+        PQfinish(c->db);
+        c->db = NULL;
+    } else if (done) {
         db_ok(c);
         backoff_reset(&c->backoff);
         c->n.parked++;

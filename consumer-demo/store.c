@@ -40,12 +40,13 @@ bool store_prepare_session(PGconn *conn, DbError *e)
  * *stopped set when it was left running: the connection is then still busy with it and must be
  * closed, never used again (closing it ends the transaction uncommitted; the server finds out at
  * the latest when the statement's own timeout ends the wait). */
-static PGresult *query_until_stop(PGconn *conn, const char *sql, int nparams,
-                                  const char *const *values, const volatile sig_atomic_t *stop,
-                                  bool *stopped, DbError *e)
+static PGresult *query_bin_until_stop(PGconn *conn, const char *sql, int nparams,
+                                      const char *const *values, const int *lengths,
+                                      const int *formats, const volatile sig_atomic_t *stop,
+                                      bool *stopped, DbError *e)
 {
     *stopped = false;
-    if (!PQsendQueryParams(conn, sql, nparams, NULL, values, NULL, NULL, 0))
+    if (!PQsendQueryParams(conn, sql, nparams, NULL, values, lengths, formats, 0))
         return db_result(conn, NULL, e);
     while (PQisBusy(conn)) {
         struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
@@ -73,6 +74,14 @@ static PGresult *query_until_stop(PGconn *conn, const char *sql, int nparams,
     for (PGresult *more; (more = PQgetResult(conn)) != NULL;)
         PQclear(more);
     return db_result(conn, res, e);
+}
+
+/* query_bin_until_stop with every parameter as text. */
+static PGresult *query_until_stop(PGconn *conn, const char *sql, int nparams,
+                                  const char *const *values, const volatile sig_atomic_t *stop,
+                                  bool *stopped, DbError *e)
+{
+    return query_bin_until_stop(conn, sql, nparams, values, NULL, NULL, stop, stopped, e);
 }
 
 /* The dedupe, in the statement's one round trip: inserts the id with its payload digest and
@@ -184,8 +193,10 @@ failed:
     return STORE_FAILED;
 }
 
-bool store_park(PGconn *conn, const ParkedMessage *m, DbError *e)
+bool store_park(PGconn *conn, const ParkedMessage *m, const volatile sig_atomic_t *stop,
+                bool *stopped, DbError *e)
 {
+    *stopped = false;
     char partition[16], offset[32];
     snprintf(partition, sizeof(partition), "%" PRId32, m->pos.partition);
     snprintf(offset, sizeof(offset), "%" PRId64, m->pos.offset);
@@ -194,14 +205,28 @@ bool store_park(PGconn *conn, const ParkedMessage *m, DbError *e)
                              m->headers_json, m->payload, m->reason};
     const int lengths[7] = {0, 0, 0, (int)m->key_len, 0, (int)m->payload_len, 0};
     const int formats[7] = {0, 0, 0, 1, 0, 1, 0};
-    PGresult *res = db_query_bin(conn,
-                                 "INSERT INTO parked_messages (topic, \"partition\", \"offset\","
-                                 " key, headers, payload, reason)"
-                                 " VALUES ($1, $2, $3, $4::bytea, $5, $6::bytea, $7)"
-                                 " ON CONFLICT (topic, \"partition\", \"offset\") DO NOTHING",
-                                 7, values, lengths, formats, e);
+    /* In a transaction of its own for begin_sql's statement_timeout, like the apply: outside it
+     * an INSERT that stalled (a slow disk, a trigger) held the loop and SIGTERM without limit. */
+    PGresult *res = db_run_script(conn, begin_sql, e);
     PQclear(res);
-    return res != NULL;
+    if (!res)
+        goto failed;
+    res = query_bin_until_stop(conn,
+                               "INSERT INTO parked_messages (topic, \"partition\", \"offset\","
+                               " key, headers, payload, reason)"
+                               " VALUES ($1, $2, $3, $4::bytea, $5, $6::bytea, $7)"
+                               " ON CONFLICT (topic, \"partition\", \"offset\") DO NOTHING",
+                               7, values, lengths, formats, stop, stopped, e);
+    if (*stopped)
+        return false;
+    if (!res)
+        goto failed;
+    PQclear(res);
+    if (db_exec(conn, "COMMIT", e))
+        return true;
+failed:
+    db_rollback(conn);
+    return false;
 }
 
 long store_sweep(PGconn *conn, long batch, const volatile sig_atomic_t *stop, bool *stopped,

@@ -78,8 +78,10 @@ typedef struct ParkedMessage {
 } ParkedMessage;
 
 /* Records m in parked_messages, once per topic/partition/offset (a redelivery changes nothing).
- * Returns false with e on a database error. */
-bool store_park(PGconn *conn, const ParkedMessage *m, DbError *e)
-    __attribute__((warn_unused_result));
+ * Bounded like store_apply (10 s per statement, 5 s per lock wait), and a set *stop abandons the
+ * wait (*stopped: the caller must close conn). Returns false with e on a database error (or
+ * *stopped). */
+bool store_park(PGconn *conn, const ParkedMessage *m, const volatile sig_atomic_t *stop,
+                bool *stopped, DbError *e) __attribute__((warn_unused_result));
 
 #endif

@@ -11,7 +11,8 @@
 # processed_events rows carry expires_at (--dedupe-ttl) and expired ones are swept. A row lock
 # held by another session is waited for at most the lock timeout, and a SIGTERM meanwhile ends
 # the wait at once: the event is left for redelivery and applied once later (part 7). A
-# stalled processed_events sweep is cut at the statement timeout, and SIGTERM ends it (part 8).
+# stalled processed_events sweep (part 8) or park (part 9) is cut at the statement timeout, and
+# SIGTERM ends it.
 source "$(dirname "$0")/../../lib.sh"
 source "$(dirname "$0")/../../demo_lib.sh"
 demo_setup
@@ -309,3 +310,42 @@ wait_for "8: without the trigger the expired id is swept" 30 \
     sql_is "SELECT count(*) FROM processed_events WHERE event_id = '$(cat "$T/ids.3")'" 0
 consumer_stop
 check_eq "8: SIGTERM: exit 0" 0 $?
+
+# --- 9. a stalled park is bounded, and SIGTERM ends it ------------------------------------------
+# The same with parked_messages: a trigger makes each INSERT sleep 600 s. The park is cut at the
+# statement timeout (57014), an outage retried with backoff; SIGTERM while it waits ends the
+# wait at once, and the message (its offset not stored) is parked by the next run. Before the
+# fix the park ran without a statement timeout and did not look at the stop flag.
+psql_q "CREATE FUNCTION slow_park() RETURNS trigger LANGUAGE plpgsql
+        AS \$\$ BEGIN PERFORM pg_sleep(600); RETURN NEW; END \$\$;
+        CREATE TRIGGER slow_park BEFORE INSERT ON parked_messages
+        FOR EACH ROW EXECUTE FUNCTION slow_park()" >/dev/null
+parked_before=$(parked)
+consumer_start --topic "$TOPIC" --group shipping
+jq -cn '{key: "o-park", value: "not json", headers: [["id", "not-a-uuid"], ["event_type", "OrderCreated"]]}' |
+    produce
+wait_for "9: the stalled park is cut at the statement timeout, an outage" 60 \
+    grep -qE 'msg="postgres unavailable, retrying" step=park.*57014' "$CONSUMER_LOG"
+park_sleeps() {
+    sql_is "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'consumer-demo'
+            AND wait_event = 'PgSleep'" 1
+}
+wait_for "9: the retried park waits in the trigger again" 60 park_sleeps
+kill -TERM "$CONSUMER_PID"
+if _poll 60 _t_dead "$CONSUMER_PID"; then
+    ok "9: SIGTERM while the park waits: consumer-demo leaves"
+    wait "$CONSUMER_PID"
+    check_eq "9: exit status 0" 0 $?
+else
+    not_ok "9: SIGTERM while the park waits: consumer-demo leaves" "still running after 60 s"
+fi
+consumer_running && consumer_stop # the old code: let it go
+psql_q "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'PgSleep'
+        AND pid <> pg_backend_pid()" >/dev/null
+psql_q "DROP TRIGGER slow_park ON parked_messages; DROP FUNCTION slow_park()" >/dev/null
+consumer_start --topic "$TOPIC" --group shipping
+parked_is() { [ "$(parked)" = "$1" ]; }
+wait_for "9: without the trigger the next run parks the message, once" 30 \
+    parked_is $((parked_before + 1))
+consumer_stop
+check_eq "9: SIGTERM: exit 0" 0 $?
