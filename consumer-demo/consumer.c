@@ -517,6 +517,28 @@ static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderEvent *
     return false;
 }
 
+/* Reads every header called name: the last value into value and len (NULL when the last has
+ * none: *null), and whether two of them differ (*differs), so that a message with two ids is
+ * not taken for the event its last id names. */
+static void read_header(const rd_kafka_headers_t *hdrs, const char *name, const char **value,
+                        size_t *len, bool *null, bool *differs)
+{
+    const void *v;
+    size_t n;
+    *value = NULL;
+    *len = 0;
+    *null = *differs = false;
+    for (size_t i = 0; rd_kafka_header_get(hdrs, i, name, &v, &n) == RD_KAFKA_RESP_ERR_NO_ERROR;
+         i++) {
+        if (i > 0 && (!v != !*value || (v && (n != *len || memcmp(v, *value, n) != 0))))
+            *differs = true;
+        *value = v;
+        *len = v ? n : 0;
+    }
+    *null = *value == NULL &&
+            rd_kafka_header_get_last(hdrs, name, &v, &n) == RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
 /* Handles one message. True when it is dealt with for good (applied, duplicate, conflict,
  * ignored or parked), i.e. its offset may be committed. */
 static bool process(Consumer *c, const rd_kafka_message_t *msg)
@@ -524,12 +546,8 @@ static bool process(Consumer *c, const rd_kafka_message_t *msg)
     EventInput in = {.payload = msg->payload, .payload_len = msg->len};
     rd_kafka_headers_t *hdrs = NULL;
     if (rd_kafka_message_headers(msg, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        const void *v;
-        size_t n;
-        if (rd_kafka_header_get_last(hdrs, "id", &v, &n) == RD_KAFKA_RESP_ERR_NO_ERROR && v)
-            in.id = v, in.id_len = n;
-        if (rd_kafka_header_get_last(hdrs, "event_type", &v, &n) == RD_KAFKA_RESP_ERR_NO_ERROR && v)
-            in.type = v, in.type_len = n;
+        read_header(hdrs, "id", &in.id, &in.id_len, &in.id_null, &in.id_differs);
+        read_header(hdrs, "event_type", &in.type, &in.type_len, &in.type_null, &in.type_differs);
     }
     OrderEvent ev;
     char reason[256];

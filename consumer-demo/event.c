@@ -78,11 +78,22 @@ static bool is_type(const EventInput *in, const char *name)
 EventVerdict event_parse(const EventInput *in, OrderEvent *out, char *reason, size_t reasonlen)
 {
     memset(out, 0, sizeof(*out));
+    /* Two ids name two events, and which one a message is cannot be told: not applied under
+     * either. The same for two event types. */
+    if (in->id_differs)
+        return verdict(EVENT_MALFORMED, reason, reasonlen, "id headers with different values");
+    if (in->type_differs)
+        return verdict(EVENT_MALFORMED, reason, reasonlen,
+                       "event_type headers with different values");
+    if (in->id_null)
+        return verdict(EVENT_MALFORMED, reason, reasonlen, "id header without a value");
     if (!in->id)
         return verdict(EVENT_MALFORMED, reason, reasonlen, "no id header");
     if (!event_uuid(in->id, in->id_len, out->event_id))
         return verdict(EVENT_MALFORMED, reason, reasonlen, "id header is not a UUID: '%.*s'",
                        (int)(in->id_len > 64 ? 64 : in->id_len), in->id);
+    if (in->type_null)
+        return verdict(EVENT_MALFORMED, reason, reasonlen, "event_type header without a value");
     if (!in->type)
         return verdict(EVENT_MALFORMED, reason, reasonlen, "no event_type header");
     out->updated = is_type(in, "OrderUpdated");

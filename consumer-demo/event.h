@@ -25,6 +25,10 @@ typedef struct EventInput {
     size_t type_len;
     const char *payload;
     size_t payload_len;
+    /* What a pointer alone cannot say: the header came with no value (id NULL then), or came
+     * more than once with different values (id is the last one). */
+    bool id_null, id_differs;
+    bool type_null, type_differs;
 } EventInput;
 
 /* An order's state as OrderCreated and OrderUpdated carry it: both events carry the whole order,
@@ -44,14 +48,15 @@ typedef struct OrderEvent {
     char payload_sha256[65];
 } OrderEvent;
 
-/* Classifies a message. EVENT_APPLY fills out. EVENT_MALFORMED when the id header is missing or
- * not a UUID, event_type is missing, or an OrderCreated/OrderUpdated payload is not a JSON object
- * (an object with a name twice is not)
- * with id, customer_id (non-empty strings of at most 255 bytes), amount_cents (an integer > 0),
- * currency (three upper-case letters), and for OrderUpdated also version (an integer 1..2^31-1)
- * and status (like customer_id); OrderCreated may carry version and status too (checked the same
- * way when present). Other fields are allowed, so producers can add some. reason gets one line of
- * printable ASCII for EVENT_IGNORE and EVENT_MALFORMED. */
+/* Classifies a message. EVENT_APPLY fills out. EVENT_MALFORMED when the id header is missing,
+ * has no value, comes twice with different values or is not a UUID, event_type is missing, has no
+ * value or comes twice with different values, or an OrderCreated/OrderUpdated payload is not a
+ * JSON object (an object with a name twice is not) with id, customer_id (non-empty strings of at
+ * most 255 bytes), amount_cents (an integer > 0), currency (three upper-case letters), and for
+ * OrderUpdated also version (an integer 1..2^31-1) and status (like customer_id); OrderCreated may
+ * carry version and status too (checked the same way when present). Other fields are allowed, so
+ * producers can add some. reason gets one line of printable ASCII for EVENT_IGNORE and
+ * EVENT_MALFORMED. */
 EventVerdict event_parse(const EventInput *in, OrderEvent *out, char *reason, size_t reasonlen);
 
 /* True when text[0..len) is a UUID in canonical 8-4-4-4-12 form; writes it lower-cased to

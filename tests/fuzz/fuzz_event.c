@@ -37,7 +37,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             copy[i] = malloc(lens[i] ? lens[i] : 1);
             memcpy(copy[i], parts[i], lens[i]);
         }
-    EventInput in = {copy[0], lens[0], copy[1], lens[1], copy[2], lens[2]};
+    EventInput in = {.id = copy[0],
+                     .id_len = lens[0],
+                     .type = copy[1],
+                     .type_len = lens[1],
+                     .payload = copy[2],
+                     .payload_len = lens[2]};
     OrderEvent out;
     char reason[256];
     EventVerdict v = event_parse(&in, &out, reason, sizeof(reason));

@@ -15,8 +15,12 @@
 
 static EventInput input(const char *id, const char *type, const char *payload)
 {
-    return (EventInput){id,      id ? strlen(id) : 0,          type, type ? strlen(type) : 0,
-                        payload, payload ? strlen(payload) : 0};
+    return (EventInput){.id = id,
+                        .id_len = id ? strlen(id) : 0,
+                        .type = type,
+                        .type_len = type ? strlen(type) : 0,
+                        .payload = payload,
+                        .payload_len = payload ? strlen(payload) : 0};
 }
 
 static EventVerdict classify(EventInput in, OrderEvent *out, char *reason)
@@ -81,6 +85,28 @@ static void test_bad_headers_are_malformed(void **state)
                      EVENT_MALFORMED);
     assert_int_equal(classify(input(UUID, NULL, GOOD), &ev, reason), EVENT_MALFORMED);
     assert_string_equal(reason, "no event_type header");
+}
+
+static void test_unclear_headers_are_malformed(void **state)
+{
+    OrderEvent ev;
+    char reason[256];
+    EventInput in = input(UUID, "OrderCreated", GOOD);
+    in.id_differs = true; /* two ids: which event is it? */
+    assert_int_equal(classify(in, &ev, reason), EVENT_MALFORMED);
+    assert_string_equal(reason, "id headers with different values");
+    in = input(UUID, "OrderCreated", GOOD);
+    in.type_differs = true;
+    assert_int_equal(classify(in, &ev, reason), EVENT_MALFORMED);
+    assert_string_equal(reason, "event_type headers with different values");
+    in = input(NULL, "OrderCreated", GOOD);
+    in.id_null = true;
+    assert_int_equal(classify(in, &ev, reason), EVENT_MALFORMED);
+    assert_string_equal(reason, "id header without a value");
+    in = input(UUID, NULL, GOOD);
+    in.type_null = true;
+    assert_int_equal(classify(in, &ev, reason), EVENT_MALFORMED);
+    assert_string_equal(reason, "event_type header without a value");
 }
 
 static void test_bad_payloads_are_malformed(void **state)
@@ -151,7 +177,12 @@ static void test_payload_is_not_nul_terminated(void **state)
     char buf[sizeof(GOOD) + 8];
     memcpy(buf, GOOD, strlen(GOOD));
     memcpy(buf + strlen(GOOD), "garbage", 8);
-    EventInput in = {UUID, 36, "OrderCreated", 12, buf, strlen(GOOD)};
+    EventInput in = {.id = UUID,
+                     .id_len = 36,
+                     .type = "OrderCreated",
+                     .type_len = 12,
+                     .payload = buf,
+                     .payload_len = strlen(GOOD)};
     OrderEvent ev;
     char reason[256];
     assert_int_equal(event_parse(&in, &ev, reason, sizeof(reason)), EVENT_APPLY);
@@ -221,6 +252,7 @@ int main(void)
         cmocka_unit_test(test_extra_fields_and_upper_case_id),
         cmocka_unit_test(test_other_event_types_are_ignored),
         cmocka_unit_test(test_bad_headers_are_malformed),
+        cmocka_unit_test(test_unclear_headers_are_malformed),
         cmocka_unit_test(test_bad_payloads_are_malformed),
         cmocka_unit_test(test_duplicate_field_reason),
         cmocka_unit_test(test_long_text_fields),

@@ -14,7 +14,9 @@
 #     (redis_hits), B is not (it goes to PostgreSQL and is a conflict); an entry of the older
 #     form ("1") is no Redis hit, and is rewritten with the digest;
 #  5. a malformed message with a NUL byte in a header value is parked (the value kept as hex),
-#     and the valid event behind it is applied.
+#     and the valid event behind it is applied;
+#  6. a message with two different id headers, or an id header without a value, is parked with
+#     that reason; the same id twice is one id.
 # The consumer before payload digests counted B as a duplicate and applied only A, silently.
 source "$(dirname "$0")/../../lib.sh"
 source "$(dirname "$0")/../../demo_lib.sh"
@@ -153,3 +155,27 @@ check_eq "5: the shipment exists" 500 \
     "$(psql_q "SELECT amount_cents FROM shipments WHERE order_id = 'o-nul'")"
 consumer_stop
 check_eq "5: SIGTERM: consumer-demo exits 0" 0 $?
+
+# --- 6. two different id headers, an id header without a value: parked ---------------------------
+# Before the fix the last id header counted and the first was dropped silently (the message was
+# applied as the event the last one names), and an id header without a value was "no id header".
+{
+    jq -cn --arg a "$(uuid)" --arg b "$(uuid)" --arg v "$(payload o-two 600)" \
+        '{key: "o-two", value: $v,
+          headers: [["id", $a], ["event_type", "OrderCreated"], ["id", $b]]}'
+    jq -cn --arg v "$(payload o-two 601)" \
+        '{key: "o-two", value: $v, headers: [["id", null], ["event_type", "OrderCreated"]]}'
+    same=$(uuid)
+    jq -cn --arg a "$same" --arg v "$(payload o-two 602)" \
+        '{key: "o-two", value: $v, headers: [["id", $a], ["event_type", "OrderCreated"], ["id", $a]]}'
+} | produce orders.conflict.ids || fail "produce messages with unclear id headers"
+consumer_start --topic orders.conflict.ids --group shipping
+wait_for "6: two parked, the one with the same id twice applied" 30 \
+    counts_are "applied=1 duplicates=0 ignored=0 parked=2 stale=0 redis_hits=0 conflicts=0"
+check_eq "6: the reasons" "id header without a value|id headers with different values" \
+    "$(psql_q "SELECT string_agg(reason, '|' ORDER BY reason) FROM parked_messages
+               WHERE topic = 'orders.conflict.ids'")"
+check_eq "6: the shipment is the one with one id (sent twice)" 602 \
+    "$(psql_q "SELECT amount_cents FROM shipments WHERE order_id = 'o-two'")"
+consumer_stop
+check_eq "6: SIGTERM: consumer-demo exits 0" 0 $?
