@@ -131,11 +131,21 @@ static bool length_ambiguous(struct MHD_Connection *c)
  * whose final transfer coding is not chunked gets 400 and the connection closed; one with a
  * coding the server does not implement should get 501. Returns 0 when fine, else the status
  * and the detail in *detail. */
-static int transfer_coding_refused(struct MHD_Connection *c, const char **detail)
+static int transfer_coding_refused(struct MHD_Connection *c, const char *version,
+                                   const char **detail)
 {
     KeyHeaders te = {"Transfer-Encoding", 0, NULL};
     MHD_get_connection_values(c, MHD_HEADER_KIND, count_keys, &te);
-    if (te.count == 0 || strcasecmp(te.first, "chunked") == 0)
+    if (te.count == 0)
+        return 0;
+    /* HTTP/1.0 has no Transfer-Encoding: RFC 9112 section 6.1 makes such a request's framing
+     * faulty (a 1.0 proxy in front would frame it otherwise); libmicrohttpd decodes it all the
+     * same. */
+    if (strcmp(version, MHD_HTTP_VERSION_1_0) == 0) {
+        *detail = "Transfer-Encoding needs HTTP/1.1; send Content-Length";
+        return 400;
+    }
+    if (strcasecmp(te.first, "chunked") == 0)
         return 0;
     const char *last = strrchr(te.first, ',');
     last = last ? last + 1 : te.first;
@@ -312,7 +322,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         else if (host_invalid(c, version))
             refused = "send exactly one Host header";
         else
-            refused_status = transfer_coding_refused(c, &refused); /* refused stays NULL on 0 */
+            refused_status =
+                transfer_coding_refused(c, version, &refused); /* refused stays NULL on 0 */
         if (refused) {
             /* Answered before the body is read, and the connection closed after the answer:
              * nothing after these headers is taken as a request. */

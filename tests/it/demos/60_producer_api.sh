@@ -221,7 +221,14 @@ printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: te-gzip-2\r\nTransf
 raw_http "$T/req.te-gzip-chunked"
 check_eq "Transfer-Encoding: gzip, chunked: 501, a problem document" "501 true" \
     "$(raw_answers) $(grep -a -q '"status":501' "$T/raw" && echo true)"
-check_eq "neither wrote anything" "$before" "$(counts)"
+# RFC 9112 section 6.1: HTTP/1.0 has no Transfer-Encoding, such a request's framing is faulty.
+# Before the fix libmicrohttpd decoded the chunks and the order was created (201).
+printf 'POST /orders HTTP/1.0\r\nHost: x\r\nIdempotency-Key: te-http10\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n' \
+    "${#DUP}" "$DUP" >"$T/req.te-http10"
+raw_http "$T/req.te-http10"
+check_eq "HTTP/1.0 with Transfer-Encoding: chunked: 400, a problem document" "400 true" \
+    "$(raw_answers) $(grep -a -q '"status":400' "$T/raw" && echo true)"
+check_eq "none of these wrote anything" "$before" "$(counts)"
 
 # libmicrohttpd answers some broken requests itself, before producer-demo sees them, with its
 # own HTML body (docs/demos.md, "Errors libmicrohttpd answers itself"; it has no hook to change
