@@ -261,28 +261,6 @@ static void mask_span(char *s, size_t start, size_t end)
     memcpy(s + start, "***", 3);
 }
 
-/* Whether the len bytes at key, a URL query parameter's name with a percent-encoded byte, decode
- * to password or sslpassword: libpq decodes names too, so "%70assword" is one. */
-static bool encoded_password_key(const char *key, size_t len)
-{
-    char name[16];
-    size_t n = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (n == sizeof(name) - 1)
-            return false;
-        if (key[i] == '%' && i + 2 < len && isxdigit((unsigned char)key[i + 1]) &&
-            isxdigit((unsigned char)key[i + 2])) {
-            char hex[3] = {key[i + 1], key[i + 2], '\0'};
-            name[n++] = (char)strtol(hex, NULL, 16);
-            i += 2;
-        } else {
-            name[n++] = key[i];
-        }
-    }
-    name[n] = '\0';
-    return strcmp(name, "password") == 0 || strcmp(name, "sslpassword") == 0;
-}
-
 /* Masks in place; buf holds the conninfo and has room for 3 more bytes per password. */
 static void mask_in_place(char *buf)
 {
@@ -309,7 +287,7 @@ static void mask_in_place(char *buf)
             size_t plen = strcspn(param, "&");
             char *eq = memchr(param, '=', plen);
             if (eq && memchr(param, '%', (size_t)(eq - param)) &&
-                encoded_password_key(param, (size_t)(eq - param)))
+                secrets_encoded_password_key(param, (size_t)(eq - param)))
                 mask_span(buf, (size_t)(eq + 1 - buf), (size_t)(param + plen - buf));
         }
     }

@@ -55,28 +55,6 @@ void secrets_add(const char *value)
         add_span(value, strlen(value));
 }
 
-/* Whether the len bytes at key, a URL query parameter's name with a percent-encoded byte, decode
- * to password or sslpassword: libpq decodes names too, so "%70assword" is one. */
-static bool encoded_password_key(const char *key, size_t len)
-{
-    char name[16];
-    size_t n = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (n == sizeof(name) - 1)
-            return false;
-        if (key[i] == '%' && i + 2 < len && isxdigit((unsigned char)key[i + 1]) &&
-            isxdigit((unsigned char)key[i + 2])) {
-            char hex[3] = {key[i + 1], key[i + 2], '\0'};
-            name[n++] = (char)strtol(hex, NULL, 16);
-            i += 2;
-        } else {
-            name[n++] = key[i];
-        }
-    }
-    name[n] = '\0';
-    return strcmp(name, "password") == 0 || strcmp(name, "sslpassword") == 0;
-}
-
 /* The raw text of every password in a connection string, found by position like
  * log_mask_conninfo does, so that a string libpq refuses to parse is covered too. */
 static void add_raw_passwords(const char *conninfo)
@@ -98,7 +76,7 @@ static void add_raw_passwords(const char *conninfo)
             size_t plen = strcspn(param, "&");
             const char *eq = memchr(param, '=', plen);
             if (eq && memchr(param, '%', (size_t)(eq - param)) &&
-                encoded_password_key(param, (size_t)(eq - param)))
+                secrets_encoded_password_key(param, (size_t)(eq - param)))
                 add_span(eq + 1, (size_t)(param + plen - eq - 1));
         }
     }
@@ -189,4 +167,24 @@ void secrets_clear(void)
         free(s);
         s = next;
     }
+}
+
+bool secrets_encoded_password_key(const char *key, size_t len)
+{
+    char name[16];
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (n == sizeof(name) - 1)
+            return false;
+        if (key[i] == '%' && i + 2 < len && isxdigit((unsigned char)key[i + 1]) &&
+            isxdigit((unsigned char)key[i + 2])) {
+            char hex[3] = {key[i + 1], key[i + 2], '\0'};
+            name[n++] = (char)strtol(hex, NULL, 16);
+            i += 2;
+        } else {
+            name[n++] = key[i];
+        }
+    }
+    name[n] = '\0';
+    return strcmp(name, "password") == 0 || strcmp(name, "sslpassword") == 0;
 }

@@ -26,6 +26,12 @@ void secrets_add(const char *value);
  * when it cannot parse the string. */
 void secrets_add_conninfo(const char *conninfo);
 
+/* Whether the len bytes at key, a URL query parameter's name holding a percent-encoded byte,
+ * decode to password or sslpassword: libpq decodes names too, so "%70assword" is one. Shared by
+ * the masking of log_mask_conninfo and the registering of secrets_add_conninfo, which must agree
+ * on what a password is. */
+bool secrets_encoded_password_key(const char *key, size_t len);
+
 /* True for librdkafka properties whose values are secrets (passwords, private keys, OAuth
  * client secrets and configs, tokens). */
 bool secrets_kafka_key_sensitive(const char *key);
