@@ -159,6 +159,9 @@ static int run_databases(Config *cfg, rd_kafka_conf_t *kconf, int argc, char **a
     if (!databases_check_registries(dbs, err, sizeof(err))) {
         databases_free(dbs);
         ops_free(ops);
+        /* Each producer had every report in: the first went to kafka_producer_retire's thread,
+         * which must be done before exit (librdkafka torn down under it, its last lines lost). */
+        kafka_retired_wait();
         ev_loop_destroy(loop);
         return error_line(err, 1);
     }
@@ -210,6 +213,8 @@ static int cmd_run(Config *cfg, int argc, char **argv)
     if (!relay_check_registry(relay, err, sizeof(err))) {
         relay_free(relay);
         ops_free(ops);
+        kafka_retired_wait(); /* relay_free handed its idle producer to a thread (kafka.h) */
+        ev_loop_destroy(loop);
         return error_line(err, 1);
     }
 
