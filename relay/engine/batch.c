@@ -74,6 +74,11 @@ void batch_retire(Batch *b)
     b->claim = b->dead = NULL; /* the rows' strings stay valid: the results live on */
 }
 
+bool batch_given_up(const Batch *b)
+{
+    return b->retired[0] || b->retired[1] || b->retired_values;
+}
+
 bool batch_reserve(Batch *b, int capacity)
 {
     if (capacity <= b->capacity)

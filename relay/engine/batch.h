@@ -102,6 +102,10 @@ void batch_clear(Batch *b);
  * payloads point into them. Call it at most once per batch lifetime (later calls do nothing). */
 void batch_retire(Batch *b);
 
+/* Whether b was given up (batch_retire) since it was made: the producer may still hold messages
+ * whose payloads point into the results b keeps, however empty b is now. */
+bool batch_given_up(const Batch *b);
+
 /* Makes room for capacity rows (a larger batch size after a reload); never shrinks. Only while
  * the batch is empty. Returns false (keeping the old room) when out of memory or not empty. */
 bool batch_reserve(Batch *b, int capacity) __attribute__((warn_unused_result));

@@ -448,10 +448,14 @@ void relay_free_within(Relay *r, int flush_ms)
      * every batch empty nothing of it points into the relay any more, and it is destroyed off the
      * loop (kafka_producer_retire): a database removed by SIGHUP is freed on the loop (on_reap,
      * databases.c), where rd_kafka_destroy would stall every other database. Otherwise, or while
-     * another old producer is still being destroyed, here, as before. */
+     * another old producer is still being destroyed, here, as before. A batch given up at the
+     * shutdown timeout is empty once marked, but its messages may still be at the producer,
+     * pointing into the results the sessions free below: that producer goes here too, before
+     * them. */
     bool reported = true;
     for (int i = 0; r->sessions && i < r->n_sessions; i++)
-        reported = reported && r->sessions[i].batch.n == 0;
+        reported =
+            reported && r->sessions[i].batch.n == 0 && !batch_given_up(&r->sessions[i].batch);
     if (!reported || !kafka_producer_retire(r->kafka))
         kafka_producer_free(r->kafka, flush_ms);
     for (int i = 0; r->sessions && i < r->n_sessions; i++)

@@ -706,6 +706,29 @@ static void test_freed_producer_destroyed_off_the_loop(void **state)
     assert_int_equal(fake_kafka_retired(), retired);
 }
 
+/* A batch given up at the shutdown timeout is marked and cleared while the producer still holds
+ * its unacknowledged messages, whose payloads point into the claim results the batch keeps
+ * until it is freed (batch_retire). The producer must then be destroyed here, before the
+ * sessions free those results: handed to kafka_producer_retire's thread it outlived them (the
+ * fake aborts on a retirement with messages unreported). */
+static void test_given_up_batch_producer_freed_in_place(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A,B,C"); /* rows 1-3 */
+    fake_kafka_report(0, OK);
+    sigterm();
+    fire(&S(0)->shutdown_timer); /* rows 2 and 3 given up, still at the producer */
+    answer(0);                   /* row 1 marked */
+    expect_idle_pg(0);
+    assert_int_equal(S(0)->batch.n, 0);
+    int freed = fake_kafka_freed(), retired = fake_kafka_retired();
+    relay_free(T.r);
+    T.r = NULL;
+    assert_int_equal(fake_kafka_freed(), freed + 1);
+    assert_int_equal(fake_kafka_retired(), retired);
+}
+
 /* The connection goes while the marks (and the chained claim) are in flight: the batch is
  * abandoned, and after the reconnect nothing of it is marked again. */
 static void test_connection_lost_while_marking(void **state)
@@ -1961,6 +1984,7 @@ int main(void)
         cmocka_unit_test_teardown(test_failing_producer_recreated_at_a_pace, teardown),
         cmocka_unit_test_teardown(test_failed_producer_destroyed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_freed_producer_destroyed_off_the_loop, teardown),
+        cmocka_unit_test_teardown(test_given_up_batch_producer_freed_in_place, teardown),
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
         cmocka_unit_test_teardown(test_long_mark_error_logged_once, teardown),
