@@ -921,9 +921,10 @@ static bool registry_files_check(const Config *cfg, char *err, size_t errlen)
 }
 
 /* The registry's URL list, split and counted as registry_new splits it (relay/io/registry.c:
- * commas, leading spaces dropped, empty items skipped, at most CONFIG_REGISTRY_URLS_MAX): bad
- * input refused here with the rest (exit 2), not by registry_new inside relay_new, whose failures
- * are runtime ones (exit 1, which systemd restarts: a list it refuses would restart for ever). */
+ * commas, leading spaces dropped, empty items skipped, at most CONFIG_REGISTRY_URLS_MAX, no query
+ * or fragment in the first of them): bad input refused here with the rest (exit 2), not by
+ * registry_new inside relay_new, whose failures are runtime ones (exit 1, which systemd restarts: a
+ * list it refuses would restart for ever). */
 static bool registry_urls_check(const char *urls, char *err, size_t errlen)
 {
     int given = 0;
@@ -931,9 +932,29 @@ static bool registry_urls_check(const char *urls, char *err, size_t errlen)
         p += strspn(p, ",");
         while (*p == ' ')
             p++;
-        if (*p && *p != ',')
-            given++;
-        p += strcspn(p, ",");
+        size_t len = strcspn(p, ",");
+        if (len == 0)
+            continue;
+        given++;
+        if (given <= CONFIG_REGISTRY_URLS_MAX && (memchr(p, '?', len) || memchr(p, '#', len))) {
+            /* registry_new's refusal, in its words (requests append /subjects/... to the URL as
+             * written, which after a query or fragment lands in the query), and the URL as it
+             * shows it: its password masked, without the query (a key masking may not know). */
+            char url[1024], shown[2100];
+            const char *scheme = strstr(p, "://");
+            bool bare = !scheme || (size_t)(scheme - p) > len;
+            snprintf(url, sizeof(url), "%s%.*s", bare ? "http://" : "", (int)len, p);
+            log_mask_conninfo(url, shown, sizeof(shown));
+            explicit_bzero(url, sizeof(url));
+            const char *from = shown;
+            if (bare && strncmp(shown, "http://", strlen("http://")) == 0)
+                from += strlen("http://");
+            return optval_fail(err, errlen,
+                               "schema-registry-url %.*s: a query or fragment ('?', '#') is not "
+                               "supported: give the registry's base URL (a path prefix is fine)",
+                               (int)strcspn(from, "?#"), from);
+        }
+        p += len;
     }
     if (given == 0)
         return optval_fail(err, errlen, "schema-registry-url: no URL given");

@@ -1259,6 +1259,22 @@ static void test_registry_url_list_checked(void **state)
                           "--schema-registry-url", " , ,"));
         assert_error_line(err, "schema-registry-url: no URL given");
         config_free(&cfg);
+        /* A query or fragment: bad input (exit 2), not registry_new's runtime failure (exit 1,
+         * restarted for ever), named as registry_new names it, its password masked. */
+        assert_false(LOAD(&cfg, err, c, "--database-url=x", "--brokers=k:1", "--value-format=avro",
+                          "--schema-registry-url",
+                          "http://a, https://u:pw-s3cr3t@b:8081/sr?tenant=key-s3cr3t"));
+        assert_error_line(err, "schema-registry-url https://u:***@b:8081/sr: a query or fragment "
+                               "('?', '#') is not supported: give the registry's base URL (a "
+                               "path prefix is fine)");
+        assert_null(strstr(err, "s3cr3t"));
+        config_free(&cfg);
+        assert_false(LOAD(&cfg, err, c, "--database-url=x", "--brokers=k:1", "--value-format=avro",
+                          "--schema-registry-url", "b:8081/sr#x,http://c"));
+        assert_error_line(err, "schema-registry-url b:8081/sr: a query or fragment ('?', '#') is "
+                               "not supported: give the registry's base URL (a path prefix is "
+                               "fine)");
+        config_free(&cfg);
     }
 }
 
