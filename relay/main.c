@@ -367,6 +367,10 @@ int main(int argc, char **argv)
         break;
     case CMD_RUN:
         rc = cmd_run(&cfg, argc, kept);
+        /* Whichever way run ended: a relay or database freed on a failure path (databases_new
+         * failing for a later entry frees the earlier ones) may have handed its producer to
+         * kafka_producer_retire's thread, which must be done before the process exits. */
+        kafka_retired_wait();
         break;
     case CMD_MIGRATE:
         rc = cmd_migrate(one);
