@@ -268,18 +268,69 @@ static const Config *find_fresh(const Config *fresh, const char *name)
     return NULL;
 }
 
-/* The running database (not one draining) whose URL names the same database as url, or NULL.
+/* Whether a database of that name is still draining (dropped by an earlier SIGHUP, not gone). */
+static bool draining(const Databases *d, const char *name)
+{
+    for (int i = 0; i < d->n; i++)
+        if (d->dbs[i]->removed && strcmp(d->dbs[i]->cfg.database_name, name) == 0)
+            return true;
+    return false;
+}
+
+/* The running database that fresh keeps whose URL names the same database as url, or NULL.
  * The new list was checked for two entries of one database (config.c) by the URLs it gives, but
  * a kept entry goes on with its running URL whatever the list now says (restart-only): an entry
  * the list adds with that URL would be a second one serving the database. Its 64 lanes are one
  * group, which two entries would split, each leaving its own table's rows in the other's lanes
- * unclaimed. A draining one is not counted: it gives its lanes up (a rename). */
-static const Db *serving(const Databases *d, const char *url)
+ * unclaimed. One draining, or that fresh drops (it drains), is not counted: it gives its lanes
+ * up (a rename). */
+static const Db *serving(const Databases *d, const Config *fresh, const char *url)
 {
     for (int i = 0; i < d->n; i++)
-        if (!d->dbs[i]->removed && db_same_database(d->dbs[i]->cfg.database_url, url))
+        if (!d->dbs[i]->removed && find_fresh(fresh, d->dbs[i]->cfg.database_name) &&
+            db_same_database(d->dbs[i]->cfg.database_url, url))
             return d->dbs[i];
     return NULL;
+}
+
+bool databases_reload_check(const Databases *d, const Config *fresh, char *err, size_t errlen)
+{
+    if (d->stopping || fresh->n_dbs == 0)
+        return true; /* databases_reload takes nothing over then */
+    int adding = 0;
+    for (int i = 0; i < fresh->n_dbs; i++) {
+        const Config *c = &fresh->dbs[i];
+        if (!c->database_name || find(d, c->database_name))
+            continue;
+        /* The new one would claim beside the old one's last batch (both are lane members, so
+         * order would hold, but two registries of one name would not). */
+        if (draining(d, c->database_name)) {
+            snprintf(err, errlen,
+                     "database %s: listed again while it still drains from an earlier reload: "
+                     "send SIGHUP again once it is gone (\"database removed\")",
+                     c->database_name);
+            return false;
+        }
+        const Db *twin = serving(d, fresh, c->database_url);
+        if (twin) {
+            snprintf(err, errlen,
+                     "database %s: names the same database (host, port and dbname) as database "
+                     "%s, which still serves it (a kept entry's URL changes only at a restart): "
+                     "restart, or remove %s first",
+                     c->database_name, twin->cfg.database_name, twin->cfg.database_name);
+            return false;
+        }
+        adding++;
+    }
+    /* Draining databases hold their place until they are gone (those this reload drops too). */
+    if (d->n + adding > CONFIG_MAX_DATABASES) {
+        snprintf(err, errlen,
+                 "adding %d databases to the %d running (draining ones included) would pass the "
+                 "most one process serves (%d): send SIGHUP again once the draining ones are gone",
+                 adding, d->n, CONFIG_MAX_DATABASES);
+        return false;
+    }
+    return true;
 }
 
 /* Collects the names of changed options that need a restart (config_diff). */
@@ -330,41 +381,17 @@ void databases_reload(Databases *d, Config *fresh)
     }
     log_set_context(NULL);
     metrics_select(NULL);
-    /* Names being drained cannot come back until they are gone: the new one would claim
-     * beside the old one's last batch (both are lane members, so order would hold, but two
-     * registries of one name would not). It starts at the next SIGHUP. */
+    /* databases_reload_check refused what this loop cannot take (a name still draining, a twin
+     * of a kept entry, too many databases) and reload.c each entry start-up refuses, before
+     * anything was applied. */
     for (int i = 0; i < fresh->n_dbs; i++) {
         Config *c = &fresh->dbs[i];
         if (!c->database_name || find(d, c->database_name))
             continue;
-        bool draining = false;
-        for (int j = 0; j < d->n; j++)
-            draining = draining || strcmp(d->dbs[j]->cfg.database_name, c->database_name) == 0;
-        char q[100];
-        if (draining) {
-            log_warn("database listed again while it drains: send SIGHUP again once it is gone",
-                     "database=%s", log_quote(c->database_name, q, sizeof(q)));
-            continue;
-        }
-        if (d->n >= CONFIG_MAX_DATABASES) {
+        char err[1024], q[1100];
+        if (d->n >= CONFIG_MAX_DATABASES) { /* checked before: the array's bound, kept anyway */
             log_error("configuration reload: too many databases; not adding", "database=%s max=%d",
                       log_quote(c->database_name, q, sizeof(q)), CONFIG_MAX_DATABASES);
-            continue;
-        }
-        char err[1024];
-        /* What start-up refuses (a plaintext URL under --require-tls, a template that breaks
-         * order) is refused here too: the entry is not added, the running ones go on. */
-        const Db *twin = serving(d, c->database_url);
-        if (twin)
-            snprintf(err, sizeof(err),
-                     "database %s: names the same database (host, port and dbname) as database "
-                     "%s, which still serves it (a kept entry's URL changes only at a restart): "
-                     "restart, or remove %s first",
-                     c->database_name, twin->cfg.database_name, twin->cfg.database_name);
-        if (twin || !databases_entry_check(c, err, sizeof(err))) {
-            char qe[1100];
-            log_error("configuration reload: database not added", "error=%s",
-                      log_quote(err, qe, sizeof(qe)));
             continue;
         }
         Db *db = db_new(d, c, err, sizeof(err));

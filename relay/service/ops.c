@@ -96,6 +96,11 @@ static int handle(const char *path, StrBuf *body, const char **content_type, voi
     return 404;
 }
 
+static bool check_databases(const Config *fresh, void *arg, char *err, size_t errlen)
+{
+    return databases_reload_check(arg, fresh, err, errlen);
+}
+
 static void reload_databases(Config *fresh, void *arg)
 {
     databases_reload(arg, fresh);
@@ -107,7 +112,7 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
     log_set_context(NULL);
     metrics_select(NULL);
     if (o->dbs) {
-        reload_config_then(o->cfg, o->argc, o->argv, reload_databases, o->dbs);
+        reload_config_then(o->cfg, o->argc, o->argv, check_databases, reload_databases, o->dbs);
         return;
     }
     if (reload_config(o->cfg, o->argc, o->argv) && o->upkeep)

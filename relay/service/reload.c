@@ -47,11 +47,12 @@ static bool reload_check(const Config *running, const Config *fresh, char *err, 
 
 bool reload_config(Config *running, int argc, char **argv)
 {
-    return reload_config_then(running, argc, argv, NULL, NULL);
+    return reload_config_then(running, argc, argv, NULL, NULL, NULL);
 }
 
-bool reload_config_then(Config *running, int argc, char **argv, void (*then)(Config *, void *),
-                        void *arg)
+bool reload_config_then(Config *running, int argc, char **argv,
+                        bool (*check)(const Config *fresh, void *arg, char *err, size_t errlen),
+                        void (*then)(Config *, void *), void *arg)
 {
     Config fresh;
     char err[1024], q[1100];
@@ -64,7 +65,8 @@ bool reload_config_then(Config *running, int argc, char **argv, void (*then)(Con
     /* A changed password file is not applied (restart-only) but must never be printed either:
      * registered before anything (the checks' errors included) can show it. */
     config_register_secrets(&fresh);
-    if (!reload_check(running, &fresh, err, sizeof(err))) {
+    if (!reload_check(running, &fresh, err, sizeof(err)) ||
+        (check && !check(&fresh, arg, err, sizeof(err)))) {
         log_error("configuration reload failed; keeping the running configuration", "error=%s",
                   log_quote(err, q, sizeof(q)));
         config_free(&fresh);

@@ -18,8 +18,12 @@
 bool reload_config(Config *running, int argc, char **argv);
 
 /* reload_config that also hands the freshly loaded configuration to then(fresh, arg) before it
- * is released (then may take parts of it, leaving them zeroed): the databases of --databases. */
-bool reload_config_then(Config *running, int argc, char **argv, void (*then)(Config *, void *),
-                        void *arg);
+ * is released (then may take parts of it, leaving them zeroed): the databases of --databases.
+ * check (may be NULL) is asked after the start-up checks and before anything is applied; what
+ * it refuses (false, one line in err) is refused whole like they are, and then is not called:
+ * the checks that need the running relay (the databases of --databases). Either may be NULL. */
+bool reload_config_then(Config *running, int argc, char **argv,
+                        bool (*check)(const Config *fresh, void *arg, char *err, size_t errlen),
+                        void (*then)(Config *, void *), void *arg);
 
 #endif

@@ -14,6 +14,8 @@
 #include <ev.h>
 
 #include "config.h"
+#include "databases.h"
+#include "kafka.h"
 #include "log.h"
 #include "registry.h"
 #include "reload.h"
@@ -1885,6 +1887,136 @@ static void test_reload_all_or_nothing(void **state)
     config_free(&running);
 }
 
+static int hook_then_calls;
+static bool hook_refuse(const Config *fresh, void *arg, char *err, size_t errlen)
+{
+    (void)arg;
+    snprintf(err, errlen, "database g: refused by the running relay (%d entries)", fresh->n_dbs);
+    return false;
+}
+static bool hook_accept(const Config *fresh, void *arg, char *err, size_t errlen)
+{
+    (void)fresh, (void)arg, (void)err, (void)errlen;
+    return true;
+}
+static void hook_then(Config *fresh, void *arg)
+{
+    (void)fresh, (void)arg;
+    hook_then_calls++;
+}
+
+/* What only the running relay can refuse (databases_reload_check: a name still draining, an entry
+ * naming a database a kept one serves, too many databases) is asked before anything is applied:
+ * refused, nothing of the file is taken over (not even the top level's options), then is not
+ * called, and the one line names what is wrong. */
+static void test_reload_check_hook_all_or_nothing(void **state)
+{
+    (void)state;
+    char path[64], err[1024];
+    write_temp(path, "{\"brokers\": \"k:9092\", \"databases\": ["
+                     "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"}]}");
+    char a0[] = "outbox-relay", a1[] = "run", a2[] = "--config";
+    char *argv[] = {a0, a1, a2, path, NULL};
+    Config running;
+    assert_true(config_load(&running, 4, argv, err, sizeof(err)));
+    long batch = running.batch_size;
+    write_file(path, "{\"brokers\": \"k:9092\", \"batch-size\": 7, \"databases\": ["
+                     "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"},"
+                     "{\"name\": \"g\", \"database-url\": \"postgresql://h/g\"}]}");
+    char logpath[64];
+    write_temp(logpath, "");
+    int fd = open(logpath, O_WRONLY | O_TRUNC), saved = dup(STDERR_FILENO);
+    assert_true(fd >= 0 && saved >= 0);
+    fflush(stderr);
+    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    hook_then_calls = 0;
+    bool loaded = reload_config_then(&running, 4, argv, hook_refuse, hook_then, NULL);
+    fflush(stderr);
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(fd);
+    close(saved);
+    assert_false(loaded);
+    assert_int_equal(hook_then_calls, 0);
+    assert_int_equal(running.batch_size, batch);
+    assert_int_equal(running.n_dbs, 1);
+    FILE *f = fopen(logpath, "r");
+    assert_non_null(f);
+    char log[4096] = {0};
+    assert_true(fread(log, 1, sizeof(log) - 1, f) < sizeof(log) - 1);
+    fclose(f);
+    if (!strstr(log, "msg=\"configuration reload failed; keeping the running configuration\" "
+                     "error=\"database g: refused by the running relay (2 entries)\"") ||
+        strstr(log, "configuration reloaded") || strchr(log, '\n') != strrchr(log, '\n'))
+        fail_msg("a refusing check: logged %s", log);
+    /* Accepted: applied, and then sees it. */
+    assert_true(reload_config_then(&running, 4, argv, hook_accept, hook_then, NULL));
+    assert_int_equal(hook_then_calls, 1);
+    assert_int_equal(running.batch_size, 7);
+    config_free(&running);
+}
+
+/* The checks of a SIGHUP only the running databases can make (databases_reload_check), on real
+ * (never started: nothing connects) databases: an added entry naming the database a kept entry
+ * serves is refused, unless the file drops that entry (a rename); a name still draining is
+ * refused. */
+static void test_databases_reload_check(void **state)
+{
+    (void)state;
+    char path[64], err[1024];
+    write_temp(path, "{\"brokers\": \"127.0.0.1:1\", \"databases\": ["
+                     "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"},"
+                     "{\"name\": \"b\", \"database-url\": \"postgresql://h/b\"}]}");
+    char a0[] = "outbox-relay", a1[] = "run", a2[] = "--config";
+    char *argv[] = {a0, a1, a2, path, NULL};
+    Config running, fresh;
+    assert_true(config_load(&running, 4, argv, err, sizeof(err)));
+    bool runtime;
+    rd_kafka_conf_t *kconf = kafka_conf_build(&running, &runtime, err, sizeof(err));
+    assert_non_null(kconf);
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    assert_non_null(loop);
+    Databases *d = databases_new(loop, &running, kconf, false, err, sizeof(err));
+    if (!d)
+        fail_msg("databases_new: %s", err);
+    /* a's URL changed (restart-only: a keeps serving h/a) and g names h/a. */
+    write_file(path, "{\"brokers\": \"127.0.0.1:1\", \"databases\": ["
+                     "{\"name\": \"a\", \"database-url\": \"postgresql://h/x\"},"
+                     "{\"name\": \"b\", \"database-url\": \"postgresql://h/b\"},"
+                     "{\"name\": \"g\", \"database-url\": \"postgresql://h/a\"}]}");
+    assert_true(config_load(&fresh, 4, argv, err, sizeof(err)));
+    assert_false(databases_reload_check(d, &fresh, err, sizeof(err)));
+    if (!strstr(err, "database g: names the same database (host, port and dbname) as database a"))
+        fail_msg("a twin: %s", err);
+    config_free(&fresh);
+    /* a dropped, g added with a's URL: a rename, fine. */
+    write_file(path, "{\"brokers\": \"127.0.0.1:1\", \"databases\": ["
+                     "{\"name\": \"b\", \"database-url\": \"postgresql://h/b\"},"
+                     "{\"name\": \"g\", \"database-url\": \"postgresql://h/a\"}]}");
+    assert_true(config_load(&fresh, 4, argv, err, sizeof(err)));
+    if (!databases_reload_check(d, &fresh, err, sizeof(err)))
+        fail_msg("a rename refused: %s", err);
+    config_free(&fresh);
+    /* b dropped: it drains (never started, it stays until reaped). */
+    write_file(path, "{\"brokers\": \"127.0.0.1:1\", \"databases\": ["
+                     "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"}]}");
+    assert_true(config_load(&fresh, 4, argv, err, sizeof(err)));
+    assert_true(databases_reload_check(d, &fresh, err, sizeof(err)));
+    databases_reload(d, &fresh);
+    config_free(&fresh);
+    write_file(path, "{\"brokers\": \"127.0.0.1:1\", \"databases\": ["
+                     "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"},"
+                     "{\"name\": \"b\", \"database-url\": \"postgresql://h/b\"}]}");
+    assert_true(config_load(&fresh, 4, argv, err, sizeof(err)));
+    assert_false(databases_reload_check(d, &fresh, err, sizeof(err)));
+    if (!strstr(err, "database b: listed again while it still drains"))
+        fail_msg("a draining name: %s", err);
+    config_free(&fresh);
+    databases_free(d);
+    ev_loop_destroy(loop);
+    rd_kafka_conf_destroy(kconf);
+    config_free(&running);
+}
+
 /* A SIGHUP that switches between one database and a --databases list is not taken over (ops.c
  * acts on a changed list only when the relay runs one): databases is named among the options
  * that need a restart, not as applied. A changed list, in a relay that runs one, is applied. */
@@ -2062,6 +2194,8 @@ int main(void)
         T(test_databases_errors),
         T(test_databases_option_checks),
         T(test_databases_reload_refuses_bad_entry),
+        T(test_reload_check_hook_all_or_nothing),
+        T(test_databases_reload_check),
         T(test_reload_databases_switch_needs_restart),
         T(test_reload_all_or_nothing),
         T(test_databases_same_database_refused),

@@ -14,8 +14,8 @@
 #     before that, an entry added by SIGHUP that start-up would refuse (a template that breaks
 #     order) refuses the whole reload with one line naming it (a batch-size change beside it is
 #     not applied either), and never starts; after it, an entry naming the
-#     database a kept entry still serves (that entry's URL changed, which takes a restart) is
-#     refused likewise: one database, one entry;
+#     database a kept entry still serves (that entry's URL changed, which takes a restart) refuses
+#     the whole reload likewise (a batch-size change beside it not applied): one database, one entry;
 #  4. two relay processes with the same list share every database's lanes (each database's 64
 #     lanes held by two backends, both processes own lanes of each), and deliver in order;
 #  5. commands take a database name: `status --database a` works, without --database it is
@@ -191,13 +191,18 @@ wait_for "3: /readyz: 4 of 4 ready" 15 ready_line '^ready: 4 of 4 databases read
 # itself has each database once, but g would be a second entry serving db_a, splitting its lanes.
 jq --arg url "$(url d)" --arg a "$(url a)" \
     '(.databases[] | select(.name == "a") | ."database-url") = $url |
-     .databases += [{"name": "g", "database-url": $a}]' "$CONF" >"$CONF.tmp" && mv "$CONF.tmp" "$CONF"
+     .databases += [{"name": "g", "database-url": $a}] | ."batch-size" = 3' "$CONF" \
+    >"$CONF.tmp" && mv "$CONF.tmp" "$CONF"
 mark=$(lines)
 kill -HUP "$RELAY_PID"
-wait_for "3: an entry naming the database a kept entry still serves: not added, one line" 15 \
-    bash -c "tail -n +$((mark + 1)) '$RELAY_LOG' | grep 'configuration reload: database not added' |
+wait_for "3: an entry naming the database a kept entry still serves: the reload refused whole, one line" 15 \
+    bash -c "tail -n +$((mark + 1)) '$RELAY_LOG' | grep 'configuration reload failed; keeping the running configuration' |
              grep -q 'database g: names the same database .* as database a'"
 check "3: ... and g never started" bash -c "! grep -q 'database=g' '$RELAY_LOG'"
+# Nothing of it applied: the kept entries keep their options (batch-size 3 would be taken over
+# before the refusal on the old code, which said 'configuration reloaded').
+check "3: ... and nothing of that reload applied (no 'configuration reloaded')" \
+    bash -c "! tail -n +$((mark + 1)) '$RELAY_LOG' | grep -q 'configuration reloaded'"
 check_eq "3: ... db_a has one relay session" 1 \
     "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE datname = 'db_a'
                AND application_name LIKE 'outbox-relay session-%'" -d postgres)"
