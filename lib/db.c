@@ -374,12 +374,8 @@ bool db_service_value(const char *service, const char *keyword, char *out, size_
     return service_read(service, keyword, out, outlen, NULL);
 }
 
-/* The value libpq connects with for keyword, when conninfo parses: the string's own, else the
- * service file's (service= or PGSERVICE), else the environment's (envvar, may be NULL). Into out;
- * false when none sets it. *from says where it came from ("" the string, else "service NAME" or
- * the variable), for errors. */
-static bool effective_value(const PQconninfoOption *opts, const char *keyword, const char *envvar,
-                            char *out, size_t outlen, char *from, size_t fromlen)
+bool db_effective_value(const PQconninfoOption *opts, const char *keyword, const char *envvar,
+                        char *out, size_t outlen, char *from, size_t fromlen)
 {
     const char *service = getenv("PGSERVICE");
     for (const PQconninfoOption *o = opts; o && o->keyword; o++) {
@@ -415,8 +411,8 @@ bool db_check_writer_conninfo(const char *conninfo, char *err, size_t errlen)
     /* libpq takes the setting from the service file, else the environment, when the string
      * does not give it. */
     char attrs[64], from[80];
-    bool ok = !effective_value(opts, "target_session_attrs", "PGTARGETSESSIONATTRS", attrs,
-                               sizeof(attrs), from, sizeof(from)) ||
+    bool ok = !db_effective_value(opts, "target_session_attrs", "PGTARGETSESSIONATTRS", attrs,
+                                  sizeof(attrs), from, sizeof(from)) ||
               !one_of(attrs, read_only);
     if (!ok)
         refuse(err, errlen,
@@ -541,8 +537,8 @@ PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errl
      * the command for ever. It gets the default bound instead, as the relay's own connections
      * do (pg_plan_make); set after the string, it wins over all three. */
     if (parsed &&
-        effective_value(parsed, "connect_timeout", "PGCONNECT_TIMEOUT", value, sizeof(value), from,
-                        sizeof(from)) &&
+        db_effective_value(parsed, "connect_timeout", "PGCONNECT_TIMEOUT", value, sizeof(value),
+                           from, sizeof(from)) &&
         libpq_int(value, strlen(value), &n) && n <= 0) {
         keys[after_dbname] = "connect_timeout";
         values[after_dbname++] = DB_CONNECT_TIMEOUT_DEFAULT;
@@ -552,8 +548,8 @@ PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errl
      * PGOPTIONS: an explicit options entry hides the other two). */
     char *options = NULL;
     if (pinned_schema[0]) {
-        bool user = parsed && effective_value(parsed, "options", "PGOPTIONS", value, sizeof(value),
-                                              from, sizeof(from));
+        bool user = parsed && db_effective_value(parsed, "options", "PGOPTIONS", value,
+                                                 sizeof(value), from, sizeof(from));
         options = db_startup_options(user ? value : NULL);
         keys[after_dbname] = "options";
         values[after_dbname] = options;

@@ -66,6 +66,15 @@ char *db_startup_options(const char *user_options);
  * outlen - 1 bytes); false when no file sets it. Reads files: for start-up checks, not the loop. */
 bool db_service_value(const char *service, const char *keyword, char *out, size_t outlen);
 
+/* The value libpq connects with for keyword, given opts (PQconninfoParse of the connection
+ * string): the string's own, else the service file's (its service=, else PGSERVICE: see
+ * db_service_value), else the environment's (envvar, may be NULL). Into out (cut to outlen - 1
+ * bytes); false when none sets it. from (fromlen bytes) says where it came from: "" the string,
+ * else "service NAME" or the variable's name, for errors. Reads files: not for the loop's turns
+ * (a connection's set-up once, as libpq itself reads the service file, is fine). */
+bool db_effective_value(const PQconninfoOption *opts, const char *keyword, const char *envvar,
+                        char *out, size_t outlen, char *from, size_t fromlen);
+
 /* The connect_timeout db_connect and the relay's connections use when none is set, or when the
  * one set (in the string, the service file or PGCONNECT_TIMEOUT) is zero or less, which libpq
  * would take as no limit. */

@@ -120,11 +120,16 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
     const char *host = option_value(plan->parsed, defaults, "host");
     const char *hostaddr = option_value(plan->parsed, defaults, "hostaddr");
     const char *port = option_value(plan->parsed, defaults, "port");
-    const char *timeout = option_value(plan->parsed, defaults, "connect_timeout");
+    /* The string's, else its service's (pg_service.conf), else PGCONNECT_TIMEOUT: libpq's order.
+     * Zero or less is libpq's "no limit", which the relay's own timer must not take over. */
+    char timeout[64], from[80];
+    bool has_timeout =
+        plan->parsed && db_effective_value(plan->parsed, "connect_timeout", "PGCONNECT_TIMEOUT",
+                                           timeout, sizeof(timeout), from, sizeof(from));
     PgHost *hosts = NULL;
     int n = pg_hosts_split(host, hostaddr, port, &hosts);
     plan->connect_timeout_s =
-        timeout && atoi(timeout) > 0 ? atoi(timeout) : PG_PLAN_CONNECT_TIMEOUT_S;
+        has_timeout && atoi(timeout) > 0 ? atoi(timeout) : PG_PLAN_CONNECT_TIMEOUT_S;
     if (plan->connect_timeout_s < 2)
         plan->connect_timeout_s = 2; /* libpq's minimum */
 
@@ -150,11 +155,17 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
         plan->keys[plan->nparams] = o->keyword;
         plan->values[plan->nparams++] = o->val;
     }
-    /* The string's own options, with the pinned search_path after them (db.h). */
-    const char *user_options = option_value(plan->parsed, defaults, "options"); /* or PGOPTIONS */
+    /* The user's options with the pinned search_path after them (db.h). The user's are the
+     * string's, else its service's, else PGOPTIONS (an options entry here hides the other two
+     * from libpq, so they are looked up as libpq would). Nothing pinned: the string's own, and
+     * libpq fills in the service's or PGOPTIONS itself. */
+    char user[4096];
     if (ok && plan->parsed) {
-        plan->options = db_startup_options(user_options);
-        const char *options = plan->options ? plan->options : user_options;
+        bool has_user = db_effective_value(plan->parsed, "options", "PGOPTIONS", user, sizeof(user),
+                                           from, sizeof(from));
+        plan->options = db_startup_options(has_user ? user : NULL);
+        const char *options =
+            plan->options ? plan->options : option_value(plan->parsed, NULL, "options");
         if (options) {
             plan->keys[plan->nparams] = "options";
             plan->values[plan->nparams++] = options;

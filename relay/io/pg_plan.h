@@ -8,9 +8,10 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 
-/* A connection attempt to one host that has not completed after this long (when the URL sets no
- * connect_timeout) moves on to the next host: libpq enforces connect_timeout only in blocking
- * mode, so a black-holed host would otherwise stall the attempt until TCP gives up (minutes). */
+/* A connection attempt to one host that has not completed after this long (when neither the URL,
+ * its service nor PGCONNECT_TIMEOUT sets a positive connect_timeout) moves on to the next host:
+ * libpq enforces connect_timeout only in blocking mode, so a black-holed host would otherwise stall
+ * the attempt until TCP gives up (minutes). */
 #define PG_PLAN_CONNECT_TIMEOUT_S 10.0
 
 /* One host of a connection string's host list. NULL fields: not given (libpq's default). */
@@ -41,10 +42,12 @@ typedef struct PgPlan {
     int nparams, expand_dbname;
     PQconninfoOption *parsed; /* owns the strings in values */
     char keepalive_values[5][16];
-    char *options; /* the string's options plus the pinned search_path (db.h), or NULL */
+    char *options; /* the user's options (the string's, its service's or PGOPTIONS) plus the
+                    * pinned search_path (db.h), or NULL */
     PgTarget *targets;
     int ntargets;
-    double connect_timeout_s; /* per host: the string's connect_timeout, at least 2 s */
+    double connect_timeout_s; /* per host: the string's connect_timeout, else its service's, else
+                               * PGCONNECT_TIMEOUT's (0 or less: the default); at least 2 s */
     char app_name[64];        /* fallback_application_name, when given */
 } PgPlan;
 

@@ -1,14 +1,18 @@
 /* Unit tests for pg_hosts_split: pairing a connection string's host, hostaddr and port lists into
  * the hosts the relay tries one at a time (each with its own connect timeout); and for the
- * fallback_application_name pg_plan_make passes. */
+ * fallback_application_name, options and connect timeout pg_plan_make passes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "db.h"
 #include "pg_plan.h"
 
 static void assert_host(const PgHost *h, const char *host, const char *hostaddr, const char *port)
@@ -154,10 +158,55 @@ static void test_error_names_the_host(void **state)
     assert_int_equal(strlen(out), 19); /* cut, terminated */
 }
 
+/* A service file (pg_service.conf) as the only source of options and connect_timeout: with a
+ * pinned schema the plan sends an explicit options entry, which hides the service's from libpq,
+ * so they must be in it, before the pin; and the relay's own per-host timer takes the service's
+ * connect_timeout (libpq enforces none in non-blocking mode), 0 or less being 10 s. */
+static void test_service_options_and_timeout(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/test_pg_serviceXXXXXX", err[256];
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char text[] = "[opts]\noptions=-c statement_timeout=12345\nconnect_timeout=4\n"
+                        "[zero]\nconnect_timeout=0\n";
+    assert_int_equal(write(fd, text, sizeof(text) - 1), (ssize_t)(sizeof(text) - 1));
+    close(fd);
+    unsetenv("PGOPTIONS");
+    unsetenv("PGSERVICE");
+    unsetenv("PGCONNECT_TIMEOUT");
+    setenv("PGSERVICEFILE", path, 1);
+    assert_true(db_pin_search_path("relayschema", false, err, sizeof(err)));
+    PgPlan plan = {0};
+    assert_true(pg_plan_make(&plan, "service=opts dbname=x", 30000, NULL));
+    const char *options = plan_value(&plan, "options");
+    assert_non_null(options);
+    if (!strstr(options, "-c statement_timeout=12345 -c search_path=pg_catalog,relayschema"))
+        fail_msg("the service file's options were dropped: %s", options);
+    if (plan.connect_timeout_s != 4.0)
+        fail_msg("the service file's connect_timeout=4 not taken: %g s", plan.connect_timeout_s);
+    pg_plan_free(&plan);
+    /* The string's own still wins over the service's. */
+    assert_true(
+        pg_plan_make(&plan, "service=opts dbname=x connect_timeout=7 options=-cx=1", 30000, NULL));
+    assert_string_equal(plan_value(&plan, "options"),
+                        "-cx=1 -c search_path=pg_catalog,relayschema,pg_temp");
+    assert_true(plan.connect_timeout_s == 7.0);
+    pg_plan_free(&plan);
+    /* 0 in the service file: libpq's "no limit" is the relay's 10 s. */
+    assert_true(pg_plan_make(&plan, "service=zero dbname=x", 30000, NULL));
+    assert_true(plan.connect_timeout_s == PG_PLAN_CONNECT_TIMEOUT_S);
+    pg_plan_free(&plan);
+    assert_true(db_pin_search_path(NULL, false, err, sizeof(err)));
+    unsetenv("PGSERVICEFILE");
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_names_the_host),
+        cmocka_unit_test(test_service_options_and_timeout),
         cmocka_unit_test(test_pairs_hosts_and_ports),
         cmocka_unit_test(test_single_or_no_port),
         cmocka_unit_test(test_hostaddr_and_empty_elements),
