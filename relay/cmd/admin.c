@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "db.h"
 #include "log.h"
@@ -123,8 +124,12 @@ PGconn *admin_connect(const char *conninfo)
     return conn;
 }
 
-static PGresult *exec_template(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
-                               const char *const *params, ExecStatusType expect, bool bounded)
+/* no_verdict (may be NULL): set when the statement was sent and neither a result nor an error of
+ * the server's came back (no answer within the bound, the connection lost): its outcome is
+ * unknown, and the caller, which says so, is left to log it (*e filled in). */
+static PGresult *exec_template_e(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                                 const char *const *params, ExecStatusType expect, bool bounded,
+                                 DbError *e, bool *no_verdict)
 {
     char err[256];
     char *sql = table_sql(map, conn, tmpl, err, sizeof(err));
@@ -132,20 +137,30 @@ static PGresult *exec_template(PGconn *conn, const TableMap *map, const char *tm
         log_error("cannot write the statement", "error=%s", err);
         return NULL;
     }
-    DbError e;
-    PGresult *res = bounded ? admin_query(conn, sql, nparams, params, &e)
-                            : db_query(conn, sql, nparams, params, &e);
+    PGresult *res = bounded ? admin_query(conn, sql, nparams, params, e)
+                            : db_query(conn, sql, nparams, params, e);
     free(sql);
+    if (!res && no_verdict && !e->sqlstate[0]) {
+        *no_verdict = true;
+        return NULL;
+    }
     if (res && PQresultStatus(res) != expect) {
         PQclear(res);
         res = NULL;
-        snprintf(e.message, sizeof(e.message), "unexpected result");
+        snprintf(e->message, sizeof(e->message), "unexpected result");
     }
     if (!res) {
         char q[600];
-        log_error("query failed", "error=%s", log_quote(e.message, q, sizeof(q)));
+        log_error("query failed", "error=%s", log_quote(e->message, q, sizeof(q)));
     }
     return res;
+}
+
+static PGresult *exec_template(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                               const char *const *params, ExecStatusType expect, bool bounded)
+{
+    DbError e;
+    return exec_template_e(conn, map, tmpl, nparams, params, expect, bounded, &e, NULL);
 }
 
 PGresult *admin_exec(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
@@ -238,7 +253,9 @@ int admin_dead(const Config *cfg)
 
 /* Runs sql (SQL_REQUEUE or SQL_PURGE_DEAD: $1 the id, or NULL for all) a batch at a time until a
  * batch comes back short, and reports how many rows it changed as `verb`. A failure after some
- * batches leaves them changed (each was committed) and says how many. */
+ * batches leaves them changed (each was committed) and says how many. A batch that gets no
+ * verdict (its commit waits for a synchronous standby that does not answer, past admin_query's
+ * bound; or the connection is lost) may or may not have committed: said so, exit 1. */
 static int change_dead(const Config *cfg, const char *sql, const char *verb)
 {
     PGconn *conn = admin_connect(cfg->database_url);
@@ -248,10 +265,12 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb)
     snprintf(id, sizeof(id), "%ld", cfg->id);
     snprintf(batch, sizeof(batch), "%d", ADMIN_DEAD_BATCH);
     long n = 0;
-    bool failed = false;
+    bool failed = false, no_verdict = false;
+    DbError e;
     for (;;) {
         const char *params[3] = {cfg->all ? NULL : id, *after ? after : NULL, batch};
-        PGresult *res = admin_exec(conn, &cfg->map, sql, 3, params, PGRES_TUPLES_OK);
+        PGresult *res = exec_template_e(conn, &cfg->map, sql, 3, params, PGRES_TUPLES_OK, true, &e,
+                                        &no_verdict);
         if (!res) {
             failed = true;
             break;
@@ -267,6 +286,31 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb)
     PQfinish(conn);
     char msg[64];
     snprintf(msg, sizeof(msg), "%s dead-lettered events", verb);
+    if (no_verdict) {
+        /* Each batch is one statement and its own transaction: its commit waits as the server
+         * is set, with a synchronous standby for the standby. The wait is not cancelled (that
+         * would commit locally, without the standby): the batch commits when the standby
+         * answers or leaves synchronous_standby_names, or not at all if the server stops. */
+        char q[600], which[64];
+        if (!cfg->all)
+            snprintf(which, sizeof(which), "id %s", id);
+        else if (*after)
+            snprintf(which, sizeof(which), "ids above %s", after);
+        else
+            snprintf(which, sizeof(which), "the first ids");
+        log_error("a batch got no verdict from PostgreSQL: whether its events were changed is "
+                  "unknown. A synchronous standby that does not answer holds a commit until it "
+                  "answers or leaves synchronous_standby_names (pg_stat_activity shows the "
+                  "session, application_name outbox-relay, waiting with wait_event SyncRep); once "
+                  "no such session is left, `dead` lists the events still dead-lettered. Running "
+                  "the command again is safe either way",
+                  "command=%s batch=\"%s, up to %d\" done_before=%ld error=%s",
+                  strcmp(verb, "requeued") == 0 ? "requeue" : "purge-dead", which,
+                  cfg->all ? ADMIN_DEAD_BATCH : 1, n, log_quote(db_error_text(&e), q, sizeof(q)));
+        printf("%s %ld event%s before the batch whose outcome is unknown\n", verb, n,
+               n == 1 ? "" : "s");
+        return 1;
+    }
     if (failed) {
         if (n > 0) {
             log_error(msg, "count=%ld stopped=\"by the failure above\"", n);

@@ -16,7 +16,11 @@
 #  7. replay's COMMIT, which waits for the frozen standby as the server is set, is given up after
 #     30 s with exit 1, a line saying the batch's outcome is unknown and how to find it out, and
 #     the bounds of the rest; the COMMIT is left waiting on the server (not turned into a local
-#     commit) and completes once the standby answers.
+#     commit) and completes once the standby answers;
+#  8. so do requeue's and purge-dead's batches (each a statement in its own transaction): given
+#     up after admin_query's 35 s with exit 1, a line saying the batch's outcome is unknown and
+#     how to find it out (not "PostgreSQL did not answer" alone), the count done before it; the
+#     commit is left waiting and completes once the standby answers.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 # shellcheck source=tests/netns_lib.sh
@@ -162,3 +166,41 @@ continue_standby
 none_sent_of() { [ "$(sent_of "$1")" = 0 ]; }
 wait_for "7: once the standby answers, the batch commits: its rows are unsent" 30 \
     none_sent_of replayed
+
+# --- 8. ---
+# requeue and purge-dead commit each batch as the server is set, too.
+wait_for "8: the standby is synchronous again" 60 sync_standby
+PGOPTIONS='-c synchronous_commit=local' psql_q "
+    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, attempts, dead_at)
+    VALUES ('requeued', 'requeued-1', 'changed', '{\"seq\": 1}', 1, now()),
+           ('purged', 'purged-1', 'changed', '{\"seq\": 1}', 1, now())"
+dead_of() { psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1' AND dead_at IS NOT NULL"; }
+none_dead_of() { [ "$(dead_of "$1")" = 0 ]; }
+admin_waits() { # admin_waits: one session of a command (application_name outbox-relay) on SyncRep
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'
+                 AND application_name = 'outbox-relay'")" = 1 ]
+}
+freeze_standby
+for cmd in requeue purge-dead; do
+    type=$([ "$cmd" = requeue ] && echo requeued || echo purged)
+    id=$(psql_q "SELECT id FROM outbox WHERE aggregate_type = '$type'")
+    timeout -k 5 120 "$RELAY_BIN" "$cmd" --database-url "$DATABASE_URL" --id "$id" \
+        >"$T/$cmd.out" 2>"$T/$cmd.err"
+    check_eq "8: $cmd gives up on a commit the frozen standby holds: exit 1" 1 "$?"
+    check "8: ... in one line saying the batch's outcome is unknown, and how to find it out" grep -q \
+        "level=error msg=\"a batch got no verdict from PostgreSQL: whether its events were changed is unknown.*wait_event SyncRep.*\`dead\` lists.*command=$cmd batch=\"id $id, up to 1\"" \
+        "$T/$cmd.err"
+    check_eq "8: ... one line on stderr" 1 "$(grep -c '' "$T/$cmd.err")"
+    check "8: ... its last line says what was done before that batch" grep -q \
+        "^$type 0 events before the batch whose outcome is unknown" "$T/$cmd.out"
+    check "8: ... its commit still waits on the server" admin_waits
+    check_eq "8: ... so its row is still dead-lettered" 1 "$(dead_of "$type")"
+    if [ "$cmd" = requeue ]; then
+        continue_standby
+        wait_for "8: once the standby answers, the requeue commits" 30 none_dead_of requeued
+        wait_for "8: the standby is synchronous again" 60 sync_standby
+        freeze_standby
+    fi
+done
+continue_standby
+wait_for "8: once the standby answers, the purge commits" 30 no_rows_of purged
