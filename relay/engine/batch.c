@@ -1,5 +1,6 @@
 #include "batch.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +51,9 @@ void batch_clear(Batch *b)
     b->n = b->next = b->prepared = b->in_flight = b->acked = b->failed = 0;
     b->bytes = 0;
     b->abandoned = b->timed_out = false;
+    b->setup_faults = 0;
+    b->setup_err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    b->setup_topic[0] = '\0';
     if (b->any_held)
         memset(b->held, 0, sizeof(b->held));
     b->any_held = false;
@@ -209,6 +213,7 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
         br->dead_letter = dead_letter;
         br->state = ROW_PENDING;
         br->permanent = false;
+        br->setup_fault = false;
         br->error = NULL;
         br->headers = NULL;
         br->topic = NULL;
@@ -264,6 +269,18 @@ void batch_fail(Batch *b, BatchRow *br, const char *why, bool permanent)
     metrics_failure(permanent);
     if (!br->dead_letter)
         batch_hold(b, &br->row);
+}
+
+void batch_unsent(Batch *b, BatchRow *br, rd_kafka_resp_err_t err)
+{
+    br->state = ROW_PENDING;
+    br->setup_fault = true;
+    if (b->setup_faults++ == 0) {
+        b->setup_err = err;
+        snprintf(b->setup_topic, sizeof(b->setup_topic), "%s", br->topic ? br->topic : "");
+    }
+    metrics_failure(false); /* an attempt that failed, for a reason that may pass */
+    batch_hold(b, &br->row);
 }
 
 bool batch_row_recorded(const BatchRow *br)
@@ -351,7 +368,7 @@ static bool same_partition(const BatchRow *a, const BatchRow *b)
 
 int batch_order_breaks(const Batch *b, const char *per_topic_template, bool per_partition)
 {
-    if (b->failed == 0)
+    if (b->failed == 0 && b->setup_faults == 0)
         return 0;
     int breaks = 0;
     for (int i = 0; i < b->n; i++) {
@@ -360,7 +377,7 @@ int batch_order_breaks(const Batch *b, const char *per_topic_template, bool per_
             continue;
         for (int j = 0; j < i; j++) {
             const BatchRow *earlier = &b->rows[j];
-            if (earlier->state == ROW_FAILED && !earlier->dead_letter &&
+            if ((earlier->state == ROW_FAILED || earlier->setup_fault) && !earlier->dead_letter &&
                 same_aggregate(&earlier->row, &later->row) &&
                 same_topic(&earlier->row, &later->row, per_topic_template) &&
                 (!per_partition || same_partition(earlier, later))) {

@@ -49,6 +49,8 @@ typedef struct BatchRow {
                            * (payload, headers, additional fields) out */
     int32_t partition;    /* the partition it was produced to (its partition column), or
                            * MESSAGE_PARTITION_ANY: by its key, or not produced */
+    bool setup_fault;     /* Kafka refused it for a fault of the setup (kafka_error_setup): left
+                           * unsent (ROW_PENDING), no attempt counted, its aggregate held */
 } BatchRow;
 
 #define BATCH_HELD_BITS 65536
@@ -75,6 +77,9 @@ typedef struct Batch {
     bool abandoned; /* the transaction is gone; drop once every report is in */
     bool timed_out; /* the delivery timeout cancelled what was left */
     bool any_held;
+    int setup_faults;              /* rows left unsent for a Kafka setup fault (batch_unsent) */
+    rd_kafka_resp_err_t setup_err; /* the first one's error */
+    char setup_topic[ROUTE_TOPIC_MAX + 1]; /* and its topic ("" when not known) */
     double claimed_at;    /* monotonic time (monotime.h) when the claim's rows arrived, for latency
                              metrics */
     double claim_sent_at; /* monotonic time when its claim was sent (with the last marks, if
@@ -117,6 +122,12 @@ void batch_load(Batch *b, PGresult *claim, PGresult *dead);
 /* Records a failure (copying why) and holds the row's aggregate for the rest of the batch; counts
  * it in the failure metrics. */
 void batch_fail(Batch *b, BatchRow *br, const char *why, bool permanent);
+
+/* Leaves an event row (not a dead-letter copy) unsent for a fault of the setup, not of the row
+ * (kafka_error_setup: not authorised, unknown topic): back to ROW_PENDING, so that no attempt is
+ * counted against it and nothing of it is recorded (it is claimed again after the retry backoff),
+ * and its aggregate is held for the rest of the batch, like a failure, so nothing overtakes it. */
+void batch_unsent(Batch *b, BatchRow *br, rd_kafka_resp_err_t err);
 
 /* Holds / tests an aggregate for the rest of the batch. */
 void batch_hold(Batch *b, const OutboxRow *row);

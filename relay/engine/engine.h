@@ -193,7 +193,12 @@ struct Session {
      * claim of no lanes (and the marks' statements on no rows) after each retry backoff, and
      * takes lanes again once that goes through. */
     bool setup_fault;
-    char setup_error[200];     /* its error, for /readyz and the log */
+    char setup_error[200]; /* its error, for /readyz and the log */
+    /* Kafka refused the last batch's events for a fault of the setup (kafka_error_setup: not
+     * authorised, unknown topic): its error and topic, for /readyz (the relay is not ready) and
+     * to log it once; "" once a batch delivered without one (marks.c, note_kafka_fault). The
+     * rows stay unsent, no attempt counted, and the session claims after its retry backoff. */
+    char kafka_fault[200];
     uint64_t seen_members;     /* the lane group's members at its last look (lanes.members) */
     char last_failure[256];    /* error of the last batch that had failures (marks.c,
                                 * log_batch_failures), "" once one delivered with none */

@@ -148,11 +148,15 @@ bool marks_next_row(Session *s, MarkRequest *req)
     return false;
 }
 
-/* Whether nothing of b got through to Kafka for a reason that may pass (Kafka down, a timeout):
- * the next claim waits for the retry backoff then. Rows Kafka refused for good (too large, a
- * topic that cannot exist) are recorded as such, and the rows behind them go on at once. */
+/* Whether nothing of b got through to Kafka for a reason that may pass (Kafka down, a timeout),
+ * or Kafka refused some of it for a fault of the setup (not authorised, unknown topic: those
+ * rows stay unsent and would be claimed and refused again at once): the next claim waits for
+ * the retry backoff then. Rows Kafka refused for good (too large, an illegal topic name) are
+ * recorded as such, and the rows behind them go on at once. */
 static bool nothing_got_through(const Batch *b)
 {
+    if (b->setup_faults > 0)
+        return true;
     if (b->acked > 0)
         return false;
     for (int i = 0; i < b->n; i++)
@@ -345,10 +349,43 @@ void marks_build(Session *s, bool commit, const ClaimRequest *next, MarkRequest 
     req->n = nq;
 }
 
+/* A Kafka setup fault (batch_unsent) is logged at error level once per distinct error and topic
+ * for the whole relay, with what to do, and kept for /readyz until a batch delivers without one.
+ * Like a setup fault of the database (session_setup_failed), it never counts against a row. */
+static void note_kafka_fault(Session *s)
+{
+    const Batch *b = &s->batch;
+    if (b->setup_faults == 0) {
+        if (b->acked > 0 && s->kafka_fault[0]) {
+            log_info("Kafka accepts the events again", "sent=%d session=%d", b->acked, s->index);
+            s->kafka_fault[0] = '\0';
+        }
+        return;
+    }
+    char shown[sizeof(s->kafka_fault)], q[300], t[300], h[300];
+    const char *error = rd_kafka_err2str(b->setup_err);
+    /* Bounded to fit the copy (a long topic name is cut), so it compares as it is kept. */
+    snprintf(shown, sizeof(shown), "kafka: %.40s (topic %.140s)", error,
+             b->setup_topic[0] ? b->setup_topic : "unknown");
+    bool said = false;
+    for (int i = 0; i < s->relay->n_sessions; i++)
+        said = said || strcmp(s->relay->sessions[i].kafka_fault, shown) == 0;
+    log_write(said ? LOG_DEBUG : LOG_ERROR,
+              "Kafka refuses events for a fault of the setup: they stay unsent, no attempt "
+              "counted, and are retried after the backoff; the relay is not ready until it is "
+              "fixed",
+              "error=%s topic=%s rows=%d sent=%d hint=%s session=%d",
+              log_quote(error, q, sizeof(q)), log_quote(b->setup_topic, t, sizeof(t)),
+              b->setup_faults, b->acked,
+              log_quote(kafka_error_setup_hint(b->setup_err), h, sizeof(h)), s->index);
+    memcpy(s->kafka_fault, shown, sizeof(shown));
+}
+
 void marks_prepare(Session *s)
 {
     Batch *b = &s->batch;
     s->salvage_by_row = false; /* set again should these marks fail (salvage_batch) */
+    note_kafka_fault(s);
     log_batch_failures(s, batch_marks(b, &s->marks));
     /* Order is promised per aggregate, or within each topic (--order-scope topic), or within
      * each topic and partition (--order-scope partition): only a break of that promise is one. */

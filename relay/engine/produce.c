@@ -211,7 +211,9 @@ void produce_more(Session *s)
             s->waiting = true; /* the Schema Registry: its ready callback resumes */
             break;
         }
-        if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR && !br->dead_letter && kafka_error_setup(err))
+            batch_unsent(b, br, err); /* the topic's or the credentials' fault, not the row's */
+        else if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
             batch_fail(b, br, rd_kafka_err2str(err), kafka_error_permanent(err));
         else if (br->state == ROW_PENDING) {
             br->state = ROW_QUEUED;
@@ -255,6 +257,13 @@ void produce_record_report(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
          * dead-lettered: it passes once the clock is set right. */
         batch_fail(b, br, "Broker: Invalid timestamp (the relay host's clock, not the row's)",
                    false);
+    } else if (!br->dead_letter && kafka_error_setup(err)) {
+        /* Not authorised, or no such topic: every event of the topic would meet it until an
+         * operator acts, so it is never counted against the row (nor dead-letters it): the row
+         * stays unsent and the batch is retried after the backoff (marks.c). A dead event's copy
+         * is recorded as failed as before: that counts nothing against it, and its own backoff
+         * (30 s doubling) keeps a missing dead-letter topic from slowing every batch. */
+        batch_unsent(b, br, err);
     } else {
         batch_fail(b, br, rd_kafka_err2str(err), kafka_error_permanent(err));
     }

@@ -426,6 +426,8 @@ void relay_status(const Relay *r, RelayStatus *out)
             out->claim_sessions++;
         if (s->setup_fault && !out->setup_error[0])
             snprintf(out->setup_error, sizeof(out->setup_error), "%s", s->setup_error);
+        if (s->kafka_fault[0] && !out->setup_error[0])
+            snprintf(out->setup_error, sizeof(out->setup_error), "%s", s->kafka_fault);
         if (s->lanes.live_sessions > out->live_sessions)
             out->live_sessions = s->lanes.live_sessions;
     }

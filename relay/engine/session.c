@@ -373,7 +373,8 @@ static bool may_chain_claim(const Session *s)
     const Batch *b = &s->batch;
     bool small = b->n <= s->cfg->batch_size / 4 && b->bytes <= (size_t)s->cfg->batch_bytes / 4;
     bool batch_fits = s->cfg->batch_size + DEAD_LETTER_LIMIT <= b->capacity;
-    return b->acked > 0 && small && batch_fits && !s->relay->stopping &&
+    /* Not after a Kafka setup fault: the next claim waits for the retry backoff. */
+    return b->acked > 0 && b->setup_faults == 0 && small && batch_fits && !s->relay->stopping &&
            next_step(s, true) == NEXT_CLAIM;
 }
 

@@ -82,10 +82,20 @@ long kafka_message_max_bytes(const KafkaProducer *kp);
  * written, and are sent again later). */
 void kafka_purge(KafkaProducer *kp);
 
-/* True for errors that retrying the same message cannot fix (too large, illegal or unknown
- * topic, not authorised, rejected record); false for transient ones (broker down, timeouts,
- * leader changes), which are worth retrying soon. */
+/* True for errors that retrying the same message cannot fix (too large, illegal topic name,
+ * rejected record); false for transient ones (broker down, timeouts, leader changes), which are
+ * worth retrying soon, and for the setup's (kafka_error_setup). */
 bool kafka_error_permanent(rd_kafka_resp_err_t err);
+
+/* True for errors of the setup, not of the message: not authorised (a missing or revoked ACL,
+ * credentials refused) or an unknown topic (deleted, or auto-creation off). Every message to
+ * that topic (or every message) meets them until an operator acts, so they must never count
+ * against a row (nor dead-letter it): the engine leaves such rows unsent and retries after its
+ * backoff (docs/guarantees.md#failure-modes). */
+bool kafka_error_setup(rd_kafka_resp_err_t err);
+
+/* For an error kafka_error_setup accepts: one line saying what the operator should do. */
+const char *kafka_error_setup_hint(rd_kafka_resp_err_t err);
 
 /* Serves pending events (delivery reports) now. */
 void kafka_poll(KafkaProducer *kp);

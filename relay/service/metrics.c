@@ -463,7 +463,8 @@ static void render_set(StrBuf *out, const Set *set)
     render_published(out, set);
     header(out, "outbox_failures_total", "counter",
            "Failed delivery attempts of events and dead-letter copies, by class: transient "
-           "(broker down, timeouts; retried soon) or permanent (rejected, too large, illegal "
+           "(broker down, timeouts, a topic the relay may not write or that does not exist; "
+           "retried soon, never dead-lettered) or permanent (rejected, too large, illegal "
            "topic; retried with backoff, then dead-lettered).");
     for (int k = 0; k < set->n; k++) {
         series(out, "outbox_failures_total", set->dbs[k], "class=\"transient\"");

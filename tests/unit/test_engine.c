@@ -1891,11 +1891,60 @@ static void test_dead_letter_failure_logged(void **state)
     assert_int_equal(fake_kafka_count(), 2);
     assert_string_equal(fake_kafka_at(1)->topic, "dead-letters");
     fake_kafka_report(0, OK);
+    /* Not authorised: a fault of the setup, but a dead event's copy is recorded as failed all the
+     * same (it counts nothing against the row, and has a backoff of its own). */
     fake_kafka_report(1, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
     assert_string_equal(field(pending_param(0, "mark-dead-letter-failed"), 0), "{1}");
     const char *text = logged();
     assert_int_equal(occurrences(text, "dead events not published to the dead-letter topic"), 1);
     assert_int_equal(occurrences(text, "id=1"), 1);
+}
+
+/* Kafka refuses events for a fault of the setup (an ACL revoked, a topic deleted): no attempt is
+ * counted against the rows (no mark-failed: they were recorded as failures, and dead-lettered
+ * after --max-attempts, every event of the topic), the rest of their aggregate waits, other
+ * aggregates are delivered, the next claim waits for the retry backoff, the relay is not ready,
+ * and the fault is logged once however many batches meet it. */
+static void test_kafka_setup_fault_counts_no_attempt(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    capture_log(LOG_WARN);
+    answer_claim(0, "A,A,B");
+    assert_int_equal(fake_kafka_count(), 3);
+    fake_kafka_report(0, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+    fake_kafka_report(1, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+    fake_kafka_report(2, OK);
+    assert_string_equal(pending_param(0, "mark-failed"), "");  /* nothing counted against 1, 2 */
+    assert_string_equal(pending_param(0, "mark-sent"), "{3}"); /* B is delivered */
+    answer(0);
+    expect_idle_pg(0);
+    assert_true(ev_is_active(&S(0)->retry_timer)); /* the backoff, not a claim at once */
+    RelayStatus st;
+    relay_status(T.r, &st);
+    assert_non_null(strstr(st.setup_error, "Topic authorization failed"));
+    /* Another fault, met when producing: still nothing counted; logged, being another. */
+    fire(&S(0)->retry_timer);
+    fake_kafka_refuse_key("agg-A", RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC);
+    answer_claim(0, "A,A");
+    assert_int_equal(fake_kafka_count(), 3); /* the second A waits behind the first */
+    assert_string_equal(pending_param(0, "mark-failed"), "");
+    answer(0);
+    assert_true(ev_is_active(&S(0)->retry_timer));
+    /* Fixed: everything goes through, in order, and the relay is ready again. */
+    fake_kafka_refuse_key("agg-A", RD_KAFKA_RESP_ERR_NO_ERROR);
+    fire(&S(0)->retry_timer);
+    answer_claim(0, "A,A");
+    fake_kafka_report_all(OK);
+    assert_string_equal(pending_param(0, "mark-sent"), "{6,7}");
+    answer(0);
+    relay_status(T.r, &st);
+    assert_string_equal(st.setup_error, "");
+    assert_int_equal(S(0)->order_breaks, 0);
+    const char *text = logged();
+    assert_int_equal(occurrences(text, "Kafka refuses events for a fault of the setup"), 2);
+    assert_int_equal(occurrences(text, "hint="), 2);
+    assert_int_equal(occurrences(text, "dead-lettered"), 0);
 }
 
 /* A streak of failing batches ends only with a batch that got something through: one stopped
@@ -1989,6 +2038,7 @@ int main(void)
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
         cmocka_unit_test_teardown(test_long_mark_error_logged_once, teardown),
         cmocka_unit_test_teardown(test_dead_letter_failure_logged, teardown),
+        cmocka_unit_test_teardown(test_kafka_setup_fault_counts_no_attempt, teardown),
         cmocka_unit_test_teardown(test_no_success_said_without_a_delivery, teardown),
         cmocka_unit_test_teardown(test_order_scope_partition_breaks, teardown),
     };

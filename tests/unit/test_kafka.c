@@ -411,6 +411,34 @@ static void test_retired_producer_reports_to_no_one(void **state)
     ev_loop_destroy(loop);
 }
 
+/* Not authorised and unknown topic are the setup's faults, never the message's: counted against
+ * a row they dead-lettered every event of a topic whose ACL was revoked. The two classes are
+ * apart, and each setup error has a hint. */
+static void test_setup_errors_are_not_rejections(void **state)
+{
+    static const rd_kafka_resp_err_t setup[] = {
+        RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+        RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED,
+        RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED,
+        RD_KAFKA_RESP_ERR__AUTHENTICATION,
+        RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC,
+        RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART,
+    };
+    for (size_t i = 0; i < sizeof(setup) / sizeof(setup[0]); i++) {
+        assert_true(kafka_error_setup(setup[i]));
+        assert_false(kafka_error_permanent(setup[i]));
+        assert_non_null(strstr(kafka_error_setup_hint(setup[i]), " "));
+    }
+    assert_true(kafka_error_permanent(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE));
+    assert_false(kafka_error_setup(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE));
+    assert_false(kafka_error_setup(RD_KAFKA_RESP_ERR__MSG_TIMED_OUT));
+    assert_non_null(strstr(kafka_error_setup_hint(RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART),
+                           "create the topic"));
+    assert_non_null(
+        strstr(kafka_error_setup_hint(RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED), "ACL"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -429,6 +457,7 @@ int main(void)
         cmocka_unit_test(test_scattering_partitioners_refused),
         cmocka_unit_test(test_transactional_id_refused),
         cmocka_unit_test(test_retired_producer_reports_to_no_one),
+        cmocka_unit_test(test_setup_errors_are_not_rejections),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
