@@ -29,7 +29,7 @@ struct KafkaProducer {
     /* The partition of the last message a broker rejected (the request that can make the
      * producer fail), and whether a message of it in flight when the producer failed has been
      * reported cancelled (logged once per producer). */
-    rd_kafka_topic_t *rejected_topic;
+    char rejected_topic[256]; /* by name: the message's topic handle may be gone by the purge */
     int32_t rejected_partition;
     bool fatal_in_flight_logged;
     char last_topic[256]; /* the topic of the last message produced */
@@ -410,12 +410,13 @@ static void on_delivery_report(rd_kafka_t *rk, const rd_kafka_message_t *msg, vo
     if (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR)
         mark_up(kp);
     if (msg->err > 0) { /* a broker's answer, not one of librdkafka's own (negative) */
-        kp->rejected_topic = msg->rkt;
+        snprintf(kp->rejected_topic, sizeof(kp->rejected_topic), "%s",
+                 rd_kafka_topic_name(msg->rkt));
         kp->rejected_partition = msg->partition;
     }
     if (kp->fatal_from_broker && msg->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT &&
-        msg->rkt == kp->rejected_topic && msg->partition == kp->rejected_partition &&
-        !kp->fatal_in_flight_logged) {
+        kp->rejected_topic[0] && strcmp(rd_kafka_topic_name(msg->rkt), kp->rejected_topic) == 0 &&
+        msg->partition == kp->rejected_partition && !kp->fatal_in_flight_logged) {
         /* After the fatal error librdkafka 2.0.2 may still send a request it had built behind
          * the rejected one; the purge reports it failed, but a broker with no record of this
          * producer on the partition (its first request there was the rejected one) keeps it,
