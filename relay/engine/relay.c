@@ -79,6 +79,9 @@ bool relay_producer_ready(Relay *r)
      * session that lets an abandoned batch go rebalances first), and this keeps it so. */
     if (r->in_report)
         return false;
+    /* No producer at all: its recreation failed, and the relay is stopping (relay_fail). */
+    if (!r->kafka)
+        return false;
     /* The last one failed before any message of it was acknowledged (an InitProducerId the
      * cluster refuses, say): the next waits, the caller's retry backoff brings it. */
     ev_tstamp now = monotime_now();

@@ -708,5 +708,5 @@ bool kafka_up(const KafkaProducer *kp)
 
 bool kafka_fatal(const KafkaProducer *kp)
 {
-    return kp->fatal;
+    return !kp || kp->fatal;
 }

@@ -106,7 +106,8 @@ void kafka_poll(KafkaProducer *kp);
 bool kafka_up(const KafkaProducer *kp);
 
 /* True after a fatal producer error (idempotence state lost): the producer must be recreated
- * once its in-flight messages have been reported. */
+ * once its in-flight messages have been reported. Also true for NULL (no producer: its
+ * recreation failed, relay.c), so that no caller produces on it. */
 bool kafka_fatal(const KafkaProducer *kp);
 
 #endif

@@ -253,5 +253,5 @@ bool kafka_up(const KafkaProducer *kp)
 
 bool kafka_fatal(const KafkaProducer *kp)
 {
-    return kp->fatal;
+    return !kp || kp->fatal; /* as kafka.c: no producer is no producer to use */
 }

@@ -411,6 +411,14 @@ static void test_retired_producer_reports_to_no_one(void **state)
     ev_loop_destroy(loop);
 }
 
+/* A producer whose recreation failed is NULL (relay.c): kafka_fatal must say "not usable" rather
+ * than dereference it (relay.c and claim.c ask it; only relay_fail's stopping flag kept them from
+ * crashing). */
+static void test_fatal_without_a_producer(void **state)
+{
+    assert_true(kafka_fatal(NULL));
+}
+
 /* Not authorised and unknown topic are the setup's faults, never the message's: counted against
  * a row they dead-lettered every event of a topic whose ACL was revoked. The two classes are
  * apart, and each setup error has a hint. */
@@ -457,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_scattering_partitioners_refused),
         cmocka_unit_test(test_transactional_id_refused),
         cmocka_unit_test(test_retired_producer_reports_to_no_one),
+        cmocka_unit_test(test_fatal_without_a_producer),
         cmocka_unit_test(test_setup_errors_are_not_rejections),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
