@@ -39,6 +39,10 @@ struct KafkaProducer {
      * its own thread after its relay, and the relay's context string, are gone. */
     char log_context_buf[128];
     const char *log_context; /* log_context_buf, or NULL: none */
+    /* Set by kafka_producer_retire before its thread starts: from then on its error and stats
+     * callbacks (served by that thread's flush, in its database's log context) say nothing about
+     * reachability or recreation, which would read as the live producer's state. */
+    atomic_bool retired;
 };
 
 /* Sets key to value; on failure, one line in err that starts with origin (where the property
@@ -396,7 +400,7 @@ bool kafka_reload_check(const Config *running, const Config *fresh, char *err, s
 
 static void mark_up(KafkaProducer *kp)
 {
-    if (kp->up)
+    if (kp->up || atomic_load(&kp->retired))
         return;
     kp->up = true;
     if (kp->down_logged)
@@ -441,6 +445,8 @@ static void on_delivery_report(rd_kafka_t *rk, const rd_kafka_message_t *msg, vo
 static int on_stats(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 {
     KafkaProducer *kp = opaque;
+    if (atomic_load(&kp->retired))
+        return 0; /* its brokers are not the live producer's news */
     int up = kafka_stats_brokers_up(json, json_len);
     if (up > 0)
         mark_up(kp);
@@ -453,6 +459,13 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
     KafkaProducer *kp = opaque;
     char q[512];
+    if (atomic_load(&kp->retired)) {
+        /* Already replaced (or its database removed): nothing is recreated, and whether its
+         * brokers answer is not the live producer's state. */
+        log_debug("old kafka producer (being destroyed) error", "code=%s error=%s",
+                  rd_kafka_err2name((rd_kafka_resp_err_t)err), log_quote(reason, q, sizeof(q)));
+        return;
+    }
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
         char why[512];
         rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, why, sizeof(why));
@@ -645,6 +658,7 @@ bool kafka_producer_retire(KafkaProducer *kp)
     ev_io_stop(kp->loop, &kp->io);
     kp->on_delivery = NULL;
     kp->arg = NULL;
+    atomic_store(&kp->retired, true);
     atomic_store(&retire_done, false);
     int rc = pthread_create(&retire_thread, NULL, retire_main, kp);
     if (rc != 0) {
@@ -704,6 +718,11 @@ void kafka_purge(KafkaProducer *kp)
 bool kafka_up(const KafkaProducer *kp)
 {
     return kp->up;
+}
+
+rd_kafka_t *kafka_handle(const KafkaProducer *kp)
+{
+    return kp->rk;
 }
 
 bool kafka_fatal(const KafkaProducer *kp)

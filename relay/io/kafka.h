@@ -110,4 +110,8 @@ bool kafka_up(const KafkaProducer *kp);
  * recreation failed, relay.c), so that no caller produces on it. */
 bool kafka_fatal(const KafkaProducer *kp);
 
+/* The librdkafka handle (for tests: to raise an error with rd_kafka_test_fatal_error). Owned by
+ * kp: valid until kp is freed or retired. */
+rd_kafka_t *kafka_handle(const KafkaProducer *kp);
+
 #endif

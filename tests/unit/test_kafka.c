@@ -411,6 +411,48 @@ static void test_retired_producer_reports_to_no_one(void **state)
     ev_loop_destroy(loop);
 }
 
+/* A retired producer's errors are served by its own thread's last flush, in its database's log
+ * context: the fatal error raised before its retirement (queued, not yet served) must not say
+ * "recreating the producer" (the live one is the replacement), nor "kafka unreachable" or
+ * "reachable again": it is no longer the relay's producer. */
+static void test_retired_producer_says_nothing_of_the_live_one(void **state)
+{
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    assert_non_null(loop);
+    char err[512] = "";
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    assert_int_equal(rd_kafka_conf_set(conf, "bootstrap.servers", "127.0.0.1:9", err, sizeof(err)),
+                     RD_KAFKA_CONF_OK);
+    assert_int_equal(rd_kafka_conf_set(conf, "enable.idempotence", "true", err, sizeof(err)),
+                     RD_KAFKA_CONF_OK);
+    KafkaProducer *kp = kafka_producer_new(loop, conf, count_report, NULL, err, sizeof(err));
+    assert_non_null(kp);
+    FILE *tmp = tmpfile();
+    assert_non_null(tmp);
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    assert_true(dup2(fileno(tmp), STDERR_FILENO) >= 0);
+    /* Queued on the producer's main queue now; the loop never serves it. */
+    assert_int_equal(rd_kafka_test_fatal_error(kafka_handle(kp),
+                                               RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                               "raised by the test"),
+                     RD_KAFKA_RESP_ERR_NO_ERROR);
+    assert_true(kafka_producer_retire(kp));
+    kafka_retired_wait();
+    fflush(stderr);
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(saved);
+    rewind(tmp);
+    char logged[16384];
+    size_t n = fread(logged, 1, sizeof(logged) - 1, tmp);
+    logged[n] = '\0';
+    fclose(tmp);
+    assert_null(strstr(logged, "recreating the producer"));
+    assert_null(strstr(logged, "kafka unreachable"));
+    assert_null(strstr(logged, "kafka reachable again"));
+    ev_loop_destroy(loop);
+}
+
 /* A producer whose recreation failed is NULL (relay.c): kafka_fatal must say "not usable" rather
  * than dereference it (relay.c and claim.c ask it; only relay_fail's stopping flag kept them from
  * crashing). */
@@ -465,6 +507,7 @@ int main(void)
         cmocka_unit_test(test_scattering_partitioners_refused),
         cmocka_unit_test(test_transactional_id_refused),
         cmocka_unit_test(test_retired_producer_reports_to_no_one),
+        cmocka_unit_test(test_retired_producer_says_nothing_of_the_live_one),
         cmocka_unit_test(test_fatal_without_a_producer),
         cmocka_unit_test(test_setup_errors_are_not_rejections),
     };
