@@ -10,6 +10,7 @@
 
 #include "kafka_stats.h"
 #include "log.h"
+#include "monotime.h"
 #include "secrets.h"
 
 struct KafkaProducer {
@@ -612,6 +613,16 @@ void kafka_producer_free(KafkaProducer *kp, int timeout_ms)
 static pthread_t retire_thread;
 static bool retire_started;
 static atomic_bool retire_done;
+/* When the retiring thread started, whose producer it destroys (its log context), and whether a
+ * recreation kept waiting for it has been said (once per retired producer). */
+static double retire_since;
+static char retire_context[128];
+static bool retire_slow_logged;
+
+/* A recreation that has waited this long for the previous destroy is said (a destroy stuck in
+ * rd_kafka_destroy, a broker thread in a name lookup that never returns, holds up every later
+ * recreation, every database's). Nothing kills the thread: librdkafka's cannot be cancelled. */
+#define RETIRE_SLOW_S 10.0
 
 /* Bound on the retired producer's last flush: its messages are purged first, so only reports
  * still on their way are waited for. */
@@ -651,8 +662,19 @@ bool kafka_producer_retire(KafkaProducer *kp)
 {
     if (!kp)
         return true;
-    if (!retire_reap(false))
-        return false; /* the previous one is still being destroyed: the caller tries later */
+    if (!retire_reap(false)) {
+        /* The previous one is still being destroyed: the caller tries later. */
+        double waited = monotime_now() - retire_since;
+        if (!retire_slow_logged && waited >= RETIRE_SLOW_S) {
+            char q[300];
+            log_warn("the previous Kafka producer is still being destroyed; every producer "
+                     "recreation waits for it",
+                     "seconds=%.0f old_producer=%s", waited,
+                     log_quote(retire_context[0] ? retire_context : "-", q, sizeof(q)));
+            retire_slow_logged = true;
+        }
+        return false;
+    }
     /* From here on nothing of the relay's is reached: the loop no longer polls it, and its
      * reports (all of them in already, see the contract) go nowhere. */
     ev_io_stop(kp->loop, &kp->io);
@@ -660,6 +682,9 @@ bool kafka_producer_retire(KafkaProducer *kp)
     kp->arg = NULL;
     atomic_store(&kp->retired, true);
     atomic_store(&retire_done, false);
+    /* Copied before the thread starts: it frees kp. */
+    char kp_context[sizeof(kp->log_context_buf)];
+    snprintf(kp_context, sizeof(kp_context), "%s", kp->log_context ? kp->log_context : "");
     int rc = pthread_create(&retire_thread, NULL, retire_main, kp);
     if (rc != 0) {
         /* No thread to spare: destroyed here, on the loop, as before; said, since it may block. */
@@ -669,6 +694,9 @@ bool kafka_producer_retire(KafkaProducer *kp)
         return true;
     }
     retire_started = true;
+    retire_since = monotime_now();
+    retire_slow_logged = false;
+    snprintf(retire_context, sizeof(retire_context), "%s", kp_context);
     return true;
 }
 

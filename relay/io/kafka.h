@@ -55,7 +55,8 @@ void kafka_producer_free(KafkaProducer *kp, int timeout_ms);
  * attempt, a name lookup). kp is detached from the loop and from its KafkaDeliveryFn at once, so
  * no report of it reaches its owner again: call it only once every message of kp has been
  * reported. At most one producer is being destroyed at a time (memory and threads bounded):
- * returns false, kp untouched and still the caller's, while the previous one is; true when kp
+ * returns false, kp untouched and still the caller's, while the previous one is (and, once it
+ * has been at it 10 s, logs one warning naming the old producer's log context); true when kp
  * was taken (a thread destroys it; without a thread to spare, it is destroyed here). */
 bool kafka_producer_retire(KafkaProducer *kp);
 
