@@ -180,6 +180,7 @@ ClaimOutcome claim_read(Session *s, PGresult **results, int n, const char *error
     if (at->held >= 0) /* a claim without the floor's looks moves nothing */
         learn_floor(s, results[at->held], results[at->events], results[at->writers]);
     if (events + dead == 0) {
+        marks_nothing_unsent(s); /* nothing left that a Kafka setup fault refused */
         adapt_row_limit(s, 0);
         relay_batch_claimed(s->relay, false); /* caught up */
         claim_floor_committed(s); /* nothing claimed: nothing that a commit must record first */

@@ -196,7 +196,8 @@ struct Session {
     char setup_error[200]; /* its error, for /readyz and the log */
     /* Kafka refused the last batch's events for a fault of the setup (kafka_error_setup: not
      * authorised, unknown topic): its error and topic, for /readyz (the relay is not ready) and
-     * to log it once; "" once a batch delivered without one (marks.c, note_kafka_fault). The
+     * to log it once; "" once a batch delivered without one (marks.c, note_kafka_fault) or a claim
+     * found nothing left to send (marks_nothing_unsent). The
      * rows stay unsent, no attempt counted, and the session claims after its retry backoff. */
     char kafka_fault[200];
     uint64_t seen_members;     /* the lane group's members at its last look (lanes.members) */
@@ -367,6 +368,9 @@ typedef enum {
 
 /* Every report is in: logs the batch's failures and fills s->marks with its outcome. */
 void marks_prepare(Session *s);
+/* A claim found nothing to send for s: the rows a Kafka setup fault left unsent are gone
+ * (requeued, deleted, or delivered by another relay), so the fault no longer holds /readyz. */
+void marks_nothing_unsent(Session *s);
 /* Fills req with the statements that record s->marks, then COMMIT when commit is set (without
  * it the request is one implicit transaction); next, when not NULL, is a claim sent after the
  * COMMIT in the same pipeline (its statements are copied). req must outlive the send. */

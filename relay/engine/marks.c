@@ -350,7 +350,8 @@ void marks_build(Session *s, bool commit, const ClaimRequest *next, MarkRequest 
 }
 
 /* A Kafka setup fault (batch_unsent) is logged at error level once per distinct error and topic
- * for the whole relay, with what to do, and kept for /readyz until a batch delivers without one.
+ * for the whole relay, with what to do, and kept for /readyz until a batch delivers without one
+ * or a claim finds nothing left (marks_nothing_unsent).
  * Like a setup fault of the database (session_setup_failed), it never counts against a row. */
 static void note_kafka_fault(Session *s)
 {
@@ -379,6 +380,17 @@ static void note_kafka_fault(Session *s)
               b->setup_faults, b->acked,
               log_quote(kafka_error_setup_hint(b->setup_err), h, sizeof(h)), s->index);
     memcpy(s->kafka_fault, shown, sizeof(shown));
+}
+
+void marks_nothing_unsent(Session *s)
+{
+    /* The refused rows were claimed again after the backoff while they were there: an empty
+     * claim means none is left for this session, so nothing is being refused now. Without it, an
+     * operator who requeued or deleted them left the relay not ready for ever. */
+    if (!s->kafka_fault[0])
+        return;
+    log_info("no events left that Kafka refused for a fault of the setup", "session=%d", s->index);
+    s->kafka_fault[0] = '\0';
 }
 
 void marks_prepare(Session *s)

@@ -1947,6 +1947,28 @@ static void test_kafka_setup_fault_counts_no_attempt(void **state)
     assert_int_equal(occurrences(text, "dead-lettered"), 0);
 }
 
+/* Rows Kafka refused for a fault of the setup that an operator then requeued or deleted leave
+ * nothing to deliver: the relay stayed not ready for ever (only a batch delivered without a
+ * fault cleared it). A claim that finds nothing clears it. */
+static void test_kafka_setup_fault_cleared_by_empty_claim(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    capture_log(LOG_INFO);
+    answer_claim(0, "A");
+    fake_kafka_report(0, RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC);
+    answer(0); /* its marks: nothing recorded against row 1 */
+    expect_idle_pg(0);
+    RelayStatus st;
+    relay_status(T.r, &st);
+    assert_true(st.setup_error[0] != '\0');
+    fire(&S(0)->retry_timer);
+    answer_claim(0, ""); /* row 1 was deleted meanwhile: nothing left */
+    relay_status(T.r, &st);
+    assert_string_equal(st.setup_error, "");
+    assert_int_equal(occurrences(logged(), "no events left that Kafka refused"), 1);
+}
+
 /* A streak of failing batches ends only with a batch that got something through: one stopped
  * before any of its events was acknowledged (nothing sent, nothing failed) said "deliveries
  * succeed again sent=0" while nothing did. */
@@ -2039,6 +2061,7 @@ int main(void)
         cmocka_unit_test_teardown(test_long_mark_error_logged_once, teardown),
         cmocka_unit_test_teardown(test_dead_letter_failure_logged, teardown),
         cmocka_unit_test_teardown(test_kafka_setup_fault_counts_no_attempt, teardown),
+        cmocka_unit_test_teardown(test_kafka_setup_fault_cleared_by_empty_claim, teardown),
         cmocka_unit_test_teardown(test_no_success_said_without_a_delivery, teardown),
         cmocka_unit_test_teardown(test_order_scope_partition_breaks, teardown),
     };
