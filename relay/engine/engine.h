@@ -200,12 +200,14 @@ struct Session {
      * found nothing left to send (marks_nothing_unsent). The
      * rows stay unsent, no attempt counted, and the session claims after its retry backoff. */
     char kafka_fault[200];
-    uint64_t seen_members;     /* the lane group's members at its last look (lanes.members) */
-    char last_failure[256];    /* error of the last batch that had failures (marks.c,
-                                * log_batch_failures), "" once one delivered with none */
-    char last_mark_error[256]; /* of the last failed recording, logged once (see marks.c) */
-    int salvage_row;           /* recording row by row: the row whose outcome is being recorded */
-    int salvage_unrecorded;    /* rows whose outcome could not be recorded at all */
+    uint64_t seen_members;       /* the lane group's members at its last look (lanes.members) */
+    char last_failure[256];      /* error of the last batch that had failures (marks.c,
+                                  * log_batch_failures), "" once one delivered with none */
+    char last_dead_failure[256]; /* the same for dead-letter publications alone: reported even
+                                  * while events fail too (log_batch_failures) */
+    char last_mark_error[256];   /* of the last failed recording, logged once (see marks.c) */
+    int salvage_row;             /* recording row by row: the row whose outcome is being recorded */
+    int salvage_unrecorded;      /* rows whose outcome could not be recorded at all */
     int salvage_sent, salvage_failed; /* rows recorded as sent or failed, one by one so far */
     int salvage_refused;              /* rows delivered whose sent mark the table refused */
     int mark_retries;                 /* batches in a row whose marks failed for a passing reason */

@@ -256,19 +256,40 @@ MarksOutcome marks_read(Session *s, PGresult **results, int n, const char *error
     return batch_recorded(s, results, n) ? MARKS_RECORDED_RETRY : MARKS_RECORDED;
 }
 
+/* One line for failed, the batch's first failure of its kind (an event, or a dead event's
+ * copy to the dead-letter topic), at warn level when key differs from *last (then kept there),
+ * else at debug level. The key is compared as it is kept: cut to the copy's size, or a long error
+ * would never equal it and log at warn level batch after batch. */
+static void log_failure(Session *s, const BatchRow *failed, bool dead, char *last, size_t lastlen)
+{
+    const Batch *b = &s->batch;
+    char q[512], eid[160], key[sizeof(s->last_failure)];
+    const char *error = failed->error ? failed->error : "unknown error";
+    snprintf(key, sizeof(key) < lastlen ? sizeof(key) : lastlen, "%s%s",
+             dead ? "dead-letter publish failed: " : "", error);
+    LogLevel level = strcmp(key, last) == 0 ? LOG_DEBUG : LOG_WARN;
+    log_write(level,
+              dead ? "dead events not published to the dead-letter topic; they will be retried"
+                   : "events not delivered; they will be retried",
+              "failed=%d sent=%d first_id=%lld first_event_id=%s permanent=%s error=%s session=%d",
+              b->failed, b->acked, failed->row.id,
+              log_quote(failed->row.event_id, eid, sizeof(eid)),
+              failed->permanent ? "true" : "false", log_quote(error, q, sizeof(q)), s->index);
+    snprintf(last, lastlen, "%s", key);
+}
+
 /* One line per batch with failures, and only when the failure is new: an outage that fails
  * batch after batch with the same error logs once, then at debug level until it clears. A dead
- * event that could not be published to the dead-letter topic is said too (its own line: nothing
- * else tells an operator that the dead-letter topic is missing or refused). The end of a streak is
- * said only by a batch that got something through: one that delivered nothing and failed nothing
- * (cut short by a stop, or by its delivery timeout before anything reached the producer) is no
- * news either way. */
+ * event that could not be published to the dead-letter topic is said too (its own line, with a
+ * streak of its own, so that it is said even while events fail: nothing else tells an operator
+ * that the dead-letter topic is missing or refused). The end of a streak is said only by a batch
+ * that got something through: one that delivered nothing and failed nothing (cut short by a
+ * stop, or by its delivery timeout before anything reached the producer) is no news either way. */
 static void log_batch_failures(Session *s, const BatchRow *first_failed)
 {
     Batch *b = &s->batch;
-    char q[512];
     const BatchRow *dead_failed = NULL;
-    for (int i = 0; !first_failed && !dead_failed && i < b->n; i++)
+    for (int i = 0; !dead_failed && i < b->n; i++)
         if (b->rows[i].state == ROW_FAILED && b->rows[i].dead_letter)
             dead_failed = &b->rows[i];
     if (!first_failed && !dead_failed) {
@@ -277,25 +298,17 @@ static void log_batch_failures(Session *s, const BatchRow *first_failed)
         if (s->last_failure[0])
             log_info("deliveries succeed again", "sent=%d", b->acked);
         s->last_failure[0] = '\0';
+        s->last_dead_failure[0] = '\0';
         return;
     }
-    const BatchRow *failed = first_failed ? first_failed : dead_failed;
-    const char *error = failed->error ? failed->error : "unknown error";
-    char eid[160], key[sizeof(s->last_failure)];
-    /* The streak's key tells the two kinds apart (a dead-letter failure after event failures
-     * with the same error is news), and is compared as it is kept: cut to the copy's size, or a
-     * long error would never equal it and log at warn level batch after batch. */
-    snprintf(key, sizeof(key), "%s%s", first_failed ? "" : "dead-letter publish failed: ", error);
-    LogLevel level = strcmp(key, s->last_failure) == 0 ? LOG_DEBUG : LOG_WARN;
-    log_write(level,
-              first_failed ? "events not delivered; they will be retried"
-                           : "dead events not published to the dead-letter topic; they will be "
-                             "retried",
-              "failed=%d sent=%d first_id=%lld first_event_id=%s permanent=%s error=%s session=%d",
-              b->failed, b->acked, failed->row.id,
-              log_quote(failed->row.event_id, eid, sizeof(eid)),
-              failed->permanent ? "true" : "false", log_quote(error, q, sizeof(q)), s->index);
-    snprintf(s->last_failure, sizeof(s->last_failure), "%s", key);
+    if (first_failed)
+        log_failure(s, first_failed, false, s->last_failure, sizeof(s->last_failure));
+    if (dead_failed) {
+        log_failure(s, dead_failed, true, s->last_dead_failure, sizeof(s->last_dead_failure));
+        /* Alone, it is the streak's failure too: its end is said as an event failure's is. */
+        if (!first_failed)
+            snprintf(s->last_failure, sizeof(s->last_failure), "%s", s->last_dead_failure);
+    }
 }
 
 void marks_build(Session *s, bool commit, const ClaimRequest *next, MarkRequest *req)

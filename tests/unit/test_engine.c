@@ -1900,6 +1900,37 @@ static void test_dead_letter_failure_logged(void **state)
     assert_int_equal(occurrences(text, "id=1"), 1);
 }
 
+/* A dead-letter publication that fails while events fail too (a continuing streak of event
+ * failures) is said all the same: the batch's dead rows were never looked at once an event had
+ * failed, so a refused dead-letter topic stayed silent for as long as the events failed. Said
+ * once per distinct error, like any failure. */
+static void test_dead_letter_failure_logged_during_event_failures(void **state)
+{
+    extra_args[0] = "--dead-letter-topic";
+    extra_args[1] = "dead-letters";
+    start("1", "1", "60000");
+    bring_up_quietly(0);
+    capture_log(LOG_WARN);
+    answer_claim(0, "B"); /* row 1: an event, failing */
+    fake_kafka_report(0, RD_KAFKA_RESP_ERR__MSG_TIMED_OUT);
+    answer(0); /* its marks */
+    for (int round = 0; round < 2; round++) {
+        fire(&S(0)->retry_timer);
+        T.dead[0] = "A";           /* a dead row, to be published to the dead-letter topic */
+        answer_claim(0, "B");      /* the event again, failing again with the same error */
+        int first = 1 + 2 * round; /* indices count from the producer's creation */
+        assert_int_equal(fake_kafka_count(), first + 2);
+        for (int k = first; k < first + 2; k++)
+            fake_kafka_report(k, strcmp(fake_kafka_at(k)->topic, "dead-letters") == 0
+                                     ? RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED
+                                     : RD_KAFKA_RESP_ERR__MSG_TIMED_OUT);
+        answer(0);
+    }
+    const char *text = logged();
+    assert_int_equal(occurrences(text, "events not delivered; they will be retried"), 1);
+    assert_int_equal(occurrences(text, "dead events not published to the dead-letter topic"), 1);
+}
+
 /* Kafka refuses events for a fault of the setup (an ACL revoked, a topic deleted): no attempt is
  * counted against the rows (no mark-failed: they were recorded as failures, and dead-lettered
  * after --max-attempts, every event of the topic), the rest of their aggregate waits, other
@@ -2060,6 +2091,7 @@ int main(void)
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
         cmocka_unit_test_teardown(test_long_mark_error_logged_once, teardown),
         cmocka_unit_test_teardown(test_dead_letter_failure_logged, teardown),
+        cmocka_unit_test_teardown(test_dead_letter_failure_logged_during_event_failures, teardown),
         cmocka_unit_test_teardown(test_kafka_setup_fault_counts_no_attempt, teardown),
         cmocka_unit_test_teardown(test_kafka_setup_fault_cleared_by_empty_claim, teardown),
         cmocka_unit_test_teardown(test_no_success_said_without_a_delivery, teardown),
