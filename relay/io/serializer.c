@@ -203,7 +203,10 @@ static size_t token_len(const char *p, size_t len)
 typedef struct Walk {
     const char *p;
     size_t len, i;
-    const json_t **found;
+    /* The reals found inexact, by node: open addressing, cap a power of two (0: none yet), at
+     * most half full, n used. A table, not a list searched per number: a row of many inexact
+     * reals (a double array written with 17 digits) made the walk quadratic, seconds long. */
+    struct Mark *marks;
     size_t n, cap;
     bool oom;
     bool want_nums; /* record every number's token in nums (number_texts) instead */
@@ -226,30 +229,66 @@ static void walk_string(Walk *w)
     w->i++;
 }
 
-/* node's verdict: inexact or not, the last one given standing. */
+typedef struct Mark {
+    const json_t *node; /* NULL: a free slot */
+    bool inexact;
+} Mark;
+
+/* Probes made of the walks' tables since start (serializer.h). */
+static size_t mark_probes;
+
+size_t serializer_walk_probes(void)
+{
+    return mark_probes;
+}
+
+/* node's slot in marks (cap slots): its own, or the free one where it would go. */
+static size_t mark_slot(const Mark *marks, size_t cap, const json_t *node)
+{
+    uint64_t h = (uint64_t)(uintptr_t)node * 0x9E3779B97F4A7C15ull;
+    size_t i = (size_t)(h >> 32) & (cap - 1);
+    for (mark_probes++; marks[i].node && marks[i].node != node; mark_probes++)
+        i = (i + 1) & (cap - 1);
+    return i;
+}
+
+/* node's verdict: inexact or not, the last one given standing. Only inexact reals take a slot
+ * (an exact verdict matters only to a node marked inexact before: a key given twice). */
 static void walk_mark(Walk *w, const json_t *node, bool inexact)
 {
-    if (!json_is_real(node))
+    if (!json_is_real(node) || w->oom)
         return;
-    for (size_t k = 0; k < w->n; k++)
-        if (w->found[k] == node) {
-            if (!inexact)
-                w->found[k] = w->found[--w->n];
+    if (w->cap) {
+        size_t i = mark_slot(w->marks, w->cap, node);
+        if (w->marks[i].node) {
+            w->marks[i].inexact = inexact;
             return;
         }
-    if (!inexact || w->oom)
+    }
+    if (!inexact)
         return;
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? 2 * w->cap : 8;
-        const json_t **more = realloc(w->found, cap * sizeof(*more));
+    if (2 * (w->n + 1) > w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 16;
+        Mark *more = calloc(cap, sizeof(*more));
         if (!more) {
             w->oom = true;
             return;
         }
-        w->found = more;
+        for (size_t k = 0; k < w->cap; k++)
+            if (w->marks[k].node)
+                more[mark_slot(more, cap, w->marks[k].node)] = w->marks[k];
+        free(w->marks);
+        w->marks = more;
         w->cap = cap;
     }
-    w->found[w->n++] = node;
+    w->marks[mark_slot(w->marks, w->cap, node)] = (Mark){node, true};
+    w->n++;
+}
+
+static int node_order(const void *a, const void *b)
+{
+    const json_t *const *x = a, *const *y = b;
+    return (uintptr_t)*x < (uintptr_t)*y ? -1 : (uintptr_t)*x > (uintptr_t)*y;
 }
 
 /* Records node's token (n bytes at w->i). A key given twice records its node twice: the later
@@ -379,12 +418,17 @@ static const json_t **inexact_reals(const char *payload, size_t len, const json_
         return NULL;
     Walk w = {.p = payload, .len = len};
     walk_value(&w, root, 0);
-    if (w.oom) {
-        free(w.found);
-        return NULL;
-    }
-    *n = w.n;
-    return w.found;
+    /* The nodes whose last verdict is inexact, sorted for real_inexact's binary search. */
+    const json_t **found = w.oom || w.n == 0 ? NULL : malloc(w.n * sizeof(*found));
+    size_t k = 0;
+    for (size_t i = 0; found && i < w.cap; i++)
+        if (w.marks[i].node && w.marks[i].inexact)
+            found[k++] = w.marks[i].node;
+    free(w.marks);
+    if (k > 1)
+        qsort(found, k, sizeof(*found), node_order);
+    *n = found ? k : 0;
+    return found;
 }
 
 static int numtext_order(const void *a, const void *b)
@@ -516,10 +560,8 @@ static bool real_inexact(Path *path, const json_t *j)
             inexact_reals(path->payload, path->payload_len, path->root, &path->n_inexact);
         path->scanned = true;
     }
-    for (size_t i = 0; i < path->n_inexact; i++)
-        if (path->inexact[i] == j)
-            return true;
-    return false;
+    return path->n_inexact > 0 &&
+           bsearch(&j, path->inexact, path->n_inexact, sizeof(*path->inexact), node_order);
 }
 
 static const Decimal *decimal_at(const Path *path, avro_schema_t at, int index)

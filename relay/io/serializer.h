@@ -84,6 +84,12 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
                                            char *err, size_t errlen);
 void serializer_schema_release(RegistrySchema *rs);
 
+/* For tests: the slots looked at, since start, by the walks that find which reals of a payload
+ * were written with more digits than a double keeps. A payload's walk looks at a bounded number
+ * per number (not per number already found): tests check that it grows with the payload's size,
+ * not with its square. Not thread-safe (the serializer runs on the loop). */
+size_t serializer_walk_probes(void);
+
 /* False while the registry is down (for /readyz and the metric). */
 bool serializer_up(const Serializer *s);
 
