@@ -223,8 +223,15 @@ static bool conninfo_values_ok(const PQconninfoOption *opts, const PQconninfoOpt
     return true;
 }
 
+/* A service's group, read whole for service_values_ok. */
+typedef struct ServiceGroup {
+    StrBuf text;   /* as a connection string: key='value' ..., each key once (the first) */
+    StrBuf seen;   /* the keys given so far, each between newlines */
+    char bad[120]; /* a line libpq refuses, said without its text (it may hold a password) */
+} ServiceGroup;
+
 static bool service_read(const char *service, const char *keyword, char *out, size_t outlen,
-                         StrBuf *all);
+                         ServiceGroup *all);
 
 /* The group of the service the string names (service=, else PGSERVICE), checked as the string
  * is: libpq fills in from it what the string leaves unset, so a bad value there (port=abc) or a
@@ -238,17 +245,23 @@ static bool service_values_ok(const PQconninfoOption *opts, char *err, size_t er
     for (const PQconninfoOption *o = opts; o->keyword; o++)
         if (strcmp(o->keyword, "service") == 0 && o->val)
             service = o->val;
+    ServiceGroup g = {0};
     StrBuf group = {0};
-    if (!service_read(service, NULL, NULL, 0, &group)) {
+    bool in_file = service_read(service, NULL, NULL, 0, &g);
+    group = g.text;
+    strbuf_free(&g.seen);
+    if (!in_file) {
         strbuf_free(&group);
         return true;
     }
     char what[100];
     snprintf(what, sizeof(what), "service %.60s", service);
     char *why = NULL;
-    PQconninfoOption *file = PQconninfoParse(group.s ? group.s : "", &why);
+    PQconninfoOption *file = g.bad[0] ? NULL : PQconninfoParse(group.s ? group.s : "", &why);
     bool ok;
-    if (!file) {
+    if (g.bad[0]) {
+        ok = refuse(err, errlen, "%s: invalid service file entry: %s", what, g.bad);
+    } else if (!file) {
         char line[256];
         first_line(why ? why : "out of memory", line, sizeof(line));
         hide_quoted_input(line, group.s ? group.s : "");
@@ -291,7 +304,7 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
  * inside it (nothing trimmed around the "=", trailing blanks dropped). Sets *found when the group
  * is in the file (libpq then reads no other file) and copies keyword's value into out. */
 static bool service_file_value(const char *path, const char *service, const char *keyword,
-                               char *out, size_t outlen, StrBuf *all, bool *found)
+                               char *out, size_t outlen, ServiceGroup *all, bool *found)
 {
     FILE *f = fopen(path, "r");
     if (!f)
@@ -299,7 +312,9 @@ static bool service_file_value(const char *path, const char *service, const char
     char line[1024];
     bool in_group = false, got = false;
     size_t slen = strlen(service);
+    unsigned long line_no = 0;
     while (!got && fgets(line, sizeof(line), f)) {
+        line_no++;
         size_t n = strlen(line);
         while (n > 0 && isspace((unsigned char)line[n - 1]))
             line[--n] = '\0';
@@ -318,20 +333,42 @@ static bool service_file_value(const char *path, const char *service, const char
         const char *eq = strchr(p, '=');
         if (in_group && all) {
             /* As a connection string: key='value', quotes and backslashes escaped; a line
-             * without "=" as it is, for the parse to refuse as libpq refuses the file. */
-            strbuf_puts(all, " ");
+             * without "=" as it is, for the parse to refuse as libpq refuses the file. libpq
+             * takes a key's first value (it never overrides one set), where the parse would take
+             * the last: a key given again is left out. A key libpq cannot match, which the parse
+             * would take (blanks before the "="), or a nested service=, is refused here. */
+            if (all->bad[0])
+                continue;
             if (!eq) {
-                strbuf_puts(all, p);
+                strbuf_puts(&all->text, " ");
+                strbuf_puts(&all->text, p);
                 continue;
             }
-            strbuf_append(all, p, (size_t)(eq - p));
-            strbuf_puts(all, "='");
+            size_t klen = (size_t)(eq - p);
+            bool blank = klen == 0;
+            for (size_t k = 0; k < klen; k++)
+                blank = blank || isspace((unsigned char)p[k]);
+            if (blank || (klen == 7 && strncmp(p, "service", 7) == 0)) {
+                snprintf(all->bad, sizeof(all->bad), "line %lu: %s", line_no,
+                         blank ? "expected key=value, no blanks before the \"=\""
+                               : "a nested service= is not supported");
+                continue;
+            }
+            strbuf_puts(&all->seen, "\n");
+            size_t mark = all->seen.len;
+            strbuf_append(&all->seen, p, klen);
+            strbuf_puts(&all->seen, "\n");
+            if (all->seen.s && memmem(all->seen.s, mark, all->seen.s + mark - 1, klen + 2))
+                continue; /* given before: libpq keeps the first */
+            strbuf_puts(&all->text, " ");
+            strbuf_append(&all->text, p, klen);
+            strbuf_puts(&all->text, "='");
             for (const char *v = eq + 1; *v; v++) {
                 if (*v == '\'' || *v == '\\')
-                    strbuf_puts(all, "\\");
-                strbuf_append(all, v, 1);
+                    strbuf_puts(&all->text, "\\");
+                strbuf_append(&all->text, v, 1);
             }
-            strbuf_puts(all, "'");
+            strbuf_puts(&all->text, "'");
         } else if (in_group && eq && (size_t)(eq - p) == strlen(keyword) &&
                    strncmp(p, keyword, (size_t)(eq - p)) == 0) {
             snprintf(out, outlen, "%s", eq + 1);
@@ -345,7 +382,7 @@ static bool service_file_value(const char *path, const char *service, const char
 /* db_service_value, or with all the whole group as a connection string (keyword, out unused):
  * true when the group was found. */
 static bool service_read(const char *service, const char *keyword, char *out, size_t outlen,
-                         StrBuf *all)
+                         ServiceGroup *all)
 {
     if (!service || !*service)
         return false;

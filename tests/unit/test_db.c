@@ -228,12 +228,20 @@ static void test_service_values(void **state)
                "[noeq]\nhost=db.example\ns3cretline\n"
                "[ports]\nhost=a\nport=5432,5433\n"
                "[good]\nhost=db.example\nport=5432\nsslmode=verify-full\n"
-               "password=it's a \\ secret\n");
+               "password=it's a \\ secret\n"
+               /* From this review: libpq keeps a key's first value, matches keys with no blanks
+                * trimmed, and refuses a nested service=; the check took the last value (refusing
+                * [firstgood], passing [firstbad]) and passed the other two. */
+               "[firstgood]\nport=5432\nport=54x32\n[firstbad]\nport=54x32\nport=5432\n"
+               "[blankkey]\nport =5432\n[nested]\nservice=good\n");
     setenv("PGSERVICEFILE", path, 1);
     const char *bad[][2] = {
         {"service=badport", "service badport: port: expected"},
         {"service=badmode dbname=x", "service badmode: sslmode: expected"},
         {"service=noeq", "service noeq: invalid service file entry"},
+        {"service=firstbad", "service firstbad: port: expected"},
+        {"service=blankkey", "service blankkey: invalid service file entry: line 25: expected"},
+        {"service=nested", "service nested: invalid service file entry: line 27: a nested"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         memset(err, 0, sizeof(err));
@@ -244,8 +252,9 @@ static void test_service_values(void **state)
         assert_null(strstr(err, "s3cret"));
         assert_null(strchr(err, '\n'));
     }
-    const char *good[] = {"service=good", "service=badport port=5432", "service=missing",
-                          "host=a,b service=ports", "service=badmode sslmode=require"};
+    const char *good[] = {
+        "service=good",           "service=badport port=5432",       "service=missing",
+        "host=a,b service=ports", "service=badmode sslmode=require", "service=firstgood"};
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
         if (!db_check_conninfo(good[i], err, sizeof(err)))
             fail_msg("\"%s\" refused: %s", good[i], err);
