@@ -230,8 +230,7 @@ typedef struct ServiceGroup {
     char bad[120]; /* a line libpq refuses, said without its text (it may hold a password) */
 } ServiceGroup;
 
-static bool service_read(const char *service, const char *keyword, char *out, size_t outlen,
-                         ServiceGroup *all);
+static bool service_read(const char *service, const char *keyword, char **out, ServiceGroup *all);
 
 /* The group of the service the string names (service=, else PGSERVICE), checked as the string
  * is: libpq fills in from it what the string leaves unset, so a bad value there (port=abc) or a
@@ -247,7 +246,7 @@ static bool service_values_ok(const PQconninfoOption *opts, char *err, size_t er
             service = o->val;
     ServiceGroup g = {0};
     StrBuf group = {0};
-    bool in_file = service_read(service, NULL, NULL, 0, &g);
+    bool in_file = service_read(service, NULL, NULL, &g);
     group = g.text;
     strbuf_free(&g.seen);
     if (!in_file) {
@@ -304,7 +303,7 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
  * inside it (nothing trimmed around the "=", trailing blanks dropped). Sets *found when the group
  * is in the file (libpq then reads no other file) and copies keyword's value into out. */
 static bool service_file_value(const char *path, const char *service, const char *keyword,
-                               char *out, size_t outlen, ServiceGroup *all, bool *found)
+                               char **out, ServiceGroup *all, bool *found)
 {
     FILE *f = fopen(path, "r");
     if (!f)
@@ -371,8 +370,8 @@ static bool service_file_value(const char *path, const char *service, const char
             strbuf_puts(&all->text, "'");
         } else if (in_group && eq && (size_t)(eq - p) == strlen(keyword) &&
                    strncmp(p, keyword, (size_t)(eq - p)) == 0) {
-            snprintf(out, outlen, "%s", eq + 1);
-            got = true;
+            *out = strdup(eq + 1); /* whole: a long options= is not cut */
+            got = *out != NULL;
         }
     }
     fclose(f);
@@ -381,8 +380,7 @@ static bool service_file_value(const char *path, const char *service, const char
 
 /* db_service_value, or with all the whole group as a connection string (keyword, out unused):
  * true when the group was found. */
-static bool service_read(const char *service, const char *keyword, char *out, size_t outlen,
-                         ServiceGroup *all)
+static bool service_read(const char *service, const char *keyword, char **out, ServiceGroup *all)
 {
     if (!service || !*service)
         return false;
@@ -397,42 +395,47 @@ static bool service_read(const char *service, const char *keyword, char *out, si
     }
     if (!file && home)
         snprintf(path, sizeof(path), "%s/.pg_service.conf", home);
-    if ((file || home) && service_file_value(path, service, keyword, out, outlen, all, &found))
+    if ((file || home) && service_file_value(path, service, keyword, out, all, &found))
         return true;
     if (found)
         return false; /* libpq reads no further file */
     const char *dir = getenv("PGSYSCONFDIR");
     snprintf(path, sizeof(path), "%s/pg_service.conf", dir ? dir : PG_SYSCONFDIR);
-    return service_file_value(path, service, keyword, out, outlen, all, &found);
+    return service_file_value(path, service, keyword, out, all, &found);
 }
 
 bool db_service_value(const char *service, const char *keyword, char *out, size_t outlen)
 {
-    return service_read(service, keyword, out, outlen, NULL);
+    char *value = NULL;
+    if (!service_read(service, keyword, &value, NULL))
+        return false;
+    snprintf(out, outlen, "%s", value);
+    explicit_bzero(value, strlen(value)); /* it may be a password */
+    free(value);
+    return true;
 }
 
 bool db_effective_value(const PQconninfoOption *opts, const char *keyword, const char *envvar,
-                        char *out, size_t outlen, char *from, size_t fromlen)
+                        char **out, char *from, size_t fromlen)
 {
     const char *service = getenv("PGSERVICE");
+    *out = NULL;
     for (const PQconninfoOption *o = opts; o && o->keyword; o++) {
         if (strcmp(o->keyword, "service") == 0 && o->val)
             service = o->val;
         if (strcmp(o->keyword, keyword) == 0 && o->val) {
-            snprintf(out, outlen, "%s", o->val);
             snprintf(from, fromlen, "%s", "");
-            return true;
+            return (*out = strdup(o->val)) != NULL;
         }
     }
-    if (db_service_value(service, keyword, out, outlen)) {
+    if (service_read(service, keyword, out, NULL)) {
         snprintf(from, fromlen, "service %.60s", service);
         return true;
     }
     const char *env = envvar ? getenv(envvar) : NULL;
     if (env) {
-        snprintf(out, outlen, "%s", env);
         snprintf(from, fromlen, "%s", envvar);
-        return true;
+        return (*out = strdup(env)) != NULL;
     }
     return false;
 }
@@ -447,15 +450,16 @@ bool db_check_writer_conninfo(const char *conninfo, char *err, size_t errlen)
         return refuse(err, errlen, "out of memory");
     /* libpq takes the setting from the service file, else the environment, when the string
      * does not give it. */
-    char attrs[64], from[80];
-    bool ok = !db_effective_value(opts, "target_session_attrs", "PGTARGETSESSIONATTRS", attrs,
-                                  sizeof(attrs), from, sizeof(from)) ||
+    char *attrs = NULL, from[80];
+    bool ok = !db_effective_value(opts, "target_session_attrs", "PGTARGETSESSIONATTRS", &attrs,
+                                  from, sizeof(from)) ||
               !one_of(attrs, read_only);
     if (!ok)
         refuse(err, errlen,
                "database URL: target_session_attrs=%s%s%s%s picks a server that cannot be "
                "written to, and this command writes: use read-write (or primary, or any)",
                attrs, *from ? " (from " : "", from, *from ? ")" : "");
+    free(attrs);
     PQconninfoFree(opts);
     return ok;
 }
@@ -567,15 +571,15 @@ PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errl
         DB_CONNECT_TIMEOUT_DEFAULT, "1", "10", "5", "3", "30000", app, conninfo, NULL, NULL, NULL};
     size_t after_dbname = 8;
     PQconninfoOption *parsed = PQconninfoParse(conninfo, NULL);
-    char value[1024], from[80];
+    char *value = NULL, from[80];
     long n;
     /* A connect_timeout of zero or less (the string's, the service file's or PGCONNECT_TIMEOUT) is
      * libpq's "wait for ever": a server that takes the connection and never answers would hold
      * the command for ever. It gets the default bound instead, as the relay's own connections
      * do (pg_plan_make); set after the string, it wins over all three. */
     if (parsed &&
-        db_effective_value(parsed, "connect_timeout", "PGCONNECT_TIMEOUT", value, sizeof(value),
-                           from, sizeof(from)) &&
+        db_effective_value(parsed, "connect_timeout", "PGCONNECT_TIMEOUT", &value, from,
+                           sizeof(from)) &&
         libpq_int(value, strlen(value), &n) && n <= 0) {
         keys[after_dbname] = "connect_timeout";
         values[after_dbname++] = DB_CONNECT_TIMEOUT_DEFAULT;
@@ -583,11 +587,15 @@ PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errl
     /* The pinned search_path goes after the expanded string, which it would otherwise lose to,
      * and carries the user's own options along (the string's, else the service file's, else
      * PGOPTIONS: an explicit options entry hides the other two). */
+    free(value);
+    value = NULL;
     char *options = NULL;
     if (pinned_schema[0]) {
-        bool user = parsed && db_effective_value(parsed, "options", "PGOPTIONS", value,
-                                                 sizeof(value), from, sizeof(from));
+        /* Whole, however long: cut, a "-c statement_timeout=10000" could go as "=1". */
+        bool user = parsed &&
+                    db_effective_value(parsed, "options", "PGOPTIONS", &value, from, sizeof(from));
         options = db_startup_options(user ? value : NULL);
+        free(value);
         keys[after_dbname] = "options";
         values[after_dbname] = options;
         if (!options) {

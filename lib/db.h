@@ -68,12 +68,14 @@ bool db_service_value(const char *service, const char *keyword, char *out, size_
 
 /* The value libpq connects with for keyword, given opts (PQconninfoParse of the connection
  * string): the string's own, else the service file's (its service=, else PGSERVICE: see
- * db_service_value), else the environment's (envvar, may be NULL). Into out (cut to outlen - 1
- * bytes); false when none sets it. from (fromlen bytes) says where it came from: "" the string,
- * else "service NAME" or the variable's name, for errors. Reads files: not for the loop's turns
- * (a connection's set-up once, as libpq itself reads the service file, is fine). */
+ * db_service_value), else the environment's (envvar, may be NULL). *out is a whole copy (never
+ * cut: a cut "-c statement_timeout=10000" could go as "=1"), the caller's to free; false when
+ * none sets it, or out of memory (*out NULL either way). from (fromlen bytes) says where it came
+ * from: "" the string, else "service NAME" or the variable's name, for errors. Reads files: not
+ * for the loop's turns (a connection's set-up once, as libpq itself reads the service file, is
+ * fine). */
 bool db_effective_value(const PQconninfoOption *opts, const char *keyword, const char *envvar,
-                        char *out, size_t outlen, char *from, size_t fromlen);
+                        char **out, char *from, size_t fromlen);
 
 /* The connect_timeout db_connect and the relay's connections use when none is set, or when the
  * one set (in the string, the service file or PGCONNECT_TIMEOUT) is zero or less, which libpq

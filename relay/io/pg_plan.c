@@ -122,14 +122,15 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
     const char *port = option_value(plan->parsed, defaults, "port");
     /* The string's, else its service's (pg_service.conf), else PGCONNECT_TIMEOUT: libpq's order.
      * Zero or less is libpq's "no limit", which the relay's own timer must not take over. */
-    char timeout[64], from[80];
+    char *timeout = NULL, from[80];
     bool has_timeout =
         plan->parsed && db_effective_value(plan->parsed, "connect_timeout", "PGCONNECT_TIMEOUT",
-                                           timeout, sizeof(timeout), from, sizeof(from));
+                                           &timeout, from, sizeof(from));
     PgHost *hosts = NULL;
     int n = pg_hosts_split(host, hostaddr, port, &hosts);
     plan->connect_timeout_s =
         has_timeout && atoi(timeout) > 0 ? atoi(timeout) : PG_PLAN_CONNECT_TIMEOUT_S;
+    free(timeout);
     if (plan->connect_timeout_s < 2)
         plan->connect_timeout_s = 2; /* libpq's minimum */
 
@@ -159,11 +160,13 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
      * string's, else its service's, else PGOPTIONS (an options entry here hides the other two
      * from libpq, so they are looked up as libpq would). Nothing pinned: the string's own, and
      * libpq fills in the service's or PGOPTIONS itself. */
-    char user[4096];
     if (ok && plan->parsed) {
-        bool has_user = db_effective_value(plan->parsed, "options", "PGOPTIONS", user, sizeof(user),
-                                           from, sizeof(from));
+        /* Whole, however long: cut, a "-c statement_timeout=10000" could go as "=1". */
+        char *user = NULL;
+        bool has_user =
+            db_effective_value(plan->parsed, "options", "PGOPTIONS", &user, from, sizeof(from));
         plan->options = db_startup_options(has_user ? user : NULL);
+        free(user);
         const char *options =
             plan->options ? plan->options : option_value(plan->parsed, NULL, "options");
         if (options) {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "db.h"
+#include "strbuf.h"
 
 static void test_check_conninfo_hides_input(void **state)
 {
@@ -316,7 +317,7 @@ static void startup_packet(int fd, const char *conninfo, char *out, size_t len)
     assert_true(child >= 0);
     if (child == 0) {
         int c = accept(fd, NULL, NULL);
-        char buf[1024];
+        char buf[8192];
         ssize_t n = c >= 0 ? read(c, buf, sizeof(buf)) : -1;
         for (ssize_t i = 0; i < n; i++)
             buf[i] = buf[i] ? buf[i] : ' ';
@@ -361,6 +362,42 @@ static void test_pinned_options_from_service(void **state)
     close(fd);
 }
 
+/* From this review: db_connect took the options it carries along with the pinned search_path
+ * (the string's, else the service file's, else PGOPTIONS) into a 1024-byte buffer: longer
+ * options (many -c settings) went out cut, the last setting lost or changed silently. */
+static void test_pinned_long_options(void **state)
+{
+    char port[16], packet[8192], err[256];
+    int fd = silent_server(port, sizeof(port));
+    unsetenv("PGOPTIONS");
+    unsetenv("PGSERVICE");
+    StrBuf opts = {0};
+    for (int i = 0; i < 60; i++)
+        strbuf_puts(&opts, "-c work_mem=64MB ");
+    strbuf_puts(&opts, "-c statement_timeout=12345");
+    assert_true(opts.len > 1024);
+    assert_true(db_pin_search_path("relayschema", false, err, sizeof(err)));
+    const char *base = "host=127.0.0.1 dbname=x user=x sslmode=disable gssencmode=disable";
+    char conninfo[2048];
+    for (int i = 0; i < 2; i++) {
+        if (i == 0)
+            snprintf(conninfo, sizeof(conninfo), "options='%s' port=%s %s", opts.s, port, base);
+        else {
+            setenv("PGOPTIONS", opts.s, 1);
+            snprintf(conninfo, sizeof(conninfo), "port=%s %s", port, base);
+        }
+        startup_packet(fd, conninfo, packet, sizeof(packet));
+        assert_non_null(strstr(packet, "search_path=pg_catalog,relayschema,pg_temp"));
+        if (!strstr(packet, "-c statement_timeout=12345"))
+            fail_msg("the %s's long options were cut: %.80s...", i ? "PGOPTIONS" : "string",
+                     packet);
+    }
+    unsetenv("PGOPTIONS");
+    assert_true(db_pin_search_path(NULL, false, err, sizeof(err)));
+    strbuf_free(&opts);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -371,6 +408,7 @@ int main(void)
         cmocka_unit_test(test_service_values),
         cmocka_unit_test(test_connect_timeout_zero),
         cmocka_unit_test(test_pinned_options_from_service),
+        cmocka_unit_test(test_pinned_long_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
