@@ -69,6 +69,12 @@ static void add_raw_passwords(const char *conninfo)
         const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
         if (colon)
             add_span(colon + 1, (size_t)(at - colon - 1));
+        /* libpq itself ends the user info at the first '@' before any '/' (the masking above
+         * takes the last, masking more): its password, when that differs, is registered too. */
+        const char *first_at = memchr(auth, '@', strcspn(auth, "/"));
+        const char *first_colon = first_at ? memchr(auth, ':', (size_t)(first_at - auth)) : NULL;
+        if (first_colon && first_at != at)
+            add_span(first_colon + 1, (size_t)(first_at - first_colon - 1));
         /* Parameters named in percent-encoding, which the search for "password" below misses
          * (after the user info: its password may hold a '?'). */
         for (const char *param = strchr(at ? at : auth, '?'); param; param = strchr(param, '&')) {

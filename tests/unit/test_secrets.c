@@ -92,6 +92,11 @@ static void test_conninfo_url_password_with_query_chars(void **state)
                     "invalid percent-encoded token: \"***\"");
     secrets_add_conninfo("postgresql://u:pass#word1@h/db");
     assert_scrubbed("pass#word1", "***");
+    /* No '/' after the host, an '@' in the query: libpq's password ends at the first '@'
+     * ("sec?ret%zz", echoed as it is when its encoding is bad), not at the query's. */
+    secrets_add_conninfo("postgresql://u:sec?ret%zz@h?application_name=a@b");
+    assert_scrubbed("invalid percent-encoded token: \"sec?ret%zz\"",
+                    "invalid percent-encoded token: \"***\"");
 }
 
 static void test_conninfo_keyword_form(void **state)
