@@ -614,7 +614,7 @@ Registry *registry_new(struct ev_loop *loop, const RegistryOptions *o, RegistryR
         free(r);
         return NULL;
     }
-    r->hash_seed = (uint32_t)((uintptr_t)r >> 4) ^ (uint32_t)(r->tokens_at * 1e9);
+    r->hash_seed = (uint32_t)((uintptr_t)r >> 4) ^ (uint32_t)(uint64_t)(r->tokens_at * 1e9);
     char *copy = strdup(o->urls ? o->urls : "");
     char *save = NULL;
     int given = 0;
