@@ -157,7 +157,7 @@ demo: bin/outbox-relay $(DEMO_BIN) $(TOOL_BIN)
 	@bash scripts/demo.sh
 
 bin/asan/test_demo_%: tests/unit/test_demo_%.c $(DEMO_LIB_ASAN_OBJ)
-	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -Iproducer-demo -Iconsumer-demo $(CFLAGS) $(SAN_FLAGS) $^ $(DEP_LIBS) $(DEMO_LIBS) -lcmocka -o $@
+	$(CC) $(BASE_CFLAGS) $(DEMO_CFLAGS) -Iproducer-demo -Iconsumer-demo $(CFLAGS) $(SAN_FLAGS) $(filter %.c %.o,$^) $(DEP_LIBS) $(DEMO_LIBS) -lcmocka -o $@
 
 # Test tools: the mock Kafka broker and a real consumer, both on librdkafka.
 bin/%: tests/tools/%.c | bin/.deps-ok
@@ -167,7 +167,7 @@ tools: $(TOOL_BIN)
 
 # Unit tests (cmocka) link the relay's modules, built with the sanitizers.
 bin/asan/test_%: tests/unit/test_%.c $(ASAN_LIB_OBJ)
-	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $(SAN_FLAGS) $^ $(DEP_LIBS) -lcmocka -o $@
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) $(CFLAGS) $(SAN_FLAGS) $(filter %.c %.o,$^) $(DEP_LIBS) -lcmocka -o $@
 
 unit: $(UNIT_BIN) $(DEMO_UNIT_BIN)
 
