@@ -20,7 +20,8 @@
 #  8. so do requeue's and purge-dead's batches (each a statement in its own transaction): given
 #     up after admin_query's 35 s with exit 1, a line saying the batch's outcome is unknown and
 #     how to find it out (not "PostgreSQL did not answer" alone), the count done before it; the
-#     commit is left waiting and completes once the standby answers.
+#     commit is left waiting and completes once the standby answers. Parts 7 and 8 run at once,
+#     under one freeze of the standby.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 # shellcheck source=tests/netns_lib.sh
@@ -137,70 +138,75 @@ delivered c 6
 relay_stop
 check_eq "6: the relay exits 0 on SIGTERM" 0 "$?"
 
-# --- 7. ---
-# replay's batches commit as the server is set (a replay the standby never got would be lost
-# at a failover): its COMMIT waits for the frozen standby. It used to wait as long as the standby
-# stayed frozen, saying nothing; `timeout` stands in for the operator who gives up.
+# --- 7. and 8. ---
+# replay's batches, and requeue's and purge-dead's (each a statement in its own transaction),
+# commit as the server is set (a replay the standby never got would be lost at a failover): their
+# COMMITs wait for the frozen standby. They used to wait as long as the standby stayed frozen,
+# saying nothing; `timeout` stands in for the operator who gives up. The three run at once under
+# one freeze: each gives up after its own bound (30 s, 35 s), which they spend side by side.
 wait_for "7: the standby is synchronous again" 60 sync_standby
 PGOPTIONS='-c synchronous_commit=local' psql_q "
     INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
     SELECT 'replayed', 'replayed-' || (g % 3), 'changed', jsonb_build_object('seq', g), now()
     FROM generate_series(1, 5) AS g ORDER BY g"
-freeze_standby
-timeout -k 5 120 "$RELAY_BIN" replay --database-url "$DATABASE_URL" --aggregate-type replayed \
-    >"$T/replay.out" 2>"$T/replay.err"
-check_eq "7: replay gives up on a COMMIT the frozen standby holds: exit 1" 1 "$?"
-check "7: ... saying the batch's outcome is unknown, and how to find it out" grep -q \
-    'level=error msg="a batch.s COMMIT got no verdict: whether that batch was replayed is unknown.*wait_event SyncRep.*replay --dry-run' \
-    "$T/replay.err"
-check "7: ... its last line gives the bounds of the rest" grep -q \
-    '^replay: 0 events replayed before the batch whose outcome is unknown; to replay the rest, run it again with --to-id' \
-    "$T/replay.out"
-replay_waits() {
-    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'
-                 AND application_name = 'outbox-relay'")" = 1 ]
-}
-check "7: its COMMIT still waits on the server, not cancelled into a local commit" replay_waits
-check_eq "7: ... so its rows are not unsent yet" 0 "$(unsent_of replayed)"
-continue_standby
-none_sent_of() { [ "$(sent_of "$1")" = 0 ]; }
-wait_for "7: once the standby answers, the batch commits: its rows are unsent" 30 \
-    none_sent_of replayed
-
-# --- 8. ---
-# requeue and purge-dead commit each batch as the server is set, too.
-wait_for "8: the standby is synchronous again" 60 sync_standby
 PGOPTIONS='-c synchronous_commit=local' psql_q "
     INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, attempts, dead_at)
     VALUES ('requeued', 'requeued-1', 'changed', '{\"seq\": 1}', 1, now()),
            ('purged', 'purged-1', 'changed', '{\"seq\": 1}', 1, now())"
 dead_of() { psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = '$1' AND dead_at IS NOT NULL"; }
 none_dead_of() { [ "$(dead_of "$1")" = 0 ]; }
-admin_waits() { # admin_waits: one session of a command (application_name outbox-relay) on SyncRep
+none_sent_of() { [ "$(sent_of "$1")" = 0 ]; }
+# commands_wait N: N sessions of the commands (application_name outbox-relay) wait on SyncRep.
+commands_wait() {
     [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'
-                 AND application_name = 'outbox-relay'")" = 1 ]
+                 AND application_name = 'outbox-relay'")" = "$1" ]
 }
+requeued_id=$(psql_q "SELECT id FROM outbox WHERE aggregate_type = 'requeued'")
+purged_id=$(psql_q "SELECT id FROM outbox WHERE aggregate_type = 'purged'")
 freeze_standby
+(
+    timeout -k 5 120 "$RELAY_BIN" replay --database-url "$DATABASE_URL" \
+        --aggregate-type replayed >"$T/replay.out" 2>"$T/replay.err"
+    echo $? >"$T/replay.rc"
+) &
+replay_job=$!
+(
+    timeout -k 5 120 "$RELAY_BIN" requeue --database-url "$DATABASE_URL" --id "$requeued_id" \
+        >"$T/requeue.out" 2>"$T/requeue.err"
+    echo $? >"$T/requeue.rc"
+) &
+requeue_job=$!
+(
+    timeout -k 5 120 "$RELAY_BIN" purge-dead --database-url "$DATABASE_URL" --id "$purged_id" \
+        >"$T/purge-dead.out" 2>"$T/purge-dead.err"
+    echo $? >"$T/purge-dead.rc"
+) &
+purge_job=$!
+wait "$replay_job" "$requeue_job" "$purge_job"
+check_eq "7: replay gives up on a COMMIT the frozen standby holds: exit 1" 1 "$(cat "$T/replay.rc")"
+check "7: ... saying the batch's outcome is unknown, and how to find it out" grep -q \
+    'level=error msg="a batch.s COMMIT got no verdict: whether that batch was replayed is unknown.*wait_event SyncRep.*replay --dry-run' \
+    "$T/replay.err"
+check "7: ... its last line gives the bounds of the rest" grep -q \
+    '^replay: 0 events replayed before the batch whose outcome is unknown; to replay the rest, run it again with --to-id' \
+    "$T/replay.out"
 for cmd in requeue purge-dead; do
     type=$([ "$cmd" = requeue ] && echo requeued || echo purged)
-    id=$(psql_q "SELECT id FROM outbox WHERE aggregate_type = '$type'")
-    timeout -k 5 120 "$RELAY_BIN" "$cmd" --database-url "$DATABASE_URL" --id "$id" \
-        >"$T/$cmd.out" 2>"$T/$cmd.err"
-    check_eq "8: $cmd gives up on a commit the frozen standby holds: exit 1" 1 "$?"
+    id=$([ "$cmd" = requeue ] && echo "$requeued_id" || echo "$purged_id")
+    check_eq "8: $cmd gives up on a commit the frozen standby holds: exit 1" 1 "$(cat "$T/$cmd.rc")"
     check "8: ... in one line saying the batch's outcome is unknown, and how to find it out" grep -q \
         "level=error msg=\"a batch got no verdict from PostgreSQL: whether its events were changed is unknown.*wait_event SyncRep.*\`dead\` lists.*command=$cmd batch=\"id $id, up to 1\"" \
         "$T/$cmd.err"
     check_eq "8: ... one line on stderr" 1 "$(grep -c '' "$T/$cmd.err")"
     check "8: ... its last line says what was done before that batch" grep -q \
         "^$type 0 events before the batch whose outcome is unknown" "$T/$cmd.out"
-    check "8: ... its commit still waits on the server" admin_waits
     check_eq "8: ... so its row is still dead-lettered" 1 "$(dead_of "$type")"
-    if [ "$cmd" = requeue ]; then
-        continue_standby
-        wait_for "8: once the standby answers, the requeue commits" 30 none_dead_of requeued
-        wait_for "8: the standby is synchronous again" 60 sync_standby
-        freeze_standby
-    fi
 done
+check "7, 8: the three COMMITs still wait on the server, not cancelled into local commits" \
+    commands_wait 3
+check_eq "7: ... so replay's rows are not unsent yet" 0 "$(unsent_of replayed)"
 continue_standby
+wait_for "7: once the standby answers, the replay's batch commits: its rows are unsent" 30 \
+    none_sent_of replayed
+wait_for "8: once the standby answers, the requeue commits" 30 none_dead_of requeued
 wait_for "8: once the standby answers, the purge commits" 30 no_rows_of purged
