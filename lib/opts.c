@@ -18,6 +18,18 @@ static void *xrealloc(void *p, size_t n)
     return q;
 }
 
+/* A copy of the first n bytes of s, or the process ends as xrealloc's does: a NULL key or value
+ * would read later as an option never given. */
+static char *xstrndup(const char *s, size_t n)
+{
+    char *copy = strndup(s, n);
+    if (!copy) {
+        perror("out of memory");
+        exit(1);
+    }
+    return copy;
+}
+
 const OptDef *opts_find(const OptSpec *spec, const char *name, size_t len)
 {
     for (size_t i = 0; i < spec->nopts; i++)
@@ -55,7 +67,8 @@ bool opts_list_append(OptList *list, const char *text)
     if (!eq || eq == text)
         return false;
     list->items = xrealloc(list->items, (list->len + 1) * sizeof(*list->items));
-    list->items[list->len++] = (OptPair){strndup(text, (size_t)(eq - text)), strdup(eq + 1)};
+    list->items[list->len++] =
+        (OptPair){xstrndup(text, (size_t)(eq - text)), xstrndup(eq + 1, strlen(eq + 1))};
     return true;
 }
 
