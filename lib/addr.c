@@ -38,7 +38,7 @@ bool addr_parse_host_port(const char *option, const char *text, char *host, size
 bad:
     snprintf(err, errlen,
              "%s: expected HOST:PORT such as 127.0.0.1:9187 or [::1]:9187 (0.0.0.0 or [::] for "
-             "every interface), got '%.100s'",
+             "every interface of that family), got '%.100s'",
              option, text);
     log_one_line(err); /* text is the user's: keep the error on one line */
     return false;

@@ -7,9 +7,10 @@
 #include <stddef.h>
 
 /* Splits text, "HOST:PORT" or "[IPv6]:PORT", into host (copied, without brackets) and port
- * (0-65535; 0 picks a free port). HOST must be written out: 0.0.0.0 or [::] listens on every
- * interface, so exposing a port is never an accident of an empty string. Returns false with one
- * line in err, which starts with option ("--listen: expected HOST:PORT ..."). */
+ * (0-65535; 0 picks a free port). HOST must be written out: 0.0.0.0 listens on every IPv4
+ * interface and [::] on every IPv6 one (the relay's endpoint sets IPV6_V6ONLY: [::] takes no
+ * IPv4 connections), so exposing a port is never an accident of an empty string. Returns false with
+ * one line in err, which starts with option ("--listen: expected HOST:PORT ..."). */
 bool addr_parse_host_port(const char *option, const char *text, char *host, size_t hostlen,
                           unsigned *port, char *err, size_t errlen)
     __attribute__((warn_unused_result));

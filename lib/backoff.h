@@ -1,4 +1,5 @@
-/* backoff: capped exponential backoff with full jitter, for reconnects and failed batches.
+/* backoff: capped exponential backoff with equal jitter (half fixed, half random), for reconnects
+ * and failed batches.
  *
  * The n-th consecutive failure waits a random time in [base*2^n / 2, base*2^n], never more than
  * cap: half of the delay is fixed so retries never collapse to zero, the other half is random so
