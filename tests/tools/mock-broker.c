@@ -12,6 +12,13 @@
  * Commands read from the control FIFO, one per line:
  *   down all|ID        up all|ID        rtt all|ID MS
  *   errors produce COUNT ERRCODE        create TOPIC PARTITIONS
+ *   topic-error TOPIC ERRCODE   (0 lifts it)
+ * topic-error makes the mock answer Metadata requests for TOPIC with ERRCODE (librdkafka 2.0.2's
+ * rd_kafka_mock_topic_set_error: Metadata only), one topic refused and the others served, which
+ * produce errors cannot do: 3 (UNKNOWN_TOPIC_OR_PART) is a topic that does not exist with
+ * auto-creation off (a producer fails its messages after topic.metadata.propagation.max.ms).
+ * A producer of librdkafka 2.0.2 does not fail messages on 29 (TOPIC_AUTHORIZATION_FAILED) in
+ * metadata: they wait for message.timeout.ms.
  * Every command logs exactly one line starting with "mock-broker:" to stderr, so a test can
  * wait for that line to know the command took effect. Commands are applied synchronously, in
  * order; the mock thread may take up to ~1 s per command when several arrive at once.
@@ -135,6 +142,10 @@ static void run_command(rd_kafka_mock_cluster_t *mc, char *line)
         rd_kafka_mock_push_request_errors_array(mc, 0 /* ApiKey Produce */, (size_t)n, errs);
         free(errs);
         fprintf(stderr, "mock-broker: next %ld produce requests fail with %ld (%s)\n", n, code,
+                rd_kafka_err2name((rd_kafka_resp_err_t)code));
+    } else if (!strcmp(cmd, "topic-error") && argc == 3 && parse_int(argv[2], -1000, 1000, &code)) {
+        rd_kafka_mock_topic_set_error(mc, argv[1], (rd_kafka_resp_err_t)code);
+        fprintf(stderr, "mock-broker: metadata of topic %.200s answers %ld (%s)\n", argv[1], code,
                 rd_kafka_err2name((rd_kafka_resp_err_t)code));
     } else if (!strcmp(cmd, "create") && argc == 3 && parse_int(argv[2], 1, 10000, &n)) {
         snprintf(what, sizeof(what), "topic %.200s created with %ld partitions", argv[1], n);
