@@ -125,8 +125,9 @@ void batch_fail(Batch *b, BatchRow *br, const char *why, bool permanent);
 
 /* Leaves an event row (not a dead-letter copy) unsent for a fault of the setup, not of the row
  * (kafka_error_setup: not authorised, unknown topic): back to ROW_PENDING, so that no attempt is
- * counted against it and nothing of it is recorded (it is claimed again after the retry backoff),
- * and its aggregate is held for the rest of the batch, like a failure, so nothing overtakes it. */
+ * counted against it and nothing of it is recorded (its aggregate type is then held out of the
+ * claims until a probe after the hold backoff: engine.h, TopicHold), and its aggregate is held
+ * for the rest of the batch, like a failure, so nothing overtakes it. */
 void batch_unsent(Batch *b, BatchRow *br, rd_kafka_resp_err_t err);
 
 /* Holds / tests an aggregate for the rest of the batch. */

@@ -96,7 +96,9 @@ static void learn_floor(Session *s, const PGresult *held, const PGresult *claime
 {
     int rows = PQntuples(claimed);
     FloorClaim c = {
-        .plain = s->claim_sent == s->claim_stmt,
+        /* A claim that left held types out does not move the floor either: their rows, unsent
+         * with attempts 0, would be below it and found by no claim. */
+        .plain = s->claim_sent == s->claim_stmt && !s->hold.left_out,
         .rows = rows,
         .last_seq = rows > 0 ? strtoll(PQgetvalue(claimed, rows - 1, 0), NULL, 10) : 0,
         .held = PQgetisnull(held, 0, 0) ? -1 : strtoll(PQgetvalue(held, 0, 0), NULL, 10),
@@ -180,7 +182,16 @@ ClaimOutcome claim_read(Session *s, PGresult **results, int n, const char *error
     if (at->held >= 0) /* a claim without the floor's looks moves nothing */
         learn_floor(s, results[at->held], results[at->events], results[at->writers]);
     if (events + dead == 0) {
-        marks_nothing_unsent(s); /* nothing left that a Kafka setup fault refused */
+        /* Nothing left that a Kafka setup fault refused, unless the claim left such rows out. */
+        if (!s->hold.left_out) {
+            if (s->hold.n > 0) { /* the probe: the held types have nothing left to send */
+                log_info("no events left of the aggregate types held while Kafka refused their "
+                         "topic; the hold ends",
+                         "types=%d session=%d", s->hold.n, s->index);
+                marks_hold_clear(s);
+            }
+            marks_nothing_unsent(s);
+        }
         adapt_row_limit(s, 0);
         relay_batch_claimed(s->relay, false); /* caught up */
         claim_floor_committed(s); /* nothing claimed: nothing that a commit must record first */
@@ -245,6 +256,11 @@ bool claim_build(Session *s, ClaimRequest *req)
     req->params[2] = req->budget;
     req->params[3] = req->max_message;
     req->params[4] = floor_param(&s->floor);
+    /* The aggregate types Kafka refuses are left out (TopicHold), but for the probe after each
+     * hold backoff, which claims them too. */
+    s->hold.probing = s->hold.n > 0 && s->hold.probe_due;
+    s->hold.left_out = s->hold.n > 0 && !s->hold.probing;
+    req->params[5] = s->hold.left_out && s->hold.param.s ? s->hold.param.s : "{}";
     req->dead_params[0] = req->dead_limit;
     req->dead_params[1] = s->lanes.owned_array.s;
     req->dead_params[2] = req->dead_budget;
@@ -296,7 +312,7 @@ bool claim_build(Session *s, ClaimRequest *req)
         req->locker_params[1] = s->lanes.owned_array.s;
     }
     at.events = nq;
-    queries[nq++] = (PgQuery){s->sql[s->claim_sent], 5, req->params, true};
+    queries[nq++] = (PgQuery){s->sql[s->claim_sent], 6, req->params, true};
     if (s->around_locks) {
         at.locker = nq;
         queries[nq++] = (PgQuery){s->sql[SQL_FIND_LOCKER], 2, req->locker_params, true};

@@ -39,6 +39,11 @@
  * before claiming again. */
 #define RETRY_BASE_S 0.5
 #define RETRY_CAP_S 30.0
+/* Aggregate types a session holds out of its claims while Kafka refuses their topic (TopicHold),
+ * and the longest type it holds: past either, the session falls back to claiming everything
+ * after its retry backoff, as before the hold existed. */
+#define HOLD_TYPES_MAX 16
+#define HOLD_TYPE_MAX 256
 /* Dead events published to the dead-letter topic per batch, on top of batch-size. */
 #define DEAD_LETTER_LIMIT 100
 /* BEGIN, planner settings, dead-letter claim, the floor's two looks, the claim, the look for a
@@ -46,6 +51,32 @@
 #define CLAIM_MAX_QUERIES 7
 
 typedef struct Session Session;
+
+/* The aggregate types whose events a session leaves out of its claims because Kafka refused
+ * their topic for a fault of the setup (kafka_error_setup: an ACL revoked, a topic deleted), so
+ * that one refused topic does not slow the others down to one batch per retry backoff. Held by
+ * aggregate type, not by topic: the claim cannot compute a row's topic, and an aggregate (type,
+ * id) held whole keeps its events in order; with {event_type} in --topic-template, a type some
+ * of whose topics still work is held whole too (conservative). Rows of a held type stay unsent
+ * with no attempt counted, and are claimed again by the probe: after each hold backoff (0.5 s
+ * doubling to RETRY_CAP_S) one claim leaves nothing out; its batch keeps held the types Kafka
+ * refused again and lets the others go. Bounded (HOLD_TYPES_MAX types of at most HOLD_TYPE_MAX
+ * bytes): past the bound the hold is dropped and the session waits its retry backoff after each
+ * batch Kafka refused, claiming everything (the pace before the hold). Cleared with the lanes
+ * (a reconnect, resting, a setup fault of the database). marks.c keeps it, claim.c reads it. */
+typedef struct TopicHold {
+    int n;                                            /* types held */
+    char types[HOLD_TYPES_MAX][HOLD_TYPE_MAX];        /* as the claim compares them: NULL as "" */
+    char topics[HOLD_TYPES_MAX][ROUTE_TOPIC_MAX + 1]; /* the topic refused for each, for the log */
+    StrBuf param;    /* the claim's $6: the types as a text[] literal ("{}" when none) */
+    Backoff backoff; /* between probes; reset when the hold is empty */
+    bool probe_due;  /* the next claim is the probe (set by the hold timer, session.c), until
+                      * the probe's batch is recorded or it finds nothing */
+    bool probing;    /* the claim in flight, and the batch held, come from the probe */
+    bool left_out;   /* the claim in flight left held types out: an empty one does not mean
+                      * nothing is left, and the floor must not pass their rows */
+    bool overflowed; /* the last batch's refusals did not fit: the retry backoff applies */
+} TopicHold;
 
 /* Where a session is in its cycle. In every phase but DOWN, IDLE and PRODUCING exactly one request
  * is in flight, and the phase names it: the reply is read by the code of that phase alone. The
@@ -197,12 +228,14 @@ struct Session {
     /* Kafka refused the last batch's events for a fault of the setup (kafka_error_setup: not
      * authorised, unknown topic): its error and topic, for /readyz (the relay is not ready) and
      * to log it once; "" once a batch delivered without one (marks.c, note_kafka_fault) or a claim
-     * found nothing left to send (marks_nothing_unsent). The
-     * rows stay unsent, no attempt counted, and the session claims after its retry backoff. */
+     * found nothing left to send (marks_nothing_unsent), and not while a type is held. The
+     * rows stay unsent, no attempt counted, and their aggregate types are held (hold). */
     char kafka_fault[200];
-    uint64_t seen_members;       /* the lane group's members at its last look (lanes.members) */
-    char last_failure[256];      /* error of the last batch that had failures (marks.c,
-                                  * log_batch_failures), "" once one delivered with none */
+    TopicHold hold;         /* aggregate types left out of the claims while Kafka refuses them */
+    ev_timer hold_timer;    /* the hold backoff: when it fires the next claim probes (session.c) */
+    uint64_t seen_members;  /* the lane group's members at its last look (lanes.members) */
+    char last_failure[256]; /* error of the last batch that had failures (marks.c,
+                             * log_batch_failures), "" once one delivered with none */
     char last_dead_failure[256]; /* the same for dead-letter publications alone: reported even
                                   * while events fail too (log_batch_failures) */
     char last_mark_error[256];   /* of the last failed recording, logged once (see marks.c) */
@@ -291,7 +324,7 @@ void session_setup_failed(Session *s, const char *what, const char *state, const
 /* The statements of one claim and the parameter text they point to (claim.c fills it). */
 typedef struct ClaimRequest {
     char limit[24], dead_limit[24], budget[24], dead_budget[24], max_message[24], window[24];
-    const char *params[5], *dead_params[4], *held_params[1], *writers_params[1];
+    const char *params[6], *dead_params[4], *held_params[1], *writers_params[1];
     const char *locker_params[2];
     const char *no_rows[1]; /* "{}": the marks' statement of a setup probe */
     PgQuery queries[CLAIM_MAX_QUERIES];
@@ -373,6 +406,9 @@ void marks_prepare(Session *s);
 /* A claim found nothing to send for s: the rows a Kafka setup fault left unsent are gone
  * (requeued, deleted, or delivered by another relay), so the fault no longer holds /readyz. */
 void marks_nothing_unsent(Session *s);
+/* The hold (TopicHold) lets go of every type: the session lost its lanes (reconnect, resting,
+ * a setup fault of the database) or a probe found nothing left to send. */
+void marks_hold_clear(Session *s);
 /* Fills req with the statements that record s->marks, then COMMIT when commit is set (without
  * it the request is one implicit transaction); next, when not NULL, is a claim sent after the
  * COMMIT in the same pipeline (its statements are copied). req must outlive the send. */

@@ -148,14 +148,17 @@ bool marks_next_row(Session *s, MarkRequest *req)
     return false;
 }
 
-/* Whether nothing of b got through to Kafka for a reason that may pass (Kafka down, a timeout),
- * or Kafka refused some of it for a fault of the setup (not authorised, unknown topic: those
- * rows stay unsent and would be claimed and refused again at once): the next claim waits for
- * the retry backoff then. Rows Kafka refused for good (too large, an illegal topic name) are
- * recorded as such, and the rows behind them go on at once. */
-static bool nothing_got_through(const Batch *b)
+/* Whether nothing of s's batch got through to Kafka for a reason that may pass (Kafka down, a
+ * timeout), or Kafka refused some of it for a fault of the setup (not authorised, unknown topic:
+ * those rows stay unsent and would be claimed and refused again at once) that the hold could not
+ * take in (TopicHold: too many types): the next claim waits for the retry backoff then. Refused
+ * types the hold took in are left out of the next claims instead, and the others go on at once.
+ * Rows Kafka refused for good (too large, an illegal topic name) are recorded as such, and the
+ * rows behind them go on at once. */
+static bool nothing_got_through(const Session *s)
 {
-    if (b->setup_faults > 0)
+    const Batch *b = &s->batch;
+    if (b->setup_faults > 0 && s->hold.overflowed)
         return true;
     if (b->acked > 0)
         return false;
@@ -171,7 +174,7 @@ bool marks_row_by_row_retry(const Session *s)
      * that refuses every one (a trigger) is more like the setup than the rows: without a pause
      * each batch would be published, refused and recorded again at full speed. */
     bool none_marked_sent = s->salvage_sent == 0 && s->salvage_refused > 0;
-    return s->salvage_unrecorded > 0 || nothing_got_through(&s->batch) || none_marked_sent;
+    return s->salvage_unrecorded > 0 || nothing_got_through(s) || none_marked_sent;
 }
 
 bool marks_rolled_back(Session *s)
@@ -231,7 +234,7 @@ static bool batch_recorded(Session *s, PGresult **results, int n)
               b->n, b->acked, b->failed, (b->claimed_at - b->claim_sent_at) * 1e3,
               (s->marks_sent_at - b->claimed_at) * 1e3, (monotime_now() - s->marks_sent_at) * 1e3,
               s->index);
-    return nothing_got_through(b);
+    return nothing_got_through(s);
 }
 
 MarksOutcome marks_read(Session *s, PGresult **results, int n, const char *error, bool chained)
@@ -370,7 +373,8 @@ static void note_kafka_fault(Session *s)
 {
     const Batch *b = &s->batch;
     if (b->setup_faults == 0) {
-        if (b->acked > 0 && s->kafka_fault[0]) {
+        /* Not while types are held: their topics' refusal may well go on. */
+        if (b->acked > 0 && s->kafka_fault[0] && s->hold.n == 0) {
             log_info("Kafka accepts the events again", "sent=%d session=%d", b->acked, s->index);
             s->kafka_fault[0] = '\0';
         }
@@ -395,6 +399,120 @@ static void note_kafka_fault(Session *s)
     memcpy(s->kafka_fault, shown, sizeof(shown));
 }
 
+/* The aggregate type of a row as the claim compares it (NULL as ""). */
+static const char *type_of(const BatchRow *br)
+{
+    return br->row.aggregate_type ? br->row.aggregate_type : "";
+}
+
+static int hold_find(const TopicHold *h, const char *type)
+{
+    for (int i = 0; i < h->n; i++)
+        if (strcmp(h->types[i], type) == 0)
+            return i;
+    return -1;
+}
+
+/* Writes the claim's parameter anew from the types held. */
+static void hold_write_param(TopicHold *h)
+{
+    strbuf_array_begin(&h->param);
+    for (int i = 0; i < h->n; i++)
+        strbuf_array_text(&h->param, h->types[i]);
+    strbuf_array_end(&h->param);
+}
+
+void marks_hold_clear(Session *s)
+{
+    TopicHold *h = &s->hold;
+    h->n = 0;
+    h->probe_due = h->probing = h->left_out = false;
+    backoff_reset(&h->backoff);
+    hold_write_param(h);
+}
+
+/* Whether another session holds type already (then s logs its own hold at debug level). */
+static bool held_elsewhere(const Session *s, const char *type)
+{
+    for (int i = 0; i < s->relay->n_sessions; i++) {
+        const Session *other = &s->relay->sessions[i];
+        if (other != s && hold_find(&other->hold, type) >= 0)
+            return true;
+    }
+    return false;
+}
+
+/* After a batch: the types Kafka refused in it are held (TopicHold), up to the bound. After the
+ * probe's batch the held types Kafka took events of again are let go, and so are those of which
+ * it had no row while it was not full (nothing of them was left to claim); the others stay. Sets
+ * h->overflowed when a refused type did not fit: the hold is dropped then, and the session backs
+ * off after each refused batch (nothing_got_through). */
+static void hold_note_batch(Session *s)
+{
+    TopicHold *h = &s->hold;
+    const Batch *b = &s->batch;
+    bool probe = h->probing;
+    h->probing = h->left_out = false;
+    h->overflowed = false;
+    if (probe)
+        h->probe_due = false;
+    bool changed = false;
+    for (int i = 0; probe && i < h->n;) {
+        bool acked = false, refused = false;
+        for (int r = 0; r < b->n; r++) {
+            const BatchRow *br = &b->rows[r];
+            if (br->dead_letter || strcmp(type_of(br), h->types[i]) != 0)
+                continue;
+            acked = acked || br->state == ROW_ACKED;
+            refused = refused || br->setup_fault;
+        }
+        if (refused || (!acked && s->batch_from_full_claim)) {
+            i++;
+            continue;
+        }
+        char t[HOLD_TYPE_MAX * 2], q[ROUTE_TOPIC_MAX * 2];
+        log_info(acked ? "Kafka accepts the events of a held aggregate type again; its hold ends"
+                       : "no events left of a held aggregate type; its hold ends",
+                 "aggregate_type=%s topic=%s session=%d", log_quote(h->types[i], t, sizeof(t)),
+                 log_quote(h->topics[i], q, sizeof(q)), s->index);
+        h->n--;
+        memmove(h->types[i], h->types[i + 1], sizeof(h->types[0]) * (size_t)(h->n - i));
+        memmove(h->topics[i], h->topics[i + 1], sizeof(h->topics[0]) * (size_t)(h->n - i));
+        changed = true;
+    }
+    for (int r = 0; r < b->n && b->setup_faults > 0; r++) {
+        const BatchRow *br = &b->rows[r];
+        if (!br->setup_fault || hold_find(h, type_of(br)) >= 0)
+            continue;
+        const char *type = type_of(br);
+        char t[HOLD_TYPE_MAX * 2], q[ROUTE_TOPIC_MAX * 2];
+        if (h->n == HOLD_TYPES_MAX || strlen(type) >= HOLD_TYPE_MAX) {
+            log_warn("Kafka refuses more aggregate types than a session holds apart (or one with "
+                     "a name too long to hold); the session claims every type after its retry "
+                     "backoff until the refusals end",
+                     "held=%d max=%d aggregate_type=%s session=%d", h->n, HOLD_TYPES_MAX,
+                     log_quote(type, t, sizeof(t)), s->index);
+            marks_hold_clear(s);
+            h->overflowed = true;
+            return;
+        }
+        snprintf(h->types[h->n], sizeof(h->types[0]), "%s", type);
+        snprintf(h->topics[h->n], sizeof(h->topics[0]), "%s", br->topic ? br->topic : "");
+        log_write(held_elsewhere(s, type) ? LOG_DEBUG : LOG_WARN,
+                  "events of an aggregate type whose topic Kafka refuses are held out of the "
+                  "claims; the other types go on, the held ones are tried again after a backoff",
+                  "aggregate_type=%s topic=%s held=%d session=%d", log_quote(type, t, sizeof(t)),
+                  log_quote(h->topics[h->n], q, sizeof(q)), h->n + 1, s->index);
+        h->n++;
+        changed = true;
+    }
+    if (changed) {
+        hold_write_param(h);
+        if (h->n == 0)
+            backoff_reset(&h->backoff);
+    }
+}
+
 void marks_nothing_unsent(Session *s)
 {
     /* The refused rows were claimed again after the backoff while they were there: an empty
@@ -410,6 +528,7 @@ void marks_prepare(Session *s)
 {
     Batch *b = &s->batch;
     s->salvage_by_row = false; /* set again should these marks fail (salvage_batch) */
+    hold_note_batch(s);
     note_kafka_fault(s);
     log_batch_failures(s, batch_marks(b, &s->marks));
     /* Order is promised per aggregate, or within each topic (--order-scope topic), or within

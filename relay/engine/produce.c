@@ -260,9 +260,10 @@ void produce_record_report(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
     } else if (!br->dead_letter && kafka_error_setup(err)) {
         /* Not authorised, or no such topic: every event of the topic would meet it until an
          * operator acts, so it is never counted against the row (nor dead-letters it): the row
-         * stays unsent and the batch is retried after the backoff (marks.c). A dead event's copy
-         * is recorded as failed as before: that counts nothing against it, and its own backoff
-         * (30 s doubling) keeps a missing dead-letter topic from slowing every batch. */
+         * stays unsent and its aggregate type is held out of the claims until a probe (marks.c).
+         * A dead event's copy is recorded as failed as before: that counts nothing against it,
+         * and its own backoff (30 s doubling) keeps a missing dead-letter topic from slowing
+         * every batch. */
         batch_unsent(b, br, err);
     } else {
         batch_fail(b, br, rd_kafka_err2str(err), kafka_error_permanent(err));

@@ -131,6 +131,16 @@ static void start_timer(Session *s, ev_timer *t, double seconds)
     ev_timer_start(s->loop, t);
 }
 
+/* The hold (TopicHold) paces its probes: with types held and no probe due, the timer runs (the
+ * hold backoff, growing with each probe); with none held it is stopped. */
+static void pace_hold(Session *s)
+{
+    if (s->hold.n == 0)
+        ev_timer_stop(s->loop, &s->hold_timer);
+    else if (!ev_is_active(&s->hold_timer) && !s->hold.probe_due)
+        start_timer(s, &s->hold_timer, backoff_next(&s->hold.backoff));
+}
+
 /* ---- setup faults ------------------------------------------------------------------------- */
 
 /* What an operator does about a setup fault, by its SQLSTATE, into buf. migrate gives DELETE only
@@ -498,6 +508,8 @@ static void lanes_divided(Session *s)
     if (leaving) {
         s->seen_members = 0;
         floor_reset(&s->floor); /* its lanes may come back with other rows */
+        marks_hold_clear(s);    /* and so may the hold's types */
+        pace_hold(s);
         /* Not logged as lanes owned: the other sessions take its lanes over at once, and log
          * the relay's total if it changed. */
         log_debug("session rests", "session=%d", s->index);
@@ -524,6 +536,7 @@ static void claimed(Session *s, PGresult **results, int n, const char *error)
     unsigned restarts = s->floor.restarts;
     bool floor_on = s->floor.enabled;
     ClaimOutcome outcome = claim_read(s, results, n, error);
+    pace_hold(s); /* a probe that found nothing ended the hold */
     /* The floor's look in this claim restarted the floor (a reset table or sequence) or turned
      * it off: the claim itself still read from the old floor, above rows drawn below it, which
      * were committed before and bring no notification. Claim again at once from the table's
@@ -581,6 +594,7 @@ static void batch_finished(Session *s, bool retry, bool committed)
 {
     marks_batch_done(s, retry, committed);
     session_set_phase(s, PHASE_IDLE);
+    pace_hold(s);
     if (s->stopping)
         return;
     if (retry)
@@ -727,6 +741,10 @@ static void disconnected(Session *s)
     bool was_recording_rows = s->phase == PHASE_RECORDING_ROW;
     session_set_phase(s, PHASE_DOWN);
     lanes_reset(&s->lanes);
+    /* The lanes may come back with other rows, or go to another relay: the hold starts again
+     * from what the next batches meet. */
+    marks_hold_clear(s);
+    pace_hold(s);
     /* Its join after the reconnect changes the group as its first did, whatever the members it
      * saw before: the others must re-divide then (lanes_divided), not at their next interval,
      * while they hold its lanes. */
@@ -764,6 +782,7 @@ static void begin_stopping(Session *s)
     s->stopping = true;
     ev_timer_stop(s->loop, &s->poll_timer);
     ev_timer_stop(s->loop, &s->retry_timer);
+    ev_timer_stop(s->loop, &s->hold_timer);
     ev_timer_stop(s->loop, &s->rebalance_timer);
     /* A batch at the producer is waited for, within the shutdown timeout; any other request in
      * flight finishes its step and the session stops after it (next_step). */
@@ -887,6 +906,16 @@ static void on_wake_timer(struct ev_loop *loop, ev_timer *w, int revents)
     session_event(w->data, EVENT_WAKE);
 }
 
+/* The hold backoff is over: the next claim is the probe, which claims the held types too. */
+static void on_hold_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Session *s = w->data;
+    if (s->hold.n == 0)
+        return;
+    s->hold.probe_due = true;
+    session_event(s, EVENT_WAKE);
+}
+
 static void on_rebalance_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Session *s = w->data;
@@ -937,6 +966,8 @@ bool session_init(Session *s, Relay *r, int index)
     s->rebalance_timer.repeat = (double)cfg->rebalance_interval_ms / 1000.0;
     ev_timer_again(s->loop, &s->rebalance_timer);
     timer_init(s, &s->retry_timer, on_wake_timer);
+    timer_init(s, &s->hold_timer, on_hold_timer);
+    backoff_init(&s->hold.backoff, RETRY_BASE_S, RETRY_CAP_S, 0);
     timer_init(s, &s->busy_timer, on_wake_timer);
     timer_init(s, &s->delivery_timer, on_delivery_timer);
     timer_init(s, &s->shutdown_timer, on_shutdown_timer);
@@ -950,6 +981,7 @@ void session_free(Session *s)
         return; /* never initialised */
     ev_timer_stop(s->loop, &s->poll_timer);
     ev_timer_stop(s->loop, &s->retry_timer);
+    ev_timer_stop(s->loop, &s->hold_timer);
     ev_timer_stop(s->loop, &s->busy_timer);
     ev_timer_stop(s->loop, &s->rebalance_timer);
     ev_timer_stop(s->loop, &s->shutdown_timer);
@@ -957,6 +989,7 @@ void session_free(Session *s)
     pg_conn_free(s->pg);
     batch_free(&s->batch);
     batch_marks_free(&s->marks);
+    strbuf_free(&s->hold.param);
     lanes_free(&s->lanes);
     floor_free(&s->floor);
     for (int i = 0; i < SESSION_SQL_COUNT; i++)

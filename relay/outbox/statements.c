@@ -11,7 +11,10 @@
  * an aggregate's events never overtake one another. Aggregates are compared as the lanes hash
  * them, NULL as '' (adopted tables may allow NULL ids, and NULL = NULL would hold nothing back).
  * The held-back set comes from the small partial index on failed rows, so it costs nothing while
- * nothing fails. Its columns are CLAIM_COLUMNS (below).  */
+ * nothing fails. Rows of the aggregate types in $6 are left out whole (the session's hold while
+ * Kafka refuses their topic, engine.h TopicHold; '{}' holds none): a filter on the rows the
+ * index scan returns, which changes no index the claim reads. Its columns are CLAIM_COLUMNS
+ * (below).  */
 /* clang-format would split the macro calls inside the string concatenations. */
 /* clang-format off */
 /* The failed rows (attempts > 0, unsent) that match condition, read from the small retry index
@@ -38,6 +41,7 @@
 #define SQL_CLAIMABLE                                                                              \
     " o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = ANY($2::smallint[])"                    \
     " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= pg_catalog.now())"                               \
+    " AND coalesce(o.{aggregate_type}::text, '') <> ALL($6::text[])"                               \
     " AND NOT EXISTS (SELECT 1 FROM blocked b"                                                     \
     " WHERE b.agg_type = coalesce(o.{aggregate_type}::text, '')"                                   \
     " AND b.agg_id = coalesce(o.{aggregate_id}::text, '') AND b.first_seq < o.{seq})"

@@ -82,7 +82,8 @@ typedef enum {
 /* The templates, by what they do (statements.c says how). */
 typedef enum {
     SQL_CLAIM_HOLD, /* the claim with --on-poison hold: $1 rows, $2 lanes, $3 bytes, $4 max,
-                     * $5 the claim floor and what it was computed against (floor_param) */
+                     * $5 the claim floor and what it was computed against (floor_param),
+                     * $6 aggregate types left out (text[]) */
     SQL_CLAIM_SKIP, /* the same with --on-poison skip */
     SQL_CLAIM_HOLD_AROUND_LOCKS, /* the claims that go around rows others have locked among the
                                   * first $5 unsent rows (instead of the floor) */

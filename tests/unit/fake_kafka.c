@@ -214,8 +214,12 @@ rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, int32_t 
 {
     (void)partition; /* the fake keeps no partitions; the router's tests read them (test 87) */
     (void)timestamp_ms;
-    if (kp->refused_err && strlen(kp->refused_key) == key_len &&
-        memcmp(kp->refused_key, key, key_len) == 0)
+    size_t refused_len = strlen(kp->refused_key);
+    bool prefix = refused_len > 0 && kp->refused_key[refused_len - 1] == '*';
+    if (prefix)
+        refused_len--;
+    if (kp->refused_err && (prefix ? key_len >= refused_len : refused_len == key_len) &&
+        memcmp(kp->refused_key, key, refused_len) == 0)
         return kp->refused_err; /* the caller keeps its headers */
     if (kp->n == MAX_MESSAGES)
         return RD_KAFKA_RESP_ERR__QUEUE_FULL;

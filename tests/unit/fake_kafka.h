@@ -37,7 +37,8 @@ void fake_kafka_report_all(rd_kafka_resp_err_t err);
 int fake_kafka_purges(void);
 /* Reports every message a purge caught (RD_KAFKA_RESP_ERR__PURGE_QUEUE). */
 void fake_kafka_deliver_purged(void);
-/* From now on, kafka_produce refuses messages with this key with err (NO_ERROR: accept all). */
+/* From now on, kafka_produce refuses messages with this key with err (NO_ERROR: accept all);
+ * a key ending in '*' refuses every key that starts with what comes before it. */
 void fake_kafka_refuse_key(const char *key, rd_kafka_resp_err_t err);
 /* Sets what kafka_fatal answers. */
 void fake_kafka_set_fatal(bool fatal);

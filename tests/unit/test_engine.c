@@ -383,10 +383,11 @@ static const char *const ROW_COLS = "id,event_id,aggregate_type,aggregate_id,eve
 #define NCOLS 13
 
 /* A claim's rows: one per aggregate named in spec ("A,A,B"), ids counting up; "A:Shipped" gives
- * the row an event type other than Created. */
+ * the row an event type other than Created, "A@pay" an aggregate type other than order (its
+ * aggregate id stays agg-A). */
 static PGresult *claim_result(const char *spec)
 {
-    static char text[MAX_STEPS][4][64];
+    static char text[MAX_STEPS][5][64];
     const char *cells[MAX_STEPS * NCOLS];
     int rows = 0;
     char copy[256];
@@ -399,11 +400,15 @@ static PGresult *claim_result(const char *spec)
         char *type = strchr(a, ':');
         if (type)
             *type++ = '\0';
+        char *agg_type = strchr(a, '@');
+        if (agg_type)
+            *agg_type++ = '\0';
         snprintf(text[rows][2], 64, "agg-%s", a);
         snprintf(text[rows][3], 64, "%s", type ? type : "Created");
+        snprintf(text[rows][4], 64, "%s", agg_type ? agg_type : "order");
         const char *row[NCOLS] = {
-            text[rows][0], text[rows][1], "order", text[rows][2], text[rows][3], "{}", NULL,
-            "0",           NULL,          "0",     NULL,          NULL,          NULL};
+            text[rows][0], text[rows][1], text[rows][4], text[rows][2], text[rows][3], "{}", NULL,
+            "0",           NULL,          "0",           NULL,          NULL,          NULL};
         memcpy(&cells[rows * NCOLS], row, sizeof(row));
     }
     return fake_pg_tuples(ROW_COLS, rows, cells);
@@ -1949,33 +1954,146 @@ static void test_kafka_setup_fault_counts_no_attempt(void **state)
     assert_string_equal(pending_param(0, "mark-failed"), "");  /* nothing counted against 1, 2 */
     assert_string_equal(pending_param(0, "mark-sent"), "{3}"); /* B is delivered */
     answer(0);
-    expect_idle_pg(0);
-    assert_true(ev_is_active(&S(0)->retry_timer)); /* the backoff, not a claim at once */
+    /* The refused type is held out of the next claims (at once, no retry backoff); the hold
+     * backoff brings the probe. */
+    assert_false(ev_is_active(&S(0)->retry_timer));
+    assert_true(ev_is_active(&S(0)->hold_timer));
+    assert_string_equal(field(pending_param(0, "claim"), 5), "{\"order\"}");
+    answer_claim(0, ""); /* nothing else: not "nothing left", the refused rows were left out */
+    answer(0);           /* its COMMIT */
     RelayStatus st;
     relay_status(T.r, &st);
     assert_non_null(strstr(st.setup_error, "Topic authorization failed"));
     /* Another fault, met when producing: still nothing counted; logged, being another. */
-    fire(&S(0)->retry_timer);
+    fire(&S(0)->hold_timer);
+    assert_string_equal(field(pending_param(0, "claim"), 5), "{}"); /* the probe */
     fake_kafka_refuse_key("agg-A", RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC);
     answer_claim(0, "A,A");
     assert_int_equal(fake_kafka_count(), 3); /* the second A waits behind the first */
     assert_string_equal(pending_param(0, "mark-failed"), "");
     answer(0);
-    assert_true(ev_is_active(&S(0)->retry_timer));
+    assert_true(ev_is_active(&S(0)->hold_timer)); /* still held: the next probe after a backoff */
+    assert_false(ev_is_active(&S(0)->retry_timer));
     /* Fixed: everything goes through, in order, and the relay is ready again. */
     fake_kafka_refuse_key("agg-A", RD_KAFKA_RESP_ERR_NO_ERROR);
-    fire(&S(0)->retry_timer);
+    answer_claim(0, ""); /* the claim that left order out */
+    answer(0);
+    fire(&S(0)->hold_timer);
     answer_claim(0, "A,A");
     fake_kafka_report_all(OK);
     assert_string_equal(pending_param(0, "mark-sent"), "{6,7}");
+    assert_string_equal(field(pending_param(0, "claim"), 5), "{}"); /* chained, nothing held */
     answer(0);
     relay_status(T.r, &st);
     assert_string_equal(st.setup_error, "");
+    assert_int_equal(S(0)->hold.n, 0);
+    assert_false(ev_is_active(&S(0)->hold_timer));
     assert_int_equal(S(0)->order_breaks, 0);
     const char *text = logged();
     assert_int_equal(occurrences(text, "Kafka refuses events for a fault of the setup"), 2);
     assert_int_equal(occurrences(text, "hint="), 2);
     assert_int_equal(occurrences(text, "dead-lettered"), 0);
+    assert_int_equal(occurrences(text, "events of an aggregate type whose topic Kafka refuses"), 1);
+}
+
+/* One refused topic must not slow the others: Kafka refuses the topic of aggregate type pay
+ * (an ACL revoked); rows of type order in the same lanes went out one batch per retry backoff
+ * (up to 30 s) with it. Now pay is held out of the claims, order's batches follow one another
+ * at once, pay's rows are claimed only by the probe after each hold backoff (growing), stay
+ * unsent with no attempt counted, and go out in order once Kafka takes them again. */
+static void test_refused_type_held_others_go_on(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    capture_log(LOG_INFO);
+    fake_kafka_refuse_key("agg-P*", RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+    answer_claim(0, "P@pay,P2@pay,A,P@pay"); /* rows 1-4 */
+    assert_int_equal(fake_kafka_count(), 1); /* A; P and P2 refused when produced, P's 2nd waits */
+    fake_kafka_report_all(OK);
+    assert_string_equal(pending_param(0, "mark-failed"), "");
+    assert_string_equal(pending_param(0, "mark-sent"), "{3}");
+    answer(0);
+    /* Batches of the other type follow at once, pay left out of each claim. */
+    for (int i = 0; i < 3; i++) {
+        assert_false(ev_is_active(&S(0)->retry_timer));
+        assert_string_equal(field(pending_param(0, "claim"), 5), "{\"pay\"}");
+        answer_claim(0, "B,C,D");
+        fake_kafka_report_all(OK);
+        answer(0); /* the marks */
+    }
+    assert_int_equal(S(0)->total_sent, 10);
+    answer_claim(0, ""); /* caught up: the held rows are not "nothing left" */
+    answer(0);
+    RelayStatus st;
+    relay_status(T.r, &st);
+    assert_non_null(strstr(st.setup_error, "Topic authorization failed"));
+    /* No hot loop: nothing is claimed until the hold backoff is over, and then the probe. */
+    expect_idle_pg(0);
+    assert_true(ev_is_active(&S(0)->hold_timer));
+    double first_wait = ev_timer_remaining(T.loop, &S(0)->hold_timer);
+    fire(&S(0)->hold_timer);
+    assert_string_equal(field(pending_param(0, "claim"), 5), "{}");
+    answer_claim(0, "P@pay,P2@pay,P@pay,E"); /* refused again, E goes */
+    fake_kafka_report_all(OK);
+    assert_string_equal(pending_param(0, "mark-failed"), "");
+    answer(0);
+    assert_int_equal(S(0)->hold.n, 1);
+    assert_true(ev_is_active(&S(0)->hold_timer));
+    assert_true(ev_timer_remaining(T.loop, &S(0)->hold_timer) > first_wait); /* it grows */
+    assert_string_equal(field(pending_param(0, "claim"), 5), "{\"pay\"}");
+    answer_claim(0, "");
+    answer(0);
+    /* Kafka takes pay again: the probe's batch delivers its rows in order and the hold ends. */
+    fake_kafka_refuse_key("agg-P*", RD_KAFKA_RESP_ERR_NO_ERROR);
+    fire(&S(0)->hold_timer);
+    assert_string_equal(field(pending_param(0, "claim"), 5), "{}");
+    answer_claim(0, "P@pay,P2@pay,P@pay");
+    fake_kafka_report_all(OK);
+    assert_string_equal(pending_param(0, "mark-sent"), "{18,19,20}");
+    answer(0);
+    assert_int_equal(S(0)->hold.n, 0);
+    assert_false(ev_is_active(&S(0)->hold_timer));
+    assert_string_equal(field(pending_param(0, "claim"), 5), "{}"); /* nothing left out */
+    answer_claim(0, "");
+    answer(0);
+    relay_status(T.r, &st);
+    assert_string_equal(st.setup_error, "");
+    assert_int_equal(S(0)->order_breaks, 0);
+    assert_int_equal(occurrences(logged(), "Kafka accepts the events of a held aggregate type"), 1);
+}
+
+/* The hold is bounded: past HOLD_TYPES_MAX refused types the session drops it and waits its
+ * retry backoff after each refused batch, claiming everything, as before the hold. A lost
+ * connection drops the hold too. */
+static void test_hold_bounded_and_dropped(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    capture_log(LOG_WARN);
+    char spec[256] = "";
+    for (int i = 0; i <= HOLD_TYPES_MAX; i++) {
+        char item[32];
+        snprintf(item, sizeof(item), "%sR%d@t%d", i ? "," : "", i, i);
+        strcat(spec, item);
+    }
+    fake_kafka_refuse_key("agg-R*", RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC);
+    answer_claim(0, spec);
+    assert_int_equal(fake_kafka_count(), 0);
+    answer(0); /* the marks: nothing */
+    assert_int_equal(S(0)->hold.n, 0);
+    assert_true(ev_is_active(&S(0)->retry_timer)); /* the old pace */
+    assert_false(ev_is_active(&S(0)->hold_timer));
+    expect_idle_pg(0);
+    assert_int_equal(occurrences(logged(), "more aggregate types than a session holds"), 1);
+    fire(&S(0)->retry_timer);
+    assert_string_equal(field(pending_param(0, "claim"), 5), "{}");
+    answer_claim(0, "R0@t0");
+    answer(0);
+    assert_int_equal(S(0)->hold.n, 1); /* one fits again */
+    assert_true(ev_is_active(&S(0)->hold_timer));
+    fake_pg_drop(PG(0), "connection reset by peer");
+    assert_int_equal(S(0)->hold.n, 0);
+    assert_false(ev_is_active(&S(0)->hold_timer));
 }
 
 /* Rows Kafka refused for a fault of the setup that an operator then requeued or deleted leave
@@ -1988,13 +2106,15 @@ static void test_kafka_setup_fault_cleared_by_empty_claim(void **state)
     capture_log(LOG_INFO);
     answer_claim(0, "A");
     fake_kafka_report(0, RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC);
-    answer(0); /* its marks: nothing recorded against row 1 */
+    answer(0);           /* its marks: nothing recorded against row 1 */
+    answer_claim(0, ""); /* the claim that leaves its type out finds nothing else */
+    answer(0);
     expect_idle_pg(0);
     RelayStatus st;
     relay_status(T.r, &st);
     assert_true(st.setup_error[0] != '\0');
-    fire(&S(0)->retry_timer);
-    answer_claim(0, ""); /* row 1 was deleted meanwhile: nothing left */
+    fire(&S(0)->hold_timer);
+    answer_claim(0, ""); /* the probe: row 1 was deleted meanwhile, nothing left */
     relay_status(T.r, &st);
     assert_string_equal(st.setup_error, "");
     assert_int_equal(occurrences(logged(), "no events left that Kafka refused"), 1);
@@ -2094,6 +2214,8 @@ int main(void)
         cmocka_unit_test_teardown(test_dead_letter_failure_logged_during_event_failures, teardown),
         cmocka_unit_test_teardown(test_kafka_setup_fault_counts_no_attempt, teardown),
         cmocka_unit_test_teardown(test_kafka_setup_fault_cleared_by_empty_claim, teardown),
+        cmocka_unit_test_teardown(test_refused_type_held_others_go_on, teardown),
+        cmocka_unit_test_teardown(test_hold_bounded_and_dropped, teardown),
         cmocka_unit_test_teardown(test_no_success_said_without_a_delivery, teardown),
         cmocka_unit_test_teardown(test_order_scope_partition_breaks, teardown),
     };
