@@ -47,6 +47,7 @@ typedef struct Counters {
     long stale;      /* recorded, but older than (or the same version as) the shipment's state */
     long redis_hits; /* duplicates skipped on Redis's word alone (also counted in duplicates) */
     long conflicts;  /* an applied event's id with another payload: skipped, not applied */
+    long unparked;   /* neither applied nor parked: parked_messages refused even its position */
 } Counters;
 
 typedef struct Consumer {
@@ -343,8 +344,8 @@ static void db_ok(Consumer *c)
 
 /* The message's headers as a JSON array of [name, value] pairs, for parked_messages. Values that
  * are not UTF-8 text, or hold a NUL byte, are kept as "\x" + hex, like PostgreSQL's bytea output:
- * jansson would write a NUL as \u0000, which jsonb refuses (22P05), and a message whose park is
- * refused is retried for ever, holding up its partition. */
+ * jansson would write a NUL as \u0000, which jsonb refuses (22P05), and the message would be
+ * parked by its position only (park_once). */
 static char *headers_json(const rd_kafka_message_t *msg)
 {
     json_t *arr = json_array();
@@ -384,46 +385,86 @@ static MessagePos position(const rd_kafka_message_t *msg)
     return (MessagePos){rd_kafka_topic_name(msg->rkt), msg->partition, msg->offset};
 }
 
-/* Tries once to park msg. False when the database did not take it (e filled; an outage is
- * logged by the caller's db_outage, a refusal here), or when asked to stop while it waited. */
-static bool park_once(Consumer *c, const rd_kafka_message_t *msg, const char *reason, DbError *e)
+/* The outcome of one try to park a message. */
+typedef enum {
+    PARK_DONE,    /* recorded in parked_messages (whole, or by its position only) */
+    PARK_SKIPPED, /* refused for its own data twice: logged at error and counted, not recorded */
+    PARK_FAILED   /* an outage, or asked to stop while it waited: try again later */
+} ParkOutcome;
+
+/* One INSERT into parked_messages. False with e filled when it was not recorded; a SIGTERM while
+ * it waited closes the connection (still busy with it: the transaction ends uncommitted, and the
+ * message's offset is not stored). */
+static bool park_insert(Consumer *c, const ParkedMessage *m, DbError *e)
 {
-    *e = (DbError){0};
+    bool stopped;
+    bool done = store_park(c->db, m, c->stop, &stopped, e);
+    if (stopped) {
+        PQfinish(c->db);
+        c->db = NULL;
+    }
+    return done && !stopped;
+}
+
+/* Tries once to park msg. A park refused for the row's own data (SQLSTATE 22, 23, P0: an
+ * operator's CHECK constraint or trigger on parked_messages, a column narrowed below the value)
+ * is deterministic: retried, it was refused again without limit and held up its partition, out
+ * of sight (the loop waits here, so even the health file went stale). It is tried once more with
+ * the position only (key, headers and payload left out, a short reason naming the refusal); if
+ * that is refused too, the message is skipped: logged at error with its Kafka position (read it
+ * back from there), counted as unparked, and its offset committed. An outage is logged by
+ * db_outage and retried by the caller. */
+static ParkOutcome park_once(Consumer *c, const rd_kafka_message_t *msg, const char *reason)
+{
     if (!ensure_db(c))
-        return false;
+        return PARK_FAILED;
+    DbError e = {0};
     char *hjson = headers_json(msg);
     ParkedMessage m = {position(msg),        msg->key, msg->key_len, msg->payload, msg->len,
                        hjson ? hjson : "[]", reason};
-    bool stopped;
-    bool done = store_park(c->db, &m, c->stop, &stopped, e);
+    bool done = park_insert(c, &m, &e);
     free(hjson);
-    char qr[400];
-    if (stopped) {
-        /* SIGTERM while the INSERT waited: the connection is still busy with it; closing it
-         * ends the transaction uncommitted, and the message's offset is not stored. */
-        PQfinish(c->db);
-        c->db = NULL;
-    } else if (done) {
+    char qr[400], qe[400];
+    if (!done && c->db && fault_of(&e) == SQLSTATE_FAULT_ROW) {
+        char whole_error[400], short_reason[80];
+        snprintf(whole_error, sizeof(whole_error), "%s", db_error_text(&e));
+        snprintf(short_reason, sizeof(short_reason), "not parked whole: SQLSTATE %s", e.sqlstate);
+        log_error("cannot park a message whole, parking its position only",
+                  "topic=%s partition=%d offset=%lld error=%s", m.pos.topic, (int)m.pos.partition,
+                  (long long)m.pos.offset, log_quote(whole_error, qe, sizeof(qe)));
+        ParkedMessage bare = {m.pos, NULL, 0, NULL, 0, "[]", short_reason};
+        e = (DbError){0};
+        done = park_insert(c, &bare, &e);
+        if (!done && c->db && fault_of(&e) == SQLSTATE_FAULT_ROW) {
+            db_ok(c); /* it answered: the refusal is about this message */
+            backoff_reset(&c->backoff);
+            c->n.unparked++;
+            log_error("message skipped, parking refused",
+                      "topic=%s partition=%d offset=%lld reason=%s error=%s", m.pos.topic,
+                      (int)m.pos.partition, (long long)m.pos.offset,
+                      log_quote(reason, qr, sizeof(qr)),
+                      log_quote(db_error_text(&e), qe, sizeof(qe)));
+            return PARK_SKIPPED;
+        }
+    }
+    if (done) {
         db_ok(c);
         backoff_reset(&c->backoff);
         c->n.parked++;
         log_warn("message parked", "topic=%s partition=%d offset=%lld reason=%s", m.pos.topic,
                  (int)m.pos.partition, (long long)m.pos.offset, log_quote(reason, qr, sizeof(qr)));
-    } else if (fault_of(e) == SQLSTATE_FAULT_ROW) {
-        /* Parking is the last resort: if even that is refused, say so loudly and retry. */
-        log_error("cannot park a message", "error=%s", log_quote(db_error_text(e), qr, sizeof(qr)));
-    } else {
-        db_outage(c, e, "park");
+        return PARK_DONE;
     }
-    return done;
+    if (c->db) /* not stopped: an outage */
+        db_outage(c, &e, "park");
+    return PARK_FAILED;
 }
 
 /* Parks a message that cannot be parsed, waiting out outages. False when asked to stop first. */
 static bool park(Consumer *c, const rd_kafka_message_t *msg, const char *reason)
 {
     while (!*c->stop) {
-        DbError e;
-        if (park_once(c, msg, reason, &e))
+        if (park_once(c, msg, reason) != PARK_FAILED)
             return true;
         nap(c, backoff_next(&c->backoff));
     }
@@ -434,8 +475,9 @@ static bool park(Consumer *c, const rd_kafka_message_t *msg, const char *reason)
  * (a lost connection, read-only, a deadlock or serialization failure, a cancelled statement, a
  * lock timeout, resources, the setup: sqlstate.h) is an outage: retried on this message with
  * backoff and without limit, so a valid event is never parked for the database's trouble. After
- * MAX_REJECTIONS refusals that are the message's own (22, 23, P0) it is parked instead; a park
- * that fails goes back to trying the apply. False when asked to stop first, also in the middle
+ * MAX_REJECTIONS refusals that are the message's own (22, 23, P0) it is parked instead (or
+ * skipped when parking is refused too: park_once); a park cut short by an outage goes back to
+ * trying the apply. False when asked to stop first, also in the middle
  * of a statement that waits (store_apply looks at the flag while it waits). */
 static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderEvent *ev)
 {
@@ -500,11 +542,10 @@ static bool apply(Consumer *c, const rd_kafka_message_t *msg, const OrderEvent *
             for (char *p = reason; *p; p++)
                 if ((unsigned char)*p >= 0x7f)
                     *p = '?';
-            DbError pe;
-            if (park_once(c, msg, reason, &pe))
+            if (park_once(c, msg, reason) != PARK_FAILED)
                 return true;
-            /* Not parked (an outage began, or parking was refused): the apply may well work
-             * now; the refusals are counted afresh. */
+            /* Not parked (an outage began): the apply may well work now; the refusals are
+             * counted afresh. */
             rejections = 0;
         }
         nap(c, backoff_next(&c->backoff));
@@ -590,12 +631,12 @@ static void store_offset(Consumer *c, const rd_kafka_message_t *msg)
 
 static void log_counts(const char *msg, const Counters *n)
 {
-    /* conflicts last: readers of the older fields' order keep working. */
+    /* Newer counters last: readers of the older fields' order keep working. */
     log_info(msg,
              "applied=%ld duplicates=%ld ignored=%ld parked=%ld stale=%ld redis_hits=%ld "
-             "conflicts=%ld",
+             "conflicts=%ld unparked=%ld",
              n->applied, n->duplicates, n->ignored, n->parked, n->stale, n->redis_hits,
-             n->conflicts);
+             n->conflicts, n->unparked);
 }
 
 static void sweep(Consumer *c);

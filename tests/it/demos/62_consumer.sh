@@ -167,6 +167,53 @@ wait_for "the next member gets the uncommitted event again and applies it" 30 \
 consumer_stop
 check_eq "SIGTERM: consumer-demo exits 0" 0 $?
 
+# --- parking refused for the message's own data: a defined outcome, the partition goes on -------------
+# An operator's CHECK constraint on parked_messages refuses a message's row (23514). A: the whole
+# row is refused, its position alone is taken (reason 'not parked whole: SQLSTATE 23514'). B:
+# every row is refused: the message (a malformed one, and an event the database rejected five
+# times) is skipped, logged at error with its position and counted as unparked. Either way the
+# valid event behind them in the same partition is applied. Before the fix a refused park was
+# retried without limit and held its partition: o-501 was never applied.
+psql_q "ALTER TABLE parked_messages ADD CONSTRAINT short_payload
+            CHECK (payload IS NULL OR octet_length(payload) < 10) NOT VALID" >/dev/null
+consumer_start --topic "$TOPIC" --group audit
+{
+    jq -cn '{key: "refused", value: "a payload far longer than ten bytes",
+             headers: [["event_type", "OrderCreated"]]}'
+    order_msg 501 | jq -c '.key = "refused"'
+} | produce || fail "produce part A"
+wait_for "A: the event behind a message whose park is refused whole is applied" 30 \
+    sql_is "SELECT count(*) FROM shipments WHERE order_id = 'o-501'" 1
+check_eq "A: the refused message is parked by its position only, the refusal named" \
+    "1 true true" "$(psql_q "SELECT count(*) || ' ' || bool_and(payload IS NULL AND key IS NULL)
+                          || ' ' || bool_and(headers = '[]')
+                        FROM parked_messages WHERE reason = 'not parked whole: SQLSTATE 23514'")"
+check "A: the refusal is logged at error" grep -q \
+    'level=error msg="cannot park a message whole, parking its position only"' "$CONSUMER_LOG"
+psql_q "ALTER TABLE parked_messages ADD CONSTRAINT refuse_all CHECK (false) NOT VALID" >/dev/null
+psql_q "ALTER TABLE shipments ADD CONSTRAINT no_xxx CHECK (currency <> 'XXX') NOT VALID" >/dev/null
+parked_before=$(psql_q "SELECT count(*) FROM parked_messages")
+{
+    jq -cn '{key: "refused", value: "{}", headers: [["event_type", "OrderCreated"]]}'
+    order_msg 502 | jq -c '.key = "refused" | .value |= (fromjson | .currency = "XXX" | tojson)'
+    order_msg 503 | jq -c '.key = "refused"'
+} | produce || fail "produce part B"
+wait_for "B: the event behind two messages that nothing can park is applied" 60 \
+    sql_is "SELECT count(*) FROM shipments WHERE order_id = 'o-503'" 1
+check_eq "B: neither is in parked_messages" "$parked_before" \
+    "$(psql_q "SELECT count(*) FROM parked_messages")"
+check_eq "B: o-502, refused five times, is not applied" 0 \
+    "$(psql_q "SELECT count(*) FROM shipments WHERE order_id = 'o-502'")"
+check_eq "B: both are logged at error with their position" 2 \
+    "$(grep -cE 'level=error msg="message skipped, parking refused" topic=orders.test partition=[0-9]+ offset=[0-9]+' "$CONSUMER_LOG")"
+consumer_stop
+check_eq "SIGTERM: consumer-demo exits 0" 0 $?
+check "B: the final line counts them as unparked" grep -Eq \
+    'msg="consumer stopped" .* parked=1 .* unparked=2$' "$CONSUMER_LOG"
+psql_q "ALTER TABLE parked_messages DROP CONSTRAINT short_payload, DROP CONSTRAINT refuse_all" \
+    >/dev/null
+psql_q "ALTER TABLE shipments DROP CONSTRAINT no_xxx" >/dev/null
+
 # --- SIGTERM while Kafka is silent ---------------------------------------------------------------
 # A container manager sends SIGTERM and SIGKILLs 10 s later (docker's default). With the broker
 # answering nothing (a 60 s round trip: as a host gone without a FIN), closing the member used
