@@ -74,7 +74,8 @@ bool opts_list_append(OptList *list, const char *text)
 
 bool opts_parse_duration(const char *text, long *seconds)
 {
-    if (strcmp(text, "off") == 0 || strcmp(text, "0") == 0) {
+    /* Zero needs no unit, written with any number of digits as "00s" is: "00" is "0". */
+    if (strcmp(text, "off") == 0 || (*text == '0' && text[strspn(text, "0")] == '\0')) {
         *seconds = 0;
         return true;
     }

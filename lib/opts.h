@@ -123,8 +123,8 @@ bool opts_set(const OptDef *opt, void *out, const char *value, const char *sourc
  * key (the text is not echoed anywhere). */
 bool opts_list_append(OptList *list, const char *text) __attribute__((warn_unused_result));
 
-/* Parses a duration: 0 or off, or a count (digits, no sign or blanks) with s, m, h or d (at most
- * ten years). */
+/* Parses a duration: 0 (any number of zeros) or off, or a count (digits, no sign or blanks) with s,
+ * m, h or d (at most ten years). */
 bool opts_parse_duration(const char *text, long *seconds) __attribute__((warn_unused_result));
 
 /* Releases the strings and lists opts_parse stored in out. */

@@ -709,9 +709,9 @@ static void test_parse_duration(void **state)
     const struct {
         const char *text;
         long seconds;
-    } good[] = {{"off", 0},     {"0", 0},      {"0s", 0},
-                {"90s", 90},    {"30m", 1800}, {"72h", 259200},
-                {"7d", 604800}, {"1s", 1},     {"3650d", 3650L * 86400}};
+    } good[] = {{"off", 0},      {"0", 0},       {"0s", 0},   {"00", 0},
+                {"000", 0},      {"00s", 0},     {"90s", 90}, {"30m", 1800},
+                {"72h", 259200}, {"7d", 604800}, {"1s", 1},   {"3650d", 3650L * 86400}};
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         long s = -1;
         if (!opts_parse_duration(good[i].text, &s) || s != good[i].seconds)
