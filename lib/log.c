@@ -154,6 +154,80 @@ static const char *escape_scrubbed(const char *value, EscapeMode mode, char *out
     return out;
 }
 
+/* The longest text line, without its newline. */
+#define LINE_MAX_TEXT 2046
+
+/* The length of the escaped unit at p (p[0] != '\0') as escape_unit writes it: "\xNN",
+ * "\uXXXX", "\UXXXXXXXX", a backslash and one character, or one UTF-8 character. Never past
+ * the string's end. */
+static size_t unit_len(const char *p)
+{
+    size_t n = 1;
+    if (p[0] == '\\' && p[1]) {
+        n = p[1] == 'x' ? 4 : p[1] == 'u' ? 6 : p[1] == 'U' ? 10 : 2;
+    } else {
+        int32_t cp;
+        n = utf8_decode(p, &cp);
+    }
+    size_t have = strnlen(p, n);
+    return have ? have : 1;
+}
+
+/* Ends a line that did not fit (or was cut on the way) so that it stays key=value text: cut
+ * anywhere, it could end inside a quoted value (an unclosed quote makes a logfmt reader take the
+ * rest as one value, or drop the line) or inside a key or an escape. Reads the line as
+ * log_json_line does (fields split by blanks; a value that starts with a quote runs to the
+ * closing one). The field that crosses the limit is kept cut at a character (or escape) boundary
+ * with "..." (and its closing quote) when its key and part of its value fit, else dropped; then
+ * " cut" marks the line (a bare word: "cut":true in JSON, as log_json_line marks its own cuts).
+ * s is at most LINE_MAX_TEXT bytes afterwards. */
+static void end_cut_line(char *s)
+{
+    static const char mark[] = " cut";
+    /* Room kept for "...\"" and the mark. */
+    size_t limit = LINE_MAX_TEXT - 4 - (sizeof(mark) - 1);
+    size_t i = 0, kept = 0; /* kept: the end of the last field that fits whole */
+    while (s[i]) {
+        while (s[i] == ' ')
+            i++;
+        if (!s[i])
+            break;
+        size_t start = i, key_end = start + strcspn(s + start, "= ");
+        size_t end = key_end;
+        bool quoted = s[key_end] == '=' && s[key_end + 1] == '"', open = false;
+        if (s[key_end] == '=') {
+            end = key_end + 1;
+            if (quoted) {
+                for (end++; s[end] && s[end] != '"'; end += unit_len(s + end))
+                    ;
+                open = s[end] != '"'; /* the line ends inside the value */
+                if (!open)
+                    end++;
+            } else {
+                end += strcspn(s + end, " ");
+            }
+        }
+        if (end <= limit && !open) {
+            kept = end;
+            i = end;
+            continue;
+        }
+        /* This field crosses the limit (or its quote is never closed). */
+        size_t value = key_end + 1 + (quoted ? 1 : 0);
+        size_t o = value;
+        if (s[key_end] == '=' && value < limit) {
+            while (s[o] && s[o] != (quoted ? '"' : ' ') && o + unit_len(s + o) <= limit)
+                o += unit_len(s + o);
+        }
+        if (o > value) {
+            memcpy(s + o, quoted ? "...\"" : "...", quoted ? 5 : 4);
+            kept = o + (quoted ? 4 : 3);
+        }
+        break;
+    }
+    memcpy(s + kept, mark, sizeof(mark));
+}
+
 void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
 {
     if (level < min_level)
@@ -172,8 +246,11 @@ void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
         snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s msg=%s",
                  tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                  now.tv_nsec / 1000000, level_names[level], log_quote(msg, quoted, sizeof(quoted)));
+    bool cut = false; /* the line did not fit: end_cut_line ends it */
     if (context && *context && len > 0 && len < (int)sizeof(line) - 1) {
         int n = snprintf(line + len, sizeof(line) - (size_t)len, " %s", context);
+        if (n >= (int)(sizeof(line) - (size_t)len))
+            cut = true;
         if (n > 0)
             len += n;
     }
@@ -187,6 +264,7 @@ void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
         va_copy(again, ap);
         int n = vsnprintf(line + len, room, fields_fmt, ap);
         if (n >= (int)room) {
+            cut = true;
             /* Cut: the scrub below would see only the start of a secret that spans the cut,
              * and leave it. Scrub the whole text, then cut; without memory for it, the fields
              * are dropped rather than risked. */
@@ -205,15 +283,20 @@ void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
         if (n > 0)
             len += n;
     }
-    if (len > (int)sizeof(line) - 2)
+    if (len > (int)sizeof(line) - 2) {
         len = (int)sizeof(line) - 2;
+        cut = true;
+    }
     line[len] = '\0';
     secrets_scrub(line); /* values a caller did not quote (see log_quote) */
     /* The same values may hold a newline, ESC or U+2028 (an event id, a prepared transaction's
      * name: text anyone with INSERT chooses). Escaping what is left over keeps the line one line
-     * for every reader; quoted values are already escaped and pass unchanged. */
-    char escaped[sizeof(line)];
-    escape_into(line, ESC_LINE, escaped, sizeof(escaped) - 1);
+     * for every reader; quoted values are already escaped and pass unchanged. Room for every
+     * byte escaped (at most four times as long): end_cut_line, not the escaper, cuts. */
+    char escaped[4 * sizeof(line)];
+    escape_into(line, ESC_LINE, escaped, sizeof(escaped));
+    if (cut || strlen(escaped) > LINE_MAX_TEXT)
+        end_cut_line(escaped);
     if (line_format == LOG_FORMAT_JSON) {
         /* From the finished, scrubbed, escaped line: one place formats and scrubs either way. */
         char json[4096];

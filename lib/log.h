@@ -30,7 +30,9 @@ bool log_level_parse(const char *name, LogLevel *out);
 const char *log_level_name(LogLevel level);
 
 /* Writes one line: msg is the human message, fields_fmt a printf format for the key=value part
- * (may be NULL or ""). */
+ * (may be NULL or ""). A line longer than 2,046 characters is cut after the last field that fits
+ * (the crossing one cut at a character with "..." and its closing quote, or dropped) and ends
+ * with the bare word "cut". */
 void log_write(LogLevel level, const char *msg, const char *fields_fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

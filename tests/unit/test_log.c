@@ -584,6 +584,102 @@ static void test_write_long_line_is_one_line(void **state)
     free(text);
 }
 
+/* A line cut at its limit stays key=value text: before, it could end inside a quoted value
+ * (no closing quote: a logfmt reader took the rest as one value or dropped the line), and
+ * nothing said it was cut. The field that crosses the limit keeps what fits, cut at a whole
+ * escape, with "..." and its closing quote; " cut" marks the line. */
+static char cut_value[3000];
+
+static void write_cut_quoted(void)
+{
+    /* Each \x01 byte is escaped to the 4 characters \x01: a cut must not split one. */
+    memset(cut_value, '\x01', sizeof(cut_value) - 1);
+    cut_value[sizeof(cut_value) - 1] = '\0';
+    char q[4 * sizeof(cut_value)];
+    log_error("long", "a=1 value=%s", log_quote(cut_value, q, sizeof(q)));
+}
+
+/* Whether the quotes of a log line pair up: a quote after '=' opens a value, a backslash
+ * escapes the next character inside one, and a quote closes it. */
+static bool quotes_closed(const char *line)
+{
+    bool in = false;
+    for (const char *p = line; *p; p++) {
+        if (!in && *p == '"' && p > line && p[-1] == '=')
+            in = true;
+        else if (in && *p == '\\' && p[1])
+            p++;
+        else if (in && *p == '"')
+            in = false;
+    }
+    return !in;
+}
+
+static void test_write_cut_inside_quoted_value(void **state)
+{
+    char *text = capture_stderr(write_cut_quoted);
+    size_t len = strlen(text);
+    assert_true(len <= 2047);
+    assert_ptr_equal(strchr(text, '\n'), text + len - 1);
+    text[len - 1] = '\0';
+    assert_true(quotes_closed(text));
+    const char *end = strstr(text, "...\" cut");
+    assert_non_null(end);
+    assert_ptr_equal(end + strlen("...\" cut"), text + len - 1);
+    /* The kept part of the value is whole escapes: "\x01" repeated. */
+    const char *v = strstr(text, " value=\"");
+    assert_non_null(v);
+    v += strlen(" value=\"");
+    assert_true(end > v);
+    assert_int_equal((end - v) % 4, 0);
+    for (const char *p = v; p < end; p += 4)
+        assert_memory_equal(p, "\\x01", 4);
+    free(text);
+}
+
+static void write_cut_quoted_json(void)
+{
+    log_set_format(LOG_FORMAT_JSON);
+    write_cut_quoted();
+    log_set_format(LOG_FORMAT_TEXT);
+}
+
+static void test_write_cut_json_says_cut(void **state)
+{
+    char *text = capture_stderr(write_cut_quoted_json);
+    size_t len = strlen(text);
+    assert_true(len > 2);
+    assert_int_equal(text[len - 1], '\n');
+    text[len - 1] = '\0';
+    assert_non_null(strstr(text, "\"a\":1,\"value\":\""));
+    const char *tail = "...\",\"cut\":true}";
+    assert_true(len - 1 > strlen(tail));
+    assert_string_equal(text + len - 1 - strlen(tail), tail);
+    free(text);
+}
+
+/* A key that crosses the limit is dropped (a bare word would read as another flag). */
+static void write_cut_in_key(void)
+{
+    char pad[2100];
+    memset(pad, 'p', sizeof(pad) - 1);
+    pad[sizeof(pad) - 1] = '\0';
+    pad[1900] = ' '; /* "pppp... pppp": the second word crosses the limit */
+    log_error("long", "a=%s", pad);
+}
+
+static void test_write_cut_drops_a_cut_key(void **state)
+{
+    char *text = capture_stderr(write_cut_in_key);
+    size_t len = strlen(text);
+    assert_true(len <= 2047);
+    text[len - 1] = '\0';
+    const char *tail = "pp cut"; /* the first field whole, then the mark */
+    assert_string_equal(text + strlen(text) - strlen(tail), tail);
+    assert_null(strstr(text, "pp pp"));
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -625,6 +721,9 @@ int main(void)
         cmocka_unit_test(test_set_get_level),
         cmocka_unit_test(test_write_format_and_filter),
         cmocka_unit_test(test_write_long_line_is_one_line),
+        cmocka_unit_test(test_write_cut_inside_quoted_value),
+        cmocka_unit_test(test_write_cut_json_says_cut),
+        cmocka_unit_test(test_write_cut_drops_a_cut_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
