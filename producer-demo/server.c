@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,16 @@
 #include "order.h"
 
 #define CONNECTION_TIMEOUT_S 30 /* idle keep-alive connections are closed after this */
+/* A request answered before its body (declared over ORDER_BODY_MAX, or its framing refused):
+ * libmicrohttpd stops reading, sends the answer and closes. Closed with the client's body still
+ * arriving, the socket sent a reset: a client that sends its whole body before it reads
+ * (Python's http.client, requests) failed its send with EPIPE/ECONNRESET and never saw the 413
+ * or 400. After the answer, the rest of the body is read and dropped on the connection's own
+ * thread (a lingering close, as nginx and Apache do) until the client closes, the declared
+ * length is in, or these bounds: then the connection is closed (reset if the client still
+ * sends). */
+#define LINGER_S 5.0
+#define LINGER_BYTES (64L * 1024 * 1024)
 
 /* Limits against hostile or broken clients (docs/demos.md#producer-demo-the-order-api), as on the
  * relay's metrics port (relay/io/http.c). One thread serves each connection, so every connection
@@ -41,6 +52,8 @@ typedef struct Request {
     char *body;
     size_t len, cap;
     bool too_large;
+    bool answered_early; /* answered before its body: linger() drops the body after the answer */
+    unsigned long long declared; /* the Content-Length, 0 when none or not a number */
     struct timespec start;
 } Request;
 
@@ -327,6 +340,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (refused) {
             /* Answered before the body is read, and the connection closed after the answer:
              * nothing after these headers is taken as a request. */
+            rq->answered_early = true;
             request_arrived(s, c);
             ApiResponse r = {0};
             api_problem(&r, refused_status, refused);
@@ -338,7 +352,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         /* A declared oversized body is refused before it is read (and before "100 Continue"). */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > ORDER_BODY_MAX) {
-            rq->too_large = true;
+            rq->too_large = rq->answered_early = true;
+            rq->declared = strtoull(cl, NULL, 10);
             request_arrived(s, c);
             ApiResponse r = {0};
             route(s, c, url, method, rq, &r);
@@ -382,11 +397,57 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return ret;
 }
 
+static double mono_s(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+}
+
+/* The lingering close of a request answered before its body (LINGER_S): its answer is sent
+ * (libmicrohttpd closes such a connection after it), so the write side is shut, and what the
+ * client still sends is read and dropped until it closes, the declared length (when told, else
+ * LINGER_BYTES) is in, or LINGER_S pass. Runs on the connection's own thread, with a fixed
+ * buffer. */
+static void linger(struct MHD_Connection *c, const Request *rq)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci || ci->connect_fd == MHD_INVALID_SOCKET)
+        return;
+    int fd = ci->connect_fd;
+    shutdown(fd, SHUT_WR); /* the answer is out: tell the client so (FIN) */
+    unsigned long long left = rq->declared && rq->declared < (unsigned long long)LINGER_BYTES
+                                  ? rq->declared
+                                  : (unsigned long long)LINGER_BYTES;
+    double until = mono_s() + LINGER_S;
+    char sink[16384];
+    while (left > 0) {
+        double wait = until - mono_s();
+        if (wait <= 0)
+            break;
+        struct pollfd p = {fd, POLLIN, 0};
+        int n = poll(&p, 1, (int)(wait * 1000) + 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        ssize_t got = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+            continue;
+        if (got <= 0)
+            break; /* the client closed (or reset) */
+        left = (unsigned long long)got >= left ? 0 : left - (unsigned long long)got;
+    }
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     Server *s = cls;
     Request *rq = *con_cls;
+    if (rq && rq->answered_early && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        linger(c, rq);
     if (rq) {
         free(rq->body);
         free(rq);

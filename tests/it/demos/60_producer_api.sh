@@ -124,6 +124,46 @@ check_eq "bad bodies write nothing (no order, no outbox row, no key)" "$before" 
 head -c 70000 /dev/zero | tr '\0' ' ' >"$T/big.json"
 http POST /orders -H 'Idempotency-Key: big' --data-binary @"$T/big.json"
 check_eq "a body over 64 KiB: 413" 413 "$STATUS"
+# A body declared over 64 KiB is answered before it arrives; the rest of it is read and dropped
+# after the answer (a lingering close), so a client that sends its whole body before it reads
+# (as Python's http.client does) gets the answer. Before the fix the connection was closed with
+# the body still arriving: the send failed (EPIPE or a reset) and the client never saw a status.
+# send_all_then_read METHOD PATH: prints "sent all" or "send failed", the status line, and
+# "closed" when the server closes the connection after the answer.
+send_all_then_read() {
+    python3 - "${API#http://}" "$1" "$2" <<'PY'
+import socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+s = socket.create_connection((host, int(port)), timeout=30)
+head = "%s %s HTTP/1.1\r\nHost: x\r\nIdempotency-Key: huge\r\nContent-Length: %d\r\n\r\n"
+size = 20 * 1000 * 1000
+try:
+    s.sendall((head % (sys.argv[2], sys.argv[3], size)).encode())
+    for _ in range(20):
+        s.sendall(b" " * (size // 20))
+    print("sent all")
+except OSError:
+    print("send failed")
+answer = b""
+try:
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            answer += b"\nclosed"
+            break
+        answer += chunk
+except OSError as e:
+    answer += ("\n%s" % e).encode()
+lines = answer.split(b"\r\n")
+print(lines[0].decode(errors="replace"))
+print(answer.split(b"\n")[-1].decode(errors="replace"))
+PY
+}
+check_eq "a 20 MB body sent whole before reading: the client gets its 413, then the close" \
+    "sent all|HTTP/1.1 413 Content Too Large|closed" \
+    "$(send_all_then_read POST /orders | paste -sd'|')"
+check_eq "...a GET with a 20 MB body: its answer (the body is dropped), then the close" \
+    "sent all|HTTP/1.1 200 OK|closed" "$(send_all_then_read GET /healthz | paste -sd'|')"
 post_order bad-body-key '{"customer_id": "c-ok", "amount_cents": 5, "currency": "EUR"}'
 check_eq "the key of a rejected body is still free: 201, not a replay" "201 " \
     "$STATUS $(hdr Idempotency-Replayed)"
