@@ -300,10 +300,22 @@ static bool read_topics(const Config *cfg, rd_kafka_conf_t *conf, Check *c, long
                                  md->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR
                              ? md->topics[0].partition_cnt
                              : 0;
-        if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        /* The topic's own error in an answer that came (not authorised to describe it, no
+         * leader while it is created or elected) left it without partitions, and every row of
+         * it was reported missing: a FAILED verdict, and a list `replay --missing` would publish
+         * again whole, for a topic that was never read. A topic the broker does not know holds
+         * none of its rows: those are missing, and the line says why. */
+        rd_kafka_resp_err_t topic_err = err == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1
+                                            ? md->topics[0].err
+                                            : RD_KAFKA_RESP_ERR_NO_ERROR;
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR ||
+            (topic_err != RD_KAFKA_RESP_ERR_NO_ERROR &&
+             topic_err != RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)) {
             log_error("cannot read the topic's metadata", "topic=%s error=%s", c->topics[t],
-                      rd_kafka_err2str(err));
+                      rd_kafka_err2str(err != RD_KAFKA_RESP_ERR_NO_ERROR ? err : topic_err));
             ok = false;
+        } else if (topic_err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) {
+            log_warn("the topic does not exist: its rows are missing", "topic=%s", c->topics[t]);
         }
         if (md)
             rd_kafka_metadata_destroy(md);
