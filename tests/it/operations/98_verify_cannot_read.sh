@@ -1,11 +1,13 @@
 #!/bin/bash
-# Proves `outbox-relay verify` tells a topic it could not read from a topic that lost events:
+# Proves `outbox-relay verify` says what it could not check, rather than a verdict on it:
 #  1. a topic whose metadata the broker answers with an error of its own (not authorised to
 #     describe it, no leader while it is created or elected) is a failure to read Kafka (exit 1,
 #     one line naming the topic and the error), not every row of it missing: no row is named
 #     missing, and `--json` prints no missing_events list that `replay --missing` would publish
 #     again whole;
-#  2. once the broker answers again, the same check is ok (the rows were there all along).
+#  2. once the broker answers again, the same check is ok (the rows were there all along);
+#  3. given --on-sent delete (the relay's configuration: it deletes each row it sends) verify
+#     refuses with one line, exit 2, rather than say ok over a window that can hold no row.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -48,3 +50,11 @@ verify
 check_eq "2: verify exits 0 once the topic can be read" 0 $?
 check "2: every row found" grep -q '^verify: ok: window=3600s rows=40 messages=40 missing=0' \
     "$T/verify.out"
+
+# --- 3. ---
+verify --on-sent delete
+check_eq "3: verify --on-sent delete exits 2" 2 $?
+check_eq "3: one line on stderr" 1 "$(wc -l <"$T/verify.err")"
+check "3: the line says why" grep -q "with --on-sent delete the relay deletes each row" \
+    "$T/verify.err"
+check_eq "3: no verdict on stdout" "" "$(cat "$T/verify.out")"
