@@ -33,6 +33,18 @@
 #define REPLAY_COMMIT_TIMEOUT_S 30
 /* replay_batch's answer when its COMMIT was sent and no verdict came back. */
 #define REPLAY_COMMIT_UNKNOWN (-2)
+/* How long each statement of a batch before its COMMIT (BEGIN, the locking SELECT, the update,
+ * the NOTIFY) may go without an answer: this, plus a millisecond a row of --batch-rows (the update
+ * draws a value and writes a row at 6,000-16,000 rows a second, docs/operations.md), plus ten
+ * times what the summary took (it reads the whole selection once; a batch's SELECT, which walks
+ * the table in order from the last batch's end, reads no more of it unless its plan is far
+ * worse: a sparse selection of a large table takes its time, and must not be cut short). Lock
+ * waits end at REPLAY_LOCK_TIMEOUT. A server that stopped (SIGSTOP, a VM paused) or a proxy that
+ * lost it acknowledges every packet and never answers, which the keepalives cannot tell from a
+ * long statement: without a bound replay waited there for ever, silently, and a first Ctrl-C
+ * (which waits for the batch) did nothing. The batch is then given up with its COMMIT never
+ * sent: not replayed. */
+#define REPLAY_STATEMENT_ANSWER_S 30
 
 /* The selection, shared by the summary and the batches. $1: the last {seq} done (exclusive),
  * $2: the highest {seq} when replay started, $3: the database's time then. Rows given new
@@ -112,6 +124,7 @@ typedef struct Selection {
     char rest_to_id[24], rest_sent_before[40]; /* the bounds of the rest (SQL_REPLAY_START) */
     char batch_first[24];                      /* the first {seq} of the batch under way */
     StrBuf seqs, event_ids;                    /* --missing: the ids verify named */
+    long answer_s; /* each statement of a batch before its COMMIT (REPLAY_STATEMENT_ANSWER_S) */
     long long rows, min_seq, max_seq;
     Topic *topics;
     size_t ntopics;
@@ -124,9 +137,12 @@ static double mono_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Runs a template; NULL with e filled in (and nothing logged) on failure. */
-static PGresult *run(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
-                     const char *const *params, ExecStatusType expect, DbError *e)
+/* Runs a template; NULL with e filled in (and nothing logged) on failure. answer_s > 0: given up
+ * (e->conn_lost, the connection mid-statement) after that many seconds without an answer; 0: no
+ * bound (the statements that read the selection once, whose time grows with the table). */
+static PGresult *run_within(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                            const char *const *params, ExecStatusType expect, long answer_s,
+                            DbError *e)
 {
     char err[256];
     char *sql = table_sql(map, conn, tmpl, err, sizeof(err));
@@ -135,7 +151,9 @@ static PGresult *run(PGconn *conn, const TableMap *map, const char *tmpl, int np
         e->sqlstate[0] = '\0';
         return NULL;
     }
-    PGresult *res = db_query(conn, sql, nparams, params, e);
+    e->conn_lost = false;
+    PGresult *res = answer_s > 0 ? admin_query_within(conn, sql, nparams, params, answer_s, e)
+                                 : db_query(conn, sql, nparams, params, e);
     free(sql);
     if (res && PQresultStatus(res) != expect) {
         PQclear(res);
@@ -144,6 +162,12 @@ static PGresult *run(PGconn *conn, const TableMap *map, const char *tmpl, int np
         return NULL;
     }
     return res;
+}
+
+static PGresult *run(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                     const char *const *params, ExecStatusType expect, DbError *e)
+{
+    return run_within(conn, map, tmpl, nparams, params, expect, 0, e);
 }
 
 /* A database error, logged; 2 when it is the input's fault (a timestamp PostgreSQL cannot
@@ -368,10 +392,13 @@ static int confirm(const Selection *s)
  * committed, and the connection is unusable (the caller closes it). */
 static long long replay_batch(PGconn *conn, const Config *cfg, Selection *s, DbError *e)
 {
-    if (!db_exec(conn, "BEGIN", e))
+    long answer_s = s->answer_s;
+    PGresult *res = run_within(conn, &cfg->map, "BEGIN", 0, NULL, PGRES_COMMAND_OK, answer_s, e);
+    if (!res)
         return -1;
-    PGresult *res =
-        run(conn, &cfg->map, SQL_REPLAY_BATCH, REPLAY_NPARAMS + 1, s->params, PGRES_TUPLES_OK, e);
+    PQclear(res);
+    res = run_within(conn, &cfg->map, SQL_REPLAY_BATCH, REPLAY_NPARAMS + 1, s->params,
+                     PGRES_TUPLES_OK, answer_s, e);
     if (!res)
         goto failed;
     long long n = PQntuples(res);
@@ -394,15 +421,18 @@ static long long replay_batch(PGconn *conn, const Config *cfg, Selection *s, DbE
     snprintf(s->batch_first, sizeof(s->batch_first), "%s", PQgetvalue(res, 0, 0));
     snprintf(s->after, sizeof(s->after), "%s", PQgetvalue(res, (int)(n - 1), 0));
     PQclear(res);
-    res = run(conn, &cfg->map, sql.s, 0, NULL, PGRES_COMMAND_OK, e);
+    res = run_within(conn, &cfg->map, sql.s, 0, NULL, PGRES_COMMAND_OK, answer_s, e);
     strbuf_free(&sql);
     if (!res)
         goto failed;
     PQclear(res);
     /* Wakes sleeping relays (they LISTEN; producers notify only when the relays sleep, and an
      * UPDATE fires no wakeup trigger): sent at the commit, once a batch. */
-    if (!db_exec(conn, "NOTIFY " WAKEUP_CHANNEL, e))
+    res = run_within(conn, &cfg->map, "NOTIFY " WAKEUP_CHANNEL, 0, NULL, PGRES_COMMAND_OK, answer_s,
+                     e);
+    if (!res)
         goto failed;
+    PQclear(res);
     res = admin_script_within(conn, "COMMIT", REPLAY_COMMIT_TIMEOUT_S, e);
     if (!res)
         /* An error the server sent is its verdict: rolled back. None (no answer, the connection
@@ -411,7 +441,10 @@ static long long replay_batch(PGconn *conn, const Config *cfg, Selection *s, DbE
     PQclear(res);
     return n;
 failed:
-    db_rollback(conn);
+    /* A statement without an answer left the connection mid-statement: a ROLLBACK would wait
+     * behind it as long. The caller closes the connection, and the server rolls the batch back. */
+    if (!e->conn_lost)
+        db_rollback(conn);
     return -1;
 }
 
@@ -590,9 +623,12 @@ int replay_run(const Config *cfg)
     };
     memcpy(s.params, params, sizeof(params));
 
+    double summary_started = mono_now();
     rc = summarise(conn, cfg, &s);
     if (rc)
         goto done;
+    s.answer_s = REPLAY_STATEMENT_ANSWER_S + cfg->replay_batch_rows / 1000 +
+                 (long)(10.0 * (mono_now() - summary_started));
     if (s.rows == 0) {
         printf("replay: nothing to replay: no sent event matches the selection\n");
         goto done;
