@@ -251,6 +251,24 @@ int admin_dead(const Config *cfg)
     return rc || unprinted ? 1 : 0;
 }
 
+/* Wakes the relays' sleeping sessions (they LISTEN) after a batch that changed rows: an UPDATE
+ * or a DELETE fires no wakeup trigger (that is an INSERT's), so requeued events, and with
+ * --on-poison hold the events a purged one held back, waited for the relays' poll timer
+ * (--poll-interval, up to an hour) rather than going at once. A failure costs that wait, not
+ * the change: said once, not counted against the command. */
+static void wake_relays(PGconn *conn, bool *warned)
+{
+    DbError e;
+    PGresult *res = admin_query(conn, "NOTIFY " WAKEUP_CHANNEL, 0, NULL, &e);
+    if (!res && !*warned) {
+        char q[600];
+        log_warn("cannot wake the relays: the events go at their next poll (--poll-interval)",
+                 "error=%s", log_quote(db_error_text(&e), q, sizeof(q)));
+        *warned = true;
+    }
+    PQclear(res);
+}
+
 /* Runs sql (SQL_REQUEUE or SQL_PURGE_DEAD: $1 the id, or NULL for all) a batch at a time until a
  * batch comes back short, and reports how many rows it changed as `verb`. A failure after some
  * batches leaves them changed (each was committed) and says how many. A batch that gets no
@@ -265,7 +283,7 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb)
     snprintf(id, sizeof(id), "%ld", cfg->id);
     snprintf(batch, sizeof(batch), "%d", ADMIN_DEAD_BATCH);
     long n = 0;
-    bool failed = false, no_verdict = false;
+    bool failed = false, no_verdict = false, warned = false;
     DbError e;
     for (;;) {
         const char *params[3] = {cfg->all ? NULL : id, *after ? after : NULL, batch};
@@ -280,6 +298,8 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb)
             snprintf(after, sizeof(after), "%s", PQgetvalue(res, 0, 1));
         PQclear(res);
         n += rows;
+        if (rows > 0)
+            wake_relays(conn, &warned);
         if (rows < ADMIN_DEAD_BATCH)
             break;
     }
