@@ -173,7 +173,9 @@ static PGresult *run(PGconn *conn, const TableMap *map, const char *tmpl, int np
 /* A database error, logged; 2 when it is the input's fault (a timestamp PostgreSQL cannot
  * read: class 22) while reads_input (the statements that read the selection's options), else 1.
  * A batch's class 22 is a row's or a trigger's (the options were read before it), and comes
- * after other batches may have committed: exit 2 would say nothing changed. */
+ * after other batches may have committed: exit 2 would say nothing changed. A batch's 42501 is
+ * the update's (the reads before it worked); a read's is a missing SELECT, which the hint about
+ * UPDATE on the order column only misled (a dry run needs no UPDATE at all). */
 static int db_failed(const char *what, const DbError *e, bool reads_input)
 {
     char q[600];
@@ -181,7 +183,7 @@ static int db_failed(const char *what, const DbError *e, bool reads_input)
         fprintf(stderr, "outbox-relay: replay: bad selection: %s\n", db_error_text(e));
         return 2;
     }
-    if (strcmp(e->sqlstate, "42501") == 0)
+    if (!reads_input && strcmp(e->sqlstate, "42501") == 0)
         log_error("replay needs UPDATE on the order column (it gives each event a new value from "
                   "the sequence): run it as the table's owner, as migrate",
                   "error=%s", log_quote(db_error_text(e), q, sizeof(q)));
