@@ -56,12 +56,12 @@ static const char *owner_at(PGresult *owners, int i, int col)
 }
 
 /* False (an error logged) when the object cannot be built: a text that is not UTF-8 (a role
- * name in a SQL_ASCII database may hold any bytes). */
+ * name in a SQL_ASCII database may hold any bytes). relays NULL: a standby, sessions null. */
 static bool print_json(PGresult *backlog, long long sent_minute, PGresult *relays, PGresult *owners)
 {
-    json_t *list = json_array();
+    json_t *list = relays ? json_array() : json_null();
     bool whole = true; /* json_array_append_new takes a NULL silently: the session would vanish */
-    for (int i = 0; i < PQntuples(relays); i++) {
+    for (int i = 0; relays && i < PQntuples(relays); i++) {
         const char *app = owner_at(owners, i, 0), *user = owner_at(owners, i, 1);
         json_t *session = json_pack(
             "{s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "slot", (json_int_t)int_at(relays, i, 0),
@@ -108,6 +108,11 @@ static void print_text(PGresult *backlog, long long sent_minute, PGresult *relay
     else
         printf("throughput:     %.1f events/s (%lld sent in the last 60 s)\n",
                (double)sent_minute / 60.0, sent_minute);
+    if (!relays) {
+        printf("relay sessions: - (a standby: the relays' sessions and their locks are on the "
+               "primary)\n");
+        return;
+    }
     int n = PQntuples(relays);
     long long lanes = 0;
     for (int i = 0; i < n; i++)
@@ -146,12 +151,25 @@ int status_run(const Config *cfg)
     PGresult *throughput =
         backlog && counted ? admin_exec(conn, &cfg->map, SQL_THROUGHPUT, 0, NULL, PGRES_TUPLES_OK)
                            : NULL;
-    PGresult *relays = backlog && (throughput || !counted)
+    /* A standby (status may read one) has none of the relays' sessions: they, and the advisory
+     * locks SQL_RELAYS reads, are on the primary, and its pg_locks said "0 active", as if no
+     * relay ran. */
+    DbError e;
+    PGresult *recovery =
+        backlog && (throughput || !counted)
+            ? admin_query(conn, "SELECT pg_catalog.pg_is_in_recovery()", 0, NULL, &e)
+            : NULL;
+    if (backlog && (throughput || !counted) && !recovery) {
+        char q[600];
+        log_error("query failed", "error=%s", log_quote(e.message, q, sizeof(q)));
+    }
+    bool standby = recovery && strcmp(PQgetvalue(recovery, 0, 0), "t") == 0;
+    PGresult *relays = recovery && !standby
                            ? admin_exec(conn, &cfg->map, SQL_RELAYS, 0, NULL, PGRES_TUPLES_OK)
                            : NULL;
-    if (relays) {
+    if (relays || standby) {
         long long sent_minute = counted ? int_at(throughput, 0, 0) : -1; /* -1: not counted */
-        PGresult *owners = session_owners(conn, relays);
+        PGresult *owners = relays ? session_owners(conn, relays) : NULL;
         rc = 0;
         if (cfg->json)
             rc = print_json(backlog, sent_minute, relays, owners) ? 0 : 1;
@@ -162,6 +180,7 @@ int status_run(const Config *cfg)
     PQclear(backlog);
     PQclear(throughput);
     PQclear(relays);
+    PQclear(recovery);
     PQfinish(conn);
     return rc;
 }
