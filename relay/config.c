@@ -1046,7 +1046,11 @@ static bool database_load(Config *db, const Config *base, bool sessions_default,
             continue;
         snprintf(source, sizeof(source), "databases \"%s\": key \"%s\"", db->database_name, key);
         const OptDef *opt = opts_find(&spec, key, strlen(key));
-        if (!opt || !database_key(opt->name))
+        /* A key no option has (a typo) is said so, as the config file says it: "the process's
+         * options go outside the list" sent the reader to look for an option that is none. */
+        if (!opt)
+            return optval_fail(err, errlen, "%s: unknown key", source);
+        if (!database_key(opt->name))
             return optval_fail(err, errlen,
                                "%s: not a per-database option (the process's options go outside "
                                "the list)",

@@ -1619,6 +1619,8 @@ static void test_databases_errors(void **state)
     } cases[] = {
         {"[{\"name\": \"a\", \"database-url\": \"x\", \"brokers\": \"y\"}]",
          "databases \"a\": key \"brokers\": not a per-database option"},
+        {"[{\"name\": \"a\", \"database-url\": \"x\", \"sesions\": 2}]",
+         "databases \"a\": key \"sesions\": unknown key"},
         {"[{\"name\": \"a\"}]", "databases \"a\": missing database-url or database-url-file"},
         {"[{\"name\": \"A b\", \"database-url\": \"x\"}]", "databases[0]: \"name\" must be"},
         {"[{\"name\": \"a\", \"database-url\": \"x\"}, {\"name\": \"a\", \"database-url\": \"y\"}]",
