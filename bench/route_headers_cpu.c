@@ -5,8 +5,8 @@
  *
  *   W=$PWD; for v in old new; do
  *     cc -O2 -std=c11 -D_GNU_SOURCE -I/usr/include/postgresql -I$W/lib -I$W/relay \
- *        -I$W/relay/outbox bench/route_headers_cpu.c route_$v.c $W/lib/utf8.c $W/lib/log.c \
- *        $W/lib/log_json.c $W/lib/secrets.c -o /tmp/route_headers_cpu.$v \
+ *        -I$W/relay/outbox bench/route_headers_cpu.c route_$v.c $W/lib/jsontext.c $W/lib/utf8.c \
+ *        $W/lib/log.c $W/lib/log_json.c $W/lib/secrets.c -o /tmp/route_headers_cpu.$v \
  *        -lrdkafka -ljansson -lpq; done
  *   /tmp/route_headers_cpu.old 1000000; /tmp/route_headers_cpu.new 1000000
  *

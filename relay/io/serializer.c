@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsontext.h"
 #include "log.h"
 #include "registry.h"
 #include "utf8.h"
@@ -185,15 +186,6 @@ static bool token_inexact(const char *text, size_t len)
     return real && first && last - first + 1 > DBL_DIG;
 }
 
-/* The length of the number token at p (at most len bytes). */
-static size_t token_len(const char *p, size_t len)
-{
-    size_t n = 0;
-    while (n < len && p[n] && strchr("0123456789.+-eE", p[n]))
-        n++;
-    return n;
-}
-
 /* The payload's text walked beside jansson's tree of it, to find which json_t reals were
  * written with more digits than a double keeps. They are found by identity, not by their double:
  * {"price": 0.1, "x": 0.10000000000000000001} has two reals of the double 0.1 and only x's is
@@ -216,17 +208,22 @@ typedef struct Walk {
 
 static void walk_ws(Walk *w)
 {
-    while (w->i < w->len && strchr(" \t\r\n", w->p[w->i]) && w->p[w->i])
-        w->i++;
+    w->i = (size_t)(jsontext_ws(w->p + w->i, w->p + w->len) - w->p);
 }
 
 /* Skips the string at w->i (its opening quote). */
 static void walk_string(Walk *w)
 {
-    for (w->i++; w->i < w->len && w->p[w->i] != '"'; w->i++)
-        if (w->p[w->i] == '\\')
-            w->i++;
-    w->i++;
+    w->i = (size_t)(jsontext_string(w->p + w->i, w->p + w->len) - w->p);
+}
+
+/* Skips the value at w->i (jsontext_value: a string, a number, a literal, or a whole object or
+ * array); returns its length. */
+static size_t walk_skip(Walk *w)
+{
+    size_t at = w->i;
+    w->i = (size_t)(jsontext_value(w->p + w->i, w->p + w->len) - w->p);
+    return w->i - at;
 }
 
 typedef struct Mark {
@@ -291,9 +288,9 @@ static int node_order(const void *a, const void *b)
     return (uintptr_t)*x < (uintptr_t)*y ? -1 : (uintptr_t)*x > (uintptr_t)*y;
 }
 
-/* Records node's token (n bytes at w->i). A key given twice records its node twice: the later
- * token is the one jansson kept (number_text takes the last). */
-static void walk_num(Walk *w, const json_t *node, size_t n)
+/* Records node's token (n bytes at w->p + at). A key given twice records its node twice: the
+ * later token is the one jansson kept (number_text takes the last). */
+static void walk_num(Walk *w, const json_t *node, size_t at, size_t n)
 {
     if (!json_is_number(node) || w->oom)
         return;
@@ -307,7 +304,7 @@ static void walk_num(Walk *w, const json_t *node, size_t n)
         w->nums = more;
         w->cap_nums = cap;
     }
-    w->nums[w->n_nums++] = (NumText){node, w->i, n};
+    w->nums[w->n_nums++] = (NumText){node, at, n};
 }
 
 /* The value at w->i, node being jansson's node for it (NULL: none, as below a key another
@@ -320,16 +317,7 @@ static void walk_value(Walk *w, const json_t *node, int depth)
         return;
     char c = w->p[w->i];
     if ((c == '{' || c == '[') && depth > DEPTH_MAX + 1) {
-        int open = 0;
-        do {
-            if (w->p[w->i] == '"') {
-                walk_string(w);
-                continue;
-            }
-            open += w->p[w->i] == '{' || w->p[w->i] == '[';
-            open -= w->p[w->i] == '}' || w->p[w->i] == ']';
-            w->i++;
-        } while (open > 0 && w->i < w->len);
+        walk_skip(w);
         return;
     }
     if (c == '{') {
@@ -343,7 +331,7 @@ static void walk_value(Walk *w, const json_t *node, int depth)
             const char *key = w->p + start + 1;
             size_t key_len = w->i - start - 2;
             const json_t *child = NULL;
-            if (json_is_object(node) && w->i <= w->len) {
+            if (json_is_object(node) && w->i - start >= 2) {
                 if (!memchr(key, '\\', key_len)) {
                     child = json_object_getn(node, key, key_len);
                 } else {
@@ -377,18 +365,14 @@ static void walk_value(Walk *w, const json_t *node, int depth)
                 break;
         }
         w->i++; /* the ']' */
-    } else if (c == '"') {
-        walk_string(w);
     } else if (c == '-' || (c >= '0' && c <= '9')) {
-        size_t n = token_len(w->p + w->i, w->len - w->i);
+        size_t at = w->i, n = walk_skip(w);
         if (w->want_nums)
-            walk_num(w, node, n);
+            walk_num(w, node, at, n);
         else
-            walk_mark(w, node, token_inexact(w->p + w->i, n));
-        w->i += n;
+            walk_mark(w, node, token_inexact(w->p + at, n));
     } else {
-        while (w->i < w->len && w->p[w->i] >= 'a' && w->p[w->i] <= 'z')
-            w->i++; /* true, false, null */
+        walk_skip(w); /* a string, true, false, null */
     }
 }
 
@@ -401,18 +385,14 @@ static const json_t **inexact_reals(const char *payload, size_t len, const json_
 {
     *n = 0;
     bool any = false;
-    for (size_t i = 0; i < len && !any; i++) {
-        if (payload[i] == '"') {
-            for (i++; i < len && payload[i] != '"'; i++)
-                if (payload[i] == '\\')
-                    i++;
-            continue;
+    for (const char *p = payload, *end = payload + len; p < end && !any;) {
+        if (*p == '"' || *p == '-' || (*p >= '0' && *p <= '9')) {
+            const char *after = jsontext_value(p, end); /* a string or a number */
+            any = *p != '"' && token_inexact(p, (size_t)(after - p));
+            p = after;
+        } else {
+            p++;
         }
-        if (payload[i] != '-' && (payload[i] < '0' || payload[i] > '9'))
-            continue;
-        size_t token = token_len(payload + i, len - i);
-        any = token_inexact(payload + i, token);
-        i += token - 1; /* the loop's i++ comes back to the character after the number */
     }
     if (!any)
         return NULL;
