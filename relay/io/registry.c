@@ -323,14 +323,9 @@ static bool entry_fill(Entry *e, const char *body, char *why, size_t whylen)
     return e->schema_text != NULL;
 }
 
-/* Unlinks e from the cache (its list and its bucket) and frees it. */
-static void entry_drop(Registry *r, Entry *e)
+/* Takes e out of the cache's list (not out of its hash bucket). */
+static void entry_unlink(Registry *r, Entry *e)
 {
-    for (Entry **p = &r->buckets[e->hash & (r->n_buckets - 1)]; *p; p = &(*p)->hnext)
-        if (*p == e) {
-            *p = e->hnext;
-            break;
-        }
     if (e->prev)
         e->prev->next = e->next;
     else
@@ -339,6 +334,30 @@ static void entry_drop(Registry *r, Entry *e)
         e->next->prev = e->prev;
     else
         r->last = e->prev;
+    e->prev = e->next = NULL;
+}
+
+/* Puts e, which is in no list, at the front of the cache's list: the most recently looked up. */
+static void entry_push_front(Registry *r, Entry *e)
+{
+    e->prev = NULL;
+    e->next = r->entries;
+    if (r->entries)
+        r->entries->prev = e;
+    else
+        r->last = e;
+    r->entries = e;
+}
+
+/* Unlinks e from the cache (its list and its bucket) and frees it. */
+static void entry_drop(Registry *r, Entry *e)
+{
+    for (Entry **p = &r->buckets[e->hash & (r->n_buckets - 1)]; *p; p = &(*p)->hnext)
+        if (*p == e) {
+            *p = e->hnext;
+            break;
+        }
+    entry_unlink(r, e);
     r->n_entries--;
     free(e->subject);
     free(e->schema_text);
@@ -734,16 +753,9 @@ static Entry *entry_find(Registry *r, const char *subject)
     Entry *e = r->buckets[h & (r->n_buckets - 1)];
     while (e && (e->hash != h || strcmp(e->subject, subject) != 0))
         e = e->hnext;
-    if (e && e != r->entries) { /* to the front of the list */
-        e->prev->next = e->next;
-        if (e->next)
-            e->next->prev = e->prev;
-        else
-            r->last = e->prev;
-        e->prev = NULL;
-        e->next = r->entries;
-        r->entries->prev = e;
-        r->entries = e;
+    if (e && e != r->entries) {
+        entry_unlink(r, e);
+        entry_push_front(r, e);
     }
     return e;
 }
@@ -776,12 +788,7 @@ static Entry *entry_add(Registry *r, const char *subject)
     e->hash = subject_hash(r, subject);
     e->hnext = r->buckets[e->hash & (r->n_buckets - 1)];
     r->buckets[e->hash & (r->n_buckets - 1)] = e;
-    e->next = r->entries;
-    if (r->entries)
-        r->entries->prev = e;
-    else
-        r->last = e;
-    r->entries = e;
+    entry_push_front(r, e);
     r->n_entries++;
     return e;
 }
