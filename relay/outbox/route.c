@@ -386,6 +386,70 @@ static char *compact_value(const char *json, const char *json_end, json_int_t of
     return text;
 }
 
+static bool digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* True when p[0, n) is one JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static bool number_token(const char *p, size_t n)
+{
+    size_t i = p[0] == '-';
+    if (i >= n || !digit(p[i]))
+        return false;
+    if (p[i++] != '0')
+        while (i < n && digit(p[i]))
+            i++;
+    if (i < n && p[i] == '.') {
+        if (++i >= n || !digit(p[i]))
+            return false;
+        while (i < n && digit(p[i]))
+            i++;
+    }
+    if (i < n && (p[i] == 'e' || p[i] == 'E')) {
+        i++;
+        if (i < n && (p[i] == '+' || p[i] == '-'))
+            i++;
+        if (i >= n || !digit(p[i]))
+            return false;
+        while (i < n && digit(p[i]))
+            i++;
+    }
+    return i == n;
+}
+
+/* json (end its NUL) read by jansson with each of its numbers written as 0 padded with spaces to
+ * the number's length: for a text whose numbers jansson cannot hold (an integer beyond a long
+ * long, a real beyond a double: jsonb takes both), where only the object's shape and names are
+ * wanted from jansson. The offsets stay those of json. A token that is not a JSON number is left
+ * as it is, for jansson to refuse. NULL with jerr set when jansson refuses the copy or out of
+ * memory. */
+static json_t *loads_numbers_zeroed(const char *json, const char *end, json_error_t *jerr)
+{
+    size_t len = (size_t)(end - json);
+    char *copy = malloc(len + 1);
+    if (!copy) {
+        snprintf(jerr->text, sizeof(jerr->text), "out of memory");
+        return NULL;
+    }
+    memcpy(copy, json, len + 1);
+    for (char *p = copy, *e = copy + len; p < e;) {
+        if (*p != '"' && *p != '-' && !digit(*p)) {
+            p++;
+            continue;
+        }
+        char *after = (char *)jsontext_value(p, e); /* a string or a number */
+        if (*p != '"' && number_token(p, (size_t)(after - p))) {
+            *p = '0';
+            memset(p + 1, ' ', (size_t)(after - p - 1));
+        }
+        p = after;
+    }
+    json_t *obj = json_loads(copy, 0, jerr);
+    free(copy);
+    return obj;
+}
+
 /* Adds the entries of one JSON object of headers; *count and *bytes carry the totals over the
  * row's objects, so the limits hold for the row as a whole. */
 static bool add_row_headers(rd_kafka_headers_t *hdrs, const char *json, bool identity_headers,
@@ -397,11 +461,10 @@ static bool add_row_headers(rd_kafka_headers_t *hdrs, const char *json, bool ide
     const char *end = json + strlen(json); /* for value_offsets and compact_value */
     json_error_t jerr;
     json_t *obj = json_loads(json, 0, &jerr);
-    /* An integer beyond a long long (12345678901234567890, which jsonb takes) is only read here:
-     * its header is the column's text (compact_value), so jansson's reading of it does not
-     * matter. */
+    /* A number jansson cannot hold (12345678901234567890, 1e400) is only read here: its header
+     * is the column's text (compact_value), so jansson's reading of it does not matter. */
     if (!obj && json_error_code(&jerr) == json_error_numeric_overflow)
-        obj = json_loads(json, JSON_DECODE_INT_AS_REAL, &jerr);
+        obj = loads_numbers_zeroed(json, end, &jerr);
     if (!obj || !json_is_object(obj)) {
         snprintf(err, errlen, "headers column is not a JSON object%s%s", obj ? "" : ": ",
                  obj ? "" : jerr.text);

@@ -635,6 +635,39 @@ static void test_headers_numbers_as_written(void **state)
     rd_kafka_headers_destroy(hdrs);
 }
 
+/* From this review: a real beyond a double (1e400, 1E+999: jsonb and json take both) failed the
+ * row as "headers column is not a JSON object: real number overflow", though the header is the
+ * column's text and the column a JSON object; only integers beyond a long long were let through.
+ * Any number is now sent as written, and text that is not JSON is still refused. */
+static void test_headers_numbers_beyond_a_double(void **state)
+{
+    OutboxRow row = make_row("Order", "OrderCreated",
+                             "{\"x\": 1e400, \"b\": [1E+999, {\"c\": -0.5e-999}],"
+                             " \"i\": 12345678901234567890, \"s\": \"1e400\"}");
+    char err[256] = "";
+    rd_kafka_headers_t *hdrs = route_headers(&row, false, err, sizeof(err));
+    if (!hdrs)
+        fail_msg("refused: %s", err);
+    assert_int_equal(rd_kafka_header_cnt(hdrs), 5);
+    assert_header(hdrs, 0, "x", "1e400");
+    assert_header(hdrs, 1, "b", "[1E+999,{\"c\":-0.5e-999}]");
+    assert_header(hdrs, 2, "i", "12345678901234567890");
+    assert_header(hdrs, 3, "s", "1e400");
+    rd_kafka_headers_destroy(hdrs);
+    /* Not JSON beside a number too large: refused as before, whatever jansson found first. */
+    const char *bad[] = {"{\"x\": 1e400, \"y\": -}", "{\"x\": 1e400x}", "{\"x\": 1e400, \"y\": 01}",
+                         "{\"x\": 1e400, \"y\": 1.}", "{\"x\": 1e400, \"y\": 2e}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        row = make_row("Order", "OrderCreated", bad[i]);
+        hdrs = route_headers(&row, false, err, sizeof(err));
+        if (hdrs) {
+            rd_kafka_headers_destroy(hdrs);
+            fail_msg("headers column '%s' accepted", bad[i]);
+        }
+        assert_err_line(err, "headers column is not a JSON object");
+    }
+}
+
 static void test_headers_not_an_object(void **state)
 {
     const char *bad[] = {"[1, 2]", "\"text\"", "42", "null", "{", "", "{\"a\": 1} trailing"};
@@ -749,6 +782,7 @@ int main(void)
         cmocka_unit_test(test_headers_reserved_dropped),
         cmocka_unit_test(test_headers_non_string_values),
         cmocka_unit_test(test_headers_flat_same_as_jansson),
+        cmocka_unit_test(test_headers_numbers_beyond_a_double),
         cmocka_unit_test(test_headers_not_an_object),
         cmocka_unit_test(test_headers_numbers_as_written),
         cmocka_unit_test(test_headers_debezium_style),
