@@ -94,17 +94,27 @@ void pg_hosts_free(PgHost *hosts, int n)
     free(hosts);
 }
 
-/* The value the connection string gives a keyword, else the environment's (PGHOST...). */
-static const char *option_value(const PQconninfoOption *parsed, const PQconninfoOption *defaults,
-                                const char *keyword)
+/* The value the connection string gives a keyword. */
+static const char *option_value(const PQconninfoOption *parsed, const char *keyword)
 {
     for (const PQconninfoOption *o = parsed; o && o->keyword; o++)
         if (strcmp(o->keyword, keyword) == 0 && o->val)
             return o->val;
-    for (const PQconninfoOption *o = defaults; o && o->keyword; o++)
-        if (strcmp(o->keyword, keyword) == 0 && o->envvar && o->val && getenv(o->envvar))
-            return o->val;
     return NULL;
+}
+
+/* The value libpq would connect with for keyword: the string's, else its service's
+ * (pg_service.conf), else the environment's (envvar); a copy in *out (NULL: none). False only
+ * when out of memory. The host, hostaddr and port must come from all three: a host that only the
+ * service file names, left for libpq to fill in, was looked up by libpq itself inside
+ * PQconnectPoll, a getaddrinfo that blocked the event loop for as long as the nameserver took. */
+static bool effective_value(const PQconninfoOption *parsed, const char *keyword, const char *envvar,
+                            char **out)
+{
+    char from[80];
+    if (db_effective_value(parsed, keyword, envvar, out, from, sizeof(from)))
+        return true;
+    return *out == NULL && (!envvar || !getenv(envvar)); /* unset, or out of memory */
 }
 
 /* Splits the connection string into one target per host, and the parameters every attempt
@@ -116,10 +126,10 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
     char *why = NULL;
     plan->parsed = PQconninfoParse(conninfo, &why);
     PQfreemem(why);
-    PQconninfoOption *defaults = PQconndefaults();
-    const char *host = option_value(plan->parsed, defaults, "host");
-    const char *hostaddr = option_value(plan->parsed, defaults, "hostaddr");
-    const char *port = option_value(plan->parsed, defaults, "port");
+    char *host = NULL, *hostaddr = NULL, *port = NULL;
+    bool found = effective_value(plan->parsed, "host", "PGHOST", &host) &&
+                 effective_value(plan->parsed, "hostaddr", "PGHOSTADDR", &hostaddr) &&
+                 effective_value(plan->parsed, "port", "PGPORT", &port);
     /* The string's, else its service's (pg_service.conf), else PGCONNECT_TIMEOUT: libpq's order.
      * Zero or less is libpq's "no limit", which the relay's own timer must not take over. */
     char *timeout = NULL, from[80];
@@ -127,7 +137,10 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
         plan->parsed && db_effective_value(plan->parsed, "connect_timeout", "PGCONNECT_TIMEOUT",
                                            &timeout, from, sizeof(from));
     PgHost *hosts = NULL;
-    int n = pg_hosts_split(host, hostaddr, port, &hosts);
+    int n = found ? pg_hosts_split(host, hostaddr, port, &hosts) : 0;
+    free(host);
+    free(hostaddr);
+    free(port);
     plan->connect_timeout_s =
         has_timeout && atoi(timeout) > 0 ? atoi(timeout) : PG_PLAN_CONNECT_TIMEOUT_S;
     free(timeout);
@@ -167,8 +180,7 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
             db_effective_value(plan->parsed, "options", "PGOPTIONS", &user, from, sizeof(from));
         plan->options = db_startup_options(has_user ? user : NULL);
         free(user);
-        const char *options =
-            plan->options ? plan->options : option_value(plan->parsed, NULL, "options");
+        const char *options = plan->options ? plan->options : option_value(plan->parsed, "options");
         if (options) {
             plan->keys[plan->nparams] = "options";
             plan->values[plan->nparams++] = options;
@@ -183,7 +195,7 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
                                                   "tcp_user_timeout"};
     long keepalive_vals[5] = {1, t / 3000 > 0 ? t / 3000 : 1, t / 9000 > 0 ? t / 9000 : 1, 3, t};
     for (int i = 0; ok && i < 5; i++) {
-        if (option_value(plan->parsed, NULL, keepalive_keys[i]))
+        if (option_value(plan->parsed, keepalive_keys[i]))
             continue; /* the user's setting wins */
         snprintf(plan->keepalive_values[i], sizeof(plan->keepalive_values[i]), "%ld",
                  keepalive_vals[i]);
@@ -193,8 +205,7 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
     /* Names the connection in pg_stat_activity ("outbox-relay session-0"), so an operator can
      * tell the relay's sessions apart from each other and from the applications; a libpq
      * fallback, so the string's own application_name wins. */
-    if (ok && app && plan->parsed &&
-        !option_value(plan->parsed, NULL, "fallback_application_name")) {
+    if (ok && app && plan->parsed && !option_value(plan->parsed, "fallback_application_name")) {
         snprintf(plan->app_name, sizeof(plan->app_name), "%s", app);
         plan->keys[plan->nparams] = "fallback_application_name";
         plan->values[plan->nparams++] = plan->app_name;
@@ -215,7 +226,6 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
         ok = tg->shown != NULL;
     }
     pg_hosts_free(hosts, n);
-    PQconninfoFree(defaults);
     return ok;
 }
 

@@ -202,11 +202,56 @@ static void test_service_options_and_timeout(void **state)
     unlink(path);
 }
 
+/* A host that only the service file names is the plan's to look up (off the loop, resolve.h), as
+ * a URL's is: left unset, libpq filled it in from the file and looked it up inside PQconnectPoll,
+ * on the loop. libpq's order: the string's, else the service's, else PGHOST/PGPORT; each keyword
+ * on its own. */
+static void test_service_host_is_planned(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/test_pg_serviceXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char text[] = "[svc]\nhost=db1.example,db2.example\nport=6543\n"
+                        "[addr]\nhostaddr=10.0.0.9\n";
+    assert_int_equal(write(fd, text, sizeof(text) - 1), (ssize_t)(sizeof(text) - 1));
+    close(fd);
+    unsetenv("PGSERVICE");
+    unsetenv("PGHOSTADDR");
+    setenv("PGSERVICEFILE", path, 1);
+    setenv("PGHOST", "env.example", 1);
+    setenv("PGPORT", "7000", 1);
+    PgPlan plan = {0};
+    assert_true(pg_plan_make(&plan, "service=svc dbname=x", 30000, NULL));
+    assert_int_equal(plan.ntargets, 2);
+    assert_host(&plan.targets[0].addr, "db1.example", NULL, "6543");
+    assert_host(&plan.targets[1].addr, "db2.example", NULL, "6543");
+    pg_plan_free(&plan);
+    /* The string's host wins over the service's; the service's port over PGPORT. */
+    assert_true(pg_plan_make(&plan, "service=svc host=url.example dbname=x", 30000, NULL));
+    assert_int_equal(plan.ntargets, 1);
+    assert_host(&plan.targets[0].addr, "url.example", NULL, "6543");
+    pg_plan_free(&plan);
+    /* PGSERVICE names the service when the string does not; what the file leaves unset comes
+     * from the environment. */
+    setenv("PGSERVICE", "addr", 1);
+    assert_true(pg_plan_make(&plan, "dbname=x", 30000, NULL));
+    assert_int_equal(plan.ntargets, 1);
+    assert_host(&plan.targets[0].addr, "env.example", "10.0.0.9", "7000");
+    pg_plan_free(&plan);
+    unsetenv("PGSERVICE");
+    unsetenv("PGHOST");
+    unsetenv("PGPORT");
+    unsetenv("PGSERVICEFILE");
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_names_the_host),
         cmocka_unit_test(test_service_options_and_timeout),
+        cmocka_unit_test(test_service_host_is_planned),
         cmocka_unit_test(test_pairs_hosts_and_ports),
         cmocka_unit_test(test_single_or_no_port),
         cmocka_unit_test(test_hostaddr_and_empty_elements),

@@ -29,6 +29,11 @@
 #  7. a name with two addresses, the first silent (it takes the connection and never answers, as
 #     a host that died does): connect_timeout bounds each address, so the relay connects to the
 #     second and delivers (one timeout for the whole list retried the silent one for ever).
+#  8. the hanging name given only by a service file (pg_service.conf, the URL naming the service):
+#     looked up off the loop like a URL's, so /healthz answers while it hangs and the failure
+#     comes at the service's connect_timeout (libpq, left to fill the host in, looked it up
+#     inside PQconnectPoll, on the loop); and with PGHOST and PGPORT set (as here), the service's
+#     host and port still win, as in libpq (the relay took the variables' and connected there).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 # shellcheck source=tests/netns_lib.sh
@@ -258,4 +263,32 @@ check "7: ... and its timeout names the host and the address" grep -qF \
 check_delivered silent
 relay_stop 5
 check_eq "7: the relay exits 0" 0 $?
+
+# --- 8. the hanging name from a service file ---
+printf '[stall]\nhost=%s\nport=%s\ndbname=outbox\nuser=postgres\nconnect_timeout=3\n' \
+    "$STALL_NAME" "$PGPORT" >"$T/pg_service.conf"
+with_resolv "$T/resolv.stall"
+SAVED_HOST=$PGHOST
+unset PGHOST # the service's host alone
+PGSERVICEFILE=$T/pg_service.conf relay_start --brokers "$BROKERS" --database-url "service=stall" \
+    --metrics-listen 127.0.0.1:0 --sessions 1
+export PGHOST=$SAVED_HOST
+metrics_wait
+sleep 1 # the lookup has started; on the loop, it would hold /healthz for 30 s
+check_eq "8: a service file's host: /healthz answers while its lookup hangs" 200 \
+    "$(http_code /healthz)"
+stalled() { # stalled: the failure names the hanging name, at the service's connect_timeout
+    grep -qE "could not translate host name \\\\\"$STALL_NAME\\\\\" to address: no address within 3 s" \
+        "$RELAY_LOG"
+}
+wait_for "8: ... and the failure names the name, at the service's connect_timeout" 10 stalled
+relay_stop 5
+check_eq "8: the relay exits 0" 0 $?
+# PGHOST and PGPORT name the test's PostgreSQL: libpq takes the service's host over them.
+PGSERVICEFILE=$T/pg_service.conf relay_start --brokers "$BROKERS" --database-url "service=stall" \
+    --sessions 1
+wait_for "8: with PGHOST set, the service's host is still the one tried" 10 stalled
+check "8: ... and nothing connected to PGHOST's server" lacks "$RELAY_LOG" "postgres connected"
+relay_stop 5
+check_eq "8: the relay exits 0" 0 $?
 RELAY_WRAP=()
