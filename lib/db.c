@@ -547,32 +547,56 @@ static void on_notice(void *arg, const char *message)
     log_debug("postgres notice", "message=%s", log_quote(line, q, sizeof(q)));
 }
 
-PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errlen)
+/* Whether the user sets keyword for a connection to opts' string: in the string, its service
+ * file or envvar (NULL: libpq reads none for it), where libpq would take it from. */
+static bool user_sets(const PQconninfoOption *opts, const char *keyword, const char *envvar)
 {
-    /* Entries are applied in order and the expanded dbname (the user's string) comes last, so
-     * anything the string sets wins over these fallbacks (a service file's or a PG* variable's
-     * values do not: libpq fills those in only where nothing is set). The keepalives and
-     * tcp_user_timeout make a silent network (a partition, a host gone) an error within about 30 s
-     * instead of a wait of hours on the kernel's defaults, whether the connection waits for an
-     * answer or for the acknowledgement of what it sent: a command blocked that long would hold its
-     * transaction's locks, and the relays' claim floor, as long. */
-    const char *keys[] = {"connect_timeout",
-                          "keepalives",
-                          "keepalives_idle",
-                          "keepalives_interval",
-                          "keepalives_count",
-                          "tcp_user_timeout",
-                          "fallback_application_name",
-                          "dbname",
-                          NULL,
-                          NULL,
-                          NULL};
-    const char *values[] = {
-        DB_CONNECT_TIMEOUT_DEFAULT, "1", "10", "5", "3", "30000", app, conninfo, NULL, NULL, NULL};
-    size_t after_dbname = 8;
-    PQconninfoOption *parsed = PQconninfoParse(conninfo, NULL);
     char *value = NULL, from[80];
-    long n;
+    bool set = db_effective_value(opts, keyword, envvar, &value, from, sizeof(from));
+    free(value);
+    return set;
+}
+
+bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p, char *err,
+                       size_t errlen)
+{
+    /* The keepalives and tcp_user_timeout make a silent network (a partition, a host gone) an
+     * error within about 30 s instead of a wait of hours on the kernel's defaults, whether the
+     * connection waits for an answer or for the acknowledgement of what it sent: a command
+     * blocked that long would hold its transaction's locks, and the relays' claim floor, as long.
+     * They are defaults: each goes only where neither the string, nor its service file, nor the
+     * environment sets it, as the user's choice there is deliberate (entries given here beat the
+     * service file's and the environment's in libpq, which fills those in only where nothing is
+     * set: a service file's keepalives_idle=60 or a PGCONNECT_TIMEOUT=3 was silently ignored). */
+    static const struct {
+        const char *key, *envvar, *value;
+    } defaults[] = {
+        {"connect_timeout", "PGCONNECT_TIMEOUT", DB_CONNECT_TIMEOUT_DEFAULT},
+        {"keepalives", NULL, "1"},
+        {"keepalives_idle", NULL, "10"},
+        {"keepalives_interval", NULL, "5"},
+        {"keepalives_count", NULL, "3"},
+        {"tcp_user_timeout", NULL, "30000"},
+    };
+    memset(p, 0, sizeof(*p));
+    PQconninfoOption *parsed = PQconninfoParse(conninfo, NULL);
+    int n = 0;
+    for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++) {
+        if (parsed && user_sets(parsed, defaults[i].key, defaults[i].envvar))
+            continue;
+        p->keys[n] = defaults[i].key;
+        p->values[n++] = defaults[i].value;
+    }
+    /* A fallback: an application_name anywhere (string, service, PGAPPNAME) beats it in libpq. */
+    if (app && !(parsed && user_sets(parsed, "fallback_application_name", NULL))) {
+        p->keys[n] = "fallback_application_name";
+        p->values[n++] = app;
+    }
+    /* The expanded string comes after the defaults: what it sets wins. */
+    p->keys[n] = "dbname";
+    p->values[n++] = conninfo;
+    char *value = NULL, from[80];
+    long num;
     /* A connect_timeout of zero or less (the string's, the service file's or PGCONNECT_TIMEOUT) is
      * libpq's "wait for ever": a server that takes the connection and never answers would hold
      * the command for ever. It gets the default bound instead, as the relay's own connections
@@ -580,33 +604,47 @@ PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errl
     if (parsed &&
         db_effective_value(parsed, "connect_timeout", "PGCONNECT_TIMEOUT", &value, from,
                            sizeof(from)) &&
-        libpq_int(value, strlen(value), &n) && n <= 0) {
-        keys[after_dbname] = "connect_timeout";
-        values[after_dbname++] = DB_CONNECT_TIMEOUT_DEFAULT;
+        libpq_int(value, strlen(value), &num) && num <= 0) {
+        p->keys[n] = "connect_timeout";
+        p->values[n++] = DB_CONNECT_TIMEOUT_DEFAULT;
     }
+    free(value);
+    value = NULL;
     /* The pinned search_path goes after the expanded string, which it would otherwise lose to,
      * and carries the user's own options along (the string's, else the service file's, else
      * PGOPTIONS: an explicit options entry hides the other two). */
-    free(value);
-    value = NULL;
-    char *options = NULL;
     if (pinned_schema[0]) {
         /* Whole, however long: cut, a "-c statement_timeout=10000" could go as "=1". */
         bool user = parsed &&
                     db_effective_value(parsed, "options", "PGOPTIONS", &value, from, sizeof(from));
-        options = db_startup_options(user ? value : NULL);
+        p->options = db_startup_options(user ? value : NULL);
         free(value);
-        keys[after_dbname] = "options";
-        values[after_dbname] = options;
-        if (!options) {
+        if (!p->options) {
             PQconninfoFree(parsed);
-            snprintf(err, errlen, "out of memory");
-            return NULL;
+            return refuse(err, errlen, "out of memory");
         }
+        p->keys[n] = "options";
+        p->values[n++] = p->options;
     }
+    p->keys[n] = NULL;
+    p->values[n] = NULL;
     PQconninfoFree(parsed);
-    PGconn *conn = PQconnectdbParams(keys, values, 1);
-    free(options);
+    return true;
+}
+
+void db_connect_params_free(DbConnectParams *p)
+{
+    free(p->options);
+    p->options = NULL;
+}
+
+PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errlen)
+{
+    DbConnectParams p;
+    if (!db_connect_params(conninfo, app, &p, err, errlen))
+        return NULL;
+    PGconn *conn = PQconnectdbParams(p.keys, p.values, 1);
+    db_connect_params_free(&p);
     if (PQstatus(conn) != CONNECTION_OK) {
         char line[300];
         first_line(PQerrorMessage(conn), line, sizeof(line));

@@ -82,10 +82,26 @@ bool db_effective_value(const PQconninfoOption *opts, const char *keyword, const
  * would take as no limit. */
 #define DB_CONNECT_TIMEOUT_DEFAULT "10"
 
-/* Connects, with connect_timeout=10 (also for a connect_timeout of zero or less), keepalives (after
- * 10 s idle, every 5 s, 3 unanswered), tcp_user_timeout=30000 and fallback_application_name=app
- * unless conninfo sets them; server notices go to the debug log. Returns NULL with one line in err
- * on failure. */
+/* What db_connect hands PQconnectdbParams (expand_dbname 1): keys and values NULL-terminated. */
+typedef struct DbConnectParams {
+    const char *keys[12], *values[12];
+    char *options; /* owned: the user's options and the pinned search_path, or NULL */
+} DbConnectParams;
+
+/* Fills p for a connection to conninfo (which, like app, must outlive p): connect_timeout=10
+ * (also for a connect_timeout of zero or less), keepalives (after 10 s idle, every 5 s, 3
+ * unanswered), tcp_user_timeout=30000 and fallback_application_name=app (NULL: none), each
+ * unless the string, its service file or the environment sets it; then the string; then the
+ * pinned options (db_pin_search_path). Reads the service file. False with one line in err when
+ * out of memory; db_connect_params_free releases p either way. */
+bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p, char *err,
+                       size_t errlen) __attribute__((warn_unused_result));
+
+/* Releases what db_connect_params allocated. */
+void db_connect_params_free(DbConnectParams *p);
+
+/* Connects with db_connect_params's parameters; server notices go to the debug log. Returns NULL
+ * with one line in err on failure. */
 PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errlen);
 
 /* db_connect for a one-shot command: on failure logs "postgres unreachable" as an error and

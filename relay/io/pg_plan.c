@@ -117,10 +117,19 @@ static bool effective_value(const PQconninfoOption *parsed, const char *keyword,
     return *out == NULL && (!envvar || !getenv(envvar)); /* unset, or out of memory */
 }
 
+/* Whether the string or its service file sets keyword (libpq's environment variables aside). */
+static bool user_sets(const PQconninfoOption *parsed, const char *keyword)
+{
+    char *value = NULL;
+    bool set = effective_value(parsed, keyword, NULL, &value) && value;
+    free(value);
+    return set;
+}
+
 /* Splits the connection string into one target per host, and the parameters every attempt
- * shares, with the relay's keepalive defaults for what the string leaves unset. Lists libpq
- * would reject (counts that do not match) are left whole for libpq to report. False only when
- * out of memory; an unparsable string is left to PQconnectStartParams to report. */
+ * shares, with the relay's keepalive defaults for what neither the string nor its service file
+ * sets. Lists libpq would reject (counts that do not match) are left whole for libpq to report.
+ * False only when out of memory; an unparsable string is left to PQconnectStartParams to report. */
 bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, const char *app)
 {
     char *why = NULL;
@@ -188,15 +197,19 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
     }
     /* Client side of the same bound: a dead server or network is noticed within the session
      * timeout even while the relay waits for nothing (keepalives) or for an acknowledgement of
-     * what it sent (tcp_user_timeout). */
+     * what it sent (tcp_user_timeout). Defaults only: the relay's own bound is its heartbeat and
+     * request deadline (pg.c on_quiet, on_deadline), which need none of these, so a setting the
+     * user made, in the string or its service file, wins (passed here, the default beat the
+     * service file's, which libpq fills in only where nothing is set). libpq reads no
+     * environment variable for them. */
     long t = session_timeout_ms;
     static const char *const keepalive_keys[5] = {"keepalives", "keepalives_idle",
                                                   "keepalives_interval", "keepalives_count",
                                                   "tcp_user_timeout"};
     long keepalive_vals[5] = {1, t / 3000 > 0 ? t / 3000 : 1, t / 9000 > 0 ? t / 9000 : 1, 3, t};
     for (int i = 0; ok && i < 5; i++) {
-        if (option_value(plan->parsed, keepalive_keys[i]))
-            continue; /* the user's setting wins */
+        if (user_sets(plan->parsed, keepalive_keys[i]))
+            continue;
         snprintf(plan->keepalive_values[i], sizeof(plan->keepalive_values[i]), "%ld",
                  keepalive_vals[i]);
         plan->keys[plan->nparams] = keepalive_keys[i];
@@ -205,7 +218,7 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
     /* Names the connection in pg_stat_activity ("outbox-relay session-0"), so an operator can
      * tell the relay's sessions apart from each other and from the applications; a libpq
      * fallback, so the string's own application_name wins. */
-    if (ok && app && plan->parsed && !option_value(plan->parsed, "fallback_application_name")) {
+    if (ok && app && plan->parsed && !user_sets(plan->parsed, "fallback_application_name")) {
         snprintf(plan->app_name, sizeof(plan->app_name), "%s", app);
         plan->keys[plan->nparams] = "fallback_application_name";
         plan->values[plan->nparams++] = plan->app_name;

@@ -401,6 +401,58 @@ static void test_pinned_long_options(void **state)
     close(fd);
 }
 
+/* The value of key among db_connect's parameters (the last one: libpq keeps the last), NULL when
+ * absent. */
+static const char *param(const DbConnectParams *p, const char *key)
+{
+    const char *found = NULL;
+    for (int i = 0; p->keys[i]; i++)
+        if (strcmp(p->keys[i], key) == 0)
+            found = p->values[i];
+    return found;
+}
+
+/* The keepalives, tcp_user_timeout and connect_timeout db_connect sets are defaults: a service
+ * file's (or PGCONNECT_TIMEOUT) is the user's choice and wins. Passed as entries of their own,
+ * the defaults beat them (libpq fills in a service file's and the environment's values only
+ * where nothing is set), so a service's keepalives_idle=60 or a PGCONNECT_TIMEOUT=3 was silently
+ * replaced by 10. */
+static void test_connect_defaults_yield(void **state)
+{
+    (void)state;
+    char path[128], err[256];
+    unsetenv("PGSERVICE");
+    unsetenv("PGCONNECT_TIMEOUT");
+    write_file(path, sizeof(path), "keep.conf",
+               "[keep]\nkeepalives_idle=60\ntcp_user_timeout=5000\n"
+               "fallback_application_name=mine\n");
+    setenv("PGSERVICEFILE", path, 1);
+    DbConnectParams p;
+    assert_true(db_connect_params("service=keep dbname=x", "test_db", &p, err, sizeof(err)));
+    if (param(&p, "keepalives_idle") || param(&p, "tcp_user_timeout"))
+        fail_msg("the service file's keepalives_idle/tcp_user_timeout overridden: %s, %s",
+                 param(&p, "keepalives_idle"), param(&p, "tcp_user_timeout"));
+    assert_null(param(&p, "fallback_application_name"));
+    /* What the file leaves unset keeps the relay's default. */
+    assert_string_equal(param(&p, "keepalives"), "1");
+    assert_string_equal(param(&p, "keepalives_interval"), "5");
+    assert_string_equal(param(&p, "connect_timeout"), DB_CONNECT_TIMEOUT_DEFAULT);
+    db_connect_params_free(&p);
+    setenv("PGCONNECT_TIMEOUT", "3", 1);
+    assert_true(db_connect_params("dbname=x", NULL, &p, err, sizeof(err)));
+    assert_null(param(&p, "connect_timeout"));
+    assert_string_equal(param(&p, "keepalives_idle"), "10");
+    db_connect_params_free(&p);
+    /* No limit (0) from anywhere is still bounded: the default goes after the string. */
+    setenv("PGCONNECT_TIMEOUT", "0", 1);
+    assert_true(db_connect_params("dbname=x", NULL, &p, err, sizeof(err)));
+    assert_string_equal(param(&p, "connect_timeout"), DB_CONNECT_TIMEOUT_DEFAULT);
+    db_connect_params_free(&p);
+    unsetenv("PGCONNECT_TIMEOUT");
+    unsetenv("PGSERVICEFILE");
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -412,6 +464,7 @@ int main(void)
         cmocka_unit_test(test_connect_timeout_zero),
         cmocka_unit_test(test_pinned_options_from_service),
         cmocka_unit_test(test_pinned_long_options),
+        cmocka_unit_test(test_connect_defaults_yield),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

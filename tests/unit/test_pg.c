@@ -246,12 +246,39 @@ static void test_service_host_is_planned(void **state)
     unlink(path);
 }
 
+/* The relay's keepalives and tcp_user_timeout are defaults: a service file's wins, as the
+ * string's does (passed as entries, the defaults beat the file's, which libpq fills in only
+ * where nothing is set). */
+static void test_service_keepalives_win(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/test_pg_serviceXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char text[] = "[keep]\nkeepalives_idle=60\ntcp_user_timeout=5000\n";
+    assert_int_equal(write(fd, text, sizeof(text) - 1), (ssize_t)(sizeof(text) - 1));
+    close(fd);
+    unsetenv("PGSERVICE");
+    setenv("PGSERVICEFILE", path, 1);
+    PgPlan plan = {0};
+    assert_true(pg_plan_make(&plan, "service=keep dbname=x", 30000, NULL));
+    if (plan_value(&plan, "keepalives_idle") || plan_value(&plan, "tcp_user_timeout"))
+        fail_msg("the service file's keepalives_idle/tcp_user_timeout overridden: %s, %s",
+                 plan_value(&plan, "keepalives_idle"), plan_value(&plan, "tcp_user_timeout"));
+    assert_string_equal(plan_value(&plan, "keepalives"), "1");
+    assert_string_equal(plan_value(&plan, "keepalives_interval"), "3");
+    pg_plan_free(&plan);
+    unsetenv("PGSERVICEFILE");
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_names_the_host),
         cmocka_unit_test(test_service_options_and_timeout),
         cmocka_unit_test(test_service_host_is_planned),
+        cmocka_unit_test(test_service_keepalives_win),
         cmocka_unit_test(test_pairs_hosts_and_ports),
         cmocka_unit_test(test_single_or_no_port),
         cmocka_unit_test(test_hostaddr_and_empty_elements),
