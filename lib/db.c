@@ -308,13 +308,26 @@ static bool service_file_value(const char *path, const char *service, const char
     FILE *f = fopen(path, "r");
     if (!f)
         return false;
-    char line[1024];
-    bool in_group = false, got = false;
+    char line[1024]; /* libpq's buffer, whose size sets the limit below */
+    bool in_group = false, got = false, too_long = false;
     size_t slen = strlen(service);
     unsigned long line_no = 0;
     while (!got && fgets(line, sizeof(line), f)) {
         line_no++;
         size_t n = strlen(line);
+        if (n >= sizeof(line) - 1) {
+            /* libpq (15, Debian's) reads each line into 1024 bytes and refuses one that fills them,
+             * wherever it is in what it reads, comments and other groups too: "line N too long
+             * in service file", and every connection fails. Read on here, the rest of the line
+             * was taken for a line of its own. Refused here too, and nothing further read. */
+            if (all && !all->bad[0])
+                snprintf(all->bad, sizeof(all->bad),
+                         "line %lu: longer than libpq reads (1022 bytes with its newline)",
+                         line_no);
+            *found = true; /* libpq reads no further file either */
+            too_long = true;
+            break;
+        }
         while (n > 0 && isspace((unsigned char)line[n - 1]))
             line[--n] = '\0';
         const char *p = line;
@@ -375,7 +388,7 @@ static bool service_file_value(const char *path, const char *service, const char
         }
     }
     fclose(f);
-    return got || (all && in_group);
+    return got || (all && (in_group || too_long));
 }
 
 /* db_service_value, or with all the whole group as a connection string (keyword, out unused):

@@ -401,6 +401,42 @@ static void test_pinned_long_options(void **state)
     close(fd);
 }
 
+/* libpq reads a service file's lines into 1024 bytes and refuses a longer one wherever it lies
+ * in what it reads ("line N too long in service file": every connection fails); the start-up
+ * check read 1024-byte pieces and passed it. 1021 bytes and a newline is the longest line
+ * libpq takes. */
+static void test_service_long_line(void **state)
+{
+    (void)state;
+    char err[512], path[128];
+    unsetenv("PGSERVICE");
+    StrBuf text = {0};
+    char fill[1100];
+    memset(fill, 'x', sizeof(fill));
+    /* [fits]: a line of exactly 1021 bytes before its newline; [long]: one byte more. */
+    strbuf_puts(&text, "[fits]\nhost=db.example\noptions=");
+    strbuf_append(&text, fill, 1021 - strlen("options="));
+    strbuf_puts(&text, "\n[long]\nhost=db.example\noptions=");
+    strbuf_append(&text, fill, 1022 - strlen("options="));
+    strbuf_puts(&text, "\n[after]\nhost=db.example\n");
+    write_file(path, sizeof(path), "long.conf", text.s);
+    setenv("PGSERVICEFILE", path, 1);
+    if (!db_check_conninfo("service=fits", err, sizeof(err)))
+        fail_msg("a line of 1021 bytes refused: %s", err);
+    const char *bad[] = {"service=long", "service=after", "service=missing"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        memset(err, 0, sizeof(err));
+        if (db_check_conninfo(bad[i], err, sizeof(err)))
+            fail_msg("\"%s\" accepted past a line libpq refuses", bad[i]);
+        if (!strstr(err, "invalid service file entry: line 6: longer than libpq reads"))
+            fail_msg("\"%s\": error \"%s\"", bad[i], err);
+        assert_null(strchr(err, '\n'));
+    }
+    unsetenv("PGSERVICEFILE");
+    unlink(path);
+    strbuf_free(&text);
+}
+
 /* The value of key among db_connect's parameters (the last one: libpq keeps the last), NULL when
  * absent. */
 static const char *param(const DbConnectParams *p, const char *key)
@@ -465,6 +501,7 @@ int main(void)
         cmocka_unit_test(test_pinned_options_from_service),
         cmocka_unit_test(test_pinned_long_options),
         cmocka_unit_test(test_connect_defaults_yield),
+        cmocka_unit_test(test_service_long_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
