@@ -113,9 +113,13 @@ static const char *const SQL_ADOPT_HEADERS =
  * order column is what catches duplicates in an existing one: marks name rows by it, and a
  * duplicate would be marked sent with its twin, unsent. Compared: access method btree, validity,
  * uniqueness, the key columns in order (by attribute number; as text, since int2vector's array
- * starts at 0, which = compares), no expressions, and the predicate
+ * starts at 0, which = compares), no expressions, the predicate
  * as PostgreSQL prints it back (pg_get_expr of the same expression on the same column names
- * prints the same text). Operator classes, collations and sort options are not compared. */
+ * prints the same text), and for each key column what CREATE INDEX gives it unless told
+ * otherwise: the default operator class (text_pattern_ops orders text by bytes, not as the
+ * column), the column's own collation (COLLATE "C" orders and compares as the claims' statements
+ * do not) and no sort options (DESC, NULLS FIRST). Those were not compared: such an index passed
+ * adoption, and the claims it is named for may not use it. */
 static const char *const SQL_FOREIGN_INDEXES =
     "SELECT n.name, CASE WHEN i.oid IS NULL THEN 'another relation''s'"
     " ELSE 'another definition' END, n.want"
@@ -141,7 +145,13 @@ static const char *const SQL_FOREIGN_INDEXES =
     " = pg_catalog.array_to_string(ARRAY(SELECT a.attnum FROM pg_catalog.unnest(n.cols)"
     " WITH ORDINALITY AS c(col, ord) JOIN pg_catalog.pg_attribute a ON a.attrelid = x.indrelid"
     " AND a.attname = c.col::pg_catalog.name ORDER BY c.ord), ' ')"
-    " AND pg_catalog.pg_get_expr(x.indpred, x.indrelid) IS NOT DISTINCT FROM n.pred)"
+    " AND pg_catalog.pg_get_expr(x.indpred, x.indrelid) IS NOT DISTINCT FROM n.pred"
+    " AND NOT EXISTS (SELECT 1 FROM pg_catalog.generate_series(0::pg_catalog.int4,"
+    " x.indnkeyatts::pg_catalog.int4 - 1::pg_catalog.int4) AS k(i)"
+    " JOIN pg_catalog.pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = x.indkey[k.i]"
+    " LEFT JOIN pg_catalog.pg_opclass o ON o.oid = x.indclass[k.i]"
+    " WHERE x.indoption[k.i] <> 0::pg_catalog.int2 OR x.indcollation[k.i] <> a.attcollation"
+    " OR o.opcdefault IS NOT TRUE))"
     " ORDER BY n.k";
 /* (These statements, like the rest of migrate's, qualify their functions and cast their
  * literals, so no look-alike another role planted in the schema resolves: docs/security.md.)
