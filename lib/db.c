@@ -227,7 +227,7 @@ static bool conninfo_values_ok(const PQconninfoOption *opts, const PQconninfoOpt
 typedef struct ServiceGroup {
     StrBuf text;   /* as a connection string: key='value' ..., each key once (the first) */
     StrBuf seen;   /* the keys given so far, each between newlines */
-    char bad[120]; /* a line libpq refuses, said without its text (it may hold a password) */
+    char bad[200]; /* a line libpq refuses, said without its text (it may hold a password) */
 } ServiceGroup;
 
 static bool service_read(const char *service, const char *keyword, char **out, ServiceGroup *all);
@@ -351,6 +351,16 @@ static bool service_file_value(const char *path, const char *service, const char
              * would take (blanks before the "="), or a nested service=, is refused here. */
             if (all->bad[0])
                 continue;
+            /* libpq takes a group's line that starts with "ldap" for an LDAP URL to fetch the
+             * settings from, a blocking network call inside PQconnectStart, on the relay's event
+             * loop (the parse refused it too, in words that did not say why). */
+            if (strncmp(p, "ldap", 4) == 0) {
+                snprintf(all->bad, sizeof(all->bad),
+                         "line %lu: an LDAP lookup is not supported (libpq would make it on the "
+                         "relay's event loop); put the settings in the file",
+                         line_no);
+                continue;
+            }
             if (!eq) {
                 strbuf_puts(&all->text, " ");
                 strbuf_puts(&all->text, p);

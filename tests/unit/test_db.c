@@ -234,7 +234,8 @@ static void test_service_values(void **state)
                 * trimmed, and refuses a nested service=; the check took the last value (refusing
                 * [firstgood], passing [firstbad]) and passed the other two. */
                "[firstgood]\nport=5432\nport=54x32\n[firstbad]\nport=54x32\nport=5432\n"
-               "[blankkey]\nport =5432\n[nested]\nservice=good\n");
+               "[blankkey]\nport =5432\n[nested]\nservice=good\n"
+               "[ldap]\nldap://ldap.example/dc=example,dc=com?uniqueMember?one?(cn=db)\n");
     setenv("PGSERVICEFILE", path, 1);
     const char *bad[][2] = {
         {"service=badport", "service badport: port: expected"},
@@ -243,6 +244,7 @@ static void test_service_values(void **state)
         {"service=firstbad", "service firstbad: port: expected"},
         {"service=blankkey", "service blankkey: invalid service file entry: line 25: expected"},
         {"service=nested", "service nested: invalid service file entry: line 27: a nested"},
+        {"service=ldap", "service ldap: invalid service file entry: line 29: an LDAP lookup"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         memset(err, 0, sizeof(err));
