@@ -487,27 +487,28 @@ bool db_check_writer_conninfo(const char *conninfo, char *err, size_t errlen)
     return ok;
 }
 
-/* "host|port|dbname" of a connection string into out, each as written ("" when not given). */
+/* "host|port|dbname" of a connection string into out, each as libpq would take it: the string's,
+ * else its service file's, else the environment's ("" when none gives it). The service's count:
+ * two entries "service=orders" and "service=billing" give no host, port or dbname in the
+ * strings, and were taken for one database. */
 static bool db_target(const char *conninfo, StrBuf *out)
 {
     PQconninfoOption *opts = conninfo ? PQconninfoParse(conninfo, NULL) : NULL;
     if (!opts)
         return false;
-    const char *host = "", *hostaddr = "", *port = "", *dbname = "";
-    for (PQconninfoOption *o = opts; o->keyword; o++) {
-        const char *v = o->val ? o->val : "";
-        if (strcmp(o->keyword, "host") == 0)
-            host = v;
-        else if (strcmp(o->keyword, "hostaddr") == 0)
-            hostaddr = v;
-        else if (strcmp(o->keyword, "port") == 0)
-            port = v;
-        else if (strcmp(o->keyword, "dbname") == 0)
-            dbname = v;
-    }
-    const char *parts[] = {*host ? host : hostaddr, "|", port, "|", dbname};
+    static const char *const keys[][2] = {{"host", "PGHOST"},
+                                          {"hostaddr", "PGHOSTADDR"},
+                                          {"port", "PGPORT"},
+                                          {"dbname", "PGDATABASE"}};
+    char *v[4] = {NULL, NULL, NULL, NULL}, from[80];
+    for (size_t i = 0; i < 4; i++)
+        (void)db_effective_value(opts, keys[i][0], keys[i][1], &v[i], from, sizeof(from));
+    const char *host = v[0] && *v[0] ? v[0] : v[1] ? v[1] : "";
+    const char *parts[] = {host, "|", v[2] ? v[2] : "", "|", v[3] ? v[3] : ""};
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
         strbuf_puts(out, parts[i]);
+    for (size_t i = 0; i < 4; i++)
+        free(v[i]);
     PQconninfoFree(opts);
     return true;
 }

@@ -34,9 +34,10 @@ bool db_check_writer_conninfo(const char *conninfo, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
 /* Whether two connection strings name the same server and database as written: host (or
- * hostaddr), port and dbname compared as text, a missing one as empty. Not resolved (localhost
- * and 127.0.0.1 differ; an omitted port is not 5432), so false means "not shown the same", and
- * an unparsable string is never the same as anything. */
+ * hostaddr), port and dbname compared as text, each the string's, else its service file's, else
+ * the environment's (libpq's order), a missing one as empty. Not resolved (localhost and
+ * 127.0.0.1 differ; an omitted port is not 5432), so false means "not shown the same", and an
+ * unparsable string is never the same as anything. Reads the service file. */
 bool db_same_database(const char *a, const char *b) __attribute__((warn_unused_result));
 
 /* Pins the search_path of every later connection of this process (db_connect and the relay's

@@ -439,6 +439,33 @@ static void test_service_long_line(void **state)
     strbuf_free(&text);
 }
 
+/* Two entries of a --databases list that name their databases by service: the strings give no
+ * host, port or dbname, and were taken for one database (the list refused, "name the same
+ * database"). Each is now what libpq would take: the string's, the service's, the
+ * environment's. */
+static void test_same_database_by_service(void **state)
+{
+    (void)state;
+    char path[128];
+    unsetenv("PGSERVICE");
+    unsetenv("PGDATABASE");
+    unsetenv("PGHOST");
+    unsetenv("PGPORT");
+    write_file(path, sizeof(path), "same.conf",
+               "[orders]\nhost=db.example\ndbname=orders\n"
+               "[billing]\nhost=db.example\ndbname=billing\n"
+               "[orders2]\nhost=db.example\ndbname=orders\n");
+    setenv("PGSERVICEFILE", path, 1);
+    assert_false(db_same_database("service=orders", "service=billing"));
+    assert_true(db_same_database("service=orders", "service=orders2"));
+    assert_true(db_same_database("service=orders", "host=db.example dbname=orders"));
+    assert_false(db_same_database("service=orders dbname=billing", "service=orders"));
+    assert_true(db_same_database("host=a dbname=x", "postgresql://a/x"));
+    assert_false(db_same_database("host=a dbname=x", "host=a dbname=y"));
+    unsetenv("PGSERVICEFILE");
+    unlink(path);
+}
+
 /* The value of key among db_connect's parameters (the last one: libpq keeps the last), NULL when
  * absent. */
 static const char *param(const DbConnectParams *p, const char *key)
@@ -504,6 +531,7 @@ int main(void)
         cmocka_unit_test(test_pinned_long_options),
         cmocka_unit_test(test_connect_defaults_yield),
         cmocka_unit_test(test_service_long_line),
+        cmocka_unit_test(test_same_database_by_service),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
