@@ -276,6 +276,50 @@ static bool service_values_ok(const PQconninfoOption *opts, char *err, size_t er
     return ok;
 }
 
+/* Where db_effective_value found a value, for an error: "the URL", or its "service NAME" or
+ * environment variable. */
+static const char *source_name(const char *from)
+{
+    return *from ? from : "the URL";
+}
+
+/* The host, hostaddr and port lists libpq pairs one to one, each as libpq takes it (the string's,
+ * else its service file's, else PGHOST, PGHOSTADDR, PGPORT): a host list and a hostaddr list of
+ * other lengths, or a port list of neither one entry nor one per host, fail every attempt
+ * ("could not match 2 host names to 1 hostaddr values"), so run retried for ever after a
+ * start-up check that passed; the string's own ports were counted against its own hosts only.
+ * The error names the lists' sources, never their values. */
+static bool host_lists_ok(const PQconninfoOption *opts, char *err, size_t errlen)
+{
+    static const char *const keys[][2] = {
+        {"host", "PGHOST"}, {"hostaddr", "PGHOSTADDR"}, {"port", "PGPORT"}};
+    char *v[3] = {NULL, NULL, NULL}, from[3][80];
+    size_t n[3];
+    for (size_t i = 0; i < 3; i++) {
+        from[i][0] = '\0';
+        (void)db_effective_value(opts, keys[i][0], keys[i][1], &v[i], from[i], sizeof(from[i]));
+        n[i] = v[i] && *v[i] ? list_len(v[i]) : 0; /* libpq ignores an empty one */
+    }
+    size_t hosts = n[1] ? n[1] : n[0] ? n[0] : 1;
+    bool ok = true;
+    if (n[0] && n[1] && n[0] != n[1])
+        ok = refuse(err, errlen,
+                    "database URL: %zu hosts (from %s) for %zu hostaddr values (from %s): give "
+                    "one hostaddr per host",
+                    n[0], source_name(from[0]), n[1], source_name(from[1]));
+    else if (n[2] > 1 && n[2] != hosts)
+        ok = refuse(err, errlen,
+                    "database URL: %zu ports (from %s) for %zu hosts (from %s): give one port, "
+                    "or one per host",
+                    n[2], source_name(from[2]), hosts,
+                    n[1]   ? source_name(from[1])
+                    : n[0] ? source_name(from[0])
+                           : "the default");
+    for (size_t i = 0; i < 3; i++)
+        free(v[i]);
+    return ok;
+}
+
 bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
 {
     char *why = NULL;
@@ -289,7 +333,7 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
         return false;
     }
     bool ok = conninfo_values_ok(opts, NULL, "database URL", err, errlen) &&
-              service_values_ok(opts, err, errlen);
+              service_values_ok(opts, err, errlen) && host_lists_ok(opts, err, errlen);
     PQconninfoFree(opts);
     return ok;
 }

@@ -103,9 +103,6 @@ static void test_check_conninfo_values(void **state)
         "host=h channel_binding=disable",
         "host=h channel_binding=prefer",
         "host=h port=00000000000000000000000000000000000000005432",
-        /* hosts from a service file or PGHOST, which the parse does not see: not counted */
-        "service=x port=5432,5433",
-        "dbname=x port=5432,5433",
         "postgresql:///db",
     };
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
@@ -466,6 +463,62 @@ static void test_same_database_by_service(void **state)
     unlink(path);
 }
 
+/* libpq pairs the host, hostaddr and port lists one to one, wherever each comes from (the
+ * string, its service file, PGHOST/PGHOSTADDR/PGPORT); lists it cannot pair fail every attempt
+ * of run for ever. The check counted only the string's ports against the string's hosts. */
+static void test_host_lists_paired(void **state)
+{
+    (void)state;
+    char err[512], path[128];
+    unsetenv("PGSERVICE");
+    unsetenv("PGHOST");
+    unsetenv("PGHOSTADDR");
+    unsetenv("PGPORT");
+    write_file(path, sizeof(path), "lists.conf",
+               "[three]\nhost=a,b\nport=1,2,3\n[two]\nhost=a,b\n[addr]\nhostaddr=10.0.0.1\n");
+    setenv("PGSERVICEFILE", path, 1);
+    const char *bad[][2] = {
+        {"host=a,b hostaddr=127.0.0.1",
+         "2 hosts (from the URL) for 1 hostaddr values (from the URL)"},
+        {"service=three", "3 ports (from service three) for 2 hosts (from service three)"},
+        {"service=two port=1,2,3", "3 ports (from the URL) for 2 hosts (from service two)"},
+        {"service=addr host=a,b",
+         "2 hosts (from the URL) for 1 hostaddr values (from service addr)"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        memset(err, 0, sizeof(err));
+        if (db_check_conninfo(bad[i][0], err, sizeof(err)))
+            fail_msg("\"%s\" accepted", bad[i][0]);
+        if (!strstr(err, bad[i][1]))
+            fail_msg("\"%s\": error \"%s\" does not say %s", bad[i][0], err, bad[i][1]);
+    }
+    setenv("PGPORT", "1,2,3", 1);
+    assert_false(db_check_conninfo("host=a,b", err, sizeof(err)));
+    assert_non_null(strstr(err, "3 ports (from PGPORT) for 2 hosts (from the URL)"));
+    assert_true(db_check_conninfo("host=a,b,c", err, sizeof(err)));
+    unsetenv("PGPORT");
+    /* Hosts from PGHOST count as the string's do (test_check_conninfo_values took these two for
+     * good, uncounted; with no host anywhere libpq refuses them: "could not match 2 port numbers
+     * to 1 hosts"). */
+    assert_false(db_check_conninfo("dbname=x port=5432,5433", err, sizeof(err)));
+    setenv("PGHOST", "a,b", 1);
+    assert_true(db_check_conninfo("dbname=x port=5432,5433", err, sizeof(err)));
+    assert_true(db_check_conninfo("service=missing port=5432,5433", err, sizeof(err)));
+    unsetenv("PGHOST");
+    const char *good[] = {"service=two port=1,2",
+                          "service=two port=5432",
+                          "host=a,b port=,",
+                          "hostaddr=10.0.0.1,10.0.0.2 port=1,2",
+                          "service=addr host=a",
+                          "host=a,b hostaddr=",
+                          "port=5432"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        if (!db_check_conninfo(good[i], err, sizeof(err)))
+            fail_msg("\"%s\" refused: %s", good[i], err);
+    unsetenv("PGSERVICEFILE");
+    unlink(path);
+}
+
 /* The value of key among db_connect's parameters (the last one: libpq keeps the last), NULL when
  * absent. */
 static const char *param(const DbConnectParams *p, const char *key)
@@ -532,6 +585,7 @@ int main(void)
         cmocka_unit_test(test_connect_defaults_yield),
         cmocka_unit_test(test_service_long_line),
         cmocka_unit_test(test_same_database_by_service),
+        cmocka_unit_test(test_host_lists_paired),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
