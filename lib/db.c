@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <pwd.h>
 #include <limits.h>
+#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -288,7 +289,8 @@ static const char *source_name(const char *from)
  * other lengths, or a port list of neither one entry nor one per host, fail every attempt
  * ("could not match 2 host names to 1 hostaddr values"), so run retried for ever after a
  * start-up check that passed; the string's own ports were counted against its own hosts only.
- * The error names the lists' sources, never their values. */
+ * So does a hostaddr entry that is not a numeric address. The error names the lists' sources,
+ * never their values. */
 static bool host_lists_ok(const PQconninfoOption *opts, char *err, size_t errlen)
 {
     static const char *const keys[][2] = {
@@ -315,6 +317,29 @@ static bool host_lists_ok(const PQconninfoOption *opts, char *err, size_t errlen
                     n[1]   ? source_name(from[1])
                     : n[0] ? source_name(from[0])
                            : "the default");
+    /* Each hostaddr entry as libpq reads it (getaddrinfo with AI_NUMERICHOST, which asks no
+     * nameserver): one it cannot parse ("could not parse network address") fails that host's
+     * every attempt. An empty entry is fine: that position's host name is used. */
+    for (size_t i = 0, at = 0; ok && n[1] && i < n[1]; i++) {
+        size_t len = strcspn(v[1] + at, ",");
+        char one[128];
+        struct addrinfo hints = {.ai_flags = AI_NUMERICHOST,
+                                 .ai_family = AF_UNSPEC,
+                                 .ai_socktype = SOCK_STREAM},
+                        *ai = NULL;
+        if (len > 0) {
+            snprintf(one, sizeof(one), "%.*s", (int)(len < sizeof(one) ? len : sizeof(one) - 1),
+                     v[1] + at);
+            if (len >= sizeof(one) || getaddrinfo(one, NULL, &hints, &ai) != 0)
+                ok = refuse(err, errlen,
+                            "database URL: hostaddr (from %s): entry %zu is not a numeric IP "
+                            "address (a name goes in host)",
+                            source_name(from[1]), i + 1);
+            if (ai)
+                freeaddrinfo(ai);
+        }
+        at += len + 1;
+    }
     for (size_t i = 0; i < 3; i++)
         free(v[i]);
     return ok;

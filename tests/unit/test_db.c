@@ -475,7 +475,8 @@ static void test_host_lists_paired(void **state)
     unsetenv("PGHOSTADDR");
     unsetenv("PGPORT");
     write_file(path, sizeof(path), "lists.conf",
-               "[three]\nhost=a,b\nport=1,2,3\n[two]\nhost=a,b\n[addr]\nhostaddr=10.0.0.1\n");
+               "[three]\nhost=a,b\nport=1,2,3\n[two]\nhost=a,b\n[addr]\nhostaddr=10.0.0.1\n"
+               "[badaddr]\nhostaddr=db.example\n");
     setenv("PGSERVICEFILE", path, 1);
     const char *bad[][2] = {
         {"host=a,b hostaddr=127.0.0.1",
@@ -505,7 +506,28 @@ static void test_host_lists_paired(void **state)
     assert_true(db_check_conninfo("dbname=x port=5432,5433", err, sizeof(err)));
     assert_true(db_check_conninfo("service=missing port=5432,5433", err, sizeof(err)));
     unsetenv("PGHOST");
-    const char *good[] = {"service=two port=1,2",
+    /* A hostaddr entry that is not a numeric address fails its host's every attempt ("could
+     * not parse network address"). */
+    const char *names[][2] = {
+        {"hostaddr=db.example", "hostaddr (from the URL): entry 1 is not a numeric IP address"},
+        {"host=a,b hostaddr=10.0.0.1,db", "hostaddr (from the URL): entry 2 is not"},
+        {"service=badaddr", "hostaddr (from service badaddr): entry 1 is not"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        memset(err, 0, sizeof(err));
+        if (db_check_conninfo(names[i][0], err, sizeof(err)))
+            fail_msg("\"%s\" accepted", names[i][0]);
+        if (!strstr(err, names[i][1]))
+            fail_msg("\"%s\": error \"%s\" does not say %s", names[i][0], err, names[i][1]);
+        assert_null(strstr(err, "db.example"));
+    }
+    setenv("PGHOSTADDR", "localhost", 1);
+    assert_false(db_check_conninfo("dbname=x", err, sizeof(err)));
+    assert_non_null(strstr(err, "hostaddr (from PGHOSTADDR)"));
+    unsetenv("PGHOSTADDR");
+    const char *good[] = {"host=a,b,c hostaddr=10.0.0.1,,::1",
+                          "hostaddr=fe80::1%lo",
+                          "service=two port=1,2",
                           "service=two port=5432",
                           "host=a,b port=,",
                           "hostaddr=10.0.0.1,10.0.0.2 port=1,2",
