@@ -11,6 +11,7 @@
 #include "diagnose.h"
 #include "grants.h"
 #include "log.h"
+#include "migrate.h"
 #include "schema.h"
 #include "secrets.h"
 #include "serializer.h"
@@ -142,6 +143,39 @@ static bool check_table(Checks *c, PGconn *conn, const TableMap *map)
     else
         say(c, true, "table", "%s has every column the relay reads and writes", name);
     return true;
+}
+
+/* The indexes of the relay's names on the table against what migrate makes (migrate.h): one
+ * changed since (REINDEX cannot, but a DROP and CREATE of another definition can: DESC, another
+ * collation or operator class, another predicate) is one the claims or marks may not use, and
+ * nothing else says so. A name no index of the table holds is not reported: the relay's own
+ * table has its primary key where an adopted one has the order column's unique index. */
+static void check_indexes(Checks *c, PGconn *conn, const TableMap *map)
+{
+    PGresult *res = query(c, conn, map, "indexes", migrate_index_check_sql, 0, NULL);
+    if (!res)
+        return;
+    char name[160], table[DIAGNOSE_TABLE_MAX], index[DIAGNOSE_IDENT_MAX];
+    table_map_display(map, name, sizeof(name));
+    diagnose_quote_table(map, NULL, table, sizeof(table));
+    int differ = 0;
+    for (int i = 0; i < PQntuples(res); i++) {
+        if (strcmp(PQgetvalue(res, i, 1), "another definition") != 0)
+            continue;
+        differ++;
+        /* want: "UNIQUE (id)" or "(id) WHERE sent_at IS NULL"... (migrate.c) */
+        const char *want = PQgetvalue(res, i, 2);
+        bool unique = strncmp(want, "UNIQUE ", 7) == 0;
+        say(c, false, "indexes",
+            "index %s of %s is not as the relay makes it, and the claims may not use it: as the "
+            "owner, drop it and create it again: CREATE %sINDEX %s ON %s %s",
+            PQgetvalue(res, i, 0), name, unique ? "UNIQUE " : "",
+            diagnose_quote_ident(PQgetvalue(res, i, 0), index, sizeof(index)), table,
+            unique ? want + 7 : want);
+    }
+    if (differ == 0)
+        say(c, true, "indexes", "the relay's indexes on %s are as it makes them", name);
+    PQclear(res);
 }
 
 /* The payload column's type against --payload-format: binary wants bytea, and text a column
@@ -290,6 +324,8 @@ int check_run(const Config *cfg, rd_kafka_conf_t *kconf)
                 say(&c, false, "privileges", "the check failed (see above)");
             if (!c.pg_gone)
                 check_floor(&c, conn, cfg);
+            if (!c.pg_gone)
+                check_indexes(&c, conn, &cfg->map);
             if (!c.pg_gone)
                 check_payload_type(&c, conn, &cfg->map);
         }

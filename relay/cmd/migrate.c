@@ -120,7 +120,7 @@ static const char *const SQL_ADOPT_HEADERS =
  * column), the column's own collation (COLLATE "C" orders and compares as the claims' statements
  * do not) and no sort options (DESC, NULLS FIRST). Those were not compared: such an index passed
  * adoption, and the claims it is named for may not use it. */
-static const char *const SQL_FOREIGN_INDEXES =
+const char *const migrate_index_check_sql =
     "SELECT n.name, CASE WHEN i.oid IS NULL THEN 'another relation''s'"
     " ELSE 'another definition' END, n.want"
     " FROM (VALUES (1, {seq_idx_text}, true, ARRAY[{seq_text}], NULL,"
@@ -158,7 +158,7 @@ static const char *const SQL_FOREIGN_INDEXES =
  * Whether the table has what SQL_ADOPT gives it, its catalog part: this version's adoption
  * recorded for this table (FINGERPRINT, in schema_migrations: a changed SQL_ADOPT runs again
  * once), the order column NOT NULL, both triggers, the constraint, and the four index names on
- * the table (their definitions are SQL_FOREIGN_INDEXES's to judge). Reads catalogs only. */
+ * the table (their definitions are migrate_index_check_sql's to judge). Reads catalogs only. */
 static const char *const SQL_ADOPTED =
     "SELECT EXISTS (SELECT 1 FROM schema_migrations"
     " WHERE version = pg_catalog.concat('adopted ', c.oid, ' FINGERPRINT'))"
@@ -391,7 +391,7 @@ static bool adopt_table(PGconn *conn, const TableMap *map)
                       exec_mapped_ok(conn, map, SQL_ADOPT, "adopt") &&
                       (!map->headers || exec_mapped_ok(conn, map, SQL_ADOPT_HEADERS, "adopt")))) &&
         (cols = exec_mapped(conn, map, SQL_CHECK_COLUMNS, "check columns")) != NULL &&
-        (foreign = exec_mapped(conn, map, SQL_FOREIGN_INDEXES, "check indexes")) != NULL &&
+        (foreign = exec_mapped(conn, map, migrate_index_check_sql, "check indexes")) != NULL &&
         (unlike = exec_mapped(conn, map, SQL_CHECK_BOOKKEEPING, "check columns")) != NULL;
     if (ok && PQntuples(unlike) > 0) {
         char q1[200], q2[200];

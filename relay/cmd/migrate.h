@@ -37,4 +37,13 @@ extern const size_t migration_count;
 int migrate_run(const char *conninfo, const TableMap *map, const char *schema, long wait_s,
                 long answer_s);
 
+/* A table template (table_sql, table.h) that reads the catalogs only: one row for each index
+ * name the relay gives the table's indexes that no index of the table holds ("another
+ * relation's": missing, or another relation's) or that an index of the table holds with another
+ * definition than the relay's ("another definition": its columns, uniqueness, predicate,
+ * operator classes, collations or sort options), in columns: the name, which of the two, and
+ * the definition expected. migrate refuses to adopt a table with such a row; check reports the
+ * second kind. */
+extern const char *const migrate_index_check_sql;
+
 #endif
