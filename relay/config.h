@@ -140,6 +140,7 @@ typedef struct Config {
     char *ce_content_type;      /* CloudEvents datacontenttype (the content-type header) */
     long verify_since_s;        /* verify --since: rows marked sent this far back */
     bool verify_from_beginning; /* verify --from-beginning: read the topics whole */
+    long verify_max_rows;       /* verify --max-rows: the most rows of a window it holds */
     /* replay (relay/cmd/replay.h): the selection (NULL or 0: not given) and how to run it */
     long replay_from_id, replay_to_id;
     char *replay_sent_after, *replay_sent_before; /* timestamps, read by PostgreSQL */

@@ -145,9 +145,13 @@ static char *xstrdup(const char *s)
 }
 
 /* Reads the rows marked sent within the window, and the event id column's type; sets *now_ms to
- * the database's clock. */
-static bool load_rows(PGconn *conn, const Config *cfg, Check *c, long long *now_ms)
+ * the database's clock. A window of more than --max-rows rows is not loaded: *too_many is set
+ * (and false returned), since the check holds every row of the window at once (a message's row is
+ * found among them by its id, and an aggregate's order is judged over all of them) and the
+ * window's size is the data's, not the configuration's. */
+static bool load_rows(PGconn *conn, const Config *cfg, Check *c, long long *now_ms, bool *too_many)
 {
+    *too_many = false;
     PGresult *uuid = admin_exec_unbounded(conn, &cfg->map, SQL_VERIFY_EVENT_ID_IS_UUID, 0, NULL,
                                           PGRES_TUPLES_OK);
     if (!uuid)
@@ -156,9 +160,13 @@ static bool load_rows(PGconn *conn, const Config *cfg, Check *c, long long *now_
     PQclear(uuid);
     char since[32];
     snprintf(since, sizeof(since), "%ld", cfg->verify_since_s);
-    const char *params[1] = {since};
+    /* One more than the bound: a window that fills it is larger than the bound. PostgreSQL
+     * stops there, so the result itself never holds more. */
+    char limit[32];
+    snprintf(limit, sizeof(limit), "%ld", cfg->verify_max_rows + 1);
+    const char *params[2] = {since, limit};
     PGresult *res =
-        admin_exec_unbounded(conn, &cfg->map, SQL_VERIFY_ROWS, 1, params, PGRES_TUPLES_OK);
+        admin_exec_unbounded(conn, &cfg->map, SQL_VERIFY_ROWS, 2, params, PGRES_TUPLES_OK);
     PGresult *clock =
         admin_exec_unbounded(conn, &cfg->map, SQL_VERIFY_NOW, 0, NULL, PGRES_TUPLES_OK);
     if (!res || !clock) {
@@ -168,6 +176,11 @@ static bool load_rows(PGconn *conn, const Config *cfg, Check *c, long long *now_
     }
     *now_ms = strtoll(PQgetvalue(clock, 0, 0), NULL, 10);
     PQclear(clock);
+    if ((long)PQntuples(res) > cfg->verify_max_rows) {
+        PQclear(res);
+        *too_many = true;
+        return false;
+    }
     c->n = (size_t)PQntuples(res);
     c->rows = calloc(c->n + 1, sizeof(*c->rows));
     c->by_id = calloc(c->n + 1, sizeof(*c->by_id));
@@ -627,9 +640,21 @@ int verify_run(const Config *cfg, rd_kafka_conf_t *conf)
         log_info("messages carry the events' own times (--timestamp-column), which cannot find "
                  "the window's start: reading every partition from its first offset",
                  "timestamp_column=%s", cfg->timestamp_column);
-    bool loaded = load_rows(conn, cfg, &c, &now_ms);
+    bool too_many = false;
+    bool loaded = load_rows(conn, cfg, &c, &now_ms, &too_many);
     if (!loaded)
         rd_kafka_conf_destroy(conf);
+    if (too_many) {
+        /* Bad input as replay's unconfirmed selection is: nothing was checked, and a narrower
+         * window (or a bound the host can hold) is what the operator gives next. */
+        fprintf(stderr,
+                "outbox-relay: verify: the window holds more than --max-rows %ld rows (each is "
+                "held in memory, about 370 bytes at peak): narrow --since or raise --max-rows\n",
+                cfg->verify_max_rows);
+        PQfinish(conn);
+        check_free(&c);
+        return 2;
+    }
     bool ok = loaded &&
               read_topics(cfg, conf, &c,
                           now_ms - cfg->verify_since_s * 1000 - VERIFY_MARGIN_MS -

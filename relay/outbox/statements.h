@@ -255,12 +255,14 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 
 /* ---- verify (relay/cmd/verify.c) ---- */
 
-/* The rows marked sent in the last $1 seconds, in order: seq, event id, aggregate, event type. */
+/* The rows marked sent in the last $1 seconds, in order: seq, event id, aggregate, event type; at
+ * most $2 of them (verify asks for one more than --max-rows, and refuses a window that fills it:
+ * the result is bounded whatever the window holds). */
 #define SQL_VERIFY_ROWS                                                                            \
     "SELECT {seq}, {event_id}::text, coalesce({aggregate_type}::text, ''),"                        \
     " coalesce({aggregate_id}::text, ''), coalesce({event_type}::text, '') FROM {table}"           \
     " WHERE sent_at >= pg_catalog.now() - pg_catalog.make_interval(secs => $1::float8) ORDER BY "  \
-    "{seq}"
+    "{seq} LIMIT $2::int8"
 /* The database's clock, in milliseconds since the epoch. */
 #define SQL_VERIFY_NOW "SELECT (extract(epoch FROM pg_catalog.now()) * 1000::numeric)::bigint"
 /* For each event id of the array $1, in order, whether a row of the table has it. Through the

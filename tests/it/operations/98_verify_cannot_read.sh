@@ -7,7 +7,11 @@
 #     again whole;
 #  2. once the broker answers again, the same check is ok (the rows were there all along);
 #  3. given --on-sent delete (the relay's configuration: it deletes each row it sends) verify
-#     refuses with one line, exit 2, rather than say ok over a window that can hold no row.
+#     refuses with one line, exit 2, rather than say ok over a window that can hold no row;
+#  4. a window of more rows than --max-rows (verify holds every row of it in memory) is refused
+#     with one line, exit 2, naming --since and --max-rows, before anything is loaded or read from
+#     Kafka, while a window of exactly that many is checked (the bound counts the rows, not one
+#     more or one fewer).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -58,3 +62,15 @@ check_eq "3: one line on stderr" 1 "$(wc -l <"$T/verify.err")"
 check "3: the line says why" grep -q "with --on-sent delete the relay deletes each row" \
     "$T/verify.err"
 check_eq "3: no verdict on stdout" "" "$(cat "$T/verify.out")"
+
+# --- 4. ---
+verify --max-rows 39
+check_eq "4: 40 rows over --max-rows 39: verify exits 2" 2 $?
+check_eq "4: one line on stderr" 1 "$(wc -l <"$T/verify.err")"
+check "4: the line names the bound and what to do" grep -q \
+    "the window holds more than --max-rows 39 rows.*narrow --since or raise --max-rows" \
+    "$T/verify.err"
+check_eq "4: no verdict on stdout" "" "$(cat "$T/verify.out")"
+verify --max-rows 40 --json
+check_eq "4: 40 rows under --max-rows 40: verify exits 0" 0 $?
+check "4: every row checked" grep -q '"rows":40,' "$T/verify.out"
