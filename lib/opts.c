@@ -72,6 +72,10 @@ bool opts_list_append(OptList *list, const char *text)
     return true;
 }
 
+/* The longest duration taken, in days (ten years): named in the errors, since "at least 1s" alone
+ * read as though 10000d were too short. */
+#define OPTS_DURATION_MAX_DAYS 3650L
+
 bool opts_parse_duration(const char *text, long *seconds)
 {
     /* Zero needs no unit, written with any number of digits as "00s" is: "00" is "0". */
@@ -92,7 +96,7 @@ bool opts_parse_duration(const char *text, long *seconds)
                 : end[0] == 'h' ? 3600
                 : end[0] == 'd' ? 86400
                                 : 0;
-    if (unit == 0 || n > 3650L * 86400 / unit)
+    if (unit == 0 || n > OPTS_DURATION_MAX_DAYS * 86400 / unit)
         return false;
     *seconds = n * unit;
     return true;
@@ -139,14 +143,14 @@ bool opts_set(const OptDef *opt, void *out, const char *value, const char *sourc
         if (opt->min > 0 &&
             (!opts_parse_duration(value, (long *)field) || *(long *)field < opt->min))
             return optval_fail(err, errlen,
-                               "%s: expected a duration of at least %lds such as 90s, 30m, 72h or "
+                               "%s: expected a duration from %lds to %ldd such as 90s, 30m, 72h or "
                                "7d, got '%s'",
-                               source, opt->min, value);
+                               source, opt->min, OPTS_DURATION_MAX_DAYS, value);
         if (!opts_parse_duration(value, (long *)field))
-            return optval_fail(
-                err, errlen,
-                "%s: expected a duration such as 90s, 30m, 72h or 7d (or 0/off), got '%s'", source,
-                value);
+            return optval_fail(err, errlen,
+                               "%s: expected a duration of at most %ldd such as 90s, 30m, 72h or "
+                               "7d (or 0/off), got '%s'",
+                               source, OPTS_DURATION_MAX_DAYS, value);
         return true;
     case OPT_LOG_LEVEL:
         if (!log_level_parse(value, (LogLevel *)field))

@@ -777,8 +777,21 @@ static void test_duration_sign_and_since_minimum(void **state)
         config_free(&cfg);
     }
     assert_false(LOAD(&cfg, err, "verify", "--database-url=x", "--brokers=k:1", "--since=off"));
-    assert_string_equal(err, "--since: expected a duration of at least 1s such as 90s, 30m, 72h or "
-                             "7d, got 'off'");
+    assert_string_equal(err, "--since: expected a duration from 1s to 3650d such as 90s, 30m, 72h "
+                             "or 7d, got 'off'");
+    config_free(&cfg);
+    /* Too long is refused naming the real limit (it said "at least 1s", as though 10000d were too
+     * short); the limit itself is taken. */
+    assert_false(LOAD(&cfg, err, "verify", "--database-url=x", "--brokers=k:1", "--since=10000d"));
+    assert_string_equal(err, "--since: expected a duration from 1s to 3650d such as 90s, 30m, 72h "
+                             "or 7d, got '10000d'");
+    config_free(&cfg);
+    assert_false(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1", "--retention=3651d"));
+    assert_string_equal(err, "--retention: expected a duration of at most 3650d such as 90s, 30m, "
+                             "72h or 7d (or 0/off), got '3651d'");
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "verify", "--database-url=x", "--brokers=k:1", "--since=3650d"));
+    assert_int_equal(cfg.verify_since_s, 3650L * 86400);
     config_free(&cfg);
     assert_true(LOAD(&cfg, err, "verify", "--database-url=x", "--brokers=k:1", "--since=1s"));
     assert_int_equal(cfg.verify_since_s, 1);
