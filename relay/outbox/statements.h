@@ -224,10 +224,12 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 
 /* The oldest snapshot holding back vacuum: a session's xmin (a long or forgotten transaction, a
  * standby's hot_standby_feedback through its walsender), a replication slot's xmin, or a prepared
- * transaction. Rows of other roles' sessions show only to a role with pg_read_all_stats
- * (docs/operations.md#dead-rows-and-old-snapshots). */
+ * transaction; and whether the holder of kind $1 and id $2 (the one upkeep last logged, '' for
+ * none) holds one still: the oldest by xids may be another while it does, and saying that it no
+ * longer held was false. Rows of other roles' sessions show only to a role with
+ * pg_read_all_stats (docs/operations.md#dead-rows-and-old-snapshots). */
 #define SQL_HORIZON                                                                                \
-    "SELECT kind, who, app, state, secs, xids FROM ("                                              \
+    "WITH h AS ("                                                                                  \
     " SELECT 'session' AS kind, a.pid::text AS who, coalesce(a.application_name, '') AS app,"      \
     " coalesce(a.state, '') AS state,"                                                             \
     " extract(epoch FROM pg_catalog.now() - coalesce(a.xact_start, a.backend_start))::float8 AS "  \
@@ -242,7 +244,10 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " UNION ALL SELECT 'prepared transaction', p.gid, '', 'prepared',"                             \
     " extract(epoch FROM pg_catalog.now() - p.prepared)::float8, "                                 \
     "pg_catalog.age(p.transaction)::bigint"                                                        \
-    " FROM pg_prepared_xacts p) h ORDER BY xids DESC LIMIT 1"
+    " FROM pg_prepared_xacts p)"                                                                   \
+    " SELECT kind, who, app, state, secs, xids,"                                                   \
+    " EXISTS (SELECT 1 FROM h l WHERE l.kind = $1::text AND l.who = $2::text) FROM h"              \
+    " ORDER BY xids DESC LIMIT 1"
 
 /* Sent rows older than $1 seconds, at most `batch` (a number, as text) of them per statement.
  * Sent rows only (dead-lettered rows have no sent_at and stay until requeued or purged), through

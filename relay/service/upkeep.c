@@ -55,6 +55,10 @@ struct Upkeep {
     long long swept;          /* rows deleted by the current sweep */
     char last_error[256];     /* "" while the queries work */
     char horizon_logged[128]; /* the holder last logged as holding back vacuum, "" when none */
+    /* Its kind and id apart, SQL_HORIZON's parameters (the kind may hold a space; a prepared
+     * transaction's gid up to 200 bytes), and those parameters. */
+    char horizon_logged_kind[32], horizon_logged_who[256];
+    const char *horizon_params[2];
     /* A holder whose start PostgreSQL does not keep (a replication slot), and when this upkeep
      * first saw it hold (monotonic): its held time counts from there. "" when none. */
     char untimed_holder[128];
@@ -166,6 +170,11 @@ static void note_result(Upkeep *u, const char *task, const char *error)
     snprintf(u->last_error, sizeof(u->last_error), "%s", error);
 }
 
+static void forget_horizon_holder(Upkeep *u)
+{
+    u->horizon_logged[0] = u->horizon_logged_kind[0] = u->horizon_logged_who[0] = '\0';
+}
+
 /* Sets the vacuum horizon gauges from SQL_HORIZON's row, and says once per holder when one has
  * held its snapshot for over --horizon-warn: dead row versions pile up behind it, in the outbox
  * as everywhere, and every claim walks them (docs/operations.md#dead-rows-and-old-snapshots). */
@@ -176,7 +185,7 @@ static void note_horizon(Upkeep *u, PGresult *r)
         metrics_set_vacuum_horizon(0, -1.0);
         if (u->horizon_logged[0])
             log_info("nothing holds back vacuum any more", NULL);
-        u->horizon_logged[0] = '\0';
+        forget_horizon_holder(u);
         return;
     }
     char holder[128];
@@ -209,9 +218,20 @@ static void note_horizon(Upkeep *u, PGresult *r)
                  log_quote(PQgetvalue(r, 0, 2), q1, sizeof(q1)),
                  log_quote(PQgetvalue(r, 0, 3), q2, sizeof(q2)), held, xids);
         snprintf(u->horizon_logged, sizeof(u->horizon_logged), "%s", holder);
-    } else if (held < warn_s && u->horizon_logged[0] && strcmp(holder, u->horizon_logged) != 0) {
-        log_info("nothing holds back vacuum any more", NULL);
-        u->horizon_logged[0] = '\0';
+        snprintf(u->horizon_logged_kind, sizeof(u->horizon_logged_kind), "%s", PQgetvalue(r, 0, 0));
+        snprintf(u->horizon_logged_who, sizeof(u->horizon_logged_who), "%s", PQgetvalue(r, 0, 1));
+    } else if (held < warn_s && u->horizon_logged[0] && strcmp(holder, u->horizon_logged) != 0 &&
+               strcmp(PQgetvalue(r, 0, 6), "t") != 0) {
+        /* The holder logged is gone, but another (younger than --horizon-warn) holds a snapshot:
+         * "nothing holds back vacuum" was false. While the one logged still holds, though no
+         * longer the oldest by xids, nothing is said: it still does what was logged. */
+        char qk[40], q0[160];
+        log_info("the old snapshot logged as holding back vacuum is gone; the oldest holding one "
+                 "now has held it less than --horizon-warn",
+                 "holder=%s id=%s held_s=%.0f xids=%lld",
+                 log_quote(PQgetvalue(r, 0, 0), qk, sizeof(qk)),
+                 log_quote(PQgetvalue(r, 0, 1), q0, sizeof(q0)), held, xids);
+        forget_horizon_holder(u);
     }
 }
 
@@ -345,7 +365,7 @@ static void kick(Upkeep *u)
         u->backlog_sent = u->gauge_sent_at >= u->backlog_next_at;
         PgQuery q[3] = {{SQL_LANE_SQUATTERS, 0, NULL, false},
                         {u->sql[UPKEEP_BACKLOG], 0, NULL, false},
-                        {SQL_HORIZON, 0, NULL, false}};
+                        {SQL_HORIZON, 2, u->horizon_params, false}};
         if (!u->backlog_sent)
             q[1] = q[2];
         if (!pg_conn_send(u->pg, q, u->backlog_sent ? 3 : 2, on_backlog, u))
@@ -486,6 +506,8 @@ static Upkeep *upkeep_create(struct ev_loop *loop, const Config *cfg, bool gauge
     u->cfg = cfg;
     u->gauges = gauges;
     u->on_demand = on_demand;
+    u->horizon_params[0] = u->horizon_logged_kind;
+    u->horizon_params[1] = u->horizon_logged_who;
     /* On demand, the first refresh comes at once, as a standing connection's does at setup. */
     u->gauge_due = on_demand && gauges;
     /* Never swept: the first tick sweeps, whatever the monotonic clock reads (it counts from the

@@ -7,10 +7,14 @@
 #    long report would): outbox_vacuum_horizon_held_seconds grows past --horizon-warn (2 s here),
 #    the relay logs "an old snapshot holds back vacuum" once, naming the holder's pid and
 #    application_name, and outbox_vacuum_horizon_age_xids counts the transactions committed since;
-#  - once the transaction ends, the relay logs "nothing holds back vacuum any more";
+#  - once the transaction ends, the relay logs "nothing holds back vacuum any more" (or, when
+#    another snapshot younger than --horizon-warn is the oldest left, that the one logged is gone);
 #  - a replication slot (a standby with hot_standby_feedback holding a snapshot), whose start
 #    PostgreSQL does not keep, is timed from when the relay first saw it hold: logged past
-#    --horizon-warn, its gauge past it too.
+#    --horizon-warn, its gauge past it too;
+#  - a session logged as holding back vacuum that ends while a younger holder (the slot, first
+#    seen then, so held for 0 s) is left is said to be gone, naming the slot, not "nothing holds
+#    back vacuum any more", which was false: the slot held vacuum back all along.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -59,7 +63,8 @@ check "the held-seconds gauge is past --horizon-warn" awk -v h="$held" 'BEGIN { 
 check "the xids gauge counts the transactions committed behind it" test "${xids%.*}" -ge 20
 wait "$HOLDER"
 released() {
-    grep -q "nothing holds back vacuum any more" "$RELAY_LOG"
+    grep -q -e "nothing holds back vacuum any more" \
+        -e "the old snapshot logged as holding back vacuum is gone" "$RELAY_LOG"
 }
 wait_for "its end is logged" 20 released
 check_eq "the holder was logged once" 1 "$(grep -c "an old snapshot holds back vacuum" "$RELAY_LOG")"
@@ -78,6 +83,19 @@ _as_pg pg_ctl -D "$SB" reload >/dev/null || fail "SLOT: reload the standby"
 relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0 \
     --horizon-warn 2s --kafka reconnect.backoff.max.ms=500
 metrics_wait
+# A session on the primary holds the oldest snapshot first, and is logged; the slot comes behind it.
+: >"$T/holder.out"
+PGAPPNAME=forgotten-report psql -XAtq -c "BEGIN ISOLATION LEVEL REPEATABLE READ" \
+    -c "SELECT pg_backend_pid() FROM outbox LIMIT 0" -c "SELECT pg_backend_pid()" \
+    -c "SELECT pg_sleep(600)" -c "COMMIT" >"$T/holder.out" 2>&1 &
+HOLDER=$!
+_t_track "$HOLDER"
+_poll 10 has_holder || fail "SLOT: the session holds its snapshot"
+for g in $(seq 1 5); do # transactions that commit behind the session's snapshot
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            VALUES ('p', 'p-$g', 'changed', '{\"seq\": $g}')"
+done
+wait_for "SLOT: the session is logged as holding back vacuum" 20 logged
 psql -XAtq -p "$SB_PORT" -c "BEGIN ISOLATION LEVEL REPEATABLE READ" \
     -c "SELECT count(*) FROM outbox" -c "SELECT pg_sleep(15)" -c "COMMIT" >"$T/sb-holder.out" 2>&1 &
 SB_HOLDER=$!
@@ -90,6 +108,14 @@ for g in $(seq 1 20); do # transactions that commit behind the standby's snapsho
     psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
             VALUES ('s', 's-$g', 'changed', '{\"seq\": $g}')"
 done
+psql_q "SELECT pg_terminate_backend($(holder_pid))" >/dev/null || fail "SLOT: end the session"
+wait "$HOLDER"
+gone() {
+    grep -q 'the old snapshot logged as holding back vacuum is gone.*holder="replication slot" id="horizon_slot"' \
+        "$RELAY_LOG"
+}
+wait_for "SLOT: the session's end is logged as gone, naming the slot that still holds" 20 gone
+check "SLOT: not that nothing holds back vacuum" lacks "$RELAY_LOG" "nothing holds back vacuum"
 slot_logged() {
     grep -q 'an old snapshot holds back vacuum.*holder="replication slot" id="horizon_slot"' \
         "$RELAY_LOG"
