@@ -433,6 +433,17 @@ void relay_status(const Relay *r, RelayStatus *out)
             snprintf(out->setup_error, sizeof(out->setup_error), "%s", s->kafka_fault);
         if (s->lanes.live_sessions > out->live_sessions)
             out->live_sessions = s->lanes.live_sessions;
+        /* Distinct types: each session holds those of its own lanes' batches, and two may hold
+         * one (at most --sessions times HOLD_TYPES_MAX compared). */
+        for (int t = 0; t < s->hold.n; t++) {
+            bool before = false;
+            for (int j = 0; j < i && !before; j++)
+                for (int k = 0; k < r->sessions[j].hold.n && !before; k++)
+                    before = strcmp(r->sessions[j].hold.types[k], s->hold.types[t]) == 0;
+            for (int k = 0; k < t && !before; k++)
+                before = strcmp(s->hold.types[k], s->hold.types[t]) == 0;
+            out->held_aggregate_types += !before;
+        }
     }
 }
 

@@ -74,6 +74,10 @@ typedef struct RelayStatus {
     int lanes_owned;
     int live_sessions; /* of all relays (lane group members) at the last rebalance, ours included */
     int claim_sessions; /* this relay's sessions connected, in the lane group and claiming now */
+    /* Aggregate types this relay's sessions hold out of their claims because Kafka refuses their
+     * topic for a fault of the setup (TopicHold, engine.h), each counted once however many
+     * sessions hold it: their events wait while the others go. */
+    int held_aggregate_types;
     /* A session's claims or marks fail for a reason of the setup (privileges, a missing table or
      * column: sqlstate.h): it holds no lanes, so the relay is not ready. The first such error,
      * "" when none. */

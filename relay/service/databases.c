@@ -488,6 +488,7 @@ void databases_metrics(const Databases *d, StrBuf *out)
                                  .lanes_owned = st.lanes_owned,
                                  .live_sessions = st.live_sessions,
                                  .claim_sessions = st.claim_sessions,
+                                 .held_aggregate_types = st.held_aggregate_types,
                                  .ready = db_ready(d->dbs[i], NULL)};
         regs[i] = d->dbs[i]->metrics;
     }

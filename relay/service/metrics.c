@@ -544,6 +544,12 @@ static void render_set(StrBuf *out, const Set *set)
                 "This relay's sessions that claim now: --min-sessions, and up to --sessions while "
                 "claims come back full (until --session-rest-after without one).",
                 LIVE(claim_sessions), false);
+    family_live(out, set, "outbox_held_aggregate_types",
+                "Aggregate types this relay's sessions hold out of their claims because Kafka "
+                "refuses their topic for a fault of the setup (a topic deleted, an ACL revoked): "
+                "their events wait, probed after each hold backoff, while the others go; the "
+                "relay is not ready meanwhile, and its log names each type and topic.",
+                LIVE(held_aggregate_types), false);
 }
 
 void metrics_render(StrBuf *out, const MetricsLive *live)

@@ -42,8 +42,9 @@ typedef struct MetricsLive {
     int lanes_owned;
     int live_sessions; /* of all relays (lane group members) at the last rebalance, ours included */
     int claim_sessions; /* this relay's sessions that claim now (the rest rest: --min-sessions) */
-    bool ready;         /* /readyz's verdict (outbox_ready); per database with --databases
-                         * (outbox_database_ready) */
+    int held_aggregate_types; /* RelayStatus's: held out of the claims while Kafka refuses them */
+    bool ready;               /* /readyz's verdict (outbox_ready); per database with --databases
+                               * (outbox_database_ready) */
 } MetricsLive;
 
 /* Forgets every value (unit tests). */

@@ -2027,6 +2027,7 @@ static void test_refused_type_held_others_go_on(void **state)
     RelayStatus st;
     relay_status(T.r, &st);
     assert_non_null(strstr(st.setup_error, "Topic authorization failed"));
+    assert_int_equal(st.held_aggregate_types, 1); /* outbox_held_aggregate_types */
     /* No hot loop: nothing is claimed until the hold backoff is over, and then the probe. */
     expect_idle_pg(0);
     assert_true(ev_is_active(&S(0)->hold_timer));
@@ -2058,8 +2059,28 @@ static void test_refused_type_held_others_go_on(void **state)
     answer(0);
     relay_status(T.r, &st);
     assert_string_equal(st.setup_error, "");
+    assert_int_equal(st.held_aggregate_types, 0);
     assert_int_equal(S(0)->order_breaks, 0);
     assert_int_equal(occurrences(logged(), "Kafka accepts the events of a held aggregate type"), 1);
+}
+
+/* outbox_held_aggregate_types counts the types the sessions hold, each once: two sessions may
+ * hold one type (each holds those of its own lanes' batches). */
+static void test_held_types_counted_once(void **state)
+{
+    start("2", "2", "60000");
+    const char *held[2][2] = {{"order", "pay"}, {"pay", "ship"}};
+    for (int i = 0; i < 2; i++) {
+        S(i)->hold.n = 2;
+        for (int t = 0; t < 2; t++)
+            snprintf(S(i)->hold.types[t], sizeof(S(i)->hold.types[t]), "%s", held[i][t]);
+    }
+    RelayStatus st;
+    relay_status(T.r, &st);
+    assert_int_equal(st.held_aggregate_types, 3);
+    S(0)->hold.n = S(1)->hold.n = 0;
+    relay_status(T.r, &st);
+    assert_int_equal(st.held_aggregate_types, 0);
 }
 
 /* The hold is bounded: past HOLD_TYPES_MAX refused types the session drops it and waits its
@@ -2215,6 +2236,7 @@ int main(void)
         cmocka_unit_test_teardown(test_kafka_setup_fault_counts_no_attempt, teardown),
         cmocka_unit_test_teardown(test_kafka_setup_fault_cleared_by_empty_claim, teardown),
         cmocka_unit_test_teardown(test_refused_type_held_others_go_on, teardown),
+        cmocka_unit_test_teardown(test_held_types_counted_once, teardown),
         cmocka_unit_test_teardown(test_hold_bounded_and_dropped, teardown),
         cmocka_unit_test_teardown(test_no_success_said_without_a_delivery, teardown),
         cmocka_unit_test_teardown(test_order_scope_partition_breaks, teardown),

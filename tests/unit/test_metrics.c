@@ -51,8 +51,11 @@ static void test_counters(void **state)
     metrics_batch_committed();
     metrics_retention_deleted(1000);
     metrics_retention_deleted(-5); /* ignored */
-    char *t = render((MetricsLive){
-        .postgres_up = true, .lanes_owned = 32, .live_sessions = 2, .claim_sessions = 1});
+    char *t = render((MetricsLive){.postgres_up = true,
+                                   .lanes_owned = 32,
+                                   .live_sessions = 2,
+                                   .claim_sessions = 1,
+                                   .held_aggregate_types = 3});
     assert_line(t, "outbox_events_published_total{topic=\"outbox.event.order\"} 2");
     assert_line(t, "outbox_events_published_total{topic=\"outbox.event.invoice\"} 1");
     assert_line(t, "outbox_failures_total{class=\"transient\"} 1");
@@ -66,6 +69,7 @@ static void test_counters(void **state)
     assert_line(t, "outbox_lanes_owned 32");
     assert_line(t, "outbox_relay_sessions 2");
     assert_line(t, "outbox_claim_sessions 1");
+    assert_line(t, "outbox_held_aggregate_types 3");
     assert_line(t, "outbox_ready 0");
     assert_line(t, "# TYPE outbox_events_published_total counter");
     /* topics sorted by name */
@@ -305,6 +309,7 @@ static void test_databases(void **state)
                              .lanes_owned = 64,
                              .live_sessions = 1,
                              .claim_sessions = 1,
+                             .held_aggregate_types = 2,
                              .ready = true},
                             {.kafka_up = true, .registry_up = true}};
     StrBuf out = {0};
@@ -320,6 +325,8 @@ static void test_databases(void **state)
     assert_line(t, "outbox_created_to_ack_seconds_bucket{database=\"a\",le=\"0.005\"} 1");
     assert_line(t, "outbox_lanes_owned{database=\"a\"} 64");
     assert_line(t, "outbox_postgres_up{database=\"b-2\"} 0");
+    assert_line(t, "outbox_held_aggregate_types{database=\"a\"} 2");
+    assert_line(t, "outbox_held_aggregate_types{database=\"b-2\"} 0");
     assert_line(t, "outbox_database_ready{database=\"a\"} 1");
     assert_line(t, "outbox_database_ready{database=\"b-2\"} 0");
     const char *help = strstr(t, "# HELP outbox_batches_total ");

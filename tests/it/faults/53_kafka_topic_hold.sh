@@ -9,9 +9,10 @@
 # row is delivered while the others stay refused, unsent with no attempt counted; the held rows
 # are claimed only by a probe after each hold backoff (counted: no hot loop); the relay says what
 # it holds and is not ready; once the topics exist their rows go out, first copies in order, and
-# the relay is ready again. (librdkafka 2.0.2 does not fail messages on a topic whose metadata
-# says TOPIC_AUTHORIZATION_FAILED, the mock's only per-topic refusal: they wait for their
-# timeout, a passing failure; 77_kafka_setup_fault covers that error, for every topic at once.)
+# the relay is ready again; outbox_held_aggregate_types counts the types held (2), then 0.
+# (librdkafka 2.0.2 does not fail messages on a topic whose metadata says
+# TOPIC_AUTHORIZATION_FAILED, the mock's only per-topic refusal: they wait for their timeout, a
+# passing failure; 77_kafka_setup_fault covers that error, for every topic at once.)
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -54,6 +55,8 @@ $(($(count_of lost "attempts > 0") + $(count_of gone "attempts > 0")))"
 check "the relay says which types it holds (gone)" grep -q "$HOLD_LINE.*aggregate_type=\"gone\"" "$RELAY_LOG"
 check "... and lost" grep -q "$HOLD_LINE.*aggregate_type=\"lost\"" "$RELAY_LOG"
 check "... and is not ready while they are refused" ready_is 503
+check "... and counts the two types it holds (outbox_held_aggregate_types 2)" \
+    metric_is outbox_held_aggregate_types 2
 # A probe or two more while held: the refused rows are claimed at the hold backoff's pace, not
 # in a loop (a loop claims them hundreds of times a second). The bound allows a probe a second.
 first=$(refusals)
@@ -71,6 +74,7 @@ wait_for "lost and gone delivered once Kafka takes them" 90 no_unsent_rows
 check "the relay says Kafka takes a held type again" \
     grep -q "Kafka accepts the events of a held aggregate type again" "$RELAY_LOG"
 wait_for "the relay is ready again" 15 ready_is 200
+check "... and holds no type (outbox_held_aggregate_types 0)" metric_is outbox_held_aggregate_types 0
 check_delivered keep
 check_delivered lost
 check_delivered gone
