@@ -14,6 +14,7 @@
 #include "secrets.h"
 #include "statements.h"
 #include "strbuf.h"
+#include "table.h"
 
 /* Messages are produced before their rows are marked, by up to the delivery timeout, and the
  * relay's clock (the messages' timestamps) may differ from the database's a little: the topics
@@ -37,6 +38,14 @@
  * ALTER queued behind a long transaction, which every later reader queues behind): verify gives
  * up then (exit 1) rather than wait as long as they do, silently. */
 #define VERIFY_LOCK_TIMEOUT "10s"
+/* How long verify waits for PostgreSQL to answer a statement: a server that stops answering (a
+ * stopped or paused server, a proxy that lost it) acknowledges every packet, so keepalives never
+ * end the wait, and verify waited for ever, silently. A statement whose work grows with the
+ * window (the rows read, each chunk of lookups, which reads the table whole for an event id
+ * column without an index on its text) gets a millisecond more a row of --max-rows
+ * (window_answer_s). The connection has no statement_timeout (admin_connect_unbounded): a slow
+ * read of a long window is no failure short of that bound. */
+#define VERIFY_ANSWER_S 30L
 
 typedef struct Row {
     long long seq;
@@ -134,6 +143,39 @@ static Row *find_row(const Check *c, const char *id)
     return found ? *found : NULL;
 }
 
+static long window_answer_s(const Config *cfg)
+{
+    return VERIFY_ANSWER_S + (cfg->verify_max_rows + 1) / 1000;
+}
+
+/* Runs a statement template for cfg's table, waiting answer_s at most for its answer: the result
+ * (PGRES_TUPLES_OK), or NULL with the error logged ("query failed"; past the bound, "PostgreSQL
+ * did not answer within N s", and the connection is left mid-statement: the caller stops using
+ * it). */
+static PGresult *verify_exec(PGconn *conn, const Config *cfg, const char *tmpl, int nparams,
+                             const char *const *params, long answer_s)
+{
+    char err[256];
+    char *sql = table_sql(&cfg->map, conn, tmpl, err, sizeof(err));
+    if (!sql) {
+        log_error("cannot write the statement", "error=%s", err);
+        return NULL;
+    }
+    DbError e = {0};
+    PGresult *res = admin_query_within(conn, sql, nparams, params, answer_s, &e);
+    free(sql);
+    if (res && PQresultStatus(res) != PGRES_TUPLES_OK) {
+        PQclear(res);
+        res = NULL;
+        snprintf(e.message, sizeof(e.message), "unexpected result");
+    }
+    if (!res) {
+        char q[600];
+        log_error("query failed", "error=%s", log_quote(e.message, q, sizeof(q)));
+    }
+    return res;
+}
+
 static char *xstrdup(const char *s)
 {
     char *d = strdup(s ? s : "");
@@ -152,8 +194,7 @@ static char *xstrdup(const char *s)
 static bool load_rows(PGconn *conn, const Config *cfg, Check *c, long long *now_ms, bool *too_many)
 {
     *too_many = false;
-    PGresult *uuid = admin_exec_unbounded(conn, &cfg->map, SQL_VERIFY_EVENT_ID_IS_UUID, 0, NULL,
-                                          PGRES_TUPLES_OK);
+    PGresult *uuid = verify_exec(conn, cfg, SQL_VERIFY_EVENT_ID_IS_UUID, 0, NULL, VERIFY_ANSWER_S);
     if (!uuid)
         return false;
     c->uuid_ids = PQntuples(uuid) == 1 && strcmp(PQgetvalue(uuid, 0, 0), "t") == 0;
@@ -165,10 +206,9 @@ static bool load_rows(PGconn *conn, const Config *cfg, Check *c, long long *now_
     char limit[32];
     snprintf(limit, sizeof(limit), "%ld", cfg->verify_max_rows + 1);
     const char *params[2] = {since, limit};
-    PGresult *res =
-        admin_exec_unbounded(conn, &cfg->map, SQL_VERIFY_ROWS, 2, params, PGRES_TUPLES_OK);
-    PGresult *clock =
-        admin_exec_unbounded(conn, &cfg->map, SQL_VERIFY_NOW, 0, NULL, PGRES_TUPLES_OK);
+    PGresult *res = verify_exec(conn, cfg, SQL_VERIFY_ROWS, 2, params, window_answer_s(cfg));
+    /* Not sent after a statement left unanswered: the connection is mid-statement. */
+    PGresult *clock = res ? verify_exec(conn, cfg, SQL_VERIFY_NOW, 0, NULL, VERIFY_ANSWER_S) : NULL;
     if (!res || !clock) {
         PQclear(res);
         PQclear(clock);
@@ -433,9 +473,9 @@ static bool look_up_unknown(Check *c)
         strbuf_array_text(&ids, c->unknown_ids[i]);
     strbuf_array_end(&ids);
     const char *params[1] = {ids.s};
-    PGresult *res = admin_exec_unbounded(
-        c->conn, &c->cfg->map, c->uuid_ids ? SQL_VERIFY_KNOWN_UUIDS : SQL_VERIFY_KNOWN_IDS, 1,
-        params, PGRES_TUPLES_OK);
+    PGresult *res =
+        verify_exec(c->conn, c->cfg, c->uuid_ids ? SQL_VERIFY_KNOWN_UUIDS : SQL_VERIFY_KNOWN_IDS, 1,
+                    params, window_answer_s(c->cfg));
     strbuf_free(&ids);
     /* The statement returns, for each id in order, whether the table has it. */
     for (size_t i = 0; res && i < c->nunknown; i++) {
@@ -646,9 +686,14 @@ int verify_run(const Config *cfg, rd_kafka_conf_t *conf)
         return 2;
     }
     PGconn *conn = admin_connect_unbounded(cfg->database_url);
-    DbError e;
-    if (conn &&
-        !db_exec(conn, DB_BOUND_SETTING_SQL("lock_timeout", VERIFY_LOCK_TIMEOUT, "false"), &e)) {
+    DbError e = {0};
+    PGresult *set =
+        conn ? admin_script_within(
+                   conn, DB_BOUND_SETTING_SQL("lock_timeout", VERIFY_LOCK_TIMEOUT, "false"),
+                   VERIFY_ANSWER_S, &e)
+             : NULL;
+    PQclear(set);
+    if (conn && !set) {
         char q[600];
         log_error("cannot set the session's lock timeout", "error=%s",
                   log_quote(db_error_text(&e), q, sizeof(q)));
