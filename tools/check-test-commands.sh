@@ -81,6 +81,13 @@ for w in $(comm -12 <(echo "$words") <(echo "$in_path")); do
         [ -f "$q" ] && word_of[$q]+=" $w" # postmaster and postgres: one file, two words
     done
 done
+# Absolute paths of commands (/usr/bin/time): by their last part above, a shell keyword or builtin
+# (time, test) is set aside as the shell's own, but the path runs the package's program.
+for q in $(sed -e 's/^[[:space:]]*#.*//' -e 's/[[:space:]]#.*//' "${SCRIPTS[@]}" |
+    grep -oE '(^|[^A-Za-z0-9_./-])/(usr/)?s?bin/[a-z][a-z0-9_.+-]*' | grep -oE '/.*' | sort -u); do
+    case " $listed $PROSE $OPTIONAL " in *" $q "* | *" ${q##*/} "*) continue ;; esac
+    [ -f "$q" ] && word_of[$q]+=" $q"
+done
 if [ ${#word_of[@]} -gt 0 ]; then
     # Who ships each path: one grep over dpkg's file lists ("pkg[:arch].list:/path" lines), where
     # a `dpkg -S` of a few hundred paths takes most of a minute.
