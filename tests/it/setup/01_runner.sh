@@ -11,12 +11,17 @@
 #  5. the same tests one at a time (TEST_JOBS=1) give the same totals; TEST_JOBS out of range is
 #     refused with exit 2;
 #  6. --group GROUP (and TEST_GROUP) runs that group's tests only, --list lists them and runs
-#     none; a group that does not exist, and a test outside any group, are refused with exit 2.
+#     none; a group that does not exist, and a test outside any group, are refused with exit 2;
+#  7. each group's tests start longest first by tests/it/durations (one it does not list first),
+#     a test run alone last in its group.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
 
 unset TEST_GROUP # (the group this test runs in, when run by group: the runs below choose theirs)
+# The runs below that name no TEST_JOBS take run.sh's default (3), whatever this test ran under
+# (TEST_JOBS=8 by hand gave "TEST_JOBS must be 1 to 4" in place of their output).
+unset TEST_JOBS
 R=$T/root
 mkdir -p "$R/tests/it/setup" "$R/tests/it/delivery" "$R/tests/it/faults" "$R/bin/asan" "$T/running"
 cp "$ROOT/tests/run.sh" "$R/tests/"
@@ -99,10 +104,22 @@ check_eq "6. TEST_GROUP=faults: its two tests' totals, exit 0" "3 passed, 0 fail
     "$(tail -n 1 "$T/faults.out") $?"
 rm -f "$T/running/"*
 bash "$R/tests/run.sh" --list >"$T/list.out" 2>&1
-check_eq "6. --list: the groups and their tests, the alone one marked, nothing run" \
-    "setup|    setup/10_pass.sh|    setup/20_fail.sh|delivery|    delivery/40_exit.sh|faults|    faults/50_alone.sh (alone)|    faults/60_last.sh" \
+check_eq "6. --list: the groups and their tests, the alone one marked (last of its group), nothing run" \
+    "setup|    setup/10_pass.sh|    setup/20_fail.sh|delivery|    delivery/40_exit.sh|faults|    faults/60_last.sh|    faults/50_alone.sh (alone)" \
     "$(paste -sd'|' "$T/list.out")"
 check_eq "6. --list ran no test" "" "$(ls "$T/running")"
+# 7. tests/it/durations orders each group longest first, a test it does not list first of all.
+printf '%s\n' '# a comment' 'setup/10_pass.sh 3' 'setup/20_fail.sh 40' 'faults/60_last.sh 1' \
+    >"$R/tests/it/durations"
+fake setup/15_new 'echo "ok - n1"'
+bash "$R/tests/run.sh" --list >"$T/order.out" 2>&1
+check_eq "7. --list: longest first within a group, an unlisted test first, groups in order" \
+    "setup|    setup/15_new.sh|    setup/20_fail.sh|    setup/10_pass.sh|delivery|    delivery/40_exit.sh|faults|    faults/60_last.sh|    faults/50_alone.sh (alone)" \
+    "$(paste -sd'|' "$T/order.out")"
+TEST_JOBS=1 bash "$R/tests/run.sh" --group setup >"$T/order_run.out" 2>&1
+check_eq "7. ... and they run in that order" "setup/15_new.sh setup/20_fail.sh setup/10_pass.sh" \
+    "$(sed -n 's/^# ==== //p' "$T/order_run.out" | paste -sd' ' -)"
+rm -f "$R/tests/it/durations" "$R/tests/it/setup/15_new.sh"
 bash "$R/tests/run.sh" --group nope >"$T/nope.out" 2>&1
 check_eq "6. --group nope is refused with exit 2" 2 $?
 check_eq "6. ... in one line naming the groups" \
