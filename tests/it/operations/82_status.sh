@@ -114,9 +114,34 @@ check_eq "4: unreachable database: exit 1" 1 $?
 check_eq "4: with one line" 1 "$(grep -c '' "$T/down.out")"
 
 # --- 5. a lock on the outbox ---
-# Before the bound, all three waited for the lock as long as it was held (timeout's 124 here).
+# Parts 5 and 6 share one lock and wait side by side: 6's status is set waiting behind the lock
+# and its forwarder stopped first, then 5's three commands start. Each waits for a bound of its
+# own (30 s, 35 s); one after the other they took 65 s of the test's 70.
 table_lock_open
 wait_for "5: another client holds ACCESS EXCLUSIVE on the outbox" 15 table_lock_held
+
+# --- 6. a server that stops answering ---
+port=$(free_port) || fail "a free port for the forwarder"
+socat "TCP-LISTEN:$port,bind=127.0.0.1,fork,reuseaddr" "TCP:127.0.0.1:$PGPORT" 2>"$T/socat.log" &
+forwarder=$!
+_t_track $forwarder
+forwarding() { psql -XAtq -h 127.0.0.1 -p "$port" -c "SELECT 1" >/dev/null 2>&1; }
+wait_for "6: the forwarder passes connections on" 10 forwarding
+check "6: the lock is held again" table_lock_held
+timeout 120 "$RELAY_BIN" status --database-url "postgresql://postgres@127.0.0.1:$port/outbox" \
+    >"$T/stopped.out" 2>&1 &
+waiting=$!
+_t_track $waiting
+status_waits() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity
+                 WHERE application_name = 'outbox-relay' AND wait_event_type = 'Lock'")" = 1 ]
+}
+wait_for "6: status waits behind the lock" 15 status_waits
+# The forwarder and the child it forked for status's connection (their pids, no names).
+read -ra stopped <<<"$forwarder $(pgrep -P "$forwarder" | tr '\n' ' ')"
+kill -STOP "${stopped[@]}"
+
+# 5: before the bound, all three waited for the lock as long as it was held (timeout's 124 here).
 declare -A locked_pid
 for cmd in status dead requeue; do
     args=("$cmd")
@@ -131,29 +156,7 @@ for cmd in status dead requeue; do
     check_eq "5: $cmd says so in one line" 1 "$(grep -c '' "$T/$cmd.lock")"
     check "5: $cmd names the statement timeout" grep -q 'statement timeout' "$T/$cmd.lock"
 done
-table_lock_close
 
-# --- 6. a server that stops answering ---
-port=$(free_port) || fail "a free port for the forwarder"
-socat "TCP-LISTEN:$port,bind=127.0.0.1,fork,reuseaddr" "TCP:127.0.0.1:$PGPORT" 2>"$T/socat.log" &
-forwarder=$!
-_t_track $forwarder
-forwarding() { psql -XAtq -h 127.0.0.1 -p "$port" -c "SELECT 1" >/dev/null 2>&1; }
-wait_for "6: the forwarder passes connections on" 10 forwarding
-table_lock_open
-wait_for "6: the lock is held again" 15 table_lock_held
-timeout 120 "$RELAY_BIN" status --database-url "postgresql://postgres@127.0.0.1:$port/outbox" \
-    >"$T/stopped.out" 2>&1 &
-waiting=$!
-_t_track $waiting
-status_waits() {
-    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity
-                 WHERE application_name = 'outbox-relay' AND wait_event_type = 'Lock'")" = 1 ]
-}
-wait_for "6: status waits behind the lock" 15 status_waits
-# The forwarder and the child it forked for status's connection (their pids, no names).
-read -ra stopped <<<"$forwarder $(pgrep -P "$forwarder" | tr '\n' ' ')"
-kill -STOP "${stopped[@]}"
 wait "$waiting"
 check_eq "6: status gives up on a server that does not answer: exit 1" 1 $?
 check "6: and says it did not answer" grep -q 'did not answer' "$T/stopped.out"
