@@ -119,38 +119,40 @@ check_eq "2: nothing parked" 0 "$(parked)"
 # --- 3. statements cancelled by statement_timeout (57014) -----------------------------------------
 # A consumer whose statements time out after 300 ms, while another session holds the shipments
 # table for longer than six of them.
+# --- 3b. lock timeouts (55P03): the same, with lock_timeout instead --------------------------------
+# A second consumer (its own topic and group, its own log) whose waits for a lock end after
+# 300 ms, beside 3's, under the same hold of the table: each counts its own errors, and each
+# waits out its own backoff (about 12 s for six tries, then up to 6 s); one after the other the
+# two parts took 36 s of the test.
 consumer_stop
+consumer_start --topic "$TOPIC.3b" --group shipping-3b \
+    --database-url "$DATABASE_URL?options=-c%20lock_timeout%3D300"
+C3B_PID=$CONSUMER_PID C3B_LOG=$CONSUMER_LOG
 consumer_start --topic "$TOPIC" --group shipping \
     --database-url "$DATABASE_URL?options=-c%20statement_timeout%3D300"
 holder_start locker "LOCK TABLE shipments IN EXCLUSIVE MODE"
 wait_for "3: another session holds the shipments table" 30 holder_holds locker
+check "3b: another session holds the shipments table" holder_holds locker
 base=$(pg_errors "statement timeout")
+base3b=$(pg_errors "lock timeout")
 order_msg 5 | produce
+order_msg 11 | TOPIC=$TOPIC.3b produce
 _poll 60 errors_over "statement timeout" $((base + 6)) ||
     echo "# 3: fewer than 6 timeouts seen: $(( $(pg_errors "statement timeout") - base ))"
+_poll 60 errors_over "lock timeout" $((base3b + 6)) ||
+    echo "# 3b: fewer than 6 lock timeouts seen: $(( $(pg_errors "lock timeout") - base3b ))"
 check_eq "3: nothing parked while statements time out" 0 "$(parked)"
+check_eq "3b: nothing parked while locks time out" 0 "$(parked)"
 holder_stop locker
 wait_for "3: once the table is free, the event is applied" 60 \
     sql_is "SELECT count(*) FROM shipments WHERE order_id = 'o-5'" 1
 check "3: the outage named the cancelled statement as transient" \
     grep -qE 'msg="postgres unavailable, retrying".*fault=transient.*57014' "$CONSUMER_LOG"
-
-# --- 3b. lock timeouts (55P03): the same, with lock_timeout instead --------------------------------
-consumer_stop
-consumer_start --topic "$TOPIC" --group shipping \
-    --database-url "$DATABASE_URL?options=-c%20lock_timeout%3D300"
-holder_start locker "LOCK TABLE shipments IN EXCLUSIVE MODE"
-wait_for "3b: another session holds the shipments table" 30 holder_holds locker
-base=$(pg_errors "lock timeout")
-order_msg 11 | produce
-_poll 60 errors_over "lock timeout" $((base + 6)) ||
-    echo "# 3b: fewer than 6 lock timeouts seen: $(( $(pg_errors "lock timeout") - base ))"
-check_eq "3b: nothing parked while locks time out" 0 "$(parked)"
-holder_stop locker
 wait_for "3b: once the table is free, the event is applied" 60 \
     sql_is "SELECT count(*) FROM shipments WHERE order_id = 'o-11'" 1
 check "3b: the outage named the lock timeout as transient" \
-    grep -qE 'msg="postgres unavailable, retrying".*fault=transient.*55P03' "$CONSUMER_LOG"
+    grep -qE 'msg="postgres unavailable, retrying".*fault=transient.*55P03' "$C3B_LOG"
+_stop_process "$C3B_PID"
 
 # --- 4. a PostgreSQL restart while events arrive ----------------------------------------------------
 consumer_stop
