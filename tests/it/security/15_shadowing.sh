@@ -231,6 +231,15 @@ relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --retention 3s \
     --max-attempts 2 --retry-backoff 100 --retry-backoff-max 200 \
     --dead-letter-topic outbox.dead --poll-interval 60000
 wait_for "the relay delivers" 30 no_unsent_rows_but "aggregate_type = 'order'"
+# The poison event's second attempt waits for the relay's next claim: the next poll (60 s away:
+# the wakeup below must be the trigger's doing) or a wakeup. Once its first attempt failed and
+# the relay sleeps, a row the producer inserts wakes it (the test used to wait for the poll).
+failed_once() {
+    psql_some "SELECT 1 FROM public.outbox WHERE aggregate_type = 'bad topic!' AND attempts > 0"
+}
+_poll 30 failed_once && _poll 30 guard_held_safe &&
+    as_producer "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+                 VALUES ('order', 'wake-1', 'changed', '{}')"
 wait_for "the poison event fails and is dead-lettered" 90 \
     psql_some "SELECT 1 FROM public.outbox WHERE dead_at IS NOT NULL AND dead_letter_topic IS NOT NULL"
 wait_for "the relay sleeps, guarding the wakeup lock" 30 guard_held_safe
