@@ -45,6 +45,11 @@ errors_over() { [ "$(pg_errors "$1")" -ge "$2" ]; }
 outage_lines() { grep -cE 'msg="postgres (connection lost|unavailable, retrying|unreachable)"' "$CONSUMER_LOG"; }
 recovery_lines() { grep -cE 'msg="postgres (reconnected|available again)"' "$CONSUMER_LOG"; }
 
+# JOIN_LOG: consumer_start flags that log librdkafka's group states; joined_log: the member
+# started with them has joined its group (parts 6 and 8 stop members with nothing to consume).
+JOIN_LOG=(--log-level debug --kafka debug=cgrp)
+joined_log() { grep -q 'changed join state [a-z-]* -> steady' "$CONSUMER_LOG"; }
+
 consumer_start --topic "$TOPIC" --group shipping
 order_msg 1 | produce
 wait_for "a first event is applied" 60 sql_is "SELECT count(*) FROM shipments" 1
@@ -186,13 +191,17 @@ check_eq "6: each id is kept --dedupe-ttl (default 7 days) from its processing" 
                                            AND processed_at + interval '7 days' + interval '1 min')
                FROM processed_events")"
 consumer_stop
-consumer_start --topic "$TOPIC" --group shipping --sweep-interval 1
+# This member has nothing to consume and could be stopped before it has joined its group; the
+# next member then waited about 10 s more for its own join. It logs its group's states
+# (joined_log below) and is stopped once it has joined.
+consumer_start --topic "$TOPIC" --group shipping --sweep-interval 1 "${JOIN_LOG[@]}"
 psql_q "UPDATE processed_events SET expires_at = now() - interval '1 s'
         WHERE event_id IN ('$(cat "$T/ids.1")', '$(cat "$T/ids.2")')" >/dev/null
 wait_for "6: the sweep deletes the two expired ids and keeps the rest" 30 \
     sql_is "SELECT count(*) FROM processed_events" 8
 check "6: the sweep is logged" grep -q 'msg="expired processed events deleted" rows=2' \
     "$CONSUMER_LOG"
+_poll 30 joined_log || echo "# 6: the member did not join its group within 30 s"
 consumer_stop
 check_eq "SIGTERM: consumer-demo exits 0" 0 $?
 
@@ -307,9 +316,10 @@ consumer_running && consumer_stop # the old code: let it go
 psql_q "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'PgSleep'
         AND pid <> pg_backend_pid()" >/dev/null
 psql_q "DROP TRIGGER slow_delete ON processed_events; DROP FUNCTION slow_delete()" >/dev/null
-consumer_start --topic "$TOPIC" --group shipping --sweep-interval 1
+consumer_start --topic "$TOPIC" --group shipping --sweep-interval 1 "${JOIN_LOG[@]}"
 wait_for "8: without the trigger the expired id is swept" 30 \
     sql_is "SELECT count(*) FROM processed_events WHERE event_id = '$(cat "$T/ids.3")'" 0
+_poll 30 joined_log || echo "# 8: the member did not join its group within 30 s"
 consumer_stop
 check_eq "8: SIGTERM: exit 0" 0 $?
 
