@@ -38,32 +38,41 @@ static void first_line(const char *msg, char *out, size_t outlen)
 
 /* libpq's parse errors quote the text they stumbled on (missing "=" after "TEXT"), and the
  * string may not be a connection string at all: a --database-url-file pointed at a token file
- * would print the token. Every quoted span of more than one character that comes from conninfo
- * becomes "...", in place (the line only shrinks); a one-character span ("=") stays, it says
- * what was expected. */
+ * would print the token. A token may itself hold a '"', so quotes cannot be paired in order (the
+ * token tok"en showed as "..."en"): from each quote, the longest span up to a later quote, or to
+ * the end of the line (first_line cut it inside a long token), whose text occurs in conninfo
+ * becomes "...", in place (the line only shrinks). A one-character span ("=") stays, it says
+ * what was expected. Spans are tried shortest first: one not in conninfo ends the search (no
+ * longer one, which starts with it, can be), so a line of many quotes costs few searches. */
 static void hide_quoted_input(char *line, const char *conninfo)
 {
     for (char *open = strchr(line, '"'); open;) {
-        char *close = strchr(open + 1, '"');
-        /* No closing quote: first_line cut the line inside the quoted text (a long token), so
-         * the rest of the line is the start of it. */
-        bool cut = !close;
-        if (cut)
-            close = open + 1 + strlen(open + 1);
-        size_t len = (size_t)(close - open - 1);
-        char saved = *close;
-        *close = '\0';
-        bool from_input = len > 1 && strstr(conninfo, open + 1) != NULL;
-        *close = saved;
-        if (from_input) {
-            size_t dots = len < 3 ? len : 3; /* never longer than what it replaces */
-            memset(open + 1, '.', dots);
-            memmove(open + 1 + dots, close, strlen(close) + 1);
-            close = open + 1 + dots;
+        char *hide = NULL;
+        for (char *close = open + 1;; close++) {
+            if (*close != '"' && *close != '\0')
+                continue;
+            if (close - open - 1 > 1) {
+                char saved = *close;
+                *close = '\0';
+                bool found = strstr(conninfo, open + 1) != NULL;
+                *close = saved;
+                if (!found)
+                    break;
+                hide = close;
+            }
+            if (*close == '\0')
+                break;
         }
-        if (cut)
-            break;
-        open = strchr(close + 1, '"');
+        if (!hide) {
+            open = strchr(open + 1, '"');
+            continue;
+        }
+        size_t len = (size_t)(hide - open - 1);
+        size_t dots = len < 3 ? len : 3; /* never longer than what it replaces */
+        memset(open + 1, '.', dots);
+        memmove(open + 1 + dots, hide, strlen(hide) + 1);
+        hide = open + 1 + dots;
+        open = *hide ? strchr(hide + 1, '"') : NULL;
     }
 }
 

@@ -43,6 +43,31 @@ static void test_check_conninfo_hides_input(void **state)
     assert_null(strstr(err, "k9Xq"));
 }
 
+/* A token holding a '"': the quotes in libpq's echo were paired in order, so the part after the
+ * token's own quote was shown (missing "=" after "..."en-s3cret"). Every such part is hidden now,
+ * the token's quote the first, the last or anywhere, and in a token longer than the line kept. */
+static void test_check_conninfo_hides_quoted_input(void **state)
+{
+    const char *tokens[] = {"tok\"en-s3cret",     "\"en-s3cret",  "tok\"\"en-s3cret\"",
+                            "t\"o\"k\"en-s3cret", "a\"en-s3cret", "tok\"en-s3cret\"x"};
+    char err[512];
+    for (size_t i = 0; i < sizeof(tokens) / sizeof(tokens[0]); i++) {
+        memset(err, 0, sizeof(err));
+        assert_false(db_check_conninfo(tokens[i], err, sizeof(err)));
+        if (!strstr(err, "database URL: invalid connection string: ") || strstr(err, "en-s3cret") ||
+            strstr(err, "s3cr"))
+            fail_msg("token %s: %s", tokens[i], err);
+    }
+    char token[401];
+    for (size_t i = 0; i < sizeof(token) - 1; i++)
+        token[i] = i % 50 == 7 ? '"' : "k9Xq"[i % 4];
+    token[sizeof(token) - 1] = '\0';
+    assert_false(db_check_conninfo(token, err, sizeof(err)));
+    if (strstr(err, "k9X") || strstr(err, "9Xq") || strstr(err, "Xqk") || strstr(err, "qk9"))
+        fail_msg("long token: %s", err);
+    assert_non_null(strstr(err, "missing \"=\""));
+}
+
 /* Values libpq only checks when it connects are bad input too (a port that is not a number made
  * run retry forever; sslmode=bogus passed check's "config" line): refused naming the setting,
  * never echoing the string (a password may be anywhere in it). Every value libpq takes passes. */
@@ -597,6 +622,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_conninfo_hides_input),
+        cmocka_unit_test(test_check_conninfo_hides_quoted_input),
         cmocka_unit_test(test_check_conninfo_values),
         cmocka_unit_test(test_writer_conninfo),
         cmocka_unit_test(test_writer_service),
