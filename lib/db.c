@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -238,6 +239,7 @@ typedef struct ServiceGroup {
     StrBuf text;   /* as a connection string: key='value' ..., each key once (the first) */
     StrBuf seen;   /* the keys given so far, each between newlines */
     char bad[200]; /* a line libpq refuses, said without its text (it may hold a password) */
+    bool unopened; /* bad says which file libpq cannot open, no entry of it */
 } ServiceGroup;
 
 static bool service_read(const char *service, const char *keyword, char **out, ServiceGroup *all);
@@ -269,7 +271,8 @@ static bool service_values_ok(const PQconninfoOption *opts, char *err, size_t er
     PQconninfoOption *file = g.bad[0] ? NULL : PQconninfoParse(group.s ? group.s : "", &why);
     bool ok;
     if (g.bad[0]) {
-        ok = refuse(err, errlen, "%s: invalid service file entry: %s", what, g.bad);
+        ok = refuse(err, errlen, "%s: %s%s", what,
+                    g.unopened ? "" : "invalid service file entry: ", g.bad);
     } else if (!file) {
         char line[256];
         first_line(why ? why : "out of memory", line, sizeof(line));
@@ -379,11 +382,26 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
 /* One service file, read as libpq reads it (fe-connect.c, parseServiceFile): lines with blanks in
  * front skipped over, blank lines and "#" comments ignored, "[NAME]" opening a group, "key=value"
  * inside it (nothing trimmed around the "=", trailing blanks dropped). Sets *found when the group
- * is in the file (libpq then reads no other file) and copies keyword's value into out. */
+ * is in the file (libpq then reads no other file) and copies keyword's value into out. from_env:
+ * the file is PGSERVICEFILE's. */
 static bool service_file_value(const char *path, const char *service, const char *keyword,
-                               char **out, ServiceGroup *all, bool *found)
+                               char **out, ServiceGroup *all, bool *found, bool from_env)
 {
     FILE *f = fopen(path, "r");
+    struct stat st;
+    if (!f && (from_env || stat(path, &st) == 0)) {
+        /* libpq opens PGSERVICEFILE's file whether or not it exists, the others when they exist,
+         * and one it cannot open fails every connection ("service file not found"), no further
+         * file read: the check fell back to the system file and passed. */
+        int saved = errno;
+        *found = true;
+        if (all && !all->bad[0]) {
+            all->unopened = true;
+            snprintf(all->bad, sizeof(all->bad), "service file \"%.120s\"%s: %s", path,
+                     from_env ? " (from PGSERVICEFILE)" : "", strerror(saved));
+        }
+        return all != NULL;
+    }
     if (!f)
         return false;
     char line[1024]; /* libpq's buffer, whose size sets the limit below */
@@ -496,13 +514,14 @@ static bool service_read(const char *service, const char *keyword, char **out, S
     }
     if (!file && home)
         snprintf(path, sizeof(path), "%s/.pg_service.conf", home);
-    if ((file || home) && service_file_value(path, service, keyword, out, all, &found))
+    if ((file || home) &&
+        service_file_value(path, service, keyword, out, all, &found, file != NULL))
         return true;
     if (found)
         return false; /* libpq reads no further file */
     const char *dir = getenv("PGSYSCONFDIR");
     snprintf(path, sizeof(path), "%s/pg_service.conf", dir ? dir : PG_SYSCONFDIR);
-    return service_file_value(path, service, keyword, out, all, &found);
+    return service_file_value(path, service, keyword, out, all, &found, false);
 }
 
 bool db_service_value(const char *service, const char *keyword, char *out, size_t outlen)

@@ -290,6 +290,46 @@ static void test_service_values(void **state)
     unlink(path);
 }
 
+/* A PGSERVICEFILE that cannot be opened: libpq fails every connection that names a service
+ * ("service file ... not found") and reads no other file, where the check fell back to the system
+ * file, passed, and took its values (run then retried for ever). Refused now, naming the file;
+ * a string that names no service is not libpq's to look the file up for, and passes. */
+static void test_service_file_missing(void **state)
+{
+    char err[512], sys[192], sysdir[128], value[64];
+    unsetenv("PGSERVICE");
+    snprintf(sysdir, sizeof(sysdir), "/tmp/test_db_%ld_sysdir2", (long)getpid());
+    mkdir(sysdir, 0700);
+    snprintf(sys, sizeof(sys), "%s/pg_service.conf", sysdir);
+    FILE *f = fopen(sys, "w");
+    assert_non_null(f);
+    fputs("[sys]\nhost=sys.example\ntarget_session_attrs=read-write\n", f);
+    fclose(f);
+    setenv("PGSYSCONFDIR", sysdir, 1);
+    unsetenv("PGSERVICEFILE");
+    assert_true(db_check_conninfo("service=sys", err, sizeof(err))); /* the system file's */
+    const char *files[] = {"/nonexistent/test_db/pg_service.conf", ""};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        setenv("PGSERVICEFILE", files[i], 1);
+        memset(err, 0, sizeof(err));
+        if (db_check_conninfo("service=sys", err, sizeof(err)))
+            fail_msg("PGSERVICEFILE=\"%s\" taken", files[i]);
+        if (!strstr(err, "service sys: service file \"") || !strstr(err, files[i]) ||
+            !strstr(err, "(from PGSERVICEFILE)") || strchr(err, '\n'))
+            fail_msg("PGSERVICEFILE=\"%s\": %s", files[i], err);
+        setenv("PGSERVICE", "sys", 1);
+        assert_false(db_check_conninfo("dbname=x", err, sizeof(err)));
+        assert_false(db_check_writer_conninfo("dbname=x", err, sizeof(err)));
+        unsetenv("PGSERVICE");
+        assert_false(db_service_value("sys", "host", value, sizeof(value))); /* nothing taken */
+        assert_true(db_check_conninfo("host=h dbname=x", err, sizeof(err)));
+    }
+    unsetenv("PGSERVICEFILE");
+    unsetenv("PGSYSCONFDIR");
+    unlink(sys);
+    rmdir(sysdir);
+}
+
 /* A listening socket on 127.0.0.1 that takes connections (the kernel's backlog) and never
  * answers them: a server that hangs. Its port into port. */
 static int silent_server(char *port, size_t len)
@@ -623,6 +663,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_conninfo_hides_input),
         cmocka_unit_test(test_check_conninfo_hides_quoted_input),
+        cmocka_unit_test(test_service_file_missing),
         cmocka_unit_test(test_check_conninfo_values),
         cmocka_unit_test(test_writer_conninfo),
         cmocka_unit_test(test_writer_service),
