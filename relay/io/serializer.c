@@ -1708,6 +1708,16 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
         snprintf(err, errlen, "%s", ps->broken_why);
         return SERIALIZER_RETRY_LATER;
     }
+    /* jansson drops a raw NUL after a literal ("[null\0\r,1]" loads as [null,1]), so the walks
+     * of the text below and jansson's tree would be out of step, and JSON Schema would send the
+     * NUL it never checked. A text column cannot hold one, but a payload may come from elsewhere
+     * (--payload-format binary): refused here, whatever the config allows. */
+    if (memchr(payload, '\0', payload_len)) {
+        snprintf(err, errlen,
+                 "payload is not JSON (schema id %d): it holds a NUL byte at offset %zu", rs->id,
+                 (size_t)((const char *)memchr(payload, '\0', payload_len) - payload));
+        return SERIALIZER_ROW_FAULT;
+    }
     json_error_t jerr;
     /* JSON Schema checks the payload and sends its text as it is: a key given twice (a json or
      * text column keeps both; jsonb keeps the last) would be checked by its last value while a

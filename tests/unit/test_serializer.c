@@ -91,6 +91,39 @@ static void test_avro_faults(void **state)
     serializer_schema_release(&rs);
 }
 
+/* A payload holding a NUL byte: jansson drops a raw NUL after a literal ("[null\0\r,1]" loads as
+ * [null,1]), so JSON Schema passed it and sent the NUL it never checked, and the text walks could
+ * go out of step with jansson's tree. Refused, with either format, as the row's fault. */
+static void test_payload_nul(void **state)
+{
+    static const char payload[] = "[null\0\r,1]", obj[] = "{\"id\": \"a\"}\0";
+    RegistrySchema js = {
+        .id = 9, .type = REGISTRY_JSON, .subject = "t-value", .text = "{\"type\": \"array\"}"};
+    RegistrySchema av = {.id = 8,
+                         .type = REGISTRY_AVRO,
+                         .subject = "t-value",
+                         .text = "{\"type\": \"array\", \"items\": [\"null\", \"int\"]}"};
+    struct {
+        ValueFormat f;
+        RegistrySchema *rs;
+        const char *payload;
+        size_t len;
+    } cases[] = {{VALUE_JSON_SCHEMA, &js, payload, sizeof(payload) - 1},
+                 {VALUE_AVRO, &av, payload, sizeof(payload) - 1},
+                 {VALUE_JSON_SCHEMA, &js, obj, sizeof(obj) - 1}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *out = NULL, err[256] = "";
+        size_t len = 0;
+        SerializerOutcome o =
+            serializer_encode_schema(cases[i].f, cases[i].rs, "t-value", cases[i].payload,
+                                     cases[i].len, &out, &len, err, sizeof(err));
+        if (o != SERIALIZER_ROW_FAULT || out || !strstr(err, "NUL byte"))
+            fail_msg("case %zu: outcome %d, error \"%s\"", i, (int)o, err);
+    }
+    serializer_schema_release(&js);
+    serializer_schema_release(&av);
+}
+
 /* A schema of the wrong kind, or one avro-c cannot parse, fails its rows for the schema's sake. */
 static void test_unusable_schema(void **state)
 {
@@ -878,6 +911,7 @@ int main(void)
         cmocka_unit_test(test_avro_bytes),
         cmocka_unit_test(test_avro_faults),
         cmocka_unit_test(test_unusable_schema),
+        cmocka_unit_test(test_payload_nul),
         cmocka_unit_test(test_json_schema),
         cmocka_unit_test(test_avro_union_wrapper),
         cmocka_unit_test(test_avro_numbers),
