@@ -112,21 +112,38 @@ static struct ev_loop *default_loop(void)
     return loop;
 }
 
+/* What run makes first in either mode: the event loop and the operations server on it, into
+ * *loop and *ops. Returns false after one line (*status 1, a runtime failure: the input was
+ * checked), kconf destroyed and nothing left made. */
+static bool run_loop_ops(Config *cfg, rd_kafka_conf_t *kconf, int argc, char **argv,
+                         struct ev_loop **loop, Ops **ops, int *status)
+{
+    char err[1024];
+    *loop = default_loop();
+    if (!*loop) {
+        rd_kafka_conf_destroy(kconf);
+        *status = 1;
+        return false;
+    }
+    *ops = ops_new(*loop, cfg, argc, argv, err, sizeof(err));
+    if (!*ops) {
+        rd_kafka_conf_destroy(kconf);
+        ev_loop_destroy(*loop);
+        *status = error_line(err, 1);
+        return false;
+    }
+    return true;
+}
+
 /* run with --databases: a pipeline per database on the one loop (databases.h). */
 static int run_databases(Config *cfg, rd_kafka_conf_t *kconf, int argc, char **argv)
 {
     char err[1024];
-    struct ev_loop *loop = default_loop();
-    if (!loop) {
-        rd_kafka_conf_destroy(kconf);
-        return 1;
-    }
-    Ops *ops = ops_new(loop, cfg, argc, argv, err, sizeof(err));
-    if (!ops) {
-        rd_kafka_conf_destroy(kconf);
-        ev_loop_destroy(loop);
-        return error_line(err, 1);
-    }
+    struct ev_loop *loop;
+    Ops *ops;
+    int status;
+    if (!run_loop_ops(cfg, kconf, argc, argv, &loop, &ops, &status))
+        return status;
     char q2[600];
     log_info("outbox-relay starting", "version=%s databases=%d brokers=%s", OUTBOX_RELAY_VERSION,
              cfg->n_dbs, log_quote(cfg->brokers, q2, sizeof(q2)));
@@ -190,17 +207,10 @@ static int cmd_run(Config *cfg, int argc, char **argv)
     if (cfg->n_dbs)
         return run_databases(cfg, kconf, argc, argv);
 
-    struct ev_loop *loop = default_loop();
-    if (!loop) {
-        rd_kafka_conf_destroy(kconf);
-        return 1;
-    }
-    Ops *ops = ops_new(loop, cfg, argc, argv, err, sizeof(err));
-    if (!ops) {
-        rd_kafka_conf_destroy(kconf);
-        ev_loop_destroy(loop);
-        return error_line(err, 1);
-    }
+    struct ev_loop *loop;
+    Ops *ops;
+    if (!run_loop_ops(cfg, kconf, argc, argv, &loop, &ops, &status))
+        return status;
     Relay *relay = relay_new(loop, cfg, kconf, err, sizeof(err));
     /* A runtime failure (exit 1, restarted by systemd): the input was checked by run_input and
      * config_load, so what fails here is the machine's (memory, descriptors, threads). */
