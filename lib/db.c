@@ -43,10 +43,28 @@ static void first_line(const char *msg, char *out, size_t outlen)
  * token tok"en showed as "..."en"): from each quote, the longest span up to a later quote, or to
  * the end of the line (first_line cut it inside a long token), whose text occurs in conninfo
  * becomes "...", in place (the line only shrinks). A one-character span ("=") stays, it says
- * what was expected. Spans are tried shortest first: one not in conninfo ends the search (no
- * longer one, which starts with it, can be), so a line of many quotes costs few searches. */
+ * what was expected. libpq quotes a URI's parts percent-decoded (tok%65n as "token"), so a span
+ * in the decoded string is hidden too. Spans are tried shortest first: one in neither ends the
+ * search (no longer one, which starts with it, can be), so many quotes cost few searches. */
 static void hide_quoted_input(char *line, const char *conninfo)
 {
+    char *decoded = strchr(conninfo, '%') ? strdup(conninfo) : NULL;
+    if (decoded) {
+        char *d = decoded;
+        for (const char *p = conninfo; *p; p++) {
+            unsigned v;
+            int n = 0;
+            /* %00 stays as it is: libpq refuses it, and a NUL would end the search text. */
+            if (*p == '%' && isxdigit((unsigned char)p[1]) && isxdigit((unsigned char)p[2]) &&
+                sscanf(p + 1, "%2x%n", &v, &n) == 1 && n == 2 && v != 0) {
+                *d++ = (char)v;
+                p += 2;
+            } else {
+                *d++ = *p;
+            }
+        }
+        *d = '\0';
+    }
     for (char *open = strchr(line, '"'); open;) {
         char *hide = NULL;
         for (char *close = open + 1;; close++) {
@@ -55,7 +73,7 @@ static void hide_quoted_input(char *line, const char *conninfo)
             if (close - open - 1 > 1) {
                 char saved = *close;
                 *close = '\0';
-                bool found = strstr(conninfo, open + 1) != NULL;
+                bool found = strstr(conninfo, open + 1) || (decoded && strstr(decoded, open + 1));
                 *close = saved;
                 if (!found)
                     break;
@@ -74,6 +92,10 @@ static void hide_quoted_input(char *line, const char *conninfo)
         memmove(open + 1 + dots, hide, strlen(hide) + 1);
         hide = open + 1 + dots;
         open = *hide ? strchr(hide + 1, '"') : NULL;
+    }
+    if (decoded) {
+        explicit_bzero(decoded, strlen(decoded)); /* it may hold a password */
+        free(decoded);
     }
 }
 

@@ -48,8 +48,11 @@ static void test_check_conninfo_hides_input(void **state)
  * the token's quote the first, the last or anywhere, and in a token longer than the line kept. */
 static void test_check_conninfo_hides_quoted_input(void **state)
 {
-    const char *tokens[] = {"tok\"en-s3cret",     "\"en-s3cret",  "tok\"\"en-s3cret\"",
-                            "t\"o\"k\"en-s3cret", "a\"en-s3cret", "tok\"en-s3cret\"x"};
+    const char *tokens[] = {"tok\"en-s3cret", "\"en-s3cret", "tok\"\"en-s3cret\"",
+                            "t\"o\"k\"en-s3cret", "a\"en-s3cret", "tok\"en-s3cret\"x",
+                            /* libpq quotes a URI's parts percent-decoded */
+                            "postgresql://h/db?tok%65n-s3cret=1",
+                            "postgresql://h/db?tok%22en-s%33cret=1"};
     char err[512];
     for (size_t i = 0; i < sizeof(tokens) / sizeof(tokens[0]); i++) {
         memset(err, 0, sizeof(err));
