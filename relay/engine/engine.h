@@ -61,8 +61,10 @@ typedef struct Session Session;
  * with no attempt counted, and are claimed again by the probe: after each hold backoff (0.5 s
  * doubling to RETRY_CAP_S) one claim leaves nothing out; its batch keeps held the types Kafka
  * refused again and lets the others go. Bounded (HOLD_TYPES_MAX types of at most HOLD_TYPE_MAX
- * bytes): past the bound the hold is dropped and the session waits its retry backoff after each
- * batch Kafka refused, claiming everything (the pace before the hold). Cleared with the lanes
+ * bytes, UTF-8: the claim compares them in a text[] literal): past the bound, or when a claim
+ * that left a type out returns its rows all the same, the hold is dropped and the session waits
+ * its retry backoff after each batch Kafka refused, claiming everything (the pace before the
+ * hold), so a refused type never loops at once. Cleared with the lanes
  * (a reconnect, resting, a setup fault of the database). marks.c keeps it, claim.c reads it. */
 typedef struct TopicHold {
     int n;                                            /* types held */

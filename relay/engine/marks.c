@@ -8,6 +8,7 @@
 #include "monotime.h"
 #include "metrics.h"
 #include "sqlstate.h"
+#include "utf8.h"
 
 /* ---- marking ------------------------------------------------------------------------------ */
 
@@ -413,6 +414,15 @@ static int hold_find(const TopicHold *h, const char *type)
     return -1;
 }
 
+/* Whether text is UTF-8 throughout, as strbuf_array_text writes it unchanged. */
+static bool utf8_valid(const char *text)
+{
+    int32_t cp = 0;
+    for (const char *p = text; *p && cp >= 0; p += utf8_decode(p, &cp))
+        ;
+    return cp >= 0;
+}
+
 /* Writes the claim's parameter anew from the types held. */
 static void hold_write_param(TopicHold *h)
 {
@@ -451,7 +461,7 @@ static void hold_note_batch(Session *s)
 {
     TopicHold *h = &s->hold;
     const Batch *b = &s->batch;
-    bool probe = h->probing;
+    bool probe = h->probing, left_out = h->left_out;
     h->probing = h->left_out = false;
     h->overflowed = false;
     if (probe)
@@ -480,16 +490,34 @@ static void hold_note_batch(Session *s)
         memmove(h->topics[i], h->topics[i + 1], sizeof(h->topics[0]) * (size_t)(h->n - i));
         changed = true;
     }
+    int left_out_n = left_out ? h->n : 0; /* the types the claim left out come first */
     for (int r = 0; r < b->n && b->setup_faults > 0; r++) {
         const BatchRow *br = &b->rows[r];
-        if (!br->setup_fault || hold_find(h, type_of(br)) >= 0)
+        if (!br->setup_fault)
             continue;
         const char *type = type_of(br);
         char t[HOLD_TYPE_MAX * 2], q[ROUTE_TOPIC_MAX * 2];
-        if (h->n == HOLD_TYPES_MAX || strlen(type) >= HOLD_TYPE_MAX) {
+        int at = hold_find(h, type);
+        if (at >= 0) {
+            if (at >= left_out_n)
+                continue; /* held by the probe or by this batch: refused again, still held */
+            /* The claim was to leave the type out and returned its rows: without the retry
+             * backoff the session would claim them again at once, batch after batch. */
+            log_warn("a held aggregate type's events came back in a claim that leaves it out; "
+                     "the session claims every type after its retry backoff until the refusals "
+                     "end",
+                     "aggregate_type=%s session=%d", log_quote(type, t, sizeof(t)), s->index);
+            marks_hold_clear(s);
+            h->overflowed = true;
+            return;
+        }
+        /* The claim compares the name in a text[] literal, which writes each byte that is not
+         * UTF-8 (a SQL_ASCII or LATIN1 database holds any) as U+FFFD: such a name would match
+         * no row, and its rows would come back in every claim. */
+        if (h->n == HOLD_TYPES_MAX || strlen(type) >= HOLD_TYPE_MAX || !utf8_valid(type)) {
             log_warn("Kafka refuses more aggregate types than a session holds apart (or one with "
-                     "a name too long to hold); the session claims every type after its retry "
-                     "backoff until the refusals end",
+                     "a name too long to hold, or not UTF-8); the session claims every type "
+                     "after its retry backoff until the refusals end",
                      "held=%d max=%d aggregate_type=%s session=%d", h->n, HOLD_TYPES_MAX,
                      log_quote(type, t, sizeof(t)), s->index);
             marks_hold_clear(s);

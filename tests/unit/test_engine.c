@@ -2117,6 +2117,71 @@ static void test_hold_bounded_and_dropped(void **state)
     assert_false(ev_is_active(&S(0)->hold_timer));
 }
 
+/* The hold leaves a type out by comparing its name in the claim ($6, a text[] literal), where a
+ * name that is not valid UTF-8 (a SQL_ASCII or LATIN1 database holds any bytes) is written with
+ * U+FFFD for each stray byte, and so matches no row: the claim that was to leave the type out
+ * returned its rows again, Kafka refused them again, and with no retry backoff due the session
+ * claimed again at once, batch after batch (a hot loop against PostgreSQL and Kafka). Such a type
+ * is not held: the session waits its retry backoff after each refused batch, as past the bound. */
+static void test_type_not_utf8_not_held(void **state)
+{
+    extra_args[0] = "--topic-template";
+    extra_args[1] = "outbox.events"; /* one topic: the type's name need not be a topic's */
+    start("1", "1", "60000");
+    bring_up(0);
+    fake_kafka_refuse_key("agg-P*", RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+    answer_claim(0, "P@livr\xe9,A"); /* 0xe9: 'e' with an acute accent in Latin-1 */
+    fake_kafka_report_all(OK);
+    assert_string_equal(pending_param(0, "mark-sent"), "{2}");
+    answer(0); /* the marks */
+    assert_int_equal(S(0)->hold.n, 0);
+    assert_true(ev_is_active(&S(0)->retry_timer));
+    expect_idle_pg(0);
+    fire(&S(0)->retry_timer);
+    assert_string_equal(field(pending_param(0, "claim"), 5), "{}");
+}
+
+/* Whatever the cause, a claim that was to leave a held type out and returned a row of it that
+ * Kafka refused again would loop at once: the session falls back to its retry backoff. */
+static void test_held_type_claimed_anyway_backs_off(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    capture_log(LOG_WARN);
+    fake_kafka_refuse_key("agg-P*", RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+    answer_claim(0, "P@pay,A");
+    fake_kafka_report_all(OK);
+    answer(0);
+    assert_string_equal(field(pending_param(0, "claim"), 5), "{\"pay\"}");
+    answer_claim(0, "P@pay,B"); /* the claim did not leave pay out */
+    fake_kafka_report_all(OK);
+    answer(0);
+    assert_true(ev_is_active(&S(0)->retry_timer));
+    expect_idle_pg(0);
+    assert_int_equal(occurrences(logged(), "came back in a claim that leaves it out"), 1);
+}
+
+/* The guard above is for the types the claim left out, not for one its own batch refused twice:
+ * two aggregates of a newly refused type, in a claim that left another type out, are both held. */
+static void test_new_type_refused_twice_held(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    capture_log(LOG_WARN);
+    fake_kafka_refuse_key("agg-P*", RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+    answer_claim(0, "P@pay,A");
+    fake_kafka_report_all(OK);
+    answer(0);
+    assert_string_equal(field(pending_param(0, "claim"), 5), "{\"pay\"}");
+    answer_claim(0, "P1@ship,P2@ship,B"); /* ship refused too, by two of its aggregates */
+    fake_kafka_report_all(OK);
+    answer(0);
+    assert_int_equal(S(0)->hold.n, 2);
+    assert_false(ev_is_active(&S(0)->retry_timer));
+    assert_string_equal(field(pending_param(0, "claim"), 5), "{\"pay\",\"ship\"}");
+    assert_int_equal(occurrences(logged(), "came back in a claim that leaves it out"), 0);
+}
+
 /* Rows Kafka refused for a fault of the setup that an operator then requeued or deleted leave
  * nothing to deliver: the relay stayed not ready for ever (only a batch delivered without a
  * fault cleared it). A claim that finds nothing clears it. */
@@ -2238,6 +2303,9 @@ int main(void)
         cmocka_unit_test_teardown(test_refused_type_held_others_go_on, teardown),
         cmocka_unit_test_teardown(test_held_types_counted_once, teardown),
         cmocka_unit_test_teardown(test_hold_bounded_and_dropped, teardown),
+        cmocka_unit_test_teardown(test_type_not_utf8_not_held, teardown),
+        cmocka_unit_test_teardown(test_held_type_claimed_anyway_backs_off, teardown),
+        cmocka_unit_test_teardown(test_new_type_refused_twice_held, teardown),
         cmocka_unit_test_teardown(test_no_success_said_without_a_delivery, teardown),
         cmocka_unit_test_teardown(test_order_scope_partition_breaks, teardown),
     };
