@@ -230,8 +230,10 @@ struct Session {
     /* Kafka refused the last batch's events for a fault of the setup (kafka_error_setup: not
      * authorised, unknown topic): its error and topic, for /readyz (the relay is not ready) and
      * to log it once; "" once a batch delivered without one (marks.c, note_kafka_fault) or a claim
-     * found nothing left to send (marks_nothing_unsent), and not while a type is held. The
-     * rows stay unsent, no attempt counted, and their aggregate types are held (hold). */
+     * found nothing left to send (marks_nothing_unsent), and not while a type is held; also
+     * when the session gives its lanes up (session.c, lanes_divided: resting, it claims nothing
+     * that would clear it). The rows stay unsent, no attempt counted, and their aggregate types
+     * are held (hold). */
     char kafka_fault[200];
     TopicHold hold;         /* aggregate types left out of the claims while Kafka refuses them */
     ev_timer hold_timer;    /* the hold backoff: when it fires the next claim probes (session.c) */

@@ -510,6 +510,10 @@ static void lanes_divided(Session *s)
         floor_reset(&s->floor); /* its lanes may come back with other rows */
         marks_hold_clear(s);    /* and so may the hold's types */
         pace_hold(s);
+        /* A Kafka setup fault goes with the lanes too: resting, the session claims nothing
+         * that could clear it, and /readyz would name it after the session that took its lanes
+         * over delivered their rows. That session meets the fault again if it lasts. */
+        s->kafka_fault[0] = '\0';
         /* Not logged as lanes owned: the other sessions take its lanes over at once, and log
          * the relay's total if it changed. */
         log_debug("session rests", "session=%d", s->index);

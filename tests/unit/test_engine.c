@@ -1080,6 +1080,52 @@ static void test_called_back_while_leaving(void **state)
     expect_sent(1, sent);
 }
 
+/* A session that met a Kafka setup fault, then rests (--sessions above --min-sessions, once the
+ * backlog is gone), gives its lanes up and claims no more: nothing could clear its fault (only a
+ * batch delivered, or a claim finding nothing, does), so /readyz named it for as long as the
+ * session rested, long after the session that took its lanes over delivered everything. The fault
+ * goes with the lanes: whoever claims their rows meets it again if it lasts. */
+static void test_resting_session_keeps_no_kafka_fault(void **state)
+{
+    start("2", "1", "60000");
+    bring_up(0);
+    fake_pg_up(PG(1));
+    answer(1); /* LISTEN */
+    for (int i = 0; i < 10; i++)
+        full_batch(); /* a backlog: session 1 joins */
+    T.members = "0,1";
+    answer(1); /* join */
+    answer(1); /* members */
+    answer(1); /* lock */
+    fake_kafka_refuse_key("agg-P*", RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+    answer_claim(1, "P@pay");
+    answer(1); /* its marks: nothing recorded */
+    RelayStatus st;
+    relay_status(T.r, &st);
+    assert_non_null(strstr(st.setup_error, "Topic authorization failed"));
+    answer_claim(1, ""); /* pay left out: nothing else */
+    while (fake_pg_pending(PG(1)))
+        answer(1); /* to sleep, its final claim */
+    T.r->backlog_seen_at = monotime_now() - 2 * (double)T.cfg.session_rest_after_ms / 1000.0;
+    fire(&T.r->rest_timer);
+    while (fake_pg_pending(PG(1)))
+        answer(1); /* unlock, leave; the wakeup lock */
+    assert_int_equal(S(1)->lanes.n_owned, 0);
+    /* Fixed: session 0, every lane its own again, delivers pay's rows. */
+    fake_kafka_refuse_key("agg-P*", RD_KAFKA_RESP_ERR_NO_ERROR);
+    T.members = "0";
+    while (fake_pg_pending(PG(0)) && !strstr(pending_param(0, "claim"), "{"))
+        answer(0); /* the batch in hand, the rebalance */
+    unsigned long long sent = S(0)->total_sent;
+    answer_claim(0, "P@pay");
+    fake_kafka_report_all(OK);
+    while (fake_pg_pending(PG(0)))
+        answer(0);
+    assert_int_equal(S(0)->total_sent, sent + 1);
+    relay_status(T.r, &st);
+    assert_string_equal(st.setup_error, "");
+}
+
 /* The group changes while a session's rebalance is out: the answer it gets describes the group
  * before the change, so it must look again before it claims. Seen at start-up, where the second
  * session's connection came up first: that session joined and claimed, then rested when the
@@ -2266,6 +2312,7 @@ int main(void)
         cmocka_unit_test_teardown(test_session_rests_and_joins, teardown),
         cmocka_unit_test_teardown(test_group_change_during_rebalance, teardown),
         cmocka_unit_test_teardown(test_called_back_while_leaving, teardown),
+        cmocka_unit_test_teardown(test_resting_session_keeps_no_kafka_fault, teardown),
         cmocka_unit_test_teardown(test_rests_when_lower_session_connects, teardown),
         cmocka_unit_test_teardown(test_rejoin_after_reconnect, teardown),
         cmocka_unit_test_teardown(test_members_replaced_between_looks, teardown),
