@@ -168,7 +168,9 @@ static void check_indexes(Checks *c, PGconn *conn, const TableMap *map)
         bool unique = strncmp(want, "UNIQUE ", 7) == 0;
         say(c, false, "indexes",
             "index %s of %s is not as the relay makes it, and the claims may not use it: as the "
-            "owner, drop it and create it again: CREATE %sINDEX %s ON %s %s",
+            "owner, drop it (DROP INDEX CONCURRENTLY) and create it again without blocking "
+            "writers: "
+            "CREATE %sINDEX CONCURRENTLY %s ON %s %s",
             PQgetvalue(res, i, 0), name, unique ? "UNIQUE " : "",
             diagnose_quote_ident(PQgetvalue(res, i, 0), index, sizeof(index)), table,
             unique ? want + 7 : want);

@@ -184,6 +184,33 @@ psql_adopt "DROP INDEX idx_opts_retry_idx; CREATE INDEX idx_opts_retry_idx ON id
 "$RELAY_BIN" migrate --database-url "$adopt_url" --table idx_opts 2>"$T/idx_opts9.log"
 check_eq "...and as the relay makes it (default class, the column's collation, ASC): exits 0" 0 $?
 
+# --- mixed-case columns: the index the refusal says to make must be one PostgreSQL takes ---
+# The expected definition was built from the raw column names: (AggregateType, AggregateId, id)
+# folds to lower case and fails "column does not exist". Now quoted as an identifier.
+psql_adopt 'CREATE TABLE mixed_case (event_id uuid NOT NULL DEFAULT gen_random_uuid(),
+            "AggregateType" text NOT NULL, "AggregateId" text NOT NULL,
+            event_type text NOT NULL, payload jsonb);
+            CREATE INDEX mixed_case_retry_idx ON mixed_case ("AggregateId")' ||
+    fail "create mixed_case"
+"$RELAY_BIN" migrate --database-url "$adopt_url" --table mixed_case \
+    --aggregate-type-column AggregateType --aggregate-id-column AggregateId 2>"$T/mixed.log"
+check_eq "adopting mixed_case, its retry index of another definition: migrate exits 1" 1 $?
+check "...the expected definition quotes the mixed-case columns" grep -qF \
+    'expected="(\"AggregateType\", \"AggregateId\", id) WHERE sent_at IS NULL AND attempts > 0"' \
+    "$T/mixed.log"
+psql_adopt "DROP INDEX mixed_case_retry_idx" || fail "drop mixed_case's index"
+"$RELAY_BIN" migrate --database-url "$adopt_url" --table mixed_case \
+    --aggregate-type-column AggregateType --aggregate-id-column AggregateId 2>"$T/mixed2.log"
+check_eq "...adopted once it is gone" 0 $?
+# The columns are there now: the definition the refusal named must be one PostgreSQL creates,
+# and the one migrate accepts.
+want='("AggregateType", "AggregateId", id) WHERE sent_at IS NULL AND attempts > 0'
+psql_adopt "DROP INDEX mixed_case_retry_idx; CREATE INDEX mixed_case_retry_idx ON mixed_case $want" >/dev/null
+check_eq "...and that definition is one PostgreSQL creates" 0 $?
+"$RELAY_BIN" migrate --database-url "$adopt_url" --table mixed_case \
+    --aggregate-type-column AggregateType --aggregate-id-column AggregateId 2>"$T/mixed3.log"
+check_eq "...and migrate takes as its own" 0 $?
+
 # --- an adopted table with a bookkeeping column of its own ---
 # ADD COLUMN IF NOT EXISTS keeps a column the table has: an attempts that may be NULL (a home-made
 # outbox's) left a failed row on neither index the claims read once the floor passed it.

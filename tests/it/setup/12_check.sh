@@ -58,7 +58,7 @@ psql_q "DROP INDEX outbox_retry_idx; CREATE INDEX outbox_retry_idx ON outbox
 run_check desc_index
 check_eq "2: the retry index made DESC: exit 1" 1 $?
 check "2: names the index and the statement that makes it as the relay's" grep -qF \
-    'FAIL  indexes: index outbox_retry_idx of outbox is not as the relay makes it, and the claims may not use it: as the owner, drop it and create it again: CREATE INDEX outbox_retry_idx ON outbox (aggregate_type, aggregate_id, id) WHERE sent_at IS NULL AND attempts > 0' \
+    'FAIL  indexes: index outbox_retry_idx of outbox is not as the relay makes it, and the claims may not use it: as the owner, drop it (DROP INDEX CONCURRENTLY) and create it again without blocking writers: CREATE INDEX CONCURRENTLY outbox_retry_idx ON outbox (aggregate_type, aggregate_id, id) WHERE sent_at IS NULL AND attempts > 0' \
     "$T/desc_index.out"
 check "2: one problem" grep -q '^check: 1 problem found' "$T/desc_index.out"
 psql_q "DROP INDEX outbox_retry_idx; CREATE INDEX outbox_retry_idx ON outbox
