@@ -15,6 +15,9 @@
 /* Bounds every statement of this session: a backlog count over a huge table, say, gives up and
  * is retried at the next interval instead of piling up. */
 #define UPKEEP_STATEMENT_TIMEOUT_S 30
+/* A vacuum horizon holder as "KIND WHO": the kind and a prepared transaction's gid (up to 200
+ * bytes) whole, or two long gids that begin alike compare equal and the second is never logged. */
+#define HOLDER_MAX (32 + 1 + 256)
 static const char *const SQL_SETUP = "SET statement_timeout = '30s'";
 static const char *const SQL_APPNAME = "SET application_name = 'outbox-relay upkeep'";
 
@@ -48,20 +51,21 @@ struct Upkeep {
     ev_timer gauge_timer, retention_timer;
     double swept_at;
     bool gauge_due, retention_due;
-    double gauge_sent_at;     /* monotime the looks in flight were sent */
-    bool backlog_sent;        /* the backlog count is among them */
-    double backlog_next_at;   /* monotime before which the count is not sent again (pace_backlog) */
-    bool sweeping;            /* the last delete was full: more to go */
-    long long swept;          /* rows deleted by the current sweep */
-    char last_error[256];     /* "" while the queries work */
-    char horizon_logged[128]; /* the holder last logged as holding back vacuum, "" when none */
+    double gauge_sent_at;   /* monotime the looks in flight were sent */
+    bool backlog_sent;      /* the backlog count is among them */
+    double backlog_next_at; /* monotime before which the count is not sent again (pace_backlog) */
+    bool sweeping;          /* the last delete was full: more to go */
+    long long swept;        /* rows deleted by the current sweep */
+    char last_error[256];   /* "" while the queries work */
+    char horizon_logged[HOLDER_MAX]; /* the holder last logged as holding back vacuum, "" when
+                                      * none */
     /* Its kind and id apart, SQL_HORIZON's parameters (the kind may hold a space; a prepared
      * transaction's gid up to 200 bytes), and those parameters. */
     char horizon_logged_kind[32], horizon_logged_who[256];
     const char *horizon_params[2];
     /* A holder whose start PostgreSQL does not keep (a replication slot), and when this upkeep
      * first saw it hold (monotonic): its held time counts from there. "" when none. */
-    char untimed_holder[128];
+    char untimed_holder[HOLDER_MAX];
     double untimed_since;
     /* Sessions seen holding lane-group locks no relay would hold (SQL_LANE_SQUATTERS): the last
      * look's slot holders without lanes (counted at the second look in a row), and the pids
@@ -188,7 +192,7 @@ static void note_horizon(Upkeep *u, PGresult *r)
         forget_horizon_holder(u);
         return;
     }
-    char holder[128];
+    char holder[HOLDER_MAX];
     snprintf(holder, sizeof(holder), "%s %s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
     double held;
     if (!PQgetisnull(r, 0, 4)) {
@@ -208,7 +212,7 @@ static void note_horizon(Upkeep *u, PGresult *r)
     long long xids = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
     metrics_set_vacuum_horizon(xids, held);
     if (held >= warn_s && strcmp(holder, u->horizon_logged) != 0) {
-        char qk[40], q0[160], q1[160], q2[160];
+        char qk[40], q0[512], q1[160], q2[160];
         /* id is a backend's pid, or a prepared transaction's name, which any role chooses; the
          * kind is quoted too ("replication slot": a bare space would end the field). */
         log_warn("an old snapshot holds back vacuum; dead rows pile up and claims slow down",
@@ -225,7 +229,7 @@ static void note_horizon(Upkeep *u, PGresult *r)
         /* The holder logged is gone, but another (younger than --horizon-warn) holds a snapshot:
          * "nothing holds back vacuum" was false. While the one logged still holds, though no
          * longer the oldest by xids, nothing is said: it still does what was logged. */
-        char qk[40], q0[160];
+        char qk[40], q0[512];
         log_info("the old snapshot logged as holding back vacuum is gone; the oldest holding one "
                  "now has held it less than --horizon-warn",
                  "holder=%s id=%s held_s=%.0f xids=%lld",

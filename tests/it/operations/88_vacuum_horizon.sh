@@ -9,6 +9,8 @@
 #    application_name, and outbox_vacuum_horizon_age_xids counts the transactions committed since;
 #  - once the transaction ends, the relay logs "nothing holds back vacuum any more" (or, when
 #    another snapshot younger than --horizon-warn is the oldest left, that the one logged is gone);
+#  - PREP: two prepared transactions whose 150-byte names begin alike: once the older one, logged,
+#    is committed, the younger one is logged too (the holder logged was compared on 128 bytes);
 #  - a replication slot (a standby with hot_standby_feedback holding a snapshot), whose start
 #    PostgreSQL does not keep, is timed from when the relay first saw it hold: logged past
 #    --horizon-warn, its gauge past it too;
@@ -19,6 +21,9 @@
 source "$(dirname "$0")/../../lib.sh"
 t_setup
 pg_start
+# Part PREP prepares transactions (the standby of part SLOT copies the setting, as it must).
+echo "max_prepared_transactions = 4" >>"$T/pg/postgresql.conf"
+pg_restart
 broker_start 1
 relay_migrate 2>"$T/migrate.log" || fail "migrate"
 
@@ -70,6 +75,32 @@ wait_for "its end is logged" 20 released
 check_eq "the holder was logged once" 1 "$(grep -c "an old snapshot holds back vacuum" "$RELAY_LOG")"
 relay_stop
 check_eq "the relay exits 0" 0 "$?"
+
+# --- PREP: two prepared transactions whose names begin alike ------------------------------------
+# The holder was kept as "KIND NAME" in 128 bytes: once the first was committed, a second prepared
+# transaction whose 150-byte name began as the first's compared equal to the one logged and was
+# never logged itself, though it held vacuum back as long.
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0 \
+    --horizon-warn 2s --kafka reconnect.backoff.max.ms=500
+metrics_wait
+prefix=$(printf 'g%.0s' $(seq 1 150))
+# Not into outbox: its trigger notifies the relays, which a prepared transaction may not.
+psql_q "CREATE TABLE prep_side (x text)" || fail "PREP: create a table"
+for x in a b; do
+    psql -XAtq -c "BEGIN" -c "INSERT INTO prep_side VALUES ('$x')" \
+        -c "PREPARE TRANSACTION '$prefix-$x'" >/dev/null || fail "PREP: prepare $x"
+done
+prep_logged() { # prep_logged a|b: the relay named that prepared transaction as the holder
+    grep -q "an old snapshot holds back vacuum.*holder=\"prepared transaction\" id=\"$prefix-$1\"" \
+        "$RELAY_LOG"
+}
+wait_for "PREP: the older one is logged once past --horizon-warn" 20 prep_logged a
+sleep 2 # the younger one, prepared after it, past --horizon-warn too
+psql_q "COMMIT PREPARED '$prefix-a'" >/dev/null || fail "PREP: commit a"
+wait_for "PREP: then the younger one, its name beginning as the first's, is logged" 20 prep_logged b
+psql_q "COMMIT PREPARED '$prefix-b'" >/dev/null || fail "PREP: commit b"
+relay_stop
+check_eq "PREP: the relay exits 0" 0 "$?"
 
 # --- a replication slot: PostgreSQL keeps no start time for it -------------------------------------
 # A standby with hot_standby_feedback streams through a slot and holds a snapshot: the slot's xmin
