@@ -1,5 +1,7 @@
 #include "strbuf.h"
 
+#include "utf8.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -67,38 +69,6 @@ void strbuf_array_int(StrBuf *b, long long v)
     strbuf_append(b, num, (size_t)snprintf(num, sizeof(num), "%lld", v));
 }
 
-/* Length of the well-formed UTF-8 sequence at p (RFC 3629: no overlong forms, no surrogates,
- * nothing above U+10FFFF), or 0 when the bytes at p are not one. */
-static size_t utf8_sequence_length(const unsigned char *p)
-{
-    if (p[0] < 0x80)
-        return 1;
-    size_t n;
-    unsigned char lo = 0x80, hi = 0xBF; /* the allowed range of the second byte */
-    if (p[0] >= 0xC2 && p[0] <= 0xDF)
-        n = 2;
-    else if (p[0] >= 0xE0 && p[0] <= 0xEF) {
-        n = 3;
-        if (p[0] == 0xE0)
-            lo = 0xA0;
-        else if (p[0] == 0xED)
-            hi = 0x9F;
-    } else if (p[0] >= 0xF0 && p[0] <= 0xF4) {
-        n = 4;
-        if (p[0] == 0xF0)
-            lo = 0x90;
-        else if (p[0] == 0xF4)
-            hi = 0x8F;
-    } else
-        return 0;
-    if (p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if (p[i] < 0x80 || p[i] > 0xBF)
-            return 0; /* also stops at the terminating NUL of a cut sequence */
-    return n;
-}
-
 void strbuf_array_text(StrBuf *b, const char *s)
 {
     separate(b);
@@ -107,9 +77,10 @@ void strbuf_array_text(StrBuf *b, const char *s)
         return;
     }
     strbuf_append(b, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        size_t n = utf8_sequence_length(p);
-        if (n == 0) {
+    for (const char *p = s; *p;) {
+        int32_t cp;
+        size_t n = utf8_decode(p, &cp);
+        if (cp < 0) {
             /* Error texts are cut to fit buffers and quote whatever a row or a library said, so
              * one can end inside a character or hold bytes that are not UTF-8 at all; the server
              * would reject the whole statement for it. Each such byte becomes U+FFFD. */
@@ -119,7 +90,7 @@ void strbuf_array_text(StrBuf *b, const char *s)
         }
         if (*p == '"' || *p == '\\')
             strbuf_append(b, "\\", 1);
-        strbuf_append(b, (const char *)p, n);
+        strbuf_append(b, p, n);
         p += n;
     }
     strbuf_append(b, "\"", 1);

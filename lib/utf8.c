@@ -36,6 +36,14 @@ size_t utf8_decode(const char *s, int32_t *cp)
     return len;
 }
 
+bool utf8_valid(const char *s)
+{
+    int32_t cp = 0;
+    for (const char *p = s; *p && cp >= 0; p += utf8_decode(p, &cp))
+        ;
+    return cp >= 0;
+}
+
 bool utf8_unsafe(int32_t cp)
 {
     return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0xad || cp == 0x34f || cp == 0x61c ||

@@ -19,6 +19,10 @@
  * *cp = -1. Never reads past a NUL. */
 size_t utf8_decode(const char *s, int32_t *cp);
 
+/* Whether s (NUL-terminated) is well-formed UTF-8 throughout, as utf8_decode reads it: what
+ * strbuf_array_text passes through unchanged (it writes each other byte as U+FFFD). */
+bool utf8_valid(const char *s);
+
 /* True for code points that are invisible or steer the display rather than show a glyph: C0
  * and C1 controls, DEL, U+2028/U+2029, bidi marks, embeddings, overrides and isolates
  * (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069), zero-width and other format characters

@@ -414,15 +414,6 @@ static int hold_find(const TopicHold *h, const char *type)
     return -1;
 }
 
-/* Whether text is UTF-8 throughout, as strbuf_array_text writes it unchanged. */
-static bool utf8_valid(const char *text)
-{
-    int32_t cp = 0;
-    for (const char *p = text; *p && cp >= 0; p += utf8_decode(p, &cp))
-        ;
-    return cp >= 0;
-}
-
 /* Writes the claim's parameter anew from the types held. */
 static void hold_write_param(TopicHold *h)
 {
