@@ -22,8 +22,10 @@
 --     unguarded. A guard its own poll timer woke claims and, finding nothing, sleeps on. A woken
 --     follower asks again.
 -- A producer never waits on the lock, and a long producer transaction only keeps relays awake.
--- If a guard's connection dies, the lock goes with it and no one is told: followers then wake at
--- their poll timer (--poll-interval).
+-- If a guard's connection dies, the lock goes with its server process and no one is told: the
+-- relay, reconnected, ends that process if it outlived the connection and notifies 'guard left'
+-- (relay/engine/wakeup.c); should it not come back, followers wake at their poll timer
+-- (--poll-interval).
 CREATE OR REPLACE FUNCTION outbox_wakeup() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN

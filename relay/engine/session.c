@@ -29,8 +29,8 @@ static const struct {
     {PHASE_REBALANCING, PHASE_IDLE, "lanes divided"},
     {PHASE_IDLE, PHASE_LEAVING_LANES, "resting, or a setup fault"},
     {PHASE_LEAVING_LANES, PHASE_IDLE, "lanes given up"},
-    {PHASE_IDLE, PHASE_LEAVING_GUARD, "a guard notified, with work or no lanes, or stopping"},
-    {PHASE_LEAVING_GUARD, PHASE_IDLE, "wakeup lock given up"},
+    {PHASE_IDLE, PHASE_LEAVING_GUARD, "a guard notified, with work or no lanes, stopping, or lost"},
+    {PHASE_LEAVING_GUARD, PHASE_IDLE, "wakeup lock given up (or a lost guard's process ended)"},
     {PHASE_IDLE, PHASE_CLAIMING, "rows may wait: claim (or probe the setup)"},
     {PHASE_CLAIMING, PHASE_IDLE, "the claim could not be sent"},
     {PHASE_CLAIMING, PHASE_PRODUCING, "rows claimed"},
@@ -289,10 +289,20 @@ static void send_claim(Session *s)
         session_set_phase(s, PHASE_IDLE);
 }
 
-/* A guard gives the wakeup lock up (and wakes its followers), in a transaction of its own. */
+/* A guard gives the wakeup lock up (and wakes its followers), in a transaction of its own; or,
+ * after a reconnect, a lost guard's server process is ended and the followers woken (wakeup.h). */
 static void send_leave_guard(Session *s)
 {
     PgQuery q = {SQL_WAKE, 0, NULL, false};
+    const char *values[3];
+    char buf[24];
+    if (wakeup_lost_guard_due(&s->wake)) {
+        /* Half the round trip's deadline (the session timeout) at most: the answer comes. */
+        long wait_ms =
+            s->cfg->session_timeout_ms / 2 < 5000 ? s->cfg->session_timeout_ms / 2 : 5000;
+        wakeup_lost_guard_build(&s->wake, PQserverVersion(pg_conn_libpq(s->pg)), wait_ms, &q,
+                                values, buf);
+    }
     wakeup_leaving_guard(&s->wake);
     session_set_phase(s, PHASE_LEAVING_GUARD);
     if (!pg_conn_send(s->pg, &q, 1, on_reply, s))
@@ -359,6 +369,8 @@ static NextStep next_step(const Session *s, bool wake)
 {
     if (s->stopping)
         return NEXT_STOP;
+    if (wakeup_lost_guard_due(&s->wake))
+        return NEXT_LEAVE_GUARD; /* before a look at the lanes: its process may hold some */
     if (s->setup_fault) {
         if (s->lanes.slot >= 0 || s->lanes.n_owned > 0)
             return NEXT_LEAVE_LANES;
@@ -688,6 +700,11 @@ static void replied(Session *s, const SessionEvent *ev)
             poll_soon(s); /* a producer is mid-transaction without having notified */
         return;
     case PHASE_LEAVING_GUARD:
+        if (wakeup_lost_guard_reading(&s->wake)) {
+            wakeup_lost_guard_read(&s->wake, ev->results, ev->n, ev->error, s->index);
+            session_set_phase(s, PHASE_IDLE);
+            return;
+        }
         if (ev->error) {
             /* The lock may still be held: only closing the session surely frees it. */
             log_warn("giving up the wakeup lock failed; reconnecting", "error=%s",
@@ -743,6 +760,9 @@ static void disconnected(Session *s)
     Batch *b = &s->batch;
     bool was_marking = s->phase == PHASE_MARKING || s->phase == PHASE_MARKING_AND_CLAIMING;
     bool was_recording_rows = s->phase == PHASE_RECORDING_ROW;
+    /* A request to sleep or to leave whose answer was lost may have taken or kept the lock. */
+    bool may_guard = s->wake.guard || s->phase == PHASE_GOING_TO_SLEEP ||
+                     (s->phase == PHASE_LEAVING_GUARD && !wakeup_lost_guard_reading(&s->wake));
     session_set_phase(s, PHASE_DOWN);
     lanes_reset(&s->lanes);
     /* The lanes may come back with other rows, or go to another relay: the hold starts again
@@ -753,7 +773,8 @@ static void disconnected(Session *s)
      * saw before: the others must re-divide then (lanes_divided), not at their next interval,
      * while they hold its lanes. */
     s->seen_members = 0;
-    wakeup_connection_lost(&s->wake); /* a guard's lock went with the session */
+    wakeup_connection_lost(&s->wake, s->pg,
+                           may_guard); /* its process is ended after the reconnect */
     /* Its lanes are free: the other sessions take them (a resting one may now claim in its
      * place, relay_session_resting) rather than at their next rebalance. */
     rebalance_others(s);

@@ -79,9 +79,91 @@ void wakeup_work_came(Wakeup *w)
     w->asleep = false;
 }
 
-void wakeup_connection_lost(Wakeup *w)
+void wakeup_connection_lost(Wakeup *w, const PgConn *pg, bool may_guard)
 {
     w->asleep = w->guard = w->final_check = false;
+    w->lost_sent = false;
+    if (!may_guard)
+        return; /* an earlier loss's ending stays due, if it is */
+    /* Unknown (the server did not say which process it was): only the notification goes out. */
+    if (!pg_conn_backend(pg, &w->lost_pid, w->lost_start))
+        w->lost_start[0] = '\0';
+    w->lost_pid = w->lost_pid > 0 ? w->lost_pid : -1; /* due, even with no process to end */
+}
+
+bool wakeup_lost_guard_due(const Wakeup *w)
+{
+    return w->lost_pid != 0 && !w->lost_sent;
+}
+
+bool wakeup_lost_guard_reading(const Wakeup *w)
+{
+    return w->lost_sent;
+}
+
+/* pg_terminate_backend signals the process and returns; with a timeout (14+) it waits until the
+ * process has ended, and with it its locks: the notification, sent at this statement's commit,
+ * then finds the wakeup lock free, and whoever asks next becomes the guard. Without the wait the
+ * sessions woken could ask before the process ended and follow it again, to sleep unguarded once
+ * it did. The process is named by pid and start time: a pid reused since names another process;
+ * never this session's own (a pooler in front could hand the same server process out again).
+ * A role may end the processes of roles it is a member of: the relay's own login, reconnected,
+ * needs no pg_signal_backend; without the right (a login changed in between) the statement fails
+ * and nothing is notified (wakeup_lost_guard_read warns). */
+#define SQL_LOST_GUARD_END(terminate)                                                              \
+    "SELECT pg_catalog.pg_notify('" WAKEUP_CHANNEL "', '" GUARD_LEFT "'),"                         \
+    " (SELECT " terminate " FROM pg_catalog.pg_stat_activity a WHERE a.pid = $1::integer"          \
+    " AND a.pid <> pg_catalog.pg_backend_pid()"                                                    \
+    " AND pg_catalog.to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') = "   \
+    "$2)"
+static const char SQL_LOST_GUARD_WAIT[] =
+    SQL_LOST_GUARD_END("pg_catalog.pg_terminate_backend(a.pid, $3::bigint)");
+static const char SQL_LOST_GUARD_NO_WAIT[] =
+    SQL_LOST_GUARD_END("pg_catalog.pg_terminate_backend(a.pid)");
+
+void wakeup_lost_guard_build(Wakeup *w, int server_version, long wait_ms, PgQuery *q,
+                             const char *values[3], char buf[24])
+{
+    snprintf(buf, 24, "%d", w->lost_pid > 0 ? w->lost_pid : 0);
+    values[0] = buf;
+    values[1] = w->lost_start[0] ? w->lost_start : NULL; /* NULL matches no process */
+    snprintf(buf + 12, 12, "%d", (int)(wait_ms < 1 ? 1 : wait_ms > 600000 ? 600000 : wait_ms));
+    values[2] = buf + 12;
+    bool wait = server_version >= 140000;
+    *q =
+        (PgQuery){wait ? SQL_LOST_GUARD_WAIT : SQL_LOST_GUARD_NO_WAIT, wait ? 3 : 2, values, false};
+    w->lost_sent = true;
+}
+
+void wakeup_lost_guard_read(Wakeup *w, PGresult **results, int n, const char *error, int session)
+{
+    int pid = w->lost_pid;
+    w->lost_pid = 0;
+    w->lost_sent = false;
+    w->lost_start[0] = '\0';
+    PGresult *r = results && n == 1 ? results[0] : NULL;
+    if (error || !r || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+        char q[512];
+        log_warn("cannot end the server process of the lost wakeup guard; sessions asleep wake "
+                 "at their poll timer once it ends "
+                 "(docs/operations.md#wakeup-after-a-lost-connection)",
+                 "pid=%d error=%s session=%d", pid,
+                 log_quote(error ? error : "unexpected result", q, sizeof(q)), session);
+        return;
+    }
+    if (PQgetisnull(r, 0, 1)) {
+        log_debug("the lost wakeup guard's server process had ended; sessions asleep woken",
+                  "pid=%d session=%d", pid, session);
+        return;
+    }
+    if (strcmp(PQgetvalue(r, 0, 1), "t") == 0) {
+        log_info("ended the server process of the lost wakeup guard; sessions asleep woken",
+                 "pid=%d session=%d", pid, session);
+        return;
+    }
+    log_warn("the server process of the lost wakeup guard did not end in time; sessions asleep "
+             "may wake only at their poll timer once it ends",
+             "pid=%d session=%d", pid, session);
 }
 
 bool wakeup_notified(Wakeup *w, const char *payload)

@@ -193,6 +193,35 @@ static const char SQL_NO_FLUSH_WAIT[] =
     " 'command line', 'environment variable') THEN 'off' ELSE setting END, false)"
     " FROM pg_settings WHERE name = 'synchronous_commit'";
 
+/* The last step of the setup: which server process this connection is (pg_conn_backend), for an
+ * owner that must end it should the connection be lost while it lives on (wakeup.h). The start
+ * time is written by the server in UTC in a fixed form, so that a later session with other
+ * DateStyle or TimeZone settings compares it as text, exactly. */
+static const char SQL_BACKEND[] =
+    "SELECT pg_catalog.pg_backend_pid(), pg_catalog.to_char(backend_start AT TIME ZONE 'UTC',"
+    " 'YYYY-MM-DD HH24:MI:SS.US') FROM pg_catalog.pg_stat_activity"
+    " WHERE pid = pg_catalog.pg_backend_pid()";
+
+static void on_backend(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    if (!results)
+        return; /* lost: pg_lose() has taken over */
+    PGresult *r = results[0];
+    if (!error && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 &&
+        !PQgetisnull(r, 0, 1) && strlen(PQgetvalue(r, 0, 1)) < sizeof(pg->backend_start)) {
+        pg->backend_pid = atoi(PQgetvalue(r, 0, 0));
+        snprintf(pg->backend_start, sizeof(pg->backend_start), "%s", PQgetvalue(r, 0, 1));
+    } else {
+        /* Only a lost wakeup guard's backend goes unended (it then ends within the session
+         * timeout, as before): not worth a warning. */
+        char q[512];
+        log_debug("cannot tell which server process this connection is", "%serror=%s", pg->tag,
+                  log_quote(error ? error : "unexpected result", q, sizeof(q)));
+    }
+    pg->state = PG_UP;
+    pg->on_state(pg, true, NULL, pg->arg);
+}
+
 static void on_no_flush_wait(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     if (!results)
@@ -203,8 +232,15 @@ static void on_no_flush_wait(PgConn *pg, PGresult **results, int n, const char *
         log_warn("cannot turn synchronous_commit off; the relay's commits wait for the WAL flush",
                  "%serror=%s", pg->tag, log_quote(error, q, sizeof(q)));
     }
-    pg->state = PG_UP;
-    pg->on_state(pg, true, NULL, pg->arg);
+    if (!pg_send_internal(pg, SQL_BACKEND, on_backend))
+        pg_lose(pg, "cannot send the session setup");
+}
+
+bool pg_conn_backend(const PgConn *pg, int *pid, char *start)
+{
+    *pid = pg->backend_pid;
+    snprintf(start, PG_BACKEND_START_LEN, "%s", pg->backend_start);
+    return pg->backend_pid > 0 && pg->backend_start[0];
 }
 
 static void on_setup(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
@@ -256,6 +292,8 @@ static void connected(PgConn *pg)
     free(t->last_error);
     t->last_error = NULL;
     pg->state = PG_SETUP;
+    pg->backend_pid = 0; /* another process now: learnt again (on_backend) */
+    pg->backend_start[0] = '\0';
     ev_timer_set(&pg->stable, PG_STABLE_S, 0.); /* the backoff and the outage end if it lasts */
     ev_timer_start(pg->loop, &pg->stable);
     char q1[300], q2[40];

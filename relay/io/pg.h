@@ -125,6 +125,18 @@ const char *pg_failed_sqlstate(PGresult *const *results, int n);
  * after a backoff; reported through on_state like any loss. */
 void pg_conn_reset(PgConn *pg, const char *reason);
 
+/* Room for a backend's start as pg_conn_backend gives it ("YYYY-MM-DD HH:MM:SS.UUUUUU", UTC). */
+#define PG_BACKEND_START_LEN 32
+
+/* The server process (backend) of the connection made last: its pid, and its start time
+ * (pg_stat_activity.backend_start in UTC, to the microsecond, as to_char's 'YYYY-MM-DD
+ * HH24:MI:SS.US' writes it), which together name that process and no later one given the same
+ * pid. Learnt during the connection's setup, before the owner hears "up"; still given after the
+ * connection is lost, as its backend may outlive it (a network cut the server has not noticed),
+ * until the next connection is made. Returns false (pid 0, start "") when not known: no
+ * connection made yet, or the server did not say. start must have PG_BACKEND_START_LEN bytes. */
+bool pg_conn_backend(const PgConn *pg, int *pid, char *start);
+
 /* The libpq connection while up, for PQescapeIdentifier and the like (never for queries: those go
  * through pg_conn_send); NULL while down. */
 PGconn *pg_conn_libpq(PgConn *pg);

@@ -79,6 +79,11 @@ struct PgConn {
      * (pg_terminate_backend, the idle timeouts, a shutdown): libpq hands such an error to the
      * notice receiver, and then says only that the server closed the connection. */
     char *server_fatal;
+    /* The server process of the connection made last (pg_conn_backend): 0 and "" until its setup
+     * learnt them. Kept when the connection is lost (its backend may live on), until the next
+     * connection is made. */
+    int backend_pid;
+    char backend_start[PG_BACKEND_START_LEN];
     ev_timer defer; /* reports a send failure from the loop, not from inside pg_conn_send */
     char *deferred_loss;
     Backoff backoff;

@@ -16,7 +16,8 @@ struct PgConn {
     bool busy;
     FakeRequest req;
     int resets;
-    PGconn *quoter; /* for pg_conn_libpq: PQescapeIdentifier needs a PGconn, not a server */
+    PGconn *quoter;  /* for pg_conn_libpq: PQescapeIdentifier needs a PGconn, not a server */
+    int backend_pid; /* pg_conn_backend: a new "server process" at each fake_pg_up */
 };
 
 void (*fake_pg_sent_hook)(PgConn *pg, const FakeRequest *req);
@@ -149,6 +150,8 @@ static void forget_request(PgConn *pg)
 
 void fake_pg_up(PgConn *pg)
 {
+    static int next_pid = 1000;
+    pg->backend_pid = next_pid++;
     pg->up = true;
     pg->on_state(pg, true, NULL, pg->arg);
 }
@@ -363,6 +366,18 @@ void pg_conn_reset(PgConn *pg, const char *reason)
     pg->resets++;
     if (pg->up)
         lose(pg, reason);
+}
+
+bool pg_conn_backend(const PgConn *pg, int *pid, char *start)
+{
+    *pid = pg->backend_pid;
+    snprintf(start, PG_BACKEND_START_LEN, "2026-11-28 18:00:00.%06d", pg->backend_pid);
+    return pg->backend_pid > 0;
+}
+
+int fake_pg_backend_pid(const PgConn *pg)
+{
+    return pg->backend_pid;
 }
 
 PGconn *pg_conn_libpq(PgConn *pg)

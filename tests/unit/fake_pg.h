@@ -60,6 +60,10 @@ void fake_pg_up(PgConn *pg);
 void fake_pg_drop(PgConn *pg, const char *reason);
 /* Delivers a notification (LISTEN) to the owner. */
 void fake_pg_notify(PgConn *pg, const char *channel, const char *payload);
+/* The pid pg_conn_backend gives: each fake_pg_up starts a new "server process" (1000, 1001, ...),
+ * whose start time is "2026-11-28 18:00:00.<pid, 6 digits>"; kept after a drop, as pg.c keeps it.
+ */
+int fake_pg_backend_pid(const PgConn *pg);
 /* How often pg_conn_reset was called on this connection. */
 int fake_pg_resets(const PgConn *pg);
 

@@ -187,6 +187,8 @@ static const char *kind_of(const char *sql)
     for (int i = 0; i < SESSION_SQL_COUNT; i++)
         if (T.tmpl[i] && strcmp(sql, T.tmpl[i]) == 0)
             return template_kind[i];
+    if (strstr(sql, "pg_terminate_backend") && strstr(sql, GUARD_LEFT))
+        return "end-lost-guard"; /* wakeup.c's own statement */
     return "?";
 }
 
@@ -456,6 +458,8 @@ static PGresult *auto_result(int i, const FakeRequest *req, int q)
         return column("outbox_relay_sleep", T.sleep_answer);
     if (strcmp(kind, "wake") == 0)
         return fake_pg_tuples("outbox_relay_wake", 1, (const char *[]){""});
+    if (strcmp(kind, "end-lost-guard") == 0) /* the process ran on, and is ended */
+        return fake_pg_tuples("pg_notify,pg_terminate_backend", 1, (const char *[]){"", "t"});
     if (strcmp(kind, "claim") == 0 || strcmp(kind, "claim-around-locks") == 0) {
         PGresult *res = claim_result(T.claim[i]);
         T.claim[i] = "";
@@ -529,6 +533,34 @@ static void bring_up(int i)
                                        "BEGIN,claim-plan,claim", NULL};
     fake_pg_up(PG(i));
     answer(i); /* LISTEN */
+    answer(i); /* join */
+    answer(i); /* members */
+    answer(i); /* lock */
+    expect_phases(i, phases);
+    expect_sent(i, sent);
+}
+
+/* Brings up session i whose lost connection's process held (or may have held) the wakeup lock:
+ * after LISTEN, before its first look at the lanes (the process may hold some), it ends exactly
+ * that process (pid and start of the connection lost) and notifies; then it joins as bring_up. */
+static void bring_up_lost_guard(int i)
+{
+    static const char *const phases[] = {"setup",       "idle", "leaving guard", "idle",
+                                         "rebalancing", "idle", "claiming",      NULL};
+    static const char *const sent[] = {"LISTEN,floor-check",
+                                       "end-lost-guard",
+                                       "join",
+                                       "members",
+                                       "lock",
+                                       "BEGIN,claim-plan,claim",
+                                       NULL};
+    int lost = fake_pg_backend_pid(PG(i));
+    char want[64];
+    snprintf(want, sizeof(want), "%d|2026-11-28 18:00:00.%06d", lost, lost);
+    fake_pg_up(PG(i));
+    answer(i); /* LISTEN */
+    assert_string_equal(pending_param(i, "end-lost-guard"), want);
+    answer(i); /* ended, and notified */
     answer(i); /* join */
     answer(i); /* members */
     answer(i); /* lock */
@@ -903,7 +935,7 @@ static void test_connection_lost_anywhere(void **state)
     fake_pg_drop(PG(0), "gone while going to sleep");
     expect_phases(0, in_going_to_sleep);
     forget(0);
-    bring_up(0);
+    bring_up_lost_guard(0); /* the lost request to sleep may have taken the lock */
     answer_claim(0, "");
     answer(0);           /* "guard" */
     answer_claim(0, ""); /* the final claim */
@@ -911,7 +943,7 @@ static void test_connection_lost_anywhere(void **state)
     fake_pg_drop(PG(0), "gone between requests");
     expect_phases(0, in_idle);
     forget(0);
-    bring_up(0);
+    bring_up_lost_guard(0);
     answer_claim(0, "");
     answer(0); /* "guard" */
     answer_claim(0, "");
@@ -921,7 +953,7 @@ static void test_connection_lost_anywhere(void **state)
     fake_pg_drop(PG(0), "gone while the guard leaves");
     expect_phases(0, in_leaving_guard);
     forget(0);
-    bring_up(0);
+    bring_up_lost_guard(0);
     answer_claim(0, "A");
     fake_kafka_report_all(OK);
     answer_claim(0, ""); /* rows came recently: the empty claim's COMMIT alone */
@@ -1203,6 +1235,48 @@ static void test_rests_when_lower_session_connects(void **state)
  * group as much as its first one, and the other session re-divides at once, not at its next
  * --rebalance-interval (keeping the lanes of both sessions until then), though the number of
  * members is the one the session saw before it went. */
+/* A guard's connection is lost while its server process may live on with the wakeup lock (a
+ * network cut): that process would free the lock later without a notification, and sessions
+ * asleep would wait for their poll timer. After the reconnect the session ends exactly it and
+ * notifies, once, before anything else; a failure of that is said and the session goes on (no
+ * reset: the old behaviour). A connection lost while the request is out keeps it due; the loss of
+ * a session that did not guard sends none. */
+static void test_lost_guard_ended_after_reconnect(void **state)
+{
+    static const char *const once[] = {"join", "members", "lock", "BEGIN,claim-plan,claim", NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "");
+    answer(0);           /* "guard" */
+    answer_claim(0, ""); /* the final claim */
+    answer(0);           /* COMMIT: asleep as the guard */
+    int guard = fake_pg_backend_pid(PG(0));
+    fake_pg_drop(PG(0), "cut");
+    forget(0);
+    fake_pg_up(PG(0));
+    answer(0); /* LISTEN */
+    char want[64];
+    snprintf(want, sizeof(want), "%d|2026-11-28 18:00:00.%06d", guard, guard);
+    assert_string_equal(pending_param(0, "end-lost-guard"), want);
+    fake_pg_drop(PG(0), "cut again while ending it"); /* still due: the first process */
+    forget(0);
+    fake_pg_up(PG(0));
+    answer(0); /* LISTEN */
+    assert_string_equal(pending_param(0, "end-lost-guard"), want);
+    int resets = fake_pg_resets(PG(0));
+    forget(0);
+    answer_failing(0, "end-lost-guard", "42501"); /* not allowed: said, and on as before */
+    assert_int_equal(fake_pg_resets(PG(0)), resets);
+    answer(0); /* join */
+    answer(0); /* members */
+    answer(0); /* lock */
+    expect_sent(0, once);
+    /* Awake, claiming: a loss now is no guard's. */
+    fake_pg_drop(PG(0), "cut while awake");
+    forget(0);
+    bring_up(0);
+}
+
 static void test_rejoin_after_reconnect(void **state)
 {
     static const char *const redivides_sent[] = {"members", NULL};
@@ -1218,6 +1292,7 @@ static void test_rejoin_after_reconnect(void **state)
     T.members = "0,1";
     fake_pg_up(PG(1));
     answer(1); /* LISTEN */
+    answer(1); /* it slept as a guard: its lost process is ended first */
     answer(1); /* join */
     answer(1); /* members */
     answer(1); /* lock: session 1 is a member with lanes again */
@@ -2341,6 +2416,7 @@ int main(void)
         cmocka_unit_test_teardown(test_freed_producer_destroyed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_given_up_batch_producer_freed_in_place, teardown),
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
+        cmocka_unit_test_teardown(test_lost_guard_ended_after_reconnect, teardown),
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
         cmocka_unit_test_teardown(test_long_mark_error_logged_once, teardown),
         cmocka_unit_test_teardown(test_dead_letter_failure_logged, teardown),
