@@ -92,8 +92,9 @@ static char *fingerprint_input(const IdemRequest *req, int *len)
     " FROM idempotency_keys"                                                                       \
     " WHERE endpoint = $1 AND key = $2 AND expires_at > now()"
 
-static IdemOutcome fetch_stored(PGresult *res, IdemStored *stored)
+IdemOutcome idem_stored_read(const PGresult *res, IdemStored *stored, DbError *e)
 {
+    memset(stored, 0, sizeof(*stored));
     if (strcmp(PQgetvalue(res, 0, 0), "t") != 0)
         return IDEM_MISMATCH;
     stored->status = atoi(PQgetvalue(res, 0, 1));
@@ -101,6 +102,16 @@ static IdemOutcome fetch_stored(PGresult *res, IdemStored *stored)
     stored->location = PQgetisnull(res, 0, 3) ? NULL : strdup(PQgetvalue(res, 0, 3));
     stored->etag = PQgetisnull(res, 0, 4) ? NULL : strdup(PQgetvalue(res, 0, 4));
     stored->left_ms = atoll(PQgetvalue(res, 0, 5));
+    /* A copy that failed must not be replayed as an empty body (or without its Location): the
+     * client would take a 201 with nothing in it for the stored answer. Failing the request
+     * rolls the claim back; the client's retry with the same key replays it whole. */
+    if (!stored->body || (!PQgetisnull(res, 0, 3) && !stored->location) ||
+        (!PQgetisnull(res, 0, 4) && !stored->etag)) {
+        idem_stored_free(stored);
+        memset(stored, 0, sizeof(*stored));
+        *e = (DbError){.message = "out of memory copying the stored response"};
+        return IDEM_FAILED;
+    }
     return IDEM_REPLAY;
 }
 
@@ -119,7 +130,7 @@ IdemOutcome idem_lookup(PGconn *conn, const IdemRequest *req, IdemStored *stored
     IdemOutcome out = IDEM_FAILED;
     PGresult *res = db_query_bin(conn, SELECT_STORED, 3, values, lengths, formats, e);
     if (res) {
-        out = PQntuples(res) == 1 ? fetch_stored(res, stored) : IDEM_NEW;
+        out = PQntuples(res) == 1 ? idem_stored_read(res, stored, e) : IDEM_NEW;
         PQclear(res);
     }
     free(fp);
@@ -162,7 +173,7 @@ IdemOutcome idem_claim(PGconn *conn, const IdemRequest *req, IdemStored *stored,
     if (!res)
         goto done;
     if (PQntuples(res) == 1) {
-        out = fetch_stored(res, stored);
+        out = idem_stored_read(res, stored, e);
         PQclear(res);
         goto done;
     }

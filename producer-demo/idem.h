@@ -76,6 +76,12 @@ bool idem_complete(PGconn *conn, const IdemRequest *req, int status, const char 
  * PostgreSQL (rcache.h) can be checked without it. */
 void idem_fingerprint(const IdemRequest *req, char out[65]);
 
+/* Reads row 0 of a SELECT_STORED result (idem.c): IDEM_MISMATCH when the fingerprint differs,
+ * IDEM_REPLAY with stored filled (the caller frees it), or IDEM_FAILED with e filled when a copy
+ * could not be made (out of memory), stored then empty: never a partial answer to replay.
+ * Exported for the unit tests. */
+IdemOutcome idem_stored_read(const PGresult *res, IdemStored *stored, DbError *e);
+
 void idem_stored_free(IdemStored *s);
 
 /* Deletes up to batch expired records in one short transaction; rows locked by a request that is

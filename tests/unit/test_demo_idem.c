@@ -8,6 +8,9 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <libpq-fe.h>
+#include <stdlib.h>
+
 #include "addr.h"
 #include "idem.h"
 #include "server.h"
@@ -114,6 +117,68 @@ static void test_fingerprint(void **state)
     assert_string_equal(hex, "287bb2a66de42b26ca749b7bd6967ae3e10290fe1a0efc7d80732bee7ce97dab");
 }
 
+/* strdup for this test program (it takes the place of libc's in every module linked here):
+ * when strdup_fail_at is n > 0, the n-th call from then on fails as out of memory would. */
+static int strdup_fail_at;
+
+char *strdup(const char *s)
+{
+    if (strdup_fail_at > 0 && --strdup_fail_at == 0)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    char *out = malloc(n);
+    if (out)
+        memcpy(out, s, n);
+    return out;
+}
+
+/* A SELECT_STORED row built by hand: matches, 201, body, Location, no ETag, 5000 ms left. */
+static PGresult *stored_row(void)
+{
+    PGresult *res = PQmakeEmptyPGresult(NULL, PGRES_TUPLES_OK);
+    assert_non_null(res);
+    PGresAttDesc cols[6];
+    const char *names[6] = {"m", "status", "body", "location", "etag", "left"};
+    for (int i = 0; i < 6; i++)
+        cols[i] =
+            (PGresAttDesc){.name = (char *)names[i], .typid = 25, .typlen = -1, .atttypmod = -1};
+    assert_int_equal(PQsetResultAttrs(res, 6, cols), 1);
+    const char *vals[6] = {"t", "201", "{\"id\":7}", "/orders/7", NULL, "5000"};
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(
+            PQsetvalue(res, 0, i, (char *)vals[i], vals[i] ? (int)strlen(vals[i]) : -1), 1);
+    return res;
+}
+
+/* A stored response whose copy fails (out of memory) is a failure (500), never a replay of an
+ * empty body or of the body without its Location: the old code replayed "201" with nothing. */
+static void test_stored_copy_out_of_memory(void **state)
+{
+    PGresult *res = stored_row();
+    IdemStored st;
+    DbError e = {0};
+    assert_int_equal(idem_stored_read(res, &st, &e), IDEM_REPLAY);
+    assert_int_equal(st.status, 201);
+    assert_string_equal(st.body, "{\"id\":7}");
+    assert_string_equal(st.location, "/orders/7");
+    assert_null(st.etag);
+    assert_int_equal(st.left_ms, 5000);
+    idem_stored_free(&st);
+    for (int n = 1; n <= 2; n++) { /* the body's copy, then the Location's */
+        e = (DbError){0};
+        strdup_fail_at = n;
+        IdemOutcome out = idem_stored_read(res, &st, &e);
+        strdup_fail_at = 0;
+        if (out != IDEM_FAILED)
+            fail_msg("copy %d failed: outcome %d (body %s), not IDEM_FAILED", n, (int)out,
+                     st.body ? st.body : "(none)");
+        assert_non_null(strstr(e.message, "out of memory"));
+        assert_null(st.body);
+        assert_null(st.location);
+    }
+    PQclear(res);
+}
+
 static void test_listen(void **state)
 {
     expect_listen("127.0.0.1:8080", "127.0.0.1", 8080);
@@ -135,11 +200,9 @@ static void test_listen(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bare_keys),
-        cmocka_unit_test(test_sf_string_keys),
-        cmocka_unit_test(test_empty_and_invisible),
-        cmocka_unit_test(test_length_limit),
-        cmocka_unit_test(test_listen),
+        cmocka_unit_test(test_bare_keys),      cmocka_unit_test(test_stored_copy_out_of_memory),
+        cmocka_unit_test(test_sf_string_keys), cmocka_unit_test(test_empty_and_invisible),
+        cmocka_unit_test(test_length_limit),   cmocka_unit_test(test_listen),
         cmocka_unit_test(test_fingerprint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
