@@ -30,22 +30,37 @@
  *    byte at a time never trips the idle timeout, this deadline it does;
  *  - a client that sends nothing for HTTP_IDLE_TIMEOUT_S is dropped;
  *  - request line + headers must fit in HTTP_MEMORY_LIMIT bytes (else 431 or 414, and close);
- *  - large response bodies held for clients still reading them: HTTP_RESPONSE_BUDGET, and one
- *    rendering of a large answer serves its path's requests for HTTP_SHARE_S (http.h). */
+ *  - an answer must be sent within HTTP_RESPONSE_DEADLINE_S of its request (http.h): a client that
+ *    reads a byte now and then resets the idle timeout with every write it lets through, and so
+ *    held its answer (and its share of the budget below) for as long as it liked;
+ *  - large response bodies held for clients still reading them: HTTP_RESPONSE_BUDGET, at most
+ *    HTTP_PER_IP_LARGE of them read by one address at once (so that one address's slow readers
+ *    cannot take the whole budget from the scrapers), and one rendering of a large answer serves
+ *    its path's requests for HTTP_SHARE_S (http.h). */
 #define HTTP_MAX_CONNECTIONS 1024
 #define HTTP_PER_IP_CONNECTIONS 16
 #define HTTP_HEADER_DEADLINE_S 3.0
 #define HTTP_IDLE_TIMEOUT_S 10
 #define HTTP_MEMORY_LIMIT (16 * 1024)
 
-/* A connection still waiting for its request's headers, in deadline order (all deadlines are
- * "now + the same constant", so appending keeps the list sorted). */
+/* Connections under a deadline, in deadline order: every deadline of one queue is "now + the
+ * same span", so appending keeps it sorted. */
+typedef struct DeadlineQueue {
+    struct Pending *head, *tail;
+} DeadlineQueue;
+
+/* A connection: waiting for its request's headers (the header queue), being answered (the
+ * response queue), or neither (between a request's headers and its answer, in the handler). */
 typedef struct Pending {
     struct Pending *prev, *next;
     struct HttpServer *server;
+    DeadlineQueue *queue; /* the queue it is in, NULL when in none */
     int fd;
     ev_tstamp deadline;
-    bool linked;
+    /* The large answer it is being sent (HTTP_PER_IP_LARGE), NULL for a small one: libmicrohttpd
+     * keeps the response while any connection sends it, so the pointer names one rendering. */
+    const struct MHD_Response *reading;
+    struct sockaddr_storage addr; /* the client's address (its port ignored) */
 } Pending;
 
 /* How libmicrohttpd shares the loop.
@@ -70,8 +85,10 @@ struct HttpServer {
     struct MHD_Daemon *daemon;
     ev_io io;
     ev_timer timer;
-    ev_timer deadline_timer; /* fires at the head of pending's deadline */
-    Pending *head, *tail;    /* connections waiting for their headers, oldest first */
+    ev_timer deadline_timer;  /* fires at the earlier head of the two queues */
+    DeadlineQueue headers;    /* connections waiting for their headers, oldest first */
+    DeadlineQueue responses;  /* connections being answered, oldest first */
+    double response_deadline; /* HTTP_RESPONSE_DEADLINE_S (tests shorten it) */
     HttpHandlerFn fn;
     void *arg;
     size_t held; /* bytes of large bodies not yet freed by libmicrohttpd (HTTP_RESPONSE_BUDGET) */
@@ -157,45 +174,87 @@ static int open_listener(const char *host, const char *port, char *out, size_t o
 static void arm_deadline(HttpServer *s)
 {
     ev_timer_stop(s->loop, &s->deadline_timer);
-    if (!s->head)
+    Pending *first = s->headers.head;
+    if (!first || (s->responses.head && s->responses.head->deadline < first->deadline))
+        first = s->responses.head;
+    if (!first)
         return;
-    double in = s->head->deadline - monotime_now();
+    double in = first->deadline - monotime_now();
     ev_timer_set(&s->deadline_timer, in > 0 ? in : 0, 0);
     ev_timer_start(s->loop, &s->deadline_timer);
 }
 
 static void pending_unlink(Pending *p)
 {
-    if (!p->linked)
+    DeadlineQueue *q = p->queue;
+    if (!q)
         return;
-    HttpServer *s = p->server;
     if (p->prev)
         p->prev->next = p->next;
     else
-        s->head = p->next;
+        q->head = p->next;
     if (p->next)
         p->next->prev = p->prev;
     else
-        s->tail = p->prev;
+        q->tail = p->prev;
     p->prev = p->next = NULL;
-    p->linked = false;
+    p->queue = NULL;
+    p->reading = NULL;
 }
 
-/* Starts p's header deadline (a new connection, or a kept-alive one after its response). */
-static void pending_link(Pending *p)
+/* Starts p's deadline in q, span seconds from now: the header deadline (a new connection, or a
+ * kept-alive one after its response) or the response deadline (an answer queued). */
+static void pending_link(Pending *p, DeadlineQueue *q, double span)
 {
     HttpServer *s = p->server;
     pending_unlink(p);
-    p->deadline = monotime_now() + HTTP_HEADER_DEADLINE_S;
-    p->prev = s->tail;
-    if (s->tail)
-        s->tail->next = p;
+    p->deadline = monotime_now() + span;
+    p->prev = q->tail;
+    if (q->tail)
+        q->tail->next = p;
     else
-        s->head = p;
-    s->tail = p;
-    p->linked = true;
-    if (s->head == p)
+        q->head = p;
+    q->tail = p;
+    p->queue = q;
+    if (q->head == p)
         arm_deadline(s);
+}
+
+static bool same_address(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                      &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+    return false;
+}
+
+/* Whether p's address may be sent the large answer resp (NULL: a new rendering): it is already
+ * reading resp (which then costs nothing more), or fewer than HTTP_PER_IP_LARGE other renderings.
+ * Connections sharing a rendering count once: memory is held per rendering. */
+static bool address_may_read(const Pending *p, const struct MHD_Response *resp)
+{
+    const struct MHD_Response *seen[HTTP_PER_IP_LARGE];
+    int n = 0;
+    for (const Pending *o = p->server->responses.head; o; o = o->next) {
+        if (!o->reading || !same_address(&o->addr, &p->addr))
+            continue;
+        if (o->reading == resp)
+            return true;
+        bool counted = false;
+        for (int i = 0; i < n && !counted; i++)
+            counted = seen[i] == o->reading;
+        if (counted)
+            continue;
+        if (n == HTTP_PER_IP_LARGE)
+            return false;
+        seen[n++] = o->reading;
+    }
+    return n < HTTP_PER_IP_LARGE;
 }
 
 static void drive(HttpServer *s);
@@ -208,16 +267,25 @@ static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
     HttpServer *s = w->data;
     log_set_context(NULL); /* the process's line, not the last database's (drive) */
     ev_tstamp now = monotime_now();
-    int cut = 0;
-    while (s->head && s->head->deadline <= now) {
-        Pending *p = s->head;
+    int cut = 0, slow = 0;
+    while (s->headers.head && s->headers.head->deadline <= now) {
+        Pending *p = s->headers.head;
         pending_unlink(p);
         shutdown(p->fd, SHUT_RDWR);
         cut++;
     }
+    while (s->responses.head && s->responses.head->deadline <= now) {
+        Pending *p = s->responses.head;
+        pending_unlink(p);
+        shutdown(p->fd, SHUT_RDWR);
+        slow++;
+    }
     if (cut)
         log_debug("http connections cut", "count=%d reason=\"no complete request within %gs\"", cut,
                   HTTP_HEADER_DEADLINE_S);
+    if (slow)
+        log_debug("http connections cut", "count=%d reason=\"answer not read within %gs\"", slow,
+                  s->response_deadline);
     arm_deadline(s);
     drive(s);
 }
@@ -229,6 +297,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ca =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         Pending *p = calloc(1, sizeof(*p));
         if (!p || !ci) {
             /* Without its record the connection would escape the deadline: refuse it. */
@@ -240,8 +310,13 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         }
         p->server = s;
         p->fd = ci->connect_fd;
+        if (ca && ca->client_addr) {
+            size_t len = ca->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                                : sizeof(struct sockaddr_in);
+            memcpy(&p->addr, ca->client_addr, len);
+        }
         *socket_context = p;
-        pending_link(p);
+        pending_link(p, &s->headers, HTTP_HEADER_DEADLINE_S);
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
         Pending *p = *socket_context;
         if (p) {
@@ -259,8 +334,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    if (ci && ci->socket_context)
-        pending_link(ci->socket_context);
+    if (ci && ci->socket_context) {
+        Pending *p = ci->socket_context;
+        pending_link(p, &p->server->headers, HTTP_HEADER_DEADLINE_S);
+    }
 }
 
 /* The total connection limit: HTTP_MAX_CONNECTIONS, or half the descriptor limit if lower. */
@@ -322,8 +399,10 @@ static bool share(HttpServer *s, const char *path, unsigned int status, struct M
     return true;
 }
 
-static enum MHD_Result reply(HttpServer *s, struct MHD_Connection *conn, const char *path,
-                             int status, StrBuf *body, const char *content_type, bool allow_header)
+/* Queues the answer on conn; a large 200 is shared (share) and recorded as what p reads. */
+static enum MHD_Result reply(HttpServer *s, struct MHD_Connection *conn, Pending *p,
+                             const char *path, int status, StrBuf *body, const char *content_type,
+                             bool allow_header)
 {
     struct MHD_Response *resp = NULL;
     Held *h = NULL;
@@ -354,29 +433,66 @@ static enum MHD_Result reply(HttpServer *s, struct MHD_Connection *conn, const c
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
     bool kept = h && status == MHD_HTTP_OK && share(s, path, (unsigned int)status, resp);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned int)status, resp);
+    if (h && p && ret == MHD_YES)
+        p->reading = resp;
     if (!kept)
         MHD_destroy_response(resp);
     return ret;
 }
+
+/* Whether p's address reads HTTP_PER_IP_LARGE other large answers (address_may_read); if so,
+ * body is the 503's. */
+static bool address_busy(const Pending *p, const struct MHD_Response *resp, const char *url,
+                         StrBuf *body)
+{
+    if (!p || address_may_read(p, resp))
+        return false;
+    char q[300];
+    log_debug("http response refused",
+              "path=%s reason=\"this address is still reading %d large responses\"",
+              log_quote(url, q, sizeof(q)), HTTP_PER_IP_LARGE);
+    strbuf_free(body);
+    strbuf_puts(body, "busy: this address is still reading other large responses; try again\n");
+    return true;
+}
+
+static enum MHD_Result answer(HttpServer *s, struct MHD_Connection *conn, const char *url,
+                              const char *method, Pending *p);
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
     HttpServer *s = cls;
-    StrBuf body = {0};
     /* The headers are complete: the connection is out of the header deadline until the
      * response is done (on_completed). */
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    if (ci && ci->socket_context)
-        pending_unlink(ci->socket_context);
+    Pending *p = ci ? ci->socket_context : NULL;
+    if (p)
+        pending_unlink(p);
+    enum MHD_Result ret = answer(s, conn, url, method, p);
+    /* From here the answer must be sent within the response deadline: the idle timeout does not
+     * bound a reader that takes a byte now and then. */
+    if (p && ret == MHD_YES) {
+        const struct MHD_Response *reading = p->reading;
+        pending_link(p, &s->responses, s->response_deadline);
+        p->reading = reading;
+    }
+    return ret;
+}
+
+/* The answer to one request; sets p->reading when it is a large one. */
+static enum MHD_Result answer(HttpServer *s, struct MHD_Connection *conn, const char *url,
+                              const char *method, Pending *p)
+{
+    StrBuf body = {0};
     /* HEAD is GET without the body (libmicrohttpd drops it), as HTTP requires of servers. */
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
         /* Answered before any request body is read; libmicrohttpd then closes the connection. */
         strbuf_puts(&body, "method not allowed\n");
-        return reply(s, conn, url, MHD_HTTP_METHOD_NOT_ALLOWED, &body, "text/plain; charset=utf-8",
-                     true);
+        return reply(s, conn, p, url, MHD_HTTP_METHOD_NOT_ALLOWED, &body,
+                     "text/plain; charset=utf-8", true);
     }
     if (s->shared && monotime_now() >= s->shared_until) {
         /* Released before the budget is looked at: kept, it would count against the next
@@ -384,10 +500,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         MHD_destroy_response(s->shared);
         s->shared = NULL;
     }
-    if (s->shared && strcmp(url, s->shared_path) == 0)
-        return MHD_queue_response(conn, s->shared_status, s->shared);
+    bool shared = s->shared && strcmp(url, s->shared_path) == 0;
+    /* Shared or not, a large answer read slowly holds a body: one address reads a few at once. */
+    if (shared && address_busy(p, s->shared, url, &body))
+        return reply(s, conn, p, url, MHD_HTTP_SERVICE_UNAVAILABLE, &body,
+                     "text/plain; charset=utf-8", false);
+    if (shared) {
+        enum MHD_Result ret = MHD_queue_response(conn, s->shared_status, s->shared);
+        if (p && ret == MHD_YES)
+            p->reading = s->shared;
+        return ret;
+    }
     const char *content_type = "text/plain; charset=utf-8";
     int status = s->fn(url, &body, &content_type, s->arg);
+    if (status == MHD_HTTP_OK && body.len > HTTP_LARGE_RESPONSE &&
+        address_busy(p, NULL, url, &body)) {
+        status = MHD_HTTP_SERVICE_UNAVAILABLE;
+        content_type = "text/plain; charset=utf-8";
+    }
     /* One large body is always served when none is held, however large: the budget bounds what
      * readers that do not read can pile up, not what one scrape may be. Only a 200 is refused:
      * another status is the answer itself (a /readyz 503 with a line per database must never
@@ -403,7 +533,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         status = MHD_HTTP_SERVICE_UNAVAILABLE;
         content_type = "text/plain; charset=utf-8";
     }
-    return reply(s, conn, url, status, &body, content_type, false);
+    return reply(s, conn, p, url, status, &body, content_type, false);
 }
 
 HttpServer *http_server_new(struct ev_loop *loop, const char *listen, HttpHandlerFn fn, void *arg,
@@ -426,6 +556,7 @@ HttpServer *http_server_new(struct ev_loop *loop, const char *listen, HttpHandle
         return NULL;
     }
     s->loop = loop;
+    s->response_deadline = HTTP_RESPONSE_DEADLINE_S;
     s->fn = fn;
     s->arg = arg;
     s->daemon = MHD_start_daemon(
@@ -456,6 +587,11 @@ HttpServer *http_server_new(struct ev_loop *loop, const char *listen, HttpHandle
     s->deadline_timer.data = s;
     drive(s);
     return s;
+}
+
+void http_server_set_response_deadline(HttpServer *s, double seconds)
+{
+    s->response_deadline = seconds;
 }
 
 const char *http_server_address(const HttpServer *s)

@@ -34,6 +34,18 @@ typedef struct HttpServer HttpServer;
  * scrape may be this much older than its request; small answers are always fresh. */
 #define HTTP_SHARE_S 1.0
 
+/* An answer must be sent within this many seconds of its request, or the connection is cut. A
+ * scraper gives up long before (Prometheus: scrape_timeout, 10 s by default), and a 10 MB
+ * /metrics takes well under a second on any network a scraper uses; a reader slower than that
+ * held the answer, and a large one's share of HTTP_RESPONSE_BUDGET, for as long as it kept
+ * reading a little (every write it lets through resets the idle timeout). */
+#define HTTP_RESPONSE_DEADLINE_S 30.0
+
+/* Large answers one client address may be reading at once; its next is 503 until one is read:
+ * its slow readers then take at most this many of the budget's bodies, not all of them. A
+ * scraper reads one at a time. */
+#define HTTP_PER_IP_LARGE 2
+
 /* Answers GET path (without the query string): appends the body to body, may point
  * *content_type at a static string (default text/plain), returns the HTTP status. */
 typedef int (*HttpHandlerFn)(const char *path, StrBuf *body, const char **content_type, void *arg);
@@ -42,6 +54,10 @@ typedef int (*HttpHandlerFn)(const char *path, StrBuf *body, const char **conten
  * with one line in err when the address is malformed or cannot be bound. */
 HttpServer *http_server_new(struct ev_loop *loop, const char *listen, HttpHandlerFn fn, void *arg,
                             char *err, size_t errlen);
+
+/* Sets the response deadline (HTTP_RESPONSE_DEADLINE_S by default) for requests answered from
+ * now on: the tests shorten it. */
+void http_server_set_response_deadline(HttpServer *s, double seconds);
 
 /* The address actually bound, "HOST:PORT" (the real port when 0 was asked for). */
 const char *http_server_address(const HttpServer *s);

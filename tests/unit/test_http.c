@@ -93,13 +93,17 @@ static int teardown(void **state)
     return 0;
 }
 
-/* A client socket that reads slowly: a small receive buffer, non-blocking. */
-static int client(const Fixture *f, const char *path)
+/* A client socket that reads slowly: a small receive buffer, non-blocking; from the loopback
+ * address src (any of 127.0.0.0/8 works on Linux without configuration). */
+static int client_from(const Fixture *f, const char *path, const char *src)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_true(fd >= 0);
     int small = 4096;
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    struct sockaddr_in from = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src, &from.sin_addr);
+    assert_int_equal(bind(fd, (struct sockaddr *)&from, sizeof(from)), 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)f->port)};
     inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
     assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
@@ -108,6 +112,11 @@ static int client(const Fixture *f, const char *path)
     assert_int_equal(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
     assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
     return fd;
+}
+
+static int client(const Fixture *f, const char *path)
+{
+    return client_from(f, path, "127.0.0.1");
 }
 
 /* Turns the server's loop until the client has the status line (at most 20 s: a bound, not a
@@ -142,9 +151,11 @@ static void test_large_responses_bounded(void **state)
     enum { N = 12 };
     int fds[N], ok = 0, busy = 0;
     for (int i = 0; i < N; i++) {
-        char path[32];
+        char path[32], src[32];
         snprintf(path, sizeof(path), "/big/%d", i); /* each a rendering of its own */
-        fds[i] = client(f, path);
+        /* each from an address of its own: the budget in all, not HTTP_PER_IP_LARGE, is tested */
+        snprintf(src, sizeof(src), "127.0.1.%d", i + 1);
+        fds[i] = client_from(f, path, src);
         int st = status_of(f, fds[i]);
         if (st == 200)
             ok++;
@@ -251,12 +262,88 @@ static void test_answer_over_budget_served_again(void **state)
     assert_int_equal(again, 200);
 }
 
+/* Reads what the server sends on fd until it closes or more than want bytes came (bounded:
+ * 20 s); returns the bytes read. */
+static size_t read_all(const Fixture *f, int fd, size_t want)
+{
+    static char buf[1 << 16];
+    size_t got = 0;
+    for (double until = monotime_now() + 20; got <= want && monotime_now() < until;) {
+        ev_run(f->loop, EVRUN_NOWAIT);
+        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+        if (n > 0)
+            got += (size_t)n;
+        else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+            break;
+        else
+            usleep(1000);
+    }
+    return got;
+}
+
+/* A client that reads a large answer slowly (here: not at all, then too late) is cut at the
+ * response deadline, and its answer and its share of the budget are freed: before, each byte it
+ * read let a write through, which reset the idle timeout, so a reader at 1 byte/s held the answer
+ * (and the budget) for as long as it liked. */
+static void test_slow_reader_cut(void **state)
+{
+    Fixture *f = *state;
+    http_server_set_response_deadline(f->server, 1.0);
+    int fd = client(f, "/big/slow");
+    assert_int_equal(status_of(f, fd), 200);
+    /* Past the deadline with the loop turning (the server's timer must fire). */
+    for (double past = monotime_now() + 1.5; monotime_now() < past;) {
+        ev_run(f->loop, EVRUN_NOWAIT);
+        usleep(1000);
+    }
+    /* Now read as fast as we can: a cut answer ends (EOF or reset) before its body is whole. */
+    size_t got = read_all(f, fd, big_body);
+    close(fd);
+    if (got >= big_body)
+        fail_msg("the slow reader got the whole answer (%zu bytes): not cut", got);
+}
+
+/* One address reads at most HTTP_PER_IP_LARGE large answers at once: its slow readers cannot take
+ * the whole budget (8 of these 8 MiB answers) from the scrapers at other addresses. */
+static void test_large_answers_per_address(void **state)
+{
+    Fixture *f = *state;
+    int fds[HTTP_PER_IP_LARGE];
+    for (int i = 0; i < HTTP_PER_IP_LARGE; i++) {
+        char path[32];
+        snprintf(path, sizeof(path), "/big/hold-%d", i);
+        fds[i] = client(f, path);
+        assert_int_equal(status_of(f, fds[i]), 200);
+    }
+    int more = client(f, "/big/one-more");
+    assert_int_equal(status_of(f, more), 503);
+    close(more);
+    int other = client_from(f, "/big/elsewhere", "127.0.0.2");
+    assert_int_equal(status_of(f, other), 200);
+    /* A shared rendering it does not read yet counts too (it may outlive its sharing time). */
+    more = client(f, "/big/elsewhere");
+    assert_int_equal(status_of(f, more), 503);
+    close(more);
+    /* One it reads already costs nothing more: a scraper's retry on a new connection is served. */
+    int again = client_from(f, "/big/elsewhere", "127.0.0.2");
+    assert_int_equal(status_of(f, again), 200);
+    close(again);
+    close(other);
+    int probe = client(f, "/healthz"); /* small answers are never refused */
+    assert_int_equal(status_of(f, probe), 200);
+    close(probe);
+    for (int i = 0; i < HTTP_PER_IP_LARGE; i++)
+        close(fds[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_large_responses_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_large_answer_rendered_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_answer_over_budget_served_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slow_reader_cut, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_large_answers_per_address, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
