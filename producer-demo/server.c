@@ -408,7 +408,8 @@ static double mono_s(void)
  * (libmicrohttpd closes such a connection after it), so the write side is shut, and what the
  * client still sends is read and dropped until it closes, the declared length (when told, else
  * LINGER_BYTES) is in, or LINGER_S pass. Runs on the connection's own thread, with a fixed
- * buffer. */
+ * buffer. At SIGTERM it ends at once: MHD_stop_daemon shuts the socket down (the poll wakes and
+ * recv reads end-of-file) before it joins this thread (docs/demos.md). */
 static void linger(struct MHD_Connection *c, const Request *rq)
 {
     const union MHD_ConnectionInfo *ci =
