@@ -44,8 +44,27 @@ static void first_line(const char *msg, char *out, size_t outlen)
  * the end of the line (first_line cut it inside a long token), whose text occurs in conninfo
  * becomes "...", in place (the line only shrinks). A one-character span ("=") stays, it says
  * what was expected. libpq quotes a URI's parts percent-decoded (tok%65n as "token"), so a span
- * in the decoded string is hidden too. Spans are tried shortest first: one in neither ends the
- * search (no longer one, which starts with it, can be), so many quotes cost few searches. */
+ * in the decoded string is hidden too. libpq also quotes a URI's host list rebuilt (the hosts
+ * with their ports cut off, joined by ','; "invalid percent-encoded token", "forbidden value
+ * %00"), which occurs in neither: a span each of whose ','-separated pieces occurs in one of
+ * them is the input too. Spans are tried shortest first: one not found ends the search (no
+ * longer one, which starts with it, can be), so many quotes cost few searches. */
+static bool is_input(char *span, const char *conninfo, const char *decoded)
+{
+    for (char *piece = span;;) {
+        size_t len = strcspn(piece, ",");
+        char saved = piece[len];
+        piece[len] = '\0';
+        bool found = !*piece || strstr(conninfo, piece) || (decoded && strstr(decoded, piece));
+        piece[len] = saved;
+        if (!found)
+            return false;
+        if (!saved)
+            return true;
+        piece += len + 1;
+    }
+}
+
 static void hide_quoted_input(char *line, const char *conninfo)
 {
     char *decoded = strchr(conninfo, '%') ? strdup(conninfo) : NULL;
@@ -73,7 +92,7 @@ static void hide_quoted_input(char *line, const char *conninfo)
             if (close - open - 1 > 1) {
                 char saved = *close;
                 *close = '\0';
-                bool found = strstr(conninfo, open + 1) || (decoded && strstr(decoded, open + 1));
+                bool found = is_input(open + 1, conninfo, decoded);
                 *close = saved;
                 if (!found)
                     break;

@@ -71,6 +71,27 @@ static void test_check_conninfo_hides_quoted_input(void **state)
     assert_non_null(strstr(err, "missing \"=\""));
 }
 
+/* libpq rebuilds a URI's host list before it decodes it (each host without its port, joined by
+ * ','), and "invalid percent-encoded token" / "forbidden value %00" quote that list: a text that
+ * occurs nowhere in the string as written, which the masking looked for, so the token was shown
+ * ("%2tok-s3cret,h2"). Found by feeding db_check_conninfo random strings around a secret. */
+static void test_check_conninfo_hides_rebuilt_host_list(void **state)
+{
+    const char *urls[] = {
+        "postgresql://%2tok-s3cret:5432,h2/db",   "postgresql://h1:5432,%2tok-s3cret:5433/db",
+        "postgresql://,h2:5432],tok-s3cret%00==", "postgresql://%41tok-s3cretport:,%&",
+        "postgresql://\\ %00]tok-s3cret:5432,db", "postgresql://, tok-s3cret[::1]%tok-s3cret",
+        "postgresql://%2tok-s3cret:5432,port\"\\"};
+    char err[512];
+    for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++) {
+        memset(err, 0, sizeof(err));
+        assert_false(db_check_conninfo(urls[i], err, sizeof(err)));
+        if (!strstr(err, "database URL: invalid connection string: ") || strstr(err, "s3cr") ||
+            !strstr(err, "percent-encoded"))
+            fail_msg("%s: %s", urls[i], err);
+    }
+}
+
 /* Values libpq only checks when it connects are bad input too (a port that is not a number made
  * run retry forever; sslmode=bogus passed check's "config" line): refused naming the setting,
  * never echoing the string (a password may be anywhere in it). Every value libpq takes passes. */
@@ -666,6 +687,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_conninfo_hides_input),
         cmocka_unit_test(test_check_conninfo_hides_quoted_input),
+        cmocka_unit_test(test_check_conninfo_hides_rebuilt_host_list),
         cmocka_unit_test(test_service_file_missing),
         cmocka_unit_test(test_check_conninfo_values),
         cmocka_unit_test(test_writer_conninfo),
