@@ -65,7 +65,8 @@ static bool is_input(char *span, const char *conninfo, const char *decoded)
     }
 }
 
-static void hide_quoted_input(char *line, const char *conninfo)
+/* only_at: hide only spans holding an '@' (db_connect's errors, which must keep host names). */
+static void hide_quoted_input(char *line, const char *conninfo, bool only_at)
 {
     char *decoded = strchr(conninfo, '%') ? strdup(conninfo) : NULL;
     if (decoded) {
@@ -93,10 +94,12 @@ static void hide_quoted_input(char *line, const char *conninfo)
                 char saved = *close;
                 *close = '\0';
                 bool found = is_input(open + 1, conninfo, decoded);
+                bool at = !only_at || strchr(open + 1, '@');
                 *close = saved;
                 if (!found)
                     break;
-                hide = close;
+                if (at)
+                    hide = close;
             }
             if (*close == '\0')
                 break;
@@ -317,7 +320,7 @@ static bool service_values_ok(const PQconninfoOption *opts, char *err, size_t er
     } else if (!file) {
         char line[256];
         first_line(why ? why : "out of memory", line, sizeof(line));
-        hide_quoted_input(line, group.s ? group.s : "");
+        hide_quoted_input(line, group.s ? group.s : "", false);
         ok = refuse(err, errlen, "%s: invalid service file entry: %s", what, line);
     } else {
         ok = conninfo_values_ok(file, opts, what, err, errlen);
@@ -405,7 +408,7 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
     if (!opts) {
         char line[256];
         first_line(why ? why : "out of memory", line, sizeof(line));
-        hide_quoted_input(line, conninfo);
+        hide_quoted_input(line, conninfo, false);
         snprintf(err, errlen, "database URL: invalid connection string: %s", line);
         PQfreemem(why);
         return false;
@@ -810,6 +813,11 @@ PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errl
     if (PQstatus(conn) != CONNECTION_OK) {
         char line[300];
         first_line(PQerrorMessage(conn), line, sizeof(line));
+        /* A password holding an unescaped '@' (postgresql://app:s3cr@t-pw@db/app) ends at the
+         * first '@' for libpq, and its tail goes on as the host name, which the error quotes
+         * ("could not translate host name "t-pw@db""). Host names never hold an '@': such a
+         * span of the string is hidden, while the host names an operator needs stay. */
+        hide_quoted_input(line, conninfo, true);
         snprintf(err, errlen, "%s", line);
         PQfinish(conn);
         return NULL;

@@ -102,7 +102,8 @@ bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p
 void db_connect_params_free(DbConnectParams *p);
 
 /* Connects with db_connect_params's parameters; server notices go to the debug log. Returns NULL
- * with one line in err on failure. */
+ * with one line in err on failure (libpq's, with any quoted text of the string holding an '@'
+ * hidden: the tail of a password whose '@' was not percent-encoded). */
 PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errlen);
 
 /* db_connect for a one-shot command: on failure logs "postgres unreachable" as an error and

@@ -92,6 +92,23 @@ static void test_check_conninfo_hides_rebuilt_host_list(void **state)
     }
 }
 
+/* A password holding an unescaped '@' ends at the first '@' for libpq, and its tail became the
+ * host name, which db_connect's error quoted as it was: could not translate host name
+ * "t-pw-s3cret@127.0.0.1". Hidden now, while a real host name in an error stays (glibc refuses
+ * a name with an '@' without asking DNS: no network here). */
+static void test_connect_error_hides_password_tail(void **state)
+{
+    char err[512] = "";
+    assert_null(db_connect("postgresql://app:p@t-pw-s3cret@127.0.0.1:1/app?sslmode=disable",
+                           "test_db", err, sizeof(err)));
+    if (strstr(err, "s3cret") || !strstr(err, "could not translate host name"))
+        fail_msg("%s", err);
+    assert_null(db_connect("postgresql://app:pw@localhost:1/app?sslmode=disable", "test_db", err,
+                           sizeof(err)));
+    if (!strstr(err, "\"localhost\""))
+        fail_msg("the host name must stay: %s", err);
+}
+
 /* Values libpq only checks when it connects are bad input too (a port that is not a number made
  * run retry forever; sslmode=bogus passed check's "config" line): refused naming the setting,
  * never echoing the string (a password may be anywhere in it). Every value libpq takes passes. */
@@ -688,6 +705,7 @@ int main(void)
         cmocka_unit_test(test_check_conninfo_hides_input),
         cmocka_unit_test(test_check_conninfo_hides_quoted_input),
         cmocka_unit_test(test_check_conninfo_hides_rebuilt_host_list),
+        cmocka_unit_test(test_connect_error_hides_password_tail),
         cmocka_unit_test(test_service_file_missing),
         cmocka_unit_test(test_check_conninfo_values),
         cmocka_unit_test(test_writer_conninfo),
