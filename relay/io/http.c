@@ -97,6 +97,8 @@ struct HttpServer {
     unsigned int shared_status;
     double shared_until;
     char shared_path[64];
+    char large_path[64]; /* the path of the last large answer shared, kept after its time */
+    size_t large_len;    /* and its length */
     char address[128];
 };
 
@@ -385,7 +387,8 @@ static void on_mhd_log(void *arg, const char *fmt, va_list ap)
 /* Keeps resp (a large answer to path, just rendered) for the requests of the next HTTP_SHARE_S,
  * dropping the one kept before (libmicrohttpd frees it once no connection still sends it).
  * Returns whether it was kept: then the caller's reference is the keeper's (not destroyed). */
-static bool share(HttpServer *s, const char *path, unsigned int status, struct MHD_Response *resp)
+static bool share(HttpServer *s, const char *path, unsigned int status, struct MHD_Response *resp,
+                  size_t len)
 {
     if (s->shared)
         MHD_destroy_response(s->shared);
@@ -396,6 +399,8 @@ static bool share(HttpServer *s, const char *path, unsigned int status, struct M
     s->shared_status = status;
     s->shared_until = monotime_now() + HTTP_SHARE_S;
     snprintf(s->shared_path, sizeof(s->shared_path), "%s", path);
+    snprintf(s->large_path, sizeof(s->large_path), "%s", path);
+    s->large_len = len;
     return true;
 }
 
@@ -431,7 +436,7 @@ static enum MHD_Result reply(HttpServer *s, struct MHD_Connection *conn, Pending
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (allow_header)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
-    bool kept = h && status == MHD_HTTP_OK && share(s, path, (unsigned int)status, resp);
+    bool kept = h && status == MHD_HTTP_OK && share(s, path, (unsigned int)status, resp, h->len);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned int)status, resp);
     if (h && p && ret == MHD_YES)
         p->reading = resp;
@@ -453,6 +458,21 @@ static bool address_busy(const Pending *p, const struct MHD_Response *resp, cons
               log_quote(url, q, sizeof(q)), HTTP_PER_IP_LARGE);
     strbuf_free(body);
     strbuf_puts(body, "busy: this address is still reading other large responses; try again\n");
+    return true;
+}
+
+/* Whether a large answer of len bytes would take the held bodies past HTTP_RESPONSE_BUDGET (one
+ * is always served when none is held); if so, body is the 503's. */
+static bool budget_busy(const HttpServer *s, const char *url, size_t len, StrBuf *body)
+{
+    if (s->held == 0 || s->held + len <= HTTP_RESPONSE_BUDGET)
+        return false;
+    char q[300];
+    log_debug("http response refused",
+              "path=%s bytes=%zu held=%zu reason=\"large responses still being read\"",
+              log_quote(url, q, sizeof(q)), len, s->held);
+    strbuf_free(body);
+    strbuf_puts(body, "busy: other large responses are still being read; try again\n");
     return true;
 }
 
@@ -505,6 +525,14 @@ static enum MHD_Result answer(HttpServer *s, struct MHD_Connection *conn, const 
     if (shared && address_busy(p, s->shared, url, &body))
         return reply(s, conn, p, url, MHD_HTTP_SERVICE_UNAVAILABLE, &body,
                      "text/plain; charset=utf-8", false);
+    /* A path whose answer was large is refused to such an address, or while the budget has no
+     * room for it (at its last length: a scrape changes little from one to the next), before it
+     * is rendered again: else each request would cost the loop a rendering (0.1 s for 10 MB)
+     * only to be refused, and a client asking again and again kept the loop from its work. */
+    if (!shared && strcmp(url, s->large_path) == 0 &&
+        (address_busy(p, NULL, url, &body) || budget_busy(s, url, s->large_len, &body)))
+        return reply(s, conn, p, url, MHD_HTTP_SERVICE_UNAVAILABLE, &body,
+                     "text/plain; charset=utf-8", false);
     if (shared) {
         enum MHD_Result ret = MHD_queue_response(conn, s->shared_status, s->shared);
         if (p && ret == MHD_YES)
@@ -522,14 +550,8 @@ static enum MHD_Result answer(HttpServer *s, struct MHD_Connection *conn, const 
      * readers that do not read can pile up, not what one scrape may be. Only a 200 is refused:
      * another status is the answer itself (a /readyz 503 with a line per database must never
      * turn into "busy"), and such bodies are small. */
-    if (status == MHD_HTTP_OK && body.len > HTTP_LARGE_RESPONSE && s->held > 0 &&
-        s->held + body.len > HTTP_RESPONSE_BUDGET) {
-        char q[300];
-        log_debug("http response refused",
-                  "path=%s bytes=%zu held=%zu reason=\"large responses still being read\"",
-                  log_quote(url, q, sizeof(q)), body.len, s->held);
-        strbuf_free(&body);
-        strbuf_puts(&body, "busy: other large responses are still being read; try again\n");
+    if (status == MHD_HTTP_OK && body.len > HTTP_LARGE_RESPONSE &&
+        budget_busy(s, url, body.len, &body)) {
         status = MHD_HTTP_SERVICE_UNAVAILABLE;
         content_type = "text/plain; charset=utf-8";
     }

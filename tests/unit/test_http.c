@@ -150,6 +150,7 @@ static void test_large_responses_bounded(void **state)
     Fixture *f = *state;
     enum { N = 12 };
     int fds[N], ok = 0, busy = 0;
+    char last_ok[32] = "";
     for (int i = 0; i < N; i++) {
         char path[32], src[32];
         snprintf(path, sizeof(path), "/big/%d", i); /* each a rendering of its own */
@@ -157,9 +158,10 @@ static void test_large_responses_bounded(void **state)
         snprintf(src, sizeof(src), "127.0.1.%d", i + 1);
         fds[i] = client_from(f, path, src);
         int st = status_of(f, fds[i]);
-        if (st == 200)
+        if (st == 200) {
             ok++;
-        else if (st == 503)
+            snprintf(last_ok, sizeof(last_ok), "%s", path);
+        } else if (st == 503)
             busy++;
         else
             fail_msg("client %d: status %d", i, st);
@@ -172,6 +174,17 @@ static void test_large_responses_bounded(void **state)
     int probe = client(f, "/healthz");
     assert_int_equal(status_of(f, probe), 200);
     close(probe);
+    /* Past its sharing time, the last large answer is refused while the budget is full without
+     * being rendered again: each refused rendering cost the loop as much as a served one. */
+    for (double past = monotime_now() + HTTP_SHARE_S + 0.1; monotime_now() < past;) {
+        ev_run(f->loop, EVRUN_NOWAIT);
+        usleep(1000);
+    }
+    renders = 0;
+    probe = client_from(f, last_ok, "127.0.2.1");
+    assert_int_equal(status_of(f, probe), 503);
+    close(probe);
+    assert_int_equal(renders, 0);
     probe = client(f, "/readyz"); /* its own status, never "busy" */
     assert_int_equal(status_of(f, probe), 503);
     char rest[256];
@@ -329,6 +342,19 @@ static void test_large_answers_per_address(void **state)
     assert_int_equal(status_of(f, again), 200);
     close(again);
     close(other);
+    /* Past the sharing time, a path known to be large is refused to it without a rendering: each
+     * refused rendering cost the loop as much as a served one. */
+    for (double past = monotime_now() + HTTP_SHARE_S + 0.1; monotime_now() < past;) {
+        ev_run(f->loop, EVRUN_NOWAIT);
+        usleep(1000);
+    }
+    renders = 0;
+    for (int i = 0; i < 3; i++) {
+        more = client(f, "/big/elsewhere");
+        assert_int_equal(status_of(f, more), 503);
+        close(more);
+    }
+    assert_int_equal(renders, 0);
     int probe = client(f, "/healthz"); /* small answers are never refused */
     assert_int_equal(status_of(f, probe), 200);
     close(probe);
