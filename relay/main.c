@@ -178,7 +178,7 @@ static int run_databases(Config *cfg, rd_kafka_conf_t *kconf, int argc, char **a
         ops_free(ops);
         /* Each producer had every report in: the first went to kafka_producer_retire's thread,
          * which must be done before exit (librdkafka torn down under it, its last lines lost). */
-        kafka_retired_wait();
+        (void)kafka_retired_wait(-1);
         ev_loop_destroy(loop);
         return error_line(err, 1);
     }
@@ -190,7 +190,7 @@ static int run_databases(Config *cfg, rd_kafka_conf_t *kconf, int argc, char **a
     sdnotify_free(sd);
     ops_free(ops);
     databases_free(dbs);
-    kafka_retired_wait(); /* an old producer still being destroyed (kafka.h) */
+    (void)kafka_retired_wait(-1); /* an old producer still being destroyed (kafka.h) */
     ev_loop_destroy(loop);
     return rc;
 }
@@ -223,7 +223,8 @@ static int cmd_run(Config *cfg, int argc, char **argv)
     if (!relay_check_registry(relay, err, sizeof(err))) {
         relay_free(relay);
         ops_free(ops);
-        kafka_retired_wait(); /* relay_free handed its idle producer to a thread (kafka.h) */
+        (void)kafka_retired_wait(
+            -1); /* relay_free handed its idle producer to a thread (kafka.h) */
         ev_loop_destroy(loop);
         return error_line(err, 1);
     }
@@ -246,7 +247,7 @@ static int cmd_run(Config *cfg, int argc, char **argv)
     sdnotify_free(sd);
     ops_free(ops);
     relay_free(relay);
-    kafka_retired_wait(); /* an old producer still being destroyed (kafka.h) */
+    (void)kafka_retired_wait(-1); /* an old producer still being destroyed (kafka.h) */
     ev_loop_destroy(loop);
     return rc;
 }
@@ -380,7 +381,7 @@ int main(int argc, char **argv)
         /* Whichever way run ended: a relay or database freed on a failure path (databases_new
          * failing for a later entry frees the earlier ones) may have handed its producer to
          * kafka_producer_retire's thread, which must be done before the process exits. */
-        kafka_retired_wait();
+        (void)kafka_retired_wait(-1);
         break;
     case CMD_MIGRATE:
         rc = cmd_migrate(one);

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kafka_stats.h"
@@ -589,34 +590,26 @@ KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
     return kp;
 }
 
-void kafka_producer_free(KafkaProducer *kp, int timeout_ms)
-{
-    if (!kp)
-        return;
-    ev_io_stop(kp->loop, &kp->io);
-    if (rd_kafka_flush(kp->rk, timeout_ms) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        log_warn("kafka messages still queued at shutdown; they stay unmarked and will be re-sent",
-                 "count=%d", rd_kafka_outq_len(kp->rk));
-        rd_kafka_purge(kp->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-        rd_kafka_flush(kp->rk, 100);
-    }
-    rd_kafka_destroy(kp->rk);
-    close(kp->pipe_fds[0]);
-    close(kp->pipe_fds[1]);
-    free(kp);
-}
-
-/* The producer being destroyed off the loop (kafka_producer_retire): one at a time, so that the
- * memory and threads of old producers stay bounded however often the cluster fails them.
- * retire_thread is valid while retire_started; retire_done is set by the thread as it ends. Only
- * the loop thread starts, joins and reads these (kafka_producer_retire, kafka_retired_wait). */
-static pthread_t retire_thread;
-static bool retire_started;
-static atomic_bool retire_done;
-/* When the retiring thread started, whose producer it destroys (its log context), and whether a
- * recreation kept waiting for it has been said (once per retired producer). */
-static double retire_since;
-static char retire_context[128];
+/* Producers being destroyed off the loop, each by a thread of its own (retire_main): those
+ * kafka_producer_retire took, and those kafka_producer_free handed over once every report of
+ * theirs had been served. A list, not one slot: with one slot, a database removed by SIGHUP
+ * while another old producer was still being destroyed had its producer destroyed on the loop
+ * (relay_free_within's fallback), stalling every database for as long as rd_kafka_destroy took;
+ * and at exit the second of two databases' producers was destroyed inline, unbounded. Only the
+ * loop's thread (after the loop, the main thread) adds, joins and reads the list; each thread
+ * sets its own done flag as it ends. */
+typedef struct Retiring {
+    pthread_t thread;
+    KafkaProducer *kp;
+    atomic_bool done;
+    bool replacement; /* taken by kafka_producer_retire: counts for its one at a time */
+    double since;
+    char context[128]; /* its producer's log context, for the warning of a slow destroy */
+    struct Retiring *next;
+} Retiring;
+static Retiring *retiring;
+static int n_retiring;
+/* Whether a recreation kept waiting for the retirement under way has been said (once each). */
 static bool retire_slow_logged;
 
 /* A recreation that has waited this long for the previous destroy is said (a destroy stuck in
@@ -628,9 +621,17 @@ static bool retire_slow_logged;
  * still on their way are waited for. */
 #define RETIRE_FLUSH_MS 5000
 
+/* Threads destroying producers at once, at most. A producer is replaced only once the previous
+ * replaced one is gone (kafka_producer_retire), and otherwise one goes per database removed or
+ * stopped, so a process within its limit of databases (100, draining ones included) never
+ * reaches this; past it a producer is destroyed on the caller's thread, as before: the memory
+ * and threads of producers stuck in their destroy stay bounded whatever happens. */
+#define RETIRING_MAX 256
+
 static void *retire_main(void *arg)
 {
-    KafkaProducer *kp = arg;
+    Retiring *r = arg;
+    KafkaProducer *kp = r->kp;
     log_set_context(kp->log_context);
     rd_kafka_purge(kp->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     /* Serves what is left to on_delivery_report, which passes it to no one now. */
@@ -641,38 +642,52 @@ static void *retire_main(void *arg)
     close(kp->pipe_fds[0]);
     close(kp->pipe_fds[1]);
     free(kp);
-    atomic_store(&retire_done, true);
+    atomic_store(&r->done, true);
     return NULL;
 }
 
-/* Joins the retiring thread if it has ended (or, wait: until it ends). Returns whether none is
- * left. */
-static bool retire_reap(bool wait)
+/* Joins the threads that have ended (or, with wait, waits for each until deadline, a
+ * monotime_now() time). Returns how many are left. */
+static int retire_reap(bool wait, double deadline)
 {
-    if (!retire_started)
-        return true;
-    if (!wait && !atomic_load(&retire_done))
-        return false;
-    pthread_join(retire_thread, NULL);
-    retire_started = false;
-    return true;
+    for (Retiring **at = &retiring; *at;) {
+        Retiring *r = *at;
+        while (wait && !atomic_load(&r->done) && monotime_now() < deadline) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        if (!atomic_load(&r->done)) {
+            at = &r->next;
+            continue;
+        }
+        pthread_join(r->thread, NULL);
+        *at = r->next;
+        n_retiring--;
+        free(r);
+    }
+    return n_retiring;
 }
 
-bool kafka_producer_retire(KafkaProducer *kp)
+/* A replaced producer still being destroyed (kafka_producer_retire's one at a time), or NULL. */
+static const Retiring *replacement_retiring(void)
 {
-    if (!kp)
-        return true;
-    if (!retire_reap(false)) {
-        /* The previous one is still being destroyed: the caller tries later. */
-        double waited = monotime_now() - retire_since;
-        if (!retire_slow_logged && waited >= RETIRE_SLOW_S) {
-            char q[300];
-            log_warn("the previous Kafka producer is still being destroyed; every producer "
-                     "recreation waits for it",
-                     "seconds=%.0f old_producer=%s", waited,
-                     log_quote(retire_context[0] ? retire_context : "-", q, sizeof(q)));
-            retire_slow_logged = true;
-        }
+    for (const Retiring *r = retiring; r; r = r->next)
+        if (r->replacement)
+            return r;
+    return NULL;
+}
+
+/* Detaches kp from the loop and its owner and starts its thread. false, kp untouched, when no
+ * thread can be had (the list full, or pthread_create failing: said, since the caller then
+ * destroys it on its own thread). */
+static bool retire_start(KafkaProducer *kp, bool replacement)
+{
+    Retiring *r = n_retiring < RETIRING_MAX ? calloc(1, sizeof(*r)) : NULL;
+    if (!r) {
+        log_warn("cannot destroy the old Kafka producer off the event loop; destroying it inline",
+                 "error=\"%s\" being_destroyed=%d",
+                 n_retiring < RETIRING_MAX ? "out of memory" : "too many being destroyed",
+                 n_retiring);
         return false;
     }
     /* From here on nothing of the relay's is reached: the loop no longer polls it, and its
@@ -681,28 +696,92 @@ bool kafka_producer_retire(KafkaProducer *kp)
     kp->on_delivery = NULL;
     kp->arg = NULL;
     atomic_store(&kp->retired, true);
-    atomic_store(&retire_done, false);
+    r->kp = kp;
+    r->replacement = replacement;
+    r->since = monotime_now();
     /* Copied before the thread starts: it frees kp. */
-    char kp_context[sizeof(kp->log_context_buf)];
-    snprintf(kp_context, sizeof(kp_context), "%s", kp->log_context ? kp->log_context : "");
-    int rc = pthread_create(&retire_thread, NULL, retire_main, kp);
+    snprintf(r->context, sizeof(r->context), "%s", kp->log_context ? kp->log_context : "");
+    int rc = pthread_create(&r->thread, NULL, retire_main, r);
     if (rc != 0) {
-        /* No thread to spare: destroyed here, on the loop, as before; said, since it may block. */
         log_warn("cannot destroy the old Kafka producer off the event loop; destroying it inline",
                  "error=\"%s\"", strerror(rc));
-        kafka_producer_free(kp, 0);
-        return true;
+        free(r);
+        return false;
     }
-    retire_started = true;
-    retire_since = monotime_now();
-    retire_slow_logged = false;
-    snprintf(retire_context, sizeof(retire_context), "%s", kp_context);
+    r->next = retiring;
+    retiring = r;
+    n_retiring++;
+    if (replacement)
+        retire_slow_logged = false;
     return true;
 }
 
-void kafka_retired_wait(void)
+/* Destroys kp on the caller's thread (blocks for as long as rd_kafka_destroy takes). */
+static void destroy_here(KafkaProducer *kp)
 {
-    retire_reap(true);
+    rd_kafka_destroy(kp->rk);
+    close(kp->pipe_fds[0]);
+    close(kp->pipe_fds[1]);
+    free(kp);
+}
+
+void kafka_producer_free(KafkaProducer *kp, int timeout_ms)
+{
+    if (!kp)
+        return;
+    ev_io_stop(kp->loop, &kp->io);
+    if (rd_kafka_flush(kp->rk, timeout_ms) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        log_warn("kafka messages still queued at shutdown; they stay unmarked and will be re-sent",
+                 "count=%d", rd_kafka_outq_len(kp->rk));
+        rd_kafka_purge(kp->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_flush(kp->rk, 100);
+    }
+    /* Every report served and no request out (the queue length counts both): nothing of the
+     * caller's is pointed to any more, so the destroy, which may wait for a broker thread in a
+     * name lookup, goes to a thread (retire_main flushes and purges nothing then). Otherwise a
+     * request may still point into the caller's payloads: destroyed here, before the caller
+     * frees them. */
+    if (rd_kafka_outq_len(kp->rk) == 0 && retire_start(kp, false))
+        return;
+    destroy_here(kp);
+}
+
+bool kafka_producer_retire(KafkaProducer *kp)
+{
+    if (!kp)
+        return true;
+    (void)retire_reap(false, 0);
+    const Retiring *busy = replacement_retiring();
+    if (busy) {
+        /* The previous one is still being destroyed: the caller tries later. */
+        double waited = monotime_now() - busy->since;
+        if (!retire_slow_logged && waited >= RETIRE_SLOW_S) {
+            char q[300];
+            log_warn("the previous Kafka producer is still being destroyed; every producer "
+                     "recreation waits for it",
+                     "seconds=%.0f old_producer=%s", waited,
+                     log_quote(busy->context[0] ? busy->context : "-", q, sizeof(q)));
+            retire_slow_logged = true;
+        }
+        return false;
+    }
+    if (!retire_start(kp, true)) {
+        /* No thread to spare: here, on the loop, as before (said by retire_start). */
+        ev_io_stop(kp->loop, &kp->io);
+        kp->on_delivery = NULL;
+        kp->arg = NULL;
+        atomic_store(&kp->retired, true);
+        rd_kafka_purge(kp->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_flush(kp->rk, 0);
+        destroy_here(kp);
+    }
+    return true;
+}
+
+int kafka_retired_wait(int timeout_ms)
+{
+    double deadline = monotime_now() + (timeout_ms < 0 ? 1e9 : timeout_ms / 1000.0);
+    return retire_reap(true, deadline);
 }
 
 rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, int32_t partition,

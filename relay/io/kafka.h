@@ -45,24 +45,32 @@ bool kafka_reload_check(const Config *running, const Config *fresh, char *err, s
 KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
                                   KafkaDeliveryFn on_delivery, void *arg, char *err, size_t errlen);
 
-/* Waits up to timeout_ms for queued messages, drops what is left (their delivery reports are
- * still delivered, with an error), and destroys the producer. Blocks: call it only after the
- * loop has stopped. */
+/* Waits up to timeout_ms for queued messages (their delivery reports go to kp's
+ * KafkaDeliveryFn), drops what is left (their reports are still delivered, with an error), and
+ * destroys the producer: off the caller's thread once every report has been served and no request
+ * is out (as kafka_producer_retire; kafka_retired_wait waits for it), else here, since a request
+ * may still point into the payloads the caller frees next. Blocks for up to timeout_ms + 100 ms,
+ * and, in the second case, for as long as rd_kafka_destroy takes: after the loop, or (a database
+ * removed by SIGHUP, timeout_ms 0, every report in) on it. */
 void kafka_producer_free(KafkaProducer *kp, int timeout_ms);
 
 /* Destroys kp off the loop, for a producer replaced while the loop runs (after a fatal error):
  * rd_kafka_destroy may block for as long as a broker thread takes to finish (a connection
  * attempt, a name lookup). kp is detached from the loop and from its KafkaDeliveryFn at once, so
  * no report of it reaches its owner again: call it only once every message of kp has been
- * reported. At most one producer is being destroyed at a time (memory and threads bounded):
- * returns false, kp untouched and still the caller's, while the previous one is (and, once it
- * has been at it 10 s, logs one warning naming the old producer's log context); true when kp
- * was taken (a thread destroys it; without a thread to spare, it is destroyed here). */
+ * reported. At most one producer taken here is being destroyed at a time (memory and threads
+ * bounded however often the cluster fails them): returns false, kp untouched and still the
+ * caller's, while the previous one is (and, once it has been at it 10 s, logs one warning naming
+ * the old producer's log context); true when kp was taken (a thread destroys it; without a
+ * thread to spare, it is destroyed here). Those kafka_producer_free hands over do not count. */
 bool kafka_producer_retire(KafkaProducer *kp);
 
-/* Waits for the producer kafka_producer_retire is destroying, if any: before the process exits
- * (librdkafka must not be torn down under it). Blocks: only after the loop has stopped. */
-void kafka_retired_wait(void);
+/* Waits up to timeout_ms (< 0: no bound) for the producers being destroyed off the loop
+ * (kafka_producer_retire, kafka_producer_free) and joins their threads. Returns how many are
+ * still being destroyed (0: none): their threads go on (librdkafka's cannot be cancelled), so a
+ * process about to exit with some left must leave at once (_exit), without tearing down what they
+ * may use. Blocks: only after the loop has stopped. */
+int kafka_retired_wait(int timeout_ms);
 
 /* Enqueues one message to partition (RD_KAFKA_PARTITION_UA: the partitioner chooses by the key)
  * with timestamp_ms as its CreateTime (0: now). The key is copied; the value is not: it must stay

@@ -7,10 +7,16 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <ev.h>
@@ -404,7 +410,7 @@ static void test_retired_producer_reports_to_no_one(void **state)
             RD_KAFKA_RESP_ERR_NO_ERROR);
         reports_after_retire = 0;
         assert_true(kafka_producer_retire(kp));
-        kafka_retired_wait();
+        assert_int_equal(kafka_retired_wait(-1), 0);
         ev_run(loop, EVRUN_NOWAIT);
         assert_int_equal(reports_after_retire, 0);
     }
@@ -438,7 +444,7 @@ static void test_retired_producer_says_nothing_of_the_live_one(void **state)
                                                "raised by the test"),
                      RD_KAFKA_RESP_ERR_NO_ERROR);
     assert_true(kafka_producer_retire(kp));
-    kafka_retired_wait();
+    assert_int_equal(kafka_retired_wait(-1), 0);
     fflush(stderr);
     assert_true(dup2(saved, STDERR_FILENO) >= 0);
     close(saved);
@@ -450,6 +456,80 @@ static void test_retired_producer_says_nothing_of_the_live_one(void **state)
     assert_null(strstr(logged, "recreating the producer"));
     assert_null(strstr(logged, "kafka unreachable"));
     assert_null(strstr(logged, "kafka reachable again"));
+    ev_loop_destroy(loop);
+}
+
+/* Broker threads held in their name lookup until released: rd_kafka_destroy waits for them, as
+ * for a nameserver that does not answer. */
+static atomic_int lookups_held;
+static atomic_bool lookups_released;
+
+static int held_lookup(const char *node, const char *service, const struct addrinfo *hints,
+                       struct addrinfo **res, void *opaque)
+{
+    (void)service;
+    (void)opaque;
+    if (!node && !hints) {
+        freeaddrinfo(*res); /* never given one: nothing is, below */
+        return 0;
+    }
+    atomic_fetch_add(&lookups_held, 1);
+    while (!atomic_load(&lookups_released)) {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return EAI_AGAIN;
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "test_kafka: a producer's destroy blocked its caller\n";
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    (void)ignored;
+    _exit(1);
+}
+
+/* A producer whose broker thread is held in its name lookup, made on loop. */
+static KafkaProducer *held_producer(struct ev_loop *loop)
+{
+    char err[512] = "";
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    assert_int_equal(
+        rd_kafka_conf_set(conf, "bootstrap.servers", "held.invalid:9", err, sizeof(err)),
+        RD_KAFKA_CONF_OK);
+    rd_kafka_conf_set_resolve_cb(conf, held_lookup);
+    int before = atomic_load(&lookups_held);
+    KafkaProducer *kp = kafka_producer_new(loop, conf, count_report, NULL, err, sizeof(err));
+    assert_non_null(kp);
+    while (atomic_load(&lookups_held) == before) {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return kp;
+}
+
+/* A producer freed (its relay's database removed by SIGHUP, on the loop) while another old one
+ * is still being destroyed: kafka_producer_retire refuses it (one replacement at a time), and
+ * relay_free_within falls back to kafka_producer_free, which destroyed it on the caller's thread
+ * and so blocked the loop for as long as rd_kafka_destroy took (here: until the name
+ * lookups are released). Now both are destroyed off it; kafka_retired_wait is bounded by its
+ * timeout, says how many are left, and joins them once they end. */
+static void test_free_beside_a_retiring_producer_does_not_block(void **state)
+{
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    assert_non_null(loop);
+    atomic_store(&lookups_released, false);
+    KafkaProducer *old = held_producer(loop), *removed = held_producer(loop);
+    assert_true(kafka_producer_retire(old));
+    signal(SIGALRM, on_alarm);
+    alarm(20); /* the old code blocks in kafka_producer_free until the release below: never */
+    assert_false(kafka_producer_retire(removed)); /* one replacement at a time, as before */
+    kafka_producer_free(removed, 0);
+    assert_int_equal(kafka_retired_wait(100), 2); /* bounded: both still held */
+    alarm(0);
+    atomic_store(&lookups_released, true);
+    assert_int_equal(kafka_retired_wait(-1), 0);
     ev_loop_destroy(loop);
 }
 
@@ -508,6 +588,7 @@ int main(void)
         cmocka_unit_test(test_transactional_id_refused),
         cmocka_unit_test(test_retired_producer_reports_to_no_one),
         cmocka_unit_test(test_retired_producer_says_nothing_of_the_live_one),
+        cmocka_unit_test(test_free_beside_a_retiring_producer_does_not_block),
         cmocka_unit_test(test_fatal_without_a_producer),
         cmocka_unit_test(test_setup_errors_are_not_rejections),
     };
