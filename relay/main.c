@@ -22,6 +22,7 @@
 #include "log.h"
 #include "http.h"
 #include "migrate.h"
+#include "monotime.h"
 #include "ops.h"
 #include "pg.h"
 #include "relay.h"
@@ -63,6 +64,33 @@ static int usage_error(const char *msg)
  * a typo fails at start-up. The message never echoes the string itself: it may hold a password.
  * Returns the producer configuration, or NULL after printing the one line of bad input (*status
  * EXIT_USAGE) or of a runtime failure (*status 1: no thread for the trial producer). */
+/* How long a run's exit waits, in all, for the Kafka producers still being destroyed off the
+ * loop (kafka.h): rd_kafka_destroy waits for its broker threads, and one in a name lookup that
+ * never answers, or a connection attempt, holds it up for as long, which held the exit past
+ * systemd's TimeoutStopSec= (45 s; the stop itself may take 40 s). What they still held was
+ * purged: the rows not marked stay unsent, to go out again (at least once). */
+#define EXIT_PRODUCERS_WAIT_MS 3000
+
+/* Waits for those producers, up to EXIT_PRODUCERS_WAIT_MS from its first call in all (it is
+ * called on every way out of run). Returns whether none is left; says so once when some are. */
+static bool producers_gone(void)
+{
+    static double deadline;
+    static bool said;
+    if (deadline == 0)
+        deadline = monotime_now() + EXIT_PRODUCERS_WAIT_MS / 1000.0;
+    double left = deadline - monotime_now();
+    int n = kafka_retired_wait(left > 0 ? (int)(left * 1000) : 0);
+    if (n > 0 && !said) {
+        log_warn("exiting without waiting for old Kafka producers still being destroyed (a "
+                 "broker thread stuck in a name lookup or a connection attempt); the rows not "
+                 "marked stay unsent and go out again",
+                 "producers=%d waited_ms=%d", n, EXIT_PRODUCERS_WAIT_MS);
+        said = true;
+    }
+    return n == 0;
+}
+
 static rd_kafka_conf_t *run_input(Config *cfg, int *status)
 {
     char err[1024], host[256];
@@ -178,7 +206,7 @@ static int run_databases(Config *cfg, rd_kafka_conf_t *kconf, int argc, char **a
         ops_free(ops);
         /* Each producer had every report in: the first went to kafka_producer_retire's thread,
          * which must be done before exit (librdkafka torn down under it, its last lines lost). */
-        (void)kafka_retired_wait(-1);
+        (void)producers_gone();
         ev_loop_destroy(loop);
         return error_line(err, 1);
     }
@@ -190,7 +218,7 @@ static int run_databases(Config *cfg, rd_kafka_conf_t *kconf, int argc, char **a
     sdnotify_free(sd);
     ops_free(ops);
     databases_free(dbs);
-    (void)kafka_retired_wait(-1); /* an old producer still being destroyed (kafka.h) */
+    (void)producers_gone(); /* old producers still being destroyed (kafka.h) */
     ev_loop_destroy(loop);
     return rc;
 }
@@ -223,8 +251,7 @@ static int cmd_run(Config *cfg, int argc, char **argv)
     if (!relay_check_registry(relay, err, sizeof(err))) {
         relay_free(relay);
         ops_free(ops);
-        (void)kafka_retired_wait(
-            -1); /* relay_free handed its idle producer to a thread (kafka.h) */
+        (void)producers_gone(); /* relay_free handed its idle producer to a thread (kafka.h) */
         ev_loop_destroy(loop);
         return error_line(err, 1);
     }
@@ -247,7 +274,7 @@ static int cmd_run(Config *cfg, int argc, char **argv)
     sdnotify_free(sd);
     ops_free(ops);
     relay_free(relay);
-    (void)kafka_retired_wait(-1); /* an old producer still being destroyed (kafka.h) */
+    (void)producers_gone(); /* old producers still being destroyed (kafka.h) */
     ev_loop_destroy(loop);
     return rc;
 }
@@ -380,8 +407,15 @@ int main(int argc, char **argv)
         rc = cmd_run(&cfg, argc, kept);
         /* Whichever way run ended: a relay or database freed on a failure path (databases_new
          * failing for a later entry frees the earlier ones) may have handed its producer to
-         * kafka_producer_retire's thread, which must be done before the process exits. */
-        (void)kafka_retired_wait(-1);
+         * a thread (kafka.h), which must be done before the process exits (librdkafka torn
+         * down under it); one that is not done in time is left: the process ends at once,
+         * without exit()'s teardown (atexit handlers, OpenSSL's among them) under its thread. */
+        if (!producers_gone()) {
+            fflush(NULL);
+            config_free(&cfg);
+            argv_free(argc, kept);
+            _exit(rc);
+        }
         break;
     case CMD_MIGRATE:
         rc = cmd_migrate(one);
