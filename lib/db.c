@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -628,9 +629,48 @@ bool db_check_writer_conninfo(const char *conninfo, char *err, size_t errlen)
     return ok;
 }
 
-/* "host|port|dbname" of a connection string into out, each as libpq would take it: the string's,
- * else its service file's, else the environment's ("" when none gives it). The service's count:
- * two entries "service=orders" and "service=billing" give no host, port or dbname in the
+/* Item i of a comma-separated libpq list ("" when the list is shorter, or the item empty), into
+ * out; the list's length into *n. */
+static void list_item(const char *list, int i, char *out, size_t outlen, int *n)
+{
+    const char *p = list ? list : "";
+    *n = 1;
+    out[0] = '\0';
+    for (int k = 0;; k++) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (k == i)
+            snprintf(out, outlen, "%.*s", (int)len, p);
+        if (!comma)
+            break;
+        (*n)++;
+        p = comma + 1;
+    }
+}
+
+/* The server a host of a connection string reaches, as compared: every spelling of this
+ * machine's own server (no host: libpq's socket directory; a socket directory; localhost,
+ * 127.0.0.1, ::1) as one, a name in lower case without a trailing dot. */
+static void host_key(const char *host, char *out, size_t outlen)
+{
+    if (!*host || host[0] == '/' || host[0] == '@' || strcasecmp(host, "localhost") == 0 ||
+        strcasecmp(host, "localhost.") == 0 || strcmp(host, "127.0.0.1") == 0 ||
+        strcmp(host, "::1") == 0) {
+        snprintf(out, outlen, "%s", "(this host)");
+        return;
+    }
+    size_t i = 0;
+    for (; host[i] && i + 1 < outlen; i++)
+        out[i] = (char)tolower((unsigned char)host[i]);
+    if (i > 1 && out[i - 1] == '.')
+        i--;
+    out[i] = '\0';
+}
+
+/* The "host|port|dbname" lines of a connection string into out, one per host of its list, each
+ * as libpq would take it: the string's, else its service file's, else the environment's; no
+ * port libpq's compiled default, no dbname the user name (libpq's defaults). The service's
+ * count: two entries "service=orders" and "service=billing" give no host, port or dbname in the
  * strings, and were taken for one database. */
 static bool db_target(const char *conninfo, StrBuf *out)
 {
@@ -640,24 +680,77 @@ static bool db_target(const char *conninfo, StrBuf *out)
     static const char *const keys[][2] = {{"host", "PGHOST"},
                                           {"hostaddr", "PGHOSTADDR"},
                                           {"port", "PGPORT"},
-                                          {"dbname", "PGDATABASE"}};
-    char *v[4] = {NULL, NULL, NULL, NULL}, from[80];
-    for (size_t i = 0; i < 4; i++)
+                                          {"dbname", "PGDATABASE"},
+                                          {"user", "PGUSER"}};
+    enum { N_KEYS = sizeof(keys) / sizeof(keys[0]) };
+    char *v[N_KEYS] = {NULL}, from[80];
+    for (size_t i = 0; i < N_KEYS; i++)
         (void)db_effective_value(opts, keys[i][0], keys[i][1], &v[i], from, sizeof(from));
-    const char *host = v[0] && *v[0] ? v[0] : v[1] ? v[1] : "";
-    const char *parts[] = {host, "|", v[2] ? v[2] : "", "|", v[3] ? v[3] : ""};
-    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
-        strbuf_puts(out, parts[i]);
-    for (size_t i = 0; i < 4; i++)
-        free(v[i]);
     PQconninfoFree(opts);
+    /* libpq's own defaults: the compiled port (asked once: a list of 100 compares 4,950
+     * pairs), and a dbname that is the user's name (the operating system's user when none is
+     * given). */
+    static char default_port[16];
+    if (!default_port[0]) {
+        snprintf(default_port, sizeof(default_port), "%s", "5432");
+        PQconninfoOption *defaults = PQconndefaults();
+        for (PQconninfoOption *o = defaults; o && o->keyword; o++)
+            if (strcmp(o->keyword, "port") == 0 && o->compiled)
+                snprintf(default_port, sizeof(default_port), "%s", o->compiled);
+        PQconninfoFree(defaults);
+    }
+    const char *dbname = v[3] && *v[3] ? v[3] : v[4] && *v[4] ? v[4] : NULL;
+    struct passwd *pw = dbname ? NULL : getpwuid(geteuid());
+    if (!dbname)
+        dbname = pw ? pw->pw_name : "";
+    int n_hosts = 1, n_addrs = 1, n_ports = 1, n;
+    char item[1024], key[1024], port[64];
+    list_item(v[0], 0, item, sizeof(item), &n_hosts);
+    list_item(v[1], 0, item, sizeof(item), &n_addrs);
+    list_item(v[2], 0, item, sizeof(item), &n_ports);
+    int count = n_hosts > n_addrs ? n_hosts : n_addrs;
+    for (int i = 0; i < count; i++) {
+        /* libpq connects to the hostaddr when one is given (the host then names it only). */
+        list_item(v[1], i, item, sizeof(item), &n);
+        if (!*item)
+            list_item(v[0], i, item, sizeof(item), &n);
+        host_key(item, key, sizeof(key));
+        list_item(v[2], n_ports == 1 ? 0 : i, port, sizeof(port), &n);
+        char *end;
+        long number = strtol(port, &end, 10);
+        if (!*port)
+            snprintf(port, sizeof(port), "%s", default_port);
+        else if (*end == '\0' && number > 0)
+            snprintf(port, sizeof(port), "%ld", number);
+        strbuf_puts(out, key);
+        strbuf_puts(out, "|");
+        strbuf_puts(out, port);
+        strbuf_puts(out, "|");
+        strbuf_puts(out, dbname);
+        strbuf_puts(out, "\n");
+    }
+    for (size_t i = 0; i < N_KEYS; i++)
+        free(v[i]);
     return true;
 }
 
 bool db_same_database(const char *a, const char *b)
 {
     StrBuf ta = {0}, tb = {0};
-    bool same = db_target(a, &ta) && db_target(b, &tb) && ta.s && tb.s && strcmp(ta.s, tb.s) == 0;
+    bool same = false;
+    if (db_target(a, &ta) && db_target(b, &tb) && ta.s && tb.s) {
+        /* Any server of one list that the other lists too: libpq may pick it for both. */
+        for (const char *line = ta.s; *line && !same;) {
+            const char *nl = strchr(line, '\n');
+            size_t len = (size_t)(nl - line);
+            for (const char *other = tb.s; *other && !same;) {
+                const char *onl = strchr(other, '\n');
+                same = (size_t)(onl - other) == len && memcmp(line, other, len) == 0;
+                other = onl + 1;
+            }
+            line = nl + 1;
+        }
+    }
     strbuf_free(&ta);
     strbuf_free(&tb);
     return same;

@@ -33,11 +33,15 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
 bool db_check_writer_conninfo(const char *conninfo, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
-/* Whether two connection strings name the same server and database as written: host (or
- * hostaddr), port and dbname compared as text, each the string's, else its service file's, else
- * the environment's (libpq's order), a missing one as empty. Not resolved (localhost and
- * 127.0.0.1 differ; an omitted port is not 5432), so false means "not shown the same", and an
- * unparsable string is never the same as anything. Reads the service file. */
+/* Whether two connection strings may reach the same server and database: host (the hostaddr
+ * when one is given), port and dbname, each the string's, else its service file's, else the
+ * environment's (libpq's order), else libpq's default (its compiled port; the user's name, or the
+ * operating system user's, for the dbname). Every spelling of this machine's own server is one
+ * host (none: libpq's socket directory; a socket directory; localhost, 127.0.0.1, ::1: one server
+ * listens on a port of a host), a name compares in any case and without a trailing dot, and two
+ * host lists are the same when one host and port of each agree (libpq may pick it for both).
+ * Names are not looked up (a name and its address differ), so false means "not shown the same",
+ * and an unparsable string is never the same as anything. Reads the service file. */
 bool db_same_database(const char *a, const char *b) __attribute__((warn_unused_result));
 
 /* Pins the search_path of every later connection of this process (db_connect and the relay's

@@ -1137,12 +1137,14 @@ static bool databases_load(Config *cfg, bool sessions_default, char *err, size_t
              * entries would split them, and each would leave its table's rows in the other's
              * lanes unclaimed, while both look ready. */
             else if (db_same_database(cfg->dbs[j].database_url, cfg->dbs[i].database_url))
-                ok = optval_fail(err, errlen,
-                                 "databases: \"%s\" and \"%s\" name the same database (host, "
-                                 "port and dbname): list each database once (its lanes are one "
-                                 "group, which two entries would split, each leaving rows of its "
-                                 "table unclaimed)",
-                                 cfg->dbs[j].database_name, cfg->dbs[i].database_name);
+                ok = optval_fail(
+                    err, errlen,
+                    "databases: \"%s\" and \"%s\" name the same database (host, "
+                    "port and dbname; localhost, 127.0.0.1, ::1 and a socket "
+                    "directory are one host): list each database once (its lanes are one "
+                    "group, which two entries would split, each leaving rows of its "
+                    "table unclaimed)",
+                    cfg->dbs[j].database_name, cfg->dbs[i].database_name);
         }
     }
     json_decref(list);

@@ -1758,6 +1758,12 @@ static void test_databases_same_database_refused(void **state)
                       " \"table\": \"t2.outbox\"}]"));
     assert_error_line(err, "databases: \"a\" and \"b\" name the same database");
     config_free(&cfg);
+    /* Two spellings of this machine's server (db.c db_same_database). */
+    assert_false(LOAD(&cfg, err, "run", "--brokers", "k:9092", "--databases",
+                      "[{\"name\": \"a\", \"database-url\": \"postgresql://localhost:5433/d\"},"
+                      "{\"name\": \"b\", \"database-url\": \"postgresql://127.0.0.1:5433/d\"}]"));
+    assert_error_line(err, "databases: \"a\" and \"b\" name the same database");
+    config_free(&cfg);
     assert_true(LOAD(&cfg, err, "run", "--brokers", "k:9092", "--databases",
                      "[{\"name\": \"a\", \"database-url\": \"postgresql://h:5433/d\"},"
                      "{\"name\": \"b\", \"database-url\": \"postgresql://h:5433/e\"},"

@@ -569,6 +569,38 @@ static void test_same_database_by_service(void **state)
     unlink(path);
 }
 
+/* Two spellings of one database in a --databases list were taken for two (host, port and
+ * dbname compared as written): localhost and 127.0.0.1, ::1, a socket directory or no host at
+ * all (libpq's socket directory), a port left out and 5432, a name's case, a dbname left to
+ * default to the user name, a host list naming the other's host. Each pair would run two lane
+ * groups' worth of entries on one database, each leaving the other's rows unclaimed. */
+static void test_same_database_spellings(void **state)
+{
+    (void)state;
+    static const char *const unset[] = {"PGSERVICE",  "PGSERVICEFILE", "PGDATABASE", "PGHOST",
+                                        "PGHOSTADDR", "PGPORT",        "PGUSER"};
+    for (size_t i = 0; i < sizeof(unset) / sizeof(unset[0]); i++)
+        unsetenv(unset[i]);
+    setenv("PGSERVICEFILE", "/nonexistent/pg_service.conf", 1);
+    assert_true(db_same_database("host=localhost dbname=x", "host=127.0.0.1 dbname=x"));
+    assert_true(db_same_database("postgresql://localhost/x", "postgresql://[::1]/x"));
+    assert_true(db_same_database("host=/var/run/postgresql dbname=x", "host=localhost dbname=x"));
+    assert_true(db_same_database("dbname=x", "host=127.0.0.1 port=5432 dbname=x"));
+    assert_true(
+        db_same_database("host=db.example port=5432 dbname=x", "host=DB.Example. dbname=x"));
+    assert_true(db_same_database("host=localhost user=orders", "host=localhost dbname=orders"));
+    assert_true(db_same_database("host=a,b dbname=x", "host=b dbname=x"));
+    assert_true(db_same_database("host=a,b port=5432,5433 dbname=x", "host=b port=5433 dbname=x"));
+    assert_true(
+        db_same_database("host=a hostaddr=10.0.0.1 dbname=x", "hostaddr=10.0.0.1 dbname=x"));
+    /* Not the same: another port, another database, another host, another host's port. */
+    assert_false(db_same_database("host=localhost port=5433 dbname=x", "host=localhost dbname=x"));
+    assert_false(db_same_database("host=localhost dbname=x", "host=localhost dbname=y"));
+    assert_false(db_same_database("host=localhost dbname=x", "host=10.0.0.1 dbname=x"));
+    assert_false(db_same_database("host=a,b port=5432,5433 dbname=x", "host=b port=5432 dbname=x"));
+    unsetenv("PGSERVICEFILE");
+}
+
 /* libpq pairs the host, hostaddr and port lists one to one, wherever each comes from (the
  * string, its service file, PGHOST/PGHOSTADDR/PGPORT); lists it cannot pair fail every attempt
  * of run for ever. The check counted only the string's ports against the string's hosts. */
@@ -717,6 +749,7 @@ int main(void)
         cmocka_unit_test(test_connect_defaults_yield),
         cmocka_unit_test(test_service_long_line),
         cmocka_unit_test(test_same_database_by_service),
+        cmocka_unit_test(test_same_database_spellings),
         cmocka_unit_test(test_host_lists_paired),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
