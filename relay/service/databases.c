@@ -11,6 +11,7 @@
 #include "kafka.h"
 #include "log.h"
 #include "monotime.h"
+#include "pg.h"
 #include "readiness.h"
 #include "route.h"
 #include "tls_report.h"
@@ -26,7 +27,13 @@ typedef struct Db {
     Upkeep *upkeep;
     bool started;
     bool stopped; /* every session of its relay has stopped */
-    bool removed; /* SIGHUP dropped it: it drains, then goes */
+    bool removed; /* SIGHUP dropped it (or it reaches another's database): it drains, then goes */
+    /* Which server and database its URL reaches, asked of the server once (probe_answer):
+     * "postmaster start time|database oid|name", "" until known. Two entries whose URLs differ
+     * (a host name and its address, an alias, a proxy) may still reach one database. */
+    PgConn *probe;
+    ev_timer probe_close; /* frees probe outside its own callbacks */
+    char identity[160];
 } Db;
 
 struct Databases {
@@ -52,6 +59,8 @@ static void db_free(Db *db, int flush_ms)
     log_set_context(db->log_context);
     if (db->relay && db->started)
         (void)relay_finish(db->relay);
+    ev_timer_stop(db->owner->loop, &db->probe_close);
+    pg_conn_free(db->probe);
     upkeep_free(db->upkeep);
     relay_free_within(db->relay, flush_ms);
     metrics_db_free(db->metrics);
@@ -122,6 +131,8 @@ bool databases_entry_check(const Config *cfg, char *err, size_t errlen)
     return ok;
 }
 
+static void on_probe_close(struct ev_loop *loop, ev_timer *w, int revents);
+
 /* Builds db from cfg (moved into it: cfg is zeroed). */
 static Db *db_new(Databases *d, Config *cfg, char *err, size_t errlen)
 {
@@ -131,6 +142,8 @@ static Db *db_new(Databases *d, Config *cfg, char *err, size_t errlen)
         return NULL;
     }
     db->owner = d;
+    ev_timer_init(&db->probe_close, on_probe_close, 0.0, 0.0);
+    db->probe_close.data = db;
     db->cfg = *cfg;
     memset(cfg, 0, sizeof(*cfg));
     snprintf(db->log_context, sizeof(db->log_context), "database=%s", db->cfg.database_name);
@@ -159,10 +172,91 @@ static Db *db_new(Databases *d, Config *cfg, char *err, size_t errlen)
     return db;
 }
 
+/* Asked of each database once its probe connects: the running server (its postmaster's start
+ * time, which two servers share only by a coincidence to the microsecond) and the database (oid
+ * and name). Nothing it needs a privilege for. */
+static const char *const SQL_IDENTITY =
+    "SELECT pg_catalog.pg_postmaster_start_time()::text || '|' || d.oid::text || '|' || d.datname"
+    " FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()";
+
+static void on_probe_close(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Db *db = w->data;
+    pg_conn_free(db->probe);
+    db->probe = NULL;
+}
+
+/* db's identity is known: when another running entry has the same, the later of the two in the
+ * list drains (as if a SIGHUP had dropped it), so that the database's lane group is one entry's
+ * again and none of its rows waits for the other's table. Said once, naming both. */
+static void probe_compare(Databases *d, Db *db)
+{
+    if (d->stopping)
+        return;
+    for (int i = 0; i < d->n; i++) {
+        Db *other = d->dbs[i];
+        if (other == db || other->removed || db->removed || !other->identity[0] ||
+            strcmp(other->identity, db->identity) != 0)
+            continue;
+        int at = 0;
+        while (at < d->n && d->dbs[at] != db)
+            at++;
+        Db *first = i < at ? other : db, *later = i < at ? db : other;
+        char q[200];
+        log_set_context(NULL);
+        log_error("two databases of the list reach the same database: the later one stops; list "
+                  "each database once (its lanes are one group, which two entries would split, "
+                  "each leaving rows of its table unclaimed)",
+                  "database=%s stopping=%s server_database=%s", first->cfg.database_name,
+                  later->cfg.database_name, log_quote(db->identity, q, sizeof(q)));
+        log_set_context(later->log_context);
+        later->removed = true;
+        if (!later->stopped)
+            relay_drain(later->relay);
+        log_set_context(db->log_context);
+        return;
+    }
+}
+
+static void on_probe_answer(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Db *db = arg;
+    log_set_context(db->log_context);
+    if (!results)
+        return; /* connection lost: on_probe_state asks again once it is back */
+    if (error || n != 1 || PQntuples(results[0]) != 1) {
+        char q[300];
+        log_warn("cannot tell which server this database's URL reaches; two entries of the list "
+                 "on one database are not detected for it",
+                 "error=%s", log_quote(error ? error : "no row", q, sizeof(q)));
+    } else {
+        snprintf(db->identity, sizeof(db->identity), "%s", PQgetvalue(results[0], 0, 0));
+        probe_compare(db->owner, db);
+    }
+    ev_timer_start(db->owner->loop, &db->probe_close);
+}
+
+static void on_probe_state(PgConn *pg, bool up, const char *reason, void *arg)
+{
+    Db *db = arg;
+    if (!up)
+        return;
+    PgQuery q = {SQL_IDENTITY, 0, NULL, false};
+    if (!pg_conn_send(pg, &q, 1, on_probe_answer, db))
+        ev_timer_start(db->owner->loop, &db->probe_close);
+}
+
+static void on_probe_notify(PgConn *pg, const char *channel, const char *payload, void *arg) {}
+
 static void db_start(Databases *d, Db *db)
 {
     log_set_context(db->log_context);
     metrics_select(db->metrics);
+    db->probe = pg_conn_new_named(d->loop, db->cfg.database_url, "identity", on_probe_state,
+                                  on_probe_notify, db);
+    /* Its sessions say "postgres connected" (and unreachable) for this server already. */
+    if (db->probe)
+        pg_conn_seen_before(db->probe);
     /* On demand: an idle database holds its claim session's connection and no other. */
     db->upkeep = upkeep_new_on_demand(d->loop, &db->cfg, d->gauges);
     relay_start(db->relay);

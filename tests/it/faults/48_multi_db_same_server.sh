@@ -1,0 +1,63 @@
+#!/bin/bash
+# Proves that two entries of a --databases list whose URLs look different but reach one database
+# are caught once connected: a reaches outbox at 127.0.0.1, b the same database through a host
+# name only the relay's own /etc/hosts gives (a mount namespace made for the relay alone, as in
+# 46_dns_stall), each with a table of its own. The start-up check compares the URLs as written
+# and cannot see it; both entries joined the database's one lane group and each left the rows
+# of its table in the other's lanes unclaimed. Now each entry asks its server which database it
+# reached (postmaster start time, database oid and name), and the later entry of the two stops
+# (drained, as if a SIGHUP had dropped it), saying so once and naming both: every row of a's
+# table is delivered.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+# shellcheck source=tests/netns_lib.sh
+source "$(dirname "$0")/../../netns_lib.sh"
+t_setup
+fault_init
+
+[ -f /etc/hosts ] || skip_test "no /etc/hosts to stand a relay's own in for"
+unshare -m --propagation private true 2>/dev/null ||
+    skip_test "cannot make a mount namespace here (unshare -m)"
+
+fault_setup 1
+psql_q "CREATE TABLE other_outbox (id uuid NOT NULL PRIMARY KEY DEFAULT gen_random_uuid(),
+            aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL,
+            payload jsonb)" || fail "create other_outbox"
+relay_migrate --layout debezium --table other_outbox 2>>"$T/migrate.log" ||
+    fail "migrate adopts other_outbox"
+ALIAS=pg-alias.test
+printf '127.0.0.1\tlocalhost\n127.0.0.1\t%s\n' "$ALIAS" >"$T/hosts"
+
+# in_ns CMD...: CMD with $T/hosts as its /etc/hosts.
+in_ns() {
+    # shellcheck disable=SC2016 # $0 and $@ belong to the inner sh
+    exec unshare -m --propagation private sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' \
+        "$T/hosts" "$@"
+}
+resolves() {
+    timeout 5 bash -c "$(declare -f in_ns); T=$T; in_ns getent hosts $ALIAS" 2>/dev/null |
+        grep -q '^127\.0\.0\.1 '
+}
+resolves || skip_test "a name of the relay's own /etc/hosts does not resolve here"
+RELAY_WRAP=(in_ns)
+
+printf '{"brokers": "%s", "kafka": {"reconnect.backoff.max.ms": "500"}, "databases": [
+  {"name": "a", "database-url": "postgresql://postgres@127.0.0.1:%s/outbox"},
+  {"name": "b", "database-url": "postgresql://postgres@%s:%s/outbox", "layout": "debezium",
+   "table": "other_outbox"}]}\n' \
+    "$BROKERS" "$PGPORT" "$ALIAS" "$PGPORT" >"$T/relay.json"
+insert_rows a 1 400 64
+SAVED_URL=$DATABASE_URL
+unset DATABASE_URL # the list names every URL
+relay_start --config "$T/relay.json"
+export DATABASE_URL=$SAVED_URL
+wait_for "every row of a's table delivered" 30 none_unsent_of a
+check_eq "said once, naming both" 1 \
+    "$(grep -c 'msg="two databases of the list reach the same database.* database=a stopping=b' "$RELAY_LOG")"
+wait_for "b drained and gone" 15 grep -q 'msg="database removed" database=b' "$RELAY_LOG"
+check "a keeps running" relay_running
+insert_rows a2 1 100 20
+wait_for "a's later rows delivered" 30 none_unsent_of a2
+check_delivered a
+relay_stop
+check_eq "the relay exits 0" 0 "$?"
