@@ -761,6 +761,9 @@ typedef struct DecimalBytes {
 static bool decimal_read(const json_t *j, const Decimal *dec, avro_schema_t s, Path *path,
                          DecimalBytes *db, char *err, size_t errlen);
 
+static bool schema_fits(Path *path, avro_schema_t bs, const Decimal *dec, const json_t *j,
+                        bool exact);
+
 /* Whether branch b of union us could take j: fits, or for a decimal, a number or numeric string
  * that is exactly a value of it (its scale and precision, its fixed's size). Another string
  * ("n/a", "12.345" at scale 2) is not the decimal's: in [decimal, "string"] it is the string
@@ -768,7 +771,23 @@ static bool decimal_read(const json_t *j, const Decimal *dec, avro_schema_t s, P
 static bool branch_fits(Path *path, avro_schema_t us, int b, const json_t *j, bool exact)
 {
     avro_schema_t bs = union_branch(us, b);
-    const Decimal *dec = decimal_of(path, bs, us, b);
+    return schema_fits(path, bs, decimal_of(path, bs, us, b), j, exact);
+}
+
+/* Whether a value of schema bs (dec its decimal, or NULL) could take j, as branch_fits asks it of
+ * a union's branch: a union (a map's values, a record's field) takes what one of its branches
+ * takes. */
+static bool schema_fits(Path *path, avro_schema_t bs, const Decimal *dec, const json_t *j,
+                        bool exact)
+{
+    for (int hops = 0; is_avro_link(bs) && hops < 8; hops++)
+        bs = avro_schema_link_target(bs);
+    if (is_avro_union(bs)) {
+        for (size_t b = 0; b < avro_schema_union_size(bs); b++)
+            if (branch_fits(path, bs, (int)b, j, false))
+                return true;
+        return false;
+    }
     if (dec) {
         DecimalBytes db;
         char why[8];
@@ -803,11 +822,46 @@ static const char *branch_full_name(avro_schema_t bs, char *buf, size_t len)
     return name;
 }
 
+/* Whether branch b of union us, a map or a record, could take the one-key object j as it is
+ * (not as a wrapper): a map whose values take its value, a record with a field of that name
+ * that takes it and no other field that a missing value would fail (one without null). */
+static bool object_reading_fits(Path *path, avro_schema_t us, int b, const json_t *j)
+{
+    avro_schema_t bs = union_branch(us, b);
+    const char *key = json_object_iter_key(json_object_iter((json_t *)j));
+    const json_t *value = json_object_iter_value(json_object_iter((json_t *)j));
+    if (is_avro_map(bs)) {
+        avro_schema_t vs = avro_schema_map_values(bs);
+        return schema_fits(path, vs, decimal_of(path, vs, bs, 0), value, false);
+    }
+    if (!is_avro_record(bs))
+        return false;
+    int field = avro_schema_record_field_get_index(bs, key);
+    if (field < 0)
+        return false;
+    for (size_t i = 0; i < avro_schema_record_size(bs); i++) {
+        avro_schema_t fs = avro_schema_record_field_get_by_index(bs, (int)i);
+        if ((int)i == field ? !schema_fits(path, fs, decimal_of(path, fs, bs, (int)i), value, false)
+                            : !schema_fits(path, fs, NULL, json_null(), false))
+            return false;
+    }
+    return true;
+}
+
 /* A union's branch: the one an Avro-JSON wrapper {"full.Name": value} names (the short name is
  * taken too when one branch alone has it); else the one branch that can take the JSON value,
  * preferring the value's own kind (an integer goes to int or long before double). An object that
  * more than one record or map branch could take is refused without a wrapper: taking the first
- * would publish another record than the one meant. */
+ * would publish another record than the one meant.
+ * A one-key object whose key names a branch may also be a map (or record) of the union as it is:
+ * {"string": "x"} in ["string", {"type": "map", "values": "string"}] is the string "x" wrapped,
+ * or the map {string: x}; Avro's own JSON decoder reads the first, a writer of plain JSON (which
+ * the relay takes too, unwrapped) means the second. Whichever the relay took, the other writer's
+ * events would go out as something else: when both readings fit the row is refused, the error
+ * saying how to write each (the value unwrapped, the map or record wrapped). A wrapper that names
+ * a map or record branch and whose value is an object is read as the wrapper (it is how the map
+ * is written unambiguously); a wrapper whose value does not fit the branch it names is the map
+ * or record it can be (refused as ambiguous when several can). */
 static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, char *err,
                       size_t errlen)
 {
@@ -840,6 +894,32 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
         }
         if (chosen >= 0)
             inner = json_object_iter_value(json_object_iter((json_t *)j));
+        avro_schema_t cs = chosen >= 0 ? union_branch(us, chosen) : NULL;
+        if (chosen >= 0) {
+            bool as_wrapper = branch_fits(path, us, chosen, inner, false);
+            /* {"map": {...}} wrapping a map or a record is how it is written unambiguously */
+            bool explicit_object = is_avro_map(cs) || is_avro_record(cs);
+            int as_object = -1, objects = 0;
+            for (size_t b = 0; b < n; b++)
+                if (object_reading_fits(path, us, (int)b, j)) {
+                    as_object = as_object < 0 ? (int)b : as_object;
+                    objects++;
+                }
+            if (as_wrapper && objects > 0 && !explicit_object) {
+                char full[512];
+                avro_schema_t os = union_branch(us, as_object);
+                const char *ck = avro_kind(avro_typeof(cs)), *ok = avro_kind(avro_typeof(os));
+                snprintf(err, errlen,
+                         "field %.100s: {\"%.40s\": ...} is ambiguous (a wrapped %s, or a %s "
+                         "with that key): write the %s unwrapped, or the %s as {\"%.60s\": {...}}",
+                         where, key, ck, ok, ck, ok, branch_full_name(os, full, sizeof(full)));
+                return false;
+            }
+            if (!as_wrapper && objects > 0) { /* not this branch's value: the object's own */
+                chosen = objects == 1 ? as_object : -1; /* several: ambiguous, below */
+                inner = j;
+            }
+        }
     }
     if (chosen < 0 && json_is_object(j)) {
         int objects = 0;

@@ -17,17 +17,18 @@
  * value fits, its own kind first (an integer in an int's range, then a long, then a double; a
  * decimal only a number or numeric string it holds exactly, at its scale and precision); an
  * object that more than one record or map branch could take needs the wrapper (else the row is
- * refused as ambiguous). int and long take whole-number reals (100.0) in range; a float refuses
- * a number beyond its range (it would be Infinity). A decimal
- * (logicalType on bytes or fixed, read from the schema's text: avro-c drops it) takes a JSON
- * number or numeric string and is written as Avro's two's-complement unscaled integer; more
- * fractional digits than its scale or more digits than its precision are refused. Other logical
- * types (date, time-*, timestamp-*, uuid, duration) are their underlying type, written from the
- * JSON value as it is: a timestamp is a JSON integer (a date's text is refused, never parsed), a
- * uuid any string (not checked as a UUID), a duration a fixed 12's string. A record field
- * missing from the payload is
- * null when its type allows null, a fault otherwise; payload fields the schema lacks are
- * ignored (as Confluent's JavaScript serializer does).
+ * refused as ambiguous), and so does a one-key object that is both a wrapper and a map or record
+ * of the union as it is ({"string": "x"} with a map of strings: refused, not guessed). int and long
+ * take whole-number reals (100.0) in range; a float refuses a number beyond its range (it would be
+ * Infinity). A decimal (logicalType on bytes or fixed, read from the schema's text: avro-c drops
+ * it) takes a JSON number or numeric string and is written as Avro's two's-complement unscaled
+ * integer; more fractional digits than its scale or more digits than its precision are refused.
+ * Other logical types (date, time-*, timestamp-*, uuid, duration) are their underlying type,
+ * written from the JSON value as it is: a timestamp is a JSON integer (a date's text is refused,
+ * never parsed), a uuid any string (not checked as a UUID), a duration a fixed 12's string. A
+ * record field missing from the payload is null when its type allows null, a fault otherwise;
+ * payload fields the schema lacks are ignored (as Confluent's JavaScript serializer does).
+ *
  * JSON Schema: the payload is checked against type, properties, required, additionalProperties,
  * items, enum and const (others are not checked) and sent as it is; an integer beyond 64 bits is
  * checked as a real, and a payload with a key given twice is refused (a consumer may read the

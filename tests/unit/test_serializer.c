@@ -336,6 +336,61 @@ static void test_avro_union_wrapper(void **state)
     serializer_schema_release(&same);
 }
 
+/* From this review: a one-key object whose key names a branch was always taken as the Avro-JSON
+ * wrapper, so the map {"string": "x"} of ["null", "string", map] went out as the string "x", and
+ * a map {"null": 5} or a record {"long": "x"} whose key names a branch the value cannot be was
+ * refused. Both readings fitting is ambiguous now (refused, saying how to write each); a wrapper
+ * whose value does not fit its branch is the map or record it can be; the explicit map wrapper
+ * stays the map. */
+static void test_avro_union_map_or_wrapper(void **state)
+{
+    RegistrySchema rs = {
+        .id = 9,
+        .type = REGISTRY_AVRO,
+        .subject = "t-value",
+        .text = "{\"type\": \"record\", \"name\": \"R\", \"fields\": ["
+                " {\"name\": \"m\", \"type\": [\"null\", \"string\", {\"type\": \"map\", "
+                "\"values\": \"string\"}]},"
+                " {\"name\": \"n\", \"type\": [\"null\", {\"type\": \"map\", \"values\": "
+                "\"long\"}]},"
+                " {\"name\": \"r\", \"type\": [\"long\", {\"type\": \"record\", \"name\": "
+                "\"P\", \"fields\": [{\"name\": \"long\", \"type\": \"string\"}]}]}]}"};
+    expect_fault(VALUE_AVRO, &rs, "{\"m\": {\"string\": \"x\"}, \"r\": 1}",
+                 "field m: {\"string\": ...} is ambiguous (a wrapped string, or a map with that "
+                 "key): write the string unwrapped, or the map as {\"map\": {...}}");
+    /* m: the map, wrapped: branch 2 (04), a block of 1 (02), "string" (0c ...), "x" (02 78),
+     * end (00); n: the map {null: 5}: branch 1 (02), block 1 (02), "null" (08 ...), 5 (0a), end
+     * (00); r: the record P {long: "x"}: branch 1 (02), "x" (02 78). */
+    const unsigned char want[] = {0,   0,   0,   0,   9,    0x04, 0x02, 0x0c, 's',  't',
+                                  'r', 'i', 'n', 'g', 0x02, 'x',  0x00, 0x02, 0x02, 0x08,
+                                  'n', 'u', 'l', 'l', 0x0a, 0x00, 0x02, 0x02, 'x'};
+    expect_bytes(&rs,
+                 "{\"m\": {\"map\": {\"string\": \"x\"}}, \"n\": {\"null\": 5},"
+                 " \"r\": {\"long\": \"x\"}}",
+                 want, sizeof(want));
+    /* The wrapper where the map or record cannot take the value: m the string "x" (02, 02 78),
+     * n null (00), r the long 5 (00, 0a). */
+    const unsigned char want2[] = {0, 0, 0, 0, 9, 0x02, 0x02, 'x', 0x00, 0x00, 0x0a};
+    expect_bytes(&rs, "{\"m\": \"x\", \"n\": {\"null\": null}, \"r\": {\"long\": 5}}", want2,
+                 sizeof(want2));
+    /* A map with the one key "map": not the map's wrapper, its value being no map. m: branch 2
+     * (04), a block of 1 (02), "map" (06 ...), "x" (02 78), end (00); n null (00); r 5. */
+    const unsigned char want3[] = {0,   0,   0,    0,   9,    0x04, 0x02, 0x06, 'm',
+                                   'a', 'p', 0x02, 'x', 0x00, 0x00, 0x00, 0x0a};
+    expect_bytes(&rs, "{\"m\": {\"map\": \"x\"}, \"r\": 5}", want3, sizeof(want3));
+    serializer_schema_release(&rs);
+
+    /* Two maps could take {"null": 5}: ambiguous among them, not refused as a null. */
+    RegistrySchema two = {.id = 10,
+                          .type = REGISTRY_AVRO,
+                          .subject = "t-value",
+                          .text = "[\"null\", {\"type\": \"map\", \"values\": \"long\"},"
+                                  " {\"type\": \"map\", \"values\": \"double\"}]"};
+    expect_fault(VALUE_AVRO, &two, "{\"null\": 5}",
+                 "field (value): object is ambiguous among its union's record and map branches");
+    serializer_schema_release(&two);
+}
+
 /* From an independent review: whole-number reals are longs, and a union's int branch is taken
  * only for an int's range. */
 static void test_avro_numbers(void **state)
@@ -914,6 +969,7 @@ int main(void)
         cmocka_unit_test(test_payload_nul),
         cmocka_unit_test(test_json_schema),
         cmocka_unit_test(test_avro_union_wrapper),
+        cmocka_unit_test(test_avro_union_map_or_wrapper),
         cmocka_unit_test(test_avro_numbers),
         cmocka_unit_test(test_inexact_walk_linear),
         cmocka_unit_test(test_avro_float_range),
