@@ -1152,8 +1152,15 @@ static bool decimal_read(const json_t *j, const Decimal *dec, avro_schema_t s, P
     if (is_avro_fixed(s)) {
         size_t size = (size_t)avro_schema_fixed_size(s);
         if (n > size) {
-            snprintf(err, errlen, "field %s: decimal %.60s does not fit its fixed of %zu bytes",
-                     where, text, size);
+            /* Only when the schema's precision is beyond what the fixed holds: the specification
+             * calls such a decimal invalid (Avro's Java library then reads a plain fixed), but
+             * a JSON number has no bytes of its own to go out as, so the relay keeps it a decimal
+             * and refuses what does not fit, naming the true bound, never wrapping it. */
+            snprintf(err, errlen,
+                     "field %s: decimal %.60s does not fit its fixed of %zu bytes (at most %d "
+                     "digits; the schema's precision %d is beyond it)",
+                     where, text, size, (int)floor((8.0 * (double)size - 1) * 0.3010299956639812),
+                     dec->precision);
             return false;
         }
         /* A fixed larger than mag (valid: the specification bounds the precision by the size,

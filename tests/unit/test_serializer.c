@@ -916,6 +916,31 @@ static void test_avro_decimal_wide_fixed(void **state)
     serializer_schema_release(&rs);
 }
 
+/* From this review: a decimal whose precision is beyond what its fixed holds (4 bytes: 9 digits,
+ * floor(log10(2^31 - 1))) refused a value that did not fit with no word of the bound; the value
+ * is never wrapped: -2^31 and 2^31 - 1 go out, one beyond either is refused, naming the bound. */
+static void test_avro_decimal_fixed_precision_bound(void **state)
+{
+    RegistrySchema rs = {
+        .id = 4,
+        .type = REGISTRY_AVRO,
+        .subject = "t-value",
+        .text = "{\"type\": \"record\", \"name\": \"R\", \"fields\": [{\"name\": \"a\", \"type\": "
+                "{\"type\": \"fixed\", \"name\": \"F4\", \"size\": 4, \"logicalType\": "
+                "\"decimal\", \"precision\": 20, \"scale\": 0}}]}"};
+    const unsigned char max[] = {0, 0, 0, 0, 4, 0x7f, 0xff, 0xff, 0xff};
+    expect_bytes(&rs, "{\"a\": 2147483647}", max, sizeof(max));
+    const unsigned char min[] = {0, 0, 0, 0, 4, 0x80, 0x00, 0x00, 0x00};
+    expect_bytes(&rs, "{\"a\": \"-2147483648\"}", min, sizeof(min));
+    expect_fault(VALUE_AVRO, &rs, "{\"a\": 2147483648}",
+                 "field a: decimal 2147483648 does not fit its fixed of 4 bytes (at most 9 digits; "
+                 "the schema's precision 20 is beyond it)");
+    expect_fault(
+        VALUE_AVRO, &rs, "{\"a\": \"-2147483649\"}",
+        "field a: decimal -2147483649 does not fit its fixed of 4 bytes (at most 9 digits");
+    serializer_schema_release(&rs);
+}
+
 /* jansson's allocations (avro-c parses schemas with it too), counted; the one numbered
  * fail_at fails. */
 static long jansson_allocs, jansson_fail_at = -1;
@@ -985,6 +1010,7 @@ int main(void)
         cmocka_unit_test(test_broken_schema_log_quoted),
         cmocka_unit_test(test_json_schema_equality_exact),
         cmocka_unit_test(test_avro_decimal_wide_fixed),
+        cmocka_unit_test(test_avro_decimal_fixed_precision_bound),
         cmocka_unit_test(test_avro_decimal_schema_oom),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
