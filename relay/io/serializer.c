@@ -1701,6 +1701,11 @@ static Parsed *parse_schema(const RegistrySchema *rs, ValueFormat format)
     } else {
         json_error_t jerr;
         ps->json = json_loads(rs->text, 0, &jerr);
+        /* An integer beyond jansson's 64 bits (a const or an enum's 12345678901234567890, valid
+         * JSON Schema) made the schema unusable and every row of its subject fail: read as a
+         * real, as the payload's are; const and enum compare numbers by their text anyway. */
+        if (!ps->json && json_error_code(&jerr) == json_error_numeric_overflow)
+            ps->json = json_loads(rs->text, JSON_DECODE_INT_AS_REAL, &jerr);
         if (!ps->json) {
             snprintf(ps->broken_why, sizeof(ps->broken_why), "schema id %d: not JSON: %s", rs->id,
                      jerr.text);

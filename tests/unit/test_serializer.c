@@ -269,6 +269,34 @@ static void test_json_schema_equality_exact(void **state)
     serializer_schema_release(&rs);
 }
 
+/* From this review: a JSON Schema holding an integer beyond 64 bits (a const, an enum's value)
+ * could not be read (jansson's "too big integer"), so every row of its subject failed. It is read
+ * as the payload is, and compared by its text: the same digits only. */
+static void test_json_schema_big_integer_in_schema(void **state)
+{
+    RegistrySchema rs = {.id = 6,
+                         .type = REGISTRY_JSON,
+                         .subject = "t-value",
+                         .text =
+                             "{\"properties\": {\"v\": {\"const\": 123456789012345678901234567890},"
+                             " \"w\": {\"enum\": [18446744073709551616, 1]}}}"};
+    char *out = NULL, err[256] = "";
+    size_t len;
+    const char *ok[] = {"{\"v\": 123456789012345678901234567890, \"w\": 18446744073709551616}",
+                        "{\"v\": 123456789012345678901234567890.0, \"w\": 1}"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        if (encode(VALUE_JSON_SCHEMA, &rs, ok[i], &out, &len, err) != SERIALIZER_OK)
+            fail_msg("%s: %s", ok[i], err);
+        free(out);
+        out = NULL;
+    }
+    expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"v\": 123456789012345678901234567891}",
+                 "field v: not the constant");
+    expect_fault(VALUE_JSON_SCHEMA, &rs, "{\"w\": 18446744073709551617}",
+                 "field w: not one of its enum's values");
+    serializer_schema_release(&rs);
+}
+
 static void expect_bytes(RegistrySchema *rs, const char *payload, const unsigned char *want,
                          size_t want_len)
 {
@@ -1009,6 +1037,7 @@ int main(void)
         cmocka_unit_test(test_json_schema_equality_and_patterns),
         cmocka_unit_test(test_broken_schema_log_quoted),
         cmocka_unit_test(test_json_schema_equality_exact),
+        cmocka_unit_test(test_json_schema_big_integer_in_schema),
         cmocka_unit_test(test_avro_decimal_wide_fixed),
         cmocka_unit_test(test_avro_decimal_fixed_precision_bound),
         cmocka_unit_test(test_avro_decimal_schema_oom),
