@@ -448,6 +448,17 @@ static const OptDef options[] = {
      .commands = RUN_LIKE,
      .metavar = "MS",
      .help = "bound on each registry request, connection included"},
+    {.name = "schema-registry-lookup-rate",
+     .type = OPT_INT,
+     .def = "20",
+     .min = 1,
+     .max = 10000,
+     .offset = FIELD(schema_registry_lookup_rate),
+     .commands = RUN_LIKE,
+     .metavar = "N",
+     .help = "registry requests a second for subjects without a schema at hand (new ones, and "
+             "those it lacked, asked again after 5 s), up to 5 s of them (5 x N) at once; beyond "
+             "it their rows wait, so rows naming many unknown subjects cannot flood the registry"},
     {.name = "schema-version",
      .type = OPT_INT,
      .def = "0",

@@ -129,12 +129,13 @@ typedef struct Config {
     bool all;                /* requeue, purge-dead --all */
     bool json;               /* dead, status, verify --json */
     MessageFormat message_format;
-    ValueFormat value_format;        /* --value-format */
-    char *schema_registry_url;       /* base URLs, comma-separated */
-    char *schema_registry_auth_file; /* USER:PASSWORD, a secret (CONFIG_AUTH_LINE_MAX) */
-    char *schema_registry_ca_file;   /* PEM CA bundle for https */
-    long schema_registry_timeout_ms; /* bound on each registry request */
-    long schema_version;             /* 0: latest */
+    ValueFormat value_format;         /* --value-format */
+    char *schema_registry_url;        /* base URLs, comma-separated */
+    char *schema_registry_auth_file;  /* USER:PASSWORD, a secret (CONFIG_AUTH_LINE_MAX) */
+    char *schema_registry_ca_file;    /* PEM CA bundle for https */
+    long schema_registry_timeout_ms;  /* bound on each registry request */
+    long schema_registry_lookup_rate; /* requests/s for subjects without a schema (registry.h) */
+    long schema_version;              /* 0: latest */
     SubjectStrategy subject_name_strategy;
     char *ce_source;            /* CloudEvents source attribute */
     char *ce_content_type;      /* CloudEvents datacontenttype (the content-type header) */

@@ -4,7 +4,8 @@
  * it for the life of the process, as Confluent's serializers with use.latest.version cache the
  * version they found; a subject it lacks is asked again after 5 s, and at most 1,000 such
  * subjects are remembered (the least recently looked up forgotten first). Requests for subjects
- * without a schema at hand are budgeted (100 at once, then 20 a second): beyond it a new subject's
+ * without a schema at hand are budgeted (lookup_burst at once, then lookup_rate a second, from
+ * --schema-registry-lookup-rate; 100 and 20 by default): beyond it a new subject's
  * lookup is PENDING (no request, no entry; the ready callback comes when the budget allows one), a
  * subject known missing stays MISSING, and one line a minute at most says lookups are held back, so
  * rows naming many subjects the registry lacks cannot flood it. Requests go through libcurl's multi

@@ -100,7 +100,11 @@ Serializer *serializer_new(struct ev_loop *loop, const Config *cfg, SerializerRe
                          .auth_file = cfg->schema_registry_auth_file,
                          .ca_file = cfg->schema_registry_ca_file,
                          .timeout_ms = cfg->schema_registry_timeout_ms,
-                         .version = cfg->schema_version};
+                         .version = cfg->schema_version,
+                         /* 5 s of requests at once: the burst the registry had before the flag
+                          * (100 at the default 20 a second) */
+                         .lookup_rate = (double)cfg->schema_registry_lookup_rate,
+                         .lookup_burst = 5.0 * (double)cfg->schema_registry_lookup_rate};
     s->registry = registry_new(loop, &o, on_registry_ready, s, err, errlen);
     if (!s->registry) {
         free(s);

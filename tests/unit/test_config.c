@@ -203,6 +203,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.log_level, LOG_INFO);
     assert_int_equal(cfg.poll_interval_ms, 1000);
     assert_int_equal(cfg.shutdown_timeout_ms, 10000);
+    assert_int_equal(cfg.schema_registry_lookup_rate, 20); /* registry.c's budget before the flag */
     assert_null(cfg.config_file);
     assert_null(cfg.kafka.items);
     assert_int_equal(cfg.kafka.len, 0);

@@ -565,6 +565,49 @@ static void test_subject_too_long(void **state)
     serializer_free(s);
 }
 
+/* From this review: the registry's lookup budget (requests for subjects without a schema) was
+ * fixed at 100 at once and 20 a second, with no flag. --schema-registry-lookup-rate 1 allows 5 at
+ * once: the sixth new subject is held back, and the log says so with the rate. */
+static void test_lookup_rate_flag(void **state)
+{
+    Config cfg = {.value_format = VALUE_AVRO,
+                  .subject_name_strategy = SUBJECT_RECORD,
+                  .schema_registry_url = "http://127.0.0.1:9",
+                  .schema_registry_timeout_ms = 1000,
+                  .schema_registry_lookup_rate = 1};
+    char err[256] = "";
+    Serializer *s = serializer_new(EV_DEFAULT, &cfg, NULL, NULL, err, sizeof(err));
+    assert_non_null(s);
+    FILE *tmp = tmpfile();
+    assert_non_null(tmp);
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    assert_true(dup2(fileno(tmp), STDERR_FILENO) >= 0);
+    char *out = NULL;
+    size_t len = 0;
+    SerializerOutcome got[6];
+    for (int i = 0; i < 6; i++) {
+        char record[16];
+        snprintf(record, sizeof(record), "Event%d", i);
+        got[i] = serializer_encode(s, "orders", record, "{}", 2, &out, &len, err, sizeof(err));
+    }
+    fflush(stderr);
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(saved);
+    rewind(tmp);
+    char logged[2048];
+    size_t n = fread(logged, 1, sizeof(logged) - 1, tmp);
+    logged[n] = '\0';
+    fclose(tmp);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(got[i], SERIALIZER_WAIT);
+    assert_null(out);
+    if (!strstr(logged, "schema registry lookups held back") ||
+        !strstr(logged, "subject=\"Event5\" held=1 rate=1/s"))
+        fail_msg("the sixth subject was not held back: %s", logged);
+    serializer_free(s);
+}
+
 /* From an independent review: an integer beyond a long long is valid JSON (jsonb keeps it). */
 static void test_json_schema_big_integer(void **state)
 {
@@ -1031,6 +1074,7 @@ int main(void)
         cmocka_unit_test(test_avro_named_references),
         cmocka_unit_test(test_avro_other_logical_types),
         cmocka_unit_test(test_subject_too_long),
+        cmocka_unit_test(test_lookup_rate_flag),
         cmocka_unit_test(test_avro_decimal_or_string),
         cmocka_unit_test(test_avro_bytes_latin1),
         cmocka_unit_test(test_avro_decimal_real_exact),
