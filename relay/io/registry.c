@@ -928,7 +928,9 @@ static void probe_all(Registry *r, ProbeResult *out)
             curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&pr);
             pr->code = m->data.result;
             curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &pr->status);
-            answered |= pr->code == CURLE_OK && pr->status < 500;
+            /* A 404 on /subjects is no registry's answer (it lists subjects): it does not end
+             * the wait, another URL may be the registry. */
+            answered |= pr->code == CURLE_OK && pr->status < 500 && pr->status != 404;
         }
         if (running > 0 && !answered && curl_multi_poll(multi, NULL, 0, 100, NULL) != CURLM_OK)
             break;
@@ -954,7 +956,12 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
     probe_all(r, res);
     *warn = '\0';
     /* The answers are read in the URLs' order, as a failover walks them: the first that answers
-     * becomes the current one, and a refusal before it is an error. */
+     * becomes the current one, and a refusal before it is an error. A 404 on /subjects (a base
+     * URL without the registry's path prefix, or a proxy routing only some paths) answered with
+     * nothing a registry says: it was taken for an answer, silently, and every lookup then found
+     * the registry "down". Only when no URL answers better does its URL become the current one,
+     * with a warning naming it (a proxy that routes /subjects/{subject}/... alone still works). */
+    int first_404 = -1;
     for (int i = 0; i < r->n_urls; i++) {
         CURLcode code = res[i].code;
         long status = res[i].status;
@@ -971,6 +978,10 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
                      r->shown[i], status);
             return false;
         }
+        if (code == CURLE_OK && status == 404) {
+            first_404 = first_404 < 0 ? i : first_404;
+            continue;
+        }
         if (code == CURLE_OK && status < 500) {
             r->current = i;
             *warn = '\0';
@@ -979,6 +990,14 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
         snprintf(warn, warnlen, "schema registry %s does not answer (%s): rows wait for it",
                  r->shown[i],
                  code != CURLE_OK ? (*errbuf ? errbuf : curl_easy_strerror(code)) : "5xx");
+    }
+    if (first_404 >= 0) {
+        r->current = first_404;
+        snprintf(warn, warnlen,
+                 "HTTP 404 on /subjects from %s: not a Schema Registry's base URL (a path prefix "
+                 "missing?), or a proxy routing only some paths; check --schema-registry-url: "
+                 "rows wait while lookups get a 404 that is not the registry's",
+                 r->shown[first_404]);
     }
     return true;
 }

@@ -135,8 +135,12 @@ bool serializer_probe(Serializer *s, bool *answered, char *err, size_t errlen)
         *answered = !*warn;
     if (*warn) {
         char q[600]; /* curl's text: quoted, a '"' in it cannot end the field */
-        log_warn("schema registry not reachable at start-up", "error=%s",
-                 log_quote(warn, q, sizeof(q)));
+        if (strncmp(warn, "HTTP 404", 8) == 0) /* it answered, but not as a registry does */
+            log_warn("schema registry URL answers 404 at start-up", "error=%s",
+                     log_quote(warn, q, sizeof(q)));
+        else
+            log_warn("schema registry not reachable at start-up", "error=%s",
+                     log_quote(warn, q, sizeof(q)));
     }
     return true;
 }

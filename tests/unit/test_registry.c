@@ -244,6 +244,35 @@ static void test_foreign_404_is_down(void **state)
     MHD_stop_daemon(d);
 }
 
+/* From this review: a URL answering 404 on /subjects at start-up (a base URL without the
+ * registry's path prefix, a proxy that routes only some paths) was taken for the registry with
+ * no word, and every lookup then found it "down". The probe warns, naming the URL; a URL that
+ * does not answer at all does not hide it. */
+static void test_probe_foreign_404(void **state)
+{
+    char url[64], both[160], err[256] = "", warn[512] = "";
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+    struct MHD_Daemon *d = stand_in("<html><body>404 Not Found</body></html>", url, sizeof(url));
+    char want[256];
+    snprintf(want, sizeof(want),
+             "HTTP 404 on /subjects from %s: not a Schema Registry's base URL (a path prefix "
+             "missing?)",
+             url);
+    snprintf(both, sizeof(both), "http://127.0.0.1:9,%s", url);
+    const char *lists[] = {url, both};
+    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+        RegistryOptions o = {.urls = lists[i], .timeout_ms = 5000};
+        Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+        assert_non_null(r);
+        assert_true(registry_probe(r, err, sizeof(err), warn, sizeof(warn)));
+        assert_string_equal(stand_in_path, "/subjects");
+        if (!strstr(warn, want))
+            fail_msg("%s: warning \"%s\" lacks \"%s\"", lists[i], warn, want);
+        registry_free(r, NULL);
+    }
+    MHD_stop_daemon(d);
+}
+
 /* A schema id beyond the wire format's 4 bytes is garbage, not an id to cut to 32 bits: sent, it
  * would name another schema (4294967297 would be id 1). The registry is down, as for any answer
  * that is not a schema. */
@@ -332,6 +361,7 @@ int main(void)
         cmocka_unit_test(test_missing_subjects_bounded),
         cmocka_unit_test(test_lookups_budgeted),
         cmocka_unit_test(test_foreign_404_is_down),
+        cmocka_unit_test(test_probe_foreign_404),
         cmocka_unit_test(test_schema_id_out_of_range),
         cmocka_unit_test(test_subject_logged_quoted),
         cmocka_unit_test(test_base_url_query_refused),
