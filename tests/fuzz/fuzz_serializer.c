@@ -28,7 +28,10 @@ static RegistrySchema avro = {
         " \"name\": \"N\", \"fields\": [{\"name\": \"x\", \"type\": [\"null\", \"int\"]}]}}},"
         "{\"name\": \"a\", \"type\": {\"type\": \"array\", \"items\": [\"null\", \"N\"]}},"
         "{\"name\": \"g\", \"type\": [\"null\", {\"type\": \"bytes\", \"logicalType\": \"decimal\","
-        " \"precision\": 30, \"scale\": 4}, \"bytes\", \"string\"]}]}"};
+        " \"precision\": 30, \"scale\": 4}, \"bytes\", \"string\"]},"
+        "{\"name\": \"u\", \"type\": [\"null\", \"string\", {\"type\": \"map\", \"values\":"
+        " [\"null\", \"long\", \"N\"]}, {\"type\": \"record\", \"name\": \"W\", \"fields\":"
+        " [{\"name\": \"string\", \"type\": \"string\"}]}]}]}"};
 static RegistrySchema json = {
     .id = 2,
     .type = REGISTRY_JSON,
