@@ -38,6 +38,14 @@ typedef struct Decimal {
     int scale;
 } Decimal;
 
+/* A record field's default (avro-c drops it too): the record, the field's index, and the value
+ * in the schema's JSON tree (Parsed.avro_json), in Avro's JSON encoding. */
+typedef struct FieldDefault {
+    avro_schema_t record;
+    int index;
+    const json_t *value;
+} FieldDefault;
+
 /* A schema as the serializer uses it, attached to the registry's cache entry. */
 typedef struct Parsed {
     ValueFormat format;
@@ -49,6 +57,9 @@ typedef struct Parsed {
     json_t *json;       /* the JSON Schema */
     Decimal *decimals;  /* the Avro schema's decimals (n_decimals) */
     size_t n_decimals;
+    json_t *avro_json;      /* the Avro schema's JSON tree, which defaults point into */
+    FieldDefault *defaults; /* its record fields' defaults (n_defaults) */
+    size_t n_defaults;
     /* The JSON Schema's text (its own copy) and each of its numbers' tokens in it, for const
      * and enum: compared by their text, not by their doubles (schema_equal). */
     char *json_text;
@@ -69,6 +80,8 @@ static void parsed_free(void *p)
         avro_schema_decref(ps->avro);
     json_decref(ps->json);
     free(ps->decimals);
+    json_decref(ps->avro_json);
+    free(ps->defaults);
     free(ps->json_text);
     free(ps->json_nums);
     free(ps);
@@ -162,6 +175,9 @@ typedef struct Path {
     bool nums_scanned;
     struct NumText *nums;
     size_t n_nums;
+    /* Writing a field's default: a decimal there is its bytes, as Avro's JSON encoding of a
+     * default has it ("\u0000\u0096"), not a number. */
+    bool in_default;
 } Path;
 
 /* A number of a JSON text and its token there: text + at, len bytes. */
@@ -554,7 +570,7 @@ static bool real_inexact(Path *path, const json_t *j)
 
 static const Decimal *decimal_at(const Path *path, avro_schema_t at, int index)
 {
-    const Parsed *ps = path->ps;
+    const Parsed *ps = path->in_default ? NULL : path->ps;
     for (size_t i = 0; ps && i < ps->n_decimals; i++)
         if (ps->decimals[i].at == at && ps->decimals[i].index == index)
             return &ps->decimals[i];
@@ -967,6 +983,15 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
                      path, depth + 1, err, errlen);
 }
 
+/* The default of field index of record rs, or NULL. */
+static const json_t *field_default(const Parsed *ps, avro_schema_t rs, int index)
+{
+    for (size_t i = 0; ps && i < ps->n_defaults; i++)
+        if (ps->defaults[i].record == rs && ps->defaults[i].index == index)
+            return ps->defaults[i].value;
+    return NULL;
+}
+
 static bool put_record(avro_value_t *v, const json_t *j, Path *path, int depth, char *err,
                        size_t errlen)
 {
@@ -981,8 +1006,39 @@ static bool put_record(avro_value_t *v, const json_t *j, Path *path, int depth, 
         size_t mark;
         path_push(path, &mark, name, 0);
         const json_t *fj = json_object_get(j, name);
+        const json_t *def = fj ? NULL : field_default(path->ps, rs, (int)i);
         bool ok;
-        if (!fj) {
+        if (def) {
+            /* The schema's default, as avsc (Confluent's JavaScript client's Avro) writes it for
+             * a field left undefined: a field added with a default is the compatible way to
+             * evolve a schema, and the rows of writers not knowing it yet were all refused. */
+            bool was = path->in_default;
+            path->in_default = true;
+            avro_value_t branch, *target = &field;
+            ok = true;
+            if (avro_value_get_type(&field) == AVRO_UNION) {
+                /* The first branch (the specification until 1.11), or since 1.11.3 (AVRO-3649)
+                 * the first the default is a value of: the first that takes it, else the first. */
+                avro_schema_t us = avro_value_get_schema(&field);
+                int b = 0;
+                while ((size_t)b < avro_schema_union_size(us) &&
+                       !branch_fits(path, us, b, def, false))
+                    b++;
+                ok = avro_value_set_branch(&field, (size_t)b < avro_schema_union_size(us) ? b : 0,
+                                           &branch) == 0;
+                target = &branch;
+                if (!ok)
+                    snprintf(err, errlen, "%s", avro_strerror());
+            }
+            ok = ok && put_value(target, def, NULL, path, depth + 1, err, errlen);
+            path->in_default = was;
+            if (!ok) {
+                char why[200];
+                snprintf(why, sizeof(why), "%s", err);
+                snprintf(err, errlen, "field %.120s: missing, and its default does not fit: %s",
+                         path->text, why);
+            }
+        } else if (!fj) {
             /* A missing field is null where its type allows null. */
             json_t *null = json_null();
             avro_type_t ft = avro_value_get_type(&field);
@@ -1374,7 +1430,7 @@ static bool avro_encode(Parsed *ps, const json_t *root, const char *payload, siz
                         char **out, size_t *out_len, int id, char *err, size_t errlen)
 {
     avro_value_reset(&ps->value);
-    Path path = {"", ps, root, payload, payload_len, false, NULL, 0, false, NULL, 0};
+    Path path = {"", ps, root, payload, payload_len, false, NULL, 0, false, NULL, 0, false};
     bool ok =
         put_value(&ps->value, root, decimal_of(&path, ps->avro, NULL, 0), &path, 0, err, errlen);
     free((void *)path.inexact);
@@ -1588,7 +1644,8 @@ static bool check_json(const json_t *schema, const json_t *j, Path *path, int de
 
 /* ---- encode --------------------------------------------------------------------------------- */
 
-/* Finds the decimals of an Avro schema: walks its JSON text (js) beside avro-c's parse of it (s),
+/* Finds the decimals of an Avro schema, and its record fields' defaults (pointing into js, which
+ * the caller keeps): walks its JSON text (js) beside avro-c's parse of it (s),
  * at (at, index) as decimal_at keys them. A named type's reference is a string and carries no
  * logical type: only definitions are walked. An invalid decimal (no precision, scale beyond it)
  * is its underlying type, as the specification says. False when out of memory, or with
@@ -1642,6 +1699,14 @@ static bool find_decimals(Parsed *ps, const json_t *js, avro_schema_t s, avro_sc
         const json_t *fields = json_object_get(js, "fields");
         for (size_t i = 0; i < json_array_size(fields); i++) {
             avro_schema_t fs = avro_schema_record_field_get_by_index(s, (int)i);
+            const json_t *def = json_object_get(json_array_get(fields, i), "default");
+            if (fs && def) {
+                FieldDefault *d = realloc(ps->defaults, (ps->n_defaults + 1) * sizeof(*d));
+                if (!d)
+                    return false;
+                ps->defaults = d;
+                d[ps->n_defaults++] = (FieldDefault){.record = s, .index = (int)i, .value = def};
+            }
             if (fs && !find_decimals(ps, json_object_get(json_array_get(fields, i), "type"), fs, s,
                                      (int)i, depth + 1))
                 return false;
@@ -1690,7 +1755,7 @@ static Parsed *parse_schema(const RegistrySchema *rs, ValueFormat format)
              * memory (false, no reason given). */
             json_t *js = json_loads(rs->text, JSON_DECODE_ANY, NULL);
             bool ok = js && find_decimals(ps, js, ps->avro, NULL, 0, 0);
-            json_decref(js);
+            ps->avro_json = js; /* the defaults point into it */
             if (!ok && !*ps->broken_why) {
                 parsed_free(ps);
                 return NULL;
@@ -1699,6 +1764,9 @@ static Parsed *parse_schema(const RegistrySchema *rs, ValueFormat format)
                 free(ps->decimals);
                 ps->decimals = NULL;
                 ps->n_decimals = 0;
+                free(ps->defaults);
+                ps->defaults = NULL;
+                ps->n_defaults = 0;
                 char why[sizeof(ps->broken_why)];
                 snprintf(why, sizeof(why), "%s", ps->broken_why);
                 snprintf(ps->broken_why, sizeof(ps->broken_why), "schema id %d: %.200s", rs->id,
@@ -1853,7 +1921,7 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
     if (format == VALUE_AVRO) {
         ok = avro_encode(ps, root, payload, payload_len, out, out_len, rs->id, why, sizeof(why));
     } else {
-        Path path = {"", ps, root, payload, payload_len, false, NULL, 0, false, NULL, 0};
+        Path path = {"", ps, root, payload, payload_len, false, NULL, 0, false, NULL, 0, false};
         ok = check_json(ps->json, root, &path, 0, why, sizeof(why));
         free((void *)path.inexact);
         free(path.nums);

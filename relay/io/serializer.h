@@ -26,8 +26,10 @@
  * Other logical types (date, time-*, timestamp-*, uuid, duration) are their underlying type,
  * written from the JSON value as it is: a timestamp is a JSON integer (a date's text is refused,
  * never parsed), a uuid any string (not checked as a UUID), a duration a fixed 12's string. A
- * record field missing from the payload is null when its type allows null, a fault otherwise;
- * payload fields the schema lacks are ignored (as Confluent's JavaScript serializer does).
+ * record field missing from the payload is its default when the schema gives one (a union's
+ * first branch, or the first the default fits; bytes as Avro's JSON encoding has them), else null
+ * when its type allows null, a fault otherwise; payload fields the schema lacks are ignored (as
+ * Confluent's JavaScript serializer does).
  *
  * JSON Schema: the payload is checked against type, properties, required, additionalProperties,
  * items, enum and const (others are not checked) and sent as it is; an integer beyond 64 bits is

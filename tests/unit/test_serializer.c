@@ -419,6 +419,62 @@ static void test_avro_union_map_or_wrapper(void **state)
     serializer_schema_release(&two);
 }
 
+/* From this review: a record field missing from the payload was null where its type allowed
+ * null and a fault otherwise, whatever its default: a field added to a schema with a default (the
+ * compatible way to evolve it, which the registry accepts) made every row of the writers that do
+ * not know it yet refused, and ["string", "null"] with default "x" went out as null. The default
+ * is written now (a union's first branch, or the first the default fits; a decimal's default is
+ * its bytes: "\u0001\u0004" is 2.60 at scale 2), as avsc (Confluent's JavaScript client's Avro)
+ * writes it; a field without one is as before. */
+static void test_avro_field_defaults(void **state)
+{
+    RegistrySchema rs = {
+        .id = 11,
+        .type = REGISTRY_AVRO,
+        .subject = "t-value",
+        .text = "{\"type\": \"record\", \"name\": \"R\", \"fields\": ["
+                " {\"name\": \"id\", \"type\": \"string\"},"
+                " {\"name\": \"cur\", \"type\": \"string\", \"default\": \"EUR\"},"
+                " {\"name\": \"u\", \"type\": [\"string\", \"null\"], \"default\": \"y\"},"
+                " {\"name\": \"n\", \"type\": [\"null\", \"long\"], \"default\": null},"
+                " {\"name\": \"m\", \"type\": [\"null\", \"long\"], \"default\": 3},"
+                " {\"name\": \"p\", \"type\": {\"type\": \"bytes\", \"logicalType\": "
+                "\"decimal\", \"precision\": 4, \"scale\": 2}, \"default\": \"\\u0001\\u0004\"},"
+                " {\"name\": \"r\", \"type\": {\"type\": \"record\", \"name\": \"S\", \"fields\":"
+                " [{\"name\": \"g\", \"type\": \"int\"}]}, \"default\": {\"g\": 7}},"
+                " {\"name\": \"e\", \"type\": {\"type\": \"enum\", \"name\": \"E\", \"symbols\":"
+                " [\"A\", \"B\"]}, \"default\": \"B\"}]}"};
+    /* id "k" (02 6b); cur "EUR" (06 45 55 52); u branch 0 (00), "y" (02 79); n branch 0 (00);
+     * m 3, a default of the union's second branch (Avro 1.11.3 on): branch 1 (02), 3 (06); p 2.60:
+     * 2 bytes (04) 01 04; r.g 7 (0e); e B (02). */
+    const unsigned char want[] = {0,    0,    0,   0,    11,   0x02, 'k',  0x06, 'E',  'U',  'R',
+                                  0x00, 0x02, 'y', 0x00, 0x02, 0x06, 0x04, 0x01, 0x04, 0x0e, 0x02};
+    expect_bytes(&rs, "{\"id\": \"k\"}", want, sizeof(want));
+    /* Given, each field is the payload's: cur "USD"; u null (02); n 5 (02 0a); m null (00); p
+     * 0.01 (02 01); r.g 1 (02); e A (00). */
+    const unsigned char given[] = {0,   0,    0,    0,    11,   0x02, 'k',  0x06, 'U', 'S',
+                                   'D', 0x02, 0x02, 0x0a, 0x00, 0x02, 0x01, 0x02, 0x00};
+    expect_bytes(
+        &rs,
+        "{\"id\": \"k\", \"cur\": \"USD\", \"u\": null, \"n\": 5, \"m\": null, \"p\": \"0.01\","
+        " \"r\": {\"g\": 1}, \"e\": \"A\"}",
+        given, sizeof(given));
+    expect_fault(VALUE_AVRO, &rs, "{\"cur\": \"USD\"}", "field id: missing (its type has no null)");
+    serializer_schema_release(&rs);
+
+    /* A default its type cannot take (the registry does not always check) is the row's fault,
+     * said so. */
+    RegistrySchema bad = {.id = 12,
+                          .type = REGISTRY_AVRO,
+                          .subject = "t-value",
+                          .text = "{\"type\": \"record\", \"name\": \"R\", \"fields\": ["
+                                  " {\"name\": \"c\", \"type\": \"int\", \"default\": \"x\"}]}"};
+    expect_fault(VALUE_AVRO, &bad, "{}",
+                 "field c: missing, and its default does not fit: field c: expected int, got "
+                 "string");
+    serializer_schema_release(&bad);
+}
+
 /* From an independent review: whole-number reals are longs, and a union's int branch is taken
  * only for an int's range. */
 static void test_avro_numbers(void **state)
@@ -1066,6 +1122,7 @@ int main(void)
         cmocka_unit_test(test_json_schema),
         cmocka_unit_test(test_avro_union_wrapper),
         cmocka_unit_test(test_avro_union_map_or_wrapper),
+        cmocka_unit_test(test_avro_field_defaults),
         cmocka_unit_test(test_avro_numbers),
         cmocka_unit_test(test_inexact_walk_linear),
         cmocka_unit_test(test_avro_float_range),
