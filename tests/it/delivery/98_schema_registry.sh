@@ -14,7 +14,11 @@
 #     --databases list;
 #  5. the registry stopped for 30 s while rows of a new subject keep coming (10 a second): none
 #     is sent, none counts an attempt or dies; once it is back all are sent, decoded, in order;
-#  6. the same while the registry answers 503.
+#  6. the same while the registry answers 503;
+#  7. Avro fields the payload lacks are their schema's defaults, and a union of a string and a
+#     map takes the map {"string": "x"} written wrapped ({"map": {...}}) and refuses it unwrapped
+#     (ambiguous: the string "x" wrapped, or that map): Confluent's client decodes the defaults,
+#     the map and the string.
 # Needs node and npm (tools/packages.txt: Debian 12's node 18 runs the client).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
@@ -33,14 +37,19 @@ ORDER_AVRO='{"type": "record", "name": "Order", "namespace": "shop", "fields": [
   {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}},
   {"name": "lines", "type": {"type": "array", "items": {"type": "record", "name": "Line",
      "fields": [{"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}]}}}]}'
+EVO_AVRO='{"type": "record", "name": "Evo", "namespace": "shop", "fields": [
+  {"name": "id", "type": "string"}, {"name": "currency", "type": "string", "default": "EUR"},
+  {"name": "attrs", "type": ["null", "string", {"type": "map", "values": "string"}],
+   "default": null}]}'
 DOC_JSON='{"type": "object", "additionalProperties": false, "required": ["seq", "title"],
   "properties": {"seq": {"type": "integer"}, "title": {"type": "string"},
                  "tags": {"type": "array", "items": {"type": "string"}}}}'
-jq -n --arg order "$ORDER_AVRO" --arg doc "$DOC_JSON" '{
+jq -n --arg order "$ORDER_AVRO" --arg doc "$DOC_JSON" --arg evo "$EVO_AVRO" '{
     "outbox.event.order-value": [{schema: $order}],
     "outbox.event.order2-value": [{schema: $order}],
     "outbox.event.order3-value": [{schema: $order}],
-    "outbox.event.doc-value": [{schema: $doc, schemaType: "JSON"}]}' >"$T/schemas.json"
+    "outbox.event.doc-value": [{schema: $doc, schemaType: "JSON"}],
+    "outbox.event.evo-value": [{schema: $evo}]}' >"$T/schemas.json"
 SR_PORT=$(free_port) || fail "a port for the registry"
 SR_URL=http://127.0.0.1:$SR_PORT
 registry_start() {
@@ -238,3 +247,25 @@ order3_sent() {
 wait_for "6: once it answers again, every row is sent" 60 order3_sent
 relay_stop
 check_eq "6: relay exits 0" 0 $?
+
+# --- 7. defaults, and a one-key map in a union with a string ---
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES
+        ('evo', 'e1', 'Evolved', '{\"id\": \"e1\"}'),
+        ('evo', 'e2', 'Evolved', '{\"id\": \"e2\", \"currency\": \"USD\", \"attrs\": {\"map\": {\"string\": \"x\"}}}'),
+        ('evo', 'e3', 'Evolved', '{\"id\": \"e3\", \"attrs\": \"x\"}'),
+        ('evo', 'e4', 'Evolved', '{\"id\": \"e4\", \"attrs\": {\"string\": \"x\"}}')" ||
+    fail "7: insert"
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
+    "${SR_ARGS[@]}" --max-attempts 1
+wait_for "7: every row sent or dead" 60 all_done_nodlq
+relay_stop
+check_eq "7: relay exits 0" 0 $?
+consume --topic outbox.event.evo --to-end --hex --timeout-ms 20000 >"$T/evo.out"
+decode avro <"$T/evo.out" >"$T/evo.dec" 2>"$T/evo.err"
+check_eq "7: Confluent's client decodes the three" "0 3" "$? $(grep -c '' "$T/evo.dec")"
+check_eq "7: the defaults, the map, the string" \
+    '{"id":"e1","currency":"EUR","attrs":null}|{"id":"e2","currency":"USD","attrs":{"string":"x"}}|{"id":"e3","currency":"EUR","attrs":"x"}' \
+    "$(jq -c '.value' "$T/evo.dec" | sort | paste -sd '|')"
+check "7: the unwrapped one-key map is dead, the error saying how to write it" \
+    grep -q 'field attrs: {"string": ...} is ambiguous (a wrapped string, or a map with that key)' \
+    <(psql_q "SELECT last_error FROM outbox WHERE aggregate_id = 'e4' AND dead_at IS NOT NULL")
