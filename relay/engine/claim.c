@@ -96,9 +96,9 @@ static void learn_floor(Session *s, const PGresult *held, const PGresult *claime
 {
     int rows = PQntuples(claimed);
     FloorClaim c = {
-        /* A claim that left held types out does not move the floor either: their rows, unsent
-         * with attempts 0, would be below it and found by no claim. */
-        .plain = s->claim_sent == s->claim_stmt && !s->hold.left_out,
+        /* A claim that left held types out moves it too: the probe reads their rows from where
+         * the hold began, and their release takes the floor back there (floor.h). */
+        .plain = s->claim_sent == s->claim_stmt,
         .rows = rows,
         .last_seq = rows > 0 ? strtoll(PQgetvalue(claimed, rows - 1, 0), NULL, 10) : 0,
         .held = PQgetisnull(held, 0, 0) ? -1 : strtoll(PQgetvalue(held, 0, 0), NULL, 10),
@@ -255,11 +255,12 @@ bool claim_build(Session *s, ClaimRequest *req)
     req->params[1] = s->lanes.owned_array.s;
     req->params[2] = req->budget;
     req->params[3] = req->max_message;
-    req->params[4] = floor_param(&s->floor);
     /* The aggregate types Kafka refuses are left out (TopicHold), but for the probe after each
-     * hold backoff, which claims them too. */
+     * hold backoff, which claims them too, from below their rows (the floor may have passed
+     * them since the hold began). */
     s->hold.probing = s->hold.n > 0 && s->hold.probe_due;
     s->hold.left_out = s->hold.n > 0 && !s->hold.probing;
+    req->params[4] = s->hold.probing ? floor_hold_param(&s->floor) : floor_param(&s->floor);
     req->params[5] = s->hold.left_out && s->hold.param.s ? s->hold.param.s : "{}";
     req->dead_params[0] = req->dead_limit;
     req->dead_params[1] = s->lanes.owned_array.s;

@@ -76,7 +76,7 @@ typedef struct TopicHold {
                       * the probe's batch is recorded or it finds nothing */
     bool probing;    /* the claim in flight, and the batch held, come from the probe */
     bool left_out;   /* the claim in flight left held types out: an empty one does not mean
-                      * nothing is left, and the floor must not pass their rows */
+                      * nothing is left (the floor may pass their rows: floor.h says why) */
     bool overflowed; /* the last batch's refusals did not fit: the retry backoff applies */
 } TopicHold;
 

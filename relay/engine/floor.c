@@ -7,9 +7,9 @@
 
 void floor_reset(ClaimFloor *f)
 {
-    bool enabled = f->enabled;
+    bool enabled = f->enabled, holding = f->holding;
     floor_free(f);
-    *f = (ClaimFloor){.enabled = enabled};
+    *f = (ClaimFloor){.enabled = enabled, .holding = holding};
 }
 
 void floor_free(ClaimFloor *f)
@@ -26,6 +26,38 @@ const char *floor_param(ClaimFloor *f)
         snprintf(f->text, sizeof(f->text), "{%lld,%u,%u,%u,%lld}", f->floor, f->table_node,
                  f->seq_oid, f->seq_node, f->high - 1);
     return f->text;
+}
+
+const char *floor_hold_param(ClaimFloor *f)
+{
+    if (!f->holding || f->hold_from > f->floor) /* none recorded, or above the floor: not safe */
+        snprintf(f->text, sizeof(f->text), "{0}");
+    else {
+        long long floor = f->floor;
+        f->floor = f->hold_from;
+        floor_param(f);
+        f->floor = floor;
+    }
+    return f->text;
+}
+
+void floor_hold_begin(ClaimFloor *f)
+{
+    if (f->holding)
+        return;
+    f->holding = true;
+    f->hold_from = f->floor;
+}
+
+void floor_hold_release(ClaimFloor *f, bool ended)
+{
+    if (!f->holding)
+        return;
+    if (f->hold_from < f->floor)
+        f->floor = f->hold_from;
+    f->on_commit = 0;
+    if (ended)
+        f->holding = false;
 }
 
 const char *floor_writers_param(const ClaimFloor *f)
@@ -48,7 +80,7 @@ bool floor_after_claim(ClaimFloor *f, const FloorClaim *c)
      * and off; the next connection's check decides again. */
     if (!c->seq_in_order) {
         floor_free(f);
-        *f = (ClaimFloor){.enabled = false, .restarts = f->restarts};
+        *f = (ClaimFloor){.enabled = false, .restarts = f->restarts, .holding = f->holding};
         return true;
     }
     /* The sequence was set back (TRUNCATE ... RESTART IDENTITY, ALTER SEQUENCE ... RESTART,
@@ -66,6 +98,7 @@ bool floor_after_claim(ClaimFloor *f, const FloorClaim *c)
         *f = (ClaimFloor){.enabled = true,
                           .high = now_high,
                           .restarts = f->restarts + 1,
+                          .holding = f->holding, /* hold_from 0: new rows may be anywhere */
                           .table_node = c->table_node,
                           .seq_node = c->seq_node,
                           .seq_oid = c->seq_oid};

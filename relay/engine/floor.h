@@ -34,6 +34,14 @@
  *
  * What keeps the floor where it is: a transaction that wrote to the table and stays open (its
  * row may still commit), and with --on-poison hold a dead event until it is requeued or purged.
+ * Not the session's hold (TopicHold, engine.h): the claims that leave held aggregate types out
+ * move the floor past their rows like any other (held for hours at a high rate, a floor kept
+ * below them made every claim read past every row sent since the hold began). Those rows, unsent
+ * with attempts 0, are then below the floor where no such claim looks, which is right while they
+ * are held; the probe (the claim that takes the held types too) reads from where the floor was
+ * when the hold began (floor_hold_param), and when a type is let go, or the hold dropped, the
+ * floor goes back there (floor_hold_release), so the released rows are claimed next, in order.
+ * A floor that starts again from 0 (below) takes that point with it.
  * Rows a relay gains with new lanes may lie anywhere: the floor starts again from 0. Rows made
  * unsent again by hand (sent_at cleared, attempts set back to 0, another aggregate) get attempts
  * 1 from migrations/0008's trigger, so they are failed rows to the claims. A sequence set back
@@ -67,6 +75,8 @@ typedef struct ClaimFloor {
     unsigned table_node; /* the table's relfilenode at the last look; 0: not known */
     unsigned seq_node;   /* the sequence's relfilenode at the last look; 0: not known */
     unsigned seq_oid;    /* the sequence's oid at the last look; 0: not known */
+    bool holding;        /* aggregate types are held out of the claims (floor_hold_begin) */
+    long long hold_from; /* while holding: the floor when the hold began, or lower (a restart) */
     char text[128];      /* floor and the above, as the claim's parameter (floor_param) */
 } ClaimFloor;
 
@@ -86,7 +96,7 @@ typedef struct FloorClaim {
 } FloorClaim;
 
 /* Back to 0, forgetting candidates and the relfilenodes seen (lanes gained, a new connection).
- * Keeps `enabled`. */
+ * Keeps `enabled`, and a hold (its probe then reads from 0 too). */
 void floor_reset(ClaimFloor *f);
 /* Releases what f owns; f may be reset and used again. */
 void floor_free(ClaimFloor *f);
@@ -95,6 +105,19 @@ void floor_free(ClaimFloor *f);
  * saw them (the last value: the highest seen, -1 for none). The claim reads from 0 instead when
  * the table or sequence it finds differs (FLOOR_GUARD in relay/outbox/statements.c). */
 const char *floor_param(ClaimFloor *f);
+/* The probe's $5 while aggregate types are held: as floor_param, with the floor the hold began
+ * at (hold_from), below every held row; "{0}" when none is recorded. */
+const char *floor_hold_param(ClaimFloor *f);
+/* Types are held out of the claims from now on (a batch's refused types taken in): remembers the
+ * floor as the probe's start, unless a hold is on already (the earlier start is lower or equal:
+ * the floor only rises, and each restart lowers hold_from with it). Call before the batch's
+ * commit: the floor must not have passed the refused rows (a batch with rows left unsent is
+ * never committed whole, so it does not move the floor). */
+void floor_hold_begin(ClaimFloor *f);
+/* Held types were let go (ended: none is held any more): their rows may lie below the floor, so
+ * it goes back to where the hold began, and what a claim in flight allowed (on_commit) is
+ * dropped. Keeps the candidates: lowering the floor is always safe. */
+void floor_hold_release(ClaimFloor *f, bool ended);
 /* The writers to ask SQL_FLOOR_WRITERS about, as its $1 (valid until the next change). */
 const char *floor_writers_param(const ClaimFloor *f);
 /* Takes in what a claim learnt: the floor its commit may bring (floor_commit), a confirmed

@@ -429,6 +429,7 @@ void marks_hold_clear(Session *s)
     h->n = 0;
     h->probe_due = h->probing = h->left_out = false;
     backoff_reset(&h->backoff);
+    floor_hold_release(&s->floor, true); /* their rows may be below the floor: back to them */
     hold_write_param(h);
 }
 
@@ -480,6 +481,9 @@ static void hold_note_batch(Session *s)
         memmove(h->types[i], h->types[i + 1], sizeof(h->types[0]) * (size_t)(h->n - i));
         memmove(h->topics[i], h->topics[i + 1], sizeof(h->topics[0]) * (size_t)(h->n - i));
         changed = true;
+        /* The rest of its rows may lie below the floor (the claims that left it out moved it):
+         * the floor goes back to where the hold began, so they come next, in order. */
+        floor_hold_release(&s->floor, h->n == 0);
     }
     int left_out_n = left_out ? h->n : 0; /* the types the claim left out come first */
     for (int r = 0; r < b->n && b->setup_faults > 0; r++) {
@@ -523,6 +527,7 @@ static void hold_note_batch(Session *s)
                   "aggregate_type=%s topic=%s held=%d session=%d", log_quote(type, t, sizeof(t)),
                   log_quote(h->topics[h->n], q, sizeof(q)), h->n + 1, s->index);
         h->n++;
+        floor_hold_begin(&s->floor); /* before this batch's commit: the floor is below its rows */
         changed = true;
     }
     if (changed) {

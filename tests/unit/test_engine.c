@@ -61,6 +61,7 @@ static struct {
     const char *fail_msg;            /* ... and this message (NULL: "the test says no") */
     const char *dead[MAX_SESSIONS];  /* the next dead-letter claim's rows, as claim[] */
     const char *table_node;          /* the table's relfilenode the floor's look finds */
+    const char *seq_last;            /* the sequence's last value it finds (NULL: "10") */
     long long next_id;
     ev_prepare brk;
     ev_idle idle;
@@ -442,8 +443,9 @@ static PGresult *auto_result(int i, const FakeRequest *req, int q)
     if (strcmp(kind, "floor-check") == 0)
         return fake_pg_error(NULL, "no floor in these tests");
     if (strcmp(kind, "floor-held") == 0) /* no failed row; the sequence's last value, in order */
-        return fake_pg_tuples("held,seq_last,seq_in_order,table_node,seq_node", 1,
-                              (const char *[]){NULL, "10", "t", T.table_node, "1"});
+        return fake_pg_tuples(
+            "held,seq_last,seq_in_order,table_node,seq_node", 1,
+            (const char *[]){NULL, T.seq_last ? T.seq_last : "10", "t", T.table_node, "1"});
     if (strcmp(kind, "floor-writers") == 0)
         return fake_pg_tuples("ended,writers", 1, (const char *[]){"t", "{}"});
     if (strcmp(kind, "join") == 0)
@@ -2185,6 +2187,75 @@ static void test_refused_type_held_others_go_on(void **state)
     assert_int_equal(occurrences(logged(), "Kafka accepts the events of a held aggregate type"), 1);
 }
 
+/* The next claim the session builds looks at what the floor needs (claim.c looks at most every
+ * FLOOR_LOOK_INTERVAL_S, a real-time interval the test does not wait for). */
+static void look_next(void)
+{
+    S(0)->floor_look_due = 0;
+}
+
+/* A claim's batch of rows, all delivered and marked (three rows: not chained), the claim after
+ * it built with the floor's looks. */
+static void deliver_looking(const char *rows)
+{
+    answer_claim(0, rows);
+    fake_kafka_report_all(OK);
+    look_next();
+    answer(0); /* the marks */
+}
+
+/* While a type is held, the claims that leave it out move the floor as usual (a floor kept below
+ * the held rows made each claim read past every row sent since the hold began, slower and slower
+ * through a refusal of hours); the probe reads from where the floor was when the hold began, and
+ * once the type is let go the floor goes back there, so its rows are claimed next, in order.
+ * (The floor is turned on by hand: the fake database has no floor check.) */
+static void test_floor_moves_during_hold(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    S(0)->floor.enabled = true;
+    T.seq_last = "1000";
+    fake_kafka_refuse_key("agg-P*", RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+    look_next();
+    deliver_looking("A,B,C"); /* 1-3, no look: the first claim was sent with the floor off */
+    deliver_looking("D,E,F"); /* 4-6: a candidate (1001) */
+    deliver_looking("G,H,I"); /* 7-9: confirmed */
+    deliver_looking("J,K,L"); /* 10-12: the floor rises to 13 */
+    assert_int_equal(S(0)->floor.floor, 13);
+    answer_claim(0, "P@pay,M,N"); /* 13-15: pay refused, held */
+    fake_kafka_report_all(OK);
+    assert_string_equal(pending_param(0, "mark-sent"), "{14,15}");
+    look_next();
+    answer(0);
+    assert_int_equal(S(0)->hold.n, 1);
+    assert_int_equal(S(0)->floor.floor, 13); /* not past the refused row's batch */
+    for (int i = 0; i < 3; i++) {
+        assert_string_equal(field(pending_param(0, "claim"), 5), "{\"pay\"}");
+        deliver_looking("Q,R,S");
+    }
+    /* Past the held row at 13: the claims leaving pay out read from 25, not from 13. */
+    assert_int_equal(S(0)->floor.floor, 25);
+    assert_string_equal(field(pending_param(0, "claim"), 4), "{25,5,0,1,1000}");
+    answer_claim(0, ""); /* caught up */
+    answer(0);
+    /* The probe reads from where the hold began, below the held row. */
+    fake_kafka_refuse_key("agg-P*", RD_KAFKA_RESP_ERR_NO_ERROR);
+    look_next();
+    fire(&S(0)->hold_timer);
+    assert_string_equal(field(pending_param(0, "claim"), 5), "{}");
+    assert_string_equal(field(pending_param(0, "claim"), 4), "{13,5,0,1,1000}");
+    answer_claim(0, "P@pay"); /* Kafka takes it: the hold ends */
+    fake_kafka_report_all(OK);
+    assert_int_equal(S(0)->hold.n, 0);
+    /* The floor goes back to the hold's start: pay's other rows come next, in order. */
+    assert_int_equal(S(0)->floor.floor, 13);
+    assert_string_equal(field(pending_param(0, "claim"), 4), "{13,5,0,1,1000}"); /* chained */
+    answer(0);
+    fake_kafka_report_all(OK);
+    answer_claim(0, "");
+    assert_int_equal(S(0)->order_breaks, 0);
+}
+
 /* outbox_held_aggregate_types counts the types the sessions hold, each once: two sessions may
  * hold one type (each holds those of its own lanes' batches). */
 static void test_held_types_counted_once(void **state)
@@ -2431,6 +2502,7 @@ int main(void)
         cmocka_unit_test_teardown(test_new_type_refused_twice_held, teardown),
         cmocka_unit_test_teardown(test_no_success_said_without_a_delivery, teardown),
         cmocka_unit_test_teardown(test_order_scope_partition_breaks, teardown),
+        cmocka_unit_test_teardown(test_floor_moves_during_hold, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     print_coverage();

@@ -254,12 +254,46 @@ static void test_sequence_out_of_order(void **state)
     floor_free(&f);
 }
 
+/* A hold (TopicHold) lets the floor rise past the held rows; the probe reads from where it was
+ * when the hold began, a release takes the floor back there (dropping what a claim in flight
+ * allowed), and a restart of the floor (a sequence set back) takes the hold's start to 0. */
+static void test_hold_start_and_release(void **state)
+{
+    ClaimFloor f = {.enabled = true};
+    after_and_commit(&f, claim(1, 100, true, "{}", 100));
+    after_and_commit(&f, claim(101, 200, true, "{}", 200));
+    after_and_commit(&f, claim(201, 300, true, "{}", 300));
+    assert_int_equal(f.floor, 101);
+    floor_hold_begin(&f);
+    after_and_commit(&f, claim(301, 400, true, "{}", 400));
+    floor_hold_begin(&f); /* another type: the start stays */
+    assert_int_equal(f.floor, 201);
+    assert_string_equal(floor_hold_param(&f), "{101,0,0,0,400}");
+    FloorClaim c = claim(401, 500, true, "{}", 500);
+    assert_true(floor_after_claim(&f, &c));
+    floor_hold_release(&f, false);  /* one type let go, one still held */
+    assert_false(floor_commit(&f)); /* what the claim allowed is dropped */
+    assert_int_equal(f.floor, 101);
+    after_and_commit(&f, claim(101, 600, true, "{}", 600));
+    assert_int_equal(f.floor, 401); /* rises again */
+    assert_true(f.holding);
+    FloorClaim back = claim(1, 0, true, "{}", 5); /* setval down: the floor restarts */
+    assert_true(floor_after_claim(&f, &back));
+    assert_int_equal(f.floor, 0);
+    assert_string_equal(floor_hold_param(&f), "{0}");
+    floor_hold_release(&f, true);
+    assert_false(f.holding);
+    assert_int_equal(f.floor, 0);
+    floor_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rises_after_confirmation),
         cmocka_unit_test(test_open_writer_holds_it),
         cmocka_unit_test(test_never_passes_left_out_rows),
+        cmocka_unit_test(test_hold_start_and_release),
         cmocka_unit_test(test_hand_given_seq_does_not_lift_it),
         cmocka_unit_test(test_commit_abandon_reset),
         cmocka_unit_test(test_sequence_set_back),
