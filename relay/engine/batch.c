@@ -52,6 +52,7 @@ void batch_clear(Batch *b)
     b->bytes = 0;
     b->abandoned = b->timed_out = false;
     b->setup_faults = 0;
+    b->cancelled = 0;
     b->setup_err = RD_KAFKA_RESP_ERR_NO_ERROR;
     b->setup_topic[0] = '\0';
     if (b->any_held)
@@ -281,6 +282,15 @@ void batch_unsent(Batch *b, BatchRow *br, rd_kafka_resp_err_t err)
     }
     metrics_failure(false); /* an attempt that failed, for a reason that may pass */
     batch_hold(b, &br->row);
+}
+
+void batch_cancelled(Batch *b, BatchRow *br)
+{
+    br->state = ROW_PENDING;
+    b->cancelled++;
+    metrics_failure(false); /* a delivery that failed, for a reason that may pass */
+    if (!br->dead_letter)
+        batch_hold(b, &br->row);
 }
 
 bool batch_row_recorded(const BatchRow *br)

@@ -78,6 +78,7 @@ typedef struct Batch {
     bool timed_out; /* the delivery timeout cancelled what was left */
     bool any_held;
     int setup_faults;              /* rows left unsent for a Kafka setup fault (batch_unsent) */
+    int cancelled;                 /* rows left unsent as the producer failed (batch_cancelled) */
     rd_kafka_resp_err_t setup_err; /* the first one's error */
     char setup_topic[ROUTE_TOPIC_MAX + 1]; /* and its topic ("" when not known) */
     double claimed_at;    /* monotonic time (monotime.h) when the claim's rows arrived, for latency
@@ -129,6 +130,12 @@ void batch_fail(Batch *b, BatchRow *br, const char *why, bool permanent);
  * claims until a probe after the hold backoff: engine.h, TopicHold), and its aggregate is held
  * for the rest of the batch, like a failure, so nothing overtakes it. */
 void batch_unsent(Batch *b, BatchRow *br, rd_kafka_resp_err_t err);
+
+/* Leaves a row unsent because the producer failed fatally (its purge cancelled the row's
+ * message, or the row was never produced): neither the row's fault nor its topic's, so no
+ * attempt is counted and nothing of it is recorded, like batch_unsent but holding no type; an
+ * event row's aggregate is held for the rest of the batch. */
+void batch_cancelled(Batch *b, BatchRow *br);
 
 /* Holds / tests an aggregate for the rest of the batch. */
 void batch_hold(Batch *b, const OutboxRow *row);

@@ -163,6 +163,8 @@ static bool nothing_got_through(const Session *s)
         return true;
     if (b->acked > 0)
         return false;
+    if (b->cancelled > 0) /* the producer failed: recreated after the backoff */
+        return true;
     for (int i = 0; i < b->n; i++)
         if (b->rows[i].state == ROW_FAILED && !b->rows[i].permanent)
             return true;

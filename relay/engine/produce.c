@@ -192,7 +192,10 @@ void produce_more(Session *s)
     /* Nothing new goes to the producer while a purge is under way: the purge is not
      * instantaneous, and a message of this batch caught by it while later ones get through
      * would leave a gap in its aggregate's order. (Nothing in the loop changes these.) */
-    bool may_produce = !s->stopping && !b->timed_out && !r->purging;
+    /* Nor on a producer that failed: it would fail each row with __FATAL, an attempt counted
+     * against rows that never failed; they stay unsent (below) for the recreated one. */
+    bool producer_failed = kafka_fatal(r->kafka);
+    bool may_produce = !s->stopping && !b->timed_out && !r->purging && !producer_failed;
     if (may_produce)
         prepare_headers(s);
     while (may_produce && b->next < b->n) {
@@ -221,7 +224,7 @@ void produce_more(Session *s)
         }
         b->next++;
     }
-    if (s->stopping || b->timed_out)
+    if (s->stopping || b->timed_out || producer_failed)
         b->next = b->n; /* rows not produced yet stay unsent, with no attempt counted */
     else if (r->purging && b->next < b->n)
         s->waiting = true;
@@ -249,6 +252,12 @@ void produce_record_report(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
         snprintf(why, sizeof(why), "not acknowledged within the delivery timeout (%ld ms)",
                  s->cfg->delivery_timeout_ms);
         batch_fail(b, br, why, false);
+    } else if (kafka_fatal(s->relay->kafka) && (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
+                                                err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)) {
+        /* The producer failed (kafka.c purges what it held then): the message was cancelled
+         * for another message's fault or the producer's, never this row's, which stays unsent
+         * with no attempt counted and goes out again on the recreated producer. */
+        batch_cancelled(b, br);
     } else if (err == RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP &&
                (!br->row.timestamp_ms || strtoll(br->row.timestamp_ms, NULL, 10) == 0)) {
         /* The producer's clock (no timestamp column, or a row stamped 0, which librdkafka reads

@@ -2256,6 +2256,28 @@ static void test_floor_moves_during_hold(void **state)
     assert_int_equal(S(0)->order_breaks, 0);
 }
 
+/* A broker's refusal is fatal to the producer (enable.gapless.guarantee), which purges what it
+ * held: the messages of other partitions cancelled that way failed for no fault of their rows,
+ * and count no attempt against them, like the refused row's own (a setup fault). They stay
+ * unsent and go out again on the recreated producer, after the retry backoff. */
+static void test_purged_by_fatal_counts_no_attempt(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    answer_claim(0, "A,B@pay,C@pay");
+    assert_int_equal(fake_kafka_count(), 3);
+    fake_kafka_set_fatal(true);
+    fake_kafka_report(0, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+    fake_kafka_report(1, RD_KAFKA_RESP_ERR__PURGE_INFLIGHT);
+    fake_kafka_report(2, RD_KAFKA_RESP_ERR__PURGE_QUEUE);
+    assert_string_equal(pending_param(0, "mark-failed"), ""); /* no attempt counted */
+    assert_string_equal(pending_param(0, "mark-sent"), "");
+    answer(0);
+    assert_int_equal(S(0)->total_failed, 0);
+    expect_idle_pg(0); /* nothing got through: the retry backoff, then a new producer */
+    assert_true(ev_is_active(&S(0)->retry_timer));
+}
+
 /* outbox_held_aggregate_types counts the types the sessions hold, each once: two sessions may
  * hold one type (each holds those of its own lanes' batches). */
 static void test_held_types_counted_once(void **state)
@@ -2503,6 +2525,7 @@ int main(void)
         cmocka_unit_test_teardown(test_no_success_said_without_a_delivery, teardown),
         cmocka_unit_test_teardown(test_order_scope_partition_breaks, teardown),
         cmocka_unit_test_teardown(test_floor_moves_during_hold, teardown),
+        cmocka_unit_test_teardown(test_purged_by_fatal_counts_no_attempt, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     print_coverage();
