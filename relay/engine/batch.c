@@ -215,6 +215,7 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
         br->state = ROW_PENDING;
         br->permanent = false;
         br->setup_fault = false;
+        br->sent_value = br->sent_key = br->sent_headers = 0;
         br->error = NULL;
         br->headers = NULL;
         br->topic = NULL;

@@ -51,6 +51,9 @@ typedef struct BatchRow {
                            * MESSAGE_PARTITION_ANY: by its key, or not produced */
     bool setup_fault;     /* Kafka refused it for a fault of the setup (kafka_error_setup): left
                            * unsent (ROW_PENDING), no attempt counted, its aggregate held */
+
+    /* The message's bytes as last produced, for a "message too large" error. */
+    size_t sent_value, sent_key, sent_headers;
 } BatchRow;
 
 #define BATCH_HELD_BITS 65536

@@ -72,21 +72,68 @@ static rd_kafka_resp_err_t produce_dead_letter(Session *s, BatchRow *br)
     return err;
 }
 
-/* Produces one event row. Returns the producer's answer; failures that happen before the
- * producer (topic, headers) are recorded here and reported as NO_ERROR with the row FAILED. */
-/* The failure of a message too large for the producer (detected by the claim, or by librdkafka):
- * bytes counts the payload, the key and the headers' columns. */
+/* The producer's message.max.bytes, for the errors below ("" when there is no producer). */
+static void max_message_text(const Session *s, char *out, size_t outlen)
+{
+    if (s->relay->kafka)
+        snprintf(out, outlen, " of %ld", kafka_message_max_bytes(s->relay->kafka));
+    else
+        out[0] = '\0';
+}
+
+/* The failure of a row the claim found too large for the producer (it did not load its large
+ * columns): bytes counts its payload, key and headers' columns, as the claim measured them. */
 static void fail_too_large(Session *s, BatchRow *br, size_t bytes)
 {
-    char why[160];
+    char why[256], limit[32];
+    max_message_text(s, limit, sizeof(limit));
     /* librdkafka's text says "Broker:" but no broker saw it: say what actually happened. */
     snprintf(why, sizeof(why),
              "message too large: %zu bytes with key and headers, over the producer's "
-             "message.max.bytes (not sent)",
-             bytes);
+             "message.max.bytes%s (not sent)",
+             bytes, limit);
     batch_fail(&s->batch, br, why, true);
 }
 
+/* The bytes of the headers as the record carries them (names and values). */
+static size_t headers_bytes(const rd_kafka_headers_t *hdrs)
+{
+    size_t n = 0, size;
+    const char *name;
+    const void *value;
+    for (size_t i = 0; hdrs && rd_kafka_header_get_all(hdrs, i, &name, &value, &size) ==
+                                   RD_KAFKA_RESP_ERR_NO_ERROR;
+         i++)
+        n += strlen(name) + size;
+    return n;
+}
+
+/* The failure of a message refused as too large once produced, by librdkafka (broker: false)
+ * or by the broker (a topic's max.message.bytes, or the broker's message.max.bytes, below the
+ * producer's): the claim measured the row's columns, but the message is what was produced (an
+ * encoded value, the headers the relay adds), so its error names that message's sizes. */
+static void fail_produced_too_large(Session *s, BatchRow *br, bool broker)
+{
+    char why[384], limit[32];
+    max_message_text(s, limit, sizeof(limit));
+    size_t total = br->sent_value + br->sent_key + br->sent_headers;
+    if (broker)
+        snprintf(why, sizeof(why),
+                 "message too large for the broker: %zu bytes as produced (value %zu, key %zu, "
+                 "headers %zu), over the topic's max.message.bytes or the broker's "
+                 "message.max.bytes (the producer's message.max.bytes%s)",
+                 total, br->sent_value, br->sent_key, br->sent_headers, limit);
+    else
+        snprintf(why, sizeof(why),
+                 "message too large: %zu bytes as produced (value %zu, key %zu, headers %zu, "
+                 "before the record's overhead), over the producer's message.max.bytes%s (not "
+                 "sent)",
+                 total, br->sent_value, br->sent_key, br->sent_headers, limit);
+    batch_fail(&s->batch, br, why, true);
+}
+
+/* Produces one event row. Returns the producer's answer; failures that happen before the
+ * producer (topic, headers) are recorded here and reported as NO_ERROR with the row FAILED. */
 static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
 {
     const OutboxRow *row = &br->row;
@@ -152,6 +199,9 @@ static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
         batch_fail(&s->batch, br, why, true);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
+    br->sent_value = value ? value_len : 0;
+    br->sent_key = strlen(row->aggregate_id);
+    br->sent_headers = headers_bytes(hdrs);
     rd_kafka_resp_err_t err =
         kafka_produce(s->relay->kafka, br->topic, parts.partition, parts.timestamp_ms,
                       row->aggregate_id, strlen(row->aggregate_id), value, value_len, hdrs, br);
@@ -160,7 +210,7 @@ static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
     else if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
         rd_kafka_headers_destroy(hdrs);
     if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
-        fail_too_large(s, br, br->message_bytes);
+        fail_produced_too_large(s, br, false);
         return RD_KAFKA_RESP_ERR_NO_ERROR;
     }
     return err;
@@ -266,6 +316,8 @@ void produce_record_report(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
          * dead-lettered: it passes once the clock is set right. */
         batch_fail(b, br, "Broker: Invalid timestamp (the relay host's clock, not the row's)",
                    false);
+    } else if (!br->dead_letter && err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+        fail_produced_too_large(s, br, true); /* librdkafka's text names no size */
     } else if (!br->dead_letter && kafka_error_setup(err)) {
         /* Not authorised, or no such topic: every event of the topic would meet it until an
          * operator acts, so it is never counted against the row (nor dead-letters it): the row

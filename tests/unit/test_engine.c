@@ -2187,6 +2187,35 @@ static void test_refused_type_held_others_go_on(void **state)
     assert_int_equal(occurrences(logged(), "Kafka accepts the events of a held aggregate type"), 1);
 }
 
+/* A message too large names its own sizes and the limit it is over: refused by librdkafka at
+ * produce (an encoded value or the relay's headers can take a row the claim measured under the
+ * limit over it), the message as produced, not the claim's count of the row's columns; refused by
+ * the broker (a topic's max.message.bytes below the producer's limit), the same, where librdkafka
+ * said only "Broker: Message size too large". */
+static void test_too_large_names_its_sizes(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    fake_kafka_refuse_key("agg-A", RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+    answer_claim(0, "A,B");
+    fake_kafka_refuse_key("", RD_KAFKA_RESP_ERR_NO_ERROR);
+    fake_kafka_report_all(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE); /* B, by the broker */
+    const char *errors = field(pending_param(0, "mark-failed"), 1);
+    char produced[160], broker[160];
+    /* value "{}" (2 bytes), key agg-A (5); the headers are what the relay adds */
+    snprintf(produced, sizeof(produced),
+             "message too large: %zu bytes as produced (value 2, key 5,",
+             2 + 5 + S(0)->batch.rows[0].sent_headers);
+    snprintf(broker, sizeof(broker),
+             "message too large for the broker: %zu bytes as produced (value 2, key 5,",
+             2 + 5 + S(0)->batch.rows[1].sent_headers);
+    assert_non_null(strstr(errors, produced));
+    assert_non_null(strstr(errors, broker));
+    assert_int_equal(occurrences(errors, "message.max.bytes of 1000000"), 2);
+    assert_true(S(0)->batch.rows[0].sent_headers > 0);
+    answer(0);
+}
+
 /* The next claim the session builds looks at what the floor needs (claim.c looks at most every
  * FLOOR_LOOK_INTERVAL_S, a real-time interval the test does not wait for). */
 static void look_next(void)
@@ -2526,6 +2555,7 @@ int main(void)
         cmocka_unit_test_teardown(test_order_scope_partition_breaks, teardown),
         cmocka_unit_test_teardown(test_floor_moves_during_hold, teardown),
         cmocka_unit_test_teardown(test_purged_by_fatal_counts_no_attempt, teardown),
+        cmocka_unit_test_teardown(test_too_large_names_its_sizes, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     print_coverage();

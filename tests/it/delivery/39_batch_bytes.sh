@@ -61,7 +61,7 @@ check_eq "no batch of several rows holds more than $BUDGET payload bytes" "" \
 check "the ~700 KB row went alone" grep -qE '^1 7[0-9]{5}$' "$T/batches.txt"
 check_eq "no batch held the 2 MB payload" "" "$(awk '$2 >= 2000000' "$T/batches.txt")"
 check_eq "the 2 MB row is rejected with its real size" \
-    "1|message too large: $HUGE_BYTES bytes with key and headers, over the producer's message.max.bytes (not sent)" \
+    "1|message too large: $HUGE_BYTES bytes with key and headers, over the producer's message.max.bytes of 1000000 (not sent)" \
     "$(psql_q "SELECT rejections, last_error FROM outbox WHERE id = $HUGE")"
 consume --topic outbox.event.big --idle-ms 2000 --timeout-ms 30000 >"$T/big.json"
 check "every row but the 2 MB one is in Kafka, and not that one" \
@@ -116,10 +116,10 @@ both_rejected() {
 }
 wait_for "B: both oversized rows are rejected" 30 both_rejected
 check_eq "B: the one with 1.1 MB headers, with its real size" \
-    "message too large: $WIDE_H_BYTES bytes with key and headers, over the producer's message.max.bytes (not sent)" \
+    "message too large: $WIDE_H_BYTES bytes with key and headers, over the producer's message.max.bytes of 1000000 (not sent)" \
     "$(psql_q "SELECT last_error FROM outbox WHERE id = $WIDE_H")"
 check_eq "B: the one with a 1.1 MB additional field, with its real size" \
-    "message too large: $WIDE_N_BYTES bytes with key and headers, over the producer's message.max.bytes (not sent)" \
+    "message too large: $WIDE_N_BYTES bytes with key and headers, over the producer's message.max.bytes of 1000000 (not sent)" \
     "$(psql_q "SELECT last_error FROM outbox WHERE id = $WIDE_N")"
 consume --topic outbox.event.wide --idle-ms 2000 --timeout-ms 30000 >"$T/wide.json"
 check "B: every other row is in Kafka, with its headers" \
