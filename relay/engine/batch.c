@@ -285,13 +285,18 @@ void batch_unsent(Batch *b, BatchRow *br, rd_kafka_resp_err_t err)
     batch_hold(b, &br->row);
 }
 
-void batch_cancelled(Batch *b, BatchRow *br)
+void batch_leave_unsent(Batch *b, BatchRow *br)
 {
     br->state = ROW_PENDING;
     b->cancelled++;
-    metrics_failure(false); /* a delivery that failed, for a reason that may pass */
     if (!br->dead_letter)
         batch_hold(b, &br->row);
+}
+
+void batch_cancelled(Batch *b, BatchRow *br)
+{
+    batch_leave_unsent(b, br);
+    metrics_failure(false); /* a delivery that failed, for a reason that may pass */
 }
 
 bool batch_row_recorded(const BatchRow *br)

@@ -80,9 +80,9 @@ typedef struct Batch {
     bool abandoned; /* the transaction is gone; drop once every report is in */
     bool timed_out; /* the delivery timeout cancelled what was left */
     bool any_held;
-    int setup_faults;              /* rows left unsent for a Kafka setup fault (batch_unsent) */
-    int cancelled;                 /* rows left unsent as the producer failed (batch_cancelled) */
-    rd_kafka_resp_err_t setup_err; /* the first one's error */
+    int setup_faults; /* rows left unsent for a Kafka setup fault (batch_unsent) */
+    int cancelled;    /* rows left unsent for no fault of theirs (batch_leave_unsent) */
+    rd_kafka_resp_err_t setup_err;         /* the first one's error */
     char setup_topic[ROUTE_TOPIC_MAX + 1]; /* and its topic ("" when not known) */
     double claimed_at;    /* monotonic time (monotime.h) when the claim's rows arrived, for latency
                              metrics */
@@ -139,6 +139,8 @@ void batch_unsent(Batch *b, BatchRow *br, rd_kafka_resp_err_t err);
  * attempt is counted and nothing of it is recorded, like batch_unsent but holding no type; an
  * event row's aggregate is held for the rest of the batch. */
 void batch_cancelled(Batch *b, BatchRow *br);
+/* The same for a row not produced at all (marks_skip_unrecordable), counting no failure. */
+void batch_leave_unsent(Batch *b, BatchRow *br);
 
 /* Holds / tests an aggregate for the rest of the batch. */
 void batch_hold(Batch *b, const OutboxRow *row);

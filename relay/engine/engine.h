@@ -52,6 +52,27 @@
 
 typedef struct Session Session;
 
+/* Rows whose outcome the table refuses to record at all: marked sent, or failed, the row's own
+ * trigger or constraint raises (a CHECK on attempts, a last_error column too narrow, a trigger
+ * refusing UPDATEs). Such a row stays unsent, and every claim would take it, publish it again
+ * and fail to record it again, for ever, each time at the pace of the retry backoff with every
+ * other row of the batch recorded one by one. So the session keeps the rows apart (marks.c): it
+ * leaves each out of its batches (unsent, not published, its aggregate held for the batch) for
+ * UNRECORDABLE_WAIT_S, doubling with each refusal up to UNRECORDABLE_WAIT_MAX_S, then tries it
+ * once more (one publication an hour at most: consumers drop the duplicate), and forgets it
+ * once its outcome is recorded. Bounded: past UNRECORDABLE_MAX rows a further one goes out again
+ * after each retry backoff, as before. Forgotten with the lanes. */
+#define UNRECORDABLE_MAX 16
+#define UNRECORDABLE_WAIT_S 30.0
+#define UNRECORDABLE_WAIT_MAX_S 3600.0
+typedef struct Unrecordable {
+    int n;
+    long long ids[UNRECORDABLE_MAX];
+    double wait[UNRECORDABLE_MAX]; /* seconds it was left out after its last refusal */
+    double due[UNRECORDABLE_MAX];  /* monotonic time from which it is produced again */
+    bool full_logged;              /* a row that did not fit was said (once until one fits) */
+} Unrecordable;
+
 /* The aggregate types whose events a session leaves out of its claims because Kafka refused
  * their topic for a fault of the setup (kafka_error_setup: an ACL revoked, a topic deleted), so
  * that one refused topic does not slow the others down to one batch per retry backoff. Held by
@@ -249,6 +270,7 @@ struct Session {
     int salvage_refused;              /* rows delivered whose sent mark the table refused */
     int mark_retries;                 /* batches in a row whose marks failed for a passing reason */
     bool salvage_by_row; /* the batch, its marks rolled back, is recorded row by row (until done) */
+    Unrecordable unrecordable; /* rows whose outcome the table refuses to record (marks.c) */
     ev_timer poll_timer;
     ev_timer retry_timer;
     ev_timer busy_timer; /* poll_soon (session.c) */
@@ -426,6 +448,11 @@ bool marks_rolled_back(Session *s);
 /* Recording row by row: fills req for the next row whose outcome is to be recorded and returns
  * true; false (and logs the batch's summary) once none is left. */
 bool marks_next_row(Session *s, MarkRequest *req);
+/* Whether br is a row whose outcome the table refused to record (Unrecordable) and whose wait
+ * is not over: it is then left unsent, not produced. */
+bool marks_skip_unrecordable(const Session *s, const BatchRow *br);
+/* Forgets what Unrecordable holds (the session's lanes went). */
+void marks_unrecordable_clear(Session *s);
 /* Reads the reply of one row's marks. */
 void marks_row_read(Session *s, PGresult **results, int n, const char *error);
 /* Whether a batch recorded row by row waits for the retry backoff before the next claim. */

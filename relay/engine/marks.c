@@ -105,6 +105,82 @@ static bool refused_by_the_row(PGresult **results, int n)
     return sqlstate_fault(pg_failed_sqlstate(results, n)) == SQLSTATE_FAULT_ROW;
 }
 
+static int unrecordable_find(const Unrecordable *u, long long id)
+{
+    for (int i = 0; i < u->n; i++)
+        if (u->ids[i] == id)
+            return i;
+    return -1;
+}
+
+bool marks_skip_unrecordable(const Session *s, const BatchRow *br)
+{
+    const Unrecordable *u = &s->unrecordable;
+    if (u->n == 0 || br->dead_letter)
+        return false;
+    int at = unrecordable_find(u, br->row.id);
+    return at >= 0 && monotime_now() < u->due[at];
+}
+
+void marks_unrecordable_clear(Session *s)
+{
+    s->unrecordable.n = 0;
+    s->unrecordable.full_logged = false;
+}
+
+/* The row's outcome was recorded after all (the trigger fixed, say): it is no longer kept apart. */
+static void unrecordable_forget(Session *s, long long id)
+{
+    Unrecordable *u = &s->unrecordable;
+    int at = u->n > 0 ? unrecordable_find(u, id) : -1;
+    if (at < 0)
+        return;
+    log_info("a row whose outcome the table refused is recorded now", "id=%lld session=%d", id,
+             s->index);
+    u->n--;
+    u->ids[at] = u->ids[u->n];
+    u->wait[at] = u->wait[u->n];
+    u->due[at] = u->due[u->n];
+    u->full_logged = false;
+}
+
+/* The table refused the row's failure mark too (its own fault: a trigger, a constraint): the
+ * row is kept apart (Unrecordable, engine.h) rather than published again after each retry
+ * backoff for ever. Said once per row at error level, with what happens to it. */
+static void unrecordable_note(Session *s, const BatchRow *br, const char *error)
+{
+    Unrecordable *u = &s->unrecordable;
+    char q[512];
+    int at = unrecordable_find(u, br->row.id);
+    if (at >= 0) { /* tried again after its wait, refused again */
+        u->wait[at] =
+            u->wait[at] * 2 < UNRECORDABLE_WAIT_MAX_S ? u->wait[at] * 2 : UNRECORDABLE_WAIT_MAX_S;
+        u->due[at] = monotime_now() + u->wait[at];
+        log_debug("the table still refuses to record a row's outcome",
+                  "id=%lld wait_s=%.0f session=%d", br->row.id, u->wait[at], s->index);
+        return;
+    }
+    if (u->n == UNRECORDABLE_MAX) {
+        if (!u->full_logged)
+            log_error("the table refuses to record the outcome of more rows than a session keeps "
+                      "apart; this one is published again after each retry backoff until its "
+                      "outcome can be recorded",
+                      "id=%lld max=%d error=%s session=%d", br->row.id, UNRECORDABLE_MAX,
+                      log_quote(error, q, sizeof(q)), s->index);
+        u->full_logged = true;
+        return;
+    }
+    u->ids[u->n] = br->row.id;
+    u->wait[u->n] = UNRECORDABLE_WAIT_S;
+    u->due[u->n] = monotime_now() + UNRECORDABLE_WAIT_S;
+    u->n++;
+    log_error("the table refuses to record a row's outcome, even as a failure (a trigger or "
+              "constraint of the row); it stays unsent and is left out of the batches, its "
+              "aggregate waiting, then tried again after 30 s doubling to an hour: fix the "
+              "trigger or constraint, or purge the row",
+              "id=%lld error=%s session=%d", br->row.id, log_quote(error, q, sizeof(q)), s->index);
+}
+
 void marks_row_read(Session *s, PGresult **results, int n, const char *error)
 {
     Batch *b = &s->batch;
@@ -122,11 +198,15 @@ void marks_row_read(Session *s, PGresult **results, int n, const char *error)
         const char *state = pg_failed_sqlstate(results, n);
         if (sqlstate_fault(state) == SQLSTATE_FAULT_SETUP)
             session_setup_failed(s, "recording a row", state, error);
-        s->salvage_unrecorded++; /* claimed and published again after the retry backoff */
+        else if (br->state == ROW_FAILED && !br->dead_letter && refused_by_the_row(results, n))
+            unrecordable_note(s, br, error);
+        s->salvage_unrecorded++; /* claimed again after the retry backoff */
     } else if (br->state == ROW_ACKED) {
         s->salvage_sent++;
+        unrecordable_forget(s, br->row.id);
     } else {
         s->salvage_failed++;
+        unrecordable_forget(s, br->row.id);
         if (!br->dead_letter && s->failed_stmt >= 0 && s->failed_stmt < n)
             log_dead_lettered(s, results[s->failed_stmt]);
     }
@@ -163,7 +243,9 @@ static bool nothing_got_through(const Session *s)
         return true;
     if (b->acked > 0)
         return false;
-    if (b->cancelled > 0) /* the producer failed: recreated after the backoff */
+    /* The producer failed (recreated after the backoff), or rows were kept apart (Unrecordable)
+     * and nothing else went: no hot loop on them. */
+    if (b->cancelled > 0)
         return true;
     for (int i = 0; i < b->n; i++)
         if (b->rows[i].state == ROW_FAILED && !b->rows[i].permanent)
@@ -226,8 +308,11 @@ static bool batch_recorded(Session *s, PGresult **results, int n)
     if (s->failed_stmt >= 0 && s->failed_stmt < n)
         log_dead_lettered(s, results[s->failed_stmt]);
     bool all_recorded = true;
-    for (int i = 0; i < b->n; i++)
+    for (int i = 0; i < b->n; i++) {
         all_recorded = all_recorded && batch_row_recorded(&b->rows[i]);
+        if (s->unrecordable.n > 0 && batch_row_recorded(&b->rows[i]))
+            unrecordable_forget(s, b->rows[i].row.id);
+    }
     if (all_recorded)
         claim_floor_committed(s);
     else

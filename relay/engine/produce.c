@@ -254,6 +254,11 @@ void produce_more(Session *s)
             b->next++; /* an earlier event of its aggregate failed: it waits for the retry */
             continue;
         }
+        if (marks_skip_unrecordable(s, br)) {
+            batch_leave_unsent(b, br); /* its outcome cannot be recorded: not published again */
+            b->next++;
+            continue;
+        }
         rd_kafka_resp_err_t err =
             br->dead_letter ? produce_dead_letter(s, br) : produce_event(s, br);
         if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && relay_in_flight(r) > 0) {

@@ -521,6 +521,7 @@ static void lanes_divided(Session *s)
         s->seen_members = 0;
         floor_reset(&s->floor); /* its lanes may come back with other rows */
         marks_hold_clear(s);    /* and so may the hold's types */
+        marks_unrecordable_clear(s);
         pace_hold(s);
         /* A Kafka setup fault goes with the lanes too: resting, the session claims nothing
          * that could clear it, and /readyz would name it after the session that took its lanes
@@ -768,6 +769,7 @@ static void disconnected(Session *s)
     /* The lanes may come back with other rows, or go to another relay: the hold starts again
      * from what the next batches meet. */
     marks_hold_clear(s);
+    marks_unrecordable_clear(s);
     pace_hold(s);
     /* Its join after the reconnect changes the group as its first did, whatever the members it
      * saw before: the others must re-divide then (lanes_divided), not at their next interval,

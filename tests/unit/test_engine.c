@@ -2216,6 +2216,40 @@ static void test_too_large_names_its_sizes(void **state)
     answer(0);
 }
 
+/* A row whose outcome the table refuses to record at all (its sent mark and then its failure
+ * mark refused by a CHECK or trigger of the row) was claimed, published and refused again after
+ * every retry backoff, for ever, with the rest of each batch recorded one by one. Now it is said
+ * once, kept apart (not published, its aggregate waiting) for 30 s doubling, and the other rows
+ * go on; a batch of nothing else waits for the retry backoff (no hot loop). */
+static void test_unrecordable_row_kept_apart(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    capture_log(LOG_INFO);
+    marks_fail("23514");
+    answer(0);                                 /* row 1 recorded */
+    answer_failing(0, "mark-sent", "23514");   /* row 2: its sent mark refused */
+    answer_failing(0, "mark-failed", "23514"); /* ...and its failure mark */
+    answer(0);                                 /* row 3 recorded */
+    expect_idle_pg(0);                         /* the retry backoff, once */
+    fire(&S(0)->retry_timer);
+    int produced = fake_kafka_count();
+    T.next_id = 2; /* row 2 comes back first, and a row of another aggregate */
+    answer_claim(0, "B,D");
+    assert_int_equal(fake_kafka_count(), produced + 1); /* D alone: row 2 is not published */
+    fake_kafka_report_all(OK);
+    assert_string_equal(pending_param(0, "mark-sent"), "{3}");
+    assert_string_equal(pending_param(0, "mark-failed"), "");
+    assert_string_not_equal(pending_param(0, "claim"), ""); /* the next claim rides along */
+    T.next_id = 2;
+    answer_claim(0, "B"); /* row 2 alone: not published, and the retry backoff */
+    assert_int_equal(fake_kafka_count(), produced + 1);
+    while (fake_pg_pending(PG(0)))
+        answer(0);
+    assert_true(ev_is_active(&S(0)->retry_timer));
+    assert_int_equal(occurrences(logged(), "the table refuses to record a row's outcome"), 1);
+}
+
 /* The next claim the session builds looks at what the floor needs (claim.c looks at most every
  * FLOOR_LOOK_INTERVAL_S, a real-time interval the test does not wait for). */
 static void look_next(void)
@@ -2556,6 +2590,7 @@ int main(void)
         cmocka_unit_test_teardown(test_floor_moves_during_hold, teardown),
         cmocka_unit_test_teardown(test_purged_by_fatal_counts_no_attempt, teardown),
         cmocka_unit_test_teardown(test_too_large_names_its_sizes, teardown),
+        cmocka_unit_test_teardown(test_unrecordable_row_kept_apart, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     print_coverage();
