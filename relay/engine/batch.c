@@ -216,6 +216,7 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
         br->permanent = false;
         br->setup_fault = false;
         br->sent_value = br->sent_key = br->sent_headers = 0;
+        br->cancelled = false;
         br->error = NULL;
         br->headers = NULL;
         br->topic = NULL;
@@ -288,6 +289,7 @@ void batch_unsent(Batch *b, BatchRow *br, rd_kafka_resp_err_t err)
 void batch_leave_unsent(Batch *b, BatchRow *br)
 {
     br->state = ROW_PENDING;
+    br->cancelled = true;
     b->cancelled++;
     if (!br->dead_letter)
         batch_hold(b, &br->row);
@@ -384,7 +386,7 @@ static bool same_partition(const BatchRow *a, const BatchRow *b)
 
 int batch_order_breaks(const Batch *b, const char *per_topic_template, bool per_partition)
 {
-    if (b->failed == 0 && b->setup_faults == 0)
+    if (b->failed == 0 && b->setup_faults == 0 && b->cancelled == 0)
         return 0;
     int breaks = 0;
     for (int i = 0; i < b->n; i++) {
@@ -393,8 +395,8 @@ int batch_order_breaks(const Batch *b, const char *per_topic_template, bool per_
             continue;
         for (int j = 0; j < i; j++) {
             const BatchRow *earlier = &b->rows[j];
-            if ((earlier->state == ROW_FAILED || earlier->setup_fault) && !earlier->dead_letter &&
-                same_aggregate(&earlier->row, &later->row) &&
+            if ((earlier->state == ROW_FAILED || earlier->setup_fault || earlier->cancelled) &&
+                !earlier->dead_letter && same_aggregate(&earlier->row, &later->row) &&
                 same_topic(&earlier->row, &later->row, per_topic_template) &&
                 (!per_partition || same_partition(earlier, later))) {
                 log_error("order broken: an event was delivered after an earlier event of its "

@@ -54,6 +54,9 @@ typedef struct BatchRow {
 
     /* The message's bytes as last produced, for a "message too large" error. */
     size_t sent_value, sent_key, sent_headers;
+    /* Left unsent for no fault of its own (batch_leave_unsent): its purge by a failed producer,
+     * or kept apart (Unrecordable). A later event of its aggregate delivered is an order break. */
+    bool cancelled;
 } BatchRow;
 
 #define BATCH_HELD_BITS 65536

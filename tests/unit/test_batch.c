@@ -193,6 +193,20 @@ static void test_order_breaks(void **state)
     batch_clear(b);
 }
 
+/* An event delivered after an earlier event of its aggregate was cancelled (purged as the
+ * producer failed: left unsent, no attempt counted) is an order break too. */
+static void test_order_breaks_after_cancelled(void **state)
+{
+    Batch *b = *state;
+    add_row(b, 1, "a", false);
+    add_row(b, 2, "a", false);
+    batch_cancelled(b, &b->rows[0]);
+    assert_int_equal(b->rows[0].state, ROW_PENDING);
+    b->rows[1].state = ROW_ACKED;
+    assert_int_equal(batch_order_breaks(b, NULL, false), 1);
+    batch_clear(b);
+}
+
 /* With --order-scope topic, order is promised within each topic: a later event of the aggregate
  * in another topic is no break, one in the same topic still is. */
 static void test_order_breaks_per_topic(void **state)
@@ -244,6 +258,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_marks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_order_breaks_per_topic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_order_breaks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_order_breaks_after_cancelled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_order_breaks_per_partition, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
