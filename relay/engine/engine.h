@@ -54,7 +54,8 @@ typedef struct Session Session;
 
 /* Rows whose outcome the table refuses to record at all: marked sent, or failed, the row's own
  * trigger or constraint raises (a CHECK on attempts, a last_error column too narrow, a trigger
- * refusing UPDATEs). Such a row stays unsent, and every claim would take it, publish it again
+ * refusing UPDATEs); a dead event's copy alike (marked dead-lettered, or its publication
+ * failed). Such a row stays unsent, and every claim would take it, publish it again
  * and fail to record it again, for ever, each time at the pace of the retry backoff with every
  * other row of the batch recorded one by one. So the session keeps the rows apart (marks.c): it
  * leaves each out of its batches (unsent, not published, its aggregate held for the batch) for

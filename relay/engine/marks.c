@@ -116,7 +116,7 @@ static int unrecordable_find(const Unrecordable *u, long long id)
 bool marks_skip_unrecordable(const Session *s, const BatchRow *br)
 {
     const Unrecordable *u = &s->unrecordable;
-    if (u->n == 0 || br->dead_letter)
+    if (u->n == 0)
         return false;
     int at = unrecordable_find(u, br->row.id);
     return at >= 0 && monotime_now() < u->due[at];
@@ -198,7 +198,7 @@ void marks_row_read(Session *s, PGresult **results, int n, const char *error)
         const char *state = pg_failed_sqlstate(results, n);
         if (sqlstate_fault(state) == SQLSTATE_FAULT_SETUP)
             session_setup_failed(s, "recording a row", state, error);
-        else if (br->state == ROW_FAILED && !br->dead_letter && refused_by_the_row(results, n))
+        else if (br->state == ROW_FAILED && refused_by_the_row(results, n))
             unrecordable_note(s, br, error);
         s->salvage_unrecorded++; /* claimed again after the retry backoff */
     } else if (br->state == ROW_ACKED) {

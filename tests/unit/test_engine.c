@@ -2250,6 +2250,36 @@ static void test_unrecordable_row_kept_apart(void **state)
     assert_int_equal(occurrences(logged(), "the table refuses to record a row's outcome"), 1);
 }
 
+/* The same for a dead event's copy: published to the dead-letter topic, its dead-lettered mark
+ * and then its failure mark refused, it is not published again by the next claims. */
+static void test_unrecordable_dead_row_kept_apart(void **state)
+{
+    extra_args[0] = "--dead-letter-topic";
+    extra_args[1] = "dead-letters";
+    start("1", "1", "60000");
+    bring_up_quietly(0);
+    T.dead[0] = "A";      /* row 1: dead, to be published to the dead-letter topic */
+    answer_claim(0, "B"); /* row 2: an event */
+    assert_int_equal(fake_kafka_count(), 2);
+    fake_kafka_report_all(OK);
+    answer_failing(0, "mark-dead-lettered", "23514");
+    answer(0); /* ROLLBACK: row by row */
+    while (fake_pg_pending(PG(0))) {
+        if (pending_param(0, "mark-dead-lettered")[0])
+            answer_failing(0, "mark-dead-lettered", "23514");
+        else if (pending_param(0, "mark-dead-letter-failed")[0])
+            answer_failing(0, "mark-dead-letter-failed", "23514");
+        else
+            answer(0);
+    }
+    fire(&S(0)->retry_timer);
+    T.next_id = 1;
+    T.dead[0] = "A";                         /* the dead row comes back */
+    answer_claim(0, "C");                    /* with an event */
+    assert_int_equal(fake_kafka_count(), 3); /* C alone */
+    assert_string_not_equal(fake_kafka_at(2)->topic, "dead-letters");
+}
+
 /* The next claim the session builds looks at what the floor needs (claim.c looks at most every
  * FLOOR_LOOK_INTERVAL_S, a real-time interval the test does not wait for). */
 static void look_next(void)
@@ -2591,6 +2621,7 @@ int main(void)
         cmocka_unit_test_teardown(test_purged_by_fatal_counts_no_attempt, teardown),
         cmocka_unit_test_teardown(test_too_large_names_its_sizes, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart, teardown),
+        cmocka_unit_test_teardown(test_unrecordable_dead_row_kept_apart, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     print_coverage();
