@@ -2247,7 +2247,19 @@ static void test_unrecordable_row_kept_apart(void **state)
     while (fake_pg_pending(PG(0)))
         answer(0);
     assert_true(ev_is_active(&S(0)->retry_timer));
-    assert_int_equal(occurrences(logged(), "the table refuses to record a row's outcome"), 1);
+    /* Its wait over, it is tried again; recorded this time (the trigger fixed), it is let go. */
+    S(0)->unrecordable.due[0] = 0;
+    fire(&S(0)->retry_timer);
+    T.next_id = 2;
+    answer_claim(0, "B");
+    assert_int_equal(fake_kafka_count(), produced + 2);
+    fake_kafka_report_all(OK);
+    assert_string_equal(pending_param(0, "mark-sent"), "{2}");
+    answer(0);
+    assert_int_equal(S(0)->unrecordable.n, 0);
+    const char *text = logged();
+    assert_int_equal(occurrences(text, "the table refuses to record a row's outcome"), 1);
+    assert_int_equal(occurrences(text, "a row whose outcome the table refused is recorded now"), 1);
 }
 
 /* The same for a dead event's copy: published to the dead-letter topic, its dead-lettered mark
