@@ -267,6 +267,8 @@ bool claim_build(Session *s, ClaimRequest *req)
     req->dead_params[2] = req->dead_budget;
     req->dead_params[3] = req->max_message;
     req->held_params[0] = s->lanes.owned_array.s;
+    req->held_params[1] =
+        req->params[5]; /* a held type's failed rows hold the floor back no more */
     req->writers_params[0] = floor_writers_param(&s->floor);
     req->no_rows[0] = "{}";
     /* Any claim of a sleeping follower but the one that follows falling asleep is a wakeup: it
@@ -300,7 +302,7 @@ bool claim_build(Session *s, ClaimRequest *req)
         s->floor_look_due = monotime_now() + FLOOR_LOOK_INTERVAL_S * relays_in_process();
         at.held = nq;
         queries[nq++] = (PgQuery){
-            s->sql[s->claim_stmt == SQL_CLAIM_HOLD ? SQL_FLOOR_HELD_HOLD : SQL_FLOOR_HELD_SKIP], 1,
+            s->sql[s->claim_stmt == SQL_CLAIM_HOLD ? SQL_FLOOR_HELD_HOLD : SQL_FLOOR_HELD_SKIP], 2,
             req->held_params, true};
     }
     s->claim_sent = s->around_locks ? SQL_AROUND_LOCKS_OF(s->claim_stmt) : s->claim_stmt;

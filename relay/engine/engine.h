@@ -351,7 +351,7 @@ void session_setup_failed(Session *s, const char *what, const char *state, const
 /* The statements of one claim and the parameter text they point to (claim.c fills it). */
 typedef struct ClaimRequest {
     char limit[24], dead_limit[24], budget[24], dead_budget[24], max_message[24], window[24];
-    const char *params[6], *dead_params[4], *held_params[1], *writers_params[1];
+    const char *params[6], *dead_params[4], *held_params[2], *writers_params[1];
     const char *locker_params[2];
     const char *no_rows[1]; /* "{}": the marks' statement of a setup probe */
     PgQuery queries[CLAIM_MAX_QUERIES];

@@ -29,8 +29,9 @@
  * A claim that starts after the confirmation then lets the floor rise to the confirmed
  * candidate, but never past a row it left out: rows after its last row (its limit or byte
  * budget cut there), and rows an earlier failed row holds back (SQL_FLOOR_HELD gives the lowest
- * failed row, read before the claim). A claim that went around locked rows does not move it.
- * The new floor takes effect when the claim's transaction commits with every row recorded.
+ * failed row, read before the claim, of the types not held). A claim that went around locked rows
+ * does not move it. The new floor takes effect when the claim's transaction commits with every row
+ * recorded.
  *
  * What keeps the floor where it is: a transaction that wrote to the table and stays open (its
  * row may still commit), and with --on-poison hold a dead event until it is requeued or purged.

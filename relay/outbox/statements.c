@@ -194,6 +194,8 @@
  * Before the claim: the lowest failed row of the lanes ($1) that can hold its aggregate's later
  * events back (with --on-poison hold a dead one too), which the floor never passes, so the events
  * it holds back stay above the floor (SQL_FAILED_ROWS: after SQL_CLAIM_PLAN, on the retry index);
+ * but for the aggregate types in $2, the claim's $6 (held while Kafka refuses their topic: their
+ * rows are the probe's, read from where the hold began, engine.h TopicHold and floor.h);
  * and the last value the sequence of {seq} handed out (NULL before the first), which bounds the
  * floor's candidates: a {seq} given by hand, above the sequence, never lifts the floor; and
  * whether that sequence still hands its values out in order (the session checked it at connect,
@@ -206,7 +208,8 @@
 #define FLOOR_SEQUENCE "pg_catalog.pg_get_serial_sequence({table_text}, {seq_text})::regclass"
 #define SQL_FLOOR_HELD(holds)                                                                      \
     "SELECT (SELECT pg_catalog.min(f.{seq}) FROM ("                                                           \
-    SQL_FAILED_ROWS("o.{seq}", "o.lane = ANY($1::smallint[])" holds) ") f),"                       \
+    SQL_FAILED_ROWS("o.{seq}", "o.lane = ANY($1::smallint[])" holds                               \
+                    " AND coalesce(o.{aggregate_type}::text, '') <> ALL($2::text[])") ") f),"     \
     " pg_catalog.pg_sequence_last_value(" FLOOR_SEQUENCE "),"                                      \
     " (SELECT q.seqcache = 1 AND NOT q.seqcycle AND q.seqincrement > 0"                            \
     " FROM pg_catalog.pg_sequence q WHERE q.seqrelid = " FLOOR_SEQUENCE "::oid),"                  \

@@ -2336,6 +2336,8 @@ static void test_floor_moves_during_hold(void **state)
     assert_int_equal(S(0)->floor.floor, 13); /* not past the refused row's batch */
     for (int i = 0; i < 3; i++) {
         assert_string_equal(field(pending_param(0, "claim"), 5), "{\"pay\"}");
+        /* nor does a failed row of pay hold the floor back (the floor's look leaves pay out) */
+        assert_string_equal(field(pending_param(0, "floor-held"), 1), "{\"pay\"}");
         deliver_looking("Q,R,S");
     }
     /* Past the held row at 13: the claims leaving pay out read from 25, not from 13. */
