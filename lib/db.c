@@ -122,6 +122,15 @@ static void hide_quoted_input(char *line, const char *conninfo, bool only_at)
     }
 }
 
+/* A password holding an unescaped '@' (postgresql://app:s3cr@t-pw@db/app) ends at the first '@'
+ * for libpq, and its tail goes on as the host name, which connect errors quote ("could not
+ * translate host name "t-pw@db""). Host names never hold an '@': such a span of the string is
+ * hidden, while the host names an operator needs stay. */
+void db_hide_password_tail(char *line, const char *conninfo)
+{
+    hide_quoted_input(line, conninfo ? conninfo : "", true);
+}
+
 /* Whether value is one of the NULL-terminated names. */
 static bool one_of(const char *value, const char *const *names)
 {
@@ -906,11 +915,7 @@ PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errl
     if (PQstatus(conn) != CONNECTION_OK) {
         char line[300];
         first_line(PQerrorMessage(conn), line, sizeof(line));
-        /* A password holding an unescaped '@' (postgresql://app:s3cr@t-pw@db/app) ends at the
-         * first '@' for libpq, and its tail goes on as the host name, which the error quotes
-         * ("could not translate host name "t-pw@db""). Host names never hold an '@': such a
-         * span of the string is hidden, while the host names an operator needs stay. */
-        hide_quoted_input(line, conninfo, true);
+        db_hide_password_tail(line, conninfo);
         snprintf(err, errlen, "%s", line);
         PQfinish(conn);
         return NULL;

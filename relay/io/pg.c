@@ -116,13 +116,25 @@ static void close_conn(PgConn *pg)
     pg->conn = NULL;
 }
 
+/* The first line of a libpq error as the relay shows it (log, requests, on_state): with the
+ * tail of a password whose '@' was not percent-encoded hidden (db_hide_password_tail), which
+ * libpq takes for the host name and quotes, and the relay's lookup quotes as libpq does. The
+ * scrub of registered secrets cannot catch it: the password registered is the whole one. */
+static const char *error_shown(const PgConn *pg, const char *why, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s", db_error_line(why));
+    db_hide_password_tail(out, pg->conninfo);
+    return out;
+}
+
 void pg_lose(PgConn *pg, const char *why)
 {
-    char reason[512];
+    char reason[512], line[500]; /* line fits after "; " */
+    error_shown(pg, why, line, sizeof(line));
     if (pg->server_fatal) /* the server's reason first: it is the cause */
-        snprintf(reason, sizeof(reason), "%s; %s", pg->server_fatal, db_error_line(why));
+        snprintf(reason, sizeof(reason), "%s; %s", pg->server_fatal, line);
     else
-        snprintf(reason, sizeof(reason), "%s", db_error_line(why));
+        snprintf(reason, sizeof(reason), "%s", line);
     bool was_up = pg->state == PG_UP;
 
     close_conn(pg);
@@ -329,7 +341,7 @@ static void addr_error_add(PgConn *pg, const char *line)
  * change (a host that keeps refusing logs once), the retries at debug level. */
 static void target_failed(PgConn *pg, const char *why)
 {
-    char reason[512], named[1024];
+    char reason[512], named[1024], line[512];
     if (pg->looked_up) {
         /* Given addresses, libpq names only them: put the name back, as libpq writes it. */
         const char *host = pg->plan.targets[pg->target].addr.host;
@@ -340,8 +352,8 @@ static void target_failed(PgConn *pg, const char *why)
             char q[600], q2[300];
             log_debug("postgres address failed", "%shost=%s error=%s", pg->tag,
                       log_quote(pg->plan.targets[pg->target].shown, q2, sizeof(q2)),
-                      log_quote(db_error_line(why), q, sizeof(q)));
-            addr_error_add(pg, db_error_line(why));
+                      log_quote(error_shown(pg, why, line, sizeof(line)), q, sizeof(q)));
+            addr_error_add(pg, line);
             close_conn(pg);
             pg->state = PG_DOWN;
             pg->addr = next;
@@ -353,7 +365,7 @@ static void target_failed(PgConn *pg, const char *why)
          * 127.0.0.1 refused the password). The last in full, then, if they fit, the others. */
         if (pg->addr_error) {
             char last[512];
-            snprintf(last, sizeof(last), "%s", db_error_line(why));
+            error_shown(pg, why, last, sizeof(last));
             if (strlen(pg->addr_error) + 2 + strlen(last) < sizeof(reason))
                 snprintf(named, sizeof(named), "%s; %s", pg->addr_error, last);
             else
@@ -362,7 +374,7 @@ static void target_failed(PgConn *pg, const char *why)
             why = named;
         }
     }
-    snprintf(reason, sizeof(reason), "%s", db_error_line(why));
+    error_shown(pg, why, reason, sizeof(reason));
     forget_addrs(pg);
     close_conn(pg);
     pg->state = PG_DOWN;

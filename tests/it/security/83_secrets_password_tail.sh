@@ -1,0 +1,59 @@
+#!/bin/bash
+# Proves the tail of a password holding an unescaped '@' stays secret. In
+# postgresql://app:p@t-pw-s3cret@db/app libpq ends the password at the first '@' and takes the
+# rest ("t-pw-s3cret@db") for the host name, which its connect errors, and the relay's own lookup
+# errors, quote. No PostgreSQL runs: the name cannot resolve (host names never hold an '@'):
+#  1. run with one host: the "postgres unreachable" errors, /readyz and STATUS= do not show the
+#     tail;
+#  2. run with a host list: the "postgres host failed" errors do not show it;
+#  3. check and status: their connect errors do not show it.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+
+TAIL='t-pw-s3cret'
+URL="postgresql://app:p@$TAIL@db.invalid:1/app"
+URL_LIST="postgresql://app:p@$TAIL@h1.invalid,h2.invalid:1/app"
+
+# errors_lack_tail LOG: LOG's error= fields (the last but retry_in_s) do not hold the tail.
+errors_lack_tail() {
+    ! sed -n 's/.* error=//p' "$1" | grep -qF "$TAIL"
+}
+
+socat -u "UNIX-RECV:$T/notify" "OPEN:$T/notify.out,creat,append" 2>"$T/socat.log" &
+_t_track $!
+_poll 10 test -S "$T/notify" || fail "socat listens on $T/notify within 10s"
+
+# --- 1. ---
+RELAY_WRAP=(env NOTIFY_SOCKET="$T/notify")
+relay_start --database-url "$URL" --brokers 127.0.0.1:1 --metrics-listen 127.0.0.1:0
+metrics_wait
+wait_for "1: the lookup failed" 30 grep -q 'msg="postgres unreachable"' "$RELAY_LOG"
+check "1: ... saying why" grep -q 'could not translate host name' "$RELAY_LOG"
+curl -s --max-time 5 "http://$METRICS/readyz" >"$T/readyz"
+check "1: /readyz says postgres is unreachable" grep -q 'postgres unreachable' "$T/readyz"
+check "1: ... without the tail" lacks "$T/readyz" "$TAIL"
+wait_for "1: STATUS= says postgres is unreachable" 30 grep -q '^STATUS=.*postgres unreachable' \
+    "$T/notify.out"
+check "1: ... without the tail" lacks "$T/notify.out" "$TAIL"
+relay_stop
+check_eq "1: relay exits 0" 0 $?
+check "1: the errors logged do not show the tail" errors_lack_tail "$RELAY_LOG"
+
+# --- 2. ---
+RELAY_WRAP=()
+relay_start --database-url "$URL_LIST" --brokers 127.0.0.1:1 --log-level debug
+wait_for "2: a host of the list failed" 30 grep -q 'msg="postgres host failed"' "$RELAY_LOG"
+wait_for "2: then the whole list" 30 grep -q 'msg="postgres unreachable"' "$RELAY_LOG"
+relay_stop
+check_eq "2: relay exits 0" 0 $?
+check "2: the errors logged do not show the tail" errors_lack_tail "$RELAY_LOG"
+
+# --- 3. ---
+for cmd in check status; do
+    args=(--database-url "$URL")
+    [ "$cmd" = check ] && args+=(--brokers 127.0.0.1:1)
+    timeout 60 "$RELAY_BIN" "$cmd" "${args[@]}" >"$T/$cmd.out" 2>&1
+    check "3: $cmd cannot connect" grep -q 'could not translate host name' "$T/$cmd.out"
+    check "3: ... and does not show the tail" lacks "$T/$cmd.out" "$TAIL"
+done
