@@ -55,6 +55,36 @@ void secrets_add(const char *value)
         add_span(value, strlen(value));
 }
 
+/* The text from tail to end, and, when it holds a %XX escape, its decoded form too (%00 stays:
+ * libpq refuses it). */
+static void add_tail(const char *tail, const char *end)
+{
+    size_t len = (size_t)(end - tail);
+    add_span(tail, len);
+    if (!memchr(tail, '%', len))
+        return;
+    char *decoded = malloc(len + 1);
+    if (!decoded)
+        return;
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (tail[i] == '%' && i + 2 < len && isxdigit((unsigned char)tail[i + 1]) &&
+            isxdigit((unsigned char)tail[i + 2])) {
+            char hex[3] = {tail[i + 1], tail[i + 2], '\0'};
+            char c = (char)strtol(hex, NULL, 16);
+            if (c) {
+                decoded[n++] = c;
+                i += 2;
+                continue;
+            }
+        }
+        decoded[n++] = tail[i];
+    }
+    add_span(decoded, n);
+    explicit_bzero(decoded, len + 1);
+    free(decoded);
+}
+
 /* The raw text of every password in a connection string, found by position like
  * log_mask_conninfo does, so that a string libpq refuses to parse is covered too. */
 static void add_raw_passwords(const char *conninfo)
@@ -75,6 +105,12 @@ static void add_raw_passwords(const char *conninfo)
         const char *first_colon = first_at ? memchr(auth, ':', (size_t)(first_at - auth)) : NULL;
         if (first_colon && first_at != at)
             add_span(first_colon + 1, (size_t)(first_at - first_colon - 1));
+        /* ...and the rest of the password, after that '@', is where libpq's host name starts
+         * ("t-pw@db" for u:p@t-pw@db): the relay shows host names (its connection security
+         * warning, "postgres host failed", "postgres connected") and neither password above
+         * occurs in them. Registered as written and percent-decoded, as libpq decodes hosts. */
+        if (colon && first_at && first_at < at)
+            add_tail(first_at + 1 > colon + 1 ? first_at + 1 : colon + 1, at);
         /* Parameters named in percent-encoding, which the search for "password" below misses
          * (after the user info: its password may hold a '?'). */
         for (const char *param = strchr(at ? at : auth, '?'); param; param = strchr(param, '&')) {

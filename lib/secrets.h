@@ -23,7 +23,8 @@ void secrets_add(const char *value);
 
 /* Registers the passwords of a libpq connection string: password and sslpassword as libpq
  * parses them, and the raw (percent-encoded or quoted) text of each, which is what libpq echoes
- * when it cannot parse the string. */
+ * when it cannot parse the string. In a URL whose password holds an '@' not percent-encoded, the
+ * password's part after that '@' too (raw and decoded): libpq takes it for the host name. */
 void secrets_add_conninfo(const char *conninfo);
 
 /* Whether the len bytes at key, a URL query parameter's name holding a percent-encoded byte,

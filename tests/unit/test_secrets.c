@@ -99,6 +99,23 @@ static void test_conninfo_url_password_with_query_chars(void **state)
                     "invalid percent-encoded token: \"***\"");
 }
 
+static void test_conninfo_url_password_tail(void **state)
+{
+    /* An '@' not percent-encoded in the password: libpq's password ends at it ("p", too short to
+     * register) and the rest is the start of its host name, shown in the relay's host= fields
+     * and connect errors. The whole password is a secret, and so is that tail. */
+    secrets_add_conninfo("postgresql://app:p@t-pw-s3cret@db.invalid:1/app");
+    assert_scrubbed("host=\"t-pw-s3cret@db.invalid\"", "host=\"***@db.invalid\"");
+    assert_scrubbed("p@t-pw-s3cret", "***");
+    /* The tail percent-decoded too (libpq decodes a URL's host), and from after the colon when
+     * the first '@' is in the user name. */
+    secrets_add_conninfo("postgresql://app:x@tail%2Dtwo@db/app");
+    assert_scrubbed("host \"tail-two@db\"", "host \"***@db\"");
+    secrets_add_conninfo("postgresql://me@corp:pass-three@db/app");
+    assert_scrubbed("port \"pass-three@db\"", "port \"***@db\"");
+    assert_scrubbed("me@corp db app", "me@corp db app");
+}
+
 static void test_conninfo_keyword_form(void **state)
 {
     secrets_add_conninfo("host=h dbname=d password='it\\'s a secret' sslpassword=keypass99");
@@ -254,6 +271,7 @@ int main(void)
         T(test_conninfo_url),
         T(test_conninfo_unparsable),
         T(test_conninfo_url_password_with_query_chars),
+        T(test_conninfo_url_password_tail),
         T(test_conninfo_keyword_form),
         T(test_conninfo_unquoted_escape),
         T(test_conninfo_keyword_ampersand),

@@ -6,7 +6,8 @@
 #  1. run with one host: the "postgres unreachable" errors, /readyz and STATUS= do not show the
 #     tail;
 #  2. run with a host list: the "postgres host failed" errors do not show it;
-#  3. check and status: their connect errors do not show it.
+#  3. check and status: their connect errors do not show it;
+#  4. the logs of 1 and 2 do not show it anywhere (the scrub knows the tail: the host= fields).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -39,6 +40,7 @@ check "1: ... without the tail" lacks "$T/notify.out" "$TAIL"
 relay_stop
 check_eq "1: relay exits 0" 0 $?
 check "1: the errors logged do not show the tail" errors_lack_tail "$RELAY_LOG"
+LOG1=$RELAY_LOG
 
 # --- 2. ---
 RELAY_WRAP=()
@@ -48,6 +50,7 @@ wait_for "2: then the whole list" 30 grep -q 'msg="postgres unreachable"' "$RELA
 relay_stop
 check_eq "2: relay exits 0" 0 $?
 check "2: the errors logged do not show the tail" errors_lack_tail "$RELAY_LOG"
+LOG2=$RELAY_LOG
 
 # --- 3. ---
 for cmd in check status; do
@@ -57,3 +60,8 @@ for cmd in check status; do
     check "3: $cmd cannot connect" grep -q 'could not translate host name' "$T/$cmd.out"
     check "3: ... and does not show the tail" lacks "$T/$cmd.out" "$TAIL"
 done
+
+# --- 4. ---
+check "4: the log of 1 names the host as far as it is no secret" grep -qF '"***@db.invalid' "$LOG1"
+check "4: ... and nowhere shows the tail" lacks "$LOG1" "$TAIL"
+check "4: the log of 2 (debug) does not show the tail" lacks "$LOG2" "$TAIL"
