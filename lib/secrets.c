@@ -55,22 +55,39 @@ void secrets_add(const char *value)
         add_span(value, strlen(value));
 }
 
-/* The text from tail to end, and, when it holds a %XX escape, its decoded form too (%00 stays:
- * libpq refuses it). */
-static void add_tail(const char *tail, const char *end)
+/* Where a reading of a URL other than the password as meant may end or cut its password. */
+static const char PASSWORD_CUTS[] = "@,:?#&=";
+
+/* Registers the text from start to end, and each piece of it between PASSWORD_CUTS. */
+static void add_pieces(const char *start, const char *end)
 {
-    size_t len = (size_t)(end - tail);
-    add_span(tail, len);
-    if (!memchr(tail, '%', len))
+    add_span(start, (size_t)(end - start));
+    for (const char *piece = start; piece < end;) {
+        const char *cut = piece;
+        while (cut < end && !strchr(PASSWORD_CUTS, *cut))
+            cut++;
+        add_span(piece, (size_t)(cut - piece));
+        piece = cut + 1;
+    }
+}
+
+/* add_pieces for the text as written and, when it holds a %XX escape, percent-decoded: libpq
+ * decodes a URL's parts before it splits a host list at ',' ("a%2Cb" is hosts a and b). %00
+ * stays as it is: libpq refuses it. */
+static void add_password_pieces(const char *start, const char *end)
+{
+    size_t len = (size_t)(end - start);
+    add_pieces(start, end);
+    if (!memchr(start, '%', len))
         return;
     char *decoded = malloc(len + 1);
     if (!decoded)
         return;
     size_t n = 0;
     for (size_t i = 0; i < len; i++) {
-        if (tail[i] == '%' && i + 2 < len && isxdigit((unsigned char)tail[i + 1]) &&
-            isxdigit((unsigned char)tail[i + 2])) {
-            char hex[3] = {tail[i + 1], tail[i + 2], '\0'};
+        if (start[i] == '%' && i + 2 < len && isxdigit((unsigned char)start[i + 1]) &&
+            isxdigit((unsigned char)start[i + 2])) {
+            char hex[3] = {start[i + 1], start[i + 2], '\0'};
             char c = (char)strtol(hex, NULL, 16);
             if (c) {
                 decoded[n++] = c;
@@ -78,9 +95,9 @@ static void add_tail(const char *tail, const char *end)
                 continue;
             }
         }
-        decoded[n++] = tail[i];
+        decoded[n++] = start[i];
     }
-    add_span(decoded, n);
+    add_pieces(decoded, decoded + n);
     explicit_bzero(decoded, len + 1);
     free(decoded);
 }
@@ -105,12 +122,21 @@ static void add_raw_passwords(const char *conninfo)
         const char *first_colon = first_at ? memchr(auth, ':', (size_t)(first_at - auth)) : NULL;
         if (first_colon && first_at != at)
             add_span(first_colon + 1, (size_t)(first_at - first_colon - 1));
-        /* ...and the rest of the password, after that '@', is where libpq's host name starts
-         * ("t-pw@db" for u:p@t-pw@db): the relay shows host names (its connection security
-         * warning, "postgres host failed", "postgres connected") and neither password above
-         * occurs in them. Registered as written and percent-decoded, as libpq decodes hosts. */
-        if (colon && first_at && first_at < at)
-            add_tail(first_at + 1 > colon + 1 ? first_at + 1 : colon + 1, at);
+        /* With more than one '@' before the first '/', the password as meant (to the last
+         * '@'), libpq's (to the first) and log_mask_conninfo's ('?' and '#' end its search)
+         * differ, and the text between them is shown cut elsewhere still: libpq takes what
+         * follows its '@' for hosts and ports (cut at ',', ':' and '?'; "t-pw@db" for u:p@t-pw@db)
+         * or its query ('&', '='), which the relay shows (its connection security warning,
+         * "postgres host failed", the lookup's errors), and the mask leaves what follows its '@'
+         * as written. None of the passwords above occurs in those: the password as meant is
+         * registered whole and in pieces cut at each of those characters, as written and
+         * percent-decoded (libpq decodes a URL's parts). Only then: a password "a:b:c" that every
+         * reading ends alike is not cut into words that would be scrubbed everywhere. */
+        const char *auth_end = auth + strcspn(auth, "/");
+        const char *last_at = memrchr(auth, '@', (size_t)(auth_end - auth));
+        const char *meant = last_at ? memchr(auth, ':', (size_t)(last_at - auth)) : NULL;
+        if (meant && first_at && first_at != last_at)
+            add_password_pieces(meant + 1, last_at);
         /* Parameters named in percent-encoding, which the search for "password" below misses
          * (after the user info: its password may hold a '?'). */
         for (const char *param = strchr(at ? at : auth, '?'); param; param = strchr(param, '&')) {

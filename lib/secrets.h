@@ -23,8 +23,10 @@ void secrets_add(const char *value);
 
 /* Registers the passwords of a libpq connection string: password and sslpassword as libpq
  * parses them, and the raw (percent-encoded or quoted) text of each, which is what libpq echoes
- * when it cannot parse the string. In a URL whose password holds an '@' not percent-encoded, the
- * password's part after that '@' too (raw and decoded): libpq takes it for the host name. */
+ * when it cannot parse the string. In a URL with more than one '@' before its first '/', the
+ * password as meant (to the last '@') whole and in pieces cut at "@,:?#&=", raw and decoded:
+ * libpq ends it at the first '@' and takes the rest for hosts, ports or its query, and
+ * log_mask_conninfo ends it elsewhere still, each showing pieces no other reading registers. */
 void secrets_add_conninfo(const char *conninfo);
 
 /* Whether the len bytes at key, a URL query parameter's name holding a percent-encoded byte,
