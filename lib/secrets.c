@@ -58,13 +58,13 @@ void secrets_add(const char *value)
 /* Where a reading of a URL other than the password as meant may end or cut its password. */
 static const char PASSWORD_CUTS[] = "@,:?#&=";
 
-/* Registers the text from start to end, and each piece of it between PASSWORD_CUTS. */
-static void add_pieces(const char *start, const char *end)
+/* Registers the text from start to end, and each piece of it between the characters of cuts. */
+static void add_pieces(const char *start, const char *end, const char *cuts)
 {
     add_span(start, (size_t)(end - start));
     for (const char *piece = start; piece < end;) {
         const char *cut = piece;
-        while (cut < end && !strchr(PASSWORD_CUTS, *cut))
+        while (cut < end && !strchr(cuts, *cut))
             cut++;
         add_span(piece, (size_t)(cut - piece));
         piece = cut + 1;
@@ -77,7 +77,7 @@ static void add_pieces(const char *start, const char *end)
 static void add_password_pieces(const char *start, const char *end)
 {
     size_t len = (size_t)(end - start);
-    add_pieces(start, end);
+    add_pieces(start, end, PASSWORD_CUTS);
     if (!memchr(start, '%', len))
         return;
     char *decoded = malloc(len + 1);
@@ -97,7 +97,7 @@ static void add_password_pieces(const char *start, const char *end)
         }
         decoded[n++] = start[i];
     }
-    add_pieces(decoded, decoded + n);
+    add_pieces(decoded, decoded + n, PASSWORD_CUTS);
     explicit_bzero(decoded, len + 1);
     free(decoded);
 }
@@ -177,6 +177,11 @@ static void add_raw_passwords(const char *conninfo)
                     end++;
         }
         add_span(q, (size_t)(end - q));
+        /* libpq ends a query value at '&' alone (blanks, quotes and backslashes are part of it),
+         * where the reading above, log_mask_conninfo's, stops at a blank and shows the rest
+         * ("?password=*** horse"): that value is registered in pieces between those too. */
+        if (in_query)
+            add_pieces(q, q + strcspn(q, "&"), " \t\n\v\f\r'\\");
     }
 }
 

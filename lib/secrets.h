@@ -26,7 +26,9 @@ void secrets_add(const char *value);
  * when it cannot parse the string. In a URL with more than one '@' before its first '/', the
  * password as meant (to the last '@') whole and in pieces cut at "@,:?#&=", raw and decoded:
  * libpq ends it at the first '@' and takes the rest for hosts, ports or its query, and
- * log_mask_conninfo ends it elsewhere still, each showing pieces no other reading registers. */
+ * log_mask_conninfo ends it elsewhere still, each showing pieces no other reading registers.
+ * A URL query's password (libpq: to the next '&') also in pieces cut at blanks, quotes and
+ * backslashes, where log_mask_conninfo ends it. */
 void secrets_add_conninfo(const char *conninfo);
 
 /* Whether the len bytes at key, a URL query parameter's name holding a percent-encoded byte,
