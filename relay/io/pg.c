@@ -283,7 +283,8 @@ static void on_stable(struct ev_loop *loop, ev_timer *w, int revents)
     if (pg->outage_logged == OUTAGE_RELAPSED) {
         char q1[300], q2[40];
         log_info("postgres reconnected", "%sserver_version=%d host=%s port=%s tls=%s gssenc=%s",
-                 pg->tag, PQserverVersion(pg->conn), log_quote(PQhost(pg->conn), q1, sizeof(q1)),
+                 pg->tag, PQserverVersion(pg->conn),
+                 log_quote(pg_host_shown(PQhost(pg->conn)), q1, sizeof(q1)),
                  log_quote(PQport(pg->conn), q2, sizeof(q2)), PQsslInUse(pg->conn) ? "on" : "off",
                  PQgssEncInUse(pg->conn) ? "on" : "off");
     }
@@ -312,7 +313,8 @@ static void connected(PgConn *pg)
     if (!pg->ever_up || pg->outage_logged == OUTAGE_LOST)
         log_info(pg->ever_up ? "postgres reconnected" : "postgres connected",
                  "%sserver_version=%d host=%s port=%s tls=%s gssenc=%s", pg->tag,
-                 PQserverVersion(pg->conn), log_quote(PQhost(pg->conn), q1, sizeof(q1)),
+                 PQserverVersion(pg->conn),
+                 log_quote(pg_host_shown(PQhost(pg->conn)), q1, sizeof(q1)),
                  log_quote(PQport(pg->conn), q2, sizeof(q2)), PQsslInUse(pg->conn) ? "on" : "off",
                  PQgssEncInUse(pg->conn) ? "on" : "off"); /* GSSAPI encryption, not TLS */
     pg->ever_up = true;

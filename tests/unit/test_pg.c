@@ -158,6 +158,21 @@ static void test_error_names_the_host(void **state)
     assert_int_equal(strlen(out), 19); /* cut, terminated */
 }
 
+/* A password holding an unescaped '@' whose tail is too short for the scrub of registered
+ * secrets (3 characters): the host that libpq makes of it is logged as "...". */
+static void test_password_tail_not_shown(void **state)
+{
+    PgPlan plan = {0};
+    assert_true(pg_plan_make(&plan, "postgresql://app:pw@s3c@h1:1,h2:2/app", 30000, NULL));
+    assert_int_equal(plan.ntargets, 2);
+    assert_string_equal(plan.targets[0].shown, "...:1");
+    assert_string_equal(plan.targets[1].shown, "h2:2");
+    assert_string_equal(plan.targets[0].addr.host, "s3c@h1"); /* libpq is given it as it is */
+    pg_plan_free(&plan);
+    assert_string_equal(pg_host_shown("db.example"), "db.example");
+    assert_null(pg_host_shown(NULL));
+}
+
 /* A service file (pg_service.conf) as the only source of options and connect_timeout: with a
  * pinned schema the plan sends an explicit options entry, which hides the service's from libpq,
  * so they must be in it, before the pin; and the relay's own per-host timer takes the service's
@@ -276,6 +291,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_names_the_host),
+        cmocka_unit_test(test_password_tail_not_shown),
         cmocka_unit_test(test_service_options_and_timeout),
         cmocka_unit_test(test_service_host_is_planned),
         cmocka_unit_test(test_service_keepalives_win),
