@@ -66,25 +66,58 @@ static bool is_input(char *span, const char *conninfo, const char *decoded)
     }
 }
 
-/* only_at: hide only spans holding an '@' (db_connect's errors, which must keep host names). */
+/* A copy of the len bytes at s percent-decoded (NULL: out of memory). %00 stays as it is:
+ * libpq refuses it, and a NUL would end the search text. */
+static char *decoded_copy(const char *s, size_t len)
+{
+    char *decoded = malloc(len + 1);
+    if (!decoded)
+        return NULL;
+    char *d = decoded;
+    for (const char *p = s; p < s + len; p++) {
+        unsigned v;
+        int n = 0;
+        if (*p == '%' && p + 2 < s + len && isxdigit((unsigned char)p[1]) &&
+            isxdigit((unsigned char)p[2]) && sscanf(p + 1, "%2x%n", &v, &n) == 1 && n == 2 &&
+            v != 0) {
+            *d++ = (char)v;
+            p += 2;
+        } else {
+            *d++ = *p;
+        }
+    }
+    *d = '\0';
+    return decoded;
+}
+
+static void free_secret(char *s)
+{
+    if (s) {
+        explicit_bzero(s, strlen(s)); /* it may hold a password */
+        free(s);
+    }
+}
+
+/* only_at: hide only spans holding an '@', or lying in a URL's password as meant (db_connect's
+ * errors, which must keep host names). With more than one '@' before a URL's first '/', the
+ * password as meant runs from the user info's ':' to the last of them, and libpq, which ends
+ * it at the first, cuts the rest into hosts at ',' and ':' ("u:x@s3cret,@@h": a host "s3cret",
+ * no '@' in it): a span found in that text, as written or decoded, is hidden too. */
 static void hide_quoted_input(char *line, const char *conninfo, bool only_at)
 {
-    char *decoded = strchr(conninfo, '%') ? strdup(conninfo) : NULL;
-    if (decoded) {
-        char *d = decoded;
-        for (const char *p = conninfo; *p; p++) {
-            unsigned v;
-            int n = 0;
-            /* %00 stays as it is: libpq refuses it, and a NUL would end the search text. */
-            if (*p == '%' && isxdigit((unsigned char)p[1]) && isxdigit((unsigned char)p[2]) &&
-                sscanf(p + 1, "%2x%n", &v, &n) == 1 && n == 2 && v != 0) {
-                *d++ = (char)v;
-                p += 2;
-            } else {
-                *d++ = *p;
-            }
+    char *decoded = strchr(conninfo, '%') ? decoded_copy(conninfo, strlen(conninfo)) : NULL;
+    char *meant = NULL, *meant_decoded = NULL;
+    const char *auth = only_at ? strstr(conninfo, "://") : NULL;
+    if (auth) {
+        auth += 3;
+        size_t auth_len = strcspn(auth, "/");
+        const char *first_at = memchr(auth, '@', auth_len);
+        const char *last_at = memrchr(auth, '@', auth_len);
+        const char *colon = last_at ? memchr(auth, ':', (size_t)(last_at - auth)) : NULL;
+        if (colon && first_at != last_at) {
+            meant = strndup(colon + 1, (size_t)(last_at - colon - 1));
+            meant_decoded = decoded_copy(colon + 1, (size_t)(last_at - colon - 1));
         }
-        *d = '\0';
     }
     for (char *open = strchr(line, '"'); open;) {
         char *hide = NULL;
@@ -95,7 +128,8 @@ static void hide_quoted_input(char *line, const char *conninfo, bool only_at)
                 char saved = *close;
                 *close = '\0';
                 bool found = is_input(open + 1, conninfo, decoded);
-                bool at = !only_at || strchr(open + 1, '@');
+                bool at = !only_at || strchr(open + 1, '@') || (meant && strstr(meant, open + 1)) ||
+                          (meant_decoded && strstr(meant_decoded, open + 1));
                 *close = saved;
                 if (!found)
                     break;
@@ -116,10 +150,9 @@ static void hide_quoted_input(char *line, const char *conninfo, bool only_at)
         hide = open + 1 + dots;
         open = *hide ? strchr(hide + 1, '"') : NULL;
     }
-    if (decoded) {
-        explicit_bzero(decoded, strlen(decoded)); /* it may hold a password */
-        free(decoded);
-    }
+    free_secret(decoded);
+    free_secret(meant);
+    free_secret(meant_decoded);
 }
 
 /* A password holding an unescaped '@' (postgresql://app:s3cr@t-pw@db/app) ends at the first '@'

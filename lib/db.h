@@ -166,11 +166,13 @@ bool db_identity(PGconn *conn, char *out, size_t outlen, DbError *e)
  * for none, in a buffer of the calling thread that the next call overwrites. */
 const char *db_error_line(const char *message);
 
-/* Hides, in place, each double-quoted span of line that holds an '@' and occurs in conninfo
- * (as written or percent-decoded): the tail of a password whose '@' was not percent-encoded,
- * which libpq takes for the start of the host name and quotes in its connect errors. Quoted
- * spans without an '@' (real host names) stay. line only shrinks. The rule of db_connect's
- * errors, for every caller that shows libpq's connect errors (the relay's connections). */
+/* Hides, in place, each double-quoted span of line that occurs in conninfo (as written or
+ * percent-decoded) and holds an '@' or lies in a URL's password as meant (to the last '@' before
+ * the first '/', when there are several): the tail of a password whose '@' was not
+ * percent-encoded, which libpq takes for the start of the host name (or a list of hosts) and
+ * quotes in its connect errors. Other quoted spans (real host names) stay. line only shrinks. The
+ * rule of db_connect's errors, for every caller that shows libpq's connect errors (the relay's
+ * connections). */
 void db_hide_password_tail(char *line, const char *conninfo);
 
 /* "SQLSTATE: first line of the message" for logs and errors. */
