@@ -542,6 +542,20 @@ static const OptDef options[] = {
      .metavar = "DURATION",
      .help = "migrate: give up when PostgreSQL has not answered one statement (a migration's DDL, "
              "the lock of a concurrent migrate) within this long"},
+    {.name = "statement-timeout",
+     .type = OPT_DURATION,
+     .def = "30s",
+     .min = 1, /* 0 or off would wait for ever on a lock or a server that stopped answering */
+     .offset = FIELD(statement_timeout_s),
+     .commands = FOR(CMD_DEAD) | FOR(CMD_REQUEUE) | FOR(CMD_PURGE_DEAD) | FOR(CMD_STATUS) |
+                 FOR(CMD_CHECK) | FOR(CMD_VERIFY) | FOR(CMD_REPLAY),
+     .metavar = "DURATION",
+     .help = "dead, requeue, purge-dead, status, check: PostgreSQL ends a statement running this "
+             "long (statement_timeout; a stricter one of the URL, role or database stays), and the "
+             "command gives up on one not answered a few seconds later (exit 1); verify, replay: "
+             "give up on a statement not answered within this long plus what its work adds "
+             "(outbox-relay(1)). 1s to 24h: raise it for a large verify or replay on a slow "
+             "server"},
     {.name = "id",
      .type = OPT_INT,
      .min = 1,
@@ -1754,6 +1768,11 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
     if ((cfg->command == CMD_RUN || cfg->command == CMD_VERIFY || cfg->command == CMD_CHECK) &&
         cfg->brokers && !brokers_check(cfg, source_of(sources, "brokers"), err, errlen))
         return false;
+    if (cfg->statement_timeout_s > CONFIG_STATEMENT_TIMEOUT_MAX_S)
+        return optval_fail(err, errlen,
+                           "--statement-timeout: expected at most 24h (86400s), got %lds: a "
+                           "statement bound longer than a day is a typo of its unit",
+                           cfg->statement_timeout_s);
     if (cfg->command == CMD_REQUEUE && (cfg->id > 0) == cfg->all)
         return optval_fail(err, errlen, "requeue needs exactly one of --id ID or --all");
     if (cfg->command == CMD_REPLAY && !cfg->replay_from_id && !cfg->replay_to_id &&

@@ -20,6 +20,11 @@
 /* The most --schema-registry-url URLs: relay/io/registry.c's MAX_URLS, which must stay equal. */
 #define CONFIG_REGISTRY_URLS_MAX 8
 
+/* The most --statement-timeout takes: a day, which any statement of the commands that may run
+ * at all fits (a longer one is a typo of a unit), and which statement_timeout in milliseconds
+ * and poll()'s int timeout both hold. */
+#define CONFIG_STATEMENT_TIMEOUT_MAX_S 86400L
+
 typedef enum {
     CMD_RUN,
     CMD_MIGRATE,
@@ -149,6 +154,8 @@ typedef struct Config {
     char *replay_missing; /* file with `verify --json` output; "-": stdin */
     bool replay_dry_run, replay_yes;
     long replay_batch_rows;
+    /* dead, requeue, purge-dead, status, check, verify, replay: --statement-timeout */
+    long statement_timeout_s;
     /* Many databases (docs/operations.md#many-databases): --databases, the list as JSON text (an
      * array of objects: a name, a database URL or URL file, and per-database options); dbs, one
      * Config per entry (this one with the entry's options over it), built by config_load; the

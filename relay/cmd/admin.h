@@ -10,14 +10,26 @@
 #include "db.h"
 
 /* Every statement of the one-shot commands (dead, requeue, purge-dead, status, check) ends
- * within ADMIN_STATEMENT_TIMEOUT_S: PostgreSQL cancels it then (statement_timeout, set by
- * admin_bound_session), and admin_query gives up ADMIN_ANSWER_GRACE_S later when no answer
- * came at all (a stopped server). Without a bound they waited for ever behind a lock. */
+ * within their --statement-timeout (ADMIN_STATEMENT_TIMEOUT_S by default, at most
+ * CONFIG_STATEMENT_TIMEOUT_MAX_S): PostgreSQL cancels it then (statement_timeout, set by
+ * admin_bound_session), and admin_query gives up a grace later (ADMIN_ANSWER_GRACE_S, or the
+ * timeout itself when shorter) when no answer came at all (a stopped server). Without a bound
+ * they waited for ever behind a lock. */
 #define ADMIN_STATEMENT_TIMEOUT_S 30
 #define ADMIN_ANSWER_GRACE_S 5
 /* Rows a statement of dead, requeue or purge-dead takes at a time (SQL_DEAD_BATCH): a batch of
  * any row size is done well within ADMIN_STATEMENT_TIMEOUT_S. */
 #define ADMIN_DEAD_BATCH 10000
+
+/* Sets the statement bound (seconds, 1 to CONFIG_STATEMENT_TIMEOUT_MAX_S) that admin_connect,
+ * admin_bound_session, admin_query and admin_exec use from here on: the command's
+ * --statement-timeout, set by each command before it connects. ADMIN_STATEMENT_TIMEOUT_S until
+ * then. A value out of range is clamped into it. */
+void admin_set_statement_timeout(long seconds);
+
+/* How long admin_query waits for an answer: the statement bound plus its grace (the server's own
+ * cancel, at the bound, comes first when the server answers at all). */
+long admin_answer_s(void);
 
 /* Blocking helpers shared by the one-shot commands (admin, status, check). Connects and bounds
  * the session (admin_bound_session), with a one-line, password-free error logged on failure;
@@ -25,20 +37,20 @@
 PGconn *admin_connect(const char *conninfo);
 
 /* admin_connect without the statement bound, for verify and replay: a read of a long window, or a
- * replay selection scanned whole, may rightly run longer than ADMIN_STATEMENT_TIMEOUT_S (with
- * the bound they failed after 30 s), and they bound their lock waits themselves (lock_timeout).
+ * replay batch, may rightly run longer than --statement-timeout (with the bound they failed after
+ * 30 s): they wait for each answer that long plus what their work adds (verify.c, replay.c), and
+ * bound their lock waits themselves (lock_timeout).
  * A role's or database's own statement_timeout still applies. NULL (error logged) on failure. */
 PGconn *admin_connect_unbounded(const char *conninfo);
 
-/* Sets the session's statement_timeout to ADMIN_STATEMENT_TIMEOUT_S, unless one at most as long
- * is in force already (set by the connection string, the role or the database: it stays). False
- * with e filled in when the statement fails. */
+/* Sets the session's statement_timeout to the statement bound (admin_set_statement_timeout),
+ * unless one at most as long is in force already (set by the connection string, the role or the
+ * database: it stays). False with e filled in when the statement fails. */
 bool admin_bound_session(PGconn *conn, DbError *e);
 
 /* db_query with a deadline: the result (the caller PQclears it) when the statement succeeded;
- * NULL with e filled in when it failed or no answer came within ADMIN_STATEMENT_TIMEOUT_S +
- * ADMIN_ANSWER_GRACE_S (then e->conn_lost is set and the connection is mid-statement: the
- * caller closes it). */
+ * NULL with e filled in when it failed or no answer came within admin_answer_s() (then e->conn_lost
+ * is set and the connection is mid-statement: the caller closes it). */
 PGresult *admin_query(PGconn *conn, const char *sql, int nparams, const char *const *params,
                       DbError *e);
 

@@ -306,6 +306,7 @@ int check_run(const Config *cfg, rd_kafka_conf_t *kconf)
     say(&c, true, "config", "%s%s", cfg->config_file ? cfg->config_file : "no config file",
         cfg->config_file ? " and the options given are valid" : "; the options given are valid");
     char err[300];
+    admin_set_statement_timeout(cfg->statement_timeout_s);
     PGconn *conn = db_connect(cfg->database_url, "outbox-relay check", err, sizeof(err));
     DbError e;
     if (!conn) {

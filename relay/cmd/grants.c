@@ -327,7 +327,7 @@ int grants_check(PGconn *conn, const TableMap *map, GrantsUse use, GrantsMissing
             continue;
         char grant[1024];
         NeedState st = need_state(conn, map, need, role, grantee, grant, sizeof(grant),
-                                  ADMIN_STATEMENT_TIMEOUT_S + ADMIN_ANSWER_GRACE_S, conn_lost);
+                                  admin_answer_s(), conn_lost);
         if (st == NEED_UNKNOWN)
             return -1;
         if (st == NEED_MISSING) {

@@ -24,27 +24,31 @@
  * migration's ALTER, a VACUUM FULL, or an ALTER queued behind a long transaction, which every
  * later reader queues behind): without it replay waits as long as they do, silently. */
 #define REPLAY_LOCK_TIMEOUT "10s"
-/* How long a batch's COMMIT may go without an answer. It is a flush of the WAL, and with a
- * synchronous standby (synchronous_standby_names, synchronous_commit on or above) a round trip to
+/* A batch's COMMIT may go --statement-timeout without an answer. It is a flush of the WAL, and with
+ * a synchronous standby (synchronous_standby_names, synchronous_commit on or above) a round trip to
  * it: one that stops answering held the COMMIT, and replay with it, for as long as it was gone,
  * with the network fine (keepalives answered) and nothing said. The wait is not cut short on the
  * server (a cancel would commit locally without the standby, against the durability the
  * database is set for): replay gives up and says the outcome is unknown. */
-#define REPLAY_COMMIT_TIMEOUT_S 30
 /* replay_batch's answer when its COMMIT was sent and no verdict came back. */
 #define REPLAY_COMMIT_UNKNOWN (-2)
 /* How long each statement of a batch before its COMMIT (BEGIN, the locking SELECT, the update,
- * the NOTIFY) may go without an answer: this, plus a millisecond a row of --batch-rows (the update
- * draws a value and writes a row at 6,000-16,000 rows a second, docs/operations.md), plus ten
- * times what the summary took (it reads the whole selection once; a batch's SELECT, which walks
- * the table in order from the last batch's end, reads no more of it unless its plan is far
- * worse: a sparse selection of a large table takes its time, and must not be cut short). Lock
- * waits end at REPLAY_LOCK_TIMEOUT. A server that stopped (SIGSTOP, a VM paused) or a proxy that
- * lost it acknowledges every packet and never answers, which the keepalives cannot tell from a
- * long statement: without a bound replay waited there for ever, silently, and a first Ctrl-C
- * (which waits for the batch) did nothing. The batch is then given up with its COMMIT never
- * sent: not replayed. */
-#define REPLAY_STATEMENT_ANSWER_S 30
+ * the NOTIFY) may go without an answer (Selection.answer_s): --statement-timeout, plus a
+ * millisecond a row of --batch-rows (the update draws a value and writes a row at 6,000-16,000 rows
+ * a second, docs/operations.md), plus ten times what the summary took (it reads the whole selection
+ * once; a batch's SELECT, which walks the table in order from the last batch's end, reads no more
+ * of it unless its plan is far worse: a sparse selection of a large table takes its time, and must
+ * not be cut short). Lock waits end at REPLAY_LOCK_TIMEOUT. A server that stopped (SIGSTOP, a VM
+ * paused) or a proxy that lost it acknowledges every packet and never answers, which the keepalives
+ * cannot tell from a long statement: without a bound replay waited there for ever, silently, and a
+ * first Ctrl-C (which waits for the batch) did nothing. The batch is then given up with its COMMIT
+ * never sent: not replayed. The statements before the batches (the session's settings, the reads of
+ * the order column and of the start) get --statement-timeout alone, and the summary, which reads
+ * the whole selection once and so grows with the table (a selection that takes longer than
+ * dead's and status's bound is no failure), REPLAY_SUMMARY_FACTOR times it: without a bound a
+ * server that stopped before the first batch held replay for ever (a larger selection on a slower
+ * server needs a longer --statement-timeout: its documentation says so). */
+#define REPLAY_SUMMARY_FACTOR 10
 
 /* The selection, shared by the summary and the batches. $1: the last {seq} done (exclusive),
  * $2: the highest {seq} when replay started, $3: the database's time then. Rows given new
@@ -124,7 +128,7 @@ typedef struct Selection {
     char rest_to_id[24], rest_sent_before[40]; /* the bounds of the rest (SQL_REPLAY_START) */
     char batch_first[24];                      /* the first {seq} of the batch under way */
     StrBuf seqs, event_ids;                    /* --missing: the ids verify named */
-    long answer_s; /* each statement of a batch before its COMMIT (REPLAY_STATEMENT_ANSWER_S) */
+    long answer_s; /* each statement of a batch before its COMMIT (--statement-timeout and more) */
     long long rows, min_seq, max_seq;
     Topic *topics;
     size_t ntopics;
@@ -137,9 +141,8 @@ static double mono_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Runs a template; NULL with e filled in (and nothing logged) on failure. answer_s > 0: given up
- * (e->conn_lost, the connection mid-statement) after that many seconds without an answer; 0: no
- * bound (the statements that read the selection once, whose time grows with the table). */
+/* Runs a template; NULL with e filled in (and nothing logged) on failure. Given up (e->conn_lost,
+ * the connection mid-statement) after answer_s seconds without an answer. */
 static PGresult *run_within(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
                             const char *const *params, ExecStatusType expect, long answer_s,
                             DbError *e)
@@ -152,8 +155,7 @@ static PGresult *run_within(PGconn *conn, const TableMap *map, const char *tmpl,
         return NULL;
     }
     e->conn_lost = false;
-    PGresult *res = answer_s > 0 ? admin_query_within(conn, sql, nparams, params, answer_s, e)
-                                 : db_query(conn, sql, nparams, params, e);
+    PGresult *res = admin_query_within(conn, sql, nparams, params, answer_s, e);
     free(sql);
     if (res && PQresultStatus(res) != expect) {
         PQclear(res);
@@ -164,10 +166,11 @@ static PGresult *run_within(PGconn *conn, const TableMap *map, const char *tmpl,
     return res;
 }
 
-static PGresult *run(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+/* run_within bounded by --statement-timeout: the statements before the batches. */
+static PGresult *run(PGconn *conn, const Config *cfg, const char *tmpl, int nparams,
                      const char *const *params, ExecStatusType expect, DbError *e)
 {
-    return run_within(conn, map, tmpl, nparams, params, expect, 0, e);
+    return run_within(conn, &cfg->map, tmpl, nparams, params, expect, cfg->statement_timeout_s, e);
 }
 
 /* A database error, logged; 2 when it is the input's fault (a timestamp PostgreSQL cannot
@@ -325,7 +328,8 @@ static int summarise(PGconn *conn, const Config *cfg, Selection *s)
 {
     DbError e;
     PGresult *res =
-        run(conn, &cfg->map, SQL_REPLAY_SUMMARY, REPLAY_NPARAMS, s->params, PGRES_TUPLES_OK, &e);
+        run_within(conn, &cfg->map, SQL_REPLAY_SUMMARY, REPLAY_NPARAMS, s->params, PGRES_TUPLES_OK,
+                   REPLAY_SUMMARY_FACTOR * cfg->statement_timeout_s, &e);
     if (!res)
         return db_failed("cannot read the selection", &e, true);
     s->topics = calloc((size_t)PQntuples(res) + 1, sizeof(*s->topics));
@@ -390,7 +394,7 @@ static int confirm(const Selection *s)
 /* One batch in its own transaction: locks the next rows of the selection and gives them new
  * order values. Returns the rows replayed (0: none left), -1 with e filled in (rolled back), or
  * REPLAY_COMMIT_UNKNOWN with e filled in when the COMMIT was sent but no verdict came (no answer
- * within REPLAY_COMMIT_TIMEOUT_S, or the connection lost): the batch may or may not have
+ * within --statement-timeout, or the connection lost): the batch may or may not have
  * committed, and the connection is unusable (the caller closes it). */
 static long long replay_batch(PGconn *conn, const Config *cfg, Selection *s, DbError *e)
 {
@@ -435,7 +439,7 @@ static long long replay_batch(PGconn *conn, const Config *cfg, Selection *s, DbE
     if (!res)
         goto failed;
     PQclear(res);
-    res = admin_script_within(conn, "COMMIT", REPLAY_COMMIT_TIMEOUT_S, e);
+    res = admin_script_within(conn, "COMMIT", cfg->statement_timeout_s, e);
     if (!res)
         /* An error the server sent is its verdict: rolled back. None (no answer, the connection
          * gone after the COMMIT left) says nothing either way. */
@@ -455,9 +459,9 @@ failed:
  * for hours: the server ends a transaction idle for a minute (a batch's statements follow one
  * another without a pause) and probes a quiet client as it does the relay's sessions; the
  * client's side of the same is db_connect's. Every statement waits for a lock at most
- * REPLAY_LOCK_TIMEOUT (a stricter lock_timeout of the connection string stays). Returns false
- * with e filled in. */
-static bool bound_server_session(PGconn *conn, DbError *e)
+ * REPLAY_LOCK_TIMEOUT (a stricter lock_timeout of the connection string stays). Each is given up
+ * after answer_s without an answer. Returns false with e filled in. */
+static bool bound_server_session(PGconn *conn, long answer_s, DbError *e)
 {
 #define SESSION_BOUNDS                                                                             \
     "SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', '60000', false),"         \
@@ -465,12 +469,20 @@ static bool bound_server_session(PGconn *conn, DbError *e)
     " pg_catalog.set_config('tcp_keepalives_interval', '5', false),"                               \
     " pg_catalog.set_config('tcp_keepalives_count', '3', false)"
     bool user_timeout = PQserverVersion(conn) >= 120000; /* tcp_user_timeout: PostgreSQL 12 on */
-    return db_exec(conn,
-                   user_timeout ? SESSION_BOUNDS
-                       ", pg_catalog.set_config('tcp_user_timeout', '30000', false)"
-                                : SESSION_BOUNDS,
-                   e) &&
-           db_exec(conn, DB_BOUND_SETTING_SQL("lock_timeout", REPLAY_LOCK_TIMEOUT, "false"), e);
+    PGresult *res = admin_query_within(
+        conn,
+        user_timeout ? SESSION_BOUNDS ", pg_catalog.set_config('tcp_user_timeout', '30000', false)"
+                     : SESSION_BOUNDS,
+        0, NULL, answer_s, e);
+    if (!res)
+        return false;
+    PQclear(res);
+    res =
+        admin_query_within(conn, DB_BOUND_SETTING_SQL("lock_timeout", REPLAY_LOCK_TIMEOUT, "false"),
+                           0, NULL, answer_s, e);
+    bool ok = res != NULL;
+    PQclear(res);
+    return ok;
 #undef SESSION_BOUNDS
 }
 
@@ -559,11 +571,11 @@ int replay_run(const Config *cfg)
         goto done;
     }
     DbError e;
-    if (!bound_server_session(conn, &e)) {
+    if (!bound_server_session(conn, cfg->statement_timeout_s, &e)) {
         rc = db_failed("cannot set the session's timeouts", &e, true);
         goto done;
     }
-    PGresult *res = run(conn, &cfg->map, SQL_REPLAY_SEQ_DRAWS, 0, NULL, PGRES_TUPLES_OK, &e);
+    PGresult *res = run(conn, cfg, SQL_REPLAY_SEQ_DRAWS, 0, NULL, PGRES_TUPLES_OK, &e);
     if (!res) {
         rc = db_failed("cannot read the order column's definition", &e, true);
         goto done;
@@ -580,7 +592,7 @@ int replay_run(const Config *cfg)
         goto done;
     }
     const char *start_params[2] = {cfg->replay_sent_before, cfg->replay_sent_after};
-    res = run(conn, &cfg->map, SQL_REPLAY_START, 2, start_params, PGRES_TUPLES_OK, &e);
+    res = run(conn, cfg, SQL_REPLAY_START, 2, start_params, PGRES_TUPLES_OK, &e);
     if (!res) {
         rc = db_failed("cannot read the outbox", &e, true);
         goto done;
@@ -629,7 +641,7 @@ int replay_run(const Config *cfg)
     rc = summarise(conn, cfg, &s);
     if (rc)
         goto done;
-    s.answer_s = REPLAY_STATEMENT_ANSWER_S + cfg->replay_batch_rows / 1000 +
+    s.answer_s = cfg->statement_timeout_s + cfg->replay_batch_rows / 1000 +
                  (long)(10.0 * (mono_now() - summary_started));
     if (s.rows == 0) {
         printf("replay: nothing to replay: no sent event matches the selection\n");

@@ -141,6 +141,7 @@ static void print_text(PGresult *backlog, long long sent_minute, PGresult *relay
 
 int status_run(const Config *cfg)
 {
+    admin_set_statement_timeout(cfg->statement_timeout_s);
     PGconn *conn = admin_connect(cfg->database_url);
     if (!conn)
         return 1;

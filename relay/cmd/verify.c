@@ -38,14 +38,13 @@
  * ALTER queued behind a long transaction, which every later reader queues behind): verify gives
  * up then (exit 1) rather than wait as long as they do, silently. */
 #define VERIFY_LOCK_TIMEOUT "10s"
-/* How long verify waits for PostgreSQL to answer a statement: a server that stops answering (a
- * stopped or paused server, a proxy that lost it) acknowledges every packet, so keepalives never
- * end the wait, and verify waited for ever, silently. A statement whose work grows with the
- * window (the rows read, each chunk of lookups, which reads the table whole for an event id
- * column without an index on its text) gets a millisecond more a row of --max-rows
+/* verify waits --statement-timeout for PostgreSQL to answer a statement: a server that stops
+ * answering (a stopped or paused server, a proxy that lost it) acknowledges every packet, so
+ * keepalives never end the wait, and verify waited for ever, silently. A statement whose work
+ * grows with the window (the rows read, each chunk of lookups, which reads the table whole for an
+ * event id column without an index on its text) gets a millisecond more a row of --max-rows
  * (window_answer_s). The connection has no statement_timeout (admin_connect_unbounded): a slow
  * read of a long window is no failure short of that bound. */
-#define VERIFY_ANSWER_S 30L
 
 typedef struct Row {
     long long seq;
@@ -145,7 +144,7 @@ static Row *find_row(const Check *c, const char *id)
 
 static long window_answer_s(const Config *cfg)
 {
-    return VERIFY_ANSWER_S + (cfg->verify_max_rows + 1) / 1000;
+    return cfg->statement_timeout_s + (cfg->verify_max_rows + 1) / 1000;
 }
 
 /* Runs a statement template for cfg's table, waiting answer_s at most for its answer: the result
@@ -194,7 +193,8 @@ static char *xstrdup(const char *s)
 static bool load_rows(PGconn *conn, const Config *cfg, Check *c, long long *now_ms, bool *too_many)
 {
     *too_many = false;
-    PGresult *uuid = verify_exec(conn, cfg, SQL_VERIFY_EVENT_ID_IS_UUID, 0, NULL, VERIFY_ANSWER_S);
+    PGresult *uuid =
+        verify_exec(conn, cfg, SQL_VERIFY_EVENT_ID_IS_UUID, 0, NULL, cfg->statement_timeout_s);
     if (!uuid)
         return false;
     c->uuid_ids = PQntuples(uuid) == 1 && strcmp(PQgetvalue(uuid, 0, 0), "t") == 0;
@@ -208,7 +208,8 @@ static bool load_rows(PGconn *conn, const Config *cfg, Check *c, long long *now_
     const char *params[2] = {since, limit};
     PGresult *res = verify_exec(conn, cfg, SQL_VERIFY_ROWS, 2, params, window_answer_s(cfg));
     /* Not sent after a statement left unanswered: the connection is mid-statement. */
-    PGresult *clock = res ? verify_exec(conn, cfg, SQL_VERIFY_NOW, 0, NULL, VERIFY_ANSWER_S) : NULL;
+    PGresult *clock =
+        res ? verify_exec(conn, cfg, SQL_VERIFY_NOW, 0, NULL, cfg->statement_timeout_s) : NULL;
     if (!res || !clock) {
         PQclear(res);
         PQclear(clock);
@@ -690,7 +691,7 @@ int verify_run(const Config *cfg, rd_kafka_conf_t *conf)
     PGresult *set =
         conn ? admin_script_within(
                    conn, DB_BOUND_SETTING_SQL("lock_timeout", VERIFY_LOCK_TIMEOUT, "false"),
-                   VERIFY_ANSWER_S, &e)
+                   cfg->statement_timeout_s, &e)
              : NULL;
     PQclear(set);
     if (conn && !set) {

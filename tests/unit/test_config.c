@@ -760,6 +760,37 @@ static void test_retention_option(void **state)
     config_free(&cfg);
 }
 
+/* --statement-timeout: 30 s by default, 1s to 24h; 0/off (no bound) and more than a day (a typo
+ * of the unit) are refused naming the flag. */
+static void test_statement_timeout_range(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_true(LOAD(&cfg, err, "status", "--database-url=x"));
+    assert_int_equal(cfg.statement_timeout_s, 30);
+    config_free(&cfg);
+    assert_true(
+        LOAD(&cfg, err, "replay", "--database-url=x", "--from-id=1", "--statement-timeout=24h"));
+    assert_int_equal(cfg.statement_timeout_s, 86400);
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "dead", "--database-url=x", "--statement-timeout=1s"));
+    assert_int_equal(cfg.statement_timeout_s, 1);
+    config_free(&cfg);
+    const char *bad[] = {"0", "off", "-1s", "86401s", "2d"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (LOAD(&cfg, err, "check", "--database-url=x", "--brokers=k:1", "--statement-timeout",
+                 bad[i]))
+            fail_msg("--statement-timeout '%s' accepted", bad[i]);
+        assert_error_line(err, "--statement-timeout");
+        config_free(&cfg);
+    }
+    assert_false(
+        LOAD(&cfg, err, "check", "--database-url=x", "--brokers=k:1", "--statement-timeout=25h"));
+    assert_string_equal(err, "--statement-timeout: expected at most 24h (86400s), got 90000s: a "
+                             "statement bound longer than a day is a typo of its unit");
+    config_free(&cfg);
+}
+
 /* Negative durations never pass, from a flag or a file; verify's --since refuses 0/off (a window
  * of nothing would check no row and say ok). */
 static void test_duration_sign_and_since_minimum(void **state)
@@ -2204,6 +2235,7 @@ int main(void)
         T(test_parse_duration),
         T(test_retention_option),
         T(test_duration_sign_and_since_minimum),
+        T(test_statement_timeout_range),
         T(test_purge_dead_and_status_commands),
         T(test_database_url_file),
         T(test_database_url_file_precedence),

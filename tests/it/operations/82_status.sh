@@ -9,12 +9,16 @@
 #     minute counted (throughput per second = that / 60);
 #  4. after the relays stop: no active session; an unreachable database exits 1 with one error line;
 #  5. behind a lock on the outbox (a migration's ALTER, a VACUUM FULL) status, dead and requeue
-#     do not wait for ever: each exits 1 with one line naming the statement timeout;
+#     do not wait for ever: each exits 1 with one line naming the statement timeout (their
+#     --statement-timeout, 2 s here, 30 s by default);
 #  6. nor does status against a server that stops answering mid-statement (a SIGSTOPped
 #     forwarder in between: the kernel still acknowledges what is sent, nothing comes back, so
-#     not even the server's timeout error arrives): exit 1, "did not answer", after 35 s;
-#  7. a statement_timeout stricter than their 30 s, set for the connection (the URL's options, as
-#     for a role or a database), stays: the commands only shorten a longer one or none.
+#     not even the server's timeout error arrives): exit 1, "did not answer", after its
+#     --statement-timeout and as long again (2 s + 2 s here; 30 s + 5 s by default);
+#  7. a statement_timeout stricter than theirs (30 s by default), set for the connection (the
+#     URL's options, as for a role or a database), stays: the commands only shorten a longer one
+#     or none; --statement-timeout sets theirs, and a stricter one of the URL stays over it too;
+#     --statement-timeout out of its range (0, more than a day) is bad input, exit 2.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -116,7 +120,7 @@ check_eq "4: with one line" 1 "$(grep -c '' "$T/down.out")"
 # --- 5. a lock on the outbox ---
 # Parts 5 and 6 share one lock and wait side by side: 6's status is set waiting behind the lock
 # and its forwarder stopped first, then 5's three commands start. Each waits for a bound of its
-# own (30 s, 35 s); one after the other they took 65 s of the test's 70.
+# own (2 s, 4 s).
 table_lock_open
 wait_for "5: another client holds ACCESS EXCLUSIVE on the outbox" 15 table_lock_held
 
@@ -129,7 +133,7 @@ forwarding() { psql -XAtq -h 127.0.0.1 -p "$port" -c "SELECT 1" >/dev/null 2>&1;
 wait_for "6: the forwarder passes connections on" 10 forwarding
 check "6: the lock is held again" table_lock_held
 timeout 120 "$RELAY_BIN" status --database-url "postgresql://postgres@127.0.0.1:$port/outbox" \
-    >"$T/stopped.out" 2>&1 &
+    --statement-timeout 2s >"$T/stopped.out" 2>&1 &
 waiting=$!
 _t_track $waiting
 status_waits() {
@@ -146,7 +150,8 @@ declare -A locked_pid
 for cmd in status dead requeue; do
     args=("$cmd")
     [ "$cmd" = requeue ] && args+=(--all)
-    timeout 120 "$RELAY_BIN" "${args[@]}" --database-url "$DATABASE_URL" >"$T/$cmd.lock" 2>&1 &
+    timeout 120 "$RELAY_BIN" "${args[@]}" --database-url "$DATABASE_URL" --statement-timeout 2s \
+        >"$T/$cmd.lock" 2>&1 &
     locked_pid[$cmd]=$!
     _t_track $!
 done
@@ -159,7 +164,8 @@ done
 
 wait "$waiting"
 check_eq "6: status gives up on a server that does not answer: exit 1" 1 $?
-check "6: and says it did not answer" grep -q 'did not answer' "$T/stopped.out"
+check "6: and says it did not answer within its bound" \
+    grep -q 'did not answer within 4 s' "$T/stopped.out"
 kill -CONT "${stopped[@]}"
 table_lock_close
 
@@ -180,3 +186,18 @@ psql_q "TRUNCATE seen_timeout"
 "$RELAY_BIN" dead --table noting_outbox --database-url "$DATABASE_URL" >"$T/loose.out" 2>&1
 check_eq "7: dead with no statement_timeout: exit 0" 0 $?
 check_eq "7: ... gets 30 s" 30s "$(seen)"
+psql_q "TRUNCATE seen_timeout"
+"$RELAY_BIN" dead --table noting_outbox --database-url "$DATABASE_URL" --statement-timeout 3s \
+    >"$T/flag.out" 2>&1
+check_eq "7: dead --statement-timeout 3s: exit 0" 0 $?
+check_eq "7: ... gets 3 s" 3s "$(seen)"
+psql_q "TRUNCATE seen_timeout"
+"$RELAY_BIN" dead --table noting_outbox --statement-timeout 1m \
+    --database-url "$DATABASE_URL?options=-c%20statement_timeout%3D5s" >"$T/flag-strict.out" 2>&1
+check_eq "7: dead --statement-timeout 1m with 5 s in the URL: exit 0" 0 $?
+check_eq "7: ... which stays 5 s" 5s "$(seen)"
+for bad in 0 off 25h; do
+    "$RELAY_BIN" dead --database-url "$DATABASE_URL" --statement-timeout "$bad" >"$T/bad.out" 2>&1
+    check_eq "7: --statement-timeout $bad: exit 2" 2 $?
+    check_eq "7: ... with one line naming the flag" 1 "$(grep -c -- '--statement-timeout' "$T/bad.out")"
+done

@@ -3,8 +3,9 @@
 # paused, or a proxy that lost it: the network still acknowledges every packet, so keepalives
 # cannot tell it from a long statement):
 #  1. the answer to the read of the window's rows withheld (a proxy holds it for 10 minutes),
-#     verify gives up after its bound (30 s plus a millisecond a row of --max-rows: 31 s with
-#     --max-rows 1000), exit 1, one line saying PostgreSQL did not answer, and no verdict;
+#     verify gives up after its bound (--statement-timeout, 30 s by default, plus a millisecond a
+#     row of --max-rows: 3 s with --statement-timeout 2s --max-rows 1000), exit 1, one line
+#     saying PostgreSQL did not answer, and no verdict;
 #  2. run directly (no proxy), the same check is ok.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
@@ -26,9 +27,9 @@ holding_proxy proxy "make_interval"
 # killed here.
 timeout -k 10 150 "$RELAY_BIN" verify \
     --database-url "postgresql://postgres@127.0.0.1:$PROXY_PORT/outbox" --brokers "$BROKERS" \
-    --since 1h --from-beginning --max-rows 1000 >"$T/held.out" 2>"$T/held.err"
+    --since 1h --from-beginning --max-rows 1000 --statement-timeout 2s >"$T/held.out" 2>"$T/held.err"
 check_eq "1: a server that stops answering: exit 1" 1 $?
-check "1: ... named in one line" grep -q 'PostgreSQL did not answer within 31 s' "$T/held.err"
+check "1: ... named in one line" grep -q 'PostgreSQL did not answer within 3 s' "$T/held.err"
 check_eq "1: ... and no verdict on stdout" "" "$(cat "$T/held.out")"
 kill "$PROXY_PID" 2>/dev/null
 wait "$PROXY_PID" 2>/dev/null
