@@ -14,26 +14,62 @@
 #include "statements.h"
 #include "table.h"
 
+/* The error of a statement given up at its deadline: the connection is mid-statement
+ * (e->conn_lost), and the caller closes it. */
+static void given_up(DbError *e, const char *what, long timeout_s)
+{
+    snprintf(e->sqlstate, sizeof(e->sqlstate), "%s", "");
+    snprintf(e->message, sizeof(e->message),
+             "PostgreSQL did not %s within %ld s (a stopped or overloaded server, or a proxy "
+             "that lost it)",
+             what, timeout_s);
+    e->conn_lost = true;
+}
+
+/* Sends what PQsendQuery* queued on the (non-blocking) connection by the deadline. A statement
+ * is sent whole before its answer is awaited, and a large one (replay's update of a batch, up to
+ * ~1.2 MB) does not fit the sockets' buffers: sent on a blocking connection, libpq waited to
+ * write it for as long as the server did not read (a stopped server, a proxy that lost it), with
+ * no bound at all. Input that comes meanwhile (a notice) is read, as libpq asks. */
+static bool flush_by(PGconn *conn, double deadline, long timeout_s, DbError *e)
+{
+    for (;;) {
+        int queued = PQflush(conn);
+        if (queued == 0)
+            return true;
+        if (queued < 0) {
+            db_result(conn, NULL, e);
+            return false;
+        }
+        double left = deadline - monotime_now();
+        if (left <= 0) {
+            given_up(e, "read the statement", timeout_s);
+            return false;
+        }
+        struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN | POLLOUT};
+        int ready = poll(&p, 1, (int)(left * 1000) + 1);
+        if ((ready < 0 && errno != EINTR) ||
+            (ready > 0 && (p.revents & POLLIN) && !PQconsumeInput(conn))) {
+            db_result(conn, NULL, e);
+            return false;
+        }
+    }
+}
+
 /* Collects the results of the statement just sent: the last one, or the first error. Blocking
  * libpq waits for an answer as long as the socket stays open, and the keepalives db_connect sets
  * end only a silent network: a stopped server, or one behind a proxy that accepted the
- * connection, acknowledges every packet and never answers. Past timeout_s the statement is given
- * up (e->conn_lost); the caller closes the connection. */
-static PGresult *await_answer(PGconn *conn, long timeout_s, DbError *e)
+ * connection, acknowledges every packet and never answers. Past the deadline the statement is
+ * given up (e->conn_lost); the caller closes the connection. */
+static PGresult *await_answer(PGconn *conn, double deadline, long timeout_s, DbError *e)
 {
-    double deadline = monotime_now() + (double)timeout_s;
     PGresult *last = NULL;
     for (;;) {
         while (PQisBusy(conn)) {
             double left = deadline - monotime_now();
             if (left <= 0) {
                 PQclear(last);
-                snprintf(e->sqlstate, sizeof(e->sqlstate), "%s", "");
-                snprintf(e->message, sizeof(e->message),
-                         "PostgreSQL did not answer within %ld s (a stopped or overloaded server, "
-                         "or a proxy that lost it)",
-                         timeout_s);
-                e->conn_lost = true;
+                given_up(e, "answer", timeout_s);
                 return NULL;
             }
             struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
@@ -57,19 +93,39 @@ static PGresult *await_answer(PGconn *conn, long timeout_s, DbError *e)
     return db_result(conn, last, e);
 }
 
+/* Sends sql (with params, or as a script: nparams < 0) and awaits its answer, both by one
+ * deadline timeout_s from now. The connection is non-blocking meanwhile, so that no write waits
+ * past it, and blocking again after an answer; one given up stays non-blocking, so that
+ * PQfinish's goodbye cannot wait on a server that does not read either. */
+static PGresult *run_by_deadline(PGconn *conn, const char *sql, int nparams,
+                                 const char *const *params, long timeout_s, DbError *e)
+{
+    double deadline = monotime_now() + (double)timeout_s;
+    bool blocking = !PQisnonblocking(conn);
+    e->conn_lost = false;
+    if (blocking && PQsetnonblocking(conn, 1) != 0)
+        return db_result(conn, NULL, e);
+    int sent = nparams < 0 ? PQsendQuery(conn, sql)
+                           : PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+    PGresult *res = NULL;
+    if (!sent)
+        res = db_result(conn, NULL, e);
+    else if (flush_by(conn, deadline, timeout_s, e))
+        res = await_answer(conn, deadline, timeout_s, e);
+    if (blocking && !e->conn_lost)
+        PQsetnonblocking(conn, 0);
+    return res;
+}
+
 PGresult *admin_query_within(PGconn *conn, const char *sql, int nparams, const char *const *params,
                              long timeout_s, DbError *e)
 {
-    if (!PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
-        return db_result(conn, NULL, e);
-    return await_answer(conn, timeout_s, e);
+    return run_by_deadline(conn, sql, nparams, params, timeout_s, e);
 }
 
 PGresult *admin_script_within(PGconn *conn, const char *sql, long timeout_s, DbError *e)
 {
-    if (!PQsendQuery(conn, sql))
-        return db_result(conn, NULL, e);
-    return await_answer(conn, timeout_s, e);
+    return run_by_deadline(conn, sql, -1, NULL, timeout_s, e);
 }
 
 /* The one-shot commands' statement bound (--statement-timeout): a process runs one command. */

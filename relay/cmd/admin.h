@@ -49,8 +49,10 @@ PGconn *admin_connect_unbounded(const char *conninfo);
 bool admin_bound_session(PGconn *conn, DbError *e);
 
 /* db_query with a deadline: the result (the caller PQclears it) when the statement succeeded;
- * NULL with e filled in when it failed or no answer came within admin_answer_s() (then e->conn_lost
- * is set and the connection is mid-statement: the caller closes it). */
+ * NULL with e filled in when it failed, or PostgreSQL did not read the statement or answer it
+ * within admin_answer_s() (then e->conn_lost is set and the connection is mid-statement, left
+ * non-blocking: the caller closes it). The statement is sent without blocking, by the same
+ * deadline, so a large one to a server that stopped reading waits no longer either. */
 PGresult *admin_query(PGconn *conn, const char *sql, int nparams, const char *const *params,
                       DbError *e);
 
