@@ -128,6 +128,29 @@ PGresult *admin_script_within(PGconn *conn, const char *sql, long timeout_s, DbE
     return run_by_deadline(conn, sql, -1, NULL, timeout_s, e);
 }
 
+PGresult *admin_template_within(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                                const char *const *params, ExecStatusType expect, long timeout_s,
+                                DbError *e)
+{
+    e->conn_lost = false;
+    char err[256];
+    char *sql = table_sql(map, conn, tmpl, err, sizeof(err));
+    if (!sql) {
+        e->sqlstate[0] = '\0';
+        snprintf(e->message, sizeof(e->message), "cannot write the statement: %s", err);
+        return NULL;
+    }
+    PGresult *res = admin_query_within(conn, sql, nparams, params, timeout_s, e);
+    free(sql);
+    if (res && PQresultStatus(res) != expect) {
+        PQclear(res);
+        e->sqlstate[0] = '\0';
+        snprintf(e->message, sizeof(e->message), "unexpected result");
+        return NULL;
+    }
+    return res;
+}
+
 /* The one-shot commands' statement bound (--statement-timeout): a process runs one command. */
 static long statement_timeout_s = ADMIN_STATEMENT_TIMEOUT_S;
 

@@ -64,6 +64,15 @@ PGresult *admin_query_within(PGconn *conn, const char *sql, int nparams, const c
  * PQexec): the last statement's result, or the first error. */
 PGresult *admin_script_within(PGconn *conn, const char *sql, long timeout_s, DbError *e);
 
+/* Writes the statement template tmpl (relay/outbox/table.h) for map's table and runs it with text
+ * params through admin_query_within (timeout_s its deadline): the result when its status is
+ * expect; else NULL with e filled in and nothing logged (e->conn_lost set only when the
+ * connection is lost or mid-statement; a template that cannot be written, or another status, has
+ * no sqlstate). replay's and verify's statements, whose bounds are their own. */
+PGresult *admin_template_within(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                                const char *const *params, ExecStatusType expect, long timeout_s,
+                                DbError *e);
+
 /* Runs a statement template (relay/outbox/table.h) written for map's table with text params,
  * through admin_query (its client-side deadline); returns the result, or NULL (error logged,
  * result cleared) when it failed or its status is not `expect`. */

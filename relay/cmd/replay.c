@@ -141,36 +141,13 @@ static double mono_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Runs a template; NULL with e filled in (and nothing logged) on failure. Given up (e->conn_lost,
- * the connection mid-statement) after answer_s seconds without an answer. */
-static PGresult *run_within(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
-                            const char *const *params, ExecStatusType expect, long answer_s,
-                            DbError *e)
-{
-    char err[256];
-    char *sql = table_sql(map, conn, tmpl, err, sizeof(err));
-    if (!sql) {
-        snprintf(e->message, sizeof(e->message), "%s", err);
-        e->sqlstate[0] = '\0';
-        return NULL;
-    }
-    e->conn_lost = false;
-    PGresult *res = admin_query_within(conn, sql, nparams, params, answer_s, e);
-    free(sql);
-    if (res && PQresultStatus(res) != expect) {
-        PQclear(res);
-        snprintf(e->message, sizeof(e->message), "unexpected result");
-        e->sqlstate[0] = '\0';
-        return NULL;
-    }
-    return res;
-}
-
-/* run_within bounded by --statement-timeout: the statements before the batches. */
+/* A template bounded by --statement-timeout (admin_template_within): the statements before the
+ * batches. */
 static PGresult *run(PGconn *conn, const Config *cfg, const char *tmpl, int nparams,
                      const char *const *params, ExecStatusType expect, DbError *e)
 {
-    return run_within(conn, &cfg->map, tmpl, nparams, params, expect, cfg->statement_timeout_s, e);
+    return admin_template_within(conn, &cfg->map, tmpl, nparams, params, expect,
+                                 cfg->statement_timeout_s, e);
 }
 
 /* A database error, logged; 2 when it is the input's fault (a timestamp PostgreSQL cannot
@@ -327,9 +304,9 @@ static int read_missing(const char *path, Selection *s, size_t *count)
 static int summarise(PGconn *conn, const Config *cfg, Selection *s)
 {
     DbError e;
-    PGresult *res =
-        run_within(conn, &cfg->map, SQL_REPLAY_SUMMARY, REPLAY_NPARAMS, s->params, PGRES_TUPLES_OK,
-                   REPLAY_SUMMARY_FACTOR * cfg->statement_timeout_s, &e);
+    PGresult *res = admin_template_within(conn, &cfg->map, SQL_REPLAY_SUMMARY, REPLAY_NPARAMS,
+                                          s->params, PGRES_TUPLES_OK,
+                                          REPLAY_SUMMARY_FACTOR * cfg->statement_timeout_s, &e);
     if (!res)
         return db_failed("cannot read the selection", &e, true);
     s->topics = calloc((size_t)PQntuples(res) + 1, sizeof(*s->topics));
@@ -399,12 +376,13 @@ static int confirm(const Selection *s)
 static long long replay_batch(PGconn *conn, const Config *cfg, Selection *s, DbError *e)
 {
     long answer_s = s->answer_s;
-    PGresult *res = run_within(conn, &cfg->map, "BEGIN", 0, NULL, PGRES_COMMAND_OK, answer_s, e);
+    PGresult *res =
+        admin_template_within(conn, &cfg->map, "BEGIN", 0, NULL, PGRES_COMMAND_OK, answer_s, e);
     if (!res)
         return -1;
     PQclear(res);
-    res = run_within(conn, &cfg->map, SQL_REPLAY_BATCH, REPLAY_NPARAMS + 1, s->params,
-                     PGRES_TUPLES_OK, answer_s, e);
+    res = admin_template_within(conn, &cfg->map, SQL_REPLAY_BATCH, REPLAY_NPARAMS + 1, s->params,
+                                PGRES_TUPLES_OK, answer_s, e);
     if (!res)
         goto failed;
     long long n = PQntuples(res);
@@ -427,15 +405,15 @@ static long long replay_batch(PGconn *conn, const Config *cfg, Selection *s, DbE
     snprintf(s->batch_first, sizeof(s->batch_first), "%s", PQgetvalue(res, 0, 0));
     snprintf(s->after, sizeof(s->after), "%s", PQgetvalue(res, (int)(n - 1), 0));
     PQclear(res);
-    res = run_within(conn, &cfg->map, sql.s, 0, NULL, PGRES_COMMAND_OK, answer_s, e);
+    res = admin_template_within(conn, &cfg->map, sql.s, 0, NULL, PGRES_COMMAND_OK, answer_s, e);
     strbuf_free(&sql);
     if (!res)
         goto failed;
     PQclear(res);
     /* Wakes sleeping relays (they LISTEN; producers notify only when the relays sleep, and an
      * UPDATE fires no wakeup trigger): sent at the commit, once a batch. */
-    res = run_within(conn, &cfg->map, "NOTIFY " WAKEUP_CHANNEL, 0, NULL, PGRES_COMMAND_OK, answer_s,
-                     e);
+    res = admin_template_within(conn, &cfg->map, "NOTIFY " WAKEUP_CHANNEL, 0, NULL,
+                                PGRES_COMMAND_OK, answer_s, e);
     if (!res)
         goto failed;
     PQclear(res);

@@ -147,27 +147,16 @@ static long window_answer_s(const Config *cfg)
     return cfg->statement_timeout_s + (cfg->verify_max_rows + 1) / 1000;
 }
 
-/* Runs a statement template for cfg's table, waiting answer_s at most for its answer: the result
- * (PGRES_TUPLES_OK), or NULL with the error logged ("query failed"; past the bound, "PostgreSQL
- * did not answer within N s", and the connection is left mid-statement: the caller stops using
- * it). */
+/* Runs a statement template for cfg's table, waiting answer_s at most for its answer
+ * (admin_template_within): the result (PGRES_TUPLES_OK), or NULL with the error logged ("query
+ * failed"; past the bound, "PostgreSQL did not answer within N s", and the connection is left
+ * mid-statement: the caller stops using it). */
 static PGresult *verify_exec(PGconn *conn, const Config *cfg, const char *tmpl, int nparams,
                              const char *const *params, long answer_s)
 {
-    char err[256];
-    char *sql = table_sql(&cfg->map, conn, tmpl, err, sizeof(err));
-    if (!sql) {
-        log_error("cannot write the statement", "error=%s", err);
-        return NULL;
-    }
     DbError e = {0};
-    PGresult *res = admin_query_within(conn, sql, nparams, params, answer_s, &e);
-    free(sql);
-    if (res && PQresultStatus(res) != PGRES_TUPLES_OK) {
-        PQclear(res);
-        res = NULL;
-        snprintf(e.message, sizeof(e.message), "unexpected result");
-    }
+    PGresult *res = admin_template_within(conn, &cfg->map, tmpl, nparams, params, PGRES_TUPLES_OK,
+                                          answer_s, &e);
     if (!res) {
         char q[600];
         log_error("query failed", "error=%s", log_quote(e.message, q, sizeof(q)));
