@@ -145,38 +145,60 @@ static bool check_table(Checks *c, PGconn *conn, const TableMap *map)
     return true;
 }
 
-/* The indexes of the relay's names on the table against what migrate makes (migrate.h): one
- * changed since (REINDEX cannot, but a DROP and CREATE of another definition can: DESC, another
- * collation or operator class, another predicate) is one the claims or marks may not use, and
- * nothing else says so. A name no index of the table holds is not reported: the relay's own
- * table has its primary key where an adopted one has the order column's unique index. */
+/* What each index the relay wants is for, by migrate_index_served_sql's k. */
+static const char *index_use(const char *k)
+{
+    switch (atoi(k)) {
+    case 1:
+        return "the order column's uniqueness (rows are marked by it: a duplicate would be "
+               "marked sent with its twin)";
+    case 2:
+        return "the claims (the unsent rows in order: without it each claim reads the table)";
+    case 3:
+        return "the claims' look for earlier failed events of an aggregate";
+    default:
+        return "retention and verify (the sent rows by time)";
+    }
+}
+
+/* The indexes the relay wants on the table, by what they are (migrate.h): each one no valid
+ * index of the table serves, whatever its name, is named with what it is for and the statement
+ * that makes it. Judged by name alone, a missing one went unreported (the relay's own table
+ * has its primary key where an adopted one has the order column's unique index, so a name
+ * missing proved nothing), and one of the relay's names with another definition (REINDEX
+ * cannot make one, but a DROP and CREATE of another definition can: DESC, another collation or
+ * operator class, another predicate) was reported even beside another index that serves. */
 static void check_indexes(Checks *c, PGconn *conn, const TableMap *map)
 {
-    PGresult *res = query(c, conn, map, "indexes", migrate_index_check_sql, 0, NULL);
+    PGresult *res = query(c, conn, map, "indexes", migrate_index_served_sql, 0, NULL);
     if (!res)
         return;
     char name[160], table[DIAGNOSE_TABLE_MAX], index[DIAGNOSE_IDENT_MAX];
     table_map_display(map, name, sizeof(name));
     diagnose_quote_table(map, NULL, table, sizeof(table));
-    int differ = 0;
     for (int i = 0; i < PQntuples(res); i++) {
-        if (strcmp(PQgetvalue(res, i, 1), "another definition") != 0)
-            continue;
-        differ++;
+        const char *idx = PQgetvalue(res, i, 0);
         /* want: "UNIQUE (id)" or "(id) WHERE sent_at IS NULL"... (migrate.c) */
-        const char *want = PQgetvalue(res, i, 2);
+        const char *want = PQgetvalue(res, i, 1);
         bool unique = strncmp(want, "UNIQUE ", 7) == 0;
-        say(c, false, "indexes",
-            "index %s of %s is not as the relay makes it, and the claims may not use it: as the "
-            "owner, drop it (DROP INDEX CONCURRENTLY) and create it again without blocking "
-            "writers: "
-            "CREATE %sINDEX CONCURRENTLY %s ON %s %s",
-            PQgetvalue(res, i, 0), name, unique ? "UNIQUE " : "",
-            diagnose_quote_ident(PQgetvalue(res, i, 0), index, sizeof(index)), table,
-            unique ? want + 7 : want);
+        bool named = strcmp(PQgetvalue(res, i, 2), "t") == 0;
+        char create[1024];
+        snprintf(create, sizeof(create), "CREATE %sINDEX CONCURRENTLY %s ON %s %s",
+                 unique ? "UNIQUE " : "", diagnose_quote_ident(idx, index, sizeof(index)), table,
+                 unique ? want + 7 : want);
+        if (named)
+            say(c, false, "indexes",
+                "index %s of %s is not as the relay makes it, and no other index serves %s: as "
+                "the owner, drop it (DROP INDEX CONCURRENTLY) and create it again without "
+                "blocking writers: %s",
+                idx, name, index_use(PQgetvalue(res, i, 3)), create);
+        else
+            say(c, false, "indexes",
+                "%s has no index for %s: as the owner, create it without blocking writers: %s",
+                name, index_use(PQgetvalue(res, i, 3)), create);
     }
-    if (differ == 0)
-        say(c, true, "indexes", "the relay's indexes on %s are as it makes them", name);
+    if (PQntuples(res) == 0)
+        say(c, true, "indexes", "%s has every index the relay uses, as it makes them", name);
     PQclear(res);
 }
 

@@ -120,39 +120,55 @@ static const char *const SQL_ADOPT_HEADERS =
  * column), the column's own collation (COLLATE "C" orders and compares as the claims' statements
  * do not) and no sort options (DESC, NULLS FIRST). Those were not compared: such an index passed
  * adoption, and the claims it is named for may not use it. */
+/* The four indexes the relay wants (k, its name for it, unique, key columns, predicate as
+ * pg_get_expr prints it, and the definition as CREATE INDEX takes it). */
+#define INDEX_WANTED                                                                               \
+    " (VALUES (1, {seq_idx_text}, true, ARRAY[{seq_text}], NULL,"                                  \
+    " pg_catalog.concat('UNIQUE (', pg_catalog.quote_ident({seq_text}), ')')),"                    \
+    " (2, {unsent_idx_text}, false, ARRAY[{seq_text}], '(sent_at IS NULL)',"                       \
+    " pg_catalog.concat('(', pg_catalog.quote_ident({seq_text}), ') WHERE sent_at IS NULL')),"     \
+    " (3, {retry_idx_text}, false, ARRAY[{aggregate_type_text}, {aggregate_id_text}, {seq_text}]," \
+    " '((sent_at IS NULL) AND (attempts > 0))',"                                                   \
+    " pg_catalog.concat('(', pg_catalog.quote_ident({aggregate_type_text}), ', ',"                 \
+    " pg_catalog.quote_ident({aggregate_id_text}), ', ', pg_catalog.quote_ident({seq_text}),"      \
+    " ') WHERE sent_at IS NULL AND attempts > 0')),"                                               \
+    " (4, {sent_idx_text}, false, ARRAY['sent_at'], '(sent_at IS NOT NULL)',"                      \
+    " '(sent_at) WHERE sent_at IS NOT NULL'::pg_catalog.text))"                                    \
+    " AS n(k, name, uniq, cols, pred, want)"
+/* Whether index i (pg_class) of pg_index row x is wanted index n, as the comment above says. */
+#define INDEX_IS_WANTED                                                                            \
+    "(x.indisvalid AND x.indisunique = n.uniq"                                                     \
+    " AND x.indexprs IS NULL AND x.indnkeyatts = pg_catalog.cardinality(n.cols)"                   \
+    " AND x.indnatts = x.indnkeyatts"                                                              \
+    " AND i.relam = (SELECT oid FROM pg_catalog.pg_am WHERE amname = 'btree'::pg_catalog.name)"    \
+    " AND pg_catalog.array_to_string(x.indkey::pg_catalog.int2[], ' ')"                            \
+    " = pg_catalog.array_to_string(ARRAY(SELECT a.attnum FROM pg_catalog.unnest(n.cols)"           \
+    " WITH ORDINALITY AS c(col, ord) JOIN pg_catalog.pg_attribute a ON a.attrelid = x.indrelid"    \
+    " AND a.attname = c.col::pg_catalog.name ORDER BY c.ord), ' ')"                                \
+    " AND pg_catalog.pg_get_expr(x.indpred, x.indrelid) IS NOT DISTINCT FROM n.pred"               \
+    " AND NOT EXISTS (SELECT 1 FROM pg_catalog.generate_series(0::pg_catalog.int4,"                \
+    " x.indnkeyatts::pg_catalog.int4 - 1::pg_catalog.int4) AS k(i)"                                \
+    " JOIN pg_catalog.pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = x.indkey[k.i]"      \
+    " LEFT JOIN pg_catalog.pg_opclass o ON o.oid = x.indclass[k.i]"                                \
+    " WHERE x.indoption[k.i] <> 0::pg_catalog.int2 OR x.indcollation[k.i] <> a.attcollation"       \
+    " OR o.opcdefault IS NOT TRUE))"
 const char *const migrate_index_check_sql =
     "SELECT n.name, CASE WHEN i.oid IS NULL THEN 'another relation''s'"
     " ELSE 'another definition' END, n.want"
-    " FROM (VALUES (1, {seq_idx_text}, true, ARRAY[{seq_text}], NULL,"
-    " pg_catalog.concat('UNIQUE (', pg_catalog.quote_ident({seq_text}), ')')),"
-    " (2, {unsent_idx_text}, false, ARRAY[{seq_text}], '(sent_at IS NULL)',"
-    " pg_catalog.concat('(', pg_catalog.quote_ident({seq_text}), ') WHERE sent_at IS NULL')),"
-    " (3, {retry_idx_text}, false, ARRAY[{aggregate_type_text}, {aggregate_id_text}, {seq_text}],"
-    " '((sent_at IS NULL) AND (attempts > 0))',"
-    " pg_catalog.concat('(', pg_catalog.quote_ident({aggregate_type_text}), ', ',"
-    " pg_catalog.quote_ident({aggregate_id_text}), ', ', pg_catalog.quote_ident({seq_text}),"
-    " ') WHERE sent_at IS NULL AND attempts > 0')),"
-    " (4, {sent_idx_text}, false, ARRAY['sent_at'], '(sent_at IS NOT NULL)',"
-    " '(sent_at) WHERE sent_at IS NOT NULL'::pg_catalog.text))"
-    " AS n(k, name, uniq, cols, pred, want)"
+    " FROM" INDEX_WANTED
     " LEFT JOIN (pg_catalog.pg_index x JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid)"
     " ON i.relname = n.name::pg_catalog.name"
     " AND x.indrelid = pg_catalog.to_regclass({table_text})::pg_catalog.oid"
-    " WHERE i.oid IS NULL OR NOT (x.indisvalid AND x.indisunique = n.uniq"
-    " AND x.indexprs IS NULL AND x.indnkeyatts = pg_catalog.cardinality(n.cols)"
-    " AND x.indnatts = x.indnkeyatts"
-    " AND i.relam = (SELECT oid FROM pg_catalog.pg_am WHERE amname = 'btree'::pg_catalog.name)"
-    " AND pg_catalog.array_to_string(x.indkey::pg_catalog.int2[], ' ')"
-    " = pg_catalog.array_to_string(ARRAY(SELECT a.attnum FROM pg_catalog.unnest(n.cols)"
-    " WITH ORDINALITY AS c(col, ord) JOIN pg_catalog.pg_attribute a ON a.attrelid = x.indrelid"
-    " AND a.attname = c.col::pg_catalog.name ORDER BY c.ord), ' ')"
-    " AND pg_catalog.pg_get_expr(x.indpred, x.indrelid) IS NOT DISTINCT FROM n.pred"
-    " AND NOT EXISTS (SELECT 1 FROM pg_catalog.generate_series(0::pg_catalog.int4,"
-    " x.indnkeyatts::pg_catalog.int4 - 1::pg_catalog.int4) AS k(i)"
-    " JOIN pg_catalog.pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = x.indkey[k.i]"
-    " LEFT JOIN pg_catalog.pg_opclass o ON o.oid = x.indclass[k.i]"
-    " WHERE x.indoption[k.i] <> 0::pg_catalog.int2 OR x.indcollation[k.i] <> a.attcollation"
-    " OR o.opcdefault IS NOT TRUE))"
+    " WHERE i.oid IS NULL OR NOT " INDEX_IS_WANTED " ORDER BY n.k";
+const char *const migrate_index_served_sql =
+    "SELECT n.name, n.want, EXISTS (SELECT 1 FROM pg_catalog.pg_index x"
+    " JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid"
+    " WHERE x.indrelid = pg_catalog.to_regclass({table_text})::pg_catalog.oid"
+    " AND i.relname = n.name::pg_catalog.name), n.k"
+    " FROM" INDEX_WANTED " WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_index x"
+    " JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid"
+    " WHERE x.indrelid = pg_catalog.to_regclass({table_text})::pg_catalog.oid"
+    " AND " INDEX_IS_WANTED ")"
     " ORDER BY n.k";
 /* (These statements, like the rest of migrate's, qualify their functions and cast their
  * literals, so no look-alike another role planted in the schema resolves: docs/security.md.)

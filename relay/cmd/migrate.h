@@ -46,4 +46,13 @@ int migrate_run(const char *conninfo, const TableMap *map, const char *schema, l
  * second kind. */
 extern const char *const migrate_index_check_sql;
 
+/* A statement template (relay/outbox/table.h) of the indexes the relay wants on the table that no
+ * valid index of it serves, whatever its name (the relay's own table serves the order column's
+ * uniqueness with its primary key; another of the same definition serves as well): in columns
+ * the relay's name for it, the definition expected (as migrate_index_check_sql's), whether an
+ * index of the table holds the name (with another definition, then), and which index it is: 1
+ * the order column's unique one, 2 the unsent rows', 3 the failed rows', 4 the sent rows'. Reads
+ * catalogs only. */
+extern const char *const migrate_index_served_sql;
+
 #endif
