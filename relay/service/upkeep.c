@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db.h"
 #include "log.h"
 #include "monotime.h"
 #include "metrics.h"
@@ -12,17 +13,21 @@
 #include "statements.h"
 #include "table.h"
 
+#define STR2(x) #x
+#define STR(x) STR2(x)
+
 /* Bounds every statement of this session: a backlog count over a huge table, say, gives up and
  * is retried at the next interval instead of piling up. */
 #define UPKEEP_STATEMENT_TIMEOUT_S 30
 /* A vacuum horizon holder as "KIND WHO": the kind and a prepared transaction's gid (up to 200
  * bytes) whole, or two long gids that begin alike compare equal and the second is never logged. */
 #define HOLDER_MAX (32 + 1 + 256)
-static const char *const SQL_SETUP = "SET statement_timeout = '30s'";
+/* The session's bound, unless one at most as long is in force already (the URL's options, the
+ * role's or the database's setting): a SET overrode a stricter one, so retention's DELETEs ran
+ * up to 30 s where the operator allowed 5. */
+static const char *const SQL_SETUP =
+    DB_BOUND_SETTING_SQL("statement_timeout", STR(UPKEEP_STATEMENT_TIMEOUT_S) "s", "false");
 static const char *const SQL_APPNAME = "SET application_name = 'outbox-relay upkeep'";
-
-#define STR2(x) #x
-#define STR(x) STR2(x)
 
 /* Templates for the configured table (relay/outbox/table.h). */
 enum { UPKEEP_BACKLOG, UPKEEP_RETENTION, UPKEEP_SQL_COUNT };
