@@ -598,7 +598,7 @@ static const OptDef options[] = {
      .offset = FIELD(verify_max_rows),
      .commands = FOR(CMD_VERIFY),
      .metavar = "N",
-     .help = "verify: refuse a window of more rows than this (each held in memory, about 370 "
+     .help = "verify: refuse a window of more rows than this (each held in memory, about 230 "
              "bytes at peak); narrow --since or raise it"},
     {.name = "from-id",
      .type = OPT_INT,

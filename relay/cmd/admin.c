@@ -60,8 +60,11 @@ static bool flush_by(PGconn *conn, double deadline, long timeout_s, DbError *e)
  * libpq waits for an answer as long as the socket stays open, and the keepalives db_connect sets
  * end only a silent network: a stopped server, or one behind a proxy that accepted the
  * connection, acknowledges every packet and never answers. Past the deadline the statement is
- * given up (e->conn_lost); the caller closes the connection. */
-static PGresult *await_answer(PGconn *conn, double deadline, long timeout_s, DbError *e)
+ * given up (e->conn_lost); the caller closes the connection. With on_row (single-row mode), each
+ * row goes to it as it comes, in a result of its own that is cleared after, and the last result
+ * (PGRES_TUPLES_OK) holds none. */
+static PGresult *await_answer(PGconn *conn, double deadline, long timeout_s, AdminRowFn on_row,
+                              void *arg, DbError *e)
 {
     PGresult *last = NULL;
     for (;;) {
@@ -82,6 +85,11 @@ static PGresult *await_answer(PGconn *conn, double deadline, long timeout_s, DbE
         PGresult *res = PQgetResult(conn);
         if (!res)
             break;
+        if (PQresultStatus(res) == PGRES_SINGLE_TUPLE) {
+            on_row(res, arg);
+            PQclear(res);
+            continue;
+        }
         /* One statement, one result; an error result is kept over what follows it. */
         if (last && PQresultStatus(last) == PGRES_FATAL_ERROR) {
             PQclear(res);
@@ -98,7 +106,8 @@ static PGresult *await_answer(PGconn *conn, double deadline, long timeout_s, DbE
  * past it, and blocking again after an answer; one given up stays non-blocking, so that
  * PQfinish's goodbye cannot wait on a server that does not read either. */
 static PGresult *run_by_deadline(PGconn *conn, const char *sql, int nparams,
-                                 const char *const *params, long timeout_s, DbError *e)
+                                 const char *const *params, long timeout_s, AdminRowFn on_row,
+                                 void *arg, DbError *e)
 {
     double deadline = monotime_now() + (double)timeout_s;
     bool blocking = !PQisnonblocking(conn);
@@ -108,10 +117,15 @@ static PGresult *run_by_deadline(PGconn *conn, const char *sql, int nparams,
     int sent = nparams < 0 ? PQsendQuery(conn, sql)
                            : PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
     PGresult *res = NULL;
-    if (!sent)
+    if (!sent) {
         res = db_result(conn, NULL, e);
-    else if (flush_by(conn, deadline, timeout_s, e))
-        res = await_answer(conn, deadline, timeout_s, e);
+    } else if (on_row && !PQsetSingleRowMode(conn)) {
+        /* Sent, its answer left unread: the connection is mid-statement. */
+        e->sqlstate[0] = '\0';
+        snprintf(e->message, sizeof(e->message), "cannot read the statement's rows one at a time");
+        e->conn_lost = true;
+    } else if (flush_by(conn, deadline, timeout_s, e))
+        res = await_answer(conn, deadline, timeout_s, on_row, arg, e);
     if (blocking && !e->conn_lost)
         PQsetnonblocking(conn, 0);
     return res;
@@ -120,12 +134,12 @@ static PGresult *run_by_deadline(PGconn *conn, const char *sql, int nparams,
 PGresult *admin_query_within(PGconn *conn, const char *sql, int nparams, const char *const *params,
                              long timeout_s, DbError *e)
 {
-    return run_by_deadline(conn, sql, nparams, params, timeout_s, e);
+    return run_by_deadline(conn, sql, nparams, params, timeout_s, NULL, NULL, e);
 }
 
 PGresult *admin_script_within(PGconn *conn, const char *sql, long timeout_s, DbError *e)
 {
-    return run_by_deadline(conn, sql, -1, NULL, timeout_s, e);
+    return run_by_deadline(conn, sql, -1, NULL, timeout_s, NULL, NULL, e);
 }
 
 PGresult *admin_template_within(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
@@ -149,6 +163,29 @@ PGresult *admin_template_within(PGconn *conn, const TableMap *map, const char *t
         return NULL;
     }
     return res;
+}
+
+bool admin_template_rows_within(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                                const char *const *params, long timeout_s, AdminRowFn on_row,
+                                void *arg, DbError *e)
+{
+    e->conn_lost = false;
+    char err[256];
+    char *sql = table_sql(map, conn, tmpl, err, sizeof(err));
+    if (!sql) {
+        e->sqlstate[0] = '\0';
+        snprintf(e->message, sizeof(e->message), "cannot write the statement: %s", err);
+        return false;
+    }
+    PGresult *res = run_by_deadline(conn, sql, nparams, params, timeout_s, on_row, arg, e);
+    free(sql);
+    bool ok = res && PQresultStatus(res) == PGRES_TUPLES_OK;
+    if (res && !ok) {
+        e->sqlstate[0] = '\0';
+        snprintf(e->message, sizeof(e->message), "unexpected result");
+    }
+    PQclear(res);
+    return ok;
 }
 
 /* The one-shot commands' statement bound (--statement-timeout): a process runs one command. */

@@ -73,6 +73,18 @@ PGresult *admin_template_within(PGconn *conn, const TableMap *map, const char *t
                                 const char *const *params, ExecStatusType expect, long timeout_s,
                                 DbError *e);
 
+/* A row of a statement read one at a time (admin_template_rows_within): a result of one row,
+ * which the function must not keep (it is cleared after). */
+typedef void (*AdminRowFn)(PGresult *row, void *arg);
+
+/* admin_template_within for a statement that returns rows, read one at a time (libpq's single-row
+ * mode): on_row gets each as it comes, so a large result is never held whole beside what the
+ * caller makes of it. True when every row came (the statement succeeded); false with e filled in
+ * as admin_template_within's, the rows given so far being only part of the answer. */
+bool admin_template_rows_within(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                                const char *const *params, long timeout_s, AdminRowFn on_row,
+                                void *arg, DbError *e);
+
 /* Runs a statement template (relay/outbox/table.h) written for map's table with text params,
  * through admin_query (its client-side deadline); returns the result, or NULL (error logged,
  * result cleared) when it failed or its status is not `expect`. */

@@ -9,7 +9,7 @@
 #  3. given --on-sent delete (the relay's configuration: it deletes each row it sends) verify
 #     refuses with one line, exit 2, rather than say ok over a window that can hold no row;
 #  4. a window of more rows than --max-rows (verify holds every row of it in memory) is refused
-#     with one line, exit 2, naming --since and --max-rows, before anything is loaded or read from
+#     with one line, exit 2, naming --since and --max-rows, before anything is read from
 #     Kafka, while a window of exactly that many is checked (the bound counts the rows, not one
 #     more or one fewer).
 # shellcheck source=tests/lib.sh
