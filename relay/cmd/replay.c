@@ -368,6 +368,17 @@ static int confirm(const Selection *s)
     return 0;
 }
 
+/* Ends the batch's transaction, waiting answer_s at most (db_rollback's blocking PQexec waited for
+ * ever on a server that stopped answering right then, after every batch was done). Without an
+ * answer the connection is left mid-statement (the caller closes it, and the server rolls back). */
+static void roll_back(PGconn *conn, long answer_s)
+{
+    if (PQstatus(conn) != CONNECTION_OK || PQtransactionStatus(conn) == PQTRANS_IDLE)
+        return;
+    DbError e;
+    PQclear(admin_script_within(conn, "ROLLBACK", answer_s, &e));
+}
+
 /* One batch in its own transaction: locks the next rows of the selection and gives them new
  * order values. Returns the rows replayed (0: none left), -1 with e filled in (rolled back), or
  * REPLAY_COMMIT_UNKNOWN with e filled in when the COMMIT was sent but no verdict came (no answer
@@ -387,8 +398,10 @@ static long long replay_batch(PGconn *conn, const Config *cfg, Selection *s, DbE
         goto failed;
     long long n = PQntuples(res);
     if (n == 0) {
+        /* Nothing locked, nothing changed: the ROLLBACK's answer changes nothing either, and one
+         * that does not come leaves the connection for the caller to close. */
         PQclear(res);
-        db_rollback(conn);
+        roll_back(conn, answer_s);
         return 0;
     }
     StrBuf sql = {0};
@@ -428,7 +441,7 @@ failed:
     /* A statement without an answer left the connection mid-statement: a ROLLBACK would wait
      * behind it as long. The caller closes the connection, and the server rolls the batch back. */
     if (!e->conn_lost)
-        db_rollback(conn);
+        roll_back(conn, answer_s);
     return -1;
 }
 

@@ -10,7 +10,9 @@
 #  2. run again directly (no proxy) with those bounds, it replays every row;
 #  3. the answer to the summary withheld (before any batch), replay gives up after ten times
 #     --statement-timeout (10 s here; the summary reads the whole selection, 43_replay part 6),
-#     where it waited for ever, exit 1, one line, nothing replayed.
+#     where it waited for ever, exit 1, one line, nothing replayed;
+#  4. the answer to the ROLLBACK that ends the last, empty batch withheld, replay does not wait for
+#     it past its bound (it waited for ever): every event was replayed, exit 0.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -66,3 +68,17 @@ kill "$PROXY_PID" 2>/dev/null
 wait "$PROXY_PID" 2>/dev/null
 check_eq "3: ... named in one line" 1 "$(grep -c 'PostgreSQL did not answer within 10 s' "$T/summary.err")"
 check_eq "3: ... and nothing was replayed" 0 "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL")"
+
+# --- 4. ---
+psql_q "UPDATE outbox SET sent_at = now()"
+# Only the answer to the first ROLLBACK: the one after the batch that finds nothing left.
+holding_proxy proxy4 ROLLBACK
+# Before: replay waited for it (blocking libpq), through timeout's SIGTERM too (its first signal
+# waits for the batch under way): killed here.
+timeout -k 10 60 "$RELAY_BIN" replay --database-url "postgresql://postgres@127.0.0.1:$PROXY_PORT/outbox" \
+    --from-id 1 --batch-rows 100 --yes --statement-timeout 1s >"$T/rollback.out" 2>"$T/rollback.err"
+check_eq "4: the last ROLLBACK unanswered: exit 0" 0 $?
+kill "$PROXY_PID" 2>/dev/null
+wait "$PROXY_PID" 2>/dev/null
+check "4: ... every event replayed" grep -q '^replay: 30 events replayed' "$T/rollback.out"
+check_eq "4: ... all 30 unsent again" 30 "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL")"
