@@ -392,18 +392,21 @@ int admin_dead(const Config *cfg)
  * or a DELETE fires no wakeup trigger (that is an INSERT's), so requeued events, and with
  * --on-poison hold the events a purged one held back, waited for the relays' poll timer
  * (--poll-interval, up to an hour) rather than going at once. A failure costs that wait, not
- * the change: said once, not counted against the command. */
-static void wake_relays(PGconn *conn, bool *warned)
+ * the change: said once, not counted against the command. False (e filled in) when the connection
+ * is lost or left mid-statement (no answer within the bound): nothing more may be sent on it, and
+ * the next batch failed with libpq's "another command is already in progress", which named no
+ * cause. */
+static bool wake_relays(PGconn *conn, bool *warned, DbError *e)
 {
-    DbError e;
-    PGresult *res = admin_query(conn, "NOTIFY " WAKEUP_CHANNEL, 0, NULL, &e);
+    PGresult *res = admin_query(conn, "NOTIFY " WAKEUP_CHANNEL, 0, NULL, e);
     if (!res && !*warned) {
         char q[600];
         log_warn("cannot wake the relays: the events go at their next poll (--poll-interval)",
-                 "error=%s", log_quote(db_error_text(&e), q, sizeof(q)));
+                 "error=%s", log_quote(db_error_text(e), q, sizeof(q)));
         *warned = true;
     }
     PQclear(res);
+    return res || !e->conn_lost;
 }
 
 /* Runs sql (SQL_REQUEUE or SQL_PURGE_DEAD: $1 the id, or NULL for all) a batch at a time until a
@@ -436,8 +439,16 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb)
             snprintf(after, sizeof(after), "%s", PQgetvalue(res, 0, 1));
         PQclear(res);
         n += rows;
-        if (rows > 0)
-            wake_relays(conn, &warned);
+        /* A batch whose wakeup got no answer is done (its own answer came), and so is the
+         * command when it was the last; else the rest cannot go on this connection. */
+        if (rows > 0 && !wake_relays(conn, &warned, &e) && rows == ADMIN_DEAD_BATCH) {
+            char q[600];
+            log_error("PostgreSQL stopped answering after a batch: the batches so far are done, "
+                      "the rest is not",
+                      "error=%s", log_quote(db_error_text(&e), q, sizeof(q)));
+            failed = true;
+            break;
+        }
         if (rows < ADMIN_DEAD_BATCH)
             break;
     }

@@ -18,7 +18,11 @@
 #  7. a statement_timeout stricter than theirs (30 s by default), set for the connection (the
 #     URL's options, as for a role or a database), stays: the commands only shorten a longer one
 #     or none; --statement-timeout sets theirs, and a stricter one of the URL stays over it too;
-#     --statement-timeout out of its range (0, more than a day) is bad input, exit 2.
+#     --statement-timeout out of its range (0, more than a day) is bad input, exit 2;
+#  8. requeue --all whose wakeup after a full batch (10,000) gets no answer stops there, exit 1,
+#     saying PostgreSQL stopped answering and how many were requeued (it went on to the next
+#     batch on the connection left mid-statement, which failed with libpq's "another command is
+#     already in progress").
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -201,3 +205,19 @@ for bad in 0 off 25h; do
     check_eq "7: --statement-timeout $bad: exit 2" 2 $?
     check_eq "7: ... with one line naming the flag" 1 "$(grep -c -- '--statement-timeout' "$T/bad.out")"
 done
+
+# --- 8. no answer to the wakeup after a full batch ---
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, attempts,
+            rejections, dead_at, last_error)
+        SELECT 'dead8', 'd-' || g, 'changed', '{}', 10, 10, now(), 'x'
+        FROM generate_series(1, 10001) AS g"
+holding_proxy proxy8 NOTIFY
+timeout -k 10 60 "$RELAY_BIN" requeue --all --statement-timeout 1s \
+    --database-url "postgresql://postgres@127.0.0.1:$PROXY_PORT/outbox" >"$T/wake.out" 2>"$T/wake.err"
+check_eq "8: the wakeup unanswered after a full batch: exit 1" 1 $?
+kill "$PROXY_PID" 2>/dev/null
+wait "$PROXY_PID" 2>/dev/null
+check "8: ... says how many were requeued" grep -q '^requeued 10000 events before the failure' \
+    "$T/wake.out"
+check "8: ... names the cause" grep -q 'PostgreSQL stopped answering after a batch' "$T/wake.err"
+check "8: ... not libpq's state" lacks "$T/wake.err" 'another command is already in progress'
