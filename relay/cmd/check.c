@@ -239,11 +239,13 @@ static void check_registry(Checks *c, const Config *cfg)
         say(c, false, "schema registry", "%s", err);
         return;
     }
-    bool answered = false;
-    if (!serializer_probe(ser, &answered, err, sizeof(err)))
+    char warned[512];
+    if (!serializer_probe(ser, warned, sizeof(warned), err, sizeof(err)))
         say(c, false, "schema registry", "%s", err);
-    else if (!answered)
-        say(c, false, "schema registry", "does not answer (see the warning above)");
+    else if (strncmp(warned, "HTTP 404", 8) == 0) /* an answer, but no registry's */
+        say(c, false, "schema registry", "answers, but not as a Schema Registry: %s", warned);
+    else if (*warned)
+        say(c, false, "schema registry", "does not answer: %s", warned);
     else
         say(c, true, "schema registry", "answers and takes the credentials");
     serializer_free(ser);

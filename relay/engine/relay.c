@@ -486,7 +486,7 @@ void relay_free_within(Relay *r, int flush_ms)
 
 bool relay_check_registry(Relay *r, char *err, size_t errlen)
 {
-    return !r->serializer || serializer_probe(r->serializer, NULL, err, errlen);
+    return !r->serializer || serializer_probe(r->serializer, NULL, 0, err, errlen);
 }
 
 bool relay_registry_up(const Relay *r)

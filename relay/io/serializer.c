@@ -139,13 +139,13 @@ bool serializer_up(const Serializer *s)
     return registry_up(s->registry);
 }
 
-bool serializer_probe(Serializer *s, bool *answered, char *err, size_t errlen)
+bool serializer_probe(Serializer *s, char *warned, size_t warnedlen, char *err, size_t errlen)
 {
     char warn[512];
     if (!registry_probe(s->registry, err, errlen, warn, sizeof(warn)))
         return false;
-    if (answered)
-        *answered = !*warn;
+    if (warned && warnedlen > 0)
+        snprintf(warned, warnedlen, "%s", warn);
     if (*warn) {
         char q[600]; /* curl's text: quoted, a '"' in it cannot end the field */
         if (strncmp(warn, "HTTP 404", 8) == 0) /* it answered, but not as a registry does */

@@ -97,9 +97,10 @@ size_t serializer_walk_probes(void);
 bool serializer_up(const Serializer *s);
 
 /* The registry's start-up check (registry_probe): false with one line in err when it refuses the
- * credentials; a registry not answering only logs a warning (and *answered, if given, is set
- * false). Blocks up to the request timeout: call it before the loop runs. */
-bool serializer_probe(Serializer *s, bool *answered, char *err, size_t errlen)
+ * credentials; a registry not answering, or answering 404 as no registry does, only logs a
+ * warning, whose text goes to warned (if given; "" when the registry answered). Blocks up to the
+ * request timeout: call it before the loop runs. */
+bool serializer_probe(Serializer *s, char *warned, size_t warnedlen, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
 #endif

@@ -178,6 +178,13 @@ check "4: ... naming the registry's refusal" grep -q "^FAIL  schema registry: .*
     "${SR_ARGS[@]}" >"$T/check.out" 2>&1
 check "4: check with the right password: the registry answers" \
     grep -q "^ok    schema registry: answers and takes the credentials" "$T/check.out"
+# A URL whose /subjects answers 404 as no registry does (a wrong path prefix): check says it
+# answered, and how, not that nothing answered.
+"$RELAY_BIN" check --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
+    --schema-registry-url "$SR_URL/no-such-prefix" --schema-registry-auth-file "$T/sr-auth" \
+    >"$T/check404.out" 2>&1
+check "4: check with a URL answering 404: FAIL saying it is not a registry's answer" \
+    grep -q "^FAIL  schema registry: answers, but not as a Schema Registry: HTTP 404" "$T/check404.out"
 
 # --- 5. the registry down for 30 s under load ---
 relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
