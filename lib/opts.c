@@ -120,6 +120,22 @@ static bool set_choice(int *field, const OptDef *opt, const char *value, const c
     return optval_fail(err, errlen, "%s: expected %s, got '%s'", source, expected, value);
 }
 
+/* seconds as the largest whole unit a duration flag takes: "86400" -> "1d", "90" -> "90s". */
+static const char *duration_text(long seconds, char *buf, size_t len)
+{
+    static const struct {
+        long unit;
+        char name;
+    } units[] = {{86400, 'd'}, {3600, 'h'}, {60, 'm'}};
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (seconds >= units[i].unit && seconds % units[i].unit == 0) {
+            snprintf(buf, len, "%ld%c", seconds / units[i].unit, units[i].name);
+            return buf;
+        }
+    snprintf(buf, len, "%lds", seconds);
+    return buf;
+}
+
 bool opts_set(const OptDef *opt, void *out, const char *value, const char *source, char *err,
               size_t errlen)
 {
@@ -140,6 +156,16 @@ bool opts_set(const OptDef *opt, void *out, const char *value, const char *sourc
             return optval_fail(err, errlen, "%s: expected true or false, got '%s'", source, value);
         return true;
     case OPT_DURATION:
+        if (opt->min > 0 && opt->max > 0 &&
+            (!opts_parse_duration(value, (long *)field) || *(long *)field < opt->min ||
+             *(long *)field > opt->max)) {
+            char lo[24], hi[24];
+            return optval_fail(err, errlen,
+                               "%s: expected a duration from %s to %s such as 90s, 30m or 2h, "
+                               "got '%s'",
+                               source, duration_text(opt->min, lo, sizeof(lo)),
+                               duration_text(opt->max, hi, sizeof(hi)), value);
+        }
         if (opt->min > 0 &&
             (!opts_parse_duration(value, (long *)field) || *(long *)field < opt->min))
             return optval_fail(err, errlen,

@@ -40,7 +40,8 @@ typedef struct OptDef {
     OptType type;
     const char *env;     /* environment fallback, or NULL */
     const char *def;     /* default as text, or NULL for none */
-    long min, max;       /* inclusive range of an OPT_INT; an OPT_DURATION's least seconds */
+    long min, max;       /* inclusive range of an OPT_INT; an OPT_DURATION's seconds (max 0: the
+                          * general limit of OPTS_DURATION_MAX_DAYS) */
     size_t offset;       /* field in the program's options struct */
     unsigned commands;   /* bit (1u << command id) for each command that accepts it; 0: all */
     unsigned required;   /* commands for which it must be set */

@@ -546,6 +546,7 @@ static const OptDef options[] = {
      .type = OPT_DURATION,
      .def = "30s",
      .min = 1, /* 0 or off would wait for ever on a lock or a server that stopped answering */
+     .max = CONFIG_STATEMENT_TIMEOUT_MAX_S, /* longer than a day is a typo of its unit */
      .offset = FIELD(statement_timeout_s),
      .commands = FOR(CMD_DEAD) | FOR(CMD_REQUEUE) | FOR(CMD_PURGE_DEAD) | FOR(CMD_STATUS) |
                  FOR(CMD_CHECK) | FOR(CMD_VERIFY) | FOR(CMD_REPLAY),
@@ -1768,11 +1769,6 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
     if ((cfg->command == CMD_RUN || cfg->command == CMD_VERIFY || cfg->command == CMD_CHECK) &&
         cfg->brokers && !brokers_check(cfg, source_of(sources, "brokers"), err, errlen))
         return false;
-    if (cfg->statement_timeout_s > CONFIG_STATEMENT_TIMEOUT_MAX_S)
-        return optval_fail(err, errlen,
-                           "--statement-timeout: expected at most 24h (86400s), got %lds: a "
-                           "statement bound longer than a day is a typo of its unit",
-                           cfg->statement_timeout_s);
     if (cfg->command == CMD_REQUEUE && (cfg->id > 0) == cfg->all)
         return optval_fail(err, errlen, "requeue needs exactly one of --id ID or --all");
     if (cfg->command == CMD_REPLAY && !cfg->replay_from_id && !cfg->replay_to_id &&

@@ -786,8 +786,14 @@ static void test_statement_timeout_range(void **state)
     }
     assert_false(
         LOAD(&cfg, err, "check", "--database-url=x", "--brokers=k:1", "--statement-timeout=25h"));
-    assert_string_equal(err, "--statement-timeout: expected at most 24h (86400s), got 90000s: a "
-                             "statement bound longer than a day is a typo of its unit");
+    assert_string_equal(err, "--statement-timeout: expected a duration from 1s to 1d such as 90s, "
+                             "30m or 2h, got '25h'");
+    config_free(&cfg);
+    /* 0 names the flag's own range, not the general limit of durations (3650d) */
+    assert_false(
+        LOAD(&cfg, err, "check", "--database-url=x", "--brokers=k:1", "--statement-timeout=0"));
+    assert_string_equal(err, "--statement-timeout: expected a duration from 1s to 1d such as 90s, "
+                             "30m or 2h, got '0'");
     config_free(&cfg);
 }
 
