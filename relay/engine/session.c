@@ -24,6 +24,7 @@ static const struct {
     const char *when;
 } cycle[] = {
     {PHASE_DOWN, PHASE_SETUP, "connected: LISTEN"},
+    {PHASE_SETUP, PHASE_SETUP, "the floor's check failed: LISTEN again, alone"},
     {PHASE_SETUP, PHASE_IDLE, "listening"},
     {PHASE_IDLE, PHASE_REBALANCING, "lanes to look at"},
     {PHASE_REBALANCING, PHASE_IDLE, "lanes divided"},
@@ -497,11 +498,23 @@ static void rest_others(Session *s)
 
 /* ---- replies: what each phase's request came back with ------------------------------------ */
 
+/* The reply to LISTEN and the floor's check (connected), or to LISTEN sent again alone. Both went
+ * in one pipeline, which PostgreSQL runs as one implicit transaction: when the check fails (a role
+ * without USAGE on the table's schema: "permission denied for schema"), the LISTEN that went
+ * through rolls back with it, though its own result says COMMAND_OK, and the session would go on
+ * deaf; it could even become the wakeup guard, whose producers' notifications no one hears. So
+ * LISTEN is sent again, on its own. */
 static void listening(Session *s, PGresult **results, int n, const char *error)
 {
-    learn_floor_allowed(s, n == 2 ? results[1] : NULL);
-    if (error && n == 2 && PQresultStatus(results[0]) == PGRES_COMMAND_OK)
-        error = NULL; /* only the floor's check failed: said above */
+    if (n == 2) {
+        learn_floor_allowed(s, results[1]);
+        if (error && PQresultStatus(results[0]) == PGRES_COMMAND_OK) {
+            /* Only the floor's check failed (said above): the LISTEN was rolled back with it. */
+            PgQuery q = {SQL_LISTEN, 0, NULL, false};
+            send_request(s, PHASE_SETUP, &q, 1, "connection busy while listening");
+            return;
+        }
+    }
     if (error) {
         char q[512];
         log_warn("LISTEN failed; relying on the poll timer", "error=%s",

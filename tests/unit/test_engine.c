@@ -440,8 +440,11 @@ static PGresult *auto_result(int i, const FakeRequest *req, int q)
     }
     char slot[8];
     snprintf(slot, sizeof(slot), "%d", i);
-    if (strcmp(kind, "floor-check") == 0)
-        return fake_pg_error(NULL, "no floor in these tests");
+    if (strcmp(kind, "floor-check") == 0) /* no floor in these tests: "no such table" */
+        return fake_pg_tuples("t,relkind,col,identity,seq,cache,cycle,priv,user,grantee,qualified",
+                              1,
+                              (const char *[]){"f", NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                               "relay", "outbox_relay", NULL});
     if (strcmp(kind, "floor-held") == 0) /* no failed row; the sequence's last value, in order */
         return fake_pg_tuples(
             "held,seq_last,seq_in_order,table_node,seq_node", 1,
@@ -782,6 +785,32 @@ static void test_connection_lost_while_marking(void **state)
     expect_phases(0, phases);
     expect_sent(0, sent);
     bring_up(0); /* LISTEN, join, members, lock, claim: no mark */
+}
+
+/* The floor's check fails ("permission denied for schema": the relay's role lacks USAGE on the
+ * table's schema). It went in one pipeline with LISTEN, which PostgreSQL runs as one implicit
+ * transaction: the LISTEN, though its own result is COMMAND_OK, was rolled back with it. The
+ * session sends LISTEN again, alone, before it joins the lanes; on the old code it went on deaf
+ * (and could sleep as the wakeup guard that hears no producer). */
+static void test_listen_again_after_floor_check_failed(void **state)
+{
+    static const char *const phases[] = {"setup", "setup",    "idle", "rebalancing",
+                                         "idle",  "claiming", NULL};
+    static const char *const sent[] = {
+        "LISTEN,floor-check", "LISTEN", "join", "members", "lock", CLAIM, NULL};
+    static const char *const asleep_sent[] = {"COMMIT,sleep", NULL};
+    start("1", "1", "0");
+    fake_pg_up(PG(0));
+    answer_failing(0, "floor-check", "42501"); /* the LISTEN before it is rolled back too */
+    answer(0);                                 /* LISTEN, on its own: it holds */
+    answer(0);                                 /* join */
+    answer(0);                                 /* members */
+    answer(0);                                 /* lock */
+    expect_phases(0, phases);
+    expect_sent(0, sent);
+    assert_false(S(0)->floor.enabled); /* the check failed: no floor */
+    answer_claim(0, "");               /* empty: it listens, so it may sleep */
+    expect_sent(0, asleep_sent);
 }
 
 /* The connection goes while a batch is at the producer: the session reconnects and takes lanes
@@ -2579,6 +2608,7 @@ int main(void)
         cmocka_unit_test_teardown(test_stop_while_producing, teardown),
         cmocka_unit_test_teardown(test_connection_lost_while_marking, teardown),
         cmocka_unit_test_teardown(test_connection_lost_while_producing, teardown),
+        cmocka_unit_test_teardown(test_listen_again_after_floor_check_failed, teardown),
         cmocka_unit_test_teardown(test_connection_lost_anywhere, teardown),
         cmocka_unit_test_teardown(test_chained_marks_transient_failure, teardown),
         cmocka_unit_test_teardown(test_delivery_timeout_purges, teardown),
