@@ -212,6 +212,10 @@ struct Session {
     Batch batch;
     BatchMarks marks;
     Wakeup wake;
+    /* LISTEN took effect on this connection (session.c, listening). Without it nothing wakes
+     * the session, nor could it guard the wakeup lock for the others: it never sleeps, and
+     * polls every --poll-interval instead. */
+    bool listening;
     char *sql[SESSION_SQL_COUNT]; /* the templates expanded for the configured table */
     int claim_stmt;               /* SQL_CLAIM_HOLD or SQL_CLAIM_SKIP */
     int claim_sent;               /* the claim statement of the claim in flight */

@@ -515,10 +515,11 @@ static void listening(Session *s, PGresult **results, int n, const char *error)
             return;
         }
     }
+    s->listening = !error;
     if (error) {
         char q[512];
-        log_warn("LISTEN failed; relying on the poll timer", "error=%s",
-                 log_quote(error, q, sizeof(q)));
+        log_warn("LISTEN failed; the session polls every --poll-interval and never sleeps",
+                 "error=%s session=%d", log_quote(error, q, sizeof(q)), s->index);
     }
     session_set_phase(s, PHASE_IDLE);
     s->wake_pending = true;
@@ -580,6 +581,13 @@ static void claimed(Session *s, PGresult **results, int n, const char *error)
         produce_more(s);
         return;
     case CLAIM_EMPTY_SLEEP: {
+        if (!s->listening) {
+            /* Deaf (its LISTEN failed): asleep, no notification would wake it, and as the
+             * wakeup guard it would leave every producer's notification unheard. It polls:
+             * the poll timer (--poll-interval, rearmed by each claim) brings its next claim. */
+            end_transaction(s, SQL_COMMIT);
+            return;
+        }
         PgQuery q[2] = {{SQL_COMMIT, 0, NULL, false}, {SQL_SLEEP, 0, NULL, false}};
         wakeup_before_sleep(&s->wake);
         send_request(s, PHASE_GOING_TO_SLEEP, q, 2, "connection busy while going to sleep");
@@ -758,6 +766,7 @@ static void connected(Session *s)
     }
     PgQuery q[2] = {{SQL_LISTEN, 0, NULL, false}, {s->sql[SQL_FLOOR_CHECK], 0, NULL, false}};
     floor_reset(&s->floor); /* a new connection: start from the table's start */
+    s->listening = false;   /* until its LISTEN is known to hold (listening) */
     session_set_phase(s, PHASE_SETUP);
     if (!pg_conn_send(s->pg, q, 2, on_reply, s)) {
         session_set_phase(s, PHASE_DOWN);
@@ -778,6 +787,7 @@ static void disconnected(Session *s)
     bool may_guard = s->wake.guard || s->phase == PHASE_GOING_TO_SLEEP ||
                      (s->phase == PHASE_LEAVING_GUARD && !wakeup_lost_guard_reading(&s->wake));
     session_set_phase(s, PHASE_DOWN);
+    s->listening = false;
     lanes_reset(&s->lanes);
     /* The lanes may come back with other rows, or go to another relay: the hold starts again
      * from what the next batches meet. */

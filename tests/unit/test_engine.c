@@ -813,6 +813,35 @@ static void test_listen_again_after_floor_check_failed(void **state)
     expect_sent(0, asleep_sent);
 }
 
+/* LISTEN itself fails (a pooler that refuses it, say): the session is deaf. An empty, quiet
+ * claim then commits and waits for the poll timer; it never asks to sleep, which could make it
+ * the wakeup guard, whose producers' notifications no one would hear. On the old code it sent
+ * COMMIT,sleep. After a reconnect whose LISTEN holds it sleeps again. */
+static void test_deaf_session_polls_instead_of_sleeping(void **state)
+{
+    static const char *const sent[] = {
+        "LISTEN,floor-check", "join", "members", "lock", CLAIM, "COMMIT", CLAIM, NULL};
+    static const char *const asleep_sent[] = {"COMMIT,sleep", NULL};
+    start("1", "1", "0");
+    fake_pg_up(PG(0));
+    answer_failing(0, "LISTEN", "0A000");
+    answer(0);           /* join */
+    answer(0);           /* members */
+    answer(0);           /* lock */
+    answer_claim(0, ""); /* empty and quiet: it would sleep, but cannot hear */
+    answer(0);           /* COMMIT */
+    expect_idle_pg(0);
+    assert_false(S(0)->wake.asleep);
+    fire(&S(0)->poll_timer); /* --poll-interval: it claims again */
+    expect_sent(0, sent);
+    fake_pg_drop(PG(0), "connection reset by peer");
+    forget(0);
+    bring_up(0); /* LISTEN holds this time */
+    forget(0);
+    answer_claim(0, "");
+    expect_sent(0, asleep_sent);
+}
+
 /* The connection goes while a batch is at the producer: the session reconnects and takes lanes
  * again, but claims only once every report of the abandoned batch is in. */
 static void test_connection_lost_while_producing(void **state)
@@ -2609,6 +2638,7 @@ int main(void)
         cmocka_unit_test_teardown(test_connection_lost_while_marking, teardown),
         cmocka_unit_test_teardown(test_connection_lost_while_producing, teardown),
         cmocka_unit_test_teardown(test_listen_again_after_floor_check_failed, teardown),
+        cmocka_unit_test_teardown(test_deaf_session_polls_instead_of_sleeping, teardown),
         cmocka_unit_test_teardown(test_connection_lost_anywhere, teardown),
         cmocka_unit_test_teardown(test_chained_marks_transient_failure, teardown),
         cmocka_unit_test_teardown(test_delivery_timeout_purges, teardown),
