@@ -17,17 +17,32 @@ bool batch_init(Batch *b, int capacity)
     return b->rows != NULL;
 }
 
+void batch_retired_free(BatchRetired *r)
+{
+    PQclear(r->results[0]);
+    PQclear(r->results[1]);
+    r->results[0] = r->results[1] = NULL;
+    for (int i = 0; i < r->n_values; i++)
+        free(r->values[i]);
+    free(r->values);
+    r->values = NULL;
+    r->n_values = 0;
+}
+
+void batch_take_retired(Batch *b, BatchRetired *out)
+{
+    *out = (BatchRetired){{b->retired[0], b->retired[1]}, b->retired_values, b->n_retired_values};
+    b->retired[0] = b->retired[1] = NULL;
+    b->retired_values = NULL;
+    b->n_retired_values = 0;
+}
+
 void batch_free(Batch *b)
 {
     batch_clear(b);
-    PQclear(b->retired[0]);
-    PQclear(b->retired[1]);
-    b->retired[0] = b->retired[1] = NULL;
-    for (int i = 0; i < b->n_retired_values; i++)
-        free(b->retired_values[i]);
-    free(b->retired_values);
-    b->retired_values = NULL;
-    b->n_retired_values = 0;
+    BatchRetired kept;
+    batch_take_retired(b, &kept);
+    batch_retired_free(&kept);
     free(b->rows);
     b->rows = NULL;
 }

@@ -117,6 +117,16 @@ void batch_retire(Batch *b);
 /* Whether b was given up (batch_retire) since it was made: the producer may still hold messages
  * whose payloads point into the results b keeps, however empty b is now. */
 bool batch_given_up(const Batch *b);
+/* What a given-up batch keeps for the producer (batch_retire), once taken out of it. */
+typedef struct BatchRetired {
+    PGresult *results[2];
+    char **values;
+    int n_values;
+} BatchRetired;
+/* Moves what b keeps for the producer into *out: b no longer frees it (batch_free), the caller
+ * frees it with batch_retired_free once the producer is destroyed, on any thread. */
+void batch_take_retired(Batch *b, BatchRetired *out);
+void batch_retired_free(BatchRetired *r);
 
 /* Makes room for capacity rows (a larger batch size after a reload); never shrinks. Only while
  * the batch is empty. Returns false (keeping the old room) when out of memory or not empty. */

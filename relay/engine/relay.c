@@ -447,6 +447,47 @@ void relay_status(const Relay *r, RelayStatus *out)
     }
 }
 
+/* The payloads of the sessions' batches a producer being freed may still point into (the
+ * results and encoded values of batches still out or given up), freed after it is destroyed. */
+typedef struct KeptPayloads {
+    int n;
+    BatchRetired kept[];
+} KeptPayloads;
+
+/* Runs on the thread that destroyed the producer (kafka_producer_free_then): touches nothing but
+ * what it was handed. */
+static void free_kept_payloads(void *arg)
+{
+    KeptPayloads *k = arg;
+    for (int i = 0; i < k->n; i++)
+        batch_retired_free(&k->kept[i]);
+    free(k);
+}
+
+/* Frees r's producer with the payloads its messages may point into (kafka_producer_free_then).
+ * false, nothing done, when there is no room to hand them over, or a batch given up holds rows
+ * again (its new results could not be kept too): the caller frees the producer in place. */
+static bool free_producer_with_payloads(Relay *r, int flush_ms)
+{
+    if (!r->sessions)
+        return false;
+    for (int i = 0; i < r->n_sessions; i++)
+        if (r->sessions[i].batch.n > 0 && batch_given_up(&r->sessions[i].batch))
+            return false;
+    KeptPayloads *k = calloc(1, sizeof(*k) + (size_t)r->n_sessions * sizeof(BatchRetired));
+    if (!k)
+        return false;
+    k->n = r->n_sessions;
+    for (int i = 0; i < r->n_sessions; i++) {
+        Batch *b = &r->sessions[i].batch;
+        if (b->n > 0)
+            batch_retire(b); /* its rows stay readable for the reports the flush serves */
+        batch_take_retired(b, &k->kept[i]);
+    }
+    kafka_producer_free_then(r->kafka, flush_ms, free_kept_payloads, k);
+    return true;
+}
+
 void relay_free(Relay *r)
 {
     relay_free_within(r, 1000);
@@ -463,16 +504,17 @@ void relay_free_within(Relay *r, int flush_ms)
     /* The producer goes first: its last delivery reports still point into the batches. With
      * every batch empty nothing of it points into the relay any more, and it is destroyed off the
      * loop (kafka_producer_retire): a database removed by SIGHUP is freed on the loop (on_reap,
-     * databases.c), where rd_kafka_destroy would stall every other database. Otherwise, or while
-     * another old producer is still being destroyed, here, as before. A batch given up at the
-     * shutdown timeout is empty once marked, but its messages may still be at the producer,
-     * pointing into the results the sessions free below: that producer goes here too, before
-     * them. */
+     * databases.c), where rd_kafka_destroy would stall every other database; while another
+     * replaced producer is still being destroyed, kafka_producer_free hands it to a thread too.
+     * A batch still out, or given up at the shutdown timeout (empty once marked, but its messages
+     * may still be at the producer), leaves payloads the producer points into: those results go
+     * with the producer to its thread (kafka_producer_free_then), freed only once it is
+     * destroyed, so neither the purge's flush nor the destroy runs on the loop. */
     bool reported = true;
     for (int i = 0; r->sessions && i < r->n_sessions; i++)
         reported =
             reported && r->sessions[i].batch.n == 0 && !batch_given_up(&r->sessions[i].batch);
-    if (!reported || !kafka_producer_retire(r->kafka))
+    if (reported ? !kafka_producer_retire(r->kafka) : !free_producer_with_payloads(r, flush_ms))
         kafka_producer_free(r->kafka, flush_ms);
     for (int i = 0; r->sessions && i < r->n_sessions; i++)
         session_free(&r->sessions[i]);

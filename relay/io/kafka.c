@@ -603,6 +603,10 @@ typedef struct Retiring {
     KafkaProducer *kp;
     atomic_bool done;
     bool replacement; /* taken by kafka_producer_retire: counts for its one at a time */
+    /* Called on the thread once the producer is destroyed (kafka_producer_free_then): frees the
+     * caller's payloads its messages pointed into. NULL: none. */
+    void (*after)(void *);
+    void *after_arg;
     double since;
     char context[128]; /* its producer's log context, for the warning of a slow destroy */
     struct Retiring *next;
@@ -642,6 +646,8 @@ static void *retire_main(void *arg)
     close(kp->pipe_fds[0]);
     close(kp->pipe_fds[1]);
     free(kp);
+    if (r->after)
+        r->after(r->after_arg); /* nothing points into them any more */
     atomic_store(&r->done, true);
     return NULL;
 }
@@ -680,7 +686,8 @@ static const Retiring *replacement_retiring(void)
 /* Detaches kp from the loop and its owner and starts its thread. false, kp untouched, when no
  * thread can be had (the list full, or pthread_create failing: said, since the caller then
  * destroys it on its own thread). */
-static bool retire_start(KafkaProducer *kp, bool replacement)
+static bool retire_start(KafkaProducer *kp, bool replacement, void (*after)(void *),
+                         void *after_arg)
 {
     Retiring *r = n_retiring < RETIRING_MAX ? calloc(1, sizeof(*r)) : NULL;
     if (!r) {
@@ -698,6 +705,8 @@ static bool retire_start(KafkaProducer *kp, bool replacement)
     atomic_store(&kp->retired, true);
     r->kp = kp;
     r->replacement = replacement;
+    r->after = after;
+    r->after_arg = after_arg;
     r->since = monotime_now();
     /* Copied before the thread starts: it frees kp. */
     snprintf(r->context, sizeof(r->context), "%s", kp->log_context ? kp->log_context : "");
@@ -727,12 +736,29 @@ static void destroy_here(KafkaProducer *kp)
 
 void kafka_producer_free(KafkaProducer *kp, int timeout_ms)
 {
-    if (!kp)
+    kafka_producer_free_then(kp, timeout_ms, NULL, NULL);
+}
+
+void kafka_producer_free_then(KafkaProducer *kp, int timeout_ms, void (*after)(void *),
+                              void *after_arg)
+{
+    if (!kp) {
+        if (after)
+            after(after_arg);
         return;
+    }
     ev_io_stop(kp->loop, &kp->io);
-    if (rd_kafka_flush(kp->rk, timeout_ms) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    bool left = rd_kafka_flush(kp->rk, timeout_ms) != RD_KAFKA_RESP_ERR_NO_ERROR;
+    if (left)
         log_warn("kafka messages still queued at shutdown; they stay unmarked and will be re-sent",
                  "count=%d", rd_kafka_outq_len(kp->rk));
+    /* Messages are left, and the caller's payloads they point into can wait for the destroy
+     * (after): the purge, the last flush and the destroy all go to a thread, which frees the
+     * payloads once the producer is gone. Nothing blocks the caller, which may be the loop (a
+     * database removed by SIGHUP whose batch was given up). */
+    if (left && after && retire_start(kp, false, after, after_arg))
+        return;
+    if (left) {
         rd_kafka_purge(kp->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
         rd_kafka_flush(kp->rk, 100);
     }
@@ -741,9 +767,14 @@ void kafka_producer_free(KafkaProducer *kp, int timeout_ms)
      * name lookup, goes to a thread (retire_main flushes and purges nothing then). Otherwise a
      * request may still point into the caller's payloads: destroyed here, before the caller
      * frees them. */
-    if (rd_kafka_outq_len(kp->rk) == 0 && retire_start(kp, false))
+    if (rd_kafka_outq_len(kp->rk) == 0 && retire_start(kp, false, NULL, NULL)) {
+        if (after)
+            after(after_arg);
         return;
+    }
     destroy_here(kp);
+    if (after)
+        after(after_arg);
 }
 
 bool kafka_producer_retire(KafkaProducer *kp)
@@ -765,7 +796,7 @@ bool kafka_producer_retire(KafkaProducer *kp)
         }
         return false;
     }
-    if (!retire_start(kp, true)) {
+    if (!retire_start(kp, true, NULL, NULL)) {
         /* No thread to spare: here, on the loop, as before (said by retire_start). */
         ev_io_stop(kp->loop, &kp->io);
         kp->on_delivery = NULL;

@@ -54,6 +54,17 @@ KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
  * removed by SIGHUP, timeout_ms 0, every report in) on it. */
 void kafka_producer_free(KafkaProducer *kp, int timeout_ms);
 
+/* The same, for a caller whose payloads may still be pointed to by kp's messages but need not be
+ * freed at once: after(after_arg) frees them, called exactly once when nothing points into them
+ * any more (kp destroyed, or every report in). Waits up to timeout_ms for queued messages (their
+ * reports go to kp's KafkaDeliveryFn); when some are still left, the purge, the last flush and
+ * the destroy go to a thread (kafka_retired_wait waits for it), their reports go nowhere, and
+ * after runs on that thread once kp is destroyed: the caller blocks for timeout_ms at most (0 on
+ * the loop). Without a thread to spare, as kafka_producer_free, then after on the caller's
+ * thread. after must be safe to run on another thread. */
+void kafka_producer_free_then(KafkaProducer *kp, int timeout_ms, void (*after)(void *),
+                              void *after_arg);
+
 /* Destroys kp off the loop, for a producer replaced while the loop runs (after a fatal error):
  * rd_kafka_destroy may block for as long as a broker thread takes to finish (a connection
  * attempt, a name lookup). kp is detached from the loop and from its KafkaDeliveryFn at once, so

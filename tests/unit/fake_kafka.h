@@ -17,6 +17,8 @@
 
 typedef struct FakeMessage {
     char *topic, *key, *value;
+    const char *payload; /* the caller's value, which librdkafka does not copy */
+    size_t payload_len;
     void *opaque;
     bool reported;
     bool purged; /* caught by a kafka_purge, its report not delivered yet */
@@ -46,6 +48,13 @@ void fake_kafka_set_fatal(bool fatal);
  * off the loop (kafka_producer_retire, which aborts if one of its messages is unreported). */
 int fake_kafka_freed(void);
 int fake_kafka_retired(void);
+/* Producers handed, with the caller's payloads, to be destroyed off the caller's thread
+ * (kafka_producer_free_then with messages unreported): the fake keeps each until
+ * fake_kafka_destroy_handed_off, the thread's part, which reads every unreported message's
+ * payload where the caller left it (freed too early, ASan says so), destroys the producer, and
+ * only then frees the payloads (the caller's after). */
+int fake_kafka_handed_off(void);
+void fake_kafka_destroy_handed_off(void);
 /* While busy, kafka_producer_retire refuses (another old producer is still being destroyed). */
 void fake_kafka_set_retire_busy(bool busy);
 

@@ -370,6 +370,7 @@ static int teardown(void **state)
     fake_pg_sent_hook = NULL;
     relay_free(T.r);
     T.r = NULL;
+    fake_kafka_destroy_handed_off(); /* the threads' part of what relay_free handed off */
     for (int i = 0; i < SESSION_SQL_COUNT; i++)
         free(T.tmpl[i]);
     config_free(&T.cfg);
@@ -722,7 +723,8 @@ static void test_stop_while_producing(void **state)
 
 /* A relay freed with every report in (a database removed by SIGHUP is freed on the loop)
  * hands its producer to kafka_producer_retire, destroyed off the loop; one freed with a batch
- * still out frees it here, its last reports served into the batch before the batch goes. */
+ * still out hands it, with the batch's results, to kafka_producer_free_then: destroyed off the
+ * loop too, the results freed only after it. */
 static void test_freed_producer_destroyed_off_the_loop(void **state)
 {
     start("1", "1", "60000");
@@ -742,18 +744,24 @@ static void test_freed_producer_destroyed_off_the_loop(void **state)
     answer_claim(0, "A,B"); /* out: no report yet */
     freed = fake_kafka_freed();
     retired = fake_kafka_retired();
+    int handed_off = fake_kafka_handed_off();
     relay_free(T.r); /* the fake aborts if it is retired with reports outstanding */
     T.r = NULL;
-    assert_int_equal(fake_kafka_freed(), freed + 1);
+    assert_int_equal(fake_kafka_handed_off(), handed_off + 1);
+    assert_int_equal(fake_kafka_freed(), freed);
     assert_int_equal(fake_kafka_retired(), retired);
+    fake_kafka_destroy_handed_off(); /* reads the payloads: still there */
 }
 
 /* A batch given up at the shutdown timeout is marked and cleared while the producer still holds
  * its unacknowledged messages, whose payloads point into the claim results the batch keeps
- * until it is freed (batch_retire). The producer must then be destroyed here, before the
- * sessions free those results: handed to kafka_producer_retire's thread it outlived them (the
- * fake aborts on a retirement with messages unreported). */
-static void test_given_up_batch_producer_freed_in_place(void **state)
+ * until it is freed (batch_retire). Handed to kafka_producer_retire's thread the producer
+ * outlived them (the fake aborts on a retirement with messages unreported); destroyed in place
+ * (the old code) its purge's flush (100 ms) and rd_kafka_destroy (no bound while requests are
+ * out) ran on the loop for a database removed by SIGHUP. Now the producer goes to a thread with
+ * those results (kafka_producer_free_then), which frees them only once it is destroyed: the
+ * fake's destroy, after relay_free, still reads every payload where the batch left it. */
+static void test_given_up_batch_producer_freed_off_the_loop(void **state)
 {
     start("1", "1", "60000");
     bring_up(0);
@@ -765,10 +773,13 @@ static void test_given_up_batch_producer_freed_in_place(void **state)
     expect_idle_pg(0);
     assert_int_equal(S(0)->batch.n, 0);
     int freed = fake_kafka_freed(), retired = fake_kafka_retired();
+    int handed_off = fake_kafka_handed_off();
     relay_free(T.r);
     T.r = NULL;
-    assert_int_equal(fake_kafka_freed(), freed + 1);
+    assert_int_equal(fake_kafka_handed_off(), handed_off + 1);
+    assert_int_equal(fake_kafka_freed(), freed);
     assert_int_equal(fake_kafka_retired(), retired);
+    fake_kafka_destroy_handed_off(); /* reads rows 2 and 3's payloads: still there */
 }
 
 /* The connection goes while the marks (and the chained claim) are in flight: the batch is
@@ -2674,7 +2685,7 @@ int main(void)
         cmocka_unit_test_teardown(test_failing_producer_recreated_at_a_pace, teardown),
         cmocka_unit_test_teardown(test_failed_producer_destroyed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_freed_producer_destroyed_off_the_loop, teardown),
-        cmocka_unit_test_teardown(test_given_up_batch_producer_freed_in_place, teardown),
+        cmocka_unit_test_teardown(test_given_up_batch_producer_freed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
         cmocka_unit_test_teardown(test_lost_guard_ended_after_reconnect, teardown),
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),

@@ -533,6 +533,42 @@ static void test_free_beside_a_retiring_producer_does_not_block(void **state)
     ev_loop_destroy(loop);
 }
 
+static atomic_int payloads_freed;
+static void free_payload(void *payload)
+{
+    free(payload);
+    atomic_fetch_add(&payloads_freed, 1);
+}
+
+/* A producer freed with a message still queued, its payload the caller's (a removed database's
+ * batch given up): kafka_producer_free purged and flushed it (up to 100 ms) and could destroy it
+ * on the caller's thread, the loop. kafka_producer_free_then returns at once, the destroy on a
+ * thread, and frees the payload there only after the producer is destroyed (here: not while its
+ * broker thread is held in its name lookup). */
+static void test_free_then_frees_payloads_after_the_destroy(void **state)
+{
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    assert_non_null(loop);
+    atomic_store(&lookups_released, false);
+    atomic_store(&payloads_freed, 0);
+    KafkaProducer *kp = held_producer(loop);
+    char *payload = strdup("{\"seq\":1}");
+    assert_non_null(payload);
+    assert_int_equal(kafka_produce(kp, "outbox.event.order", RD_KAFKA_PARTITION_UA, 0, "k", 1,
+                                   payload, strlen(payload), NULL, NULL),
+                     RD_KAFKA_RESP_ERR_NO_ERROR);
+    signal(SIGALRM, on_alarm);
+    alarm(20);
+    kafka_producer_free_then(kp, 0, free_payload, payload);
+    assert_int_equal(kafka_retired_wait(100), 1); /* still being destroyed, off this thread */
+    alarm(0);
+    assert_int_equal(atomic_load(&payloads_freed), 0); /* not before the destroy */
+    atomic_store(&lookups_released, true);
+    assert_int_equal(kafka_retired_wait(-1), 0);
+    assert_int_equal(atomic_load(&payloads_freed), 1);
+    ev_loop_destroy(loop);
+}
+
 /* A producer whose recreation failed is NULL (relay.c): kafka_fatal must say "not usable" rather
  * than dereference it (relay.c and claim.c ask it; only relay_fail's stopping flag kept them from
  * crashing). */
@@ -589,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_retired_producer_reports_to_no_one),
         cmocka_unit_test(test_retired_producer_says_nothing_of_the_live_one),
         cmocka_unit_test(test_free_beside_a_retiring_producer_does_not_block),
+        cmocka_unit_test(test_free_then_frees_payloads_after_the_destroy),
         cmocka_unit_test(test_fatal_without_a_producer),
         cmocka_unit_test(test_setup_errors_are_not_rejections),
     };
