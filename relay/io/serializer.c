@@ -49,6 +49,9 @@ typedef struct FieldDefault {
 /* A schema as the serializer uses it, attached to the registry's cache entry. */
 typedef struct Parsed {
     ValueFormat format;
+    /* The encoding of the row under way ran out of memory: nobody's fault, tried again later
+     * (serializer_encode_schema answers SERIALIZER_RETRY_LATER, not a row fault). */
+    bool oom;
     bool broken; /* the registry's schema cannot be parsed (logged once): every row fails */
     char broken_why[256];
     avro_schema_t avro;
@@ -178,6 +181,7 @@ typedef struct Path {
     /* Writing a field's default: a decimal there is its bytes, as Avro's JSON encoding of a
      * default has it ("\u0000\u0096"), not a number. */
     bool in_default;
+    bool oom; /* ran out of memory: not the payload's fault (Parsed.oom) */
 } Path;
 
 /* A number of a JSON text and its token there: text + at, len bytes. */
@@ -1253,6 +1257,7 @@ static bool put_decimal(avro_value_t *v, const json_t *j, const Decimal *dec, Pa
         n = (size_t)avro_schema_fixed_size(s);
         wide = malloc(n);
         if (!wide) {
+            path->oom = true;
             snprintf(err, errlen, "out of memory");
             return false;
         }
@@ -1344,6 +1349,7 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
         unsigned char *bytes = malloc(json_string_length(j) + 1);
         long n = bytes ? latin1_bytes(j, bytes) : 0;
         if (!bytes) {
+            path->oom = true;
             snprintf(err, errlen, "out of memory");
             return false;
         }
@@ -1426,14 +1432,16 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
     return true;
 }
 
-static bool avro_encode(Parsed *ps, const json_t *root, const char *payload, size_t payload_len,
-                        char **out, size_t *out_len, int id, char *err, size_t errlen)
+static bool avro_encode_noted(Parsed *ps, const json_t *root, const char *payload,
+                              size_t payload_len, char **out, size_t *out_len, int id, char *err,
+                              size_t errlen)
 {
     avro_value_reset(&ps->value);
-    Path path = {"", ps, root, payload, payload_len, false, NULL, 0, false, NULL, 0, false};
+    Path path = {"", ps, root, payload, payload_len, false, NULL, 0, false, NULL, 0, false, false};
     bool ok =
         put_value(&ps->value, root, decimal_of(&path, ps->avro, NULL, 0), &path, 0, err, errlen);
     free((void *)path.inexact);
+    ps->oom = path.oom;
     if (!ok)
         return false;
     size_t size = 0;
@@ -1443,6 +1451,7 @@ static bool avro_encode(Parsed *ps, const json_t *root, const char *payload, siz
     }
     char *buf = malloc(WIRE_HEADER + size);
     if (!buf) {
+        ps->oom = true;
         snprintf(err, errlen, "out of memory");
         return false;
     }
@@ -1462,6 +1471,34 @@ static bool avro_encode(Parsed *ps, const json_t *root, const char *payload, siz
     *out = buf;
     *out_len = WIRE_HEADER + size;
     return true;
+}
+
+/* avro-c's allocations that fail come back as errors of the field being written ("Cannot
+ * allocate ..."), or with no error said at all (avro_value_add): the encoding notes them through
+ * its allocator, wrapped for the time of one row (on the loop's thread, as every use of avro-c
+ * here), so that running out of memory is not taken for the payload's fault. */
+static struct avro_allocator_state encode_allocator;
+static bool encode_alloc_failed;
+
+static void *noting_avro_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    void *p = encode_allocator.alloc(encode_allocator.user_data, ptr, osize, nsize);
+    if (!p && nsize > 0)
+        encode_alloc_failed = true;
+    return p;
+}
+
+static bool avro_encode(Parsed *ps, const json_t *root, const char *payload, size_t payload_len,
+                        char **out, size_t *out_len, int id, char *err, size_t errlen)
+{
+    encode_allocator = AVRO_CURRENT_ALLOCATOR;
+    avro_set_allocator(noting_avro_alloc, NULL);
+    encode_alloc_failed = false;
+    bool ok = avro_encode_noted(ps, root, payload, payload_len, out, out_len, id, err, errlen);
+    avro_set_allocator(encode_allocator.alloc, encode_allocator.user_data);
+    if (encode_alloc_failed)
+        ps->oom = true;
+    return ok;
 }
 
 /* ---- JSON Schema: the keywords checked ------------------------------------------------------ */
@@ -1860,6 +1897,36 @@ void serializer_schema_release(RegistrySchema *rs)
     rs->parsed = NULL;
 }
 
+/* jansson reports an allocation that fails inside its lexer as a syntax error ("string or '}'
+ * expected"), or with no text at all (its buffer, lex_init): a payload read while memory ran out
+ * looked malformed, a rejection of a good event. So its allocator is wrapped for the one call,
+ * to note a failure. jansson is called on the loop's thread only (the HTTP server has no thread
+ * of its own; the process's other threads, name lookups and producers being destroyed, never
+ * call it), so the swap is seen by no one else. */
+static json_malloc_t load_malloc;
+static bool load_failed;
+
+static void *noting_malloc(size_t n)
+{
+    void *p = load_malloc(n);
+    if (!p)
+        load_failed = true;
+    return p;
+}
+
+static json_t *load_noting_oom(const char *text, size_t len, size_t flags, json_error_t *jerr,
+                               bool *oom)
+{
+    json_free_t load_free;
+    json_get_alloc_funcs(&load_malloc, &load_free);
+    json_set_alloc_funcs(noting_malloc, load_free);
+    load_failed = false;
+    json_t *root = json_loadb(text, len, flags, jerr);
+    json_set_alloc_funcs(load_malloc, load_free);
+    *oom = !root && load_failed;
+    return root;
+}
+
 SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *rs,
                                            const char *subject, const char *payload,
                                            size_t payload_len, char **out, size_t *out_len,
@@ -1876,6 +1943,7 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
         snprintf(err, errlen, "%s", ps->broken_why);
         return SERIALIZER_RETRY_LATER;
     }
+    ps->oom = false;
     /* jansson drops a raw NUL after a literal ("[null\0\r,1]" loads as [null,1]), so the walks
      * of the text below and jansson's tree would be out of step, and JSON Schema would send the
      * NUL it never checked. A text column cannot hold one, but a payload may come from elsewhere
@@ -1891,13 +1959,21 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
      * text column keeps both; jsonb keeps the last) would be checked by its last value while a
      * consumer may read the first, so it is refused. Avro writes the value it checked. */
     size_t flags = JSON_DECODE_ANY | (format == VALUE_JSON_SCHEMA ? JSON_REJECT_DUPLICATES : 0);
-    json_t *root = json_loadb(payload, payload_len, flags, &jerr);
+    bool load_oom = false;
+    json_t *root = load_noting_oom(payload, payload_len, flags, &jerr, &load_oom);
     /* JSON Schema only checks the payload and sends its text as it is: an integer beyond
      * jansson's long long (12345678901234567890, which jsonb accepts) is checked as a real.
      * Not for Avro: there every integer would become a double, rounding longs above 2^53. */
     if (!root && format == VALUE_JSON_SCHEMA &&
         json_error_code(&jerr) == json_error_numeric_overflow)
-        root = json_loadb(payload, payload_len, flags | JSON_DECODE_INT_AS_REAL, &jerr);
+        root = load_noting_oom(payload, payload_len, flags | JSON_DECODE_INT_AS_REAL, &jerr,
+                               &load_oom);
+    if (!root && load_oom) {
+        /* Not the payload's fault: as a row fault it counted a rejection against a good
+         * event, and could dead-letter it. */
+        snprintf(err, errlen, "out of memory");
+        return SERIALIZER_RETRY_LATER;
+    }
     if (!root && json_error_code(&jerr) == json_error_duplicate_key) {
         snprintf(err, errlen,
                  "payload has a key twice (schema id %d): %s; JSON Schema would check one value "
@@ -1921,12 +1997,15 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
     if (format == VALUE_AVRO) {
         ok = avro_encode(ps, root, payload, payload_len, out, out_len, rs->id, why, sizeof(why));
     } else {
-        Path path = {"", ps, root, payload, payload_len, false, NULL, 0, false, NULL, 0, false};
+        Path path = {"", ps,    root, payload, payload_len, false, NULL,
+                     0,  false, NULL, 0,       false,       false};
         ok = check_json(ps->json, root, &path, 0, why, sizeof(why));
+        ps->oom = path.oom;
         free((void *)path.inexact);
         free(path.nums);
         char *buf = ok ? malloc(WIRE_HEADER + payload_len) : NULL;
         if (ok && !buf) {
+            ps->oom = true;
             snprintf(why, sizeof(why), "out of memory");
             ok = false;
         } else if (ok) {
@@ -1941,6 +2020,10 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
         }
     }
     json_decref(root);
+    if (!ok && ps->oom) {
+        snprintf(err, errlen, "out of memory");
+        return SERIALIZER_RETRY_LATER;
+    }
     if (!ok) {
         snprintf(err, errlen, "payload does not fit schema id %d (subject %s): %s", rs->id, subject,
                  why);

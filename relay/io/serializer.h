@@ -53,8 +53,9 @@ typedef enum {
     SERIALIZER_OK,          /* *out holds the value (malloc'd, the caller's) */
     SERIALIZER_ROW_FAULT,   /* the payload does not fit its schema: err names the field and the
                              * schema id; retrying cannot help (a rejection) */
-    SERIALIZER_RETRY_LATER, /* no schema for the subject yet (the registry says so): a failure of
-                             * the row that a later try may not have (counted, not dead-lettered) */
+    SERIALIZER_RETRY_LATER, /* no schema for the subject yet (the registry says so), or memory
+                             * ran out: a failure of the row that a later try may not have
+                             * (counted, not dead-lettered) */
     SERIALIZER_WAIT,        /* the schema is being fetched: ask again after the ready callback */
     SERIALIZER_UNAVAILABLE, /* the registry is down (backoff): the ready callback says when to ask
                              * again; nobody's row's fault */
@@ -80,7 +81,8 @@ SerializerOutcome serializer_encode(Serializer *s, const char *topic, const char
  * answered; the unit tests, without a registry): parses rs->text on first use into rs->parsed
  * (release it with serializer_schema_release), then encodes as serializer_encode does. subject
  * is for the errors. Returns SERIALIZER_OK, SERIALIZER_ROW_FAULT, or SERIALIZER_RETRY_LATER when
- * the schema itself cannot be used (wrong type, not parsable). */
+ * the schema itself cannot be used (wrong type, not parsable) or memory ran out ("out of memory":
+ * never the payload's fault). */
 SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *rs,
                                            const char *subject, const char *payload,
                                            size_t payload_len, char **out, size_t *out_len,

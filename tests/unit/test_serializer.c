@@ -1112,10 +1112,92 @@ static void test_avro_decimal_schema_oom(void **state)
     serializer_schema_release(&rs);
 }
 
+/* avro-c's allocator, failing its avro_fail_at-th allocation (counted in avro_allocs). */
+static long avro_allocs, avro_fail_at = -1;
+static void *counting_avro_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    if (nsize == 0) {
+        free(ptr);
+        return NULL;
+    }
+    return avro_allocs++ == avro_fail_at ? NULL : realloc(ptr, nsize);
+}
+
+/* From this review: running out of memory while reading a row's payload (jansson's json_loadb)
+ * answered SERIALIZER_ROW_FAULT ("payload is not JSON ... memory allocation failed"), a
+ * rejection counted against a good event that could dead-letter it; so did avro-c's while writing
+ * the value ("field n: Cannot allocate ..."). Every allocation of the encoding (jansson's, and
+ * avro-c's for Avro) failing in turn, each answer is now SERIALIZER_RETRY_LATER, "out of
+ * memory", until the encoding needs no more and succeeds; for Avro and for JSON Schema. */
+static void test_encode_oom_is_not_the_rows_fault(void **state)
+{
+    RegistrySchema avro = {
+        .id = 8, .type = REGISTRY_AVRO, .subject = "t-value", .text = order_schema};
+    RegistrySchema js = {.id = 10,
+                         .type = REGISTRY_JSON,
+                         .subject = "t-value",
+                         .text = "{\"type\": \"object\", \"required\": [\"id\"],"
+                                 " \"properties\": {\"id\": {\"type\": \"string\"}}}"};
+    const char *payload = "{\"id\": \"ab\", \"n\": 2, \"note\": null, \"st\": \"A\", \"q\": [1]}";
+    struct {
+        ValueFormat f;
+        RegistrySchema *rs;
+    } cases[] = {{VALUE_AVRO, &avro}, {VALUE_JSON_SCHEMA, &js}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char *out = NULL, err[256] = "";
+        size_t len = 0;
+        /* The schema is parsed first: its own out of memory is test_avro_decimal_schema_oom's. */
+        assert_int_equal(encode(cases[c].f, cases[c].rs, payload, &out, &len, err), SERIALIZER_OK);
+        free(out);
+        json_set_alloc_funcs(counting_malloc, free);
+        SerializerOutcome got = SERIALIZER_RETRY_LATER;
+        long k;
+        for (k = 0; k < 200 && got != SERIALIZER_OK; k++) {
+            out = NULL;
+            err[0] = '\0';
+            jansson_allocs = 0;
+            jansson_fail_at = k;
+            got = encode(cases[c].f, cases[c].rs, payload, &out, &len, err);
+            jansson_fail_at = -1;
+            if (got != SERIALIZER_OK &&
+                (got != SERIALIZER_RETRY_LATER || strcmp(err, "out of memory") != 0)) {
+                json_set_alloc_funcs(malloc, free);
+                fail_msg("format %zu, allocation %ld failing: outcome %d, %s", c, k, (int)got, err);
+            }
+        }
+        json_set_alloc_funcs(malloc, free);
+        assert_int_equal(got, SERIALIZER_OK);
+        assert_true(k > 1); /* at least one allocation failed on the way */
+        free(out);
+        if (cases[c].f == VALUE_AVRO) {
+            struct avro_allocator_state before = AVRO_CURRENT_ALLOCATOR;
+            avro_set_allocator(counting_avro_alloc, NULL);
+            got = SERIALIZER_RETRY_LATER;
+            for (k = 0; k < 200 && got != SERIALIZER_OK; k++) {
+                out = NULL;
+                err[0] = '\0';
+                avro_allocs = 0;
+                avro_fail_at = k;
+                got = encode(cases[c].f, cases[c].rs, payload, &out, &len, err);
+                avro_fail_at = -1;
+                if (got != SERIALIZER_OK &&
+                    (got != SERIALIZER_RETRY_LATER || strcmp(err, "out of memory") != 0))
+                    fail_msg("avro-c's allocation %ld failing: outcome %d, %s", k, (int)got, err);
+            }
+            avro_set_allocator(before.alloc, before.user_data);
+            assert_int_equal(got, SERIALIZER_OK);
+            assert_true(k > 1);
+            free(out);
+        }
+        serializer_schema_release(cases[c].rs);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_avro_bytes),
+        cmocka_unit_test(test_encode_oom_is_not_the_rows_fault),
         cmocka_unit_test(test_avro_faults),
         cmocka_unit_test(test_unusable_schema),
         cmocka_unit_test(test_payload_nul),
