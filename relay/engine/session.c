@@ -209,19 +209,19 @@ static void setup_fixed(Session *s)
     s->wake_pending = true;
 }
 
-/* The claim floor needs {seq} drawn in order (SQL_FLOOR_CHECK, floor.h); said once per process
- * when the table does not allow it, or the check itself failed. */
+/* The claim floor needs {seq} drawn in order (SQL_FLOOR_CHECK, floor.h); said once per database
+ * (its relay) when the table does not allow it, or the check itself failed: each database has
+ * its own table and grants. */
 static void learn_floor_allowed(Session *s, PGresult *check)
 {
     char why[512], q[600];
     bool allowed = check && diagnose_floor(check, &s->cfg->map, why, sizeof(why));
     s->floor.enabled = s->cfg->claim_floor && allowed;
-    static bool said;
-    if (s->cfg->claim_floor && !allowed && !said) {
+    if (s->cfg->claim_floor && !allowed && !s->relay->floor_off_said) {
         log_warn("claims read the unsent index from its start "
                  "(docs/operations.md#dead-rows-and-old-snapshots)",
                  "column=%s cause=%s", s->cfg->map.seq, log_quote(why, q, sizeof(q)));
-        said = true;
+        s->relay->floor_off_said = true;
     }
 }
 

@@ -2076,6 +2076,31 @@ static void bring_up_quietly(int i)
  * said in the log, once per distinct error like any failure: it was silent (only the metric
  * and the row's last_error knew), and a batch that delivered its events even logged "deliveries
  * succeed again". */
+/* Why the claim floor is off is said once per relay (one per database), not once per process:
+ * with --databases, the second database's table without the floor went unsaid (a static flag),
+ * and so did every relay's after the first in this process. Two relays in turn, each says it once
+ * (not again after a reconnect). On the old code the second relay's log lacked it. */
+static void test_floor_off_said_per_database(void **state)
+{
+    for (int round = 0; round < 2; round++) {
+        if (round > 0)
+            teardown(state);
+        extra_args[0] = "--claim-floor"; /* the floor asked for; the fake table has none */
+        extra_args[1] = "on";
+        start("1", "1", "60000");
+        capture_log(LOG_WARN);
+        bring_up(0);
+        fake_pg_drop(PG(0), "connection reset by peer"); /* its next setup: not said again */
+        forget(0);
+        bring_up(0);
+        const char *text = logged();
+        const char *first = strstr(text, "claims read the unsent index from its start");
+        if (!first)
+            fail_msg("relay %d did not say why the floor is off: %s", round, text);
+        assert_null(strstr(first + 1, "claims read the unsent index from its start"));
+    }
+}
+
 static void test_dead_letter_failure_logged(void **state)
 {
     extra_args[0] = "--dead-letter-topic";
@@ -2690,6 +2715,7 @@ int main(void)
         cmocka_unit_test_teardown(test_lost_guard_ended_after_reconnect, teardown),
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
         cmocka_unit_test_teardown(test_long_mark_error_logged_once, teardown),
+        cmocka_unit_test_teardown(test_floor_off_said_per_database, teardown),
         cmocka_unit_test_teardown(test_dead_letter_failure_logged, teardown),
         cmocka_unit_test_teardown(test_dead_letter_failure_logged_during_event_failures, teardown),
         cmocka_unit_test_teardown(test_kafka_setup_fault_counts_no_attempt, teardown),
