@@ -7,7 +7,8 @@
 #     tail;
 #  2. run with a host list: the "postgres host failed" errors do not show it;
 #  3. check and status: their connect errors do not show it;
-#  4. the logs of 1 and 2 do not show it anywhere (the scrub knows the tail: the host= fields);
+#  4. the logs of 1 and 2 do not show it anywhere (the scrub knows the tail; a host= field names
+#     a host holding an '@' "...");
 #  5. a tail too short for the scrub (3 characters): "postgres host failed" does not show it.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
@@ -63,7 +64,8 @@ for cmd in check status; do
 done
 
 # --- 4. ---
-check "4: the log of 1 names the host as far as it is no secret" grep -qF '"***@db.invalid' "$LOG1"
+check "4: the log of 1 names the host as pg.c does (\"...\": it holds an '@')" \
+    grep -qF 'msg="postgres connection not verified" host="..."' "$LOG1"
 check "4: ... and nowhere shows the tail" lacks "$LOG1" "$TAIL"
 check "4: the log of 2 (debug) does not show the tail" lacks "$LOG2" "$TAIL"
 
@@ -76,3 +78,6 @@ check_eq "5: relay exits 0" 0 $?
 grep 'msg="postgres host failed"' "$RELAY_LOG" >"$T/host-failed"
 check "5: the failures name the other host" grep -qF 'host="h2.invalid:1"' "$T/host-failed"
 check "5: ... and show no tail" lacks "$T/host-failed" 's3c@'
+check "5: the connection security warning names the host \"...\"" \
+    grep -qF 'msg="postgres connection not verified" host="..."' "$RELAY_LOG"
+check "5: ... and the whole log shows no tail" lacks "$RELAY_LOG" 's3c@'
