@@ -394,7 +394,11 @@ static void mask_in_place(char *buf)
         while (isspace((unsigned char)*q))
             q++;
         size_t start = (size_t)(q - buf), end = start;
-        if (buf[end] == '\'') {
+        if (in_query) {
+            /* libpq (conninfo_uri_parse_params) ends a query value at '&' alone: blanks, quotes
+             * and backslashes are part of it ("?password=correct horse"). */
+            end += strcspn(buf + start, "&");
+        } else if (buf[end] == '\'') {
             for (end++; buf[end] && buf[end] != '\''; end++)
                 if (buf[end] == '\\' && buf[end + 1])
                     end++;
@@ -402,8 +406,7 @@ static void mask_in_place(char *buf)
                 end++;
         } else {
             /* libpq honours backslash escapes in unquoted values too ("se\ cret"). */
-            for (; buf[end] && !isspace((unsigned char)buf[end]) && !(in_query && buf[end] == '&');
-                 end++)
+            for (; buf[end] && !isspace((unsigned char)buf[end]); end++)
                 if (buf[end] == '\\' && buf[end + 1])
                     end++;
         }

@@ -80,6 +80,21 @@ static void test_mask_keyword_value_with_ampersand(void **state)
                   "postgresql://h/db?password=***&sslmode=require");
 }
 
+/* libpq (conninfo_uri_parse_params) ends a query value at '&' alone: blanks, quotes and
+ * backslashes belong to it. Before, the mask stopped at a blank and read quotes as keyword-form
+ * quoting, and showed the rest of the password. */
+static void test_mask_url_query_value_ends_at_ampersand(void **state)
+{
+    assert_masked("postgresql://u@h/db?password=correct horse-secret&sslmode=disable",
+                  "postgresql://u@h/db?password=***&sslmode=disable");
+    assert_masked("postgresql://u@h/db?password=''secret", "postgresql://u@h/db?password=***");
+    assert_masked("postgresql://u@h/db?password='a b'secret&x=1",
+                  "postgresql://u@h/db?password=***&x=1");
+    assert_masked("postgresql://u@h/db?password=a\\ secret", "postgresql://u@h/db?password=***");
+    assert_masked("postgresql://u@h/db?sslpassword=a\tsecret",
+                  "postgresql://u@h/db?sslpassword=***");
+}
+
 /* libpq percent-decodes the names of query parameters, so these are passwords too; before,
  * only the literal name was looked for and these were shown. */
 static void test_mask_url_query_encoded_name(void **state)
@@ -691,6 +706,7 @@ int main(void)
         cmocka_unit_test(test_mask_keyword_value_with_ampersand),
         cmocka_unit_test(test_mask_url_query_encoded_name),
         cmocka_unit_test(test_mask_url_query_password),
+        cmocka_unit_test(test_mask_url_query_value_ends_at_ampersand),
         cmocka_unit_test(test_mask_sslpassword),
         cmocka_unit_test(test_mask_keyword_value),
         cmocka_unit_test(test_mask_keyword_value_quoted),
