@@ -337,81 +337,180 @@ void log_one_line(char *s)
     *o = '\0';
 }
 
-/* Replaces s[start, end) with "***"; s has room for the (at most 3 bytes) longer result. */
-static void mask_span(char *s, size_t start, size_t end)
+/* A stretch of the connection string to show as "***": [start, end). */
+typedef struct {
+    size_t start, end;
+} MaskSpan;
+
+typedef struct {
+    MaskSpan *spans;
+    size_t n, cap;
+    bool overflow; /* more spans than cap: nothing of the string is shown */
+} MaskSpans;
+
+static void mask_add(MaskSpans *m, size_t start, size_t end)
 {
-    memmove(s + start + 3, s + end, strlen(s + end) + 1);
-    memcpy(s + start, "***", 3);
+    if (m->n < m->cap) /* cap counts every span a reading can find (log_mask_conninfo) */
+        m->spans[m->n++] = (MaskSpan){start, end};
+    else
+        m->overflow = true;
 }
 
-/* Masks in place; buf holds the conninfo and has room for 3 more bytes per password. */
-static void mask_in_place(char *buf)
+/* Whether s starts with a URL scheme and "://" (RFC 3986: a letter, then letters, digits, '+',
+ * '-', '.'), after any blanks. */
+static bool has_scheme(const char *s)
 {
-    /* URL form: scheme://user:password@host... -> mask between ':' and '@' of the authority. */
-    char *scheme = strstr(buf, "://");
-    if (scheme) {
-        char *auth = scheme + 3;
-        size_t auth_len = strcspn(auth, "/?#");
-        char *at = memrchr(auth, '@', auth_len);
-        if (!at) {
-            /* libpq ends the user info at the first '@' before any '/', so a password may hold
-             * '?' or '#' ("u:pa?ss@h"): look that far before deciding there is none. */
-            auth_len = strcspn(auth, "/");
-            at = memrchr(auth, '@', auth_len);
-        }
-        if (at) {
-            char *colon = memchr(auth, ':', (size_t)(at - auth));
-            if (colon)
-                mask_span(buf, (size_t)(colon + 1 - buf), (size_t)(at - buf));
-        }
-        /* Parameters named in percent-encoding, which the search for "password" below misses. */
-        for (char *param = strchr(auth, '?'); param; param = strchr(param, '&')) {
-            param++;
-            size_t plen = strcspn(param, "&");
-            char *eq = memchr(param, '=', plen);
-            if (eq && memchr(param, '%', (size_t)(eq - param)) &&
-                secrets_encoded_password_key(param, (size_t)(eq - param)))
-                mask_span(buf, (size_t)(eq + 1 - buf), (size_t)(param + plen - buf));
-        }
-    }
+    while (isspace((unsigned char)*s))
+        s++;
+    if (!isalpha((unsigned char)*s))
+        return false;
+    while (isalnum((unsigned char)*s) || *s == '+' || *s == '-' || *s == '.')
+        s++;
+    return strncmp(s, "://", 3) == 0;
+}
 
-    /* password=... and sslpassword=... (the client key's passphrase) in key=value form (pairs
-     * separated by any whitespace) or in a URL query string (?password=...&...). */
-    for (char *p = buf; (p = strstr(p, "password")) != NULL;) {
-        const char *key = p - buf >= 3 && strncmp(p - 3, "ssl", 3) == 0 ? p - 3 : p;
-        /* Only a URL's query string separates parameters with '&'; in key=value form it is
-         * part of the value ("password=abc&def" is the password abc&def). */
-        bool in_query = key != buf && (key[-1] == '?' || key[-1] == '&');
-        bool at_key_start = key == buf || isspace((unsigned char)key[-1]) || in_query;
-        char *q = p + strlen("password");
-        while (isspace((unsigned char)*q))
-            q++;
-        if (!at_key_start || *q != '=') {
-            p += strlen("password");
+/* The user info's password: from the first ':' to the last '@' of the authority, which covers
+ * libpq's (to the first '@' before any '/', so '?' and '#' may be part of it: "u:pa?ss@h") and
+ * the password as meant when an '@' in it is not percent-encoded ("u:p@ss@h"). Returns where
+ * the user info ends (after its '@'), or auth when there is none. */
+static const char *mask_user_info(const char *s, const char *auth, MaskSpans *m)
+{
+    size_t auth_len = strcspn(auth, "/?#");
+    const char *at = memrchr(auth, '@', auth_len);
+    if (!at)
+        at = memrchr(auth, '@', strcspn(auth, "/"));
+    if (!at)
+        return auth;
+    const char *colon = memchr(auth, ':', (size_t)(at - auth));
+    if (colon)
+        mask_add(m, (size_t)(colon + 1 - s), (size_t)(at - s));
+    /* libpq's user info ends at the first '@' before any '/'; its query begins after that. */
+    return (const char *)memchr(auth, '@', strcspn(auth, "/")) + 1;
+}
+
+/* Query parameters from params on, as libpq's conninfo_uri_parse_params reads them: separated
+ * by '&' alone, the name up to the first '=' and percent-decoded ("%70assword"), the value the
+ * rest (blanks, quotes and backslashes included). */
+static void mask_query(const char *s, const char *params, MaskSpans *m)
+{
+    for (const char *p = params;; p++) {
+        size_t len = strcspn(p, "&");
+        const char *eq = memchr(p, '=', len);
+        if (eq && secrets_encoded_password_key(p, (size_t)(eq - p)))
+            mask_add(m, (size_t)(eq + 1 - s), (size_t)(p + len - s));
+        p += len;
+        if (!*p)
+            break;
+    }
+}
+
+/* Where libpq's conninfo_uri_parse_options starts the query of the URL whose hosts begin at p
+ * (after the user info), or NULL for none; an address libpq refuses (an IPv6 '[' unclosed or
+ * followed by other than ":/?,") counts as ending at the next '?'. */
+static const char *uri_query(const char *p)
+{
+    char prev;
+    for (;;) {
+        if (*p == '[') {
+            const char *close = strchr(p, ']');
+            if (!close || close == p + 1 || (close[1] && !strchr(":/?,", close[1]))) {
+                const char *q = strchr(p, '?');
+                return q ? q + 1 : NULL;
+            }
+            p = close + 1;
+        } else {
+            p += strcspn(p, ":/?,");
+        }
+        prev = *p;
+        if (prev == ':') {
+            p++;
+            p += strcspn(p, "/?,");
+            prev = *p;
+        }
+        if (prev != ',')
+            break;
+        p++;
+    }
+    if (prev && prev != '?') {
+        p++; /* the database name runs to the first '?' */
+        p += strcspn(p, "?");
+        prev = *p;
+    }
+    return prev ? p + 1 : NULL;
+}
+
+/* Key=value form as libpq's conninfo_parse reads it: a name runs to '=' or a blank (blanks may
+ * come before and after the '='), a value is quoted ('...' with backslash escapes, and the next
+ * pair may follow the closing quote at once) or runs to a blank (backslash escapes too). A name
+ * without '=' (libpq refuses the string) is skipped and reading goes on, so a password after it
+ * is still masked. An unclosed quote runs to the end. */
+static void mask_keywords(const char *s, MaskSpans *m)
+{
+    const char *cp = s;
+    while (*cp) {
+        if (isspace((unsigned char)*cp)) {
+            cp++;
             continue;
         }
-        q++;
-        while (isspace((unsigned char)*q))
-            q++;
-        size_t start = (size_t)(q - buf), end = start;
-        if (in_query) {
-            /* libpq (conninfo_uri_parse_params) ends a query value at '&' alone: blanks, quotes
-             * and backslashes are part of it ("?password=correct horse"). */
-            end += strcspn(buf + start, "&");
-        } else if (buf[end] == '\'') {
-            for (end++; buf[end] && buf[end] != '\''; end++)
-                if (buf[end] == '\\' && buf[end + 1])
-                    end++;
-            if (buf[end] == '\'')
-                end++;
+        const char *name = cp;
+        while (*cp && *cp != '=' && !isspace((unsigned char)*cp))
+            cp++;
+        size_t name_len = (size_t)(cp - name);
+        while (isspace((unsigned char)*cp))
+            cp++;
+        if (*cp != '=')
+            continue;
+        cp++;
+        while (isspace((unsigned char)*cp))
+            cp++;
+        const char *value = cp;
+        if (*cp == '\'') {
+            for (cp++; *cp && *cp != '\''; cp++)
+                if (*cp == '\\' && cp[1])
+                    cp++;
+            if (*cp)
+                cp++;
         } else {
-            /* libpq honours backslash escapes in unquoted values too ("se\ cret"). */
-            for (; buf[end] && !isspace((unsigned char)buf[end]); end++)
-                if (buf[end] == '\\' && buf[end + 1])
-                    end++;
+            for (; *cp && !isspace((unsigned char)*cp); cp++)
+                if (*cp == '\\' && cp[1])
+                    cp++;
         }
-        mask_span(buf, start, end);
-        p = buf + start + 3;
+        if ((name_len == 8 && strncmp(name, "password", 8) == 0) ||
+            (name_len == 11 && strncmp(name, "sslpassword", 11) == 0))
+            mask_add(m, (size_t)(value - s), (size_t)(cp - s));
+    }
+}
+
+static int span_cmp(const void *a, const void *b)
+{
+    const MaskSpan *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Finds the passwords of s into m, reading s as libpq does: a URL only when it starts with
+ * postgresql:// or postgres:// (uri_prefix_length), else key=value form, whatever "://" it
+ * holds ("host=h://:x password=..." is two pairs). Another scheme (the Schema Registry's
+ * http://user:password@host) is not libpq's: read both as a URL and as key=value pairs. */
+static void mask_find(const char *s, MaskSpans *m)
+{
+    const char *auth = NULL;
+    if (strncmp(s, "postgresql://", 13) == 0)
+        auth = s + 13;
+    else if (strncmp(s, "postgres://", 11) == 0)
+        auth = s + 11;
+    if (auth) {
+        const char *params = uri_query(mask_user_info(s, auth, m));
+        if (params)
+            mask_query(s, params, m);
+        return;
+    }
+    mask_keywords(s, m);
+    if (has_scheme(s)) {
+        auth = strstr(s, "://") + 3;
+        const char *after = mask_user_info(s, auth, m);
+        const char *q = strchr(after, '?');
+        if (q)
+            mask_query(s, q + 1, m);
     }
 }
 
@@ -423,19 +522,41 @@ const char *log_mask_conninfo(const char *conninfo, char *out, size_t outlen)
      * or split the text the masker looks for. */
     const char *src = conninfo ? conninfo : "";
     size_t len = strlen(src);
-    size_t passwords = 1; /* the URL userinfo */
-    for (const char *p = src; (p = strstr(p, "password")) != NULL; p++)
-        passwords++;
-    for (const char *p = src; (p = strchr(p, '%')) != NULL; p++)
-        passwords++; /* a query parameter named in percent-encoding */
-    char *buf = malloc(len + 3 * passwords + 1);
-    if (!buf) {
+    /* Every span a reading finds follows an '=' (a pair or a query parameter) or is the user
+     * info's; a query has one more parameter than '&'. */
+    size_t cap = 2;
+    for (const char *p = src; *p; p++)
+        cap += *p == '=' || *p == '&';
+    MaskSpans m = {malloc(cap * sizeof(MaskSpan)), 0, cap, false};
+    char *buf = m.spans ? malloc(len + 3 * cap + 1) : NULL;
+    if (buf)
+        mask_find(src, &m);
+    if (!buf || m.overflow) {
+        free(buf);
+        free(m.spans);
         snprintf(out, outlen, "***");
         return out;
     }
-    memcpy(buf, src, len + 1);
-    mask_in_place(buf);
+    /* The readings' spans in order, overlapping ones joined: each becomes one "***". */
+    qsort(m.spans, m.n, sizeof(MaskSpan), span_cmp);
+    size_t from = 0, o = 0;
+    for (size_t i = 0; i < m.n;) {
+        size_t start = m.spans[i].start, end = m.spans[i].end;
+        for (i++; i < m.n && m.spans[i].start <= end; i++)
+            if (m.spans[i].end > end)
+                end = m.spans[i].end;
+        if (start < from)
+            start = from;
+        memcpy(buf + o, src + from, start - from);
+        o += start - from;
+        memcpy(buf + o, "***", 3);
+        o += 3;
+        from = end > from ? end : from;
+    }
+    memcpy(buf + o, src + from, len - from + 1);
     snprintf(out, outlen, "%s", buf);
+    explicit_bzero(buf, len + 3 * cap + 1);
     free(buf);
+    free(m.spans);
     return out;
 }

@@ -95,6 +95,33 @@ static void test_mask_url_query_value_ends_at_ampersand(void **state)
                   "postgresql://u@h/db?sslpassword=***");
 }
 
+/* libpq reads a string as a URL only when it starts with postgresql:// or postgres://; before,
+ * any "://" made the mask read a key=value string as a URL, masking from a value's ':' to a
+ * later '@' and never reaching the password pair, whose end was shown. */
+static void test_mask_keyword_form_holding_scheme(void **state)
+{
+    assert_masked("host=h://:x password=,&@%eZsecret", "host=h://:x password=***");
+    assert_masked("host=h dbname=a://b:c@d password=secret",
+                  "host=h dbname=a://b:c@d password=***");
+    assert_masked("application_name=x://y:z password='a@b secret'@c",
+                  "application_name=x://y:z password=***@c");
+    /* not at the very start: key=value form for libpq (which refuses it), masked as both */
+    assert_masked(" postgresql://u:secret@h", " postgresql://u:***@h");
+    /* another scheme (a Schema Registry URL): read as a URL and as pairs */
+    assert_masked("http://reg:secret@h:8081", "http://reg:***@h:8081");
+    assert_masked("https://h/x?password=se cret&y=1", "https://h/x?password=***&y=1");
+}
+
+/* libpq's key=value reading: the next pair may follow a closing quote at once, and a pair may
+ * come after a word without '=' (libpq refuses the string, which may still be logged). */
+static void test_mask_keyword_form_as_libpq_reads_it(void **state)
+{
+    assert_masked("host='h'password=secret", "host='h'password=***");
+    assert_masked("host=h oops password=secret", "host=h oops password=***");
+    assert_masked("password='unclosed secret", "password=***");
+    assert_masked("password=secret\\", "password=***");
+}
+
 /* libpq percent-decodes the names of query parameters, so these are passwords too; before,
  * only the literal name was looked for and these were shown. */
 static void test_mask_url_query_encoded_name(void **state)
@@ -707,6 +734,8 @@ int main(void)
         cmocka_unit_test(test_mask_url_query_encoded_name),
         cmocka_unit_test(test_mask_url_query_password),
         cmocka_unit_test(test_mask_url_query_value_ends_at_ampersand),
+        cmocka_unit_test(test_mask_keyword_form_holding_scheme),
+        cmocka_unit_test(test_mask_keyword_form_as_libpq_reads_it),
         cmocka_unit_test(test_mask_sslpassword),
         cmocka_unit_test(test_mask_keyword_value),
         cmocka_unit_test(test_mask_keyword_value_quoted),
