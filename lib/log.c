@@ -369,16 +369,15 @@ static bool has_scheme(const char *s)
     return strncmp(s, "://", 3) == 0;
 }
 
-/* The user info's password: from the first ':' to the last '@' of the authority, which covers
- * libpq's (to the first '@' before any '/', so '?' and '#' may be part of it: "u:pa?ss@h") and
- * the password as meant when an '@' in it is not percent-encoded ("u:p@ss@h"). Returns where
- * the user info ends (after its '@'), or auth when there is none. */
+/* The user info's password as meant: from the first ':' to the last '@' before the first '/'
+ * (secrets_add_conninfo's reading), which covers libpq's (to the first '@' before any '/', so
+ * '?' and '#' may be part of it: "u:pa?ss@h") and a password holding an '@' or '#' not
+ * percent-encoded ("u:p@ss@h", "u@x:#pw@h"), at the cost of hiding a query's '@' in a URL
+ * without a path ("u:pw@h?options=a@b" shows "u:***@b"). Returns where libpq's user info ends
+ * (after its first '@'), or auth when there is none. */
 static const char *mask_user_info(const char *s, const char *auth, MaskSpans *m)
 {
-    size_t auth_len = strcspn(auth, "/?#");
-    const char *at = memrchr(auth, '@', auth_len);
-    if (!at)
-        at = memrchr(auth, '@', strcspn(auth, "/"));
+    const char *at = memrchr(auth, '@', strcspn(auth, "/"));
     if (!at)
         return auth;
     const char *colon = memchr(auth, ':', (size_t)(at - auth));

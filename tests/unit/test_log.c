@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include <ctype.h>
+#include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,6 +306,126 @@ static void check_truncation(const char *conninfo)
 /* A buffer smaller than the conninfo, cut anywhere around "password=": the result stays in
  * bounds (ASan checks) and never holds any part of the password. Same for the quoted and
  * query-string forms below. */
+/* ---- log_mask_conninfo against random strings around a password ------------------------ */
+
+/* The mask alone (no registered secrets scrub what it leaves): random text around a password in
+ * each form; whenever libpq reads a password (or sslpassword) holding part of the secret, or a
+ * URL's password as meant (the user info's ':' to the last '@' before the first '/') holds it,
+ * the masked string may show no 4 characters of it. */
+static const char MASK_SECRET[] = "Zq9xK7wV";
+static uint64_t mask_fuzz_state = 88172645463325252ULL;
+
+static unsigned mask_fuzz_next(unsigned n)
+{
+    mask_fuzz_state ^= mask_fuzz_state << 13;
+    mask_fuzz_state ^= mask_fuzz_state >> 7;
+    mask_fuzz_state ^= mask_fuzz_state << 17;
+    return (unsigned)(mask_fuzz_state % n);
+}
+
+static bool mask_fuzz_leaky(const char *s)
+{
+    for (size_t i = 0; i + 4 <= strlen(MASK_SECRET); i++)
+        if (memmem(s, strlen(s), MASK_SECRET + i, 4))
+            return true;
+    return false;
+}
+
+static void mask_fuzz_random(char *out, unsigned maxlen)
+{
+    static const char chars[] = "@@@::://??#&&==%%,,''\"\\\\  \taB1.[]-5p";
+    static const char *words[] = {
+        "password=", "sslpassword=", "%70assword=", "host=", "://", "postgresql://", "'", "?", "&"};
+    unsigned n = mask_fuzz_next(maxlen + 1), o = 0;
+    for (unsigned i = 0; i < n && o < maxlen; i++) {
+        if (mask_fuzz_next(10) == 0) {
+            const char *w = words[mask_fuzz_next(sizeof(words) / sizeof(words[0]))];
+            size_t wl = strlen(w);
+            if (o + wl > maxlen)
+                break;
+            memcpy(out + o, w, wl);
+            o += (unsigned)wl;
+        } else {
+            out[o++] = chars[mask_fuzz_next(sizeof(chars) - 1)];
+        }
+    }
+    out[o] = '\0';
+}
+
+static bool mask_fuzz_intended(const char *ci)
+{
+    PQconninfoOption *opts = PQconninfoParse(ci, NULL);
+    bool yes = false;
+    for (PQconninfoOption *o = opts; o && o->keyword; o++)
+        yes = yes || (o->val && strstr(o->keyword, "password") && mask_fuzz_leaky(o->val));
+    PQconninfoFree(opts);
+    if (yes || !opts)
+        return yes;
+    const char *auth = NULL;
+    if (strncmp(ci, "postgresql://", 13) == 0)
+        auth = ci + 13;
+    else if (strncmp(ci, "postgres://", 11) == 0)
+        auth = ci + 11;
+    if (!auth)
+        return false;
+    const char *end = auth + strcspn(auth, "/"), *sec = strstr(auth, MASK_SECRET);
+    const char *last = memrchr(auth, '@', (size_t)(end - auth));
+    const char *colon = memchr(auth, ':', (size_t)(end - auth));
+    return sec && colon && last && colon < sec && sec + strlen(MASK_SECRET) <= last;
+}
+
+static void test_mask_random_strings_around_a_password(void **state)
+{
+    int leaks = 0, seen = 0;
+    for (int t = 0; t < 200000; t++) {
+        char r[4][24], ci[512], out[1024];
+        for (int i = 0; i < 4; i++)
+            mask_fuzz_random(r[i], 12);
+        const char *S = MASK_SECRET;
+        switch (mask_fuzz_next(9)) {
+        case 0:
+            snprintf(ci, sizeof(ci), "%s password=%s%s%s %s", r[0], r[1], S, r[2], r[3]);
+            break;
+        case 1:
+            snprintf(ci, sizeof(ci), "%s password = '%s%s%s'%s", r[0], r[1], S, r[2], r[3]);
+            break;
+        case 2:
+            snprintf(ci, sizeof(ci), "host=h%s sslpassword=%s%s%s%s", r[0], r[1], S, r[2], r[3]);
+            break;
+        case 3:
+            snprintf(ci, sizeof(ci), "postgresql://u%s:%s%s%s@h%s", r[0], r[1], S, r[2], r[3]);
+            break;
+        case 4:
+            snprintf(ci, sizeof(ci), "postgresql://u@h%s/db?%spassword=%s%s%s&%s", r[0], r[1], r[2],
+                     S, r[3], r[0]);
+            break;
+        case 5:
+            snprintf(ci, sizeof(ci), "postgres://%s@%s/d?x=1&%%70assword=%s%s%s", r[0], r[1], r[2],
+                     S, r[3]);
+            break;
+        case 6:
+            snprintf(ci, sizeof(ci), "postgresql://[%s]%s?sslpassword=%s%s%s", r[0], r[1], r[2], S,
+                     r[3]);
+            break;
+        case 7:
+            snprintf(ci, sizeof(ci), "%s%s password=%s%s%s", r[0], r[1], r[2], S, r[3]);
+            break;
+        default:
+            snprintf(ci, sizeof(ci), "postgresql://%s:%s%s@%s/%s", r[0], r[1], S, r[2], r[3]);
+            break;
+        }
+        if (!mask_fuzz_intended(ci))
+            continue;
+        seen++;
+        log_mask_conninfo(ci, out, sizeof(out));
+        if (mask_fuzz_leaky(out) && leaks++ < 5)
+            print_message("leak: %s shows %s\n", ci, out);
+    }
+    print_message("%d strings with a password read, %d leaks\n", seen, leaks);
+    assert_true(seen > 10000);
+    assert_int_equal(leaks, 0);
+}
+
 static void test_mask_truncated_keyword_in_bounds(void **state)
 {
     check_truncation("host=h password=SECRETPW dbname=d");
@@ -750,6 +871,7 @@ int main(void)
         cmocka_unit_test(test_mask_truncated_quoted_in_bounds),
         cmocka_unit_test(test_mask_truncated_query_in_bounds),
         cmocka_unit_test(test_mask_truncated_url_no_leak),
+        cmocka_unit_test(test_mask_random_strings_around_a_password),
         cmocka_unit_test(test_quote_plain),
         cmocka_unit_test(test_quote_unicode_line_breaks_and_bidi),
         cmocka_unit_test(test_quote_cut_keeps_characters_whole),
