@@ -165,23 +165,23 @@ static void add_raw_passwords(const char *conninfo)
         while (isspace((unsigned char)*q))
             q++;
         const char *end = q;
-        if (*q == '\'') {
+        if (in_query) {
+            /* libpq ends a query value at '&' alone (blanks, quotes and backslashes are part of
+             * it), as log_mask_conninfo does: the whole value is registered, never its words (a
+             * password "correct horse" must not make every "correct" the relay writes "***"). */
+            end = q + strcspn(q, "&");
+        } else if (*q == '\'') {
             for (end = ++q; *end && *end != '\''; end++)
                 if (*end == '\\' && end[1])
                     end++;
         } else {
             /* libpq honours backslash escapes in unquoted values too ("se\ cret"), as
              * log_mask_conninfo knows: the raw value runs past an escaped blank. */
-            for (; *end && !isspace((unsigned char)*end) && !(in_query && *end == '&'); end++)
+            for (; *end && !isspace((unsigned char)*end); end++)
                 if (*end == '\\' && end[1])
                     end++;
         }
         add_span(q, (size_t)(end - q));
-        /* libpq ends a query value at '&' alone (blanks, quotes and backslashes are part of it),
-         * where the reading above, log_mask_conninfo's, stops at a blank and shows the rest
-         * ("?password=*** horse"): that value is registered in pieces between those too. */
-        if (in_query)
-            add_pieces(q, q + strcspn(q, "&"), " \t\n\v\f\r'\\");
     }
 }
 

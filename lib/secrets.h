@@ -27,8 +27,7 @@ void secrets_add(const char *value);
  * password as meant (to the last '@') whole and in pieces cut at "@,:?#&=", raw and decoded:
  * libpq ends it at the first '@' and takes the rest for hosts, ports or its query, and
  * log_mask_conninfo ends it elsewhere still, each showing pieces no other reading registers.
- * A URL query's password (libpq: to the next '&') also in pieces cut at blanks, quotes and
- * backslashes, where log_mask_conninfo ends it. */
+ * A URL query's password as libpq reads it: to the next '&', blanks and quotes included. */
 void secrets_add_conninfo(const char *conninfo);
 
 /* Whether the len bytes at key, a URL query parameter's name holding a percent-encoded byte,

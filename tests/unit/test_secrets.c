@@ -296,6 +296,9 @@ static void test_conninfo_query_password_with_blanks(void **state)
     log_mask_conninfo(url, masked, sizeof(masked));
     secrets_scrub(masked);
     assert_string_equal(masked, "postgresql://u@h/db?password=***&sslmode=disable");
+    /* the whole value is the secret, not each of its words, which text everywhere may hold */
+    assert_true(secrets_found("correct horse-battery"));
+    assert_false(secrets_found("the checksum is correct"));
 }
 
 static void test_conninfo_keyword_form(void **state)
