@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "db.h"
 #include "log.h"
 #include "pg_plan.h"
 
@@ -148,6 +149,20 @@ static void judge_pg_hosts(TlsSide *side, const char *hosts, const char *addrs)
         snprintf(side->first_remote, sizeof(side->first_remote), "%s", shown);
 }
 
+/* "..." for a first remote host that is a piece of a URL's password as meant, cut off by libpq
+ * at its first '@' and split at ',' (postgresql://u:x@abc,@127.0.0.1/d: hosts "abc" and
+ * "@127.0.0.1"), as db_connect's errors hide it (db_hide_password_tail): a piece under
+ * SECRETS_MIN_LEN escapes the scrub of registered secrets. */
+static void hide_password_piece(TlsSide *side, const char *conninfo)
+{
+    char quoted[sizeof(side->first_remote) + 2], as_given[sizeof(quoted)];
+    snprintf(quoted, sizeof(quoted), "\"%s\"", side->first_remote);
+    memcpy(as_given, quoted, sizeof(quoted));
+    db_hide_password_tail(quoted, conninfo);
+    if (strcmp(quoted, as_given) != 0)
+        snprintf(side->first_remote, sizeof(side->first_remote), "...");
+}
+
 /* A service (service=NAME in the string, or PGSERVICE) fills in, from pg_service.conf, whatever
  * the string leaves unset, ahead of the environment: host, hostaddr, sslmode. This parse does not
  * read that file, so what it would fill is unknown, and judged the worst it could be: an sslmode
@@ -189,6 +204,8 @@ static void judge_pg(const char *conninfo, TlsSide *side)
                                                                                    : TLS_OPTIONAL;
     judge_pg_hosts(side, pq_value(parsed, defaults, "host"),
                    pq_value(parsed, defaults, "hostaddr"));
+    if (side->remote)
+        hide_password_piece(side, conninfo);
     const char *service = pq_value(parsed, defaults, "service");
     if (service)
         judge_pg_service(side, parsed, service);

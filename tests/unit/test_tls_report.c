@@ -87,6 +87,13 @@ static void test_pg_hosts(void **state)
     judge("postgresql://app:pw@s3c@db/x", NULL, NULL, 0, &pg, &k);
     assert_true(pg.remote);
     assert_string_equal(pg.first_remote, "...");
+    /* ... cut at ',' too: libpq's hosts "abc" (a piece of the password as meant) and "@127..." */
+    judge("postgresql://u:x@abc,@127.0.0.1/x", NULL, NULL, 0, &pg, &k);
+    assert_true(pg.remote);
+    assert_string_equal(pg.first_remote, "...");
+    /* a real host name stays */
+    judge("postgresql://u:pw@db.example.com/x", NULL, NULL, 0, &pg, &k);
+    assert_string_equal(pg.first_remote, "db.example.com");
 }
 
 static void test_kafka(void **state)
