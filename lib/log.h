@@ -67,7 +67,12 @@ const char *log_escape(const char *value, char *out, size_t outlen);
 void log_one_line(char *s);
 
 /* Copies a libpq connection string (URL or key=value form) into out with any password replaced
- * by "***". Returns out. */
+ * by "***", read as libpq reads it: a URL only when it starts with postgresql:// or postgres://
+ * (its user info's password as meant, from the first ':' to the last '@' before the first '/';
+ * password and sslpassword query parameters, names percent-decoded, each value to the next
+ * '&'), else key=value pairs (password= and sslpassword=, quoted or not). A string starting
+ * with another scheme (a Schema Registry URL, http://user:password@host) is read both ways.
+ * Masked in full before it is cut to outlen; "***" alone when out of memory. Returns out. */
 const char *log_mask_conninfo(const char *conninfo, char *out, size_t outlen);
 
 #endif

@@ -123,12 +123,11 @@ static void add_raw_passwords(const char *conninfo)
         if (first_colon && first_at != at)
             add_span(first_colon + 1, (size_t)(first_at - first_colon - 1));
         /* With more than one '@' before the first '/', the password as meant (to the last
-         * '@'), libpq's (to the first) and log_mask_conninfo's ('?' and '#' end its search)
-         * differ, and the text between them is shown cut elsewhere still: libpq takes what
-         * follows its '@' for hosts and ports (cut at ',', ':' and '?'; "t-pw@db" for u:p@t-pw@db)
-         * or its query ('&', '='), which the relay shows (its connection security warning,
-         * "postgres host failed", the lookup's errors), and the mask leaves what follows its '@'
-         * as written. None of the passwords above occurs in those: the password as meant is
+         * '@', which log_mask_conninfo masks) and libpq's (to the first) differ, and the text
+         * between them is shown cut elsewhere: libpq takes what follows its '@' for hosts and
+         * ports (cut at ',', ':' and '?'; "t-pw@db" for u:p@t-pw@db) or its query ('&', '='),
+         * which the relay shows (its connection security warning, "postgres host failed", the
+         * lookup's errors). None of the passwords above occurs in those: the password as meant is
          * registered whole and in pieces cut at each of those characters, as written and
          * percent-decoded (libpq decodes a URL's parts). Only then: a password "a:b:c" that every
          * reading ends alike is not cut into words that would be scrubbed everywhere. */

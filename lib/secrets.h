@@ -25,8 +25,8 @@ void secrets_add(const char *value);
  * parses them, and the raw (percent-encoded or quoted) text of each, which is what libpq echoes
  * when it cannot parse the string. In a URL with more than one '@' before its first '/', the
  * password as meant (to the last '@') whole and in pieces cut at "@,:?#&=", raw and decoded:
- * libpq ends it at the first '@' and takes the rest for hosts, ports or its query, and
- * log_mask_conninfo ends it elsewhere still, each showing pieces no other reading registers.
+ * libpq ends it at the first '@' and takes the rest for hosts, ports or its query, showing
+ * pieces no other reading registers.
  * A URL query's password as libpq reads it: to the next '&', blanks and quotes included. */
 void secrets_add_conninfo(const char *conninfo);
 
