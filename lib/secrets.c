@@ -106,7 +106,17 @@ static void add_password_pieces(const char *start, const char *end)
  * log_mask_conninfo does, so that a string libpq refuses to parse is covered too. */
 static void add_raw_passwords(const char *conninfo)
 {
-    const char *scheme = strstr(conninfo, "://");
+    /* A URL only when the string starts with a scheme (libpq's postgresql:// or postgres://, a
+     * Schema Registry's http://), as log_mask_conninfo reads it: a key=value string's "://" is
+     * in some value (application_name=x://app:relay-main@prod), whose words are no password. */
+    const char *scheme = conninfo + strspn(conninfo, " \t\n\v\f\r");
+    if (isalpha((unsigned char)*scheme))
+        scheme +=
+            strspn(scheme, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.");
+    else
+        scheme = NULL;
+    if (scheme && strncmp(scheme, "://", 3) != 0)
+        scheme = NULL;
     if (scheme) {
         const char *auth = scheme + 3;
         size_t auth_len = strcspn(auth, "/?#");

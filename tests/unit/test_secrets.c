@@ -303,6 +303,10 @@ static void test_conninfo_query_password_with_blanks(void **state)
 
 static void test_conninfo_keyword_form(void **state)
 {
+    /* a "://" in a key=value string is in some value, whose words are no password */
+    secrets_add_conninfo("host=h application_name=x://app:relay-main@prod password=pw12345");
+    assert_true(secrets_found("pw12345"));
+    assert_false(secrets_found("relay-main"));
     secrets_add_conninfo("host=h dbname=d password='it\\'s a secret' sslpassword=keypass99");
     assert_scrubbed("keypass99", "***");
     assert_true(secrets_found("it's a secret"));   /* as libpq reads it */
