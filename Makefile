@@ -444,7 +444,7 @@ FUZZ_SRC    := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN    := $(patsubst tests/fuzz/%.c,bin/fuzz/%,$(FUZZ_SRC))
 # What each harness links: the relay's parsers, or one demo's.
 FUZZ_RELAY_OBJ    := $(call objs,bin/fuzz/obj,$(SHARED_SRC) relay/config.c relay/kafka_guard.c \
-                       relay/tls_report.c relay/io/pg_plan.c $(wildcard relay/outbox/*.c))
+                       relay/tls_report.c $(wildcard relay/outbox/*.c))
 FUZZ_PRODUCER_OBJ := $(call objs,bin/fuzz/obj,$(SHARED_SRC) producer-demo/order.c producer-demo/idem.c \
                                     lib/sha256.c)
 FUZZ_CONSUMER_OBJ := $(call objs,bin/fuzz/obj,$(SHARED_SRC) consumer-demo/event.c lib/sha256.c)

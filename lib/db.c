@@ -159,6 +159,11 @@ static void hide_quoted_input(char *line, const char *conninfo, bool only_at)
  * for libpq, and its tail goes on as the host name, which connect errors quote ("could not
  * translate host name "t-pw@db""). Host names never hold an '@': such a span of the string is
  * hidden, while the host names an operator needs stay. */
+const char *db_host_shown(const char *host)
+{
+    return host && strchr(host, '@') ? "..." : host;
+}
+
 void db_hide_password_tail(char *line, const char *conninfo)
 {
     hide_quoted_input(line, conninfo ? conninfo : "", true);

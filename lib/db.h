@@ -175,6 +175,12 @@ const char *db_error_line(const char *message);
  * connections). */
 void db_hide_password_tail(char *line, const char *conninfo);
 
+/* host as the logs show it: "..." for one holding an '@', which is no host name but the tail of
+ * a password whose '@' was not percent-encoded (postgresql://u:pw@s3c@db: libpq's host
+ * "s3c@db"); the scrub of registered secrets misses a tail shorter than SECRETS_MIN_LEN.
+ * NULL stays NULL. */
+const char *db_host_shown(const char *host);
+
 /* "SQLSTATE: first line of the message" for logs and errors. */
 const char *db_error_text(const DbError *e);
 

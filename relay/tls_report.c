@@ -12,7 +12,6 @@
 
 #include "db.h"
 #include "log.h"
-#include "pg_plan.h"
 
 const char *tls_level_name(TlsLevel level)
 {
@@ -143,8 +142,8 @@ static void judge_pg_hosts(TlsSide *side, const char *hosts, const char *addrs)
     }
     /* Named as pg.c names a host: a host holding an '@' is the tail of a password whose '@' was
      * not percent-encoded (postgresql://u:pw@s3c@db: libpq's host "s3c@db"), and a tail under
-     * SECRETS_MIN_LEN escapes the scrub of registered secrets (pg_host_shown). */
-    const char *shown = pg_host_shown(side->first_remote);
+     * SECRETS_MIN_LEN escapes the scrub of registered secrets (db_host_shown). */
+    const char *shown = db_host_shown(side->first_remote);
     if (shown != side->first_remote)
         snprintf(side->first_remote, sizeof(side->first_remote), "%s", shown);
 }

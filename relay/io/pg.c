@@ -284,7 +284,7 @@ static void on_stable(struct ev_loop *loop, ev_timer *w, int revents)
         char q1[300], q2[40];
         log_info("postgres reconnected", "%sserver_version=%d host=%s port=%s tls=%s gssenc=%s",
                  pg->tag, PQserverVersion(pg->conn),
-                 log_quote(pg_host_shown(PQhost(pg->conn)), q1, sizeof(q1)),
+                 log_quote(db_host_shown(PQhost(pg->conn)), q1, sizeof(q1)),
                  log_quote(PQport(pg->conn), q2, sizeof(q2)), PQsslInUse(pg->conn) ? "on" : "off",
                  PQgssEncInUse(pg->conn) ? "on" : "off");
     }
@@ -314,7 +314,7 @@ static void connected(PgConn *pg)
         log_info(pg->ever_up ? "postgres reconnected" : "postgres connected",
                  "%sserver_version=%d host=%s port=%s tls=%s gssenc=%s", pg->tag,
                  PQserverVersion(pg->conn),
-                 log_quote(pg_host_shown(PQhost(pg->conn)), q1, sizeof(q1)),
+                 log_quote(db_host_shown(PQhost(pg->conn)), q1, sizeof(q1)),
                  log_quote(PQport(pg->conn), q2, sizeof(q2)), PQsslInUse(pg->conn) ? "on" : "off",
                  PQgssEncInUse(pg->conn) ? "on" : "off"); /* GSSAPI encryption, not TLS */
     pg->ever_up = true;

@@ -228,7 +228,7 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
         tg->addr = hosts[i];
         hosts[i] = (PgHost){NULL, NULL, NULL}; /* moved */
         plan->ntargets = i + 1;
-        const char *shown = tg->addr.host && *tg->addr.host ? pg_host_shown(tg->addr.host)
+        const char *shown = tg->addr.host && *tg->addr.host ? db_host_shown(tg->addr.host)
                             : tg->addr.hostaddr             ? tg->addr.hostaddr
                                                             : "(default)";
         const char *shown_port = tg->addr.port ? tg->addr.port : "";
@@ -240,11 +240,6 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
     }
     pg_hosts_free(hosts, n);
     return ok;
-}
-
-const char *pg_host_shown(const char *host)
-{
-    return host && strchr(host, '@') ? "..." : host;
 }
 
 const char *pg_error_name_host(const char *msg, const char *host, char *out, size_t outlen)

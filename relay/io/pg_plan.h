@@ -68,12 +68,6 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
  * each time. Written into out (cut to outlen); returns out. */
 const char *pg_error_name_host(const char *msg, const char *host, char *out, size_t outlen);
 
-/* host as the logs show it: "..." for one holding an '@', which is no host name but the tail of
- * a password whose '@' was not percent-encoded (postgresql://u:pw@s3c@db: libpq's host
- * "s3c@db"); the scrub of registered secrets misses a tail shorter than SECRETS_MIN_LEN.
- * NULL stays NULL. */
-const char *pg_host_shown(const char *host);
-
 /* Releases what pg_plan_make allocated and zeroes plan. */
 void pg_plan_free(PgPlan *plan);
 

@@ -169,8 +169,8 @@ static void test_password_tail_not_shown(void **state)
     assert_string_equal(plan.targets[1].shown, "h2:2");
     assert_string_equal(plan.targets[0].addr.host, "s3c@h1"); /* libpq is given it as it is */
     pg_plan_free(&plan);
-    assert_string_equal(pg_host_shown("db.example"), "db.example");
-    assert_null(pg_host_shown(NULL));
+    assert_string_equal(db_host_shown("db.example"), "db.example");
+    assert_null(db_host_shown(NULL));
 }
 
 /* A service file (pg_service.conf) as the only source of options and connect_timeout: with a
