@@ -22,11 +22,14 @@
  * it measures.
  * --hex adds "value_hex": the value's bytes in hex (binary payloads, Schema Registry framing),
  * since "value" shows bytes that are not UTF-8 as '?'.
- * --to-end reads every partition up to its end (the end at the time it is reached) and stops:
- * everything already acknowledged, duplicates included, with no idle-time guess.
+ * --to-end first asks each partition's leader for its end offset (high watermark), then reads
+ * every partition up to that offset and stops: everything Kafka acknowledged before consume
+ * started, duplicates included, with no idle-time guess. A message acknowledged later may be
+ * printed too, or not. An empty partition is read to its end at once.
  * Exit: 0 when --count messages were read, when --idle-ms passed without a new message, when
- * --to-end reached the end of every partition, or at the timeout without --count or --to-end;
- * 1 at the timeout with --count unmet or --to-end short of an end; 2 on bad flags.
+ * --to-end read every partition up to its end offset, or at the timeout without --count or
+ * --to-end; 1 at the timeout with --count unmet or --to-end short of an end (or no end offset
+ * known); 2 on bad flags.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -168,6 +171,50 @@ static void print_message_tsv(const rd_kafka_message_t *m, int64_t received_us, 
     putchar('\n');
 }
 
+/* --to-end: one partition, the offset it must be read up to, and whether it has been. */
+struct part_end {
+    const char *topic; /* owned by the partition list it was read from */
+    int32_t partition;
+    int64_t end; /* the high watermark read before any message */
+    bool done;
+};
+
+/* The entry of `ends` for topic/partition, or NULL (a partition not assigned). */
+static struct part_end *part_end_of(struct part_end *ends, int n, const char *topic,
+                                    int32_t partition)
+{
+    for (int i = 0; i < n; i++)
+        if (ends[i].partition == partition && !strcmp(ends[i].topic, topic))
+            return &ends[i];
+    return NULL;
+}
+
+/* Reads each partition's high watermark into `ends`, retrying each (a leader just elected, a
+ * broker down for a moment) until `deadline`; false if one is still unknown then. An empty
+ * partition (low == high) is done at once. Each query waits at most a second, so a dead broker
+ * does not hold one query past the deadline by more than that. */
+static bool read_ends(rd_kafka_t *rk, struct part_end *ends, int n, int64_t deadline)
+{
+    for (int i = 0; i < n; i++) {
+        int64_t lo = 0, hi = 0;
+        rd_kafka_resp_err_t err;
+        while ((err = rd_kafka_query_watermark_offsets(rk, ends[i].topic, ends[i].partition, &lo,
+                                                       &hi, 1000)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            if (now_ms() >= deadline) {
+                fprintf(stderr, "consume: no end offset for %s [%d] before the timeout: %s\n",
+                        ends[i].topic, (int)ends[i].partition, rd_kafka_err2str(err));
+                return false;
+            }
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100); /* serves errors meanwhile */
+            if (m)
+                rd_kafka_message_destroy(m);
+        }
+        ends[i].end = hi;
+        ends[i].done = hi <= lo;
+    }
+    return true;
+}
+
 /* Fills `parts` with every partition of the topics; false until all of them exist. */
 static bool find_partitions(rd_kafka_t *rk, const char **topics, int ntopics,
                             rd_kafka_topic_partition_list_t *parts, int timeout_ms)
@@ -299,20 +346,39 @@ int main(int argc, char **argv)
     }
     if (parts->cnt == 0)
         fprintf(stderr, "consume: no partitions found for the given topic(s)\n");
-    rd_kafka_assign(rk, parts);
     int partitions = parts->cnt;
-    rd_kafka_topic_partition_list_destroy(parts);
+    /* --to-end: the end offsets are read before the assignment, so that every message
+     * acknowledged before consume started lies below them. */
+    struct part_end *ends = calloc(partitions ? (size_t)partitions : 1, sizeof(*ends));
+    if (!ends) {
+        fprintf(stderr, "consume: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < partitions; i++) {
+        ends[i].topic = parts->elems[i].topic;
+        ends[i].partition = parts->elems[i].partition;
+    }
+    bool ends_known = to_end && read_ends(rk, ends, partitions, deadline);
+    int done = 0; /* --to-end: partitions read up to their end offset */
+    for (int i = 0; i < partitions; i++)
+        done += ends[i].done;
+    rd_kafka_assign(rk, parts);
 
     long got = 0;
-    int ends = 0; /* partitions read to their end (--to-end: nothing arrives after that) */
     int64_t last = now_ms();
-    while ((count < 0 || got < count) && !(to_end && partitions > 0 && ends >= partitions)) {
+    while ((count < 0 || got < count) && !(ends_known && partitions > 0 && done == partitions) &&
+           !(to_end && !ends_known)) {
         int64_t now = now_ms();
         if (now >= deadline || (idle_ms > 0 && now - last >= idle_ms))
             break;
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
         if (!m)
             continue;
+        /* A message at end - 1 or the partition's end reached (an offset at or past the end
+         * offset read first) completes its partition; each partition counts once, however
+         * often librdkafka reports its end as more messages arrive. */
+        struct part_end *pe = NULL;
+        int64_t next = -1;
         if (!m->err) {
             if (tsv_header)
                 print_message_tsv(m, realtime_us(), tsv_header);
@@ -320,10 +386,17 @@ int main(int argc, char **argv)
                 print_message(m, realtime_us());
             got++;
             last = now_ms();
+            next = m->offset + 1;
         } else if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-            ends++;
+            next = m->offset;
         } else {
             fprintf(stderr, "consume: %s\n", rd_kafka_message_errstr(m));
+        }
+        if (ends_known && next >= 0 && m->rkt)
+            pe = part_end_of(ends, partitions, rd_kafka_topic_name(m->rkt), m->partition);
+        if (pe && !pe->done && next >= pe->end) {
+            pe->done = true;
+            done++;
         }
         rd_kafka_message_destroy(m);
     }
@@ -334,11 +407,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "consume: got %ld of %ld messages before the timeout\n", got, count);
         rc = 1;
     }
-    if (to_end && (partitions == 0 || ends < partitions)) {
-        fprintf(stderr, "consume: %d of %d partitions read to their end before the timeout\n", ends,
+    if (to_end && (partitions == 0 || !ends_known || done < partitions)) {
+        for (int i = 0; i < partitions && ends_known; i++)
+            if (!ends[i].done)
+                fprintf(stderr, "consume: %s [%d] not read up to its end offset %lld\n",
+                        ends[i].topic, (int)ends[i].partition, (long long)ends[i].end);
+        fprintf(stderr, "consume: %d of %d partitions read to their end before the timeout\n", done,
                 partitions);
         rc = 1;
     }
+    free(ends);
+    rd_kafka_topic_partition_list_destroy(parts);
     rd_kafka_consumer_close(rk);
     rd_kafka_destroy(rk);
     return rc;
