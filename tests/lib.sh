@@ -362,9 +362,14 @@ first_copies_in_order() {
 # outbox.event.TYPE) at least once, and the first copies arrived in seq order per aggregate
 # (payloads as first_copies_in_order wants). WHAT names the first check (default "every row
 # delivered"); the messages read stay in $T/TYPE.json.
+# Exact, no idle-time guess: it waits (30 s at most; callers have usually waited already) until
+# the table marks every row of TYPE sent, which the relay does only after Kafka acknowledged it,
+# then reads the topic up to the end offsets Kafka gives at that moment (consume --to-end). A row
+# still unsent after the wait is not waited for longer: the diff then says whether it is in Kafka.
 check_delivered() {
     local file=$T/$1.json
-    consume --topic "outbox.event.$1" --idle-ms 2000 --timeout-ms 30000 >"$file"
+    _poll 30 none_unsent_of "$1" || echo "# $1: $(unsent_of "$1") rows still unsent after 30 s"
+    consume --topic "outbox.event.$1" --to-end --timeout-ms 30000 >"$file"
     check "$1: ${2:-every row delivered}" \
         diff <(jq -r .headers.id "$file" | sort -u) \
         <(psql_q "SELECT event_id FROM outbox WHERE aggregate_type = '$1'" | sort)

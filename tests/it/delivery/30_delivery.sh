@@ -26,7 +26,7 @@ relay_start --database-url "$DATABASE_URL_PW" --brokers "$BROKERS"
 wait_for "every row gets sent_at" 120 no_unsent_rows
 check "relay still running after delivering" relay_running
 
-consume --topic outbox.event.order --idle-ms 3000 --timeout-ms 60000 >"$T/order.json"
+consume --topic outbox.event.order --to-end --timeout-ms 60000 >"$T/order.json"
 check_eq "consumer reads $ROWS messages" "$ROWS" "$(grep -c '' "$T/order.json")"
 check_eq "all id headers distinct" "$ROWS" \
     "$(jq -r '.headers.id' "$T/order.json" | sort -u | grep -c .)"
@@ -82,4 +82,4 @@ check_eq "no other or repeated headers" "aggregate_type event_type id traceparen
 relay_stop
 check_eq "second relay exits 0 on SIGTERM" 0 $?
 check_eq "nothing else was published to the default topic" "$ROWS" \
-    "$(consume --topic outbox.event.order --idle-ms 1500 | grep -c '')"
+    "$(consume --topic outbox.event.order --to-end --timeout-ms 20000 | grep -c '')"

@@ -40,9 +40,9 @@ dead_row() { psql_q "SELECT aggregate_type, dead_at IS NOT NULL, sent_at IS NULL
 dead_lettered() { [ "$(dead_row)" = "bad type!|t|t|dlq" ]; }
 wait_for "the dead row stays, published to the dead-letter topic and unsent" 30 dead_lettered
 check_eq "the dead-letter topic holds it once" 1 \
-    "$(consume --topic dlq --idle-ms 1500 --timeout-ms 20000 | grep -c '')"
+    "$(consume --topic dlq --to-end --timeout-ms 20000 | grep -c '')"
 
-consume --topic outbox.event.order --idle-ms 2000 --timeout-ms 30000 >"$T/order.json"
+consume --topic outbox.event.order --to-end --timeout-ms 30000 >"$T/order.json"
 psql_q "SELECT event_id, aggregate_id, payload FROM expected" -F $'\t' | sort >"$T/rows.tsv"
 jq -r '[.headers.id, .key, .value] | @tsv' "$T/order.json" | sort -u >"$T/msgs.tsv"
 check "every deleted row arrived as stored: id header, key, value" \

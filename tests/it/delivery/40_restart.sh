@@ -41,7 +41,7 @@ run_relay() {
 
 # read_topic TYPE FILE: every message of outbox.event.TYPE, one JSON per line.
 read_topic() {
-    consume --topic "outbox.event.$1" --idle-ms 2000 --timeout-ms 60000 >"$2"
+    consume --topic "outbox.event.$1" --to-end --timeout-ms 60000 >"$2"
 }
 
 ids_of() { # ids_of FILE: sorted distinct id headers

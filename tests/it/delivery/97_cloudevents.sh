@@ -26,7 +26,7 @@ relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --message-format
 wait_for "every row sent" 60 no_unsent_rows
 relay_stop
 
-consume --topic outbox.event.order --idle-ms 2000 --timeout-ms 30000 >"$T/msgs.json"
+consume --topic outbox.event.order --to-end --timeout-ms 30000 >"$T/msgs.json"
 check_eq "50 messages" 50 "$(grep -c '' "$T/msgs.json")"
 node "$(dirname "$0")/../../tools/cloudevents_read.js" "$SDK" <"$T/msgs.json" >"$T/events.json" \
     2>"$T/sdk.err"
@@ -60,6 +60,6 @@ psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
 relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS"
 wait_for "the plain row sent" 30 no_unsent_rows
 relay_stop
-consume --topic outbox.event.plain --idle-ms 2000 --timeout-ms 30000 >"$T/plain.json"
+consume --topic outbox.event.plain --to-end --timeout-ms 30000 >"$T/plain.json"
 check_eq "default format: no ce_ header" 0 \
     "$(jq -r '.header_list[][0]' "$T/plain.json" | grep -c '^ce_')"

@@ -161,7 +161,7 @@ wait_for "the replayed events are sent again" 30 no_unsent_rows
 check_eq "the trigger of 0008 counted them as tried once" 5 \
     "$(psql_q "SELECT count(*) FROM outbox WHERE id <= 5 AND attempts = 1")"
 replayed_twice() {
-    consume --topic outbox.event.f --idle-ms 2000 --timeout-ms 30000 >"$T/replayed.json"
+    consume --topic outbox.event.f --to-end --timeout-ms 30000 >"$T/replayed.json"
     [ "$(psql_q "SELECT event_id FROM outbox WHERE id <= 5" | sort |
         comm -12 - <(jq -r .headers.id "$T/replayed.json" | sort | uniq -d) | wc -l)" = 5 ]
 }

@@ -63,7 +63,7 @@ wait_for "A: once granted, every event is delivered (and deleted)" 40 outbox_emp
 wait_for "A: it is ready again" 15 ready_is 200
 check "A: and says the setup is fixed" grep -q "the setup is fixed" "$RELAY_LOG"
 check "A: it owns lanes again" metric_at_least outbox_lanes_owned 1
-consume --topic outbox.event.setup --idle-ms 2000 --timeout-ms 30000 >"$T/setup.json"
+consume --topic outbox.event.setup --to-end --timeout-ms 30000 >"$T/setup.json"
 check_eq "A: all ten events are in the topic" 10 "$(jq -r .headers.id "$T/setup.json" | sort -u | wc -l)"
 check "A: first copies in order per aggregate" first_copies_in_order "$T/setup.json"
 relay_stop

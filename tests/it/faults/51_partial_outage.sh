@@ -78,7 +78,7 @@ wait_for "C: events of the healthy topic flow while broker 1 is down" 30 healthy
 sleep 3 # several delivery timeouts of the down topic's events
 broker_cmd "up 1"
 wait_for "C: every split event delivered once broker 1 is back" 60 all_split_sent
-consume --topic "ev.$DOWN_T" --topic "ev.$UP_T" --idle-ms 2000 --timeout-ms 30000 \
+consume --topic "ev.$DOWN_T" --topic "ev.$UP_T" --to-end --timeout-ms 30000 \
     >"$T/split.json"
 check_eq "C: every split event is in Kafka" 180 \
     "$(jq -r 'select(.key | startswith("split-")) | .headers.id' "$T/split.json" | sort -u | wc -l)"
@@ -99,7 +99,7 @@ wait_for "C: aggregates of the healthy topic flow while broker 1 is down" 30 non
 sleep 3
 broker_cmd "up 1"
 wait_for "C: every aggregate-scope event delivered once broker 1 is back" 60 none_unsent_of "$DOWN_T"
-consume --topic "ev.$DOWN_T" --topic "ev.$UP_T" --idle-ms 2000 --timeout-ms 30000 \
+consume --topic "ev.$DOWN_T" --topic "ev.$UP_T" --to-end --timeout-ms 30000 \
     >"$T/agg.json"
 check "C: {aggregate_type}: first copies in order per aggregate" \
     first_copies_in_order <(jq -c 'select(.key | startswith("agg-"))' "$T/agg.json")

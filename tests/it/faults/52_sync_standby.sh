@@ -41,7 +41,7 @@ insert_local() {
 # delivered TYPE: every event id of $T/TYPE.ids is in Kafka, first copies in order per aggregate.
 delivered() {
     local file=$T/$1.json
-    consume --topic "outbox.event.$1" --idle-ms 2000 --timeout-ms 30000 >"$file"
+    consume --topic "outbox.event.$1" --to-end --timeout-ms 30000 >"$file"
     check "$2: every row delivered" diff <(jq -r .headers.id "$file" | sort -u) <(sort "$T/$1.ids")
     check "$2: first copies in order per aggregate" first_copies_in_order "$file"
 }

@@ -105,7 +105,7 @@ wait_for "MSG_SIZE_TOO_LARGE in the first request: every row sent" 60 none_unsen
 check "the possible reorder is said, naming the aggregate" grep -qE \
     'events in flight when the producer failed were cancelled.*key="big-0"|order broken.*aggregate_id=big-0' \
     <<<"$(tail -n +"$((mark + 1))" "$RELAY_LOG")"
-consume --topic outbox.event.big --idle-ms 2000 --timeout-ms 30000 >"$T/big.json"
+consume --topic outbox.event.big --to-end --timeout-ms 30000 >"$T/big.json"
 check "MSG_SIZE_TOO_LARGE in the first request: every row delivered" \
     diff <(jq -r .headers.id "$T/big.json" | sort -u) \
     <(psql_q "SELECT event_id FROM outbox WHERE aggregate_type = 'big'" | sort)

@@ -66,7 +66,7 @@ done
 
 # --- 3. nothing of the new primary lost; phantoms counted ---
 wait_for "3: every row of the new primary acknowledged" 60 none_unsent_of fo
-consume --topic outbox.event.fo --idle-ms 2000 --timeout-ms 30000 >"$T/fo.json"
+consume --topic outbox.event.fo --to-end --timeout-ms 30000 >"$T/fo.json"
 jq -r .headers.id "$T/fo.json" | sort -u >"$T/fo.kafka"
 psql_q "SELECT event_id FROM outbox WHERE aggregate_type = 'fo'" | sort >"$T/fo.table"
 check_eq "3: rows of the new primary missing from Kafka (lost)" 0 \

@@ -71,7 +71,7 @@ check "1: claims take 7 rows at a time (batch-size applied)" \
 check "1: no claim took more than 7" bash -c "! tail -n +$((mark + 1)) '$RELAY_LOG' |
     grep -oE 'msg=\"claimed batch\" rows=[0-9]+' | grep -vE 'rows=[1-7]$'"
 check_eq "1: events still go to the old topic" 20 \
-    "$(consume --topic outbox.event.b --idle-ms 1500 --timeout-ms 20000 | grep -c '')"
+    "$(consume --topic outbox.event.b --to-end --timeout-ms 20000 | grep -c '')"
 check_eq "1: nothing went to the new topic" 0 \
     "$(consume --topic renamed.b --idle-ms 1500 --timeout-ms 5000 | grep -c '')"
 

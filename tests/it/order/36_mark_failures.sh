@@ -30,7 +30,7 @@ insert_good() { # insert_good TYPE N: N rows over N aggregates of TYPE
 # copies_per_event TYPE: "N" when every event of TYPE is in its topic exactly N times, else a
 # description of the counts seen.
 copies_per_event() {
-    consume --topic "outbox.event.$1" --idle-ms 2000 --timeout-ms 30000 >"$T/$1.json"
+    consume --topic "outbox.event.$1" --to-end --timeout-ms 30000 >"$T/$1.json"
     jq -r '.headers.id' "$T/$1.json" | sort | uniq -c | awk '{print $1}' | sort -u | tr '\n' ' ' |
         sed 's/ $//'
 }
@@ -60,7 +60,7 @@ check "A: its last_error says why (the topic name)" \
 check "A: its last_error is stored with the cut character replaced" \
     grep -q "aaaa�" <<<"$(psql_q "SELECT last_error FROM outbox WHERE id = $BAD")"
 check_eq "A: each good event is in Kafka once (no replayed batch)" 1 "$(copies_per_event gooda)"
-consume --topic "$DLQ" --idle-ms 2000 --timeout-ms 30000 >"$T/dlq.json"
+consume --topic "$DLQ" --to-end --timeout-ms 30000 >"$T/dlq.json"
 check_eq "A: the dead-letter topic holds the poison event with its error" 1 \
     "$(jq -r --arg id "$(psql_q "SELECT event_id FROM outbox WHERE id = $BAD")" \
         'select(.headers.id == $id and (.headers["dlq.error"] | test("outside"))) | .headers.id' \
@@ -83,7 +83,7 @@ check_eq "B: its rejections, and it is not marked sent" "2|t" \
 check "B: its last_error says the sent mark failed" \
     grep -q "delivered, but marking it sent failed: .*may not be marked sent" \
     <<<"$(psql_q "SELECT last_error FROM outbox WHERE id = $REFUSES")"
-consume --topic outbox.event.goodb --idle-ms 2000 --timeout-ms 30000 >"$T/goodb.json"
+consume --topic outbox.event.goodb --to-end --timeout-ms 30000 >"$T/goodb.json"
 check_eq "B: each good event is in Kafka once" 1 \
     "$(jq -r 'select(.key != "refuses") | .headers.id' "$T/goodb.json" | sort | uniq -c |
         awk '{print $1}' | sort -u | tr -d '\n')"

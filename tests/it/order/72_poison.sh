@@ -112,7 +112,7 @@ for id in "${POISON[@]}"; do
         "$(psql_q "SELECT sent_at IS NULL, dead_at IS NULL FROM outbox WHERE id = $id")"
 done
 
-consume --topic outbox.event.good --idle-ms 2000 --timeout-ms 30000 >"$T/good.json"
+consume --topic outbox.event.good --to-end --timeout-ms 30000 >"$T/good.json"
 check_eq "$GOOD messages on the topic: each good event once, nothing of the poison events" \
     "$GOOD" "$(grep -c '' "$T/good.json")"
 check "the messages are exactly the good events" \

@@ -84,7 +84,7 @@ check "illegal-topic event keeps last_error" grep -qF 'outside [a-zA-Z0-9._-]' <
 check "2 MB event keeps last_error" grep -qiE 'too large|size' <<<"$(last_error "$HUGE")"
 check "relay logs the dead-lettering" grep -q 'msg="event dead-lettered' "$RELAY_LOG"
 
-consume --topic dlq --idle-ms 2000 --timeout-ms 20000 >"$T/dlq.json"
+consume --topic dlq --to-end --timeout-ms 20000 >"$T/dlq.json"
 check_eq "dlq holds one message per dead event" 2 "$(grep -c '' "$T/dlq.json")"
 bad_msg=$(jq -c --arg e "$BAD_EID" 'select(.headers.id == $e)' "$T/dlq.json" | head -n 1)
 huge_msg=$(jq -c --arg e "$HUGE_EID" 'select(.headers.id == $e)' "$T/dlq.json" | head -n 1)
@@ -164,15 +164,15 @@ wait_for "requeued and fixed illegal-topic event is delivered" 20 is_sent "$BAD"
 relay_stop
 check_eq "relay exits 0 on SIGTERM" 0 $?
 
-consume --topic outbox.event.fixed --idle-ms 2000 --timeout-ms 20000 >"$T/fixed.json"
+consume --topic outbox.event.fixed --to-end --timeout-ms 20000 >"$T/fixed.json"
 check_eq "fixed event on its topic once, with its event id" "$BAD_EID" \
     "$(jq -r .headers.id "$T/fixed.json")"
-consume --topic outbox.event.dl --idle-ms 2000 --timeout-ms 20000 >"$T/dl.json"
+consume --topic outbox.event.dl --to-end --timeout-ms 20000 >"$T/dl.json"
 check_eq "fixed 2 MB event on its topic once, with the fixed payload" '{"seq": 0, "fixed": true}' \
     "$(jq -r --arg e "$HUGE_EID" 'select(.headers.id == $e) | .value' "$T/dl.json")"
 check_eq "every good event delivered once" 200 \
     "$(jq -r 'select(.key | startswith("dl-")) | .headers.id' "$T/dl.json" | sort -u | grep -c .)"
-consume --topic dlq --idle-ms 2000 --timeout-ms 20000 >"$T/dlq2.json"
+consume --topic dlq --to-end --timeout-ms 20000 >"$T/dlq2.json"
 check_eq "dlq got the re-dead event a second time (3 messages in all)" \
     "$(printf '%s\n' "$BAD_EID" "$BAD_EID" "$HUGE_EID" | sort | paste -sd ' ')" \
     "$(jq -r .headers.id "$T/dlq2.json" | sort | paste -sd ' ')"

@@ -48,7 +48,7 @@ none_unsent() {
 }
 # a_seqs TYPE: seq values of aggregate a on TYPE's topic, first copies, in consumed order.
 a_seqs() {
-    consume --topic "outbox.event.$1" --idle-ms 2000 --timeout-ms 20000 >"$T/$1.json"
+    consume --topic "outbox.event.$1" --to-end --timeout-ms 20000 >"$T/$1.json"
     jq -r 'select(.key == "a") | [.headers.id, (.value | fromjson | .seq)] | @tsv' "$T/$1.json" |
         awk -F '\t' '!seen[$1]++ { print $2 }' | paste -sd ' '
 }

@@ -72,7 +72,7 @@ wait_for "2: the relay goes to sleep (guarding the wakeup lock)" 20 guard_held
 check "2: the producer inserts while it sleeps" insert 301 500
 wait_for "2: the wakeup trigger wakes it, the other 200 are delivered" 20 \
     none_where "aggregate_type = 'order' AND sent_at IS NULL"
-consume --topic outbox.event.order --idle-ms 2000 --timeout-ms 30000 >"$T/order.json"
+consume --topic outbox.event.order --to-end --timeout-ms 30000 >"$T/order.json"
 check_eq "2: 500 distinct events in Kafka" 500 \
     "$(jq -r '.value | fromjson | .seq' "$T/order.json" | sort -u | grep -c .)"
 wait_for "2: --retention 2s deletes the sent rows" 20 none_where "sent_at IS NOT NULL"
