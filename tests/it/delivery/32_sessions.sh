@@ -147,7 +147,10 @@ guard=$(sed -n "/$RESTED/q; s/.*msg=\"asleep\" as=guard session=\([0-9]\).*/\1/p
 echo "# 5: the sleepers' guard when the second session rested: session ${guard:-none}"
 wait_for "5: one backend holds all 64 lanes again" 15 held_by 1
 check "5: outbox_claim_sessions 1 again" metric_is outbox_claim_sessions 1
-sleep 1 # the remaining session falls asleep (--sleep-after 50 ms)
+# The remaining session falls asleep (--sleep-after 50 ms): its backend, the one holding the
+# lanes, guards the wakeup lock then (not the rested one's).
+lane_holder_guards() { [ -n "$(guard_pid)" ] && [ "$(guard_pid)" = "$(lane_holders | cut -d' ' -f1)" ]; }
+wait_for "5: the remaining session sleeps, guarding the wakeup lock" 15 lane_holder_guards
 insert w 0 0
 wait_for "5: a row after the rest is sent (woken by a notification)" 15 no_unsent_rows
 insert d 0 19999
