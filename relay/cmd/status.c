@@ -27,21 +27,29 @@ static json_t *json_text_or_null(PGresult *res, int row, int col)
  * session-N" unless the URL sets one: set application_name per relay to tell them apart) and its
  * login role, by backend pid, in the order of relays. NULL when not readable (then "-"). SQL_RELAYS
  * is shared with the engine's owner; this is a second, read-only look at pg_stat_activity. */
+/* Every pid, however many sessions: a fixed 2048-byte list held some 250 pids, and the sessions
+ * past them showed "-" for their application and user with nothing said. Its size follows the
+ * relays' result it is built from (8 bytes a pid), which is bounded by the member slots. */
+void status_pid_array(const PGresult *relays, StrBuf *out)
+{
+    strbuf_array_begin(out);
+    for (int i = 0; i < PQntuples(relays); i++)
+        strbuf_array_int(out, strtoll(PQgetvalue(relays, i, 1), NULL, 10));
+    strbuf_array_end(out);
+}
+
 static PGresult *session_owners(PGconn *conn, PGresult *relays)
 {
-    char pids[2048] = "{";
-    size_t used = 1;
-    for (int i = 0; i < PQntuples(relays) && used + 16 < sizeof(pids); i++)
-        used += (size_t)snprintf(pids + used, sizeof(pids) - used, "%s%s", i ? "," : "",
-                                 PQgetvalue(relays, i, 1));
-    snprintf(pids + used, sizeof(pids) - used, "}");
-    const char *params[1] = {pids};
+    StrBuf pids = {0};
+    status_pid_array(relays, &pids);
+    const char *params[1] = {pids.s};
     DbError e;
     PGresult *res = admin_query(conn,
                                 "SELECT a.application_name, a.usename::text"
                                 " FROM pg_catalog.unnest($1::int[]) WITH ORDINALITY AS p(pid, n)"
                                 " LEFT JOIN pg_stat_activity a ON a.pid = p.pid ORDER BY p.n",
                                 1, params, &e);
+    strbuf_free(&pids);
     if (!res)
         log_debug("cannot read the sessions' application names", "error=%s", db_error_text(&e));
     return res;
