@@ -532,6 +532,8 @@ void opts_print_table(const OptSpec *spec, FILE *out)
             snprintf(hi, sizeof(hi), "%ld", o->max);
         } else if (o->type == OPT_DURATION && o->min > 0) {
             snprintf(lo, sizeof(lo), "%ld", o->min); /* seconds; 0/off then refused */
+            if (o->max > 0)                          /* seconds; none when 0 */
+                snprintf(hi, sizeof(hi), "%ld", o->max);
         }
         size_t used = 0;
         for (size_t c = 0; o->commands && c < spec->ncmds && used < sizeof(cmds); c++)

@@ -152,6 +152,15 @@ def md_cell(s):
     return s.replace("|", "\\|")
 
 
+def duration_text(seconds):
+    """Seconds as the largest whole unit a duration flag takes, as opts.c's refusal says them."""
+    seconds = int(seconds)
+    for unit, name in ((86400, "d"), (3600, "h"), (60, "m")):
+        if seconds >= unit and seconds % unit == 0:
+            return f"{seconds // unit}{name}"
+    return f"{seconds}s"
+
+
 def gen_options():
     rows = ["| option | default | range | environment | config file key | SIGHUP | Debezium name | used by | meaning |",
             "|---|---|---|---|---|---|---|---|---|"]
@@ -162,6 +171,9 @@ def gen_options():
             rng = f"{o['min']}–{o['max']}" if o["max"] != str(2**63 - 1) else f"≥ {o['min']}"
         elif o["choices"]:
             rng = ", ".join(f"`{c}`" for c in o["choices"].split("|"))
+        elif o["type"] == "duration" and o["max"]:
+            # A bounded duration (--statement-timeout: 1s to 1d): 72h and 7d would be refused.
+            rng = f"`90s`, `30m`, `2h`; {duration_text(o['min'])} to {duration_text(o['max'])}"
         elif o["type"] == "duration":
             rng = "`90s`, `30m`, `72h`, `7d`; " + (f"at least {o['min']}s" if o["min"] else "`0`/`off`")
         elif o["type"] == "log-level":

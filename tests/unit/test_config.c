@@ -1430,6 +1430,8 @@ static void test_print_table(void **state)
         "database-url\tURL\tstring\t\t\t\tDATABASE_URL\tno\tall\t",
         "event-id-column\tCOLUMN\tstring\t\t\t\t\tno\tall\ttable.field.event.id\t",
         "on-sent\tACTION\tchoice\tmark\t\t\t\tno\trun,status,check\t\tmark|delete\t",
+        /* A duration with a maximum says it: without it the reference offered 72h and 7d. */
+        "statement-timeout\tDURATION\tduration\t30s\t1\t86400\t",
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
         if (!strstr(text, rows[i]))
