@@ -226,6 +226,10 @@ struct Session {
     ClaimFloor floor;           /* where claims start in the unsent index (floor.h) */
     ClaimLayout claim_at;       /* the statements of the claim in flight (claim.c) */
     ev_tstamp floor_look_due;   /* the next claim that looks, at the earliest */
+    /* The floor's check failed or found the table unfit (learn_floor_allowed, session.c): it is
+     * asked again, alone, before the first claim from then on (0: not due). */
+    ev_tstamp floor_check_due;
+    bool floor_rechecking; /* that check is the request in flight (PHASE_SETUP) */
     /* Claims go around rows others have locked (claim.c): from a claim that ran into a lock
      * until SQL_FIND_LOCKER finds no locked row in the window any more. */
     bool around_locks;

@@ -25,8 +25,9 @@ static const struct {
 } cycle[] = {
     {PHASE_DOWN, PHASE_SETUP, "connected: LISTEN"},
     {PHASE_SETUP, PHASE_SETUP, "the floor's check failed: LISTEN again, alone"},
-    {PHASE_SETUP, PHASE_IDLE, "listening"},
+    {PHASE_SETUP, PHASE_IDLE, "listening (or the floor's check done again)"},
     {PHASE_IDLE, PHASE_REBALANCING, "lanes to look at"},
+    {PHASE_IDLE, PHASE_SETUP, "the floor's check, failed before, due again: alone"},
     {PHASE_REBALANCING, PHASE_IDLE, "lanes divided"},
     {PHASE_IDLE, PHASE_LEAVING_LANES, "resting, or a setup fault"},
     {PHASE_LEAVING_LANES, PHASE_IDLE, "lanes given up"},
@@ -209,6 +210,9 @@ static void setup_fixed(Session *s)
     s->wake_pending = true;
 }
 
+/* How often a session whose floor is off for its check asks it again: one small query. */
+#define FLOOR_CHECK_AGAIN_S 60.0
+
 /* The claim floor needs {seq} drawn in order (SQL_FLOOR_CHECK, floor.h); said once per database
  * (its relay) when the table does not allow it, or the check itself failed: each database has
  * its own table and grants. */
@@ -216,7 +220,14 @@ static void learn_floor_allowed(Session *s, PGresult *check)
 {
     char why[512], q[600];
     bool allowed = check && diagnose_floor(check, &s->cfg->map, why, sizeof(why));
+    bool again = s->floor_check_due > 0;
     s->floor.enabled = s->cfg->claim_floor && allowed;
+    /* Off, it stayed off until the session reconnected, however soon the grant or the sequence
+     * was fixed: the check is asked again, alone, every FLOOR_CHECK_AGAIN_S (next_step). */
+    s->floor_check_due = s->cfg->claim_floor && !allowed ? monotime_now() + FLOOR_CHECK_AGAIN_S : 0;
+    if (again && s->floor.enabled)
+        log_info("the claim floor's check passes now; claims start after the rows already sent",
+                 "session=%d", s->index);
     if (s->cfg->claim_floor && !allowed && !s->relay->floor_off_said) {
         log_warn("claims read the unsent index from its start "
                  "(docs/operations.md#dead-rows-and-old-snapshots)",
@@ -358,6 +369,7 @@ typedef enum {
     NEXT_LEAVE_LANES, /* resting or a setup fault: give the lanes and member slot up */
     NEXT_REBALANCE,   /* look at lane ownership */
     NEXT_LEAVE_GUARD, /* a guard notified or with work gives the wakeup lock up */
+    NEXT_CHECK_FLOOR, /* the floor's check, failed before, asked again before a claim */
     NEXT_CLAIM,       /* claim the next batch */
     NEXT_PROBE,       /* a setup fault's claim of no lanes, after each retry backoff */
 } NextStep;
@@ -388,7 +400,11 @@ static NextStep next_step(const Session *s, bool wake)
         return NEXT_REBALANCE;
     if (wakeup_guard_must_leave(s))
         return NEXT_LEAVE_GUARD;
-    return wake && s->lanes.n_owned > 0 && !retry_waits(s) ? NEXT_CLAIM : NEXT_WAIT;
+    if (!wake || s->lanes.n_owned == 0 || retry_waits(s))
+        return NEXT_WAIT;
+    if (s->floor_check_due > 0 && monotime_now() >= s->floor_check_due)
+        return NEXT_CHECK_FLOOR;
+    return NEXT_CLAIM;
 }
 
 static bool may_chain_claim(const Session *s)
@@ -463,6 +479,13 @@ static void start_next(Session *s)
     case NEXT_LEAVE_GUARD:
         send_leave_guard(s);
         return;
+    case NEXT_CHECK_FLOOR: {
+        /* Alone: in a pipeline, its failure would abort the statements that share it. */
+        PgQuery q = {s->sql[SQL_FLOOR_CHECK], 0, NULL, false};
+        s->floor_rechecking = true;
+        send_request(s, PHASE_SETUP, &q, 1, "connection busy while checking the floor");
+        return;
+    }
     case NEXT_CLAIM:
     case NEXT_PROBE:
         send_claim(s);
@@ -506,6 +529,12 @@ static void rest_others(Session *s)
  * LISTEN is sent again, on its own. */
 static void listening(Session *s, PGresult **results, int n, const char *error)
 {
+    if (s->floor_rechecking) { /* the floor's check asked again (NEXT_CHECK_FLOOR) */
+        s->floor_rechecking = false;
+        learn_floor_allowed(s, n == 1 ? results[0] : NULL);
+        session_set_phase(s, PHASE_IDLE); /* the claim it came before is still due */
+        return;
+    }
     if (n == 2) {
         learn_floor_allowed(s, results[1]);
         if (error && PQresultStatus(results[0]) == PGRES_COMMAND_OK) {
@@ -767,6 +796,7 @@ static void connected(Session *s)
     PgQuery q[2] = {{SQL_LISTEN, 0, NULL, false}, {s->sql[SQL_FLOOR_CHECK], 0, NULL, false}};
     floor_reset(&s->floor); /* a new connection: start from the table's start */
     s->listening = false;   /* until its LISTEN is known to hold (listening) */
+    s->floor_rechecking = false;
     session_set_phase(s, PHASE_SETUP);
     if (!pg_conn_send(s->pg, q, 2, on_reply, s)) {
         session_set_phase(s, PHASE_DOWN);

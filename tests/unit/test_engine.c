@@ -62,6 +62,7 @@ static struct {
     const char *dead[MAX_SESSIONS];  /* the next dead-letter claim's rows, as claim[] */
     const char *table_node;          /* the table's relfilenode the floor's look finds */
     const char *seq_last;            /* the sequence's last value it finds (NULL: "10") */
+    bool floor_ok;                   /* the floor's check passes (else: "no such table") */
     long long next_id;
     ev_prepare brk;
     ev_idle idle;
@@ -441,6 +442,11 @@ static PGresult *auto_result(int i, const FakeRequest *req, int q)
     }
     char slot[8];
     snprintf(slot, sizeof(slot), "%d", i);
+    if (strcmp(kind, "floor-check") == 0 && T.floor_ok) /* a table fit for the floor */
+        return fake_pg_tuples("t,relkind,col,identity,seq,cache,cycle,priv,user,grantee,qualified",
+                              1,
+                              (const char *[]){"t", "r", "t", "a", "public.outbox_id_seq", "1", "f",
+                                               "t", "relay", "outbox_relay", "public.outbox"});
     if (strcmp(kind, "floor-check") == 0) /* no floor in these tests: "no such table" */
         return fake_pg_tuples("t,relkind,col,identity,seq,cache,cycle,priv,user,grantee,qualified",
                               1,
@@ -851,6 +857,42 @@ static void test_deaf_session_polls_instead_of_sleeping(void **state)
     forget(0);
     answer_claim(0, "");
     expect_sent(0, asleep_sent);
+}
+
+/* The floor's check failed at connect (a grant missing, a sequence with a cache): the floor stayed
+ * off until the session reconnected, however soon the operator fixed it. The check is asked
+ * again, alone (in a pipeline its failure would abort the claim), before the first claim once
+ * FLOOR_CHECK_AGAIN_S have passed; when it passes, the claims start at the floor. On the old code
+ * the session claimed on with the floor off. */
+static void test_floor_checked_again(void **state)
+{
+    static const char *const soon_sent[] = {CLAIM, "COMMIT", NULL};
+    static const char *const phases[] = {"setup", "idle", "claiming", NULL};
+    static const char *const sent[] = {"floor-check",
+                                       "BEGIN,claim-plan,floor-held,claim,floor-writers", NULL};
+    extra_args[0] = "--claim-floor";
+    extra_args[1] = "on";
+    start("1", "1", "60000");
+    bring_up(0); /* the check finds no such table: no floor */
+    assert_false(S(0)->floor.enabled);
+    S(0)->last_rows_at = monotime_now(); /* rows came recently: it stays awake */
+    answer_claim(0, "");                 /* caught up: it polls soon */
+    answer(0);                           /* COMMIT */
+    T.floor_ok = true;                   /* the operator fixes the table */
+    forget(0);
+    fire(&S(0)->busy_timer); /* too soon to ask again: a claim */
+    answer_claim(0, "");
+    answer(0);
+    expect_sent(0, soon_sent);
+    assert_false(S(0)->floor.enabled);
+    S(0)->floor_check_due = monotime_now() - 1; /* FLOOR_CHECK_AGAIN_S later */
+    forget(0);
+    fire(&S(0)->busy_timer);
+    answer(0); /* the check passes */
+    expect_phases(0, phases);
+    expect_sent(0, sent);
+    assert_true(S(0)->floor.enabled);
+    assert_true(S(0)->floor_check_due == 0); /* not asked again */
 }
 
 /* The connection goes while a batch is at the producer: the session reconnects and takes lanes
@@ -2674,6 +2716,7 @@ int main(void)
         cmocka_unit_test_teardown(test_connection_lost_while_marking, teardown),
         cmocka_unit_test_teardown(test_connection_lost_while_producing, teardown),
         cmocka_unit_test_teardown(test_listen_again_after_floor_check_failed, teardown),
+        cmocka_unit_test_teardown(test_floor_checked_again, teardown),
         cmocka_unit_test_teardown(test_deaf_session_polls_instead_of_sleeping, teardown),
         cmocka_unit_test_teardown(test_connection_lost_anywhere, teardown),
         cmocka_unit_test_teardown(test_chained_marks_transient_failure, teardown),
