@@ -8,6 +8,7 @@
 
 #include "engine.h"
 #include "log.h"
+#include "schema.h"
 
 bool wakeup_sleep_read(Session *s, PGresult **results, int n, const char *error)
 {
@@ -106,7 +107,10 @@ bool wakeup_lost_guard_reading(const Wakeup *w)
  * then finds the wakeup lock free, and whoever asks next becomes the guard. Without the wait the
  * sessions woken could ask before the process ended and follow it again, to sleep unguarded once
  * it did. The process is named by pid and start time: a pid reused since names another process;
- * never this session's own (a pooler in front could hand the same server process out again).
+ * never this session's own (a pooler in front could hand the same server process out again),
+ * and only while it still holds the wakeup lock: behind PgBouncer (pool_mode = session) the lost
+ * client's server process outlives it, freed of its locks by DISCARD ALL, and may already serve
+ * another client (another session of this relay), which must not be ended.
  * A role may end the processes of roles it is a member of: the relay's own login, reconnected,
  * needs no pg_signal_backend; without the right (a login changed in between) the statement fails
  * and nothing is notified (wakeup_lost_guard_read warns). */
@@ -114,6 +118,9 @@ bool wakeup_lost_guard_reading(const Wakeup *w)
     "SELECT pg_catalog.pg_notify('" WAKEUP_CHANNEL "', '" GUARD_LEFT "'),"                         \
     " (SELECT " terminate " FROM pg_catalog.pg_stat_activity a WHERE a.pid = $1::integer"          \
     " AND a.pid <> pg_catalog.pg_backend_pid()"                                                    \
+    " AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE l.pid = a.pid"                         \
+    " AND l.locktype = 'advisory' AND l.classid = 0 AND l.objid = " LOCK_KEY_WAKEUP                \
+    " AND l.objsubid = 1 AND l.mode = 'ExclusiveLock')"                                            \
     " AND pg_catalog.to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') = "   \
     "$2)"
 static const char SQL_LOST_GUARD_WAIT[] =
