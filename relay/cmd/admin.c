@@ -142,9 +142,8 @@ PGresult *admin_script_within(PGconn *conn, const char *sql, long timeout_s, DbE
     return run_by_deadline(conn, sql, -1, NULL, timeout_s, NULL, NULL, e);
 }
 
-PGresult *admin_template_within(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
-                                const char *const *params, ExecStatusType expect, long timeout_s,
-                                DbError *e)
+/* tmpl written for map's table (table_sql), or NULL with e saying why; the caller frees it. */
+static char *template_sql(PGconn *conn, const TableMap *map, const char *tmpl, DbError *e)
 {
     e->conn_lost = false;
     char err[256];
@@ -152,8 +151,17 @@ PGresult *admin_template_within(PGconn *conn, const TableMap *map, const char *t
     if (!sql) {
         e->sqlstate[0] = '\0';
         snprintf(e->message, sizeof(e->message), "cannot write the statement: %s", err);
-        return NULL;
     }
+    return sql;
+}
+
+PGresult *admin_template_within(PGconn *conn, const TableMap *map, const char *tmpl, int nparams,
+                                const char *const *params, ExecStatusType expect, long timeout_s,
+                                DbError *e)
+{
+    char *sql = template_sql(conn, map, tmpl, e);
+    if (!sql)
+        return NULL;
     PGresult *res = admin_query_within(conn, sql, nparams, params, timeout_s, e);
     free(sql);
     if (res && PQresultStatus(res) != expect) {
@@ -169,14 +177,9 @@ bool admin_template_rows_within(PGconn *conn, const TableMap *map, const char *t
                                 const char *const *params, long timeout_s, AdminRowFn on_row,
                                 void *arg, DbError *e)
 {
-    e->conn_lost = false;
-    char err[256];
-    char *sql = table_sql(map, conn, tmpl, err, sizeof(err));
-    if (!sql) {
-        e->sqlstate[0] = '\0';
-        snprintf(e->message, sizeof(e->message), "cannot write the statement: %s", err);
+    char *sql = template_sql(conn, map, tmpl, e);
+    if (!sql)
         return false;
-    }
     PGresult *res = run_by_deadline(conn, sql, nparams, params, timeout_s, on_row, arg, e);
     free(sql);
     bool ok = res && PQresultStatus(res) == PGRES_TUPLES_OK;
