@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "secret_text.h"
 
 /* ---- log_mask_conninfo ----------------------------------------------------------------- */
 
@@ -303,50 +304,31 @@ static void check_truncation(const char *conninfo)
         fail_msg("masking \"%s\" into an outlen-byte buffer fails for outlen:%s", conninfo, bad);
 }
 
-/* A buffer smaller than the conninfo, cut anywhere around "password=": the result stays in
- * bounds (ASan checks) and never holds any part of the password. Same for the quoted and
- * query-string forms below. */
 /* ---- log_mask_conninfo against random strings around a password ------------------------ */
 
 /* The mask alone (no registered secrets scrub what it leaves): random text around a password in
  * each form; whenever libpq reads a password (or sslpassword) holding part of the secret, or a
  * URL's password as meant (the user info's ':' to the last '@' before the first '/') holds it,
  * the masked string may show no 4 characters of it. */
-static const char MASK_SECRET[] = "Zq9xK7wV";
 static uint64_t mask_fuzz_state = 88172645463325252ULL;
-
-static unsigned mask_fuzz_next(unsigned n)
-{
-    mask_fuzz_state ^= mask_fuzz_state << 13;
-    mask_fuzz_state ^= mask_fuzz_state >> 7;
-    mask_fuzz_state ^= mask_fuzz_state << 17;
-    return (unsigned)(mask_fuzz_state % n);
-}
-
-static bool mask_fuzz_leaky(const char *s)
-{
-    for (size_t i = 0; i + 4 <= strlen(MASK_SECRET); i++)
-        if (memmem(s, strlen(s), MASK_SECRET + i, 4))
-            return true;
-    return false;
-}
 
 static void mask_fuzz_random(char *out, unsigned maxlen)
 {
     static const char chars[] = "@@@::://??#&&==%%,,''\"\\\\  \taB1.[]-5p";
     static const char *words[] = {
         "password=", "sslpassword=", "%70assword=", "host=", "://", "postgresql://", "'", "?", "&"};
-    unsigned n = mask_fuzz_next(maxlen + 1), o = 0;
+    unsigned n = secret_text_next(&mask_fuzz_state, maxlen + 1), o = 0;
     for (unsigned i = 0; i < n && o < maxlen; i++) {
-        if (mask_fuzz_next(10) == 0) {
-            const char *w = words[mask_fuzz_next(sizeof(words) / sizeof(words[0]))];
+        if (secret_text_next(&mask_fuzz_state, 10) == 0) {
+            const char *w =
+                words[secret_text_next(&mask_fuzz_state, sizeof(words) / sizeof(words[0]))];
             size_t wl = strlen(w);
             if (o + wl > maxlen)
                 break;
             memcpy(out + o, w, wl);
             o += (unsigned)wl;
         } else {
-            out[o++] = chars[mask_fuzz_next(sizeof(chars) - 1)];
+            out[o++] = chars[secret_text_next(&mask_fuzz_state, sizeof(chars) - 1)];
         }
     }
     out[o] = '\0';
@@ -357,7 +339,7 @@ static bool mask_fuzz_intended(const char *ci)
     PQconninfoOption *opts = PQconninfoParse(ci, NULL);
     bool yes = false;
     for (PQconninfoOption *o = opts; o && o->keyword; o++)
-        yes = yes || (o->val && strstr(o->keyword, "password") && mask_fuzz_leaky(o->val));
+        yes = yes || (o->val && strstr(o->keyword, "password") && secret_text_shown(o->val));
     PQconninfoFree(opts);
     if (yes || !opts)
         return yes;
@@ -368,10 +350,10 @@ static bool mask_fuzz_intended(const char *ci)
         auth = ci + 11;
     if (!auth)
         return false;
-    const char *end = auth + strcspn(auth, "/"), *sec = strstr(auth, MASK_SECRET);
+    const char *end = auth + strcspn(auth, "/"), *sec = strstr(auth, SECRET_TEXT);
     const char *last = memrchr(auth, '@', (size_t)(end - auth));
     const char *colon = memchr(auth, ':', (size_t)(end - auth));
-    return sec && colon && last && colon < sec && sec + strlen(MASK_SECRET) <= last;
+    return sec && colon && last && colon < sec && sec + strlen(SECRET_TEXT) <= last;
 }
 
 static void test_mask_random_strings_around_a_password(void **state)
@@ -381,8 +363,8 @@ static void test_mask_random_strings_around_a_password(void **state)
         char r[4][24], ci[512], out[1024];
         for (int i = 0; i < 4; i++)
             mask_fuzz_random(r[i], 12);
-        const char *S = MASK_SECRET;
-        switch (mask_fuzz_next(9)) {
+        const char *S = SECRET_TEXT;
+        switch (secret_text_next(&mask_fuzz_state, 9)) {
         case 0:
             snprintf(ci, sizeof(ci), "%s password=%s%s%s %s", r[0], r[1], S, r[2], r[3]);
             break;
@@ -418,7 +400,7 @@ static void test_mask_random_strings_around_a_password(void **state)
             continue;
         seen++;
         log_mask_conninfo(ci, out, sizeof(out));
-        if (mask_fuzz_leaky(out) && leaks++ < 5)
+        if (secret_text_shown(out) && leaks++ < 5)
             print_message("leak: %s shows %s\n", ci, out);
     }
     print_message("%d strings with a password read, %d leaks\n", seen, leaks);
@@ -426,6 +408,9 @@ static void test_mask_random_strings_around_a_password(void **state)
     assert_int_equal(leaks, 0);
 }
 
+/* A buffer smaller than the conninfo, cut anywhere around "password=": the result stays in
+ * bounds (ASan checks) and never holds any part of the password. Same for the quoted and
+ * query-string forms below. */
 static void test_mask_truncated_keyword_in_bounds(void **state)
 {
     check_truncation("host=h password=SECRETPW dbname=d");

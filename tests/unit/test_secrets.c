@@ -18,6 +18,7 @@
 #include "log.h"
 #include "pg_plan.h"
 #include "secrets.h"
+#include "secret_text.h"
 
 static int reset(void **state)
 {
@@ -149,61 +150,40 @@ static void test_conninfo_url_password_pieces(void **state)
  * scrubs it. A leak is 4 characters of the secret in a row; the secret counts as a password
  * where libpq reads it as one, or where a URL's password runs to the last '@' before the first
  * '/'. */
-static const char FUZZ_SECRET[] = "Zq9xK7wV";
 static uint64_t fuzz_state = 88172645463325252ULL;
-
-static unsigned fuzz_next(unsigned n)
-{
-    fuzz_state ^= fuzz_state << 13;
-    fuzz_state ^= fuzz_state >> 7;
-    fuzz_state ^= fuzz_state << 17;
-    return (unsigned)(fuzz_state % n);
-}
-
-static bool fuzz_leaky(const char *s)
-{
-    for (size_t i = 0; i + 4 <= strlen(FUZZ_SECRET); i++) {
-        char w[5];
-        memcpy(w, FUZZ_SECRET + i, 4);
-        w[4] = '\0';
-        if (strstr(s, w))
-            return true;
-    }
-    return false;
-}
 
 static bool fuzz_intended(const char *ci)
 {
     PQconninfoOption *opts = PQconninfoParse(ci, NULL);
     bool yes = false;
     for (PQconninfoOption *o = opts; o && o->keyword; o++)
-        yes = yes || (o->val && strstr(o->keyword, "password") && fuzz_leaky(o->val));
+        yes = yes || (o->val && strstr(o->keyword, "password") && secret_text_shown(o->val));
     PQconninfoFree(opts);
     const char *auth = strstr(ci, "://");
     if (yes || !auth)
         return yes;
     auth += 3;
-    const char *end = auth + strcspn(auth, "/"), *sec = strstr(auth, FUZZ_SECRET);
+    const char *end = auth + strcspn(auth, "/"), *sec = strstr(auth, SECRET_TEXT);
     const char *last = memrchr(auth, '@', (size_t)(end - auth));
     const char *colon = memchr(auth, ':', (size_t)(end - auth));
-    return sec && colon && last && colon < sec && sec + strlen(FUZZ_SECRET) <= last;
+    return sec && colon && last && colon < sec && sec + strlen(SECRET_TEXT) <= last;
 }
 
 static void fuzz_random(char *out, unsigned maxlen)
 {
     static const char chars[] = "@@@::://??#&&==%%,,'\"\\ aB1.2-5";
     static const char hex[] = "0123456789abcdefABCDEF";
-    unsigned n = fuzz_next(maxlen + 1);
+    unsigned n = secret_text_next(&fuzz_state, maxlen + 1);
     for (unsigned i = 0; i < n; i++) {
-        if (fuzz_next(8) == 0) { /* a %XX escape, maybe cut short */
+        if (secret_text_next(&fuzz_state, 8) == 0) { /* a %XX escape, maybe cut short */
             out[i] = '%';
             if (i + 1 < n)
-                out[++i] = hex[fuzz_next(sizeof(hex) - 1)];
+                out[++i] = hex[secret_text_next(&fuzz_state, sizeof(hex) - 1)];
             if (i + 1 < n)
-                out[++i] = hex[fuzz_next(sizeof(hex) - 1)];
+                out[++i] = hex[secret_text_next(&fuzz_state, sizeof(hex) - 1)];
             continue;
         }
-        out[i] = chars[fuzz_next(sizeof(chars) - 1)];
+        out[i] = chars[secret_text_next(&fuzz_state, sizeof(chars) - 1)];
     }
     out[n] = '\0';
 }
@@ -215,7 +195,7 @@ static void fuzz_see(const char *what, const char *ci, const char *text)
     char buf[2048];
     snprintf(buf, sizeof(buf), "%s", text);
     secrets_scrub(buf);
-    if (fuzz_leaky(buf) && fuzz_leaks++ < 5)
+    if (secret_text_shown(buf) && fuzz_leaks++ < 5)
         print_message("leak (%s): %s shows %s\n", what, ci, buf);
 }
 
@@ -225,33 +205,33 @@ static void test_random_strings_around_a_password(void **state)
         char r[6][16], ci[256], err[512], masked[512];
         for (int i = 0; i < 6; i++)
             fuzz_random(r[i], i < 4 ? 6 : 4);
-        switch (fuzz_next(7)) {
+        switch (secret_text_next(&fuzz_state, 7)) {
         case 3:
-            snprintf(ci, sizeof(ci), "host=h%s password='%s%s%s' %s", r[0], r[1], FUZZ_SECRET, r[2],
+            snprintf(ci, sizeof(ci), "host=h%s password='%s%s%s' %s", r[0], r[1], SECRET_TEXT, r[2],
                      r[3]);
             break;
         case 4:
             snprintf(ci, sizeof(ci), "postgresql://u@h%s/db?password=%s%s%s&%s", r[0], r[1],
-                     FUZZ_SECRET, r[2], r[3]);
+                     SECRET_TEXT, r[2], r[3]);
             break;
         case 5:
             snprintf(ci, sizeof(ci), "postgresql://u@h%s/db?%s%spassword=%s%s%s", r[0], r[4], r[5],
-                     r[1], FUZZ_SECRET, r[2]);
+                     r[1], SECRET_TEXT, r[2]);
             break;
         case 6:
-            snprintf(ci, sizeof(ci), "postgresql://%s:%s%s%s@h%s", r[0], r[1], FUZZ_SECRET, r[2],
+            snprintf(ci, sizeof(ci), "postgresql://%s:%s%s%s@h%s", r[0], r[1], SECRET_TEXT, r[2],
                      r[3]);
             break;
         case 0:
             snprintf(ci, sizeof(ci), "postgresql://u%s:%s%s%s@%sh%s:5432/db%s", r[0], r[1],
-                     FUZZ_SECRET, r[2], r[3], r[4], r[5]);
+                     SECRET_TEXT, r[2], r[3], r[4], r[5]);
             break;
         case 1:
-            snprintf(ci, sizeof(ci), "postgres://%s:%s%s%s@h%s/d?%s", r[0], r[1], FUZZ_SECRET, r[2],
+            snprintf(ci, sizeof(ci), "postgres://%s:%s%s%s@h%s/d?%s", r[0], r[1], SECRET_TEXT, r[2],
                      r[3], r[4]);
             break;
         default:
-            snprintf(ci, sizeof(ci), "host=h%s password=%s%s%s %s", r[0], r[1], FUZZ_SECRET, r[2],
+            snprintf(ci, sizeof(ci), "host=h%s password=%s%s%s %s", r[0], r[1], SECRET_TEXT, r[2],
                      r[3]);
             break;
         }
