@@ -632,6 +632,15 @@ static bool retire_slow_logged;
  * and threads of producers stuck in their destroy stay bounded whatever happens. */
 #define RETIRING_MAX 256
 
+/* Destroys kp on the caller's thread (blocks for as long as rd_kafka_destroy takes). */
+static void destroy_here(KafkaProducer *kp)
+{
+    rd_kafka_destroy(kp->rk);
+    close(kp->pipe_fds[0]);
+    close(kp->pipe_fds[1]);
+    free(kp);
+}
+
 static void *retire_main(void *arg)
 {
     Retiring *r = arg;
@@ -642,10 +651,7 @@ static void *retire_main(void *arg)
     rd_kafka_flush(kp->rk, RETIRE_FLUSH_MS);
     /* May take long (broker threads finishing a connection attempt, a name lookup): the reason
      * this runs here and not on the loop. */
-    rd_kafka_destroy(kp->rk);
-    close(kp->pipe_fds[0]);
-    close(kp->pipe_fds[1]);
-    free(kp);
+    destroy_here(kp);
     if (r->after)
         r->after(r->after_arg); /* nothing points into them any more */
     atomic_store(&r->done, true);
@@ -723,15 +729,6 @@ static bool retire_start(KafkaProducer *kp, bool replacement, void (*after)(void
     if (replacement)
         retire_slow_logged = false;
     return true;
-}
-
-/* Destroys kp on the caller's thread (blocks for as long as rd_kafka_destroy takes). */
-static void destroy_here(KafkaProducer *kp)
-{
-    rd_kafka_destroy(kp->rk);
-    close(kp->pipe_fds[0]);
-    close(kp->pipe_fds[1]);
-    free(kp);
 }
 
 void kafka_producer_free(KafkaProducer *kp, int timeout_ms)
