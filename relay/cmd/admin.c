@@ -26,6 +26,20 @@ static void given_up(DbError *e, const char *what, long timeout_s)
     e->conn_lost = true;
 }
 
+int admin_poll_ms(double left_s)
+{
+    /* (int)(left_s * 1000) is undefined past INT_MAX ms (~24.8 days), and x86 gives INT_MIN: a
+     * negative timeout, which poll() takes as "for ever". replay's batch bound reaches that (the
+     * statement bound plus ten times a summary bounded at ten times it: up to ~101 days). The
+     * callers loop and compute what is left after each wake-up, so a capped wait is only one of
+     * several. */
+    if (!(left_s > 0))
+        return 1;
+    if (left_s >= ADMIN_POLL_MAX_MS / 1000.0)
+        return ADMIN_POLL_MAX_MS;
+    return (int)(left_s * 1000) + 1;
+}
+
 /* Sends what PQsendQuery* queued on the (non-blocking) connection by the deadline. A statement
  * is sent whole before its answer is awaited, and a large one (replay's update of a batch, up to
  * ~1.2 MB) does not fit the sockets' buffers: sent on a blocking connection, libpq waited to
@@ -47,7 +61,7 @@ static bool flush_by(PGconn *conn, double deadline, long timeout_s, DbError *e)
             return false;
         }
         struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN | POLLOUT};
-        int ready = poll(&p, 1, (int)(left * 1000) + 1);
+        int ready = poll(&p, 1, admin_poll_ms(left));
         if ((ready < 0 && errno != EINTR) ||
             (ready > 0 && (p.revents & POLLIN) && !PQconsumeInput(conn))) {
             db_result(conn, NULL, e);
@@ -76,7 +90,7 @@ static PGresult *await_answer(PGconn *conn, double deadline, long timeout_s, Adm
                 return NULL;
             }
             struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
-            int ready = poll(&p, 1, (int)(left * 1000) + 1);
+            int ready = poll(&p, 1, admin_poll_ms(left));
             if ((ready < 0 && errno != EINTR) || (ready > 0 && !PQconsumeInput(conn))) {
                 PQclear(last);
                 return db_result(conn, NULL, e);

@@ -21,6 +21,16 @@
  * any row size is done well within ADMIN_STATEMENT_TIMEOUT_S. */
 #define ADMIN_DEAD_BATCH 10000
 
+/* The longest one poll() of admin_query's waits lasts: an hour (it then looks at its deadline
+ * again). */
+#define ADMIN_POLL_MAX_MS 3600000
+
+/* The timeout in ms for one poll() toward a deadline left_s seconds ahead: left_s rounded up, at
+ * least 1 (a deadline reached or passed, or NaN, polls once more without waiting), at most
+ * ADMIN_POLL_MAX_MS, so that it is never negative (poll() would wait for ever) however far the
+ * deadline lies. */
+int admin_poll_ms(double left_s);
+
 /* Sets the statement bound (seconds, 1 to CONFIG_STATEMENT_TIMEOUT_MAX_S) that admin_connect,
  * admin_bound_session, admin_query and admin_exec use from here on: the command's
  * --statement-timeout, set by each command before it connects. ADMIN_STATEMENT_TIMEOUT_S until
