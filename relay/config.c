@@ -555,8 +555,9 @@ static const OptDef options[] = {
              "long (statement_timeout; a stricter one of the URL, role or database stays), and the "
              "command gives up on one not answered a few seconds later (exit 1); verify, replay: "
              "give up on a statement not answered within this long plus what its work adds "
-             "(outbox-relay(1)). 1s to 24h: raise it for a large verify or replay on a slow "
-             "server"},
+             "(outbox-relay(1)); check, verify: give up on Kafka when it has not answered a "
+             "request (or verify has had no message) within this long (exit 1). 1s to 24h: raise "
+             "it for a large verify or replay on a slow server"},
     {.name = "id",
      .type = OPT_INT,
      .min = 1,

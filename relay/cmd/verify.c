@@ -20,8 +20,6 @@
  * relay's clock (the messages' timestamps) may differ from the database's a little: the topics
  * are read from this much before the window. */
 #define VERIFY_MARGIN_MS 60000
-/* The consumer gives up after this long without a message or an end of partition. */
-#define VERIFY_IDLE_MS 30000
 /* Problems of each kind named on stderr; the rest are only counted. */
 #define VERIFY_SHOW 20
 #define VERIFY_UNKNOWN_CHUNK 1000
@@ -358,6 +356,11 @@ rd_kafka_conf_t *verify_kafka_conf(const Config *cfg, char *err, size_t errlen)
  * partition had when verify started. Returns false (logged) when Kafka cannot be read. */
 static bool read_topics(const Config *cfg, rd_kafka_conf_t *conf, Check *c, long long start_ms)
 {
+    /* Each wait for Kafka (a topic's metadata, a partition's offsets, the next message or end of
+     * partition) is bounded by --statement-timeout, as each of PostgreSQL's is: the bound an
+     * operator set held for the database alone, and a silent broker kept verify 10 s a request
+     * and 30 s for the messages whatever it said. At most a day: fits librdkafka's int ms. */
+    int kafka_ms = (int)(cfg->statement_timeout_s * 1000);
     char errstr[512];
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
     if (!rk) {
@@ -372,7 +375,7 @@ static bool read_topics(const Config *cfg, rd_kafka_conf_t *conf, Check *c, long
     for (size_t t = 0; ok && t < c->ntopics; t++) {
         rd_kafka_topic_t *topic = rd_kafka_topic_new(rk, c->topics[t], NULL);
         const struct rd_kafka_metadata *md = NULL;
-        rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, topic, &md, 10000);
+        rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, topic, &md, kafka_ms);
         int partitions = err == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1 &&
                                  md->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR
                              ? md->topics[0].partition_cnt
@@ -388,8 +391,13 @@ static bool read_topics(const Config *cfg, rd_kafka_conf_t *conf, Check *c, long
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR ||
             (topic_err != RD_KAFKA_RESP_ERR_NO_ERROR &&
              topic_err != RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)) {
-            log_error("cannot read the topic's metadata", "topic=%s error=%s", c->topics[t],
-                      rd_kafka_err2str(err != RD_KAFKA_RESP_ERR_NO_ERROR ? err : topic_err));
+            char q[300];
+            log_error(
+                "cannot read the topic's metadata", "topic=%s error=%s bound=\"%ld s\"",
+                c->topics[t],
+                log_quote(rd_kafka_err2str(err != RD_KAFKA_RESP_ERR_NO_ERROR ? err : topic_err), q,
+                          sizeof(q)),
+                cfg->statement_timeout_s);
             ok = false;
         } else if (topic_err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) {
             log_warn("the topic does not exist: its rows are missing", "topic=%s", c->topics[t]);
@@ -399,16 +407,18 @@ static bool read_topics(const Config *cfg, rd_kafka_conf_t *conf, Check *c, long
         rd_kafka_topic_destroy(topic);
         for (int p = 0; ok && p < partitions; p++) {
             int64_t low = 0, high = 0;
-            err = rd_kafka_query_watermark_offsets(rk, c->topics[t], p, &low, &high, 10000);
+            err = rd_kafka_query_watermark_offsets(rk, c->topics[t], p, &low, &high, kafka_ms);
             rd_kafka_topic_partition_list_t *when = rd_kafka_topic_partition_list_new(1);
             rd_kafka_topic_partition_list_add(when, c->topics[t], p)->offset = start_ms;
             if (err == RD_KAFKA_RESP_ERR_NO_ERROR && !reads_whole_partitions(cfg))
-                err = rd_kafka_offsets_for_times(rk, when, 10000);
+                err = rd_kafka_offsets_for_times(rk, when, kafka_ms);
             int64_t from = when->elems[0].offset;
             rd_kafka_topic_partition_list_destroy(when);
             if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-                log_error("cannot read a partition's offsets", "topic=%s partition=%d error=%s",
-                          c->topics[t], p, rd_kafka_err2str(err));
+                char q[300];
+                log_error("cannot read a partition's offsets",
+                          "topic=%s partition=%d error=%s bound=\"%ld s\"", c->topics[t], p,
+                          log_quote(rd_kafka_err2str(err), q, sizeof(q)), cfg->statement_timeout_s);
                 ok = false;
                 break;
             }
@@ -448,8 +458,9 @@ static bool read_topics(const Config *cfg, rd_kafka_conf_t *conf, Check *c, long
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (!m) {
             if ((now.tv_sec - last.tv_sec) * 1000 + (now.tv_nsec - last.tv_nsec) / 1000000 >
-                VERIFY_IDLE_MS) {
-                log_error("Kafka sent nothing for 30 s; giving up", "partitions_left=%d",
+                kafka_ms) {
+                log_error("Kafka sent nothing within --statement-timeout; giving up",
+                          "bound=\"%ld s\" partitions_left=%d", cfg->statement_timeout_s,
                           remaining);
                 ok = false;
             }

@@ -6,7 +6,15 @@
 #     verify gives up after its bound (--statement-timeout, 30 s by default, plus a millisecond a
 #     row of --max-rows: 3 s with --statement-timeout 2s --max-rows 1000), exit 1, one line
 #     saying PostgreSQL did not answer, and no verdict;
-#  2. run directly (no proxy), the same check is ok.
+#  2. run directly (no proxy), the same check is ok;
+#  3. a Kafka that stops answering (the mock broker stopped: connections accepted, nothing
+#     answered): verify gives up on its first request after --statement-timeout (2 s here; it was
+#     a fixed 10 s a request and 30 s for the messages), exit 1, one line naming the bound, and no
+#     verdict;
+#  4. a Kafka that stops answering once verify reads the messages (each answer slowed to 1.5 s,
+#     so that the broker is stopped after verify positioned every partition and before the first
+#     fetch came back): verify gives up after --statement-timeout without a message (6 s here; it
+#     was a fixed 30 s), exit 1, one line naming the bound, and no verdict.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -40,3 +48,40 @@ wait "$PROXY_PID" 2>/dev/null
 check_eq "2: directly: exit 0" 0 $?
 check "2: ... every row found" grep -q '^verify: ok: window=3600s rows=30 messages=30 missing=0' \
     "$T/direct.out"
+
+# --- 3. ---
+# Stopped, the mock's sockets still accept connections (the kernel does) and answer nothing.
+kill -STOP "$BROKER_PID"
+timeout -k 10 150 "$RELAY_BIN" verify --database-url "$DATABASE_URL" --brokers "$BROKERS" \
+    --since 1h --from-beginning --max-rows 1000 --statement-timeout 2s >"$T/silentkafka.out" \
+    2>"$T/silentkafka.err"
+silentkafka_rc=$?
+kill -CONT "$BROKER_PID"
+check_eq "3: a broker that stops answering: exit 1" 1 "$silentkafka_rc"
+check "3: ... named in one line, with the bound set" \
+    grep -q "cannot read the topic's metadata.* bound=\"2 s\"" \
+    "$T/silentkafka.err"
+check_eq "3: ... and no verdict on stdout" "" "$(cat "$T/silentkafka.out")"
+
+# --- 4. ---
+# partitions_positioned: verify has logged where it reads each of the topic's partitions (the
+# mock creates 4), the last thing before it assigns them and waits for messages.
+partitions_positioned() {
+    [ "$(grep -c 'msg="partition to read"' "$T/idle.err")" -ge 4 ]
+}
+broker_cmd "rtt all 1500"
+timeout -k 10 150 "$RELAY_BIN" verify --database-url "$DATABASE_URL" --brokers "$BROKERS" \
+    --since 1h --from-beginning --max-rows 1000 --statement-timeout 6s --log-level debug \
+    >"$T/idle.out" 2>"$T/idle.err" &
+idle_pid=$!
+_t_track "$idle_pid"
+_poll 60 partitions_positioned || not_ok "4: verify positions the partitions" "$(tail -n 3 "$T/idle.err")"
+kill -STOP "$BROKER_PID"
+wait "$idle_pid"
+idle_rc=$?
+kill -CONT "$BROKER_PID"
+broker_cmd "rtt all 0"
+check_eq "4: a broker that stops answering while verify reads: exit 1" 1 "$idle_rc"
+check "4: ... named in one line, with the bound set" \
+    grep -q 'Kafka sent nothing within --statement-timeout; giving up.* bound="6 s"' "$T/idle.err"
+check_eq "4: ... and no verdict on stdout" "" "$(cat "$T/idle.out")"

@@ -16,7 +16,10 @@
 #     column look-up for 10 minutes) is a FAIL line and exit 1 after the bound, not a wait:
 #     --statement-timeout 2s and as long again for the server's own error, 4 s (30 s and 5 s by
 #     default); the checks after it do not use the connection it left mid-statement;
-#  5. the same while the privileges are checked (grants_check).
+#  5. the same while the privileges are checked (grants_check);
+#  6. a Kafka that stops answering (the mock broker stopped: connections accepted, nothing
+#     answered) is a FAIL line naming the bound, --statement-timeout 2s (it was a fixed 10 s),
+#     and exit 1; the PostgreSQL checks before it are done as usual.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -174,10 +177,12 @@ check_eq "3: a database that does not exist: exit 1" 1 $?
 check "3: ... named, the password in its name masked" \
     grep -q '^FAIL  postgresql: cannot connect: .*database "\*\*\*" does not exist' "$T/secret.out"
 check "3: ... and the password nowhere" lacks "$T/secret.out" pw-s3cret-9
-# The unreachable Kafka (check waits its 10 s for a broker) and parts 4 and 5 (4 s each for an
-# answer) run side by side: each waits for a bound of its own, on servers of its own.
+# The unreachable Kafka (check waits --statement-timeout for a broker, 5 s here) and parts 4 and 5
+# (4 s each for an answer) run side by side: each waits for a bound of its own, on servers of its
+# own.
 timeout 60 "$RELAY_BIN" check --database-url "$RELAY_URL" --brokers 127.0.0.1:1 \
-    --kafka socket.connection.setup.timeout.ms=1000 >"$T/nokafka.out" 2>&1 &
+    --kafka socket.connection.setup.timeout.ms=1000 --statement-timeout 5s \
+    >"$T/nokafka.out" 2>&1 &
 nokafka_pid=$!
 _t_track "$nokafka_pid"
 
@@ -202,7 +207,9 @@ _t_track "$silent2_pid"
 
 wait "$nokafka_pid"
 check_eq "3: Kafka unreachable: exit 1" 1 $?
-check "3: ... named" grep -q '^FAIL  kafka: no broker at 127.0.0.1:1 answered' "$T/nokafka.out"
+check "3: ... named, with its bound" \
+    grep -q '^FAIL  kafka: no broker at 127.0.0.1:1 answered within 5 s (--statement-timeout)' \
+    "$T/nokafka.out"
 
 wait "$silent_pid"
 check_eq "4: a server that stops answering: exit 1" 1 $?
@@ -216,3 +223,17 @@ check "5: ... the privileges' check a FAIL" grep -q '^FAIL  privileges: ' "$T/si
 check "5: ... no check after it on the connection left mid-statement" \
     lacks "$T/silent2.out" 'another command is already in progress'
 check "5: ... and Kafka still checked" grep -q '^ok    kafka:' "$T/silent2.out"
+
+# --- 6. a broker that stops answering ---
+# Stopped, the mock's sockets still accept connections (the kernel does) and answer nothing: as a
+# broker that hangs, or a proxy that lost it. Before: check waited its fixed 10 s whatever
+# --statement-timeout said, and named 10 s.
+kill -STOP "$BROKER_PID"
+run_check silentkafka --statement-timeout 2s
+silentkafka_rc=$?
+kill -CONT "$BROKER_PID"
+check_eq "6: a broker that stops answering: exit 1" 1 "$silentkafka_rc"
+check "6: ... named in one line, with the bound set" \
+    grep -q "^FAIL  kafka: no broker at $BROKERS answered within 2 s (--statement-timeout)" \
+    "$T/silentkafka.out"
+check "6: ... the PostgreSQL checks done before it" grep -q '^ok    table:' "$T/silentkafka.out"
