@@ -122,12 +122,23 @@ typedef struct Topic {
     long long rows;
 } Topic;
 
+/* An entry of a --missing list: verify names a row by its id and event id. */
+typedef struct Listed {
+    long long seq;
+    char *event_id; /* owned */
+} Listed;
+
 typedef struct Selection {
     const char *params[REPLAY_NPARAMS + 1];
     char after[24], high[24], start[64], from_id[24], to_id[24], limit[24];
     char rest_to_id[24], rest_sent_before[40]; /* the bounds of the rest (SQL_REPLAY_START) */
     char batch_first[24];                      /* the first {seq} of the batch under way */
-    StrBuf seqs, event_ids;                    /* --missing: the ids verify named */
+    /* --missing: the ids verify named, whole for the summary (freed after it), and sorted for
+     * the batches, each of which is given only its slice of them (next_slice). */
+    StrBuf seqs, event_ids;
+    Listed *listed;
+    size_t nlisted, next_listed;
+    StrBuf slice_seqs, slice_event_ids;
     long answer_s; /* each statement of a batch before its COMMIT (--statement-timeout and more) */
     long long rows, min_seq, max_seq;
     Topic *topics;
@@ -172,9 +183,19 @@ static int db_failed(const char *what, const DbError *e, bool reads_input)
     return 1;
 }
 
-static int cmp_ll(const void *a, const void *b)
+static char *xstrdup(const char *text)
 {
-    long long x = *(const long long *)a, y = *(const long long *)b;
+    char *copy = strdup(text);
+    if (!copy) {
+        perror("outbox-relay");
+        exit(1);
+    }
+    return copy;
+}
+
+static int cmp_listed(const void *a, const void *b)
+{
+    long long x = ((const Listed *)a)->seq, y = ((const Listed *)b)->seq;
     return (x > y) - (x < y);
 }
 
@@ -265,7 +286,7 @@ static int read_missing(const char *path, Selection *s, size_t *count)
     strbuf_array_begin(&s->seqs);
     strbuf_array_begin(&s->event_ids);
     size_t i, n = json_array_size(list);
-    long long *ids = malloc((n ? n : 1) * sizeof(*ids));
+    Listed *ids = calloc(n ? n : 1, sizeof(*ids));
     if (!ids) {
         perror("outbox-relay");
         exit(1);
@@ -279,25 +300,53 @@ static int read_missing(const char *path, Selection *s, size_t *count)
                     "outbox-relay: replay: --missing %s: entry %zu of missing_events lacks an "
                     "integer id or a string event_id\n",
                     path, i + 1);
-            free(ids);
+            s->listed = ids;
+            s->nlisted = i;
             json_decref(root);
             return 2;
         }
-        ids[i] = (long long)json_integer_value(id);
-        strbuf_array_int(&s->seqs, ids[i]);
-        strbuf_array_text(&s->event_ids, json_string_value(eid));
+        ids[i].seq = (long long)json_integer_value(id);
+        ids[i].event_id = xstrdup(json_string_value(eid));
+        strbuf_array_int(&s->seqs, ids[i].seq);
+        strbuf_array_text(&s->event_ids, ids[i].event_id);
     }
     strbuf_array_end(&s->seqs);
     strbuf_array_end(&s->event_ids);
     /* A list named twice (two verify outputs joined) counts each event once. */
-    qsort(ids, n, sizeof(*ids), cmp_ll);
+    qsort(ids, n, sizeof(*ids), cmp_listed);
     *count = 0;
     for (i = 0; i < n; i++)
-        if (i == 0 || ids[i] != ids[i - 1])
+        if (i == 0 || ids[i].seq != ids[i - 1].seq)
             (*count)++;
-    free(ids);
+    s->listed = ids;
+    s->nlisted = n;
     json_decref(root);
     return 0;
+}
+
+/* Gives the next batch of a --missing selection the next slice of the sorted list, at most
+ * --batch-rows entries (the batch's LIMIT, so each takes every row of its slice): the whole list
+ * went with each batch's SELECT, with 100,000 ids some 5 MB sent and parsed again for each batch
+ * of 10,000. The slices follow the id order, as the batches do. False when none is left. */
+static bool next_slice(Selection *s, long batch_rows)
+{
+    if (s->next_listed >= s->nlisted)
+        return false;
+    size_t end = s->nlisted - s->next_listed > (size_t)batch_rows
+                     ? s->next_listed + (size_t)batch_rows
+                     : s->nlisted;
+    strbuf_array_begin(&s->slice_seqs);
+    strbuf_array_begin(&s->slice_event_ids);
+    for (size_t i = s->next_listed; i < end; i++) {
+        strbuf_array_int(&s->slice_seqs, s->listed[i].seq);
+        strbuf_array_text(&s->slice_event_ids, s->listed[i].event_id);
+    }
+    strbuf_array_end(&s->slice_seqs);
+    strbuf_array_end(&s->slice_event_ids);
+    s->params[10] = s->slice_seqs.s;
+    s->params[11] = s->slice_event_ids.s;
+    s->next_listed = end;
+    return true;
 }
 
 /* Reads the selection's size and topics into s. Returns 0, or what db_failed says. */
@@ -634,6 +683,9 @@ int replay_run(const Config *cfg)
         goto done;
     s.answer_s = cfg->statement_timeout_s + cfg->replay_batch_rows / 1000 +
                  (long)(10.0 * (mono_now() - summary_started));
+    /* The batches take the list a slice at a time (next_slice). */
+    strbuf_free(&s.seqs);
+    strbuf_free(&s.event_ids);
     if (s.rows == 0) {
         printf("replay: nothing to replay: no sent event matches the selection\n");
         goto done;
@@ -678,6 +730,8 @@ int replay_run(const Config *cfg)
             rc = 1;
             goto done;
         }
+        if (cfg->replay_missing && !next_slice(&s, cfg->replay_batch_rows))
+            break;
         long long n = replay_batch(conn, cfg, &s, &e);
         if (n == REPLAY_COMMIT_UNKNOWN) {
             if (tty)
@@ -707,7 +761,7 @@ int replay_run(const Config *cfg)
             print_rest(&s, done_rows, "before the failure");
             goto done;
         }
-        if (n == 0)
+        if (n == 0 && !cfg->replay_missing)
             break;
         done_rows += n;
         double now = mono_now();
@@ -729,6 +783,11 @@ done:
         PQfinish(conn);
     strbuf_free(&s.seqs);
     strbuf_free(&s.event_ids);
+    strbuf_free(&s.slice_seqs);
+    strbuf_free(&s.slice_event_ids);
+    for (size_t i = 0; i < s.nlisted; i++)
+        free(s.listed[i].event_id);
+    free(s.listed);
     free(s.topics);
     return rc;
 }

@@ -1,0 +1,47 @@
+#!/bin/bash
+# Proves `outbox-relay replay --missing` sends each batch only its slice of verify's list: the
+# whole list went with every batch's SELECT (with 100,000 ids some 5 MB a batch, parsed again by
+# the server each time), where the batches, in id order and --batch-rows at a time, need only the
+# next --batch-rows ids of the sorted list.
+#  1. a list of 6 events, 2 of them unsent since (not selected), --batch-rows 2: every batch's
+#     SELECT carries at most 2 ids (the server's log of its parameters), the slice that selects
+#     nothing does not end the run, and exactly the 4 still sent are replayed, in id order, the
+#     rows outside the list untouched.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
+        SELECT 'order', 'o-1', 'Updated', jsonb_build_object('n', g), now()
+        FROM generate_series(1, 8) g" >/dev/null
+# Listed in reverse: the slices follow the ids' order, not the list's.
+psql_q "SELECT json_build_object('result', 'failed', 'missing_events',
+          json_agg(json_build_object('id', id, 'event_id', event_id, 'topic', 'outbox.event.order')
+                   ORDER BY id DESC))
+        FROM outbox WHERE id <= 6" >"$T/missing.json"
+# Rows 3 and 4 unsent since verify ran (the relay took them again): the second slice selects none.
+psql_q "UPDATE outbox SET sent_at = NULL WHERE id IN (3, 4)"
+
+# --- 1. ---
+# Every statement of replay's session and its parameters in the server's log.
+"$RELAY_BIN" replay \
+    --database-url "postgresql://postgres@127.0.0.1:$PGPORT/outbox?options=-c%20log_statement%3Dall" \
+    --missing "$T/missing.json" --batch-rows 2 --yes >"$T/replay.out" 2>"$T/replay.err"
+check_eq "1: exit 0" 0 $?
+check "1: ... 4 events replayed" grep -q '^replay: 4 events replayed in ' "$T/replay.out"
+# The parameters of each batch's SELECT ($11: the ids), one line each.
+grep -A1 'FOR UPDATE OF o' "$T/pg.log" | sed -n 's/.*parameters: .*\$11 = '"'"'{\([0-9,]*\)}'"'"'.*/\1/p' \
+    >"$T/slices"
+check_eq "1: ... every batch's SELECT logged with its ids" 3 "$(grep -c '' "$T/slices")"
+check_eq "1: ... each with its slice of the list alone" "1,2 3,4 5,6 " \
+    "$(awk '{printf "%s ", $0}' "$T/slices")"
+# n_of CONDITION: the rows' payload numbers in id order.
+n_of() {
+    psql_q "SELECT string_agg(payload->>'n', ',' ORDER BY id) FROM outbox WHERE $1"
+}
+check_eq "1: ... the 4 still sent replayed, new ids in their order" "1,2,5,6" "$(n_of 'id > 8')"
+check_eq "1: ... unsent, all of them" "1,2,5,6" "$(n_of 'id > 8 AND sent_at IS NULL')"
+check_eq "1: ... the 2 unsent since as they were" "3,4" "$(n_of 'id <= 8 AND sent_at IS NULL')"
+check_eq "1: ... the rows outside the list untouched" "7,8" "$(n_of 'sent_at IS NOT NULL')"
