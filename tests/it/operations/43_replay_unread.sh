@@ -1,8 +1,8 @@
 #!/bin/bash
 # Proves `outbox-relay replay` does not wait for ever to *send* a statement to a server that
 # stopped reading: a statement is sent whole before its answer is awaited, and a large one (a
-# --missing list's ids go with every read of the selection; a batch's update names up to 100,000
-# ids) does not fit the sockets' buffers. Sent on a blocking connection, libpq waited to write it
+# --missing list's ids go whole with the summary's read of the selection; a batch's update names
+# up to 100,000 ids) does not fit the sockets' buffers. Sent on a blocking connection, libpq waited to write it
 # for as long as the server did not read (up to the connection's tcp_user_timeout, when the
 # kernel gives up on a window closed that long), before any answer bound began.
 #  1. replay's backend stopped (SIGSTOP) once it has answered the read of the start, the summary's
