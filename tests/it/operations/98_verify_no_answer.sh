@@ -11,9 +11,9 @@
 #     answered): verify gives up on its first request after --statement-timeout (2 s here; it was
 #     a fixed 10 s a request and 30 s for the messages), exit 1, one line naming the bound, and no
 #     verdict;
-#  4. a Kafka that stops answering once verify reads the messages (each answer slowed to 1.5 s,
+#  4. a Kafka that stops answering once verify reads the messages (each answer slowed to 2 s,
 #     so that the broker is stopped after verify positioned every partition and before the first
-#     fetch came back): verify gives up after --statement-timeout without a message (6 s here; it
+#     fetch came back): verify gives up after --statement-timeout without a message (8 s here; it
 #     was a fixed 30 s), exit 1, one line naming the bound, and no verdict.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
@@ -69,9 +69,9 @@ check_eq "3: ... and no verdict on stdout" "" "$(cat "$T/silentkafka.out")"
 partitions_positioned() {
     [ "$(grep -c 'msg="partition to read"' "$T/idle.err")" -ge 4 ]
 }
-broker_cmd "rtt all 1500"
+broker_cmd "rtt all 2000"
 timeout -k 10 150 "$RELAY_BIN" verify --database-url "$DATABASE_URL" --brokers "$BROKERS" \
-    --since 1h --from-beginning --max-rows 1000 --statement-timeout 6s --log-level debug \
+    --since 1h --from-beginning --max-rows 1000 --statement-timeout 8s --log-level debug \
     >"$T/idle.out" 2>"$T/idle.err" &
 idle_pid=$!
 _t_track "$idle_pid"
@@ -83,5 +83,5 @@ kill -CONT "$BROKER_PID"
 broker_cmd "rtt all 0"
 check_eq "4: a broker that stops answering while verify reads: exit 1" 1 "$idle_rc"
 check "4: ... named in one line, with the bound set" \
-    grep -q 'Kafka sent nothing within --statement-timeout; giving up.* bound="6 s"' "$T/idle.err"
+    grep -q 'Kafka sent nothing within --statement-timeout; giving up.* bound="8 s"' "$T/idle.err"
 check_eq "4: ... and no verdict on stdout" "" "$(cat "$T/idle.out")"
