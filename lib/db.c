@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "secrets.h"
 #include "strbuf.h"
 
 static void first_line(const char *msg, char *out, size_t outlen);
@@ -99,10 +100,11 @@ static void free_secret(char *s)
 }
 
 /* only_at: hide only spans holding an '@', or lying in a URL's password as meant (db_connect's
- * errors, which must keep host names). With more than one '@' before a URL's first '/', the
- * password as meant runs from the user info's ':' to the last of them, and libpq, which ends
- * it at the first, cuts the rest into hosts at ',' and ':' ("u:x@s3cret,@@h": a host "s3cret",
- * no '@' in it): a span found in that text, as written or decoded, is hidden too. */
+ * errors, which must keep host names). The password as meant runs from the user info's ':' to
+ * where secrets_url_userinfo_end ends it; when libpq ends the user info elsewhere (at an earlier
+ * '@', or nowhere for a '/' in the password) it cuts the rest into hosts at ',' and ':', a port
+ * and a database name ("u:x@s3cret,@@h": a host "s3cret", no '@' in it): a span found in that
+ * text, as written or decoded, is hidden too. */
 static void hide_quoted_input(char *line, const char *conninfo, bool only_at)
 {
     char *decoded = strchr(conninfo, '%') ? decoded_copy(conninfo, strlen(conninfo)) : NULL;
@@ -110,9 +112,8 @@ static void hide_quoted_input(char *line, const char *conninfo, bool only_at)
     const char *auth = only_at ? strstr(conninfo, "://") : NULL;
     if (auth) {
         auth += 3;
-        size_t auth_len = strcspn(auth, "/");
-        const char *first_at = memchr(auth, '@', auth_len);
-        const char *last_at = memrchr(auth, '@', auth_len);
+        const char *first_at = memchr(auth, '@', strcspn(auth, "/"));
+        const char *last_at = secrets_url_userinfo_end(auth);
         const char *colon = last_at ? memchr(auth, ':', (size_t)(last_at - auth)) : NULL;
         if (colon && first_at != last_at) {
             meant = strndup(colon + 1, (size_t)(last_at - colon - 1));

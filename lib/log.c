@@ -369,22 +369,26 @@ static bool has_scheme(const char *s)
     return strncmp(s, "://", 3) == 0;
 }
 
-/* The user info's password as meant: from the first ':' to the last '@' before the first '/'
- * (secrets_add_conninfo's reading), which covers libpq's (to the first '@' before any '/', so
- * '?' and '#' may be part of it: "u:pa?ss@h") and a password holding an '@' or '#' not
- * percent-encoded ("u:p@ss@h", "u@x:#pw@h"), at the cost of hiding a query's '@' in a URL
- * without a path ("u:pw@h?options=a@b" shows "u:***@b"). Returns where libpq's user info ends
- * (after its first '@'), or auth when there is none. */
+/* The user info's password as meant: from the first ':' to where secrets_url_userinfo_end ends
+ * the user info (the last '@' before the query, or before the first '/' when that is later),
+ * which covers libpq's (to the first '@' before any '/', so '?' and '#' may be part of it:
+ * "u:pa?ss@h"), a password holding an '@' or '#' not percent-encoded ("u:p@ss@h", "u@x:#pw@h")
+ * and one holding a '/' ("u:pa/ss@h", where libpq reads no password but host "u" and port
+ * "pa"), at the cost of hiding text that only looks like user info: an '@' in the query of a URL
+ * without a path ("u:pw@h?options=a@b" shows "u:***@b") or in its database name
+ * ("h:5432/db@x" shows "h:***@x"). Returns where libpq's user info ends (after its first '@'
+ * before any '/'), or auth when there is none. */
 static const char *mask_user_info(const char *s, const char *auth, MaskSpans *m)
 {
-    const char *at = memrchr(auth, '@', strcspn(auth, "/"));
+    const char *at = secrets_url_userinfo_end(auth);
     if (!at)
         return auth;
     const char *colon = memchr(auth, ':', (size_t)(at - auth));
     if (colon)
         mask_add(m, (size_t)(colon + 1 - s), (size_t)(at - s));
     /* libpq's user info ends at the first '@' before any '/'; its query begins after that. */
-    return (const char *)memchr(auth, '@', strcspn(auth, "/")) + 1;
+    const char *first_at = memchr(auth, '@', strcspn(auth, "/"));
+    return first_at ? first_at + 1 : auth;
 }
 
 /* Query parameters from params on, as libpq's conninfo_uri_parse_params reads them: separated

@@ -55,8 +55,25 @@ void secrets_add(const char *value)
         add_span(value, strlen(value));
 }
 
+const char *secrets_url_userinfo_end(const char *auth)
+{
+    /* The query: the first '?' that opens a parameter ("?name=") after an '@' or a '/' (a
+     * host or user info comes first: in "u:a?x=1/b@h" the '?' is the password's). */
+    const char *query = NULL;
+    const char *from = auth + strcspn(auth, "@/");
+    for (const char *q = strchr(from, '?'); q && !query; q = strchr(q + 1, '?')) {
+        size_t name = strcspn(q + 1, "@/&?#=");
+        if (name > 0 && q[1 + name] == '=')
+            query = q;
+    }
+    size_t len = query ? (size_t)(query - auth) : strlen(auth);
+    const char *at = memrchr(auth, '@', len);
+    const char *by_path = memrchr(auth, '@', strcspn(auth, "/"));
+    return by_path && (!at || by_path > at) ? by_path : at;
+}
+
 /* Where a reading of a URL other than the password as meant may end or cut its password. */
-static const char PASSWORD_CUTS[] = "@,:?#&=";
+static const char PASSWORD_CUTS[] = "@,:/?#&=";
 
 /* Registers the text from start to end, and each piece of it between the characters of cuts. */
 static void add_pieces(const char *start, const char *end, const char *cuts)
@@ -119,33 +136,30 @@ static void add_raw_passwords(const char *conninfo)
         scheme = NULL;
     if (scheme) {
         const char *auth = scheme + 3;
-        size_t auth_len = strcspn(auth, "/?#");
-        const char *at = memrchr(auth, '@', auth_len);
-        if (!at) /* "u:pa?ss@h": libpq looks as far as the first '/' (log_mask_conninfo) */
-            at = memrchr(auth, '@', strcspn(auth, "/"));
+        /* The user info as secrets_url_userinfo_end reads it (masked so by log_mask_conninfo). */
+        const char *at = secrets_url_userinfo_end(auth);
         const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
         if (colon)
             add_span(colon + 1, (size_t)(at - colon - 1));
         /* libpq itself ends the user info at the first '@' before any '/' (the masking above
-         * takes the last, masking more): its password, when that differs, is registered too. */
+         * may take a later one, masking more): its password, when that differs, is registered
+         * too. */
         const char *first_at = memchr(auth, '@', strcspn(auth, "/"));
         const char *first_colon = first_at ? memchr(auth, ':', (size_t)(first_at - auth)) : NULL;
         if (first_colon && first_at != at)
             add_span(first_colon + 1, (size_t)(first_at - first_colon - 1));
-        /* With more than one '@' before the first '/', the password as meant (to the last
-         * '@', which log_mask_conninfo masks) and libpq's (to the first) differ, and the text
-         * between them is shown cut elsewhere: libpq takes what follows its '@' for hosts and
-         * ports (cut at ',', ':' and '?'; "t-pw@db" for u:p@t-pw@db) or its query ('&', '='),
-         * which the relay shows (its connection security warning, "postgres host failed", the
-         * lookup's errors). None of the passwords above occurs in those: the password as meant is
-         * registered whole and in pieces cut at each of those characters, as written and
-         * percent-decoded (libpq decodes a URL's parts). Only then: a password "a:b:c" that every
-         * reading ends alike is not cut into words that would be scrubbed everywhere. */
-        const char *auth_end = auth + strcspn(auth, "/");
-        const char *last_at = memrchr(auth, '@', (size_t)(auth_end - auth));
-        const char *meant = last_at ? memchr(auth, ':', (size_t)(last_at - auth)) : NULL;
-        if (meant && first_at && first_at != last_at)
-            add_password_pieces(meant + 1, last_at);
+        /* When libpq ends the user info elsewhere (at an earlier '@', or nowhere: an unencoded
+         * '/' in the password), the text of the password as meant is shown cut elsewhere:
+         * libpq takes what follows its '@' (or the scheme) for hosts and ports (cut at ',', ':',
+         * '/' and '?'; "t-pw@db" for u:p@t-pw@db, port "pa" for u:pa/ss@h), its database name
+         * or its query ('&', '='), which the relay shows (its connection security warning,
+         * "postgres host failed", the lookup's and libpq's errors). None of the passwords
+         * above occurs in those: the password as meant is registered whole and in pieces cut
+         * at each of those characters, as written and percent-decoded (libpq decodes a URL's
+         * parts). Only then: a password "a:b:c" that every reading ends alike is not cut into
+         * words that would be scrubbed everywhere. */
+        if (colon && first_at != at)
+            add_password_pieces(colon + 1, at);
         /* Parameters named in percent-encoding, which the search for "password" below misses
          * (after the user info: its password may hold a '?'). */
         for (const char *param = strchr(at ? at : auth, '?'); param; param = strchr(param, '&')) {

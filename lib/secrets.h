@@ -23,12 +23,26 @@ void secrets_add(const char *value);
 
 /* Registers the passwords of a libpq connection string: password and sslpassword as libpq
  * parses them, and the raw (percent-encoded or quoted) text of each, which is what libpq echoes
- * when it cannot parse the string. In a URL with more than one '@' before its first '/', the
- * password as meant (to the last '@') whole and in pieces cut at "@,:?#&=", raw and decoded:
- * libpq ends it at the first '@' and takes the rest for hosts, ports or its query, showing
- * pieces no other reading registers.
+ * when it cannot parse the string. In a URL, the password as meant (from the user info's ':' to
+ * where secrets_url_userinfo_end ends it); when libpq ends the user info elsewhere (at an
+ * earlier '@', or nowhere for a '/' in the password), also its pieces cut at "@,:/?#&=", raw
+ * and decoded: libpq takes them for hosts, ports, a database name or its query, showing pieces
+ * no other reading registers.
  * A URL query's password as libpq reads it: to the next '&', blanks and quotes included. */
 void secrets_add_conninfo(const char *conninfo);
+
+/* Where the user info of a URL whose text after "scheme://" starts at auth ends: its last '@'
+ * before the query, or NULL when there is none. Anything that looks like user info is a
+ * password from its first ':' to that '@', whatever libpq makes of it (over-masking is safe):
+ * libpq ends the user info at the first '@' before any '/', so an unencoded '/' in the password
+ * ("u:pa/ss@h") makes it read host "u", port "pa" and database "ss@h", and no password at all.
+ * The query is taken to start at the first '?' that opens a parameter ("?name=", the name
+ * without "@/&?#=") after the first '@' or '/': a '?' in the password opens none ("u:pa?ss/x@h",
+ * "u:a?x=1/b@h"). When an '@' before the first '/' comes later (a password "p@x?a=b",
+ * "u:p@x?a=b@h"), the user info runs to that one. What still escapes: a password holding an
+ * '@', then "?name=", then a '/' ("u:p@x?a=b/c@h" masks "p" alone). Shared by log_mask_conninfo
+ * (masking) and secrets_add_conninfo (registering), which must agree on what a password is. */
+const char *secrets_url_userinfo_end(const char *auth);
 
 /* Whether the len bytes at key, a URL query parameter's name holding a percent-encoded byte,
  * decode to password or sslpassword: libpq decodes names too, so "%70assword" is one. Shared by

@@ -49,10 +49,29 @@ static void test_mask_url_with_query(void **state)
 
 static void test_mask_url_with_at_in_path(void **state)
 {
-    assert_masked("postgresql://u:secret@h/db@x", "postgresql://u:***@h/db@x");
+    /* an '@' in the database name ends what looks like user info (over-masking is safe) */
+    assert_masked("postgresql://u:secret@h/db@x", "postgresql://u:***@x");
     assert_masked("postgresql://u:secret@h/db?options=a@b", "postgresql://u:***@h/db?options=a@b");
-    /* no password in the authority: an '@' further on is not mistaken for one */
-    assert_masked("postgresql://h:5432/db@x", "postgresql://h:5432/db@x");
+    /* Text up to the last '@' before the query looks like user info and is masked from its
+     * ':', whatever libpq makes of it: over-masking a port and database name is safe. */
+    assert_masked("postgresql://h:5432/db@x", "postgresql://h:***@x");
+}
+
+/* A '/' not percent-encoded in the password: libpq ends the user info at it and reads no
+ * password (host "u", port "pa", database "ss@h/db"); before, the masker did the same and showed
+ * the password. Anything up to the last '@' before the query is user info. */
+static void test_mask_url_password_with_slash(void **state)
+{
+    assert_masked("postgresql://user:pa/secret@host/db", "postgresql://user:***@host/db");
+    assert_masked("postgres://u:se/cr/et@h:5432/db?sslmode=require&application_name=a@b",
+                  "postgres://u:***@h:5432/db?sslmode=require&application_name=a@b");
+    assert_masked("postgresql://u:a/b?secret@h/db", "postgresql://u:***@h/db");
+    assert_masked("postgresql://u:a?b/secret@h", "postgresql://u:***@h");
+    assert_masked("postgresql://u:a?x=1/secret@h/db", "postgresql://u:***@h/db");
+    assert_masked("postgresql://u:p@x?a=secret@h", "postgresql://u:***@h");
+    /* the other schemes the relay masks (a Schema Registry's URL) alike */
+    assert_masked("http://u:pa/secret@registry:8081/x", "http://u:***@registry:8081/x");
+    assert_masked("host=h password=x/secret", "host=h password=***");
 }
 
 static void test_mask_url_with_at_in_password(void **state)
@@ -350,10 +369,15 @@ static bool mask_fuzz_intended(const char *ci)
         auth = ci + 11;
     if (!auth)
         return false;
-    const char *end = auth + strcspn(auth, "/"), *sec = strstr(auth, SECRET_TEXT);
-    const char *last = memrchr(auth, '@', (size_t)(end - auth));
-    const char *colon = memchr(auth, ':', (size_t)(end - auth));
-    return sec && colon && last && colon < sec && sec + strlen(SECRET_TEXT) <= last;
+    /* the user info: to the last '@' before the first '/' (libpq's reading, a password holding
+     * '?'), or before the first '?' (a password holding '/') */
+    const char *sec = strstr(auth, SECRET_TEXT);
+    const char *last = memrchr(auth, '@', strcspn(auth, "/"));
+    const char *last_q = memrchr(auth, '@', strcspn(auth, "?"));
+    if (last_q && (!last || last_q > last))
+        last = last_q;
+    const char *colon = last ? memchr(auth, ':', (size_t)(last - auth)) : NULL;
+    return sec && colon && colon < sec && sec + strlen(SECRET_TEXT) <= last;
 }
 
 static void test_mask_random_strings_around_a_password(void **state)
@@ -834,6 +858,7 @@ int main(void)
         cmocka_unit_test(test_mask_url),
         cmocka_unit_test(test_mask_url_with_query),
         cmocka_unit_test(test_mask_url_with_at_in_path),
+        cmocka_unit_test(test_mask_url_password_with_slash),
         cmocka_unit_test(test_mask_url_with_at_in_password),
         cmocka_unit_test(test_mask_url_password_with_query_chars),
         cmocka_unit_test(test_mask_keyword_value_with_ampersand),

@@ -121,6 +121,31 @@ static void test_conninfo_url_password_tail(void **state)
     assert_scrubbed("me@corp db app", "me@corp db app");
 }
 
+static void test_conninfo_url_password_with_slash(void **state)
+{
+    /* A '/' not percent-encoded in the password: libpq reads no password but host "app", port
+     * "longpart" and database "second-part@db/app", and echoes those in its errors. The user
+     * info (to the last '@' before the query) is the password as meant, and its pieces are
+     * secrets; before, none of it was registered. */
+    const char *url = "postgresql://app:longpart/second-part@db/app";
+    secrets_add_conninfo(url);
+    assert_scrubbed("longpart/second-part", "***");
+    assert_scrubbed("invalid integer value \"longpart\" for connection option \"port\"",
+                    "invalid integer value \"***\" for connection option \"port\"");
+    assert_scrubbed("database \"second-part@db/app\" does not exist",
+                    "database \"***@db/app\" does not exist");
+    char err[512];
+    assert_false(db_check_conninfo(url, err, sizeof(err)));
+    secrets_scrub(err);
+    if (strstr(err, "longpart") || strstr(err, "second-part"))
+        fail_msg("refusing %s shows the password: %s", url, err);
+    /* libpq's second host, cut from the password at ',' (no '@' in it): hidden from a connect
+     * error by position too, registered secrets or not */
+    char line[256] = "could not translate host name \"second\" to address";
+    db_hide_password_tail(line, "postgresql://app:first,second/third@db/app");
+    assert_string_equal(line, "could not translate host name \"...\" to address");
+}
+
 static void test_conninfo_url_password_pieces(void **state)
 {
     /* Found by test_random_strings_around_a_password (146 leaks in its 100k before): libpq
@@ -163,10 +188,15 @@ static bool fuzz_intended(const char *ci)
     if (yes || !auth)
         return yes;
     auth += 3;
-    const char *end = auth + strcspn(auth, "/"), *sec = strstr(auth, SECRET_TEXT);
-    const char *last = memrchr(auth, '@', (size_t)(end - auth));
-    const char *colon = memchr(auth, ':', (size_t)(end - auth));
-    return sec && colon && last && colon < sec && sec + strlen(SECRET_TEXT) <= last;
+    /* the user info: to the last '@' before the first '/' (libpq's reading, a password holding
+     * '?'), or before the first '?' (a password holding '/') */
+    const char *sec = strstr(auth, SECRET_TEXT);
+    const char *last = memrchr(auth, '@', strcspn(auth, "/"));
+    const char *last_q = memrchr(auth, '@', strcspn(auth, "?"));
+    if (last_q && (!last || last_q > last))
+        last = last_q;
+    const char *colon = last ? memchr(auth, ':', (size_t)(last - auth)) : NULL;
+    return sec && colon && colon < sec && sec + strlen(SECRET_TEXT) <= last;
 }
 
 static void fuzz_random(char *out, unsigned maxlen)
@@ -441,6 +471,7 @@ int main(void)
         T(test_conninfo_unparsable),
         T(test_conninfo_url_password_with_query_chars),
         T(test_conninfo_url_password_tail),
+        T(test_conninfo_url_password_with_slash),
         T(test_conninfo_url_password_pieces),
         T(test_random_strings_around_a_password),
         T(test_conninfo_query_password_with_blanks),
