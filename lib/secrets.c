@@ -49,10 +49,22 @@ static void add_span(const char *value, size_t len)
     atomic_store_explicit(link, s, memory_order_release);
 }
 
+/* Values given to secrets_add too short to register (secrets_too_short). */
+static atomic_size_t too_short;
+
 void secrets_add(const char *value)
 {
-    if (value)
-        add_span(value, strlen(value));
+    if (!value)
+        return;
+    size_t len = strlen(value);
+    if (len > 0 && len < SECRETS_MIN_LEN)
+        atomic_fetch_add(&too_short, 1);
+    add_span(value, len);
+}
+
+size_t secrets_too_short(void)
+{
+    return atomic_load(&too_short);
 }
 
 const char *secrets_url_userinfo_end(const char *auth)
@@ -257,6 +269,7 @@ bool secrets_found(const char *s)
 
 void secrets_clear(void)
 {
+    atomic_store(&too_short, 0);
     Secret *s = atomic_exchange(&head, NULL);
     while (s) {
         Secret *next = next_of(s);

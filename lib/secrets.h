@@ -14,12 +14,21 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Shorter secrets are not registered: scrubbing them would mangle ordinary text, and they are no
- * secret anyway. (Connection strings still mask them by position.) */
+/* Shorter secrets are not registered: scrubbing every "abc" from the log would mangle ordinary
+ * text, and so short a password can be guessed anyway. Connection strings still mask them by
+ * position, and the relay warns at start-up that one was given (secrets_too_short). */
 #define SECRETS_MIN_LEN 4
 
-/* Registers value (copied) as a secret. Duplicates and short values are ignored. */
+/* Registers value (copied) as a secret. Duplicates are ignored; a value shorter than
+ * SECRETS_MIN_LEN is not registered but counted (secrets_too_short) unless empty. */
 void secrets_add(const char *value);
+
+/* How many values secrets_add (and the password and sslpassword that secrets_add_conninfo finds
+ * as libpq reads them) got that were too short to register, since the start or secrets_clear:
+ * each can show in text the process writes (an error of libpq's or librdkafka's echoing it). The
+ * pieces of a URL's password cut by other readings (secrets_add_conninfo) do not count: they are
+ * fragments, not a password given. */
+size_t secrets_too_short(void);
 
 /* Registers the passwords of a libpq connection string: password and sslpassword as libpq
  * parses them, and the raw (percent-encoded or quoted) text of each, which is what libpq echoes

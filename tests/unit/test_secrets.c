@@ -55,6 +55,29 @@ static void test_short_secrets_ignored(void **state)
     assert_scrubbed("abc abc", "abc abc");
 }
 
+static void test_short_secrets_counted(void **state)
+{
+    /* Not registered, but counted for the start-up warning: a password given whole, as libpq
+     * reads one from a connection string, or a sensitive librdkafka property's value. */
+    assert_int_equal(secrets_too_short(), 0);
+    secrets_add("abc");
+    assert_int_equal(secrets_too_short(), 1);
+    secrets_add(""); /* nothing to show */
+    secrets_add(NULL);
+    secrets_add("abcd");
+    assert_int_equal(secrets_too_short(), 1);
+    secrets_add_conninfo("postgresql://u:pw@h/db");
+    assert_int_equal(secrets_too_short(), 2);
+    secrets_add_conninfo("host=h password=x sslpassword=long-enough");
+    assert_int_equal(secrets_too_short(), 3);
+    /* pieces of a longer password, cut by readings other than libpq's, are no password given */
+    secrets_add_conninfo("postgresql://u:long-one@ab,cd@h/db");
+    secrets_add_conninfo("postgresql://u:correct:horse@h/db");
+    assert_int_equal(secrets_too_short(), 3);
+    secrets_clear();
+    assert_int_equal(secrets_too_short(), 0);
+}
+
 static void test_longest_first(void **state)
 {
     /* A secret inside a longer one: the longer is scrubbed whole, whatever the order added. */
@@ -465,6 +488,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_scrub),
         T(test_short_secrets_ignored),
+        T(test_short_secrets_counted),
         T(test_longest_first),
         T(test_duplicates),
         T(test_conninfo_url),

@@ -9,7 +9,9 @@
 #  3. check and status: their connect errors do not show it;
 #  4. the logs of 1 and 2 do not show it anywhere (the scrub knows the tail; a host= field names
 #     a host holding an '@' "...");
-#  5. a tail too short for the scrub (3 characters): "postgres host failed" does not show it.
+#  5. a tail too short for the scrub (3 characters): "postgres host failed" does not show it;
+#  6. a password too short for the scrub (libpq's "pw" in 5, "ab" given to check) is warned of
+#     at start-up, once; a long one is not.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -81,3 +83,15 @@ check "5: ... and show no tail" lacks "$T/host-failed" 's3c@'
 check "5: the connection security warning names the host \"...\"" \
     grep -qF 'msg="postgres connection not verified" host="..."' "$RELAY_LOG"
 check "5: ... and the whole log shows no tail" lacks "$RELAY_LOG" 's3c@'
+
+# --- 6. ---
+check "6: the relay of 5 warned of its short password" \
+    grep -qF 'msg="secret too short to scrub" count=1 min_length=4' "$RELAY_LOG"
+timeout 60 "$RELAY_BIN" check --database-url "postgresql://app:ab@db.invalid:1/app" \
+    --brokers 127.0.0.1:1 >"$T/short.out" 2>&1
+check_eq "6: check warns of a 2-character password, once" 1 \
+    "$(grep -c 'msg="secret too short to scrub"' "$T/short.out")"
+timeout 60 "$RELAY_BIN" check --database-url "postgresql://app:long-enough@db.invalid:1/app" \
+    --brokers 127.0.0.1:1 >"$T/long.out" 2>&1
+check "6: check says why it failed" grep -q 'could not translate host name' "$T/long.out"
+check "6: ... and does not warn of a long password" lacks "$T/long.out" "too short"
