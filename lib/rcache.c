@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "secrets.h"
 
 struct RCache {
     char host[256];
@@ -29,10 +30,16 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* The URL as an error shows it: anything that looks like user info (redis://:PASSWORD@,
+ * redis://USER:PASSWORD@, a scheme mistyped or left out) is "***" whole, the demos registering no
+ * secrets for a scrub to catch (secrets_url_userinfo_end: up to the last '@' before a query). */
 static bool bad_url(char *err, size_t errlen, const char *url, const char *why)
 {
-    snprintf(err, errlen, "--redis-url: %s (expected redis://HOST:PORT[/DB], got '%.100s')", why,
-             url);
+    const char *sep = strstr(url, "://");
+    const char *auth = sep ? sep + 3 : url;
+    const char *at = secrets_url_userinfo_end(auth);
+    snprintf(err, errlen, "--redis-url: %s (expected redis://HOST:PORT[/DB], got '%.*s%s%.100s')",
+             why, (int)(auth - url), url, at ? "***" : "", at ? at : auth);
     return false;
 }
 

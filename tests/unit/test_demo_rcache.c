@@ -54,6 +54,19 @@ static void test_urls(void **state)
         assert_non_null(strstr(err, "--redis-url"));
         assert_null(strchr(err, '\n'));
     }
+    /* A password in the URL is refused without showing it (before, the error quoted the URL as
+     * given), whatever the scheme and wherever its '@' ends up. */
+    static const char *const with_password[] = {
+        "redis://:hunter22@h:6379", "redis://app:hunter22@h:6379/1", "rediss://:hunter22@h:6379",
+        ":hunter22@h:6379",         "redis://:hun/ter22@h:6379",     "redis://:hunter22@[::1]:6379",
+    };
+    for (size_t i = 0; i < sizeof(with_password) / sizeof(with_password[0]); i++) {
+        assert_false(
+            rcache_parse_url(with_password[i], host, sizeof(host), &port, &db, err, sizeof(err)));
+        if (strstr(err, "hunter") || strstr(err, "ter22"))
+            fail_msg("'%s' refused showing its password: %s", with_password[i], err);
+        assert_non_null(strstr(err, "***@"));
+    }
 }
 
 static double now_s(void)
