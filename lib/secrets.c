@@ -237,8 +237,11 @@ bool secrets_kafka_key_sensitive(const char *key)
 {
     /* librdkafka's own list of sensitive properties (those it redacts itself) is ssl.key.password,
      * ssl.key.pem, ssl_key, ssl.keystore.password, sasl.password, sasl.oauthbearer.config and
-     * sasl.oauthbearer.client.secret; the patterns cover them and any future ones named alike. */
+     * sasl.oauthbearer.client.secret, and since 2.10 sasl.oauthbearer.assertion.private.key.pem
+     * and .passphrase (a relay built against it takes them); the patterns cover them and any
+     * future ones named alike. */
     return strstr(key, "password") || strstr(key, "secret") || strstr(key, "token") ||
+           strstr(key, "passphrase") || strstr(key, "private.key.pem") ||
            strcmp(key, "ssl.key.pem") == 0 || strcmp(key, "ssl_key") == 0 ||
            strcmp(key, "sasl.oauthbearer.config") == 0;
 }

@@ -377,11 +377,18 @@ static void test_conninfo_url_encoded_name(void **state)
 static void test_kafka_keys(void **state)
 {
     const char *sensitive[] = {
-        "sasl.password", "ssl.key.password",        "ssl.keystore.password",
-        "ssl.key.pem",   "sasl.oauthbearer.config", "sasl.oauthbearer.client.secret",
-        "ssl_key"};
-    const char *plain[] = {"sasl.username", "linger.ms", "security.protocol", "ssl.ca.location",
-                           "bootstrap.servers"};
+        "sasl.password", "ssl.key.password", "ssl.keystore.password", "ssl.key.pem",
+        "sasl.oauthbearer.config", "sasl.oauthbearer.client.secret", "ssl_key",
+        /* librdkafka 2.10's JWT bearer assertion: its private key and the key's passphrase */
+        "sasl.oauthbearer.assertion.private.key.pem",
+        "sasl.oauthbearer.assertion.private.key.passphrase"};
+    const char *plain[] = {"sasl.username",
+                           "linger.ms",
+                           "security.protocol",
+                           "ssl.ca.location",
+                           "bootstrap.servers",
+                           "ssl.certificate.pem",
+                           "sasl.oauthbearer.assertion.claim.sub"};
     for (size_t i = 0; i < sizeof(sensitive) / sizeof(sensitive[0]); i++)
         if (!secrets_kafka_key_sensitive(sensitive[i]))
             fail_msg("%s should be sensitive", sensitive[i]);
