@@ -11,7 +11,9 @@
 #     a host holding an '@' "...");
 #  5. a tail too short for the scrub (3 characters): "postgres host failed" does not show it;
 #  6. a password too short for the scrub (libpq's "pw" in 5, "ab" given to check) is warned of
-#     at start-up, once; a long one is not.
+#     at start-up, once; a long one is not;
+#  7. a password holding an unescaped '/' (libpq reads none: host "app", port "12"): the start-up
+#     line masks it, and no line of the run shows it.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -95,3 +97,14 @@ timeout 60 "$RELAY_BIN" check --database-url "postgresql://app:long-enough@db.in
     --brokers 127.0.0.1:1 >"$T/long.out" 2>&1
 check "6: check says why it failed" grep -q 'could not translate host name' "$T/long.out"
 check "6: ... and does not warn of a long password" lacks "$T/long.out" "too short"
+
+# --- 7. ---
+SLASHED='12/s3cret-slash-pw'
+relay_start --database-url "postgresql://app:$SLASHED@db.invalid:1/app" --brokers 127.0.0.1:1
+wait_for "7: the relay starts" 30 grep -q 'msg="outbox-relay starting"' "$RELAY_LOG"
+wait_for "7: and fails to reach libpq's host" 30 grep -q 'msg="postgres unreachable"' "$RELAY_LOG"
+relay_stop
+check_eq "7: relay exits 0" 0 $?
+check "7: the start-up line masks the password" \
+    grep -qF 'database="postgresql://app:***@db.invalid:1/app"' "$RELAY_LOG"
+check "7: ... and no line shows it" lacks "$RELAY_LOG" "s3cret-slash"
