@@ -32,7 +32,7 @@ static const struct {
     {PHASE_IDLE, PHASE_LEAVING_LANES, "resting, or a setup fault"},
     {PHASE_LEAVING_LANES, PHASE_IDLE, "lanes given up"},
     {PHASE_IDLE, PHASE_LEAVING_GUARD, "a guard notified, with work or no lanes, stopping, or lost"},
-    {PHASE_LEAVING_GUARD, PHASE_IDLE, "wakeup lock given up (or a lost guard's process ended)"},
+    {PHASE_LEAVING_GUARD, PHASE_IDLE, "wakeup lock given up (or a lost process ended)"},
     {PHASE_IDLE, PHASE_CLAIMING, "rows may wait: claim (or probe the setup)"},
     {PHASE_CLAIMING, PHASE_IDLE, "the claim could not be sent"},
     {PHASE_CLAIMING, PHASE_PRODUCING, "rows claimed"},
@@ -302,12 +302,13 @@ static void send_claim(Session *s)
 }
 
 /* A guard gives the wakeup lock up (and wakes its followers), in a transaction of its own; or,
- * after a reconnect, a lost guard's server process is ended and the followers woken (wakeup.h). */
+ * after a reconnect, a lost guard's or lane holder's server process is ended (and a guard's
+ * followers woken: wakeup.h). */
 static void send_leave_guard(Session *s)
 {
     PgQuery q = {SQL_WAKE, 0, NULL, false};
-    const char *values[3];
-    char buf[24];
+    const char *values[5];
+    char buf[36];
     if (wakeup_lost_guard_due(&s->wake)) {
         /* Half the round trip's deadline (the session timeout) at most: the answer comes. */
         long wait_ms =
@@ -453,8 +454,16 @@ static void start_next(Session *s)
             finish_stopping(s);
         return;
     }
-    if (s->phase != PHASE_IDLE || s->batch.n > 0 || !pg_conn_idle(s->pg))
-        return; /* a batch (perhaps abandoned, its reports not all in) or a request is out */
+    if (s->phase != PHASE_IDLE || !pg_conn_idle(s->pg))
+        return; /* a request is out */
+    if (s->batch.n > 0) {
+        /* A batch is out (perhaps abandoned, its reports not all in). A lost process's ending
+         * does not wait for it: until then that process keeps its lanes from every session, of
+         * this relay or another, for as long as the reports take (up to --delivery-timeout). */
+        if (s->batch.abandoned && wakeup_lost_guard_due(&s->wake))
+            send_leave_guard(s);
+        return;
+    }
     switch (next_step(s, s->wake_pending)) {
     case NEXT_WAIT:
     case NEXT_STOP: /* handled above */
@@ -816,6 +825,10 @@ static void disconnected(Session *s)
     /* A request to sleep or to leave whose answer was lost may have taken or kept the lock. */
     bool may_guard = s->wake.guard || s->phase == PHASE_GOING_TO_SLEEP ||
                      (s->phase == PHASE_LEAVING_GUARD && !wakeup_lost_guard_reading(&s->wake));
+    /* A member (perhaps with lanes), or a request to join out whose slot is unknown (-1). */
+    bool may_hold_lanes = s->lanes.slot >= 0 || s->lanes.n_owned > 0 ||
+                          s->phase == PHASE_REBALANCING || s->phase == PHASE_LEAVING_LANES;
+    int lost_slot = s->lanes.slot;
     session_set_phase(s, PHASE_DOWN);
     s->listening = false;
     lanes_reset(&s->lanes);
@@ -828,8 +841,10 @@ static void disconnected(Session *s)
      * saw before: the others must re-divide then (lanes_divided), not at their next interval,
      * while they hold its lanes. */
     s->seen_members = 0;
-    wakeup_connection_lost(&s->wake, s->pg,
-                           may_guard); /* its process is ended after the reconnect */
+    /* Its process is ended after the reconnect, before the first look at the lanes: else the
+     * session joins with another slot while that process keeps its slot and lanes, and their rows
+     * wait until the server ends it (up to --session-timeout). */
+    wakeup_connection_lost(&s->wake, s->pg, may_guard, may_hold_lanes, lost_slot);
     /* Its lanes are free: the other sessions take them (a resting one may now claim in its
      * place, relay_session_resting) rather than at their next rebalance. */
     rebalance_others(s);

@@ -80,16 +80,25 @@ void wakeup_work_came(Wakeup *w)
     w->asleep = false;
 }
 
-void wakeup_connection_lost(Wakeup *w, const PgConn *pg, bool may_guard)
+void wakeup_connection_lost(Wakeup *w, const PgConn *pg, bool may_guard, bool may_hold_lanes,
+                            int slot)
 {
     w->asleep = w->guard = w->final_check = false;
     w->lost_sent = false;
-    if (!may_guard)
+    if (!may_guard && !may_hold_lanes)
         return; /* an earlier loss's ending stays due, if it is */
-    /* Unknown (the server did not say which process it was): only the notification goes out. */
-    if (!pg_conn_backend(pg, &w->lost_pid, w->lost_start))
+    /* Unknown (the server did not say which process it was): only the notification goes out, and
+     * for a session that held lanes but did not guard, nothing. */
+    bool known = pg_conn_backend(pg, &w->lost_pid, w->lost_start) && w->lost_pid > 0;
+    if (!known)
         w->lost_start[0] = '\0';
-    w->lost_pid = w->lost_pid > 0 ? w->lost_pid : -1; /* due, even with no process to end */
+    if (!known && !may_guard) {
+        w->lost_pid = 0;
+        return;
+    }
+    w->lost_pid = known ? w->lost_pid : -1; /* due, even with no process to end */
+    w->lost_guard = may_guard;
+    w->lost_slot = may_hold_lanes ? slot : -2;
 }
 
 bool wakeup_lost_guard_due(const Wakeup *w)
@@ -104,72 +113,92 @@ bool wakeup_lost_guard_reading(const Wakeup *w)
 
 /* pg_terminate_backend signals the process and returns; with a timeout (14+) it waits until the
  * process has ended, and with it its locks: the notification, sent at this statement's commit,
- * then finds the wakeup lock free, and whoever asks next becomes the guard. Without the wait the
+ * then finds the wakeup lock free, and whoever asks next becomes the guard; the look at the lanes
+ * that follows finds its member slot gone, and the lanes it held free. Without the wait the
  * sessions woken could ask before the process ended and follow it again, to sleep unguarded once
  * it did. The process is named by pid and start time: a pid reused since names another process;
  * never this session's own (a pooler in front could hand the same server process out again),
- * and only while it still holds the wakeup lock: behind PgBouncer (pool_mode = session) the lost
- * client's server process outlives it, freed of its locks by DISCARD ALL, and may already serve
- * another client (another session of this relay), which must not be ended.
+ * and only while it still holds the wakeup lock or the member slot the lost session held ($4;
+ * any member slot when a request to join was out, -1; none for a guard without lanes, -2):
+ * behind PgBouncer (pool_mode = session) the lost client's server process outlives it, freed of
+ * its locks by DISCARD ALL, and may already serve another client (another session of this
+ * relay), which must not be ended. The notification goes out only for a session that guarded
+ * ($3): one that only held lanes wakes no one.
  * A role may end the processes of roles it is a member of: the relay's own login, reconnected,
  * needs no pg_signal_backend; without the right (a login changed in between) the statement fails
  * and nothing is notified (wakeup_lost_guard_read warns). */
 #define SQL_LOST_GUARD_END(terminate)                                                              \
-    "SELECT pg_catalog.pg_notify('" WAKEUP_CHANNEL "', '" GUARD_LEFT "'),"                         \
+    "SELECT CASE WHEN $3::boolean THEN pg_catalog.pg_notify('" WAKEUP_CHANNEL "', '" GUARD_LEFT    \
+    "') END,"                                                                                      \
     " (SELECT " terminate " FROM pg_catalog.pg_stat_activity a WHERE a.pid = $1::integer"          \
     " AND a.pid <> pg_catalog.pg_backend_pid()"                                                    \
     " AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE l.pid = a.pid"                         \
-    " AND l.locktype = 'advisory' AND l.classid = 0 AND l.objid = " LOCK_KEY_WAKEUP                \
-    " AND l.objsubid = 1 AND l.mode = 'ExclusiveLock')"                                            \
+    " AND l.locktype = 'advisory' AND l.granted AND ((l.classid = 0 AND l.objid "                  \
+    "= " LOCK_KEY_WAKEUP                                                                           \
+    " AND l.objsubid = 1 AND l.mode = 'ExclusiveLock') OR (l.classid = " LOCK_NS_MEMBER            \
+    " AND l.objsubid = 2 AND $4::integer >= -1"                                                    \
+    " AND ($4::integer = -1 OR l.objid::bigint = $4::integer))))"                                  \
     " AND pg_catalog.to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') = "   \
     "$2)"
 static const char SQL_LOST_GUARD_WAIT[] =
-    SQL_LOST_GUARD_END("pg_catalog.pg_terminate_backend(a.pid, $3::bigint)");
+    SQL_LOST_GUARD_END("pg_catalog.pg_terminate_backend(a.pid, $5::bigint)");
 static const char SQL_LOST_GUARD_NO_WAIT[] =
     SQL_LOST_GUARD_END("pg_catalog.pg_terminate_backend(a.pid)");
 
 void wakeup_lost_guard_build(Wakeup *w, int server_version, long wait_ms, PgQuery *q,
-                             const char *values[3], char buf[24])
+                             const char *values[5], char buf[36])
 {
-    snprintf(buf, 24, "%d", w->lost_pid > 0 ? w->lost_pid : 0);
+    snprintf(buf, 12, "%d", w->lost_pid > 0 ? w->lost_pid : 0);
     values[0] = buf;
     values[1] = w->lost_start[0] ? w->lost_start : NULL; /* NULL matches no process */
-    snprintf(buf + 12, 12, "%d", (int)(wait_ms < 1 ? 1 : wait_ms > 600000 ? 600000 : wait_ms));
-    values[2] = buf + 12;
+    values[2] = w->lost_guard ? "t" : "f";
+    snprintf(buf + 12, 12, "%d", w->lost_slot);
+    values[3] = buf + 12;
+    snprintf(buf + 24, 12, "%d", (int)(wait_ms < 1 ? 1 : wait_ms > 600000 ? 600000 : wait_ms));
+    values[4] = buf + 24;
     bool wait = server_version >= 140000;
     *q =
-        (PgQuery){wait ? SQL_LOST_GUARD_WAIT : SQL_LOST_GUARD_NO_WAIT, wait ? 3 : 2, values, false};
+        (PgQuery){wait ? SQL_LOST_GUARD_WAIT : SQL_LOST_GUARD_NO_WAIT, wait ? 5 : 4, values, false};
     w->lost_sent = true;
 }
 
 void wakeup_lost_guard_read(Wakeup *w, PGresult **results, int n, const char *error, int session)
 {
     int pid = w->lost_pid;
+    bool guard = w->lost_guard;
     w->lost_pid = 0;
     w->lost_sent = false;
+    w->lost_guard = false;
     w->lost_start[0] = '\0';
     PGresult *r = results && n == 1 ? results[0] : NULL;
     if (error || !r || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
         char q[512];
-        log_warn("cannot end the server process of the lost wakeup guard; sessions asleep wake "
-                 "at their poll timer once it ends "
-                 "(docs/operations.md#wakeup-after-a-lost-connection)",
+        log_warn(guard ? "cannot end the server process of the lost wakeup guard; sessions asleep "
+                         "wake at their poll timer once it ends "
+                         "(docs/operations.md#wakeup-after-a-lost-connection)"
+                       : "cannot end the server process of the lost connection; its lanes wait "
+                         "until the server ends it "
+                         "(docs/operations.md#wakeup-after-a-lost-connection)",
                  "pid=%d error=%s session=%d", pid,
                  log_quote(error ? error : "unexpected result", q, sizeof(q)), session);
         return;
     }
     if (PQgetisnull(r, 0, 1)) {
-        log_debug("the lost wakeup guard's server process had ended; sessions asleep woken",
+        log_debug(guard ? "the lost wakeup guard's server process had ended; sessions asleep woken"
+                        : "the lost connection's server process had ended, or holds no lanes",
                   "pid=%d session=%d", pid, session);
         return;
     }
     if (strcmp(PQgetvalue(r, 0, 1), "t") == 0) {
-        log_info("ended the server process of the lost wakeup guard; sessions asleep woken",
+        log_info(guard ? "ended the server process of the lost wakeup guard; sessions asleep woken"
+                       : "ended the server process of the lost connection; its lanes are free",
                  "pid=%d session=%d", pid, session);
         return;
     }
-    log_warn("the server process of the lost wakeup guard did not end in time; sessions asleep "
-             "may wake only at their poll timer once it ends",
+    log_warn(guard ? "the server process of the lost wakeup guard did not end in time; sessions "
+                     "asleep may wake only at their poll timer once it ends"
+                   : "the server process of the lost connection did not end in time; its lanes "
+                     "wait until it does",
              "pid=%d session=%d", pid, session);
 }
 

@@ -23,11 +23,14 @@ typedef struct Wakeup {
     bool notified;           /* a notification came since this session asked to sleep */
     bool sleep_error_logged; /* the wakeup functions failed (logged once until they work) */
     bool left;               /* shutting down: the guard's lock was (being) given up */
-    /* The server process of a connection lost while it held (or may have held) the wakeup lock:
-     * ended and its followers woken after the reconnect (wakeup_lost_guard_*). 0: none due. */
+    /* The server process of a connection lost while it held (or may have held) the wakeup lock
+     * or lanes: ended (and, for a guard, its followers woken) after the reconnect
+     * (wakeup_lost_guard_*). 0: none due. */
     int lost_pid;
     char lost_start[PG_BACKEND_START_LEN];
-    bool lost_sent; /* that request is out: the reply to PHASE_LEAVING_GUARD is its */
+    bool lost_guard; /* it held (or may have held) the wakeup lock: notify */
+    int lost_slot;   /* its member slot; -1: unknown (a request to join was out); -2: none */
+    bool lost_sent;  /* that request is out: the reply to PHASE_LEAVING_GUARD is its */
 } Wakeup;
 
 /* A claim is about to start. Any claim of a sleeping follower but the one that follows falling
@@ -46,32 +49,40 @@ void wakeup_leaving_guard(Wakeup *w);
 void wakeup_work_came(Wakeup *w);
 
 /* The connection is gone. may_guard: the session held the wakeup lock, or a request that takes
- * or gives it up was out (its answer lost). The lock goes with the server process, but that
- * process can outlive the connection (a network cut the server has not noticed yet) and keep the
- * lock until it ends; then it ends without a notification, and sessions asleep would wait for
- * their poll timer. So the process (pg_conn_backend of pg, just lost) is remembered, to be ended
- * after the reconnect (wakeup_lost_guard_due). */
-void wakeup_connection_lost(Wakeup *w, const PgConn *pg, bool may_guard);
+ * or gives it up was out (its answer lost). may_hold_lanes: it held a member slot (slot, its
+ * number, or -1 when a request to join was out and which one is unknown) and perhaps lanes. The
+ * locks go with the server process, but that process can outlive the connection (a network cut
+ * the server has not noticed yet) and keep them until it ends, up to --session-timeout later:
+ * then the wakeup lock goes free without a notification, and sessions asleep would wait for their
+ * poll timer; and the member slot and lanes stay its, so the lanes' rows wait, while the
+ * reconnected session joins again with another slot. So the process (pg_conn_backend of pg, just
+ * lost) is remembered, to be ended after the reconnect (wakeup_lost_guard_due). */
+void wakeup_connection_lost(Wakeup *w, const PgConn *pg, bool may_guard, bool may_hold_lanes,
+                            int slot);
 
-/* After a reconnect, before anything else: a lost guard's process is to be ended and the
- * sessions asleep woken (wakeup_lost_guard_build, then wakeup_lost_guard_read). */
+/* After a reconnect, before anything else: a lost guard's (or lane holder's) process is to be
+ * ended and, for a guard, the sessions asleep woken (wakeup_lost_guard_build, then
+ * wakeup_lost_guard_read). */
 bool wakeup_lost_guard_due(const Wakeup *w);
 
-/* The request, into q (one statement) with its parameters in values (3 of them, pointing into w
- * and buf, which must outlive the send): in one transaction, end the lost guard's process when it
- * still runs (pg_terminate_backend of exactly that pid and start, waiting up to wait_ms for it to
- * end on PostgreSQL 14 and later, whose pg_terminate_backend can wait: server_version as
- * PQserverVersion) and notify GUARD_LEFT, which makes the sessions asleep ask again: one becomes
- * the guard, now that the lock is free. Marks the request as sent (wakeup_lost_guard_reading). */
+/* The request, into q (one statement) with its parameters in values (5 of them, pointing into w,
+ * buf and constants, which must outlive the send): in one transaction, end the lost process when
+ * it still runs and still holds the wakeup lock or the lost session's member slot
+ * (pg_terminate_backend of exactly that pid and start, waiting up to wait_ms for it to end on
+ * PostgreSQL 14 and later, whose pg_terminate_backend can wait: server_version as
+ * PQserverVersion) and, for a lost guard, notify GUARD_LEFT, which makes the sessions asleep ask
+ * again: one becomes the guard, now that the lock is free. Marks the request as sent
+ * (wakeup_lost_guard_reading). */
 void wakeup_lost_guard_build(Wakeup *w, int server_version, long wait_ms, PgQuery *q,
-                             const char *values[3], char buf[24]);
+                             const char *values[5], char buf[36]);
 
 /* The reply to PHASE_LEAVING_GUARD is that request's. */
 bool wakeup_lost_guard_reading(const Wakeup *w);
 
 /* Reads its answer (error: the request failed) and logs what came of it: ended (info), already
- * gone (debug), still running after wait_ms or not ended at all (one warning: sessions asleep
- * then wake at their poll timer once it ends, as before). The ending is no longer due either
+ * gone or holding none of the locks (debug), still running after wait_ms or not ended at all (one
+ * warning: sessions asleep then wake at their poll timer, and its lanes are taken, once it ends,
+ * as before). The ending is no longer due either
  * way: it is tried once per loss. */
 void wakeup_lost_guard_read(Wakeup *w, PGresult **results, int n, const char *error, int session);
 

@@ -552,10 +552,11 @@ static void bring_up(int i)
     expect_sent(i, sent);
 }
 
-/* Brings up session i whose lost connection's process held (or may have held) the wakeup lock:
- * after LISTEN, before its first look at the lanes (the process may hold some), it ends exactly
- * that process (pid and start of the connection lost) and notifies; then it joins as bring_up. */
-static void bring_up_lost_guard(int i)
+/* Brings up session i whose lost connection's process held (or may have held) the wakeup lock
+ * (guard "t") or a member slot and lanes (guard "f"): after LISTEN, before its first look at the
+ * lanes, it ends exactly that process (pid and start of the connection lost; notifying for a
+ * guard); then it joins as bring_up. */
+static void bring_up_lost(int i, const char *guard)
 {
     static const char *const phases[] = {"setup",       "idle", "leaving guard", "idle",
                                          "rebalancing", "idle", "claiming",      NULL};
@@ -568,16 +569,23 @@ static void bring_up_lost_guard(int i)
                                        NULL};
     int lost = fake_pg_backend_pid(PG(i));
     char want[64];
-    snprintf(want, sizeof(want), "%d|2026-11-28 18:00:00.%06d", lost, lost);
+    snprintf(want, sizeof(want), "%d|2026-11-28 18:00:00.%06d|%s|", lost, lost, guard);
     fake_pg_up(PG(i));
     answer(i); /* LISTEN */
-    assert_string_equal(pending_param(i, "end-lost-guard"), want);
-    answer(i); /* ended, and notified */
+    const char *params = pending_param(i, "end-lost-guard");
+    if (strncmp(params, want, strlen(want)) != 0)
+        fail_msg("ending the lost process: \"%s\", not \"%s...\"", params, want);
+    answer(i); /* ended (and notified) */
     answer(i); /* join */
     answer(i); /* members */
     answer(i); /* lock */
     expect_phases(i, phases);
     expect_sent(i, sent);
+}
+
+static void bring_up_lost_guard(int i)
+{
+    bring_up_lost(i, "t");
 }
 
 /* "{a,b}": the lane list the engine sends for the lanes member `slot` owns among `slots`. */
@@ -801,7 +809,7 @@ static void test_connection_lost_while_marking(void **state)
     fake_pg_drop(PG(0), "connection reset by peer");
     expect_phases(0, phases);
     expect_sent(0, sent);
-    bring_up(0); /* LISTEN, join, members, lock, claim: no mark */
+    bring_up_lost(0, "f"); /* LISTEN, the lost process ended, join, members, lock, claim: no mark */
 }
 
 /* The floor's check fails ("permission denied for schema": the relay's role lacks USAGE on the
@@ -853,7 +861,7 @@ static void test_deaf_session_polls_instead_of_sleeping(void **state)
     expect_sent(0, sent);
     fake_pg_drop(PG(0), "connection reset by peer");
     forget(0);
-    bring_up(0); /* LISTEN holds this time */
+    bring_up_lost(0, "f"); /* LISTEN holds this time */
     forget(0);
     answer_claim(0, "");
     expect_sent(0, asleep_sent);
@@ -899,8 +907,9 @@ static void test_floor_checked_again(void **state)
  * again, but claims only once every report of the abandoned batch is in. */
 static void test_connection_lost_while_producing(void **state)
 {
-    static const char *const phases[] = {"producing", "down", "setup", "idle", NULL};
-    static const char *const sent[] = {"LISTEN,floor-check", NULL};
+    static const char *const phases[] = {"producing",     "down", "setup", "idle",
+                                         "leaving guard", "idle", NULL};
+    static const char *const sent[] = {"LISTEN,floor-check", "end-lost-guard", NULL};
     static const char *const after[] = {"rebalancing", "idle", "claiming", NULL};
     static const char *const after_sent[] = {"join", "members", "lock", CLAIM, NULL};
     start("1", "1", "60000");
@@ -910,6 +919,7 @@ static void test_connection_lost_while_producing(void **state)
     fake_pg_drop(PG(0), "connection reset by peer");
     fake_pg_up(PG(0));
     answer(0); /* LISTEN */
+    answer(0); /* the lost process ended: it need not wait for the batch's reports */
     expect_phases(0, phases);
     expect_sent(0, sent);
     expect_idle_pg(0); /* a report is still out: no lanes, no claim */
@@ -1040,10 +1050,10 @@ static void test_connection_lost_anywhere(void **state)
     fake_pg_drop(PG(0), "gone during the join");
     expect_phases(0, in_rebalancing);
     forget(0);
-    bring_up(0);
+    bring_up_lost(0, "f");
     fake_pg_drop(PG(0), "gone during the claim");
     expect_phases(0, in_claiming);
-    bring_up(0);
+    bring_up_lost(0, "f");
     answer_claim(0, ""); /* empty, no rows for long: COMMIT and to sleep */
     fake_pg_drop(PG(0), "gone while going to sleep");
     expect_phases(0, in_going_to_sleep);
@@ -1073,25 +1083,25 @@ static void test_connection_lost_anywhere(void **state)
     fake_pg_drop(PG(0), "gone during the COMMIT");
     expect_phases(0, in_ending);
     forget(0);
-    bring_up(0);
+    bring_up_lost(0, "f");
     answer_claim(0, "A,B,C"); /* not chained: the marks alone */
     fake_kafka_report_all(OK);
     fake_pg_drop(PG(0), "gone during the marks");
     expect_phases(0, in_marking);
     forget(0);
-    bring_up(0); /* nothing of the batch is marked again */
+    bring_up_lost(0, "f"); /* nothing of the batch is marked again */
     answer_claim(0, "A,B,C");
     fake_kafka_report_all(OK);
     answer_failing(0, "mark-sent", "22P02");
     fake_pg_drop(PG(0), "gone during the ROLLBACK");
     expect_phases(0, in_rolling_back);
     forget(0);
-    bring_up(0);
+    bring_up_lost(0, "f");
     marks_fail("22P02");
     fake_pg_drop(PG(0), "gone while recording a row");
     expect_phases(0, in_recording_row);
     forget(0);
-    bring_up(0);
+    bring_up_lost(0, "f");
     answer_failing(0, "claim", "42501");
     answer(0); /* ROLLBACK */
     fake_pg_drop(PG(0), "gone while leaving the lanes");
@@ -1369,7 +1379,7 @@ static void test_lost_guard_ended_after_reconnect(void **state)
     fake_pg_up(PG(0));
     answer(0); /* LISTEN */
     char want[64];
-    snprintf(want, sizeof(want), "%d|2026-11-28 18:00:00.%06d", guard, guard);
+    snprintf(want, sizeof(want), "%d|2026-11-28 18:00:00.%06d|t|0", guard, guard);
     assert_string_equal(pending_param(0, "end-lost-guard"), want);
     fake_pg_drop(PG(0), "cut again while ending it"); /* still due: the first process */
     forget(0);
@@ -1384,10 +1394,52 @@ static void test_lost_guard_ended_after_reconnect(void **state)
     answer(0); /* members */
     answer(0); /* lock */
     expect_sent(0, once);
-    /* Awake, claiming: a loss now is no guard's. */
+    /* Awake, claiming: a loss now is no guard's, but its lanes'. */
     fake_pg_drop(PG(0), "cut while awake");
     forget(0);
+    bring_up_lost(0, "f");
+}
+
+/* A claim session's connection is lost while its server process may live on with its member slot
+ * and lanes (a network cut the server has not noticed): the reconnected session would join with
+ * another slot beside it, and the lanes' rows would wait until the server ends it (up to
+ * --session-timeout). After the reconnect, before its first look at the lanes, the session ends
+ * exactly that process, while it holds the slot the session held (-1: any slot, a request to join
+ * was out), and notifies no one (it did not guard); a session that held no slot ends nothing. */
+static void test_lost_lanes_ended_after_reconnect(void **state)
+{
+    start("1", "1", "60000");
+    T.members = "0";
     bring_up(0);
+    int lost = fake_pg_backend_pid(PG(0));
+    fake_pg_drop(PG(0), "cut while claiming");
+    forget(0);
+    fake_pg_up(PG(0));
+    answer(0); /* LISTEN */
+    char want[64];
+    snprintf(want, sizeof(want), "%d|2026-11-28 18:00:00.%06d|f|0", lost, lost);
+    const char *params = pending_param(0, "end-lost-guard");
+    if (strncmp(params, want, strlen(want)) != 0)
+        fail_msg("ending the lost process: \"%s\", not \"%s...\"", params, want);
+    answer(0);                                  /* ended */
+    answer(0);                                  /* join */
+    fake_pg_drop(PG(0), "cut during the look"); /* a member, its slot known */
+    forget(0);
+    bring_up_lost(0, "f");
+    forget(0);
+    fake_pg_drop(PG(0), "cut again");
+    fake_pg_up(PG(0));
+    answer(0); /* LISTEN */
+    answer(0); /* ended */
+    lost = fake_pg_backend_pid(PG(0));
+    fake_pg_drop(PG(0), "cut during the join"); /* which slot, if any, is unknown */
+    forget(0);
+    fake_pg_up(PG(0));
+    answer(0); /* LISTEN */
+    snprintf(want, sizeof(want), "%d|2026-11-28 18:00:00.%06d|f|-1", lost, lost);
+    params = pending_param(0, "end-lost-guard");
+    if (strncmp(params, want, strlen(want)) != 0)
+        fail_msg("ending the lost process: \"%s\", not \"%s...\"", params, want);
 }
 
 static void test_rejoin_after_reconnect(void **state)
@@ -1783,6 +1835,7 @@ static void test_stand_in_works_while_batch_abandoned(void **state)
     forget(1);
     fake_pg_up(PG(0));
     answer(0);         /* LISTEN */
+    answer(0);         /* its lost process ended at once, whatever the batch */
     expect_idle_pg(0); /* a report is still out: no lanes, no claim */
     expect_idle_pg(1); /* session 1 keeps its lanes and claims on */
     assert_int_equal(S(1)->lanes.n_owned, LANE_COUNT);
@@ -2134,7 +2187,7 @@ static void test_floor_off_said_per_database(void **state)
         bring_up(0);
         fake_pg_drop(PG(0), "connection reset by peer"); /* its next setup: not said again */
         forget(0);
-        bring_up(0);
+        bring_up_lost(0, "f");
         const char *text = logged();
         const char *first = strstr(text, "claims read the unsent index from its start");
         if (!first)
@@ -2756,6 +2809,7 @@ int main(void)
         cmocka_unit_test_teardown(test_given_up_batch_producer_freed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
         cmocka_unit_test_teardown(test_lost_guard_ended_after_reconnect, teardown),
+        cmocka_unit_test_teardown(test_lost_lanes_ended_after_reconnect, teardown),
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
         cmocka_unit_test_teardown(test_long_mark_error_logged_once, teardown),
         cmocka_unit_test_teardown(test_floor_off_said_per_database, teardown),
