@@ -114,12 +114,16 @@ static void learn_floor(Session *s, const PGresult *held, const PGresult *claime
     unsigned restarts = s->floor.restarts;
     if (!floor_after_claim(&s->floor, &c))
         log_warn("out of memory for the claim floor; it stays where it is", "session=%d", s->index);
-    if (!s->floor.enabled)
+    if (!s->floor.enabled) {
+        /* Asked again, as a check failed at connect is: undone (ALTER SEQUENCE ... NO CYCLE
+         * CACHE 1), the floor is on again within a minute, not only when the session next
+         * reconnects, which a healthy connection may never do. */
+        s->floor_check_due = monotime_now() + FLOOR_CHECK_AGAIN_S;
         log_warn("the order column's sequence no longer hands out its values in order (a cache "
-                 "or a cycle given while the relay runs); the claim floor is off until the "
-                 "session reconnects, claims read the unsent index from its start",
+                 "or a cycle given while the relay runs); the claim floor is off until its check "
+                 "passes again (asked every minute), claims read the unsent index from its start",
                  "column=%s session=%d", s->cfg->map.seq, s->index);
-    else if (s->floor.restarts != restarts)
+    } else if (s->floor.restarts != restarts)
         log_info("the table was truncated or the order column's sequence set back; the claim "
                  "floor starts again from the table's start",
                  "sequence_last=%lld table_relfilenode=%u sequence_relfilenode=%u session=%d",
@@ -146,14 +150,15 @@ ClaimOutcome claim_read(Session *s, PGresult **results, int n, const char *error
         sqlstate_fault(state) == SQLSTATE_FAULT_SETUP) {
         /* The floor's own look failed for want of a privilege or an object (its SELECT on the
          * sequence revoked, an identity re-created with a new sequence and no grant): the floor
-         * is an optimisation, so the session goes on
-         * without it until it reconnects (the connection's check decides again), rather than
-         * give its lanes up as for a broken setup. Its probe has no floor: it would pass, the
-         * session take its lanes again and fail again, and deliver nothing. */
+         * is an optimisation, so the session goes on without it until its check, asked again
+         * every FLOOR_CHECK_AGAIN_S (and at each connection), passes, rather than give its lanes
+         * up as for a broken setup. Its probe has no floor: it would pass, the session take its
+         * lanes again and fail again, and deliver nothing. */
         floor_reset(&s->floor);
         s->floor.enabled = false;
-        log_warn("the claim floor's look failed; the floor is off until the session reconnects, "
-                 "claims read the unsent index from its start",
+        s->floor_check_due = monotime_now() + FLOOR_CHECK_AGAIN_S;
+        log_warn("the claim floor's look failed; the floor is off until its check passes again "
+                 "(asked every minute), claims read the unsent index from its start",
                  "error=%s session=%d", log_quote(error, q, sizeof(q)), s->index);
         return CLAIM_FAILED;
     }

@@ -46,6 +46,9 @@
 #define HOLD_TYPE_MAX 256
 /* Dead events published to the dead-letter topic per batch, on top of batch-size. */
 #define DEAD_LETTER_LIMIT 100
+/* How often a session whose claim floor is off for its check (failed, or the table unfit) or
+ * turned off by a look asks the check again: one small query. */
+#define FLOOR_CHECK_AGAIN_S 60.0
 /* BEGIN, planner settings, dead-letter claim, the floor's two looks, the claim, the look for a
  * locker behind a claim around locks, a setup probe's mark statement. */
 #define CLAIM_MAX_QUERIES 7
@@ -226,8 +229,9 @@ struct Session {
     ClaimFloor floor;           /* where claims start in the unsent index (floor.h) */
     ClaimLayout claim_at;       /* the statements of the claim in flight (claim.c) */
     ev_tstamp floor_look_due;   /* the next claim that looks, at the earliest */
-    /* The floor's check failed or found the table unfit (learn_floor_allowed, session.c): it is
-     * asked again, alone, before the first claim from then on (0: not due). */
+    /* The floor is off for want of its check (learn_floor_allowed, session.c: the check failed
+     * or found the table unfit) or a later look turned it off (claim.c): the check is asked
+     * again, alone, before the first claim from then on (0: not due). */
     ev_tstamp floor_check_due;
     bool floor_rechecking; /* that check is the request in flight (PHASE_SETUP) */
     /* Claims go around rows others have locked (claim.c): from a claim that ran into a lock

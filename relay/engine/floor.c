@@ -77,7 +77,7 @@ bool floor_after_claim(ClaimFloor *f, const FloorClaim *c)
         return true;
     /* The sequence was given a cache (or a cycle) since the session checked it: values are no
      * longer drawn in the order of the inserts, so no floor is safe. Back to the table's start,
-     * and off; the next connection's check decides again. */
+     * and off; the session's check, asked again (claim.c), decides again. */
     if (!c->seq_in_order) {
         floor_free(f);
         *f = (ClaimFloor){.enabled = false, .restarts = f->restarts, .holding = f->holding};

@@ -129,9 +129,9 @@ const char *floor_writers_param(const ClaimFloor *f);
  * seen before (setval), new rows may have been drawn below the floor: the floor starts again from
  * 0, forgetting its candidates, and f->restarts counts it. When the sequence no longer hands its
  * values out in order (given a cache, or cycling, while the relay runs), the floor goes back to 0
- * and is turned off (f->enabled false) until the session's next connection checks the table again
- * (SQL_FLOOR_CHECK). Returns false when out of memory (the floor then stays where it is,
- * which is always safe). */
+ * and is turned off (f->enabled false) until the session's check of the table passes again
+ * (SQL_FLOOR_CHECK: asked every FLOOR_CHECK_AGAIN_S, engine.h, and at each connection). Returns
+ * false when out of memory (the floor then stays where it is, which is always safe). */
 bool floor_after_claim(ClaimFloor *f, const FloorClaim *c);
 /* The claim's transaction committed with every row of its batch recorded: the floor rises to
  * what floor_after_claim allowed. Returns true when it moved. */

@@ -210,9 +210,6 @@ static void setup_fixed(Session *s)
     s->wake_pending = true;
 }
 
-/* How often a session whose floor is off for its check asks it again: one small query. */
-#define FLOOR_CHECK_AGAIN_S 60.0
-
 /* The claim floor needs {seq} drawn in order (SQL_FLOOR_CHECK, floor.h); said once per database
  * (its relay) when the table does not allow it, or the check itself failed: each database has
  * its own table and grants. */

@@ -62,6 +62,7 @@ static struct {
     const char *dead[MAX_SESSIONS];  /* the next dead-letter claim's rows, as claim[] */
     const char *table_node;          /* the table's relfilenode the floor's look finds */
     const char *seq_last;            /* the sequence's last value it finds (NULL: "10") */
+    const char *seq_in_order;        /* whether it finds the sequence in order (NULL: "t") */
     bool floor_ok;                   /* the floor's check passes (else: "no such table") */
     long long next_id;
     ev_prepare brk;
@@ -453,9 +454,10 @@ static PGresult *auto_result(int i, const FakeRequest *req, int q)
                               (const char *[]){"f", NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                                                "relay", "outbox_relay", NULL});
     if (strcmp(kind, "floor-held") == 0) /* no failed row; the sequence's last value, in order */
-        return fake_pg_tuples(
-            "held,seq_last,seq_in_order,table_node,seq_node", 1,
-            (const char *[]){NULL, T.seq_last ? T.seq_last : "10", "t", T.table_node, "1"});
+        return fake_pg_tuples("held,seq_last,seq_in_order,table_node,seq_node", 1,
+                              (const char *[]){NULL, T.seq_last ? T.seq_last : "10",
+                                               T.seq_in_order ? T.seq_in_order : "t", T.table_node,
+                                               "1"});
     if (strcmp(kind, "floor-writers") == 0)
         return fake_pg_tuples("ended,writers", 1, (const char *[]){"t", "{}"});
     if (strcmp(kind, "join") == 0)
@@ -901,6 +903,48 @@ static void test_floor_checked_again(void **state)
     expect_sent(0, sent);
     assert_true(S(0)->floor.enabled);
     assert_true(S(0)->floor_check_due == 0); /* not asked again */
+}
+
+/* A floor on is turned off by a later look: the sequence given a cache while the relay runs, or
+ * the look itself refused (its SELECT on the sequence revoked). It stayed off until the session
+ * reconnected, which a healthy connection may never do, however soon the operator undid it: the
+ * check is asked again every FLOOR_CHECK_AGAIN_S, as for a check failed at connect. On the old
+ * code floor_check_due stayed 0 and no check was asked. */
+static void test_floor_turned_off_checked_again(void **state)
+{
+    static const char *const check_sent[] = {"floor-check", NULL};
+    extra_args[0] = "--claim-floor";
+    extra_args[1] = "on";
+    start("1", "1", "60000");
+    T.floor_ok = true;
+    fake_pg_up(PG(0));
+    while (fake_pg_pending(PG(0)))
+        answer(0); /* the check passes; joined; nothing to claim: asleep */
+    assert_true(S(0)->floor.enabled);
+    for (int round = 0; round < 2; round++) {
+        S(0)->floor_look_due = 0;
+        fire(&S(0)->poll_timer);
+        if (round == 0) {
+            T.seq_in_order = "f"; /* ALTER SEQUENCE ... CACHE 20 */
+            answer(0);            /* the claim: its look turns the floor off */
+        } else {
+            answer_failing(0, "floor-held", "42501"); /* its SELECT on the sequence revoked */
+        }
+        assert_false(S(0)->floor.enabled);
+        assert_true(S(0)->floor_check_due > 0); /* asked again later, not only at a reconnect */
+        T.seq_in_order = NULL;                  /* the operator undoes it */
+        while (fake_pg_pending(PG(0)))
+            answer(0); /* COMMIT or ROLLBACK; the claim again from the table's start; asleep */
+        forget(0);
+        S(0)->floor_check_due = monotime_now() - 1; /* FLOOR_CHECK_AGAIN_S later */
+        fire(round == 0 ? &S(0)->poll_timer : &S(0)->retry_timer);
+        expect_sent(0, check_sent);
+        answer(0); /* the check passes */
+        assert_true(S(0)->floor.enabled);
+        assert_true(S(0)->floor_check_due == 0);
+        while (fake_pg_pending(PG(0)))
+            answer(0); /* the claim it came before, empty; COMMIT */
+    }
 }
 
 /* The connection goes while a batch is at the producer: the session reconnects and takes lanes
@@ -2770,6 +2814,7 @@ int main(void)
         cmocka_unit_test_teardown(test_connection_lost_while_producing, teardown),
         cmocka_unit_test_teardown(test_listen_again_after_floor_check_failed, teardown),
         cmocka_unit_test_teardown(test_floor_checked_again, teardown),
+        cmocka_unit_test_teardown(test_floor_turned_off_checked_again, teardown),
         cmocka_unit_test_teardown(test_deaf_session_polls_instead_of_sleeping, teardown),
         cmocka_unit_test_teardown(test_connection_lost_anywhere, teardown),
         cmocka_unit_test_teardown(test_chained_marks_transient_failure, teardown),
