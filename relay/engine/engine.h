@@ -65,7 +65,10 @@ typedef struct Session Session;
  * UNRECORDABLE_WAIT_S, doubling with each refusal up to UNRECORDABLE_WAIT_MAX_S, then tries it
  * once more (one publication an hour at most: consumers drop the duplicate), and forgets it
  * once its outcome is recorded. Bounded: past UNRECORDABLE_MAX rows a further one goes out again
- * after each retry backoff, as before. Forgotten with the lanes. */
+ * after each retry backoff, as before. Forgotten with the lanes (a reconnect, resting): the
+ * lanes may go to another session or relay, whose list is its own, and an entry kept for rows
+ * this session no longer claims would never be forgotten; so each such loss costs one more
+ * publication and error line per row, which at-least-once allows. */
 #define UNRECORDABLE_MAX 16
 #define UNRECORDABLE_WAIT_S 30.0
 #define UNRECORDABLE_WAIT_MAX_S 3600.0
