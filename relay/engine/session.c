@@ -758,8 +758,13 @@ static void replied(Session *s, const SessionEvent *ev)
         return;
     case PHASE_LEAVING_GUARD:
         if (wakeup_lost_guard_reading(&s->wake)) {
+            bool held_lanes = s->wake.lost_slot >= -1;
             wakeup_lost_guard_read(&s->wake, ev->results, ev->n, ev->error, s->index);
             session_set_phase(s, PHASE_IDLE);
+            /* Its slot gone, the other sessions take its lanes now, not at their next interval:
+             * this one joins only once its abandoned batch, if any, is let go. */
+            if (held_lanes)
+                rebalance_others(s);
             return;
         }
         if (ev->error) {

@@ -1864,6 +1864,7 @@ static void test_lower_setup_fault_hands_over(void **state)
 static void test_stand_in_works_while_batch_abandoned(void **state)
 {
     static const char *const rests_sent[] = {"unlock,leave", "wake", NULL};
+    static const char *const redivides_sent[] = {"members", NULL};
     static const int one[] = {0};
     start("2", "1", "60000");
     bring_up(0);
@@ -1878,10 +1879,12 @@ static void test_stand_in_works_while_batch_abandoned(void **state)
     assert_int_equal(S(1)->lanes.n_owned, LANE_COUNT);
     forget(1);
     fake_pg_up(PG(0));
-    answer(0);         /* LISTEN */
-    answer(0);         /* its lost process ended at once, whatever the batch */
-    expect_idle_pg(0); /* a report is still out: no lanes, no claim */
-    expect_idle_pg(1); /* session 1 keeps its lanes and claims on */
+    answer(0);                      /* LISTEN */
+    answer(0);                      /* its lost process ended at once, whatever the batch */
+    expect_sent(1, redivides_sent); /* the others take its lanes now, not at their interval */
+    answer(1);                      /* members: session 1 alone */
+    expect_idle_pg(0);              /* a report is still out: no lanes, no claim */
+    expect_idle_pg(1);              /* session 1 keeps its lanes and claims on */
     assert_int_equal(S(1)->lanes.n_owned, LANE_COUNT);
     fake_kafka_report(1, RD_KAFKA_RESP_ERR__PURGE_QUEUE); /* session 0 can claim again */
     T.members = "0";
