@@ -428,11 +428,15 @@ static void stopped(Session *s)
 
 /* Ends the session's part. A guard on the way out gives up the wakeup lock with a notification
  * (when the connection is there to do it, within a second): the followers it guarded must not go
- * on sleeping unguarded. Its reply comes back to the driver, and the session is done. */
+ * on sleeping unguarded. So does a session whose lost process's ending is still due (SIGTERM
+ * right after a reconnect): that process would keep its lanes from the other relays (and a lost
+ * guard's followers asleep) until the server ended it. Its reply comes back to the driver, and
+ * the session is done. */
 static void finish_stopping(Session *s)
 {
     ev_timer_stop(s->loop, &s->shutdown_timer);
-    if (!s->wake.left && s->wake.guard && s->phase == PHASE_IDLE && pg_conn_idle(s->pg)) {
+    bool leave = s->wake.guard || wakeup_lost_guard_due(&s->wake);
+    if (!s->wake.left && leave && s->phase == PHASE_IDLE && pg_conn_idle(s->pg)) {
         s->wake.left = true;
         start_timer(s, &s->shutdown_timer, 1.0);
         send_leave_guard(s);

@@ -715,6 +715,29 @@ static void test_empty_claim_sleeps(void **state)
     expect_sent(0, stopped_sent);
 }
 
+/* SIGTERM comes while a lost process's ending is due (the session reconnected and its LISTEN
+ * is out): the session stopped without it, and that process kept the session's lanes from the
+ * other relays (and, had it guarded, left their sessions asleep unguarded) until the server
+ * ended it, up to --session-timeout later. It is sent on the way out, within the second a guard
+ * has to give its lock up, and the session stops with its answer. */
+static void test_stop_ends_lost_process(void **state)
+{
+    static const char *const sent[] = {"LISTEN,floor-check", "end-lost-guard", NULL};
+    start("1", "1", "60000");
+    bring_up(0);
+    fake_pg_drop(PG(0), "cut while claiming");
+    forget(0);
+    fake_pg_up(PG(0));
+    sigterm();
+    assert_int_equal(T.r->running, 1);
+    answer(0); /* LISTEN */
+    expect_sent(0, sent);
+    assert_int_equal(T.r->running, 1);
+    answer(0); /* ended */
+    assert_int_equal(T.r->running, 0);
+    expect_idle_pg(0);
+}
+
 /* SIGTERM while a batch waits for acknowledgements: nothing is marked until the shutdown
  * timer gives up on the rest, and then only what was acknowledged. */
 static void test_stop_while_producing(void **state)
@@ -2858,6 +2881,7 @@ int main(void)
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
         cmocka_unit_test_teardown(test_lost_guard_ended_after_reconnect, teardown),
         cmocka_unit_test_teardown(test_lost_lanes_ended_after_reconnect, teardown),
+        cmocka_unit_test_teardown(test_stop_ends_lost_process, teardown),
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
         cmocka_unit_test_teardown(test_long_mark_error_logged_once, teardown),
         cmocka_unit_test_teardown(test_floor_off_said_per_database, teardown),
