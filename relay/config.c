@@ -1633,18 +1633,32 @@ static bool takes_installed(Command c)
            c == CMD_VERIFY || c == CMD_CHECK;
 }
 
+/* The commands among those that reach Kafka (verify, check): they take the installed
+ * kafka.properties too, as the unit hands it to run (--kafka-file), so that the brokers' TLS and
+ * SASL settings an operator put there apply to them as to the service. */
+static bool takes_installed_kafka(Command c)
+{
+    return c == CMD_VERIFY || c == CMD_CHECK;
+}
+
 /* The installed files that are readable, as flags appended to argv (a new array the caller
- * frees; its strings are static or in paths). Returns the new argc, or argc when neither is. */
-static int installed_args(int argc, char **argv, char ***out, char paths[2][512], char *said,
-                          size_t saidlen)
+ * frees; its strings are static or in paths). Returns the new argc, or argc when neither
+ * relay.json nor database-url is (kafka.properties alone gives no database to work on). */
+static int installed_args(Command command, int argc, char **argv, char ***out, char paths[3][512],
+                          char *said, size_t saidlen)
 {
     snprintf(paths[0], 512, "%s/relay.json", installed_dir);
     snprintf(paths[1], 512, "%s/database-url", installed_dir);
+    snprintf(paths[2], 512, "%s/kafka.properties", installed_dir);
     bool config = access(paths[0], R_OK) == 0, url = access(paths[1], R_OK) == 0;
+    bool kafka = takes_installed_kafka(command) && access(paths[2], R_OK) == 0;
+    for (int i = 1; i < argc && kafka; i++)
+        if (strcmp(argv[i], "--kafka-file") == 0 || strncmp(argv[i], "--kafka-file=", 13) == 0)
+            kafka = false; /* the operator's own file: not second-guessed */
     *out = NULL;
     if (!config && !url)
         return argc;
-    char **args = calloc((size_t)argc + 5, sizeof(*args));
+    char **args = calloc((size_t)argc + 7, sizeof(*args));
     if (!args) {
         perror("outbox-relay");
         exit(1);
@@ -1659,8 +1673,13 @@ static int installed_args(int argc, char **argv, char ***out, char paths[2][512]
         args[n++] = (char *)"--database-url-file";
         args[n++] = paths[1];
     }
-    snprintf(said, saidlen, "%s%s%s", config ? paths[0] : "", config && url ? " and " : "",
-             url ? paths[1] : "");
+    /* As a flag, it replaces a kafka-file key of relay.json, as the unit's flag does. */
+    if (kafka) {
+        args[n++] = (char *)"--kafka-file";
+        args[n++] = paths[2];
+    }
+    snprintf(said, saidlen, "%s%s%s%s%s", config ? paths[0] : "", config && url ? " and " : "",
+             url ? paths[1] : "", kafka ? " and " : "", kafka ? paths[2] : "");
     *out = args;
     return n;
 }
@@ -1692,8 +1711,8 @@ bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
     /* A --config that lacks the URL is the operator's choice: said, not second-guessed. */
     if (ok || !url_missing || !takes_installed(cfg->command) || cfg->config_file)
         return ok;
-    char **args, paths[2][512], said[1100];
-    int n = installed_args(argc, argv, &args, paths, said, sizeof(said));
+    char **args, paths[3][512], said[1700];
+    int n = installed_args(cfg->command, argc, argv, &args, paths, said, sizeof(said));
     if (n == argc)
         return missing_url(true, err, errlen);
     config_free(cfg);

@@ -1102,6 +1102,40 @@ static void test_installed_configuration(void **state)
     assert_string_equal(cfg.brokers, "k:9092");
     config_free(&cfg);
 
+    /* verify and check reach Kafka as the service does: with the installed kafka.properties
+     * (its TLS and SASL settings; docs/install.md runs `outbox-relay check` after editing it).
+     * The other commands do not read it, and a --kafka-file of the operator's own stays. */
+    char kpath[600];
+    snprintf(kpath, sizeof(kpath), "%s/kafka.properties", dir);
+    f = fopen(kpath, "w");
+    assert_non_null(f);
+    fputs("security.protocol=SASL_SSL\n", f);
+    fclose(f);
+    const char *kafka_commands[] = {"verify", "check"};
+    for (size_t i = 0; i < 2; i++) {
+        assert_true(LOAD(&cfg, err, kafka_commands[i]));
+        assert_non_null(cfg.kafka_file);
+        assert_string_equal(cfg.kafka_file, kpath);
+        assert_int_equal(cfg.kafka.len, cfg.kafka_from_file + 1);
+        assert_string_equal(cfg.kafka.items[cfg.kafka.len - 1].key, "security.protocol");
+        assert_string_equal(cfg.kafka.items[cfg.kafka.len - 1].value, "SASL_SSL");
+        config_free(&cfg);
+    }
+    assert_true(LOAD(&cfg, err, "status"));
+    assert_null(cfg.kafka_file);
+    config_free(&cfg);
+    char own[700];
+    snprintf(own, sizeof(own), "%s.own", kpath);
+    f = fopen(own, "w");
+    assert_non_null(f);
+    fputs("client.id=mine\n", f);
+    fclose(f);
+    assert_true(LOAD(&cfg, err, "check", "--kafka-file", own));
+    assert_string_equal(cfg.kafka_file, own);
+    config_free(&cfg);
+    unlink(own);
+    unlink(kpath);
+
     /* An explicit URL wins, and the installed files are not read. */
     assert_true(LOAD(&cfg, err, "dead", "--database-url", "postgresql://x@y/z"));
     assert_string_equal(cfg.database_url, "postgresql://x@y/z");
