@@ -17,6 +17,8 @@ Makefile fills in for bin/man/.
 Checked where it cannot be generated (README.md and docs/*.md):
   - each docs/*.md starts with "# Title", a blank line and a purpose line; README <= 250 lines;
   - every log line quoted as msg="..." is printed by the code (a string literal holds it);
+  - an example log line of a fenced block (level=L msg="..." key=...) has the level and the
+    fields, in order, of a log call of that message;
   - every --option named is one of the three programs' (--help) or listed in
     tools/docs-foreign-options.txt with the tool it belongs to;
   - every outbox_* name is a metric, or an object, column or role the migrations create, or
@@ -71,6 +73,37 @@ def c_string_literals(text):
         s = s.replace('\\"', '"').replace("\\\\", "\\").replace("\\n", "\n")
         out.append(s)
     return out
+
+
+def log_calls(files):
+    """{message: [(levels, keys)]} of the log calls whose message is a string literal (or
+    `cond ? "a" : "b"`, both) and whose format is one: log_LEVEL(message, format, ...), and
+    log_write(LEVEL, message, format, ...) with the levels its first argument names (all four
+    when it names none: a variable). keys are the format's field names in order, with "*" where
+    a conversion that is no field's value (a connection's tag, optional fields) may write any
+    number of fields."""
+    lit = r'((?:"(?:\\.|[^"\\])*"\s*)+)'
+    join = lambda s: "".join(re.findall(r'"((?:\\.|[^"\\])*)"', s)).replace('\\"', '"')
+    call = re.compile(r"\blog_(?:(debug|info|warn|error)\(|write\(((?:[^,;()]|\([^();]*\))*),)" +
+                      r"\s*(?:[^\"(),;]*\?\s*" + lit + r"\s*:\s*)?" + lit + r",\s*" + lit)
+    calls = {}
+    for f in files:
+        src = re.sub(r"/\*.*?\*/", " ", open(f, encoding="utf-8").read(), flags=re.S)
+        for m in call.finditer(src):
+            levels = {m.group(1)} if m.group(1) else \
+                {l.lower() for l in re.findall(r"\bLOG_(DEBUG|INFO|WARN|ERROR)\b", m.group(2))} or \
+                {"debug", "info", "warn", "error"}
+            fmt = join(m.group(5))
+            keys = []
+            for t in re.finditer(r'([a-z_]+)="?(?=%)|%[-+ #0-9.*]*[lhz]*[a-zA-Z%]', fmt):
+                if t.group(1):
+                    keys.append(t.group(1))
+                elif t.group(0) != "%%" and not re.search(r'=["]?$', fmt[:t.start()]):
+                    keys.append("*")
+            for msg in (m.group(3), m.group(4)):
+                if msg:
+                    calls.setdefault(join(msg), []).append((levels, keys))
+    return calls
 
 
 def metrics_file():
@@ -507,6 +540,32 @@ def check():
                 if not any(all(p in s for p in pieces) for s in literals) and \
                         not any(r.search(q) for r in formats):
                     say(f'{f}:{ln}: log line msg="{q}" is not printed by the code')
+
+    # Example log lines (a line of a fenced block: [TIME ]level=LEVEL msg="…" key=value …) show
+    # what the code prints: a message logged at that level, with the fields of one of its calls,
+    # in order (a conversion of the format that is no field's value, a connection's tag, may
+    # stand for any fields). A message no call names whole is left to the check above.
+    calls = log_calls(glob.glob(path("relay", "**", "*.c"), recursive=True) + glob.glob(path("lib", "*.c")) +
+                      glob.glob(path("producer-demo", "*.c")) + glob.glob(path("consumer-demo", "*.c")))
+    for f in docs:
+        fence = False
+        for ln, l in enumerate(read(f).split("\n"), 1):
+            if l.startswith("```"):
+                fence = not fence
+                continue
+            m = re.match(r'^(?:\S+Z )?level=([a-z]+) msg="((?:\\.|[^"\\])*)"(.*)$', l) if fence else None
+            if not m or m.group(2) not in calls:
+                continue
+            keys = re.findall(r' ([a-z_]+)=(?:"(?:\\.|[^"\\])*"|\S*)', m.group(3))
+            shown = "".join(k + " " for k in keys)
+            if not any(m.group(1) in levels and
+                       re.fullmatch("".join(r"(?:[a-z_]+ )*" if k == "*" else re.escape(k + " ") for k in ks), shown)
+                       for levels, ks in calls[m.group(2)]):
+                said = "; ".join("level=" + "|".join(sorted(levels)) + " " +
+                                 " ".join(k if k == "*" else k + "=" for k in ks)
+                                 for levels, ks in calls[m.group(2)])
+                say(f'{f}:{ln}: example log line msg="{m.group(2)}" shows level={m.group(1)} '
+                    f"{' '.join(k + '=' for k in keys)}, the code prints {said}")
 
     # Log lines quoted in prose: a code span of three or more lower-case words (fields such as
     # `key=…` may follow) is taken for a message and must be printed by the code, unless
