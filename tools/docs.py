@@ -24,6 +24,7 @@ Checked where it cannot be generated (README.md and docs/*.md):
   - every outbox_* name is a metric, or an object, column or role the migrations create, or
     listed in tools/docs-foreign-names.txt;
   - every relative link resolves, and so does its #anchor;
+  - every test named, [NN_name] or "test NN", is one script of tests/it/;
   - no C comment, nor a comment of a shell script of tests/, bench/ or tools/, points at a README
     heading or an issue number, and every docs/x.md#anchor they name resolves
     (tools/docs-comment-pending.txt lists files whose fix is pending elsewhere).
@@ -609,6 +610,20 @@ def check():
             for nm in re.findall(r"(?<![\w.-])(outbox_[a-z0-9_]*[a-z0-9])(?![\w-])", l):
                 if nm not in names:
                     say(f"{f}:{ln}: {nm} is no metric, no object of migrations/ (nor in tools/docs-foreign-names.txt)")
+
+    # Tests named in the documents: [NN_name] (the failure modes' measurements) is a script of
+    # tests/it/, and "test NN" names exactly one (two groups may share a number).
+    scripts = [os.path.basename(t)[:-3] for t in glob.glob(path("tests", "it", "*", "*.sh"))]
+    for f in docs:
+        for ln, l in enumerate(prose(read(f)).split("\n"), 1):
+            for t in re.findall(r"\[(\d\d_[a-z0-9_]+)\](?!\()", l):
+                if t not in scripts:
+                    say(f"{f}:{ln}: [{t}] is no test of tests/it/")
+            for n in re.findall(r"\btest (\d\d)\b(?! ?(?:ms|s|%))", l):
+                named = sorted(t for t in scripts if t.startswith(n + "_"))
+                if len(named) != 1:
+                    say(f"{f}:{ln}: 'test {n}' names " + (" and ".join(named) if named else "no test of tests/it/")
+                        + ": name it as [NN_name]")
 
     # Links and anchors.
     for f in docs:
