@@ -25,6 +25,7 @@ Checked where it cannot be generated (README.md and docs/*.md):
     listed in tools/docs-foreign-names.txt;
   - every relative link resolves, and so does its #anchor;
   - every test named, [NN_name] or "test NN", is one script of tests/it/;
+  - the floors of docs/architecture.md name every module (.c) of lib/ and of relay/'s floors;
   - no C comment, nor a comment of a shell script of tests/, bench/ or tools/, points at a README
     heading or an issue number, and every docs/x.md#anchor they name resolves
     (tools/docs-comment-pending.txt lists files whose fix is pending elsewhere).
@@ -41,6 +42,8 @@ import unicodedata
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELAY = os.environ.get("DOCS_RELAY_BIN", os.path.join(ROOT, "bin", "outbox-relay"))
 DEMOS = [os.path.join(ROOT, "bin", n) for n in ("producer-demo", "consumer-demo")]
+# The relay's floors (the Makefile's RELAY_DIRS), whose modules docs/architecture.md maps.
+RELAY_FLOORS = ["relay", "relay/outbox", "relay/io", "relay/engine", "relay/service", "relay/cmd"]
 
 
 def path(*p):
@@ -610,6 +613,24 @@ def check():
             for nm in re.findall(r"(?<![\w.-])(outbox_[a-z0-9_]*[a-z0-9])(?![\w-])", l):
                 if nm not in names:
                     say(f"{f}:{ln}: {nm} is no metric, no object of migrations/ (nor in tools/docs-foreign-names.txt)")
+
+    # The floors of architecture.md name every module: each .c of lib/ and of relay/ and its
+    # floors is a word of its directory's entry (a module added without a word there is a part of
+    # the code the map does not show).
+    arch = read("docs/architecture.md")
+    m = re.search(r"^## Floors\n.*?^```\n(.*?)^```", arch, flags=re.S | re.M)
+    entries = {}
+    for block in re.split(r"\n(?=\S)", m.group(1) if m else ""):
+        label = block.split()[0] if block.strip() else ""
+        folder = label.rstrip("/") if label.endswith("/") else os.path.dirname(label)
+        entries[folder] = entries.get(folder, "") + " " + block
+    if not m:
+        say("docs/architecture.md: no code block under '## Floors' to check the modules against")
+    for folder in ["lib"] + RELAY_FLOORS:
+        for c in sorted(glob.glob(path(folder, "*.c"))):
+            name = os.path.basename(c)[:-2]
+            if m and not re.search(r"(?<![\w])" + re.escape(name) + r"(?![\w])", entries.get(folder, "")):
+                say(f"docs/architecture.md: the floors do not name {folder}/{name}.c (under {folder}/)")
 
     # Tests named in the documents: [NN_name] (the failure modes' measurements) is a script of
     # tests/it/, and "test NN" names exactly one (two groups may share a number).
