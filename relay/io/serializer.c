@@ -18,11 +18,17 @@
 #define WIRE_HEADER 5
 /* Deeper payloads than this are refused rather than walked (the recursion's bound). */
 #define DEPTH_MAX 64
+/* What building an Avro value may take, as a multiple of the bound on its encoding (the
+ * producer's message.max.bytes): a payload of that many bytes has at most half as many values, an
+ * array's item a slot of 8 in avro-c, which keeps up to twice as many slots as items (Path.held
+ * counts them so): 8 times the payload, and its strings' bytes besides, fit. */
+#define MEMORY_FACTOR 16
 
 struct Serializer {
     Registry *registry;
     ValueFormat format;
     SubjectStrategy strategy;
+    size_t max_len; /* the producer's message.max.bytes: no value is built beyond it */
     SerializerReadyFn ready;
     void *arg;
 };
@@ -110,6 +116,16 @@ Serializer *serializer_new(struct ev_loop *loop, const Config *cfg, SerializerRe
     }
     s->format = cfg->value_format;
     s->strategy = cfg->subject_name_strategy;
+    /* The producer's message.max.bytes as librdkafka takes it (the last setting wins; it checks
+     * the range at start-up): no value larger can be produced, so none is built. */
+    s->max_len = 1000000; /* librdkafka's default */
+    for (size_t i = 0; i < cfg->kafka.len; i++)
+        if (strcmp(cfg->kafka.items[i].key, "message.max.bytes") == 0) {
+            char *end;
+            long v = strtol(cfg->kafka.items[i].value, &end, 10);
+            if (v > 0 && *end == '\0')
+                s->max_len = (size_t)v;
+        }
     s->ready = ready;
     s->arg = arg;
     RegistryOptions o = {.urls = cfg->schema_registry_url,
@@ -163,6 +179,13 @@ bool serializer_probe(Serializer *s, char *warned, size_t warnedlen, char *err, 
 
 /* ---- Avro: a JSON tree into an avro value, by its schema ----------------------------------- */
 
+/* An avro_inline result kept for the row (Path.inline_memo, direct-mapped by the schema). */
+#define INLINE_MEMO 16
+typedef struct InlineMemo {
+    avro_schema_t s;
+    size_t n;
+} InlineMemo;
+
 /* The path of the field being written, for errors: "order.lines[2].sku". */
 typedef struct Path {
     char text[256];
@@ -182,6 +205,16 @@ typedef struct Path {
      * default has it ("\u0000\u0096"), not a number. */
     bool in_default;
     bool oom; /* ran out of memory: not the payload's fault (Parsed.oom) */
+    /* The Avro value's bound (serializer_encode_schema's max_len, wire header included): the
+     * bytes its encoding takes at least, counted as it is built (used), and what avro-c holds for
+     * it (held: its bytes, and the slots an array or a map adds, each at avro_inline's size: a
+     * record's fields and a union's branches are in its slot, a null takes no byte). Defaults
+     * repeat the schema's text per record, so what a payload builds is bounded by payload x
+     * schema, not by the payload: either count past its bound refuses the row (too_big, charge)
+     * before avro-c allocates much past it. */
+    size_t max_len, used, held;
+    bool too_big;
+    InlineMemo inline_memo[INLINE_MEMO]; /* inline_of's, by schema */
 } Path;
 
 /* A number of a JSON text and its token there: text + at, len bytes. */
@@ -751,6 +784,86 @@ static bool mismatch(const Path *path, avro_type_t t, const json_t *j, char *err
     return false;
 }
 
+/* What avro-c's generic value of schema s holds in place, at least: a fixed its whole size, a
+ * record its fields, a union its largest branch (all allocated with the value, whatever is set
+ * later), anything else a slot (8: content such as a string's is counted as it is written). A
+ * named type used by reference (a link) counts a slot: its definition is counted where it
+ * stands. Saturates far below SIZE_MAX. */
+static size_t inline_steps; /* the nodes avro_inline looked at since start (serializer.h) */
+
+size_t serializer_inline_steps(void)
+{
+    return inline_steps;
+}
+
+static size_t avro_inline(avro_schema_t s, int depth)
+{
+    const size_t cap = SIZE_MAX / 64;
+    inline_steps++;
+    if (!s || depth > DEPTH_MAX)
+        return 8;
+    size_t n = 0;
+    if (is_avro_fixed(s)) {
+        int64_t size = avro_schema_fixed_size(s);
+        return size < 0 || (uint64_t)size > cap ? cap : (size_t)size;
+    }
+    if (is_avro_record(s)) {
+        for (size_t i = 0; i < avro_schema_record_size(s) && n < cap; i++)
+            n += avro_inline(avro_schema_record_field_get_by_index(s, (int)i), depth + 1);
+    } else if (is_avro_union(s)) {
+        for (size_t b = 0; b < avro_schema_union_size(s); b++) {
+            size_t k = avro_inline(avro_schema_union_branch(s, (int)b), depth + 1);
+            n = k > n ? k : n;
+        }
+    }
+    n += 8;
+    return n > cap ? cap : n;
+}
+
+/* avro_inline of an array's items or a map's values, looked up once per schema in a row: asked
+ * per array, it walked the items' schema for each of a payload's arrays (a union of a thousand
+ * branches, a thousand steps a "[null]"), payload x schema steps on the loop. */
+static size_t inline_of(Path *path, avro_schema_t s)
+{
+    InlineMemo *m = &path->inline_memo[((uintptr_t)s >> 4) % INLINE_MEMO];
+    if (m->s != s) {
+        m->s = s;
+        m->n = avro_inline(s, 0);
+    }
+    return m->n;
+}
+
+/* Counts a value about to be written: bytes, what its encoding takes at least (varints one byte
+ * each), and held, what avro-c allocates for it beyond that (an array's or a map's new slots).
+ * False, the row refused, once the encoding (wire header included) would pass Path.max_len, or
+ * what avro-c holds MEMORY_FACTOR times it. Called before the value is set or its slot added, so
+ * avro-c never holds much more than the bounds, whatever a payload's empty records, the schema's
+ * defaults or a fixed's size multiply. */
+static bool charge(Path *path, size_t bytes, size_t held, char *err, size_t errlen)
+{
+    path->used += bytes;
+    path->held += bytes + held;
+    const char *where = *path->text ? path->text : "(value)";
+    if (path->used + WIRE_HEADER > path->max_len) {
+        path->too_big = true;
+        snprintf(err, errlen,
+                 "field %.120s: the encoded value would be over %zu bytes (the producer's "
+                 "message.max.bytes)",
+                 where, path->max_len);
+        return false;
+    }
+    if (path->held / MEMORY_FACTOR > path->max_len) {
+        path->too_big = true;
+        snprintf(err, errlen,
+                 "field %.120s: the value would take avro-c over %d x %zu bytes to build (%d x "
+                 "the producer's message.max.bytes; it holds each fixed and each union's largest "
+                 "branch in full)",
+                 where, MEMORY_FACTOR, path->max_len, MEMORY_FACTOR);
+        return false;
+    }
+    return true;
+}
+
 /* Branch b of union us, a reference to a named type defined elsewhere (["null", "shop.Addr"],
  * which avro-c parses as a link) resolved to the type. */
 static avro_schema_t union_branch(avro_schema_t us, int b)
@@ -1036,7 +1149,7 @@ static bool put_record(avro_value_t *v, const json_t *j, Path *path, int depth, 
             }
             ok = ok && put_value(target, def, NULL, path, depth + 1, err, errlen);
             path->in_default = was;
-            if (!ok) {
+            if (!ok && !path->too_big) {
                 char why[200];
                 snprintf(why, sizeof(why), "%s", err);
                 snprintf(err, errlen, "field %.120s: missing, and its default does not fit: %s",
@@ -1048,7 +1161,7 @@ static bool put_record(avro_value_t *v, const json_t *j, Path *path, int depth, 
             avro_type_t ft = avro_value_get_type(&field);
             ok = (ft == AVRO_NULL || ft == AVRO_UNION) &&
                  put_value(&field, null, NULL, path, depth + 1, err, errlen);
-            if (!ok)
+            if (!ok && !path->too_big)
                 snprintf(err, errlen, "field %s: missing (its type has no null)", path->text);
         } else {
             ok = put_value(&field, fj, decimal_of(path, avro_value_get_schema(&field), rs, (int)i),
@@ -1250,6 +1363,10 @@ static bool put_decimal(avro_value_t *v, const json_t *j, const Decimal *dec, Pa
     DecimalBytes db;
     if (!decimal_read(j, dec, s, path, &db, err, errlen))
         return false;
+    /* Before a fixed's bytes are allocated: its size is the schema's, however small the value. */
+    if (!charge(path, is_avro_fixed(s) ? (size_t)avro_schema_fixed_size(s) : db.n + 1, 0, err,
+                errlen))
+        return false;
     const unsigned char *bytes = db.mag + sizeof(db.mag) - db.n;
     size_t n = db.n;
     unsigned char *wide = NULL; /* a fixed larger than db.mag, sign-extended */
@@ -1315,9 +1432,13 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
     int rc = 0;
     switch (t) {
     case AVRO_NULL:
+        if (!charge(path, 0, 0, err, errlen))
+            return false;
         rc = avro_value_set_null(v);
         break;
     case AVRO_BOOLEAN:
+        if (!charge(path, 1, 0, err, errlen))
+            return false;
         rc = avro_value_set_boolean(v, json_is_true(j));
         break;
     case AVRO_INT32: {
@@ -1327,20 +1448,30 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
                      path->text, i);
             return false;
         }
+        if (!charge(path, 1, 0, err, errlen))
+            return false;
         rc = avro_value_set_int(v, (int32_t)i);
         break;
     }
     case AVRO_INT64:
+        if (!charge(path, 1, 0, err, errlen))
+            return false;
         rc = avro_value_set_long(v, whole);
         break;
     case AVRO_FLOAT:
+        if (!charge(path, 4, 0, err, errlen))
+            return false;
         rc = avro_value_set_float(v, (float)json_number_value(j));
         break;
     case AVRO_DOUBLE:
+        if (!charge(path, 8, 0, err, errlen))
+            return false;
         rc = avro_value_set_double(v, json_number_value(j));
         break;
     case AVRO_STRING:
         /* avro-c counts the terminating NUL in a string's size. */
+        if (!charge(path, json_string_length(j) + 1, 0, err, errlen))
+            return false;
         rc = avro_value_set_string_len(v, json_string_value(j), json_string_length(j) + 1);
         break;
     case AVRO_BYTES:
@@ -1363,6 +1494,8 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
             snprintf(err, errlen, "field %s: fixed of %lld bytes, got %ld", path->text,
                      (long long)avro_schema_fixed_size(fs), n);
             n = -1;
+        } else if (!charge(path, (size_t)n + (t == AVRO_BYTES), 0, err, errlen)) {
+            n = -1;
         } else {
             rc = t == AVRO_FIXED ? avro_value_set_fixed(v, bytes, (size_t)n)
                                  : avro_value_set_bytes(v, bytes, (size_t)n);
@@ -1379,11 +1512,17 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
                      json_string_value(j));
             return false;
         }
+        if (!charge(path, 1, 0, err, errlen))
+            return false;
         rc = avro_value_set_enum(v, sym);
         break;
     }
     case AVRO_ARRAY: {
         avro_schema_t container = avro_value_get_schema(v);
+        if (!charge(path, 1, 0, err, errlen)) /* the block count or the end */
+            return false;
+        /* avro-c keeps the items in place, 10 at first, then twice as many each time */
+        size_t slot = json_array_size(j) ? inline_of(path, avro_schema_array_items(container)) : 0;
         size_t i;
         const json_t *item;
         json_array_foreach(j, i, item)
@@ -1391,6 +1530,8 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
             avro_value_t child;
             size_t mark;
             path_push(path, &mark, NULL, i);
+            if (!charge(path, 0, (i == 0 ? 12 : 2) * slot, err, errlen))
+                return false;
             if (avro_value_append(v, &child, NULL) != 0 ||
                 !put_value(&child, item,
                            decimal_of(path, avro_value_get_schema(&child), container, 0), path,
@@ -1402,6 +1543,11 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
     }
     case AVRO_MAP: {
         avro_schema_t container = avro_value_get_schema(v);
+        if (!charge(path, 1, 0, err, errlen)) /* the block count or the end */
+            return false;
+        /* avro-c keeps the values in place, as an array's items */
+        size_t slot = json_object_size(j) ? inline_of(path, avro_schema_map_values(container)) : 0;
+        size_t i = 0;
         const char *key;
         const json_t *item;
         json_object_foreach((json_t *)j, key, item)
@@ -1409,6 +1555,9 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
             avro_value_t child;
             size_t mark;
             path_push(path, &mark, key, 0);
+            /* and its key's entry in avro-c's hash table */
+            if (!charge(path, strlen(key) + 1, (i++ == 0 ? 12 : 2) * slot + 32, err, errlen))
+                return false;
             if (avro_value_add(v, key, &child, NULL, NULL) != 0 ||
                 !put_value(&child, item,
                            decimal_of(path, avro_value_get_schema(&child), container, 0), path,
@@ -1419,9 +1568,10 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
         break;
     }
     case AVRO_RECORD:
-        return put_record(v, j, path, depth, err, errlen);
+        return charge(path, 0, 0, err, errlen) && put_record(v, j, path, depth, err, errlen);
     case AVRO_UNION:
-        return put_union(v, j, path, depth, err, errlen);
+        /* its branch's index: a varint */
+        return charge(path, 1, 0, err, errlen) && put_union(v, j, path, depth, err, errlen);
     default:
         return mismatch(path, t, j, err, errlen);
     }
@@ -1433,11 +1583,12 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
 }
 
 static bool avro_encode_noted(Parsed *ps, const json_t *root, const char *payload,
-                              size_t payload_len, char **out, size_t *out_len, int id, char *err,
-                              size_t errlen)
+                              size_t payload_len, size_t max_len, char **out, size_t *out_len,
+                              int id, char *err, size_t errlen)
 {
     avro_value_reset(&ps->value);
-    Path path = {"", ps, root, payload, payload_len, false, NULL, 0, false, NULL, 0, false, false};
+    Path path = {
+        .ps = ps, .root = root, .payload = payload, .payload_len = payload_len, .max_len = max_len};
     bool ok =
         put_value(&ps->value, root, decimal_of(&path, ps->avro, NULL, 0), &path, 0, err, errlen);
     free((void *)path.inexact);
@@ -1447,6 +1598,12 @@ static bool avro_encode_noted(Parsed *ps, const json_t *root, const char *payloa
     size_t size = 0;
     if (avro_value_sizeof(&ps->value, &size) != 0) {
         snprintf(err, errlen, "%s", avro_strerror());
+        return false;
+    }
+    if (size > max_len - WIRE_HEADER) { /* the count above is a lower bound; this is exact */
+        snprintf(err, errlen,
+                 "the encoded value is %zu bytes, over %zu (the producer's message.max.bytes)",
+                 WIRE_HEADER + size, max_len);
         return false;
     }
     char *buf = malloc(WIRE_HEADER + size);
@@ -1489,12 +1646,14 @@ static void *noting_avro_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 }
 
 static bool avro_encode(Parsed *ps, const json_t *root, const char *payload, size_t payload_len,
-                        char **out, size_t *out_len, int id, char *err, size_t errlen)
+                        size_t max_len, char **out, size_t *out_len, int id, char *err,
+                        size_t errlen)
 {
     encode_allocator = AVRO_CURRENT_ALLOCATOR;
     avro_set_allocator(noting_avro_alloc, NULL);
     encode_alloc_failed = false;
-    bool ok = avro_encode_noted(ps, root, payload, payload_len, out, out_len, id, err, errlen);
+    bool ok =
+        avro_encode_noted(ps, root, payload, payload_len, max_len, out, out_len, id, err, errlen);
     avro_set_allocator(encode_allocator.alloc, encode_allocator.user_data);
     if (encode_alloc_failed)
         ps->oom = true;
@@ -1760,7 +1919,7 @@ static bool find_decimals(Parsed *ps, const json_t *js, avro_schema_t s, avro_sc
 
 /* Parses the registry's schema once; a schema we cannot use fails every row of its subject with
  * the reason (logged once). NULL when out of memory: nothing kept, the next row tries again. */
-static Parsed *parse_schema(const RegistrySchema *rs, ValueFormat format)
+static Parsed *parse_schema(const RegistrySchema *rs, ValueFormat format, size_t max_len)
 {
     Parsed *ps = calloc(1, sizeof(*ps));
     if (!ps)
@@ -1776,9 +1935,19 @@ static Parsed *parse_schema(const RegistrySchema *rs, ValueFormat format)
                  want_avro ? "AVRO" : "JSON");
         ps->broken = true;
     } else if (want_avro) {
-        if (avro_schema_from_json_length(rs->text, strlen(rs->text), &ps->avro) != 0 ||
-            !(ps->iface = avro_generic_class_from_schema(ps->avro)) ||
-            avro_generic_value_new(ps->iface, &ps->value) != 0) {
+        size_t held = 0;
+        if (avro_schema_from_json_length(rs->text, strlen(rs->text), &ps->avro) == 0 &&
+            (held = avro_inline(ps->avro, 0)) / MEMORY_FACTOR > max_len) {
+            /* avro-c would allocate it with the value, before any row: a fixed of 1 GB took 1
+             * GB, or failed as out of memory, row after row */
+            snprintf(ps->broken_why, sizeof(ps->broken_why),
+                     "schema id %d: a value of it takes avro-c %zu bytes before any field is set "
+                     "(its fixeds and its unions' largest branches), over %d x %zu (the "
+                     "producer's message.max.bytes)",
+                     rs->id, held, MEMORY_FACTOR, max_len);
+            ps->broken = true;
+        } else if (!ps->avro || !(ps->iface = avro_generic_class_from_schema(ps->avro)) ||
+                   avro_generic_value_new(ps->iface, &ps->value) != 0) {
             snprintf(ps->broken_why, sizeof(ps->broken_why), "schema id %d: avro: %s", rs->id,
                      avro_strerror());
             if (ps->iface)
@@ -1888,7 +2057,7 @@ SerializerOutcome serializer_encode(Serializer *s, const char *topic, const char
     }
     /* The cache entry is the registry's; its parsed slot is ours (registry.h). */
     return serializer_encode_schema(s->format, (RegistrySchema *)rs, subject, payload, payload_len,
-                                    out, out_len, err, errlen);
+                                    s->max_len, out, out_len, err, errlen);
 }
 
 void serializer_schema_release(RegistrySchema *rs)
@@ -1929,11 +2098,13 @@ static json_t *load_noting_oom(const char *text, size_t len, size_t flags, json_
 
 SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *rs,
                                            const char *subject, const char *payload,
-                                           size_t payload_len, char **out, size_t *out_len,
-                                           char *err, size_t errlen)
+                                           size_t payload_len, size_t max_len, char **out,
+                                           size_t *out_len, char *err, size_t errlen)
 {
+    if (max_len <= WIRE_HEADER)
+        max_len = WIRE_HEADER + 1; /* no value fits: every row refused, none built */
     if (!rs->parsed)
-        rs->parsed = parse_schema(rs, format);
+        rs->parsed = parse_schema(rs, format, max_len);
     Parsed *ps = rs->parsed;
     if (!ps) {
         snprintf(err, errlen, "out of memory");
@@ -1995,10 +2166,10 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
     char why[400];
     bool ok;
     if (format == VALUE_AVRO) {
-        ok = avro_encode(ps, root, payload, payload_len, out, out_len, rs->id, why, sizeof(why));
+        ok = avro_encode(ps, root, payload, payload_len, max_len, out, out_len, rs->id, why,
+                         sizeof(why));
     } else {
-        Path path = {"", ps,    root, payload, payload_len, false, NULL,
-                     0,  false, NULL, 0,       false,       false};
+        Path path = {.ps = ps, .root = root, .payload = payload, .payload_len = payload_len};
         ok = check_json(ps->json, root, &path, 0, why, sizeof(why));
         ps->oom = path.oom;
         free((void *)path.inexact);

@@ -29,7 +29,10 @@
  * record field missing from the payload is its default when the schema gives one (a union's
  * first branch, or the first the default fits; bytes as Avro's JSON encoding has them), else null
  * when its type allows null, a fault otherwise; payload fields the schema lacks are ignored (as
- * Confluent's JavaScript serializer does).
+ * Confluent's JavaScript serializer does). A value whose encoding would be over the producer's
+ * message.max.bytes, or that would take avro-c over 16 times that to build, is the row's fault,
+ * refused before it is built past the bound (defaults and fixeds can make it many times its
+ * payload); a schema whose value alone takes avro-c more (a fixed of 1 GB) cannot be used.
  *
  * JSON Schema: the payload is checked against type, properties, required, additionalProperties,
  * items, enum and const (others are not checked) and sent as it is; an integer beyond 64 bits is
@@ -80,13 +83,16 @@ SerializerOutcome serializer_encode(Serializer *s, const char *topic, const char
 /* The encoding itself, by a schema already at hand (serializer_encode after the registry
  * answered; the unit tests, without a registry): parses rs->text on first use into rs->parsed
  * (release it with serializer_schema_release), then encodes as serializer_encode does. subject
- * is for the errors. Returns SERIALIZER_OK, SERIALIZER_ROW_FAULT, or SERIALIZER_RETRY_LATER when
- * the schema itself cannot be used (wrong type, not parsable) or memory ran out ("out of memory":
- * never the payload's fault). */
+ * is for the errors. max_len bounds an Avro value, its wire header included (serializer_encode
+ * gives the producer's message.max.bytes): a value that would be larger (a payload's empty
+ * records filled with the schema's defaults can be many times the payload) is a row fault,
+ * refused before it is built much past the bound. Returns SERIALIZER_OK, SERIALIZER_ROW_FAULT, or
+ * SERIALIZER_RETRY_LATER when the schema itself cannot be used (wrong type, not parsable) or memory
+ * ran out ("out of memory": never the payload's fault). */
 SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *rs,
                                            const char *subject, const char *payload,
-                                           size_t payload_len, char **out, size_t *out_len,
-                                           char *err, size_t errlen);
+                                           size_t payload_len, size_t max_len, char **out,
+                                           size_t *out_len, char *err, size_t errlen);
 void serializer_schema_release(RegistrySchema *rs);
 
 /* For tests: the slots looked at, since start, by the walks that find which reals of a payload
@@ -94,6 +100,11 @@ void serializer_schema_release(RegistrySchema *rs);
  * per number (not per number already found): tests check that it grows with the payload's size,
  * not with its square. Not thread-safe (the serializer runs on the loop). */
 size_t serializer_walk_probes(void);
+
+/* For tests: the schema nodes looked at, since start, to size what avro-c holds for an array's
+ * items or a map's values (the Avro bound, serializer_encode_schema's max_len): once per item
+ * schema in a row, not once per array. Not thread-safe (the serializer runs on the loop). */
+size_t serializer_inline_steps(void);
 
 /* False while the registry is down (for /readyz and the metric). */
 bool serializer_up(const Serializer *s);

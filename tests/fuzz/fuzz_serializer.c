@@ -67,7 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *out = NULL, err[512];
         size_t len = 0;
         SerializerOutcome o = serializer_encode_schema(formats[i], schemas[i], "t-value", payload,
-                                                       size, &out, &len, err, sizeof(err));
+                                                       size, 1000000, &out, &len, err, sizeof(err));
         if (o != SERIALIZER_OK && o != SERIALIZER_ROW_FAULT)
             abort();
         if (o == SERIALIZER_OK && (len < 5 || out[0] != 0 || out[4] != (char)schemas[i]->id))

@@ -28,7 +28,8 @@ static const char *order_schema =
 static SerializerOutcome encode(ValueFormat f, RegistrySchema *rs, const char *payload, char **out,
                                 size_t *len, char *err)
 {
-    return serializer_encode_schema(f, rs, "t-value", payload, strlen(payload), out, len, err, 256);
+    return serializer_encode_schema(f, rs, "t-value", payload, strlen(payload), 1000000, out, len,
+                                    err, 256);
 }
 
 static void test_avro_bytes(void **state)
@@ -116,7 +117,7 @@ static void test_payload_nul(void **state)
         size_t len = 0;
         SerializerOutcome o =
             serializer_encode_schema(cases[i].f, cases[i].rs, "t-value", cases[i].payload,
-                                     cases[i].len, &out, &len, err, sizeof(err));
+                                     cases[i].len, 1000000, &out, &len, err, sizeof(err));
         if (o != SERIALIZER_ROW_FAULT || out || !strstr(err, "NUL byte"))
             fail_msg("case %zu: outcome %d, error \"%s\"", i, (int)o, err);
     }
@@ -1193,6 +1194,211 @@ static void test_encode_oom_is_not_the_rows_fault(void **state)
     }
 }
 
+/* avro-c's allocator counting the bytes it holds (avro_held) and their peak (avro_peak). */
+static long long avro_held, avro_peak;
+static void *measuring_avro_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    avro_held += (long long)nsize - (long long)(ptr ? osize : 0);
+    avro_peak = avro_held > avro_peak ? avro_held : avro_peak;
+    if (nsize == 0) {
+        free(ptr);
+        return NULL;
+    }
+    return realloc(ptr, nsize);
+}
+
+/* An Avro value built into bytes, row by row, the peak of what avro-c held meanwhile. */
+static SerializerOutcome encode_measured(RegistrySchema *rs, const char *payload, size_t max_len,
+                                         char **out, size_t *len, char *err)
+{
+    struct avro_allocator_state before = AVRO_CURRENT_ALLOCATOR;
+    avro_set_allocator(measuring_avro_alloc, NULL);
+    avro_held = avro_peak = 0;
+    SerializerOutcome o = serializer_encode_schema(VALUE_AVRO, rs, "t-value", payload,
+                                                   strlen(payload), max_len, out, len, err, 256);
+    avro_set_allocator(before.alloc, before.user_data);
+    return o;
+}
+
+/* "[{}, {}, ...]" of n empty objects, or of n copies of item. */
+static char *repeated(const char *item, size_t n)
+{
+    size_t k = strlen(item);
+    char *p = malloc(n * (k + 2) + 3), *o = p;
+    *o++ = '[';
+    for (size_t i = 0; i < n; i++) {
+        memcpy(o, item, k);
+        o += k;
+        if (i + 1 < n)
+            *o++ = ',';
+    }
+    *o++ = ']';
+    *o = '\0';
+    return p;
+}
+
+/* From this review: an Avro value was bounded by payload x schema, not by any setting: a payload
+ * of 2,000 empty objects (6 KB) against records of five fields defaulting to 1,000 characters was
+ * built (10 MB in avro-c) and encoded whole; a decimal on a fixed of 2 MB took 2 MB a number; a
+ * record of 50 null fields took avro-c's slots for each without a byte of output. Now the value is
+ * counted as it is built and refused past max_len (the producer's message.max.bytes), the row's
+ * fault, before avro-c holds much more than that; a value of exactly max_len still goes out. */
+static void test_avro_encoded_size_bounded(void **state)
+{
+    char fields[8192] = "";
+    char big[1001];
+    memset(big, 'x', 1000);
+    big[1000] = '\0';
+    for (int i = 0; i < 5; i++)
+        snprintf(fields + strlen(fields), sizeof(fields) - strlen(fields),
+                 "%s{\"name\": \"f%d\", \"type\": \"string\", \"default\": \"%s\"}", i ? ", " : "",
+                 i, big);
+    char text[9000];
+    snprintf(text, sizeof(text),
+             "{\"type\": \"array\", \"items\": {\"type\": \"record\", \"name\": \"R\", \"fields\": "
+             "[%s]}}",
+             fields);
+    char nulls[4096] = "";
+    for (int i = 0; i < 50; i++)
+        snprintf(nulls + strlen(nulls), sizeof(nulls) - strlen(nulls),
+                 "%s{\"name\": \"n%d\", \"type\": \"null\"}", i ? ", " : "", i);
+    char null_text[5000];
+    snprintf(null_text, sizeof(null_text),
+             "{\"type\": \"array\", \"items\": {\"type\": \"record\", \"name\": \"N\", \"fields\": "
+             "[%s]}}",
+             nulls);
+    RegistrySchema defaults = {.id = 11, .type = REGISTRY_AVRO, .subject = "t-value", .text = text};
+    RegistrySchema wide = {.id = 12,
+                           .type = REGISTRY_AVRO,
+                           .subject = "t-value",
+                           .text =
+                               "{\"type\": \"array\", \"items\": {\"type\": \"fixed\", \"name\": "
+                               "\"F\", \"size\": 2000000, \"logicalType\": \"decimal\", "
+                               "\"precision\": 10}}"};
+    RegistrySchema empty = {
+        .id = 13, .type = REGISTRY_AVRO, .subject = "t-value", .text = null_text};
+    RegistrySchema unions = {.id = 15,
+                             .type = REGISTRY_AVRO,
+                             .subject = "t-value",
+                             .text = "{\"type\": \"array\", \"items\": [\"null\", {\"type\": "
+                                     "\"fixed\", \"name\": \"G\", \"size\": 300000}]}"};
+    char *p_defaults = repeated("{}", 2000), *p_wide = repeated("1", 10),
+         *p_empty = repeated("{}", 30000), *p_unions = repeated("null", 1000);
+    struct {
+        RegistrySchema *rs;
+        const char *payload;
+    } cases[] = {{&defaults, p_defaults}, {&wide, p_wide}, {&empty, p_empty}, {&unions, p_unions}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char *out = NULL, err[256] = "";
+        size_t len = 0;
+        SerializerOutcome o =
+            encode_measured(cases[c].rs, cases[c].payload, 1000000, &out, &len, err);
+        free(out);
+        if (o != SERIALIZER_ROW_FAULT || !strstr(err, "1000000 bytes") ||
+            !strstr(err, "the producer's message.max.bytes"))
+            fail_msg("case %zu: outcome %d (%zu bytes), %s", c, (int)o, len, err);
+        /* what avro-c held: within the bound on its memory (16 x max_len) and a little more */
+        if (avro_peak > (16LL + 2) * 1000000)
+            fail_msg("case %zu: avro-c held %lld bytes at its peak", c, avro_peak);
+        serializer_schema_release(cases[c].rs);
+    }
+    free(p_defaults);
+    free(p_wide);
+    free(p_empty);
+    free(p_unions);
+
+    /* A value whose fixed alone is over the bound: avro-c would allocate it with the value, before
+     * any row (the schema is unusable: its rows wait, as for any schema that cannot be used). */
+    RegistrySchema huge = {.id = 16,
+                           .type = REGISTRY_AVRO,
+                           .subject = "t-value",
+                           .text =
+                               "{\"type\": \"record\", \"name\": \"H\", \"fields\": [{\"name\": "
+                               "\"h\", \"type\": {\"type\": \"fixed\", \"name\": \"HF\", "
+                               "\"size\": 2000000000}}]}"};
+    {
+        char *out = NULL, err[256] = "";
+        size_t len = 0;
+        assert_int_equal(encode_measured(&huge, "{\"h\": \"x\"}", 1000000, &out, &len, err),
+                         SERIALIZER_RETRY_LATER);
+        assert_non_null(strstr(err, "schema id 16: a value of it takes avro-c 2000000008 bytes"));
+        assert_true(avro_peak < 1000000);
+        serializer_schema_release(&huge);
+    }
+
+    /* A payload that fits goes out, however many values it has: 450,000 small longs (900 KB of
+     * JSON, 450 KB encoded) in an array, 150,000 entries in a map. */
+    RegistrySchema longs = {.id = 19,
+                            .type = REGISTRY_AVRO,
+                            .subject = "t-value",
+                            .text = "{\"type\": \"array\", \"items\": \"long\"}"};
+    RegistrySchema map = {.id = 20,
+                          .type = REGISTRY_AVRO,
+                          .subject = "t-value",
+                          .text = "{\"type\": \"map\", \"values\": \"long\"}"};
+    char *p_longs = repeated("1", 450000);
+    char *p_map = malloc(150000 * 12 + 3), *o = p_map;
+    *o++ = '{';
+    for (int i = 0; i < 150000; i++)
+        o += sprintf(o, "%s\"%x\":1", i ? "," : "", i);
+    strcpy(o, "}");
+    struct {
+        RegistrySchema *rs;
+        const char *payload;
+    } fit[] = {{&longs, p_longs}, {&map, p_map}};
+    for (size_t c = 0; c < sizeof(fit) / sizeof(fit[0]); c++) {
+        char *out = NULL, err[256] = "";
+        size_t len = 0;
+        if (encode_measured(fit[c].rs, fit[c].payload, 1000000, &out, &len, err) != SERIALIZER_OK)
+            fail_msg("fitting case %zu (%zu bytes of JSON) refused: %s", c, strlen(fit[c].payload),
+                     err);
+        free(out);
+        serializer_schema_release(fit[c].rs);
+    }
+    free(p_longs);
+    free(p_map);
+
+    /* What avro-c holds for an array's items is worked out once per schema in a row, not per
+     * array: 20,000 arrays of a union of 200 branches look at 201 nodes, not 4 million. */
+    char branches[16384] = "\"null\"";
+    for (int i = 0; i < 200; i++)
+        snprintf(branches + strlen(branches), sizeof(branches) - strlen(branches),
+                 ", {\"type\": \"fixed\", \"name\": \"X%d\", \"size\": 1}", i);
+    char nested_text[17000];
+    snprintf(nested_text, sizeof(nested_text),
+             "{\"type\": \"array\", \"items\": {\"type\": \"array\", \"items\": [%s]}}", branches);
+    RegistrySchema nested = {
+        .id = 21, .type = REGISTRY_AVRO, .subject = "t-value", .text = nested_text};
+    char *p_nested = repeated("[null]", 20000);
+    {
+        char *out = NULL, err[256] = "";
+        size_t len = 0;
+        size_t before = serializer_inline_steps();
+        if (encode_measured(&nested, p_nested, 1000000, &out, &len, err) != SERIALIZER_OK)
+            fail_msg("20,000 arrays of a null: %s", err);
+        free(out);
+        size_t steps = serializer_inline_steps() - before;
+        if (steps > 10 * 202) /* the schema's, once at parse and once for the row */
+            fail_msg("%zu schema nodes looked at for 20,000 arrays", steps);
+        serializer_schema_release(&nested);
+    }
+    free(p_nested);
+
+    /* The bound is the wire format's whole value: "abcd" is 1 + 4 bytes after the 5 of header. */
+    RegistrySchema str = {
+        .id = 14, .type = REGISTRY_AVRO, .subject = "t-value", .text = "\"string\""};
+    char *out = NULL, err[256] = "";
+    size_t len = 0;
+    assert_int_equal(encode_measured(&str, "\"abcd\"", 10, &out, &len, err), SERIALIZER_OK);
+    assert_int_equal(len, 10);
+    free(out);
+    out = NULL;
+    assert_int_equal(encode_measured(&str, "\"abcd\"", 9, &out, &len, err), SERIALIZER_ROW_FAULT);
+    assert_null(out);
+    assert_non_null(strstr(err, "over 9 bytes"));
+    serializer_schema_release(&str);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1224,6 +1430,7 @@ int main(void)
         cmocka_unit_test(test_avro_decimal_wide_fixed),
         cmocka_unit_test(test_avro_decimal_fixed_precision_bound),
         cmocka_unit_test(test_avro_decimal_schema_oom),
+        cmocka_unit_test(test_avro_encoded_size_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
