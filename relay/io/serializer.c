@@ -263,6 +263,7 @@ typedef struct Walk {
     size_t n, cap;
     bool oom;
     bool want_nums; /* record every number's token in nums (number_texts) instead */
+    int depth_max;  /* containers deeper than this are skipped, their numbers not looked at */
     NumText *nums;
     size_t n_nums, cap_nums;
 } Walk;
@@ -369,7 +370,7 @@ static void walk_num(Walk *w, const json_t *node, size_t at, size_t n)
 }
 
 /* The value at w->i, node being jansson's node for it (NULL: none, as below a key another
- * occurrence replaced). Deeper than the encoders go (DEPTH_MAX), a value is skipped without
+ * occurrence replaced). Deeper than the questions go (w->depth_max), a value is skipped without
  * recursion: no question is asked of it. */
 static void walk_value(Walk *w, const json_t *node, int depth)
 {
@@ -377,7 +378,7 @@ static void walk_value(Walk *w, const json_t *node, int depth)
     if (w->i >= w->len)
         return;
     char c = w->p[w->i];
-    if ((c == '{' || c == '[') && depth > DEPTH_MAX + 1) {
+    if ((c == '{' || c == '[') && depth > w->depth_max) {
         walk_skip(w);
         return;
     }
@@ -457,7 +458,8 @@ static const json_t **inexact_reals(const char *payload, size_t len, const json_
     }
     if (!any)
         return NULL;
-    Walk w = {.p = payload, .len = len};
+    /* the encoders ask of values at most DEPTH_MAX (+ 1) levels down */
+    Walk w = {.p = payload, .len = len, .depth_max = DEPTH_MAX + 1};
     walk_value(&w, root, 0);
     /* The nodes whose last verdict is inexact, sorted for real_inexact's binary search. */
     const json_t **found = w.oom || w.n == 0 ? NULL : malloc(w.n * sizeof(*found));
@@ -485,7 +487,11 @@ static int numtext_order(const void *a, const void *b)
  * their doubles, as before). Caller frees. */
 static NumText *number_texts(const char *text, size_t len, const json_t *root, size_t *n)
 {
-    Walk w = {.p = text, .len = len, .want_nums = true};
+    /* const and enum compare numbers this deep: in the payload, a value checked DEPTH_MAX levels
+     * down and a const's own DEPTH_MAX + 1 below it; in a schema, twice as many for the
+     * subschemas' levels ("properties", then the name) above the const. Stopping at DEPTH_MAX
+     * compared the numbers below by their doubles: 0.1 was 0.10000000000000000001. */
+    Walk w = {.p = text, .len = len, .want_nums = true, .depth_max = 4 * (DEPTH_MAX + 1)};
     walk_value(&w, root, 0);
     if (w.oom) {
         free(w.nums);

@@ -270,6 +270,57 @@ static void test_json_schema_equality_exact(void **state)
     serializer_schema_release(&rs);
 }
 
+/* From this review: the walks that find each number's text stopped 65 levels down, but const and
+ * enum compare deeper than that (a const 60 levels into the payload, its own arrays 10 more): the
+ * numbers there were compared as doubles, so 0.10000000000000000001 passed a const of 0.1, and an
+ * integer beyond 64 bits (read as a real) passed a const one off from it. Both sides are now walked
+ * as deep as the checks go. */
+static void test_json_schema_equality_deep(void **state)
+{
+    const char *inner[][2] = {
+        {"0.1", "0.10000000000000000001"},
+        {"12345678901234567890", "12345678901234567891"},
+    };
+    for (size_t c = 0; c < sizeof(inner) / sizeof(inner[0]); c++) {
+        /* items 60 deep, then a const of 10 nested arrays; the payload's value at the same place */
+        char schema[2048] = "", payload[2048] = "", same[2048] = "", tail[1024] = "";
+        for (int i = 0; i < 60; i++) {
+            strcat(schema, "{\"items\": ");
+            strcat(payload, "[");
+            strcat(tail, "]");
+        }
+        strcpy(same, payload);
+        strcat(schema, "{\"const\": [[[[[[[[[[");
+        strcat(schema, inner[c][0]);
+        strcat(schema, "]]]]]]]]]]}");
+        for (int i = 0; i < 60; i++)
+            strcat(schema, "}");
+        strcat(payload, "[[[[[[[[[[");
+        strcat(payload, inner[c][1]);
+        strcat(payload, "]]]]]]]]]]");
+        strcat(payload, tail);
+        strcat(same, "[[[[[[[[[[");
+        strcat(same, inner[c][0]);
+        strcat(same, "]]]]]]]]]]");
+        strcat(same, tail);
+        RegistrySchema rs = {.id = 17, .type = REGISTRY_JSON, .subject = "t-value", .text = schema};
+        char *out = NULL, err[1024] = ""; /* the field's path is 60 "[0]" long */
+        size_t len = 0;
+        if (encode(VALUE_JSON_SCHEMA, &rs, same, &out, &len, err) != SERIALIZER_OK)
+            fail_msg("case %zu, the constant itself: %s", c, err);
+        free(out);
+        out = NULL;
+        SerializerOutcome o =
+            serializer_encode_schema(VALUE_JSON_SCHEMA, &rs, "t-value", payload, strlen(payload),
+                                     1000000, &out, &len, err, sizeof(err));
+        free(out);
+        if (o != SERIALIZER_ROW_FAULT || !strstr(err, "not the constant"))
+            fail_msg("case %zu: %s against a const of %s: outcome %d, %s", c, inner[c][1],
+                     inner[c][0], (int)o, err);
+        serializer_schema_release(&rs);
+    }
+}
+
 /* From this review: a JSON Schema holding an integer beyond 64 bits (a const, an enum's value)
  * could not be read (jansson's "too big integer"), so every row of its subject failed. It is read
  * as the payload is, and compared by its text: the same digits only. */
@@ -1426,6 +1477,7 @@ int main(void)
         cmocka_unit_test(test_json_schema_equality_and_patterns),
         cmocka_unit_test(test_broken_schema_log_quoted),
         cmocka_unit_test(test_json_schema_equality_exact),
+        cmocka_unit_test(test_json_schema_equality_deep),
         cmocka_unit_test(test_json_schema_big_integer_in_schema),
         cmocka_unit_test(test_avro_decimal_wide_fixed),
         cmocka_unit_test(test_avro_decimal_fixed_precision_bound),
