@@ -895,7 +895,8 @@ static bool decimal_syntax(const char *text)
 }
 
 /* A decimal value as Avro writes it: the two's-complement big-endian unscaled integer, its n
- * bytes ending at mag[sizeof(mag) - 1], and the text it was read from (for errors). 250 digits
+ * bytes ending at mag[sizeof(mag) - 1], and the text of a JSON number it was read from (a
+ * string is read in place, of any length). 250 digits
  * (the most find_decimals lets through) take 105 bytes; a fixed larger than mag is sign-extended
  * to its size by put_decimal. */
 typedef struct DecimalBytes {
@@ -1241,18 +1242,16 @@ static bool decimal_read(const json_t *j, const Decimal *dec, avro_schema_t s, P
                          DecimalBytes *db, char *err, size_t errlen)
 {
     const char *where = *path->text ? path->text : "(value)";
-    char *text = db->text;
+    /* A string is read where it is, whatever its length: its leading zeros, and its trailing
+     * zeros beyond the scale, are no digits of the value ("000...01.5" is 1.5; refused past 399
+     * characters, it was said to have more digits than its precision). */
+    const char *text = db->text;
     if (json_is_string(j)) {
-        if (json_string_length(j) >= sizeof(db->text)) {
-            snprintf(err, errlen, "field %s: decimal of %zu characters, more than its precision %d",
-                     where, json_string_length(j), dec->precision);
-            return false;
-        }
-        snprintf(text, sizeof(db->text), "%s", json_string_value(j));
+        text = json_string_value(j);
     } else if (json_is_integer(j)) {
-        snprintf(text, sizeof(db->text), "%" JSON_INTEGER_FORMAT, json_integer_value(j));
+        snprintf(db->text, sizeof(db->text), "%" JSON_INTEGER_FORMAT, json_integer_value(j));
     } else if (json_is_real(j)) {
-        if (real_inexact(path, j) || !real_text(json_real_value(j), text, sizeof(db->text))) {
+        if (real_inexact(path, j) || !real_text(json_real_value(j), db->text, sizeof(db->text))) {
             char shortest[32]; /* the double's own text: at most 24 characters */
             snprintf(shortest, sizeof(shortest), "%.17g", json_real_value(j));
             snprintf(err, errlen,

@@ -1164,6 +1164,34 @@ static void test_avro_decimal_schema_oom(void **state)
     serializer_schema_release(&rs);
 }
 
+/* From this review: a decimal's numeric string of 400 characters or more was refused as "more
+ * than its precision" whatever its digits: "000...01.5" (leading zeros) and "1.5000...0"
+ * (trailing zeros beyond the scale) are 1.5, which a shorter text of them was taken as. The
+ * string is read in place: its digits, not its characters, are held against the precision. */
+static void test_avro_decimal_long_string(void **state)
+{
+    static const char text[] =
+        "{\"type\": \"record\", \"name\": \"R\", \"fields\": [{\"name\": \"a\", \"type\": "
+        "{\"type\": \"bytes\", \"logicalType\": \"decimal\", \"precision\": 4, \"scale\": 2}}]}";
+    RegistrySchema rs = {.id = 7, .type = REGISTRY_AVRO, .subject = "t-value", .text = text};
+    char payload[1200], zeros[1001];
+    memset(zeros, '0', 1000);
+    zeros[1000] = '\0';
+    /* 150 at scale 2: 00 96, length 2 (04). */
+    const unsigned char want[] = {0, 0, 0, 0, 7, 0x04, 0x00, 0x96};
+    snprintf(payload, sizeof(payload), "{\"a\": \"%s1.5\"}", zeros);
+    expect_bytes(&rs, payload, want, sizeof(want));
+    snprintf(payload, sizeof(payload), "{\"a\": \"1.5%s\"}", zeros);
+    expect_bytes(&rs, payload, want, sizeof(want));
+    /* its digits, not its characters: too many of them is still refused */
+    snprintf(payload, sizeof(payload), "{\"a\": \"%s1.5\"}", zeros);
+    payload[8] = '9';
+    expect_fault(VALUE_AVRO, &rs, payload, "has more digits than its precision 4");
+    snprintf(payload, sizeof(payload), "{\"a\": \"1.5%s1\"}", zeros);
+    expect_fault(VALUE_AVRO, &rs, payload, "has more fractional digits than its scale 2");
+    serializer_schema_release(&rs);
+}
+
 /* avro-c's allocator, failing its avro_fail_at-th allocation (counted in avro_allocs). */
 static long avro_allocs, avro_fail_at = -1;
 static void *counting_avro_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
@@ -1482,6 +1510,7 @@ int main(void)
         cmocka_unit_test(test_avro_decimal_wide_fixed),
         cmocka_unit_test(test_avro_decimal_fixed_precision_bound),
         cmocka_unit_test(test_avro_decimal_schema_oom),
+        cmocka_unit_test(test_avro_decimal_long_string),
         cmocka_unit_test(test_avro_encoded_size_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
