@@ -1932,8 +1932,10 @@ static Parsed *parse_schema(const RegistrySchema *rs, ValueFormat format, size_t
     ps->format = format;
     bool want_avro = format == VALUE_AVRO;
     if ((rs->type == REGISTRY_AVRO) != want_avro || rs->type == REGISTRY_PROTOBUF) {
-        snprintf(ps->broken_why, sizeof(ps->broken_why), "subject %s holds a %s schema, not %s",
-                 rs->subject,
+        /* a subject may be 599 characters: cut, so that what is wrong fits the line */
+        snprintf(ps->broken_why, sizeof(ps->broken_why),
+                 "subject %.120s%s holds a %s schema, not %s", rs->subject,
+                 strlen(rs->subject) > 120 ? "..." : "",
                  rs->type == REGISTRY_AVRO   ? "AVRO"
                  : rs->type == REGISTRY_JSON ? "JSON"
                                              : "PROTOBUF",
@@ -2201,8 +2203,10 @@ SerializerOutcome serializer_encode_schema(ValueFormat format, RegistrySchema *r
         return SERIALIZER_RETRY_LATER;
     }
     if (!ok) {
-        snprintf(err, errlen, "payload does not fit schema id %d (subject %s): %s", rs->id, subject,
-                 why);
+        /* The subject cut: whole (up to 599 characters) it pushed the reason out of the row's
+         * last_error, leaving "payload does not fit" and no field. The id names the schema. */
+        snprintf(err, errlen, "payload does not fit schema id %d (subject %.120s%s): %s", rs->id,
+                 subject, strlen(subject) > 120 ? "..." : "", why);
         return SERIALIZER_ROW_FAULT;
     }
     return SERIALIZER_OK;

@@ -1192,6 +1192,33 @@ static void test_avro_decimal_long_string(void **state)
     serializer_schema_release(&rs);
 }
 
+/* From this review: the row fault's text held the whole subject (up to 599 characters) before its
+ * reason, so in the relay's 512-byte error the reason was cut off: "payload does not fit schema id
+ * 3 (subject xxxx..." and no field. The subject is cut to 120 characters; the reason stays. So
+ * for a schema of the wrong type (its 256-byte reason). */
+static void test_long_subject_keeps_the_reason(void **state)
+{
+    char subject[600];
+    memset(subject, 's', 599);
+    subject[599] = '\0';
+    RegistrySchema rs = {.id = 3, .type = REGISTRY_AVRO, .subject = subject, .text = order_schema};
+    char *out = NULL, err[512] = "";
+    size_t len = 0;
+    assert_int_equal(serializer_encode_schema(VALUE_AVRO, &rs, subject, "{\"id\": 1}", 9, 1000000,
+                                              &out, &len, err, sizeof(err)),
+                     SERIALIZER_ROW_FAULT);
+    if (!strstr(err, "field id: expected string, got integer"))
+        fail_msg("the reason is lost: %s", err);
+    serializer_schema_release(&rs);
+    RegistrySchema js = {.id = 4, .type = REGISTRY_JSON, .subject = subject, .text = "{}"};
+    assert_int_equal(serializer_encode_schema(VALUE_AVRO, &js, subject, "{}", 2, 1000000, &out,
+                                              &len, err, sizeof(err)),
+                     SERIALIZER_RETRY_LATER);
+    if (!strstr(err, "holds a JSON schema, not AVRO"))
+        fail_msg("the reason is lost: %s", err);
+    serializer_schema_release(&js);
+}
+
 /* avro-c's allocator, failing its avro_fail_at-th allocation (counted in avro_allocs). */
 static long avro_allocs, avro_fail_at = -1;
 static void *counting_avro_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
@@ -1511,6 +1538,7 @@ int main(void)
         cmocka_unit_test(test_avro_decimal_fixed_precision_bound),
         cmocka_unit_test(test_avro_decimal_schema_oom),
         cmocka_unit_test(test_avro_decimal_long_string),
+        cmocka_unit_test(test_long_subject_keeps_the_reason),
         cmocka_unit_test(test_avro_encoded_size_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
