@@ -878,8 +878,20 @@ bool registry_up(const Registry *r)
 typedef struct ProbeResult {
     CURLcode code;
     long status;
+    bool cut; /* the body's first bytes came: the transfer was ended there (probe_body) */
     char errbuf[CURL_ERROR_SIZE];
 } ProbeResult;
+
+/* The probe wants the status alone: the body (the list of every subject, megabytes in a large
+ * registry) is not read. Read, it was cut at RESPONSE_MAX and the probe said the registry did not
+ * answer ("Failure writing output"), or it took longer than the timeout to come. Its first bytes
+ * come after the status: the transfer ends there (curl's write error, taken for the answer). */
+static size_t probe_body(char *data, size_t size, size_t n, void *userp)
+{
+    ProbeResult *pr = userp;
+    pr->cut = true;
+    return 0;
+}
 
 /* GET /subjects on every URL at once, on a multi handle of its own (the loop is not running yet):
  * the probe then waits one --schema-registry-timeout when every URL is down, not one per URL. */
@@ -888,10 +900,8 @@ static void probe_all(Registry *r, ProbeResult *out)
     struct curl_slist *hdrs = accept_headers();
     CURLM *multi = curl_multi_init();
     CURL *easy[MAX_URLS] = {0};
-    Request q[MAX_URLS];
     for (int i = 0; i < r->n_urls; i++) {
         out[i] = (ProbeResult){.code = CURLE_FAILED_INIT};
-        q[i] = (Request){.r = r};
         easy[i] = multi ? curl_easy_init() : NULL;
         if (!easy[i])
             continue;
@@ -901,8 +911,8 @@ static void probe_all(Registry *r, ProbeResult *out)
             blen--;
         snprintf(url, sizeof(url), "%.*s/subjects", (int)blen, r->urls[i]);
         easy_setup(r, easy[i], url, hdrs);
-        curl_easy_setopt(easy[i], CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(easy[i], CURLOPT_WRITEDATA, &q[i]);
+        curl_easy_setopt(easy[i], CURLOPT_WRITEFUNCTION, probe_body);
+        curl_easy_setopt(easy[i], CURLOPT_WRITEDATA, &out[i]);
         curl_easy_setopt(easy[i], CURLOPT_ERRORBUFFER, out[i].errbuf);
         curl_easy_setopt(easy[i], CURLOPT_PRIVATE, &out[i]);
         if (curl_multi_add_handle(multi, easy[i]) != CURLM_OK) {
@@ -926,7 +936,7 @@ static void probe_all(Registry *r, ProbeResult *out)
                 continue;
             ProbeResult *pr = NULL;
             curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&pr);
-            pr->code = m->data.result;
+            pr->code = m->data.result == CURLE_WRITE_ERROR && pr->cut ? CURLE_OK : m->data.result;
             curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &pr->status);
             /* A 404 on /subjects is no registry's answer (it lists subjects): it does not end
              * the wait, another URL may be the registry. */
@@ -944,7 +954,6 @@ static void probe_all(Registry *r, ProbeResult *out)
             curl_multi_remove_handle(multi, easy[i]);
             curl_easy_cleanup(easy[i]);
         }
-        strbuf_free(&q[i].body);
     }
     curl_multi_cleanup(multi);
     curl_slist_free_all(hdrs);

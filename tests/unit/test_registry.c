@@ -273,6 +273,35 @@ static void test_probe_foreign_404(void **state)
     MHD_stop_daemon(d);
 }
 
+/* From this review: the start-up probe read the body of GET /subjects, the list of every subject,
+ * through the lookups' 4 MB bound: a registry with more (100,000 subjects of 50 characters) was
+ * cut off there and reported as not answering ("Failure writing output to destination"), a false
+ * warning, and not taken as the current URL. The probe reads the status alone. */
+static void test_probe_large_subject_list(void **state)
+{
+    size_t n = 6 * 1024 * 1024;
+    char *body = malloc(n + 1);
+    assert_non_null(body);
+    body[0] = '[';
+    for (size_t i = 1; i < n - 1; i++)
+        body[i] = i % 12 == 0 ? ',' : (i % 12 == 1 || i % 12 == 11) ? '"' : 'a';
+    body[n - 1] = ']';
+    body[n] = '\0';
+    stand_in_status = MHD_HTTP_OK;
+    char url[64], err[256] = "", warn[512] = "";
+    struct MHD_Daemon *d = stand_in(body, url, sizeof(url));
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    assert_true(registry_probe(r, err, sizeof(err), warn, sizeof(warn)));
+    if (*warn)
+        fail_msg("a registry that answered: warning \"%s\"", warn);
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+    free(body);
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+}
+
 /* A schema id beyond the wire format's 4 bytes is garbage, not an id to cut to 32 bits: sent, it
  * would name another schema (4294967297 would be id 1). The registry is down, as for any answer
  * that is not a schema. */
@@ -362,6 +391,7 @@ int main(void)
         cmocka_unit_test(test_lookups_budgeted),
         cmocka_unit_test(test_foreign_404_is_down),
         cmocka_unit_test(test_probe_foreign_404),
+        cmocka_unit_test(test_probe_large_subject_list),
         cmocka_unit_test(test_schema_id_out_of_range),
         cmocka_unit_test(test_subject_logged_quoted),
         cmocka_unit_test(test_base_url_query_refused),
