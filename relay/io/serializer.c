@@ -1587,17 +1587,18 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
     return true;
 }
 
-static bool avro_encode_noted(Parsed *ps, const json_t *root, const char *payload,
-                              size_t payload_len, size_t max_len, char **out, size_t *out_len,
-                              int id, char *err, size_t errlen)
+/* What a schema's reused value may keep between rows (Path.held): beyond it the value is made
+ * anew after the row. avro_value_reset frees strings and bytes but keeps an array's or a map's
+ * slots (10, doubling), so a schema's value kept what its largest row needed, for the life of the
+ * process, per subject. */
+#define RETAIN_MAX (64 * 1024)
+
+/* Builds the value of root into ps->value and writes it after the wire header (id). */
+static bool avro_build_write(Parsed *ps, Path *path, const json_t *root, size_t max_len, char **out,
+                             size_t *out_len, int id, char *err, size_t errlen)
 {
-    avro_value_reset(&ps->value);
-    Path path = {
-        .ps = ps, .root = root, .payload = payload, .payload_len = payload_len, .max_len = max_len};
     bool ok =
-        put_value(&ps->value, root, decimal_of(&path, ps->avro, NULL, 0), &path, 0, err, errlen);
-    free((void *)path.inexact);
-    ps->oom = path.oom;
+        put_value(&ps->value, root, decimal_of(path, ps->avro, NULL, 0), path, 0, err, errlen);
     if (!ok)
         return false;
     size_t size = 0;
@@ -1633,6 +1634,27 @@ static bool avro_encode_noted(Parsed *ps, const json_t *root, const char *payloa
     *out = buf;
     *out_len = WIRE_HEADER + size;
     return true;
+}
+
+static bool avro_encode_noted(Parsed *ps, const json_t *root, const char *payload,
+                              size_t payload_len, size_t max_len, char **out, size_t *out_len,
+                              int id, char *err, size_t errlen)
+{
+    Path path = {
+        .ps = ps, .root = root, .payload = payload, .payload_len = payload_len, .max_len = max_len};
+    bool ok = avro_build_write(ps, &path, root, max_len, out, out_len, id, err, errlen);
+    free((void *)path.inexact);
+    ps->oom = ps->oom || path.oom;
+    /* Nothing of the row is kept once written (a schema's value lives as long as its subject):
+     * its strings freed, and its slots too when they were many. Out of memory for a new value,
+     * the old one, reset, is as good. */
+    avro_value_reset(&ps->value);
+    avro_value_t fresh;
+    if (path.held > RETAIN_MAX && avro_generic_value_new(ps->iface, &fresh) == 0) {
+        avro_value_decref(&ps->value);
+        ps->value = fresh;
+    }
+    return ok;
 }
 
 /* avro-c's allocations that fail come back as errors of the field being written ("Cannot
