@@ -1,7 +1,8 @@
 /* fuzz_serializer: a payload (whatever an application wrote into the outbox) encoded by Schema
  * Registry schemas (serializer_encode_schema): Avro, through avro-c's value interface reused row
  * after row, and JSON Schema. No input may crash it, leak, or give an outcome other than OK or a
- * row fault; an OK value carries Confluent's 5-byte header.
+ * row fault; an OK value carries Confluent's 5-byte header, and an Avro value encoded again under a
+ * small bound (6 to 261 bytes, from the input's length) is refused or within it.
  *
  * Input: the payload bytes, as the claim hands them over (not NUL-terminated). The Avro schema
  * nests records but is not recursive: avro-c 1.11 leaks a recursive schema's reference cycle
@@ -74,6 +75,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         free(out);
     }
+    /* The bound on an Avro value (the producer's message.max.bytes in the relay), small enough to
+     * be reached: a value is refused as the row's fault, or fits it. */
+    char *out = NULL, err[512];
+    size_t len = 0, max_len = 6 + size % 256;
+    SerializerOutcome o = serializer_encode_schema(VALUE_AVRO, &avro, "t-value", payload, size,
+                                                   max_len, &out, &len, err, sizeof(err));
+    if ((o != SERIALIZER_OK && o != SERIALIZER_ROW_FAULT) || (o == SERIALIZER_OK && len > max_len))
+        abort();
+    free(out);
     free(payload);
     return 0;
 }
