@@ -611,13 +611,51 @@ static bool real_inexact(Path *path, const json_t *j)
            bsearch(&j, path->inexact, path->n_inexact, sizeof(*path->inexact), node_order);
 }
 
+/* The order of Parsed.decimals and Parsed.defaults (by the schema, then the index), which
+ * parse_schema sorts them in, for the binary searches below: looked up per field written and per
+ * field missing, a scan of them all made a record of n defaulted fields take n x n steps, rows of
+ * many such records seconds on the loop. */
+static int key_order(const void *a, int ai, const void *b, int bi)
+{
+    if (a != b)
+        return (uintptr_t)a < (uintptr_t)b ? -1 : 1;
+    return ai < bi ? -1 : ai > bi;
+}
+
+static size_t schema_probes; /* the steps of those searches since start (serializer.h) */
+
+size_t serializer_schema_probes(void)
+{
+    return schema_probes;
+}
+
+static int decimal_order(const void *x, const void *y)
+{
+    const Decimal *a = x, *b = y;
+    return key_order(a->at, a->index, b->at, b->index);
+}
+
+static int default_order(const void *x, const void *y)
+{
+    const FieldDefault *a = x, *b = y;
+    return key_order(a->record, a->index, b->record, b->index);
+}
+
 static const Decimal *decimal_at(const Path *path, avro_schema_t at, int index)
 {
     const Parsed *ps = path->in_default ? NULL : path->ps;
-    for (size_t i = 0; ps && i < ps->n_decimals; i++)
-        if (ps->decimals[i].at == at && ps->decimals[i].index == index)
-            return &ps->decimals[i];
-    return NULL;
+    size_t lo = 0, hi = ps ? ps->n_decimals : 0;
+    while (lo < hi) { /* the first at or above (at, index) */
+        size_t mid = lo + (hi - lo) / 2;
+        schema_probes++;
+        if (key_order(ps->decimals[mid].at, ps->decimals[mid].index, at, index) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return ps && lo < ps->n_decimals && ps->decimals[lo].at == at && ps->decimals[lo].index == index
+               ? &ps->decimals[lo]
+               : NULL;
 }
 
 /* The decimal a bytes or fixed value at (at, index) is, or NULL. */
@@ -1110,10 +1148,19 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
 /* The default of field index of record rs, or NULL. */
 static const json_t *field_default(const Parsed *ps, avro_schema_t rs, int index)
 {
-    for (size_t i = 0; ps && i < ps->n_defaults; i++)
-        if (ps->defaults[i].record == rs && ps->defaults[i].index == index)
-            return ps->defaults[i].value;
-    return NULL;
+    size_t lo = 0, hi = ps ? ps->n_defaults : 0;
+    while (lo < hi) { /* the first at or above (rs, index): decimal_at's search */
+        size_t mid = lo + (hi - lo) / 2;
+        schema_probes++;
+        if (key_order(ps->defaults[mid].record, ps->defaults[mid].index, rs, index) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return ps && lo < ps->n_defaults && ps->defaults[lo].record == rs &&
+                   ps->defaults[lo].index == index
+               ? ps->defaults[lo].value
+               : NULL;
 }
 
 static bool put_record(avro_value_t *v, const json_t *j, Path *path, int depth, char *err,
@@ -1990,7 +2037,11 @@ static Parsed *parse_schema(const RegistrySchema *rs, ValueFormat format, size_t
              * memory (false, no reason given). */
             json_t *js = json_loads(rs->text, JSON_DECODE_ANY, NULL);
             bool ok = js && find_decimals(ps, js, ps->avro, NULL, 0, 0);
-            ps->avro_json = js; /* the defaults point into it */
+            ps->avro_json = js;           /* the defaults point into it */
+            if (ok && ps->n_decimals > 1) /* for decimal_at's and field_default's searches */
+                qsort(ps->decimals, ps->n_decimals, sizeof(*ps->decimals), decimal_order);
+            if (ok && ps->n_defaults > 1)
+                qsort(ps->defaults, ps->n_defaults, sizeof(*ps->defaults), default_order);
             if (!ok && !*ps->broken_why) {
                 parsed_free(ps);
                 return NULL;

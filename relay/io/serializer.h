@@ -106,6 +106,11 @@ size_t serializer_walk_probes(void);
  * schema in a row, not once per array. Not thread-safe (the serializer runs on the loop). */
 size_t serializer_inline_steps(void);
 
+/* For tests: the steps taken, since start, to find a field's default or a decimal's precision
+ * and scale among a schema's: a binary search each, so a record of n defaulted fields takes about
+ * n log n, not n x n. Not thread-safe (the serializer runs on the loop). */
+size_t serializer_schema_probes(void);
+
 /* False while the registry is down (for /readyz and the metric). */
 bool serializer_up(const Serializer *s);
 

@@ -1540,6 +1540,54 @@ static void test_avro_row_not_kept(void **state)
     serializer_schema_release(&rs);
 }
 
+/* From this review: a field's default and a decimal's precision were found by scanning every
+ * default (every decimal) of the schema, per field missing (per field written): a record of 2,000
+ * fields defaulting to null took 2,000 x 1,000 steps for each "{}" of a payload, rows of a few
+ * hundred such records seconds on the loop. Sorted, they are binary-searched; the defaults and
+ * decimals found are the same (their bytes below). */
+static void test_avro_defaults_looked_up_by_search(void **state)
+{
+    static char text[400000];
+    int o = snprintf(text, sizeof(text),
+                     "{\"type\": \"array\", \"items\": {\"type\": \"record\", \"name\": \"R\", "
+                     "\"fields\": [");
+    for (int i = 0; i < 2000; i++)
+        o += snprintf(text + o, sizeof(text) - (size_t)o,
+                      "%s{\"name\": \"f%d\", \"type\": [\"null\", {\"type\": \"bytes\", "
+                      "\"logicalType\": \"decimal\", \"precision\": 4, \"scale\": 2}], "
+                      "\"default\": null}",
+                      i ? ", " : "", i);
+    snprintf(text + o, sizeof(text) - (size_t)o, "]}}");
+    RegistrySchema rs = {.id = 22, .type = REGISTRY_AVRO, .subject = "t-value", .text = text};
+    char *payload = repeated("{}", 100);
+    char *out = NULL, err[256] = "";
+    size_t len = 0;
+    /* parsed first */
+    assert_int_equal(encode(VALUE_AVRO, &rs, "[]", &out, &len, err), SERIALIZER_OK);
+    free(out);
+    size_t before = serializer_schema_probes();
+    out = NULL;
+    if (encode(VALUE_AVRO, &rs, payload, &out, &len, err) != SERIALIZER_OK)
+        fail_msg("%s", err);
+    size_t probes = serializer_schema_probes() - before;
+    /* 100 records x 2,000 fields: a search of 2,000 defaults each, about 11 steps */
+    if (probes > 100 * 2000 * 16)
+        fail_msg("%zu steps for 100 records of 2,000 defaulted fields", probes);
+    /* a block of 100 (c8 01), each field null (branch 0: 00), the end (00) */
+    assert_int_equal(len, 5 + 2 + 100 * 2000 + 1);
+    assert_int_equal((unsigned char)out[5], 0xc8);
+    free(out);
+    /* the last field's decimal found where it is: 1.5 at scale 2, branch 1 (02), 00 96 */
+    out = NULL;
+    assert_int_equal(encode(VALUE_AVRO, &rs, "[{\"f1999\": \"1.5\"}]", &out, &len, err),
+                     SERIALIZER_OK);
+    const unsigned char tail[] = {0x02, 0x04, 0x00, 0x96, 0x00};
+    assert_memory_equal(out + len - sizeof(tail), tail, sizeof(tail));
+    free(out);
+    free(payload);
+    serializer_schema_release(&rs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1576,6 +1624,7 @@ int main(void)
         cmocka_unit_test(test_long_subject_keeps_the_reason),
         cmocka_unit_test(test_avro_encoded_size_bounded),
         cmocka_unit_test(test_avro_row_not_kept),
+        cmocka_unit_test(test_avro_defaults_looked_up_by_search),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
