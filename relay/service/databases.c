@@ -28,8 +28,8 @@ typedef struct Db {
     bool started;
     bool stopped; /* every session of its relay has stopped */
     bool removed; /* SIGHUP dropped it (or it reaches another's database): it drains, then goes */
-    /* Which server and database its URL reaches, asked of the server once (probe_answer):
-     * "postmaster start time|database oid|name", "" until known. Two entries whose URLs differ
+    /* Which cluster and database its URL reaches, asked of the server once (probe_answer):
+     * "system identifier|database oid|name", "" until known. Two entries whose URLs differ
      * (a host name and its address, an alias, a proxy) may still reach one database. */
     PgConn *probe;
     ev_timer probe_close; /* frees probe outside its own callbacks */
@@ -172,11 +172,14 @@ static Db *db_new(Databases *d, Config *cfg, char *err, size_t errlen)
     return db;
 }
 
-/* Asked of each database once its probe connects: the running server (its postmaster's start
- * time, which two servers share only by a coincidence to the microsecond) and the database (oid
- * and name). Nothing it needs a privilege for. */
+/* Asked of each database once its probe connects: the cluster (the system identifier initdb
+ * drew, kept across restarts) and the database (oid and name). Not the postmaster's start time:
+ * entries probe at different moments (one added by SIGHUP weeks after the others), and a
+ * server restarted in between would have shown each a different one. pg_control_system is
+ * executable by PUBLIC: nothing it needs a privilege for. */
 static const char *const SQL_IDENTITY =
-    "SELECT pg_catalog.pg_postmaster_start_time()::text || '|' || d.oid::text || '|' || d.datname"
+    "SELECT (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s)::text || '|' ||"
+    " d.oid::text || '|' || d.datname"
     " FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()";
 
 static void on_probe_close(struct ev_loop *loop, ev_timer *w, int revents)

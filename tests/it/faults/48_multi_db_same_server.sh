@@ -5,9 +5,12 @@
 # 46_dns_stall), each with a table of its own. The start-up check compares the URLs as written
 # and cannot see it; both entries joined the database's one lane group and each left the rows
 # of its table in the other's lanes unclaimed. Now each entry asks its server which database it
-# reached (postmaster start time, database oid and name), and the later entry of the two stops
-# (drained, as if a SIGHUP had dropped it), saying so once and naming both: every row of a's
-# table is delivered.
+# reached (the cluster's system identifier, database oid and name), and the later entry of the
+# two stops (drained, as if a SIGHUP had dropped it), saying so once and naming both: every row
+# of a's table is delivered.
+#  2. The same when the server restarts between the two entries' probes: a relay runs a alone,
+#     a's probe answers and closes, PostgreSQL restarts, and a SIGHUP adds b. The probe compared
+#     the postmaster's start time, which the restart changed: b ran beside a, unnoticed.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 # shellcheck source=tests/netns_lib.sh
@@ -61,3 +64,48 @@ wait_for "a's later rows delivered" 30 none_unsent_of a2
 check_delivered a
 relay_stop
 check_eq "the relay exits 0" 0 "$?"
+
+# --- 2: the server restarts between a's probe and b's --------------------------------------------
+# write_list [B_URL]: the list a alone, or a and b at B_URL.
+write_list() {
+    {
+        printf '{"brokers": "%s", "kafka": {"reconnect.backoff.max.ms": "500"}, "databases": [\n' \
+            "$BROKERS"
+        printf '  {"name": "a", "database-url": "postgresql://postgres@127.0.0.1:%s/outbox"}' \
+            "$PGPORT"
+        [ -z "${1:-}" ] ||
+            printf ',\n  {"name": "b", "database-url": "%s", "layout": "debezium", "table": "other_outbox"}' "$1"
+        printf ']}\n'
+    } >"$T/relay.json.new" && mv "$T/relay.json.new" "$T/relay.json"
+}
+no_identity_probe() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity
+                 WHERE application_name = 'outbox-relay identity'")" = 0 ]
+}
+# said_twins: how many times the relay said two entries reach one database; said_twins_once.
+said_twins() {
+    grep -c 'msg="two databases of the list reach the same database.* database=a stopping=b' \
+        "$RELAY_LOG"
+}
+said_twins_once() {
+    [ "$(said_twins)" = 1 ]
+}
+B_URL="postgresql://postgres@$ALIAS:$PGPORT/outbox"
+write_list
+unset DATABASE_URL
+relay_start --config "$T/relay.json"
+export DATABASE_URL=$SAVED_URL
+insert_rows p2a 1 100 20
+wait_for "part 2: a alone delivers" 30 none_unsent_of p2a
+wait_for "part 2: a's identity probe answered and closed" 15 no_identity_probe
+pg_restart
+insert_rows p2b 1 100 20
+wait_for "part 2: a delivers after the restart" 60 none_unsent_of p2b
+write_list "$B_URL"
+kill -HUP "$RELAY_PID"
+wait_for "part 2: b added by SIGHUP" 15 grep -q 'msg="database added" database=b' "$RELAY_LOG"
+wait_for "part 2: b, probed after the restart, is caught" 30 said_twins_once
+wait_for "part 2: b drained and gone" 15 grep -q 'msg="database removed" database=b' "$RELAY_LOG"
+check "part 2: a keeps running" relay_running
+relay_stop
+check_eq "part 2: the relay exits 0" 0 "$?"
