@@ -36,6 +36,14 @@ typedef struct Db {
     char identity[160];
 } Db;
 
+/* An entry stopped because another reaches its database (probe_compare), remembered by its
+ * spelling: a SIGHUP whose list still has it as it was, beside the same twin, leaves it stopped
+ * instead of adding it again only for it to stop again, a line more at each reload. */
+typedef struct Twin {
+    char *name, *url; /* the stopped entry's name and URL as the list spelled them */
+    char *kept;       /* the entry it reaches the database of, which goes on */
+} Twin;
+
 struct Databases {
     struct ev_loop *loop;
     rd_kafka_conf_t *kconf; /* the template every database's producer is made from */
@@ -47,7 +55,38 @@ struct Databases {
     int exit_status;
     ev_signal sigterm, sigint;
     ev_timer reap; /* frees removed databases outside the callbacks that may still touch them */
+    Twin twins[CONFIG_MAX_DATABASES];
+    int n_twins;
 };
+
+static void twin_forget(Databases *d, int i)
+{
+    free(d->twins[i].name);
+    free(d->twins[i].url);
+    free(d->twins[i].kept);
+    d->twins[i] = d->twins[--d->n_twins];
+}
+
+/* Remembers that stopped reaches kept's database (the older memory of that name goes). Without
+ * the memory to keep it, nothing changes but a reload adding it again. */
+static void twin_remember(Databases *d, const Db *stopped, const Db *kept)
+{
+    for (int i = 0; i < d->n_twins; i++)
+        if (strcmp(d->twins[i].name, stopped->cfg.database_name) == 0)
+            twin_forget(d, i--);
+    if (d->n_twins >= CONFIG_MAX_DATABASES)
+        return;
+    Twin t = {strdup(stopped->cfg.database_name),
+              strdup(stopped->cfg.database_url ? stopped->cfg.database_url : ""),
+              strdup(kept->cfg.database_name)};
+    if (!t.name || !t.url || !t.kept) {
+        free(t.name);
+        free(t.url);
+        free(t.kept);
+        return;
+    }
+    d->twins[d->n_twins++] = t;
+}
 
 /* flush_ms: how long the producer's last messages may take (relay_free_within). The databases
  * are freed one after another on the loop's thread, so a wait each would add up (a second a
@@ -212,6 +251,7 @@ static void probe_compare(Databases *d, Db *db)
                   "each leaving rows of its table unclaimed)",
                   "database=%s stopping=%s server_database=%s", first->cfg.database_name,
                   later->cfg.database_name, log_quote(db->identity, q, sizeof(q)));
+        twin_remember(d, later, first);
         log_set_context(later->log_context);
         later->removed = true;
         if (!later->stopped)
@@ -374,6 +414,19 @@ static bool draining(const Databases *d, const char *name)
     return false;
 }
 
+/* Whether c, an entry of fresh, is one stopped because it reaches another's database
+ * (twin_remember) that fresh lists as it was (its URL spelled the same) beside the entry it
+ * reaches the database of, which runs on and which fresh keeps: it stays stopped, unsaid. A
+ * changed URL, or the other entry gone or going, adds it again (probed again). */
+static bool held_twin(const Databases *d, const Config *fresh, const Config *c)
+{
+    for (int i = 0; i < d->n_twins; i++)
+        if (c->database_name && strcmp(d->twins[i].name, c->database_name) == 0)
+            return strcmp(d->twins[i].url, c->database_url ? c->database_url : "") == 0 &&
+                   find(d, d->twins[i].kept) && find_fresh(fresh, d->twins[i].kept);
+    return false;
+}
+
 /* The running database that fresh keeps whose URL names the same database as url, or NULL.
  * The new list was checked for two entries of one database (config.c) by the URLs it gives, but
  * a kept entry goes on with its running URL whatever the list now says (restart-only): an entry
@@ -397,7 +450,7 @@ bool databases_reload_check(const Databases *d, const Config *fresh, char *err, 
     int adding = 0;
     for (int i = 0; i < fresh->n_dbs; i++) {
         const Config *c = &fresh->dbs[i];
-        if (!c->database_name || find(d, c->database_name))
+        if (!c->database_name || find(d, c->database_name) || held_twin(d, fresh, c))
             continue;
         /* The new one would claim beside the old one's last batch (both are lane members, so
          * order would hold, but two registries of one name would not). */
@@ -478,12 +531,18 @@ void databases_reload(Databases *d, Config *fresh)
     }
     log_set_context(NULL);
     metrics_select(NULL);
+    /* An entry stopped as another's twin is remembered while fresh lists it as it was. */
+    for (int i = 0; i < d->n_twins; i++) {
+        const Config *c = find_fresh(fresh, d->twins[i].name);
+        if (!c || !held_twin(d, fresh, c))
+            twin_forget(d, i--);
+    }
     /* databases_reload_check refused what this loop cannot take (a name still draining, a twin
      * of a kept entry, too many databases) and reload.c each entry start-up refuses, before
      * anything was applied. */
     for (int i = 0; i < fresh->n_dbs; i++) {
         Config *c = &fresh->dbs[i];
-        if (!c->database_name || find(d, c->database_name))
+        if (!c->database_name || find(d, c->database_name) || held_twin(d, fresh, c))
             continue;
         char err[1024], q[1100];
         if (d->n >= CONFIG_MAX_DATABASES) { /* checked before: the array's bound, kept anyway */
@@ -599,6 +658,8 @@ void databases_free(Databases *d)
     ev_signal_stop(d->loop, &d->sigterm);
     ev_signal_stop(d->loop, &d->sigint);
     ev_timer_stop(d->loop, &d->reap);
+    while (d->n_twins > 0)
+        twin_forget(d, 0);
     /* One second for all the producers' last messages, as one database's relay has. */
     double deadline = monotime_now() + 1.0;
     for (int i = 0; i < d->n; i++) {

@@ -55,14 +55,17 @@ int databases_run(Databases *d);
  * anything of it is applied (reload_config_then's check): an added entry whose name is still
  * draining from an earlier reload, an added entry naming the database (host, port, dbname) a
  * kept entry serves with its running URL, or more databases than CONFIG_MAX_DATABASES with the
- * draining ones. False with one line in err naming the entry; true when fresh has no list. */
+ * draining ones (a stopped twin that stays stopped, databases_reload, is not added: none of
+ * these). False with one line in err naming the entry; true when fresh has no list. */
 bool databases_reload_check(const Databases *d, const Config *fresh, char *err, size_t errlen);
 
 /* SIGHUP: fresh is the configuration just loaded, after databases_reload_check(d, fresh) and each
  * entry's databases_entry_check passed, in the same turn of the loop. Databases it names that are
- * not running start; running ones it no longer names drain and go; the others take fresh's
- * reloadable options (their URL and other options keep the running values: a restart, or a remove
- * and an add under another name, changes them). Logged by name. */
+ * not running start (but an entry stopped because it reaches another's database stays stopped
+ * while fresh spells its URL as before and keeps that other one); running ones it no longer names
+ * drain and go; the others take fresh's reloadable options (their URL and other options keep the
+ * running values: a restart, or a remove and an add under another name, changes them). Logged by
+ * name. */
 void databases_reload(Databases *d, Config *fresh);
 
 /* What /readyz, /metrics and systemd see. */

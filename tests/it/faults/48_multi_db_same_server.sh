@@ -11,6 +11,9 @@
 #  2. The same when the server restarts between the two entries' probes: a relay runs a alone,
 #     a's probe answers and closes, PostgreSQL restarts, and a SIGHUP adds b. The probe compared
 #     the postmaster's start time, which the restart changed: b ran beside a, unnoticed.
+#  3. b, stopped as a's twin, stays stopped at a SIGHUP whose list has it as it was: it was added
+#     again and stopped again, the error line once more, at every reload. Spelt otherwise (its
+#     URL changed) it is added and probed again; with a gone from the list it runs.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 # shellcheck source=tests/netns_lib.sh
@@ -107,5 +110,42 @@ wait_for "part 2: b added by SIGHUP" 15 grep -q 'msg="database added" database=b
 wait_for "part 2: b, probed after the restart, is caught" 30 said_twins_once
 wait_for "part 2: b drained and gone" 15 grep -q 'msg="database removed" database=b' "$RELAY_LOG"
 check "part 2: a keeps running" relay_running
+
+# --- 3: the stopped twin at later reloads --------------------------------------------------------
+reloads() {
+    grep -c 'msg="databases reloaded"' "$RELAY_LOG"
+}
+reloaded_twice() {
+    [ "$(reloads)" = 2 ]
+}
+said_twins_twice() {
+    [ "$(said_twins)" = 2 ]
+}
+b_removed_twice() {
+    [ "$(grep -c 'msg="database removed" database=b' "$RELAY_LOG")" = 2 ]
+}
+b_added() {
+    grep -c 'msg="database added" database=b' "$RELAY_LOG"
+}
+kill -HUP "$RELAY_PID"
+wait_for "part 3: a second SIGHUP, the list unchanged, is taken" 15 reloaded_twice
+check_eq "part 3: b is not added again" 1 "$(b_added)"
+check_eq "part 3: nor said again" 1 "$(said_twins)"
+write_list "$B_URL?connect_timeout=10"
+kill -HUP "$RELAY_PID"
+wait_for "part 3: b spelt otherwise is added, probed and said once more" 30 said_twins_twice
+wait_for "part 3: that b drained and gone" 15 b_removed_twice
+b_owns_every_lane() {
+    grep -q 'msg="lanes owned" database=b lanes=64 of=64' "$RELAY_LOG"
+}
+{
+    printf '{"brokers": "%s", "kafka": {"reconnect.backoff.max.ms": "500"}, "databases": [\n' \
+        "$BROKERS"
+    printf '  {"name": "b", "database-url": "%s", "layout": "debezium", "table": "other_outbox"}]}\n' \
+        "$B_URL?connect_timeout=10"
+} >"$T/relay.json"
+kill -HUP "$RELAY_PID"
+wait_for "part 3: with a gone from the list, b runs and holds every lane" 30 b_owns_every_lane
+check_eq "part 3: and is not stopped as a twin" 2 "$(said_twins)"
 relay_stop
-check_eq "part 2: the relay exits 0" 0 "$?"
+check_eq "part 3: the relay exits 0" 0 "$?"
