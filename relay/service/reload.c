@@ -76,6 +76,15 @@ bool reload_config_then(Config *running, int argc, char **argv,
     Changes c = {{0}, {0}, (running->n_dbs > 0) != (fresh.n_dbs > 0)};
     config_diff(running, &fresh, on_change, &c);
     config_apply_reloadable(running, &fresh);
+    /* A list the running relay takes over (databases_reload) is the one the next reload is told
+     * apart from: config_apply_reloadable copies no strings, and the start-up list kept would
+     * have every later reload say changed=databases, nothing changed. A switch between one
+     * database and a list is not taken: the running text stays, and goes on saying so. */
+    if (!c.list_switched && running->n_dbs > 0) {
+        char *taken = fresh.databases;
+        fresh.databases = running->databases;
+        running->databases = taken;
+    }
     log_set_level(running->log_level);
     log_info("configuration reloaded", "changed=%s", c.applied.len ? c.applied.s : "none");
     if (c.restart.len)
