@@ -28,12 +28,18 @@ typedef struct Db {
     bool started;
     bool stopped; /* every session of its relay has stopped */
     bool removed; /* SIGHUP dropped it (or it reaches another's database): it drains, then goes */
-    /* Which cluster and database its URL reaches, asked of the server once (probe_answer):
-     * "system identifier|database oid|name", "" until known. Two entries whose URLs differ
-     * (a host name and its address, an alias, a proxy) may still reach one database. */
+    /* Which cluster and database its URL reaches, asked of the server (on_probe_answer) once,
+     * and again when another's server turns out to have started after the answer
+     * (probe_compare): "system identifier|database oid|name", "" until known; the server's
+     * start and the server's clock at the answer, seconds since the epoch. Two entries whose
+     * URLs differ (a host name and its address, an alias, a proxy) may still reach one
+     * database. */
     PgConn *probe;
     ev_timer probe_close; /* frees probe outside its own callbacks */
     char identity[160];
+    double server_start, asked_at;
+    bool asking_again; /* asked again, the answer not in yet */
+    int asked_again;   /* times, up to PROBE_ASKED_AGAIN_MAX */
 } Db;
 
 /* An entry stopped because another reaches its database (probe_compare), remembered by its
@@ -212,14 +218,20 @@ static Db *db_new(Databases *d, Config *cfg, char *err, size_t errlen)
 }
 
 /* Asked of each database once its probe connects: the cluster (the system identifier initdb
- * drew, kept across restarts) and the database (oid and name). Not the postmaster's start time:
- * entries probe at different moments (one added by SIGHUP weeks after the others), and a
- * server restarted in between would have shown each a different one. pg_control_system is
- * executable by PUBLIC: nothing it needs a privilege for. */
+ * drew) and the database (oid and name), then the server's start and the server's clock now, as
+ * seconds since the epoch. pg_control_system is executable by PUBLIC: nothing it needs a
+ * privilege for. */
 static const char *const SQL_IDENTITY =
     "SELECT (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s)::text || '|' ||"
-    " d.oid::text || '|' || d.datname"
+    " d.oid::text || '|' || d.datname,"
+    " pg_catalog.date_part('epoch', pg_catalog.pg_postmaster_start_time()),"
+    " pg_catalog.date_part('epoch', pg_catalog.now())"
     " FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()";
+
+/* How often one entry is asked again because another's server started after its answer
+ * (probe_compare): once per restart in between is all it takes; the bound only keeps two
+ * servers whose clocks disagree from asking each other for ever. */
+enum { PROBE_ASKED_AGAIN_MAX = 8 };
 
 static void on_probe_close(struct ev_loop *loop, ev_timer *w, int revents)
 {
@@ -228,9 +240,34 @@ static void on_probe_close(struct ev_loop *loop, ev_timer *w, int revents)
     db->probe = NULL;
 }
 
-/* db's identity is known: when another running entry has the same, the later of the two in the
- * list drains (as if a SIGHUP had dropped it), so that the database's lane group is one entry's
- * again and none of its rows waits for the other's table. Said once, naming both. */
+static void on_probe_state(PgConn *pg, bool up, const char *reason, void *arg);
+static void on_probe_notify(PgConn *pg, const char *channel, const char *payload, void *arg) {}
+
+/* Opens db's identity connection, which asks once connected (on_probe_state) and is closed after
+ * the answer (probe_close). Not from one of db's own probe callbacks. */
+static void probe_open(Databases *d, Db *db)
+{
+    ev_timer_stop(d->loop, &db->probe_close);
+    pg_conn_free(db->probe);
+    db->probe = pg_conn_new_named(d->loop, db->cfg.database_url, "identity", on_probe_state,
+                                  on_probe_notify, db);
+    /* Its sessions say "postgres connected" (and unreachable) for this server already. */
+    if (db->probe)
+        pg_conn_seen_before(db->probe);
+}
+
+/* db's identity is known: when another running entry reached the same database of the same
+ * server, the later of the two in the list drains (as if a SIGHUP had dropped it), so that the
+ * database's lane group is one entry's again and none of its rows waits for the other's table.
+ * Said once, naming both.
+ *
+ * The same cluster and database is not enough: a copy made from a cluster's files (pg_basebackup
+ * then promoted, a disk snapshot, a cloud clone or branch) has its system identifier and oids,
+ * but is another database, which two entries may well serve. The server's start tells them
+ * apart, but it changes at a restart, and entries are asked at different moments (one added by
+ * SIGHUP long after the others): when db's server started after the other's answer, that answer
+ * may be from before a restart of this very server, and the other is asked again; its new
+ * answer, compared in turn, decides. */
 static void probe_compare(Databases *d, Db *db)
 {
     if (d->stopping)
@@ -240,6 +277,17 @@ static void probe_compare(Databases *d, Db *db)
         if (other == db || other->removed || db->removed || !other->identity[0] ||
             strcmp(other->identity, db->identity) != 0)
             continue;
+        if (other->server_start != db->server_start) {
+            if (db->server_start > other->asked_at && !other->asking_again &&
+                other->asked_again < PROBE_ASKED_AGAIN_MAX) {
+                other->asking_again = true;
+                other->asked_again++;
+                log_set_context(other->log_context);
+                probe_open(d, other);
+                log_set_context(db->log_context);
+            }
+            continue;
+        }
         int at = 0;
         while (at < d->n && d->dbs[at] != db)
             at++;
@@ -267,13 +315,17 @@ static void on_probe_answer(PgConn *pg, PGresult **results, int n, const char *e
     log_set_context(db->log_context);
     if (!results)
         return; /* connection lost: on_probe_state asks again once it is back */
-    if (error || n != 1 || PQntuples(results[0]) != 1) {
+    db->asking_again = false;
+    if (error || n != 1 || PQntuples(results[0]) != 1 || PQnfields(results[0]) != 3 ||
+        PQgetisnull(results[0], 0, 0)) {
         char q[300];
         log_warn("cannot tell which server this database's URL reaches; two entries of the list "
                  "on one database are not detected for it",
                  "error=%s", log_quote(error ? error : "no row", q, sizeof(q)));
     } else {
         snprintf(db->identity, sizeof(db->identity), "%s", PQgetvalue(results[0], 0, 0));
+        db->server_start = strtod(PQgetvalue(results[0], 0, 1), NULL);
+        db->asked_at = strtod(PQgetvalue(results[0], 0, 2), NULL);
         probe_compare(db->owner, db);
     }
     ev_timer_start(db->owner->loop, &db->probe_close);
@@ -289,17 +341,11 @@ static void on_probe_state(PgConn *pg, bool up, const char *reason, void *arg)
         ev_timer_start(db->owner->loop, &db->probe_close);
 }
 
-static void on_probe_notify(PgConn *pg, const char *channel, const char *payload, void *arg) {}
-
 static void db_start(Databases *d, Db *db)
 {
     log_set_context(db->log_context);
     metrics_select(db->metrics);
-    db->probe = pg_conn_new_named(d->loop, db->cfg.database_url, "identity", on_probe_state,
-                                  on_probe_notify, db);
-    /* Its sessions say "postgres connected" (and unreachable) for this server already. */
-    if (db->probe)
-        pg_conn_seen_before(db->probe);
+    probe_open(d, db);
     /* On demand: an idle database holds its claim session's connection and no other. */
     db->upkeep = upkeep_new_on_demand(d->loop, &db->cfg, d->gauges);
     relay_start(db->relay);

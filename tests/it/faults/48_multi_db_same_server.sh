@@ -10,10 +10,13 @@
 # of a's table is delivered.
 #  2. The same when the server restarts between the two entries' probes: a relay runs a alone,
 #     a's probe answers and closes, PostgreSQL restarts, and a SIGHUP adds b. The probe compared
-#     the postmaster's start time, which the restart changed: b ran beside a, unnoticed.
+#     the postmaster's start time, which the restart changed: b ran beside a, unnoticed. (b's
+#     server started after a's answer: a is asked again.)
 #  3. b, stopped as a's twin, stays stopped at a SIGHUP whose list has it as it was: it was added
 #     again and stopped again, the error line once more, at every reload. Spelt otherwise (its
 #     URL changed) it is added and probed again; with a gone from the list it runs.
+#  4. A copy of the cluster (pg_basebackup, then promoted) has its system identifier and oids
+#     but is another database: an entry on it and one on the original both run, each delivering.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 # shellcheck source=tests/netns_lib.sh
@@ -149,3 +152,33 @@ wait_for "part 3: with a gone from the list, b runs and holds every lane" 30 b_o
 check_eq "part 3: and is not stopped as a twin" 2 "$(said_twins)"
 relay_stop
 check_eq "part 3: the relay exits 0" 0 "$?"
+
+# --- 4: a copy of the cluster is another database ------------------------------------------------
+standby_start
+_as_pg pg_ctl -D "$SB" -w -t 30 promote >/dev/null 2>&1 || fail "promote the copy"
+copy_writable() {
+    [ "$(psql_q "SELECT pg_catalog.pg_is_in_recovery()" -p "$SB_PORT")" = f ]
+}
+wait_for "part 4: the copy is promoted" 30 copy_writable
+check_eq "part 4: the copy has the cluster's system identifier" \
+    "$(psql_q "SELECT system_identifier FROM pg_control_system()")" \
+    "$(psql_q "SELECT system_identifier FROM pg_control_system()" -p "$SB_PORT")"
+printf '{"brokers": "%s", "kafka": {"reconnect.backoff.max.ms": "500"}, "databases": [
+  {"name": "a", "database-url": "postgresql://postgres@127.0.0.1:%s/outbox"},
+  {"name": "c", "database-url": "postgresql://postgres@127.0.0.1:%s/outbox"}]}\n' \
+    "$BROKERS" "$PGPORT" "$SB_PORT" >"$T/relay.json"
+copy_none_unsent_of() {
+    PGPORT=$SB_PORT none_unsent_of "$1"
+}
+unset DATABASE_URL
+relay_start --config "$T/relay.json"
+export DATABASE_URL=$SAVED_URL
+insert_rows p4 1 200 20
+PGPORT=$SB_PORT insert_rows c4 1 200 20
+wait_for "part 4: the original's rows delivered" 30 none_unsent_of p4
+wait_for "part 4: the copy's rows delivered" 30 copy_none_unsent_of c4
+check_eq "part 4: neither is taken for the other" 0 \
+    "$(grep -c 'msg="two databases of the list' "$RELAY_LOG")"
+check "part 4: both run" lacks "$RELAY_LOG" 'msg="database removed"'
+relay_stop
+check_eq "part 4: the relay exits 0" 0 "$?"
