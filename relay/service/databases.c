@@ -30,13 +30,14 @@ typedef struct Db {
     bool removed; /* SIGHUP dropped it (or it reaches another's database): it drains, then goes */
     /* Which cluster and database its URL reaches, asked of the server (on_probe_answer) once,
      * and again when another's server turns out to have started after the answer
-     * (probe_compare): "system identifier|database oid|name", "" until known; the server's
-     * start and the server's clock at the answer, seconds since the epoch. Two entries whose
-     * URLs differ (a host name and its address, an alias, a proxy) may still reach one
-     * database. */
+     * (probe_compare): "database oid|name", "" until known; the cluster's system identifier,
+     * "" when the role may not read it; the server's start and the server's clock at the
+     * answer, seconds since the epoch. Two entries whose URLs differ (a host name and its
+     * address, an alias, a proxy) may still reach one database. */
     PgConn *probe;
     ev_timer probe_close; /* frees probe outside its own callbacks */
     char identity[160];
+    char system_id[32];
     double server_start, asked_at;
     bool asking_again; /* asked again, the answer not in yet */
     int asked_again;   /* times, up to PROBE_ASKED_AGAIN_MAX */
@@ -217,16 +218,25 @@ static Db *db_new(Databases *d, Config *cfg, char *err, size_t errlen)
     return db;
 }
 
-/* Asked of each database once its probe connects: the cluster (the system identifier initdb
- * drew) and the database (oid and name), then the server's start and the server's clock now, as
- * seconds since the epoch. pg_control_system is executable by PUBLIC: nothing it needs a
- * privilege for. */
+/* Asked of each database once its probe connects: the database (oid and name), the server's
+ * start and the server's clock now, as seconds since the epoch; then the cluster (the system
+ * identifier initdb drew). Nothing the first needs a privilege for; pg_control_system is
+ * PUBLIC's by default, but a server may revoke it: the second statement may fail alone (the
+ * first's answer has come), and the identifier is then left out of the comparison. */
 static const char *const SQL_IDENTITY =
-    "SELECT (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s)::text || '|' ||"
-    " d.oid::text || '|' || d.datname,"
+    "SELECT d.oid::text || '|' || d.datname,"
     " pg_catalog.date_part('epoch', pg_catalog.pg_postmaster_start_time()),"
     " pg_catalog.date_part('epoch', pg_catalog.now())"
     " FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()";
+static const char *const SQL_SYSTEM_ID =
+    "SELECT s.system_identifier::text FROM pg_catalog.pg_control_system() s";
+
+/* Whether a and b, both known, name one database of one cluster (the server's start aside). */
+static bool same_identity(const Db *a, const Db *b)
+{
+    return strcmp(a->identity, b->identity) == 0 &&
+           (!a->system_id[0] || !b->system_id[0] || strcmp(a->system_id, b->system_id) == 0);
+}
 
 /* How often one entry is asked again because another's server started after its answer
  * (probe_compare): once per restart in between is all it takes; the bound only keeps two
@@ -275,7 +285,7 @@ static void probe_compare(Databases *d, Db *db)
     for (int i = 0; i < d->n; i++) {
         Db *other = d->dbs[i];
         if (other == db || other->removed || db->removed || !other->identity[0] ||
-            strcmp(other->identity, db->identity) != 0)
+            !same_identity(other, db))
             continue;
         if (other->server_start != db->server_start) {
             if (db->server_start > other->asked_at && !other->asking_again &&
@@ -292,13 +302,15 @@ static void probe_compare(Databases *d, Db *db)
         while (at < d->n && d->dbs[at] != db)
             at++;
         Db *first = i < at ? other : db, *later = i < at ? db : other;
-        char q[200];
+        char q[200], shown[200];
+        snprintf(shown, sizeof(shown), "%s|%s", db->system_id[0] ? db->system_id : "?",
+                 db->identity);
         log_set_context(NULL);
         log_error("two databases of the list reach the same database: the later one stops; list "
                   "each database once (its lanes are one group, which two entries would split, "
                   "each leaving rows of its table unclaimed)",
                   "database=%s stopping=%s server_database=%s", first->cfg.database_name,
-                  later->cfg.database_name, log_quote(db->identity, q, sizeof(q)));
+                  later->cfg.database_name, log_quote(shown, q, sizeof(q)));
         twin_remember(d, later, first);
         log_set_context(later->log_context);
         later->removed = true;
@@ -316,16 +328,20 @@ static void on_probe_answer(PgConn *pg, PGresult **results, int n, const char *e
     if (!results)
         return; /* connection lost: on_probe_state asks again once it is back */
     db->asking_again = false;
-    if (error || n != 1 || PQntuples(results[0]) != 1 || PQnfields(results[0]) != 3 ||
-        PQgetisnull(results[0], 0, 0)) {
+    PGresult *r = n == 2 ? results[0] : NULL, *sys = n == 2 ? results[1] : NULL;
+    if (!r || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 || PQnfields(r) != 3 ||
+        PQgetisnull(r, 0, 0) || PQgetisnull(r, 0, 1) || PQgetisnull(r, 0, 2)) {
         char q[300];
         log_warn("cannot tell which server this database's URL reaches; two entries of the list "
                  "on one database are not detected for it",
                  "error=%s", log_quote(error ? error : "no row", q, sizeof(q)));
     } else {
-        snprintf(db->identity, sizeof(db->identity), "%s", PQgetvalue(results[0], 0, 0));
-        db->server_start = strtod(PQgetvalue(results[0], 0, 1), NULL);
-        db->asked_at = strtod(PQgetvalue(results[0], 0, 2), NULL);
+        bool known = sys && PQresultStatus(sys) == PGRES_TUPLES_OK && PQntuples(sys) == 1 &&
+                     !PQgetisnull(sys, 0, 0);
+        snprintf(db->system_id, sizeof(db->system_id), "%s", known ? PQgetvalue(sys, 0, 0) : "");
+        snprintf(db->identity, sizeof(db->identity), "%s", PQgetvalue(r, 0, 0));
+        db->server_start = strtod(PQgetvalue(r, 0, 1), NULL);
+        db->asked_at = strtod(PQgetvalue(r, 0, 2), NULL);
         probe_compare(db->owner, db);
     }
     ev_timer_start(db->owner->loop, &db->probe_close);
@@ -336,8 +352,8 @@ static void on_probe_state(PgConn *pg, bool up, const char *reason, void *arg)
     Db *db = arg;
     if (!up)
         return;
-    PgQuery q = {SQL_IDENTITY, 0, NULL, false};
-    if (!pg_conn_send(pg, &q, 1, on_probe_answer, db))
+    PgQuery q[2] = {{SQL_IDENTITY, 0, NULL, false}, {SQL_SYSTEM_ID, 0, NULL, false}};
+    if (!pg_conn_send(pg, q, 2, on_probe_answer, db))
         ev_timer_start(db->owner->loop, &db->probe_close);
 }
 

@@ -17,6 +17,8 @@
 #     URL changed) it is added and probed again; with a gone from the list it runs.
 #  4. A copy of the cluster (pg_basebackup, then promoted) has its system identifier and oids
 #     but is another database: an entry on it and one on the original both run, each delivering.
+#  5. A server that revoked pg_control_system from PUBLIC, the relay's login no superuser: a and
+#     b (as in 1) are still caught; the identifier is left out, not the whole identity.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 # shellcheck source=tests/netns_lib.sh
@@ -182,3 +184,26 @@ check_eq "part 4: neither is taken for the other" 0 \
 check "part 4: both run" lacks "$RELAY_LOG" 'msg="database removed"'
 relay_stop
 check_eq "part 4: the relay exits 0" 0 "$?"
+
+# --- 5: pg_control_system revoked --------------------------------------------------------------
+psql_q "REVOKE EXECUTE ON FUNCTION pg_catalog.pg_control_system() FROM PUBLIC" >/dev/null &&
+    psql_q "CREATE ROLE relay_login LOGIN IN ROLE outbox_relay" >/dev/null ||
+    fail "revoke pg_control_system, create the relay's login"
+login_lacks_system_id() {
+    ! psql_q "SELECT system_identifier FROM pg_control_system()" -U relay_login 2>/dev/null
+}
+check "part 5: the relay's login may not read the system identifier" login_lacks_system_id
+printf '{"brokers": "%s", "kafka": {"reconnect.backoff.max.ms": "500"}, "databases": [
+  {"name": "a", "database-url": "postgresql://relay_login@127.0.0.1:%s/outbox"},
+  {"name": "b", "database-url": "postgresql://relay_login@%s:%s/outbox", "layout": "debezium",
+   "table": "other_outbox"}]}\n' \
+    "$BROKERS" "$PGPORT" "$ALIAS" "$PGPORT" >"$T/relay.json"
+unset DATABASE_URL
+relay_start --config "$T/relay.json"
+export DATABASE_URL=$SAVED_URL
+insert_rows p5 1 200 20
+wait_for "part 5: b is caught" 30 said_twins_once
+wait_for "part 5: every row of a's table delivered" 30 none_unsent_of p5
+check "part 5: nothing said of the identifier" lacks "$RELAY_LOG" "cannot tell which server"
+relay_stop
+check_eq "part 5: the relay exits 0" 0 "$?"
