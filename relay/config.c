@@ -1527,6 +1527,15 @@ static bool brokers_check(const Config *cfg, OptSource from, char *err, size_t e
     const char *source = from == OPT_FROM_ENV    ? "KAFKA_BROKERS"
                          : from == OPT_FROM_FILE ? "config file: key \"brokers\""
                                                  : "--brokers";
+    /* librdkafka takes no user info in the list ('@' is no host's or port's): an entry holding
+     * one (sasl_ssl://USER:PASSWORD@HOST:PORT) is refused without showing any entry, since the
+     * password may also hold the ',' that splits entries ("u:pa,ss@h" shows "u:pa" as one). */
+    if (strchr(cfg->brokers, '@'))
+        return optval_fail(err, errlen,
+                           "%s: an entry holds user info ('@', not shown: it may hold a "
+                           "password): the list is [PROTOCOL://]HOST[:PORT][,...]; give the "
+                           "credentials as --kafka sasl.username and --kafka sasl.password",
+                           source);
     char protocol[32];
     kafka_security_protocol(cfg, protocol, sizeof(protocol));
     size_t entries = 0;

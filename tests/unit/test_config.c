@@ -1219,6 +1219,17 @@ static void test_brokers_list(void **state)
     assert_false(LOAD(&cfg, err, "run", "--database-url=x"));
     assert_error_line(err, "KAFKA_BROKERS: broker 'k:x'");
     config_free(&cfg);
+    /* User info in an entry is refused without echoing it: the password, whole or cut at a
+     * ',' (which splits entries), is never shown. */
+    const char *userinfo[] = {"sasl_ssl://u:hunter22@h:1", "u:hunter22@h:1", "k:1,u:hunter22@h:1",
+                              "sasl_ssl://u:hun,ter22@h:1", "k:1/u:hunter22@h"};
+    for (size_t i = 0; i < sizeof(userinfo) / sizeof(userinfo[0]); i++) {
+        assert_false(LOAD(&cfg, err, "run", "--database-url=x", "--brokers", userinfo[i]));
+        assert_error_line(err, "--brokers: an entry holds user info");
+        if (strstr(err, "hun") || strstr(err, "ter22"))
+            fail_msg("--brokers '%s': the error shows the password: %s", userinfo[i], err);
+        config_free(&cfg);
+    }
     /* Only the commands that talk to Kafka check it: an environment file every command shares
      * does not stop migrate. */
     assert_true(LOAD(&cfg, err, "migrate", "--database-url=x"));
