@@ -1129,15 +1129,57 @@ static bool database_load(Config *db, const Config *base, bool sessions_default,
     return true;
 }
 
+/* jansson's error text without the input it quotes, which may be part of a secret: the text
+ * "near" the error, and the escape or code point a string's "invalid Unicode" errors quote. What
+ * is left keeps jansson's own quoted punctuation ("'}' expected"); any other quoted text gives
+ * way to a description of the error's kind. Edits e->text in place and returns it. */
+static const char *json_error_said(json_error_t *e)
+{
+    char *near = strstr(e->text, " near '");
+    if (near)
+        *near = '\0';
+    bool quotes_input = false;
+    for (const char *q = strchr(e->text, '\''); q && !quotes_input;) {
+        const char *close = strchr(q + 1, '\'');
+        quotes_input = !close || close != q + 2 || !strchr("{}[]:,", q[1]);
+        q = close ? strchr(close + 1, '\'') : NULL;
+    }
+    if (!quotes_input)
+        return e->text;
+    const char *kind;
+    switch (json_error_code(e)) {
+    case json_error_invalid_utf8:
+        kind = "invalid UTF-8";
+        break;
+    case json_error_premature_end_of_input:
+        kind = "the text ends inside a value";
+        break;
+    case json_error_null_character:
+        kind = "a NUL character (\\u0000) in a string";
+        break;
+    default:
+        kind = "invalid JSON (a string with a bad escape or Unicode code point?)";
+        break;
+    }
+    snprintf(e->text, sizeof(e->text), "%s", kind);
+    return e->text;
+}
+
 /* Builds cfg->dbs from cfg->databases; sessions_default as database_load takes it. */
 static bool databases_load(Config *cfg, bool sessions_default, char *err, size_t errlen)
 {
     json_error_t jerr;
     json_t *list = json_loads(cfg->databases, JSON_REJECT_DUPLICATES, &jerr);
-    if (!list || !json_is_array(list)) {
+    if (!list && jerr.line <= 0)
+        return optval_fail(err, errlen, "databases: expected a JSON array of objects: %s",
+                           json_error_said(&jerr));
+    if (!list) /* where, never the text: it holds the database URLs */
+        return optval_fail(err, errlen,
+                           "databases: expected a JSON array of objects: line %d column %d: %s",
+                           jerr.line, jerr.column, json_error_said(&jerr));
+    if (!json_is_array(list)) {
         json_decref(list);
-        return optval_fail(err, errlen, "databases: expected a JSON array of objects%s%s",
-                           list ? "" : ": ", list ? "" : jerr.text);
+        return optval_fail(err, errlen, "databases: expected a JSON array of objects");
     }
     size_t n = json_array_size(list);
     bool ok = true;
@@ -1217,13 +1259,11 @@ static bool load_file(const OptSpec *sp, void *out, const char *path, OptSource 
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         /* jansson quotes the text "near" the error, which may be part of a secret value. */
-        char *near = strstr(jerr.text, " near '");
-        if (near)
-            *near = '\0';
+        const char *said = json_error_said(&jerr);
         if (jerr.line <= 0)
-            return optval_fail(err, errlen, "config file %s: %s", path, jerr.text);
+            return optval_fail(err, errlen, "config file %s: %s", path, said);
         return optval_fail(err, errlen, "config file %s: line %d column %d: %s", path, jerr.line,
-                           jerr.column, jerr.text);
+                           jerr.column, said);
     }
     bool ok = true;
     if (!json_is_object(root)) {

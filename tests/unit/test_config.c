@@ -993,6 +993,45 @@ static void test_error_json_does_not_echo_values(void **state)
     config_free(&cfg);
 }
 
+/* A --databases list that is not JSON is said by where (line, column), never by the text jansson
+ * quotes: near the error, or the escape an "invalid Unicode" error names, part of a password. The
+ * config file's errors keep the same rule. */
+static void test_error_databases_json_does_not_echo_values(void **state)
+{
+    (void)state;
+    const char *bad[] = {
+        "[{\"name\": \"a\", \"database-url\": postgresql://u:hunter2x@h/d}]",
+        "[{\"name\": \"a\", \"database-url\": \"postgresql://u:hunter2x\n@h/d\"}]",
+        "[{\"name\": \"a\", \"database-url\": \"postgresql://u:p\\uhunt@h/d\"}]",
+        "[{\"name\": \"a\", \"database-url\": \"postgresql://u:p\\ud841\\u0068unt@h/d\"}]",
+        "[{\"name\": \"a\", \"database-url\": \"postgresql://u:p@h/d\"}, hunter2x]",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        Config cfg;
+        char err[1024];
+        assert_false(LOAD(&cfg, err, "run", "--brokers", "k:9092", "--databases", bad[i]));
+        assert_error_line(err, "databases: expected a JSON array of objects: line ");
+        assert_error_line(err, " column ");
+        if (strstr(err, "hunt") || strstr(err, "postgresql") || strstr(err, "\\u"))
+            fail_msg("--databases '%s': the error quotes the input: %s", bad[i], err);
+        config_free(&cfg);
+    }
+    char path[64];
+    write_temp(path, "{\"database-url\": \"postgresql://u:p\\ud841\\u0068unt@h/db\"}");
+    Config cfg;
+    char err[512];
+    assert_false(LOAD(&cfg, err, "migrate", "--config", path));
+    assert_error_line(err, "line 1 column");
+    if (strstr(err, "\\u"))
+        fail_msg("config file: the error quotes the input: %s", err);
+    config_free(&cfg);
+    /* jansson's own quoted punctuation stays: it says what was expected. */
+    write_temp(path, "{\"database-url\": \"x\"");
+    assert_false(LOAD(&cfg, err, "migrate", "--config", path));
+    assert_error_line(err, "'}' expected");
+    config_free(&cfg);
+}
+
 /* ---- reload ------------------------------------------------------------------------------- */
 
 typedef struct Seen {
@@ -2301,6 +2340,7 @@ int main(void)
         T(test_database_url_file_precedence),
         T(test_kafka_file),
         T(test_error_json_does_not_echo_values),
+        T(test_error_databases_json_does_not_echo_values),
         T(test_reload_diff_and_apply),
         T(test_reloadable_options),
         T(test_databases_entries),
