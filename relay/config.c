@@ -962,8 +962,58 @@ static bool registry_files_check(const Config *cfg, char *err, size_t errlen)
  * or fragment in the first of them): bad input refused here with the rest (exit 2), not by
  * registry_new inside relay_new, whose failures are runtime ones (exit 1, which systemd restarts: a
  * list it refuses would restart for ever). */
+/* The list is split at every ',' (curl's URLs hold none unencoded), so a ',' in a URL's user
+ * info ("http://reg:pa,ss@h") cuts the password in two: "http://reg:pa", whose "pa" reads as a
+ * port, and "ss@h", a URL with a user name and no password, and neither piece is masked where
+ * the URL is shown nor registered as a secret. Refused, naming the URL by its place, not its
+ * text: a URL of a list that is followed by another and has a port that is not a number, and a
+ * URL after the first that holds user info but no scheme (a list's URLs with user info take
+ * their scheme, so that no cut password reads as one). */
+static bool registry_urls_commas(const char *urls, char *err, size_t errlen)
+{
+    int place = 0;
+    for (const char *p = urls; p && *p;) {
+        p += strspn(p, ", ");
+        size_t len = strcspn(p, ",");
+        if (len == 0)
+            continue;
+        place++;
+        const char *end = p + len, *scheme = memmem(p, len, "://", 3);
+        const char *auth = scheme ? scheme + 3 : p;
+        const char *auth_end = auth + strcspn(auth, "/?#,");
+        bool user_info = memchr(auth, '@', (size_t)(auth_end - auth)) != NULL;
+        if (user_info && !scheme && place > 1)
+            return optval_fail(err, errlen,
+                               "schema-registry-url: URL %d of the list holds user info ('@') "
+                               "and no scheme (not shown: it may hold a password): the list is "
+                               "split at every ',', so write a ',' in a password as %%2C and give "
+                               "a URL with user info its scheme (http:// or https://)",
+                               place);
+        const char *host = auth;
+        if (*host == '[') {
+            const char *close = memchr(host, ']', (size_t)(auth_end - host));
+            host = close ? close + 1 : auth_end;
+        }
+        const char *colon = memchr(host, ':', (size_t)(auth_end - host));
+        bool port_number = true;
+        for (const char *c = colon ? colon + 1 : auth_end; c < auth_end; c++)
+            port_number = port_number && isdigit((unsigned char)*c);
+        bool followed = *end == ',' && end[strspn(end, ", ")] != '\0';
+        if (!user_info && !port_number && followed)
+            return optval_fail(err, errlen,
+                               "schema-registry-url: URL %d of the list has a port that is not a "
+                               "number (not shown: it may be a password cut at a ','): the list "
+                               "is split at every ',', so write a ',' in a password as %%2C",
+                               place);
+        p = end;
+    }
+    return true;
+}
+
 static bool registry_urls_check(const char *urls, char *err, size_t errlen)
 {
+    if (!registry_urls_commas(urls, err, errlen))
+        return false;
     int given = 0;
     for (const char *p = urls; p && *p;) {
         p += strspn(p, ",");
