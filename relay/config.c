@@ -2110,8 +2110,9 @@ void config_register_secrets(const Config *cfg)
             secrets_add(cfg->kafka.items[i].value);
 }
 
-/* Warns about one file when group or others may read it and it holds a registered secret. */
-static void warn_if_loose(const char *path)
+/* Warns about one file when group or others may read it and it holds a registered secret, or
+ * whatever it holds when the whole file is one (credentials). */
+static void warn_if_loose(const char *path, bool credentials)
 {
     struct stat st;
     if (!path || stat(path, &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 077) == 0)
@@ -2120,7 +2121,7 @@ static void warn_if_loose(const char *path)
     char *text = read_text_file("secret file", path, err, sizeof(err));
     if (!text)
         return;
-    bool secret = secrets_found(text);
+    bool secret = credentials ? text[0] != '\0' : secrets_found(text);
     explicit_bzero(text, strlen(text));
     free(text);
     if (!secret)
@@ -2134,11 +2135,14 @@ static void warn_if_loose(const char *path)
 
 void config_warn_loose_secret_files(const Config *cfg)
 {
-    warn_if_loose(cfg->config_file);
-    warn_if_loose(cfg->database_url_file);
-    warn_if_loose(cfg->kafka_file);
+    warn_if_loose(cfg->config_file, false);
+    warn_if_loose(cfg->database_url_file, false);
+    warn_if_loose(cfg->kafka_file, false);
+    /* USER:PASSWORD, its password registered only when the registry reads the file (later, in
+     * registry_new): the file is a secret whole. */
+    warn_if_loose(cfg->schema_registry_auth_file, true);
     for (int i = 0; i < cfg->n_dbs; i++)
-        warn_if_loose(cfg->dbs[i].database_url_file);
+        warn_if_loose(cfg->dbs[i].database_url_file, false);
 }
 
 /* Overwrites value in place with "***" and NULs (its length kept, so the argument area of the

@@ -236,9 +236,10 @@ void config_apply_reloadable(Config *running, const Config *fresh);
 void config_register_secrets(const Config *cfg);
 
 /* Logs a warning for each secret-bearing file of cfg (the config file, --database-url-file,
- * --kafka-file) that its group or others may read: one holding a registered secret (call after
- * config_register_secrets). Warned, not refused: the secret is already exposed, and refusing to
- * start would turn that into an outage at the next restart; the warning says how to fix it. */
+ * --kafka-file, --schema-registry-auth-file) that its group or others may read: one holding a
+ * registered secret (call after config_register_secrets), or for the auth file, one not empty.
+ * Warned, not refused: the secret is already exposed, and refusing to start would turn that into an
+ * outage at the next restart; the warning says how to fix it. */
 void config_warn_loose_secret_files(const Config *cfg);
 
 /* Overwrites, in place, the secrets on a parsed command line so /proc/PID/cmdline (ps, top, any

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <ev.h>
@@ -1962,6 +1963,60 @@ static void test_databases_reload_refuses_bad_entry(void **state)
     config_free(&running);
 }
 
+/* Runs config_warn_loose_secret_files with stderr (the log) captured; returns what was logged
+ * (freed by caller). */
+static char *loose_files_logged(const Config *cfg)
+{
+    char path[64];
+    write_temp(path, "");
+    int fd = open(path, O_WRONLY | O_TRUNC), saved = dup(STDERR_FILENO);
+    assert_true(fd >= 0 && saved >= 0);
+    fflush(stderr);
+    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    config_warn_loose_secret_files(cfg);
+    fflush(stderr);
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(fd);
+    close(saved);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char *text = calloc(1, 8192);
+    assert_non_null(text);
+    assert_true(fread(text, 1, 8191, f) < 8191);
+    fclose(f);
+    return text;
+}
+
+/* --schema-registry-auth-file is USER:PASSWORD whole, its password registered only when the
+ * registry reads it: group- or world-readable, it is warned of like the other secret files
+ * (it was not: the check looks for a registered secret in the file); 0600, it is not. */
+static void test_loose_registry_auth_file_warned(void **state)
+{
+    (void)state;
+    char auth[64];
+    write_temp(auth, "reg:auth-file-s3cret\n");
+    assert_int_equal(chmod(auth, 0640), 0);
+    Config cfg;
+    char err[1024];
+    assert_true(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1", "--value-format=avro",
+                     "--schema-registry-url=http://sr:8081", "--schema-registry-auth-file", auth));
+    config_register_secrets(&cfg);
+    char *log = loose_files_logged(&cfg);
+    char needle[200];
+    snprintf(needle, sizeof(needle),
+             "level=warn msg=\"secret file readable by other users\" file=\"%s\" mode=0640", auth);
+    if (!strstr(log, needle) || strstr(log, "s3cret"))
+        fail_msg("a 0640 auth file: logged \"%s\"", log);
+    free(log);
+    assert_int_equal(chmod(auth, 0600), 0);
+    log = loose_files_logged(&cfg);
+    if (strstr(log, "readable by other users"))
+        fail_msg("a 0600 auth file: logged \"%s\"", log);
+    free(log);
+    config_free(&cfg);
+    secrets_clear();
+}
+
 /* Runs reload_config with stderr (the log) captured; returns what was logged (freed by caller). */
 static char *reload_logged(Config *running, int argc, char **argv, bool *loaded)
 {
@@ -2383,6 +2438,7 @@ int main(void)
         T(test_error_json_does_not_echo_values),
         T(test_error_databases_json_does_not_echo_values),
         T(test_registry_url_comma_in_password),
+        T(test_loose_registry_auth_file_warned),
         T(test_reload_diff_and_apply),
         T(test_reloadable_options),
         T(test_databases_entries),
