@@ -64,7 +64,18 @@ bool reload_config_then(Config *running, int argc, char **argv,
     }
     /* A changed password file is not applied (restart-only) but must never be printed either:
      * registered before anything (the checks' errors included) can show it. */
+    size_t short_before = secrets_too_short();
     config_register_secrets(&fresh);
+    /* As at start-up (main.c): a secret too short to register is masked in connection strings
+     * only, so the reloaded configuration's are said, whether or not the reload is taken (its
+     * errors may show them). Said on every reload that holds one, as every start says it. */
+    size_t short_now = secrets_too_short() - short_before;
+    if (short_now > 0)
+        log_warn("secret too short to scrub",
+                 "count=%zu min_length=%d hint=\"a password or secret shorter than %d characters "
+                 "is masked in connection strings but not scrubbed from other text (errors of "
+                 "libpq or librdkafka that echo it): use a longer one\"",
+                 short_now, SECRETS_MIN_LEN, SECRETS_MIN_LEN);
     if (!reload_check(running, &fresh, err, sizeof(err)) ||
         (check && !check(&fresh, arg, err, sizeof(err)))) {
         log_error("configuration reload failed; keeping the running configuration", "error=%s",

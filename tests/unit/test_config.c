@@ -2048,6 +2048,34 @@ static void write_file(const char *path, const char *text)
     assert_int_equal(fclose(f), 0);
 }
 
+/* A secret too short to scrub that a SIGHUP reload brings is warned of as at start-up (it was
+ * counted, and nothing said); a reload holding none says nothing of it. */
+static void test_reload_warns_of_short_secret(void **state)
+{
+    (void)state;
+    char path[64], err[1024];
+    write_temp(path, "{\"brokers\": \"k:9092\", \"database-url\": \"postgresql://u:long-pw@h/a\"}");
+    char a0[] = "outbox-relay", a1[] = "run", a2[] = "--config";
+    char *argv[] = {a0, a1, a2, path, NULL};
+    Config running;
+    bool loaded;
+    assert_true(config_load(&running, 4, argv, err, sizeof(err)));
+    write_file(path, "{\"brokers\": \"k:9092\", \"database-url\": \"postgresql://u:long-pw@h/a\", "
+                     "\"kafka\": {\"sasl.password\": \"ab\"}}");
+    char *log = reload_logged(&running, 4, argv, &loaded);
+    if (!strstr(log, "level=warn msg=\"secret too short to scrub\" count=1 min_length=4"))
+        fail_msg("a reload bringing a 2-character sasl.password: logged %s", log);
+    free(log);
+    write_file(path, "{\"brokers\": \"k:9092\", \"database-url\": \"postgresql://u:long-pw@h/a\"}");
+    log = reload_logged(&running, 4, argv, &loaded);
+    assert_true(loaded);
+    if (strstr(log, "too short"))
+        fail_msg("a reload without a short secret: logged %s", log);
+    free(log);
+    config_free(&running);
+    secrets_clear();
+}
+
 /* A reload that start-up would refuse beyond config_load (a list entry databases_entry_check
  * refuses; a --delivery-timeout past the running producer's message.timeout.ms) is refused whole,
  * in one line naming what is wrong: nothing of it is applied, not even its valid options. */
@@ -2439,6 +2467,7 @@ int main(void)
         T(test_error_databases_json_does_not_echo_values),
         T(test_registry_url_comma_in_password),
         T(test_loose_registry_auth_file_warned),
+        T(test_reload_warns_of_short_secret),
         T(test_reload_diff_and_apply),
         T(test_reloadable_options),
         T(test_databases_entries),
