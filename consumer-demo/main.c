@@ -19,6 +19,7 @@
 #include "log.h"
 #include "opts.h"
 #include "rcache.h"
+#include "secrets.h"
 
 #ifndef OUTBOX_RELAY_VERSION
 #define OUTBOX_RELAY_VERSION "dev"
@@ -189,9 +190,14 @@ static void on_signal(int sig)
     stop = 1;
 }
 
+/* Prints one line of bad input, scrubbed of the registered secrets (libpq's and librdkafka's
+ * errors may echo a value), and returns the usage exit status. */
 static int usage_error(const char *msg)
 {
-    fprintf(stderr, "consumer-demo: %s\n", msg);
+    char line[1024];
+    snprintf(line, sizeof(line), "%s", msg);
+    secrets_scrub(line);
+    fprintf(stderr, "consumer-demo: %s\n", line);
     return EXIT_USAGE;
 }
 
@@ -248,6 +254,17 @@ int main(int argc, char **argv)
         opts_free(&spec, &o);
         return usage_error(err);
     }
+    /* As the relay does (relay/main.c): from here on nothing the process writes may show a
+     * password (log_write scrubs the registered ones), and ps or /proc/PID/cmdline, which every
+     * local user may read, shows none: the connection strings go whole from argv, and a
+     * sensitive --kafka property's value. */
+    secrets_add_conninfo(o.database_url);
+    secrets_add_conninfo(o.redis_url);
+    for (size_t i = 0; i < o.kafka.len; i++)
+        if (secrets_kafka_key_sensitive(o.kafka.items[i].key))
+            secrets_add(o.kafka.items[i].value);
+    static const char *const whole[] = {"database-url", "redis-url", NULL};
+    secrets_scrub_argv(&spec, argc, argv, whole);
     log_set_level(o.log_level);
     int rc = 0;
     switch (cmd) {

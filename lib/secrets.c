@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "opts.h"
+
 typedef struct Secret {
     struct Secret *_Atomic next;
     size_t len;
@@ -299,4 +301,51 @@ bool secrets_encoded_password_key(const char *key, size_t len)
     }
     name[n] = '\0';
     return strcmp(name, "password") == 0 || strcmp(name, "sslpassword") == 0;
+}
+
+/* Overwrites value with "***" and NULs (its length kept: the argument area stays as laid out). */
+static void wipe_value(char *value)
+{
+    size_t len = strlen(value);
+    explicit_bzero(value, len);
+    memcpy(value, "***", len < 3 ? len : 3);
+}
+
+void secrets_scrub_argv(const OptSpec *spec, int argc, char **argv, const char *const *whole)
+{
+    for (int i = 1; i < argc; i++) {
+        char *arg = argv[i];
+        if (strncmp(arg, "--", 2) != 0)
+            continue;
+        char *name = arg + 2, *eq = strchr(name, '=');
+        const OptDef *opt = opts_find(spec, name, eq ? (size_t)(eq - name) : strlen(name));
+        if (!opt || opt->type == OPT_BOOL)
+            continue;
+        char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!value)
+            break;
+        bool named = false;
+        for (size_t w = 0; whole && whole[w] && !named; w++)
+            named = strcmp(opt->name, whole[w]) == 0;
+        if (named) {
+            wipe_value(value);
+        } else if (opt->type == OPT_LIST) {
+            char *sep = strchr(value, '=');
+            if (sep) {
+                *sep = '\0';
+                bool sensitive = secrets_kafka_key_sensitive(value);
+                *sep = '=';
+                if (sensitive)
+                    wipe_value(sep + 1);
+            }
+        }
+    }
+    /* Whatever else holds a registered secret (a value pasted into another option). */
+    for (int i = 1; i < argc; i++) {
+        size_t len = strlen(argv[i]);
+        if (!secrets_found(argv[i]))
+            continue;
+        size_t n = secrets_scrub(argv[i]);
+        explicit_bzero(argv[i] + n, len - n);
+    }
 }

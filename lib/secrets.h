@@ -63,6 +63,17 @@ bool secrets_encoded_password_key(const char *key, size_t len);
  * client secrets and configs, tokens). */
 bool secrets_kafka_key_sensitive(const char *key);
 
+struct OptSpec;
+
+/* Overwrites, in place, the secrets on a command line that spec parsed, so that
+ * /proc/PID/cmdline (ps, top: every local user) no longer shows them: the whole value of each
+ * option named in whole (a NULL-terminated list: connection strings, where a password may hide in
+ * several places), the VALUE of each KEY=VALUE of a list option (--kafka) whose KEY is sensitive
+ * (secrets_kafka_key_sensitive), then any registered secret in any argument (register them
+ * first). Values become "***" and NULs, their lengths kept. argv[0] is left alone. */
+void secrets_scrub_argv(const struct OptSpec *spec, int argc, char **argv,
+                        const char *const *whole);
+
 /* Replaces every registered secret in the NUL-terminated s with "***", in place (the text only
  * shrinks). Returns the new length. */
 size_t secrets_scrub(char *s);

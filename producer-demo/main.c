@@ -26,6 +26,7 @@
 #include "opts.h"
 #include "pool.h"
 #include "rcache.h"
+#include "secrets.h"
 #include "server.h"
 
 #ifndef OUTBOX_RELAY_VERSION
@@ -287,9 +288,14 @@ static const OptSpec spec = {
     .nopts = sizeof(options) / sizeof(options[0]),
 };
 
+/* Prints one line of bad input, scrubbed of the registered secrets (libpq's and librdkafka's
+ * errors may echo a value), and returns the usage exit status. */
 static int usage_error(const char *msg)
 {
-    fprintf(stderr, "producer-demo: %s\n", msg);
+    char line[1024];
+    snprintf(line, sizeof(line), "%s", msg);
+    secrets_scrub(line);
+    fprintf(stderr, "producer-demo: %s\n", line);
     return EXIT_USAGE;
 }
 
@@ -529,6 +535,14 @@ int main(int argc, char **argv)
         opts_free(&spec, &o);
         return usage_error(err);
     }
+    /* As the relay does (relay/main.c): from here on nothing the process writes may show a
+     * password (log_write scrubs the registered ones), and ps or /proc/PID/cmdline, which every
+     * local user may read, shows none: the connection strings go whole from argv, and a
+     * sensitive --kafka property's value. */
+    secrets_add_conninfo(o.database_url);
+    secrets_add_conninfo(o.redis_url);
+    static const char *const whole[] = {"database-url", "redis-url", NULL};
+    secrets_scrub_argv(&spec, argc, argv, whole);
     log_set_level(o.log_level);
     int rc = 0;
     switch (cmd) {

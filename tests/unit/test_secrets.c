@@ -16,6 +16,7 @@
 #include "config.h"
 #include "db.h"
 #include "log.h"
+#include "opts.h"
 #include "pg_plan.h"
 #include "secrets.h"
 #include "secret_text.h"
@@ -489,6 +490,45 @@ static void test_log_write_scrubs_before_cutting(void **state)
     assert_true(scrubbed);
 }
 
+/* The demos' command line (secrets_scrub_argv): the whole value of a connection-string option,
+ * in both spellings; a sensitive --kafka property's value; any registered secret elsewhere;
+ * nothing else (a switch takes no value: the argument after it is judged on its own). */
+static void test_scrub_argv(void **state)
+{
+    (void)state;
+    static const OptDef defs[] = {
+        {.name = "database-url", .type = OPT_STRING}, {.name = "redis-url", .type = OPT_STRING},
+        {.name = "kafka", .type = OPT_LIST},          {.name = "topic", .type = OPT_STRING},
+        {.name = "json", .type = OPT_BOOL},
+    };
+    const OptSpec spec = {.prog = "demo", .opts = defs, .nopts = sizeof(defs) / sizeof(defs[0])};
+    char a0[] = "demo", a1[] = "run", a2[] = "--database-url",
+         a3[] = "postgresql://u:argv-s3cret@h/db", a4[] = "--redis-url=redis://h:6379/0",
+         a5[] = "--kafka", a6[] = "sasl.password=kafka-s3cret", a7[] = "--kafka=client.id=c1",
+         a8[] = "--json", a9[] = "--topic", a10[] = "t-argv-s3cret-x";
+    char *argv[] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, NULL};
+    int argc = 11;
+    size_t lens[11];
+    for (int i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
+    secrets_add_conninfo(a3);
+    static const char *const whole[] = {"database-url", "redis-url", NULL};
+    secrets_scrub_argv(&spec, argc, argv, whole);
+    assert_string_equal(argv[0], "demo");
+    assert_string_equal(argv[1], "run");
+    assert_string_equal(argv[2], "--database-url");
+    assert_string_equal(argv[3], "***");
+    assert_string_equal(argv[4], "--redis-url=***");
+    assert_string_equal(argv[6], "sasl.password=***");
+    assert_string_equal(argv[7], "--kafka=client.id=c1");
+    assert_string_equal(argv[8], "--json");
+    assert_string_equal(argv[10], "t-***-x");
+    /* The argument area keeps its layout: each string's bytes are overwritten, not moved. */
+    for (int i = 0; i < argc; i++)
+        for (size_t j = strlen(argv[i]); j < lens[i]; j++)
+            assert_int_equal(argv[i][j], '\0');
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, reset, reset)
@@ -515,6 +555,7 @@ int main(void)
         T(test_log_quote_scrubs_before_escaping),
         T(test_log_write_scrubs),
         T(test_log_write_scrubs_before_cutting),
+        T(test_scrub_argv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,47 @@
+#!/bin/bash
+# Proves the demos keep their secrets off the command line every local user can read
+# (docs/security.md#secrets), as the relay does (83_secrets_hygiene part 1):
+#  1. a running producer-demo serve's /proc/PID/cmdline holds neither the database password
+#     (--database-url) nor, in a value pasted into another option, a registered secret; its
+#     options still show, and it still serves (an order is written);
+#  2. a running consumer-demo's /proc/PID/cmdline holds neither the database password nor a
+#     --kafka sasl.password (either spelling); its options still show, and it still runs.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+# shellcheck source=tests/demo_lib.sh
+source "$(dirname "$0")/../../demo_lib.sh"
+demo_setup
+pg_start
+broker_start 1
+relay_migrate 2>"$T/migrate.log" || fail "outbox-relay migrate"
+K_SECRET=kafka-Secret-Pw-99
+
+# --- 1. ---
+# The last --database-url wins: the one with the password.
+producer_start --database-url "$DATABASE_URL_PW"
+tr '\0' ' ' <"/proc/$PRODUCER_PID/cmdline" >"$T/producer.cmdline"
+check "1: producer-demo's cmdline lacks the database password" \
+    lacks "$T/producer.cmdline" "$PG_PASSWORD"
+check "1: ... and still shows its options" \
+    grep -q -- "serve --database-url .* --listen 127.0.0.1:0 --database-url " "$T/producer.cmdline"
+post_order k-1 '{"customer_id": "c-1", "amount_cents": 4200, "currency": "EUR"}'
+check_eq "1: producer-demo still serves: 201" 201 "$STATUS"
+producer_stop
+check "1: no log line shows the password" lacks "$PRODUCER_LOG" "$PG_PASSWORD"
+
+# --- 2. ---
+"$CONSUMER_BIN" migrate --database-url "$DATABASE_URL_PW" 2>"$T/consumer.migrate.log" ||
+    fail "consumer-demo migrate"
+consumer_start --topic orders.secrets --group secrets --database-url "$DATABASE_URL_PW" \
+    --kafka "sasl.password=$K_SECRET" --kafka=ssl.key.password="$K_SECRET-2"
+tr '\0' ' ' <"/proc/$CONSUMER_PID/cmdline" >"$T/consumer.cmdline"
+check "2: consumer-demo's cmdline lacks the database password" \
+    lacks "$T/consumer.cmdline" "$PG_PASSWORD"
+check "2: ... and the Kafka passwords" lacks "$T/consumer.cmdline" "$K_SECRET"
+check "2: ... and still shows its options" \
+    grep -q -- "--database-url .* --kafka sasl.password=.* --kafka=ssl.key.password=" \
+    "$T/consumer.cmdline"
+check "2: consumer-demo still runs" consumer_running
+consumer_stop
+check "2: no log line shows a password" \
+    bash -c "! grep -qF -e '$PG_PASSWORD' -e '$K_SECRET' '$CONSUMER_LOG'"
