@@ -957,18 +957,14 @@ static bool registry_files_check(const Config *cfg, char *err, size_t errlen)
     return true;
 }
 
-/* The registry's URL list, split and counted as registry_new splits it (relay/io/registry.c:
- * commas, leading spaces dropped, empty items skipped, at most CONFIG_REGISTRY_URLS_MAX, no query
- * or fragment in the first of them): bad input refused here with the rest (exit 2), not by
- * registry_new inside relay_new, whose failures are runtime ones (exit 1, which systemd restarts: a
- * list it refuses would restart for ever). */
 /* The list is split at every ',' (curl's URLs hold none unencoded), so a ',' in a URL's user
  * info ("http://reg:pa,ss@h") cuts the password in two: "http://reg:pa", whose "pa" reads as a
  * port, and "ss@h", a URL with a user name and no password, and neither piece is masked where
  * the URL is shown nor registered as a secret. Refused, naming the URL by its place, not its
  * text: a URL of a list that is followed by another and has a port that is not a number, and a
  * URL after the first that holds user info but no scheme (a list's URLs with user info take
- * their scheme, so that no cut password reads as one). */
+ * their scheme, so that no cut password reads as one). Also refused, by place: a URL holding a
+ * blank. */
 static bool registry_urls_commas(const char *urls, char *err, size_t errlen)
 {
     int place = 0;
@@ -978,6 +974,16 @@ static bool registry_urls_commas(const char *urls, char *err, size_t errlen)
         if (len == 0)
             continue;
         place++;
+        /* registry_new keeps a URL's text after its leading spaces as it is, and curl refuses a
+         * URL holding a blank ("URL using bad/illegal format"): every lookup through it would
+         * fail, the relay running with rows waiting behind a warning. */
+        for (size_t i = 0; i < len; i++)
+            if (isspace((unsigned char)p[i]))
+                return optval_fail(err, errlen,
+                                   "schema-registry-url: URL %d of the list holds a blank, which "
+                                   "curl refuses in a URL: separate the URLs with ',' (spaces "
+                                   "after it are fine) and write a blank in a URL as %%20",
+                                   place);
         const char *end = p + len, *scheme = memmem(p, len, "://", 3);
         const char *auth = scheme ? scheme + 3 : p;
         const char *auth_end = auth + strcspn(auth, "/?#,");
@@ -1010,6 +1016,11 @@ static bool registry_urls_commas(const char *urls, char *err, size_t errlen)
     return true;
 }
 
+/* The registry's URL list, split and counted as registry_new splits it (relay/io/registry.c:
+ * commas, leading spaces dropped, empty items skipped, at most CONFIG_REGISTRY_URLS_MAX, no query
+ * or fragment in the first of them): bad input refused here with the rest (exit 2), not by
+ * registry_new inside relay_new, whose failures are runtime ones (exit 1, which systemd restarts: a
+ * list it refuses would restart for ever). */
 static bool registry_urls_check(const char *urls, char *err, size_t errlen)
 {
     if (!registry_urls_commas(urls, err, errlen))
