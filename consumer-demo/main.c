@@ -210,6 +210,14 @@ static int cmd_run(const Options *o)
                           o->redis_ttl,      o->dedupe_ttl, o->sweep_interval};
     char host[256];
     int port, db;
+    /* librdkafka takes no user info in the broker list: it would try to resolve
+     * "USER:PASSWORD@HOST" for ever, and its lines and ours ("consumer-demo running" brokers=)
+     * would show the password, which is no registered secret. Not echoed: a ',' in the password
+     * would split it over two entries. */
+    if (strchr(o->brokers, '@'))
+        return usage_error("--brokers: an entry holds user info ('@', not shown: it may hold a "
+                           "password): the list is HOST:PORT[,...]; give the credentials as "
+                           "--kafka sasl.username and --kafka sasl.password");
     if (!db_check_writer_conninfo(o->database_url, err, sizeof(err)) ||
         !consumer_check(&cfg, err, sizeof(err)) ||
         (o->redis_url &&

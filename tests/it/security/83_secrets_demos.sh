@@ -5,7 +5,9 @@
 #     (--database-url) nor, in a value pasted into another option, a registered secret; its
 #     options still show, and it still serves (an order is written);
 #  2. a running consumer-demo's /proc/PID/cmdline holds neither the database password nor a
-#     --kafka sasl.password (either spelling); its options still show, and it still runs.
+#     --kafka sasl.password (either spelling); its options still show, and it still runs;
+#  3. consumer-demo refuses a --brokers entry holding user info (exit 2) without showing the
+#     password: it ran, resolving "USER:PASSWORD@HOST" for ever, and logged the password.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 # shellcheck source=tests/demo_lib.sh
@@ -45,3 +47,14 @@ check "2: consumer-demo still runs" consumer_running
 consumer_stop
 check "2: no log line shows a password" \
     bash -c "! grep -qF -e '$PG_PASSWORD' -e '$K_SECRET' '$CONSUMER_LOG'"
+
+# --- 3. ---
+# The whole password, and one a ',' cuts over two entries.
+for b in "u:hunter22@$BROKERS" "$BROKERS,u:hun,ter22@h:1"; do
+    timeout 20 "$CONSUMER_BIN" run --database-url "$DATABASE_URL" --brokers "$b" --topic t \
+        --group g >"$T/userinfo.out" 2>&1
+    check_eq "3: --brokers with user info: exit 2" 2 $?
+    check "3: ... the error says why" grep -qF -- "--brokers: an entry holds user info" \
+        "$T/userinfo.out"
+    check "3: ... and shows no password" bash -c "! grep -qE 'hunter|hun,|ter22' '$T/userinfo.out'"
+done
