@@ -274,6 +274,13 @@ int main(int argc, char **argv)
     static const char *const whole[] = {"database-url", "redis-url", NULL};
     secrets_scrub_argv(&spec, argc, argv, whole);
     log_set_level(o.log_level);
+    /* As the relay says at start-up: masked in connection strings, but not scrubbed elsewhere. */
+    if (secrets_too_short() > 0)
+        log_warn("secret too short to scrub",
+                 "count=%zu min_length=%d hint=\"a password or secret shorter than %d characters "
+                 "is masked in connection strings but not scrubbed from other text (errors of "
+                 "libpq or librdkafka that echo it): use a longer one\"",
+                 secrets_too_short(), SECRETS_MIN_LEN, SECRETS_MIN_LEN);
     int rc = 0;
     switch (cmd) {
     case CMD_RUN:

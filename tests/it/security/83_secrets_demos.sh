@@ -7,7 +7,9 @@
 #  2. a running consumer-demo's /proc/PID/cmdline holds neither the database password nor a
 #     --kafka sasl.password (either spelling); its options still show, and it still runs;
 #  3. consumer-demo refuses a --brokers entry holding user info (exit 2) without showing the
-#     password: it ran, resolving "USER:PASSWORD@HOST" for ever, and logged the password.
+#     password: it ran, resolving "USER:PASSWORD@HOST" for ever, and logged the password;
+#  4. a password too short to scrub is warned of at start-up, by each demo, as the relay does;
+#     a longer one is not.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 # shellcheck source=tests/demo_lib.sh
@@ -58,3 +60,14 @@ for b in "u:hunter22@$BROKERS" "$BROKERS,u:hun,ter22@h:1"; do
         "$T/userinfo.out"
     check "3: ... and shows no password" bash -c "! grep -qE 'hunter|hun,|ter22' '$T/userinfo.out'"
 done
+
+# --- 4. ---
+SHORT_URL=postgresql://postgres:ab@127.0.0.1:$PGPORT/outbox
+"$PRODUCER_BIN" migrate --database-url "$SHORT_URL" >/dev/null 2>"$T/short.producer"
+"$CONSUMER_BIN" migrate --database-url "$SHORT_URL" >/dev/null 2>"$T/short.consumer"
+"$CONSUMER_BIN" migrate --database-url "$DATABASE_URL_PW" >/dev/null 2>"$T/long.consumer"
+for demo in producer consumer; do
+    check "4: $demo-demo warns of a 2-character password" \
+        grep -qF 'msg="secret too short to scrub" count=1 min_length=4' "$T/short.$demo"
+done
+check "4: ... and not of a long one" lacks "$T/long.consumer" "too short"
