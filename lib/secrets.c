@@ -5,6 +5,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 
 #include "opts.h"
 
@@ -348,4 +350,11 @@ void secrets_scrub_argv(const OptSpec *spec, int argc, char **argv, const char *
         size_t n = secrets_scrub(argv[i]);
         explicit_bzero(argv[i] + n, len - n);
     }
+}
+
+void secrets_no_core_dumps(void)
+{
+    struct rlimit none = {0, 0};
+    (void)setrlimit(RLIMIT_CORE, &none);
+    (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 }

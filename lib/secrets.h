@@ -74,6 +74,12 @@ struct OptSpec;
 void secrets_scrub_argv(const struct OptSpec *spec, int argc, char **argv,
                         const char *const *whole);
 
+/* Turns core dumps off for the process, as the relay does at start (relay/main.c): a core holds
+ * every credential in memory. RLIMIT_CORE 0 stops the kernel writing one; PR_SET_DUMPABLE 0
+ * stops core pipes (systemd-coredump) too and keeps other processes of the same user out of its
+ * memory. Failures are ignored: a sandbox that forbids them forbids dumps too. */
+void secrets_no_core_dumps(void);
+
 /* Replaces every registered secret in the NUL-terminated s with "***", in place (the text only
  * shrinks). Returns the new length. */
 size_t secrets_scrub(char *s);

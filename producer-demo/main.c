@@ -522,6 +522,8 @@ static int cmd_cleanup(const Options *o)
 
 int main(int argc, char **argv)
 {
+    /* Before anything reads a password into memory: a core would hold it. */
+    secrets_no_core_dumps();
     signal(SIGPIPE, SIG_IGN);
     /* Hidden: the generated sections of the man page, for tools/gen-man.sh. */
     if (argc == 2 && strcmp(argv[1], "--help-man") == 0) {

@@ -3,9 +3,11 @@
 # (docs/security.md#secrets), as the relay does (83_secrets_hygiene part 1):
 #  1. a running producer-demo serve's /proc/PID/cmdline holds neither the database password
 #     (--database-url) nor, in a value pasted into another option, a registered secret; its
-#     options still show, and it still serves (an order is written);
+#     options still show, and it still serves (an order is written); core dumps are off
+#     (RLIMIT_CORE 0), as for the relay;
 #  2. a running consumer-demo's /proc/PID/cmdline holds neither the database password nor a
-#     --kafka sasl.password (either spelling); its options still show, and it still runs;
+#     --kafka sasl.password (either spelling); its options still show, and it still runs; core
+#     dumps are off;
 #  3. consumer-demo refuses a --brokers entry holding user info (exit 2) without showing the
 #     password: it ran, resolving "USER:PASSWORD@HOST" for ever, and logged the password;
 #  4. a password too short to scrub is warned of at start-up, by each demo, as the relay does;
@@ -19,6 +21,9 @@ pg_start
 broker_start 1
 relay_migrate 2>"$T/migrate.log" || fail "outbox-relay migrate"
 K_SECRET=kafka-Secret-Pw-99
+# Core dumps allowed to the demos' shell (where the hard limit lets it), so the check that they
+# turn them off can fail.
+ulimit -c unlimited 2>/dev/null || ulimit -c "$(ulimit -Hc)" 2>/dev/null || true
 
 # --- 1. ---
 # The last --database-url wins: the one with the password.
@@ -28,6 +33,8 @@ check "1: producer-demo's cmdline lacks the database password" \
     lacks "$T/producer.cmdline" "$PG_PASSWORD"
 check "1: ... and still shows its options" \
     grep -q -- "serve --database-url .* --listen 127.0.0.1:0 --database-url " "$T/producer.cmdline"
+check_eq "1: producer-demo's core dumps are off (RLIMIT_CORE 0)" "0 0" \
+    "$(awk '/^Max core file size/ {print $5, $6}' "/proc/$PRODUCER_PID/limits")"
 post_order k-1 '{"customer_id": "c-1", "amount_cents": 4200, "currency": "EUR"}'
 check_eq "1: producer-demo still serves: 201" 201 "$STATUS"
 producer_stop
@@ -45,6 +52,8 @@ check "2: ... and the Kafka passwords" lacks "$T/consumer.cmdline" "$K_SECRET"
 check "2: ... and still shows its options" \
     grep -q -- "--database-url .* --kafka sasl.password=.* --kafka=ssl.key.password=" \
     "$T/consumer.cmdline"
+check_eq "2: consumer-demo's core dumps are off (RLIMIT_CORE 0)" "0 0" \
+    "$(awk '/^Max core file size/ {print $5, $6}' "/proc/$CONSUMER_PID/limits")"
 check "2: consumer-demo still runs" consumer_running
 consumer_stop
 check "2: no log line shows a password" \
