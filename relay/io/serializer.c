@@ -869,6 +869,8 @@ static size_t avro_inline(avro_schema_t s, int depth)
         return ARRAY_SLOT;
     if (is_avro_map(s))
         return MAP_SLOT;
+    if (is_avro_link(s)) /* an avro_value_t: its target is allocated apart (link_held) */
+        return sizeof(avro_value_t);
     if (is_avro_record(s)) {
         for (size_t i = 0; i < avro_schema_record_size(s) && n < cap; i++)
             n += avro_inline(avro_schema_record_field_get_by_index(s, (int)i), depth + 1);
@@ -893,6 +895,15 @@ static size_t inline_of(Path *path, avro_schema_t s)
         m->n = avro_inline(s, 0);
     }
     return m->n;
+}
+
+/* What avro-c allocates apart for a value of schema s as it is made: for a reference to a
+ * recursive type (a link: ["null", "Node"] inside Node, an array of "Node"), a whole value of
+ * the type, which a slot's size (avro_inline) does not count. Uncounted, a row of nested nodes of
+ * unions of strings had avro-c hold 47 times max_len. */
+static size_t link_held(Path *path, avro_schema_t s)
+{
+    return is_avro_link(s) ? inline_of(path, avro_schema_link_target(s)) : 0;
 }
 
 /* Counts a value about to be written: bytes, what its encoding takes at least (varints one byte
@@ -1155,6 +1166,8 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
         return false;
     }
     avro_value_t branch;
+    if (!charge(path, 0, link_held(path, avro_schema_union_branch(us, chosen)), err, errlen))
+        return false;
     if (avro_value_set_branch(v, chosen, &branch) != 0) {
         snprintf(err, errlen, "field %s: %s", path->text, avro_strerror());
         return false;
@@ -1213,8 +1226,13 @@ static bool put_record(avro_value_t *v, const json_t *j, Path *path, int depth, 
                 while ((size_t)b < avro_schema_union_size(us) &&
                        !branch_fits(path, us, b, def, false))
                     b++;
-                ok = avro_value_set_branch(&field, (size_t)b < avro_schema_union_size(us) ? b : 0,
-                                           &branch) == 0;
+                b = (size_t)b < avro_schema_union_size(us) ? b : 0;
+                if (!charge(path, 0, link_held(path, avro_schema_union_branch(us, b)), err,
+                            errlen)) {
+                    path->in_default = was;
+                    return false;
+                }
+                ok = avro_value_set_branch(&field, b, &branch) == 0;
                 target = &branch;
                 if (!ok)
                     snprintf(err, errlen, "%s", avro_strerror());
@@ -1592,7 +1610,9 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
         if (!charge(path, 1, 0, err, errlen)) /* the block count or the end */
             return false;
         /* avro-c keeps the items in place, 10 at first, then twice as many each time */
-        size_t slot = json_array_size(j) ? inline_of(path, avro_schema_array_items(container)) : 0;
+        avro_schema_t items = avro_schema_array_items(container);
+        size_t slot = json_array_size(j) ? inline_of(path, items) : 0;
+        size_t apart = json_array_size(j) ? link_held(path, items) : 0;
         size_t i;
         const json_t *item;
         json_array_foreach(j, i, item)
@@ -1600,7 +1620,7 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
             avro_value_t child;
             size_t mark;
             path_push(path, &mark, NULL, i);
-            if (!charge(path, 0, (i == 0 ? 12 : 2) * slot, err, errlen))
+            if (!charge(path, 0, (i == 0 ? 12 : 2) * slot + apart, err, errlen))
                 return false;
             if (avro_value_append(v, &child, NULL) != 0 ||
                 !put_value(&child, item,
@@ -1616,7 +1636,9 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
         if (!charge(path, 1, 0, err, errlen)) /* the block count or the end */
             return false;
         /* avro-c keeps the values in place, as an array's items */
-        size_t slot = json_object_size(j) ? inline_of(path, avro_schema_map_values(container)) : 0;
+        avro_schema_t values = avro_schema_map_values(container);
+        size_t slot = json_object_size(j) ? inline_of(path, values) : 0;
+        size_t apart = json_object_size(j) ? link_held(path, values) : 0;
         size_t i = 0;
         const char *key;
         const json_t *item;
@@ -1626,7 +1648,8 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
             size_t mark;
             path_push(path, &mark, key, 0);
             /* and its key's entry in avro-c's hash table */
-            if (!charge(path, strlen(key) + 1, (i++ == 0 ? 12 : 2) * slot + 32, err, errlen))
+            if (!charge(path, strlen(key) + 1, (i++ == 0 ? 12 : 2) * slot + 32 + apart, err,
+                        errlen))
                 return false;
             if (avro_value_add(v, key, &child, NULL, NULL) != 0 ||
                 !put_value(&child, item,
