@@ -579,8 +579,16 @@ static bool num_norm(const char *t, size_t len, NumNorm *out)
 
 /* Whether two number tokens are the same number (JSON Schema's equality is mathematical: 1.0
  * is 1; 0.1 is not 0.10000000000000000001, whose double is the same). -1 when out of memory. */
+static size_t token_compares; /* token_equal's calls since start (serializer.h) */
+
+size_t serializer_token_compares(void)
+{
+    return token_compares;
+}
+
 static int token_equal(const char *a, size_t alen, const char *b, size_t blen)
 {
+    token_compares++;
     NumNorm x, y;
     bool okx = num_norm(a, alen, &x), oky = num_norm(b, blen, &y);
     int eq = -1;
@@ -1812,6 +1820,12 @@ static bool schema_equal(const json_t *a, const json_t *b, Path *path, int depth
         /* a is the schema's, b the payload's: both by their text where it is known, since their
          * doubles may be equal when the numbers are not (0.1 and 0.10000000000000000001; a long
          * above 2^53 and a real), and it is the payload's text that goes out. */
+        /* Two equal numbers read as the same double (each text rounds to the nearest): numbers
+         * whose doubles differ are not equal, and their texts need no look. Looked at first, an
+         * enum of 1,000 numbers took each of a payload's 80,000 numbers through 1,000 text
+         * comparisons (two allocations each): 8.8 s on the loop for 480 KB. */
+        if (json_number_value(a) != json_number_value(b))
+            return false;
         const Parsed *ps = path->ps;
         if (!path->nums_scanned) {
             path->nums = number_texts(path->payload, path->payload_len, path->root, &path->n_nums);

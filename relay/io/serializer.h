@@ -111,6 +111,12 @@ size_t serializer_inline_steps(void);
  * n log n, not n x n. Not thread-safe (the serializer runs on the loop). */
 size_t serializer_schema_probes(void);
 
+/* For tests: the comparisons, since start, of two numbers by their text (JSON Schema's const and
+ * enum): only numbers of the same double are compared so, so an enum of n numbers costs a number
+ * of a payload n comparisons of doubles and at most one of text. Not thread-safe (the serializer
+ * runs on the loop). */
+size_t serializer_token_compares(void);
+
 /* False while the registry is down (for /readyz and the metric). */
 bool serializer_up(const Serializer *s);
 
