@@ -431,8 +431,12 @@ static void finish_request(Request *q, CURLcode code)
         /* A pinned version the subject lacks answers "Version not found." alone: say which. */
         char version[24];
         version_text(r, version, sizeof(version));
-        snprintf(why, sizeof(why), "schema registry: %s (subject %s, version %s)",
-                 msg ? msg : "subject not found", e->subject, version);
+        /* The subject (up to 599 characters) and the registry's message (which may quote it)
+         * cut, so that the version, the part a pinned --schema-version makes the answer, fits
+         * the 300 bytes: whole, a long subject pushed it out of the row's error. */
+        snprintf(why, sizeof(why), "schema registry: %.100s (subject %.120s%s, version %s)",
+                 msg ? msg : "subject not found", e->subject, strlen(e->subject) > 120 ? "..." : "",
+                 version);
         json_decref(root);
         free(e->missing_why);
         e->missing_why = strdup(why);

@@ -105,6 +105,32 @@ static void test_missing_subjects_bounded(void **state)
     MHD_stop_daemon(d);
 }
 
+/* From review 2: a subject's "not found" said "schema registry: MESSAGE (subject S, version V)"
+ * in 300 bytes with S whole: a subject of a few hundred characters (topic-record) pushed out which
+ * version was missing (--schema-version 7: "Version not found." alone says nothing of it). */
+static void test_missing_version_survives_long_subject(void **state)
+{
+    char url[64];
+    struct MHD_Daemon *d =
+        stand_in("{\"error_code\": 40402, \"message\": \"Version not found.\"}", url, sizeof(url));
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000, .version = 7};
+    char err[512] = "", subject[560];
+    memset(subject, 's', 553);
+    strcpy(subject + 553, "-value");
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    const RegistrySchema *rs = NULL;
+    answered = 0;
+    assert_int_equal(registry_lookup(r, subject, &rs, err, sizeof(err)), REGISTRY_PENDING);
+    while (answered < 1)
+        ev_run(EV_DEFAULT, 0);
+    assert_int_equal(registry_lookup(r, subject, &rs, err, sizeof(err)), REGISTRY_MISSING);
+    if (!strstr(err, "Version not found.") || !strstr(err, "..., version 7)"))
+        fail_msg("error \"%s\"", err);
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+}
+
 /* From this review: every lookup of a subject without a schema sent a request, so rows naming a
  * new subject each (or more than the cache remembers, in turn) sent the registry one request per
  * row. Now a budget bounds them: beyond it a new subject waits (PENDING, no request, no entry)
@@ -392,6 +418,7 @@ int main(void)
         cmocka_unit_test(test_foreign_404_is_down),
         cmocka_unit_test(test_probe_foreign_404),
         cmocka_unit_test(test_probe_large_subject_list),
+        cmocka_unit_test(test_missing_version_survives_long_subject),
         cmocka_unit_test(test_schema_id_out_of_range),
         cmocka_unit_test(test_subject_logged_quoted),
         cmocka_unit_test(test_base_url_query_refused),
