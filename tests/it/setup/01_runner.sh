@@ -13,7 +13,10 @@
 #  6. --group GROUP (and TEST_GROUP) runs that group's tests only, --list lists them and runs
 #     none; a group that does not exist, and a test outside any group, are refused with exit 2;
 #  7. each group's tests start longest first by tests/it/durations (one it does not list first),
-#     a test run alone last in its group.
+#     a test run alone last in its group;
+#  8. the unit tests run TEST_JOBS at a time too, longest first, each one's output whole; one that
+#     fails (a not ok line, or a non-zero exit without one) fails the run; the integration tests
+#     start in the slots the unit tests free, beside a long unit test still running.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -29,9 +32,17 @@ cp "$ROOT/tests/run.sh" "$R/tests/"
 # fake GROUP/NAME BODY: a fake integration test. Each notes its pid in $T/running/NAME, and lists
 # the other fakes alive when it starts and when it ends in $T/NAME.others.
 fake() {
-    local group=${1%/*}
-    set -- "${1#*/}" "$2"
-    cat >"$R/tests/it/$group/$1.sh" <<EOF
+    _fake_file "$R/tests/it/${1%/*}/${1#*/}.sh" "${1#*/}" "$2"
+}
+# fake_unit test_NAME BODY: a fake unit test (bin/asan/test_NAME), noted as fake() notes its own.
+fake_unit() {
+    _fake_file "$R/bin/asan/$1" "$1" "$2" && chmod +x "$R/bin/asan/$1"
+}
+# _fake_file PATH NAME BODY: writes the fake NAME to PATH.
+_fake_file() {
+    local path=$1
+    shift
+    cat >"$path" <<EOF
 #!/bin/bash
 others() { # (a killed fake may stay a zombie: alive is a state other than Z)
     local f state
@@ -129,3 +140,33 @@ touch "$R/tests/it/90_stray.sh"
 bash "$R/tests/run.sh" >"$T/stray.out" 2>&1
 check_eq "6. a test outside any group is refused with exit 2" 2 $?
 check "6. ... naming it" grep -q 'tests/it/90_stray.sh is in no group' "$T/stray.out"
+
+# 8. Fake unit tests in bin/asan/. test_zslow, the longest by durations (and last by name), waits
+# (30 s at most) until the fake named by GO_BY has started: run first and beside the others, it
+# is still running when that one starts; run one after the other, in name order, it is not.
+rm -f "$R/tests/it/90_stray.sh" "$T/running/"*
+printf '%s\n' 'test_zslow 20' 'test_bfail 1' 'test_csilent 1' 'test_dquick 0' >"$R/tests/it/durations"
+fake_unit test_zslow "for _ in \$(seq 300); do [ -e '$T/go' ] && break; sleep 0.1; done
+echo 'ok 1 - slow'"
+fake_unit test_bfail 'echo "ok 1 - b1"; echo "not ok 2 - b2"; exit 1'
+fake_unit test_csilent 'exit 3'
+fake_unit test_dquick "[ \"\$GO_BY\" = test_dquick ] && touch '$T/go'; echo 'ok 1 - q1'"
+fake setup/10_pass "[ \"\$GO_BY\" = 10_pass ] && touch '$T/go'; echo 'ok - p1'; echo 'ok - p2'"
+GO_BY=test_dquick TEST_JOBS=2 bash "$R/tests/run.sh" --group unit >"$T/unit.out" 2>&1
+rc=$?
+sed 's/^/#   /' "$T/unit.out"
+check_eq "8. --group unit: every ok and not ok counted, a silent non-zero exit as a failure" \
+    "3 passed, 2 failed" "$(tail -n 1 "$T/unit.out")"
+check_eq "8. a failing unit test makes the run exit 1" 1 "$rc"
+check_eq "8. a non-zero exit without a not ok line is one failure" 1 \
+    "$(grep -c '^not ok - test_csilent: exited with status 3$' "$T/unit.out")"
+check_eq "8. each unit test's output whole under its header" "test_bfail ok 1 - b1 not ok 2 - b2" \
+    "$(grep -A2 '^# ==== test_bfail$' "$T/unit.out" | sed 's/^# ==== //' | paste -sd' ' -)"
+check "8. the longest unit test starts first and runs beside the others" \
+    grep -qx test_zslow "$T/test_dquick.others"
+rm -f "$T/running/"* "$T/go"
+GO_BY=10_pass TEST_JOBS=2 bash "$R/tests/run.sh" --group unit --group setup >"$T/both.out" 2>&1
+sed 's/^/#   /' "$T/both.out"
+check_eq "8. unit and setup tests: both counted" "6 passed, 3 failed" "$(tail -n 1 "$T/both.out")"
+check "8. an integration test starts beside a unit test still running" \
+    grep -qx test_zslow "$T/10_pass.others"
