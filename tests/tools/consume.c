@@ -25,7 +25,9 @@
  * --to-end first asks each partition's leader for its end offset (high watermark), then reads
  * every partition up to that offset and stops: everything Kafka acknowledged before consume
  * started, duplicates included, with no idle-time guess. A message acknowledged later may be
- * printed too, or not. An empty partition is read to its end at once.
+ * printed too, or not. An empty partition is read to its end at once, and so is a topic the
+ * cluster's metadata does not list (a topic no message was ever produced to; one line on stderr
+ * says so): it is not waited for, where without --to-end a topic is looked for until the timeout.
  * Exit: 0 when --count messages were read, when --idle-ms passed without a new message, when
  * --to-end read every partition up to its end offset, or at the timeout without --count or
  * --to-end; 1 at the timeout with --count unmet or --to-end short of an end (or no end offset
@@ -215,28 +217,45 @@ static bool read_ends(rd_kafka_t *rk, struct part_end *ends, int n, int64_t dead
     return true;
 }
 
-/* Fills `parts` with every partition of the topics; false until all of them exist. */
-static bool find_partitions(rd_kafka_t *rk, const char **topics, int ntopics,
-                            rd_kafka_topic_partition_list_t *parts, int timeout_ms)
+/* What one metadata lookup found of the topics. */
+enum topics_found {
+    TOPICS_ALL,       /* every topic, each with its partitions */
+    TOPICS_MISSING,   /* the cluster answered, and lists some topics not at all (the rest: all) */
+    TOPICS_NOT_READY, /* no answer, or a topic listed with an error or without partitions */
+};
+
+/* Fills `parts` with every partition of the topics found and says what was found; `missing`
+ * gets how many the cluster's answer does not list. */
+static enum topics_found find_partitions(rd_kafka_t *rk, const char **topics, int ntopics,
+                                         rd_kafka_topic_partition_list_t *parts, int timeout_ms,
+                                         int *missing)
 {
     const struct rd_kafka_metadata *md;
+    *missing = 0;
     /* all_topics=1 so the lookup itself never auto-creates a topic. */
     if (rd_kafka_metadata(rk, 1, NULL, &md, timeout_ms) != RD_KAFKA_RESP_ERR_NO_ERROR)
-        return false;
+        return TOPICS_NOT_READY;
     int found = 0;
     for (int t = 0; t < ntopics; t++) {
+        bool listed = false;
         for (int i = 0; i < md->topic_cnt; i++) {
             const struct rd_kafka_metadata_topic *mt = &md->topics[i];
-            if (strcmp(mt->topic, topics[t]) || mt->err || mt->partition_cnt == 0)
+            if (strcmp(mt->topic, topics[t]))
+                continue;
+            listed = true;
+            if (mt->err || mt->partition_cnt == 0)
                 continue;
             found++;
             for (int p = 0; p < mt->partition_cnt; p++)
                 rd_kafka_topic_partition_list_add(parts, mt->topic, mt->partitions[p].id)->offset =
                     RD_KAFKA_OFFSET_BEGINNING;
         }
+        *missing += !listed;
     }
     rd_kafka_metadata_destroy(md);
-    return found == ntopics;
+    if (found == ntopics)
+        return TOPICS_ALL;
+    return found + *missing == ntopics ? TOPICS_MISSING : TOPICS_NOT_READY;
 }
 
 int main(int argc, char **argv)
@@ -336,15 +355,25 @@ int main(int argc, char **argv)
 
     int64_t deadline = now_ms() + timeout_ms;
     rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(16);
-    /* A topic appears when its first message is produced, so retry until the deadline. */
-    while (!find_partitions(rk, topics, ntopics, parts, 1000) && now_ms() < deadline) {
+    /* A topic appears when its first message is produced, so retry until the deadline; but
+     * with --to-end a topic the cluster does not list holds nothing Kafka acknowledged before
+     * now, which is all --to-end reads: it is read as empty at once. (The mock cluster's
+     * answers are current; a real cluster's broker may lag its controller for a moment.) */
+    enum topics_found found;
+    int missing = 0;
+    while ((found = find_partitions(rk, topics, ntopics, parts, 1000, &missing)) != TOPICS_ALL &&
+           !(to_end && found == TOPICS_MISSING) && now_ms() < deadline) {
         rd_kafka_topic_partition_list_destroy(parts);
         parts = rd_kafka_topic_partition_list_new(16);
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200); /* serves errors meanwhile */
         if (m)
             rd_kafka_message_destroy(m);
     }
-    if (parts->cnt == 0)
+    /* --to-end: every topic is either read below or known not to exist. */
+    bool topics_known = found == TOPICS_ALL || (to_end && found == TOPICS_MISSING);
+    if (to_end && found == TOPICS_MISSING)
+        fprintf(stderr, "consume: %d of %d topics do not exist: read as empty\n", missing, ntopics);
+    else if (parts->cnt == 0)
         fprintf(stderr, "consume: no partitions found for the given topic(s)\n");
     int partitions = parts->cnt;
     /* --to-end: the end offsets are read before the assignment, so that every message
@@ -358,7 +387,7 @@ int main(int argc, char **argv)
         ends[i].topic = parts->elems[i].topic;
         ends[i].partition = parts->elems[i].partition;
     }
-    bool ends_known = to_end && read_ends(rk, ends, partitions, deadline);
+    bool ends_known = to_end && topics_known && read_ends(rk, ends, partitions, deadline);
     int done = 0; /* --to-end: partitions read up to their end offset */
     for (int i = 0; i < partitions; i++)
         done += ends[i].done;
@@ -366,7 +395,7 @@ int main(int argc, char **argv)
 
     long got = 0;
     int64_t last = now_ms();
-    while ((count < 0 || got < count) && !(ends_known && partitions > 0 && done == partitions) &&
+    while ((count < 0 || got < count) && !(ends_known && done == partitions) &&
            !(to_end && !ends_known)) {
         int64_t now = now_ms();
         if (now >= deadline || (idle_ms > 0 && now - last >= idle_ms))
@@ -407,7 +436,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "consume: got %ld of %ld messages before the timeout\n", got, count);
         rc = 1;
     }
-    if (to_end && (partitions == 0 || !ends_known || done < partitions)) {
+    if (to_end && (!ends_known || done < partitions)) {
         for (int i = 0; i < partitions && ends_known; i++)
             if (!ends[i].done)
                 fprintf(stderr, "consume: %s [%d] not read up to its end offset %lld\n",

@@ -11,7 +11,9 @@
 #     every other row (including later rows of its own aggregate type) is delivered;
 #  3. a row whose headers hold 70 kB in one value fails the same way (the byte limit).
 # And bin/consume --tsv (bench.sh's latency runs read it): one line of four fields a message,
-# the header asked for with its tab and newline printed as spaces.
+# the header asked for with its tab and newline printed as spaces; bin/consume --to-end reads a
+# topic that does not exist as empty at once (exit 0), but not one the cluster answers with an
+# error (UNKNOWN_TOPIC_OR_PART for a topic that holds a message: exit 1 at the timeout).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -78,6 +80,16 @@ check_eq "consume --tsv: received_us, timestamp_ms, the header (tab, newline as 
 consume --topic outbox.event.hh --to-end --timeout-ms 20000 --tsv id >"$T/hh-id.tsv"
 check_eq "consume --tsv id: the forged row's line carries its event id" 1 \
     "$(awk -F '\t' -v e="$FORGED_EID" '$3 == e && $4 == "{\"seq\": 0}"' "$T/hh-id.tsv" | wc -l)"
+consume --topic never.produced --to-end --timeout-ms 20000 >"$T/none.json"
+check_eq "consume --to-end: a topic that does not exist reads as empty, exit 0" "0 0" \
+    "$? $(grep -c '' "$T/none.json")"
+printf '{"key": "k", "value": "v"}\n' | "$BIN/produce" --brokers "$BROKERS" --topic refused >/dev/null ||
+    fail "produce a message to topic refused"
+broker_cmd "topic-error refused 3"
+consume --topic refused --to-end --timeout-ms 1500 >"$T/refused.json" 2>"$T/refused.err"
+check_eq "consume --to-end: a topic answered with an error is not read as empty (exit 1)" "1 0" \
+    "$? $(grep -c '' "$T/refused.json")"
+broker_cmd "topic-error refused 0"
 
 # --- 2./3. oversized headers ---
 error_of() { psql_q "SELECT last_error FROM outbox WHERE id = $1"; }
