@@ -16,7 +16,8 @@
 # group holds.
 #
 # The last line is "N passed, N failed"; the exit status is 1 if anything failed.
-# TEST_TIMEOUT (seconds, default 300) bounds each program.
+# TEST_TIMEOUT (seconds, default 300) bounds each program; one still running then gets SIGTERM
+# (its cleanup runs) and, TEST_KILL_AFTER seconds later (default 10), SIGKILL.
 # TEST_JOBS (1 to 4, default 3): programs running at once, unit and integration tests alike
 # (an integration test starts as soon as a unit test frees its slot). The latter spend most of their
 # time waiting on faults and timeouts (a serial `make test` keeps 2 cores about a third busy;
@@ -43,6 +44,9 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/tests/lsan.supp:print_suppressions=0}
 export CMOCKA_MESSAGE_OUTPUT=TAP
 TEST_TIMEOUT=${TEST_TIMEOUT:-300}
+TEST_KILL_AFTER=${TEST_KILL_AFTER:-10}
+[[ $TEST_KILL_AFTER =~ ^[1-9][0-9]*$ ]] ||
+    { echo "tests/run.sh: TEST_KILL_AFTER must be a whole number of seconds, not '$TEST_KILL_AFTER'" >&2 && exit 2; }
 TEST_JOBS=${TEST_JOBS:-3}
 case $TEST_JOBS in
 [1-4]) ;;
@@ -211,7 +215,7 @@ run_now() {
     local name=$1 rc started=$SECONDS
     shift
     echo "# ==== $name"
-    timeout -k 10 "$TEST_TIMEOUT" "$@" 2>&1 | tee "$out/$name.log"
+    timeout -k "$TEST_KILL_AFTER" "$TEST_TIMEOUT" "$@" 2>&1 | tee "$out/$name.log"
     rc=${PIPESTATUS[0]}
     count "$name" "$rc" "$out/$name.log" $((SECONDS - started))
 }
@@ -225,7 +229,7 @@ start() {
     local name=$1 slot=$2
     shift 2
     (
-        TEST_SLOT=$slot timeout -k 10 "$TEST_TIMEOUT" "$@" >"$out/$name.log" 2>&1 &
+        TEST_SLOT=$slot timeout -k "$TEST_KILL_AFTER" "$TEST_TIMEOUT" "$@" >"$out/$name.log" 2>&1 &
         echo $! >"$out/$name.timeout"
         wait $!
     ) 2>/dev/null & # (not bash's "Killed" notice: the log says it)

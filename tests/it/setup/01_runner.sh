@@ -70,8 +70,9 @@ fake faults/60_last 'echo "ok - l1"; sleep 2; echo "ok - l2"'
 
 # The runner's output goes to a file: its ok/not ok lines are the fakes', not this test's.
 # A timeout well above the fakes' 2 s sleeps: a loaded machine starts them late (it once cut
-# one short at 4 s).
-TEST_TIMEOUT=10 TEST_JOBS=2 bash "$R/tests/run.sh" >"$T/par.out" 2>&1
+# one short at 4 s). The hanging fake ignores SIGTERM: SIGKILL comes TEST_KILL_AFTER seconds
+# after it (10 by default, 9 s of this test spent waiting).
+TEST_TIMEOUT=10 TEST_KILL_AFTER=1 TEST_JOBS=2 bash "$R/tests/run.sh" >"$T/par.out" 2>&1
 rc=$?
 sed 's/^/#   /' "$T/par.out"
 check_eq "1. every ok and not ok counted, a silent non-zero exit and a timeout as failures" \
@@ -105,6 +106,9 @@ check_eq "5. one at a time: exit status 1" 1 "$rc"
 TEST_JOBS=9 bash "$R/tests/run.sh" >"$T/bad.out" 2>&1
 check_eq "5. TEST_JOBS=9 is refused with exit 2" 2 $?
 check "5. ... saying why" grep -q 'TEST_JOBS must be 1 to 4' "$T/bad.out"
+TEST_KILL_AFTER=0 bash "$R/tests/run.sh" >"$T/bad.out" 2>&1
+check_eq "5. TEST_KILL_AFTER=0 is refused with exit 2, saying why" "2 1" \
+    "$? $(grep -c 'TEST_KILL_AFTER must be a whole number of seconds' "$T/bad.out")"
 
 TEST_JOBS=2 bash "$R/tests/run.sh" --group setup >"$T/setup.out" 2>&1
 check_eq "6. --group setup: its two tests' totals only" "3 passed, 1 failed" "$(tail -n 1 "$T/setup.out")"
