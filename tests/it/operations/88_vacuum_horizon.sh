@@ -95,7 +95,13 @@ prep_logged() { # prep_logged a|b: the relay named that prepared transaction as 
         "$RELAY_LOG"
 }
 wait_for "PREP: the older one is logged once past --horizon-warn" 20 prep_logged a
-sleep 2 # the younger one, prepared after it, past --horizon-warn too
+# The younger one, prepared just after it, past --horizon-warn too when the older one ends (else
+# the relay would log the older one gone and start afresh, and the test would prove nothing).
+prep_past_warn() { # prep_past_warn a|b: that prepared transaction is older than --horizon-warn
+    [ "$(psql_q "SELECT now() - prepared > interval '2 s' FROM pg_prepared_xacts
+                 WHERE gid = '$prefix-$1'")" = t ]
+}
+wait_for "PREP: the younger one is past --horizon-warn too" 10 prep_past_warn b
 psql_q "COMMIT PREPARED '$prefix-a'" >/dev/null || fail "PREP: commit a"
 wait_for "PREP: then the younger one, its name beginning as the first's, is logged" 20 prep_logged b
 psql_q "COMMIT PREPARED '$prefix-b'" >/dev/null || fail "PREP: commit b"
