@@ -139,13 +139,13 @@ check_eq "still 3 parked messages (one per Kafka position)" 3 \
 # --- PostgreSQL goes away while events arrive ---------------------------------------------------------
 pg_stop
 for n in $(seq 200 204); do order_msg "$n"; done | produce
-sleep 2
+# The consumer meets the outage (an event to apply, no server) before PostgreSQL comes back.
+wait_for "the outage is logged" 30 grep -Eq 'msg="postgres (connection lost|unreachable)"' \
+    "$CONSUMER_LOG"
 check "the consumer waits PostgreSQL out (still running)" consumer_running
 pg_start
 wait_for "once PostgreSQL is back, the 5 events are applied" 60 \
     sql_is "SELECT count(*) FROM shipments" 100
-check "the outage is logged" grep -Eq 'msg="postgres (connection lost|unreachable)"' \
-    "$CONSUMER_LOG"
 check "the recovery is logged" grep -q 'msg="postgres reconnected"' "$CONSUMER_LOG"
 
 # --- stopped while an event waits for PostgreSQL: its offset is not committed -------------------------
