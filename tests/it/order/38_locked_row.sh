@@ -10,7 +10,8 @@
 # D. A locked row far into the backlog, beyond the rows a claim around locks first looks
 # at (four times the row limit), stalls only its own aggregate: --sessions 1 --batch-size 10,
 # aggregate G with 60 unsent rows, H with 1, then K-1..K-10; another client holds G's and H's rows
-# FOR UPDATE for 20 s. On main the K-* events all stayed unsent (77 rounds of lock timeouts).
+# FOR UPDATE until the checks are done. On main the K-* events all stayed unsent (77 rounds of lock
+# timeouts).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -141,15 +142,15 @@ psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
         SELECT 'far', 'K-' || k, 'changed', jsonb_build_object('seq', 1)
         FROM generate_series(1, 10) AS k ORDER BY k"
-psql -XAtq -c "BEGIN" \
-    -c "SELECT id FROM outbox WHERE aggregate_id IN ('G', 'H') FOR UPDATE" \
-    -c "SELECT 'locked'" -c "SELECT pg_sleep(20)" -c "COMMIT" >"$T/locker-d.out" 2>&1 &
-LOCKER=$!
-_t_track "$LOCKER"
-far_locked() {
-    grep -q locked "$T/locker-d.out"
-}
-_poll 10 far_locked || fail "D: the other client locks G's and H's rows"
+# The other client holds the locks until the checks below are done, as in B (it held them for a
+# fixed 20 s, of which the test then waited out most).
+coproc LOCKD { psql -XAtq -v ON_ERROR_STOP=1 2>&1; }
+_t_track "$LOCKD_PID"
+lockd_pid=$LOCKD_PID
+echo "BEGIN; SELECT count(*) FROM (SELECT id FROM outbox WHERE aggregate_id IN ('G', 'H')
+      FOR UPDATE) l;" >&"${LOCKD[1]}"
+read -r -t 10 locked_d <&"${LOCKD[0]}" || fail "D: the other client locks G's and H's rows"
+[ "$locked_d" = 61 ] || fail "D: the other client locks G's and H's rows" "it locked '$locked_d'"
 relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --sessions 1 --batch-size 10 \
     --kafka reconnect.backoff.max.ms=500
 k_sent() {
@@ -157,14 +158,16 @@ k_sent() {
                  AND sent_at IS NULL")" = 0 ]
 }
 wait_for "D: K-1..K-10 are delivered while G and H are locked" 15 k_sent
-if kill -0 "$LOCKER" 2>/dev/null; then
+if kill -0 "$lockd_pid" 2>/dev/null; then
     check_eq "D: none of G's or H's events is sent while they are locked" 0 \
         "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_id IN ('G', 'H')
                    AND sent_at IS NOT NULL")"
 else
     not_ok "D: the lock is still held when G and H are checked" "the other client ended first"
 fi
-wait "$LOCKER"
+echo "COMMIT;" >&"${LOCKD[1]}"
+echo '\q' >&"${LOCKD[1]}"
+wait "$lockd_pid" 2>/dev/null
 wait_for "D: every row is delivered once the lock is gone" 30 no_unsent_rows
 check_delivered far
 wait_for "D: the stall's end is logged" 20 grep -q "no locked row holds claims up any more" \
