@@ -160,6 +160,9 @@ slot_logged() {
 wait_for "SLOT: the relay names the slot once it has held past --horizon-warn" 20 slot_logged
 check "SLOT: the held-seconds gauge counts its time (past --horizon-warn)" \
     awk -v h="$(gauge outbox_vacuum_horizon_held_seconds)" 'BEGIN { exit !(h >= 2) }'
+# Done with the standby's snapshot: end its 15 s sleep now rather than wait the rest of it out.
+psql -XAtq -p "$SB_PORT" -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+                             WHERE query = 'SELECT pg_sleep(15)'" >/dev/null
 wait "$SB_HOLDER"
 relay_stop
 check_eq "SLOT: the relay exits 0" 0 "$?"
