@@ -1,10 +1,11 @@
 #!/bin/bash
 # Proves that a relay whose host goes silent (no FIN, no RST: every packet of its network
-# namespace dropped by nft for 40 s) loses its lanes within the session timeout, on default
-# settings, while rows arrive steadily for the first 25 s of the fault over 400 aggregates:
-#  1. every row is acknowledged before the fault ends, none waited more than 20 s from commit to
-#     acknowledgement (sent_at - created_at; p50/p99/max printed, with when the survivor took
-#     over the lanes);
+# namespace dropped by nft) loses its lanes within the session timeout, on default settings,
+# while rows arrive steadily for the first 25 s of the fault over 400 aggregates:
+#  1. every row is acknowledged within 40 s of the fault, none waited more than 20 s from commit
+#     to acknowledgement (sent_at - created_at; p50/p99/max printed, with when the survivor took
+#     over the lanes); the fault ends once they are (it lasted 40 s whatever: 14 s of every run
+#     spent idle), and the silent relay holds no lane then;
 #  2. after the network heals the silent relay notices its sessions are gone, reconnects and
 #     takes its share of the lanes again;
 #  3. 0 lost, first copies in order per aggregate (read back from Kafka), duplicates printed;
@@ -51,7 +52,7 @@ netns_block
 fault_end=$((t0 + FAULT_S * 1000))
 check_rows_during_fault sil fault "relay here" "$t0" "$fault_end"
 check "1: relay here still running" kill -0 "$A_PID"
-sleep_until "$fault_end"
+check_eq "1: the relay in the namespace holds no lane while silent" 0 "$(lanes_from "$NS_ADDR")"
 
 # --- healed ---
 netns_unblock

@@ -1,9 +1,11 @@
 #!/bin/bash
-# Proves that a relay frozen by SIGSTOP for 40 s (its kernel still answers TCP, so keepalives
-# never end its sessions) loses its lanes within the session timeout, on default settings, while
-# rows arrive steadily for the first 25 s of the freeze over 400 aggregates:
-#  1. every row is acknowledged before the freeze ends, none waited more than 20 s from commit to
-#     acknowledgement (p50/p99/max printed, with when the other relay took the lanes over);
+# Proves that a relay frozen by SIGSTOP (its kernel still answers TCP, so keepalives never end its
+# sessions) loses its lanes within the session timeout, on default settings, while rows arrive
+# steadily for the first 25 s of the freeze over 400 aggregates:
+#  1. every row is acknowledged within 40 s of the freeze, none waited more than 20 s from commit
+#     to acknowledgement (p50/p99/max printed, with when the other relay took the lanes over);
+#     the freeze ends once they are (it lasted 40 s whatever: 14 s of every run spent idle), and
+#     the frozen relay holds no lane then;
 #  2. after SIGCONT the frozen relay notices that its sessions are gone (PostgreSQL ended them:
 #     idle timeouts), marks nothing with them, reconnects and takes its share again;
 #  3. 0 lost, first copies in order per aggregate, duplicates printed; no "order broken".
@@ -43,7 +45,6 @@ fault_end=$((t0 + FAULT_S * 1000))
 check_rows_during_fault frz freeze "relay A" "$t0" "$fault_end"
 grep -c 'terminating connection due to idle' "$T/pg.log" | sed 's/^/# 1: sessions PostgreSQL ended for idleness: /'
 check_eq "1: relay B holds no lane while frozen" 0 "$(lanes_of_app relay-b)"
-sleep_until "$fault_end"
 
 # --- SIGCONT ---
 cont_pid "$B_PID"
