@@ -188,6 +188,10 @@ out=$(mktemp -d "${TMPDIR:-/tmp}/outbox-relay-run.XXXXXX") || exit 1
 mkdir -p "${IT_GROUPS[@]/#/$out/}" || exit 1 # logs by name: GROUP/NN_name.sh.log
 declare -A name_of slot_of started_of # by the pid of a running integration test's wrapper
 trap 'rm -rf "$out"' EXIT
+# The cluster every test's pg_start copies (tests/lib.sh _pg_template makes it at the first one):
+# the postgres user, who runs it when root runs the tests, must reach it.
+chmod 711 "$out" && mkdir -m 755 "$out/pg-template" || exit 1
+export OUTBOX_TEST_PG_TEMPLATE=$out/pg-template
 trap 'stop_running; exit 143' TERM
 trap 'stop_running; exit 130' INT
 
