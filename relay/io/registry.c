@@ -203,6 +203,12 @@ static size_t on_body(char *data, size_t size, size_t n, void *userp)
     return len;
 }
 
+/* A 3xx: lookups and the probe follow none (CURLOPT_FOLLOWLOCATION 0). */
+static bool is_redirect(long status)
+{
+    return status >= 300 && status < 400;
+}
+
 /* Applies what every request shares: timeouts, auth, TLS, no redirects, no signals. */
 static void easy_setup(Registry *r, CURL *easy, const char *url, struct curl_slist *hdrs)
 {
@@ -445,7 +451,9 @@ static void finish_request(Request *q, CURLcode code)
         set_up(r, true, NULL);
     } else {
         snprintf(why, sizeof(why), "HTTP %ld%s", status,
-                 status == 401 || status == 403 ? " (check --schema-registry-auth-file)" : "");
+                 status == 401 || status == 403 ? " (check --schema-registry-auth-file)"
+                 : is_redirect(status) ? " (a redirect, not followed: check --schema-registry-url)"
+                                       : "");
         entry_failed(r, e, q->url_index, why);
     }
     r->in_flight--;
@@ -884,6 +892,7 @@ typedef struct ProbeResult {
     long status;
     bool cut; /* the body's first bytes came: the transfer was ended there (probe_body) */
     char errbuf[CURL_ERROR_SIZE];
+    char location[256]; /* a 3xx's Location, cut, for the error ("" when none) */
 } ProbeResult;
 
 /* The probe wants the status alone: the body (the list of every subject, megabytes in a large
@@ -942,9 +951,18 @@ static void probe_all(Registry *r, ProbeResult *out)
             curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&pr);
             pr->code = m->data.result == CURLE_WRITE_ERROR && pr->cut ? CURLE_OK : m->data.result;
             curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &pr->status);
-            /* A 404 on /subjects is no registry's answer (it lists subjects): it does not end
-             * the wait, another URL may be the registry. */
-            answered |= pr->code == CURLE_OK && pr->status < 500 && pr->status != 404;
+            const char *location = NULL;
+            if (pr->status >= 300 && pr->status < 400 &&
+                curl_easy_getinfo(m->easy_handle, CURLINFO_REDIRECT_URL, &location) == CURLE_OK &&
+                location)
+                /* curl resolves a relative Location against the URL, its user info
+                 * included: masked, as every URL the relay shows. */
+                log_mask_conninfo(location, pr->location, sizeof(pr->location));
+            /* A 404 on /subjects is no registry's answer (it lists subjects), nor is a redirect
+             * (lookups do not follow one): neither ends the wait, another URL may be the
+             * registry. */
+            answered |= pr->code == CURLE_OK && pr->status < 500 && pr->status != 404 &&
+                        !is_redirect(pr->status);
         }
         if (running > 0 && !answered && curl_multi_poll(multi, NULL, 0, 100, NULL) != CURLM_OK)
             break;
@@ -974,7 +992,7 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
      * nothing a registry says: it was taken for an answer, silently, and every lookup then found
      * the registry "down". Only when no URL answers better does its URL become the current one,
      * with a warning naming it (a proxy that routes /subjects/{subject}/... alone still works). */
-    int first_404 = -1;
+    int first_404 = -1, first_3xx = -1;
     for (int i = 0; i < r->n_urls; i++) {
         CURLcode code = res[i].code;
         long status = res[i].status;
@@ -995,6 +1013,10 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
             first_404 = first_404 < 0 ? i : first_404;
             continue;
         }
+        if (code == CURLE_OK && is_redirect(status)) {
+            first_3xx = first_3xx < 0 ? i : first_3xx;
+            continue;
+        }
         if (code == CURLE_OK && status < 500) {
             r->current = i;
             *warn = '\0';
@@ -1003,6 +1025,19 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
         snprintf(warn, warnlen, "schema registry %s does not answer (%s): rows wait for it",
                  r->shown[i],
                  code != CURLE_OK ? (*errbuf ? errbuf : curl_easy_strerror(code)) : "5xx");
+    }
+    /* A redirect on /subjects was taken for an answer, and every lookup then failed with "HTTP
+     * 301" while the relay ran. Lookups do not follow redirects: one to another host would take
+     * the basic-auth password along, and one the registry moves (http to https, a new path) is
+     * the configuration's to say. Known now, it is the URL's fault: refused, with where it
+     * points, when no URL answers as a registry. */
+    if (first_3xx >= 0) {
+        snprintf(err, errlen,
+                 "schema registry %s answers /subjects with a redirect (HTTP %ld%s%.200s): "
+                 "redirects are not followed; set --schema-registry-url to the registry itself",
+                 r->shown[first_3xx], res[first_3xx].status, *res[first_3xx].location ? " to " : "",
+                 res[first_3xx].location);
+        return false;
     }
     if (first_404 >= 0) {
         r->current = first_404;

@@ -24,6 +24,8 @@ static const char registry_404[] = "{\"error_code\": 40401, \"message\": \"Subje
 static unsigned stand_in_status = MHD_HTTP_NOT_FOUND;
 /* Requests the stand-in received (its threads count them). */
 static int stand_in_requests;
+/* The Location of its redirects (a 3xx stand_in_status). */
+static const char *stand_in_location = "https://registry.example/subjects";
 /* The path of the last request it received. */
 static char stand_in_path[512];
 
@@ -41,6 +43,8 @@ static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const
     }
     struct MHD_Response *res =
         MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
+    if (stand_in_status >= 300 && stand_in_status < 400)
+        MHD_add_response_header(res, "Location", stand_in_location);
     enum MHD_Result rc = MHD_queue_response(c, stand_in_status, res);
     MHD_destroy_response(res);
     return rc;
@@ -299,6 +303,50 @@ static void test_probe_foreign_404(void **state)
     MHD_stop_daemon(d);
 }
 
+/* From this review: a URL answering /subjects with a redirect (a registry moved to https, or
+ * behind a new path) was taken at start-up for the registry, and every lookup then failed with
+ * "HTTP 301" (lookups follow no redirect: one off-host would take the password along). The probe
+ * refuses it, saying where it points, even beside a URL that does not answer at all. */
+static void test_probe_redirect_refused(void **state)
+{
+    char url[64], both[160], err[512] = "", warn[512] = "";
+    stand_in_status = MHD_HTTP_MOVED_PERMANENTLY;
+    struct MHD_Daemon *d = stand_in("", url, sizeof(url));
+    char want[256];
+    snprintf(want, sizeof(want),
+             "schema registry %s answers /subjects with a redirect (HTTP 301 to "
+             "https://registry.example/subjects)",
+             url);
+    snprintf(both, sizeof(both), "http://127.0.0.1:9,%s", url);
+    const char *lists[] = {url, both};
+    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+        RegistryOptions o = {.urls = lists[i], .timeout_ms = 5000};
+        Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+        assert_non_null(r);
+        *err = '\0';
+        assert_false(registry_probe(r, err, sizeof(err), warn, sizeof(warn)));
+        if (!strstr(err, want))
+            fail_msg("%s: error \"%s\" lacks \"%s\"", lists[i], err, want);
+        registry_free(r, NULL);
+    }
+    /* A relative Location, which curl resolves against the URL, user info and all: the error
+     * says where it points without the password. */
+    stand_in_location = "/v2/subjects";
+    char with_password[128];
+    snprintf(with_password, sizeof(with_password), "http://alice:s3cret@%s",
+             url + strlen("http://"));
+    RegistryOptions o = {.urls = with_password, .timeout_ms = 5000};
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    assert_false(registry_probe(r, err, sizeof(err), warn, sizeof(warn)));
+    if (!strstr(err, "/v2/subjects") || strstr(err, "s3cret"))
+        fail_msg("error \"%s\": lacks the target, or shows the password", err);
+    registry_free(r, NULL);
+    stand_in_location = "https://registry.example/subjects";
+    MHD_stop_daemon(d);
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+}
+
 /* From this review: the start-up probe read the body of GET /subjects, the list of every subject,
  * through the lookups' 4 MB bound: a registry with more (100,000 subjects of 50 characters) was
  * cut off there and reported as not answering ("Failure writing output to destination"), a false
@@ -418,6 +466,7 @@ int main(void)
         cmocka_unit_test(test_foreign_404_is_down),
         cmocka_unit_test(test_probe_foreign_404),
         cmocka_unit_test(test_probe_large_subject_list),
+        cmocka_unit_test(test_probe_redirect_refused),
         cmocka_unit_test(test_missing_version_survives_long_subject),
         cmocka_unit_test(test_schema_id_out_of_range),
         cmocka_unit_test(test_subject_logged_quoted),
