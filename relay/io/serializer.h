@@ -117,6 +117,12 @@ size_t serializer_schema_probes(void);
  * runs on the loop). */
 size_t serializer_token_compares(void);
 
+/* For tests: the comparisons, since start, of a payload value with a JSON Schema enum's members
+ * (schema_equal): an enum's members are indexed by a hash of their value once per schema, so a
+ * value is compared with those of its hash alone (about one), not with all n. Not thread-safe
+ * (the serializer runs on the loop). */
+size_t serializer_enum_compares(void);
+
 /* False while the registry is down (for /readyz and the metric). */
 bool serializer_up(const Serializer *s);
 
