@@ -69,6 +69,37 @@ typedef struct EnumIndex {
     unsigned kinds;
 } EnumIndex;
 
+/* A name an Avro-JSON wrapper may give a union's branch (a full name, or a named type's short
+ * one; malloc'd), or a record branch's field name (avro-c's), and the branch. */
+typedef struct UnionName {
+    char *name;
+    int branch;
+} UnionName;
+
+/* An Avro union's branches by name, built the first time a row meets the union: put_union
+ * finds a wrapper's branch, and the branches a one-key object could be (its maps, the records
+ * with a field of its key), by binary search instead of a look at every branch. Each array is
+ * sorted by name, then branch. */
+typedef struct UnionIndex {
+    avro_schema_t us;
+    UnionName *full, *shorts, *fields;
+    size_t n_full, n_shorts, n_fields;
+    int *maps; /* its map branches */
+    size_t n_maps;
+} UnionIndex;
+
+static void union_index_free(struct UnionIndex *ui)
+{
+    for (size_t i = 0; i < ui->n_full; i++)
+        free(ui->full[i].name);
+    for (size_t i = 0; i < ui->n_shorts; i++)
+        free(ui->shorts[i].name);
+    free(ui->full);
+    free(ui->shorts);
+    free(ui->fields);
+    free(ui->maps);
+}
+
 typedef struct Parsed {
     ValueFormat format;
     /* The encoding of the row under way ran out of memory: nobody's fault, tried again later
@@ -94,6 +125,10 @@ typedef struct Parsed {
      * enum_index): a payload value is compared with the members of its hash alone. */
     struct EnumIndex *enums;
     size_t n_enums;
+    /* The Avro schema's unions met so far, each with its branches by name (union_index), sorted
+     * by the union's schema: at most one per union of the schema. */
+    struct UnionIndex *unions;
+    size_t n_unions, cap_unions;
 } Parsed;
 
 static void parsed_free(void *p)
@@ -116,6 +151,9 @@ static void parsed_free(void *p)
     for (size_t i = 0; i < ps->n_enums; i++)
         free(ps->enums[i].members);
     free(ps->enums);
+    for (size_t i = 0; i < ps->n_unions; i++)
+        union_index_free(&ps->unions[i]);
+    free(ps->unions);
     free(ps);
 }
 
@@ -1093,6 +1131,114 @@ static bool object_reading_fits(Path *path, avro_schema_t us, int b, const json_
     return true;
 }
 
+/* ---- unions, indexed by name ------------------------------------------------------------- */
+
+static size_t union_probes; /* put_union's looks at a branch or a name since start (serializer.h) */
+
+size_t serializer_union_probes(void)
+{
+    return union_probes;
+}
+
+static int union_name_order(const void *a, const void *b)
+{
+    const UnionName *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->branch > y->branch) - (x->branch < y->branch);
+}
+
+/* The first entry of names (n, sorted) named key, or n when none is. */
+static size_t union_name_find(const UnionName *names, size_t n, const char *key)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        union_probes++;
+        if (strcmp(names[mid].name, key) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && strcmp(names[lo].name, key) == 0 ? lo : n;
+}
+
+static bool union_index_build(UnionIndex *ui, avro_schema_t us)
+{
+    size_t n = avro_schema_union_size(us), n_fields = 0;
+    for (size_t b = 0; b < n; b++) {
+        avro_schema_t bs = union_branch(us, (int)b);
+        n_fields += is_avro_record(bs) ? avro_schema_record_size(bs) : 0;
+    }
+    *ui = (UnionIndex){.us = us};
+    ui->full = calloc(n ? n : 1, sizeof(*ui->full));
+    ui->shorts = calloc(n ? n : 1, sizeof(*ui->shorts));
+    ui->fields = calloc(n_fields ? n_fields : 1, sizeof(*ui->fields));
+    ui->maps = calloc(n ? n : 1, sizeof(*ui->maps));
+    if (!ui->full || !ui->shorts || !ui->fields || !ui->maps)
+        return false;
+    for (size_t b = 0; b < n; b++) {
+        avro_schema_t bs = union_branch(us, (int)b);
+        char full[512];
+        const char *name = branch_full_name(bs, full, sizeof(full));
+        if (!(ui->full[ui->n_full].name = strdup(name)))
+            return false;
+        ui->full[ui->n_full++].branch = (int)b;
+        /* A short name put_union takes when no full name matched: a named type's, when it is
+         * not its full name already (that one matched first). */
+        if (is_avro_named_type(bs) && strcmp(avro_schema_type_name(bs), name) != 0) {
+            if (!(ui->shorts[ui->n_shorts].name = strdup(avro_schema_type_name(bs))))
+                return false;
+            ui->shorts[ui->n_shorts++].branch = (int)b;
+        }
+        if (is_avro_map(bs))
+            ui->maps[ui->n_maps++] = (int)b;
+        for (size_t f = 0; is_avro_record(bs) && f < avro_schema_record_size(bs); f++)
+            ui->fields[ui->n_fields++] =
+                (UnionName){(char *)avro_schema_record_field_name(bs, (int)f), (int)b};
+    }
+    qsort(ui->full, ui->n_full, sizeof(*ui->full), union_name_order);
+    qsort(ui->shorts, ui->n_shorts, sizeof(*ui->shorts), union_name_order);
+    qsort(ui->fields, ui->n_fields, sizeof(*ui->fields), union_name_order);
+    return true;
+}
+
+/* Union us's index, built on first use; NULL when out of memory (put_union then looks at every
+ * branch, as before). The Parsed is the loop's alone: the cache is written through its path. */
+static const UnionIndex *union_index(Path *path, avro_schema_t us)
+{
+    Parsed *ps = (Parsed *)path->ps;
+    if (!ps)
+        return NULL;
+    size_t lo = 0, hi = ps->n_unions;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        union_probes++;
+        if ((uintptr_t)ps->unions[mid].us < (uintptr_t)us)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < ps->n_unions && ps->unions[lo].us == us)
+        return &ps->unions[lo];
+    if (ps->n_unions == ps->cap_unions) {
+        size_t cap = ps->cap_unions ? 2 * ps->cap_unions : 8;
+        UnionIndex *grown = realloc(ps->unions, cap * sizeof(*grown));
+        if (!grown)
+            return NULL;
+        ps->unions = grown;
+        ps->cap_unions = cap;
+    }
+    UnionIndex ui;
+    if (!union_index_build(&ui, us)) {
+        union_index_free(&ui);
+        return NULL;
+    }
+    memmove(&ps->unions[lo + 1], &ps->unions[lo], (ps->n_unions - lo) * sizeof(*ps->unions));
+    ps->unions[lo] = ui;
+    ps->n_unions++;
+    return &ps->unions[lo];
+}
+
 /* A union's branch: the one an Avro-JSON wrapper {"full.Name": value} names (the short name is
  * taken too when one branch alone has it); else the one branch that can take the JSON value,
  * preferring the value's own kind (an integer goes to int or long before double). An object that
@@ -1118,9 +1264,20 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
     if (json_is_object(j) && json_object_size(j) == 1) {
         const char *key = json_object_iter_key(json_object_iter((json_t *)j));
         int by_short = -1, shorts = 0;
-        for (size_t b = 0; b < n && chosen < 0; b++) {
+        const UnionIndex *ui = union_index(path, us);
+        if (ui) {
+            size_t at = union_name_find(ui->full, ui->n_full, key);
+            chosen = at < ui->n_full ? ui->full[at].branch : -1;
+            for (at = union_name_find(ui->shorts, ui->n_shorts, key);
+                 chosen < 0 && at < ui->n_shorts && strcmp(ui->shorts[at].name, key) == 0; at++) {
+                by_short = ui->shorts[at].branch;
+                shorts++;
+            }
+        }
+        for (size_t b = 0; !ui && b < n && chosen < 0; b++) {
             avro_schema_t bs = union_branch(us, (int)b);
             char full[512];
+            union_probes++;
             if (strcmp(branch_full_name(bs, full, sizeof(full)), key) == 0)
                 chosen = (int)b;
             else if (is_avro_named_type(bs) && strcmp(avro_schema_type_name(bs), key) == 0) {
@@ -1145,11 +1302,32 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
             /* {"map": {...}} wrapping a map or a record is how it is written unambiguously */
             bool explicit_object = is_avro_map(cs) || is_avro_record(cs);
             int as_object = -1, objects = 0;
-            for (size_t b = 0; b < n; b++)
+            if (ui) { /* only a map, or a record with a field of that name, can read it */
+                for (size_t m = 0; m < ui->n_maps; m++) {
+                    union_probes++;
+                    if (object_reading_fits(path, us, ui->maps[m], j)) {
+                        as_object =
+                            as_object < 0 || ui->maps[m] < as_object ? ui->maps[m] : as_object;
+                        objects++;
+                    }
+                }
+                for (size_t at = union_name_find(ui->fields, ui->n_fields, key);
+                     at < ui->n_fields && strcmp(ui->fields[at].name, key) == 0; at++) {
+                    union_probes++;
+                    int b = ui->fields[at].branch;
+                    if (object_reading_fits(path, us, b, j)) {
+                        as_object = as_object < 0 || b < as_object ? b : as_object;
+                        objects++;
+                    }
+                }
+            }
+            for (size_t b = 0; !ui && b < n; b++) {
+                union_probes++;
                 if (object_reading_fits(path, us, (int)b, j)) {
                     as_object = as_object < 0 ? (int)b : as_object;
                     objects++;
                 }
+            }
             if (as_wrapper && objects > 0 && !explicit_object) {
                 char full[512];
                 avro_schema_t os = union_branch(us, as_object);
