@@ -3,6 +3,7 @@
 #include <avro.h>
 #include <float.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -86,6 +87,10 @@ typedef struct UnionIndex {
     size_t n_full, n_shorts, n_fields;
     int *maps; /* its map branches */
     size_t n_maps;
+    UnionName *symbols; /* its enum branches' symbols (avro-c's) */
+    size_t n_symbols;
+    int *others; /* its branches but enums, in order: the ones a value not a symbol may be */
+    size_t n_others;
 } UnionIndex;
 
 static void union_index_free(struct UnionIndex *ui)
@@ -98,6 +103,8 @@ static void union_index_free(struct UnionIndex *ui)
     free(ui->shorts);
     free(ui->fields);
     free(ui->maps);
+    free(ui->symbols);
+    free(ui->others);
 }
 
 typedef struct Parsed {
@@ -1164,17 +1171,20 @@ static size_t union_name_find(const UnionName *names, size_t n, const char *key)
 
 static bool union_index_build(UnionIndex *ui, avro_schema_t us)
 {
-    size_t n = avro_schema_union_size(us), n_fields = 0;
+    size_t n = avro_schema_union_size(us), n_fields = 0, n_symbols = 0;
     for (size_t b = 0; b < n; b++) {
         avro_schema_t bs = union_branch(us, (int)b);
         n_fields += is_avro_record(bs) ? avro_schema_record_size(bs) : 0;
+        n_symbols += is_avro_enum(bs) ? (size_t)avro_schema_enum_number_of_symbols(bs) : 0;
     }
     *ui = (UnionIndex){.us = us};
     ui->full = calloc(n ? n : 1, sizeof(*ui->full));
     ui->shorts = calloc(n ? n : 1, sizeof(*ui->shorts));
     ui->fields = calloc(n_fields ? n_fields : 1, sizeof(*ui->fields));
     ui->maps = calloc(n ? n : 1, sizeof(*ui->maps));
-    if (!ui->full || !ui->shorts || !ui->fields || !ui->maps)
+    ui->symbols = calloc(n_symbols ? n_symbols : 1, sizeof(*ui->symbols));
+    ui->others = calloc(n ? n : 1, sizeof(*ui->others));
+    if (!ui->full || !ui->shorts || !ui->fields || !ui->maps || !ui->symbols || !ui->others)
         return false;
     for (size_t b = 0; b < n; b++) {
         avro_schema_t bs = union_branch(us, (int)b);
@@ -1195,7 +1205,14 @@ static bool union_index_build(UnionIndex *ui, avro_schema_t us)
         for (size_t f = 0; is_avro_record(bs) && f < avro_schema_record_size(bs); f++)
             ui->fields[ui->n_fields++] =
                 (UnionName){(char *)avro_schema_record_field_name(bs, (int)f), (int)b};
+        /* An enum branch takes its symbols alone (schema_fits), exact or not */
+        int syms = is_avro_enum(bs) ? avro_schema_enum_number_of_symbols(bs) : 0;
+        for (int k = 0; k < syms; k++)
+            ui->symbols[ui->n_symbols++] = (UnionName){(char *)avro_schema_enum_get(bs, k), (int)b};
+        if (!is_avro_enum(bs))
+            ui->others[ui->n_others++] = (int)b;
     }
+    qsort(ui->symbols, ui->n_symbols, sizeof(*ui->symbols), union_name_order);
     qsort(ui->full, ui->n_full, sizeof(*ui->full), union_name_order);
     qsort(ui->shorts, ui->n_shorts, sizeof(*ui->shorts), union_name_order);
     qsort(ui->fields, ui->n_fields, sizeof(*ui->fields), union_name_order);
@@ -1261,10 +1278,11 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
     const char *where = *path->text ? path->text : "(value)";
     const json_t *inner = j;
     int chosen = -1;
+    /* Valid until put_value below: only put_union adds to the indexes. */
+    const UnionIndex *ui = union_index(path, us);
     if (json_is_object(j) && json_object_size(j) == 1) {
         const char *key = json_object_iter_key(json_object_iter((json_t *)j));
         int by_short = -1, shorts = 0;
-        const UnionIndex *ui = union_index(path, us);
         if (ui) {
             size_t at = union_name_find(ui->full, ui->n_full, key);
             chosen = at < ui->n_full ? ui->full[at].branch : -1;
@@ -1346,8 +1364,10 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
     }
     if (chosen < 0 && json_is_object(j)) {
         int objects = 0;
-        for (size_t b = 0; b < n; b++)
-            objects += branch_fits(path, us, (int)b, j, false);
+        for (size_t k = 0; k < (ui ? ui->n_others : n); k++) { /* an enum takes no object */
+            union_probes++;
+            objects += branch_fits(path, us, ui ? ui->others[k] : (int)k, j, false);
+        }
         if (objects > 1) {
             snprintf(err, errlen,
                      "field %s: object is ambiguous among its union's record and map branches: "
@@ -1356,10 +1376,33 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
             return false;
         }
     }
-    for (int exact = 1; exact >= 0 && chosen < 0; exact--)
-        for (size_t b = 0; b < n && chosen < 0; b++)
+    /* The first branch that takes it: by the index, the branches but enums and the enums that
+     * have it for a symbol, in the union's order (each by a look at every branch, a string
+     * against a union of 200 enums took 0.8 s for 50,000 values). */
+    const char *str = json_is_string(j) ? json_string_value(j) : NULL;
+    for (int exact = 1; ui && exact >= 0 && chosen < 0; exact--) {
+        size_t k = 0, at = str ? union_name_find(ui->symbols, ui->n_symbols, str) : ui->n_symbols;
+        while (chosen < 0) {
+            int ob = k < ui->n_others ? ui->others[k] : INT_MAX;
+            int sb = at < ui->n_symbols && strcmp(ui->symbols[at].name, str) == 0
+                         ? ui->symbols[at].branch
+                         : INT_MAX;
+            if (ob == INT_MAX && sb == INT_MAX)
+                break;
+            int b = ob < sb ? ob : sb;
+            k += b == ob;
+            at += b == sb;
+            union_probes++;
+            if (branch_fits(path, us, b, j, exact))
+                chosen = b;
+        }
+    }
+    for (int exact = 1; !ui && exact >= 0 && chosen < 0; exact--)
+        for (size_t b = 0; b < n && chosen < 0; b++) {
+            union_probes++;
             if (branch_fits(path, us, (int)b, j, exact))
                 chosen = (int)b;
+        }
     /* None takes it: the first of its kind writes it anyway, for that branch's own reason
      * ("'Z' is not a symbol of its enum", "'n/a' is not a decimal number", "decimal 12.345 has
      * more fractional digits than its scale 2"); a decimal's kind is a number or a string. */

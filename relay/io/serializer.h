@@ -124,9 +124,10 @@ size_t serializer_token_compares(void);
 size_t serializer_enum_compares(void);
 
 /* For tests: put_union's looks, since start, at a branch or a branch's name to find the one an
- * Avro-JSON wrapper names and the branches a one-key object could be as it is: a union's
- * branches are indexed by name the first time a row meets it, so a wrapped value costs about
- * log n looks, not n. Not thread-safe (the serializer runs on the loop). */
+ * Avro-JSON wrapper names, the branches a one-key object could be as it is, and the first that
+ * takes an unwrapped value: a union's branches are indexed by name (and its enums by symbol) the
+ * first time a row meets it, so a value costs about log n looks, not n. Not thread-safe (the
+ * serializer runs on the loop). */
 size_t serializer_union_probes(void);
 
 /* False while the registry is down (for /readyz and the metric). */
