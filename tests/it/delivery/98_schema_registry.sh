@@ -150,6 +150,7 @@ check "3: the bad row is dead, naming the field and the schema id" \
 
 # --- 4. a wrong password ---
 printf 'relay:wrong\n' >"$T/sr-bad"
+chmod 600 "$T/sr-bad"
 "$RELAY_BIN" run --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
     --schema-registry-url "$SR_URL" --schema-registry-auth-file "$T/sr-bad" >"$T/bad.out" 2>&1
 check_eq "4: exit 1" 1 $?
