@@ -259,6 +259,26 @@ static bool parse_command(const OptSpec *spec, int *cmd, int *first, int argc, c
     return optval_fail(err, errlen, "missing command: try '%s --help'", spec->prog);
 }
 
+/* The error for an argument that is no option's value, shown without the secrets it may hold,
+ * before any is registered for a scrub: after an option given an empty value ("--kafka=" or
+ * "--database-url= postgresql://u:pw@h/d", a blank after the '='), most likely that option's
+ * value, which could be a bare password or token: not shown at all; otherwise masked as a
+ * connection string is (log_mask_conninfo: a URL's user info password, password=). */
+static bool stray_argument(const OptSpec *spec, const char *prev, const char *arg, char *err,
+                           size_t errlen)
+{
+    size_t prev_len = prev ? strlen(prev) : 0;
+    if (prev_len > 3 && strncmp(prev, "--", 2) == 0 && prev[prev_len - 1] == '=' &&
+        strchr(prev, '=') == prev + prev_len - 1)
+        return optval_fail(err, errlen,
+                           "unexpected argument after '%s' (not shown: it may be that option's "
+                           "value, with a blank after the '='): try '%s --help'",
+                           prev, spec->prog);
+    char shown[512];
+    log_mask_conninfo(arg, shown, sizeof(shown));
+    return optval_fail(err, errlen, "unexpected argument '%s': try '%s --help'", shown, spec->prog);
+}
+
 /* Collects the flags of argv[first..] into flags (values are applied later, last). Sets *cmd to
  * help_cmd on --help. */
 static bool collect_flags(const OptSpec *spec, int *cmd, int first, int argc, char **argv,
@@ -272,8 +292,7 @@ static bool collect_flags(const OptSpec *spec, int *cmd, int first, int argc, ch
             return true;
         }
         if (strncmp(arg, "--", 2) != 0)
-            return optval_fail(err, errlen, "unexpected argument '%s': try '%s --help'", arg,
-                               spec->prog);
+            return stray_argument(spec, i > first ? argv[i - 1] : NULL, arg, err, errlen);
         const char *name = arg + 2;
         const char *eq = strchr(name, '=');
         size_t name_len = eq ? (size_t)(eq - name) : strlen(name);

@@ -157,6 +157,19 @@ static void test_errors(void **state)
         {{"run", "--rate", "1"}, "option --rate does not apply to 'run'"},
         {{"load", "--url"}, "option --url needs a value (URL)"},
         {{"load", "--url", "u", "stray"}, "unexpected argument 'stray': try 'prog --help'"},
+        /* A stray argument may be a secret, before any is registered for a scrub: after an
+         * empty "--url=" it is most likely the value (not shown); otherwise it is masked as a
+         * connection string is. */
+        {{"load", "--url=", "postgresql://u:pw-secret@h/d"},
+         "unexpected argument after '--url=' (not shown: it may be that option's value, with a "
+         "blank after the '='): try 'prog --help'"},
+        {{"load", "--url=", "bare-token"},
+         "unexpected argument after '--url=' (not shown: it may be that option's value, with a "
+         "blank after the '='): try 'prog --help'"},
+        {{"load", "--url", "u", "postgresql://u:pw-secret@h/d"},
+         "unexpected argument 'postgresql://u:***@h/d': try 'prog --help'"},
+        {{"load", "--url", "u", "host=h password=pw-secret"},
+         "unexpected argument 'host=h password=***': try 'prog --help'"},
         {{"load", "--url", ""}, "--url: value must not be empty"},
         {{"load", "--url", "u", "--rate=101"},
          "--rate: expected an integer from 0 to 100, got '101'"},
