@@ -2165,6 +2165,26 @@ static void wipe_value(char *value)
     memcpy(value, "***", len < 3 ? len : 3);
 }
 
+/* Overwrites in place with '*' the user info (user and password, up to where
+ * secrets_url_userinfo_end ends it) of each URL of a comma-separated --schema-registry-url
+ * value: a password shorter than SECRETS_MIN_LEN is never registered, so the scrub of registered
+ * secrets would leave it; the hosts stay readable. */
+static void mask_registry_userinfo(char *value)
+{
+    for (char *u = value; *u;) {
+        size_t len = strcspn(u, ",");
+        char saved = u[len];
+        u[len] = '\0';
+        char *sep = strstr(u, "://");
+        char *auth = sep ? sep + 3 : u;
+        const char *at = secrets_url_userinfo_end(auth);
+        if (at)
+            memset(auth, '*', (size_t)(at - auth));
+        u[len] = saved;
+        u += len + (saved != '\0');
+    }
+}
+
 void config_scrub_argv(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -2180,6 +2200,8 @@ void config_scrub_argv(int argc, char **argv)
             break;
         if (strcmp(opt->name, "database-url") == 0 || strcmp(opt->name, "databases") == 0) {
             wipe_value(value); /* the whole URL: a password may hide in several places */
+        } else if (strcmp(opt->name, "schema-registry-url") == 0) {
+            mask_registry_userinfo(value);
         } else if (opt->type == OPT_LIST) {
             char *sep = strchr(value, '=');
             if (sep) {

@@ -1726,6 +1726,19 @@ static void test_scrub_argv(void **state)
         assert_int_equal(a12[i], '\0');
 }
 
+/* config_scrub_argv: a Schema Registry URL's user info goes by position (a password shorter than
+ * SECRETS_MIN_LEN is never registered for the scrub), in each URL of the list, hosts kept. */
+static void test_scrub_argv_registry_short_password(void **state)
+{
+    char a0[] = "outbox-relay", a1[] = "run", a2[] = "--schema-registry-url",
+         a3[] = "http://reg:pw@r1:8081,u:p2@r2:8081",
+         a4[] = "--schema-registry-url=https://TOKEN@r3";
+    char *argv[] = {a0, a1, a2, a3, a4};
+    config_scrub_argv(5, argv);
+    assert_string_equal(argv[3], "http://******@r1:8081,****@r2:8081");
+    assert_string_equal(argv[4], "--schema-registry-url=https://*****@r3");
+}
+
 /* ---- many databases (--databases) ----------------------------------------------------------- */
 
 /* Each entry becomes a Config of its own: the file's options with the entry's over them. */
@@ -2415,6 +2428,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scrub_argv),
+        cmocka_unit_test(test_scrub_argv_registry_short_password),
         T(test_command_run),
         T(test_debezium_aliases),
         T(test_alias_and_name_in_one_source),
