@@ -1419,7 +1419,10 @@ static char *read_text_file(const char *option, const char *path, char *err, siz
     bool failed = !text || ferror(f);
     int saved = errno;
     fclose(f);
+    /* Refused or not, the text may be a secret: cleared before it goes back to the allocator. */
     if (failed || n > MAX_SIZE) {
+        if (text)
+            explicit_bzero(text, n);
         free(text);
         optval_fail(err, errlen, "%s %s: %s", option, path,
                     failed ? strerror(saved) : "larger than 1 MiB");
@@ -1427,6 +1430,7 @@ static char *read_text_file(const char *option, const char *path, char *err, siz
     }
     text[n] = '\0';
     if (strlen(text) != n) {
+        explicit_bzero(text, n);
         free(text);
         optval_fail(err, errlen, "%s %s: contains a NUL byte", option, path);
         return NULL;
@@ -1447,6 +1451,7 @@ static bool read_database_url_file(Config *cfg, char *err, size_t errlen)
                       : strpbrk(text, "\r\n") ? "holds more than one line"
                                               : NULL;
     if (why) {
+        explicit_bzero(text, n); /* a URL with a password, even with a stray line after it */
         free(text);
         return optval_fail(err, errlen, "database-url-file %s: %s (it must hold just the URL)",
                            cfg->database_url_file, why);
