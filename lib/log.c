@@ -376,9 +376,11 @@ static bool has_scheme(const char *s)
  * and one holding a '/' ("u:pa/ss@h", where libpq reads no password but host "u" and port
  * "pa"), at the cost of hiding text that only looks like user info: an '@' in the query of a URL
  * without a path ("u:pw@h?options=a@b" shows "u:***@b") or in its database name
- * ("h:5432/db@x" shows "h:***@x"). Returns where libpq's user info ends (after its first '@'
- * before any '/'), or auth when there is none. */
-static const char *mask_user_info(const char *s, const char *auth, MaskSpans *m)
+ * ("h:5432/db@x" shows "h:***@x"). bare_token: a user info without ':' is masked whole, as in
+ * any scheme but libpq's (http://APIKEY@host, redis://TOKEN@host pass a token so), where it
+ * is a user name. Returns where libpq's user info ends (after its first '@' before any '/'),
+ * or auth when there is none. */
+static const char *mask_user_info(const char *s, const char *auth, bool bare_token, MaskSpans *m)
 {
     const char *at = secrets_url_userinfo_end(auth);
     if (!at)
@@ -386,6 +388,8 @@ static const char *mask_user_info(const char *s, const char *auth, MaskSpans *m)
     const char *colon = memchr(auth, ':', (size_t)(at - auth));
     if (colon)
         mask_add(m, (size_t)(colon + 1 - s), (size_t)(at - s));
+    else if (bare_token && at > auth)
+        mask_add(m, (size_t)(auth - s), (size_t)(at - s));
     /* libpq's user info ends at the first '@' before any '/'; its query begins after that. */
     const char *first_at = memchr(auth, '@', strcspn(auth, "/"));
     return first_at ? first_at + 1 : auth;
@@ -502,7 +506,7 @@ static void mask_find(const char *s, MaskSpans *m)
     else if (strncmp(s, "postgres://", 11) == 0)
         auth = s + 11;
     if (auth) {
-        const char *params = uri_query(mask_user_info(s, auth, m));
+        const char *params = uri_query(mask_user_info(s, auth, false, m));
         if (params)
             mask_query(s, params, m);
         return;
@@ -510,7 +514,7 @@ static void mask_find(const char *s, MaskSpans *m)
     mask_keywords(s, m);
     if (has_scheme(s)) {
         auth = strstr(s, "://") + 3;
-        const char *after = mask_user_info(s, auth, m);
+        const char *after = mask_user_info(s, auth, true, m);
         const char *q = strchr(after, '?');
         if (q)
             mask_query(s, q + 1, m);

@@ -71,7 +71,8 @@ void log_one_line(char *s);
  * (its user info's password as meant, from the first ':' to the last '@' before the first '/';
  * password and sslpassword query parameters, names percent-decoded, each value to the next
  * '&'), else key=value pairs (password= and sslpassword=, quoted or not). A string starting
- * with another scheme (a Schema Registry URL, http://user:password@host) is read both ways.
+ * with another scheme (a Schema Registry URL, http://user:password@host) is read both ways,
+ * and its user info is masked whole when it holds no ':' (http://APIKEY@host: a token).
  * Masked in full before it is cut to outlen; "***" alone when out of memory. Returns out. */
 const char *log_mask_conninfo(const char *conninfo, char *out, size_t outlen);
 

@@ -142,7 +142,7 @@ static void add_raw_passwords(const char *conninfo)
     /* A URL only when the string starts with a scheme (libpq's postgresql:// or postgres://, a
      * Schema Registry's http://), as log_mask_conninfo reads it: a key=value string's "://" is
      * in some value (application_name=x://app:relay-main@prod), whose words are no password. */
-    const char *scheme = conninfo + strspn(conninfo, " \t\n\v\f\r");
+    const char *start = conninfo + strspn(conninfo, " \t\n\v\f\r"), *scheme = start;
     if (isalpha((unsigned char)*scheme))
         scheme +=
             strspn(scheme, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.");
@@ -157,6 +157,13 @@ static void add_raw_passwords(const char *conninfo)
         const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
         if (colon)
             add_span(colon + 1, (size_t)(at - colon - 1));
+        /* A user info without ':' is a token in any scheme but libpq's (http://APIKEY@host,
+         * redis://TOKEN@host), masked whole by log_mask_conninfo; in libpq's, a user name. */
+        size_t scheme_len = (size_t)(scheme - start);
+        bool libpq = (scheme_len == 8 && strncmp(start, "postgres", 8) == 0) ||
+                     (scheme_len == 10 && strncmp(start, "postgresql", 10) == 0);
+        if (at && !colon && !libpq)
+            add_span(auth, (size_t)(at - auth));
         /* libpq itself ends the user info at the first '@' before any '/' (the masking above
          * may take a later one, masking more): its password, when that differs, is registered
          * too. */

@@ -37,7 +37,8 @@ size_t secrets_too_short(void);
  * earlier '@', or nowhere for a '/' in the password), also its pieces cut at "@,:/?#&=", raw
  * and decoded: libpq takes them for hosts, ports, a database name or its query, showing pieces
  * no other reading registers.
- * A URL query's password as libpq reads it: to the next '&', blanks and quotes included. */
+ * A URL query's password as libpq reads it: to the next '&', blanks and quotes included.
+ * In a URL of another scheme (http://, redis://), a user info without ':' whole: a token. */
 void secrets_add_conninfo(const char *conninfo);
 
 /* Where the user info of a URL whose text after "scheme://" starts at auth ends: its last '@'

@@ -2402,15 +2402,16 @@ static void test_registry_url_password_secret(void **state)
     unsetenv("SCHEMA_REGISTRY_URL");
     secrets_clear();
 
-    /* From the config file; a URL without a password registers nothing. */
+    /* From the config file; a user info without ':' is a token (http://APIKEY@host), registered
+     * whole; a URL without user info registers nothing. */
     char path[64];
     write_temp(path, "{\"schema-registry-url\": \"http://only-user@sr:8081,http://sr2:8081\"}");
     assert_true(LOAD(&cfg, err, "run", "--database-url", "postgresql://h/db", "--brokers", "k:1",
                      "--config", path));
     config_register_secrets(&cfg);
-    assert_false(secrets_found("http://only-user@sr:8081,http://sr2:8081"));
-    assert_false(secrets_found("only-user"));
+    assert_true(secrets_found("only-user"));
     assert_false(secrets_found("sr:8081"));
+    assert_false(secrets_found("sr2:8081"));
     config_free(&cfg);
     /* curl takes a URL without a scheme as http://. */
     write_temp(path,

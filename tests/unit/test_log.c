@@ -131,6 +131,13 @@ static void test_mask_keyword_form_holding_scheme(void **state)
     /* another scheme (a Schema Registry URL): read as a URL and as pairs */
     assert_masked("http://reg:secret@h:8081", "http://reg:***@h:8081");
     assert_masked("https://h/x?password=se cret&y=1", "https://h/x?password=***&y=1");
+    /* its user info without ':' is a token (an API key, a Redis token): masked whole; in
+     * libpq's URL it is a user name, shown */
+    assert_masked("http://APIKEY-secret@h:8081", "http://***@h:8081");
+    assert_masked("redis://TOKEN-secret@h:6379/0", "redis://***@h:6379/0");
+    assert_masked("https://a@b:@h", "https://a@b:***@h");
+    assert_masked("postgresql://relay@h/db", "postgresql://relay@h/db");
+    assert_masked("http://h:8081/x", "http://h:8081/x");
 }
 
 /* libpq's key=value reading: the next pair may follow a closing quote at once, and a pair may

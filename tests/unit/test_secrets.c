@@ -96,6 +96,17 @@ static void test_duplicates(void **state)
     assert_scrubbed("hunter22hunter22", "******");
 }
 
+/* A user info without ':' in a URL of a scheme not libpq's is a token (http://APIKEY@host,
+ * redis://TOKEN@host): registered; in libpq's URL it is a user name, not registered. */
+static void test_conninfo_url_bare_token(void **state)
+{
+    secrets_add_conninfo("http://APIKEY-s3cret@registry:8081");
+    secrets_add_conninfo("redis://REDIS-t0ken@cache:6379/0");
+    secrets_add_conninfo("postgresql://relay-user@db/orders");
+    assert_scrubbed("key APIKEY-s3cret token REDIS-t0ken", "key *** token ***");
+    assert_scrubbed("user relay-user", "user relay-user");
+}
+
 static void test_conninfo_url(void **state)
 {
     /* Percent-encoded in the URL, decoded by libpq: both forms are secrets. */
@@ -539,6 +550,7 @@ int main(void)
         T(test_longest_first),
         T(test_duplicates),
         T(test_conninfo_url),
+        T(test_conninfo_url_bare_token),
         T(test_conninfo_unparsable),
         T(test_conninfo_url_password_with_query_chars),
         T(test_conninfo_url_password_tail),
