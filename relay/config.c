@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
 #include <limits.h>
@@ -922,6 +923,37 @@ static bool read_database_url_file(Config *cfg, char *err, size_t errlen);
 static bool config_map_init(Config *cfg, char *err, size_t errlen);
 static char *read_text_file(const char *option, const char *path, char *err, size_t errlen);
 
+/* Set while config_load_reload reads the configuration, on the event loop: a FIFO's open waits
+ * for a writer and a device's read may never end, which would freeze every database. One loop
+ * thread loads configurations, never two at once. */
+static bool regular_files_only;
+
+/* Opens the file an option names for reading. At a reload only a regular file, opened
+ * O_NONBLOCK so that not even the open waits (a FIFO's would, for a writer); at start-up
+ * anything readable (a pipe: --database-url-file <(vault ...)). A directory is refused either
+ * way. Returns the descriptor, or -1 with one line in err. */
+static int open_input(const char *option, const char *path, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | (regular_files_only ? O_NONBLOCK : 0));
+    if (fd < 0) {
+        optval_fail(err, errlen, "%s %s: %s", option, path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    const char *why = fstat(fd, &st) != 0   ? strerror(errno)
+                      : S_ISDIR(st.st_mode) ? strerror(EISDIR)
+                      : regular_files_only && !S_ISREG(st.st_mode)
+                          ? "not a regular file (a pipe or device is read at start-up only: a "
+                            "reload on the running relay must not wait on it)"
+                          : NULL;
+    if (why) {
+        optval_fail(err, errlen, "%s %s: %s", option, path, why);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 /* The registry's files, read as the registry reads them (relay/io/registry.c) but with the rest
  * of the configuration, so that run and check refuse an unreadable or malformed one alike, as bad
  * input (exit 2): check used to report it as a problem found (exit 1). The password is never
@@ -945,16 +977,10 @@ static bool registry_files_check(const Config *cfg, char *err, size_t errlen)
                                auth, CONFIG_AUTH_LINE_MAX - 2);
     }
     /* The bundle is curl's to read (it may be large): readable, and not a directory. */
-    struct stat st;
-    FILE *f = ca ? fopen(ca, "r") : NULL;
-    int saved = errno;
-    bool dir = f && fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode);
-    if (f)
-        fclose(f);
-    if (ca && (!f || dir))
-        return optval_fail(err, errlen, "schema-registry-ca-file %s: %s", ca,
-                           strerror(dir ? EISDIR : saved));
-    return true;
+    int fd = ca ? open_input("schema-registry-ca-file", ca, err, errlen) : -2;
+    if (fd >= 0)
+        close(fd);
+    return fd != -1;
 }
 
 /* The list is split at every ',' (curl's URLs hold none unencoded), so a ',' in a URL's user
@@ -1312,12 +1338,14 @@ static bool load_file(const OptSpec *sp, void *out, const char *path, OptSource 
                       size_t errlen)
 {
     Config *cfg = out;
-    /* jansson opens a directory and fails to read it, a JSON error that hides the reason. */
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return optval_fail(err, errlen, "config file %s: %s", path, strerror(EISDIR));
+    /* Opened here, not by jansson: a directory is named as one (jansson fails to read it, a
+     * JSON error that hides the reason), and at a reload only a regular file is read. */
+    int fd = open_input("config file", path, err, errlen);
+    if (fd < 0)
+        return false;
     json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+    close(fd);
     if (!root) {
         /* jansson quotes the text "near" the error, which may be part of a secret value. */
         const char *said = json_error_said(&jerr);
@@ -1409,9 +1437,13 @@ done:
 static char *read_text_file(const char *option, const char *path, char *err, size_t errlen)
 {
     enum { MAX_SIZE = 1 << 20 };
-    FILE *f = fopen(path, "r");
+    int fd = open_input(option, path, err, errlen);
+    if (fd < 0)
+        return NULL;
+    FILE *f = fdopen(fd, "r");
     if (!f) {
         optval_fail(err, errlen, "%s %s: %s", option, path, strerror(errno));
+        close(fd);
         return NULL;
     }
     char *text = malloc(MAX_SIZE + 1);
@@ -1818,6 +1850,14 @@ static bool missing_url(bool tried, char *err, size_t errlen)
 
 static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missing, char *err,
                              size_t errlen);
+
+bool config_load_reload(Config *cfg, int argc, char **argv, char *err, size_t errlen)
+{
+    regular_files_only = true;
+    bool ok = config_load(cfg, argc, argv, err, errlen);
+    regular_files_only = false;
+    return ok;
+}
 
 bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
 {

@@ -179,6 +179,13 @@ typedef struct Config {
 bool config_load(Config *cfg, int argc, char **argv, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
+/* config_load for a reload (SIGHUP), which runs on the event loop: every file the configuration
+ * names (--config, --database-url-file, --kafka-file, the registry's files, a list entry's
+ * database-url-file) must be a regular file, opened without waiting; a FIFO or a device (which
+ * start-up reads: a pipe from a secrets tool) is refused with one line in err, as bad input. */
+bool config_load_reload(Config *cfg, int argc, char **argv, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
 /* The directory of the installed service's files (default /etc/outbox-relay, as the package and
  * the unit have them). When `dead`, `requeue`, `purge-dead`, `status`, `verify` or `check` get no
  * database URL from anywhere and no --config, config_load takes DIR/relay.json as --config and

@@ -56,7 +56,7 @@ bool reload_config_then(Config *running, int argc, char **argv,
 {
     Config fresh;
     char err[1024], q[1100];
-    if (!config_load(&fresh, argc, argv, err, sizeof(err))) {
+    if (!config_load_reload(&fresh, argc, argv, err, sizeof(err))) {
         log_error("configuration reload failed; keeping the running configuration", "error=%s",
                   log_quote(err, q, sizeof(q)));
         config_free(&fresh);

@@ -2102,6 +2102,57 @@ static void test_reload_warns_of_short_secret(void **state)
     secrets_clear();
 }
 
+/* Replaces the file at path with a FIFO nobody writes to (removed by the teardown). */
+static void swap_in_fifo(const char *path)
+{
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkfifo(path, 0600), 0);
+}
+
+/* A reload runs on the event loop: a FIFO swapped in for a file the configuration names is
+ * refused at once in one line, not waited on (a FIFO's open waits for a writer, freezing every
+ * database), and the running configuration is kept. alarm() bounds each reload: one that waits
+ * dies of SIGALRM, failing the test. At start-up a pipe is read (a secrets tool's). */
+static void test_reload_refuses_fifo(void **state)
+{
+    (void)state;
+    static const char *const options[] = {"--config", "--database-url-file", "--kafka-file",
+                                          "--schema-registry-auth-file",
+                                          "--schema-registry-ca-file"};
+    for (size_t i = 0; i < sizeof(options) / sizeof(options[0]); i++) {
+        char conf[64], url[64], kafka[64], auth[64], ca[64], err[1024];
+        write_temp(conf, "{\"batch-size\": 11, \"value-format\": \"avro\"}");
+        write_temp(url, "postgresql://u:long-pw@h/a\n");
+        write_temp(kafka, "linger.ms=5\n");
+        write_temp(auth, "reg:long-pw\n");
+        write_temp(ca, "not read: curl's\n");
+        char a0[] = "outbox-relay", a1[] = "run", a2[] = "--config", a4[] = "--database-url-file",
+             a6[] = "--kafka-file", a8[] = "--brokers", a9[] = "k:9092",
+             a10[] = "--schema-registry-url", a11[] = "http://sr:8081",
+             a12[] = "--schema-registry-auth-file", a14[] = "--schema-registry-ca-file";
+        char *argv[] = {a0, a1,  a2,  conf, a4,   url, a6, kafka, a8,
+                        a9, a10, a11, a12,  auth, a14, ca, NULL};
+        Config running;
+        assert_true(config_load(&running, 16, argv, err, sizeof(err)));
+        assert_int_equal(running.batch_size, 11);
+        char *paths[] = {conf, url, kafka, auth, ca};
+        const char *path = paths[i];
+        swap_in_fifo(path);
+        bool loaded;
+        alarm(20);
+        char *log = reload_logged(&running, 16, argv, &loaded);
+        alarm(0);
+        assert_int_equal(running.batch_size, 11);
+        if (loaded ||
+            !strstr(log, "configuration reload failed; keeping the running configuration") ||
+            !strstr(log, "not a regular file") || !strstr(log, path))
+            fail_msg("%s a FIFO: logged %s", options[i], log);
+        free(log);
+        config_free(&running);
+        clean_env(NULL); /* this round's files (temp_paths holds 8) */
+    }
+}
+
 /* A reload that start-up would refuse beyond config_load (a list entry databases_entry_check
  * refuses; a --delivery-timeout past the running producer's message.timeout.ms) is refused whole,
  * in one line naming what is wrong: nothing of it is applied, not even its valid options. */
@@ -2507,6 +2558,7 @@ int main(void)
         T(test_databases_reload_check),
         T(test_reload_databases_switch_needs_restart),
         T(test_reload_all_or_nothing),
+        T(test_reload_refuses_fifo),
         T(test_databases_same_database_refused),
         T(test_registry_url_password_secret),
     };
