@@ -215,6 +215,20 @@ typedef struct Flag {
     size_t spelling_len;
 } Flag;
 
+/* arg as an error line may show it, before any secret is registered for a scrub: an option's
+ * name without its "=VALUE" ("--database-url=postgresql://u:pw@h/d" is "--database-url=..."),
+ * anything else masked as a connection string is (log_mask_conninfo: a URL's user info
+ * password, password=). Returns out. */
+static const char *shown_arg(const char *arg, char *out, size_t outlen)
+{
+    const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+    if (eq)
+        snprintf(out, outlen, "%.*s=...", (int)(eq - arg), arg);
+    else
+        log_mask_conninfo(arg, out, outlen);
+    return out;
+}
+
 /* Finds the command in argv[1]; sets *first to the first argument after it. Returns false with
  * err set when there is none and the program has no default. */
 static bool parse_command(const OptSpec *spec, int *cmd, int *first, int argc, char **argv,
@@ -227,8 +241,10 @@ static bool parse_command(const OptSpec *spec, int *cmd, int *first, int argc, c
     for (size_t i = 0; arg1 && arg1[0] != '-' && i < spec->ncmds; i++)
         if (strcmp(arg1, spec->cmds[i].name) == 0)
             named = &spec->cmds[i];
+    char shown[512];
     if (arg1 && arg1[0] != '-' && !named)
-        return optval_fail(err, errlen, "unknown command '%s': try '%s --help'", arg1, spec->prog);
+        return optval_fail(err, errlen, "unknown command '%s': try '%s --help'",
+                           shown_arg(arg1, shown, sizeof(shown)), spec->prog);
     bool help = (arg1 && (strcmp(arg1, "--help") == 0 || strcmp(arg1, "-h") == 0)) ||
                 (named && named->id == spec->help_cmd);
     bool version = (arg1 && (strcmp(arg1, "--version") == 0 || strcmp(arg1, "-V") == 0)) ||
@@ -240,7 +256,8 @@ static bool parse_command(const OptSpec *spec, int *cmd, int *first, int argc, c
             return optval_fail(err, errlen,
                                "%s takes no arguments, got '%s': try '%s --help' or '%s COMMAND "
                                "--help'",
-                               arg1, argv[2], spec->prog, spec->prog);
+                               arg1, shown_arg(argv[2], shown, sizeof(shown)), spec->prog,
+                               spec->prog);
         *cmd = help ? spec->help_cmd : spec->version_cmd;
         return true;
     }
@@ -254,16 +271,16 @@ static bool parse_command(const OptSpec *spec, int *cmd, int *first, int argc, c
         return true;
     }
     if (arg1)
-        return optval_fail(err, errlen, "expected a command before '%s': try '%s --help'", arg1,
-                           spec->prog);
+        return optval_fail(err, errlen, "expected a command before '%s': try '%s --help'",
+                           shown_arg(arg1, shown, sizeof(shown)), spec->prog);
     return optval_fail(err, errlen, "missing command: try '%s --help'", spec->prog);
 }
 
 /* The error for an argument that is no option's value, shown without the secrets it may hold,
  * before any is registered for a scrub: after an option given an empty value ("--kafka=" or
  * "--database-url= postgresql://u:pw@h/d", a blank after the '='), most likely that option's
- * value, which could be a bare password or token: not shown at all; otherwise masked as a
- * connection string is (log_mask_conninfo: a URL's user info password, password=). */
+ * value, which could be a bare password or token: not shown at all; otherwise as shown_arg
+ * shows it. */
 static bool stray_argument(const OptSpec *spec, const char *prev, const char *arg, char *err,
                            size_t errlen)
 {
@@ -275,8 +292,8 @@ static bool stray_argument(const OptSpec *spec, const char *prev, const char *ar
                            "value, with a blank after the '='): try '%s --help'",
                            prev, spec->prog);
     char shown[512];
-    log_mask_conninfo(arg, shown, sizeof(shown));
-    return optval_fail(err, errlen, "unexpected argument '%s': try '%s --help'", shown, spec->prog);
+    return optval_fail(err, errlen, "unexpected argument '%s': try '%s --help'",
+                       shown_arg(arg, shown, sizeof(shown)), spec->prog);
 }
 
 /* Collects the flags of argv[first..] into flags (values are applied later, last). Sets *cmd to

@@ -126,6 +126,18 @@ static void test_default_command(void **state)
     assert_false(parse(-1, &t, &cmd, err, "--url", "u", NULL));
     assert_string_equal(err, "expected a command before '--url': try 'prog --help'");
     release(&t);
+    /* An argument an error shows may hold a secret (none is registered yet): an option's value
+     * is left out, anything else masked as a connection string is. */
+    assert_false(parse(-1, &t, &cmd, err, "--url=postgresql://u:pw-secret@h/d", NULL));
+    assert_string_equal(err, "expected a command before '--url=...': try 'prog --help'");
+    release(&t);
+    assert_false(parse(-1, &t, &cmd, err, "postgresql://u:pw-secret@h/d", NULL));
+    assert_string_equal(err, "unknown command 'postgresql://u:***@h/d': try 'prog --help'");
+    release(&t);
+    assert_false(parse(-1, &t, &cmd, err, "--help", "http://API-token@h", NULL));
+    assert_string_equal(err, "--help takes no arguments, got 'http://***@h': try 'prog --help' or "
+                             "'prog COMMAND --help'");
+    release(&t);
     assert_false(parse(-1, &t, &cmd, err, NULL));
     assert_string_equal(err, "missing command: try 'prog --help'");
     release(&t);
