@@ -53,15 +53,39 @@ static void add_span(const char *value, size_t len)
     atomic_store_explicit(link, s, memory_order_release);
 }
 
-/* Values given to secrets_add too short to register (secrets_too_short). */
+/* Values given to secrets_add too short to register (secrets_too_short), each counted once:
+ * the same value comes more than once (--databases registers the file's --kafka properties with
+ * each database's, a SIGHUP registers all again), and the warning's count must say how many
+ * passwords to change, not how often one was read. The distinct ones are remembered to tell
+ * (SHORT_SEEN_MAX of them; past that each further one counts, duplicate or not) until
+ * secrets_count_short_anew. Only the loop thread adds secrets. */
+#define SHORT_SEEN_MAX 64
+static char short_seen[SHORT_SEEN_MAX][SECRETS_MIN_LEN];
+static size_t n_short_seen;
 static atomic_size_t too_short;
+
+static bool short_seen_before(const char *value)
+{
+    for (size_t i = 0; i < n_short_seen; i++)
+        if (strcmp(short_seen[i], value) == 0)
+            return true;
+    if (n_short_seen < SHORT_SEEN_MAX)
+        memcpy(short_seen[n_short_seen++], value, strlen(value) + 1);
+    return false;
+}
+
+void secrets_count_short_anew(void)
+{
+    explicit_bzero(short_seen, sizeof(short_seen));
+    n_short_seen = 0;
+}
 
 void secrets_add(const char *value)
 {
     if (!value)
         return;
     size_t len = strlen(value);
-    if (len > 0 && len < SECRETS_MIN_LEN)
+    if (len > 0 && len < SECRETS_MIN_LEN && !short_seen_before(value))
         atomic_fetch_add(&too_short, 1);
     add_span(value, len);
 }
@@ -284,6 +308,7 @@ bool secrets_found(const char *s)
 void secrets_clear(void)
 {
     atomic_store(&too_short, 0);
+    secrets_count_short_anew();
     Secret *s = atomic_exchange(&head, NULL);
     while (s) {
         Secret *next = next_of(s);

@@ -23,12 +23,18 @@
  * SECRETS_MIN_LEN is not registered but counted (secrets_too_short) unless empty. */
 void secrets_add(const char *value);
 
-/* How many values secrets_add (and the password and sslpassword that secrets_add_conninfo finds
- * as libpq reads them) got that were too short to register, since the start or secrets_clear:
+/* How many distinct values secrets_add (and the password and sslpassword that
+ * secrets_add_conninfo finds as libpq reads them) got that were too short to register, since the
+ * start or secrets_clear (a value given again counts once):
  * each can show in text the process writes (an error of libpq's or librdkafka's echoing it). The
  * pieces of a URL's password cut by other readings (secrets_add_conninfo) do not count: they are
  * fragments, not a password given. */
 size_t secrets_too_short(void);
+
+/* From now on a too-short value counts in secrets_too_short even when it was counted before: a
+ * SIGHUP registers the whole configuration again, and its warning counts the reloaded
+ * configuration's short secrets, each once. */
+void secrets_count_short_anew(void);
 
 /* Registers the passwords of a libpq connection string: password and sslpassword as libpq
  * parses them, and the raw (percent-encoded or quoted) text of each, which is what libpq echoes

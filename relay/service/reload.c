@@ -64,6 +64,7 @@ bool reload_config_then(Config *running, int argc, char **argv,
     }
     /* A changed password file is not applied (restart-only) but must never be printed either:
      * registered before anything (the checks' errors included) can show it. */
+    secrets_count_short_anew(); /* the reloaded configuration's, each once */
     size_t short_before = secrets_too_short();
     config_register_secrets(&fresh);
     /* As at start-up (main.c): a secret too short to register is masked in connection strings

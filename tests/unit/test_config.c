@@ -2092,6 +2092,17 @@ static void test_reload_warns_of_short_secret(void **state)
     if (!strstr(log, "level=warn msg=\"secret too short to scrub\" count=1 min_length=4"))
         fail_msg("a reload bringing a 2-character sasl.password: logged %s", log);
     free(log);
+    /* every reload that holds one says so, once for each (its --databases entries given the
+     * file's --kafka properties too) */
+    write_file(path, "{\"brokers\": \"k:9092\", \"kafka\": {\"sasl.password\": \"ab\"}, "
+                     "\"databases\": [{\"name\": \"a\", \"database-url\": "
+                     "\"postgresql://u:long-pw@h/a\"}, {\"name\": \"b\", \"database-url\": "
+                     "\"postgresql://u:long-pw@h/b\"}]}");
+    log = reload_logged(&running, 4, argv, &loaded);
+    if (!strstr(log, "level=warn msg=\"secret too short to scrub\" count=1 min_length=4"))
+        fail_msg("a reload keeping a 2-character sasl.password, with two databases: logged %s",
+                 log);
+    free(log);
     write_file(path, "{\"brokers\": \"k:9092\", \"database-url\": \"postgresql://u:long-pw@h/a\"}");
     log = reload_logged(&running, 4, argv, &loaded);
     assert_true(loaded);

@@ -75,8 +75,21 @@ static void test_short_secrets_counted(void **state)
     secrets_add_conninfo("postgresql://u:long-one@ab,cd@h/db");
     secrets_add_conninfo("postgresql://u:correct:horse@h/db");
     assert_int_equal(secrets_too_short(), 3);
+    /* a value read again (--databases gives each database the file's --kafka properties, a
+     * SIGHUP registers everything anew) is still one password to change */
+    secrets_add("abc");
+    secrets_add("x");
+    secrets_add_conninfo("postgresql://u:pw@h2/db");
+    assert_int_equal(secrets_too_short(), 3);
+    secrets_count_short_anew(); /* a reload's configuration: counted again, each once */
+    secrets_add("abc");
+    secrets_add("abc");
+    assert_int_equal(secrets_too_short(), 4);
     secrets_clear();
     assert_int_equal(secrets_too_short(), 0);
+    secrets_add("abc"); /* forgotten with the rest */
+    assert_int_equal(secrets_too_short(), 1);
+    secrets_clear();
 }
 
 static void test_longest_first(void **state)
