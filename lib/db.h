@@ -167,12 +167,12 @@ bool db_identity(PGconn *conn, char *out, size_t outlen, DbError *e)
 const char *db_error_line(const char *message);
 
 /* Hides, in place, each double-quoted span of line that occurs in conninfo (as written or
- * percent-decoded) and holds an '@' or lies in a URL's password as meant (to the last '@' before
- * the first '/', when there are several): the tail of a password whose '@' was not
- * percent-encoded, which libpq takes for the start of the host name (or a list of hosts) and
- * quotes in its connect errors. Other quoted spans (real host names) stay. line only shrinks. The
- * rule of db_connect's errors, for every caller that shows libpq's connect errors (the relay's
- * connections). */
+ * percent-decoded) and holds an '@' or lies in a URL's password as meant (to where
+ * secrets_url_userinfo_end ends the user info, when libpq ends it elsewhere): the tail of a
+ * password whose '@' or '/' was not percent-encoded, which libpq takes for the start of the host
+ * name (or a list of hosts) and quotes in its connect errors. Other quoted spans (real host names)
+ * stay. line only shrinks. The rule of db_connect's errors, for every caller that shows libpq's
+ * connect errors (the relay's connections). */
 void db_hide_password_tail(char *line, const char *conninfo);
 
 /* host as the logs show it: "..." for one holding an '@', which is no host name but the tail of

@@ -68,7 +68,8 @@ void log_one_line(char *s);
 
 /* Copies a libpq connection string (URL or key=value form) into out with any password replaced
  * by "***", read as libpq reads it: a URL only when it starts with postgresql:// or postgres://
- * (its user info's password as meant, from the first ':' to the last '@' before the first '/';
+ * (its user info's password as meant, from the first ':' to where secrets_url_userinfo_end
+ * ends the user info: the last '@' before the query, which may lie past a '/' of the password;
  * password and sslpassword query parameters, names percent-decoded, each value to the next
  * '&'), else key=value pairs (password= and sslpassword=, quoted or not). A string starting
  * with another scheme (a Schema Registry URL, http://user:password@host) is read both ways,
