@@ -304,19 +304,32 @@ static void send_claim(Session *s)
 static void send_leave_guard(Session *s)
 {
     PgQuery q = {SQL_WAKE, 0, NULL, false};
-    const char *values[5];
+    const char *values[6];
     char buf[36];
+    StrBuf spared = {0};
     if (wakeup_lost_guard_due(&s->wake)) {
         /* Half the round trip's deadline (the session timeout) at most: the answer comes. */
         long wait_ms =
             s->cfg->session_timeout_ms / 2 < 5000 ? s->cfg->session_timeout_ms / 2 : 5000;
-        wakeup_lost_guard_build(&s->wake, PQserverVersion(pg_conn_libpq(s->pg)), wait_ms, &q,
-                                values, buf);
+        /* Behind a pooler the lost process may serve another session of this relay by now:
+         * never that one (wakeup.h). A session down still names its lost process: left out. */
+        strbuf_array_begin(&spared);
+        for (int i = 0; i < s->relay->n_sessions; i++) {
+            const Session *other = &s->relay->sessions[i];
+            int pid;
+            char start[PG_BACKEND_START_LEN];
+            if (other != s && other->phase != PHASE_DOWN && pg_conn_backend(other->pg, &pid, start))
+                strbuf_array_int(&spared, pid);
+        }
+        strbuf_array_end(&spared);
+        wakeup_lost_guard_build(&s->wake, PQserverVersion(pg_conn_libpq(s->pg)), wait_ms, spared.s,
+                                &q, values, buf);
     }
     wakeup_leaving_guard(&s->wake);
     session_set_phase(s, PHASE_LEAVING_GUARD);
     if (!pg_conn_send(s->pg, &q, 1, on_reply, s))
         session_set_phase(s, PHASE_IDLE);
+    strbuf_free(&spared);
 }
 
 /* Whether the claim after the batch being marked may ride behind its COMMIT, in the same round

@@ -121,8 +121,12 @@ bool wakeup_lost_guard_reading(const Wakeup *w)
  * and only while it still holds the wakeup lock or the member slot the lost session held ($4;
  * any member slot when a request to join was out, -1; none for a guard without lanes, -2):
  * behind PgBouncer (pool_mode = session) the lost client's server process outlives it, freed of
- * its locks by DISCARD ALL, and may already serve another client (another session of this
- * relay), which must not be ended. The notification goes out only for a session that guarded
+ * its locks by DISCARD ALL, and may already serve another client, which must not be ended. When
+ * that client is another session of this relay, the relay knows it: the server processes of its
+ * sessions that are up ($5) are never ended, whatever slot (the lowest free, so often the very
+ * one the lost session held) or lock they took since. Another relay's session cannot be told
+ * apart this way (docs/operations.md#wakeup-after-a-lost-connection). The notification goes out
+ * only for a session that guarded
  * ($3): one that only held lanes wakes no one.
  * A role may end the processes of roles it is a member of: the relay's own login, reconnected,
  * needs no pg_signal_backend; without the right (a login changed in between) the statement fails
@@ -131,7 +135,7 @@ bool wakeup_lost_guard_reading(const Wakeup *w)
     "SELECT CASE WHEN $3::boolean THEN pg_catalog.pg_notify('" WAKEUP_CHANNEL "', '" GUARD_LEFT    \
     "') END,"                                                                                      \
     " (SELECT " terminate " FROM pg_catalog.pg_stat_activity a WHERE a.pid = $1::integer"          \
-    " AND a.pid <> pg_catalog.pg_backend_pid()"                                                    \
+    " AND a.pid <> pg_catalog.pg_backend_pid() AND a.pid <> ALL($5::integer[])"                    \
     " AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE l.pid = a.pid"                         \
     " AND l.locktype = 'advisory' AND l.granted AND ((l.classid = 0 AND l.objid "                  \
     "= " LOCK_KEY_WAKEUP                                                                           \
@@ -141,12 +145,12 @@ bool wakeup_lost_guard_reading(const Wakeup *w)
     " AND pg_catalog.to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') = "   \
     "$2)"
 static const char SQL_LOST_GUARD_WAIT[] =
-    SQL_LOST_GUARD_END("pg_catalog.pg_terminate_backend(a.pid, $5::bigint)");
+    SQL_LOST_GUARD_END("pg_catalog.pg_terminate_backend(a.pid, $6::bigint)");
 static const char SQL_LOST_GUARD_NO_WAIT[] =
     SQL_LOST_GUARD_END("pg_catalog.pg_terminate_backend(a.pid)");
 
-void wakeup_lost_guard_build(Wakeup *w, int server_version, long wait_ms, PgQuery *q,
-                             const char *values[5], char buf[36])
+void wakeup_lost_guard_build(Wakeup *w, int server_version, long wait_ms, const char *spared,
+                             PgQuery *q, const char *values[6], char buf[36])
 {
     snprintf(buf, 12, "%d", w->lost_pid > 0 ? w->lost_pid : 0);
     values[0] = buf;
@@ -154,11 +158,12 @@ void wakeup_lost_guard_build(Wakeup *w, int server_version, long wait_ms, PgQuer
     values[2] = w->lost_guard ? "t" : "f";
     snprintf(buf + 12, 12, "%d", w->lost_slot);
     values[3] = buf + 12;
+    values[4] = spared ? spared : "{}";
     snprintf(buf + 24, 12, "%d", (int)(wait_ms < 1 ? 1 : wait_ms > 600000 ? 600000 : wait_ms));
-    values[4] = buf + 24;
+    values[5] = buf + 24;
     bool wait = server_version >= 140000;
     *q =
-        (PgQuery){wait ? SQL_LOST_GUARD_WAIT : SQL_LOST_GUARD_NO_WAIT, wait ? 5 : 4, values, false};
+        (PgQuery){wait ? SQL_LOST_GUARD_WAIT : SQL_LOST_GUARD_NO_WAIT, wait ? 6 : 5, values, false};
     w->lost_sent = true;
 }
 

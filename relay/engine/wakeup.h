@@ -65,16 +65,18 @@ void wakeup_connection_lost(Wakeup *w, const PgConn *pg, bool may_guard, bool ma
  * wakeup_lost_guard_read). */
 bool wakeup_lost_guard_due(const Wakeup *w);
 
-/* The request, into q (one statement) with its parameters in values (5 of them, pointing into w,
- * buf and constants, which must outlive the send): in one transaction, end the lost process when
- * it still runs and still holds the wakeup lock or the lost session's member slot
+/* The request, into q (one statement) with its parameters in values (6 of them, pointing into w,
+ * buf, spared and constants, which must outlive the send): in one transaction, end the lost
+ * process when it still runs, is none of spared (an int[] literal: the server processes of this
+ * relay's sessions that are up, which a pooler may have handed the lost process to; NULL: none)
+ * and still holds the wakeup lock or the lost session's member slot
  * (pg_terminate_backend of exactly that pid and start, waiting up to wait_ms for it to end on
  * PostgreSQL 14 and later, whose pg_terminate_backend can wait: server_version as
  * PQserverVersion) and, for a lost guard, notify GUARD_LEFT, which makes the sessions asleep ask
  * again: one becomes the guard, now that the lock is free. Marks the request as sent
  * (wakeup_lost_guard_reading). */
-void wakeup_lost_guard_build(Wakeup *w, int server_version, long wait_ms, PgQuery *q,
-                             const char *values[5], char buf[36]);
+void wakeup_lost_guard_build(Wakeup *w, int server_version, long wait_ms, const char *spared,
+                             PgQuery *q, const char *values[6], char buf[36]);
 
 /* The reply to PHASE_LEAVING_GUARD is that request's. */
 bool wakeup_lost_guard_reading(const Wakeup *w);

@@ -1446,7 +1446,7 @@ static void test_lost_guard_ended_after_reconnect(void **state)
     fake_pg_up(PG(0));
     answer(0); /* LISTEN */
     char want[64];
-    snprintf(want, sizeof(want), "%d|2026-11-28 18:00:00.%06d|t|0", guard, guard);
+    snprintf(want, sizeof(want), "%d|2026-11-28 18:00:00.%06d|t|0|{}", guard, guard);
     assert_string_equal(pending_param(0, "end-lost-guard"), want);
     fake_pg_drop(PG(0), "cut again while ending it"); /* still due: the first process */
     forget(0);
@@ -1507,6 +1507,40 @@ static void test_lost_lanes_ended_after_reconnect(void **state)
     params = pending_param(0, "end-lost-guard");
     if (strncmp(params, want, strlen(want)) != 0)
         fail_msg("ending the lost process: \"%s\", not \"%s...\"", params, want);
+}
+
+/* Behind a pooler (pool_mode = session) the lost process may serve another session of this
+ * relay by now, which took the lowest free slot: often the very one the lost session held. The
+ * ending spares the server processes of the relay's sessions that are up ($5), and only those:
+ * a session down still names its own lost process, which may be the one to end. */
+static void test_lost_process_spares_own_sessions(void **state)
+{
+    start("2", "2", "60000");
+    bring_up(0);
+    T.members = "0,1";
+    fake_pg_up(PG(1));
+    drain_both();
+    int lost = fake_pg_backend_pid(PG(1));
+    fake_pg_drop(PG(1), "cut while it was a member");
+    T.members = "0";
+    drain_both();
+    fake_pg_up(PG(1));
+    answer(1); /* LISTEN */
+    char want[96], spared[32];
+    snprintf(want, sizeof(want), "%d|2026-11-28 18:00:00.%06d|", lost, lost);
+    snprintf(spared, sizeof(spared), "|1|{%d}", fake_pg_backend_pid(PG(0)));
+    const char *params = pending_param(1, "end-lost-guard");
+    if (strncmp(params, want, strlen(want)) != 0 || !strstr(params, spared))
+        fail_msg("ending the lost process: \"%s\", not \"%s...%s\"", params, want, spared);
+    T.members = "0,1";
+    drain_both();
+    fake_pg_drop(PG(0), "cut");
+    fake_pg_drop(PG(1), "cut");
+    fake_pg_up(PG(1));
+    answer(1); /* LISTEN */
+    params = pending_param(1, "end-lost-guard");
+    if (!strstr(params, "|{}"))
+        fail_msg("ending the lost process with session 0 down: \"%s\", none spared", params);
 }
 
 static void test_rejoin_after_reconnect(void **state)
@@ -2881,6 +2915,7 @@ int main(void)
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
         cmocka_unit_test_teardown(test_lost_guard_ended_after_reconnect, teardown),
         cmocka_unit_test_teardown(test_lost_lanes_ended_after_reconnect, teardown),
+        cmocka_unit_test_teardown(test_lost_process_spares_own_sessions, teardown),
         cmocka_unit_test_teardown(test_stop_ends_lost_process, teardown),
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
         cmocka_unit_test_teardown(test_long_mark_error_logged_once, teardown),
