@@ -7,6 +7,7 @@
 #include "log.h"
 #include "manpage.h"
 #include "optval.h"
+#include "secrets.h"
 
 static void *xrealloc(void *p, size_t n)
 {
@@ -291,6 +292,19 @@ static bool stray_argument(const OptSpec *spec, const char *prev, const char *ar
                            "unexpected argument after '%s' (not shown: it may be that option's "
                            "value, with a blank after the '='): try '%s --help'",
                            prev, spec->prog);
+    /* "--kafka sasl.password S3CRET" or "--kafka sasl.password= S3CRET": a KEY=VALUE list's
+     * sensitive key whose value came after a blank, not after the '=' (or after it and a blank):
+     * the stray argument is that secret, a bare word no masking recognises. */
+    size_t key_len = prev && strncmp(prev, "--", 2) != 0 ? strcspn(prev, "=") : 0;
+    if (key_len > 0 && key_len + 1 >= prev_len) {
+        char key[128];
+        snprintf(key, sizeof(key), "%.*s", (int)key_len, prev);
+        if (secrets_kafka_key_sensitive(key))
+            return optval_fail(err, errlen,
+                               "unexpected argument after '%s' (not shown: it may be that key's "
+                               "value, with a blank instead of the '='): try '%s --help'",
+                               key, spec->prog);
+    }
     char shown[512];
     return optval_fail(err, errlen, "unexpected argument '%s': try '%s --help'",
                        shown_arg(arg, shown, sizeof(shown)), spec->prog);

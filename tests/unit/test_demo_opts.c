@@ -180,6 +180,15 @@ static void test_errors(void **state)
          "blank after the '='): try 'prog --help'"},
         {{"load", "--url", "u", "postgresql://u:pw-secret@h/d"},
          "unexpected argument 'postgresql://u:***@h/d': try 'prog --help'"},
+        /* a --kafka-like list's sensitive key given its value after a blank: that value, a
+         * bare word, is not shown either */
+        {{"run", "--kv", "sasl.password", "pw-secret"},
+         "unexpected argument after 'sasl.password' (not shown: it may be that key's value, with "
+         "a blank instead of the '='): try 'prog --help'"},
+        {{"run", "--kv", "ssl.key.password=", "pw-secret"},
+         "unexpected argument after 'ssl.key.password' (not shown: it may be that key's value, "
+         "with a blank instead of the '='): try 'prog --help'"},
+        {{"run", "--kv", "client.id", "stray"}, "unexpected argument 'stray': try 'prog --help'"},
         {{"load", "--url", "u", "host=h password=pw-secret"},
          "unexpected argument 'host=h password=***': try 'prog --help'"},
         {{"load", "--url", ""}, "--url: value must not be empty"},
