@@ -278,25 +278,30 @@ static bool parse_command(const OptSpec *spec, int *cmd, int *first, int argc, c
 }
 
 /* The error for an argument that is no option's value, shown without the secrets it may hold,
- * before any is registered for a scrub: after an option given an empty value ("--kafka=" or
- * "--database-url= postgresql://u:pw@h/d", a blank after the '='), most likely that option's
- * value, which could be a bare password or token: not shown at all; otherwise as shown_arg
- * shows it. */
+ * before any is registered for a scrub: after an argument ending in '=' (an option given an
+ * empty value, "--database-url= postgresql://u:pw@h/d", or a KEY=VALUE list entry given an empty
+ * one, "--kafka sasl.password= hunter2" or "--kafka=sasl.password= hunter2": a blank after the
+ * '='), most likely that value, which could be a bare password or token: not shown at all;
+ * otherwise as shown_arg shows it. */
 static bool stray_argument(const OptSpec *spec, const char *prev, const char *arg, char *err,
                            size_t errlen)
 {
     size_t prev_len = prev ? strlen(prev) : 0;
-    if (prev_len > 3 && strncmp(prev, "--", 2) == 0 && prev[prev_len - 1] == '=' &&
-        strchr(prev, '=') == prev + prev_len - 1)
+    char shown[512];
+    if (prev_len > 0 && prev[prev_len - 1] == '=') {
+        /* "--opt=" as it is; anything else (a list entry, a URL ending in "?sslmode=") may hold
+         * a secret itself and is shown as shown_arg shows it. */
+        bool bare_option = strncmp(prev, "--", 2) == 0 && strchr(prev, '=') == prev + prev_len - 1;
         return optval_fail(err, errlen,
                            "unexpected argument after '%s' (not shown: it may be that option's "
                            "value, with a blank after the '='): try '%s --help'",
-                           prev, spec->prog);
-    /* "--kafka sasl.password S3CRET" or "--kafka sasl.password= S3CRET": a KEY=VALUE list's
-     * sensitive key whose value came after a blank, not after the '=' (or after it and a blank):
-     * the stray argument is that secret, a bare word no masking recognises. */
+                           bare_option ? prev : shown_arg(prev, shown, sizeof(shown)), spec->prog);
+    }
+    /* "--kafka sasl.password S3CRET": a KEY=VALUE list's sensitive key whose value came after a
+     * blank, not after an '=': the stray argument is that secret, a bare word no masking
+     * recognises. */
     size_t key_len = prev && strncmp(prev, "--", 2) != 0 ? strcspn(prev, "=") : 0;
-    if (key_len > 0 && key_len + 1 >= prev_len) {
+    if (key_len > 0 && key_len == prev_len) {
         char key[128];
         snprintf(key, sizeof(key), "%.*s", (int)key_len, prev);
         if (secrets_kafka_key_sensitive(key))
@@ -305,7 +310,6 @@ static bool stray_argument(const OptSpec *spec, const char *prev, const char *ar
                                "value, with a blank instead of the '='): try '%s --help'",
                                key, spec->prog);
     }
-    char shown[512];
     return optval_fail(err, errlen, "unexpected argument '%s': try '%s --help'",
                        shown_arg(arg, shown, sizeof(shown)), spec->prog);
 }

@@ -161,7 +161,7 @@ static void test_environment_and_precedence(void **state)
 static void test_errors(void **state)
 {
     static const struct {
-        const char *args[4];
+        const char *args[6];
         const char *err;
     } cases[] = {
         {{"bogus"}, "unknown command 'bogus': try 'prog --help'"},
@@ -178,6 +178,17 @@ static void test_errors(void **state)
         {{"load", "--url=", "bare-token"},
          "unexpected argument after '--url=' (not shown: it may be that option's value, with a "
          "blank after the '='): try 'prog --help'"},
+        /* The same after a KEY=VALUE entry given an empty value ("--kafka sasl.password= pw"),
+         * the entry shown as shown_arg shows it. */
+        {{"run", "--url", "u", "--kv", "sasl.password=", "pw-secret"},
+         "unexpected argument after 'sasl.password=' (not shown: it may be that option's value, "
+         "with a blank after the '='): try 'prog --help'"},
+        {{"run", "--url", "u", "--kv=sasl.password=", "pw-secret"},
+         "unexpected argument after '--kv=...' (not shown: it may be that option's value, with a "
+         "blank after the '='): try 'prog --help'"},
+        {{"load", "--url", "postgresql://u:pw-secret@h/d?sslmode=", "require"},
+         "unexpected argument after 'postgresql://u:***@h/d?sslmode=' (not shown: it may be that "
+         "option's value, with a blank after the '='): try 'prog --help'"},
         {{"load", "--url", "u", "postgresql://u:pw-secret@h/d"},
          "unexpected argument 'postgresql://u:***@h/d': try 'prog --help'"},
         /* a --kafka-like list's sensitive key given its value after a blank: that value, a
@@ -212,7 +223,7 @@ static void test_errors(void **state)
         int cmd;
         char err[256];
         const char *const *a = cases[i].args;
-        bool ok = parse(-1, &t, &cmd, err, a[0], a[1], a[2], a[3], NULL);
+        bool ok = parse(-1, &t, &cmd, err, a[0], a[1], a[2], a[3], a[4], a[5], NULL);
         release(&t);
         if (ok || strcmp(err, cases[i].err) != 0)
             fail_msg("case %zu: got %s '%s', expected '%s'", i, ok ? "success" : "error", err,
