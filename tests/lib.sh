@@ -219,8 +219,11 @@ _pg_template() {
         _as_pg initdb -D "$new" -U postgres -A trust -E UTF8 --locale=C --no-sync \
             >"$dir/initdb.log" 2>&1 || exit 1
         started=1
+        # Not with the lock's descriptor (9>&-): the postmaster leaves pg_ctl's session and would
+        # hold the lock as long as it runs, so that a maker killed outright (its trap not run)
+        # would leave every later test waiting out flock's 120 s.
         _as_pg pg_ctl -D "$new" -l "$dir/pg.log" -w -t 30 -o "-c listen_addresses='' \
-            -c unix_socket_directories='$sock' -c port=5432 -c fsync=off" start >/dev/null 2>&1 ||
+            -c unix_socket_directories='$sock' -c port=5432 -c fsync=off" start >/dev/null 2>&1 9>&- ||
             exit 1
         psql -XAtq -v ON_ERROR_STOP=1 -h "$sock" -p 5432 -U postgres -d postgres \
             -c "CREATE DATABASE outbox" -c "ALTER ROLE postgres PASSWORD '$PG_PASSWORD'" \
