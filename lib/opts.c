@@ -217,14 +217,28 @@ typedef struct Flag {
 } Flag;
 
 /* arg as an error line may show it, before any secret is registered for a scrub: an option's
- * name without its "=VALUE" ("--database-url=postgresql://u:pw@h/d" is "--database-url=..."),
+ * name without its "=VALUE" ("--database-url=postgresql://u:pw@h/d" is "--database-url=..."); a
+ * librdkafka property whose value is a secret (secrets_kafka_key_sensitive) without its value
+ * ("sasl.password=...": a second --kafka forgotten); a text without a scheme holding '@' up to
+ * its last '@' (the tail of a URL's password cut at a blank, "postgresql://u:pa ss@h/d");
  * anything else masked as a connection string is (log_mask_conninfo: a URL's user info
  * password, password=). Returns out. */
 static const char *shown_arg(const char *arg, char *out, size_t outlen)
 {
-    const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-    if (eq)
+    const char *eq = strchr(arg, '=');
+    const char *at = strstr(arg, "://") ? NULL : strrchr(arg, '@');
+    char key[256];
+    bool sensitive = false;
+    /* A property's name: no URL's text ("postgresql://u:pw-secret@h/d?sslmode=" is a URL). */
+    if (eq && (size_t)(eq - arg) < sizeof(key) && !strstr(arg, "://") &&
+        !memchr(arg, '@', (size_t)(eq - arg))) {
+        snprintf(key, sizeof(key), "%.*s", (int)(eq - arg), arg);
+        sensitive = secrets_kafka_key_sensitive(key);
+    }
+    if (eq && (strncmp(arg, "--", 2) == 0 || sensitive))
         snprintf(out, outlen, "%.*s=...", (int)(eq - arg), arg);
+    else if (at)
+        snprintf(out, outlen, "***%s", at);
     else
         log_mask_conninfo(arg, out, outlen);
     return out;
@@ -289,13 +303,14 @@ static bool stray_argument(const OptSpec *spec, const char *prev, const char *ar
     size_t prev_len = prev ? strlen(prev) : 0;
     char shown[512];
     if (prev_len > 0 && prev[prev_len - 1] == '=') {
-        /* "--opt=" as it is; anything else (a list entry, a URL ending in "?sslmode=") may hold
-         * a secret itself and is shown as shown_arg shows it. */
-        bool bare_option = strncmp(prev, "--", 2) == 0 && strchr(prev, '=') == prev + prev_len - 1;
+        /* "--opt=" or "KEY=" as it is (no value there); anything else ("--kafka=KEY=", a URL
+         * ending in "?sslmode=") may hold a secret itself and is shown as shown_arg shows it. */
+        bool no_value =
+            strchr(prev, '=') == prev + prev_len - 1 && !strchr(prev, '@') && !strstr(prev, "://");
         return optval_fail(err, errlen,
                            "unexpected argument after '%s' (not shown: it may be that option's "
                            "value, with a blank after the '='): try '%s --help'",
-                           bare_option ? prev : shown_arg(prev, shown, sizeof(shown)), spec->prog);
+                           no_value ? prev : shown_arg(prev, shown, sizeof(shown)), spec->prog);
     }
     /* "--kafka sasl.password S3CRET": a KEY=VALUE list's sensitive key whose value came after a
      * blank, not after an '=': the stray argument is that secret, a bare word no masking

@@ -200,6 +200,12 @@ static void test_errors(void **state)
          "unexpected argument after 'ssl.key.password' (not shown: it may be that key's value, "
          "with a blank instead of the '='): try 'prog --help'"},
         {{"run", "--kv", "client.id", "stray"}, "unexpected argument 'stray': try 'prog --help'"},
+        /* A librdkafka secret property given without its --kafka, and the tail of a password
+         * cut at a blank ("postgresql://u:pw secret@h/d" unquoted), are not shown either. */
+        {{"run", "--url", "u", "sasl.password=pw-secret"},
+         "unexpected argument 'sasl.password=...': try 'prog --help'"},
+        {{"load", "--url", "postgresql://u:pw", "secret-tail@h/d"},
+         "unexpected argument '***@h/d': try 'prog --help'"},
         {{"load", "--url", "u", "host=h password=pw-secret"},
          "unexpected argument 'host=h password=***': try 'prog --help'"},
         {{"load", "--url", ""}, "--url: value must not be empty"},
