@@ -347,9 +347,16 @@ static bool collect_flags(const OptSpec *spec, int *cmd, int first, int argc, ch
         const char *eq = strchr(name, '=');
         size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
         const OptDef *opt = opts_find(spec, name, name_len);
-        if (!opt)
-            return optval_fail(err, errlen, "unknown option '--%.*s': try '%s --help'",
-                               (int)name_len, name, spec->prog);
+        if (!opt) {
+            /* The name up to a character no option name holds: "--database-url:postgresql://u:
+             * pw@h/d" (a ':' typed for the '=') is a value, maybe a secret, none registered yet. */
+            size_t shown = strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                        "0123456789-_.");
+            if (shown > name_len)
+                shown = name_len;
+            return optval_fail(err, errlen, "unknown option '--%.*s%s': try '%s --help'",
+                               (int)shown, name, shown < name_len ? "..." : "", spec->prog);
+        }
         if (!accepts(spec, opt, *cmd))
             return optval_fail(err, errlen, "option --%s does not apply to '%s'", opt->name,
                                cmd_name);

@@ -166,6 +166,10 @@ static void test_errors(void **state)
     } cases[] = {
         {{"bogus"}, "unknown command 'bogus': try 'prog --help'"},
         {{"run", "--nope", "x"}, "unknown option '--nope': try 'prog --help'"},
+        /* A ':' typed for the '=': the rest may be a secret (none registered yet). */
+        {{"run", "--url:postgresql://u:pw-secret@h/d"},
+         "unknown option '--url...': try 'prog --help'"},
+        {{"run", "--kv.sasl.password=x"}, "unknown option '--kv.sasl.password': try 'prog --help'"},
         {{"run", "--rate", "1"}, "option --rate does not apply to 'run'"},
         {{"load", "--url"}, "option --url needs a value (URL)"},
         {{"load", "--url", "u", "stray"}, "unexpected argument 'stray': try 'prog --help'"},
