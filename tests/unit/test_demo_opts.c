@@ -201,8 +201,8 @@ static void test_errors(void **state)
          "unexpected argument after 'sasl.password' (not shown: it may be that key's value, with "
          "a blank instead of the '='): try 'prog --help'"},
         {{"run", "--kv", "ssl.key.password=", "pw-secret"},
-         "unexpected argument after 'ssl.key.password' (not shown: it may be that key's value, "
-         "with a blank instead of the '='): try 'prog --help'"},
+         "unexpected argument after 'ssl.key.password=' (not shown: it may be that option's "
+         "value, with a blank after the '='): try 'prog --help'"},
         {{"run", "--kv", "client.id", "stray"}, "unexpected argument 'stray': try 'prog --help'"},
         /* A librdkafka secret property given without its --kafka, and the tail of a password
          * cut at a blank ("postgresql://u:pw secret@h/d" unquoted), are not shown either. */
