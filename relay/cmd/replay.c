@@ -683,9 +683,10 @@ int replay_run(const Config *cfg)
         goto done;
     s.answer_s = cfg->statement_timeout_s + cfg->replay_batch_rows / 1000 +
                  (long)(10.0 * (mono_now() - summary_started));
-    /* The batches take the list a slice at a time (next_slice). */
+    /* The batches take the list a slice at a time (next_slice), which sets these two again. */
     strbuf_free(&s.seqs);
     strbuf_free(&s.event_ids);
+    s.params[10] = s.params[11] = NULL;
     if (s.rows == 0) {
         printf("replay: nothing to replay: no sent event matches the selection\n");
         goto done;
