@@ -353,8 +353,11 @@ static void on_probe_state(PgConn *pg, bool up, const char *reason, void *arg)
     if (!up)
         return;
     PgQuery q[2] = {{SQL_IDENTITY, 0, NULL, false}, {SQL_SYSTEM_ID, 0, NULL, false}};
-    if (!pg_conn_send(pg, q, 2, on_probe_answer, db))
+    if (!pg_conn_send(pg, q, 2, on_probe_answer, db)) {
+        /* Not asked: a later entry's answer may ask again (probe_compare). */
+        db->asking_again = false;
         ev_timer_start(db->owner->loop, &db->probe_close);
+    }
 }
 
 static void db_start(Databases *d, Db *db)
