@@ -558,7 +558,13 @@ static void listening(Session *s, PGresult **results, int n, const char *error)
         session_set_phase(s, PHASE_IDLE); /* the claim it came before is still due */
         return;
     }
-    if (n == 2) {
+    if (n == 2 && PQresultStatus(results[1]) == PGRES_PIPELINE_ABORTED) {
+        /* LISTEN itself failed (said below), so the floor's check never ran: nothing is known of
+         * the floor, and reading the skipped check as a failed one blamed the floor with an
+         * empty cause. Off until its check, asked alone before the first claim, says. */
+        s->floor.enabled = false;
+        s->floor_check_due = s->cfg->claim_floor ? monotime_now() : 0;
+    } else if (n == 2) {
         learn_floor_allowed(s, results[1]);
         if (error && PQresultStatus(results[0]) == PGRES_COMMAND_OK) {
             /* Only the floor's check failed (said above): the LISTEN was rolled back with it. */

@@ -2300,6 +2300,37 @@ static void test_floor_off_said_per_database(void **state)
     }
 }
 
+/* LISTEN itself fails: the floor's check after it in the pipeline never ran (aborted). It was
+ * read as a failed check, and the log blamed the floor with no cause ("the claim floor's
+ * diagnosis failed: "). Now only LISTEN's error is said, once, and the floor's check is asked
+ * alone before the first claim. On the old code the log held the floor's empty diagnosis and the
+ * first claim went out with no check. */
+static void test_listen_failed_does_not_blame_floor(void **state)
+{
+    static const char *const sent[] = {"LISTEN,floor-check", "join", "members", "lock",
+                                       "floor-check",        NULL};
+    extra_args[0] = "--claim-floor";
+    extra_args[1] = "on";
+    start("1", "1", "60000");
+    T.floor_ok = true;
+    capture_log(LOG_WARN);
+    fake_pg_up(PG(0));
+    T.fail_msg = "ERROR:  LISTEN is not supported by this pooler";
+    answer_failing(0, "LISTEN", "0A000");
+    T.fail_msg = NULL;
+    answer(0); /* join */
+    answer(0); /* members */
+    answer(0); /* lock */
+    expect_sent(0, sent);
+    answer(0); /* the floor's check, alone, passes */
+    assert_true(S(0)->floor.enabled);
+    const char *text = logged();
+    assert_null(strstr(text, "diagnosis failed"));
+    assert_null(strstr(text, "claims read the unsent index from its start"));
+    assert_int_equal(occurrences(text, "LISTEN failed"), 1);
+    assert_int_equal(occurrences(text, "not supported by this pooler"), 1);
+}
+
 static void test_dead_letter_failure_logged(void **state)
 {
     extra_args[0] = "--dead-letter-topic";
@@ -2920,6 +2951,7 @@ int main(void)
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
         cmocka_unit_test_teardown(test_long_mark_error_logged_once, teardown),
         cmocka_unit_test_teardown(test_floor_off_said_per_database, teardown),
+        cmocka_unit_test_teardown(test_listen_failed_does_not_blame_floor, teardown),
         cmocka_unit_test_teardown(test_dead_letter_failure_logged, teardown),
         cmocka_unit_test_teardown(test_dead_letter_failure_logged_during_event_failures, teardown),
         cmocka_unit_test_teardown(test_kafka_setup_fault_counts_no_attempt, teardown),
