@@ -212,7 +212,8 @@ static void setup_fixed(Session *s)
 
 /* The claim floor needs {seq} drawn in order (SQL_FLOOR_CHECK, floor.h); said once per database
  * (its relay) when the table does not allow it, or the check itself failed: each database has
- * its own table and grants. */
+ * its own table and grants. Once per episode: a check that passes ends it, so the floor off again
+ * later (a grant revoked, a reconnect whose check fails) is said again. */
 static void learn_floor_allowed(Session *s, PGresult *check)
 {
     char why[512], q[600];
@@ -222,6 +223,8 @@ static void learn_floor_allowed(Session *s, PGresult *check)
     /* Off, it stayed off until the session reconnected, however soon the grant or the sequence
      * was fixed: the check is asked again, alone, every FLOOR_CHECK_AGAIN_S (next_step). */
     s->floor_check_due = s->cfg->claim_floor && !allowed ? monotime_now() + FLOOR_CHECK_AGAIN_S : 0;
+    if (allowed)
+        s->relay->floor_off_said = false;
     if (again && s->floor.enabled)
         log_info("the claim floor's check passes now; claims start after the rows already sent",
                  "session=%d", s->index);

@@ -2300,6 +2300,34 @@ static void test_floor_off_said_per_database(void **state)
     }
 }
 
+/* The floor's check passes again after it failed (the operator fixed the table), and a later
+ * connection's check fails again: that new episode is said too. The flag that says it once per
+ * database never reset, so on the old code the second failure was silent (said once, not twice). */
+static void test_floor_off_said_again_after_it_worked(void **state)
+{
+    extra_args[0] = "--claim-floor";
+    extra_args[1] = "on";
+    start("1", "1", "60000");
+    capture_log(LOG_WARN);
+    bring_up(0); /* the check finds no such table: said */
+    S(0)->last_rows_at = monotime_now();
+    answer_claim(0, "");
+    answer(0);         /* COMMIT */
+    T.floor_ok = true; /* the operator fixes the table */
+    S(0)->floor_check_due = monotime_now() - 1;
+    forget(0);
+    fire(&S(0)->busy_timer);
+    answer(0); /* the check passes */
+    assert_true(S(0)->floor.enabled);
+    T.floor_ok = false; /* and the table is broken again: the next connection's check fails */
+    fake_pg_drop(PG(0), "connection reset by peer");
+    forget(0);
+    bring_up_lost(0, "f");
+    assert_false(S(0)->floor.enabled);
+    const char *text = logged();
+    assert_int_equal(occurrences(text, "claims read the unsent index from its start"), 2);
+}
+
 /* LISTEN itself fails: the floor's check after it in the pipeline never ran (aborted). It was
  * read as a failed check, and the log blamed the floor with no cause ("the claim floor's
  * diagnosis failed: "). Now only LISTEN's error is said, once, and the floor's check is asked
@@ -2951,6 +2979,7 @@ int main(void)
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
         cmocka_unit_test_teardown(test_long_mark_error_logged_once, teardown),
         cmocka_unit_test_teardown(test_floor_off_said_per_database, teardown),
+        cmocka_unit_test_teardown(test_floor_off_said_again_after_it_worked, teardown),
         cmocka_unit_test_teardown(test_listen_failed_does_not_blame_floor, teardown),
         cmocka_unit_test_teardown(test_dead_letter_failure_logged, teardown),
         cmocka_unit_test_teardown(test_dead_letter_failure_logged_during_event_failures, teardown),
