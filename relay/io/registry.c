@@ -2,11 +2,14 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "log.h"
@@ -580,11 +583,31 @@ static char *shown_url(const char *url)
     return out;
 }
 
+/* Reads the auth file. On the running loop (a database a SIGHUP adds: ev_depth > 0) only a
+ * regular file, opened O_NONBLOCK, as the reload's own reading of the configuration does
+ * (config.c, open_input): a FIFO's open waits for a writer, a device's read may never end, and
+ * either would freeze every database. The configuration's check saw a regular file, but the path
+ * is opened again here. Before the loop runs (start-up) anything readable. */
 static bool read_auth_file(Registry *r, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
+    bool on_loop = ev_depth(r->loop) > 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | (on_loop ? O_NONBLOCK : 0));
+    if (fd < 0) {
         snprintf(err, errlen, "schema-registry-auth-file %s: %s", path, strerror(errno));
+        return false;
+    }
+    struct stat st;
+    const char *why = fstat(fd, &st) != 0   ? strerror(errno)
+                      : S_ISDIR(st.st_mode) ? strerror(EISDIR)
+                      : on_loop && !S_ISREG(st.st_mode)
+                          ? "not a regular file (a pipe or device is read at start-up only: a "
+                            "database added on the running relay must not wait on it)"
+                          : NULL;
+    FILE *f = why ? NULL : fdopen(fd, "r");
+    if (!f) {
+        snprintf(err, errlen, "schema-registry-auth-file %s: %s", path,
+                 why ? why : strerror(errno));
+        close(fd);
         return false;
     }
     /* The first line ends at a CR or an LF, and holds at most CONFIG_AUTH_LINE_MAX - 2 bytes: the

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -458,6 +459,73 @@ static void test_base_url_query_refused(void **state)
     MHD_stop_daemon(d);
 }
 
+/* registry_new run on the loop, as for a database a SIGHUP adds (relay_new inside the reload's
+ * signal watcher), with auth_file as its auth file. */
+static struct {
+    const char *auth_file;
+    Registry *r;
+    char err[256];
+} in_loop;
+
+static void new_in_loop(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    RegistryOptions o = {
+        .urls = "http://127.0.0.1:1", .auth_file = in_loop.auth_file, .timeout_ms = 5000};
+    in_loop.err[0] = '\0';
+    in_loop.r = registry_new(loop, &o, on_ready, NULL, in_loop.err, sizeof(in_loop.err));
+    ev_break(loop, EVBREAK_ONE);
+}
+
+static Registry *registry_new_in_loop(const char *auth_file)
+{
+    ev_timer t;
+    ev_timer_init(&t, new_in_loop, 0, 0);
+    in_loop.auth_file = auth_file;
+    ev_timer_start(EV_DEFAULT, &t);
+    alarm(20); /* the old code's open of a FIFO never returned: the test ends, failed */
+    ev_run(EV_DEFAULT, 0);
+    alarm(0);
+    ev_timer_stop(EV_DEFAULT, &t);
+    return in_loop.r;
+}
+
+/* The auth file of a database a SIGHUP adds is read on the running loop: a FIFO (or a device)
+ * there must be refused in one line, never waited on (its open waits for a writer, freezing every
+ * database), as the reload's own reading of the configuration refuses it. A regular file is read
+ * as before, on the loop or not. On the old code (fopen) the FIFO's open blocked until alarm()
+ * ended the test. */
+static void test_auth_file_on_loop_regular_only(void **state)
+{
+    char dir[] = "/tmp/test_registry.XXXXXX", fifo[64], file[64], err[256] = "";
+    assert_non_null(mkdtemp(dir));
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    snprintf(file, sizeof(file), "%s/auth", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fputs("user:a-long-password\n", f);
+    fclose(f);
+
+    Registry *r = registry_new_in_loop(fifo);
+    if (r || !strstr(in_loop.err, "schema-registry-auth-file") ||
+        !strstr(in_loop.err, "not a regular file"))
+        fail_msg("a FIFO on the loop: \"%s\"", in_loop.err);
+    assert_null(registry_new_in_loop(dir)); /* a directory is named as one */
+    assert_non_null(strstr(in_loop.err, "Is a directory"));
+    r = registry_new_in_loop(file);
+    if (!r)
+        fail_msg("a regular file on the loop: \"%s\"", in_loop.err);
+    registry_free(r, NULL);
+    RegistryOptions o = {.urls = "http://127.0.0.1:1", .auth_file = file, .timeout_ms = 5000};
+    r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err)); /* start-up */
+    if (!r)
+        fail_msg("a regular file at start-up: \"%s\"", err);
+    registry_free(r, NULL);
+    unlink(fifo);
+    unlink(file);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -472,6 +540,7 @@ int main(void)
         cmocka_unit_test(test_subject_logged_quoted),
         cmocka_unit_test(test_base_url_query_refused),
         cmocka_unit_test(test_missing_subjects_lru),
+        cmocka_unit_test(test_auth_file_on_loop_regular_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
