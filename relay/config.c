@@ -1338,14 +1338,19 @@ static bool load_file(const OptSpec *sp, void *out, const char *path, OptSource 
                       size_t errlen)
 {
     Config *cfg = out;
-    /* Opened here, not by jansson: a directory is named as one (jansson fails to read it, a
-     * JSON error that hides the reason), and at a reload only a regular file is read. */
-    int fd = open_input("config file", path, err, errlen);
-    if (fd < 0)
+    /* Read here, not by jansson: a directory is named as one (jansson fails to read it, a
+     * JSON error that hides the reason), at a reload only a regular file is read, and the text
+     * is capped at 1 MiB as every other file the configuration names is (json_loadfd read any
+     * size, and a reload on the running relay held it all). The text may hold secrets: cleared
+     * once parsed. */
+    char *whole = read_text_file("config file", path, err, errlen);
+    if (!whole)
         return false;
     json_error_t jerr;
-    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
-    close(fd);
+    size_t len = strlen(whole);
+    json_t *root = json_loadb(whole, len, JSON_REJECT_DUPLICATES, &jerr);
+    explicit_bzero(whole, len);
+    free(whole);
     if (!root) {
         /* jansson quotes the text "near" the error, which may be part of a secret value. */
         const char *said = json_error_said(&jerr);

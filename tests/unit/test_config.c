@@ -2164,6 +2164,54 @@ static void test_reload_refuses_fifo(void **state)
     }
 }
 
+/* The config file is capped at 1 MiB, as every other file the configuration names is: a reload
+ * of a larger one is refused in one line naming it, and the running configuration is kept;
+ * start-up refuses it too. On the old code (json_loadfd, no cap) the reload took the 1 MiB + 1
+ * file. */
+static void test_config_file_capped(void **state)
+{
+    (void)state;
+    char path[64], err[1024];
+    write_temp(path, "{\"brokers\": \"k:9092\", \"database-url\": \"postgresql://h/a\", "
+                     "\"batch-size\": 11}");
+    char a0[] = "outbox-relay", a1[] = "run", a2[] = "--config";
+    char *argv[] = {a0, a1, a2, path, NULL};
+    Config running;
+    bool loaded;
+    assert_true(config_load(&running, 4, argv, err, sizeof(err)));
+    /* Valid JSON of exactly 1 MiB + 1 bytes: a comment key's long value. */
+    static const char head[] = "{\"brokers\": \"k:9092\", \"database-url\": "
+                               "\"postgresql://h/a\", \"batch-size\": 7, \"#\": \"";
+    size_t size = (1u << 20) + 1;
+    char *big = malloc(size + 1);
+    assert_non_null(big);
+    memset(big, 'x', size);
+    memcpy(big, head, strlen(head));
+    memcpy(big + size - 2, "\"}", 2);
+    big[size] = '\0';
+    write_file(path, big);
+    char *log = reload_logged(&running, 4, argv, &loaded);
+    assert_int_equal(running.batch_size, 11);
+    if (loaded || !strstr(log, "configuration reload failed; keeping the running configuration") ||
+        !strstr(log, "larger than 1 MiB") || !strstr(log, path))
+        fail_msg("a config file of 1 MiB + 1: logged %s", log);
+    free(log);
+    Config cfg;
+    if (config_load(&cfg, 4, argv, err, sizeof(err)))
+        fail_msg("start-up took a config file of 1 MiB + 1");
+    assert_non_null(strstr(err, "larger than 1 MiB"));
+    config_free(&cfg);
+    memcpy(big + size - 4, "\"}", 2); /* 1 MiB - 1: taken */
+    big[size - 2] = '\0';
+    write_file(path, big);
+    log = reload_logged(&running, 4, argv, &loaded);
+    if (!loaded || running.batch_size != 7)
+        fail_msg("a config file under 1 MiB: logged %s", log);
+    free(log);
+    free(big);
+    config_free(&running);
+}
+
 /* A reload that start-up would refuse beyond config_load (a list entry databases_entry_check
  * refuses; a --delivery-timeout past the running producer's message.timeout.ms) is refused whole,
  * in one line naming what is wrong: nothing of it is applied, not even its valid options. */
@@ -2570,6 +2618,7 @@ int main(void)
         T(test_reload_databases_switch_needs_restart),
         T(test_reload_all_or_nothing),
         T(test_reload_refuses_fifo),
+        T(test_config_file_capped),
         T(test_databases_same_database_refused),
         T(test_registry_url_password_secret),
     };
