@@ -961,7 +961,13 @@ static int open_input(const char *option, const char *path, char *err, size_t er
 static bool registry_files_check(const Config *cfg, char *err, size_t errlen)
 {
     const char *auth = cfg->schema_registry_auth_file, *ca = cfg->schema_registry_ca_file;
-    if (auth) {
+    /* A pipe (--schema-registry-auth-file <(...)) can be read once: the registry's read at
+     * start-up is the one that counts, and says what is wrong with it; at a reload open_input
+     * refuses it. */
+    struct stat st;
+    bool pipe_at_start = auth && !regular_files_only && stat(auth, &st) == 0 &&
+                         !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+    if (auth && !pipe_at_start) {
         char *text = read_text_file("schema-registry-auth-file", auth, err, errlen);
         if (!text)
             return false;

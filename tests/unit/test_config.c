@@ -2043,6 +2043,30 @@ static void test_loose_registry_auth_file_warned(void **state)
     secrets_clear();
 }
 
+/* An auth file given as a pipe (--schema-registry-auth-file <(...)) can be read once: the check
+ * of the configuration leaves it to the registry, whose read is the one that counts. */
+static void test_registry_auth_file_pipe_left_unread(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    const char line[] = "reg:piped-s3cret\n";
+    assert_int_equal(write(p[1], line, sizeof(line) - 1), (ssize_t)(sizeof(line) - 1));
+    close(p[1]);
+    char path[32];
+    snprintf(path, sizeof(path), "/dev/fd/%d", p[0]);
+    Config cfg;
+    char err[1024];
+    assert_true(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1", "--value-format=avro",
+                     "--schema-registry-url=http://sr:8081", "--schema-registry-auth-file", path));
+    char left[64] = "";
+    ssize_t n = read(p[0], left, sizeof(left) - 1);
+    if (n != (ssize_t)(sizeof(line) - 1))
+        fail_msg("the pipe was read by the configuration's check: %zd bytes left", n);
+    config_free(&cfg);
+    close(p[0]);
+}
+
 /* Runs reload_config with stderr (the log) captured; returns what was logged (freed by caller). */
 static char *reload_logged(Config *running, int argc, char **argv, bool *loaded)
 {
@@ -2605,6 +2629,7 @@ int main(void)
         T(test_error_databases_json_does_not_echo_values),
         T(test_registry_url_comma_in_password),
         T(test_loose_registry_auth_file_warned),
+        T(test_registry_auth_file_pipe_left_unread),
         T(test_reload_warns_of_short_secret),
         T(test_reload_diff_and_apply),
         T(test_reloadable_options),
