@@ -180,7 +180,7 @@ struct Relay {
     bool purging;         /* a delivery timeout purged the producer; its reports are not all in */
     ev_timer purge_timer; /* purges again while reports are missing (see relay_start_purge) */
     int logged_owned;     /* lanes of all sessions, last logged, to log only changes */
-    bool floor_off_said;  /* why the claim floor is off was logged (once an episode: cleared when a check passes) */
+    bool floor_off_said;  /* why the claim floor is off was logged (once an episode) */
     /* The first active_sessions sessions that can claim do; the others rest (no lanes):
      * --min-sessions, and all of --sessions from a backlog until --session-rest-after without a
      * full claim (relay_session_resting). */
