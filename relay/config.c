@@ -1143,6 +1143,22 @@ static bool database_options_check(const Config *cfg, bool sessions_bound, char 
     return true;
 }
 
+/* Whether the run's databases a and b would both read one pipe as their
+ * --schema-registry-auth-file at start-up (each database's registry reads the file itself,
+ * relay/io/registry.c): the first would empty it, and the second would fail with a misleading
+ * "expected USER:PASSWORD" on a file that held one. At a reload open_input refuses a pipe anyway;
+ * `check` reads one database's. One pipe under two names (/dev/stdin and /proc/self/fd/0) is one
+ * file: compared by device and inode. */
+static bool registry_pipe_shared(const Config *a, const Config *b)
+{
+    const char *pa = a->schema_registry_auth_file, *pb = b->schema_registry_auth_file;
+    struct stat sa, sb;
+    return !regular_files_only && a->command == CMD_RUN && pa && pb &&
+           a->value_format != VALUE_JSON && b->value_format != VALUE_JSON && stat(pa, &sa) == 0 &&
+           stat(pb, &sb) == 0 && !S_ISREG(sa.st_mode) && !S_ISDIR(sa.st_mode) &&
+           sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 /* One entry of --databases into db, a copy of base with the entry's options over it.
  * sessions_default: base's --sessions is the default (set by no file, variable or flag), and so
  * is an entry's that does not set it: its --min-sessions, not 2. A process of many databases
@@ -1298,6 +1314,13 @@ static bool databases_load(Config *cfg, bool sessions_default, char *err, size_t
             /* A database's lanes are one group (keyed by the database, not the table): two
              * entries would split them, and each would leave its table's rows in the other's
              * lanes unclaimed, while both look ready. */
+            else if (registry_pipe_shared(&cfg->dbs[j], &cfg->dbs[i]))
+                ok = optval_fail(err, errlen,
+                                 "databases: \"%s\" and \"%s\" both read "
+                                 "schema-registry-auth-file %s, a pipe, which can be read once: "
+                                 "give a regular file (mode 0600)",
+                                 cfg->dbs[j].database_name, cfg->dbs[i].database_name,
+                                 cfg->dbs[i].schema_registry_auth_file);
             else if (db_same_database(cfg->dbs[j].database_url, cfg->dbs[i].database_url))
                 ok = optval_fail(
                     err, errlen,

@@ -2067,6 +2067,42 @@ static void test_registry_auth_file_pipe_left_unread(void **state)
     close(p[0]);
 }
 
+/* Each --databases entry's registry reads the auth file itself at start-up: two reading one pipe
+ * would leave the second an empty read and a misleading "expected USER:PASSWORD". Refused as bad
+ * input, naming both; a regular file, one database, or check (one database) is fine. */
+static void test_registry_auth_file_pipe_shared_by_databases(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    const char line[] = "reg:piped-s3cret\n";
+    assert_int_equal(write(p[1], line, sizeof(line) - 1), (ssize_t)(sizeof(line) - 1));
+    close(p[1]);
+    char path[32], file[64];
+    snprintf(path, sizeof(path), "/dev/fd/%d", p[0]);
+    write_temp(file, line);
+    const char *two = "[{\"name\": \"one\", \"database-url\": \"postgresql://h/a\"},"
+                      " {\"name\": \"two\", \"database-url\": \"postgresql://h/b\"}]";
+    const char *one = "[{\"name\": \"one\", \"database-url\": \"postgresql://h/a\"}]";
+    Config cfg;
+    char err[1024];
+    assert_false(LOAD(&cfg, err, "run", "--brokers=k:1", "--value-format=avro",
+                      "--schema-registry-url=http://sr:8081", "--schema-registry-auth-file", path,
+                      "--databases", two));
+    assert_error_line(err, "databases: \"one\" and \"two\" both read schema-registry-auth-file");
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "run", "--brokers=k:1", "--value-format=avro",
+                     "--schema-registry-url=http://sr:8081", "--schema-registry-auth-file", path,
+                     "--databases", one));
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "run", "--brokers=k:1", "--value-format=avro",
+                     "--schema-registry-url=http://sr:8081", "--schema-registry-auth-file", file,
+                     "--databases", two));
+    config_free(&cfg);
+    unlink(file);
+    close(p[0]);
+}
+
 /* Runs reload_config with stderr (the log) captured; returns what was logged (freed by caller). */
 static char *reload_logged(Config *running, int argc, char **argv, bool *loaded)
 {
@@ -2630,6 +2666,7 @@ int main(void)
         T(test_registry_url_comma_in_password),
         T(test_loose_registry_auth_file_warned),
         T(test_registry_auth_file_pipe_left_unread),
+        T(test_registry_auth_file_pipe_shared_by_databases),
         T(test_reload_warns_of_short_secret),
         T(test_reload_diff_and_apply),
         T(test_reloadable_options),
