@@ -963,10 +963,11 @@ static bool registry_files_check(const Config *cfg, char *err, size_t errlen)
     const char *auth = cfg->schema_registry_auth_file, *ca = cfg->schema_registry_ca_file;
     /* A pipe (--schema-registry-auth-file <(...)) can be read once: the registry's read at
      * start-up is the one that counts, and says what is wrong with it; at a reload open_input
-     * refuses it. */
+     * refuses it. A device (/dev/null) reads alike twice: checked here, as bad input (exit 2,
+     * and check says it), not left to the relay's start (exit 1). */
     struct stat st;
     bool pipe_at_start = auth && !regular_files_only && stat(auth, &st) == 0 &&
-                         !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+                         (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
     if (auth && !pipe_at_start) {
         char *text = read_text_file("schema-registry-auth-file", auth, err, errlen);
         if (!text)
@@ -1155,7 +1156,7 @@ static bool registry_pipe_shared(const Config *a, const Config *b)
     struct stat sa, sb;
     return !regular_files_only && a->command == CMD_RUN && pa && pb &&
            a->value_format != VALUE_JSON && b->value_format != VALUE_JSON && stat(pa, &sa) == 0 &&
-           stat(pb, &sb) == 0 && !S_ISREG(sa.st_mode) && !S_ISDIR(sa.st_mode) &&
+           stat(pb, &sb) == 0 && (S_ISFIFO(sa.st_mode) || S_ISSOCK(sa.st_mode)) &&
            sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 

@@ -2067,6 +2067,20 @@ static void test_registry_auth_file_pipe_left_unread(void **state)
     close(p[0]);
 }
 
+/* Only a pipe is left to the registry's read: a device reads alike twice, and an empty or
+ * malformed one is bad input found with the configuration (exit 2; check says it), as before. */
+static void test_registry_auth_file_device_checked(void **state)
+{
+    (void)state;
+    Config cfg;
+    char err[1024];
+    assert_false(LOAD(&cfg, err, "run", "--database-url=x", "--brokers=k:1", "--value-format=avro",
+                      "--schema-registry-url=http://sr:8081", "--schema-registry-auth-file",
+                      "/dev/null"));
+    assert_error_line(err, "schema-registry-auth-file /dev/null: expected USER:PASSWORD");
+    config_free(&cfg);
+}
+
 /* Each --databases entry's registry reads the auth file itself at start-up: two reading one pipe
  * would leave the second an empty read and a misleading "expected USER:PASSWORD". Refused as bad
  * input, naming both; a regular file, one database, or check (one database) is fine. */
@@ -2667,6 +2681,7 @@ int main(void)
         T(test_loose_registry_auth_file_warned),
         T(test_registry_auth_file_pipe_left_unread),
         T(test_registry_auth_file_pipe_shared_by_databases),
+        T(test_registry_auth_file_device_checked),
         T(test_reload_warns_of_short_secret),
         T(test_reload_diff_and_apply),
         T(test_reloadable_options),
