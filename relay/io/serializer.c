@@ -107,6 +107,14 @@ static void union_index_free(struct UnionIndex *ui)
     free(ui->others);
 }
 
+/* An avro_inline result kept for the schema's life (Parsed.inline_memo, direct-mapped by the
+ * schema node): it depends on the schema alone. */
+#define INLINE_MEMO 16
+typedef struct InlineMemo {
+    avro_schema_t s;
+    size_t n;
+} InlineMemo;
+
 typedef struct Parsed {
     ValueFormat format;
     /* The encoding of the row under way ran out of memory: nobody's fault, tried again later
@@ -136,6 +144,7 @@ typedef struct Parsed {
      * by the union's schema: at most one per union of the schema. */
     struct UnionIndex *unions;
     size_t n_unions, cap_unions;
+    InlineMemo inline_memo[INLINE_MEMO]; /* inline_of's, by schema node */
 } Parsed;
 
 static void parsed_free(void *p)
@@ -247,13 +256,6 @@ bool serializer_probe(Serializer *s, char *warned, size_t warnedlen, char *err, 
 
 /* ---- Avro: a JSON tree into an avro value, by its schema ----------------------------------- */
 
-/* An avro_inline result kept for the row (Path.inline_memo, direct-mapped by the schema). */
-#define INLINE_MEMO 16
-typedef struct InlineMemo {
-    avro_schema_t s;
-    size_t n;
-} InlineMemo;
-
 /* The path of the field being written, for errors: "order.lines[2].sku". */
 typedef struct Path {
     char text[256];
@@ -282,7 +284,6 @@ typedef struct Path {
      * before avro-c allocates much past it. */
     size_t max_len, used, held;
     bool too_big;
-    InlineMemo inline_memo[INLINE_MEMO]; /* inline_of's, by schema */
 } Path;
 
 /* A number of a JSON text and its token there: text + at, len bytes. */
@@ -959,12 +960,16 @@ static size_t avro_inline(avro_schema_t s, int depth)
     return n > cap ? cap : n;
 }
 
-/* avro_inline of an array's items or a map's values, looked up once per schema in a row: asked
- * per array, it walked the items' schema for each of a payload's arrays (a union of a thousand
- * branches, a thousand steps a "[null]"), payload x schema steps on the loop. */
+/* avro_inline of an array's items or a map's values, looked up once per schema node for the
+ * schema's life: asked per array, it walked the items' schema for each of a payload's arrays (a
+ * union of a thousand branches, a thousand steps a "[null]"), payload x schema steps on the
+ * loop; kept for the row only, it walked them again for every row (430 of the seed row's 66,000
+ * instructions, docs/benchmarks-serializer.md). */
 static size_t inline_of(Path *path, avro_schema_t s)
 {
-    InlineMemo *m = &path->inline_memo[((uintptr_t)s >> 4) % INLINE_MEMO];
+    if (!path->ps)
+        return avro_inline(s, 0);
+    InlineMemo *m = &((Parsed *)path->ps)->inline_memo[((uintptr_t)s >> 4) % INLINE_MEMO];
     if (m->s != s) {
         m->s = s;
         m->n = avro_inline(s, 0);

@@ -103,7 +103,8 @@ size_t serializer_walk_probes(void);
 
 /* For tests: the schema nodes looked at, since start, to size what avro-c holds for an array's
  * items or a map's values (the Avro bound, serializer_encode_schema's max_len): once per item
- * schema in a row, not once per array. Not thread-safe (the serializer runs on the loop). */
+ * schema for the schema's life, not once per array nor once per row. Not thread-safe (the
+ * serializer runs on the loop). */
 size_t serializer_inline_steps(void);
 
 /* For tests: the steps taken, since start, to find a field's default or a decimal's precision
