@@ -160,14 +160,36 @@ check "3b: the outage named the lock timeout as transient" \
 _stop_process "$C3B_PID"
 
 # --- 4. a PostgreSQL restart while events arrive ----------------------------------------------------
+# The consumer must meet the outage: it has joined its group (the mock broker delays a first
+# join by about 3 s) before PostgreSQL stops, and PostgreSQL comes back only once the consumer
+# has logged the outage, which only an apply of the events (ensure_db or a failed statement)
+# logs. With a "sleep 1" instead, the events came after the restart: a consumer that dropped an
+# event on a PostgreSQL error passed.
 consumer_stop
-consumer_start --topic "$TOPIC" --group shipping
+consumer_start --topic "$TOPIC" --group shipping "${JOIN_LOG[@]}"
+wait_for "4: the consumer has joined its group before the outage" 60 joined_log
 pg_stop
 for n in 6 7 8; do order_msg "$n"; done | produce
-sleep 1
+outage_seen() { [ "$(outage_lines)" -ge 1 ]; }
+wait_for "4: the consumer meets the outage while PostgreSQL is down" 60 outage_seen
 pg_start
 wait_for "4: after the restart, the three events are applied" 60 \
     sql_is "SELECT count(*) FROM shipments WHERE order_id IN ('o-6', 'o-7', 'o-8')" 3
+# The log, in order: the outage's start, its end (the retries got through), then the events.
+# Each of them is applied once, in the table and in the log (debug: "event applied").
+log_order() {
+    awk '/msg="postgres (connection lost|unavailable, retrying|unreachable)"/ && !o { o = NR }
+         /msg="postgres (reconnected|available again)"/ && o && !r { r = NR }
+         /msg="event applied"/ && /order_id="?o-[678]"?( |$)/ { if (!r || NR < r) bad++; n++ }
+         END { if (!o || !r || bad || n != 3) { print "outage " o " recovery " r " applied " n " early " bad; exit 1 } }' \
+        "$CONSUMER_LOG"
+}
+check "4: logged: the outage, its end, then the three events applied once each" log_order
+check_eq "4: each of the three applied once, with its event id recorded once" "3 3" \
+    "$(psql_q "SELECT count(DISTINCT s.order_id) || ' ' || count(*) FROM shipments s
+               JOIN processed_events p ON p.event_id = s.event_id
+               WHERE s.order_id IN ('o-6', 'o-7', 'o-8')")"
+check_eq "4: nothing parked" 0 "$(parked)"
 
 # --- 5. a poison event is still parked -----------------------------------------------------------
 psql_q "ALTER TABLE shipments ADD CONSTRAINT no_666 CHECK (amount_cents <> 666)" >/dev/null
