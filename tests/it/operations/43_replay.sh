@@ -89,7 +89,10 @@ check_eq "1: ... replayed in their old order" "$(printf '%s\n' 1001 1002 1003)" 
 relay_start "${OPTS[@]}"
 wait_for "1: the replayed rows sent" 60 no_unsent_rows
 relay_stop
-consume --topic outbox.event.order --idle-ms 2000 --timeout-ms 30000 >"$T/order.json"
+# Every row is marked sent (after Kafka acknowledged it) and the relay stopped: the topic is
+# read up to the end offsets Kafka gives now, with no idle-time guess (as check_delivered does).
+consume --topic outbox.event.order --to-end --timeout-ms 30000 >"$T/order.json"
+check_eq "1: the topic read up to its end offsets" 0 $?
 check_eq "1: Kafka has each lost event once now" "$lost" \
     "$(jq -r '.headers.id' "$T/order.json" | sort | uniq -c |
         awk '$1 == 1' | grep -F -f <(printf '%s\n' "$lost") | awk '{print $2}' | sort)"
@@ -153,7 +156,8 @@ for pid in "${pids[@]}"; do
     RELAY_PID=$pid
     relay_stop
 done
-consume --topic outbox.event.load --idle-ms 2000 --timeout-ms 60000 >"$T/load.json"
+consume --topic outbox.event.load --to-end --timeout-ms 60000 >"$T/load.json"
+check_eq "2: the topic read up to its end offsets" 0 $?
 check_eq "2: every load event in Kafka" "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'load'")" \
     "$(jq -r .headers.id "$T/load.json" | sort -u | wc -l)"
 check "2: first copies in order per aggregate" first_copies_in_order "$T/load.json"
@@ -246,7 +250,8 @@ replay --aggregate-type rerun --batch-rows 10 --to-id "$rest_to" --sent-before "
 check_eq "4: the same command with those bounds: exit 0" 0 $?
 check "4: ... replays only the 10 left" grep -q '^replay: 10 events replayed in ' "$T/rest.out"
 wait_for "4: ... and they are sent" 60 no_unsent_rows
-consume --topic outbox.event.rerun --idle-ms 2000 --timeout-ms 30000 >"$T/rerun.json"
+consume --topic outbox.event.rerun --to-end --timeout-ms 30000 >"$T/rerun.json"
+check_eq "4: the topic read up to its end offsets" 0 $?
 check_eq "4: each of the 30 events in Kafka twice (its first copy and one replay)" "30 2" \
     "$(jq -r .headers.id "$T/rerun.json" | sort | uniq -c | awk '{print $1}' | uniq -c |
         awk '{print $1, $2}')"
