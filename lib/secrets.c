@@ -345,7 +345,37 @@ static void wipe_value(char *value)
     memcpy(value, "***", len < 3 ? len : 3);
 }
 
-void secrets_scrub_argv(const OptSpec *spec, int argc, char **argv, const char *const *whole)
+/* Overwrites in place with '*' the user info (user and password, up to where
+ * secrets_url_userinfo_end ends it) of each URL of a comma-separated list: a password shorter
+ * than SECRETS_MIN_LEN is never registered, so the scrub of registered secrets would leave it;
+ * the hosts stay readable. */
+static void mask_url_list_userinfo(char *value)
+{
+    for (char *u = value; *u;) {
+        size_t len = strcspn(u, ",");
+        char saved = u[len];
+        u[len] = '\0';
+        char *sep = strstr(u, "://");
+        char *auth = sep ? sep + 3 : u;
+        const char *at = secrets_url_userinfo_end(auth);
+        if (at)
+            memset(auth, '*', (size_t)(at - auth));
+        u[len] = saved;
+        u += len + (saved != '\0');
+    }
+}
+
+/* Whether name is one of the NULL-terminated names (NULL: none). */
+static bool named_in(const char *name, const char *const *names)
+{
+    for (size_t i = 0; names && names[i]; i++)
+        if (strcmp(name, names[i]) == 0)
+            return true;
+    return false;
+}
+
+void secrets_scrub_argv(const OptSpec *spec, int argc, char **argv, const char *const *whole,
+                        const char *const *url_lists)
 {
     for (int i = 1; i < argc; i++) {
         char *arg = argv[i];
@@ -358,11 +388,10 @@ void secrets_scrub_argv(const OptSpec *spec, int argc, char **argv, const char *
         char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!value)
             break;
-        bool named = false;
-        for (size_t w = 0; whole && whole[w] && !named; w++)
-            named = strcmp(opt->name, whole[w]) == 0;
-        if (named) {
+        if (named_in(opt->name, whole)) {
             wipe_value(value);
+        } else if (named_in(opt->name, url_lists)) {
+            mask_url_list_userinfo(value);
         } else if (opt->type == OPT_LIST) {
             char *sep = strchr(value, '=');
             if (sep) {

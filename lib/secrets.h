@@ -75,11 +75,14 @@ struct OptSpec;
 /* Overwrites, in place, the secrets on a command line that spec parsed, so that
  * /proc/PID/cmdline (ps, top: every local user) no longer shows them: the whole value of each
  * option named in whole (a NULL-terminated list: connection strings, where a password may hide in
- * several places), the VALUE of each KEY=VALUE of a list option (--kafka) whose KEY is sensitive
- * (secrets_kafka_key_sensitive), then any registered secret in any argument (register them
- * first). Values become "***" and NULs, their lengths kept. argv[0] is left alone. */
-void secrets_scrub_argv(const struct OptSpec *spec, int argc, char **argv,
-                        const char *const *whole);
+ * several places), the user info of each URL of an option named in url_lists (NULL-terminated,
+ * or NULL: comma-separated URL lists, overwritten with '*' by position, so that a password too
+ * short to be registered goes too and the hosts stay readable), the VALUE of each KEY=VALUE of a
+ * list option (--kafka) whose KEY is sensitive (secrets_kafka_key_sensitive), then any registered
+ * secret in any argument (register them first). Values become "***" and NULs, their lengths
+ * kept. argv[0] is left alone. */
+void secrets_scrub_argv(const struct OptSpec *spec, int argc, char **argv, const char *const *whole,
+                        const char *const *url_lists);
 
 /* Turns core dumps off for the process, as the relay does at start (relay/main.c): a core holds
  * every credential in memory. RLIMIT_CORE 0 stops the kernel writing one; PR_SET_DUMPABLE 0

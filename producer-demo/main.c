@@ -544,7 +544,7 @@ int main(int argc, char **argv)
     secrets_add_conninfo(o.database_url);
     secrets_add_conninfo(o.redis_url);
     static const char *const whole[] = {"database-url", "redis-url", NULL};
-    secrets_scrub_argv(&spec, argc, argv, whole);
+    secrets_scrub_argv(&spec, argc, argv, whole, NULL);
     log_set_level(o.log_level);
     /* As the relay says at start-up: masked in connection strings, but not scrubbed elsewhere. */
     if (secrets_too_short() > 0)

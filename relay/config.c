@@ -2236,69 +2236,10 @@ void config_warn_loose_secret_files(const Config *cfg)
         warn_if_loose(cfg->dbs[i].database_url_file, false);
 }
 
-/* Overwrites value in place with "***" and NULs (its length kept, so the argument area of the
- * process stays as it was laid out). */
-static void wipe_value(char *value)
-{
-    size_t len = strlen(value);
-    explicit_bzero(value, len);
-    memcpy(value, "***", len < 3 ? len : 3);
-}
-
-/* Overwrites in place with '*' the user info (user and password, up to where
- * secrets_url_userinfo_end ends it) of each URL of a comma-separated --schema-registry-url
- * value: a password shorter than SECRETS_MIN_LEN is never registered, so the scrub of registered
- * secrets would leave it; the hosts stay readable. */
-static void mask_registry_userinfo(char *value)
-{
-    for (char *u = value; *u;) {
-        size_t len = strcspn(u, ",");
-        char saved = u[len];
-        u[len] = '\0';
-        char *sep = strstr(u, "://");
-        char *auth = sep ? sep + 3 : u;
-        const char *at = secrets_url_userinfo_end(auth);
-        if (at)
-            memset(auth, '*', (size_t)(at - auth));
-        u[len] = saved;
-        u += len + (saved != '\0');
-    }
-}
-
 void config_scrub_argv(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        char *arg = argv[i];
-        if (strncmp(arg, "--", 2) != 0)
-            continue;
-        char *name = arg + 2, *eq = strchr(name, '=');
-        const OptDef *opt = opts_find(&spec, name, eq ? (size_t)(eq - name) : strlen(name));
-        if (!opt || opt->type == OPT_BOOL)
-            continue;
-        char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        if (!value)
-            break;
-        if (strcmp(opt->name, "database-url") == 0 || strcmp(opt->name, "databases") == 0) {
-            wipe_value(value); /* the whole URL: a password may hide in several places */
-        } else if (strcmp(opt->name, "schema-registry-url") == 0) {
-            mask_registry_userinfo(value);
-        } else if (opt->type == OPT_LIST) {
-            char *sep = strchr(value, '=');
-            if (sep) {
-                *sep = '\0';
-                bool sensitive = secrets_kafka_key_sensitive(value);
-                *sep = '=';
-                if (sensitive)
-                    wipe_value(sep + 1);
-            }
-        }
-    }
-    /* Whatever else holds a registered secret (an alias, a value pasted elsewhere). */
-    for (int i = 1; i < argc; i++) {
-        size_t len = strlen(argv[i]);
-        if (!secrets_found(argv[i]))
-            continue;
-        size_t n = secrets_scrub(argv[i]);
-        explicit_bzero(argv[i] + n, len - n);
-    }
+    /* The whole URL: a password may hide in several places. */
+    static const char *const whole[] = {"database-url", "databases", NULL};
+    static const char *const url_lists[] = {"schema-registry-url", NULL};
+    secrets_scrub_argv(&spec, argc, argv, whole, url_lists);
 }

@@ -250,8 +250,9 @@ void config_register_secrets(const Config *cfg);
 void config_warn_loose_secret_files(const Config *cfg);
 
 /* Overwrites, in place, the secrets on a parsed command line so /proc/PID/cmdline (ps, top, any
- * local user) no longer shows them: the whole --database-url value, the value of every --kafka
- * KEY=VALUE whose key is sensitive, and any registered secret elsewhere (call after
+ * local user) no longer shows them (secrets_scrub_argv): the whole --database-url and --databases
+ * values, the user info of each --schema-registry-url URL, the value of every --kafka KEY=VALUE
+ * whose key is sensitive, and any registered secret elsewhere (call after
  * config_register_secrets). Each becomes "***" padded with NULs. Anything that parses the
  * command line again (a SIGHUP reload) must be given a copy taken before. */
 void config_scrub_argv(int argc, char **argv);

@@ -537,7 +537,7 @@ static void test_scrub_argv(void **state)
         lens[i] = strlen(argv[i]);
     secrets_add_conninfo(a3);
     static const char *const whole[] = {"database-url", "redis-url", NULL};
-    secrets_scrub_argv(&spec, argc, argv, whole);
+    secrets_scrub_argv(&spec, argc, argv, whole, NULL);
     assert_string_equal(argv[0], "demo");
     assert_string_equal(argv[1], "run");
     assert_string_equal(argv[2], "--database-url");
