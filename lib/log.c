@@ -567,3 +567,13 @@ const char *log_mask_conninfo(const char *conninfo, char *out, size_t outlen)
     free(m.spans);
     return out;
 }
+
+void log_warn_short_secrets(size_t count)
+{
+    if (count > 0)
+        log_warn("secret too short to scrub",
+                 "count=%zu min_length=%d hint=\"a password or secret shorter than %d characters "
+                 "is masked in connection strings but not scrubbed from other text (errors of "
+                 "libpq or librdkafka that echo it): use a longer one\"",
+                 count, SECRETS_MIN_LEN, SECRETS_MIN_LEN);
+}

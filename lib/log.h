@@ -77,4 +77,9 @@ void log_one_line(char *s);
  * Masked in full before it is cut to outlen; "***" alone when out of memory. Returns out. */
 const char *log_mask_conninfo(const char *conninfo, char *out, size_t outlen);
 
+/* Logs the warning that count secrets (secrets_too_short(), or a reload's own count) are too
+ * short to be scrubbed from text: masked in connection strings only, so where they can still show
+ * is said once rather than left to be found. Nothing when count is 0. */
+void log_warn_short_secrets(size_t count);
+
 #endif

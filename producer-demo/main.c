@@ -547,12 +547,7 @@ int main(int argc, char **argv)
     secrets_scrub_argv(&spec, argc, argv, whole, NULL);
     log_set_level(o.log_level);
     /* As the relay says at start-up: masked in connection strings, but not scrubbed elsewhere. */
-    if (secrets_too_short() > 0)
-        log_warn("secret too short to scrub",
-                 "count=%zu min_length=%d hint=\"a password or secret shorter than %d characters "
-                 "is masked in connection strings but not scrubbed from other text (errors of "
-                 "libpq or librdkafka that echo it): use a longer one\"",
-                 secrets_too_short(), SECRETS_MIN_LEN, SECRETS_MIN_LEN);
+    log_warn_short_secrets(secrets_too_short());
     int rc = 0;
     switch (cmd) {
     case CMD_SERVE:

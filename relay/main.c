@@ -378,12 +378,7 @@ int main(int argc, char **argv)
     config_warn_loose_secret_files(&cfg);
     /* Masked where the relay knows its place (a connection string), but not scrubbed from other
      * text: the one place it can still show, said once rather than left to be found. */
-    if (secrets_too_short() > 0)
-        log_warn("secret too short to scrub",
-                 "count=%zu min_length=%d hint=\"a password or secret shorter than %d characters "
-                 "is masked in connection strings but not scrubbed from other text (errors of "
-                 "libpq or librdkafka that echo it): use a longer one\"",
-                 secrets_too_short(), SECRETS_MIN_LEN, SECRETS_MIN_LEN);
+    log_warn_short_secrets(secrets_too_short());
 
     /* The commands other than run work on one database: with --databases, the one --database
      * names (its entry's options over the file's). run serves them all. */

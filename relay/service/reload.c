@@ -71,12 +71,7 @@ bool reload_config_then(Config *running, int argc, char **argv,
      * only, so the reloaded configuration's are said, whether or not the reload is taken (its
      * errors may show them). Said on every reload that holds one, as every start says it. */
     size_t short_now = secrets_too_short() - short_before;
-    if (short_now > 0)
-        log_warn("secret too short to scrub",
-                 "count=%zu min_length=%d hint=\"a password or secret shorter than %d characters "
-                 "is masked in connection strings but not scrubbed from other text (errors of "
-                 "libpq or librdkafka that echo it): use a longer one\"",
-                 short_now, SECRETS_MIN_LEN, SECRETS_MIN_LEN);
+    log_warn_short_secrets(short_now);
     if (!reload_check(running, &fresh, err, sizeof(err)) ||
         (check && !check(&fresh, arg, err, sizeof(err)))) {
         log_error("configuration reload failed; keeping the running configuration", "error=%s",
