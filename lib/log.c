@@ -370,7 +370,8 @@ static bool has_scheme(const char *s)
 }
 
 /* The user info's password as meant: from the first ':' to where secrets_url_userinfo_end ends
- * the user info (the last '@' before the query, or before the first '/' when that is later),
+ * the user info (the last '@' before the query, or before the first '/' when that is later;
+ * one after the first '/' only when a ':' comes before it, so "h/p@th" is a path),
  * which covers libpq's (to the first '@' before any '/', so '?' and '#' may be part of it:
  * "u:pa?ss@h"), a password holding an '@' or '#' not percent-encoded ("u:p@ss@h", "u@x:#pw@h")
  * and one holding a '/' ("u:pa/ss@h", where libpq reads no password but host "u" and port

@@ -95,6 +95,23 @@ size_t secrets_too_short(void)
     return atomic_load(&too_short);
 }
 
+/* Whether the text from auth to at (a URL's text up to an '@' after its first '/') is shaped
+ * like "user:pass" with a '/' in either, so that the '@' may end the user info: it holds a ':'
+ * after any leading "[...]" IPv6 address. A host alone ("h/p@th", "[::1]/a@b") holds none: the '@'
+ * is its path's. A host with a port ("h:8081/subjects/a@b") still counts: it cannot be told
+ * from a password of digits holding a '/' ("u:8081/pw@h"), and over-masking is the safe side. */
+static bool userinfo_shaped(const char *auth, const char *at)
+{
+    const char *p = auth;
+    if (p < at && *p == '[') {
+        /* an IPv6 address's ':'s are no password's; a '[' in a user name ("[u:pw/x@h") is */
+        const char *close = memchr(p, ']', (size_t)(at - p));
+        if (close && strspn(p + 1, "0123456789abcdefABCDEF:.") == (size_t)(close - p - 1))
+            p = close + 1;
+    }
+    return memchr(p, ':', (size_t)(at - p)) != NULL;
+}
+
 const char *secrets_url_userinfo_end(const char *auth)
 {
     /* The query: the first '?' that opens a parameter ("?name=") after an '@' or a '/' (a
@@ -108,7 +125,13 @@ const char *secrets_url_userinfo_end(const char *auth)
     }
     size_t len = query ? (size_t)(query - auth) : strlen(auth);
     const char *at = memrchr(auth, '@', len);
-    const char *by_path = memrchr(auth, '@', strcspn(auth, "/"));
+    size_t before_path = strcspn(auth, "/");
+    const char *by_path = memrchr(auth, '@', before_path);
+    /* An '@' after the first '/' ends user info only when the text up to it could be
+     * "user:pass" (a '/' in either): in "h/p@th" it is the path's, and taking it for a bare
+     * token's would mask the host and register it as a secret. */
+    if (at && at > auth + before_path && !userinfo_shaped(auth, at))
+        at = NULL;
     return by_path && (!at || by_path > at) ? by_path : at;
 }
 

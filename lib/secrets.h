@@ -55,7 +55,11 @@ void secrets_add_conninfo(const char *conninfo);
  * The query is taken to start at the first '?' that opens a parameter ("?name=", the name
  * without "@/&?#=") after the first '@' or '/': a '?' in the password opens none ("u:pa?ss/x@h",
  * "u:a?x=1/b@h"). When an '@' before the first '/' comes later (a password "p@x?a=b",
- * "u:p@x?a=b@h"), the user info runs to that one. What still escapes: a password holding an
+ * "u:p@x?a=b@h"), the user info runs to that one. An '@' after the first '/' counts only when
+ * the text before it holds a ':' (outside a leading IPv6 "[...]"): in "h/p@th" it is the path's
+ * (a bare token holding an unencoded '/' is therefore shown; curl reads host "TO" in
+ * "http://TO/KEN@h" anyway), while "h:8081/x@b" still counts (a port cannot be told from a
+ * password "8081/x"). What still escapes: a password holding an
  * '@', then "?name=", then a '/' ("u:p@x?a=b/c@h" masks "p" alone). Shared by log_mask_conninfo
  * (masking) and secrets_add_conninfo (registering), which must agree on what a password is. */
 const char *secrets_url_userinfo_end(const char *auth);

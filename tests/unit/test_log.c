@@ -53,8 +53,29 @@ static void test_mask_url_with_at_in_path(void **state)
     assert_masked("postgresql://u:secret@h/db@x", "postgresql://u:***@x");
     assert_masked("postgresql://u:secret@h/db?options=a@b", "postgresql://u:***@h/db?options=a@b");
     /* Text up to the last '@' before the query looks like user info and is masked from its
-     * ':', whatever libpq makes of it: over-masking a port and database name is safe. */
+     * ':', whatever libpq makes of it: over-masking a port and database name is safe (a port
+     * cannot be told from a password of digits holding a '/', "u:5432/pw@x"). */
     assert_masked("postgresql://h:5432/db@x", "postgresql://h:***@x");
+}
+
+/* From this review: an '@' in a registry URL's path (after the first '/', with no ':' before
+ * it) was taken for the end of a bare token, so "http://h/p@th" showed "http://***@th" (and
+ * the host was registered as a secret). Only text holding a ':' ("user:pass", either with a
+ * '/') lets an '@' after the first '/' end the user info. Fails on the old code. */
+static void test_mask_url_at_in_path_without_user_info(void **state)
+{
+    assert_masked("http://h/p@th", "http://h/p@th");
+    assert_masked("https://reg.example/ccompat/x@y/subjects",
+                  "https://reg.example/ccompat/x@y/subjects");
+    assert_masked("http://[::1]/a@b", "http://[::1]/a@b");
+    /* a token before the first '/' is still the user info, a later '@' the path's */
+    assert_masked("http://TOKEN-secret@h/p@th", "http://***@h/p@th");
+    /* the other side: a password holding '/' is still masked whole */
+    assert_masked("http://u:pa/secret@h/x", "http://u:***@h/x");
+    assert_masked("http://u/x:secret@h/x", "http://u/x:***@h/x");
+    assert_masked("http://TOKEN-secret@h", "http://***@h");
+    /* still over-masked (safe side): a port cannot be told from a password "8081/..." */
+    assert_masked("http://h:8081/subjects/a@b", "http://h:***@b");
 }
 
 /* A '/' not percent-encoded in the password: libpq ends the user info at it and reads no
@@ -865,6 +886,7 @@ int main(void)
         cmocka_unit_test(test_mask_url),
         cmocka_unit_test(test_mask_url_with_query),
         cmocka_unit_test(test_mask_url_with_at_in_path),
+        cmocka_unit_test(test_mask_url_at_in_path_without_user_info),
         cmocka_unit_test(test_mask_url_password_with_slash),
         cmocka_unit_test(test_mask_url_with_at_in_password),
         cmocka_unit_test(test_mask_url_password_with_query_chars),

@@ -120,6 +120,30 @@ static void test_conninfo_url_bare_token(void **state)
     assert_scrubbed("user relay-user", "user relay-user");
 }
 
+/* From this review: an '@' in a registry URL's path was taken for the end of a bare token, so
+ * the host ("registry-host/p") was registered and scrubbed from every log line, and the argv
+ * masking overwrote it. Only text holding a ':' ("user:pass", either with a '/') lets an '@'
+ * after the first '/' end the user info. Fails on the old code. */
+static void test_conninfo_url_at_in_path(void **state)
+{
+    secrets_add_conninfo("http://registry-host/p@th");
+    secrets_add_conninfo("https://[::1]/ccompat/a@b");
+    assert_scrubbed("registry-host/p [::1]/ccompat/a", "registry-host/p [::1]/ccompat/a");
+    /* the other side: a password holding '/' and a token are still registered */
+    secrets_add_conninfo("http://u:pa/s3cret-x@h/x");
+    secrets_add_conninfo("http://TOKEN-s3cret@h/p@th");
+    assert_scrubbed("pw pa/s3cret-x token TOKEN-s3cret", "pw *** token ***");
+
+    static const OptDef defs[] = {{.name = "schema-registry-url", .type = OPT_STRING}};
+    const OptSpec spec = {.prog = "demo", .opts = defs, .nopts = 1};
+    char a0[] = "demo", a1[] = "--schema-registry-url",
+         a2[] = "http://h/p@th,http://u:pa/ss@h/x,http://TOK@h/y@z";
+    char *argv[] = {a0, a1, a2, NULL};
+    static const char *const lists[] = {"schema-registry-url", NULL};
+    secrets_scrub_argv(&spec, 3, argv, NULL, lists);
+    assert_string_equal(argv[2], "http://h/p@th,http://*******@h/x,http://***@h/y@z");
+}
+
 static void test_conninfo_url(void **state)
 {
     /* Percent-encoded in the URL, decoded by libpq: both forms are secrets. */
@@ -564,6 +588,7 @@ int main(void)
         T(test_duplicates),
         T(test_conninfo_url),
         T(test_conninfo_url_bare_token),
+        T(test_conninfo_url_at_in_path),
         T(test_conninfo_unparsable),
         T(test_conninfo_url_password_with_query_chars),
         T(test_conninfo_url_password_tail),
