@@ -92,7 +92,9 @@ struct Registry {
     int n_urls;
     int current; /* the URL requests go to; moves on after a failure */
     char *userpwd;
-    char *ca_file;
+    char *ca_file; /* the bundle's path, for messages */
+    char *ca_pem;  /* its contents, read once by registry_new (read_ca_file) */
+    size_t ca_len;
     long timeout_ms;
     long version;
     Entry *entries, *last; /* most recently looked up first */
@@ -230,8 +232,15 @@ static void easy_setup(Registry *r, CURL *easy, const char *url, struct curl_sli
         curl_easy_setopt(easy, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
         curl_easy_setopt(easy, CURLOPT_USERPWD, r->userpwd);
     }
-    if (r->ca_file)
-        curl_easy_setopt(easy, CURLOPT_CAINFO, r->ca_file);
+    if (r->ca_pem) {
+        /* From memory: curl would reopen a path at each TLS handshake, on the loop, where a FIFO
+         * swapped in after the reload's check blocks every database. Only this bundle is
+         * trusted, as with CURLOPT_CAINFO: the system's file and directory are not loaded. */
+        struct curl_blob blob = {.data = r->ca_pem, .len = r->ca_len, .flags = CURL_BLOB_NOCOPY};
+        curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, &blob);
+        curl_easy_setopt(easy, CURLOPT_CAINFO, NULL);
+        curl_easy_setopt(easy, CURLOPT_CAPATH, NULL);
+    }
 }
 
 static struct curl_slist *accept_headers(void)
@@ -588,6 +597,52 @@ static char *shown_url(const char *url)
  * (config.c, open_input): a FIFO's open waits for a writer, a device's read may never end, and
  * either would freeze every database. The configuration's check saw a regular file, but the path
  * is opened again here. Before the loop runs (start-up) anything readable. */
+/* Reads the CA bundle at path into r->ca_pem, once: curl is handed it from memory. Opened as
+ * read_auth_file opens its file (on the loop only a regular file, without waiting), and at most
+ * REGISTRY_CA_MAX bytes, so memory stays bounded. Returns false with one line in err. */
+static bool read_ca_file(Registry *r, const char *path, char *err, size_t errlen)
+{
+    bool on_loop = ev_depth(r->loop) > 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | (on_loop ? O_NONBLOCK : 0));
+    if (fd < 0) {
+        snprintf(err, errlen, "schema-registry-ca-file %s: %s", path, strerror(errno));
+        return false;
+    }
+    struct stat st;
+    const char *why = fstat(fd, &st) != 0   ? strerror(errno)
+                      : S_ISDIR(st.st_mode) ? strerror(EISDIR)
+                      : on_loop && !S_ISREG(st.st_mode)
+                          ? "not a regular file (a pipe or device is read at start-up only: a "
+                            "database added on the running relay must not wait on it)"
+                          : NULL;
+    char *buf = why ? NULL : malloc(REGISTRY_CA_MAX + 1);
+    size_t len = 0;
+    if (!why && !buf)
+        why = "out of memory";
+    while (!why) {
+        ssize_t n = read(fd, buf + len, REGISTRY_CA_MAX + 1 - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            why = strerror(errno);
+        else if (n == 0)
+            break;
+        else if ((len += (size_t)n) > REGISTRY_CA_MAX)
+            why = "larger than " REGISTRY_CA_MAX_TEXT;
+    }
+    close(fd);
+    if (!why && len == 0)
+        why = "empty";
+    if (why) {
+        snprintf(err, errlen, "schema-registry-ca-file %s: %s", path, why);
+        free(buf);
+        return false;
+    }
+    r->ca_pem = buf;
+    r->ca_len = len;
+    return true;
+}
+
 static bool read_auth_file(Registry *r, const char *path, char *err, size_t errlen)
 {
     bool on_loop = ev_depth(r->loop) > 0;
@@ -714,7 +769,8 @@ Registry *registry_new(struct ev_loop *loop, const RegistryOptions *o, RegistryR
         return NULL;
     }
     if ((o->auth_file && !read_auth_file(r, o->auth_file, err, errlen)) ||
-        (o->ca_file && !(r->ca_file = strdup(o->ca_file)))) {
+        (o->ca_file &&
+         (!read_ca_file(r, o->ca_file, err, errlen) || !(r->ca_file = strdup(o->ca_file))))) {
         registry_free(r, NULL);
         return NULL;
     }
@@ -769,6 +825,7 @@ void registry_free(Registry *r, void (*free_parsed)(void *))
         explicit_bzero(r->userpwd, strlen(r->userpwd));
     free(r->userpwd);
     free(r->ca_file);
+    free(r->ca_pem);
     free(r);
 }
 

@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -526,10 +529,68 @@ static void test_auth_file_on_loop_regular_only(void **state)
     rmdir(dir);
 }
 
+/* From this review: curl was handed the CA bundle's path (CURLOPT_CAINFO) and reopened it at
+ * each TLS handshake, on the loop: a FIFO swapped in for the file after the registry was made
+ * (after the reload's regular-file check) blocked the loop in open() until a writer came. The
+ * bundle is now read once, by registry_new, and handed to curl from memory. The server is a
+ * listening socket nobody accepts on (the kernel completes the TCP handshake; curl loads its CA
+ * before sending its ClientHello), so the request ends at its timeout. On the old code the
+ * loop stays in open() until alarm() ends the test, failed. Also: a bundle over the bound is
+ * refused in one line. */
+static void test_ca_file_read_once(void **state)
+{
+    char dir[] = "/tmp/test_registry.XXXXXX", ca[64], url[64], err[256] = "";
+    assert_non_null(mkdtemp(dir));
+    snprintf(ca, sizeof(ca), "%s/ca.pem", dir);
+    FILE *f = fopen(ca, "w");
+    assert_non_null(f);
+    fputs("-----BEGIN CERTIFICATE-----\nnot one\n-----END CERTIFICATE-----\n", f);
+    fclose(f);
+
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(ls >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(ls, 8), 0);
+    assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+    snprintf(url, sizeof(url), "https://127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+
+    RegistryOptions o = {.urls = url, .ca_file = ca, .timeout_ms = 300};
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    if (!r)
+        fail_msg("registry_new: \"%s\"", err);
+    assert_int_equal(unlink(ca), 0);
+    assert_int_equal(mkfifo(ca, 0600), 0);
+    answered = 0;
+    const RegistrySchema *rs = NULL;
+    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    alarm(20); /* the old code's open of the FIFO never returned: the test ends, failed */
+    while (answered == 0)
+        ev_run(EV_DEFAULT, EVRUN_ONCE);
+    alarm(0);
+    assert_false(registry_up(r));
+    registry_free(r, NULL);
+    close(ls);
+
+    /* over the bound: refused, naming the option and the file */
+    unlink(ca);
+    f = fopen(ca, "w");
+    assert_non_null(f);
+    assert_int_equal(ftruncate(fileno(f), (off_t)REGISTRY_CA_MAX + 1), 0);
+    fclose(f);
+    assert_null(registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err)));
+    if (!strstr(err, "schema-registry-ca-file") || !strstr(err, "larger than"))
+        fail_msg("a bundle over the bound: \"%s\"", err);
+    unlink(ca);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_missing_subjects_bounded),
+        cmocka_unit_test(test_ca_file_read_once),
         cmocka_unit_test(test_lookups_budgeted),
         cmocka_unit_test(test_foreign_404_is_down),
         cmocka_unit_test(test_probe_foreign_404),
