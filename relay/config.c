@@ -439,7 +439,8 @@ static const OptDef options[] = {
      .offset = FIELD(schema_registry_ca_file),
      .commands = RUN_LIKE,
      .metavar = "PATH",
-     .help = "PEM CA bundle that verifies an https registry (default: the system's)"},
+     .help = "PEM CA bundle (read into memory, at most 8 MiB) that verifies an https registry "
+             "(default: the system's)"},
     {.name = "schema-registry-timeout",
      .type = OPT_INT,
      .def = "5000",
@@ -983,11 +984,19 @@ static bool registry_files_check(const Config *cfg, char *err, size_t errlen)
                                "of at most %d bytes",
                                auth, CONFIG_AUTH_LINE_MAX - 2);
     }
-    /* The bundle is curl's to read (it may be large): readable, and not a directory. */
+    /* The bundle, read whole by the registry: readable, not a directory, at most its bound (a pipe
+     * is the registry's to measure as it reads). */
     int fd = ca ? open_input("schema-registry-ca-file", ca, err, errlen) : -2;
-    if (fd >= 0)
-        close(fd);
-    return fd != -1;
+    if (fd < 0)
+        return fd != -1;
+    struct stat ca_st;
+    bool too_large = fstat(fd, &ca_st) == 0 && S_ISREG(ca_st.st_mode) &&
+                     (uintmax_t)ca_st.st_size > CONFIG_CA_FILE_MAX;
+    close(fd);
+    if (too_large)
+        return optval_fail(err, errlen, "schema-registry-ca-file %s: larger than %s", ca,
+                           CONFIG_CA_FILE_MAX_TEXT);
+    return true;
 }
 
 /* The list is split at every ',' (curl's URLs hold none unencoded), so a ',' in a URL's user

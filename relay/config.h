@@ -17,6 +17,10 @@
 /* The longest line of --schema-registry-auth-file, newline included, as the registry reads it
  * (relay/io/registry.c) and the configuration checks it. */
 #define CONFIG_AUTH_LINE_MAX 1024
+/* The largest --schema-registry-ca-file the registry reads into memory (the system's bundle is
+ * about 200 kB), as it reads it (relay/io/registry.c) and the configuration checks it. */
+#define CONFIG_CA_FILE_MAX (8u << 20)
+#define CONFIG_CA_FILE_MAX_TEXT "8 MiB"
 /* The most --schema-registry-url URLs: relay/io/registry.c's MAX_URLS, which must stay equal. */
 #define CONFIG_REGISTRY_URLS_MAX 8
 

@@ -599,7 +599,7 @@ static char *shown_url(const char *url)
  * is opened again here. Before the loop runs (start-up) anything readable. */
 /* Reads the CA bundle at path into r->ca_pem, once: curl is handed it from memory. Opened as
  * read_auth_file opens its file (on the loop only a regular file, without waiting), and at most
- * REGISTRY_CA_MAX bytes, so memory stays bounded. Returns false with one line in err. */
+ * CONFIG_CA_FILE_MAX bytes, so memory stays bounded. Returns false with one line in err. */
 static bool read_ca_file(Registry *r, const char *path, char *err, size_t errlen)
 {
     bool on_loop = ev_depth(r->loop) > 0;
@@ -615,20 +615,20 @@ static bool read_ca_file(Registry *r, const char *path, char *err, size_t errlen
                           ? "not a regular file (a pipe or device is read at start-up only: a "
                             "database added on the running relay must not wait on it)"
                           : NULL;
-    char *buf = why ? NULL : malloc(REGISTRY_CA_MAX + 1);
+    char *buf = why ? NULL : malloc(CONFIG_CA_FILE_MAX + 1);
     size_t len = 0;
     if (!why && !buf)
         why = "out of memory";
     while (!why) {
-        ssize_t n = read(fd, buf + len, REGISTRY_CA_MAX + 1 - len);
+        ssize_t n = read(fd, buf + len, CONFIG_CA_FILE_MAX + 1 - len);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             why = strerror(errno);
         else if (n == 0)
             break;
-        else if ((len += (size_t)n) > REGISTRY_CA_MAX)
-            why = "larger than " REGISTRY_CA_MAX_TEXT;
+        else if ((len += (size_t)n) > CONFIG_CA_FILE_MAX)
+            why = "larger than " CONFIG_CA_FILE_MAX_TEXT;
     }
     close(fd);
     if (!why && len == 0)

@@ -25,16 +25,12 @@
 
 typedef struct Registry Registry;
 
-/* The largest CA bundle registry_new reads into memory (the system's is about 200 kB). */
-#define REGISTRY_CA_MAX (8u << 20)
-#define REGISTRY_CA_MAX_TEXT "8 MiB"
-
 typedef struct RegistryOptions {
     const char *urls;      /* base URLs, comma-separated: a path prefix and trailing slashes
                             * are kept, a query or fragment is refused (registry_new) */
     const char *auth_file; /* USER:PASSWORD on one line, or NULL: no authentication */
     const char *ca_file;   /* PEM CA bundle for https, or NULL: the system's; read once by
-                            * registry_new (at most REGISTRY_CA_MAX bytes) */
+                            * registry_new (at most CONFIG_CA_FILE_MAX bytes) */
     long timeout_ms;       /* bound on each request, connection included */
     long version;          /* the subject's version to use; 0: the latest */
     double lookup_rate;    /* requests a second for subjects without a schema; 0: 20 */

@@ -1327,6 +1327,9 @@ static void test_registry_files_checked(void **state)
     text[sizeof(text) - 1] = '\0';
     text[CONFIG_AUTH_LINE_MAX + 2] = ':';
     write_temp(longline, text);
+    char bigca[64];
+    write_temp(bigca, "");
+    assert_int_equal(truncate(bigca, (off_t)CONFIG_CA_FILE_MAX + 1), 0);
     const char *commands[] = {"run", "check"};
     for (size_t i = 0; i < 2; i++) {
         Config cfg;
@@ -1355,6 +1358,13 @@ static void test_registry_files_checked(void **state)
                           "--schema-registry-url=http://sr:8081", "--schema-registry-ca-file",
                           "/tmp"));
         assert_error_line(err, "schema-registry-ca-file /tmp: Is a directory");
+        config_free(&cfg);
+        /* Larger than the registry reads (CONFIG_CA_FILE_MAX): refused here as bad input, as
+         * the registry would refuse it at run time. */
+        assert_false(LOAD(&cfg, err, c, "--database-url=x", "--brokers=k:1", "--value-format=avro",
+                          "--schema-registry-url=https://sr:8081", "--schema-registry-ca-file",
+                          bigca));
+        assert_error_line(err, "larger than 8 MiB");
         config_free(&cfg);
         /* No registry in use: the files are not read. */
         assert_true(LOAD(&cfg, err, c, "--database-url=x", "--brokers=k:1",

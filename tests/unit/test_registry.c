@@ -19,6 +19,7 @@
 #include <ev.h>
 #include <microhttpd.h>
 
+#include "config.h"
 #include "registry.h"
 
 /* Confluent's registry's answer for a subject it lacks. */
@@ -577,7 +578,7 @@ static void test_ca_file_read_once(void **state)
     unlink(ca);
     f = fopen(ca, "w");
     assert_non_null(f);
-    assert_int_equal(ftruncate(fileno(f), (off_t)REGISTRY_CA_MAX + 1), 0);
+    assert_int_equal(ftruncate(fileno(f), (off_t)CONFIG_CA_FILE_MAX + 1), 0);
     fclose(f);
     assert_null(registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err)));
     if (!strstr(err, "schema-registry-ca-file") || !strstr(err, "larger than"))
