@@ -256,9 +256,24 @@ bool serializer_probe(Serializer *s, char *warned, size_t warnedlen, char *err, 
 
 /* ---- Avro: a JSON tree into an avro value, by its schema ----------------------------------- */
 
-/* The path of the field being written, for errors: "order.lines[2].sku". */
+/* A step of the path: a record field's or a map key's name, or an array's index (name NULL).
+ * The name points into the schema or the payload's tree, both alive while the row is written. */
+typedef struct PathStep {
+    const char *name;
+    size_t index;
+} PathStep;
+
+/* Steps kept: every push is followed by a call one level down, and put_value and check_json
+ * refuse a depth past DEPTH_MAX before pushing, so at most DEPTH_MAX + 1 are ever held. */
+#define PATH_STEPS (DEPTH_MAX + 2)
+
+/* The path of the field being written, for errors: "order.lines[2].sku". Kept as steps and
+ * rendered into text only when an error names it (path_text): an snprintf per field written was
+ * 12 % of the seed row's instructions (docs/benchmarks-serializer.md). */
 typedef struct Path {
-    char text[256];
+    PathStep steps[PATH_STEPS];
+    size_t n_steps;     /* a failed write leaves its steps: the error's path is the deepest */
+    char text[256];     /* path_text's rendering: what the old per-push text held, truncation too */
     const Parsed *ps;   /* for the decimals (NULL for JSON Schema) */
     const json_t *root; /* the tree jansson made of payload */
     const char *payload;
@@ -743,15 +758,45 @@ static const Decimal *decimal_of(const Path *path, avro_schema_t s, avro_schema_
     return is_avro_bytes(s) ? decimal_at(path, at, index) : NULL;
 }
 
-/* Appends ".name" (or name first), or "[index]" when name is NULL; *mark is where to cut it. */
+/* Appends a step: name, or "[index]" when name is NULL; *mark is what path_pop cuts it back to.
+ * Nothing is formatted here: path_text does it when an error asks. */
 static void path_push(Path *p, size_t *mark, const char *name, size_t index)
 {
-    *mark = strlen(p->text);
-    size_t room = sizeof(p->text) - *mark;
-    if (name)
-        snprintf(p->text + *mark, room, "%s%s", *mark ? "." : "", name);
-    else
-        snprintf(p->text + *mark, room, "[%zu]", index);
+    *mark = p->n_steps;
+    if (p->n_steps < PATH_STEPS)
+        p->steps[p->n_steps] = (PathStep){.name = name, .index = index};
+    p->n_steps++;
+}
+
+static void path_pop(Path *p, size_t mark)
+{
+    p->n_steps = mark;
+}
+
+/* The path as text ("order.lines[2].sku", "" at the top), in p->text until the next call:
+ * each step appended as the text was built field by field before, ".name" (name alone while
+ * the text is empty) or "[index]", cut at sizeof(p->text) - 1 bytes, so that every error's
+ * text is what it was. */
+static const char *path_text(Path *p)
+{
+    p->text[0] = '\0';
+    size_t n = p->n_steps < PATH_STEPS ? p->n_steps : PATH_STEPS;
+    for (size_t k = 0; k < n; k++) {
+        size_t at = strlen(p->text);
+        size_t room = sizeof(p->text) - at;
+        if (p->steps[k].name)
+            snprintf(p->text + at, room, "%s%s", at ? "." : "", p->steps[k].name);
+        else
+            snprintf(p->text + at, room, "[%zu]", p->steps[k].index);
+    }
+    return p->text;
+}
+
+/* path_text, or "(value)" for the top: an error's name for where it is. */
+static const char *path_where(Path *p)
+{
+    const char *t = path_text(p);
+    return *t ? t : "(value)";
 }
 
 static const char *json_kind(const json_t *j)
@@ -898,10 +943,10 @@ static bool fits(avro_type_t t, const json_t *j, bool exact)
 static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path *path, int depth,
                       char *err, size_t errlen);
 
-static bool mismatch(const Path *path, avro_type_t t, const json_t *j, char *err, size_t errlen)
+static bool mismatch(Path *path, avro_type_t t, const json_t *j, char *err, size_t errlen)
 {
-    snprintf(err, errlen, "field %s: expected %s, got %s", *path->text ? path->text : "(value)",
-             avro_kind(t), json_kind(j));
+    snprintf(err, errlen, "field %s: expected %s, got %s", path_where(path), avro_kind(t),
+             json_kind(j));
     return false;
 }
 
@@ -996,13 +1041,12 @@ static bool charge(Path *path, size_t bytes, size_t held, char *err, size_t errl
 {
     path->used += bytes;
     path->held += bytes + held;
-    const char *where = *path->text ? path->text : "(value)";
     if (path->used + WIRE_HEADER > path->max_len) {
         path->too_big = true;
         snprintf(err, errlen,
                  "field %.120s: the encoded value would be over %zu bytes (the producer's "
                  "message.max.bytes)",
-                 where, path->max_len);
+                 path_where(path), path->max_len);
         return false;
     }
     if (path->held / MEMORY_FACTOR > path->max_len) {
@@ -1011,7 +1055,7 @@ static bool charge(Path *path, size_t bytes, size_t held, char *err, size_t errl
                  "field %.120s: the value would take avro-c over %d x %zu bytes to build (%d x "
                  "the producer's message.max.bytes; it holds each fixed and each union's largest "
                  "branch in full)",
-                 where, MEMORY_FACTOR, path->max_len, MEMORY_FACTOR);
+                 path_where(path), MEMORY_FACTOR, path->max_len, MEMORY_FACTOR);
         return false;
     }
     return true;
@@ -1280,7 +1324,6 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
 {
     avro_schema_t us = avro_value_get_schema(v);
     size_t n = avro_schema_union_size(us);
-    const char *where = *path->text ? path->text : "(value)";
     const json_t *inner = j;
     int chosen = -1;
     /* Valid until put_value below: only put_union adds to the indexes. */
@@ -1314,7 +1357,7 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
             snprintf(err, errlen,
                      "field %s: wrapper '%.60s' names more than one branch of its union: use the "
                      "full name",
-                     where, key);
+                     path_where(path), key);
             return false;
         }
         if (chosen >= 0)
@@ -1358,7 +1401,8 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
                 snprintf(err, errlen,
                          "field %.100s: {\"%.40s\": ...} is ambiguous (a wrapped %s, or a %s "
                          "with that key): write the %s unwrapped, or the %s as {\"%.60s\": {...}}",
-                         where, key, ck, ok, ck, ok, branch_full_name(os, full, sizeof(full)));
+                         path_where(path), key, ck, ok, ck, ok,
+                         branch_full_name(os, full, sizeof(full)));
                 return false;
             }
             if (!as_wrapper && objects > 0) { /* not this branch's value: the object's own */
@@ -1377,7 +1421,7 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
             snprintf(err, errlen,
                      "field %s: object is ambiguous among its union's record and map branches: "
                      "wrap it as {\"full.Name\": {...}}",
-                     where);
+                     path_where(path));
             return false;
         }
     }
@@ -1418,14 +1462,15 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
             chosen = (int)b;
     }
     if (chosen < 0) {
-        snprintf(err, errlen, "field %s: %s fits no branch of its union", where, json_kind(j));
+        snprintf(err, errlen, "field %s: %s fits no branch of its union", path_where(path),
+                 json_kind(j));
         return false;
     }
     avro_value_t branch;
     if (!charge(path, 0, link_held(path, avro_schema_union_branch(us, chosen)), err, errlen))
         return false;
     if (avro_value_set_branch(v, chosen, &branch) != 0) {
-        snprintf(err, errlen, "field %s: %s", path->text, avro_strerror());
+        snprintf(err, errlen, "field %s: %s", path_text(path), avro_strerror());
         return false;
     }
     return put_value(&branch, inner, decimal_of(path, avro_value_get_schema(&branch), us, chosen),
@@ -1499,7 +1544,7 @@ static bool put_record(avro_value_t *v, const json_t *j, Path *path, int depth, 
                 char why[200];
                 snprintf(why, sizeof(why), "%s", err);
                 snprintf(err, errlen, "field %.120s: missing, and its default does not fit: %s",
-                         path->text, why);
+                         path_text(path), why);
             }
         } else if (!fj) {
             /* A missing field is null where its type allows null. */
@@ -1508,14 +1553,14 @@ static bool put_record(avro_value_t *v, const json_t *j, Path *path, int depth, 
             ok = (ft == AVRO_NULL || ft == AVRO_UNION) &&
                  put_value(&field, null, NULL, path, depth + 1, err, errlen);
             if (!ok && !path->too_big)
-                snprintf(err, errlen, "field %s: missing (its type has no null)", path->text);
+                snprintf(err, errlen, "field %s: missing (its type has no null)", path_text(path));
         } else {
             ok = put_value(&field, fj, decimal_of(path, avro_value_get_schema(&field), rs, (int)i),
                            path, depth + 1, err, errlen);
         }
         if (!ok)
             return false;
-        path->text[mark] = '\0';
+        path_pop(path, mark);
     }
     return true;
 }
@@ -1580,7 +1625,6 @@ static bool real_text(double d, char *out, size_t outlen)
 static bool decimal_read(const json_t *j, const Decimal *dec, avro_schema_t s, Path *path,
                          DecimalBytes *db, char *err, size_t errlen)
 {
-    const char *where = *path->text ? path->text : "(value)";
     /* A string is read where it is, whatever its length: its leading zeros, and its trailing
      * zeros beyond the scale, are no digits of the value ("000...01.5" is 1.5; refused past 399
      * characters, it was said to have more digits than its precision). */
@@ -1596,16 +1640,16 @@ static bool decimal_read(const json_t *j, const Decimal *dec, avro_schema_t s, P
             snprintf(err, errlen,
                      "field %s: decimal %s: over %d digits, not exact as a JSON number (a double): "
                      "send it as a string",
-                     where, shortest, DBL_DIG);
+                     path_where(path), shortest, DBL_DIG);
             return false;
         }
     } else {
         snprintf(err, errlen, "field %s: expected decimal (a number or a numeric string), got %s",
-                 where, json_kind(j));
+                 path_where(path), json_kind(j));
         return false;
     }
     if (!decimal_syntax(text)) {
-        snprintf(err, errlen, "field %s: '%.60s' is not a decimal number", where, text);
+        snprintf(err, errlen, "field %s: '%.60s' is not a decimal number", path_where(path), text);
         return false;
     }
     const char *p = text;
@@ -1623,8 +1667,8 @@ static bool decimal_read(const json_t *j, const Decimal *dec, avro_schema_t s, P
         frac_len--;
     if (frac_len > (size_t)dec->scale) {
         snprintf(err, errlen,
-                 "field %s: decimal %.60s has more fractional digits than its scale %d", where,
-                 text, dec->scale);
+                 "field %s: decimal %.60s has more fractional digits than its scale %d",
+                 path_where(path), text, dec->scale);
         return false;
     }
     /* The unscaled integer's digits: the integer part, the fraction padded to the scale. */
@@ -1638,7 +1682,7 @@ static bool decimal_read(const json_t *j, const Decimal *dec, avro_schema_t s, P
             digits[nd++] = (size_t)i < frac_len ? frac[i] : '0';
     if (nd > (size_t)dec->precision || nd >= sizeof(digits)) {
         snprintf(err, errlen, "field %s: decimal %.60s has more digits than its precision %d",
-                 where, text, dec->precision);
+                 path_where(path), text, dec->precision);
         return false;
     }
     /* Base 10 to base 256, big-endian, right-aligned in mag: n bytes end at mag[sizeof - 1]. */
@@ -1684,8 +1728,8 @@ static bool decimal_read(const json_t *j, const Decimal *dec, avro_schema_t s, P
             snprintf(err, errlen,
                      "field %s: decimal %.60s does not fit its fixed of %zu bytes (at most %d "
                      "digits; the schema's precision %d is beyond it)",
-                     where, text, size, (int)floor((8.0 * (double)size - 1) * 0.3010299956639812),
-                     dec->precision);
+                     path_where(path), text, size,
+                     (int)floor((8.0 * (double)size - 1) * 0.3010299956639812), dec->precision);
             return false;
         }
         /* A fixed larger than mag (valid: the specification bounds the precision by the size,
@@ -1730,8 +1774,7 @@ static bool put_decimal(avro_value_t *v, const json_t *j, const Decimal *dec, Pa
                               : avro_value_set_bytes(v, (void *)bytes, n); /* both copy */
     free(wide);
     if (rc != 0) {
-        snprintf(err, errlen, "field %s: %s", *path->text ? path->text : "(value)",
-                 avro_strerror());
+        snprintf(err, errlen, "field %s: %s", path_where(path), avro_strerror());
         return false;
     }
     return true;
@@ -1741,7 +1784,7 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
                       char *err, size_t errlen)
 {
     if (depth > DEPTH_MAX) {
-        snprintf(err, errlen, "field %s: nested deeper than %d levels", path->text, DEPTH_MAX);
+        snprintf(err, errlen, "field %s: nested deeper than %d levels", path_text(path), DEPTH_MAX);
         return false;
     }
     avro_type_t t = avro_value_get_type(v);
@@ -1754,7 +1797,7 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
             double d = json_is_real(j) ? json_real_value(j) : 0.5;
             if (!isfinite(d) || floor(d) != d)
                 return mismatch(path, t, j, err, errlen);
-            snprintf(err, errlen, "field %s: %.0f is out of %s range", path->text, d,
+            snprintf(err, errlen, "field %s: %.0f is out of %s range", path_text(path), d,
                      t == AVRO_INT32 ? "an int's" : "a long's");
             return false;
         }
@@ -1763,12 +1806,12 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
             snprintf(err, errlen,
                      "field %s: %.17g: over %d digits, not exact as a JSON real (a double): "
                      "write the integer without a fraction",
-                     path->text, json_real_value(j), DBL_DIG);
+                     path_text(path), json_real_value(j), DBL_DIG);
             return false;
         }
     } else if (t == AVRO_FLOAT && json_is_number(j) && !float_range(json_number_value(j))) {
-        snprintf(err, errlen, "field %s: %g is out of a float's range",
-                 *path->text ? path->text : "(value)", json_number_value(j));
+        snprintf(err, errlen, "field %s: %g is out of a float's range", path_where(path),
+                 json_number_value(j));
         return false;
     } else if (t != AVRO_UNION && !fits(t, j, false)) {
         return mismatch(path, t, j, err, errlen);
@@ -1789,7 +1832,7 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
         json_int_t i = whole;
         if (i < INT32_MIN || i > INT32_MAX) {
             snprintf(err, errlen, "field %s: %" JSON_INTEGER_FORMAT " is out of an int's range",
-                     path->text, i);
+                     path_text(path), i);
             return false;
         }
         if (!charge(path, 1, 0, err, errlen))
@@ -1833,9 +1876,9 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
             snprintf(err, errlen,
                      "field %s: %s holds a character beyond U+00FF (Avro's JSON encoding of "
                      "bytes: one character, U+0000 to U+00FF, per byte)",
-                     *path->text ? path->text : "(value)", avro_kind(t));
+                     path_where(path), avro_kind(t));
         } else if (t == AVRO_FIXED && n != avro_schema_fixed_size(fs)) {
-            snprintf(err, errlen, "field %s: fixed of %lld bytes, got %ld", path->text,
+            snprintf(err, errlen, "field %s: fixed of %lld bytes, got %ld", path_text(path),
                      (long long)avro_schema_fixed_size(fs), n);
             n = -1;
         } else if (!charge(path, (size_t)n + (t == AVRO_BYTES), STRING_COPY, err, errlen)) {
@@ -1852,7 +1895,7 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
     case AVRO_ENUM: {
         int sym = avro_schema_enum_get_by_name(avro_value_get_schema(v), json_string_value(j));
         if (sym < 0) {
-            snprintf(err, errlen, "field %s: '%.60s' is not a symbol of its enum", path->text,
+            snprintf(err, errlen, "field %s: '%.60s' is not a symbol of its enum", path_text(path),
                      json_string_value(j));
             return false;
         }
@@ -1883,7 +1926,7 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
                            decimal_of(path, avro_value_get_schema(&child), container, 0), path,
                            depth + 1, err, errlen))
                 return false;
-            path->text[mark] = '\0';
+            path_pop(path, mark);
         }
         break;
     }
@@ -1912,7 +1955,7 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
                            decimal_of(path, avro_value_get_schema(&child), container, 0), path,
                            depth + 1, err, errlen))
                 return false;
-            path->text[mark] = '\0';
+            path_pop(path, mark);
         }
         break;
     }
@@ -1925,7 +1968,7 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
         return mismatch(path, t, j, err, errlen);
     }
     if (rc != 0) {
-        snprintf(err, errlen, "field %s: %s", path->text, avro_strerror());
+        snprintf(err, errlen, "field %s: %s", path_text(path), avro_strerror());
         return false;
     }
     return true;
@@ -2298,14 +2341,13 @@ static bool check_json(const json_t *schema, const json_t *j, Path *path, int de
     if (!json_is_object(schema))
         return true; /* true / {} / a boolean schema: anything goes (false is rare: not checked) */
     if (depth > DEPTH_MAX) {
-        snprintf(err, errlen, "field %s: nested deeper than %d levels", path->text, DEPTH_MAX);
+        snprintf(err, errlen, "field %s: nested deeper than %d levels", path_text(path), DEPTH_MAX);
         return false;
     }
-    const char *where = *path->text ? path->text : "(value)";
     const json_t *type = json_object_get(schema, "type");
     if (json_is_string(type) && !type_matches(json_string_value(type), j, path)) {
-        snprintf(err, errlen, "field %s: expected %s, got %s", where, json_string_value(type),
-                 json_kind(j));
+        snprintf(err, errlen, "field %s: expected %s, got %s", path_where(path),
+                 json_string_value(type), json_kind(j));
         return false;
     }
     if (json_is_array(type)) {
@@ -2315,19 +2357,20 @@ static bool check_json(const json_t *schema, const json_t *j, Path *path, int de
         json_array_foreach(type, i, t) any =
             any || (json_is_string(t) && type_matches(json_string_value(t), j, path));
         if (!any) {
-            snprintf(err, errlen, "field %s: a %s is none of its types", where, json_kind(j));
+            snprintf(err, errlen, "field %s: a %s is none of its types", path_where(path),
+                     json_kind(j));
             return false;
         }
     }
     const json_t *cnst = json_object_get(schema, "const");
     if (cnst && !schema_equal(cnst, j, path, 0)) {
-        snprintf(err, errlen, "field %s: not the constant its schema requires", where);
+        snprintf(err, errlen, "field %s: not the constant its schema requires", path_where(path));
         return false;
     }
     const json_t *enm = json_object_get(schema, "enum");
     if (json_is_array(enm)) {
         if (!enum_has(path->ps, enm, j, path)) {
-            snprintf(err, errlen, "field %s: not one of its enum's values", where);
+            snprintf(err, errlen, "field %s: not one of its enum's values", path_where(path));
             return false;
         }
     }
@@ -2346,8 +2389,9 @@ static bool check_json(const json_t *schema, const json_t *j, Path *path, int de
         json_array_foreach(required, i, name)
         {
             if (json_is_string(name) && !json_object_get(j, json_string_value(name))) {
-                snprintf(err, errlen, "field %s%s%s: required, missing", path->text,
-                         *path->text ? "." : "", json_string_value(name));
+                const char *at = path_text(path);
+                snprintf(err, errlen, "field %s%s%s: required, missing", at, *at ? "." : "",
+                         json_string_value(name));
                 return false;
             }
         }
@@ -2360,14 +2404,14 @@ static bool check_json(const json_t *schema, const json_t *j, Path *path, int de
             path_push(path, &mark, key, 0);
             if (!sub && json_is_false(additional)) {
                 snprintf(err, errlen, "field %s: not allowed (additionalProperties false)",
-                         path->text);
+                         path_text(path));
                 return false;
             }
             if (!sub && json_is_object(additional))
                 sub = additional;
             if (sub && !check_json(sub, value, path, depth + 1, err, errlen))
                 return false;
-            path->text[mark] = '\0';
+            path_pop(path, mark);
         }
     }
     const json_t *items = json_object_get(schema, "items");
@@ -2380,7 +2424,7 @@ static bool check_json(const json_t *schema, const json_t *j, Path *path, int de
             path_push(path, &mark, NULL, i);
             if (!check_json(items, item, path, depth + 1, err, errlen))
                 return false;
-            path->text[mark] = '\0';
+            path_pop(path, mark);
         }
     }
     return true;

@@ -1872,6 +1872,101 @@ static void test_avro_defaults_looked_up_by_search(void **state)
     serializer_schema_release(&rs);
 }
 
+/* Encodes payload, a row fault, and checks its whole error after the "(subject t-value): ". */
+static void expect_error_text(ValueFormat f, const char *schema, const char *payload,
+                              const char *want)
+{
+    RegistrySchema rs = {.id = 5,
+                         .type = f == VALUE_AVRO ? REGISTRY_AVRO : REGISTRY_JSON,
+                         .subject = "t-value",
+                         .text = schema};
+    char *out = NULL, err[1024] = "";
+    size_t len = 0;
+    assert_int_equal(serializer_encode_schema(f, &rs, "t-value", payload, strlen(payload), 1000000,
+                                              &out, &len, err, sizeof(err)),
+                     SERIALIZER_ROW_FAULT);
+    const char *at = strstr(err, "(subject t-value): ");
+    assert_non_null(at);
+    assert_string_equal(at + strlen("(subject t-value): "), want);
+    serializer_schema_release(&rs);
+}
+
+/* The field path an error names is rendered only when an error asks (it was an snprintf per field
+ * written): byte for byte what it was, for arrays in maps in records, an empty map key (no name,
+ * no dot while nothing precedes it), a default failing below, the text cut at 255 bytes, a JSON
+ * Schema's required name after the cut, and nesting past DEPTH_MAX (65 steps). */
+static void test_error_paths_rendered(void **state)
+{
+    const char *deep =
+        "{\"type\": \"record\", \"name\": \"Top\", \"fields\": [{\"name\": \"r\", \"type\":"
+        " {\"type\": \"record\", \"name\": \"In\", \"fields\": [{\"name\": \"m\", \"type\":"
+        " {\"type\": \"map\", \"values\": {\"type\": \"array\", \"items\": {\"type\": \"record\","
+        " \"name\": \"L\", \"fields\": [{\"name\": \"x\", \"type\": \"int\"},"
+        " {\"name\": \"dd\", \"type\": \"int\", \"default\": \"bad\"}]}}}}]}}]}";
+    expect_error_text(VALUE_AVRO, deep,
+                      "{\"r\": {\"m\": {\"k\": [{\"x\": 1, \"dd\": 1}, {\"x\": \"no\"}]}}}",
+                      "field r.m.k[1].x: expected int, got string");
+    expect_error_text(VALUE_AVRO, deep, "{\"r\": {\"m\": {\"k\": [{\"x\": 1}]}}}",
+                      "field r.m.k[0].dd: missing, and its default does not fit: field "
+                      "r.m.k[0].dd: expected int, got string");
+    expect_error_text(VALUE_AVRO, deep,
+                      "{\"r\": {\"m\": {\"\": [{\"x\": 1, \"dd\": 1}, {\"x\": 2.5, \"dd\": 1}]}}}",
+                      "field r.m.[1].x: expected int, got number");
+    const char *maps = "{\"type\": \"map\", \"values\": {\"type\": \"map\", \"values\":"
+                       " {\"type\": \"array\", \"items\": \"int\"}}}";
+    expect_error_text(VALUE_AVRO, maps, "{\"\": {\"a\": [1, \"x\"]}}",
+                      "field a[1]: expected int, got string");
+    expect_error_text(VALUE_AVRO, maps, "{\"\": {\"\": \"x\"}}",
+                      "field (value): expected array, got string");
+
+    /* 100 + 1 + 100 + 1 + 60 bytes of names: cut at 255, the indexes after it dropped */
+    char name[101], key[61], schema[1024], payload[1024], path[512], want[1400];
+    memset(name, 'n', 100);
+    name[100] = '\0';
+    memset(key, 'k', 60);
+    key[60] = '\0';
+    snprintf(schema, sizeof(schema),
+             "{\"type\": \"record\", \"name\": \"A\", \"fields\": [{\"name\": \"%s\", \"type\":"
+             " {\"type\": \"record\", \"name\": \"B\", \"fields\": [{\"name\": \"%s\", \"type\":"
+             " {\"type\": \"map\", \"values\": {\"type\": \"array\", \"items\": \"int\"}}}]}}]}",
+             name, name);
+    snprintf(payload, sizeof(payload), "{\"%s\": {\"%s\": {\"%s\": [1, \"x\"]}}}", name, name, key);
+    snprintf(path, sizeof(path), "%s.%s.%s", name, name, key);
+    snprintf(want, sizeof(want), "field %.255s: expected int, got string", path);
+    expect_error_text(VALUE_AVRO, schema, payload, want);
+    snprintf(schema, sizeof(schema),
+             "{\"properties\": {\"%s\": {\"properties\": {\"%s\": {\"additionalProperties\":"
+             " {\"type\": \"object\", \"required\": [\"zz\"]}}}}}}",
+             name, name);
+    snprintf(payload, sizeof(payload), "{\"%s\": {\"%s\": {\"%s\": {}}}}", name, name, key);
+    snprintf(want, sizeof(want), "field %.255s.zz: required, missing", path);
+    expect_error_text(VALUE_JSON_SCHEMA, schema, payload, want);
+    snprintf(payload, sizeof(payload), "{\"%s\": {\"%s\": {\"%.40s\": {}}}}", name, name, key);
+    snprintf(want, sizeof(want), "field %s.%s.%.40s.zz: required, missing", name, name, key);
+    expect_error_text(VALUE_JSON_SCHEMA, schema, payload, want);
+
+    /* records 66 deep: refused at the 65th step, every step named */
+    static char nested[8192], rows[2048], steps[1024];
+    char *s = nested, *r = rows, *t = steps;
+    for (int k = 0; k < 66; k++) {
+        s += sprintf(s,
+                     "{\"type\": \"record\", \"name\": \"R%d\", \"fields\": [{\"name\": \"f%d\","
+                     " \"type\": ",
+                     k, k);
+        r += sprintf(r, "{\"f%d\": ", k);
+        if (k < 65)
+            t += sprintf(t, "%sf%d", k ? "." : "", k);
+    }
+    s += sprintf(s, "\"int\"");
+    r += sprintf(r, "1");
+    for (int k = 0; k < 66; k++) {
+        s += sprintf(s, "}]}");
+        r += sprintf(r, "}");
+    }
+    snprintf(want, sizeof(want), "field %s: nested deeper than 64 levels", steps);
+    expect_error_text(VALUE_AVRO, nested, rows, want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1915,6 +2010,7 @@ int main(void)
         cmocka_unit_test(test_avro_union_enums_indexed),
         cmocka_unit_test(test_avro_row_not_kept),
         cmocka_unit_test(test_avro_defaults_looked_up_by_search),
+        cmocka_unit_test(test_error_paths_rendered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
