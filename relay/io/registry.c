@@ -592,21 +592,19 @@ static char *shown_url(const char *url)
     return out;
 }
 
-/* Reads the auth file. On the running loop (a database a SIGHUP adds: ev_depth > 0) only a
- * regular file, opened O_NONBLOCK, as the reload's own reading of the configuration does
- * (config.c, open_input): a FIFO's open waits for a writer, a device's read may never end, and
- * either would freeze every database. The configuration's check saw a regular file, but the path
- * is opened again here. Before the loop runs (start-up) anything readable. */
-/* Reads the CA bundle at path into r->ca_pem, once: curl is handed it from memory. Opened as
- * read_auth_file opens its file (on the loop only a regular file, without waiting), and at most
- * CONFIG_CA_FILE_MAX bytes, so memory stays bounded. Returns false with one line in err. */
-static bool read_ca_file(Registry *r, const char *path, char *err, size_t errlen)
+/* Opens a file the registry reads (option names it in errors). On the running loop (a database a
+ * SIGHUP adds: ev_depth > 0) only a regular file, opened O_NONBLOCK, as the reload's own reading
+ * of the configuration does (config.c, open_input): a FIFO's open waits for a writer, a device's
+ * read may never end, and either would freeze every database. The configuration's check saw a
+ * regular file, but the path is opened again here. Before the loop runs (start-up) anything
+ * readable but a directory. Returns the descriptor, or -1 with one line in err. */
+static int open_read(Registry *r, const char *option, const char *path, char *err, size_t errlen)
 {
     bool on_loop = ev_depth(r->loop) > 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC | (on_loop ? O_NONBLOCK : 0));
     if (fd < 0) {
-        snprintf(err, errlen, "schema-registry-ca-file %s: %s", path, strerror(errno));
-        return false;
+        snprintf(err, errlen, "%s %s: %s", option, path, strerror(errno));
+        return -1;
     }
     struct stat st;
     const char *why = fstat(fd, &st) != 0   ? strerror(errno)
@@ -615,9 +613,26 @@ static bool read_ca_file(Registry *r, const char *path, char *err, size_t errlen
                           ? "not a regular file (a pipe or device is read at start-up only: a "
                             "database added on the running relay must not wait on it)"
                           : NULL;
-    char *buf = why ? NULL : malloc(CONFIG_CA_FILE_MAX + 1);
+    if (why) {
+        snprintf(err, errlen, "%s %s: %s", option, path, why);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Reads the CA bundle at path into r->ca_pem, once: curl is handed it from memory, so nothing
+ * opens the file on the loop again. At most CONFIG_CA_FILE_MAX bytes are read, and the copy kept
+ * is the file's size, so memory stays bounded. Returns false with one line in err. */
+static bool read_ca_file(Registry *r, const char *path, char *err, size_t errlen)
+{
+    int fd = open_read(r, "schema-registry-ca-file", path, err, errlen);
+    if (fd < 0)
+        return false;
+    const char *why = NULL;
+    char *buf = malloc(CONFIG_CA_FILE_MAX + 1);
     size_t len = 0;
-    if (!why && !buf)
+    if (!buf)
         why = "out of memory";
     while (!why) {
         ssize_t n = read(fd, buf + len, CONFIG_CA_FILE_MAX + 1 - len);
@@ -638,30 +653,21 @@ static bool read_ca_file(Registry *r, const char *path, char *err, size_t errlen
         free(buf);
         return false;
     }
-    r->ca_pem = buf;
+    char *fit = realloc(buf, len);
+    r->ca_pem = fit ? fit : buf;
     r->ca_len = len;
     return true;
 }
 
+/* Reads the auth file (opened as open_read says). */
 static bool read_auth_file(Registry *r, const char *path, char *err, size_t errlen)
 {
-    bool on_loop = ev_depth(r->loop) > 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | (on_loop ? O_NONBLOCK : 0));
-    if (fd < 0) {
-        snprintf(err, errlen, "schema-registry-auth-file %s: %s", path, strerror(errno));
+    int fd = open_read(r, "schema-registry-auth-file", path, err, errlen);
+    if (fd < 0)
         return false;
-    }
-    struct stat st;
-    const char *why = fstat(fd, &st) != 0   ? strerror(errno)
-                      : S_ISDIR(st.st_mode) ? strerror(EISDIR)
-                      : on_loop && !S_ISREG(st.st_mode)
-                          ? "not a regular file (a pipe or device is read at start-up only: a "
-                            "database added on the running relay must not wait on it)"
-                          : NULL;
-    FILE *f = why ? NULL : fdopen(fd, "r");
+    FILE *f = fdopen(fd, "r");
     if (!f) {
-        snprintf(err, errlen, "schema-registry-auth-file %s: %s", path,
-                 why ? why : strerror(errno));
+        snprintf(err, errlen, "schema-registry-auth-file %s: %s", path, strerror(errno));
         close(fd);
         return false;
     }
