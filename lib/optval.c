@@ -1,10 +1,13 @@
 #include "optval.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "log.h"
 
@@ -40,4 +43,26 @@ bool optval_long(long *out, const char *value, long min, long max, const char *s
                            min, max, value);
     *out = n;
     return true;
+}
+
+int optval_open_file(const char *option, const char *path, bool running, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | (running ? O_NONBLOCK : 0));
+    if (fd < 0) {
+        optval_fail(err, errlen, "%s %s: %s", option, path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    const char *why = fstat(fd, &st) != 0   ? strerror(errno)
+                      : S_ISDIR(st.st_mode) ? strerror(EISDIR)
+                      : running && !S_ISREG(st.st_mode)
+                          ? "not a regular file (a pipe or device is read at start-up only: the "
+                            "running relay must not wait on it)"
+                          : NULL;
+    if (why) {
+        optval_fail(err, errlen, "%s %s: %s", option, path, why);
+        close(fd);
+        return -1;
+    }
+    return fd;
 }

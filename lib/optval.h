@@ -21,4 +21,12 @@ bool optval_string(char **slot, const char *value, const char *source, char *err
 bool optval_long(long *out, const char *value, long min, long max, const char *source, char *err,
                  size_t errlen) __attribute__((warn_unused_result));
 
+/* Opens, read-only and close-on-exec, the file at path that option names. While the event loop
+ * runs (running: a SIGHUP reload, a database added by one) only a regular file, opened
+ * O_NONBLOCK: a FIFO's open waits for a writer and a device's read may never end, either one
+ * freezing every database. Before it runs, anything readable but a directory (a pipe given at
+ * start-up: --database-url-file <(...)). Returns the descriptor, which the caller closes, or -1
+ * with one line naming option and path in err. */
+int optval_open_file(const char *option, const char *path, bool running, char *err, size_t errlen);
+
 #endif

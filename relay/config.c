@@ -929,30 +929,11 @@ static char *read_text_file(const char *option, const char *path, char *err, siz
  * thread loads configurations, never two at once. */
 static bool regular_files_only;
 
-/* Opens the file an option names for reading. At a reload only a regular file, opened
- * O_NONBLOCK so that not even the open waits (a FIFO's would, for a writer); at start-up
- * anything readable (a pipe: --database-url-file <(vault ...)). A directory is refused either
- * way. Returns the descriptor, or -1 with one line in err. */
+/* Opens the file an option names for reading (optval_open_file): at a reload only a regular
+ * file, without waiting; at start-up anything readable but a directory. */
 static int open_input(const char *option, const char *path, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | (regular_files_only ? O_NONBLOCK : 0));
-    if (fd < 0) {
-        optval_fail(err, errlen, "%s %s: %s", option, path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    const char *why = fstat(fd, &st) != 0   ? strerror(errno)
-                      : S_ISDIR(st.st_mode) ? strerror(EISDIR)
-                      : regular_files_only && !S_ISREG(st.st_mode)
-                          ? "not a regular file (a pipe or device is read at start-up only: a "
-                            "reload on the running relay must not wait on it)"
-                          : NULL;
-    if (why) {
-        optval_fail(err, errlen, "%s %s: %s", option, path, why);
-        close(fd);
-        return -1;
-    }
-    return fd;
+    return optval_open_file(option, path, regular_files_only, err, errlen);
 }
 
 /* The registry's files, read as the registry reads them (relay/io/registry.c) but with the rest

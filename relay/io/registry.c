@@ -14,6 +14,7 @@
 #include "config.h"
 #include "log.h"
 #include "monotime.h"
+#include "optval.h"
 #include "secrets.h"
 #include "strbuf.h"
 
@@ -592,33 +593,13 @@ static char *shown_url(const char *url)
     return out;
 }
 
-/* Opens a file the registry reads (option names it in errors). On the running loop (a database a
- * SIGHUP adds: ev_depth > 0) only a regular file, opened O_NONBLOCK, as the reload's own reading
- * of the configuration does (config.c, open_input): a FIFO's open waits for a writer, a device's
- * read may never end, and either would freeze every database. The configuration's check saw a
- * regular file, but the path is opened again here. Before the loop runs (start-up) anything
- * readable but a directory. Returns the descriptor, or -1 with one line in err. */
+/* Opens a file the registry reads (optval_open_file): on the running loop (a database a SIGHUP
+ * adds: ev_depth > 0) only a regular file, without waiting, as the reload's own reading of the
+ * configuration (config.c, open_input); the configuration's check saw a regular file, but the
+ * path is opened again here. Before the loop runs, anything readable but a directory. */
 static int open_read(Registry *r, const char *option, const char *path, char *err, size_t errlen)
 {
-    bool on_loop = ev_depth(r->loop) > 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | (on_loop ? O_NONBLOCK : 0));
-    if (fd < 0) {
-        snprintf(err, errlen, "%s %s: %s", option, path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    const char *why = fstat(fd, &st) != 0   ? strerror(errno)
-                      : S_ISDIR(st.st_mode) ? strerror(EISDIR)
-                      : on_loop && !S_ISREG(st.st_mode)
-                          ? "not a regular file (a pipe or device is read at start-up only: a "
-                            "database added on the running relay must not wait on it)"
-                          : NULL;
-    if (why) {
-        snprintf(err, errlen, "%s %s: %s", option, path, why);
-        close(fd);
-        return -1;
-    }
-    return fd;
+    return optval_open_file(option, path, ev_depth(r->loop) > 0, err, errlen);
 }
 
 /* Reads the CA bundle at path into r->ca_pem, once: curl is handed it from memory, so nothing
