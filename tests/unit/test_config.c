@@ -1999,28 +1999,46 @@ static void test_databases_reload_refuses_bad_entry(void **state)
     config_free(&running);
 }
 
-/* Runs config_warn_loose_secret_files with stderr (the log) captured; returns what was logged
- * (freed by caller). */
-static char *loose_files_logged(const Config *cfg)
-{
+/* stderr (the log) sent to a temporary file between log_capture_begin and log_capture_end. */
+typedef struct LogCapture {
     char path[64];
-    write_temp(path, "");
-    int fd = open(path, O_WRONLY | O_TRUNC), saved = dup(STDERR_FILENO);
-    assert_true(fd >= 0 && saved >= 0);
+    int fd, saved;
+} LogCapture;
+
+static void log_capture_begin(LogCapture *c)
+{
+    write_temp(c->path, "");
+    c->fd = open(c->path, O_WRONLY | O_TRUNC);
+    c->saved = dup(STDERR_FILENO);
+    assert_true(c->fd >= 0 && c->saved >= 0);
     fflush(stderr);
-    assert_true(dup2(fd, STDERR_FILENO) >= 0);
-    config_warn_loose_secret_files(cfg);
+    assert_true(dup2(c->fd, STDERR_FILENO) >= 0);
+}
+
+/* Puts stderr back; returns what was logged since log_capture_begin (freed by caller). */
+static char *log_capture_end(LogCapture *c)
+{
     fflush(stderr);
-    assert_true(dup2(saved, STDERR_FILENO) >= 0);
-    close(fd);
-    close(saved);
-    FILE *f = fopen(path, "r");
+    assert_true(dup2(c->saved, STDERR_FILENO) >= 0);
+    close(c->fd);
+    close(c->saved);
+    FILE *f = fopen(c->path, "r");
     assert_non_null(f);
     char *text = calloc(1, 8192);
     assert_non_null(text);
     assert_true(fread(text, 1, 8191, f) < 8191);
     fclose(f);
     return text;
+}
+
+/* Runs config_warn_loose_secret_files with stderr (the log) captured; returns what was logged
+ * (freed by caller). */
+static char *loose_files_logged(const Config *cfg)
+{
+    LogCapture c;
+    log_capture_begin(&c);
+    config_warn_loose_secret_files(cfg);
+    return log_capture_end(&c);
 }
 
 /* --schema-registry-auth-file is USER:PASSWORD whole, its password registered only when the
@@ -2130,24 +2148,10 @@ static void test_registry_auth_file_pipe_shared_by_databases(void **state)
 /* Runs reload_config with stderr (the log) captured; returns what was logged (freed by caller). */
 static char *reload_logged(Config *running, int argc, char **argv, bool *loaded)
 {
-    char path[64];
-    write_temp(path, "");
-    int fd = open(path, O_WRONLY | O_TRUNC), saved = dup(STDERR_FILENO);
-    assert_true(fd >= 0 && saved >= 0);
-    fflush(stderr);
-    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    LogCapture c;
+    log_capture_begin(&c);
     *loaded = reload_config(running, argc, argv);
-    fflush(stderr);
-    assert_true(dup2(saved, STDERR_FILENO) >= 0);
-    close(fd);
-    close(saved);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    char *text = calloc(1, 8192);
-    assert_non_null(text);
-    assert_true(fread(text, 1, 8191, f) < 8191);
-    fclose(f);
-    return text;
+    return log_capture_end(&c);
 }
 
 static void write_file(const char *path, const char *text)
@@ -2412,31 +2416,20 @@ static void test_reload_check_hook_all_or_nothing(void **state)
     write_file(path, "{\"brokers\": \"k:9092\", \"batch-size\": 7, \"databases\": ["
                      "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"},"
                      "{\"name\": \"g\", \"database-url\": \"postgresql://h/g\"}]}");
-    char logpath[64];
-    write_temp(logpath, "");
-    int fd = open(logpath, O_WRONLY | O_TRUNC), saved = dup(STDERR_FILENO);
-    assert_true(fd >= 0 && saved >= 0);
-    fflush(stderr);
-    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    LogCapture c;
+    log_capture_begin(&c);
     hook_then_calls = 0;
     bool loaded = reload_config_then(&running, 4, argv, hook_refuse, hook_then, NULL);
-    fflush(stderr);
-    assert_true(dup2(saved, STDERR_FILENO) >= 0);
-    close(fd);
-    close(saved);
+    char *log = log_capture_end(&c);
     assert_false(loaded);
     assert_int_equal(hook_then_calls, 0);
     assert_int_equal(running.batch_size, batch);
     assert_int_equal(running.n_dbs, 1);
-    FILE *f = fopen(logpath, "r");
-    assert_non_null(f);
-    char log[4096] = {0};
-    assert_true(fread(log, 1, sizeof(log) - 1, f) < sizeof(log) - 1);
-    fclose(f);
     if (!strstr(log, "msg=\"configuration reload failed; keeping the running configuration\" "
                      "error=\"database g: refused by the running relay (2 entries)\"") ||
         strstr(log, "configuration reloaded") || strchr(log, '\n') != strrchr(log, '\n'))
         fail_msg("a refusing check: logged %s", log);
+    free(log);
     /* Accepted: applied, and then sees it. */
     assert_true(reload_config_then(&running, 4, argv, hook_accept, hook_then, NULL));
     assert_int_equal(hook_then_calls, 1);
