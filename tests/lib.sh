@@ -185,6 +185,17 @@ slot_share() {
     echo "$(($1 + ${TEST_SLOT:-0} * size)) $size"
 }
 
+# A slot at or past TEST_JOBS would take a share past the range's end (port 92000, subnet
+# 10.231.1302.1 for TEST_SLOT=6 alone): refuse it here, saying why, instead of a puzzling
+# failure later. By hand, run a test in slot S with TEST_JOBS above S (`TEST_JOBS=8 TEST_SLOT=6`).
+case ${TEST_SLOT:-0} in
+'' | *[!0-9]*) echo "tests/lib.sh: TEST_SLOT must be a number, not '$TEST_SLOT'" >&2 && exit 2 ;;
+esac
+if [ "${TEST_SLOT:-0}" -ge "${TEST_JOBS:-1}" ]; then
+    echo "tests/lib.sh: TEST_SLOT=$TEST_SLOT needs TEST_JOBS above it (TEST_JOBS=${TEST_JOBS:-1}): run with TEST_JOBS=$((TEST_SLOT + 1)) or more" >&2
+    exit 2
+fi
+
 # Ports tests pick from: this test's share of 20000-31999, below the kernel's ephemeral range so
 # clients cannot hold one. Exported for the scripts a test runs (scripts/demo.sh).
 read -r FREE_PORT_BASE FREE_PORT_SPAN <<<"$(slot_share 20000 12000)"

@@ -7,7 +7,8 @@
 #     forgets a background job killed by a signal: the runner must not lose it);
 #  3. each test's output is printed whole, never interleaved with another's;
 #  4. two tests running at once have different slots, and so different port ranges and subnets
-#     (tests/lib.sh, tests/netns_lib.sh); a test marked "# run.sh: alone" runs with no other;
+#     (tests/lib.sh, tests/netns_lib.sh), and lib.sh refuses a slot at or past TEST_JOBS; a test
+#     marked "# run.sh: alone" runs with no other;
 #  5. the same tests one at a time (TEST_JOBS=1) give the same totals; TEST_JOBS out of range is
 #     refused with exit 2;
 #  6. --group GROUP (and TEST_GROUP) runs that group's tests only, --list lists them and runs
@@ -96,6 +97,11 @@ ranges() { # ranges SLOT: the port range and subnet base tests/lib.sh and netns_
 }
 check_eq "4. slots 0 and 1 pick ports from disjoint ranges" "20000-25999 26000-31999" \
     "$(ranges 0) $(ranges 1)"
+# By hand, a slot past TEST_JOBS took a range past the end (TEST_SLOT=6 alone: port 92000 and up,
+# subnet 10.231.1302.1): lib.sh refuses it, saying what to set.
+(TEST_JOBS=2 TEST_SLOT=2 && source "$ROOT/tests/lib.sh" && echo "sourced $FREE_PORT_BASE") >"$T/slot.out" 2>&1
+check_eq "4. a slot at or past TEST_JOBS refused with exit 2" "2" "$?"
+check "4. ... saying to raise TEST_JOBS" grep -q 'TEST_SLOT=2 needs TEST_JOBS above it' "$T/slot.out"
 
 rm -f "$R/tests/it/delivery/30_hang.sh"
 TEST_JOBS=1 bash "$R/tests/run.sh" >"$T/ser.out" 2>&1
