@@ -3,10 +3,16 @@
 # whole list went with every batch's SELECT (with 100,000 ids some 5 MB a batch, parsed again by
 # the server each time), where the batches, in id order and --batch-rows at a time, need only the
 # next --batch-rows ids of the sorted list.
+# The slices are cut from the listed events the selection still holds (read once, beside the
+# summary): cut from the whole list, a slice of rows deleted or unsent since cost a transaction
+# that selected nothing, one per slice (a list of mostly deleted rows: almost one per batch-rows
+# entries), and the last line did not say how many listed events were not found.
 #  1. a list of 6 events, 2 of them unsent since (not selected), --batch-rows 2: every batch's
-#     SELECT carries at most 2 ids (the server's log of its parameters), the slice that selects
-#     nothing does not end the run, and exactly the 4 still sent are replayed, in id order, the
-#     rows outside the list untouched.
+#     SELECT carries at most 2 ids (the server's log of its parameters), two batches, none for
+#     the 2 not selected, and exactly the 4 still sent are replayed, in id order, the rows
+#     outside the list untouched; the last line says 2 of the 6 listed were not found.
+#  2. a list of 40 events, 36 of them deleted since, --batch-rows 2: two batches (not 20), the 4
+#     left replayed, and the last line says 36 of the 40 were not found.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -30,12 +36,14 @@ psql_q "UPDATE outbox SET sent_at = NULL WHERE id IN (3, 4)"
     --database-url "postgresql://postgres@127.0.0.1:$PGPORT/outbox?options=-c%20log_statement%3Dall" \
     --missing "$T/missing.json" --batch-rows 2 --yes >"$T/replay.out" 2>"$T/replay.err"
 check_eq "1: exit 0" 0 $?
-check "1: ... 4 events replayed" grep -q '^replay: 4 events replayed in ' "$T/replay.out"
+check "1: ... 4 events replayed, 2 of the list not found" grep -q \
+    '^replay: 4 events replayed in .* (as selected; 2 of the 6 events listed not in the table as sent)$' \
+    "$T/replay.out"
 # The parameters of each batch's SELECT ($11: the ids), one line each.
 grep -A1 'FOR UPDATE OF o' "$T/pg.log" | sed -n 's/.*parameters: .*\$11 = '"'"'{\([0-9,]*\)}'"'"'.*/\1/p' \
     >"$T/slices"
-check_eq "1: ... every batch's SELECT logged with its ids" 3 "$(grep -c '' "$T/slices")"
-check_eq "1: ... each with its slice of the list alone" "1,2 3,4 5,6 " \
+check_eq "1: ... every batch's SELECT logged with its ids, two of them" 2 "$(grep -c '' "$T/slices")"
+check_eq "1: ... each with its slice of the events still sent alone" "1,2 5,6 " \
     "$(awk '{printf "%s ", $0}' "$T/slices")"
 # n_of CONDITION: the rows' payload numbers in id order.
 n_of() {
@@ -45,3 +53,26 @@ check_eq "1: ... the 4 still sent replayed, new ids in their order" "1,2,5,6" "$
 check_eq "1: ... unsent, all of them" "1,2,5,6" "$(n_of 'id > 8 AND sent_at IS NULL')"
 check_eq "1: ... the 2 unsent since as they were" "3,4" "$(n_of 'id <= 8 AND sent_at IS NULL')"
 check_eq "1: ... the rows outside the list untouched" "7,8" "$(n_of 'sent_at IS NOT NULL')"
+
+# --- 2. a list of mostly deleted rows ---
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
+        SELECT 'order', 'o-2', 'Updated', jsonb_build_object('n', 100 + g), now()
+        FROM generate_series(1, 40) g" >/dev/null
+psql_q "SELECT json_build_object('result', 'failed', 'missing_events',
+          json_agg(json_build_object('id', id, 'event_id', event_id, 'topic', 'outbox.event.order')))
+        FROM outbox WHERE aggregate_id = 'o-2'" >"$T/missing2.json"
+psql_q "DELETE FROM outbox WHERE aggregate_id = 'o-2' AND (payload->>'n')::int NOT IN (105, 117, 123, 140)"
+batch_selects() {
+    grep -c 'FOR UPDATE OF o' "$T/pg.log"
+}
+before=$(batch_selects)
+"$RELAY_BIN" replay \
+    --database-url "postgresql://postgres@127.0.0.1:$PGPORT/outbox?options=-c%20log_statement%3Dall" \
+    --missing "$T/missing2.json" --batch-rows 2 --yes >"$T/replay2.out" 2>"$T/replay2.err"
+check_eq "2: exit 0" 0 $?
+check "2: ... 4 events replayed, 36 of the 40 listed not found" grep -q \
+    '^replay: 4 events replayed in .* (as selected; 36 of the 40 events listed not in the table as sent)$' \
+    "$T/replay2.out"
+check_eq "2: ... in two batches, none for the deleted rows" 2 "$(($(batch_selects) - before))"
+check_eq "2: ... the 4 left replayed, in their order" "105,117,123,140" \
+    "$(n_of "aggregate_id = 'o-2' AND sent_at IS NULL")"
