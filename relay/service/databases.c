@@ -627,9 +627,19 @@ void databases_reload(Databases *d, Config *fresh)
         db_start(d, db);
         added++;
     }
+    /* running: the entries that serve their database now; draining: those dropped (by this
+     * reload, an earlier one, or as another's twin) that have not left yet. d->n - removed
+     * counted an earlier reload's entries still draining as running. */
+    int running = 0, draining_now = 0;
+    for (int i = 0; i < d->n; i++) {
+        if (d->dbs[i]->removed)
+            draining_now++;
+        else
+            running++;
+    }
     log_set_context(NULL);
-    log_info("databases reloaded", "added=%d removed=%d running=%d", added, removed,
-             d->n - removed);
+    log_info("databases reloaded", "added=%d removed=%d running=%d draining=%d", added, removed,
+             running, draining_now);
 }
 
 /* Whether db is ready; its reasons go to why (when not NULL). */

@@ -1,0 +1,84 @@
+#!/bin/bash
+# Proves that the line each SIGHUP of a --databases relay ends with counts what it says:
+# `databases reloaded ... running=N` counted every entry not dropped by that very reload, so an
+# entry an earlier reload dropped that was still draining (its batch waiting for Kafka's
+# acknowledgements) was counted running. Now running= counts the entries serving their database
+# and draining= those dropped that have not left yet.
+#  1. a and b run; the brokers answer 20 s late (rtt) and b has a batch in flight: a SIGHUP
+#     drops b (running=1 draining=1), a second SIGHUP, b still draining, says running=1
+#     draining=1 again (it said running=2); once the brokers answer b leaves, every row of both
+#     delivered, and a third SIGHUP says running=1 draining=0.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+broker_start 1
+
+for db in a b; do
+    psql_q "CREATE DATABASE db_$db" -d postgres || fail "create db_$db"
+    "$RELAY_BIN" migrate --database-url "postgresql://postgres@127.0.0.1:$PGPORT/db_$db" \
+        2>>"$T/migrate.log" || fail "migrate db_$db"
+done
+unset DATABASE_URL # the list names every URL
+url() { echo "postgresql://postgres@127.0.0.1:$PGPORT/db_$1"; }
+CONF=$T/relay.json
+write_conf() { # write_conf NAME...: the config file, atomically, listing these databases
+    local list="" db
+    for db in "$@"; do
+        list="$list${list:+, }{\"name\": \"$db\", \"database-url\": \"$(url "$db")\"}"
+    done
+    # A batch waits for the late acknowledgements, and a drain for that batch.
+    printf '{"brokers": "%s", "delivery-timeout": 120000, "shutdown-timeout": 120000,
+"kafka": {"reconnect.backoff.max.ms": "500"}, "databases": [%s]}\n' "$BROKERS" "$list" \
+        >"$CONF.tmp" && mv "$CONF.tmp" "$CONF"
+}
+insert() { # insert DB FROM TO
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            SELECT '$1', '$1-' || (g % 5), 'changed', jsonb_build_object('seq', g)
+            FROM generate_series($2, $3) AS g ORDER BY g" -d "db_$1"
+}
+drained() { [ "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL" -d "db_$1")" = 0 ]; }
+# b_claimed: some of b's unsent rows are locked (a batch in flight).
+b_claimed() {
+    [ "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL" -d db_b)" -gt \
+        "$(psql_q "SELECT count(*) FROM (SELECT 1 FROM outbox WHERE sent_at IS NULL
+                                          FOR UPDATE SKIP LOCKED) s" -d db_b)" ]
+}
+reloads() { grep -c 'msg="databases reloaded"' "$RELAY_LOG"; }
+reloaded() { [ "$(reloads)" -ge "$1" ]; }
+reload_line() { grep 'msg="databases reloaded"' "$RELAY_LOG" | sed -n "$1p"; }
+b_gone() { grep -q 'msg="database removed" database=b' "$RELAY_LOG"; }
+
+# --- 1. ---
+write_conf a b
+insert a 1 50
+insert b 1 50
+relay_start --config "$CONF"
+wait_for "1: a delivers" 30 drained a
+wait_for "1: b delivers" 30 drained b
+broker_cmd "rtt all 20000"
+insert b 51 60
+wait_for "1: b has a batch in flight" 15 b_claimed
+write_conf a
+kill -HUP "$RELAY_PID"
+wait_for "1: the first reload is done" 15 reloaded 1
+check "1: ... it drops b: running=1 draining=1" grep -q \
+    'msg="databases reloaded" added=0 removed=1 running=1 draining=1' <(reload_line 1)
+check "1: ... b still drains" bash -c "! grep -q 'msg=\"database removed\" database=b' '$RELAY_LOG'"
+kill -HUP "$RELAY_PID"
+wait_for "1: the second reload is done" 15 reloaded 2
+# The count is only meaningful while b drains: b must not have left before that line.
+check "1: ... b still draining then" bash -c "! grep -q 'msg=\"database removed\" database=b' '$RELAY_LOG'"
+check "1: ... b counted draining, not running" grep -q \
+    'msg="databases reloaded" added=0 removed=0 running=1 draining=1' <(reload_line 2)
+broker_cmd "rtt all 0"
+wait_for "1: b's batch acknowledged, b leaves" 60 b_gone
+wait_for "1: b's rows all delivered" 30 drained b
+insert a 51 60
+wait_for "1: a keeps delivering" 30 drained a
+kill -HUP "$RELAY_PID"
+wait_for "1: the third reload is done" 15 reloaded 3
+check "1: ... b gone: running=1 draining=0" grep -q \
+    'msg="databases reloaded" added=0 removed=0 running=1 draining=0' <(reload_line 3)
+relay_stop
+check_eq "1: the relay exits 0" 0 "$?"
