@@ -39,8 +39,9 @@ typedef struct Db {
     char identity[160];
     char system_id[32];
     double server_start, asked_at;
-    bool asking_again; /* asked again, the answer not in yet */
-    int asked_again;   /* times, up to PROBE_ASKED_AGAIN_MAX */
+    bool asking_again;    /* asked again, the answer not in yet */
+    int asked_again;      /* times, up to PROBE_ASKED_AGAIN_MAX */
+    bool unanswered_said; /* the first answer is late: said once (on_probe_answer) */
 } Db;
 
 /* An entry stopped because another reaches its database (probe_compare), remembered by its
@@ -325,8 +326,23 @@ static void on_probe_answer(PgConn *pg, PGresult **results, int n, const char *e
 {
     Db *db = arg;
     log_set_context(db->log_context);
-    if (!results)
-        return; /* connection lost: on_probe_state asks again once it is back */
+    if (!results) {
+        /* Connection lost, or no answer within the round trip's deadline: on_probe_state asks
+         * again once it is back, for as long as it takes (each attempt bounded by
+         * --session-timeout, the reconnects by pg.c's backoff). Meanwhile the entry runs
+         * unchecked, as every entry does until its answer comes; a probe that never answers (a
+         * proxy or pooler that holds it, a lock on pg_database) left that unsaid, the only
+         * lines the connection's own, which read as an outage of a database that works. */
+        if (!db->identity[0] && !db->unanswered_said) {
+            char q[300];
+            log_warn("cannot tell yet which server this database's URL reaches (its identity "
+                     "probe got no answer; asking again): until it answers, two entries of the "
+                     "list on one database are not detected for it",
+                     "error=%s", log_quote(error ? error : "connection lost", q, sizeof(q)));
+            db->unanswered_said = true;
+        }
+        return;
+    }
     db->asking_again = false;
     PGresult *r = n == 2 ? results[0] : NULL, *sys = n == 2 ? results[1] : NULL;
     if (!r || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 || PQnfields(r) != 3 ||
@@ -342,6 +358,11 @@ static void on_probe_answer(PgConn *pg, PGresult **results, int n, const char *e
         snprintf(db->identity, sizeof(db->identity), "%s", PQgetvalue(r, 0, 0));
         db->server_start = strtod(PQgetvalue(r, 0, 1), NULL);
         db->asked_at = strtod(PQgetvalue(r, 0, 2), NULL);
+        if (db->unanswered_said)
+            log_info("the identity probe answered: this database's URL is checked against the "
+                     "other entries now",
+                     NULL);
+        db->unanswered_said = false;
         probe_compare(db->owner, db);
     }
     ev_timer_start(db->owner->loop, &db->probe_close);
