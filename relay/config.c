@@ -1978,6 +1978,19 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
                            "replay needs a selection: --from-id, --to-id, --sent-after, "
                            "--sent-before, --aggregate-type, --aggregate-id, --event-type or "
                            "--missing");
+    /* Every command takes every option (scripts pass one set to several), but these flags read
+     * as a selection and are another command's: `replay --since 2h --aggregate-type order`
+     * replayed every sent order event, not the last two hours', and `replay --id 7 ...`
+     * ignored the id. Refused when given as flags (the file and the environment may be shared). */
+    static const char *const not_replays[][2] = {
+        {"since", "verify's window; replay selects by --sent-after/--sent-before"},
+        {"id", "requeue's and purge-dead's; replay selects by --from-id/--to-id"},
+        {"all", "requeue's and purge-dead's; replay needs a selection"}};
+    for (size_t i = 0; cfg->command == CMD_REPLAY && i < sizeof(not_replays) / sizeof(*not_replays);
+         i++)
+        if (source_of(sources, not_replays[i][0]) == OPT_FROM_FLAG)
+            return optval_fail(err, errlen, "replay does not take --%s (it is %s)",
+                               not_replays[i][0], not_replays[i][1]);
     if (cfg->command == CMD_REPLAY && cfg->replay_from_id && cfg->replay_to_id &&
         cfg->replay_from_id > cfg->replay_to_id)
         return optval_fail(err, errlen, "--from-id (%ld) must not exceed --to-id (%ld)",

@@ -761,6 +761,32 @@ static void test_retention_option(void **state)
     config_free(&cfg);
 }
 
+/* replay refuses, as flags, the options of other commands that read as a selection (verify's
+ * --since, requeue's --id and --all): every command takes every option, and `replay --since 2h
+ * --aggregate-type order` replayed every sent order event. From the environment they are let be
+ * (one environment file serves every command). */
+static void test_replay_refuses_other_selections(void **state)
+{
+    Config cfg;
+    char err[256];
+    assert_false(
+        LOAD(&cfg, err, "replay", "--database-url=x", "--aggregate-type=order", "--since", "2h"));
+    assert_string_equal(err, "replay does not take --since (it is verify's window; replay "
+                             "selects by --sent-after/--sent-before)");
+    config_free(&cfg);
+    assert_false(LOAD(&cfg, err, "replay", "--database-url=x", "--aggregate-type=order", "--id=7"));
+    assert_error_line(err, "replay does not take --id");
+    config_free(&cfg);
+    assert_false(LOAD(&cfg, err, "replay", "--database-url=x", "--aggregate-type=order", "--all"));
+    assert_error_line(err, "replay does not take --all");
+    config_free(&cfg);
+    /* verify's --since is verify's; replay's own selection alone is taken. */
+    assert_true(LOAD(&cfg, err, "verify", "--database-url=x", "--brokers=k:1", "--since=2h"));
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "replay", "--database-url=x", "--aggregate-type=order"));
+    config_free(&cfg);
+}
+
 /* --statement-timeout: 30 s by default, 1s to 24h; 0/off (no bound) and more than a day (a typo
  * of the unit) are refused naming the flag. */
 static void test_statement_timeout_range(void **state)
@@ -2615,6 +2641,7 @@ static void test_registry_url_password_secret(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_replay_refuses_other_selections),
         cmocka_unit_test(test_scrub_argv),
         cmocka_unit_test(test_scrub_argv_registry_short_password),
         T(test_command_run),
