@@ -1980,17 +1980,31 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
                            "--missing");
     /* Every command takes every option (scripts pass one set to several), but these flags read
      * as a selection and are another command's: `replay --since 2h --aggregate-type order`
-     * replayed every sent order event, not the last two hours', and `replay --id 7 ...`
-     * ignored the id. Refused when given as flags (the file and the environment may be shared). */
-    static const char *const not_replays[][2] = {
-        {"since", "verify's window; replay selects by --sent-after/--sent-before"},
-        {"id", "requeue's and purge-dead's; replay selects by --from-id/--to-id"},
-        {"all", "requeue's and purge-dead's; replay needs a selection"}};
-    for (size_t i = 0; cfg->command == CMD_REPLAY && i < sizeof(not_replays) / sizeof(*not_replays);
-         i++)
-        if (source_of(sources, not_replays[i][0]) == OPT_FROM_FLAG)
-            return optval_fail(err, errlen, "replay does not take --%s (it is %s)",
-                               not_replays[i][0], not_replays[i][1]);
+     * replayed every sent order event, not the last two hours', `replay --id 7 ...` ignored the
+     * id, and `verify --sent-after T --sent-before U` checked the last hour and could say ok of
+     * a window it never read. Refused when given as flags (the file and the environment may be
+     * shared by every command). */
+    static const struct {
+        Command command;
+        const char *option, *why;
+    } not_theirs[] = {
+        {CMD_REPLAY, "since", "verify's window; replay selects by --sent-after/--sent-before"},
+        {CMD_REPLAY, "id", "requeue's and purge-dead's; replay selects by --from-id/--to-id"},
+        {CMD_REPLAY, "all", "requeue's and purge-dead's; replay needs a selection"},
+        {CMD_VERIFY, "sent-after", "replay's selection; verify checks the window --since gives"},
+        {CMD_VERIFY, "sent-before", "replay's selection; verify checks the window --since gives"},
+        {CMD_VERIFY, "from-id", "replay's selection; verify checks the window --since gives"},
+        {CMD_VERIFY, "to-id", "replay's selection; verify checks the window --since gives"},
+        {CMD_VERIFY, "aggregate-type", "replay's selection; verify checks every row of its window"},
+        {CMD_VERIFY, "aggregate-id", "replay's selection; verify checks every row of its window"},
+        {CMD_VERIFY, "event-type", "replay's selection; verify checks every row of its window"},
+        {CMD_VERIFY, "missing", "replay's; verify writes that list with --json"}};
+    for (size_t i = 0; i < sizeof(not_theirs) / sizeof(not_theirs[0]); i++)
+        if (cfg->command == not_theirs[i].command &&
+            source_of(sources, not_theirs[i].option) == OPT_FROM_FLAG)
+            return optval_fail(err, errlen, "%s does not take --%s (it is %s)",
+                               cfg->command == CMD_REPLAY ? "replay" : "verify",
+                               not_theirs[i].option, not_theirs[i].why);
     if (cfg->command == CMD_REPLAY && cfg->replay_from_id && cfg->replay_to_id &&
         cfg->replay_from_id > cfg->replay_to_id)
         return optval_fail(err, errlen, "--from-id (%ld) must not exceed --to-id (%ld)",

@@ -763,8 +763,9 @@ static void test_retention_option(void **state)
 
 /* replay refuses, as flags, the options of other commands that read as a selection (verify's
  * --since, requeue's --id and --all): every command takes every option, and `replay --since 2h
- * --aggregate-type order` replayed every sent order event. From the environment they are let be
- * (one environment file serves every command). */
+ * --aggregate-type order` replayed every sent order event. verify likewise refuses replay's
+ * selection. From the environment they are let be (one environment file serves every
+ * command). */
 static void test_replay_refuses_other_selections(void **state)
 {
     Config cfg;
@@ -780,6 +781,25 @@ static void test_replay_refuses_other_selections(void **state)
     assert_false(LOAD(&cfg, err, "replay", "--database-url=x", "--aggregate-type=order", "--all"));
     assert_error_line(err, "replay does not take --all");
     config_free(&cfg);
+    /* verify refuses replay's selection: it checks the window --since gives, whatever it is
+     * told, and its ok would be of a window it never read. */
+    const char *replays[][2] = {{"--sent-after", "2026-11-01"},
+                                {"--sent-before", "2026-11-02"},
+                                {"--from-id", "5"},
+                                {"--to-id", "9"},
+                                {"--aggregate-type", "order"},
+                                {"--aggregate-id", "o-1"},
+                                {"--event-type", "Created"},
+                                {"--missing", "list.json"}};
+    for (size_t i = 0; i < sizeof(replays) / sizeof(replays[0]); i++) {
+        if (LOAD(&cfg, err, "verify", "--database-url=x", "--brokers=k:1", replays[i][0],
+                 replays[i][1]))
+            fail_msg("verify took %s", replays[i][0]);
+        char want[64];
+        snprintf(want, sizeof(want), "verify does not take %s (it is replay's", replays[i][0]);
+        assert_error_line(err, want);
+        config_free(&cfg);
+    }
     /* verify's --since is verify's; replay's own selection alone is taken. */
     assert_true(LOAD(&cfg, err, "verify", "--database-url=x", "--brokers=k:1", "--since=2h"));
     config_free(&cfg);
