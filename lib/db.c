@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pwd.h>
 #include <limits.h>
 #include <netdb.h>
@@ -331,7 +332,7 @@ static bool conninfo_values_ok(const PQconninfoOption *opts, const PQconninfoOpt
 typedef struct ServiceGroup {
     StrBuf text;   /* as a connection string: key='value' ..., each key once (the first) */
     StrBuf seen;   /* the keys given so far, each between newlines */
-    char bad[200]; /* a line libpq refuses, said without its text (it may hold a password) */
+    char bad[400]; /* a line libpq refuses, said without its text (it may hold a password) */
     bool unopened; /* bad says which file libpq cannot open, no entry of it */
 } ServiceGroup;
 
@@ -463,10 +464,16 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
         return false;
     }
     bool ok = conninfo_values_ok(opts, NULL, "database URL", err, errlen) &&
-              service_values_ok(opts, err, errlen) && host_lists_ok(opts, err, errlen);
+              service_values_ok(opts, err, errlen) && host_lists_ok(opts, err, errlen) &&
+              db_check_files(opts, err, errlen);
     PQconninfoFree(opts);
     return ok;
 }
+
+/* Why a file libpq opens itself is refused (db_check_files, and the service file's own read). */
+#define DB_NOT_REGULAR                                                                             \
+    "not a regular file (libpq reads it on the relay's event loop at every connection, where a "   \
+    "pipe or device would stop the loop)"
 
 #ifndef PG_SYSCONFDIR
 #define PG_SYSCONFDIR "/etc/postgresql-common" /* Debian's; the Makefile sets libpq's own */
@@ -480,8 +487,23 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
 static bool service_file_value(const char *path, const char *service, const char *keyword,
                                char **out, ServiceGroup *all, bool *found, bool from_env)
 {
-    FILE *f = fopen(path, "r");
+    /* Without blocking, and a regular file only: libpq opens the file at every connection (on
+     * the relay's event loop), where a FIFO's open or read would stop it (db_check_files). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+        close(fd);
+        *found = true;
+        if (all && !all->bad[0]) {
+            all->unopened = true;
+            snprintf(all->bad, sizeof(all->bad), "service file \"%.120s\"%s: %s", path,
+                     from_env ? " (from PGSERVICEFILE)" : "", DB_NOT_REGULAR);
+        }
+        return all != NULL;
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (fd >= 0 && !f)
+        close(fd);
     if (!f && (from_env || stat(path, &st) == 0)) {
         /* libpq opens PGSERVICEFILE's file whether or not it exists, the others when they exist,
          * and one it cannot open fails every connection ("service file not found"), no further
@@ -590,6 +612,31 @@ static bool service_file_value(const char *path, const char *service, const char
     return got || (all && (in_group || too_long));
 }
 
+/* The service files libpq reads, in its order: i 0 is PGSERVICEFILE's (*from_env set), else
+ * ~/.pg_service.conf; i 1 the system's (PGSYSCONFDIR, else the compiled directory). False when
+ * there is no such file to read (no home directory). */
+static bool service_file_path(int i, char *path, size_t len, bool *from_env)
+{
+    const char *file = getenv("PGSERVICEFILE"), *home = getenv("HOME");
+    *from_env = i == 0 && file;
+    if (i == 1) {
+        const char *dir = getenv("PGSYSCONFDIR");
+        snprintf(path, len, "%s/pg_service.conf", dir ? dir : PG_SYSCONFDIR);
+        return true;
+    }
+    if (file) {
+        snprintf(path, len, "%s", file);
+        return true;
+    }
+    if (!home || !*home) {
+        struct passwd *pw = getpwuid(geteuid());
+        home = pw ? pw->pw_dir : NULL;
+    }
+    if (home)
+        snprintf(path, len, "%s/.pg_service.conf", home);
+    return home != NULL;
+}
+
 /* db_service_value, or with all the whole group as a connection string (keyword, out unused):
  * true when the group was found. */
 static bool service_read(const char *service, const char *keyword, char **out, ServiceGroup *all)
@@ -597,23 +644,13 @@ static bool service_read(const char *service, const char *keyword, char **out, S
     if (!service || !*service)
         return false;
     char path[4096];
-    bool found = false;
-    const char *file = getenv("PGSERVICEFILE"), *home = getenv("HOME");
-    if (file)
-        snprintf(path, sizeof(path), "%s", file);
-    else if (!home || !*home) {
-        struct passwd *pw = getpwuid(geteuid());
-        home = pw ? pw->pw_dir : NULL;
-    }
-    if (!file && home)
-        snprintf(path, sizeof(path), "%s/.pg_service.conf", home);
-    if ((file || home) &&
-        service_file_value(path, service, keyword, out, all, &found, file != NULL))
+    bool found = false, from_env = false;
+    if (service_file_path(0, path, sizeof(path), &from_env) &&
+        service_file_value(path, service, keyword, out, all, &found, from_env))
         return true;
     if (found)
         return false; /* libpq reads no further file */
-    const char *dir = getenv("PGSYSCONFDIR");
-    snprintf(path, sizeof(path), "%s/pg_service.conf", dir ? dir : PG_SYSCONFDIR);
+    service_file_path(1, path, sizeof(path), &from_env);
     return service_file_value(path, service, keyword, out, all, &found, false);
 }
 
@@ -651,6 +688,71 @@ bool db_effective_value(const PQconninfoOption *opts, const char *keyword, const
         return (*out = strdup(env)) != NULL;
     }
     return false;
+}
+
+/* The files libpq's TLS set-up opens (fe-secure-openssl.c, initialize_SSL), with their
+ * environment variables and the defaults under the home directory taken when none is set. */
+static const struct {
+    const char *keyword, *envvar, *home_default;
+} tls_files[] = {
+    {"sslrootcert", "PGSSLROOTCERT", ".postgresql/root.crt"},
+    {"sslcert", "PGSSLCERT", ".postgresql/postgresql.crt"},
+    {"sslkey", "PGSSLKEY", ".postgresql/postgresql.key"},
+    {"sslcrl", "PGSSLCRL", ".postgresql/root.crl"},
+};
+
+/* Refuses path (named by what, from from) when it exists and is not a regular file. stat, not
+ * open: nothing is read, and a device is not opened (an open may have effects of its own). */
+static bool regular_or_absent(const char *path, const char *what, const char *from, char *err,
+                              size_t errlen)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || S_ISREG(st.st_mode))
+        return true;
+    return refuse(err, errlen, "database URL: %s%s%s%s %s: %s", what, *from ? " (from " : "", from,
+                  *from ? ")" : "", path, DB_NOT_REGULAR);
+}
+
+bool db_check_files(const PQconninfoOption *opts, char *err, size_t errlen)
+{
+    const char *service = getenv("PGSERVICE");
+    for (const PQconninfoOption *o = opts; o && o->keyword; o++)
+        if (strcmp(o->keyword, "service") == 0 && o->val)
+            service = o->val;
+    char path[4096];
+    bool from_env = false;
+    /* Both, whichever holds the group: libpq reads the second when the first has none. */
+    for (int i = 0; service && *service && i < 2; i++)
+        if (service_file_path(i, path, sizeof(path), &from_env) &&
+            !regular_or_absent(path, "service file", from_env ? "PGSERVICEFILE" : "", err, errlen))
+            return false;
+    char *mode = NULL, from[80];
+    bool tls = !db_effective_value(opts, "sslmode", "PGSSLMODE", &mode, from, sizeof(from)) ||
+               strcmp(mode, "disable") != 0;
+    free(mode);
+    /* The defaults under the home directory as libpq 15 finds it (pqGetHomeDirectory): HOME,
+     * else the password database's. */
+    const char *home = getenv("HOME");
+    if (tls && (!home || !*home)) {
+        struct passwd *pw = getpwuid(geteuid());
+        home = pw ? pw->pw_dir : NULL;
+    }
+    bool ok = true;
+    for (size_t i = 0; tls && ok && i < sizeof(tls_files) / sizeof(tls_files[0]); i++) {
+        char *value = NULL;
+        if (db_effective_value(opts, tls_files[i].keyword, tls_files[i].envvar, &value, from,
+                               sizeof(from)) &&
+            *value) {
+            /* A key with a colon names an OpenSSL engine's key ("engine:id"), not a file. */
+            if (strcmp(tls_files[i].keyword, "sslkey") != 0 || !strchr(value, ':'))
+                ok = regular_or_absent(value, tls_files[i].keyword, from, err, errlen);
+        } else if (home && *home) {
+            snprintf(path, sizeof(path), "%s/%s", home, tls_files[i].home_default);
+            ok = regular_or_absent(path, tls_files[i].keyword, "libpq's default", err, errlen);
+        }
+        free(value);
+    }
+    return ok;
 }
 
 bool db_check_writer_conninfo(const char *conninfo, char *err, size_t errlen)

@@ -489,12 +489,19 @@ static void attempt_target(PgConn *pg)
      * libpq rejects) are libpq's to report. */
     pg->looked_up = false;
     forget_addrs(pg);
+    /* libpq opens the service file and the TLS files itself, on this loop, at every attempt: one
+     * swapped for a FIFO since the start-up (or reload) check would stop the loop in an open
+     * that waits for a writer. This attempt fails instead, and is retried as any other. */
+    char err[300];
+    if (pg->plan.parsed && !db_check_files(pg->plan.parsed, err, sizeof(err))) {
+        target_failed(pg, err);
+        return;
+    }
     if ((t->addr.hostaddr && *t->addr.hostaddr) || !resolve_needed(t->addr.host) ||
         strchr(t->addr.host, ',') || (t->addr.port && strchr(t->addr.port, ','))) {
         connect_target(pg, t->addr.host, NULL);
         return;
     }
-    char err[300];
     pg->resolving = resolve_start(pg->loop, t->addr.host, on_resolved, pg, err, sizeof(err));
     if (!pg->resolving) {
         target_failed(pg, err);

@@ -795,6 +795,92 @@ static void test_connect_defaults_yield(void **state)
     unlink(path);
 }
 
+/* The files libpq opens itself while it connects, on the relay's event loop (the service file
+ * in PQconnectStart, the TLS files in PQconnectPoll), must each be a regular file or absent: a
+ * FIFO's open waits for a writer and would freeze every database. Refused naming the setting,
+ * where it came from and the path, from the string, the environment or libpq's default under the
+ * home directory; sslmode=disable reads no TLS file, an engine's key ("engine:id") is no file.
+ * The check only stats: a FIFO is never opened (the alarm turns a wait into a failure). */
+static void test_library_files(void **state)
+{
+    (void)state;
+    char dir[128], fifo[192], plain[192], dotpg[192], home_fifo[256], cs[512], err[1024];
+    snprintf(dir, sizeof(dir), "/tmp/test_db_%ld_files", (long)getpid());
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    snprintf(plain, sizeof(plain), "%s/plain", dir);
+    snprintf(dotpg, sizeof(dotpg), "%s/.postgresql", dir);
+    snprintf(home_fifo, sizeof(home_fifo), "%s/root.crt", dotpg);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    FILE *f = fopen(plain, "w");
+    assert_non_null(f);
+    fclose(f);
+    const char *saved_home = getenv("HOME");
+    char *home = saved_home ? strdup(saved_home) : NULL;
+    setenv("HOME", dir, 1);
+    unsetenv("PGSSLROOTCERT");
+    unsetenv("PGSSLMODE");
+    unsetenv("PGSERVICE");
+    alarm(30); /* a FIFO opened would wait for a writer: a hang fails the test */
+
+    const char *keys[] = {"sslrootcert", "sslcert", "sslkey", "sslcrl"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        snprintf(cs, sizeof(cs), "host=h %s=%s", keys[i], fifo);
+        memset(err, 0, sizeof(err));
+        if (db_check_conninfo(cs, err, sizeof(err)))
+            fail_msg("%s a FIFO taken", keys[i]);
+        char want[300];
+        snprintf(want, sizeof(want), "database URL: %s %s: not a regular file", keys[i], fifo);
+        if (!strstr(err, want))
+            fail_msg("%s: got \"%s\"", keys[i], err);
+        assert_null(strchr(err, '\n'));
+        snprintf(cs, sizeof(cs), "host=h sslmode=disable %s=%s", keys[i], fifo);
+        assert_true(db_check_conninfo(cs, err, sizeof(err))); /* no TLS, no file read */
+        snprintf(cs, sizeof(cs), "host=h %s=%s", keys[i], plain);
+        assert_true(db_check_conninfo(cs, err, sizeof(err)));
+        snprintf(cs, sizeof(cs), "host=h %s=%s/absent", keys[i], dir);
+        assert_true(db_check_conninfo(cs, err, sizeof(err))); /* libpq goes on without it */
+    }
+    snprintf(cs, sizeof(cs), "host=h sslkey=engine:%s", fifo);
+    assert_true(db_check_conninfo(cs, err, sizeof(err)));
+    setenv("PGSSLROOTCERT", fifo, 1);
+    assert_false(db_check_conninfo("host=h", err, sizeof(err)));
+    assert_non_null(strstr(err, "sslrootcert (from PGSSLROOTCERT)"));
+    unsetenv("PGSSLROOTCERT");
+    /* libpq's default, ~/.postgresql/root.crt. */
+    assert_int_equal(mkdir(dotpg, 0700), 0);
+    assert_int_equal(mkfifo(home_fifo, 0600), 0);
+    assert_false(db_check_conninfo("host=h", err, sizeof(err)));
+    assert_non_null(strstr(err, "sslrootcert (from libpq's default)"));
+    assert_true(db_check_conninfo("host=h sslmode=disable", err, sizeof(err)));
+    unlink(home_fifo);
+    /* The service file, which the relay reads too (db_effective_value) and libpq at every
+     * connection: PGSERVICEFILE a FIFO. */
+    setenv("PGSERVICEFILE", fifo, 1);
+    assert_false(db_check_conninfo("service=svc", err, sizeof(err)));
+    assert_non_null(strstr(err, "not a regular file"));
+    assert_non_null(strstr(err, fifo));
+    char *value = NULL, from[80];
+    PQconninfoOption *opts = PQconninfoParse("service=svc", NULL);
+    assert_non_null(opts);
+    assert_false(db_effective_value(opts, "host", NULL, &value, from, sizeof(from)));
+    PQconninfoFree(opts);
+    assert_true(db_check_conninfo("host=h", err, sizeof(err))); /* no service named: not read */
+    unsetenv("PGSERVICEFILE");
+    alarm(0);
+
+    if (home) {
+        setenv("HOME", home, 1);
+        free(home);
+    } else {
+        unsetenv("HOME");
+    }
+    rmdir(dotpg);
+    unlink(fifo);
+    unlink(plain);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -808,6 +894,7 @@ int main(void)
         cmocka_unit_test(test_writer_conninfo),
         cmocka_unit_test(test_writer_service),
         cmocka_unit_test(test_service_values),
+        cmocka_unit_test(test_library_files),
         cmocka_unit_test(test_connect_timeout_zero),
         cmocka_unit_test(test_pinned_options_from_service),
         cmocka_unit_test(test_pinned_long_options),

@@ -1,0 +1,91 @@
+#!/bin/bash
+# Proves the files libpq opens itself (the TLS files of a database URL) are never waited on by the
+# running relay: libpq opens them on the event loop at every connection, and a FIFO's open waits
+# for a writer, freezing /healthz and every database. The server speaks TLS (a self-signed
+# certificate, which is also the clients' sslrootcert: sslmode=require verifies it then):
+#  1. a SIGHUP adding a database whose URL's sslrootcert is a FIFO is refused in one line naming
+#     the setting and the path (the running configuration kept), within 10 s; /healthz still
+#     answers and the running database still delivers;
+#  2. the running database's sslrootcert swapped for a FIFO and its connections terminated: each
+#     reconnection attempt fails with a line naming it ("not a regular file"; after an outage's
+#     first, at debug level) and is retried;
+#     /healthz answers meanwhile; the file put back, the relay reconnects and delivers the rows
+#     inserted meanwhile, and exits 0 on SIGTERM.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+# TLS on the server: its certificate is self-signed, so it is its own CA.
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=127.0.0.1" \
+    -keyout "$T/pg/server.key" -out "$T/pg/server.crt" >"$T/openssl.log" 2>&1 || fail "openssl"
+chmod 600 "$T/pg/server.key"
+[ "$(id -u)" = 0 ] && chown postgres: "$T/pg/server.key" "$T/pg/server.crt"
+echo "ssl = on" >>"$T/pg/postgresql.conf"
+pg_restart
+broker_start 1
+psql_q "CREATE DATABASE outbox_b" -d postgres || fail "create outbox_b"
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+"$RELAY_BIN" migrate --database-url "postgresql://postgres@127.0.0.1:$PGPORT/outbox_b" \
+    2>>"$T/migrate.log" || fail "migrate outbox_b"
+
+ROOT_CRT=$T/root.crt FIFO=$T/fifo.crt
+cp "$T/pg/server.crt" "$ROOT_CRT"
+mkfifo -m 600 "$FIFO"
+url() { # url DB ROOTCERT
+    echo "postgresql://postgres@127.0.0.1:$PGPORT/$1?sslmode=require&sslrootcert=$2"
+}
+unset DATABASE_URL # the list names every database's URL
+CONF=$T/relay.json
+write_conf() { # write_conf ENTRY...: the config file, atomically
+    local list="" e
+    for e in "$@"; do list="$list${list:+, }$e"; done
+    # log-level debug: a session's failures after the first of an outage are logged at debug.
+    printf '{"brokers": "%s", "metrics-listen": "127.0.0.1:0", "log-level": "debug",
+"databases": [%s]}\n' "$BROKERS" "$list" >"$CONF.tmp" && mv "$CONF.tmp" "$CONF"
+}
+ENTRY_A="{\"name\": \"a\", \"database-url\": \"$(url outbox "$ROOT_CRT")\"}"
+write_conf "$ENTRY_A"
+insert() { # insert TYPE N
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            SELECT '$1', '$1-' || g, 'changed', '{}' FROM generate_series(1, $2) AS g"
+}
+lines() { grep -c '' "$RELAY_LOG"; }
+since() { tail -n +"$(($1 + 1))" "$RELAY_LOG"; } # since LINE: log lines after LINE
+
+relay_start --config "$CONF"
+metrics_wait
+insert a 10
+wait_for "the relay delivers over TLS" 30 none_unsent_of a
+check "its connections use TLS" grep -q 'msg="postgres connected".*tls=on' "$RELAY_LOG"
+
+# --- 1. ---
+mark=$(lines)
+write_conf "$ENTRY_A" "{\"name\": \"b\", \"database-url\": \"$(url outbox_b "$FIFO")\"}"
+kill -HUP "$RELAY_PID"
+# shellcheck disable=SC2016
+wait_for "1: the reload adding a database whose sslrootcert is a FIFO is refused" 10 \
+    bash -c 'tail -n +"$(($2 + 1))" "$1" | grep -qF -- "$3"' _ "$RELAY_LOG" "$mark" \
+    "reload failed; keeping the running configuration\" error=\"database b: database URL: sslrootcert $FIFO: not a regular file"
+check_eq "1: /healthz still answers" 200 "$(http_code /healthz)"
+insert b1 10
+wait_for "1: the running database still delivers" 30 none_unsent_of b1
+check_eq "1: database b never started" 0 "$(since "$mark" | grep -c 'database=b')"
+write_conf "$ENTRY_A"
+
+# --- 2. ---
+# The mark first: an on-demand connection (the upkeep's) may try, and log, before the terminate.
+mark=$(lines)
+mv "$ROOT_CRT" "$ROOT_CRT.saved" && mkfifo -m 600 "$ROOT_CRT"
+psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+        WHERE datname = 'outbox' AND pid <> pg_backend_pid()" >/dev/null
+# shellcheck disable=SC2016
+wait_for "2: a reconnection attempt fails naming the FIFO" 20 \
+    bash -c 'tail -n +"$(($2 + 1))" "$1" | grep -qF -- "$3"' _ "$RELAY_LOG" "$mark" \
+    "sslrootcert $ROOT_CRT: not a regular file"
+code=$(http_code /healthz)
+check "2: /healthz still answers (got $code)" test "$code" != 000
+insert c 10
+rm -f "$ROOT_CRT" && mv "$ROOT_CRT.saved" "$ROOT_CRT"
+wait_for "2: the file back, the relay reconnects and delivers" 60 none_unsent_of c
+relay_stop
+check_eq "2: exit 0 on SIGTERM" 0 "$?"
