@@ -87,6 +87,16 @@ bool relay_producer_ready(Relay *r)
     ev_tstamp now = monotime_now();
     if (now < r->recreate_after)
         return false;
+    /* librdkafka opens the TLS files in rd_kafka_new, here on the loop: one swapped for a FIFO
+     * since start-up would stop it. This try fails instead (the old producer kept for the next),
+     * and the caller's retry backoff brings the next. */
+    char err[600];
+    if (!kafka_conf_files_ok(r->kconf_template, err, sizeof(err))) {
+        r->recreate_after = now + backoff_next(&r->recreate);
+        char q[700];
+        log_error("cannot recreate the Kafka producer", "error=%s", log_quote(err, q, sizeof(q)));
+        return false;
+    }
     /* The old one is destroyed off the loop (rd_kafka_destroy may block while its broker threads
      * finish a connection attempt or a name lookup); every report of it is in (above), and none
      * can reach this relay again. One is destroyed at a time: while another (this relay's last,
@@ -95,7 +105,6 @@ bool relay_producer_ready(Relay *r)
         return false;
     r->kafka = NULL;
     r->recreate_after = now + backoff_next(&r->recreate);
-    char err[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_dup(r->kconf_template);
     r->kafka = kafka_producer_new(r->loop, conf, on_delivery, r, err, sizeof(err));
     if (!r->kafka) {

@@ -6,6 +6,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -174,6 +176,42 @@ static void producer_refusal(const Config *cfg, const rd_kafka_conf_t *base, con
     snprintf(err, errlen, "invalid Kafka configuration: %s", why);
 }
 
+/* The files librdkafka 2.0.2 opens in rd_kafka_new, for TLS (rd_kafka_ssl_ctx_init): on the
+ * caller's thread, and for a producer made while the relay runs (a database a reload adds, a
+ * recreation after a fatal error) that is the event loop. */
+static const char *const tls_file_props[] = {
+    "ssl.ca.location",  "ssl.crl.location",      "ssl.certificate.location",
+    "ssl.key.location", "ssl.keystore.location", "ssl.engine.location",
+};
+
+bool kafka_conf_files_ok(const rd_kafka_conf_t *conf, char *err, size_t errlen)
+{
+    char proto[32] = "";
+    size_t len = sizeof(proto);
+    if (rd_kafka_conf_get(conf, "security.protocol", proto, &len) != RD_KAFKA_CONF_OK ||
+        (strcasecmp(proto, "ssl") != 0 && strcasecmp(proto, "sasl_ssl") != 0))
+        return true; /* no TLS: librdkafka opens none of them */
+    for (size_t i = 0; i < sizeof(tls_file_props) / sizeof(tls_file_props[0]); i++) {
+        char path[4096] = "";
+        len = sizeof(path);
+        if (rd_kafka_conf_get(conf, tls_file_props[i], path, &len) != RD_KAFKA_CONF_OK ||
+            !path[0] || strcmp(path, "probe") == 0) /* probe: the system's CA paths */
+            continue;
+        /* stat, not open: nothing is read and a device is not opened. Absent: librdkafka's own
+         * error says so. The CA location may be a directory (OpenSSL looks certificates up in it
+         * by hash). */
+        struct stat st;
+        if (stat(path, &st) != 0 || S_ISREG(st.st_mode) || (i == 0 && S_ISDIR(st.st_mode)))
+            continue;
+        snprintf(err, errlen,
+                 "kafka %s %s: not a regular file (librdkafka reads it on the relay's event loop "
+                 "whenever it makes a producer, where a pipe or device would stop the loop)",
+                 tls_file_props[i], path);
+        return false;
+    }
+    return true;
+}
+
 rd_kafka_conf_t *kafka_conf_build(const Config *cfg, bool *runtime, char *err, size_t errlen)
 {
     if (runtime)
@@ -330,6 +368,8 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, bool *runtime, char *err, s
                  origin, mmb, qkb);
         ok = false;
     }
+    /* Before the trial producer, which would open them. */
+    ok = ok && kafka_conf_files_ok(conf, err, errlen);
     char why[512];
     bool no_resource = false;
     if (ok && !producer_accepts(conf, &no_resource, why, sizeof(why))) {

@@ -556,6 +556,12 @@ bool databases_reload_check(const Databases *d, const Config *fresh, char *err, 
                      c->database_name, twin->cfg.database_name, twin->cfg.database_name);
             return false;
         }
+        /* Its producer is made on the loop (db_new), and librdkafka opens the TLS files then. */
+        char why[600];
+        if (adding == 0 && !kafka_conf_files_ok(d->kconf, why, sizeof(why))) {
+            snprintf(err, errlen, "database %s: %s", c->database_name, why);
+            return false;
+        }
         adding++;
     }
     /* Draining databases hold their place until they are gone (those this reload drops too). */

@@ -24,6 +24,7 @@ static KafkaProducer *current;
 /* kafka_producer_free and kafka_producer_retire calls (fake_kafka_freed, fake_kafka_retired). */
 static int freed, retired;
 static bool retire_busy;
+static bool files_refused;
 /* The delivery report being served (kafka.c serves them inside rd_kafka_poll, on the producer's
  * own queue): the producer may not be freed from inside one, as kafka_poll goes on polling it. */
 static const KafkaProducer *reporting;
@@ -106,6 +107,19 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, bool *runtime, char *err, s
     (void)err;
     (void)errlen;
     return rd_kafka_conf_new();
+}
+
+void fake_kafka_set_files_refused(bool refused)
+{
+    files_refused = refused;
+}
+
+bool kafka_conf_files_ok(const rd_kafka_conf_t *conf, char *err, size_t errlen)
+{
+    (void)conf;
+    if (files_refused)
+        snprintf(err, errlen, "kafka ssl.ca.location /fake: not a regular file");
+    return !files_refused;
 }
 
 bool kafka_reload_check(const Config *running, const Config *fresh, char *err, size_t errlen)

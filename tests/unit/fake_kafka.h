@@ -57,5 +57,7 @@ int fake_kafka_handed_off(void);
 void fake_kafka_destroy_handed_off(void);
 /* While busy, kafka_producer_retire refuses (another old producer is still being destroyed). */
 void fake_kafka_set_retire_busy(bool busy);
+/* While refused, kafka_conf_files_ok answers false (a TLS file swapped for a FIFO, say). */
+void fake_kafka_set_files_refused(bool refused);
 
 #endif

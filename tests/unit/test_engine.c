@@ -370,6 +370,7 @@ static int teardown(void **state)
 {
     session_phase_observer = NULL;
     fake_pg_sent_hook = NULL;
+    fake_kafka_set_files_refused(false); /* a test that failed while refusing */
     relay_free(T.r);
     T.r = NULL;
     fake_kafka_destroy_handed_off(); /* the threads' part of what relay_free handed off */
@@ -2154,6 +2155,34 @@ static void test_failed_producer_destroyed_off_the_loop(void **state)
     fake_kafka_report_all(OK);
 }
 
+/* librdkafka opens the TLS files in rd_kafka_new, on the loop: while one is not a regular file
+ * (a FIFO swapped in since start-up, which it would wait on for a writer), the recreation is not
+ * tried, the failed producer is kept (not retired), and the session tries again after its
+ * backoff; the files back, the next try after the recreation's backoff recreates it. */
+static void test_producer_not_recreated_over_a_fifo(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    int retired = fake_kafka_retired();
+    KafkaProducer *first = fake_kafka_current();
+    fake_kafka_set_fatal(true);
+    answer_claim(0, "A"); /* the producer failed under the claim */
+    answer(0);            /* ROLLBACK */
+    fake_kafka_set_files_refused(true);
+    fire(&S(0)->retry_timer);
+    expect_idle_pg(0); /* no claim, and no rd_kafka_new that would open the FIFO */
+    assert_ptr_equal(fake_kafka_current(), first);
+    assert_int_equal(fake_kafka_retired(), retired);
+    assert_true(ev_is_active(&S(0)->retry_timer)); /* the session tries again later */
+    fake_kafka_set_files_refused(false);
+    T.r->recreate_after = monotime_now() - 1; /* its backoff is over */
+    fire(&S(0)->retry_timer);
+    assert_ptr_not_equal(fake_kafka_current(), first);
+    assert_int_equal(fake_kafka_retired(), retired + 1);
+    answer_claim(0, "A");
+    fake_kafka_report_all(OK);
+}
+
 /* A follower's final claim waits behind a look at the lanes (the rebalance timer ticked while it
  * asked to sleep), and its guard leaves meanwhile: the claim is then a wakeup, and the session
  * asks again after it, as when the guard leaves while it asks to sleep. Were it to sleep on, no
@@ -2969,6 +2998,7 @@ int main(void)
         cmocka_unit_test_teardown(test_producer_recreated_outside_its_report, teardown),
         cmocka_unit_test_teardown(test_failing_producer_recreated_at_a_pace, teardown),
         cmocka_unit_test_teardown(test_failed_producer_destroyed_off_the_loop, teardown),
+        cmocka_unit_test_teardown(test_producer_not_recreated_over_a_fifo, teardown),
         cmocka_unit_test_teardown(test_freed_producer_destroyed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_given_up_batch_producer_freed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),

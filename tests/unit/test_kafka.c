@@ -16,6 +16,7 @@
 #include <string.h>
 #include <netdb.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -605,10 +606,72 @@ static void test_setup_errors_are_not_rejections(void **state)
         strstr(kafka_error_setup_hint(RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED), "ACL"));
 }
 
+static void on_files_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "test_kafka: a TLS file that is a FIFO was opened (waits for ever)\n";
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    (void)ignored;
+    _exit(1);
+}
+
+/* librdkafka opens the TLS files in rd_kafka_new, on the relay's event loop for a producer made
+ * while it runs (a database a reload adds, a recreation): a FIFO's open waits for a writer. A
+ * file that is not a regular file is refused at start-up, naming the property and the path,
+ * before the trial producer would open it (the alarm turns that wait into a failure); a CA
+ * directory is taken, and without TLS (plaintext) no file is looked at. */
+static void test_tls_files_must_be_regular(void **state)
+{
+    (void)state;
+    char dir[128], fifo[192], prop[300], err[1024];
+    snprintf(dir, sizeof(dir), "/tmp/test_kafka_%ld_files", (long)getpid());
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(fifo, sizeof(fifo), "%s/ca.pem", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    signal(SIGALRM, on_files_alarm);
+    alarm(30);
+    const char *props[] = {"ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
+                           "ssl.crl.location", "ssl.keystore.location"};
+    for (size_t i = 0; i < sizeof(props) / sizeof(props[0]); i++) {
+        Config cfg;
+        snprintf(prop, sizeof(prop), "%s=%s", props[i], fifo);
+        memset(err, 0, sizeof(err));
+        rd_kafka_conf_t *conf = build(&cfg, err, sizeof(err), "--kafka", "security.protocol=ssl",
+                                      "--kafka", prop, NULL);
+        if (conf)
+            fail_msg("%s a FIFO taken", props[i]);
+        char want[400];
+        snprintf(want, sizeof(want), "kafka %s %s: not a regular file", props[i], fifo);
+        if (!strstr(err, want))
+            fail_msg("%s: got \"%s\"", props[i], err);
+        config_free(&cfg);
+        /* Plaintext: librdkafka opens none of them. */
+        Config plain;
+        conf = build(&plain, err, sizeof(err), "--kafka", prop, "--kafka",
+                     "ssl.keystore.password=unused", NULL); /* librdkafka wants one anyway */
+        assert_non_null(conf);
+        rd_kafka_conf_destroy(conf);
+        config_free(&plain);
+    }
+    alarm(0);
+    Config cfg;
+    snprintf(prop, sizeof(prop), "ssl.ca.location=%s", dir); /* a directory of certificates */
+    rd_kafka_conf_t *conf =
+        build(&cfg, err, sizeof(err), "--kafka", "security.protocol=ssl", "--kafka", prop, NULL);
+    if (!conf)
+        fail_msg("a CA directory refused: %s", err);
+    assert_true(kafka_conf_files_ok(conf, err, sizeof(err)));
+    rd_kafka_conf_destroy(conf);
+    config_free(&cfg);
+    unlink(fifo);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_protective_defaults),
+        cmocka_unit_test(test_tls_files_must_be_regular),
         cmocka_unit_test(test_flags_come_after_the_defaults),
         cmocka_unit_test(test_idempotence_cannot_be_turned_off),
         cmocka_unit_test(test_delivery_callbacks_cannot_be_set),

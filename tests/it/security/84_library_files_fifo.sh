@@ -10,7 +10,12 @@
 #     reconnection attempt fails with a line naming it ("not a regular file"; after an outage's
 #     first, at debug level) and is retried;
 #     /healthz answers meanwhile; the file put back, the relay reconnects and delivers the rows
-#     inserted meanwhile, and exits 0 on SIGTERM.
+#     inserted meanwhile, and exits 0 on SIGTERM;
+#  3. the same for librdkafka's TLS files, which it opens in rd_kafka_new (each database has its
+#     producer): with --kafka security.protocol=ssl and ssl.ca.location swapped for a FIFO, a
+#     SIGHUP adding a database is refused in one line naming the property and the path, and
+#     /healthz still answers. (The mock broker speaks no TLS: nothing is delivered in this part;
+#     a producer's recreation is covered by test_engine, start-up by test_kafka.)
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -36,12 +41,14 @@ url() { # url DB ROOTCERT
 }
 unset DATABASE_URL # the list names every database's URL
 CONF=$T/relay.json
+KAFKA_PROPS="" # extra "kafka" members of the config file (part 3)
 write_conf() { # write_conf ENTRY...: the config file, atomically
     local list="" e
     for e in "$@"; do list="$list${list:+, }$e"; done
     # log-level debug: a session's failures after the first of an outage are logged at debug.
     printf '{"brokers": "%s", "metrics-listen": "127.0.0.1:0", "log-level": "debug",
-"databases": [%s]}\n' "$BROKERS" "$list" >"$CONF.tmp" && mv "$CONF.tmp" "$CONF"
+"kafka": {%s}, "databases": [%s]}\n' "$BROKERS" "$KAFKA_PROPS" "$list" >"$CONF.tmp" &&
+        mv "$CONF.tmp" "$CONF"
 }
 ENTRY_A="{\"name\": \"a\", \"database-url\": \"$(url outbox "$ROOT_CRT")\"}"
 write_conf "$ENTRY_A"
@@ -89,3 +96,26 @@ rm -f "$ROOT_CRT" && mv "$ROOT_CRT.saved" "$ROOT_CRT"
 wait_for "2: the file back, the relay reconnects and delivers" 60 none_unsent_of c
 relay_stop
 check_eq "2: exit 0 on SIGTERM" 0 "$?"
+
+# --- 3. ---
+KAFKA_CA=$T/kafka-ca.pem
+cp "$T/pg/server.crt" "$KAFKA_CA"
+KAFKA_PROPS="\"security.protocol\": \"ssl\", \"ssl.ca.location\": \"$KAFKA_CA\""
+write_conf "$ENTRY_A"
+relay_start --config "$CONF"
+metrics_wait
+wait_for "3: database a connects (its producer made from the TLS properties)" 30 \
+    grep -q 'msg="postgres connected" database=a conn=session-0' "$RELAY_LOG"
+mv "$KAFKA_CA" "$KAFKA_CA.saved" && mkfifo -m 600 "$KAFKA_CA"
+mark=$(lines)
+write_conf "$ENTRY_A" "{\"name\": \"b\", \"database-url\": \"$(url outbox_b "$ROOT_CRT")\"}"
+kill -HUP "$RELAY_PID"
+# shellcheck disable=SC2016
+wait_for "3: the reload adding a database while ssl.ca.location is a FIFO is refused" 10 \
+    bash -c 'tail -n +"$(($2 + 1))" "$1" | grep -qF -- "$3"' _ "$RELAY_LOG" "$mark" \
+    "reload failed; keeping the running configuration\" error=\"database b: kafka ssl.ca.location $KAFKA_CA: not a regular file"
+check_eq "3: /healthz still answers" 200 "$(http_code /healthz)"
+check_eq "3: database b never started" 0 "$(since "$mark" | grep -c 'database=b')"
+rm -f "$KAFKA_CA" && mv "$KAFKA_CA.saved" "$KAFKA_CA"
+relay_stop
+check_eq "3: exit 0 on SIGTERM" 0 "$?"
