@@ -136,6 +136,53 @@ void claim_floor_committed(Session *s)
         log_debug("claim floor moved", "floor=%lld session=%d", s->floor.floor, s->index);
 }
 
+/* The row of the recheck's answer (n rows) that holds row back, or -1. */
+static int rechecked_holder(const PGresult *found, int n, const OutboxRow *row)
+{
+    for (int k = 0; k < n; k++)
+        if (strcmp(row->aggregate_type, PQgetvalue(found, k, 0)) == 0 &&
+            strcmp(row->aggregate_id, PQgetvalue(found, k, 1)) == 0 &&
+            row->id > strtoll(PQgetvalue(found, k, 2), NULL, 10))
+            return k;
+    return -1;
+}
+
+/* What the claim's recheck found (SQL_CLAIM_RECHECK_HOLD: an aggregate, and the first of its rows
+ * that another transaction made wait or dead-lettered while the claim ran, each of which the claim
+ * saw as claimable or not at all): the claimed rows of that aggregate after that row are not
+ * published in this batch. Its whole aggregate is held (batch_hold), also the rows before that
+ * one, which go in the next claim: a rare event, not worth a finer hold. They stay unsent and
+ * untouched, so the batch moves no floor; the next claim sees the row and holds them back
+ * itself. A full answer (CLAIM_RECHECK_MAX) may have left some out: then every aggregate of the
+ * batch is held. Logged once per claim that holds anything back. */
+static void hold_rechecked(Session *s, const PGresult *found)
+{
+    int n =
+        PQresultStatus(found) == PGRES_TUPLES_OK && PQnfields(found) >= 3 ? PQntuples(found) : 0;
+    if (n == 0)
+        return;
+    Batch *b = &s->batch;
+    bool all = n >= CLAIM_RECHECK_MAX;
+    int held = 0;
+    const char *first = "";
+    for (int i = 0; i < b->n; i++) {
+        BatchRow *br = &b->rows[i];
+        int k = br->dead_letter ? -1 : all ? 0 : rechecked_holder(found, n, &br->row);
+        if (k < 0)
+            continue;
+        if (!*first)
+            first = PQgetvalue(found, k, 2);
+        if (!batch_is_held(b, &br->row))
+            held++;
+        batch_hold(b, &br->row);
+    }
+    if (held > 0)
+        log_info("events of this claim wait: an earlier event of their aggregate was made to wait "
+                 "or dead-lettered by another transaction while the claim ran",
+                 "id=%s aggregates=%d all=%s session=%d", all ? "" : first, held,
+                 all ? "yes" : "no", s->index);
+}
+
 ClaimOutcome claim_read(Session *s, PGresult **results, int n, const char *error)
 {
     char q[512];
@@ -218,6 +265,8 @@ ClaimOutcome claim_read(Session *s, PGresult **results, int n, const char *error
     }
     /* The batch keeps the results: its rows point into them. */
     batch_load(&s->batch, results[at->events], at->dead >= 0 ? results[at->dead] : NULL);
+    if (at->recheck >= 0)
+        hold_rechecked(s, results[at->recheck]);
     s->batch.claimed_at = monotime_now();
     s->batch.claim_sent_at = s->claim_sent_at;
     /* A full batch (as many rows as asked for, or half the byte budget: adapt_row_limit's
@@ -284,7 +333,7 @@ bool claim_build(Session *s, ClaimRequest *req)
     /* The planner settings first: the look-ups of failed rows (the dead-letter claim, the
      * floor's, the claim's) rely on them to read the retry index (statements.c). */
     PgQuery *queries = req->queries;
-    ClaimLayout at = {.dead = -1, .held = -1, .writers = -1, .locker = -1};
+    ClaimLayout at = {.dead = -1, .held = -1, .writers = -1, .locker = -1, .recheck = -1};
     int nq = 0;
     queries[nq++] = (PgQuery){SQL_BEGIN, 0, NULL, false};
     queries[nq++] = (PgQuery){SQL_CLAIM_PLAN, 0, NULL, true};
@@ -321,6 +370,15 @@ bool claim_build(Session *s, ClaimRequest *req)
     }
     at.events = nq;
     queries[nq++] = (PgQuery){s->sql[s->claim_sent], 6, req->params, true};
+    if (!s->setup_fault) { /* a probe claims no lanes: nothing to recheck */
+        snprintf(req->recheck_limit, sizeof(req->recheck_limit), "%d", CLAIM_RECHECK_MAX);
+        req->recheck_params[0] = s->lanes.owned_array.s;
+        req->recheck_params[1] = req->recheck_limit;
+        at.recheck = nq;
+        queries[nq++] = (PgQuery){s->sql[s->claim_stmt == SQL_CLAIM_HOLD ? SQL_CLAIM_RECHECK_HOLD
+                                                                         : SQL_CLAIM_RECHECK_SKIP],
+                                  2, req->recheck_params, true};
+    }
     if (s->around_locks) {
         at.locker = nq;
         queries[nq++] = (PgQuery){s->sql[SQL_FIND_LOCKER], 2, req->locker_params, true};

@@ -49,9 +49,12 @@
 /* How often a session whose claim floor is off for its check (failed, or the table unfit) or
  * turned off by a look asks the check again: one small query. */
 #define FLOOR_CHECK_AGAIN_S 60.0
-/* BEGIN, planner settings, dead-letter claim, the floor's two looks, the claim, the look for a
- * locker behind a claim around locks, a setup probe's mark statement. */
-#define CLAIM_MAX_QUERIES 7
+/* BEGIN, planner settings, dead-letter claim, the floor's two looks, the claim, its recheck, the
+ * look for a locker behind a claim around locks, a setup probe's mark statement. */
+#define CLAIM_MAX_QUERIES 8
+/* The most rows the claim's recheck returns (claim.c): aggregates some other transaction held
+ * back while the claim ran. More, and the session holds the whole batch back. */
+#define CLAIM_RECHECK_MAX 1000
 
 typedef struct Session Session;
 
@@ -202,6 +205,7 @@ typedef struct ClaimLayout {
     int events;  /* the claim */
     int writers; /* the floor's look at writers */
     int locker;  /* behind a claim around locks: the first locked row and its locker */
+    int recheck; /* after the claim: aggregates held back since it began (SQL_CLAIM_RECHECK_HOLD) */
     int n;       /* statements in all, from BEGIN */
 } ClaimLayout;
 
@@ -367,8 +371,9 @@ void session_setup_failed(Session *s, const char *what, const char *state, const
 /* The statements of one claim and the parameter text they point to (claim.c fills it). */
 typedef struct ClaimRequest {
     char limit[24], dead_limit[24], budget[24], dead_budget[24], max_message[24], window[24];
+    char recheck_limit[24];
     const char *params[6], *dead_params[4], *held_params[2], *writers_params[1];
-    const char *locker_params[2];
+    const char *locker_params[2], *recheck_params[2];
     const char *no_rows[1]; /* "{}": the marks' statement of a setup probe */
     PgQuery queries[CLAIM_MAX_QUERIES];
     int n;

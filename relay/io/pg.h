@@ -19,8 +19,9 @@
 
 typedef struct PgConn PgConn;
 
-/* Statements one request may carry: a batch's marks and COMMIT with the next claim after them. */
-#define PG_MAX_QUERIES 12
+/* Statements one request may carry: a batch's marks and COMMIT (at most 6) with the next claim
+ * after them (at most 7 of its CLAIM_MAX_QUERIES when chained: never a setup probe's). */
+#define PG_MAX_QUERIES 13
 
 /* One statement of a request: SQL with $n parameters given as text (NULL value = SQL NULL).
  * prepare: run it as a statement prepared on this connection, parsed and planned once (by the

@@ -14,8 +14,11 @@
 #include "pg_plan.h"
 #include "resolve.h"
 
-/* Distinct statements a connection prepares; beyond that, statements are sent unprepared. */
-#define PG_MAX_PREPARED 8
+/* Distinct statements a connection prepares; beyond that, statements are sent unprepared. A
+ * session asks for 10 at most: the claim's (planner settings, dead-letter claim, the floor's two
+ * looks, the claim, its recheck, the claim around locks and its look for a locker) and the
+ * marks' (planner settings, sent marks). */
+#define PG_MAX_PREPARED 12
 /* PG_SETUP: connected, the session's timeouts being set; the owner hears "up" after that. */
 typedef enum { PG_DOWN, PG_CONNECTING, PG_SETUP, PG_UP } PgState;
 

@@ -25,11 +25,15 @@
  * above jit_above_cost on a large backlog, and compiling it took 0.9 s a claim (measured, 200,000
  * unsent rows) to save nothing. lock_timeout: see SQL_CLAIM. */
 #define CLAIM_LOCK_TIMEOUT_MS "200"
+/* And this statement's snapshot, taken before the claim's, for the claim's recheck
+ * (SQL_CLAIM_RECHECK_HOLD, statements.c): what committed after it. */
+#define CLAIM_SNAPSHOT_SETTING "outbox_relay.claim_snapshot"
 #define SQL_CLAIM_PLAN                                                                             \
     "SELECT pg_catalog.set_config('enable_sort', 'off', true), "                                   \
     "pg_catalog.set_config('enable_bitmapscan', 'off', true),"                                     \
     " pg_catalog.set_config('jit', 'off', true), pg_catalog.set_config('lock_timeout', "           \
-    "'" CLAIM_LOCK_TIMEOUT_MS "', true)"
+    "'" CLAIM_LOCK_TIMEOUT_MS "', true), pg_catalog.set_config('" CLAIM_SNAPSHOT_SETTING "',"      \
+    " pg_catalog.pg_current_snapshot()::text, true)"
 /* Before the marks, in the claim's transaction: they wait as long as they need (a table lock
  * some DDL holds, say), rather than fail after the claim's lock_timeout. And they find their rows
  * by the primary key: a batch of 1,000 ids costs the planner more than a sequential scan of a
@@ -101,6 +105,10 @@ typedef enum {
     SQL_MARK_FAILED,        /* $1 ids, $2 errors, $3 permanent, $4 max attempts, $5/$6 backoff */
     SQL_MARK_DEAD_LETTERED, /* $1 ids published to the dead-letter topic $2 */
     SQL_MARK_DEAD_LETTER_FAILED, /* $1 ids, $2 errors */
+    SQL_CLAIM_RECHECK_HOLD,      /* after the claim: failed rows of the lanes $1 that hold their
+                                  * aggregate back and were recorded since the claim began (at
+                                  * most $2) */
+    SQL_CLAIM_RECHECK_SKIP,      /* the same with --on-poison skip */
     SESSION_SQL_COUNT
 } SessionSql;
 

@@ -60,6 +60,7 @@ static struct {
     const char *fail_state;          /* ... with this SQLSTATE */
     const char *fail_msg;            /* ... and this message (NULL: "the test says no") */
     const char *dead[MAX_SESSIONS];  /* the next dead-letter claim's rows, as claim[] */
+    const char *recheck[3];          /* the next claim's recheck: aggregate type, id, seq; none */
     const char *table_node;          /* the table's relfilenode the floor's look finds */
     const char *seq_last;            /* the sequence's last value it finds (NULL: "10") */
     const char *seq_in_order;        /* whether it finds the sequence in order (NULL: "t") */
@@ -160,7 +161,12 @@ static const char *const template_kind[SESSION_SQL_COUNT] = {
     [SQL_MARK_FAILED] = "mark-failed",
     [SQL_MARK_DEAD_LETTERED] = "mark-dead-lettered",
     [SQL_MARK_DEAD_LETTER_FAILED] = "mark-dead-letter-failed",
+    [SQL_CLAIM_RECHECK_HOLD] = "claim-recheck",
+    [SQL_CLAIM_RECHECK_SKIP] = "claim-recheck",
 };
+
+/* A plain claim's request, as summarise() names it. */
+#define CLAIM "BEGIN,claim-plan,claim,claim-recheck"
 
 static const struct {
     const char *sql, *kind;
@@ -487,6 +493,12 @@ static PGresult *auto_result(int i, const FakeRequest *req, int q)
     }
     if (strcmp(kind, "mark-failed") == 0)
         return fake_pg_tuples("id,event_id,aggregate_type,aggregate_id,dead", 0, NULL);
+    if (strcmp(kind, "claim-recheck") == 0) {
+        PGresult *res = fake_pg_tuples("agg_type,agg_id,first_seq", T.recheck[0] ? 1 : 0,
+                                       T.recheck[0] ? T.recheck : NULL);
+        memset(T.recheck, 0, sizeof(T.recheck));
+        return res;
+    }
     return fake_pg_command_ok();
 }
 
@@ -544,8 +556,8 @@ static void expect_idle_pg(int i)
 static void bring_up(int i)
 {
     static const char *const phases[] = {"setup", "idle", "rebalancing", "idle", "claiming", NULL};
-    static const char *const sent[] = {"LISTEN,floor-check",     "join", "members", "lock",
-                                       "BEGIN,claim-plan,claim", NULL};
+    static const char *const sent[] = {
+        "LISTEN,floor-check", "join", "members", "lock", CLAIM, NULL};
     fake_pg_up(PG(i));
     answer(i); /* LISTEN */
     answer(i); /* join */
@@ -563,13 +575,8 @@ static void bring_up_lost(int i, const char *guard)
 {
     static const char *const phases[] = {"setup",       "idle", "leaving guard", "idle",
                                          "rebalancing", "idle", "claiming",      NULL};
-    static const char *const sent[] = {"LISTEN,floor-check",
-                                       "end-lost-guard",
-                                       "join",
-                                       "members",
-                                       "lock",
-                                       "BEGIN,claim-plan,claim",
-                                       NULL};
+    static const char *const sent[] = {
+        "LISTEN,floor-check", "end-lost-guard", "join", "members", "lock", CLAIM, NULL};
     int lost = fake_pg_backend_pid(PG(i));
     char want[64];
     snprintf(want, sizeof(want), "%d|2026-11-28 18:00:00.%06d|%s|", lost, lost, guard);
@@ -622,7 +629,6 @@ static const char *field(const char *params, int field)
 }
 
 #define OK RD_KAFKA_RESP_ERR_NO_ERROR
-#define CLAIM "BEGIN,claim-plan,claim"
 #define FULL "A,B,C,D,E,F,G,H" /* --batch-size 8: a full claim */
 
 /* Session 0 claims A,B,C, Kafka acknowledges them, the marks fail with sqlstate (a row's fault:
@@ -674,6 +680,25 @@ static void test_batch_chained(void **state)
     fire(&S(0)->busy_timer);
     expect_phases(0, phases);
     expect_sent(0, sent);
+}
+
+/* The claim's recheck (the statement after the claim, with a snapshot of its own) finds that
+ * another transaction made an earlier event of aggregate A wait while the claim waited for its
+ * lock: the claim went on with A's later rows, which must not be published in this batch; the
+ * other aggregates are. On the old code there was no recheck, and both A rows were produced
+ * (4 messages). */
+static void test_claim_recheck_holds_aggregate(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    assert_string_equal(field(pending_param(0, "claim-recheck"), 1), "1000"); /* the bound */
+    T.recheck[0] = "order";
+    T.recheck[1] = "agg-A";
+    T.recheck[2] = "1";                      /* below both of A's claimed rows */
+    answer_claim(0, "B,A,A,C");              /* rows 1..4 */
+    assert_int_equal(fake_kafka_count(), 2); /* B and C */
+    fake_kafka_report_all(OK);
+    assert_string_equal(pending_param(0, "mark-sent"), "{1,4}"); /* A's rows stay unsent */
 }
 
 /* An empty claim, with no rows for --sleep-after: the session commits and asks to sleep in one
@@ -902,8 +927,8 @@ static void test_floor_checked_again(void **state)
 {
     static const char *const soon_sent[] = {CLAIM, "COMMIT", NULL};
     static const char *const phases[] = {"setup", "idle", "claiming", NULL};
-    static const char *const sent[] = {"floor-check",
-                                       "BEGIN,claim-plan,floor-held,claim,floor-writers", NULL};
+    static const char *const sent[] = {
+        "floor-check", "BEGIN,claim-plan,floor-held,claim,claim-recheck,floor-writers", NULL};
     extra_args[0] = "--claim-floor";
     extra_args[1] = "on";
     start("1", "1", "60000");
@@ -1434,7 +1459,7 @@ static void test_rests_when_lower_session_connects(void **state)
  * a session that did not guard sends none. */
 static void test_lost_guard_ended_after_reconnect(void **state)
 {
-    static const char *const once[] = {"join", "members", "lock", "BEGIN,claim-plan,claim", NULL};
+    static const char *const once[] = {"join", "members", "lock", CLAIM, NULL};
     start("1", "1", "60000");
     bring_up(0);
     answer_claim(0, "");
@@ -1813,10 +1838,17 @@ static void test_setup_fault(void **state)
     static const char *const phases[] = {
         "ending",   "idle",   "leaving lanes", "idle",        "claiming", "ending",   "idle",
         "claiming", "ending", "idle",          "rebalancing", "idle",     "claiming", NULL};
-    static const char *const sent[] = {
-        "ROLLBACK", "unlock,leave", CLAIM ",mark-sent", "ROLLBACK", CLAIM ",mark-sent",
-        "COMMIT",   "join",         "members",          "lock",     CLAIM,
-        NULL};
+    static const char *const sent[] = {"ROLLBACK",
+                                       "unlock,leave",
+                                       "BEGIN,claim-plan,claim,mark-sent",
+                                       "ROLLBACK",
+                                       "BEGIN,claim-plan,claim,mark-sent",
+                                       "COMMIT",
+                                       "join",
+                                       "members",
+                                       "lock",
+                                       CLAIM,
+                                       NULL};
     RelayStatus st;
     start("1", "1", "60000");
     bring_up(0);
@@ -1962,8 +1994,8 @@ static void test_stand_in_works_while_batch_abandoned(void **state)
  * not at its next poll. (The floor is turned on by hand: the fake database has no floor check.) */
 static void test_claim_again_after_floor_restart(void **state)
 {
-    static const char *const again_sent[] = {"BEGIN,claim-plan,floor-held,claim,floor-writers",
-                                             "COMMIT", CLAIM, NULL};
+    static const char *const again_sent[] = {
+        "BEGIN,claim-plan,floor-held,claim,claim-recheck,floor-writers", "COMMIT", CLAIM, NULL};
     start("1", "1", "60000");
     bring_up(0);
     S(0)->floor.enabled = true;
@@ -2956,6 +2988,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_batch_chained, teardown),
+        cmocka_unit_test_teardown(test_claim_recheck_holds_aggregate, teardown),
         cmocka_unit_test_teardown(test_empty_claim_sleeps, teardown),
         cmocka_unit_test_teardown(test_stop_while_producing, teardown),
         cmocka_unit_test_teardown(test_connection_lost_while_marking, teardown),

@@ -5,7 +5,7 @@
 # so each claim read the whole backlog. auto_explain logs the plan of every claim; none may scan
 # the table by bitmap or sort its rows, and every claim must use the unsent index.
 # Part 2: after a dead history kept by an old snapshot, on statistics from when the table was
-# small, no look-up of failed rows (claim, floor, dead-letter claim) walks the unsent index from
+# small, no look-up of failed rows (claim, floor, dead-letter claim, the claim's recheck) walks the unsent index from
 # its start, the failed rows come from the retry index, and no mark scans the whole table.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
@@ -103,13 +103,18 @@ relay_stop
 check_eq "relay exits 0" 0 $?
 
 # The plans of the statements that look for failed rows: the claim, the floor's look, the
-# dead-letter claim.
-plans_of 'SELECT w\.seq, CASE WHEN w\.too_big|SELECT \(SELECT pg_catalog\.min\(' "$((log_from + 1))" >"$T/look-plans.txt"
+# dead-letter claim, the claim's recheck.
+plans_of 'SELECT w\.seq, CASE WHEN w\.too_big|SELECT \(SELECT pg_catalog\.min\(|WITH n AS MATERIALIZED' \
+    "$((log_from + 1))" >"$T/look-plans.txt"
 claims=$(grep -c 'Query Text: SELECT w.seq, CASE WHEN w.too_big' "$T/look-plans.txt")
 check "claims had their plan logged ($claims)" test "$claims" -ge 3
 check "the floor's look had its plan logged" grep -q 'Query Text: SELECT (SELECT pg_catalog.min(' \
     "$T/look-plans.txt"
 check "the dead-letter claim had its plan logged" grep -q 'o.last_error' "$T/look-plans.txt"
+check "the claim's recheck had its plan logged" grep -q 'Query Text: WITH n AS MATERIALIZED' \
+    "$T/look-plans.txt"
+check "no look for failed rows scans the whole table" lacks_re "$T/look-plans.txt" \
+    'Seq Scan on outbox'
 # Every scan of the unsent index in those plans starts somewhere (the claim's part above the
 # floor, an Index Cond); none walks it from its start.
 unbounded_unsent_scans() {

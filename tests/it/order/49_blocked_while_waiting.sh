@@ -1,0 +1,74 @@
+#!/bin/bash
+# Proves an event that another transaction makes wait (a retry time in the future) or dead-letters
+# while the relay's claim waits for its row lock does not let the later events of its aggregate
+# out first. The claim reads which aggregates are held back at its own snapshot; PostgreSQL
+# rechecks only the locked row against its new version, drops it from the claim, and on the old
+# code the claim went on with the aggregate's later events, published before the event they follow
+# (both rounds: its two later events sent while it waited, the first copies out of order).
+# Each round: one session; aggregate NAME with 3 events, then 5 other aggregates of one event
+# each; another client UPDATEs NAME's first event (attempts 1 and ROUND's change) in an open
+# transaction before the relay starts, waits (in the server, 5 ms steps) until pg_locks shows a
+# backend waiting for its transaction, and commits at once, well within the claim's 200 ms
+# lock_timeout. Checks: the 5 others are delivered, none of NAME's events is (and the relay
+# logs why, which also shows the claim did meet the commit while it waited); the first event is
+# let go (as by hand, or `requeue`), and then all of NAME's events are delivered, in order.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+broker_start 1
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+
+# round NAME CHANGE RELEASE
+round() {
+    local name=$1 change=$2 release=$3 first seen
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            SELECT 'bw', '$name', 'changed', jsonb_build_object('seq', s)
+            FROM generate_series(1, 3) AS s ORDER BY s"
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            SELECT 'bw', '$name-other-' || a, 'changed', jsonb_build_object('seq', 1)
+            FROM generate_series(1, 5) AS a ORDER BY a"
+    first=$(psql_q "SELECT min(id) FROM outbox WHERE aggregate_id = '$name'")
+    # The other client: its UPDATE holds the row lock (the relay's claim, started after it, sees
+    # the row as it was: claimable); it commits as soon as a backend waits for it. Bounded: 60 s.
+    coproc LOCKER { psql -XAtq -v ON_ERROR_STOP=1 2>&1; }
+    _t_track "$LOCKER_PID"
+    local locker_pid=$LOCKER_PID
+    echo "BEGIN; UPDATE outbox SET attempts = attempts + 1, $change WHERE id = $first
+          RETURNING 'updated';" >&"${LOCKER[1]}"
+    read -r -t 10 seen <&"${LOCKER[0]}" || fail "$name: the other client updates the row"
+    [ "$seen" = updated ] || fail "$name: the other client updates the row" "$seen"
+    relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --sessions 1 \
+        --kafka reconnect.backoff.max.ms=500
+    echo "DO \$\$ BEGIN FOR i IN 1..12000 LOOP
+              EXIT WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'transactionid'
+                  AND NOT granted AND transactionid = pg_current_xact_id()::text::xid);
+              PERFORM pg_sleep(0.005);
+          END LOOP; END \$\$;
+          COMMIT; SELECT 'committed';" >&"${LOCKER[1]}"
+    read -r -t 90 seen <&"${LOCKER[0]}" || fail "$name: the other client commits"
+    [ "$seen" = committed ] || fail "$name: the other client commits" "$seen"
+    echo '\q' >&"${LOCKER[1]}"
+    wait "$locker_pid" 2>/dev/null
+    others_sent() {
+        [ "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_id LIKE '$name-other-%'
+                     AND sent_at IS NULL")" = 0 ]
+    }
+    wait_for "$name: the other aggregates are delivered" 30 others_sent
+    check_eq "$name: none of its events is sent while its first waits" 0 \
+        "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_id = '$name'
+                   AND sent_at IS NOT NULL")"
+    check "$name: the claim's recheck says why they wait" \
+        grep -q "events of this claim wait.* id=$first aggregates=1 " "$RELAY_LOG"
+    psql_q "UPDATE outbox SET $release WHERE id = $first"
+    wait_for "$name: every row is delivered once its first is let go" 30 no_unsent_rows
+    relay_stop
+    check_eq "$name: the relay exits 0" 0 "$?"
+}
+
+round deferred "next_attempt_at = now() + interval '1 hour', last_error = 'put off by hand'" \
+    "next_attempt_at = NULL"
+# --on-poison hold (the default): a dead event holds its aggregate's later events back.
+round dead "dead_at = now(), last_error = 'dead-lettered by hand'" \
+    "dead_at = NULL, next_attempt_at = NULL"
+check_delivered bw
