@@ -63,23 +63,28 @@ typedef struct Session Session;
  * refusing UPDATEs); a dead event's copy alike (marked dead-lettered, or its publication
  * failed). Such a row stays unsent, and every claim would take it, publish it again
  * and fail to record it again, for ever, each time at the pace of the retry backoff with every
- * other row of the batch recorded one by one. So the session keeps the rows apart (marks.c): it
- * leaves each out of its batches (unsent, not published, its aggregate held for the batch) for
- * UNRECORDABLE_WAIT_S, doubling with each refusal up to UNRECORDABLE_WAIT_MAX_S, then tries it
- * once more (one publication an hour at most: consumers drop the duplicate), and forgets it
- * once its outcome is recorded. Bounded: past UNRECORDABLE_MAX rows a further one goes out again
- * after each retry backoff, as before. Forgotten with the lanes (a reconnect, resting): the
- * lanes may go to another session or relay, whose list is its own, and an entry kept for rows
- * this session no longer claims would never be forgotten; so each such loss costs one more
- * publication and error line per row, which at-least-once allows. */
-#define UNRECORDABLE_MAX 16
+ * other row of the batch recorded one by one. So the relay keeps the rows apart (marks.c): its
+ * sessions leave each out of their batches (unsent, not published, its aggregate held for the
+ * batch) for UNRECORDABLE_WAIT_S, doubling with each refusal up to UNRECORDABLE_WAIT_MAX_S, then
+ * try it once more (one publication an hour at most: consumers drop the duplicate), and forget
+ * it once its outcome is recorded. One list for all sessions of the relay (of one database), kept
+ * across their reconnects and rests: the row's lane may move to any of them, and a list of each
+ * session's own, forgotten with its lanes, published the row again at every reconnect or rest
+ * (each time with its error line), with no bound on how often. Row ids are the table's, so an
+ * entry stays right wherever the lane goes; one whose row no claim of this relay has met for
+ * UNRECORDABLE_STALE_S (its lane went to another relay, the row was purged) makes room for a new
+ * one. Bounded: past UNRECORDABLE_MAX rows a further one goes out again after each retry
+ * backoff, as before. A restart starts with an empty list: one more publication per row. */
+#define UNRECORDABLE_MAX 64
 #define UNRECORDABLE_WAIT_S 30.0
 #define UNRECORDABLE_WAIT_MAX_S 3600.0
+#define UNRECORDABLE_STALE_S 600.0
 typedef struct Unrecordable {
     int n;
     long long ids[UNRECORDABLE_MAX];
     double wait[UNRECORDABLE_MAX]; /* seconds it was left out after its last refusal */
     double due[UNRECORDABLE_MAX];  /* monotonic time from which it is produced again */
+    double met[UNRECORDABLE_MAX];  /* monotonic time a claim of the relay last took it */
     bool full_logged;              /* a row that did not fit was said (once until one fits) */
 } Unrecordable;
 
@@ -191,6 +196,7 @@ struct Relay {
     int full_claims;           /* claims in a row that came back full (relay_batch_claimed) */
     ev_tstamp backlog_seen_at; /* the last full claim */
     ev_timer rest_timer;       /* looks whether the sessions above --min-sessions may rest */
+    Unrecordable unrecordable; /* rows whose outcome the table refuses to record (marks.c) */
     bool stopping;
     int signals;
     int exit_status;
@@ -291,7 +297,6 @@ struct Session {
     int salvage_refused;              /* rows delivered whose sent mark the table refused */
     int mark_retries;                 /* batches in a row whose marks failed for a passing reason */
     bool salvage_by_row; /* the batch, its marks rolled back, is recorded row by row (until done) */
-    Unrecordable unrecordable; /* rows whose outcome the table refuses to record (marks.c) */
     ev_timer poll_timer;
     ev_timer retry_timer;
     ev_timer busy_timer; /* poll_soon (session.c) */
@@ -470,11 +475,10 @@ bool marks_rolled_back(Session *s);
 /* Recording row by row: fills req for the next row whose outcome is to be recorded and returns
  * true; false (and logs the batch's summary) once none is left. */
 bool marks_next_row(Session *s, MarkRequest *req);
-/* Whether br is a row whose outcome the table refused to record (Unrecordable) and whose wait
- * is not over: it is then left unsent, not produced. */
+/* Whether br is a row whose outcome the table refused to record (the relay's Unrecordable) and
+ * whose wait is not over: it is then left unsent, not produced. Notes that a claim met the row
+ * (Unrecordable.met), whatever the answer. */
 bool marks_skip_unrecordable(const Session *s, const BatchRow *br);
-/* Forgets what Unrecordable holds (the session's lanes went). */
-void marks_unrecordable_clear(Session *s);
 /* Reads the reply of one row's marks. */
 void marks_row_read(Session *s, PGresult **results, int n, const char *error);
 /* Whether a batch recorded row by row waits for the retry backoff before the next claim. */

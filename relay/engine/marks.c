@@ -115,33 +115,55 @@ static int unrecordable_find(const Unrecordable *u, long long id)
 
 bool marks_skip_unrecordable(const Session *s, const BatchRow *br)
 {
-    const Unrecordable *u = &s->unrecordable;
+    Unrecordable *u = &s->relay->unrecordable;
     if (u->n == 0)
         return false;
     int at = unrecordable_find(u, br->row.id);
-    return at >= 0 && monotime_now() < u->due[at];
+    if (at < 0)
+        return false;
+    double now = monotime_now();
+    u->met[at] = now;
+    return now < u->due[at];
 }
 
-void marks_unrecordable_clear(Session *s)
+/* Drops entry at (the last takes its place). */
+static void unrecordable_drop(Unrecordable *u, int at)
 {
-    s->unrecordable.n = 0;
-    s->unrecordable.full_logged = false;
+    u->n--;
+    u->ids[at] = u->ids[u->n];
+    u->wait[at] = u->wait[u->n];
+    u->due[at] = u->due[u->n];
+    u->met[at] = u->met[u->n];
+    u->full_logged = false;
 }
 
 /* The row's outcome was recorded after all (the trigger fixed, say): it is no longer kept apart. */
 static void unrecordable_forget(Session *s, long long id)
 {
-    Unrecordable *u = &s->unrecordable;
+    Unrecordable *u = &s->relay->unrecordable;
     int at = u->n > 0 ? unrecordable_find(u, id) : -1;
     if (at < 0)
         return;
     log_info("a row whose outcome the table refused is recorded now", "id=%lld session=%d", id,
              s->index);
-    u->n--;
-    u->ids[at] = u->ids[u->n];
-    u->wait[at] = u->wait[u->n];
-    u->due[at] = u->due[u->n];
-    u->full_logged = false;
+    unrecordable_drop(u, at);
+}
+
+/* Room for one more entry when the list is full: the entry no claim of the relay has met for
+ * the longest, if that is over UNRECORDABLE_STALE_S (its row is no longer the relay's to claim).
+ * Returns whether there is room. */
+static bool unrecordable_room(Unrecordable *u)
+{
+    if (u->n < UNRECORDABLE_MAX)
+        return true;
+    int oldest = 0;
+    for (int i = 1; i < u->n; i++)
+        if (u->met[i] < u->met[oldest])
+            oldest = i;
+    if (monotime_now() - u->met[oldest] < UNRECORDABLE_STALE_S)
+        return false;
+    unrecordable_drop(u, oldest);
+    return true;
 }
 
 /* The table refused the row's failure mark too (its own fault: a trigger, a constraint): the
@@ -149,7 +171,7 @@ static void unrecordable_forget(Session *s, long long id)
  * backoff for ever. Said once per row at error level, with what happens to it. */
 static void unrecordable_note(Session *s, const BatchRow *br, const char *error)
 {
-    Unrecordable *u = &s->unrecordable;
+    Unrecordable *u = &s->relay->unrecordable;
     char q[512];
     int at = unrecordable_find(u, br->row.id);
     if (at >= 0) { /* tried again after its wait, refused again */
@@ -160,9 +182,9 @@ static void unrecordable_note(Session *s, const BatchRow *br, const char *error)
                   "id=%lld wait_s=%.0f session=%d", br->row.id, u->wait[at], s->index);
         return;
     }
-    if (u->n == UNRECORDABLE_MAX) {
+    if (!unrecordable_room(u)) {
         if (!u->full_logged)
-            log_error("the table refuses to record the outcome of more rows than a session keeps "
+            log_error("the table refuses to record the outcome of more rows than a relay keeps "
                       "apart; this one is published again after each retry backoff until its "
                       "outcome can be recorded",
                       "id=%lld max=%d error=%s session=%d", br->row.id, UNRECORDABLE_MAX,
@@ -173,6 +195,7 @@ static void unrecordable_note(Session *s, const BatchRow *br, const char *error)
     u->ids[u->n] = br->row.id;
     u->wait[u->n] = UNRECORDABLE_WAIT_S;
     u->due[u->n] = monotime_now() + UNRECORDABLE_WAIT_S;
+    u->met[u->n] = monotime_now();
     u->n++;
     log_error("the table refuses to record a row's outcome, even as a failure (a trigger or "
               "constraint of the row); it stays unsent and is left out of the batches, its "
@@ -310,7 +333,7 @@ static bool batch_recorded(Session *s, PGresult **results, int n)
     bool all_recorded = true;
     for (int i = 0; i < b->n; i++) {
         all_recorded = all_recorded && batch_row_recorded(&b->rows[i]);
-        if (s->unrecordable.n > 0 && batch_row_recorded(&b->rows[i]))
+        if (s->relay->unrecordable.n > 0 && batch_row_recorded(&b->rows[i]))
             unrecordable_forget(s, b->rows[i].row.id);
     }
     if (all_recorded)

@@ -595,8 +595,7 @@ static void lanes_divided(Session *s)
     if (leaving) {
         s->seen_members = 0;
         floor_reset(&s->floor); /* its lanes may come back with other rows */
-        marks_hold_clear(s);    /* and so may the hold's types */
-        marks_unrecordable_clear(s);
+        marks_hold_clear(s);    /* and so may the hold's types (rows kept apart are the relay's) */
         pace_hold(s);
         /* A Kafka setup fault goes with the lanes too: resting, the session claims nothing
          * that could clear it, and /readyz would name it after the session that took its lanes
@@ -862,8 +861,7 @@ static void disconnected(Session *s)
     lanes_reset(&s->lanes);
     /* The lanes may come back with other rows, or go to another relay: the hold starts again
      * from what the next batches meet. */
-    marks_hold_clear(s);
-    marks_unrecordable_clear(s);
+    marks_hold_clear(s); /* (rows kept apart are the relay's: Unrecordable, engine.h) */
     pace_hold(s);
     /* Its join after the reconnect changes the group as its first did, whatever the members it
      * saw before: the others must re-divide then (lanes_divided), not at their next interval,

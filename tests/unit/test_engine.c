@@ -2661,7 +2661,7 @@ static void test_unrecordable_row_kept_apart(void **state)
         answer(0);
     assert_true(ev_is_active(&S(0)->retry_timer));
     /* Its wait over, it is tried again; recorded this time (the trigger fixed), it is let go. */
-    S(0)->unrecordable.due[0] = 0;
+    T.r->unrecordable.due[0] = 0;
     fire(&S(0)->retry_timer);
     T.next_id = 2;
     answer_claim(0, "B");
@@ -2669,10 +2669,39 @@ static void test_unrecordable_row_kept_apart(void **state)
     fake_kafka_report_all(OK);
     assert_string_equal(pending_param(0, "mark-sent"), "{2}");
     answer(0);
-    assert_int_equal(S(0)->unrecordable.n, 0);
+    assert_int_equal(T.r->unrecordable.n, 0);
     const char *text = logged();
     assert_int_equal(occurrences(text, "the table refuses to record a row's outcome"), 1);
     assert_int_equal(occurrences(text, "a row whose outcome the table refused is recorded now"), 1);
+}
+
+/* A row kept apart stays apart across a reconnect of its session: the list is the relay's. On
+ * the old code each session's list was forgotten with its lanes, and the row was published
+ * again after every reconnect or rest (2 messages here instead of 1). */
+static void test_unrecordable_row_kept_apart_across_reconnect(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    marks_fail("23514");
+    answer(0);                                 /* row 1 recorded */
+    answer_failing(0, "mark-sent", "23514");   /* row 2: its sent mark refused */
+    answer_failing(0, "mark-failed", "23514"); /* ...and its failure mark */
+    answer(0);                                 /* row 3 recorded */
+    assert_int_equal(T.r->unrecordable.n, 1);
+    fake_pg_drop(PG(0), "connection reset by peer");
+    fake_pg_up(PG(0));
+    for (int i = 0; i < 12 && !pending_param(0, "claim")[0]; i++) {
+        if (fake_pg_pending(PG(0)))
+            answer(0); /* LISTEN, join, members, lock */
+        else if (ev_is_active(&S(0)->retry_timer))
+            fire(&S(0)->retry_timer);
+    }
+    assert_string_not_equal(pending_param(0, "claim"), "");
+    int produced = fake_kafka_count();
+    T.next_id = 2; /* row 2 comes back first, and a row of another aggregate */
+    answer_claim(0, "B,D");
+    assert_int_equal(fake_kafka_count(), produced + 1); /* D alone: row 2 is not published */
+    assert_int_equal(T.r->unrecordable.n, 1);
 }
 
 /* The same for a dead event's copy: published to the dead-letter topic, its dead-lettered mark
@@ -3060,6 +3089,7 @@ int main(void)
         cmocka_unit_test_teardown(test_purged_by_fatal_counts_no_attempt, teardown),
         cmocka_unit_test_teardown(test_too_large_names_its_sizes, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart, teardown),
+        cmocka_unit_test_teardown(test_unrecordable_row_kept_apart_across_reconnect, teardown),
         cmocka_unit_test_teardown(test_unrecordable_dead_row_kept_apart, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
