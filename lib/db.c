@@ -376,7 +376,7 @@ static bool service_values_ok(const PQconninfoOption *opts, char *err, size_t er
         ok = conninfo_values_ok(file, opts, what, err, errlen);
     }
     PQfreemem(why);
-    PQconninfoFree(file);
+    secrets_conninfo_free(file);
     if (group.s)
         explicit_bzero(group.s, strlen(group.s)); /* it may hold a password */
     strbuf_free(&group);
@@ -466,7 +466,7 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
     bool ok = conninfo_values_ok(opts, NULL, "database URL", err, errlen) &&
               service_values_ok(opts, err, errlen) && host_lists_ok(opts, err, errlen) &&
               db_check_files(opts, err, errlen);
-    PQconninfoFree(opts);
+    secrets_conninfo_free(opts);
     return ok;
 }
 
@@ -775,7 +775,7 @@ bool db_check_writer_conninfo(const char *conninfo, char *err, size_t errlen)
                "written to, and this command writes: use read-write (or primary, or any)",
                attrs, *from ? " (from " : "", from, *from ? ")" : "");
     free(attrs);
-    PQconninfoFree(opts);
+    secrets_conninfo_free(opts);
     return ok;
 }
 
@@ -836,7 +836,7 @@ static bool db_target(const char *conninfo, StrBuf *out)
     char *v[N_KEYS] = {NULL}, from[80];
     for (size_t i = 0; i < N_KEYS; i++)
         (void)db_effective_value(opts, keys[i][0], keys[i][1], &v[i], from, sizeof(from));
-    PQconninfoFree(opts);
+    secrets_conninfo_free(opts);
     /* libpq's own defaults: the compiled port (asked once: a list of 100 compares 4,950
      * pairs), and a dbname that is the user's name (the operating system's user when none is
      * given). */
@@ -847,7 +847,7 @@ static bool db_target(const char *conninfo, StrBuf *out)
         for (PQconninfoOption *o = defaults; o && o->keyword; o++)
             if (strcmp(o->keyword, "port") == 0 && o->compiled)
                 snprintf(default_port, sizeof(default_port), "%s", o->compiled);
-        PQconninfoFree(defaults);
+        secrets_conninfo_free(defaults);
     }
     const char *dbname = v[3] && *v[3] ? v[3] : v[4] && *v[4] ? v[4] : NULL;
     struct passwd *pw = dbname ? NULL : getpwuid(geteuid());
@@ -1028,7 +1028,7 @@ bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p
         p->options = db_startup_options(user ? value : NULL);
         free(value);
         if (!p->options) {
-            PQconninfoFree(parsed);
+            secrets_conninfo_free(parsed);
             return refuse(err, errlen, "out of memory");
         }
         p->keys[n] = "options";
@@ -1036,7 +1036,7 @@ bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p
     }
     p->keys[n] = NULL;
     p->values[n] = NULL;
-    PQconninfoFree(parsed);
+    secrets_conninfo_free(parsed);
     return true;
 }
 

@@ -288,6 +288,14 @@ void secrets_add_conninfo(const char *conninfo)
         if (o->val &&
             (strcmp(o->keyword, "password") == 0 || strcmp(o->keyword, "sslpassword") == 0))
             secrets_add(o->val);
+    secrets_conninfo_free(opts);
+}
+
+void secrets_conninfo_free(PQconninfoOption *opts)
+{
+    for (PQconninfoOption *o = opts; o && o->keyword; o++)
+        if (o->val)
+            explicit_bzero(o->val, strlen(o->val));
     PQconninfoFree(opts);
 }
 

@@ -14,6 +14,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <libpq-fe.h>
+
 /* Shorter secrets are not registered: scrubbing every "abc" from the log would mangle ordinary
  * text, and so short a password can be guessed anyway. Connection strings still mask them by
  * position, and the relay warns at start-up that one was given (secrets_too_short). */
@@ -69,6 +71,14 @@ const char *secrets_url_userinfo_end(const char *auth);
  * the masking of log_mask_conninfo and the registering of secrets_add_conninfo, which must agree
  * on what a password is. */
 bool secrets_encoded_password_key(const char *key, size_t len);
+
+/* PQconninfoFree(opts) (opts from PQconninfoParse, PQconndefaults or PQconninfo; NULL is
+ * fine), after zeroing every value: libpq frees its copies unzeroed, which left the password
+ * (and sslpassword, PGPASSWORD's for PQconndefaults) in freed heap blocks for any later
+ * allocation or a memory dump to find. Every value, not only the passwords': a password libpq
+ * cuts elsewhere ("u:pa/ss@h") lies in its host, port or database name. (libpq's own scratch
+ * copy of the whole string, freed inside PQconninfoParse, is out of any caller's reach.) */
+void secrets_conninfo_free(PQconninfoOption *opts);
 
 /* True for librdkafka properties whose values are secrets (passwords, private keys, OAuth
  * client secrets and configs, tokens). */

@@ -12,6 +12,7 @@
 
 #include "db.h"
 #include "log.h"
+#include "secrets.h"
 
 const char *tls_level_name(TlsLevel level)
 {
@@ -219,8 +220,8 @@ static void judge_pg(const char *conninfo, TlsSide *side)
         side->level = TLS_VERIFIED;
         snprintf(side->mode, sizeof(side->mode), "gssencmode=require");
     }
-    PQconninfoFree(parsed);
-    PQconninfoFree(defaults);
+    secrets_conninfo_free(parsed);
+    secrets_conninfo_free(defaults);
 }
 
 /* The value librdkafka holds for name in conf, canonical (bools as true/false, enums in lower

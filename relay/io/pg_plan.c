@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "db.h"
+#include "secrets.h"
 
 void pg_plan_free(PgPlan *plan)
 {
@@ -28,7 +29,7 @@ void pg_plan_free(PgPlan *plan)
     plan->keys = NULL;
     plan->values = NULL;
     if (plan->parsed)
-        PQconninfoFree(plan->parsed);
+        secrets_conninfo_free(plan->parsed);
     memset(plan, 0, sizeof(*plan));
 }
 

@@ -18,10 +18,12 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "db.h"
 
 static const char MARKER[] = "wipe-marker-Q7zX";
 static bool armed;
 static size_t left_in_heap; /* blocks freed with MARKER in them while armed */
+static size_t left_alone;   /* of which, blocks holding MARKER alone (a value copied whole) */
 
 /* The sanitizer's free, which this one stands in front of (libasan names it so; without it,
  * the next free in line, looked up once: dlsym may itself free). */
@@ -37,6 +39,8 @@ void free(void *p)
         armed = false; /* memmem and malloc_usable_size must not recurse into this */
         if (memmem(p, malloc_usable_size(p), MARKER, strlen(MARKER)))
             left_in_heap++;
+        if (malloc_usable_size(p) > strlen(MARKER) && strcmp(p, MARKER) == 0)
+            left_alone++;
         armed = true;
     }
     real_free(p);
@@ -69,8 +73,9 @@ static void assert_load_wipes(const char *text, size_t len, const char *needle)
 }
 
 /* A database-URL file of more than one line (the URL, then a stray line) or holding a NUL byte:
- * refused, and not left in the heap. (A file libpq gets to parse is not checked here:
- * PQconninfoParse frees its own copies of the password unzeroed, which no caller can change.) */
+ * refused, and not left in the heap. (A file libpq gets to parse is checked by the next test,
+ * for libpq's copies of the password alone: PQconninfoParse frees a scratch copy of the whole
+ * string unzeroed, which no caller can change.) */
 static void test_database_url_file_refused_is_wiped(void **state)
 {
     (void)state;
@@ -82,10 +87,38 @@ static void test_database_url_file_refused_is_wiped(void **state)
     assert_load_wipes(nul, sizeof(nul) - 1, "contains a NUL byte");
 }
 
+/* A URL libpq parses (to register its password, to check it, to plan its hosts): libpq copies
+ * the password into a block of its own for each parse, which the relay frees
+ * (secrets_conninfo_free) zeroed. libpq's scratch copy of the whole string, freed inside
+ * PQconninfoParse, is beyond reach: the count is of blocks holding the password alone. */
+static void test_libpq_password_copies_are_wiped(void **state)
+{
+    (void)state;
+    unsetenv("DATABASE_URL");
+    unsetenv("DATABASE_URL_FILE");
+    char *argv[] = {(char *)"outbox-relay", (char *)"migrate", (char *)"--database-url",
+                    (char *)"postgresql://u:wipe-marker-Q7zX@h/db", NULL};
+    Config cfg;
+    char err[512] = "";
+    left_alone = 0;
+    armed = true;
+    bool ok = config_load(&cfg, 4, argv, err, sizeof(err));
+    if (ok) {
+        config_register_secrets(&cfg);                                     /* as main does */
+        ok = db_check_writer_conninfo(cfg.database_url, err, sizeof(err)); /* as migrate does */
+    }
+    config_free(&cfg);
+    armed = false;
+    if (!ok)
+        fail_msg("load or check: %s", err);
+    assert_int_equal(left_alone, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_database_url_file_refused_is_wiped),
+        cmocka_unit_test(test_libpq_password_copies_are_wiped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
