@@ -1,7 +1,9 @@
 #include "secrets.h"
 
 #include <ctype.h>
+#include <jansson.h>
 #include <libpq-fe.h>
+#include <malloc.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,6 +299,27 @@ void secrets_conninfo_free(PQconninfoOption *opts)
         if (o->val)
             explicit_bzero(o->val, strlen(o->val));
     PQconninfoFree(opts);
+}
+
+static json_malloc_t json_malloc_saved;
+static json_free_t json_free_saved;
+static int json_wipe_depth;
+
+static void json_free_zeroed(void *p)
+{
+    if (p)
+        explicit_bzero(p, malloc_usable_size(p));
+    json_free_saved(p);
+}
+
+void secrets_json_wipe(bool on)
+{
+    if (on && json_wipe_depth++ == 0) {
+        json_get_alloc_funcs(&json_malloc_saved, &json_free_saved);
+        json_set_alloc_funcs(json_malloc_saved, json_free_zeroed);
+    } else if (!on && json_wipe_depth > 0 && --json_wipe_depth == 0) {
+        json_set_alloc_funcs(json_malloc_saved, json_free_saved);
+    }
 }
 
 bool secrets_kafka_key_sensitive(const char *key)

@@ -80,6 +80,14 @@ bool secrets_encoded_password_key(const char *key, size_t len);
  * copy of the whole string, freed inside PQconninfoParse, is out of any caller's reach.) */
 void secrets_conninfo_free(PQconninfoOption *opts);
 
+/* While on (calls nest: each true needs its false), jansson zeroes every block it frees:
+ * for JSON text that holds secrets (the config file, --databases), whose copies jansson makes
+ * (its lexer's buffer, string values, object keys, json_dumps' growing buffer) and frees
+ * unzeroed. Only around such text: every free then writes the block's whole usable size, a
+ * cost the serializer's hot path must not pay. jansson's malloc must be malloc's (the default;
+ * the serializer's noting wrapper is). Loop thread only: jansson's allocator is global. */
+void secrets_json_wipe(bool on);
+
 /* True for librdkafka properties whose values are secrets (passwords, private keys, OAuth
  * client secrets and configs, tokens). */
 bool secrets_kafka_key_sensitive(const char *key);

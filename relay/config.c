@@ -1269,20 +1269,26 @@ static const char *json_error_said(json_error_t *e)
 static bool databases_load(Config *cfg, bool sessions_default, char *err, size_t errlen)
 {
     json_error_t jerr;
+    /* The list holds database URLs and perhaps librdkafka secrets: jansson's copies of them are
+     * zeroed when freed, from the parse to the json_decref below (secrets_json_wipe). */
+    secrets_json_wipe(true);
     json_t *list = json_loads(cfg->databases, JSON_REJECT_DUPLICATES, &jerr);
+    bool ok = true;
     if (!list && jerr.line <= 0)
-        return optval_fail(err, errlen, "databases: expected a JSON array of objects: %s",
-                           json_error_said(&jerr));
-    if (!list) /* where, never the text: it holds the database URLs */
-        return optval_fail(err, errlen,
-                           "databases: expected a JSON array of objects: line %d column %d: %s",
-                           jerr.line, jerr.column, json_error_said(&jerr));
-    if (!json_is_array(list)) {
+        ok = optval_fail(err, errlen, "databases: expected a JSON array of objects: %s",
+                         json_error_said(&jerr));
+    else if (!list) /* where, never the text: it holds the database URLs */
+        ok = optval_fail(err, errlen,
+                         "databases: expected a JSON array of objects: line %d column %d: %s",
+                         jerr.line, jerr.column, json_error_said(&jerr));
+    else if (!json_is_array(list))
+        ok = optval_fail(err, errlen, "databases: expected a JSON array of objects");
+    if (!ok || !json_is_array(list)) {
         json_decref(list);
-        return optval_fail(err, errlen, "databases: expected a JSON array of objects");
+        secrets_json_wipe(false);
+        return false;
     }
     size_t n = json_array_size(list);
-    bool ok = true;
     if (n == 0)
         ok = optval_fail(err, errlen, "databases: the list is empty");
     else if (n > CONFIG_MAX_DATABASES)
@@ -1324,6 +1330,7 @@ static bool databases_load(Config *cfg, bool sessions_default, char *err, size_t
         }
     }
     json_decref(list);
+    secrets_json_wipe(false);
     return ok;
 }
 
@@ -1368,18 +1375,24 @@ static bool load_file(const OptSpec *sp, void *out, const char *path, OptSource 
         return false;
     json_error_t jerr;
     size_t len = strlen(whole);
+    /* jansson's copies of the file's secrets are zeroed when freed, from the parse to the
+     * json_decref at the end (secrets_json_wipe). */
+    secrets_json_wipe(true);
     json_t *root = json_loadb(whole, len, JSON_REJECT_DUPLICATES, &jerr);
     explicit_bzero(whole, len);
     free(whole);
+    bool ok = true;
     if (!root) {
         /* jansson quotes the text "near" the error, which may be part of a secret value. */
         const char *said = json_error_said(&jerr);
         if (jerr.line <= 0)
-            return optval_fail(err, errlen, "config file %s: %s", path, said);
-        return optval_fail(err, errlen, "config file %s: line %d column %d: %s", path, jerr.line,
-                           jerr.column, said);
+            ok = optval_fail(err, errlen, "config file %s: %s", path, said);
+        else
+            ok = optval_fail(err, errlen, "config file %s: line %d column %d: %s", path, jerr.line,
+                             jerr.column, said);
+        secrets_json_wipe(false);
+        return ok;
     }
-    bool ok = true;
     if (!json_is_object(root)) {
         ok = optval_fail(err, errlen, "config file %s: expected a JSON object at the top level",
                          path);
@@ -1448,6 +1461,7 @@ static bool load_file(const OptSpec *sp, void *out, const char *path, OptSource 
             goto done;
         }
         ok = opts_set(opt, cfg, text, source, err, errlen);
+        explicit_bzero(text, strlen(text)); /* a database URL, perhaps */
         free(text);
         if (!ok)
             goto done;
@@ -1455,6 +1469,7 @@ static bool load_file(const OptSpec *sp, void *out, const char *path, OptSource 
 done:
     cfg->kafka_from_file = cfg->kafka.len;
     json_decref(root);
+    secrets_json_wipe(false);
     return ok;
 }
 

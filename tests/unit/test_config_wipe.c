@@ -114,11 +114,41 @@ static void test_libpq_password_copies_are_wiped(void **state)
     assert_int_equal(left_alone, 0);
 }
 
+/* A config file holding a secret (a librdkafka password, as the shipped relay.json can):
+ * jansson's copies of it (its lexer's buffer, the string value, the key and value of the
+ * object) and the relay's are zeroed when freed: no freed block holds it. */
+static void test_config_file_secret_is_wiped(void **state)
+{
+    (void)state;
+    unsetenv("DATABASE_URL");
+    unsetenv("DATABASE_URL_FILE");
+    char path[] = "/tmp/outbox-relay-test-wipe-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    static const char text[] = "{\"kafka\": {\"sasl.password\": \"wipe-marker-Q7zX\"},\n"
+                               " \"database-url\": \"postgresql://u@h/db\"}\n";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    assert_int_equal(close(fd), 0);
+    char *argv[] = {(char *)"outbox-relay", (char *)"migrate", (char *)"--config", path, NULL};
+    Config cfg;
+    char err[512] = "";
+    left_in_heap = 0;
+    armed = true;
+    bool ok = config_load(&cfg, 4, argv, err, sizeof(err));
+    config_free(&cfg);
+    armed = false;
+    unlink(path);
+    if (!ok)
+        fail_msg("config_load: %s", err);
+    assert_int_equal(left_in_heap, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_database_url_file_refused_is_wiped),
         cmocka_unit_test(test_libpq_password_copies_are_wiped),
+        cmocka_unit_test(test_config_file_secret_is_wiped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
