@@ -459,13 +459,13 @@ void opts_free(const OptSpec *spec, void *out)
         void *field = (char *)out + spec->opts[i].offset;
         if (spec->opts[i].type == OPT_STRING) {
             char **slot = field;
-            optval_free_zeroed(*slot); /* values may be secrets: zeroed, not left in the heap */
+            secrets_free_zeroed(*slot); /* values may be secrets: zeroed, not left in the heap */
             *slot = NULL;
         } else if (spec->opts[i].type == OPT_LIST) {
             OptList *list = field;
             for (size_t j = 0; j < list->len; j++) {
                 free(list->items[j].key);
-                optval_free_zeroed(list->items[j].value);
+                secrets_free_zeroed(list->items[j].value);
             }
             free(list->items);
             list->items = NULL;

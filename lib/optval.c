@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "secrets.h"
 
 bool optval_fail(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -21,18 +22,11 @@ bool optval_fail(char *err, size_t errlen, const char *fmt, ...)
     return false;
 }
 
-void optval_free_zeroed(char *s)
-{
-    if (s)
-        explicit_bzero(s, strlen(s));
-    free(s);
-}
-
 bool optval_string(char **slot, const char *value, const char *source, char *err, size_t errlen)
 {
     if (*value == '\0')
         return optval_fail(err, errlen, "%s: value must not be empty", source);
-    optval_free_zeroed(*slot);
+    secrets_free_zeroed(*slot);
     *slot = strdup(value);
     return true;
 }

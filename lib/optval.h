@@ -12,13 +12,8 @@
 bool optval_fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Frees s (NULL is fine) after zeroing it: an option's value may be a secret (a database URL, a
- * librdkafka password), and a freed block keeps its bytes for the next allocation or a memory
- * dump to find. */
-void optval_free_zeroed(char *s);
-
-/* Replaces *slot with a copy of value (the old one freed zeroed: optval_free_zeroed); an empty
- * value is an error naming source. */
+/* Replaces *slot with a copy of value (the old one freed zeroed: secrets_free_zeroed, an
+ * option's value may be a secret); an empty value is an error naming source. */
 bool optval_string(char **slot, const char *value, const char *source, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 

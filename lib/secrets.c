@@ -293,6 +293,13 @@ void secrets_add_conninfo(const char *conninfo)
     secrets_conninfo_free(opts);
 }
 
+void secrets_free_zeroed(char *s)
+{
+    if (s)
+        explicit_bzero(s, strlen(s));
+    free(s);
+}
+
 void secrets_conninfo_free(PQconninfoOption *opts)
 {
     for (PQconninfoOption *o = opts; o && o->keyword; o++)

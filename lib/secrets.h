@@ -72,6 +72,11 @@ const char *secrets_url_userinfo_end(const char *auth);
  * on what a password is. */
 bool secrets_encoded_password_key(const char *key, size_t len);
 
+/* Frees s (NULL is fine) after zeroing it, for a string that may hold a secret (an option's
+ * value, a copy of a connection string or URL): a freed block keeps its bytes for the next
+ * allocation or a memory dump to find. */
+void secrets_free_zeroed(char *s);
+
 /* PQconninfoFree(opts) (opts from PQconninfoParse, PQconndefaults or PQconninfo; NULL is
  * fine), after zeroing every value: libpq frees its copies unzeroed, which left the password
  * (and sslpassword, PGPASSWORD's for PQconndefaults) in freed heap blocks for any later

@@ -7,6 +7,7 @@
 #include "backoff.h"
 #include "db.h"
 #include "log.h"
+#include "secrets.h"
 
 /* Watches fd for events. A connection attempt moves between sockets (the next address or host,
  * an SSL retry) and a new socket often gets the number the old one had: libev must then be told
@@ -672,7 +673,7 @@ PgConn *pg_conn_new_named(struct ev_loop *loop, const char *conninfo, const char
     snprintf(app, sizeof(app), "outbox-relay%s%s", name ? " " : "", name ? name : "");
     if (!pg->conninfo || !pg_plan_make(&pg->plan, pg->conninfo, session_timeout_ms, app)) {
         pg_plan_free(&pg->plan);
-        free(pg->conninfo);
+        secrets_free_zeroed(pg->conninfo); /* holds the password */
         free(pg);
         return NULL;
     }
@@ -725,7 +726,7 @@ void pg_conn_free(PgConn *pg)
     pg_forget_all_prepared(pg);
     free(pg->error);
     pg_plan_free(&pg->plan);
-    free(pg->conninfo);
+    secrets_free_zeroed(pg->conninfo); /* holds the password */
     free(pg);
 }
 

@@ -502,7 +502,7 @@ static bool start_request(Registry *r, Entry *e)
     q->easy = easy;
     q->url_index = r->current; /* subject_url used it */
     easy_setup(r, easy, url, hdrs);
-    free(url); /* curl copies CURLOPT_URL */
+    secrets_free_zeroed(url); /* curl copies CURLOPT_URL; it may hold USER:PASSWORD@ */
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, q);
     curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, q->errbuf);
@@ -712,6 +712,7 @@ Registry *registry_new(struct ev_loop *loop, const RegistryOptions *o, RegistryR
     }
     r->hash_seed = (uint32_t)((uintptr_t)r >> 4) ^ (uint32_t)(uint64_t)(r->tokens_at * 1e9);
     char *copy = strdup(o->urls ? o->urls : "");
+    size_t copy_len = copy ? strlen(copy) : 0; /* strtok_r cuts it: zeroed to this length */
     char *save = NULL;
     int given = 0;
     for (char *u = copy ? strtok_r(copy, ",", &save) : NULL; u; u = strtok_r(NULL, ",", &save)) {
@@ -731,12 +732,15 @@ Registry *registry_new(struct ev_loop *loop, const RegistryOptions *o, RegistryR
                          "schema-registry-url %.*s: a query or fragment ('?', '#') is not "
                          "supported: give the registry's base URL (a path prefix is fine)",
                          (int)strcspn(shown, "?#"), shown);
+                explicit_bzero(copy, copy_len);
                 free(copy);
                 registry_free(r, NULL);
                 return NULL;
             }
         }
     }
+    if (copy)
+        explicit_bzero(copy, copy_len); /* USER:PASSWORD@ perhaps */
     free(copy);
     if (given > MAX_URLS) {
         snprintf(err, errlen, "schema-registry-url: at most %d URLs, %d given", MAX_URLS, given);
@@ -805,7 +809,7 @@ void registry_free(Registry *r, void (*free_parsed)(void *))
     }
     free(r->buckets);
     for (int i = 0; i < r->n_urls; i++) {
-        free(r->urls[i]);
+        secrets_free_zeroed(r->urls[i]); /* USER:PASSWORD@ perhaps */
         free(r->shown[i]);
     }
     if (r->userpwd)

@@ -14,6 +14,7 @@
 #include "pg.h"
 #include "readiness.h"
 #include "route.h"
+#include "secrets.h"
 #include "tls_report.h"
 #include "upkeep.h"
 
@@ -70,7 +71,7 @@ struct Databases {
 static void twin_forget(Databases *d, int i)
 {
     free(d->twins[i].name);
-    free(d->twins[i].url);
+    secrets_free_zeroed(d->twins[i].url); /* holds the password */
     free(d->twins[i].kept);
     d->twins[i] = d->twins[--d->n_twins];
 }
@@ -89,7 +90,7 @@ static void twin_remember(Databases *d, const Db *stopped, const Db *kept)
               strdup(kept->cfg.database_name)};
     if (!t.name || !t.url || !t.kept) {
         free(t.name);
-        free(t.url);
+        secrets_free_zeroed(t.url);
         free(t.kept);
         return;
     }

@@ -19,11 +19,13 @@
 
 #include "config.h"
 #include "db.h"
+#include "pg.h"
 
 static const char MARKER[] = "wipe-marker-Q7zX";
 static bool armed;
-static size_t left_in_heap; /* blocks freed with MARKER in them while armed */
-static size_t left_alone;   /* of which, blocks holding MARKER alone (a value copied whole) */
+static size_t left_in_heap;        /* blocks freed with MARKER in them while armed */
+static const char *alone = MARKER; /* the text a block may not hold alone when freed */
+static size_t left_alone;          /* blocks freed holding alone (a value copied whole) */
 
 /* The sanitizer's free, which this one stands in front of (libasan names it so; without it,
  * the next free in line, looked up once: dlsym may itself free). */
@@ -39,7 +41,7 @@ void free(void *p)
         armed = false; /* memmem and malloc_usable_size must not recurse into this */
         if (memmem(p, malloc_usable_size(p), MARKER, strlen(MARKER)))
             left_in_heap++;
-        if (malloc_usable_size(p) > strlen(MARKER) && strcmp(p, MARKER) == 0)
+        if (malloc_usable_size(p) > strlen(alone) && strcmp(p, alone) == 0)
             left_alone++;
         armed = true;
     }
@@ -143,12 +145,39 @@ static void test_config_file_secret_is_wiped(void **state)
     assert_int_equal(left_in_heap, 0);
 }
 
+static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
+{
+    (void)pg, (void)up, (void)reason, (void)arg;
+}
+
+/* A connection's copy of its connection string (the password in it) is zeroed when the
+ * connection is freed. libpq's scratch copy is cut by its parse (NULs at the separators), so the
+ * count of blocks freed holding the whole URL is the relay's own copies'. */
+static void test_pg_conn_copy_is_wiped(void **state)
+{
+    (void)state;
+    static const char url[] = "postgresql://u:wipe-marker-Q7zX@127.0.0.1:1/db";
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    assert_non_null(loop);
+    left_alone = 0;
+    alone = url;
+    armed = true;
+    PgConn *pg = pg_conn_new_named(loop, url, "wipe", on_pg_state, NULL, NULL);
+    assert_non_null(pg);
+    pg_conn_free(pg);
+    armed = false;
+    alone = MARKER;
+    ev_loop_destroy(loop);
+    assert_int_equal(left_alone, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_database_url_file_refused_is_wiped),
         cmocka_unit_test(test_libpq_password_copies_are_wiped),
         cmocka_unit_test(test_config_file_secret_is_wiped),
+        cmocka_unit_test(test_pg_conn_copy_is_wiped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
