@@ -750,7 +750,19 @@ int replay_run(const Config *cfg)
         printf("replay: nothing to replay: no sent event matches the selection\n");
         goto done;
     }
-    if (cfg->replay_missing && (size_t)s.rows < listed)
+    /* With other selection options beside the list (`--missing - --aggregate-type order`),
+     * listed events they leave out are no less in the table as sent: the counts below say so,
+     * not that those were deleted. */
+    bool narrowed = cfg->replay_missing &&
+                    (cfg->replay_from_id || cfg->replay_to_id || cfg->replay_sent_after ||
+                     cfg->replay_sent_before || cfg->replay_aggregate_type ||
+                     cfg->replay_aggregate_id || cfg->replay_event_type);
+    if (cfg->replay_missing && (size_t)s.rows < listed && narrowed)
+        fprintf(stderr,
+                "replay: %zu events listed, %lld of them selected (the others are outside the "
+                "other options, were deleted, or are unsent already)\n",
+                listed, s.rows);
+    else if (cfg->replay_missing && (size_t)s.rows < listed)
         fprintf(stderr,
                 "replay: %zu events listed, %lld of them still in the table as sent (the others "
                 "were deleted, or are unsent already)\n",
@@ -846,7 +858,11 @@ int replay_run(const Config *cfg)
     print_topics(stdout, &s);
     /* The listed events no batch found still sent (deleted, unsent again): a list of mostly
      * deleted rows says so here, where its count is read, not only before the batches. */
-    if (cfg->replay_missing && (long long)listed > done_rows)
+    if (cfg->replay_missing && (long long)listed > done_rows && narrowed)
+        printf(" (as selected; %lld of the %zu events listed not selected: outside the other "
+               "options, or not in the table as sent)\n",
+               (long long)listed - done_rows, listed);
+    else if (cfg->replay_missing && (long long)listed > done_rows)
         printf(" (as selected; %lld of the %zu events listed not in the table as sent)\n",
                (long long)listed - done_rows, listed);
     else

@@ -13,6 +13,10 @@
 #     outside the list untouched; the last line says 2 of the 6 listed were not found.
 #  2. a list of 40 events, 36 of them deleted since, --batch-rows 2: two batches (not 20), the 4
 #     left replayed, and the last line says 36 of the 40 were not found.
+#  3. a list of 4 events still sent, 2 of them of another aggregate type, with --aggregate-type:
+#     the 2 of that type replayed, and neither the line before the batches nor the last one says
+#     the other 2 are not in the table as sent (they are: outside --aggregate-type); the last line
+#     said "2 of the 4 events listed not in the table as sent".
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -76,3 +80,25 @@ check "2: ... 4 events replayed, 36 of the 40 listed not found" grep -q \
 check_eq "2: ... in two batches, none for the deleted rows" 2 "$(($(batch_selects) - before))"
 check_eq "2: ... the 4 left replayed, in their order" "105,117,123,140" \
     "$(n_of "aggregate_id = 'o-2' AND sent_at IS NULL")"
+
+# --- 3. the list and another option ---
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
+        SELECT CASE WHEN g % 2 = 0 THEN 'order' ELSE 'user' END, 'o-3', 'Updated',
+               jsonb_build_object('n', 200 + g), now()
+        FROM generate_series(1, 4) g" >/dev/null
+psql_q "SELECT json_build_object('result', 'failed', 'missing_events',
+          json_agg(json_build_object('id', id, 'event_id', event_id, 'topic', 'outbox.event.order')))
+        FROM outbox WHERE aggregate_id = 'o-3'" >"$T/missing3.json"
+"$RELAY_BIN" replay --database-url "$DATABASE_URL" --missing "$T/missing3.json" \
+    --aggregate-type order --yes >"$T/replay3.out" 2>"$T/replay3.err"
+check_eq "3: exit 0" 0 $?
+check_eq "3: ... the 2 of that type replayed" "202,204" \
+    "$(n_of "aggregate_id = 'o-3' AND sent_at IS NULL")"
+check_eq "3: ... the other 2 still sent" "201,203" \
+    "$(n_of "aggregate_id = 'o-3' AND sent_at IS NOT NULL")"
+check "3: ... the last line: 2 not selected, outside the other options" grep -q \
+    '^replay: 2 events replayed in .* (as selected; 2 of the 4 events listed not selected: outside the other options, or not in the table as sent)$' \
+    "$T/replay3.out"
+check "3: ... the line before the batches: 2 selected, not 2 still in the table" grep -q \
+    '^replay: 4 events listed, 2 of them selected (the others are outside the other options, were deleted, or are unsent already)$' \
+    "$T/replay3.err"
