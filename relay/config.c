@@ -2020,6 +2020,23 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
             return optval_fail(err, errlen, "%s does not take --%s (it is %s)",
                                cfg->command == CMD_REPLAY ? "replay" : "verify",
                                not_theirs[i].option, not_theirs[i].why);
+    /* requeue and purge-dead select by --id or --all alone: `purge-dead --all --aggregate-type
+     * order` deleted every dead event, not the order ones, and `requeue --all --since 2h`
+     * requeued them all. */
+    static const char *const not_dead_selections[] = {
+        "since",          "sent-after",   "sent-before", "from-id", "to-id",
+        "aggregate-type", "aggregate-id", "event-type",  "missing"};
+    for (size_t i = 0; (cfg->command == CMD_REQUEUE || cfg->command == CMD_PURGE_DEAD) &&
+                       i < sizeof(not_dead_selections) / sizeof(not_dead_selections[0]);
+         i++)
+        if (source_of(sources, not_dead_selections[i]) == OPT_FROM_FLAG)
+            return optval_fail(err, errlen,
+                               "%s does not take --%s (it is %s's; %s selects by --id ID or --all "
+                               "alone)",
+                               cfg->command == CMD_REQUEUE ? "requeue" : "purge-dead",
+                               not_dead_selections[i],
+                               strcmp(not_dead_selections[i], "since") == 0 ? "verify" : "replay",
+                               cfg->command == CMD_REQUEUE ? "requeue" : "purge-dead");
     if (cfg->command == CMD_REPLAY && cfg->replay_from_id && cfg->replay_to_id &&
         cfg->replay_from_id > cfg->replay_to_id)
         return optval_fail(err, errlen, "--from-id (%ld) must not exceed --to-id (%ld)",

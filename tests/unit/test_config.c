@@ -800,6 +800,32 @@ static void test_replay_refuses_other_selections(void **state)
         assert_error_line(err, want);
         config_free(&cfg);
     }
+    /* requeue and purge-dead select by --id or --all alone: another command's selection beside
+     * them was ignored, and `purge-dead --all --aggregate-type order` deleted every dead event. */
+    const char *dead_cmds[] = {"requeue", "purge-dead"};
+    const char *others[][2] = {{"--since", "2h"},
+                               {"--sent-after", "2026-11-01"},
+                               {"--sent-before", "2026-11-02"},
+                               {"--from-id", "5"},
+                               {"--to-id", "9"},
+                               {"--aggregate-type", "order"},
+                               {"--aggregate-id", "o-1"},
+                               {"--event-type", "Created"},
+                               {"--missing", "list.json"}};
+    for (size_t c = 0; c < 2; c++)
+        for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+            if (LOAD(&cfg, err, dead_cmds[c], "--database-url=x", "--all", others[i][0],
+                     others[i][1]))
+                fail_msg("%s took %s", dead_cmds[c], others[i][0]);
+            char want[64];
+            snprintf(want, sizeof(want), "%s does not take %s (it is ", dead_cmds[c], others[i][0]);
+            assert_error_line(err, want);
+            config_free(&cfg);
+        }
+    assert_true(LOAD(&cfg, err, "purge-dead", "--database-url=x", "--id=7"));
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "requeue", "--database-url=x", "--all"));
+    config_free(&cfg);
     /* verify's --since is verify's; replay's own selection alone is taken. */
     assert_true(LOAD(&cfg, err, "verify", "--database-url=x", "--brokers=k:1", "--since=2h"));
     config_free(&cfg);
