@@ -2013,7 +2013,9 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
         {CMD_VERIFY, "aggregate-type", "replay's selection; verify checks every row of its window"},
         {CMD_VERIFY, "aggregate-id", "replay's selection; verify checks every row of its window"},
         {CMD_VERIFY, "event-type", "replay's selection; verify checks every row of its window"},
-        {CMD_VERIFY, "missing", "replay's; verify writes that list with --json"}};
+        {CMD_VERIFY, "missing", "replay's; verify writes that list with --json"},
+        {CMD_VERIFY, "id", "requeue's and purge-dead's; verify checks every row of its window"},
+        {CMD_VERIFY, "all", "requeue's and purge-dead's; verify checks the window --since gives"}};
     for (size_t i = 0; i < sizeof(not_theirs) / sizeof(not_theirs[0]); i++)
         if (cfg->command == not_theirs[i].command &&
             source_of(sources, not_theirs[i].option) == OPT_FROM_FLAG)

@@ -800,6 +800,14 @@ static void test_replay_refuses_other_selections(void **state)
         assert_error_line(err, want);
         config_free(&cfg);
     }
+    /* Nor requeue's: `verify --all` checked the last hour and said ok of it, `verify --id 7`
+     * the same whatever event 7 is. */
+    assert_false(LOAD(&cfg, err, "verify", "--database-url=x", "--brokers=k:1", "--all"));
+    assert_error_line(err, "verify does not take --all (it is requeue's");
+    config_free(&cfg);
+    assert_false(LOAD(&cfg, err, "verify", "--database-url=x", "--brokers=k:1", "--id=7"));
+    assert_error_line(err, "verify does not take --id (it is requeue's");
+    config_free(&cfg);
     /* requeue and purge-dead select by --id or --all alone: another command's selection beside
      * them was ignored, and `purge-dead --all --aggregate-type order` deleted every dead event. */
     const char *dead_cmds[] = {"requeue", "purge-dead"};
