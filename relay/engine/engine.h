@@ -180,6 +180,9 @@ struct Relay {
      * every claim. No recreation before recreate_after (monotime; 0: at once). */
     Backoff recreate;
     ev_tstamp recreate_after;
+    /* Why the last recreation was not tried (a TLS file refused), as logged at error level:
+     * the same again is said at debug level only; "" once a recreation is tried. */
+    char recreate_refused[160];
     bool in_report; /* on_delivery is serving a report of r->kafka (inside its rd_kafka_poll) */
     Serializer *serializer; /* --value-format avro/json-schema; NULL: values as they are */
     Session *sessions;

@@ -88,15 +88,23 @@ bool relay_producer_ready(Relay *r)
     if (now < r->recreate_after)
         return false;
     /* librdkafka opens the TLS files in rd_kafka_new, here on the loop: one swapped for a FIFO
-     * since start-up would stop it. This try fails instead (the old producer kept for the next),
-     * and the caller's retry backoff brings the next. */
+     * since start-up would stop it. This try is skipped instead (the old producer kept for the
+     * next), and the caller's retry backoff brings the next. Not the fatal "cannot recreate"
+     * (the relay goes on), and said at error level once per distinct reason, as the file may
+     * stay for long and the next try comes every 30 s at most. */
     char err[600];
     if (!kafka_conf_files_ok(r->kconf_template, err, sizeof(err))) {
-        r->recreate_after = now + backoff_next(&r->recreate);
+        double delay = backoff_next(&r->recreate);
+        r->recreate_after = now + delay;
+        bool again = strncmp(err, r->recreate_refused, sizeof(r->recreate_refused) - 1) == 0;
         char q[700];
-        log_error("cannot recreate the Kafka producer", "error=%s", log_quote(err, q, sizeof(q)));
+        log_write(again ? LOG_DEBUG : LOG_ERROR, "kafka producer recreation waits",
+                  "error=%s retry_in_s=%.2f", log_quote(err, q, sizeof(q)), delay);
+        snprintf(r->recreate_refused, sizeof(r->recreate_refused), "%.*s",
+                 (int)sizeof(r->recreate_refused) - 1, err);
         return false;
     }
+    r->recreate_refused[0] = '\0';
     /* The old one is destroyed off the loop (rd_kafka_destroy may block while its broker threads
      * finish a connection attempt or a name lookup); every report of it is in (above), and none
      * can reach this relay again. One is destroyed at a time: while another (this relay's last,

@@ -2303,6 +2303,34 @@ static int occurrences(const char *text, const char *what)
     return n;
 }
 
+/* A recreation skipped over a refused TLS file is retried, not fatal: its line is not the fatal
+ * "cannot recreate the Kafka producer" (after which the relay exits 1) that alerts key on, it
+ * says when it tries again, and it is said at error level once, not at every try (up to every
+ * 30 s for as long as the file stays). On the old code each try logged the fatal line again. */
+static void test_producer_refused_recreation_said_once(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    fake_kafka_set_fatal(true);
+    answer_claim(0, "A"); /* the producer failed under the claim */
+    answer(0);            /* ROLLBACK */
+    fake_kafka_set_files_refused(true);
+    capture_log(LOG_ERROR);
+    for (int i = 0; i < 3; i++) {
+        T.r->recreate_after = monotime_now() - 1; /* each try after its backoff */
+        fire(&S(0)->retry_timer);
+        expect_idle_pg(0);
+    }
+    const char *text = logged();
+    if (strstr(text, "cannot recreate the Kafka producer"))
+        fail_msg("a retried recreation logged the fatal line: %s", text);
+    if (occurrences(text, "kafka producer recreation waits") != 1)
+        fail_msg("three refused tries, want one line at error level: %s", text);
+    assert_non_null(strstr(text, "retry_in_s="));
+    assert_non_null(strstr(text, "not a regular file"));
+    fake_kafka_set_files_refused(false);
+}
+
 /* The marks fail batch after batch with the same error, one longer than the copy the session
  * keeps of the last (a trigger's long RAISE text): logged at error level once, then at debug
  * level, as any other error. Each batch logged it at error level when the comparison was with
@@ -3061,6 +3089,7 @@ int main(void)
         cmocka_unit_test_teardown(test_failing_producer_recreated_at_a_pace, teardown),
         cmocka_unit_test_teardown(test_failed_producer_destroyed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_producer_not_recreated_over_a_fifo, teardown),
+        cmocka_unit_test_teardown(test_producer_refused_recreation_said_once, teardown),
         cmocka_unit_test_teardown(test_freed_producer_destroyed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_given_up_batch_producer_freed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
