@@ -144,10 +144,13 @@ void pg_lose(PgConn *pg, const char *why)
 
     double delay = backoff_next(&pg->backoff);
     char q[600];
-    if (pg->outage_logged == OUTAGE_NONE || pg->outage_logged == OUTAGE_BACK) {
+    bool say = pg->say_loss;
+    pg->say_loss = false;
+    if (pg->outage_logged == OUTAGE_NONE || pg->outage_logged == OUTAGE_BACK || say) {
         log_warn(was_up ? "postgres connection lost" : "postgres unreachable",
                  "%serror=%s retry_in_s=%.2f", pg->tag, log_quote(reason, q, sizeof(q)), delay);
-        pg->outage_logged = pg->outage_logged == OUTAGE_NONE ? OUTAGE_LOST : OUTAGE_RELAPSED;
+        if (pg->outage_logged == OUTAGE_NONE || pg->outage_logged == OUTAGE_BACK)
+            pg->outage_logged = pg->outage_logged == OUTAGE_NONE ? OUTAGE_LOST : OUTAGE_RELAPSED;
     } else {
         log_debug("postgres still unreachable", "%serror=%s retry_in_s=%.2f", pg->tag,
                   log_quote(reason, q, sizeof(q)), delay);
@@ -493,11 +496,19 @@ static void attempt_target(PgConn *pg)
     /* libpq opens the service file and the TLS files itself, on this loop, at every attempt: one
      * swapped for a FIFO since the start-up (or reload) check would stop the loop in an open
      * that waits for a writer. This attempt fails instead, and is retried as any other. */
-    char err[300];
+    char err[600];
     if (pg->plan.parsed && !db_check_files(pg->plan.parsed, err, sizeof(err))) {
+        /* Said even within an outage (whose later failures go to debug level): nothing else
+         * would tell why the relay does not connect once the server is back. */
+        if (strncmp(err, pg->files_refused, sizeof(pg->files_refused) - 1) != 0) {
+            pg->say_loss = true;
+            snprintf(pg->files_refused, sizeof(pg->files_refused), "%.*s",
+                     (int)sizeof(pg->files_refused) - 1, err);
+        }
         target_failed(pg, err);
         return;
     }
+    pg->files_refused[0] = '\0';
     if ((t->addr.hostaddr && *t->addr.hostaddr) || !resolve_needed(t->addr.host) ||
         strchr(t->addr.host, ',') || (t->addr.port && strchr(t->addr.port, ','))) {
         connect_target(pg, t->addr.host, NULL);

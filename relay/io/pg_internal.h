@@ -68,6 +68,11 @@ struct PgConn {
      * and "reconnected" again once a connection lasts PG_STABLE_S (on_stable, which ends the
      * outage); everything else in the outage goes to debug. */
     enum { OUTAGE_NONE, OUTAGE_LOST, OUTAGE_BACK, OUTAGE_RELAPSED } outage_logged;
+    /* A file libpq would open that is refused (db_check_files) is a setting to fix, not a
+     * passing outage: said at warn level even within an outage, once per reason. files_refused
+     * is the reason last said ("" once the files pass); say_loss makes pg_lose say this loss. */
+    char files_refused[160];
+    bool say_loss;
     ev_timer stable; /* PG_STABLE_S after a connection is made: the outage (if any) has ended */
     ev_io io;
     int io_fd, io_events;

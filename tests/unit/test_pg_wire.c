@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -251,11 +252,131 @@ static void test_fatal_during_heartbeat(void **state)
     assert_string_equal(request_error, "");
 }
 
+/* A TLS file swapped for a FIFO while the connection is already down (refused: no server on
+ * the port) is said at warn level, naming it: it is a setting to fix, not a passing outage. The
+ * outage's later failures go to debug level, and that was all it got: at the default level an
+ * operator saw "postgres unreachable ... Connection refused" and never why the relay, once the
+ * server was back, still did not connect. Said once, not at every attempt. */
+/* Lines of the log (stderr, into f) holding both a and b. */
+static int lines_with(FILE *f, const char *a, const char *b)
+{
+    static char out[65536];
+    fflush(stderr);
+    rewind(f);
+    size_t n = fread(out, 1, sizeof(out) - 1, f);
+    out[n] = '\0';
+    int seen = 0;
+    for (char *line = out, *end; *line; line = end + 1) {
+        end = strchr(line, '\n');
+        if (!end)
+            end = line + strlen(line);
+        char keep = *end;
+        *end = '\0';
+        if (strstr(line, a) && strstr(line, b))
+            seen++;
+        *end = keep;
+        if (!keep)
+            break;
+    }
+    return seen;
+}
+
+static FILE *watched_log;
+static const char *watched_a, *watched_b;
+static int watched_times;
+
+static void on_watch(struct ev_loop *l, ev_timer *w, int revents)
+{
+    if (lines_with(watched_log, watched_a, watched_b) >= watched_times)
+        ev_break(l, EVBREAK_ALL);
+}
+
+/* Runs the loop until the log holds times lines with both a and b, or 10 s pass. */
+static void run_until_logged(FILE *logf, const char *a, const char *b, int times)
+{
+    watched_log = logf;
+    watched_a = a;
+    watched_b = b;
+    watched_times = times;
+    ev_timer watch;
+    ev_timer_init(&watch, on_watch, 0.05, 0.05);
+    ev_timer_start(loop, &watch);
+    run_loop();
+    ev_timer_stop(loop, &watch);
+}
+
+static void test_fifo_refusal_said_within_outage(void **state)
+{
+    (void)state;
+    char dir[64], ca[96], url[300];
+    snprintf(dir, sizeof(dir), "/tmp/test_pg_wire_%ld", (long)getpid());
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(ca, sizeof(ca), "%s/root.crt", dir);
+    FILE *c = fopen(ca, "w");
+    assert_non_null(c);
+    fclose(c);
+    /* A port nobody listens on: every attempt is refused by the kernel, before any TLS. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    snprintf(url, sizeof(url),
+             "host=127.0.0.1 port=%d user=u dbname=d sslmode=require sslrootcert=%s "
+             "gssencmode=disable",
+             ntohs(a.sin_port), ca);
+    loop = ev_default_loop(0);
+    log_set_level(LOG_INFO); /* the default: what an operator sees */
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *logf = tmpfile();
+    dup2(fileno(logf), 2);
+    PgConn *pg = pg_conn_new(loop, url, on_state, on_notify, NULL);
+    bool refused = false, said = false, once = false;
+    const char *fifo = "not a regular file";
+    if (pg) {
+        run_until_logged(logf, "Connection refused", "", 1); /* the outage begins */
+        refused = lines_with(logf, "Connection refused", "") >= 1;
+        unlink(ca);
+        if (mkfifo(ca, 0600) == 0) {
+            run_until_logged(logf, fifo, "level=warn", 1);
+            said = lines_with(logf, fifo, "level=warn") == 1;
+            /* Two more attempts (debug lines now), without saying it again. */
+            log_set_level(LOG_DEBUG);
+            run_until_logged(logf, fifo, "level=debug", 2);
+            once = lines_with(logf, fifo, "level=debug") >= 2 &&
+                   lines_with(logf, fifo, "level=warn") == 1;
+        }
+        pg_conn_free(pg);
+    }
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char out[16384];
+    rewind(logf);
+    size_t n = fread(out, 1, sizeof(out) - 1, logf);
+    out[n] = '\0';
+    fclose(logf);
+    close(fd);
+    unlink(ca);
+    rmdir(dir);
+    log_set_level(LOG_DEBUG);
+
+    assert_non_null(pg);
+    if (!refused)
+        fail_msg("the first attempts were not refused:\n%s", out);
+    if (!said)
+        fail_msg("the FIFO was never said at the default level:\n%s", out);
+    if (!once)
+        fail_msg("the FIFO was said at every attempt:\n%s", out);
+}
+
 int main(void)
 {
     log_set_level(LOG_DEBUG);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fatal_during_heartbeat),
+        cmocka_unit_test(test_fifo_refusal_said_within_outage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,8 +7,8 @@
 #     the setting and the path (the running configuration kept), within 10 s; /healthz still
 #     answers and the running database still delivers;
 #  2. the running database's sslrootcert swapped for a FIFO and its connections terminated: each
-#     reconnection attempt fails with a line naming it ("not a regular file"; after an outage's
-#     first, at debug level) and is retried;
+#     reconnection attempt fails with a line naming it ("not a regular file", at warn level once,
+#     then at debug level) and is retried;
 #     /healthz answers meanwhile; the file put back, the relay reconnects and delivers the rows
 #     inserted meanwhile, and exits 0 on SIGTERM;
 #  3. the same for librdkafka's TLS files, which it opens in rd_kafka_new (each database has its
