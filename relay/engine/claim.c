@@ -153,8 +153,11 @@ static int rechecked_holder(const PGresult *found, int n, const OutboxRow *row)
  * published in this batch. Its whole aggregate is held (batch_hold), also the rows before that
  * one, which go in the next claim: a rare event, not worth a finer hold. They stay unsent and
  * untouched, so the batch moves no floor; the next claim sees the row and holds them back
- * itself. A full answer (CLAIM_RECHECK_MAX) may have left some out: then every aggregate of the
- * batch is held. Logged once per claim that holds anything back. */
+ * itself. A full answer (CLAIM_RECHECK_MAX) whose last row is surely new (its 4th column; those
+ * come first) may have left surely new ones out: then every aggregate of the batch is held. One
+ * whose last row is only possibly new (an xmin after the snapshot's oldest running transaction,
+ * statements.c) has them all, and holds what it names. Logged once per claim that holds
+ * anything back. */
 static void hold_rechecked(Session *s, const PGresult *found)
 {
     int n =
@@ -162,7 +165,8 @@ static void hold_rechecked(Session *s, const PGresult *found)
     if (n == 0)
         return;
     Batch *b = &s->batch;
-    bool all = n >= CLAIM_RECHECK_MAX;
+    bool all = n >= CLAIM_RECHECK_MAX &&
+               (PQnfields(found) < 4 || strcmp(PQgetvalue(found, n - 1, 3), "t") == 0);
     int held = 0;
     const char *first = "";
     for (int i = 0; i < b->n; i++) {

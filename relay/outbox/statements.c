@@ -133,27 +133,40 @@
  * with that row's {seq}; the session leaves its claimed rows of those aggregates unpublished for
  * this batch (claim.c). A row recorded before that snapshot was seen by the claim itself. Its
  * xmin is compared with the snapshot as 32-bit ids (age() orders them modulo 2^32, which holds
- * for any transaction younger than 2^31; a frozen row's is as old as can be). It reads the
- * small retry index as blocked does, so it costs next to nothing while nothing fails, and about
- * what blocked costs while failed rows wait (measured with pgbench, one client, 200,000 unsent
- * rows: 0.06 ms a claim with none; with 2,000 waiting 1.3-1.6 ms, blocked's own look 1.6-2.9
- * ms), and returns nothing unless a transaction of someone else's recorded a failure during the
- * claim; at most $2 rows (the session then holds the whole batch back). Only the rows' xmin
+ * for any transaction younger than 2^31; a frozen row's is as old as can be). A version written
+ * in a savepoint (psql's ON_ERROR_ROLLBACK, JDBC's autosave, an ORM's nested transaction) has
+ * the savepoint's id as its xmin, which the snapshot does not list (pg_snapshot_xip has top-level
+ * ids only) and which is below its xmax once any later transaction committed first: so every
+ * row with an xmin at or after the snapshot's xmin (the oldest transaction then running, the
+ * savepoint's parent's at the latest) is returned, the 4th column saying whether it is surely
+ * new (in xip, or at or after xmax), those first. The others were mostly seen by the claim and
+ * hold nothing back (it took none of their aggregates' later rows); they must not make a full
+ * answer hold the whole batch (claim.c), or an old snapshot elsewhere with many failed
+ * aggregates would stall the session: only surely new rows that may have been left out do. It
+ * reads the small retry index as blocked does, so it costs next to nothing while nothing fails,
+ * and about what blocked costs while failed rows wait (measured with pgbench, one client,
+ * 200,000 unsent rows: 0.06 ms a claim with none; with 2,000 waiting 1.3-1.6 ms, blocked's own
+ * look 1.6-2.9 ms), and returns surely new rows only when a transaction of someone else's
+ * recorded a failure during the claim; at most $2 rows (a full answer whose last row is surely
+ * new: the session holds the whole batch back). Only the rows' xmin
  * tells which are new, and it is in the heap, not in the index: a cheaper recheck would need
  * to know whether the claim waited for a lock at all, which PostgreSQL does not say. */
+#define CLAIM_SNAPSHOT_XID(x) "(" x "::text::bigint % 4294967296)::text::xid"
 #define CLAIM_SNAPSHOT_IDS                                                                         \
-    "n AS MATERIALIZED (SELECT ARRAY(SELECT (x.v::text::bigint % 4294967296)::text::xid"           \
+    "n AS MATERIALIZED (SELECT ARRAY(SELECT " CLAIM_SNAPSHOT_XID("x.v")                            \
     " FROM pg_catalog.pg_snapshot_xip(p.s) AS x(v)) AS xip,"                                       \
-    " (pg_catalog.pg_snapshot_xmax(p.s)::text::bigint % 4294967296)::text::xid AS xmax"            \
+    " " CLAIM_SNAPSHOT_XID("pg_catalog.pg_snapshot_xmax(p.s)") " AS xmax,"                         \
+    " " CLAIM_SNAPSHOT_XID("pg_catalog.pg_snapshot_xmin(p.s)") " AS xmin"                          \
     " FROM (SELECT pg_catalog.current_setting('" CLAIM_SNAPSHOT_SETTING "')::pg_catalog.pg_snapshot" \
     " AS s) p)"
 #define SQL_CLAIM_RECHECK(blocked_condition)                                                       \
     "WITH " CLAIM_SNAPSHOT_IDS " SELECT coalesce(f.{aggregate_type}::text, ''),"                   \
-    " coalesce(f.{aggregate_id}::text, ''), pg_catalog.min(f.{seq})"                               \
+    " coalesce(f.{aggregate_id}::text, ''), pg_catalog.min(f.{seq}), pg_catalog.bool_or("        \
+    "f.xmin = ANY(n.xip) OR pg_catalog.age(f.xmin) <= pg_catalog.age(n.xmax))"                    \
     " FROM (" SQL_FAILED_ROWS("o.{aggregate_type}, o.{aggregate_id}, o.{seq}, o.xmin",            \
                               "o.lane = ANY($1::smallint[]) AND " blocked_condition) ") f, n"     \
-    " WHERE f.xmin = ANY(n.xip) OR pg_catalog.age(f.xmin) <= pg_catalog.age(n.xmax)"               \
-    " GROUP BY 1, 2 LIMIT $2::bigint"
+    " WHERE pg_catalog.age(f.xmin) <= pg_catalog.age(n.xmin)"                                      \
+    " GROUP BY 1, 2 ORDER BY 4 DESC LIMIT $2::bigint"
 
 /* The rows of a claim (rows_query returns CLAIM_COLUMNS in seq order) up to the byte budget: the
  * first row always, then rows while the bytes so far stay within $3 (the session's share of

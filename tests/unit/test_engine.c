@@ -61,10 +61,11 @@ static struct {
     const char *fail_msg;            /* ... and this message (NULL: "the test says no") */
     const char *dead[MAX_SESSIONS];  /* the next dead-letter claim's rows, as claim[] */
     const char *recheck[3];          /* the next claim's recheck: aggregate type, id, seq; none */
-    const char *table_node;          /* the table's relfilenode the floor's look finds */
-    const char *seq_last;            /* the sequence's last value it finds (NULL: "10") */
-    const char *seq_in_order;        /* whether it finds the sequence in order (NULL: "t") */
-    bool floor_ok;                   /* the floor's check passes (else: "no such table") */
+    bool recheck_full; /* ... a full answer: recheck[] surely new, then others only possibly new */
+    const char *table_node;   /* the table's relfilenode the floor's look finds */
+    const char *seq_last;     /* the sequence's last value it finds (NULL: "10") */
+    const char *seq_in_order; /* whether it finds the sequence in order (NULL: "t") */
+    bool floor_ok;            /* the floor's check passes (else: "no such table") */
     long long next_id;
     ev_prepare brk;
     ev_idle idle;
@@ -493,6 +494,21 @@ static PGresult *auto_result(int i, const FakeRequest *req, int q)
     }
     if (strcmp(kind, "mark-failed") == 0)
         return fake_pg_tuples("id,event_id,aggregate_type,aggregate_id,dead", 0, NULL);
+    if (strcmp(kind, "claim-recheck") == 0 && T.recheck_full) {
+        /* CLAIM_RECHECK_MAX rows, surely new ones first (SQL_CLAIM_RECHECK_HOLD's order). */
+        static char ids[CLAIM_RECHECK_MAX][16];
+        static const char *cells[CLAIM_RECHECK_MAX * 4];
+        for (int k = 0; k < CLAIM_RECHECK_MAX; k++) {
+            snprintf(ids[k], sizeof(ids[k]), "other-%d", k);
+            cells[k * 4] = k == 0 ? T.recheck[0] : "other";
+            cells[k * 4 + 1] = k == 0 ? T.recheck[1] : ids[k];
+            cells[k * 4 + 2] = k == 0 ? T.recheck[2] : "1";
+            cells[k * 4 + 3] = k == 0 ? "t" : "f";
+        }
+        T.recheck_full = false;
+        memset(T.recheck, 0, sizeof(T.recheck));
+        return fake_pg_tuples("agg_type,agg_id,first_seq,surely_new", CLAIM_RECHECK_MAX, cells);
+    }
     if (strcmp(kind, "claim-recheck") == 0) {
         PGresult *res = fake_pg_tuples("agg_type,agg_id,first_seq", T.recheck[0] ? 1 : 0,
                                        T.recheck[0] ? T.recheck : NULL);
@@ -695,6 +711,25 @@ static void test_claim_recheck_holds_aggregate(void **state)
     T.recheck[0] = "order";
     T.recheck[1] = "agg-A";
     T.recheck[2] = "1";                      /* below both of A's claimed rows */
+    answer_claim(0, "B,A,A,C");              /* rows 1..4 */
+    assert_int_equal(fake_kafka_count(), 2); /* B and C */
+    fake_kafka_report_all(OK);
+    assert_string_equal(pending_param(0, "mark-sent"), "{1,4}"); /* A's rows stay unsent */
+}
+
+/* A full recheck answer whose last rows are only possibly new (failed rows recorded after the
+ * oldest transaction running at the claim's snapshot, which the claim mostly saw itself: many of
+ * them while an old snapshot is open elsewhere) holds what it names, not the whole batch: only
+ * surely new rows, which come first, can have been left out. On the old code a full answer held
+ * every aggregate of every batch: nothing was produced ("0 != 2"). */
+static void test_claim_recheck_full_of_possibly_new(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    T.recheck[0] = "order";
+    T.recheck[1] = "agg-A";
+    T.recheck[2] = "1";
+    T.recheck_full = true;
     answer_claim(0, "B,A,A,C");              /* rows 1..4 */
     assert_int_equal(fake_kafka_count(), 2); /* B and C */
     fake_kafka_report_all(OK);
@@ -3046,6 +3081,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_batch_chained, teardown),
         cmocka_unit_test_teardown(test_claim_recheck_holds_aggregate, teardown),
+        cmocka_unit_test_teardown(test_claim_recheck_full_of_possibly_new, teardown),
         cmocka_unit_test_teardown(test_empty_claim_sleeps, teardown),
         cmocka_unit_test_teardown(test_stop_while_producing, teardown),
         cmocka_unit_test_teardown(test_connection_lost_while_marking, teardown),

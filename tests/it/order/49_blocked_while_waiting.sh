@@ -8,8 +8,12 @@
 # Each round: one session; aggregate NAME with 3 events, then 5 other aggregates of one event
 # each; another client UPDATEs NAME's first event (attempts 1 and ROUND's change) in an open
 # transaction before the relay starts, waits (in the server, 5 ms steps) until pg_locks shows a
-# backend waiting for its transaction, and commits at once, well within the claim's 200 ms
-# lock_timeout. Checks: the 5 others are delivered, none of NAME's events is (and the relay
+# backend waiting for its transaction (or its savepoint's), and commits at once, well within the claim's 200 ms
+# lock_timeout (in the third round inside a savepoint, as psql's ON_ERROR_ROLLBACK and many
+# drivers run each statement: the row's version then carries the savepoint's own transaction id,
+# which a snapshot does not list as running, and a transaction that committed after it puts it
+# below the snapshot's end; on the old recheck it was missed, "saved: none of
+# its events is sent while its first waits: expected '0', got '2'"). Checks: the 5 others are delivered, none of NAME's events is (and the relay
 # logs why, which also shows the claim did meet the commit while it waited); the first event is
 # let go (as by hand, or `requeue`), and then all of NAME's events are delivered, in order.
 # A round whose commit came after the claim's lock_timeout (a loaded machine: PostgreSQL's log
@@ -22,9 +26,10 @@ pg_start
 broker_start 1
 relay_migrate 2>"$T/migrate.log" || fail "migrate"
 
-# round NAME CHANGE RELEASE: 0, or 1 when the claim's lock_timeout came before the commit.
+# round NAME CHANGE RELEASE [BEFORE]: 0, or 1 when the claim's lock_timeout came before the
+# commit. BEFORE: statements the other client runs before its UPDATE, in its transaction.
 round() {
-    local name=$1 change=$2 release=$3 first seen timeouts
+    local name=$1 change=$2 release=$3 before=${4:-} first seen timeouts
     timeouts=$(grep -c 'canceling statement due to lock timeout' "$T/pg.log")
     psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
             SELECT 'bw', '$name', 'changed', jsonb_build_object('seq', s)
@@ -38,15 +43,21 @@ round() {
     coproc LOCKER { psql -XAtq -v ON_ERROR_STOP=1 2>&1; }
     _t_track "$LOCKER_PID"
     local locker_pid=$LOCKER_PID
-    echo "BEGIN; UPDATE outbox SET attempts = attempts + 1, $change WHERE id = $first
+    echo "BEGIN; $before UPDATE outbox SET attempts = attempts + 1, $change WHERE id = $first
           RETURNING 'updated';" >&"${LOCKER[1]}"
     read -r -t 10 seen <&"${LOCKER[0]}" || fail "$name: the other client updates the row"
     [ "$seen" = updated ] || fail "$name: the other client updates the row" "$seen"
+    # A transaction that begins after the other client's and commits first, as a producer's
+    # would: the claim's snapshot then lists the other client's transaction as running, and a
+    # savepoint's id below its end as finished.
+    psql_q "SELECT pg_current_xact_id()" >/dev/null
     relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --sessions 1 \
         --kafka reconnect.backoff.max.ms=500
     echo "DO \$\$ BEGIN FOR i IN 1..12000 LOOP
-              EXIT WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'transactionid'
-                  AND NOT granted AND transactionid = pg_current_xact_id()::text::xid);
+              EXIT WHEN EXISTS (SELECT 1 FROM pg_locks w JOIN pg_locks h
+                  ON h.locktype = 'transactionid' AND h.transactionid = w.transactionid
+                  AND h.granted AND h.pid = pg_backend_pid()
+                  WHERE w.locktype = 'transactionid' AND NOT w.granted);
               PERFORM pg_sleep(0.005);
           END LOOP; END \$\$;
           COMMIT; SELECT 'committed';" >&"${LOCKER[1]}"
@@ -78,11 +89,11 @@ round() {
     check_eq "$name: the relay exits 0" 0 "$?"
 }
 
-# rounds NAME CHANGE RELEASE: round, again under a new name while the race was not met.
+# rounds NAME CHANGE RELEASE [BEFORE]: round, again under a new name while the race was not met.
 rounds() {
     local try
     for try in 1 2 3; do
-        round "$1$try" "$2" "$3" && return
+        round "$1$try" "$2" "$3" "${4:-}" && return
     done
     fail "$1: the claim met the other client's commit in one of 3 rounds"
 }
@@ -91,4 +102,8 @@ rounds deferred "next_attempt_at = now() + interval '1 hour', last_error = 'put 
 # --on-poison hold (the default): a dead event holds its aggregate's later events back.
 rounds dead "dead_at = now(), last_error = 'dead-lettered by hand'" \
     "dead_at = NULL, next_attempt_at = NULL"
+# The other client's UPDATE in a savepoint (psql's ON_ERROR_ROLLBACK, JDBC's autosave, an ORM's
+# nested transaction): the row's xmin is the savepoint's transaction id, not its top one's.
+rounds saved "next_attempt_at = now() + interval '1 hour', last_error = 'put off in a savepoint'" \
+    "next_attempt_at = NULL" "SAVEPOINT by_hand;"
 check_delivered bw
