@@ -123,11 +123,15 @@ static void learn_floor(Session *s, const PGresult *held, const PGresult *claime
                  "or a cycle given while the relay runs); the claim floor is off until its check "
                  "passes again (asked every minute), claims read the unsent index from its start",
                  "column=%s session=%d", s->cfg->map.seq, s->index);
-    } else if (s->floor.restarts != restarts)
+    } else if (s->floor.restarts != restarts) {
         log_info("the table was truncated or the order column's sequence set back; the claim "
                  "floor starts again from the table's start",
                  "sequence_last=%lld table_relfilenode=%u sequence_relfilenode=%u session=%d",
                  c.seq_last, c.table_node, c.seq_node, s->index);
+        /* The relay's rows kept apart outlive reconnects (marks.c); new rows may now carry
+         * their ids. Forgotten before this claim's rows are produced. */
+        marks_unrecordable_forget_all(s);
+    }
 }
 
 void claim_floor_committed(Session *s)

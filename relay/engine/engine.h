@@ -482,6 +482,10 @@ bool marks_next_row(Session *s, MarkRequest *req);
  * whose wait is not over: it is then left unsent, not produced. Notes that a claim met the row
  * (Unrecordable.met), whatever the answer. */
 bool marks_skip_unrecordable(const Session *s, const BatchRow *br);
+/* Forgets every row the relay keeps apart: the session's claim found the table replaced or its
+ * order column's sequence set back (TRUNCATE ... RESTART IDENTITY), so their ids may now name
+ * other, healthy rows, which would be left out with their aggregates for up to an hour. */
+void marks_unrecordable_forget_all(Session *s);
 /* Reads the reply of one row's marks. */
 void marks_row_read(Session *s, PGresult **results, int n, const char *error);
 /* Whether a batch recorded row by row waits for the retry backoff before the next claim. */

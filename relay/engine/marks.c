@@ -126,6 +126,18 @@ bool marks_skip_unrecordable(const Session *s, const BatchRow *br)
     return now < u->due[at];
 }
 
+void marks_unrecordable_forget_all(Session *s)
+{
+    Unrecordable *u = &s->relay->unrecordable;
+    if (u->n == 0)
+        return;
+    log_info("the rows kept apart are forgotten: the table was replaced or its order column's "
+             "sequence set back, so their ids may name other rows now",
+             "rows=%d session=%d", u->n, s->index);
+    u->n = 0;
+    u->full_logged = false;
+}
+
 /* Drops entry at (the last takes its place). */
 static void unrecordable_drop(Unrecordable *u, int at)
 {
