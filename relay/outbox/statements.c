@@ -133,8 +133,13 @@
  * with that row's {seq}; the session leaves its claimed rows of those aggregates unpublished for
  * this batch (claim.c). A row recorded before that snapshot was seen by the claim itself. Its
  * xmin is compared with the snapshot as 32-bit ids (age() orders them modulo 2^32, which holds
- * for any transaction younger than 2^31; a frozen row's is as old as can be). A version written
- * in a savepoint (psql's ON_ERROR_ROLLBACK, JDBC's autosave, an ORM's nested transaction) has
+ * for any transaction younger than 2^31), and only within the window a new row's can be in: from
+ * that snapshot's xmin up to this statement's own snapshot's xmax (every row it sees committed
+ * below it, a savepoint's too). A frozen row keeps its xmin as it was (the xmin column shows
+ * it), and once 2^31 transactions have passed it, age() calls it younger than any: without the
+ * upper bound, 1,000 such rows still holding their aggregates (dead-lettered under --on-poison
+ * hold) made every answer full and surely new, and every batch was held, claim after claim,
+ * with nothing sent. A version written in a savepoint (psql's ON_ERROR_ROLLBACK, JDBC's autosave, an ORM's nested transaction) has
  * the savepoint's id as its xmin, which the snapshot does not list (pg_snapshot_xip has top-level
  * ids only) and which is below its xmax once any later transaction committed first: so every
  * row with an xmin at or after the snapshot's xmin (the oldest transaction then running, the
@@ -148,15 +153,16 @@
  * 200,000 unsent rows: 0.06 ms a claim with none; with 2,000 waiting 1.3-1.6 ms, blocked's own
  * look 1.6-2.9 ms), and returns surely new rows only when a transaction of someone else's
  * recorded a failure during the claim; at most $2 rows (a full answer whose last row is surely
- * new: the session holds the whole batch back). Only the rows' xmin
- * tells which are new, and it is in the heap, not in the index: a cheaper recheck would need
+ * new: the session holds the whole batch back). Only the rows' xmin tells which are new, and it is in the heap, not in the index: a cheaper recheck would need
  * to know whether the claim waited for a lock at all, which PostgreSQL does not say. */
 #define CLAIM_SNAPSHOT_XID(x) "(" x "::text::bigint % 4294967296)::text::xid"
 #define CLAIM_SNAPSHOT_IDS                                                                         \
     "n AS MATERIALIZED (SELECT ARRAY(SELECT " CLAIM_SNAPSHOT_XID("x.v")                            \
     " FROM pg_catalog.pg_snapshot_xip(p.s) AS x(v)) AS xip,"                                       \
     " " CLAIM_SNAPSHOT_XID("pg_catalog.pg_snapshot_xmax(p.s)") " AS xmax,"                         \
-    " " CLAIM_SNAPSHOT_XID("pg_catalog.pg_snapshot_xmin(p.s)") " AS xmin"                          \
+    " " CLAIM_SNAPSHOT_XID("pg_catalog.pg_snapshot_xmin(p.s)") " AS xmin,"                         \
+    " " CLAIM_SNAPSHOT_XID("pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())")        \
+    " AS now_xmax"                                                                                 \
     " FROM (SELECT pg_catalog.current_setting('" CLAIM_SNAPSHOT_SETTING "')::pg_catalog.pg_snapshot" \
     " AS s) p)"
 #define SQL_CLAIM_RECHECK(blocked_condition)                                                       \
@@ -166,6 +172,7 @@
     " FROM (" SQL_FAILED_ROWS("o.{aggregate_type}, o.{aggregate_id}, o.{seq}, o.xmin",            \
                               "o.lane = ANY($1::smallint[]) AND " blocked_condition) ") f, n"     \
     " WHERE pg_catalog.age(f.xmin) <= pg_catalog.age(n.xmin)"                                      \
+    " AND pg_catalog.age(f.xmin) > pg_catalog.age(n.now_xmax)"                                      \
     " GROUP BY 1, 2 ORDER BY 4 DESC LIMIT $2::bigint"
 
 /* The rows of a claim (rows_query returns CLAIM_COLUMNS in seq order) up to the byte budget: the
