@@ -1536,7 +1536,9 @@ static bool read_database_url_file(Config *cfg, char *err, size_t errlen)
         free(text);
         return optval_fail(err, errlen, "database-url-file %s: %s", cfg->database_url_file, bad);
     }
-    free(cfg->database_url);
+    /* A weaker source's URL (DATABASE_URL under a --database-url-file flag) gives way: it holds
+     * its password. */
+    secrets_free_zeroed(cfg->database_url);
     cfg->database_url = text;
     return true;
 }

@@ -171,6 +171,43 @@ static void test_pg_conn_copy_is_wiped(void **state)
     assert_int_equal(left_alone, 0);
 }
 
+/* DATABASE_URL in the environment and --database-url-file as a flag: the file, the stronger
+ * source, wins, and the environment's URL (its password) that the option held until then is
+ * zeroed when it gives way. Counted as blocks freed holding that whole URL: libpq's scratch copy
+ * of the file's URL is another string, and the environment's is never parsed. */
+static void test_env_url_replaced_by_file_is_wiped(void **state)
+{
+    (void)state;
+    static const char env_url[] = "postgresql://u:wipe-marker-Q7zX@h/envdb";
+    setenv("DATABASE_URL", env_url, 1);
+    unsetenv("DATABASE_URL_FILE");
+    char path[] = "/tmp/outbox-relay-test-wipe-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    static const char text[] = "postgresql://u@h/filedb\n";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    assert_int_equal(close(fd), 0);
+    char *argv[] = {(char *)"outbox-relay", (char *)"migrate", (char *)"--database-url-file", path,
+                    NULL};
+    Config cfg;
+    char err[512] = "";
+    left_alone = 0;
+    alone = env_url;
+    armed = true;
+    bool ok = config_load(&cfg, 4, argv, err, sizeof(err));
+    bool from_file =
+        ok && cfg.database_url && strcmp(cfg.database_url, "postgresql://u@h/filedb") == 0;
+    config_free(&cfg);
+    armed = false;
+    alone = MARKER;
+    unlink(path);
+    unsetenv("DATABASE_URL");
+    if (!ok)
+        fail_msg("config_load: %s", err);
+    assert_true(from_file);
+    assert_int_equal(left_alone, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -178,6 +215,7 @@ int main(void)
         cmocka_unit_test(test_libpq_password_copies_are_wiped),
         cmocka_unit_test(test_config_file_secret_is_wiped),
         cmocka_unit_test(test_pg_conn_copy_is_wiped),
+        cmocka_unit_test(test_env_url_replaced_by_file_is_wiped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
