@@ -9,6 +9,7 @@
 
 #include "db.h"
 #include "log.h"
+#include "secrets.h"
 
 struct DbPool {
     char *conninfo;
@@ -31,7 +32,7 @@ DbPool *pool_new(const char *conninfo, const char *setup_sql, int size, const ch
     bool *busy = calloc((size_t)size, sizeof(*busy));
     if (!p || !copy || (setup_sql && !setup) || !conns || !busy) {
         free(p);
-        free(copy);
+        secrets_free_zeroed(copy); /* holds the password */
         free(setup);
         free(conns);
         free(busy);
@@ -161,7 +162,7 @@ void pool_free(DbPool *p)
     pthread_cond_destroy(&p->freed);
     free(p->conns);
     free(p->busy);
-    free(p->conninfo);
+    secrets_free_zeroed(p->conninfo); /* holds the password */
     free(p->setup_sql);
     free(p);
 }
