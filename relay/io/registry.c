@@ -652,12 +652,17 @@ static bool read_auth_file(Registry *r, const char *path, char *err, size_t errl
         close(fd);
         return false;
     }
+    /* stdio reads the file into its buffer, which fclose would free unzeroed (the password in
+     * it): this one is on the stack, zeroed once the file is closed. */
+    char buffer[BUFSIZ];
+    setvbuf(f, buffer, _IOFBF, sizeof(buffer));
     /* The first line ends at a CR or an LF, and holds at most CONFIG_AUTH_LINE_MAX - 2 bytes: the
      * configuration's check (config.c, registry_files_check) reads it by the same rule. The
      * buffer has room for that, a CR, an LF and the NUL; a longer line fills it. */
     char line[CONFIG_AUTH_LINE_MAX + 1];
     bool got = fgets(line, sizeof(line), f) != NULL;
     fclose(f);
+    explicit_bzero(buffer, sizeof(buffer));
     size_t n = got ? strcspn(line, "\r\n") : 0;
     if (n > CONFIG_AUTH_LINE_MAX - 2)
         got = false;

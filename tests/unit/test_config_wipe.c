@@ -20,6 +20,7 @@
 #include "config.h"
 #include "db.h"
 #include "pg.h"
+#include "registry.h"
 
 static const char MARKER[] = "wipe-marker-Q7zX";
 static bool armed;
@@ -208,6 +209,34 @@ static void test_env_url_replaced_by_file_is_wiped(void **state)
     assert_int_equal(left_alone, 0);
 }
 
+/* --schema-registry-auth-file (USER:PASSWORD): the registry reads its line through stdio, whose
+ * buffer (malloc'd by the FILE, freed by fclose) held the whole file. No freed block may hold
+ * the password: neither that buffer nor the registry's copy of the line. */
+static void test_registry_auth_file_is_wiped(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/outbox-relay-test-wipe-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    static const char text[] = "reg:wipe-marker-Q7zX\n";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    assert_int_equal(close(fd), 0);
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    assert_non_null(loop);
+    RegistryOptions o = {.urls = "http://127.0.0.1:1", .auth_file = path, .timeout_ms = 1000};
+    char err[512] = "";
+    left_in_heap = 0;
+    armed = true;
+    Registry *r = registry_new(loop, &o, NULL, NULL, err, sizeof(err));
+    registry_free(r, NULL);
+    armed = false;
+    ev_loop_destroy(loop);
+    unlink(path);
+    if (!r)
+        fail_msg("registry_new: %s", err);
+    assert_int_equal(left_in_heap, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -216,6 +245,7 @@ int main(void)
         cmocka_unit_test(test_config_file_secret_is_wiped),
         cmocka_unit_test(test_pg_conn_copy_is_wiped),
         cmocka_unit_test(test_env_url_replaced_by_file_is_wiped),
+        cmocka_unit_test(test_registry_auth_file_is_wiped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
