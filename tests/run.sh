@@ -182,6 +182,24 @@ if [ "$listing" = 1 ]; then
     exit 0
 fi
 
+# Nothing to run fails the run, never "0 passed, 0 failed": a NAME that matches no test, or a
+# unit group whose binaries were never built (`make all asan` builds none of them; `make unit`
+# and `make test` do).
+if [ $((${#units[@]} + ${#scripts[@]})) -eq 0 ]; then
+    unbuilt=0
+    if in_group unit; then
+        for src in tests/unit/test_*.c; do
+            selected "$(basename "$src" .c)" && unbuilt=1
+        done
+    fi
+    if [ "$unbuilt" = 1 ]; then
+        echo "tests/run.sh: no unit test is built (bin/asan/test_*): run 'make unit' first" >&2
+    else
+        echo "tests/run.sh: no test matches the names and groups given: nothing to run" >&2
+    fi
+    exit 2
+fi
+
 passed=0
 failed=0
 out=$(mktemp -d "${TMPDIR:-/tmp}/outbox-relay-run.XXXXXX") || exit 1

@@ -12,7 +12,8 @@
 #  5. the same tests one at a time (TEST_JOBS=1) give the same totals; TEST_JOBS out of range is
 #     refused with exit 2;
 #  6. --group GROUP (and TEST_GROUP) runs that group's tests only, --list lists them and runs
-#     none; a group that does not exist, and a test outside any group, are refused with exit 2;
+#     none; a group that does not exist, a test outside any group, a name that matches nothing
+#     and a unit group with nothing built are refused with exit 2;
 #  7. each group's tests start longest first by tests/it/durations (one it does not list first),
 #     a test run alone last in its group;
 #  8. the unit tests run TEST_JOBS at a time too, longest first, each one's output whole; one that
@@ -146,6 +147,16 @@ check_eq "6. --group nope is refused with exit 2" 2 $?
 check_eq "6. ... in one line naming the groups" \
     "tests/run.sh: no group 'nope' (groups: unit setup packaging security delivery order operations demos faults)" \
     "$(cat "$T/nope.out")"
+# Nothing to run fails the run: it printed "0 passed, 0 failed" and exited 0 (a unit group whose
+# binaries `make all asan` had not built, or a name that matches no test).
+bash "$R/tests/run.sh" no_such_test >"$T/none.out" 2>&1
+check_eq "6. a name that matches no test is refused with exit 2, saying why" "2 1" \
+    "$? $(grep -c 'no test matches the names and groups given' "$T/none.out")"
+mkdir -p "$R/tests/unit" && touch "$R/tests/unit/test_unbuilt.c"
+bash "$R/tests/run.sh" --group unit >"$T/unbuilt.out" 2>&1
+check_eq "6. a unit group with no unit test built is refused with exit 2, saying why" "2 1" \
+    "$? $(grep -c "no unit test is built (bin/asan/test_\*): run 'make unit' first" "$T/unbuilt.out")"
+rm -f "$R/tests/unit/test_unbuilt.c"
 touch "$R/tests/it/90_stray.sh"
 bash "$R/tests/run.sh" >"$T/stray.out" 2>&1
 check_eq "6. a test outside any group is refused with exit 2" 2 $?
