@@ -1145,20 +1145,36 @@ static bool schema_fits(Path *path, avro_schema_t bs, const Decimal *dec, const 
 }
 
 /* The name an Avro-JSON union wrapper gives branch bs: the full name ("shop.Addr") of a named
- * type, the type name ("string", "array") of the others. */
-static const char *branch_full_name(avro_schema_t bs, char *buf, size_t len)
+ * type, the type name ("string", "array") of the others; returned as its namespace (*ns, "" when
+ * none) and its name, which the callers join as they need, so that no buffer bounds it: a full
+ * name cut at a buffer's size (512 bytes) made two long names one, and the wrapper of either,
+ * written in full, no branch's name. */
+static const char *branch_name(avro_schema_t bs, const char **ns)
 {
     const char *name = avro_schema_type_name(bs);
-    if (!name)
-        return "";
-    if (is_avro_named_type(bs)) {
-        const char *ns = avro_schema_namespace(bs);
-        if (ns && *ns) {
-            snprintf(buf, len, "%s.%s", ns, name);
-            return buf;
-        }
-    }
-    return name;
+    *ns = is_avro_named_type(bs) && avro_schema_namespace(bs) ? avro_schema_namespace(bs) : "";
+    return name ? name : "";
+}
+
+/* Whether key is branch bs's full name (branch_name's parts joined by a '.'). */
+static bool branch_name_is(avro_schema_t bs, const char *key)
+{
+    const char *ns, *name = branch_name(bs, &ns);
+    size_t k = strlen(ns);
+    if (k == 0)
+        return strcmp(name, key) == 0;
+    return strncmp(key, ns, k) == 0 && key[k] == '.' && strcmp(key + k + 1, name) == 0;
+}
+
+/* Branch bs's full name, malloc'd (NULL when out of memory). */
+static char *branch_name_dup(avro_schema_t bs)
+{
+    const char *ns, *name = branch_name(bs, &ns);
+    size_t k = strlen(ns), n = strlen(name);
+    char *full = malloc(k + 1 + n + 1);
+    if (full)
+        sprintf(full, "%s%s%s", ns, k ? "." : "", name);
+    return full;
 }
 
 /* Whether branch b of union us, a map or a record, could take the one-key object j as it is
@@ -1237,14 +1253,14 @@ static bool union_index_build(UnionIndex *ui, avro_schema_t us)
         return false;
     for (size_t b = 0; b < n; b++) {
         avro_schema_t bs = union_branch(us, (int)b);
-        char full[512];
-        const char *name = branch_full_name(bs, full, sizeof(full));
-        if (!(ui->full[ui->n_full].name = strdup(name)))
+        const char *ns;
+        branch_name(bs, &ns);
+        if (!(ui->full[ui->n_full].name = branch_name_dup(bs)))
             return false;
         ui->full[ui->n_full++].branch = (int)b;
         /* A short name put_union takes when no full name matched: a named type's, when it is
          * not its full name already (that one matched first). */
-        if (is_avro_named_type(bs) && strcmp(avro_schema_type_name(bs), name) != 0) {
+        if (is_avro_named_type(bs) && *ns) {
             if (!(ui->shorts[ui->n_shorts].name = strdup(avro_schema_type_name(bs))))
                 return false;
             ui->shorts[ui->n_shorts++].branch = (int)b;
@@ -1342,9 +1358,8 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
         }
         for (size_t b = 0; !ui && b < n && chosen < 0; b++) {
             avro_schema_t bs = union_branch(us, (int)b);
-            char full[512];
             union_probes++;
-            if (strcmp(branch_full_name(bs, full, sizeof(full)), key) == 0)
+            if (branch_name_is(bs, key))
                 chosen = (int)b;
             else if (is_avro_named_type(bs) && strcmp(avro_schema_type_name(bs), key) == 0) {
                 by_short = (int)b;
@@ -1395,14 +1410,14 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
                 }
             }
             if (as_wrapper && objects > 0 && !explicit_object) {
-                char full[512];
                 avro_schema_t os = union_branch(us, as_object);
                 const char *ck = avro_kind(avro_typeof(cs)), *ok = avro_kind(avro_typeof(os));
+                const char *ons, *oname = branch_name(os, &ons);
                 snprintf(err, errlen,
                          "field %.100s: {\"%.40s\": ...} is ambiguous (a wrapped %s, or a %s "
-                         "with that key): write the %s unwrapped, or the %s as {\"%.60s\": {...}}",
-                         path_where(path), key, ck, ok, ck, ok,
-                         branch_full_name(os, full, sizeof(full)));
+                         "with that key): write the %s unwrapped, or the %s as {\"%.60s%s%.60s\": "
+                         "{...}}",
+                         path_where(path), key, ck, ok, ck, ok, ons, *ons ? "." : "", oname);
                 return false;
             }
             if (!as_wrapper && objects > 0) { /* not this branch's value: the object's own */

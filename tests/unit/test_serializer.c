@@ -1472,6 +1472,43 @@ static void test_avro_union_indexed(void **state)
     free(text);
 }
 
+/* From session 19: a branch's full name was built in a buffer of 512 bytes, so a namespace and
+ * name over 511 characters were cut. The wrapper that named such a branch in full matched none
+ * (two records of one long namespace were then an ambiguous object, the row refused), and a
+ * wrapper of the first 511 characters, no branch's name, took the first branch of that prefix. */
+static void test_avro_union_long_full_name(void **state)
+{
+    char ns[601];
+    memset(ns, 'n', 600);
+    ns[600] = '\0';
+    char *text = malloc(2 * 600 + 600);
+    sprintf(text,
+            "{\"type\": \"record\", \"name\": \"T\", \"fields\": [{\"name\": \"u\", \"type\": ["
+            "{\"type\": \"record\", \"name\": \"X\", \"namespace\": \"%s\", \"fields\": "
+            "[{\"name\": \"v\", \"type\": \"string\"}]},"
+            "{\"type\": \"record\", \"name\": \"Y\", \"namespace\": \"%s\", \"fields\": "
+            "[{\"name\": \"v\", \"type\": \"string\"}]}]}]}",
+            ns, ns);
+    RegistrySchema rs = {.id = 37, .type = REGISTRY_AVRO, .subject = "t-value", .text = text};
+    char *payload = malloc(2 * 600 + 100);
+    /* ns.Y in full: branch 1 (02), "q" (02 71); the same by the index's fallback-free path twice
+     * (the first row builds the index, the second uses it). */
+    const unsigned char want_y[] = {0, 0, 0, 0, 37, 0x02, 0x02, 'q'};
+    const unsigned char want_x[] = {0, 0, 0, 0, 37, 0x00, 0x02, 'q'};
+    sprintf(payload, "{\"u\": {\"%s.Y\": {\"v\": \"q\"}}}", ns);
+    expect_bytes(&rs, payload, want_y, sizeof(want_y));
+    expect_bytes(&rs, payload, want_y, sizeof(want_y));
+    sprintf(payload, "{\"u\": {\"%s.X\": {\"v\": \"q\"}}}", ns);
+    expect_bytes(&rs, payload, want_x, sizeof(want_x));
+    /* The first 511 characters of both full names are no branch's name: not a wrapper, and as
+     * an object both records could take it. */
+    sprintf(payload, "{\"u\": {\"%.511s\": {\"v\": \"q\"}}}", ns);
+    expect_fault(VALUE_AVRO, &rs, payload, "field u: object is ambiguous");
+    serializer_schema_release(&rs);
+    free(payload);
+    free(text);
+}
+
 /* From this review: an unwrapped value's branch was the first of all the union's branches to
  * take it, each asked in turn: a string against a union of 200 enums took 0.8 s for 50,000 values
  * (350 KB). By the union's index, only the enums with that symbol and the branches but enums
@@ -2008,6 +2045,7 @@ int main(void)
         cmocka_unit_test(test_json_schema_enum_indexed),
         cmocka_unit_test(test_avro_union_indexed),
         cmocka_unit_test(test_avro_union_enums_indexed),
+        cmocka_unit_test(test_avro_union_long_full_name),
         cmocka_unit_test(test_avro_row_not_kept),
         cmocka_unit_test(test_avro_defaults_looked_up_by_search),
         cmocka_unit_test(test_error_paths_rendered),
