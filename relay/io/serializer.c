@@ -89,9 +89,22 @@ typedef struct UnionIndex {
     size_t n_maps;
     UnionName *symbols; /* its enum branches' symbols (avro-c's) */
     size_t n_symbols;
-    int *others; /* its branches but enums, in order: the ones a value not a symbol may be */
+    /* Its branches but enums, records, maps and fixeds that are no decimal, in order: the ones
+     * a value not an object, not a symbol and not a fixed's bytes may be. */
+    int *others;
     size_t n_others;
+    int *objects; /* its record and map branches, in order: the ones an object may be */
+    size_t n_objects;
+    struct UnionFixed *fixeds; /* its fixeds that are no decimal, by size, then branch */
+    size_t n_fixeds;
 } UnionIndex;
+
+/* A fixed branch of a union (not a decimal) and its size: a string is one when its bytes
+ * (latin1_bytes) are that many. */
+typedef struct UnionFixed {
+    int64_t size;
+    int branch;
+} UnionFixed;
 
 static void union_index_free(struct UnionIndex *ui)
 {
@@ -105,6 +118,8 @@ static void union_index_free(struct UnionIndex *ui)
     free(ui->maps);
     free(ui->symbols);
     free(ui->others);
+    free(ui->objects);
+    free(ui->fixeds);
 }
 
 /* An avro_inline result kept for the schema's life (Parsed.inline_memo, direct-mapped by the
@@ -275,6 +290,7 @@ typedef struct Path {
     size_t n_steps;     /* a failed write leaves its steps: the error's path is the deepest */
     char text[256];     /* path_text's rendering: what the old per-push text held, truncation too */
     const Parsed *ps;   /* for the decimals (NULL for JSON Schema) */
+    bool decimals;      /* ps has decimals (value_decimal looks for one only then) */
     const json_t *root; /* the tree jansson made of payload */
     const char *payload;
     size_t payload_len;
@@ -758,6 +774,16 @@ static const Decimal *decimal_of(const Path *path, avro_schema_t s, avro_schema_
     return is_avro_bytes(s) ? decimal_at(path, at, index) : NULL;
 }
 
+/* decimal_of for value v (its schema avro-c's, asked only when the schema has decimals: an
+ * indirect call per value written, for nothing in most schemas). */
+static inline const Decimal *value_decimal(const Path *path, avro_value_t *v, avro_schema_t at,
+                                           int index)
+{
+    if (!path->decimals)
+        return NULL;
+    return decimal_of(path, avro_value_get_schema(v), at, index);
+}
+
 /* Appends a step: name, or "[index]" when name is NULL; *mark is what path_pop cuts it back to.
  * Nothing is formatted here: path_text does it when an error asks. */
 static void path_push(Path *p, size_t *mark, const char *name, size_t index)
@@ -1107,7 +1133,7 @@ static bool schema_fits(Path *path, avro_schema_t bs, const Decimal *dec, const 
  * that is exactly a value of it (its scale and precision, its fixed's size). Another string
  * ("n/a", "12.345" at scale 2) is not the decimal's: in [decimal, "string"] it is the string
  * branch's, not a row refused by the decimal, as a string beyond an enum's symbols is. */
-static bool branch_fits(Path *path, avro_schema_t us, int b, const json_t *j, bool exact)
+static inline bool branch_fits(Path *path, avro_schema_t us, int b, const json_t *j, bool exact)
 {
     avro_schema_t bs = union_branch(us, b);
     return schema_fits(path, bs, decimal_of(path, bs, us, b), j, exact);
@@ -1234,7 +1260,48 @@ static size_t union_name_find(const UnionName *names, size_t n, const char *key)
     return lo < n && strcmp(names[lo].name, key) == 0 ? lo : n;
 }
 
-static bool union_index_build(UnionIndex *ui, avro_schema_t us)
+static int union_fixed_order(const void *a, const void *b)
+{
+    const UnionFixed *x = a, *y = b;
+    if (x->size != y->size)
+        return x->size < y->size ? -1 : 1;
+    return (x->branch > y->branch) - (x->branch < y->branch);
+}
+
+/* The first entry of fixeds (n, sorted) of size, or n when none is. */
+static size_t union_fixed_find(const UnionFixed *fixeds, size_t n, int64_t size)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        union_probes++;
+        if (fixeds[mid].size < size)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && fixeds[lo].size == size ? lo : n;
+}
+
+/* The next branch, in the union's order, of the enums having str for a symbol (from *at) and the
+ * fixeds of bytes bytes (from *fat), advanced past; INT_MAX when none is left. */
+static int union_next_extra(const UnionIndex *ui, const char *str, size_t *at, long bytes,
+                            size_t *fat)
+{
+    int sb = *at < ui->n_symbols && strcmp(ui->symbols[*at].name, str) == 0
+                 ? ui->symbols[*at].branch
+                 : INT_MAX;
+    int fb =
+        *fat < ui->n_fixeds && ui->fixeds[*fat].size == bytes ? ui->fixeds[*fat].branch : INT_MAX;
+    if (sb < fb) {
+        (*at)++;
+        return sb;
+    }
+    *fat += fb != INT_MAX;
+    return fb;
+}
+
+static bool union_index_build(UnionIndex *ui, const Parsed *ps, avro_schema_t us)
 {
     size_t n = avro_schema_union_size(us), n_fields = 0, n_symbols = 0;
     for (size_t b = 0; b < n; b++) {
@@ -1249,7 +1316,10 @@ static bool union_index_build(UnionIndex *ui, avro_schema_t us)
     ui->maps = calloc(n ? n : 1, sizeof(*ui->maps));
     ui->symbols = calloc(n_symbols ? n_symbols : 1, sizeof(*ui->symbols));
     ui->others = calloc(n ? n : 1, sizeof(*ui->others));
-    if (!ui->full || !ui->shorts || !ui->fields || !ui->maps || !ui->symbols || !ui->others)
+    ui->objects = calloc(n ? n : 1, sizeof(*ui->objects));
+    ui->fixeds = calloc(n ? n : 1, sizeof(*ui->fixeds));
+    if (!ui->full || !ui->shorts || !ui->fields || !ui->maps || !ui->symbols || !ui->others ||
+        !ui->objects || !ui->fixeds)
         return false;
     for (size_t b = 0; b < n; b++) {
         avro_schema_t bs = union_branch(us, (int)b);
@@ -1274,9 +1344,19 @@ static bool union_index_build(UnionIndex *ui, avro_schema_t us)
         int syms = is_avro_enum(bs) ? avro_schema_enum_number_of_symbols(bs) : 0;
         for (int k = 0; k < syms; k++)
             ui->symbols[ui->n_symbols++] = (UnionName){(char *)avro_schema_enum_get(bs, k), (int)b};
-        if (!is_avro_enum(bs))
+        /* Only a record or a map takes an object (schema_fits), and any object; a fixed that
+         * is no decimal only a string of its size (a decimal's is read as a number: it stays
+         * among the others, as it does where a default ignores decimals). */
+        if (is_avro_record(bs) || is_avro_map(bs))
+            ui->objects[ui->n_objects++] = (int)b;
+        else if (is_avro_fixed(bs) &&
+                 !(ps->n_decimals && bsearch(&(Decimal){.at = bs, .index = -1}, ps->decimals,
+                                             ps->n_decimals, sizeof(Decimal), decimal_order)))
+            ui->fixeds[ui->n_fixeds++] = (UnionFixed){avro_schema_fixed_size(bs), (int)b};
+        else if (!is_avro_enum(bs))
             ui->others[ui->n_others++] = (int)b;
     }
+    qsort(ui->fixeds, ui->n_fixeds, sizeof(*ui->fixeds), union_fixed_order);
     qsort(ui->symbols, ui->n_symbols, sizeof(*ui->symbols), union_name_order);
     qsort(ui->full, ui->n_full, sizeof(*ui->full), union_name_order);
     qsort(ui->shorts, ui->n_shorts, sizeof(*ui->shorts), union_name_order);
@@ -1311,7 +1391,7 @@ static const UnionIndex *union_index(Path *path, avro_schema_t us)
         ps->cap_unions = cap;
     }
     UnionIndex ui;
-    if (!union_index_build(&ui, us)) {
+    if (!union_index_build(&ui, ps, us)) {
         union_index_free(&ui);
         return NULL;
     }
@@ -1335,15 +1415,18 @@ static const UnionIndex *union_index(Path *path, avro_schema_t us)
  * a map or record branch and whose value is an object is read as the wrapper (it is how the map
  * is written unambiguously); a wrapper whose value does not fit the branch it names is the map
  * or record it can be (refused as ambiguous when several can). */
-static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, char *err,
-                      size_t errlen)
+/* Not inlined: put_value's only call, inlined there it made put_value's frame larger for every
+ * value written, a union or not (+180 instructions per row of bench/serializer_cpu.c's seed,
+ * which has none: docs/benchmarks-serializer.md). */
+__attribute__((noinline)) static bool put_union(avro_value_t *v, const json_t *j, Path *path,
+                                                int depth, char *err, size_t errlen)
 {
     avro_schema_t us = avro_value_get_schema(v);
-    size_t n = avro_schema_union_size(us);
     const json_t *inner = j;
     int chosen = -1;
     /* Valid until put_value below: only put_union adds to the indexes. */
     const UnionIndex *ui = union_index(path, us);
+    size_t n = ui ? 0 : avro_schema_union_size(us); /* the branches, for the walks without it */
     if (json_is_object(j) && json_object_size(j) == 1) {
         const char *key = json_object_iter_key(json_object_iter((json_t *)j));
         int by_short = -1, shorts = 0;
@@ -1428,9 +1511,10 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
     }
     if (chosen < 0 && json_is_object(j)) {
         int objects = 0;
-        for (size_t k = 0; k < (ui ? ui->n_others : n); k++) { /* an enum takes no object */
+        /* by the index, the records and maps alone: no other branch takes an object */
+        for (size_t k = 0; k < (ui ? ui->n_objects : n) && objects < 2; k++) {
             union_probes++;
-            objects += branch_fits(path, us, ui ? ui->others[k] : (int)k, j, false);
+            objects += branch_fits(path, us, ui ? ui->objects[k] : (int)k, j, false);
         }
         if (objects > 1) {
             snprintf(err, errlen,
@@ -1440,25 +1524,39 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
             return false;
         }
     }
-    /* The first branch that takes it: by the index, the branches but enums and the enums that
-     * have it for a symbol, in the union's order (each by a look at every branch, a string
-     * against a union of 200 enums took 0.8 s for 50,000 values). */
+    /* The first branch that takes it: by the index, for an object its records and maps, for
+     * another value the others (union_index_build), the enums that have it for a symbol and the
+     * fixeds of its size, merged in the union's order (each by a look at every branch, a string
+     * against a union of 200 enums took 0.8 s for 50,000 values; against 200 fixeds, a look at
+     * every fixed read the string's bytes again). */
     const char *str = json_is_string(j) ? json_string_value(j) : NULL;
-    for (int exact = 1; ui && exact >= 0 && chosen < 0; exact--) {
-        size_t k = 0, at = str ? union_name_find(ui->symbols, ui->n_symbols, str) : ui->n_symbols;
-        while (chosen < 0) {
-            int ob = k < ui->n_others ? ui->others[k] : INT_MAX;
-            int sb = at < ui->n_symbols && strcmp(ui->symbols[at].name, str) == 0
-                         ? ui->symbols[at].branch
+    if (ui && chosen < 0) {
+        bool object = json_is_object(j);
+        const int *list = object ? ui->objects : ui->others;
+        size_t n_list = object ? ui->n_objects : ui->n_others;
+        size_t at0 = str ? union_name_find(ui->symbols, ui->n_symbols, str) : ui->n_symbols;
+        /* read only when the union has such fixeds: a string in ["null", "string"] is not read
+         * twice */
+        long bytes = str && ui->n_fixeds ? latin1_bytes(j, NULL) : -1;
+        size_t fat0 = bytes >= 0 ? union_fixed_find(ui->fixeds, ui->n_fixeds, bytes) : ui->n_fixeds;
+        for (int exact = 1; exact >= 0 && chosen < 0; exact--) {
+            size_t k = 0, at = at0, fat = fat0;
+            int xb = at < ui->n_symbols || fat < ui->n_fixeds
+                         ? union_next_extra(ui, str, &at, bytes, &fat)
                          : INT_MAX;
-            if (ob == INT_MAX && sb == INT_MAX)
-                break;
-            int b = ob < sb ? ob : sb;
-            k += b == ob;
-            at += b == sb;
-            union_probes++;
-            if (branch_fits(path, us, b, j, exact))
-                chosen = b;
+            while (chosen < 0) {
+                int b;
+                if (k < n_list && list[k] < xb)
+                    b = list[k++];
+                else if (xb != INT_MAX) {
+                    b = xb;
+                    xb = union_next_extra(ui, str, &at, bytes, &fat);
+                } else
+                    break;
+                union_probes++;
+                if (branch_fits(path, us, b, j, exact))
+                    chosen = b;
+            }
         }
     }
     for (int exact = 1; !ui && exact >= 0 && chosen < 0; exact--)
@@ -1470,7 +1568,7 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
     /* None takes it: the first of its kind writes it anyway, for that branch's own reason
      * ("'Z' is not a symbol of its enum", "'n/a' is not a decimal number", "decimal 12.345 has
      * more fractional digits than its scale 2"); a decimal's kind is a number or a string. */
-    for (size_t b = 0; b < n && chosen < 0; b++) {
+    for (size_t b = 0; b < avro_schema_union_size(us) && chosen < 0; b++) {
         avro_schema_t bs = union_branch(us, (int)b);
         if (decimal_of(path, bs, us, (int)b) ? json_is_number(j) || json_is_string(j)
                                              : fits(avro_typeof(bs), j, false))
@@ -1488,8 +1586,8 @@ static bool put_union(avro_value_t *v, const json_t *j, Path *path, int depth, c
         snprintf(err, errlen, "field %s: %s", path_text(path), avro_strerror());
         return false;
     }
-    return put_value(&branch, inner, decimal_of(path, avro_value_get_schema(&branch), us, chosen),
-                     path, depth + 1, err, errlen);
+    return put_value(&branch, inner, value_decimal(path, &branch, us, chosen), path, depth + 1, err,
+                     errlen);
 }
 
 /* The default of field index of record rs, or NULL. */
@@ -1570,8 +1668,8 @@ static bool put_record(avro_value_t *v, const json_t *j, Path *path, int depth, 
             if (!ok && !path->too_big)
                 snprintf(err, errlen, "field %s: missing (its type has no null)", path_text(path));
         } else {
-            ok = put_value(&field, fj, decimal_of(path, avro_value_get_schema(&field), rs, (int)i),
-                           path, depth + 1, err, errlen);
+            ok = put_value(&field, fj, value_decimal(path, &field, rs, (int)i), path, depth + 1,
+                           err, errlen);
         }
         if (!ok)
             return false;
@@ -1937,9 +2035,8 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
             if (!charge(path, 0, (i == 0 ? 12 : 2) * slot + apart, err, errlen))
                 return false;
             if (avro_value_append(v, &child, NULL) != 0 ||
-                !put_value(&child, item,
-                           decimal_of(path, avro_value_get_schema(&child), container, 0), path,
-                           depth + 1, err, errlen))
+                !put_value(&child, item, value_decimal(path, &child, container, 0), path, depth + 1,
+                           err, errlen))
                 return false;
             path_pop(path, mark);
         }
@@ -1966,9 +2063,8 @@ static bool put_value(avro_value_t *v, const json_t *j, const Decimal *dec, Path
                         errlen))
                 return false;
             if (avro_value_add(v, key, &child, NULL, NULL) != 0 ||
-                !put_value(&child, item,
-                           decimal_of(path, avro_value_get_schema(&child), container, 0), path,
-                           depth + 1, err, errlen))
+                !put_value(&child, item, value_decimal(path, &child, container, 0), path, depth + 1,
+                           err, errlen))
                 return false;
             path_pop(path, mark);
         }
@@ -2042,8 +2138,12 @@ static bool avro_encode_noted(Parsed *ps, const json_t *root, const char *payloa
                               size_t payload_len, size_t max_len, char **out, size_t *out_len,
                               int id, char *err, size_t errlen)
 {
-    Path path = {
-        .ps = ps, .root = root, .payload = payload, .payload_len = payload_len, .max_len = max_len};
+    Path path = {.ps = ps,
+                 .decimals = ps->n_decimals > 0,
+                 .root = root,
+                 .payload = payload,
+                 .payload_len = payload_len,
+                 .max_len = max_len};
     bool ok = avro_build_write(ps, &path, root, max_len, out, out_len, id, err, errlen);
     free((void *)path.inexact);
     ps->oom = ps->oom || path.oom;

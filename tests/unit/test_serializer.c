@@ -1509,6 +1509,57 @@ static void test_avro_union_long_full_name(void **state)
     free(text);
 }
 
+/* From session 19: an unwrapped object was matched against every branch of its union but the
+ * enums (twice: counting the branches that take it, then finding the first), and a string
+ * against every fixed, each reading the string's bytes again: a union of 200 fixeds and a
+ * record took 400 looks per object, 200 reads of each string, payload x schema on the loop. By
+ * the union's index, an object is asked of the records and maps alone, a string of the fixeds
+ * of its size (a decimal fixed is still asked of any string or number), in the union's order. */
+static void test_avro_union_objects_and_fixeds_indexed(void **state)
+{
+    char *text = malloc(200 * 80 + 600), *o = text;
+    o +=
+        sprintf(o, "{\"type\": \"array\", \"items\": [{\"type\": \"fixed\", \"name\": \"D\", "
+                   "\"size\": 8, \"logicalType\": \"decimal\", \"precision\": 10, \"scale\": 2}, ");
+    for (int i = 1; i <= 200; i++)
+        o += sprintf(o, "{\"type\": \"fixed\", \"name\": \"F%d\", \"size\": %d}, ", i, i);
+    strcpy(o, "{\"type\": \"record\", \"name\": \"R\", \"fields\": [{\"name\": \"v\", \"type\": "
+              "\"int\"}]}, \"boolean\"]}");
+    RegistrySchema rs = {.id = 38, .type = REGISTRY_AVRO, .subject = "t-value", .text = text};
+    char item[210];
+    memset(item, 'x', 202);
+    item[0] = item[201] = '"';
+    item[202] = '\0';
+    const char *items[] = {item, "{\"v\": 1}", "{\"v\": 1, \"w\": 2}"};
+    for (size_t i = 0; i < sizeof(items) / sizeof(items[0]); i++) {
+        char *payload = repeated(items[i], 1000);
+        char *out = NULL, err[256] = "";
+        size_t len = 0;
+        if (encode(VALUE_AVRO, &rs, payload, &out, &len, err) != SERIALIZER_OK) /* indexed */
+            fail_msg("%s", err);
+        free(out);
+        size_t before = serializer_union_probes();
+        if (encode(VALUE_AVRO, &rs, payload, &out, &len, err) != SERIALIZER_OK)
+            fail_msg("%s", err);
+        free(out);
+        size_t probes = serializer_union_probes() - before;
+        if (probes > 30 * 1000)
+            fail_msg("%zu looks for 1,000 values %.20s in a union of 203", probes, items[i]);
+        free(payload);
+    }
+    /* "abc": F3, branch 3 (06); "12.34": D, branch 0 (00), 1234 in 8 bytes; "zz": F2 (04);
+     * {"v": 1}: R, branch 201 (92 03), 1 (02); true: the boolean, branch 202 (94 03), 01. */
+    const unsigned char want[] = {0,    0,    0,    0,    38,   0x0a, 0x06, 'a',  'b',  'c',
+                                  0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x04, 0xd2, 0x04,
+                                  'z',  'z',  0x92, 0x03, 0x02, 0x94, 0x03, 0x01, 0x00};
+    expect_bytes(&rs, "[\"abc\", \"12.34\", \"zz\", {\"v\": 1}, true]", want, sizeof(want));
+    /* A string no fixed has the size of: the first of its kind (the decimal) refuses it. */
+    expect_fault(VALUE_AVRO, &rs, "[\"12.34\", \"\\u0100\"]",
+                 "field [1]: '\u0100' is not a decimal number");
+    serializer_schema_release(&rs);
+    free(text);
+}
+
 /* From this review: an unwrapped value's branch was the first of all the union's branches to
  * take it, each asked in turn: a string against a union of 200 enums took 0.8 s for 50,000 values
  * (350 KB). By the union's index, only the enums with that symbol and the branches but enums
@@ -2046,6 +2097,7 @@ int main(void)
         cmocka_unit_test(test_avro_union_indexed),
         cmocka_unit_test(test_avro_union_enums_indexed),
         cmocka_unit_test(test_avro_union_long_full_name),
+        cmocka_unit_test(test_avro_union_objects_and_fixeds_indexed),
         cmocka_unit_test(test_avro_row_not_kept),
         cmocka_unit_test(test_avro_defaults_looked_up_by_search),
         cmocka_unit_test(test_error_paths_rendered),
