@@ -1129,6 +1129,14 @@ static bool decimal_read(const json_t *j, const Decimal *dec, avro_schema_t s, P
 static bool schema_fits(Path *path, avro_schema_t bs, const Decimal *dec, const json_t *j,
                         bool exact);
 
+static size_t union_probes; /* put_union's looks at a branch, a name or a record's field since start
+                               (serializer.h) */
+
+size_t serializer_union_probes(void)
+{
+    return union_probes;
+}
+
 /* Whether branch b of union us could take j: fits, or for a decimal, a number or numeric string
  * that is exactly a value of it (its scale and precision, its fixed's size). Another string
  * ("n/a", "12.345" at scale 2) is not the decimal's: in [decimal, "string"] it is the string
@@ -1205,8 +1213,11 @@ static char *branch_name_dup(avro_schema_t bs)
 
 /* Whether branch b of union us, a map or a record, could take the one-key object j as it is
  * (not as a wrapper): a map whose values take its value, a record with a field of that name
- * that takes it and no other field that a missing value would fail (one without null). */
-static bool object_reading_fits(Path *path, avro_schema_t us, int b, const json_t *j)
+ * that takes it and no other field that a missing value would fail (one without null).
+ * others_null: the union's index found the other fields taking null already (union_index_build
+ * keeps a record's field for this reading only then), so only the key's field is asked. */
+static bool object_reading_fits(Path *path, avro_schema_t us, int b, const json_t *j,
+                                bool others_null)
 {
     avro_schema_t bs = union_branch(us, b);
     const char *key = json_object_iter_key(json_object_iter((json_t *)j));
@@ -1220,8 +1231,13 @@ static bool object_reading_fits(Path *path, avro_schema_t us, int b, const json_
     int field = avro_schema_record_field_get_index(bs, key);
     if (field < 0)
         return false;
+    if (others_null) {
+        avro_schema_t fs = avro_schema_record_field_get_by_index(bs, field);
+        return schema_fits(path, fs, decimal_of(path, fs, bs, field), value, false);
+    }
     for (size_t i = 0; i < avro_schema_record_size(bs); i++) {
         avro_schema_t fs = avro_schema_record_field_get_by_index(bs, (int)i);
+        union_probes++;
         if ((int)i == field ? !schema_fits(path, fs, decimal_of(path, fs, bs, (int)i), value, false)
                             : !schema_fits(path, fs, NULL, json_null(), false))
             return false;
@@ -1230,13 +1246,6 @@ static bool object_reading_fits(Path *path, avro_schema_t us, int b, const json_
 }
 
 /* ---- unions, indexed by name ------------------------------------------------------------- */
-
-static size_t union_probes; /* put_union's looks at a branch or a name since start (serializer.h) */
-
-size_t serializer_union_probes(void)
-{
-    return union_probes;
-}
 
 static int union_name_order(const void *a, const void *b)
 {
@@ -1301,8 +1310,9 @@ static int union_next_extra(const UnionIndex *ui, const char *str, size_t *at, l
     return fb;
 }
 
-static bool union_index_build(UnionIndex *ui, const Parsed *ps, avro_schema_t us)
+static bool union_index_build(UnionIndex *ui, Path *path, avro_schema_t us)
 {
+    const Parsed *ps = path->ps;
     size_t n = avro_schema_union_size(us), n_fields = 0, n_symbols = 0;
     for (size_t b = 0; b < n; b++) {
         avro_schema_t bs = union_branch(us, (int)b);
@@ -1337,9 +1347,22 @@ static bool union_index_build(UnionIndex *ui, const Parsed *ps, avro_schema_t us
         }
         if (is_avro_map(bs))
             ui->maps[ui->n_maps++] = (int)b;
-        for (size_t f = 0; is_avro_record(bs) && f < avro_schema_record_size(bs); f++)
-            ui->fields[ui->n_fields++] =
-                (UnionName){(char *)avro_schema_record_field_name(bs, (int)f), (int)b};
+        /* A record reads a one-key object only when every other field takes null: kept under
+         * each field when all do, under the one that does not when one does not, under none
+         * when more do not (asked per row, each record of the key was walked field by field:
+         * 100 records of 53 fields, 5,300 looks per value). */
+        size_t n_rf = is_avro_record(bs) ? avro_schema_record_size(bs) : 0, required = 0;
+        int req_at = -1;
+        for (size_t f = 0; f < n_rf && required < 2; f++)
+            if (!schema_fits(path, avro_schema_record_field_get_by_index(bs, (int)f), NULL,
+                             json_null(), false)) {
+                required++;
+                req_at = (int)f;
+            }
+        for (size_t f = 0; required < 2 && f < n_rf; f++)
+            if (required == 0 || (int)f == req_at)
+                ui->fields[ui->n_fields++] =
+                    (UnionName){(char *)avro_schema_record_field_name(bs, (int)f), (int)b};
         /* An enum branch takes its symbols alone (schema_fits), exact or not */
         int syms = is_avro_enum(bs) ? avro_schema_enum_number_of_symbols(bs) : 0;
         for (int k = 0; k < syms; k++)
@@ -1391,7 +1414,7 @@ static const UnionIndex *union_index(Path *path, avro_schema_t us)
         ps->cap_unions = cap;
     }
     UnionIndex ui;
-    if (!union_index_build(&ui, ps, us)) {
+    if (!union_index_build(&ui, path, us)) {
         union_index_free(&ui);
         return NULL;
     }
@@ -1466,20 +1489,26 @@ __attribute__((noinline)) static bool put_union(avro_value_t *v, const json_t *j
             /* {"map": {...}} wrapping a map or a record is how it is written unambiguously */
             bool explicit_object = is_avro_map(cs) || is_avro_record(cs);
             int as_object = -1, objects = 0;
-            if (ui) { /* only a map, or a record with a field of that name, can read it */
+            /* Read as an object only where it decides something (a map's or a record's wrapper
+             * is the wrapper, whatever else could read it), and up to two readings: one is the
+             * branch taken or named in the error (the lowest of the maps and the first record,
+             * the records coming in the union's order), two are ambiguous. */
+            bool read = !(as_wrapper && explicit_object);
+            if (ui && read) { /* only a map, or a record with a field of that name, can read it */
                 for (size_t m = 0; m < ui->n_maps; m++) {
                     union_probes++;
-                    if (object_reading_fits(path, us, ui->maps[m], j)) {
+                    if (object_reading_fits(path, us, ui->maps[m], j, false)) {
                         as_object =
                             as_object < 0 || ui->maps[m] < as_object ? ui->maps[m] : as_object;
                         objects++;
                     }
                 }
                 for (size_t at = union_name_find(ui->fields, ui->n_fields, key);
-                     at < ui->n_fields && strcmp(ui->fields[at].name, key) == 0; at++) {
+                     at < ui->n_fields && strcmp(ui->fields[at].name, key) == 0 && objects < 2;
+                     at++) {
                     union_probes++;
                     int b = ui->fields[at].branch;
-                    if (object_reading_fits(path, us, b, j)) {
+                    if (object_reading_fits(path, us, b, j, true)) {
                         as_object = as_object < 0 || b < as_object ? b : as_object;
                         objects++;
                     }
@@ -1487,7 +1516,7 @@ __attribute__((noinline)) static bool put_union(avro_value_t *v, const json_t *j
             }
             for (size_t b = 0; !ui && b < n; b++) {
                 union_probes++;
-                if (object_reading_fits(path, us, (int)b, j)) {
+                if (object_reading_fits(path, us, (int)b, j, false)) {
                     as_object = as_object < 0 ? (int)b : as_object;
                     objects++;
                 }

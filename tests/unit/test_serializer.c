@@ -1560,6 +1560,69 @@ static void test_avro_union_objects_and_fixeds_indexed(void **state)
     free(text);
 }
 
+/* From session 19: a one-key object whose key names a branch was asked of every record of its
+ * union with a field of that key, each walked field by field (does the key's field take the
+ * value, does every other field take null), even for a wrapper of a record, whose reading as an
+ * object decides nothing: a union of 100 records of 53 fields took 5,300 looks per value. The
+ * index keeps, per key, only the records that can read a one-key object at all (every other
+ * field takes null), and a record's wrapper is not read as an object. */
+static void test_avro_union_object_reading_indexed(void **state)
+{
+    char *text = malloc(100 * 3000 + 400), *o = text;
+    o += sprintf(o, "{\"type\": \"array\", \"items\": [\"int\"");
+    for (int r = 1; r <= 100; r++) {
+        o += sprintf(o,
+                     ", {\"type\": \"record\", \"name\": \"R%d\", \"fields\": [{\"name\": "
+                     "\"int\", \"type\": [\"null\", \"string\"]}, {\"name\": \"R1\", \"type\": "
+                     "[\"null\", {\"type\": \"map\", \"values\": \"string\"}]}",
+                     r);
+        for (int f = 0; f < 50; f++)
+            o += sprintf(o, ", {\"name\": \"f%d\", \"type\": [\"null\", \"long\"]}", f);
+        /* z is required but in R100: only R100 can read a one-key object */
+        o += sprintf(o, ", {\"name\": \"z\", \"type\": %s}]}",
+                     r == 100 ? "[\"null\", \"string\"]" : "\"string\"");
+    }
+    strcpy(o, "]}");
+    RegistrySchema rs = {.id = 39, .type = REGISTRY_AVRO, .subject = "t-value", .text = text};
+    /* R1 wrapped (its map field could read it too: a record's wrapper is the record), and
+     * {"int": "x"}, no int: R100's field int */
+    const char *items[] = {"{\"R1\": {\"z\": \"q\"}}", "{\"int\": \"x\"}"};
+    for (size_t i = 0; i < sizeof(items) / sizeof(items[0]); i++) {
+        char *payload = repeated(items[i], 1000);
+        char *out = NULL, err[256] = "";
+        size_t len = 0;
+        if (encode(VALUE_AVRO, &rs, payload, &out, &len, err) != SERIALIZER_OK) /* indexed */
+            fail_msg("%s", err);
+        free(out);
+        size_t before = serializer_union_probes();
+        if (encode(VALUE_AVRO, &rs, payload, &out, &len, err) != SERIALIZER_OK)
+            fail_msg("%s", err);
+        free(out);
+        size_t probes = serializer_union_probes() - before;
+        /* each value writes a record of 53 unions, each found among the schema's 5,300 by a
+         * binary search (union_index): some 400 looks a value */
+        if (probes > 1000 * 1000)
+            fail_msg("%zu looks for 1,000 values %s in a union of 101 records", probes, items[i]);
+        free(payload);
+    }
+    /* R1: branch 1 (02), int null (00), R1 null (00), f0-f49 null (00 x 50), z "q" (02 71);
+     * R100: branch 100 (c8 01), int "x" (02 02 78), R1 null, f null x 50, z null (00). */
+    unsigned char want[200], *w = want;
+    memcpy(w, "\0\0\0\0\x27\x04\x02\x00\x00", 9);
+    w += 9;
+    memset(w, 0, 50);
+    w += 50;
+    memcpy(w, "\x02\x71\xc8\x01\x02\x02\x78\x00", 8);
+    w += 8;
+    memset(w, 0, 50);
+    w += 50;
+    memcpy(w, "\x00\x00", 2);
+    w += 2;
+    expect_bytes(&rs, "[{\"R1\": {\"z\": \"q\"}}, {\"int\": \"x\"}]", want, (size_t)(w - want));
+    serializer_schema_release(&rs);
+    free(text);
+}
+
 /* From this review: an unwrapped value's branch was the first of all the union's branches to
  * take it, each asked in turn: a string against a union of 200 enums took 0.8 s for 50,000 values
  * (350 KB). By the union's index, only the enums with that symbol and the branches but enums
@@ -2098,6 +2161,7 @@ int main(void)
         cmocka_unit_test(test_avro_union_enums_indexed),
         cmocka_unit_test(test_avro_union_long_full_name),
         cmocka_unit_test(test_avro_union_objects_and_fixeds_indexed),
+        cmocka_unit_test(test_avro_union_object_reading_indexed),
         cmocka_unit_test(test_avro_row_not_kept),
         cmocka_unit_test(test_avro_defaults_looked_up_by_search),
         cmocka_unit_test(test_error_paths_rendered),
