@@ -1623,6 +1623,44 @@ static void test_avro_union_object_reading_indexed(void **state)
     free(text);
 }
 
+/* From session 19: a missing field's default in a union was written in the first branch it
+ * fits, found by asking each branch in turn for every record the payload lacks it in: a union
+ * of 300 enums whose default is the last one's symbol took 300 looks per "{}", payload x schema
+ * on the loop. The branch is found once per field, at its first use. */
+static void test_avro_default_branch_found_once(void **state)
+{
+    char *text = malloc(300 * 80 + 400), *o = text;
+    o += sprintf(o, "{\"type\": \"array\", \"items\": {\"type\": \"record\", \"name\": \"R\", "
+                    "\"fields\": [{\"name\": \"u\", \"default\": \"S299\", \"type\": [");
+    for (int i = 0; i < 300; i++)
+        o += sprintf(o, "%s{\"type\": \"enum\", \"name\": \"E%d\", \"symbols\": [\"S%d\"]}",
+                     i ? ", " : "", i, i);
+    strcpy(o, "]}]}}");
+    RegistrySchema rs = {.id = 40, .type = REGISTRY_AVRO, .subject = "t-value", .text = text};
+    char *payload = repeated("{}", 1000);
+    char *out = NULL, err[256] = "";
+    size_t len = 0;
+    if (encode(VALUE_AVRO, &rs, payload, &out, &len, err) != SERIALIZER_OK)
+        fail_msg("%s", err);
+    free(out);
+    size_t before = serializer_union_probes();
+    if (encode(VALUE_AVRO, &rs, payload, &out, &len, err) != SERIALIZER_OK)
+        fail_msg("%s", err);
+    free(out);
+    size_t probes = serializer_union_probes() - before;
+    if (probes > 30 * 1000)
+        fail_msg("%zu looks for 1,000 defaults in a union of 300", probes);
+    free(payload);
+    /* two records: a block of 2 (04), each branch 299 (d6 04), symbol 0 (00); the end (00);
+     * a value given is written as given: S5, branch 5 (0a) */
+    const unsigned char want[] = {0, 0, 0, 0, 40, 0x04, 0xd6, 0x04, 0x00, 0xd6, 0x04, 0x00, 0x00};
+    expect_bytes(&rs, "[{}, {}]", want, sizeof(want));
+    const unsigned char want5[] = {0, 0, 0, 0, 40, 0x02, 0x0a, 0x00, 0x00};
+    expect_bytes(&rs, "[{\"u\": \"S5\"}]", want5, sizeof(want5));
+    serializer_schema_release(&rs);
+    free(text);
+}
+
 /* From this review: an unwrapped value's branch was the first of all the union's branches to
  * take it, each asked in turn: a string against a union of 200 enums took 0.8 s for 50,000 values
  * (350 KB). By the union's index, only the enums with that symbol and the branches but enums
@@ -2162,6 +2200,7 @@ int main(void)
         cmocka_unit_test(test_avro_union_long_full_name),
         cmocka_unit_test(test_avro_union_objects_and_fixeds_indexed),
         cmocka_unit_test(test_avro_union_object_reading_indexed),
+        cmocka_unit_test(test_avro_default_branch_found_once),
         cmocka_unit_test(test_avro_row_not_kept),
         cmocka_unit_test(test_avro_defaults_looked_up_by_search),
         cmocka_unit_test(test_error_paths_rendered),
