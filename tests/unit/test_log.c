@@ -59,9 +59,10 @@ static void test_mask_url_with_at_in_path(void **state)
 }
 
 /* From this review: an '@' in a registry URL's path (after the first '/', with no ':' before
- * it) was taken for the end of a bare token, so "http://h/p@th" showed "http://***@th" (and
- * the host was registered as a secret). Only text holding a ':' ("user:pass", either with a
- * '/') lets an '@' after the first '/' end the user info. Fails on the old code. */
+ * it) was taken for the end of a bare token, so "http://h/p@th" showed "***@th" after its
+ * "http:" and two slashes (and the host was registered as a secret). Only text holding a ':'
+ * ("user:pass", either with a '/') lets an '@' after the first '/' end the user info. Fails on
+ * the old code. */
 static void test_mask_url_at_in_path_without_user_info(void **state)
 {
     assert_masked("http://h/p@th", "http://h/p@th");
