@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backoff.h"
 #include "db.h"
 #include "kafka.h"
 #include "log.h"
@@ -43,6 +44,12 @@ typedef struct Db {
     bool asking_again;    /* asked again, the answer not in yet */
     int asked_again;      /* times, up to PROBE_ASKED_AGAIN_MAX */
     bool unanswered_said; /* the first answer is late: said once (on_probe_answer) */
+    /* The query failed (an error, not a lost answer: a function revoked, a statement_timeout,
+     * a server refusing it for now): asked again on a new connection after probe_backoff, said
+     * once until an answer comes (on_probe_answer). */
+    ev_timer probe_retry;
+    Backoff probe_backoff;
+    bool refused_said;
 } Db;
 
 /* An entry stopped because another reaches its database (probe_compare), remembered by its
@@ -108,6 +115,7 @@ static void db_free(Db *db, int flush_ms)
     if (db->relay && db->started)
         (void)relay_finish(db->relay);
     ev_timer_stop(db->owner->loop, &db->probe_close);
+    ev_timer_stop(db->owner->loop, &db->probe_retry);
     pg_conn_free(db->probe);
     upkeep_free(db->upkeep);
     relay_free_within(db->relay, flush_ms);
@@ -180,6 +188,14 @@ bool databases_entry_check(const Config *cfg, char *err, size_t errlen)
 }
 
 static void on_probe_close(struct ev_loop *loop, ev_timer *w, int revents);
+static void on_probe_retry(struct ev_loop *loop, ev_timer *w, int revents);
+
+/* A probe whose query failed is asked again after 1 s, doubling (with jitter) up to a minute: a
+ * passing refusal (a statement_timeout or lock_timeout set for the role) is over in a few
+ * tries, and a lasting one (a function revoked from the relay's role) costs the server one
+ * failed query, and one line in its log, a minute, not one a round trip. */
+#define PROBE_RETRY_BASE_S 1.0
+#define PROBE_RETRY_CAP_S 60.0
 
 /* Builds db from cfg (moved into it: cfg is zeroed). */
 static Db *db_new(Databases *d, Config *cfg, char *err, size_t errlen)
@@ -192,6 +208,9 @@ static Db *db_new(Databases *d, Config *cfg, char *err, size_t errlen)
     db->owner = d;
     ev_timer_init(&db->probe_close, on_probe_close, 0.0, 0.0);
     db->probe_close.data = db;
+    ev_timer_init(&db->probe_retry, on_probe_retry, 0.0, 0.0);
+    db->probe_retry.data = db;
+    backoff_init(&db->probe_backoff, PROBE_RETRY_BASE_S, PROBE_RETRY_CAP_S, 0);
     db->cfg = *cfg;
     memset(cfg, 0, sizeof(*cfg));
     snprintf(db->log_context, sizeof(db->log_context), "database=%s", db->cfg.database_name);
@@ -260,6 +279,7 @@ static void on_probe_notify(PgConn *pg, const char *channel, const char *payload
 static void probe_open(Databases *d, Db *db)
 {
     ev_timer_stop(d->loop, &db->probe_close);
+    ev_timer_stop(d->loop, &db->probe_retry);
     pg_conn_free(db->probe);
     db->probe = pg_conn_new_named(d->loop, db->cfg.database_url, "identity", on_probe_state,
                                   on_probe_notify, db);
@@ -344,29 +364,53 @@ static void on_probe_answer(PgConn *pg, PGresult **results, int n, const char *e
         }
         return;
     }
-    db->asking_again = false;
     PGresult *r = n == 2 ? results[0] : NULL, *sys = n == 2 ? results[1] : NULL;
     if (!r || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 || PQnfields(r) != 3 ||
         PQgetisnull(r, 0, 0) || PQgetisnull(r, 0, 1) || PQgetisnull(r, 0, 2)) {
-        char q[300];
-        log_warn("cannot tell which server this database's URL reaches; two entries of the list "
-                 "on one database are not detected for it",
-                 "error=%s", log_quote(error ? error : "no row", q, sizeof(q)));
+        /* Refused, not lost: the connection is fine, so nothing else would ever ask again, and
+         * the entry would go unchecked for the process's life over what may be a passing
+         * error. Asked again on a new connection after the backoff (asking_again, when set,
+         * stays set: the answer that decides is still to come). */
+        if (!db->refused_said) {
+            char q[300];
+            log_warn("cannot tell yet which server this database's URL reaches (its identity "
+                     "probe failed; asking again, backing off to once a minute): until it "
+                     "answers, two entries of the list on one database are not detected for it",
+                     "error=%s", log_quote(error ? error : "no row", q, sizeof(q)));
+            db->refused_said = true;
+        }
+        if (!db->owner->stopping && !db->removed) {
+            ev_timer_set(&db->probe_retry, backoff_next(&db->probe_backoff), 0.0);
+            ev_timer_start(db->owner->loop, &db->probe_retry);
+        }
     } else {
+        db->asking_again = false;
+        backoff_reset(&db->probe_backoff);
         bool known = sys && PQresultStatus(sys) == PGRES_TUPLES_OK && PQntuples(sys) == 1 &&
                      !PQgetisnull(sys, 0, 0);
         snprintf(db->system_id, sizeof(db->system_id), "%s", known ? PQgetvalue(sys, 0, 0) : "");
         snprintf(db->identity, sizeof(db->identity), "%s", PQgetvalue(r, 0, 0));
         db->server_start = strtod(PQgetvalue(r, 0, 1), NULL);
         db->asked_at = strtod(PQgetvalue(r, 0, 2), NULL);
-        if (db->unanswered_said)
+        if (db->unanswered_said || db->refused_said)
             log_info("the identity probe answered: this database's URL is checked against the "
                      "other entries now",
                      NULL);
         db->unanswered_said = false;
+        db->refused_said = false;
         probe_compare(db->owner, db);
     }
     ev_timer_start(db->owner->loop, &db->probe_close);
+}
+
+static void on_probe_retry(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Db *db = w->data;
+    if (db->owner->stopping || db->removed)
+        return;
+    log_set_context(db->log_context);
+    probe_open(db->owner, db);
+    log_set_context(NULL);
 }
 
 static void on_probe_state(PgConn *pg, bool up, const char *reason, void *arg)
