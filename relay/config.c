@@ -2041,6 +2041,28 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
                                not_dead_selections[i],
                                strcmp(not_dead_selections[i], "since") == 0 ? "verify" : "replay",
                                cfg->command == CMD_REQUEUE ? "requeue" : "purge-dead");
+    /* dead lists every dead-lettered event and selects none: `dead --aggregate-type order`
+     * listed them all, which read as the order ones, and `dead --id 7` every one but 7 too. */
+    static const struct {
+        const char *option, *whose;
+    } not_dead_lists[] = {{"since", "verify's"},
+                          {"sent-after", "replay's"},
+                          {"sent-before", "replay's"},
+                          {"from-id", "replay's"},
+                          {"to-id", "replay's"},
+                          {"aggregate-type", "replay's"},
+                          {"aggregate-id", "replay's"},
+                          {"event-type", "replay's"},
+                          {"missing", "replay's"},
+                          {"id", "requeue's and purge-dead's"},
+                          {"all", "requeue's and purge-dead's"}};
+    for (size_t i = 0;
+         cfg->command == CMD_DEAD && i < sizeof(not_dead_lists) / sizeof(not_dead_lists[0]); i++)
+        if (source_of(sources, not_dead_lists[i].option) == OPT_FROM_FLAG)
+            return optval_fail(err, errlen,
+                               "dead does not take --%s (it is %s; dead lists every dead-lettered "
+                               "event)",
+                               not_dead_lists[i].option, not_dead_lists[i].whose);
     if (cfg->command == CMD_REPLAY && cfg->replay_from_id && cfg->replay_to_id &&
         cfg->replay_from_id > cfg->replay_to_id)
         return optval_fail(err, errlen, "--from-id (%ld) must not exceed --to-id (%ld)",

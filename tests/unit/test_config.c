@@ -830,6 +830,37 @@ static void test_replay_refuses_other_selections(void **state)
             assert_error_line(err, want);
             config_free(&cfg);
         }
+    /* dead lists every dead-lettered event: a selection beside it was ignored, and `dead
+     * --aggregate-type order` listed them all, which read as the order ones. */
+    const char *not_dead[][2] = {{"--since", "2h"},
+                                 {"--sent-after", "2026-11-01"},
+                                 {"--sent-before", "2026-11-02"},
+                                 {"--from-id", "5"},
+                                 {"--to-id", "9"},
+                                 {"--aggregate-type", "order"},
+                                 {"--aggregate-id", "o-1"},
+                                 {"--event-type", "Created"},
+                                 {"--missing", "list.json"},
+                                 {"--id", "7"},
+                                 {"--all", NULL}};
+    for (size_t i = 0; i < sizeof(not_dead) / sizeof(not_dead[0]); i++) {
+        bool took = not_dead[i][1] ? LOAD(&cfg, err, "dead", "--database-url=x", not_dead[i][0],
+                                          not_dead[i][1])
+                                   : LOAD(&cfg, err, "dead", "--database-url=x", not_dead[i][0]);
+        if (took)
+            fail_msg("dead took %s", not_dead[i][0]);
+        char want[64];
+        snprintf(want, sizeof(want), "dead does not take %s (it is ", not_dead[i][0]);
+        assert_error_line(err, want);
+        config_free(&cfg);
+    }
+    assert_true(LOAD(&cfg, err, "dead", "--database-url=x", "--json"));
+    config_free(&cfg);
+    /* The file (or the environment) may be shared by every command: taken there. */
+    char path[64];
+    write_temp(path, "{\"aggregate-type\": \"order\", \"since\": \"2h\"}");
+    assert_true(LOAD(&cfg, err, "dead", "--database-url=x", "--config", path));
+    config_free(&cfg);
     assert_true(LOAD(&cfg, err, "purge-dead", "--database-url=x", "--id=7"));
     config_free(&cfg);
     assert_true(LOAD(&cfg, err, "requeue", "--database-url=x", "--all"));
