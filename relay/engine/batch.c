@@ -65,7 +65,7 @@ void batch_clear(Batch *b)
     b->claim = b->dead = NULL;
     b->n = b->next = b->prepared = b->in_flight = b->acked = b->failed = 0;
     b->bytes = 0;
-    b->abandoned = b->timed_out = false;
+    b->abandoned = b->timed_out = b->held_whole = false;
     b->setup_faults = 0;
     b->cancelled = 0;
     b->setup_err = RD_KAFKA_RESP_ERR_NO_ERROR;

@@ -83,6 +83,7 @@ typedef struct Batch {
     bool abandoned; /* the transaction is gone; drop once every report is in */
     bool timed_out; /* the delivery timeout cancelled what was left */
     bool any_held;
+    bool held_whole;  /* the claim's recheck held every row: nothing to publish (claim.c) */
     int setup_faults; /* rows left unsent for a Kafka setup fault (batch_unsent) */
     int cancelled;    /* rows left unsent for no fault of theirs (batch_leave_unsent) */
     rd_kafka_resp_err_t setup_err;         /* the first one's error */

@@ -161,7 +161,11 @@ static int rechecked_holder(const PGresult *found, int n, const OutboxRow *row)
  * come first) may have left surely new ones out: then every aggregate of the batch is held. One
  * whose last row is only possibly new (an xmin after the snapshot's oldest running transaction,
  * statements.c) has them all, and holds what it names. Logged once per claim that holds
- * anything back. */
+ * anything back. A batch held whole (no dead event to copy either) publishes nothing: its
+ * marks then ask for the retry backoff (marks.c, nothing_got_through), or a recheck that holds
+ * every batch (a full answer of surely new rows, each time) would have the session claim again
+ * at once, batch after batch, with nothing to bound the rate; said once per run of such
+ * batches (note_held_whole). */
 static void hold_rechecked(Session *s, const PGresult *found)
 {
     int n =
@@ -189,6 +193,25 @@ static void hold_rechecked(Session *s, const PGresult *found)
                  "or dead-lettered by another transaction while the claim ran",
                  "id=%s aggregates=%d all=%s session=%d", all ? "" : first, held,
                  all ? "yes" : "no", s->index);
+    b->held_whole = true;
+    for (int i = 0; i < b->n && b->held_whole; i++)
+        b->held_whole = !b->rows[i].dead_letter && batch_is_held(b, &b->rows[i].row);
+}
+
+/* Counts the claims in a row whose batch the recheck held whole (hold_rechecked), and says when
+ * such a run begins (warn: the session claims at the pace of the retry backoff meanwhile) and
+ * when a claim that holds less, or finds nothing, ends it. */
+static void note_held_whole(Session *s, bool whole)
+{
+    if (whole && s->held_whole_claims++ == 0)
+        log_warn("every event of a claim waits: the recheck held all of their aggregates; the "
+                 "session claims again after the retry backoff",
+                 "rows=%d session=%d", s->batch.n, s->index);
+    if (!whole && s->held_whole_claims > 0) {
+        log_info("claims publish events again after claims whose events all waited",
+                 "claims=%d session=%d", s->held_whole_claims, s->index);
+        s->held_whole_claims = 0;
+    }
 }
 
 ClaimOutcome claim_read(Session *s, PGresult **results, int n, const char *error)
@@ -253,6 +276,7 @@ ClaimOutcome claim_read(Session *s, PGresult **results, int n, const char *error
             marks_nothing_unsent(s);
         }
         adapt_row_limit(s, 0);
+        note_held_whole(s, false);
         relay_batch_claimed(s->relay, false); /* caught up */
         claim_floor_committed(s); /* nothing claimed: nothing that a commit must record first */
         if (s->stopping || s->wake.asleep)
@@ -275,6 +299,7 @@ ClaimOutcome claim_read(Session *s, PGresult **results, int n, const char *error
     batch_load(&s->batch, results[at->events], at->dead >= 0 ? results[at->dead] : NULL);
     if (at->recheck >= 0)
         hold_rechecked(s, results[at->recheck]);
+    note_held_whole(s, s->batch.held_whole);
     s->batch.claimed_at = monotime_now();
     s->batch.claim_sent_at = s->claim_sent_at;
     /* A full batch (as many rows as asked for, or half the byte budget: adapt_row_limit's

@@ -256,6 +256,7 @@ struct Session {
     long busy_window;       /* rows the claims around locks look at for locked rows */
     bool locked_row_logged; /* a stall on a locked row was logged; its end is not yet */
     bool lock_wait_logged;  /* claims wait out a lock they cannot see around (logged once) */
+    int held_whole_claims;  /* claims in a row whose recheck held every row (claim.c) */
     int failed_stmt;        /* index of SQL_MARK_FAILED in the mark pipeline, -1 if not sent */
     int chained_marks_n;    /* statements of the mark pipeline before a claim sent behind them */
     bool wake_pending;      /* there may be rows to claim */

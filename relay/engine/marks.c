@@ -278,6 +278,9 @@ static bool nothing_got_through(const Session *s)
         return true;
     if (b->acked > 0)
         return false;
+    /* The claim's recheck held every row (claim.c): the next claim would be the same one. */
+    if (b->held_whole)
+        return true;
     /* The producer failed (recreated after the backoff), or rows were kept apart (Unrecordable)
      * and nothing else went: no hot loop on them. */
     if (b->cancelled > 0)

@@ -2385,6 +2385,60 @@ static void test_long_mark_error_logged_once(void **state)
     assert_int_equal(occurrences(text, "recording the batch failed"), 1);
 }
 
+/* Answers session 0's requests as they come, at most `most` of them and no timer fired, each claim
+ * with rows (by aggregate, as answer_claim) whose recheck holds aggregate "agg-A" from its first
+ * row (null: no recheck answer): returns how many claims it answered. */
+static int answer_claims_held(int most, const char *rows, bool hold)
+{
+    int claims = 0;
+    for (int k = 0; k < most && fake_pg_pending(PG(0)); k++) {
+        char what[160];
+        summarise(fake_pg_pending(PG(0)), what, sizeof(what));
+        if (strstr(what, "claim-recheck")) {
+            claims++;
+            if (hold) {
+                T.recheck[0] = "order";
+                T.recheck[1] = "agg-A";
+                T.recheck[2] = "1";
+            }
+            answer_claim(0, rows);
+        } else {
+            answer(0);
+        }
+        if (fake_kafka_count() > 0)
+            fake_kafka_report_all(OK);
+    }
+    return claims;
+}
+
+/* A claim whose recheck held every event of its batch (a full answer of surely new rows does, or,
+ * as here, an answer naming the batch's only aggregate) published nothing, and claimed again at
+ * once: if the recheck holds every batch, nothing bounded the rate of claims. The next claim
+ * waits for the retry backoff, growing batch after batch, said once for the run of such batches,
+ * and a batch that publishes again ends the run (and the backoff). On the old code the claims ran
+ * back to back: 10 claims in 20 answers with no timer fired ("0xa != 0x1"). */
+static void test_claim_recheck_held_whole_backs_off(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    capture_log(LOG_INFO);
+    for (unsigned round = 1; round <= 3; round++) {
+        assert_int_equal(answer_claims_held(20, "A,A", true), 1);
+        expect_idle_pg(0);
+        assert_int_equal(fake_kafka_count(), 0);
+        assert_int_equal(S(0)->retry.failures, round); /* the backoff grows */
+        fire(&S(0)->retry_timer);
+    }
+    /* A claim of which something is published ends the run: B goes, and the next claim rides
+     * at once behind its marks. */
+    assert_int_equal(answer_claims_held(2, "A,B", true), 2);
+    assert_false(ev_is_active(&S(0)->retry_timer));
+    assert_int_equal(S(0)->retry.failures, 0);
+    const char *text = logged();
+    assert_int_equal(occurrences(text, "every event of a claim waits"), 1);
+    assert_int_equal(occurrences(text, "claims publish events again"), 1);
+}
+
 /* Brings session i up as bring_up does, without its checks (a dead-letter topic adds its claim
  * to the expected requests). */
 static void bring_up_quietly(int i)
@@ -3171,6 +3225,7 @@ int main(void)
         cmocka_unit_test_teardown(test_stop_ends_lost_process, teardown),
         cmocka_unit_test_teardown(test_mark_retries_end_with_recorded_failures, teardown),
         cmocka_unit_test_teardown(test_long_mark_error_logged_once, teardown),
+        cmocka_unit_test_teardown(test_claim_recheck_held_whole_backs_off, teardown),
         cmocka_unit_test_teardown(test_floor_off_said_per_database, teardown),
         cmocka_unit_test_teardown(test_floor_off_said_again_after_it_worked, teardown),
         cmocka_unit_test_teardown(test_listen_failed_does_not_blame_floor, teardown),
