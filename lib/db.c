@@ -1046,8 +1046,32 @@ void db_connect_params_free(DbConnectParams *p)
     p->options = NULL;
 }
 
+bool db_version_supported(int v, char *err, size_t errlen)
+{
+    if (v >= DB_MIN_SERVER_VERSION)
+        return true;
+    char shown[32];
+    if (v >= 100000) /* 10 and later: major * 10000 + minor */
+        snprintf(shown, sizeof(shown), "%d.%d", v / 10000, v % 10000);
+    else if (v > 0) /* before 10: major.minor.patch, two digits each after the first */
+        snprintf(shown, sizeof(shown), "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+    else
+        snprintf(shown, sizeof(shown), "of an unknown version");
+    snprintf(err, errlen, "PostgreSQL %d or later is required; the server is %s",
+             DB_MIN_SERVER_VERSION / 10000, shown);
+    return false;
+}
+
 PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errlen)
 {
+    return db_connect_checked(conninfo, app, NULL, err, errlen);
+}
+
+PGconn *db_connect_checked(const char *conninfo, const char *app, bool *unsupported, char *err,
+                           size_t errlen)
+{
+    if (unsupported)
+        *unsupported = false;
     DbConnectParams p;
     if (!db_connect_params(conninfo, app, &p, err, errlen))
         return NULL;
@@ -1058,6 +1082,12 @@ PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errl
         first_line(PQerrorMessage(conn), line, sizeof(line));
         db_hide_password_tail(line, conninfo);
         snprintf(err, errlen, "%s", line);
+        PQfinish(conn);
+        return NULL;
+    }
+    if (!db_version_supported(PQserverVersion(conn), err, errlen)) {
+        if (unsupported)
+            *unsupported = true;
         PQfinish(conn);
         return NULL;
     }

@@ -118,9 +118,27 @@ bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p
 /* Releases what db_connect_params allocated. */
 void db_connect_params_free(DbConnectParams *p);
 
+/* The oldest PostgreSQL the relay works with (PQserverVersion's form): 13, for
+ * gen_random_uuid() built in (migrations/0001) and pg_current_snapshot() (the claim's recheck).
+ * On an older server migrate fails half-way and every claim fails, so each connection refuses it
+ * up front instead (db_connect, and the relay's own in relay/io/pg.c). */
+#define DB_MIN_SERVER_VERSION 130000
+
+/* Whether a server of server_version (PQserverVersion: 120019 for 12.19, 90624 for 9.6.24) is
+ * one the relay supports. False with one line in err naming both versions ("PostgreSQL 13 or
+ * later is required; the server is 12.19"). Pure: the one rule for every connection. */
+bool db_version_supported(int server_version, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
 /* Connects with db_connect_params's parameters; server notices go to the debug log. Returns NULL
  * with one line in err on failure (libpq's, with any quoted text of the string holding an '@'
- * hidden: the tail of a password whose '@' was not percent-encoded). */
+ * hidden: the tail of a password whose '@' was not percent-encoded), or when the server is older
+ * than DB_MIN_SERVER_VERSION (db_version_supported's line; *unsupported set true: bad input for a
+ * command, exit status 2, not a failure a retry cures). unsupported may be NULL. */
+PGconn *db_connect_checked(const char *conninfo, const char *app, bool *unsupported, char *err,
+                           size_t errlen);
+
+/* db_connect_checked without the out-parameter. */
 PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errlen);
 
 /* db_connect for a one-shot command: on failure logs "postgres unreachable" as an error and

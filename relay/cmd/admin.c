@@ -253,10 +253,19 @@ bool admin_bound_session(PGconn *conn, DbError *e)
     return ok;
 }
 
+/* The last admin_connect_unbounded's refusal of an old server (one-shot commands: one thread). */
+static bool connect_unsupported;
+
+int admin_connect_exit_code(void)
+{
+    return connect_unsupported ? 2 : 1;
+}
+
 PGconn *admin_connect_unbounded(const char *conninfo)
 {
     char err[300], q[600];
-    PGconn *conn = db_connect(conninfo, "outbox-relay", err, sizeof(err));
+    PGconn *conn =
+        db_connect_checked(conninfo, "outbox-relay", &connect_unsupported, err, sizeof(err));
     if (!conn)
         log_error("cannot connect to PostgreSQL", "error=%s", log_quote(err, q, sizeof(q)));
     return conn;
@@ -359,7 +368,7 @@ int admin_dead(const Config *cfg)
     admin_set_statement_timeout(cfg->statement_timeout_s);
     PGconn *conn = admin_connect(cfg->database_url);
     if (!conn)
-        return 1;
+        return admin_connect_exit_code();
     long n = 0;
     int unprinted = 0, rc = 0;
     char after[32] = "", batch[32];
@@ -436,7 +445,7 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb)
     admin_set_statement_timeout(cfg->statement_timeout_s);
     PGconn *conn = admin_connect(cfg->database_url);
     if (!conn)
-        return 1;
+        return admin_connect_exit_code();
     char id[32], after[32] = "", batch[32];
     snprintf(id, sizeof(id), "%ld", cfg->id);
     snprintf(batch, sizeof(batch), "%d", ADMIN_DEAD_BATCH);

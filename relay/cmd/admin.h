@@ -53,6 +53,11 @@ PGconn *admin_connect(const char *conninfo);
  * A role's or database's own statement_timeout still applies. NULL (error logged) on failure. */
 PGconn *admin_connect_unbounded(const char *conninfo);
 
+/* The exit status for a command whose admin_connect or admin_connect_unbounded just returned
+ * NULL: 2 when the server was older than PostgreSQL 13 (db_connect_checked: no retry cures it,
+ * a setup the command cannot work with), else 1 (unreachable, a failed query). */
+int admin_connect_exit_code(void);
+
 /* Sets the session's statement_timeout to the statement bound (admin_set_statement_timeout),
  * unless one at most as long is in force already (set by the connection string, the role or the
  * database: it stays). False with e filled in when the statement fails. */

@@ -335,9 +335,13 @@ int check_run(const Config *cfg, rd_kafka_conf_t *kconf)
         cfg->config_file ? " and the options given are valid" : "; the options given are valid");
     char err[300];
     admin_set_statement_timeout(cfg->statement_timeout_s);
-    PGconn *conn = db_connect(cfg->database_url, "outbox-relay check", err, sizeof(err));
+    bool unsupported = false;
+    PGconn *conn =
+        db_connect_checked(cfg->database_url, "outbox-relay check", &unsupported, err, sizeof(err));
     DbError e;
-    if (!conn) {
+    if (!conn && unsupported) {
+        say(&c, false, "postgresql", "%s", err);
+    } else if (!conn) {
         say(&c, false, "postgresql", "cannot connect: %s", err);
     } else if (!admin_bound_session(conn, &e)) {
         say(&c, false, "postgresql", "connected, but cannot query: %s", db_error_text(&e));
@@ -368,5 +372,6 @@ int check_run(const Config *cfg, rd_kafka_conf_t *kconf)
         printf("check: %d problem%s found\n", c.problems, c.problems == 1 ? "" : "s");
     else
         printf("check: ok, `outbox-relay run` would find what it needs\n");
-    return c.problems ? 1 : 0;
+    /* An old server is bad input, as for every command: no fix of grants or topics helps. */
+    return unsupported ? 2 : c.problems ? 1 : 0;
 }

@@ -533,13 +533,17 @@ static double monotonic_s(void)
  * first client of a database that starts with it (docker compose, an init container), and a
  * PostgreSQL that is still initialising refuses connections or answers "the database system is
  * starting up" for a while. db_connect's connect_timeout bounds each attempt. NULL with the last
- * error in err when every attempt failed. */
-static PGconn *connect_waiting(const char *conninfo, long wait_s, char *err, size_t errlen)
+ * error in err when every attempt failed, or at once with *unsupported set for a server older
+ * than PostgreSQL 13 (db_connect_checked). */
+static PGconn *connect_waiting(const char *conninfo, long wait_s, bool *unsupported, char *err,
+                               size_t errlen)
 {
     double deadline = monotonic_s() + (double)wait_s;
     for (int attempt = 1;; attempt++) {
-        PGconn *conn = db_connect(conninfo, "outbox-relay migrate", err, errlen);
-        if (conn || wait_s <= 0 || monotonic_s() + 1.0 > deadline)
+        PGconn *conn =
+            db_connect_checked(conninfo, "outbox-relay migrate", unsupported, err, errlen);
+        /* An old server stays old: no wait cures it. */
+        if (conn || *unsupported || wait_s <= 0 || monotonic_s() + 1.0 > deadline)
             return conn;
         if (attempt == 1) {
             char q_err[600];
@@ -584,13 +588,14 @@ int migrate_run(const char *conninfo, const TableMap *map, const char *schema, l
     answer_s = answer_timeout_s;
     conn_lost = false;
     char masked[1024], q_url[1100], err[300], q_err[600];
-    PGconn *conn = connect_waiting(conninfo, wait_s, err, sizeof(err));
+    bool unsupported = false;
+    PGconn *conn = connect_waiting(conninfo, wait_s, &unsupported, err, sizeof(err));
     if (!conn) {
         log_error(
             "cannot connect to PostgreSQL", "url=%s error=%s",
             log_quote(log_mask_conninfo(conninfo, masked, sizeof(masked)), q_url, sizeof(q_url)),
             log_quote(err, q_err, sizeof(q_err)));
-        return 1;
+        return unsupported ? 2 : 1; /* an old server: a setup to fix, not a failure to retry */
     }
 
     int rc = 1;

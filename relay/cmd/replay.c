@@ -670,7 +670,7 @@ int replay_run(const Config *cfg)
     }
     conn = admin_connect_unbounded(cfg->database_url);
     if (!conn) {
-        rc = 1;
+        rc = admin_connect_exit_code();
         goto done;
     }
     DbError e;

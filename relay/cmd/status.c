@@ -152,7 +152,7 @@ int status_run(const Config *cfg)
     admin_set_statement_timeout(cfg->statement_timeout_s);
     PGconn *conn = admin_connect(cfg->database_url);
     if (!conn)
-        return 1;
+        return admin_connect_exit_code();
     int rc = 1;
     PGresult *backlog = admin_exec(conn, &cfg->map, SQL_BACKLOG, 0, NULL, PGRES_TUPLES_OK);
     /* Throughput is counted from sent_at: rows the relay deletes leave nothing to count. */

@@ -736,6 +736,7 @@ int verify_run(const Config *cfg, rd_kafka_conf_t *conf)
         return 2;
     }
     PGconn *conn = admin_connect_unbounded(cfg->database_url);
+    int connect_rc = conn ? 1 : admin_connect_exit_code();
     DbError e = {0};
     PGresult *set =
         conn ? admin_script_within(
@@ -752,7 +753,7 @@ int verify_run(const Config *cfg, rd_kafka_conf_t *conf)
     }
     if (!conn) {
         rd_kafka_conf_destroy(conf);
-        return 1;
+        return connect_rc;
     }
     Check c = {.conn = conn, .cfg = cfg};
     long long now_ms = 0;

@@ -441,6 +441,10 @@ void relay_status(const Relay *r, RelayStatus *out)
     for (int i = 0; i < r->n_sessions; i++) {
         const Session *s = &r->sessions[i];
         out->postgres_up = out->postgres_up && s->pg && pg_conn_up(s->pg);
+        /* An old server is a fault of the setup no retry cures: /readyz names it. */
+        const char *refused = s->pg ? pg_conn_refused(s->pg) : NULL;
+        if (refused && !out->setup_error[0])
+            snprintf(out->setup_error, sizeof(out->setup_error), "%s", refused);
         if (s->phase != PHASE_DOWN && s->lanes.slot >= 0 && !s->setup_fault &&
             !relay_session_resting(r, s))
             out->claim_sessions++;

@@ -305,6 +305,16 @@ static void connected(PgConn *pg)
         return;
     }
     PQsetNoticeReceiver(pg->conn, notice_to_log, pg);
+    /* An older server would fail every claim (pg_current_snapshot) and migrate (gen_random_uuid):
+     * refused here, where every connection of the relay becomes usable, with one line naming both
+     * versions. It counts as unreachable: retried after the capped backoff (at most every 5 s,
+     * logged once), the database not ready meanwhile, other databases of --databases untouched,
+     * and picked up by itself once the server is upgraded. */
+    if (!db_version_supported(PQserverVersion(pg->conn), pg->refused, sizeof(pg->refused))) {
+        pg_lose(pg, pg->refused);
+        return;
+    }
+    pg->refused[0] = '\0';
     PgTarget *t = &pg->plan.targets[pg->target];
     free(t->last_error);
     t->last_error = NULL;
@@ -739,6 +749,11 @@ void pg_conn_free(PgConn *pg)
     pg_plan_free(&pg->plan);
     secrets_free_zeroed(pg->conninfo); /* holds the password */
     free(pg);
+}
+
+const char *pg_conn_refused(const PgConn *pg)
+{
+    return pg->refused[0] ? pg->refused : NULL;
 }
 
 bool pg_conn_up(const PgConn *pg)

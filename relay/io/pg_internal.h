@@ -87,6 +87,9 @@ struct PgConn {
      * (pg_terminate_backend, the idle timeouts, a shutdown): libpq hands such an error to the
      * notice receiver, and then says only that the server closed the connection. */
     char *server_fatal;
+    /* Why the last server reached was refused for its version (db_version_supported), "" when
+     * it was not: for /readyz (pg_conn_refused), as the log says it once. */
+    char refused[120];
     /* The server process of the connection made last (pg_conn_backend): 0 and "" until its setup
      * learnt them. Kept when the connection is lost (its backend may live on), until the next
      * connection is made. */

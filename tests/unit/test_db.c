@@ -881,9 +881,36 @@ static void test_library_files(void **state)
     rmdir(dir);
 }
 
+/* The minimum server version (db_version_supported, the rule of db_connect and of the relay's
+ * own connections): PostgreSQL 12 lacks gen_random_uuid() built in (migrate failed half-way) and
+ * pg_current_snapshot() (every claim failed), so 12 and older are refused with one line naming
+ * both versions, in either numbering (12.19 is 120019, 9.6.24 is 90624), and 13 on are not. */
+static void test_version_supported(void **state)
+{
+    (void)state;
+    char err[120] = "";
+    assert_true(db_version_supported(130000, err, sizeof(err)));
+    assert_true(db_version_supported(130016, err, sizeof(err)));
+    assert_true(db_version_supported(170002, err, sizeof(err)));
+    assert_string_equal(err, "");
+    assert_false(db_version_supported(120019, err, sizeof(err)));
+    assert_string_equal(err, "PostgreSQL 13 or later is required; the server is 12.19");
+    assert_false(db_version_supported(129999, err, sizeof(err)));
+    assert_string_equal(err, "PostgreSQL 13 or later is required; the server is 12.9999");
+    assert_false(db_version_supported(90624, err, sizeof(err)));
+    assert_string_equal(err, "PostgreSQL 13 or later is required; the server is 9.6.24");
+    assert_false(db_version_supported(0, err, sizeof(err)));
+    assert_string_equal(err, "PostgreSQL 13 or later is required; the server is of an unknown "
+                             "version");
+    char small[20];
+    assert_false(db_version_supported(120019, small, sizeof(small)));
+    assert_int_equal(strlen(small), sizeof(small) - 1); /* cut, terminated */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_version_supported),
         cmocka_unit_test(test_check_conninfo_hides_input),
         cmocka_unit_test(test_check_conninfo_hides_quoted_input),
         cmocka_unit_test(test_check_conninfo_hides_rebuilt_host_list),

@@ -1,0 +1,86 @@
+#!/bin/bash
+# Proves the minimum PostgreSQL version (13: gen_random_uuid() built in, pg_current_snapshot()),
+# against a server made to look like 12.19 by a proxy that rewrites its server_version
+# (tests/tools/pg-version-proxy.c; there is no PostgreSQL 12 here). Before, nothing checked it:
+# migrate failed half-way on gen_random_uuid() and run's every claim failed on
+# pg_current_snapshot().
+#  1. every command that connects (migrate, even with --connect-wait; check, status, dead,
+#     requeue, purge-dead, replay, verify) exits 2 with one line naming both versions, and
+#     migrate creates nothing;
+#  2. run with --databases: the old server's entry (b) is refused with the same line, never
+#     "connected", is not ready (/readyz names it and the versions, its rows stay unsent), while
+#     the other entry (a) delivers all its rows: one old server does not stop the others.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+broker_start 1
+for db in a b; do
+    psql_q "CREATE DATABASE db_$db" -d postgres || fail "create db_$db"
+done
+"$RELAY_BIN" migrate --database-url "postgresql://postgres@127.0.0.1:$PGPORT/db_a" \
+    2>"$T/migrate.log" || fail "migrate db_a"
+[ -x "$BIN/pg-version-proxy" ] || fail "bin/pg-version-proxy built (make tools)"
+OLD_PORT=$(free_port) || fail "a free port for pg-version-proxy"
+"$BIN/pg-version-proxy" --listen "$OLD_PORT" --to "$PGPORT" --version 12.19 \
+    >"$T/proxy.out" 2>&1 &
+_t_track "$!"
+_poll 10 grep -q listening "$T/proxy.out" || fail "pg-version-proxy listens"
+OLD_URL="postgresql://postgres@127.0.0.1:$OLD_PORT/db_b?sslmode=disable&gssencmode=disable"
+LINE='PostgreSQL 13 or later is required; the server is 12.19'
+unset DATABASE_URL
+
+# --- 1. the commands ---
+# refused NAME ARGS...: `outbox-relay ARGS` against the old server exits 2 and says LINE.
+refused() {
+    local name=$1 rc
+    shift
+    timeout 30 "$RELAY_BIN" "$@" --database-url "$OLD_URL" >"$T/$name.out" 2>&1
+    rc=$?
+    check_eq "1: $name exits 2" 2 "$rc"
+    check "1: $name says both versions" grep -qF "$LINE" "$T/$name.out"
+}
+# --connect-wait 1h: the old server is not waited for (timeout 30 would end it: exit 124).
+refused migrate migrate --connect-wait 1h
+check_eq "1: migrate created nothing" 0 \
+    "$(psql_q "SELECT count(*) FROM pg_tables WHERE tablename = 'outbox'" -d db_b)"
+refused check check --brokers "$BROKERS"
+refused status status
+refused dead dead
+refused requeue requeue --all
+refused purge-dead purge-dead --all
+refused replay replay --from-id 1
+refused verify verify --brokers "$BROKERS"
+
+# --- 2. run with --databases: a on the real server, b behind the proxy ---
+"$RELAY_BIN" migrate --database-url "postgresql://postgres@127.0.0.1:$PGPORT/db_b" \
+    2>>"$T/migrate.log" || fail "migrate db_b"
+for db in a b; do
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            SELECT '$db', '$db-' || (g % 10), 'changed', jsonb_build_object('seq', g)
+            FROM generate_series(1, 100) AS g ORDER BY g" -d "db_$db" || fail "insert into db_$db"
+done
+printf '{"brokers": "%s", "metrics-listen": "127.0.0.1:0",
+"kafka": {"reconnect.backoff.max.ms": "500"}, "databases": [
+  {"name": "a", "database-url": "postgresql://postgres@127.0.0.1:%s/db_a"},
+  {"name": "b", "database-url": "%s"}]}\n' "$BROKERS" "$PGPORT" "$OLD_URL" >"$T/relay.json"
+relay_start --config "$T/relay.json"
+metrics_wait
+drained_a() {
+    [ "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL" -d db_a)" = 0 ]
+}
+wait_for "2: a delivers all its rows" 30 drained_a
+PGDATABASE=db_a check_delivered a
+wait_for "2: b refused with both versions" 15 grep -qF "$LINE" "$RELAY_LOG"
+check "2: ... as b's, on one line" \
+    grep -qE "msg=\"postgres unreachable\" database=b conn=session-0 error=\"$LINE\"" "$RELAY_LOG"
+check_eq "2: b never connected" 0 "$(grep -c 'msg="postgres connected".* database=b' "$RELAY_LOG")"
+check_eq "2: b's rows stay unsent" 100 \
+    "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL" -d db_b)"
+check "2: /readyz: 1 of 2 ready" \
+    sh -c "curl -s --max-time 5 'http://$METRICS/readyz' | grep -q '^ready: 1 of 2 databases ready'"
+check "2: /readyz names b's old server" \
+    sh -c "curl -s --max-time 5 'http://$METRICS/readyz' | grep -F 'b' | grep -qF '$LINE'"
+check "2: the relay still runs" relay_running
+relay_stop
+check_eq "2: the relay exits 0" 0 "$?"
