@@ -472,8 +472,8 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
 
 /* Why a file libpq opens itself is refused (db_check_files, and the service file's own read). */
 #define DB_NOT_REGULAR                                                                             \
-    "not a regular file (libpq reads it on the relay's event loop at every connection, where a "   \
-    "pipe or device would stop the loop)"
+    "not a regular file or a directory (libpq reads it on the relay's event loop at every "        \
+    "connection, where a pipe, device or socket would stop the loop)"
 
 #ifndef PG_SYSCONFDIR
 #define PG_SYSCONFDIR "/etc/postgresql-common" /* Debian's; the Makefile sets libpq's own */
@@ -491,6 +491,12 @@ static bool service_file_value(const char *path, const char *service, const char
      * the relay's event loop), where a FIFO's open or read would stop it (db_check_files). */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        /* libpq's fopen of a directory succeeds and its first fgets fails: it reads the file as
+         * empty (no group there) and goes on to the next file. So does this. */
+        close(fd);
+        return false;
+    }
     if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
         close(fd);
         *found = true;
@@ -701,13 +707,17 @@ static const struct {
     {"sslcrl", "PGSSLCRL", ".postgresql/root.crl"},
 };
 
-/* Refuses path (named by what, from from) when it exists and is not a regular file. stat, not
- * open: nothing is read, and a device is not opened (an open may have effects of its own). */
+/* Refuses path (named by what, from from) when it exists and is neither a regular file nor a
+ * directory: a FIFO, a device or a socket, whose open or read can wait. A directory opens and
+ * fails its read at once: libpq ignores an sslcrl directory (a CRL is optional) and names one
+ * in another's place in its own connection error; refusing an sslcrl directory here would refuse
+ * a configuration that connects. stat, not open: nothing is
+ * read, and a device is not opened (an open may have effects of its own). */
 static bool regular_or_absent(const char *path, const char *what, const char *from, char *err,
                               size_t errlen)
 {
     struct stat st;
-    if (stat(path, &st) != 0 || S_ISREG(st.st_mode))
+    if (stat(path, &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))
         return true;
     return refuse(err, errlen, "database URL: %s%s%s%s %s: %s", what, *from ? " (from " : "", from,
                   *from ? ")" : "", path, DB_NOT_REGULAR);

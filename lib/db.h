@@ -82,7 +82,8 @@ bool db_service_value(const char *service, const char *keyword, char *out, size_
 bool db_effective_value(const PQconninfoOption *opts, const char *keyword, const char *envvar,
                         char **out, char *from, size_t fromlen);
 
-/* Whether the files libpq opens itself while it connects are each a regular file or absent: the
+/* Whether the files libpq opens itself while it connects are each a regular file, a directory
+ * (whose open and read fail at once) or absent, not a FIFO, a device or a socket: the
  * service file (when the string or PGSERVICE names a service) and, unless sslmode is disable,
  * sslrootcert, sslcert, sslkey (not an engine's "engine:id") and sslcrl, each the string's, else
  * its service's, else the environment's, else libpq's default under the home directory. libpq

@@ -198,14 +198,17 @@ bool kafka_conf_files_ok(const rd_kafka_conf_t *conf, char *err, size_t errlen)
             !path[0] || strcmp(path, "probe") == 0) /* probe: the system's CA paths */
             continue;
         /* stat, not open: nothing is read and a device is not opened. Absent: librdkafka's own
-         * error says so. The CA location may be a directory (OpenSSL looks certificates up in it
-         * by hash). */
+         * error says so. A directory neither waits in its open nor in its read: the CA location
+         * may be one (OpenSSL looks certificates up in it by hash), and in another's place
+         * librdkafka fails the producer at once with its own error. Only a FIFO, a device or a
+         * socket can stop the loop. */
         struct stat st;
-        if (stat(path, &st) != 0 || S_ISREG(st.st_mode) || (i == 0 && S_ISDIR(st.st_mode)))
+        if (stat(path, &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))
             continue;
         snprintf(err, errlen,
-                 "kafka %s %s: not a regular file (librdkafka reads it on the relay's event loop "
-                 "whenever it makes a producer, where a pipe or device would stop the loop)",
+                 "kafka %s %s: not a regular file or a directory (librdkafka reads it on the "
+                 "relay's event loop whenever it makes a producer, where a pipe, device or socket "
+                 "would stop the loop)",
                  tls_file_props[i], path);
         return false;
     }

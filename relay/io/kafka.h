@@ -31,11 +31,12 @@ typedef void (*KafkaDeliveryFn)(void *opaque, rd_kafka_resp_err_t err, void *arg
  */
 rd_kafka_conf_t *kafka_conf_build(const Config *cfg, bool *runtime, char *err, size_t errlen);
 
-/* Whether every TLS file conf names (ssl.ca.location, which may also be a directory,
- * ssl.crl.location, ssl.certificate.location, ssl.key.location, ssl.keystore.location,
- * ssl.engine.location), when security.protocol is ssl or sasl_ssl, is a regular file or absent:
- * librdkafka opens them in rd_kafka_new, on the relay's event loop for a producer made while it
- * runs, where a FIFO's open would wait for a writer. False with one line in err naming the
+/* Whether every TLS file conf names (ssl.ca.location, ssl.crl.location,
+ * ssl.certificate.location, ssl.key.location, ssl.keystore.location, ssl.engine.location), when
+ * security.protocol is ssl or sasl_ssl, is a regular file, a directory or absent: librdkafka
+ * opens them in rd_kafka_new, on the relay's event loop for a producer made while it runs, where
+ * a FIFO's, a device's or a socket's open would wait (a directory fails at once, or holds the
+ * CA files). False with one line in err naming the
  * property and the path. stat only (safe on the loop); a file swapped for a FIFO after the check
  * is still opened. kafka_conf_build checks it at start; callers check it again before each
  * producer they make on the loop. */

@@ -907,6 +907,66 @@ static void test_version_supported(void **state)
     assert_int_equal(strlen(small), sizeof(small) - 1); /* cut, terminated */
 }
 
+/* A directory in a TLS file's place, or as the service file, can neither wait in its open nor
+ * in its read: libpq ignores an sslcrl directory and reads a service file that is one as empty.
+ * Only what can wait (a FIFO) is refused, and its reason says what it is not. */
+static void test_library_files_directories(void **state)
+{
+    (void)state;
+    char dir[128], sub[192], fifo[192], svc[192], cs[512], err[1024];
+    snprintf(dir, sizeof(dir), "/tmp/test_db_%ld_dirs", (long)getpid());
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(sub, sizeof(sub), "%s/crl.d", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(svc, sizeof(svc), "%s/pg_service.conf", dir);
+    FILE *f = fopen(svc, "w");
+    assert_non_null(f);
+    fputs("[svc]\nhost=h\n", f);
+    fclose(f);
+    const char *saved_home = getenv("HOME");
+    char *home = saved_home ? strdup(saved_home) : NULL;
+    setenv("HOME", dir, 1);
+    unsetenv("PGSSLMODE");
+    unsetenv("PGSERVICE");
+    unsetenv("PGSERVICEFILE");
+    alarm(30);
+
+    const char *keys[] = {"sslrootcert", "sslcert", "sslkey", "sslcrl"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        snprintf(cs, sizeof(cs), "host=h sslcert=%s/absent %s=%s", dir, keys[i], sub);
+        if (!db_check_conninfo(cs, err, sizeof(err)))
+            fail_msg("%s a directory refused: %s", keys[i], err);
+    }
+    snprintf(cs, sizeof(cs), "host=h sslcrl=%s", fifo);
+    assert_false(db_check_conninfo(cs, err, sizeof(err)));
+    assert_non_null(strstr(err, "not a regular file or a directory"));
+    assert_non_null(strstr(err, "pipe, device or socket"));
+    /* PGSERVICEFILE a directory: read as empty, the system's file then holds the group. */
+    setenv("PGSERVICEFILE", sub, 1);
+    setenv("PGSYSCONFDIR", dir, 1);
+    if (!db_check_conninfo("service=svc", err, sizeof(err)))
+        fail_msg("service file a directory refused: %s", err);
+    char value[64] = "";
+    assert_true(db_service_value("svc", "host", value, sizeof(value)));
+    assert_string_equal(value, "h");
+    unsetenv("PGSERVICEFILE");
+    unsetenv("PGSYSCONFDIR");
+    alarm(0);
+
+    if (home) {
+        setenv("HOME", home, 1);
+        free(home);
+    } else {
+        unsetenv("HOME");
+    }
+    unlink(svc);
+    unlink(fifo);
+    rmdir(sub);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -922,6 +982,7 @@ int main(void)
         cmocka_unit_test(test_writer_service),
         cmocka_unit_test(test_service_values),
         cmocka_unit_test(test_library_files),
+        cmocka_unit_test(test_library_files_directories),
         cmocka_unit_test(test_connect_timeout_zero),
         cmocka_unit_test(test_pinned_options_from_service),
         cmocka_unit_test(test_pinned_long_options),

@@ -663,6 +663,17 @@ static void test_tls_files_must_be_regular(void **state)
     assert_true(kafka_conf_files_ok(conf, err, sizeof(err)));
     rd_kafka_conf_destroy(conf);
     config_free(&cfg);
+    /* A directory in another file's place cannot stop the loop either (librdkafka's own error
+     * refuses the producer at once): not refused here, with a reason that would be false. */
+    for (size_t i = 1; i < sizeof(props) / sizeof(props[0]); i++) {
+        rd_kafka_conf_t *raw = rd_kafka_conf_new();
+        assert_int_equal(rd_kafka_conf_set(raw, "security.protocol", "ssl", err, sizeof(err)),
+                         RD_KAFKA_CONF_OK);
+        assert_int_equal(rd_kafka_conf_set(raw, props[i], dir, err, sizeof(err)), RD_KAFKA_CONF_OK);
+        if (!kafka_conf_files_ok(raw, err, sizeof(err)))
+            fail_msg("%s a directory refused: %s", props[i], err);
+        rd_kafka_conf_destroy(raw);
+    }
     unlink(fifo);
     rmdir(dir);
 }
