@@ -747,18 +747,30 @@ bool db_check_files(const PQconninfoOption *opts, char *err, size_t errlen)
         struct passwd *pw = getpwuid(geteuid());
         home = pw ? pw->pw_dir : NULL;
     }
-    bool ok = true;
+    bool ok = true, have_cert = false;
     for (size_t i = 0; tls && ok && i < sizeof(tls_files) / sizeof(tls_files[0]); i++) {
+        bool key = strcmp(tls_files[i].keyword, "sslkey") == 0;
         char *value = NULL;
+        const char *file = NULL, *where = from;
         if (db_effective_value(opts, tls_files[i].keyword, tls_files[i].envvar, &value, from,
                                sizeof(from)) &&
             *value) {
             /* A key with a colon names an OpenSSL engine's key ("engine:id"), not a file. */
-            if (strcmp(tls_files[i].keyword, "sslkey") != 0 || !strchr(value, ':'))
-                ok = regular_or_absent(value, tls_files[i].keyword, from, err, errlen);
+            if (!key || !strchr(value, ':'))
+                file = value;
         } else if (home && *home) {
             snprintf(path, sizeof(path), "%s/%s", home, tls_files[i].home_default);
-            ok = regular_or_absent(path, tls_files[i].keyword, "libpq's default", err, errlen);
+            file = path;
+            where = "libpq's default";
+        }
+        /* libpq reads the key only with a client certificate (initialize_SSL's have_cert: the
+         * certificate file exists and loaded, so a regular file); without one it never looks at
+         * sslkey, nor its default, and neither does this. */
+        if (file && (!key || have_cert))
+            ok = regular_or_absent(file, tls_files[i].keyword, where, err, errlen);
+        if (file && strcmp(tls_files[i].keyword, "sslcert") == 0) {
+            struct stat st;
+            have_cert = stat(file, &st) == 0 && S_ISREG(st.st_mode);
         }
         free(value);
     }

@@ -825,7 +825,8 @@ static void test_library_files(void **state)
 
     const char *keys[] = {"sslrootcert", "sslcert", "sslkey", "sslcrl"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-        snprintf(cs, sizeof(cs), "host=h %s=%s", keys[i], fifo);
+        /* With a client certificate: libpq reads the key only with one. */
+        snprintf(cs, sizeof(cs), "host=h sslcert=%s %s=%s", plain, keys[i], fifo);
         memset(err, 0, sizeof(err));
         if (db_check_conninfo(cs, err, sizeof(err)))
             fail_msg("%s a FIFO taken", keys[i]);
@@ -841,7 +842,15 @@ static void test_library_files(void **state)
         snprintf(cs, sizeof(cs), "host=h %s=%s/absent", keys[i], dir);
         assert_true(db_check_conninfo(cs, err, sizeof(err))); /* libpq goes on without it */
     }
-    snprintf(cs, sizeof(cs), "host=h sslkey=engine:%s", fifo);
+    snprintf(cs, sizeof(cs), "host=h sslcert=%s sslkey=engine:%s", plain, fifo);
+    assert_true(db_check_conninfo(cs, err, sizeof(err)));
+    /* Without a client certificate libpq never looks at the key: the relay does not either. */
+    snprintf(cs, sizeof(cs), "host=h sslkey=%s", fifo);
+    if (!db_check_conninfo(cs, err, sizeof(err)))
+        fail_msg("sslkey without a certificate refused: %s", err);
+    snprintf(cs, sizeof(cs), "host=h sslcert=%s/absent sslkey=%s", dir, fifo);
+    assert_true(db_check_conninfo(cs, err, sizeof(err)));
+    snprintf(cs, sizeof(cs), "host=h sslcert=%s sslkey=%s", dir, fifo); /* fails to load */
     assert_true(db_check_conninfo(cs, err, sizeof(err)));
     setenv("PGSSLROOTCERT", fifo, 1);
     assert_false(db_check_conninfo("host=h", err, sizeof(err)));
