@@ -723,6 +723,31 @@ static bool regular_or_absent(const char *path, const char *what, const char *fr
                   *from ? ")" : "", path, DB_NOT_REGULAR);
 }
 
+/* Whether any host libpq would try is reached over TCP, where it may set up TLS: an entry with a
+ * hostaddr, or with a host that is not a Unix socket's directory ("/..." or "@..." abstract). An
+ * empty host (and no hostaddr) is libpq's default socket directory. libpq never asks for TLS on
+ * a Unix socket (PQconnectPoll clears allow_ssl_try there) and so opens no TLS file for it. */
+static bool any_tcp_host(const PQconninfoOption *opts)
+{
+    char *host = NULL, *addr = NULL, from[80];
+    (void)db_effective_value(opts, "host", "PGHOST", &host, from, sizeof(from));
+    (void)db_effective_value(opts, "hostaddr", "PGHOSTADDR", &addr, from, sizeof(from));
+    const char *h = host ? host : "", *a = addr ? addr : "";
+    bool tcp = false;
+    for (;;) {
+        size_t hl = strcspn(h, ","), al = strcspn(a, ",");
+        if (al > 0 || (hl > 0 && h[0] != '/' && h[0] != '@'))
+            tcp = true;
+        if (tcp || (!h[hl] && !a[al]))
+            break;
+        h += h[hl] ? hl + 1 : hl;
+        a += a[al] ? al + 1 : al;
+    }
+    free(host);
+    free(addr);
+    return tcp;
+}
+
 bool db_check_files(const PQconninfoOption *opts, char *err, size_t errlen)
 {
     const char *service = getenv("PGSERVICE");
@@ -740,6 +765,7 @@ bool db_check_files(const PQconninfoOption *opts, char *err, size_t errlen)
     bool tls = !db_effective_value(opts, "sslmode", "PGSSLMODE", &mode, from, sizeof(from)) ||
                strcmp(mode, "disable") != 0;
     free(mode);
+    tls = tls && any_tcp_host(opts);
     /* The defaults under the home directory as libpq 15 finds it (pqGetHomeDirectory): HOME,
      * else the password database's. */
     const char *home = getenv("HOME");

@@ -821,6 +821,8 @@ static void test_library_files(void **state)
     unsetenv("PGSSLROOTCERT");
     unsetenv("PGSSLMODE");
     unsetenv("PGSERVICE");
+    unsetenv("PGHOST");
+    unsetenv("PGHOSTADDR");
     alarm(30); /* a FIFO opened would wait for a writer: a hang fails the test */
 
     const char *keys[] = {"sslrootcert", "sslcert", "sslkey", "sslcrl"};
@@ -852,6 +854,25 @@ static void test_library_files(void **state)
     assert_true(db_check_conninfo(cs, err, sizeof(err)));
     snprintf(cs, sizeof(cs), "host=h sslcert=%s sslkey=%s", dir, fifo); /* fails to load */
     assert_true(db_check_conninfo(cs, err, sizeof(err)));
+    /* Only Unix sockets: libpq never sets up TLS on one, so opens none of the files. */
+    const char *unix_only[] = {"host=/run/postgresql", "host=@abstract",
+                               "host=/run/postgresql,/tmp", "host=", "port=5433"};
+    for (size_t i = 0; i < sizeof(unix_only) / sizeof(unix_only[0]); i++) {
+        snprintf(cs, sizeof(cs), "%s sslrootcert=%s", unix_only[i], fifo);
+        if (!db_check_conninfo(cs, err, sizeof(err)))
+            fail_msg("%s: refused though libpq uses no TLS there: %s", unix_only[i], err);
+    }
+    const char *some_tcp[] = {"host=/run/postgresql,h", "host=/run/postgresql hostaddr=127.0.0.1",
+                              "host=,h", "hostaddr=127.0.0.1"};
+    for (size_t i = 0; i < sizeof(some_tcp) / sizeof(some_tcp[0]); i++) {
+        snprintf(cs, sizeof(cs), "%s sslrootcert=%s", some_tcp[i], fifo);
+        if (db_check_conninfo(cs, err, sizeof(err)))
+            fail_msg("%s: a FIFO taken though a host is over TCP", some_tcp[i]);
+    }
+    setenv("PGHOST", "h", 1); /* the environment's host is the one libpq takes */
+    snprintf(cs, sizeof(cs), "sslrootcert=%s", fifo);
+    assert_false(db_check_conninfo(cs, err, sizeof(err)));
+    unsetenv("PGHOST");
     setenv("PGSSLROOTCERT", fifo, 1);
     assert_false(db_check_conninfo("host=h", err, sizeof(err)));
     assert_non_null(strstr(err, "sslrootcert (from PGSSLROOTCERT)"));
