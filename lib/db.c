@@ -755,12 +755,21 @@ bool db_check_files(const PQconninfoOption *opts, char *err, size_t errlen)
         if (strcmp(o->keyword, "service") == 0 && o->val)
             service = o->val;
     char path[4096];
-    bool from_env = false;
-    /* Both, whichever holds the group: libpq reads the second when the first has none. */
-    for (int i = 0; service && *service && i < 2; i++)
-        if (service_file_path(i, path, sizeof(path), &from_env) &&
-            !regular_or_absent(path, "service file", from_env ? "PGSERVICEFILE" : "", err, errlen))
+    bool from_env = false, found = false;
+    /* The first, then the system's only when libpq reads it: when the first lacks the group.
+     * libpq stops at a first file that holds it (or that it cannot open, or with a line too
+     * long), and never opens the system's then. The first is read here once it is known to be
+     * no FIFO (and service_file_value opens it without blocking, in case it became one). */
+    for (int i = 0; service && *service && i < 2 && !found; i++) {
+        if (!service_file_path(i, path, sizeof(path), &from_env))
+            continue;
+        if (!regular_or_absent(path, "service file", from_env ? "PGSERVICEFILE" : "", err, errlen))
             return false;
+        char *unused = NULL; /* a keyword with "=" matches no line: only found is wanted */
+        if (i == 0)
+            (void)service_file_value(path, service, "=", &unused, NULL, &found, from_env);
+        free(unused);
+    }
     char *mode = NULL, from[80];
     bool tls = !db_effective_value(opts, "sslmode", "PGSSLMODE", &mode, from, sizeof(from)) ||
                strcmp(mode, "disable") != 0;

@@ -896,7 +896,29 @@ static void test_library_files(void **state)
     assert_false(db_effective_value(opts, "host", NULL, &value, from, sizeof(from)));
     PQconninfoFree(opts);
     assert_true(db_check_conninfo("host=h", err, sizeof(err))); /* no service named: not read */
+    /* The system's file a FIFO: libpq opens it only when the first file lacks the group. */
+    char svc[192];
+    snprintf(svc, sizeof(svc), "%s/first.conf", dir);
+    f = fopen(svc, "w");
+    assert_non_null(f);
+    fputs("[svc]\nhost=h\n", f);
+    fclose(f);
+    char sysdir[200], sysconf[256];
+    snprintf(sysdir, sizeof(sysdir), "%s/sys", dir);
+    snprintf(sysconf, sizeof(sysconf), "%s/pg_service.conf", sysdir);
+    assert_int_equal(mkdir(sysdir, 0700), 0);
+    assert_int_equal(mkfifo(sysconf, 0600), 0);
+    setenv("PGSYSCONFDIR", sysdir, 1);
+    setenv("PGSERVICEFILE", svc, 1);
+    if (!db_check_conninfo("service=svc", err, sizeof(err)))
+        fail_msg("system service file checked though the first holds the group: %s", err);
+    assert_false(db_check_conninfo("service=other", err, sizeof(err))); /* libpq reads it */
+    assert_non_null(strstr(err, sysconf));
     unsetenv("PGSERVICEFILE");
+    unsetenv("PGSYSCONFDIR");
+    unlink(sysconf);
+    rmdir(sysdir);
+    unlink(svc);
     alarm(0);
 
     if (home) {
