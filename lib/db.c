@@ -782,9 +782,16 @@ bool db_check_files(const PQconninfoOption *opts, char *err, size_t errlen)
         struct passwd *pw = getpwuid(geteuid());
         home = pw ? pw->pw_dir : NULL;
     }
-    bool ok = true, have_cert = false;
+    /* libpq takes the default CRL only when neither sslcrl nor sslcrldir is set. */
+    char *crldir = NULL;
+    bool have_crldir =
+        tls && db_effective_value(opts, "sslcrldir", "PGSSLCRLDIR", &crldir, from, sizeof(from)) &&
+        *crldir;
+    free(crldir);
+    bool ok = true, have_cert = false, have_root = false;
     for (size_t i = 0; tls && ok && i < sizeof(tls_files) / sizeof(tls_files[0]); i++) {
         bool key = strcmp(tls_files[i].keyword, "sslkey") == 0;
+        bool crl = strcmp(tls_files[i].keyword, "sslcrl") == 0;
         char *value = NULL;
         const char *file = NULL, *where = from;
         if (db_effective_value(opts, tls_files[i].keyword, tls_files[i].envvar, &value, from,
@@ -793,20 +800,23 @@ bool db_check_files(const PQconninfoOption *opts, char *err, size_t errlen)
             /* A key with a colon names an OpenSSL engine's key ("engine:id"), not a file. */
             if (!key || !strchr(value, ':'))
                 file = value;
-        } else if (home && *home) {
+        } else if (home && *home && !(crl && have_crldir)) {
             snprintf(path, sizeof(path), "%s/%s", home, tls_files[i].home_default);
             file = path;
             where = "libpq's default";
         }
         /* libpq reads the key only with a client certificate (initialize_SSL's have_cert: the
-         * certificate file exists and loaded, so a regular file); without one it never looks at
-         * sslkey, nor its default, and neither does this. */
-        if (file && (!key || have_cert))
+         * certificate file exists and loaded, so a regular file), and the CRL only once the root
+         * certificate file loaded; without them it never looks at sslkey or sslcrl, nor their
+         * defaults, and neither does this. */
+        if (file && (!key || have_cert) && (!crl || have_root))
             ok = regular_or_absent(file, tls_files[i].keyword, where, err, errlen);
-        if (file && strcmp(tls_files[i].keyword, "sslcert") == 0) {
-            struct stat st;
-            have_cert = stat(file, &st) == 0 && S_ISREG(st.st_mode);
-        }
+        struct stat st;
+        bool loads = file && stat(file, &st) == 0 && S_ISREG(st.st_mode);
+        if (strcmp(tls_files[i].keyword, "sslcert") == 0)
+            have_cert = loads;
+        else if (strcmp(tls_files[i].keyword, "sslrootcert") == 0)
+            have_root = loads;
         free(value);
     }
     return ok;

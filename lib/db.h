@@ -83,18 +83,20 @@ bool db_effective_value(const PQconninfoOption *opts, const char *keyword, const
                         char **out, char *from, size_t fromlen);
 
 /* Whether the files libpq opens itself while it connects are each a regular file, a directory
- * (whose open and read fail at once) or absent, not a FIFO, a device or a socket: the
- * service file (when the string or PGSERVICE names a service; the system's only when the first
- * lacks the group, as libpq reads no further file) and, unless sslmode is disable or
- * every host is a Unix socket (libpq uses no TLS there), sslrootcert, sslcert, sslkey (not an
- * engine's "engine:id", and only when sslcert is a regular file: libpq reads no key without a
- * certificate) and sslcrl, each the string's, else its service's, else the environment's, else
- * libpq's default under the home directory. libpq opens them on the caller's thread, the relay's
- * event loop, at every connection (the TLS files during PQconnectPoll), where a FIFO's open waits
- * for a writer. False with one line in err naming the setting, where it came from and the path
- * (never a value that could be secret). stat only, nothing read; a file swapped in after the check
- * is still opened by libpq (a window this narrows, not closes). The password file needs no check:
- * libpq skips one that is not a plain file. */
+ * (whose open and read fail at once) or absent, not a FIFO, a device or a socket. Checked as
+ * libpq would open them: the service file when the string or PGSERVICE names a service (the
+ * system's only when the first lacks the group: libpq reads no further file); and, unless
+ * sslmode is disable or every host is a Unix socket (libpq uses no TLS there), sslrootcert,
+ * sslcert, sslkey (not an engine's "engine:id"; only when sslcert is a regular file: libpq reads
+ * no key without a certificate) and sslcrl (only when sslrootcert is a regular file, which libpq
+ * loads first; its default only without sslcrldir), each the string's, else its service's, else
+ * the environment's, else libpq's default under the home directory. libpq opens them on the
+ * caller's thread, the relay's event loop, at every connection (the TLS files during
+ * PQconnectPoll), where a FIFO's open waits for a writer. False with one line in err naming the
+ * setting, where it came from and the path (never a value that could be secret). The TLS files
+ * are stat'ed only; the first service file is read, opened without blocking, to find the group.
+ * A file swapped in after the check is still opened by libpq (a window this narrows, not
+ * closes). The password file needs no check: libpq skips one that is not a plain file. */
 bool db_check_files(const PQconninfoOption *opts, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 

@@ -804,7 +804,7 @@ static void test_connect_defaults_yield(void **state)
 static void test_library_files(void **state)
 {
     (void)state;
-    char dir[128], fifo[192], plain[192], dotpg[192], home_fifo[256], cs[512], err[1024];
+    char dir[128], fifo[192], plain[192], dotpg[192], home_fifo[256], cs[1024], err[1024];
     snprintf(dir, sizeof(dir), "/tmp/test_db_%ld_files", (long)getpid());
     assert_int_equal(mkdir(dir, 0700), 0);
     snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
@@ -827,8 +827,10 @@ static void test_library_files(void **state)
 
     const char *keys[] = {"sslrootcert", "sslcert", "sslkey", "sslcrl"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-        /* With a client certificate: libpq reads the key only with one. */
-        snprintf(cs, sizeof(cs), "host=h sslcert=%s %s=%s", plain, keys[i], fifo);
+        /* With a root and a client certificate: libpq reads the CRL only with the one, the
+         * key only with the other. */
+        snprintf(cs, sizeof(cs), "host=h sslrootcert=%s sslcert=%s %s=%s", plain, plain, keys[i],
+                 fifo);
         memset(err, 0, sizeof(err));
         if (db_check_conninfo(cs, err, sizeof(err)))
             fail_msg("%s a FIFO taken", keys[i]);
@@ -854,6 +856,25 @@ static void test_library_files(void **state)
     assert_true(db_check_conninfo(cs, err, sizeof(err)));
     snprintf(cs, sizeof(cs), "host=h sslcert=%s sslkey=%s", dir, fifo); /* fails to load */
     assert_true(db_check_conninfo(cs, err, sizeof(err)));
+    /* Without a root certificate libpq never loads a CRL; with sslcrldir set it takes no
+     * default CRL (~/.postgresql/root.crl). */
+    snprintf(cs, sizeof(cs), "host=h sslcrl=%s", fifo);
+    if (!db_check_conninfo(cs, err, sizeof(err)))
+        fail_msg("sslcrl without a root certificate refused: %s", err);
+    snprintf(cs, sizeof(cs), "host=h sslrootcert=%s sslcrl=%s", dir, fifo); /* fails to load */
+    assert_true(db_check_conninfo(cs, err, sizeof(err)));
+    char crl_default[256];
+    snprintf(crl_default, sizeof(crl_default), "%s/root.crl", dotpg);
+    assert_int_equal(mkdir(dotpg, 0700), 0);
+    assert_int_equal(mkfifo(crl_default, 0600), 0);
+    snprintf(cs, sizeof(cs), "host=h sslrootcert=%s", plain);
+    assert_false(db_check_conninfo(cs, err, sizeof(err)));
+    assert_non_null(strstr(err, "sslcrl (from libpq's default)"));
+    snprintf(cs, sizeof(cs), "host=h sslrootcert=%s sslcrldir=%s", plain, dir);
+    if (!db_check_conninfo(cs, err, sizeof(err)))
+        fail_msg("default CRL checked though sslcrldir is set: %s", err);
+    unlink(crl_default);
+    rmdir(dotpg);
     /* Only Unix sockets: libpq never sets up TLS on one, so opens none of the files. */
     const char *unix_only[] = {"host=/run/postgresql", "host=@abstract",
                                "host=/run/postgresql,/tmp", "host=", "port=5433"};
@@ -991,7 +1012,7 @@ static void test_library_files_directories(void **state)
         if (!db_check_conninfo(cs, err, sizeof(err)))
             fail_msg("%s a directory refused: %s", keys[i], err);
     }
-    snprintf(cs, sizeof(cs), "host=h sslcrl=%s", fifo);
+    snprintf(cs, sizeof(cs), "host=h sslrootcert=%s sslcrl=%s", svc, fifo); /* any file */
     assert_false(db_check_conninfo(cs, err, sizeof(err)));
     assert_non_null(strstr(err, "not a regular file or a directory"));
     assert_non_null(strstr(err, "pipe, device or socket"));
