@@ -82,7 +82,11 @@ write_conf "$ENTRY_A"
 # --- 2. ---
 # The mark first: an on-demand connection (the upkeep's) may try, and log, before the terminate.
 mark=$(lines)
-mv "$ROOT_CRT" "$ROOT_CRT.saved" && mkfifo -m 600 "$ROOT_CRT"
+# Swapped in one rename, a FIFO made beside it: with a move and then a mkfifo, an attempt whose
+# check found no file (absent is libpq's own error, not refused) could then have libpq open the
+# FIFO made a moment later, and the loop froze (1 run in 21). A connection attempt whose check
+# ran just before the rename still can (the window configuration.md names), but only that.
+cp "$ROOT_CRT" "$ROOT_CRT.saved" && mkfifo -m 600 "$ROOT_CRT.fifo" && mv -f "$ROOT_CRT.fifo" "$ROOT_CRT"
 psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
         WHERE datname = 'outbox' AND pid <> pg_backend_pid()" >/dev/null
 # shellcheck disable=SC2016
