@@ -39,10 +39,11 @@ has_gauge() {
 wait_for "the vacuum horizon gauges are served" 30 has_gauge
 check "nothing is logged while no snapshot is old" lacks "$RELAY_LOG" "holds back vacuum"
 
-# The holder: a REPEATABLE READ transaction that took its snapshot, then sleeps 12 s.
+# The holder: a REPEATABLE READ transaction that took its snapshot, then sleeps until the checks
+# below cancel it (120 s at most: a 12 s sleep could end before them on a loaded machine).
 PGAPPNAME=forgotten-report psql -XAtq -c "BEGIN ISOLATION LEVEL REPEATABLE READ" \
     -c "SELECT pg_backend_pid() FROM outbox LIMIT 0" -c "SELECT pg_backend_pid()" \
-    -c "SELECT pg_sleep(12)" -c "COMMIT" >"$T/holder.out" 2>&1 &
+    -c "SELECT pg_sleep(120)" -c "COMMIT" >"$T/holder.out" 2>&1 &
 HOLDER=$!
 _t_track "$HOLDER"
 holder_pid() {
@@ -66,6 +67,7 @@ xids=$(gauge outbox_vacuum_horizon_age_xids)
 echo "# while held: outbox_vacuum_horizon_held_seconds $held, outbox_vacuum_horizon_age_xids $xids"
 check "the held-seconds gauge is past --horizon-warn" awk -v h="$held" 'BEGIN { exit !(h >= 2) }'
 check "the xids gauge counts the transactions committed behind it" test "${xids%.*}" -ge 20
+psql_q "SELECT pg_cancel_backend($(holder_pid))" >/dev/null
 wait "$HOLDER"
 released() {
     grep -q -e "nothing holds back vacuum any more" \
@@ -134,7 +136,7 @@ for g in $(seq 1 5); do # transactions that commit behind the session's snapshot
 done
 wait_for "SLOT: the session is logged as holding back vacuum" 20 logged
 psql -XAtq -p "$SB_PORT" -c "BEGIN ISOLATION LEVEL REPEATABLE READ" \
-    -c "SELECT count(*) FROM outbox" -c "SELECT pg_sleep(15)" -c "COMMIT" >"$T/sb-holder.out" 2>&1 &
+    -c "SELECT count(*) FROM outbox" -c "SELECT pg_sleep(120)" -c "COMMIT" >"$T/sb-holder.out" 2>&1 &
 SB_HOLDER=$!
 _t_track "$SB_HOLDER"
 slot_holds() {
@@ -160,9 +162,10 @@ slot_logged() {
 wait_for "SLOT: the relay names the slot once it has held past --horizon-warn" 20 slot_logged
 check "SLOT: the held-seconds gauge counts its time (past --horizon-warn)" \
     awk -v h="$(gauge outbox_vacuum_horizon_held_seconds)" 'BEGIN { exit !(h >= 2) }'
-# Done with the standby's snapshot: end its 15 s sleep now rather than wait the rest of it out.
+# Done with the standby's snapshot: end its sleep now (120 s, so that a loaded machine cannot
+# end it before the checks above: at 15 s the gauge once read 0) rather than wait it out.
 psql -XAtq -p "$SB_PORT" -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity
-                             WHERE query = 'SELECT pg_sleep(15)'" >/dev/null
+                             WHERE query = 'SELECT pg_sleep(120)'" >/dev/null
 wait "$SB_HOLDER"
 relay_stop
 check_eq "SLOT: the relay exits 0" 0 "$?"
