@@ -57,6 +57,7 @@ bool pg_awaiting(const PgConn *pg)
 static void start_connect(PgConn *pg);
 static void attempt_target(PgConn *pg);
 static void connect_target(PgConn *pg, const char *host, const char *hostaddr);
+static void target_failed(PgConn *pg, const char *why);
 
 /* Routes server notices into our log instead of libpq's default raw stderr output. An error
  * that ends the session (FATAL, PANIC) arrives here too when no request was out, just before the
@@ -299,22 +300,24 @@ static void on_stable(struct ev_loop *loop, ev_timer *w, int revents)
 static void connected(PgConn *pg)
 {
     ev_timer_stop(pg->loop, &pg->timer);
+    /* An older server would fail every claim (pg_current_snapshot) and migrate (gen_random_uuid):
+     * refused here, where every connection of the relay becomes usable, with one line naming both
+     * versions. It counts as unreachable, as a host that refuses: the next address or host of the
+     * list is tried (one old server of "host=a,b" does not keep the relay from b), after the last
+     * the capped backoff (at most every 5 s, logged once), the database not ready meanwhile,
+     * other databases of --databases untouched, and picked up by itself once the server is
+     * upgraded. Before forget_addrs: target_failed needs the addresses left to try. */
+    if (!db_version_supported(PQserverVersion(pg->conn), pg->refused, sizeof(pg->refused))) {
+        target_failed(pg, pg->refused);
+        return;
+    }
+    pg->refused[0] = '\0';
     forget_addrs(pg);
     if (PQsetnonblocking(pg->conn, 1) != 0 || PQenterPipelineMode(pg->conn) != 1) {
         pg_lose(pg, PQerrorMessage(pg->conn));
         return;
     }
     PQsetNoticeReceiver(pg->conn, notice_to_log, pg);
-    /* An older server would fail every claim (pg_current_snapshot) and migrate (gen_random_uuid):
-     * refused here, where every connection of the relay becomes usable, with one line naming both
-     * versions. It counts as unreachable: retried after the capped backoff (at most every 5 s,
-     * logged once), the database not ready meanwhile, other databases of --databases untouched,
-     * and picked up by itself once the server is upgraded. */
-    if (!db_version_supported(PQserverVersion(pg->conn), pg->refused, sizeof(pg->refused))) {
-        pg_lose(pg, pg->refused);
-        return;
-    }
-    pg->refused[0] = '\0';
     PgTarget *t = &pg->plan.targets[pg->target];
     free(t->last_error);
     t->last_error = NULL;

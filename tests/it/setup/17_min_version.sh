@@ -9,7 +9,11 @@
 #     migrate creates nothing;
 #  2. run with --databases: the old server's entry (b) is refused with the same line, never
 #     "connected", is not ready (/readyz names it and the versions, its rows stay unsent), while
-#     the other entry (a) delivers all its rows: one old server does not stop the others.
+#     the other entry (a) delivers all its rows: one old server does not stop the others;
+#  3. run with two hosts, the old server first ("host=A,B"): the old one is refused as a host
+#     that fails ("postgres host failed" with the line) and the relay goes on to the second,
+#     which delivers b's rows. Before, the refusal skipped the rest of the list and started over
+#     at the old host: the relay never connected.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -84,3 +88,21 @@ check "2: /readyz names b's old server" \
 check "2: the relay still runs" relay_running
 relay_stop
 check_eq "2: the relay exits 0" 0 "$?"
+
+# --- 3. two hosts, the old server first: the second one is used ---
+MULTI_URL="postgresql://postgres@127.0.0.1:$OLD_PORT,127.0.0.1:$PGPORT/db_b"
+MULTI_URL+="?sslmode=disable&gssencmode=disable"
+relay_start --brokers "$BROKERS" --database-url "$MULTI_URL" --metrics-listen 127.0.0.1:0
+metrics_wait
+drained_b() {
+    [ "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL" -d db_b)" = 0 ]
+}
+wait_for "3: the second host delivers b's rows" 30 drained_b
+check "3: the old host failed with both versions" \
+    grep -qE "msg=\"postgres host failed\".* error=\"$LINE\"" "$RELAY_LOG"
+check "3: session-0 connected to the second host" \
+    grep -qE "msg=\"postgres connected\" conn=session-0 .* port=\"$PGPORT\"" "$RELAY_LOG"
+check_eq "3: nothing connected to the old host" 0 \
+    "$(grep -c "msg=\"postgres connected\".* port=\"$OLD_PORT\"" "$RELAY_LOG")"
+relay_stop
+check_eq "3: the relay exits 0" 0 "$?"
