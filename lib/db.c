@@ -759,8 +759,10 @@ bool db_check_files(const PQconninfoOption *opts, char *err, size_t errlen)
     /* The first, then the system's only when libpq reads it: when the first lacks the group.
      * libpq stops at a first file that holds it (or that it cannot open, or with a line too
      * long), and never opens the system's then. The first is read here once it is known to be
-     * no FIFO (and service_file_value opens it without blocking, in case it became one). */
-    for (int i = 0; service && *service && i < 2 && !found; i++) {
+     * no FIFO (and service_file_value opens it without blocking, in case it became one). An
+     * empty name (service= or PGSERVICE set empty) is a service to libpq all the same: it skips
+     * the files only when none is given, and reads them looking for "[]". */
+    for (int i = 0; service && i < 2 && !found; i++) {
         if (!service_file_path(i, path, sizeof(path), &from_env))
             continue;
         if (!regular_or_absent(path, "service file", from_env ? "PGSERVICEFILE" : "", err, errlen))

@@ -84,9 +84,9 @@ bool db_effective_value(const PQconninfoOption *opts, const char *keyword, const
 
 /* Whether the files libpq opens itself while it connects are each a regular file, a directory
  * (whose open and read fail at once) or absent, not a FIFO, a device or a socket. Checked as
- * libpq would open them: the service file when the string or PGSERVICE names a service (the
- * system's only when the first lacks the group: libpq reads no further file); and, unless
- * sslmode is disable or every host is a Unix socket (libpq uses no TLS there), sslrootcert,
+ * libpq would open them: the service file when the string or PGSERVICE gives a service, even an
+ * empty name (the system's only when the first lacks the group: libpq reads no further file); and,
+ * unless sslmode is disable or every host is a Unix socket (libpq uses no TLS there), sslrootcert,
  * sslcert, sslkey (not an engine's "engine:id"; only when sslcert is a regular file: libpq reads
  * no key without a certificate) and sslcrl (only when sslrootcert is a regular file, which libpq
  * loads first; its default only without sslcrldir), each the string's, else its service's, else

@@ -917,6 +917,17 @@ static void test_library_files(void **state)
     assert_false(db_effective_value(opts, "host", NULL, &value, from, sizeof(from)));
     PQconninfoFree(opts);
     assert_true(db_check_conninfo("host=h", err, sizeof(err))); /* no service named: not read */
+    /* An empty service, in the string or PGSERVICE set empty (an env file's PGSERVICE=): libpq
+     * reads the files for it as for any other (it skips them only when none is given), so its
+     * open of the FIFO would stop the loop; refused too. */
+    if (db_check_conninfo("host=h service=''", err, sizeof(err)))
+        fail_msg("service='' took PGSERVICEFILE a FIFO, which libpq opens");
+    assert_non_null(strstr(err, fifo));
+    setenv("PGSERVICE", "", 1);
+    if (db_check_conninfo("host=h", err, sizeof(err)))
+        fail_msg("PGSERVICE empty took PGSERVICEFILE a FIFO, which libpq opens");
+    assert_non_null(strstr(err, fifo));
+    unsetenv("PGSERVICE");
     /* The system's file a FIFO: libpq opens it only when the first file lacks the group. */
     char svc[192];
     snprintf(svc, sizeof(svc), "%s/first.conf", dir);
