@@ -269,6 +269,15 @@ void produce_more(Session *s)
             s->waiting = true; /* the Schema Registry: its ready callback resumes */
             break;
         }
+        if (err == RD_KAFKA_RESP_ERR__FATAL) {
+            /* The producer failed: librdkafka refuses to produce from the moment a broker thread
+             * raises the fatal error, before the loop serves the error event that sets
+             * kafka_fatal (a claim or a report served in between meets it here). No row's
+             * fault: left unsent like the rows after it, no attempt counted. */
+            batch_leave_unsent(b, br);
+            producer_failed = true;
+            break;
+        }
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR && !br->dead_letter && kafka_error_setup(err))
             batch_unsent(b, br, err); /* the topic's or the credentials' fault, not the row's */
         else if (err != RD_KAFKA_RESP_ERR_NO_ERROR)

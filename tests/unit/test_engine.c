@@ -2980,6 +2980,26 @@ static void test_purged_by_fatal_counts_no_attempt(void **state)
     assert_true(ev_is_active(&S(0)->retry_timer));
 }
 
+/* librdkafka refuses to produce (rd_kafka_producev: __FATAL) from the moment its producer failed,
+ * which a broker thread decides, before the loop has served the error event that tells the relay
+ * (kafka_fatal): a claim answered in between meets the refusal row by row. No row is at fault:
+ * each stays unsent, no attempt counted, nothing recorded, as rows the relay did not produce on a
+ * producer it knew had failed; the next claim waits for the retry backoff. */
+static void test_fatal_refusal_counts_no_attempt(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    fake_kafka_refuse_key("agg-*", RD_KAFKA_RESP_ERR__FATAL); /* failed, not told yet */
+    answer_claim(0, "A,A,B");
+    assert_int_equal(fake_kafka_count(), 0);
+    assert_string_equal(pending_param(0, "mark-failed"), ""); /* no attempt counted */
+    assert_string_equal(pending_param(0, "mark-sent"), "");
+    answer(0);
+    assert_int_equal(S(0)->total_failed, 0);
+    expect_idle_pg(0); /* nothing got through: the retry backoff */
+    assert_true(ev_is_active(&S(0)->retry_timer));
+}
+
 /* outbox_held_aggregate_types counts the types the sessions hold, each once: two sessions may
  * hold one type (each holds those of its own lanes' batches). */
 static void test_held_types_counted_once(void **state)
@@ -3243,6 +3263,7 @@ int main(void)
         cmocka_unit_test_teardown(test_order_scope_partition_breaks, teardown),
         cmocka_unit_test_teardown(test_floor_moves_during_hold, teardown),
         cmocka_unit_test_teardown(test_purged_by_fatal_counts_no_attempt, teardown),
+        cmocka_unit_test_teardown(test_fatal_refusal_counts_no_attempt, teardown),
         cmocka_unit_test_teardown(test_too_large_names_its_sizes, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart_across_reconnect, teardown),
