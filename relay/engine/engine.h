@@ -190,6 +190,7 @@ struct Relay {
     int running;          /* sessions that have not finished stopping */
     bool purging;         /* a delivery timeout purged the producer; its reports are not all in */
     ev_timer purge_timer; /* purges again while reports are missing (see relay_start_purge) */
+    ev_timer room_timer;  /* resumes waiting sessions once a report has freed its room */
     int logged_owned;     /* lanes of all sessions, last logged, to log only changes */
     bool floor_off_said;  /* why the claim floor is off was logged (once an episode) */
     /* The first active_sessions sessions that can claim do; the others rest (no lanes):
@@ -323,6 +324,11 @@ int relays_in_process(void);
 void relay_fail(Relay *r);
 /* Messages of all sessions not yet reported: the producer and its queue are shared. */
 int relay_in_flight(const Relay *r);
+/* A row met a full queue while a report was being served (r->in_report) with nothing else of
+ * the relay's in flight: librdkafka counts the reported message in its queue until the report
+ * returns, and no report is left to resume the waiting sessions. They are resumed on the loop's
+ * next iteration, once the report has freed the room (at most one such wake is pending). */
+void relay_room_after_report(Relay *r);
 /* Lanes owned by all of the relay's sessions. */
 int relay_lanes_owned(const Relay *r);
 /* Whether s rests: it claims nothing and gives up its lanes and member slot between batches.

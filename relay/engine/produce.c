@@ -265,6 +265,14 @@ void produce_more(Session *s)
             s->waiting = true; /* backpressure: a report of any session frees room */
             break;
         }
+        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && r->in_report) {
+            /* The last message out is still in librdkafka's queue until its report, being
+             * served now, returns: room comes then (a queue of one message, or of a few large
+             * ones), not the row's fault. */
+            s->waiting = true;
+            relay_room_after_report(r);
+            break;
+        }
         if (err == RD_KAFKA_RESP_ERR__WAIT_CACHE) {
             s->waiting = true; /* the Schema Registry: its ready callback resumes */
             break;

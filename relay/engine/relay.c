@@ -65,6 +65,21 @@ static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
     r->in_report = false;
 }
 
+static void on_room_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Relay *r = w->data;
+    relay_enter(r);
+    resume_waiting(r);
+}
+
+void relay_room_after_report(Relay *r)
+{
+    if (ev_is_active(&r->room_timer))
+        return;
+    ev_timer_set(&r->room_timer, 0.0, 0.0);
+    ev_timer_start(r->loop, &r->room_timer);
+}
+
 bool relay_producer_ready(Relay *r)
 {
     if (!kafka_fatal(r->kafka))
@@ -332,6 +347,8 @@ static Relay *relay_create(struct ev_loop *loop, const Config *cfg, rd_kafka_con
         relay_free(r);
         return NULL;
     }
+    ev_init(&r->room_timer, on_room_timer);
+    r->room_timer.data = r;
     ev_init(&r->purge_timer, on_purge_timer);
     r->purge_timer.repeat = PURGE_REPEAT_S;
     r->purge_timer.data = r;
@@ -521,6 +538,7 @@ void relay_free_within(Relay *r, int flush_ms)
     ev_signal_stop(r->loop, &r->sigterm);
     ev_signal_stop(r->loop, &r->sigint);
     ev_timer_stop(r->loop, &r->purge_timer);
+    ev_timer_stop(r->loop, &r->room_timer);
     ev_timer_stop(r->loop, &r->rest_timer);
     /* The producer goes first: its last delivery reports still point into the batches. With
      * every batch empty nothing of it points into the relay any more, and it is destroyed off the

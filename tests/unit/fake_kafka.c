@@ -18,6 +18,7 @@ struct KafkaProducer {
     FakeMessage messages[MAX_MESSAGES];
     char refused_key[64];
     rd_kafka_resp_err_t refused_err;
+    int queue_limit;
 };
 
 static KafkaProducer *current;
@@ -95,6 +96,21 @@ void fake_kafka_refuse_key(const char *key, rd_kafka_resp_err_t err)
 void fake_kafka_set_fatal(bool fatal)
 {
     current->fatal = fatal;
+}
+
+void fake_kafka_set_queue_limit(int messages)
+{
+    current->queue_limit = messages;
+}
+
+/* Messages in kp's queue: not reported, or being reported (librdkafka destroys a message once
+ * its report callback has returned). */
+static int queued(const KafkaProducer *kp)
+{
+    int n = reporting == kp ? 1 : 0;
+    for (int i = 0; i < kp->n; i++)
+        n += !kp->messages[i].reported;
+    return n;
 }
 
 /* ---- kafka.h ---- */
@@ -296,7 +312,7 @@ rd_kafka_resp_err_t kafka_produce(KafkaProducer *kp, const char *topic, int32_t 
     if (kp->refused_err && (prefix ? key_len >= refused_len : refused_len == key_len) &&
         memcmp(kp->refused_key, key, refused_len) == 0)
         return kp->refused_err; /* the caller keeps its headers */
-    if (kp->n == MAX_MESSAGES)
+    if (kp->n == MAX_MESSAGES || (kp->queue_limit > 0 && queued(kp) >= kp->queue_limit))
         return RD_KAFKA_RESP_ERR__QUEUE_FULL;
     FakeMessage *m = &kp->messages[kp->n++];
     *m = (FakeMessage){.topic = strdup(topic),

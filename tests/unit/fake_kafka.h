@@ -44,6 +44,10 @@ void fake_kafka_deliver_purged(void);
 void fake_kafka_refuse_key(const char *key, rd_kafka_resp_err_t err);
 /* Sets what kafka_fatal answers. */
 void fake_kafka_set_fatal(bool fatal);
+/* From now on, kafka_produce answers QUEUE_FULL while messages are queued (0: no limit). As
+ * librdkafka, a message counts until its delivery report has returned, not only until it is
+ * served. */
+void fake_kafka_set_queue_limit(int messages);
 /* Producers destroyed on the caller's thread (kafka_producer_free), and handed to be destroyed
  * off the loop (kafka_producer_retire, which aborts if one of its messages is unreported). */
 int fake_kafka_freed(void);

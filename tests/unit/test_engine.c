@@ -3000,6 +3000,27 @@ static void test_fatal_refusal_counts_no_attempt(void **state)
     assert_true(ev_is_active(&S(0)->retry_timer));
 }
 
+/* librdkafka counts a message in its queue until its delivery report has returned: with a queue
+ * of one message (queue.buffering.max.messages=1), the next row, tried from inside the last
+ * report, finds it full with nothing of the relay's in flight. It waits for the room the report
+ * frees (the loop's next iteration) and goes out then: no row failed, no attempt counted. */
+static void test_full_queue_inside_last_report_waits(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    fake_kafka_set_queue_limit(1);
+    answer_claim(0, "A,B");
+    assert_int_equal(fake_kafka_count(), 1); /* B waits for room */
+    fake_kafka_report(0, OK);
+    settle(); /* the report has returned: room */
+    assert_int_equal(fake_kafka_count(), 2);
+    fake_kafka_report(1, OK);
+    assert_string_equal(pending_param(0, "mark-failed"), "");
+    assert_string_equal(pending_param(0, "mark-sent"), "{1,2}");
+    answer(0);
+    assert_int_equal(S(0)->total_failed, 0);
+}
+
 /* outbox_held_aggregate_types counts the types the sessions hold, each once: two sessions may
  * hold one type (each holds those of its own lanes' batches). */
 static void test_held_types_counted_once(void **state)
@@ -3264,6 +3285,7 @@ int main(void)
         cmocka_unit_test_teardown(test_floor_moves_during_hold, teardown),
         cmocka_unit_test_teardown(test_purged_by_fatal_counts_no_attempt, teardown),
         cmocka_unit_test_teardown(test_fatal_refusal_counts_no_attempt, teardown),
+        cmocka_unit_test_teardown(test_full_queue_inside_last_report_waits, teardown),
         cmocka_unit_test_teardown(test_too_large_names_its_sizes, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart_across_reconnect, teardown),
