@@ -1890,6 +1890,71 @@ static bool missing_url(bool tried, char *err, size_t errlen)
                        why);
 }
 
+/* The options that read as a selection of rows, each its owners' alone (the commands of its
+ * OptDef). Every command takes every option (scripts pass one set to several), but another's
+ * selection was taken and ignored: `replay --since 2h --aggregate-type order` replayed every
+ * sent order event, not the last two hours', `replay --id 7 ...` ignored the id, `verify
+ * --sent-after T --sent-before U` checked the last hour and could say ok of a window it never
+ * read, `purge-dead --all --aggregate-type order` deleted every dead event, not the order ones,
+ * and `dead --aggregate-type order` listed them all, which read as the order ones. in_verify and
+ * in_replay end verify's and replay's refusal, after the owners' names (NULL: theirs); the
+ * other commands' refusals end alike for every option (selections_check). */
+static const struct {
+    const char *option, *in_verify, *in_replay;
+} selections[] = {
+    {"since", NULL, " window; replay selects by --sent-after/--sent-before"},
+    {"sent-after", " selection; verify checks the window --since gives", NULL},
+    {"sent-before", " selection; verify checks the window --since gives", NULL},
+    {"from-id", " selection; verify checks the window --since gives", NULL},
+    {"to-id", " selection; verify checks the window --since gives", NULL},
+    {"aggregate-type", " selection; verify checks every row of its window", NULL},
+    {"aggregate-id", " selection; verify checks every row of its window", NULL},
+    {"event-type", " selection; verify checks every row of its window", NULL},
+    {"missing", "; verify writes that list with --json", NULL},
+    {"id", "; verify checks every row of its window", "; replay selects by --from-id/--to-id"},
+    {"all", "; verify checks the window --since gives", "; replay needs a selection"}};
+
+/* Refuses, with one line in err, a selection option given as a flag to a command that selects
+ * rows (replay, verify, requeue, purge-dead) or lists them all (dead) and is not among its
+ * owners: "CMD does not take --OPTION (it is OWNER's...; what CMD does instead)". The file and
+ * the environment may be shared by every command: taken from there. The first such flag in the
+ * table's order is named. */
+static bool selections_check(const Config *cfg, const OptSource *sources, char *err, size_t errlen)
+{
+    const char *name = "";
+    for (size_t c = 0; c < sizeof(commands) / sizeof(commands[0]); c++)
+        if (commands[c].id == (int)cfg->command)
+            name = commands[c].name;
+    for (size_t i = 0; i < sizeof(selections) / sizeof(selections[0]); i++) {
+        const char *option = selections[i].option;
+        unsigned owners = opts_find(&spec, option, strlen(option))->commands;
+        if ((owners & FOR(cfg->command)) || source_of(sources, option) != OPT_FROM_FLAG)
+            continue;
+        char end[96];
+        const char *why = cfg->command == CMD_VERIFY   ? selections[i].in_verify
+                          : cfg->command == CMD_REPLAY ? selections[i].in_replay
+                                                       : NULL;
+        if (why)
+            snprintf(end, sizeof(end), "%s", why);
+        else if (cfg->command == CMD_VERIFY || cfg->command == CMD_REPLAY)
+            continue; /* theirs, by the table: the OptDef would say so too */
+        else if (cfg->command == CMD_REQUEUE || cfg->command == CMD_PURGE_DEAD)
+            snprintf(end, sizeof(end), "; %s selects by --id ID or --all alone", name);
+        else if (cfg->command == CMD_DEAD)
+            snprintf(end, sizeof(end), "; dead lists every dead-lettered event");
+        else
+            return true; /* run, migrate, status and check select no rows */
+        char whose[96] = "";
+        for (size_t c = 0; c < sizeof(commands) / sizeof(commands[0]); c++)
+            if (owners & FOR(commands[c].id))
+                snprintf(whose + strlen(whose), sizeof(whose) - strlen(whose), "%s%s's",
+                         whose[0] ? " and " : "", commands[c].name);
+        return optval_fail(err, errlen, "%s does not take --%s (it is %s%s)", name, option, whose,
+                           end);
+    }
+    return true;
+}
+
 static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missing, char *err,
                              size_t errlen);
 
@@ -1995,74 +2060,8 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
                            "replay needs a selection: --from-id, --to-id, --sent-after, "
                            "--sent-before, --aggregate-type, --aggregate-id, --event-type or "
                            "--missing");
-    /* Every command takes every option (scripts pass one set to several), but these flags read
-     * as a selection and are another command's: `replay --since 2h --aggregate-type order`
-     * replayed every sent order event, not the last two hours', `replay --id 7 ...` ignored the
-     * id, and `verify --sent-after T --sent-before U` checked the last hour and could say ok of
-     * a window it never read. Refused when given as flags (the file and the environment may be
-     * shared by every command). */
-    static const struct {
-        Command command;
-        const char *option, *why;
-    } not_theirs[] = {
-        {CMD_REPLAY, "since", "verify's window; replay selects by --sent-after/--sent-before"},
-        {CMD_REPLAY, "id", "requeue's and purge-dead's; replay selects by --from-id/--to-id"},
-        {CMD_REPLAY, "all", "requeue's and purge-dead's; replay needs a selection"},
-        {CMD_VERIFY, "sent-after", "replay's selection; verify checks the window --since gives"},
-        {CMD_VERIFY, "sent-before", "replay's selection; verify checks the window --since gives"},
-        {CMD_VERIFY, "from-id", "replay's selection; verify checks the window --since gives"},
-        {CMD_VERIFY, "to-id", "replay's selection; verify checks the window --since gives"},
-        {CMD_VERIFY, "aggregate-type", "replay's selection; verify checks every row of its window"},
-        {CMD_VERIFY, "aggregate-id", "replay's selection; verify checks every row of its window"},
-        {CMD_VERIFY, "event-type", "replay's selection; verify checks every row of its window"},
-        {CMD_VERIFY, "missing", "replay's; verify writes that list with --json"},
-        {CMD_VERIFY, "id", "requeue's and purge-dead's; verify checks every row of its window"},
-        {CMD_VERIFY, "all", "requeue's and purge-dead's; verify checks the window --since gives"}};
-    for (size_t i = 0; i < sizeof(not_theirs) / sizeof(not_theirs[0]); i++)
-        if (cfg->command == not_theirs[i].command &&
-            source_of(sources, not_theirs[i].option) == OPT_FROM_FLAG)
-            return optval_fail(err, errlen, "%s does not take --%s (it is %s)",
-                               cfg->command == CMD_REPLAY ? "replay" : "verify",
-                               not_theirs[i].option, not_theirs[i].why);
-    /* requeue and purge-dead select by --id or --all alone: `purge-dead --all --aggregate-type
-     * order` deleted every dead event, not the order ones, and `requeue --all --since 2h`
-     * requeued them all. */
-    static const char *const not_dead_selections[] = {
-        "since",          "sent-after",   "sent-before", "from-id", "to-id",
-        "aggregate-type", "aggregate-id", "event-type",  "missing"};
-    for (size_t i = 0; (cfg->command == CMD_REQUEUE || cfg->command == CMD_PURGE_DEAD) &&
-                       i < sizeof(not_dead_selections) / sizeof(not_dead_selections[0]);
-         i++)
-        if (source_of(sources, not_dead_selections[i]) == OPT_FROM_FLAG)
-            return optval_fail(err, errlen,
-                               "%s does not take --%s (it is %s's; %s selects by --id ID or --all "
-                               "alone)",
-                               cfg->command == CMD_REQUEUE ? "requeue" : "purge-dead",
-                               not_dead_selections[i],
-                               strcmp(not_dead_selections[i], "since") == 0 ? "verify" : "replay",
-                               cfg->command == CMD_REQUEUE ? "requeue" : "purge-dead");
-    /* dead lists every dead-lettered event and selects none: `dead --aggregate-type order`
-     * listed them all, which read as the order ones, and `dead --id 7` every one but 7 too. */
-    static const struct {
-        const char *option, *whose;
-    } not_dead_lists[] = {{"since", "verify's"},
-                          {"sent-after", "replay's"},
-                          {"sent-before", "replay's"},
-                          {"from-id", "replay's"},
-                          {"to-id", "replay's"},
-                          {"aggregate-type", "replay's"},
-                          {"aggregate-id", "replay's"},
-                          {"event-type", "replay's"},
-                          {"missing", "replay's"},
-                          {"id", "requeue's and purge-dead's"},
-                          {"all", "requeue's and purge-dead's"}};
-    for (size_t i = 0;
-         cfg->command == CMD_DEAD && i < sizeof(not_dead_lists) / sizeof(not_dead_lists[0]); i++)
-        if (source_of(sources, not_dead_lists[i].option) == OPT_FROM_FLAG)
-            return optval_fail(err, errlen,
-                               "dead does not take --%s (it is %s; dead lists every dead-lettered "
-                               "event)",
-                               not_dead_lists[i].option, not_dead_lists[i].whose);
+    if (!selections_check(cfg, sources, err, errlen))
+        return false;
     if (cfg->command == CMD_REPLAY && cfg->replay_from_id && cfg->replay_to_id &&
         cfg->replay_from_id > cfg->replay_to_id)
         return optval_fail(err, errlen, "--from-id (%ld) must not exceed --to-id (%ld)",
