@@ -1,16 +1,13 @@
 /* Unit test for config.c: a secret read from a file is zeroed before its memory is freed, on
- * every error path too. This binary replaces free() with one that, while armed, looks through
- * each block freed for a marker planted in the file, then hands the block to the allocator's
- * own free (the sanitizer's): a block freed with the marker still in it is a secret left in the
- * heap for whatever reuses it (a core file, another allocation's uninitialised bytes). */
+ * every error path too. This binary replaces free() with counting_free.h's, which, while armed,
+ * looks through each block freed for a marker planted in the file, then hands the block to the
+ * allocator's own free (the sanitizer's). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dlfcn.h>
-#include <malloc.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,36 +15,14 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "counting_free.h"
 #include "db.h"
 #include "pg.h"
 #include "registry.h"
 
+/* Planted in each secret; free_marker throughout, and free_alone unless a test names another
+ * text a block may not hold whole. */
 static const char MARKER[] = "wipe-marker-Q7zX";
-static bool armed;
-static size_t left_in_heap;        /* blocks freed with MARKER in them while armed */
-static const char *alone = MARKER; /* the text a block may not hold alone when freed */
-static size_t left_alone;          /* blocks freed holding alone (a value copied whole) */
-
-/* The sanitizer's free, which this one stands in front of (libasan names it so; without it,
- * the next free in line, looked up once: dlsym may itself free). */
-extern void __interceptor_free(void *p) __attribute__((weak));
-
-void free(void *p)
-{
-    static void (*real_free)(void *);
-    if (!real_free)
-        real_free =
-            __interceptor_free ? __interceptor_free : (void (*)(void *))dlsym(RTLD_NEXT, "free");
-    if (p && armed) {
-        armed = false; /* memmem and malloc_usable_size must not recurse into this */
-        if (memmem(p, malloc_usable_size(p), MARKER, strlen(MARKER)))
-            left_in_heap++;
-        if (malloc_usable_size(p) > strlen(alone) && strcmp(p, alone) == 0)
-            left_alone++;
-        armed = true;
-    }
-    real_free(p);
-}
 
 /* Loads argv with --database-url-file naming a file holding the len bytes at text: the load must
  * fail and leave no freed block holding MARKER. */
@@ -62,17 +37,17 @@ static void assert_load_wipes(const char *text, size_t len, const char *needle)
                     NULL};
     Config cfg;
     char err[512] = "";
-    left_in_heap = 0;
-    armed = true;
+    freed_with_marker = 0;
+    free_armed = true;
     bool ok = config_load(&cfg, 4, argv, err, sizeof(err));
     config_free(&cfg);
-    armed = false;
+    free_armed = false;
     unlink(path);
     assert_false(ok);
     if (!strstr(err, needle))
         fail_msg("error \"%s\" does not mention \"%s\"", err, needle);
     assert_null(strstr(err, MARKER));
-    assert_int_equal(left_in_heap, 0);
+    assert_int_equal(freed_with_marker, 0);
 }
 
 /* A database-URL file of more than one line (the URL, then a stray line) or holding a NUL byte:
@@ -103,18 +78,18 @@ static void test_libpq_password_copies_are_wiped(void **state)
                     (char *)"postgresql://u:wipe-marker-Q7zX@h/db", NULL};
     Config cfg;
     char err[512] = "";
-    left_alone = 0;
-    armed = true;
+    freed_alone = 0;
+    free_armed = true;
     bool ok = config_load(&cfg, 4, argv, err, sizeof(err));
     if (ok) {
         config_register_secrets(&cfg);                                     /* as main does */
         ok = db_check_writer_conninfo(cfg.database_url, err, sizeof(err)); /* as migrate does */
     }
     config_free(&cfg);
-    armed = false;
+    free_armed = false;
     if (!ok)
         fail_msg("load or check: %s", err);
-    assert_int_equal(left_alone, 0);
+    assert_int_equal(freed_alone, 0);
 }
 
 /* A config file holding a secret (a librdkafka password, as the shipped relay.json can):
@@ -135,15 +110,15 @@ static void test_config_file_secret_is_wiped(void **state)
     char *argv[] = {(char *)"outbox-relay", (char *)"migrate", (char *)"--config", path, NULL};
     Config cfg;
     char err[512] = "";
-    left_in_heap = 0;
-    armed = true;
+    freed_with_marker = 0;
+    free_armed = true;
     bool ok = config_load(&cfg, 4, argv, err, sizeof(err));
     config_free(&cfg);
-    armed = false;
+    free_armed = false;
     unlink(path);
     if (!ok)
         fail_msg("config_load: %s", err);
-    assert_int_equal(left_in_heap, 0);
+    assert_int_equal(freed_with_marker, 0);
 }
 
 static void on_pg_state(PgConn *pg, bool up, const char *reason, void *arg)
@@ -160,16 +135,16 @@ static void test_pg_conn_copy_is_wiped(void **state)
     static const char url[] = "postgresql://u:wipe-marker-Q7zX@127.0.0.1:1/db";
     struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
     assert_non_null(loop);
-    left_alone = 0;
-    alone = url;
-    armed = true;
+    freed_alone = 0;
+    free_alone = url;
+    free_armed = true;
     PgConn *pg = pg_conn_new_named(loop, url, "wipe", on_pg_state, NULL, NULL);
     assert_non_null(pg);
     pg_conn_free(pg);
-    armed = false;
-    alone = MARKER;
+    free_armed = false;
+    free_alone = MARKER;
     ev_loop_destroy(loop);
-    assert_int_equal(left_alone, 0);
+    assert_int_equal(freed_alone, 0);
 }
 
 /* DATABASE_URL in the environment and --database-url-file as a flag: the file, the stronger
@@ -192,21 +167,21 @@ static void test_env_url_replaced_by_file_is_wiped(void **state)
                     NULL};
     Config cfg;
     char err[512] = "";
-    left_alone = 0;
-    alone = env_url;
-    armed = true;
+    freed_alone = 0;
+    free_alone = env_url;
+    free_armed = true;
     bool ok = config_load(&cfg, 4, argv, err, sizeof(err));
     bool from_file =
         ok && cfg.database_url && strcmp(cfg.database_url, "postgresql://u@h/filedb") == 0;
     config_free(&cfg);
-    armed = false;
-    alone = MARKER;
+    free_armed = false;
+    free_alone = MARKER;
     unlink(path);
     unsetenv("DATABASE_URL");
     if (!ok)
         fail_msg("config_load: %s", err);
     assert_true(from_file);
-    assert_int_equal(left_alone, 0);
+    assert_int_equal(freed_alone, 0);
 }
 
 /* --schema-registry-auth-file (USER:PASSWORD): the registry reads its line through stdio, whose
@@ -225,20 +200,21 @@ static void test_registry_auth_file_is_wiped(void **state)
     assert_non_null(loop);
     RegistryOptions o = {.urls = "http://127.0.0.1:1", .auth_file = path, .timeout_ms = 1000};
     char err[512] = "";
-    left_in_heap = 0;
-    armed = true;
+    freed_with_marker = 0;
+    free_armed = true;
     Registry *r = registry_new(loop, &o, NULL, NULL, err, sizeof(err));
     registry_free(r, NULL);
-    armed = false;
+    free_armed = false;
     ev_loop_destroy(loop);
     unlink(path);
     if (!r)
         fail_msg("registry_new: %s", err);
-    assert_int_equal(left_in_heap, 0);
+    assert_int_equal(freed_with_marker, 0);
 }
 
 int main(void)
 {
+    free_marker = free_alone = MARKER;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_database_url_file_refused_is_wiped),
         cmocka_unit_test(test_libpq_password_copies_are_wiped),
