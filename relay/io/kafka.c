@@ -137,7 +137,16 @@ static bool producer_accepts(const rd_kafka_conf_t *conf, bool *no_resource, cha
     char ignored[128];
     rd_kafka_conf_set(trial, "bootstrap.servers", "", ignored, sizeof(ignored));
     rd_kafka_conf_set_log_cb(trial, on_trial_log);
+    KafkaPins pins;
+    if (!kafka_conf_pin_files(trial, &pins, why, whylen)) {
+        if (no_resource)
+            *no_resource = false;
+        rd_kafka_conf_destroy(trial);
+        return false;
+    }
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, trial, why, whylen);
+    kafka_pins_text(&pins, why, whylen);
+    kafka_pins_close(&pins);
     if (!rk) {
         /* Not the configuration's fault: no thread to spare (a process or cgroup limit). */
         if (no_resource)
@@ -213,6 +222,106 @@ bool kafka_conf_files_ok(const rd_kafka_conf_t *conf, char *err, size_t errlen)
         return false;
     }
     return true;
+}
+
+/* The files of tls_file_props that librdkafka 2.0.2 reads whole in rd_kafka_ssl_ctx_init and never
+ * opens again: the engine is a library (dlopen) and stays a path. */
+static const char *const pinned_props[KAFKA_PINS_MAX] = {
+    "ssl.ca.location",  "ssl.crl.location",      "ssl.certificate.location",
+    "ssl.key.location", "ssl.keystore.location",
+};
+
+bool kafka_conf_pin_files(rd_kafka_conf_t *conf, KafkaPins *pins, char *err, size_t errlen)
+{
+    memset(pins, 0, sizeof(*pins));
+    if (!kafka_conf_files_ok(conf, err, errlen))
+        return false;
+    char proto[32] = "";
+    size_t len = sizeof(proto);
+    if (rd_kafka_conf_get(conf, "security.protocol", proto, &len) != RD_KAFKA_CONF_OK ||
+        (strcasecmp(proto, "ssl") != 0 && strcasecmp(proto, "sasl_ssl") != 0))
+        return true;
+    for (size_t i = 0; i < KAFKA_PINS_MAX; i++) {
+        char path[4096] = "";
+        len = sizeof(path);
+        if (rd_kafka_conf_get(conf, pinned_props[i], path, &len) != RD_KAFKA_CONF_OK || !path[0] ||
+            strcmp(path, "probe") == 0)
+            continue;
+        /* O_NONBLOCK: a FIFO swapped in since the check above opens at once (and is refused
+         * below) instead of waiting for a writer; O_NOCTTY: a terminal does not become ours. */
+        int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0) {
+            /* Refused here, not left to librdkafka: a FIFO made at the path after this failed
+             * open would be opened by it, waiting. Its own error would refuse the same. */
+            snprintf(err, errlen, "kafka %s %s: %s", pinned_props[i], path, strerror(errno));
+            kafka_pins_close(pins);
+            return false;
+        }
+        struct stat st, via;
+        char alias[64];
+        snprintf(alias, sizeof(alias), "/proc/self/fd/%d", fd);
+        bool known = fstat(fd, &st) == 0;
+        if (known && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+            close(fd);
+            snprintf(err, errlen,
+                     "kafka %s %s: not a regular file or a directory (librdkafka reads it on "
+                     "the relay's event loop whenever it makes a producer, where a pipe, "
+                     "device or socket would stop the loop)",
+                     pinned_props[i], path);
+            kafka_pins_close(pins);
+            return false;
+        }
+        if (!known || S_ISDIR(st.st_mode) || stat(alias, &via) != 0 || via.st_dev != st.st_dev ||
+            via.st_ino != st.st_ino) {
+            /* A directory (the CA's, whose entries the broker threads look up later, not the
+             * loop) keeps its path, as does a file when /proc is not mounted. */
+            close(fd);
+            continue;
+        }
+        char set_err[256];
+        if (!(pins->path[i] = strdup(path)) ||
+            rd_kafka_conf_set(conf, pinned_props[i], alias, set_err, sizeof(set_err)) !=
+                RD_KAFKA_CONF_OK) {
+            close(fd);
+            snprintf(err, errlen, "kafka %s %s: %s", pinned_props[i], path,
+                     pins->path[i] ? set_err : strerror(ENOMEM));
+            free(pins->path[i]);
+            pins->path[i] = NULL;
+            kafka_pins_close(pins);
+            return false;
+        }
+        pins->fd[i] = fd + 1; /* 0: none (a zeroed KafkaPins holds nothing) */
+    }
+    return true;
+}
+
+void kafka_pins_text(const KafkaPins *pins, char *text, size_t size)
+{
+    for (size_t i = 0; i < KAFKA_PINS_MAX; i++) {
+        if (!pins->fd[i])
+            continue;
+        char alias[64];
+        snprintf(alias, sizeof(alias), "/proc/self/fd/%d", pins->fd[i] - 1);
+        char *at;
+        while ((at = strstr(text, alias)) != NULL) {
+            size_t alen = strlen(alias), plen = strlen(pins->path[i]), tail = strlen(at + alen);
+            if ((size_t)(at - text) + plen + tail + 1 > size)
+                break; /* no room: the alias stays */
+            memmove(at + plen, at + alen, tail + 1);
+            memcpy(at, pins->path[i], plen);
+        }
+    }
+}
+
+void kafka_pins_close(KafkaPins *pins)
+{
+    for (size_t i = 0; i < KAFKA_PINS_MAX; i++) {
+        if (pins->fd[i])
+            close(pins->fd[i] - 1);
+        free(pins->path[i]);
+        pins->fd[i] = 0;
+        pins->path[i] = NULL;
+    }
 }
 
 rd_kafka_conf_t *kafka_conf_build(const Config *cfg, bool *runtime, char *err, size_t errlen)
@@ -603,8 +712,22 @@ KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
     rd_kafka_conf_set_log_cb(conf, on_log);
     rd_kafka_conf_set_stats_cb(conf, on_stats);
 
+    /* librdkafka reads the TLS files in rd_kafka_new, here on the loop: it is handed
+     * /proc/self/fd aliases of files opened without waiting and found regular, so that a file
+     * swapped for a FIFO after any check cannot be what it opens (kafka_conf_pin_files). */
     char why[512];
+    KafkaPins pins;
+    if (!kafka_conf_pin_files(conf, &pins, why, sizeof(why))) {
+        snprintf(err, errlen, "%s", why);
+        rd_kafka_conf_destroy(conf);
+        close(kp->pipe_fds[0]);
+        close(kp->pipe_fds[1]);
+        free(kp);
+        return NULL;
+    }
     kp->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
+    kafka_pins_text(&pins, why, sizeof(why));
+    kafka_pins_close(&pins);
     if (!kp->rk) {
         /* The configuration passed kafka_conf_build's trial: most likely no thread to spare. */
         snprintf(err, errlen, "%s: %s",

@@ -37,11 +37,42 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, bool *runtime, char *err, s
  * opens them in rd_kafka_new, on the relay's event loop for a producer made while it runs, where
  * a FIFO's, a device's or a socket's open would wait (a directory fails at once, or holds the
  * CA files). False with one line in err naming the
- * property and the path. stat only (safe on the loop); a file swapped for a FIFO after the check
- * is still opened. kafka_conf_build checks it at start; callers check it again before each
- * producer they make on the loop. */
+ * property and the path. stat only (safe on the loop); kafka_conf_pin_files, which every
+ * producer's creation runs, closes the window after it. kafka_conf_build checks it at start;
+ * callers check it again before each producer they make on the loop, to refuse in one line
+ * before anything is torn down. */
 bool kafka_conf_files_ok(const rd_kafka_conf_t *conf, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+
+/* The files kafka_conf_pin_files holds open for one rd_kafka_new: fd[i] is the descriptor plus
+ * one (0: none), path[i] the path it replaced (owned). A zeroed one holds nothing. */
+#define KAFKA_PINS_MAX 5
+typedef struct {
+    int fd[KAFKA_PINS_MAX];
+    char *path[KAFKA_PINS_MAX];
+} KafkaPins;
+
+/* Closes the window kafka_conf_files_ok leaves (a file swapped for a FIFO between its stat and
+ * librdkafka's open): checks conf with kafka_conf_files_ok, then, with TLS, opens each of
+ * ssl.ca.location, ssl.crl.location, ssl.certificate.location, ssl.key.location and
+ * ssl.keystore.location that is set itself, O_NONBLOCK (never waits), and when it is a regular
+ * file sets the property in conf to /proc/self/fd/N, which librdkafka's open then reopens: the
+ * very file checked, not whatever the path names by then. Content and permissions are the
+ * file's (nothing is copied); each call reads the paths anew, so a rotated certificate is taken.
+ * A directory, or any file when /proc is not mounted, keeps its path. False with one line in
+ * err (pins left empty) for a pipe, device or socket, or a file it cannot open (absent,
+ * unreadable: librdkafka would refuse it too, and a FIFO made there later would wait). Call
+ * kafka_pins_close once rd_kafka_new has returned (it reads the files whole and never opens them
+ * again). */
+bool kafka_conf_pin_files(rd_kafka_conf_t *conf, KafkaPins *pins, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/* Rewrites each /proc/self/fd alias of pins in text (a librdkafka error) back to its path, as
+ * far as size allows. */
+void kafka_pins_text(const KafkaPins *pins, char *text, size_t size);
+
+/* Closes the files of pins and frees their paths; pins is left empty. */
+void kafka_pins_close(KafkaPins *pins);
 
 /* What kafka_conf_build checks at start that a SIGHUP reload can change: a --delivery-timeout
  * (fresh's, or any of its databases') longer than the message.timeout.ms the running producer

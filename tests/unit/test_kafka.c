@@ -678,11 +678,105 @@ static void test_tls_files_must_be_regular(void **state)
     rmdir(dir);
 }
 
+/* A self-signed certificate (EC P-256, valid until 2126): a CA file librdkafka loads. */
+static const char test_ca_pem[] =
+    "-----BEGIN CERTIFICATE-----\n"
+    "MIIBbzCCARWgAwIBAgIUcoO78kWDvZsJSoZsPoWSX31ouTAwCgYIKoZIzj0EAwIw\n"
+    "DDEKMAgGA1UEAwwBdDAgFw0yNjExMjkwMjQzMTZaGA8yMTI2MTEwNTAyNDMxNlow\n"
+    "DDEKMAgGA1UEAwwBdDBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABPFe5p7AyQeH\n"
+    "Tz7NCL6K1F37G89cFSOwjUdMB4po8h21i9bcS1s4eYNyOclpeQyY9tvJ+2JsNF7x\n"
+    "dJOKOcii98ejUzBRMB0GA1UdDgQWBBS9C0kqwGMxq3ml7iPZavSkzR+acjAfBgNV\n"
+    "HSMEGDAWgBS9C0kqwGMxq3ml7iPZavSkzR+acjAPBgNVHRMBAf8EBTADAQH/MAoG\n"
+    "CCqGSM49BAMCA0gAMEUCIAtprh6lg1CD+VPfti/3k3qP83uKKXkecZEDDjdyZQvO\n"
+    "AiEA1JJvblYamS9fHAPXcn9yxNgwOvq0G1IBWeUGwykp+aM=\n"
+    "-----END CERTIFICATE-----\n";
+
+/* The window kafka_conf_files_ok leaves, made real: the CA file is swapped for a FIFO (by one
+ * rename) after kafka_conf_pin_files and before rd_kafka_new, as a file can be after any check.
+ * librdkafka must load the file that was checked (the producer is made, at once) and never open
+ * the FIFO (the alarm turns that wait into a failure); an error of librdkafka's names the path,
+ * not the /proc alias it was handed. */
+static void test_pinned_tls_file_is_the_one_checked(void **state)
+{
+    (void)state;
+    char dir[128], ca[192], fifo[192], key[192], err[1024];
+    snprintf(dir, sizeof(dir), "/tmp/test_kafka_%ld_pins", (long)getpid());
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(ca, sizeof(ca), "%s/ca.pem", dir);
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    snprintf(key, sizeof(key), "%s/key.pem", dir);
+    FILE *f = fopen(ca, "w");
+    assert_non_null(f);
+    fputs(test_ca_pem, f);
+    fclose(f);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    assert_int_equal(rd_kafka_conf_set(conf, "security.protocol", "ssl", err, sizeof(err)),
+                     RD_KAFKA_CONF_OK);
+    assert_int_equal(rd_kafka_conf_set(conf, "ssl.ca.location", ca, err, sizeof(err)),
+                     RD_KAFKA_CONF_OK);
+    KafkaPins pins;
+    if (!kafka_conf_pin_files(conf, &pins, err, sizeof(err)))
+        fail_msg("a regular CA file refused: %s", err);
+    assert_int_equal(rename(fifo, ca), 0); /* the path is a FIFO from now on */
+    signal(SIGALRM, on_files_alarm);
+    alarm(30);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    alarm(0);
+    if (!rk)
+        fail_msg("the producer was refused: %s", err);
+    kafka_pins_close(&pins);
+    rd_kafka_destroy(rk);
+
+    /* The path, a FIFO now, is refused by the next producer's pinning, naming it. */
+    conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "security.protocol", "ssl", err, sizeof(err));
+    rd_kafka_conf_set(conf, "ssl.ca.location", ca, err, sizeof(err));
+    assert_false(kafka_conf_pin_files(conf, &pins, err, sizeof(err)));
+    char want[400];
+    snprintf(want, sizeof(want), "kafka ssl.ca.location %s: not a regular file", ca);
+    if (!strstr(err, want))
+        fail_msg("got \"%s\"", err);
+    rd_kafka_conf_destroy(conf);
+
+    /* librdkafka's own error (a key that is not PEM) names the path it was configured with. */
+    f = fopen(key, "w");
+    assert_non_null(f);
+    fputs("not a key\n", f);
+    fclose(f);
+    unlink(ca);
+    conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "security.protocol", "ssl", err, sizeof(err));
+    rd_kafka_conf_set(conf, "ssl.key.location", key, err, sizeof(err));
+    assert_true(kafka_conf_pin_files(conf, &pins, err, sizeof(err)));
+    char alias[300];
+    size_t len = sizeof(alias);
+    assert_int_equal(rd_kafka_conf_get(conf, "ssl.key.location", alias, &len), RD_KAFKA_CONF_OK);
+    assert_non_null(strstr(alias, "/proc/self/fd/"));
+    snprintf(err, sizeof(err), "ssl.key.location failed: cannot read %s: bad", alias);
+    kafka_pins_text(&pins, err, sizeof(err));
+    snprintf(want, sizeof(want), "ssl.key.location failed: cannot read %s: bad", key);
+    assert_string_equal(err, want);
+    /* An absent file is refused by the pinning itself (a FIFO made there later would wait). */
+    rd_kafka_conf_t *absent = rd_kafka_conf_new();
+    rd_kafka_conf_set(absent, "security.protocol", "ssl", err, sizeof(err));
+    rd_kafka_conf_set(absent, "ssl.certificate.location", ca, err, sizeof(err));
+    KafkaPins none;
+    assert_false(kafka_conf_pin_files(absent, &none, err, sizeof(err)));
+    assert_non_null(strstr(err, "No such file"));
+    rd_kafka_conf_destroy(absent);
+    kafka_pins_close(&pins);
+    rd_kafka_conf_destroy(conf);
+    unlink(key);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_protective_defaults),
         cmocka_unit_test(test_tls_files_must_be_regular),
+        cmocka_unit_test(test_pinned_tls_file_is_the_one_checked),
         cmocka_unit_test(test_flags_come_after_the_defaults),
         cmocka_unit_test(test_idempotence_cannot_be_turned_off),
         cmocka_unit_test(test_delivery_callbacks_cannot_be_set),

@@ -16,6 +16,12 @@
 #     SIGHUP adding a database is refused in one line naming the property and the path, and
 #     /healthz still answers. (The mock broker speaks no TLS: nothing is delivered in this part;
 #     a producer's recreation is covered by test_engine, start-up by test_kafka.)
+#  4. the window after that check closed for librdkafka's files: the producer a reload makes on
+#     the loop (with ssl.ca.location a regular file) is handed a /proc/self/fd alias of the file
+#     the relay opened without waiting, so the path itself is opened only by the relay, each time
+#     with O_NONBLOCK, never by librdkafka (traced: strace -f attached to the running relay). A
+#     file swapped for a FIFO after the check can then not be what librdkafka opens (test_kafka
+#     stages that swap itself).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -123,3 +129,36 @@ check_eq "3: database b never started" 0 "$(since "$mark" | grep -c 'database=b'
 rm -f "$KAFKA_CA" && mv "$KAFKA_CA.saved" "$KAFKA_CA"
 relay_stop
 check_eq "3: exit 0 on SIGTERM" 0 "$?"
+
+# --- 4. ---
+cp "$T/pg/server.crt" "$KAFKA_CA"
+write_conf "$ENTRY_A"
+relay_start --config "$CONF"
+metrics_wait
+wait_for "4: database a connects" 30 \
+    grep -q 'msg="postgres connected" database=a conn=session-0' "$RELAY_LOG"
+TRACE=$T/strace.log
+strace -f -qq -e trace=openat -o "$TRACE" -p "$RELAY_PID" &
+STRACE_PID=$!
+_t_track "$STRACE_PID"
+traced() { grep -q "^TracerPid:[[:space:]]*$STRACE_PID\$" "/proc/$RELAY_PID/status"; }
+wait_for "4: strace attached to the relay" 20 traced
+mark=$(lines)
+write_conf "$ENTRY_A" "{\"name\": \"b\", \"database-url\": \"$(url outbox_b "$ROOT_CRT")\"}"
+kill -HUP "$RELAY_PID"
+# shellcheck disable=SC2016
+wait_for "4: the reload adds database b (its producer made on the loop)" 30 \
+    bash -c 'tail -n +"$(($2 + 1))" "$1" | grep -q "msg=\"postgres connected\" database=b"' _ \
+    "$RELAY_LOG" "$mark"
+kill -INT "$STRACE_PID" 2>/dev/null
+wait "$STRACE_PID" 2>/dev/null
+opens=$(grep -cF "openat(AT_FDCWD, \"$KAFKA_CA\"" "$TRACE")
+waiting=$(grep -F "openat(AT_FDCWD, \"$KAFKA_CA\"" "$TRACE" | grep -vc O_NONBLOCK)
+check "4: the relay opened ssl.ca.location for b's producer (opens: $opens)" test "$opens" -ge 1
+check_eq "4: opens of ssl.ca.location that could wait (without O_NONBLOCK: librdkafka's)" 0 \
+    "$waiting"
+check "4: librdkafka opened the file through its /proc/self/fd alias" \
+    grep -qE 'openat\(AT_FDCWD, "/proc/self/fd/[0-9]+", O_RDONLY' "$TRACE"
+check_eq "4: /healthz still answers" 200 "$(http_code /healthz)"
+relay_stop
+check_eq "4: exit 0 on SIGTERM" 0 "$?"
