@@ -748,8 +748,77 @@ static bool any_tcp_host(const PQconninfoOption *opts)
     return tcp;
 }
 
+/* Opens file (a regular file by its stat a moment ago) for pins without waiting, and records
+ * its /proc/self/fd alias for keyword. True when pinned or left to libpq (it could not be opened,
+ * or /proc is not mounted: libpq's own open then reports or takes it); false with err when it is
+ * no longer a regular file (swapped since the stat). */
+static bool pin_file(DbPins *pins, const char *keyword, const char *file, const char *where,
+                     char *err, size_t errlen)
+{
+    int fd = open(file, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return true;
+    struct stat st, via;
+    int i = pins->n;
+    snprintf(pins->alias[i], sizeof(pins->alias[i]), "/proc/self/fd/%d", fd);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        if (!regular_or_absent(file, keyword, where, err, errlen))
+            return false;
+        return refuse(err, errlen, "database URL: %s%s%s%s %s: %s", keyword,
+                      *where ? " (from " : "", where, *where ? ")" : "", file, DB_NOT_REGULAR);
+    }
+    if (stat(pins->alias[i], &via) != 0 || via.st_dev != st.st_dev || via.st_ino != st.st_ino ||
+        !(pins->path[i] = strdup(file))) {
+        close(fd);
+        return true;
+    }
+    pins->fd[i] = fd;
+    pins->keyword[i] = keyword;
+    pins->n++;
+    return true;
+}
+
+void db_pins_close(DbPins *pins)
+{
+    for (int i = 0; i < pins->n; i++) {
+        close(pins->fd[i]);
+        free(pins->path[i]);
+    }
+    memset(pins, 0, sizeof(*pins));
+}
+
+void db_pins_text(const DbPins *pins, const char *text, char *out, size_t outlen)
+{
+    size_t o = 0;
+    while (*text && o + 1 < outlen) {
+        int hit = -1;
+        for (int i = 0; i < pins->n && hit < 0; i++) {
+            size_t alen = strlen(pins->alias[i]);
+            /* "/proc/self/fd/1" must not match the start of "/proc/self/fd/12" */
+            if (strncmp(text, pins->alias[i], alen) == 0 && !isdigit((unsigned char)text[alen]))
+                hit = i;
+        }
+        if (hit < 0) {
+            out[o++] = *text++;
+            continue;
+        }
+        int n = snprintf(out + o, outlen - o, "%s", pins->path[hit]);
+        o = n < 0 || (size_t)n >= outlen - o ? outlen - 1 : o + (size_t)n;
+        text += strlen(pins->alias[hit]);
+    }
+    out[o < outlen ? o : outlen - 1] = '\0';
+}
+
 bool db_check_files(const PQconninfoOption *opts, char *err, size_t errlen)
 {
+    return db_check_files_pinned(opts, NULL, err, errlen);
+}
+
+bool db_check_files_pinned(const PQconninfoOption *opts, DbPins *pins, char *err, size_t errlen)
+{
+    if (pins)
+        memset(pins, 0, sizeof(*pins));
     const char *service = getenv("PGSERVICE");
     for (const PQconninfoOption *o = opts; o && o->keyword; o++)
         if (strcmp(o->keyword, "service") == 0 && o->val)
@@ -811,16 +880,22 @@ bool db_check_files(const PQconninfoOption *opts, char *err, size_t errlen)
          * certificate file exists and loaded, so a regular file), and the CRL only once the root
          * certificate file loaded; without them it never looks at sslkey or sslcrl, nor their
          * defaults, and neither does this. */
-        if (file && (!key || have_cert) && (!crl || have_root))
+        bool opened = file && (!key || have_cert) && (!crl || have_root);
+        if (opened)
             ok = regular_or_absent(file, tls_files[i].keyword, where, err, errlen);
         struct stat st;
         bool loads = file && stat(file, &st) == 0 && S_ISREG(st.st_mode);
+        /* libpq is then handed the file opened here, never the path (db.h, DbPins). */
+        if (pins && ok && opened && loads)
+            ok = pin_file(pins, tls_files[i].keyword, file, where, err, errlen);
         if (strcmp(tls_files[i].keyword, "sslcert") == 0)
             have_cert = loads;
         else if (strcmp(tls_files[i].keyword, "sslrootcert") == 0)
             have_root = loads;
         free(value);
     }
+    if (!ok && pins)
+        db_pins_close(pins);
     return ok;
 }
 

@@ -96,9 +96,41 @@ bool db_effective_value(const PQconninfoOption *opts, const char *keyword, const
  * setting, where it came from and the path (never a value that could be secret). The TLS files
  * are stat'ed only; the first service file is read, opened without blocking, to find the group.
  * A file swapped in after the check is still opened by libpq (a window this narrows, not
- * closes). The password file needs no check: libpq skips one that is not a plain file. */
+ * closes; db_check_files_pinned closes it for the TLS files). The password file needs no check:
+ * libpq skips one that is not a plain file. */
 bool db_check_files(const PQconninfoOption *opts, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+
+/* The TLS files db_check_files_pinned opened for one connection attempt: fd[i] open on path[i]
+ * (owned), handed to libpq as keyword[i]=alias[i] ("/proc/self/fd/N"). Zeroed: none. */
+#define DB_PINS_MAX 4
+typedef struct DbPins {
+    int n;
+    int fd[DB_PINS_MAX];
+    const char *keyword[DB_PINS_MAX]; /* "sslrootcert", "sslcert", "sslkey" or "sslcrl" */
+    char *path[DB_PINS_MAX];
+    char alias[DB_PINS_MAX][32];
+} DbPins;
+
+/* db_check_files, and closes the window it leaves for the TLS files: each one libpq would open
+ * that is a regular file (by the rules above) is opened here with O_NONBLOCK (never waits) and
+ * recorded in *pins, whose keyword=alias pairs the caller appends to the connection's parameters
+ * (after the others: libpq takes the last value of a keyword). libpq then opens
+ * /proc/self/fd/N, the very file checked, its content and permissions (libpq's sslkey mode
+ * check sees the file's), not whatever the path names by then; each attempt opens the paths
+ * anew (rotation). Left to the stat's window: the service file (libpq 15 takes its path only from
+ * PGSERVICEFILE and the home directory), absent files, a directory, and all when /proc is not
+ * mounted. pins is zeroed first, and left empty on false; the caller closes it (db_pins_close)
+ * once libpq has set TLS up (the connection made) or the attempt is over, never before. */
+bool db_check_files_pinned(const PQconninfoOption *opts, DbPins *pins, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/* Closes the files of pins and frees their paths; pins is left empty (a no-op on an empty one). */
+void db_pins_close(DbPins *pins);
+
+/* text (a libpq error) into out with each alias of pins written back as its path: libpq names
+ * the file it opened, /proc/self/fd/N, which says nothing to an operator. Cut to outlen. */
+void db_pins_text(const DbPins *pins, const char *text, char *out, size_t outlen);
 
 /* The connect_timeout db_connect and the relay's connections use when none is set, or when the
  * one set (in the string, the service file or PGCONNECT_TIMEOUT) is zero or less, which libpq

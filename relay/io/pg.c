@@ -140,6 +140,7 @@ void pg_lose(PgConn *pg, const char *why)
     bool was_up = pg->state == PG_UP;
 
     close_conn(pg);
+    db_pins_close(&pg->pins); /* the attempt, if one was under way, is over */
     pg->state = PG_DOWN;
     pg_forget_all_prepared(pg);
 
@@ -313,6 +314,7 @@ static void connected(PgConn *pg)
     }
     pg->refused[0] = '\0';
     forget_addrs(pg);
+    db_pins_close(&pg->pins); /* TLS is set up: libpq opens none of them again */
     if (PQsetnonblocking(pg->conn, 1) != 0 || PQenterPipelineMode(pg->conn) != 1) {
         pg_lose(pg, PQerrorMessage(pg->conn));
         return;
@@ -360,7 +362,11 @@ static void addr_error_add(PgConn *pg, const char *line)
  * change (a host that keeps refusing logs once), the retries at debug level. */
 static void target_failed(PgConn *pg, const char *why)
 {
-    char reason[512], named[1024], line[512];
+    char reason[512], named[1024], line[512], unpinned[1024];
+    if (pg->pins.n) { /* libpq names the file it opened: /proc/self/fd/N, the path's alias */
+        db_pins_text(&pg->pins, why, unpinned, sizeof(unpinned));
+        why = unpinned;
+    }
     if (pg->looked_up) {
         /* Given addresses, libpq names only them: put the name back, as libpq writes it. */
         const char *host = pg->plan.targets[pg->target].addr.host;
@@ -442,6 +448,9 @@ static void connect_target(PgConn *pg, const char *host, const char *hostaddr)
     pg->plan.keys[n] = "host", pg->plan.values[n++] = host;
     pg->plan.keys[n] = "hostaddr", pg->plan.values[n++] = hostaddr ? hostaddr : t->addr.hostaddr;
     pg->plan.keys[n] = "port", pg->plan.values[n++] = t->addr.port;
+    /* Last, so that they win over the same keywords earlier (the string's own paths). */
+    for (int i = 0; i < pg->pins.n; i++)
+        pg->plan.keys[n] = pg->pins.keyword[i], pg->plan.values[n++] = pg->pins.alias[i];
     pg->plan.keys[n] = NULL, pg->plan.values[n] = NULL;
     pg->conn = PQconnectStartParams(pg->plan.keys, pg->plan.values, pg->plan.expand_dbname);
     if (!pg->conn || PQstatus(pg->conn) == CONNECTION_BAD) {
@@ -508,9 +517,12 @@ static void attempt_target(PgConn *pg)
     forget_addrs(pg);
     /* libpq opens the service file and the TLS files itself, on this loop, at every attempt: one
      * swapped for a FIFO since the start-up (or reload) check would stop the loop in an open
-     * that waits for a writer. This attempt fails instead, and is retried as any other. */
+     * that waits for a writer. This attempt fails instead, and is retried as any other; and the
+     * TLS files are handed to libpq as the files opened by the check (DbPins), so that one
+     * swapped after it is never what libpq opens. */
     char err[600];
-    if (pg->plan.parsed && !db_check_files(pg->plan.parsed, err, sizeof(err))) {
+    db_pins_close(&pg->pins);
+    if (pg->plan.parsed && !db_check_files_pinned(pg->plan.parsed, &pg->pins, err, sizeof(err))) {
         /* Said even within an outage (whose later failures go to debug level): nothing else
          * would tell why the relay does not connect once the server is back. */
         if (strncmp(err, pg->files_refused, sizeof(pg->files_refused) - 1) != 0) {
@@ -743,6 +755,7 @@ void pg_conn_free(PgConn *pg)
     if (!pg)
         return;
     close_conn(pg);
+    db_pins_close(&pg->pins);
     forget_addrs(pg);
     for (int i = 0; i < pg->nresults; i++)
         PQclear(pg->results[i]);

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 
 #include "backoff.h"
+#include "db.h"
 #include "pg.h"
 #include "pg_plan.h"
 #include "resolve.h"
@@ -73,6 +74,9 @@ struct PgConn {
      * is the reason last said ("" once the files pass); say_loss makes pg_lose say this loss. */
     char files_refused[160];
     bool say_loss;
+    /* The TLS files this attempt hands libpq by /proc/self/fd alias (db_check_files_pinned):
+     * open from the attempt's start until its connection is made or it is over. */
+    DbPins pins;
     ev_timer stable; /* PG_STABLE_S after a connection is made: the outage (if any) has ended */
     ev_io io;
     int io_fd, io_events;

@@ -161,9 +161,9 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
     for (const PQconninfoOption *o = plan->parsed; o && o->keyword; o++)
         nopts++;
     /* parsed options + 5 keepalive defaults + options + fallback_application_name + host,
-     * hostaddr, port + terminator */
-    plan->keys = calloc(nopts + 11, sizeof(char *));
-    plan->values = calloc(nopts + 11, sizeof(char *));
+     * hostaddr, port + the pinned TLS files (DB_PINS_MAX, pg.c) + terminator */
+    plan->keys = calloc(nopts + 11 + DB_PINS_MAX, sizeof(char *));
+    plan->values = calloc(nopts + 11 + DB_PINS_MAX, sizeof(char *));
     plan->targets = n > 0 ? calloc((size_t)n, sizeof(PgTarget)) : NULL;
     bool ok = plan->keys && plan->values && plan->targets;
     if (ok && !plan->parsed) {

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1051,6 +1052,109 @@ static void test_library_files_directories(void **state)
     rmdir(dir);
 }
 
+/* The window db_check_files leaves, closed for the TLS files: each one libpq would open is
+ * opened by the check itself, without waiting, and handed to libpq as /proc/self/fd/N. Once a
+ * FIFO is renamed over the path, opening the alias as libpq does (a blocking open) still opens
+ * the file checked, at once, with its content and its mode (libpq's sslkey check reads the
+ * mode through the alias); libpq's errors are written back to the path. */
+static void test_library_files_pinned(void **state)
+{
+    (void)state;
+    char dir[128], root[192], cert[192], key[192], fifo[192], cs[1024], err[1024];
+    snprintf(dir, sizeof(dir), "/tmp/test_db_%ld_pins", (long)getpid());
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(root, sizeof(root), "%s/root.crt", dir);
+    snprintf(cert, sizeof(cert), "%s/client.crt", dir);
+    snprintf(key, sizeof(key), "%s/client.key", dir);
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    const char *files[] = {root, cert, key};
+    for (size_t i = 0; i < 3; i++) {
+        FILE *f = fopen(files[i], "w");
+        assert_non_null(f);
+        fprintf(f, "content of %zu\n", i);
+        fclose(f);
+    }
+    assert_int_equal(chmod(key, 0600), 0);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    const char *saved_home = getenv("HOME");
+    char *home = saved_home ? strdup(saved_home) : NULL;
+    setenv("HOME", dir, 1); /* no default file of the real home's */
+    unsetenv("PGSERVICE");
+    unsetenv("PGSSLMODE");
+    unsetenv("PGHOST");
+    unsetenv("PGHOSTADDR");
+    alarm(30); /* a FIFO opened would wait for a writer: a hang fails the test */
+
+    snprintf(cs, sizeof(cs), "host=h sslrootcert=%s sslcert=%s sslkey=%s", root, cert, key);
+    PQconninfoOption *opts = PQconninfoParse(cs, NULL);
+    assert_non_null(opts);
+    DbPins pins;
+    if (!db_check_files_pinned(opts, &pins, err, sizeof(err)))
+        fail_msg("regular TLS files refused: %s", err);
+    assert_int_equal(pins.n, 3);
+    for (int i = 0; i < pins.n; i++) {
+        assert_string_equal(pins.path[i], files[i]);
+        assert_non_null(strstr(pins.alias[i], "/proc/self/fd/"));
+    }
+    assert_string_equal(pins.keyword[0], "sslrootcert");
+    assert_string_equal(pins.keyword[2], "sslkey");
+    assert_int_equal(rename(fifo, root), 0); /* the path is a FIFO from now on */
+    int fd = open(pins.alias[0], O_RDONLY);  /* as libpq's fopen: blocking */
+    assert_true(fd >= 0);
+    char buf[64] = "";
+    assert_true(read(fd, buf, sizeof(buf) - 1) > 0);
+    close(fd);
+    assert_string_equal(buf, "content of 0\n");
+    struct stat st;
+    assert_int_equal(stat(pins.alias[2], &st), 0); /* libpq's sslkey mode check */
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_equal(st.st_mode & 0777, 0600);
+
+    char said[300], shown[300];
+    snprintf(said, sizeof(said), "could not read root certificate file \"%s\": no", pins.alias[0]);
+    db_pins_text(&pins, said, shown, sizeof(shown));
+    char want[300];
+    snprintf(want, sizeof(want), "could not read root certificate file \"%s\": no", root);
+    assert_string_equal(shown, want);
+    db_pins_close(&pins);
+    assert_int_equal(pins.n, 0);
+
+    /* The path, a FIFO now, is refused by the next attempt's check, naming it; nothing held. */
+    assert_false(db_check_files_pinned(opts, &pins, err, sizeof(err)));
+    snprintf(want, sizeof(want), "database URL: sslrootcert %s: not a regular file", root);
+    if (!strstr(err, want))
+        fail_msg("got \"%s\"", err);
+    assert_int_equal(pins.n, 0);
+    PQconninfoFree(opts);
+
+    /* Nothing pinned where libpq opens nothing: no TLS, a Unix socket, an engine's key. */
+    unlink(root);
+    const char *before[] = {"host=h sslmode=disable", "host=/run/postgresql", "host=h"};
+    const char *after[] = {"", "", " sslkey=engine:id"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(cs, sizeof(cs), "%s sslcert=%s%s", before[i], cert, after[i]);
+        opts = PQconninfoParse(cs, NULL);
+        assert_non_null(opts);
+        assert_true(db_check_files_pinned(opts, &pins, err, sizeof(err)));
+        assert_int_equal(pins.n, i == 2 ? 1 : 0); /* the certificate only */
+        db_pins_close(&pins);
+        PQconninfoFree(opts);
+    }
+    /* "/proc/self/fd/1" is not the start of "/proc/self/fd/12" */
+    DbPins one = {.n = 1};
+    snprintf(one.alias[0], sizeof(one.alias[0]), "/proc/self/fd/1");
+    one.path[0] = "/p";
+    db_pins_text(&one, "a /proc/self/fd/12 b /proc/self/fd/1: c", shown, sizeof(shown));
+    assert_string_equal(shown, "a /proc/self/fd/12 b /p: c");
+    alarm(0);
+    if (home)
+        setenv("HOME", home, 1);
+    free(home);
+    unlink(cert);
+    unlink(key);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1067,6 +1171,7 @@ int main(void)
         cmocka_unit_test(test_service_values),
         cmocka_unit_test(test_library_files),
         cmocka_unit_test(test_library_files_directories),
+        cmocka_unit_test(test_library_files_pinned),
         cmocka_unit_test(test_connect_timeout_zero),
         cmocka_unit_test(test_pinned_options_from_service),
         cmocka_unit_test(test_pinned_long_options),

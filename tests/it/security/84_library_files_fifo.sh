@@ -22,6 +22,12 @@
 #     with O_NONBLOCK, never by librdkafka (traced: strace -f attached to the running relay). A
 #     file swapped for a FIFO after the check can then not be what librdkafka opens (test_kafka
 #     stages that swap itself).
+#  5. the same for libpq's: after its connections are terminated, each reconnection of the
+#     running relay hands libpq /proc/self/fd aliases of the TLS files the relay opened without
+#     waiting: sslrootcert, sslcert and sslkey (a client certificate the server does not ask
+#     for, which libpq loads all the same, its key's mode checked through the alias) are opened
+#     only by the relay, with O_NONBLOCK, never by libpq (traced as in 4), and the rows inserted
+#     meanwhile are delivered over TLS.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -162,3 +168,37 @@ check "4: librdkafka opened the file through its /proc/self/fd alias" \
 check_eq "4: /healthz still answers" 200 "$(http_code /healthz)"
 relay_stop
 check_eq "4: exit 0 on SIGTERM" 0 "$?"
+
+# --- 5. ---
+CLIENT_CRT=$T/client.crt CLIENT_KEY=$T/client.key
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=postgres" \
+    -keyout "$CLIENT_KEY" -out "$CLIENT_CRT" >>"$T/openssl.log" 2>&1 || fail "openssl client"
+chmod 600 "$CLIENT_KEY"
+KAFKA_PROPS=""
+write_conf "{\"name\": \"a\", \"database-url\": \"$(url outbox "$ROOT_CRT")&sslcert=$CLIENT_CRT&sslkey=$CLIENT_KEY\"}"
+relay_start --config "$CONF"
+metrics_wait
+wait_for "5: database a connects" 30 \
+    grep -q 'msg="postgres connected" database=a conn=session-0' "$RELAY_LOG"
+TRACE=$T/strace5.log
+strace -f -qq -e trace=openat -o "$TRACE" -p "$RELAY_PID" &
+STRACE_PID=$!
+_t_track "$STRACE_PID"
+wait_for "5: strace attached to the relay" 20 traced
+psql_q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+        WHERE datname = 'outbox' AND pid <> pg_backend_pid()" >/dev/null
+insert e 10
+wait_for "5: the relay reconnects and delivers" 60 none_unsent_of e
+kill -INT "$STRACE_PID" 2>/dev/null
+wait "$STRACE_PID" 2>/dev/null
+for f in "$ROOT_CRT" "$CLIENT_CRT" "$CLIENT_KEY"; do
+    opens=$(grep -cF "openat(AT_FDCWD, \"$f\"" "$TRACE")
+    waiting=$(grep -F "openat(AT_FDCWD, \"$f\"" "$TRACE" | grep -vc O_NONBLOCK)
+    check "5: the relay opened ${f##*/} for its reconnections (opens: $opens)" test "$opens" -ge 1
+    check_eq "5: opens of ${f##*/} that could wait (without O_NONBLOCK: libpq's)" 0 "$waiting"
+done
+check "5: libpq opened the file through its /proc/self/fd alias" \
+    grep -qE 'openat\(AT_FDCWD, "/proc/self/fd/[0-9]+", O_RDONLY' "$TRACE"
+check "5: it reconnected over TLS" grep -q 'msg="postgres reconnected".*tls=on' "$RELAY_LOG"
+relay_stop
+check_eq "5: exit 0 on SIGTERM" 0 "$?"
