@@ -31,20 +31,31 @@
 /* The ids of the first $1 of those rows in {seq} order (sorted after the read: they are few). */
 #define SQL_FAILED_IN_ORDER(condition)                                                             \
     "ARRAY(SELECT f.{seq} FROM (" SQL_FAILED_ROWS("o.{seq}", condition) ") f ORDER BY 1 LIMIT $1)"
+/* The held-back aggregates as one value, {type: {id: first held {seq}}} (NULL when none), in
+ * which each unsent row looks its aggregate up (SQL_CLAIMABLE: a binary search in the object's
+ * sorted keys, and nothing at all while nothing is held back). As rows that the claim anti-joined,
+ * they left PostgreSQL one plan that keeps the claim's index order (SQL_CLAIM_PLAN: no sort; a
+ * hash join's output has none): a nested loop comparing every candidate row with every held-back
+ * aggregate, whatever the statistics said. With 1,000 aggregates held back that was 800,000
+ * comparisons and 412 ms a claim of 800 (pgbench, median), 2.6 s with 10,000, exactly when a
+ * relay recovers from a topic outage that failed many aggregates; this value, built once (an
+ * InitPlan), makes them 25 and 77 ms, and costs nothing measurable with none held back
+ * (docs/benchmarks-delete-replay.md). Test 31 keeps it so. */
 #define SQL_BLOCKED(blocked_condition)                                                             \
-    "WITH blocked AS ("                                                                            \
-    " SELECT coalesce(f.{aggregate_type}::text, '') AS agg_type,"                                 \
-    " coalesce(f.{aggregate_id}::text, '') AS agg_id, pg_catalog.min(f.{seq}) AS first_seq"                   \
+    "WITH blocked AS MATERIALIZED (SELECT pg_catalog.jsonb_object_agg(k.agg_type, k.ids) AS m"     \
+    " FROM (SELECT h.agg_type, pg_catalog.jsonb_object_agg(h.agg_id, h.first_seq) AS ids"          \
+    " FROM (SELECT coalesce(f.{aggregate_type}::text, '') AS agg_type,"                            \
+    " coalesce(f.{aggregate_id}::text, '') AS agg_id, pg_catalog.min(f.{seq}) AS first_seq"         \
     " FROM (" SQL_FAILED_ROWS("o.{aggregate_type}, o.{aggregate_id}, o.{seq}",                     \
                               "o.lane = ANY($2::smallint[]) AND " blocked_condition) ") f"         \
-    " GROUP BY 1, 2)"
+    " GROUP BY 1, 2) h GROUP BY 1) k)"
 #define SQL_CLAIMABLE                                                                              \
     " o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = ANY($2::smallint[])"                    \
     " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= pg_catalog.now())"                               \
     " AND coalesce(o.{aggregate_type}::text, '') <> ALL($6::text[])"                               \
-    " AND NOT EXISTS (SELECT 1 FROM blocked b"                                                     \
-    " WHERE b.agg_type = coalesce(o.{aggregate_type}::text, '')"                                   \
-    " AND b.agg_id = coalesce(o.{aggregate_id}::text, '') AND b.first_seq < o.{seq})"
+    " AND ((SELECT b.m FROM blocked b) IS NULL OR NOT coalesce(((SELECT b.m FROM blocked b)"         \
+    " #>> ARRAY[coalesce(o.{aggregate_type}::text, ''), coalesce(o.{aggregate_id}::text, '')])"    \
+    "::bigint < o.{seq}, false))"
 
 /* The plain claim locks the rows in order and waits for a row someone else has locked, at most
  * CLAIM_LOCK_TIMEOUT_MS. It does not skip locked rows: lanes already keep other relays (and the

@@ -35,10 +35,10 @@ pg_has_role unnest clock_timestamp now current_database pg_notify pg_get_serial_
 pg_backend_pid pg_advisory_unlock pg_advisory_lock pg_try_advisory_lock
 pg_try_advisory_xact_lock_shared pg_advisory_xact_lock_shared pg_advisory_xact_lock to_char
 octet_length make_interval hashtextextended hashtext age pg_typeof host quote_ident random
-pg_sequence_last_value pg_column_size jsonb_typeof jsonb_build_object inet_server_addr
+pg_sequence_last_value pg_column_size jsonb_typeof jsonb_build_object jsonb_object_agg inet_server_addr
 generate_series gen_random_uuid format string_agg date_part extract timezone"
 AGGS="count min max sum array_agg"
-OPS="+ - * / ^ & | % = <> < > <= >= || ~~ ~"
+OPS="+ - * / ^ & | % = <> < > <= >= || ~~ ~ #>>"
 
 # The schema as an existing installation has it: migrated before any look-alike existed (0001-0008
 # predate the hardening and, once applied, never run again; docs/security.md: the schema must be
