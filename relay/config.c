@@ -594,6 +594,14 @@ static const OptDef options[] = {
      .commands = FOR(CMD_VERIFY),
      .metavar = "",
      .help = "verify: read the topics from their first message, not from the window's start time"},
+    {.name = "after-replay",
+     .type = OPT_BOOL,
+     .offset = FIELD(verify_after_replay),
+     .commands = FOR(CMD_VERIFY),
+     .metavar = "",
+     .help = "verify: judge a row whose first copy is out of order by a later copy in its place, "
+             "as a replay of events Kafka still held leaves (an order break whose events were "
+             "sent again passes too)"},
     {.name = "max-rows",
      .type = OPT_INT,
      .def = "2000000",

@@ -150,6 +150,7 @@ typedef struct Config {
     char *ce_content_type;      /* CloudEvents datacontenttype (the content-type header) */
     long verify_since_s;        /* verify --since: rows marked sent this far back */
     bool verify_from_beginning; /* verify --from-beginning: read the topics whole */
+    bool verify_after_replay;   /* verify --after-replay: a later copy in place may judge a row */
     long verify_max_rows;       /* verify --max-rows: the most rows of a window it holds */
     /* replay (relay/cmd/replay.h): the selection (NULL or 0: not given) and how to run it */
     long replay_from_id, replay_to_id;

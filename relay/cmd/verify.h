@@ -6,9 +6,11 @@
  * started), and checks:
  *   - every row has a message with its id header (else: missing);
  *   - the first copies of one aggregate's rows come in the rows' order, within a topic (with
- *     --order-scope partition, within a topic and partition) (else: out of order); a row whose
- *     first copy is out of place but whose last copy comes in its place is judged by that copy
- *     and counted (judged_by_later_copy), as a replay of events Kafka still held leaves them;
+ *     --order-scope partition, within a topic and partition) (else: out of order); with
+ *     --after-replay, a row whose first copy is out of place but whose last copy comes in its
+ *     place is judged by that copy and counted (judged_by_later_copy), as a replay of events
+ *     Kafka still held leaves them (without it: out of order, since a real break whose events
+ *     were sent again leaves the same topic);
  * and counts the duplicates (later copies: at-least-once) and the messages whose id no row of
  * the table has (unknown). Messages of rows outside the window are neither. One summary line on
  * stdout (or one JSON object with --json), each problem on its own line on stderr (the first 20

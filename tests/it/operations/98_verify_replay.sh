@@ -1,11 +1,14 @@
 #!/bin/bash
-# Proves that `outbox-relay verify` judges an aggregate's order on first copies after a replay of
-# events Kafka still holds (docs/operations.md, "Verify" and "Replay"):
+# Proves that `outbox-relay verify --after-replay` judges an aggregate's order after a replay of
+# events Kafka still holds (docs/operations.md, "Verify" and "Replay"); without the flag verify
+# reports those rows out of order (part 1), as it must a real break whose events were sent again
+# (98_verify_resent_break), which the topic and the table cannot tell from a replay:
 #  1. 5 aggregates of 12 events each delivered, then 3 events of one aggregate replayed
 #     (--aggregate-id, --to-id) while their first copies are still in the topic, and sent again,
 #     then 2 new events of that aggregate: the replayed rows' new ids put them after events their
 #     first copies precede, yet verify says ok (exit 0), counts the 3 later copies as duplicates
-#     and says that 3 rows were judged by a later copy; --json gives the same counts;
+#     and says that 3 rows were judged by a later copy; --json gives the same counts; without
+#     --after-replay: out of order (exit 1), and a line names the flag;
 #  2. one of those rows replayed a second time, and a replay by the time the rows were sent of
 #     every event of another aggregate: still ok, the duplicates counted (13 more);
 #  3. two new rows of one aggregate whose messages a hand-run producer wrote in the wrong order
@@ -23,7 +26,7 @@ relay_migrate 2>"$T/migrate.log" || fail "migrate"
 
 OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS")
 verify() {
-    "$RELAY_BIN" verify "${OPTS[@]}" --since 1h --from-beginning "$@" \
+    "$RELAY_BIN" verify "${OPTS[@]}" --since 1h --from-beginning --after-replay "$@" \
         >"$T/verify.out" 2>"$T/verify.err"
 }
 replay() {
@@ -67,6 +70,14 @@ check_eq "1: ... no problem named on stderr" "" "$(cat "$T/verify.err")"
 verify --json
 check_eq "1: --json: ok, 0 out of order, 3 duplicates, 3 judged by a later copy" "true 0 3 3" \
     "$(jq -r '"\(.ok) \(.out_of_order) \(.duplicates) \(.judged_by_later_copy)"' "$T/verify.out")"
+"$RELAY_BIN" verify "${OPTS[@]}" --since 1h --from-beginning >"$T/strict.out" 2>"$T/strict.err"
+check_eq "1: without --after-replay: exit 1" 1 $?
+check "1: ... the first replayed row out of order (the other two in order after it)" grep -q \
+    '^verify: FAILED: window=3600s rows=62 messages=65 missing=0 out_of_order=1 duplicates=3 ' \
+    "$T/strict.out"
+check "1: ... and a line names --after-replay" grep -q \
+    '^verify: 1 row(s) out of order with a later copy in their place, .*--after-replay' \
+    "$T/strict.err"
 
 # --- 2. a row replayed twice, and a whole aggregate replayed by the time it was sent ---
 again=$(psql_q "SELECT max(id) FROM outbox WHERE aggregate_id = 'o-1'
