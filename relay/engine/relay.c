@@ -538,7 +538,6 @@ void relay_free_within(Relay *r, int flush_ms)
     ev_signal_stop(r->loop, &r->sigterm);
     ev_signal_stop(r->loop, &r->sigint);
     ev_timer_stop(r->loop, &r->purge_timer);
-    ev_timer_stop(r->loop, &r->room_timer);
     ev_timer_stop(r->loop, &r->rest_timer);
     /* The producer goes first: its last delivery reports still point into the batches. With
      * every batch empty nothing of it points into the relay any more, and it is destroyed off the
@@ -555,6 +554,9 @@ void relay_free_within(Relay *r, int flush_ms)
             reported && r->sessions[i].batch.n == 0 && !batch_given_up(&r->sessions[i].batch);
     if (reported ? !kafka_producer_retire(r->kafka) : !free_producer_with_payloads(r, flush_ms))
         kafka_producer_free(r->kafka, flush_ms);
+    /* After the producer: a report its last flush serves could arm the room timer again
+     * (relay_room_after_report), which must not outlive the relay. */
+    ev_timer_stop(r->loop, &r->room_timer);
     for (int i = 0; r->sessions && i < r->n_sessions; i++)
         session_free(&r->sessions[i]);
     free(r->sessions);
