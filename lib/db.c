@@ -696,6 +696,103 @@ bool db_effective_value(const PQconninfoOption *opts, const char *keyword, const
     return false;
 }
 
+/* Elements in a comma-separated list ("" has one, NULL none). */
+static int hosts_list_count(const char *list)
+{
+    return list ? (int)list_len(list) : 0;
+}
+
+/* Element i of a list for host i: NULL for no list, the whole list when it is not split (split
+ * false) or has one element (a single port applies to every host, as in libpq). */
+static bool hosts_list_item(const char *list, int i, bool split, char **out)
+{
+    *out = NULL;
+    if (!list)
+        return true;
+    if (!split || hosts_list_count(list) == 1) {
+        *out = strdup(list);
+        return *out != NULL;
+    }
+    const char *p = list;
+    for (; i > 0; i--)
+        p = strchr(p, ',') + 1;
+    *out = strndup(p, strcspn(p, ","));
+    return *out != NULL;
+}
+
+int db_hosts_split(const char *host, const char *hostaddr, const char *port, DbHost **out)
+{
+    int nhost = hosts_list_count(host), naddr = hosts_list_count(hostaddr),
+        nport = hosts_list_count(port);
+    int n = nhost > naddr ? nhost : naddr;
+    bool split = n > 1 && (nhost == 0 || nhost == n) && (naddr == 0 || naddr == n) &&
+                 (nport <= 1 || nport == n);
+    if (!split)
+        n = 1;
+    *out = calloc((size_t)n, sizeof(DbHost));
+    if (!*out)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        DbHost *h = &(*out)[i];
+        if (!hosts_list_item(host, i, split, &h->host) ||
+            !hosts_list_item(hostaddr, i, split, &h->hostaddr) ||
+            !hosts_list_item(port, i, split, &h->port)) {
+            db_hosts_free(*out, n);
+            *out = NULL;
+            return 0;
+        }
+    }
+    return n;
+}
+
+void db_hosts_free(DbHost *hosts, int n)
+{
+    for (int i = 0; hosts && i < n; i++) {
+        free(hosts[i].host);
+        free(hosts[i].hostaddr);
+        free(hosts[i].port);
+    }
+    free(hosts);
+}
+
+/* The value libpq would connect with for keyword (db_effective_value); a copy in *out (NULL:
+ * none). False only when out of memory. */
+static bool effective_or_none(const PQconninfoOption *opts, const char *keyword, const char *envvar,
+                              char **out)
+{
+    char from[80];
+    if (db_effective_value(opts, keyword, envvar, out, from, sizeof(from)))
+        return true;
+    return *out == NULL && (!envvar || !getenv(envvar)); /* unset, or out of memory */
+}
+
+int db_hosts(const PQconninfoOption *opts, DbHost **out)
+{
+    /* The host, hostaddr and port come from all three places: a host that only the service file
+     * names, left for libpq to fill in, would be looked up by libpq itself (for the relay's
+     * connections, a getaddrinfo on the event loop), and paired with no port of the list. */
+    char *host = NULL, *hostaddr = NULL, *port = NULL;
+    int n = 0;
+    *out = NULL;
+    if (effective_or_none(opts, "host", "PGHOST", &host) &&
+        effective_or_none(opts, "hostaddr", "PGHOSTADDR", &hostaddr) &&
+        effective_or_none(opts, "port", "PGPORT", &port))
+        n = db_hosts_split(host, hostaddr, port, out);
+    free(host);
+    free(hostaddr);
+    free(port);
+    return n;
+}
+
+const char *db_host_label(const DbHost *h, char *out, size_t outlen)
+{
+    const char *shown = h->host && *h->host ? db_host_shown(h->host)
+                        : h->hostaddr       ? h->hostaddr
+                                            : "(default)";
+    snprintf(out, outlen, "%s:%s", shown, h->port ? h->port : "");
+    return out;
+}
+
 /* The files libpq's TLS set-up opens (fe-secure-openssl.c, initialize_SSL), with their
  * environment variables and the defaults under the home directory taken when none is set. */
 static const struct {

@@ -82,6 +82,33 @@ bool db_service_value(const char *service, const char *keyword, char *out, size_
 bool db_effective_value(const PQconninfoOption *opts, const char *keyword, const char *envvar,
                         char **out, char *from, size_t fromlen);
 
+/* One host of a connection string's host list. NULL fields: not given (libpq's default). */
+typedef struct DbHost {
+    char *host, *hostaddr, *port;
+} DbHost;
+
+/* Pure: pairs libpq's comma-separated host, hostaddr and port lists (each may be NULL) into one
+ * entry per host, as libpq does: element i of each list, a single port for every host. Lists
+ * libpq would reject (counts that differ) give one entry holding them whole, for libpq to
+ * report. Returns the number of entries (>= 1) with a new array in *out (db_hosts_free), or 0
+ * when out of memory. */
+int db_hosts_split(const char *host, const char *hostaddr, const char *port, DbHost **out)
+    __attribute__((warn_unused_result));
+
+/* The hosts libpq tries, in order, for a connection to opts (PQconninfoParse of the string;
+ * NULL: none given): db_hosts_split of the host, hostaddr and port it connects with, each the
+ * string's, else its service file's, else PGHOST, PGHOSTADDR, PGPORT (db_effective_value).
+ * Returns their number (>= 1) with a new array in *out (db_hosts_free), or 0 when out of
+ * memory. Reads the service file: a connection's set-up, not the loop's turns. */
+int db_hosts(const PQconninfoOption *opts, DbHost **out) __attribute__((warn_unused_result));
+
+/* Frees what db_hosts_split or db_hosts returned (n entries); NULL is fine. */
+void db_hosts_free(DbHost *hosts, int n);
+
+/* "HOST:PORT" for the logs and errors: the host as db_host_shown shows it, else the hostaddr,
+ * else "(default)"; the port as given ("" when none). Into out (cut to outlen); returns out. */
+const char *db_host_label(const DbHost *h, char *out, size_t outlen);
+
 /* Whether the files libpq opens itself while it connects are each a regular file, a directory
  * (whose open and read fail at once) or absent, not a FIFO, a device or a socket. Checked as
  * libpq would open them: the service file when the string or PGSERVICE gives a service, even an

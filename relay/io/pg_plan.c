@@ -33,68 +33,6 @@ void pg_plan_free(PgPlan *plan)
     memset(plan, 0, sizeof(*plan));
 }
 
-/* Elements in a comma-separated list ("" has one, NULL none). */
-static int list_count(const char *list)
-{
-    if (!list)
-        return 0;
-    int n = 1;
-    for (const char *p = list; *p; p++)
-        n += *p == ',';
-    return n;
-}
-
-/* Element i of a list for host i of n: NULL for no list, the whole list when it is not split
- * (split false) or has one element (a single port applies to every host, as in libpq). */
-static bool list_item(const char *list, int i, bool split, char **out)
-{
-    *out = NULL;
-    if (!list)
-        return true;
-    if (!split || list_count(list) == 1) {
-        *out = strdup(list);
-        return *out != NULL;
-    }
-    const char *p = list;
-    for (; i > 0; i--)
-        p = strchr(p, ',') + 1;
-    *out = strndup(p, strcspn(p, ","));
-    return *out != NULL;
-}
-
-int pg_hosts_split(const char *host, const char *hostaddr, const char *port, PgHost **out)
-{
-    int nhost = list_count(host), naddr = list_count(hostaddr), nport = list_count(port);
-    int n = nhost > naddr ? nhost : naddr;
-    bool split = n > 1 && (nhost == 0 || nhost == n) && (naddr == 0 || naddr == n) &&
-                 (nport <= 1 || nport == n);
-    if (!split)
-        n = 1;
-    *out = calloc((size_t)n, sizeof(PgHost));
-    if (!*out)
-        return 0;
-    for (int i = 0; i < n; i++) {
-        PgHost *h = &(*out)[i];
-        if (!list_item(host, i, split, &h->host) || !list_item(hostaddr, i, split, &h->hostaddr) ||
-            !list_item(port, i, split, &h->port)) {
-            pg_hosts_free(*out, n);
-            *out = NULL;
-            return 0;
-        }
-    }
-    return n;
-}
-
-void pg_hosts_free(PgHost *hosts, int n)
-{
-    for (int i = 0; hosts && i < n; i++) {
-        free(hosts[i].host);
-        free(hosts[i].hostaddr);
-        free(hosts[i].port);
-    }
-    free(hosts);
-}
-
 /* The value the connection string gives a keyword. */
 static const char *option_value(const PQconninfoOption *parsed, const char *keyword)
 {
@@ -104,25 +42,11 @@ static const char *option_value(const PQconninfoOption *parsed, const char *keyw
     return NULL;
 }
 
-/* The value libpq would connect with for keyword: the string's, else its service's
- * (pg_service.conf), else the environment's (envvar); a copy in *out (NULL: none). False only
- * when out of memory. The host, hostaddr and port must come from all three: a host that only the
- * service file names, left for libpq to fill in, was looked up by libpq itself inside
- * PQconnectPoll, a getaddrinfo that blocked the event loop for as long as the nameserver took. */
-static bool effective_value(const PQconninfoOption *parsed, const char *keyword, const char *envvar,
-                            char **out)
-{
-    char from[80];
-    if (db_effective_value(parsed, keyword, envvar, out, from, sizeof(from)))
-        return true;
-    return *out == NULL && (!envvar || !getenv(envvar)); /* unset, or out of memory */
-}
-
 /* Whether the string or its service file sets keyword (libpq's environment variables aside). */
 static bool user_sets(const PQconninfoOption *parsed, const char *keyword)
 {
-    char *value = NULL;
-    bool set = effective_value(parsed, keyword, NULL, &value) && value;
+    char *value = NULL, from[80];
+    bool set = db_effective_value(parsed, keyword, NULL, &value, from, sizeof(from));
     free(value);
     return set;
 }
@@ -136,21 +60,14 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
     char *why = NULL;
     plan->parsed = PQconninfoParse(conninfo, &why);
     PQfreemem(why);
-    char *host = NULL, *hostaddr = NULL, *port = NULL;
-    bool found = effective_value(plan->parsed, "host", "PGHOST", &host) &&
-                 effective_value(plan->parsed, "hostaddr", "PGHOSTADDR", &hostaddr) &&
-                 effective_value(plan->parsed, "port", "PGPORT", &port);
     /* The string's, else its service's (pg_service.conf), else PGCONNECT_TIMEOUT: libpq's order.
      * Zero or less is libpq's "no limit", which the relay's own timer must not take over. */
     char *timeout = NULL, from[80];
     bool has_timeout =
         plan->parsed && db_effective_value(plan->parsed, "connect_timeout", "PGCONNECT_TIMEOUT",
                                            &timeout, from, sizeof(from));
-    PgHost *hosts = NULL;
-    int n = found ? pg_hosts_split(host, hostaddr, port, &hosts) : 0;
-    free(host);
-    free(hostaddr);
-    free(port);
+    DbHost *hosts = NULL;
+    int n = db_hosts(plan->parsed, &hosts);
     plan->connect_timeout_s =
         has_timeout && atoi(timeout) > 0 ? atoi(timeout) : PG_PLAN_CONNECT_TIMEOUT_S;
     free(timeout);
@@ -227,19 +144,17 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
     for (int i = 0; ok && i < n; i++) {
         PgTarget *tg = &plan->targets[i];
         tg->addr = hosts[i];
-        hosts[i] = (PgHost){NULL, NULL, NULL}; /* moved */
+        hosts[i] = (DbHost){NULL, NULL, NULL}; /* moved */
         plan->ntargets = i + 1;
-        const char *shown = tg->addr.host && *tg->addr.host ? db_host_shown(tg->addr.host)
-                            : tg->addr.hostaddr             ? tg->addr.hostaddr
-                                                            : "(default)";
-        const char *shown_port = tg->addr.port ? tg->addr.port : "";
-        size_t len = strlen(shown) + strlen(shown_port) + 2;
+        size_t len = (tg->addr.host ? strlen(tg->addr.host) : 0) +
+                     (tg->addr.hostaddr ? strlen(tg->addr.hostaddr) : 0) +
+                     (tg->addr.port ? strlen(tg->addr.port) : 0) + 16;
         tg->shown = malloc(len);
         if (tg->shown)
-            snprintf(tg->shown, len, "%s:%s", shown, shown_port);
+            db_host_label(&tg->addr, tg->shown, len);
         ok = tg->shown != NULL;
     }
-    pg_hosts_free(hosts, n);
+    db_hosts_free(hosts, n);
     return ok;
 }
 

@@ -9,31 +9,17 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 
+#include "db.h"
+
 /* A connection attempt to one host that has not completed after this long (when neither the URL,
  * its service nor PGCONNECT_TIMEOUT sets a positive connect_timeout) moves on to the next host:
  * libpq enforces connect_timeout only in blocking mode, so a black-holed host would otherwise stall
  * the attempt until TCP gives up (minutes). */
 #define PG_PLAN_CONNECT_TIMEOUT_S 10.0
 
-/* One host of a connection string's host list. NULL fields: not given (libpq's default). */
-typedef struct PgHost {
-    char *host, *hostaddr, *port;
-} PgHost;
-
-/* Pure: pairs libpq's comma-separated host, hostaddr and port lists (each may be NULL) into one
- * entry per host, as libpq does: element i of each list, a single port for every host. Lists
- * libpq would reject (counts that differ) give one entry holding them whole, for libpq to
- * report. Returns the number of entries (>= 1) with a new array in *out (pg_hosts_free), or 0
- * when out of memory. */
-int pg_hosts_split(const char *host, const char *hostaddr, const char *port, PgHost **out)
-    __attribute__((warn_unused_result));
-
-/* Frees what pg_hosts_split returned (n entries); NULL is fine. */
-void pg_hosts_free(PgHost *hosts, int n);
-
 /* One host of the connection string, tried in turn. */
 typedef struct PgTarget {
-    PgHost addr;
+    DbHost addr;
     char *shown;      /* "host:port" for the logs */
     char *last_error; /* the failure last logged for this host, until it connects (pg.c's) */
 } PgTarget;

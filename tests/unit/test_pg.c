@@ -1,4 +1,4 @@
-/* Unit tests for pg_hosts_split: pairing a connection string's host, hostaddr and port lists into
+/* Unit tests for db_hosts_split: pairing a connection string's host, hostaddr and port lists into
  * the hosts the relay tries one at a time (each with its own connect timeout); and for the
  * fallback_application_name, options and connect timeout pg_plan_make passes. */
 #include <setjmp.h>
@@ -15,7 +15,7 @@
 #include "db.h"
 #include "pg_plan.h"
 
-static void assert_host(const PgHost *h, const char *host, const char *hostaddr, const char *port)
+static void assert_host(const DbHost *h, const char *host, const char *hostaddr, const char *port)
 {
     if (host)
         assert_string_equal(h->host, host);
@@ -34,71 +34,71 @@ static void assert_host(const PgHost *h, const char *host, const char *hostaddr,
 /* Element i of each list goes with host i. */
 static void test_pairs_hosts_and_ports(void **state)
 {
-    PgHost *h = NULL;
-    int n = pg_hosts_split("db1,db2,db3", NULL, "5432,5433,5434", &h);
+    DbHost *h = NULL;
+    int n = db_hosts_split("db1,db2,db3", NULL, "5432,5433,5434", &h);
     assert_int_equal(n, 3);
     assert_host(&h[0], "db1", NULL, "5432");
     assert_host(&h[1], "db2", NULL, "5433");
     assert_host(&h[2], "db3", NULL, "5434");
-    pg_hosts_free(h, n);
+    db_hosts_free(h, n);
 }
 
 /* One port applies to every host; no port leaves libpq's default. */
 static void test_single_or_no_port(void **state)
 {
-    PgHost *h = NULL;
-    int n = pg_hosts_split("db1,db2", NULL, "6432", &h);
+    DbHost *h = NULL;
+    int n = db_hosts_split("db1,db2", NULL, "6432", &h);
     assert_int_equal(n, 2);
     assert_host(&h[0], "db1", NULL, "6432");
     assert_host(&h[1], "db2", NULL, "6432");
-    pg_hosts_free(h, n);
-    n = pg_hosts_split("db1,db2", NULL, NULL, &h);
+    db_hosts_free(h, n);
+    n = db_hosts_split("db1,db2", NULL, NULL, &h);
     assert_int_equal(n, 2);
     assert_host(&h[1], "db2", NULL, NULL);
-    pg_hosts_free(h, n);
+    db_hosts_free(h, n);
 }
 
 /* hostaddr lists pair with host lists, or stand alone; an empty element stays empty (libpq's
  * default for that host). */
 static void test_hostaddr_and_empty_elements(void **state)
 {
-    PgHost *h = NULL;
-    int n = pg_hosts_split("a.example,b.example", "10.0.0.1,10.0.0.2", "1,2", &h);
+    DbHost *h = NULL;
+    int n = db_hosts_split("a.example,b.example", "10.0.0.1,10.0.0.2", "1,2", &h);
     assert_int_equal(n, 2);
     assert_host(&h[0], "a.example", "10.0.0.1", "1");
     assert_host(&h[1], "b.example", "10.0.0.2", "2");
-    pg_hosts_free(h, n);
-    n = pg_hosts_split(NULL, "10.0.0.1,10.0.0.2", "5432", &h);
+    db_hosts_free(h, n);
+    n = db_hosts_split(NULL, "10.0.0.1,10.0.0.2", "5432", &h);
     assert_int_equal(n, 2);
     assert_host(&h[1], NULL, "10.0.0.2", "5432");
-    pg_hosts_free(h, n);
-    n = pg_hosts_split("db1,,db3", NULL, "1,,3", &h);
+    db_hosts_free(h, n);
+    n = db_hosts_split("db1,,db3", NULL, "1,,3", &h);
     assert_int_equal(n, 3);
     assert_host(&h[1], "", NULL, "");
-    pg_hosts_free(h, n);
+    db_hosts_free(h, n);
 }
 
 /* One host, no host at all (the default socket, or the environment's), and lists libpq would
  * reject: one entry holding the lists whole, so libpq reports the mismatch itself. */
 static void test_one_entry_otherwise(void **state)
 {
-    PgHost *h = NULL;
-    int n = pg_hosts_split("db1", NULL, "5432", &h);
+    DbHost *h = NULL;
+    int n = db_hosts_split("db1", NULL, "5432", &h);
     assert_int_equal(n, 1);
     assert_host(&h[0], "db1", NULL, "5432");
-    pg_hosts_free(h, n);
-    n = pg_hosts_split(NULL, NULL, NULL, &h);
+    db_hosts_free(h, n);
+    n = db_hosts_split(NULL, NULL, NULL, &h);
     assert_int_equal(n, 1);
     assert_host(&h[0], NULL, NULL, NULL);
-    pg_hosts_free(h, n);
-    n = pg_hosts_split("db1,db2", NULL, "1,2,3", &h);
+    db_hosts_free(h, n);
+    n = db_hosts_split("db1,db2", NULL, "1,2,3", &h);
     assert_int_equal(n, 1);
     assert_host(&h[0], "db1,db2", NULL, "1,2,3");
-    pg_hosts_free(h, n);
-    n = pg_hosts_split("db1", "10.0.0.1,10.0.0.2", NULL, &h);
+    db_hosts_free(h, n);
+    n = db_hosts_split("db1", "10.0.0.1,10.0.0.2", NULL, &h);
     assert_int_equal(n, 1);
     assert_host(&h[0], "db1", "10.0.0.1,10.0.0.2", NULL);
-    pg_hosts_free(h, n);
+    db_hosts_free(h, n);
 }
 
 /* The value of keyword among a plan's parameters, NULL when absent; fails if it is there twice. */
