@@ -1228,30 +1228,58 @@ bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p
         {"tcp_user_timeout", NULL, "30000"},
     };
     memset(p, 0, sizeof(*p));
-    PQconninfoOption *parsed = PQconninfoParse(conninfo, NULL);
+    p->parsed = PQconninfoParse(conninfo, NULL);
+    size_t nopts = 0;
+    for (const PQconninfoOption *o = p->parsed; o && o->keyword; o++)
+        nopts++;
+    /* the string's + 6 defaults + fallback_application_name + connect_timeout + options +
+     * host, hostaddr, port, target_session_attrs + terminator */
+    p->keys = calloc(nopts + 16, sizeof(char *));
+    p->values = calloc(nopts + 16, sizeof(char *));
+    /* One connection a host, each with that host's entries in place of the lists (a host of the
+     * list that is an old server is passed over for the next, which libpq's own walk through the
+     * list cannot do once it connected): the same hosts, pairing and order as the relay's own
+     * connections (pg_plan.c). */
+    p->nhosts = p->parsed ? db_hosts(p->parsed, &p->hosts) : 1;
+    if (!p->parsed)
+        p->hosts = calloc(1, sizeof(DbHost)); /* none given: libpq reads the string itself */
+    if (!p->keys || !p->values || !p->hosts || p->nhosts == 0)
+        return refuse(err, errlen, "out of memory");
     int n = 0;
     for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++) {
-        if (parsed && user_sets(parsed, defaults[i].key, defaults[i].envvar))
+        if (p->parsed && user_sets(p->parsed, defaults[i].key, defaults[i].envvar))
             continue;
         p->keys[n] = defaults[i].key;
         p->values[n++] = defaults[i].value;
     }
     /* A fallback: an application_name anywhere (string, service, PGAPPNAME) beats it in libpq. */
-    if (app && !(parsed && user_sets(parsed, "fallback_application_name", NULL))) {
+    if (app && !(p->parsed && user_sets(p->parsed, "fallback_application_name", NULL))) {
         p->keys[n] = "fallback_application_name";
         p->values[n++] = app;
     }
-    /* The expanded string comes after the defaults: what it sets wins. */
-    p->keys[n] = "dbname";
-    p->values[n++] = conninfo;
+    if (!p->parsed) {
+        /* Unparsable (the commands check it first, so rarely): libpq says why. */
+        p->keys[n] = "dbname";
+        p->values[n++] = conninfo;
+        p->expand_dbname = 1;
+    }
+    /* The string's own settings, but its host, hostaddr and port: each connection gets its
+     * host's (db_connect_params_host). */
+    for (const PQconninfoOption *o = p->parsed; o && o->keyword; o++) {
+        if (!o->val || strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0 ||
+            strcmp(o->keyword, "port") == 0)
+            continue;
+        p->keys[n] = o->keyword;
+        p->values[n++] = o->val;
+    }
     char *value = NULL, from[80];
     long num;
     /* A connect_timeout of zero or less (the string's, the service file's or PGCONNECT_TIMEOUT) is
      * libpq's "wait for ever": a server that takes the connection and never answers would hold
      * the command for ever. It gets the default bound instead, as the relay's own connections
-     * do (pg_plan_make); set after the string, it wins over all three. */
-    if (parsed &&
-        db_effective_value(parsed, "connect_timeout", "PGCONNECT_TIMEOUT", &value, from,
+     * do (pg_plan_make); set after the string's, it wins over all three. */
+    if (p->parsed &&
+        db_effective_value(p->parsed, "connect_timeout", "PGCONNECT_TIMEOUT", &value, from,
                            sizeof(from)) &&
         libpq_int(value, strlen(value), &num) && num <= 0) {
         p->keys[n] = "connect_timeout";
@@ -1259,32 +1287,65 @@ bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p
     }
     free(value);
     value = NULL;
-    /* The pinned search_path goes after the expanded string, which it would otherwise lose to,
+    if (p->parsed && db_effective_value(p->parsed, "target_session_attrs", "PGTARGETSESSIONATTRS",
+                                        &value, from, sizeof(from)))
+        p->prefer_standby = strcmp(value, "prefer-standby") == 0;
+    free(value);
+    value = NULL;
+    /* The pinned search_path goes after the string's options, which it would otherwise lose to,
      * and carries the user's own options along (the string's, else the service file's, else
      * PGOPTIONS: an explicit options entry hides the other two). */
     if (pinned_schema[0]) {
         /* Whole, however long: cut, a "-c statement_timeout=10000" could go as "=1". */
-        bool user = parsed &&
-                    db_effective_value(parsed, "options", "PGOPTIONS", &value, from, sizeof(from));
+        bool user = p->parsed && db_effective_value(p->parsed, "options", "PGOPTIONS", &value, from,
+                                                    sizeof(from));
         p->options = db_startup_options(user ? value : NULL);
         free(value);
-        if (!p->options) {
-            secrets_conninfo_free(parsed);
+        if (!p->options)
             return refuse(err, errlen, "out of memory");
-        }
         p->keys[n] = "options";
         p->values[n++] = p->options;
     }
+    p->nshared = n;
     p->keys[n] = NULL;
     p->values[n] = NULL;
-    secrets_conninfo_free(parsed);
     return true;
+}
+
+void db_connect_params_host(DbConnectParams *p, int i, const char *session_attrs)
+{
+    /* A NULL or empty value is no entry for libpq: the host's default (its socket directory,
+     * its port) where the host gives none. */
+    const DbHost *h = &p->hosts[i];
+    int n = p->nshared;
+    p->keys[n] = "host", p->values[n++] = h->host;
+    p->keys[n] = "hostaddr", p->values[n++] = h->hostaddr;
+    p->keys[n] = "port", p->values[n++] = h->port;
+    p->keys[n] = "target_session_attrs", p->values[n++] = session_attrs;
+    p->keys[n] = NULL, p->values[n] = NULL;
 }
 
 void db_connect_params_free(DbConnectParams *p)
 {
     free(p->options);
-    p->options = NULL;
+    free(p->keys);
+    free(p->values);
+    db_hosts_free(p->hosts, p->nhosts > 0 ? p->nhosts : 1);
+    if (p->parsed)
+        secrets_conninfo_free(p->parsed);
+    memset(p, 0, sizeof(*p));
+}
+
+/* A server version (PQserverVersion's form) as people write it: "12.19", "9.6.24". */
+static const char *version_shown(int v, char *out, size_t outlen)
+{
+    if (v >= 100000) /* 10 and later: major * 10000 + minor */
+        snprintf(out, outlen, "%d.%d", v / 10000, v % 10000);
+    else if (v > 0) /* before 10: major.minor.patch, two digits each after the first */
+        snprintf(out, outlen, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+    else
+        snprintf(out, outlen, "of an unknown version");
+    return out;
 }
 
 bool db_version_supported(int v, char *err, size_t errlen)
@@ -1292,14 +1353,8 @@ bool db_version_supported(int v, char *err, size_t errlen)
     if (v >= DB_MIN_SERVER_VERSION)
         return true;
     char shown[32];
-    if (v >= 100000) /* 10 and later: major * 10000 + minor */
-        snprintf(shown, sizeof(shown), "%d.%d", v / 10000, v % 10000);
-    else if (v > 0) /* before 10: major.minor.patch, two digits each after the first */
-        snprintf(shown, sizeof(shown), "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
-    else
-        snprintf(shown, sizeof(shown), "of an unknown version");
     snprintf(err, errlen, "PostgreSQL %d or later is required; the server is %s",
-             DB_MIN_SERVER_VERSION / 10000, shown);
+             DB_MIN_SERVER_VERSION / 10000, version_shown(v, shown, sizeof(shown)));
     return false;
 }
 
@@ -1308,31 +1363,100 @@ PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errl
     return db_connect_checked(conninfo, app, NULL, err, errlen);
 }
 
+/* What happened at each host of a db_connect_checked: refused for its server's version (old,
+ * version), or failed otherwise (why; "" when not tried). */
+typedef struct HostOutcome {
+    bool old;
+    int version;
+    char why[300];
+} HostOutcome;
+
+/* The one line of a db_connect_checked that no host of several served: the old servers first,
+ * each named with its version, then the other hosts' failures. */
+static void hosts_failed(const DbConnectParams *p, const HostOutcome *out, char *err, size_t errlen)
+{
+    StrBuf line = {0};
+    int old = 0;
+    for (int i = 0; i < p->nhosts; i++) {
+        if (!out[i].old)
+            continue;
+        char label[300], shown[32], head[64];
+        db_host_label(&p->hosts[i], label, sizeof(label));
+        if (old++ == 0) {
+            snprintf(head, sizeof(head), "PostgreSQL %d or later is required; the server",
+                     DB_MIN_SERVER_VERSION / 10000);
+            strbuf_puts(&line, head);
+        } else {
+            strbuf_puts(&line, ",");
+        }
+        strbuf_puts(&line, " at ");
+        strbuf_puts(&line, label);
+        strbuf_puts(&line, " is ");
+        strbuf_puts(&line, version_shown(out[i].version, shown, sizeof(shown)));
+    }
+    for (int i = 0; i < p->nhosts; i++) {
+        if (out[i].old || !out[i].why[0])
+            continue;
+        if (line.len)
+            strbuf_puts(&line, "; ");
+        strbuf_puts(&line, out[i].why);
+    }
+    snprintf(err, errlen, "%s", line.s ? line.s : "out of memory");
+    strbuf_free(&line);
+}
+
 PGconn *db_connect_checked(const char *conninfo, const char *app, bool *unsupported, char *err,
                            size_t errlen)
 {
     if (unsupported)
         *unsupported = false;
     DbConnectParams p;
-    if (!db_connect_params(conninfo, app, &p, err, errlen))
-        return NULL;
-    PGconn *conn = PQconnectdbParams(p.keys, p.values, 1);
-    db_connect_params_free(&p);
-    if (PQstatus(conn) != CONNECTION_OK) {
-        char line[300];
-        first_line(PQerrorMessage(conn), line, sizeof(line));
-        db_hide_password_tail(line, conninfo);
-        snprintf(err, errlen, "%s", line);
-        PQfinish(conn);
+    HostOutcome *out = NULL;
+    PGconn *conn = NULL;
+    if (!db_connect_params(conninfo, app, &p, err, errlen) ||
+        !(out = calloc((size_t)p.nhosts, sizeof(*out)))) {
+        if (!out)
+            snprintf(err, errlen, "out of memory");
+        db_connect_params_free(&p);
         return NULL;
     }
-    if (!db_version_supported(PQserverVersion(conn), err, errlen)) {
+    /* libpq's prefer-standby, which one host at a time cannot ask for: every host as a standby,
+     * then every host as any server. */
+    for (int pass = 0; pass < (p.prefer_standby ? 2 : 1) && !conn; pass++) {
+        for (int i = 0; i < p.nhosts && !conn; i++) {
+            if (out[i].old)
+                continue; /* it stays old */
+            db_connect_params_host(&p, i, !p.prefer_standby ? NULL : pass == 0 ? "standby" : "any");
+            PGconn *c = PQconnectdbParams(p.keys, p.values, p.expand_dbname);
+            if (PQstatus(c) != CONNECTION_OK) {
+                first_line(PQerrorMessage(c), out[i].why, sizeof(out[i].why));
+                db_hide_password_tail(out[i].why, conninfo);
+                PQfinish(c);
+            } else if (!db_version_supported(PQserverVersion(c), out[i].why, sizeof(out[i].why))) {
+                out[i].old = true;
+                out[i].version = PQserverVersion(c);
+                PQfinish(c);
+            } else {
+                conn = c;
+            }
+        }
+    }
+    if (!conn) {
+        bool all_old = true;
+        for (int i = 0; i < p.nhosts; i++)
+            all_old = all_old && out[i].old;
         if (unsupported)
-            *unsupported = true;
-        PQfinish(conn);
-        return NULL;
+            *unsupported = all_old;
+        /* One host: its own line, as libpq or db_version_supported wrote it. */
+        if (p.nhosts == 1)
+            snprintf(err, errlen, "%s", out[0].why);
+        else
+            hosts_failed(&p, out, err, errlen);
+    } else {
+        PQsetNoticeProcessor(conn, on_notice, NULL);
     }
-    PQsetNoticeProcessor(conn, on_notice, NULL);
+    free(out);
+    db_connect_params_free(&p);
     return conn;
 }
 

@@ -164,20 +164,32 @@ void db_pins_text(const DbPins *pins, const char *text, char *out, size_t outlen
  * would take as no limit. */
 #define DB_CONNECT_TIMEOUT_DEFAULT "10"
 
-/* What db_connect hands PQconnectdbParams (expand_dbname 1): keys and values NULL-terminated. */
+/* What db_connect hands PQconnectdbParams, one host of the list at a time: keys and values
+ * NULL-terminated, for expand_dbname. */
 typedef struct DbConnectParams {
-    const char *keys[12], *values[12];
-    char *options; /* owned: the user's options and the pinned search_path, or NULL */
+    const char **keys, **values;
+    int expand_dbname;
+    DbHost *hosts; /* the hosts to try, in order (db_hosts; one entry for a single host) */
+    int nhosts;
+    bool prefer_standby; /* target_session_attrs=prefer-standby, from wherever libpq takes it */
+    int nshared;         /* entries every host's connection shares, before the host's own */
+    PQconninfoOption *parsed; /* owns the strings of values, or NULL (an unparsable string) */
+    char *options;            /* owned: the user's options and the pinned search_path, or NULL */
 } DbConnectParams;
 
-/* Fills p for a connection to conninfo (which, like app, must outlive p): connect_timeout=10
- * (also for a connect_timeout of zero or less), keepalives (after 10 s idle, every 5 s, 3
- * unanswered), tcp_user_timeout=30000 and fallback_application_name=app (NULL: none), each
- * unless the string, its service file or the environment sets it; then the string; then the
- * pinned options (db_pin_search_path). Reads the service file. False with one line in err when
- * out of memory; db_connect_params_free releases p either way. */
+/* Fills p for connections to conninfo (which, like app, must outlive p): the string's own
+ * settings, connect_timeout=10 (also for a connect_timeout of zero or less), keepalives (after
+ * 10 s idle, every 5 s, 3 unanswered), tcp_user_timeout=30000 and fallback_application_name=app
+ * (NULL: none), each unless the string, its service file or the environment sets it, and the
+ * pinned options (db_pin_search_path); no host yet (db_connect_params_host). An unparsable
+ * string is passed whole, for libpq to report. Reads the service file. False with one line in
+ * err when out of memory; db_connect_params_free releases p either way. */
 bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p, char *err,
                        size_t errlen) __attribute__((warn_unused_result));
+
+/* Points p's parameters at host i of p->hosts (its host, hostaddr and port, in place of the
+ * whole list), with target_session_attrs set to session_attrs (NULL: as the user set it). */
+void db_connect_params_host(DbConnectParams *p, int i, const char *session_attrs);
 
 /* Releases what db_connect_params allocated. */
 void db_connect_params_free(DbConnectParams *p);
@@ -194,11 +206,17 @@ void db_connect_params_free(DbConnectParams *p);
 bool db_version_supported(int server_version, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
-/* Connects with db_connect_params's parameters; server notices go to the debug log. Returns NULL
- * with one line in err on failure (libpq's, with any quoted text of the string holding an '@'
- * hidden: the tail of a password whose '@' was not percent-encoded), or when the server is older
- * than DB_MIN_SERVER_VERSION (db_version_supported's line; *unsupported set true: bad input for a
- * command, exit status 2, not a failure a retry cures). unsupported may be NULL. */
+/* Connects with db_connect_params's parameters, to each host of the list in turn until one
+ * connects and is recent enough, as libpq goes through a host list (target_session_attrs
+ * checked at each host; prefer-standby: every host as a standby first, then as any server), so
+ * that a server older than DB_MIN_SERVER_VERSION among the hosts is passed over for the next one
+ * (libpq would have stopped at the first that answered). Server notices go to the debug log.
+ * Returns NULL with one line in err when none is usable: with one host, libpq's first line (any
+ * quoted text of the string holding an '@' hidden: the tail of a password whose '@' was not
+ * percent-encoded) or db_version_supported's; with several, the old servers named with their
+ * versions ("...; the server at HOST:PORT is 12.19, at ...") and each other host's failure after
+ * them, "; " between. *unsupported is set true when every host was refused for its version: bad
+ * input for a command, exit status 2, not a failure a retry cures. unsupported may be NULL. */
 PGconn *db_connect_checked(const char *conninfo, const char *app, bool *unsupported, char *err,
                            size_t errlen);
 

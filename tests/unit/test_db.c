@@ -409,15 +409,17 @@ static int silent_server(char *port, size_t len)
 }
 
 /* The connect_timeout libpq takes from db_connect's parameters: the connection db_connect would
- * make (db_connect_params, then libpq's own parsing of them: the expanded string, its service
- * file, the environment, a later entry beating an earlier one), started without waiting and read
- * back with PQconninfo, the setting the connection enforces. Into out ("" when libpq has none). */
+ * make to the string's (first) host, from the very parameters it passes (db_connect_params and
+ * db_connect_params_host, then libpq's own parsing of them: the service file, the environment, a
+ * later entry beating an earlier one), started without waiting and read back with PQconninfo,
+ * the setting the connection enforces. Into out ("" when libpq has none). */
 static void effective_connect_timeout(const char *conninfo, char *out, size_t len)
 {
     char err[300];
     DbConnectParams p;
     assert_true(db_connect_params(conninfo, "test_db", &p, err, sizeof(err)));
-    PGconn *conn = PQconnectStartParams(p.keys, p.values, 1);
+    db_connect_params_host(&p, 0, NULL);
+    PGconn *conn = PQconnectStartParams(p.keys, p.values, p.expand_dbname);
     db_connect_params_free(&p);
     assert_non_null(conn);
     if (PQstatus(conn) == CONNECTION_BAD)

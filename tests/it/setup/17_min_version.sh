@@ -7,6 +7,10 @@
 #  1. every command that connects (migrate, even with --connect-wait; check, status, dead,
 #     requeue, purge-dead, replay, verify) exits 2 with one line naming both versions, and
 #     migrate creates nothing;
+#  1b. the same commands given two hosts, the old server first, connect to the second and work
+#     (before, libpq stopped at the first host that answered: exit 2); prefer-standby too; with
+#     two old hosts, exit 2 and one line naming each one's version; an old host and one that
+#     refuses, exit 1 naming both;
 #  2. run with --databases: the old server's entry (b) is refused with the same line, never
 #     "connected", is not ready (/readyz names it and the versions, its rows stay unsent), while
 #     the other entry (a) delivers all its rows: one old server does not stop the others;
@@ -55,6 +59,41 @@ refused requeue requeue --all
 refused purge-dead purge-dead --all
 refused replay replay --from-id 1
 refused verify verify --brokers "$BROKERS"
+
+# --- 1b. the commands given two hosts, the old server first ---
+# Before, libpq stopped at the first host that answered and the command refused its version:
+# exit 2 though the second host is a supported server.
+OPTS="sslmode=disable&gssencmode=disable"
+OLD_NEW="postgresql://postgres@127.0.0.1:$OLD_PORT,127.0.0.1:$PGPORT/db_a?$OPTS"
+# works NAME ARGS...: `outbox-relay ARGS --database-url URL` exits 0 (URL: $URL, else OLD_NEW).
+works() {
+    local name=$1 rc
+    shift
+    timeout 30 "$RELAY_BIN" "$@" --database-url "${URL:-$OLD_NEW}" >"$T/$name.out" 2>&1
+    rc=$?
+    check_eq "1b: $name with the old host first exits 0" 0 "$rc" ||
+        sed -n '1,5s/^/#   /p' "$T/$name.out"
+}
+works migrate migrate
+works status status
+works dead dead
+works check check --brokers "$BROKERS"
+# prefer-standby (no standby here): libpq's second round, any server, passes the old one over.
+URL="$OLD_NEW&target_session_attrs=prefer-standby" works status-prefer-standby status
+# fails_with WHAT URL RC PATTERN: `outbox-relay status` given URL (hosts WHAT) exits RC and
+# says PATTERN (grep -E).
+fails_with() {
+    timeout 30 "$RELAY_BIN" status --database-url "$2" >"$T/$1.out" 2>&1
+    check_eq "1b: status with $1 hosts exits $3" "$3" "$?"
+    check "1b: ... saying '$4'" grep -qE "$4" "$T/$1.out"
+}
+# Both hosts old: exit 2, one line naming each server's version.
+fails_with old-old "postgresql://postgres@127.0.0.1:$OLD_PORT,localhost:$OLD_PORT/db_a?$OPTS" 2 \
+    "13 or later is required; the server at 127.0.0.1:$OLD_PORT is 12.19, at localhost:$OLD_PORT is 12.19\"$"
+# An old host and one that refuses: a failure a retry may cure (exit 1), both said.
+DOWN_PORT=$(free_port) || fail "a free port"
+fails_with old-down "postgresql://postgres@127.0.0.1:$OLD_PORT,127.0.0.1:$DOWN_PORT/db_a?$OPTS" 1 \
+    "server at 127.0.0.1:$OLD_PORT is 12.19; connection to server at .*port $DOWN_PORT failed"
 
 # --- 2. run with --databases: a on the real server, b behind the proxy ---
 "$RELAY_BIN" migrate --database-url "postgresql://postgres@127.0.0.1:$PGPORT/db_b" \
