@@ -309,6 +309,7 @@ static void connected(PgConn *pg)
      * other databases of --databases untouched, and picked up by itself once the server is
      * upgraded. Before forget_addrs: target_failed needs the addresses left to try. */
     if (!db_version_supported(PQserverVersion(pg->conn), pg->refused, sizeof(pg->refused))) {
+        pg->refused_now = true;
         target_failed(pg, pg->refused);
         return;
     }
@@ -418,6 +419,10 @@ static void target_failed(PgConn *pg, const char *why)
             return;
         }
     }
+    /* The round is over: an old server it did not meet (the host now unreachable, another
+     * failure) is no longer why this connection is down. */
+    if (!pg->refused_now)
+        pg->refused[0] = '\0';
     pg_lose(pg, reason);
 }
 
@@ -553,6 +558,7 @@ static void attempt_target(PgConn *pg)
 static void start_connect(PgConn *pg)
 {
     pg->target = 0;
+    pg->refused_now = false;
     attempt_target(pg);
 }
 

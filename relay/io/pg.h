@@ -105,8 +105,10 @@ bool pg_conn_idle(const PgConn *pg);
 bool pg_conn_up(const PgConn *pg);
 
 /* Why the server this connection reached last was refused for its version ("PostgreSQL 13 or
- * later is required; the server is 12.19"), or NULL when it was not (or none was reached yet).
- * The connection meanwhile retries as for an unreachable server, after its backoff. */
+ * later is required; the server is 12.19"), or NULL when it was not (or none was reached yet),
+ * or when the last round of attempts over its hosts met no old server (failed otherwise: what
+ * is true now). The connection meanwhile retries as for an unreachable server, after its
+ * backoff. */
 const char *pg_conn_refused(const PgConn *pg);
 
 /* Sends n statements (1..PG_MAX_QUERIES) in one pipeline. Returns false (and calls nothing) when

@@ -92,8 +92,11 @@ struct PgConn {
      * notice receiver, and then says only that the server closed the connection. */
     char *server_fatal;
     /* Why the last server reached was refused for its version (db_version_supported), "" when
-     * it was not: for /readyz (pg_conn_refused), as the log says it once. */
+     * it was not: for /readyz (pg_conn_refused), as the log says it once. Kept while the rounds
+     * of attempts meet an old server (refused_now: this round did), cleared by a connection or
+     * a round that met none (the server gone, say), which is then what is true. */
     char refused[120];
+    bool refused_now;
     /* The server process of the connection made last (pg_conn_backend): 0 and "" until its setup
      * learnt them. Kept when the connection is lost (its backend may live on), until the next
      * connection is made. */

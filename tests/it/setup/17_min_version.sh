@@ -14,6 +14,8 @@
 #  2. run with --databases: the old server's entry (b) is refused with the same line, never
 #     "connected", is not ready (/readyz names it and the versions, its rows stay unsent), while
 #     the other entry (a) delivers all its rows: one old server does not stop the others;
+#  2b. b's old server goes away: /readyz names b unreachable, no longer the versions (before, it
+#     named them until a connection succeeded);
 #  3. run with two hosts, the old server first ("host=A,B"): the old one is refused as a host
 #     that fails ("postgres host failed" with the line) and the relay goes on to the second,
 #     which delivers b's rows. Before, the refusal skipped the rest of the list and started over
@@ -30,10 +32,15 @@ done
     2>"$T/migrate.log" || fail "migrate db_a"
 [ -x "$BIN/pg-version-proxy" ] || fail "bin/pg-version-proxy built (make tools)"
 OLD_PORT=$(free_port) || fail "a free port for pg-version-proxy"
-"$BIN/pg-version-proxy" --listen "$OLD_PORT" --to "$PGPORT" --version 12.19 \
-    >"$T/proxy.out" 2>&1 &
-_t_track "$!"
-_poll 10 grep -q listening "$T/proxy.out" || fail "pg-version-proxy listens"
+# proxy_start: the old server's stand-in on OLD_PORT (PROXY_PID).
+proxy_start() {
+    "$BIN/pg-version-proxy" --listen "$OLD_PORT" --to "$PGPORT" --version 12.19 \
+        >"$T/proxy.out" 2>&1 &
+    PROXY_PID=$!
+    _t_track "$PROXY_PID"
+    _poll 10 grep -q listening "$T/proxy.out" || fail "pg-version-proxy listens"
+}
+proxy_start
 OLD_URL="postgresql://postgres@127.0.0.1:$OLD_PORT/db_b?sslmode=disable&gssencmode=disable"
 LINE='PostgreSQL 13 or later is required; the server is 12.19'
 unset DATABASE_URL
@@ -125,8 +132,21 @@ check "2: /readyz: 1 of 2 ready" \
 check "2: /readyz names b's old server" \
     sh -c "curl -s --max-time 5 'http://$METRICS/readyz' | grep -F 'b' | grep -qF '$LINE'"
 check "2: the relay still runs" relay_running
+# 2b. b's old server goes away: /readyz says what is true now (unreachable), not the version.
+# Before, the version stayed its reason until a connection succeeded.
+_t_reap "$PROXY_PID"
+b_unreachable_now() {
+    local r
+    r=$(curl -s --max-time 5 "http://$METRICS/readyz") || return 1
+    ! printf '%s\n' "$r" | grep -qF "$LINE" &&
+        printf '%s\n' "$r" | grep -q '^b not ready: postgres unreachable;'
+}
+wait_for "2b: /readyz: b unreachable, its old version no longer named" 30 b_unreachable_now ||
+    curl -s --max-time 5 "http://$METRICS/readyz" | sed 's/^/#   /'
 relay_stop
 check_eq "2: the relay exits 0" 0 "$?"
+: >"$T/proxy.out"
+proxy_start
 
 # --- 3. two hosts, the old server first: the second one is used ---
 MULTI_URL="postgresql://postgres@127.0.0.1:$OLD_PORT,127.0.0.1:$PGPORT/db_b"
