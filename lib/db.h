@@ -207,10 +207,12 @@ bool db_version_supported(int server_version, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
 /* Connects with db_connect_params's parameters, to each host of the list in turn until one
- * connects and is recent enough, as libpq goes through a host list (target_session_attrs
- * checked at each host; prefer-standby: every host as a standby first, then as any server), so
- * that a server older than DB_MIN_SERVER_VERSION among the hosts is passed over for the next one
- * (libpq would have stopped at the first that answered). Server notices go to the debug log.
+ * connects and is recent enough, as the relay's own connections do (pg.c): target_session_attrs
+ * checked at each host, prefer-standby as libpq's two rounds (every host as a standby first,
+ * then as any server), and any failure moving on to the next host (libpq stops at a server's
+ * error after the start, an authentication failure say), so that a server older than
+ * DB_MIN_SERVER_VERSION among the hosts is passed over for the next one (libpq would have
+ * stopped at the first that answered). Server notices go to the debug log.
  * Returns NULL with one line in err when none is usable: with one host, libpq's first line (any
  * quoted text of the string holding an '@' hidden: the tail of a password whose '@' was not
  * percent-encoded) or db_version_supported's; with several, the old servers named with their
