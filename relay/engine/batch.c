@@ -68,6 +68,7 @@ void batch_clear(Batch *b)
     b->abandoned = b->timed_out = b->held_whole = false;
     b->setup_faults = 0;
     b->cancelled = 0;
+    b->isolated_out = false;
     b->setup_err = RD_KAFKA_RESP_ERR_NO_ERROR;
     b->setup_topic[0] = '\0';
     if (b->any_held)
@@ -232,6 +233,8 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
         br->setup_fault = false;
         br->sent_value = br->sent_key = br->sent_headers = 0;
         br->cancelled = false;
+        br->shared = br->isolated = false;
+        br->produced_seq = 0;
         br->error = NULL;
         br->headers = NULL;
         br->topic = NULL;

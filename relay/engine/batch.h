@@ -57,6 +57,11 @@ typedef struct BatchRow {
     /* Left unsent for no fault of its own (batch_leave_unsent): its purge by a failed producer,
      * or kept apart (Unrecordable). A later event of its aggregate delivered is an order break. */
     bool cancelled;
+    /* For a broker's "too large" (produce.c): something else of the relay was in flight when it
+     * was produced, and the relay's message count (Relay.produced) once it was. */
+    bool shared;
+    unsigned long long produced_seq;
+    bool isolated; /* produced alone (Isolate, engine.h), its report awaited by every session */
 } BatchRow;
 
 #define BATCH_HELD_BITS 65536
@@ -83,9 +88,10 @@ typedef struct Batch {
     bool abandoned; /* the transaction is gone; drop once every report is in */
     bool timed_out; /* the delivery timeout cancelled what was left */
     bool any_held;
-    bool held_whole;  /* the claim's recheck held every row: nothing to publish (claim.c) */
-    int setup_faults; /* rows left unsent for a Kafka setup fault (batch_unsent) */
-    int cancelled;    /* rows left unsent for no fault of theirs (batch_leave_unsent) */
+    bool held_whole;   /* the claim's recheck held every row: nothing to publish (claim.c) */
+    int setup_faults;  /* rows left unsent for a Kafka setup fault (batch_unsent) */
+    int cancelled;     /* rows left unsent for no fault of theirs (batch_leave_unsent) */
+    bool isolated_out; /* a row produced alone (BatchRow.isolated) awaits its report */
     rd_kafka_resp_err_t setup_err;         /* the first one's error */
     char setup_topic[ROUTE_TOPIC_MAX + 1]; /* and its topic ("" when not known) */
     double claimed_at;    /* monotonic time (monotime.h) when the claim's rows arrived, for latency

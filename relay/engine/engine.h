@@ -88,6 +88,25 @@ typedef struct Unrecordable {
     bool full_logged;              /* a row that did not fit was said (once until one fits) */
 } Unrecordable;
 
+/* Rows the broker refused as too large (MESSAGE_TOO_LARGE) in a produce request they shared with
+ * other messages of the relay (produce.c). Kafka applies a topic's max.message.bytes to a whole
+ * record batch and refuses the whole request; librdkafka 2.0.2 does not split it, so a small
+ * event refused that way is not at fault. Each stays unsent with no attempt counted and is
+ * produced again alone (nothing else of the relay in flight until its report): refused alone,
+ * it is too large itself and is rejected as before. A set of ids with a fixed cap: an id a claim
+ * has not met for ISOLATE_STALE_S (its lane moved, the row was requeued or deleted) makes room;
+ * past ISOLATE_MAX a refused row counts a transient failure instead (an attempt, no rejection,
+ * never dead-lettered for it). A restart starts with an empty set: such a row is refused with
+ * others once more. An id reused after TRUNCATE ... RESTART IDENTITY only goes alone once. */
+#define ISOLATE_MAX 64
+#define ISOLATE_STALE_S 600.0
+typedef struct Isolate {
+    int n;
+    long long ids[ISOLATE_MAX];
+    double met[ISOLATE_MAX]; /* monotonic time it was refused or last met by produce_more */
+    bool warned;             /* the episode's warning was said; until the set is empty again */
+} Isolate;
+
 /* The aggregate types whose events a session leaves out of its claims because Kafka refused
  * their topic for a fault of the setup (kafka_error_setup: an ACL revoked, a topic deleted), so
  * that one refused topic does not slow the others down to one batch per retry backoff. Held by
@@ -201,6 +220,10 @@ struct Relay {
     ev_tstamp backlog_seen_at; /* the last full claim */
     ev_timer rest_timer;       /* looks whether the sessions above --min-sessions may rest */
     Unrecordable unrecordable; /* rows whose outcome the table refuses to record (marks.c) */
+    Isolate isolate;           /* rows to produce alone (produce.c) */
+    /* Messages handed to the producer so far (produce.c): a row refused as too large was alone
+     * in its request when nothing was in flight as it went out and nothing went out after it. */
+    unsigned long long produced;
     bool stopping;
     int signals;
     int exit_status;
@@ -264,7 +287,10 @@ struct Session {
     bool rebalance_due;     /* lane ownership should be checked before the next claim */
     bool stopped;           /* done shutting down */
     bool waiting;           /* producing paused (queue full, purge): a delivery report resumes it */
-    ev_tstamp last_rows_at; /* when a claim last returned rows */
+    /* Paused on a row to produce alone (Isolate) until nothing else of the relay is in flight;
+     * the other sessions produce nothing meanwhile (the lower index goes first). */
+    bool isolate_wait;
+    ev_tstamp last_rows_at;                 /* when a claim last returned rows */
     ev_tstamp claim_sent_at, marks_sent_at; /* of the current batch, for the debug log */
     bool stopping;
     Backoff retry;

@@ -132,6 +132,105 @@ static void fail_produced_too_large(Session *s, BatchRow *br, bool broker)
     batch_fail(&s->batch, br, why, true);
 }
 
+/* ---- rows the broker refused as too large with others: produced again alone ---------------- */
+
+static int isolate_find(const Isolate *iso, long long id)
+{
+    for (int i = 0; i < iso->n; i++)
+        if (iso->ids[i] == id)
+            return i;
+    return -1;
+}
+
+/* Whether br is an event to produce alone (Isolate, engine.h); notes that a claim met it. */
+static bool isolate_wanted(Relay *r, const BatchRow *br)
+{
+    if (br->dead_letter || r->isolate.n == 0)
+        return false;
+    int i = isolate_find(&r->isolate, br->row.id);
+    if (i < 0)
+        return false;
+    r->isolate.met[i] = monotime_now();
+    return true;
+}
+
+/* Its outcome is known (delivered, or refused alone): it goes with others from now on. */
+static void isolate_forget(Relay *r, long long id)
+{
+    Isolate *iso = &r->isolate;
+    int i = isolate_find(iso, id);
+    if (i < 0)
+        return;
+    iso->n--;
+    iso->ids[i] = iso->ids[iso->n];
+    iso->met[i] = iso->met[iso->n];
+    if (iso->n == 0)
+        iso->warned = false; /* the episode is over: the next refusal is said again */
+}
+
+/* Adds id to the rows to produce alone. False when the set is full of rows met within
+ * ISOLATE_STALE_S (a stale one makes room). */
+static bool isolate_add(Relay *r, long long id)
+{
+    Isolate *iso = &r->isolate;
+    double now = monotime_now();
+    int i = isolate_find(iso, id);
+    if (i < 0 && iso->n < ISOLATE_MAX)
+        i = iso->n++;
+    for (int j = 0; i < 0 && j < iso->n; j++)
+        if (now - iso->met[j] >= ISOLATE_STALE_S)
+            i = j;
+    if (i < 0)
+        return false;
+    iso->ids[i] = id;
+    iso->met[i] = now;
+    return true;
+}
+
+/* Whether s must not produce its next row now: a row produced alone (any session's, s's own
+ * too) awaits its report, or another session waits to produce one alone, which goes first
+ * (when s's next row is to go alone as well, the lower index goes first, so two never wait on
+ * each other). Each paused session is resumed by a report (relay.c, resume_waiting). */
+static bool isolation_blocks(const Relay *r, const Session *s, bool isolating)
+{
+    for (int i = 0; i < r->n_sessions; i++) {
+        const Session *o = &r->sessions[i];
+        if (o->batch.isolated_out)
+            return true;
+        if (o != s && o->isolate_wait && o->waiting && o->phase == PHASE_PRODUCING &&
+            (!isolating || o->index < s->index))
+            return true;
+    }
+    return false;
+}
+
+/* A message the broker refused as too large though it was not alone in its produce request:
+ * Kafka refuses the whole request when the record batch is over the topic's max.message.bytes,
+ * however small each message is, so that is no fault of the row. It stays unsent with no
+ * attempt counted (its aggregate held for the batch) and goes alone next time; when the set of
+ * such rows is full, it counts a transient failure (an attempt, never a rejection). */
+static void refused_with_others(Session *s, BatchRow *br)
+{
+    Relay *r = s->relay;
+    if (!r->isolate.warned) {
+        r->isolate.warned = true;
+        log_warn("the broker refused a produce request as too large though its messages were "
+                 "within message.max.bytes: set --kafka batch.size (and message.max.bytes) at or "
+                 "below the smallest topic's max.message.bytes",
+                 "topic=%s id=%lld", br->topic ? br->topic : "", br->row.id);
+    }
+    if (isolate_add(r, br->row.id)) {
+        batch_cancelled(&s->batch, br);
+        return;
+    }
+    char why[256];
+    snprintf(why, sizeof(why),
+             "message too large for the broker in a produce request with other messages (not "
+             "counted as a rejection: more such rows than the %d the relay produces alone)",
+             ISOLATE_MAX);
+    batch_fail(&s->batch, br, why, false);
+}
+
 /* Produces one event row. Returns the producer's answer; failures that happen before the
  * producer (topic, headers) are recorded here and reported as NO_ERROR with the row FAILED. */
 static rd_kafka_resp_err_t produce_event(Session *s, BatchRow *br)
@@ -239,6 +338,7 @@ void produce_more(Session *s)
     Batch *b = &s->batch;
     Relay *r = s->relay;
     s->waiting = false;
+    s->isolate_wait = false;
     /* Nothing new goes to the producer while a purge is under way: the purge is not
      * instantaneous, and a message of this batch caught by it while later ones get through
      * would leave a gap in its aggregate's order. (Nothing in the loop changes these.) */
@@ -258,6 +358,12 @@ void produce_more(Session *s)
             batch_leave_unsent(b, br); /* its outcome cannot be recorded: not published again */
             b->next++;
             continue;
+        }
+        bool isolating = isolate_wanted(r, br);
+        if (isolation_blocks(r, s, isolating) || (isolating && relay_in_flight(r) > 0)) {
+            s->waiting = true; /* a report resumes it; the row (and its aggregate) waits */
+            s->isolate_wait = isolating;
+            break;
         }
         rd_kafka_resp_err_t err =
             br->dead_letter ? produce_dead_letter(s, br) : produce_event(s, br);
@@ -292,9 +398,19 @@ void produce_more(Session *s)
             batch_fail(b, br, rd_kafka_err2str(err), kafka_error_permanent(err));
         else if (br->state == ROW_PENDING) {
             br->state = ROW_QUEUED;
+            br->shared = relay_in_flight(r) > 0;
+            br->produced_seq = ++r->produced;
             b->in_flight++;
         }
+        if (isolating && br->state == ROW_FAILED)
+            isolate_forget(r, br->row.id); /* refused before it went out (librdkafka's size) */
         b->next++;
+        if (isolating && br->state == ROW_QUEUED) {
+            /* Alone in its request: nothing else goes out until its report (isolation_blocks). */
+            br->isolated = b->isolated_out = true;
+            s->waiting = true;
+            break;
+        }
     }
     if (s->stopping || b->timed_out || producer_failed)
         b->next = b->n; /* rows not produced yet stay unsent, with no attempt counted */
@@ -308,6 +424,12 @@ void produce_record_report(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
     if (br->state != ROW_QUEUED)
         return; /* reported after shutdown gave up on it */
     b->in_flight--;
+    bool isolated = br->isolated;
+    if (isolated) {
+        br->isolated = b->isolated_out = false; /* the others may produce again */
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR || err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)
+            isolate_forget(s->relay, br->row.id); /* it fitted, or it is too large itself */
+    }
     if (b->abandoned && err != RD_KAFKA_RESP_ERR_NO_ERROR) {
         /* The batch went with its connection: nothing of it is recorded, the row is claimed and
          * sent again, so its purge or failure is no failure of the row (nor of the metric). */
@@ -338,8 +460,13 @@ void produce_record_report(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
          * dead-lettered: it passes once the clock is set right. */
         batch_fail(b, br, "Broker: Invalid timestamp (the relay host's clock, not the row's)",
                    false);
+    } else if (!br->dead_letter && err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE &&
+               (br->shared || br->produced_seq != s->relay->produced)) {
+        /* Something else of the relay was in flight while it was out: it may have shared the
+         * request the broker refused whole (a record batch over the topic's max.message.bytes). */
+        refused_with_others(s, br);
     } else if (!br->dead_letter && err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
-        fail_produced_too_large(s, br, true); /* librdkafka's text names no size */
+        fail_produced_too_large(s, br, true); /* alone, and still too large: the row's own fault */
     } else if (!br->dead_letter && kafka_error_setup(err)) {
         /* Not authorised, or no such topic: every event of the topic would meet it until an
          * operator acts, so it is never counted against the row (nor dead-letters it): the row
@@ -389,5 +516,6 @@ void produce_give_up_waiting(Session *s)
             b->rows[i].state = ROW_PENDING;
     b->in_flight = 0;
     b->next = b->n;
+    b->isolated_out = false; /* its report, if it comes, is ignored: the others go on */
     batch_retire(b);
 }

@@ -1777,7 +1777,7 @@ static void test_permanent_failures_by_row_no_backoff(void **state)
     bring_up(0);
     answer_claim(0, "A,B,C");
     forget(0);
-    fake_kafka_report_all(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+    fake_kafka_report_all(RD_KAFKA_RESP_ERR_INVALID_RECORD);
     answer_failing(0, "mark-failed", "23514");
     answer(0); /* ROLLBACK */
     answer(0);
@@ -2746,6 +2746,130 @@ static void test_too_large_names_its_sizes(void **state)
     answer(0);
 }
 
+#define TOO_LARGE RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE
+
+/* The statements of the request session i has pending, comma-separated ("" when none). */
+static const char *pending_kinds(int i)
+{
+    static char out[512];
+    const FakeRequest *req = fake_pg_pending(PG(i));
+    out[0] = '\0';
+    for (int q = 0; req && q < req->n; q++)
+        snprintf(out + strlen(out), sizeof(out) - strlen(out), "%s%s", q ? "," : "",
+                 kind_of(req->sql[q]));
+    return out;
+}
+
+/* Answers session i's requests (the marks, nothing recorded) until it is idle, wakes it by its
+ * retry backoff (rows left unsent) or poll timer, and answers its claim with rows (ids from
+ * first_id). */
+static void reclaim(int i, long long first_id, const char *rows)
+{
+    for (int n = 0; n < 8 && fake_pg_pending(PG(i)) && !strstr(pending_kinds(i), "claim"); n++)
+        answer(i);
+    if (!fake_pg_pending(PG(i)))
+        fire(ev_is_active(&S(i)->retry_timer) ? &S(i)->retry_timer : &S(i)->poll_timer);
+    assert_non_null(strstr(pending_kinds(i), "claim"));
+    T.next_id = first_id;
+    answer_claim(i, rows);
+}
+
+/* The broker refuses a whole produce request as too large (a topic's max.message.bytes below
+ * the record batch; librdkafka 2.0.2 does not split it): the small events in it count nothing,
+ * are left unsent, and go again alone, one at a time, nothing else of the relay in flight while
+ * each is out, so an aggregate's order holds; one refused alone is the row's own fault (a
+ * rejection) and holds its aggregate. Said once per episode. On the old code all three rows
+ * were recorded as rejections ("{1,2,3}" in mark-failed). */
+static void test_too_large_request_isolates_rows(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    capture_log(LOG_WARN);
+    answer_claim(0, "A,B,A"); /* rows 1..3, one request */
+    assert_int_equal(fake_kafka_count(), 3);
+    fake_kafka_report_all(TOO_LARGE);
+    assert_string_equal(pending_param(0, "mark-failed"), "");
+    assert_string_equal(pending_param(0, "mark-sent"), "");
+    assert_int_equal(T.r->isolate.n, 3);
+    /* Claimed again: row 1 goes alone; nothing else until its report. */
+    reclaim(0, 1, "A,B,A,C");
+    assert_int_equal(fake_kafka_count(), 4);
+    assert_string_equal(fake_kafka_at(3)->key, "agg-A");
+    fake_kafka_report(3, OK);
+    assert_int_equal(fake_kafka_count(), 5); /* row 2 alone */
+    assert_string_equal(fake_kafka_at(4)->key, "agg-B");
+    fake_kafka_report(4, TOO_LARGE);         /* refused alone: too large itself */
+    assert_int_equal(fake_kafka_count(), 6); /* row 3 alone, after row 1 was acknowledged */
+    assert_string_equal(fake_kafka_at(5)->key, "agg-A");
+    fake_kafka_report(5, OK);
+    assert_int_equal(fake_kafka_count(), 7); /* row 4, not isolated, goes as usual */
+    fake_kafka_report(6, OK);
+    assert_string_equal(pending_param(0, "mark-sent"), "{1,3,4}");
+    assert_string_equal(field(pending_param(0, "mark-failed"), 0), "{2}");
+    assert_int_equal(T.r->isolate.n, 0);
+    answer(0);
+    const char *text = logged();
+    assert_int_equal(occurrences(text, "the broker refused a produce request as too large though "
+                                       "its messages were within message.max.bytes"),
+                     1);
+}
+
+/* The rows to produce alone are a set of fixed size (ISOLATE_MAX): one that does not fit counts
+ * a transient failure (an attempt, never a rejection), unless an entry no claim has met for
+ * ISOLATE_STALE_S makes room. On the old code both rows were rejections (permanent "t"). */
+static void test_too_large_request_isolate_cap(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    Isolate *iso = &T.r->isolate;
+    for (int i = 0; i < ISOLATE_MAX; i++) {
+        iso->ids[i] = 1000 + i; /* rows of other lanes, met just now */
+        iso->met[i] = monotime_now();
+    }
+    iso->n = ISOLATE_MAX;
+    iso->met[7] = monotime_now() - ISOLATE_STALE_S - 1; /* one stale */
+    answer_claim(0, "A,B,C");                           /* rows 1..3 */
+    fake_kafka_report_all(TOO_LARGE);
+    assert_int_equal(iso->n, ISOLATE_MAX);
+    assert_int_equal(iso->ids[7], 1); /* row 1 took the stale one's place: left unsent */
+    assert_string_equal(field(pending_param(0, "mark-failed"), 0), "{2,3}");
+    assert_string_equal(field(pending_param(0, "mark-failed"), 2), "{\"f\",\"f\"}");
+    assert_non_null(
+        strstr(field(pending_param(0, "mark-failed"), 1), "not counted as a rejection"));
+    answer(0);
+}
+
+/* Isolation is relay-wide, the producer being shared: a session whose next row goes alone waits
+ * for the other session's messages to be reported, and the other produces nothing new
+ * meanwhile (here its next batch waits); then the row goes out alone. */
+static void test_too_large_request_isolation_relay_wide(void **state)
+{
+    start("2", "2", "60000");
+    T.members = "0,1";
+    bring_up(0);
+    bring_up(1);
+    T.r->isolate.ids[0] = 5;
+    T.r->isolate.met[0] = monotime_now();
+    T.r->isolate.n = 1;
+    T.next_id = 1;
+    answer_claim(1, "B,C"); /* session 1: rows 1, 2 in flight */
+    assert_int_equal(fake_kafka_count(), 2);
+    T.next_id = 5;
+    answer_claim(0, "A,D"); /* session 0: row 5 to go alone, row 6 after it */
+    assert_int_equal(fake_kafka_count(), 2);
+    assert_true(S(0)->isolate_wait);
+    fake_kafka_report(0, OK);
+    assert_int_equal(fake_kafka_count(), 2); /* row 2 still out */
+    fake_kafka_report(1, OK);
+    assert_int_equal(fake_kafka_count(), 3); /* row 5, alone */
+    assert_string_equal(fake_kafka_at(2)->key, "agg-A");
+    fake_kafka_report(2, OK);
+    assert_int_equal(fake_kafka_count(), 4); /* then row 6 */
+    fake_kafka_report(3, OK);
+    assert_string_equal(pending_param(0, "mark-sent"), "{5,6}");
+    assert_int_equal(T.r->isolate.n, 0);
+}
+
 /* A row whose outcome the table refuses to record at all (its sent mark and then its failure
  * mark refused by a CHECK or trigger of the row) was claimed, published and refused again after
  * every retry backoff, for ever, with the rest of each batch recorded one by one. Now it is said
@@ -3287,6 +3411,9 @@ int main(void)
         cmocka_unit_test_teardown(test_fatal_refusal_counts_no_attempt, teardown),
         cmocka_unit_test_teardown(test_full_queue_inside_last_report_waits, teardown),
         cmocka_unit_test_teardown(test_too_large_names_its_sizes, teardown),
+        cmocka_unit_test_teardown(test_too_large_request_isolates_rows, teardown),
+        cmocka_unit_test_teardown(test_too_large_request_isolate_cap, teardown),
+        cmocka_unit_test_teardown(test_too_large_request_isolation_relay_wide, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart_across_reconnect, teardown),
         cmocka_unit_test_teardown(test_unrecordable_forgotten_when_table_replaced, teardown),
