@@ -1,5 +1,6 @@
 #include "kafka.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -297,20 +298,36 @@ bool kafka_conf_pin_files(rd_kafka_conf_t *conf, KafkaPins *pins, char *err, siz
 
 void kafka_pins_text(const KafkaPins *pins, char *text, size_t size)
 {
-    for (size_t i = 0; i < KAFKA_PINS_MAX; i++) {
-        if (!pins->fd[i])
-            continue;
+    /* One pass, as db_pins_text: an alias counts only where its number ends ("/proc/self/fd/3"
+     * is not the start of "/proc/self/fd/31", another pin's when 3 was free and 4 to 30 were
+     * not), and a path written in is not searched again. */
+    char *out = size ? malloc(size) : NULL;
+    if (!out)
+        return; /* the aliases stay */
+    size_t o = 0;
+    for (const char *t = text; *t && o + 1 < size;) {
+        int hit = -1;
         char alias[64];
-        snprintf(alias, sizeof(alias), "/proc/self/fd/%d", pins->fd[i] - 1);
-        char *at;
-        while ((at = strstr(text, alias)) != NULL) {
-            size_t alen = strlen(alias), plen = strlen(pins->path[i]), tail = strlen(at + alen);
-            if ((size_t)(at - text) + plen + tail + 1 > size)
-                break; /* no room: the alias stays */
-            memmove(at + plen, at + alen, tail + 1);
-            memcpy(at, pins->path[i], plen);
+        size_t alen = 0;
+        for (int i = 0; i < KAFKA_PINS_MAX && hit < 0; i++) {
+            if (!pins->fd[i])
+                continue;
+            alen = (size_t)snprintf(alias, sizeof(alias), "/proc/self/fd/%d", pins->fd[i] - 1);
+            if (strncmp(t, alias, alen) == 0 && !isdigit((unsigned char)t[alen]))
+                hit = i;
         }
+        size_t plen = hit < 0 ? 0 : strlen(pins->path[hit]);
+        if (hit < 0 || o + plen + 1 > size) { /* not an alias, or no room: kept as it is */
+            out[o++] = *t++;
+            continue;
+        }
+        memcpy(out + o, pins->path[hit], plen);
+        o += plen;
+        t += alen;
     }
+    out[o] = '\0';
+    memcpy(text, out, o + 1);
+    free(out);
 }
 
 void kafka_pins_close(KafkaPins *pins)

@@ -68,7 +68,8 @@ bool kafka_conf_pin_files(rd_kafka_conf_t *conf, KafkaPins *pins, char *err, siz
     __attribute__((warn_unused_result));
 
 /* Rewrites each /proc/self/fd alias of pins in text (a librdkafka error) back to its path, as
- * far as size allows. */
+ * far as size allows (an alias that does not fit stays). Only a whole number matches: pin 3's
+ * alias is not the start of pin 31's. */
 void kafka_pins_text(const KafkaPins *pins, char *text, size_t size);
 
 /* Closes the files of pins and frees their paths; pins is left empty. */

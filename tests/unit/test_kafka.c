@@ -771,12 +771,40 @@ static void test_pinned_tls_file_is_the_one_checked(void **state)
     rmdir(dir);
 }
 
+/* An error of librdkafka's naming one pinned file is given that file's path, not another's whose
+ * descriptor number starts the same: with 3 free and 4 to 30 taken, two pins get 3 and 31, and
+ * "/proc/self/fd/31" is not "/proc/self/fd/3" followed by a 1. A path written in is final. */
+static void test_pins_text_matches_whole_numbers(void **state)
+{
+    (void)state;
+    KafkaPins pins = {0};
+    pins.fd[0] = 3 + 1, pins.path[0] = "/etc/kafka/ca.pem";
+    pins.fd[2] = 31 + 1, pins.path[2] = "/etc/kafka/client.pem";
+    char text[256] = "ssl.certificate.location failed: cannot read /proc/self/fd/31: bad; "
+                     "/proc/self/fd/3 too";
+    kafka_pins_text(&pins, text, sizeof(text));
+    assert_string_equal(text, "ssl.certificate.location failed: cannot read "
+                              "/etc/kafka/client.pem: bad; /etc/kafka/ca.pem too");
+    /* A path that holds an alias (an operator's own /proc/self/fd/31 pinned as 3) is not
+     * rewritten again, and no room leaves the alias. */
+    pins.fd[2] = 0;
+    pins.path[0] = "/proc/self/fd/31";
+    snprintf(text, sizeof(text), "at /proc/self/fd/3.");
+    kafka_pins_text(&pins, text, sizeof(text));
+    assert_string_equal(text, "at /proc/self/fd/31.");
+    char small[24] = "at /proc/self/fd/3.";
+    pins.path[0] = "/a/path/that/is/far/too/long.pem";
+    kafka_pins_text(&pins, small, sizeof(small));
+    assert_string_equal(small, "at /proc/self/fd/3.");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_protective_defaults),
         cmocka_unit_test(test_tls_files_must_be_regular),
         cmocka_unit_test(test_pinned_tls_file_is_the_one_checked),
+        cmocka_unit_test(test_pins_text_matches_whole_numbers),
         cmocka_unit_test(test_flags_come_after_the_defaults),
         cmocka_unit_test(test_idempotence_cannot_be_turned_off),
         cmocka_unit_test(test_delivery_callbacks_cannot_be_set),
