@@ -10,6 +10,7 @@
 #include "db.h"
 #include "diagnose.h"
 #include "grants.h"
+#include "kafka.h"
 #include "log.h"
 #include "migrate.h"
 #include "schema.h"
@@ -304,8 +305,21 @@ static void check_kafka(Checks *c, const Config *cfg, rd_kafka_conf_t *kconf)
 {
     char errstr[512];
     rd_kafka_conf_set_log_cb(kconf, on_kafka_log);
+    /* librdkafka reads the TLS files in rd_kafka_new: it is handed the files opened here without
+     * waiting (kafka_conf_pin_files), as run's producers are. The paths were checked when the
+     * configuration was built, but the PostgreSQL checks ran since, for up to
+     * --statement-timeout each: a file swapped for a FIFO meanwhile held the check in an open
+     * that waits for a writer, past every bound it promises. */
+    KafkaPins pins;
+    if (!kafka_conf_pin_files(kconf, &pins, errstr, sizeof(errstr))) {
+        rd_kafka_conf_destroy(kconf);
+        say(c, false, "kafka", "cannot create a producer: %s", errstr);
+        return;
+    }
     /* Only metadata is asked for: nothing is produced, no topic is created. */
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, kconf, errstr, sizeof(errstr));
+    kafka_pins_text(&pins, errstr, sizeof(errstr));
+    kafka_pins_close(&pins); /* read whole by rd_kafka_new, never opened again */
     if (!rk) {
         rd_kafka_conf_destroy(kconf);
         say(c, false, "kafka", "cannot create a producer: %s", errstr);

@@ -9,6 +9,7 @@
 
 #include "admin.h"
 #include "db.h"
+#include "kafka.h"
 #include "log.h"
 #include "route.h"
 #include "secrets.h"
@@ -379,6 +380,13 @@ rd_kafka_conf_t *verify_kafka_conf(const Config *cfg, char *err, size_t errlen)
         rd_kafka_conf_destroy(conf);
         return NULL;
     }
+    /* A TLS file that is a FIFO, a device or a socket is bad input, refused before any row is
+     * read, as run refuses it: the consumer's open of it would wait for a writer, unbounded by
+     * --statement-timeout. */
+    if (!kafka_conf_files_ok(conf, err, errlen)) {
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
     return conf;
 }
 
@@ -392,7 +400,19 @@ static bool read_topics(const Config *cfg, rd_kafka_conf_t *conf, Check *c, long
      * and 30 s for the messages whatever it said. At most a day: fits librdkafka's int ms. */
     int kafka_ms = (int)(cfg->statement_timeout_s * 1000);
     char errstr[512];
+    /* The rows were read since verify_kafka_conf's check, for as long as that took: librdkafka
+     * is handed the TLS files opened here without waiting (kafka_conf_pin_files), so that one
+     * swapped for a FIFO meanwhile is refused, not waited on. */
+    KafkaPins pins;
+    if (!kafka_conf_pin_files(conf, &pins, errstr, sizeof(errstr))) {
+        char q[600];
+        rd_kafka_conf_destroy(conf);
+        log_error("cannot create the Kafka consumer", "error=%s", log_quote(errstr, q, sizeof(q)));
+        return false;
+    }
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+    kafka_pins_text(&pins, errstr, sizeof(errstr));
+    kafka_pins_close(&pins); /* read whole by rd_kafka_new, never opened again */
     if (!rk) {
         rd_kafka_conf_destroy(conf);
         log_error("cannot create the Kafka consumer", "error=%s", errstr);

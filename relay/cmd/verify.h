@@ -30,7 +30,8 @@
 
 /* The consumer's configuration: verify's own settings, --brokers, then the --kafka properties.
  * NULL with one line in err when librdkafka refuses one (an unknown property, a bad value; a
- * secret's value is never shown): bad input, exit 2, as run refuses it. */
+ * secret's value is never shown), or a TLS file is a FIFO, a device or a socket
+ * (kafka_conf_files_ok): bad input, exit 2, as run refuses it. */
 rd_kafka_conf_t *verify_kafka_conf(const Config *cfg, char *err, size_t errlen);
 
 /* Runs the check with conf (from verify_kafka_conf; taken, whatever happens). Returns 0 when every
