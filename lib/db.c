@@ -1264,10 +1264,12 @@ bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p
         p->expand_dbname = 1;
     }
     /* The string's own settings, but its host, hostaddr and port: each connection gets its
-     * host's (db_connect_params_host). */
+     * host's (db_connect_params_host), with the dbname. */
     for (const PQconninfoOption *o = p->parsed; o && o->keyword; o++) {
+        if (o->val && strcmp(o->keyword, "dbname") == 0)
+            p->dbname = o->val;
         if (!o->val || strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0 ||
-            strcmp(o->keyword, "port") == 0)
+            strcmp(o->keyword, "port") == 0 || strcmp(o->keyword, "dbname") == 0)
             continue;
         p->keys[n] = o->keyword;
         p->values[n++] = o->val;
@@ -1309,7 +1311,33 @@ bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p
     p->nshared = n;
     p->keys[n] = NULL;
     p->values[n] = NULL;
+    /* Room for the longest host's db_connect_params_host string, every character escaped. */
+    size_t most = 0, dblen = p->dbname ? strlen(p->dbname) : 0;
+    for (int i = 0; i < p->nhosts; i++) {
+        const DbHost *h = &p->hosts[i];
+        size_t len = (h->host ? strlen(h->host) : 0) + (h->hostaddr ? strlen(h->hostaddr) : 0) +
+                     (h->port ? strlen(h->port) : 0);
+        most = len > most ? len : most;
+    }
+    if (!(p->target = malloc(2 * (most + dblen) + 64)))
+        return refuse(err, errlen, "out of memory");
     return true;
+}
+
+/* Appends " key='value'" to out, quotes and backslashes escaped; nothing for a NULL value. */
+static char *conninfo_put(char *out, const char *key, const char *value)
+{
+    if (!value)
+        return out;
+    out += sprintf(out, " %s='", key);
+    for (; *value; value++) {
+        if (*value == '\'' || *value == '\\')
+            *out++ = '\\';
+        *out++ = *value;
+    }
+    *out++ = '\'';
+    *out = '\0';
+    return out;
 }
 
 void db_connect_params_host(DbConnectParams *p, int i, const char *session_attrs)
@@ -1318,9 +1346,19 @@ void db_connect_params_host(DbConnectParams *p, int i, const char *session_attrs
      * its port) where the host gives none. */
     const DbHost *h = &p->hosts[i];
     int n = p->nshared;
-    p->keys[n] = "host", p->values[n++] = h->host;
-    p->keys[n] = "hostaddr", p->values[n++] = h->hostaddr;
-    p->keys[n] = "port", p->values[n++] = h->port;
+    /* An empty entry ("host=''", "port=,5433") is libpq's default (its socket directory, port
+     * 5432), but an empty parameter is no entry for libpq, which then took PGHOST's or PGPORT's
+     * (another server). The entries go as a connection string in the dbname, whose expansion
+     * keeps an empty value; the string's dbname goes in it, the first dbname being the one
+     * expanded. Nothing to pass (an unparsable string, passed whole): none. */
+    char *end = conninfo_put(p->target, "dbname", p->dbname);
+    end = conninfo_put(end, "host", h->host);
+    end = conninfo_put(end, "hostaddr", h->hostaddr);
+    end = conninfo_put(end, "port", h->port);
+    if (end != p->target) {
+        p->keys[n] = "dbname", p->values[n++] = p->target + 1;
+        p->expand_dbname = 1;
+    }
     p->keys[n] = "target_session_attrs", p->values[n++] = session_attrs;
     p->keys[n] = NULL, p->values[n] = NULL;
 }
@@ -1328,6 +1366,7 @@ void db_connect_params_host(DbConnectParams *p, int i, const char *session_attrs
 void db_connect_params_free(DbConnectParams *p)
 {
     free(p->options);
+    free(p->target);
     free(p->keys);
     free(p->values);
     db_hosts_free(p->hosts, p->nhosts > 0 ? p->nhosts : 1);

@@ -175,6 +175,8 @@ typedef struct DbConnectParams {
     int nshared;         /* entries every host's connection shares, before the host's own */
     PQconninfoOption *parsed; /* owns the strings of values, or NULL (an unparsable string) */
     char *options;            /* owned: the user's options and the pinned search_path, or NULL */
+    const char *dbname;       /* the string's dbname (in parsed), or NULL */
+    char *target; /* owned: the host's entries and dbname as a string (db_connect_params_host) */
 } DbConnectParams;
 
 /* Fills p for connections to conninfo (which, like app, must outlive p): the string's own
@@ -188,7 +190,8 @@ bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p
                        size_t errlen) __attribute__((warn_unused_result));
 
 /* Points p's parameters at host i of p->hosts (its host, hostaddr and port, in place of the
- * whole list), with target_session_attrs set to session_attrs (NULL: as the user set it). */
+ * whole list; an empty one is libpq's default, as in the list), with target_session_attrs set to
+ * session_attrs (NULL: as the user set it). */
 void db_connect_params_host(DbConnectParams *p, int i, const char *session_attrs);
 
 /* Releases what db_connect_params allocated. */

@@ -434,6 +434,67 @@ static void effective_connect_timeout(const char *conninfo, char *out, size_t le
     PQfinish(conn);
 }
 
+/* The value of keyword libpq takes for host i of db_connect's walk through conninfo's hosts,
+ * from the very parameters it passes (as effective_connect_timeout), into out ("(none)" when
+ * libpq has none). The hosts are socket directories that do not exist: nothing is reached. */
+static void effective_host_setting(const char *conninfo, int i, const char *keyword, char *out,
+                                   size_t len)
+{
+    char err[300];
+    DbConnectParams p;
+    assert_true(db_connect_params(conninfo, "test_db", &p, err, sizeof(err)));
+    assert_true(i < p.nhosts);
+    db_connect_params_host(&p, i, NULL);
+    PGconn *conn = PQconnectStartParams(p.keys, p.values, p.expand_dbname);
+    db_connect_params_free(&p);
+    assert_non_null(conn);
+    PQconninfoOption *opts = PQconninfo(conn);
+    assert_non_null(opts);
+    snprintf(out, len, "(none)");
+    for (PQconninfoOption *o = opts; o->keyword; o++)
+        if (strcmp(o->keyword, keyword) == 0 && o->val)
+            snprintf(out, len, "%s", o->val);
+    PQconninfoFree(opts);
+    PQfinish(conn);
+}
+
+/* An empty host or port, the whole setting or one entry of a list, is libpq's default (the
+ * socket directory, port 5432), never PGHOST's or PGPORT's: libpq fills in from the environment
+ * only what the string leaves unset. Each host's entries were passed as parameters, where libpq
+ * takes an empty value for none, so "port=,5433" with PGPORT=5434 went to 5434 for its first
+ * host (another server than the same string reached before), and host='' to PGHOST. */
+static void test_connect_params_empty_entries(void **state)
+{
+    (void)state;
+    char v[256];
+    unsetenv("PGSERVICE");
+    setenv("PGHOST", "/nonexistent-pghost", 1);
+    setenv("PGPORT", "1", 1);
+    effective_host_setting("host='' port=5 dbname=x user=x", 0, "host", v, sizeof(v));
+    assert_string_equal(v, "");
+    effective_host_setting("host=/nonexistent-a,/nonexistent-b port=,5 dbname=x user=x", 0, "port",
+                           v, sizeof(v));
+    assert_string_equal(v, "");
+    effective_host_setting("host=/nonexistent-a,/nonexistent-b port=,5 dbname=x user=x", 1, "port",
+                           v, sizeof(v));
+    assert_string_equal(v, "5");
+    effective_host_setting("host=/nonexistent-a,/nonexistent-b port=,5 dbname=x user=x", 1, "host",
+                           v, sizeof(v));
+    assert_string_equal(v, "/nonexistent-b");
+    effective_host_setting("host=/nonexistent-a,,/nonexistent-c port=5 dbname='a b' user=x", 1,
+                           "host", v, sizeof(v));
+    assert_string_equal(v, "");
+    /* what the string does not set still comes from the environment, and its dbname stays */
+    effective_host_setting("dbname='a b\\\\c\\'d' user=x", 0, "host", v, sizeof(v));
+    assert_string_equal(v, "/nonexistent-pghost");
+    effective_host_setting("dbname='a b\\\\c\\'d' user=x", 0, "port", v, sizeof(v));
+    assert_string_equal(v, "1");
+    effective_host_setting("dbname='a b\\\\c\\'d' user=x", 0, "dbname", v, sizeof(v));
+    assert_string_equal(v, "a b\\c'd");
+    unsetenv("PGHOST");
+    unsetenv("PGPORT");
+}
+
 /* connect_timeout=0 (in the string, in the service file it names, or PGCONNECT_TIMEOUT) is
  * libpq's "no limit": a server that never answers held a command (migrate, check) for ever.
  * db_connect bounds it with the default instead. What is checked is the bound libpq itself
@@ -1175,6 +1236,7 @@ int main(void)
         cmocka_unit_test(test_library_files_directories),
         cmocka_unit_test(test_library_files_pinned),
         cmocka_unit_test(test_connect_timeout_zero),
+        cmocka_unit_test(test_connect_params_empty_entries),
         cmocka_unit_test(test_pinned_options_from_service),
         cmocka_unit_test(test_pinned_long_options),
         cmocka_unit_test(test_connect_defaults_yield),
