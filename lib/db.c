@@ -1265,12 +1265,25 @@ bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p
     }
     /* The string's own settings, but its host, hostaddr and port: each connection gets its
      * host's (db_connect_params_host), with the dbname. */
+    p->blank = calloc(nopts + 1, sizeof(char *));
+    if (!p->blank)
+        return refuse(err, errlen, "out of memory");
+    size_t blanks = 0;
     for (const PQconninfoOption *o = p->parsed; o && o->keyword; o++) {
         if (o->val && strcmp(o->keyword, "dbname") == 0)
             p->dbname = o->val;
         if (!o->val || strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0 ||
             strcmp(o->keyword, "port") == 0 || strcmp(o->keyword, "dbname") == 0)
             continue;
+        /* An empty setting (password='' with PGPASSWORD set) is libpq's default, not the
+         * environment's: it goes in the host's string (db_connect_params_host). But options and
+         * connect_timeout, which the entries below replace. */
+        if (!o->val[0] && strcmp(o->keyword, "options") != 0 &&
+            strcmp(o->keyword, "connect_timeout") != 0) {
+            p->blank[p->nblank++] = o->keyword;
+            blanks += strlen(o->keyword) + 8;
+            continue;
+        }
         p->keys[n] = o->keyword;
         p->values[n++] = o->val;
     }
@@ -1319,7 +1332,7 @@ bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p
                      (h->port ? strlen(h->port) : 0);
         most = len > most ? len : most;
     }
-    if (!(p->target = malloc(2 * (most + dblen) + 64)))
+    if (!(p->target = malloc(2 * (most + dblen) + blanks + 64)))
         return refuse(err, errlen, "out of memory");
     return true;
 }
@@ -1349,9 +1362,12 @@ void db_connect_params_host(DbConnectParams *p, int i, const char *session_attrs
     /* An empty entry ("host=''", "port=,5433") is libpq's default (its socket directory, port
      * 5432), but an empty parameter is no entry for libpq, which then took PGHOST's or PGPORT's
      * (another server). The entries go as a connection string in the dbname, whose expansion
-     * keeps an empty value; the string's dbname goes in it, the first dbname being the one
-     * expanded. Nothing to pass (an unparsable string, passed whole): none. */
+     * keeps an empty value, with the string's other empty settings; the string's dbname goes in
+     * it, the first dbname being the one expanded. Nothing to pass (an unparsable string,
+     * passed whole): none. */
     char *end = conninfo_put(p->target, "dbname", p->dbname);
+    for (int k = 0; k < p->nblank; k++)
+        end = conninfo_put(end, p->blank[k], "");
     end = conninfo_put(end, "host", h->host);
     end = conninfo_put(end, "hostaddr", h->hostaddr);
     end = conninfo_put(end, "port", h->port);
@@ -1367,6 +1383,7 @@ void db_connect_params_free(DbConnectParams *p)
 {
     free(p->options);
     free(p->target);
+    free(p->blank);
     free(p->keys);
     free(p->values);
     db_hosts_free(p->hosts, p->nhosts > 0 ? p->nhosts : 1);

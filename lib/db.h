@@ -177,6 +177,8 @@ typedef struct DbConnectParams {
     char *options;            /* owned: the user's options and the pinned search_path, or NULL */
     const char *dbname;       /* the string's dbname (in parsed), or NULL */
     char *target; /* owned: the host's entries and dbname as a string (db_connect_params_host) */
+    const char **blank; /* owned array: the keywords the string sets empty, nblank of them */
+    int nblank;
 } DbConnectParams;
 
 /* Fills p for connections to conninfo (which, like app, must outlive p): the string's own

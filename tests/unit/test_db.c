@@ -491,6 +491,12 @@ static void test_connect_params_empty_entries(void **state)
     assert_string_equal(v, "1");
     effective_host_setting("dbname='a b\\\\c\\'d' user=x", 0, "dbname", v, sizeof(v));
     assert_string_equal(v, "a b\\c'd");
+    /* so is any other empty setting: password='' is the password file's, not PGPASSWORD's */
+    setenv("PGPASSWORD", "from-the-environment", 1);
+    effective_host_setting("host=/nonexistent-a password='' dbname=x user=x", 0, "password", v,
+                           sizeof(v));
+    unsetenv("PGPASSWORD");
+    assert_string_equal(v, "");
     unsetenv("PGHOST");
     unsetenv("PGPORT");
 }
