@@ -24,43 +24,49 @@
  * (measured: 35 ms and 3,200 pages a look after 200,000 rows were sent under an open REPEATABLE
  * READ transaction, against 0.07 ms and 2 pages on the retry index). Only the retry index returns
  * the rows in this ORDER BY; under the claim's planner settings (SQL_CLAIM_PLAN: no sort) every
- * other plan costs a sort it may not do. Test 31 keeps it so. */
+ * other plan costs a sort it may not do. 31_stale_statistics keeps it so. */
 #define SQL_FAILED_ROWS(columns, condition)                                                        \
     "SELECT " columns " FROM {table} o WHERE o.sent_at IS NULL AND o.attempts > 0 AND " condition  \
     " ORDER BY o.{aggregate_type}, o.{aggregate_id}, o.{seq}"
 /* The ids of the first $1 of those rows in {seq} order (sorted after the read: they are few). */
 #define SQL_FAILED_IN_ORDER(condition)                                                             \
     "ARRAY(SELECT f.{seq} FROM (" SQL_FAILED_ROWS("o.{seq}", condition) ") f ORDER BY 1 LIMIT $1)"
-/* The held-back aggregates as one value, {type: {id: first held {seq}}} (NULL when none), in
- * which each unsent row looks its aggregate up (SQL_CLAIMABLE: a binary search in the object's
- * sorted keys, and nothing at all while nothing is held back). As rows that the claim anti-joined,
- * they left PostgreSQL one plan that keeps the claim's index order (SQL_CLAIM_PLAN: no sort; a
- * hash join's output has none): a nested loop comparing every candidate row with every held-back
- * aggregate, whatever the statistics said. With 1,000 aggregates held back that was 800,000
- * comparisons and 412 ms a claim of 800 (pgbench, median), 2.6 s with 10,000, exactly when a
- * relay recovers from a topic outage that failed many aggregates; this value, built once (an
- * InitPlan), makes them 25 and 77 ms, and costs nothing measurable with none held back
- * (docs/benchmarks-delete-replay.md). Test 31 keeps it so. The look-up compares keys byte for
- * byte, as the relay compares aggregates everywhere else (batch.c): so they are grouped byte for
- * byte too (COLLATE "C"). Grouped under a column's nondeterministic collation (an adopted table's,
- * case-insensitive say), 'A' and 'a' made one entry named by either, and the rows of the other
- * found nothing held back, behind a failed row of their own id (test 37_nondeterministic_collation). */
+/* The held-back aggregates as one value, {key: first held {seq}} (NULL when none), in which each
+ * unsent row looks its aggregate up (SQL_CLAIMABLE: a binary search in the object's sorted keys,
+ * and nothing at all while nothing is held back). As rows that the claim anti-joined, they left
+ * PostgreSQL one plan that keeps the claim's index order (SQL_CLAIM_PLAN: no sort; a hash join's
+ * output has none): a nested loop comparing every candidate row with every held-back aggregate,
+ * whatever the statistics said. With 1,000 aggregates held back that was 800,000 comparisons and
+ * 412 ms a claim of 800 (pgbench, median), 2.6 s with 10,000, exactly when a relay recovers from
+ * a topic outage that failed many aggregates; this value, built once (an InitPlan), makes them
+ * 25 and 77 ms, and costs nothing measurable with none held back
+ * (docs/benchmarks-delete-replay.md). 31_stale_statistics keeps it so. One level, not {type: {id: seq}}:
+ * PostgreSQL 15's jsonb_object_agg copies each string of a jsonb value it is given with a
+ * snprintf("%s") that reads on to the next zero byte, past the following keys, so an object of
+ * objects took time quadratic in the ids of one type: 1.8 s with 40,000 held back, 23 s with
+ * 100,000 (ids of 64 bytes; one level 0.28 and 0.56 s), over --session-timeout, which gave every
+ * claim up (test 31_many_held_aggregates). The key is SQL_AGG_KEY: the type's length, ':', the
+ * type, the id, which no other pair gives. The look-up compares keys byte for byte, as the relay
+ * compares aggregates everywhere else (batch.c): so they are grouped byte for byte too (COLLATE
+ * "C"). Grouped under a column's nondeterministic collation (an adopted table's, case-insensitive
+ * say), 'A' and 'a' made one entry named by either, and the rows of the other found nothing held
+ * back, behind a failed row of their own id (test 37_nondeterministic_collation). */
+#define SQL_AGG_KEY(x)                                                                             \
+    "(pg_catalog.length(coalesce(" x ".{aggregate_type}::text, ''))::text || ':'::text"           \
+    " || coalesce(" x ".{aggregate_type}::text, '') || coalesce(" x ".{aggregate_id}::text, ''))"
 #define SQL_BLOCKED(blocked_condition)                                                             \
-    "WITH blocked AS MATERIALIZED (SELECT pg_catalog.jsonb_object_agg(k.agg_type, k.ids) AS m"     \
-    " FROM (SELECT h.agg_type, pg_catalog.jsonb_object_agg(h.agg_id, h.first_seq) AS ids"          \
-    " FROM (SELECT coalesce(f.{aggregate_type}::text, '') COLLATE pg_catalog.\"C\" AS agg_type,"    \
-    " coalesce(f.{aggregate_id}::text, '') COLLATE pg_catalog.\"C\" AS agg_id,"                     \
+    "WITH blocked AS MATERIALIZED (SELECT pg_catalog.jsonb_object_agg(h.k, h.first_seq) AS m"      \
+    " FROM (SELECT " SQL_AGG_KEY("f") " COLLATE pg_catalog.\"C\" AS k,"                          \
     " pg_catalog.min(f.{seq}) AS first_seq"                                                        \
     " FROM (" SQL_FAILED_ROWS("o.{aggregate_type}, o.{aggregate_id}, o.{seq}",                     \
                               "o.lane = ANY($2::smallint[]) AND " blocked_condition) ") f"         \
-    " GROUP BY 1, 2) h GROUP BY 1) k)"
+    " GROUP BY 1) h)"
 #define SQL_CLAIMABLE                                                                              \
     " o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = ANY($2::smallint[])"                    \
     " AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= pg_catalog.now())"                               \
     " AND coalesce(o.{aggregate_type}::text, '') <> ALL($6::text[])"                               \
     " AND ((SELECT b.m FROM blocked b) IS NULL OR NOT coalesce(((SELECT b.m FROM blocked b)"         \
-    " #>> ARRAY[coalesce(o.{aggregate_type}::text, ''), coalesce(o.{aggregate_id}::text, '')])"    \
-    "::bigint < o.{seq}, false))"
+    " ->> " SQL_AGG_KEY("o") ")::bigint < o.{seq}, false))"
 
 /* The plain claim locks the rows in order and waits for a row someone else has locked, at most
  * CLAIM_LOCK_TIMEOUT_MS. It does not skip locked rows: lanes already keep other relays (and the

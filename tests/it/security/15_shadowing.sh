@@ -38,7 +38,7 @@ octet_length make_interval hashtextextended hashtext age pg_typeof host quote_id
 pg_sequence_last_value pg_column_size jsonb_typeof jsonb_build_object jsonb_object_agg inet_server_addr
 generate_series gen_random_uuid format string_agg date_part extract timezone"
 AGGS="count min max sum array_agg"
-OPS="+ - * / ^ & | % = <> < > <= >= || ~~ ~ #>>"
+OPS="+ - * / ^ & | % = <> < > <= >= || ~~ ~ #>> ->>"
 
 # The schema as an existing installation has it: migrated before any look-alike existed (0001-0008
 # predate the hardening and, once applied, never run again; docs/security.md: the schema must be
