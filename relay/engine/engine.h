@@ -94,7 +94,8 @@ typedef struct Unrecordable {
  * event refused that way is not at fault. Each stays unsent with no attempt counted and is
  * produced again alone (nothing else of the relay in flight until its report): refused alone,
  * it is too large itself and is rejected as before. A set of ids with a fixed cap: an id a claim
- * has not met for ISOLATE_STALE_S (its lane moved, the row was requeued or deleted) makes room;
+ * has not met for ISOLATE_STALE_S (its lane moved, the row was dead-lettered, requeued or
+ * deleted) is dropped at the next refusal, which makes room and lets an episode end;
  * past ISOLATE_MAX a refused row counts a transient failure instead (an attempt, no rejection,
  * never dead-lettered for it). A restart starts with an empty set: such a row is refused with
  * others once more. An id reused after TRUNCATE ... RESTART IDENTITY only goes alone once. */
@@ -104,7 +105,7 @@ typedef struct Isolate {
     int n;
     long long ids[ISOLATE_MAX];
     double met[ISOLATE_MAX]; /* monotonic time it was refused or last met by produce_more */
-    bool warned;             /* the episode's warning was said; until the set is empty again */
+    bool warned; /* the episode's warning was said; until the set is empty (or only stale) */
 } Isolate;
 
 /* The aggregate types whose events a session leaves out of its claims because Kafka refused

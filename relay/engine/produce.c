@@ -168,22 +168,39 @@ static void isolate_forget(Relay *r, long long id)
         iso->warned = false; /* the episode is over: the next refusal is said again */
 }
 
-/* Adds id to the rows to produce alone. False when the set is full of rows met within
- * ISOLATE_STALE_S (a stale one makes room). */
-static bool isolate_add(Relay *r, long long id)
+/* Drops the rows no claim has met for ISOLATE_STALE_S: their lane went to another relay (which
+ * sent them), or they were dead-lettered, requeued or deleted, and this relay may never meet them
+ * again. Kept, they would hold the episode open for good (its warning never said again) and
+ * take room in the set. */
+static void isolate_expire(Relay *r)
 {
     Isolate *iso = &r->isolate;
     double now = monotime_now();
+    for (int i = 0; i < iso->n;) {
+        if (now - iso->met[i] < ISOLATE_STALE_S) {
+            i++;
+            continue;
+        }
+        iso->n--;
+        iso->ids[i] = iso->ids[iso->n];
+        iso->met[i] = iso->met[iso->n];
+    }
+    if (iso->n == 0)
+        iso->warned = false; /* the episode is over: the next refusal is said again */
+}
+
+/* Adds id to the rows to produce alone (stale ones dropped first by the caller). False when
+ * the set is full. */
+static bool isolate_add(Relay *r, long long id)
+{
+    Isolate *iso = &r->isolate;
     int i = isolate_find(iso, id);
     if (i < 0 && iso->n < ISOLATE_MAX)
         i = iso->n++;
-    for (int j = 0; i < 0 && j < iso->n; j++)
-        if (now - iso->met[j] >= ISOLATE_STALE_S)
-            i = j;
     if (i < 0)
         return false;
     iso->ids[i] = id;
-    iso->met[i] = now;
+    iso->met[i] = monotime_now();
     return true;
 }
 
@@ -212,6 +229,7 @@ static bool isolation_blocks(const Relay *r, const Session *s, bool isolating)
 static void refused_with_others(Session *s, BatchRow *br)
 {
     Relay *r = s->relay;
+    isolate_expire(r); /* an episode of rows no claim meets any more is over */
     if (!r->isolate.warned) {
         r->isolate.warned = true;
         log_warn("the broker refused a produce request as too large though its messages were "
