@@ -103,12 +103,17 @@ bool relay_producer_ready(Relay *r)
     if (now < r->recreate_after)
         return false;
     /* librdkafka opens the TLS files in rd_kafka_new, here on the loop: one swapped for a FIFO
-     * since start-up would stop it. This try is skipped instead (the old producer kept for the
-     * next), and the caller's retry backoff brings the next. Not the fatal "cannot recreate"
-     * (the relay goes on), and said at error level once per distinct reason, as the file may
-     * stay for long and the next try comes every 30 s at most. */
+     * since start-up would stop it. The files are pinned (opened without waiting, each checked
+     * regular: kafka_conf_pin_files) before the old producer is touched, so a refusal, at the
+     * stat or at the open after it, skips this try with the old producer kept for the next, and
+     * the caller's retry backoff brings the next. Not the fatal "cannot recreate" (the relay goes
+     * on), and said at error level once per distinct reason, as the file may stay for long and
+     * the next try comes every 30 s at most. */
     char err[600];
-    if (!kafka_conf_files_ok(r->kconf_template, err, sizeof(err))) {
+    rd_kafka_conf_t *conf = rd_kafka_conf_dup(r->kconf_template);
+    KafkaPins pins;
+    if (!kafka_conf_pin_files(conf, &pins, err, sizeof(err))) {
+        rd_kafka_conf_destroy(conf);
         double delay = backoff_next(&r->recreate);
         r->recreate_after = now + delay;
         bool again = strncmp(err, r->recreate_refused, sizeof(r->recreate_refused) - 1) == 0;
@@ -123,13 +128,17 @@ bool relay_producer_ready(Relay *r)
     /* The old one is destroyed off the loop (rd_kafka_destroy may block while its broker threads
      * finish a connection attempt or a name lookup); every report of it is in (above), and none
      * can reach this relay again. One is destroyed at a time: while another (this relay's last,
-     * or another database's) still is, the caller's retry backoff brings it back. */
-    if (!kafka_producer_retire(r->kafka))
+     * or another database's) still is, the caller's retry backoff brings it back (the files
+     * pinned for this try are let go, and pinned anew then). */
+    if (!kafka_producer_retire(r->kafka)) {
+        kafka_pins_close(&pins);
+        rd_kafka_conf_destroy(conf);
         return false;
+    }
     r->kafka = NULL;
     r->recreate_after = now + backoff_next(&r->recreate);
-    rd_kafka_conf_t *conf = rd_kafka_conf_dup(r->kconf_template);
-    r->kafka = kafka_producer_new(r->loop, conf, on_delivery, r, err, sizeof(err));
+    /* What can fail from here is no refused file (a thread or descriptor limit): fatal. */
+    r->kafka = kafka_producer_new_pinned(r->loop, conf, &pins, on_delivery, r, err, sizeof(err));
     if (!r->kafka) {
         log_error("cannot recreate the Kafka producer", "error=%s", err);
         relay_fail(r);

@@ -709,10 +709,26 @@ static void on_pipe(struct ev_loop *loop, ev_io *w, int revents)
 KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
                                   KafkaDeliveryFn on_delivery, void *arg, char *err, size_t errlen)
 {
+    /* librdkafka reads the TLS files in rd_kafka_new, here on the loop: it is handed
+     * /proc/self/fd aliases of files opened without waiting and found regular, so that a file
+     * swapped for a FIFO after any check cannot be what it opens (kafka_conf_pin_files). */
+    KafkaPins pins;
+    if (!kafka_conf_pin_files(conf, &pins, err, errlen)) {
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    return kafka_producer_new_pinned(loop, conf, &pins, on_delivery, arg, err, errlen);
+}
+
+KafkaProducer *kafka_producer_new_pinned(struct ev_loop *loop, rd_kafka_conf_t *conf,
+                                         KafkaPins *pins, KafkaDeliveryFn on_delivery, void *arg,
+                                         char *err, size_t errlen)
+{
     KafkaProducer *kp = calloc(1, sizeof(*kp));
     if (!kp || pipe2(kp->pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
         snprintf(err, errlen, "cannot create the producer: %s", strerror(errno));
         free(kp);
+        kafka_pins_close(pins);
         rd_kafka_conf_destroy(conf);
         return NULL;
     }
@@ -729,22 +745,12 @@ KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
     rd_kafka_conf_set_log_cb(conf, on_log);
     rd_kafka_conf_set_stats_cb(conf, on_stats);
 
-    /* librdkafka reads the TLS files in rd_kafka_new, here on the loop: it is handed
-     * /proc/self/fd aliases of files opened without waiting and found regular, so that a file
-     * swapped for a FIFO after any check cannot be what it opens (kafka_conf_pin_files). */
+    /* The conf names the pinned files' /proc/self/fd aliases; a librdkafka error naming one is
+     * given its path back. */
     char why[512];
-    KafkaPins pins;
-    if (!kafka_conf_pin_files(conf, &pins, why, sizeof(why))) {
-        snprintf(err, errlen, "%s", why);
-        rd_kafka_conf_destroy(conf);
-        close(kp->pipe_fds[0]);
-        close(kp->pipe_fds[1]);
-        free(kp);
-        return NULL;
-    }
     kp->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why));
-    kafka_pins_text(&pins, why, sizeof(why));
-    kafka_pins_close(&pins);
+    kafka_pins_text(pins, why, sizeof(why));
+    kafka_pins_close(pins);
     if (!kp->rk) {
         /* The configuration passed kafka_conf_build's trial: most likely no thread to spare. */
         snprintf(err, errlen, "%s: %s",

@@ -39,8 +39,9 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, bool *runtime, char *err, s
  * CA files). False with one line in err naming the
  * property and the path. stat only (safe on the loop); kafka_conf_pin_files, which every
  * producer's creation runs, closes the window after it. kafka_conf_build checks it at start;
- * callers check it again before each producer they make on the loop, to refuse in one line
- * before anything is torn down. */
+ * a caller that tears something down before it makes a producer on the loop pins first
+ * (kafka_conf_pin_files, then kafka_producer_new_pinned), to refuse in one line before anything
+ * is torn down. */
 bool kafka_conf_files_ok(const rd_kafka_conf_t *conf, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
@@ -88,6 +89,16 @@ bool kafka_reload_check(const Config *running, const Config *fresh, char *err, s
  * Returns NULL with one line in err on failure. */
 KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
                                   KafkaDeliveryFn on_delivery, void *arg, char *err, size_t errlen);
+
+/* As kafka_producer_new, for a conf whose TLS files the caller pinned itself
+ * (kafka_conf_pin_files into pins): a caller that must tear something down before the producer
+ * is made (relay_producer_ready retires the failed one) pins first, so that a file it refuses
+ * means "not now", with nothing torn down. Takes ownership of conf and closes pins in every case
+ * (once rd_kafka_new has returned). Returns NULL with one line in err on failure (no thread to
+ * spare, a descriptor limit): what is left cannot be a refused file. */
+KafkaProducer *kafka_producer_new_pinned(struct ev_loop *loop, rd_kafka_conf_t *conf,
+                                         KafkaPins *pins, KafkaDeliveryFn on_delivery, void *arg,
+                                         char *err, size_t errlen);
 
 /* Waits up to timeout_ms for queued messages (their delivery reports go to kp's
  * KafkaDeliveryFn), drops what is left (their reports are still delivered, with an error), and

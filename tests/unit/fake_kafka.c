@@ -26,6 +26,8 @@ static KafkaProducer *current;
 static int freed, retired;
 static bool retire_busy;
 static bool files_refused;
+/* While set, kafka_conf_pin_files refuses after kafka_conf_files_ok passed. */
+static bool pin_refused;
 /* The delivery report being served (kafka.c serves them inside rd_kafka_poll, on the producer's
  * own queue): the producer may not be freed from inside one, as kafka_poll goes on polling it. */
 static const KafkaProducer *reporting;
@@ -138,12 +140,21 @@ bool kafka_conf_files_ok(const rd_kafka_conf_t *conf, char *err, size_t errlen)
     return !files_refused;
 }
 
-/* The commands (check, verify) linked beside the engine pin their client's files: nothing to
- * open here, refused as kafka_conf_files_ok is. */
+void fake_kafka_set_pin_refused(bool refused)
+{
+    pin_refused = refused;
+}
+
+/* Nothing to open here: refused as kafka_conf_files_ok is (kafka.c checks it first), or, while
+ * pin_refused, after a check that passed, as kafka.c's open finds a FIFO swapped in since. */
 bool kafka_conf_pin_files(rd_kafka_conf_t *conf, KafkaPins *pins, char *err, size_t errlen)
 {
     memset(pins, 0, sizeof(*pins));
-    return kafka_conf_files_ok(conf, err, errlen);
+    if (!kafka_conf_files_ok(conf, err, errlen))
+        return false;
+    if (pin_refused)
+        snprintf(err, errlen, "kafka ssl.ca.location /fake: not a regular file (pinned)");
+    return !pin_refused;
 }
 
 void kafka_pins_text(const KafkaPins *pins, char *text, size_t size)
@@ -165,9 +176,24 @@ bool kafka_reload_check(const Config *running, const Config *fresh, char *err, s
     return true;
 }
 
+/* As kafka.c: the files pinned, then kafka_producer_new_pinned. */
 KafkaProducer *kafka_producer_new(struct ev_loop *loop, rd_kafka_conf_t *conf,
                                   KafkaDeliveryFn on_delivery, void *arg, char *err, size_t errlen)
 {
+    KafkaPins pins;
+    if (!kafka_conf_pin_files(conf, &pins, err, errlen)) {
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    return kafka_producer_new_pinned(loop, conf, &pins, on_delivery, arg, err, errlen);
+}
+
+KafkaProducer *kafka_producer_new_pinned(struct ev_loop *loop, rd_kafka_conf_t *conf,
+                                         KafkaPins *pins, KafkaDeliveryFn on_delivery, void *arg,
+                                         char *err, size_t errlen)
+{
+    (void)loop;
+    kafka_pins_close(pins);
     rd_kafka_conf_destroy(conf); /* kafka.h: taken over in every case */
     KafkaProducer *kp = calloc(1, sizeof(*kp));
     if (!kp) {

@@ -63,5 +63,9 @@ void fake_kafka_destroy_handed_off(void);
 void fake_kafka_set_retire_busy(bool busy);
 /* While refused, kafka_conf_files_ok answers false (a TLS file swapped for a FIFO, say). */
 void fake_kafka_set_files_refused(bool refused);
+/* While refused, kafka_conf_pin_files answers false though kafka_conf_files_ok passes (a file
+ * swapped for a FIFO between kafka.c's stat and its open); kafka_producer_new pins, as kafka.c's
+ * does, so it fails too. */
+void fake_kafka_set_pin_refused(bool refused);
 
 #endif

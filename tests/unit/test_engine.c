@@ -378,6 +378,7 @@ static int teardown(void **state)
     session_phase_observer = NULL;
     fake_pg_sent_hook = NULL;
     fake_kafka_set_files_refused(false); /* a test that failed while refusing */
+    fake_kafka_set_pin_refused(false);
     relay_free(T.r);
     T.r = NULL;
     fake_kafka_destroy_handed_off(); /* the threads' part of what relay_free handed off */
@@ -2250,6 +2251,38 @@ static void test_producer_not_recreated_over_a_fifo(void **state)
     fake_kafka_report_all(OK);
 }
 
+/* A TLS file swapped for a FIFO after the recreation's check passed but before librdkafka is
+ * handed it: the pinning (which opens each file without waiting) refuses it. That refusal comes
+ * before the failed producer is retired, so it means "the recreation waits", as the check's
+ * does: the old producer kept, the relay not failed, the next try after the backoff recreates
+ * it. On the old code the pinning came inside the creation, after the retirement: the relay
+ * failed (exit 1, "cannot recreate the Kafka producer") with no producer at all. */
+static void test_producer_not_recreated_over_a_fifo_at_the_pin(void **state)
+{
+    start("1", "1", "60000");
+    bring_up(0);
+    int retired = fake_kafka_retired();
+    KafkaProducer *first = fake_kafka_current();
+    fake_kafka_set_fatal(true);
+    answer_claim(0, "A"); /* the producer failed under the claim */
+    answer(0);            /* ROLLBACK */
+    fake_kafka_set_pin_refused(true);
+    fire(&S(0)->retry_timer);
+    assert_false(T.r->stopping);
+    assert_int_equal(T.r->exit_status, 0);
+    assert_ptr_equal(T.r->kafka, first); /* kept, not retired */
+    assert_int_equal(fake_kafka_retired(), retired);
+    expect_idle_pg(0);
+    assert_true(ev_is_active(&S(0)->retry_timer)); /* the session tries again later */
+    fake_kafka_set_pin_refused(false);
+    T.r->recreate_after = monotime_now() - 1; /* its backoff is over */
+    fire(&S(0)->retry_timer);
+    assert_ptr_not_equal(fake_kafka_current(), first);
+    assert_int_equal(fake_kafka_retired(), retired + 1);
+    answer_claim(0, "A");
+    fake_kafka_report_all(OK);
+}
+
 /* A follower's final claim waits behind a look at the lanes (the rebalance timer ticked while it
  * asked to sleep), and its guard leaves meanwhile: the claim is then a wakeup, and the session
  * asks again after it, as when the guard leaves while it asks to sleep. Were it to sleep on, no
@@ -3412,6 +3445,7 @@ int main(void)
         cmocka_unit_test_teardown(test_failing_producer_recreated_at_a_pace, teardown),
         cmocka_unit_test_teardown(test_failed_producer_destroyed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_producer_not_recreated_over_a_fifo, teardown),
+        cmocka_unit_test_teardown(test_producer_not_recreated_over_a_fifo_at_the_pin, teardown),
         cmocka_unit_test_teardown(test_producer_refused_recreation_said_once, teardown),
         cmocka_unit_test_teardown(test_freed_producer_destroyed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_given_up_batch_producer_freed_off_the_loop, teardown),
