@@ -326,8 +326,11 @@ struct Session {
     int salvage_row;             /* recording row by row: the row whose outcome is being recorded */
     int salvage_unrecorded;      /* rows whose outcome could not be recorded at all */
     int salvage_sent, salvage_failed; /* rows recorded as sent or failed, one by one so far */
-    int salvage_refused;              /* rows delivered whose sent mark the table refused */
-    int mark_retries;                 /* batches in a row whose marks failed for a passing reason */
+    /* Of those, dead events' copies to the dead-letter topic (no event sent, no attempt failed:
+     * the "stopped" totals count them apart). */
+    int salvage_copies_sent, salvage_copies_failed;
+    int salvage_refused; /* rows delivered whose sent mark the table refused */
+    int mark_retries;    /* batches in a row whose marks failed for a passing reason */
     bool salvage_by_row; /* the batch, its marks rolled back, is recorded row by row (until done) */
     ev_timer poll_timer;
     ev_timer retry_timer;
@@ -335,7 +338,9 @@ struct Session {
     ev_timer rebalance_timer;
     ev_timer shutdown_timer;
     ev_timer delivery_timer; /* bounds a batch's wait for acknowledgements */
-    unsigned long long total_sent, total_failed, total_dead, order_breaks;
+    /* The "stopped" totals: events sent, failed attempts of events, events dead-lettered, dead
+     * events' copies published to the dead-letter topic, order breaks. */
+    unsigned long long total_sent, total_failed, total_dead, total_copies, order_breaks;
 };
 
 /* ---- relay.c: the process ---- */

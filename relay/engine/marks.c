@@ -32,15 +32,33 @@ static void log_dead_lettered(Session *s, PGresult *res)
     }
 }
 
-/* Counts recorded rows in the totals (sent=, failed= of "stopped") and the batch in
- * outbox_batches_total ("claim transactions that delivered or recorded rows"): a batch recorded
- * row by row of which no row could be recorded is none. */
-static void count_recorded(Session *s, int sent, int failed, bool by_row)
+/* Counts what a batch recorded in the totals of "stopped" and the batch in outbox_batches_total
+ * ("claim transactions that delivered or recorded rows"): a batch recorded row by row of which no
+ * row could be recorded is none. sent and failed are the rows recorded as sent or failed;
+ * copies_sent and copies_failed those of them that were dead events' copies to the dead-letter
+ * topic, counted apart: sent= counts events delivered and failed_attempts= attempts counted
+ * against events, and a copy is neither (its event was dead-lettered, dead_lettered=, when its
+ * last attempt failed; a copy that fails counts no attempt). */
+static void count_recorded(Session *s, int sent, int failed, int copies_sent, int copies_failed,
+                           bool by_row)
 {
-    s->total_sent += (unsigned long long)sent;
-    s->total_failed += (unsigned long long)failed;
+    s->total_sent += (unsigned long long)(sent - copies_sent);
+    s->total_failed += (unsigned long long)(failed - copies_failed);
+    s->total_copies += (unsigned long long)copies_sent;
     if (!by_row || sent + failed > 0)
         metrics_batch_committed();
+}
+
+/* Counts the rows of b that are dead events' copies acknowledged and failed. */
+static void count_copies(const Batch *b, int *sent, int *failed)
+{
+    *sent = *failed = 0;
+    for (int i = 0; i < b->n; i++) {
+        if (!b->rows[i].dead_letter)
+            continue;
+        *sent += b->rows[i].state == ROW_ACKED;
+        *failed += b->rows[i].state == ROW_FAILED;
+    }
 }
 
 void marks_batch_done(Session *s, bool retry, bool committed)
@@ -50,9 +68,14 @@ void marks_batch_done(Session *s, bool retry, bool committed)
         /* Recorded row by row, only the rows whose record went through count: the others (a
          * record that failed for a passing reason, the rows left when stopping) go out again
          * and count then. */
-        bool by_row = s->salvage_by_row;
-        count_recorded(s, by_row ? s->salvage_sent : b->acked,
-                       by_row ? s->salvage_failed : b->failed, by_row);
+        if (s->salvage_by_row) {
+            count_recorded(s, s->salvage_sent, s->salvage_failed, s->salvage_copies_sent,
+                           s->salvage_copies_failed, true);
+        } else {
+            int copies_sent, copies_failed;
+            count_copies(b, &copies_sent, &copies_failed);
+            count_recorded(s, b->acked, b->failed, copies_sent, copies_failed, false);
+        }
     }
     batch_clear(b);
     if (!retry) {
@@ -72,8 +95,10 @@ void marks_row_by_row_cut_short(Session *s, bool lost)
              "rows=%d sent=%d failed=%d not_recorded=%d session=%d", b->n, s->salvage_sent,
              s->salvage_failed, b->n - s->salvage_sent - s->salvage_failed, s->index);
     if (lost) { /* the batch is abandoned, never done: its recorded rows count now */
-        count_recorded(s, s->salvage_sent, s->salvage_failed, true);
+        count_recorded(s, s->salvage_sent, s->salvage_failed, s->salvage_copies_sent,
+                       s->salvage_copies_failed, true);
         s->salvage_sent = s->salvage_failed = 0;
+        s->salvage_copies_sent = s->salvage_copies_failed = 0;
     }
 }
 
@@ -238,9 +263,11 @@ void marks_row_read(Session *s, PGresult **results, int n, const char *error)
         s->salvage_unrecorded++; /* claimed again after the retry backoff */
     } else if (br->state == ROW_ACKED) {
         s->salvage_sent++;
+        s->salvage_copies_sent += br->dead_letter;
         unrecordable_forget(s, br->row.id);
     } else {
         s->salvage_failed++;
+        s->salvage_copies_failed += br->dead_letter;
         unrecordable_forget(s, br->row.id);
         if (!br->dead_letter && s->failed_stmt >= 0 && s->failed_stmt < n)
             log_dead_lettered(s, results[s->failed_stmt]);
@@ -306,6 +333,7 @@ bool marks_rolled_back(Session *s)
     if (s->salvage_by_row) {
         s->salvage_row = 0;
         s->salvage_unrecorded = s->salvage_sent = s->salvage_failed = s->salvage_refused = 0;
+        s->salvage_copies_sent = s->salvage_copies_failed = 0;
     }
     return s->salvage_by_row;
 }

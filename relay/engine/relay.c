@@ -444,15 +444,19 @@ int relay_run(Relay *r)
 int relay_finish(Relay *r)
 {
     relay_enter(r);
-    unsigned long long sent = 0, failed = 0, dead = 0, breaks = 0;
+    unsigned long long sent = 0, failed = 0, dead = 0, copies = 0, breaks = 0;
     for (int i = 0; i < r->n_sessions; i++) {
         sent += r->sessions[i].total_sent;
         failed += r->sessions[i].total_failed;
         dead += r->sessions[i].total_dead;
+        copies += r->sessions[i].total_copies;
         breaks += r->sessions[i].order_breaks;
     }
-    log_info("stopped", "sent=%llu failed_attempts=%llu dead_lettered=%llu order_breaks=%llu", sent,
-             failed, dead, breaks);
+    /* Events (sent=, failed_attempts=): the dead events' copies to the dead-letter topic apart. */
+    log_info("stopped",
+             "sent=%llu failed_attempts=%llu dead_lettered=%llu dead_letter_published=%llu "
+             "order_breaks=%llu",
+             sent, failed, dead, copies, breaks);
     return r->exit_status;
 }
 

@@ -2591,6 +2591,52 @@ static void test_dead_letter_failure_logged(void **state)
     assert_int_equal(occurrences(text, "id=1"), 1);
 }
 
+/* The "stopped" totals count events: sent= the events delivered, failed_attempts= the attempts
+ * counted against events. A dead event's copy to the dead-letter topic is neither (its event was
+ * dead-lettered when its last attempt failed; a copy that fails counts no attempt): published
+ * copies are counted apart (dead_letter_published=), failed ones not at all (the metric
+ * outbox_failures_total has them). Whole and row by row. On the old code a batch of one event
+ * and two dead events' copies, one delivered and one refused, said sent=2 failed_attempts=1. */
+static void copies_counted_apart(bool by_row)
+{
+    extra_args[0] = "--dead-letter-topic";
+    extra_args[1] = "dead-letters";
+    start("1", "1", "60000");
+    bring_up_quietly(0);
+    T.dead[0] = "A,B";    /* rows 1 and 2: dead, to be published to the dead-letter topic */
+    answer_claim(0, "C"); /* row 3: an event */
+    assert_int_equal(fake_kafka_count(), 3);
+    bool first_copy = true;
+    for (int k = 0; k < 3; k++) {
+        bool copy = strcmp(fake_kafka_at(k)->topic, "dead-letters") == 0;
+        fake_kafka_report(k,
+                          copy && !first_copy ? RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED : OK);
+        first_copy = first_copy && !copy;
+    }
+    if (by_row) {
+        answer_failing(0, "mark-sent", "22P02");
+        answer(0); /* ROLLBACK: row by row */
+    }
+    for (int k = 0; k < 10 && S(0)->batch.n > 0; k++)
+        answer(0); /* the marks (row by row: each row's), until the batch is done */
+    assert_int_equal(S(0)->batch.n, 0);
+    capture_log(LOG_INFO);
+    relay_finish(T.r);
+    const char *text = logged();
+    if (!strstr(text, "sent=1 failed_attempts=0 dead_lettered=0 dead_letter_published=1 "))
+        fail_msg("one event sent, one copy published, one refused: %s", text);
+}
+
+static void test_dead_letter_copies_counted_apart(void **state)
+{
+    copies_counted_apart(false);
+}
+
+static void test_dead_letter_copies_counted_apart_by_row(void **state)
+{
+    copies_counted_apart(true);
+}
+
 /* A dead-letter publication that fails while events fail too (a continuing streak of event
  * failures) is said all the same: the batch's dead rows were never looked at once an event had
  * failed, so a refused dead-letter topic stayed silent for as long as the events failed. Said
@@ -3461,6 +3507,8 @@ int main(void)
         cmocka_unit_test_teardown(test_floor_off_said_again_after_it_worked, teardown),
         cmocka_unit_test_teardown(test_listen_failed_does_not_blame_floor, teardown),
         cmocka_unit_test_teardown(test_dead_letter_failure_logged, teardown),
+        cmocka_unit_test_teardown(test_dead_letter_copies_counted_apart, teardown),
+        cmocka_unit_test_teardown(test_dead_letter_copies_counted_apart_by_row, teardown),
         cmocka_unit_test_teardown(test_dead_letter_failure_logged_during_event_failures, teardown),
         cmocka_unit_test_teardown(test_kafka_setup_fault_counts_no_attempt, teardown),
         cmocka_unit_test_teardown(test_kafka_setup_fault_cleared_by_empty_claim, teardown),
