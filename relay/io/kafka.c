@@ -194,6 +194,14 @@ static const char *const tls_file_props[] = {
     "ssl.key.location", "ssl.keystore.location", "ssl.engine.location",
 };
 
+/* Why a TLS file librdkafka opens is refused (kafka_conf_files_ok, kafka_conf_pin_files): said
+ * by run (start-up, a reload, a producer's recreation) and by check and verify, so true of each:
+ * the event loop is run's, --statement-timeout the commands' bound. */
+#define KAFKA_NOT_REGULAR                                                                          \
+    "not a regular file or a directory (librdkafka opens it whenever a client is made, and a "     \
+    "pipe's, device's or socket's open could wait without end: on the running relay's event "      \
+    "loop, or past a command's --statement-timeout)"
+
 bool kafka_conf_files_ok(const rd_kafka_conf_t *conf, char *err, size_t errlen)
 {
     char proto[32] = "";
@@ -215,11 +223,7 @@ bool kafka_conf_files_ok(const rd_kafka_conf_t *conf, char *err, size_t errlen)
         struct stat st;
         if (stat(path, &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))
             continue;
-        snprintf(err, errlen,
-                 "kafka %s %s: not a regular file or a directory (librdkafka reads it on the "
-                 "relay's event loop whenever it makes a producer, where a pipe, device or socket "
-                 "would stop the loop)",
-                 tls_file_props[i], path);
+        snprintf(err, errlen, "kafka %s %s: " KAFKA_NOT_REGULAR, tls_file_props[i], path);
         return false;
     }
     return true;
@@ -264,11 +268,7 @@ bool kafka_conf_pin_files(rd_kafka_conf_t *conf, KafkaPins *pins, char *err, siz
         bool known = fstat(fd, &st) == 0;
         if (known && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
             close(fd);
-            snprintf(err, errlen,
-                     "kafka %s %s: not a regular file or a directory (librdkafka reads it on "
-                     "the relay's event loop whenever it makes a producer, where a pipe, "
-                     "device or socket would stop the loop)",
-                     pinned_props[i], path);
+            snprintf(err, errlen, "kafka %s %s: " KAFKA_NOT_REGULAR, pinned_props[i], path);
             kafka_pins_close(pins);
             return false;
         }

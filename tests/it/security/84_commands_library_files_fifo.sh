@@ -25,6 +25,11 @@ waits_on_lock() { # waits_on_lock APPNAME: a session of APPNAME waits for a lock
                  WHERE application_name = '$1' AND wait_event_type = 'Lock'")" -ge 1 ]
 }
 exited() { ! kill -0 "$1" 2>/dev/null; }
+# The reason, true of the commands too (it said "on the relay's event loop whenever it makes a
+# producer" for check's and verify's clients, which are made on no loop).
+WHY="not a regular file or a directory (librdkafka opens it whenever a client is made, and a\
+ pipe's, device's or socket's open could wait without end: on the running relay's event loop, or\
+ past a command's --statement-timeout)"
 swap_for_fifo() { # the path becomes a FIFO in one rename (as a rotation renames a file over it)
     mkfifo -m 600 "$KAFKA_CA.fifo" && mv -f "$KAFKA_CA.fifo" "$KAFKA_CA"
 }
@@ -43,7 +48,7 @@ table_lock_close
 # Bounded by check's own: its PostgreSQL checks go on at once, and its broker wait is 20 s.
 wait_for "1: check ends (not waiting on the FIFO)" 60 exited "$CMD_PID"
 check "1: its kafka line names the FIFO" \
-    grep -qF "kafka: cannot create a producer: kafka ssl.ca.location $KAFKA_CA: not a regular file" \
+    grep -qF "kafka: cannot create a producer: kafka ssl.ca.location $KAFKA_CA: $WHY" \
     "$T/check.out"
 
 # --- 2. --- (the path is a FIFO still)
@@ -51,7 +56,7 @@ timeout 60 "$RELAY_BIN" verify --brokers "$BROKERS" --statement-timeout 20s "${T
     >"$T/verify2.out" 2>&1
 check_eq "2: verify refuses a FIFO as bad input" 2 "$?"
 check "2: in one line naming the property and the path" \
-    grep -qF "kafka ssl.ca.location $KAFKA_CA: not a regular file" "$T/verify2.out"
+    grep -qF "kafka ssl.ca.location $KAFKA_CA: $WHY" "$T/verify2.out"
 
 # --- 3. ---
 rm -f "$KAFKA_CA" && cp "$T/ca.pem" "$KAFKA_CA"
@@ -70,5 +75,5 @@ rc=still-waiting
 exited "$CMD_PID" && { wait "$CMD_PID"; rc=$?; }
 check_eq "3: verify fails (exit 1)" 1 "$rc"
 check "3: naming the FIFO" grep -qF \
-    "cannot create the Kafka consumer\" error=\"kafka ssl.ca.location $KAFKA_CA: not a regular file" \
+    "cannot create the Kafka consumer\" error=\"kafka ssl.ca.location $KAFKA_CA: $WHY" \
     "$T/verify3.out"
