@@ -470,10 +470,13 @@ bool db_check_conninfo(const char *conninfo, char *err, size_t errlen)
     return ok;
 }
 
-/* Why a file libpq opens itself is refused (db_check_files, and the service file's own read). */
+/* Why a file libpq opens itself is refused (db_check_files, and the service file's own read):
+ * said by run and by the commands (db_check_conninfo), so true of each: the event loop is run's,
+ * and a command's connection is made on none. */
 #define DB_NOT_REGULAR                                                                             \
-    "not a regular file or a directory (libpq reads it on the relay's event loop at every "        \
-    "connection, where a pipe, device or socket would stop the loop)"
+    "not a regular file or a directory (libpq opens it at every connection, and a pipe's, "        \
+    "device's or socket's open could wait without end: on the running relay's event loop, or "     \
+    "past every bound of a command)"
 
 #ifndef PG_SYSCONFDIR
 #define PG_SYSCONFDIR "/etc/postgresql-common" /* Debian's; the Makefile sets libpq's own */
