@@ -1266,27 +1266,11 @@ bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p
         p->values[n++] = conninfo;
         p->expand_dbname = 1;
     }
-    /* The string's own settings, but its host, hostaddr and port: each connection gets its
-     * host's (db_connect_params_host), with the dbname. */
-    p->blank = calloc(nopts + 1, sizeof(char *));
-    if (!p->blank)
-        return refuse(err, errlen, "out of memory");
-    size_t blanks = 0;
+    /* The string's own settings, but its host, hostaddr and port, its dbname and its empty
+     * settings: each connection gets those in its host's string (db_connect_params_host). */
     for (const PQconninfoOption *o = p->parsed; o && o->keyword; o++) {
-        if (o->val && strcmp(o->keyword, "dbname") == 0)
-            p->dbname = o->val;
-        if (!o->val || strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0 ||
-            strcmp(o->keyword, "port") == 0 || strcmp(o->keyword, "dbname") == 0)
+        if (!db_setting_shared(o))
             continue;
-        /* An empty setting (password='' with PGPASSWORD set) is libpq's default, not the
-         * environment's: it goes in the host's string (db_connect_params_host). But options and
-         * connect_timeout, which the entries below replace. */
-        if (!o->val[0] && strcmp(o->keyword, "options") != 0 &&
-            strcmp(o->keyword, "connect_timeout") != 0) {
-            p->blank[p->nblank++] = o->keyword;
-            blanks += strlen(o->keyword) + 8;
-            continue;
-        }
         p->keys[n] = o->keyword;
         p->values[n++] = o->val;
     }
@@ -1327,55 +1311,98 @@ bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p
     p->nshared = n;
     p->keys[n] = NULL;
     p->values[n] = NULL;
-    /* Room for the longest host's db_connect_params_host string, every character escaped. */
-    size_t most = 0, dblen = p->dbname ? strlen(p->dbname) : 0;
+    /* Room for the longest host's db_connect_params_host string. */
+    size_t most = 0;
     for (int i = 0; i < p->nhosts; i++) {
         const DbHost *h = &p->hosts[i];
-        size_t len = (h->host ? strlen(h->host) : 0) + (h->hostaddr ? strlen(h->hostaddr) : 0) +
-                     (h->port ? strlen(h->port) : 0);
+        size_t len = db_host_conninfo(p->parsed, h->host, h->hostaddr, h->port, NULL);
         most = len > most ? len : most;
     }
-    if (!(p->target = malloc(2 * (most + dblen) + blanks + 64)))
+    if (!(p->target = malloc(most + 1)))
         return refuse(err, errlen, "out of memory");
     return true;
 }
 
-/* Appends " key='value'" to out, quotes and backslashes escaped; nothing for a NULL value. */
-static char *conninfo_put(char *out, const char *key, const char *value)
+/* Whether the string's setting o goes in the host's string (db_host_conninfo): its dbname, and
+ * an empty setting (password='' with PGPASSWORD set), which is libpq's default in a string but
+ * no setting at all as a parameter, where libpq takes the environment's. But options and
+ * connect_timeout, which entries of the connection's own replace (db_connect_params, pg_plan.c):
+ * the string, expanded after them, would undo those. */
+static bool setting_in_host_string(const PQconninfoOption *o)
+{
+    if (!o->val)
+        return false;
+    if (strcmp(o->keyword, "dbname") == 0)
+        return true;
+    return !o->val[0] && strcmp(o->keyword, "options") != 0 &&
+           strcmp(o->keyword, "connect_timeout") != 0;
+}
+
+bool db_setting_shared(const PQconninfoOption *o)
+{
+    return o->val && strcmp(o->keyword, "host") != 0 && strcmp(o->keyword, "hostaddr") != 0 &&
+           strcmp(o->keyword, "port") != 0 && !setting_in_host_string(o);
+}
+
+/* Appends "key='value'" (a space before it but at the start) at out + at, quotes and
+ * backslashes escaped, and returns the new length; nothing for a NULL value. out NULL: only
+ * counts. */
+static size_t conninfo_put(char *out, size_t at, const char *key, const char *value)
 {
     if (!value)
-        return out;
-    out += sprintf(out, " %s='", key);
+        return at;
+    if (out)
+        at += (size_t)sprintf(out + at, "%s%s='", at ? " " : "", key);
+    else
+        at += (at ? 1 : 0) + strlen(key) + 2;
     for (; *value; value++) {
-        if (*value == '\'' || *value == '\\')
-            *out++ = '\\';
-        *out++ = *value;
+        if (*value == '\'' || *value == '\\') {
+            if (out)
+                out[at] = '\\';
+            at++;
+        }
+        if (out)
+            out[at] = *value;
+        at++;
     }
-    *out++ = '\'';
-    *out = '\0';
-    return out;
+    if (out) {
+        out[at] = '\'';
+        out[at + 1] = '\0';
+    }
+    return at + 1;
+}
+
+size_t db_host_conninfo(const PQconninfoOption *parsed, const char *host, const char *hostaddr,
+                        const char *port, char *out)
+{
+    /* The dbname first: libpq expands the first dbname only (an unparsable string, passed whole
+     * as one, has nothing here). */
+    size_t at = 0;
+    for (const PQconninfoOption *o = parsed; o && o->keyword; o++)
+        if (o->val && strcmp(o->keyword, "dbname") == 0)
+            at = conninfo_put(out, at, "dbname", o->val);
+    for (const PQconninfoOption *o = parsed; o && o->keyword; o++)
+        if (setting_in_host_string(o) && strcmp(o->keyword, "dbname") != 0)
+            at = conninfo_put(out, at, o->keyword, o->val);
+    at = conninfo_put(out, at, "host", host);
+    at = conninfo_put(out, at, "hostaddr", hostaddr);
+    at = conninfo_put(out, at, "port", port);
+    if (out && at == 0)
+        out[0] = '\0';
+    return at;
 }
 
 void db_connect_params_host(DbConnectParams *p, int i, const char *session_attrs)
 {
-    /* A NULL or empty value is no entry for libpq: the host's default (its socket directory,
-     * its port) where the host gives none. */
-    const DbHost *h = &p->hosts[i];
-    int n = p->nshared;
     /* An empty entry ("host=''", "port=,5433") is libpq's default (its socket directory, port
      * 5432), but an empty parameter is no entry for libpq, which then took PGHOST's or PGPORT's
      * (another server). The entries go as a connection string in the dbname, whose expansion
-     * keeps an empty value, with the string's other empty settings; the string's dbname goes in
-     * it, the first dbname being the one expanded. Nothing to pass (an unparsable string,
-     * passed whole): none. */
-    char *end = conninfo_put(p->target, "dbname", p->dbname);
-    for (int k = 0; k < p->nblank; k++)
-        end = conninfo_put(end, p->blank[k], "");
-    end = conninfo_put(end, "host", h->host);
-    end = conninfo_put(end, "hostaddr", h->hostaddr);
-    end = conninfo_put(end, "port", h->port);
-    if (end != p->target) {
-        p->keys[n] = "dbname", p->values[n++] = p->target + 1;
+     * keeps an empty value (db_host_conninfo). Nothing to pass (an unparsable string, passed
+     * whole): none. */
+    const DbHost *h = &p->hosts[i];
+    int n = p->nshared;
+    if (db_host_conninfo(p->parsed, h->host, h->hostaddr, h->port, p->target) > 0) {
+        p->keys[n] = "dbname", p->values[n++] = p->target;
         p->expand_dbname = 1;
     }
     p->keys[n] = "target_session_attrs", p->values[n++] = session_attrs;
@@ -1386,7 +1413,6 @@ void db_connect_params_free(DbConnectParams *p)
 {
     free(p->options);
     free(p->target);
-    free(p->blank);
     free(p->keys);
     free(p->values);
     db_hosts_free(p->hosts, p->nhosts > 0 ? p->nhosts : 1);

@@ -175,10 +175,7 @@ typedef struct DbConnectParams {
     int nshared;         /* entries every host's connection shares, before the host's own */
     PQconninfoOption *parsed; /* owns the strings of values, or NULL (an unparsable string) */
     char *options;            /* owned: the user's options and the pinned search_path, or NULL */
-    const char *dbname;       /* the string's dbname (in parsed), or NULL */
-    char *target; /* owned: the host's entries and dbname as a string (db_connect_params_host) */
-    const char **blank; /* owned array: the keywords the string sets empty, nblank of them */
-    int nblank;
+    char *target; /* owned: the host's string (db_host_conninfo), for db_connect_params_host */
 } DbConnectParams;
 
 /* Fills p for connections to conninfo (which, like app, must outlive p): the string's own
@@ -195,6 +192,21 @@ bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p
  * whole list; an empty one is libpq's default, as in the list), with target_session_attrs set to
  * session_attrs (NULL: as the user set it). */
 void db_connect_params_host(DbConnectParams *p, int i, const char *session_attrs);
+
+/* Whether the connection string's setting o (from PQconninfoParse) goes to libpq as a parameter
+ * every host's connection shares: a setting given, but the host's entries (host, hostaddr, port)
+ * and those that go in the host's string (db_host_conninfo). Pure. */
+bool db_setting_shared(const PQconninfoOption *o);
+
+/* The connection string for one host's connection, to pass as a dbname parameter with
+ * expand_dbname, after the shared ones (db_setting_shared): parsed's dbname (NULL parsed: none),
+ * its empty settings but options and connect_timeout, and host, hostaddr and port (NULL: none),
+ * each quoted. libpq takes an empty parameter for none, and then the environment's (PGHOST,
+ * PGPORT, PGPASSWORD...), but an empty value in a string for its default, as the user's string
+ * does. Written into out (NULL: only counted), which must hold the length returned plus one;
+ * returns that length, 0 when there is nothing to pass (out then ""). Pure. */
+size_t db_host_conninfo(const PQconninfoOption *parsed, const char *host, const char *hostaddr,
+                        const char *port, char *out);
 
 /* Releases what db_connect_params allocated. */
 void db_connect_params_free(DbConnectParams *p);

@@ -449,15 +449,29 @@ static void connect_step(PgConn *pg)
 static void connect_target(PgConn *pg, const char *host, const char *hostaddr)
 {
     const PgTarget *t = &pg->plan.targets[pg->target];
-    int n = pg->plan.nparams;
-    pg->plan.keys[n] = "host", pg->plan.values[n++] = host;
-    pg->plan.keys[n] = "hostaddr", pg->plan.values[n++] = hostaddr ? hostaddr : t->addr.hostaddr;
-    pg->plan.keys[n] = "port", pg->plan.values[n++] = t->addr.port;
+    int n = pg->plan.nparams, expand = pg->plan.expand_dbname;
+    /* The host's entries go as a connection string in the dbname, with the string's dbname and
+     * empty settings (db_host_conninfo): an empty one ("port=,5433", password='') is libpq's
+     * default there, where as a parameter libpq takes it for none and reads PGPORT, PGPASSWORD...
+     * (another server, another password than the string's). */
+    hostaddr = hostaddr ? hostaddr : t->addr.hostaddr;
+    size_t len = db_host_conninfo(pg->plan.parsed, host, hostaddr, t->addr.port, NULL);
+    char *target = malloc(len + 1);
+    if (!target) {
+        target_failed(pg, "out of memory");
+        return;
+    }
+    if (db_host_conninfo(pg->plan.parsed, host, hostaddr, t->addr.port, target) > 0) {
+        pg->plan.keys[n] = "dbname", pg->plan.values[n++] = target;
+        expand = 1;
+    }
     /* Last, so that they win over the same keywords earlier (the string's own paths). */
     for (int i = 0; i < pg->pins.n; i++)
         pg->plan.keys[n] = pg->pins.keyword[i], pg->plan.values[n++] = pg->pins.alias[i];
     pg->plan.keys[n] = NULL, pg->plan.values[n] = NULL;
-    pg->conn = PQconnectStartParams(pg->plan.keys, pg->plan.values, pg->plan.expand_dbname);
+    pg->conn = PQconnectStartParams(pg->plan.keys, pg->plan.values, expand);
+    free(target); /* libpq keeps copies */
+    pg->plan.keys[pg->plan.nparams] = NULL, pg->plan.values[pg->plan.nparams] = NULL;
     if (!pg->conn || PQstatus(pg->conn) == CONNECTION_BAD) {
         target_failed(pg, pg->conn ? PQerrorMessage(pg->conn) : "out of memory");
         return;

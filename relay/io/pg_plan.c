@@ -77,8 +77,8 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
     size_t nopts = 0;
     for (const PQconninfoOption *o = plan->parsed; o && o->keyword; o++)
         nopts++;
-    /* parsed options + 5 keepalive defaults + options + fallback_application_name + host,
-     * hostaddr, port + the pinned TLS files (DB_PINS_MAX, pg.c) + terminator */
+    /* parsed options + 5 keepalive defaults + options + fallback_application_name + the host's
+     * string (dbname) + the pinned TLS files (DB_PINS_MAX, pg.c) + terminator */
     plan->keys = calloc(nopts + 11 + DB_PINS_MAX, sizeof(char *));
     plan->values = calloc(nopts + 11 + DB_PINS_MAX, sizeof(char *));
     plan->targets = n > 0 ? calloc((size_t)n, sizeof(PgTarget)) : NULL;
@@ -89,9 +89,11 @@ bool pg_plan_make(PgPlan *plan, const char *conninfo, long session_timeout_ms, c
         plan->values[plan->nparams++] = conninfo;
         plan->expand_dbname = 1;
     }
+    /* The string's settings but options (below) and those that go in each attempt's string
+     * with the host's entries (db_host_conninfo, pg.c connect_target): its dbname, and its empty
+     * settings, which libpq would take from the environment if passed here. */
     for (const PQconninfoOption *o = plan->parsed; ok && o && o->keyword; o++) {
-        if (!o->val || strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0 ||
-            strcmp(o->keyword, "port") == 0 || strcmp(o->keyword, "options") == 0)
+        if (!db_setting_shared(o) || strcmp(o->keyword, "options") == 0)
             continue;
         plan->keys[plan->nparams] = o->keyword;
         plan->values[plan->nparams++] = o->val;

@@ -1,7 +1,8 @@
 /* pg_plan: how a connection string is tried — the hosts of its host list, one after the other
  * (libpq's multi-host form, for failover), and the parameters every attempt passes to
  * PQconnectStartParams: the string's own, without host, hostaddr and port (which come from the
- * host being tried), plus the relay's keepalive defaults for what neither the string nor its
+ * host being tried, in a string of the attempt's own with the dbname and the empty settings:
+ * db_host_conninfo), plus the relay's keepalive defaults for what neither the string nor its
  * service file sets. */
 #ifndef OUTBOX_PG_PLAN_H
 #define OUTBOX_PG_PLAN_H

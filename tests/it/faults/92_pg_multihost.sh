@@ -13,6 +13,9 @@
 #     up at once make one outage, logged once (and once after the first reconnection), with a
 #     growing backoff, not a reconnect every 0.2 s with two lines each; its end is logged once
 #     a connection lasts;
+#  6. (run before 4) an empty entry of the port list is libpq's default port, as in libpq's own
+#     reading of the string, not PGPORT's: with PGPORT naming a closed port, "port=,PORT" tries
+#     its first host on 5432 (skipped where something listens there) and delivers from the second;
 #  4. the first host black-holes connections (an address inside a network namespace whose
 #     packets nft drops: no answer at all): the relay delivers from the second host within
 #     connect_timeout (3 s here) + 5 s of starting (time printed).
@@ -114,6 +117,26 @@ wait_for "5: the end of the outage is logged" 15 sh -c \
      grep -q 'msg=\"postgres reconnected\"'"
 relay_stop
 check_eq "5: relay exits 0" 0 $?
+
+# --- 6. an empty port of the list is libpq's default, not PGPORT's ---
+# libpq takes the environment's PGPORT only for a string that sets no port; an empty entry is its
+# default, 5432. The relay passed each host's entries to libpq as parameters, where an empty
+# value is none: its first host went to PGPORT's port (another server, in the report).
+if [ -n "$(ss -ltnH 'sport = :5432')" ]; then
+    ok "6: an empty port entry is libpq's default # SKIP port 5432 is in use on this machine"
+else
+    CLOSED6=$(free_port)
+    URL="host=127.0.0.1,127.0.0.1 port=,$PGPORT dbname=outbox user=postgres"
+    insert ep 100
+    PGPORT=$CLOSED6 relay_start --database-url "$URL" "${FAULT_RELAY_OPTS[@]}" --sessions 1
+    wait_for "6: rows delivered from the second host" 15 none_unsent_of ep
+    check "6: the first host (port '') is tried on libpq's default port, 5432" \
+        grep -qE 'msg="postgres host failed".*port 5432 failed' "$RELAY_LOG"
+    check_eq "6: PGPORT's port is never tried" 0 "$(grep -c "port $CLOSED6" "$RELAY_LOG")"
+    check_delivered ep
+    relay_stop
+    check_eq "6: relay exits 0" 0 $?
+fi
 
 # --- 4. the first host black-holes ---
 netns_create # skips the rest where namespaces are refused
