@@ -176,7 +176,11 @@
  * look 1.6-2.9 ms), and returns surely new rows only when a transaction of someone else's
  * recorded a failure during the claim; at most $2 rows (a full answer whose last row is surely
  * new: the session holds the whole batch back). Only the rows' xmin tells which are new, and it is in the heap, not in the index: a cheaper recheck would need
- * to know whether the claim waited for a lock at all, which PostgreSQL does not say. */
+ * to know whether the claim waited for a lock at all, which PostgreSQL does not say. The
+ * aggregates are grouped byte for byte (COLLATE "C"), as claim.c rechecked_holder matches them
+ * (strcmp) and as blocked groups them: under a column's nondeterministic collation (an adopted
+ * table's, case-insensitive say) 'A' and 'a' made one group named by either, and the claimed
+ * later rows of the other went out before its failed one (test 37_nondeterministic_collation). */
 #define CLAIM_SNAPSHOT_XID(x) "(" x "::text::bigint % 4294967296)::text::xid"
 #define CLAIM_SNAPSHOT_IDS                                                                         \
     "n AS MATERIALIZED (SELECT ARRAY(SELECT " CLAIM_SNAPSHOT_XID("x.v")                            \
@@ -188,8 +192,9 @@
     " FROM (SELECT pg_catalog.current_setting('" CLAIM_SNAPSHOT_SETTING "')::pg_catalog.pg_snapshot" \
     " AS s) p)"
 #define SQL_CLAIM_RECHECK(blocked_condition)                                                       \
-    "WITH " CLAIM_SNAPSHOT_IDS " SELECT coalesce(f.{aggregate_type}::text, ''),"                   \
-    " coalesce(f.{aggregate_id}::text, ''), pg_catalog.min(f.{seq}), pg_catalog.bool_or("        \
+    "WITH " CLAIM_SNAPSHOT_IDS " SELECT coalesce(f.{aggregate_type}::text, '')"                    \
+    " COLLATE pg_catalog.\"C\", coalesce(f.{aggregate_id}::text, '') COLLATE pg_catalog.\"C\","    \
+    " pg_catalog.min(f.{seq}), pg_catalog.bool_or("                                               \
     "f.xmin = ANY(n.xip) OR pg_catalog.age(f.xmin) <= pg_catalog.age(n.xmax))"                    \
     " FROM (" SQL_FAILED_ROWS("o.{aggregate_type}, o.{aggregate_id}, o.{seq}, o.xmin",            \
                               "o.lane = ANY($1::smallint[]) AND " blocked_condition) ") f, n"     \

@@ -10,7 +10,8 @@
 # of 'A', then a 2 MB event of 'a' (both over message.max.bytes: rejected, retried after
 # --retry-backoff), then a small event of 'a'. After the rejections, a row of another aggregate
 # inserted later is delivered (so later claims ran), while the small event of 'a' stays unsent and
-# unpublished.
+# unpublished. Then the same for the claim's recheck, with the race of 49_blocked_while_waiting
+# (below).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -57,3 +58,84 @@ check_eq "and it was not published" 0 \
     "$(jq -r 'select(.key != "other") | .headers.id' "$T/n.json" | wc -l)"
 relay_stop
 check_eq "the relay exits 0" 0 "$?"
+
+# The claim's recheck (statements.c SQL_CLAIM_RECHECK, tests/it/order/49_blocked_while_waiting.sh
+# has the race) is matched byte for byte too (claim.c rechecked_holder): grouped under the
+# column's collation it named 'K' and 'k' as one aggregate, and the claimed later events of the
+# other were published while its first waited. Each round: one session; aggregates NAME and name
+# (upper and lower case) of 3 events each, then 5 other aggregates; another client makes the first
+# event of both wait (attempts 1, a retry time an hour ahead) in an open transaction before the
+# relay starts, waits until a backend waits for it, and commits at once, within the claim's 200 ms
+# lock_timeout. Checks: the others are delivered, none of NAME's or name's events is, and the
+# recheck names both. A round whose commit came after the lock_timeout (a loaded machine: the
+# claim never met it) is run again under a new name, at most 3 times.
+psql_q "DELETE FROM outbox WHERE aggregatetype = 'n'"
+# race NAME: 0, or 1 when the claim's lock_timeout came before the commit.
+race() {
+    local up=$1 low seen firsts first timeouts
+    low=$(echo "$1" | tr '[:upper:]' '[:lower:]')
+    timeouts=$(grep -c 'canceling statement due to lock timeout' "$T/pg.log")
+    psql_q "INSERT INTO outbox (aggregatetype, aggregateid, type, payload)
+            SELECT 'w', k, 'changed', jsonb_build_object('seq', s)
+            FROM generate_series(1, 3) AS s, (VALUES (1, '$up'), (2, '$low')) AS a(o, k)
+            ORDER BY s, o"
+    psql_q "INSERT INTO outbox (aggregatetype, aggregateid, type, payload)
+            SELECT 'w', '$low-other-' || a, 'changed', jsonb_build_object('seq', 1)
+            FROM generate_series(1, 5) AS a ORDER BY a"
+    firsts=$(psql_q "SELECT string_agg(m::text, ',' ORDER BY m) FROM (SELECT min(seq) AS m FROM outbox
+                     WHERE aggregateid COLLATE \"C\" IN ('$up', '$low')
+                     GROUP BY aggregateid COLLATE \"C\") f")
+    first=${firsts%%,*}
+    [ "$first" != "$firsts" ] || fail "$up: two aggregates in bytes" "$firsts"
+    coproc LOCKER { psql -XAtq -v ON_ERROR_STOP=1 2>&1; }
+    _t_track "$LOCKER_PID"
+    local locker_pid=$LOCKER_PID
+    echo "BEGIN; WITH u AS (UPDATE outbox SET attempts = attempts + 1,
+              next_attempt_at = now() + interval '1 hour', last_error = 'put off by hand'
+              WHERE seq IN ($firsts) RETURNING 1) SELECT 'updated' || count(*) FROM u;" \
+        >&"${LOCKER[1]}"
+    read -r -t 10 seen <&"${LOCKER[0]}" || fail "$up: the other client updates the rows"
+    [ "$seen" = updated2 ] || fail "$up: the other client updates both rows" "$seen"
+    relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --layout debezium \
+        --sessions 1 --kafka reconnect.backoff.max.ms=500
+    echo "DO \$\$ BEGIN FOR i IN 1..12000 LOOP
+              EXIT WHEN EXISTS (SELECT 1 FROM pg_locks w JOIN pg_locks h
+                  ON h.locktype = 'transactionid' AND h.transactionid = w.transactionid
+                  AND h.granted AND h.pid = pg_backend_pid()
+                  WHERE w.locktype = 'transactionid' AND NOT w.granted);
+              PERFORM pg_sleep(0.005);
+          END LOOP; END \$\$;
+          COMMIT; SELECT 'committed';" >&"${LOCKER[1]}"
+    read -r -t 90 seen <&"${LOCKER[0]}" || fail "$up: the other client commits"
+    [ "$seen" = committed ] || fail "$up: the other client commits" "$seen"
+    echo '\q' >&"${LOCKER[1]}"
+    wait "$locker_pid" 2>/dev/null
+    others_sent() {
+        [ "$(psql_q "SELECT count(*) FROM outbox WHERE aggregateid COLLATE \"C\" LIKE '$low-other-%'
+                     AND sent_at IS NULL")" = 0 ]
+    }
+    wait_for "$up: the other aggregates are delivered" 30 others_sent
+    if ! grep -q "events of this claim wait.* id=$first aggregates=" "$RELAY_LOG" &&
+        [ "$(grep -c 'canceling statement due to lock timeout' "$T/pg.log")" -gt "$timeouts" ]; then
+        echo "# $up: the claim's lock_timeout came before the commit: the race was not met"
+        psql_q "UPDATE outbox SET next_attempt_at = NULL WHERE seq IN ($firsts)"
+        wait_for "$up: every row is delivered once its first is let go" 30 no_unsent_rows
+        relay_stop
+        return 1
+    fi
+    check_eq "$up and $low: none of their events is sent while their first waits" 0 \
+        "$(psql_q "SELECT count(*) FROM outbox WHERE aggregateid IN ('$up', '$low')
+                   AND sent_at IS NOT NULL")"
+    check "$up and $low: the claim's recheck holds both" \
+        grep -q "events of this claim wait.* id=$first aggregates=2 " "$RELAY_LOG"
+    psql_q "UPDATE outbox SET next_attempt_at = NULL WHERE seq IN ($firsts)"
+    wait_for "$up: every row is delivered once the first ones are let go" 30 no_unsent_rows
+    relay_stop
+    check_eq "$up: the relay exits 0" 0 "$?"
+}
+for try in 1 2 3; do
+    race "K$try" && break
+    [ "$try" -lt 3 ] || fail "the claim met the other client's commit in one of 3 rounds"
+done
+consume --topic outbox.event.w --to-end --timeout-ms 30000 >"$T/w.json"
+check "each key's events are published in order" first_copies_in_order "$T/w.json"
