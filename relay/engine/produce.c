@@ -154,18 +154,22 @@ static bool isolate_wanted(Relay *r, const BatchRow *br)
     return true;
 }
 
-/* Its outcome is known (delivered, or refused alone): it goes with others from now on. */
-static void isolate_forget(Relay *r, long long id)
+/* Takes entry i out of the set (the last one moves into its place). */
+static void isolate_remove(Isolate *iso, int i)
 {
-    Isolate *iso = &r->isolate;
-    int i = isolate_find(iso, id);
-    if (i < 0)
-        return;
     iso->n--;
     iso->ids[i] = iso->ids[iso->n];
     iso->met[i] = iso->met[iso->n];
     if (iso->n == 0)
         iso->warned = false; /* the episode is over: the next refusal is said again */
+}
+
+/* Its outcome is known (delivered, or refused alone): it goes with others from now on. */
+static void isolate_forget(Relay *r, long long id)
+{
+    int i = isolate_find(&r->isolate, id);
+    if (i >= 0)
+        isolate_remove(&r->isolate, i);
 }
 
 /* Drops the rows no claim has met for ISOLATE_STALE_S: their lane went to another relay (which
@@ -177,16 +181,11 @@ static void isolate_expire(Relay *r)
     Isolate *iso = &r->isolate;
     double now = monotime_now();
     for (int i = 0; i < iso->n;) {
-        if (now - iso->met[i] < ISOLATE_STALE_S) {
+        if (now - iso->met[i] < ISOLATE_STALE_S)
             i++;
-            continue;
-        }
-        iso->n--;
-        iso->ids[i] = iso->ids[iso->n];
-        iso->met[i] = iso->met[iso->n];
+        else
+            isolate_remove(iso, i); /* the last entry moves to i: looked at next */
     }
-    if (iso->n == 0)
-        iso->warned = false; /* the episode is over: the next refusal is said again */
 }
 
 /* Adds id to the rows to produce alone (stale ones dropped first by the caller). False when
