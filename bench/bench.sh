@@ -54,7 +54,8 @@
 #                                  rounds (and its min–max is shown). A size's drains and bounds
 #                                  run in one order in odd rounds and the reverse in even ones:
 #                                  an even count gives every pair each place equally often
-#   BENCH_LATENCY_ROUNDS=REPEAT    rounds of latency runs (default and tuned interleaved); above
+#   BENCH_LATENCY_ROUNDS=REPEAT    rounds of latency runs (a rate's default, baseline, tuned and
+#                                  control runs in turn, the order reversed in even rounds); above
 #                                  1, each row is its median-p50 round (and the p50s' min–max)
 #   BENCH_PARTS="drain replay latency producers payloads"   which measurements to run ("multidb": one
 #                                  relay serving many databases, bench/multidb.sh and its
@@ -1082,10 +1083,18 @@ fi
 for ((round = 1; round <= LAT_ROUNDS; round++)); do
     [ "$LAT_ROUNDS" -gt 1 ] && [ -n "$RATES" ] && say "latency round $round of $LAT_ROUNDS"
     for rate in $RATES; do
-        latency "default.$rate.$round" "$rate"
-        [ -n "$BASELINE_BIN" ] && latency "baseline.$rate.$round" "$rate"
-        [ ${#TUNED[@]} -gt 0 ] && latency "tuned.$rate.$round" "$rate" "${TUNED[@]}"
-        [[ " $CONTROL_RATES " == *" $rate "* ]] && latency "control.$rate.$round" "$rate"
+        # As the drains: forward in odd rounds, backward in even ones.
+        lsteps=(default)
+        [ -n "$BASELINE_BIN" ] && lsteps+=(baseline)
+        [ ${#TUNED[@]} -gt 0 ] && lsteps+=(tuned)
+        [[ " $CONTROL_RATES " == *" $rate "* ]] && lsteps+=(control)
+        [ $((round % 2)) = 0 ] && mapfile -t lsteps < <(printf '%s\n' "${lsteps[@]}" | tac)
+        for step in "${lsteps[@]}"; do
+            case $step in
+            tuned) latency "tuned.$rate.$round" "$rate" "${TUNED[@]}" ;;
+            *) latency "$step.$rate.$round" "$rate" ;;
+            esac
+        done
     done
 done
 latency_medians
@@ -1682,6 +1691,7 @@ report_method() {
   baseline a copy of this binary) had this build at 0.95× of it, median of 32 rounds, and at
   1.02× over 28 rounds with the order reversed every other round: within this machine's
   noise, the cause not found (docs/benchmarks-delete-replay.md, "The order of the drains").
+  A rate's latency runs (default, baseline, tuned, control) take turns the same way, round by round.
 - **Noise.** $([ "$REPEAT" -gt 1 ] && echo "Drains: $REPEAT interleaved rounds, medians; producer rows: $PROD_ROUNDS paired rounds; latency: $LAT_ROUNDS rounds, the median-p50 round." || echo "One round of drains (BENCH_REPEAT=4 gives medians over both orders); producer rows: $PROD_ROUNDS paired rounds; latency: $LAT_ROUNDS round(s).") Compare
   ratios, not absolute figures, and only between runs on a quiet machine (see the load average
   above).
