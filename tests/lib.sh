@@ -123,6 +123,27 @@ _t_signal() {
     exit "$2"
 }
 
+# locker_commit_once_waited LABEL IN OUT PID: the psql coprocess (its stdout IN and stdin OUT, as
+# "${COPROC[@]}" gives them, and its PID) holds a transaction that another session is to wait
+# on: it commits as soon as pg_locks shows some session waiting on its transaction id (at most 60
+# s), then quits. For the tests that make a transaction commit while a claim waits on its lock
+# (order/49_blocked_while_waiting, order/37_nondeterministic_collation).
+locker_commit_once_waited() {
+    local label=$1 in=$2 out=$3 pid=$4 seen
+    echo "DO \$\$ BEGIN FOR i IN 1..12000 LOOP
+              EXIT WHEN EXISTS (SELECT 1 FROM pg_locks w JOIN pg_locks h
+                  ON h.locktype = 'transactionid' AND h.transactionid = w.transactionid
+                  AND h.granted AND h.pid = pg_backend_pid()
+                  WHERE w.locktype = 'transactionid' AND NOT w.granted);
+              PERFORM pg_sleep(0.005);
+          END LOOP; END \$\$;
+          COMMIT; SELECT 'committed';" >&"$out"
+    read -r -t 90 seen <&"$in" || fail "$label: the other client commits"
+    [ "$seen" = committed ] || fail "$label: the other client commits" "$seen"
+    echo '\q' >&"$out"
+    wait "$pid" 2>/dev/null
+}
+
 _t_track() {
     _T_PIDS+=("$1")
 }

@@ -98,18 +98,7 @@ race() {
     [ "$seen" = updated2 ] || fail "$up: the other client updates both rows" "$seen"
     relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --layout debezium \
         --sessions 1 --kafka reconnect.backoff.max.ms=500
-    echo "DO \$\$ BEGIN FOR i IN 1..12000 LOOP
-              EXIT WHEN EXISTS (SELECT 1 FROM pg_locks w JOIN pg_locks h
-                  ON h.locktype = 'transactionid' AND h.transactionid = w.transactionid
-                  AND h.granted AND h.pid = pg_backend_pid()
-                  WHERE w.locktype = 'transactionid' AND NOT w.granted);
-              PERFORM pg_sleep(0.005);
-          END LOOP; END \$\$;
-          COMMIT; SELECT 'committed';" >&"${LOCKER[1]}"
-    read -r -t 90 seen <&"${LOCKER[0]}" || fail "$up: the other client commits"
-    [ "$seen" = committed ] || fail "$up: the other client commits" "$seen"
-    echo '\q' >&"${LOCKER[1]}"
-    wait "$locker_pid" 2>/dev/null
+    locker_commit_once_waited "$up" "${LOCKER[@]}" "$locker_pid"
     others_sent() {
         [ "$(psql_q "SELECT count(*) FROM outbox WHERE aggregateid COLLATE \"C\" LIKE '$low-other-%'
                      AND sent_at IS NULL")" = 0 ]

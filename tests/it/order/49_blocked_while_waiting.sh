@@ -53,18 +53,7 @@ round() {
     psql_q "SELECT pg_current_xact_id()" >/dev/null
     relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --sessions 1 \
         --kafka reconnect.backoff.max.ms=500
-    echo "DO \$\$ BEGIN FOR i IN 1..12000 LOOP
-              EXIT WHEN EXISTS (SELECT 1 FROM pg_locks w JOIN pg_locks h
-                  ON h.locktype = 'transactionid' AND h.transactionid = w.transactionid
-                  AND h.granted AND h.pid = pg_backend_pid()
-                  WHERE w.locktype = 'transactionid' AND NOT w.granted);
-              PERFORM pg_sleep(0.005);
-          END LOOP; END \$\$;
-          COMMIT; SELECT 'committed';" >&"${LOCKER[1]}"
-    read -r -t 90 seen <&"${LOCKER[0]}" || fail "$name: the other client commits"
-    [ "$seen" = committed ] || fail "$name: the other client commits" "$seen"
-    echo '\q' >&"${LOCKER[1]}"
-    wait "$locker_pid" 2>/dev/null
+    locker_commit_once_waited "$name" "${LOCKER[@]}" "$locker_pid"
     others_sent() {
         [ "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_id LIKE '$name-other-%'
                      AND sent_at IS NULL")" = 0 ]
