@@ -792,7 +792,10 @@ const char *db_host_label(const DbHost *h, char *out, size_t outlen)
     const char *shown = h->host && *h->host ? db_host_shown(h->host)
                         : h->hostaddr       ? h->hostaddr
                                             : "(default)";
-    snprintf(out, outlen, "%s:%s", shown, h->port ? h->port : "");
+    /* An IPv6 address is bracketed, as in a URL: "::1:5432" reads as an address of its own. A
+     * socket directory (an absolute path) is left as it is. */
+    bool v6 = strchr(shown, ':') && shown[0] != '/' && shown[0] != '[';
+    snprintf(out, outlen, v6 ? "[%s]:%s" : "%s:%s", shown, h->port ? h->port : "");
     return out;
 }
 

@@ -106,7 +106,8 @@ int db_hosts(const PQconninfoOption *opts, DbHost **out) __attribute__((warn_unu
 void db_hosts_free(DbHost *hosts, int n);
 
 /* "HOST:PORT" for the logs and errors: the host as db_host_shown shows it, else the hostaddr,
- * else "(default)"; the port as given ("" when none). Into out (cut to outlen); returns out. */
+ * else "(default)", an IPv6 address in brackets ("[::1]:5432"); the port as given ("" when
+ * none). Into out (cut to outlen); returns out. */
 const char *db_host_label(const DbHost *h, char *out, size_t outlen);
 
 /* Whether the files libpq opens itself while it connects are each a regular file, a directory

@@ -735,6 +735,27 @@ static void test_same_database_spellings(void **state)
     unsetenv("PGSERVICEFILE");
 }
 
+/* The "HOST:PORT" label of the logs and errors (an old server passed over, a plan's target):
+ * an IPv6 address was written bare, "::1:5432", which reads as another address. */
+static void test_host_label_ipv6(void **state)
+{
+    (void)state;
+    char out[64];
+    const struct {
+        DbHost h;
+        const char *want;
+    } cases[] = {
+        {{"::1", NULL, "5432"}, "[::1]:5432"},
+        {{NULL, "fe80::1%lo", "5433"}, "[fe80::1%lo]:5433"},
+        {{"db.example", NULL, "5432"}, "db.example:5432"},
+        {{NULL, "10.0.0.1", NULL}, "10.0.0.1:"},
+        {{"/run/postgresql", NULL, "5432"}, "/run/postgresql:5432"},
+        {{NULL, NULL, "5432"}, "(default):5432"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        assert_string_equal(db_host_label(&cases[i].h, out, sizeof(out)), cases[i].want);
+}
+
 /* libpq pairs the host, hostaddr and port lists one to one, wherever each comes from (the
  * string, its service file, PGHOST/PGHOSTADDR/PGPORT); lists it cannot pair fail every attempt
  * of run for ever. The check counted only the string's ports against the string's hosts. */
@@ -1254,6 +1275,7 @@ int main(void)
         cmocka_unit_test(test_service_long_line),
         cmocka_unit_test(test_same_database_by_service),
         cmocka_unit_test(test_same_database_spellings),
+        cmocka_unit_test(test_host_label_ipv6),
         cmocka_unit_test(test_host_lists_paired),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
