@@ -93,9 +93,10 @@ typedef struct Unrecordable {
  * record batch and refuses the whole request; librdkafka 2.0.2 does not split it, so a small
  * event refused that way is not at fault. Each stays unsent with no attempt counted and is
  * produced again alone (nothing else of the relay in flight until its report): refused alone,
- * it is too large itself and is rejected as before. A set of ids with a fixed cap: an id a claim
- * has not met for ISOLATE_STALE_S (its lane moved, the row was dead-lettered, requeued or
- * deleted) is dropped at the next refusal, which makes room and lets an episode end;
+ * it is too large itself and is rejected as before. A dead event's copy to the dead-letter topic
+ * is judged the same way (refused alone, it is a failed publication). A set of ids with a fixed
+ * cap: an id a claim has not met for ISOLATE_STALE_S (its lane moved, the row was dead-lettered,
+ * requeued or deleted) is dropped at the next refusal, which makes room and lets an episode end;
  * past ISOLATE_MAX a refused row counts a transient failure instead (an attempt, no rejection,
  * never dead-lettered for it). A restart starts with an empty set: such a row is refused with
  * others once more. An id reused after TRUNCATE ... RESTART IDENTITY only goes alone once. */

@@ -142,10 +142,11 @@ static int isolate_find(const Isolate *iso, long long id)
     return -1;
 }
 
-/* Whether br is an event to produce alone (Isolate, engine.h); notes that a claim met it. */
+/* Whether br is an event or a dead event's copy to produce alone (Isolate, engine.h); notes that
+ * a claim met it. */
 static bool isolate_wanted(Relay *r, const BatchRow *br)
 {
-    if (br->dead_letter || r->isolate.n == 0)
+    if (r->isolate.n == 0)
         return false;
     int i = isolate_find(&r->isolate, br->row.id);
     if (i < 0)
@@ -224,17 +225,19 @@ static bool isolation_blocks(const Relay *r, const Session *s, bool isolating)
  * Kafka refuses the whole request when the record batch is over the topic's max.message.bytes,
  * however small each message is, so that is no fault of the row. It stays unsent with no
  * attempt counted (its aggregate held for the batch) and goes alone next time; when the set of
- * such rows is full, it counts a transient failure (an attempt, never a rejection). */
+ * such rows is full, it counts a transient failure (an attempt, never a rejection). A dead
+ * event's copy likewise (a failure of a copy is a failed publication, 30 s doubling). */
 static void refused_with_others(Session *s, BatchRow *br)
 {
     Relay *r = s->relay;
+    const char *topic = br->dead_letter ? s->cfg->dead_letter_topic : br->topic;
     isolate_expire(r); /* an episode of rows no claim meets any more is over */
     if (!r->isolate.warned) {
         r->isolate.warned = true;
         log_warn("the broker refused a produce request as too large though its messages were "
                  "within message.max.bytes: set --kafka batch.size (and message.max.bytes) at or "
                  "below the smallest topic's max.message.bytes",
-                 "topic=%s id=%lld", br->topic ? br->topic : "", br->row.id);
+                 "topic=%s id=%lld", topic ? topic : "", br->row.id);
     }
     if (isolate_add(r, br->row.id)) {
         batch_cancelled(&s->batch, br);
@@ -477,7 +480,7 @@ void produce_record_report(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
          * dead-lettered: it passes once the clock is set right. */
         batch_fail(b, br, "Broker: Invalid timestamp (the relay host's clock, not the row's)",
                    false);
-    } else if (!br->dead_letter && err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE &&
+    } else if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE &&
                (br->shared || br->produced_seq != s->relay->produced)) {
         /* Something else of the relay was in flight while it was out: it may have shared the
          * request the broker refused whole (a record batch over the topic's max.message.bytes). */

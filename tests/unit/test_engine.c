@@ -2981,6 +2981,41 @@ static void test_too_large_request_episode_ends_with_stale_rows(void **state)
     assert_int_equal(T.r->isolate.n, 2); /* rows 10, 11: the stale row 2 is gone */
 }
 
+/* A dead event's copy is judged as an event is: refused as too large in a request with other
+ * messages (the dead-letter topic's max.message.bytes under the record batch), the copies count
+ * nothing, stay unsent and go again alone, one at a time. Said once. On the old code both copies
+ * were recorded as failed publications at once ("{1,2}" in mark-dead-letter-failed), to go again
+ * together after 30 s. */
+static void test_too_large_request_isolates_copies(void **state)
+{
+    extra_args[0] = "--dead-letter-topic";
+    extra_args[1] = "dead-letters";
+    start("1", "1", "60000");
+    bring_up_quietly(0);
+    capture_log(LOG_WARN);
+    T.dead[0] = "A,B"; /* rows 1, 2: dead events' copies, in one request */
+    answer_claim(0, "");
+    assert_int_equal(fake_kafka_count(), 2);
+    fake_kafka_report_all(TOO_LARGE);
+    assert_string_equal(pending_param(0, "mark-dead-letter-failed"), "");
+    assert_int_equal(T.r->isolate.n, 2);
+    T.dead[0] = "A,B";
+    reclaim(0, 1, ""); /* copy 1 alone, nothing else until its report */
+    assert_int_equal(fake_kafka_count(), 3);
+    assert_string_equal(fake_kafka_at(2)->topic, "dead-letters");
+    assert_string_equal(fake_kafka_at(2)->key, "agg-A");
+    fake_kafka_report(2, OK);
+    assert_int_equal(fake_kafka_count(), 4); /* copy 2 alone */
+    assert_string_equal(fake_kafka_at(3)->key, "agg-B");
+    fake_kafka_report(3, OK);
+    assert_string_equal(field(pending_param(0, "mark-dead-lettered"), 0), "{1,2}");
+    assert_int_equal(T.r->isolate.n, 0);
+    answer(0);
+    assert_int_equal(occurrences(logged(), "the broker refused a produce request as too large "
+                                           "though its messages were within message.max.bytes"),
+                     1);
+}
+
 /* A row whose outcome the table refuses to record at all (its sent mark and then its failure
  * mark refused by a CHECK or trigger of the row) was claimed, published and refused again after
  * every retry backoff, for ever, with the rest of each batch recorded one by one. Now it is said
@@ -3529,6 +3564,7 @@ int main(void)
         cmocka_unit_test_teardown(test_too_large_request_isolate_cap, teardown),
         cmocka_unit_test_teardown(test_too_large_request_isolation_relay_wide, teardown),
         cmocka_unit_test_teardown(test_too_large_request_episode_ends_with_stale_rows, teardown),
+        cmocka_unit_test_teardown(test_too_large_request_isolates_copies, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart_across_reconnect, teardown),
         cmocka_unit_test_teardown(test_unrecordable_forgotten_when_table_replaced, teardown),

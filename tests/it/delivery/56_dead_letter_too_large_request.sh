@@ -1,0 +1,71 @@
+#!/bin/bash
+# Proves a dead event's copy the broker refuses as too large (MESSAGE_TOO_LARGE, 10) with other
+# messages is judged as an event is (docs/guarantees.md, "Poison events"): no fault of its own,
+# it goes again alone. Poison rows here have an illegal topic name, so they
+# die (--max-attempts 1) before Kafka sees them: the only produce requests are the copies', which
+# lets the mock's request-wide error reach exactly them.
+#  A. 4 copies produced together (linger 300 ms), the first produce request refused with code
+#     10 (librdkafka 2.0.2 sends each partition's messages in a request of their own: here the
+#     copies of p-0 and p-2, whose keys share a partition; the warning, said only for a refusal
+#     of a request with other messages, shows they were together; enable.gapless.guarantee
+#     makes the refusal fatal, and the producer is recreated as for any broker refusal):
+#     every copy published to the dead-letter topic within 20 s, each with its payload,
+#     none with a "dead-letter publish failed" error, and the warning that tells the operator
+#     to lower batch.size logged once. (On the old code each copy was recorded as a failed
+#     publication and waited 30 s, doubling, to go again together: none published in 20 s.)
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+fault_setup 1
+
+WARNING='the broker refused a produce request as too large though its messages were within'
+count_where() { # count_where CONDITION: rows of the poison type matching it
+    psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'bad topic!' AND ($1)"
+}
+published() { # published N CONDITION: N rows matching CONDITION were published to dlq
+    [ "$(count_where "dead_letter_topic = 'dlq' AND ($2)")" = "$1" ]
+}
+dead() { # dead N: N poison rows are dead
+    [ "$(count_where "dead_at IS NOT NULL")" = "$1" ]
+}
+insert_poison() { # insert_poison FROM TO: rows FROM..TO of an illegal topic, an aggregate each (all die at once)
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            SELECT 'bad topic!', 'p-' || g, 'changed', jsonb_build_object('seq', g)
+            FROM generate_series($1, $2) AS g ORDER BY g"
+}
+dlq_copy() { # dlq_copy SEQ: the dead-letter message of the poison row with payload seq SEQ
+    jq -c --arg e "$(psql_q "SELECT event_id FROM outbox WHERE aggregate_type = 'bad topic!'
+                                 AND (payload->>'seq')::int = $1")" \
+        'select(.headers.id == $e)' "$T/dlq.json"
+}
+
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --sessions 1 \
+    --max-attempts 1 --retry-backoff 200 --dead-letter-topic dlq --kafka linger.ms=300
+insert_rows w 0 9 2
+wait_for "warm-up rows delivered" 30 none_unsent_of w
+
+# --- A. one request of 4 dead-letter copies refused whole ---
+broker_cmd "errors produce 1 10"
+insert_poison 0 3
+wait_for "A: the 4 poison rows dead" 30 dead 4
+wait_for "A: the 4 copies published to the dead-letter topic within 20 s" 20 \
+    published 4 "(payload->>'seq')::int < 4"
+echo "# A: last_error of the poison rows: $(count_where "last_error LIKE 'dead-letter publish failed%'") 'dead-letter publish failed'"
+check_eq "A: no copy recorded as a failed publication" 0 \
+    "$(count_where "last_error LIKE 'dead-letter publish failed%'")"
+check_eq "A: the warning logged once" 1 "$(grep -c "$WARNING" "$RELAY_LOG")"
+check "A: it names the dead-letter topic" grep -q "$WARNING.*topic=dlq" "$RELAY_LOG"
+
+relay_stop
+check_eq "relay exits 0" 0 $?
+
+consume --topic dlq --to-end --timeout-ms 30000 >"$T/dlq.json"
+echo "# dlq: $(jq -r .headers.id "$T/dlq.json" | wc -l) messages (at-least-once allows repeats)"
+check_eq "A: the refused request held two copies (p-0's and p-2's share a partition)" \
+    "$(jq -r 'select(.key == "p-0") | .partition' "$T/dlq.json" | head -n 1)" \
+    "$(jq -r 'select(.key == "p-2") | .partition' "$T/dlq.json" | head -n 1)"
+check_eq "dlq: a copy of each poison row" 4 "$(jq -r .headers.id "$T/dlq.json" | sort -u | wc -l)"
+for seq in 0 1 2 3; do
+    check_eq "A: copy of row $seq with its payload" "$seq|null" \
+        "$(dlq_copy "$seq" | jq -r '"\(.value | fromjson | .seq)|\(.headers["dlq.payload_omitted"])"')"
+done
