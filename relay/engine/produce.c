@@ -45,8 +45,12 @@ static rd_kafka_headers_t *message_headers(const Session *s, const OutboxRow *ro
     return hdrs;
 }
 
+static bool isolate_bare(const Isolate *iso, long long id);
+
 /* Produces a dead event to the dead-letter topic, with why it died in the headers. A payload too
- * large for Kafka (a common reason to die) is left out rather than failing again. */
+ * large for Kafka (a common reason to die) is left out rather than failing again: too large for
+ * the producer (the claim's measure, or librdkafka's answer here), or for the dead-letter topic
+ * (the broker refused the copy alone: isolate_bare). */
 static rd_kafka_resp_err_t produce_dead_letter(Session *s, BatchRow *br)
 {
     const OutboxRow *row = &br->row;
@@ -56,13 +60,17 @@ static rd_kafka_resp_err_t produce_dead_letter(Session *s, BatchRow *br)
     rd_kafka_headers_t *hdrs = route_dead_letter_headers(row, s->cfg->map.identity_headers,
                                                          br->last_error, br->attempts, topic);
     /* A payload too large, or one that did not decode, goes out omitted, and the header says so. */
+    bool omit = br->too_large || br->undecodable || isolate_bare(&s->relay->isolate, row->id);
     rd_kafka_resp_err_t err =
-        br->too_large || br->undecodable
-            ? RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE
-            : kafka_produce(s->relay->kafka, s->cfg->dead_letter_topic, RD_KAFKA_PARTITION_UA, 0,
-                            row->aggregate_id, strlen(row->aggregate_id), row->payload,
-                            row->payload_len, hdrs, br);
+        omit ? RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE
+             : kafka_produce(s->relay->kafka, s->cfg->dead_letter_topic, RD_KAFKA_PARTITION_UA, 0,
+                             row->aggregate_id, strlen(row->aggregate_id), row->payload,
+                             row->payload_len, hdrs, br);
+    /* What went out, for the report: a copy refused alone with no payload has nothing to leave
+     * out (produce_record_report). */
+    br->sent_value = row->payload ? row->payload_len : 0;
     if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+        br->sent_value = 0;
         rd_kafka_header_add(hdrs, "dlq.payload_omitted", -1, "true", -1);
         err = kafka_produce(s->relay->kafka, s->cfg->dead_letter_topic, RD_KAFKA_PARTITION_UA, 0,
                             row->aggregate_id, strlen(row->aggregate_id), NULL, 0, hdrs, br);
@@ -142,6 +150,13 @@ static int isolate_find(const Isolate *iso, long long id)
     return -1;
 }
 
+/* Whether the dead event's copy id goes without its payload (Isolate, engine.h). */
+static bool isolate_bare(const Isolate *iso, long long id)
+{
+    int i = isolate_find(iso, id);
+    return i >= 0 && iso->bare[i];
+}
+
 /* Whether br is an event or a dead event's copy to produce alone (Isolate, engine.h); notes that
  * a claim met it. */
 static bool isolate_wanted(Relay *r, const BatchRow *br)
@@ -161,6 +176,7 @@ static void isolate_remove(Isolate *iso, int i)
     iso->n--;
     iso->ids[i] = iso->ids[iso->n];
     iso->met[i] = iso->met[iso->n];
+    iso->bare[i] = iso->bare[iso->n];
     if (iso->n == 0)
         iso->warned = false; /* the episode is over: the next refusal is said again */
 }
@@ -189,19 +205,21 @@ static void isolate_expire(Relay *r)
     }
 }
 
-/* Adds id to the rows to produce alone (stale ones dropped first by the caller). False when
- * the set is full. */
-static bool isolate_add(Relay *r, long long id)
+/* Adds id to the rows to produce alone (stale ones dropped first by the caller). Its index, or
+ * -1 when the set is full. */
+static int isolate_add(Relay *r, long long id)
 {
     Isolate *iso = &r->isolate;
     int i = isolate_find(iso, id);
-    if (i < 0 && iso->n < ISOLATE_MAX)
+    if (i < 0 && iso->n < ISOLATE_MAX) {
         i = iso->n++;
+        iso->bare[i] = false;
+    }
     if (i < 0)
-        return false;
+        return -1;
     iso->ids[i] = id;
     iso->met[i] = monotime_now();
-    return true;
+    return i;
 }
 
 /* Whether s must not produce its next row now: a row produced alone (any session's, s's own
@@ -239,7 +257,7 @@ static void refused_with_others(Session *s, BatchRow *br)
                  "below the smallest topic's max.message.bytes",
                  "topic=%s id=%lld", topic ? topic : "", br->row.id);
     }
-    if (isolate_add(r, br->row.id)) {
+    if (isolate_add(r, br->row.id) >= 0) {
         batch_cancelled(&s->batch, br);
         return;
     }
@@ -249,6 +267,25 @@ static void refused_with_others(Session *s, BatchRow *br)
              "counted as a rejection: more such rows than the %d the relay produces alone)",
              ISOLATE_MAX);
     batch_fail(&s->batch, br, why, false);
+}
+
+/* A dead event's copy the broker refused as too large though it was alone in its request, with
+ * its payload: its own size is over the dead-letter topic's max.message.bytes (or the broker's
+ * message.max.bytes), below the producer's, which produce_dead_letter meets itself. It goes
+ * again as that one does: alone (the next claim meets it), without its payload, the
+ * dlq.payload_omitted header saying so. When the set is full it is a failed publication (30 s
+ * doubling), its payload kept. */
+static void copy_refused_alone(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
+{
+    Relay *r = s->relay;
+    isolate_expire(r);
+    int i = isolate_add(r, br->row.id);
+    if (i < 0) {
+        batch_fail(&s->batch, br, rd_kafka_err2str(err), true);
+        return;
+    }
+    r->isolate.bare[i] = true;
+    batch_cancelled(&s->batch, br);
 }
 
 /* Produces one event row. Returns the producer's answer; failures that happen before the
@@ -487,6 +524,8 @@ void produce_record_report(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
         refused_with_others(s, br);
     } else if (!br->dead_letter && err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
         fail_produced_too_large(s, br, true); /* alone, and still too large: the row's own fault */
+    } else if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && br->sent_value > 0) {
+        copy_refused_alone(s, br, err); /* a copy alone, too large with its payload */
     } else if (!br->dead_letter && kafka_error_setup(err)) {
         /* Not authorised, or no such topic: every event of the topic would meet it until an
          * operator acts, so it is never counted against the row (nor dead-letters it): the row

@@ -2983,10 +2983,13 @@ static void test_too_large_request_episode_ends_with_stale_rows(void **state)
 
 /* A dead event's copy is judged as an event is: refused as too large in a request with other
  * messages (the dead-letter topic's max.message.bytes under the record batch), the copies count
- * nothing, stay unsent and go again alone, one at a time. Said once. On the old code both copies
- * were recorded as failed publications at once ("{1,2}" in mark-dead-letter-failed), to go again
- * together after 30 s. */
-static void test_too_large_request_isolates_copies(void **state)
+ * nothing, stay unsent and go again alone, one at a time; one refused alone with its payload is
+ * too large itself for the dead-letter topic and goes again alone without it (payload_len 0: the
+ * dlq.payload_omitted copy, as one too large for the producer). Refused again bare (nothing
+ * left to leave out), it is a failed publication (30 s doubling), and its entry goes: no loop.
+ * Said once. On the old code both copies were recorded as failed publications at once
+ * ("{1,2}" in mark-dead-letter-failed), to go again together after 30 s. */
+static void copies_refused_together(bool bare_refused)
 {
     extra_args[0] = "--dead-letter-topic";
     extra_args[1] = "dead-letters";
@@ -3004,16 +3007,42 @@ static void test_too_large_request_isolates_copies(void **state)
     assert_int_equal(fake_kafka_count(), 3);
     assert_string_equal(fake_kafka_at(2)->topic, "dead-letters");
     assert_string_equal(fake_kafka_at(2)->key, "agg-A");
+    assert_true(fake_kafka_at(2)->payload_len > 0);
     fake_kafka_report(2, OK);
-    assert_int_equal(fake_kafka_count(), 4); /* copy 2 alone */
+    assert_int_equal(fake_kafka_count(), 4); /* copy 2 alone, with its payload */
     assert_string_equal(fake_kafka_at(3)->key, "agg-B");
-    fake_kafka_report(3, OK);
-    assert_string_equal(field(pending_param(0, "mark-dead-lettered"), 0), "{1,2}");
+    assert_true(fake_kafka_at(3)->payload_len > 0);
+    fake_kafka_report(3, TOO_LARGE); /* refused alone: too large for the dead-letter topic */
+    assert_string_equal(field(pending_param(0, "mark-dead-lettered"), 0), "{1}");
+    assert_string_equal(pending_param(0, "mark-dead-letter-failed"), "");
+    assert_int_equal(T.r->isolate.n, 1);
+    T.dead[0] = "B";
+    reclaim(0, 2, ""); /* copy 2 again, alone, without its payload */
+    assert_int_equal(fake_kafka_count(), 5);
+    assert_string_equal(fake_kafka_at(4)->key, "agg-B");
+    assert_int_equal(fake_kafka_at(4)->payload_len, 0);
+    fake_kafka_report(4, bare_refused ? TOO_LARGE : OK);
+    if (bare_refused) {
+        assert_string_equal(field(pending_param(0, "mark-dead-letter-failed"), 0), "{2}");
+        assert_string_equal(pending_param(0, "mark-dead-lettered"), "");
+    } else {
+        assert_string_equal(field(pending_param(0, "mark-dead-lettered"), 0), "{2}");
+    }
     assert_int_equal(T.r->isolate.n, 0);
     answer(0);
     assert_int_equal(occurrences(logged(), "the broker refused a produce request as too large "
                                            "though its messages were within message.max.bytes"),
                      1);
+}
+
+static void test_too_large_request_isolates_copies(void **state)
+{
+    copies_refused_together(false);
+}
+
+static void test_too_large_request_copy_refused_bare(void **state)
+{
+    copies_refused_together(true);
 }
 
 /* A row whose outcome the table refuses to record at all (its sent mark and then its failure
@@ -3565,6 +3594,7 @@ int main(void)
         cmocka_unit_test_teardown(test_too_large_request_isolation_relay_wide, teardown),
         cmocka_unit_test_teardown(test_too_large_request_episode_ends_with_stale_rows, teardown),
         cmocka_unit_test_teardown(test_too_large_request_isolates_copies, teardown),
+        cmocka_unit_test_teardown(test_too_large_request_copy_refused_bare, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart_across_reconnect, teardown),
         cmocka_unit_test_teardown(test_unrecordable_forgotten_when_table_replaced, teardown),

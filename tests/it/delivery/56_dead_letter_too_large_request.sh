@@ -1,7 +1,9 @@
 #!/bin/bash
-# Proves a dead event's copy the broker refuses as too large (MESSAGE_TOO_LARGE, 10) with other
-# messages is judged as an event is (docs/guarantees.md, "Poison events"): no fault of its own,
-# it goes again alone. Poison rows here have an illegal topic name, so they
+# Proves a dead event's copy the broker refuses as too large (MESSAGE_TOO_LARGE, 10) is judged
+# as an event is (docs/guarantees.md, "Poison events"): refused with other messages, no fault of
+# its own, it goes again alone; refused alone, its own size is over the dead-letter topic's
+# max.message.bytes, and it goes again without its payload (dlq.payload_omitted), as a payload
+# too large for the producer always did. Poison rows here have an illegal topic name, so they
 # die (--max-attempts 1) before Kafka sees them: the only produce requests are the copies', which
 # lets the mock's request-wide error reach exactly them.
 #  A. 4 copies produced together (linger 300 ms), the first produce request refused with code
@@ -13,6 +15,10 @@
 #     none with a "dead-letter publish failed" error, and the warning that tells the operator
 #     to lower batch.size logged once. (On the old code each copy was recorded as a failed
 #     publication and waited 30 s, doubling, to go again together: none published in 20 s.)
+#  B. 1 copy produced alone, refused with code 10: published within 20 s, without its payload
+#     (null value, dlq.payload_omitted: true), no second warning. (On the old code it waited
+#     30 s to go again with its payload, its own size never judged: refused alone for good by a
+#     real topic, it went again every 30 s doubling to an hour, for ever.)
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -36,7 +42,7 @@ insert_poison() { # insert_poison FROM TO: rows FROM..TO of an illegal topic, an
 dlq_copy() { # dlq_copy SEQ: the dead-letter message of the poison row with payload seq SEQ
     jq -c --arg e "$(psql_q "SELECT event_id FROM outbox WHERE aggregate_type = 'bad topic!'
                                  AND (payload->>'seq')::int = $1")" \
-        'select(.headers.id == $e)' "$T/dlq.json"
+        'select(.headers.id == $e)' "$T/dlq.json" | head -n 1 # the first, if repeated
 }
 
 relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --sessions 1 \
@@ -56,6 +62,11 @@ check_eq "A: no copy recorded as a failed publication" 0 \
 check_eq "A: the warning logged once" 1 "$(grep -c "$WARNING" "$RELAY_LOG")"
 check "A: it names the dead-letter topic" grep -q "$WARNING.*topic=dlq" "$RELAY_LOG"
 
+# --- B. one copy refused alone ---
+broker_cmd "errors produce 1 10"
+insert_poison 4 4
+wait_for "B: the copy published to the dead-letter topic within 20 s" 20 \
+    published 1 "(payload->>'seq')::int = 4"
 relay_stop
 check_eq "relay exits 0" 0 $?
 
@@ -64,8 +75,12 @@ echo "# dlq: $(jq -r .headers.id "$T/dlq.json" | wc -l) messages (at-least-once 
 check_eq "A: the refused request held two copies (p-0's and p-2's share a partition)" \
     "$(jq -r 'select(.key == "p-0") | .partition' "$T/dlq.json" | head -n 1)" \
     "$(jq -r 'select(.key == "p-2") | .partition' "$T/dlq.json" | head -n 1)"
-check_eq "dlq: a copy of each poison row" 4 "$(jq -r .headers.id "$T/dlq.json" | sort -u | wc -l)"
+check_eq "dlq: a copy of each poison row" 5 "$(jq -r .headers.id "$T/dlq.json" | sort -u | wc -l)"
 for seq in 0 1 2 3; do
     check_eq "A: copy of row $seq with its payload" "$seq|null" \
         "$(dlq_copy "$seq" | jq -r '"\(.value | fromjson | .seq)|\(.headers["dlq.payload_omitted"])"')"
 done
+check_eq "B: the copy refused alone went without its payload" "null|true|p-4" \
+    "$(dlq_copy 4 | jq -r '"\(.value)|\(.headers["dlq.payload_omitted"])|\(.key)"')"
+check_eq "B: no second warning (refused alone is not the batch's size)" 1 \
+    "$(grep -c "$WARNING" "$RELAY_LOG")"
