@@ -223,6 +223,15 @@ static void easy_setup(Registry *r, CURL *easy, const char *url, struct curl_sli
     curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, r->timeout_ms);
     curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, r->timeout_ms);
     curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+#if LIBCURL_VERSION_NUM >= 0x075700
+    /* curl looks the host name up on a thread of its own, but a request that ends (its timeout,
+     * or registry_free) while the lookup still waits for a nameserver joined that thread: the
+     * loop, every database's, stood still until getaddrinfo gave up (resolv.conf's timeout times
+     * its attempts, 10 s by default, up to minutes). With this the thread is left to end alone
+     * and free what it holds; such threads are at most the requests started within one
+     * resolver's wait, which the lookup budget bounds. */
+    curl_easy_setopt(easy, CURLOPT_QUICK_EXIT, 1L);
+#endif
 #if LIBCURL_VERSION_NUM >= 0x075500
     curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
 #else
