@@ -302,8 +302,12 @@ static void set_up(Registry *r, bool up, const char *why)
     }
 }
 
+static void arm_retry(Registry *r, double at);
+
 /* url_index: the URL the failed request went to. Requests fail together when a URL hangs, and
- * each moving r->current on would move it past the next URL and back: only the first moves it. */
+ * each moving r->current on would move it past the next URL and back: only the first moves it.
+ * The retry timer is armed for e even when no row asks for it again: on_retry then asks for it
+ * itself while the registry is down, so that it comes back up once the registry answers. */
 static void entry_failed(Registry *r, Entry *e, int url_index, const char *why)
 {
     e->state = ENTRY_FAILED;
@@ -311,6 +315,7 @@ static void entry_failed(Registry *r, Entry *e, int url_index, const char *why)
     if (e->backoff_s > BACKOFF_MAX_S)
         e->backoff_s = BACKOFF_MAX_S;
     e->retry_at = monotime_now() + e->backoff_s;
+    arm_retry(r, e->retry_at);
     set_up(r, false, why);
     if (r->n_urls > 1 && r->current == url_index)
         r->current = (r->current + 1) % r->n_urls;
@@ -531,10 +536,43 @@ static bool start_request(Registry *r, Entry *e)
 /* A waiter whose entry is in backoff must hear when it may ask again: the registry's timer
  * (each database of a --databases list has a registry of its own, which SIGHUP may remove) fires
  * at the earliest retry time and calls the ready callback. */
+static bool budget_take(Registry *r, const char *subject, double now);
+
+/* While the registry is down, and no request is out to tell, the failed subject due first is
+ * asked again here, at its backoff, whether or not a row still needs it. "Down" was left to the
+ * lookups rows make: when the rows that met the failure went away (deleted, their lanes taken by
+ * another relay) and every other subject was cached, no lookup came, and /readyz said 503 "schema
+ * registry unavailable" and outbox_schema_registry_up 0 for good while every row was delivered.
+ * One request at a time, at most one per BACKOFF_MAX_S once the backoff is full, and within the
+ * lookup budget. */
+static void recheck_down(Registry *r)
+{
+    if (r->up || r->in_flight > 0)
+        return;
+    Entry *due = NULL;
+    for (Entry *e = r->entries; e; e = e->next)
+        if (e->state == ENTRY_FAILED && (!due || e->retry_at < due->retry_at))
+            due = e;
+    if (!due)
+        return;
+    double now = monotime_now();
+    if (now < due->retry_at) {
+        arm_retry(r, due->retry_at); /* the timer came a little early (ev_now lags) */
+        return;
+    }
+    if (!budget_take(r, due->subject, now))
+        return; /* the retry timer is armed for when the budget allows one */
+    if (!start_request(r, due)) {
+        due->retry_at = now + BACKOFF_FIRST_S;
+        arm_retry(r, due->retry_at);
+    }
+}
+
 static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Registry *r = w->data;
     log_set_context(r->log_context);
+    recheck_down(r);
     if (r->ready)
         r->ready(r->arg);
 }

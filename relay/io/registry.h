@@ -14,7 +14,10 @@
  * base URLs are tried in turn after a failure. A registry that fails (no answer, timeout, 5xx,
  * 401/403, a 404 that is not its own "not found") is "down": no request for a subject is sent
  * again before its backoff (1 s doubling to 10 s) is over, and one log line says each change
- * between up and down. The basic-auth password is registered with lib/secrets.h and never logged.
+ * between up and down. While it is down the client asks again by itself (the failed subject due
+ * first, one request at a time, at its backoff), so that it comes back up when the registry does
+ * though no row looks a subject up any more. The basic-auth password is registered with
+ * lib/secrets.h and never logged.
  */
 #ifndef OUTBOX_REGISTRY_H
 #define OUTBOX_REGISTRY_H

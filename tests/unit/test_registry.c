@@ -279,6 +279,59 @@ static void test_foreign_404_is_down(void **state)
     MHD_stop_daemon(d);
 }
 
+static bool guard_fired;
+
+static void on_guard(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    guard_fired = true;
+    ev_break(loop, EVBREAK_ONE);
+}
+
+/* From review s21: "down" was cleared only by a lookup a row made. When the rows that met the
+ * failure went away (deleted, their lanes taken by another relay) and every other subject was
+ * cached, nothing asked again: registry_up stayed false (/readyz 503, outbox_schema_registry_up
+ * 0) for good while the registry answered. The client asks again by itself while down: one
+ * request, at the subject's backoff (1 s), brings it back up. */
+static void test_down_rechecked_without_rows(void **state)
+{
+    char url[64];
+    struct MHD_Daemon *d = stand_in(
+        "{\"subject\": \"s-value\", \"version\": 1, \"id\": 7, \"schema\": \"\\\"string\\\"\"}",
+        url, sizeof(url));
+    stand_in_status = MHD_HTTP_SERVICE_UNAVAILABLE;
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    char err[256] = "";
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    const RegistrySchema *rs = NULL;
+    answered = 0;
+    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    while (answered < 1)
+        ev_run(EV_DEFAULT, 0);
+    assert_false(registry_up(r));
+    /* The registry answers again; no row looks the subject up any more. The guard only bounds
+     * the wait (the retry is due in 1 s). */
+    stand_in_status = MHD_HTTP_OK;
+    __atomic_store_n(&stand_in_requests, 0, __ATOMIC_SEQ_CST);
+    ev_timer guard;
+    ev_timer_init(&guard, on_guard, 15.0, 0.0);
+    ev_timer_start(EV_DEFAULT, &guard);
+    guard_fired = false;
+    while (!registry_up(r) && !guard_fired)
+        ev_run(EV_DEFAULT, EVRUN_ONCE);
+    ev_timer_stop(EV_DEFAULT, &guard);
+    int sent = __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST);
+    if (!registry_up(r))
+        fail_msg("still down after the registry answered again (%d requests sent)", sent);
+    assert_int_equal(sent, 1);
+    /* The schema that request fetched serves the next row without another. */
+    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_OK);
+    assert_int_equal(rs->id, 7);
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+}
+
 /* From this review: a URL answering 404 on /subjects at start-up (a base URL without the
  * registry's path prefix, a proxy that routes only some paths) was taken for the registry with
  * no word, and every lookup then found it "down". The probe warns, naming the URL; a URL that
@@ -594,6 +647,7 @@ int main(void)
         cmocka_unit_test(test_ca_file_read_once),
         cmocka_unit_test(test_lookups_budgeted),
         cmocka_unit_test(test_foreign_404_is_down),
+        cmocka_unit_test(test_down_rechecked_without_rows),
         cmocka_unit_test(test_probe_foreign_404),
         cmocka_unit_test(test_probe_large_subject_list),
         cmocka_unit_test(test_probe_redirect_refused),
