@@ -477,8 +477,24 @@ static void finish_request(Request *q, CURLcode code)
         e->retry_at = monotime_now() + MISSING_RETRY_S;
         set_up(r, true, NULL);
     } else {
-        snprintf(why, sizeof(why), "HTTP %ld%s", status,
-                 status == 401 || status == 403 ? " (check --schema-registry-auth-file)"
+        /* The registry says why in its body ({"error_code": 40301, "message": "User is denied
+         * operation Read on Subject: orders-value"}, a 5xx's "Error while forwarding the request
+         * to the leader"): "HTTP 403 (check --schema-registry-auth-file)" alone sent the operator
+         * to credentials that were right. Cut, so the hint fits; quoted where it is logged. */
+        strbuf_append(&q->body, "", 1);
+        json_t *root = json_loads(q->body.s, 0, NULL);
+        const char *msg = json_string_value(json_object_get(root, "message"));
+        json_int_t said_code = json_integer_value(json_object_get(root, "error_code"));
+        char said[200] = "";
+        if (msg && said_code)
+            snprintf(said, sizeof(said), ": %.120s (error_code %lld)", msg, (long long)said_code);
+        else if (msg)
+            snprintf(said, sizeof(said), ": %.120s", msg);
+        json_decref(root);
+        snprintf(why, sizeof(why), "HTTP %ld%s%s", status, said,
+                 status == 401 ? " (check --schema-registry-auth-file)"
+                 : status == 403
+                     ? " (check --schema-registry-auth-file and that user's access to the subject)"
                  : is_redirect(status) ? " (a redirect, not followed: check --schema-registry-url)"
                                        : "");
         entry_failed(r, e, q->url_index, why);

@@ -279,6 +279,34 @@ static void test_foreign_404_is_down(void **state)
     MHD_stop_daemon(d);
 }
 
+/* From review s21: a failure's line said "HTTP 403 (check --schema-registry-auth-file)" and no
+ * more, though the registry says why in its body: with per-subject access control (Confluent's
+ * RBAC) the credentials are right and the subject is what the user may not read. The registry's
+ * message and error code are in the line now, and a 403's hint names the access too. */
+static void test_failure_says_registry_message(void **state)
+{
+    char url[64];
+    struct MHD_Daemon *d = stand_in("{\"error_code\": 40301, \"message\": \"User is denied "
+                                    "operation Read on Subject: orders-value\"}",
+                                    url, sizeof(url));
+    stand_in_status = MHD_HTTP_FORBIDDEN;
+    int saved;
+    FILE *tmp = capture_start(&saved);
+    Registry *r;
+    const RegistrySchema *rs = NULL;
+    RegistryStatus st = look_up_once(url, &r, &rs);
+    char logged[2048];
+    capture_end(tmp, saved, logged, sizeof(logged));
+    assert_int_equal(st, REGISTRY_DOWN);
+    if (!strstr(logged, "HTTP 403: User is denied operation Read on Subject: orders-value "
+                        "(error_code 40301) (check --schema-registry-auth-file and that user's "
+                        "access to the subject)"))
+        fail_msg("the registry's reason not logged: %s", logged);
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+}
+
 static bool guard_fired;
 
 static void on_guard(struct ev_loop *loop, ev_timer *w, int revents)
@@ -648,6 +676,7 @@ int main(void)
         cmocka_unit_test(test_lookups_budgeted),
         cmocka_unit_test(test_foreign_404_is_down),
         cmocka_unit_test(test_down_rechecked_without_rows),
+        cmocka_unit_test(test_failure_says_registry_message),
         cmocka_unit_test(test_probe_foreign_404),
         cmocka_unit_test(test_probe_large_subject_list),
         cmocka_unit_test(test_probe_redirect_refused),
