@@ -25,6 +25,13 @@
  *    leaves the other addresses' slots free;
  *  - in all: HTTP_MAX_CONNECTIONS (lowered to half the descriptor limit when that is smaller,
  *    so a flood from many addresses cannot take the descriptors PostgreSQL and Kafka need);
+ *    past all but HTTP_EVICT_RESERVE of them, each new connection closes the oldest one that has
+ *    not sent its request (else the oldest being answered). At the limit itself libmicrohttpd
+ *    stops accepting, and a probe waited in the kernel's backlog behind the flood until the
+ *    header deadline freed slots, for ever when the flood reconnects: a flood from 64 addresses
+ *    (a few more than the limit over the per-address one; any host with an IPv6 prefix has as
+ *    many) took the probes down. A probe sends its request at once, so it is never the oldest
+ *    without one; the reserve leaves room for the closed ones until libmicrohttpd reaps them;
  *  - a request's line and headers must arrive within HTTP_HEADER_DEADLINE_S of the connection's
  *    start (or of the previous response on a kept-alive connection): a client that trickles a
  *    byte at a time never trips the idle timeout, this deadline it does;
@@ -42,6 +49,8 @@
 #define HTTP_HEADER_DEADLINE_S 3.0
 #define HTTP_IDLE_TIMEOUT_S 10
 #define HTTP_MEMORY_LIMIT (16 * 1024)
+#define HTTP_EVICT_RESERVE(limit) ((limit) / 16 > 0 ? (limit) / 16 : 1)
+#define HTTP_EVICT_WARN_S 60.0 /* at most one warning this often while connections are closed */
 
 /* Connections under a deadline, in deadline order: every deadline of one queue is "now + the
  * same span", so appending keeps it sorted. */
@@ -56,6 +65,7 @@ typedef struct Pending {
     struct HttpServer *server;
     DeadlineQueue *queue; /* the queue it is in, NULL when in none */
     int fd;
+    bool closing; /* shut down by us (deadline, or closed to admit another): not counted in live */
     ev_tstamp deadline;
     /* The large answer it is being sent (HTTP_PER_IP_LARGE), NULL for a small one: libmicrohttpd
      * keeps the response while any connection sends it, so the pointer names one rendering. */
@@ -89,6 +99,11 @@ struct HttpServer {
     DeadlineQueue headers;    /* connections waiting for their headers, oldest first */
     DeadlineQueue responses;  /* connections being answered, oldest first */
     double response_deadline; /* HTTP_RESPONSE_DEADLINE_S (tests shorten it) */
+    double header_deadline;   /* HTTP_HEADER_DEADLINE_S (tests lengthen it) */
+    unsigned int limit;       /* connection_limit(), libmicrohttpd's own */
+    unsigned int live;        /* connections open and not closing */
+    unsigned long evicted;    /* connections closed to admit others, since the last warning */
+    double evict_warned_at;   /* monotime of that warning, 0 before any */
     HttpHandlerFn fn;
     void *arg;
     size_t held; /* bytes of large bodies not yet freed by libmicrohttpd (HTTP_RESPONSE_BUDGET) */
@@ -261,9 +276,45 @@ static bool address_may_read(const Pending *p, const struct MHD_Response *resp)
 
 static void drive(HttpServer *s);
 
-/* Connections past their deadline are shut down, not closed: libmicrohttpd owns the descriptor
- * and sees end-of-file on its next run, closes the connection and tells on_connection, which
- * frees the Pending. Closing it here would let the number be reused under libmicrohttpd. */
+/* Shuts p's connection down: libmicrohttpd owns the descriptor and sees end-of-file on its next
+ * run, closes the connection and tells on_connection, which frees p. Closing it here would let
+ * the number be reused under libmicrohttpd. From here p counts in no limit and is in no queue. */
+static void pending_close(Pending *p)
+{
+    pending_unlink(p);
+    if (p->closing)
+        return;
+    p->closing = true;
+    p->server->live--;
+    shutdown(p->fd, SHUT_RDWR);
+}
+
+/* Makes room for the connection just accepted (admitted) when the live ones are past all but
+ * HTTP_EVICT_RESERVE of the limit: closes the oldest one waiting for its request, else the
+ * oldest being answered (a slow reader). Says so at most every HTTP_EVICT_WARN_S. */
+static void make_room(HttpServer *s, const Pending *admitted)
+{
+    if (s->live <= s->limit - HTTP_EVICT_RESERVE(s->limit))
+        return;
+    Pending *victim = s->headers.head != admitted ? s->headers.head : NULL;
+    if (!victim)
+        victim = s->responses.head;
+    if (!victim)
+        return; /* libmicrohttpd's own limit still holds */
+    pending_close(victim);
+    s->evicted++;
+    double now = monotime_now();
+    if (s->evict_warned_at == 0 || now - s->evict_warned_at >= HTTP_EVICT_WARN_S) {
+        log_warn("http connection limit reached",
+                 "open=%u limit=%u closed=%lu reason=\"the oldest connections without a complete "
+                 "request are closed to admit new ones; a flood from many addresses?\"",
+                 s->live, s->limit, s->evicted);
+        s->evicted = 0;
+        s->evict_warned_at = now;
+    }
+}
+
+/* Connections past their deadline are shut down (pending_close). */
 static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 {
     HttpServer *s = w->data;
@@ -271,20 +322,16 @@ static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
     ev_tstamp now = monotime_now();
     int cut = 0, slow = 0;
     while (s->headers.head && s->headers.head->deadline <= now) {
-        Pending *p = s->headers.head;
-        pending_unlink(p);
-        shutdown(p->fd, SHUT_RDWR);
+        pending_close(s->headers.head);
         cut++;
     }
     while (s->responses.head && s->responses.head->deadline <= now) {
-        Pending *p = s->responses.head;
-        pending_unlink(p);
-        shutdown(p->fd, SHUT_RDWR);
+        pending_close(s->responses.head);
         slow++;
     }
     if (cut)
         log_debug("http connections cut", "count=%d reason=\"no complete request within %gs\"", cut,
-                  HTTP_HEADER_DEADLINE_S);
+                  s->header_deadline);
     if (slow)
         log_debug("http connections cut", "count=%d reason=\"answer not read within %gs\"", slow,
                   s->response_deadline);
@@ -318,11 +365,15 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
             memcpy(&p->addr, ca->client_addr, len);
         }
         *socket_context = p;
-        pending_link(p, &s->headers, HTTP_HEADER_DEADLINE_S);
+        s->live++;
+        pending_link(p, &s->headers, s->header_deadline);
+        make_room(s, p);
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
         Pending *p = *socket_context;
         if (p) {
             pending_unlink(p);
+            if (!p->closing)
+                s->live--;
             free(p);
             *socket_context = NULL;
         }
@@ -338,7 +389,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     if (ci && ci->socket_context) {
         Pending *p = ci->socket_context;
-        pending_link(p, &p->server->headers, HTTP_HEADER_DEADLINE_S);
+        if (!p->closing)
+            pending_link(p, &p->server->headers, p->server->header_deadline);
     }
 }
 
@@ -494,7 +546,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     enum MHD_Result ret = answer(s, conn, url, method, p);
     /* From here the answer must be sent within the response deadline: the idle timeout does not
      * bound a reader that takes a byte now and then. */
-    if (p && ret == MHD_YES) {
+    if (p && ret == MHD_YES && !p->closing) {
         const struct MHD_Response *reading = p->reading;
         pending_link(p, &s->responses, s->response_deadline);
         p->reading = reading;
@@ -579,16 +631,17 @@ HttpServer *http_server_new(struct ev_loop *loop, const char *listen, HttpHandle
     }
     s->loop = loop;
     s->response_deadline = HTTP_RESPONSE_DEADLINE_S;
+    s->header_deadline = HTTP_HEADER_DEADLINE_S;
+    s->limit = connection_limit();
     s->fn = fn;
     s->arg = arg;
     s->daemon = MHD_start_daemon(
         MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
-        on_mhd_log, s, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
-        connection_limit(), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned int)HTTP_PER_IP_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned int)HTTP_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)HTTP_MEMORY_LIMIT, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+        on_mhd_log, s, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, s->limit,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)HTTP_PER_IP_CONNECTIONS,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTP_IDLE_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_MEMORY_LIMIT, MHD_OPTION_NOTIFY_CONNECTION,
+        on_connection, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
     const union MHD_DaemonInfo *info =
         s->daemon ? MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
     if (!info) {
@@ -614,6 +667,16 @@ HttpServer *http_server_new(struct ev_loop *loop, const char *listen, HttpHandle
 void http_server_set_response_deadline(HttpServer *s, double seconds)
 {
     s->response_deadline = seconds;
+}
+
+void http_server_set_header_deadline(HttpServer *s, double seconds)
+{
+    s->header_deadline = seconds;
+}
+
+unsigned int http_server_connection_limit(const HttpServer *s)
+{
+    return s->limit;
 }
 
 const char *http_server_address(const HttpServer *s)

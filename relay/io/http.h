@@ -59,6 +59,15 @@ HttpServer *http_server_new(struct ev_loop *loop, const char *listen, HttpHandle
  * now on: the tests shorten it. */
 void http_server_set_response_deadline(HttpServer *s, double seconds);
 
+/* Sets the header deadline (HTTP_HEADER_DEADLINE_S in http.c by default) for connections
+ * started or answered from now on: the tests lengthen it. */
+void http_server_set_header_deadline(HttpServer *s, double seconds);
+
+/* The connection limit s was started with: HTTP_MAX_CONNECTIONS in http.c, or half the
+ * descriptor limit if lower. Past all but a reserve of it, each new connection closes the oldest
+ * one that has not sent its request (http.c says why). */
+unsigned int http_server_connection_limit(const HttpServer *s);
+
 /* The address actually bound, "HOST:PORT" (the real port when 0 was asked for). */
 const char *http_server_address(const HttpServer *s);
 

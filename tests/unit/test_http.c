@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -362,6 +363,94 @@ static void test_large_answers_per_address(void **state)
         close(fds[i]);
 }
 
+/* Descriptors for test_probe_past_connection_limit: its flood and the server's side of it. */
+static int setup_many_fds(void **state)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 4096) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 4096 ? 4096 : rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    return setup(state);
+}
+
+/* A connection from src that sends half a request and no more, as a flood does. */
+static int half_request_from(const Fixture *f, const char *src)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in from = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src, &from.sin_addr);
+    assert_int_equal(bind(fd, (struct sockaddr *)&from, sizeof(from)), 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)f->port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    static const char half[] = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    assert_int_equal(send(fd, half, sizeof(half) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(half) - 1);
+    assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+    return fd;
+}
+
+/* A flood from many addresses, each under the per-address limit, fills the connection limit with
+ * connections that never finish their request: a probe from elsewhere is still answered. Before,
+ * libmicrohttpd stopped accepting at the limit and the probe waited in the kernel's backlog until
+ * a deadline freed a slot (for ever against a flood that reconnects). Here no deadline frees one:
+ * the header deadline is lengthened past the test's bound, and the flood sends a header byte a
+ * second, which keeps the idle timeout off (a slowloris does the same). */
+static void test_probe_past_connection_limit(void **state)
+{
+    Fixture *f = *state;
+    unsigned int limit = http_server_connection_limit(f->server);
+    struct rlimit rl;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur < 2 * (rlim_t)limit + 64)
+        skip(); /* the flood and the server's side of it need twice the limit */
+    http_server_set_header_deadline(f->server, 600);
+    int n = (int)limit + 8;
+    int *flood = calloc((size_t)n, sizeof(int));
+    assert_non_null(flood);
+    for (int i = 0; i < n; i++) {
+        char src[32];
+        snprintf(src, sizeof(src), "127.0.3.%d", 1 + i / 15); /* 15 an address: under 16 */
+        flood[i] = half_request_from(f, src);
+        if (i % 32 == 31) /* the server accepts as they come: its backlog holds 256 */
+            for (int k = 0; k < 8; k++)
+                ev_run(f->loop, EVRUN_NOWAIT);
+    }
+    int probe = client_from(f, "/healthz", "127.0.0.2");
+    char buf[16];
+    ssize_t got = 0;
+    double next_byte = monotime_now() + 1;
+    for (double until = monotime_now() + 20; got <= 0 && monotime_now() < until;) {
+        ev_run(f->loop, EVRUN_NOWAIT);
+        got = recv(probe, buf, 12, 0);
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+            break;
+        if (monotime_now() >= next_byte) {
+            for (int i = 0; i < n; i++)
+                if (flood[i] >= 0)
+                    send(flood[i], "a", 1, MSG_NOSIGNAL);
+            next_byte = monotime_now() + 1;
+        }
+        usleep(1000);
+    }
+    int closed = 0; /* flood connections the server closed to admit others */
+    for (int i = 0; i < n; i++) {
+        if (recv(flood[i], buf, sizeof(buf), 0) == 0)
+            closed++;
+        close(flood[i]);
+    }
+    free(flood);
+    close(probe);
+    if (got < 12 || strncmp(buf, "HTTP/1.1 200", 12) != 0)
+        fail_msg("the probe got no 200 within 20 s with %d connections from %d addresses held "
+                 "open (limit %u)",
+                 n, 1 + (n - 1) / 15, limit);
+    /* The flood's oldest made the room: at least those past the limit's reserve, never all. */
+    assert_true(closed >= 8);
+    assert_true(closed < n);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -370,6 +459,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_answer_over_budget_served_again, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slow_reader_cut, setup, teardown),
         cmocka_unit_test_setup_teardown(test_large_answers_per_address, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_probe_past_connection_limit, setup_many_fds, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
