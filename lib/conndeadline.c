@@ -12,6 +12,7 @@ struct ConnDeadline {
     int fd;
     double deadline; /* monotonic seconds */
     bool linked;     /* on the clock */
+    bool shut;       /* shut down here (deadline or room): not counted in live */
 };
 
 struct ConnDeadlines {
@@ -22,6 +23,9 @@ struct ConnDeadlines {
     bool stop;
     ConnDeadline *head, *tail; /* on the clock, earliest deadline first */
     long cut;
+    long room;    /* the most kept open, 0 for no bound */
+    long live;    /* added, not removed, not shut down */
+    long evicted; /* shut down for room */
 };
 
 static double mono_s(void)
@@ -47,10 +51,24 @@ static void unlink_entry(ConnDeadlines *d, ConnDeadline *e)
     e->linked = false;
 }
 
-/* Appends e with a deadline from now; the list stays sorted (one constant for all). */
+/* Takes e off the clock and shuts its connection down (the owner closes it): from here it
+ * counts in no bound. Under d->mu: conndeadline_remove, which comes before the owner closes the
+ * descriptor, cannot run meanwhile, so the number is still the connection's. */
+static void shut_entry(ConnDeadlines *d, ConnDeadline *e)
+{
+    unlink_entry(d, e);
+    e->shut = true;
+    d->live--;
+    shutdown(e->fd, SHUT_RDWR);
+}
+
+/* Appends e with a deadline from now; the list stays sorted (one constant for all). A connection
+ * already shut down stays off. */
 static void link_entry(ConnDeadlines *d, ConnDeadline *e)
 {
     unlink_entry(d, e);
+    if (e->shut)
+        return;
     e->deadline = mono_s() + d->seconds;
     e->prev = d->tail;
     if (d->tail)
@@ -69,12 +87,8 @@ static void *watch(void *arg)
     pthread_mutex_lock(&d->mu);
     while (!d->stop) {
         double now = mono_s();
-        /* Shut down under the lock: conndeadline_remove (before the owner closes the
-         * descriptor) cannot run meanwhile, so the number is still the connection's. */
         while (d->head && d->head->deadline <= now) {
-            ConnDeadline *e = d->head;
-            unlink_entry(d, e);
-            shutdown(e->fd, SHUT_RDWR);
+            shut_entry(d, d->head);
             d->cut++;
         }
         if (!d->head) {
@@ -89,7 +103,7 @@ static void *watch(void *arg)
     return NULL;
 }
 
-ConnDeadlines *conndeadline_new(double seconds, char *err, size_t errlen)
+ConnDeadlines *conndeadline_new(double seconds, long room, char *err, size_t errlen)
 {
     ConnDeadlines *d = calloc(1, sizeof(*d));
     if (!d) {
@@ -97,6 +111,7 @@ ConnDeadlines *conndeadline_new(double seconds, char *err, size_t errlen)
         return NULL;
     }
     d->seconds = seconds;
+    d->room = room;
     pthread_mutex_init(&d->mu, NULL);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
@@ -139,7 +154,14 @@ ConnDeadline *conndeadline_add(ConnDeadlines *d, int fd)
         return NULL;
     e->fd = fd;
     pthread_mutex_lock(&d->mu);
+    d->live++;
     link_entry(d, e);
+    /* The oldest on the clock has had the longest to send its request; a quick client's is
+     * never the oldest. */
+    if (d->room > 0 && d->live > d->room && d->head && d->head != e) {
+        shut_entry(d, d->head);
+        d->evicted++;
+    }
     pthread_mutex_unlock(&d->mu);
     return e;
 }
@@ -164,6 +186,8 @@ void conndeadline_remove(ConnDeadlines *d, ConnDeadline *e)
         return;
     pthread_mutex_lock(&d->mu);
     unlink_entry(d, e);
+    if (!e->shut)
+        d->live--;
     pthread_mutex_unlock(&d->mu);
     free(e);
 }
@@ -172,6 +196,14 @@ long conndeadline_cut(ConnDeadlines *d)
 {
     pthread_mutex_lock(&d->mu);
     long n = d->cut;
+    pthread_mutex_unlock(&d->mu);
+    return n;
+}
+
+long conndeadline_evicted(ConnDeadlines *d)
+{
+    pthread_mutex_lock(&d->mu);
+    long n = d->evicted;
     pthread_mutex_unlock(&d->mu);
     return n;
 }

@@ -11,7 +11,12 @@
  *
  * All deadlines are "now + the same constant", so the list is kept in order by appending: adding,
  * pausing and removing are O(1). One thread of its own sleeps until the earliest deadline.
- * Thread-safe. */
+ * Thread-safe.
+ *
+ * With a room bound, a connection added past it shuts down the oldest one on the clock (one that
+ * has not sent its whole request): at the server's own connection limit libmicrohttpd stops
+ * accepting, and a client with a quick request (a health probe) waited in the kernel's backlog
+ * behind a flood of slow ones until their deadline, for ever against a flood that reconnects. */
 #ifndef OUTBOX_CONNDEADLINE_H
 #define OUTBOX_CONNDEADLINE_H
 
@@ -20,15 +25,19 @@
 typedef struct ConnDeadlines ConnDeadlines;
 typedef struct ConnDeadline ConnDeadline;
 
-/* Starts the watcher (seconds > 0). NULL with one line in err when no thread or memory. */
-ConnDeadlines *conndeadline_new(double seconds, char *err, size_t errlen);
+/* Starts the watcher (seconds > 0). room: the most connections kept open (added, not removed,
+ * not shut down), 0 for no bound; keep it under the server's own limit, so that connections shut
+ * down but not yet closed do not fill that. NULL with one line in err when no thread or
+ * memory. */
+ConnDeadlines *conndeadline_new(double seconds, long room, char *err, size_t errlen);
 
 /* Stops the watcher and frees d; entries still registered are freed too (their connections
  * must be gone: call after the server stopped). NULL is allowed. */
 void conndeadline_free(ConnDeadlines *d);
 
-/* Registers connection fd, on the clock from now. NULL when out of memory (then the caller
- * should refuse the connection: without an entry it would escape the deadline). */
+/* Registers connection fd, on the clock from now; past the room bound, shuts down the oldest
+ * connection on the clock (not fd's). NULL when out of memory (then the caller should refuse the
+ * connection: without an entry it would escape the deadline). */
 ConnDeadline *conndeadline_add(ConnDeadlines *d, int fd);
 
 /* The request has fully arrived: off the clock (handling it may take as long as it takes). */
@@ -43,5 +52,8 @@ void conndeadline_remove(ConnDeadlines *d, ConnDeadline *e);
 
 /* How many connections were cut at their deadline so far. */
 long conndeadline_cut(ConnDeadlines *d);
+
+/* How many connections were shut down to make room for new ones so far. */
+long conndeadline_evicted(ConnDeadlines *d);
 
 #endif

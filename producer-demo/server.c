@@ -35,7 +35,12 @@
  * held open costs a thread and a slot of max_connections:
  *  - per address: a flood from one address is closed at accept and leaves the other addresses'
  *    slots free (libmicrohttpd's per-IP limit);
- *  - in all: max_connections;
+ *  - in all: max_connections; past all but a sixteenth of them, each new connection shuts down
+ *    the oldest one still sending its request (lib/conndeadline.h): at the limit itself
+ *    libmicrohttpd stops accepting, and /healthz waited in the kernel's backlog behind a flood
+ *    from two addresses (the per-address limit is half the total by default) until the request
+ *    deadline cut it, for ever against a flood that reconnects. The sixteenth is room for the
+ *    connections shut down until their threads close them;
  *  - a request's line, headers and body must arrive within the request deadline of the
  *    connection's start (or of the previous response on a kept-alive connection): a client that
  *    trickles a byte at a time never trips the idle timeout, this deadline it does
@@ -45,7 +50,14 @@ struct Server {
     struct MHD_Daemon *daemon;
     Api *api;
     ConnDeadlines *deadlines;
+    long max_connections;
+    /* Connections shut down for room as of the last warning, and its time (0: none yet): only
+     * on_connection's start, on libmicrohttpd's one accepting thread, touches them. */
+    long evicted_warned;
+    double evict_warned_at;
 };
+
+#define EVICT_WARN_S 60.0 /* at most one "connection limit reached" line this often */
 
 /* One request's state across the access handler's calls (headers, body chunks, end). */
 typedef struct Request {
@@ -474,6 +486,16 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         *socket_context = ci ? conndeadline_add(s->deadlines, ci->connect_fd) : NULL;
         if (ci && !*socket_context) /* it would escape the deadline: refuse it */
             shutdown(ci->connect_fd, SHUT_RDWR);
+        long evicted = conndeadline_evicted(s->deadlines);
+        if (evicted > s->evicted_warned &&
+            (s->evict_warned_at == 0 || mono_s() - s->evict_warned_at >= EVICT_WARN_S)) {
+            log_warn("connection limit reached",
+                     "limit=%ld closed=%ld reason=\"the oldest connections still sending their "
+                     "request are closed to admit new ones\"",
+                     s->max_connections, evicted - s->evicted_warned);
+            s->evicted_warned = evicted;
+            s->evict_warned_at = mono_s();
+        }
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
         conndeadline_remove(s->deadlines, *socket_context);
         *socket_context = NULL;
@@ -504,7 +526,10 @@ Server *server_start(Api *api, const char *listen, const ServerLimits *limits, c
         return NULL;
     }
     s->api = api;
-    s->deadlines = conndeadline_new((double)limits->request_deadline_s, err, errlen);
+    s->max_connections = limits->max_connections;
+    long reserve = limits->max_connections / 16 > 0 ? limits->max_connections / 16 : 1;
+    s->deadlines = conndeadline_new((double)limits->request_deadline_s,
+                                    limits->max_connections - reserve, err, errlen);
     if (!s->deadlines) {
         freeaddrinfo(ai);
         free(s);
@@ -550,6 +575,9 @@ void server_stop(Server *s)
     long cut = conndeadline_cut(s->deadlines);
     if (cut > 0)
         log_info("connections cut at the request deadline", "count=%ld", cut);
+    long evicted = conndeadline_evicted(s->deadlines);
+    if (evicted > 0)
+        log_info("connections closed at the connection limit", "count=%ld", evicted);
     conndeadline_free(s->deadlines);
     free(s);
 }

@@ -1,6 +1,7 @@
 /* Unit tests for lib/conndeadline.c on socket pairs: a connection still on the clock is shut down
  * at its deadline (its peer reads end-of-file), one whose request arrived (paused) is never cut,
- * a restarted one is cut again, and removing entries (also ones already cut) is safe. No
+ * a restarted one is cut again, and removing entries (also ones already cut) is safe; past the
+ * room bound a new connection shuts down the oldest still on the clock, never a paused one. No
  * assertion depends on how fast the machine is: waits are bounded generously and only "cut
  * eventually" or "not cut while paused" is checked. */
 #include <setjmp.h>
@@ -31,7 +32,7 @@ static int eof_within(int fd, int ms)
 static void test_cut_pause_restart(void **state)
 {
     char err[128];
-    ConnDeadlines *d = conndeadline_new(DEADLINE_S, err, sizeof(err));
+    ConnDeadlines *d = conndeadline_new(DEADLINE_S, 0, err, sizeof(err));
     assert_non_null(d);
     int a[2], b[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, a), 0);
@@ -70,10 +71,61 @@ static void test_cut_pause_restart(void **state)
     close(c[1]);
 }
 
+/* Past the room bound a new connection shuts down the oldest one still sending its request:
+ * at the server's own limit libmicrohttpd stops accepting, and a probe waited behind a flood of
+ * slow requests until the deadline cut them (here one no test reaches). One being handled
+ * (paused) is never shut down for room, nor is the newcomer. */
+static void test_room(void **state)
+{
+    char err[128];
+    ConnDeadlines *d = conndeadline_new(600, 2, err, sizeof(err));
+    assert_non_null(d);
+    int a[2], b[2], c[2], e[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, a), 0);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, b), 0);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, c), 0);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, e), 0);
+    ConnDeadline *ea = conndeadline_add(d, a[0]); /* a slow request: the oldest */
+    ConnDeadline *eb = conndeadline_add(d, b[0]); /* its request arrived: being handled */
+    conndeadline_pause(d, eb);
+    ConnDeadline *ec = conndeadline_add(d, c[0]); /* past the room: a makes way */
+    assert_true(eof_within(a[1], 10000));
+    assert_int_equal(conndeadline_evicted(d), 1);
+    ConnDeadline *ee =
+        conndeadline_add(d, e[0]); /* past it again: c, the oldest left on the clock */
+    assert_true(eof_within(c[1], 10000));
+    assert_int_equal(conndeadline_evicted(d), 2);
+    assert_false(eof_within(b[1], 100));
+    assert_false(eof_within(e[1], 100));
+    /* A connection shut down for room stays off the clock when its response completes. */
+    conndeadline_restart(d, ec);
+    conndeadline_remove(d, ea);
+    conndeadline_remove(d, ec);
+    conndeadline_remove(d, eb); /* answered and closed */
+    /* Room again (only e open): a new one shuts nothing down. */
+    int g[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, g), 0);
+    ConnDeadline *eg = conndeadline_add(d, g[0]);
+    assert_false(eof_within(e[1], 100));
+    assert_int_equal(conndeadline_evicted(d), 2);
+    assert_int_equal(conndeadline_cut(d), 0);
+    conndeadline_remove(d, ee);
+    conndeadline_remove(d, eg);
+    conndeadline_free(d);
+    for (int i = 0; i < 2; i++) {
+        close(a[i]);
+        close(b[i]);
+        close(c[i]);
+        close(e[i]);
+        close(g[i]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cut_pause_restart),
+        cmocka_unit_test(test_room),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,10 @@
 #  2. 128 connections from one address trickling a header line never lock other clients out:
 #     /healthz from another address answers at once (per-address limit), and from the same
 #     address once the request deadline cut the trickling connections.
+#  2b. A flood from two addresses (64 each, the per-address limit) filling --max-connections with
+#     trickling requests never locks other clients out either: a new connection past all but a
+#     sixteenth of the limit closes the oldest one still sending its request, so /healthz from a
+#     third address answers while the flood lasts (the request deadline is set past it).
 #  3. A failed POST (500: its transaction rolled back) carries no Location.
 #  4. A key's lifetime counts from the request's completion: a request slower than --key-ttl
 #     commits a live record, and an immediate retry replays it (one order).
@@ -174,6 +178,34 @@ check "2: the per-address limit refused or closed part of the flood at once, and
 producer_stop
 check "2: the cut connections are counted" grep -qE 'msg="connections cut at the request deadline" count=[1-9]' \
     "$PRODUCER_LOG"
+
+# --- 2b. a flood from two addresses fills --max-connections -----------------------------------------
+# 68 connections from each of 127.0.0.3 and 127.0.0.4 (64 each pass the per-address limit: 128,
+# the whole default --max-connections) trickle a header byte every 200 ms for 20 s, past the idle
+# timeout; the request deadline is 60 s, past the flood. Before, libmicrohttpd stopped accepting at
+# the limit and /healthz from 127.0.0.2 waited behind the flood until it ended.
+producer_start --request-deadline 60
+PORT=${API##*:}
+"$FLOOD" --target "127.0.0.1:$PORT" --from 127.0.0.3,127.0.0.4 --count 136 --mode trickle \
+    --seconds 20 >"$T/flood2b.out" 2>&1 &
+FLOOD_PID=$!
+_t_track "$FLOOD_PID"
+wait_for "2b: the flood holds connections" 30 held 100
+ok2b=0
+for i in 1 2 3; do
+    s=$(curl -sS -m 10 --interface 127.0.0.2 -o /dev/null -w '%{http_code}' \
+        "http://127.0.0.1:$PORT/healthz" 2>/dev/null)
+    [ "$s" = 200 ] && ok2b=$((ok2b + 1))
+done
+check_eq "2b: /healthz from a third address while the flood fills the limit: 3 of 3 answered" 3 \
+    "$ok2b"
+wait "$FLOOD_PID"
+echo "# 2b: flood: $(cat "$T/flood2b.out")"
+check "2b: the limit is reported" grep -qE 'msg="connection limit reached" limit=128 closed=[1-9]' \
+    "$PRODUCER_LOG"
+producer_stop
+check "2b: the connections closed for room are counted" \
+    grep -qE 'msg="connections closed at the connection limit" count=[1-9]' "$PRODUCER_LOG"
 
 # --- 3. Location only on success -------------------------------------------------------------------------
 producer_start
