@@ -4,6 +4,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,14 +70,58 @@ typedef struct Request {
     struct timespec start;
 } Request;
 
+/* libmicrohttpd's messages, most of them about one connection ("Server reached connection
+ * limit.", "Connection was closed by remote side with incomplete request."): logged one a
+ * connection, a flood of N connections wrote N warnings (a client could fill the log as fast as it
+ * could connect). Each message (its format, a literal of libmicrohttpd's, so one pointer a call
+ * site) is logged at its first occurrence and then at most every MHD_LOG_EVERY_S, with the number
+ * held back meanwhile; MHD_LOG_KINDS kinds are tracked, the one logged longest ago giving way. */
+#define MHD_LOG_EVERY_S 60.0
+#define MHD_LOG_KINDS 16
+
+static struct {
+    const char *fmt;
+    double logged_at;
+    long held_back;
+} mhd_log_kinds[MHD_LOG_KINDS];
+static pthread_mutex_t mhd_log_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static double mono_s(void);
+
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
+    double now = mono_s();
+    long held_back = 0;
+    pthread_mutex_lock(&mhd_log_mu);
+    int k = 0;
+    for (int i = 0; i < MHD_LOG_KINDS; i++) {
+        if (mhd_log_kinds[i].fmt == fmt) {
+            k = i;
+            break;
+        }
+        if (mhd_log_kinds[i].logged_at < mhd_log_kinds[k].logged_at)
+            k = i; /* an empty slot (0) or the one logged longest ago, unless fmt is found */
+    }
+    if (mhd_log_kinds[k].fmt == fmt && now - mhd_log_kinds[k].logged_at < MHD_LOG_EVERY_S) {
+        mhd_log_kinds[k].held_back++;
+        pthread_mutex_unlock(&mhd_log_mu);
+        return;
+    }
+    if (mhd_log_kinds[k].fmt == fmt)
+        held_back = mhd_log_kinds[k].held_back;
+    mhd_log_kinds[k].fmt = fmt;
+    mhd_log_kinds[k].logged_at = now;
+    mhd_log_kinds[k].held_back = 0;
+    pthread_mutex_unlock(&mhd_log_mu);
     char msg[512];
     vsnprintf(msg, sizeof(msg), fmt, ap);
     msg[strcspn(msg, "\n")] = '\0';
     log_one_line(msg);
-    log_warn(msg, NULL);
+    if (held_back > 0)
+        log_warn(msg, "repeated=%ld", held_back); /* held back since its last line */
+    else
+        log_warn(msg, NULL);
 }
 
 /* Counts the headers called name, keeping the first value. */

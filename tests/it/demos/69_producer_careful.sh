@@ -7,7 +7,8 @@
 #     retries are replayed (201), one order.
 #  2. 128 connections from one address trickling a header line never lock other clients out:
 #     /healthz from another address answers at once (per-address limit), and from the same
-#     address once the request deadline cut the trickling connections.
+#     address once the request deadline cut the trickling connections; libmicrohttpd's line for
+#     each refused connection is said once, not once a connection.
 #  2b. A flood from two addresses (64 each, the per-address limit) filling --max-connections with
 #     trickling requests never locks other clients out either: a new connection past all but a
 #     sixteenth of the limit closes the oldest one still sending its request, so /healthz from a
@@ -178,6 +179,10 @@ check "2: the per-address limit refused or closed part of the flood at once, and
 producer_stop
 check "2: the cut connections are counted" grep -qE 'msg="connections cut at the request deadline" count=[1-9]' \
     "$PRODUCER_LOG"
+# libmicrohttpd says each refusal at the per-address limit; one line a connection let a flood
+# write the log as fast as it connects: each of its messages is said once a minute at most.
+check_eq "2: the per-address refusals are one line, not one a connection" 1 \
+    "$(grep -c 'msg="Server reached connection limit. Closing inbound connection."' "$PRODUCER_LOG")"
 
 # --- 2b. a flood from two addresses fills --max-connections -----------------------------------------
 # 68 connections from each of 127.0.0.3 and 127.0.0.4 (64 each pass the per-address limit: 128,
@@ -206,6 +211,8 @@ check "2b: the limit is reported" grep -qE 'msg="connection limit reached" limit
 producer_stop
 check "2b: the connections closed for room are counted" \
     grep -qE 'msg="connections closed at the connection limit" count=[1-9]' "$PRODUCER_LOG"
+check "2b: libmicrohttpd's lines about the closed ones are at most one a kind" \
+    test "$(grep -c 'msg="Connection was closed by remote side' "$PRODUCER_LOG")" -le 1
 
 # --- 3. Location only on success -------------------------------------------------------------------------
 producer_start
