@@ -95,12 +95,13 @@ typedef struct Unrecordable {
  * produced again alone (nothing else of the relay in flight until its report): refused alone,
  * it is too large itself and is rejected as before. A dead event's copy to the dead-letter topic
  * is judged the same way, but refused alone (with its payload) it goes again alone without its
- * payload (bare), as one too large for the producer always did. A set of ids with a fixed cap: an
- * id a claim has not met for ISOLATE_STALE_S (its lane moved, the row was dead-lettered, requeued
- * or deleted) is dropped at the next refusal, which makes room and lets an episode end; past
- * ISOLATE_MAX a refused row counts a transient failure instead (an attempt, no rejection, never
- * dead-lettered for it). A restart starts with an empty set: such a row is refused with others once
- * more. An id reused after TRUNCATE ... RESTART IDENTITY only goes alone once. */
+ * payload (bare), as one too large for the producer always did, while claims meet it (a bare
+ * mark not met for ISOLATE_STALE_S is dropped: its payload is tried again). A set of ids with a
+ * fixed cap: an id a claim has not met for ISOLATE_STALE_S (its lane moved, the row was
+ * dead-lettered, requeued or deleted) is dropped at the next refusal, which makes room and lets an
+ * episode end; past ISOLATE_MAX a refused row counts a transient failure instead (an attempt, no
+ * rejection, never dead-lettered for it). A restart starts with an empty set: such a row is refused
+ * with others once more. An id reused after TRUNCATE ... RESTART IDENTITY only goes alone once. */
 #define ISOLATE_MAX 64
 #define ISOLATE_STALE_S 600.0
 typedef struct Isolate {

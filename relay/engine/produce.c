@@ -158,15 +158,22 @@ static bool isolate_bare(const Isolate *iso, long long id)
 }
 
 /* Whether br is an event or a dead event's copy to produce alone (Isolate, engine.h); notes that
- * a claim met it. */
+ * a claim met it. A copy's bare mark is dropped when no claim has met it for ISOLATE_STALE_S (its
+ * bare publication failed for a passing reason and waited that long, or its lane moved and came
+ * back): the dead-letter topic's max.message.bytes may have been raised meanwhile, so it goes
+ * alone with its payload again, and goes bare at once if refused again. */
 static bool isolate_wanted(Relay *r, const BatchRow *br)
 {
-    if (r->isolate.n == 0)
+    Isolate *iso = &r->isolate;
+    if (iso->n == 0)
         return false;
-    int i = isolate_find(&r->isolate, br->row.id);
+    int i = isolate_find(iso, br->row.id);
     if (i < 0)
         return false;
-    r->isolate.met[i] = monotime_now();
+    double now = monotime_now();
+    if (now - iso->met[i] >= ISOLATE_STALE_S)
+        iso->bare[i] = false;
+    iso->met[i] = now;
     return true;
 }
 

@@ -3045,6 +3045,42 @@ static void test_too_large_request_copy_refused_bare(void **state)
     copies_refused_together(true);
 }
 
+/* A copy refused alone with its payload goes without it while the relay's knowledge of that
+ * refusal is current, not once it is stale: its bare publication failed for a passing reason
+ * (the broker down) and its retry came more than ISOLATE_STALE_S later, when the dead-letter
+ * topic's max.message.bytes may have been raised. It goes alone with its payload again (refused
+ * again, it would go bare at once). On the old code the stale entry still left the payload out
+ * (payload_len 0). */
+static void test_too_large_copy_bare_flag_goes_stale(void **state)
+{
+    extra_args[0] = "--dead-letter-topic";
+    extra_args[1] = "dead-letters";
+    start("1", "1", "60000");
+    bring_up_quietly(0);
+    T.dead[0] = "A"; /* row 1: a dead event's copy, alone */
+    answer_claim(0, "");
+    assert_int_equal(fake_kafka_count(), 1);
+    assert_true(fake_kafka_at(0)->payload_len > 0);
+    fake_kafka_report(0, TOO_LARGE); /* refused alone: to go without its payload */
+    assert_string_equal(pending_param(0, "mark-dead-letter-failed"), "");
+    T.dead[0] = "A";
+    reclaim(0, 1, "");
+    assert_int_equal(fake_kafka_count(), 2);
+    assert_int_equal(fake_kafka_at(1)->payload_len, 0);
+    fake_kafka_report(1, RD_KAFKA_RESP_ERR__MSG_TIMED_OUT); /* a passing failure: 30 s doubling */
+    assert_string_equal(field(pending_param(0, "mark-dead-letter-failed"), 0), "{1}");
+    assert_int_equal(T.r->isolate.n, 1);
+    T.r->isolate.met[0] = monotime_now() - ISOLATE_STALE_S - 1; /* its retry, much later */
+    T.dead[0] = "A";
+    reclaim(0, 1, "");
+    assert_int_equal(fake_kafka_count(), 3);
+    assert_string_equal(fake_kafka_at(2)->key, "agg-A");
+    assert_true(fake_kafka_at(2)->payload_len > 0); /* with its payload, alone */
+    fake_kafka_report(2, OK);
+    assert_string_equal(field(pending_param(0, "mark-dead-lettered"), 0), "{1}");
+    assert_int_equal(T.r->isolate.n, 0);
+}
+
 /* A row whose outcome the table refuses to record at all (its sent mark and then its failure
  * mark refused by a CHECK or trigger of the row) was claimed, published and refused again after
  * every retry backoff, for ever, with the rest of each batch recorded one by one. Now it is said
@@ -3595,6 +3631,7 @@ int main(void)
         cmocka_unit_test_teardown(test_too_large_request_episode_ends_with_stale_rows, teardown),
         cmocka_unit_test_teardown(test_too_large_request_isolates_copies, teardown),
         cmocka_unit_test_teardown(test_too_large_request_copy_refused_bare, teardown),
+        cmocka_unit_test_teardown(test_too_large_copy_bare_flag_goes_stale, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart_across_reconnect, teardown),
         cmocka_unit_test_teardown(test_unrecordable_forgotten_when_table_replaced, teardown),
