@@ -128,9 +128,11 @@ static void learn_floor(Session *s, const PGresult *held, const PGresult *claime
                  "floor starts again from the table's start",
                  "sequence_last=%lld table_relfilenode=%u sequence_relfilenode=%u session=%d",
                  c.seq_last, c.table_node, c.seq_node, s->index);
-        /* The relay's rows kept apart outlive reconnects (marks.c); new rows may now carry
-         * their ids. Forgotten before this claim's rows are produced. */
+        /* The relay's rows kept apart and rows to produce alone outlive reconnects (marks.c,
+         * produce.c); new rows may now carry their ids. Forgotten before this claim's rows are
+         * produced. */
         marks_unrecordable_forget_all(s);
+        produce_isolate_forget_all(s->relay);
     }
 }
 

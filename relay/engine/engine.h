@@ -101,7 +101,9 @@ typedef struct Unrecordable {
  * dead-lettered, requeued or deleted) is dropped at the next refusal, which makes room and lets an
  * episode end; past ISOLATE_MAX a refused row counts a transient failure instead (an attempt, no
  * rejection, never dead-lettered for it). A restart starts with an empty set: such a row is refused
- * with others once more. An id reused after TRUNCATE ... RESTART IDENTITY only goes alone once. */
+ * with others once more. The set is forgotten when a claim finds the table replaced (TRUNCATE ...
+ * RESTART IDENTITY), as the rows kept apart are: a new row under an old id must not inherit a bare
+ * mark, its copy's payload never refused. */
 #define ISOLATE_MAX 64
 #define ISOLATE_STALE_S 600.0
 typedef struct Isolate {
@@ -472,6 +474,10 @@ void produce_record_report(Session *s, BatchRow *br, rd_kafka_resp_err_t err);
 void produce_delivery_timeout(Session *s);
 /* Stopping took too long: the reports still missing are ignored, their rows stay unsent. */
 void produce_give_up_waiting(Session *s);
+/* Forgets the relay's rows to produce alone (Isolate) and their bare marks: a claim found the
+ * table replaced or its order column's sequence set back, so their ids may name other rows now.
+ * Called before that claim's rows are produced; a row alone in flight keeps its report's path. */
+void produce_isolate_forget_all(Relay *r);
 
 /* ---- wakeup.c (wakeup.h holds the state) ---- */
 

@@ -212,6 +212,13 @@ static void isolate_expire(Relay *r)
     }
 }
 
+void produce_isolate_forget_all(Relay *r)
+{
+    Isolate *iso = &r->isolate;
+    iso->n = 0;
+    iso->warned = false; /* a refusal of the new table's rows starts an episode of its own */
+}
+
 /* Adds id to the rows to produce alone (stale ones dropped first by the caller). Its index, or
  * -1 when the set is full. */
 static int isolate_add(Relay *r, long long id)

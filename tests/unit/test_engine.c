@@ -3192,6 +3192,50 @@ static void test_unrecordable_forgotten_when_table_replaced(void **state)
     assert_int_equal(T.r->unrecordable.n, 0);
 }
 
+/* The rows to produce alone are forgotten with the rows kept apart when a claim finds the table
+ * replaced (TRUNCATE ... RESTART IDENTITY): their ids may name other rows now. A copy marked to go
+ * without its payload (refused alone, then its bare publication failed for a passing reason) left
+ * its mark on its id, and a new row dead under that id had its copy published without its
+ * payload, a payload no broker had refused. On the old code the new copy went bare (payload_len
+ * 0). */
+static void test_too_large_set_forgotten_when_table_replaced(void **state)
+{
+    extra_args[0] = "--dead-letter-topic";
+    extra_args[1] = "dead-letters";
+    start("1", "1", "60000");
+    bring_up_quietly(0);
+    S(0)->floor.enabled = true;
+    T.dead[0] = "A"; /* row 1: a dead event's copy, alone */
+    answer_claim(0, "");
+    fake_kafka_report(0, TOO_LARGE); /* refused alone: to go without its payload */
+    T.dead[0] = "A";
+    reclaim(0, 1, "");
+    assert_int_equal(fake_kafka_at(1)->payload_len, 0);
+    fake_kafka_report(1, RD_KAFKA_RESP_ERR__MSG_TIMED_OUT); /* kept, to go bare again */
+    assert_int_equal(T.r->isolate.n, 1);
+    S(0)->floor.table_node = 5; /* as its first look found (by hand, as floor.enabled) */
+    S(0)->floor_look_due = 0;   /* the next claim looks */
+    for (int i = 0; i < 12 && !pending_param(0, "claim")[0]; i++) {
+        if (fake_pg_pending(PG(0)))
+            answer(0);
+        else if (ev_is_active(&S(0)->retry_timer))
+            fire(&S(0)->retry_timer);
+        else if (ev_is_active(&S(0)->poll_timer))
+            fire(&S(0)->poll_timer);
+    }
+    assert_string_not_equal(pending_param(0, "claim"), "");
+    int produced = fake_kafka_count();
+    T.table_node = "6"; /* TRUNCATE ... RESTART IDENTITY: new rows from id 1 */
+    T.dead[0] = "C";    /* a new row 1, dead, of another aggregate */
+    T.next_id = 1;
+    answer_claim(0, "");
+    assert_int_equal(S(0)->floor.restarts, 1);
+    assert_int_equal(fake_kafka_count(), produced + 1);
+    assert_string_equal(fake_kafka_at(produced)->key, "agg-C");
+    assert_true(fake_kafka_at(produced)->payload_len > 0); /* with its payload */
+    assert_int_equal(T.r->isolate.n, 0);
+}
+
 /* The same for a dead event's copy: published to the dead-letter topic, its dead-lettered mark
  * and then its failure mark refused, it is not published again by the next claims. */
 static void test_unrecordable_dead_row_kept_apart(void **state)
@@ -3635,6 +3679,7 @@ int main(void)
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart_across_reconnect, teardown),
         cmocka_unit_test_teardown(test_unrecordable_forgotten_when_table_replaced, teardown),
+        cmocka_unit_test_teardown(test_too_large_set_forgotten_when_table_replaced, teardown),
         cmocka_unit_test_teardown(test_unrecordable_dead_row_kept_apart, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
