@@ -192,6 +192,34 @@ static int db_failed(const char *what, const DbError *e, bool reads_input)
     return 1;
 }
 
+/* After a statement the server cancelled (57014): when this session has a statement_timeout (of
+ * the role, the database or the connection string, which replay leaves in place, as the other
+ * commands do), says so, and what lifts it. --statement-timeout bounds replay's own waits only,
+ * and the server's words alone ("canceling statement due to statement timeout") sent operators to
+ * raise it, to the same end. A cancel of someone's (pg_cancel_backend) with no statement_timeout
+ * set says nothing more. The connection must be idle (the failed batch rolled back). */
+static void say_statement_timeout(PGconn *conn, const Config *cfg, const DbError *e)
+{
+    if (strcmp(e->sqlstate, "57014") != 0 || PQstatus(conn) != CONNECTION_OK ||
+        PQtransactionStatus(conn) != PQTRANS_IDLE)
+        return;
+    DbError why;
+    PGresult *res =
+        admin_query_within(conn, "SELECT pg_catalog.current_setting('statement_timeout')", 0, NULL,
+                           cfg->statement_timeout_s, &why);
+    if (!res)
+        return;
+    if (PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "0") != 0) {
+        char q[100];
+        log_error("PostgreSQL's statement_timeout for this session (the role's, the database's or "
+                  "the connection string's) cancelled the statement, and --statement-timeout does "
+                  "not lift it: replay in smaller batches (--batch-rows), or give its connection "
+                  "a longer one (options=-c statement_timeout=0 in the URL)",
+                  "statement_timeout=%s", log_quote(PQgetvalue(res, 0, 0), q, sizeof(q)));
+    }
+    PQclear(res);
+}
+
 static char *xstrdup(const char *text)
 {
     char *copy = strdup(text);
@@ -419,8 +447,11 @@ static int summarise(PGconn *conn, const Config *cfg, Selection *s)
         conn, &cfg->map, cfg->replay_missing ? SQL_REPLAY_SUMMARY_IDS : SQL_REPLAY_SUMMARY,
         REPLAY_NPARAMS, s->params, PGRES_TUPLES_OK,
         REPLAY_SUMMARY_FACTOR * cfg->statement_timeout_s, &e);
-    if (!res)
-        return db_failed("cannot read the selection", &e, true);
+    if (!res) {
+        int rc = db_failed("cannot read the selection", &e, true);
+        say_statement_timeout(conn, cfg, &e);
+        return rc;
+    }
     s->topics = calloc((size_t)PQntuples(res) + 1, sizeof(*s->topics));
     if (!s->topics) {
         perror("outbox-relay");
@@ -852,6 +883,7 @@ int replay_run(const Config *cfg)
             if (tty)
                 fprintf(stderr, "\n");
             rc = db_failed("replay failed; the batches before it stay replayed", &e, false);
+            say_statement_timeout(conn, cfg, &e);
             print_rest(&s, done_rows, "before the failure");
             goto done;
         }

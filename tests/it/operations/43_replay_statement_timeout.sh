@@ -1,0 +1,43 @@
+#!/bin/bash
+# Proves that a replay whose batch the server cancels for a statement_timeout of the role's (the
+# database's or the connection string's, which replay leaves in place) says so: one line names
+# the setting and its value, and what lifts it (smaller batches, or a longer one in the URL's
+# options), since --statement-timeout, which bounds replay's own waits, does not; before, the
+# server's "canceling statement due to statement timeout" alone sent operators to raise that, to
+# the same end. Then the remedy it names works: the same replay with options=-c
+# statement_timeout=0 in the URL replays every row. A trigger that sleeps 0.3 s a row makes every
+# batch outlast the role's 100 ms, however fast the machine.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
+        SELECT 'order', 'o-1', 'Updated', jsonb_build_object('n', g), now()
+        FROM generate_series(1, 3) g ORDER BY g"
+psql_q "CREATE FUNCTION slow_row() RETURNS trigger LANGUAGE plpgsql AS
+        \$\$ BEGIN PERFORM pg_sleep(0.3); RETURN NEW; END \$\$"
+psql_q "CREATE TRIGGER slow_row BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION slow_row()"
+psql_q "ALTER ROLE postgres SET statement_timeout = '100ms'"
+# The test's own statements go without it (psql reads PGOPTIONS); replay's connections do not.
+export PGOPTIONS="-c statement_timeout=0"
+replay() {
+    env -u PGOPTIONS "$RELAY_BIN" replay --aggregate-type order --statement-timeout 600s "$@"
+}
+
+replay --database-url "$DATABASE_URL" >"$T/replay.out" 2>"$T/replay.err"
+check_eq "exit 1" 1 $?
+check "... the server's error" grep -q 'canceling statement due to statement timeout' "$T/replay.err"
+check "... a line naming the session's statement_timeout and what lifts it" grep -q \
+    "statement_timeout for this session .* --statement-timeout does not lift it: .*--batch-rows.*options=-c statement_timeout=0 in the URL.* statement_timeout=\"100ms\"" \
+    "$T/replay.err"
+check "... and the bounds of the rest" grep -q '^replay: 0 events replayed before the failure' \
+    "$T/replay.out"
+check_eq "... nothing replayed" 0 "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL")"
+
+replay --database-url "$DATABASE_URL?options=-c%20statement_timeout%3D0" >"$T/replay2.out" \
+    2>"$T/replay2.err"
+check_eq "with statement_timeout=0 in the URL's options: exit 0" 0 $?
+check "... 3 events replayed" grep -q '^replay: 3 events replayed in ' "$T/replay2.out"
+check_eq "... every row unsent" 3 "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL")"
