@@ -329,6 +329,17 @@ static void disable_core_dumps(void)
 int main(int argc, char **argv)
 {
     disable_core_dumps();
+    /* A relay reloads on SIGHUP (ops.c), but its handler comes only once the loop and the relay
+     * exist: until then, blocked rather than ignored or left to its default, which ended a relay
+     * that was still reading its configuration (a --database-url-file pipe) and lost a reload
+     * asked before the handler was in (the change then never applied, nothing said). ops_start
+     * unblocks it with the handler in, so one that came meanwhile reloads on the loop's first
+     * turn. The other commands let it through at once, after parsing. Threads made meanwhile
+     * (librdkafka's, which block every signal anyway) inherit the mask. */
+    sigset_t hup;
+    sigemptyset(&hup);
+    sigaddset(&hup, SIGHUP);
+    sigprocmask(SIG_BLOCK, &hup, NULL);
     /* A peer closing a socket must surface as an error return, not kill the process. */
     signal(SIGPIPE, SIG_IGN);
     /* Hidden: the generated sections of the man page, for tools/gen-man.sh. */
@@ -362,9 +373,9 @@ int main(int argc, char **argv)
     }
     log_set_level(cfg.log_level);
     log_set_format(cfg.log_format);
-    /* A relay reloads on SIGHUP (ops.c); until that handler is installed, ignore it. */
-    if (cfg.command == CMD_RUN)
-        signal(SIGHUP, SIG_IGN);
+    /* Only run reloads: for the others SIGHUP is what it was (a hangup, replay's own handler). */
+    if (cfg.command != CMD_RUN)
+        sigprocmask(SIG_UNBLOCK, &hup, NULL);
     /* From here on, nothing the process writes may show them. */
     config_register_secrets(&cfg);
     /* ps and /proc/PID/cmdline show argv to every local user: the secrets go from it, and a

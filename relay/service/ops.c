@@ -143,6 +143,17 @@ Ops *ops_new(struct ev_loop *loop, Config *cfg, int argc, char **argv, char *err
     return o;
 }
 
+/* The reload handler, and SIGHUP let through at last: main blocked it until now, so that one sent
+ * while the relay started is neither fatal nor lost (it reloads on the loop's first turn). */
+static void sighup_start(Ops *o)
+{
+    ev_signal_start(o->loop, &o->sighup);
+    sigset_t hup;
+    sigemptyset(&hup);
+    sigaddset(&hup, SIGHUP);
+    sigprocmask(SIG_UNBLOCK, &hup, NULL);
+}
+
 void ops_start(Ops *o, Relay *relay)
 {
     o->relay = relay;
@@ -150,7 +161,7 @@ void ops_start(Ops *o, Relay *relay)
         log_info("metrics listening", "address=%s paths=/metrics,/healthz,/readyz",
                  http_server_address(o->http));
     o->upkeep = upkeep_new(o->loop, o->cfg, o->http != NULL);
-    ev_signal_start(o->loop, &o->sighup);
+    sighup_start(o);
 }
 
 void ops_start_databases(Ops *o, Databases *dbs)
@@ -159,7 +170,7 @@ void ops_start_databases(Ops *o, Databases *dbs)
     if (o->http)
         log_info("metrics listening", "address=%s paths=/metrics,/healthz,/readyz",
                  http_server_address(o->http));
-    ev_signal_start(o->loop, &o->sighup);
+    sighup_start(o);
 }
 
 void ops_free(Ops *o)
@@ -167,6 +178,11 @@ void ops_free(Ops *o)
     if (!o)
         return;
     ev_signal_stop(o->loop, &o->sighup);
+    /* The loop is over: a reload has nothing left to apply. libev gives the signal back its
+     * default as the handler stops, which ended a relay in the middle of its teardown (the
+     * producers' last flush, the wait for old ones) with a death by signal (exit 129) in place of
+     * its own status and last lines. */
+    signal(SIGHUP, SIG_IGN);
     upkeep_free(o->upkeep);
     http_server_free(o->http);
     free(o);

@@ -32,7 +32,8 @@ void ops_start_databases(Ops *ops, Databases *dbs);
  * the verdict and reasons /readyz gives (readiness.h), with the lanes and sessions when ready. */
 void ops_sd_status(const void *arg, RelayStatus *st, char *status, size_t len);
 
-/* Stops everything; call before relay_free. NULL is fine. */
+/* Stops everything; call before relay_free. SIGHUP is ignored from then on: the loop is over, and
+ * nothing is left to reload. NULL is fine. */
 void ops_free(Ops *ops);
 
 #endif

@@ -14,6 +14,11 @@
 #  7. a reload start-up would refuse beyond loading (a --delivery-timeout past the running
 #     producer's message.timeout.ms) is refused whole, in one line naming it: its valid
 #     batch-size is not applied either (claims still take 7), and the relay goes on delivering.
+#  8. a SIGHUP while the relay still starts (reading its --database-url-file, a pipe) neither ends
+#     it nor is lost: once its loop runs it reloads (the file, a regular one by then, read again),
+#     and it delivers;
+#  9. SIGHUPs all through a shutdown, the teardown after the loop included (Kafka down, rows in
+#     flight, so the producer's last flush takes its second): the relay still exits 0 by itself.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -155,3 +160,54 @@ check "7: no claim took 5" bash -c "! tail -n +$((mark + 1)) '$RELAY_LOG' |
     grep -qE 'msg=\"claimed batch\" rows=5 '"
 relay_stop
 check_eq "7: relay exits 0" 0 $?
+
+# --- 8. SIGHUP during start-up ---
+URL_FILE=$T/url.pipe
+mkfifo "$URL_FILE" || fail "8: mkfifo"
+write_conf '"log-level": "debug"'
+# The writer opens the pipe once the relay does (so the relay is loading its configuration),
+# writes the URL and holds the pipe open, the relay still reading, until told to close it.
+(
+    exec 3>"$URL_FILE"
+    printf '%s\n' "$DATABASE_URL" >&3
+    touch "$T/url.opened"
+    for _ in $(seq 300); do [ -e "$T/url.close" ] && exit 0; sleep 0.1; done
+) &
+_t_track $!
+relay_start --config "$CONF" --database-url-file "$URL_FILE"
+wait_for "8: the relay reads its --database-url-file pipe" 10 test -e "$T/url.opened"
+kill -HUP "$RELAY_PID"
+# A reload reads only regular files: the pipe's path holds the same URL in one by then.
+printf '%s\n' "$DATABASE_URL" >"$T/url.file" && mv "$T/url.file" "$URL_FILE"
+touch "$T/url.close" # the pipe's end: the relay starts
+wait_for "8: once its loop runs it reloads (the SIGHUP kept, not lost)" 30 \
+    grep -q 'msg="configuration reloaded" changed=none' "$RELAY_LOG"
+check "8: the relay outlived a SIGHUP sent while it started" relay_running
+insert i 10
+wait_for "8: rows delivered" 30 unsent_of i
+check_eq "8: no reload before the relay started" 0 \
+    "$(sed -n '1,/msg="outbox-relay starting"/p' "$RELAY_LOG" | grep -c 'reload')"
+relay_stop
+check_eq "8: relay exits 0" 0 $?
+
+# --- 9. SIGHUP during shutdown ---
+write_conf '"log-level": "debug", "shutdown-timeout": 1000'
+broker_cmd "down all"
+relay_start --config "$CONF" --kafka reconnect.backoff.max.ms=500
+insert j 20
+wait_for "9: a batch is in flight" 30 grep -q 'msg="claimed batch"' "$RELAY_LOG"
+kill -TERM "$RELAY_PID"
+hups=0
+while kill -HUP "$RELAY_PID" 2>/dev/null; do
+    hups=$((hups + 1))
+    sleep 0.02
+    [ "$hups" -lt 3000 ] || break # 60 s: the relay_stop below reports it
+done
+relay_stop
+check_eq "9: the relay exits 0 with SIGHUPs all through its shutdown ($hups sent)" 0 $?
+check "9: it got to its last line" grep -q 'msg="stopped"' "$RELAY_LOG"
+check "9: the SIGHUPs during the drain were taken (reloads)" grep -q 'configuration reloaded' \
+    <(sed -n '/msg="shutting down"/,$p' "$RELAY_LOG")
+broker_cmd "up all"
+check_eq "9: the rows in flight stay unsent, to go again" 20 \
+    "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'j' AND sent_at IS NULL")"
