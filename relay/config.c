@@ -1966,6 +1966,46 @@ static bool selections_check(const Config *cfg, const OptSource *sources, char *
 static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missing, char *err,
                              size_t errlen);
 
+/* A hash of a regular file's content (FNV-1a, 64 bits), read without waiting; 0 when it is not
+ * one or cannot be read whole. A pipe at start-up is not even opened: its writer, let go by a
+ * reader that then closes, would meet a closed pipe, and the registry would read nothing. */
+static uint64_t file_sum(const char *path)
+{
+    struct stat st;
+    if (!path || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return 0;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    uint64_t h = 14695981039346656037ULL;
+    unsigned char buf[16384];
+    uintmax_t total = 0;
+    ssize_t n;
+    while (total <= CONFIG_CA_FILE_MAX && (n = read(fd, buf, sizeof(buf))) > 0) {
+        for (ssize_t i = 0; i < n; i++)
+            h = (h ^ buf[i]) * 1099511628211ULL;
+        total += (uintmax_t)n;
+    }
+    bool whole = total <= CONFIG_CA_FILE_MAX && n == 0;
+    explicit_bzero(buf, sizeof(buf)); /* the auth file's password */
+    close(fd);
+    return whole ? (h ? h : 1) : 0;
+}
+
+/* What the registry's files hold now, for cfg and each database of its list (config_diff). */
+static void registry_files_sum(Config *cfg)
+{
+    if (runs_relay(cfg) && cfg->value_format != VALUE_JSON) {
+        cfg->schema_registry_auth_sum = file_sum(cfg->schema_registry_auth_file);
+        cfg->schema_registry_ca_sum = file_sum(cfg->schema_registry_ca_file);
+    }
+    for (int i = 0; i < cfg->n_dbs; i++)
+        registry_files_sum(&cfg->dbs[i]);
+}
+
 bool config_load_reload(Config *cfg, int argc, char **argv, char *err, size_t errlen)
 {
     regular_files_only = true;
@@ -2076,6 +2116,7 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
                            cfg->replay_from_id, cfg->replay_to_id);
     if (cfg->command == CMD_PURGE_DEAD && (cfg->id > 0) == cfg->all)
         return optval_fail(err, errlen, "purge-dead needs exactly one of --id ID or --all");
+    registry_files_sum(cfg);
     return true;
 }
 
@@ -2200,11 +2241,30 @@ static bool same_value(const OptDef *o, const Config *a, const Config *b)
     return false;
 }
 
+/* Whether a registry file named alike holds another content now (both read: a hash 0 is
+ * unknown, a pipe at start-up). A changed name is the option's own change. */
+static bool file_changed(const char *running_path, uint64_t running_sum, const char *fresh_path,
+                         uint64_t fresh_sum)
+{
+    return running_path && same_string(running_path, fresh_path) && running_sum && fresh_sum &&
+           running_sum != fresh_sum;
+}
+
 void config_diff(const Config *running, const Config *fresh, ConfigChangeFn fn, void *arg)
 {
     for (size_t i = 0; i < N_OPTIONS; i++)
         if (!same_value(&options[i], running, fresh))
             fn(options[i].name, options[i].reloadable, arg);
+    /* The registry's client reads its files once (registry_new): a password or CA rotated under
+     * the same path is not taken by a reload, which said "changed=none" over it, so that the
+     * rotation seemed done until the old password was refused. Said as the restart-only change
+     * it is, by the option's name. */
+    if (file_changed(running->schema_registry_auth_file, running->schema_registry_auth_sum,
+                     fresh->schema_registry_auth_file, fresh->schema_registry_auth_sum))
+        fn("schema-registry-auth-file", false, arg);
+    if (file_changed(running->schema_registry_ca_file, running->schema_registry_ca_sum,
+                     fresh->schema_registry_ca_file, fresh->schema_registry_ca_sum))
+        fn("schema-registry-ca-file", false, arg);
 }
 
 void config_apply_reloadable(Config *running, const Config *fresh)

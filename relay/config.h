@@ -7,6 +7,7 @@
 #define OUTBOX_CONFIG_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -146,6 +147,10 @@ typedef struct Config {
     long schema_registry_lookup_rate; /* requests/s for subjects without a schema (registry.h) */
     long schema_version;              /* 0: latest */
     SubjectStrategy subject_name_strategy;
+    /* Hashes of what the registry's auth and CA files held when loaded (0: not read, as a pipe at
+     * start-up): its client reads them once, so a reload must tell a file changed under the same
+     * path (config_diff). Hashes, not copies: the auth file is a secret. */
+    uint64_t schema_registry_auth_sum, schema_registry_ca_sum;
     char *ce_source;            /* CloudEvents source attribute */
     char *ce_content_type;      /* CloudEvents datacontenttype (the content-type header) */
     long verify_since_s;        /* verify --since: rows marked sent this far back */
@@ -232,7 +237,8 @@ void config_print_sample(FILE *out);
 bool config_option_reloadable(const char *name);
 
 /* Calls fn for every option whose value differs between the running and a freshly loaded
- * configuration, in table order. Only option names are passed: values may be secrets. */
+ * configuration, in table order, then for a registry auth or CA file whose content changed
+ * under the same path (restart-only). Only option names are passed: values may be secrets. */
 typedef void (*ConfigChangeFn)(const char *option, bool reloadable, void *arg);
 void config_diff(const Config *running, const Config *fresh, ConfigChangeFn fn, void *arg);
 

@@ -1187,6 +1187,57 @@ static void test_reload_diff_and_apply(void **state)
     config_free(&fresh);
 }
 
+/* Rewrites the file at path in place (the same name, another content), as an operator rotating
+ * a secret does. */
+static void rewrite(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fputs(text, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* The registry's client reads its auth and CA files once: a reload that finds either changed
+ * under the same path names it as restart-only. The old diff compared the paths alone and said
+ * nothing ("changed=none" over a rotated registry password); a list's entries too. */
+static void test_reload_diff_registry_files(void **state)
+{
+    char auth[64], ca[64], err[512];
+    write_temp(auth, "reg:first-s3cret\n");
+    write_temp(ca, "-----BEGIN CERTIFICATE-----\nfirst\n-----END CERTIFICATE-----\n");
+    Config running, fresh, again, list_running, list_fresh;
+#define REGISTRY_ARGS                                                                              \
+    "--brokers=k", "--value-format=avro", "--schema-registry-url=https://sr:8081",                 \
+        "--schema-registry-auth-file", auth, "--schema-registry-ca-file", ca
+#define LIST "--databases=[{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"}]"
+    assert_true(LOAD(&running, err, "run", "--database-url=postgresql://a/db", REGISTRY_ARGS));
+    assert_true(LOAD(&list_running, err, "run", LIST, REGISTRY_ARGS));
+    rewrite(auth, "reg:second-s3cret\n");
+    rewrite(ca, "-----BEGIN CERTIFICATE-----\nsecond\n-----END CERTIFICATE-----\n");
+    assert_true(LOAD(&fresh, err, "run", "--database-url=postgresql://a/db", REGISTRY_ARGS));
+    assert_true(LOAD(&list_fresh, err, "run", LIST, REGISTRY_ARGS));
+    Seen seen = {""}, entry = {""}, none = {""};
+    config_diff(&running, &fresh, record_change, &seen);
+    assert_string_equal(seen.names,
+                        "schema-registry-auth-file(restart),schema-registry-ca-file(restart)");
+    assert_int_equal(list_running.n_dbs, 1);
+    config_diff(&list_running.dbs[0], &list_fresh.dbs[0], record_change, &entry);
+    assert_string_equal(entry.names,
+                        "schema-registry-auth-file(restart),schema-registry-ca-file(restart)");
+    /* Read again unchanged: nothing to say. */
+    assert_true(LOAD(&again, err, "run", "--database-url=postgresql://a/db", REGISTRY_ARGS));
+    config_diff(&fresh, &again, record_change, &none);
+    assert_string_equal(none.names, "");
+#undef LIST
+#undef REGISTRY_ARGS
+    config_free(&running);
+    config_free(&fresh);
+    config_free(&again);
+    config_free(&list_running);
+    config_free(&list_fresh);
+    secrets_clear();
+}
+
 static void test_reloadable_options(void **state)
 {
     const char *yes[] = {"log-level",    "batch-size",    "retention",         "delivery-timeout",
@@ -2799,6 +2850,7 @@ int main(void)
         T(test_registry_auth_file_device_checked),
         T(test_reload_warns_of_short_secret),
         T(test_reload_diff_and_apply),
+        T(test_reload_diff_registry_files),
         T(test_reloadable_options),
         T(test_databases_entries),
         T(test_databases_sessions_default),
