@@ -338,7 +338,6 @@ const BatchRow *batch_marks_range(const Batch *b, int from, int to, BatchMarks *
     strbuf_array_begin(&m->failed_permanent);
     strbuf_array_begin(&m->dl_sent);
     strbuf_array_begin(&m->dl_failed_ids);
-    strbuf_array_begin(&m->dl_failed_errors);
     for (int i = from; i < to && i < b->n; i++) {
         const BatchRow *br = &b->rows[i];
         const char *error = br->error ? br->error : "unknown error";
@@ -346,7 +345,6 @@ const BatchRow *batch_marks_range(const Batch *b, int from, int to, BatchMarks *
             strbuf_array_int(br->dead_letter ? &m->dl_sent : &m->sent, br->row.id);
         } else if (br->state == ROW_FAILED && br->dead_letter) {
             strbuf_array_int(&m->dl_failed_ids, br->row.id);
-            strbuf_array_text(&m->dl_failed_errors, error);
         } else if (br->state == ROW_FAILED) {
             strbuf_array_int(&m->failed_ids, br->row.id);
             strbuf_array_text(&m->failed_errors, error);
@@ -362,7 +360,6 @@ const BatchRow *batch_marks_range(const Batch *b, int from, int to, BatchMarks *
     strbuf_array_end(&m->failed_permanent);
     strbuf_array_end(&m->dl_sent);
     strbuf_array_end(&m->dl_failed_ids);
-    strbuf_array_end(&m->dl_failed_errors);
     return first_failed;
 }
 
@@ -374,7 +371,6 @@ void batch_marks_free(BatchMarks *m)
     strbuf_free(&m->failed_permanent);
     strbuf_free(&m->dl_sent);
     strbuf_free(&m->dl_failed_ids);
-    strbuf_free(&m->dl_failed_errors);
 }
 
 static bool same_aggregate(const OutboxRow *a, const OutboxRow *b)

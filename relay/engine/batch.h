@@ -106,7 +106,7 @@ typedef struct BatchMarks {
     StrBuf sent;                                        /* ids delivered */
     StrBuf failed_ids, failed_errors, failed_permanent; /* parallel arrays */
     StrBuf dl_sent;                                     /* ids published to the dead-letter topic */
-    StrBuf dl_failed_ids, dl_failed_errors;
+    StrBuf dl_failed_ids; /* ids whose copy failed (the error is logged, last_error kept) */
 } BatchMarks;
 
 /* Allocates room for capacity rows. Returns false when out of memory. */

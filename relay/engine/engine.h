@@ -494,7 +494,7 @@ bool wakeup_guard_must_leave(const Session *s);
 /* The statements that record a batch's outcome and the parameter text they point to. */
 typedef struct MarkRequest {
     char max_attempts[24], backoff[32], backoff_max[32];
-    const char *sent[1], *failed[6], *dl_sent[2], *dl_failed[2];
+    const char *sent[1], *failed[6], *dl_sent[2], *dl_failed[1];
     PgQuery queries[PG_MAX_QUERIES];
     int n;
 } MarkRequest;

@@ -381,11 +381,14 @@ const char *const session_sql_templates[SESSION_SQL_COUNT] = {
     /* A dead event whose publication to the dead-letter topic failed (or whose record of it the
      * row refused: then it was published, and each retry publishes it again) waits 30 s, doubling
      * with each such failure (counted in attempts) up to an hour: a row that can never be
-     * recorded as dead-lettered costs one dead-letter message an hour, not one every 30 s. */
+     * recorded as dead-lettered costs one dead-letter message an hour, not one every 30 s.
+     * last_error is left alone: it is why the event died, which the next copy carries in
+     * dlq.error and `outbox-relay dead` shows; the publication's own error is the relay's news
+     * (its log line and outbox_failures_total), not the event's. */
     [SQL_MARK_DEAD_LETTER_FAILED] =
-        "UPDATE {table} AS o SET last_error = 'dead-letter publish failed: ' || f.error,"
+        "UPDATE {table} AS o SET"
         " attempts = o.attempts + 1, next_attempt_at = pg_catalog.clock_timestamp()"
         " + pg_catalog.make_interval(secs => least(30::float8 * 2::float8"
         " ^ least(greatest(o.attempts - o.rejections, 0), 7)::float8, 3600::float8))"
-        " FROM unnest($1::bigint[], $2::text[]) AS f(id, error) WHERE o.{seq} = f.id",
+        " WHERE o.{seq} = ANY($1::bigint[])",
 };

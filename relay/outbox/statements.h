@@ -104,7 +104,7 @@ typedef enum {
     SQL_DELETE_SENT,        /* $1 ids: deleted (--on-sent delete) */
     SQL_MARK_FAILED,        /* $1 ids, $2 errors, $3 permanent, $4 max attempts, $5/$6 backoff */
     SQL_MARK_DEAD_LETTERED, /* $1 ids published to the dead-letter topic $2 */
-    SQL_MARK_DEAD_LETTER_FAILED, /* $1 ids, $2 errors */
+    SQL_MARK_DEAD_LETTER_FAILED, /* $1 ids */
     SQL_CLAIM_RECHECK_HOLD,      /* after the claim: failed rows of the lanes $1 that hold their
                                   * aggregate back and were recorded since the claim began (at
                                   * most $2) */

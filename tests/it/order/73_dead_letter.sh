@@ -191,7 +191,7 @@ STUCK=$(psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, pa
                 VALUES ('bad topic!', 'stuck-1', 'changed', '{\"seq\": 0}') RETURNING id")
 relay_start "${OPTS[@]}"
 dl_failures_at_least() { # dl_failures_at_least N: N dead-letter failures recorded (attempts 2 + N)
-    [ "$(psql_q "SELECT attempts >= 2 + $1 AND last_error LIKE 'dead-letter publish failed:%'
+    [ "$(psql_q "SELECT attempts >= 2 + $1 AND next_attempt_at IS NOT NULL
                  FROM outbox WHERE id = $STUCK")" = t ]
 }
 wait_for "DL: the refused record is a dead-letter failure" 30 dl_failures_at_least 1
@@ -199,6 +199,8 @@ psql_q "UPDATE outbox SET next_attempt_at = now() WHERE id = $STUCK" # skip the 
 wait_for "DL: and again after its wait" 30 dl_failures_at_least 2
 check "DL: the next wait is at least a minute (main: 30 s each time)" test "$(psql_q "SELECT
     next_attempt_at - clock_timestamp() > interval '55 seconds' FROM outbox WHERE id = $STUCK")" = t
+check "DL: last_error is still why it died, not the refused record" test "$(psql_q "SELECT
+    last_error LIKE 'topic name %' FROM outbox WHERE id = $STUCK")" = t
 relay_stop
 check_eq "DL: the relay exits 0" 0 "$?"
 

@@ -1,0 +1,73 @@
+#!/bin/bash
+# Proves a dead event keeps why it died when its copy to the dead-letter topic fails once
+# (docs/guarantees.md, "Poison events"): the row's last_error is still the death reason, the copy
+# published after the failure carries it in dlq.error, and the failure itself is told to the
+# operator in the log (with the broker's error) and in outbox_failures_total. Poison rows have an
+# illegal topic name whose text holds "dead-letter publish failed: " (the old marker), so they die
+# (--max-attempts 1) before Kafka sees them: after the refusal is set up, the only produce
+# requests are the copies', which lets the mock's one refused request reach exactly the first.
+#  - P: its copy refused once (TOPIC_AUTHORIZATION_FAILED, as a missing ACL): recorded as a failed
+#    publication (attempts 2, a retry time, no dead_letter_topic) with last_error unchanged;
+#    retried (its wait cut short), published, last_error still the same;
+#  - Q: same poison, its copy not refused: its last_error is P's (the reason does not depend on
+#    the failed publication), and both copies carry that reason in dlq.error.
+# On the old code the failure overwrote last_error with "dead-letter publish failed: Broker:
+# Topic authorization failed", and the retried copy carried that in dlq.error.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+fault_setup 1
+
+TYPE='dead-letter publish failed: x'
+poison() { # poison AGG: a row of the illegal topic, its own aggregate; prints its id
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            VALUES ('$TYPE', '$1', 'changed', '{\"seq\": 0}') RETURNING id"
+}
+col() { # col ID EXPR
+    psql_q "SELECT $2 FROM outbox WHERE id = $1"
+}
+copy_failed() { # copy_failed ID: one failed dead-letter publication recorded
+    [ "$(col "$1" "attempts = 2 AND next_attempt_at IS NOT NULL AND dead_letter_topic IS NULL")" = t ]
+}
+dead_lettered() { # dead_lettered ID: its copy is published and recorded
+    [ "$(col "$1" "dead_at IS NOT NULL AND dead_letter_topic = 'dlq'")" = t ]
+}
+
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --sessions 1 \
+    --max-attempts 1 --retry-backoff 200 --dead-letter-topic dlq --metrics-listen 127.0.0.1:0
+metrics_wait
+insert_rows w 0 9 2
+wait_for "warm-up rows delivered" 30 none_unsent_of w
+FAILURES_BEFORE=$(metric 'outbox_failures_total{class="transient"}' || echo 0)
+
+broker_cmd "errors produce 1 29"
+P=$(poison p-1)
+wait_for "P: its copy's refusal recorded as a failed publication" 30 copy_failed "$P"
+REASON_P=$(col "$P" last_error)
+echo "# P: last_error after the failed publication: $REASON_P"
+check "P: the failure is logged with the broker's error" grep -q \
+    "dead events not published to the dead-letter topic.*first_id=$P .*error=.*uthorization" \
+    "$RELAY_LOG"
+check "P: ... and counted in outbox_failures_total" test \
+    "$(metric 'outbox_failures_total{class="transient"}' || echo 0)" -gt "$FAILURES_BEFORE"
+psql_q "UPDATE outbox SET next_attempt_at = now() WHERE id = $P" # skip the 30 s wait
+wait_for "P: its copy published on the retry" 30 dead_lettered "$P"
+check_eq "P: last_error unchanged by the publication" "$REASON_P" "$(col "$P" last_error)"
+
+Q=$(poison q-1)
+wait_for "Q: its copy published" 30 dead_lettered "$Q"
+REASON_Q=$(col "$Q" last_error)
+echo "# Q: last_error: $REASON_Q"
+check "Q: the reason names the illegal topic" grep -qF "topic name 'outbox.event.$TYPE' has a character outside" \
+    <<<"$REASON_Q"
+check_eq "P: last_error is the death reason, as Q's (not the failed publication's)" \
+    "$REASON_Q" "$REASON_P"
+relay_stop
+check_eq "relay exits 0" 0 $?
+
+consume --topic dlq --to-end --timeout-ms 30000 >"$T/dlq.json"
+for id in "$P" "$Q"; do
+    check_eq "copy of row $id: dlq.error is the death reason" "$REASON_Q" \
+        "$(jq -r --arg e "$(col "$id" event_id)" 'select(.headers.id == $e)
+               | .headers["dlq.error"]' "$T/dlq.json" | sort -u)"
+done
