@@ -196,12 +196,15 @@ static int db_failed(const char *what, const DbError *e, bool reads_input)
  * the role, the database or the connection string, which replay leaves in place, as the other
  * commands do), says so, and what lifts it. --statement-timeout bounds replay's own waits only,
  * and the server's words alone ("canceling statement due to statement timeout") sent operators to
- * raise it, to the same end. A cancel of someone's (pg_cancel_backend) with no statement_timeout
- * set says nothing more. The connection must be idle (the failed batch rolled back). */
+ * raise it, to the same end. A cancel of someone's (pg_cancel_backend, a Ctrl-C in psql) has the
+ * same SQLSTATE: the server's words tell it apart ("due to user request"), and it says nothing
+ * more, whatever statement_timeout is set (a role's 1h, far from expired, was blamed for it). A
+ * server whose messages are translated (lc_messages) is judged by the setting alone. The
+ * connection must be idle (the failed batch rolled back). */
 static void say_statement_timeout(PGconn *conn, const Config *cfg, const DbError *e)
 {
-    if (strcmp(e->sqlstate, "57014") != 0 || PQstatus(conn) != CONNECTION_OK ||
-        PQtransactionStatus(conn) != PQTRANS_IDLE)
+    if (strcmp(e->sqlstate, "57014") != 0 || strstr(e->message, "due to user request") ||
+        PQstatus(conn) != CONNECTION_OK || PQtransactionStatus(conn) != PQTRANS_IDLE)
         return;
     DbError why;
     PGresult *res =

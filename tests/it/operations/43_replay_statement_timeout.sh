@@ -6,7 +6,8 @@
 # server's "canceling statement due to statement timeout" alone sent operators to raise that, to
 # the same end. Then the remedy it names works: the same replay with options=-c
 # statement_timeout=0 in the URL replays every row. A trigger that sleeps 0.3 s a row makes every
-# batch outlast the role's 100 ms, however fast the machine.
+# batch outlast the role's 100 ms, however fast the machine. A statement someone cancels
+# (pg_cancel_backend: the same SQLSTATE 57014) gets no such line, with the role's 1h set.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -41,3 +42,29 @@ replay --database-url "$DATABASE_URL?options=-c%20statement_timeout%3D0" >"$T/re
 check_eq "with statement_timeout=0 in the URL's options: exit 0" 0 $?
 check "... 3 events replayed" grep -q '^replay: 3 events replayed in ' "$T/replay2.out"
 check_eq "... every row unsent" 3 "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL")"
+
+# A statement someone cancels (pg_cancel_backend, an operator's Ctrl-C in another tool) ends with
+# the same SQLSTATE 57014 as a statement timeout, but the server's words say which: with a
+# statement_timeout of the role's far from expired, the cancel is not blamed on it (the line
+# sent the operator to lift a setting that had nothing to do with the failure).
+psql_q "UPDATE outbox SET sent_at = now()"
+psql_q "CREATE OR REPLACE FUNCTION slow_row() RETURNS trigger LANGUAGE plpgsql AS
+        \$\$ BEGIN PERFORM pg_sleep(120); RETURN NEW; END \$\$"
+psql_q "ALTER ROLE postgres SET statement_timeout = '1h'"
+replay --database-url "$DATABASE_URL" >"$T/replay3.out" 2>"$T/replay3.err" &
+replay_pid=$!
+_t_track "$replay_pid"
+replay_sleeping() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'
+                 AND query LIKE 'DO \$replay\$%'")" = 1 ]
+}
+wait_for "a replay's batch under way (its trigger sleeping)" 60 replay_sleeping
+psql_q "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'PgSleep'
+        AND query LIKE 'DO \$replay\$%'" >/dev/null
+wait_for "... cancelled by pg_cancel_backend, replay ends" 60 _t_dead "$replay_pid"
+wait "$replay_pid"
+check_eq "... exit 1" 1 $?
+check "... the server's error" grep -q 'canceling statement due to user request' "$T/replay3.err"
+check "... no line blaming the session's statement_timeout (1h, far from expired)" \
+    lacks "$T/replay3.err" "statement_timeout for this session"
+check_eq "... nothing replayed" 0 "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL")"
