@@ -217,7 +217,8 @@ static void say_statement_timeout(PGconn *conn, const Config *cfg, const DbError
         log_error("PostgreSQL's statement_timeout for this session (the role's, the database's or "
                   "the connection string's) cancelled the statement, and --statement-timeout does "
                   "not lift it: replay in smaller batches (--batch-rows), or give its connection "
-                  "a longer one (options=-c statement_timeout=0 in the URL)",
+                  "a longer one (?options=-c%20statement_timeout%3D0 in the URL: libpq refuses a "
+                  "bare space or = there)",
                   "statement_timeout=%s", log_quote(PQgetvalue(res, 0, 0), q, sizeof(q)));
     }
     PQclear(res);
