@@ -199,9 +199,11 @@ static int db_failed(const char *what, const DbError *e, bool reads_input)
  * raise it, to the same end. A cancel of someone's (pg_cancel_backend, a Ctrl-C in psql) has the
  * same SQLSTATE: the server's words tell it apart ("due to user request"), and it says nothing
  * more, whatever statement_timeout is set (a role's 1h, far from expired, was blamed for it). A
- * server whose messages are translated (lc_messages) is judged by the setting alone. The
- * connection must be idle (the failed batch rolled back). */
-static void say_statement_timeout(PGconn *conn, const Config *cfg, const DbError *e)
+ * server whose messages are translated (lc_messages) is judged by the setting alone. The remedy
+ * is the statement's: smaller batches shorten a batch, not the summary, which reads the whole
+ * selection once whatever --batch-rows is (summary: the statement cancelled was the summary's).
+ * The connection must be idle (the failed batch rolled back). */
+static void say_statement_timeout(PGconn *conn, const Config *cfg, const DbError *e, bool summary)
 {
     if (strcmp(e->sqlstate, "57014") != 0 || strstr(e->message, "due to user request") ||
         PQstatus(conn) != CONNECTION_OK || PQtransactionStatus(conn) != PQTRANS_IDLE)
@@ -214,12 +216,23 @@ static void say_statement_timeout(PGconn *conn, const Config *cfg, const DbError
         return;
     if (PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "0") != 0) {
         char q[100];
-        log_error("PostgreSQL's statement_timeout for this session (the role's, the database's or "
-                  "the connection string's) cancelled the statement, and --statement-timeout does "
-                  "not lift it: replay in smaller batches (--batch-rows), or give its connection "
-                  "a longer one (?options=-c%20statement_timeout%3D0 in the URL: libpq refuses a "
-                  "bare space or = there)",
-                  "statement_timeout=%s", log_quote(PQgetvalue(res, 0, 0), q, sizeof(q)));
+        log_quote(PQgetvalue(res, 0, 0), q, sizeof(q));
+        if (summary)
+            log_error("PostgreSQL's statement_timeout for this session (the role's, the "
+                      "database's or the connection string's) cancelled the read of the "
+                      "selection, and --statement-timeout does not lift it: select fewer events "
+                      "(--sent-after, --sent-before, --from-id, --to-id), or give its connection "
+                      "a longer one (?options=-c%20statement_timeout%3D0 in the URL: libpq "
+                      "refuses a bare space or = there)",
+                      "statement_timeout=%s", q);
+        else
+            log_error("PostgreSQL's statement_timeout for this session (the role's, the "
+                      "database's or the connection string's) cancelled the statement, and "
+                      "--statement-timeout does not lift it: replay in smaller batches "
+                      "(--batch-rows), or give its connection a longer one "
+                      "(?options=-c%20statement_timeout%3D0 in the URL: libpq refuses a bare "
+                      "space or = there)",
+                      "statement_timeout=%s", q);
     }
     PQclear(res);
 }
@@ -453,7 +466,7 @@ static int summarise(PGconn *conn, const Config *cfg, Selection *s)
         REPLAY_SUMMARY_FACTOR * cfg->statement_timeout_s, &e);
     if (!res) {
         int rc = db_failed("cannot read the selection", &e, true);
-        say_statement_timeout(conn, cfg, &e);
+        say_statement_timeout(conn, cfg, &e, true);
         return rc;
     }
     s->topics = calloc((size_t)PQntuples(res) + 1, sizeof(*s->topics));
@@ -887,7 +900,7 @@ int replay_run(const Config *cfg)
             if (tty)
                 fprintf(stderr, "\n");
             rc = db_failed("replay failed; the batches before it stay replayed", &e, false);
-            say_statement_timeout(conn, cfg, &e);
+            say_statement_timeout(conn, cfg, &e, false);
             print_rest(&s, done_rows, "before the failure");
             goto done;
         }

@@ -7,7 +7,8 @@
 # the same end. Then the remedy it names works as written: the same replay with the line's
 # ?options=-c%20statement_timeout%3D0 in the URL replays every row. A trigger that sleeps 0.3 s a row makes every
 # batch outlast the role's 100 ms, however fast the machine. A statement someone cancels
-# (pg_cancel_backend: the same SQLSTATE 57014) gets no such line, with the role's 1h set.
+# (pg_cancel_backend: the same SQLSTATE 57014) gets no such line, with the role's 1h set. A
+# summary the setting cancels gets the summary's remedies (fewer events), not smaller batches.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -69,4 +70,25 @@ check_eq "... exit 1" 1 $?
 check "... the server's error" grep -q 'canceling statement due to user request' "$T/replay3.err"
 check "... no line blaming the session's statement_timeout (1h, far from expired)" \
     lacks "$T/replay3.err" "statement_timeout for this session"
+check_eq "... nothing replayed" 0 "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL")"
+
+# The summary, which reads the whole selection once, is cut short by the same setting: its line
+# names the remedies for it. Smaller batches (the batch's remedy) do not shorten it. An aggregate
+# type column whose cast to text sleeps 0.2 s makes the summary (which groups by it) outlast
+# the role's 100 ms whatever the machine; the statements before it do not read that column.
+psql_q "CREATE TYPE slow_type AS ENUM ('order')"
+psql_q "CREATE FUNCTION slow_text(slow_type) RETURNS text LANGUAGE plpgsql AS
+        \$\$ BEGIN PERFORM pg_sleep(0.2); RETURN 'order'; END \$\$"
+psql_q "CREATE CAST (slow_type AS text) WITH FUNCTION slow_text(slow_type)"
+psql_q "ALTER TABLE outbox ADD COLUMN slow_type slow_type NOT NULL DEFAULT 'order'"
+psql_q "ALTER ROLE postgres SET statement_timeout = '100ms'"
+env -u PGOPTIONS "$RELAY_BIN" replay --aggregate-type-column slow_type --event-type Updated \
+    --statement-timeout 600s --database-url "$DATABASE_URL" >"$T/replay4.out" 2>"$T/replay4.err"
+check_eq "the summary cancelled by the role's statement_timeout: exit 1" 1 $?
+check "... the server's error, on the read of the selection" grep -q \
+    'cannot read the selection.*canceling statement due to statement timeout' "$T/replay4.err"
+check "... a line naming the setting and the summary's remedies: fewer events or a longer one" \
+    grep -q "statement_timeout for this session .* cancelled the read of the selection.*: select fewer events (--sent-after.*options=-c%20statement_timeout%3D0 in the URL.* statement_timeout=\"100ms\"" \
+    "$T/replay4.err"
+check "... not smaller batches, which do not shorten it" lacks "$T/replay4.err" "--batch-rows"
 check_eq "... nothing replayed" 0 "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL")"
