@@ -61,7 +61,10 @@ struct Upkeep {
     double backlog_next_at; /* monotime before which the count is not sent again (pace_backlog) */
     bool sweeping;          /* the last delete was full: more to go */
     long long swept;        /* rows deleted by the current sweep */
-    char last_error[256];   /* "" while the queries work */
+    /* Where the current sweep's next batch starts (SQL_RETENTION's $2): the newest sent_at the
+     * last batch deleted, as the server printed it; "-infinity" at a sweep's start. */
+    char sweep_from[64];
+    char last_error[256];            /* "" while the queries work */
     char horizon_logged[HOLDER_MAX]; /* the holder last logged as holding back vacuum, "" when
                                       * none */
     /* Its kind and id apart, SQL_HORIZON's parameters (the kind may hold a space; a prepared
@@ -305,6 +308,14 @@ static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error,
     kick(u);
 }
 
+/* The next batch is a new sweep's first: from the oldest sent row on. */
+static void sweep_restart(Upkeep *u)
+{
+    u->sweeping = false;
+    u->swept = 0;
+    snprintf(u->sweep_from, sizeof(u->sweep_from), "-infinity");
+}
+
 static void on_deleted(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Upkeep *u = arg;
@@ -312,13 +323,18 @@ static void on_deleted(PgConn *pg, PGresult **results, int n, const char *error,
     if (!results)
         return;
     u->retention_due = false;
-    long long deleted = error || n != 1 ? 0 : strtoll(PQcmdTuples(results[0]), NULL, 10);
+    bool answered = !error && n == 1 && PQresultStatus(results[0]) == PGRES_TUPLES_OK &&
+                    PQntuples(results[0]) == 1;
+    long long deleted = answered ? strtoll(PQgetvalue(results[0], 0, 0), NULL, 10) : 0;
     metrics_retention_deleted(deleted);
     u->swept += deleted;
-    u->sweeping = !error && deleted >= RETENTION_BATCH;
-    if (!u->sweeping) {
+    u->sweeping = answered && deleted >= RETENTION_BATCH &&
+                  strlen(PQgetvalue(results[0], 0, 1)) < sizeof(u->sweep_from);
+    if (u->sweeping) {
+        snprintf(u->sweep_from, sizeof(u->sweep_from), "%s", PQgetvalue(results[0], 0, 1));
+    } else {
         log_debug("retention sweep done", "deleted=%lld retention_s=%ld", u->swept, u->retention_s);
-        u->swept = 0;
+        sweep_restart(u);
     }
     note_result(u, "retention", error);
     kick(u);
@@ -384,10 +400,12 @@ static void kick(Upkeep *u)
     if ((u->retention_due || u->sweeping) && u->retention_s > 0) {
         char secs[32];
         snprintf(secs, sizeof(secs), "%ld", u->retention_s);
-        const char *params[1] = {secs};
-        PgQuery q = {u->sql[UPKEEP_RETENTION], 1, params, false};
-        if (!pg_conn_send(u->pg, &q, 1, on_deleted, u))
-            u->retention_due = u->sweeping = false;
+        const char *params[2] = {secs, u->sweep_from};
+        PgQuery q = {u->sql[UPKEEP_RETENTION], 2, params, false};
+        if (!pg_conn_send(u->pg, &q, 1, on_deleted, u)) {
+            u->retention_due = false;
+            sweep_restart(u);
+        }
     }
 }
 
@@ -419,8 +437,7 @@ static void on_state(PgConn *pg, bool up, const char *reason, void *arg)
     Upkeep *u = arg;
     enter(u);
     u->ready = false;
-    u->sweeping = false;
-    u->swept = 0;
+    sweep_restart(u);
     if (!up)
         return;
     u->connected_before = true;
@@ -486,8 +503,7 @@ void upkeep_reconfigure(Upkeep *u)
     if (retention != u->retention_s) {
         ev_timer_stop(u->loop, &u->retention_timer);
         u->retention_s = retention;
-        u->sweeping = false;
-        u->swept = 0;
+        sweep_restart(u);
         if (retention > 0) {
             /* On demand, the gauge tick makes retention due (on_gauge_timer). */
             if (!u->on_demand) {
@@ -522,6 +538,7 @@ static Upkeep *upkeep_create(struct ev_loop *loop, const Config *cfg, bool gauge
     /* Never swept: the first tick sweeps, whatever the monotonic clock reads (it counts from the
      * host's boot, which may be less than an interval ago). */
     u->swept_at = -HUGE_VAL;
+    sweep_restart(u);
     ev_timer_init(&u->close_timer, on_close_timer, 0.0, 0.0);
     u->close_timer.data = u;
     u->log_context = log_context();

@@ -8,7 +8,8 @@
  * endpoint or retention is on; for a database of a list, only for the moment of each tick's work:
  * upkeep_new_on_demand). Every statement runs in its own short transaction: retention
  * deletes at most RETENTION_BATCH rows per statement, one statement after another until a sweep
- * finds no more, and never waits on another relay's sweep (SKIP LOCKED). */
+ * finds no more, each in sent_at order from where the last ended (so a sweep reads each row about
+ * once), and never waits on another relay's sweep (SKIP LOCKED). */
 #ifndef OUTBOX_UPKEEP_H
 #define OUTBOX_UPKEEP_H
 

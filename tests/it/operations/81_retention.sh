@@ -97,3 +97,42 @@ check_eq "4: every dead row is gone" 0 "$(count "dead_at IS NOT NULL")"
 check_eq "4: rows waiting for a retry are untouched" 30 "$(count "aggregate_type = 'waiting'")"
 "$RELAY_BIN" purge-dead --database-url "$DATABASE_URL" >"$T/purge4.out" 2>&1
 check_eq "4: purge-dead without --id or --all is bad input (2)" 2 $?
+
+# --- 5. a sweep's cost: each row about once ---
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, attempts, rejections,
+                            last_error, dead_at)
+        SELECT 'bulk', 'b-' || (g % 100), 'changed', '{}', 10, 10, 'rejected', now()
+        FROM generate_series(1, 60000) g"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
+        SELECT 'old', 'o-' || (g % 100), 'changed', '{}', now() - interval '1 hour' + g * interval '1 ms'
+        FROM generate_series(1, 20000) g"
+psql_q "ANALYZE outbox"
+old_snapshot_open
+wait_for "5: an old snapshot is held" 10 old_snapshot_held
+stat() { # stat EXPR: of the outbox's statistics (flushed by a session when it ends)
+    psql_q "SELECT $1 FROM pg_stat_user_tables t, pg_stat_user_indexes i
+            WHERE t.relid = 'outbox'::regclass AND i.indexrelid = 'outbox_sent_at_idx'::regclass"
+}
+seq_before=$(stat t.seq_tup_read)
+idx_before=$(stat i.idx_tup_read)
+del_before=$(stat t.n_tup_del)
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --retention 3s --log-level debug
+# Waited for in the relay's log: a count of the table would read it by a sequential scan itself.
+swept_total() {
+    sed -n 's/.*msg="retention sweep done" deleted=\([0-9]*\).*/\1/p' "$RELAY_LOG" |
+        awk '{ n += $1 } END { print n + 0 }'
+}
+swept_all() { [ "$(swept_total)" -ge 20000 ]; }
+wait_for "5: the relay's sweeps deleted 20,000 rows" 120 swept_all
+relay_stop
+deletions_counted() { [ "$(stat t.n_tup_del)" -ge $((del_before + 20000)) ]; }
+wait_for "5: the relay's sessions ended (their statistics are in)" 10 deletions_counted
+seq_read=$(($(stat t.seq_tup_read) - seq_before))
+idx_read=$(($(stat i.idx_tup_read) - idx_before))
+check "5: rows read by sequential scans ($seq_read) are fewer than the table held (80,000)" \
+    test "$seq_read" -lt 80000
+check "5: entries of the sent_at index read ($idx_read) are fewer than 60,000" \
+    test "$idx_read" -lt 60000
+check_eq "5: the old rows are gone" 0 "$(count "aggregate_type = 'old'")"
+check_eq "5: the unsent rows stay" 60000 "$(count "aggregate_type = 'bulk'")"
+old_snapshot_close
