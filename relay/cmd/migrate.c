@@ -26,6 +26,16 @@
 static long answer_s;
 static bool conn_lost;
 
+/* Waits for the lock that keeps concurrent migrates apart (two relays' init containers), taken for
+ * the session. A migrate waits for another as long as that one's migrations take, which the
+ * database's or the role's lock_timeout and statement_timeout do not know: operators set them to
+ * bound DDL, and they made the second migrate fail while the first was still working ("canceling
+ * statement due to lock timeout", blamed on a table). So this one statement runs without them
+ * (SET LOCAL: the migrations keep them); --migrate-timeout bounds the wait instead. */
+static const char *const SQL_MIGRATE_LOCK =
+    "BEGIN; SET LOCAL lock_timeout = 0; SET LOCAL statement_timeout = 0;"
+    " SELECT pg_catalog.pg_advisory_lock(" LOCK_KEY_MIGRATE "); COMMIT";
+
 /* Runs sql (one or more commands) and returns the last result; on failure logs it with the
  * step's name and returns NULL. */
 static PGresult *exec_step(PGconn *conn, const char *sql, const char *what)
@@ -605,7 +615,7 @@ int migrate_run(const char *conninfo, const TableMap *map, const char *schema, l
     /* Session-level lock: released by the unlock below or when the connection closes. The table
      * is created only when missing, so that a run with nothing to do says nothing. */
     if (!exec_ok(conn, "SET client_min_messages = notice", "setup") ||
-        !exec_ok(conn, "SELECT pg_catalog.pg_advisory_lock(" LOCK_KEY_MIGRATE ")", "lock") ||
+        !exec_ok(conn, SQL_MIGRATE_LOCK, "lock") ||
         !exec_ok(conn, DB_BOUND_SETTING_SQL("lock_timeout", MIGRATE_LOCK_TIMEOUT, "false"),
                  "setup") ||
         !schema_exists(conn, schema ? schema : "public") ||

@@ -1,7 +1,9 @@
 #!/bin/bash
 # Proves: `outbox-relay migrate` creates the outbox schema the relay and applications rely on
 # (columns and defaults), records one schema_migrations row per migrations/*.sql file, is a no-op
-# when run again, is safe when several instances start at once, and that the SQL files also
+# when run again, is safe when several instances start at once (also when the database sets a
+# lock_timeout and the URL a statement_timeout shorter than one migrate waits for another's
+# lock), and that the SQL files also
 # apply with plain psql in order (so operators can review and run them by hand); --table
 # public.outbox is the relay's own table (migrated, not adopted), and a --schema that does not
 # exist is refused in one line (exit 1), as is adopting a table whose index names another relation
@@ -82,6 +84,55 @@ for i in 1 2 3 4; do
     check_eq "concurrent migrate $i of 4 exits 0" 0 $?
 done
 check_recorded outbox_conc "concurrent"
+
+# --- concurrent runs on a database with a lock_timeout and a statement_timeout of its own ---
+# Many operators set them for the database or the migration role, so that no DDL queues the
+# applications' writes behind it for long. The wait for another migrate's advisory lock obeyed
+# them too: the second of two init containers failed ("canceling statement due to lock timeout",
+# exit 1, blamed on "a table this step changes") while the first was still migrating. Now that
+# wait is bounded by --migrate-timeout alone, and the migrations themselves keep the database's
+# settings. A session holding the lock stands in for the first migrate: released once the second
+# has waited past both settings (read from pg_stat_activity), after which it migrates.
+psql_q "CREATE DATABASE outbox_lt" -d postgres
+psql_q "ALTER DATABASE outbox_lt SET lock_timeout = '1s'" -d postgres
+lt_url="postgresql://postgres@127.0.0.1:$PGPORT/outbox_lt?options=-c%20statement_timeout%3D2s"
+coproc LTHOLD { psql -XAtq -v ON_ERROR_STOP=1 -d outbox_lt 2>&1; }
+lthold_pid=$LTHOLD_PID
+_t_track "$lthold_pid"
+echo "SELECT pg_advisory_lock($(sed -n 's/^#define LOCK_KEY_MIGRATE "\([0-9]*\)"/\1/p' \
+    "$ROOT/relay/outbox/schema.h")), 'held';" >&"${LTHOLD[1]}"
+read -r -t 30 lt_held <&"${LTHOLD[0]}" || fail "a session holds migrate's lock"
+[ "$lt_held" = "|held" ] || fail "a session holds migrate's lock: $lt_held"
+"$RELAY_BIN" migrate --database-url "$lt_url" 2>"$T/lt.log" &
+lt_pid=$!
+_t_track "$lt_pid"
+# Waiting on the advisory lock for longer than both settings, and still there.
+lt_waited() {
+    kill -0 "$lt_pid" 2>/dev/null || return 2
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE datname = 'outbox_lt'
+                 AND application_name = 'outbox-relay migrate' AND wait_event = 'advisory'
+                 AND query_start < now() - interval '4 s'" -d postgres)" = 1 ]
+}
+lt_poll() {
+    local rc
+    for _ in $(seq 1 600); do
+        lt_waited
+        rc=$?
+        [ $rc = 2 ] && return 1
+        [ $rc = 0 ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+check "a migrate waiting for another's lock outlasts the database's lock_timeout (1 s) and the \
+URL's statement_timeout (2 s)" lt_poll
+echo "SELECT pg_advisory_unlock_all(); \\q" >&"${LTHOLD[1]}"
+wait "$lthold_pid" 2>/dev/null
+wait "$lt_pid"
+check_eq "...and, the lock released, migrates (exit 0)" 0 $?
+grep -q 'lock timeout\|statement timeout' "$T/lt.log" && not_ok "...with no timeout said" \
+    "$(cat "$T/lt.log")"
+check_recorded outbox_lt "with lock_timeout and statement_timeout"
 
 # --- plain psql, file by file ---
 psql_q "CREATE DATABASE outbox_psql" -d postgres
