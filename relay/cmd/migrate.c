@@ -20,6 +20,17 @@
  * advisory lock, which concurrent migrates wait for as long as a migration takes. */
 #define MIGRATE_LOCK_TIMEOUT "10s"
 
+/* A backend notices that its client went away only when it next reads from or writes to it: one
+ * running a migration's statement (an adoption's index build or table rewrite on a large table, a
+ * wait for a lock) went on for its whole length after migrate was interrupted (SIGINT, a killed
+ * init container, --migrate-timeout), holding the locks every producer's INSERT waits for, to roll
+ * it all back at the end, and held migrate's lock against the run that was to retry it. Checked
+ * every second instead (PostgreSQL 14 and later; a shorter setting stays, 13 has none). */
+#define SQL_CHECK_CLIENT                                                                           \
+    "SELECT pg_catalog.set_config(name, '1s', false) FROM pg_catalog.pg_settings"                  \
+    " WHERE name = 'client_connection_check_interval'::pg_catalog.text"                            \
+    " AND setting::pg_catalog.int4 NOT BETWEEN 1 AND 1000"
+
 /* How long one statement may go unanswered (--migrate-timeout), and whether one was not: the
  * connection is then left mid-statement and nothing more is sent on it (no ROLLBACK, no unlock:
  * closing it ends both). */
@@ -615,7 +626,7 @@ int migrate_run(const char *conninfo, const TableMap *map, const char *schema, l
     /* Session-level lock: released by the unlock below or when the connection closes. The table
      * is created only when missing, so that a run with nothing to do says nothing. */
     if (!exec_ok(conn, "SET client_min_messages = notice", "setup") ||
-        !exec_ok(conn, SQL_MIGRATE_LOCK, "lock") ||
+        !exec_ok(conn, SQL_CHECK_CLIENT, "setup") || !exec_ok(conn, SQL_MIGRATE_LOCK, "lock") ||
         !exec_ok(conn, DB_BOUND_SETTING_SQL("lock_timeout", MIGRATE_LOCK_TIMEOUT, "false"),
                  "setup") ||
         !schema_exists(conn, schema ? schema : "public") ||

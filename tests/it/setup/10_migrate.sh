@@ -3,8 +3,8 @@
 # (columns and defaults), records one schema_migrations row per migrations/*.sql file, is a no-op
 # when run again, is safe when several instances start at once (also when the database sets a
 # lock_timeout and the URL a statement_timeout shorter than one migrate waits for another's
-# lock), and that the SQL files also
-# apply with plain psql in order (so operators can review and run them by hand); --table
+# lock), that an interrupted migrate leaves no statement running on the server, and that the SQL
+# files also apply with plain psql in order (so operators can review and run them by hand); --table
 # public.outbox is the relay's own table (migrated, not adopted), and a --schema that does not
 # exist is refused in one line (exit 1), as is adopting a table whose index names another relation
 # holds (a table renamed keeps them), an index of the table's own under the relay's name with
@@ -133,6 +133,36 @@ check_eq "...and, the lock released, migrates (exit 0)" 0 $?
 grep -q 'lock timeout\|statement timeout' "$T/lt.log" && not_ok "...with no timeout said" \
     "$(cat "$T/lt.log")"
 check_recorded outbox_lt "with lock_timeout and statement_timeout"
+
+# --- an interrupted migrate leaves nothing running on the server ---
+# A backend notices its client is gone only when it next talks to it: after a SIGINT (an operator's
+# Ctrl-C, a killed init container) its statement ran to its end, an adoption's index build or
+# rewrite holding the locks producers' INSERTs wait for, to be rolled back anyway. Here the
+# statement is the wait for migrate's lock, which no timeout ends: the server must end it itself
+# (client_connection_check_interval), while the lock is still held.
+coproc LTHOLD { psql -XAtq -v ON_ERROR_STOP=1 -d outbox_lt 2>&1; }
+lthold_pid=$LTHOLD_PID
+_t_track "$lthold_pid"
+echo "SELECT pg_advisory_lock($(sed -n 's/^#define LOCK_KEY_MIGRATE "\([0-9]*\)"/\1/p' \
+    "$ROOT/relay/outbox/schema.h")), 'held';" >&"${LTHOLD[1]}"
+read -r -t 30 lt_held <&"${LTHOLD[0]}" || fail "a session holds migrate's lock again"
+[ "$lt_held" = "|held" ] || fail "a session holds migrate's lock again: $lt_held"
+"$RELAY_BIN" migrate --database-url "$lt_url" 2>"$T/lt_int.log" &
+lt_pid=$!
+_t_track "$lt_pid"
+lt_backends() {
+    psql_q "SELECT count(*) FROM pg_stat_activity WHERE datname = 'outbox_lt'
+            AND application_name = 'outbox-relay migrate' $1" -d postgres
+}
+lt_waiting() { [ "$(lt_backends "AND wait_event = 'advisory'")" = 1 ]; }
+lt_gone() { [ "$(lt_backends "")" = 0 ]; }
+wait_for "a migrate waits for the lock another session holds" 60 lt_waiting
+kill -TERM "$lt_pid"
+wait "$lt_pid" 2>/dev/null
+wait_for "...and, its process ended (SIGTERM), its server process ends too, the lock still held" 30 \
+    lt_gone
+echo "SELECT pg_advisory_unlock_all(); \\q" >&"${LTHOLD[1]}"
+wait "$lthold_pid" 2>/dev/null
 
 # --- plain psql, file by file ---
 psql_q "CREATE DATABASE outbox_psql" -d postgres
