@@ -668,9 +668,10 @@ static const OptDef options[] = {
     {.name = "dry-run",
      .type = OPT_BOOL,
      .offset = FIELD(replay_dry_run),
-     .commands = FOR(CMD_REPLAY),
+     .commands = FOR(CMD_REPLAY) | FOR(CMD_MIGRATE),
      .metavar = "",
-     .help = "replay: say how many events and which topics, change nothing"},
+     .help = "replay: say how many events and which topics, change nothing; migrate: list the "
+             "migrations it would apply (or the adoption), change nothing"},
     {.name = "yes",
      .type = OPT_BOOL,
      .offset = FIELD(replay_yes),

@@ -603,8 +603,58 @@ static bool schema_exists(PGconn *conn, const char *schema)
     return exists;
 }
 
+/* --dry-run: says what a run would apply (each migration not recorded) or whether it would adopt
+ * the table, and changes nothing: reads only, takes no lock but a reader's, gives no grant. Why:
+ * every command accepts every option, and --dry-run was replay's alone, so `migrate --dry-run`,
+ * typed to see what an upgrade would do, applied every migration. True (logged) when the reads
+ * succeeded. */
+static bool dry_run(PGconn *conn, const TableMap *map, const char *schema)
+{
+    DbError e;
+    PGresult *res = admin_query_within(
+        conn, "SELECT pg_catalog.to_regclass('schema_migrations'::pg_catalog.text) IS NOT NULL", 0,
+        NULL, answer_s, &e);
+    if (!res) {
+        char q[512];
+        log_error("migration failed", "step=check error=%s",
+                  log_quote(db_error_text(&e), q, sizeof(q)));
+        return false;
+    }
+    bool recorded = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    size_t pending = 0, total = migration_count;
+    if (!table_map_is_own(map, schema)) {
+        char name[160], hex[17];
+        table_map_display(map, name, sizeof(name));
+        const MigrationFile *hardening = migration_named(HARDENING_MIGRATION);
+        bool in_place = false;
+        if (recorded && (!hardening || !adoption_fingerprint(conn, map, hardening, hex) ||
+                         !adoption_in_place(conn, map, hex, &in_place)))
+            return false;
+        total = 1;
+        pending = in_place ? 0 : 1;
+        if (in_place)
+            log_info("table already adopted", "table=%s", name);
+        else
+            log_info("table adoption pending (dry run: not adopted)", "table=%s", name);
+    } else {
+        for (size_t i = 0; i < migration_count; i++) {
+            bool applied = false;
+            if (recorded && !is_applied(conn, migration_files[i].name, &applied))
+                return false;
+            if (applied)
+                continue;
+            log_info("migration pending (dry run: not applied)", "version=%s",
+                     migration_files[i].name);
+            pending++;
+        }
+    }
+    log_info("dry run: nothing changed", "pending=%zu total=%zu", pending, total);
+    return true;
+}
+
 int migrate_run(const char *conninfo, const TableMap *map, const char *schema, long wait_s,
-                long answer_timeout_s)
+                long answer_timeout_s, bool dry)
 {
     answer_s = answer_timeout_s;
     conn_lost = false;
@@ -623,6 +673,12 @@ int migrate_run(const char *conninfo, const TableMap *map, const char *schema, l
     size_t applied_now = 0;
     PQsetNoticeReceiver(conn, on_notice, NULL);
     notice_step = "setup";
+    if (dry) {
+        if (exec_ok(conn, SQL_CHECK_CLIENT, "setup") &&
+            schema_exists(conn, schema ? schema : "public") && dry_run(conn, map, schema))
+            rc = 0;
+        goto done;
+    }
     /* Session-level lock: released by the unlock below or when the connection closes. The table
      * is created only when missing, so that a run with nothing to do says nothing. */
     if (!exec_ok(conn, "SET client_min_messages = notice", "setup") ||

@@ -6,6 +6,7 @@
 #ifndef OUTBOX_MIGRATE_H
 #define OUTBOX_MIGRATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "table.h"
@@ -33,9 +34,10 @@ extern const size_t migration_count;
  * stopped answering would otherwise hold migrate for ever). Returns 0 on success, 1 on failure,
  * including a role or grant that is missing afterwards (logged, one line saying what to create or
  * grant and how; passwords masked). A table already adopted gets no DDL again (migrate.c,
- * adoption_in_place), so its writers never wait behind migrate. */
+ * adoption_in_place), so its writers never wait behind migrate. With dry_run, says what it
+ * would apply or adopt and changes nothing (no DDL, no grant; 0 when it could read that). */
 int migrate_run(const char *conninfo, const TableMap *map, const char *schema, long wait_s,
-                long answer_s);
+                long answer_s, bool dry_run);
 
 /* A table template (table_sql, table.h) that reads the catalogs only: one row for each index
  * name the relay gives the table's indexes that no index of the table holds ("another

@@ -3,8 +3,8 @@
 # (columns and defaults), records one schema_migrations row per migrations/*.sql file, is a no-op
 # when run again, is safe when several instances start at once (also when the database sets a
 # lock_timeout and the URL a statement_timeout shorter than one migrate waits for another's
-# lock), that an interrupted migrate leaves no statement running on the server, and that the SQL
-# files also apply with plain psql in order (so operators can review and run them by hand); --table
+# lock), that an interrupted migrate leaves no statement running on the server, that --dry-run
+# changes nothing, and that the SQL files also apply with plain psql in order (so operators can review and run them by hand); --table
 # public.outbox is the relay's own table (migrated, not adopted), and a --schema that does not
 # exist is refused in one line (exit 1), as is adopting a table whose index names another relation
 # holds (a table renamed keeps them), an index of the table's own under the relay's name with
@@ -163,6 +163,45 @@ wait_for "...and, its process ended (SIGTERM), its server process ends too, the 
     lt_gone
 echo "SELECT pg_advisory_unlock_all(); \\q" >&"${LTHOLD[1]}"
 wait "$lthold_pid" 2>/dev/null
+
+# --- --dry-run changes nothing ---
+# Every command accepts every option, and --dry-run was replay's alone: `migrate --dry-run`, typed
+# to see what an upgrade would do, applied every migration. Now it lists what it would apply (or
+# adopt) and changes nothing, exit 0.
+psql_q "CREATE DATABASE outbox_dry" -d postgres
+dry_url=postgresql://postgres@127.0.0.1:$PGPORT/outbox_dry
+"$RELAY_BIN" migrate --dry-run --database-url "$dry_url" 2>"$T/dry.log"
+check_eq "migrate --dry-run on a fresh database exits 0" 0 $?
+check_eq "...and creates nothing (no table, no function)" "0 0" \
+    "$(psql_q "SELECT count(*) FROM pg_class WHERE relname IN ('outbox', 'schema_migrations')
+               AND relnamespace = 'public'::regnamespace" -d outbox_dry) $(psql_q \
+        "SELECT count(*) FROM pg_proc WHERE proname = 'outbox_lane'" -d outbox_dry)"
+check_eq "...listing every migration as pending" "${#files[@]}" \
+    "$(grep -c 'msg="migration pending (dry run: not applied)"' "$T/dry.log")"
+check "...and saying nothing changed" grep -q "msg=\"dry run: nothing changed\" pending=${#files[@]}" \
+    "$T/dry.log"
+"$RELAY_BIN" migrate --database-url "$dry_url" 2>/dev/null || fail "migrate outbox_dry"
+"$RELAY_BIN" migrate --dry-run --database-url "$dry_url" 2>"$T/dry2.log"
+check_eq "...migrated: --dry-run exits 0" 0 $?
+check "...saying nothing is pending" grep -q 'msg="dry run: nothing changed" pending=0' \
+    "$T/dry2.log"
+psql_q "CREATE TABLE dry_events (event_id uuid NOT NULL DEFAULT gen_random_uuid(),
+        aggregate_type text NOT NULL, aggregate_id text NOT NULL, event_type text NOT NULL,
+        payload jsonb)" -d outbox_dry || fail "create dry_events"
+"$RELAY_BIN" migrate --dry-run --database-url "$dry_url" --table dry_events 2>"$T/dry3.log"
+check_eq "...--dry-run --table of a table not adopted exits 0" 0 $?
+check "...saying it would adopt it" grep -q 'msg="table adoption pending (dry run: not adopted)"' \
+    "$T/dry3.log"
+check_eq "...and adds none of the relay's columns" 5 \
+    "$(psql_q "SELECT count(*) FROM pg_attribute WHERE attrelid = 'dry_events'::regclass
+               AND attnum > 0 AND NOT attisdropped" -d outbox_dry)"
+"$RELAY_BIN" migrate --database-url "$dry_url" --table dry_events 2>/dev/null ||
+    fail "adopt dry_events"
+"$RELAY_BIN" migrate --dry-run --database-url "$dry_url" --table dry_events 2>"$T/dry4.log"
+check_eq "...adopted: --dry-run --table exits 0" 0 $?
+check "...saying it is adopted already" grep -q 'msg="table already adopted" table=' "$T/dry4.log"
+check "...with nothing pending" grep -q 'msg="dry run: nothing changed" pending=0 total=1' \
+    "$T/dry4.log"
 
 # --- plain psql, file by file ---
 psql_q "CREATE DATABASE outbox_psql" -d postgres
