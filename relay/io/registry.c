@@ -56,6 +56,8 @@ typedef struct Entry {
     EntryState state;
     double retry_at; /* monotonic: MISSING and FAILED entries are asked again from then on */
     double backoff_s;
+    double failed_at; /* monotonic: when its last request failed (entry_failed) */
+    double wanted_at; /* monotonic: when a row last looked it up (registry_lookup) */
     char *missing_why;
     RegistrySchema schema; /* valid in ENTRY_OK */
     char *schema_text;
@@ -64,11 +66,12 @@ typedef struct Entry {
 typedef struct Request {
     struct Request *next; /* the registry's requests in flight */
     Registry *r;
-    Entry *entry;
+    Entry *entry; /* NULL: recheck_down's GET /subjects, whose status alone is read */
     CURL *easy;
     int url_index; /* which of r->urls it went to: a failure moves r->current on from there only */
     StrBuf body;
     bool too_large;
+    bool cut; /* GET /subjects: its body's first bytes came, and the transfer was ended there */
     char errbuf[CURL_ERROR_SIZE];
 } Request;
 
@@ -109,6 +112,12 @@ struct Registry {
     void *arg;
     bool up;
     bool logged_down; /* the last state change logged was "down" */
+    /* recheck_down's GET /subjects, while no row waits for a failed subject: its own backoff
+     * (BACKOFF_FIRST_S doubling to BACKOFF_MAX_S, monotonic), reset when the registry is up. */
+    double list_backoff_s, list_retry_at;
+    /* GET /subjects answered 404 (a proxy that routes the lookups' paths alone, as the start-up
+     * probe allows): the recheck asks the failed subject instead, though no row wants it. */
+    bool list_404;
     int in_flight;
     double lookup_rate, lookup_burst; /* the request budget (LOOKUP_RATE, LOOKUP_BURST) */
     double tokens;                    /* requests the budget allows now, as of tokens_at */
@@ -209,6 +218,15 @@ static size_t on_body(char *data, size_t size, size_t n, void *userp)
     return len;
 }
 
+/* GET /subjects (recheck_down) wants the status alone, as the start-up probe (probe_body): the
+ * body, every subject's name, is not read; the transfer ends at its first bytes. */
+static size_t on_list_body(char *data, size_t size, size_t n, void *userp)
+{
+    Request *q = userp;
+    q->cut = true;
+    return 0;
+}
+
 /* A 3xx: lookups and the probe follow none (CURLOPT_FOLLOWLOCATION 0). */
 static bool is_redirect(long status)
 {
@@ -291,6 +309,8 @@ static char *subject_url(Registry *r, CURL *easy, const char *subject)
 static void set_up(Registry *r, bool up, const char *why)
 {
     r->up = up;
+    if (up)
+        r->list_backoff_s = r->list_retry_at = 0;
     if (!up && !r->logged_down) {
         char qw[400]; /* curl's text or the registry's: quoted, a '"' in it cannot end it */
         log_warn("schema registry unavailable: rows wait for it (no attempt counted)",
@@ -314,7 +334,8 @@ static void entry_failed(Registry *r, Entry *e, int url_index, const char *why)
     e->backoff_s = e->backoff_s <= 0 ? BACKOFF_FIRST_S : e->backoff_s * 2;
     if (e->backoff_s > BACKOFF_MAX_S)
         e->backoff_s = BACKOFF_MAX_S;
-    e->retry_at = monotime_now() + e->backoff_s;
+    e->failed_at = monotime_now();
+    e->retry_at = e->failed_at + e->backoff_s;
     arm_retry(r, e->retry_at);
     set_up(r, false, why);
     if (r->n_urls > 1 && r->current == url_index)
@@ -423,6 +444,27 @@ bool registry_not_found(const char *body, size_t len)
     return code >= 40400 && code <= 40499;
 }
 
+/* The answer to recheck_down's GET /subjects: a 200 is the registry answering (up); anything else
+ * leaves it down, asked again after the list's own backoff (and on the next URL, as a lookup's
+ * failure moves it on). The failure was logged when the registry went down: nothing is logged. */
+static void list_answered(Registry *r, const Request *q, CURLcode code, long status)
+{
+    bool answered = code == CURLE_OK || (code == CURLE_WRITE_ERROR && q->cut);
+    if (answered && status == 200) {
+        set_up(r, true, NULL);
+        return;
+    }
+    if (answered && status == 404)
+        r->list_404 = true;
+    r->list_backoff_s = r->list_backoff_s <= 0 ? BACKOFF_FIRST_S : r->list_backoff_s * 2;
+    if (r->list_backoff_s > BACKOFF_MAX_S)
+        r->list_backoff_s = BACKOFF_MAX_S;
+    r->list_retry_at = monotime_now() + r->list_backoff_s;
+    arm_retry(r, r->list_retry_at);
+    if (r->n_urls > 1 && r->current == q->url_index)
+        r->current = (r->current + 1) % r->n_urls;
+}
+
 static void finish_request(Request *q, CURLcode code)
 {
     Registry *r = q->r;
@@ -430,7 +472,9 @@ static void finish_request(Request *q, CURLcode code)
     long status = 0;
     curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &status);
     char why[300] = "";
-    if (code != CURLE_OK) {
+    if (!e) {
+        list_answered(r, q, code, status);
+    } else if (code != CURLE_OK) {
         snprintf(why, sizeof(why), "%s",
                  q->too_large ? "answer too large"
                  : *q->errbuf ? q->errbuf
@@ -513,11 +557,23 @@ static void finish_request(Request *q, CURLcode code)
         r->ready(r->arg);
 }
 
+/* The registry's GET /subjects URL (the start-up probe's), or NULL when out of memory. */
+static char *list_url(const Registry *r)
+{
+    const char *base = r->urls[r->current];
+    size_t blen = strlen(base);
+    while (blen > 0 && base[blen - 1] == '/')
+        blen--;
+    char *url = NULL;
+    return asprintf(&url, "%.*s/subjects", (int)blen, base) < 0 ? NULL : url;
+}
+
+/* Sends the request for e's subject; e NULL: GET /subjects, for the status alone. */
 static bool start_request(Registry *r, Entry *e)
 {
     Request *q = calloc(1, sizeof(*q));
     CURL *easy = q ? curl_easy_init() : NULL;
-    char *url = easy ? subject_url(r, easy, e->subject) : NULL;
+    char *url = !easy ? NULL : e ? subject_url(r, easy, e->subject) : list_url(r);
     if (!url) {
         if (easy)
             curl_easy_cleanup(easy);
@@ -533,7 +589,7 @@ static bool start_request(Registry *r, Entry *e)
     q->url_index = r->current; /* subject_url used it */
     easy_setup(r, easy, url, hdrs);
     secrets_free_zeroed(url); /* curl copies CURLOPT_URL; it may hold USER:PASSWORD@ */
-    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, e ? on_body : on_list_body);
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, q);
     curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, q->errbuf);
     curl_easy_setopt(easy, CURLOPT_PRIVATE, q);
@@ -542,7 +598,8 @@ static bool start_request(Registry *r, Entry *e)
         free(q);
         return false;
     }
-    e->state = ENTRY_FETCHING;
+    if (e)
+        e->state = ENTRY_FETCHING;
     r->in_flight++;
     q->next = r->requests;
     r->requests = q;
@@ -554,33 +611,52 @@ static bool start_request(Registry *r, Entry *e)
  * at the earliest retry time and calls the ready callback. */
 static bool budget_take(Registry *r, const char *subject, double now);
 
-/* While the registry is down, and no request is out to tell, the failed subject due first is
- * asked again here, at its backoff, whether or not a row still needs it. "Down" was left to the
- * lookups rows make: when the rows that met the failure went away (deleted, their lanes taken by
- * another relay) and every other subject was cached, no lookup came, and /readyz said 503 "schema
- * registry unavailable" and outbox_schema_registry_up 0 for good while every row was delivered.
+/* While the registry is down, and no request is out to tell, it is asked again here, whether or
+ * not a row still needs a schema. "Down" was left to the lookups rows make: when the rows that met
+ * the failure went away (deleted, their lanes taken by another relay) and every other subject was
+ * cached, no lookup came, and /readyz said 503 "schema registry unavailable" and
+ * outbox_schema_registry_up 0 for good while every row was delivered. What is asked: the failed
+ * subject due first among those a row looked up since they failed (each failure's ready callback
+ * wakes the sessions waiting, which look their subject up again), at its backoff; when no row
+ * wants any, GET /subjects, as the start-up probe, at a backoff of its own (the failed subject
+ * again once /subjects answered 404: a proxy may route the lookups' paths alone). Asking a subject
+ * no row wants would keep the registry down for good when the failure was that subject's alone (a
+ * 403 for a subject the user may not read, a schema over RESPONSE_MAX) and its rows were deleted.
  * One request at a time, at most one per BACKOFF_MAX_S once the backoff is full, and within the
  * lookup budget. */
 static void recheck_down(Registry *r)
 {
     if (r->up || r->in_flight > 0)
         return;
-    Entry *due = NULL;
-    for (Entry *e = r->entries; e; e = e->next)
-        if (e->state == ENTRY_FAILED && (!due || e->retry_at < due->retry_at))
+    Entry *due = NULL, *first = NULL;
+    for (Entry *e = r->entries; e; e = e->next) {
+        if (e->state != ENTRY_FAILED)
+            continue;
+        if (!first || e->retry_at < first->retry_at)
+            first = e;
+        if (e->wanted_at >= e->failed_at && (!due || e->retry_at < due->retry_at))
             due = e;
-    if (!due)
+    }
+    if (!first)
         return;
+    if (!due && r->list_404)
+        due = first; /* GET /subjects is no registry's path here */
     double now = monotime_now();
-    if (now < due->retry_at) {
-        arm_retry(r, due->retry_at); /* the timer came a little early (ev_now lags) */
+    double at = due                                  ? due->retry_at
+                : first->retry_at > r->list_retry_at ? first->retry_at
+                                                     : r->list_retry_at;
+    if (now < at) {
+        arm_retry(r, at); /* the timer came a little early (ev_now lags) */
         return;
     }
-    if (!budget_take(r, due->subject, now))
+    if (!budget_take(r, (due ? due : first)->subject, now))
         return; /* the retry timer is armed for when the budget allows one */
     if (!start_request(r, due)) {
-        due->retry_at = now + BACKOFF_FIRST_S;
-        arm_retry(r, due->retry_at);
+        if (due)
+            due->retry_at = now + BACKOFF_FIRST_S;
+        else
+            r->list_retry_at = now + BACKOFF_FIRST_S;
+        arm_retry(r, now + BACKOFF_FIRST_S);
     }
 }
 
@@ -958,6 +1034,8 @@ RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistryS
 {
     double now = monotime_now();
     Entry *e = entry_find(r, subject);
+    if (e)
+        e->wanted_at = now; /* a row wants it: recheck_down asks for it while down */
     if (!e) {
         /* A subject held back by the budget gets no entry: they would grow without bound. */
         if (!budget_take(r, subject, now))
@@ -967,6 +1045,7 @@ RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistryS
             snprintf(err, errlen, "out of memory");
             return REGISTRY_DOWN;
         }
+        e->wanted_at = now;
     } else {
         switch (e->state) {
         case ENTRY_MISSING:

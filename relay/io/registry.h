@@ -14,10 +14,11 @@
  * base URLs are tried in turn after a failure. A registry that fails (no answer, timeout, 5xx,
  * 401/403, a 404 that is not its own "not found") is "down": no request for a subject is sent
  * again before its backoff (1 s doubling to 10 s) is over, and one log line says each change
- * between up and down. While it is down the client asks again by itself (the failed subject due
- * first, one request at a time, at its backoff), so that it comes back up when the registry does
- * though no row looks a subject up any more. The basic-auth password is registered with
- * lib/secrets.h and never logged.
+ * between up and down. While it is down the client asks again by itself, one request at a time:
+ * the failed subject due first among those a row still looks up, at its backoff, else GET
+ * /subjects at a backoff of its own, so that it comes back up when the registry does though no
+ * row looks a subject up any more, or only a subject the registry refuses alone (a 403 for it).
+ * The basic-auth password is registered with lib/secrets.h and never logged.
  */
 #ifndef OUTBOX_REGISTRY_H
 #define OUTBOX_REGISTRY_H

@@ -27,6 +27,8 @@ static const char registry_404[] = "{\"error_code\": 40401, \"message\": \"Subje
 
 /* The status the stand-in answers with. */
 static unsigned stand_in_status = MHD_HTTP_NOT_FOUND;
+/* ... and GET /subjects with, when not 0. */
+static unsigned stand_in_list_status;
 /* Requests the stand-in received (its threads count them). */
 static int stand_in_requests;
 /* The Location of its redirects (a 3xx stand_in_status). */
@@ -48,9 +50,11 @@ static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const
     }
     struct MHD_Response *res =
         MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
-    if (stand_in_status >= 300 && stand_in_status < 400)
+    unsigned status = stand_in_list_status && strcmp(url, "/subjects") == 0 ? stand_in_list_status
+                                                                            : stand_in_status;
+    if (status >= 300 && status < 400)
         MHD_add_response_header(res, "Location", stand_in_location);
-    enum MHD_Result rc = MHD_queue_response(c, stand_in_status, res);
+    enum MHD_Result rc = MHD_queue_response(c, status, res);
     MHD_destroy_response(res);
     return rc;
 }
@@ -319,7 +323,9 @@ static void on_guard(struct ev_loop *loop, ev_timer *w, int revents)
  * failure went away (deleted, their lanes taken by another relay) and every other subject was
  * cached, nothing asked again: registry_up stayed false (/readyz 503, outbox_schema_registry_up
  * 0) for good while the registry answered. The client asks again by itself while down: one
- * request, at the subject's backoff (1 s), brings it back up. */
+ * request, at the subject's backoff (1 s), brings it back up. No row wants the subject, so that
+ * request is GET /subjects (see test_down_rechecked_subject_refused), and the row that comes back
+ * later asks for its schema. */
 static void test_down_rechecked_without_rows(void **state)
 {
     char url[64];
@@ -352,12 +358,111 @@ static void test_down_rechecked_without_rows(void **state)
     if (!registry_up(r))
         fail_msg("still down after the registry answered again (%d requests sent)", sent);
     assert_int_equal(sent, 1);
-    /* The schema that request fetched serves the next row without another. */
+    assert_string_equal(stand_in_path, "/subjects");
+    /* A row that comes back asks for its schema, which serves the next row without another. */
+    answered = 0;
+    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    while (answered < 1)
+        ev_run(EV_DEFAULT, 0);
     assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_OK);
     assert_int_equal(rs->id, 7);
     registry_free(r, NULL);
     MHD_stop_daemon(d);
     stand_in_status = MHD_HTTP_NOT_FOUND;
+}
+
+/* A proxy may route the lookups' paths alone (registry_probe takes a 404 on /subjects): there the
+ * recheck's GET /subjects answers 404 whatever the registry does, and the failed subject is asked
+ * instead, so that the registry still comes back up. */
+static void test_down_rechecked_list_404(void **state)
+{
+    char url[64];
+    struct MHD_Daemon *d = stand_in(
+        "{\"subject\": \"s-value\", \"version\": 1, \"id\": 7, \"schema\": \"\\\"string\\\"\"}",
+        url, sizeof(url));
+    stand_in_status = MHD_HTTP_SERVICE_UNAVAILABLE;
+    stand_in_list_status = MHD_HTTP_NOT_FOUND;
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    char err[256] = "";
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    const RegistrySchema *rs = NULL;
+    answered = 0;
+    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    while (answered < 1)
+        ev_run(EV_DEFAULT, 0);
+    assert_false(registry_up(r));
+    stand_in_status = MHD_HTTP_OK; /* back, no row looking the subject up */
+    __atomic_store_n(&stand_in_requests, 0, __ATOMIC_SEQ_CST);
+    ev_timer guard;
+    ev_timer_init(&guard, on_guard, 15.0, 0.0);
+    ev_timer_start(EV_DEFAULT, &guard);
+    guard_fired = false;
+    while (!registry_up(r) && !guard_fired)
+        ev_run(EV_DEFAULT, EVRUN_ONCE);
+    ev_timer_stop(EV_DEFAULT, &guard);
+    int sent = __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST);
+    if (!registry_up(r))
+        fail_msg("still down though the registry answers (%d requests sent, the last to %s)", sent,
+                 stand_in_path);
+    assert_int_equal(sent, 2); /* /subjects, then the subject */
+    assert_string_equal(stand_in_path, "/subjects/s-value/versions/latest");
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+    stand_in_list_status = 0;
+}
+
+/* From review2 s21: the recheck asked the failed subject again, whether or not a row wanted it.
+ * When the failure was that subject's alone (a 403 for a subject the user may not read, as
+ * Confluent's RBAC answers; a schema too large) and its rows were deleted, every recheck failed
+ * as the first: registry_up stayed false (/readyz 503, outbox_schema_registry_up 0) for good while
+ * the registry answered everything else. With no row wanting it, the recheck asks GET /subjects;
+ * a row that wants the subject again still finds it refused. */
+static void test_down_rechecked_subject_refused(void **state)
+{
+    char url[64];
+    struct MHD_Daemon *d = stand_in("{\"error_code\": 40301, \"message\": \"User is denied "
+                                    "operation Read on Subject: orders-value\"}",
+                                    url, sizeof(url));
+    stand_in_status = MHD_HTTP_FORBIDDEN;
+    stand_in_list_status = MHD_HTTP_OK;
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    char err[256] = "";
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    const RegistrySchema *rs = NULL;
+    answered = 0;
+    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    while (answered < 1)
+        ev_run(EV_DEFAULT, 0);
+    assert_false(registry_up(r));
+    /* Its rows deleted: no row looks it up any more. The guard only bounds the wait (the first
+     * recheck is due in 1 s, the next ones 2 and 4 s after). */
+    __atomic_store_n(&stand_in_requests, 0, __ATOMIC_SEQ_CST);
+    ev_timer guard;
+    ev_timer_init(&guard, on_guard, 15.0, 0.0);
+    ev_timer_start(EV_DEFAULT, &guard);
+    guard_fired = false;
+    while (!registry_up(r) && !guard_fired)
+        ev_run(EV_DEFAULT, EVRUN_ONCE);
+    ev_timer_stop(EV_DEFAULT, &guard);
+    int sent = __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST);
+    if (!registry_up(r))
+        fail_msg("still down though the registry answers (%d requests sent, the last to %s)", sent,
+                 stand_in_path);
+    assert_int_equal(sent, 1);
+    assert_string_equal(stand_in_path, "/subjects");
+    /* A row of that subject again: asked, still refused, down again (its rows wait). */
+    answered = 0;
+    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    while (answered < 1)
+        ev_run(EV_DEFAULT, 0);
+    assert_false(registry_up(r));
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+    stand_in_list_status = 0;
 }
 
 /* From this review: a URL answering 404 on /subjects at start-up (a base URL without the
@@ -676,6 +781,8 @@ int main(void)
         cmocka_unit_test(test_lookups_budgeted),
         cmocka_unit_test(test_foreign_404_is_down),
         cmocka_unit_test(test_down_rechecked_without_rows),
+        cmocka_unit_test(test_down_rechecked_subject_refused),
+        cmocka_unit_test(test_down_rechecked_list_404),
         cmocka_unit_test(test_failure_says_registry_message),
         cmocka_unit_test(test_probe_foreign_404),
         cmocka_unit_test(test_probe_large_subject_list),
