@@ -177,12 +177,18 @@ void ops_free(Ops *o)
 {
     if (!o)
         return;
-    ev_signal_stop(o->loop, &o->sighup);
     /* The loop is over: a reload has nothing left to apply. libev gives the signal back its
      * default as the handler stops, which ended a relay in the middle of its teardown (the
      * producers' last flush, the wait for old ones) with a death by signal (exit 129) in place of
-     * its own status and last lines. */
+     * its own status and last lines. Blocked in this thread from before the stop until it is
+     * ignored: one sent between the two stays pending, and is dropped as it becomes ignored. */
+    sigset_t hup, old;
+    sigemptyset(&hup);
+    sigaddset(&hup, SIGHUP);
+    sigprocmask(SIG_BLOCK, &hup, &old);
+    ev_signal_stop(o->loop, &o->sighup);
     signal(SIGHUP, SIG_IGN);
+    sigprocmask(SIG_SETMASK, &old, NULL);
     upkeep_free(o->upkeep);
     http_server_free(o->http);
     free(o);
