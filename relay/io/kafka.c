@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "log.h"
 #include "monotime.h"
 #include "secrets.h"
+#include "sigmask.h"
 
 struct KafkaProducer {
     struct ev_loop *loop;
@@ -905,7 +907,11 @@ static bool retire_start(KafkaProducer *kp, bool replacement, void (*after)(void
     r->since = monotime_now();
     /* Copied before the thread starts: it frees kp. */
     snprintf(r->context, sizeof(r->context), "%s", kp->log_context ? kp->log_context : "");
+    /* It takes none of the process's signals (sigmask.h): they are the loop's. */
+    sigset_t old;
+    sigmask_block_async(&old);
     int rc = pthread_create(&r->thread, NULL, retire_main, r);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         log_warn("cannot destroy the old Kafka producer off the event loop; destroying it inline",
                  "error=\"%s\"", strerror(rc));

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "monotime.h"
+#include "sigmask.h"
 
 /* A numeric address: an IPv6 one with a scope id is the longest, well under this. */
 #define ADDR_LEN 80
@@ -216,18 +217,14 @@ static void on_deliver(struct ev_loop *loop, ev_timer *w, int revents)
     free(r);
 }
 
-/* Starts a thread for l, which takes no signals but the synchronous ones (a fault inside
- * getaddrinfo must still crash with its report): the loop's signal watchers are the process's.
- * The default stack size is kept: NSS modules (LDAP, sssd) may want more than a small one, and
- * only the pages a lookup touches cost memory. Returns pthread_create's result. */
+/* Starts a thread for l, which takes no signals but the synchronous ones (sigmask.h: a fault
+ * inside getaddrinfo must still crash with its report): the loop's signal watchers are the
+ * process's. The default stack size is kept: NSS modules (LDAP, sssd) may want more than a small
+ * one, and only the pages a lookup touches cost memory. Returns pthread_create's result. */
 static int start_thread(Lookup *l)
 {
-    sigset_t all, old;
-    sigfillset(&all);
-    static const int synchronous[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
-    for (size_t i = 0; i < sizeof(synchronous) / sizeof(synchronous[0]); i++)
-        sigdelset(&all, synchronous[i]);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
+    sigset_t old;
+    sigmask_block_async(&old);
     pthread_attr_t attr;
     pthread_t thread;
     int rc = pthread_attr_init(&attr);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -415,6 +416,54 @@ static void test_retired_producer_reports_to_no_one(void **state)
         ev_run(loop, EVRUN_NOWAIT);
         assert_int_equal(reports_after_retire, 0);
     }
+    ev_loop_destroy(loop);
+}
+
+/* What the thread that destroys a freed producer blocks, seen from its after callback. */
+typedef struct {
+    pthread_t caller;
+    bool ran, other_thread, hup_blocked, term_blocked, segv_blocked;
+} RetireMask;
+
+static void record_mask(void *arg)
+{
+    RetireMask *m = arg;
+    sigset_t now;
+    pthread_sigmask(SIG_BLOCK, NULL, &now);
+    m->ran = true;
+    m->other_thread = !pthread_equal(pthread_self(), m->caller);
+    m->hup_blocked = sigismember(&now, SIGHUP);
+    m->term_blocked = sigismember(&now, SIGTERM);
+    m->segv_blocked = sigismember(&now, SIGSEGV);
+}
+
+/* The thread that destroys a producer off the loop takes none of the process's signals: they are
+ * the loop's. It took them, inheriting the loop thread's mask, so that a SIGHUP while ops_free
+ * has SIGHUP blocked in the main thread (libev having just given it its default back) went to
+ * that thread and ended the relay. A fault inside librdkafka must still crash it with its report
+ * (SIGSEGV not blocked). */
+static void test_retire_thread_takes_no_signals(void **state)
+{
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    assert_non_null(loop);
+    char err[512] = "";
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    assert_int_equal(rd_kafka_conf_set(conf, "bootstrap.servers", "127.0.0.1:9", err, sizeof(err)),
+                     RD_KAFKA_CONF_OK);
+    KafkaProducer *kp = kafka_producer_new(loop, conf, count_report, NULL, err, sizeof(err));
+    assert_non_null(kp);
+    static const char value[] = "v";
+    /* Queued to a broker that never answers: the destroy goes to a thread, and after with it. */
+    assert_int_equal(kafka_produce(kp, "t", RD_KAFKA_PARTITION_UA, 0, "k", 1, value, 1, NULL, NULL),
+                     RD_KAFKA_RESP_ERR_NO_ERROR);
+    RetireMask m = {.caller = pthread_self()};
+    kafka_producer_free_then(kp, 0, record_mask, &m);
+    assert_int_equal(kafka_retired_wait(-1), 0);
+    assert_true(m.ran);
+    assert_true(m.other_thread);
+    assert_true(m.hup_blocked);
+    assert_true(m.term_blocked);
+    assert_false(m.segv_blocked);
     ev_loop_destroy(loop);
 }
 
@@ -826,6 +875,7 @@ int main(void)
         cmocka_unit_test(test_scattering_partitioners_refused),
         cmocka_unit_test(test_transactional_id_refused),
         cmocka_unit_test(test_retired_producer_reports_to_no_one),
+        cmocka_unit_test(test_retire_thread_takes_no_signals),
         cmocka_unit_test(test_retired_producer_says_nothing_of_the_live_one),
         cmocka_unit_test(test_free_beside_a_retiring_producer_does_not_block),
         cmocka_unit_test(test_free_then_frees_payloads_after_the_destroy),
