@@ -82,13 +82,14 @@ static bool print_json(PGresult *backlog, long long sent_minute, PGresult *relay
         json_array_append_new(list, session);
     }
     json_t *o = json_pack(
-        "{s:I, s:I, s:o, s:I, s:o, s:o, s:o}", "backlog",
+        "{s:I, s:I, s:o, s:I, s:I, s:o, s:o, s:o}", "backlog",
         (json_int_t)int_at(backlog, 0, BACKLOG_UNSENT), "retrying",
         (json_int_t)int_at(backlog, 0, BACKLOG_RETRYING), "oldest_unsent_age_seconds",
         PQgetisnull(backlog, 0, BACKLOG_OLDEST_AGE_S)
             ? json_null()
             : json_real(atof(PQgetvalue(backlog, 0, BACKLOG_OLDEST_AGE_S))),
-        "dead_lettered", (json_int_t)int_at(backlog, 0, BACKLOG_DEAD), "sent_last_minute",
+        "dead_lettered", (json_int_t)int_at(backlog, 0, BACKLOG_DEAD), "dead_letter_failed",
+        (json_int_t)int_at(backlog, 0, BACKLOG_DEAD_LETTER_FAILED), "sent_last_minute",
         sent_minute < 0 ? json_null() : json_integer(sent_minute), "throughput_per_second",
         sent_minute < 0 ? json_null() : json_real((double)sent_minute / 60.0), "sessions", list);
     char *text = o && whole ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
@@ -110,7 +111,13 @@ static void print_text(PGresult *backlog, long long sent_minute, PGresult *relay
         printf("oldest unsent:  -\n");
     else
         printf("oldest unsent:  %.1f s\n", atof(PQgetvalue(backlog, 0, BACKLOG_OLDEST_AGE_S)));
-    printf("dead-lettered:  %lld\n", int_at(backlog, 0, BACKLOG_DEAD));
+    long long dead_letter_failed = int_at(backlog, 0, BACKLOG_DEAD_LETTER_FAILED);
+    if (dead_letter_failed > 0) /* why is in the relay's log only: the row keeps why it died */
+        printf("dead-lettered:  %lld (%lld whose copy to the dead-letter topic failed or went "
+               "unrecorded, retried; the relays' log says why)\n",
+               int_at(backlog, 0, BACKLOG_DEAD), dead_letter_failed);
+    else
+        printf("dead-lettered:  %lld\n", int_at(backlog, 0, BACKLOG_DEAD));
     if (sent_minute < 0)
         printf("throughput:     - (--on-sent delete keeps no sent rows to count; see /metrics)\n");
     else

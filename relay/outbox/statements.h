@@ -74,13 +74,21 @@
     " pg_catalog.count(*) FILTER (WHERE dead_at IS NULL AND attempts > 0),"                        \
     " pg_catalog.count(*) FILTER (WHERE dead_at IS NOT NULL),"                                     \
     " extract(epoch FROM pg_catalog.now() - pg_catalog.min(created_at) FILTER (WHERE dead_at IS "  \
-    "NULL))::float8"                                                                               \
+    "NULL))::float8,"                                                                              \
+    " pg_catalog.count(*) FILTER (WHERE dead_at IS NOT NULL AND dead_letter_topic IS NULL"         \
+    " AND next_attempt_at IS NOT NULL)"                                                            \
     " FROM {table} WHERE sent_at IS NULL"
 typedef enum {
     BACKLOG_UNSENT,       /* not sent, not dead */
     BACKLOG_RETRYING,     /* of those, failed at least once */
     BACKLOG_DEAD,         /* dead-lettered, not requeued */
     BACKLOG_OLDEST_AGE_S, /* seconds since the oldest unsent row was created; NULL: none */
+    /* Of the dead-lettered, those whose copy to the dead-letter topic failed (or whose record of
+     * it the row refused) and is not recorded as published: SQL_MARK_DEAD_LETTER_FAILED alone
+     * sets a dead row's retry time (death clears it, so does requeue), and it keeps last_error
+     * as the death reason, so once the log line has rotated away this count is what still tells
+     * them from the dead rows whose copy the dead-letter topic's consumers have. */
+    BACKLOG_DEAD_LETTER_FAILED,
 } BacklogColumn;
 
 /* The templates, by what they do (statements.c says how). */

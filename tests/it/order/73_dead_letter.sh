@@ -201,6 +201,8 @@ check "DL: the next wait is at least a minute (main: 30 s each time)" test "$(ps
     next_attempt_at - clock_timestamp() > interval '55 seconds' FROM outbox WHERE id = $STUCK")" = t
 check "DL: last_error is still why it died, not the refused record" test "$(psql_q "SELECT
     last_error LIKE 'topic name %' FROM outbox WHERE id = $STUCK")" = t
+check_eq "DL: status counts it as a dead event whose copy went unrecorded" 1 \
+    "$("$RELAY_BIN" status --json --database-url "$DATABASE_URL" | jq -r .dead_letter_failed)"
 relay_stop
 check_eq "DL: the relay exits 0" 0 "$?"
 

@@ -11,8 +11,12 @@
 #    retried (its wait cut short), published, last_error still the same;
 #  - Q: same poison, its copy not refused: its last_error is P's (the reason does not depend on
 #    the failed publication), and both copies carry that reason in dlq.error.
+#  - status: while P's copy waits for its retry, `outbox-relay status` counts it as a dead event
+#    whose copy failed (text and --json dead_letter_failed); once published, none. The row keeps why it died, so only this count says so after the warn line
+#    rotated away.
 # On the old code the failure overwrote last_error with "dead-letter publish failed: Broker:
-# Topic authorization failed", and the retried copy carried that in dlq.error.
+# Topic authorization failed", and the retried copy carried that in dlq.error; before status
+# counted them, nothing but the log told a dead row whose copy failed from one published.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -50,8 +54,19 @@ check "P: the failure is logged with the broker's error" grep -q \
     "$RELAY_LOG"
 check "P: ... and counted in outbox_failures_total" test \
     "$(metric 'outbox_failures_total{class="transient"}' || echo 0)" -gt "$FAILURES_BEFORE"
+status() { "$RELAY_BIN" status --database-url "$DATABASE_URL" "$@"; }
+status >"$T/status.txt" 2>&1
+sed 's/^/# status: /' "$T/status.txt"
+check "status: P counted as a dead event whose copy failed" \
+    grep -q "^dead-lettered:  1 (1 whose copy to the dead-letter topic failed" "$T/status.txt"
+check_eq "status --json: dead_letter_failed" 1 \
+    "$(status --json | jq -r .dead_letter_failed)"
 psql_q "UPDATE outbox SET next_attempt_at = now() WHERE id = $P" # skip the 30 s wait
 wait_for "P: its copy published on the retry" 30 dead_lettered "$P"
+check_eq "status --json: none once published" 0 \
+    "$(status --json | jq -r .dead_letter_failed)"
+check_eq "status: the dead-lettered line is the plain count again" "dead-lettered:  1" \
+    "$(status | grep '^dead-lettered:')"
 check_eq "P: last_error unchanged by the publication" "$REASON_P" "$(col "$P" last_error)"
 
 Q=$(poison q-1)
