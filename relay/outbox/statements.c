@@ -376,8 +376,15 @@ const char *const session_sql_templates[SESSION_SQL_COUNT] = {
         " FROM unnest($1::bigint[], $2::text[], $3::bool[]) AS f(id, error, permanent)"
         " WHERE o.{seq} = f.id RETURNING o.{seq}, o.{event_id}, o.{aggregate_type},"
         " o.{aggregate_id}, o.dead_at IS NOT NULL",
-    [SQL_MARK_DEAD_LETTERED] =
-        "UPDATE {table} SET dead_letter_topic = $2 WHERE {seq} = ANY($1::bigint[])",
+    /* The dead-letter marks touch rows still dead only. The claim's row locks keep a batch's rows
+     * as claimed, but a batch recorded row by row has rolled back: a `requeue` waiting for the
+     * copy's row lock gets it then, and the row's own record comes after. Marked, the requeued
+     * event would carry dead_letter_topic while live, and when it died again its copy would
+     * never go (the dead-letter claim takes rows without one), though `dead` said it did;
+     * counted as a failure, it would wait up to an hour (holding its aggregate with --on-poison
+     * hold). Left alone, it goes at once as requeue promised. */
+    [SQL_MARK_DEAD_LETTERED] = "UPDATE {table} SET dead_letter_topic = $2"
+                               " WHERE {seq} = ANY($1::bigint[]) AND dead_at IS NOT NULL",
     /* A dead event whose publication to the dead-letter topic failed (or whose record of it the
      * row refused: then it was published, and each retry publishes it again) waits 30 s, doubling
      * with each such failure (counted in attempts) up to an hour: a row that can never be
@@ -390,5 +397,5 @@ const char *const session_sql_templates[SESSION_SQL_COUNT] = {
         " attempts = o.attempts + 1, next_attempt_at = pg_catalog.clock_timestamp()"
         " + pg_catalog.make_interval(secs => least(30::float8 * 2::float8"
         " ^ least(greatest(o.attempts - o.rejections, 0), 7)::float8, 3600::float8))"
-        " WHERE o.{seq} = ANY($1::bigint[])",
+        " WHERE o.{seq} = ANY($1::bigint[]) AND o.dead_at IS NOT NULL",
 };

@@ -14,6 +14,17 @@
 #  - status: while P's copy waits for its retry, `outbox-relay status` counts it as a dead event
 #    whose copy failed (text and --json dead_letter_failed); once published, none. The row keeps why it died, so only this count says so after the warn line
 #    rotated away.
+#  - R: a dead event requeued between a batch's rollback and its record row by row keeps its
+#    requeue: a batch holds D's copy (acknowledged) and event X whose sent mark a trigger refuses,
+#    so the batch is recorded row by row, X first; X's failure record also requeues D, as a
+#    `requeue` waiting for D's row lock does when the batch rolls back (a trigger makes that
+#    order certain). D's dead-lettered record must leave the live row alone: D dies again (its
+#    topic is illegal) and its second copy is published. On the old code the record set
+#    dead_letter_topic on the live row, so after its second death D was listed as published to
+#    dlq and its copy never went: 1 copy of D on dlq, not 2.
+#  - R2: the same with D2's copy refused (the dead-letter topic dlq2 not authorised): D2's failed
+#    publication record must leave the live row alone too (a trigger notes each of D2's states).
+#    On the old code it counted an attempt and set a retry time of 60 s on the requeued, live D2.
 # On the old code the failure overwrote last_error with "dead-letter publish failed: Broker:
 # Topic authorization failed", and the retried copy carried that in dlq.error; before status
 # counted them, nothing but the log told a dead row whose copy failed from one published.
@@ -86,3 +97,66 @@ for id in "$P" "$Q"; do
         "$(jq -r --arg e "$(col "$id" event_id)" 'select(.headers.id == $e)
                | .headers["dlq.error"]' "$T/dlq.json" | sort -u)"
 done
+
+# R: the relay stopped, D dead with its copy due and X pending, so the first claim takes both.
+D=$(poison r-d)
+psql_q "UPDATE outbox SET attempts = 1, rejections = 1, dead_at = now(), last_error = 'poison'
+        WHERE id = $D" >/dev/null || fail "R: D dead"
+X=$(psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            VALUES ('r', 'r-x', 'changed', '{\"seq\": 0}') RETURNING id")
+psql_q "CREATE FUNCTION refuse_sent() RETURNS trigger LANGUAGE plpgsql AS \$\$
+        BEGIN RAISE EXCEPTION 'no sent mark for %', NEW.aggregate_id; END \$\$;
+        CREATE TRIGGER refuse_sent BEFORE UPDATE OF sent_at ON outbox FOR EACH ROW
+        WHEN (NEW.sent_at IS NOT NULL AND NEW.aggregate_id LIKE 'r-x%') EXECUTE FUNCTION refuse_sent();
+        CREATE FUNCTION requeue_d() RETURNS trigger LANGUAGE plpgsql AS \$\$
+        BEGIN UPDATE outbox SET dead_at = NULL, rejections = 0, next_attempt_at = NULL,
+              dead_letter_topic = NULL WHERE aggregate_id = 'r-d' || substr(NEW.aggregate_id, 4)
+              AND dead_at IS NOT NULL AND attempts = 1;
+              RETURN NULL; END \$\$;
+        CREATE TRIGGER requeue_d AFTER UPDATE OF attempts ON outbox FOR EACH ROW
+        WHEN (NEW.aggregate_id LIKE 'r-x%') EXECUTE FUNCTION requeue_d()" >/dev/null ||
+    fail "R: the triggers"
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --sessions 1 \
+    --max-attempts 1 --retry-backoff 200 --dead-letter-topic dlq
+x_dead() { [ "$(col "$X" "dead_at IS NOT NULL")" = t ]; }
+wait_for "R: X's refused sent mark recorded row by row (X dead)" 30 x_dead
+check "R: D's copy and X were one batch, recorded row by row" \
+    grep -q "batch recorded row by row.*rows=2 " "$RELAY_LOG"
+d_dead_again() { [ "$(col "$D" "dead_at IS NOT NULL AND attempts = 2")" = t ]; }
+wait_for "R: D, requeued, dies again" 30 d_dead_again
+wait_for "R: D's second copy recorded" 30 dead_lettered "$D"
+relay_stop
+check_eq "R: relay exits 0" 0 $?
+consume --topic dlq --to-end --timeout-ms 30000 >"$T/dlq-r.json"
+check_eq "R: both copies of D on dlq (its requeue kept)" 2 \
+    "$(jq -r --arg e "$(col "$D" event_id)" 'select(.headers.id == $e) | .headers.id' \
+        "$T/dlq-r.json" | wc -l)"
+
+# R2: D2 dead with its copy due, X2 pending; the copies' topic refused.
+D2=$(poison r-d2)
+psql_q "UPDATE outbox SET attempts = 1, rejections = 1, dead_at = now(), last_error = 'poison'
+        WHERE id = $D2" >/dev/null || fail "R2: D2 dead"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        VALUES ('r', 'r-x2', 'changed', '{\"seq\": 0}')" >/dev/null || fail "R2: X2"
+psql_q "CREATE TABLE d2_states (live bool, retry bool);
+        CREATE FUNCTION note_d2() RETURNS trigger LANGUAGE plpgsql AS \$\$
+        BEGIN INSERT INTO d2_states VALUES (NEW.dead_at IS NULL, NEW.next_attempt_at IS NOT NULL);
+              RETURN NULL; END \$\$;
+        CREATE TRIGGER note_d2 AFTER UPDATE ON outbox FOR EACH ROW
+        WHEN (NEW.aggregate_id = 'r-d2') EXECUTE FUNCTION note_d2()" >/dev/null ||
+    fail "R2: the trigger noting D2's states"
+broker_cmd "topic-error dlq2 29"
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --sessions 1 \
+    --max-attempts 1 --retry-backoff 200 --dead-letter-topic dlq2 --delivery-timeout 3000
+d2_died_again() { # after its requeue (live), dead again
+    [ "$(psql_q "SELECT count(*) FROM d2_states WHERE NOT live")" -ge 1 ] &&
+        [ "$(psql_q "SELECT count(*) FROM d2_states WHERE live")" -ge 1 ]
+}
+wait_for "R2: D2, requeued, dies again" 90 d2_died_again
+relay_stop
+check_eq "R2: relay exits 0" 0 $?
+psql_q "SELECT * FROM d2_states" | sed 's/^/# R2: D2 state (live, retry): /'
+check "R2: D2's copy and X2 were one batch, recorded row by row" \
+    grep -q "batch recorded row by row.*rows=2 " "$RELAY_LOG"
+check_eq "R2: the requeued D2 was never given a retry time (its failed copy's record)" 0 \
+    "$(psql_q "SELECT count(*) FROM d2_states WHERE live AND retry")"
