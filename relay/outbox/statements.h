@@ -267,7 +267,8 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 
 /* Sent rows older than $1 seconds, at most `batch` (a number, as text) of them per statement,
  * the oldest first from $2 on (a timestamptz: '-infinity' at a sweep's start, then the last
- * batch's newest sent_at, which the statement returns with its count). Sent rows only
+ * batch's newest sent_at, which the statement returns with its count, in UTC to the microsecond,
+ * ISO 8601: NULL for an infinite one). Sent rows only
  * (dead-lettered rows have no sent_at and stay until requeued or purged). Rows another relay is
  * deleting right now are skipped, not waited for. A template.
  *
@@ -281,13 +282,18 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
  * planner does not know the array's size). Ties at $2 are read again, a few dead entries; rows
  * skipped as locked wait for the next sweep. Measured, an old snapshot held, runs interleaved:
  * 300,000 old sent rows beside 300,000 dead-lettered ones took 7.8-10.5 s a sweep, now 1.7-2.0;
- * 600,000 beside 400,000 took 58 s, now 7-9. */
+ * 600,000 beside 400,000 took 58 s, now 7-9.
+ * The newest sent_at is returned in a form that reads back the same whatever the session's
+ * DateStyle and TimeZone: as the server's default text, 'SQL' style in India's time read "IST"
+ * back as Israel's, three and a half hours later, and each sweep ended after its first batch
+ * (test 81 part 6). */
 #define SQL_RETENTION(batch)                                                                       \
     "WITH d AS (DELETE FROM {table} WHERE {seq} = ANY(ARRAY(SELECT {seq} FROM {table}"             \
     " WHERE sent_at < pg_catalog.now() - pg_catalog.make_interval(secs => $1::float8)"             \
     " AND sent_at >= $2::timestamptz ORDER BY sent_at"                                             \
     " LIMIT " batch " FOR UPDATE SKIP LOCKED)) RETURNING sent_at)"                                 \
-    " SELECT pg_catalog.count(*), pg_catalog.max(sent_at)::text FROM d"
+    " SELECT pg_catalog.count(*), pg_catalog.to_char(pg_catalog.max(sent_at)::timestamptz"         \
+    " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM d"
 
 /* ---- verify (relay/cmd/verify.c) ---- */
 

@@ -62,7 +62,7 @@ struct Upkeep {
     bool sweeping;          /* the last delete was full: more to go */
     long long swept;        /* rows deleted by the current sweep */
     /* Where the current sweep's next batch starts (SQL_RETENTION's $2): the newest sent_at the
-     * last batch deleted, as the server printed it; "-infinity" at a sweep's start. */
+     * last batch deleted, in UTC as SQL_RETENTION prints it; "-infinity" at a sweep's start. */
     char sweep_from[64];
     char last_error[256];            /* "" while the queries work */
     char horizon_logged[HOLDER_MAX]; /* the holder last logged as holding back vacuum, "" when
@@ -331,7 +331,9 @@ static void on_deleted(PgConn *pg, PGresult **results, int n, const char *error,
     u->sweeping = answered && deleted >= RETENTION_BATCH &&
                   strlen(PQgetvalue(results[0], 0, 1)) < sizeof(u->sweep_from);
     if (u->sweeping) {
-        snprintf(u->sweep_from, sizeof(u->sweep_from), "%s", PQgetvalue(results[0], 0, 1));
+        /* NULL: the batch's rows were all sent at -infinity, where the cursor still is. */
+        if (!PQgetisnull(results[0], 0, 1))
+            snprintf(u->sweep_from, sizeof(u->sweep_from), "%s", PQgetvalue(results[0], 0, 1));
     } else {
         log_debug("retention sweep done", "deleted=%lld retention_s=%ld", u->swept, u->retention_s);
         sweep_restart(u);

@@ -7,7 +7,9 @@
 #  2. a sent row younger than the retention survives two whole sweeps (it is deleted once old);
 #  3. without --retention (the default) nothing is deleted;
 #  4. purge-dead --id deletes exactly that dead-lettered row (exit 0), refuses a row that is not
-#     dead-lettered (exit 1, row kept), and purge-dead --all deletes the remaining dead rows only.
+#     dead-lettered (exit 1, row kept), and purge-dead --all deletes the remaining dead rows only;
+#  5. a sweep reads each row about once (sequential scans and sent_at index entries counted);
+#  6. a sweep goes on where its last batch ended whatever the session's DateStyle and TimeZone.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -136,3 +138,22 @@ check "5: entries of the sent_at index read ($idx_read) are fewer than 60,000" \
 check_eq "5: the old rows are gone" 0 "$(count "aggregate_type = 'old'")"
 check_eq "5: the unsent rows stay" 60000 "$(count "aggregate_type = 'bulk'")"
 old_snapshot_close
+
+# --- 6. where a batch ended reads back the same whatever the session's DateStyle and TimeZone ---
+# An operator's settings for the database: India's time, written with its abbreviation IST,
+# which PostgreSQL reads back as Israel's (+02, not +05:30), three and a half hours later.
+psql_q "ALTER DATABASE outbox SET DateStyle = 'SQL, DMY'"
+psql_q "ALTER DATABASE outbox SET TimeZone = 'Asia/Kolkata'"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
+        SELECT 'zoned', 'z-' || (g % 100), 'changed', '{}', now() - interval '1 hour' + g * interval '1 ms'
+        FROM generate_series(1, 3000) g"
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --retention 3s --log-level debug
+first_sweep() {
+    sed -n 's/.*msg="retention sweep done" deleted=\([0-9]*\).*/\1/p' "$RELAY_LOG" | head -n 1
+}
+swept_once() { [ -n "$(first_sweep)" ]; }
+wait_for "6: a sweep ended" 60 swept_once
+relay_stop
+check_eq "6: the first sweep deleted the 3,000 old rows (it went on from where each batch ended)" \
+    3000 "$(first_sweep)"
+psql_q "ALTER DATABASE outbox RESET DateStyle; ALTER DATABASE outbox RESET TimeZone"
