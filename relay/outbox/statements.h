@@ -279,8 +279,11 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
  * part 5: 20,000 rows deleted beside 60,000 unsent read 1.4 million rows by sequential scans and
  * 233,000 sent_at index entries). In sent_at order from the last batch's end, the index of
  * migrations/0005 reads each row once; ids as an array find their rows by the primary key (the
- * planner does not know the array's size). Ties at $2 are read again, a few dead entries; rows
- * skipped as locked wait for the next sweep. Measured, an old snapshot held, runs interleaved:
+ * planner does not know the array's size). Ties at $2 are read again: a few dead entries for the
+ * relay's marks (clock_timestamp(), one a row), but rows marked by one statement's now() share
+ * one sent_at, and a sweep through k of them reads k * k / 2,000 (docs/debezium.md marks an
+ * adopted table's rows with clock_timestamp() for that). Rows skipped as locked wait for the
+ * next sweep. Measured, an old snapshot held, runs interleaved:
  * 300,000 old sent rows beside 300,000 dead-lettered ones took 7.8-10.5 s a sweep, now 1.7-2.0;
  * 600,000 beside 400,000 took 58 s, now 7-9.
  * The newest sent_at is returned in a form that reads back the same whatever the session's

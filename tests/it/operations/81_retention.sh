@@ -9,7 +9,10 @@
 #  4. purge-dead --id deletes exactly that dead-lettered row (exit 0), refuses a row that is not
 #     dead-lettered (exit 1, row kept), and purge-dead --all deletes the remaining dead rows only;
 #  5. a sweep reads each row about once (sequential scans and sent_at index entries counted);
-#  6. a sweep goes on where its last batch ended whatever the session's DateStyle and TimeZone.
+#  6. a sweep goes on where its last batch ended whatever the session's DateStyle and TimeZone;
+#  7. rows marked sent by the UPDATE docs/debezium.md gives (an adopted table's old rows) are
+#     swept reading each about once too: one sent_at for all made each batch walk again the
+#     index entries of every row the sweep had deleted.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -157,3 +160,26 @@ relay_stop
 check_eq "6: the first sweep deleted the 3,000 old rows (it went on from where each batch ended)" \
     3000 "$(first_sweep)"
 psql_q "ALTER DATABASE outbox RESET DateStyle; ALTER DATABASE outbox RESET TimeZone"
+
+# --- 7. rows marked sent as docs/debezium.md says, then swept ---
+mark_sql=$(sed -n 's/.*(`\(UPDATE outbox SET sent_at = [^`]*\)`).*/\1/p' "$ROOT/docs/debezium.md")
+[ -n "$mark_sql" ] || fail "7: docs/debezium.md gives no UPDATE ... SET sent_at"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'adopted', 'a-' || (g % 100), 'changed', '{}' FROM generate_series(1, 20000) g"
+# Kept to this part's rows: the 60,000 dead-lettered rows of part 5 are unsent too, and stay so.
+psql_q "$mark_sql AND aggregate_type = 'adopted'" >/dev/null || fail "7: $mark_sql"
+psql_q "ANALYZE outbox"
+old_snapshot_open
+wait_for "7: an old snapshot is held" 10 old_snapshot_held
+idx_before=$(stat i.idx_tup_read)
+del_before=$(stat t.n_tup_del)
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --retention 3s --log-level debug
+adopted_swept() { [ "$(swept_total)" -ge 20000 ]; }
+wait_for "7: the relay's sweeps deleted the 20,000 rows" 120 adopted_swept
+relay_stop
+deletions_counted() { [ "$(stat t.n_tup_del)" -ge $((del_before + 20000)) ]; }
+wait_for "7: the relay's sessions ended (their statistics are in)" 10 deletions_counted
+idx_read=$(($(stat i.idx_tup_read) - idx_before))
+check "7: entries of the sent_at index read ($idx_read) are fewer than 40,000 (\`$mark_sql\`)" \
+    test "$idx_read" -lt 40000
+old_snapshot_close
