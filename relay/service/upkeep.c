@@ -323,17 +323,18 @@ static void on_deleted(PgConn *pg, PGresult **results, int n, const char *error,
     if (!results)
         return;
     u->retention_due = false;
-    bool answered = !error && n == 1 && PQresultStatus(results[0]) == PGRES_TUPLES_OK &&
-                    PQntuples(results[0]) == 1;
-    long long deleted = answered ? strtoll(PQgetvalue(results[0], 0, 0), NULL, 10) : 0;
+    /* As kick sends them: the planner settings, then the delete. */
+    PGresult *r = n == 2 ? results[1] : NULL;
+    bool answered = !error && r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+    long long deleted = answered ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : 0;
     metrics_retention_deleted(deleted);
     u->swept += deleted;
     u->sweeping = answered && deleted >= RETENTION_BATCH &&
-                  strlen(PQgetvalue(results[0], 0, 1)) < sizeof(u->sweep_from);
+                  strlen(PQgetvalue(r, 0, 1)) < sizeof(u->sweep_from);
     if (u->sweeping) {
         /* NULL: the batch's rows were all sent at -infinity, where the cursor still is. */
-        if (!PQgetisnull(results[0], 0, 1))
-            snprintf(u->sweep_from, sizeof(u->sweep_from), "%s", PQgetvalue(results[0], 0, 1));
+        if (!PQgetisnull(r, 0, 1))
+            snprintf(u->sweep_from, sizeof(u->sweep_from), "%s", PQgetvalue(r, 0, 1));
     } else {
         log_debug("retention sweep done", "deleted=%lld retention_s=%ld", u->swept, u->retention_s);
         sweep_restart(u);
@@ -403,8 +404,9 @@ static void kick(Upkeep *u)
         char secs[32];
         snprintf(secs, sizeof(secs), "%ld", u->retention_s);
         const char *params[2] = {secs, u->sweep_from};
-        PgQuery q = {u->sql[UPKEEP_RETENTION], 2, params, false};
-        if (!pg_conn_send(u->pg, &q, 1, on_deleted, u)) {
+        PgQuery q[2] = {{SQL_RETENTION_PLAN, 0, NULL, false},
+                        {u->sql[UPKEEP_RETENTION], 2, params, false}};
+        if (!pg_conn_send(u->pg, q, 2, on_deleted, u)) {
             u->retention_due = false;
             sweep_restart(u);
         }

@@ -12,7 +12,9 @@
 #  6. a sweep goes on where its last batch ended whatever the session's DateStyle and TimeZone;
 #  7. rows marked sent by the UPDATE docs/debezium.md gives (an adopted table's old rows) are
 #     swept reading each about once too: one sent_at for all made each batch walk again the
-#     index entries of every row the sweep had deleted.
+#     index entries of every row the sweep had deleted;
+#  8. and on a table without statistics (never analyzed: autovacuum off, or just after
+#     pg_upgrade), where PostgreSQL's cheapest-looking plan read and sorted every old row a batch.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -183,3 +185,31 @@ idx_read=$(($(stat i.idx_tup_read) - idx_before))
 check "7: entries of the sent_at index read ($idx_read) are fewer than 40,000 (\`$mark_sql\`)" \
     test "$idx_read" -lt 40000
 old_snapshot_close
+
+# --- 8. a sweep's cost on a table without statistics ---
+# The earlier parts' deleted rows vacuumed away: their index entries would be read once here.
+psql_q "ALTER TABLE outbox SET (autovacuum_enabled = off)"
+psql_q "VACUUM outbox"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
+        SELECT 'unanalyzed', 'u-' || (g % 100), 'changed', '{}', now() - interval '1 hour' + g * interval '1 ms'
+        FROM generate_series(1, 20000) g"
+psql_q "DELETE FROM pg_statistic WHERE starelid = 'outbox'::regclass" >/dev/null
+old_snapshot_open
+wait_for "8: an old snapshot is held" 10 old_snapshot_held
+seq_before=$(stat t.seq_tup_read)
+idx_before=$(stat i.idx_tup_read)
+del_before=$(stat t.n_tup_del)
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --retention 3s --log-level debug
+wait_for "8: the relay's sweeps deleted the 20,000 rows" 120 adopted_swept
+relay_stop
+wait_for "8: the relay's sessions ended (their statistics are in)" 10 deletions_counted
+seq_read=$(($(stat t.seq_tup_read) - seq_before))
+idx_read=$(($(stat i.idx_tup_read) - idx_before))
+check "8: rows read by sequential scans ($seq_read) are fewer than the table held (80,000)" \
+    test "$seq_read" -lt 80000
+check "8: entries of the sent_at index read ($idx_read) are fewer than 40,000" \
+    test "$idx_read" -lt 40000
+check_eq "8: the table is still without statistics" 0 \
+    "$(psql_q "SELECT count(*) FROM pg_statistic WHERE starelid = 'outbox'::regclass")"
+old_snapshot_close
+psql_q "ALTER TABLE outbox RESET (autovacuum_enabled)"
