@@ -31,7 +31,8 @@
  *    header deadline freed slots, for ever when the flood reconnects: a flood from 64 addresses
  *    (a few more than the limit over the per-address one; any host with an IPv6 prefix has as
  *    many) took the probes down. A probe sends its request at once, so it is never the oldest
- *    without one; the reserve leaves room for the closed ones until libmicrohttpd reaps them;
+ *    without one (nor counted as without one before libmicrohttpd could read it: make_room);
+ *    the reserve leaves room for the closed ones until libmicrohttpd reaps them;
  *  - a request's line and headers must arrive within HTTP_HEADER_DEADLINE_S of the connection's
  *    start (or of the previous response on a kept-alive connection): a client that trickles a
  *    byte at a time never trips the idle timeout, this deadline it does;
@@ -66,6 +67,7 @@ typedef struct Pending {
     DeadlineQueue *queue; /* the queue it is in, NULL when in none */
     int fd;
     bool closing; /* shut down by us (deadline, or closed to admit another): not counted in live */
+    unsigned long accepted_run; /* the server's runs when it was accepted (make_room) */
     ev_tstamp deadline;
     /* The large answer it is being sent (HTTP_PER_IP_LARGE), NULL for a small one: libmicrohttpd
      * keeps the response while any connection sends it, so the pointer names one rendering. */
@@ -104,6 +106,7 @@ struct HttpServer {
     unsigned int live;        /* connections open and not closing */
     unsigned long evicted;    /* connections closed to admit others, since the last warning */
     double evict_warned_at;   /* monotime of that warning, 0 before any */
+    unsigned long runs;       /* MHD_run calls so far (make_room) */
     HttpHandlerFn fn;
     void *arg;
     size_t held; /* bytes of large bodies not yet freed by libmicrohttpd (HTTP_RESPONSE_BUDGET) */
@@ -289,14 +292,22 @@ static void pending_close(Pending *p)
     shutdown(p->fd, SHUT_RDWR);
 }
 
-/* Makes room for the connection just accepted (admitted) when the live ones are past all but
+/* Makes room for the connection just accepted when the live ones are past all but
  * HTTP_EVICT_RESERVE of the limit: closes the oldest one waiting for its request, else the
- * oldest being answered (a slow reader). Says so at most every HTTP_EVICT_WARN_S. */
-static void make_room(HttpServer *s, const Pending *admitted)
+ * oldest being answered (a slow reader). Says so at most every HTTP_EVICT_WARN_S.
+ * A connection accepted in this run or the previous one is never "waiting for its request":
+ * libmicrohttpd accepts up to eleven connections in one run and reads from them on the next one
+ * (after that run's own accepts), so until then a request already sent is unread. Counting them
+ * let the newcomers of a burst close one another when every older connection was being answered:
+ * a probe that came with a flood was closed by the next connection with its request unread. The
+ * queue is in order of acceptance, so when its head is that young, all of it is. */
+static void make_room(HttpServer *s)
 {
     if (s->live <= s->limit - HTTP_EVICT_RESERVE(s->limit))
         return;
-    Pending *victim = s->headers.head != admitted ? s->headers.head : NULL;
+    Pending *victim = s->headers.head;
+    if (victim && victim->accepted_run + 1 >= s->runs)
+        victim = NULL;
     if (!victim)
         victim = s->responses.head;
     if (!victim)
@@ -307,7 +318,8 @@ static void make_room(HttpServer *s, const Pending *admitted)
     if (s->evict_warned_at == 0 || now - s->evict_warned_at >= HTTP_EVICT_WARN_S) {
         log_warn("http connection limit reached",
                  "open=%u limit=%u closed=%lu reason=\"the oldest connections without a complete "
-                 "request are closed to admit new ones; a flood from many addresses?\"",
+                 "request (else the oldest being answered) are closed to admit new ones; a flood "
+                 "from many addresses?\"",
                  s->live, s->limit, s->evicted);
         s->evicted = 0;
         s->evict_warned_at = now;
@@ -365,9 +377,10 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
             memcpy(&p->addr, ca->client_addr, len);
         }
         *socket_context = p;
+        p->accepted_run = s->runs;
         s->live++;
         pending_link(p, &s->headers, s->header_deadline);
-        make_room(s, p);
+        make_room(s);
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
         Pending *p = *socket_context;
         if (p) {
@@ -410,6 +423,7 @@ static void drive(HttpServer *s)
     /* Its lines (on_mhd_log) are the process's: the log context is whatever the loop's last
      * callback set, a database's session with --databases. */
     log_set_context(NULL);
+    s->runs++;
     MHD_run(s->daemon);
     MHD_UNSIGNED_LONG_LONG ms;
     ev_timer_stop(s->loop, &s->timer);

@@ -451,6 +451,56 @@ static void test_probe_past_connection_limit(void **state)
     assert_true(closed < n);
 }
 
+/* A server started with a connection limit of 48 (half a descriptor limit of 96; the limit is
+ * read once, at the start), the descriptor limit raised again for the test's own sockets. */
+static int setup_limit_48(void **state)
+{
+    struct rlimit rl, low;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    low = rl;
+    low.rlim_cur = 96;
+    if (rl.rlim_cur < 256 || setrlimit(RLIMIT_NOFILE, &low) != 0)
+        skip();
+    int rc = setup(state);
+    setrlimit(RLIMIT_NOFILE, &rl);
+    return rc;
+}
+
+/* Past all but the reserve of the limit with every connection being answered (slow readers of a
+ * large answer), newcomers accepted together must not close one another: libmicrohttpd accepts
+ * several connections in one run and reads their requests only on a later one, so the first of a
+ * burst was "the oldest without a request" for the next and was closed before its request,
+ * already sent, was read. A probe that came with a flood was turned away by it. */
+static void test_newcomers_not_closed_for_each_other(void **state)
+{
+    Fixture *f = *state;
+    unsigned int limit = http_server_connection_limit(f->server);
+    assert_int_equal(limit, 48);
+    enum { READERS = 45 }; /* all but the reserve (48 / 16 = 3) */
+    int readers[READERS];
+    for (int i = 0; i < READERS; i++) {
+        char src[32];
+        snprintf(src, sizeof(src), "127.0.5.%d", i + 1); /* an address each: no per-address limit */
+        readers[i] = client_from(f, "/big/held", src);
+        int st = status_of(f, readers[i]);
+        if (st != 200)
+            fail_msg("slow reader %d: status %d", i, st);
+    }
+    /* A probe and two connections after it reach the server before its next turn. */
+    int probe = client_from(f, "/healthz", "127.0.0.2");
+    int after[2];
+    for (int i = 0; i < 2; i++)
+        after[i] = client_from(f, "/healthz", "127.0.0.3");
+    int st = status_of(f, probe);
+    close(probe);
+    for (int i = 0; i < 2; i++)
+        close(after[i]);
+    for (int i = 0; i < READERS; i++)
+        close(readers[i]);
+    if (st != 200)
+        fail_msg("the probe got status %d, not 200: closed to admit the connections after it", st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -460,6 +510,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_slow_reader_cut, setup, teardown),
         cmocka_unit_test_setup_teardown(test_large_answers_per_address, setup, teardown),
         cmocka_unit_test_setup_teardown(test_probe_past_connection_limit, setup_many_fds, teardown),
+        cmocka_unit_test_setup_teardown(test_newcomers_not_closed_for_each_other, setup_limit_48,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
