@@ -34,8 +34,10 @@
  *    without one (nor counted as without one before libmicrohttpd could read it: make_room);
  *    the reserve leaves room for the closed ones until libmicrohttpd reaps them;
  *  - a request's line and headers must arrive within HTTP_HEADER_DEADLINE_S of the connection's
- *    start (or of the previous response on a kept-alive connection): a client that trickles a
- *    byte at a time never trips the idle timeout, this deadline it does;
+ *    start: a client that trickles a byte at a time never trips the idle timeout, this deadline
+ *    it does. A connection carries one request: every answer is queued on the handler's first
+ *    call, and libmicrohttpd 0.9.75 then closes the connection after it (MHD_queue_response
+ *    before the request's end discards the rest of the connection: "Connection: close");
  *  - a client that sends nothing for HTTP_IDLE_TIMEOUT_S is dropped;
  *  - request line + headers must fit in HTTP_MEMORY_LIMIT bytes (else 431 or 414, and close);
  *  - an answer must be sent within HTTP_RESPONSE_DEADLINE_S of its request (http.h): a client that
@@ -222,8 +224,8 @@ static void pending_unlink(Pending *p)
     p->reading = NULL;
 }
 
-/* Starts p's deadline in q, span seconds from now: the header deadline (a new connection, or a
- * kept-alive one after its response) or the response deadline (an answer queued). */
+/* Starts p's deadline in q, span seconds from now: the header deadline (a new connection) or the
+ * response deadline (an answer queued). */
 static void pending_link(Pending *p, DeadlineQueue *q, double span)
 {
     HttpServer *s = p->server;
@@ -394,7 +396,10 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     }
 }
 
-/* A request completed: a kept-alive connection now waits for the next one's headers. */
+/* A request completed (answered, or ended by an error). With libmicrohttpd 0.9.75 the connection
+ * closes next (one request a connection: see the limits at the top), so this links it to the
+ * header queue only until on_connection's NOTIFY_CLOSED frees it; were a connection kept alive,
+ * its next request would be under the header deadline here, as the first one was. */
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
