@@ -93,7 +93,10 @@ typedef struct Pending {
  * libmicrohttpd also has deadlines (idle connections to close) and may leave work pending that
  * no new event will announce (it reads edge-triggered sockets only so far per call).
  * MHD_get_timeout reports both: after every MHD_run the timer is set to it, 0 meaning "run
- * again right away". An ev_io on the epoll descriptor plus that timer is the whole contract. */
+ * again right away". One more thing MHD_get_timeout does not report: a run that closed
+ * connections is followed by another at once, which puts the listening socket back into the epoll
+ * set if a run at the connection limit took it out (drive). An ev_io on the epoll descriptor plus
+ * that timer is the whole contract. */
 struct HttpServer {
     struct ev_loop *loop;
     struct MHD_Daemon *daemon;
@@ -423,16 +426,34 @@ static unsigned int connection_limit(void)
     return limit;
 }
 
+/* The connections libmicrohttpd holds, closing ones included (its own limit counts them). */
+static unsigned int mhd_connections(const HttpServer *s)
+{
+    const union MHD_DaemonInfo *di =
+        MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    return di ? di->num_connections : 0;
+}
+
 static void drive(HttpServer *s)
 {
     /* Its lines (on_mhd_log) are the process's: the log context is whatever the loop's last
      * callback set, a database's session with --databases. */
     log_set_context(NULL);
     s->runs++;
+    unsigned int before = mhd_connections(s);
     MHD_run(s->daemon);
     MHD_UNSIGNED_LONG_LONG ms;
     ev_timer_stop(s->loop, &s->timer);
-    if (MHD_get_timeout(s->daemon, &ms) == MHD_YES) {
+    if (mhd_connections(s) < before) {
+        /* A run that begins at the connection limit (or after an accept failed for want of
+         * descriptors) takes the listening socket out of libmicrohttpd's epoll set, and only the
+         * start of a run that begins below the limit puts it back. When this run closed every
+         * connection, nothing would wake the loop (no socket, no timeout) and the port accepted
+         * nothing for ever: a flood that filled the limit and left took the probes down. So a
+         * run that closed connections is followed by another at once. */
+        ev_timer_set(&s->timer, 0, 0);
+        ev_timer_start(s->loop, &s->timer);
+    } else if (MHD_get_timeout(s->daemon, &ms) == MHD_YES) {
         ev_timer_set(&s->timer, (double)ms / 1000.0, 0);
         ev_timer_start(s->loop, &s->timer);
     }

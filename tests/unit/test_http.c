@@ -452,6 +452,51 @@ static void test_probe_past_connection_limit(void **state)
     assert_true(closed < n);
 }
 
+/* libmicrohttpd takes its listening socket out of its epoll set at the start of a run that begins
+ * at its connection limit, and puts it back only at the start of a run that begins below it. When
+ * the run that began at the limit closed every connection, no connection was left to wake the
+ * loop and libmicrohttpd reported no timeout: no run came again, and the port accepted nothing for
+ * ever (a flood that filled the limit and then left took the probes down for good). */
+static void test_accepts_again_after_the_limit_emptied(void **state)
+{
+    Fixture *f = *state;
+    unsigned int limit = http_server_connection_limit(f->server);
+    assert_int_equal(limit, 48);
+    enum { READERS = 45, MORE = 3 }; /* the reserve's 3 more reach the limit */
+    int fds[READERS + MORE];
+    for (int i = 0; i < READERS; i++) {
+        char src[32];
+        snprintf(src, sizeof(src), "127.0.5.%d", i + 1);
+        fds[i] = client_from(f, "/big/held", src);
+        int st = status_of(f, fds[i]);
+        if (st != 200)
+            fail_msg("slow reader %d: status %d", i, st);
+    }
+    for (int i = READERS; i < READERS + MORE; i++) { /* connections that send nothing */
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fds[i] >= 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)f->port)};
+        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+    }
+    /* One turn: one run accepts the three (libmicrohttpd at its limit, counting the readers closed
+     * to admit them); then every client leaves, so that the next run, which begins at the limit,
+     * closes them all. */
+    ev_run(f->loop, EVRUN_NOWAIT);
+    for (int i = 0; i < READERS + MORE; i++)
+        close(fds[i]);
+    for (int k = 0; k < 50; k++) {
+        ev_run(f->loop, EVRUN_NOWAIT);
+        usleep(1000);
+    }
+    int probe = client(f, "/healthz");
+    int st = status_of(f, probe);
+    close(probe);
+    if (st != 200)
+        fail_msg("a probe after the flood left got status %d, not 200: the port no longer accepts",
+                 st);
+}
+
 /* Each connection carries one request: every answer is queued on the handler's first call, and
  * libmicrohttpd 0.9.75 then closes the connection after it ("Connection: close"), so a second
  * request on it, pipelined or sent after the answer, is never read. The header deadline therefore
@@ -557,6 +602,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_newcomers_not_closed_for_each_other, setup_limit_48,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_one_request_per_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_accepts_again_after_the_limit_emptied, setup_limit_48,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
