@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "log.h"
 #include "monotime.h"
 #include "optval.h"
+#include "resolve.h"
 #include "secrets.h"
 #include "strbuf.h"
 
@@ -44,6 +46,9 @@
 #define LOOKUP_RATE 20.0
 /* The line saying lookups are held back is logged at most this often. */
 #define THROTTLE_LOG_S 60.0
+/* A registry host's addresses (looked up by resolve.h) are used for this long, then looked up
+ * again for the next request: curl's own DNS cache keeps a name 60 s by default. */
+#define HOST_TTL_S 60.0
 
 typedef enum { ENTRY_EMPTY, ENTRY_FETCHING, ENTRY_OK, ENTRY_MISSING, ENTRY_FAILED } EntryState;
 
@@ -70,10 +75,34 @@ typedef struct Request {
     CURL *easy;
     int url_index; /* which of r->urls it went to: a failure moves r->current on from there only */
     StrBuf body;
+    bool due; /* on_host_resolved's mark */
     bool too_large;
     bool cut; /* GET /subjects: its body's first bytes came, and the transfer was ended there */
+    /* Waiting for its URL's host name to be looked up (UrlHost): not yet in the multi handle.
+     * wait bounds the wait by the request's own timeout, which started at started. */
+    bool waiting;
+    ev_timer wait;
+    double started;             /* monotonic */
+    struct curl_slist *resolve; /* CURLOPT_RESOLVE's list: curl reads it when it starts */
     char errbuf[CURL_ERROR_SIZE];
 } Request;
+
+/* The host of one of the registry's URLs. A name is looked up by the relay's own resolver
+ * (resolve.h), and curl is handed the addresses (CURLOPT_RESOLVE, "host:port:addr,...") so that it
+ * never starts a lookup of its own: curl 7.88's threaded resolver either joins its thread when a
+ * request ends while the lookup waits for a nameserver (the loop, every database's, stood still
+ * until getaddrinfo gave up), or with CURLOPT_QUICK_EXIT detaches it, one thread per request, in
+ * a detach that races with the thread's end (curl PR #17320: a use after free). The URL's name
+ * stays curl's, for the Host header, SNI and the certificate's check. */
+typedef struct UrlHost {
+    struct Registry *r;
+    int index;  /* of the URL, in r->urls */
+    char *name; /* NULL: numeric, localhost, or not parsed: curl needs no lookup of its own */
+    long port;  /* the URL's, or its scheme's */
+    Resolve *resolving; /* the lookup the URL's waiting requests wait for */
+    char *entry;        /* "name:port:addr,...", of the last answer; NULL: none */
+    double answered_at; /* monotonic: when entry came */
+} UrlHost;
 
 typedef struct SockWatch {
     ev_io io;
@@ -94,6 +123,7 @@ struct Registry {
      * whatever its length (the secrets registry skips short ones). */
     char *shown[MAX_URLS];
     int n_urls;
+    UrlHost hosts[MAX_URLS];
     int current; /* the URL requests go to; moves on after a failure */
     char *userpwd;
     char *ca_file; /* the bundle's path, for messages */
@@ -242,12 +272,12 @@ static void easy_setup(Registry *r, CURL *easy, const char *url, struct curl_sli
     curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, r->timeout_ms);
     curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
 #if LIBCURL_VERSION_NUM >= 0x075700
-    /* curl looks the host name up on a thread of its own, but a request that ends (its timeout,
-     * or registry_free) while the lookup still waits for a nameserver joined that thread: the
-     * loop, every database's, stood still until getaddrinfo gave up (resolv.conf's timeout times
-     * its attempts, 10 s by default, up to minutes). With this the thread is left to end alone
-     * and free what it holds; such threads are at most the requests started within one
-     * resolver's wait, which the lookup budget bounds. */
+    /* The registry's host names never reach curl's resolver (UrlHost), but a proxy's from the
+     * environment (http_proxy, https_proxy) does: curl 7.88 joins its lookup thread when a
+     * request ends while the lookup waits for a nameserver, which stood the loop, every
+     * database's, still until getaddrinfo gave up. Left to end alone, the thread frees what it
+     * holds (racing with the detach in 7.88: curl PR #17320), one per request, which the lookup
+     * budget bounds: the lesser harm, for a configuration the relay does not set itself. */
     curl_easy_setopt(easy, CURLOPT_QUICK_EXIT, 1L);
 #endif
 #if LIBCURL_VERSION_NUM >= 0x075500
@@ -549,12 +579,164 @@ static void finish_request(Request *q, CURLcode code)
             *p = q->next;
             break;
         }
+    ev_timer_stop(r->loop, &q->wait);
     curl_easy_cleanup(q->easy);
+    curl_slist_free_all(q->resolve);
     strbuf_free(&q->body);
     free(q);
     trim_negative(r);
     if (r->ready)
         r->ready(r->arg);
+}
+
+/* ---- the URLs' host names (UrlHost) -------------------------------------------------------- */
+
+/* Whether curl may send the requests through a proxy the environment names: it then connects to
+ * the proxy, whose name it looks up itself, and the registry's name may resolve only there. */
+static bool proxy_in_env(void)
+{
+    static const char *const vars[] = {"http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy",
+                                       "ALL_PROXY"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v)
+            return true;
+    }
+    return false;
+}
+
+/* Fills h from url: the port (the URL's, or its scheme's), and the host's name when it needs a
+ * lookup: not a numeric address (an IPv6 one comes in brackets) nor localhost, which curl answers
+ * itself without a thread, and no proxy in the environment (proxy_in_env: curl looks names up as
+ * it did). A URL curl cannot parse keeps no name: curl refuses it at once. */
+static void host_parse(UrlHost *h, const char *url)
+{
+    if (proxy_in_env())
+        return;
+    CURLU *u = curl_url();
+    char *host = NULL, *port = NULL;
+    if (u &&
+        curl_url_set(u, CURLUPART_URL, url, CURLU_GUESS_SCHEME | CURLU_NON_SUPPORT_SCHEME) ==
+            CURLUE_OK &&
+        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
+        size_t n = strlen(host);
+        bool local = strcasecmp(host, "localhost") == 0 ||
+                     (n > 10 && strcasecmp(host + n - 10, ".localhost") == 0);
+        h->port = strtol(port, NULL, 10);
+        if (host[0] != '[' && !local && resolve_needed(host))
+            h->name = strdup(host); /* out of memory: curl looks it up, as it did */
+    }
+    curl_free(host);
+    curl_free(port);
+    curl_url_cleanup(u);
+}
+
+/* Keeps the addresses a lookup of h's name found (addrs: numeric, comma-separated) as the entry
+ * curl is handed. An IPv6 address goes in brackets; one with a zone id ("fe80::1%eth0") is left
+ * out, as curl refuses the whole entry for it. False when none is left, or out of memory. */
+static bool host_keep(UrlHost *h, const char *addrs)
+{
+    size_t n = strlen(h->name) + 32 + strlen(addrs) + 2 * RESOLVE_MAX_ADDRS;
+    char *entry = malloc(n);
+    if (!entry)
+        return false;
+    size_t len = (size_t)snprintf(entry, n, "%s:%ld:", h->name, h->port), head = len;
+    for (const char *p = addrs; *p; p += *p == ',') {
+        size_t alen = strcspn(p, ",");
+        bool v6 = memchr(p, ':', alen) != NULL;
+        if (!memchr(p, '%', alen))
+            len += (size_t)snprintf(entry + len, n - len, "%s%s%.*s%s", len > head ? "," : "",
+                                    v6 ? "[" : "", (int)alen, p, v6 ? "]" : "");
+        p += alen;
+    }
+    if (len == head) {
+        free(entry);
+        return false;
+    }
+    free(h->entry);
+    h->entry = entry;
+    h->answered_at = monotime_now();
+    return true;
+}
+
+/* Hands q's transfer to curl: for a URL with a name, with its addresses (h->entry) and what is
+ * left of its timeout after the wait for them. */
+static bool request_send(Registry *r, Request *q)
+{
+    const UrlHost *h = &r->hosts[q->url_index];
+    if (h->name) {
+        curl_slist_free_all(q->resolve);
+        q->resolve = curl_slist_append(NULL, h->entry);
+        if (!q->resolve)
+            return false;
+        long left = r->timeout_ms - (long)((monotime_now() - q->started) * 1000.0);
+        left = left < 1 ? 1 : left;
+        curl_easy_setopt(q->easy, CURLOPT_RESOLVE, q->resolve);
+        curl_easy_setopt(q->easy, CURLOPT_TIMEOUT_MS, left);
+        curl_easy_setopt(q->easy, CURLOPT_CONNECTTIMEOUT_MS, left);
+    }
+    return curl_multi_add_handle(r->multi, q->easy) == CURLM_OK;
+}
+
+/* Whether a request other than skip waits for URL index's host. */
+static bool host_waited(const Registry *r, int index, const Request *skip)
+{
+    for (const Request *q = r->requests; q; q = q->next)
+        if (q != skip && q->waiting && q->url_index == index)
+            return true;
+    return false;
+}
+
+/* The end of a lookup of h's name: each request that waited for it is sent, or fails as curl's
+ * own failed lookup did. Finishing one calls the ready callback, which may start requests (sent
+ * at once with this answer, or waiting for a lookup of their own): those that waited for this one
+ * are marked first. */
+static void on_host_resolved(void *arg, const char *addrs, int n, const char *error)
+{
+    UrlHost *h = arg;
+    Registry *r = h->r;
+    h->resolving = NULL; /* gone after this call */
+    log_set_context(r->log_context);
+    bool ok = n > 0 && host_keep(h, addrs);
+    for (Request *q = r->requests; q; q = q->next)
+        q->due = q->waiting && q->url_index == h->index;
+    for (;;) {
+        Request *q = r->requests;
+        while (q && !q->due)
+            q = q->next;
+        if (!q)
+            break;
+        q->due = q->waiting = false;
+        ev_timer_stop(r->loop, &q->wait);
+        if (ok && request_send(r, q))
+            continue;
+        snprintf(q->errbuf, sizeof(q->errbuf), "Could not resolve host: %s (%s)", h->name,
+                 n == 0 ? error
+                 : ok   ? "out of memory"
+                        : "no address curl can use");
+        finish_request(q, CURLE_COULDNT_RESOLVE_HOST);
+    }
+}
+
+/* A request's timeout came while it waited for its host's lookup: it fails as curl's own
+ * lookup's timeout did, and the lookup is given up when no other request waits for it (it runs
+ * on in resolve.h, which keeps a late answer for the next request). */
+static void on_wait(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Request *q = w->data;
+    Registry *r = q->r;
+    UrlHost *h = &r->hosts[q->url_index];
+    log_set_context(r->log_context);
+    q->waiting = false;
+    if (!host_waited(r, q->url_index, q)) {
+        resolve_cancel(h->resolving);
+        h->resolving = NULL;
+    }
+    snprintf(q->errbuf, sizeof(q->errbuf),
+             "Could not resolve host: %s (no answer within %ld ms, --schema-registry-timeout)",
+             h->name, r->timeout_ms);
+    finish_request(q, CURLE_OPERATION_TIMEDOUT);
 }
 
 /* The registry's GET /subjects URL (the start-up probe's), or NULL when out of memory. */
@@ -593,10 +775,29 @@ static bool start_request(Registry *r, Entry *e)
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, q);
     curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, q->errbuf);
     curl_easy_setopt(easy, CURLOPT_PRIVATE, q);
-    if (curl_multi_add_handle(r->multi, easy) != CURLM_OK) {
-        curl_easy_cleanup(easy);
-        free(q);
-        return false;
+    q->started = monotime_now();
+    ev_timer_init(&q->wait, on_wait, (double)r->timeout_ms / 1000.0, 0.0);
+    q->wait.data = q;
+    UrlHost *h = &r->hosts[q->url_index];
+    if (!h->name || (h->entry && q->started - h->answered_at < HOST_TTL_S)) {
+        if (!request_send(r, q)) {
+            curl_easy_cleanup(easy);
+            curl_slist_free_all(q->resolve);
+            free(q);
+            return false;
+        }
+    } else {
+        char why[300];
+        if (!h->resolving)
+            h->resolving = resolve_start(r->loop, h->name, on_host_resolved, h, why, sizeof(why));
+        if (!h->resolving) {
+            curl_easy_cleanup(easy);
+            free(q);
+            set_up(r, false, why); /* too many names hanging, or no thread: one line */
+            return false;
+        }
+        q->waiting = true;
+        ev_timer_start(r->loop, &q->wait);
     }
     if (e)
         e->state = ENTRY_FETCHING;
@@ -903,6 +1104,11 @@ Registry *registry_new(struct ev_loop *loop, const RegistryOptions *o, RegistryR
         registry_free(r, NULL);
         return NULL;
     }
+    for (int i = 0; i < r->n_urls; i++) {
+        r->hosts[i].r = r;
+        r->hosts[i].index = i;
+        host_parse(&r->hosts[i], r->urls[i]);
+    }
     if ((o->auth_file && !read_auth_file(r, o->auth_file, err, errlen)) ||
         (o->ca_file &&
          (!read_ca_file(r, o->ca_file, err, errlen) || !(r->ca_file = strdup(o->ca_file))))) {
@@ -933,12 +1139,20 @@ void registry_free(Registry *r, void (*free_parsed)(void *))
     if (r->multi) {
         for (Request *q = r->requests, *next; q; q = next) {
             next = q->next;
-            curl_multi_remove_handle(r->multi, q->easy);
+            if (!q->waiting)
+                curl_multi_remove_handle(r->multi, q->easy);
+            ev_timer_stop(r->loop, &q->wait);
             curl_easy_cleanup(q->easy);
+            curl_slist_free_all(q->resolve);
             strbuf_free(&q->body);
             free(q);
         }
         curl_multi_cleanup(r->multi);
+    }
+    for (int i = 0; i < r->n_urls; i++) {
+        resolve_cancel(r->hosts[i].resolving); /* its thread runs on alone (resolve.h) */
+        free(r->hosts[i].name);
+        free(r->hosts[i].entry);
     }
     ev_timer_stop(r->loop, &r->timer);
     ev_timer_stop(r->loop, &r->retry_timer);
@@ -1111,6 +1325,14 @@ typedef struct ProbeResult {
     bool cut; /* the body's first bytes came: the transfer was ended there (probe_body) */
     char errbuf[CURL_ERROR_SIZE];
     char location[256]; /* a 3xx's Location, cut, for the error ("" when none) */
+    /* The URL's host name being looked up (UrlHost) on the probe's own loop; the transfer is
+     * added to the multi handle once its addresses came. */
+    UrlHost *host;
+    Resolve *resolving;
+    CURLM *multi;
+    CURL *easy;
+    struct curl_slist *resolve;
+    int *pending; /* lookups the probe still waits for */
 } ProbeResult;
 
 /* The probe wants the status alone: the body (the list of every subject, megabytes in a large
@@ -1124,13 +1346,35 @@ static size_t probe_body(char *data, size_t size, size_t n, void *userp)
     return 0;
 }
 
+/* The end of the probe's lookup of a URL's host name: its transfer starts, with the addresses, or
+ * fails as curl's own lookup did. */
+static void on_probe_resolved(void *arg, const char *addrs, int n, const char *error)
+{
+    ProbeResult *pr = arg;
+    pr->resolving = NULL;
+    (*pr->pending)--;
+    bool ok = n > 0 && host_keep(pr->host, addrs);
+    if (ok && (pr->resolve = curl_slist_append(NULL, pr->host->entry)) != NULL) {
+        curl_easy_setopt(pr->easy, CURLOPT_RESOLVE, pr->resolve);
+        if (curl_multi_add_handle(pr->multi, pr->easy) == CURLM_OK)
+            return;
+    }
+    pr->code = CURLE_COULDNT_RESOLVE_HOST;
+    snprintf(pr->errbuf, sizeof(pr->errbuf), "Could not resolve host: %s (%s)", pr->host->name,
+             n == 0 ? error : "no address curl can use");
+}
+
 /* GET /subjects on every URL at once, on a multi handle of its own (the loop is not running yet):
- * the probe then waits one --schema-registry-timeout when every URL is down, not one per URL. */
+ * the probe then waits one --schema-registry-timeout when every URL is down, not one per URL. A
+ * host name is looked up first by resolve.h, on a loop of the probe's own (the relay's may hold
+ * watchers that must not run yet), which the wait below turns along with curl. */
 static void probe_all(Registry *r, ProbeResult *out)
 {
     struct curl_slist *hdrs = accept_headers();
     CURLM *multi = curl_multi_init();
     CURL *easy[MAX_URLS] = {0};
+    struct ev_loop *loop = NULL; /* made for the first name */
+    int pending = 0;
     for (int i = 0; i < r->n_urls; i++) {
         out[i] = (ProbeResult){.code = CURLE_FAILED_INIT};
         easy[i] = multi ? curl_easy_init() : NULL;
@@ -1146,6 +1390,31 @@ static void probe_all(Registry *r, ProbeResult *out)
         curl_easy_setopt(easy[i], CURLOPT_WRITEDATA, &out[i]);
         curl_easy_setopt(easy[i], CURLOPT_ERRORBUFFER, out[i].errbuf);
         curl_easy_setopt(easy[i], CURLOPT_PRIVATE, &out[i]);
+        UrlHost *h = &r->hosts[i];
+        if (h->name && h->entry && monotime_now() - h->answered_at < HOST_TTL_S) {
+            out[i].resolve = curl_slist_append(NULL, h->entry);
+            curl_easy_setopt(easy[i], CURLOPT_RESOLVE, out[i].resolve);
+        } else if (h->name) {
+            char why[300];
+            out[i].host = h;
+            out[i].multi = multi;
+            out[i].easy = easy[i];
+            out[i].pending = &pending;
+            if (!loop)
+                loop = ev_loop_new(EVFLAG_AUTO);
+            out[i].resolving =
+                loop ? resolve_start(loop, h->name, on_probe_resolved, &out[i], why, sizeof(why))
+                     : NULL;
+            if (!out[i].resolving) {
+                out[i].code = CURLE_COULDNT_RESOLVE_HOST;
+                snprintf(out[i].errbuf, sizeof(out[i].errbuf),
+                         "Could not resolve host: %s (%.200s)", h->name,
+                         loop ? why : "out of memory");
+            } else {
+                pending++;
+            }
+            continue; /* added once its addresses come */
+        }
         if (curl_multi_add_handle(multi, easy[i]) != CURLM_OK) {
             curl_easy_cleanup(easy[i]);
             easy[i] = NULL;
@@ -1157,7 +1426,9 @@ static void probe_all(Registry *r, ProbeResult *out)
     double deadline = monotime_now() + r->timeout_ms / 1000.0 + 1.0;
     int running = multi ? 1 : 0;
     bool answered = false;
-    while (running > 0 && !answered && monotime_now() < deadline) {
+    while ((running > 0 || pending > 0) && !answered && monotime_now() < deadline) {
+        if (pending > 0)
+            ev_run(loop, EVRUN_NOWAIT); /* on_probe_resolved */
         if (curl_multi_perform(multi, &running) != CURLM_OK)
             break;
         CURLMsg *m;
@@ -1182,10 +1453,20 @@ static void probe_all(Registry *r, ProbeResult *out)
             answered |= pr->code == CURLE_OK && pr->status < 500 && pr->status != 404 &&
                         !is_redirect(pr->status);
         }
-        if (running > 0 && !answered && curl_multi_poll(multi, NULL, 0, 100, NULL) != CURLM_OK)
+        /* A lookup's answer comes on the probe's loop, not on curl's sockets: a short wait. */
+        if ((running > 0 || pending > 0) && !answered &&
+            curl_multi_poll(multi, NULL, 0, pending > 0 ? 10 : 100, NULL) != CURLM_OK)
             break;
     }
     for (int i = 0; i < r->n_urls; i++) {
+        if (out[i].resolving) { /* runs on alone; resolve.h keeps a late answer */
+            resolve_cancel(out[i].resolving);
+            out[i].resolving = NULL;
+            out[i].code = CURLE_OPERATION_TIMEDOUT;
+            snprintf(out[i].errbuf, sizeof(out[i].errbuf),
+                     "Could not resolve host: %s (no answer within %ld ms)", r->hosts[i].name,
+                     r->timeout_ms);
+        }
         if (easy[i]) {
             if (out[i].code == CURLE_FAILED_INIT) { /* still out when the wait ended */
                 out[i].code = CURLE_OPERATION_TIMEDOUT;
@@ -1194,7 +1475,11 @@ static void probe_all(Registry *r, ProbeResult *out)
             curl_multi_remove_handle(multi, easy[i]);
             curl_easy_cleanup(easy[i]);
         }
+        curl_slist_free_all(out[i].resolve);
+        out[i].resolve = NULL;
     }
+    if (loop)
+        ev_loop_destroy(loop);
     curl_multi_cleanup(multi);
     curl_slist_free_all(hdrs);
 }

@@ -257,11 +257,19 @@ Resolve *resolve_start(struct ev_loop *loop, const char *host, ResolveFn fn, voi
         ev_timer_start(loop, &r->deliver);
         return r;
     }
+    /* A lookup no one waits for any more is taken over whichever loop started it (the
+     * registry's start-up probe looks names up on a loop of its own): its thread reads l->loop
+     * only under the lock, and its watcher was stopped on the other loop. */
     Lookup *l = running;
-    while (l && (l->loop != loop || strcmp(l->host, host) != 0))
+    while (l && ((l->loop != loop && !l->orphaned) || strcmp(l->host, host) != 0))
         l = l->next;
     if (l && l->orphaned) { /* waited on again: its answer comes to the loop after all */
         l->orphaned = false;
+        if (l->loop != loop) {
+            l->loop = loop;
+            ev_async_init(&l->done_async, on_done);
+            l->done_async.data = l;
+        }
         ev_async_start(loop, &l->done_async);
     }
     if (!l && nrunning >= RESOLVE_MAX_RUNNING) {

@@ -8,7 +8,9 @@
  * on that one, so a nameserver that never answers costs one thread per name, however many
  * sessions retry. A lookup every waiter gave up on runs on; a successful answer it gets late is
  * kept for RESOLVE_LATE_TTL_S and given to every request for the name meanwhile, at once, so
- * that a nameserver slower than connect_timeout still lets the next attempts connect. */
+ * that a nameserver slower than connect_timeout still lets the next attempts connect. The Schema
+ * Registry's client (registry.c) looks its URLs' host names up here too, and hands curl the
+ * addresses, so that curl starts no lookup thread of its own. */
 #ifndef OUTBOX_RESOLVE_H
 #define OUTBOX_RESOLVE_H
 
@@ -37,8 +39,9 @@ typedef void (*ResolveFn)(void *arg, const char *addrs, int n, const char *error
 bool resolve_needed(const char *host);
 
 /* Asks for host's addresses (host copied) for TCP connections: a late answer kept for it, the
- * lookup of it already running, or a new one. fn is called once, on loop and never from inside
- * this call, unless resolve_cancel comes first; the caller keeps the handle until one of the
+ * lookup of it already running (on this loop, or one every waiter gave up, whichever loop started
+ * it: it reports to this one from then on), or a new one. fn is called once, on loop and never from
+ * inside this call, unless resolve_cancel comes first; the caller keeps the handle until one of the
  * two. Returns NULL, with why in err, when RESOLVE_MAX_RUNNING other names are being looked up
  * or no thread can be started. */
 Resolve *resolve_start(struct ev_loop *loop, const char *host, ResolveFn fn, void *arg, char *err,
