@@ -1964,6 +1964,27 @@ static bool selections_check(const Config *cfg, const OptSource *sources, char *
     return true;
 }
 
+/* Refuses, with one line in err, --dry-run given as a flag to a command that has no dry run (all
+ * but its OptDef's: migrate and replay). Every command takes every option, and one that has no
+ * dry run did its work for real: `purge-dead --all --dry-run`, typed to see what it would delete,
+ * deleted every dead event, `requeue --all --dry-run` requeued them all, `run --dry-run` relayed.
+ * From the file or the environment it is let be: they may be shared by every command. */
+static bool dry_run_check(const Config *cfg, const OptSource *sources, char *err, size_t errlen)
+{
+    unsigned owners = opts_find(&spec, "dry-run", strlen("dry-run"))->commands;
+    if (!cfg->replay_dry_run || (owners & FOR(cfg->command)) ||
+        source_of(sources, "dry-run") != OPT_FROM_FLAG)
+        return true;
+    const char *name = "";
+    for (size_t c = 0; c < sizeof(commands) / sizeof(commands[0]); c++)
+        if (commands[c].id == (int)cfg->command)
+            name = commands[c].name;
+    return optval_fail(err, errlen,
+                       "%s does not take --dry-run (migrate and replay have a dry run; %s would do "
+                       "its work for real)",
+                       name, name);
+}
+
 static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missing, char *err,
                              size_t errlen);
 
@@ -2144,6 +2165,8 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
                            "--sent-before, --aggregate-type, --aggregate-id, --event-type or "
                            "--missing");
     if (!selections_check(cfg, sources, err, errlen))
+        return false;
+    if (!dry_run_check(cfg, sources, err, errlen))
         return false;
     if (cfg->command == CMD_REPLAY && cfg->replay_from_id && cfg->replay_to_id &&
         cfg->replay_from_id > cfg->replay_to_id)

@@ -762,6 +762,42 @@ static void test_retention_option(void **state)
     config_free(&cfg);
 }
 
+/* --dry-run is migrate's and replay's: every other command, given it as a flag, refuses it,
+ * since each of them did its work for real (`purge-dead --all --dry-run` deleted every dead
+ * event, `requeue --all --dry-run` requeued them, `run --dry-run` relayed). */
+static void test_dry_run_refused_by_commands_without_one(void **state)
+{
+    Config cfg;
+    char err[256];
+    const char *cmds[][3] = {{"purge-dead", "--all", NULL},
+                             {"requeue", "--all", NULL},
+                             {"run", "--brokers=k:1", NULL},
+                             {"check", "--brokers=k:1", NULL},
+                             {"verify", "--brokers=k:1", NULL},
+                             {"dead", NULL, NULL},
+                             {"status", NULL, NULL}};
+    for (size_t c = 0; c < sizeof(cmds) / sizeof(cmds[0]); c++) {
+        bool ok = cmds[c][1]
+                      ? LOAD(&cfg, err, cmds[c][0], "--database-url=x", cmds[c][1], "--dry-run")
+                      : LOAD(&cfg, err, cmds[c][0], "--database-url=x", "--dry-run");
+        if (ok) {
+            config_free(&cfg);
+            fail_msg("%s took --dry-run", cmds[c][0]);
+        }
+        char want[96];
+        snprintf(want, sizeof(want),
+                 "%s does not take --dry-run (migrate and replay have a dry run", cmds[c][0]);
+        assert_error_line(err, want);
+        config_free(&cfg);
+    }
+    assert_true(LOAD(&cfg, err, "migrate", "--database-url=x", "--dry-run"));
+    assert_true(cfg.replay_dry_run);
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "replay", "--database-url=x", "--from-id=1", "--dry-run"));
+    assert_true(cfg.replay_dry_run);
+    config_free(&cfg);
+}
+
 /* replay refuses, as flags, the options of other commands that read as a selection (verify's
  * --since, requeue's --id and --all): every command takes every option, and `replay --since 2h
  * --aggregate-type order` replayed every sent order event. verify likewise refuses replay's
@@ -2823,6 +2859,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replay_refuses_other_selections),
+        cmocka_unit_test(test_dry_run_refused_by_commands_without_one),
         cmocka_unit_test(test_scrub_argv),
         cmocka_unit_test(test_scrub_argv_registry_short_password),
         T(test_command_run),
