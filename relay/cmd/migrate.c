@@ -628,6 +628,11 @@ static bool dry_run(PGconn *conn, const TableMap *map, const char *schema)
         table_map_display(map, name, sizeof(name));
         const MigrationFile *hardening = migration_named(HARDENING_MIGRATION);
         bool in_place = false;
+        /* A table that does not exist (a typo in --table, the wrong database) is what the run
+         * fails on (exit 1, "relation ... does not exist"): said here too, not "adoption
+         * pending", exit 0, which read as "the run will adopt it". */
+        if (!exec_mapped_ok(conn, map, SQL_ALL_COLUMNS, "check"))
+            return false;
         if (recorded && (!hardening || !adoption_fingerprint(conn, map, hardening, hex) ||
                          !adoption_in_place(conn, map, hex, &in_place)))
             return false;

@@ -4,7 +4,7 @@
 # when run again, is safe when several instances start at once (also when the database sets a
 # lock_timeout and the URL a statement_timeout shorter than one migrate waits for another's
 # lock), that an interrupted migrate leaves no statement running on the server, that --dry-run
-# changes nothing, and that the SQL files also apply with plain psql in order (so operators can review and run them by hand); --table
+# changes nothing (and exits 1 on a --table that does not exist, as the run), and that the SQL files also apply with plain psql in order (so operators can review and run them by hand); --table
 # public.outbox is the relay's own table (migrated, not adopted), and a --schema that does not
 # exist is refused in one line (exit 1), as is adopting a table whose index names another relation
 # holds (a table renamed keeps them), an index of the table's own under the relay's name with
@@ -195,6 +195,14 @@ check "...saying it would adopt it" grep -q 'msg="table adoption pending (dry ru
 check_eq "...and adds none of the relay's columns" 5 \
     "$(psql_q "SELECT count(*) FROM pg_attribute WHERE attrelid = 'dry_events'::regclass
                AND attnum > 0 AND NOT attisdropped" -d outbox_dry)"
+# A table that does not exist makes the run fail (exit 1): the dry run must say so, not that it
+# would adopt it.
+"$RELAY_BIN" migrate --dry-run --database-url "$dry_url" --table dry_nosuch 2>"$T/dry5.log"
+check_eq "...--dry-run --table of a table that does not exist exits 1" 1 $?
+check "...naming it, as the run would" \
+    grep -q 'msg="migration failed" step=check error=.*relation \\"dry_nosuch\\" does not exist' \
+    "$T/dry5.log"
+check "...not saying it would adopt it" lacks "$T/dry5.log" 'adoption pending'
 "$RELAY_BIN" migrate --database-url "$dry_url" --table dry_events 2>/dev/null ||
     fail "adopt dry_events"
 "$RELAY_BIN" migrate --dry-run --database-url "$dry_url" --table dry_events 2>"$T/dry4.log"
