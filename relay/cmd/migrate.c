@@ -410,24 +410,15 @@ static bool adoption_in_place(PGconn *conn, const TableMap *map, const char *hex
     return true;
 }
 
-static bool adopt_table(PGconn *conn, const TableMap *map)
+/* The checks of an adopted table that the claims and marks rely on, run after each adoption's DDL
+ * and by --dry-run on a table adopted before: the mapped columns (the order column an integer),
+ * the relay's index names (not another relation's, not another definition) and the bookkeeping
+ * columns that were the table's own. True when they pass; else false, with one line logged that
+ * says what to fix (name: the table as said in logs). Reads only. */
+static bool adoption_checks(PGconn *conn, const TableMap *map, const char *name)
 {
-    char name[160], hex[17];
-    table_map_display(map, name, sizeof(name));
-    const MigrationFile *hardening = migration_named(HARDENING_MIGRATION);
-    if (!hardening || !adoption_fingerprint(conn, map, hardening, hex) ||
-        !exec_ok(conn, "BEGIN", "adopt"))
-        return false;
     PGresult *cols = NULL, *foreign = NULL, *unlike = NULL;
-    bool in_place = false;
-    /* The roles' grants follow, outside this transaction (grants_apply, every run). The checks
-     * run either way: they read, and lock nothing a writer waits for. */
     bool ok =
-        adoption_in_place(conn, map, hex, &in_place) &&
-        (in_place || (exec_ok(conn, hardening->sql, hardening->name) &&
-                      exec_mapped_ok(conn, map, SQL_ADOPT_FUNCTION, "adopt") &&
-                      exec_mapped_ok(conn, map, SQL_ADOPT, "adopt") &&
-                      (!map->headers || exec_mapped_ok(conn, map, SQL_ADOPT_HEADERS, "adopt")))) &&
         (cols = exec_mapped(conn, map, SQL_CHECK_COLUMNS, "check columns")) != NULL &&
         (foreign = exec_mapped(conn, map, migrate_index_check_sql, "check indexes")) != NULL &&
         (unlike = exec_mapped(conn, map, SQL_CHECK_BOOKKEEPING, "check columns")) != NULL;
@@ -471,6 +462,27 @@ static bool adopt_table(PGconn *conn, const TableMap *map)
         ok = false;
     }
     PQclear(foreign);
+    return ok;
+}
+
+static bool adopt_table(PGconn *conn, const TableMap *map)
+{
+    char name[160], hex[17];
+    table_map_display(map, name, sizeof(name));
+    const MigrationFile *hardening = migration_named(HARDENING_MIGRATION);
+    if (!hardening || !adoption_fingerprint(conn, map, hardening, hex) ||
+        !exec_ok(conn, "BEGIN", "adopt"))
+        return false;
+    bool in_place = false;
+    /* The roles' grants follow, outside this transaction (grants_apply, every run). The checks
+     * run either way: they read, and lock nothing a writer waits for. */
+    bool ok =
+        adoption_in_place(conn, map, hex, &in_place) &&
+        (in_place || (exec_ok(conn, hardening->sql, hardening->name) &&
+                      exec_mapped_ok(conn, map, SQL_ADOPT_FUNCTION, "adopt") &&
+                      exec_mapped_ok(conn, map, SQL_ADOPT, "adopt") &&
+                      (!map->headers || exec_mapped_ok(conn, map, SQL_ADOPT_HEADERS, "adopt")))) &&
+        adoption_checks(conn, map, name);
     if (ok && !in_place) {
         PGresult *rec = exec_fingerprinted(conn, map, SQL_RECORD_ADOPTED, hex, "adopt");
         ok = rec != NULL;
@@ -635,6 +647,10 @@ static bool dry_run(PGconn *conn, const TableMap *map, const char *schema)
             return false;
         if (recorded && (!hardening || !adoption_fingerprint(conn, map, hardening, hex) ||
                          !adoption_in_place(conn, map, hex, &in_place)))
+            return false;
+        /* What the run checks of an adopted table (an index of the relay's name made another
+         * way since, a bookkeeping column changed): the run fails on it, exit 1. */
+        if (in_place && !adoption_checks(conn, map, name))
             return false;
         total = 1;
         pending = in_place ? 0 : 1;

@@ -4,7 +4,8 @@
 # when run again, is safe when several instances start at once (also when the database sets a
 # lock_timeout and the URL a statement_timeout shorter than one migrate waits for another's
 # lock), that an interrupted migrate leaves no statement running on the server, that --dry-run
-# changes nothing (and exits 1 on a --table that does not exist, as the run), and that the SQL files also apply with plain psql in order (so operators can review and run them by hand); --table
+# changes nothing (and exits 1 where the run would fail: a --table that does not exist, an adopted
+# table's index made again another way), and that the SQL files also apply with plain psql in order (so operators can review and run them by hand); --table
 # public.outbox is the relay's own table (migrated, not adopted), and a --schema that does not
 # exist is refused in one line (exit 1), as is adopting a table whose index names another relation
 # holds (a table renamed keeps them), an index of the table's own under the relay's name with
@@ -210,6 +211,20 @@ check_eq "...adopted: --dry-run --table exits 0" 0 $?
 check "...saying it is adopted already" grep -q 'msg="table already adopted" table=' "$T/dry4.log"
 check "...with nothing pending" grep -q 'msg="dry run: nothing changed" pending=0 total=1' \
     "$T/dry4.log"
+# Adopted, then an index of the relay's name made again another way: the run checks the indexes
+# of an adopted table and fails (exit 1); the dry run must say so too, not "already adopted".
+unsent_idx=$(psql_q "SELECT indexrelid::regclass FROM pg_index WHERE indrelid = 'dry_events'::regclass
+                     AND pg_get_expr(indpred, indrelid) = '(sent_at IS NULL)'" -d outbox_dry)
+[ -n "$unsent_idx" ] || fail "dry_events has its unsent index"
+psql_q "DROP INDEX $unsent_idx; CREATE INDEX $unsent_idx ON dry_events (event_id)
+        WHERE sent_at IS NULL" -d outbox_dry || fail "make $unsent_idx again another way"
+"$RELAY_BIN" migrate --database-url "$dry_url" --table dry_events 2>"$T/dry6run.log"
+check_eq "...an index made again another way: the run exits 1" 1 $?
+"$RELAY_BIN" migrate --dry-run --database-url "$dry_url" --table dry_events 2>"$T/dry6.log"
+check_eq "...and --dry-run exits 1 too" 1 $?
+check "...naming the index, as the run does" grep -q "another definition.*index=\"$unsent_idx\"" \
+    "$T/dry6.log"
+check "...not saying the table is adopted" lacks "$T/dry6.log" 'table already adopted'
 
 # --- plain psql, file by file ---
 psql_q "CREATE DATABASE outbox_psql" -d postgres
