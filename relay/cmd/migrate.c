@@ -76,6 +76,33 @@ static bool exec_ok(PGconn *conn, const char *sql, const char *what)
     return res != NULL;
 }
 
+/* Sets SQL_CHECK_CLIENT for the session. A server that refuses it is told in a warning and
+ * migrate goes on: the check only shortens what an interrupted migrate leaves running, and a
+ * refusal is the server's setup, not migrate's to fix (a platform without the check: Windows, and
+ * PostgreSQL 14 on macOS or FreeBSD: "invalid value for parameter", it must be 0 there; pg_settings
+ * not readable by the role). Failing there made migrate unusable on those servers. False only when
+ * the connection is lost (logged as a failed step). */
+static bool check_client_set(PGconn *conn)
+{
+    DbError e;
+    if (conn_lost)
+        return false;
+    PGresult *res = admin_script_within(conn, SQL_CHECK_CLIENT, answer_s, &e);
+    PQclear(res);
+    conn_lost = conn_lost || (!res && e.conn_lost);
+    if (res)
+        return true;
+    char q[512];
+    if (conn_lost) {
+        log_error("migration failed", "step=setup error=%s", log_quote(e.message, q, sizeof(q)));
+        return false;
+    }
+    log_warn("client_connection_check_interval not set: an interrupted migrate's statement runs "
+             "on the server to its end",
+             "error=%s", log_quote(e.message, q, sizeof(q)));
+    return true;
+}
+
 /* Adopting a table the embedded migrations did not create (relay/outbox/table.h): the columns the
  * relay keeps its bookkeeping in, as in migrations 0001 and 0003, with defaults, so the
  * application's INSERTs need no change. The order column is an identity: existing rows get numbers
@@ -695,15 +722,15 @@ int migrate_run(const char *conninfo, const TableMap *map, const char *schema, l
     PQsetNoticeReceiver(conn, on_notice, NULL);
     notice_step = "setup";
     if (dry) {
-        if (exec_ok(conn, SQL_CHECK_CLIENT, "setup") &&
-            schema_exists(conn, schema ? schema : "public") && dry_run(conn, map, schema))
+        if (check_client_set(conn) && schema_exists(conn, schema ? schema : "public") &&
+            dry_run(conn, map, schema))
             rc = 0;
         goto done;
     }
     /* Session-level lock: released by the unlock below or when the connection closes. The table
      * is created only when missing, so that a run with nothing to do says nothing. */
-    if (!exec_ok(conn, "SET client_min_messages = notice", "setup") ||
-        !exec_ok(conn, SQL_CHECK_CLIENT, "setup") || !exec_ok(conn, SQL_MIGRATE_LOCK, "lock") ||
+    if (!exec_ok(conn, "SET client_min_messages = notice", "setup") || !check_client_set(conn) ||
+        !exec_ok(conn, SQL_MIGRATE_LOCK, "lock") ||
         !exec_ok(conn, DB_BOUND_SETTING_SQL("lock_timeout", MIGRATE_LOCK_TIMEOUT, "false"),
                  "setup") ||
         !schema_exists(conn, schema ? schema : "public") ||
