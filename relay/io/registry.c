@@ -146,7 +146,10 @@ struct Registry {
      * (BACKOFF_FIRST_S doubling to BACKOFF_MAX_S, monotonic), reset when the registry is up. */
     double list_backoff_s, list_retry_at;
     /* GET /subjects answered 404 (a proxy that routes the lookups' paths alone, as the start-up
-     * probe allows): the recheck asks the failed subject instead, though no row wants it. */
+     * probe allows): the next recheck asks the failed subject instead, though no row wants it,
+     * and clears this. Kept, one 404 (a proxy's page while the registry restarts) sent every
+     * recheck to that subject for good, and a failure of its own (a 403 for it) kept the registry
+     * down while /subjects answered 200 again. */
     bool list_404;
     int in_flight;
     double lookup_rate, lookup_burst; /* the request budget (LOOKUP_RATE, LOOKUP_BURST) */
@@ -820,7 +823,8 @@ static bool budget_take(Registry *r, const char *subject, double now);
  * subject due first among those a row looked up since they failed (each failure's ready callback
  * wakes the sessions waiting, which look their subject up again), at its backoff; when no row
  * wants any, GET /subjects, as the start-up probe, at a backoff of its own (the failed subject
- * again once /subjects answered 404: a proxy may route the lookups' paths alone). Asking a subject
+ * once in its place after each 404 on /subjects: a proxy may route the lookups' paths alone, or
+ * answer so for a moment). Asking a subject
  * no row wants would keep the registry down for good when the failure was that subject's alone (a
  * 403 for a subject the user may not read, a schema over RESPONSE_MAX) and its rows were deleted.
  * One request at a time, at most one per BACKOFF_MAX_S once the backoff is full, and within the
@@ -840,8 +844,9 @@ static void recheck_down(Registry *r)
     }
     if (!first)
         return;
-    if (!due && r->list_404)
-        due = first; /* GET /subjects is no registry's path here */
+    bool instead = !due && r->list_404;
+    if (instead)
+        due = first; /* GET /subjects is no registry's path here, or was not a moment ago */
     double now = monotime_now();
     double at = due                                  ? due->retry_at
                 : first->retry_at > r->list_retry_at ? first->retry_at
@@ -852,7 +857,10 @@ static void recheck_down(Registry *r)
     }
     if (!budget_take(r, (due ? due : first)->subject, now))
         return; /* the retry timer is armed for when the budget allows one */
-    if (!start_request(r, due)) {
+    if (start_request(r, due)) {
+        if (instead)
+            r->list_404 = false; /* /subjects again next time */
+    } else {
         if (due)
             due->retry_at = now + BACKOFF_FIRST_S;
         else

@@ -413,6 +413,62 @@ static void test_down_rechecked_list_404(void **state)
     stand_in_list_status = 0;
 }
 
+/* From review9 s21: one 404 on GET /subjects (a proxy's page while the registry behind it
+ * restarts) made the recheck ask the failed subject instead for the rest of the process. When
+ * that subject's failure was its own (a 403 for it) and its rows were gone, the registry then
+ * stayed down for good though /subjects answered 200 again: the symptom the recheck's GET
+ * /subjects was made to end. The failed subject is asked instead once per 404; /subjects is asked
+ * again after it. */
+static void test_down_rechecked_list_404_once(void **state)
+{
+    char url[64];
+    struct MHD_Daemon *d = stand_in("{\"error_code\": 40301, \"message\": \"User is denied "
+                                    "operation Read on Subject: orders-value\"}",
+                                    url, sizeof(url));
+    stand_in_status = MHD_HTTP_FORBIDDEN;
+    stand_in_list_status = MHD_HTTP_NOT_FOUND; /* for a moment */
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    char err[256] = "";
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    const RegistrySchema *rs = NULL;
+    answered = 0;
+    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    while (answered < 1)
+        ev_run(EV_DEFAULT, 0);
+    assert_false(registry_up(r));
+    /* No row wants the subject any more. The recheck asks /subjects (404), then the subject
+     * (403); from then on /subjects answers 200. The guards only bound the waits (the rechecks
+     * are due 1, 2 and 4 s after the failure). */
+    __atomic_store_n(&stand_in_requests, 0, __ATOMIC_SEQ_CST);
+    ev_timer guard;
+    ev_timer_init(&guard, on_guard, 15.0, 0.0);
+    ev_timer_start(EV_DEFAULT, &guard);
+    guard_fired = false;
+    while (__atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST) < 2 && !guard_fired)
+        ev_run(EV_DEFAULT, EVRUN_ONCE);
+    ev_timer_stop(EV_DEFAULT, &guard);
+    assert_false(guard_fired);
+    assert_string_equal(stand_in_path, "/subjects/orders-value/versions/latest");
+    stand_in_list_status = MHD_HTTP_OK;
+    ev_timer_init(&guard, on_guard, 15.0, 0.0);
+    ev_timer_start(EV_DEFAULT, &guard);
+    guard_fired = false;
+    while (!registry_up(r) && !guard_fired)
+        ev_run(EV_DEFAULT, EVRUN_ONCE);
+    ev_timer_stop(EV_DEFAULT, &guard);
+    int sent = __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST);
+    if (!registry_up(r))
+        fail_msg("still down though /subjects answers 200 again (%d requests sent, the last to %s)",
+                 sent, stand_in_path);
+    assert_int_equal(sent, 3);
+    assert_string_equal(stand_in_path, "/subjects");
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+    stand_in_list_status = 0;
+}
+
 /* From review2 s21: the recheck asked the failed subject again, whether or not a row wanted it.
  * When the failure was that subject's alone (a 403 for a subject the user may not read, as
  * Confluent's RBAC answers; a schema too large) and its rows were deleted, every recheck failed
@@ -783,6 +839,7 @@ int main(void)
         cmocka_unit_test(test_down_rechecked_without_rows),
         cmocka_unit_test(test_down_rechecked_subject_refused),
         cmocka_unit_test(test_down_rechecked_list_404),
+        cmocka_unit_test(test_down_rechecked_list_404_once),
         cmocka_unit_test(test_failure_says_registry_message),
         cmocka_unit_test(test_probe_foreign_404),
         cmocka_unit_test(test_probe_large_subject_list),
