@@ -71,7 +71,10 @@ typedef struct Entry {
 typedef struct Request {
     struct Request *next; /* the registry's requests in flight */
     Registry *r;
-    Entry *entry; /* NULL: recheck_down's GET /subjects, whose status alone is read */
+    /* NULL: one of recheck_down's requests whose status alone is read, GET /subjects (list) or
+     * a subject the registry served */
+    Entry *entry;
+    bool list;
     CURL *easy;
     int url_index; /* which of r->urls it went to: a failure moves r->current on from there only */
     StrBuf body;
@@ -146,10 +149,10 @@ struct Registry {
      * (BACKOFF_FIRST_S doubling to BACKOFF_MAX_S, monotonic), reset when the registry is up. */
     double list_backoff_s, list_retry_at;
     /* GET /subjects answered 404 (a proxy that routes the lookups' paths alone, as the start-up
-     * probe allows): the next recheck asks the failed subject instead, though no row wants it,
-     * and clears this. Kept, one 404 (a proxy's page while the registry restarts) sent every
-     * recheck to that subject for good, and a failure of its own (a 403 for it) kept the registry
-     * down while /subjects answered 200 again. */
+     * probe allows): the next recheck asks a subject the registry served instead (or, with none,
+     * the failed subject, though no row wants it), and clears this. Kept, one 404 (a proxy's page
+     * while the registry restarts) sent every recheck to that subject for good, and a failure of
+     * its own (a 403 for it) kept the registry down while /subjects answered 200 again. */
     bool list_404;
     int in_flight;
     double lookup_rate, lookup_burst; /* the request budget (LOOKUP_RATE, LOOKUP_BURST) */
@@ -252,7 +255,8 @@ static size_t on_body(char *data, size_t size, size_t n, void *userp)
 }
 
 /* GET /subjects (recheck_down) wants the status alone, as the start-up probe (probe_body): the
- * body, every subject's name, is not read; the transfer ends at its first bytes. */
+ * body, every subject's name, is not read; the transfer ends at its first bytes. So does the
+ * recheck's request for a subject the registry served, in its place. */
 static size_t on_list_body(char *data, size_t size, size_t n, void *userp)
 {
     Request *q = userp;
@@ -477,7 +481,8 @@ bool registry_not_found(const char *body, size_t len)
     return code >= 40400 && code <= 40499;
 }
 
-/* The answer to recheck_down's GET /subjects: a 200 is the registry answering (up); anything else
+/* The answer to recheck_down's GET /subjects, or to its request for a subject the registry served
+ * (its status alone, as for the list): a 200 is the registry answering (up); anything else
  * leaves it down, asked again after the list's own backoff (and on the next URL, as a lookup's
  * failure moves it on). The failure was logged when the registry went down: nothing is logged. */
 static void list_answered(Registry *r, const Request *q, CURLcode code, long status)
@@ -487,7 +492,7 @@ static void list_answered(Registry *r, const Request *q, CURLcode code, long sta
         set_up(r, true, NULL);
         return;
     }
-    if (answered && status == 404)
+    if (answered && status == 404 && q->list)
         r->list_404 = true;
     r->list_backoff_s = r->list_backoff_s <= 0 ? BACKOFF_FIRST_S : r->list_backoff_s * 2;
     if (r->list_backoff_s > BACKOFF_MAX_S)
@@ -753,12 +758,16 @@ static char *list_url(const Registry *r)
     return asprintf(&url, "%.*s/subjects", (int)blen, base) < 0 ? NULL : url;
 }
 
-/* Sends the request for e's subject; e NULL: GET /subjects, for the status alone. */
-static bool start_request(Registry *r, Entry *e)
+/* Sends the request for e's subject; e NULL: for the status alone, the request for the subject
+ * status_of (a copy of the string is not kept), or GET /subjects when that is NULL too. */
+static bool start_request(Registry *r, Entry *e, const char *status_of)
 {
     Request *q = calloc(1, sizeof(*q));
     CURL *easy = q ? curl_easy_init() : NULL;
-    char *url = !easy ? NULL : e ? subject_url(r, easy, e->subject) : list_url(r);
+    char *url = !easy       ? NULL
+                : e         ? subject_url(r, easy, e->subject)
+                : status_of ? subject_url(r, easy, status_of)
+                            : list_url(r);
     if (!url) {
         if (easy)
             curl_easy_cleanup(easy);
@@ -770,6 +779,7 @@ static bool start_request(Registry *r, Entry *e)
         hdrs = accept_headers();
     q->r = r;
     q->entry = e;
+    q->list = !e && !status_of;
     q->easy = easy;
     q->url_index = r->current; /* subject_url used it */
     easy_setup(r, easy, url, hdrs);
@@ -822,19 +832,22 @@ static bool budget_take(Registry *r, const char *subject, double now);
  * outbox_schema_registry_up 0 for good while every row was delivered. What is asked: the failed
  * subject due first among those a row looked up since they failed (each failure's ready callback
  * wakes the sessions waiting, which look their subject up again), at its backoff; when no row
- * wants any, GET /subjects, as the start-up probe, at a backoff of its own (the failed subject
- * once in its place after each 404 on /subjects: a proxy may route the lookups' paths alone, or
- * answer so for a moment). Asking a subject
- * no row wants would keep the registry down for good when the failure was that subject's alone (a
- * 403 for a subject the user may not read, a schema over RESPONSE_MAX) and its rows were deleted.
+ * wants any, GET /subjects, as the start-up probe, at a backoff of its own. Once in its place
+ * after each 404 on /subjects (a proxy may route the lookups' paths alone, or answer so for a
+ * moment): for its status alone, a subject the registry served, else the failed subject. Asking
+ * a subject no row wants would keep the registry down for good when the failure was that
+ * subject's alone (a 403 for a subject the user may not read, a schema over RESPONSE_MAX) and its
+ * rows were deleted.
  * One request at a time, at most one per BACKOFF_MAX_S once the backoff is full, and within the
  * lookup budget. */
 static void recheck_down(Registry *r)
 {
     if (r->up || r->in_flight > 0)
         return;
-    Entry *due = NULL, *first = NULL;
+    Entry *due = NULL, *first = NULL, *served = NULL;
     for (Entry *e = r->entries; e; e = e->next) {
+        if (e->state == ENTRY_OK && !served)
+            served = e; /* the most recently looked up */
         if (e->state != ENTRY_FAILED)
             continue;
         if (!first || e->retry_at < first->retry_at)
@@ -844,9 +857,13 @@ static void recheck_down(Registry *r)
     }
     if (!first)
         return;
+    /* GET /subjects is no registry's path here, or was not a moment ago. A subject the registry
+     * served tells as well whether it answers; the failed one, with no row wanting it, may be
+     * refused alone for good (a 403 for it). */
     bool instead = !due && r->list_404;
-    if (instead)
-        due = first; /* GET /subjects is no registry's path here, or was not a moment ago */
+    const char *status_of = instead && served ? served->subject : NULL;
+    if (instead && !served)
+        due = first;
     double now = monotime_now();
     double at = due                                  ? due->retry_at
                 : first->retry_at > r->list_retry_at ? first->retry_at
@@ -857,7 +874,7 @@ static void recheck_down(Registry *r)
     }
     if (!budget_take(r, (due ? due : first)->subject, now))
         return; /* the retry timer is armed for when the budget allows one */
-    if (start_request(r, due)) {
+    if (start_request(r, due, status_of)) {
         if (instead)
             r->list_404 = false; /* /subjects again next time */
     } else {
@@ -1307,7 +1324,7 @@ RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistryS
     case ENTRY_EMPTY:
         break;
     }
-    if (!start_request(r, e)) {
+    if (!start_request(r, e, NULL)) {
         e->retry_at = now + BACKOFF_FIRST_S;
         e->state = ENTRY_FAILED;
         arm_retry(r, e->retry_at);

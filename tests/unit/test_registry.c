@@ -31,6 +31,8 @@ static unsigned stand_in_status = MHD_HTTP_NOT_FOUND;
 static unsigned stand_in_list_status;
 /* Requests the stand-in received (its threads count them). */
 static int stand_in_requests;
+/* Requests whose path starts so are answered 403, when not NULL. */
+static const char *stand_in_refused;
 /* The Location of its redirects (a 3xx stand_in_status). */
 static const char *stand_in_location = "https://registry.example/subjects";
 /* The path of the last request it received. */
@@ -52,6 +54,8 @@ static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const
         MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
     unsigned status = stand_in_list_status && strcmp(url, "/subjects") == 0 ? stand_in_list_status
                                                                             : stand_in_status;
+    if (stand_in_refused && strncmp(url, stand_in_refused, strlen(stand_in_refused)) == 0)
+        status = MHD_HTTP_FORBIDDEN;
     if (status >= 300 && status < 400)
         MHD_add_response_header(res, "Location", stand_in_location);
     enum MHD_Result rc = MHD_queue_response(c, status, res);
@@ -469,6 +473,62 @@ static void test_down_rechecked_list_404_once(void **state)
     stand_in_list_status = 0;
 }
 
+/* From review9 s21: where GET /subjects answers 404 (a proxy routing the lookups' paths alone),
+ * the recheck asked the failed subject in its place. When that failure was the subject's own (a
+ * 403 for it) and its rows were gone, every recheck failed as the first, and the registry stayed
+ * down for good though it served every other subject: the symptom 9c51c7d ended where /subjects
+ * answers. In its place the recheck asks, for the status alone, a subject the registry served. */
+static void test_down_rechecked_list_404_served_subject(void **state)
+{
+    char url[64];
+    struct MHD_Daemon *d = stand_in(
+        "{\"subject\": \"s-value\", \"version\": 1, \"id\": 7, \"schema\": \"\\\"string\\\"\"}",
+        url, sizeof(url));
+    stand_in_status = MHD_HTTP_OK;
+    stand_in_list_status = MHD_HTTP_NOT_FOUND;
+    stand_in_refused = "/subjects/orders-value/";
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    char err[256] = "";
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    const RegistrySchema *rs = NULL;
+    answered = 0;
+    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    while (answered < 1)
+        ev_run(EV_DEFAULT, 0);
+    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_OK);
+    answered = 0;
+    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    while (answered < 1)
+        ev_run(EV_DEFAULT, 0);
+    assert_false(registry_up(r));
+    /* Its rows deleted: no row looks it up any more. The guard only bounds the wait (the
+     * rechecks are due 1 and 2 s after the failure, then 4 s). */
+    __atomic_store_n(&stand_in_requests, 0, __ATOMIC_SEQ_CST);
+    ev_timer guard;
+    ev_timer_init(&guard, on_guard, 15.0, 0.0);
+    ev_timer_start(EV_DEFAULT, &guard);
+    guard_fired = false;
+    while (!registry_up(r) && !guard_fired)
+        ev_run(EV_DEFAULT, EVRUN_ONCE);
+    ev_timer_stop(EV_DEFAULT, &guard);
+    int sent = __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST);
+    if (!registry_up(r))
+        fail_msg("still down though the registry serves other subjects (%d requests sent, the "
+                 "last to %s)",
+                 sent, stand_in_path);
+    assert_int_equal(sent, 2); /* /subjects, then the served subject */
+    assert_string_equal(stand_in_path, "/subjects/s-value/versions/latest");
+    /* Its schema is still the cached one; the refused subject is still refused. */
+    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_OK);
+    assert_int_equal(rs->id, 7);
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+    stand_in_list_status = 0;
+    stand_in_refused = NULL;
+}
+
 /* From review2 s21: the recheck asked the failed subject again, whether or not a row wanted it.
  * When the failure was that subject's alone (a 403 for a subject the user may not read, as
  * Confluent's RBAC answers; a schema too large) and its rows were deleted, every recheck failed
@@ -840,6 +900,7 @@ int main(void)
         cmocka_unit_test(test_down_rechecked_subject_refused),
         cmocka_unit_test(test_down_rechecked_list_404),
         cmocka_unit_test(test_down_rechecked_list_404_once),
+        cmocka_unit_test(test_down_rechecked_list_404_served_subject),
         cmocka_unit_test(test_failure_says_registry_message),
         cmocka_unit_test(test_probe_foreign_404),
         cmocka_unit_test(test_probe_large_subject_list),
