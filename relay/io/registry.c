@@ -149,11 +149,13 @@ struct Registry {
      * (BACKOFF_FIRST_S doubling to BACKOFF_MAX_S, monotonic), reset when the registry is up. */
     double list_backoff_s, list_retry_at;
     /* GET /subjects answered 404 (a proxy that routes the lookups' paths alone, as the start-up
-     * probe allows): the next recheck asks a subject the registry served instead (or, with none,
-     * the failed subject, though no row wants it), and clears this. Kept, one 404 (a proxy's page
-     * while the registry restarts) sent every recheck to that subject for good, and a failure of
-     * its own (a 403 for it) kept the registry down while /subjects answered 200 again. */
-    bool list_404;
+     * probe allows) or 403 (Confluent's ACL authorizer asks GLOBAL_SUBJECTS_READ for the list,
+     * which a user granted SUBJECT_READ on its subjects lacks, or lost it): the next recheck asks a
+     * subject the registry served instead (or, with none, the failed subject, though no row wants
+     * it), and clears this. Kept, one 404 (a proxy's page while the registry restarts) sent every
+     * recheck to that subject for good, and a failure of its own (a 403 for it) kept the registry
+     * down while /subjects answered 200 again. */
+    bool list_refused;
     int in_flight;
     double lookup_rate, lookup_burst; /* the request budget (LOOKUP_RATE, LOOKUP_BURST) */
     double tokens;                    /* requests the budget allows now, as of tokens_at */
@@ -492,8 +494,8 @@ static void list_answered(Registry *r, const Request *q, CURLcode code, long sta
         set_up(r, true, NULL);
         return;
     }
-    if (answered && status == 404 && q->list)
-        r->list_404 = true;
+    if (answered && (status == 404 || status == 403) && q->list)
+        r->list_refused = true;
     r->list_backoff_s = r->list_backoff_s <= 0 ? BACKOFF_FIRST_S : r->list_backoff_s * 2;
     if (r->list_backoff_s > BACKOFF_MAX_S)
         r->list_backoff_s = BACKOFF_MAX_S;
@@ -833,13 +835,12 @@ static bool budget_take(Registry *r, const char *subject, double now);
  * subject due first among those a row looked up since they failed (each failure's ready callback
  * wakes the sessions waiting, which look their subject up again), at its backoff; when no row
  * wants any, GET /subjects, as the start-up probe, at a backoff of its own. Once in its place
- * after each 404 on /subjects (a proxy may route the lookups' paths alone, or answer so for a
- * moment): for its status alone, a subject the registry served, else the failed subject. Asking
- * a subject no row wants would keep the registry down for good when the failure was that
- * subject's alone (a 403 for a subject the user may not read, a schema over RESPONSE_MAX) and its
- * rows were deleted.
- * One request at a time, at most one per BACKOFF_MAX_S once the backoff is full, and within the
- * lookup budget. */
+ * after each 404 or 403 on /subjects (a proxy may route the lookups' paths alone, or answer so
+ * for a moment; a user may read its subjects but not list them): for its status alone, a subject
+ * the registry served, else the failed subject. Asking a subject no row wants would keep the
+ * registry down for good when the failure was that subject's alone (a 403 for a subject the user
+ * may not read, a schema over RESPONSE_MAX) and its rows were deleted. One request at a time, at
+ * most one per BACKOFF_MAX_S once the backoff is full, and within the lookup budget. */
 static void recheck_down(Registry *r)
 {
     if (r->up || r->in_flight > 0)
@@ -857,10 +858,10 @@ static void recheck_down(Registry *r)
     }
     if (!first)
         return;
-    /* GET /subjects is no registry's path here, or was not a moment ago. A subject the registry
-     * served tells as well whether it answers; the failed one, with no row wanting it, may be
-     * refused alone for good (a 403 for it). */
-    bool instead = !due && r->list_404;
+    /* GET /subjects is no registry's path here, or not the user's, or was not a moment ago. A
+     * subject the registry served tells as well whether it answers; the failed one, with no row
+     * wanting it, may be refused alone for good (a 403 for it). */
+    bool instead = !due && r->list_refused;
     const char *status_of = instead && served ? served->subject : NULL;
     if (instead && !served)
         due = first;
@@ -876,7 +877,7 @@ static void recheck_down(Registry *r)
         return; /* the retry timer is armed for when the budget allows one */
     if (start_request(r, due, status_of)) {
         if (instead)
-            r->list_404 = false; /* /subjects again next time */
+            r->list_refused = false; /* /subjects again next time */
     } else {
         if (due)
             due->retry_at = now + BACKOFF_FIRST_S;

@@ -529,6 +529,59 @@ static void test_down_rechecked_list_404_served_subject(void **state)
     stand_in_refused = NULL;
 }
 
+/* From review9 s21: a 403 on GET /subjects (Confluent's ACL authorizer asks GLOBAL_SUBJECTS_READ
+ * for the list, which a user granted SUBJECT_READ on its own subjects lacks; a grant withdrawn
+ * while the relay runs) kept the registry down at every recheck while it served the subjects:
+ * with a 403 on one subject of its own and its rows gone, for good. /subjects refused is taken as
+ * a 404 there: a subject the registry served is asked in its place. */
+static void test_down_rechecked_list_403_served_subject(void **state)
+{
+    char url[64];
+    struct MHD_Daemon *d = stand_in(
+        "{\"subject\": \"s-value\", \"version\": 1, \"id\": 7, \"schema\": \"\\\"string\\\"\"}",
+        url, sizeof(url));
+    stand_in_status = MHD_HTTP_OK;
+    stand_in_list_status = MHD_HTTP_FORBIDDEN;
+    stand_in_refused = "/subjects/orders-value/";
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    char err[256] = "";
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    const RegistrySchema *rs = NULL;
+    answered = 0;
+    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    while (answered < 1)
+        ev_run(EV_DEFAULT, 0);
+    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_OK);
+    answered = 0;
+    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    while (answered < 1)
+        ev_run(EV_DEFAULT, 0);
+    assert_false(registry_up(r));
+    /* Its rows deleted. The guard only bounds the wait (the rechecks are due 1 and 2 s after the
+     * failure, then 4 s). */
+    __atomic_store_n(&stand_in_requests, 0, __ATOMIC_SEQ_CST);
+    ev_timer guard;
+    ev_timer_init(&guard, on_guard, 15.0, 0.0);
+    ev_timer_start(EV_DEFAULT, &guard);
+    guard_fired = false;
+    while (!registry_up(r) && !guard_fired)
+        ev_run(EV_DEFAULT, EVRUN_ONCE);
+    ev_timer_stop(EV_DEFAULT, &guard);
+    int sent = __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST);
+    if (!registry_up(r))
+        fail_msg("still down though the registry serves its subjects (%d requests sent, the last "
+                 "to %s)",
+                 sent, stand_in_path);
+    assert_int_equal(sent, 2); /* /subjects (403), then the served subject */
+    assert_string_equal(stand_in_path, "/subjects/s-value/versions/latest");
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+    stand_in_list_status = 0;
+    stand_in_refused = NULL;
+}
+
 /* From review2 s21: the recheck asked the failed subject again, whether or not a row wanted it.
  * When the failure was that subject's alone (a 403 for a subject the user may not read, as
  * Confluent's RBAC answers; a schema too large) and its rows were deleted, every recheck failed
@@ -901,6 +954,7 @@ int main(void)
         cmocka_unit_test(test_down_rechecked_list_404),
         cmocka_unit_test(test_down_rechecked_list_404_once),
         cmocka_unit_test(test_down_rechecked_list_404_served_subject),
+        cmocka_unit_test(test_down_rechecked_list_403_served_subject),
         cmocka_unit_test(test_failure_says_registry_message),
         cmocka_unit_test(test_probe_foreign_404),
         cmocka_unit_test(test_probe_large_subject_list),
