@@ -148,6 +148,12 @@ Ops *ops_new(struct ev_loop *loop, Config *cfg, int argc, char **argv, char *err
 static void sighup_start(Ops *o)
 {
     ev_signal_start(o->loop, &o->sighup);
+    /* With EVFLAG_SIGNALFD (LIBEV_FLAGS in the environment overrides the flags main.c passes)
+     * libev installs no handler: it blocks the signal and reads it from a signalfd. Let through,
+     * it had its default action, and the first reload ended the relay (exit 129). */
+    struct sigaction now;
+    if (sigaction(SIGHUP, NULL, &now) == 0 && now.sa_handler == SIG_DFL)
+        return;
     sigset_t hup;
     sigemptyset(&hup);
     sigaddset(&hup, SIGHUP);
@@ -181,14 +187,19 @@ void ops_free(Ops *o)
      * default as the handler stops, which ended a relay in the middle of its teardown (the
      * producers' last flush, the wait for old ones) with a death by signal (exit 129) in place of
      * its own status and last lines. Blocked in this thread from before the stop until it is
-     * ignored: one sent between the two stays pending, and is dropped as it becomes ignored. */
-    sigset_t hup, old;
+     * ignored: one sent between the two stays pending, and is dropped as it becomes ignored.
+     * Ignored before the stop as well: with a signalfd (sighup_start) libev kept it blocked, and
+     * its stop unblocks it in place of restoring a default it never replaced, which delivered
+     * one pending then with that default (the block above undone). Unblocked at the end in
+     * either case: ignored, it can do no harm. */
+    sigset_t hup;
     sigemptyset(&hup);
     sigaddset(&hup, SIGHUP);
-    sigprocmask(SIG_BLOCK, &hup, &old);
+    sigprocmask(SIG_BLOCK, &hup, NULL);
+    signal(SIGHUP, SIG_IGN);
     ev_signal_stop(o->loop, &o->sighup);
     signal(SIGHUP, SIG_IGN);
-    sigprocmask(SIG_SETMASK, &old, NULL);
+    sigprocmask(SIG_UNBLOCK, &hup, NULL);
     upkeep_free(o->upkeep);
     http_server_free(o->http);
     free(o);

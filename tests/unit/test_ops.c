@@ -9,6 +9,8 @@
 #include <dlfcn.h>
 #include <ev.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -86,10 +88,65 @@ static void test_ops_free_sighup(void **state)
     assert_int_equal(WEXITSTATUS(status), CHILD_OK);
 }
 
+/* From review9 s21: libev takes LIBEV_FLAGS from the environment over ev_default_loop's flags
+ * (main.c passes EVFLAG_AUTO), and with EVFLAG_SIGNALFD among them its SIGHUP watcher installs no
+ * handler: it keeps the signal blocked and reads it from a signalfd. ops_start unblocked it after
+ * the start, so any SIGHUP, a reload, ended the relay by its default action (exit 129); and
+ * ev_signal_stop unblocks it rather than give back a default it never took away, so ops_free's
+ * block was undone by the stop and one pending then was delivered with that default. The SIGHUP
+ * here is sent with the watcher in and the loop not run, as one sent after its last turn. */
+static int ops_cycle_signalfd(void)
+{
+    char flags[16];
+    snprintf(flags, sizeof(flags), "%u", (unsigned)EVFLAG_SIGNALFD);
+    setenv("LIBEV_FLAGS", flags, 1);
+    sigset_t hup;
+    sigemptyset(&hup);
+    sigaddset(&hup, SIGHUP);
+    sigprocmask(SIG_BLOCK, &hup, NULL);
+    struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
+    Config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    char err[256];
+    Ops *ops = loop ? ops_new(loop, &cfg, 0, NULL, err, sizeof(err)) : NULL;
+    if (!ops)
+        return CHILD_NO_OPS;
+    ops_start_databases(ops, NULL);
+    kill(getpid(), SIGHUP);
+    ops_free(ops);
+    struct sigaction now;
+    sigset_t mask;
+    sigaction(SIGHUP, NULL, &now);
+    sigprocmask(SIG_BLOCK, NULL, &mask);
+    if (now.sa_handler != SIG_IGN)
+        return CHILD_NOT_IGNORED;
+    if (sigismember(&mask, SIGHUP))
+        return CHILD_STILL_BLOCKED;
+    return CHILD_OK;
+}
+
+static void test_ops_free_sighup_signalfd(void **state)
+{
+    (void)state;
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(ops_cycle_signalfd());
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status))
+        fail_msg("ops_free under LIBEV_FLAGS=signalfd: the process died of signal %d (%s)",
+                 WTERMSIG(status), strsignal(WTERMSIG(status)));
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), CHILD_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ops_free_sighup),
+        cmocka_unit_test(test_ops_free_sighup_signalfd),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
