@@ -458,7 +458,8 @@ FUZZ_OBJ_FLAGS = $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link
 $(eval $(call variant_rules,bin/fuzz/obj,FUZZ_CC,FUZZ_OBJ_FLAGS))
 
 # fuzz_serializer: the Schema Registry encodings (relay/io/serializer.c, which calls the registry).
-FUZZ_SERIALIZER_OBJ := $(FUZZ_RELAY_OBJ) $(call objs,bin/fuzz/obj,relay/io/serializer.c relay/io/registry.c)
+FUZZ_SERIALIZER_OBJ := $(FUZZ_RELAY_OBJ) $(call objs,bin/fuzz/obj,relay/io/serializer.c relay/io/registry.c \
+                       relay/io/resolve.c)
 bin/fuzz/fuzz_serializer: FUZZ_LINK = $(FUZZ_SERIALIZER_OBJ)
 bin/fuzz/fuzz_serializer: $(FUZZ_SERIALIZER_OBJ)
 bin/fuzz/fuzz_order: FUZZ_LINK = $(FUZZ_PRODUCER_OBJ)
