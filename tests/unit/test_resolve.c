@@ -1,8 +1,13 @@
 /* Unit tests for resolve (relay/io/resolve.h): which hosts the relay looks up off the loop, a
  * lookup reported on the loop, a lookup given up on before it ends (no call, nothing leaked: the
  * sanitizers' leak check runs at exit; its answer is kept as a late one, which the next test's
- * first request may take), and requests sharing one lookup. Names come from /etc/hosts
- * (localhost), so no nameserver is asked. */
+ * first request may take), requests sharing one lookup, and a lookup given up on one loop (the
+ * registry's start-up probe's, destroyed since) taken over by another. Names come from /etc/hosts
+ * (localhost), so no nameserver is asked; a name ending in ".held" is looked up as localhost,
+ * once the test lets it go (getaddrinfo below: a nameserver that has not answered yet). */
+#include <dlfcn.h>
+#include <netdb.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +19,47 @@
 #include <cmocka.h>
 
 #include "resolve.h"
+
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t held_cond = PTHREAD_COND_INITIALIZER;
+static bool held_released;
+static int held_lookups; /* getaddrinfo calls for a ".held" name */
+
+/* Takes resolve.c's calls (the executable's symbol comes first): a ".held" name waits until
+ * held_release, then is looked up as localhost. */
+int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
+                struct addrinfo **res)
+{
+    int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **) =
+        (int (*)(const char *, const char *, const struct addrinfo *, struct addrinfo **))dlsym(
+            RTLD_NEXT, "getaddrinfo");
+    size_t n = node ? strlen(node) : 0;
+    if (n > 5 && strcmp(node + n - 5, ".held") == 0) {
+        pthread_mutex_lock(&held_lock);
+        held_lookups++;
+        while (!held_released)
+            pthread_cond_wait(&held_cond, &held_lock);
+        pthread_mutex_unlock(&held_lock);
+        node = "localhost";
+    }
+    return real(node, service, hints, res);
+}
+
+static void held_release(void)
+{
+    pthread_mutex_lock(&held_lock);
+    held_released = true;
+    pthread_cond_broadcast(&held_cond);
+    pthread_mutex_unlock(&held_lock);
+}
+
+static int held_count(void)
+{
+    pthread_mutex_lock(&held_lock);
+    int n = held_lookups;
+    pthread_mutex_unlock(&held_lock);
+    return n;
+}
 
 static void test_needed(void **state)
 {
@@ -106,6 +152,33 @@ static void test_requests_share_a_lookup(void **state)
     ev_loop_destroy(loop);
 }
 
+/* A lookup every waiter gave up on, on a loop destroyed since (the registry's start-up probe's),
+ * is taken over by a request for the name on another loop: no second lookup, its answer reported
+ * once on the new loop, the old loop's watcher never signalled (the sanitizers would see a use of
+ * the destroyed loop). */
+static void test_orphan_taken_over_by_another_loop(void **state)
+{
+    struct ev_loop *probe = ev_loop_new(EVFLAG_AUTO), *loop = ev_loop_new(EVFLAG_AUTO);
+    Seen p = {0}, s = {0};
+    char err[200];
+    Resolve *rp = resolve_start(probe, "registry.held", on_done, &p, err, sizeof(err));
+    assert_non_null(rp);
+    for (int i = 0; i < 500 && held_count() == 0; i++)
+        usleep(10000);
+    assert_int_equal(held_count(), 1);
+    resolve_cancel(rp);
+    ev_loop_destroy(probe);
+    Resolve *r = resolve_start(loop, "registry.held", on_done, &s, err, sizeof(err));
+    assert_non_null(r);
+    held_release();
+    run_until_called(loop, &s);
+    assert_int_equal(s.calls, 1);
+    assert_non_null(strstr(s.addrs, "127.0.0.1"));
+    assert_int_equal(p.calls, 0);
+    assert_int_equal(held_count(), 1); /* one thread served both loops */
+    ev_loop_destroy(loop);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -113,6 +186,7 @@ int main(void)
         cmocka_unit_test(test_lookup_reports_on_the_loop),
         cmocka_unit_test(test_cancelled_lookup_is_not_reported),
         cmocka_unit_test(test_requests_share_a_lookup),
+        cmocka_unit_test(test_orphan_taken_over_by_another_loop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
