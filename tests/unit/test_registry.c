@@ -323,6 +323,34 @@ static void on_guard(struct ev_loop *loop, ev_timer *w, int revents)
     ev_break(loop, EVBREAK_ONE);
 }
 
+/* Looks subject up in r, which must not have it yet, and runs the loop until its answer. */
+static void lookup_answered(Registry *r, const char *subject)
+{
+    const RegistrySchema *rs = NULL;
+    char err[256] = "";
+    answered = 0;
+    assert_int_equal(registry_lookup(r, subject, &rs, err, sizeof(err)), REGISTRY_PENDING);
+    while (answered < 1)
+        ev_run(EV_DEFAULT, 0);
+}
+
+/* Runs the loop until r is up, or until its rechecks asked the registry `requests` times when
+ * that is above 0, for at most 15 s (the rechecks are due 1, 2 and 4 s after a failure: the guard
+ * only bounds the wait). Returns whether the guard fired. */
+static bool run_rechecks(Registry *r, int requests)
+{
+    ev_timer guard;
+    ev_timer_init(&guard, on_guard, 15.0, 0.0);
+    ev_timer_start(EV_DEFAULT, &guard);
+    guard_fired = false;
+    while (!guard_fired &&
+           (requests > 0 ? __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST) < requests
+                         : !registry_up(r)))
+        ev_run(EV_DEFAULT, EVRUN_ONCE);
+    ev_timer_stop(EV_DEFAULT, &guard);
+    return guard_fired;
+}
+
 /* From review s21: "down" was cleared only by a lookup a row made. When the rows that met the
  * failure went away (deleted, their lanes taken by another relay) and every other subject was
  * cached, nothing asked again: registry_up stayed false (/readyz 503, outbox_schema_registry_up
@@ -342,32 +370,20 @@ static void test_down_rechecked_without_rows(void **state)
     Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
     assert_non_null(r);
     const RegistrySchema *rs = NULL;
-    answered = 0;
-    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
-    while (answered < 1)
-        ev_run(EV_DEFAULT, 0);
+    lookup_answered(r, "s-value");
     assert_false(registry_up(r));
     /* The registry answers again; no row looks the subject up any more. The guard only bounds
      * the wait (the retry is due in 1 s). */
     stand_in_status = MHD_HTTP_OK;
     __atomic_store_n(&stand_in_requests, 0, __ATOMIC_SEQ_CST);
-    ev_timer guard;
-    ev_timer_init(&guard, on_guard, 15.0, 0.0);
-    ev_timer_start(EV_DEFAULT, &guard);
-    guard_fired = false;
-    while (!registry_up(r) && !guard_fired)
-        ev_run(EV_DEFAULT, EVRUN_ONCE);
-    ev_timer_stop(EV_DEFAULT, &guard);
+    run_rechecks(r, 0);
     int sent = __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST);
     if (!registry_up(r))
         fail_msg("still down after the registry answered again (%d requests sent)", sent);
     assert_int_equal(sent, 1);
     assert_string_equal(stand_in_path, "/subjects");
     /* A row that comes back asks for its schema, which serves the next row without another. */
-    answered = 0;
-    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
-    while (answered < 1)
-        ev_run(EV_DEFAULT, 0);
+    lookup_answered(r, "s-value");
     assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_OK);
     assert_int_equal(rs->id, 7);
     registry_free(r, NULL);
@@ -390,21 +406,11 @@ static void test_down_rechecked_list_404(void **state)
     char err[256] = "";
     Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
     assert_non_null(r);
-    const RegistrySchema *rs = NULL;
-    answered = 0;
-    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
-    while (answered < 1)
-        ev_run(EV_DEFAULT, 0);
+    lookup_answered(r, "s-value");
     assert_false(registry_up(r));
     stand_in_status = MHD_HTTP_OK; /* back, no row looking the subject up */
     __atomic_store_n(&stand_in_requests, 0, __ATOMIC_SEQ_CST);
-    ev_timer guard;
-    ev_timer_init(&guard, on_guard, 15.0, 0.0);
-    ev_timer_start(EV_DEFAULT, &guard);
-    guard_fired = false;
-    while (!registry_up(r) && !guard_fired)
-        ev_run(EV_DEFAULT, EVRUN_ONCE);
-    ev_timer_stop(EV_DEFAULT, &guard);
+    run_rechecks(r, 0);
     int sent = __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST);
     if (!registry_up(r))
         fail_msg("still down though the registry answers (%d requests sent, the last to %s)", sent,
@@ -435,32 +441,16 @@ static void test_down_rechecked_list_404_once(void **state)
     char err[256] = "";
     Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
     assert_non_null(r);
-    const RegistrySchema *rs = NULL;
-    answered = 0;
-    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
-    while (answered < 1)
-        ev_run(EV_DEFAULT, 0);
+    lookup_answered(r, "orders-value");
     assert_false(registry_up(r));
     /* No row wants the subject any more. The recheck asks /subjects (404), then the subject
      * (403); from then on /subjects answers 200. The guards only bound the waits (the rechecks
      * are due 1, 2 and 4 s after the failure). */
     __atomic_store_n(&stand_in_requests, 0, __ATOMIC_SEQ_CST);
-    ev_timer guard;
-    ev_timer_init(&guard, on_guard, 15.0, 0.0);
-    ev_timer_start(EV_DEFAULT, &guard);
-    guard_fired = false;
-    while (__atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST) < 2 && !guard_fired)
-        ev_run(EV_DEFAULT, EVRUN_ONCE);
-    ev_timer_stop(EV_DEFAULT, &guard);
-    assert_false(guard_fired);
+    assert_false(run_rechecks(r, 2));
     assert_string_equal(stand_in_path, "/subjects/orders-value/versions/latest");
     stand_in_list_status = MHD_HTTP_OK;
-    ev_timer_init(&guard, on_guard, 15.0, 0.0);
-    ev_timer_start(EV_DEFAULT, &guard);
-    guard_fired = false;
-    while (!registry_up(r) && !guard_fired)
-        ev_run(EV_DEFAULT, EVRUN_ONCE);
-    ev_timer_stop(EV_DEFAULT, &guard);
+    run_rechecks(r, 0);
     int sent = __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST);
     if (!registry_up(r))
         fail_msg("still down though /subjects answers 200 again (%d requests sent, the last to %s)",
@@ -492,26 +482,14 @@ static void test_down_rechecked_list_404_served_subject(void **state)
     Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
     assert_non_null(r);
     const RegistrySchema *rs = NULL;
-    answered = 0;
-    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
-    while (answered < 1)
-        ev_run(EV_DEFAULT, 0);
+    lookup_answered(r, "s-value");
     assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_OK);
-    answered = 0;
-    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
-    while (answered < 1)
-        ev_run(EV_DEFAULT, 0);
+    lookup_answered(r, "orders-value");
     assert_false(registry_up(r));
     /* Its rows deleted: no row looks it up any more. The guard only bounds the wait (the
      * rechecks are due 1 and 2 s after the failure, then 4 s). */
     __atomic_store_n(&stand_in_requests, 0, __ATOMIC_SEQ_CST);
-    ev_timer guard;
-    ev_timer_init(&guard, on_guard, 15.0, 0.0);
-    ev_timer_start(EV_DEFAULT, &guard);
-    guard_fired = false;
-    while (!registry_up(r) && !guard_fired)
-        ev_run(EV_DEFAULT, EVRUN_ONCE);
-    ev_timer_stop(EV_DEFAULT, &guard);
+    run_rechecks(r, 0);
     int sent = __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST);
     if (!registry_up(r))
         fail_msg("still down though the registry serves other subjects (%d requests sent, the "
@@ -548,26 +526,14 @@ static void test_down_rechecked_list_403_served_subject(void **state)
     Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
     assert_non_null(r);
     const RegistrySchema *rs = NULL;
-    answered = 0;
-    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
-    while (answered < 1)
-        ev_run(EV_DEFAULT, 0);
+    lookup_answered(r, "s-value");
     assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_OK);
-    answered = 0;
-    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
-    while (answered < 1)
-        ev_run(EV_DEFAULT, 0);
+    lookup_answered(r, "orders-value");
     assert_false(registry_up(r));
     /* Its rows deleted. The guard only bounds the wait (the rechecks are due 1 and 2 s after the
      * failure, then 4 s). */
     __atomic_store_n(&stand_in_requests, 0, __ATOMIC_SEQ_CST);
-    ev_timer guard;
-    ev_timer_init(&guard, on_guard, 15.0, 0.0);
-    ev_timer_start(EV_DEFAULT, &guard);
-    guard_fired = false;
-    while (!registry_up(r) && !guard_fired)
-        ev_run(EV_DEFAULT, EVRUN_ONCE);
-    ev_timer_stop(EV_DEFAULT, &guard);
+    run_rechecks(r, 0);
     int sent = __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST);
     if (!registry_up(r))
         fail_msg("still down though the registry serves its subjects (%d requests sent, the last "
@@ -600,22 +566,12 @@ static void test_down_rechecked_subject_refused(void **state)
     char err[256] = "";
     Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
     assert_non_null(r);
-    const RegistrySchema *rs = NULL;
-    answered = 0;
-    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
-    while (answered < 1)
-        ev_run(EV_DEFAULT, 0);
+    lookup_answered(r, "orders-value");
     assert_false(registry_up(r));
     /* Its rows deleted: no row looks it up any more. The guard only bounds the wait (the first
      * recheck is due in 1 s, the next ones 2 and 4 s after). */
     __atomic_store_n(&stand_in_requests, 0, __ATOMIC_SEQ_CST);
-    ev_timer guard;
-    ev_timer_init(&guard, on_guard, 15.0, 0.0);
-    ev_timer_start(EV_DEFAULT, &guard);
-    guard_fired = false;
-    while (!registry_up(r) && !guard_fired)
-        ev_run(EV_DEFAULT, EVRUN_ONCE);
-    ev_timer_stop(EV_DEFAULT, &guard);
+    run_rechecks(r, 0);
     int sent = __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST);
     if (!registry_up(r))
         fail_msg("still down though the registry answers (%d requests sent, the last to %s)", sent,
@@ -623,10 +579,7 @@ static void test_down_rechecked_subject_refused(void **state)
     assert_int_equal(sent, 1);
     assert_string_equal(stand_in_path, "/subjects");
     /* A row of that subject again: asked, still refused, down again (its rows wait). */
-    answered = 0;
-    assert_int_equal(registry_lookup(r, "orders-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
-    while (answered < 1)
-        ev_run(EV_DEFAULT, 0);
+    lookup_answered(r, "orders-value");
     assert_false(registry_up(r));
     registry_free(r, NULL);
     MHD_stop_daemon(d);
