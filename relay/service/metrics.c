@@ -48,7 +48,7 @@ struct MetricsDb {
     Histogram latency; /* over latency_bounds */
     Histogram claims;  /* over claim_bounds */
     bool backlog_known;
-    long long backlog, dead_rows;
+    long long backlog, dead_rows, dead_letter_failed;
     double oldest_age_s;
     time_t backlog_refreshed;
     bool pace_known;
@@ -222,11 +222,13 @@ void metrics_set_vacuum_horizon(long long xids, double held_s)
     cur->horizon_held_s = held_s;
 }
 
-void metrics_set_backlog(long long unsent, long long dead, double oldest_age_s)
+void metrics_set_backlog(long long unsent, long long dead, long long dead_letter_failed,
+                         double oldest_age_s)
 {
     cur->backlog_known = true;
     cur->backlog = unsent;
     cur->dead_rows = dead;
+    cur->dead_letter_failed = dead_letter_failed;
     cur->oldest_age_s = oldest_age_s;
     cur->backlog_refreshed = time(NULL);
 }
@@ -496,6 +498,12 @@ static void render_set(StrBuf *out, const Set *set)
                  "Dead-lettered events in the outbox (kept until requeued or purged), as of the "
                  "last refresh.",
                  backlog, DB(dead_rows), G_LLONG);
+    family_gauge(
+        out, set, "outbox_dead_letter_unpublished_rows",
+        "Of the dead-lettered events, those whose copy to the dead-letter topic failed "
+        "(or whose record of it the row refused) and waits for a retry, as of the last "
+        "refresh. It stays above 0 while copies keep failing; the log warns once a streak.",
+        backlog, DB(dead_letter_failed), G_LLONG);
     family_gauge(out, set, "outbox_backlog_refresh_timestamp_seconds",
                  "Unix time of the last successful refresh of the backlog gauges.", backlog,
                  DB(backlog_refreshed), G_TIME);

@@ -61,8 +61,11 @@ void metrics_batch_committed(void);
 void metrics_retention_deleted(long long rows);
 
 /* The backlog as of the last refresh: unsent rows that are not dead-lettered, dead-lettered
- * rows, and the age in seconds of the oldest unsent row (negative: there is none). */
-void metrics_set_backlog(long long unsent, long long dead, double oldest_age_s);
+ * rows, of those the ones whose copy to the dead-letter topic failed and waits for a retry
+ * (BACKLOG_DEAD_LETTER_FAILED, statements.h), and the age in seconds of the oldest unsent row
+ * (negative: there is none). */
+void metrics_set_backlog(long long unsent, long long dead, long long dead_letter_failed,
+                         double oldest_age_s);
 /* How long the upkeep now waits between backlog counts, set after each count, failed ones
  * included (pace_backlog, upkeep.c): the refresh interval, or ten times the count's time when
  * that is longer. outbox_backlog_refresh_timestamp_seconds plus this is when the next refresh is

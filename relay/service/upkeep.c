@@ -294,6 +294,7 @@ static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error,
             PGresult *r = results[at];
             metrics_set_backlog(strtoll(PQgetvalue(r, 0, BACKLOG_UNSENT), NULL, 10),
                                 strtoll(PQgetvalue(r, 0, BACKLOG_DEAD), NULL, 10),
+                                strtoll(PQgetvalue(r, 0, BACKLOG_DEAD_LETTER_FAILED), NULL, 10),
                                 PQgetisnull(r, 0, BACKLOG_OLDEST_AGE_S)
                                     ? -1.0
                                     : strtod(PQgetvalue(r, 0, BACKLOG_OLDEST_AGE_S), NULL));

@@ -100,15 +100,17 @@ static void test_backlog_gauges(void **state)
     char *t = render((MetricsLive){0});
     assert_null(strstr(t, "outbox_backlog_rows")); /* not before the first refresh */
     free(t);
-    metrics_set_backlog(40, 3, 12.5);
+    metrics_set_backlog(40, 3, 2, 12.5);
     t = render((MetricsLive){0});
     assert_line(t, "outbox_backlog_rows 40");
     assert_line(t, "outbox_dead_letter_rows 3");
+    assert_line(t, "outbox_dead_letter_unpublished_rows 2");
     assert_line(t, "outbox_oldest_unsent_age_seconds 12.500");
     free(t);
-    metrics_set_backlog(0, 0, -1);
+    metrics_set_backlog(0, 0, 0, -1);
     t = render((MetricsLive){0});
     assert_line(t, "outbox_oldest_unsent_age_seconds 0.000");
+    assert_line(t, "outbox_dead_letter_unpublished_rows 0");
     assert_null(strstr(t, "outbox_backlog_refresh_interval_seconds ")); /* no count paced yet */
     free(t);
     metrics_set_backlog_pace(275.5); /* a count of 27.55 s */
@@ -185,7 +187,7 @@ static void test_row_acked(void **state)
 static void test_every_sample_has_help_and_type(void **state)
 {
     metrics_event_published("t", 1);
-    metrics_set_backlog(1, 1, 1);
+    metrics_set_backlog(1, 1, 1, 1);
     char *t = render((MetricsLive){
         .postgres_up = true, .kafka_up = true, .lanes_owned = 64, .live_sessions = 1});
     for (char *line = strtok(t, "\n"); line; line = strtok(NULL, "\n")) {
@@ -298,7 +300,7 @@ static void test_databases(void **state)
     metrics_batch_committed();
     metrics_select(b);
     metrics_failure(true);
-    metrics_set_backlog(7, 0, 1.5);
+    metrics_set_backlog(7, 0, 0, 1.5);
     metrics_select(NULL);
     assert_null(metrics_selected());
     metrics_batch_committed(); /* the process's own registry: not rendered below */

@@ -13,7 +13,9 @@
 #    the failed publication), and both copies carry that reason in dlq.error.
 #  - status: while P's copy waits for its retry, `outbox-relay status` counts it as a dead event
 #    whose copy failed (text and --json dead_letter_failed); once published, none. The row keeps why it died, so only this count says so after the warn line
-#    rotated away.
+#    rotated away. /metrics says the same (outbox_dead_letter_unpublished_rows, from the upkeep's
+#    backlog count): 1 while P's copy waits, 0 once published, so an alert can fire while copies
+#    keep failing; on the old code /metrics had no such gauge.
 #  - R: a dead event requeued between a batch's rollback and its record row by row keeps its
 #    requeue: a batch holds D's copy (acknowledged) and event X whose sent mark a trigger refuses,
 #    so the batch is recorded row by row, X first; X's failure record also requeues D, as a
@@ -72,8 +74,15 @@ check "status: P counted as a dead event whose copy failed" \
     grep -q "^dead-lettered:  1 (1 whose copy to the dead-letter topic failed" "$T/status.txt"
 check_eq "status --json: dead_letter_failed" 1 \
     "$(status --json | jq -r .dead_letter_failed)"
+unpublished_is() { # unpublished_is N: the gauge, refreshed by the upkeep every 5 s, reads N
+    [ "$(metric outbox_dead_letter_unpublished_rows)" = "$1" ]
+}
+wait_for "metrics: outbox_dead_letter_unpublished_rows counts P while its copy waits" 30 \
+    unpublished_is 1
 psql_q "UPDATE outbox SET next_attempt_at = now() WHERE id = $P" # skip the 30 s wait
 wait_for "P: its copy published on the retry" 30 dead_lettered "$P"
+wait_for "metrics: outbox_dead_letter_unpublished_rows back to 0 once published" 30 \
+    unpublished_is 0
 check_eq "status --json: none once published" 0 \
     "$(status --json | jq -r .dead_letter_failed)"
 check_eq "status: the dead-lettered line is the plain count again" "dead-lettered:  1" \
