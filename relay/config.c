@@ -1043,6 +1043,23 @@ static bool registry_urls_commas(const char *urls, char *err, size_t errlen)
                                "number (not shown: it may be a password cut at a ','): the list "
                                "is split at every ',', so write a ',' in a password as %%2C",
                                place);
+        /* A host name with non-ASCII letters (an IDN): curl converts one to its ASCII form only
+         * under a UTF-8 locale, which the relay never sets, and the relay looks host names up
+         * itself (resolve.h), so such a URL failed as "Could not resolve host" after the whole
+         * --schema-registry-timeout, sending the operator to DNS. Named by place, as above (a
+         * cut password may hold such bytes too). */
+        const char *name = auth;
+        for (const char *c = auth; c < auth_end; c++)
+            if (*c == '@')
+                name = c + 1;
+        const char *name_end = *name == '[' ? auth_end : name + strcspn(name, ":/?#,");
+        for (const char *c = name; c < name_end && c < auth_end; c++)
+            if ((unsigned char)*c >= 0x80)
+                return optval_fail(err, errlen,
+                                   "schema-registry-url: URL %d of the list has a host name with "
+                                   "non-ASCII letters, which the relay cannot use: give its ASCII "
+                                   "form (xn--..., as `idn2 NAME` prints it)",
+                                   place);
         p = end;
     }
     return true;
