@@ -26,24 +26,43 @@ typedef struct Checks {
     bool pg_gone;
 } Checks;
 
+/* One line of a check under its tag ("ok", "warn" or "FAIL"); a FAIL counts as a problem. */
+static void say_line(Checks *c, const char *tag, const char *area, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
+static void say_line(Checks *c, const char *tag, const char *area, const char *fmt, va_list ap)
+{
+    char text[1024];
+    vsnprintf(text, sizeof(text), fmt, ap);
+    /* As every line the program writes: the text quotes servers, files and the configuration
+     * (a password repeated elsewhere in a URL, libpq's and librdkafka's errors). */
+    secrets_scrub(text);
+    log_one_line(text);
+    printf("%-5s %s: %s\n", tag, area, text);
+    if (strcmp(tag, "FAIL") == 0)
+        c->problems++;
+    fflush(stdout);
+}
+
 /* One line per check: "ok    AREA: text" or "FAIL  AREA: text". */
 static void say(Checks *c, bool good, const char *area, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void say(Checks *c, bool good, const char *area, const char *fmt, ...)
 {
-    char text[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
+    say_line(c, good ? "ok" : "FAIL", area, fmt, ap);
     va_end(ap);
-    /* As every line the program writes: the text quotes servers, files and the configuration
-     * (a password repeated elsewhere in a URL, libpq's and librdkafka's errors). */
-    secrets_scrub(text);
-    log_one_line(text);
-    printf("%-5s %s: %s\n", good ? "ok" : "FAIL", area, text);
-    if (!good)
-        c->problems++;
-    fflush(stdout);
+}
+
+/* "warn  AREA: text": what `run` starts with, logging a warning, and is no problem (exit 0). */
+static void say_warn(Checks *c, const char *area, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say_warn(Checks *c, const char *area, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    say_line(c, "warn", area, fmt, ap);
+    va_end(ap);
 }
 
 /* Runs a table template with text params; NULL (and a FAIL line) on failure. */
@@ -245,6 +264,8 @@ static void check_registry(Checks *c, const Config *cfg)
         say(c, false, "schema registry", "%s", err);
     else if (strncmp(warned, "HTTP 404", 8) == 0) /* an answer, but no registry's */
         say(c, false, "schema registry", "answers, but not as a Schema Registry: %s", warned);
+    else if (strncmp(warned, "HTTP 403", 8) == 0) /* credentials taken, listing refused */
+        say_warn(c, "schema registry", "answers and takes the credentials, but %s", warned);
     else if (*warned)
         say(c, false, "schema registry", "does not answer: %s", warned);
     else

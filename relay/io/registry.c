@@ -1531,12 +1531,26 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
                      *errbuf ? errbuf : curl_easy_strerror(code));
             return false;
         }
-        if (code == CURLE_OK && (status == 401 || status == 403)) {
+        if (code == CURLE_OK && status == 401) {
             snprintf(err, errlen,
-                     "schema registry %s refuses the credentials (HTTP %ld): check "
+                     "schema registry %s refuses the credentials (HTTP 401): check "
                      "--schema-registry-auth-file",
-                     r->shown[i], status);
+                     r->shown[i]);
             return false;
+        }
+        /* A 403 is no refusal of the credentials: they were taken, and the user lacks the right
+         * to list subjects (Confluent's ACL authorizer asks GLOBAL_SUBJECTS_READ for GET
+         * /subjects, SUBJECT_READ alone for a subject's versions). A least-privilege user could
+         * not start the relay at all. The registry answered: its URL is taken, with a warning;
+         * the subjects' own lookups say if reading them is refused too. */
+        if (code == CURLE_OK && status == 403) {
+            r->current = i;
+            snprintf(warn, warnlen,
+                     "HTTP 403 on /subjects from %s: the credentials are taken, listing subjects "
+                     "is refused (Confluent's GLOBAL_SUBJECTS_READ); the subjects' own lookups "
+                     "will say if reading them is refused",
+                     r->shown[i]);
+            return true;
         }
         if (code == CURLE_OK && status == 404) {
             first_404 = first_404 < 0 ? i : first_404;

@@ -19,7 +19,9 @@
 // order (ids 1, 2, ... in that order, so a restart with the same file gives the same ids).
 // Prints "listening PORT" once it listens. Stop it (SIGTERM, SIGKILL) to simulate an outage;
 // SIGSTOP makes it a registry that accepts connections and never answers; SIGUSR1 toggles a
-// failing one that answers every request 503 (as a registry whose Kafka store is down does).
+// failing one that answers every request 503 (as a registry whose Kafka store is down does);
+// SIGUSR2 toggles a refused list: GET /subjects answers 403, the rest as before (Confluent's ACL
+// authorizer for a user with SUBJECT_READ on its subjects but no GLOBAL_SUBJECTS_READ).
 'use strict';
 const http = require('http');
 const https = require('https');
@@ -84,6 +86,12 @@ process.on('SIGUSR1', () => {
     console.log(failing ? 'failing' : 'answering');
 });
 
+let listRefused = false;
+process.on('SIGUSR2', () => {
+    listRefused = !listRefused;
+    console.log(listRefused ? 'list refused' : 'list allowed');
+});
+
 const handler = (req, res) => {
     if (failing)
         return send(res, 503, {error_code: 50302, message: 'Service Unavailable'});
@@ -102,7 +110,10 @@ const handler = (req, res) => {
         const url = new URL(req.url, 'http://x');
         const parts = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
         if (req.method === 'GET' && parts.length === 1 && parts[0] === 'subjects')
-            return send(res, 200, [...subjects.keys()]);
+            return listRefused
+                ? send(res, 403, {error_code: 40301,
+                    message: 'User is denied operation Read on Subject: *'})
+                : send(res, 200, [...subjects.keys()]);
         if (parts[0] === 'schemas' && parts[1] === 'ids' && parts.length === 3) {
             const s = byId.get(Number(parts[2]));
             if (!s)

@@ -616,6 +616,47 @@ static void test_probe_foreign_404(void **state)
     MHD_stop_daemon(d);
 }
 
+/* From review s21: the probe took a 403 on GET /subjects for refused credentials and the relay
+ * would not start. Under Confluent's ACL authorizer the list needs GLOBAL_SUBJECTS_READ, a
+ * subject's versions SUBJECT_READ alone: a least-privilege user with the right credentials never
+ * started. The 403 is a warning (its URL taken), a 401 stays an error. */
+static void test_probe_list_403_warned(void **state)
+{
+    char url[64], both[160], err[512] = "", warn[512] = "";
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+    stand_in_list_status = MHD_HTTP_FORBIDDEN;
+    struct MHD_Daemon *d = stand_in("{\"error_code\": 40301, \"message\": \"User is denied "
+                                    "operation Read on Subject: *\"}",
+                                    url, sizeof(url));
+    char want[256];
+    snprintf(want, sizeof(want), "HTTP 403 on /subjects from %s: the credentials are taken", url);
+    snprintf(both, sizeof(both), "http://127.0.0.1:9,%s", url);
+    const char *lists[] = {url, both};
+    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+        RegistryOptions o = {.urls = lists[i], .timeout_ms = 5000};
+        Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+        assert_non_null(r);
+        *err = '\0';
+        if (!registry_probe(r, err, sizeof(err), warn, sizeof(warn)))
+            fail_msg("%s: a 403 on /subjects refused start-up: %s", lists[i], err);
+        assert_string_equal(stand_in_path, "/subjects");
+        if (!strstr(warn, want) || strchr(warn, '\n'))
+            fail_msg("%s: warning \"%s\" lacks \"%s\"", lists[i], warn, want);
+        registry_free(r, NULL);
+    }
+    /* A 401 refuses the credentials: still one line, and no start. */
+    stand_in_list_status = MHD_HTTP_UNAUTHORIZED;
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    assert_false(registry_probe(r, err, sizeof(err), warn, sizeof(warn)));
+    if (!strstr(err, "refuses the credentials (HTTP 401): check --schema-registry-auth-file"))
+        fail_msg("error \"%s\"", err);
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+    stand_in_list_status = 0;
+}
+
 /* From this review: a URL answering /subjects with a redirect (a registry moved to https, or
  * behind a new path) was taken at start-up for the registry, and every lookup then failed with
  * "HTTP 301" (lookups follow no redirect: one off-host would take the password along). The probe
@@ -908,6 +949,7 @@ int main(void)
         cmocka_unit_test(test_down_rechecked_list_404_once),
         cmocka_unit_test(test_down_rechecked_list_404_served_subject),
         cmocka_unit_test(test_down_rechecked_list_403_served_subject),
+        cmocka_unit_test(test_probe_list_403_warned),
         cmocka_unit_test(test_failure_says_registry_message),
         cmocka_unit_test(test_probe_foreign_404),
         cmocka_unit_test(test_probe_large_subject_list),

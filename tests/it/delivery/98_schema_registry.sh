@@ -11,7 +11,8 @@
 #     verify finds the Avro events (it reads ids, not values);
 #  3. JSON Schema: the same for --value-format json-schema, and its non-conforming payload;
 #  4. a wrong registry password is one clear line at start-up, exit 1, with one database or a
-#     --databases list;
+#     --databases list; a 403 on GET /subjects alone (a user who may read its subjects but not
+#     list them) is a warning: check exits 0 with a warn line, run starts and sends;
 #  5. the registry stopped for 30 s while rows of a new subject keep coming (10 a second): none
 #     is sent, none counts an attempt or dies; once it is back all are sent, decoded, in order;
 #  6. the same while the registry answers 503;
@@ -186,6 +187,33 @@ check "4: check with the right password: the registry answers" \
     >"$T/check404.out" 2>&1
 check "4: check with a URL answering 404: FAIL saying it is not a registry's answer" \
     grep -q "^FAIL  schema registry: answers, but not as a Schema Registry: HTTP 404" "$T/check404.out"
+# A user who may read its subjects but not list them (Confluent's ACL authorizer asks
+# GLOBAL_SUBJECTS_READ for GET /subjects, SUBJECT_READ for a subject's versions): the right
+# credentials, and the relay used to refuse to start ("refuses the credentials (HTTP 403)").
+kill -USR2 "$SR_PID"
+_poll 10 grep -q '^list refused' "$T/registry.out" || fail "4: the registry refuses the list"
+"$RELAY_BIN" check --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
+    "${SR_ARGS[@]}" >"$T/check403.out" 2>&1
+check_eq "4: list refused: check exits 0" 0 $?
+check "4: ... with a warn line saying the credentials are taken and the list refused" \
+    grep -q "^warn  schema registry: answers and takes the credentials, but HTTP 403 on /subjects" \
+    "$T/check403.out"
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
+    "${SR_ARGS[@]}" --delivery-timeout 5000
+_poll 30 grep -q "lanes owned" "$RELAY_LOG" || fail "4: list refused: the relay starts"
+check "4: ... warning that the list is refused" \
+    grep -q "schema registry refuses to list subjects at start-up" "$RELAY_LOG"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES
+        ('order', 'lr-1', 'OrderPlaced', '{\"id\": \"lr-1\", \"seq\": 1, \"amount\": 1,
+          \"note\": null, \"status\": \"NEW\", \"lines\": []}')" || fail "4: insert"
+lr_sent() {
+    [ "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_id = 'lr-1' AND sent_at IS NOT NULL")" = 1 ]
+}
+wait_for "4: ... and sends a row (its subject's own lookup is allowed)" 30 lr_sent
+relay_stop
+check_eq "4: ... relay exits 0" 0 $?
+kill -USR2 "$SR_PID"
+_poll 10 grep -q '^list allowed' "$T/registry.out" || fail "4: the registry lists again"
 
 # --- 5. the registry down for 30 s under load ---
 relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format avro \
