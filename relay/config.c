@@ -671,7 +671,8 @@ static const OptDef options[] = {
      .commands = FOR(CMD_REPLAY) | FOR(CMD_MIGRATE),
      .metavar = "",
      .help = "replay: say how many events and which topics, change nothing; migrate: list the "
-             "migrations it would apply (or the adoption), change nothing"},
+             "migrations it would apply (or the adoption), change nothing; a flag only, never from "
+             "the config file"},
     {.name = "yes",
      .type = OPT_BOOL,
      .offset = FIELD(replay_yes),
@@ -1981,16 +1982,22 @@ static bool selections_check(const Config *cfg, const OptSource *sources, char *
     return true;
 }
 
-/* Refuses, with one line in err, --dry-run given as a flag to a command that has no dry run (all
- * but its OptDef's: migrate and replay). Every command takes every option, and one that has no
- * dry run did its work for real: `purge-dead --all --dry-run`, typed to see what it would delete,
- * deleted every dead event, `requeue --all --dry-run` requeued them all, `run --dry-run` relayed.
- * From the file or the environment it is let be: they may be shared by every command. */
+/* Refuses, with one line in err, --dry-run from anywhere but the command line, and given as a flag
+ * to a command that has no dry run (all but its OptDef's: migrate and replay). Every command takes
+ * every option, and one that has no dry run did its work for real: `purge-dead --all --dry-run`,
+ * typed to see what it would delete, deleted every dead event, `requeue --all --dry-run` requeued
+ * them all, `run --dry-run` relayed. A dry run is asked of one invocation, never of a file every
+ * command shares: there it made `migrate` (an init container's) change nothing and exit 0, and
+ * the next run met an unmigrated schema. --databases entries refuse it already (not a
+ * per-database option). */
 static bool dry_run_check(const Config *cfg, const OptSource *sources, char *err, size_t errlen)
 {
+    OptSource from = source_of(sources, "dry-run");
+    if (cfg->replay_dry_run && from != OPT_FROM_FLAG)
+        return optval_fail(err, errlen, "--dry-run is accepted only as a flag, not from %s",
+                           source_names[from]);
     unsigned owners = opts_find(&spec, "dry-run", strlen("dry-run"))->commands;
-    if (!cfg->replay_dry_run || (owners & FOR(cfg->command)) ||
-        source_of(sources, "dry-run") != OPT_FROM_FLAG)
+    if (!cfg->replay_dry_run || (owners & FOR(cfg->command)))
         return true;
     const char *name = "";
     for (size_t c = 0; c < sizeof(commands) / sizeof(commands[0]); c++)
@@ -2253,10 +2260,11 @@ void config_print_sample(FILE *out)
           out);
     for (size_t i = 0; i < N_OPTIONS; i++) {
         const OptDef *o = &options[i];
-        /* Not from a file: the file itself, a flag-only grant, and the secret (a credential). */
+        /* Not from a file: the file itself, a flag-only grant or request (a dry run is asked of
+         * one invocation), and the secret (a credential). */
         if (strcmp(o->name, "config") == 0 || strcmp(o->name, "kafka-allow-unsafe") == 0 ||
-            strcmp(o->name, "database-url") == 0 || strcmp(o->name, "brokers") == 0 ||
-            strcmp(o->name, "metrics-listen") == 0)
+            strcmp(o->name, "dry-run") == 0 || strcmp(o->name, "database-url") == 0 ||
+            strcmp(o->name, "brokers") == 0 || strcmp(o->name, "metrics-listen") == 0)
             continue;
         char note[600];
         snprintf(note, sizeof(note), "%s%s", o->help, o->reloadable ? " [SIGHUP]" : "");

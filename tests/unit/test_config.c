@@ -798,6 +798,46 @@ static void test_dry_run_refused_by_commands_without_one(void **state)
     config_free(&cfg);
 }
 
+/* --dry-run is a flag only: a config file is shared by every command (the unit's relay.json), and
+ * "dry-run": true there made migrate, an init container's, change nothing and exit 0 (replay, too,
+ * replayed nothing), while the other commands ignored it. Every command refuses it from the file,
+ * in one line; a --databases entry refuses it as no per-database option. */
+static void test_dry_run_refused_from_config_file(void **state)
+{
+    (void)state;
+    Config cfg;
+    char path[64], err[512];
+    write_temp(path, "{\"dry-run\": true, \"brokers\": \"k:1\"}");
+    const char *cmds[][2] = {{"migrate", NULL},       {"replay", "--from-id=1"}, {"run", NULL},
+                             {"purge-dead", "--all"}, {"requeue", "--all"},      {"status", NULL}};
+    for (size_t c = 0; c < sizeof(cmds) / sizeof(cmds[0]); c++) {
+        bool ok = cmds[c][1] ? LOAD(&cfg, err, cmds[c][0], "--database-url=x", "--config", path,
+                                    cmds[c][1])
+                             : LOAD(&cfg, err, cmds[c][0], "--database-url=x", "--config", path);
+        if (ok) {
+            bool dry = cfg.replay_dry_run;
+            config_free(&cfg);
+            fail_msg("%s took \"dry-run\": true from the config file (dry run: %s)", cmds[c][0],
+                     dry ? "yes" : "no");
+        }
+        assert_error_line(err, "--dry-run is accepted only as a flag, not from the config file");
+        config_free(&cfg);
+    }
+    /* false in the file changes nothing, and the flag beside such a file is still obeyed */
+    write_temp(path, "{\"dry-run\": false, \"brokers\": \"k:1\"}");
+    assert_true(LOAD(&cfg, err, "migrate", "--database-url=x", "--config", path));
+    assert_false(cfg.replay_dry_run);
+    config_free(&cfg);
+    assert_true(LOAD(&cfg, err, "migrate", "--database-url=x", "--config", path, "--dry-run"));
+    assert_true(cfg.replay_dry_run);
+    config_free(&cfg);
+    write_temp(path, "{\"databases\": [{\"name\": \"a\", \"database-url\": \"x\", "
+                     "\"dry-run\": true}]}");
+    assert_false(LOAD(&cfg, err, "migrate", "--config", path, "--database=a"));
+    assert_error_line(err, "databases \"a\": key \"dry-run\": not a per-database option");
+    config_free(&cfg);
+}
+
 /* replay refuses, as flags, the options of other commands that read as a selection (verify's
  * --since, requeue's --id and --all): every command takes every option, and `replay --since 2h
  * --aggregate-type order` replayed every sent order event. verify likewise refuses replay's
@@ -2912,6 +2952,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replay_refuses_other_selections),
         cmocka_unit_test(test_dry_run_refused_by_commands_without_one),
+        cmocka_unit_test(test_dry_run_refused_from_config_file),
         cmocka_unit_test(test_scrub_argv),
         cmocka_unit_test(test_scrub_argv_registry_short_password),
         T(test_command_run),
