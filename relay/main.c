@@ -130,11 +130,16 @@ static void on_ev_syserr(const char *msg)
 }
 
 /* The process's event loop, or NULL after one line (ev_default_loop fails without epoll, select
- * or poll descriptors to spare). */
+ * or poll descriptors to spare). EVFLAG_NOENV: without it libev takes LIBEV_FLAGS from the
+ * environment in place of these flags, and one inherited from a shell or a unit would pick the
+ * backend (select, capped at FD_SETSIZE descriptors; 4.33's experimental linuxaio or io_uring) and
+ * the signal mode (EVFLAG_SIGNALFD: signals blocked and read from a signalfd, a SIGHUP then fatal
+ * to any thread that has it unblocked; EVFLAG_NOSIGMASK) the relay is neither written for nor
+ * tested in. The registry's probe loop and check's loop pin it the same way. */
 static struct ev_loop *default_loop(void)
 {
     ev_set_syserr_cb(on_ev_syserr);
-    struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
+    struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO | EVFLAG_NOENV);
     if (!loop)
         error_line("cannot create the event loop (out of descriptors or memory?)", 1);
     return loop;

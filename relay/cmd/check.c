@@ -254,7 +254,9 @@ static void check_registry(Checks *c, const Config *cfg)
     if (cfg->value_format == VALUE_JSON)
         return;
     char err[512];
-    Serializer *ser = serializer_new(ev_default_loop(0), cfg, NULL, NULL, err, sizeof(err));
+    /* the environment's LIBEV_FLAGS ignored, as by run's loop (main.c's default_loop) */
+    Serializer *ser = serializer_new(ev_default_loop(EVFLAG_AUTO | EVFLAG_NOENV), cfg, NULL, NULL,
+                                     err, sizeof(err));
     if (!ser) {
         say(c, false, "schema registry", "%s", err);
         return;

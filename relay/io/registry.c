@@ -1427,7 +1427,7 @@ static void probe_all(Registry *r, ProbeResult *out)
             out[i].easy = easy[i];
             out[i].pending = &pending;
             if (!loop)
-                loop = ev_loop_new(EVFLAG_AUTO);
+                loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOENV); /* as main.c's: not LIBEV_FLAGS */
             out[i].resolving =
                 loop ? resolve_start(loop, h->name, on_probe_resolved, &out[i], why, sizeof(why))
                      : NULL;

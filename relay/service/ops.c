@@ -148,7 +148,7 @@ Ops *ops_new(struct ev_loop *loop, Config *cfg, int argc, char **argv, char *err
 static void sighup_start(Ops *o)
 {
     ev_signal_start(o->loop, &o->sighup);
-    /* With EVFLAG_SIGNALFD (LIBEV_FLAGS in the environment overrides the flags main.c passes)
+    /* With EVFLAG_SIGNALFD (main.c's loop ignores LIBEV_FLAGS, but a caller's loop may ask it)
      * libev installs no handler: it blocks the signal and reads it from a signalfd. Let through,
      * it had its default action, and the first reload ended the relay (exit 129). */
     struct sigaction now;

@@ -89,7 +89,8 @@ static void test_ops_free_sighup(void **state)
 }
 
 /* From review9 s21: libev takes LIBEV_FLAGS from the environment over ev_default_loop's flags
- * (main.c passes EVFLAG_AUTO), and with EVFLAG_SIGNALFD among them its SIGHUP watcher installs no
+ * (main.c's loop passes EVFLAG_NOENV now, but ops takes any caller's loop: this one's flags come
+ * from the environment), and with EVFLAG_SIGNALFD among them its SIGHUP watcher installs no
  * handler: it keeps the signal blocked and reads it from a signalfd. ops_start unblocked it after
  * the start, so any SIGHUP, a reload, ended the relay by its default action (exit 129); and
  * ev_signal_stop unblocks it rather than give back a default it never took away, so ops_free's

@@ -19,6 +19,9 @@
 #     and it delivers;
 #  9. SIGHUPs all through a shutdown, the teardown after the loop included (Kafka down, rows in
 #     flight, so the producer's last flush takes its second): the relay still exits 0 by itself.
+# 10. LIBEV_FLAGS in the environment asking for a signalfd (EVFLAG_SIGNALFD, 2097152) leaves the
+#     relay's loop in libev's default mode, the one every part above tests: no signalfd among its
+#     descriptors, and a SIGHUP reloads.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -211,3 +214,17 @@ check "9: the SIGHUPs during the drain were taken (reloads)" grep -q 'configurat
 broker_cmd "up all"
 check_eq "9: the rows in flight stay unsent, to go again" 20 \
     "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'j' AND sent_at IS NULL")"
+
+# --- 10. LIBEV_FLAGS does not change libev's signal mode ---
+write_conf '"log-level": "debug"'
+export LIBEV_FLAGS=2097152
+relay_start --config "$CONF"
+unset LIBEV_FLAGS
+insert k 10
+wait_for "10: relay delivers" 30 unsent_of k
+# The SIGHUP watcher is in once rows are delivered (ops_start precedes the loop's first turn).
+check_eq "10: no signalfd among the relay's descriptors with LIBEV_FLAGS=2097152" 0 \
+    "$(ls -l "/proc/$RELAY_PID/fd" | grep -c 'anon_inode:\[signalfd\]')"
+hup "10: a SIGHUP reloads" 'msg="configuration reloaded"'
+relay_stop
+check_eq "10: relay exits 0" 0 $?
