@@ -107,11 +107,31 @@ static void reload_databases(Config *fresh, void *arg)
     databases_reload(arg, fresh);
 }
 
+/* True once SIGTERM/SIGINT started the shutdown (a relay failure's included, with databases). */
+static bool shutting_down(const Ops *o)
+{
+    if (o->dbs) {
+        DatabasesStatus st;
+        databases_status(o->dbs, &st);
+        return st.stopping;
+    }
+    RelayStatus st;
+    relay_status(o->relay, &st);
+    return st.stopping;
+}
+
 static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 {
     Ops *o = w->data;
     log_set_context(NULL);
     metrics_select(NULL);
+    /* Nothing a reload changes reaches a shutdown already under way: the drain runs on the
+     * --shutdown-timeout it started with, and databases_reload neither adds nor drops a database
+     * then. Taking the file would log "configuration reloaded" for changes that never happen. */
+    if (shutting_down(o)) {
+        log_warn("reload ignored: shutting down", NULL);
+        return;
+    }
     if (o->dbs) {
         reload_config_then(o->cfg, o->argc, o->argv, check_databases, reload_databases, o->dbs);
         return;

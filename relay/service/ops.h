@@ -14,8 +14,9 @@ typedef struct Ops Ops;
 
 /* Binds the metrics address (if any), before anything else starts, so that a taken port is the
  * only thing reported. cfg is the running configuration: SIGHUP updates its reloadable options
- * in place (re-reading argv, the environment and the config file). Returns NULL with one line in
- * err when the address cannot be bound. */
+ * in place (re-reading argv, the environment and the config file); one that comes once a shutdown
+ * has begun is refused with one line ("reload ignored: shutting down"). Returns NULL with one line
+ * in err when the address cannot be bound. */
 Ops *ops_new(struct ev_loop *loop, Config *cfg, int argc, char **argv, char *err, size_t errlen);
 
 /* Starts the rest for relay: the upkeep connection and the SIGHUP handler. Requests are answered

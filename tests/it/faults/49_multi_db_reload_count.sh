@@ -9,6 +9,10 @@
 #     drops b (running=1 draining=1), a second SIGHUP, b still draining, says running=1
 #     draining=1 again (it said running=2); once the brokers answer b leaves, every row of both
 #     delivered, and a third SIGHUP says running=1 draining=0.
+#  2. a SIGHUP once a shutdown has begun (a's batch held by 30 s late acknowledgements, the list
+#     rewritten to add b) is refused in one line, "reload ignored: shutting down": no
+#     "configuration reloaded" (it was logged while databases_reload applied nothing), no
+#     "databases reloaded", no b added.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -29,9 +33,9 @@ write_conf() { # write_conf NAME...: the config file, atomically, listing these 
         list="$list${list:+, }{\"name\": \"$db\", \"database-url\": \"$(url "$db")\"}"
     done
     # A batch waits for the late acknowledgements, and a drain for that batch.
-    printf '{"brokers": "%s", "delivery-timeout": 120000, "shutdown-timeout": 120000,
-"kafka": {"reconnect.backoff.max.ms": "500"}, "databases": [%s]}\n' "$BROKERS" "$list" \
-        >"$CONF.tmp" && mv "$CONF.tmp" "$CONF"
+    printf '{"brokers": "%s", "delivery-timeout": 120000, "shutdown-timeout": %s,
+"kafka": {"reconnect.backoff.max.ms": "500"}, "databases": [%s]}\n' "$BROKERS" \
+        "${SHUTDOWN_MS:-120000}" "$list" >"$CONF.tmp" && mv "$CONF.tmp" "$CONF"
 }
 insert() { # insert DB FROM TO
     psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
@@ -39,11 +43,11 @@ insert() { # insert DB FROM TO
             FROM generate_series($2, $3) AS g ORDER BY g" -d "db_$1"
 }
 drained() { [ "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL" -d "db_$1")" = 0 ]; }
-# b_claimed: some of b's unsent rows are locked (a batch in flight).
-b_claimed() {
-    [ "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL" -d db_b)" -gt \
+# claimed DB: some of DB's unsent rows are locked (a batch in flight).
+claimed() {
+    [ "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL" -d "db_$1")" -gt \
         "$(psql_q "SELECT count(*) FROM (SELECT 1 FROM outbox WHERE sent_at IS NULL
-                                          FOR UPDATE SKIP LOCKED) s" -d db_b)" ]
+                                          FOR UPDATE SKIP LOCKED) s" -d "db_$1")" ]
 }
 reloads() { grep -c 'msg="databases reloaded"' "$RELAY_LOG"; }
 reloaded() { [ "$(reloads)" -ge "$1" ]; }
@@ -59,7 +63,7 @@ wait_for "1: a delivers" 30 drained a
 wait_for "1: b delivers" 30 drained b
 broker_cmd "rtt all 30000"
 insert b 51 60
-wait_for "1: b has a batch in flight" 15 b_claimed
+wait_for "1: b has a batch in flight" 15 claimed b
 write_conf a
 kill -HUP "$RELAY_PID"
 wait_for "1: the first reload is done" 15 reloaded 1
@@ -83,3 +87,25 @@ check "1: ... b gone: running=1 draining=0" grep -q \
     'msg="databases reloaded" added=0 removed=0 running=1 draining=0' <(reload_line 3)
 relay_stop
 check_eq "1: the relay exits 0" 0 "$?"
+
+# --- 2. SIGHUP during shutdown ---
+SHUTDOWN_MS=3000 write_conf a
+relay_start --config "$CONF"
+wait_for "2: a delivers" 30 drained a
+broker_cmd "rtt all 30000"
+insert a 61 70
+wait_for "2: a has a batch in flight" 15 claimed a
+kill -TERM "$RELAY_PID"
+wait_for "2: the shutdown begins" 15 grep -q 'msg="shutting down"' "$RELAY_LOG"
+SHUTDOWN_MS=3000 write_conf a b
+kill -HUP "$RELAY_PID"
+wait_for "2: the SIGHUP is answered" 15 grep -q 'msg="reload ignored: shutting down"' "$RELAY_LOG"
+after_stop() { sed -n '/msg="shutting down"/,$p' "$RELAY_LOG"; }
+check_eq "2: ... in one line" 1 "$(after_stop | grep -c 'reload ignored: shutting down')"
+check_eq "2: ... nothing said reloaded, nothing added" 0 \
+    "$(after_stop | grep -v 'reload ignored' | grep -cE 'reload|database added')"
+wait_for "2: the relay ends its shutdown by itself" 30 bash -c "! kill -0 $RELAY_PID 2>/dev/null"
+relay_stop
+check "2: b was never added" bash -c "! grep -q 'database=b' '$RELAY_LOG'"
+broker_cmd "rtt all 0"
+

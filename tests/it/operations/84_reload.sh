@@ -18,7 +18,9 @@
 #     it nor is lost: once its loop runs it reloads (the file, a regular one by then, read again),
 #     and it delivers;
 #  9. SIGHUPs all through a shutdown, the teardown after the loop included (Kafka down, rows in
-#     flight, so the producer's last flush takes its second): the relay still exits 0 by itself.
+#     flight, so the producer's last flush takes its second): the relay still exits 0 by itself,
+#     and each SIGHUP during the drain (the file changed: log-level) says "reload ignored:
+#     shutting down" and applies nothing (it said "configuration reloaded changed=log-level").
 # 10. LIBEV_FLAGS in the environment asking for a signalfd (EVFLAG_SIGNALFD, 2097152) leaves the
 #     relay's loop in libev's default mode, the one every part above tests: no signalfd among its
 #     descriptors, and a SIGHUP reloads.
@@ -199,6 +201,7 @@ broker_cmd "down all"
 relay_start --config "$CONF" --kafka reconnect.backoff.max.ms=500
 insert j 20
 wait_for "9: a batch is in flight" 30 grep -q 'msg="claimed batch"' "$RELAY_LOG"
+write_conf '"log-level": "info", "shutdown-timeout": 1000' # what a reload would change
 kill -TERM "$RELAY_PID"
 hups=0
 while kill -HUP "$RELAY_PID" 2>/dev/null; do
@@ -209,8 +212,10 @@ done
 relay_stop
 check_eq "9: the relay exits 0 with SIGHUPs all through its shutdown ($hups sent)" 0 $?
 check "9: it got to its last line" grep -q 'msg="stopped"' "$RELAY_LOG"
-check "9: the SIGHUPs during the drain were taken (reloads)" grep -q 'configuration reloaded' \
-    <(sed -n '/msg="shutting down"/,$p' "$RELAY_LOG")
+check "9: the SIGHUPs during the drain were answered: reload ignored" grep -q \
+    'level=warn msg="reload ignored: shutting down"' <(sed -n '/msg="shutting down"/,$p' "$RELAY_LOG")
+check_eq "9: ... and none taken" 0 \
+    "$(sed -n '/msg="shutting down"/,$p' "$RELAY_LOG" | grep -c 'configuration reload')"
 broker_cmd "up all"
 check_eq "9: the rows in flight stay unsent, to go again" 20 \
     "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_type = 'j' AND sent_at IS NULL")"
