@@ -633,13 +633,10 @@ static void note_restart_only(const char *option, bool reloadable, void *arg)
 
 void databases_reload(Databases *d, Config *fresh)
 {
-    if (d->stopping)
+    /* Neither comes from a SIGHUP (ops.c ignores one while shutting down, reload.c refuses a
+     * configuration without a list before anything is said): kept as the array's guards. */
+    if (d->stopping || fresh->n_dbs == 0)
         return;
-    if (fresh->n_dbs == 0) {
-        log_error("configuration reload: no databases list any more; keeping the running ones",
-                  NULL);
-        return;
-    }
     int removed = 0, added = 0;
     for (int i = 0; i < d->n; i++) {
         Db *db = d->dbs[i];

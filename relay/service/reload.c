@@ -1,5 +1,6 @@
 #include "reload.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "databases.h"
@@ -10,7 +11,6 @@
 
 typedef struct Changes {
     StrBuf applied, restart;
-    bool list_switched; /* one database became a --databases list, or the other way round */
 } Changes;
 
 static void add_name(StrBuf *list, const char *name)
@@ -23,10 +23,6 @@ static void add_name(StrBuf *list, const char *name)
 static void on_change(const char *option, bool reloadable, void *arg)
 {
     Changes *c = arg;
-    /* A running relay takes a changed list over (ops.c: databases_reload), but not a switch
-     * between one database and a list: that is a restart, so say so rather than "reloaded". */
-    if (c->list_switched && strcmp(option, "databases") == 0)
-        reloadable = false;
     add_name(reloadable ? &c->applied : &c->restart, option);
 }
 
@@ -37,6 +33,18 @@ static void on_change(const char *option, bool reloadable, void *arg)
  * all, so a bad entry never leaves the relay half on the new settings. */
 static bool reload_check(const Config *running, const Config *fresh, char *err, size_t errlen)
 {
+    /* A running relay takes a changed list over (ops.c: databases_reload), but not a switch
+     * between one database and a list: a process runs one Relay or a Databases set, made at
+     * start-up. Refused whole, not half applied under a "configuration reloaded" line. */
+    if ((running->n_dbs > 0) != (fresh->n_dbs > 0)) {
+        snprintf(err, errlen, "%s",
+                 running->n_dbs > 0
+                     ? "the databases list is gone: a relay started with --databases keeps one "
+                       "until a restart"
+                     : "a databases list appeared: a relay started with one database takes a "
+                       "list only at a restart");
+        return false;
+    }
     for (int i = 0; i < fresh->n_dbs; i++)
         if (!databases_entry_check(&fresh->dbs[i], err, errlen))
             return false;
@@ -80,14 +88,13 @@ bool reload_config_then(Config *running, int argc, char **argv,
         return false;
     }
 
-    Changes c = {{0}, {0}, (running->n_dbs > 0) != (fresh.n_dbs > 0)};
+    Changes c = {{0}, {0}};
     config_diff(running, &fresh, on_change, &c);
     config_apply_reloadable(running, &fresh);
     /* A list the running relay takes over (databases_reload) is the one the next reload is told
      * apart from: config_apply_reloadable copies no strings, and the start-up list kept would
-     * have every later reload say changed=databases, nothing changed. A switch between one
-     * database and a list is not taken: the running text stays, and goes on saying so. */
-    if (!c.list_switched && running->n_dbs > 0) {
+     * have every later reload say changed=databases, nothing changed. */
+    if (running->n_dbs > 0) {
         char *taken = fresh.databases;
         fresh.databases = running->databases;
         running->databases = taken;

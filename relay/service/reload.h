@@ -3,8 +3,9 @@
  * running relay (config_option_reloadable). Changed options that need a restart are logged by name
  * and keep their running values; a configuration that does not load, or that start-up would
  * refuse (a --databases entry, a --delivery-timeout past the running producer's
- * message.timeout.ms), is logged in one line naming what is wrong and ignored whole: nothing of
- * it is applied. Values are never logged: they may be secrets. */
+ * message.timeout.ms, a switch between one database and a --databases list), is logged in one line
+ * naming what is wrong and ignored whole: nothing of it is applied. Values are never logged: they
+ * may be secrets. */
 #ifndef OUTBOX_RELOAD_H
 #define OUTBOX_RELOAD_H
 

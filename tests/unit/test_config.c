@@ -2480,6 +2480,15 @@ static void test_registry_auth_file_pipe_shared_by_databases(void **state)
     close(p[0]);
 }
 
+/* The lines of a captured log. */
+static int count_lines(const char *log)
+{
+    int n = 0;
+    for (const char *p = log; *p; p++)
+        n += *p == '\n';
+    return n;
+}
+
 /* Runs reload_config with stderr (the log) captured; returns what was logged (freed by caller). */
 static char *reload_logged(Config *running, int argc, char **argv, bool *loaded)
 {
@@ -2834,10 +2843,12 @@ static void test_databases_reload_check(void **state)
     config_free(&running);
 }
 
-/* A SIGHUP that switches between one database and a --databases list is not taken over (ops.c
- * acts on a changed list only when the relay runs one): databases is named among the options
- * that need a restart, not as applied. A changed list, in a relay that runs one, is applied. */
-static void test_reload_databases_switch_needs_restart(void **state)
+/* A SIGHUP that switches between one database and a --databases list, either way, is refused
+ * whole, as other reloads start-up would refuse are (ops.c acts on a changed list only when the
+ * relay runs one): one error line first and alone, none of its options applied (it said
+ * "configuration reloaded" and then named databases as needing a restart, its batch-size taken).
+ * A changed list, in a relay that runs one, is applied. */
+static void test_reload_databases_switch_refused(void **state)
 {
     (void)state;
     char path[64], err[1024];
@@ -2847,24 +2858,34 @@ static void test_reload_databases_switch_needs_restart(void **state)
     Config running;
     bool loaded;
     assert_true(config_load(&running, 4, argv, err, sizeof(err)));
-    write_file(path, "{\"brokers\": \"k:9092\", \"databases\": ["
+    long batch = running.batch_size;
+    write_file(path, "{\"brokers\": \"k:9092\", \"batch-size\": 7, \"databases\": ["
                      "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"}]}");
     char *log = reload_logged(&running, 4, argv, &loaded);
-    assert_true(loaded);
-    if (!strstr(log, "msg=\"configuration reloaded\" changed=none") ||
-        !strstr(log, "options=database-url,databases"))
+    assert_false(loaded);
+    assert_int_equal(running.batch_size, batch);
+    if (count_lines(log) != 1 ||
+        !strstr(log, "level=error msg=\"configuration reload failed; keeping the running "
+                     "configuration\" error=\"a databases list appeared"))
         fail_msg("one database to a list: logged %s", log);
     free(log);
     config_free(&running);
 
     /* A list to one database. */
+    write_file(path, "{\"brokers\": \"k:9092\", \"databases\": ["
+                     "{\"name\": \"a\", \"database-url\": \"postgresql://h/a\"}]}");
     assert_true(config_load(&running, 4, argv, err, sizeof(err)));
-    write_file(path, "{\"brokers\": \"k:9092\", \"database-url\": \"postgresql://h/a\"}");
+    write_file(path, "{\"brokers\": \"k:9092\", \"batch-size\": 7, "
+                     "\"database-url\": \"postgresql://h/a\"}");
     log = reload_logged(&running, 4, argv, &loaded);
-    if (!strstr(log, "changed=none") || !strstr(log, "options=database-url,databases"))
+    assert_false(loaded);
+    assert_int_equal(running.batch_size, batch);
+    assert_int_equal(running.n_dbs, 1);
+    if (count_lines(log) != 1 ||
+        !strstr(log, "level=error msg=\"configuration reload failed; keeping the running "
+                     "configuration\" error=\"the databases list is gone"))
         fail_msg("a list to one database: logged %s", log);
     free(log);
-
     config_free(&running);
 
     /* A list changed in a relay that runs one: applied (databases_reload takes it over). */
@@ -3036,7 +3057,7 @@ int main(void)
         T(test_databases_reload_refuses_bad_entry),
         T(test_reload_check_hook_all_or_nothing),
         T(test_databases_reload_check),
-        T(test_reload_databases_switch_needs_restart),
+        T(test_reload_databases_switch_refused),
         T(test_reload_all_or_nothing),
         T(test_reload_refuses_fifo),
         T(test_config_file_capped),

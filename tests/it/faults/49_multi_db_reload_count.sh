@@ -13,6 +13,9 @@
 #     rewritten to add b) is refused in one line, "reload ignored: shutting down": no
 #     "configuration reloaded" (it was logged while databases_reload applied nothing), no
 #     "databases reloaded", no b added.
+#  3. a list rewritten into one database-url is refused first and alone: one error line, the
+#     running list kept (it said "configuration reloaded" and then that the list was kept), and
+#     a still delivers.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -109,3 +112,20 @@ relay_stop
 check "2: b was never added" bash -c "! grep -q 'database=b' '$RELAY_LOG'"
 broker_cmd "rtt all 0"
 
+# --- 3. a list rewritten into one database-url ---
+write_conf a
+relay_start --config "$CONF"
+wait_for "3: a delivers (the rows part 2 left)" 30 drained a
+printf '{"brokers": "%s", "database-url": "%s"}\n' "$BROKERS" "$(url a)" >"$CONF.tmp" &&
+    mv "$CONF.tmp" "$CONF"
+mark=$(grep -c '' "$RELAY_LOG")
+kill -HUP "$RELAY_PID"
+wait_for "3: the reload is refused" 15 grep -q \
+    'level=error msg="configuration reload failed; keeping the running configuration" error="the databases list is gone' \
+    "$RELAY_LOG"
+check_eq "3: ... in one line (no \"configuration reloaded\" before it)" 1 \
+    "$(tail -n +$((mark + 1)) "$RELAY_LOG" | grep -cE 'reload|restart|kept')"
+insert a 71 80
+wait_for "3: a still delivers" 30 drained a
+relay_stop
+check_eq "3: the relay exits 0" 0 "$?"

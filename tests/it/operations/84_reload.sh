@@ -24,6 +24,9 @@
 # 10. LIBEV_FLAGS in the environment asking for a signalfd (EVFLAG_SIGNALFD, 2097152) leaves the
 #     relay's loop in libev's default mode, the one every part above tests: no signalfd among its
 #     descriptors, and a SIGHUP reloads.
+# 11. a file that switches from one database-url to a databases list is refused first and alone:
+#     one error line (it said "configuration reloaded changed=log-level" and then that databases
+#     needs a restart), its log-level not applied, and the relay goes on delivering.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -233,3 +236,25 @@ check_eq "10: no signalfd among the relay's descriptors with LIBEV_FLAGS=2097152
 hup "10: a SIGHUP reloads" 'msg="configuration reloaded"'
 relay_stop
 check_eq "10: relay exits 0" 0 $?
+
+# --- 11. one database switched to a databases list ---
+write_conf '"log-level": "info"'
+# Not in the relay's environment, which a reload reads again: beside the list it would be refused
+# for naming both ("databases and database-url ... are both set"), not for the switch.
+export -n DATABASE_URL
+relay_start --config "$CONF"
+export DATABASE_URL
+insert m 10
+wait_for "11: rows delivered" 30 unsent_of m
+printf '{"brokers": "%s", "log-level": "debug", "databases": [{"name": "one", "database-url": "%s"}]}\n' \
+    "$BROKERS" "$DATABASE_URL" >"$CONF.tmp" && mv "$CONF.tmp" "$CONF"
+mark=$(lines)
+hup "11: the switch is refused, naming it" \
+    'level=error msg="configuration reload failed; keeping the running configuration" error="a databases list appeared'
+check_eq "11: in one line (no \"configuration reloaded\" nor a restart warning)" 1 \
+    "$(since "$mark" | grep -cE 'reload|restart')"
+insert n 10
+wait_for "11: rows still delivered" 30 unsent_of n
+check_eq "11: log-level debug not applied" 0 "$(since "$mark" | grep -c 'level=debug')"
+relay_stop
+check_eq "11: relay exits 0" 0 $?
