@@ -822,9 +822,6 @@ static bool start_request(Registry *r, Entry *e, const char *status_of)
     return true;
 }
 
-/* A waiter whose entry is in backoff must hear when it may ask again: the registry's timer
- * (each database of a --databases list has a registry of its own, which SIGHUP may remove) fires
- * at the earliest retry time and calls the ready callback. */
 static bool budget_take(Registry *r, const char *subject, double now);
 
 /* While the registry is down, and no request is out to tell, it is asked again here, whether or
@@ -887,6 +884,9 @@ static void recheck_down(Registry *r)
     }
 }
 
+/* A waiter whose entry is in backoff must hear when it may ask again: the registry's timer
+ * (each database of a --databases list has a registry of its own, which SIGHUP may remove) fires
+ * at the earliest retry time and calls the ready callback. */
 static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Registry *r = w->data;

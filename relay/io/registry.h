@@ -102,15 +102,17 @@ bool registry_up(const Registry *r);
 /* Start-up check, before the loop runs: GET /subjects on every URL at once, blocking until the
  * first answer (a 404 or a 3xx on /subjects is none) and at most one --schema-registry-timeout
  * however many URLs are down; of the URLs answered by then, the first in order becomes the current
- * one. Returns false with one line in err when the registry refuses the credentials (401/403) or
+ * one. Returns false with one line in err when the registry refuses the credentials (401) or
  * the CA file cannot verify it, or when no URL answered but with a redirect (3xx: lookups follow
  * none, so the URL is wrong; err says where it points); true otherwise (a registry that is down at
- * start-up is not an error: rows wait for it), with a warning line in warn when none answered, or
- * when the best answer was a 404 on /subjects (a base URL without the registry's path, or a proxy
- * routing only some paths: warn begins with "HTTP 404"; that URL becomes the current one only when
- * no other answered). It does not mark the registry down: only a lookup a row needs does, and only
- * a lookup brings it back up, so an idle relay never stays "down" on the strength of its start-up.
- */
+ * start-up is not an error: rows wait for it), with a warning line in warn when none answered,
+ * when the first answer in order was a 403 on /subjects (the credentials taken, listing refused:
+ * warn begins with "HTTP 403"; that URL becomes the current one), or when the best answer was a
+ * 404 on /subjects (a base URL without the registry's path, or a proxy routing only some paths:
+ * warn begins with "HTTP 404"; that URL becomes the current one only when no other answered). It
+ * does not mark the registry down: only a lookup a row needs does (and recheck_down, registry.c,
+ * brings it back up while down), so an idle relay never stays "down" on the strength of its
+ * start-up. */
 bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t warnlen)
     __attribute__((warn_unused_result));
 
