@@ -162,4 +162,25 @@ done
 relay_stop || not_ok "5: relay B exits 0"
 RELAY_PID=$RELAY_A
 relay_stop || not_ok "5: relay A exits 0"
+
+# --- 6. a producer whose session replicates (session_replication_role = replica) ---
+# Logical replication's apply workers, pglogical and some loaders write so; a trigger enabled the
+# ordinary way does not fire for them. The wakeup trigger is enabled ALWAYS: such a producer
+# takes the lock shared as any other and notifies a sleeping relay. Before, its insert neither
+# notified nor kept the relay from guarding, and its row waited for the poll (a minute here).
+relay_start "${OPTS[@]}"
+wait_for "6: the relay guards" 10 guard_held
+replica_insert() {
+    psql_q "SET session_replication_role = replica;
+            INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            SELECT 'order', 'o-' || (g % 200), 'changed', jsonb_build_object('seq', g)
+            FROM generate_series($((N + 1)), $((N + $1))) AS g ORDER BY g" >/dev/null || return 1
+    N=$((N + $1))
+}
+check_eq "6: the wakeup trigger fires in replica sessions too" A \
+    "$(psql_q "SELECT tgenabled FROM pg_trigger WHERE tgname = 'outbox_wakeup'
+               AND tgrelid = 'outbox'::regclass")"
+replica_insert 50 || not_ok "6: a replicating producer inserts"
+wait_for "6: its rows woke the guard: every row delivered" 10 no_unsent_rows
+relay_stop || not_ok "6: relay exits 0"
 check_delivered order
