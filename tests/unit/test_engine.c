@@ -1866,6 +1866,35 @@ static void test_claim_failure_waits_for_backoff(void **state)
     expect_sent(0, sent);
 }
 
+/* Claims that fail for a passing reason grow the retry backoff (six in a row: up to 30 s); a
+ * claim that then goes through and finds nothing is the end of that fault, as a batch recorded
+ * is: a later passing failure, here after the session slept and was woken, waits the base
+ * backoff again (half a second), not the grown one. Before, only a batch recorded reset it, so
+ * on a quiet outbox the next failure, hours later, waited 15-30 s. */
+static void test_empty_claim_resets_claim_backoff(void **state)
+{
+    start("1", "1", "0");
+    bring_up(0);
+    for (int k = 0; k < 6; k++) {
+        answer_failing(0, "claim", "57014");
+        answer(0); /* ROLLBACK */
+        expect_idle_pg(0);
+        fire(&S(0)->retry_timer);
+    }
+    assert_int_equal(S(0)->retry.failures, 6);
+    answer_claim(0, ""); /* it works again: nothing to claim, to sleep */
+    answer(0);           /* "guard": the final claim follows */
+    answer_claim(0, ""); /* asleep */
+    answer(0);
+    expect_idle_pg(0);
+    fake_pg_notify(PG(0), WAKEUP_CHANNEL, "");
+    answer(0); /* the guard left: it claims */
+    answer_failing(0, "claim", "57014");
+    answer(0); /* ROLLBACK */
+    assert_int_equal(S(0)->retry.failures, 1);
+    assert_true(ev_timer_remaining(T.loop, &S(0)->retry_timer) <= 0.5);
+}
+
 /* A claim fails for a reason of the setup (42501, no privilege): the session gives its lanes
  * up, the relay is not ready, and after each retry backoff it probes with a claim of no lanes;
  * once one goes through it joins again and claims. */
@@ -3622,6 +3651,7 @@ int main(void)
         cmocka_unit_test_teardown(test_row_by_row_lost_counts_recorded, teardown),
         cmocka_unit_test_teardown(test_every_sent_mark_refused_backs_off, teardown),
         cmocka_unit_test_teardown(test_claim_failure_waits_for_backoff, teardown),
+        cmocka_unit_test_teardown(test_empty_claim_resets_claim_backoff, teardown),
         cmocka_unit_test_teardown(test_setup_fault, teardown),
         cmocka_unit_test_teardown(test_setup_fault_scrubbed_before_cut, teardown),
         cmocka_unit_test_teardown(test_lower_setup_fault_hands_over, teardown),
