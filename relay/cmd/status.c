@@ -114,7 +114,8 @@ static void print_text(PGresult *backlog, long long sent_minute, PGresult *relay
     long long dead_letter_failed = int_at(backlog, 0, BACKLOG_DEAD_LETTER_FAILED);
     if (dead_letter_failed > 0) /* why is in the relay's log only: the row keeps why it died */
         printf("dead-lettered:  %lld (%lld whose copy to the dead-letter topic failed or went "
-               "unrecorded, retried; the relays' log says why)\n",
+               "unrecorded, retried, or parked as too large for it even without the payload; the "
+               "relays' log says why)\n",
                int_at(backlog, 0, BACKLOG_DEAD), dead_letter_failed);
     else
         printf("dead-lettered:  %lld\n", int_at(backlog, 0, BACKLOG_DEAD));

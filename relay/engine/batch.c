@@ -233,7 +233,7 @@ static void load_result(Batch *b, PGresult *res, bool dead_letter)
         br->setup_fault = false;
         br->sent_value = br->sent_key = br->sent_headers = 0;
         br->cancelled = false;
-        br->shared = br->isolated = false;
+        br->shared = br->isolated = br->parked = false;
         br->produced_seq = 0;
         br->error = NULL;
         br->headers = NULL;
@@ -338,6 +338,7 @@ const BatchRow *batch_marks_range(const Batch *b, int from, int to, BatchMarks *
     strbuf_array_begin(&m->failed_permanent);
     strbuf_array_begin(&m->dl_sent);
     strbuf_array_begin(&m->dl_failed_ids);
+    strbuf_array_begin(&m->dl_failed_parked);
     for (int i = from; i < to && i < b->n; i++) {
         const BatchRow *br = &b->rows[i];
         const char *error = br->error ? br->error : "unknown error";
@@ -345,6 +346,7 @@ const BatchRow *batch_marks_range(const Batch *b, int from, int to, BatchMarks *
             strbuf_array_int(br->dead_letter ? &m->dl_sent : &m->sent, br->row.id);
         } else if (br->state == ROW_FAILED && br->dead_letter) {
             strbuf_array_int(&m->dl_failed_ids, br->row.id);
+            strbuf_array_text(&m->dl_failed_parked, br->parked ? "t" : "f");
         } else if (br->state == ROW_FAILED) {
             strbuf_array_int(&m->failed_ids, br->row.id);
             strbuf_array_text(&m->failed_errors, error);
@@ -360,6 +362,7 @@ const BatchRow *batch_marks_range(const Batch *b, int from, int to, BatchMarks *
     strbuf_array_end(&m->failed_permanent);
     strbuf_array_end(&m->dl_sent);
     strbuf_array_end(&m->dl_failed_ids);
+    strbuf_array_end(&m->dl_failed_parked);
     return first_failed;
 }
 
@@ -371,6 +374,7 @@ void batch_marks_free(BatchMarks *m)
     strbuf_free(&m->failed_permanent);
     strbuf_free(&m->dl_sent);
     strbuf_free(&m->dl_failed_ids);
+    strbuf_free(&m->dl_failed_parked);
 }
 
 static bool same_aggregate(const OutboxRow *a, const OutboxRow *b)

@@ -62,6 +62,9 @@ typedef struct BatchRow {
     bool shared;
     unsigned long long produced_seq;
     bool isolated; /* produced alone (Isolate, engine.h), its report awaited by every session */
+    /* A dead event's copy refused as too large alone and bare (produce.c, copy_unfit): recorded
+     * as a failed publication that is not retried (SQL_MARK_DEAD_LETTER_FAILED). */
+    bool parked;
 } BatchRow;
 
 #define BATCH_HELD_BITS 65536
@@ -106,7 +109,8 @@ typedef struct BatchMarks {
     StrBuf sent;                                        /* ids delivered */
     StrBuf failed_ids, failed_errors, failed_permanent; /* parallel arrays */
     StrBuf dl_sent;                                     /* ids published to the dead-letter topic */
-    StrBuf dl_failed_ids; /* ids whose copy failed (the error is logged, last_error kept) */
+    StrBuf dl_failed_ids;    /* ids whose copy failed (the error is logged, last_error kept) */
+    StrBuf dl_failed_parked; /* parallel to dl_failed_ids: "t" for a copy not retried (parked) */
 } BatchMarks;
 
 /* Allocates room for capacity rows. Returns false when out of memory. */

@@ -96,7 +96,8 @@ typedef struct Unrecordable {
  * it is too large itself and is rejected as before. A dead event's copy to the dead-letter topic
  * is judged the same way, but refused alone (with its payload) it goes again alone without its
  * payload (bare), as one too large for the producer always did, while claims meet it (a bare
- * mark not met for ISOLATE_STALE_S is dropped: its payload is tried again). A set of ids with a
+ * mark not met for ISOLATE_STALE_S is dropped: its payload is tried again); refused alone and
+ * bare, it is parked (produce.c, copy_unfit). A set of ids with a
  * fixed cap: an id a claim has not met for ISOLATE_STALE_S (its lane moved, the row was
  * dead-lettered, requeued or deleted) is dropped at the next refusal, which makes room and lets an
  * episode end; past ISOLATE_MAX a refused row counts a transient failure instead (an attempt, no
@@ -494,7 +495,7 @@ bool wakeup_guard_must_leave(const Session *s);
 /* The statements that record a batch's outcome and the parameter text they point to. */
 typedef struct MarkRequest {
     char max_attempts[24], backoff[32], backoff_max[32];
-    const char *sent[1], *failed[6], *dl_sent[2], *dl_failed[1];
+    const char *sent[1], *failed[6], *dl_sent[2], *dl_failed[2];
     PgQuery queries[PG_MAX_QUERIES];
     int n;
 } MarkRequest;

@@ -447,8 +447,8 @@ static void log_batch_failures(Session *s, const BatchRow *first_failed)
 {
     Batch *b = &s->batch;
     const BatchRow *dead_failed = NULL;
-    for (int i = 0; !dead_failed && i < b->n; i++)
-        if (b->rows[i].state == ROW_FAILED && b->rows[i].dead_letter)
+    for (int i = 0; !dead_failed && i < b->n; i++) /* a parked copy had its own line (produce.c) */
+        if (b->rows[i].state == ROW_FAILED && b->rows[i].dead_letter && !b->rows[i].parked)
             dead_failed = &b->rows[i];
     if (!first_failed && !dead_failed) {
         if (b->acked == 0)
@@ -486,6 +486,7 @@ void marks_build(Session *s, bool commit, const ClaimRequest *next, MarkRequest 
     req->dl_sent[0] = marks->dl_sent.s;
     req->dl_sent[1] = s->cfg->dead_letter_topic;
     req->dl_failed[0] = marks->dl_failed_ids.s;
+    req->dl_failed[1] = marks->dl_failed_parked.s;
 
     PgQuery *queries = req->queries;
     int nq = 0;
@@ -510,7 +511,7 @@ void marks_build(Session *s, bool commit, const ClaimRequest *next, MarkRequest 
     if (!strbuf_array_empty(&marks->dl_sent))
         queries[nq++] = (PgQuery){s->sql[SQL_MARK_DEAD_LETTERED], 2, req->dl_sent, false};
     if (!strbuf_array_empty(&marks->dl_failed_ids))
-        queries[nq++] = (PgQuery){s->sql[SQL_MARK_DEAD_LETTER_FAILED], 1, req->dl_failed, false};
+        queries[nq++] = (PgQuery){s->sql[SQL_MARK_DEAD_LETTER_FAILED], 2, req->dl_failed, false};
     if (commit)
         queries[nq++] = (PgQuery){SQL_COMMIT, 0, NULL, false};
     s->chained_marks_n = nq;

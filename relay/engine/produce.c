@@ -45,6 +45,19 @@ static rd_kafka_headers_t *message_headers(const Session *s, const OutboxRow *ro
     return hdrs;
 }
 
+/* The bytes of the headers as the record carries them (names and values). */
+static size_t headers_bytes(const rd_kafka_headers_t *hdrs)
+{
+    size_t n = 0, size;
+    const char *name;
+    const void *value;
+    for (size_t i = 0; hdrs && rd_kafka_header_get_all(hdrs, i, &name, &value, &size) ==
+                                   RD_KAFKA_RESP_ERR_NO_ERROR;
+         i++)
+        n += strlen(name) + size;
+    return n;
+}
+
 static bool isolate_bare(const Isolate *iso, long long id);
 
 /* Produces a dead event to the dead-letter topic, with why it died in the headers. A payload too
@@ -67,11 +80,14 @@ static rd_kafka_resp_err_t produce_dead_letter(Session *s, BatchRow *br)
                              row->aggregate_id, strlen(row->aggregate_id), row->payload,
                              row->payload_len, hdrs, br);
     /* What went out, for the report: a copy refused alone with no payload has nothing to leave
-     * out (produce_record_report). */
+     * out (produce_record_report), and its error names the sizes (copy_unfit). */
     br->sent_value = row->payload ? row->payload_len : 0;
+    br->sent_key = strlen(row->aggregate_id);
+    br->sent_headers = headers_bytes(hdrs);
     if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
         br->sent_value = 0;
         rd_kafka_header_add(hdrs, "dlq.payload_omitted", -1, "true", -1);
+        br->sent_headers = headers_bytes(hdrs);
         err = kafka_produce(s->relay->kafka, s->cfg->dead_letter_topic, RD_KAFKA_PARTITION_UA, 0,
                             row->aggregate_id, strlen(row->aggregate_id), NULL, 0, hdrs, br);
     }
@@ -101,19 +117,6 @@ static void fail_too_large(Session *s, BatchRow *br, size_t bytes)
              "message.max.bytes%s (not sent)",
              bytes, limit);
     batch_fail(&s->batch, br, why, true);
-}
-
-/* The bytes of the headers as the record carries them (names and values). */
-static size_t headers_bytes(const rd_kafka_headers_t *hdrs)
-{
-    size_t n = 0, size;
-    const char *name;
-    const void *value;
-    for (size_t i = 0; hdrs && rd_kafka_header_get_all(hdrs, i, &name, &value, &size) ==
-                                   RD_KAFKA_RESP_ERR_NO_ERROR;
-         i++)
-        n += strlen(name) + size;
-    return n;
 }
 
 /* The failure of a message refused as too large once produced, by librdkafka (broker: false)
@@ -253,6 +256,22 @@ static bool isolation_blocks(const Relay *r, const Session *s, bool isolating)
     return false;
 }
 
+/* Keeps br to produce again alone, bare (a dead event's copy without its payload) or as it was
+ * (a bare mark already there stays): it stays unsent with no attempt counted (its aggregate held
+ * for the batch). False when the set is full, with nothing done. */
+static bool isolate_again(Session *s, BatchRow *br, bool bare)
+{
+    Relay *r = s->relay;
+    isolate_expire(r); /* rows no claim meets any more make room */
+    int i = isolate_add(r, br->row.id);
+    if (i < 0)
+        return false;
+    if (bare)
+        r->isolate.bare[i] = true;
+    batch_cancelled(&s->batch, br);
+    return true;
+}
+
 /* A message the broker refused as too large though it was not alone in its produce request:
  * Kafka refuses the whole request when the record batch is over the topic's max.message.bytes,
  * however small each message is, so that is no fault of the row. It stays unsent with no
@@ -271,10 +290,8 @@ static void refused_with_others(Session *s, BatchRow *br)
                  "below the smallest topic's max.message.bytes",
                  "topic=%s id=%lld", topic ? topic : "", br->row.id);
     }
-    if (isolate_add(r, br->row.id) >= 0) {
-        batch_cancelled(&s->batch, br);
+    if (isolate_again(s, br, false))
         return;
-    }
     char why[256];
     snprintf(why, sizeof(why),
              "message too large for the broker in a produce request with other messages (not "
@@ -291,15 +308,33 @@ static void refused_with_others(Session *s, BatchRow *br)
  * doubling), its payload kept. */
 static void copy_refused_alone(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
 {
-    Relay *r = s->relay;
-    isolate_expire(r);
-    int i = isolate_add(r, br->row.id);
-    if (i < 0) {
+    if (!isolate_again(s, br, true))
         batch_fail(&s->batch, br, rd_kafka_err2str(err), true);
-        return;
-    }
-    r->isolate.bare[i] = true;
-    batch_cancelled(&s->batch, br);
+}
+
+/* A dead event's copy the broker refused as too large alone and without its payload: its key
+ * and headers (the row's own and the dlq.* ones) are over the dead-letter topic's
+ * max.message.bytes (or the broker's message.max.bytes) by themselves. Sent again it would be
+ * refused again for ever, each time after trying its payload once more: it is parked instead, a
+ * failed publication that is not retried (SQL_MARK_DEAD_LETTER_FAILED), said in one error line,
+ * counted as a permanent failure and, until the event is requeued, in the backlog's failed
+ * copies (outbox_dead_letter_unpublished_rows, status). */
+static void copy_unfit(Session *s, BatchRow *br)
+{
+    char why[384], eid[160];
+    snprintf(why, sizeof(why),
+             "dead-letter copy too large for the broker even without its payload: %zu bytes as "
+             "produced (key %zu, headers %zu), over the dead-letter topic's max.message.bytes or "
+             "the broker's message.max.bytes (not retried)",
+             br->sent_key + br->sent_headers, br->sent_key, br->sent_headers);
+    log_error("a dead event's copy is too large for the dead-letter topic even without its "
+              "payload; it is not retried: raise the topic's max.message.bytes, then requeue the "
+              "event",
+              "id=%lld event_id=%s bytes=%zu key=%zu headers=%zu topic=%s", br->row.id,
+              log_quote(br->row.event_id, eid, sizeof(eid)), br->sent_key + br->sent_headers,
+              br->sent_key, br->sent_headers, s->cfg->dead_letter_topic);
+    batch_fail(&s->batch, br, why, true);
+    br->parked = true;
 }
 
 /* Produces one event row. Returns the producer's answer; failures that happen before the
@@ -540,6 +575,8 @@ void produce_record_report(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
         fail_produced_too_large(s, br, true); /* alone, and still too large: the row's own fault */
     } else if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && br->sent_value > 0) {
         copy_refused_alone(s, br, err); /* a copy alone, too large with its payload */
+    } else if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+        copy_unfit(s, br); /* a copy alone and bare, still too large */
     } else if (!br->dead_letter && kafka_error_setup(err)) {
         /* Not authorised, or no such topic: every event of the topic would meet it until an
          * operator acts, so it is never counted against the row (nor dead-letters it): the row

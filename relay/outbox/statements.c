@@ -391,11 +391,16 @@ const char *const session_sql_templates[SESSION_SQL_COUNT] = {
      * recorded as dead-lettered costs one dead-letter message an hour, not one every 30 s.
      * last_error is left alone: it is why the event died, which the next copy carries in
      * dlq.error and `outbox-relay dead` shows; the publication's own error is the relay's news
-     * (its log line and outbox_failures_total), not the event's. */
+     * (its log line and outbox_failures_total), not the event's. A copy parked ($2: too large
+     * for the dead-letter topic even without its payload, produce.c) is never retried: its retry
+     * time is infinity, which the dead-letter claim never reaches and the backlog's count of
+     * failed copies still counts, until `requeue` clears it. */
     [SQL_MARK_DEAD_LETTER_FAILED] =
         "UPDATE {table} AS o SET"
-        " attempts = o.attempts + 1, next_attempt_at = pg_catalog.clock_timestamp()"
+        " attempts = o.attempts + 1, next_attempt_at = CASE WHEN f.parked"
+        " THEN 'infinity'::timestamptz ELSE pg_catalog.clock_timestamp()"
         " + pg_catalog.make_interval(secs => least(30::float8 * 2::float8"
-        " ^ least(greatest(o.attempts - o.rejections, 0), 7)::float8, 3600::float8))"
-        " WHERE o.{seq} = ANY($1::bigint[]) AND o.dead_at IS NOT NULL",
+        " ^ least(greatest(o.attempts - o.rejections, 0), 7)::float8, 3600::float8)) END"
+        " FROM unnest($1::bigint[], $2::bool[]) AS f(id, parked)"
+        " WHERE o.{seq} = f.id AND o.dead_at IS NOT NULL",
 };

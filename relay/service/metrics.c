@@ -501,8 +501,10 @@ static void render_set(StrBuf *out, const Set *set)
     family_gauge(
         out, set, "outbox_dead_letter_unpublished_rows",
         "Of the dead-lettered events, those whose copy to the dead-letter topic failed "
-        "(or whose record of it the row refused) and waits for a retry, as of the last "
-        "refresh. It stays above 0 while copies keep failing; the log warns once a streak.",
+        "(or whose record of it the row refused) and waits for a retry, or was parked as too "
+        "large for that topic even without its payload (never retried until requeued), as of "
+        "the last refresh. It stays above 0 while copies keep failing; the log warns once a "
+        "streak.",
         backlog, DB(dead_letter_failed), G_LLONG);
     family_gauge(out, set, "outbox_backlog_refresh_timestamp_seconds",
                  "Unix time of the last successful refresh of the backlog gauges.", backlog,

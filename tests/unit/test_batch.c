@@ -170,6 +170,7 @@ static void test_marks(void **state)
     assert_string_equal(m.failed_permanent.s, "{\"t\",\"f\"}");
     assert_string_equal(m.dl_sent.s, "{6}");
     assert_string_equal(m.dl_failed_ids.s, "{7}");
+    assert_string_equal(m.dl_failed_parked.s, "{\"f\"}");
     batch_marks_free(&m);
     batch_clear(b);
 }

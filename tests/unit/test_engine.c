@@ -3015,9 +3015,12 @@ static void test_too_large_request_episode_ends_with_stale_rows(void **state)
  * nothing, stay unsent and go again alone, one at a time; one refused alone with its payload is
  * too large itself for the dead-letter topic and goes again alone without it (payload_len 0: the
  * dlq.payload_omitted copy, as one too large for the producer). Refused again bare (nothing
- * left to leave out), it is a failed publication (30 s doubling), and its entry goes: no loop.
- * Said once. On the old code both copies were recorded as failed publications at once
- * ("{1,2}" in mark-dead-letter-failed), to go again together after 30 s. */
+ * left to leave out), it can never fit: a failed publication parked ("t": never retried, not
+ * with its payload 30 s later either), said in one error line with its sizes, and its entry
+ * goes. The warning is said once. On the old code both copies were recorded as failed
+ * publications at once ("{1,2}" in mark-dead-letter-failed), to go again together after 30 s;
+ * and the bare copy refused alone was a plain failed publication (no "parked" parameter), to go
+ * again with its payload 30 s later, for ever. */
 static void copies_refused_together(bool bare_refused)
 {
     extra_args[0] = "--dead-letter-topic";
@@ -3053,15 +3056,20 @@ static void copies_refused_together(bool bare_refused)
     fake_kafka_report(4, bare_refused ? TOO_LARGE : OK);
     if (bare_refused) {
         assert_string_equal(field(pending_param(0, "mark-dead-letter-failed"), 0), "{2}");
+        assert_string_equal(field(pending_param(0, "mark-dead-letter-failed"), 1), "{\"t\"}");
         assert_string_equal(pending_param(0, "mark-dead-lettered"), "");
     } else {
         assert_string_equal(field(pending_param(0, "mark-dead-lettered"), 0), "{2}");
     }
     assert_int_equal(T.r->isolate.n, 0);
     answer(0);
-    assert_int_equal(occurrences(logged(), "the broker refused a produce request as too large "
-                                           "though its messages were within message.max.bytes"),
+    const char *text = logged();
+    assert_int_equal(occurrences(text, "the broker refused a produce request as too large "
+                                       "though its messages were within message.max.bytes"),
                      1);
+    assert_int_equal(occurrences(text, "a dead event's copy is too large for the dead-letter "
+                                       "topic even without its payload"),
+                     bare_refused ? 1 : 0);
 }
 
 static void test_too_large_request_isolates_copies(void **state)

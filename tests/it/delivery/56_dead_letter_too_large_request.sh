@@ -19,6 +19,11 @@
 #     (null value, dlq.payload_omitted: true), no second warning. (On the old code it waited
 #     30 s to go again with its payload, its own size never judged: refused alone for good by a
 #     real topic, it went again every 30 s doubling to an hour, for ever.)
+#  C. 1 copy refused alone twice, with its payload and then bare: it can never fit, so it is
+#     parked (a retry time of infinity: never claimed again, neither bare nor with its payload),
+#     said in one error line with its sizes, and counted by `status` as a dead event whose copy
+#     failed. (On the old code it was a plain failed publication, to go again with its payload
+#     30 s later, doubling to an hour, for ever.)
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -67,6 +72,22 @@ broker_cmd "errors produce 1 10"
 insert_poison 4 4
 wait_for "B: the copy published to the dead-letter topic within 20 s" 20 \
     published 1 "(payload->>'seq')::int = 4"
+
+# --- C. one copy refused alone with its payload, then bare ---
+broker_cmd "errors produce 2 10"
+insert_poison 5 5
+parked() { [ "$(count_where "(payload->>'seq')::int = 5 AND next_attempt_at IS NOT NULL")" = 1 ]; }
+wait_for "C: the copy refused bare recorded as a failed publication" 30 parked
+check_eq "C: parked: never retried (a retry time of infinity), not published" "infinity|" \
+    "$(psql_q "SELECT next_attempt_at, dead_letter_topic FROM outbox
+               WHERE aggregate_type = 'bad topic!' AND (payload->>'seq')::int = 5" | tr -d ' ')"
+check "C: said in one error line with its sizes" grep -q \
+    "a dead event's copy is too large for the dead-letter topic even without its payload.*bytes=[0-9]* key=3 headers=[0-9]* topic=dlq" \
+    "$RELAY_LOG"
+check_eq "C: status counts it as a dead event whose copy failed" 1 \
+    "$("$RELAY_BIN" status --database-url "$DATABASE_URL" --json | jq -r .dead_letter_failed)"
+check "C: status says such a copy may be parked" grep -q "^dead-lettered:  6 (1 whose copy.*parked" \
+    <<<"$("$RELAY_BIN" status --database-url "$DATABASE_URL")"
 relay_stop
 check_eq "relay exits 0" 0 $?
 
