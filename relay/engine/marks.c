@@ -38,8 +38,8 @@ static void log_dead_lettered(Session *s, PGresult *res)
  * copies_sent and copies_failed those of them that were dead events' copies to the dead-letter
  * topic, counted apart: sent= counts events delivered and failed_attempts= attempts counted
  * against events, and a copy is neither (its event was dead-lettered, dead_lettered=, when its
- * last attempt failed; a copy that fails is not in failed_attempts=, though the row's attempts
- * column counts it: SQL_MARK_DEAD_LETTER_FAILED). */
+ * last attempt failed; a copy that fails is not in failed_attempts=, nor in the row's attempts
+ * column: SQL_MARK_DEAD_LETTER_FAILED). */
 static void count_recorded(Session *s, int sent, int failed, int copies_sent, int copies_failed,
                            bool by_row)
 {

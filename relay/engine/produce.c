@@ -277,7 +277,8 @@ static bool isolate_again(Session *s, BatchRow *br, bool bare)
  * however small each message is, so that is no fault of the row. It stays unsent with no
  * attempt counted (its aggregate held for the batch) and goes alone next time; when the set of
  * such rows is full, it counts a transient failure (an attempt, never a rejection). A dead
- * event's copy likewise (a failure of a copy is a failed publication, 30 s doubling). */
+ * event's copy likewise (a failure of a copy is a failed publication: SQL_MARK_DEAD_LETTER_FAILED).
+ */
 static void refused_with_others(Session *s, BatchRow *br)
 {
     Relay *r = s->relay;
@@ -582,8 +583,8 @@ void produce_record_report(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
          * operator acts, so it is never counted against the row (nor dead-letters it): the row
          * stays unsent and its aggregate type is held out of the claims until a probe (marks.c).
          * A dead event's copy is recorded as failed as before: that counts nothing against it,
-         * and its own backoff (30 s doubling) keeps a missing dead-letter topic from slowing
-         * every batch. */
+         * and its own backoff (30 s, growing to an hour) keeps a missing dead-letter topic from
+         * slowing every batch. */
         batch_unsent(b, br, err);
     } else {
         batch_fail(b, br, rd_kafka_err2str(err), kafka_error_permanent(err));

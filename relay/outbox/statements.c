@@ -386,21 +386,24 @@ const char *const session_sql_templates[SESSION_SQL_COUNT] = {
     [SQL_MARK_DEAD_LETTERED] = "UPDATE {table} SET dead_letter_topic = $2"
                                " WHERE {seq} = ANY($1::bigint[]) AND dead_at IS NOT NULL",
     /* A dead event whose publication to the dead-letter topic failed (or whose record of it the
-     * row refused: then it was published, and each retry publishes it again) waits 30 s, doubling
-     * with each such failure (counted in attempts) up to an hour: a row that can never be
-     * recorded as dead-lettered costs one dead-letter message an hour, not one every 30 s.
-     * last_error is left alone: it is why the event died, which the next copy carries in
-     * dlq.error and `outbox-relay dead` shows; the publication's own error is the relay's news
-     * (its log line and outbox_failures_total), not the event's. A copy parked ($2: too large
-     * for the dead-letter topic even without its payload, produce.c) is never retried: its retry
-     * time is infinity, which the dead-letter claim never reaches and the backlog's count of
-     * failed copies still counts, until `requeue` clears it. */
+     * row refused: then it was published, and each retry publishes it again) waits 30 s the
+     * first time (no retry time yet: death clears it), then as long as it has been dead, 30 s to
+     * an hour: the waits about double, and a row that can never be recorded as dead-lettered
+     * costs one dead-letter message an hour, not one every 30 s. No attempt is counted: attempts
+     * stays the event's own, which `dead` shows and every copy carries in dlq.attempts, however
+     * many publications of it failed (the elapsed time since dead_at stands in for a count of
+     * them, which no column keeps). last_error is left alone: it is why the event died, which the
+     * next copy carries in dlq.error and `outbox-relay dead` shows; the publication's own error
+     * is the relay's news (its log line and outbox_failures_total), not the event's. A copy
+     * parked ($2: too large for the dead-letter topic even without its payload, produce.c) is
+     * never retried: its retry time is infinity, which the dead-letter claim never reaches and
+     * the backlog's count of failed copies still counts, until `requeue` clears it. */
     [SQL_MARK_DEAD_LETTER_FAILED] =
-        "UPDATE {table} AS o SET"
-        " attempts = o.attempts + 1, next_attempt_at = CASE WHEN f.parked"
+        "UPDATE {table} AS o SET next_attempt_at = CASE WHEN f.parked"
         " THEN 'infinity'::timestamptz ELSE pg_catalog.clock_timestamp()"
-        " + pg_catalog.make_interval(secs => least(30::float8 * 2::float8"
-        " ^ least(greatest(o.attempts - o.rejections, 0), 7)::float8, 3600::float8)) END"
+        " + pg_catalog.make_interval(secs => CASE WHEN o.next_attempt_at IS NULL THEN 30::float8"
+        " ELSE least(greatest(pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()"
+        " - o.dead_at), 30::float8), 3600::float8) END) END"
         " FROM unnest($1::bigint[], $2::bool[]) AS f(id, parked)"
         " WHERE o.{seq} = f.id AND o.dead_at IS NOT NULL",
 };

@@ -180,8 +180,10 @@ check_eq "dlq got the re-dead event a second time (3 messages in all)" \
 # --- a dead event whose dead-letter record the row refuses ---------------------------------------
 # A trigger refuses to record dead_letter_topic on one row: its dead-letter message is published,
 # the record fails, and the row waits to be published again. On main it waited 30 s every time,
-# for ever; now the wait doubles with each failure (up to an hour): after the second failure it
-# is at least a minute.
+# for ever; now the wait grows: 30 s the first time, then as long as the event has been dead (up
+# to an hour), so with its death moved 10 minutes back the second wait is at least a minute. A
+# failure counts no attempt: attempts stays the event's 2 (each failure counted one on the code
+# before 2026-11-29: 3, then 4).
 psql_q "CREATE FUNCTION refuse_dlq() RETURNS trigger LANGUAGE plpgsql AS \$\$
         BEGIN RAISE EXCEPTION 'no dead letters for %', NEW.aggregate_id; END \$\$;
         CREATE TRIGGER refuse_dlq BEFORE UPDATE OF dead_letter_topic ON outbox FOR EACH ROW
@@ -190,15 +192,20 @@ psql_q "CREATE FUNCTION refuse_dlq() RETURNS trigger LANGUAGE plpgsql AS \$\$
 STUCK=$(psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
                 VALUES ('bad topic!', 'stuck-1', 'changed', '{\"seq\": 0}') RETURNING id")
 relay_start "${OPTS[@]}"
-dl_failures_at_least() { # dl_failures_at_least N: N dead-letter failures recorded (attempts 2 + N)
-    [ "$(psql_q "SELECT attempts >= 2 + $1 AND next_attempt_at IS NOT NULL
+dl_failure_waits() { # dl_failure_waits: a dead-letter failure recorded, its retry time ahead
+    [ "$(psql_q "SELECT dead_at IS NOT NULL AND next_attempt_at > now()
                  FROM outbox WHERE id = $STUCK")" = t ]
 }
-wait_for "DL: the refused record is a dead-letter failure" 30 dl_failures_at_least 1
-psql_q "UPDATE outbox SET next_attempt_at = now() WHERE id = $STUCK" # skip the first wait
-wait_for "DL: and again after its wait" 30 dl_failures_at_least 2
+wait_for "DL: the refused record is a dead-letter failure" 30 dl_failure_waits
+check_eq "DL: no attempt counted for it (the event's 2)" 2 \
+    "$(psql_q "SELECT attempts FROM outbox WHERE id = $STUCK")"
+# Skip the first wait; dead for 10 minutes, the next wait is that long.
+psql_q "UPDATE outbox SET next_attempt_at = now() - interval '1 s',
+        dead_at = dead_at - interval '10 min' WHERE id = $STUCK" >/dev/null
+wait_for "DL: and again after its wait" 30 dl_failure_waits
 check "DL: the next wait is at least a minute (main: 30 s each time)" test "$(psql_q "SELECT
     next_attempt_at - clock_timestamp() > interval '55 seconds' FROM outbox WHERE id = $STUCK")" = t
+check_eq "DL: still no attempt counted" 2 "$(psql_q "SELECT attempts FROM outbox WHERE id = $STUCK")"
 check "DL: last_error is still why it died, not the refused record" test "$(psql_q "SELECT
     last_error LIKE 'topic name %' FROM outbox WHERE id = $STUCK")" = t
 check_eq "DL: status counts it as a dead event whose copy went unrecorded" 1 \

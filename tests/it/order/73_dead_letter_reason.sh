@@ -7,8 +7,12 @@
 # (--max-attempts 1) before Kafka sees them: after the refusal is set up, the only produce
 # requests are the copies', which lets the mock's one refused request reach exactly the first.
 #  - P: its copy refused once (TOPIC_AUTHORIZATION_FAILED, as a missing ACL): recorded as a failed
-#    publication (attempts 2, a retry time, no dead_letter_topic) with last_error unchanged;
-#    retried (its wait cut short), published, last_error still the same;
+#    publication (a retry time within 30 s, no dead_letter_topic) with last_error unchanged and
+#    attempts still 1, the event's own; refused again on the retry (its wait cut short, and its
+#    death moved 2 h back): the next wait is as long as it has been dead, capped at an hour
+#    (over 30 minutes), attempts still 1; retried again, published, last_error still the same,
+#    and its copy says dlq.attempts 1. On the old code each failed publication counted an
+#    attempt: attempts 2, and the copy said dlq.attempts 3, not the event's 1;
 #  - Q: same poison, its copy not refused: its last_error is P's (the reason does not depend on
 #    the failed publication), and both copies carry that reason in dlq.error.
 #  - status: while P's copy waits for its retry, `outbox-relay status` counts it as a dead event
@@ -43,8 +47,8 @@ poison() { # poison AGG: a row of the illegal topic, its own aggregate; prints i
 col() { # col ID EXPR
     psql_q "SELECT $2 FROM outbox WHERE id = $1"
 }
-copy_failed() { # copy_failed ID: one failed dead-letter publication recorded
-    [ "$(col "$1" "attempts = 2 AND next_attempt_at IS NOT NULL AND dead_letter_topic IS NULL")" = t ]
+copy_failed() { # copy_failed ID: a failed dead-letter publication recorded (a retry time)
+    [ "$(col "$1" "next_attempt_at > now() AND dead_letter_topic IS NULL")" = t ]
 }
 dead_lettered() { # dead_lettered ID: its copy is published and recorded
     [ "$(col "$1" "dead_at IS NOT NULL AND dead_letter_topic = 'dlq'")" = t ]
@@ -60,6 +64,8 @@ FAILURES_BEFORE=$(metric 'outbox_failures_total{class="transient"}' || echo 0)
 broker_cmd "errors produce 1 29"
 P=$(poison p-1)
 wait_for "P: its copy's refusal recorded as a failed publication" 30 copy_failed "$P"
+check_eq "P: no attempt counted (the event's own 1), the first retry within 30 s" "1|t" \
+    "$(col "$P" "attempts, next_attempt_at <= now() + interval '30 s'")"
 REASON_P=$(col "$P" last_error)
 echo "# P: last_error after the failed publication: $REASON_P"
 check "P: the failure is logged with the broker's error" grep -q \
@@ -79,7 +85,16 @@ unpublished_is() { # unpublished_is N: the gauge, refreshed by the upkeep every 
 }
 wait_for "metrics: outbox_dead_letter_unpublished_rows counts P while its copy waits" 30 \
     unpublished_is 1
-psql_q "UPDATE outbox SET next_attempt_at = now() WHERE id = $P" # skip the 30 s wait
+broker_cmd "errors produce 1 29"
+# Skip the 30 s wait; dead for 2 h, its next wait is the cap of an hour.
+psql_q "UPDATE outbox SET next_attempt_at = now() - interval '1 s',
+        dead_at = dead_at - interval '2 h' WHERE id = $P" >/dev/null
+p_failed_twice() { [ "$(col "$P" "next_attempt_at > now() + interval '30 min'")" = t ]; }
+wait_for "P: its copy refused again, its wait as long as it has been dead, capped at 1 h" 30 \
+    p_failed_twice
+check_eq "P: still no attempt counted, at most an hour" "1|t" \
+    "$(col "$P" "attempts, next_attempt_at <= now() + interval '1 h'")"
+psql_q "UPDATE outbox SET next_attempt_at = now() WHERE id = $P" >/dev/null # skip the hour
 wait_for "P: its copy published on the retry" 30 dead_lettered "$P"
 wait_for "metrics: outbox_dead_letter_unpublished_rows back to 0 once published" 30 \
     unpublished_is 0
@@ -102,9 +117,9 @@ check_eq "relay exits 0" 0 $?
 
 consume --topic dlq --to-end --timeout-ms 30000 >"$T/dlq.json"
 for id in "$P" "$Q"; do
-    check_eq "copy of row $id: dlq.error is the death reason" "$REASON_Q" \
-        "$(jq -r --arg e "$(col "$id" event_id)" 'select(.headers.id == $e)
-               | .headers["dlq.error"]' "$T/dlq.json" | sort -u)"
+    check_eq "copy of row $id: dlq.error is the death reason, dlq.attempts the event's 1" \
+        "$REASON_Q|1" "$(jq -r --arg e "$(col "$id" event_id)" 'select(.headers.id == $e)
+               | "\(.headers["dlq.error"])|\(.headers["dlq.attempts"])"' "$T/dlq.json" | sort -u)"
 done
 
 # R: the relay stopped, D dead with its copy due and X pending, so the first claim takes both.
