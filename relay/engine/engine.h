@@ -101,10 +101,11 @@ typedef struct Unrecordable {
  * fixed cap: an id a claim has not met for ISOLATE_STALE_S (its lane moved, the row was
  * dead-lettered, requeued or deleted) is dropped at the next refusal, which makes room and lets an
  * episode end; past ISOLATE_MAX a refused row counts a transient failure instead (an attempt, no
- * rejection, never dead-lettered for it). A restart starts with an empty set: such a row is refused
- * with others once more. The set is forgotten when a claim finds the table replaced (TRUNCATE ...
- * RESTART IDENTITY), as the rows kept apart are: a new row under an old id must not inherit a bare
- * mark, its copy's payload never refused. */
+ * rejection, never dead-lettered for it), but a copy's bare mark takes the place of the entry
+ * met longest ago that has none (produce.c, isolate_again). A restart starts with an empty set:
+ * such a row is refused with others once more. The set is forgotten when a claim finds the table
+ * replaced (TRUNCATE ... RESTART IDENTITY), as the rows kept apart are: a new row under an old id
+ * must not inherit a bare mark, its copy's payload never refused. */
 #define ISOLATE_MAX 64
 #define ISOLATE_STALE_S 600.0
 typedef struct Isolate {

@@ -256,14 +256,34 @@ static bool isolation_blocks(const Relay *r, const Session *s, bool isolating)
     return false;
 }
 
+/* The entry a bare mark may take in a full set: the one met longest ago that has none, or -1. */
+static int isolate_evictable(const Isolate *iso)
+{
+    int oldest = -1;
+    for (int i = 0; i < iso->n; i++)
+        if (!iso->bare[i] && (oldest < 0 || iso->met[i] < iso->met[oldest]))
+            oldest = i;
+    return oldest;
+}
+
 /* Keeps br to produce again alone, bare (a dead event's copy without its payload) or as it was
  * (a bare mark already there stays): it stays unsent with no attempt counted (its aggregate held
- * for the batch). False when the set is full, with nothing done. */
+ * for the batch). False when the set is full, with nothing done. A bare mark is known, not
+ * guessed: the copy was refused alone, so its payload can never go to the dead-letter topic as
+ * it is. In a full set it takes the place of the row met longest ago that waits to go alone for
+ * a refusal shared with others, which then goes with others again (refused again, it counts a
+ * transient failure while the set is full): that costs the row a retry, whereas without its
+ * mark the copy would go with its payload again, refused each time, as long as the set stays
+ * full. */
 static bool isolate_again(Session *s, BatchRow *br, bool bare)
 {
     Relay *r = s->relay;
     isolate_expire(r); /* rows no claim meets any more make room */
     int i = isolate_add(r, br->row.id);
+    if (i < 0 && bare && (i = isolate_evictable(&r->isolate)) >= 0) {
+        r->isolate.ids[i] = br->row.id;
+        r->isolate.met[i] = monotime_now();
+    }
     if (i < 0)
         return false;
     if (bare)
@@ -305,8 +325,8 @@ static void refused_with_others(Session *s, BatchRow *br)
  * its payload: its own size is over the dead-letter topic's max.message.bytes (or the broker's
  * message.max.bytes), below the producer's, which produce_dead_letter meets itself. It goes
  * again as that one does: alone (the next claim meets it), without its payload, the
- * dlq.payload_omitted header saying so. When the set is full it is a failed publication (30 s
- * doubling), its payload kept. */
+ * dlq.payload_omitted header saying so. When the set is full of bare marks alone it is a failed
+ * publication (30 s, then as long as it has been dead), its payload kept. */
 static void copy_refused_alone(Session *s, BatchRow *br, rd_kafka_resp_err_t err)
 {
     if (!isolate_again(s, br, true))

@@ -3118,6 +3118,44 @@ static void test_too_large_copy_bare_flag_goes_stale(void **state)
     assert_int_equal(T.r->isolate.n, 0);
 }
 
+/* A copy refused alone with its payload while the set is full of rows refused with others goes
+ * bare next time all the same: its bare mark takes the place of the row met longest ago (which
+ * goes with others again). On the old code it was a failed publication ("{1}" in
+ * mark-dead-letter-failed) and went again with its payload (payload_len > 0), refused each time
+ * for as long as the set stayed full. */
+static void test_too_large_copy_bare_in_full_set(void **state)
+{
+    extra_args[0] = "--dead-letter-topic";
+    extra_args[1] = "dead-letters";
+    start("1", "1", "60000");
+    bring_up_quietly(0);
+    Isolate *iso = &T.r->isolate;
+    for (int i = 0; i < ISOLATE_MAX; i++) {
+        iso->ids[i] = 1000 + i; /* rows of other lanes refused with others, met just now */
+        iso->met[i] = monotime_now();
+        iso->bare[i] = false;
+    }
+    iso->n = ISOLATE_MAX;
+    iso->met[5] = monotime_now() - 100; /* met longest ago, not stale */
+    T.dead[0] = "A";                    /* row 1: a dead event's copy, alone by chance */
+    answer_claim(0, "");
+    assert_int_equal(fake_kafka_count(), 1);
+    assert_true(fake_kafka_at(0)->payload_len > 0);
+    fake_kafka_report(0, TOO_LARGE); /* refused alone: too large for the dead-letter topic */
+    assert_string_equal(pending_param(0, "mark-dead-letter-failed"), "");
+    assert_int_equal(iso->n, ISOLATE_MAX);
+    assert_int_equal(iso->ids[5], 1); /* in row 1005's place, bare */
+    assert_true(iso->bare[5]);
+    T.dead[0] = "A";
+    reclaim(0, 1, "");
+    assert_int_equal(fake_kafka_count(), 2);
+    assert_string_equal(fake_kafka_at(1)->key, "agg-A");
+    assert_int_equal(fake_kafka_at(1)->payload_len, 0); /* bare */
+    fake_kafka_report(1, OK);
+    assert_string_equal(field(pending_param(0, "mark-dead-lettered"), 0), "{1}");
+    assert_int_equal(iso->n, ISOLATE_MAX - 1);
+}
+
 /* A row whose outcome the table refuses to record at all (its sent mark and then its failure
  * mark refused by a CHECK or trigger of the row) was claimed, published and refused again after
  * every retry backoff, for ever, with the rest of each batch recorded one by one. Now it is said
@@ -3714,6 +3752,7 @@ int main(void)
         cmocka_unit_test_teardown(test_too_large_request_isolates_copies, teardown),
         cmocka_unit_test_teardown(test_too_large_request_copy_refused_bare, teardown),
         cmocka_unit_test_teardown(test_too_large_copy_bare_flag_goes_stale, teardown),
+        cmocka_unit_test_teardown(test_too_large_copy_bare_in_full_set, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart, teardown),
         cmocka_unit_test_teardown(test_unrecordable_row_kept_apart_across_reconnect, teardown),
         cmocka_unit_test_teardown(test_unrecordable_forgotten_when_table_replaced, teardown),
