@@ -256,12 +256,25 @@ static size_t on_body(char *data, size_t size, size_t n, void *userp)
     return len;
 }
 
+/* The most of a 404's body read where the status alone is wanted: the registry's own "not found"
+ * ({"error_code": 40401, "message": ...}) is far smaller. */
+#define NOT_FOUND_BODY_MAX 4096
+
 /* GET /subjects (recheck_down) wants the status alone, as the start-up probe (probe_body): the
  * body, every subject's name, is not read; the transfer ends at its first bytes. So does the
- * recheck's request for a subject the registry served, in its place. */
+ * recheck's request for a subject the registry served, in its place, but for a 404's body (up to
+ * NOT_FOUND_BODY_MAX): that subject may have been deleted since, and the registry's own "not
+ * found" then says it answers (list_answered). */
 static size_t on_list_body(char *data, size_t size, size_t n, void *userp)
 {
     Request *q = userp;
+    size_t len = size * n;
+    long status = 0;
+    curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (!q->list && status == 404 && q->body.len + len <= NOT_FOUND_BODY_MAX) {
+        strbuf_append(&q->body, data, len);
+        return len;
+    }
     q->cut = true;
     return 0;
 }
@@ -484,13 +497,18 @@ bool registry_not_found(const char *body, size_t len)
 }
 
 /* The answer to recheck_down's GET /subjects, or to its request for a subject the registry served
- * (its status alone, as for the list): a 200 is the registry answering (up); anything else
- * leaves it down, asked again after the list's own backoff (and on the next URL, as a lookup's
- * failure moves it on). The failure was logged when the registry went down: nothing is logged. */
+ * (its status alone, as for the list): a 200 is the registry answering (up), and so is the
+ * registry's own "not found" for that subject (deleted since it was served: taken for no answer,
+ * where /subjects is refused the recheck went /subjects, the subject, /subjects... and the
+ * registry stayed down for good); anything else leaves it down, asked again after the list's own
+ * backoff (and on the next URL, as a lookup's failure moves it on). The failure was logged when
+ * the registry went down: nothing is logged. The served subject's schema is kept: the cache
+ * holds a schema for the life of the process, as a deleted subject's rows were encoded with it. */
 static void list_answered(Registry *r, const Request *q, CURLcode code, long status)
 {
     bool answered = code == CURLE_OK || (code == CURLE_WRITE_ERROR && q->cut);
-    if (answered && status == 200) {
+    if (answered && (status == 200 ||
+                     (status == 404 && !q->list && registry_not_found(q->body.s, q->body.len)))) {
         set_up(r, true, NULL);
         return;
     }

@@ -17,9 +17,10 @@
  * between up and down. While it is down the client asks again by itself, one request at a time:
  * the failed subject due first among those a row still looks up, at its backoff, else GET
  * /subjects at a backoff of its own (once in its place after a 404 or 403 there, a subject the
- * registry served, status alone), so that it comes back up when the registry does though no row
- * looks a subject up any more, or only a subject the registry refuses alone (a 403 for it). The
- * basic-auth password is registered with lib/secrets.h and never logged.
+ * registry served, status alone: a 200 or its own "not found" is up), so that it comes back up when
+ * the registry does though no row looks a subject up any more, or only a subject the registry
+ * refuses alone (a 403 for it). The basic-auth password is registered with lib/secrets.h and never
+ * logged.
  */
 #ifndef OUTBOX_REGISTRY_H
 #define OUTBOX_REGISTRY_H

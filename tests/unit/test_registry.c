@@ -33,6 +33,9 @@ static unsigned stand_in_list_status;
 static int stand_in_requests;
 /* Requests whose path starts so are answered 403, when not NULL. */
 static const char *stand_in_refused;
+/* Requests whose path starts so are answered 404 with the registry's own "not found" (registry_404:
+ * a subject deleted), when not NULL. */
+static const char *stand_in_gone;
 /* The Location of its redirects (a 3xx stand_in_status). */
 static const char *stand_in_location = "https://registry.example/subjects";
 /* The path of the last request it received. */
@@ -44,6 +47,8 @@ static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const
                                       size_t *size, void **state)
 {
     const char *body = cls;
+    if (stand_in_gone && strncmp(url, stand_in_gone, strlen(stand_in_gone)) == 0)
+        body = registry_404;
     if (!*state) { /* once per request: MHD calls back again for the (empty) upload */
         static int first;
         *state = &first;
@@ -56,6 +61,8 @@ static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const
                                                                             : stand_in_status;
     if (stand_in_refused && strncmp(url, stand_in_refused, strlen(stand_in_refused)) == 0)
         status = MHD_HTTP_FORBIDDEN;
+    if (stand_in_gone && strncmp(url, stand_in_gone, strlen(stand_in_gone)) == 0)
+        status = MHD_HTTP_NOT_FOUND;
     if (status >= 300 && status < 400)
         MHD_add_response_header(res, "Location", stand_in_location);
     enum MHD_Result rc = MHD_queue_response(c, status, res);
@@ -548,6 +555,49 @@ static void test_down_rechecked_list_403_served_subject(void **state)
     stand_in_refused = NULL;
 }
 
+/* From the s21 closing note: where GET /subjects answers 403 (a least-privilege user), the recheck
+ * asks a subject the registry served in its place, for the status alone. When that subject was
+ * deleted since, the registry answers its own 404 (40401): taken for no answer, the recheck went
+ * /subjects (403), the subject (40401), /subjects... and the registry stayed down for good while
+ * it answered every request. The registry's own "not found" is an answer: it is up. */
+static void test_down_rechecked_list_403_served_subject_deleted(void **state)
+{
+    char url[64];
+    struct MHD_Daemon *d = stand_in(
+        "{\"subject\": \"s-value\", \"version\": 1, \"id\": 7, \"schema\": \"\\\"string\\\"\"}",
+        url, sizeof(url));
+    stand_in_status = MHD_HTTP_OK;
+    stand_in_list_status = MHD_HTTP_FORBIDDEN;
+    stand_in_refused = "/subjects/orders-value/";
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    char err[256] = "";
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    const RegistrySchema *rs = NULL;
+    lookup_answered(r, "s-value");
+    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_OK);
+    lookup_answered(r, "orders-value");
+    assert_false(registry_up(r));
+    /* The orders rows deleted, and the served subject deleted from the registry. The guard only
+     * bounds the wait (the rechecks are due 1 and 2 s after the failure, then 4 and 8 s). */
+    stand_in_gone = "/subjects/s-value/";
+    __atomic_store_n(&stand_in_requests, 0, __ATOMIC_SEQ_CST);
+    run_rechecks(r, 0);
+    int sent = __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST);
+    if (!registry_up(r))
+        fail_msg("still down though the registry answers every request (%d requests sent, the "
+                 "last to %s)",
+                 sent, stand_in_path);
+    assert_int_equal(sent, 2); /* /subjects (403), then the served subject (40401) */
+    assert_string_equal(stand_in_path, "/subjects/s-value/versions/latest");
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+    stand_in_list_status = 0;
+    stand_in_refused = NULL;
+    stand_in_gone = NULL;
+}
+
 /* From review2 s21: the recheck asked the failed subject again, whether or not a row wanted it.
  * When the failure was that subject's alone (a 403 for a subject the user may not read, as
  * Confluent's RBAC answers; a schema too large) and its rows were deleted, every recheck failed
@@ -949,6 +999,7 @@ int main(void)
         cmocka_unit_test(test_down_rechecked_list_404_once),
         cmocka_unit_test(test_down_rechecked_list_404_served_subject),
         cmocka_unit_test(test_down_rechecked_list_403_served_subject),
+        cmocka_unit_test(test_down_rechecked_list_403_served_subject_deleted),
         cmocka_unit_test(test_probe_list_403_warned),
         cmocka_unit_test(test_failure_says_registry_message),
         cmocka_unit_test(test_probe_foreign_404),
