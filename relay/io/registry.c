@@ -25,6 +25,11 @@
 #define RESPONSE_MAX (4 * 1024 * 1024)
 #define BACKOFF_FIRST_S 1.0
 #define BACKOFF_MAX_S 10.0
+/* A 429 or 503 with Retry-After: that URL is asked again no sooner than it says, but no later
+ * than this after the answer (a gateway's "Retry-After: 86400", or a date a wrong clock put far
+ * ahead, would otherwise hold every row for a day; asked again, a registry still shedding load
+ * says so again). */
+#define RETRY_AFTER_MAX_S 60.0
 /* A subject the registry says does not exist is asked again after this. */
 #define MISSING_RETRY_S 5.0
 #define MAX_URLS 8
@@ -128,6 +133,9 @@ struct Registry {
     int n_urls;
     UrlHost hosts[MAX_URLS];
     int current; /* the URL requests go to; moves on after a failure */
+    /* Monotonic, by URL: not asked before then (a 429 or 503's Retry-After; 0: no such wait).
+     * Requests go to another URL meanwhile, or wait (url_held). */
+    double held_until[MAX_URLS];
     char *userpwd;
     char *ca_file; /* the bundle's path, for messages */
     char *ca_pem;  /* its contents, read once by registry_new (read_ca_file) */
@@ -376,6 +384,46 @@ static void set_up(Registry *r, bool up, const char *why)
 
 static void arm_retry(Registry *r, double at);
 
+/* The wait a 429 Too Many Requests or a 503 asks for in its Retry-After (seconds, or an HTTP date
+ * that curl turns into seconds from now), cut to RETRY_AFTER_MAX_S; 0 when there is none, or it
+ * is over (a date past). */
+static double retry_after_s(CURL *easy, long status)
+{
+    curl_off_t s = 0;
+    if ((status != 429 && status != 503) ||
+        curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &s) != CURLE_OK || s <= 0)
+        return 0;
+    return s > RETRY_AFTER_MAX_S ? RETRY_AFTER_MAX_S : (double)s;
+}
+
+/* URL index is not asked again for wait_s (retry_after_s): the registry, or its gateway, sheds
+ * load, and the relay's own backoff (1 s, then 2 s) would ask sooner than it said. */
+static void url_hold(Registry *r, int index, double wait_s)
+{
+    double until = monotime_now() + wait_s;
+    if (wait_s > 0 && until > r->held_until[index])
+        r->held_until[index] = until;
+}
+
+/* Whether a request may go now: 0 when the current URL is not held (url_hold), or another is not
+ * (it becomes the current one, as after a failure); else the time (monotonic) the first held
+ * URL may be asked again, for which the retry timer is armed: the caller sends nothing. */
+static double url_held(Registry *r, double now)
+{
+    double first = 0;
+    for (int k = 0; k < r->n_urls; k++) {
+        int i = (r->current + k) % r->n_urls;
+        if (r->held_until[i] <= now) {
+            r->current = i;
+            return 0;
+        }
+        if (first == 0 || r->held_until[i] < first)
+            first = r->held_until[i];
+    }
+    arm_retry(r, first);
+    return first;
+}
+
 /* url_index: the URL the failed request went to. Requests fail together when a URL hangs, and
  * each moving r->current on would move it past the next URL and back: only the first moves it.
  * The retry timer is armed for e even when no row asks for it again: on_retry then asks for it
@@ -514,6 +562,8 @@ static void list_answered(Registry *r, const Request *q, CURLcode code, long sta
     }
     if (answered && (status == 404 || status == 403) && q->list)
         r->list_refused = true;
+    if (answered)
+        url_hold(r, q->url_index, retry_after_s(q->easy, status));
     r->list_backoff_s = r->list_backoff_s <= 0 ? BACKOFF_FIRST_S : r->list_backoff_s * 2;
     if (r->list_backoff_s > BACKOFF_MAX_S)
         r->list_backoff_s = BACKOFF_MAX_S;
@@ -593,7 +643,13 @@ static void finish_request(Request *q, CURLcode code)
         else if (msg)
             snprintf(said, sizeof(said), ": %.120s", msg);
         json_decref(root);
-        snprintf(why, sizeof(why), "HTTP %ld%s%s", status, said,
+        double wait_s = retry_after_s(q->easy, status);
+        char asked[48] = "";
+        if (wait_s > 0) {
+            url_hold(r, q->url_index, wait_s);
+            snprintf(asked, sizeof(asked), " (Retry-After: %.0f s)", wait_s);
+        }
+        snprintf(why, sizeof(why), "HTTP %ld%s%s%s", status, said, asked,
                  status == 401 ? " (check --schema-registry-auth-file)"
                  : status == 403
                      ? " (check --schema-registry-auth-file and that user's access to the subject)"
@@ -888,6 +944,8 @@ static void recheck_down(Registry *r)
         arm_retry(r, at); /* the timer came a little early (ev_now lags) */
         return;
     }
+    if (url_held(r, now) > 0)
+        return; /* the retry timer is armed for when a URL may be asked */
     if (!budget_take(r, (due ? due : first)->subject, now))
         return; /* the retry timer is armed for when the budget allows one */
     if (start_request(r, due, status_of)) {
@@ -1294,6 +1352,18 @@ RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistryS
     Entry *e = entry_find(r, subject);
     if (e)
         e->wanted_at = now; /* a row wants it: recheck_down asks for it while down */
+    /* A lookup that would send a request, while every URL is held (a 429 or 503's Retry-After):
+     * nothing is sent, and the retry timer's ready callback comes when one may be asked. The
+     * lookup budget is not spent on it. */
+    bool asks = !e || e->state == ENTRY_EMPTY ||
+                ((e->state == ENTRY_MISSING || e->state == ENTRY_FAILED) && now >= e->retry_at);
+    if (asks && url_held(r, now) > 0) {
+        if (e && e->state == ENTRY_MISSING) {
+            snprintf(err, errlen, "%s", e->missing_why ? e->missing_why : "subject not found");
+            return REGISTRY_MISSING; /* as when the budget is spent: its answer is kept */
+        }
+        return e && e->state == ENTRY_FAILED ? REGISTRY_DOWN : REGISTRY_PENDING;
+    }
     if (!e) {
         /* A subject held back by the budget gets no entry: they would grow without bound. */
         if (!budget_take(r, subject, now))

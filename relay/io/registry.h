@@ -13,8 +13,10 @@
  * loop never waits for the registry; each request is bounded by the configured timeout. Several
  * base URLs are tried in turn after a failure. A registry that fails (no answer, timeout, 5xx,
  * 401/403, a 404 that is not its own "not found") is "down": no request for a subject is sent
- * again before its backoff (1 s doubling to 10 s) is over, and one log line says each change
- * between up and down. While it is down the client asks again by itself, one request at a time:
+ * again before its backoff (1 s doubling to 10 s) is over, nor any request to a URL that
+ * answered a 429 or a 503 with Retry-After before that wait is over (at most 60 s; another URL
+ * is asked meanwhile, or none), and one log line says each change between up and down. While it
+ * is down the client asks again by itself, one request at a time:
  * the failed subject due first among those a row still looks up, at its backoff, else GET
  * /subjects at a backoff of its own (once in its place after a 404 or 403 there, a subject the
  * registry served, status alone: a 200 or its own "not found" is up), so that it comes back up when

@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -36,6 +37,11 @@ static const char *stand_in_refused;
 /* Requests whose path starts so are answered 404 with the registry's own "not found" (registry_404:
  * a subject deleted), when not NULL. */
 static const char *stand_in_gone;
+/* When set, the stand-in throttles: its first answer is a 429 with "Retry-After: 3", its second
+ * a 503 with a Retry-After date 5 s ahead, the others stand_in_status; it keeps when each of its
+ * first requests came (monotonic, ns). */
+static bool stand_in_throttle;
+static int64_t stand_in_at[8];
 /* The Location of its redirects (a 3xx stand_in_status). */
 static const char *stand_in_location = "https://registry.example/subjects";
 /* The path of the last request it received. */
@@ -50,11 +56,17 @@ static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const
     if (stand_in_gone && strncmp(url, stand_in_gone, strlen(stand_in_gone)) == 0)
         body = registry_404;
     if (!*state) { /* once per request: MHD calls back again for the (empty) upload */
-        static int first;
-        *state = &first;
         snprintf(stand_in_path, sizeof(stand_in_path), "%s", url);
-        __atomic_add_fetch(&stand_in_requests, 1, __ATOMIC_SEQ_CST);
+        int nth = __atomic_add_fetch(&stand_in_requests, 1, __ATOMIC_SEQ_CST);
+        if (stand_in_throttle && nth <= 8) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            __atomic_store_n(&stand_in_at[nth - 1], (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec,
+                             __ATOMIC_SEQ_CST);
+        }
+        *state = (void *)(intptr_t)nth;
     }
+    int nth = (int)(intptr_t)*state;
     struct MHD_Response *res =
         MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
     unsigned status = stand_in_list_status && strcmp(url, "/subjects") == 0 ? stand_in_list_status
@@ -65,6 +77,17 @@ static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const
         status = MHD_HTTP_NOT_FOUND;
     if (status >= 300 && status < 400)
         MHD_add_response_header(res, "Location", stand_in_location);
+    if (stand_in_throttle && nth == 1) {
+        status = MHD_HTTP_TOO_MANY_REQUESTS;
+        MHD_add_response_header(res, "Retry-After", "3");
+    } else if (stand_in_throttle && nth == 2) {
+        char date[64];
+        time_t at = time(NULL) + 5;
+        struct tm tm;
+        strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&at, &tm));
+        status = MHD_HTTP_SERVICE_UNAVAILABLE;
+        MHD_add_response_header(res, "Retry-After", date);
+    }
     enum MHD_Result rc = MHD_queue_response(c, status, res);
     MHD_destroy_response(res);
     return rc;
@@ -598,6 +621,54 @@ static void test_down_rechecked_list_403_served_subject_deleted(void **state)
     stand_in_gone = NULL;
 }
 
+/* From the s21 closing note: a 429 Too Many Requests (or a 503) with Retry-After was a failure as
+ * any other, asked again after the relay's own backoff (1 s, then 2 s): sooner than the registry
+ * (or its gateway) asked, while it sheds load. The relay waits at least what Retry-After says, in
+ * seconds or as an HTTP date, before asking that URL again, rows looking the subject up all the
+ * while. */
+static void test_retry_after_honoured(void **state)
+{
+    char url[64];
+    struct MHD_Daemon *d = stand_in(
+        "{\"subject\": \"s-value\", \"version\": 1, \"id\": 7, \"schema\": \"\\\"string\\\"\"}",
+        url, sizeof(url));
+    stand_in_status = MHD_HTTP_OK;
+    stand_in_throttle = true;
+    __atomic_store_n(&stand_in_requests, 0, __ATOMIC_SEQ_CST);
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    char err[256] = "";
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    lookup_answered(r, "s-value"); /* 429, Retry-After: 3 */
+    assert_false(registry_up(r));
+    /* A row looks the subject up at every ready callback, until its schema comes (the third
+     * request: the second answers 503 with a date 5 s ahead). The guard only bounds the wait. */
+    ev_timer guard;
+    ev_timer_init(&guard, on_guard, 30.0, 0.0);
+    ev_timer_start(EV_DEFAULT, &guard);
+    guard_fired = false;
+    const RegistrySchema *rs = NULL;
+    while (!guard_fired && registry_lookup(r, "s-value", &rs, err, sizeof(err)) != REGISTRY_OK)
+        ev_run(EV_DEFAULT, EVRUN_ONCE);
+    ev_timer_stop(EV_DEFAULT, &guard);
+    int sent = __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST);
+    double gap1 = (double)(__atomic_load_n(&stand_in_at[1], __ATOMIC_SEQ_CST) -
+                           __atomic_load_n(&stand_in_at[0], __ATOMIC_SEQ_CST)) /
+                  1e9,
+           gap2 = (double)(__atomic_load_n(&stand_in_at[2], __ATOMIC_SEQ_CST) -
+                           __atomic_load_n(&stand_in_at[1], __ATOMIC_SEQ_CST)) /
+                  1e9;
+    if (sent != 3 || gap1 < 2.9 || gap2 < 3.9)
+        fail_msg("%d requests (3 expected), asked again %.2f s after \"Retry-After: 3\" and %.2f "
+                 "s after a date 4-5 s ahead",
+                 sent, gap1, sent >= 3 ? gap2 : -1.0);
+    assert_true(registry_up(r));
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+    stand_in_throttle = false;
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+}
+
 /* From review2 s21: the recheck asked the failed subject again, whether or not a row wanted it.
  * When the failure was that subject's alone (a 403 for a subject the user may not read, as
  * Confluent's RBAC answers; a schema too large) and its rows were deleted, every recheck failed
@@ -1000,6 +1071,7 @@ int main(void)
         cmocka_unit_test(test_down_rechecked_list_404_served_subject),
         cmocka_unit_test(test_down_rechecked_list_403_served_subject),
         cmocka_unit_test(test_down_rechecked_list_403_served_subject_deleted),
+        cmocka_unit_test(test_retry_after_honoured),
         cmocka_unit_test(test_probe_list_403_warned),
         cmocka_unit_test(test_failure_says_registry_message),
         cmocka_unit_test(test_probe_foreign_404),
