@@ -268,6 +268,9 @@ static void check_registry(Checks *c, const Config *cfg)
         say(c, false, "schema registry", "answers, but not as a Schema Registry: %s", warned);
     else if (strncmp(warned, "HTTP 403", 8) == 0) /* credentials taken, listing refused */
         say_warn(c, "schema registry", "answers and takes the credentials, but %s", warned);
+    else if (strncmp(warned, "passed over", 11) == 0) /* a later URL answered */
+        say_warn(c, "schema registry", "answers and takes the credentials, but a URL was %s",
+                 warned);
     else if (*warned)
         say(c, false, "schema registry", "does not answer: %s", warned);
     else

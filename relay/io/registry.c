@@ -1436,7 +1436,8 @@ bool registry_up(const Registry *r)
 typedef struct ProbeResult {
     CURLcode code;
     long status;
-    bool cut; /* the body's first bytes came: the transfer was ended there (probe_body) */
+    bool cut;  /* the body's first bytes came: the transfer was ended there (probe_body) */
+    bool late; /* still out (or its host's lookup) when another URL's answer ended the wait */
     char errbuf[CURL_ERROR_SIZE];
     char location[256]; /* a 3xx's Location, cut, for the error ("" when none) */
     /* The URL's host name being looked up (UrlHost) on the probe's own loop; the transfer is
@@ -1577,13 +1578,19 @@ static void probe_all(Registry *r, ProbeResult *out)
             resolve_cancel(out[i].resolving);
             out[i].resolving = NULL;
             out[i].code = CURLE_OPERATION_TIMEDOUT;
-            snprintf(out[i].errbuf, sizeof(out[i].errbuf),
-                     "Could not resolve host: %s (no answer within %ld ms)", r->hosts[i].name,
-                     r->timeout_ms);
+            out[i].late = answered;
+            if (answered)
+                snprintf(out[i].errbuf, sizeof(out[i].errbuf),
+                         "Could not resolve host: %s (no answer yet)", r->hosts[i].name);
+            else
+                snprintf(out[i].errbuf, sizeof(out[i].errbuf),
+                         "Could not resolve host: %s (no answer within %ld ms)", r->hosts[i].name,
+                         r->timeout_ms);
         }
         if (easy[i]) {
             if (out[i].code == CURLE_FAILED_INIT) { /* still out when the wait ended */
                 out[i].code = CURLE_OPERATION_TIMEDOUT;
+                out[i].late = answered;
                 out[i].errbuf[0] = '\0';
             }
             curl_multi_remove_handle(multi, easy[i]);
@@ -1598,11 +1605,36 @@ static void probe_all(Registry *r, ProbeResult *out)
     curl_slist_free_all(hdrs);
 }
 
+/* Appends to passed (len bytes, NUL-terminated) why the probe passed over URL index for a later
+ * one: "URL (why)", after "; " when not the first. Cut at len. */
+static void probe_passed(const Registry *r, const ProbeResult *pr, int index, char *passed,
+                         size_t len)
+{
+    size_t at = strlen(passed);
+    if (at + 1 >= len)
+        return;
+    const char *why = pr->code != CURLE_OK ? (*pr->errbuf ? pr->errbuf
+                                              : pr->late  ? "no answer yet"
+                                                          : curl_easy_strerror(pr->code))
+                      : pr->status == 404
+                          ? "HTTP 404 on /subjects: not a Schema Registry's base URL?"
+                      : is_redirect(pr->status) ? "a redirect, not followed"
+                                                : NULL;
+    if (why)
+        snprintf(passed + at, len - at, "%s%s (%s)", at ? "; " : "", r->shown[index], why);
+    else
+        snprintf(passed + at, len - at, "%s%s (HTTP %ld)", at ? "; " : "", r->shown[index],
+                 pr->status);
+}
+
 bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t warnlen)
 {
     ProbeResult res[MAX_URLS];
     probe_all(r, res);
     *warn = '\0';
+    /* The URLs passed over for a later one (failed, 5xx, 404, redirect, or slower than it): the
+     * relay then runs on a URL the operator did not list first, and said nothing of why. */
+    char passed[400] = "";
     /* The answers are read in the URLs' order, as a failover walks them: the first that answers
      * becomes the current one, and a refusal before it is an error. A 404 on /subjects (a base
      * URL without the registry's path prefix, or a proxy routing only some paths) answered with
@@ -1636,23 +1668,28 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
             snprintf(warn, warnlen,
                      "HTTP 403 on /subjects from %s: the credentials are taken, listing subjects "
                      "is refused (Confluent's GLOBAL_SUBJECTS_READ); the subjects' own lookups "
-                     "will say if reading them is refused",
-                     r->shown[i]);
+                     "will say if reading them is refused%s%s",
+                     r->shown[i], *passed ? "; passed over: " : "", passed);
             return true;
         }
         if (code == CURLE_OK && status == 404) {
             first_404 = first_404 < 0 ? i : first_404;
+            probe_passed(r, &res[i], i, passed, sizeof(passed));
             continue;
         }
         if (code == CURLE_OK && is_redirect(status)) {
             first_3xx = first_3xx < 0 ? i : first_3xx;
+            probe_passed(r, &res[i], i, passed, sizeof(passed));
             continue;
         }
         if (code == CURLE_OK && status < 500) {
             r->current = i;
             *warn = '\0';
+            if (*passed)
+                snprintf(warn, warnlen, "passed over for %s: %s", r->shown[i], passed);
             return true;
         }
+        probe_passed(r, &res[i], i, passed, sizeof(passed));
         snprintf(warn, warnlen, "schema registry %s does not answer (%s): rows wait for it",
                  r->shown[i],
                  code != CURLE_OK ? (*errbuf ? errbuf : curl_easy_strerror(code)) : "5xx");

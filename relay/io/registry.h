@@ -112,10 +112,12 @@ bool registry_up(const Registry *r);
  * when the first answer in order was a 403 on /subjects (the credentials taken, listing refused:
  * warn begins with "HTTP 403"; that URL becomes the current one), or when the best answer was a
  * 404 on /subjects (a base URL without the registry's path, or a proxy routing only some paths:
- * warn begins with "HTTP 404"; that URL becomes the current one only when no other answered). It
- * does not mark the registry down: only a lookup a row needs does (and recheck_down, registry.c,
- * brings it back up while down), so an idle relay never stays "down" on the strength of its
- * start-up. */
+ * warn begins with "HTTP 404"; that URL becomes the current one only when no other answered), or
+ * when a URL was passed over for a later one that answered (it failed, answered 5xx, 404 or a
+ * redirect, or had not answered yet: warn begins with "passed over for URL: " and names each with
+ * why; after a 403's warning, "; passed over: " does). It does not mark the registry down: only a
+ * lookup a row needs does (and recheck_down, registry.c, brings it back up while down), so an idle
+ * relay never stays "down" on the strength of its start-up. */
 bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t warnlen)
     __attribute__((warn_unused_result));
 

@@ -269,6 +269,9 @@ bool serializer_probe(Serializer *s, char *warned, size_t warnedlen, char *err, 
         else if (strncmp(warn, "HTTP 403", 8) == 0) /* it answered, and took the credentials */
             log_warn("schema registry refuses to list subjects at start-up", "error=%s",
                      log_quote(warn, q, sizeof(q)));
+        else if (strncmp(warn, "passed over", 11) == 0) /* a later URL answered */
+            log_warn("schema registry URL passed over at start-up", "error=%s",
+                     log_quote(warn, q, sizeof(q)));
         else
             log_warn("schema registry not reachable at start-up", "error=%s",
                      log_quote(warn, q, sizeof(q)));

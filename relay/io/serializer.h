@@ -136,9 +136,10 @@ bool serializer_up(const Serializer *s);
 
 /* The registry's start-up check (registry_probe): false with one line in err when it refuses the
  * credentials or answers with a redirect alone (never followed); a registry not answering, or
- * answering 404 as no registry does, or 403 on /subjects alone (listing refused), only logs a
- * warning, whose text goes to warned (if given; "" when the registry answered without one).
- * Blocks up to the request timeout: call it before the loop runs. */
+ * answering 404 as no registry does, or 403 on /subjects alone (listing refused), or a URL passed
+ * over for a later one that answered, only logs a warning, whose text goes to warned (if given; ""
+ * when the registry answered without one). Blocks up to the request timeout: call it before the
+ * loop runs. */
 bool serializer_probe(Serializer *s, char *warned, size_t warnedlen, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 

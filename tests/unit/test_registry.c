@@ -778,6 +778,57 @@ static void test_probe_list_403_warned(void **state)
     stand_in_list_status = 0;
 }
 
+/* From the s21 closing note: the start-up probe that took the second URL because the first
+ * failed (refused, a 5xx) or had not answered yet when the second did, said nothing: the relay ran
+ * on a URL the operator did not list first, and nothing said why. One warning line names each URL
+ * passed over and why; a hung first URL (a socket that listens and never answers) says it had
+ * not answered yet. */
+static void test_probe_passed_over_warned(void **state)
+{
+    char url[64], both[160], err[512] = "", warn[512] = "";
+    stand_in_status = MHD_HTTP_OK;
+    struct MHD_Daemon *d = stand_in("[]", url, sizeof(url));
+    /* A hung URL: connections wait in the backlog, never accepted, never answered. */
+    int hung = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(hung >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t salen = sizeof(sa);
+    assert_int_equal(bind(hung, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(hung, 8), 0);
+    assert_int_equal(getsockname(hung, (struct sockaddr *)&sa, &salen), 0);
+    char hung_url[64];
+    snprintf(hung_url, sizeof(hung_url), "http://127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+    const char *firsts[] = {"http://127.0.0.1:9", hung_url};
+    const char *whys[] = {"(Failed to connect", "(no answer yet"};
+    for (size_t i = 0; i < sizeof(firsts) / sizeof(firsts[0]); i++) {
+        snprintf(both, sizeof(both), "%s,%s", firsts[i], url);
+        RegistryOptions o = {.urls = both, .timeout_ms = 5000};
+        Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+        assert_non_null(r);
+        assert_true(registry_probe(r, err, sizeof(err), warn, sizeof(warn)));
+        char want[256];
+        snprintf(want, sizeof(want), "passed over for %s: %s %s", url, firsts[i], whys[i]);
+        /* The refused URL's failure may come after the second's answer: then not yet known. */
+        if ((strncmp(warn, want, strlen(want)) != 0 &&
+             !(i == 0 && strstr(warn, "http://127.0.0.1:9 (no answer yet)"))) ||
+            strchr(warn, '\n'))
+            fail_msg("%s: warning \"%s\", not \"%s...\"", both, warn, want);
+        registry_free(r, NULL);
+    }
+    /* The first URL answering: no warning. */
+    snprintf(both, sizeof(both), "%s,%s", url, hung_url);
+    RegistryOptions o = {.urls = both, .timeout_ms = 5000};
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    assert_true(registry_probe(r, err, sizeof(err), warn, sizeof(warn)));
+    if (*warn)
+        fail_msg("the first URL answered: warning \"%s\"", warn);
+    registry_free(r, NULL);
+    close(hung);
+    MHD_stop_daemon(d);
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+}
+
 /* From this review: a URL answering /subjects with a redirect (a registry moved to https, or
  * behind a new path) was taken at start-up for the registry, and every lookup then failed with
  * "HTTP 301" (lookups follow no redirect: one off-host would take the password along). The probe
@@ -1073,6 +1124,7 @@ int main(void)
         cmocka_unit_test(test_down_rechecked_list_403_served_subject_deleted),
         cmocka_unit_test(test_retry_after_honoured),
         cmocka_unit_test(test_probe_list_403_warned),
+        cmocka_unit_test(test_probe_passed_over_warned),
         cmocka_unit_test(test_failure_says_registry_message),
         cmocka_unit_test(test_probe_foreign_404),
         cmocka_unit_test(test_probe_large_subject_list),

@@ -5,8 +5,8 @@
 #  1. https: a registry whose certificate a CA of the test's own signed (openssl) is used with
 #     --schema-registry-ca-file; without that file, start-up is one TLS line and exit 1; nine
 #     URLs (eight at most, once the ninth was dropped unsaid) are one line and exit 2;
-#  2. two registry URLs, the first down: start-up picks the second, and rows go with no outage
-#     logged; then the second goes down and the first comes up: a new subject's schema is
+#  2. two registry URLs, the first down: start-up picks the second, with one warning saying the
+#     first was passed over, and rows go with no outage logged; then the second goes down and the first comes up: a new subject's schema is
 #     fetched from the first (one "unavailable" line, one "available again" naming it); the
 #     second URL's two-character password is masked in the log lines that name it;
 #  3. --subject-name-strategy record (subject: the event type) and topic-record
@@ -19,7 +19,7 @@
 #     not once per request (twice went back to the hung one, every retry, for ever);
 #  5b. start-up with the first URL hung and a timeout of ten minutes: the probe asks both URLs at
 #     once, so the relay starts on the second's answer (one after the other, it waited out the
-#     hung one first);
+#     hung one first), with one warning saying the first was passed over, not answering yet;
 #  6. a --databases list (each database has a registry client of its own), the registry down at
 #     start: database a's rows wait and their lookups back off; once the registry is up, a's own
 #     retry timer wakes its sessions (one timer for the process woke only the last database's,
@@ -146,6 +146,8 @@ relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --value-format a
     --schema-registry-url "$A_URL,$B_PW_URL" --schema-registry-auth-file "$T/sr-auth"
 wait_for "2: the first URL down: every row sent" 60 none_unsent_of fo
 check "2: ... by the second, with no outage logged" lacks "$RELAY_LOG" "schema registry unavailable"
+check_eq "2: one warning: the first URL passed over for the second (its password masked)" 1 \
+    "$(grep -c "msg=\"schema registry URL passed over at start-up\" .*passed over for $B_SHOWN: $A_URL (Failed to connect" "$RELAY_LOG")"
 registry_start a "$P2"
 kill -KILL "${REG_PID[b]}"
 wait "${REG_PID[b]}" 2>/dev/null
@@ -259,6 +261,9 @@ relay_stop
 check_eq "5b: relay exits 0" 0 $?
 check "5b: no 'not reachable at start-up' warning: the second answered" lacks "$RELAY_LOG" \
     "not reachable at start-up"
+# The relay runs on the second URL: one line says the first was passed over, and why.
+check_eq "5b: one warning: the hung first URL passed over for the second, not answering yet" 1 \
+    "$(grep -c "msg=\"schema registry URL passed over at start-up\" .*passed over for $B_URL: $A_URL (no answer yet)" "$RELAY_LOG")"
 
 # --- 6. each database's registry client has its own retry timer ---
 for db in a b; do
