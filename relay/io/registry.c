@@ -268,10 +268,20 @@ static size_t on_body(char *data, size_t size, size_t n, void *userp)
  * ({"error_code": 40401, "message": ...}) is far smaller. */
 #define NOT_FOUND_BODY_MAX 4096
 
-/* GET /subjects (recheck_down) wants the status alone, as the start-up probe (probe_body): the
- * body, every subject's name, is not read; the transfer ends at its first bytes. So does the
- * recheck's request for a subject the registry served, in its place, but for a 404's body (up to
- * NOT_FOUND_BODY_MAX): that subject may have been deleted since, and the registry's own "not
+/* Where the status alone is wanted (userp: a bool set here): the body (GET /subjects: every
+ * subject's name, megabytes in a large registry) is not read; the transfer ends at its first
+ * bytes, which come after the status (curl's write error, taken for the answer). Read, the list
+ * was cut at RESPONSE_MAX and the start-up probe said the registry did not answer ("Failure
+ * writing output"), or it took longer than the timeout to come. */
+static size_t cut_body(char *data, size_t size, size_t n, void *userp)
+{
+    *(bool *)userp = true;
+    return 0;
+}
+
+/* GET /subjects (recheck_down) wants the status alone, as the start-up probe: cut_body. So does
+ * the recheck's request for a subject the registry served, in its place, but for a 404's body (up
+ * to NOT_FOUND_BODY_MAX): that subject may have been deleted since, and the registry's own "not
  * found" then says it answers (list_answered). */
 static size_t on_list_body(char *data, size_t size, size_t n, void *userp)
 {
@@ -283,8 +293,7 @@ static size_t on_list_body(char *data, size_t size, size_t n, void *userp)
         strbuf_append(&q->body, data, len);
         return len;
     }
-    q->cut = true;
-    return 0;
+    return cut_body(data, size, n, &q->cut);
 }
 
 /* A 3xx: lookups and the probe follow none (CURLOPT_FOLLOWLOCATION 0). */
@@ -346,7 +355,20 @@ static void version_text(const Registry *r, char *buf, size_t n)
         snprintf(buf, n, "latest");
 }
 
-/* The subject's URL path, percent-encoded (subjects hold dots, and may hold anything). */
+/* base (one of r->urls) joined to path ("/subjects..."): the base's trailing slashes dropped, a
+ * path prefix kept, as Confluent's clients join them. NULL when out of memory; the caller frees
+ * it with secrets_free_zeroed (the base may hold USER:PASSWORD@). */
+static char *url_join(const char *base, const char *path)
+{
+    size_t blen = strlen(base);
+    while (blen > 0 && base[blen - 1] == '/')
+        blen--;
+    char *url = NULL;
+    return asprintf(&url, "%.*s%s", (int)blen, base, path) < 0 ? NULL : url;
+}
+
+/* The subject's URL at the current base URL, the subject percent-encoded (subjects hold dots, and
+ * may hold anything). */
 static char *subject_url(Registry *r, CURL *easy, const char *subject)
 {
     char *escaped = curl_easy_escape(easy, subject, 0);
@@ -354,14 +376,11 @@ static char *subject_url(Registry *r, CURL *easy, const char *subject)
         return NULL;
     char version[24];
     version_text(r, version, sizeof(version));
-    const char *base = r->urls[r->current];
-    size_t blen = strlen(base);
-    while (blen > 0 && base[blen - 1] == '/')
-        blen--;
-    size_t n = blen + strlen(escaped) + strlen(version) + 32;
-    char *url = malloc(n);
-    if (url)
-        snprintf(url, n, "%.*s/subjects/%s/versions/%s", (int)blen, base, escaped, version);
+    char *path = NULL, *url = NULL;
+    if (asprintf(&path, "/subjects/%s/versions/%s", escaped, version) >= 0) {
+        url = url_join(r->urls[r->current], path);
+        free(path);
+    }
     curl_free(escaped);
     return url;
 }
@@ -536,11 +555,24 @@ static void trim_negative(Registry *r)
     }
 }
 
-bool registry_not_found(const char *body, size_t len)
+/* The registry's error body ({"error_code": 40401, "message": "Subject 'x' not found."}, as
+ * Confluent's registry and those compatible with it answer), len bytes (NULL: none): its code in
+ * *code (0: none) and its message in msg (cut to msglen). Returns whether it has a message. */
+static bool registry_error(const char *body, size_t len, json_int_t *code, char *msg, size_t msglen)
 {
     json_t *root = body ? json_loadb(body, len, 0, NULL) : NULL;
-    json_int_t code = json_integer_value(json_object_get(root, "error_code"));
+    const char *said = json_string_value(json_object_get(root, "message"));
+    *code = json_integer_value(json_object_get(root, "error_code"));
+    if (msg && msglen > 0)
+        snprintf(msg, msglen, "%s", said ? said : "");
     json_decref(root);
+    return said != NULL;
+}
+
+bool registry_not_found(const char *body, size_t len)
+{
+    json_int_t code;
+    (void)registry_error(body, len, &code, NULL, 0);
     return code >= 40400 && code <= 40499;
 }
 
@@ -610,9 +642,9 @@ static void finish_request(Request *q, CURLcode code)
         entry_failed(r, e, q->url_index, why);
     } else if (status == 404) {
         /* {"error_code": 40401, "message": "Subject 'x' not found."}: the registry is up. */
-        strbuf_append(&q->body, "", 1);
-        json_t *root = json_loads(q->body.s, 0, NULL);
-        const char *msg = json_string_value(json_object_get(root, "message"));
+        json_int_t said_code;
+        char msg[128];
+        bool has_msg = registry_error(q->body.s, q->body.len, &said_code, msg, sizeof(msg));
         /* A pinned version the subject lacks answers "Version not found." alone: say which. */
         char version[24];
         version_text(r, version, sizeof(version));
@@ -620,9 +652,8 @@ static void finish_request(Request *q, CURLcode code)
          * cut, so that the version, the part a pinned --schema-version makes the answer, fits
          * the 300 bytes: whole, a long subject pushed it out of the row's error. */
         snprintf(why, sizeof(why), "schema registry: %.100s (subject %.120s%s, version %s)",
-                 msg ? msg : "subject not found", e->subject, strlen(e->subject) > 120 ? "..." : "",
-                 version);
-        json_decref(root);
+                 has_msg ? msg : "subject not found", e->subject,
+                 strlen(e->subject) > 120 ? "..." : "", version);
         free(e->missing_why);
         e->missing_why = strdup(why);
         e->state = ENTRY_MISSING;
@@ -633,16 +664,13 @@ static void finish_request(Request *q, CURLcode code)
          * operation Read on Subject: orders-value"}, a 5xx's "Error while forwarding the request
          * to the leader"): "HTTP 403 (check --schema-registry-auth-file)" alone sent the operator
          * to credentials that were right. Cut, so the hint fits; quoted where it is logged. */
-        strbuf_append(&q->body, "", 1);
-        json_t *root = json_loads(q->body.s, 0, NULL);
-        const char *msg = json_string_value(json_object_get(root, "message"));
-        json_int_t said_code = json_integer_value(json_object_get(root, "error_code"));
-        char said[200] = "";
-        if (msg && said_code)
+        json_int_t said_code;
+        char msg[128], said[200] = "";
+        bool has_msg = registry_error(q->body.s, q->body.len, &said_code, msg, sizeof(msg));
+        if (has_msg && said_code)
             snprintf(said, sizeof(said), ": %.120s (error_code %lld)", msg, (long long)said_code);
-        else if (msg)
+        else if (has_msg)
             snprintf(said, sizeof(said), ": %.120s", msg);
-        json_decref(root);
         double wait_s = retry_after_s(q->easy, status);
         char asked[48] = "";
         if (wait_s > 0) {
@@ -823,17 +851,6 @@ static void on_wait(struct ev_loop *loop, ev_timer *w, int revents)
     finish_request(q, CURLE_OPERATION_TIMEDOUT);
 }
 
-/* The registry's GET /subjects URL (the start-up probe's), or NULL when out of memory. */
-static char *list_url(const Registry *r)
-{
-    const char *base = r->urls[r->current];
-    size_t blen = strlen(base);
-    while (blen > 0 && base[blen - 1] == '/')
-        blen--;
-    char *url = NULL;
-    return asprintf(&url, "%.*s/subjects", (int)blen, base) < 0 ? NULL : url;
-}
-
 /* Sends the request for e's subject; e NULL: for the status alone, the request for the subject
  * status_of (a copy of the string is not kept), or GET /subjects when that is NULL too. */
 static bool start_request(Registry *r, Entry *e, const char *status_of)
@@ -843,7 +860,7 @@ static bool start_request(Registry *r, Entry *e, const char *status_of)
     char *url = !easy       ? NULL
                 : e         ? subject_url(r, easy, e->subject)
                 : status_of ? subject_url(r, easy, status_of)
-                            : list_url(r);
+                            : url_join(r->urls[r->current], "/subjects");
     if (!url) {
         if (easy)
             curl_easy_cleanup(easy);
@@ -1436,7 +1453,7 @@ bool registry_up(const Registry *r)
 typedef struct ProbeResult {
     CURLcode code;
     long status;
-    bool cut;  /* the body's first bytes came: the transfer was ended there (probe_body) */
+    bool cut;  /* the body's first bytes came: the transfer was ended there (cut_body) */
     bool late; /* still out (or its host's lookup) when another URL's answer ended the wait */
     char errbuf[CURL_ERROR_SIZE];
     char location[256]; /* a 3xx's Location, cut, for the error ("" when none) */
@@ -1449,17 +1466,6 @@ typedef struct ProbeResult {
     struct curl_slist *resolve;
     int *pending; /* lookups the probe still waits for */
 } ProbeResult;
-
-/* The probe wants the status alone: the body (the list of every subject, megabytes in a large
- * registry) is not read. Read, it was cut at RESPONSE_MAX and the probe said the registry did not
- * answer ("Failure writing output"), or it took longer than the timeout to come. Its first bytes
- * come after the status: the transfer ends there (curl's write error, taken for the answer). */
-static size_t probe_body(char *data, size_t size, size_t n, void *userp)
-{
-    ProbeResult *pr = userp;
-    pr->cut = true;
-    return 0;
-}
 
 /* The end of the probe's lookup of a URL's host name: its transfer starts, with the addresses, or
  * fails as curl's own lookup did. */
@@ -1495,14 +1501,16 @@ static void probe_all(Registry *r, ProbeResult *out)
         easy[i] = multi ? curl_easy_init() : NULL;
         if (!easy[i])
             continue;
-        char url[2048];
-        size_t blen = strlen(r->urls[i]);
-        while (blen > 0 && r->urls[i][blen - 1] == '/')
-            blen--;
-        snprintf(url, sizeof(url), "%.*s/subjects", (int)blen, r->urls[i]);
+        char *url = url_join(r->urls[i], "/subjects");
+        if (!url) {
+            curl_easy_cleanup(easy[i]);
+            easy[i] = NULL;
+            continue;
+        }
         easy_setup(r, easy[i], url, hdrs);
-        curl_easy_setopt(easy[i], CURLOPT_WRITEFUNCTION, probe_body);
-        curl_easy_setopt(easy[i], CURLOPT_WRITEDATA, &out[i]);
+        secrets_free_zeroed(url);                                   /* curl copies CURLOPT_URL */
+        curl_easy_setopt(easy[i], CURLOPT_WRITEFUNCTION, cut_body); /* the status alone */
+        curl_easy_setopt(easy[i], CURLOPT_WRITEDATA, &out[i].cut);
         curl_easy_setopt(easy[i], CURLOPT_ERRORBUFFER, out[i].errbuf);
         curl_easy_setopt(easy[i], CURLOPT_PRIVATE, &out[i]);
         UrlHost *h = &r->hosts[i];
