@@ -2,6 +2,7 @@
 
 #include <libpq-fe.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -542,6 +543,65 @@ static bool is_applied(PGconn *conn, const char *version, bool *applied)
     return res != NULL;
 }
 
+/* Whether schema_migrations records a migration this binary does not have (a later file, recorded
+ * by a newer outbox-relay's migrate): *ahead set, the latest such version (in file-name order)
+ * copied to newest and their number to *unknown. The adoptions' records ("adopted OID FINGERPRINT")
+ * are not migrations. Why: such a database said "migrations up to date" to an older binary, whose
+ * relays then run on a schema they were not written for (a constraint, trigger or column default
+ * they do not know) and may mis-handle its rows; migrate refuses instead (migrate_run). False
+ * (logged) when the read failed. */
+static bool database_ahead(PGconn *conn, bool *ahead, char *newest, size_t len, long *unknown)
+{
+    char known[4096];
+    size_t at = 0;
+    known[at++] = '{';
+    for (size_t i = 0; i < migration_count && at < sizeof(known); i++)
+        at += (size_t)snprintf(known + at, sizeof(known) - at, "%s\"%s\"", i ? "," : "",
+                               migration_files[i].name);
+    if (at + 2 > sizeof(known)) {
+        log_error("migration failed", "step=check error=\"too many migrations to list\"");
+        return false;
+    }
+    known[at++] = '}';
+    known[at] = '\0';
+    const char *params[1] = {known};
+    DbError e;
+    PGresult *res =
+        admin_query_within(conn,
+                           "SELECT version, pg_catalog.count(*) OVER () FROM schema_migrations"
+                           " WHERE NOT (version OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[]))"
+                           " AND NOT pg_catalog.starts_with(version, 'adopted '::pg_catalog.text)"
+                           " ORDER BY version DESC LIMIT 1",
+                           1, params, answer_s, &e);
+    conn_lost = conn_lost || (!res && e.conn_lost);
+    if (!res) {
+        char q[512];
+        log_error("migration failed", "step=check error=%s",
+                  log_quote(db_error_text(&e), q, sizeof(q)));
+        return false;
+    }
+    *ahead = PQntuples(res) > 0;
+    if (*ahead) {
+        snprintf(newest, len, "%s", PQgetvalue(res, 0, 0));
+        *unknown = strtol(PQgetvalue(res, 0, 1), NULL, 10);
+    }
+    PQclear(res);
+    return true;
+}
+
+/* The one line for a database ahead of this binary (database_ahead), by the run and --dry-run. */
+static void say_ahead(const char *newest, long unknown)
+{
+    char q[300];
+    log_error("the database was migrated by a newer outbox-relay: this binary does not know its "
+              "latest migrations, and its relays may mis-handle rows of that schema; nothing "
+              "applied, no grant given",
+              "newest=%s unknown=%ld known=%s hint=\"run migrate and the relays of the version "
+              "that migrated "
+              "it (migrations are not undone)\"",
+              log_quote(newest, q, sizeof(q)), unknown, migration_files[migration_count - 1].name);
+}
+
 static bool apply_one(PGconn *conn, const MigrationFile *m)
 {
     if (!exec_ok(conn, "BEGIN", m->name))
@@ -646,8 +706,9 @@ static bool schema_exists(PGconn *conn, const char *schema)
  * the table, and changes nothing: reads only, takes no lock but a reader's, gives no grant. Why:
  * every command accepts every option, and --dry-run was replay's alone, so `migrate --dry-run`,
  * typed to see what an upgrade would do, applied every migration. True (logged) when the reads
- * succeeded. */
-static bool dry_run(PGconn *conn, const TableMap *map, const char *schema)
+ * succeeded; *ahead set (and said, as the run says it) for a database ahead of this binary
+ * (database_ahead), which the run refuses. */
+static bool dry_run(PGconn *conn, const TableMap *map, const char *schema, bool *ahead)
 {
     DbError e;
     PGresult *res = admin_query_within(
@@ -661,6 +722,14 @@ static bool dry_run(PGconn *conn, const TableMap *map, const char *schema)
     }
     bool recorded = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
     PQclear(res);
+    char newest[200];
+    long unknown = 0;
+    if (recorded && !database_ahead(conn, ahead, newest, sizeof(newest), &unknown))
+        return false;
+    if (*ahead) {
+        say_ahead(newest, unknown);
+        return true;
+    }
     size_t pending = 0, total = migration_count;
     if (!table_map_is_own(map, schema)) {
         char name[160], hex[17];
@@ -721,10 +790,13 @@ int migrate_run(const char *conninfo, const TableMap *map, const char *schema, l
     size_t applied_now = 0;
     PQsetNoticeReceiver(conn, on_notice, NULL);
     notice_step = "setup";
+    bool ahead = false;
+    char newest[200];
+    long unknown = 0;
     if (dry) {
         if (check_client_set(conn) && schema_exists(conn, schema ? schema : "public") &&
-            dry_run(conn, map, schema))
-            rc = 0;
+            dry_run(conn, map, schema, &ahead))
+            rc = ahead ? 2 : 0;
         goto done;
     }
     /* Session-level lock: released by the unlock below or when the connection closes. The table
@@ -739,8 +811,17 @@ int migrate_run(const char *conninfo, const TableMap *map, const char *schema, l
                  " CREATE TABLE schema_migrations ("
                  " version text PRIMARY KEY,"
                  " applied_at timestamptz NOT NULL DEFAULT pg_catalog.now()); END IF; END $$",
-                 "schema_migrations"))
+                 "schema_migrations") ||
+        !database_ahead(conn, &ahead, newest, sizeof(newest), &unknown))
         goto done;
+    /* Refused, not warned: its relays would run on a schema they were not written for, and the
+     * init container that runs migrate first is what stops them (exit 2: a setup to fix, which
+     * no retry cures). The lock goes with the connection. */
+    if (ahead) {
+        say_ahead(newest, unknown);
+        rc = 2;
+        goto done;
+    }
 
     /* Another table than the relay's own: the embedded migrations, written for the relay's own
      * table, do not apply (and would clash with a foreign table named outbox). */

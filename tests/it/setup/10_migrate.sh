@@ -5,7 +5,9 @@
 # lock_timeout and the URL a statement_timeout shorter than one migrate waits for another's
 # lock), that an interrupted migrate leaves no statement running on the server, that --dry-run
 # changes nothing (and exits 1 where the run would fail: a --table that does not exist, an adopted
-# table's index made again another way), and that the SQL files also apply with plain psql in order (so operators can review and run them by hand); --table
+# table's index made again another way), that a database a newer relay migrated (a migration
+# recorded that this binary does not have) is refused by the run and --dry-run (exit 2), and that
+# the SQL files also apply with plain psql in order (so operators can review and run them by hand); --table
 # public.outbox is the relay's own table (migrated, not adopted), and a --schema that does not
 # exist is refused in one line (exit 1), as is adopting a table whose index names another relation
 # holds (a table renamed keeps them), an index of the table's own under the relay's name with
@@ -225,6 +227,32 @@ check_eq "...and --dry-run exits 1 too" 1 $?
 check "...naming the index, as the run does" grep -q "another definition.*index=\"$unsent_idx\"" \
     "$T/dry6.log"
 check "...not saying the table is adopted" lacks "$T/dry6.log" 'table already adopted'
+
+# --- a database ahead of this binary ---
+# A newer relay's migrate recorded a migration this binary does not have: migrate said
+# "migrations up to date" (exit 0), and the init container let the older relays start on a schema
+# they were not written for. Now the run and --dry-run refuse it (exit 2), naming the newest
+# unknown migration, and apply nothing. (outbox_dry's adoption record, "adopted ...", is no such
+# migration: the runs above on it exit 0.)
+psql_q "CREATE DATABASE outbox_ahead" -d postgres
+ahead_url=postgresql://postgres@127.0.0.1:$PGPORT/outbox_ahead
+"$RELAY_BIN" migrate --database-url "$ahead_url" 2>/dev/null || fail "migrate outbox_ahead"
+psql_q "INSERT INTO schema_migrations (version) VALUES ('9998_later.sql'), ('9999_latest.sql');
+        DELETE FROM schema_migrations WHERE version = '$(basename "${files[-1]}")'" \
+    -d outbox_ahead >/dev/null || fail "record later migrations in outbox_ahead"
+"$RELAY_BIN" migrate --database-url "$ahead_url" 2>"$T/ahead.log"
+check_eq "a database migrated by a newer relay: migrate exits 2" 2 $?
+check "...naming the newest migration it does not know, and how many" \
+    grep -q 'msg="the database was migrated by a newer outbox-relay.*newest="9999_latest.sql" unknown=2 ' \
+    "$T/ahead.log"
+check "...not saying it is up to date" lacks "$T/ahead.log" 'up to date'
+check_eq "...and applying nothing (the missing last file stays missing)" 0 \
+    "$(recorded outbox_ahead "${files[-1]}")"
+"$RELAY_BIN" migrate --dry-run --database-url "$ahead_url" 2>"$T/ahead-dry.log"
+check_eq "...--dry-run exits 2 as well" 2 $?
+check "...saying the same" grep -q 'msg="the database was migrated by a newer outbox-relay' \
+    "$T/ahead-dry.log"
+check "...not that a migration is pending" lacks "$T/ahead-dry.log" 'pending'
 
 # --- plain psql, file by file ---
 psql_q "CREATE DATABASE outbox_psql" -d postgres
