@@ -307,6 +307,14 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " SELECT pg_catalog.count(*), pg_catalog.to_char(pg_catalog.max(sent_at)::timestamptz"         \
     " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM d"
 
+/* Whether retention keeps up (upkeep.c, the gauge outbox_retention_overdue_seconds): the age in
+ * seconds of the oldest sent row (database clock; no row: none). One entry of the sent_at index
+ * (Limit, Index Only Scan, whatever the table's size or statistics), plus the entries of rows
+ * deleted that an old snapshot keeps, as the sweep's own batches walk them. */
+#define SQL_RETENTION_OLDEST                                                                       \
+    "SELECT extract(epoch FROM pg_catalog.now() - sent_at)::float8 FROM {table}"                   \
+    " WHERE sent_at IS NOT NULL ORDER BY sent_at LIMIT 1"
+
 /* ---- verify (relay/cmd/verify.c) ---- */
 
 /* The rows marked sent in the last $1 seconds, in order: seq, event id, aggregate, event type; at

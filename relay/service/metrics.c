@@ -53,6 +53,8 @@ struct MetricsDb {
     time_t backlog_refreshed;
     bool pace_known;
     double backlog_pace_s;
+    bool retention_known;
+    double retention_overdue_s;
     bool squatters_known;
     int squatters;
     bool horizon_known;
@@ -231,6 +233,12 @@ void metrics_set_backlog(long long unsent, long long dead, long long dead_letter
     cur->dead_letter_failed = dead_letter_failed;
     cur->oldest_age_s = oldest_age_s;
     cur->backlog_refreshed = time(NULL);
+}
+
+void metrics_set_retention_overdue(bool known, double overdue_s)
+{
+    cur->retention_known = known;
+    cur->retention_overdue_s = overdue_s;
 }
 
 void metrics_set_backlog_pace(double every_s)
@@ -515,6 +523,11 @@ static void render_set(StrBuf *out, const Set *set)
                  "next refresh is due this long after outbox_backlog_refresh_timestamp_seconds, "
                  "plus the count's own time.",
                  (long)DB(pace_known), DB(backlog_pace_s), G_SECONDS);
+    family_gauge(out, set, "outbox_retention_overdue_seconds",
+                 "How long past --retention the oldest sent row is (now() - sent_at - retention, "
+                 "database clock), as of the last backlog refresh; 0 while retention keeps up. "
+                 "Served while --retention is on.",
+                 (long)DB(retention_known), DB(retention_overdue_s), G_SECONDS);
     family_gauge(out, set, "outbox_lane_squatters",
                  "Sessions that are not relays holding the lane group's advisory locks (the "
                  "aggregates of their lanes wait for them); the relay is not ready while any do.",

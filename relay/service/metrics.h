@@ -71,6 +71,10 @@ void metrics_set_backlog(long long unsent, long long dead, long long dead_letter
  * that is longer. outbox_backlog_refresh_timestamp_seconds plus this is when the next refresh is
  * due, so an alert on the gauges' age follows a slow count's pace. */
 void metrics_set_backlog_pace(double every_s);
+/* How far retention is behind, as of the last backlog refresh with --retention on: the seconds
+ * by which the oldest sent row is older than the retention (0: none is). known false (retention
+ * turned off) stops exporting it. */
+void metrics_set_retention_overdue(bool known, double overdue_s);
 /* Sessions that are not relays holding the lane group's locks (upkeep.c). */
 void metrics_set_lane_squatters(int sessions);
 

@@ -30,10 +30,11 @@ static const char *const SQL_SETUP =
 static const char *const SQL_APPNAME = "SET application_name = 'outbox-relay upkeep'";
 
 /* Templates for the configured table (relay/outbox/table.h). */
-enum { UPKEEP_BACKLOG, UPKEEP_RETENTION, UPKEEP_SQL_COUNT };
+enum { UPKEEP_BACKLOG, UPKEEP_RETENTION, UPKEEP_RETENTION_OLDEST, UPKEEP_SQL_COUNT };
 static const char *const sql_templates[UPKEEP_SQL_COUNT] = {
     [UPKEEP_BACKLOG] = SQL_BACKLOG,
     [UPKEEP_RETENTION] = SQL_RETENTION(STR(RETENTION_BATCH)),
+    [UPKEEP_RETENTION_OLDEST] = SQL_RETENTION_OLDEST,
 };
 
 struct Upkeep {
@@ -58,6 +59,7 @@ struct Upkeep {
     bool gauge_due, retention_due;
     double gauge_sent_at;   /* monotime the looks in flight were sent */
     bool backlog_sent;      /* the backlog count is among them */
+    bool oldest_sent;       /* and the oldest sent row's age (retention on) */
     double backlog_next_at; /* monotime before which the count is not sent again (pace_backlog) */
     bool sweeping;          /* the last delete was full: more to go */
     long long swept;        /* rows deleted by the current sweep */
@@ -277,11 +279,12 @@ static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error,
     if (!results)
         return; /* connection lost: on_state takes over */
     u->gauge_due = false;
-    /* In the order kick sends them: the squatters (readiness), the count when due, the horizon.
-     * One pipeline: the statements after a failed one are skipped, so a count that fails or
-     * times out never takes the squatter look with it, and a horizon look the server refuses
-     * (pg_replication_slots restricted, say) takes nothing. */
-    int at = 0, horizon_at = u->backlog_sent ? 2 : 1;
+    /* In the order kick sends them: the squatters (readiness), the count when due and with it
+     * the oldest sent row's age when retention is on, the horizon. One pipeline: the statements
+     * after a failed one are skipped, so a count that fails or times out never takes the
+     * squatter look with it, and a horizon look the server refuses (pg_replication_slots
+     * restricted, say) takes nothing. */
+    int at = 0, horizon_at = 1 + (u->backlog_sent ? 1 : 0) + (u->oldest_sent ? 1 : 0);
     if (n > at && PQresultStatus(results[at]) == PGRES_TUPLES_OK) {
         note_squatters(u, results[at]);
         u->squatters_at = monotime_now();
@@ -299,13 +302,20 @@ static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error,
                                     ? -1.0
                                     : strtod(PQgetvalue(r, 0, BACKLOG_OLDEST_AGE_S), NULL));
         }
+        at++;
     }
+    /* Retention keeps up while no sent row outlives it by more than a sweep's interval (the
+     * rows turn due between sweeps); a sweep that fails, times out, is skipped by locks or
+     * deletes less than arrives shows as this growing (the alert OutboxRetentionBehind). */
+    if (u->oldest_sent && n > at && PQresultStatus(results[at]) == PGRES_TUPLES_OK)
+        metrics_set_retention_overdue(u->retention_s > 0,
+                                      PQntuples(results[at]) == 1
+                                          ? strtod(PQgetvalue(results[at], 0, 0), NULL) -
+                                                (double)u->retention_s
+                                          : 0.0);
     if (n > horizon_at && PQresultStatus(results[horizon_at]) == PGRES_TUPLES_OK)
         note_horizon(u, results[horizon_at]);
-    note_result(u, "backlog",
-                error                            ? error
-                : n == (u->backlog_sent ? 3 : 2) ? NULL
-                                                 : "unexpected result");
+    note_result(u, "backlog", error ? error : n == horizon_at + 1 ? NULL : "unexpected result");
     kick(u);
 }
 
@@ -392,12 +402,18 @@ static void kick(Upkeep *u)
     if (u->gauge_due && u->gauges) {
         u->gauge_sent_at = monotime_now();
         u->backlog_sent = u->gauge_sent_at >= u->backlog_next_at;
-        PgQuery q[3] = {{SQL_LANE_SQUATTERS, 0, NULL, false},
-                        {u->sql[UPKEEP_BACKLOG], 0, NULL, false},
-                        {SQL_HORIZON, 2, u->horizon_params, false}};
-        if (!u->backlog_sent)
-            q[1] = q[2];
-        if (!pg_conn_send(u->pg, q, u->backlog_sent ? 3 : 2, on_backlog, u))
+        /* Paced with the count (pace_backlog): under an old snapshot it walks the index entries
+         * of every row retention deleted since, as the sweep does. */
+        u->oldest_sent = u->backlog_sent && u->retention_s > 0;
+        PgQuery q[4];
+        int n = 0;
+        q[n++] = (PgQuery){SQL_LANE_SQUATTERS, 0, NULL, false};
+        if (u->backlog_sent)
+            q[n++] = (PgQuery){u->sql[UPKEEP_BACKLOG], 0, NULL, false};
+        if (u->oldest_sent)
+            q[n++] = (PgQuery){u->sql[UPKEEP_RETENTION_OLDEST], 0, NULL, false};
+        q[n++] = (PgQuery){SQL_HORIZON, 2, u->horizon_params, false};
+        if (!pg_conn_send(u->pg, q, n, on_backlog, u))
             u->gauge_due = false;
         return;
     }
@@ -509,6 +525,8 @@ void upkeep_reconfigure(Upkeep *u)
         ev_timer_stop(u->loop, &u->retention_timer);
         u->retention_s = retention;
         sweep_restart(u);
+        if (retention <= 0)
+            metrics_set_retention_overdue(false, 0.0);
         if (retention > 0) {
             /* On demand, the gauge tick makes retention due (on_gauge_timer). */
             if (!u->on_demand) {
