@@ -34,8 +34,10 @@ bool optval_string(char **slot, const char *value, const char *source, char *err
 bool optval_long(long *out, const char *value, long min, long max, const char *source, char *err,
                  size_t errlen)
 {
-    /* Digits only: strtol would also take leading blanks and a sign (" -1", "+5"). */
-    bool digits = *value >= '0' && *value <= '9';
+    /* Digits only: strtol would also take leading blanks and a sign (" -1", "+5"); a minus sign
+     * where the range has negative numbers (replay's --from-id: an outbox id may be one). */
+    const char *first = min < 0 && *value == '-' ? value + 1 : value;
+    bool digits = *first >= '0' && *first <= '9';
     char *end = NULL;
     errno = 0;
     long n = digits ? strtol(value, &end, 10) : 0;

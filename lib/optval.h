@@ -17,8 +17,9 @@ bool optval_fail(char *err, size_t errlen, const char *fmt, ...)
 bool optval_string(char **slot, const char *value, const char *source, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
-/* Parses a decimal integer in [min, max] into *out: digits only (no sign, no blanks), since no
- * option takes a negative number; anything else is an error naming source. */
+/* Parses a decimal integer in [min, max] into *out: digits only (no plus sign, no blanks), with
+ * a leading minus sign only when min is negative (replay's --from-id and --to-id: an outbox id
+ * may be 0 or negative); anything else is an error naming source. */
 bool optval_long(long *out, const char *value, long min, long max, const char *source, char *err,
                  size_t errlen) __attribute__((warn_unused_result));
 

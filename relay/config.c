@@ -614,7 +614,7 @@ static const OptDef options[] = {
              "bytes at peak); narrow --since or raise it"},
     {.name = "from-id",
      .type = OPT_INT,
-     .min = 1,
+     .min = LONG_MIN,
      .max = LONG_MAX,
      .offset = FIELD(replay_from_id),
      .commands = FOR(CMD_REPLAY),
@@ -622,7 +622,7 @@ static const OptDef options[] = {
      .help = "replay: sent events from this outbox id on"},
     {.name = "to-id",
      .type = OPT_INT,
-     .min = 1,
+     .min = LONG_MIN,
      .max = LONG_MAX,
      .offset = FIELD(replay_to_id),
      .commands = FOR(CMD_REPLAY),
@@ -2181,7 +2181,9 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
         return false;
     if (cfg->command == CMD_REQUEUE && (cfg->id > 0) == cfg->all)
         return optval_fail(err, errlen, "requeue needs exactly one of --id ID or --all");
-    if (cfg->command == CMD_REPLAY && !cfg->replay_from_id && !cfg->replay_to_id &&
+    cfg->replay_from_id_set = source_of(sources, "from-id") > OPT_FROM_DEFAULT;
+    cfg->replay_to_id_set = source_of(sources, "to-id") > OPT_FROM_DEFAULT;
+    if (cfg->command == CMD_REPLAY && !cfg->replay_from_id_set && !cfg->replay_to_id_set &&
         !cfg->replay_sent_after && !cfg->replay_sent_before && !cfg->replay_aggregate_type &&
         !cfg->replay_aggregate_id && !cfg->replay_event_type && !cfg->replay_missing)
         return optval_fail(err, errlen,
@@ -2192,7 +2194,7 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
         return false;
     if (!dry_run_check(cfg, sources, err, errlen))
         return false;
-    if (cfg->command == CMD_REPLAY && cfg->replay_from_id && cfg->replay_to_id &&
+    if (cfg->command == CMD_REPLAY && cfg->replay_from_id_set && cfg->replay_to_id_set &&
         cfg->replay_from_id > cfg->replay_to_id)
         return optval_fail(err, errlen, "--from-id (%ld) must not exceed --to-id (%ld)",
                            cfg->replay_from_id, cfg->replay_to_id);

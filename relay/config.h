@@ -159,6 +159,9 @@ typedef struct Config {
     long verify_max_rows;       /* verify --max-rows: the most rows of a window it holds */
     /* replay (relay/cmd/replay.h): the selection (NULL or 0: not given) and how to run it */
     long replay_from_id, replay_to_id;
+    /* Whether --from-id / --to-id were given: an outbox id may be 0 or negative (a sequence
+     * started there, an adopted table's own ids), so the value cannot say it. */
+    bool replay_from_id_set, replay_to_id_set;
     char *replay_sent_after, *replay_sent_before; /* timestamps, read by PostgreSQL */
     char *replay_aggregate_type, *replay_aggregate_id, *replay_event_type;
     char *replay_missing; /* file with `verify --json` output; "-": stdin */

@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 #include <signal.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,8 @@
  * server needs a longer --statement-timeout: its documentation says so). */
 #define REPLAY_SUMMARY_FACTOR 10
 
-/* The selection, shared by the summary and the batches. $1: the last {seq} done (exclusive),
+/* The selection, shared by the summary and the batches. $1: the last {seq} done (exclusive; NULL:
+ * none, for the summary: an id may be 0 or negative, and "> 0" never selected those),
  * $2: the highest {seq} when replay started (for the batches, the highest the summary found), $3:
  * the database's time then. Rows given new values lie above $2, and any row marked sent later
  * lies after $3: neither is replayed twice.
@@ -58,7 +60,7 @@
  * values (unnamed, custom plan), so the NULL ones cost nothing. */
 #define REPLAY_WHERE                                                                               \
     " o.sent_at IS NOT NULL AND o.sent_at <= $3::timestamptz"                                      \
-    " AND o.{seq} > $1::bigint AND o.{seq} <= $2::bigint"                                          \
+    " AND ($1::bigint IS NULL OR o.{seq} > $1::bigint) AND o.{seq} <= $2::bigint"                  \
     " AND ($4::bigint IS NULL OR o.{seq} >= $4::bigint)"                                           \
     " AND ($5::bigint IS NULL OR o.{seq} <= $5::bigint)"                                           \
     " AND ($6::timestamptz IS NULL OR o.sent_at >= $6::timestamptz)"                               \
@@ -486,9 +488,10 @@ static int summarise(PGconn *conn, const Config *cfg, Selection *s)
         s->rows += n;
         if (cfg->replay_missing)
             note_found(s, PQgetvalue(res, i, 5));
-        if (s->min_seq == 0 || lo < s->min_seq)
+        /* The first group sets both: 0 is an id like any other. */
+        if (i == 0 || lo < s->min_seq)
             s->min_seq = lo;
-        if (hi > s->max_seq)
+        if (i == 0 || hi > s->max_seq)
             s->max_seq = hi;
         size_t t = 0;
         while (t < s->ntopics && strcmp(s->topics[t].name, topic) != 0)
@@ -579,6 +582,7 @@ static long long replay_batch(PGconn *conn, const Config *cfg, Selection *s, DbE
     strbuf_puts(&sql, SQL_REPLAY_UPDATE_TAIL);
     snprintf(s->batch_first, sizeof(s->batch_first), "%s", PQgetvalue(res, 0, 0));
     snprintf(s->after, sizeof(s->after), "%s", PQgetvalue(res, (int)(n - 1), 0));
+    s->params[0] = s->after;
     PQclear(res);
     res = admin_template_within(conn, &cfg->map, sql.s, 0, NULL, PGRES_COMMAND_OK, answer_s, e);
     strbuf_free(&sql);
@@ -767,18 +771,17 @@ int replay_run(const Config *cfg)
     PQclear(res);
     long long high = strtoll(s.high, NULL, 10);
     snprintf(s.rest_to_id, sizeof(s.rest_to_id), "%lld",
-             cfg->replay_to_id > 0 && cfg->replay_to_id < high ? (long long)cfg->replay_to_id
+             cfg->replay_to_id_set && cfg->replay_to_id < high ? (long long)cfg->replay_to_id
                                                                : high);
-    snprintf(s.after, sizeof(s.after), "0");
     snprintf(s.from_id, sizeof(s.from_id), "%ld", cfg->replay_from_id);
     snprintf(s.to_id, sizeof(s.to_id), "%ld", cfg->replay_to_id);
     snprintf(s.limit, sizeof(s.limit), "%ld", cfg->replay_batch_rows);
     const char *params[REPLAY_NPARAMS + 1] = {
-        s.after,
+        NULL, /* the summary reads the whole selection */
         s.high,
         s.start,
-        cfg->replay_from_id ? s.from_id : NULL,
-        cfg->replay_to_id ? s.to_id : NULL,
+        cfg->replay_from_id_set ? s.from_id : NULL,
+        cfg->replay_to_id_set ? s.to_id : NULL,
         cfg->replay_sent_after,
         cfg->replay_sent_before,
         cfg->replay_aggregate_type,
@@ -804,7 +807,7 @@ int replay_run(const Config *cfg)
      * listed events they leave out are no less in the table as sent: the counts below say so,
      * not that those were deleted. */
     bool narrowed = cfg->replay_missing &&
-                    (cfg->replay_from_id || cfg->replay_to_id || cfg->replay_sent_after ||
+                    (cfg->replay_from_id_set || cfg->replay_to_id_set || cfg->replay_sent_after ||
                      cfg->replay_sent_before || cfg->replay_aggregate_type ||
                      cfg->replay_aggregate_id || cfg->replay_event_type);
     if (cfg->replay_missing && (size_t)s.rows < listed && narrowed)
@@ -846,7 +849,11 @@ int replay_run(const Config *cfg)
      * only: on a table kept for months, "PostgreSQL did not answer". A row the summary could not
      * see (its mark, begun before the start, committed as the summary ran) is taken only within
      * these bounds. */
-    snprintf(s.after, sizeof(s.after), "%lld", s.min_seq - 1);
+    /* The lowest bigint has no id below it: the first batch then starts without a bound. */
+    if (s.min_seq > LLONG_MIN) {
+        snprintf(s.after, sizeof(s.after), "%lld", s.min_seq - 1);
+        s.params[0] = s.after;
+    }
     snprintf(s.last, sizeof(s.last), "%lld", s.max_seq);
     s.params[1] = s.last;
 

@@ -8,6 +8,8 @@
 # answer", nothing replayed), and the last ones every row after the window. auto_explain logs
 # each batch's plan with its row counts: the rows the batches' scans read (returned plus removed
 # by their filters) stay near the window's 5,000, where they were over 40,000.
+# Also: events of ids 0 and below are replayed, by a selection (--aggregate-type) and by
+# --from-id/--to-id.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -59,3 +61,32 @@ read_rows=$(awk '/Scan .*actual rows=/ { sub(/.*actual rows=/, ""); sub(/ .*/, "
     /Rows Removed by (Filter|Index Recheck):/ { n += $NF } END { print n + 0 }' "$T/batch-plans.txt")
 check "the batches read the window's rows, not the history before it and the rows after it ($read_rows rows read)" \
     test "$read_rows" -lt 10000
+
+# --- ids 0 and below ---
+# A sequence may start at 0 or below (an adopted table's own ids, MINVALUE -n): every statement
+# of replay selected ids above 0 only, so such events were never replayed ("nothing to replay"),
+# and --from-id/--to-id refused 0 and negative ids. Now a selection takes them as any other id.
+neg_rows() {
+    psql_q "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, sent_at)
+            OVERRIDING SYSTEM VALUE
+            SELECT g, 'negative', 'n-1', 'Updated', jsonb_build_object('n', g), now() - interval '1 h'
+            FROM generate_series(-3, 0) g ORDER BY g" >/dev/null || fail "insert ids -3 to 0"
+}
+neg_rows
+"$RELAY_BIN" replay --database-url "$DATABASE_URL" --aggregate-type negative --batch-rows 2 \
+    >"$T/neg.out" 2>"$T/neg.err"
+check_eq "ids -3 to 0, by aggregate type: exit 0" 0 $?
+check "... 4 events replayed" grep -q '^replay: 4 events replayed in ' "$T/neg.out"
+check_eq "... all four made unsent, with new ids above every other, in their order" "4|4|t" \
+    "$(psql_q "SELECT count(*), count(*) FILTER (WHERE id > $first_after + 19999),
+                      array_agg((payload->>'n')::int ORDER BY id) = '{-3,-2,-1,0}'
+               FROM outbox WHERE aggregate_type = 'negative' AND sent_at IS NULL")"
+psql_q "DELETE FROM outbox WHERE aggregate_type = 'negative'" >/dev/null
+neg_rows
+"$RELAY_BIN" replay --database-url "$DATABASE_URL" --from-id -2 --to-id 0 >"$T/neg2.out" 2>"$T/neg2.err"
+check_eq "--from-id -2 --to-id 0: exit 0" 0 $?
+check "... 3 events replayed" grep -q '^replay: 3 events replayed in ' "$T/neg2.out"
+check_eq "... those three made unsent, id -3 kept as it was" "3|-3" \
+    "$(psql_q "SELECT count(*) FILTER (WHERE sent_at IS NULL),
+                      min(id) FILTER (WHERE sent_at IS NOT NULL)
+               FROM outbox WHERE aggregate_type = 'negative'")"
