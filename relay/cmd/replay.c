@@ -194,9 +194,32 @@ static int db_failed(const char *what, const DbError *e, bool reads_input)
     return 1;
 }
 
-/* After a statement the server cancelled (57014): when this session has a statement_timeout (of
- * the role, the database or the connection string, which replay leaves in place, as the other
- * commands do), says so, and what lifts it. --statement-timeout bounds replay's own waits only,
+/* Who set the session's statement_timeout, by pg_settings.source: the remedy (a longer one in
+ * the URL's options) overrides any of them, but an operator looks for the setting where it was
+ * made, and a fixed "the role's, the database's or the connection string's" sent them past
+ * postgresql.conf and PGOPTIONS. */
+static const char *timeout_set_by(const char *source)
+{
+    static const struct {
+        const char *source, *words;
+    } by[] = {
+        {"configuration file", "the server's configuration (postgresql.conf, ALTER SYSTEM)"},
+        {"command line", "the server's command line"},
+        {"database", "the database (ALTER DATABASE ... SET)"},
+        {"user", "the role (ALTER ROLE ... SET)"},
+        {"database user", "the role in this database (ALTER ROLE ... IN DATABASE ... SET)"},
+        {"client", "the connection (options in the URL or PGOPTIONS)"},
+    };
+    for (size_t i = 0; i < sizeof(by) / sizeof(by[0]); i++)
+        if (strcmp(source, by[i].source) == 0)
+            return by[i].words;
+    return source;
+}
+
+/* After a statement the server cancelled (57014): when this session has a statement_timeout
+ * (which replay leaves in place, as the other commands do), says so, who set it (pg_settings'
+ * source: the server's configuration, the database, the role, the connection), and what lifts
+ * it. --statement-timeout bounds replay's own waits only,
  * and the server's words alone ("canceling statement due to statement timeout") sent operators to
  * raise it, to the same end. A cancel of someone's (pg_cancel_backend, a Ctrl-C in psql) has the
  * same SQLSTATE: the server's words tell it apart ("due to user request"), and it says nothing
@@ -211,30 +234,32 @@ static void say_statement_timeout(PGconn *conn, const Config *cfg, const DbError
         PQstatus(conn) != CONNECTION_OK || PQtransactionStatus(conn) != PQTRANS_IDLE)
         return;
     DbError why;
-    PGresult *res =
-        admin_query_within(conn, "SELECT pg_catalog.current_setting('statement_timeout')", 0, NULL,
-                           cfg->statement_timeout_s, &why);
+    PGresult *res = admin_query_within(
+        conn,
+        "SELECT pg_catalog.current_setting('statement_timeout'::pg_catalog.text),"
+        " (SELECT s.source FROM pg_catalog.pg_settings s"
+        " WHERE s.name OPERATOR(pg_catalog.=) 'statement_timeout'::pg_catalog.text)",
+        0, NULL, cfg->statement_timeout_s, &why);
     if (!res)
         return;
     if (PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "0") != 0) {
-        char q[100];
+        char q[100], qs[200];
         log_quote(PQgetvalue(res, 0, 0), q, sizeof(q));
+        log_quote(timeout_set_by(PQgetvalue(res, 0, 1)), qs, sizeof(qs));
         if (summary)
-            log_error("PostgreSQL's statement_timeout for this session (the role's, the "
-                      "database's or the connection string's) cancelled the read of the "
+            log_error("PostgreSQL's statement_timeout for this session cancelled the read of the "
                       "selection, and --statement-timeout does not lift it: select fewer events "
                       "(--sent-after, --sent-before, --from-id, --to-id), or give its connection "
                       "a longer one (?options=-c%20statement_timeout%3D0 in the URL: libpq "
                       "refuses a bare space or = there)",
-                      "statement_timeout=%s", q);
+                      "statement_timeout=%s set_by=%s", q, qs);
         else
-            log_error("PostgreSQL's statement_timeout for this session (the role's, the "
-                      "database's or the connection string's) cancelled the statement, and "
-                      "--statement-timeout does not lift it: replay in smaller batches "
+            log_error("PostgreSQL's statement_timeout for this session cancelled the statement, "
+                      "and --statement-timeout does not lift it: replay in smaller batches "
                       "(--batch-rows), or give its connection a longer one "
                       "(?options=-c%20statement_timeout%3D0 in the URL: libpq refuses a bare "
                       "space or = there)",
-                      "statement_timeout=%s", q);
+                      "statement_timeout=%s set_by=%s", q, qs);
     }
     PQclear(res);
 }

@@ -1,7 +1,8 @@
 #!/bin/bash
-# Proves that a replay whose batch the server cancels for a statement_timeout of the role's (the
-# database's or the connection string's, which replay leaves in place) says so: one line names
-# the setting and its value, and what lifts it (smaller batches, or a longer one in the URL's
+# Proves that a replay whose batch the server cancels for a statement_timeout of the role's (or
+# of PGOPTIONS, or postgresql.conf: replay leaves any in place) says so: one line names the
+# setting, its value and who set it (the role, the connection, the server's configuration), and
+# what lifts it (smaller batches, or a longer one in the URL's
 # options), since --statement-timeout, which bounds replay's own waits, does not; before, the
 # server's "canceling statement due to statement timeout" alone sent operators to raise that, to
 # the same end. Then the remedy it names works as written: the same replay with the line's
@@ -31,12 +32,39 @@ replay() {
 replay --database-url "$DATABASE_URL" >"$T/replay.out" 2>"$T/replay.err"
 check_eq "exit 1" 1 $?
 check "... the server's error" grep -q 'canceling statement due to statement timeout' "$T/replay.err"
-check "... a line naming the session's statement_timeout and what lifts it" grep -q \
-    "statement_timeout for this session .* --statement-timeout does not lift it: .*--batch-rows.*options=-c%20statement_timeout%3D0 in the URL.* statement_timeout=\"100ms\"" \
+check "... a line naming the session's statement_timeout, who set it (the role), and what lifts it" grep -q \
+    "statement_timeout for this session .* --statement-timeout does not lift it: .*--batch-rows.*options=-c%20statement_timeout%3D0 in the URL.* statement_timeout=\"100ms\" set_by=\"the role (ALTER ROLE ... SET)\"" \
     "$T/replay.err"
 check "... and the bounds of the rest" grep -q '^replay: 0 events replayed before the failure' \
     "$T/replay.out"
 check_eq "... nothing replayed" 0 "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL")"
+
+# Who set it, wherever it was set: the line named "the role's, the database's or the connection
+# string's" whatever the source, and sent operators past PGOPTIONS and postgresql.conf.
+PGOPTIONS="-c statement_timeout=150ms" "$RELAY_BIN" replay --aggregate-type order \
+    --statement-timeout 600s --database-url "$DATABASE_URL" >"$T/replay-pgo.out" 2>"$T/replay-pgo.err"
+check_eq "a statement_timeout of PGOPTIONS: exit 1" 1 $?
+check "... the line says the connection set it" grep -q \
+    'statement_timeout="150ms" set_by="the connection (options in the URL or PGOPTIONS)"' \
+    "$T/replay-pgo.err"
+psql_q "ALTER ROLE postgres RESET statement_timeout" >/dev/null
+psql_q "ALTER SYSTEM SET statement_timeout = '120ms'" >/dev/null
+psql_q "SELECT pg_reload_conf()" >/dev/null
+conf_timeout() {
+    [ "$(env -u PGOPTIONS psql -XAtq -d "$DATABASE_URL" -c "SELECT setting || source FROM pg_settings
+          WHERE name = 'statement_timeout'")" = "120configuration file" ]
+}
+wait_for "postgresql.conf's statement_timeout (ALTER SYSTEM) in force for new sessions" 30 conf_timeout
+replay --database-url "$DATABASE_URL" >"$T/replay-conf.out" 2>"$T/replay-conf.err"
+check_eq "a statement_timeout of the server's configuration: exit 1" 1 $?
+check "... the line says the server's configuration set it" grep -q \
+    'statement_timeout="120ms" set_by="the server.s configuration (postgresql.conf, ALTER SYSTEM)"' \
+    "$T/replay-conf.err"
+psql_q "ALTER SYSTEM RESET statement_timeout" >/dev/null
+psql_q "SELECT pg_reload_conf()" >/dev/null
+psql_q "ALTER ROLE postgres SET statement_timeout = '100ms'" >/dev/null
+check_eq "... nothing replayed by either" 0 \
+    "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL")"
 
 # The remedy exactly as the line gives it: libpq refuses a URL whose options carry a bare space
 # or a second = ("extra key/value separator"), as the line's first wording had it.
@@ -88,7 +116,7 @@ check_eq "the summary cancelled by the role's statement_timeout: exit 1" 1 $?
 check "... the server's error, on the read of the selection" grep -q \
     'cannot read the selection.*canceling statement due to statement timeout' "$T/replay4.err"
 check "... a line naming the setting and the summary's remedies: fewer events or a longer one" \
-    grep -q "statement_timeout for this session .* cancelled the read of the selection.*: select fewer events (--sent-after.*options=-c%20statement_timeout%3D0 in the URL.* statement_timeout=\"100ms\"" \
+    grep -q "statement_timeout for this session cancelled the read of the selection.*: select fewer events (--sent-after.*options=-c%20statement_timeout%3D0 in the URL.* statement_timeout=\"100ms\" set_by=\"the role (ALTER ROLE ... SET)\"" \
     "$T/replay4.err"
 check "... not smaller batches, which do not shorten it" lacks "$T/replay4.err" "--batch-rows"
 check_eq "... nothing replayed" 0 "$(psql_q "SELECT count(*) FROM outbox WHERE sent_at IS NULL")"
