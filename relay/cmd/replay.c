@@ -72,9 +72,6 @@
     " AND ($12::text[] IS NULL OR o.{event_id}::text = ANY($12::text[]))"
 #define REPLAY_NPARAMS 12
 
-/* A time as text that reads back the same whatever the session's DateStyle and TimeZone (a
- * zone abbreviation such as IST would not). */
-#define REPLAY_ISO_UTC "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'"
 /* Where the selection starts, read once; and the bounds that select the rest of it in a later
  * run, printed when this one stops short: the rows it replays get ids above $2 and, once sent
  * again, a sent_at after $3, so a rerun of an open-ended selection (an aggregate type, --from-id
@@ -84,9 +81,9 @@
  * PostgreSQL reads them: a time zone or DateStyle of the text's own is honoured). */
 static const char *const SQL_REPLAY_START =
     "SELECT coalesce((SELECT max(o.{seq}) FROM {table} o), 0),"
-    " pg_catalog.to_char(now() AT TIME ZONE 'UTC', " REPLAY_ISO_UTC "),"
+    " pg_catalog.to_char(now() AT TIME ZONE 'UTC', " SQL_ISO_UTC "),"
     " pg_catalog.to_char(LEAST($1::timestamptz, now() + '1 microsecond'::interval)"
-    " AT TIME ZONE 'UTC', " REPLAY_ISO_UTC "),"
+    " AT TIME ZONE 'UTC', " SQL_ISO_UTC "),"
     " coalesce($2::timestamptz >= $1::timestamptz, false)";
 /* Whether the order column draws new values by itself (an identity column or a default, as a
  * sequence gives; not a generated column, whose DEFAULT keeps the old value): each replayed row

@@ -10,6 +10,12 @@
 
 #include "schema.h"
 
+/* The to_char format (a quoted literal) of a time given AT TIME ZONE 'UTC' as text that reads
+ * back the same whatever the reading session's DateStyle and TimeZone: ISO 8601 with its Z and
+ * microseconds. The server's default text does not (a zone abbreviation such as IST reads back
+ * as another zone's). Retention's cursor, replay's bounds and the event-time header use it. */
+#define SQL_ISO_UTC "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'"
+
 /* The channel producers notify (migrations/0004, 0007) and sessions LISTEN on. */
 #define WAKEUP_CHANNEL "outbox_relay"
 #define SQL_LISTEN "LISTEN " WAKEUP_CHANNEL
@@ -305,7 +311,7 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " AND sent_at >= $2::timestamptz ORDER BY sent_at"                                             \
     " LIMIT " batch " FOR UPDATE SKIP LOCKED)) RETURNING sent_at)"                                 \
     " SELECT pg_catalog.count(*), pg_catalog.to_char(pg_catalog.max(sent_at)::timestamptz"         \
-    " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM d"
+    " AT TIME ZONE 'UTC', " SQL_ISO_UTC ") FROM d"
 
 /* Whether retention keeps up (upkeep.c, the gauge outbox_retention_overdue_seconds): the age in
  * seconds of the oldest sent row (database clock; no row: none). One entry of the sent_at index

@@ -6,6 +6,7 @@
 
 #include "db.h"
 #include "optval.h"
+#include "statements.h"
 #include "strbuf.h"
 
 /* PostgreSQL truncates longer identifiers (NAMEDATALEN - 1), which would silently name another
@@ -366,9 +367,9 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
     /* Only the messages that carry the event's time need it: the text costs 29 bytes a row in
      * every claim result held while its batch is in flight. */
     if (IS("o.created_at_text"))
-        return put(sb, m->event_time ? "pg_catalog.to_char(o.created_at AT TIME ZONE 'UTC',"
-                                       " 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
-                                     : "NULL::text");
+        return put(sb, m->event_time
+                           ? "pg_catalog.to_char(o.created_at AT TIME ZONE 'UTC', " SQL_ISO_UTC ")"
+                           : "NULL::text");
     if (IS("o.payload")) {
         if (m->n_envelope == 0)
             return put(sb, "o.") && append_ident(sb, conn, m->payload, err, errlen);
