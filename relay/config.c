@@ -667,7 +667,7 @@ static const OptDef options[] = {
      .help = "replay: the events `verify --json` reported missing, read from FILE (- for stdin)"},
     {.name = "dry-run",
      .type = OPT_BOOL,
-     .offset = FIELD(replay_dry_run),
+     .offset = FIELD(dry_run),
      .commands = FOR(CMD_REPLAY) | FOR(CMD_MIGRATE),
      .metavar = "",
      .help = "replay: say how many events and which topics, change nothing; migrate: list the "
@@ -1993,11 +1993,11 @@ static bool selections_check(const Config *cfg, const OptSource *sources, char *
 static bool dry_run_check(const Config *cfg, const OptSource *sources, char *err, size_t errlen)
 {
     OptSource from = source_of(sources, "dry-run");
-    if (cfg->replay_dry_run && from != OPT_FROM_FLAG)
+    if (cfg->dry_run && from != OPT_FROM_FLAG)
         return optval_fail(err, errlen, "--dry-run is accepted only as a flag, not from %s",
                            source_names[from]);
     unsigned owners = opts_find(&spec, "dry-run", strlen("dry-run"))->commands;
-    if (!cfg->replay_dry_run || (owners & FOR(cfg->command)))
+    if (!cfg->dry_run || (owners & FOR(cfg->command)))
         return true;
     const char *name = "";
     for (size_t c = 0; c < sizeof(commands) / sizeof(commands[0]); c++)

@@ -165,8 +165,9 @@ typedef struct Config {
     char *replay_sent_after, *replay_sent_before; /* timestamps, read by PostgreSQL */
     char *replay_aggregate_type, *replay_aggregate_id, *replay_event_type;
     char *replay_missing; /* file with `verify --json` output; "-": stdin */
-    bool replay_dry_run, replay_yes;
+    bool replay_yes;
     long replay_batch_rows;
+    bool dry_run; /* migrate and replay: --dry-run, say what would change and change nothing */
     /* dead, requeue, purge-dead, status, check, verify, replay: --statement-timeout */
     long statement_timeout_s;
     /* Many databases (docs/operations.md#many-databases): --databases, the list as JSON text (an

@@ -842,7 +842,7 @@ int replay_run(const Config *cfg)
                 "replay: %zu events listed, %lld of them still in the table as sent (the others "
                 "were deleted, or are unsent already)\n",
                 listed, s.rows);
-    if (cfg->replay_dry_run) {
+    if (cfg->dry_run) {
         printf("replay: dry run: %lld events would be replayed (ids %lld-%lld): ", s.rows,
                s.min_seq, s.max_seq);
         print_topics(stdout, &s);

@@ -791,10 +791,10 @@ static void test_dry_run_refused_by_commands_without_one(void **state)
         config_free(&cfg);
     }
     assert_true(LOAD(&cfg, err, "migrate", "--database-url=x", "--dry-run"));
-    assert_true(cfg.replay_dry_run);
+    assert_true(cfg.dry_run);
     config_free(&cfg);
     assert_true(LOAD(&cfg, err, "replay", "--database-url=x", "--from-id=1", "--dry-run"));
-    assert_true(cfg.replay_dry_run);
+    assert_true(cfg.dry_run);
     config_free(&cfg);
 }
 
@@ -815,7 +815,7 @@ static void test_dry_run_refused_from_config_file(void **state)
                                     cmds[c][1])
                              : LOAD(&cfg, err, cmds[c][0], "--database-url=x", "--config", path);
         if (ok) {
-            bool dry = cfg.replay_dry_run;
+            bool dry = cfg.dry_run;
             config_free(&cfg);
             fail_msg("%s took \"dry-run\": true from the config file (dry run: %s)", cmds[c][0],
                      dry ? "yes" : "no");
@@ -826,10 +826,10 @@ static void test_dry_run_refused_from_config_file(void **state)
     /* false in the file changes nothing, and the flag beside such a file is still obeyed */
     write_temp(path, "{\"dry-run\": false, \"brokers\": \"k:1\"}");
     assert_true(LOAD(&cfg, err, "migrate", "--database-url=x", "--config", path));
-    assert_false(cfg.replay_dry_run);
+    assert_false(cfg.dry_run);
     config_free(&cfg);
     assert_true(LOAD(&cfg, err, "migrate", "--database-url=x", "--config", path, "--dry-run"));
-    assert_true(cfg.replay_dry_run);
+    assert_true(cfg.dry_run);
     config_free(&cfg);
     write_temp(path, "{\"databases\": [{\"name\": \"a\", \"database-url\": \"x\", "
                      "\"dry-run\": true}]}");
