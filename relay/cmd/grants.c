@@ -296,6 +296,58 @@ bool grants_apply(PGconn *conn, const TableMap *map, long answer_s, bool *conn_l
     return ok;
 }
 
+int grants_plan(PGconn *conn, const TableMap *map, long answer_s, bool *conn_lost)
+{
+    *conn_lost = false;
+    int pending = 0;
+    char q1[600], q2[1100];
+    for (int r = 0; r < 2; r++) {
+        const char *params[1] = {roles[r]};
+        DbError e;
+        PGresult *res = admin_query_within(conn, "SELECT pg_catalog.to_regrole($1) IS NOT NULL", 1,
+                                           params, answer_s, &e);
+        if (!res) {
+            *conn_lost = e.conn_lost;
+            log_error("cannot look the role up", "role=%s error=%s", roles[r], db_error_text(&e));
+            return -1;
+        }
+        bool exists = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+        PQclear(res);
+        if (!exists) {
+            /* Its grants follow its creation; what they are depends on nothing else. */
+            log_info("role missing (dry run: not created, nor granted anything)", "role=%s",
+                     roles[r]);
+            pending++;
+            continue;
+        }
+        /* As grants_apply: DELETE only with the role's first grants. */
+        char unused[1024];
+        NeedState first = r == 0 ? need_state(conn, map, &needs[1], roles[r], roles[r], unused,
+                                              sizeof(unused), answer_s, conn_lost)
+                                 : NEED_HELD;
+        if (first == NEED_UNKNOWN)
+            return -1;
+        for (size_t i = 0; i < N_NEEDS; i++) {
+            const Need *need = &needs[i];
+            if (!(need->flags & (r == 0 ? FOR_RELAY : FOR_PRODUCER)) ||
+                ((need->flags & ONLY_DELETES) && first != NEED_MISSING))
+                continue;
+            char grant[1024];
+            NeedState st = need_state(conn, map, need, roles[r], roles[r], grant, sizeof(grant),
+                                      answer_s, conn_lost);
+            if (st == NEED_UNKNOWN)
+                return -1;
+            if (st != NEED_MISSING)
+                continue;
+            log_info("grant pending (dry run: not given)", "role=%s privilege=%s grant=%s",
+                     roles[r], log_quote(need->what, q1, sizeof(q1)),
+                     log_quote(grant, q2, sizeof(q2)));
+            pending++;
+        }
+    }
+    return pending;
+}
+
 int grants_check(PGconn *conn, const TableMap *map, GrantsUse use, GrantsMissingFn fn, void *arg,
                  bool *conn_lost)
 {

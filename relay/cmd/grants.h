@@ -31,6 +31,13 @@ typedef struct GrantsUse {
 bool grants_apply(PGconn *conn, const TableMap *map, long answer_s, bool *conn_lost)
     __attribute__((warn_unused_result));
 
+/* migrate --dry-run's view of grants_apply, reading only: logs each role that is missing ("role
+ * missing (dry run: ...)") and, for each role that exists, each privilege it lacks with the GRANT
+ * a run would give ("grant pending (dry run: not given)"). map's table must exist (before the
+ * migrations have created it, what a run grants is all of it). Returns how many it logged, or -1
+ * when a read failed (logged), *conn_lost set when PostgreSQL did not answer within answer_s. */
+int grants_plan(PGconn *conn, const TableMap *map, long answer_s, bool *conn_lost);
+
 /* Calls fn for each privilege the session's own role lacks for use on map's table (the table must
  * exist), with a sentence naming it, the GRANT that gives it (to outbox_relay when the role is a
  * member of it, else to the role itself), whether `migrate` gives it to outbox_relay on every

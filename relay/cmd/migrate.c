@@ -705,7 +705,8 @@ static bool schema_exists(PGconn *conn, const char *schema)
 /* --dry-run: says what a run would apply (each migration not recorded) or whether it would adopt
  * the table, and changes nothing: reads only, takes no lock but a reader's, gives no grant. Why:
  * every command accepts every option, and --dry-run was replay's alone, so `migrate --dry-run`,
- * typed to see what an upgrade would do, applied every migration. True (logged) when the reads
+ * typed to see what an upgrade would do, applied every migration. Once nothing is pending, also
+ * each grant a run would give (grants_plan). True (logged) when the reads
  * succeeded; *ahead set (and said, as the run says it) for a database ahead of this binary
  * (database_ahead), which the run refuses. */
 static bool dry_run(PGconn *conn, const TableMap *map, const char *schema, bool *ahead)
@@ -766,7 +767,19 @@ static bool dry_run(PGconn *conn, const TableMap *map, const char *schema, bool 
             pending++;
         }
     }
-    log_info("dry run: nothing changed", "pending=%zu total=%zu", pending, total);
+    /* The grants a run gives after its migrations (grants_apply, every run): once nothing is
+     * pending, what a run would give now; before, the migrations change what there is to grant
+     * (0006 creates the roles), and the run grants after them. */
+    int grants = 0;
+    if (pending == 0) {
+        bool lost = false;
+        grants = grants_plan(conn, map, answer_s, &lost);
+        conn_lost = conn_lost || lost;
+        if (grants < 0)
+            return false;
+    }
+    log_info("dry run: nothing changed", "pending=%zu total=%zu grants_pending=%d", pending, total,
+             grants);
     return true;
 }
 

@@ -35,7 +35,8 @@ extern const size_t migration_count;
  * including a role or grant that is missing afterwards (logged, one line saying what to create or
  * grant and how; passwords masked). A table already adopted gets no DDL again (migrate.c,
  * adoption_in_place), so its writers never wait behind migrate. With dry_run, says what it
- * would apply or adopt and changes nothing (no DDL, no grant; 0 when it could read that). A
+ * would apply or adopt and, once none is pending, each grant a run would give and each role it
+ * would create, and changes nothing (no DDL, no grant; 0 when it could read that). A
  * database whose schema_migrations records a migration this binary does not have (a newer
  * relay's) is refused, with or without dry_run: one line, nothing applied, no grant, 2. */
 int migrate_run(const char *conninfo, const TableMap *map, const char *schema, long wait_s,

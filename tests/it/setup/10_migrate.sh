@@ -4,7 +4,7 @@
 # when run again, is safe when several instances start at once (also when the database sets a
 # lock_timeout and the URL a statement_timeout shorter than one migrate waits for another's
 # lock), that an interrupted migrate leaves no statement running on the server, that --dry-run
-# changes nothing (and exits 1 where the run would fail: a --table that does not exist, an adopted
+# changes nothing (it names a grant a run would give, and gives none; it exits 1 where the run would fail: a --table that does not exist, an adopted
 # table's index made again another way), that a database a newer relay migrated (a migration
 # recorded that this binary does not have) is refused by the run and --dry-run (exit 2), and that
 # the SQL files also apply with plain psql in order (so operators can review and run them by hand); --table
@@ -188,6 +188,23 @@ check "...and saying nothing changed" grep -q "msg=\"dry run: nothing changed\" 
 check_eq "...migrated: --dry-run exits 0" 0 $?
 check "...saying nothing is pending" grep -q 'msg="dry run: nothing changed" pending=0' \
     "$T/dry2.log"
+check "...no grant either" grep -q 'msg="dry run: nothing changed" pending=0 .*grants_pending=0' \
+    "$T/dry2.log"
+# The grants a run gives (every run, after the migrations) were not shown: a role's privilege
+# revoked by hand was given back by the run, unannounced by --dry-run.
+psql_q "REVOKE SELECT ON outbox FROM outbox_relay" -d outbox_dry || fail "revoke a grant"
+"$RELAY_BIN" migrate --dry-run --database-url "$dry_url" 2>"$T/dry-grant.log"
+check_eq "...a grant revoked: --dry-run exits 0" 0 $?
+check "...naming the grant a run would give" grep -q \
+    'msg="grant pending (dry run: not given)" role=outbox_relay privilege="SELECT on the outbox table" grant="GRANT SELECT ON public.outbox TO outbox_relay"' \
+    "$T/dry-grant.log"
+check "...and counting it" grep -q 'msg="dry run: nothing changed" pending=0 .*grants_pending=1' \
+    "$T/dry-grant.log"
+check_eq "...and not giving it" f \
+    "$(psql_q "SELECT has_table_privilege('outbox_relay', 'outbox', 'SELECT')" -d outbox_dry)"
+"$RELAY_BIN" migrate --database-url "$dry_url" 2>/dev/null || fail "migrate outbox_dry again"
+check_eq "...the run gives it" t \
+    "$(psql_q "SELECT has_table_privilege('outbox_relay', 'outbox', 'SELECT')" -d outbox_dry)"
 psql_q "CREATE TABLE dry_events (event_id uuid NOT NULL DEFAULT gen_random_uuid(),
         aggregate_type text NOT NULL, aggregate_id text NOT NULL, event_type text NOT NULL,
         payload jsonb)" -d outbox_dry || fail "create dry_events"
