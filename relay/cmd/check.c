@@ -105,6 +105,24 @@ static void check_session(Checks *c, PGconn *conn)
     PQclear(res);
 }
 
+/* Whether a newer outbox-relay migrated the database (migrate_unknown): this binary's relays may
+ * mis-handle rows of a schema they were not written for, and `migrate` refuses it (exit 2), so
+ * check says it too. Silent when schema_migrations cannot be read: the relay's role, which
+ * check usually runs as, has no grant on it (migrate runs as the owner). */
+static void check_migrations(Checks *c, PGconn *conn)
+{
+    char newest[200];
+    DbError e;
+    int unknown = migrate_unknown(conn, admin_answer_s(), newest, sizeof(newest), &e);
+    c->pg_gone = c->pg_gone || (unknown < 0 && e.conn_lost);
+    if (unknown > 0)
+        say(c, false, "migrations",
+            "the database was migrated by a newer outbox-relay (%d migration(s) this binary does "
+            "not know, the latest %s; it knows up to %s), whose rows this relay may mis-handle: "
+            "run that version",
+            unknown, newest, migration_files[migration_count - 1].name);
+}
+
 /* The table and each column the claims, marks and bookkeeping use. False when the table is
  * missing (nothing else about it can be checked). */
 static bool check_table(Checks *c, PGconn *conn, const TableMap *map)
@@ -388,6 +406,8 @@ int check_run(const Config *cfg, rd_kafka_conf_t *kconf)
         PQfinish(conn);
     } else {
         check_session(&c, conn);
+        if (!c.pg_gone)
+            check_migrations(&c, conn);
         if (!c.pg_gone && check_table(&c, conn, &cfg->map)) {
             GrantsUse use = {cfg->on_sent == ON_SENT_DELETE || cfg->retention_s > 0, false};
             bool lost = false;

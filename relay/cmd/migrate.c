@@ -543,14 +543,7 @@ static bool is_applied(PGconn *conn, const char *version, bool *applied)
     return res != NULL;
 }
 
-/* Whether schema_migrations records a migration this binary does not have (a later file, recorded
- * by a newer outbox-relay's migrate): *ahead set, the latest such version (in file-name order)
- * copied to newest and their number to *unknown. The adoptions' records ("adopted OID FINGERPRINT")
- * are not migrations. Why: such a database said "migrations up to date" to an older binary, whose
- * relays then run on a schema they were not written for (a constraint, trigger or column default
- * they do not know) and may mis-handle its rows; migrate refuses instead (migrate_run). False
- * (logged) when the read failed. */
-static bool database_ahead(PGconn *conn, bool *ahead, char *newest, size_t len, long *unknown)
+int migrate_unknown(PGconn *conn, long answer_timeout_s, char *newest, size_t len, DbError *e)
 {
     char known[4096];
     size_t at = 0;
@@ -559,33 +552,49 @@ static bool database_ahead(PGconn *conn, bool *ahead, char *newest, size_t len, 
         at += (size_t)snprintf(known + at, sizeof(known) - at, "%s\"%s\"", i ? "," : "",
                                migration_files[i].name);
     if (at + 2 > sizeof(known)) {
-        log_error("migration failed", "step=check error=\"too many migrations to list\"");
-        return false;
+        memset(e, 0, sizeof(*e));
+        snprintf(e->message, sizeof(e->message), "too many migrations to list");
+        return -1;
     }
     known[at++] = '}';
     known[at] = '\0';
     const char *params[1] = {known};
-    DbError e;
     PGresult *res =
         admin_query_within(conn,
                            "SELECT version, pg_catalog.count(*) OVER () FROM schema_migrations"
                            " WHERE NOT (version OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[]))"
                            " AND NOT pg_catalog.starts_with(version, 'adopted '::pg_catalog.text)"
                            " ORDER BY version DESC LIMIT 1",
-                           1, params, answer_s, &e);
-    conn_lost = conn_lost || (!res && e.conn_lost);
-    if (!res) {
+                           1, params, answer_timeout_s, e);
+    if (!res)
+        return -1;
+    int unknown = 0;
+    if (PQntuples(res) > 0) {
+        snprintf(newest, len, "%s", PQgetvalue(res, 0, 0));
+        unknown = atoi(PQgetvalue(res, 0, 1));
+    }
+    PQclear(res);
+    return unknown;
+}
+
+/* Whether the database is ahead of this binary (migrate_unknown): *ahead set, the latest unknown
+ * version copied to newest and their number to *unknown. Why: such a database said "migrations
+ * up to date" to an older binary, whose relays then run on a schema they were not written for
+ * (a constraint, trigger or column default they do not know) and may mis-handle its rows;
+ * migrate refuses instead (migrate_run). False (logged) when the read failed. */
+static bool database_ahead(PGconn *conn, bool *ahead, char *newest, size_t len, long *unknown)
+{
+    DbError e;
+    int n = migrate_unknown(conn, answer_s, newest, len, &e);
+    if (n < 0) {
+        conn_lost = conn_lost || e.conn_lost;
         char q[512];
         log_error("migration failed", "step=check error=%s",
                   log_quote(db_error_text(&e), q, sizeof(q)));
         return false;
     }
-    *ahead = PQntuples(res) > 0;
-    if (*ahead) {
-        snprintf(newest, len, "%s", PQgetvalue(res, 0, 0));
-        *unknown = strtol(PQgetvalue(res, 0, 1), NULL, 10);
-    }
-    PQclear(res);
+    *ahead = n > 0;
+    *unknown = n;
     return true;
 }
 

@@ -9,6 +9,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <libpq-fe.h>
+
+#include "db.h"
 #include "table.h"
 
 typedef struct MigrationFile {
@@ -41,6 +44,13 @@ extern const size_t migration_count;
  * relay's) is refused, with or without dry_run: one line, nothing applied, no grant, 2. */
 int migrate_run(const char *conninfo, const TableMap *map, const char *schema, long wait_s,
                 long answer_s, bool dry_run);
+
+/* How many migrations conn's schema_migrations records that this binary does not have (recorded
+ * by a newer outbox-relay's migrate; the adoptions' "adopted ..." records are not migrations),
+ * the latest of them (in file-name order) copied to newest when any. -1 with e filled when the
+ * read failed (schema_migrations missing or unreadable by the role, or no answer within
+ * answer_s: e->conn_lost). Reads only. */
+int migrate_unknown(PGconn *conn, long answer_s, char *newest, size_t len, DbError *e);
 
 /* A table template (table_sql, table.h) that reads the catalogs only: one row for each index
  * name the relay gives the table's indexes that no index of the table holds ("another

@@ -6,7 +6,8 @@
 # lock), that an interrupted migrate leaves no statement running on the server, that --dry-run
 # changes nothing (it names a grant a run would give, and gives none; it exits 1 where the run would fail: a --table that does not exist, an adopted
 # table's index made again another way), that a database a newer relay migrated (a migration
-# recorded that this binary does not have) is refused by the run and --dry-run (exit 2), and that
+# recorded that this binary does not have) is refused by the run and --dry-run (exit 2) and named
+# by check, and that
 # the SQL files also apply with plain psql in order (so operators can review and run them by hand); --table
 # public.outbox is the relay's own table (migrated, not adopted), and a --schema that does not
 # exist is refused in one line (exit 1), as is adopting a table whose index names another relation
@@ -270,6 +271,12 @@ check_eq "...--dry-run exits 2 as well" 2 $?
 check "...saying the same" grep -q 'msg="the database was migrated by a newer outbox-relay' \
     "$T/ahead-dry.log"
 check "...not that a migration is pending" lacks "$T/ahead-dry.log" 'pending'
+"$RELAY_BIN" check --database-url "$ahead_url" --brokers 127.0.0.1:1 --statement-timeout 1s \
+    >"$T/ahead-check.out" 2>&1
+check_eq "...check finds a problem (exit 1)" 1 $?
+check "...naming it: a newer relay migrated the database" grep -q \
+    '^FAIL  migrations: the database was migrated by a newer outbox-relay (2 migration(s) this binary does not know, the latest 9999_latest.sql' \
+    "$T/ahead-check.out"
 
 # --- plain psql, file by file ---
 psql_q "CREATE DATABASE outbox_psql" -d postgres
