@@ -118,6 +118,14 @@ static const char *const SQL_ADOPT_FUNCTION =
     " '/'::pg_catalog.text"
     " OPERATOR(pg_catalog.||) aggregate_id, 0::bigint) OPERATOR(pg_catalog.&) " LANE_MASK
     "::bigint)::smallint $$";
+/* The lane hashes the aggregate's bytes (COLLATE "C"), as the relay tells aggregates apart
+ * everywhere else. Under the columns' own collation, hashtextextended hashes a nondeterministic
+ * (ICU) collation's sort key instead: the lanes followed the ICU library's version, and a stored
+ * generated column is never computed again (REINDEX, which PostgreSQL asks for after an ICU
+ * upgrade, leaves it), so after an upgrade an aggregate's new events could land in another lane
+ * than its unsent or held ones, owned by another session or relay, and be published before them
+ * (test 37_nondeterministic_collation). Under a deterministic collation the bytes were hashed
+ * already: the same lanes as before. */
 /* The table's DDL. It, the hardening migration (which installs the wakeup trigger again on every
  * table that has one, and the claim floor's on the relay's own) and SQL_ADOPT_FUNCTION run only
  * when adoption_in_place says they have not all been done (item by item, or by this version's
@@ -128,8 +136,8 @@ static const char *const SQL_ADOPT =
     " ADD COLUMN IF NOT EXISTS {seq} bigint GENERATED ALWAYS AS "
     "IDENTITY," SCHEMA_BOOKKEEPING_COLUMNS(
         ADD_COLUMN) " ADD COLUMN IF NOT EXISTS lane smallint GENERATED ALWAYS AS"
-                    " (outbox_lane(coalesce({aggregate_type}::text, ''), "
-                    "coalesce({aggregate_id}::text, '')))"
+                    " (outbox_lane(coalesce({aggregate_type}::text, '') COLLATE pg_catalog.\"C\", "
+                    "coalesce({aggregate_id}::text, '') COLLATE pg_catalog.\"C\"))"
                     " STORED;"
                     /* Marks name rows by the order column: it must name exactly one row. An
                      * existing column with NULLs or duplicates fails here, and the adoption rolls
@@ -273,8 +281,9 @@ static const char *const SQL_ALL_COLUMNS = "SELECT * FROM {table} LIMIT 0";
 static const char *const SQL_CHECK_BOOKKEEPING =
     "SELECT c.name, c.want FROM (VALUES ('attempts', 'integer NOT NULL DEFAULT 0'),"
     " ('rejections', 'integer NOT NULL DEFAULT 0'),"
-    " ('lane', 'smallint GENERATED ALWAYS AS (outbox_lane(COALESCE(<aggregate type>::text, ''''),"
-    " COALESCE(<aggregate id>::text, ''''))) STORED')) AS c(name, want)"
+    " ('lane', 'smallint GENERATED ALWAYS AS (outbox_lane(COALESCE(<aggregate type>::text, '''')"
+    " COLLATE \"C\", COALESCE(<aggregate id>::text, '''') COLLATE \"C\")) STORED'))"
+    " AS c(name, want)"
     " JOIN pg_catalog.pg_attribute a ON a.attrelid = pg_catalog.to_regclass({table_text})::"
     "pg_catalog.oid AND a.attname = c.name::pg_catalog.name AND NOT a.attisdropped"
     " WHERE CASE WHEN c.name = 'lane'::pg_catalog.text THEN a.attgenerated <> 's'::\"char\""
@@ -292,6 +301,26 @@ static const char *const SQL_CHECK_BOOKKEEPING =
     " {aggregate_id_text}::pg_catalog.name)) = 2::pg_catalog.int8)"
     " ELSE NOT a.attnotnull OR NOT a.atthasdef END";
 /* clang-format on */
+/* An aggregate column of a nondeterministic collation under a lane column adopted before its
+ * expression hashed bytes (SQL_ADOPT, COLLATE "C"): its lanes follow the ICU version. ADD COLUMN IF
+ * NOT EXISTS keeps such a column, and its rows' lanes cannot change while relays claim them (an
+ * aggregate's rows would lie in two lanes at once), so migrate says what to do rather than do it.
+ * Told apart by the expression's text (no pg_depend entry names the pinned collation "C";
+ * PostgreSQL prints it unqualified, pg_catalog being on migrate's search_path). Columns: the
+ * column, its collation. Reads catalogs only. */
+static const char *const SQL_LANE_BY_COLLATION =
+    "SELECT a.attname::pg_catalog.text, k.collname::pg_catalog.text FROM pg_catalog.pg_attribute a"
+    " JOIN pg_catalog.pg_collation k ON k.oid = a.attcollation"
+    " WHERE a.attrelid = pg_catalog.to_regclass({table_text})::pg_catalog.oid AND NOT "
+    "a.attisdropped"
+    " AND a.attname IN ({aggregate_type_text}::pg_catalog.name, "
+    "{aggregate_id_text}::pg_catalog.name)"
+    " AND NOT k.collisdeterministic AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute l"
+    " JOIN pg_catalog.pg_attrdef d ON d.adrelid = l.attrelid AND d.adnum = l.attnum"
+    " WHERE l.attrelid = a.attrelid AND l.attname = 'lane'::pg_catalog.name AND NOT l.attisdropped"
+    " AND pg_catalog.strpos(pg_catalog.pg_get_expr(d.adbin, d.adrelid),"
+    " 'COLLATE \"C\"'::pg_catalog.text) = 0::pg_catalog.int4)"
+    " ORDER BY a.attnum LIMIT 1";
 /* Reads no row, but fails on a column the claims read and the table lacks, and tells the order
  * column's type (the first). */
 static const char *const SQL_CHECK_COLUMNS =
@@ -490,6 +519,19 @@ static bool adoption_checks(PGconn *conn, const TableMap *map, const char *name)
         ok = false;
     }
     PQclear(foreign);
+    PGresult *lane = ok ? exec_mapped(conn, map, SQL_LANE_BY_COLLATION, "check lanes") : NULL;
+    if (lane && PQntuples(lane) > 0) {
+        char q1[200], q2[200];
+        log_warn("the table's lanes hash an aggregate column under its nondeterministic "
+                 "collation, so they follow the ICU version: after an ICU upgrade an aggregate's "
+                 "new events may land in another lane than its earlier ones and overtake them; "
+                 "with every relay stopped, ALTER TABLE ... DROP COLUMN lane and run migrate "
+                 "again (it rewrites the table)",
+                 "table=%s column=%s collation=%s", name,
+                 log_quote(PQgetvalue(lane, 0, 0), q1, sizeof(q1)),
+                 log_quote(PQgetvalue(lane, 0, 1), q2, sizeof(q2)));
+    }
+    PQclear(lane);
     return ok;
 }
 
