@@ -127,20 +127,26 @@
  * (claim.c), so a lock anywhere in the backlog is found in a few rounds, whatever the row limit.
  * It returns the rows as locked, rechecked by PostgreSQL like any FOR UPDATE. It runs at 0.5-0.7
  * times the plain claim's rate (pgbench, 1,000-row claims over 200,000 unsent rows), hence only
- * while locks are there: SQL_FIND_LOCKER, in the same transaction, says when they are gone. */
+ * while locks are there: SQL_FIND_LOCKER, in the same transaction, says when they are gone.
+ * Aggregates are grouped and matched byte for byte (COLLATE "C"), as blocked and the recheck
+ * group them: under a column's nondeterministic collation (an adopted table's, case-insensitive
+ * say) a lock on a row of 'a' also held back 'A', another Kafka key, for as long as it lasted
+ * (test 37_nondeterministic_collation). */
 #define SQL_CLAIM_AROUND_LOCKS(blocked_condition)                                                  \
     SQL_BLOCKED(blocked_condition) ","                                                             \
     " busy AS MATERIALIZED (SELECT h.agg_type, h.agg_id, pg_catalog.min(h.seq) AS first_seq"                  \
-    " FROM (SELECT o.{seq} AS seq, o.xmax, coalesce(o.{aggregate_type}::text, '') AS agg_type,"    \
-    " coalesce(o.{aggregate_id}::text, '') AS agg_id FROM {table} o"                               \
+    " FROM (SELECT o.{seq} AS seq, o.xmax, coalesce(o.{aggregate_type}::text, '')"                 \
+    " COLLATE pg_catalog.\"C\" AS agg_type, coalesce(o.{aggregate_id}::text, '')"                  \
+    " COLLATE pg_catalog.\"C\" AS agg_id FROM {table} o"                                          \
     " WHERE o.sent_at IS NULL AND o.dead_at IS NULL AND o.lane = ANY($2::smallint[])"              \
     " ORDER BY o.{seq} LIMIT $5::bigint) h"                                         \
     " JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = h.xmax"                \
     " AND l.granted AND l.pid <> pg_catalog.pg_backend_pid() GROUP BY 1, 2)"                                  \
     " SELECT" CLAIM_COLUMNS("NULL::text") " FROM {table} o WHERE" SQL_CLAIMABLE                    \
     " AND NOT EXISTS (SELECT 1 FROM busy k"                                                        \
-    " WHERE k.agg_type = coalesce(o.{aggregate_type}::text, '')"                                   \
-    " AND k.agg_id = coalesce(o.{aggregate_id}::text, '') AND k.first_seq <= o.{seq})"             \
+    " WHERE k.agg_type = coalesce(o.{aggregate_type}::text, '') COLLATE pg_catalog.\"C\""           \
+    " AND k.agg_id = coalesce(o.{aggregate_id}::text, '') COLLATE pg_catalog.\"C\""                 \
+    " AND k.first_seq <= o.{seq})"                                                                 \
     " ORDER BY o.{seq} LIMIT $1 FOR UPDATE OF o"
 
 /* The claim's recheck, the statement after it in its transaction. A claim that waits for a row

@@ -11,7 +11,7 @@
 # --retry-backoff), then a small event of 'a'. After the rejections, a row of another aggregate
 # inserted later is delivered (so later claims ran), while the small event of 'a' stays unsent and
 # unpublished. Then the same for the claim's recheck, with the race of 49_blocked_while_waiting
-# (below). First, the lanes of such a table: migrate hashes the aggregate's bytes (not ICU's sort
+# (below), and for the claim around locks (last). First, the lanes of such a table: migrate hashes the aggregate's bytes (not ICU's sort
 # key, which follows the ICU version), and warns of a lane column an older version adopted under
 # the collation, naming a fix that works.
 # shellcheck source=tests/lib.sh
@@ -160,3 +160,40 @@ for try in 1 2 3; do
 done
 consume --topic outbox.event.w --to-end --timeout-ms 30000 >"$T/w.json"
 check "each key's events are published in order" first_copies_in_order "$T/w.json"
+
+# The claim around locks (statements.c SQL_CLAIM_AROUND_LOCKS) groups and matches the aggregates
+# with a locked row byte for byte too: under the column's collation a lock on the first event of
+# 'l' also held back 'L', another aggregate and Kafka key, for as long as the lock lasted (the
+# old code: 'L' stayed unsent). One session; 3 events each of 'L' and 'l'; another client holds
+# the first event of 'l' FOR UPDATE until the checks are done. 'L' must be delivered meanwhile,
+# none of 'l''s events.
+psql_q "DELETE FROM outbox"
+psql_q "INSERT INTO outbox (aggregatetype, aggregateid, type, payload)
+        SELECT 'l', k, 'changed', jsonb_build_object('seq', s)
+        FROM generate_series(1, 3) AS s, (VALUES (1, 'L'), (2, 'l')) AS a(o, k) ORDER BY s, o"
+locked=$(psql_q "SELECT min(seq) FROM outbox WHERE aggregateid COLLATE \"C\" = 'l'")
+coproc HOLDER { psql -XAtq -v ON_ERROR_STOP=1 2>&1; }
+_t_track "$HOLDER_PID"
+holder_pid=$HOLDER_PID
+echo "BEGIN; SELECT 'locked' || seq FROM outbox WHERE seq = $locked FOR UPDATE;" >&"${HOLDER[1]}"
+read -r -t 10 seen <&"${HOLDER[0]}" || fail "the other client locks the first event of 'l'"
+[ "$seen" = "locked$locked" ] || fail "the other client locks the first event of 'l'" "$seen"
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --layout debezium \
+    --sessions 1 --kafka reconnect.backoff.max.ms=500
+upper_sent() {
+    [ "$(psql_q "SELECT count(*) FROM outbox WHERE aggregateid COLLATE \"C\" = 'L'
+                 AND sent_at IS NOT NULL")" = 3 ]
+}
+wait_for "'L' is delivered while the first event of 'l' is locked" 30 upper_sent
+check_eq "none of 'l''s events is sent while its first is locked" 0 \
+    "$(psql_q "SELECT count(*) FROM outbox WHERE aggregateid COLLATE \"C\" = 'l'
+               AND sent_at IS NOT NULL")"
+echo "COMMIT; SELECT 'committed';" >&"${HOLDER[1]}"
+read -r -t 10 seen <&"${HOLDER[0]}" || fail "the other client commits"
+echo '\q' >&"${HOLDER[1]}"
+wait "$holder_pid" 2>/dev/null
+wait_for "every row is delivered once the lock is gone" 30 no_unsent_rows
+relay_stop
+check_eq "the relay exits 0" 0 "$?"
+consume --topic outbox.event.l --to-end --timeout-ms 30000 >"$T/l.json"
+check "'L' and 'l': each key's events are published in order" first_copies_in_order "$T/l.json"
