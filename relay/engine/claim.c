@@ -434,6 +434,10 @@ bool claim_build(Session *s, ClaimRequest *req)
         queries[nq++] =
             (PgQuery){s->sql[s->cfg->on_sent == ON_SENT_DELETE ? SQL_DELETE_SENT : SQL_MARK_SENT],
                       1, req->no_rows, true};
+        /* And the lane group's look (pg_locks, pg_database), which a role may be refused: a
+         * probe that passed without it would have the session join, fail its look and give its
+         * lanes up again after every retry backoff (session.c, EVENT_LANES_REPLY). */
+        queries[nq++] = (PgQuery){SQL_LANES_MEMBERS, 0, NULL, true};
     }
     at.n = req->n = nq;
     s->claim_at = at;

@@ -76,7 +76,7 @@ static void finish(Lanes *l, PgConn *pg, bool ok)
     done(l, ok, l->arg);
 }
 
-static bool query_failed(Lanes *l, PgConn *pg, PGresult **results, const char *error,
+static bool query_failed(Lanes *l, PgConn *pg, PGresult **results, int n, const char *error,
                          const char *step)
 {
     if (!results) {
@@ -84,6 +84,9 @@ static bool query_failed(Lanes *l, PgConn *pg, PGresult **results, const char *e
         return true;
     }
     if (error) {
+        const char *state = pg_failed_sqlstate(results, n);
+        snprintf(l->error_state, sizeof(l->error_state), "%s", state ? state : "");
+        snprintf(l->error, sizeof(l->error), "%s", error);
         /* Which locks this session holds is now uncertain: the owner drops the session, which
          * releases them all, and the reconnect starts from a clean slate. */
         char q[512];
@@ -98,7 +101,7 @@ static bool query_failed(Lanes *l, PgConn *pg, PGresult **results, const char *e
 static void on_locked(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Lanes *l = arg;
-    if (query_failed(l, pg, results, error, "lock"))
+    if (query_failed(l, pg, results, n, error, "lock"))
         return;
     /* results: [lock (rows = acquired lanes)], [unlock] in the order they were sent. */
     for (int i = 0; i < n; i++) {
@@ -120,7 +123,7 @@ static void on_locked(PgConn *pg, PGresult **results, int n, const char *error, 
 static void on_members(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Lanes *l = arg;
-    if (query_failed(l, pg, results, error, "members"))
+    if (query_failed(l, pg, results, n, error, "members"))
         return;
     PGresult *res = results[0];
     int count = PQntuples(res);
@@ -176,6 +179,8 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
          * locks: drop the session (which releases them all) rather than leave lanes that no
          * session claims and no other can take. */
         log_warn("lane rebalance failed; reconnecting", "step=lock error=\"could not send\"");
+        l->error_state[0] = '\0'; /* no statement's fault: the reconnect cures it */
+        snprintf(l->error, sizeof(l->error), "could not send");
         finish(l, pg, false);
     }
 }
@@ -189,7 +194,7 @@ static bool send_members(Lanes *l, PgConn *pg)
 static void on_joined(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Lanes *l = arg;
-    if (query_failed(l, pg, results, error, "join"))
+    if (query_failed(l, pg, results, n, error, "join"))
         return;
     if (PQntuples(results[0]) == 0) {
         /* Once, not at every --rebalance-interval while the group stays full. */
@@ -235,7 +240,7 @@ bool lanes_rebalance(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg)
 static void on_left(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
 {
     Lanes *l = arg;
-    if (query_failed(l, pg, results, error, "leave"))
+    if (query_failed(l, pg, results, n, error, "leave"))
         return;
     lanes_reset(l);
     finish(l, pg, true);

@@ -26,9 +26,10 @@
 
 typedef struct Lanes Lanes;
 
-/* Called when a rebalance or a leave finished. ok = false: a query failed (logged), so which locks
- * the session holds is uncertain, and the owner must reset the connection; a rebalance that could
- * not get a member slot is ok, with no lanes (the next one tries again). */
+/* Called when a rebalance or a leave finished. ok = false: a query failed (logged; its SQLSTATE
+ * and message in error_state and error), so which locks the session holds is uncertain, and the
+ * owner must reset the connection; a rebalance that could not get a member slot is ok, with no
+ * lanes (the next one tries again). */
 typedef void (*LanesDoneFn)(Lanes *lanes, bool ok, void *arg);
 
 struct Lanes {
@@ -43,6 +44,11 @@ struct Lanes {
     StrBuf owned_array;  /* owned lanes as an array literal, the claim's parameter */
     bool gained;         /* the last rebalance acquired at least one lane */
     bool no_slot_logged; /* "no free member slot" was said; said again only after a join */
+    /* The failed query's SQLSTATE ("" when none) and message, when done was called with ok
+     * false: a role that may not read pg_locks, say, is the setup's fault, which no reconnect
+     * cures (sqlstate.h). */
+    char error_state[6];
+    char error[256];
     /* in flight */
     StrBuf lock_array, unlock_array;
     LanesDoneFn done;

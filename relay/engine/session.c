@@ -11,6 +11,7 @@
 #include "secrets.h"
 #include "monotime.h"
 #include "diagnose.h"
+#include "sqlstate.h"
 #include "table.h"
 
 /* ---- the cycle ---------------------------------------------------------------------------- */
@@ -966,10 +967,23 @@ void session_step(Session *s, const SessionEvent *ev)
         replied(s, ev);
         break;
     case EVENT_LANES_REPLY:
-        if (ev->ok)
+        if (ev->ok) {
             lanes_divided(s);
-        else /* which lanes it holds is uncertain: a new connection holds none */
-            pg_conn_reset(s->pg, "lane rebalance failed");
+            break;
+        }
+        /* A fault of the setup (the role may not read pg_locks or pg_database, or call the
+         * advisory lock functions: a REVOKE ... FROM PUBLIC) fails every look again: handled as
+         * a transient failure, the session reconnected and looked again for as long as it
+         * lasted (measured, two sessions: 14 failed looks, each a warning, and 4 reconnects in
+         * 10 s), and never said what to fix. As a claim's setup fault: said once with its hint,
+         * no lanes, not ready, probed after each retry backoff (the probe reads the group as a
+         * look does, claim.c). */
+        if (sqlstate_fault(s->lanes.error_state) == SQLSTATE_FAULT_SETUP) {
+            session_setup_failed(s, "dividing the lanes", s->lanes.error_state, s->lanes.error);
+            schedule_retry(s);
+        }
+        /* Which lanes it holds is uncertain: a new connection holds none. */
+        pg_conn_reset(s->pg, "lane rebalance failed");
         break;
     case EVENT_WAKE:
         s->wake_pending = true;

@@ -1905,9 +1905,9 @@ static void test_setup_fault(void **state)
         "claiming", "ending", "idle",          "rebalancing", "idle",     "claiming", NULL};
     static const char *const sent[] = {"ROLLBACK",
                                        "unlock,leave",
-                                       "BEGIN,claim-plan,claim,mark-sent",
+                                       "BEGIN,claim-plan,claim,mark-sent,members",
                                        "ROLLBACK",
-                                       "BEGIN,claim-plan,claim,mark-sent",
+                                       "BEGIN,claim-plan,claim,mark-sent,members",
                                        "COMMIT",
                                        "join",
                                        "members",
@@ -1939,6 +1939,45 @@ static void test_setup_fault(void **state)
     assert_int_equal(st.lanes_owned, LANE_COUNT);
     expect_phases(0, phases);
     expect_sent(0, sent);
+}
+
+/* The look at the lane group fails for a reason of the setup (42501: the role may not read
+ * pg_locks): the session resets its connection once (which lanes it holds is uncertain), is in a
+ * setup fault (not ready, no lanes) and probes after its retry backoff, the probe reading the
+ * group too; no look, no reconnect until a probe goes through, then it joins and claims. The old
+ * driver reset the connection and looked again at once, every time. */
+static void test_lane_look_setup_fault(void **state)
+{
+    RelayStatus st;
+    start("1", "1", "60000");
+    fake_pg_up(PG(0));
+    answer(0); /* LISTEN */
+    answer(0); /* join */
+    int resets = fake_pg_resets(PG(0));
+    answer_failing(0, "members", "42501");
+    assert_int_equal(fake_pg_resets(PG(0)), resets + 1);
+    relay_status(T.r, &st);
+    assert_true(st.setup_error[0] != '\0');
+    assert_int_equal(st.lanes_owned, 0);
+    fake_pg_up(PG(0));
+    answer(0);         /* LISTEN */
+    answer(0);         /* its lost process ended (it held a member slot) */
+    expect_idle_pg(0); /* no look until the retry backoff */
+    fire(&S(0)->retry_timer);
+    assert_string_equal(field(pending_param(0, "claim"), 1), "{}"); /* a probe: no lanes */
+    answer_failing(0, "members", "42501"); /* the probe's look fails the same way */
+    answer(0);                             /* ROLLBACK */
+    assert_int_equal(fake_pg_resets(PG(0)), resets + 1);
+    expect_idle_pg(0);
+    fire(&S(0)->retry_timer);
+    answer(0); /* the probe goes through: fixed */
+    answer(0); /* COMMIT */
+    answer(0); /* join */
+    answer(0); /* members */
+    answer(0); /* lock */
+    relay_status(T.r, &st);
+    assert_string_equal(st.setup_error, "");
+    assert_int_equal(st.lanes_owned, LANE_COUNT);
 }
 
 /* A setup fault's text is kept (for /readyz and STATUS=) cut to its buffer: a secret that
@@ -3699,6 +3738,7 @@ int main(void)
         cmocka_unit_test_teardown(test_claim_failure_waits_for_backoff, teardown),
         cmocka_unit_test_teardown(test_empty_claim_resets_claim_backoff, teardown),
         cmocka_unit_test_teardown(test_setup_fault, teardown),
+        cmocka_unit_test_teardown(test_lane_look_setup_fault, teardown),
         cmocka_unit_test_teardown(test_setup_fault_scrubbed_before_cut, teardown),
         cmocka_unit_test_teardown(test_lower_setup_fault_hands_over, teardown),
         cmocka_unit_test_teardown(test_stand_in_works_while_batch_abandoned, teardown),

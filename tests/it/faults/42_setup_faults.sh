@@ -13,6 +13,13 @@
 #     lanes and answers /readyz 503, the healthy one delivers every aggregate; once the role is
 #     granted outbox_relay both claim, and everything is delivered.
 #  C. A relay against a database that was never migrated says to run `outbox-relay migrate`.
+#  D. A relay whose role may not read pg_locks (REVOKE SELECT ON pg_catalog.pg_locks FROM PUBLIC,
+#     a hardening step), beside a healthy one: its look at the lane group fails with 42501. On
+#     main the session took it for a passing failure: it reconnected and looked again for as long
+#     as it lasted (a warning each time) and never said what to fix. Now it is a setup fault as
+#     in B: said once (what="dividing the lanes", with the hint), one reconnect, 0 lanes, /readyz
+#     503, and the healthy relay delivers every aggregate; once SELECT is granted again it takes
+#     lanes, and all is delivered.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -105,3 +112,39 @@ relay_start --database-url "postgresql://postgres@127.0.0.1:$PGPORT/bare" "${FAU
 wait_for "C: the relay says to run migrate" 30 grep -q "42P01.*run \`outbox-relay migrate\`" "$RELAY_LOG"
 relay_stop
 check_eq "C: the relay exits 0" 0 "$?"
+
+# --- D: a relay whose role may not read pg_locks, beside a healthy one -------------------------
+psql_q "CREATE ROLE relay_d LOGIN IN ROLE outbox_relay" || fail "D: create the login role"
+psql_q "REVOKE SELECT ON pg_catalog.pg_locks FROM PUBLIC" || fail "D: revoke"
+relay_start --database-url "postgresql://relay_d@127.0.0.1:$PGPORT/outbox" "${FAULT_RELAY_OPTS[@]}" \
+    --sessions 1 --metrics-listen 127.0.0.1:0
+BROKEN_PID=$RELAY_PID BROKEN_LOG=$RELAY_LOG
+metrics_wait
+BROKEN_METRICS=$METRICS
+wait_for "D: the relay says what is wrong" 30 \
+    grep -q "$SETUP_LINE.* what=\"dividing the lanes\" sqlstate=42501 " "$BROKEN_LOG"
+relay_start --database-url "$DATABASE_URL" "${FAULT_RELAY_OPTS[@]}" --metrics-listen 127.0.0.1:0
+metrics_wait
+HEALTHY_METRICS=$METRICS
+insert locks 1 3
+wait_for "D: the healthy relay delivers every aggregate" 40 no_unsent_rows
+METRICS=$HEALTHY_METRICS
+check "D: the healthy relay owns all 64 lanes" metric_is outbox_lanes_owned 64
+METRICS=$BROKEN_METRICS
+check "D: the relay that may not read pg_locks holds no lanes" metric_is outbox_lanes_owned 0
+check "D: and answers /readyz 503" ready_is 503
+# One reset gives up what the failed look may have left held; then it probes, connected.
+check_eq "D: and reconnected once, not after every look" 1 \
+    "$(grep -c 'msg="postgres connection lost"' "$BROKEN_LOG")"
+check_eq "D: said once" 1 "$(grep -c "$SETUP_LINE" "$BROKEN_LOG")"
+psql_q "GRANT SELECT ON pg_catalog.pg_locks TO PUBLIC" || fail "D: grant"
+wait_for "D: once granted, the relay is ready" 40 ready_is 200
+wait_for "D: and takes lanes" 20 metric_at_least outbox_lanes_owned 1
+insert locks 4 6
+wait_for "D: every event is delivered" 40 no_unsent_rows
+check_delivered locks
+relay_stop
+check_eq "D: the healthy relay exits 0" 0 "$?"
+RELAY_PID=$BROKEN_PID
+relay_stop
+check_eq "D: the once refused relay exits 0" 0 "$?"
