@@ -47,7 +47,7 @@ BEGIN
                               ' WHEN (NOT pg_catalog.pg_try_advisory_xact_lock_shared(1331849732::bigint))'
                               ' EXECUTE FUNCTION %s()', tbl,
                               'outbox_wakeup()'::pg_catalog.regprocedure::pg_catalog.regproc);
-    -- ALWAYS: also in sessions with session_replication_role = replica (0011_wakeup_always.sql).
+    -- ALWAYS: also in sessions with session_replication_role = replica (0011_triggers_always.sql).
     EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE ALWAYS TRIGGER outbox_wakeup', tbl);
 END
 $$;
@@ -119,6 +119,8 @@ BEGIN
                               ' EXECUTE FUNCTION %s()',
                               t, seq, seq, aggregate_type, aggregate_type, aggregate_id, aggregate_id,
                               'outbox_floor_counted()'::pg_catalog.regprocedure::pg_catalog.regproc);
+    -- ALWAYS: also in sessions with session_replication_role = replica (0011_triggers_always.sql).
+    EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE ALWAYS TRIGGER outbox_floor_visible', t);
 END
 $$;
 

@@ -45,11 +45,14 @@
  * A floor that starts again from 0 (below) takes that point with it.
  * Rows a relay gains with new lanes may lie anywhere: the floor starts again from 0. Rows made
  * unsent again by hand (sent_at cleared, attempts set back to 0, another aggregate) get attempts
- * 1 from migrations/0008's trigger, so they are failed rows to the claims. A sequence set back
- * starts the floor again from 0: seen by identity, as a new relfilenode of the table (TRUNCATE)
- * or of the sequence (TRUNCATE ... RESTART IDENTITY, ALTER SEQUENCE ... RESTART), which a look
- * sees even when the rows inserted since have drawn the sequence past its old last value; and by
- * value, as a last value lower than at the last look (setval, which keeps the relfilenode).
+ * 1 from migrations/0008's trigger, so they are failed rows to the claims; it is enabled ALWAYS
+ * (0011), since a session with session_replication_role = replica (a logical replication apply
+ * worker) skips ordinary triggers and its rows would stay below the floor with attempts 0, never
+ * claimed until the floor starts again, after the later events of their aggregates. A sequence set
+ * back starts the floor again from 0: seen by identity, as a new relfilenode of the table
+ * (TRUNCATE) or of the sequence (TRUNCATE ... RESTART IDENTITY, ALTER SEQUENCE ... RESTART), which
+ * a look sees even when the rows inserted since have drawn the sequence past its old last value;
+ * and by value, as a last value lower than at the last look (setval, which keeps the relfilenode).
  * Every claim on a floor above 0 checks the same against what the last look saw (floor_param,
  * FLOOR_GUARD in relay/outbox/statements.c), under the sequence's lock, and reads from the
  * table's start when anything differs: the claims between a reset and the look that sees it

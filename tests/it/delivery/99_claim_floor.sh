@@ -15,7 +15,12 @@
 #  D. An id given by hand far above the sequence (OVERRIDING SYSTEM VALUE): the floor is not
 #     lifted over the events drawn after it; all are delivered.
 #  E. Five events of part A replayed by hand (sent_at cleared): sent again, found below the floor.
-#  F. The id's sequence given a cache (values no longer drawn in order): the relay says so once
+#  F. An event below the floor made unsent again by a session with session_replication_role =
+#     replica (logical replication's apply workers, pglogical, loaders), then the next event of
+#     its aggregate inserted: the trigger of 0008 fires there too (enabled ALWAYS), so the event
+#     is claimed from below the floor and published before the next one, with one session
+#     (--sessions 1: no lanes move, so nothing else starts the floor again from 0).
+#  G. The id's sequence given a cache (values no longer drawn in order): the relay says so once
 #     and keeps its floor at 0; events still go out.
 # Every event of every part is delivered, first copies in order per aggregate.
 # shellcheck source=tests/lib.sh
@@ -169,7 +174,41 @@ check "each replayed event is in the topic twice" replayed_twice
 relay_stop
 check_eq "the relay exits 0" 0 "$?"
 
-# --- F: a sequence that does not hand out values in order ---
+# --- F: an event made unsent again by a replicating session ---
+# A trigger enabled the ordinary way does not fire in a session with session_replication_role =
+# replica: 0008's left such a row with attempts 0 below the floor, on neither index the claims
+# read, and the next event of its aggregate, above the floor, went out first; the row waited until
+# the floor started again from 0 (a reconnect, lanes gained). Enabled ALWAYS, it fires there too.
+relay_start "${OPTS[@]}" --sessions 1
+check_eq "F: the floor's trigger fires in replica sessions too" A \
+    "$(psql_q "SELECT tgenabled FROM pg_trigger WHERE tgname = 'outbox_floor_visible'
+               AND tgrelid = 'outbox'::regclass")"
+REP=$(one "VALUES ('f', 'rep', 'changed', '{\"seq\": 1}')")
+[[ $REP =~ ^[0-9]+$ ]] || fail "F: the event is inserted: $REP"
+trickle g
+past_rep() {
+    [ "$(floor_logged)" -gt "$REP" ]
+}
+wait_for "F: the floor passes the event" 30 past_rep
+psql_q "SET session_replication_role = replica; UPDATE outbox SET sent_at = NULL WHERE id = $REP" \
+    >/dev/null || not_ok "F: a replicating session makes the event unsent again"
+check_eq "F: the trigger counted it as tried once" 1 \
+    "$(psql_q "SELECT attempts FROM outbox WHERE id = $REP")"
+NEXT=$(one "VALUES ('f', 'rep', 'changed', '{\"seq\": 2}')")
+[[ $NEXT =~ ^[0-9]+$ ]] || fail "F: the next event is inserted: $NEXT"
+wait_for "F: the event and the next of its aggregate are sent" 30 no_unsent_rows
+# The aggregate's messages in the topic, by event: the first copy, the replayed one, then the next.
+rep_order() {
+    consume --topic outbox.event.f --to-end --timeout-ms 30000 |
+        jq -r 'select(.key == "rep") | .headers.id' >"$T/rep.ids"
+    diff "$T/rep.ids" <(psql_q "SELECT event_id FROM outbox, (VALUES (1, $REP), (2, $REP),
+                                (3, $NEXT)) AS w(k, row_id) WHERE id = w.row_id ORDER BY w.k")
+}
+check "F: the replayed event is published again before the next one of its aggregate" rep_order
+relay_stop
+check_eq "the relay exits 0" 0 "$?"
+
+# --- G: a sequence that does not hand out values in order ---
 # (the snapshot's holder read the table: ALTER TABLE would wait for it)
 old_snapshot_close
 psql_q "SET lock_timeout = '10s'; ALTER TABLE outbox ALTER COLUMN id SET CACHE 20" >/dev/null ||

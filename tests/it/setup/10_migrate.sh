@@ -316,6 +316,12 @@ psql_adopt "CREATE TABLE events (event_id uuid NOT NULL DEFAULT gen_random_uuid(
             event_type text NOT NULL, payload jsonb)" || fail "create the table to adopt"
 "$RELAY_BIN" migrate --database-url "$adopt_url" --table events 2>"$T/adopt1.log"
 check_eq "adopting a table: migrate exits 0" 0 $?
+# Both triggers are enabled ALWAYS, so they fire in sessions with session_replication_role =
+# replica too (logical replication's apply workers): migrations/0011_triggers_always.sql.
+check_eq "...its triggers, the floor's and the wakeup's, enabled ALWAYS" "A A" \
+    "$(psql_adopt "SELECT string_agg(tgenabled::text, ' ' ORDER BY tgname) FROM pg_trigger
+                   WHERE tgrelid = 'events'::regclass
+                   AND tgname IN ('outbox_floor_visible', 'outbox_wakeup')")"
 psql_adopt "ALTER TABLE events RENAME TO events_old;
             CREATE TABLE events (event_id uuid NOT NULL DEFAULT gen_random_uuid(),
             aggregate_type text NOT NULL, aggregate_id text NOT NULL,
