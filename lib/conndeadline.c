@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -13,6 +14,7 @@ struct ConnDeadline {
     double deadline; /* monotonic seconds */
     bool linked;     /* on the clock */
     bool shut;       /* shut down here (deadline or room): not counted in live */
+    bool served;     /* a request of its has arrived (paused once): its thread is reading */
 };
 
 struct ConnDeadlines {
@@ -81,6 +83,33 @@ static void link_entry(ConnDeadlines *d, ConnDeadline *e)
         pthread_cond_signal(&d->wake); /* the watcher sleeps without a deadline */
 }
 
+/* Entries looked at for one room-making shutdown (pick_for_room): a bound on the work done under
+ * the lock for each new connection. */
+#define ROOM_SCAN_MAX 32
+
+/* Past the room with nothing to shut down (pick_for_room), how often the watcher looks again. */
+#define ROOM_RECHECK_S 0.05
+
+/* The connection to shut down for newcomer e's room: the oldest on the clock, other than e, that
+ * has had a request arrive or whose socket holds no unread bytes. A new one with unread bytes is
+ * a connection whose thread has not yet read its request (libmicrohttpd starts that thread after
+ * this add): with every older slot in a handler, a burst's newcomers shut one another down, a
+ * probe among them closed with its request unread. A slow sender's thread reads each byte as it
+ * comes, so its socket is empty between them; a kept-alive connection's socket may hold the
+ * next requests of a client that pipelines them and reads no answer, which is why one that was
+ * served stays a candidate. NULL when none of the first ROOM_SCAN_MAX qualifies: libmicrohttpd's
+ * own limit then holds until they have been read. Under d->mu. */
+static ConnDeadline *pick_for_room(ConnDeadlines *d, const ConnDeadline *e)
+{
+    int looked = 0;
+    for (ConnDeadline *o = d->head; o && looked < ROOM_SCAN_MAX; o = o->next, looked++) {
+        int unread = 0;
+        if (o != e && (o->served || (ioctl(o->fd, FIONREAD, &unread) == 0 && unread == 0)))
+            return o;
+    }
+    return NULL;
+}
+
 static void *watch(void *arg)
 {
     ConnDeadlines *d = arg;
@@ -91,11 +120,24 @@ static void *watch(void *arg)
             shut_entry(d, d->head);
             d->cut++;
         }
+        /* Past the room, the newcomers that found nothing to shut down (their own requests
+         * unread) are looked at again until one can go: their threads read them within moments,
+         * and at the server's own limit no newcomer comes to do it, so a burst of whole requests
+         * (a client pipelining, reading nothing) held every slot until the deadline. */
+        bool over = d->room > 0 && d->live > d->room;
+        ConnDeadline *victim = over ? pick_for_room(d, NULL) : NULL;
+        if (victim) {
+            shut_entry(d, victim);
+            d->evicted++;
+            continue;
+        }
         if (!d->head) {
-            pthread_cond_wait(&d->wake, &d->mu);
+            pthread_cond_wait(&d->wake, &d->mu); /* link_entry signals the first one linked */
             continue;
         }
         double at = d->head->deadline;
+        if (over && at > now + ROOM_RECHECK_S)
+            at = now + ROOM_RECHECK_S;
         struct timespec ts = {(time_t)at, (long)((at - (double)(time_t)at) * 1e9)};
         pthread_cond_timedwait(&d->wake, &d->mu, &ts);
     }
@@ -157,10 +199,13 @@ ConnDeadline *conndeadline_add(ConnDeadlines *d, int fd)
     d->live++;
     link_entry(d, e);
     /* The oldest on the clock has had the longest to send its request; a quick client's is
-     * never the oldest. */
-    if (d->room > 0 && d->live > d->room && d->head && d->head != e) {
-        shut_entry(d, d->head);
+     * never the oldest, unless its thread has not read it yet (pick_for_room). */
+    ConnDeadline *victim = d->room > 0 && d->live > d->room ? pick_for_room(d, e) : NULL;
+    if (victim) {
+        shut_entry(d, victim);
         d->evicted++;
+    } else if (d->room > 0 && d->live > d->room) {
+        pthread_cond_signal(&d->wake); /* the watcher looks again until one can go */
     }
     pthread_mutex_unlock(&d->mu);
     return e;
@@ -170,6 +215,7 @@ void conndeadline_pause(ConnDeadlines *d, ConnDeadline *e)
 {
     pthread_mutex_lock(&d->mu);
     unlink_entry(d, e);
+    e->served = true;
     pthread_mutex_unlock(&d->mu);
 }
 

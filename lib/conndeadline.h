@@ -16,7 +16,10 @@
  * With a room bound, a connection added past it shuts down the oldest one on the clock (one that
  * has not sent its whole request): at the server's own connection limit libmicrohttpd stops
  * accepting, and a client with a quick request (a health probe) waited in the kernel's backlog
- * behind a flood of slow ones until their deadline, for ever against a flood that reconnects. */
+ * behind a flood of slow ones until their deadline, for ever against a flood that reconnects.
+ * A new one whose socket holds unread bytes is passed over: its thread has not read its request
+ * yet. When none can go, the watcher shuts one down as soon as one can (a newcomer may not come:
+ * the server stops accepting at its own limit). */
 #ifndef OUTBOX_CONNDEADLINE_H
 #define OUTBOX_CONNDEADLINE_H
 
@@ -36,8 +39,10 @@ ConnDeadlines *conndeadline_new(double seconds, long room, char *err, size_t err
 void conndeadline_free(ConnDeadlines *d);
 
 /* Registers connection fd, on the clock from now; past the room bound, shuts down the oldest
- * connection on the clock (not fd's). NULL when out of memory (then the caller should refuse the
- * connection: without an entry it would escape the deadline). */
+ * connection on the clock (not fd's) that was paused before or whose socket holds no unread
+ * bytes, if one of the oldest few is such (else none: the server's own limit holds meanwhile).
+ * NULL when out of memory (then the
+ * caller should refuse the connection: without an entry it would escape the deadline). */
 ConnDeadline *conndeadline_add(ConnDeadlines *d, int fd);
 
 /* The request has fully arrived: off the clock (handling it may take as long as it takes). */

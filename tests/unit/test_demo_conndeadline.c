@@ -121,11 +121,64 @@ static void test_room(void **state)
     }
 }
 
+/* A newcomer whose request is still unread in its socket (libmicrohttpd starts its thread after
+ * the add) is not the one shut down for room: with every older connection being handled (paused),
+ * the next newcomer shut it down, and a probe that came with a burst was closed unread. Once no
+ * newcomer can go, the watcher looks again until one can (its thread read what it sent, no whole
+ * request: a slow sender), as it does for a kept-alive connection whose client pipelines
+ * requests and reads no answer: at the server's own limit no newcomer comes to do it. */
+static void test_room_spares_unread_request(void **state)
+{
+    char err[128];
+    ConnDeadlines *d = conndeadline_new(600, 2, err, sizeof(err));
+    assert_non_null(d);
+    int a[2], b[2], p[2], n[2];
+    int *all[] = {a, b, p, n};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, all[i]), 0);
+    ConnDeadline *ea = conndeadline_add(d, a[0]); /* both being handled */
+    conndeadline_pause(d, ea);
+    ConnDeadline *eb = conndeadline_add(d, b[0]);
+    conndeadline_pause(d, eb);
+    const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    const ssize_t len = (ssize_t)(sizeof(req) - 1);
+    assert_int_equal(send(p[1], req, (size_t)len, 0), len);
+    assert_int_equal(send(n[1], req, (size_t)len, 0), len);
+    ConnDeadline *ep = conndeadline_add(d, p[0]); /* the probe: its request not read yet */
+    ConnDeadline *en = conndeadline_add(d, n[0]); /* the next newcomer, past the room */
+    assert_false(eof_within(p[1], 300));
+    assert_false(eof_within(n[1], 1));
+    assert_int_equal(conndeadline_evicted(d), 0);
+    /* n's thread reads what it sent (as a slow sender's does): now it can go, the probe not. */
+    char sink[sizeof(req)];
+    assert_int_equal(recv(n[0], sink, sizeof(sink), 0), len);
+    assert_true(eof_within(n[1], 10000));
+    assert_int_equal(conndeadline_evicted(d), 1);
+    assert_false(eof_within(p[1], 100));
+    /* a answered, kept alive, its client's next requests unread in its socket: it was served,
+     * so it can go (live a, b, p: one past the room). */
+    assert_int_equal(send(a[1], req, (size_t)len, 0), len);
+    conndeadline_restart(d, ea);
+    assert_true(eof_within(a[1], 10000));
+    assert_int_equal(conndeadline_evicted(d), 2);
+    assert_false(eof_within(p[1], 100));
+    assert_false(eof_within(b[1], 1));
+    ConnDeadline *es_all[] = {ea, eb, ep, en};
+    for (int i = 0; i < 4; i++)
+        conndeadline_remove(d, es_all[i]);
+    conndeadline_free(d);
+    for (int i = 0; i < 4; i++) {
+        close(all[i][0]);
+        close(all[i][1]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cut_pause_restart),
         cmocka_unit_test(test_room),
+        cmocka_unit_test(test_room_spares_unread_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
