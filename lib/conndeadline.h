@@ -25,6 +25,17 @@
 
 #include <stddef.h>
 
+/* The connections a server with this connection limit keeps open before each new one shuts
+ * down an older one: all but a sixteenth of the limit (at least one less). The rest is room for
+ * the connections shut down until the server reaps them: were the room the limit itself, the
+ * server would stop accepting meanwhile, and a probe waited behind them. One rule for both HTTP
+ * servers: producer-demo's (conndeadline_new's room) and the relay's metrics port
+ * (relay/io/http.c, which keeps its own deadlines on its loop). */
+static inline long conndeadline_room(long limit)
+{
+    return limit - (limit / 16 > 0 ? limit / 16 : 1);
+}
+
 typedef struct ConnDeadlines ConnDeadlines;
 typedef struct ConnDeadline ConnDeadline;
 

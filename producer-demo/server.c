@@ -40,8 +40,8 @@
  *    the oldest one still sending its request (lib/conndeadline.h): at the limit itself
  *    libmicrohttpd stops accepting, and /healthz waited in the kernel's backlog behind a flood
  *    from two addresses (the per-address limit is half the total by default) until the request
- *    deadline cut it, for ever against a flood that reconnects. The sixteenth is room for the
- *    connections shut down until their threads close them;
+ *    deadline cut it, for ever against a flood that reconnects. The sixteenth
+ *    (conndeadline_room) is room for the connections shut down until their threads close them;
  *  - a request's line, headers and body must arrive within the request deadline of the
  *    connection's start (or of the previous response on a kept-alive connection): a client that
  *    trickles a byte at a time never trips the idle timeout, this deadline it does
@@ -572,9 +572,8 @@ Server *server_start(Api *api, const char *listen, const ServerLimits *limits, c
     }
     s->api = api;
     s->max_connections = limits->max_connections;
-    long reserve = limits->max_connections / 16 > 0 ? limits->max_connections / 16 : 1;
     s->deadlines = conndeadline_new((double)limits->request_deadline_s,
-                                    limits->max_connections - reserve, err, errlen);
+                                    conndeadline_room(limits->max_connections), err, errlen);
     if (!s->deadlines) {
         freeaddrinfo(ai);
         free(s);

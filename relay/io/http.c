@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "addr.h"
+#include "conndeadline.h"
 #include "log.h"
 #include "monotime.h"
 
@@ -25,14 +26,14 @@
  *    leaves the other addresses' slots free;
  *  - in all: HTTP_MAX_CONNECTIONS (lowered to half the descriptor limit when that is smaller,
  *    so a flood from many addresses cannot take the descriptors PostgreSQL and Kafka need);
- *    past all but HTTP_EVICT_RESERVE of them, each new connection closes the oldest one that has
- *    not sent its request (else the oldest being answered). At the limit itself libmicrohttpd
- *    stops accepting, and a probe waited in the kernel's backlog behind the flood until the
- *    header deadline freed slots, for ever when the flood reconnects: a flood from 64 addresses
- *    (a few more than the limit over the per-address one; any host with an IPv6 prefix has as
- *    many) took the probes down. A probe sends its request at once, so it is never the oldest
- *    without one (nor counted as without one before libmicrohttpd could read it: make_room);
- *    the reserve leaves room for the closed ones until libmicrohttpd reaps them;
+ *    past conndeadline_room of them (all but a sixteenth), each new connection closes the
+ *    oldest one that has not sent its request (else the oldest being answered). At the limit
+ *    itself libmicrohttpd stops accepting, and a probe waited in the kernel's backlog behind the
+ *    flood until the header deadline freed slots, for ever when the flood reconnects: a flood
+ *    from 64 addresses (a few more than the limit over the per-address one; any host with an
+ *    IPv6 prefix has as many) took the probes down. A probe sends its request at once, so it is
+ *    never the oldest without one (nor counted as without one before libmicrohttpd could read
+ *    it: make_room); the reserve leaves room for the closed ones until libmicrohttpd reaps them;
  *  - a request's line and headers must arrive within HTTP_HEADER_DEADLINE_S of the connection's
  *    start: a client that trickles a byte at a time never trips the idle timeout, this deadline
  *    it does. A connection carries one request: every answer is queued on the handler's first
@@ -52,7 +53,6 @@
 #define HTTP_HEADER_DEADLINE_S 3.0
 #define HTTP_IDLE_TIMEOUT_S 10
 #define HTTP_MEMORY_LIMIT (16 * 1024)
-#define HTTP_EVICT_RESERVE(limit) ((limit) / 16 > 0 ? (limit) / 16 : 1)
 #define HTTP_EVICT_WARN_S 60.0 /* at most one warning this often while connections are closed */
 
 /* Connections under a deadline, in deadline order: every deadline of one queue is "now + the
@@ -297,8 +297,8 @@ static void pending_close(Pending *p)
     shutdown(p->fd, SHUT_RDWR);
 }
 
-/* Makes room for the connection just accepted when the live ones are past all but
- * HTTP_EVICT_RESERVE of the limit: closes the oldest one waiting for its request, else the
+/* Makes room for the connection just accepted when the live ones are past conndeadline_room of
+ * the limit (all but a sixteenth): closes the oldest one waiting for its request, else the
  * oldest being answered (a slow reader). Says so at most every HTTP_EVICT_WARN_S.
  * A connection accepted in this run or the previous one is never "waiting for its request":
  * libmicrohttpd accepts up to eleven connections in one run and reads from them on the next one
@@ -308,7 +308,7 @@ static void pending_close(Pending *p)
  * queue is in order of acceptance, so when its head is that young, all of it is. */
 static void make_room(HttpServer *s)
 {
-    if (s->live <= s->limit - HTTP_EVICT_RESERVE(s->limit))
+    if ((long)s->live <= conndeadline_room((long)s->limit))
         return;
     Pending *victim = s->headers.head;
     if (victim && victim->accepted_run + 1 >= s->runs)
