@@ -355,10 +355,14 @@ static enum MHD_Result respond(struct MHD_Connection *c, const char *method, con
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
 
-    char qpath[160];
-    log_info("request", "method=%s path=%s status=%d replayed=%s redis=%s ms=%.1f", method,
-             log_quote(url, qpath, sizeof(qpath)), r->status, r->replayed ? "true" : "false",
-             r->from_redis ? "hit" : "no", elapsed_ms(&rq->start));
+    /* The method is the client's word as much as the path (any token libmicrohttpd takes, as
+     * long as the request line): quoted and cut like it, or a quote in it left the line one no
+     * logfmt reader parses, and a long one made the line as long. */
+    char qpath[160], qmethod[40];
+    log_info("request", "method=%s path=%s status=%d replayed=%s redis=%s ms=%.1f",
+             log_quote(method, qmethod, sizeof(qmethod)), log_quote(url, qpath, sizeof(qpath)),
+             r->status, r->replayed ? "true" : "false", r->from_redis ? "hit" : "no",
+             elapsed_ms(&rq->start));
     return ret;
 }
 

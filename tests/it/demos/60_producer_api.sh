@@ -330,6 +330,15 @@ http GET /orders
 check_eq "GET /orders: 405 with Allow: POST" "405 POST" "$STATUS $(hdr Allow)"
 http DELETE "/orders/$ID"
 check_eq "DELETE /orders/{id}: 405" 405 "$STATUS"
+# The method is the client's: its line quotes it (a quote in it left a line no logfmt reader
+# parses) and cuts it (a 4000-letter one made a 4000-letter line), as it does the path.
+http 'A"B' /orders
+http "$(printf 'M%.0s' $(seq 4000))" /orders
+_poll 10 grep -q 'method="M*\.\.\."' "$PRODUCER_LOG"
+check "a method with a quote is logged quoted" grep -qF 'msg="request" method="A\"B" path="/orders"' \
+    "$PRODUCER_LOG"
+check_eq "a 4000-letter method is logged cut: no line over 400 bytes" 0 \
+    "$(awk 'length($0) > 400' "$PRODUCER_LOG" | wc -l)"
 http GET /nope
 check_eq "unknown path: 404" 404 "$STATUS"
 http GET /healthz
