@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "log.h"
 
@@ -42,4 +43,17 @@ bad:
              option, text);
     log_one_line(err); /* text is the user's: keep the error on one line */
     return false;
+}
+
+const char *addr_request_path(const char *target)
+{
+    const char *rest = NULL;
+    if (strncasecmp(target, "http://", 7) == 0)
+        rest = target + 7;
+    else if (strncasecmp(target, "https://", 8) == 0)
+        rest = target + 8;
+    if (!rest)
+        return target;
+    const char *path = strchr(rest, '/');
+    return path ? path : "/";
 }

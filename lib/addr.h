@@ -15,4 +15,11 @@ bool addr_parse_host_port(const char *option, const char *text, char *host, size
                           unsigned *port, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
+/* The path of an HTTP request-target as libmicrohttpd hands it over (query already cut): target
+ * itself in origin-form ("/healthz"), the part from the path on in absolute-form
+ * ("http://host:port/healthz", scheme in any case; "/" when there is no path), which RFC 9112
+ * 3.2.2 says a server must accept although clients send it to proxies only. The authority is
+ * ignored, as the Host header is. Returns a pointer into target, or to a static "/". */
+const char *addr_request_path(const char *target);
+
 #endif

@@ -381,6 +381,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 {
     Server *s = cls;
     Request *rq = *con_cls;
+    url = addr_request_path(url); /* absolute-form: its path (was 404) */
     if (!rq) {
         /* First call: headers only. */
         rq = calloc(1, sizeof(*rq));

@@ -574,6 +574,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   size_t *upload_data_size, void **con_cls)
 {
     HttpServer *s = cls;
+    url = addr_request_path(url); /* absolute-form: its path (was 404) */
     /* The headers are complete: the connection is out of the header deadline until the
      * response is done (on_completed). */
     const union MHD_ConnectionInfo *ci =

@@ -40,6 +40,7 @@ static size_t big_size(void)
 static size_t big_body; /* the size of /big/... answers */
 
 static int renders, small_renders; /* of large answers, of /healthz */
+static char small_path[64];        /* the path the handler was last asked for a small answer */
 
 static int handler(const char *path, StrBuf *body, const char **content_type, void *arg)
 {
@@ -61,6 +62,7 @@ static int handler(const char *path, StrBuf *body, const char **content_type, vo
         return 503;
     }
     small_renders++;
+    snprintf(small_path, sizeof(small_path), "%s", path);
     strbuf_puts(body, "ok\n");
     return 200;
 }
@@ -590,6 +592,25 @@ static void test_newcomers_not_closed_for_each_other(void **state)
         fail_msg("the probe got status %d, not 200: closed to admit the connections after it", st);
 }
 
+/* A request-target in absolute-form ("GET http://host/healthz"), which RFC 9112 3.2.2 says a
+ * server must accept, is answered for its path: the handler was asked for "http://host/healthz"
+ * and the relay answered 404. */
+static void test_absolute_form(void **state)
+{
+    Fixture *f = *state;
+    const char *targets[][2] = {{"http://relay.example:9187/healthz", "/healthz"},
+                                {"HTTPS://relay.example/readyz/x", "/readyz/x"},
+                                {"http://relay.example", "/"},
+                                {"/healthz", "/healthz"}};
+    for (size_t i = 0; i < sizeof(targets) / sizeof(targets[0]); i++) {
+        small_path[0] = '\0';
+        int fd = client(f, targets[i][0]);
+        assert_int_equal(status_of(f, fd), 200);
+        assert_string_equal(small_path, targets[i][1]);
+        close(fd);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -602,6 +623,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_newcomers_not_closed_for_each_other, setup_limit_48,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_one_request_per_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_absolute_form, setup, teardown),
         cmocka_unit_test_setup_teardown(test_accepts_again_after_the_limit_emptied, setup_limit_48,
                                         teardown),
     };

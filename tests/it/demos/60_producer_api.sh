@@ -343,6 +343,11 @@ http GET /nope
 check_eq "unknown path: 404" 404 "$STATUS"
 http GET /healthz
 check_eq "healthz: 200" 200 "$STATUS"
+# A request-target in absolute-form, which RFC 9112 3.2.2 says a server must accept: its path is
+# served (it was 404).
+http GET "/orders/$ID" --request-target "http://orders.example:8080/orders/$ID"
+check_eq "GET in absolute-form: 200" 200 "$STATUS"
+check "GET in absolute-form returns the order" cmp -s "$T/first.body" "$T/body"
 
 # --- concurrency ----------------------------------------------------------------------------------
 CONC='{"customer_id": "c-conc", "amount_cents": 777, "currency": "USD"}'
