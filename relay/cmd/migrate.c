@@ -231,7 +231,7 @@ const char *const migrate_index_served_sql =
  * literals, so no look-alike another role planted in the schema resolves: docs/security.md.)
  * Whether the table has what SQL_ADOPT gives it, its catalog part: this version's adoption
  * recorded for this table (FINGERPRINT, in schema_migrations: a changed SQL_ADOPT runs again
- * once), the order column NOT NULL, both triggers, the constraint, and the four index names on
+ * once), the order column NOT NULL, the three triggers, the constraint, and the four index names on
  * the table (their definitions are migrate_index_check_sql's to judge). Reads catalogs only. */
 static const char *const SQL_ADOPTED =
     "SELECT EXISTS (SELECT 1 FROM schema_migrations"
@@ -239,8 +239,8 @@ static const char *const SQL_ADOPTED =
     " AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid"
     " AND a.attname = {seq_text}::pg_catalog.name AND a.attnotnull AND NOT a.attisdropped)"
     " AND (SELECT pg_catalog.count(*) FROM pg_catalog.pg_trigger t WHERE t.tgrelid = c.oid"
-    " AND t.tgname IN ('outbox_wakeup'::pg_catalog.name,"
-    " 'outbox_floor_visible'::pg_catalog.name)) = 2::pg_catalog.int8"
+    " AND t.tgname IN ('outbox_wakeup'::pg_catalog.name, 'outbox_wakeup_replica'::pg_catalog.name,"
+    " 'outbox_floor_visible'::pg_catalog.name)) = 3::pg_catalog.int8"
     " AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k WHERE k.conrelid = c.oid"
     " AND k.conname = 'outbox_waits_after_failure'::pg_catalog.name)"
     " AND (SELECT pg_catalog.count(*) FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class i"

@@ -11,7 +11,10 @@
 #  4. a guard whose poll timer wakes it (nothing notified) keeps the lock: no notification;
 #  5. two relays of two sessions each go to sleep with exactly one guard among them, rows of every
 #     lane are delivered promptly, round after round, and once asleep the sessions stay asleep
-#     (the lock is not handed round).
+#     (the lock is not handed round);
+#  6. a producer whose session sets session_replication_role = replica wakes a sleeping relay;
+#  7. so do the rows logical replication's apply worker brings in (an outbox fed by a
+#     subscription).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -183,4 +186,40 @@ check_eq "6: the wakeup trigger fires in replica sessions too" A \
 replica_insert 50 || not_ok "6: a replicating producer inserts"
 wait_for "6: its rows woke the guard: every row delivered" 10 no_unsent_rows
 relay_stop || not_ok "6: relay exits 0"
+
+# --- 7. a producer that is logical replication's apply worker ---
+# An outbox fed by a subscription (the relay on the subscriber). The apply worker inserts with
+# session_replication_role = replica and fires row triggers only, never statement triggers, not
+# even one enabled ALWAYS: the wakeup's row-level twin, enabled REPLICA (0012), takes the lock
+# shared and notifies for it. Before, the subscription's rows waited for the poll (a minute
+# here). The publisher is another database of the same cluster; its ids start above ours.
+echo "wal_level = logical" >>"$T/pg/postgresql.conf"
+pg_restart
+psql_q "CREATE DATABASE outbox_pub" -d postgres || fail "7: create the publisher's database"
+PUB_URL=postgresql://postgres@127.0.0.1:$PGPORT/outbox_pub
+"$RELAY_BIN" migrate --database-url "$PUB_URL" 2>>"$T/migrate.log" || fail "7: migrate the publisher"
+# (The slot is made apart: CREATE SUBSCRIPTION cannot make one in its own cluster.)
+psql_q "SELECT setval(pg_get_serial_sequence('outbox', 'id'), 1000000)" -d outbox_pub >/dev/null &&
+    psql_q "CREATE PUBLICATION outbox_pub FOR TABLE outbox" -d outbox_pub &&
+    psql_q "SELECT pg_create_logical_replication_slot('outbox_sub', 'pgoutput')" -d outbox_pub \
+        >/dev/null || fail "7: publish the publisher's outbox"
+check_eq "7: the wakeup's row-level twin fires in replica sessions only" R \
+    "$(psql_q "SELECT tgenabled FROM pg_trigger WHERE tgname = 'outbox_wakeup_replica'
+               AND tgrelid = 'outbox'::regclass")"
+relay_start "${OPTS[@]}"
+wait_for "7: the relay guards" 10 guard_held
+psql_q "CREATE SUBSCRIPTION outbox_sub
+        CONNECTION 'host=127.0.0.1 port=$PGPORT dbname=outbox_pub user=postgres'
+        PUBLICATION outbox_pub WITH (create_slot = false, slot_name = 'outbox_sub',
+        copy_data = false)" || fail "7: subscribe"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'order', 'o-' || (g % 200), 'changed', jsonb_build_object('seq', g)
+        FROM generate_series($((N + 1)), $((N + 50))) AS g ORDER BY g" -d outbox_pub ||
+    not_ok "7: the publisher inserts"
+N=$((N + 50))
+subscribed_rows() { [ "$(psql_q "SELECT count(*) FROM outbox WHERE id > 1000000")" = 50 ]; }
+wait_for "7: the apply worker brought the rows in" 20 subscribed_rows
+wait_for "7: its rows woke the guard: every row delivered" 10 no_unsent_rows
+relay_stop || not_ok "7: relay exits 0"
+psql_q "DROP SUBSCRIPTION outbox_sub" >/dev/null || not_ok "7: unsubscribe"
 check_delivered order

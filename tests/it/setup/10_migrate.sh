@@ -317,11 +317,13 @@ psql_adopt "CREATE TABLE events (event_id uuid NOT NULL DEFAULT gen_random_uuid(
 "$RELAY_BIN" migrate --database-url "$adopt_url" --table events 2>"$T/adopt1.log"
 check_eq "adopting a table: migrate exits 0" 0 $?
 # Both triggers are enabled ALWAYS, so they fire in sessions with session_replication_role =
-# replica too (logical replication's apply workers): migrations/0011_triggers_always.sql.
-check_eq "...its triggers, the floor's and the wakeup's, enabled ALWAYS" "A A" \
+# replica too: migrations/0011_triggers_always.sql; and the wakeup's row-level twin REPLICA, for
+# logical replication's apply workers, which fire row triggers only (0012_wakeup_replica_rows.sql).
+check_eq "...its triggers, the floor's and the wakeup's, enabled ALWAYS, the wakeup's twin REPLICA" \
+    "A A R" \
     "$(psql_adopt "SELECT string_agg(tgenabled::text, ' ' ORDER BY tgname) FROM pg_trigger
                    WHERE tgrelid = 'events'::regclass
-                   AND tgname IN ('outbox_floor_visible', 'outbox_wakeup')")"
+                   AND tgname IN ('outbox_floor_visible', 'outbox_wakeup', 'outbox_wakeup_replica')")"
 psql_adopt "ALTER TABLE events RENAME TO events_old;
             CREATE TABLE events (event_id uuid NOT NULL DEFAULT gen_random_uuid(),
             aggregate_type text NOT NULL, aggregate_id text NOT NULL,
