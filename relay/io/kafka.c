@@ -83,11 +83,13 @@ enum {
     W_TRANSACTIONAL_ID,
     W_QUEUE_KBYTES,
     W_MESSAGE_MAX_BYTES,
+    W_REPORT_ONLY_ERROR,
     W_N
 };
-static const char *const watched[W_N] = {
-    "enable.idempotence", "enable.gapless.guarantee",   "message.timeout.ms", "partitioner",
-    "transactional.id",   "queue.buffering.max.kbytes", "message.max.bytes"};
+static const char *const watched[W_N] = {"enable.idempotence", "enable.gapless.guarantee",
+                                         "message.timeout.ms", "partitioner",
+                                         "transactional.id",   "queue.buffering.max.kbytes",
+                                         "message.max.bytes",  "delivery.report.only.error"};
 
 /* The value of key in conf as text ("" if librdkafka has none). */
 static void conf_value(const rd_kafka_conf_t *conf, const char *key, char *out, size_t outlen)
@@ -456,6 +458,20 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, bool *runtime, char *err, s
                  "%s: the relay does not use transactions, and a transactional producer refuses "
                  "every message sent outside one; leave it unset",
                  origin);
+        ok = false;
+    }
+    /* With delivery.report.only.error librdkafka reports failed messages only (and destroys the
+     * others on its own thread): the relay, which marks a row sent on its success report alone,
+     * would see no acknowledgement, time every batch out and publish it again, each
+     * --delivery-timeout for ever, marking nothing. */
+    if (ok && strcmp(value[W_REPORT_ONLY_ERROR], "true") == 0) {
+        watched_origin(cfg, setter[W_REPORT_ONLY_ERROR], watched[W_REPORT_ONLY_ERROR], origin,
+                       sizeof(origin));
+        snprintf(err, errlen,
+                 "%s=%s: the relay marks a row sent only when Kafka reports its delivery, and "
+                 "with it no success is reported: every batch would be sent again for ever; "
+                 "leave it false",
+                 origin, value[W_REPORT_ONLY_ERROR]);
         ok = false;
     }
     /* A message timeout shorter than --delivery-timeout fails messages one at a time (queued

@@ -380,6 +380,29 @@ static void test_transactional_id_refused(void **state)
     config_free(&cfg);
 }
 
+/* With delivery.report.only.error librdkafka reports no success, and the relay marks rows on
+ * success reports only: refused at start rather than sending every batch again for ever. */
+static void test_report_only_error_refused(void **state)
+{
+    const char *spellings[] = {"delivery.report.only.error=true", "delivery.report.only.error=1"};
+    for (size_t i = 0; i < sizeof(spellings) / sizeof(spellings[0]); i++) {
+        Config cfg;
+        char err[1024] = "";
+        assert_null(build(&cfg, err, sizeof(err), "--kafka", spellings[i], (char *)NULL));
+        if (strncmp(err, "--kafka delivery.report.only.error=true: the relay marks a row sent", 67))
+            fail_msg("%s: error \"%s\"", spellings[i], err);
+        config_free(&cfg);
+    }
+    Config cfg;
+    char err[1024] = "";
+    rd_kafka_conf_t *conf =
+        build(&cfg, err, sizeof(err), "--kafka", "delivery.report.only.error=false", (char *)NULL);
+    if (!conf)
+        fail_msg("delivery.report.only.error=false refused: %s", err);
+    rd_kafka_conf_destroy(conf);
+    config_free(&cfg);
+}
+
 static int reports_after_retire;
 
 static void count_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
@@ -874,6 +897,7 @@ int main(void)
         cmocka_unit_test(test_message_timeout_against_every_database),
         cmocka_unit_test(test_scattering_partitioners_refused),
         cmocka_unit_test(test_transactional_id_refused),
+        cmocka_unit_test(test_report_only_error_refused),
         cmocka_unit_test(test_retired_producer_reports_to_no_one),
         cmocka_unit_test(test_retire_thread_takes_no_signals),
         cmocka_unit_test(test_retired_producer_says_nothing_of_the_live_one),
