@@ -1455,6 +1455,9 @@ typedef struct ProbeResult {
     long status;
     bool cut;  /* the body's first bytes came: the transfer was ended there (cut_body) */
     bool late; /* still out (or its host's lookup) when another URL's answer ended the wait */
+    /* A 429's or a 503's Retry-After (retry_after_s; 0: none): the URL is held (url_hold) from
+     * the start, as after a lookup's answer. */
+    double retry_after;
     char errbuf[CURL_ERROR_SIZE];
     char location[256]; /* a 3xx's Location, cut, for the error ("" when none) */
     /* The URL's host name being looked up (UrlHost) on the probe's own loop; the transfer is
@@ -1483,6 +1486,16 @@ static void on_probe_resolved(void *arg, const char *addrs, int n, const char *e
     pr->code = CURLE_COULDNT_RESOLVE_HOST;
     snprintf(pr->errbuf, sizeof(pr->errbuf), "Could not resolve host: %s (%s)", pr->host->name,
              n == 0 ? error : "no address curl can use");
+}
+
+/* Whether a URL's answer to the probe is the registry answering: taken, when no URL before it
+ * answered so, for the current one. A 429 is not: lookups take it for a failure, as a 5xx, and
+ * taken at start-up, the relay's first lookups went to a URL shedding load (the registry "down"
+ * at once, "unavailable" logged) while a later URL answered. */
+static bool probe_answered(const ProbeResult *pr)
+{
+    return pr->code == CURLE_OK && pr->status < 500 && pr->status != 404 && pr->status != 429 &&
+           !is_redirect(pr->status);
 }
 
 /* GET /subjects on every URL at once, on a multi handle of its own (the loop is not running yet):
@@ -1563,6 +1576,7 @@ static void probe_all(Registry *r, ProbeResult *out)
             curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&pr);
             pr->code = m->data.result == CURLE_WRITE_ERROR && pr->cut ? CURLE_OK : m->data.result;
             curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &pr->status);
+            pr->retry_after = retry_after_s(m->easy_handle, pr->status);
             const char *location = NULL;
             if (pr->status >= 300 && pr->status < 400 &&
                 curl_easy_getinfo(m->easy_handle, CURLINFO_REDIRECT_URL, &location) == CURLE_OK &&
@@ -1571,10 +1585,9 @@ static void probe_all(Registry *r, ProbeResult *out)
                  * included: masked, as every URL the relay shows. */
                 log_mask_conninfo(location, pr->location, sizeof(pr->location));
             /* A 404 on /subjects is no registry's answer (it lists subjects), nor is a redirect
-             * (lookups do not follow one): neither ends the wait, another URL may be the
-             * registry. */
-            answered |= pr->code == CURLE_OK && pr->status < 500 && pr->status != 404 &&
-                        !is_redirect(pr->status);
+             * (lookups do not follow one), nor a 429 (a gateway shedding load, as a 503: a lookup
+             * takes either for a failure): none ends the wait, another URL may answer. */
+            answered |= probe_answered(pr);
         }
         /* A lookup's answer comes on the probe's loop, not on curl's sockets: a short wait. */
         if ((running > 0 || pending > 0) && !answered &&
@@ -1613,6 +1626,17 @@ static void probe_all(Registry *r, ProbeResult *out)
     curl_slist_free_all(hdrs);
 }
 
+/* A URL's HTTP answer to the probe, as a warning says it ("HTTP 503", "HTTP 429, Retry-After: 30
+ * s"), in buf. */
+static const char *probe_status(const ProbeResult *pr, char *buf, size_t len)
+{
+    if (pr->retry_after > 0)
+        snprintf(buf, len, "HTTP %ld, Retry-After: %.0f s", pr->status, pr->retry_after);
+    else
+        snprintf(buf, len, "HTTP %ld", pr->status);
+    return buf;
+}
+
 /* Appends to passed (len bytes, NUL-terminated) why the probe passed over URL index for a later
  * one: "URL (why)", after "; " when not the first. Cut at len. */
 static void probe_passed(const Registry *r, const ProbeResult *pr, int index, char *passed,
@@ -1621,6 +1645,7 @@ static void probe_passed(const Registry *r, const ProbeResult *pr, int index, ch
     size_t at = strlen(passed);
     if (at + 1 >= len)
         return;
+    char status[64];
     const char *why = pr->code != CURLE_OK ? (*pr->errbuf ? pr->errbuf
                                               : pr->late  ? "no answer yet"
                                                           : curl_easy_strerror(pr->code))
@@ -1631,8 +1656,8 @@ static void probe_passed(const Registry *r, const ProbeResult *pr, int index, ch
     if (why)
         snprintf(passed + at, len - at, "%s%s (%s)", at ? "; " : "", r->shown[index], why);
     else
-        snprintf(passed + at, len - at, "%s%s (HTTP %ld)", at ? "; " : "", r->shown[index],
-                 pr->status);
+        snprintf(passed + at, len - at, "%s%s (%s)", at ? "; " : "", r->shown[index],
+                 probe_status(pr, status, sizeof(status)));
 }
 
 bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t warnlen)
@@ -1640,6 +1665,11 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
     ProbeResult res[MAX_URLS];
     probe_all(r, res);
     *warn = '\0';
+    /* A URL asking for time (a 429 or 503's Retry-After) gets it from the start: asked again at
+     * once by the first lookup, a registry (or its gateway) shedding load as relays start was
+     * asked sooner than it said. */
+    for (int i = 0; i < r->n_urls; i++)
+        url_hold(r, i, res[i].retry_after);
     /* The URLs passed over for a later one (failed, 5xx, 404, redirect, or slower than it): the
      * relay then runs on a URL the operator did not list first, and said nothing of why. */
     char passed[400] = "";
@@ -1690,7 +1720,7 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
             probe_passed(r, &res[i], i, passed, sizeof(passed));
             continue;
         }
-        if (code == CURLE_OK && status < 500) {
+        if (probe_answered(&res[i])) {
             r->current = i;
             *warn = '\0';
             if (*passed)
@@ -1698,9 +1728,11 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
             return true;
         }
         probe_passed(r, &res[i], i, passed, sizeof(passed));
+        char said[64];
         snprintf(warn, warnlen, "schema registry %s does not answer (%s): rows wait for it",
                  r->shown[i],
-                 code != CURLE_OK ? (*errbuf ? errbuf : curl_easy_strerror(code)) : "5xx");
+                 code != CURLE_OK ? (*errbuf ? errbuf : curl_easy_strerror(code))
+                                  : probe_status(&res[i], said, sizeof(said)));
     }
     /* A redirect on /subjects was taken for an answer, and every lookup then failed with "HTTP
      * 301" while the relay ran. Lookups do not follow redirects: one to another host would take

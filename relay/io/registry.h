@@ -103,21 +103,22 @@ bool registry_not_found(const char *body, size_t len);
 bool registry_up(const Registry *r);
 
 /* Start-up check, before the loop runs: GET /subjects on every URL at once, blocking until the
- * first answer (a 404 or a 3xx on /subjects is none) and at most one --schema-registry-timeout
- * however many URLs are down; of the URLs answered by then, the first in order becomes the current
- * one. Returns false with one line in err when the registry refuses the credentials (401) or
- * the CA file cannot verify it, or when no URL answered but with a redirect (3xx: lookups follow
- * none, so the URL is wrong; err says where it points); true otherwise (a registry that is down at
- * start-up is not an error: rows wait for it), with a warning line in warn when none answered,
- * when the first answer in order was a 403 on /subjects (the credentials taken, listing refused:
- * warn begins with "HTTP 403"; that URL becomes the current one), or when the best answer was a
- * 404 on /subjects (a base URL without the registry's path, or a proxy routing only some paths:
- * warn begins with "HTTP 404"; that URL becomes the current one only when no other answered), or
- * when a URL was passed over for a later one that answered (it failed, answered 5xx, 404 or a
- * redirect, or had not answered yet: warn begins with "passed over for URL: " and names each with
- * why; after a 403's warning, "; passed over: " does). It does not mark the registry down: only a
- * lookup a row needs does (and recheck_down, registry.c, brings it back up while down), so an idle
- * relay never stays "down" on the strength of its start-up. */
+ * first answer (a 404, a 429 or a 3xx on /subjects is none; a 429's or 503's Retry-After holds
+ * its URL as a lookup's does) and at most one --schema-registry-timeout however many URLs are
+ * down; of the URLs answered by then, the first in order becomes the current one. Returns false
+ * with one line in err when the registry refuses the credentials (401) or the CA file cannot verify
+ * it, or when no URL answered but with a redirect (3xx: lookups follow none, so the URL is wrong;
+ * err says where it points); true otherwise (a registry that is down at start-up is not an error:
+ * rows wait for it), with a warning line in warn when none answered, when the first answer in order
+ * was a 403 on /subjects (the credentials taken, listing refused: warn begins with "HTTP 403"; that
+ * URL becomes the current one), or when the best answer was a 404 on /subjects (a base URL without
+ * the registry's path, or a proxy routing only some paths: warn begins with "HTTP 404"; that URL
+ * becomes the current one only when no other answered), or when a URL was passed over for a later
+ * one that answered (it failed, answered 5xx, 429, 404 or a redirect, or had not answered yet: warn
+ * begins with "passed over for URL: " and names each with why; after a 403's warning, "; passed
+ * over: " does). It does not mark the registry down: only a lookup a row needs does (and
+ * recheck_down, registry.c, brings it back up while down), so an idle relay never stays "down" on
+ * the strength of its start-up. */
 bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t warnlen)
     __attribute__((warn_unused_result));
 

@@ -829,6 +829,92 @@ static void test_probe_passed_over_warned(void **state)
     stand_in_status = MHD_HTTP_NOT_FOUND;
 }
 
+/* Requests answer_throttled received (its threads count them). */
+static int throttled_requests;
+
+/* A gateway shedding load: every request answered 429 (a 503 when cls is not NULL) with
+ * "Retry-After: 30". */
+static enum MHD_Result answer_throttled(void *cls, struct MHD_Connection *c, const char *url,
+                                        const char *method, const char *version, const char *upload,
+                                        size_t *size, void **state)
+{
+    static const char body[] = "{\"error_code\": 42901, \"message\": \"Too many requests\"}";
+    if (!*state) {
+        *state = &throttled_requests;
+        __atomic_add_fetch(&throttled_requests, 1, __ATOMIC_SEQ_CST);
+    }
+    struct MHD_Response *res =
+        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
+    MHD_add_response_header(res, "Retry-After", "30");
+    enum MHD_Result rc =
+        MHD_queue_response(c, cls ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_TOO_MANY_REQUESTS, res);
+    MHD_destroy_response(res);
+    return rc;
+}
+
+/* From review2 s22: the start-up probe took a URL answering 429 for the registry (a 429 is below
+ * 500), silently, even ahead of a later URL answering 200: the first lookups went to the URL
+ * shedding load, the registry went "down" at once and rows waited. And a 429's or a 503's
+ * Retry-After on the probe's answer was not kept: the first lookup asked again at once. A 429 is
+ * passed over, as a 5xx, and the wait asked for is held from the start. */
+static void test_probe_retry_after_held(void **state)
+{
+    char url[64], throttled[64], both[160], err[512] = "", warn[512] = "";
+    stand_in_status = MHD_HTTP_OK;
+    struct MHD_Daemon *d = stand_in(
+        "{\"subject\": \"s-value\", \"version\": 1, \"id\": 7, \"schema\": \"\\\"string\\\"\"}",
+        url, sizeof(url));
+    const RegistrySchema *rs = NULL;
+    /* 1 and 2. A 429, then a 503, alone: rows wait (a warning says why), and a lookup right after
+     * the probe sends nothing (no entry made for the subject), as after a lookup's own answer. */
+    for (int with_503 = 0; with_503 <= 1; with_503++) {
+        struct MHD_Daemon *t = MHD_start_daemon(
+            MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL, NULL,
+            answer_throttled, with_503 ? (void *)"503" : NULL, MHD_OPTION_END);
+        assert_non_null(t);
+        snprintf(throttled, sizeof(throttled), "http://127.0.0.1:%u",
+                 (unsigned)MHD_get_daemon_info(t, MHD_DAEMON_INFO_BIND_PORT)->port);
+        __atomic_store_n(&throttled_requests, 0, __ATOMIC_SEQ_CST);
+        RegistryOptions o = {.urls = throttled, .timeout_ms = 5000};
+        Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+        assert_non_null(r);
+        assert_true(registry_probe(r, err, sizeof(err), warn, sizeof(warn)));
+        char want[256];
+        snprintf(want, sizeof(want),
+                 "schema registry %s does not answer (HTTP %d, Retry-After: 30 s): rows wait",
+                 throttled, with_503 ? 503 : 429);
+        if (strncmp(warn, want, strlen(want)) != 0)
+            fail_msg("%s: warning \"%s\", not \"%s...\"", throttled, warn, want);
+        assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+        if (registry_knows(r, "s-value"))
+            fail_msg("HTTP %d: a lookup was sent at once, though the probe's answer said "
+                     "Retry-After: 30",
+                     with_503 ? 503 : 429);
+        assert_int_equal(__atomic_load_n(&throttled_requests, __ATOMIC_SEQ_CST), 1);
+        registry_free(r, NULL);
+        if (with_503) {
+            MHD_stop_daemon(t);
+            continue;
+        }
+        /* 3. The 429 first, a registry second: the second is taken, the first named (its 429, or
+         * no answer yet when the second answered first), and the lookup goes to the second. */
+        snprintf(both, sizeof(both), "%s,%s", throttled, url);
+        o.urls = both;
+        r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+        assert_non_null(r);
+        assert_true(registry_probe(r, err, sizeof(err), warn, sizeof(warn)));
+        snprintf(want, sizeof(want), "passed over for %s: %s (", url, throttled);
+        if (strncmp(warn, want, strlen(want)) != 0)
+            fail_msg("%s: warning \"%s\", not \"%s...\"", both, warn, want);
+        lookup_answered(r, "s-value");
+        assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_OK);
+        registry_free(r, NULL);
+        MHD_stop_daemon(t); /* its connections' threads joined: none counts in a later test */
+    }
+    MHD_stop_daemon(d);
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+}
+
 /* From this review: a URL answering /subjects with a redirect (a registry moved to https, or
  * behind a new path) was taken at start-up for the registry, and every lookup then failed with
  * "HTTP 301" (lookups follow no redirect: one off-host would take the password along). The probe
@@ -1125,6 +1211,7 @@ int main(void)
         cmocka_unit_test(test_retry_after_honoured),
         cmocka_unit_test(test_probe_list_403_warned),
         cmocka_unit_test(test_probe_passed_over_warned),
+        cmocka_unit_test(test_probe_retry_after_held),
         cmocka_unit_test(test_failure_says_registry_message),
         cmocka_unit_test(test_probe_foreign_404),
         cmocka_unit_test(test_probe_large_subject_list),
