@@ -85,7 +85,9 @@ typedef struct Request {
     StrBuf body;
     bool due; /* on_host_resolved's mark */
     bool too_large;
-    bool cut; /* GET /subjects: its body's first bytes came, and the transfer was ended there */
+    /* Its body was cut (cut_body): GET /subjects at its first bytes, an error's past
+     * ERROR_BODY_MAX (on_body); the transfer's write error is taken for the answer. */
+    bool cut;
     /* Waiting for its URL's host name to be looked up (UrlHost): not yet in the multi handle.
      * wait bounds the wait by the request's own timeout, which started at started. */
     bool waiting;
@@ -252,10 +254,23 @@ static int timer_cb(CURLM *multi, long timeout_ms, void *userp)
 
 /* ---- requests ----------------------------------------------------------------------------- */
 
+static size_t cut_body(char *data, size_t size, size_t n, void *userp);
+
+/* The most of a lookup's answer other than a 200 that is read: its body is read for the
+ * registry's {"error_code", "message"} alone (finish_request), far smaller. */
+#define ERROR_BODY_MAX (64 * 1024)
+
 static size_t on_body(char *data, size_t size, size_t n, void *userp)
 {
     Request *q = userp;
     size_t len = size * n;
+    /* An error's body beyond ERROR_BODY_MAX (a gateway's page, a stack trace) is cut, the status
+     * kept: read to RESPONSE_MAX, a 503 with a large page failed as "answer too large", its
+     * status and its Retry-After (url_hold) lost, and each such lookup held megabytes. */
+    long status = 0;
+    curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status != 200 && q->body.len + len > ERROR_BODY_MAX)
+        return cut_body(data, size, n, &q->cut);
     if (q->body.len + len > RESPONSE_MAX) {
         q->too_large = true;
         return 0; /* curl fails the transfer (CURLE_WRITE_ERROR) */
@@ -614,7 +629,7 @@ static void finish_request(Request *q, CURLcode code)
     char why[300] = "";
     if (!e) {
         list_answered(r, q, code, status);
-    } else if (code != CURLE_OK) {
+    } else if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && q->cut)) {
         snprintf(why, sizeof(why), "%s",
                  q->too_large ? "answer too large"
                  : *q->errbuf ? q->errbuf

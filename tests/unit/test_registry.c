@@ -832,13 +832,13 @@ static void test_probe_passed_over_warned(void **state)
 /* Requests answer_throttled received (its threads count them). */
 static int throttled_requests;
 
-/* A gateway shedding load: every request answered 429 (a 503 when cls is not NULL) with
- * "Retry-After: 30". */
+/* A gateway shedding load: every request answered 429 with "Retry-After: 30" (a 503 when cls is
+ * not NULL, with cls for its body). */
 static enum MHD_Result answer_throttled(void *cls, struct MHD_Connection *c, const char *url,
                                         const char *method, const char *version, const char *upload,
                                         size_t *size, void **state)
 {
-    static const char body[] = "{\"error_code\": 42901, \"message\": \"Too many requests\"}";
+    const char *body = cls ? cls : "{\"error_code\": 42901, \"message\": \"Too many requests\"}";
     if (!*state) {
         *state = &throttled_requests;
         __atomic_add_fetch(&throttled_requests, 1, __ATOMIC_SEQ_CST);
@@ -913,6 +913,45 @@ static void test_probe_retry_after_held(void **state)
     }
     MHD_stop_daemon(d);
     stand_in_status = MHD_HTTP_NOT_FOUND;
+}
+
+/* From review2 s22: a lookup's answer other than a 200 was read to RESPONSE_MAX (4 MiB), as a
+ * schema: a 503 whose body was larger (a gateway's page) failed as "answer too large", its status
+ * and its Retry-After lost (the next request went after the relay's own 1 s), and each such answer
+ * held megabytes. An error's body is cut at 64 KiB, its status kept. */
+static void test_large_error_body_keeps_status(void **state)
+{
+    size_t big = 5 * 1024 * 1024;
+    char *page = malloc(big + 1);
+    assert_non_null(page);
+    memset(page, 'x', big);
+    page[big] = '\0';
+    struct MHD_Daemon *t =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL,
+                         NULL, answer_throttled, page, MHD_OPTION_END);
+    assert_non_null(t);
+    char url[64], err[256] = "";
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u",
+             (unsigned)MHD_get_daemon_info(t, MHD_DAEMON_INFO_BIND_PORT)->port);
+    __atomic_store_n(&throttled_requests, 0, __ATOMIC_SEQ_CST);
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    int saved;
+    FILE *tmp = capture_start(&saved);
+    lookup_answered(r, "s-value");
+    char logged[4096];
+    capture_end(tmp, saved, logged, sizeof(logged));
+    if (!strstr(logged, "error=\"HTTP 503 (Retry-After: 30 s)\""))
+        fail_msg("a 503 with a 5 MiB page and Retry-After: 30 logged: %s", logged);
+    /* Held for its Retry-After: a new subject's lookup sends nothing (no entry made). */
+    const RegistrySchema *rs = NULL;
+    assert_int_equal(registry_lookup(r, "t-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    assert_false(registry_knows(r, "t-value"));
+    assert_int_equal(__atomic_load_n(&throttled_requests, __ATOMIC_SEQ_CST), 1);
+    registry_free(r, NULL);
+    MHD_stop_daemon(t);
+    free(page);
 }
 
 /* From this review: a URL answering /subjects with a redirect (a registry moved to https, or
@@ -1212,6 +1251,7 @@ int main(void)
         cmocka_unit_test(test_probe_list_403_warned),
         cmocka_unit_test(test_probe_passed_over_warned),
         cmocka_unit_test(test_probe_retry_after_held),
+        cmocka_unit_test(test_large_error_body_keeps_status),
         cmocka_unit_test(test_failure_says_registry_message),
         cmocka_unit_test(test_probe_foreign_404),
         cmocka_unit_test(test_probe_large_subject_list),
