@@ -44,7 +44,7 @@ _poll 10 grep -q listening "$T/proxy.out" || fail "delay-proxy listens"
 # for a kernel that keeps a window closed as long: the default of 30 s (db_connect) ended the
 # send then, unrelated to --statement-timeout. Before: replay waited to send the summary's
 # statement (timeout's 124 here).
-timeout 60 "$RELAY_BIN" replay \
+timeout 120 "$RELAY_BIN" replay \
     --database-url "postgresql://postgres@127.0.0.1:$PROXY_PORT/outbox?tcp_user_timeout=600000" \
     --missing "$T/missing.json" --yes --statement-timeout 3s >"$T/unread.out" 2>"$T/unread.err" &
 replay_pid=$!
@@ -54,7 +54,9 @@ backend() {
             AND query LIKE '%1 microsecond%' AND state = 'idle'"
 }
 answered() { [ -n "$(backend)" ]; }
-wait_for "1: replay's backend has answered the read of the start" 10 answered
+# Before its first statement replay reads the 20 MB list (ASan, a loaded machine: it took over 10
+# s in a fresh-chroot make test), hence the minute.
+wait_for "1: replay's backend has answered the read of the start" 60 answered
 stopped=$(backend)
 kill -STOP "$stopped"
 wait "$replay_pid"
