@@ -336,6 +336,107 @@ static void check_floor(Checks *c, PGconn *conn, const Config *cfg)
     PQclear(res);
 }
 
+/* The relay's triggers on the table, as migrate installs them: outbox_wakeup and
+ * outbox_floor_visible enabled ALWAYS (0011_triggers_always.sql), so they fire also in sessions
+ * with session_replication_role = replica (loaders), and the wakeup's row-level twin
+ * outbox_wakeup_replica enabled REPLICA (0012_wakeup_replica_rows.sql), for logical replication's
+ * apply workers, which fire row triggers only, and only there, so ordinary producers do not run
+ * it row by row. One row per trigger: its name, the state wanted, its tgenabled ('' when
+ * missing) and the statement that puts it right, names quoted and qualified by the server (the
+ * owner runs it in psql, with a search_path of their own). Missing: the relay's install function
+ * in --schema (pinned first on check's search_path) installs it as migrate does (the wakeup's
+ * installs both of its triggers); otherwise ALTER TABLE. Reads catalogs only, which every role
+ * may. */
+static const char *const SQL_TRIGGERS =
+    "SELECT w.name, w.want, coalesce(t.tgenabled::pg_catalog.text, ''), CASE"
+    " WHEN t.tgenabled IS NOT NULL THEN pg_catalog.format('ALTER TABLE %I.%I ENABLE %s TRIGGER"
+    " %I', n.nspname, c.relname, CASE w.want WHEN 'A' THEN 'ALWAYS' ELSE 'REPLICA' END, w.name)"
+    " WHEN w.k < 3 THEN pg_catalog.format('SELECT %s.outbox_wakeup_install(%L)', f.schema,"
+    " pg_catalog.format('%I.%I', n.nspname, c.relname))"
+    " ELSE pg_catalog.format('SELECT %s.outbox_floor_install(%L, %L, %L, %L)', f.schema,"
+    " pg_catalog.format('%I.%I', n.nspname, c.relname), {seq_text}, {aggregate_type_text},"
+    " {aggregate_id_text}) END"
+    " FROM (VALUES (1, 'outbox_wakeup'::pg_catalog.text, 'A'::pg_catalog.text),"
+    " (2, 'outbox_wakeup_replica', 'R'), (3, 'outbox_floor_visible', 'A')) AS w(k, name, want)"
+    " JOIN pg_catalog.pg_class c ON c.oid = pg_catalog.to_regclass({table_text})::pg_catalog.oid"
+    " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+    " CROSS JOIN (SELECT coalesce((SELECT pg_catalog.quote_ident(s.nspname) FROM"
+    " pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace s ON s.oid = p.pronamespace WHERE p.oid ="
+    " pg_catalog.to_regprocedure('outbox_wakeup_install(pg_catalog.regclass)')::pg_catalog.oid),"
+    " pg_catalog.quote_ident(pg_catalog.current_schema())) AS schema) f"
+    " LEFT JOIN pg_catalog.pg_trigger t ON t.tgrelid = c.oid AND t.tgname = w.name::pg_catalog.name"
+    " ORDER BY w.k";
+
+/* How a trigger in state (tgenabled, "" when missing) differs from the state wanted ("A" or
+ * "R"), in words; NULL when it is as wanted. */
+static const char *trigger_state_text(const char *state, const char *want)
+{
+    if (strcmp(state, want) == 0)
+        return NULL;
+    if (!*state)
+        return "is missing";
+    if (strcmp(state, "D") == 0)
+        return "is disabled: it fires in no session";
+    if (strcmp(state, "O") == 0)
+        return strcmp(want, "A") == 0
+                   ? "is enabled the ordinary way, not ALWAYS (as ENABLE TRIGGER, and a data-only "
+                     "restore's --disable-triggers, which ends with ENABLE TRIGGER ALL, leave it): "
+                     "it does not fire in sessions with session_replication_role = replica "
+                     "(logical replication's apply workers, loaders)"
+                   : "is enabled the ordinary way, not REPLICA (as ENABLE TRIGGER, and a data-only "
+                     "restore's --disable-triggers, which ends with ENABLE TRIGGER ALL, leave it): "
+                     "it does not fire in logical replication's apply workers, and runs in every "
+                     "other producer's insert, row by row";
+    if (strcmp(state, "R") == 0)
+        return "is enabled REPLICA, not ALWAYS: it fires only in sessions with "
+               "session_replication_role = replica";
+    return "is enabled ALWAYS, not REPLICA: it runs in every producer's insert, row by row";
+}
+
+/* A warn line for each of the relay's triggers not in the state migrate gives it. Why warn, not
+ * FAIL: `run` works without them, only slower or out of order in the cases each line names. A
+ * data-only restore with --disable-triggers ends with ENABLE TRIGGER ALL, which makes both ALWAYS
+ * triggers and the REPLICA one ordinary triggers without a word; so does a hand's ENABLE
+ * TRIGGER. */
+static void check_triggers(Checks *c, PGconn *conn, const TableMap *map)
+{
+    PGresult *res = query(c, conn, map, "triggers", SQL_TRIGGERS, 0, NULL);
+    if (!res)
+        return;
+    char name[160];
+    table_map_display(map, name, sizeof(name));
+    int bad = 0;
+    for (int i = 0; i < PQntuples(res); i++) {
+        const char *trigger = PQgetvalue(res, i, 0);
+        const char *state = PQgetvalue(res, i, 2);
+        const char *where = trigger_state_text(state, PQgetvalue(res, i, 1));
+        if (!where)
+            continue;
+        bad++;
+        /* What it costs. The wakeup's twin enabled ALWAYS still wakes relays: only a cost. */
+        const char *effect =
+            strcmp(trigger, "outbox_floor_visible") == 0
+                ? "a sent row the updates it misses make unsent again keeps attempts 0 below the "
+                  "claim floor: the later events of its aggregate are published first, and it "
+                  "waits until the floor starts again"
+            : strcmp(trigger, "outbox_wakeup") == 0
+                ? "the inserts it misses wake no sleeping relay: their events wait for "
+                  "--poll-interval"
+            : strcmp(state, "A") == 0
+                ? "ordinary producers pay for a trigger meant for replica sessions"
+                : "the rows logical replication's apply workers insert wake no sleeping relay: "
+                  "their events wait for --poll-interval";
+        say_warn(c, "triggers", "trigger %s on %s %s; %s: as the owner, %s", trigger, name, where,
+                 effect, PQgetvalue(res, i, 3));
+    }
+    if (bad == 0 && PQntuples(res) == 3)
+        say(c, true, "triggers",
+            "outbox_wakeup and outbox_floor_visible on %s are enabled ALWAYS, "
+            "outbox_wakeup_replica REPLICA, as migrate installs them",
+            name);
+    PQclear(res);
+}
+
 /* librdkafka's own lines (a broker refusing connections, a property's warning) would be printed
  * between the check's lines; the one line per check says what matters, the rest is for
  * --log-level debug. */
@@ -419,6 +520,8 @@ int check_run(const Config *cfg, rd_kafka_conf_t *kconf)
                 say(&c, false, "privileges", "the check failed (see above)");
             if (!c.pg_gone)
                 check_floor(&c, conn, cfg);
+            if (!c.pg_gone)
+                check_triggers(&c, conn, &cfg->map);
             if (!c.pg_gone)
                 check_indexes(&c, conn, &cfg->map);
             if (!c.pg_gone)

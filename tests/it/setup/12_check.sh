@@ -2,7 +2,7 @@
 # Proves `outbox-relay check`, run as a login role that is a member of outbox_relay
 # only, as the least-privileged relay would:
 #  1. on a good setup it exits 0 and says ok for the config, PostgreSQL, the table, the
-#     privileges, the claim floor, the indexes and Kafka;
+#     privileges, the claim floor, the triggers, the indexes and Kafka;
 #  2. three broken setups each exit 1 and name the cause with the statement that fixes it: no
 #     SELECT on the outbox, the retry index made again with id DESC (no problem beside another index
 #     of the relay's definition), the unsent rows' index dropped, no SELECT on the order column's sequence (the claim floor; a cached
@@ -20,6 +20,10 @@
 #  6. a Kafka that stops answering (the mock broker stopped: connections accepted, nothing
 #     answered) is a FAIL line naming the bound, --statement-timeout 2s (it was a fixed 10 s),
 #     and exit 1; the PostgreSQL checks before it are done as usual.
+#  7. the relay's triggers not as migrate installs them (outbox_wakeup and outbox_floor_visible
+#     ALWAYS, outbox_wakeup_replica REPLICA) are a warn line each (exit 0) naming what is missed
+#     and the statement that restores it, which does: after a data-only restore's
+#     DISABLE/ENABLE TRIGGER ALL (all three ordinary), one disabled, one dropped, the twin ALWAYS.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -40,7 +44,7 @@ run_check() {
 # --- 1. a good setup ---
 run_check good
 check_eq "1: a good setup: exit 0" 0 $?
-for area in config postgresql table privileges "claim floor" indexes kafka; do
+for area in config postgresql table privileges "claim floor" triggers indexes kafka; do
     check "1: ok line for $area" grep -q "^ok    $area: " "$T/good.out"
 done
 check "1: the summary says ok" grep -q '^check: ok' "$T/good.out"
@@ -237,3 +241,59 @@ check "6: ... named in one line, with the bound set" \
     grep -q "^FAIL  kafka: no broker at $BROKERS answered within 2 s (--statement-timeout)" \
     "$T/silentkafka.out"
 check "6: ... the PostgreSQL checks done before it" grep -q '^ok    table:' "$T/silentkafka.out"
+
+# --- 7. the relay's triggers, as a restore or a hand leaves them ---
+# What pg_restore --data-only --disable-triggers runs around the data: ENABLE TRIGGER ALL makes
+# both ALWAYS triggers, and the wakeup's REPLICA twin, ordinary ones. Before: check said nothing
+# of the triggers.
+psql_q "ALTER TABLE public.outbox DISABLE TRIGGER ALL; ALTER TABLE public.outbox ENABLE TRIGGER ALL" ||
+    fail "7: disable and enable all triggers as a restore does"
+run_check restored
+check_eq "7: triggers enabled the ordinary way: exit 0 (warnings)" 0 $?
+check "7: the wakeup's warn line says how it differs" grep -qF \
+    "warn  triggers: trigger outbox_wakeup on outbox is enabled the ordinary way, not ALWAYS" \
+    "$T/restored.out"
+check "7: ... with the statement that restores it" grep -qF \
+    "as the owner, ALTER TABLE public.outbox ENABLE ALWAYS TRIGGER outbox_wakeup" "$T/restored.out"
+check "7: the twin's: REPLICA" grep -qF \
+    "as the owner, ALTER TABLE public.outbox ENABLE REPLICA TRIGGER outbox_wakeup_replica" \
+    "$T/restored.out"
+check "7: the floor's: ALWAYS" grep -qF \
+    "as the owner, ALTER TABLE public.outbox ENABLE ALWAYS TRIGGER outbox_floor_visible" \
+    "$T/restored.out"
+check_eq "7: three warn lines" 3 "$(grep -c '^warn  triggers: ' "$T/restored.out")"
+check "7: no ok line for the triggers" lacks "$T/restored.out" 'ok    triggers:'
+# The statements it names are the fix.
+grep -o 'ALTER TABLE public.outbox ENABLE [A-Z]* TRIGGER [a-z_]*' "$T/restored.out" \
+    >"$T/restored.sql"
+psql_q "$(paste -sd ';' "$T/restored.sql")" || fail "7: run the statements check named"
+triggers_state() {
+    psql_q "SELECT string_agg(tgenabled::text, ' ' ORDER BY tgname) FROM pg_trigger
+            WHERE tgrelid = 'outbox'::regclass AND NOT tgisinternal"
+}
+check_eq "7: ... which enables them as migrate does" "A A R" "$(triggers_state)"
+
+psql_q "ALTER TABLE outbox DISABLE TRIGGER outbox_floor_visible; DROP TRIGGER outbox_wakeup ON outbox;
+        ALTER TABLE outbox ENABLE ALWAYS TRIGGER outbox_wakeup_replica" ||
+    fail "7: disable one, drop one, the twin ALWAYS"
+run_check dropped
+check_eq "7: one disabled, one dropped, the twin ALWAYS: exit 0 (warnings)" 0 $?
+check "7: the dropped one: missing, with the install function's call" grep -qF \
+    "warn  triggers: trigger outbox_wakeup on outbox is missing; the inserts it misses wake no sleeping relay: their events wait for --poll-interval: as the owner, SELECT public.outbox_wakeup_install('public.outbox')" \
+    "$T/dropped.out"
+check "7: the disabled one: with the ALTER TABLE" grep -qF \
+    "warn  triggers: trigger outbox_floor_visible on outbox is disabled: it fires in no session;" \
+    "$T/dropped.out"
+check "7: the twin ALWAYS: what it costs" grep -qF \
+    "warn  triggers: trigger outbox_wakeup_replica on outbox is enabled ALWAYS, not REPLICA" \
+    "$T/dropped.out"
+fix=$(grep -o "SELECT public.outbox_wakeup_install('public.outbox')" "$T/dropped.out")
+psql_q "$fix; ALTER TABLE public.outbox ENABLE ALWAYS TRIGGER outbox_floor_visible" ||
+    fail "7: run the statements check named"
+check_eq "7: ... which installs them as migrate does" "A A R" "$(triggers_state)"
+run_check fixed_triggers
+check_eq "7: fixed: exit 0" 0 $?
+check "7: ... the triggers' ok line" grep -qF \
+    "ok    triggers: outbox_wakeup and outbox_floor_visible on outbox are enabled ALWAYS, outbox_wakeup_replica REPLICA" \
+    "$T/fixed_triggers.out"
+check "7: ... no warn line" lacks "$T/fixed_triggers.out" 'warn  triggers:'
