@@ -585,14 +585,27 @@ static bool is_applied(PGconn *conn, const char *version, bool *applied)
     return res != NULL;
 }
 
+/* Names migrations were recorded under before they were renamed: known, so a database that
+ * recorded one is not taken for one a newer outbox-relay migrated (database_ahead refused it, exit
+ * 2, and check said FAIL, telling the operator to run a version that does not exist). The
+ * migration that replaced each is not recorded under its own name there, so it applies next, on
+ * top: it must be safe after the old one (idempotent). */
+static const char *const retired_migrations[] = {
+    /* On main from 251156f to d87ddf0, never released: 95f09c6 extended it to the claim floor's
+     * trigger as 0011_triggers_always.sql, which enables ALWAYS what is enabled so already. */
+    "0011_wakeup_always.sql",
+};
+
 int migrate_unknown(PGconn *conn, long answer_timeout_s, char *newest, size_t len, DbError *e)
 {
     char known[4096];
     size_t at = 0;
+    size_t n_retired = sizeof(retired_migrations) / sizeof(retired_migrations[0]);
     known[at++] = '{';
-    for (size_t i = 0; i < migration_count && at < sizeof(known); i++)
+    for (size_t i = 0; i < migration_count + n_retired && at < sizeof(known); i++)
         at += (size_t)snprintf(known + at, sizeof(known) - at, "%s\"%s\"", i ? "," : "",
-                               migration_files[i].name);
+                               i < migration_count ? migration_files[i].name
+                                                   : retired_migrations[i - migration_count]);
     if (at + 2 > sizeof(known)) {
         memset(e, 0, sizeof(*e));
         snprintf(e->message, sizeof(e->message), "too many migrations to list");

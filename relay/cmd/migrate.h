@@ -46,7 +46,8 @@ int migrate_run(const char *conninfo, const TableMap *map, const char *schema, l
                 long answer_s, bool dry_run);
 
 /* How many migrations conn's schema_migrations records that this binary does not have (recorded
- * by a newer outbox-relay's migrate; the adoptions' "adopted ..." records are not migrations),
+ * by a newer outbox-relay's migrate; the adoptions' "adopted ..." records and the names of renamed
+ * migrations this binary still knows, migrate.c's retired_migrations, are not such migrations),
  * the latest of them (in file-name order) copied to newest when any. -1 with e filled when the
  * read failed (schema_migrations missing or unreadable by the role, or no answer within
  * answer_s: e->conn_lost). Reads only. */

@@ -7,7 +7,7 @@
 # changes nothing (it names a grant a run would give, and gives none; it exits 1 where the run would fail: a --table that does not exist, an adopted
 # table's index made again another way), that a database a newer relay migrated (a migration
 # recorded that this binary does not have) is refused by the run and --dry-run (exit 2) and named
-# by check, and that
+# by check (but for the name a migration had before it was renamed: 0011_wakeup_always.sql), and that
 # the SQL files also apply with plain psql in order (so operators can review and run them by hand); --table
 # public.outbox is the relay's own table (migrated, not adopted), and a --schema that does not
 # exist is refused in one line (exit 1), as is adopting a table whose index names another relation
@@ -277,6 +277,33 @@ check_eq "...check finds a problem (exit 1)" 1 $?
 check "...naming it: a newer relay migrated the database" grep -q \
     '^FAIL  migrations: the database was migrated by a newer outbox-relay (2 migration(s) this binary does not know, the latest 9999_latest.sql' \
     "$T/ahead-check.out"
+
+# A database main's migrate recorded 0011_wakeup_always.sql in (251156f-d87ddf0), before 95f09c6
+# renamed it 0011_triggers_always.sql and extended it to the claim floor's trigger: the name is
+# still known, so migrate applies 0011_triggers_always on top (the floor's trigger enabled
+# ALWAYS) rather than refusing the database as a newer relay's. Before: exit 2, "migrated by a
+# newer outbox-relay" naming 0011_wakeup_always.sql, and the floor's trigger left 'O'.
+psql_q "CREATE DATABASE outbox_renamed" -d postgres
+renamed_url=postgresql://postgres@127.0.0.1:$PGPORT/outbox_renamed
+"$RELAY_BIN" migrate --database-url "$renamed_url" 2>/dev/null || fail "migrate outbox_renamed"
+psql_q "UPDATE schema_migrations SET version = '0011_wakeup_always.sql'
+        WHERE version = '0011_triggers_always.sql';
+        DELETE FROM schema_migrations WHERE version >= '0012';
+        ALTER TABLE outbox ENABLE TRIGGER outbox_floor_visible;
+        DROP TRIGGER outbox_wakeup_replica ON outbox" -d outbox_renamed ||
+    fail "outbox_renamed as main's 0011_wakeup_always.sql left it"
+"$RELAY_BIN" migrate --database-url "$renamed_url" 2>"$T/renamed.log"
+check_eq "a database that recorded 0011_wakeup_always.sql: migrate exits 0" 0 $?
+check "...not taking it for a newer relay's" lacks "$T/renamed.log" 'newer outbox-relay'
+check_eq "...applying 0011_triggers_always.sql on top" 1 \
+    "$(recorded outbox_renamed 0011_triggers_always.sql)"
+check_eq "...and 0012_wakeup_replica_rows.sql after it" 1 \
+    "$(recorded outbox_renamed 0012_wakeup_replica_rows.sql)"
+check_eq "...and the later ones: the floor's trigger ALWAYS, the wakeup's twin" "A A R" \
+    "$(psql_q "SELECT string_agg(tgenabled::text, ' ' ORDER BY tgname) FROM pg_trigger
+               WHERE tgrelid = 'outbox'::regclass AND NOT tgisinternal" -d outbox_renamed)"
+"$RELAY_BIN" migrate --database-url "$renamed_url" 2>"$T/renamed2.log"
+check_eq "...and runs again as a no-op (exit 0)" 0 $?
 
 # --- plain psql, file by file ---
 psql_q "CREATE DATABASE outbox_psql" -d postgres
