@@ -438,6 +438,9 @@ bool claim_build(Session *s, ClaimRequest *req)
          * probe that passed without it would have the session join, fail its look and give its
          * lanes up again after every retry backoff (session.c, EVENT_LANES_REPLY). */
         queries[nq++] = (PgQuery){SQL_LANES_MEMBERS, 0, NULL, true};
+        /* And the advisory lock functions the join and the lanes' locks call, for the same
+         * reason: EXECUTE may be revoked from PUBLIC as SELECT on pg_locks may. */
+        queries[nq++] = (PgQuery){SQL_LANES_CALLABLE, 0, NULL, true};
     }
     at.n = req->n = nq;
     s->claim_at = at;

@@ -51,7 +51,8 @@
 #define FLOOR_CHECK_AGAIN_S 60.0
 /* BEGIN, planner settings, dead-letter claim, the floor's two looks, the claim, its recheck, the
  * look for a locker behind a claim around locks; a setup probe has no floor's looks nor recheck,
- * and its mark statement and lane group's look (claim.c) take their places. */
+ * and its mark statement, lane group's look and check of the lock functions (claim.c) take their
+ * places (8 with the dead-letter claim and the look for a locker). */
 #define CLAIM_MAX_QUERIES 8
 /* The most rows the claim's recheck returns (claim.c): aggregates some other transaction held
  * back while the claim ran. More, and the session holds the whole batch back. */

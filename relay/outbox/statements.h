@@ -147,6 +147,19 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " AND granted AND database = (SELECT oid FROM pg_database WHERE datname = "                    \
     "pg_catalog.current_database())"                                                               \
     " ORDER BY 1"
+/* Fails as the lane group's statements above and below would (42501, naming the function) when
+ * the role may not execute the advisory lock functions they call (EXECUTE revoked from PUBLIC, a
+ * hardening step), and takes and gives up no lock: each is called only where
+ * has_function_privilege says it is refused. The setup probe sends it (claim.c): a probe that
+ * passed without it said the setup was fixed, and the session joined, failed and said the fault
+ * again after every retry backoff. */
+#define SQL_LANES_CALLABLE                                                                         \
+    "SELECT CASE WHEN NOT pg_catalog.has_function_privilege("                                      \
+    "'pg_catalog.pg_try_advisory_lock(integer, integer)', 'EXECUTE')"                              \
+    " THEN pg_catalog.pg_try_advisory_lock(" LOCK_NS_MEMBER ", -1)"                                \
+    " WHEN NOT pg_catalog.has_function_privilege("                                                 \
+    "'pg_catalog.pg_advisory_unlock(integer, integer)', 'EXECUTE')"                                \
+    " THEN pg_catalog.pg_advisory_unlock(" LOCK_NS_MEMBER ", -1) ELSE true END"
 /* Of the lanes $1, those this session could lock now. */
 #define SQL_LOCK_LANES                                                                             \
     "SELECT l FROM pg_catalog.unnest($1::int[]) AS l WHERE "                                       \

@@ -185,6 +185,7 @@ static const struct {
     {SQL_LANES_JOIN, "join"},
     {SQL_LANES_LEAVE, "leave"},
     {SQL_LANES_MEMBERS, "members"},
+    {SQL_LANES_CALLABLE, "callable"},
     {SQL_LOCK_LANES, "lock"},
     {SQL_UNLOCK_LANES, "unlock"},
 };
@@ -1905,9 +1906,9 @@ static void test_setup_fault(void **state)
         "claiming", "ending", "idle",          "rebalancing", "idle",     "claiming", NULL};
     static const char *const sent[] = {"ROLLBACK",
                                        "unlock,leave",
-                                       "BEGIN,claim-plan,claim,mark-sent,members",
+                                       "BEGIN,claim-plan,claim,mark-sent,members,callable",
                                        "ROLLBACK",
-                                       "BEGIN,claim-plan,claim,mark-sent,members",
+                                       "BEGIN,claim-plan,claim,mark-sent,members,callable",
                                        "COMMIT",
                                        "join",
                                        "members",
@@ -1969,6 +1970,47 @@ static void test_lane_look_setup_fault(void **state)
     answer(0);                             /* ROLLBACK */
     assert_int_equal(fake_pg_resets(PG(0)), resets + 1);
     expect_idle_pg(0);
+    fire(&S(0)->retry_timer);
+    answer(0); /* the probe goes through: fixed */
+    answer(0); /* COMMIT */
+    answer(0); /* join */
+    answer(0); /* members */
+    answer(0); /* lock */
+    relay_status(T.r, &st);
+    assert_string_equal(st.setup_error, "");
+    assert_int_equal(st.lanes_owned, LANE_COUNT);
+}
+
+/* The join refused for a reason of the setup (42501: EXECUTE on pg_try_advisory_lock revoked
+ * from PUBLIC): a setup fault, as for the look above, and the probe checks the lock functions too
+ * (SQL_LANES_CALLABLE): while they stay refused the probe fails, and the session neither says
+ * the setup is fixed nor joins or reconnects; once they are callable it joins. The old probe
+ * passed (it read pg_locks only): "the setup is fixed", a join that failed, the fault said again
+ * and a reconnect, after every retry backoff. */
+static void test_lane_lock_function_setup_fault(void **state)
+{
+    RelayStatus st;
+    start("1", "1", "60000");
+    fake_pg_up(PG(0));
+    answer(0); /* LISTEN */
+    int resets = fake_pg_resets(PG(0));
+    answer_failing(0, "join", "42501");
+    assert_int_equal(fake_pg_resets(PG(0)), resets + 1);
+    relay_status(T.r, &st);
+    assert_true(st.setup_error[0] != '\0');
+    assert_int_equal(st.lanes_owned, 0);
+    fake_pg_up(PG(0));
+    answer(0);         /* LISTEN */
+    answer(0);         /* its lost process ended (it may have held a member slot) */
+    expect_idle_pg(0); /* no join until the retry backoff */
+    fire(&S(0)->retry_timer);
+    assert_string_equal(field(pending_param(0, "claim"), 1), "{}"); /* a probe: no lanes */
+    answer_failing(0, "callable", "42501"); /* the lock functions are still refused */
+    answer(0);                              /* ROLLBACK */
+    expect_idle_pg(0);                      /* no join */
+    assert_int_equal(fake_pg_resets(PG(0)), resets + 1);
+    relay_status(T.r, &st);
+    assert_true(st.setup_error[0] != '\0');
     fire(&S(0)->retry_timer);
     answer(0); /* the probe goes through: fixed */
     answer(0); /* COMMIT */
@@ -3739,6 +3781,7 @@ int main(void)
         cmocka_unit_test_teardown(test_empty_claim_resets_claim_backoff, teardown),
         cmocka_unit_test_teardown(test_setup_fault, teardown),
         cmocka_unit_test_teardown(test_lane_look_setup_fault, teardown),
+        cmocka_unit_test_teardown(test_lane_lock_function_setup_fault, teardown),
         cmocka_unit_test_teardown(test_setup_fault_scrubbed_before_cut, teardown),
         cmocka_unit_test_teardown(test_lower_setup_fault_hands_over, teardown),
         cmocka_unit_test_teardown(test_stand_in_works_while_batch_abandoned, teardown),

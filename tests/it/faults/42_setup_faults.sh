@@ -20,6 +20,13 @@
 #     in B: said once (what="dividing the lanes", with the hint), one reconnect, 0 lanes, /readyz
 #     503, and the healthy relay delivers every aggregate; once SELECT is granted again it takes
 #     lanes, and all is delivered.
+#  E. A relay whose role may not call pg_try_advisory_lock(integer, integer) (EXECUTE revoked from
+#     PUBLIC, a hardening step as D's): its join fails with 42501, a setup fault as in D. Its
+#     probe checks the lock functions too: while they stay refused it fails (said at debug level),
+#     so the session neither says the setup is fixed nor joins again; on main the probe read only
+#     pg_locks, passed, and after every retry backoff the session said "the setup is fixed",
+#     joined, failed, said the fault again at error level and reconnected. Once EXECUTE is
+#     granted again it takes lanes, and all is delivered.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -148,3 +155,31 @@ check_eq "D: the healthy relay exits 0" 0 "$?"
 RELAY_PID=$BROKEN_PID
 relay_stop
 check_eq "D: the once refused relay exits 0" 0 "$?"
+
+# --- E: a relay whose role may not call the advisory lock functions ----------------------------
+psql_q "REVOKE EXECUTE ON FUNCTION pg_catalog.pg_try_advisory_lock(integer, integer) FROM PUBLIC" ||
+    fail "E: revoke"
+relay_start --database-url "postgresql://relay_d@127.0.0.1:$PGPORT/outbox" "${FAULT_RELAY_OPTS[@]}" \
+    --sessions 1 --metrics-listen 127.0.0.1:0 --log-level debug
+metrics_wait
+wait_for "E: the relay says what is wrong" 30 \
+    grep -q "level=error.*$SETUP_LINE.* what=\"dividing the lanes\" sqlstate=42501 " "$RELAY_LOG"
+probes_refused() { # three probes after it, each refused by the lock function's privilege
+    [ "$(grep -c "level=debug.*$SETUP_LINE.*permission denied for function pg_try_advisory_lock" \
+        "$RELAY_LOG")" -ge 3 ]
+}
+wait_for "E: its probes are refused while the privilege is" 60 probes_refused
+check_eq "E: it never says the setup is fixed meanwhile" 0 \
+    "$(grep -c 'the setup is fixed' "$RELAY_LOG")"
+check_eq "E: nor the fault again" 1 "$(grep -c "level=error.*$SETUP_LINE" "$RELAY_LOG")"
+check_eq "E: and reconnected once" 1 "$(grep -c 'msg="postgres connection lost"' "$RELAY_LOG")"
+check "E: holds no lanes" metric_is outbox_lanes_owned 0
+check "E: and answers /readyz 503" ready_is 503
+psql_q "GRANT EXECUTE ON FUNCTION pg_catalog.pg_try_advisory_lock(integer, integer) TO PUBLIC" ||
+    fail "E: grant"
+wait_for "E: once granted, the relay is ready" 40 ready_is 200
+wait_for "E: and takes every lane" 20 metric_is outbox_lanes_owned 64
+insert lockfn 1 3
+check_delivered lockfn
+relay_stop
+check_eq "E: the relay exits 0" 0 "$?"
