@@ -51,7 +51,9 @@
     "sent_at, attempts, rejections, last_error, next_attempt_at, dead_at, dead_letter_topic"
 #define UPDATE_ON(col) "pg_catalog.has_column_privilege($1, " T ", '" col "', 'UPDATE')"
 
-enum { FOR_RELAY = 1, FOR_PRODUCER = 2, ONLY_DELETES = 4, ONLY_FLOOR = 8 };
+/* CHECK_ONLY: a privilege on PostgreSQL's own objects, which PUBLIC holds unless revoked (a
+ * hardening step): checked, never granted by migrate, whose role does not own them. */
+enum { FOR_RELAY = 1, FOR_PRODUCER = 2, ONLY_DELETES = 4, ONLY_FLOOR = 8, CHECK_ONLY = 16 };
 
 /* One privilege: whether its object exists (NULL: the table itself, always), whether role $1
  * holds it, and the GRANT that gives it to role $2, all SQL expressions (templates of table.h).
@@ -116,6 +118,22 @@ static const Need
                  "pg_catalog.has_sequence_privilege($1, " SEQ ", 'SELECT, USAGE')",
                  "pg_catalog.format('GRANT SELECT ON SEQUENCE %s TO %I', " QUALIFIED(
                      SEQ) ", $2::text)"},
+                /* The lane group's look and locks (statements.h): refused, a relay session holds
+                 * no lanes and reports a setup fault whose hint sends the operator here. */
+                {FOR_RELAY | CHECK_ONLY, "SELECT on pg_catalog.pg_locks (the lane group's look)",
+                 NULL, "pg_catalog.has_table_privilege($1, 'pg_catalog.pg_locks', 'SELECT')",
+                 "pg_catalog.format('GRANT SELECT ON pg_catalog.pg_locks TO %I', $2::text)"},
+                {FOR_RELAY | CHECK_ONLY,
+                 "EXECUTE on pg_try_advisory_lock(integer, integer) and "
+                 "pg_advisory_unlock(integer, integer) (the lane group's locks)",
+                 NULL,
+                 "pg_catalog.has_function_privilege($1, "
+                 "'pg_catalog.pg_try_advisory_lock(integer, integer)', 'EXECUTE')"
+                 " AND pg_catalog.has_function_privilege($1, "
+                 "'pg_catalog.pg_advisory_unlock(integer, integer)', 'EXECUTE')",
+                 "pg_catalog.format('GRANT EXECUTE ON FUNCTION"
+                 " pg_catalog.pg_try_advisory_lock(integer, integer),"
+                 " pg_catalog.pg_advisory_unlock(integer, integer) TO %I', $2::text)"},
                 {FOR_PRODUCER,
                  "INSERT on the outbox table's writer columns, and on no other column", NULL,
                  "NOT EXISTS (SELECT 1 FROM " WRITER_COLUMNS " c WHERE NOT c.writer ="
@@ -236,7 +254,7 @@ bool grants_apply(PGconn *conn, const TableMap *map, long answer_s, bool *conn_l
         for (size_t i = 0; i < N_NEEDS; i++) {
             const Need *need = &needs[i];
             if (!(need->flags & (r == 0 ? FOR_RELAY : FOR_PRODUCER)) ||
-                ((need->flags & ONLY_DELETES) && !fresh))
+                (need->flags & CHECK_ONLY) || ((need->flags & ONLY_DELETES) && !fresh))
                 continue;
             char grant[1024], q1[600], q2[1100];
             NeedState st = need_state(conn, map, need, roles[r], roles[r], grant, sizeof(grant),
@@ -330,6 +348,7 @@ int grants_plan(PGconn *conn, const TableMap *map, long answer_s, bool *conn_los
         for (size_t i = 0; i < N_NEEDS; i++) {
             const Need *need = &needs[i];
             if (!(need->flags & (r == 0 ? FOR_RELAY : FOR_PRODUCER)) ||
+                (need->flags & CHECK_ONLY) ||
                 ((need->flags & ONLY_DELETES) && first != NEED_MISSING))
                 continue;
             char grant[1024];
@@ -384,7 +403,7 @@ int grants_check(PGconn *conn, const TableMap *map, GrantsUse use, GrantsMissing
             return -1;
         if (st == NEED_MISSING) {
             missing++;
-            fn(need->what, grant, !(need->flags & ONLY_DELETES), nonmember, arg);
+            fn(need->what, grant, !(need->flags & (ONLY_DELETES | CHECK_ONLY)), nonmember, arg);
         }
     }
     return missing;

@@ -20,6 +20,10 @@
 #  6. a Kafka that stops answering (the mock broker stopped: connections accepted, nothing
 #     answered) is a FAIL line naming the bound, --statement-timeout 2s (it was a fixed 10 s),
 #     and exit 1; the PostgreSQL checks before it are done as usual.
+#  8. SELECT on pg_catalog.pg_locks, or EXECUTE on pg_try_advisory_lock(integer, integer), revoked
+#     from PUBLIC (a hardening step; the relay's sessions then hold no lanes, and the setup fault
+#     they report says check names the GRANT): a FAIL line each with the GRANT, which is the fix,
+#     and not `migrate` (which never grants on PostgreSQL's own objects).
 #  7. the relay's triggers not as migrate installs them (outbox_wakeup and outbox_floor_visible
 #     ALWAYS, outbox_wakeup_replica REPLICA) are a warn line each (exit 0) naming what is missed
 #     and the statement that restores it, which does: after a data-only restore's
@@ -297,3 +301,28 @@ check "7: ... the triggers' ok line" grep -qF \
     "ok    triggers: outbox_wakeup and outbox_floor_visible on outbox are enabled ALWAYS, outbox_wakeup_replica REPLICA" \
     "$T/fixed_triggers.out"
 check "7: ... no warn line" lacks "$T/fixed_triggers.out" 'warn  triggers:'
+
+# --- 8. PostgreSQL's own objects the lane group uses, revoked from PUBLIC ---
+# Before: check said "ok    privileges", while the relay's setup fault sent the operator here.
+psql_q "REVOKE SELECT ON pg_catalog.pg_locks FROM PUBLIC;
+        REVOKE EXECUTE ON FUNCTION pg_catalog.pg_try_advisory_lock(integer, integer) FROM PUBLIC" ||
+    fail "8: revoke"
+run_check nolocks
+check_eq "8: pg_locks and pg_try_advisory_lock refused: exit 1" 1 $?
+check "8: names SELECT on pg_locks and its GRANT" grep -qF \
+    'FAIL  privileges: this role lacks SELECT on pg_catalog.pg_locks (the lane group'"'"'s look): as the owner, GRANT SELECT ON pg_catalog.pg_locks TO outbox_relay' \
+    "$T/nolocks.out"
+check "8: names EXECUTE on the lock functions and its GRANT" grep -qF \
+    'as the owner, GRANT EXECUTE ON FUNCTION pg_catalog.pg_try_advisory_lock(integer, integer), pg_catalog.pg_advisory_unlock(integer, integer) TO outbox_relay' \
+    "$T/nolocks.out"
+check "8: ... not migrate, which does not grant them" \
+    lacks "$T/nolocks.out" 'run `outbox-relay migrate` again'
+check "8: two problems" grep -q '^check: 2 problems found' "$T/nolocks.out"
+grep -o 'GRANT [A-Z]* ON [^:]*pg_catalog[^;]* TO outbox_relay' "$T/nolocks.out" >"$T/nolocks.sql"
+psql_q "$(paste -sd ';' "$T/nolocks.sql")" || fail "8: run the GRANTs check named"
+run_check locks_granted
+check_eq "8: the GRANTs check named are the fix: exit 0" 0 $?
+check "8: ... privileges ok" grep -q '^ok    privileges: ' "$T/locks_granted.out"
+psql_q "GRANT SELECT ON pg_catalog.pg_locks TO PUBLIC;
+        GRANT EXECUTE ON FUNCTION pg_catalog.pg_try_advisory_lock(integer, integer) TO PUBLIC" ||
+    fail "8: grant to PUBLIC again"
