@@ -15,6 +15,7 @@ struct ConnDeadline {
     bool linked;     /* on the clock */
     bool shut;       /* shut down here (deadline or room): not counted in live */
     bool served;     /* a request of its has arrived (paused once): its thread is reading */
+    double added;    /* monotonic seconds of conndeadline_add */
 };
 
 struct ConnDeadlines {
@@ -90,21 +91,34 @@ static void link_entry(ConnDeadlines *d, ConnDeadline *e)
 /* Past the room with nothing to shut down (pick_for_room), how often the watcher looks again. */
 #define ROOM_RECHECK_S 0.05
 
+/* How long a new connection that was never served is passed over for room whatever its socket
+ * holds: libmicrohttpd tells of a connection as it accepts it, and the client's request may not
+ * have arrived yet (it sends it after its connect returns), so an empty socket then is a request
+ * on its way, not a slow sender's bytes read. Without it the watcher, woken by that very add,
+ * shut down the newcomer itself when every older one was being handled or had its request
+ * unread: a probe closed before its request came. A slow or silent sender is older than this. */
+#define ROOM_YOUNG_S 0.5
+
 /* The connection to shut down for newcomer e's room: the oldest on the clock, other than e, that
- * has had a request arrive or whose socket holds no unread bytes. A new one with unread bytes is
- * a connection whose thread has not yet read its request (libmicrohttpd starts that thread after
- * this add): with every older slot in a handler, a burst's newcomers shut one another down, a
- * probe among them closed with its request unread. A slow sender's thread reads each byte as it
- * comes, so its socket is empty between them; a kept-alive connection's socket may hold the
- * next requests of a client that pipelines them and reads no answer, which is why one that was
- * served stays a candidate. NULL when none of the first ROOM_SCAN_MAX qualifies: libmicrohttpd's
- * own limit then holds until they have been read. Under d->mu. */
-static ConnDeadline *pick_for_room(ConnDeadlines *d, const ConnDeadline *e)
+ * has had a request arrive, or that is older than ROOM_YOUNG_S and whose socket holds no unread
+ * bytes. A new one with unread bytes is a connection whose thread has not yet read its request
+ * (libmicrohttpd starts that thread after this add): with every older slot in a handler, a
+ * burst's newcomers shut one another down, a probe among them closed with its request unread. A
+ * slow sender's thread reads each byte as it comes, so its socket is empty between them; a
+ * kept-alive connection's socket may hold the next requests of a client that pipelines them and
+ * reads no answer, which is why one that was served stays a candidate. NULL when none of the
+ * first ROOM_SCAN_MAX qualifies: libmicrohttpd's own limit then holds until they have been read
+ * (the watcher looks again). Under d->mu. */
+static ConnDeadline *pick_for_room(ConnDeadlines *d, const ConnDeadline *e, double now)
 {
     int looked = 0;
     for (ConnDeadline *o = d->head; o && looked < ROOM_SCAN_MAX; o = o->next, looked++) {
+        if (o == e)
+            continue;
+        if (o->served)
+            return o;
         int unread = 0;
-        if (o != e && (o->served || (ioctl(o->fd, FIONREAD, &unread) == 0 && unread == 0)))
+        if (now - o->added >= ROOM_YOUNG_S && ioctl(o->fd, FIONREAD, &unread) == 0 && unread == 0)
             return o;
     }
     return NULL;
@@ -125,7 +139,7 @@ static void *watch(void *arg)
          * and at the server's own limit no newcomer comes to do it, so a burst of whole requests
          * (a client pipelining, reading nothing) held every slot until the deadline. */
         bool over = d->room > 0 && d->live > d->room;
-        ConnDeadline *victim = over ? pick_for_room(d, NULL) : NULL;
+        ConnDeadline *victim = over ? pick_for_room(d, NULL, now) : NULL;
         if (victim) {
             shut_entry(d, victim);
             d->evicted++;
@@ -195,12 +209,13 @@ ConnDeadline *conndeadline_add(ConnDeadlines *d, int fd)
     if (!e)
         return NULL;
     e->fd = fd;
+    e->added = mono_s();
     pthread_mutex_lock(&d->mu);
     d->live++;
     link_entry(d, e);
     /* The oldest on the clock has had the longest to send its request; a quick client's is
      * never the oldest, unless its thread has not read it yet (pick_for_room). */
-    ConnDeadline *victim = d->room > 0 && d->live > d->room ? pick_for_room(d, e) : NULL;
+    ConnDeadline *victim = d->room > 0 && d->live > d->room ? pick_for_room(d, e, e->added) : NULL;
     if (victim) {
         shut_entry(d, victim);
         d->evicted++;

@@ -18,8 +18,10 @@
  * accepting, and a client with a quick request (a health probe) waited in the kernel's backlog
  * behind a flood of slow ones until their deadline, for ever against a flood that reconnects.
  * A new one whose socket holds unread bytes is passed over: its thread has not read its request
- * yet. When none can go, the watcher shuts one down as soon as one can (a newcomer may not come:
- * the server stops accepting at its own limit). */
+ * yet; so is one never served for its first half second, whose request may not have arrived
+ * (libmicrohttpd tells of a connection as it accepts it). When none can go, the watcher shuts one
+ * down as soon as one can (a newcomer may not come: the server stops accepting at its own limit).
+ */
 #ifndef OUTBOX_CONNDEADLINE_H
 #define OUTBOX_CONNDEADLINE_H
 
@@ -50,8 +52,9 @@ ConnDeadlines *conndeadline_new(double seconds, long room, char *err, size_t err
 void conndeadline_free(ConnDeadlines *d);
 
 /* Registers connection fd, on the clock from now; past the room bound, shuts down the oldest
- * connection on the clock (not fd's) that was paused before or whose socket holds no unread
- * bytes, if one of the oldest few is such (else none: the server's own limit holds meanwhile).
+ * connection on the clock (not fd's) that was paused before, or that is past its first half
+ * second and whose socket holds no unread bytes, if one of the oldest few is such (else none:
+ * the server's own limit holds meanwhile, and the watcher looks again).
  * NULL when out of memory (then the
  * caller should refuse the connection: without an entry it would escape the deadline). */
 ConnDeadline *conndeadline_add(ConnDeadlines *d, int fd);
