@@ -54,6 +54,9 @@
 #define HTTP_IDLE_TIMEOUT_S 10
 #define HTTP_MEMORY_LIMIT (16 * 1024)
 #define HTTP_EVICT_WARN_S 60.0 /* at most one warning this often while connections are closed */
+/* A connection this new is never "waiting for its request" (make_room): its client may not have
+ * sent it yet. */
+#define HTTP_YOUNG_S 0.5
 
 /* Connections under a deadline, in deadline order: every deadline of one queue is "now + the
  * same span", so appending keeps it sorted. */
@@ -70,6 +73,7 @@ typedef struct Pending {
     int fd;
     bool closing; /* shut down by us (deadline, or closed to admit another): not counted in live */
     unsigned long accepted_run; /* the server's runs when it was accepted (make_room) */
+    ev_tstamp accepted_at;      /* monotime of its accept (make_room) */
     ev_tstamp deadline;
     /* The large answer it is being sent (HTTP_PER_IP_LARGE), NULL for a small one: libmicrohttpd
      * keeps the response while any connection sends it, so the pointer names one rendering. */
@@ -205,7 +209,15 @@ static void arm_deadline(HttpServer *s)
         first = s->responses.head;
     if (!first)
         return;
-    double in = first->deadline - monotime_now();
+    double at = first->deadline;
+    /* Past the room with only new connections waiting for their requests (make_room): at the
+     * limit no newcomer may come to close one, so the oldest is looked at again when it is no
+     * longer new (on_deadline). */
+    Pending *head = s->headers.head;
+    if ((long)s->live > conndeadline_room((long)s->limit) && head &&
+        head->accepted_at + HTTP_YOUNG_S < at)
+        at = head->accepted_at + HTTP_YOUNG_S;
+    double in = at - monotime_now();
     ev_timer_set(&s->deadline_timer, in > 0 ? in : 0, 0);
     ev_timer_start(s->loop, &s->deadline_timer);
 }
@@ -298,28 +310,9 @@ static void pending_close(Pending *p)
     shutdown(p->fd, SHUT_RDWR);
 }
 
-/* Makes room for the connection just accepted when the live ones are past conndeadline_room of
- * the limit (all but a sixteenth): closes the oldest one waiting for its request, else the
- * oldest being answered (a slow reader). Says so at most every HTTP_EVICT_WARN_S.
- * A connection accepted in this run or the previous one is never "waiting for its request":
- * libmicrohttpd accepts up to eleven connections in one run and reads from them on the next one
- * (after that run's own accepts), so until then a request already sent is unread. Counting them
- * let the newcomers of a burst close one another when every older connection was being answered:
- * a probe that came with a flood was closed by the next connection with its request unread. The
- * queue is in order of acceptance, so when its head is that young, all of it is. */
-static void make_room(HttpServer *s)
+/* Says that connections were closed to admit others, at most every HTTP_EVICT_WARN_S. */
+static void warn_evicted(HttpServer *s)
 {
-    if ((long)s->live <= conndeadline_room((long)s->limit))
-        return;
-    Pending *victim = s->headers.head;
-    if (victim && victim->accepted_run + 1 >= s->runs)
-        victim = NULL;
-    if (!victim)
-        victim = s->responses.head;
-    if (!victim)
-        return; /* libmicrohttpd's own limit still holds */
-    pending_close(victim);
-    s->evicted++;
     double now = monotime_now();
     if (s->evict_warned_at == 0 || now - s->evict_warned_at >= HTTP_EVICT_WARN_S) {
         log_warn("http connection limit reached",
@@ -330,6 +323,37 @@ static void make_room(HttpServer *s)
         s->evicted = 0;
         s->evict_warned_at = now;
     }
+}
+
+/* Makes room for the connection just accepted when the live ones are past conndeadline_room of
+ * the limit (all but a sixteenth): closes the oldest one waiting for its request, else the
+ * oldest being answered (a slow reader). Says so at most every HTTP_EVICT_WARN_S.
+ * A connection accepted in this run or the previous one is never "waiting for its request":
+ * libmicrohttpd accepts up to eleven connections in one run and reads from them on the next one
+ * (after that run's own accepts), so until then a request already sent is unread. Counting them
+ * let the newcomers of a burst close one another when every older connection was being answered:
+ * a probe that came with a flood was closed by the next connection with its request unread. Nor
+ * is one accepted less than HTTP_YOUNG_S ago: its client sends the request after its connect
+ * returns, so it may arrive runs later, and a probe a few milliseconds late was closed by the
+ * next newcomer before it came; a slow or silent sender is older than that. The queue is in
+ * order of acceptance, so when its head is that young, all of it is. */
+static void make_room(HttpServer *s)
+{
+    if ((long)s->live <= conndeadline_room((long)s->limit))
+        return;
+    Pending *victim = s->headers.head;
+    if (victim && (victim->accepted_run + 1 >= s->runs ||
+                   monotime_now() - victim->accepted_at < HTTP_YOUNG_S))
+        victim = NULL;
+    if (!victim)
+        victim = s->responses.head;
+    if (!victim) {
+        arm_deadline(s); /* libmicrohttpd's own limit holds until the oldest is not new */
+        return;
+    }
+    pending_close(victim);
+    s->evicted++;
+    warn_evicted(s);
 }
 
 /* Connections past their deadline are shut down (pending_close). */
@@ -353,6 +377,20 @@ static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
     if (slow)
         log_debug("http connections cut", "count=%d reason=\"answer not read within %gs\"", slow,
                   s->response_deadline);
+    if ((long)s->live > conndeadline_room((long)s->limit) && s->headers.head) {
+        /* Past the room, the connections make_room passed over as new: once the requests that
+         * have arrived are read (this run), the oldest still waiting for theirs make way, since
+         * at libmicrohttpd's limit no newcomer comes to do it. */
+        drive(s);
+        now = monotime_now();
+        while ((long)s->live > conndeadline_room((long)s->limit) && s->headers.head &&
+               now - s->headers.head->accepted_at >= HTTP_YOUNG_S) {
+            pending_close(s->headers.head);
+            s->evicted++;
+        }
+        if (s->evicted)
+            warn_evicted(s);
+    }
     arm_deadline(s);
     drive(s);
 }
@@ -385,6 +423,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         }
         *socket_context = p;
         p->accepted_run = s->runs;
+        p->accepted_at = monotime_now();
         s->live++;
         pending_link(p, &s->headers, s->header_deadline);
         make_room(s);
