@@ -544,6 +544,14 @@ static const OptDef options[] = {
      .metavar = "DURATION",
      .help = "migrate: give up when PostgreSQL has not answered one statement (a migration's DDL, "
              "the lock of a concurrent migrate) within this long"},
+    {.name = "allow-newer-schema",
+     .type = OPT_BOOL,
+     .offset = FIELD(allow_newer_schema),
+     .commands = FOR(CMD_MIGRATE) | FOR(CMD_CHECK),
+     .metavar = "",
+     .help = "migrate, check: a database a newer outbox-relay migrated is a warning, not refused "
+             "(a rollback to this version: migrate applies nothing, gives no grant, exits 0); a "
+             "flag only, never from the config file"},
     {.name = "statement-timeout",
      .type = OPT_DURATION,
      .def = "30s",
@@ -2194,6 +2202,12 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
         return false;
     if (!dry_run_check(cfg, sources, err, errlen))
         return false;
+    /* A rollback's one-off decision: from a file (or the environment) every later migrate of
+     * every version would accept a newer schema unasked. */
+    if (cfg->allow_newer_schema && source_of(sources, "allow-newer-schema") != OPT_FROM_FLAG)
+        return optval_fail(err, errlen,
+                           "--allow-newer-schema is accepted only as a flag, not from %s",
+                           source_names[source_of(sources, "allow-newer-schema")]);
     if (cfg->command == CMD_REPLAY && cfg->replay_from_id_set && cfg->replay_to_id_set &&
         cfg->replay_from_id > cfg->replay_to_id)
         return optval_fail(err, errlen, "--from-id (%ld) must not exceed --to-id (%ld)",
@@ -2265,8 +2279,9 @@ void config_print_sample(FILE *out)
         /* Not from a file: the file itself, a flag-only grant or request (a dry run is asked of
          * one invocation), and the secret (a credential). */
         if (strcmp(o->name, "config") == 0 || strcmp(o->name, "kafka-allow-unsafe") == 0 ||
-            strcmp(o->name, "dry-run") == 0 || strcmp(o->name, "database-url") == 0 ||
-            strcmp(o->name, "brokers") == 0 || strcmp(o->name, "metrics-listen") == 0)
+            strcmp(o->name, "dry-run") == 0 || strcmp(o->name, "allow-newer-schema") == 0 ||
+            strcmp(o->name, "database-url") == 0 || strcmp(o->name, "brokers") == 0 ||
+            strcmp(o->name, "metrics-listen") == 0)
             continue;
         char note[600];
         snprintf(note, sizeof(note), "%s%s", o->help, o->reloadable ? " [SIGHUP]" : "");

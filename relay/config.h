@@ -168,6 +168,9 @@ typedef struct Config {
     bool replay_yes;
     long replay_batch_rows;
     bool dry_run; /* migrate and replay: --dry-run, say what would change and change nothing */
+    /* migrate and check: --allow-newer-schema, a database a newer relay migrated is warned of,
+     * not refused (a rollback) */
+    bool allow_newer_schema;
     /* dead, requeue, purge-dead, status, check, verify, replay: --statement-timeout */
     long statement_timeout_s;
     /* Many databases (docs/operations.md#many-databases): --databases, the list as JSON text (an

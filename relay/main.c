@@ -290,7 +290,7 @@ static int cmd_migrate(const Config *cfg)
     if (!db_check_writer_conninfo(cfg->database_url, err, sizeof(err)))
         return usage_error(err);
     return migrate_run(cfg->database_url, &cfg->map, cfg->schema, cfg->connect_wait_s,
-                       cfg->migrate_timeout_s, cfg->dry_run);
+                       cfg->migrate_timeout_s, cfg->dry_run, cfg->allow_newer_schema);
 }
 
 /* A copy of argv (strings included) for what parses the command line again later: a SIGHUP

@@ -108,18 +108,26 @@ static void check_session(Checks *c, PGconn *conn)
 /* Whether a newer outbox-relay migrated the database (migrate_unknown): this binary's relays may
  * mis-handle rows of a schema they were not written for, and `migrate` refuses it (exit 2), so
  * check says it too. Silent when schema_migrations cannot be read: the relay's role, which
- * check usually runs as, has no grant on it (migrate runs as the owner). */
-static void check_migrations(Checks *c, PGconn *conn)
+ * check usually runs as, has no grant on it (migrate runs as the owner). With
+ * --allow-newer-schema (a rollback to this version, as migrate's) a warn line, no problem. */
+static void check_migrations(Checks *c, PGconn *conn, bool allow_newer)
 {
     char newest[200];
     DbError e;
     int unknown = migrate_unknown(conn, admin_answer_s(), newest, sizeof(newest), &e);
     c->pg_gone = c->pg_gone || (unknown < 0 && e.conn_lost);
-    if (unknown > 0)
+    if (unknown > 0 && allow_newer)
+        say_warn(c, "migrations",
+                 "the database was migrated by a newer outbox-relay (%d migration(s) this binary "
+                 "does not know, the latest %s; it knows up to %s), allowed by "
+                 "--allow-newer-schema",
+                 unknown, newest, migration_files[migration_count - 1].name);
+    else if (unknown > 0)
         say(c, false, "migrations",
             "the database was migrated by a newer outbox-relay (%d migration(s) this binary does "
             "not know, the latest %s; it knows up to %s), whose rows this relay may mis-handle: "
-            "run that version",
+            "run that version, or, to run this one on it anyway (a rollback), "
+            "--allow-newer-schema",
             unknown, newest, migration_files[migration_count - 1].name);
 }
 
@@ -508,7 +516,7 @@ int check_run(const Config *cfg, rd_kafka_conf_t *kconf)
     } else {
         check_session(&c, conn);
         if (!c.pg_gone)
-            check_migrations(&c, conn);
+            check_migrations(&c, conn, cfg->allow_newer_schema);
         if (!c.pg_gone && check_table(&c, conn, &cfg->map)) {
             GrantsUse use = {cfg->on_sent == ON_SENT_DELETE || cfg->retention_s > 0, false};
             bool lost = false;

@@ -653,17 +653,27 @@ static bool database_ahead(PGconn *conn, bool *ahead, char *newest, size_t len, 
     return true;
 }
 
-/* The one line for a database ahead of this binary (database_ahead), by the run and --dry-run. */
-static void say_ahead(const char *newest, long unknown)
+/* The one line for a database ahead of this binary (database_ahead), by the run and --dry-run:
+ * an error naming the way back (the newer version) and the way to go on anyway (a rollback:
+ * --allow-newer-schema), or, with that flag, a warning. */
+static void say_ahead(const char *newest, long unknown, bool allowed)
 {
     char q[300];
-    log_error("the database was migrated by a newer outbox-relay: this binary does not know its "
-              "latest migrations, and its relays may mis-handle rows of that schema; nothing "
-              "applied, no grant given",
-              "newest=%s unknown=%ld known=%s hint=\"run migrate and the relays of the version "
-              "that migrated "
-              "it (migrations are not undone)\"",
-              log_quote(newest, q, sizeof(q)), unknown, migration_files[migration_count - 1].name);
+    if (allowed)
+        log_warn("the database was migrated by a newer outbox-relay: this binary does not know "
+                 "its latest migrations, and its relays may mis-handle rows of that schema; "
+                 "allowed by --allow-newer-schema: nothing applied, no grant given",
+                 "newest=%s unknown=%ld known=%s", log_quote(newest, q, sizeof(q)), unknown,
+                 migration_files[migration_count - 1].name);
+    else
+        log_error("the database was migrated by a newer outbox-relay: this binary does not know "
+                  "its latest migrations, and its relays may mis-handle rows of that schema; "
+                  "nothing applied, no grant given",
+                  "newest=%s unknown=%ld known=%s hint=\"run migrate and the relays of the "
+                  "version that migrated it (migrations are not undone), or, to run this version "
+                  "on it anyway (a rollback), its migrate with --allow-newer-schema\"",
+                  log_quote(newest, q, sizeof(q)), unknown,
+                  migration_files[migration_count - 1].name);
 }
 
 static bool apply_one(PGconn *conn, const MigrationFile *m)
@@ -772,8 +782,9 @@ static bool schema_exists(PGconn *conn, const char *schema)
  * typed to see what an upgrade would do, applied every migration. Once nothing is pending, also
  * each grant a run would give (grants_plan). True (logged) when the reads
  * succeeded; *ahead set (and said, as the run says it) for a database ahead of this binary
- * (database_ahead), which the run refuses. */
-static bool dry_run(PGconn *conn, const TableMap *map, const char *schema, bool *ahead)
+ * (database_ahead), which the run refuses unless allow_newer. */
+static bool dry_run(PGconn *conn, const TableMap *map, const char *schema, bool allow_newer,
+                    bool *ahead)
 {
     DbError e;
     PGresult *res = admin_query_within(
@@ -792,7 +803,7 @@ static bool dry_run(PGconn *conn, const TableMap *map, const char *schema, bool 
     if (recorded && !database_ahead(conn, ahead, newest, sizeof(newest), &unknown))
         return false;
     if (*ahead) {
-        say_ahead(newest, unknown);
+        say_ahead(newest, unknown, allow_newer);
         return true;
     }
     size_t pending = 0, total = migration_count;
@@ -848,7 +859,7 @@ static bool dry_run(PGconn *conn, const TableMap *map, const char *schema, bool 
 }
 
 int migrate_run(const char *conninfo, const TableMap *map, const char *schema, long wait_s,
-                long answer_timeout_s, bool dry)
+                long answer_timeout_s, bool dry, bool allow_newer)
 {
     answer_s = answer_timeout_s;
     conn_lost = false;
@@ -872,8 +883,8 @@ int migrate_run(const char *conninfo, const TableMap *map, const char *schema, l
     long unknown = 0;
     if (dry) {
         if (check_client_set(conn) && schema_exists(conn, schema ? schema : "public") &&
-            dry_run(conn, map, schema, &ahead))
-            rc = ahead ? 2 : 0;
+            dry_run(conn, map, schema, allow_newer, &ahead))
+            rc = ahead && !allow_newer ? 2 : 0;
         goto done;
     }
     /* Session-level lock: released by the unlock below or when the connection closes. The table
@@ -893,10 +904,14 @@ int migrate_run(const char *conninfo, const TableMap *map, const char *schema, l
         goto done;
     /* Refused, not warned: its relays would run on a schema they were not written for, and the
      * init container that runs migrate first is what stops them (exit 2: a setup to fix, which
-     * no retry cures). The lock goes with the connection. */
+     * no retry cures). But a rollback to this version after a newer one migrated is an
+     * operator's call (migrations keep older relays working where they can: install.md
+     * Upgrading): with --allow-newer-schema a warning, nothing applied (every migration this
+     * binary knows is the newer one's too), no grant given, 0, and the init container lets the
+     * relays start. The lock goes with the connection. */
     if (ahead) {
-        say_ahead(newest, unknown);
-        rc = 2;
+        say_ahead(newest, unknown, allow_newer);
+        rc = allow_newer ? 0 : 2;
         goto done;
     }
 

@@ -41,9 +41,10 @@ extern const size_t migration_count;
  * would apply or adopt and, once none is pending, each grant a run would give and each role it
  * would create, and changes nothing (no DDL, no grant; 0 when it could read that). A
  * database whose schema_migrations records a migration this binary does not have (a newer
- * relay's) is refused, with or without dry_run: one line, nothing applied, no grant, 2. */
+ * relay's) is refused, with or without dry_run: one line, nothing applied, no grant, 2; with
+ * allow_newer (--allow-newer-schema, a rollback) a warning, nothing applied, no grant, 0. */
 int migrate_run(const char *conninfo, const TableMap *map, const char *schema, long wait_s,
-                long answer_s, bool dry_run);
+                long answer_s, bool dry_run, bool allow_newer);
 
 /* How many migrations conn's schema_migrations records that this binary does not have (recorded
  * by a newer outbox-relay's migrate; the adoptions' "adopted ..." records and the names of renamed

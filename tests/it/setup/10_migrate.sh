@@ -277,6 +277,38 @@ check_eq "...check finds a problem (exit 1)" 1 $?
 check "...naming it: a newer relay migrated the database" grep -q \
     '^FAIL  migrations: the database was migrated by a newer outbox-relay (2 migration(s) this binary does not know, the latest 9999_latest.sql' \
     "$T/ahead-check.out"
+# A rollback to this version after a newer one migrated: the refusal was the only answer, so the
+# older init container stopped every relay until the newer version came back. The refusal names
+# the way on; with --allow-newer-schema migrate warns, applies nothing, gives no grant and exits
+# 0 (its init container lets the relays start), --dry-run too, and check says warn, not FAIL.
+check "...the refusal names --allow-newer-schema for a rollback" \
+    grep -q 'hint=.*--allow-newer-schema' "$T/ahead.log"
+psql_q "REVOKE SELECT ON outbox FROM outbox_relay" -d outbox_ahead || fail "revoke in outbox_ahead"
+"$RELAY_BIN" migrate --allow-newer-schema --database-url "$ahead_url" 2>"$T/ahead-allowed.log"
+check_eq "...--allow-newer-schema (a rollback): migrate exits 0" 0 $?
+check "...warning that a newer relay migrated it, allowed" grep -q \
+    'level=warn msg="the database was migrated by a newer outbox-relay.*allowed by --allow-newer-schema.*newest="9999_latest.sql" unknown=2 ' \
+    "$T/ahead-allowed.log"
+check_eq "...applying nothing (the missing last file stays missing)" 0 \
+    "$(recorded outbox_ahead "${files[-1]}")"
+check_eq "...giving no grant (a SELECT revoked stays revoked)" f \
+    "$(psql_q "SELECT has_table_privilege('outbox_relay', 'outbox', 'SELECT')" -d outbox_ahead)"
+"$RELAY_BIN" migrate --dry-run --allow-newer-schema --database-url "$ahead_url" \
+    2>"$T/ahead-allowed-dry.log"
+check_eq "...--dry-run --allow-newer-schema exits 0" 0 $?
+"$RELAY_BIN" check --allow-newer-schema --database-url "$ahead_url" --brokers 127.0.0.1:1 \
+    --statement-timeout 1s >"$T/ahead-allowed-check.out" 2>&1
+check "...check --allow-newer-schema: a warn line" grep -q \
+    '^warn  migrations: the database was migrated by a newer outbox-relay (2 migration(s)' \
+    "$T/ahead-allowed-check.out"
+check "...not a FAIL" lacks "$T/ahead-allowed-check.out" 'FAIL  migrations'
+printf '{"allow-newer-schema": true}\n' >"$T/allow-newer.json"
+"$RELAY_BIN" migrate --config "$T/allow-newer.json" --database-url "$ahead_url" \
+    2>"$T/ahead-allowed-file.log"
+check_eq "...--allow-newer-schema from the config file is refused (exit 2)" 2 $?
+check "...as a flag only" grep -q 'allow-newer-schema is accepted only as a flag, not from the config file' \
+    "$T/ahead-allowed-file.log"
+psql_q "GRANT SELECT ON outbox TO outbox_relay" -d outbox_ahead || fail "grant in outbox_ahead"
 
 # A database main's migrate recorded 0011_wakeup_always.sql in (251156f-d87ddf0), before 95f09c6
 # renamed it 0011_triggers_always.sql and extended it to the claim floor's trigger: the name is
