@@ -55,6 +55,18 @@
  * hardening step): checked, never granted by migrate, whose role does not own them. */
 enum { FOR_RELAY = 1, FOR_PRODUCER = 2, ONLY_DELETES = 4, ONLY_FLOOR = 8, CHECK_ONLY = 16 };
 
+/* Whether the session's role has the privileges of the role owner (an oid expression): a
+ * superuser, the owner, or a member of it, who may GRANT on what it owns. */
+#define MAY_GIVE(owner) "pg_catalog.pg_has_role(current_user, " owner ", 'USAGE')"
+#define TABLE_OWNER "(SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = " T "::oid)"
+#define TABLE_SCHEMA_OWNER                                                                         \
+    "(SELECT n.nspowner FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_class c"                 \
+    " ON c.relnamespace = n.oid WHERE c.oid = " T "::oid)"
+#define FN_OWNER(fn) "(SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid = " fn "::oid)"
+#define FN_SCHEMA_OWNER                                                                            \
+    "(SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.oid = " FN_SCHEMA ")"
+#define SEQ_OWNER "(SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = " SEQ "::oid)"
+
 /* One privilege: whether its object exists (NULL: the table itself, always), whether role $1
  * holds it, and the GRANT that gives it to role $2, all SQL expressions (templates of table.h).
  * As in migrations 0006 (the roles' grants), 0007 (the wakeup functions) and 0008 (the
@@ -66,6 +78,10 @@ typedef struct Need {
     const char *exists;
     const char *held;
     const char *grant;
+    /* Whether the session's role may give it: a superuser, or a member of the role owning each
+     * object the GRANT names (as PostgreSQL's GRANT decides for an owner; a non-owner holding
+     * the privilege WITH GRANT OPTION is not counted). migrate --dry-run's (grants_plan). */
+    const char *may_give;
 } Need;
 
 static const Need
@@ -78,24 +94,29 @@ static const Need
                  "), 'USAGE')",
                  "pg_catalog.format('GRANT USAGE ON SCHEMA %s TO %I', (SELECT "
                  "relnamespace::regnamespace::text FROM "
-                 "pg_class WHERE oid = " T "::oid), $2::text)"},
+                 "pg_class WHERE oid = " T "::oid), $2::text)",
+                 MAY_GIVE(TABLE_SCHEMA_OWNER)},
                 {FOR_RELAY, "SELECT on the outbox table", NULL,
                  "pg_catalog.has_table_privilege($1, " T ", 'SELECT')",
-                 "pg_catalog.format('GRANT SELECT ON %s TO %I', " QUALIFIED(T) ", $2::text)"},
+                 "pg_catalog.format('GRANT SELECT ON %s TO %I', " QUALIFIED(T) ", $2::text)",
+                 MAY_GIVE(TABLE_OWNER)},
                 {FOR_RELAY, "UPDATE on the outbox table's delivery columns", NULL,
                  UPDATE_ON("sent_at") " AND " UPDATE_ON("attempts") " AND " UPDATE_ON("rejections") " AND " UPDATE_ON(
                      "last_error") " AND " UPDATE_ON("next_attempt_at") " AND " UPDATE_ON("dead_at") " AND " UPDATE_ON("dead_letter_topic"),
                  "pg_catalog.format('GRANT UPDATE (" UPDATE_COLUMNS
-                 ") ON %s TO %I', " QUALIFIED(T) ", $2::text)"},
+                 ") ON %s TO %I', " QUALIFIED(T) ", $2::text)",
+                 MAY_GIVE(TABLE_OWNER)},
                 {FOR_RELAY | ONLY_DELETES,
                  "DELETE on the outbox table (--on-sent delete, --retention)", NULL,
                  "pg_catalog.has_table_privilege($1, " T ", 'DELETE')",
-                 "pg_catalog.format('GRANT DELETE ON %s TO %I', " QUALIFIED(T) ", $2::text)"},
+                 "pg_catalog.format('GRANT DELETE ON %s TO %I', " QUALIFIED(T) ", $2::text)",
+                 MAY_GIVE(TABLE_OWNER)},
                 {FOR_RELAY | FOR_PRODUCER, "EXECUTE on outbox_lane(text, text)",
                  LANE_FN " IS NOT NULL",
                  "pg_catalog.has_function_privilege($1, " LANE_FN ", 'EXECUTE')",
                  "pg_catalog.format('GRANT EXECUTE ON FUNCTION %s.outbox_lane(text, text) TO "
-                 "%I', " FN_QUALIFIED(LANE_FN) ", $2::text)"},
+                 "%I', " FN_QUALIFIED(LANE_FN) ", $2::text)",
+                 MAY_GIVE(FN_OWNER(LANE_FN))},
                 {FOR_RELAY,
                  "EXECUTE on the wakeup's functions outbox_relay_sleep() and outbox_relay_wake()",
                  SLEEP_FN " IS NOT NULL AND " WAKE_FN " IS NOT NULL",
@@ -103,7 +124,8 @@ static const Need
                  ", 'EXECUTE') AND pg_catalog.has_function_privilege($1, " WAKE_FN ", 'EXECUTE')",
                  "pg_catalog.format('GRANT EXECUTE ON FUNCTION %s.outbox_relay_sleep(), "
                  "%s.outbox_relay_wake() TO %I', " FN_QUALIFIED(SLEEP_FN) ", " FN_QUALIFIED(
-                     WAKE_FN) ", $2::text)"},
+                     WAKE_FN) ", $2::text)",
+                 MAY_GIVE(FN_OWNER(SLEEP_FN)) " AND " MAY_GIVE(FN_OWNER(WAKE_FN))},
                 /* The relay calls its wakeup's functions by name, through its search_path: in a
                  * schema it may not use they are not found, and its sessions fall back to the
                  * poll timer (a table in another schema than --schema). */
@@ -111,18 +133,21 @@ static const Need
                  SLEEP_FN " IS NOT NULL",
                  "pg_catalog.has_schema_privilege($1, " FN_SCHEMA ", 'USAGE')",
                  "pg_catalog.format('GRANT USAGE ON SCHEMA %s TO %I', " FN_SCHEMA
-                 "::regnamespace::text, $2::text)"},
+                 "::regnamespace::text, $2::text)",
+                 MAY_GIVE(FN_SCHEMA_OWNER)},
                 {FOR_RELAY | ONLY_FLOOR,
                  "SELECT on the order column's sequence (the claim floor, 0008)",
                  SEQ " IS NOT NULL",
                  "pg_catalog.has_sequence_privilege($1, " SEQ ", 'SELECT, USAGE')",
                  "pg_catalog.format('GRANT SELECT ON SEQUENCE %s TO %I', " QUALIFIED(
-                     SEQ) ", $2::text)"},
+                     SEQ) ", $2::text)",
+                 MAY_GIVE(SEQ_OWNER)},
                 /* The lane group's look and locks (statements.h): refused, a relay session holds
                  * no lanes and reports a setup fault whose hint sends the operator here. */
                 {FOR_RELAY | CHECK_ONLY, "SELECT on pg_catalog.pg_locks (the lane group's look)",
                  NULL, "pg_catalog.has_table_privilege($1, 'pg_catalog.pg_locks', 'SELECT')",
-                 "pg_catalog.format('GRANT SELECT ON pg_catalog.pg_locks TO %I', $2::text)"},
+                 "pg_catalog.format('GRANT SELECT ON pg_catalog.pg_locks TO %I', $2::text)",
+                 "false" /* CHECK_ONLY: migrate never plans it */},
                 {FOR_RELAY | CHECK_ONLY,
                  "EXECUTE on pg_try_advisory_lock(integer, integer) and "
                  "pg_advisory_unlock(integer, integer) (the lane group's locks)",
@@ -133,7 +158,8 @@ static const Need
                  "'pg_catalog.pg_advisory_unlock(integer, integer)', 'EXECUTE')",
                  "pg_catalog.format('GRANT EXECUTE ON FUNCTION"
                  " pg_catalog.pg_try_advisory_lock(integer, integer),"
-                 " pg_catalog.pg_advisory_unlock(integer, integer) TO %I', $2::text)"},
+                 " pg_catalog.pg_advisory_unlock(integer, integer) TO %I', $2::text)",
+                 "false" /* CHECK_ONLY: migrate never plans it */},
                 {FOR_PRODUCER,
                  "INSERT on the outbox table's writer columns, and on no other column", NULL,
                  "NOT EXISTS (SELECT 1 FROM " WRITER_COLUMNS " c WHERE NOT c.writer ="
@@ -144,7 +170,8 @@ static const Need
                  " GRANT INSERT (%s) ON %s TO %I; END $g$', " QUALIFIED(
                      T) ", $2::text, (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(c.name), "
                         "', ')"
-                        " FROM " WRITER_COLUMNS " c WHERE c.writer), " QUALIFIED(T) ", $2::text)"},
+                        " FROM " WRITER_COLUMNS " c WHERE c.writer), " QUALIFIED(T) ", $2::text)",
+                 MAY_GIVE(TABLE_OWNER)},
 };
 
 #define N_NEEDS (sizeof(needs) / sizeof(needs[0]))
@@ -156,16 +183,16 @@ typedef enum { NEED_NOT_APPLICABLE, NEED_HELD, NEED_MISSING, NEED_UNKNOWN } Need
  * when it does not apply). Given up after answer_s seconds without an answer (check: admin_query's
  * bound; migrate: --migrate-timeout): NEED_UNKNOWN with *lost set (the connection is left
  * mid-statement: nothing more may be sent on it). */
-static NeedState need_state(PGconn *conn, const TableMap *map, const Need *need, const char *role,
-                            const char *grantee, char *grant, size_t grantlen, long answer_s,
-                            bool *lost)
+static NeedState need_state_giving(PGconn *conn, const TableMap *map, const Need *need,
+                                   const char *role, const char *grantee, char *grant,
+                                   size_t grantlen, long answer_s, bool *lost, bool *may_give)
 {
-    char tmpl[4096], err[256], q[600];
+    char tmpl[6144], err[256], q[600];
+    const char *exists = need->exists ? need->exists : "true";
     snprintf(tmpl, sizeof(tmpl),
              "SELECT CASE WHEN %s THEN coalesce(%s, false) END,"
-             " CASE WHEN %s THEN %s END",
-             need->exists ? need->exists : "true", need->held, need->exists ? need->exists : "true",
-             need->grant);
+             " CASE WHEN %s THEN %s END, CASE WHEN %s THEN coalesce(%s, false) END",
+             exists, need->held, exists, need->grant, exists, may_give ? need->may_give : "true");
     *grant = '\0';
     char *sql = table_sql(map, conn, tmpl, err, sizeof(err));
     if (!sql) {
@@ -187,8 +214,18 @@ static NeedState need_state(PGconn *conn, const TableMap *map, const Need *need,
                                                                 : NEED_MISSING;
     if (!PQgetisnull(res, 0, 1))
         snprintf(grant, grantlen, "%s", PQgetvalue(res, 0, 1));
+    if (may_give)
+        *may_give = strcmp(PQgetvalue(res, 0, 2), "t") == 0;
     PQclear(res);
     return state;
+}
+
+/* need_state_giving without asking whether the session may give it. */
+static NeedState need_state(PGconn *conn, const TableMap *map, const Need *need, const char *role,
+                            const char *grantee, char *grant, size_t grantlen, long answer_s,
+                            bool *lost)
+{
+    return need_state_giving(conn, map, need, role, grantee, grant, grantlen, answer_s, lost, NULL);
 }
 
 static const char *const roles[2] = {"outbox_relay", "outbox_producer"};
@@ -314,9 +351,10 @@ bool grants_apply(PGconn *conn, const TableMap *map, long answer_s, bool *conn_l
     return ok;
 }
 
-int grants_plan(PGconn *conn, const TableMap *map, long answer_s, bool *conn_lost)
+int grants_plan(PGconn *conn, const TableMap *map, long answer_s, bool *conn_lost, int *refused)
 {
     *conn_lost = false;
+    *refused = 0;
     int pending = 0;
     char q1[600], q2[1100];
     for (int r = 0; r < 2; r++) {
@@ -332,9 +370,29 @@ int grants_plan(PGconn *conn, const TableMap *map, long answer_s, bool *conn_los
         bool exists = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
         PQclear(res);
         if (!exists) {
-            /* Its grants follow its creation; what they are depends on nothing else. */
-            log_info("role missing (dry run: not created, nor granted anything)", "role=%s",
-                     roles[r]);
+            /* Its grants follow its creation; what they are depends on nothing else. A role
+             * without CREATEROLE cannot create it: the run fails there (grants_apply). */
+            res =
+                admin_query_within(conn,
+                                   "SELECT r.rolsuper OR r.rolcreaterole FROM pg_catalog.pg_roles r"
+                                   " WHERE r.rolname OPERATOR(pg_catalog.=) current_user",
+                                   0, NULL, answer_s, &e);
+            if (!res) {
+                *conn_lost = e.conn_lost;
+                log_error("cannot read the session's role", "error=%s", db_error_text(&e));
+                return -1;
+            }
+            bool may_create = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+            PQclear(res);
+            if (may_create)
+                log_info("role missing (dry run: not created, nor granted anything)", "role=%s",
+                         roles[r]);
+            else {
+                log_error("role missing, and this role may not create it (no CREATEROLE): the run "
+                          "would fail; have an administrator run CREATE ROLE first",
+                          "role=%s", roles[r]);
+                (*refused)++;
+            }
             pending++;
             continue;
         }
@@ -352,15 +410,28 @@ int grants_plan(PGconn *conn, const TableMap *map, long answer_s, bool *conn_los
                 ((need->flags & ONLY_DELETES) && first != NEED_MISSING))
                 continue;
             char grant[1024];
-            NeedState st = need_state(conn, map, need, roles[r], roles[r], grant, sizeof(grant),
-                                      answer_s, conn_lost);
+            bool may_give = false;
+            NeedState st = need_state_giving(conn, map, need, roles[r], roles[r], grant,
+                                             sizeof(grant), answer_s, conn_lost, &may_give);
             if (st == NEED_UNKNOWN)
                 return -1;
             if (st != NEED_MISSING)
                 continue;
-            log_info("grant pending (dry run: not given)", "role=%s privilege=%s grant=%s",
-                     roles[r], log_quote(need->what, q1, sizeof(q1)),
-                     log_quote(grant, q2, sizeof(q2)));
+            /* A grant the session may not give fails the run (grants_apply: exit 1), which the
+             * dry run is there to say before the init container meets it. */
+            if (may_give)
+                log_info("grant pending (dry run: not given)", "role=%s privilege=%s grant=%s",
+                         roles[r], log_quote(need->what, q1, sizeof(q1)),
+                         log_quote(grant, q2, sizeof(q2)));
+            else {
+                log_error("grant pending, and this role may not give it (it does not own the "
+                          "object, nor is it a superuser): the run would fail; run migrate as "
+                          "the owner of the outbox table and its schema, or have the owner run "
+                          "the grant",
+                          "role=%s privilege=%s grant=%s", roles[r],
+                          log_quote(need->what, q1, sizeof(q1)), log_quote(grant, q2, sizeof(q2)));
+                (*refused)++;
+            }
             pending++;
         }
     }

@@ -33,10 +33,13 @@ bool grants_apply(PGconn *conn, const TableMap *map, long answer_s, bool *conn_l
 
 /* migrate --dry-run's view of grants_apply, reading only: logs each role that is missing ("role
  * missing (dry run: ...)") and, for each role that exists, each privilege it lacks with the GRANT
- * a run would give ("grant pending (dry run: not given)"). map's table must exist (before the
- * migrations have created it, what a run grants is all of it). Returns how many it logged, or -1
- * when a read failed (logged), *conn_lost set when PostgreSQL did not answer within answer_s. */
-int grants_plan(PGconn *conn, const TableMap *map, long answer_s, bool *conn_lost);
+ * a run would give ("grant pending (dry run: not given)"). Each of those the session's role could
+ * not give (a role to create without CREATEROLE, a GRANT on an object it does not own and is not
+ * a superuser for: the run fails on it) is logged as an error instead and counted in *refused.
+ * map's table must exist (before the migrations have created it, what a run grants is all of
+ * it). Returns how many it logged, or -1 when a read failed (logged), *conn_lost set when
+ * PostgreSQL did not answer within answer_s. */
+int grants_plan(PGconn *conn, const TableMap *map, long answer_s, bool *conn_lost, int *refused);
 
 /* Calls fn for each privilege the session's own role lacks for use on map's table (the table must
  * exist), with a sentence naming it, the GRANT that gives it (to outbox_relay when the role is a

@@ -845,17 +845,17 @@ static bool dry_run(PGconn *conn, const TableMap *map, const char *schema, bool 
     /* The grants a run gives after its migrations (grants_apply, every run): once nothing is
      * pending, what a run would give now; before, the migrations change what there is to grant
      * (0006 creates the roles), and the run grants after them. */
-    int grants = 0;
+    int grants = 0, refused = 0;
     if (pending == 0) {
         bool lost = false;
-        grants = grants_plan(conn, map, answer_s, &lost);
+        grants = grants_plan(conn, map, answer_s, &lost, &refused);
         conn_lost = conn_lost || lost;
         if (grants < 0)
             return false;
     }
     log_info("dry run: nothing changed", "pending=%zu total=%zu grants_pending=%d", pending, total,
              grants);
-    return true;
+    return refused == 0; /* a grant the run could not give: it fails on it, exit 1 */
 }
 
 int migrate_run(const char *conninfo, const TableMap *map, const char *schema, long wait_s,

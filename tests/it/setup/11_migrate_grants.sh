@@ -9,7 +9,9 @@
 #     a DELETE the operator revoked is not given back;
 #  3. a relay logging in as a member of outbox_relay delivers with the claim floor on: no "claims
 #     read the unsent index from its start" warning;
-#  4. an owner who does not own the table (the grants cannot be given): non-zero, the GRANT named;
+#  4. an owner who does not own the table (the grants cannot be given): non-zero, the GRANT named,
+#     and its --dry-run says so first (exit 1; the table's owner's lists it as pending, exit 0);
+#     in 1, the --dry-run of a role that may not create the roles says so too (exit 1);
 #  5. the relay's functions in their own schema (--schema) and the table in another: outbox_relay
 #     gets USAGE on both (without the functions' schema its wakeup calls find no function);
 #  6. the GRANTs `check` gives, for a relay whose table is in its --schema, run as written in
@@ -40,6 +42,12 @@ check "1: one error line names both roles and how to create them" grep -q \
     'roles outbox_relay, outbox_producer are missing and app_owner may not create them.*CREATE ROLE outbox_relay NOLOGIN; CREATE ROLE outbox_producer NOLOGIN;.*outbox-relay migrate` again' \
     "$T/m1.log"
 check "1: it does not claim to be up to date" lacks "$T/m1.log" "migrations up to date"
+# The dry run listed the roles as ones a run "would create", exit 0, for a role that may not
+# create them: the run then failed (above). It says so now, exit 1.
+"$RELAY_BIN" migrate --dry-run --database-url "$OWNER_URL" >"$T/m1dry.log" 2>&1
+check_eq "1: then --dry-run says the run would fail (exit 1)" 1 $?
+check "1: ...naming each role this one may not create" grep -q \
+    'level=error msg="role missing, and this role may not create it.*role=outbox_producer' "$T/m1dry.log"
 check_eq "1: the migrations themselves are applied" "$(ls "$ROOT"/migrations/*.sql | wc -l)" \
     "$(psql_q "SELECT count(*) FROM schema_migrations" -d owned)"
 
@@ -89,6 +97,19 @@ rc=$?
 check "4: a migrate that cannot grant exits non-zero" test "$rc" -ne 0
 check "4: it names the GRANT to run" grep -q \
     'grant="GRANT SELECT ON SEQUENCE public.outbox_id_seq TO outbox_relay"' "$T/m4.log"
+# The dry run listed that GRANT as one a run would give, exit 0; the run failed on it. It says
+# so first now (exit 1), and as the owner it stays a pending grant (exit 0).
+"$RELAY_BIN" migrate --dry-run --database-url "postgresql://other_owner@127.0.0.1:$PGPORT/owned" \
+    >"$T/m4dry.log" 2>&1
+check_eq "4: its --dry-run says the run would fail (exit 1)" 1 $?
+check "4: ...naming the GRANT this role may not give" grep -q \
+    'level=error msg="grant pending, and this role may not give it.*grant="GRANT SELECT ON SEQUENCE public.outbox_id_seq TO outbox_relay"' \
+    "$T/m4dry.log"
+"$RELAY_BIN" migrate --dry-run --database-url "$OWNER_URL" >"$T/m4owner.log" 2>&1
+check_eq "4: the owner's --dry-run exits 0" 0 $?
+check "4: ...listing that GRANT as one its run gives" grep -q \
+    'msg="grant pending (dry run: not given)".*grant="GRANT SELECT ON SEQUENCE public.outbox_id_seq TO outbox_relay"' \
+    "$T/m4owner.log"
 
 # --- 5. the relay's functions in a schema of their own, the table in another ---
 psql_q "CREATE DATABASE split" -d postgres || fail "create split"
