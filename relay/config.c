@@ -568,9 +568,10 @@ static const OptDef options[] = {
              "(outbox-relay(1)); check, verify: give up on Kafka when it has not answered a "
              "request (or verify has had no message) within this long (exit 1). 1s to 24h: raise "
              "it for a large verify or replay on a slow server"},
+    /* An outbox id may be 0 or negative: the relay sends and dead-letters those too. */
     {.name = "id",
      .type = OPT_INT,
-     .min = 1,
+     .min = LONG_MIN,
      .max = LONG_MAX,
      .offset = FIELD(id),
      .commands = FOR(CMD_REQUEUE) | FOR(CMD_PURGE_DEAD),
@@ -2187,7 +2188,8 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
     if ((cfg->command == CMD_RUN || cfg->command == CMD_VERIFY || cfg->command == CMD_CHECK) &&
         cfg->brokers && !brokers_check(cfg, source_of(sources, "brokers"), err, errlen))
         return false;
-    if (cfg->command == CMD_REQUEUE && (cfg->id > 0) == cfg->all)
+    cfg->id_set = source_of(sources, "id") > OPT_FROM_DEFAULT;
+    if (cfg->command == CMD_REQUEUE && cfg->id_set == cfg->all)
         return optval_fail(err, errlen, "requeue needs exactly one of --id ID or --all");
     cfg->replay_from_id_set = source_of(sources, "from-id") > OPT_FROM_DEFAULT;
     cfg->replay_to_id_set = source_of(sources, "to-id") > OPT_FROM_DEFAULT;
@@ -2212,7 +2214,7 @@ static bool config_load_once(Config *cfg, int argc, char **argv, bool *url_missi
         cfg->replay_from_id > cfg->replay_to_id)
         return optval_fail(err, errlen, "--from-id (%ld) must not exceed --to-id (%ld)",
                            cfg->replay_from_id, cfg->replay_to_id);
-    if (cfg->command == CMD_PURGE_DEAD && (cfg->id > 0) == cfg->all)
+    if (cfg->command == CMD_PURGE_DEAD && cfg->id_set == cfg->all)
         return optval_fail(err, errlen, "purge-dead needs exactly one of --id ID or --all");
     registry_files_sum(cfg);
     return true;

@@ -138,6 +138,9 @@ typedef struct Config {
     long id;                 /* requeue, purge-dead --id */
     bool all;                /* requeue, purge-dead --all */
     bool json;               /* dead, status, verify --json */
+    /* Whether --id was given: an outbox id may be 0 or negative (as replay's --from-id), so the
+     * value cannot say it. */
+    bool id_set;
     MessageFormat message_format;
     ValueFormat value_format;         /* --value-format */
     char *schema_registry_url;        /* base URLs, comma-separated */

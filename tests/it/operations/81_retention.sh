@@ -8,6 +8,7 @@
 #  3. without --retention (the default) nothing is deleted;
 #  4. purge-dead --id deletes exactly that dead-lettered row (exit 0), refuses a row that is not
 #     dead-lettered (exit 1, row kept), and purge-dead --all deletes the remaining dead rows only;
+#     requeue --id and purge-dead --id take an id below 1 (-7) as any other;
 #  5. a sweep reads each row about once (sequential scans and sent_at index entries counted);
 #  6. a sweep goes on where its last batch ended whatever the session's DateStyle and TimeZone;
 #  7. rows marked sent by the UPDATE docs/debezium.md gives (an adopted table's old rows) are
@@ -128,6 +129,21 @@ check "4: it says how many" grep -q 'purged 1 event$' "$T/purge1.out"
 "$RELAY_BIN" purge-dead --database-url "$DATABASE_URL" --id "$waiting_id" >"$T/purge2.out" 2>&1
 check_eq "4: purge-dead --id of a row that is not dead-lettered exits 1" 1 $?
 check_eq "4: and keeps it" 1 "$(count "id = $waiting_id")"
+# A dead-lettered event of id 0 or below (a sequence started there, an adopted table's own ids:
+# the relay sends and dead-letters them as any other): --id refused every id below 1, so only
+# --all could requeue or purge it.
+psql_q "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, attempts,
+                            rejections, last_error, dead_at) OVERRIDING SYSTEM VALUE
+        VALUES (-7, 'dead', 'd-neg', 'changed', '{}', 10, 10, 'rejected', now())" >/dev/null ||
+    fail "4: insert a dead row of id -7"
+"$RELAY_BIN" requeue --database-url "$DATABASE_URL" --id -7 >"$T/requeue-neg.out" 2>&1
+check_eq "4: requeue --id -7 exits 0" 0 $?
+check_eq "4: ...and puts that row back in line (no longer dead, unsent)" 1 \
+    "$(count "id = -7 AND dead_at IS NULL AND sent_at IS NULL")"
+psql_q "UPDATE outbox SET dead_at = now() WHERE id = -7" >/dev/null || fail "4: dead-letter -7 again"
+"$RELAY_BIN" purge-dead --database-url "$DATABASE_URL" --id -7 >"$T/purge-neg.out" 2>&1
+check_eq "4: purge-dead --id -7 exits 0" 0 $?
+check_eq "4: ...and that row is gone" 0 "$(count "id = -7")"
 "$RELAY_BIN" purge-dead --database-url "$DATABASE_URL" --all >"$T/purge3.out" 2>&1
 check_eq "4: purge-dead --all exits 0" 0 $?
 check_eq "4: every dead row is gone" 0 "$(count "dead_at IS NOT NULL")"
