@@ -618,7 +618,8 @@ int migrate_unknown(PGconn *conn, long answer_timeout_s, char *newest, size_t le
         admin_query_within(conn,
                            "SELECT version, pg_catalog.count(*) OVER () FROM schema_migrations"
                            " WHERE NOT (version OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[]))"
-                           " AND NOT pg_catalog.starts_with(version, 'adopted '::pg_catalog.text)"
+                           " AND version OPERATOR(pg_catalog.~)"
+                           " '^[0-9]+_[^ ]*[.]sql$'::pg_catalog.text"
                            " ORDER BY version DESC LIMIT 1",
                            1, params, answer_timeout_s, e);
     if (!res)

@@ -47,9 +47,13 @@ int migrate_run(const char *conninfo, const TableMap *map, const char *schema, l
                 long answer_s, bool dry_run, bool allow_newer);
 
 /* How many migrations conn's schema_migrations records that this binary does not have (recorded
- * by a newer outbox-relay's migrate; the adoptions' "adopted ..." records and the names of renamed
- * migrations this binary still knows, migrate.c's retired_migrations, are not such migrations),
- * the latest of them (in file-name order) copied to newest when any. -1 with e filled when the
+ * by a newer outbox-relay's migrate), the latest of them (in file-name order) copied to newest
+ * when any. Only rows named as a migration file is (NNNN_name.sql) count: the adoptions'
+ * "adopted ..." records are not migrations, nor are an application's own rows in a table it
+ * shares with the relay (Rails' and dbmate's schema_migrations: one timestamp a row, version a
+ * text column, so the relay's records went in beside them and worked; taken for a newer relay's,
+ * every migrate of such a database was refused); nor the names of renamed migrations this binary
+ * still knows (migrate.c's retired_migrations). -1 with e filled when the
  * read failed (schema_migrations missing or unreadable by the role, or no answer within
  * answer_s: e->conn_lost). Reads only. */
 int migrate_unknown(PGconn *conn, long answer_s, char *newest, size_t len, DbError *e);

@@ -337,6 +337,27 @@ check_eq "...and the later ones: the floor's trigger ALWAYS, the wakeup's twin" 
 "$RELAY_BIN" migrate --database-url "$renamed_url" 2>"$T/renamed2.log"
 check_eq "...and runs again as a no-op (exit 0)" 0 $?
 
+# An application's own schema_migrations in the schema the relay migrates (Rails' and dbmate's:
+# version a text column, one timestamp a row): the relay records its files beside the
+# application's rows, which the refusal above took for a newer relay's migrations (exit 2, every
+# run: the relay could never be migrated there again).
+psql_q "CREATE DATABASE outbox_shared" -d postgres
+psql_q "CREATE TABLE schema_migrations (version character varying PRIMARY KEY);
+        INSERT INTO schema_migrations VALUES ('20231101120000'), ('20240215093000')" \
+    -d outbox_shared >/dev/null || fail "an application's schema_migrations in outbox_shared"
+shared_url=postgresql://postgres@127.0.0.1:$PGPORT/outbox_shared
+"$RELAY_BIN" migrate --database-url "$shared_url" 2>"$T/shared.log"
+check_eq "schema_migrations shared with an application (Rails' rows): migrate exits 0" 0 $?
+check "...not taking its rows for a newer relay's migrations" \
+    lacks "$T/shared.log" 'migrated by a newer outbox-relay'
+check_eq "...every file recorded beside the application's two rows" $((${#files[@]} + 2)) \
+    "$(psql_q "SELECT count(*) FROM schema_migrations" -d outbox_shared)"
+"$RELAY_BIN" migrate --database-url "$shared_url" 2>"$T/shared2.log"
+check_eq "...and a re-run exits 0" 0 $?
+"$RELAY_BIN" check --database-url "$shared_url" --brokers 127.0.0.1:1 --statement-timeout 1s \
+    >"$T/shared-check.out" 2>&1
+check "...check says nothing of migrations" lacks "$T/shared-check.out" 'migrations:'
+
 # --- plain psql, file by file ---
 psql_q "CREATE DATABASE outbox_psql" -d postgres
 for f in "${files[@]}"; do
