@@ -589,8 +589,11 @@ static bool is_applied(PGconn *conn, const char *version, bool *applied)
  * recorded one is not taken for one a newer outbox-relay migrated (database_ahead refused it, exit
  * 2, and check said FAIL, telling the operator to run a version that does not exist). The
  * migration that replaced each is not recorded under its own name there, so it applies next, on
- * top: it must be safe after the old one (idempotent). */
+ * top: it must be safe after the old one (idempotent). Add a name here whenever a migration file
+ * is renamed or folded into another. */
 static const char *const retired_migrations[] = {
+    /* Folded into 0009_hardening.sql by c06a3c8. */
+    "0010_replay.sql",
     /* On main from 251156f to d87ddf0, never released: 95f09c6 extended it to the claim floor's
      * trigger as 0011_triggers_always.sql, which enables ALWAYS what is enabled so already. */
     "0011_wakeup_always.sql",
