@@ -120,6 +120,7 @@ typedef struct Config {
     long delivery_timeout_ms;
     long session_timeout_ms; /* a silent relay's session ends within this (relay/io/pg.h) */
     long rebalance_interval_ms;
+    long kafka_away_after; /* delivery timeouts in a row before the lanes go to peers; 0: never */
     long busy_poll_interval_ms;
     long sleep_after_ms;
     long max_attempts;

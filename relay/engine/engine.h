@@ -221,8 +221,17 @@ struct Relay {
     bool purging;         /* a delivery timeout purged the producer; its reports are not all in */
     ev_timer purge_timer; /* purges again while reports are missing (see relay_start_purge) */
     ev_timer room_timer;  /* resumes waiting sessions once a report has freed its room */
-    int logged_owned;     /* lanes of all sessions, last logged, to log only changes */
-    bool floor_off_said;  /* why the claim floor is off was logged (once an episode) */
+    /* Kafka cut off from this relay alone (relay_kafka_timed_out): delivery timeouts in a row
+     * with no acknowledgement between them, and whether the relay asks the lane group to give
+     * its lanes to members that reach Kafka (kafka_away, lanes.h). A relay away with no lanes
+     * tries again after away_backoff (away_timer): it takes its share back, and one more timeout
+     * (away_trial) sends it away again, for longer. */
+    int kafka_timeouts;
+    bool kafka_away, away_trial;
+    Backoff away_backoff;
+    ev_timer away_timer;
+    int logged_owned;    /* lanes of all sessions, last logged, to log only changes */
+    bool floor_off_said; /* why the claim floor is off was logged (once an episode) */
     /* The first active_sessions sessions that can claim do; the others rest (no lanes):
      * --min-sessions, and all of --sessions from a backlog until --session-rest-after without a
      * full claim (relay_session_resting). */
@@ -384,6 +393,15 @@ bool relay_session_resting(const Relay *r, const Session *s);
 void relay_batch_claimed(Relay *r, bool full);
 /* Cancels everything at the producer and repeats that until every report is in. */
 void relay_start_purge(Relay *r);
+
+/* A delivery timeout cancelled messages in flight: one more in the streak with nothing
+ * acknowledged. After --kafka-away-after of them (one on a trial) the relay is away: each session
+ * asks the group, at its next look, to give its lanes to members that reach Kafka (none:
+ * it keeps them). */
+void relay_kafka_timed_out(Relay *r);
+
+/* What the relay's sessions say of its Kafka to the lane group: away, trying again, or none. */
+LaneMark relay_lane_mark(const Relay *r);
 /* Whether the shared producer can take a batch now. After a fatal producer error it is
  * recreated here, but only once no session holds a batch (every message of the old one has been
  * reported): until then returns false, and the caller retries later. A failed recreation stops

@@ -40,6 +40,7 @@ void lanes_reset(Lanes *l)
     l->live_sessions = 0;
     l->members = 0;
     l->gained = false;
+    l->mark = LANE_MARK_NONE;
     memset(l->owned, 0, sizeof(l->owned));
     update_owned_array(l);
 }
@@ -67,6 +68,27 @@ void lanes_assign(const int *slots, int n, int slot, bool out[LANE_COUNT])
         }
         out[lane] = best == slot;
     }
+}
+
+int lanes_sharing(const int *slots, const LaneMark *marks, int n, int *out)
+{
+    bool healthy = false;
+    for (int i = 0; i < n; i++)
+        healthy = healthy || marks[i] == LANE_MARK_NONE;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (!healthy || marks[i] != LANE_MARK_AWAY)
+            out[k++] = slots[i];
+    return k;
+}
+
+/* SQL_LANES_MEMBERS reads a trying mark at the slot + 1024. */
+_Static_assert(LANE_MAX_MEMBERS == 1024, "SQL_LANES_MEMBERS' trying mark key");
+
+/* The key of the mark lock (SQL_LANES_MARK) of slot. */
+static int mark_key(int slot, LaneMark mark)
+{
+    return mark == LANE_MARK_TRYING ? slot + LANE_MAX_MEMBERS : slot;
 }
 
 static void finish(Lanes *l, PgConn *pg, bool ok)
@@ -125,10 +147,23 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
     Lanes *l = arg;
     if (query_failed(l, pg, results, n, error, "members"))
         return;
-    PGresult *res = results[0];
+    /* results: [the old mark given up], [the new one taken], members: its answer comes last. */
+    if (n > 1) {
+        const PGresult *took = results[n - 2];
+        bool taken = l->want_mark != LANE_MARK_NONE && PQntuples(took) == 1 &&
+                     strcmp(PQgetvalue(took, 0, 0), "t") == 0; /* "f": never, the slot is ours */
+        l->mark = taken ? l->want_mark : LANE_MARK_NONE;
+    }
+    PGresult *res = results[n - 1];
     int count = PQntuples(res);
-    int *slots = calloc((size_t)(count ? count : 1), sizeof(int));
-    if (!slots) {
+    size_t room = (size_t)(count ? count : 1);
+    int *slots = calloc(room, sizeof(int));
+    int *sharing = calloc(room, sizeof(int));
+    LaneMark *marks = calloc(room, sizeof(LaneMark));
+    if (!slots || !sharing || !marks) {
+        free(slots);
+        free(sharing);
+        free(marks);
         /* Nothing locked or unlocked yet: the next rebalance tries again. */
         log_warn("lane rebalance failed; retrying", "step=members error=\"out of memory\"");
         finish(l, pg, true);
@@ -137,12 +172,19 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
     uint64_t members = (uint64_t)count;
     for (int i = 0; i < count; i++) {
         slots[i] = atoi(PQgetvalue(res, i, 0));
-        members = mix(members ^ (uint32_t)slots[i]); /* in slot order: the statement sorts */
+        int mark = PQnfields(res) > 1 ? atoi(PQgetvalue(res, i, 1)) : 0;
+        marks[i] =
+            mark == LANE_MARK_AWAY || mark == LANE_MARK_TRYING ? (LaneMark)mark : LANE_MARK_NONE;
+        /* In slot order (the statement sorts); a member's mark changes the group too. */
+        members = mix(members ^ (uint32_t)slots[i] ^ ((uint64_t)marks[i] << 32));
     }
 
     bool desired[LANE_COUNT];
-    lanes_assign(slots, count, l->slot, desired);
+    int n_sharing = lanes_sharing(slots, marks, count, sharing);
+    lanes_assign(sharing, n_sharing, l->slot, desired);
     free(slots);
+    free(sharing);
+    free(marks);
 
     strbuf_array_begin(&l->lock_array);
     strbuf_array_begin(&l->unlock_array);
@@ -185,10 +227,22 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
     }
 }
 
+/* The look at the members, behind the mark lock given up and taken when the relay's state
+ * changed: in the same pipeline, so the look sees it. */
 static bool send_members(Lanes *l, PgConn *pg)
 {
-    PgQuery q = {SQL_LANES_MEMBERS, 0, NULL, false};
-    return pg_conn_send(pg, &q, 1, on_members, l);
+    snprintf(l->old_param, sizeof(l->old_param), "%d", mark_key(l->slot, l->mark));
+    snprintf(l->new_param, sizeof(l->new_param), "%d", mark_key(l->slot, l->want_mark));
+    l->old_params[0] = l->old_param;
+    l->new_params[0] = l->new_param;
+    PgQuery q[3];
+    int nq = 0;
+    if (l->want_mark != l->mark && l->mark != LANE_MARK_NONE)
+        q[nq++] = (PgQuery){SQL_LANES_UNMARK, 1, l->old_params, false};
+    if (l->want_mark != l->mark && l->want_mark != LANE_MARK_NONE)
+        q[nq++] = (PgQuery){SQL_LANES_MARK, 1, l->new_params, false};
+    q[nq++] = (PgQuery){SQL_LANES_MEMBERS, 0, NULL, false};
+    return pg_conn_send(pg, q, nq, on_members, l);
 }
 
 static void on_joined(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
@@ -224,10 +278,11 @@ static bool begin_request(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg)
     return true;
 }
 
-bool lanes_rebalance(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg)
+bool lanes_rebalance(Lanes *l, PgConn *pg, LaneMark mark, LanesDoneFn done, void *arg)
 {
     if (!begin_request(l, pg, done, arg))
         return false;
+    l->want_mark = mark;
     if (l->slot >= 0)
         return send_members(l, pg);
     char max[16];
@@ -254,10 +309,15 @@ bool lanes_leave(Lanes *l, PgConn *pg, LanesDoneFn done, void *arg)
     snprintf(slot, sizeof(slot), "%d", l->slot);
     const char *unlock_params[1] = {l->owned_array.s};
     const char *slot_params[1] = {slot};
-    PgQuery queries[2];
+    PgQuery queries[3];
     int nq = 0;
     if (l->n_owned > 0)
         queries[nq++] = (PgQuery){SQL_UNLOCK_LANES, 1, unlock_params, false};
+    char mark[16];
+    snprintf(mark, sizeof(mark), "%d", mark_key(l->slot, l->mark));
+    const char *mark_params[1] = {mark};
+    if (l->slot >= 0 && l->mark != LANE_MARK_NONE)
+        queries[nq++] = (PgQuery){SQL_LANES_UNMARK, 1, mark_params, false};
     if (l->slot >= 0)
         queries[nq++] = (PgQuery){SQL_LANES_LEAVE, 1, slot_params, false};
     if (nq == 0) {

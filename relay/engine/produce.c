@@ -634,6 +634,7 @@ void produce_delivery_timeout(Session *s)
         if (r->sessions[i].batch.in_flight > 0)
             r->sessions[i].batch.timed_out = true;
     relay_start_purge(r);
+    relay_kafka_timed_out(r);
 }
 
 void produce_give_up_waiting(Session *s)

@@ -45,6 +45,77 @@ static void on_serializer_ready(void *arg)
     resume_waiting(arg);
 }
 
+/* Every session looks at the lane group at its next step between batches: the relay's away
+ * state changed. Flags only, no session_step: this runs inside a session's step or report. */
+static void look_at_lanes(Relay *r)
+{
+    for (int i = 0; i < r->n_sessions; i++) {
+        r->sessions[i].rebalance_due = true;
+        r->sessions[i].wake_pending = true;
+    }
+}
+
+/* An acknowledgement: Kafka answers this relay, which is away no more (its sessions take their
+ * share again at their next look) and starts any later streak from nothing. */
+static void kafka_answers(Relay *r)
+{
+    r->kafka_timeouts = 0;
+    backoff_reset(&r->away_backoff);
+    bool was_trial = r->away_trial;
+    r->away_trial = false;
+    if (!r->kafka_away && !was_trial)
+        return;
+    ev_timer_stop(r->loop, &r->away_timer);
+    log_info("kafka answers again: the relay keeps its share of the lanes", NULL);
+    r->kafka_away = false;
+    look_at_lanes(r); /* its mark goes */
+}
+
+LaneMark relay_lane_mark(const Relay *r)
+{
+    return r->kafka_away ? LANE_MARK_AWAY : r->away_trial ? LANE_MARK_TRYING : LANE_MARK_NONE;
+}
+
+void relay_kafka_timed_out(Relay *r)
+{
+    long after = r->cfg->kafka_away_after;
+    r->kafka_timeouts++;
+    if (r->kafka_away || after == 0 || (!r->away_trial && r->kafka_timeouts < after))
+        return;
+    r->kafka_away = true;
+    r->away_trial = false;
+    double retry = backoff_next(&r->away_backoff);
+    log_warn("kafka unreachable from this relay: its lanes go to the other relays that reach it, "
+             "if any",
+             "timeouts=%d retry_in_s=%.1f", r->kafka_timeouts, retry);
+    ev_timer_stop(r->loop, &r->away_timer);
+    ev_timer_set(&r->away_timer, retry, 0.0);
+    ev_timer_start(r->loop, &r->away_timer);
+    look_at_lanes(r);
+}
+
+/* The away relay's backoff is over. One that gave its lanes up (others reach Kafka) takes its
+ * share back to try: nothing else tells it Kafka answers again, as it produces nothing; one more
+ * timeout sends it away for longer (relay_kafka_timed_out). One that kept its lanes (no member
+ * reaches Kafka) needs no trial: its own batches tell. */
+static void on_away_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    Relay *r = w->data;
+    relay_enter(r);
+    if (!r->kafka_away || r->stopping)
+        return;
+    if (relay_lanes_owned(r) > 0) {
+        ev_timer_set(w, backoff_next(&r->away_backoff), 0.0);
+        ev_timer_start(loop, w);
+        return;
+    }
+    log_info("trying kafka again: the relay takes its share of the lanes back", NULL);
+    r->kafka_away = false;
+    r->away_trial = true;
+    for (int i = 0; i < r->n_sessions; i++)
+        session_event(&r->sessions[i], EVENT_REBALANCE_DUE);
+}
+
 static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
 {
     Relay *r = arg;
@@ -54,6 +125,8 @@ static void on_delivery(void *opaque, rd_kafka_resp_err_t err, void *arg)
         backoff_reset(&r->recreate); /* this producer works: a later fatal error is a new one */
         r->recreate_after = 0;
     }
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        kafka_answers(r);
     SessionEvent report = {.kind = EVENT_REPORT, .row = br, .err = err};
     r->in_report = true;
     session_step(br->owner, &report);
@@ -292,6 +365,7 @@ static void relay_stop(Relay *r)
 {
     r->stopping = true;
     ev_timer_stop(r->loop, &r->rest_timer);
+    ev_timer_stop(r->loop, &r->away_timer);
     for (int i = 0; i < r->n_sessions; i++)
         session_event(&r->sessions[i], EVENT_STOP);
 }
@@ -361,6 +435,13 @@ static Relay *relay_create(struct ev_loop *loop, const Config *cfg, rd_kafka_con
     ev_init(&r->purge_timer, on_purge_timer);
     r->purge_timer.repeat = PURGE_REPEAT_S;
     r->purge_timer.data = r;
+    /* The first trial of an away relay comes after 2 x --delivery-timeout (its second half
+     * random), the later ones after twice as long each, up to ten minutes: a trial that fails
+     * holds its share's rows up for one delivery timeout, a smaller part of a longer cut. */
+    double away_base = (double)cfg->delivery_timeout_ms / 1000.0 * 2.0;
+    backoff_init(&r->away_backoff, away_base, away_base > 600.0 ? away_base : 600.0, 0);
+    ev_init(&r->away_timer, on_away_timer);
+    r->away_timer.data = r;
     ev_init(&r->rest_timer, on_rest_timer);
     /* A tenth of the quiet spell, within 0.1-1 s: resting comes soon after it is due. */
     double look = (double)cfg->session_rest_after_ms / 10000.0;
@@ -552,6 +633,7 @@ void relay_free_within(Relay *r, int flush_ms)
     ev_signal_stop(r->loop, &r->sigint);
     ev_timer_stop(r->loop, &r->purge_timer);
     ev_timer_stop(r->loop, &r->rest_timer);
+    ev_timer_stop(r->loop, &r->away_timer);
     /* The producer goes first: its last delivery reports still point into the batches. With
      * every batch empty nothing of it points into the relay any more, and it is destroyed off the
      * loop (kafka_producer_retire): a database removed by SIGHUP is freed on the loop (on_reap,

@@ -498,7 +498,7 @@ static void start_next(Session *s)
          * not have seen, and sets the flag again for another look before the next claim. */
         s->rebalance_due = false;
         session_set_phase(s, PHASE_REBALANCING);
-        if (!lanes_rebalance(&s->lanes, s->pg, on_lanes_reply, s)) {
+        if (!lanes_rebalance(&s->lanes, s->pg, relay_lane_mark(s->relay), on_lanes_reply, s)) {
             s->rebalance_due = true;
             session_set_phase(s, PHASE_IDLE);
         }

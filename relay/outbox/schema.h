@@ -16,6 +16,9 @@
  * applications'): a session's member slot (what shows it alive in pg_locks), and each lane. */
 #define LOCK_NS_MEMBER "1331849729"
 #define LOCK_NS_LANE "1331849730"
+/* Held, keyed by its member slot, by a session whose relay cannot reach Kafka (an away member:
+ * the lanes go to the members that reach it, if any; lanes.h). */
+#define LOCK_NS_AWAY "1331849733"
 /* The wakeup's advisory locks: producers mid-transaction (0004) and the guard's (0007). */
 #define LOCK_KEY_PRODUCING "1331849731"
 #define LOCK_KEY_WAKEUP "1331849732"

@@ -140,11 +140,16 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " WHERE pg_catalog.pg_try_advisory_lock(" LOCK_NS_MEMBER ", s) LIMIT 1"
 /* Gives the member slot $1 up (a session that rests). */
 #define SQL_LANES_LEAVE "SELECT pg_catalog.pg_advisory_unlock(" LOCK_NS_MEMBER ", $1::int)"
-/* The member slots of live sessions, of all relays on this database. */
+/* The member slots of live sessions, of all relays on this database, and each one's mark (lanes.h,
+ * LaneMark): 1 away, 2 trying, from the mark lock its session holds (key: the slot, plus
+ * LANE_MAX_MEMBERS for trying), 0 none. */
 #define SQL_LANES_MEMBERS                                                                          \
-    "SELECT objid::int FROM pg_locks"                                                              \
-    " WHERE locktype = 'advisory' AND classid = " LOCK_NS_MEMBER "::oid AND objsubid = 2"          \
-    " AND granted AND database = (SELECT oid FROM pg_database WHERE datname = "                    \
+    "SELECT m.objid::int, COALESCE((SELECT pg_catalog.min(CASE WHEN a.objid = m.objid THEN 1"      \
+    " ELSE 2 END) FROM pg_locks a WHERE a.locktype = 'advisory' AND a.classid = " LOCK_NS_AWAY     \
+    "::oid AND a.objid::int IN (m.objid::int, m.objid::int + 1024) AND a.objsubid = 2"             \
+    " AND a.granted AND a.pid = m.pid AND a.database = m.database), 0) AS mark FROM pg_locks m"    \
+    " WHERE m.locktype = 'advisory' AND m.classid = " LOCK_NS_MEMBER "::oid AND m.objsubid = 2"    \
+    " AND m.granted AND m.database = (SELECT oid FROM pg_database WHERE datname = "                \
     "pg_catalog.current_database())"                                                               \
     " ORDER BY 1"
 /* Fails as the lane group's statements above and below would (42501, naming the function) when
@@ -160,6 +165,9 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " WHEN NOT pg_catalog.has_function_privilege("                                                 \
     "'pg_catalog.pg_advisory_unlock(integer, integer)', 'EXECUTE')"                                \
     " THEN pg_catalog.pg_advisory_unlock(" LOCK_NS_MEMBER ", -1) ELSE true END"
+/* The session takes, or gives up, the mark lock $1 (its slot, plus 1024 for trying). */
+#define SQL_LANES_MARK "SELECT pg_catalog.pg_try_advisory_lock(" LOCK_NS_AWAY ", $1::int)"
+#define SQL_LANES_UNMARK "SELECT pg_catalog.pg_advisory_unlock(" LOCK_NS_AWAY ", $1::int)"
 /* Of the lanes $1, those this session could lock now. */
 #define SQL_LOCK_LANES                                                                             \
     "SELECT l FROM pg_catalog.unnest($1::int[]) AS l WHERE "                                       \

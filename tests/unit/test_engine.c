@@ -54,6 +54,7 @@ static struct {
     int nsent[MAX_SESSIONS];
     /* How the fake database answers (auto_result). */
     const char *members;             /* live member slots, "0" or "0,1" */
+    const char *away;                /* of those, the slots away ("0,1"); NULL: none */
     const char *sleep_answer;        /* outbox_relay_sleep(): guard, follow, busy */
     const char *claim[MAX_SESSIONS]; /* the next claim's rows by aggregate, "A,A,B"; "" none */
     const char *fail_kind;           /* the first statement of this kind fails ... */
@@ -188,6 +189,8 @@ static const struct {
     {SQL_LANES_CALLABLE, "callable"},
     {SQL_LOCK_LANES, "lock"},
     {SQL_UNLOCK_LANES, "unlock"},
+    {SQL_LANES_MARK, "mark"},
+    {SQL_LANES_UNMARK, "unmark"},
 };
 
 static const char *kind_of(const char *sql)
@@ -444,6 +447,27 @@ static PGresult *column(const char *name, const char *values)
     return fake_pg_tuples(name, rows, cells);
 }
 
+/* The members' answer with its mark column: T.members, each away (1) when T.away names it. */
+static PGresult *members_away(void)
+{
+    static char text[LANE_COUNT][16];
+    const char *cells[LANE_COUNT * 2];
+    int rows = 0;
+    char copy[512], away[512];
+    snprintf(copy, sizeof(copy), "%s", T.members);
+    snprintf(away, sizeof(away), ",%s,", T.away);
+    for (char *save = NULL, *v = strtok_r(copy, ",", &save); v && rows < LANE_COUNT;
+         v = strtok_r(NULL, ",", &save)) {
+        char key[20];
+        snprintf(text[rows], 16, "%s", v);
+        snprintf(key, sizeof(key), ",%s,", v);
+        cells[rows * 2] = text[rows];
+        cells[rows * 2 + 1] = strstr(away, key) ? "1" : "0";
+        rows++;
+    }
+    return fake_pg_tuples("objid,mark", rows, cells);
+}
+
 static PGresult *auto_result(int i, const FakeRequest *req, int q)
 {
     const char *kind = kind_of(req->sql[q]);
@@ -472,8 +496,14 @@ static PGresult *auto_result(int i, const FakeRequest *req, int q)
         return fake_pg_tuples("ended,writers", 1, (const char *[]){"t", "{}"});
     if (strcmp(kind, "join") == 0)
         return column("s", slot);
+    if (strcmp(kind, "members") == 0 && T.away)
+        return members_away();
     if (strcmp(kind, "members") == 0)
         return column("objid", T.members);
+    if (strcmp(kind, "mark") == 0)
+        return column("pg_try_advisory_lock", "t");
+    if (strcmp(kind, "unmark") == 0)
+        return column("pg_advisory_unlock", "t");
     if (strcmp(kind, "lock") == 0)
         return column("l", req->params[q]); /* every lane asked for is free */
     if (strcmp(kind, "unlock") == 0 || strcmp(kind, "leave") == 0)
@@ -1645,6 +1675,41 @@ static void test_members_replaced_between_looks(void **state)
     answer(0); /* members */
     answer(0); /* lock and unlock: slot 4's share is not slot 3's */
     expect_sent(1, redivides_sent);
+}
+
+/* The relay's Kafka is cut off while another relay's is not: after --kafka-away-after (2)
+ * delivery timeouts the session marks its slot away at its next look and gives every lane up to
+ * the member that is not away (slot 1). When that member is away too (every relay's Kafka down),
+ * the lanes are divided among all again: the session takes its share back. */
+static void test_away_relay_gives_lanes_to_peers(void **state)
+{
+    static const char *const away_sent[] = {"mark,members", "unlock", "wake", NULL};
+    static const char *const all_away_sent[] = {"members", "lock", CLAIM, NULL};
+    start("1", "1", "60000");
+    T.members = "0,1"; /* slot 1: another relay */
+    bring_up(0);
+    while (fake_pg_pending(PG(0)))
+        answer(0); /* the claim finds nothing */
+    forget(0);
+    relay_kafka_timed_out(T.r);
+    assert_false(T.r->kafka_away); /* one timeout is not a streak */
+    relay_kafka_timed_out(T.r);
+    assert_true(T.r->kafka_away);
+    T.away = "0";
+    fire(&S(0)->rebalance_timer);
+    answer(0); /* mark (away), members */
+    answer(0); /* unlock: every lane goes to slot 1 */
+    answer(0); /* the guard, with no lanes, gives the wakeup lock up */
+    expect_sent(0, away_sent);
+    assert_int_equal(S(0)->lanes.n_owned, 0);
+    assert_int_equal(S(0)->lanes.mark, LANE_MARK_AWAY);
+    forget(0);
+    T.away = "0,1";
+    fire(&S(0)->rebalance_timer);
+    answer(0); /* members */
+    answer(0); /* lock: its share, as if none were away; it claims */
+    expect_sent(0, all_away_sent);
+    assert_true(S(0)->lanes.n_owned > 0 && S(0)->lanes.n_owned < LANE_COUNT);
 }
 
 /* The rebalance timer ticks while the session's look at the group is out (a look as slow as
@@ -3768,6 +3833,7 @@ int main(void)
         cmocka_unit_test_teardown(test_rests_when_lower_session_connects, teardown),
         cmocka_unit_test_teardown(test_rejoin_after_reconnect, teardown),
         cmocka_unit_test_teardown(test_members_replaced_between_looks, teardown),
+        cmocka_unit_test_teardown(test_away_relay_gives_lanes_to_peers, teardown),
         cmocka_unit_test_teardown(test_rebalance_tick_during_look, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_row_fault, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_chained_marks, teardown),

@@ -1,4 +1,5 @@
-/* Unit tests for lanes_assign: the rendezvous split of lanes among relays. */
+/* Unit tests for lanes_assign and lanes_sharing: the rendezvous split of lanes among relays, and
+ * which members take part in it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -69,6 +70,38 @@ static void test_leaving_member_moves_only_its_lanes(void **state)
     }
 }
 
+/* An away member (its relay cannot reach Kafka) shares no lane while another member is healthy;
+ * when none is, all share as if none were away: an outage for everyone moves no lane. A member
+ * trying again shares beside the healthy ones, and takes no lane from away ones when none is
+ * healthy. */
+static void test_away_members_share_only_when_all_are(void **state)
+{
+    const int slots[] = {0, 3, 5};
+    int out[3];
+    const LaneMark one_away[] = {LANE_MARK_NONE, LANE_MARK_AWAY, LANE_MARK_NONE};
+    assert_int_equal(lanes_sharing(slots, one_away, 3, out), 2);
+    assert_int_equal(out[0], 0);
+    assert_int_equal(out[1], 5);
+    bool mine[LANE_COUNT];
+    lanes_assign(out, 2, 3, mine);
+    for (int l = 0; l < LANE_COUNT; l++)
+        assert_false(mine[l]);
+    const LaneMark all_away[] = {LANE_MARK_AWAY, LANE_MARK_AWAY, LANE_MARK_AWAY};
+    assert_int_equal(lanes_sharing(slots, all_away, 3, out), 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(out[i], slots[i]);
+    const LaneMark none_away[] = {LANE_MARK_NONE, LANE_MARK_NONE, LANE_MARK_NONE};
+    assert_int_equal(lanes_sharing(slots, none_away, 3, out), 3);
+    /* Trying beside a healthy member: both share, the away one does not. */
+    const LaneMark trying[] = {LANE_MARK_TRYING, LANE_MARK_AWAY, LANE_MARK_NONE};
+    assert_int_equal(lanes_sharing(slots, trying, 3, out), 2);
+    assert_int_equal(out[0], 0);
+    assert_int_equal(out[1], 5);
+    /* Trying while every other member is away: all share (the trial takes only its share). */
+    const LaneMark trying_alone[] = {LANE_MARK_TRYING, LANE_MARK_AWAY, LANE_MARK_AWAY};
+    assert_int_equal(lanes_sharing(slots, trying_alone, 3, out), 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -76,6 +109,7 @@ int main(void)
         cmocka_unit_test(test_single_member_and_outsider),
         cmocka_unit_test(test_three_members_share),
         cmocka_unit_test(test_leaving_member_moves_only_its_lanes),
+        cmocka_unit_test(test_away_members_share_only_when_all_are),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
