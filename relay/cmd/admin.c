@@ -337,18 +337,25 @@ PGresult *admin_exec_unbounded(PGconn *conn, const TableMap *map, const char *tm
     return exec_template(conn, map, tmpl, nparams, params, expect, false);
 }
 
+/* Why a copy is parked: the relay parks it for this reason alone (8f2848d), said at the time in
+ * one error line that may since have rotated away. */
+#define DEAD_COPY_PARKED_WHY "too large for the dead-letter topic even without its payload"
+
 /* Prints row as one JSON line. False when it cannot (a text that is not UTF-8: a SQL_ASCII
  * database stores any bytes), with an error logged: the row must not vanish from the list. */
 static bool print_json(PGresult *res, int row)
 {
     json_t *o = json_pack(
-        "{s:I, s:s, s:s, s:s, s:s, s:i, s:i, s:s, s:s?, s:s}", "id",
+        "{s:I, s:s, s:s, s:s, s:s, s:i, s:i, s:s, s:s?, s:s, s:s, s:s?, s:s?}", "id",
         (json_int_t)strtoll(PQgetvalue(res, row, 0), NULL, 10), "event_id", PQgetvalue(res, row, 1),
         "aggregate_type", PQgetvalue(res, row, 2), "aggregate_id", PQgetvalue(res, row, 3),
         "event_type", PQgetvalue(res, row, 4), "attempts", atoi(PQgetvalue(res, row, 5)),
         "rejections", atoi(PQgetvalue(res, row, 6)), "dead_at", PQgetvalue(res, row, 7),
         "dead_letter_topic", *PQgetvalue(res, row, 8) ? PQgetvalue(res, row, 8) : NULL,
-        "last_error", PQgetvalue(res, row, 9));
+        "last_error", PQgetvalue(res, row, 9), "dead_letter_copy", PQgetvalue(res, row, 10),
+        "dead_letter_retry_at", *PQgetvalue(res, row, 11) ? PQgetvalue(res, row, 11) : NULL,
+        "dead_letter_parked",
+        strcmp(PQgetvalue(res, row, 10), "parked") == 0 ? DEAD_COPY_PARKED_WHY : NULL);
     /* ASCII only: U+2028, U+0085 and bidi characters of a row reach the terminal as \u escapes,
      * and control characters are escaped by JSON itself. */
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
@@ -383,8 +390,8 @@ int admin_dead(const Config *cfg)
         int rows = PQntuples(res);
         /* The heading once the first batch is read: a command that fails prints its one line. */
         if (!cfg->json && !*after)
-            printf("%-10s %-36s %-24s %-8s %-20s %s\n", "ID", "EVENT_ID", "AGGREGATE", "ATTEMPTS",
-                   "DEAD_AT", "LAST_ERROR");
+            printf("%-10s %-36s %-24s %-8s %-20s %-26s %s\n", "ID", "EVENT_ID", "AGGREGATE",
+                   "ATTEMPTS", "DEAD_AT", "COPY", "LAST_ERROR");
         for (int i = 0; i < rows; i++) {
             if (cfg->json) {
                 unprinted += !print_json(res, i);
@@ -393,13 +400,23 @@ int admin_dead(const Config *cfg)
             /* Every text column is the writers' (or an error quoting them): escaped as in the
              * log, so a row cannot print a newline, ESC or OSC sequence, U+2028 or a bidi
              * override to the operator's terminal. */
-            char aggregate[256], event_id[160], agg[520], error[1024];
+            char aggregate[256], event_id[160], agg[520], error[1024], copy[48];
             snprintf(aggregate, sizeof(aggregate), "%s/%s", PQgetvalue(res, i, 2),
                      PQgetvalue(res, i, 3));
-            printf("%-10s %-36s %-24s %-8s %-20s %s\n", PQgetvalue(res, i, 0),
+            /* The copy's state with its when or why: the retry time of one that failed, and for
+             * a parked one (never retried until requeued) that it is too large. */
+            const char *state = PQgetvalue(res, i, 10);
+            if (strcmp(state, "retrying") == 0)
+                snprintf(copy, sizeof(copy), "retry %s", PQgetvalue(res, i, 11));
+            else if (strcmp(state, "parked") == 0)
+                snprintf(copy, sizeof(copy), "parked: too large");
+            else
+                snprintf(copy, sizeof(copy), "%s", state);
+            printf("%-10s %-36s %-24s %-8s %-20s %-26s %s\n", PQgetvalue(res, i, 0),
                    log_escape(PQgetvalue(res, i, 1), event_id, sizeof(event_id)),
                    log_escape(aggregate, agg, sizeof(agg)), PQgetvalue(res, i, 5),
-                   PQgetvalue(res, i, 7), log_escape(PQgetvalue(res, i, 9), error, sizeof(error)));
+                   PQgetvalue(res, i, 7), copy,
+                   log_escape(PQgetvalue(res, i, 9), error, sizeof(error)));
         }
         n += rows;
         if (rows > 0)

@@ -244,11 +244,22 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL"                                  \
     " AND ($1::bigint IS NULL OR {seq} = $1::bigint)"                                              \
     " AND ($2::bigint IS NULL OR {seq} > $2::bigint) ORDER BY {seq} LIMIT $3::bigint"
+/* The state of a dead event's copy to the dead-letter topic (DeadCopy's words) is read from what
+ * the relay records: dead_letter_topic once published (SQL_MARK_DEAD_LETTERED), a retry time when
+ * a publication failed (SQL_MARK_DEAD_LETTER_FAILED; 'infinity' when parked as too large for the
+ * topic even without its payload), neither before the first try (death clears the retry time; no
+ * copy is tried without --dead-letter-topic). last_error stays the death's reason, so these
+ * columns are what tells the states apart once the relay's log line has rotated away. */
 #define SQL_DEAD                                                                                   \
     "SELECT {seq}, {event_id}, {aggregate_type}, {aggregate_id}, {event_type}, attempts,"          \
     " rejections, pg_catalog.to_char(dead_at AT TIME ZONE 'UTC', "                                 \
     "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),"                                                           \
-    " coalesce(dead_letter_topic, ''), coalesce(last_error, '')" SQL_DEAD_ROWS
+    " coalesce(dead_letter_topic, ''), coalesce(last_error, ''),"                                  \
+    " CASE WHEN dead_letter_topic IS NOT NULL THEN 'published' WHEN next_attempt_at IS NULL"       \
+    " THEN 'pending' WHEN next_attempt_at = 'infinity' THEN 'parked' ELSE 'retrying' END,"         \
+    " CASE WHEN dead_letter_topic IS NULL AND next_attempt_at < 'infinity' THEN"                   \
+    " pg_catalog.to_char(next_attempt_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"    \
+    " ELSE '' END" SQL_DEAD_ROWS
 /* The batch's rows, locked (b); the change (c) returns their count and the last {seq}. */
 #define SQL_DEAD_BATCH "WITH b AS (SELECT {seq} AS seq" SQL_DEAD_ROWS " FOR UPDATE)"
 #define SQL_DEAD_CHANGED " SELECT pg_catalog.count(*), pg_catalog.max(seq) FROM c"

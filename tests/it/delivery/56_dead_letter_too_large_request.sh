@@ -23,7 +23,10 @@
 #     parked (a retry time of infinity: never claimed again, neither bare nor with its payload),
 #     said in one error line with its sizes, and counted by `status` as a dead event whose copy
 #     failed. (On the old code it was a plain failed publication, to go again with its payload
-#     30 s later, doubling to an hour, for ever.)
+#     30 s later, doubling to an hour, for ever.) `dead` and `dead --json` show each dead
+#     event's copy state: published, pending (not tried), retrying (with its retry time; one is
+#     recorded so by SQL, as the relay records a failed copy) or parked (with why). (On the old
+#     code neither told a parked copy from one waiting to retry: no such column or field.)
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -90,6 +93,32 @@ check "C: status says such a copy may be parked" grep -q "^dead-lettered:  6 (1 
     <<<"$("$RELAY_BIN" status --database-url "$DATABASE_URL")"
 relay_stop
 check_eq "relay exits 0" 0 $?
+
+# --- C. dead shows each dead event's copy state, with its when or why ---
+# Row 4's published copy is made one that failed and waits for its retry, recorded as the relay
+# records it (SQL_MARK_DEAD_LETTER_FAILED: no dead_letter_topic, a retry time), and row 3's one
+# not tried yet (neither: a dead event's state before its first copy, or without a dead-letter
+# topic), so that every state shows.
+psql_q "UPDATE outbox SET dead_letter_topic = NULL, next_attempt_at = '2030-01-02 03:04:05+00'
+        WHERE aggregate_type = 'bad topic!' AND (payload->>'seq')::int = 4" >/dev/null
+psql_q "UPDATE outbox SET dead_letter_topic = NULL, next_attempt_at = NULL
+        WHERE aggregate_type = 'bad topic!' AND (payload->>'seq')::int = 3" >/dev/null
+"$RELAY_BIN" dead --json --database-url "$DATABASE_URL" >"$T/dead.json" 2>>"$T/dead.err"
+check_eq "C: dead --json exits 0" 0 $?
+check_eq "C: dead --json: each copy's state (published, pending, retrying with when, parked with why)" \
+    "p-0 published dlq null null
+p-1 published dlq null null
+p-2 published dlq null null
+p-3 pending null null null
+p-4 retrying null 2030-01-02T03:04:05Z null
+p-5 parked null null too large for the dead-letter topic even without its payload" \
+    "$(jq -r 'select(.aggregate_type == "bad topic!") | "\(.aggregate_id) \(.dead_letter_copy) \(.dead_letter_topic) \(.dead_letter_retry_at) \(.dead_letter_parked)"' "$T/dead.json")"
+"$RELAY_BIN" dead --database-url "$DATABASE_URL" >"$T/dead.txt" 2>>"$T/dead.err"
+check_eq "C: dead exits 0" 0 $?
+check "C: dead has a COPY column" grep -qE '^ID +EVENT_ID +AGGREGATE +ATTEMPTS +DEAD_AT +COPY +LAST_ERROR$' "$T/dead.txt"
+for want in "p-0 .* published " "p-3 .* pending " "p-4 .* retry 2030-01-02T03:04:05Z " "p-5 .* parked: too large "; do
+    check "C: dead shows '$want'" grep -qE "bad topic!/$want" "$T/dead.txt"
+done
 
 consume --topic dlq --to-end --timeout-ms 30000 >"$T/dlq.json"
 echo "# dlq: $(jq -r .headers.id "$T/dlq.json" | wc -l) messages (at-least-once allows repeats)"
