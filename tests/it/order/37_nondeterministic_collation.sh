@@ -13,7 +13,8 @@
 # unpublished. Then the same for the claim's recheck, with the race of 49_blocked_while_waiting
 # (below), and for the claim around locks (last). First, the lanes of such a table: migrate hashes the aggregate's bytes (not ICU's sort
 # key, which follows the ICU version), and warns of a lane column an older version adopted under
-# the collation, naming a fix that works.
+# the collation, naming a fix that works. Last, `replay --aggregate-id` selects that aggregate's
+# bytes alone (the old code replayed 'L' with 'l': 6 events, not 3).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -197,3 +198,18 @@ relay_stop
 check_eq "the relay exits 0" 0 "$?"
 consume --topic outbox.event.l --to-end --timeout-ms 30000 >"$T/l.json"
 check "'L' and 'l': each key's events are published in order" first_copies_in_order "$T/l.json"
+
+# Replay selects an aggregate (and a type, an event type) byte for byte, as Kafka keys them:
+# under the column's case-insensitive collation `--aggregate-id l` also selected 'L' (6 events,
+# not 3), and put the other aggregate's events out again.
+"$RELAY_BIN" replay --database-url "$DATABASE_URL" --layout debezium --aggregate-type l \
+    --aggregate-id l --dry-run >"$T/replay_dry.out" 2>"$T/replay_dry.err"
+check_eq "replay --aggregate-id l --dry-run exits 0" 0 "$?"
+check "replay --aggregate-id l --dry-run selects the 3 events of 'l' alone" \
+    grep -q "dry run: 3 events would be replayed" "$T/replay_dry.out"
+"$RELAY_BIN" replay --database-url "$DATABASE_URL" --layout debezium --aggregate-type l \
+    --aggregate-id l >"$T/replay.out" 2>"$T/replay.err"
+check_eq "replay --aggregate-id l exits 0" 0 "$?"
+check_eq "replay put the 3 events of 'l' back in line, none of 'L'" "l 3" \
+    "$(psql_q "SELECT aggregateid COLLATE \"C\", count(*) FROM outbox
+               WHERE sent_at IS NULL GROUP BY 1 ORDER BY 1" | tr '|' ' ')"
