@@ -306,6 +306,9 @@ static PGresult *exec_template_e(PGconn *conn, const TableMap *map, const char *
         *no_verdict = true;
         return NULL;
     }
+    /* change_dead (the caller with no_verdict) says in its own line what a lock wait means. */
+    if (!res && no_verdict && strcmp(e->sqlstate, "55P03") == 0)
+        return NULL;
     if (res && PQresultStatus(res) != expect) {
         PQclear(res);
         res = NULL;
@@ -463,6 +466,28 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb)
     PGconn *conn = admin_connect(cfg->database_url);
     if (!conn)
         return admin_connect_exit_code();
+    /* A batch locks its rows (SQL_DEAD_BATCH), and a dead event someone else holds (a relay
+     * publishing its copy to the dead-letter topic, up to --delivery-timeout; an operator's open
+     * transaction) held the whole batch until the statement timeout, which said only "canceling
+     * statement due to statement timeout". The lock wait ends first (three quarters of the
+     * bound, at most ADMIN_DEAD_LOCK_TIMEOUT_MS; a stricter lock_timeout of the connection
+     * string stays), so that the error can say what held it. Not skipped (SKIP LOCKED): a batch
+     * requeues an aggregate's dead events together, in order. */
+    long lock_ms = statement_timeout_s * 1000 / 4 * 3;
+    if (lock_ms > ADMIN_DEAD_LOCK_TIMEOUT_MS)
+        lock_ms = ADMIN_DEAD_LOCK_TIMEOUT_MS;
+    char lock_sql[256];
+    snprintf(lock_sql, sizeof(lock_sql), DB_BOUND_SETTING_SQL("lock_timeout", "%ldms", "false"),
+             lock_ms, lock_ms);
+    DbError le;
+    PGresult *bound = admin_query(conn, lock_sql, 0, NULL, &le);
+    if (!bound) {
+        char q[600];
+        log_error("query failed", "error=%s", log_quote(db_error_text(&le), q, sizeof(q)));
+        PQfinish(conn);
+        return 1;
+    }
+    PQclear(bound);
     char id[32], after[32] = "", batch[32];
     snprintf(id, sizeof(id), "%ld", cfg->id);
     snprintf(batch, sizeof(batch), "%d", ADMIN_DEAD_BATCH);
@@ -474,6 +499,22 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb)
         PGresult *res = exec_template_e(conn, &cfg->map, sql, 3, params, PGRES_TUPLES_OK, true, &e,
                                         &no_verdict);
         if (!res) {
+            if (strcmp(e.sqlstate, "55P03") == 0) {
+                char which[64];
+                if (!cfg->all)
+                    snprintf(which, sizeof(which), "id %s", id);
+                else if (*after)
+                    snprintf(which, sizeof(which), "ids above %s", after);
+                else
+                    snprintf(which, sizeof(which), "the first ids");
+                log_error("a dead event of the batch is locked by another transaction (a relay "
+                          "publishing its copy to the dead-letter topic, or an open "
+                          "transaction): nothing of the batch was changed. Run the command again "
+                          "once it is released (pg_locks shows the holder)",
+                          "command=%s batch=\"%s\" done_before=%ld waited_ms=%ld",
+                          strcmp(verb, "requeued") == 0 ? "requeue" : "purge-dead", which, n,
+                          lock_ms);
+            }
             failed = true;
             break;
         }

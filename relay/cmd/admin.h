@@ -20,6 +20,9 @@
 /* Rows a statement of dead, requeue or purge-dead takes at a time (SQL_DEAD_BATCH): a batch of
  * any row size is done well within ADMIN_STATEMENT_TIMEOUT_S. */
 #define ADMIN_DEAD_BATCH 10000
+/* The longest a batch of requeue or purge-dead waits for a dead event another transaction holds
+ * locked before it gives up, saying so (change_dead). */
+#define ADMIN_DEAD_LOCK_TIMEOUT_MS 10000L
 
 /* The longest one poll() of admin_query's waits lasts: an hour (it then looks at its deadline
  * again). */

@@ -2,7 +2,9 @@
 # Proves `requeue` and `purge-dead` wake the relays that sleep (waiting for a notification, with
 # a poll timer of an hour here), rather than leave the events they free to the next poll:
 #  1. a dead-lettered event requeued while the relay sleeps is delivered;
-#  2. with --on-poison hold, the events a dead one held back go once it is purged.
+#  2. with --on-poison hold, the events a dead one held back go once it is purged;
+#  3. while another transaction holds a dead event locked, requeue --all and purge-dead --all
+#     wait at most their lock bound and say so, changing none of the batch.
 # An UPDATE or a DELETE fires no wakeup trigger (that is an INSERT's): before, each waited for the
 # relay's --poll-interval.
 # shellcheck source=tests/lib.sh
@@ -45,3 +47,32 @@ admin purge-dead --id "$(psql_q "SELECT id FROM outbox WHERE aggregate_id = 'h-1
 check_eq "2: purge-dead exits 0" 0 $?
 wait_for "2: the events it held back are delivered" 30 sent h-1 3
 relay_stop
+
+# --- 3. a dead event another transaction holds locked ---
+# requeue and purge-dead wait for it at most their lock bound (three quarters of
+# --statement-timeout, at most 10 s: here 3 s of 4), then say what held the batch and that none
+# of it changed. Before, the batch waited until the statement timeout and said only "canceling
+# statement due to statement timeout", which names no cause.
+insert_dead l-1
+insert_dead l-2
+locked=$(psql_q "SELECT id FROM outbox WHERE aggregate_id = 'l-1'")
+coproc HOLDER { psql -XAtq -v ON_ERROR_STOP=1 2>&1; }
+_t_track "$HOLDER_PID"
+holder_pid=$HOLDER_PID
+echo "BEGIN; SELECT 'locked' || id FROM outbox WHERE id = $locked FOR UPDATE;" >&"${HOLDER[1]}"
+read -r -t 10 seen <&"${HOLDER[0]}" || fail "3: the other client locks a dead event"
+[ "$seen" = "locked$locked" ] || fail "3: the other client locks a dead event" "$seen"
+LOCKED_LINE='a dead event of the batch is locked by another transaction'
+for cmd in requeue purge-dead; do
+    admin "$cmd" --all --statement-timeout 4s >"$T/$cmd.locked.out" 2>&1
+    check_eq "3: $cmd --all exits 1 while a dead event is locked" 1 $?
+    check "3: $cmd says a dead event of the batch is locked, and that none of it changed" grep -q \
+        "$LOCKED_LINE (a relay publishing its copy to the dead-letter topic, or an open transaction): nothing of the batch was changed.*command=$cmd" \
+        "$T/$cmd.locked.out"
+    check_eq "3: $cmd prints no generic timeout" 0 "$(grep -c 'canceling statement due to' "$T/$cmd.locked.out")"
+done
+check_eq "3: both events still dead" 2 \
+    "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'l-%' AND dead_at IS NOT NULL")"
+echo "COMMIT;" >&"${HOLDER[1]}"
+echo '\q' >&"${HOLDER[1]}"
+wait "$holder_pid" 2>/dev/null
