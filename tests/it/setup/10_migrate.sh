@@ -327,7 +327,7 @@ psql_q "UPDATE schema_migrations SET version = '0011_wakeup_always.sql'
 "$RELAY_BIN" migrate --database-url "$renamed_url" 2>"$T/renamed.log"
 check_eq "a database that recorded 0011_wakeup_always.sql: migrate exits 0" 0 $?
 check "...not taking it for a newer relay's" lacks "$T/renamed.log" 'newer outbox-relay'
-check_eq "...applying 0011_triggers_always.sql on top" 1 \
+check_eq "...applying 0011_triggers_always.sql over it" 1 \
     "$(recorded outbox_renamed 0011_triggers_always.sql)"
 check_eq "...and 0012_wakeup_replica_rows.sql after it" 1 \
     "$(recorded outbox_renamed 0012_wakeup_replica_rows.sql)"
