@@ -160,6 +160,26 @@ static const Need
                  " pg_catalog.pg_try_advisory_lock(integer, integer),"
                  " pg_catalog.pg_advisory_unlock(integer, integer) TO %I', $2::text)",
                  "false" /* CHECK_ONLY: migrate never plans it */},
+                /* The wakeup's lock (0009): outbox_relay_sleep() and outbox_relay_wake() run as
+                 * the relay's role and call these. Refused, every sleep fails and the sessions
+                 * warn "cannot take part in the wakeup" and wait for --poll-interval. */
+                {FOR_RELAY | CHECK_ONLY,
+                 "EXECUTE on pg_try_advisory_lock(bigint), "
+                 "pg_try_advisory_xact_lock_shared(bigint) "
+                 "and pg_advisory_unlock(bigint) (the wakeup's lock, taken and given up by "
+                 "outbox_relay_sleep() and outbox_relay_wake())",
+                 SLEEP_FN " IS NOT NULL",
+                 "pg_catalog.has_function_privilege($1, "
+                 "'pg_catalog.pg_try_advisory_lock(bigint)', 'EXECUTE')"
+                 " AND pg_catalog.has_function_privilege($1, "
+                 "'pg_catalog.pg_try_advisory_xact_lock_shared(bigint)', 'EXECUTE')"
+                 " AND pg_catalog.has_function_privilege($1, "
+                 "'pg_catalog.pg_advisory_unlock(bigint)', 'EXECUTE')",
+                 "pg_catalog.format('GRANT EXECUTE ON FUNCTION"
+                 " pg_catalog.pg_try_advisory_lock(bigint),"
+                 " pg_catalog.pg_try_advisory_xact_lock_shared(bigint),"
+                 " pg_catalog.pg_advisory_unlock(bigint) TO %I', $2::text)",
+                 "false" /* CHECK_ONLY: migrate never plans it */},
                 {FOR_PRODUCER,
                  "INSERT on the outbox table's writer columns, and on no other column", NULL,
                  "NOT EXISTS (SELECT 1 FROM " WRITER_COLUMNS " c WHERE NOT c.writer ="

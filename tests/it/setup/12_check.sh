@@ -28,6 +28,9 @@
 #     ALWAYS, outbox_wakeup_replica REPLICA) are a warn line each (exit 0) naming what is missed
 #     and the statement that restores it, which does: after a data-only restore's
 #     DISABLE/ENABLE TRIGGER ALL (all three ordinary), one disabled, one dropped, the twin ALWAYS.
+#  9. EXECUTE on the wakeup's pg_try_advisory_lock(bigint) revoked from PUBLIC (outbox_relay_sleep()
+#     runs as the relay's role: every sleep fails, events wait for --poll-interval): a FAIL line
+#     with the GRANT of the wakeup's three lock functions, which is the fix, not `migrate`.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -326,3 +329,24 @@ check "8: ... privileges ok" grep -q '^ok    privileges: ' "$T/locks_granted.out
 psql_q "GRANT SELECT ON pg_catalog.pg_locks TO PUBLIC;
         GRANT EXECUTE ON FUNCTION pg_catalog.pg_try_advisory_lock(integer, integer) TO PUBLIC" ||
     fail "8: grant to PUBLIC again"
+
+# --- 9. the wakeup's lock functions, revoked from PUBLIC ---
+# outbox_relay_sleep() and outbox_relay_wake() run as the relay's role: refused, every sleep fails
+# ("cannot take part in the wakeup") and events wait for --poll-interval. Before: check said
+# "ok    privileges" (part 8 covered the lane group's integer pair only).
+psql_q "REVOKE EXECUTE ON FUNCTION pg_catalog.pg_try_advisory_lock(bigint) FROM PUBLIC" ||
+    fail "9: revoke"
+run_check nowakelock
+check_eq "9: pg_try_advisory_lock(bigint) refused: exit 1" 1 $?
+check "9: names EXECUTE on the wakeup's lock functions and its GRANT" grep -qF \
+    'as the owner, GRANT EXECUTE ON FUNCTION pg_catalog.pg_try_advisory_lock(bigint), pg_catalog.pg_try_advisory_xact_lock_shared(bigint), pg_catalog.pg_advisory_unlock(bigint) TO outbox_relay' \
+    "$T/nowakelock.out"
+check "9: ... not migrate, which does not grant them" \
+    lacks "$T/nowakelock.out" 'run `outbox-relay migrate` again'
+check "9: one problem" grep -q '^check: 1 problem' "$T/nowakelock.out"
+grep -o 'GRANT EXECUTE ON [^:]*pg_catalog[^;]* TO outbox_relay' "$T/nowakelock.out" >"$T/nowakelock.sql"
+psql_q "$(paste -sd ';' "$T/nowakelock.sql")" || fail "9: run the GRANT check named"
+run_check wakelock_granted
+check_eq "9: the GRANT check named is the fix: exit 0" 0 $?
+psql_q "GRANT EXECUTE ON FUNCTION pg_catalog.pg_try_advisory_lock(bigint) TO PUBLIC" ||
+    fail "9: grant to PUBLIC again"
