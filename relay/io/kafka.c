@@ -84,12 +84,13 @@ enum {
     W_QUEUE_KBYTES,
     W_MESSAGE_MAX_BYTES,
     W_REPORT_ONLY_ERROR,
+    W_TEST_MOCK,
     W_N
 };
-static const char *const watched[W_N] = {"enable.idempotence", "enable.gapless.guarantee",
-                                         "message.timeout.ms", "partitioner",
-                                         "transactional.id",   "queue.buffering.max.kbytes",
-                                         "message.max.bytes",  "delivery.report.only.error"};
+static const char *const watched[W_N] = {
+    "enable.idempotence", "enable.gapless.guarantee",   "message.timeout.ms",
+    "partitioner",        "transactional.id",           "queue.buffering.max.kbytes",
+    "message.max.bytes",  "delivery.report.only.error", "test.mock.num.brokers"};
 
 /* The value of key in conf as text ("" if librdkafka has none). */
 static void conf_value(const rd_kafka_conf_t *conf, const char *key, char *out, size_t outlen)
@@ -472,6 +473,17 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, bool *runtime, char *err, s
                  "with it no success is reported: every batch would be sent again for ever; "
                  "leave it false",
                  origin, value[W_REPORT_ONLY_ERROR]);
+        ok = false;
+    }
+    /* test.mock.num.brokers, a librdkafka test property, replaces bootstrap.servers with a
+     * cluster inside the relay's own process: every message is acknowledged and every row marked
+     * sent, and the events are gone when the process ends. Nothing the relay promises holds. */
+    if (ok && strcmp(value[W_TEST_MOCK], "0") != 0 && value[W_TEST_MOCK][0]) {
+        watched_origin(cfg, setter[W_TEST_MOCK], watched[W_TEST_MOCK], origin, sizeof(origin));
+        snprintf(err, errlen,
+                 "%s=%s: librdkafka would publish to a mock cluster inside the relay's own "
+                 "process, mark every row sent and lose every event at exit; leave it unset",
+                 origin, value[W_TEST_MOCK]);
         ok = false;
     }
     /* A message timeout shorter than --delivery-timeout fails messages one at a time (queued

@@ -403,6 +403,34 @@ static void test_report_only_error_refused(void **state)
     config_free(&cfg);
 }
 
+/* test.mock.num.brokers makes librdkafka publish into a cluster in the relay's own process:
+ * every row marked sent, every event lost at exit. Refused, whatever spelling of the count. */
+static void test_mock_brokers_refused(void **state)
+{
+    const char *spellings[] = {"test.mock.num.brokers=1", "test.mock.num.brokers=3"};
+    for (size_t i = 0; i < sizeof(spellings) / sizeof(spellings[0]); i++) {
+        Config cfg;
+        char err[1024] = "";
+        rd_kafka_conf_t *conf =
+            build(&cfg, err, sizeof(err), "--kafka", spellings[i], (char *)NULL);
+        if (conf)
+            rd_kafka_conf_destroy(conf);
+        assert_null(conf);
+        if (!strstr(err, "--kafka test.mock.num.brokers=") ||
+            !strstr(err, "lose every event at exit"))
+            fail_msg("%s: error \"%s\"", spellings[i], err);
+        config_free(&cfg);
+    }
+    Config cfg;
+    char err[1024] = "";
+    rd_kafka_conf_t *conf =
+        build(&cfg, err, sizeof(err), "--kafka", "test.mock.num.brokers=0", (char *)NULL);
+    if (!conf)
+        fail_msg("test.mock.num.brokers=0 refused: %s", err);
+    rd_kafka_conf_destroy(conf);
+    config_free(&cfg);
+}
+
 static int reports_after_retire;
 
 static void count_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
@@ -898,6 +926,7 @@ int main(void)
         cmocka_unit_test(test_scattering_partitioners_refused),
         cmocka_unit_test(test_transactional_id_refused),
         cmocka_unit_test(test_report_only_error_refused),
+        cmocka_unit_test(test_mock_brokers_refused),
         cmocka_unit_test(test_retired_producer_reports_to_no_one),
         cmocka_unit_test(test_retire_thread_takes_no_signals),
         cmocka_unit_test(test_retired_producer_says_nothing_of_the_live_one),
