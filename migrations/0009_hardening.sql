@@ -49,13 +49,18 @@ BEGIN
                               'outbox_wakeup()'::pg_catalog.regprocedure::pg_catalog.regproc);
     -- ALWAYS: also in sessions with session_replication_role = replica (0011_triggers_always.sql).
     EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE ALWAYS TRIGGER outbox_wakeup', tbl);
-    -- Its row-level twin for apply workers, which fire row triggers only (0012_wakeup_replica_rows.sql).
+    -- Its row-level twin for apply workers, which fire row triggers only (0012_wakeup_replica_rows.sql),
+    -- queueing one notification a transaction (0013_wakeup_replica_once.sql).
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid OPERATOR(pg_catalog.=) tbl::oid
                AND tgname OPERATOR(pg_catalog.=) 'outbox_wakeup_replica'::name) THEN
         EXECUTE pg_catalog.format('DROP TRIGGER outbox_wakeup_replica ON %s', tbl);
     END IF;
     EXECUTE pg_catalog.format('CREATE TRIGGER outbox_wakeup_replica AFTER INSERT ON %s FOR EACH ROW'
-                              ' WHEN (NOT pg_catalog.pg_try_advisory_xact_lock_shared(1331849732::bigint))'
+                              ' WHEN (CASE WHEN pg_catalog.pg_try_advisory_xact_lock_shared(1331849732::bigint)'
+                              ' THEN false WHEN pg_catalog.current_setting(''outbox_relay.wakeup_queued''::text,'
+                              ' true) OPERATOR(pg_catalog.=) ''on''::text THEN false'
+                              ' ELSE pg_catalog.set_config(''outbox_relay.wakeup_queued''::text, ''on''::text,'
+                              ' true) OPERATOR(pg_catalog.=) ''on''::text END)'
                               ' EXECUTE FUNCTION %s()', tbl,
                               'outbox_wakeup()'::pg_catalog.regprocedure::pg_catalog.regproc);
     EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE REPLICA TRIGGER outbox_wakeup_replica', tbl);

@@ -15,6 +15,9 @@
 #  6. a producer whose session sets session_replication_role = replica wakes a sleeping relay;
 #  7. so do the rows logical replication's apply worker brings in (an outbox fed by a
 #     subscription).
+#  8. the twin queues one notification a transaction, not one a row: a replica session's insert of
+#     500 rows while a guard sleeps runs outbox_wakeup() twice (the statement trigger and the
+#     twin's first row), and its next transaction notifies again.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -223,3 +226,41 @@ wait_for "7: its rows woke the guard: every row delivered" 10 no_unsent_rows
 relay_stop || not_ok "7: relay exits 0"
 psql_q "DROP SUBSCRIPTION outbox_sub" >/dev/null || not_ok "7: unsubscribe"
 check_delivered order
+
+# --- 8. the twin queues one notification a transaction ---
+# Each row ran the twin's WHEN and, while a relay slept, queued an after-trigger event, kept in
+# the backend's memory until the statement ended (a subscription's initial COPY: one per row of
+# the table), then ran outbox_wakeup() for each. A session holds the wakeup lock as a sleeping
+# guard does; pg_stat_user_functions counts the function's calls in the replica session.
+PGAPPNAME=guard8 psql -XAtq -c "SELECT pg_advisory_lock(1331849732)" -c "SELECT pg_sleep(300)" \
+    >/dev/null 2>&1 &
+GUARD8=$!
+_t_track "$GUARD8"
+guard8_held() {
+    [ "$(psql_q "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+                 WHERE a.application_name = 'guard8' AND l.locktype = 'advisory'
+                 AND l.objid = 1331849732 AND l.granted")" = 1 ]
+}
+wait_for "8: a session holds the wakeup lock" 10 guard8_held
+psql_q "SELECT pg_stat_reset_single_function_counters('outbox_wakeup()'::regprocedure)" \
+    >/dev/null || fail "8: reset the function's counters"
+psql_q "SET track_functions = 'pl'; SET session_replication_role = replica;
+        INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'order', 'o-' || (g % 200), 'changed', jsonb_build_object('seq', g)
+        FROM generate_series($((N + 1)), $((N + 500))) AS g ORDER BY g" >/dev/null ||
+    not_ok "8: a replica session inserts 500 rows"
+N=$((N + 500))
+# The session's counts reach the statistics when its backend exits, all at once.
+wakeup_calls() {
+    psql_q "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
+            WHERE funcid = 'outbox_wakeup()'::regprocedure"
+}
+calls_counted() { [ "$(wakeup_calls)" -gt 0 ]; }
+wait_for "8: the inserting session's calls are counted" 10 calls_counted
+check_eq "8: outbox_wakeup() ran twice (the statement trigger, the twin's first row), not per row" \
+    2 "$(wakeup_calls)"
+TWO_TX="SET session_replication_role = replica;
+        BEGIN; $ONE_ROW; $ONE_ROW; COMMIT; BEGIN; $ONE_ROW; $ONE_ROW; COMMIT"
+check_eq "8: each transaction of a replica session notifies (the mark goes at commit)" 2 \
+    "$(listen 0 "$TWO_TX")"
+_t_reap "$GUARD8" || : # its psql ends by SIGTERM: not the test's status
