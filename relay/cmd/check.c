@@ -353,12 +353,17 @@ static void check_floor(Checks *c, PGconn *conn, const Config *cfg)
  * missing) and the statement that puts it right, names quoted and qualified by the server (the
  * owner runs it in psql, with a search_path of their own). Missing: the relay's install function
  * in --schema (pinned first on check's search_path) installs it as migrate does (the wakeup's
- * installs both of its triggers); otherwise ALTER TABLE. Reads catalogs only, which every role
+ * installs both of its triggers), unless that function predates the trigger (its body does not
+ * name it: a database behind this binary's migrations, the twin before 0012), when only
+ * `migrate` puts it in; otherwise ALTER TABLE. Reads catalogs only, which every role
  * may. */
 static const char *const SQL_TRIGGERS =
     "SELECT w.name, w.want, coalesce(t.tgenabled::pg_catalog.text, ''), CASE"
     " WHEN t.tgenabled IS NOT NULL THEN pg_catalog.format('ALTER TABLE %I.%I ENABLE %s TRIGGER"
     " %I', n.nspname, c.relname, CASE w.want WHEN 'A' THEN 'ALWAYS' ELSE 'REPLICA' END, w.name)"
+    " WHEN pg_catalog.strpos(coalesce(CASE WHEN w.k < 3 THEN f.wakeup_src ELSE f.floor_src END,"
+    " ''), w.name) = 0 THEN 'run `outbox-relay migrate` (the database''s install function"
+    " predates the trigger: a migration is pending)'"
     " WHEN w.k < 3 THEN pg_catalog.format('SELECT %s.outbox_wakeup_install(%L)', f.schema,"
     " pg_catalog.format('%I.%I', n.nspname, c.relname))"
     " ELSE pg_catalog.format('SELECT %s.outbox_floor_install(%L, %L, %L, %L)', f.schema,"
@@ -371,7 +376,12 @@ static const char *const SQL_TRIGGERS =
     " CROSS JOIN (SELECT coalesce((SELECT pg_catalog.quote_ident(s.nspname) FROM"
     " pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace s ON s.oid = p.pronamespace WHERE p.oid ="
     " pg_catalog.to_regprocedure('outbox_wakeup_install(pg_catalog.regclass)')::pg_catalog.oid),"
-    " pg_catalog.quote_ident(pg_catalog.current_schema())) AS schema) f"
+    " pg_catalog.quote_ident(pg_catalog.current_schema())) AS schema,"
+    " (SELECT p.prosrc FROM pg_catalog.pg_proc p WHERE p.oid = pg_catalog.to_regprocedure("
+    "'outbox_wakeup_install(pg_catalog.regclass)')::pg_catalog.oid) AS wakeup_src,"
+    " (SELECT p.prosrc FROM pg_catalog.pg_proc p WHERE p.oid = pg_catalog.to_regprocedure("
+    "'outbox_floor_install(pg_catalog.regclass, pg_catalog.name, pg_catalog.name,"
+    " pg_catalog.name)')::pg_catalog.oid) AS floor_src) f"
     " LEFT JOIN pg_catalog.pg_trigger t ON t.tgrelid = c.oid AND t.tgname = w.name::pg_catalog.name"
     " ORDER BY w.k";
 

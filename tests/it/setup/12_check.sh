@@ -28,6 +28,9 @@
 #     ALWAYS, outbox_wakeup_replica REPLICA) are a warn line each (exit 0) naming what is missed
 #     and the statement that restores it, which does: after a data-only restore's
 #     DISABLE/ENABLE TRIGGER ALL (all three ordinary), one disabled, one dropped, the twin ALWAYS.
+# 10. on a database behind this binary's migrations (0012 not applied: the twin missing, the install
+#     function as 0011 left it), the twin's warn line sends the operator to `migrate`, not to the
+#     install function's call, which would not put it in; migrate does.
 #  9. EXECUTE on the wakeup's pg_try_advisory_lock(bigint) revoked from PUBLIC (outbox_relay_sleep()
 #     runs as the relay's role: every sleep fails, events wait for --poll-interval): a FAIL line
 #     with the GRANT of the wakeup's three lock functions, which is the fix, not `migrate`.
@@ -350,3 +353,21 @@ run_check wakelock_granted
 check_eq "9: the GRANT check named is the fix: exit 0" 0 $?
 psql_q "GRANT EXECUTE ON FUNCTION pg_catalog.pg_try_advisory_lock(bigint) TO PUBLIC" ||
     fail "9: grant to PUBLIC again"
+
+# --- 10. a database behind the binary's migrations: the twin missing, migrate installs it ---
+# Before: the line named SELECT public.outbox_wakeup_install('public.outbox'), whose 0011 body
+# installs no twin.
+sed -n '/^CREATE OR REPLACE FUNCTION outbox_wakeup_install/,/^\$\$;/p' \
+    "$(dirname "$0")/../../../migrations/0011_triggers_always.sql" >"$T/install_0011.sql"
+[ -s "$T/install_0011.sql" ] || fail "10: 0011's install function"
+psql_q "$(cat "$T/install_0011.sql")
+        DROP TRIGGER outbox_wakeup_replica ON outbox;
+        DELETE FROM schema_migrations WHERE version >= '0012'" || fail "10: set the database back to 0011"
+run_check behind
+check_eq "10: the twin missing: exit 0 (a warning)" 0 $?
+check "10: the twin's line sends the operator to migrate" grep -qF \
+    "warn  triggers: trigger outbox_wakeup_replica on outbox is missing; the rows logical replication's apply workers insert wake no sleeping relay: their events wait for --poll-interval: as the owner, run \`outbox-relay migrate\`" \
+    "$T/behind.out"
+check "10: ... not the install function's call" lacks "$T/behind.out" "outbox_wakeup_install("
+relay_migrate 2>"$T/migrate_behind.log" || fail "10: migrate"
+check_eq "10: ... which installs it" "A A R" "$(triggers_state)"
