@@ -138,6 +138,7 @@ struct Registry {
     /* Monotonic, by URL: not asked before then (a 429 or 503's Retry-After; 0: no such wait).
      * Requests go to another URL meanwhile, or wait (url_held). */
     double held_until[MAX_URLS];
+    long held_status[MAX_URLS]; /* the answer that asked for the wait (429, 503), for messages */
     char *userpwd;
     char *ca_file; /* the bundle's path, for messages */
     char *ca_pem;  /* its contents, read once by registry_new (read_ca_file) */
@@ -437,13 +438,16 @@ static double retry_after_s(CURL *easy, long status)
     return s > RETRY_AFTER_MAX_S ? RETRY_AFTER_MAX_S : (double)s;
 }
 
-/* URL index is not asked again for wait_s (retry_after_s): the registry, or its gateway, sheds
- * load, and the relay's own backoff (1 s, then 2 s) would ask sooner than it said. */
-static void url_hold(Registry *r, int index, double wait_s)
+/* URL index is not asked again for wait_s (retry_after_s of an answer of status): the registry,
+ * or its gateway, sheds load, and the relay's own backoff (1 s, then 2 s) would ask sooner than
+ * it said. */
+static void url_hold(Registry *r, int index, double wait_s, long status)
 {
     double until = monotime_now() + wait_s;
-    if (wait_s > 0 && until > r->held_until[index])
+    if (wait_s > 0 && until > r->held_until[index]) {
         r->held_until[index] = until;
+        r->held_status[index] = status;
+    }
 }
 
 /* Whether a request may go now: 0 when the current URL is not held (url_hold), or another is not
@@ -617,7 +621,7 @@ static void list_answered(Registry *r, const Request *q, CURLcode code, long sta
     if (answered && (status == 404 || status == 403) && q->list)
         r->list_refused = true;
     if (answered)
-        url_hold(r, q->url_index, retry_after_s(q->easy, status));
+        url_hold(r, q->url_index, retry_after_s(q->easy, status), status);
     r->list_backoff_s = r->list_backoff_s <= 0 ? BACKOFF_FIRST_S : r->list_backoff_s * 2;
     if (r->list_backoff_s > BACKOFF_MAX_S)
         r->list_backoff_s = BACKOFF_MAX_S;
@@ -696,7 +700,7 @@ static void finish_request(Request *q, CURLcode code)
         double wait_s = retry_after_s(q->easy, status);
         char asked[48] = "";
         if (wait_s > 0) {
-            url_hold(r, q->url_index, wait_s);
+            url_hold(r, q->url_index, wait_s, status);
             snprintf(asked, sizeof(asked), " (Retry-After: %.0f s)", wait_s);
         }
         snprintf(why, sizeof(why), "HTTP %ld%s%s%s", status, said, asked,
@@ -966,9 +970,10 @@ static void recheck_down(Registry *r)
         if (e->wanted_at >= e->failed_at && (!due || e->retry_at < due->retry_at))
             due = e;
     }
-    if (!first)
-        return;
-    /* GET /subjects is no registry's path here, or not the user's, or was not a moment ago. A
+    /* Down with no failed subject (a lookup held by the start-up probe's Retry-After sent
+     * nothing): GET /subjects, as when no row wants a failed one; returning here kept the
+     * registry down for good once no row asked again.
+     * GET /subjects is no registry's path here, or not the user's, or was not a moment ago. A
      * subject the registry served tells as well whether it answers; the failed one, with no row
      * wanting it, may be refused alone for good (a 403 for it). */
     bool instead = !due && r->list_refused;
@@ -976,16 +981,16 @@ static void recheck_down(Registry *r)
     if (instead && !served)
         due = first;
     double now = monotime_now();
-    double at = due                                  ? due->retry_at
-                : first->retry_at > r->list_retry_at ? first->retry_at
-                                                     : r->list_retry_at;
+    double at = due                                           ? due->retry_at
+                : first && first->retry_at > r->list_retry_at ? first->retry_at
+                                                              : r->list_retry_at;
     if (now < at) {
         arm_retry(r, at); /* the timer came a little early (ev_now lags) */
         return;
     }
     if (url_held(r, now) > 0)
         return; /* the retry timer is armed for when a URL may be asked */
-    if (!budget_take(r, (due ? due : first)->subject, now))
+    if (!budget_take(r, due ? due->subject : first ? first->subject : "/subjects", now))
         return; /* the retry timer is armed for when the budget allows one */
     if (start_request(r, due, status_of)) {
         if (instead)
@@ -1400,7 +1405,19 @@ RegistryStatus registry_lookup(Registry *r, const char *subject, const RegistryS
      * lookup budget is not spent on it. */
     bool asks = !e || e->state == ENTRY_EMPTY ||
                 ((e->state == ENTRY_MISSING || e->state == ENTRY_FAILED) && now >= e->retry_at);
-    if (asks && url_held(r, now) > 0) {
+    double held_to = asks ? url_held(r, now) : 0;
+    if (held_to > 0) {
+        /* A row waits on a registry that asked for time: it is down, as after a lookup's own 429
+         * or 503 (entry_failed). Held by the start-up probe's answer, it stayed "up" (/readyz 200,
+         * outbox_schema_registry_up 1, no "unavailable" line) for up to RETRY_AFTER_MAX_S while
+         * rows waited; recheck_down brings it back up once a URL may be asked, row or not. A
+         * subject known missing keeps its answer (below): no row waits on it. */
+        if (r->up && !(e && e->state == ENTRY_MISSING)) {
+            char why[96];
+            snprintf(why, sizeof(why), "HTTP %ld (Retry-After: %.0f s)", r->held_status[r->current],
+                     held_to - now);
+            set_up(r, false, why);
+        }
         if (e && e->state == ENTRY_MISSING) {
             snprintf(err, errlen, "%s", e->missing_why ? e->missing_why : "subject not found");
             return REGISTRY_MISSING; /* as when the budget is spent: its answer is kept */
@@ -1695,7 +1712,7 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
      * once by the first lookup, a registry (or its gateway) shedding load as relays start was
      * asked sooner than it said. */
     for (int i = 0; i < r->n_urls; i++)
-        url_hold(r, i, res[i].retry_after);
+        url_hold(r, i, res[i].retry_after, res[i].status);
     /* The URLs passed over for a later one (failed, 5xx, 404, redirect, or slower than it): the
      * relay then runs on a URL the operator did not list first, and said nothing of why. */
     char passed[400] = "";

@@ -831,6 +831,9 @@ static void test_probe_passed_over_warned(void **state)
 
 /* Requests answer_throttled received (its threads count them). */
 static int throttled_requests;
+/* answer_throttled's Retry-After; and, once set, it answers 200 (the load shed). */
+static const char *throttled_wait = "30";
+static int throttled_over;
 
 /* A gateway shedding load: every request answered 429 with "Retry-After: 30" (a 503 when cls is
  * not NULL, with cls for its body). */
@@ -843,11 +846,18 @@ static enum MHD_Result answer_throttled(void *cls, struct MHD_Connection *c, con
         *state = &throttled_requests;
         __atomic_add_fetch(&throttled_requests, 1, __ATOMIC_SEQ_CST);
     }
+    bool over = __atomic_load_n(&throttled_over, __ATOMIC_SEQ_CST);
+    if (over)
+        body = "[]";
     struct MHD_Response *res =
         MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_PERSISTENT);
-    MHD_add_response_header(res, "Retry-After", "30");
-    enum MHD_Result rc =
-        MHD_queue_response(c, cls ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_TOO_MANY_REQUESTS, res);
+    if (!over)
+        MHD_add_response_header(res, "Retry-After", throttled_wait);
+    enum MHD_Result rc = MHD_queue_response(c,
+                                            over  ? MHD_HTTP_OK
+                                            : cls ? MHD_HTTP_SERVICE_UNAVAILABLE
+                                                  : MHD_HTTP_TOO_MANY_REQUESTS,
+                                            res);
     MHD_destroy_response(res);
     return rc;
 }
@@ -952,6 +962,56 @@ static void test_large_error_body_keeps_status(void **state)
     registry_free(r, NULL);
     MHD_stop_daemon(t);
     free(page);
+}
+
+/* From review7 s22: a lookup held by the start-up probe's Retry-After sent nothing and left the
+ * registry "up" (/readyz 200, outbox_schema_registry_up 1, no "unavailable" line) for as long as
+ * the hold, up to 60 s, while rows waited; a 503 without Retry-After took it down at the first
+ * lookup. Held, it is down; and with no failed subject for recheck_down to ask, it comes back up
+ * once the hold is over and the registry answers, though no row asks again. */
+static void test_probe_hold_is_down(void **state)
+{
+    char url[64], err[512] = "", warn[512] = "";
+    throttled_wait = "1";
+    __atomic_store_n(&throttled_requests, 0, __ATOMIC_SEQ_CST);
+    struct MHD_Daemon *t =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL,
+                         NULL, answer_throttled, NULL, MHD_OPTION_END);
+    assert_non_null(t);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u",
+             (unsigned)MHD_get_daemon_info(t, MHD_DAEMON_INFO_BIND_PORT)->port);
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    assert_true(registry_probe(r, err, sizeof(err), warn, sizeof(warn)));
+    const RegistrySchema *rs = NULL;
+    int saved;
+    FILE *tmp = capture_start(&saved);
+    RegistryStatus st = registry_lookup(r, "s-value", &rs, err, sizeof(err));
+    char logged[2048];
+    capture_end(tmp, saved, logged, sizeof(logged));
+    assert_int_equal(st, REGISTRY_PENDING);
+    if (registry_up(r))
+        fail_msg("a row waits on the probe's Retry-After, and the registry is still up");
+    if (!strstr(logged, "schema registry unavailable") || !strstr(logged, "HTTP 429 (Retry-After"))
+        fail_msg("logged: %s", logged);
+    /* The load is shed; no row asks again. The guard only bounds the wait (the hold ends in 1 s).
+     */
+    __atomic_store_n(&throttled_over, 1, __ATOMIC_SEQ_CST);
+    run_rechecks(r, 0);
+    if (!registry_up(r))
+        fail_msg("still down after the hold, the registry answering (%d requests)",
+                 __atomic_load_n(&throttled_requests, __ATOMIC_SEQ_CST));
+    registry_free(r, NULL);
+    MHD_stop_daemon(t);
+}
+
+/* answer_throttled as the other tests take it, even after a failure. */
+static int throttled_reset(void **state)
+{
+    throttled_wait = "30";
+    __atomic_store_n(&throttled_over, 0, __ATOMIC_SEQ_CST);
+    return 0;
 }
 
 /* From this review: a URL answering /subjects with a redirect (a registry moved to https, or
@@ -1251,6 +1311,7 @@ int main(void)
         cmocka_unit_test(test_probe_list_403_warned),
         cmocka_unit_test(test_probe_passed_over_warned),
         cmocka_unit_test(test_probe_retry_after_held),
+        cmocka_unit_test_teardown(test_probe_hold_is_down, throttled_reset),
         cmocka_unit_test(test_large_error_body_keeps_status),
         cmocka_unit_test(test_failure_says_registry_message),
         cmocka_unit_test(test_probe_foreign_404),
