@@ -99,6 +99,11 @@ void relay_free_within(Relay *r, int flush_ms);
  * registry, and when it does not answer: rows wait for it). */
 bool relay_check_registry(Relay *r, char *err, size_t errlen) __attribute__((warn_unused_result));
 
+/* After relay_check_registry on from: to's registry, not probed (another database of a
+ * --databases list), starts from that probe's answer (serializer_take_probe). Nothing when
+ * either has no registry. */
+void relay_take_registry_probe(Relay *to, const Relay *from);
+
 /* False while the Schema Registry the values need is down (for /readyz and the metric). */
 bool relay_registry_up(const Relay *r);
 

@@ -1669,6 +1669,23 @@ static void probe_all(Registry *r, ProbeResult *out)
     curl_slist_free_all(hdrs);
 }
 
+void registry_take_probe(Registry *to, const Registry *from)
+{
+    if (to == from || to->n_urls != from->n_urls)
+        return;
+    for (int i = 0; i < to->n_urls; i++)
+        if (strcmp(to->urls[i], from->urls[i]) != 0)
+            return;
+    /* Unprobed, each of the other databases' registries asked the URL the probe had passed over
+     * or been told to wait by at its first lookup: N databases, N requests into a gateway that
+     * had just asked for time. */
+    to->current = from->current;
+    for (int i = 0; i < to->n_urls; i++) {
+        to->held_until[i] = from->held_until[i];
+        to->held_status[i] = from->held_status[i];
+    }
+}
+
 /* A URL's HTTP answer to the probe, as a warning says it ("HTTP 503", "HTTP 429, Retry-After: 30
  * s"), in buf. */
 static const char *probe_status(const ProbeResult *pr, char *buf, size_t len)

@@ -279,6 +279,11 @@ bool serializer_probe(Serializer *s, char *warned, size_t warnedlen, char *err, 
     return true;
 }
 
+void serializer_take_probe(Serializer *to, const Serializer *from)
+{
+    registry_take_probe(to->registry, from->registry);
+}
+
 /* ---- Avro: a JSON tree into an avro value, by its schema ----------------------------------- */
 
 /* A step of the path: a record field's or a map key's name, or an array's index (name NULL).

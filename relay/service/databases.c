@@ -494,13 +494,16 @@ Databases *databases_new(struct ev_loop *loop, Config *cfg, const rd_kafka_conf_
 bool databases_check_registries(Databases *d, char *err, size_t errlen)
 {
     /* The registry's URLs and credentials are the process's: one probe, by the first database
-     * whose value format uses them. */
+     * whose value format uses them, whose answer the others start from (the URL it took, the
+     * URLs it was told to wait for): they asked those at once. */
     for (int i = 0; i < d->n; i++) {
         if (d->dbs[i]->cfg.value_format == VALUE_JSON)
             continue;
         log_set_context(d->dbs[i]->log_context);
         bool ok = relay_check_registry(d->dbs[i]->relay, err, errlen);
         log_set_context(NULL);
+        for (int j = i + 1; ok && j < d->n; j++)
+            relay_take_registry_probe(d->dbs[j]->relay, d->dbs[i]->relay);
         return ok;
     }
     return true;

@@ -24,6 +24,9 @@
 #     start: database a's rows wait and their lookups back off; once the registry is up, a's own
 #     retry timer wakes its sessions (one timer for the process woke only the last database's,
 #     and a waited for --delivery-timeout); the registry's log lines name database a.
+#  7. the same list, the registry a gateway answering 429 with Retry-After: 60: the one start-up
+#     probe's wait holds both databases' clients (b's, not probed, asked the gateway at its first
+#     lookup: two requests where one was answered "wait"), and each logs the registry down.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -301,3 +304,42 @@ check "6: the registry's lines name database a" grep -q \
 check_eq "6: ... every one of them" 0 \
     "$(grep 'msg="schema registry' "$RELAY_LOG" | grep -vc ' database=a ')"
 
+# 7. A gateway shedding load: every request answered 429, Retry-After: 60, each logged.
+cat >"$T/throttled.py" <<'PY'
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        print("request", self.path, flush=True)
+        body = b'{"error_code": 42901, "message": "Too many requests"}'
+        self.send_response(429)
+        self.send_header("Retry-After", "60")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+s = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+print("listening", flush=True)
+s.serve_forever()
+PY
+P5=$(free_port) || fail "7: a port for the gateway"
+python3 "$T/throttled.py" "$P5" >"$T/throttled.out" 2>&1 &
+_t_track $!
+_poll 10 grep -q '^listening' "$T/throttled.out" || fail "7: the gateway listens"
+sed "s|http://127.0.0.1:$P4|http://127.0.0.1:$P5|" "$T/two.json" >"$T/throttled.json"
+for db in reg_a reg_b; do
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            VALUES ('late', 'held', 'Changed', '{\"id\": \"held\"}')" -d "$db" >/dev/null ||
+        fail "7: insert into $db"
+done
+unset DATABASE_URL
+relay_start --config "$T/throttled.json"
+export DATABASE_URL=$SAVED_URL
+for db in a b; do
+    wait_for "7: database $db's rows wait, the registry logged down" 30 grep -q \
+        "msg=\"schema registry unavailable.* database=$db .*HTTP 429" "$RELAY_LOG"
+done
+check_eq "7: the gateway was asked once, by the probe (b's client held by its answer too)" 1 \
+    "$(grep -c '^request' "$T/throttled.out")"
+relay_stop
+check_eq "7: relay exits 0" 0 $?
