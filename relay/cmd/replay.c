@@ -60,7 +60,10 @@
  * values (unnamed, custom plan), so the NULL ones cost nothing. The texts are matched byte for
  * byte (COLLATE "C"), as Kafka keys and the claims tell aggregates apart: under an adopted
  * column's nondeterministic (say case-insensitive) collation, --aggregate-id l also selected the
- * events of 'L', another aggregate, and published them again. */
+ * events of 'L', another aggregate, and published them again. Each is also compared under the
+ * column's own collation first: an index on the column is built under that collation and serves
+ * that comparison alone (a "C" one alone made a replay by aggregate read the whole table), and
+ * what the byte comparison keeps, the collation's equality keeps too. */
 #define REPLAY_WHERE                                                                               \
     " o.sent_at IS NOT NULL AND o.sent_at <= $3::timestamptz"                                      \
     " AND ($1::bigint IS NULL OR o.{seq} > $1::bigint) AND o.{seq} <= $2::bigint"                  \
@@ -68,11 +71,15 @@
     " AND ($5::bigint IS NULL OR o.{seq} <= $5::bigint)"                                           \
     " AND ($6::timestamptz IS NULL OR o.sent_at >= $6::timestamptz)"                               \
     " AND ($7::timestamptz IS NULL OR o.sent_at < $7::timestamptz)"                                \
-    " AND ($8::text IS NULL OR o.{aggregate_type}::text COLLATE \"C\" = $8::text)"                 \
-    " AND ($9::text IS NULL OR o.{aggregate_id}::text COLLATE \"C\" = $9::text)"                   \
-    " AND ($10::text IS NULL OR o.{event_type}::text COLLATE \"C\" = $10::text)"                   \
+    " AND ($8::text IS NULL OR (o.{aggregate_type}::text = $8::text"                               \
+    " AND o.{aggregate_type}::text COLLATE \"C\" = $8::text))"                                     \
+    " AND ($9::text IS NULL OR (o.{aggregate_id}::text = $9::text"                                 \
+    " AND o.{aggregate_id}::text COLLATE \"C\" = $9::text))"                                       \
+    " AND ($10::text IS NULL OR (o.{event_type}::text = $10::text"                                 \
+    " AND o.{event_type}::text COLLATE \"C\" = $10::text))"                                        \
     " AND ($11::bigint[] IS NULL OR o.{seq} = ANY($11::bigint[]))"                                 \
-    " AND ($12::text[] IS NULL OR o.{event_id}::text COLLATE \"C\" = ANY($12::text[]))"
+    " AND ($12::text[] IS NULL OR (o.{event_id}::text = ANY($12::text[])"                          \
+    " AND o.{event_id}::text COLLATE \"C\" = ANY($12::text[])))"
 #define REPLAY_NPARAMS 12
 
 /* Where the selection starts, read once; and the bounds that select the rest of it in a later
