@@ -455,6 +455,23 @@ static bool wake_relays(PGconn *conn, bool *warned, DbError *e)
     return res || !e->conn_lost;
 }
 
+/* The session's setting `name` (a duration: statement_timeout, lock_timeout) in whole
+ * milliseconds into *ms; false with e filled in when the query failed. name is a literal of this
+ * file, never input. */
+static bool setting_ms(PGconn *conn, const char *name, long *ms, DbError *e)
+{
+    const char *params[1] = {name};
+    PGresult *res = admin_query(conn,
+                                "SELECT (extract(epoch FROM pg_catalog.current_setting($1::text)"
+                                "::interval) * 1000)::bigint",
+                                1, params, e);
+    if (!res)
+        return false;
+    *ms = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+    return true;
+}
+
 /* Runs sql (SQL_REQUEUE or SQL_PURGE_DEAD: $1 the id, or NULL for all) a batch at a time until a
  * batch comes back short, and reports how many rows it changed as `verb`. A failure after some
  * batches leaves them changed (each was committed) and says how many. A batch that gets no
@@ -472,22 +489,31 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb)
      * statement due to statement timeout". The lock wait ends first (three quarters of the
      * bound, at most ADMIN_DEAD_LOCK_TIMEOUT_MS; a stricter lock_timeout of the connection
      * string stays), so that the error can say what held it. Not skipped (SKIP LOCKED): a batch
-     * requeues an aggregate's dead events together, in order. */
-    long lock_ms = statement_timeout_s * 1000 / 4 * 3;
-    if (lock_ms > ADMIN_DEAD_LOCK_TIMEOUT_MS)
-        lock_ms = ADMIN_DEAD_LOCK_TIMEOUT_MS;
-    char lock_sql[256];
-    snprintf(lock_sql, sizeof(lock_sql), DB_BOUND_SETTING_SQL("lock_timeout", "%ldms", "false"),
-             lock_ms, lock_ms);
+     * requeues an aggregate's dead events together, in order. The bound is the one in force,
+     * read back from the server: a stricter statement_timeout of the connection string, role or
+     * database stays (admin_bound_session), and three quarters of --statement-timeout would
+     * outlast it; the line's waited_ms is the lock_timeout in force, not the one asked for. */
+    long lock_ms = 0;
     DbError le;
-    PGresult *bound = admin_query(conn, lock_sql, 0, NULL, &le);
-    if (!bound) {
+    bool bounded = setting_ms(conn, "statement_timeout", &lock_ms, &le);
+    if (bounded) {
+        lock_ms = lock_ms / 4 * 3;
+        lock_ms = lock_ms < 1                            ? 1
+                  : lock_ms > ADMIN_DEAD_LOCK_TIMEOUT_MS ? ADMIN_DEAD_LOCK_TIMEOUT_MS
+                                                         : lock_ms;
+        char lock_sql[256];
+        snprintf(lock_sql, sizeof(lock_sql), DB_BOUND_SETTING_SQL("lock_timeout", "%ldms", "false"),
+                 lock_ms, lock_ms);
+        PGresult *bound = admin_query(conn, lock_sql, 0, NULL, &le);
+        bounded = bound != NULL;
+        PQclear(bound);
+    }
+    if (!bounded || !setting_ms(conn, "lock_timeout", &lock_ms, &le)) {
         char q[600];
         log_error("query failed", "error=%s", log_quote(db_error_text(&le), q, sizeof(q)));
         PQfinish(conn);
         return 1;
     }
-    PQclear(bound);
     char id[32], after[32] = "", batch[32];
     snprintf(id, sizeof(id), "%ld", cfg->id);
     snprintf(batch, sizeof(batch), "%d", ADMIN_DEAD_BATCH);

@@ -4,7 +4,8 @@
 #  1. a dead-lettered event requeued while the relay sleeps is delivered;
 #  2. with --on-poison hold, the events a dead one held back go once it is purged;
 #  3. while another transaction holds a dead event locked, requeue --all and purge-dead --all
-#     wait at most their lock bound and say so, changing none of the batch.
+#     wait at most their lock bound and say so, changing none of the batch; the bound follows a
+#     stricter statement_timeout or lock_timeout of the connection, and the line names it.
 # An UPDATE or a DELETE fires no wakeup trigger (that is an INSERT's): before, each waited for the
 # relay's --poll-interval.
 # shellcheck source=tests/lib.sh
@@ -71,6 +72,19 @@ for cmd in requeue purge-dead; do
         "$T/$cmd.locked.out"
     check_eq "3: $cmd prints no generic timeout" 0 "$(grep -c 'canceling statement due to' "$T/$cmd.locked.out")"
 done
+# The bound follows the statement timeout in force: a stricter one of the connection (2 s, under
+# the default --statement-timeout of 30 s) stays, and three quarters of 30 s (10 s) outlasted it:
+# the old code printed the generic timeout. And the line names the lock_timeout in force: a
+# stricter one of the connection (500 ms) stays, where the old code printed the 3 s it asked for.
+PGOPTIONS="-c statement_timeout=2s" admin requeue --all >"$T/requeue.strict_st.out" 2>&1
+check_eq "3: requeue --all under a connection's statement_timeout of 2s exits 1" 1 $?
+check "3: requeue waits three quarters of the connection's 2s, and says why" grep -q \
+    "$LOCKED_LINE.*command=requeue .*waited_ms=1500\$" "$T/requeue.strict_st.out"
+PGOPTIONS="-c lock_timeout=500ms" admin purge-dead --all --statement-timeout 4s \
+    >"$T/purge-dead.strict_lt.out" 2>&1
+check_eq "3: purge-dead --all under a connection's lock_timeout of 500ms exits 1" 1 $?
+check "3: purge-dead names the lock_timeout in force (500 ms), not the 3 s it would set" grep -q \
+    "$LOCKED_LINE.*command=purge-dead .*waited_ms=500\$" "$T/purge-dead.strict_lt.out"
 check_eq "3: both events still dead" 2 \
     "$(psql_q "SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'l-%' AND dead_at IS NOT NULL")"
 echo "COMMIT;" >&"${HOLDER[1]}"
