@@ -13,7 +13,7 @@ check "systemd/relay.json is what --help-config prints (regenerate it with that)
 check "it is valid JSON" jq -e . "$ROOT/systemd/relay.json"
 missing=""
 for opt in $("$RELAY_BIN" --help | sed -n 's/^  --\([a-z-]*\) .*/\1/p'); do
-    case $opt in config | kafka-allow-unsafe | dry-run | database-url) continue ;; esac # flags only, or a credential
+    case $opt in config | kafka-allow-unsafe | dry-run | allow-newer-schema | database-url) continue ;; esac # flags only, or a credential
     jq -e --arg k "$opt" 'has($k) or has("#" + $k)' "$ROOT/systemd/relay.json" >/dev/null ||
         missing="$missing $opt"
 done
