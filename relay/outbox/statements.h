@@ -142,16 +142,18 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 #define SQL_LANES_LEAVE "SELECT pg_catalog.pg_advisory_unlock(" LOCK_NS_MEMBER ", $1::int)"
 /* The member slots of live sessions, of all relays on this database, and each one's mark (lanes.h,
  * LaneMark): 1 away, 2 trying, from the mark lock its session holds (key: the slot, plus
- * LANE_MAX_MEMBERS for trying), 0 none. */
+ * LANE_MAX_MEMBERS for trying), 0 none. pg_locks is read once (MATERIALIZED): each read copies
+ * the server's whole lock table under every lock-manager partition lock (FLOOR_WRITERS says so
+ * too), and a look runs per session every --rebalance-interval. */
 #define SQL_LANES_MEMBERS                                                                          \
-    "SELECT m.objid::int, COALESCE((SELECT pg_catalog.min(CASE WHEN a.objid = m.objid THEN 1"      \
-    " ELSE 2 END) FROM pg_locks a WHERE a.locktype = 'advisory' AND a.classid = " LOCK_NS_AWAY     \
-    "::oid AND a.objid::int IN (m.objid::int, m.objid::int + 1024) AND a.objsubid = 2"             \
-    " AND a.granted AND a.pid = m.pid AND a.database = m.database), 0) AS mark FROM pg_locks m"    \
-    " WHERE m.locktype = 'advisory' AND m.classid = " LOCK_NS_MEMBER "::oid AND m.objsubid = 2"    \
-    " AND m.granted AND m.database = (SELECT oid FROM pg_database WHERE datname = "                \
-    "pg_catalog.current_database())"                                                               \
-    " ORDER BY 1"
+    "WITH l AS MATERIALIZED (SELECT objid, classid, pid FROM pg_locks"                             \
+    " WHERE locktype = 'advisory' AND classid IN (" LOCK_NS_MEMBER "::oid, " LOCK_NS_AWAY "::oid)" \
+    " AND objsubid = 2 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = "   \
+    "pg_catalog.current_database()))"                                                              \
+    " SELECT m.objid::int, COALESCE((SELECT pg_catalog.min(CASE WHEN a.objid = m.objid THEN 1"     \
+    " ELSE 2 END) FROM l a WHERE a.classid = " LOCK_NS_AWAY "::oid"                                \
+    " AND a.objid::int IN (m.objid::int, m.objid::int + 1024) AND a.pid = m.pid), 0) AS mark"      \
+    " FROM l m WHERE m.classid = " LOCK_NS_MEMBER "::oid ORDER BY 1"
 /* Fails as the lane group's statements above and below would (42501, naming the function) when
  * the role may not execute the advisory lock functions they call (EXECUTE revoked from PUBLIC, a
  * hardening step), and takes and gives up no lock: each is called only where
