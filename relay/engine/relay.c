@@ -97,7 +97,11 @@ void relay_kafka_timed_out(Relay *r)
 /* The away relay's backoff is over. One that gave its lanes up (others reach Kafka) takes its
  * share back to try: nothing else tells it Kafka answers again, as it produces nothing; one more
  * timeout sends it away for longer (relay_kafka_timed_out). One that kept its lanes (no member
- * reaches Kafka) needs no trial: its own batches tell. */
+ * reaches Kafka) needs no trial: its own batches tell. Nor does its wait grow meanwhile: only a
+ * failed trial lengthens it. Grown for as long as the outage for everyone lasted (up to 10 min),
+ * it kept the relay that lost the race to the first acknowledgement after that outage out of
+ * the group for as long again, though its Kafka answered too, while the backlog waited on fewer
+ * relays. */
 static void on_away_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     Relay *r = w->data;
@@ -105,6 +109,7 @@ static void on_away_timer(struct ev_loop *loop, ev_timer *w, int revents)
     if (!r->kafka_away || r->stopping)
         return;
     if (relay_lanes_owned(r) > 0) {
+        backoff_reset(&r->away_backoff);
         ev_timer_set(w, backoff_next(&r->away_backoff), 0.0);
         ev_timer_start(loop, w);
         return;

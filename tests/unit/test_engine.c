@@ -1712,6 +1712,48 @@ static void test_away_relay_gives_lanes_to_peers(void **state)
     assert_true(S(0)->lanes.n_owned > 0 && S(0)->lanes.n_owned < LANE_COUNT);
 }
 
+/* Every relay's Kafka down: the away relay keeps its lanes, and its backoff ends again and again
+ * with nothing to try. Then the other relay's Kafka answers first (slot 1 is healthy again): the
+ * session gives its lanes up, and its trial comes after the first delay (2 x --delivery-timeout),
+ * not after one grown by every end it met holding lanes (up to 10 min), while its own Kafka may
+ * answer as well. */
+static void test_away_relay_tries_soon_after_an_outage_for_everyone(void **state)
+{
+    extra_args[0] = "--delivery-timeout"; /* a first delay of 20 s, below the 10 min cap */
+    extra_args[1] = "10000";
+    start("1", "1", "60000");
+    T.members = "0,1"; /* slot 1: another relay */
+    bring_up(0);
+    while (fake_pg_pending(PG(0)))
+        answer(0); /* the claim finds nothing */
+    relay_kafka_timed_out(T.r);
+    relay_kafka_timed_out(T.r);
+    assert_true(T.r->kafka_away);
+    T.away = "0,1"; /* every relay away: it keeps its share */
+    fire(&S(0)->rebalance_timer);
+    while (fake_pg_pending(PG(0)))
+        answer(0);
+    int share = S(0)->lanes.n_owned;
+    assert_true(share > 0 && share < LANE_COUNT);
+    for (int i = 0; i < 4; i++) {
+        fire(&T.r->away_timer); /* lanes held: no trial */
+        assert_true(T.r->kafka_away);
+        assert_int_equal(S(0)->lanes.n_owned, share);
+    }
+    T.away = "0"; /* the other relay's Kafka answers */
+    fire(&S(0)->rebalance_timer);
+    while (fake_pg_pending(PG(0)))
+        answer(0);
+    assert_int_equal(S(0)->lanes.n_owned, 0);
+    double first = 2.0 * (double)T.cfg.delivery_timeout_ms / 1000.0;
+    double trial_in = ev_timer_remaining(T.loop, &T.r->away_timer);
+    if (!ev_is_active(&T.r->away_timer) || trial_in > first)
+        fail_msg("the trial comes in %.1f s, not within the first delay (%.1f s)", trial_in, first);
+    fire(&T.r->away_timer);
+    assert_false(T.r->kafka_away);
+    assert_int_equal(relay_lane_mark(T.r), LANE_MARK_TRYING);
+}
+
 /* The rebalance timer ticks while the session's look at the group is out (a look as slow as
  * --rebalance-interval: a remote or loaded server, or an interval of 100 ms): that look is the
  * interval's, and the next claim follows it. Were the tick to bring another look at once, every
@@ -3834,6 +3876,8 @@ int main(void)
         cmocka_unit_test_teardown(test_rejoin_after_reconnect, teardown),
         cmocka_unit_test_teardown(test_members_replaced_between_looks, teardown),
         cmocka_unit_test_teardown(test_away_relay_gives_lanes_to_peers, teardown),
+        cmocka_unit_test_teardown(test_away_relay_tries_soon_after_an_outage_for_everyone,
+                                  teardown),
         cmocka_unit_test_teardown(test_rebalance_tick_during_look, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_row_fault, teardown),
         cmocka_unit_test_teardown(test_row_by_row_after_chained_marks, teardown),
