@@ -97,12 +97,11 @@ static void link_entry(ConnDeadlines *d, ConnDeadline *e)
  * on its way, not a slow sender's bytes read. Without it the watcher, woken by that very add,
  * shut down the newcomer itself when every older one was being handled or had its request
  * unread: a probe closed before its request came. A slow or silent sender is older than this. */
-#define ROOM_YOUNG_S 0.5
 
 /* The connection to shut down for newcomer e's room: the oldest on the clock, other than e, that
- * has had a request arrive, or that is older than ROOM_YOUNG_S and whose socket holds no unread
- * bytes. A new one with unread bytes is a connection whose thread has not yet read its request
- * (libmicrohttpd starts that thread after this add): with every older slot in a handler, a
+ * has had a request arrive, or that is older than CONNDEADLINE_YOUNG_S and whose socket holds no
+ * unread bytes. A new one with unread bytes is a connection whose thread has not yet read its
+ * request (libmicrohttpd starts that thread after this add): with every older slot in a handler, a
  * burst's newcomers shut one another down, a probe among them closed with its request unread. A
  * slow sender's thread reads each byte as it comes, so its socket is empty between them; a
  * kept-alive connection's socket may hold the next requests of a client that pipelines them and
@@ -118,7 +117,8 @@ static ConnDeadline *pick_for_room(ConnDeadlines *d, const ConnDeadline *e, doub
         if (o->served)
             return o;
         int unread = 0;
-        if (now - o->added >= ROOM_YOUNG_S && ioctl(o->fd, FIONREAD, &unread) == 0 && unread == 0)
+        if (now - o->added >= CONNDEADLINE_YOUNG_S && ioctl(o->fd, FIONREAD, &unread) == 0 &&
+            unread == 0)
             return o;
     }
     return NULL;

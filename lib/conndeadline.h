@@ -27,6 +27,11 @@
 
 #include <stddef.h>
 
+/* How long a new connection is spared when room is made: its client sends the request right after
+ * its connect, and a connection closed before that came was a probe turned away unread. Both
+ * servers (producer-demo's, the relay's metrics port) use it. */
+#define CONNDEADLINE_YOUNG_S 0.5
+
 /* The connections a server with this connection limit keeps open before each new one shuts
  * down an older one: all but a sixteenth of the limit (at least one less). The rest is room for
  * the connections shut down until the server reaps them: were the room the limit itself, the

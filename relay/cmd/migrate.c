@@ -118,7 +118,12 @@ static const char *const SQL_ADOPT_FUNCTION =
     " '/'::pg_catalog.text"
     " OPERATOR(pg_catalog.||) aggregate_id, 0::bigint) OPERATOR(pg_catalog.&) " LANE_MASK
     "::bigint)::smallint $$";
-/* The lane hashes the aggregate's bytes (COLLATE "C"), as the relay tells aggregates apart
+/* The table's DDL. It, the hardening migration (which installs the wakeup trigger again on every
+ * table that has one, and the claim floor's on the relay's own) and SQL_ADOPT_FUNCTION run only
+ * when adoption_in_place says they have not all been done (item by item, or by this version's
+ * text): each ALTER TABLE, CREATE INDEX and trigger install locks the table against its writers,
+ * ALTER TABLE even when IF NOT EXISTS finds nothing to do.
+ * The lane hashes the aggregate's bytes (COLLATE "C"), as the relay tells aggregates apart
  * everywhere else. Under the columns' own collation, hashtextextended hashes a nondeterministic
  * (ICU) collation's sort key instead: the lanes followed the ICU library's version, and a stored
  * generated column is never computed again (REINDEX, which PostgreSQL asks for after an ICU
@@ -126,11 +131,6 @@ static const char *const SQL_ADOPT_FUNCTION =
  * than its unsent or held ones, owned by another session or relay, and be published before them
  * (test 37_nondeterministic_collation). Under a deterministic collation the bytes were hashed
  * already: the same lanes as before. */
-/* The table's DDL. It, the hardening migration (which installs the wakeup trigger again on every
- * table that has one, and the claim floor's on the relay's own) and SQL_ADOPT_FUNCTION run only
- * when adoption_in_place says they have not all been done (item by item, or by this version's
- * text): each ALTER TABLE, CREATE INDEX and trigger install locks the table against its writers,
- * ALTER TABLE even when IF NOT EXISTS finds nothing to do. */
 static const char *const SQL_ADOPT =
     "ALTER TABLE {table}"
     " ADD COLUMN IF NOT EXISTS {seq} bigint GENERATED ALWAYS AS "

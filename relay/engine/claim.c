@@ -276,10 +276,12 @@ ClaimOutcome claim_read(Session *s, PGresult **results, int n, const char *error
                 marks_hold_clear(s);
             }
             marks_nothing_unsent(s);
-            /* The claim went through and left nothing out: whatever made earlier claims or
-             * batches fail is over, as a batch recorded would say. Kept, the grown backoff
-             * (up to RETRY_CAP_S) was what a passing failure met hours later on a quiet outbox.
-             * (A setup fault's probe returned above: it keeps its backoff, setup_fixed.) */
+            /* The claim went through and left nothing out: nothing is claimable now, and
+             * whatever made earlier claims fail let this one through, as a batch recorded
+             * would say (failed rows not yet due are paced by their own next_attempt_at). Kept, the
+             * grown backoff (up to RETRY_CAP_S) was what a passing failure met hours later on a
+             * quiet outbox. (A setup fault's probe returned above: it keeps its backoff,
+             * setup_fixed.) */
             backoff_reset(&s->retry);
         }
         adapt_row_limit(s, 0);

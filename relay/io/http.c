@@ -54,9 +54,8 @@
 #define HTTP_IDLE_TIMEOUT_S 10
 #define HTTP_MEMORY_LIMIT (16 * 1024)
 #define HTTP_EVICT_WARN_S 60.0 /* at most one warning this often while connections are closed */
-/* A connection this new is never "waiting for its request" (make_room): its client may not have
- * sent it yet. */
-#define HTTP_YOUNG_S 0.5
+/* A connection newer than CONNDEADLINE_YOUNG_S (conndeadline.h) is never "waiting for its
+ * request" (make_room): its client may not have sent it yet. */
 
 /* Connections under a deadline, in deadline order: every deadline of one queue is "now + the
  * same span", so appending keeps it sorted. */
@@ -215,8 +214,8 @@ static void arm_deadline(HttpServer *s)
      * longer new (on_deadline). */
     Pending *head = s->headers.head;
     if ((long)s->live > conndeadline_room((long)s->limit) && head &&
-        head->accepted_at + HTTP_YOUNG_S < at)
-        at = head->accepted_at + HTTP_YOUNG_S;
+        head->accepted_at + CONNDEADLINE_YOUNG_S < at)
+        at = head->accepted_at + CONNDEADLINE_YOUNG_S;
     double in = at - monotime_now();
     ev_timer_set(&s->deadline_timer, in > 0 ? in : 0, 0);
     ev_timer_start(s->loop, &s->deadline_timer);
@@ -333,9 +332,9 @@ static void warn_evicted(HttpServer *s)
  * (after that run's own accepts), so until then a request already sent is unread. Counting them
  * let the newcomers of a burst close one another when every older connection was being answered:
  * a probe that came with a flood was closed by the next connection with its request unread. Nor
- * is one accepted less than HTTP_YOUNG_S ago: its client sends the request after its connect
- * returns, so it may arrive runs later, and a probe a few milliseconds late was closed by the
- * next newcomer before it came; a slow or silent sender is older than that. The queue is in
+ * is one accepted less than CONNDEADLINE_YOUNG_S ago: its client sends the request after its
+ * connect returns, so it may arrive runs later, and a probe a few milliseconds late was closed by
+ * the next newcomer before it came; a slow or silent sender is older than that. The queue is in
  * order of acceptance, so when its head is that young, all of it is. */
 static void make_room(HttpServer *s)
 {
@@ -343,7 +342,7 @@ static void make_room(HttpServer *s)
         return;
     Pending *victim = s->headers.head;
     if (victim && (victim->accepted_run + 1 >= s->runs ||
-                   monotime_now() - victim->accepted_at < HTTP_YOUNG_S))
+                   monotime_now() - victim->accepted_at < CONNDEADLINE_YOUNG_S))
         victim = NULL;
     if (!victim)
         victim = s->responses.head;
@@ -384,7 +383,7 @@ static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
         drive(s);
         now = monotime_now();
         while ((long)s->live > conndeadline_room((long)s->limit) && s->headers.head &&
-               now - s->headers.head->accepted_at >= HTTP_YOUNG_S) {
+               now - s->headers.head->accepted_at >= CONNDEADLINE_YOUNG_S) {
             pending_close(s->headers.head);
             s->evicted++;
         }

@@ -475,7 +475,7 @@ static PGresult *auto_result(int i, const FakeRequest *req, int q)
         T.fail_kind = NULL;
         return fake_pg_error(T.fail_state, T.fail_msg ? T.fail_msg : "the test says no");
     }
-    char slot[8];
+    char slot[12]; /* any int */
     snprintf(slot, sizeof(slot), "%d", i);
     if (strcmp(kind, "floor-check") == 0 && T.floor_ok) /* a table fit for the floor */
         return fake_pg_tuples("t,relkind,col,identity,seq,cache,cycle,priv,user,grantee,qualified",
