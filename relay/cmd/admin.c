@@ -533,10 +533,13 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb)
                     snprintf(which, sizeof(which), "ids above %s", after);
                 else
                     snprintf(which, sizeof(which), "the first ids");
-                log_error("a dead event of the batch is locked by another transaction (a relay "
-                          "publishing its copy to the dead-letter topic, or an open "
-                          "transaction): nothing of the batch was changed. Run the command again "
-                          "once it is released (pg_locks shows the holder)",
+                /* 55P03 from lock_timeout: a row of the batch, or the table itself (a
+                 * migration's ALTER, an open LOCK TABLE), which the UPDATE or DELETE waits for
+                 * alike. */
+                log_error("a dead event of the batch, or the outbox table, is locked by another "
+                          "transaction (a relay publishing its copy to the dead-letter topic, an "
+                          "open transaction, a migration): nothing of the batch was changed. Run "
+                          "the command again once it is released (pg_locks shows the holder)",
                           "command=%s batch=\"%s\" done_before=%ld waited_ms=%ld",
                           strcmp(verb, "requeued") == 0 ? "requeue" : "purge-dead", which, n,
                           lock_ms);
