@@ -457,13 +457,15 @@ static bool wake_relays(PGconn *conn, bool *warned, DbError *e)
 
 /* The session's setting `name` (a duration: statement_timeout, lock_timeout) in whole
  * milliseconds into *ms; false with e filled in when the query failed. name is a literal of this
- * file, never input. */
+ * file, never input. The product names pg_catalog's operator, numeric by numeric: a look-alike
+ * `numeric * integer` someone with CREATE on the schema planted would be chosen over it
+ * (docs/security.md; 15_shadowing). */
 static bool setting_ms(PGconn *conn, const char *name, long *ms, DbError *e)
 {
     const char *params[1] = {name};
     PGresult *res = admin_query(conn,
                                 "SELECT (extract(epoch FROM pg_catalog.current_setting($1::text)"
-                                "::interval) * 1000)::bigint",
+                                "::interval) OPERATOR(pg_catalog.*) 1000::numeric)::bigint",
                                 1, params, e);
     if (!res)
         return false;
