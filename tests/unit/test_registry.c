@@ -342,7 +342,6 @@ static void test_failure_says_registry_message(void **state)
         fail_msg("the registry's reason not logged: %s", logged);
     registry_free(r, NULL);
     MHD_stop_daemon(d);
-    stand_in_status = MHD_HTTP_NOT_FOUND;
 }
 
 static bool guard_fired;
@@ -418,7 +417,6 @@ static void test_down_rechecked_without_rows(void **state)
     assert_int_equal(rs->id, 7);
     registry_free(r, NULL);
     MHD_stop_daemon(d);
-    stand_in_status = MHD_HTTP_NOT_FOUND;
 }
 
 /* A proxy may route the lookups' paths alone (registry_probe takes a 404 on /subjects): there the
@@ -449,8 +447,6 @@ static void test_down_rechecked_list_404(void **state)
     assert_string_equal(stand_in_path, "/subjects/s-value/versions/latest");
     registry_free(r, NULL);
     MHD_stop_daemon(d);
-    stand_in_status = MHD_HTTP_NOT_FOUND;
-    stand_in_list_status = 0;
 }
 
 /* From review9 s21: one 404 on GET /subjects (a proxy's page while the registry behind it
@@ -489,8 +485,6 @@ static void test_down_rechecked_list_404_once(void **state)
     assert_string_equal(stand_in_path, "/subjects");
     registry_free(r, NULL);
     MHD_stop_daemon(d);
-    stand_in_status = MHD_HTTP_NOT_FOUND;
-    stand_in_list_status = 0;
 }
 
 /* From review9 s21: where GET /subjects answers 404 (a proxy routing the lookups' paths alone),
@@ -532,9 +526,6 @@ static void test_down_rechecked_list_404_served_subject(void **state)
     assert_int_equal(rs->id, 7);
     registry_free(r, NULL);
     MHD_stop_daemon(d);
-    stand_in_status = MHD_HTTP_NOT_FOUND;
-    stand_in_list_status = 0;
-    stand_in_refused = NULL;
 }
 
 /* From review9 s21: a 403 on GET /subjects (Confluent's ACL authorizer asks GLOBAL_SUBJECTS_READ
@@ -573,9 +564,6 @@ static void test_down_rechecked_list_403_served_subject(void **state)
     assert_string_equal(stand_in_path, "/subjects/s-value/versions/latest");
     registry_free(r, NULL);
     MHD_stop_daemon(d);
-    stand_in_status = MHD_HTTP_NOT_FOUND;
-    stand_in_list_status = 0;
-    stand_in_refused = NULL;
 }
 
 /* From the s21 closing note: where GET /subjects answers 403 (a least-privilege user), the recheck
@@ -615,10 +603,6 @@ static void test_down_rechecked_list_403_served_subject_deleted(void **state)
     assert_string_equal(stand_in_path, "/subjects/s-value/versions/latest");
     registry_free(r, NULL);
     MHD_stop_daemon(d);
-    stand_in_status = MHD_HTTP_NOT_FOUND;
-    stand_in_list_status = 0;
-    stand_in_refused = NULL;
-    stand_in_gone = NULL;
 }
 
 /* From the s21 closing note: a 429 Too Many Requests (or a 503) with Retry-After was a failure as
@@ -665,8 +649,6 @@ static void test_retry_after_honoured(void **state)
     assert_true(registry_up(r));
     registry_free(r, NULL);
     MHD_stop_daemon(d);
-    stand_in_throttle = false;
-    stand_in_status = MHD_HTTP_NOT_FOUND;
 }
 
 /* From review2 s21: the recheck asked the failed subject again, whether or not a row wanted it.
@@ -704,8 +686,6 @@ static void test_down_rechecked_subject_refused(void **state)
     assert_false(registry_up(r));
     registry_free(r, NULL);
     MHD_stop_daemon(d);
-    stand_in_status = MHD_HTTP_NOT_FOUND;
-    stand_in_list_status = 0;
 }
 
 /* From this review: a URL answering 404 on /subjects at start-up (a base URL without the
@@ -775,7 +755,6 @@ static void test_probe_list_403_warned(void **state)
         fail_msg("error \"%s\"", err);
     registry_free(r, NULL);
     MHD_stop_daemon(d);
-    stand_in_list_status = 0;
 }
 
 /* From the s21 closing note: the start-up probe that took the second URL because the first
@@ -826,7 +805,6 @@ static void test_probe_passed_over_warned(void **state)
     registry_free(r, NULL);
     close(hung);
     MHD_stop_daemon(d);
-    stand_in_status = MHD_HTTP_NOT_FOUND;
 }
 
 /* Requests answer_throttled received (its threads count them). */
@@ -922,7 +900,6 @@ static void test_probe_retry_after_held(void **state)
         MHD_stop_daemon(t); /* its connections' threads joined: none counts in a later test */
     }
     MHD_stop_daemon(d);
-    stand_in_status = MHD_HTTP_NOT_FOUND;
 }
 
 /* From review2 s22: a lookup's answer other than a 200 was read to RESPONSE_MAX (4 MiB), as a
@@ -1014,6 +991,19 @@ static int throttled_reset(void **state)
     return 0;
 }
 
+/* Every test's teardown: the stand-ins as the next test takes them, even after a failure (a
+ * failed test returns before its last lines, and left its statuses to the tests after it). */
+static int stand_in_reset(void **state)
+{
+    stand_in_status = MHD_HTTP_NOT_FOUND;
+    stand_in_list_status = 0;
+    stand_in_refused = NULL;
+    stand_in_gone = NULL;
+    stand_in_throttle = false;
+    stand_in_location = "https://registry.example/subjects";
+    return throttled_reset(state);
+}
+
 /* From this review: a URL answering /subjects with a redirect (a registry moved to https, or
  * behind a new path) was taken at start-up for the registry, and every lookup then failed with
  * "HTTP 301" (lookups follow no redirect: one off-host would take the password along). The probe
@@ -1055,7 +1045,6 @@ static void test_probe_redirect_refused(void **state)
     registry_free(r, NULL);
     stand_in_location = "https://registry.example/subjects";
     MHD_stop_daemon(d);
-    stand_in_status = MHD_HTTP_NOT_FOUND;
 }
 
 /* From this review: the start-up probe read the body of GET /subjects, the list of every subject,
@@ -1084,7 +1073,6 @@ static void test_probe_large_subject_list(void **state)
     registry_free(r, NULL);
     MHD_stop_daemon(d);
     free(body);
-    stand_in_status = MHD_HTTP_NOT_FOUND;
 }
 
 /* A schema id beyond the wire format's 4 bytes is garbage, not an id to cut to 32 bits: sent, it
@@ -1106,7 +1094,6 @@ static void test_schema_id_out_of_range(void **state)
     assert_int_equal(st, REGISTRY_DOWN);
     registry_free(r, NULL);
     MHD_stop_daemon(d);
-    stand_in_status = MHD_HTTP_NOT_FOUND;
 }
 
 /* From this review: "schema found" wrote the subject (from a row) unquoted, so a subject holding
@@ -1137,7 +1124,6 @@ static void test_subject_logged_quoted(void **state)
         fail_msg("subject not quoted: %s", logged);
     registry_free(r, NULL);
     MHD_stop_daemon(d);
-    stand_in_status = MHD_HTTP_NOT_FOUND;
 }
 
 /* From this review: a base URL with a query string (or a fragment) had /subjects/... appended
@@ -1296,33 +1282,34 @@ static void test_ca_file_read_once(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_missing_subjects_bounded),
-        cmocka_unit_test(test_ca_file_read_once),
-        cmocka_unit_test(test_lookups_budgeted),
-        cmocka_unit_test(test_foreign_404_is_down),
-        cmocka_unit_test(test_down_rechecked_without_rows),
-        cmocka_unit_test(test_down_rechecked_subject_refused),
-        cmocka_unit_test(test_down_rechecked_list_404),
-        cmocka_unit_test(test_down_rechecked_list_404_once),
-        cmocka_unit_test(test_down_rechecked_list_404_served_subject),
-        cmocka_unit_test(test_down_rechecked_list_403_served_subject),
-        cmocka_unit_test(test_down_rechecked_list_403_served_subject_deleted),
-        cmocka_unit_test(test_retry_after_honoured),
-        cmocka_unit_test(test_probe_list_403_warned),
-        cmocka_unit_test(test_probe_passed_over_warned),
-        cmocka_unit_test(test_probe_retry_after_held),
-        cmocka_unit_test_teardown(test_probe_hold_is_down, throttled_reset),
-        cmocka_unit_test(test_large_error_body_keeps_status),
-        cmocka_unit_test(test_failure_says_registry_message),
-        cmocka_unit_test(test_probe_foreign_404),
-        cmocka_unit_test(test_probe_large_subject_list),
-        cmocka_unit_test(test_probe_redirect_refused),
-        cmocka_unit_test(test_missing_version_survives_long_subject),
-        cmocka_unit_test(test_schema_id_out_of_range),
-        cmocka_unit_test(test_subject_logged_quoted),
-        cmocka_unit_test(test_base_url_query_refused),
-        cmocka_unit_test(test_missing_subjects_lru),
-        cmocka_unit_test(test_auth_file_on_loop_regular_only),
+        cmocka_unit_test_teardown(test_missing_subjects_bounded, stand_in_reset),
+        cmocka_unit_test_teardown(test_ca_file_read_once, stand_in_reset),
+        cmocka_unit_test_teardown(test_lookups_budgeted, stand_in_reset),
+        cmocka_unit_test_teardown(test_foreign_404_is_down, stand_in_reset),
+        cmocka_unit_test_teardown(test_down_rechecked_without_rows, stand_in_reset),
+        cmocka_unit_test_teardown(test_down_rechecked_subject_refused, stand_in_reset),
+        cmocka_unit_test_teardown(test_down_rechecked_list_404, stand_in_reset),
+        cmocka_unit_test_teardown(test_down_rechecked_list_404_once, stand_in_reset),
+        cmocka_unit_test_teardown(test_down_rechecked_list_404_served_subject, stand_in_reset),
+        cmocka_unit_test_teardown(test_down_rechecked_list_403_served_subject, stand_in_reset),
+        cmocka_unit_test_teardown(test_down_rechecked_list_403_served_subject_deleted,
+                                  stand_in_reset),
+        cmocka_unit_test_teardown(test_retry_after_honoured, stand_in_reset),
+        cmocka_unit_test_teardown(test_probe_list_403_warned, stand_in_reset),
+        cmocka_unit_test_teardown(test_probe_passed_over_warned, stand_in_reset),
+        cmocka_unit_test_teardown(test_probe_retry_after_held, stand_in_reset),
+        cmocka_unit_test_teardown(test_probe_hold_is_down, stand_in_reset),
+        cmocka_unit_test_teardown(test_large_error_body_keeps_status, stand_in_reset),
+        cmocka_unit_test_teardown(test_failure_says_registry_message, stand_in_reset),
+        cmocka_unit_test_teardown(test_probe_foreign_404, stand_in_reset),
+        cmocka_unit_test_teardown(test_probe_large_subject_list, stand_in_reset),
+        cmocka_unit_test_teardown(test_probe_redirect_refused, stand_in_reset),
+        cmocka_unit_test_teardown(test_missing_version_survives_long_subject, stand_in_reset),
+        cmocka_unit_test_teardown(test_schema_id_out_of_range, stand_in_reset),
+        cmocka_unit_test_teardown(test_subject_logged_quoted, stand_in_reset),
+        cmocka_unit_test_teardown(test_base_url_query_refused, stand_in_reset),
+        cmocka_unit_test_teardown(test_missing_subjects_lru, stand_in_reset),
+        cmocka_unit_test_teardown(test_auth_file_on_loop_regular_only, stand_in_reset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
