@@ -34,13 +34,6 @@ status() { "$RELAY_BIN" status --database-url "$DATABASE_URL" "$@"; }
 json() { status --json | jq -r "$1"; }
 sessions_are() { [ "$(json '.sessions | length')" = "$1" ]; }
 
-psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-        SELECT 'dead', 'd-' || g, 'changed', '{}' FROM generate_series(1, 3) AS g"
-psql_q "UPDATE outbox SET attempts = 10, rejections = 10, dead_at = now(), last_error = 'x'"
-psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-        SELECT 'order', 'o-' || g, 'changed', '{}' FROM generate_series(1, 120) AS g"
-psql_q "UPDATE outbox SET attempts = 1, next_attempt_at = now() + interval '1 hour'
-        WHERE id IN (SELECT id FROM outbox WHERE aggregate_type = 'order' ORDER BY id LIMIT 5)"
 # Kafka down: the relay claims the rows and waits for the broker (a long delivery timeout keeps
 # it from counting failed attempts meanwhile); status reads around its row locks.
 broker_down
@@ -49,6 +42,22 @@ RELAY_OPTS=(--database-url "$DATABASE_URL" --brokers "$BROKERS" --delivery-timeo
 relay_start "${RELAY_OPTS[@]}"
 first=$RELAY_PID
 wait_for "1: the relay's two sessions show as active" 15 sessions_are 2
+# The rows come once the two sessions have divided the lanes: a session takes a lane its sibling
+# gave up only between batches, and a batch claimed before that (from the few lanes its first
+# look found free) waits for Kafka, here as long as the brokers are down (docs/guarantees.md).
+all_lanes_owned() { [ "$(json '[.sessions[].lanes] | add')" = 64 ]; }
+wait_for "1: the two sessions own the 64 lanes between them" 15 all_lanes_owned
+# In one statement, each row as it is to stay (an UPDATE after it would wait behind the claim's
+# row locks): 3 dead-lettered, 120 unsent of which the first 5 wait an hour for a retry.
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, attempts,
+                            rejections, dead_at, last_error, next_attempt_at)
+        SELECT CASE WHEN g <= 3 THEN 'dead' ELSE 'order' END,
+               CASE WHEN g <= 3 THEN 'd-' || g ELSE 'o-' || (g - 3) END, 'changed', '{}',
+               CASE WHEN g <= 3 THEN 10 WHEN g <= 8 THEN 1 ELSE 0 END,
+               CASE WHEN g <= 3 THEN 10 ELSE 0 END,
+               CASE WHEN g <= 3 THEN now() END, CASE WHEN g <= 3 THEN 'x' END,
+               CASE WHEN g BETWEEN 4 AND 8 THEN now() + interval '1 hour' END
+        FROM generate_series(1, 123) AS g" || fail "1: insert the rows"
 
 # --- 1. ---
 status >"$T/status.txt" 2>&1
@@ -90,7 +99,6 @@ check "1: text lists the first session's pid" \
 relay_start "${RELAY_OPTS[@]}"
 wait_for "2: four active sessions" 15 sessions_are 4
 # (The first relay hands lanes over only between batches, and its batch waits for Kafka.)
-all_lanes_owned() { [ "$(json '[.sessions[].lanes] | add')" = 64 ]; }
 wait_for "2: together they own the 64 lanes" 15 all_lanes_owned
 check "2: text lists all four" grep -qE '^relay sessions: 4 active, owning 64 of 64 lanes' <(status)
 relay_stop
