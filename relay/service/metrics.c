@@ -538,10 +538,12 @@ static void render_set(StrBuf *out, const Set *set)
                  "rows (a long transaction, a replication slot, a prepared transaction); claims "
                  "slow down while it grows. 0 when none.",
                  horizon, DB(horizon_xids), G_LLONG);
-    family_gauge(out, set, "outbox_vacuum_horizon_held_seconds",
-                 "How long the holder of that snapshot has been in its transaction (a "
-                 "replication slot: since this relay first saw it hold); 0 when none.",
-                 horizon, DB(horizon_held_s), G_SECONDS);
+    family_gauge(
+        out, set, "outbox_vacuum_horizon_held_seconds",
+        "How long the holder of that snapshot has been in its transaction (a "
+        "replication slot: since this relay first saw transactions commit behind its xmin); 0 when "
+        "none.",
+        horizon, DB(horizon_held_s), G_SECONDS);
 
     family_live(out, set, "outbox_postgres_up",
                 "1 while every claim session's PostgreSQL connection is up, else 0 (it keeps "

@@ -19,9 +19,10 @@
 /* Bounds every statement of this session: a backlog count over a huge table, say, gives up and
  * is retried at the next interval instead of piling up. */
 #define UPKEEP_STATEMENT_TIMEOUT_S 30
-/* A vacuum horizon holder as "KIND WHO": the kind and a prepared transaction's gid (up to 200
- * bytes) whole, or two long gids that begin alike compare equal and the second is never logged. */
-#define HOLDER_MAX (32 + 1 + 256)
+/* A vacuum horizon holder as "KIND WHO PIN": the kind and a prepared transaction's gid (up to
+ * 200 bytes) whole, or two long gids that begin alike compare equal and the second is never
+ * logged; a slot's pin is its xmin (SQL_HORIZON). */
+#define HOLDER_MAX (32 + 1 + 256 + 1 + 16)
 /* The session's bound, unless one at most as long is in force already (the URL's options, the
  * role's or the database's setting): a SET overrode a stricter one, so retention's DELETEs ran
  * up to 30 s where the operator allowed 5. */
@@ -69,14 +70,18 @@ struct Upkeep {
     char last_error[256];            /* "" while the queries work */
     char horizon_logged[HOLDER_MAX]; /* the holder last logged as holding back vacuum, "" when
                                       * none */
-    /* Its kind and id apart, SQL_HORIZON's parameters (the kind may hold a space; a prepared
+    /* Its kind, id and pin apart, SQL_HORIZON's parameters (the kind may hold a space; a prepared
      * transaction's gid up to 200 bytes), and those parameters. */
-    char horizon_logged_kind[32], horizon_logged_who[256];
-    const char *horizon_params[2];
-    /* A holder whose start PostgreSQL does not keep (a replication slot), and when this upkeep
-     * first saw it hold (monotonic): its held time counts from there. "" when none. */
-    char untimed_holder[HOLDER_MAX];
-    double untimed_since;
+    char horizon_logged_kind[32], horizon_logged_who[256], horizon_logged_pin[16];
+    const char *horizon_params[3];
+    /* The oldest replication slot holding a snapshot, whose start PostgreSQL does not keep, as
+     * "ID PIN" ("" when none); its xids when first seen with that pin; and since when (monotonic)
+     * transactions commit behind it: its held time counts from there (slot_holding false: none
+     * yet, so it holds nothing back). */
+    char slot_seen[HOLDER_MAX];
+    long long slot_first_xids;
+    bool slot_holding;
+    double slot_since;
     /* Sessions seen holding lane-group locks no relay would hold (SQL_LANE_SQUATTERS): the last
      * look's slot holders without lanes (counted at the second look in a row), and the pids
      * logged, so each holder is named once. */
@@ -187,6 +192,34 @@ static void note_result(Upkeep *u, const char *task, const char *error)
 static void forget_horizon_holder(Upkeep *u)
 {
     u->horizon_logged[0] = u->horizon_logged_kind[0] = u->horizon_logged_who[0] = '\0';
+    u->horizon_logged_pin[0] = '\0';
+}
+
+/* Times the oldest replication slot from SQL_HORIZON's row (its last three columns). A slot
+ * holds one snapshot while its xmin (the pin) stays: a standby's hot_standby_feedback moves it on
+ * every wal_receiver_status_interval (10 s) while the standby's queries end, and a slot timed by
+ * its name alone held for as long as the relay ran, so that a healthy standby was logged and
+ * alerted on as an old snapshot. Its time counts from the first look at which transactions had
+ * committed behind that xmin: until then it keeps no dead row (a quiet database moves no xmin,
+ * and holds nothing back either). Returns its held seconds (0 while it holds nothing back). */
+static double time_slot(Upkeep *u, PGresult *r)
+{
+    if (PQntuples(r) != 1 || PQgetisnull(r, 0, 8)) {
+        u->slot_seen[0] = '\0';
+        return 0.0;
+    }
+    char seen[HOLDER_MAX];
+    snprintf(seen, sizeof(seen), "%s %s", PQgetvalue(r, 0, 8), PQgetvalue(r, 0, 9));
+    long long xids = strtoll(PQgetvalue(r, 0, 10), NULL, 10);
+    if (strcmp(seen, u->slot_seen) != 0) {
+        snprintf(u->slot_seen, sizeof(u->slot_seen), "%s", seen);
+        u->slot_first_xids = xids;
+        u->slot_holding = false;
+    } else if (!u->slot_holding && xids > u->slot_first_xids) {
+        u->slot_holding = true;
+        u->slot_since = monotime_now();
+    }
+    return u->slot_holding ? monotime_now() - u->slot_since : 0.0;
 }
 
 /* Sets the vacuum horizon gauges from SQL_HORIZON's row, and says once per holder when one has
@@ -194,8 +227,8 @@ static void forget_horizon_holder(Upkeep *u)
  * as everywhere, and every claim walks them (docs/operations.md#dead-rows-and-old-snapshots). */
 static void note_horizon(Upkeep *u, PGresult *r)
 {
+    double slot_held = time_slot(u, r);
     if (PQntuples(r) != 1) {
-        u->untimed_holder[0] = '\0';
         metrics_set_vacuum_horizon(0, -1.0);
         if (u->horizon_logged[0])
             log_info("nothing holds back vacuum any more", NULL);
@@ -203,21 +236,11 @@ static void note_horizon(Upkeep *u, PGresult *r)
         return;
     }
     char holder[HOLDER_MAX];
-    snprintf(holder, sizeof(holder), "%s %s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
-    double held;
-    if (!PQgetisnull(r, 0, 4)) {
-        held = strtod(PQgetvalue(r, 0, 4), NULL);
-        u->untimed_holder[0] = '\0';
-    } else {
-        /* A replication slot has no start time: held since this upkeep first saw it hold, a
-         * lower bound (a relay restarted counts again), so that a slot nobody reads past
-         * --horizon-warn is logged and alerted on like a forgotten transaction. */
-        if (strcmp(holder, u->untimed_holder) != 0) {
-            snprintf(u->untimed_holder, sizeof(u->untimed_holder), "%s", holder);
-            u->untimed_since = monotime_now();
-        }
-        held = monotime_now() - u->untimed_since;
-    }
+    snprintf(holder, sizeof(holder), "%s %s %s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1),
+             PQgetvalue(r, 0, 7));
+    /* A slot, the oldest of them (SQL_HORIZON), has no start time of its own: time_slot's, a
+     * lower bound (a relay restarted counts again). */
+    double held = PQgetisnull(r, 0, 4) ? slot_held : strtod(PQgetvalue(r, 0, 4), NULL);
     double warn_s = u->cfg->horizon_warn_s > 0 ? (double)u->cfg->horizon_warn_s : 1e300;
     long long xids = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
     metrics_set_vacuum_horizon(xids, held);
@@ -234,6 +257,7 @@ static void note_horizon(Upkeep *u, PGresult *r)
         snprintf(u->horizon_logged, sizeof(u->horizon_logged), "%s", holder);
         snprintf(u->horizon_logged_kind, sizeof(u->horizon_logged_kind), "%s", PQgetvalue(r, 0, 0));
         snprintf(u->horizon_logged_who, sizeof(u->horizon_logged_who), "%s", PQgetvalue(r, 0, 1));
+        snprintf(u->horizon_logged_pin, sizeof(u->horizon_logged_pin), "%s", PQgetvalue(r, 0, 7));
     } else if (held < warn_s && u->horizon_logged[0] && strcmp(holder, u->horizon_logged) != 0 &&
                strcmp(PQgetvalue(r, 0, 6), "t") != 0) {
         /* The holder logged is gone, but another (younger than --horizon-warn) holds a snapshot:
@@ -412,7 +436,7 @@ static void kick(Upkeep *u)
             q[n++] = (PgQuery){u->sql[UPKEEP_BACKLOG], 0, NULL, false};
         if (u->oldest_sent)
             q[n++] = (PgQuery){u->sql[UPKEEP_RETENTION_OLDEST], 0, NULL, false};
-        q[n++] = (PgQuery){SQL_HORIZON, 2, u->horizon_params, false};
+        q[n++] = (PgQuery){SQL_HORIZON, 3, u->horizon_params, false};
         if (!pg_conn_send(u->pg, q, n, on_backlog, u))
             u->gauge_due = false;
         return;
@@ -556,6 +580,7 @@ static Upkeep *upkeep_create(struct ev_loop *loop, const Config *cfg, bool gauge
     u->on_demand = on_demand;
     u->horizon_params[0] = u->horizon_logged_kind;
     u->horizon_params[1] = u->horizon_logged_who;
+    u->horizon_params[2] = u->horizon_logged_pin;
     /* On demand, the first refresh comes at once, as a standing connection's does at setup. */
     u->gauge_due = on_demand && gauges;
     /* Never swept: the first tick sweeps, whatever the monotonic clock reads (it counts from the

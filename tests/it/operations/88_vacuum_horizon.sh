@@ -11,12 +11,15 @@
 #    another snapshot younger than --horizon-warn is the oldest left, that the one logged is gone);
 #  - PREP: two prepared transactions whose 150-byte names begin alike: once the older one, logged,
 #    is committed, the younger one is logged too (the holder logged was compared on 128 bytes);
-#  - a replication slot (a standby with hot_standby_feedback holding a snapshot), whose start
-#    PostgreSQL does not keep, is timed from when the relay first saw it hold: logged past
-#    --horizon-warn, its gauge past it too;
-#  - a session logged as holding back vacuum that ends while a younger holder (the slot, first
-#    seen then, so held for 0 s) is left is said to be gone, naming the slot, not "nothing holds
-#    back vacuum any more", which was false: the slot held vacuum back all along.
+#  - HEALTHY: a healthy standby with hot_standby_feedback through a replication slot, while
+#    transactions commit for three times --horizon-warn, is not logged: its feedback moves the
+#    slot's xmin on every second here (wal_receiver_status_interval), so no snapshot is old;
+#  - SLOT: a query on that standby holding a snapshot keeps the slot's xmin, whose start
+#    PostgreSQL does not keep: timed from when the relay first saw transactions commit behind
+#    it, logged past --horizon-warn, its gauge past it too;
+#  - a session logged as holding back vacuum that ends while the slot still holds names the slot
+#    next, never "nothing holds back vacuum any more", which was false: the slot held vacuum back
+#    all along.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -111,18 +114,38 @@ relay_stop
 check_eq "PREP: the relay exits 0" 0 "$?"
 
 # --- a replication slot: PostgreSQL keeps no start time for it -------------------------------------
-# A standby with hot_standby_feedback streams through a slot and holds a snapshot: the slot's xmin
-# stays behind. The relay times it from when it first saw it hold (it logged nothing, its gauge
-# said 0, and OutboxVacuumHorizonHeld could never fire, for a slot nobody reads any more).
+# A standby with hot_standby_feedback streams through a slot. The relay times a slot's snapshot
+# from its own looks (it logged nothing, its gauge said 0, and OutboxVacuumHorizonHeld could never
+# fire, for a slot nobody reads any more), by the slot's xmin: a healthy standby's feedback moves
+# it on at each wal_receiver_status_interval (1 s here), and a slot timed by its name alone was
+# logged as an old snapshot once the relay had run --horizon-warn beside a healthy standby.
 psql_q "SELECT pg_create_physical_replication_slot('horizon_slot')" >/dev/null ||
     fail "SLOT: create the slot"
 standby_start
-printf '%s\n' "primary_slot_name = 'horizon_slot'" "hot_standby_feedback = on" >>"$SB/postgresql.auto.conf"
+printf '%s\n' "primary_slot_name = 'horizon_slot'" "hot_standby_feedback = on" \
+    "wal_receiver_status_interval = 1s" >>"$SB/postgresql.auto.conf"
 _as_pg pg_ctl -D "$SB" reload >/dev/null || fail "SLOT: reload the standby"
 relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0 \
-    --horizon-warn 2s --kafka reconnect.backoff.max.ms=500
+    --horizon-warn 4s --kafka reconnect.backoff.max.ms=500
 metrics_wait
-# A session on the primary holds the oldest snapshot first, and is logged; the slot comes behind it.
+slot_xmin() {
+    psql_q "SELECT xmin FROM pg_replication_slots WHERE slot_name = 'horizon_slot'"
+}
+slot_holds() { [ -n "$(slot_xmin)" ]; }
+wait_for "HEALTHY: the standby's feedback gives the slot an xmin" 20 slot_holds
+# HEALTHY: transactions commit for three times --horizon-warn while the standby runs no query.
+first_xmin=$(slot_xmin)
+for g in $(seq 1 40); do
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            VALUES ('k', 'k-$g', 'changed', '{\"seq\": $g}')"
+    sleep 0.3
+done
+check "HEALTHY: (the feedback moved the slot's xmin on meanwhile)" test "$(slot_xmin)" != "$first_xmin"
+check "HEALTHY: a healthy standby's slot is not logged as holding back vacuum" \
+    lacks "$RELAY_LOG" "holds back vacuum"
+
+# SLOT: a session on the primary holds the oldest snapshot first, and is logged; the slot comes
+# behind it once a query on the standby holds a snapshot there.
 : >"$T/holder.out"
 PGAPPNAME=forgotten-report psql -XAtq -c "BEGIN ISOLATION LEVEL REPEATABLE READ" \
     -c "SELECT pg_backend_pid() FROM outbox LIMIT 0" -c "SELECT pg_backend_pid()" \
@@ -136,32 +159,39 @@ for g in $(seq 1 5); do # transactions that commit behind the session's snapshot
 done
 wait_for "SLOT: the session is logged as holding back vacuum" 20 logged
 psql -XAtq -p "$SB_PORT" -c "BEGIN ISOLATION LEVEL REPEATABLE READ" \
-    -c "SELECT count(*) FROM outbox" -c "SELECT pg_sleep(120)" -c "COMMIT" >"$T/sb-holder.out" 2>&1 &
+    -c "SELECT backend_xmin FROM pg_stat_activity WHERE pid = pg_backend_pid()" \
+    -c "SELECT pg_sleep(120)" -c "COMMIT" >"$T/sb-holder.out" 2>&1 &
 SB_HOLDER=$!
 _t_track "$SB_HOLDER"
-slot_holds() {
-    [ "$(psql_q "SELECT xmin IS NOT NULL FROM pg_replication_slots WHERE slot_name = 'horizon_slot'")" = t ]
+sb_xmin() { head -n 1 "$T/sb-holder.out"; }
+has_sb_xmin() { [ -n "$(sb_xmin)" ]; }
+_poll 20 has_sb_xmin || fail "SLOT: the standby's query holds its snapshot"
+slot_pinned() { # the standby's feedback holds the slot's xmin at or before its query's snapshot
+    [ "$(psql_q "SELECT age(xmin) >= age('$(sb_xmin)'::xid) FROM pg_replication_slots
+                 WHERE slot_name = 'horizon_slot'")" = t ]
 }
-wait_for "SLOT: the standby's feedback gives the slot an xmin" 20 slot_holds
+wait_for "SLOT: the standby's feedback holds the slot's xmin behind its query" 20 slot_pinned
 for g in $(seq 1 20); do # transactions that commit behind the standby's snapshot
     psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
             VALUES ('s', 's-$g', 'changed', '{\"seq\": $g}')"
 done
 psql_q "SELECT pg_terminate_backend($(holder_pid))" >/dev/null || fail "SLOT: end the session"
 wait "$HOLDER"
-gone() {
-    grep -q 'the old snapshot logged as holding back vacuum is gone.*holder="replication slot" id="horizon_slot"' \
-        "$RELAY_LOG"
-}
-wait_for "SLOT: the session's end is logged as gone, naming the slot that still holds" 20 gone
-check "SLOT: not that nothing holds back vacuum" lacks "$RELAY_LOG" "nothing holds back vacuum"
 slot_logged() {
     grep -q 'an old snapshot holds back vacuum.*holder="replication slot" id="horizon_slot"' \
         "$RELAY_LOG"
 }
+# The session's end: the slot is named next, as gone (the slot had held its snapshot less than
+# --horizon-warn) or as holding (more), never "nothing holds back vacuum".
+gone() {
+    grep -q 'the old snapshot logged as holding back vacuum is gone.*holder="replication slot" id="horizon_slot"' \
+        "$RELAY_LOG" || slot_logged
+}
+wait_for "SLOT: after the session's end the relay names the slot that still holds" 20 gone
+check "SLOT: not that nothing holds back vacuum" lacks "$RELAY_LOG" "nothing holds back vacuum"
 wait_for "SLOT: the relay names the slot once it has held past --horizon-warn" 20 slot_logged
 check "SLOT: the held-seconds gauge counts its time (past --horizon-warn)" \
-    awk -v h="$(gauge outbox_vacuum_horizon_held_seconds)" 'BEGIN { exit !(h >= 2) }'
+    awk -v h="$(gauge outbox_vacuum_horizon_held_seconds)" 'BEGIN { exit !(h >= 4) }'
 # Done with the standby's snapshot: end its sleep now (120 s, so that a loaded machine cannot
 # end it before the checks above: at 15 s the gauge once read 0) rather than wait it out.
 psql -XAtq -p "$SB_PORT" -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity
