@@ -9,6 +9,7 @@
 #include "admin.h"
 #include "db.h"
 #include "log.h"
+#include "migrate.h"
 #include "schema.h"
 #include "statements.h"
 
@@ -63,9 +64,30 @@ static const char *owner_at(PGresult *owners, int i, int col)
                : NULL;
 }
 
+/* What schema_migrations says of this binary (migrate_unknown): how many migrations a newer
+ * outbox-relay recorded that this one does not know (0: none), the latest of them in newest;
+ * -1 when it cannot be read (the relay's role has no grant on it: status is then silent about
+ * it, as check is). */
+typedef struct SchemaLook {
+    int unknown;
+    char newest[200];
+} SchemaLook;
+
+/* Why: migrate refuses such a database (exit 2) and check fails it, but status, which an
+ * operator runs to see why relays misbehave after a rollback, said nothing of it. */
+static void schema_look(PGconn *conn, SchemaLook *look)
+{
+    DbError e;
+    look->newest[0] = '\0';
+    look->unknown = migrate_unknown(conn, admin_answer_s(), look->newest, sizeof(look->newest), &e);
+    if (look->unknown < 0)
+        log_debug("cannot read schema_migrations", "error=%s", db_error_text(&e));
+}
+
 /* False (an error logged) when the object cannot be built: a text that is not UTF-8 (a role
  * name in a SQL_ASCII database may hold any bytes). relays NULL: a standby, sessions null. */
-static bool print_json(PGresult *backlog, long long sent_minute, PGresult *relays, PGresult *owners)
+static bool print_json(PGresult *backlog, long long sent_minute, const SchemaLook *schema,
+                       PGresult *relays, PGresult *owners)
 {
     json_t *list = relays ? json_array() : json_null();
     bool whole = true; /* json_array_append_new takes a NULL silently: the session would vanish */
@@ -82,7 +104,7 @@ static bool print_json(PGresult *backlog, long long sent_minute, PGresult *relay
         json_array_append_new(list, session);
     }
     json_t *o = json_pack(
-        "{s:I, s:I, s:o, s:I, s:I, s:o, s:o, s:o}", "backlog",
+        "{s:I, s:I, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "backlog",
         (json_int_t)int_at(backlog, 0, BACKLOG_UNSENT), "retrying",
         (json_int_t)int_at(backlog, 0, BACKLOG_RETRYING), "oldest_unsent_age_seconds",
         PQgetisnull(backlog, 0, BACKLOG_OLDEST_AGE_S)
@@ -91,7 +113,10 @@ static bool print_json(PGresult *backlog, long long sent_minute, PGresult *relay
         "dead_lettered", (json_int_t)int_at(backlog, 0, BACKLOG_DEAD), "dead_letter_failed",
         (json_int_t)int_at(backlog, 0, BACKLOG_DEAD_LETTER_FAILED), "sent_last_minute",
         sent_minute < 0 ? json_null() : json_integer(sent_minute), "throughput_per_second",
-        sent_minute < 0 ? json_null() : json_real((double)sent_minute / 60.0), "sessions", list);
+        sent_minute < 0 ? json_null() : json_real((double)sent_minute / 60.0), "unknown_migrations",
+        schema->unknown < 0 ? json_null() : json_integer(schema->unknown),
+        "newest_unknown_migration", schema->unknown > 0 ? json_string(schema->newest) : json_null(),
+        "sessions", list);
     char *text = o && whole ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     bool printed = text != NULL;
     if (printed)
@@ -103,7 +128,8 @@ static bool print_json(PGresult *backlog, long long sent_minute, PGresult *relay
     return printed;
 }
 
-static void print_text(PGresult *backlog, long long sent_minute, PGresult *relays, PGresult *owners)
+static void print_text(PGresult *backlog, long long sent_minute, const SchemaLook *schema,
+                       PGresult *relays, PGresult *owners)
 {
     printf("backlog:        %lld unsent events (%lld waiting for a retry)\n",
            int_at(backlog, 0, BACKLOG_UNSENT), int_at(backlog, 0, BACKLOG_RETRYING));
@@ -124,6 +150,14 @@ static void print_text(PGresult *backlog, long long sent_minute, PGresult *relay
     else
         printf("throughput:     %.1f events/s (%lld sent in the last 60 s)\n",
                (double)sent_minute / 60.0, sent_minute);
+    if (schema->unknown > 0) {
+        char newest[200];
+        printf("schema:         migrated by a newer outbox-relay (%d migration(s) this binary does "
+               "not know, the latest %s; it knows up to %s): its relays may mis-handle rows of "
+               "that schema\n",
+               schema->unknown, log_escape(schema->newest, newest, sizeof(newest)),
+               migration_files[migration_count - 1].name);
+    }
     if (!relays) {
         printf("relay sessions: - (a standby: the relays' sessions and their locks are on the "
                "primary)\n");
@@ -187,11 +221,13 @@ int status_run(const Config *cfg)
     if (relays || standby) {
         long long sent_minute = counted ? int_at(throughput, 0, 0) : -1; /* -1: not counted */
         PGresult *owners = relays ? session_owners(conn, relays) : NULL;
+        SchemaLook schema;
+        schema_look(conn, &schema);
         rc = 0;
         if (cfg->json)
-            rc = print_json(backlog, sent_minute, relays, owners) ? 0 : 1;
+            rc = print_json(backlog, sent_minute, &schema, relays, owners) ? 0 : 1;
         else
-            print_text(backlog, sent_minute, relays, owners);
+            print_text(backlog, sent_minute, &schema, relays, owners);
         PQclear(owners);
     }
     PQclear(backlog);

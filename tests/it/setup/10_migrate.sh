@@ -277,6 +277,20 @@ check_eq "...check finds a problem (exit 1)" 1 $?
 check "...naming it: a newer relay migrated the database" grep -q \
     '^FAIL  migrations: the database was migrated by a newer outbox-relay (2 migration(s) this binary does not know, the latest 9999_latest.sql' \
     "$T/ahead-check.out"
+# status, the look an operator takes when relays misbehave after a rollback, said nothing of it.
+"$RELAY_BIN" status --database-url "$ahead_url" >"$T/ahead-status.out" 2>&1
+check_eq "...status exits 0 (a look, not a refusal)" 0 $?
+check "...status says a newer relay migrated it, naming the newest migration it does not know" \
+    grep -q '^schema: *migrated by a newer outbox-relay (2 migration(s) this binary does not know, the latest 9999_latest.sql' \
+    "$T/ahead-status.out"
+"$RELAY_BIN" status --json --database-url "$ahead_url" >"$T/ahead-status.json" 2>&1
+check_eq "...status --json: unknown_migrations, newest_unknown_migration" "2 9999_latest.sql" \
+    "$(jq -r '"\(.unknown_migrations) \(.newest_unknown_migration)"' "$T/ahead-status.json")"
+"$RELAY_BIN" status --json --database-url "$DATABASE_URL" >"$T/level-status.json" 2>&1
+check_eq "...and of a database this binary migrated: 0 and null" "0 null" \
+    "$(jq -r '"\(.unknown_migrations) \(.newest_unknown_migration)"' "$T/level-status.json")"
+"$RELAY_BIN" status --database-url "$DATABASE_URL" >"$T/level-status.out" 2>&1
+check "...no schema line there" lacks "$T/level-status.out" 'schema:'
 # A rollback to this version after a newer one migrated: the refusal was the only answer, so the
 # older init container stopped every relay until the newer version came back. The refusal names
 # the way on; with --allow-newer-schema migrate warns, applies nothing, gives no grant and exits
