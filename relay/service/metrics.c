@@ -514,9 +514,11 @@ static void render_set(StrBuf *out, const Set *set)
         "the last refresh. It stays above 0 while copies keep failing; the log warns once a "
         "streak.",
         backlog, DB(dead_letter_failed), G_LLONG);
-    family_gauge(out, set, "outbox_backlog_refresh_timestamp_seconds",
-                 "Unix time of the last successful refresh of the backlog gauges.", backlog,
-                 DB(backlog_refreshed), G_TIME);
+    family_gauge(
+        out, set, "outbox_backlog_refresh_timestamp_seconds",
+        "Unix time of the last successful refresh of the backlog gauges (with --retention, "
+        "outbox_retention_overdue_seconds among them: one that fails stops this).",
+        backlog, DB(backlog_refreshed), G_TIME);
     family_gauge(out, set, "outbox_backlog_refresh_interval_seconds",
                  "Seconds between backlog refreshes now: every 5 s (15 s for a database of a "
                  "list), or ten times as long as the last count took when that is longer. The "

@@ -316,27 +316,34 @@ static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error,
     at++;
     if (u->backlog_sent) {
         pace_backlog(u);
-        if (n > at && PQresultStatus(results[at]) == PGRES_TUPLES_OK &&
-            PQntuples(results[at]) == 1) {
-            PGresult *r = results[at];
-            metrics_set_backlog(strtoll(PQgetvalue(r, 0, BACKLOG_UNSENT), NULL, 10),
-                                strtoll(PQgetvalue(r, 0, BACKLOG_DEAD), NULL, 10),
-                                strtoll(PQgetvalue(r, 0, BACKLOG_DEAD_LETTER_FAILED), NULL, 10),
-                                PQgetisnull(r, 0, BACKLOG_OLDEST_AGE_S)
+        /* The count and the oldest sent row's age are one refresh, stamped with one time
+         * (outbox_backlog_refresh_timestamp_seconds): set only when each of them was read. An
+         * age that failed while the count answered kept its last value under a fresh stamp, so
+         * OutboxGaugesStale never saw it and OutboxRetentionBehind read an old "keeps up"; now
+         * the stamp stops, and that alert fires. */
+        PGresult *count = n > at ? results[at] : NULL;
+        PGresult *oldest = u->oldest_sent && n > at + 1 ? results[at + 1] : NULL;
+        bool counted = count && PQresultStatus(count) == PGRES_TUPLES_OK && PQntuples(count) == 1;
+        bool aged = !u->oldest_sent || (oldest && PQresultStatus(oldest) == PGRES_TUPLES_OK);
+        if (counted && aged) {
+            /* Retention keeps up while no sent row outlives it by more than a sweep's interval
+             * (the rows turn due between sweeps); a sweep that fails, times out, is skipped by
+             * locks or deletes less than arrives shows as this growing (the alert
+             * OutboxRetentionBehind). */
+            if (u->oldest_sent)
+                metrics_set_retention_overdue(u->retention_s > 0,
+                                              PQntuples(oldest) == 1
+                                                  ? strtod(PQgetvalue(oldest, 0, 0), NULL) -
+                                                        (double)u->retention_s
+                                                  : 0.0);
+            metrics_set_backlog(strtoll(PQgetvalue(count, 0, BACKLOG_UNSENT), NULL, 10),
+                                strtoll(PQgetvalue(count, 0, BACKLOG_DEAD), NULL, 10),
+                                strtoll(PQgetvalue(count, 0, BACKLOG_DEAD_LETTER_FAILED), NULL, 10),
+                                PQgetisnull(count, 0, BACKLOG_OLDEST_AGE_S)
                                     ? -1.0
-                                    : strtod(PQgetvalue(r, 0, BACKLOG_OLDEST_AGE_S), NULL));
+                                    : strtod(PQgetvalue(count, 0, BACKLOG_OLDEST_AGE_S), NULL));
         }
-        at++;
     }
-    /* Retention keeps up while no sent row outlives it by more than a sweep's interval (the
-     * rows turn due between sweeps); a sweep that fails, times out, is skipped by locks or
-     * deletes less than arrives shows as this growing (the alert OutboxRetentionBehind). */
-    if (u->oldest_sent && n > at && PQresultStatus(results[at]) == PGRES_TUPLES_OK)
-        metrics_set_retention_overdue(u->retention_s > 0,
-                                      PQntuples(results[at]) == 1
-                                          ? strtod(PQgetvalue(results[at], 0, 0), NULL) -
-                                                (double)u->retention_s
-                                          : 0.0);
     if (n > horizon_at && PQresultStatus(results[horizon_at]) == PGRES_TUPLES_OK)
         note_horizon(u, results[horizon_at]);
     note_result(u, "backlog", error ? error : n == horizon_at + 1 ? NULL : "unexpected result");

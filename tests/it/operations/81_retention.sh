@@ -18,7 +18,8 @@
 #     pg_upgrade), where PostgreSQL's cheapest-looking plan read and sorted every old row a batch;
 #  9. outbox_retention_overdue_seconds says whether retention keeps up: under a minute while it
 #     does, past 3,000 s while a session holds an hour-old sent row locked (every sweep skips
-#     it), and under a minute again once the lock is gone.
+#     it), and under a minute again once the lock is gone; a refresh whose read of it fails sets
+#     no backlog gauge (outbox_backlog_refresh_timestamp_seconds stops, OutboxGaugesStale fires).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -115,6 +116,31 @@ echo "COMMIT; \\q" >&"${RHOLD[1]}"
 wait "$rhold_pid" 2>/dev/null
 wait_for "9: released, the row is deleted" 15 none_where "aggregate_type = 'held'"
 wait_for "9: and the gauge is back under a minute" 15 overdue_under 60
+# A read of the age that fails while the count answers kept the gauge's last value ("keeps up")
+# under a fresh outbox_backlog_refresh_timestamp_seconds: OutboxGaugesStale never saw it. Made
+# to fail here by a row sent at -infinity (PostgreSQL 15 cannot subtract it from now()), held
+# locked so that no sweep deletes it. The refresh is now whole or none: the stamp stops.
+coproc RHOLD { psql -XAtq -v ON_ERROR_STOP=1 -d "$DATABASE_URL" 2>&1; }
+rhold_pid=$RHOLD_PID
+_t_track "$rhold_pid"
+echo "BEGIN; INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, sent_at)
+      VALUES ('infinite', 'i-1', 'changed', '{}', '-infinity'); COMMIT;
+      BEGIN; SELECT 'locked' FROM outbox WHERE aggregate_type = 'infinite' FOR UPDATE;" >&"${RHOLD[1]}"
+read -r -t 30 rheld <&"${RHOLD[0]}" || fail "9: a session holds a row sent at -infinity locked"
+[ "$rheld" = locked ] || fail "9: a session holds a row sent at -infinity locked: $rheld"
+age_failures() { grep -c 'msg="upkeep query failed.*task=backlog .*infinite' "$RELAY_LOG"; }
+age_failures_over() { [ "$(age_failures)" -ge "$1" ]; }
+wait_for "9: the read of the oldest sent row's age fails (logged)" 30 age_failures_over 1
+stamp=$(metric outbox_backlog_refresh_timestamp_seconds)
+failed=$(age_failures)
+wait_for "9: two more refreshes fail" 30 age_failures_over $((failed + 2))
+check_eq "9: outbox_backlog_refresh_timestamp_seconds stops while the age cannot be read" \
+    "$stamp" "$(metric outbox_backlog_refresh_timestamp_seconds)"
+echo "COMMIT; \\q" >&"${RHOLD[1]}"
+wait "$rhold_pid" 2>/dev/null
+wait_for "9: released, the row sent at -infinity is deleted" 15 none_where "aggregate_type = 'infinite'"
+stamp_moved() { [ "$(metric outbox_backlog_refresh_timestamp_seconds)" != "$stamp" ]; }
+wait_for "9: and the refreshes go on" 15 stamp_moved
 relay_stop
 check_eq "1: relay exits 0" 0 $?
 
