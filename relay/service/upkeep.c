@@ -32,6 +32,15 @@ static const char *const SQL_APPNAME = "SET application_name = 'outbox-relay upk
 
 /* Templates for the configured table (relay/outbox/table.h). */
 enum { UPKEEP_BACKLOG, UPKEEP_RETENTION, UPKEEP_RETENTION_OLDEST, UPKEEP_SQL_COUNT };
+
+/* What a result or error belongs to (note_result), as its log lines name it. */
+typedef enum {
+    UPKEEP_TASK_SETUP,
+    UPKEEP_TASK_BACKLOG,
+    UPKEEP_TASK_RETENTION,
+    UPKEEP_TASK_COUNT
+} UpkeepTask;
+static const char *const task_names[UPKEEP_TASK_COUNT] = {"setup", "backlog", "retention"};
 static const char *const sql_templates[UPKEEP_SQL_COUNT] = {
     [UPKEEP_BACKLOG] = SQL_BACKLOG,
     [UPKEEP_RETENTION] = SQL_RETENTION(STR(RETENTION_BATCH)),
@@ -67,7 +76,8 @@ struct Upkeep {
     /* Where the current sweep's next batch starts (SQL_RETENTION's $2): the newest sent_at the
      * last batch deleted, in UTC as SQL_RETENTION prints it; "-infinity" at a sweep's start. */
     char sweep_from[64];
-    char last_error[256];            /* "" while the queries work */
+    /* Each task's last error, "" while its queries work (note_result). */
+    char last_error[UPKEEP_TASK_COUNT][256];
     char horizon_logged[HOLDER_MAX]; /* the holder last logged as holding back vacuum, "" when
                                       * none */
     /* Its kind, id and pin apart, SQL_HORIZON's parameters (the kind may hold a space; a prepared
@@ -173,20 +183,24 @@ double upkeep_retention_interval(long retention_s)
     return s < 1.0 ? 1.0 : s > 60.0 ? 60.0 : s;
 }
 
-/* One warn line per new error; repeats at debug level; one info line when it clears. */
-static void note_result(Upkeep *u, const char *task, const char *error)
+/* One warn line per new error of a task; repeats at debug level; one info line when it clears.
+ * Kept per task: with one error for all, a retention batch that worked between two failed
+ * refreshes said "upkeep queries work again", and the refresh's next failure was new again,
+ * so a gauge read failing for good logged warn and info lines every interval. */
+static void note_result(Upkeep *u, UpkeepTask task, const char *error)
 {
     char q[512];
+    char *last = u->last_error[task];
     if (!error) {
-        if (u->last_error[0])
-            log_info("upkeep queries work again", "task=%s", task);
-        u->last_error[0] = '\0';
+        if (last[0])
+            log_info("upkeep queries work again", "task=%s", task_names[task]);
+        last[0] = '\0';
         return;
     }
-    LogLevel level = strcmp(error, u->last_error) == 0 ? LOG_DEBUG : LOG_WARN;
-    log_write(level, "upkeep query failed; retrying at the next interval", "task=%s error=%s", task,
-              log_quote(error, q, sizeof(q)));
-    snprintf(u->last_error, sizeof(u->last_error), "%s", error);
+    LogLevel level = strcmp(error, last) == 0 ? LOG_DEBUG : LOG_WARN;
+    log_write(level, "upkeep query failed; retrying at the next interval", "task=%s error=%s",
+              task_names[task], log_quote(error, q, sizeof(q)));
+    snprintf(last, sizeof(u->last_error[task]), "%s", error);
 }
 
 static void forget_horizon_holder(Upkeep *u)
@@ -346,7 +360,10 @@ static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error,
     }
     if (n > horizon_at && PQresultStatus(results[horizon_at]) == PGRES_TUPLES_OK)
         note_horizon(u, results[horizon_at]);
-    note_result(u, "backlog", error ? error : n == horizon_at + 1 ? NULL : "unexpected result");
+    note_result(u, UPKEEP_TASK_BACKLOG,
+                error                 ? error
+                : n == horizon_at + 1 ? NULL
+                                      : "unexpected result");
     kick(u);
 }
 
@@ -381,7 +398,7 @@ static void on_deleted(PgConn *pg, PGresult **results, int n, const char *error,
         log_debug("retention sweep done", "deleted=%lld retention_s=%ld", u->swept, u->retention_s);
         sweep_restart(u);
     }
-    note_result(u, "retention", error);
+    note_result(u, UPKEEP_TASK_RETENTION, error);
     kick(u);
 }
 
@@ -468,11 +485,12 @@ static void on_setup(PgConn *pg, PGresult **results, int n, const char *error, v
     if (!results)
         return;
     if (error) {
-        note_result(u, "setup", error);
+        note_result(u, UPKEEP_TASK_SETUP, error);
         pg_conn_reset(pg, "upkeep session setup failed");
         return;
     }
     u->ready = true;
+    note_result(u, UPKEEP_TASK_SETUP, NULL);
     /* A new connection refreshes the gauges and sweeps at once (the state may have changed while
      * it was down). On demand, the connection exists because something is due: that is done,
      * and nothing more. */
@@ -496,7 +514,7 @@ static void on_state(PgConn *pg, bool up, const char *reason, void *arg)
     char err[256];
     if (!u->sql[0] && !table_sql_all(&u->cfg->map, pg_conn_libpq(pg), sql_templates, u->sql,
                                      UPKEEP_SQL_COUNT, err, sizeof(err))) {
-        note_result(u, "setup", err);
+        note_result(u, UPKEEP_TASK_SETUP, err);
         if (u->on_demand) {
             /* Useless without its statements: closed (on_close_timer, outside this callback)
              * rather than kept for good beside the claim session; the next tick tries again. */

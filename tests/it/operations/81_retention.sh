@@ -136,11 +136,19 @@ failed=$(age_failures)
 wait_for "9: two more refreshes fail" 30 age_failures_over $((failed + 2))
 check_eq "9: outbox_backlog_refresh_timestamp_seconds stops while the age cannot be read" \
     "$stamp" "$(metric outbox_backlog_refresh_timestamp_seconds)"
+# One error for every task: the sweeps that worked in between said "upkeep queries work again"
+# and each refresh's failure was new again, a warn line and an info line every interval.
+check_eq "9: the failing read is logged at warn level once, its repeats at debug level" 1 \
+    "$(grep -c 'level=warn msg="upkeep query failed.*task=backlog .*infinite' "$RELAY_LOG")"
+check_eq "9: and no line says the queries work again while it fails" 0 \
+    "$(sed -n '/level=warn msg="upkeep query failed.*infinite/,$p' "$RELAY_LOG" | grep -c 'work again')"
 echo "COMMIT; \\q" >&"${RHOLD[1]}"
 wait "$rhold_pid" 2>/dev/null
 wait_for "9: released, the row sent at -infinity is deleted" 15 none_where "aggregate_type = 'infinite'"
 stamp_moved() { [ "$(metric outbox_backlog_refresh_timestamp_seconds)" != "$stamp" ]; }
 wait_for "9: and the refreshes go on" 15 stamp_moved
+check "9: saying so (task=backlog)" grep -q 'msg="upkeep queries work again" task=backlog' \
+    "$RELAY_LOG"
 relay_stop
 check_eq "1: relay exits 0" 0 $?
 
