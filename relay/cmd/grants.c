@@ -58,6 +58,18 @@ enum { FOR_RELAY = 1, FOR_PRODUCER = 2, ONLY_DELETES = 4, ONLY_FLOOR = 8, CHECK_
 /* Whether the session's role has the privileges of the role owner (an oid expression): a
  * superuser, the owner, or a member of it, who may GRANT on what it owns. */
 #define MAY_GIVE(owner) "pg_catalog.pg_has_role(current_user, " owner ", 'USAGE')"
+/* Or a role that holds what the GRANT gives WITH GRANT OPTION (an expression of those
+ * privileges): PostgreSQL's GRANT lets it give them on, and the dry run said such a role may not,
+ * exit 1, where the run gave them and exited 0. */
+#define MAY_GIVE_OR(owner, grantable) "(" MAY_GIVE(owner) " OR " grantable ")"
+#define GRANTABLE_ON_TABLE(priv)                                                                   \
+    "pg_catalog.has_table_privilege(current_user, " T ", '" priv " WITH GRANT OPTION')"
+#define UPDATE_GRANTABLE(col)                                                                      \
+    "pg_catalog.has_column_privilege(current_user, " T ", '" col "', 'UPDATE WITH GRANT OPTION')"
+#define EXECUTE_GRANTABLE(fn)                                                                      \
+    "pg_catalog.has_function_privilege(current_user, " fn ", 'EXECUTE WITH GRANT OPTION')"
+#define USAGE_GRANTABLE(nsp)                                                                       \
+    "pg_catalog.has_schema_privilege(current_user, " nsp ", 'USAGE WITH GRANT OPTION')"
 #define TABLE_OWNER "(SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = " T "::oid)"
 #define TABLE_SCHEMA_OWNER                                                                         \
     "(SELECT n.nspowner FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_class c"                 \
@@ -78,9 +90,9 @@ typedef struct Need {
     const char *exists;
     const char *held;
     const char *grant;
-    /* Whether the session's role may give it: a superuser, or a member of the role owning each
-     * object the GRANT names (as PostgreSQL's GRANT decides for an owner; a non-owner holding
-     * the privilege WITH GRANT OPTION is not counted). migrate --dry-run's (grants_plan). */
+    /* Whether the session's role may give it, as PostgreSQL's GRANT decides: a superuser, a
+     * member of the role owning each object the GRANT names, or a role holding the privilege
+     * WITH GRANT OPTION. migrate --dry-run's (grants_plan). */
     const char *may_give;
 } Need;
 
@@ -95,28 +107,40 @@ static const Need
                  "pg_catalog.format('GRANT USAGE ON SCHEMA %s TO %I', (SELECT "
                  "relnamespace::regnamespace::text FROM "
                  "pg_class WHERE oid = " T "::oid), $2::text)",
-                 MAY_GIVE(TABLE_SCHEMA_OWNER)},
+                 MAY_GIVE_OR(TABLE_SCHEMA_OWNER,
+                             USAGE_GRANTABLE("(SELECT relnamespace FROM pg_catalog.pg_class WHERE "
+                                             "oid = " T "::oid)"))},
                 {FOR_RELAY, "SELECT on the outbox table", NULL,
                  "pg_catalog.has_table_privilege($1, " T ", 'SELECT')",
                  "pg_catalog.format('GRANT SELECT ON %s TO %I', " QUALIFIED(T) ", $2::text)",
-                 MAY_GIVE(TABLE_OWNER)},
+                 MAY_GIVE_OR(TABLE_OWNER, GRANTABLE_ON_TABLE("SELECT"))},
                 {FOR_RELAY, "UPDATE on the outbox table's delivery columns", NULL,
                  UPDATE_ON("sent_at") " AND " UPDATE_ON("attempts") " AND " UPDATE_ON("rejections") " AND " UPDATE_ON(
                      "last_error") " AND " UPDATE_ON("next_attempt_at") " AND " UPDATE_ON("dead_at") " AND " UPDATE_ON("dead_letter_topic"),
                  "pg_catalog.format('GRANT UPDATE (" UPDATE_COLUMNS
                  ") ON %s TO %I', " QUALIFIED(T) ", $2::text)",
-                 MAY_GIVE(TABLE_OWNER)},
+                 MAY_GIVE_OR(TABLE_OWNER,
+                             "(" UPDATE_GRANTABLE("sent_at") " AND " UPDATE_GRANTABLE("attempts") " AND " UPDATE_GRANTABLE("rejections") " AND " UPDATE_GRANTABLE(
+                                 "last_error") " AND " UPDATE_GRANTABLE("next_attempt_at") " AND"
+                                                                                           " " UPDATE_GRANTABLE("dead_at") " AND " UPDATE_GRANTABLE(
+                                                                                               "dea"
+                                                                                               "d_"
+                                                                                               "let"
+                                                                                               "ter"
+                                                                                               "_to"
+                                                                                               "pi"
+                                                                                               "c") ")")},
                 {FOR_RELAY | ONLY_DELETES,
                  "DELETE on the outbox table (--on-sent delete, --retention)", NULL,
                  "pg_catalog.has_table_privilege($1, " T ", 'DELETE')",
                  "pg_catalog.format('GRANT DELETE ON %s TO %I', " QUALIFIED(T) ", $2::text)",
-                 MAY_GIVE(TABLE_OWNER)},
+                 MAY_GIVE_OR(TABLE_OWNER, GRANTABLE_ON_TABLE("DELETE"))},
                 {FOR_RELAY | FOR_PRODUCER, "EXECUTE on outbox_lane(text, text)",
                  LANE_FN " IS NOT NULL",
                  "pg_catalog.has_function_privilege($1, " LANE_FN ", 'EXECUTE')",
                  "pg_catalog.format('GRANT EXECUTE ON FUNCTION %s.outbox_lane(text, text) TO "
                  "%I', " FN_QUALIFIED(LANE_FN) ", $2::text)",
-                 MAY_GIVE(FN_OWNER(LANE_FN))},
+                 MAY_GIVE_OR(FN_OWNER(LANE_FN), EXECUTE_GRANTABLE(LANE_FN))},
                 {FOR_RELAY,
                  "EXECUTE on the wakeup's functions outbox_relay_sleep() and outbox_relay_wake()",
                  SLEEP_FN " IS NOT NULL AND " WAKE_FN " IS NOT NULL",
@@ -125,7 +149,8 @@ static const Need
                  "pg_catalog.format('GRANT EXECUTE ON FUNCTION %s.outbox_relay_sleep(), "
                  "%s.outbox_relay_wake() TO %I', " FN_QUALIFIED(SLEEP_FN) ", " FN_QUALIFIED(
                      WAKE_FN) ", $2::text)",
-                 MAY_GIVE(FN_OWNER(SLEEP_FN)) " AND " MAY_GIVE(FN_OWNER(WAKE_FN))},
+                 MAY_GIVE_OR(FN_OWNER(SLEEP_FN), EXECUTE_GRANTABLE(SLEEP_FN)) " AND " MAY_GIVE_OR(
+                     FN_OWNER(WAKE_FN), EXECUTE_GRANTABLE(WAKE_FN))},
                 /* The relay calls its wakeup's functions by name, through its search_path: in a
                  * schema it may not use they are not found, and its sessions fall back to the
                  * poll timer (a table in another schema than --schema). */
@@ -134,14 +159,15 @@ static const Need
                  "pg_catalog.has_schema_privilege($1, " FN_SCHEMA ", 'USAGE')",
                  "pg_catalog.format('GRANT USAGE ON SCHEMA %s TO %I', " FN_SCHEMA
                  "::regnamespace::text, $2::text)",
-                 MAY_GIVE(FN_SCHEMA_OWNER)},
+                 MAY_GIVE_OR(FN_SCHEMA_OWNER, USAGE_GRANTABLE(FN_SCHEMA))},
                 {FOR_RELAY | ONLY_FLOOR,
                  "SELECT on the order column's sequence (the claim floor, 0008)",
                  SEQ " IS NOT NULL",
                  "pg_catalog.has_sequence_privilege($1, " SEQ ", 'SELECT, USAGE')",
                  "pg_catalog.format('GRANT SELECT ON SEQUENCE %s TO %I', " QUALIFIED(
                      SEQ) ", $2::text)",
-                 MAY_GIVE(SEQ_OWNER)},
+                 MAY_GIVE_OR(SEQ_OWNER, "pg_catalog.has_sequence_privilege(current_user, " SEQ
+                                        ", 'SELECT WITH GRANT OPTION')")},
                 /* The lane group's look and locks (statements.h): refused, a relay session holds
                  * no lanes and reports a setup fault whose hint sends the operator here. */
                 {FOR_RELAY | CHECK_ONLY, "SELECT on pg_catalog.pg_locks (the lane group's look)",
@@ -191,6 +217,8 @@ static const Need
                      T) ", $2::text, (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(c.name), "
                         "', ')"
                         " FROM " WRITER_COLUMNS " c WHERE c.writer), " QUALIFIED(T) ", $2::text)",
+                 /* The owner only: a non-owner's REVOKE takes back its own grants alone, so
+                  * INSERT on the whole table would stay beside the column grants. */
                  MAY_GIVE(TABLE_OWNER)},
 };
 
@@ -445,7 +473,8 @@ int grants_plan(PGconn *conn, const TableMap *map, long answer_s, bool *conn_los
                          log_quote(grant, q2, sizeof(q2)));
             else {
                 log_error("grant pending, and this role may not give it (it does not own the "
-                          "object, nor is it a superuser): the run would fail; run migrate as "
+                          "object, nor holds it WITH GRANT OPTION, nor is it a superuser): the run "
+                          "would fail; run migrate as "
                           "the owner of the outbox table and its schema, or have the owner run "
                           "the grant",
                           "role=%s privilege=%s grant=%s", roles[r],

@@ -11,7 +11,9 @@
 #     read the unsent index from its start" warning;
 #  4. an owner who does not own the table (the grants cannot be given): non-zero, the GRANT named,
 #     and its --dry-run says so first (exit 1; the table's owner's lists it as pending, exit 0);
-#     in 1, the --dry-run of a role that may not create the roles says so too (exit 1);
+#     in 1, the --dry-run of a role that may not create the roles says so too (exit 1); a role
+#     that does not own the sequence but holds SELECT on it WITH GRANT OPTION may give it (its
+#     --dry-run lists it, exit 0, and its run gives it);
 #  5. the relay's functions in their own schema (--schema) and the table in another: outbox_relay
 #     gets USAGE on both (without the functions' schema its wakeup calls find no function);
 #  6. the GRANTs `check` gives, for a relay whose table is in its --schema, run as written in
@@ -110,6 +112,21 @@ check_eq "4: the owner's --dry-run exits 0" 0 $?
 check "4: ...listing that GRANT as one its run gives" grep -q \
     'msg="grant pending (dry run: not given)".*grant="GRANT SELECT ON SEQUENCE public.outbox_id_seq TO outbox_relay"' \
     "$T/m4owner.log"
+# A role that does not own the sequence but holds SELECT on it WITH GRANT OPTION may give it on
+# (PostgreSQL's GRANT lets it): its dry run said it may not (exit 1), and its run then gave it.
+psql_q "GRANT SELECT ON SEQUENCE outbox_id_seq TO other_owner WITH GRANT OPTION" -d owned ||
+    fail "grant option to other_owner"
+"$RELAY_BIN" migrate --dry-run --database-url "postgresql://other_owner@127.0.0.1:$PGPORT/owned" \
+    >"$T/m4option-dry.log" 2>&1
+check_eq "4: holding it WITH GRANT OPTION, its --dry-run exits 0" 0 $?
+check "4: ...listing that GRANT as one its run gives" grep -q \
+    'msg="grant pending (dry run: not given)".*grant="GRANT SELECT ON SEQUENCE public.outbox_id_seq TO outbox_relay"' \
+    "$T/m4option-dry.log"
+"$RELAY_BIN" migrate --database-url "postgresql://other_owner@127.0.0.1:$PGPORT/owned" \
+    >"$T/m4option.log" 2>&1
+check_eq "4: ...and its run gives it (exit 0)" 0 $?
+check_eq "4: ...outbox_relay may read the sequence" t \
+    "$(psql_q "SELECT has_sequence_privilege('outbox_relay', 'outbox_id_seq', 'SELECT')" -d owned)"
 
 # --- 5. the relay's functions in a schema of their own, the table in another ---
 psql_q "CREATE DATABASE split" -d postgres || fail "create split"
