@@ -205,7 +205,12 @@ def gen_options():
         flag = f"`--{o['name']}" + (f" {o['metavar']}`" if o["metavar"] else "`")
         rng = ""
         if o["type"] == "integer":
-            rng = f"{o['min']}–{o['max']}" if o["max"] != str(2**63 - 1) else f"≥ {o['min']}"
+            if o["max"] != str(2**63 - 1):
+                rng = f"{o['min']}–{o['max']}"
+            elif o["min"] != str(-2**63):
+                rng = f"≥ {o['min']}"
+            else:  # bounded by the type alone (--from-id): "≥ -9223372036854775808" said nothing
+                rng = "any (64-bit)"
         elif o["choices"]:
             rng = ", ".join(f"`{c}`" for c in o["choices"].split("|"))
         elif o["type"] == "duration" and o["max"]:
@@ -518,6 +523,14 @@ def check():
         for ln, l in enumerate(man_page(src, name, section, title).split("\n"), 1):
             if re.search(r"<!\\?-\\?-|\\?-\\?->", l):
                 say(f"{page}:{ln}: shows a Markdown comment as text: {l.strip()[:100]}")
+
+    # An option's range is what an operator may give: a 64-bit integer's own limits are no
+    # limit to state (the options table showed "≥ -9223372036854775808" for --from-id).
+    for o in option_table():
+        if o["type"] == "integer" and (o["min"] == str(-2**63) or o["max"] == str(2**63 - 1)):
+            row = next((l for l in gen_options().split("\n") if l.startswith(f"| `--{o['name']}")), "")
+            if str(2**63 - 1) in row or str(-2**63) in row:
+                say(f"docs/configuration.md: --{o['name']}'s range states a 64-bit integer's limit: {row[:120]}")
 
     # Shape.
     n = read("README.md").count("\n")
