@@ -591,6 +591,18 @@ check_eq "...and with its wakeup trigger dropped, migrate exits 0" 0 $?
 check_eq "...having put the trigger back" 1 \
     "$(psql_adopt "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'held'::regclass
                    AND tgname = 'outbox_wakeup'")"
+# Another version's adoption recorded (a rollback to an older binary, or the way forward again:
+# the fingerprint of its DDL differs): no refusal as for a newer relay's numbered migrations, and
+# no --allow-newer-schema needed; the run adopts again, recording its own in the other's place
+# (docs/install.md Upgrading says so).
+psql_adopt "UPDATE schema_migrations SET version = 'adopted ' || 'held'::regclass::oid || ' 0123456789abcdef'
+            WHERE version LIKE 'adopted ' || 'held'::regclass::oid || ' %'" || fail "another version's adoption"
+"$RELAY_BIN" migrate --database-url "$adopt_url" --table held 2>"$T/held5.log"
+check_eq "...another version's adoption recorded: migrate exits 0, not refused" 0 $?
+check "...running the adoption's DDL again" grep -q 'msg="table adopted" table=' "$T/held5.log"
+check_eq "...recording its own adoption in the other's place" "1 0" \
+    "$(psql_adopt "SELECT count(*) FILTER (WHERE version LIKE 'adopted ' || 'held'::regclass::oid || ' %'),
+                          count(*) FILTER (WHERE version LIKE '% 0123456789abcdef') FROM schema_migrations" | tr '|' ' ')"
 
 # --- a server that stops answering (--migrate-timeout) ---
 # A proxy holds back the answer to one statement for 10 minutes: migrate gives it up after its
