@@ -426,6 +426,28 @@ static void set_up(Registry *r, bool up, const char *why)
 
 static void arm_retry(Registry *r, double at);
 
+/* The registry answered (a schema, its own "not found", the recheck's 200): up, unless every URL
+ * is held by a 429's or 503's Retry-After. Such an answer was asked before the wait was (requests
+ * in flight together, one shed): it tells nothing of the wait, and meanwhile no lookup can be
+ * sent, so a row with a new subject waits as it would while down. Taken for "up", the registry
+ * read up (/readyz 200, outbox_schema_registry_up 1, "available again" logged) or down by the
+ * order two answers came in, and "unavailable" came again at the next row's lookup. Held, it
+ * stays as it is, and the retry timer is armed for the hold's end: recheck_down then asks, row
+ * or not. */
+static void answered_up(Registry *r)
+{
+    double now = monotime_now(), first = 0;
+    for (int i = 0; i < r->n_urls; i++) {
+        if (r->held_until[i] <= now) {
+            set_up(r, true, NULL);
+            return;
+        }
+        if (first == 0 || r->held_until[i] < first)
+            first = r->held_until[i];
+    }
+    arm_retry(r, first);
+}
+
 /* The wait a 429 Too Many Requests or a 503 asks for in its Retry-After (seconds, or an HTTP date
  * that curl turns into seconds from now), cut to RETRY_AFTER_MAX_S; 0 when there is none, or it
  * is over (a date past). */
@@ -615,7 +637,7 @@ static void list_answered(Registry *r, const Request *q, CURLcode code, long sta
     bool answered = code == CURLE_OK || (code == CURLE_WRITE_ERROR && q->cut);
     if (answered && (status == 200 ||
                      (status == 404 && !q->list && registry_not_found(q->body.s, q->body.len)))) {
-        set_up(r, true, NULL);
+        answered_up(r);
         return;
     }
     if (answered && (status == 404 || status == 403) && q->list)
@@ -651,7 +673,7 @@ static void finish_request(Request *q, CURLcode code)
         if (entry_fill(e, q->body.s, why, sizeof(why))) {
             e->state = ENTRY_OK;
             e->backoff_s = 0;
-            set_up(r, true, NULL);
+            answered_up(r);
             /* The subject comes from a row: quoted, it cannot forge fields. */
             char qs[160];
             log_info("schema found", "subject=%s id=%d version=%d",
@@ -684,7 +706,7 @@ static void finish_request(Request *q, CURLcode code)
         e->missing_why = strdup(why);
         e->state = ENTRY_MISSING;
         e->retry_at = monotime_now() + MISSING_RETRY_S;
-        set_up(r, true, NULL);
+        answered_up(r);
     } else {
         /* The registry says why in its body ({"error_code": 40301, "message": "User is denied
          * operation Read on Subject: orders-value"}, a 5xx's "Error while forwarding the request

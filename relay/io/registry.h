@@ -99,7 +99,9 @@ bool registry_knows(const Registry *r, const char *subject);
  * other 404 (a proxy's page, a wrong base URL) is a failure of the registry, as a 5xx. */
 bool registry_not_found(const char *body, size_t len);
 
-/* True unless the last request failed for the registry's sake (down, 5xx, auth). */
+/* True unless the last request failed for the registry's sake (down, 5xx, auth, a 429's or 503's
+ * Retry-After). An answer that comes while every URL is held by such a wait leaves it as it is:
+ * the rechecks bring it up once the wait is over. */
 bool registry_up(const Registry *r);
 
 /* Start-up check, before the loop runs: GET /subjects on every URL at once, blocking until the

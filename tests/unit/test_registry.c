@@ -46,6 +46,11 @@ static int64_t stand_in_at[8];
 static const char *stand_in_location = "https://registry.example/subjects";
 /* The path of the last request it received. */
 static char stand_in_path[512];
+/* When not NULL, the first request whose path starts so is answered 429 with "Retry-After: 1"
+ * (stand_in_shed_done then set), and a request whose path starts with stand_in_slow is answered
+ * 0.3 s late: a 429 and a 200 to requests in flight together, the 429 first. */
+static const char *stand_in_shed, *stand_in_slow;
+static int stand_in_shed_done;
 
 /* Answers every request with stand_in_status and the body cls. */
 static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const char *url,
@@ -77,7 +82,13 @@ static enum MHD_Result answer_missing(void *cls, struct MHD_Connection *c, const
         status = MHD_HTTP_NOT_FOUND;
     if (status >= 300 && status < 400)
         MHD_add_response_header(res, "Location", stand_in_location);
-    if (stand_in_throttle && nth == 1) {
+    if (stand_in_slow && strncmp(url, stand_in_slow, strlen(stand_in_slow)) == 0)
+        usleep(300 * 1000); /* the stand-in's own thread for this connection */
+    if (stand_in_shed && strncmp(url, stand_in_shed, strlen(stand_in_shed)) == 0 &&
+        __atomic_exchange_n(&stand_in_shed_done, 1, __ATOMIC_SEQ_CST) == 0) {
+        status = MHD_HTTP_TOO_MANY_REQUESTS;
+        MHD_add_response_header(res, "Retry-After", "1");
+    } else if (stand_in_throttle && nth == 1) {
         status = MHD_HTTP_TOO_MANY_REQUESTS;
         MHD_add_response_header(res, "Retry-After", "3");
     } else if (stand_in_throttle && nth == 2) {
@@ -983,6 +994,49 @@ static void test_probe_hold_is_down(void **state)
     MHD_stop_daemon(t);
 }
 
+/* From the s22 closing note: a 429 with Retry-After and a 200 to two requests in flight together
+ * from one URL left the registry "up" when the 200 came second (/readyz 200,
+ * outbox_schema_registry_up 1, "available again" logged), though the URL was held and every new
+ * subject's row waited out the hold; the other order left it down. The 200 was asked before the
+ * 429 said to wait: it tells nothing of the wait. While every URL is held the registry stays down
+ * whatever the order, the answered subject's schema is kept, and once the hold is over the
+ * recheck brings it back up though no row asks. */
+static void test_shed_and_served_together(void **state)
+{
+    char url[64];
+    struct MHD_Daemon *d = stand_in(
+        "{\"subject\": \"s-value\", \"version\": 1, \"id\": 7, \"schema\": \"\\\"string\\\"\"}",
+        url, sizeof(url));
+    stand_in_status = MHD_HTTP_OK;
+    stand_in_shed = "/subjects/a-value/";
+    stand_in_slow = "/subjects/s-value/";
+    __atomic_store_n(&stand_in_requests, 0, __ATOMIC_SEQ_CST);
+    RegistryOptions o = {.urls = url, .timeout_ms = 5000};
+    char err[256] = "";
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    const RegistrySchema *rs = NULL;
+    answered = 0;
+    assert_int_equal(registry_lookup(r, "a-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    while (answered < 2)
+        ev_run(EV_DEFAULT, EVRUN_ONCE);
+    assert_int_equal(__atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST), 2);
+    if (registry_up(r))
+        fail_msg("a 429 (Retry-After: 1), then a 200 from the same URL: the registry reads up "
+                 "while its only URL is held");
+    assert_int_equal(registry_lookup(r, "s-value", &rs, err, sizeof(err)), REGISTRY_OK);
+    /* A new subject waits for the hold, sending nothing. */
+    assert_int_equal(registry_lookup(r, "t-value", &rs, err, sizeof(err)), REGISTRY_PENDING);
+    assert_false(registry_knows(r, "t-value"));
+    /* No row asks again: the recheck after the hold brings it back up (the guard bounds it). */
+    if (run_rechecks(r, 0) || !registry_up(r))
+        fail_msg("still down after the hold (%d requests)",
+                 __atomic_load_n(&stand_in_requests, __ATOMIC_SEQ_CST));
+    registry_free(r, NULL);
+    MHD_stop_daemon(d);
+}
+
 /* answer_throttled as the other tests take it, even after a failure. */
 static int throttled_reset(void **state)
 {
@@ -1001,6 +1055,8 @@ static int stand_in_reset(void **state)
     stand_in_gone = NULL;
     stand_in_throttle = false;
     stand_in_location = "https://registry.example/subjects";
+    stand_in_shed = stand_in_slow = NULL;
+    __atomic_store_n(&stand_in_shed_done, 0, __ATOMIC_SEQ_CST);
     return throttled_reset(state);
 }
 
@@ -1299,6 +1355,7 @@ int main(void)
         cmocka_unit_test_teardown(test_probe_passed_over_warned, stand_in_reset),
         cmocka_unit_test_teardown(test_probe_retry_after_held, stand_in_reset),
         cmocka_unit_test_teardown(test_probe_hold_is_down, stand_in_reset),
+        cmocka_unit_test_teardown(test_shed_and_served_together, stand_in_reset),
         cmocka_unit_test_teardown(test_large_error_body_keeps_status, stand_in_reset),
         cmocka_unit_test_teardown(test_failure_says_registry_message, stand_in_reset),
         cmocka_unit_test_teardown(test_probe_foreign_404, stand_in_reset),
