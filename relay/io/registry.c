@@ -460,12 +460,12 @@ static double retry_after_s(CURL *easy, long status)
     return s > RETRY_AFTER_MAX_S ? RETRY_AFTER_MAX_S : (double)s;
 }
 
-/* URL index is not asked again for wait_s (retry_after_s of an answer of status): the registry,
- * or its gateway, sheds load, and the relay's own backoff (1 s, then 2 s) would ask sooner than
- * it said. */
-static void url_hold(Registry *r, int index, double wait_s, long status)
+/* URL index is not asked again for wait_s from answered_at (monotonic: when the answer came;
+ * wait_s is retry_after_s of an answer of status): the registry, or its gateway, sheds load, and
+ * the relay's own backoff (1 s, then 2 s) would ask sooner than it said. */
+static void url_hold(Registry *r, int index, double answered_at, double wait_s, long status)
 {
-    double until = monotime_now() + wait_s;
+    double until = answered_at + wait_s;
     if (wait_s > 0 && until > r->held_until[index]) {
         r->held_until[index] = until;
         r->held_status[index] = status;
@@ -643,7 +643,7 @@ static void list_answered(Registry *r, const Request *q, CURLcode code, long sta
     if (answered && (status == 404 || status == 403) && q->list)
         r->list_refused = true;
     if (answered)
-        url_hold(r, q->url_index, retry_after_s(q->easy, status), status);
+        url_hold(r, q->url_index, monotime_now(), retry_after_s(q->easy, status), status);
     r->list_backoff_s = r->list_backoff_s <= 0 ? BACKOFF_FIRST_S : r->list_backoff_s * 2;
     if (r->list_backoff_s > BACKOFF_MAX_S)
         r->list_backoff_s = BACKOFF_MAX_S;
@@ -722,7 +722,7 @@ static void finish_request(Request *q, CURLcode code)
         double wait_s = retry_after_s(q->easy, status);
         char asked[48] = "";
         if (wait_s > 0) {
-            url_hold(r, q->url_index, wait_s, status);
+            url_hold(r, q->url_index, monotime_now(), wait_s, status);
             snprintf(asked, sizeof(asked), " (Retry-After: %.0f s)", wait_s);
         }
         snprintf(why, sizeof(why), "HTTP %ld%s%s%s", status, said, asked,
@@ -1521,8 +1521,9 @@ typedef struct ProbeResult {
     bool cut;  /* the body's first bytes came: the transfer was ended there (cut_body) */
     bool late; /* still out (or its host's lookup) when another URL's answer ended the wait */
     /* A 429's or a 503's Retry-After (retry_after_s; 0: none): the URL is held (url_hold) from
-     * the start, as after a lookup's answer. */
+     * the start, as after a lookup's answer, counted from answered_at (monotonic), when it came. */
     double retry_after;
+    double answered_at;
     char errbuf[CURL_ERROR_SIZE];
     char location[256]; /* a 3xx's Location, cut, for the error ("" when none) */
     /* The URL's host name being looked up (UrlHost) on the probe's own loop; the transfer is
@@ -1642,6 +1643,7 @@ static void probe_all(Registry *r, ProbeResult *out)
             pr->code = m->data.result == CURLE_WRITE_ERROR && pr->cut ? CURLE_OK : m->data.result;
             curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &pr->status);
             pr->retry_after = retry_after_s(m->easy_handle, pr->status);
+            pr->answered_at = monotime_now();
             const char *location = NULL;
             if (pr->status >= 300 && pr->status < 400 &&
                 curl_easy_getinfo(m->easy_handle, CURLINFO_REDIRECT_URL, &location) == CURLE_OK &&
@@ -1749,9 +1751,11 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
     *warn = '\0';
     /* A URL asking for time (a 429 or 503's Retry-After) gets it from the start: asked again at
      * once by the first lookup, a registry (or its gateway) shedding load as relays start was
-     * asked sooner than it said. */
+     * asked sooner than it said. The wait counts from its answer, not from the probe's end: the
+     * probe waits on for another URL (one hung: --schema-registry-timeout), and counted from
+     * then, the URL was held that much longer than it asked, rows waiting. */
     for (int i = 0; i < r->n_urls; i++)
-        url_hold(r, i, res[i].retry_after, res[i].status);
+        url_hold(r, i, res[i].answered_at, res[i].retry_after, res[i].status);
     /* The URLs passed over for a later one (failed, 5xx, 404, redirect, or slower than it): the
      * relay then runs on a URL the operator did not list first, and said nothing of why. */
     char passed[400] = "";

@@ -994,6 +994,48 @@ static void test_probe_hold_is_down(void **state)
     MHD_stop_daemon(t);
 }
 
+/* From the s22 closing note: the start-up probe's hold counted from the probe's end, not from the
+ * answer that asked for it. The probe waits on for the other URLs (a hung one: the whole
+ * --schema-registry-timeout), so a URL that answered "Retry-After: 1" at once was held a second
+ * past the probe's end, 5 s after its answer here, and the first lookup went to the hung URL. */
+static void test_probe_hold_from_answer(void **state)
+{
+    char url[64], both[160], err[512] = "", warn[512] = "";
+    throttled_wait = "1";
+    __atomic_store_n(&throttled_requests, 0, __ATOMIC_SEQ_CST);
+    struct MHD_Daemon *t =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL,
+                         NULL, answer_throttled, NULL, MHD_OPTION_END);
+    assert_non_null(t);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u",
+             (unsigned)MHD_get_daemon_info(t, MHD_DAEMON_INFO_BIND_PORT)->port);
+    /* A hung URL: connections wait in the backlog, never accepted, never answered. */
+    int hung = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(hung >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t salen = sizeof(sa);
+    assert_int_equal(bind(hung, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(hung, 8), 0);
+    assert_int_equal(getsockname(hung, (struct sockaddr *)&sa, &salen), 0);
+    snprintf(both, sizeof(both), "%s,http://127.0.0.1:%u", url, (unsigned)ntohs(sa.sin_port));
+    /* The probe ends after the hung URL's 4 s; the 429's hold of 1 s is over by then. */
+    RegistryOptions o = {.urls = both, .timeout_ms = 4000};
+    Registry *r = registry_new(EV_DEFAULT, &o, on_ready, NULL, err, sizeof(err));
+    assert_non_null(r);
+    assert_true(registry_probe(r, err, sizeof(err), warn, sizeof(warn)));
+    assert_int_equal(__atomic_load_n(&throttled_requests, __ATOMIC_SEQ_CST), 1);
+    __atomic_store_n(&throttled_over, 1, __ATOMIC_SEQ_CST); /* it answers 200 now */
+    lookup_answered(r, "s-value");
+    int sent = __atomic_load_n(&throttled_requests, __ATOMIC_SEQ_CST);
+    if (sent != 2)
+        fail_msg("the first lookup after the probe did not go to the URL whose 1 s hold was over "
+                 "(%d requests there): held from the probe's end",
+                 sent);
+    registry_free(r, NULL);
+    close(hung);
+    MHD_stop_daemon(t);
+}
+
 /* From the s22 closing note: a 429 with Retry-After and a 200 to two requests in flight together
  * from one URL left the registry "up" when the 200 came second (/readyz 200,
  * outbox_schema_registry_up 1, "available again" logged), though the URL was held and every new
@@ -1356,6 +1398,7 @@ int main(void)
         cmocka_unit_test_teardown(test_probe_retry_after_held, stand_in_reset),
         cmocka_unit_test_teardown(test_probe_hold_is_down, stand_in_reset),
         cmocka_unit_test_teardown(test_shed_and_served_together, stand_in_reset),
+        cmocka_unit_test_teardown(test_probe_hold_from_answer, stand_in_reset),
         cmocka_unit_test_teardown(test_large_error_body_keeps_status, stand_in_reset),
         cmocka_unit_test_teardown(test_failure_says_registry_message, stand_in_reset),
         cmocka_unit_test_teardown(test_probe_foreign_404, stand_in_reset),
