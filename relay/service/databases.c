@@ -509,6 +509,21 @@ bool databases_check_registries(Databases *d, char *err, size_t errlen)
     return true;
 }
 
+/* A database a SIGHUP adds starts its registry client as a running database's stands: the URL it
+ * took and the URLs a 429's or 503's Retry-After holds (the start-up probe's, or a lookup's since).
+ * Unprobed, it asked the URL the others were told to wait for at its first lookup, and the URL
+ * the probe had passed over. Nothing when no running database uses the registry. */
+static void registry_from_running(Databases *d, Db *db)
+{
+    for (int i = 0; i < d->n; i++) {
+        const Db *from = d->dbs[i];
+        if (from != db && !from->removed && from->cfg.value_format != VALUE_JSON) {
+            relay_take_registry_probe(db->relay, from->relay);
+            return;
+        }
+    }
+}
+
 void databases_start(Databases *d)
 {
     ev_signal_start(d->loop, &d->sigterm);
@@ -696,6 +711,7 @@ void databases_reload(Databases *d, Config *fresh)
         d->dbs[d->n++] = db;
         log_set_context(db->log_context);
         log_info("database added", NULL);
+        registry_from_running(d, db);
         db_start(d, db);
         added++;
     }

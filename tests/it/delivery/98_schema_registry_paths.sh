@@ -27,6 +27,9 @@
 #  7. the same list, the registry a gateway answering 429 with Retry-After: 60: the one start-up
 #     probe's wait holds both databases' clients (b's, not probed, asked the gateway at its first
 #     lookup: two requests where one was answered "wait"), and each logs the registry down.
+#  8. the same gateway, database a alone at start, b added by a SIGHUP: b's client starts held by
+#     the wait a's probe was told (unheld, b asked the gateway at its first lookup), and logs
+#     the registry down.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -343,3 +346,22 @@ check_eq "7: the gateway was asked once, by the probe (b's client held by its an
     "$(grep -c '^request' "$T/throttled.out")"
 relay_stop
 check_eq "7: relay exits 0" 0 $?
+
+# 8. The same gateway; b added by a SIGHUP (its 'held' row of part 7 still unsent, as a's).
+jq '.databases |= .[:1]' "$T/throttled.json" >"$T/throttled_a.json" || fail "8: a's list"
+cp "$T/throttled_a.json" "$T/throttled_hup.json"
+ASKED=$(grep -c '^request' "$T/throttled.out")
+unset DATABASE_URL
+relay_start --config "$T/throttled_hup.json"
+export DATABASE_URL=$SAVED_URL
+wait_for "8: database a's rows wait, the registry logged down" 30 grep -q \
+    'msg="schema registry unavailable.* database=a .*HTTP 429' "$RELAY_LOG"
+cp "$T/throttled.json" "$T/throttled_hup.json"
+kill -HUP "$RELAY_PID"
+wait_for "8: b added by SIGHUP" 15 grep -q 'msg="database added" database=b' "$RELAY_LOG"
+wait_for "8: database b's rows wait, the registry logged down" 30 grep -q \
+    'msg="schema registry unavailable.* database=b .*HTTP 429' "$RELAY_LOG"
+check_eq "8: the gateway was asked once more, by the probe (b's client held by its answer too)" \
+    $((ASKED + 1)) "$(grep -c '^request' "$T/throttled.out")"
+relay_stop
+check_eq "8: relay exits 0" 0 $?
