@@ -1667,9 +1667,11 @@ static void probe_all(Registry *r, ProbeResult *out)
             out[i].resolving = NULL;
             out[i].code = CURLE_OPERATION_TIMEDOUT;
             out[i].late = answered;
+            /* Another URL's answer ended the wait: the lookup had not failed, only not ended (a
+             * nameserver slower than that answer), and "Could not resolve host" blamed it. */
             if (answered)
                 snprintf(out[i].errbuf, sizeof(out[i].errbuf),
-                         "Could not resolve host: %s (no answer yet)", r->hosts[i].name);
+                         "no answer yet: the lookup of %s had not ended", r->hosts[i].name);
             else
                 snprintf(out[i].errbuf, sizeof(out[i].errbuf),
                          "Could not resolve host: %s (no answer within %ld ms)", r->hosts[i].name,
