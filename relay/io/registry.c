@@ -617,11 +617,17 @@ static bool registry_error(const char *body, size_t len, json_int_t *code, char 
     return said != NULL;
 }
 
+/* Whether a registry's error_code is its own "not found" (40401 subject, 40402 version, ...). */
+static bool not_found_code(json_int_t code)
+{
+    return code >= 40400 && code <= 40499;
+}
+
 bool registry_not_found(const char *body, size_t len)
 {
     json_int_t code;
     (void)registry_error(body, len, &code, NULL, 0);
-    return code >= 40400 && code <= 40499;
+    return not_found_code(code);
 }
 
 /* The answer to recheck_down's GET /subjects, or to its request for a subject the registry served
@@ -653,6 +659,27 @@ static void list_answered(Registry *r, const Request *q, CURLcode code, long sta
         r->current = (r->current + 1) % r->n_urls;
 }
 
+/* The registry's own "not found" for e's subject ({"error_code": 40401, "message": "Subject 'x'
+ * not found."}; msg its message, NULL: none): the registry is up, the subject missing, asked
+ * again after MISSING_RETRY_S. */
+static void entry_missing(Registry *r, Entry *e, const char *msg)
+{
+    /* A pinned version the subject lacks answers "Version not found." alone: say which. */
+    char version[24], why[300];
+    version_text(r, version, sizeof(version));
+    /* The subject (up to 599 characters) and the registry's message (which may quote it) cut,
+     * so that the version, the part a pinned --schema-version makes the answer, fits the 300
+     * bytes: whole, a long subject pushed it out of the row's error. */
+    snprintf(why, sizeof(why), "schema registry: %.100s (subject %.120s%s, version %s)",
+             msg ? msg : "subject not found", e->subject, strlen(e->subject) > 120 ? "..." : "",
+             version);
+    free(e->missing_why);
+    e->missing_why = strdup(why);
+    e->state = ENTRY_MISSING;
+    e->retry_at = monotime_now() + MISSING_RETRY_S;
+    answered_up(r);
+}
+
 static void finish_request(Request *q, CURLcode code)
 {
     Registry *r = q->r;
@@ -681,32 +708,20 @@ static void finish_request(Request *q, CURLcode code)
         } else {
             entry_failed(r, e, q->url_index, why);
         }
-    } else if (status == 404 && !registry_not_found(q->body.s, q->body.len)) {
-        /* A 404 that is not the registry's (a proxy's page, a base URL with a wrong path) says
-         * nothing of the subject: every row would count an attempt against a subject that may
-         * well be registered. It is the registry's failure, as a 5xx. */
-        snprintf(why, sizeof(why),
-                 "HTTP 404 without a Schema Registry error (check --schema-registry-url)");
-        entry_failed(r, e, q->url_index, why);
     } else if (status == 404) {
-        /* {"error_code": 40401, "message": "Subject 'x' not found."}: the registry is up. */
         json_int_t said_code;
         char msg[128];
         bool has_msg = registry_error(q->body.s, q->body.len, &said_code, msg, sizeof(msg));
-        /* A pinned version the subject lacks answers "Version not found." alone: say which. */
-        char version[24];
-        version_text(r, version, sizeof(version));
-        /* The subject (up to 599 characters) and the registry's message (which may quote it)
-         * cut, so that the version, the part a pinned --schema-version makes the answer, fits
-         * the 300 bytes: whole, a long subject pushed it out of the row's error. */
-        snprintf(why, sizeof(why), "schema registry: %.100s (subject %.120s%s, version %s)",
-                 has_msg ? msg : "subject not found", e->subject,
-                 strlen(e->subject) > 120 ? "..." : "", version);
-        free(e->missing_why);
-        e->missing_why = strdup(why);
-        e->state = ENTRY_MISSING;
-        e->retry_at = monotime_now() + MISSING_RETRY_S;
-        answered_up(r);
+        if (not_found_code(said_code)) {
+            entry_missing(r, e, has_msg ? msg : NULL);
+        } else {
+            /* A 404 that is not the registry's (a proxy's page, a base URL with a wrong path)
+             * says nothing of the subject: every row would count an attempt against a subject
+             * that may well be registered. It is the registry's failure, as a 5xx. */
+            snprintf(why, sizeof(why),
+                     "HTTP 404 without a Schema Registry error (check --schema-registry-url)");
+            entry_failed(r, e, q->url_index, why);
+        }
     } else {
         /* The registry says why in its body ({"error_code": 40301, "message": "User is denied
          * operation Read on Subject: orders-value"}, a 5xx's "Error while forwarding the request
