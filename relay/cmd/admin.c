@@ -340,10 +340,6 @@ PGresult *admin_exec_unbounded(PGconn *conn, const TableMap *map, const char *tm
     return exec_template(conn, map, tmpl, nparams, params, expect, false);
 }
 
-/* Why a copy is parked: the relay parks it for this reason alone (8f2848d), said at the time in
- * one error line that may since have rotated away. */
-#define DEAD_COPY_PARKED_WHY "too large for the dead-letter topic even without its payload"
-
 /* Prints row as one JSON line. False when it cannot (a text that is not UTF-8: a SQL_ASCII
  * database stores any bytes), with an error logged: the row must not vanish from the list. */
 static bool print_json(PGresult *res, int row)

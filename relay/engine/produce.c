@@ -9,6 +9,7 @@
 #include "message.h"
 #include "metrics.h"
 #include "route.h"
+#include "statements.h"
 
 /* ---- producing ---------------------------------------------------------------------------- */
 
@@ -344,7 +345,7 @@ static void copy_unfit(Session *s, BatchRow *br)
 {
     char why[384], eid[160];
     snprintf(why, sizeof(why),
-             "dead-letter copy too large for the broker even without its payload: %zu bytes as "
+             "dead-letter copy " DEAD_COPY_PARKED_WHY ": %zu bytes as "
              "produced (key %zu, headers %zu), over the dead-letter topic's max.message.bytes or "
              "the broker's message.max.bytes (not retried)",
              br->sent_key + br->sent_headers, br->sent_key, br->sent_headers);

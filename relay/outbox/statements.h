@@ -246,6 +246,10 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL"                                  \
     " AND ($1::bigint IS NULL OR {seq} = $1::bigint)"                                              \
     " AND ($2::bigint IS NULL OR {seq} > $2::bigint) ORDER BY {seq} LIMIT $3::bigint"
+/* Why a copy is parked (a retry time of 'infinity', SQL_DEAD below): the relay parks it for this
+ * reason alone, said in the row's copy failure (produce.c, copy_unfit) and by outbox-relay dead
+ * (admin.c), long after the error line that said it may have rotated away. */
+#define DEAD_COPY_PARKED_WHY "too large for the dead-letter topic even without its payload"
 /* The state of a dead event's copy to the dead-letter topic (DeadCopy's words) is read from what
  * the relay records: dead_letter_topic once published (SQL_MARK_DEAD_LETTERED), a retry time when
  * a publication failed (SQL_MARK_DEAD_LETTER_FAILED; 'infinity' when parked as too large for the
