@@ -223,15 +223,28 @@ void produce_isolate_forget_all(Relay *r)
     iso->warned = false; /* a refusal of the new table's rows starts an episode of its own */
 }
 
-/* Adds id to the rows to produce alone (stale ones dropped first by the caller). Its index, or
- * -1 when the set is full. */
-static int isolate_add(Relay *r, long long id)
+/* The entry a bare mark may take in a full set: the one met longest ago that has none, or -1. */
+static int isolate_evictable(const Isolate *iso)
+{
+    int oldest = -1;
+    for (int i = 0; i < iso->n; i++)
+        if (!iso->bare[i] && (oldest < 0 || iso->met[i] < iso->met[oldest]))
+            oldest = i;
+    return oldest;
+}
+
+/* Adds id to the rows to produce alone (stale ones dropped first by the caller), met now; in a
+ * full set, one to go bare (bare) takes isolate_evictable's entry. Its index, or -1 when there is
+ * no room. The caller sets the entry's bare mark. */
+static int isolate_add(Relay *r, long long id, bool bare)
 {
     Isolate *iso = &r->isolate;
     int i = isolate_find(iso, id);
     if (i < 0 && iso->n < ISOLATE_MAX) {
         i = iso->n++;
         iso->bare[i] = false;
+    } else if (i < 0 && bare) {
+        i = isolate_evictable(iso); /* an entry without a bare mark: bare[i] is false */
     }
     if (i < 0)
         return -1;
@@ -257,16 +270,6 @@ static bool isolation_blocks(const Relay *r, const Session *s, bool isolating)
     return false;
 }
 
-/* The entry a bare mark may take in a full set: the one met longest ago that has none, or -1. */
-static int isolate_evictable(const Isolate *iso)
-{
-    int oldest = -1;
-    for (int i = 0; i < iso->n; i++)
-        if (!iso->bare[i] && (oldest < 0 || iso->met[i] < iso->met[oldest]))
-            oldest = i;
-    return oldest;
-}
-
 /* Keeps br to produce again alone, bare (a dead event's copy without its payload) or as it was
  * (a bare mark already there stays): it stays unsent with no attempt counted (its aggregate held
  * for the batch). False when the set is full, with nothing done. A bare mark is known, not
@@ -280,11 +283,7 @@ static bool isolate_again(Session *s, BatchRow *br, bool bare)
 {
     Relay *r = s->relay;
     isolate_expire(r); /* rows no claim meets any more make room */
-    int i = isolate_add(r, br->row.id);
-    if (i < 0 && bare && (i = isolate_evictable(&r->isolate)) >= 0) {
-        r->isolate.ids[i] = br->row.id;
-        r->isolate.met[i] = monotime_now();
-    }
+    int i = isolate_add(r, br->row.id, bare);
     if (i < 0)
         return false;
     if (bare)
