@@ -147,9 +147,9 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
     Lanes *l = arg;
     if (query_failed(l, pg, results, n, error, "members"))
         return;
-    /* results: [the old mark given up], [the new one taken], members: its answer comes last. */
+    /* results: [the new mark taken], [the old one given up], members: its answer comes last. */
     if (n > 1) {
-        const PGresult *took = results[n - 2];
+        const PGresult *took = results[0]; /* the new mark's, when there is one */
         bool taken = l->want_mark != LANE_MARK_NONE && PQntuples(took) == 1 &&
                      strcmp(PQgetvalue(took, 0, 0), "t") == 0; /* "f": never, the slot is ours */
         l->mark = taken ? l->want_mark : LANE_MARK_NONE;
@@ -227,8 +227,12 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
     }
 }
 
-/* The look at the members, behind the mark lock given up and taken when the relay's state
- * changed: in the same pipeline, so the look sees it. */
+/* The look at the members, behind the mark lock taken and given up when the relay's state
+ * changed: in the same pipeline, so the look sees it. The new mark is taken before the old one
+ * goes: between the two statements another session's look may come, and with neither held it
+ * saw a healthy member for a relay switching between away and trying (lanes moved to it, or
+ * away from the other away members, for one --rebalance-interval). With both held it sees away
+ * (SQL_LANES_MEMBERS' min): the state before a trial, or after one that failed. */
 static bool send_members(Lanes *l, PgConn *pg)
 {
     snprintf(l->old_param, sizeof(l->old_param), "%d", mark_key(l->slot, l->mark));
@@ -237,10 +241,10 @@ static bool send_members(Lanes *l, PgConn *pg)
     l->new_params[0] = l->new_param;
     PgQuery q[3];
     int nq = 0;
-    if (l->want_mark != l->mark && l->mark != LANE_MARK_NONE)
-        q[nq++] = (PgQuery){SQL_LANES_UNMARK, 1, l->old_params, false};
     if (l->want_mark != l->mark && l->want_mark != LANE_MARK_NONE)
         q[nq++] = (PgQuery){SQL_LANES_MARK, 1, l->new_params, false};
+    if (l->want_mark != l->mark && l->mark != LANE_MARK_NONE)
+        q[nq++] = (PgQuery){SQL_LANES_UNMARK, 1, l->old_params, false};
     q[nq++] = (PgQuery){SQL_LANES_MEMBERS, 0, NULL, false};
     return pg_conn_send(pg, q, nq, on_members, l);
 }

@@ -1712,6 +1712,54 @@ static void test_away_relay_gives_lanes_to_peers(void **state)
     assert_true(S(0)->lanes.n_owned > 0 && S(0)->lanes.n_owned < LANE_COUNT);
 }
 
+/* An away relay's trial, and the trial's failure, switch the session's mark lock between away
+ * (key: the slot) and trying (the slot + 1024). The new mark is taken before the old one goes, in
+ * the look's pipeline: with the old one dropped first, another session's look between the two
+ * statements saw the member healthy (neither mark), and moved lanes for one interval. */
+static void test_away_trying_switch_takes_new_mark_first(void **state)
+{
+    static const char *const switch_sent[] = {"mark,unmark,members", "lock", CLAIM, NULL};
+    start("1", "1", "60000");
+    T.members = "0,1"; /* slot 1: another relay */
+    bring_up(0);
+    while (fake_pg_pending(PG(0)))
+        answer(0); /* the claim finds nothing */
+    relay_kafka_timed_out(T.r);
+    relay_kafka_timed_out(T.r);
+    T.away = "0";
+    fire(&S(0)->rebalance_timer);
+    while (fake_pg_pending(PG(0)))
+        answer(0); /* away: every lane to slot 1 */
+    assert_int_equal(S(0)->lanes.mark, LANE_MARK_AWAY);
+    forget(0);
+    T.away = NULL;
+    fire(&T.r->away_timer); /* the trial: trying */
+    if (strcmp(pending_param(0, "mark"), "1024") != 0 || strcmp(pending_param(0, "unmark"), "0"))
+        fail_msg("the trial takes mark %s and gives %s up, not 1024 and 0",
+                 pending_param(0, "mark"), pending_param(0, "unmark"));
+    answer(0); /* mark, unmark, members */
+    answer(0); /* lock: its share */
+    expect_sent(0, switch_sent);
+    assert_int_equal(S(0)->lanes.mark, LANE_MARK_TRYING);
+    assert_true(S(0)->lanes.n_owned > 0);
+    relay_kafka_timed_out(T.r); /* the trial failed: away again */
+    assert_true(T.r->kafka_away);
+    T.away = "0";
+    for (int k = 0; k < 4 && !*pending_param(0, "mark"); k++)
+        answer(0); /* its claim, found empty; then the look the new state asks for */
+    forget(0);
+    if (strcmp(pending_param(0, "mark"), "0") != 0 || strcmp(pending_param(0, "unmark"), "1024"))
+        fail_msg("the failed trial takes mark %s and gives %s up, not 0 and 1024",
+                 pending_param(0, "mark"), pending_param(0, "unmark"));
+    answer(0);
+    assert_int_equal(S(0)->lanes.mark, LANE_MARK_AWAY);
+    while (fake_pg_pending(PG(0)))
+        answer(0);
+    static const char *const back_sent[] = {"unlock", "wake", NULL};
+    expect_sent(0, back_sent);
+    assert_int_equal(S(0)->lanes.n_owned, 0);
+}
+
 /* Both sessions' batches are out when Kafka stops answering: session 0's delivery timeout
  * cancels both (one purge), and session 1's own timer ends before its cancelled reports are in
  * (a request partly written when the purge came is reported only later: relay.c). One cut, one
@@ -3907,6 +3955,7 @@ int main(void)
         cmocka_unit_test_teardown(test_rejoin_after_reconnect, teardown),
         cmocka_unit_test_teardown(test_members_replaced_between_looks, teardown),
         cmocka_unit_test_teardown(test_away_relay_gives_lanes_to_peers, teardown),
+        cmocka_unit_test_teardown(test_away_trying_switch_takes_new_mark_first, teardown),
         cmocka_unit_test_teardown(test_one_purge_counts_one_timeout, teardown),
         cmocka_unit_test_teardown(test_away_relay_tries_soon_after_an_outage_for_everyone,
                                   teardown),
