@@ -18,6 +18,15 @@ static long long int_at(PGresult *res, int row, int col)
     return strtoll(PQgetvalue(res, row, col), NULL, 10);
 }
 
+/* What session row says of its relay's Kafka (SQL_RELAYS' last column, the mark lock it holds):
+ * "ok", "away" (its lanes go to the relays that reach Kafka) or "trying" (its share taken back on
+ * a trial). */
+static const char *kafka_state_at(PGresult *relays, int row)
+{
+    long long mark = int_at(relays, row, 6);
+    return mark == 1 ? "away" : mark == 2 ? "trying" : "ok";
+}
+
 /* A column that may be NULL, as a JSON string or null. */
 static json_t *json_text_or_null(PGresult *res, int row, int col)
 {
@@ -94,9 +103,10 @@ static bool print_json(PGresult *backlog, long long sent_minute, const SchemaLoo
     for (int i = 0; relays && i < PQntuples(relays); i++) {
         const char *app = owner_at(owners, i, 0), *user = owner_at(owners, i, 1);
         json_t *session = json_pack(
-            "{s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "slot", (json_int_t)int_at(relays, i, 0),
-            "pid", (json_int_t)int_at(relays, i, 1), "lanes", (json_int_t)int_at(relays, i, 2),
-            "client_addr", json_text_or_null(relays, i, 3), "client_port",
+            "{s:I, s:I, s:I, s:s, s:o, s:o, s:o, s:o, s:o}", "slot",
+            (json_int_t)int_at(relays, i, 0), "pid", (json_int_t)int_at(relays, i, 1), "lanes",
+            (json_int_t)int_at(relays, i, 2), "kafka", kafka_state_at(relays, i), "client_addr",
+            json_text_or_null(relays, i, 3), "client_port",
             PQgetisnull(relays, i, 4) ? json_null() : json_integer(int_at(relays, i, 4)),
             "backend_start", json_text_or_null(relays, i, 5), "application_name",
             app ? json_string(app) : json_null(), "user", user ? json_string(user) : json_null());
@@ -163,15 +173,22 @@ static void print_text(PGresult *backlog, long long sent_minute, const SchemaLoo
                "primary)\n");
         return;
     }
-    int n = PQntuples(relays);
+    int n = PQntuples(relays), away = 0, trying = 0;
     long long lanes = 0;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         lanes += int_at(relays, i, 2);
-    printf("relay sessions: %d active, owning %lld of %d lanes\n", n, lanes, LANE_COUNT);
+        away += strcmp(kafka_state_at(relays, i), "away") == 0;
+        trying += strcmp(kafka_state_at(relays, i), "trying") == 0;
+    }
+    printf("relay sessions: %d active, owning %lld of %d lanes", n, lanes, LANE_COUNT);
+    /* Said only when some are: their relays' deliveries time out (docs/guarantees.md). */
+    if (away || trying)
+        printf("; %d away from kafka, %d trying it again", away, trying);
+    printf("\n");
     if (n == 0)
         return;
-    printf("  %-6s %-8s %-6s %-24s %-20s %-28s %s\n", "SLOT", "PID", "LANES", "CLIENT",
-           "CONNECTED SINCE", "APPLICATION", "USER");
+    printf("  %-6s %-8s %-6s %-7s %-24s %-20s %-28s %s\n", "SLOT", "PID", "LANES", "KAFKA",
+           "CLIENT", "CONNECTED SINCE", "APPLICATION", "USER");
     for (int i = 0; i < n; i++) {
         char client[96] = "-";
         if (!PQgetisnull(relays, i, 3))
@@ -181,9 +198,9 @@ static void print_text(PGresult *backlog, long long sent_minute, const SchemaLoo
         /* Escaped as in the log: a role name may hold ESC or an OSC sequence (whoever may
          * create roles chooses it), and any session may hold a member slot. */
         char app_text[200], user_text[200];
-        printf("  %-6s %-8s %-6s %-24s %-20s %-28s %s\n", PQgetvalue(relays, i, 0),
-               PQgetvalue(relays, i, 1), PQgetvalue(relays, i, 2), client,
-               PQgetisnull(relays, i, 5) ? "-" : PQgetvalue(relays, i, 5),
+        printf("  %-6s %-8s %-6s %-7s %-24s %-20s %-28s %s\n", PQgetvalue(relays, i, 0),
+               PQgetvalue(relays, i, 1), PQgetvalue(relays, i, 2), kafka_state_at(relays, i),
+               client, PQgetisnull(relays, i, 5) ? "-" : PQgetvalue(relays, i, 5),
                app && *app ? log_escape(app, app_text, sizeof(app_text)) : "-",
                user ? log_escape(user, user_text, sizeof(user_text)) : "-");
     }

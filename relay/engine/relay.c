@@ -554,6 +554,7 @@ void relay_status(const Relay *r, RelayStatus *out)
     out->registry_up = relay_registry_up(r);
     out->stopping = r->stopping;
     out->lanes_owned = relay_lanes_owned(r);
+    out->kafka_away = (int)relay_lane_mark(r);
     for (int i = 0; i < r->n_sessions; i++) {
         const Session *s = &r->sessions[i];
         out->postgres_up = out->postgres_up && s->pg && pg_conn_up(s->pg);

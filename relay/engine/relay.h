@@ -78,6 +78,10 @@ typedef struct RelayStatus {
      * topic for a fault of the setup (TopicHold, engine.h), each counted once however many
      * sessions hold it: their events wait while the others go. */
     int held_aggregate_types;
+    /* What the relay says of its Kafka to the lane group (relay_lane_mark, LaneMark of lanes.h):
+     * 0 none, 1 away (delivery timeouts in a row: its lanes go to the relays that reach Kafka, if
+     * any), 2 trying (its share taken back on a trial, until an acknowledgement or a timeout). */
+    int kafka_away;
     /* A session's claims or marks fail for a reason of the setup (privileges, a missing table or
      * column: sqlstate.h): it holds no lanes, so the relay is not ready. The first such error,
      * "" when none. */

@@ -217,14 +217,19 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 /* A relay session is alive while it holds a member-slot lock (see lanes.h); its lanes are the
  * lane locks of the same session (a relay runs --sessions of them). pg_stat_activity shows the
  * client address and start time only for sessions the role may see (its own, or all with
- * pg_read_all_stats): NULL otherwise. */
+ * pg_read_all_stats): NULL otherwise. The last column is the session's mark, as
+ * SQL_LANES_MEMBERS reads it (0 none, 1 away, 2 trying: its relay's Kafka). */
 #define SQL_RELAYS                                                                                 \
     "SELECT m.objid::int, m.pid,"                                                                  \
     " (SELECT pg_catalog.count(*) FROM pg_locks l WHERE l.locktype = 'advisory'"                   \
     "  AND l.classid = " LOCK_NS_LANE "::oid AND l.objsubid = 2 AND l.granted"                     \
     "  AND l.pid = m.pid AND l.database = m.database),"                                            \
     " pg_catalog.host(a.client_addr), a.client_port,"                                              \
-    " pg_catalog.to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"    \
+    " pg_catalog.to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),"   \
+    " COALESCE((SELECT pg_catalog.min(CASE WHEN k.objid = m.objid THEN 1 ELSE 2 END)"              \
+    "  FROM pg_locks k WHERE k.locktype = 'advisory' AND k.classid = " LOCK_NS_AWAY "::oid"        \
+    "  AND k.objid::int IN (m.objid::int, m.objid::int + 1024) AND k.objsubid = 2 AND k.granted"   \
+    "  AND k.pid = m.pid AND k.database = m.database), 0)"                                         \
     " FROM pg_locks m LEFT JOIN pg_stat_activity a ON a.pid = m.pid"                               \
     " WHERE m.locktype = 'advisory' AND m.classid = " LOCK_NS_MEMBER "::oid"                       \
     " AND m.objsubid = 2 AND m.granted"                                                            \

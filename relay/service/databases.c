@@ -808,6 +808,7 @@ void databases_metrics(const Databases *d, StrBuf *out)
                                  .live_sessions = st.live_sessions,
                                  .claim_sessions = st.claim_sessions,
                                  .held_aggregate_types = st.held_aggregate_types,
+                                 .kafka_away = st.kafka_away,
                                  .ready = db_ready(d->dbs[i], NULL)};
         regs[i] = d->dbs[i]->metrics;
     }

@@ -571,6 +571,13 @@ static void render_set(StrBuf *out, const Set *set)
                 "This relay's sessions that claim now: --min-sessions, and up to --sessions while "
                 "claims come back full (until --session-rest-after without one).",
                 LIVE(claim_sessions), false);
+    family_live(out, set, "outbox_kafka_away",
+                "What this relay says of its Kafka to the relays of its outbox: 0 it delivers (or "
+                "has not timed out --kafka-away-after times in a row), 1 away (its deliveries time "
+                "out: its lanes go to the relays that reach Kafka, if any; not ready), 2 trying "
+                "(its share of the lanes taken back on a trial after the away backoff, until an "
+                "acknowledgement makes it 0 or a delivery timeout 1).",
+                LIVE(kafka_away), false);
     family_live(out, set, "outbox_held_aggregate_types",
                 "Aggregate types this relay's sessions hold out of their claims because Kafka "
                 "refuses their topic for a fault of the setup (a topic deleted, an ACL revoked): "
@@ -586,7 +593,8 @@ void metrics_render(StrBuf *out, const MetricsLive *live)
     render_set(out, &set);
     family_live(out, &set, "outbox_ready",
                 "Without --databases: 1 while /readyz answers 200 (PostgreSQL and Kafka reachable, "
-                "the Schema Registry available, no setup fault, no lane squatters), else 0; "
+                "not away from Kafka, the Schema Registry available, no setup fault, no lane "
+                "squatters), else 0; "
                 "/readyz says why.",
                 LIVE(ready), true);
 }
@@ -597,7 +605,8 @@ void metrics_render_databases(StrBuf *out, MetricsDb *const *dbs, const MetricsL
     render_set(out, &set);
     family_live(out, &set, "outbox_database_ready",
                 "With --databases: 1 while the database is ready (its sessions connected and "
-                "claiming, Kafka reachable, no setup fault, no lane squatters), else 0; /readyz "
+                "claiming, Kafka reachable and not away, no setup fault, no lane squatters), else "
+                "0; /readyz "
                 "says why. The process is ready while any database is.",
                 LIVE(ready), true);
 }

@@ -43,6 +43,7 @@ typedef struct MetricsLive {
     int live_sessions; /* of all relays (lane group members) at the last rebalance, ours included */
     int claim_sessions; /* this relay's sessions that claim now (the rest rest: --min-sessions) */
     int held_aggregate_types; /* RelayStatus's: held out of the claims while Kafka refuses them */
+    int kafka_away;           /* RelayStatus's: 0 none, 1 away, 2 trying (outbox_kafka_away) */
     bool ready;               /* /readyz's verdict (outbox_ready); per database with --databases
                                * (outbox_database_ready) */
 } MetricsLive;

@@ -73,6 +73,7 @@ static int handle(const char *path, StrBuf *body, const char **content_type, voi
                             .live_sessions = st.live_sessions,
                             .claim_sessions = st.claim_sessions,
                             .held_aggregate_types = st.held_aggregate_types,
+                            .kafka_away = st.kafka_away,
                             .ready = readiness_judge(&st, upkeep_lane_squatters(o->upkeep), NULL)};
         metrics_render(body, &live);
         *content_type = "text/plain; version=0.0.4; charset=utf-8";

@@ -4,7 +4,8 @@
 
 bool readiness_judge(const RelayStatus *st, int lane_squatters, StrBuf *why)
 {
-    bool ready = st->postgres_up && st->kafka_up && st->registry_up && !st->stopping &&
+    bool away = st->kafka_away == 1; /* LANE_MARK_AWAY; trying holds its share: ready */
+    bool ready = st->postgres_up && st->kafka_up && !away && st->registry_up && !st->stopping &&
                  !st->setup_error[0] && !lane_squatters;
     if (ready || !why)
         return ready;
@@ -12,6 +13,9 @@ bool readiness_judge(const RelayStatus *st, int lane_squatters, StrBuf *why)
         strbuf_puts(why, " postgres unreachable;");
     if (!st->kafka_up)
         strbuf_puts(why, " kafka unreachable;");
+    if (away) /* holds no lanes while another relay reaches Kafka: by design, and not working */
+        strbuf_puts(why, " kafka away: deliveries time out from this relay, its lanes go to "
+                         "relays that reach kafka;");
     if (!st->registry_up) /* rows wait for it, no attempt counted (serializer.h) */
         strbuf_puts(why, " schema registry unavailable;");
     if (st->stopping)

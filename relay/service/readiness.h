@@ -9,7 +9,8 @@
 #include "relay.h"
 #include "strbuf.h"
 
-/* True when st says the relay can work: PostgreSQL and Kafka reachable, the Schema Registry
+/* True when st says the relay can work: PostgreSQL and Kafka reachable, not away from Kafka
+ * (delivery timeouts in a row: kafka_away 1; trying again is ready), the Schema Registry
  * available, not stopping, no setup fault, and no session that is not a relay holding the lane
  * group's locks (lane_squatters, upkeep_lane_squatters). When false and why is not NULL, appends
  * each reason as " reason;" (one line: a setup fault's text is escaped as a log value is, and

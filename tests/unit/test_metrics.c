@@ -55,7 +55,8 @@ static void test_counters(void **state)
                                    .lanes_owned = 32,
                                    .live_sessions = 2,
                                    .claim_sessions = 1,
-                                   .held_aggregate_types = 3});
+                                   .held_aggregate_types = 3,
+                                   .kafka_away = 2});
     assert_line(t, "outbox_events_published_total{topic=\"outbox.event.order\"} 2");
     assert_line(t, "outbox_events_published_total{topic=\"outbox.event.invoice\"} 1");
     assert_line(t, "outbox_failures_total{class=\"transient\"} 1");
@@ -70,6 +71,7 @@ static void test_counters(void **state)
     assert_line(t, "outbox_relay_sessions 2");
     assert_line(t, "outbox_claim_sessions 1");
     assert_line(t, "outbox_held_aggregate_types 3");
+    assert_line(t, "outbox_kafka_away 2"); /* trying Kafka again */
     assert_line(t, "outbox_ready 0");
     assert_line(t, "# TYPE outbox_events_published_total counter");
     /* topics sorted by name */
@@ -313,7 +315,7 @@ static void test_databases(void **state)
                              .claim_sessions = 1,
                              .held_aggregate_types = 2,
                              .ready = true},
-                            {.kafka_up = true, .registry_up = true}};
+                            {.kafka_up = true, .registry_up = true, .kafka_away = 1}};
     StrBuf out = {0};
     metrics_render_databases(&out, dbs, lives, 2);
     const char *t = out.s;
@@ -329,6 +331,8 @@ static void test_databases(void **state)
     assert_line(t, "outbox_postgres_up{database=\"b-2\"} 0");
     assert_line(t, "outbox_held_aggregate_types{database=\"a\"} 2");
     assert_line(t, "outbox_held_aggregate_types{database=\"b-2\"} 0");
+    assert_line(t, "outbox_kafka_away{database=\"a\"} 0");
+    assert_line(t, "outbox_kafka_away{database=\"b-2\"} 1"); /* away: its lanes to its peers */
     assert_line(t, "outbox_database_ready{database=\"a\"} 1");
     assert_line(t, "outbox_database_ready{database=\"b-2\"} 0");
     const char *help = strstr(t, "# HELP outbox_batches_total ");

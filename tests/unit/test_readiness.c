@@ -44,6 +44,23 @@ static void test_reasons(void **state)
     strbuf_free(&why);
 }
 
+/* A relay away from Kafka (delivery timeouts in a row while other relays deliver) holds no
+ * lanes by design: not ready, and /readyz says why, though a broker connection may be up. One
+ * trying again holds its share and is ready (it may have no rows to try with for long). */
+static void test_kafka_away(void **state)
+{
+    RelayStatus st = working();
+    st.kafka_away = 1;
+    StrBuf why = {0};
+    assert_false(readiness_judge(&st, 0, &why));
+    assert_string_equal(why.s, " kafka away: deliveries time out from this relay, its lanes go to "
+                               "relays that reach kafka;");
+    strbuf_free(&why);
+    st.kafka_away = 2;
+    assert_true(readiness_judge(&st, 0, &why));
+    assert_null(why.s);
+}
+
 /* libpq echoes a connection string it cannot use, password and all; a server's message may
  * carry a value of the configuration too. */
 static void test_setup_error_scrubbed(void **state)
@@ -78,6 +95,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_ready, reset),
         cmocka_unit_test_setup(test_reasons, reset),
+        cmocka_unit_test_setup(test_kafka_away, reset),
         cmocka_unit_test_setup(test_setup_error_scrubbed, reset),
         cmocka_unit_test_setup(test_setup_error_one_line, reset),
     };

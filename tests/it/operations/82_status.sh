@@ -93,7 +93,10 @@ check_eq "1: json sessions name their relay (application_name) and role" \
     "$(jq -r '"\([.sessions[].application_name] | sort | join(",")) \([.sessions[].user] | unique | join(","))"' "$T/status.json")"
 check "1: text shows the application name" grep -qE "outbox-relay session-0 +postgres$" "$T/status.txt"
 check "1: text lists the first session's pid" \
-    grep -qE "^  0 +${backends%% *} +[0-9]+ +127\.0\.0\.1:" "$T/status.txt"
+    grep -qE "^  0 +${backends%% *} +[0-9]+ +ok +127\.0\.0\.1:" "$T/status.txt"
+# Kafka is down for the only relay, whose batch waits out its long delivery timeout: not away.
+check_eq "1: json sessions' kafka ok (none away)" ok \
+    "$(jq -r '[.sessions[].kafka] | unique | join(",")' "$T/status.json")"
 
 # --- 2. a second relay ---
 relay_start "${RELAY_OPTS[@]}"
