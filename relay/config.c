@@ -313,7 +313,7 @@ static const OptDef options[] = {
      .commands = RUN_LIKE,
      .metavar = "MS",
      .help = "how often an awake session with no rows claims again (for --sleep-after, and "
-             "while producers are mid-transaction)",
+             "while producers are mid-transaction until the wakeup's waiter waits for them)",
      .reloadable = true},
     {.name = "sleep-after",
      .type = OPT_INT,

@@ -244,6 +244,7 @@ struct Relay {
     /* Messages handed to the producer so far (produce.c): a row refused as too large was alone
      * in its request when nothing was in flight as it went out and nothing went out after it. */
     unsigned long long produced;
+    WakeupWaiter waiter; /* queues for the wakeup lock while producers hold it (wakeup.h) */
     bool stopping;
     int signals;
     int exit_status;
@@ -510,6 +511,16 @@ bool wakeup_sleep_read(Session *s, PGresult **results, int n, const char *error)
 /* Whether a guard must give the lock up before anything else: it was notified, or has work, or
  * has no lanes left. */
 bool wakeup_guard_must_leave(const Session *s);
+/* A session of r was told busy (wakeup.h): true when the waiter's wait is in flight, whose end
+ * (a notification) wakes the session, which may then sleep as a follower; false when it must
+ * poll as before (no wait in flight, the waiter connecting or failed a moment ago, r stopping).
+ * start: the session has been busy long enough to start a wait when none is in flight, and to
+ * connect first if need be; without it, a wait starts only on a connection already made. */
+bool wakeup_waiter_wait(Relay *r, bool start);
+/* Sets up r's waiter (no connection yet) / closes it and stops its timers (the wait in flight,
+ * if any, ends on the server within its lock_timeout and notifies). */
+void wakeup_waiter_init(Relay *r);
+void wakeup_waiter_free(Relay *r);
 
 /* ---- marks.c: builds the marks, reads their reply ---- */
 

@@ -411,6 +411,7 @@ static Relay *relay_create(struct ev_loop *loop, const Config *cfg, rd_kafka_con
         if (r->active_sessions > r->n_sessions)
             r->active_sessions = r->n_sessions;
         r->logged_owned = -1;
+        wakeup_waiter_init(r);
         r->sessions = calloc((size_t)r->n_sessions, sizeof(Session));
     }
     bool ok = r && r->sessions;
@@ -658,6 +659,7 @@ void relay_free_within(Relay *r, int flush_ms)
     /* After the producer: a report its last flush serves could arm the room timer again
      * (relay_room_after_report), which must not outlive the relay. */
     ev_timer_stop(r->loop, &r->room_timer);
+    wakeup_waiter_free(r);
     for (int i = 0; r->sessions && i < r->n_sessions; i++)
         session_free(&r->sessions[i]);
     free(r->sessions);

@@ -8,7 +8,12 @@
 
 #include "engine.h"
 #include "log.h"
+#include "monotime.h"
 #include "schema.h"
+#include "statements.h"
+
+/* Told busy this long in a row, a session has the waiter queue for the lock (wakeup.h). */
+#define WAITER_AFTER_MS 50
 
 bool wakeup_sleep_read(Session *s, PGresult **results, int n, const char *error)
 {
@@ -16,8 +21,16 @@ bool wakeup_sleep_read(Session *s, PGresult **results, int n, const char *error)
     const char *answer = !error && PQresultStatus(sleep) == PGRES_TUPLES_OK && PQntuples(sleep) == 1
                              ? PQgetvalue(sleep, 0, 0)
                              : NULL;
-    if (answer && strcmp(answer, "busy") == 0)
-        return false; /* a producer is mid-transaction without having notified */
+    /* A producer is mid-transaction without having notified: asleep only while the waiter's
+     * wait makes producers notify, and wakes it at its end (wakeup.h). */
+    bool busy = answer && strcmp(answer, "busy") == 0;
+    if (!busy)
+        s->wake.busy_since = 0;
+    else if (s->wake.busy_since == 0)
+        s->wake.busy_since = monotime_now();
+    if (busy && !wakeup_waiter_wait(s->relay, monotime_now() - s->wake.busy_since >=
+                                                  (double)WAITER_AFTER_MS / 1000.0))
+        return false;
     if (!answer && !s->wake.sleep_error_logged) {
         /* Typically migrate not run since an upgrade: sleep anyway, waking at the poll timer (or
          * on a notification some other session's guard brings about). */
@@ -219,4 +232,178 @@ bool wakeup_notified(Wakeup *w, const char *payload)
     if (!w->guard)
         w->final_check = false;
     return true;
+}
+
+/* ---- the waiter (wakeup.h) ---- */
+
+#define WAITER_MIN_MS 50L
+#define WAITER_MAX_MS 1000L
+#define WAITER_IDLE_S 10.0 /* no wait asked for this long: the connection closes */
+#define WAITER_RETRY_S 5.0 /* after a failed wait, sessions poll this long before the next */
+
+/* Queues for the wakeup lock exclusively, at most wait_ms; with the lock (the producers that held
+ * it shared have committed) gives it up at once, a session is to guard. Either way the
+ * notification at commit, after the lock is let go, wakes the sessions asleep to ask again. A
+ * statement of its own (no function of a migration: a relay may run before `migrate`), every
+ * name in pg_catalog, as 0009 has the functions. */
+#define SQL_WAITER                                                                                 \
+    "DO $waiter$BEGIN"                                                                             \
+    " PERFORM pg_catalog.set_config('lock_timeout', '%ldms', true);"                               \
+    " BEGIN"                                                                                       \
+    " PERFORM pg_catalog.pg_advisory_lock(" LOCK_KEY_WAKEUP "::bigint);"                           \
+    " PERFORM pg_catalog.pg_advisory_unlock(" LOCK_KEY_WAKEUP "::bigint);"                         \
+    " EXCEPTION WHEN lock_not_available THEN NULL;"                                                \
+    " END;"                                                                                        \
+    " PERFORM pg_catalog.pg_notify('" WAKEUP_CHANNEL "', '" GUARD_LEFT "');"                       \
+    " END$waiter$"
+
+static long waiter_cap_ms(const Relay *r)
+{
+    long cap = WAITER_MAX_MS;
+    if (r->cfg->poll_interval_ms < cap)
+        cap = r->cfg->poll_interval_ms;
+    if (r->cfg->session_timeout_ms / 2 < cap) /* the connection's deadline for an answer */
+        cap = r->cfg->session_timeout_ms / 2;
+    return cap;
+}
+
+static void waiter_send(Relay *r);
+
+/* Wakes the sessions of r that sleep (a follower; a guard ignores it) as a notification
+ * "guard left" would: the wait they slept on may have ended without one. */
+static void waiter_wake_sessions(Relay *r)
+{
+    for (int i = 0; i < r->n_sessions; i++)
+        if (wakeup_notified(&r->sessions[i].wake, GUARD_LEFT))
+            session_event(&r->sessions[i], EVENT_WAKE);
+}
+
+static void on_waiter_done(PgConn *pg, PGresult **results, int n, const char *error, void *arg)
+{
+    Relay *r = arg;
+    WakeupWaiter *w = &r->waiter;
+    relay_enter(r);
+    w->sent = false;
+    ev_timer_again(r->loop, &w->idle_timer);
+    if (error) {
+        /* A lost connection, a cancel, a role without the right to the statement: no
+         * notification came, maybe. The sessions poll again until the retry. */
+        char q[512];
+        if (!w->failure_logged)
+            log_warn("the wakeup's waiter failed; sessions poll while producers are "
+                     "mid-transaction",
+                     "error=%s", log_quote(error, q, sizeof(q)));
+        w->failure_logged = true;
+        w->failed = true;
+        w->again = w->wanted = false;
+        w->wait_ms = WAITER_MIN_MS;
+        ev_timer_set(&w->retry_timer, WAITER_RETRY_S, 0);
+        ev_timer_start(r->loop, &w->retry_timer);
+        waiter_wake_sessions(r);
+        return;
+    }
+    if (w->failure_logged)
+        log_info("the wakeup's waiter works again", NULL);
+    w->failure_logged = false;
+    /* Ended before its timeout: it got the lock, the long transaction is over; the next one
+     * starts short again. Otherwise each wait in a row is twice as long, up to the cap. */
+    long cap = waiter_cap_ms(r);
+    double took_ms = (monotime_now() - w->sent_at) * 1000.0;
+    if (took_ms < (double)w->wait_ms * 0.9)
+        w->wait_ms = WAITER_MIN_MS < cap ? WAITER_MIN_MS : cap;
+    else
+        w->wait_ms = w->wait_ms * 2 < cap ? w->wait_ms * 2 : cap;
+    if (w->again && !r->stopping) {
+        w->again = false;
+        waiter_send(r);
+    }
+}
+
+static void waiter_send(Relay *r)
+{
+    WakeupWaiter *w = &r->waiter;
+    snprintf(w->sql, sizeof(w->sql), SQL_WAITER, w->wait_ms);
+    PgQuery q = {w->sql, 0, NULL, false};
+    if (!pg_conn_send(w->pg, &q, 1, on_waiter_done, r))
+        return; /* not up after all: on_waiter_state sends it */
+    w->sent = true;
+    w->wanted = false;
+    w->sent_at = monotime_now();
+    log_debug("waiting for producers' transactions", "lock_timeout_ms=%ld", w->wait_ms);
+}
+
+static void on_waiter_state(PgConn *pg, bool up, const char *reason, void *arg)
+{
+    Relay *r = arg;
+    relay_enter(r);
+    if (up && r->waiter.wanted && !r->waiter.sent && !r->stopping)
+        waiter_send(r);
+}
+
+static void on_waiter_notify(PgConn *pg, const char *channel, const char *payload, void *arg) {}
+
+static void on_waiter_idle(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    Relay *r = t->data;
+    WakeupWaiter *w = &r->waiter;
+    if (w->sent || !w->pg)
+        return;
+    pg_conn_free(w->pg);
+    w->pg = NULL;
+    w->wanted = w->again = false;
+    w->wait_ms = WAITER_MIN_MS;
+    ev_timer_stop(loop, t);
+}
+
+static void on_waiter_retry(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    Relay *r = t->data;
+    r->waiter.failed = false;
+}
+
+bool wakeup_waiter_wait(Relay *r, bool start)
+{
+    WakeupWaiter *w = &r->waiter;
+    if (r->stopping || w->failed)
+        return false;
+    if (w->sent) {
+        w->again = true; /* the wait in flight may have ended already: one more follows */
+        return true;
+    }
+    if (!start && !w->pg)
+        return false; /* not connected for a wait that a producer's commit is likely to make moot */
+    if (!w->pg) {
+        w->pg = pg_conn_new_named(r->loop, r->cfg->database_url, "wakeup", on_waiter_state,
+                                  on_waiter_notify, r);
+        if (!w->pg)
+            return false;
+        w->wait_ms = WAITER_MIN_MS < waiter_cap_ms(r) ? WAITER_MIN_MS : waiter_cap_ms(r);
+        ev_timer_again(r->loop, &w->idle_timer);
+    }
+    w->wanted = true;
+    if (pg_conn_idle(w->pg))
+        waiter_send(r);
+    return w->sent;
+}
+
+void wakeup_waiter_init(Relay *r)
+{
+    WakeupWaiter *w = &r->waiter;
+    *w = (WakeupWaiter){.wait_ms = WAITER_MIN_MS};
+    ev_init(&w->idle_timer, on_waiter_idle);
+    w->idle_timer.repeat = WAITER_IDLE_S;
+    w->idle_timer.data = r;
+    ev_init(&w->retry_timer, on_waiter_retry);
+    w->retry_timer.data = r;
+}
+
+void wakeup_waiter_free(Relay *r)
+{
+    WakeupWaiter *w = &r->waiter;
+    ev_timer_stop(r->loop, &w->idle_timer);
+    ev_timer_stop(r->loop, &w->retry_timer);
+    if (w->pg)
+        pg_conn_free(w->pg);
+    w->pg = NULL;
+    w->sent = false;
 }

@@ -2599,6 +2599,70 @@ static void test_guard_leaves_before_final_claim(void **state)
     expect_sent(0, sent);
 }
 
+/* A producer holds the wakeup lock shared (the answer to sleep is "busy"): the session no longer
+ * polls every --busy-poll-interval while it does. Told busy for a while (not at once: most
+ * producers' transactions are short), the relay's waiter connects and queues for the lock (its
+ * lock_timeout the first wait's 50 ms); once its wait is in flight, a session told
+ * busy sleeps like a follower (after its final claim), and the wait ends with "guard left",
+ * which wakes it to ask again; a session that slept on a wait in flight gets another wait after
+ * it (the one in flight may have ended already). A waiter lost wakes the sessions asleep (its
+ * wait may have ended without a notification). On the old code there was no waiter: no
+ * connection "wakeup", and the session polled on. */
+static void test_busy_sleeps_on_waiter(void **state)
+{
+    static const char *const asleep_sent[] = {CLAIM, "COMMIT,sleep", CLAIM, "COMMIT", NULL};
+    static const char *const woken_sent[] = {CLAIM, "COMMIT,sleep", NULL};
+    start("1", "1", "0");
+    T.sleep_answer = "busy";
+    bring_up(0);
+    answer_claim(0, ""); /* empty: COMMIT and to sleep */
+    answer(0);           /* busy: most producers' transactions end within a few polls */
+    assert_null(fake_pg_named("wakeup"));
+    assert_true(ev_is_active(&S(0)->busy_timer));
+    S(0)->wake.busy_since -= 1.0; /* a second later, busy all along */
+    fire(&S(0)->busy_timer);
+    answer_claim(0, "");
+    answer(0); /* busy: the waiter connects; meanwhile the session polls */
+    PgConn *w = fake_pg_named("wakeup");
+    assert_non_null(w);
+    assert_true(ev_is_active(&S(0)->busy_timer));
+    fake_pg_up(w);
+    settle();
+    const FakeRequest *wait = fake_pg_pending(w);
+    assert_non_null(wait);
+    assert_non_null(strstr(wait->sql[0], "'lock_timeout', '50ms'"));
+    assert_non_null(strstr(wait->sql[0], "pg_advisory_lock(" LOCK_KEY_WAKEUP "::bigint)"));
+    assert_non_null(strstr(wait->sql[0], "pg_notify('" WAKEUP_CHANNEL "', '" GUARD_LEFT "')"));
+    forget(0);
+    fire(&S(0)->busy_timer);
+    answer_claim(0, ""); /* empty again */
+    answer(0);           /* busy, the wait in flight: asleep, one final claim */
+    assert_true(S(0)->wake.asleep);
+    assert_false(S(0)->wake.guard);
+    answer_claim(0, ""); /* the final claim */
+    answer(0);           /* its COMMIT */
+    expect_sent(0, asleep_sent);
+    expect_idle_pg(0);
+    assert_false(ev_is_active(&S(0)->busy_timer)); /* asleep: no polling */
+    PGresult *done[1] = {fake_pg_command_ok()};
+    fake_pg_answer(w, done, 1); /* the wait ends (its notification below) */
+    settle();
+    assert_non_null(fake_pg_pending(w)); /* the session slept on it: another wait follows */
+    forget(0);
+    fake_pg_notify(PG(0), WAKEUP_CHANNEL, GUARD_LEFT);
+    settle();
+    answer_claim(0, ""); /* the wakeup: nothing; it asks again */
+    expect_sent(0, woken_sent);
+    answer(0); /* busy: asleep again on the wait in flight */
+    answer_claim(0, "");
+    answer(0);
+    expect_idle_pg(0);
+    forget(0);
+    fake_pg_drop(w, "connection lost"); /* the wait's notification may never come */
+    settle();
+    assert_non_null(fake_pg_pending(PG(0))); /* woken: a claim */
+}
+
 /* Two batches in a row whose marks failed for a passing reason, then a batch whose marks go
  * through though nothing of it got through (Kafka down: every row failed, recorded, and the next
  * claim waits for the retry backoff): the run of failed marks is over. A later passing failure of
@@ -3990,6 +4054,7 @@ int main(void)
         cmocka_unit_test_teardown(test_freed_producer_destroyed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_given_up_batch_producer_freed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
+        cmocka_unit_test_teardown(test_busy_sleeps_on_waiter, teardown),
         cmocka_unit_test_teardown(test_lost_guard_ended_after_reconnect, teardown),
         cmocka_unit_test_teardown(test_lost_lanes_ended_after_reconnect, teardown),
         cmocka_unit_test_teardown(test_lost_process_spares_own_sessions, teardown),

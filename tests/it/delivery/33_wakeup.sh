@@ -17,7 +17,11 @@
 #     subscription).
 #  8. the twin queues one notification a transaction, not one a row: a replica session's insert of
 #     500 rows while a guard sleeps runs outbox_wakeup() twice (the statement trigger and the
-#     twin's first row), and its next transaction notifies again.
+#     twin's first row), and its next transaction notifies again;
+#  9. while a producer's transaction holds the lock shared for 12 s, the relay's sessions do not
+#     ask to sleep as fast as they can (thousands of calls before) but sleep: the relay's waiter
+#     queues for the lock, so another producer's insert meanwhile notifies, and its rows go out
+#     at once; the long transaction's row too, once it commits.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -95,10 +99,10 @@ relay_stop || not_ok "2: relay exits 0"
 relay_start "${OPTS[@]}" --sleep-after 3000
 wait_for "3: the relay guards" 10 guard_held
 awake() { [ -z "$(guard_pid)" ]; }
-# slow_producer: a producer transaction begun while no session guards. It takes the wakeup lock
-# shared first, as its insert's trigger does, which succeeds only while no session holds it
+# slow_producer [SECS]: a producer transaction begun while no session guards. It takes the wakeup
+# lock shared first, as its insert's trigger does, which succeeds only while no session holds it
 # exclusively; then it says "held" (at once: \! writes past psql's buffer), inserts a row and
-# keeps its transaction open 5 s. If a session guards after all (on a busy machine the relay's
+# keeps its transaction open SECS (5) s. If a session guards after all (on a busy machine the relay's
 # 3 s awake spell can end before this runs), it rolls back and says "guarded".
 slow_producer() {
     psql -XAtq -v ON_ERROR_STOP=1 <<SQL
@@ -106,8 +110,8 @@ BEGIN;
 SELECT pg_try_advisory_xact_lock_shared(1331849732) AS got \gset
 \if :got
 \! echo held
-$ONE_ROW;
-SELECT pg_sleep(5);
+${2:-$ONE_ROW};
+SELECT pg_sleep(${1:-5});
 COMMIT;
 \else
 ROLLBACK;
@@ -264,3 +268,60 @@ TWO_TX="SET session_replication_role = replica;
 check_eq "8: each transaction of a replica session notifies (the mark goes at commit)" 2 \
     "$(listen 0 "$TWO_TX")"
 _t_reap "$GUARD8" || : # its psql ends by SIGTERM: not the test's status
+
+# --- 9. a producer's transaction held open while the relay is awake: no hot loop ---
+# The sessions told "busy" (the lock held shared) asked again every --busy-poll-interval, each
+# time with a claim: 2,402 calls of outbox_relay_sleep in 10 s with 4 sessions, measured. Now the
+# relay's waiter queues for the lock and they sleep until its bounded wait ends (wakeup.h). The
+# calls are counted by pg_stat_user_functions (track_functions for the relay's connections),
+# which the sessions' backends report in full as they exit (the relay stopped).
+psql_q "ALTER DATABASE outbox SET track_functions = 'pl'" >/dev/null || fail "9: track functions"
+# Part 8's stand-in guard: its backend sleeps on after its psql ended.
+psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'guard8'" \
+    >/dev/null || fail "9: end part 8's guard"
+wait_for "9: nobody holds the wakeup lock" 10 awake
+row9() { # row9 AGGREGATE: one row of its own aggregate, with the seq check_delivered reads
+    echo "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+          VALUES ('order', '$1', 'changed', '{\"seq\": 1}')"
+}
+LONG_ROW=$(row9 long9)
+relay_start "${OPTS[@]}" --sleep-after 3000
+wait_for "9: the relay guards" 10 guard_held
+for try in 1 2 3 4 5; do
+    insert 100 || not_ok "9: a producer inserts (wakes the relay, which stays awake 3 s)"
+    _poll 10 no_unsent_rows || break
+    slow_producer 12 "$LONG_ROW" >"$T/slow.out" 2>&1 &
+    SLOW=$!
+    _poll 10 decided
+    said held && break
+    wait "$SLOW"
+done
+check "9: a producer's transaction begun while the relay was awake" said held
+psql_q "SELECT pg_stat_reset_single_function_counters('outbox_relay_sleep()'::regprocedure)" \
+    >/dev/null || fail "9: reset the function's counters"
+sleep 4 # past --sleep-after: the sessions ask to sleep, and are told busy
+notified=$(psql -XAt -v ON_ERROR_STOP=1 -c "LISTEN outbox_relay" -c "SET statement_timeout = 2000" \
+    -c "$(row9 notify9)" 2>&1 | grep -c 'Asynchronous notification "outbox_relay" received') || :
+N=$((N + 1))
+check_eq "9: meanwhile another producer's insert notifies (the waiter queues for the lock)" 1 \
+    "$notified"
+insert 100 || not_ok "9: another producer inserts meanwhile"
+wait_for "9: its rows go out while the long transaction is open (--poll-interval: a minute)" 10 \
+    no_unsent_rows
+check "9: the long transaction still open as they went" kill -0 "$SLOW"
+wait "$SLOW" || not_ok "9: the slow producer commits" "$(cat "$T/slow.out")"
+N=$((N + 1))
+wait_for "9: its row goes out soon after its commit" 5 no_unsent_rows
+wait_for "9: a session guards again" 10 guard_held
+relay_stop || not_ok "9: relay exits 0"
+relay_gone() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'outbox-relay%'")" = 0 ]
+}
+wait_for "9: the relay's server processes have ended (their counts reported)" 10 relay_gone
+calls=$(psql_q "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
+                WHERE funcid = 'outbox_relay_sleep()'::regprocedure")
+echo "# 9: outbox_relay_sleep called $calls times in the ~13 s from the reset (2 sessions)"
+check "9: the sessions asked to sleep at most 150 times in those ~13 s (thousands before)" \
+    test "${calls:-99999}" -le 150
+check "9: the relay logged no failure of its waiter" lacks "$RELAY_LOG" "waiter failed"
+psql_q "ALTER DATABASE outbox RESET track_functions" >/dev/null || not_ok "9: reset track_functions"
