@@ -169,7 +169,7 @@ typedef struct Config {
     char *replay_sent_after, *replay_sent_before; /* timestamps, read by PostgreSQL */
     char *replay_aggregate_type, *replay_aggregate_id, *replay_event_type;
     char *replay_missing; /* file with `verify --json` output; "-": stdin */
-    bool replay_yes;
+    bool yes;             /* replay, purge-dead --all: --yes, no confirmation asked */
     long replay_batch_rows;
     bool dry_run; /* migrate and replay: --dry-run, say what would change and change nothing */
     /* migrate and check: --allow-newer-schema, a database a newer relay migrated is warned of,

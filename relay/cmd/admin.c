@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "db.h"
 #include "log.h"
@@ -470,17 +471,53 @@ static bool setting_ms(PGconn *conn, const char *name, long *ms, DbError *e)
     return true;
 }
 
+/* Asks on the terminal whether to delete every dead-lettered event, as replay asks about a large
+ * selection: a deletion is for good, and `purge-dead --all` typed for `dead` or `requeue --all`
+ * deleted them all unasked. Asked only when stdin and stderr are a terminal: a script (no
+ * terminal) goes on as it always has, and --yes skips the question (the caller). Nothing dead:
+ * nothing to ask. Returns 0 to go on, 1 when not confirmed or the count failed (said). */
+static int confirm_purge(PGconn *conn, const Config *cfg)
+{
+    if (!isatty(STDIN_FILENO) || !isatty(STDERR_FILENO))
+        return 0;
+    char cap[32];
+    snprintf(cap, sizeof(cap), "%ld", ADMIN_PURGE_COUNT_MAX + 1);
+    const char *params[3] = {NULL, NULL, cap};
+    PGresult *res = admin_exec(conn, &cfg->map, SQL_DEAD_COUNT, 3, params, PGRES_TUPLES_OK);
+    if (!res)
+        return 1;
+    long n = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+    if (n == 0)
+        return 0;
+    if (n > ADMIN_PURGE_COUNT_MAX)
+        fprintf(stderr, "purge more than %ld dead-lettered events for good? [y/N] ",
+                ADMIN_PURGE_COUNT_MAX);
+    else
+        fprintf(stderr, "purge %ld dead-lettered event%s for good? [y/N] ", n, n == 1 ? "" : "s");
+    char answer[16] = "";
+    if (!fgets(answer, sizeof(answer), stdin) || (answer[0] != 'y' && answer[0] != 'Y')) {
+        fprintf(stderr, "purge-dead: not confirmed; nothing changed\n");
+        return 1;
+    }
+    return 0;
+}
+
 /* Runs sql (SQL_REQUEUE or SQL_PURGE_DEAD: $1 the id, or NULL for all) a batch at a time until a
  * batch comes back short, and reports how many rows it changed as `verb`. A failure after some
  * batches leaves them changed (each was committed) and says how many. A batch that gets no
  * verdict (its commit waits for a synchronous standby that does not answer, past admin_query's
  * bound; or the connection is lost) may or may not have committed: said so, exit 1. */
-static int change_dead(const Config *cfg, const char *sql, const char *verb)
+static int change_dead(const Config *cfg, const char *sql, const char *verb, bool ask)
 {
     admin_set_statement_timeout(cfg->statement_timeout_s);
     PGconn *conn = admin_connect(cfg->database_url);
     if (!conn)
         return admin_connect_exit_code();
+    if (ask && confirm_purge(conn, cfg)) {
+        PQfinish(conn);
+        return 1;
+    }
     /* A batch locks its rows (SQL_DEAD_BATCH), and a dead event someone else holds (a relay
      * publishing its copy to the dead-letter topic, up to --delivery-timeout; an operator's open
      * transaction) held the whole batch until the statement timeout, which said only "canceling
@@ -609,10 +646,10 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb)
 
 int admin_requeue(const Config *cfg)
 {
-    return change_dead(cfg, SQL_REQUEUE, "requeued");
+    return change_dead(cfg, SQL_REQUEUE, "requeued", false);
 }
 
 int admin_purge_dead(const Config *cfg)
 {
-    return change_dead(cfg, SQL_PURGE_DEAD, "purged");
+    return change_dead(cfg, SQL_PURGE_DEAD, "purged", cfg->all && !cfg->yes);
 }

@@ -20,6 +20,9 @@
 /* Rows a statement of dead, requeue or purge-dead takes at a time (SQL_DEAD_BATCH): a batch of
  * any row size is done well within ADMIN_STATEMENT_TIMEOUT_S. */
 #define ADMIN_DEAD_BATCH 10000
+/* purge-dead --all's confirmation counts the dead events up to this many ("more than" past it):
+ * a count of every one could outlast the statement bound the batches keep to. */
+#define ADMIN_PURGE_COUNT_MAX 1000000L
 /* The longest a batch of requeue or purge-dead waits for a dead event another transaction holds
  * locked before it gives up, saying so (change_dead). */
 #define ADMIN_DEAD_LOCK_TIMEOUT_MS 10000L
@@ -125,8 +128,10 @@ int admin_requeue(const Config *cfg);
 
 /* Deletes the dead-lettered event cfg->id, or all of them with cfg->all (sent and waiting rows are
  * never touched). With --on-poison hold, the later events of a purged event's aggregate go on.
- * Prints how many were deleted. Returns 0, 1 on a database error, or 1 when --id names no
- * dead-lettered event. */
+ * Prints how many were deleted. With --all and no --yes, on a terminal (stdin and stderr), it
+ * first asks on stderr whether to delete the N dead-lettered events, and changes nothing unless
+ * the answer is y. Returns 0, 1 on a database error, when --id names no dead-lettered event, or
+ * when the deletion was not confirmed. */
 int admin_purge_dead(const Config *cfg);
 
 #endif

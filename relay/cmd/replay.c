@@ -859,7 +859,7 @@ int replay_run(const Config *cfg)
         printf("\n");
         goto done;
     }
-    if (s.rows > REPLAY_CONFIRM_ROWS && !cfg->replay_yes) {
+    if (s.rows > REPLAY_CONFIRM_ROWS && !cfg->yes) {
         rc = confirm(&s);
         if (rc)
             goto done;

@@ -271,6 +271,8 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " CASE WHEN dead_letter_topic IS NULL AND next_attempt_at < 'infinity' THEN"                   \
     " pg_catalog.to_char(next_attempt_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"    \
     " ELSE '' END" SQL_DEAD_ROWS
+/* How many dead events there are, up to $3 (purge-dead --all's confirmation: $1 and $2 NULL). */
+#define SQL_DEAD_COUNT "SELECT pg_catalog.count(*) FROM (SELECT {seq}" SQL_DEAD_ROWS ") d"
 /* The batch's rows, locked (b); the change (c) returns their count and the last {seq}. */
 #define SQL_DEAD_BATCH "WITH b AS (SELECT {seq} AS seq" SQL_DEAD_ROWS " FOR UPDATE)"
 #define SQL_DEAD_CHANGED " SELECT pg_catalog.count(*), pg_catalog.max(seq) FROM c"

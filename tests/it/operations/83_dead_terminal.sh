@@ -1,0 +1,73 @@
+#!/bin/bash
+# Proves what `dead` and `purge-dead` show and ask on an operator's terminal:
+#  1. purge-dead --all on a terminal (a pty of script(1)) asks "purge N dead-lettered events for
+#     good? [y/N]" first, as replay asks about a large selection: any answer but y (n, or the end
+#     of input) deletes nothing and exits 1 saying so; y deletes them; --yes asks nothing; without
+#     a terminal (a script) it asks nothing and deletes, as it always has; --id (one event) asks
+#     nothing. Before, it deleted every dead event unasked.
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/../../lib.sh"
+t_setup
+pg_start
+relay_migrate 2>"$T/migrate.log" || fail "migrate"
+
+export DATABASE_URL RELAY_BIN
+# A dead-lettered event of aggregate $1, as the relay leaves one (attempts and rejections counted).
+insert_dead() {
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            VALUES ('order', '$1', 'Broken', '{}');
+            UPDATE outbox SET attempts = 2, rejections = 2, dead_at = now(), last_error = 'x'
+            WHERE aggregate_id = '$1'"
+}
+dead_count() { psql_q "SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL AND sent_at IS NULL"; }
+# on_tty ANSWER OUT ARGS...: runs the relay with ARGS on a pseudo-terminal (stdin, stdout and
+# stderr), ANSWER (with a newline unless empty) typed in; its output (the typed answer echoed
+# among it) goes to OUT; returns its exit status.
+on_tty() {
+    local answer=$1 out=$2
+    shift 2
+    # shellcheck disable=SC2016 # expanded by the shell script(1) runs, from the environment
+    local cmd='exec "$RELAY_BIN"' a
+    for a in "$@"; do
+        cmd+=" $(printf '%q' "$a")"
+    done
+    # shellcheck disable=SC2016
+    cmd+=' --database-url "$DATABASE_URL"'
+    if [ -n "$answer" ]; then answer+=$'\n'; fi
+    printf '%s' "$answer" | SHELL=/bin/bash timeout 30 script -q -e -c "$cmd" /dev/null >"$out" 2>&1
+}
+QUESTION='purge 2 dead-lettered events for good? [y/N]'
+REFUSED='purge-dead: not confirmed; nothing changed'
+
+# --- 1. ---
+insert_dead p-1
+insert_dead p-2
+on_tty n "$T/no.out" purge-dead --all
+check_eq "1: purge-dead --all on a terminal, answered n: exit 1" 1 $?
+check "1: ... it asked, naming how many" grep -qF "$QUESTION" "$T/no.out"
+check "1: ... and said nothing changed" grep -qF "$REFUSED" "$T/no.out"
+check_eq "1: ... both events still dead" 2 "$(dead_count)"
+on_tty '' "$T/eof.out" purge-dead --all
+check_eq "1: purge-dead --all on a terminal, end of input: exit 1, both still dead" "1 2" \
+    "$? $(dead_count)"
+on_tty y "$T/id.out" purge-dead --id "$(psql_q "SELECT id FROM outbox WHERE aggregate_id = 'p-1'")"
+check_eq "1: purge-dead --id on a terminal: exit 0, one left" "0 1" "$? $(dead_count)"
+check "1: ... asked nothing (one event)" lacks "$T/id.out" '[y/N]'
+insert_dead p-3
+on_tty y "$T/yes.out" purge-dead --all
+check_eq "1: purge-dead --all on a terminal, answered y: exit 0, none left" "0 0" "$? $(dead_count)"
+check "1: ... after the question" grep -qF "$QUESTION" "$T/yes.out"
+check "1: ... purged both" grep -q 'purged 2 events' "$T/yes.out"
+insert_dead p-4
+on_tty '' "$T/flag.out" purge-dead --all --yes
+check_eq "1: purge-dead --all --yes on a terminal: exit 0, none left" "0 0" "$? $(dead_count)"
+check "1: ... asked nothing" lacks "$T/flag.out" '[y/N]'
+insert_dead p-5
+timeout 30 "$RELAY_BIN" purge-dead --all --database-url "$DATABASE_URL" </dev/null \
+    >"$T/script.out" 2>&1
+check_eq "1: purge-dead --all without a terminal (a script): exit 0, none left" "0 0" \
+    "$? $(dead_count)"
+check "1: ... asked nothing" lacks "$T/script.out" '[y/N]'
+on_tty '' "$T/none.out" purge-dead --all
+check_eq "1: purge-dead --all on a terminal with nothing dead: exit 0, nothing asked" "0 0" \
+    "$? $(grep -cF '[y/N]' "$T/none.out")"
