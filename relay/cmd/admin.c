@@ -400,7 +400,12 @@ int admin_dead(const Config *cfg)
             /* Every text column is the writers' (or an error quoting them): escaped as in the
              * log, so a row cannot print a newline, ESC or OSC sequence, U+2028 or a bidi
              * override to the operator's terminal. */
-            char aggregate[256], event_id[160], agg[520], error[1024], copy[48];
+            char event_id[160], agg[520], error[1024], copy[48];
+            /* The name is cut where its escaped text fills agg, with "..." (log_escape). Joined
+             * into a buffer longer than agg, a name cut here is one that buffer cuts too, so
+             * the mark shows: joined into 256 bytes, a longer name (the columns are text, of
+             * any length) lost its end unmarked, and read as another aggregate's. */
+            char aggregate[sizeof(agg) + 8];
             snprintf(aggregate, sizeof(aggregate), "%s/%s", PQgetvalue(res, i, 2),
                      PQgetvalue(res, i, 3));
             /* The copy's state with its when or why: the retry time of one that failed, and for

@@ -5,6 +5,8 @@
 #     of input) deletes nothing and exits 1 saying so; y deletes them; --yes asks nothing; without
 #     a terminal (a script) it asks nothing and deletes, as it always has; --id (one event) asks
 #     nothing. Before, it deleted every dead event unasked.
+#  2. dead's table shows an aggregate name whole up to some 500 bytes, and cuts a longer one with
+#     "..."; --json gives every name whole. Before, the table cut every name at 255 bytes unmarked.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -71,3 +73,18 @@ check "1: ... asked nothing" lacks "$T/script.out" '[y/N]'
 on_tty '' "$T/none.out" purge-dead --all
 check_eq "1: purge-dead --all on a terminal with nothing dead: exit 0, nothing asked" "0 0" \
     "$? $(grep -cF '[y/N]' "$T/none.out")"
+
+# --- 2. ---
+long=$(printf 'x%.0s' $(seq 300))
+longer=$(printf 'y%.0s' $(seq 1000))
+insert_dead "$long"
+insert_dead "$longer"
+timeout 30 "$RELAY_BIN" dead --database-url "$DATABASE_URL" >"$T/dead.txt" 2>"$T/dead.err"
+check_eq "2: dead exits 0" 0 $?
+check "2: a name of 306 bytes is shown whole" grep -qF " order/$long " "$T/dead.txt"
+shown=$(awk '$3 ~ /^order\/y/ { print $3 }' "$T/dead.txt")
+check "2: a name of 1006 bytes is cut, marked \"...\" ($(printf '%s' "$shown" | wc -c) bytes shown)" \
+    grep -qE '^order/y{400,}\.\.\.$' <<<"$shown"
+timeout 30 "$RELAY_BIN" dead --json --database-url "$DATABASE_URL" >"$T/dead.json" 2>"$T/dead.err"
+check_eq "2: dead --json gives both names whole" "300 1000" \
+    "$(jq -r '.aggregate_id | length' "$T/dead.json" | sort -n | paste -sd' ')"
