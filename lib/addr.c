@@ -57,3 +57,13 @@ const char *addr_request_path(const char *target)
     const char *path = strchr(rest, '/');
     return path ? path : "/";
 }
+
+bool addr_request_method_known(const char *method)
+{
+    static const char *const known[] = {"GET",     "HEAD",    "POST",  "PUT",  "DELETE",
+                                        "CONNECT", "OPTIONS", "TRACE", "PATCH"};
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (strcmp(method, known[i]) == 0)
+            return true;
+    return false;
+}

@@ -22,4 +22,10 @@ bool addr_parse_host_port(const char *option, const char *text, char *host, size
  * ignored, as the Host header is. Returns a pointer into target, or to a static "/". */
 const char *addr_request_path(const char *target);
 
+/* Whether method is one HTTP defines (RFC 9110 section 9: GET, HEAD, POST, PUT, DELETE, CONNECT,
+ * OPTIONS, TRACE; RFC 5789: PATCH), compared case-sensitively as RFC 9110 9.1 says. The servers
+ * answer another (an unknown token, "get") 501 on any path, and a known one a path does not take
+ * 405 with Allow, or 404 when no such path is served (RFC 9110 15.5.6, 15.6.2). */
+bool addr_request_method_known(const char *method);
+
 #endif

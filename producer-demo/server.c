@@ -274,7 +274,13 @@ static void route(Server *s, struct MHD_Connection *c, const char *url, const ch
                   Request *rq, ApiResponse *r)
 {
     bool is_order = strncmp(url, "/orders/", 8) == 0 && url[8] && !strchr(url + 8, '/');
-    if (strcmp(url, "/orders") == 0 && strcmp(method, "POST") != 0) {
+    /* RFC 9110 15.6.2: a method the server does not know is 501 on any path (it was 405 on a
+     * path of the API, "not allowed" as if known, and 404 elsewhere), as the relay's server
+     * answers it; a known one a path does not take is 405 with Allow below, and 404 where no
+     * such path is. */
+    if (!addr_request_method_known(method)) {
+        api_problem(r, 501, "method not implemented");
+    } else if (strcmp(url, "/orders") == 0 && strcmp(method, "POST") != 0) {
         not_allowed(r, "POST");
     } else if (strcmp(url, "/orders") == 0 && rq->too_large) {
         char detail[64];

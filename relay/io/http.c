@@ -118,6 +118,7 @@ struct HttpServer {
     unsigned long runs;       /* MHD_run calls so far (make_room) */
     HttpHandlerFn fn;
     void *arg;
+    const char *const *paths; /* the paths fn serves (405 or 404 for another method) */
     size_t held; /* bytes of large bodies not yet freed by libmicrohttpd (HTTP_RESPONSE_BUDGET) */
     /* The last large answer, shared by the requests for its path for HTTP_SHARE_S (http.h). */
     struct MHD_Response *shared;
@@ -636,12 +637,24 @@ static enum MHD_Result answer(HttpServer *s, struct MHD_Connection *conn, const 
                               const char *method, Pending *p)
 {
     StrBuf body = {0};
-    /* HEAD is GET without the body (libmicrohttpd drops it), as HTTP requires of servers. */
+    /* HEAD is GET without the body (libmicrohttpd drops it), as HTTP requires of servers.
+     * Another method is answered before any request body is read; libmicrohttpd then closes the
+     * connection. RFC 9110: 501 for a method the server does not know (15.6.2), 405 with Allow
+     * for a known one the resource does not take (15.5.6), 404 where there is no resource: 405
+     * everywhere said that every path exists, and named an unknown token "not allowed", as the
+     * producer demo did not. */
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
-        /* Answered before any request body is read; libmicrohttpd then closes the connection. */
-        strbuf_puts(&body, "method not allowed\n");
-        return reply(s, conn, p, url, MHD_HTTP_METHOD_NOT_ALLOWED, &body,
-                     "text/plain; charset=utf-8", true);
+        bool served = false;
+        for (const char *const *path = s->paths; path && *path && !served; path++)
+            served = strcmp(url, *path) == 0;
+        int status = !addr_request_method_known(method) ? MHD_HTTP_NOT_IMPLEMENTED
+                     : served                           ? MHD_HTTP_METHOD_NOT_ALLOWED
+                                                        : MHD_HTTP_NOT_FOUND;
+        strbuf_puts(&body, status == MHD_HTTP_NOT_IMPLEMENTED ? "method not implemented\n"
+                           : served                           ? "method not allowed\n"
+                                                              : "not found\n");
+        return reply(s, conn, p, url, status, &body, "text/plain; charset=utf-8",
+                     status == MHD_HTTP_METHOD_NOT_ALLOWED);
     }
     if (s->shared && monotime_now() >= s->shared_until) {
         /* Released before the budget is looked at: kept, it would count against the next
@@ -687,8 +700,8 @@ static enum MHD_Result answer(HttpServer *s, struct MHD_Connection *conn, const 
     return reply(s, conn, p, url, status, &body, content_type, false);
 }
 
-HttpServer *http_server_new(struct ev_loop *loop, const char *listen, HttpHandlerFn fn, void *arg,
-                            char *err, size_t errlen)
+HttpServer *http_server_new(struct ev_loop *loop, const char *listen, const char *const *paths,
+                            HttpHandlerFn fn, void *arg, char *err, size_t errlen)
 {
     char host[256], port[16];
     unsigned port_number;
@@ -707,6 +720,7 @@ HttpServer *http_server_new(struct ev_loop *loop, const char *listen, HttpHandle
         return NULL;
     }
     s->loop = loop;
+    s->paths = paths;
     s->response_deadline = HTTP_RESPONSE_DEADLINE_S;
     s->header_deadline = HTTP_HEADER_DEADLINE_S;
     s->limit = connection_limit();

@@ -50,10 +50,13 @@ typedef struct HttpServer HttpServer;
  * *content_type at a static string (default text/plain), returns the HTTP status. */
 typedef int (*HttpHandlerFn)(const char *path, StrBuf *body, const char **content_type, void *arg);
 
-/* Listens on `listen` (HOST:PORT, see addr.h) and serves requests through fn on loop. Returns NULL
- * with one line in err when the address is malformed or cannot be bound. */
-HttpServer *http_server_new(struct ev_loop *loop, const char *listen, HttpHandlerFn fn, void *arg,
-                            char *err, size_t errlen);
+/* Listens on `listen` (HOST:PORT, see addr.h) and serves requests through fn on loop: GET and
+ * HEAD go to fn. Another method HTTP defines is answered 405 with Allow: GET, HEAD on one of
+ * paths (the paths fn serves, NULL-terminated, kept by pointer: static), 404 on any other; a
+ * method HTTP does not define, 501 on any path (addr_request_method_known). Returns NULL with one
+ * line in err when the address is malformed or cannot be bound. */
+HttpServer *http_server_new(struct ev_loop *loop, const char *listen, const char *const *paths,
+                            HttpHandlerFn fn, void *arg, char *err, size_t errlen);
 
 /* Sets the response deadline (HTTP_RESPONSE_DEADLINE_S by default) for requests answered from
  * now on: the tests shorten it. */

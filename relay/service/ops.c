@@ -57,6 +57,10 @@ static int handle_databases(Ops *o, const char *path, StrBuf *body, const char *
     return 404;
 }
 
+/* The paths handle and handle_databases serve (http_server_new: 405, not 404, for another method
+ * there). */
+static const char *const ops_paths[] = {"/metrics", "/healthz", "/readyz", NULL};
+
 static int handle(const char *path, StrBuf *body, const char **content_type, void *arg)
 {
     Ops *o = arg;
@@ -153,7 +157,7 @@ Ops *ops_new(struct ev_loop *loop, Config *cfg, int argc, char **argv, char *err
     o->argc = argc;
     o->argv = argv;
     if (cfg->metrics_listen) {
-        o->http = http_server_new(loop, cfg->metrics_listen, handle, o, err, errlen);
+        o->http = http_server_new(loop, cfg->metrics_listen, ops_paths, handle, o, err, errlen);
         if (!o->http) {
             free(o);
             return NULL;

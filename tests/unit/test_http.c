@@ -81,7 +81,8 @@ static int setup(void **state)
     assert_non_null(f);
     f->loop = ev_loop_new(EVFLAG_AUTO);
     char err[256];
-    f->server = http_server_new(f->loop, "127.0.0.1:0", handler, NULL, err, sizeof(err));
+    static const char *const paths[] = {"/healthz", "/readyz", NULL};
+    f->server = http_server_new(f->loop, "127.0.0.1:0", paths, handler, NULL, err, sizeof(err));
     if (!f->server)
         fail_msg("http_server_new: %s", err);
     f->port = atoi(strrchr(http_server_address(f->server), ':') + 1);
@@ -543,6 +544,64 @@ static void test_one_request_per_connection(void **state)
     assert_non_null(strstr(buf, "Connection: close"));
 }
 
+/* Sends req on a new connection and reads the answer until the server closes it (at most 20 s: a
+ * bound, not a timing) into buf; returns its status code, or -1 when none came. */
+static int answer_to(const Fixture *f, const char *req, char *buf, size_t buflen)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)f->port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+    assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+    size_t got = 0;
+    for (double until = monotime_now() + 20; monotime_now() < until && got < buflen - 1;) {
+        ev_run(f->loop, EVRUN_NOWAIT);
+        ssize_t n = recv(fd, buf + got, buflen - 1 - got, 0);
+        if (n > 0)
+            got += (size_t)n;
+        else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+            break;
+        else
+            usleep(1000);
+    }
+    close(fd);
+    buf[got] = '\0';
+    return strncmp(buf, "HTTP/1.1 ", 9) == 0 ? atoi(buf + 9) : -1;
+}
+
+/* The answers to methods other than GET and HEAD (RFC 9110): a method HTTP defines is 405 with
+ * Allow on a path the server serves and 404 on another (405 everywhere said every path exists),
+ * a token HTTP does not define (or a known one in lower case) 501 on any path (it was 405, "not
+ * allowed", as if known), without Allow. */
+static void test_methods(void **state)
+{
+    Fixture *f = *state;
+    static const struct {
+        const char *method, *path;
+        int status;
+        bool allow;
+    } cases[] = {{"POST", "/healthz", 405, true},  {"DELETE", "/readyz", 405, true},
+                 {"TRACE", "/healthz", 405, true}, {"OPTIONS", "/readyz", 405, true},
+                 {"PATCH", "/healthz", 405, true}, {"POST", "/nope", 404, false},
+                 {"OPTIONS", "/nope", 404, false}, {"FOO", "/healthz", 501, false},
+                 {"get", "/healthz", 501, false},  {"FOO", "/nope", 501, false},
+                 {"BREW", "/readyz", 501, false},  {"HEAD", "/healthz", 200, false},
+                 {"GET", "/healthz", 200, false}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char req[128], buf[2048];
+        snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: test\r\n\r\n", cases[i].method,
+                 cases[i].path);
+        int st = answer_to(f, req, buf, sizeof(buf));
+        bool allow = strstr(buf, "\r\nAllow: GET, HEAD\r\n") != NULL;
+        if (st != cases[i].status || allow != cases[i].allow)
+            fail_msg("%s %s: status %d, Allow %s; expected %d, Allow %s", cases[i].method,
+                     cases[i].path, st, allow ? "given" : "none", cases[i].status,
+                     cases[i].allow ? "given" : "none");
+    }
+}
+
 /* A server started with a connection limit of 48 (half a descriptor limit of 96; the limit is
  * read once, at the start), the descriptor limit raised again for the test's own sockets. */
 static int setup_limit_48(void **state)
@@ -678,6 +737,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_probe_request_late, setup_limit_48, teardown),
         cmocka_unit_test_setup_teardown(test_one_request_per_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_absolute_form, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_methods, setup, teardown),
         cmocka_unit_test_setup_teardown(test_accepts_again_after_the_limit_emptied, setup_limit_48,
                                         teardown),
     };

@@ -330,6 +330,22 @@ http GET /orders
 check_eq "GET /orders: 405 with Allow: POST" "405 POST" "$STATUS $(hdr Allow)"
 http DELETE "/orders/$ID"
 check_eq "DELETE /orders/{id}: 405" 405 "$STATUS"
+# RFC 9110: a method HTTP defines that a path does not take is 405 with Allow there and 404 on a
+# path that does not exist; one it does not define (or a known one in lower case) is 501 on any
+# path, without Allow (it was 405 on the API's paths and 404 elsewhere), as the relay answers.
+http TRACE /orders
+check_eq "TRACE /orders: 405 with Allow: POST" "405 POST" "$STATUS $(hdr Allow)"
+http OPTIONS /healthz
+check_eq "OPTIONS /healthz: 405 with Allow: GET, HEAD" "405 GET, HEAD" "$STATUS $(hdr Allow)"
+http TRACE /nope
+check_eq "TRACE on an unknown path: 404" 404 "$STATUS"
+http FOO /orders
+check_eq "FOO /orders: 501, no Allow, a problem document" "501  501" \
+    "$STATUS $(hdr Allow) $(jq -r .status "$T/body")"
+http get "/orders/$ID"
+check_eq "get (lower case) /orders/{id}: 501" 501 "$STATUS"
+http FOO /nope
+check_eq "FOO on an unknown path: 501" 501 "$STATUS"
 # The method is the client's: its line quotes it (a quote in it left a line no logfmt reader
 # parses) and cuts it (a 4000-letter one made a 4000-letter line), as it does the path.
 http 'A"B' /orders
