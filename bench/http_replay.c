@@ -77,9 +77,10 @@ static bool send_all(int fd, const char *buf, size_t len)
     return true;
 }
 
-/* Reads one response; returns its status (0 on a broken connection) and whether it was a
- * replay. Needs Content-Length (producer-demo always sends it). */
-static int read_response(int fd, char *buf, size_t cap, bool *replayed)
+/* Reads one response; returns its status (0 on a broken connection), whether it was a replay
+ * and whether the server closes the connection after it (producer-demo does after 1,000 answers:
+ * KEEPALIVE_REQUESTS). Needs Content-Length (producer-demo always sends it). */
+static int read_response(int fd, char *buf, size_t cap, bool *replayed, bool *closing)
 {
     size_t len = 0;
     char *end = NULL;
@@ -99,6 +100,8 @@ static int read_response(int fd, char *buf, size_t cap, bool *replayed)
         return 0;
     size_t body = strtoul(cl + 17, NULL, 10);
     *replayed = strcasestr(buf, "\r\nIdempotency-Replayed: true") != NULL;
+    const char *conn = strcasestr(buf, "\r\nConnection: close");
+    *closing = conn && conn < end;
     int status = atoi(buf + 9);
     size_t have = len - head;
     while (have < body) {
@@ -133,9 +136,10 @@ static void *run(void *arg)
                             "Content-Length: %d\r\n\r\n%s",
                             w->prefix, k, blen, body);
         double t0 = now_ms();
-        bool replayed = false;
-        int status =
-            send_all(fd, req, (size_t)rlen) ? read_response(fd, buf, sizeof(buf), &replayed) : 0;
+        bool replayed = false, closing = false;
+        int status = send_all(fd, req, (size_t)rlen)
+                         ? read_response(fd, buf, sizeof(buf), &replayed, &closing)
+                         : 0;
         w->lat_ms[i] = now_ms() - t0;
         if (status != 201)
             w->errors++;
@@ -144,6 +148,9 @@ static void *run(void *arg)
         if (status == 0) {
             close(fd);
             fd = -1;
+        } else if (closing) { /* as a client must: the next request on a new connection */
+            close(fd);
+            fd = connect_to(w->port);
         }
     }
     if (fd >= 0)

@@ -30,6 +30,14 @@
  * sends). */
 #define LINGER_S 5.0
 #define LINGER_BYTES (64L * 1024 * 1024)
+/* The answers a kept-alive connection carries: the last says "Connection: close", and the
+ * connection closes once it is sent (nginx's keepalive_requests, 1000 too). A client that
+ * pipelines requests and reads the answers slowly is never idle (the 30 s timeout) nor late
+ * with a request (the request deadline: each comes at once), so it held its connection, and the
+ * thread serving it, for as long as it went on: measured open after 100 s with 16 KB read every
+ * half second. A client that reads nothing is closed by the idle timeout once the socket buffers
+ * are full (measured: 31.5 s). */
+#define KEEPALIVE_REQUESTS 1000
 
 /* Limits against hostile or broken clients (docs/demos.md#producer-demo-the-order-api), as on the
  * relay's metrics port (relay/io/http.c). One thread serves each connection, so every connection
@@ -59,6 +67,12 @@ struct Server {
 };
 
 #define EVICT_WARN_S 60.0 /* at most one "connection limit reached" line this often */
+
+/* One connection's state (libmicrohttpd's socket context), touched by its own thread only. */
+typedef struct Conn {
+    ConnDeadline *deadline;
+    unsigned long answers; /* queued so far (KEEPALIVE_REQUESTS) */
+} Conn;
 
 /* One request's state across the access handler's calls (headers, body chunks, end). */
 typedef struct Request {
@@ -333,6 +347,11 @@ static double elapsed_ms(const struct timespec *start)
 static enum MHD_Result respond(struct MHD_Connection *c, const char *method, const char *url,
                                const Request *rq, ApiResponse *r)
 {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    Conn *conn = ci ? ci->socket_context : NULL;
+    if (conn && ++conn->answers >= KEEPALIVE_REQUESTS)
+        r->close = true;
     const char *body = r->body ? r->body : "";
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
@@ -378,7 +397,7 @@ static void request_arrived(Server *s, struct MHD_Connection *c)
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     if (ci && ci->socket_context)
-        conndeadline_pause(s->deadlines, ci->socket_context);
+        conndeadline_pause(s->deadlines, ((Conn *)ci->socket_context)->deadline);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -527,7 +546,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && ci && ci->socket_context)
-        conndeadline_restart(s->deadlines, ci->socket_context);
+        conndeadline_restart(s->deadlines, ((Conn *)ci->socket_context)->deadline);
 }
 
 /* Puts each new connection on the request deadline's clock; forgets it when it closes (before
@@ -539,8 +558,13 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = ci ? conndeadline_add(s->deadlines, ci->connect_fd) : NULL;
-        if (ci && !*socket_context) /* it would escape the deadline: refuse it */
+        Conn *conn = ci ? calloc(1, sizeof(*conn)) : NULL;
+        if (conn && !(conn->deadline = conndeadline_add(s->deadlines, ci->connect_fd))) {
+            free(conn);
+            conn = NULL;
+        }
+        *socket_context = conn;
+        if (ci && !conn) /* it would escape the deadline: refuse it */
             shutdown(ci->connect_fd, SHUT_RDWR);
         long evicted = conndeadline_evicted(s->deadlines);
         if (evicted > s->evicted_warned &&
@@ -553,7 +577,10 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
             s->evict_warned_at = mono_s();
         }
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
-        conndeadline_remove(s->deadlines, *socket_context);
+        Conn *conn = *socket_context;
+        if (conn)
+            conndeadline_remove(s->deadlines, conn->deadline);
+        free(conn);
         *socket_context = NULL;
     }
 }

@@ -239,6 +239,17 @@ printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: raw-ok-1\r\nContent
     "${#DUP}" "$DUP" >"$T/req.ok"
 raw_http "$T/req.ok"
 check_eq "the same request with one Content-Length: 201" 201 "$(raw_answers)"
+
+# --- a kept-alive connection carries at most 1,000 answers ------------------------------------------
+# The 1,000th says Connection: close and the connection closes after it: a client that pipelines
+# requests and reads the answers slowly never trips the idle timeout nor the request deadline,
+# and held its connection (and the thread serving it) for as long as it went on; here the 1,200
+# requests were all answered and the connection stayed open.
+for _ in $(seq 1200); do printf 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'; done >"$T/pipelined"
+raw_http "$T/pipelined"
+check_eq "1,200 pipelined requests: 1,000 answers, one Connection: close, then the server closes" \
+    "1000 1 closed" \
+    "$(grep -a -o 'HTTP/1\.1 [0-9][0-9][0-9]' "$T/raw" | wc -l) $(grep -a -ci '^Connection: close' "$T/raw") $(grep -a -q 'still open' "$T/raw" && echo open || echo closed)"
 CHUNKED='{"customer_id": "c-chunked", "amount_cents": 5, "currency": "EUR"}'
 printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: raw-ok-2\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n%x\r\n%s\r\n0\r\n\r\n' \
     "${#CHUNKED}" "$CHUNKED" >"$T/req.chunked"
