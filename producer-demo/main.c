@@ -48,6 +48,7 @@ typedef struct Options {
     long max_connections;
     long max_per_address;
     long request_deadline;
+    long request_log_rate;
     long db_connections;
     long lock_timeout;
     long statement_timeout;
@@ -118,6 +119,16 @@ static const OptDef options[] = {
      .help =
          "a request's line, headers and body must arrive within this (from the connection's start "
          "or the previous response), else the connection is cut"},
+    {.name = "request-log-rate",
+     .type = OPT_INT,
+     .def = "20",
+     .min = 0,
+     .max = 1000000,
+     .offset = F(request_log_rate),
+     .commands = SERVE,
+     .metavar = "N",
+     .help = "\"request\" lines (one an answer) logged a second at most, the rest counted in a "
+             "\"request lines held back\" line; 0: none"},
     {.name = "db-connections",
      .type = OPT_INT,
      .def = "8",
@@ -424,7 +435,8 @@ static int cmd_serve(const Options *o)
         rcache_free(redis);
         return 1;
     }
-    ServerLimits limits = {o->max_connections, o->max_per_address, o->request_deadline};
+    ServerLimits limits = {o->max_connections, o->max_per_address, o->request_deadline,
+                           o->request_log_rate};
     Server *server = server_start(&api, o->listen, &limits, err, sizeof(err));
     if (!server) {
         char q[400];

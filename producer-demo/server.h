@@ -3,7 +3,8 @@
  * One thread per connection (libmicrohttpd's own), bounded by max_connections: a handler blocks
  * on PostgreSQL, and a thread of its own keeps that from stalling other clients. Database
  * connections come from the pool, so max_connections only bounds idle or slow clients.
- * Bodies over ORDER_BODY_MAX bytes get 413. Every request is logged on one line. */
+ * Bodies over ORDER_BODY_MAX bytes get 413. Each answer is logged on one line ("request"), up
+ * to request_log_rate lines a second; the rest are counted ("request lines held back"). */
 #ifndef PRODUCER_SERVER_H
 #define PRODUCER_SERVER_H
 
@@ -19,6 +20,7 @@ typedef struct ServerLimits {
     long max_connections;    /* connections served at once, in all */
     long max_per_address;    /* connections from one client address at once */
     long request_deadline_s; /* a request's line, headers and body must arrive within this */
+    long request_log_rate;   /* "request" lines a second at most (0: none) */
 } ServerLimits;
 
 /* Binds listen and starts serving api within limits. Returns NULL with one line in err when the

@@ -14,7 +14,11 @@ pg_start
 relay_migrate 2>"$T/migrate.log" || fail "outbox-relay migrate"
 # Long bounds on waits: "a key still being processed" below holds a request on a lock for as
 # long as the test needs (the default bounds, and the 503 past them: 69_producer_careful.sh part 6).
-producer_start --lock-timeout 120000 --statement-timeout 120000
+# Every request line is logged (the checks below read some): the rate's own check has a server of
+# its own.
+PRODUCER_OPTS=(--lock-timeout 120000 --statement-timeout 120000)
+ALL_LINES=(--request-log-rate 1000000)
+producer_start "${PRODUCER_OPTS[@]}" "${ALL_LINES[@]}"
 
 ORDER='{"customer_id": "c-7", "amount_cents": 4200, "currency": "EUR"}'
 
@@ -240,21 +244,36 @@ printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: raw-ok-1\r\nContent
 raw_http "$T/req.ok"
 check_eq "the same request with one Content-Length: 201" 201 "$(raw_answers)"
 
+CHUNKED='{"customer_id": "c-chunked", "amount_cents": 5, "currency": "EUR"}'
+printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: raw-ok-2\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n%x\r\n%s\r\n0\r\n\r\n' \
+    "${#CHUNKED}" "$CHUNKED" >"$T/req.chunked"
+raw_http "$T/req.chunked"
+check_eq "a chunked body without Content-Length: 201" 201 "$(raw_answers)"
+
 # --- a kept-alive connection carries at most 1,000 answers ------------------------------------------
 # The 1,000th says Connection: close and the connection closes after it: a client that pipelines
 # requests and reads the answers slowly never trips the idle timeout nor the request deadline,
 # and held its connection (and the thread serving it) for as long as it went on; here the 1,200
 # requests were all answered and the connection stayed open.
 for _ in $(seq 1200); do printf 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'; done >"$T/pipelined"
+producer_stop
+producer_start "${PRODUCER_OPTS[@]}" --request-log-rate 5
 raw_http "$T/pipelined"
 check_eq "1,200 pipelined requests: 1,000 answers, one Connection: close, then the server closes" \
     "1000 1 closed" \
     "$(grep -a -o 'HTTP/1\.1 [0-9][0-9][0-9]' "$T/raw" | wc -l) $(grep -a -ci '^Connection: close' "$T/raw") $(grep -a -q 'still open' "$T/raw" && echo open || echo closed)"
-CHUNKED='{"customer_id": "c-chunked", "amount_cents": 5, "currency": "EUR"}'
-printf 'POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: raw-ok-2\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n%x\r\n%s\r\n0\r\n\r\n' \
-    "${#CHUNKED}" "$CHUNKED" >"$T/req.chunked"
-raw_http "$T/req.chunked"
-check_eq "a chunked body without Content-Length: 201" 201 "$(raw_answers)"
+# Those 1,000 answers wrote at most --request-log-rate (5) "request" lines a second, the rest
+# counted in "held back" lines (said when a later second's request comes, or at the stop): they
+# came within raw_http's 10 s, so at most 55 lines; before, one line each (1,000).
+producer_stop
+burst_lines=$(grep -c 'msg="request" ' "$PRODUCER_LOG")
+held=$(grep -o 'msg="request lines held back" count=[0-9]* limit=5$' "$PRODUCER_LOG" |
+    grep -o 'count=[0-9]*' | cut -d= -f2 | awk '{ n += $1 } END { print n + 0 }')
+check "the burst's request lines are bounded by the rate (5 a second): $burst_lines of 1000" \
+    test "$burst_lines" -le 55
+check_eq "... and the rest counted: lines + held back = the 1,000 answers" 1000 \
+    "$((burst_lines + ${held:-0}))"
+producer_start "${PRODUCER_OPTS[@]}" "${ALL_LINES[@]}"
 
 # RFC 9112 section 6.1: a Transfer-Encoding whose last coding is not chunked cannot be framed
 # (400, connection closed); a coding before chunked is one not implemented here (501).
