@@ -381,8 +381,8 @@ int admin_dead(const Config *cfg)
     char after[32] = "", batch[32];
     snprintf(batch, sizeof(batch), "%d", ADMIN_DEAD_BATCH);
     for (;;) {
-        const char *params[3] = {NULL, *after ? after : NULL, batch};
-        PGresult *res = admin_exec(conn, &cfg->map, SQL_DEAD, 3, params, PGRES_TUPLES_OK);
+        const char *params[5] = {NULL, *after ? after : NULL, batch, NULL, NULL};
+        PGresult *res = admin_exec(conn, &cfg->map, SQL_DEAD, 5, params, PGRES_TUPLES_OK);
         if (!res) {
             rc = 1;
             break;
@@ -480,18 +480,31 @@ static bool setting_ms(PGconn *conn, const char *name, long *ms, DbError *e)
  * selection: a deletion is for good, and `purge-dead --all` typed for `dead` or `requeue --all`
  * deleted them all unasked. Asked only when stdin and stderr are a terminal: a script (no
  * terminal) goes on as it always has, and --yes skips the question (the caller). Nothing dead:
- * nothing to ask. Returns 0 to go on, 1 when not confirmed or the count failed (said). */
-static int confirm_purge(PGconn *conn, const Config *cfg)
+ * nothing to ask. Confirmed, max_seq and max_dead_at (32 and 64 bytes) get the bounds of what
+ * was counted, for the purge to keep to: the question waits on a person, and an event that dies
+ * meanwhile (a relay dead-letters a row, with a higher id or a lower one) was not among the N it
+ * named, so the purge takes the events up to the highest id counted that died no later than the
+ * latest death counted. Past the count's cap the highest id is not known (the count stops), and
+ * the bound is the count's own time. Left to chance: an event whose death's transaction (a relay's
+ * batch, begun before the latest death counted) commits after the count. Returns 0 to go on, 1
+ * when not confirmed or the count failed (said). */
+static int confirm_purge(PGconn *conn, const Config *cfg, char *max_seq, char *max_dead_at)
 {
     if (!isatty(STDIN_FILENO) || !isatty(STDERR_FILENO))
         return 0;
     char cap[32];
     snprintf(cap, sizeof(cap), "%ld", ADMIN_PURGE_COUNT_MAX + 1);
-    const char *params[3] = {NULL, NULL, cap};
-    PGresult *res = admin_exec(conn, &cfg->map, SQL_DEAD_COUNT, 3, params, PGRES_TUPLES_OK);
+    const char *params[5] = {NULL, NULL, cap, NULL, NULL};
+    PGresult *res = admin_exec(conn, &cfg->map, SQL_DEAD_COUNT, 5, params, PGRES_TUPLES_OK);
     if (!res)
         return 1;
     long n = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+    if (n > 0 && n <= ADMIN_PURGE_COUNT_MAX) {
+        snprintf(max_seq, 32, "%s", PQgetvalue(res, 0, 1));
+        snprintf(max_dead_at, 64, "%s", PQgetvalue(res, 0, 2));
+    } else if (n > 0) {
+        snprintf(max_dead_at, 64, "%s", PQgetvalue(res, 0, 3));
+    }
     PQclear(res);
     if (n == 0)
         return 0;
@@ -519,7 +532,9 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb, boo
     PGconn *conn = admin_connect(cfg->database_url);
     if (!conn)
         return admin_connect_exit_code();
-    if (ask && confirm_purge(conn, cfg)) {
+    /* The bounds of what the confirmation counted ($4, $5 of SQL_DEAD_ROWS; "" none). */
+    char max_seq[32] = "", max_dead_at[64] = "";
+    if (ask && confirm_purge(conn, cfg, max_seq, max_dead_at)) {
         PQfinish(conn);
         return 1;
     }
@@ -561,8 +576,9 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb, boo
     bool failed = false, no_verdict = false, warned = false;
     DbError e;
     for (;;) {
-        const char *params[3] = {cfg->all ? NULL : id, *after ? after : NULL, batch};
-        PGresult *res = exec_template_e(conn, &cfg->map, sql, 3, params, PGRES_TUPLES_OK, true, &e,
+        const char *params[5] = {cfg->all ? NULL : id, *after ? after : NULL, batch,
+                                 *max_seq ? max_seq : NULL, *max_dead_at ? max_dead_at : NULL};
+        PGresult *res = exec_template_e(conn, &cfg->map, sql, 5, params, PGRES_TUPLES_OK, true, &e,
                                         &no_verdict);
         if (!res) {
             if (strcmp(e.sqlstate, "55P03") == 0) {

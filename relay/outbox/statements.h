@@ -246,11 +246,15 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
  * transaction of its own: a statement stays far within the commands' statement_timeout and holds
  * its row locks briefly, and the listing's memory is one batch, however many rows died. $1: one
  * event's {seq} (NULL: all); $2: the last {seq} of the batch before (NULL at first); $3: the rows
- * of a batch (ADMIN_DEAD_BATCH). */
+ * of a batch (ADMIN_DEAD_BATCH); $4, $5: the highest {seq} and the latest dead_at to take (NULL:
+ * no bound), what purge-dead --all's confirmation counted (SQL_DEAD_COUNT), so that an event that
+ * dies while the question waits is not deleted with the ones the operator agreed to. */
 #define SQL_DEAD_ROWS                                                                              \
     " FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL"                                  \
     " AND ($1::bigint IS NULL OR {seq} = $1::bigint)"                                              \
-    " AND ($2::bigint IS NULL OR {seq} > $2::bigint) ORDER BY {seq} LIMIT $3::bigint"
+    " AND ($2::bigint IS NULL OR {seq} > $2::bigint)"                                              \
+    " AND ($4::bigint IS NULL OR {seq} <= $4::bigint)"                                             \
+    " AND ($5::timestamptz IS NULL OR dead_at <= $5::timestamptz) ORDER BY {seq} LIMIT $3::bigint"
 /* Why a copy is parked (a retry time of 'infinity', SQL_DEAD below): the relay parks it for this
  * reason alone, said in the row's copy failure (produce.c, copy_unfit) and by outbox-relay dead
  * (admin.c), long after the error line that said it may have rotated away. */
@@ -271,8 +275,13 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " CASE WHEN dead_letter_topic IS NULL AND next_attempt_at < 'infinity' THEN"                   \
     " pg_catalog.to_char(next_attempt_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"    \
     " ELSE '' END" SQL_DEAD_ROWS
-/* How many dead events there are, up to $3 (purge-dead --all's confirmation: $1 and $2 NULL). */
-#define SQL_DEAD_COUNT "SELECT pg_catalog.count(*) FROM (SELECT {seq}" SQL_DEAD_ROWS ") d"
+/* How many dead events there are, up to $3 (purge-dead --all's confirmation: $1, $2, $4, $5
+ * NULL), the highest {seq} and latest dead_at among them, and the statement's time: the purge's
+ * bounds ($4, $5 of SQL_PURGE_DEAD). The times are text in the session's own format, read back
+ * by the same session. */
+#define SQL_DEAD_COUNT                                                                             \
+    "SELECT pg_catalog.count(*), pg_catalog.max(seq), pg_catalog.max(dead_at),"                    \
+    " pg_catalog.now() FROM (SELECT {seq} AS seq, dead_at" SQL_DEAD_ROWS ") d"
 /* The batch's rows, locked (b); the change (c) returns their count and the last {seq}. */
 #define SQL_DEAD_BATCH "WITH b AS (SELECT {seq} AS seq" SQL_DEAD_ROWS " FOR UPDATE)"
 #define SQL_DEAD_CHANGED " SELECT pg_catalog.count(*), pg_catalog.max(seq) FROM c"

@@ -5,6 +5,9 @@
 #     of input) deletes nothing and exits 1 saying so; y deletes them; --yes asks nothing; without
 #     a terminal (a script) it asks nothing and deletes, as it always has; --id (one event) asks
 #     nothing. Before, it deleted every dead event unasked.
+#  3. the purge keeps to the events the question counted: events that die while it waits (an id
+#     above them, and one below) are not deleted with them. Before, "purge 2 ... [y/N]" answered y
+#     deleted 4.
 #  2. dead's table shows an aggregate name whole up to some 500 bytes, and cuts a longer one with
 #     "..."; --json gives every name whole. Before, the table cut every name at 255 bytes unmarked.
 # shellcheck source=tests/lib.sh
@@ -22,12 +25,8 @@ insert_dead() {
             WHERE aggregate_id = '$1'"
 }
 dead_count() { psql_q "SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL AND sent_at IS NULL"; }
-# on_tty ANSWER OUT ARGS...: runs the relay with ARGS on a pseudo-terminal (stdin, stdout and
-# stderr), ANSWER (with a newline unless empty) typed in; its output (the typed answer echoed
-# among it) goes to OUT; returns its exit status.
-on_tty() {
-    local answer=$1 out=$2
-    shift 2
+# tty_cmd ARGS...: the command line script(1) runs: the relay with ARGS and the database URL.
+tty_cmd() {
     # shellcheck disable=SC2016 # expanded by the shell script(1) runs, from the environment
     local cmd='exec "$RELAY_BIN"' a
     for a in "$@"; do
@@ -35,8 +34,27 @@ on_tty() {
     done
     # shellcheck disable=SC2016
     cmd+=' --database-url "$DATABASE_URL"'
+    printf '%s' "$cmd"
+}
+# on_tty ANSWER OUT ARGS...: runs the relay with ARGS on a pseudo-terminal (stdin, stdout and
+# stderr), ANSWER (with a newline unless empty) typed in; its output (the typed answer echoed
+# among it) goes to OUT; returns its exit status.
+on_tty() {
+    local answer=$1 out=$2
+    shift 2
     if [ -n "$answer" ]; then answer+=$'\n'; fi
-    printf '%s' "$answer" | SHELL=/bin/bash timeout 30 script -q -e -c "$cmd" /dev/null >"$out" 2>&1
+    printf '%s' "$answer" |
+        SHELL=/bin/bash timeout 30 script -q -e -c "$(tty_cmd "$@")" /dev/null >"$out" 2>&1
+}
+# answer_later OUT SQL: once the question is in OUT (waits up to 30 s), runs SQL, then types y.
+answer_later() {
+    local i
+    for i in $(seq 300); do
+        if grep -qF '[y/N]' "$1" 2>/dev/null; then break; fi
+        sleep 0.1
+    done
+    psql_q "$2" >/dev/null
+    printf 'y\n'
 }
 QUESTION='purge 2 dead-lettered events for good? [y/N]'
 REFUSED='purge-dead: not confirmed; nothing changed'
@@ -88,3 +106,26 @@ check "2: a name of 1006 bytes is cut, marked \"...\" ($(printf '%s' "$shown" | 
 timeout 30 "$RELAY_BIN" dead --json --database-url "$DATABASE_URL" >"$T/dead.json" 2>"$T/dead.err"
 check_eq "2: dead --json gives both names whole" "300 1000" \
     "$(jq -r '.aggregate_id | length' "$T/dead.json" | sort -n | paste -sd' ')"
+
+# --- 3. ---
+psql_q "DELETE FROM outbox" >/dev/null
+# Two events die while the question waits: one with an id above those counted (a new event), one
+# below them (an event inserted first, dead-lettered now). Neither was among the 2 asked about.
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        VALUES ('order', 'r-low', 'Broken', '{}')"
+insert_dead r-1
+insert_dead r-2
+answer_later "$T/race.out" "UPDATE outbox SET attempts = 2, rejections = 2, dead_at = now(),
+                            last_error = 'x' WHERE aggregate_id = 'r-low';
+                            INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+                            VALUES ('order', 'r-high', 'Broken', '{}');
+                            UPDATE outbox SET attempts = 2, rejections = 2, dead_at = now(),
+                            last_error = 'x' WHERE aggregate_id = 'r-high'" |
+    SHELL=/bin/bash timeout 30 script -q -e -c "$(tty_cmd purge-dead --all)" /dev/null \
+        >"$T/race.out" 2>&1
+check_eq "3: purge-dead --all, 2 events counted, 2 more dead before the answer y: exit 0" 0 $?
+check "3: ... asked about the 2" grep -qF "$QUESTION" "$T/race.out"
+check "3: ... purged those 2" grep -q 'purged 2 events' "$T/race.out"
+check_eq "3: ... the 2 that died while it asked are still dead" "r-high r-low" \
+    "$(psql_q "SELECT string_agg(aggregate_id, ' ' ORDER BY aggregate_id) FROM outbox
+               WHERE dead_at IS NOT NULL AND sent_at IS NULL")"
