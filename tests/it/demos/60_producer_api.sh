@@ -274,6 +274,36 @@ check "the burst's request lines are bounded by the rate (5 a second): $burst_li
 check_eq "... and the rest counted: lines + held back = the 1,000 answers" 1000 \
     "$((burst_lines + ${held:-0}))"
 producer_start "${PRODUCER_OPTS[@]}" "${ALL_LINES[@]}"
+# A client that pipelines more than that and reads slowly (a small receive buffer, reading after a
+# second, 2 KB at a time) still gets all 1,000 answers, the closing one among them, then the end
+# of the stream (RFC 9112 9.6: the server shuts its write side and reads on until the client
+# closes). Closed at once with the further requests unread, the socket sent a reset that dropped
+# the answers still in its send buffer: 33 answers, then "reset".
+python3 - "${API#http://}" >"$T/slow-pipeline" <<'PY'
+import socket, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+s.settimeout(20)
+s.connect((host, int(port)))
+s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 5000)
+time.sleep(1)
+out, end = b"", "eof"
+try:
+    while True:
+        chunk = s.recv(2048)
+        if not chunk:
+            break
+        out += chunk
+        time.sleep(0.002)
+except ConnectionResetError:
+    end = "reset"
+except socket.timeout:
+    end = "open"
+print(out.count(b"HTTP/1.1 "), out.lower().count(b"\r\nconnection: close"), end)
+PY
+check_eq "5,000 pipelined requests read slowly: 1,000 answers, the last Connection: close, then EOF" \
+    "1000 1 eof" "$(cat "$T/slow-pipeline")"
 
 # RFC 9112 section 6.1: a Transfer-Encoding whose last coding is not chunked cannot be framed
 # (400, connection closed); a coding before chunked is one not implemented here (501).
