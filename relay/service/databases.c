@@ -512,16 +512,21 @@ bool databases_check_registries(Databases *d, char *err, size_t errlen)
 /* A database a SIGHUP adds starts its registry client as a running database's stands: the URL it
  * took and the URLs a 429's or 503's Retry-After holds (the start-up probe's, or a lookup's since).
  * Unprobed, it asked the URL the others were told to wait for at its first lookup, and the URL
- * the probe had passed over. Nothing when no running database uses the registry. */
+ * the probe had passed over. A draining one's stands as well (its holds are the registry's, kept
+ * on the same monotonic clock; they are copied, not shared): a rename, the way to change what a
+ * reload cannot, drops the only running database as it adds the new one, and skipped, the new one
+ * asked the gateway at once. Running ones first. Nothing when no database uses the registry. */
 static void registry_from_running(Databases *d, Db *db)
 {
-    for (int i = 0; i < d->n; i++) {
-        const Db *from = d->dbs[i];
-        if (from != db && !from->removed && from->cfg.value_format != VALUE_JSON) {
-            relay_take_registry_probe(db->relay, from->relay);
-            return;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < d->n; i++) {
+            const Db *from = d->dbs[i];
+            if (from != db && from->removed == (pass == 1) &&
+                from->cfg.value_format != VALUE_JSON) {
+                relay_take_registry_probe(db->relay, from->relay);
+                return;
+            }
         }
-    }
 }
 
 void databases_start(Databases *d)

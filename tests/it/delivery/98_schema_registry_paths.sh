@@ -30,6 +30,9 @@
 #  8. the same gateway, database a alone at start, b added by a SIGHUP: b's client starts held by
 #     the wait a's probe was told (unheld, b asked the gateway at its first lookup), and logs
 #     the registry down.
+#  9. the same gateway, a alone at start, then a SIGHUP whose list names b alone (a rename, the
+#     way to change what a reload cannot): a drains as b is added, and b's client starts held by
+#     a's wait all the same (a draining database was passed over: b asked the gateway at once).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -365,3 +368,23 @@ check_eq "8: the gateway was asked once more, by the probe (b's client held by i
     $((ASKED + 1)) "$(grep -c '^request' "$T/throttled.out")"
 relay_stop
 check_eq "8: relay exits 0" 0 $?
+
+# 9. The same gateway; a renamed b by a SIGHUP: a drains (its 'held' row waits) as b is added.
+jq '.databases |= .[1:]' "$T/throttled.json" >"$T/throttled_b.json" || fail "9: b's list"
+cp "$T/throttled_a.json" "$T/throttled_hup.json"
+ASKED=$(grep -c '^request' "$T/throttled.out")
+unset DATABASE_URL
+relay_start --config "$T/throttled_hup.json"
+export DATABASE_URL=$SAVED_URL
+wait_for "9: database a's rows wait, the registry logged down" 30 grep -q \
+    'msg="schema registry unavailable.* database=a .*HTTP 429' "$RELAY_LOG"
+cp "$T/throttled_b.json" "$T/throttled_hup.json"
+kill -HUP "$RELAY_PID"
+wait_for "9: b added by SIGHUP, a draining" 15 grep -q \
+    'msg="databases reloaded" added=1 removed=1 ' "$RELAY_LOG"
+wait_for "9: database b's rows wait, the registry logged down" 30 grep -q \
+    'msg="schema registry unavailable.* database=b .*HTTP 429' "$RELAY_LOG"
+check_eq "9: the gateway was asked once more, by a's probe (b's client held by a's wait, a draining)" \
+    $((ASKED + 1)) "$(grep -c '^request' "$T/throttled.out")"
+relay_stop
+check_eq "9: relay exits 0" 0 $?
