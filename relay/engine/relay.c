@@ -675,10 +675,10 @@ bool relay_check_registry(Relay *r, char *err, size_t errlen)
     return !r->serializer || serializer_probe(r->serializer, NULL, 0, err, errlen);
 }
 
-void relay_take_registry_probe(Relay *to, const Relay *from)
+bool relay_take_registry_probe(Relay *to, const Relay *from)
 {
-    if (to->serializer && from->serializer)
-        serializer_take_probe(to->serializer, from->serializer);
+    return to->serializer && from->serializer &&
+           serializer_take_probe(to->serializer, from->serializer);
 }
 
 bool relay_registry_up(const Relay *r)

@@ -104,9 +104,10 @@ void relay_free_within(Relay *r, int flush_ms);
 bool relay_check_registry(Relay *r, char *err, size_t errlen) __attribute__((warn_unused_result));
 
 /* After relay_check_registry on from: to's registry, not probed (another database of a
- * --databases list, or one a SIGHUP adds, from a running database's), starts as from's stands
- * (serializer_take_probe). Nothing when either has no registry. */
-void relay_take_registry_probe(Relay *to, const Relay *from);
+ * --databases list, or one a SIGHUP adds, from a running or draining database's), starts as
+ * from's stands (serializer_take_probe). Returns whether it did: false, with nothing done, when
+ * either has no registry or their registries' URLs differ. */
+bool relay_take_registry_probe(Relay *to, const Relay *from);
 
 /* False while the Schema Registry the values need is down (for /readyz and the metric). */
 bool relay_registry_up(const Relay *r);

@@ -1710,13 +1710,13 @@ static void probe_all(Registry *r, ProbeResult *out)
     curl_slist_free_all(hdrs);
 }
 
-void registry_take_probe(Registry *to, const Registry *from)
+bool registry_take_probe(Registry *to, const Registry *from)
 {
     if (to == from || to->n_urls != from->n_urls)
-        return;
+        return false;
     for (int i = 0; i < to->n_urls; i++)
         if (strcmp(to->urls[i], from->urls[i]) != 0)
-            return;
+            return false;
     /* Unprobed, each of the other databases' registries asked the URL the probe had passed over
      * or been told to wait by at its first lookup: N databases, N requests into a gateway that
      * had just asked for time. */
@@ -1725,6 +1725,7 @@ void registry_take_probe(Registry *to, const Registry *from)
         to->held_until[i] = from->held_until[i];
         to->held_status[i] = from->held_status[i];
     }
+    return true;
 }
 
 /* A URL's HTTP answer to the probe, as a warning says it ("HTTP 503", "HTTP 429, Retry-After: 30

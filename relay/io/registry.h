@@ -127,8 +127,9 @@ bool registry_probe(Registry *r, char *err, size_t errlen, char *warn, size_t wa
 /* After registry_probe on from: to, a registry of the same URLs that was not probed (another
  * database's of a --databases list, which one probe serves, or one a SIGHUP adds, from a running
  * database's), starts as from stands: the same current URL and the same URLs held for a 429's or
- * 503's Retry-After (until the same monotonic times). Nothing when their URLs differ. Before the
- * loop runs, or on it before to's first lookup. */
-void registry_take_probe(Registry *to, const Registry *from);
+ * 503's Retry-After (until the same monotonic times). Returns whether it did: false, with
+ * nothing done, when their URLs differ (or to is from). Before the loop runs, or on it before
+ * to's first lookup. */
+bool registry_take_probe(Registry *to, const Registry *from);
 
 #endif

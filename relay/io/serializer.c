@@ -279,9 +279,9 @@ bool serializer_probe(Serializer *s, char *warned, size_t warnedlen, char *err, 
     return true;
 }
 
-void serializer_take_probe(Serializer *to, const Serializer *from)
+bool serializer_take_probe(Serializer *to, const Serializer *from)
 {
-    registry_take_probe(to->registry, from->registry);
+    return registry_take_probe(to->registry, from->registry);
 }
 
 /* ---- Avro: a JSON tree into an avro value, by its schema ----------------------------------- */

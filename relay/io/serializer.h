@@ -143,7 +143,8 @@ bool serializer_up(const Serializer *s);
 bool serializer_probe(Serializer *s, char *warned, size_t warnedlen, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
-/* to, not probed, starts as from did after serializer_probe (registry_take_probe). */
-void serializer_take_probe(Serializer *to, const Serializer *from);
+/* to, not probed, starts as from did after serializer_probe (registry_take_probe). Returns
+ * whether it did (false when their registries' URLs differ). */
+bool serializer_take_probe(Serializer *to, const Serializer *from);
 
 #endif

@@ -515,17 +515,17 @@ bool databases_check_registries(Databases *d, char *err, size_t errlen)
  * the probe had passed over. A draining one's stands as well (its holds are the registry's, kept
  * on the same monotonic clock; they are copied, not shared): a rename, the way to change what a
  * reload cannot, drops the only running database as it adds the new one, and skipped, the new one
- * asked the gateway at once. Running ones first. Nothing when no database uses the registry. */
+ * asked the gateway at once. One whose URLs differ (a reload that changed --schema-registry-url
+ * gives the databases it adds the new list) is passed for the next. Running ones first. */
 static void registry_from_running(Databases *d, Db *db)
 {
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < d->n; i++) {
             const Db *from = d->dbs[i];
             if (from != db && from->removed == (pass == 1) &&
-                from->cfg.value_format != VALUE_JSON) {
-                relay_take_registry_probe(db->relay, from->relay);
+                from->cfg.value_format != VALUE_JSON &&
+                relay_take_registry_probe(db->relay, from->relay))
                 return;
-            }
         }
 }
 

@@ -33,6 +33,10 @@
 #  9. the same gateway, a alone at start, then a SIGHUP whose list names b alone (a rename, the
 #     way to change what a reload cannot): a drains as b is added, and b's client starts held by
 #     a's wait all the same (a draining database was passed over: b asked the gateway at once).
+# 10. a reload that changes --schema-registry-url (restart-only: a keeps the first gateway) adds
+#     b, whose client takes the new URL, a second gateway, which its lookup is told to wait; a
+#     second reload adds c: its client starts from b's state, the one of the same URL (a's, the
+#     first in the list, was of other URLs: nothing was taken, and c asked the second gateway).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -388,3 +392,43 @@ check_eq "9: the gateway was asked once more, by a's probe (b's client held by a
     $((ASKED + 1)) "$(grep -c '^request' "$T/throttled.out")"
 relay_stop
 check_eq "9: relay exits 0" 0 $?
+
+# 10. A reload moves the registry URL: b takes the second gateway's, c is added after b.
+P6=$(free_port) || fail "10: a port for the second gateway"
+while [ "$P6" = "$P5" ] || [ "$P6" = "$P4" ]; do
+    P6=$(free_port) || fail "10: a port for the second gateway"
+done
+python3 "$T/throttled.py" "$P6" >"$T/throttled2.out" 2>&1 &
+_t_track $!
+_poll 10 grep -q '^listening' "$T/throttled2.out" || fail "10: the second gateway listens"
+psql_q "CREATE DATABASE reg_c" -d postgres || fail "10: create reg_c"
+"$RELAY_BIN" migrate --database-url "postgresql://postgres@127.0.0.1:$PGPORT/reg_c" \
+    2>>"$T/migrate.log" || fail "10: migrate reg_c"
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        VALUES ('late', 'held', 'Changed', '{\"id\": \"held\"}')" -d reg_c >/dev/null ||
+    fail "10: insert into reg_c"
+sed "s|http://127.0.0.1:$P5|http://127.0.0.1:$P6|" "$T/throttled.json" >"$T/moved_ab.json"
+jq --arg url "postgresql://postgres@127.0.0.1:$PGPORT/reg_c" \
+    '.databases += [{"name": "c", "database-url": $url}]' "$T/moved_ab.json" >"$T/moved_abc.json" ||
+    fail "10: the list with c"
+cp "$T/throttled_a.json" "$T/throttled_hup.json"
+unset DATABASE_URL
+relay_start --config "$T/throttled_hup.json"
+export DATABASE_URL=$SAVED_URL
+wait_for "10: database a's rows wait, the registry logged down" 30 grep -q \
+    'msg="schema registry unavailable.* database=a .*HTTP 429' "$RELAY_LOG"
+cp "$T/moved_ab.json" "$T/throttled_hup.json"
+kill -HUP "$RELAY_PID"
+wait_for "10: database b's rows wait, the registry logged down" 30 grep -q \
+    "msg=\"schema registry unavailable.* database=b url=http://127.0.0.1:$P6 .*HTTP 429" \
+    "$RELAY_LOG"
+check_eq "10: b asked the second gateway once" 1 "$(grep -c '^request' "$T/throttled2.out")"
+cp "$T/moved_abc.json" "$T/throttled_hup.json"
+kill -HUP "$RELAY_PID"
+wait_for "10: database c's rows wait, the registry logged down" 30 grep -q \
+    "msg=\"schema registry unavailable.* database=c url=http://127.0.0.1:$P6 .*HTTP 429" \
+    "$RELAY_LOG"
+check_eq "10: c asked it nothing (its client held by b's wait, not a's other URL's)" 1 \
+    "$(grep -c '^request' "$T/throttled2.out")"
+relay_stop
+check_eq "10: relay exits 0" 0 $?
