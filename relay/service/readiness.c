@@ -13,7 +13,14 @@ bool readiness_judge(const RelayStatus *st, int lane_squatters, StrBuf *why)
         strbuf_puts(why, " postgres unreachable;");
     if (!st->kafka_up)
         strbuf_puts(why, " kafka unreachable;");
-    if (away) /* holds no lanes while another relay reaches Kafka: by design, and not working */
+    /* Away, it holds no lanes while another relay reaches Kafka: by design, and not working.
+     * With lanes, no member reaches Kafka (an outage for all, or no other relay runs): it keeps
+     * them (lanes_sharing), and a reason saying they went to others would send the operator
+     * looking for relays that deliver when none does. */
+    if (away && st->lanes_owned > 0)
+        strbuf_puts(why, " kafka away: deliveries time out from this relay, and no relay of its "
+                         "outbox reaches kafka: it keeps its lanes;");
+    else if (away)
         strbuf_puts(why, " kafka away: deliveries time out from this relay, its lanes go to "
                          "relays that reach kafka;");
     if (!st->registry_up) /* rows wait for it, no attempt counted (serializer.h) */

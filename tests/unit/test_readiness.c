@@ -46,7 +46,8 @@ static void test_reasons(void **state)
 
 /* A relay away from Kafka (delivery timeouts in a row while other relays deliver) holds no
  * lanes by design: not ready, and /readyz says why, though a broker connection may be up. One
- * trying again holds its share and is ready (it may have no rows to try with for long). */
+ * trying again holds its share and is ready (it may have no rows to try with for long). Away
+ * with lanes (no member reaches Kafka: it keeps them) says so, not that they went to others. */
 static void test_kafka_away(void **state)
 {
     RelayStatus st = working();
@@ -55,6 +56,11 @@ static void test_kafka_away(void **state)
     assert_false(readiness_judge(&st, 0, &why));
     assert_string_equal(why.s, " kafka away: deliveries time out from this relay, its lanes go to "
                                "relays that reach kafka;");
+    strbuf_free(&why);
+    st.lanes_owned = 32; /* no member reaches Kafka: it keeps its lanes, and says so */
+    assert_false(readiness_judge(&st, 0, &why));
+    assert_string_equal(why.s, " kafka away: deliveries time out from this relay, and no relay "
+                               "of its outbox reaches kafka: it keeps its lanes;");
     strbuf_free(&why);
     st.kafka_away = 2;
     assert_true(readiness_judge(&st, 0, &why));

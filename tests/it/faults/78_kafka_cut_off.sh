@@ -19,7 +19,8 @@
 #  4. Every relay's Kafka down (the mock's brokers down): after each relay's delivery timeouts
 #     nobody holds all lanes alone (nobody gives up when no member is healthy), and once the
 #     brokers are back everything is delivered, in order. Both relays' gauges say away (1) then,
-#     each keeping its lanes.
+#     each keeping its lanes, and B's /readyz says so (on the old code it said its lanes go to
+#     relays that reach Kafka).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 # shellcheck source=tests/netns_lib.sh
@@ -163,6 +164,9 @@ check "4: both relays hold lanes with every relay's Kafka down" split
 gauges_away() { [ "$(http_get /metrics | away_of) $(b_http /metrics | away_of)" = "1 1" ]; }
 wait_for "4: both relays' gauges say away" 30 gauges_away
 check "4: both relays' gauges say away" gauges_away
+# And B's /readyz says it keeps its lanes, not that they went to relays that reach Kafka.
+b_readyz_keeps() { b_http /readyz | grep -q 'no relay of its outbox reaches kafka: it keeps its lanes'; }
+wait_for "4: B's /readyz says no relay reaches kafka and it keeps its lanes" 30 b_readyz_keeps
 broker_up
 wait_for "4: rows of the outage delivered once the brokers are back" 60 none_unsent_of down
 check_delivered down "4: every row of the outage in Kafka"
