@@ -33,14 +33,18 @@ static const char *const SQL_APPNAME = "SET application_name = 'outbox-relay upk
 /* Templates for the configured table (relay/outbox/table.h). */
 enum { UPKEEP_BACKLOG, UPKEEP_RETENTION, UPKEEP_RETENTION_OLDEST, UPKEEP_SQL_COUNT };
 
-/* What a result or error belongs to (note_result), as its log lines name it. */
+/* What a result or error belongs to (note_result), as its log lines name it: the backlog
+ * refresh (the count, and the oldest sent row's age with --retention) apart from the quick looks
+ * sent beside it (lane squatters, vacuum horizon), which go every interval while the count is
+ * paced to ten times its own time (pace_backlog). */
 typedef enum {
     UPKEEP_TASK_SETUP,
     UPKEEP_TASK_BACKLOG,
+    UPKEEP_TASK_LOOKS,
     UPKEEP_TASK_RETENTION,
     UPKEEP_TASK_COUNT
 } UpkeepTask;
-static const char *const task_names[UPKEEP_TASK_COUNT] = {"setup", "backlog", "retention"};
+static const char *const task_names[UPKEEP_TASK_COUNT] = {"setup", "backlog", "looks", "retention"};
 static const char *const sql_templates[UPKEEP_SQL_COUNT] = {
     [UPKEEP_BACKLOG] = SQL_BACKLOG,
     [UPKEEP_RETENTION] = SQL_RETENTION(STR(RETENTION_BATCH)),
@@ -360,10 +364,17 @@ static void on_backlog(PgConn *pg, PGresult **results, int n, const char *error,
     }
     if (n > horizon_at && PQresultStatus(results[horizon_at]) == PGRES_TUPLES_OK)
         note_horizon(u, results[horizon_at]);
-    note_result(u, UPKEEP_TASK_BACKLOG,
-                error                 ? error
-                : n == horizon_at + 1 ? NULL
-                                      : "unexpected result");
+    /* Each task's outcome from the statement that failed first (the ones after it did not run,
+     * so say nothing of theirs). The refresh apart from the looks: a count failing for good is
+     * paced to ten times the time it took (a statement timeout: every 5 min), and the looks that
+     * worked in between said "upkeep queries work again" (task=backlog) each time, so the next
+     * failed count was new again: a warn line and an info line every count instead of one. */
+    int failed = n == horizon_at + 1 ? pg_first_failed(results, n) : 0;
+    const char *why = failed == horizon_at + 1 ? NULL : error ? error : "unexpected result";
+    if (u->backlog_sent && failed >= 1)
+        note_result(u, UPKEEP_TASK_BACKLOG, failed < horizon_at ? why : NULL);
+    if (failed == 0 || failed >= horizon_at)
+        note_result(u, UPKEEP_TASK_LOOKS, why);
     kick(u);
 }
 
