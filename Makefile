@@ -179,6 +179,10 @@ ENGINE_TEST_OBJ := $(filter-out %/relay/io/pg.o %/relay/io/pg_request.o %/relay/
 bin/asan/test_engine: tests/unit/test_engine.c $(ENGINE_FAKE_SRC) $(ENGINE_TEST_OBJ) \
                       tests/unit/fake_pg.h tests/unit/fake_kafka.h
 	$(CC) $(BASE_CFLAGS) $(INCLUDES) -Itests/unit $(CFLAGS) $(SAN_FLAGS) $(filter %.c %.o,$^) $(DEP_LIBS) -lcmocka -o $@
+# The upkeep session's (tests/unit/test_upkeep.c) over the same stand-ins.
+bin/asan/test_upkeep: tests/unit/test_upkeep.c $(ENGINE_FAKE_SRC) $(ENGINE_TEST_OBJ) \
+                      tests/unit/fake_pg.h tests/unit/fake_kafka.h
+	$(CC) $(BASE_CFLAGS) $(INCLUDES) -Itests/unit $(CFLAGS) $(SAN_FLAGS) $(filter %.c %.o,$^) $(DEP_LIBS) -lcmocka -o $@
 
 
 # Everything `make test` builds, built (the fuzzers join below), and everything it calls, here:
