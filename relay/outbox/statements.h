@@ -380,10 +380,15 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 /* Whether retention keeps up (upkeep.c, the gauge outbox_retention_overdue_seconds): the age in
  * seconds of the oldest sent row (database clock; no row: none). One entry of the sent_at index
  * (Limit, Index Only Scan, whatever the table's size or statistics), plus the entries of rows
- * deleted that an old snapshot keeps, as the sweep's own batches walk them. */
+ * deleted that an old snapshot keeps, as the sweep's own batches walk them. Epochs apart, not
+ * now() - sent_at: PostgreSQL 15 cannot subtract an infinite timestamp, and one row sent at
+ * -infinity (held locked) or at infinity (the only sent row once retention deleted the rest: a
+ * quiet spell, a Kafka outage) failed the read for good, and with it every backlog gauge of the
+ * refresh (upkeep.c). Its age is then Infinity (overdue: retention cannot delete it) or
+ * -Infinity (not due). */
 #define SQL_RETENTION_OLDEST                                                                       \
-    "SELECT extract(epoch FROM pg_catalog.now() - sent_at)::float8 FROM {table}"                   \
-    " WHERE sent_at IS NOT NULL ORDER BY sent_at LIMIT 1"
+    "SELECT (extract(epoch FROM pg_catalog.now()) OPERATOR(pg_catalog.-) extract(epoch FROM "      \
+    "sent_at))::float8 FROM {table} WHERE sent_at IS NOT NULL ORDER BY sent_at LIMIT 1"
 
 /* ---- verify (relay/cmd/verify.c) ---- */
 

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -396,8 +397,13 @@ static void family_gauge(StrBuf *out, const Set *set, const char *name, const ch
         else if (kind == G_TIME)
             printf_to(out, "%lld\n", (long long)*(const time_t *)(d + offset));
         else {
+            /* +Inf as the exposition format spells it (a sent row at -infinity is that far past
+             * --retention); -Inf is below 0, so 0. */
             double v = *(const double *)(d + offset);
-            printf_to(out, "%.3f\n", v > 0 ? v : 0.0);
+            if (isinf(v) && v > 0)
+                printf_to(out, "+Inf\n");
+            else
+                printf_to(out, "%.3f\n", v > 0 ? v : 0.0);
         }
     }
 }
