@@ -80,8 +80,10 @@ const char *table_map_display(const TableMap *m, char *buf, size_t buflen);
 
 /* The columns of a claimed row of alias o, in the order batch.c reads them: last_error (an SQL
  * expression) is only needed for dead-letter rows; then the row's age on the database clock in
- * microseconds, for the latency metric, the additional fields placed as headers, and the row's
- * created_at as text when the messages carry it. Used by the claims, and by
+ * microseconds, for the latency metric (NULL, unknown, for a created_at of infinity or
+ * -infinity, which PostgreSQL 15 cannot subtract: one such row failed every claim of its
+ * session's lanes, and nothing of them was sent), the additional fields placed as headers, and
+ * the row's created_at as text when the messages carry it. Used by the claims, and by
  * migrate to check that an adopted table has every column they read. */
 #define TABLE_ROW_COLUMNS(last_error) TABLE_ROW_COLUMNS_PAYLOAD("{o.payload}::text", last_error)
 /* The same with the payload as given (the claims take it as stored and convert it to text only
@@ -89,8 +91,8 @@ const char *table_map_display(const TableMap *m, char *buf, size_t buflen);
 #define TABLE_ROW_COLUMNS_PAYLOAD(payload, last_error)                                             \
     " o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, o.{event_type}, " payload ","   \
     " {o.headers}, o.attempts, " last_error ","                                                    \
-    " (extract(epoch FROM pg_catalog.clock_timestamp() - o.created_at) * "                         \
-    "1000000::numeric)::bigint,"                                                                   \
+    " CASE WHEN pg_catalog.isfinite(o.created_at) THEN (extract(epoch FROM"                        \
+    " pg_catalog.clock_timestamp() - o.created_at) * 1000000::numeric)::bigint END,"               \
     " {o.extra_headers}, {o.created_at_text}, {o.timestamp_ms}, {o.partition}"
 
 /* One claimed row, decoded from the columns below (engine/batch.c). Strings point into the query
