@@ -74,13 +74,15 @@
 
 /* The backlog, in one pass over the unsent rows (the partial index on unsent rows keeps it off
  * the sent ones): the upkeep's gauges and `status` both read it, columns as BacklogColumn. A
- * template: {table} is expanded by table.h. */
+ * template: {table} is expanded by table.h. The oldest age leaves out rows created at infinity
+ * or -infinity (their age is no time): PostgreSQL 15 cannot subtract them from now(), and one
+ * such row failed the whole count, `status` (exit 1) and every backlog gauge with it. */
 #define SQL_BACKLOG                                                                                \
     "SELECT pg_catalog.count(*) FILTER (WHERE dead_at IS NULL),"                                   \
     " pg_catalog.count(*) FILTER (WHERE dead_at IS NULL AND attempts > 0),"                        \
     " pg_catalog.count(*) FILTER (WHERE dead_at IS NOT NULL),"                                     \
     " extract(epoch FROM pg_catalog.now() - pg_catalog.min(created_at) FILTER (WHERE dead_at IS "  \
-    "NULL))::float8,"                                                                              \
+    "NULL AND pg_catalog.isfinite(created_at)))::float8,"                                          \
     " pg_catalog.count(*) FILTER (WHERE dead_at IS NOT NULL AND dead_letter_topic IS NULL"         \
     " AND next_attempt_at IS NOT NULL)"                                                            \
     " FROM {table} WHERE sent_at IS NULL"

@@ -506,7 +506,8 @@ static void render_set(StrBuf *out, const Set *set)
                  backlog, DB(backlog), G_LLONG);
     family_gauge(out, set, "outbox_oldest_unsent_age_seconds",
                  "Age (now() - created_at, database clock) of the oldest unsent event that "
-                 "is not dead-lettered, as of the last refresh; 0 when there is none.",
+                 "is not dead-lettered, as of the last refresh; 0 when there is none (rows "
+                 "created at infinity or -infinity left out).",
                  backlog, DB(oldest_age_s), G_SECONDS);
     family_gauge(out, set, "outbox_dead_letter_rows",
                  "Dead-lettered events in the outbox (kept until requeued or purged), as of the "
