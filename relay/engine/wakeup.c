@@ -245,14 +245,18 @@ bool wakeup_notified(Wakeup *w, const char *payload)
  * it shared have committed) gives it up at once, a session is to guard. Either way the
  * notification at commit, after the lock is let go, wakes the sessions asleep to ask again. A
  * statement of its own (no function of a migration: a relay may run before `migrate`), every
- * name in pg_catalog, as 0009 has the functions. */
+ * name in pg_catalog, as 0009 has the functions. A statement_timeout of the relay's role or
+ * database (1 s, say) that ends the wait before its lock_timeout ends it the same way
+ * (query_canceled): as an error, every wait that reached the cap failed, no notification went out
+ * (sessions of other relays that followed the wait slept on until their --poll-interval), and
+ * this relay's sessions polled for WAITER_RETRY_S after each. */
 #define SQL_WAITER                                                                                 \
     "DO $waiter$BEGIN"                                                                             \
     " PERFORM pg_catalog.set_config('lock_timeout', '%ldms', true);"                               \
     " BEGIN"                                                                                       \
     " PERFORM pg_catalog.pg_advisory_lock(" LOCK_KEY_WAKEUP "::bigint);"                           \
     " PERFORM pg_catalog.pg_advisory_unlock(" LOCK_KEY_WAKEUP "::bigint);"                         \
-    " EXCEPTION WHEN lock_not_available THEN NULL;"                                                \
+    " EXCEPTION WHEN lock_not_available OR query_canceled THEN NULL;"                              \
     " END;"                                                                                        \
     " PERFORM pg_catalog.pg_notify('" WAKEUP_CHANNEL "', '" GUARD_LEFT "');"                       \
     " END$waiter$"

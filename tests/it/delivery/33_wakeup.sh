@@ -21,7 +21,8 @@
 #  9. while a producer's transaction holds the lock shared for 12 s, the relay's sessions do not
 #     ask to sleep as fast as they can (thousands of calls before) but sleep: the relay's waiter
 #     queues for the lock, so another producer's insert meanwhile notifies, and its rows go out
-#     at once; the long transaction's row too, once it commits.
+#     at once; the long transaction's row too, once it commits. So also under a statement_timeout
+#     of 1 s, which ends the waits of 1 s before their lock_timeout does.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -285,7 +286,11 @@ row9() { # row9 AGGREGATE: one row of its own aggregate, with the seq check_deli
           VALUES ('order', '$1', 'changed', '{\"seq\": 1}')"
 }
 LONG_ROW=$(row9 long9)
-relay_start "${OPTS[@]}" --sleep-after 3000
+# The relay's sessions under a statement_timeout of 1 s (as a role's or database's would set it):
+# the waiter's waits reach their cap, a lock_timeout of 1 s, and the statement_timeout ended each
+# such wait first, an error: no notification, a failure logged, the sessions polling 5 s after it.
+relay_start --database-url "$DATABASE_URL?options=-c%20statement_timeout%3D1000" \
+    --brokers "$BROKERS" --poll-interval 60000 --log-level debug --min-sessions 2 --sleep-after 3000
 wait_for "9: the relay guards" 10 guard_held
 for try in 1 2 3 4 5; do
     insert 100 || not_ok "9: a producer inserts (wakes the relay, which stays awake 3 s)"
@@ -323,5 +328,7 @@ calls=$(psql_q "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
 echo "# 9: outbox_relay_sleep called $calls times in the ~13 s from the reset (2 sessions)"
 check "9: the sessions asked to sleep at most 150 times in those ~13 s (thousands before)" \
     test "${calls:-99999}" -le 150
+check "9: waits reached their cap of 1 s (the statement_timeout's)" \
+    grep -q "waiting for producers' transactions.*lock_timeout_ms=1000" "$RELAY_LOG"
 check "9: the relay logged no failure of its waiter" lacks "$RELAY_LOG" "waiter failed"
 psql_q "ALTER DATABASE outbox RESET track_functions" >/dev/null || not_ok "9: reset track_functions"
