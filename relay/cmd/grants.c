@@ -206,6 +206,26 @@ static const Need
                  " pg_catalog.pg_try_advisory_xact_lock_shared(bigint),"
                  " pg_catalog.pg_advisory_unlock(bigint) TO %I', $2::text)",
                  "false" /* CHECK_ONLY: migrate never plans it */},
+                /* The wakeup's waiter (wakeup.c, SQL_WAITER): a DO block, in plpgsql, that queues
+                 * for the same lock with pg_advisory_lock(bigint) while producers hold it shared.
+                 * Refused, every wait fails ("the wakeup's waiter failed") and the sessions ask to
+                 * sleep every --busy-poll-interval for as long as a producer's transaction stays
+                 * open. */
+                {FOR_RELAY | CHECK_ONLY,
+                 "EXECUTE on pg_advisory_lock(bigint) (the wakeup's waiter, which queues for the "
+                 "wakeup's lock while producers are mid-transaction)",
+                 SLEEP_FN " IS NOT NULL",
+                 "pg_catalog.has_function_privilege($1, "
+                 "'pg_catalog.pg_advisory_lock(bigint)', 'EXECUTE')",
+                 "pg_catalog.format('GRANT EXECUTE ON FUNCTION"
+                 " pg_catalog.pg_advisory_lock(bigint) TO %I', $2::text)",
+                 "false" /* CHECK_ONLY: migrate never plans it */},
+                {FOR_RELAY | CHECK_ONLY,
+                 "USAGE on the language plpgsql (the wakeup's waiter runs a DO block)",
+                 SLEEP_FN " IS NOT NULL",
+                 "pg_catalog.has_language_privilege($1, 'plpgsql', 'USAGE')",
+                 "pg_catalog.format('GRANT USAGE ON LANGUAGE plpgsql TO %I', $2::text)",
+                 "false" /* CHECK_ONLY: migrate never plans it */},
                 {FOR_PRODUCER,
                  "INSERT on the outbox table's writer columns, and on no other column", NULL,
                  "NOT EXISTS (SELECT 1 FROM " WRITER_COLUMNS " c WHERE NOT c.writer ="

@@ -44,8 +44,9 @@ int grants_plan(PGconn *conn, const TableMap *map, long answer_s, bool *conn_los
 /* Calls fn for each privilege the session's own role lacks for use on map's table (the table must
  * exist), with a sentence naming it, the GRANT that gives it (to outbox_relay when the role is a
  * member of it, else to the role itself), whether `migrate` gives it to outbox_relay on every
- * run (all but DELETE, which it gives only with the role's first grants, and SELECT on pg_locks
- * and EXECUTE on the advisory lock functions, PostgreSQL's own, which it never grants), and
+ * run (all but DELETE, which it gives only with the role's first grants, and SELECT on pg_locks,
+ * EXECUTE on the advisory lock functions and USAGE on plpgsql, PostgreSQL's own, which it
+ * never grants), and
  * nonmember: NULL when
  * the role is outbox_relay or one of its members, else its name quoted as an identifier (what
  * migrate grants outbox_relay does not reach it; GRANT outbox_relay TO it would). Each statement is

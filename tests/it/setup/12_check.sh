@@ -34,6 +34,10 @@
 #  9. EXECUTE on the wakeup's pg_try_advisory_lock(bigint) revoked from PUBLIC (outbox_relay_sleep()
 #     runs as the relay's role: every sleep fails, events wait for --poll-interval): a FAIL line
 #     with the GRANT of the wakeup's three lock functions, which is the fix, not `migrate`.
+# 11. EXECUTE on pg_advisory_lock(bigint) and USAGE on plpgsql revoked from PUBLIC (the wakeup's
+#     waiter, a DO block queueing for the wakeup's lock, fails every wait: the sessions ask to sleep
+#     every --busy-poll-interval while a producer's transaction is open): a FAIL line each with its
+#     GRANT, which is the fix, not `migrate`.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -371,3 +375,26 @@ check "10: the twin's line sends the operator to migrate" grep -qF \
 check "10: ... not the install function's call" lacks "$T/behind.out" "outbox_wakeup_install("
 relay_migrate 2>"$T/migrate_behind.log" || fail "10: migrate"
 check_eq "10: ... which installs it" "A A R" "$(triggers_state)"
+
+# --- 11. the waiter's pg_advisory_lock(bigint) and plpgsql, revoked from PUBLIC ---
+# Before: check said "ok    privileges", and the relay's waiter failed every wait ("the wakeup's
+# waiter failed"), its sessions polling while producers were mid-transaction.
+psql_q "REVOKE EXECUTE ON FUNCTION pg_catalog.pg_advisory_lock(bigint) FROM PUBLIC;
+        REVOKE USAGE ON LANGUAGE plpgsql FROM PUBLIC" || fail "11: revoke"
+run_check nowaiter
+check_eq "11: pg_advisory_lock(bigint) and plpgsql refused: exit 1" 1 $?
+check "11: names EXECUTE on pg_advisory_lock(bigint) and its GRANT" grep -qF \
+    'as the owner, GRANT EXECUTE ON FUNCTION pg_catalog.pg_advisory_lock(bigint) TO outbox_relay' \
+    "$T/nowaiter.out"
+check "11: names USAGE on plpgsql and its GRANT" grep -qF \
+    'as the owner, GRANT USAGE ON LANGUAGE plpgsql TO outbox_relay' "$T/nowaiter.out"
+check "11: ... not migrate, which does not grant them" \
+    lacks "$T/nowaiter.out" 'run `outbox-relay migrate` again'
+check "11: two problems" grep -q '^check: 2 problems found' "$T/nowaiter.out"
+grep -o 'GRANT [A-Z]* ON [^:]*\(pg_catalog\|plpgsql\)[^;]* TO outbox_relay' "$T/nowaiter.out" \
+    >"$T/nowaiter.sql"
+psql_q "$(paste -sd ';' "$T/nowaiter.sql")" || fail "11: run the GRANTs check named"
+run_check waiter_granted
+check_eq "11: the GRANTs check named are the fix: exit 0" 0 $?
+psql_q "GRANT EXECUTE ON FUNCTION pg_catalog.pg_advisory_lock(bigint) TO PUBLIC;
+        GRANT USAGE ON LANGUAGE plpgsql TO PUBLIC" || fail "11: grant to PUBLIC again"
