@@ -381,6 +381,10 @@ bool wakeup_waiter_wait(Relay *r, bool start)
                                   on_waiter_notify, r);
         if (!w->pg)
             return false;
+        /* A session got an answer from this server: it was reached. Opened for each spell of
+         * busy answers and closed WAITER_IDLE_S after it, the waiter would log "postgres
+         * connected" at each, a line an operator reads as a reconnect; an outage is still said. */
+        pg_conn_seen_before(w->pg);
         w->wait_ms = WAITER_MIN_MS < waiter_cap_ms(r) ? WAITER_MIN_MS : waiter_cap_ms(r);
         ev_timer_again(r->loop, &w->idle_timer);
     }

@@ -16,8 +16,9 @@ struct PgConn {
     bool busy;
     FakeRequest req;
     int resets;
-    PGconn *quoter;  /* for pg_conn_libpq: PQescapeIdentifier needs a PGconn, not a server */
-    int backend_pid; /* pg_conn_backend: a new "server process" at each fake_pg_up */
+    PGconn *quoter;   /* for pg_conn_libpq: PQescapeIdentifier needs a PGconn, not a server */
+    int backend_pid;  /* pg_conn_backend: a new "server process" at each fake_pg_up */
+    bool seen_before; /* pg_conn_seen_before was called */
 };
 
 void (*fake_pg_sent_hook)(PgConn *pg, const FakeRequest *req);
@@ -281,7 +282,12 @@ void pg_conn_set_request_timeout(PgConn *pg, double seconds)
 
 void pg_conn_seen_before(PgConn *pg)
 {
-    (void)pg; /* only the upkeep's log lines: nothing for the engine's tests to see */
+    pg->seen_before = true; /* only log lines: the engine's tests read it (fake_pg_seen_before) */
+}
+
+bool fake_pg_seen_before(const PgConn *pg)
+{
+    return pg->seen_before;
 }
 
 void pg_conn_free(PgConn *pg)

@@ -53,6 +53,9 @@ PgConn *fake_pg_at(int i);
 PgConn *fake_pg_named(const char *name);
 /* The name given at creation ("" for none). */
 const char *fake_pg_name(const PgConn *pg);
+/* Whether its owner said the process reached its server before (pg_conn_seen_before): its
+ * connect is then not logged as "postgres connected". */
+bool fake_pg_seen_before(const PgConn *pg);
 
 /* Brings the connection up and tells its owner (on_state up), synchronously. */
 void fake_pg_up(PgConn *pg);
