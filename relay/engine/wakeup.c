@@ -352,6 +352,11 @@ static void on_waiter_idle(struct ev_loop *loop, ev_timer *t, int revents)
     WakeupWaiter *w = &r->waiter;
     if (w->sent || !w->pg)
         return;
+    /* Not up yet while sessions still ask (the server refuses it: max_connections, a role's
+     * connection limit): kept, its backoff growing and its failure logged once. Closed at each
+     * interval, a new connection tried again at once and logged "postgres unreachable" again. */
+    if (w->wanted && monotime_now() - w->asked_at < WAITER_IDLE_S)
+        return;
     pg_conn_free(w->pg);
     w->pg = NULL;
     w->wanted = w->again = false;
@@ -389,6 +394,7 @@ bool wakeup_waiter_wait(Relay *r, bool start)
         ev_timer_again(r->loop, &w->idle_timer);
     }
     w->wanted = true;
+    w->asked_at = monotime_now();
     if (pg_conn_idle(w->pg))
         waiter_send(r);
     return w->sent;

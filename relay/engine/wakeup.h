@@ -61,6 +61,7 @@ typedef struct WakeupWaiter {
     bool failure_logged;  /* a failure was logged (once until a wait succeeds) */
     long wait_ms;         /* the lock_timeout of the next wait */
     double sent_at;       /* monotime the wait in flight was sent */
+    double asked_at;      /* monotime a session last asked for a wait (keeps a connecting one) */
     ev_timer idle_timer;  /* closes the connection once no wait was asked for a while */
     ev_timer retry_timer; /* after a failed wait: no wait before it ends */
     char sql[640];        /* the wait in flight, which must outlive the send */

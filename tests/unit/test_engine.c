@@ -2666,6 +2666,40 @@ static void test_busy_sleeps_on_waiter(void **state)
     assert_non_null(fake_pg_pending(PG(0))); /* woken: a claim */
 }
 
+/* The waiter's connection is refused (max_connections reached, a role's connection limit) while a
+ * session is told busy: it is kept, retrying with its growing backoff, and closed only once it
+ * is no longer needed. On the old code the idle timer closed it WAITER_IDLE_S after it was made,
+ * and the next busy answer made another, which logged "postgres unreachable" again (a warning
+ * every 10 s for as long as a producer's transaction stayed open) and tried again at once. */
+static void test_waiter_kept_while_refused(void **state)
+{
+    start("1", "1", "0");
+    T.sleep_answer = "busy";
+    bring_up(0);
+    answer_claim(0, "");
+    answer(0); /* busy */
+    S(0)->wake.busy_since -= 1.0;
+    fire(&S(0)->busy_timer);
+    answer_claim(0, "");
+    answer(0); /* busy: the waiter connects, and does not get in */
+    PgConn *w = fake_pg_named("wakeup");
+    assert_non_null(w);
+    WakeupWaiter *waiter = &S(0)->relay->waiter;
+    fire(&S(0)->busy_timer);
+    answer_claim(0, "");
+    answer(0); /* still busy: still wanted */
+    fire(&waiter->idle_timer);
+    assert_ptr_equal(fake_pg_named("wakeup"), w); /* kept: the same connection retries */
+    fake_pg_up(w);                                /* let in at last: the wait goes out */
+    settle();
+    assert_non_null(fake_pg_pending(w));
+    PGresult *done[1] = {fake_pg_command_ok()};
+    fake_pg_answer(w, done, 1);
+    settle();
+    fire(&waiter->idle_timer); /* no wait asked since: closed */
+    assert_null(fake_pg_named("wakeup"));
+}
+
 /* Two batches in a row whose marks failed for a passing reason, then a batch whose marks go
  * through though nothing of it got through (Kafka down: every row failed, recorded, and the next
  * claim waits for the retry backoff): the run of failed marks is over. A later passing failure of
@@ -4058,6 +4092,7 @@ int main(void)
         cmocka_unit_test_teardown(test_given_up_batch_producer_freed_off_the_loop, teardown),
         cmocka_unit_test_teardown(test_guard_leaves_before_final_claim, teardown),
         cmocka_unit_test_teardown(test_busy_sleeps_on_waiter, teardown),
+        cmocka_unit_test_teardown(test_waiter_kept_while_refused, teardown),
         cmocka_unit_test_teardown(test_lost_guard_ended_after_reconnect, teardown),
         cmocka_unit_test_teardown(test_lost_lanes_ended_after_reconnect, teardown),
         cmocka_unit_test_teardown(test_lost_process_spares_own_sessions, teardown),
