@@ -302,39 +302,32 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 
 /* The oldest snapshot holding back vacuum: a session's xmin (a long or forgotten transaction, a
  * standby's hot_standby_feedback through its walsender), a replication slot's xmin, or a prepared
- * transaction; and whether the holder of kind $1, id $2 and pin $3 (the one upkeep last logged,
- * '' for none) holds one still: the oldest by xids may be another while it does, and saying that
- * it no longer held was false. A slot's pin is its xmin ('' for the others): a standby's feedback
- * moves it on every few seconds, and the snapshot that held it is gone then, though the slot
- * holds a newer one. Last, the oldest slot's id, pin and xids apart (NULL with no slot holding),
- * oldest or not: PostgreSQL keeps no start for a slot's snapshot, so upkeep times it from its
- * own looks (note_horizon). Ties go by kind and id, so that one holder answers each look. Rows
- * of other roles' sessions show only to a role with pg_read_all_stats
- * (docs/operations.md#dead-rows-and-old-snapshots). */
+ * transaction; and whether the holder of kind $1 and id $2 (the one upkeep last logged, '' for
+ * none) holds one still: the oldest by xids may be another while it does, and saying that it no
+ * longer held was false. Last, the next transaction id (64 bits), by which upkeep dates a slot's
+ * xmin: PostgreSQL keeps no start for a slot's snapshot (note_horizon). Ties go by kind and id,
+ * so that one holder answers each look. Rows of other roles' sessions show only to a role with
+ * pg_read_all_stats (docs/operations.md#dead-rows-and-old-snapshots). */
 #define SQL_HORIZON                                                                                \
     "WITH h AS ("                                                                                  \
     " SELECT 'session' AS kind, a.pid::text AS who, coalesce(a.application_name, '') AS app,"      \
     " coalesce(a.state, '') AS state,"                                                             \
     " extract(epoch FROM pg_catalog.now() - coalesce(a.xact_start, a.backend_start))::float8 AS "  \
     "secs,"                                                                                        \
-    " pg_catalog.age(a.backend_xmin)::bigint AS xids, '' AS pin"                                   \
+    " pg_catalog.age(a.backend_xmin)::bigint AS xids"                                              \
     " FROM pg_stat_activity a WHERE a.backend_xmin IS NOT NULL AND a.pid <> "                      \
     "pg_catalog.pg_backend_pid()"                                                                  \
     " UNION ALL SELECT 'replication slot', s.slot_name::text, '', CASE WHEN s.active THEN "        \
     "'active'"                                                                                     \
-    " ELSE 'inactive' END, NULL, pg_catalog.age(s.xmin)::bigint, s.xmin::text"                     \
+    " ELSE 'inactive' END, NULL, pg_catalog.age(s.xmin)::bigint"                                   \
     " FROM pg_replication_slots s WHERE s.xmin IS NOT NULL"                                        \
     " UNION ALL SELECT 'prepared transaction', p.gid, '', 'prepared',"                             \
     " extract(epoch FROM pg_catalog.now() - p.prepared)::float8, "                                 \
-    "pg_catalog.age(p.transaction)::bigint, ''"                                                    \
-    " FROM pg_prepared_xacts p),"                                                                  \
-    " o AS (SELECT who, pin, xids FROM h WHERE kind = 'replication slot'"                          \
-    " ORDER BY xids DESC, who LIMIT 1)"                                                            \
+    "pg_catalog.age(p.transaction)::bigint"                                                        \
+    " FROM pg_prepared_xacts p)"                                                                   \
     " SELECT kind, who, app, state, secs, xids,"                                                   \
-    " EXISTS (SELECT 1 FROM h l WHERE l.kind = $1::text AND l.who = $2::text AND l.pin = "         \
-    "$3::text),"                                                                                   \
-    " pin, (SELECT who FROM o) AS slot_who, (SELECT pin FROM o) AS slot_pin,"                      \
-    " (SELECT xids FROM o) AS slot_xids FROM h"                                                    \
+    " EXISTS (SELECT 1 FROM h l WHERE l.kind = $1::text AND l.who = $2::text),"                    \
+    " pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint FROM h"          \
     " ORDER BY xids DESC, kind, who LIMIT 1"
 
 /* Sent rows older than $1 seconds, at most `batch` (a number, as text) of them per statement,

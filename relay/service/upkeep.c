@@ -19,10 +19,12 @@
 /* Bounds every statement of this session: a backlog count over a huge table, say, gives up and
  * is retried at the next interval instead of piling up. */
 #define UPKEEP_STATEMENT_TIMEOUT_S 30
-/* A vacuum horizon holder as "KIND WHO PIN": the kind and a prepared transaction's gid (up to
- * 200 bytes) whole, or two long gids that begin alike compare equal and the second is never
- * logged; a slot's pin is its xmin (SQL_HORIZON). */
-#define HOLDER_MAX (32 + 1 + 256 + 1 + 16)
+/* A vacuum horizon holder as "KIND WHO": the kind and a prepared transaction's gid (up to 200
+ * bytes) whole, or two long gids that begin alike compare equal and the second is never logged. */
+#define HOLDER_MAX (32 + 1 + 256)
+/* How many (time, next transaction id) samples date a slot's xmin: thinned by half when full, so
+ * that they reach back to the first look with a precision that coarsens with age. */
+#define XID_SAMPLES 64
 /* The session's bound, unless one at most as long is in force already (the URL's options, the
  * role's or the database's setting): a SET overrode a stricter one, so retention's DELETEs ran
  * up to 30 s where the operator allowed 5. */
@@ -84,18 +86,22 @@ struct Upkeep {
     char last_error[UPKEEP_TASK_COUNT][256];
     char horizon_logged[HOLDER_MAX]; /* the holder last logged as holding back vacuum, "" when
                                       * none */
-    /* Its kind, id and pin apart, SQL_HORIZON's parameters (the kind may hold a space; a prepared
+    /* Its kind and id apart, SQL_HORIZON's parameters (the kind may hold a space; a prepared
      * transaction's gid up to 200 bytes), and those parameters. */
-    char horizon_logged_kind[32], horizon_logged_who[256], horizon_logged_pin[16];
-    const char *horizon_params[3];
-    /* The oldest replication slot holding a snapshot, whose start PostgreSQL does not keep, as
-     * "ID PIN" ("" when none); its xids when first seen with that pin; and since when (monotonic)
-     * transactions commit behind it: its held time counts from there (slot_holding false: none
-     * yet, so it holds nothing back). */
-    char slot_seen[HOLDER_MAX];
-    long long slot_first_xids;
-    bool slot_holding;
-    double slot_since;
+    char horizon_logged_kind[32], horizon_logged_who[256];
+    const char *horizon_params[2];
+    /* When (monotonic) each next transaction id was first seen, oldest first, the ids rising: a
+     * slot's xmin is dated by them (date_xmin). */
+    struct {
+        double at;
+        long long next_xid;
+    } xid_samples[XID_SAMPLES];
+    int n_xid_samples;
+    /* The last slot xmin dated (64 bits; -1 none) and since when it holds back vacuum (-1: no
+     * transaction after it yet), kept while the xmin stays, so that thinning the samples never
+     * makes one snapshot younger. */
+    long long dated_xmin;
+    double dated_since;
     /* Sessions seen holding lane-group locks no relay would hold (SQL_LANE_SQUATTERS): the last
      * look's slot holders without lanes (counted at the second look in a row), and the pids
      * logged, so each holder is named once. */
@@ -210,34 +216,44 @@ static void note_result(Upkeep *u, UpkeepTask task, const char *error)
 static void forget_horizon_holder(Upkeep *u)
 {
     u->horizon_logged[0] = u->horizon_logged_kind[0] = u->horizon_logged_who[0] = '\0';
-    u->horizon_logged_pin[0] = '\0';
 }
 
-/* Times the oldest replication slot from SQL_HORIZON's row (its last three columns). A slot
- * holds one snapshot while its xmin (the pin) stays: a standby's hot_standby_feedback moves it on
- * every wal_receiver_status_interval (10 s) while the standby's queries end, and a slot timed by
- * its name alone held for as long as the relay ran, so that a healthy standby was logged and
- * alerted on as an old snapshot. Its time counts from the first look at which transactions had
- * committed behind that xmin: until then it keeps no dead row (a quiet database moves no xmin,
- * and holds nothing back either). Returns its held seconds (0 while it holds nothing back). */
-static double time_slot(Upkeep *u, PGresult *r)
+/* Notes the next transaction id a look saw, when it moved on since the last sample. */
+static void sample_next_xid(Upkeep *u, long long next_xid, double now)
 {
-    if (PQntuples(r) != 1 || PQgetisnull(r, 0, 8)) {
-        u->slot_seen[0] = '\0';
-        return 0.0;
+    int n = u->n_xid_samples;
+    if (n > 0 && next_xid <= u->xid_samples[n - 1].next_xid)
+        return;
+    if (n == XID_SAMPLES) { /* keep the first and every other after it */
+        int kept = 1;
+        for (int i = 2; i < n; i += 2)
+            u->xid_samples[kept++] = u->xid_samples[i];
+        n = kept;
     }
-    char seen[HOLDER_MAX];
-    snprintf(seen, sizeof(seen), "%s %s", PQgetvalue(r, 0, 8), PQgetvalue(r, 0, 9));
-    long long xids = strtoll(PQgetvalue(r, 0, 10), NULL, 10);
-    if (strcmp(seen, u->slot_seen) != 0) {
-        snprintf(u->slot_seen, sizeof(u->slot_seen), "%s", seen);
-        u->slot_first_xids = xids;
-        u->slot_holding = false;
-    } else if (!u->slot_holding && xids > u->slot_first_xids) {
-        u->slot_holding = true;
-        u->slot_since = monotime_now();
+    u->xid_samples[n].at = now;
+    u->xid_samples[n].next_xid = next_xid;
+    u->n_xid_samples = n + 1;
+}
+
+/* How long a slot whose xmin is `xmin` (64 bits) has held back vacuum: since the first look that
+ * saw a transaction id past it, so since dead rows could be kept for it (a lower bound: the looks
+ * come every few seconds, and before the first one, a relay restarted, nothing is known). A
+ * slot's snapshot has no start in PostgreSQL. Timed by the slot's name, a healthy standby whose
+ * hot_standby_feedback moves the xmin on every few seconds held for as long as the relay ran and
+ * was logged as an old snapshot; timed from when its xmin last changed, a standby whose long
+ * queries overlap (each change of the oldest leaves one almost as old) never was, however far
+ * behind the horizon stood. Dated, both are what they are. 0 when no transaction came after it
+ * (a quiet database holds nothing back). */
+static double date_xmin(Upkeep *u, long long xmin, double now)
+{
+    if (xmin != u->dated_xmin || u->dated_since < 0) {
+        u->dated_xmin = xmin;
+        u->dated_since = -1;
+        for (int i = 0; i < u->n_xid_samples && u->dated_since < 0; i++)
+            if (u->xid_samples[i].next_xid > xmin)
+                u->dated_since = u->xid_samples[i].at;
     }
-    return u->slot_holding ? monotime_now() - u->slot_since : 0.0;
+    return u->dated_since < 0 ? 0.0 : now - u->dated_since;
 }
 
 /* Sets the vacuum horizon gauges from SQL_HORIZON's row, and says once per holder when one has
@@ -245,7 +261,6 @@ static double time_slot(Upkeep *u, PGresult *r)
  * as everywhere, and every claim walks them (docs/operations.md#dead-rows-and-old-snapshots). */
 static void note_horizon(Upkeep *u, PGresult *r)
 {
-    double slot_held = time_slot(u, r);
     if (PQntuples(r) != 1) {
         metrics_set_vacuum_horizon(0, -1.0);
         if (u->horizon_logged[0])
@@ -254,13 +269,15 @@ static void note_horizon(Upkeep *u, PGresult *r)
         return;
     }
     char holder[HOLDER_MAX];
-    snprintf(holder, sizeof(holder), "%s %s %s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1),
-             PQgetvalue(r, 0, 7));
-    /* A slot, the oldest of them (SQL_HORIZON), has no start time of its own: time_slot's, a
-     * lower bound (a relay restarted counts again). */
-    double held = PQgetisnull(r, 0, 4) ? slot_held : strtod(PQgetvalue(r, 0, 4), NULL);
-    double warn_s = u->cfg->horizon_warn_s > 0 ? (double)u->cfg->horizon_warn_s : 1e300;
+    snprintf(holder, sizeof(holder), "%s %s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
+    double now = monotime_now();
     long long xids = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
+    long long next_xid = strtoll(PQgetvalue(r, 0, 7), NULL, 10);
+    sample_next_xid(u, next_xid, now);
+    /* A slot has no start time of its own: its xmin is dated. */
+    double held = PQgetisnull(r, 0, 4) ? date_xmin(u, next_xid - xids, now)
+                                       : strtod(PQgetvalue(r, 0, 4), NULL);
+    double warn_s = u->cfg->horizon_warn_s > 0 ? (double)u->cfg->horizon_warn_s : 1e300;
     metrics_set_vacuum_horizon(xids, held);
     if (held >= warn_s && strcmp(holder, u->horizon_logged) != 0) {
         char qk[40], q0[512], q1[160], q2[160];
@@ -275,12 +292,12 @@ static void note_horizon(Upkeep *u, PGresult *r)
         snprintf(u->horizon_logged, sizeof(u->horizon_logged), "%s", holder);
         snprintf(u->horizon_logged_kind, sizeof(u->horizon_logged_kind), "%s", PQgetvalue(r, 0, 0));
         snprintf(u->horizon_logged_who, sizeof(u->horizon_logged_who), "%s", PQgetvalue(r, 0, 1));
-        snprintf(u->horizon_logged_pin, sizeof(u->horizon_logged_pin), "%s", PQgetvalue(r, 0, 7));
-    } else if (held < warn_s && u->horizon_logged[0] && strcmp(holder, u->horizon_logged) != 0 &&
-               strcmp(PQgetvalue(r, 0, 6), "t") != 0) {
-        /* The holder logged is gone, but another (younger than --horizon-warn) holds a snapshot:
-         * "nothing holds back vacuum" was false. While the one logged still holds, though no
-         * longer the oldest by xids, nothing is said: it still does what was logged. */
+    } else if (held < warn_s && u->horizon_logged[0] &&
+               (strcmp(holder, u->horizon_logged) == 0 || strcmp(PQgetvalue(r, 0, 6), "t") != 0)) {
+        /* The snapshot logged is gone, but another (younger than --horizon-warn) holds one:
+         * "nothing holds back vacuum" was false. That one may be the same holder's (a backend in
+         * its next transaction, a slot whose xmin moved on). While the one logged still holds,
+         * though no longer the oldest by xids, nothing is said: it still does what was logged. */
         char qk[40], q0[512];
         log_info("the old snapshot logged as holding back vacuum is gone; the oldest holding one "
                  "now has held it less than --horizon-warn",
@@ -471,7 +488,7 @@ static void kick(Upkeep *u)
             q[n++] = (PgQuery){u->sql[UPKEEP_BACKLOG], 0, NULL, false};
         if (u->oldest_sent)
             q[n++] = (PgQuery){u->sql[UPKEEP_RETENTION_OLDEST], 0, NULL, false};
-        q[n++] = (PgQuery){SQL_HORIZON, 3, u->horizon_params, false};
+        q[n++] = (PgQuery){SQL_HORIZON, 2, u->horizon_params, false};
         if (!pg_conn_send(u->pg, q, n, on_backlog, u))
             u->gauge_due = false;
         return;
@@ -616,7 +633,7 @@ static Upkeep *upkeep_create(struct ev_loop *loop, const Config *cfg, bool gauge
     u->on_demand = on_demand;
     u->horizon_params[0] = u->horizon_logged_kind;
     u->horizon_params[1] = u->horizon_logged_who;
-    u->horizon_params[2] = u->horizon_logged_pin;
+    u->dated_xmin = -1; /* no slot xmin dated yet */
     /* On demand, the first refresh comes at once, as a standing connection's does at setup. */
     u->gauge_due = on_demand && gauges;
     /* Never swept: the first tick sweeps, whatever the monotonic clock reads (it counts from the

@@ -20,6 +20,9 @@
 #  - a session logged as holding back vacuum that ends while the slot still holds names the slot
 #    next, never "nothing holds back vacuum any more", which was false: the slot held vacuum back
 #    all along.
+#  - OVERLAP: long queries on the standby that overlap move the slot's xmin on every few seconds,
+#    each time to one almost as old: the slot is logged once its horizon has stood past
+#    --horizon-warn (its xmin is dated, not timed from its last change).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -200,3 +203,42 @@ wait "$SB_HOLDER"
 relay_stop
 check_eq "SLOT: the relay exits 0" 0 "$?"
 
+
+# --- OVERLAP: long queries on the standby that overlap --------------------------------------------
+# Ten queries on the standby, begun 0.3 s apart (a commit between each two), the k-th ending at
+# 3k s: each is the oldest for 3 s, and then the slot's xmin moves on to the next one's, begun
+# at 0.3 (k - 1) s, older each time. Timed from when its xmin last changed, the slot never passed
+# --horizon-warn (6 s), however far behind the horizon stood; its xmin is dated.
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0 \
+    --horizon-warn 6s --kafka reconnect.backoff.max.ms=500
+metrics_wait
+start=$(psql_q "SELECT now()")
+for k in $(seq 1 10); do
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            VALUES ('v', 'v-$k', 'changed', '{}')"
+    psql -XAtq -p "$SB_PORT" -c "BEGIN ISOLATION LEVEL REPEATABLE READ" \
+        -c "SELECT count(*) FROM outbox" \
+        -c "SELECT pg_sleep_until('$start'::timestamptz + interval '$((3 * k)) s')" -c "COMMIT" \
+        >/dev/null 2>&1 &
+    _t_track "$!"
+    sleep 0.3
+done
+(
+    for g in $(seq 1 110); do # transactions that commit behind the queries' snapshots
+        psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+                VALUES ('w', 'w-$g', 'changed', '{}')" || exit 1
+        slot_xmin >>"$T/xmins"
+        sleep 0.3
+    done
+) &
+INSERTER=$!
+_t_track "$INSERTER"
+wait_for "OVERLAP: the slot is named once its horizon has stood past --horizon-warn" 45 slot_logged
+check "OVERLAP: (its xmin moved on meanwhile, more often than --horizon-warn)" \
+    test "$(sort -u "$T/xmins" | grep -c .)" -ge 3
+psql -XAtq -p "$SB_PORT" -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+                             WHERE query LIKE 'SELECT pg_sleep_until(%'" >/dev/null
+kill "$INSERTER" 2>/dev/null
+wait "$INSERTER" 2>/dev/null
+relay_stop
+check_eq "OVERLAP: the relay exits 0" 0 "$?"
