@@ -473,9 +473,11 @@ holding_proxy() {
 
 # relay_start ARGS...: `outbox-relay run ARGS` in the background; output in $RELAY_LOG.
 # RELAY_WRAP (array) may hold an exec-style prefix such as (taskset -c 0).
-# First keys of the relay's advisory locks (relay/outbox/schema.h): member slots and lanes.
+# First keys of the relay's advisory locks (relay/outbox/schema.h): member slots, lanes, and the
+# away and trying marks (keyed by the slot, and the slot + 1024).
 MEMBER_NS=1331849729
 LANE_NS=1331849730
+AWAY_NS=1331849733
 # LANE_LOCK: the condition on pg_locks (as l) of a granted lane lock; its objid is the lane.
 LANE_LOCK="l.locktype = 'advisory' AND l.classid = $LANE_NS AND l.objsubid = 2 AND l.granted"
 # The wakeup lock (migrations/0007_wakeup_lock.sql): a sleeping relay session holds it exclusively.

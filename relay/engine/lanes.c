@@ -150,8 +150,10 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
     /* results: [the new mark taken], [the old one given up], members: its answer comes last. */
     if (n > 1) {
         const PGresult *took = results[0]; /* the new mark's, when there is one */
+        /* "f": another session holds the mark lock, a squatter the upkeep names
+         * (SQL_LANE_SQUATTERS, "stray-marks"); the member reads healthy meanwhile. */
         bool taken = l->want_mark != LANE_MARK_NONE && PQntuples(took) == 1 &&
-                     strcmp(PQgetvalue(took, 0, 0), "t") == 0; /* "f": never, the slot is ours */
+                     strcmp(PQgetvalue(took, 0, 0), "t") == 0;
         l->mark = taken ? l->want_mark : LANE_MARK_NONE;
     }
     PGresult *res = results[n - 1];

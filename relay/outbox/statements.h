@@ -183,32 +183,41 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 
 /* Sessions holding the lane group's locks that cannot be a relay's (advisory locks need no
  * privilege: any login can take them). A relay session holds exactly one member slot, takes
- * lanes only after its slot and gives them up before it: a holder of lanes without a slot, or of
- * several slots, is not a relay ("lanes-without-slot", "several-slots"). A slot without lanes
- * ("slot-without-lanes") can be a relay's (joining; with many members rendezvous hashing leaves
- * some with none; or strangers hold its lanes): it counts only while some lane has no owner (a
- * slot that keeps a lane from being claimed), for sessions of other roles than the relay's own,
- * and only when still there at the upkeep's next look. Columns: pid, what, lanes,
- * slots, role, application, client address (the last three NULL unless the relay's role may see
- * that session). */
+ * lanes only after its slot and gives them up before it, and holds mark locks (lanes.h) only at
+ * its own slot or slot + 1024, given up before the slot: a holder of lanes without a slot, of
+ * several slots, or of a mark lock of another slot than its own is not a relay
+ * ("lanes-without-slot", "several-slots", "stray-marks"). Stray marks stall unseen otherwise: a
+ * relay that cannot reach Kafka whose mark lock another session holds cannot mark itself away
+ * (SQL_LANES_MARK answers false) and keeps its lanes, whose rows time out while other relays
+ * reach Kafka. A slot without lanes ("slot-without-lanes") can be a relay's (joining; with many
+ * members rendezvous hashing leaves some with none; or strangers hold its lanes): it counts only
+ * while some lane has no owner (a slot that keeps a lane from being claimed), for sessions of
+ * other roles than the relay's own, and only when still there at the upkeep's next look.
+ * Columns: pid, what, lanes, slots, role, application, client address (the last three NULL
+ * unless the relay's role may see that session). pg_locks is read once (MATERIALIZED, as
+ * SQL_LANES_MEMBERS says why). */
 #define SQUAT_LANES "pg_catalog.count(*) FILTER (WHERE l.classid = " LOCK_NS_LANE "::oid)"
 #define SQUAT_SLOTS "pg_catalog.count(*) FILTER (WHERE l.classid = " LOCK_NS_MEMBER "::oid)"
+#define SQUAT_STRAY_MARKS                                                                          \
+    "pg_catalog.count(*) FILTER (WHERE l.classid = " LOCK_NS_AWAY "::oid AND NOT EXISTS ("         \
+    "SELECT FROM k m WHERE m.pid = l.pid AND m.classid = " LOCK_NS_MEMBER "::oid"                  \
+    " AND l.objid::int IN (m.objid::int, m.objid::int + 1024)))"
 #define SQUAT_DB "(SELECT oid FROM pg_database WHERE datname = pg_catalog.current_database())"
 #define SQL_LANE_SQUATTERS                                                                         \
-    "SELECT l.pid, CASE WHEN " SQUAT_SLOTS " = 0 THEN 'lanes-without-slot'"                        \
+    "WITH k AS MATERIALIZED (SELECT pid, classid, objid FROM pg_locks"                             \
+    " WHERE locktype = 'advisory' AND objsubid = 2 AND granted AND classid IN (" LOCK_NS_MEMBER    \
+    "::oid, " LOCK_NS_LANE "::oid, " LOCK_NS_AWAY "::oid) AND database = " SQUAT_DB ")"            \
+    " SELECT l.pid, CASE WHEN " SQUAT_STRAY_MARKS " > 0 THEN 'stray-marks'"                        \
+    " WHEN " SQUAT_SLOTS " = 0 THEN 'lanes-without-slot'"                                          \
     " WHEN " SQUAT_SLOTS " > 1 THEN 'several-slots' ELSE 'slot-without-lanes' END,"                \
     " " SQUAT_LANES ", " SQUAT_SLOTS ", a.usename::text, a.application_name,"                      \
     " pg_catalog.host(a.client_addr)"                                                              \
-    " FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"                               \
-    " WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted"                              \
-    " AND l.classid IN (" LOCK_NS_MEMBER "::oid, " LOCK_NS_LANE                                    \
-    "::oid) AND l.database = " SQUAT_DB                                                            \
+    " FROM k l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"                                      \
     " GROUP BY l.pid, a.usename, a.application_name, a.client_addr"                                \
-    " HAVING " SQUAT_SLOTS " <> 1"                                                                 \
+    " HAVING " SQUAT_SLOTS " <> 1 OR " SQUAT_STRAY_MARKS " > 0"                                    \
     " OR (" SQUAT_LANES " = 0 AND a.usename IS DISTINCT FROM CURRENT_USER"                         \
-    " AND (SELECT pg_catalog.count(*) FROM pg_locks o WHERE o.locktype = 'advisory'"               \
-    " AND o.classid = " LOCK_NS_LANE "::oid AND o.objsubid = 2 AND o.granted"                      \
-    " AND o.database = " SQUAT_DB ") < 64) ORDER BY 1"
+    " AND (SELECT pg_catalog.count(*) FROM k o WHERE o.classid = " LOCK_NS_LANE "::oid) < 64)"     \
+    " ORDER BY 1"
 
 /* ---- status (relay/cmd/status.c) ---- */
 

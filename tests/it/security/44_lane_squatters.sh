@@ -10,6 +10,11 @@
 #     and ready again once it lets them go.
 #  C. the same while a table lock makes the backlog count slow: ready again within 30 s of the
 #     stranger leaving (the looks no longer wait for the count's pace).
+#  D. a stranger holds the away and trying mark locks of every member slot (a relay's marks are
+#     its own slot's only): a relay that could not reach Kafka could not mark itself away and
+#     would keep its lanes, their rows timing out, while other relays reach Kafka. Named
+#     (what=stray-marks), 503, and ready again once it lets them go (on the old code nothing: the
+#     look read member and lane locks only).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -98,6 +103,18 @@ _t_track "$LOCKER"
 wait "$LOCKER"
 end_squat "$T/squat-c.out"
 wait_for "C: ready again soon after it leaves, though the count was slow" 30 ready_is 200
+
+# --- D: the away and trying marks of every slot ------------------------------------------------
+squat "$AWAY_NS" 0 2047 "$T/squat-d.out"
+_poll 10 holds "$T/squat-d.out" || fail "D: the stranger holds the mark locks of every slot"
+D_PID=$(head -n 1 "$T/squat-d.out")
+wait_for "D: the relay names it" 30 \
+    grep -q "$SQUAT_LINE.*pid=$D_PID what=stray-marks lanes=0 slots=0" "$RELAY_LOG"
+check "D: /readyz answers 503" ready_is 503
+end_squat "$T/squat-d.out"
+wait_for "D: ready again once it lets them go" 30 ready_is 200
+insert 31 40
+wait_for "D: events go out" 30 no_unsent_rows
 check_delivered squat
 relay_stop
 check_eq "the relay exits 0" 0 "$?"
