@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 DIR=${1:-relay/engine}
 
 # The functions that move a session. lanes.c sends the lane group's own queries, on the driver's
-# behalf (lanes_rebalance, lanes_leave): pg_conn_send is allowed there and nowhere else.
+# behalf (lanes_rebalance, lanes_leave): pg_conn_send is allowed there, and in waiter.c for the
+# waiter's own connection, and nowhere else.
 MOVERS="session_set_phase pg_conn_send pg_conn_reset lanes_rebalance lanes_leave ev_break"
 ENTRIES="session_step session_event"
 
@@ -25,8 +26,10 @@ for f in "$DIR"/*.c; do
         exit 2
     }
     for fn in $MOVERS; do
-        case "$name:$fn" in # lanes.c defines the lane requests and sends their queries
+        case "$name:$fn" in # lanes.c defines the lane requests and sends their queries; the
+        # waiter (waiter.c) sends on a connection of its own, which is no session's
         lanes.c:pg_conn_send | lanes.c:lanes_rebalance | lanes.c:lanes_leave) continue ;;
+        waiter.c:pg_conn_send) continue ;;
         esac
         if printf '%s\n' "$code" | grep -Eq "(^|[^A-Za-z0-9_])$fn[[:space:]]*\("; then
             echo "$f: calls $fn, which moves a session: only the driver (session.c) may" >&2

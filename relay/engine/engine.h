@@ -502,7 +502,7 @@ void produce_give_up_waiting(Session *s);
  * Called before that claim's rows are produced; a row alone in flight keeps its report's path. */
 void produce_isolate_forget_all(Relay *r);
 
-/* ---- wakeup.c (wakeup.h holds the state) ---- */
+/* ---- wakeup.c and waiter.c (wakeup.h holds the state) ---- */
 
 /* Reads the reply of COMMIT + the request to sleep: false when a producer is mid-transaction
  * (poll again soon), true when the session is asleep (as guard or follower; one final claim is
@@ -521,6 +521,9 @@ bool wakeup_waiter_wait(Relay *r, bool start);
  * if any, ends on the server within its lock_timeout and notifies). */
 void wakeup_waiter_init(Relay *r);
 void wakeup_waiter_free(Relay *r);
+/* relay.c: the waiter's wait failed, so maybe without the notification its end sends: wakes the
+ * sessions of r asleep on it (a follower; a guard ignores it) as a "guard left" would. */
+void relay_waiter_failed(Relay *r);
 
 /* ---- marks.c: builds the marks, reads their reply ---- */
 

@@ -150,6 +150,13 @@ static void on_room_timer(struct ev_loop *loop, ev_timer *w, int revents)
     resume_waiting(r);
 }
 
+void relay_waiter_failed(Relay *r)
+{
+    for (int i = 0; i < r->n_sessions; i++)
+        if (wakeup_notified(&r->sessions[i].wake, GUARD_LEFT))
+            session_event(&r->sessions[i], EVENT_WAKE);
+}
+
 void relay_room_after_report(Relay *r)
 {
     if (ev_is_active(&r->room_timer))

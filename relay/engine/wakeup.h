@@ -23,7 +23,7 @@
  * once (the latency a wait costs; while the wait is queued, every other producer notifies).
  * Most producers' transactions end within a few polls: the waiter connects only once a session
  * has been told busy for WAITER_AFTER_MS in a row (wakeup.c), and closes after WAITER_IDLE_S
- * without a wait. */
+ * (waiter.c) without a wait. */
 #ifndef OUTBOX_WAKEUP_H
 #define OUTBOX_WAKEUP_H
 
