@@ -19,7 +19,11 @@
 # installs the same functions, on every run), producer inserts as a member of
 # outbox_producer with the default search_path and with the schema first (the triggers and the
 # lane's function run in the producer's session), the relay delivering, failing and dead-lettering an event, sleeping (the
-# wakeup lock) and being woken, --retention deleting sent rows, `verify`, `replay` (a dry run,
+# wakeup lock) and being woken, --retention deleting sent rows, the upkeep's looks with
+# --metrics-listen (lane-group squatters, with a session of the neighbour holding a mark lock no
+# relay would; the vacuum horizon, with a snapshot of the neighbour's held open; the backlog and
+# retention's oldest sent row: each gauge served with what those rows give, no upkeep query
+# failed; before, no test ran them here: tests/mutants/48), `verify`, `replay` (a dry run,
 # then two batches), `status`, `dead`, `requeue`, `purge-dead` and `check`. No look-alike may
 # have been called.
 # shellcheck source=tests/lib.sh
@@ -228,8 +232,9 @@ as_producer "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, paylo
 check_eq "the lanes are the built-in hash's (not all 0)" t \
     "$(psql_safe "SELECT count(DISTINCT lane) > 1 FROM public.outbox")"
 relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --retention 3s \
-    --max-attempts 2 --retry-backoff 100 --retry-backoff-max 200 \
+    --metrics-listen 127.0.0.1:0 --max-attempts 2 --retry-backoff 100 --retry-backoff-max 200 \
     --dead-letter-topic outbox.dead --poll-interval 60000
+metrics_wait
 wait_for "the relay delivers" 30 no_unsent_rows_but "aggregate_type = 'order'"
 # The poison event's second attempt waits for the relay's next claim: the next poll (60 s away:
 # the wakeup below must be the trigger's doing) or a wakeup. Once its first attempt failed and
@@ -246,6 +251,37 @@ wait_for "the relay sleeps, guarding the wakeup lock" 30 guard_held_safe
 check "the producer inserts while it sleeps" insert 201 300
 wait_for "the wakeup trigger wakes it: all delivered" 30 no_unsent_rows_but "aggregate_type = 'order'"
 wait_for "--retention deletes sent rows" 30 psql_none "SELECT 1 FROM public.outbox WHERE sent_at IS NOT NULL"
+# The upkeep's looks (--metrics-listen) with rows to read: a session that is not a relay holds a
+# mark lock no relay would (the lane-group squatters' look), the neighbour holds a snapshot open
+# while transactions go on (the vacuum horizon's), a sent row is kept (retention's oldest), and
+# the backlog counts the dead-lettered and the unsent. Each gauge must be served with the value
+# those rows give, and no upkeep query may fail.
+as_neighbour -c "SELECT pg_catalog.pg_backend_pid()" \
+    -c "SELECT pg_catalog.pg_advisory_lock($AWAY_NS, 2000)" \
+    -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT pg_catalog.txid_current()" \
+    -c "SELECT pg_catalog.pg_sleep(60)" >"$T/neighbour-locks.out" 2>&1 &
+NEIGHBOUR=$!
+_t_track "$NEIGHBOUR"
+neighbour_holds() { [ "$(wc -l <"$T/neighbour-locks.out")" -ge 3 ]; }
+_poll 10 neighbour_holds || fail "the neighbour holds a mark lock and a snapshot"
+# Sent at infinity: retention never deletes it, and its age is read (overdue: none).
+psql_safe "INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, sent_at)
+           VALUES ('kept', 'k-1', 'changed', 'infinity')" || not_ok "keep a sent row"
+as_producer "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+             VALUES ('order', 'up-1', 'changed', '{}')" || not_ok "insert after the snapshot"
+wait_for "upkeep: the squatters' look names the neighbour" 30 metric_is outbox_lane_squatters 1
+check "upkeep: ... in the log" grep -q "not a relay holds the lane group's locks.*what=stray-marks" \
+    "$RELAY_LOG"
+wait_for "upkeep: the horizon's look sees the snapshot" 30 \
+    metric_at_least outbox_vacuum_horizon_age_xids 1
+check "upkeep: retention's lag is served" metric_is outbox_retention_overdue_seconds 0
+check "upkeep: the backlog is counted" metric_at_least outbox_backlog_refresh_timestamp_seconds 1
+wait_for "upkeep: ... the dead-lettered" 30 metric_is outbox_dead_letter_rows 1
+check_eq "upkeep: no upkeep query failed" "" \
+    "$(grep 'upkeep query failed' "$RELAY_LOG" | head -n 3)"
+kill "$NEIGHBOUR" 2>/dev/null
+wait "$NEIGHBOUR" 2>/dev/null
+psql_safe "DELETE FROM public.outbox WHERE aggregate_type = 'kept'" || not_ok "delete the kept row"
 relay_stop || not_ok "the relay exits 0"
 cmd() { # cmd NAME ARGS...: a command of the relay against the test database
     local name=$1
