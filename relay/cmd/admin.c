@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "db.h"
@@ -339,6 +340,55 @@ PGresult *admin_exec_unbounded(PGconn *conn, const TableMap *map, const char *tm
                                const char *const *params, ExecStatusType expect)
 {
     return exec_template(conn, map, tmpl, nparams, params, expect, false);
+}
+
+static bool squat_slot_only(const PGresult *res, int row)
+{
+    return strcmp(PQgetvalue(res, row, 1), "slot-without-lanes") == 0;
+}
+
+PGresult *admin_lane_squatters(PGconn *conn, DbError *e)
+{
+    PGresult *first = admin_query(conn, SQL_LANE_SQUATTERS, 0, NULL, e);
+    if (!first)
+        return NULL;
+    bool again = false;
+    for (int i = 0; i < PQntuples(first); i++)
+        again = again || squat_slot_only(first, i);
+    if (!again)
+        return first;
+    struct timespec wait = {ADMIN_SQUAT_RECHECK_MS / 1000,
+                            (ADMIN_SQUAT_RECHECK_MS % 1000) * 1000000L};
+    while (nanosleep(&wait, &wait) != 0 && errno == EINTR)
+        ;
+    PGresult *now = admin_query(conn, SQL_LANE_SQUATTERS, 0, NULL, e);
+    /* The second look's rows, but a slot without lanes only where the first saw one too. */
+    PGresult *out = now ? PQcopyResult(now, PG_COPYRES_ATTRS) : NULL;
+    bool copied = out != NULL;
+    for (int i = 0, k = 0; copied && i < PQntuples(now); i++) {
+        if (squat_slot_only(now, i)) {
+            bool seen = false;
+            for (int j = 0; j < PQntuples(first) && !seen; j++)
+                seen = squat_slot_only(first, j) &&
+                       strcmp(PQgetvalue(first, j, 0), PQgetvalue(now, i, 0)) == 0;
+            if (!seen)
+                continue;
+        }
+        for (int col = 0; copied && col < PQnfields(now); col++)
+            copied =
+                PQsetvalue(out, k, col, PQgetisnull(now, i, col) ? NULL : PQgetvalue(now, i, col),
+                           PQgetlength(now, i, col)) != 0;
+        k++;
+    }
+    if (now && !copied) {
+        PQclear(out);
+        out = NULL;
+        *e = (DbError){.conn_lost = false};
+        snprintf(e->message, sizeof(e->message), "out of memory");
+    }
+    PQclear(first);
+    PQclear(now);
+    return out;
 }
 
 /* Prints row as one JSON line. False when it cannot (a text that is not UTF-8: a SQL_ASCII

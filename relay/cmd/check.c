@@ -505,6 +505,50 @@ static void check_kafka(Checks *c, const Config *cfg, rd_kafka_conf_t *kconf)
     rd_kafka_destroy(rk);
 }
 
+/* Sessions that hold the lane group's locks and cannot be relays (admin_lane_squatters, the
+ * relay's own rule): a warn line for each, with what to do. Not a problem of the setup (exit 0
+ * as `run` starts), but the aggregates of the lanes such a session holds wait until it ends, a
+ * relay away from Kafka whose mark it holds keeps its lanes, and before, only a relay with
+ * --metrics-listen said so. */
+static void check_lane_squatters(Checks *c, PGconn *conn)
+{
+    DbError e;
+    PGresult *res = admin_lane_squatters(conn, &e);
+    if (!res && strcmp(e.sqlstate, "42501") == 0) {
+        /* pg_locks revoked: the privileges line names that already, as the problem it is. */
+        say_warn(c, "lanes", "cannot look for sessions that hold the lane group's locks: %s",
+                 db_error_text(&e));
+        return;
+    }
+    if (!res) {
+        say(c, false, "lanes", "the check's query failed: %s", db_error_text(&e));
+        c->pg_gone = c->pg_gone || e.conn_lost;
+        return;
+    }
+    if (PQntuples(res) == 0)
+        say(c, true, "lanes", "no session but relays holds the lane group's locks");
+    for (int i = 0; i < PQntuples(res); i++) {
+        const char *pid = PQgetvalue(res, i, 0);
+        /* What it stalls: a mark lock stalls no lanes of its own (SQL_LANE_SQUATTERS). */
+        const char *stalls =
+            strcmp(PQgetvalue(res, i, 1), "stray-marks") == 0
+                ? "a relay that cannot reach Kafka cannot mark itself away while this session "
+                  "holds its mark lock, and keeps its lanes, their rows timing out"
+                : "the aggregates of the lanes it holds, or that relays leave to its member "
+                  "slots, wait until it ends";
+        say_warn(c, "lanes",
+                 "session pid %s (role %s, application %s, client %s) is not a relay but holds "
+                 "the lane group's locks (%s: %s lanes, %s member slots): %s, and relays with "
+                 "--metrics-listen are not ready; find who runs it and stop it, or end it: "
+                 "SELECT pg_terminate_backend(%s)",
+                 pid, PQgetisnull(res, i, 4) ? "-" : PQgetvalue(res, i, 4),
+                 PQgetisnull(res, i, 5) || !*PQgetvalue(res, i, 5) ? "-" : PQgetvalue(res, i, 5),
+                 PQgetisnull(res, i, 6) ? "-" : PQgetvalue(res, i, 6), PQgetvalue(res, i, 1),
+                 PQgetvalue(res, i, 2), PQgetvalue(res, i, 3), stalls, pid);
+    }
+    PQclear(res);
+}
+
 int check_run(const Config *cfg, rd_kafka_conf_t *kconf)
 {
     Checks c = {0};
@@ -545,6 +589,8 @@ int check_run(const Config *cfg, rd_kafka_conf_t *kconf)
             if (!c.pg_gone)
                 check_payload_type(&c, conn, &cfg->map);
         }
+        if (!c.pg_gone)
+            check_lane_squatters(&c, conn);
         PQfinish(conn);
     }
     check_kafka(&c, cfg, kconf);

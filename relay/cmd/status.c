@@ -95,8 +95,27 @@ static void schema_look(PGconn *conn, SchemaLook *look)
 
 /* False (an error logged) when the object cannot be built: a text that is not UTF-8 (a role
  * name in a SQL_ASCII database may hold any bytes). relays NULL: a standby, sessions null. */
+/* The lane-group squatters (admin_lane_squatters' columns) as a JSON list; null on a standby. */
+static json_t *squatters_json(PGresult *squat, bool *whole)
+{
+    if (!squat)
+        return json_null();
+    json_t *list = json_array();
+    for (int i = 0; i < PQntuples(squat); i++) {
+        json_t *one = json_pack(
+            "{s:I, s:s, s:I, s:I, s:o, s:o, s:o}", "pid", (json_int_t)int_at(squat, i, 0), "what",
+            PQgetvalue(squat, i, 1), "lanes", (json_int_t)int_at(squat, i, 2), "slots",
+            (json_int_t)int_at(squat, i, 3), "user", json_text_or_null(squat, i, 4),
+            "application_name", json_text_or_null(squat, i, 5), "client_addr",
+            json_text_or_null(squat, i, 6));
+        *whole = *whole && one != NULL;
+        json_array_append_new(list, one);
+    }
+    return list;
+}
+
 static bool print_json(PGresult *backlog, long long sent_minute, const SchemaLook *schema,
-                       PGresult *relays, PGresult *owners)
+                       PGresult *relays, PGresult *owners, PGresult *squat)
 {
     json_t *list = relays ? json_array() : json_null();
     bool whole = true; /* json_array_append_new takes a NULL silently: the session would vanish */
@@ -113,8 +132,9 @@ static bool print_json(PGresult *backlog, long long sent_minute, const SchemaLoo
         whole = whole && session != NULL;
         json_array_append_new(list, session);
     }
+    json_t *squatters = squatters_json(squat, &whole);
     json_t *o = json_pack(
-        "{s:I, s:I, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "backlog",
+        "{s:I, s:I, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "backlog",
         (json_int_t)int_at(backlog, 0, BACKLOG_UNSENT), "retrying",
         (json_int_t)int_at(backlog, 0, BACKLOG_RETRYING), "oldest_unsent_age_seconds",
         PQgetisnull(backlog, 0, BACKLOG_OLDEST_AGE_S)
@@ -126,7 +146,7 @@ static bool print_json(PGresult *backlog, long long sent_minute, const SchemaLoo
         sent_minute < 0 ? json_null() : json_real((double)sent_minute / 60.0), "unknown_migrations",
         schema->unknown < 0 ? json_null() : json_integer(schema->unknown),
         "newest_unknown_migration", schema->unknown > 0 ? json_string(schema->newest) : json_null(),
-        "sessions", list);
+        "sessions", list, "lane_squatters", squatters);
     char *text = o && whole ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     bool printed = text != NULL;
     if (printed)
@@ -138,8 +158,35 @@ static bool print_json(PGresult *backlog, long long sent_minute, const SchemaLoo
     return printed;
 }
 
+/* Said only when some are: each stalls the aggregates of the lanes it holds, or keeps a relay
+ * that cannot reach Kafka from marking itself away (docs/guarantees.md), and only a relay with
+ * --metrics-listen said so before. Escaped as the sessions' names. */
+static void print_squatters(PGresult *squat)
+{
+    int n = squat ? PQntuples(squat) : 0;
+    if (n == 0)
+        return;
+    printf("lane squatters: %d session%s that %s not a relay hold%s the lane group's locks, and "
+           "the relays are not ready (`outbox-relay check` says what each stalls)\n",
+           n, n == 1 ? "" : "s", n == 1 ? "is" : "are", n == 1 ? "s" : "");
+    printf("  %-8s %-20s %-6s %-6s %-24s %-28s %s\n", "PID", "WHAT", "LANES", "SLOTS", "CLIENT",
+           "APPLICATION", "USER");
+    for (int i = 0; i < n; i++) {
+        char app_text[200], user_text[200];
+        printf("  %-8s %-20s %-6s %-6s %-24s %-28s %s\n", PQgetvalue(squat, i, 0),
+               PQgetvalue(squat, i, 1), PQgetvalue(squat, i, 2), PQgetvalue(squat, i, 3),
+               PQgetisnull(squat, i, 6) ? "-" : PQgetvalue(squat, i, 6),
+               PQgetisnull(squat, i, 5) || !*PQgetvalue(squat, i, 5)
+                   ? "-"
+                   : log_escape(PQgetvalue(squat, i, 5), app_text, sizeof(app_text)),
+               PQgetisnull(squat, i, 4)
+                   ? "-"
+                   : log_escape(PQgetvalue(squat, i, 4), user_text, sizeof(user_text)));
+    }
+}
+
 static void print_text(PGresult *backlog, long long sent_minute, const SchemaLook *schema,
-                       PGresult *relays, PGresult *owners)
+                       PGresult *relays, PGresult *owners, PGresult *squat)
 {
     printf("backlog:        %lld unsent events (%lld waiting for a retry)\n",
            int_at(backlog, 0, BACKLOG_UNSENT), int_at(backlog, 0, BACKLOG_RETRYING));
@@ -185,8 +232,10 @@ static void print_text(PGresult *backlog, long long sent_minute, const SchemaLoo
     if (away || trying)
         printf("; %d away from kafka, %d trying it again", away, trying);
     printf("\n");
-    if (n == 0)
+    if (n == 0) {
+        print_squatters(squat);
         return;
+    }
     printf("  %-6s %-8s %-6s %-7s %-24s %-20s %-28s %s\n", "SLOT", "PID", "LANES", "KAFKA",
            "CLIENT", "CONNECTED SINCE", "APPLICATION", "USER");
     for (int i = 0; i < n; i++) {
@@ -204,6 +253,7 @@ static void print_text(PGresult *backlog, long long sent_minute, const SchemaLoo
                app && *app ? log_escape(app, app_text, sizeof(app_text)) : "-",
                user ? log_escape(user, user_text, sizeof(user_text)) : "-");
     }
+    print_squatters(squat);
 }
 
 int status_run(const Config *cfg)
@@ -235,21 +285,28 @@ int status_run(const Config *cfg)
     PGresult *relays = recovery && !standby
                            ? admin_exec(conn, &cfg->map, SQL_RELAYS, 0, NULL, PGRES_TUPLES_OK)
                            : NULL;
-    if (relays || standby) {
+    /* On a standby there are none to see: the locks are the primary's, as the sessions are. */
+    PGresult *squat = relays ? admin_lane_squatters(conn, &e) : NULL;
+    if (relays && !squat) {
+        char q[600];
+        log_error("query failed", "error=%s", log_quote(e.message, q, sizeof(q)));
+    }
+    if (squat || standby) {
         long long sent_minute = counted ? int_at(throughput, 0, 0) : -1; /* -1: not counted */
         PGresult *owners = relays ? session_owners(conn, relays) : NULL;
         SchemaLook schema;
         schema_look(conn, &schema);
         rc = 0;
         if (cfg->json)
-            rc = print_json(backlog, sent_minute, &schema, relays, owners) ? 0 : 1;
+            rc = print_json(backlog, sent_minute, &schema, relays, owners, squat) ? 0 : 1;
         else
-            print_text(backlog, sent_minute, &schema, relays, owners);
+            print_text(backlog, sent_minute, &schema, relays, owners, squat);
         PQclear(owners);
     }
     PQclear(backlog);
     PQclear(throughput);
     PQclear(relays);
+    PQclear(squat);
     PQclear(recovery);
     PQfinish(conn);
     return rc;

@@ -15,6 +15,12 @@
 #     would keep its lanes, their rows timing out, while other relays reach Kafka. Named
 #     (what=stray-marks), 503, and ready again once it lets them go (on the old code nothing: the
 #     look read member and lane locks only).
+#  E. a stranger holds one member slot and no lanes: the relays leave it its share of the lanes,
+#     which no one claims. Named (what=slot-without-lanes, at two looks in a row: a relay joining
+#     holds its slot without lanes for a moment), 503, ready again once it lets go.
+# In A, D and E `status` (text and --json) and `check` name the stranger too (pid, what, role; check
+# as a warn line saying what to do), and say none once it has gone: before, only a relay with
+# --metrics-listen did, and status listed the relays' sessions alone.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -41,6 +47,31 @@ squat() {
         -c "SELECT pg_sleep(60)" >"$4" 2>&1 &
     SQUATTER=$!
     _t_track "$SQUATTER"
+}
+status_json() { timeout 60 "$RELAY_BIN" status --json --database-url "$DATABASE_URL"; }
+# commands_name PART PID WHAT: status, status --json and check name the session PID as WHAT.
+commands_name() {
+    local part=$1 pid=$2 what=$3
+    timeout 60 "$RELAY_BIN" status --database-url "$DATABASE_URL" >"$T/status-$part.out" 2>&1
+    check "$part: status names it" grep -Eq "^  $pid +$what +.* stranger\$" "$T/status-$part.out"
+    check "$part: ... under a line that says what it does" grep -q \
+        "^lane squatters: 1 session that is not a relay holds the lane group's locks" \
+        "$T/status-$part.out"
+    check_eq "$part: status --json names it" "$pid $what stranger" \
+        "$(status_json | jq -r '.lane_squatters[] | "\(.pid) \(.what) \(.user)"')"
+    timeout 60 "$RELAY_BIN" check --database-url "$DATABASE_URL" --brokers "$BROKERS" \
+        >"$T/check-$part.out" 2>&1
+    check "$part: check warns of it, saying what to do" grep -q \
+        "^warn  lanes: session pid $pid (role stranger, .*($what: .*pg_terminate_backend($pid)" \
+        "$T/check-$part.out"
+}
+# commands_name_none PART: status --json and check say that no session squats.
+commands_name_none() {
+    check_eq "$1: status --json names none" "[]" "$(status_json | jq -c '.lane_squatters')"
+    timeout 60 "$RELAY_BIN" check --database-url "$DATABASE_URL" --brokers "$BROKERS" \
+        >"$T/check-$1-none.out" 2>&1
+    check "$1: check says none" grep -q \
+        "^ok    lanes: no session but relays holds the lane group's locks" "$T/check-$1-none.out"
 }
 holds() { # holds OUT: the squat's locks are taken
     [ "$(sed -n 2p "$1")" != "" ]
@@ -69,6 +100,7 @@ check "A: ... saying why" grep -q "sessions that are not relays hold lane locks"
 )
 check_eq "A: nothing is delivered while every lane is held" 20 "$(unsent_rows)"
 check_eq "A: the stranger is named once" 1 "$(grep -c "$SQUAT_LINE.*pid=$A_PID " "$RELAY_LOG")"
+commands_name A "$A_PID" lanes-without-slot
 end_squat "$T/squat-a.out"
 wait_for "A: once it is gone every event is delivered" 40 no_unsent_rows
 wait_for "A: the relay is ready again" 30 ready_is 200
@@ -76,6 +108,7 @@ check "A: and says the locks are free" grep -q "no session but relays holds the 
     "$RELAY_LOG"
 check "A: the count is back to 0" metric_is outbox_lane_squatters 0
 check "A: outbox_ready is back to 1" metric_is outbox_ready 1
+commands_name_none A
 
 # --- B: member slots ---------------------------------------------------------------------------------
 squat "$MEMBER_NS" 100 107 "$T/squat-b.out"
@@ -111,10 +144,24 @@ D_PID=$(head -n 1 "$T/squat-d.out")
 wait_for "D: the relay names it" 30 \
     grep -q "$SQUAT_LINE.*pid=$D_PID what=stray-marks lanes=0 slots=0" "$RELAY_LOG"
 check "D: /readyz answers 503" ready_is 503
+commands_name D "$D_PID" stray-marks
 end_squat "$T/squat-d.out"
 wait_for "D: ready again once it lets them go" 30 ready_is 200
 insert 31 40
 wait_for "D: events go out" 30 no_unsent_rows
+# --- E: one member slot, no lanes ------------------------------------------------------------------
+squat "$MEMBER_NS" 100 100 "$T/squat-e.out"
+_poll 10 holds "$T/squat-e.out" || fail "E: the stranger holds a member slot"
+E_PID=$(head -n 1 "$T/squat-e.out")
+wait_for "E: the relay names it" 30 \
+    grep -q "$SQUAT_LINE.*pid=$E_PID what=slot-without-lanes lanes=0 slots=1" "$RELAY_LOG"
+check "E: /readyz answers 503" ready_is 503
+commands_name E "$E_PID" slot-without-lanes
+end_squat "$T/squat-e.out"
+wait_for "E: ready again once it lets go" 30 ready_is 200
+commands_name_none E
+insert 41 50
+wait_for "E: events go out" 30 no_unsent_rows
 check_delivered squat
 relay_stop
 check_eq "the relay exits 0" 0 "$?"
