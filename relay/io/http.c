@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -38,7 +39,8 @@
  *    start: a client that trickles a byte at a time never trips the idle timeout, this deadline
  *    it does. A connection carries one request: every answer is queued on the handler's first
  *    call, and libmicrohttpd 0.9.75 then closes the connection after it (MHD_queue_response
- *    before the request's end discards the rest of the connection: "Connection: close");
+ *    before the request's end discards the rest of the connection: "Connection: close"); a body
+ *    the client still sends after it is read and dropped for a while (linger_start);
  *  - a client that sends nothing for HTTP_IDLE_TIMEOUT_S is dropped;
  *  - request line + headers must fit in HTTP_MEMORY_LIMIT bytes (else 431 or 414, and close);
  *  - an answer must be sent within HTTP_RESPONSE_DEADLINE_S of its request (http.h): a client that
@@ -54,6 +56,11 @@
 #define HTTP_IDLE_TIMEOUT_S 10
 #define HTTP_MEMORY_LIMIT (16 * 1024)
 #define HTTP_EVICT_WARN_S 60.0 /* at most one warning this often while connections are closed */
+/* The lingering close (linger_start): an answer sent before the request's body was read is
+ * followed by reading and dropping what the client still sends, for at most this long and this
+ * many bytes (the declared length when smaller), as producer-demo does (docs/demos.md). */
+#define HTTP_LINGER_S 5.0
+#define HTTP_LINGER_BYTES (64ULL * 1024 * 1024)
 /* A connection newer than CONNDEADLINE_YOUNG_S (conndeadline.h) is never "waiting for its
  * request" (make_room): its client may not have sent it yet. */
 
@@ -78,7 +85,21 @@ typedef struct Pending {
      * keeps the response while any connection sends it, so the pointer names one rendering. */
     const struct MHD_Response *reading;
     struct sockaddr_storage addr; /* the client's address (its port ignored) */
+    bool body_unread;             /* its request declared a body, which no answer waits for */
+    bool answered;                /* its answer was sent whole (on_completed) */
+    unsigned long long declared;  /* the body's declared length, 0 when not told (chunked) */
 } Pending;
+
+/* A connection in its lingering close (linger_start): its answer sent and its write side shut,
+ * the client's further bytes read and dropped on the loop until it closes, left bytes are read
+ * or HTTP_LINGER_S pass. Holds a duplicate of the descriptor libmicrohttpd closed. */
+typedef struct Linger {
+    struct Linger *prev, *next;
+    struct HttpServer *server;
+    ev_io io;
+    ev_timer timer;
+    unsigned long long left;
+} Linger;
 
 /* How libmicrohttpd shares the loop.
  *
@@ -127,6 +148,9 @@ struct HttpServer {
     char shared_path[64];
     char large_path[64]; /* the path of the last large answer shared, kept after its time */
     size_t large_len;    /* and its length */
+    Linger *lingers, *lingers_tail; /* lingering closes, oldest first (linger_start) */
+    unsigned int lingering;         /* their number: counted against limit with the open ones */
+    bool stopping;                  /* http_server_free: no new lingering close */
     char address[128];
 };
 
@@ -325,6 +349,89 @@ static void warn_evicted(HttpServer *s)
     }
 }
 
+static void linger_end(Linger *l)
+{
+    HttpServer *s = l->server;
+    ev_io_stop(s->loop, &l->io);
+    ev_timer_stop(s->loop, &l->timer);
+    close(l->io.fd);
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        s->lingers = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    else
+        s->lingers_tail = l->prev;
+    s->lingering--;
+    free(l);
+}
+
+/* Reads and drops what the client sends, a few buffers a wake-up (the loop has other work; the
+ * watcher is level-triggered and comes back), until it closes, errs, or left bytes are in. */
+static void on_linger_io(struct ev_loop *loop, ev_io *w, int revents)
+{
+    Linger *l = w->data;
+    static char sink[16384]; /* dropped bytes: the loop's one thread is the only reader */
+    for (int i = 0; i < 4; i++) {
+        ssize_t got = recv(w->fd, sink, sizeof(sink), MSG_DONTWAIT);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (got <= 0)
+            break; /* the client closed (or reset) */
+        l->left = (unsigned long long)got >= l->left ? 0 : l->left - (unsigned long long)got;
+        if (l->left == 0)
+            break;
+        if (i == 3)
+            return; /* more may come: the next wake-up reads on */
+    }
+    linger_end(l);
+}
+
+static void on_linger_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    linger_end(w->data);
+}
+
+/* The lingering close of p, whose answer was sent before its request's body was read (every
+ * answer is: see the limits at the top), called while libmicrohttpd closes it. Closed with the
+ * body unread, the socket sends a reset, and a reset drops what the client has not yet read, the
+ * answer among them: a client that sends its body before reading (1 MiB to POST /metrics) got a
+ * reset or a broken pipe instead of its 405 (RFC 9112 9.6 asks for a half-close). So a
+ * duplicate of the descriptor outlives libmicrohttpd's close (which shut the write side: the
+ * client reads the end), and the loop reads and drops the client's bytes without ever waiting
+ * on them. Bounded: HTTP_LINGER_S, HTTP_LINGER_BYTES (or the declared length), and counted
+ * against the connection limit with the open connections (none when they fill it; make_room
+ * ends the oldest first). libmicrohttpd takes the descriptor out of its epoll set itself before
+ * closing it (0.9.75 MHD_cleanup_connections), so the duplicate raises no event there. */
+static void linger_start(HttpServer *s, const Pending *p)
+{
+    if (s->stopping || s->open + s->lingering >= s->limit)
+        return;
+    Linger *l = calloc(1, sizeof(*l));
+    int fd = l ? fcntl(p->fd, F_DUPFD_CLOEXEC, 0) : -1;
+    if (fd < 0) {
+        free(l); /* closed at once, as before: a reset at worst */
+        return;
+    }
+    shutdown(fd, SHUT_WR); /* done by libmicrohttpd (mark_closed) unless in turbo mode */
+    l->server = s;
+    l->left = p->declared && p->declared < HTTP_LINGER_BYTES ? p->declared : HTTP_LINGER_BYTES;
+    ev_io_init(&l->io, on_linger_io, fd, EV_READ);
+    l->io.data = l;
+    ev_timer_init(&l->timer, on_linger_timer, HTTP_LINGER_S, 0);
+    l->timer.data = l;
+    ev_io_start(s->loop, &l->io);
+    ev_timer_start(s->loop, &l->timer);
+    l->prev = s->lingers_tail;
+    if (s->lingers_tail)
+        s->lingers_tail->next = l;
+    else
+        s->lingers = l;
+    s->lingers_tail = l;
+    s->lingering++;
+}
+
 /* Makes room for the connection just accepted when the live ones are past conndeadline_room of
  * the limit (all but a sixteenth): closes the oldest one waiting for its request, else the
  * oldest being answered (a slow reader). Says so at most every HTTP_EVICT_WARN_S.
@@ -339,6 +446,9 @@ static void warn_evicted(HttpServer *s)
  * order of acceptance, so when its head is that young, all of it is. */
 static void make_room(HttpServer *s)
 {
+    /* A lingering close has sent its answer: the first to make way. */
+    if ((long)(s->live + s->lingering) > conndeadline_room((long)s->limit) && s->lingers)
+        linger_end(s->lingers);
     if ((long)s->live <= conndeadline_room((long)s->limit))
         return;
     Pending *victim = s->headers.head;
@@ -432,6 +542,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         Pending *p = *socket_context;
         if (p) {
             pending_unlink(p);
+            if (!p->closing && p->answered && p->body_unread)
+                linger_start(s, p);
             if (!p->closing)
                 s->live--;
             free(p);
@@ -452,6 +564,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     if (ci && ci->socket_context) {
         Pending *p = ci->socket_context;
+        p->answered = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
         if (!p->closing)
             pending_link(p, &p->server->headers, p->server->header_deadline);
     }
@@ -619,8 +732,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     Pending *p = ci ? ci->socket_context : NULL;
-    if (p)
+    if (p) {
         pending_unlink(p);
+        /* The answer is queued now, before any body: one declared is left unread (linger_start). */
+        const char *cl =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        p->declared = cl ? strtoull(cl, NULL, 10) : 0;
+        p->body_unread =
+            p->declared > 0 ||
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    }
     enum MHD_Result ret = answer(s, conn, url, method, p);
     /* From here the answer must be sent within the response deadline: the idle timeout does not
      * bound a reader that takes a byte now and then. */
@@ -783,7 +904,10 @@ void http_server_free(HttpServer *s)
     ev_timer_stop(s->loop, &s->timer);
     if (s->shared)
         MHD_destroy_response(s->shared); /* its free callback needs s */
+    s->stopping = true;                  /* the connections MHD_stop_daemon closes do not linger */
     MHD_stop_daemon(s->daemon); /* closes the connections (on_connection frees each Pending) */
+    while (s->lingers)
+        linger_end(s->lingers);
     ev_timer_stop(s->loop, &s->deadline_timer); /* after: on_connection may have re-armed it */
     free(s);
 }

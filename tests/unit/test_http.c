@@ -571,6 +571,72 @@ static int answer_to(const Fixture *f, const char *req, char *buf, size_t buflen
     return strncmp(buf, "HTTP/1.1 ", 9) == 0 ? atoi(buf + 9) : -1;
 }
 
+/* A POST declaring a body of `declared` bytes on a new non-blocking connection; the headers
+ * sent. */
+static int post_declaring(const Fixture *f, unsigned long long declared)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)f->port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    char req[200];
+    int n =
+        snprintf(req, sizeof(req),
+                 "POST /healthz HTTP/1.1\r\nHost: test\r\nContent-Length: %llu\r\n\r\n", declared);
+    assert_int_equal(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+    assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+    return fd;
+}
+
+/* The lingering close of an answer sent before its body reads and drops at most 64 MiB: a client
+ * declaring 1 GiB and sending without end is closed once about that much is in (what it sent
+ * before its send fails: 64 MiB, plus what the two sockets' buffers hold). Without the bound
+ * it read on for as long as the client sent (here: up to 96 MiB, then the test gives up). */
+static void test_linger_bytes_bounded(void **state)
+{
+    Fixture *f = *state;
+    int fd = post_declaring(f, 1ULL << 30);
+    static char chunk[65536];
+    memset(chunk, 'x', sizeof(chunk));
+    size_t sent = 0;
+    bool closed = false;
+    for (double until = monotime_now() + 20;
+         !closed && monotime_now() < until && sent < (size_t)96 << 20;) {
+        ev_run(f->loop, EVRUN_NOWAIT);
+        ssize_t n = send(fd, chunk, sizeof(chunk), MSG_NOSIGNAL);
+        if (n > 0)
+            sent += (size_t)n;
+        else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            closed = true;
+    }
+    close(fd);
+    if (!closed || sent < (size_t)64 << 20)
+        fail_msg("the linger read %zu bytes, %s: want 64 MiB and a close", sent,
+                 closed ? "then closed" : "and went on");
+}
+
+/* It lasts at most 5 s: a client that sends a byte now and then (never the declared body, never
+ * closing) finds the connection closed (a send fails) within the test's bound of 20 s. Each byte
+ * it sends is read and dropped until then, so no reset came before. */
+static void test_linger_time_bounded(void **state)
+{
+    Fixture *f = *state;
+    int fd = post_declaring(f, 1ULL << 30);
+    bool closed = false;
+    for (double until = monotime_now() + 20; !closed && monotime_now() < until;) {
+        ev_run(f->loop, EVRUN_NOWAIT);
+        char sink[4096];
+        while (recv(fd, sink, sizeof(sink), 0) > 0)
+            ; /* the 405, then the end of the stream */
+        closed = send(fd, "x", 1, MSG_NOSIGNAL) < 0 && errno != EAGAIN && errno != EWOULDBLOCK;
+        usleep(10000);
+    }
+    close(fd);
+    if (!closed)
+        fail_msg("the linger of a client that never closes went on past 20 s");
+}
+
 /* The answers to methods other than GET and HEAD (RFC 9110): a method HTTP defines is 405 with
  * Allow on a path the server serves and 404 on another (405 everywhere said every path exists),
  * a token HTTP does not define (or a known one in lower case) 501 on any path (it was 405, "not
@@ -738,6 +804,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_one_request_per_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_absolute_form, setup, teardown),
         cmocka_unit_test_setup_teardown(test_methods, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_linger_bytes_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_linger_time_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_accepts_again_after_the_limit_emptied, setup_limit_48,
                                         teardown),
     };

@@ -5,7 +5,8 @@
 #     state gauges say PostgreSQL and Kafka up, 64 lanes owned, 2 relay sessions, 2 claiming
 #     (--min-sessions 2); every sample line is well-formed Prometheus text with HELP and TYPE;
 #     /healthz and /readyz answer 200;
-#  2. unknown paths answer 404, POST 405 (with Allow), HEAD 200; a second relay asking for the
+#  2. unknown paths answer 404, POST 405 (with Allow), HEAD 200, a POST whose 1 MiB body is sent
+#     before the answer is read gets its 405 and the end (not a reset); a second relay asking for the
 #     same address exits 1 with one line;
 #  3. the backlog gauges follow the table: with Kafka down, 40 new rows show as a backlog of 40
 #     with a positive age, and Kafka down makes /readyz 503 and outbox_kafka_up 0 while /healthz
@@ -105,6 +106,40 @@ check "2: 405 says Allow: GET, HEAD" \
     grep -qi '^allow: GET, HEAD' <(curl -s -D - -o /dev/null -X POST --max-time 5 \
     "http://$METRICS/readyz")
 check_eq "2: HEAD /metrics 200" 200 "$(http_code /metrics -I)"
+# A client that sends its whole body before reading (1 MiB to POST /metrics) reads the 405: the
+# answer comes before the body, and a close with the body unread would send a reset, which drops
+# the answer from the client's receive queue (or fails the client's send: a broken pipe). Prints
+# "STATUS eof" or what went wrong instead.
+big_post() {
+    python3 - "$METRICS" <<'PY'
+import socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+s = socket.create_connection((host, int(port)), timeout=10)
+body = b"x" * (1 << 20)
+head = b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+head += b"Content-Length: %d\r\n\r\n" % len(body)
+out = "?"
+try:
+    s.sendall(head)  # the headers first: the answer is on its way while the body is sent
+    s.sendall(body)
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    out = data.split(b" ", 2)[1].decode() + " eof" if data.startswith(b"HTTP/") else "no answer"
+except ConnectionResetError:
+    out = "reset"
+except BrokenPipeError:
+    out = "broken pipe"
+except socket.timeout:
+    out = "timeout"
+print(out)
+PY
+}
+check_eq "2: POST /metrics with a 1 MiB body sent first reads its 405, then the end" \
+    "405 eof" "$(big_post)"
 check_eq "2: still serving after those" 200 "$(http_code /healthz)"
 timeout 20 "$RELAY_BIN" run --database-url "$DATABASE_URL" --brokers "$BROKERS" \
     --metrics-listen "$METRICS" >"$T/second.out" 2>&1
