@@ -155,7 +155,25 @@ static void on_members(PgConn *pg, PGresult **results, int n, const char *error,
         bool taken = l->want_mark != LANE_MARK_NONE && PQntuples(took) == 1 &&
                      strcmp(PQgetvalue(took, 0, 0), "t") == 0;
         l->mark = taken ? l->want_mark : LANE_MARK_NONE;
+        /* The upkeep names the holder to whoever reads the metrics or /readyz; the relay's own
+         * log says what it costs this relay. Once while the refusal lasts: the mark is tried
+         * again at every look (--rebalance-interval). */
+        if (l->want_mark != LANE_MARK_NONE && !taken && l->refused_said != l->want_mark) {
+            const char *holder =
+                PQntuples(took) == 1 && PQnfields(took) > 1 && !PQgetisnull(took, 0, 1)
+                    ? PQgetvalue(took, 0, 1)
+                    : "unknown";
+            log_warn(
+                "lane mark refused",
+                "mark=%s slot=%d holder_pid=%s reason=\"another session holds this relay's "
+                "mark lock (not a relay's: outbox_lane_squatters counts it); the other relays read "
+                "this one as reaching kafka, and it keeps its lanes\"",
+                l->want_mark == LANE_MARK_AWAY ? "away" : "trying", l->slot, holder);
+            l->refused_said = l->want_mark;
+        }
     }
+    if (l->want_mark == LANE_MARK_NONE || l->mark == l->want_mark)
+        l->refused_said = LANE_MARK_NONE; /* the episode is over */
     PGresult *res = results[n - 1];
     int count = PQntuples(res);
     size_t room = (size_t)(count ? count : 1);

@@ -59,6 +59,9 @@ struct Lanes {
     bool gained;         /* the last rebalance acquired at least one lane */
     LaneMark mark;       /* the mark lock this session holds (LANE_MARK_NONE: none) */
     bool no_slot_logged; /* "no free member slot" was said; said again only after a join */
+    /* The mark whose refusal was said ("lane mark refused"), LANE_MARK_NONE when none: said
+     * again only after the session held the mark it wanted, or wanted none. */
+    LaneMark refused_said;
     /* The failed query's SQLSTATE ("" when none) and message, when done was called with ok
      * false: a role that may not read pg_locks, say, is the setup's fault, which no reconnect
      * cures (sqlstate.h). */

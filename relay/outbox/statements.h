@@ -169,8 +169,17 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " WHEN NOT pg_catalog.has_function_privilege("                                                 \
     "'pg_catalog.pg_advisory_unlock(integer, integer)', 'EXECUTE')"                                \
     " THEN pg_catalog.pg_advisory_unlock(" LOCK_NS_MEMBER ", -1) ELSE true END"
-/* The session takes, or gives up, the mark lock $1 (its slot, plus 1024 for trying). */
-#define SQL_LANES_MARK "SELECT pg_catalog.pg_try_advisory_lock(" LOCK_NS_AWAY ", $1::int)"
+/* The session takes, or gives up, the mark lock $1 (its slot, plus 1024 for trying). Taking it
+ * answers whether it was taken and, when not, the pid of the session holding it (NULL if it let
+ * go meanwhile): a squatter (SQL_LANE_SQUATTERS, "stray-marks") the relay's own log names
+ * (lanes.c on_members). pg_locks is read only on a refusal: the try is made first (FROM). */
+#define SQL_LANES_MARK                                                                             \
+    "SELECT m.t, CASE WHEN NOT m.t THEN (SELECT k.pid FROM pg_locks k"                             \
+    " WHERE k.locktype = 'advisory' AND k.classid = " LOCK_NS_AWAY "::oid"                         \
+    " AND k.objid::int = $1::int AND k.objsubid = 2 AND k.granted"                                 \
+    " AND k.database = (SELECT oid FROM pg_database WHERE datname = "                              \
+    "pg_catalog.current_database()) LIMIT 1) END"                                                  \
+    " FROM (SELECT pg_catalog.pg_try_advisory_lock(" LOCK_NS_AWAY ", $1::int) AS t) m"
 #define SQL_LANES_UNMARK "SELECT pg_catalog.pg_advisory_unlock(" LOCK_NS_AWAY ", $1::int)"
 /* Of the lanes $1, those this session could lock now. */
 #define SQL_LOCK_LANES                                                                             \

@@ -55,6 +55,7 @@ static struct {
     /* How the fake database answers (auto_result). */
     const char *members;             /* live member slots, "0" or "0,1" */
     const char *away;                /* of those, the slots away ("0,1"); NULL: none */
+    const char *mark_holder;         /* the pid holding the mark lock asked for; NULL: free */
     const char *sleep_answer;        /* outbox_relay_sleep(): guard, follow, busy */
     const char *claim[MAX_SESSIONS]; /* the next claim's rows by aggregate, "A,A,B"; "" none */
     const char *fail_kind;           /* the first statement of this kind fails ... */
@@ -501,7 +502,8 @@ static PGresult *auto_result(int i, const FakeRequest *req, int q)
     if (strcmp(kind, "members") == 0)
         return column("objid", T.members);
     if (strcmp(kind, "mark") == 0)
-        return column("pg_try_advisory_lock", "t");
+        return fake_pg_tuples("taken,holder", 1,
+                              (const char *[]){T.mark_holder ? "f" : "t", T.mark_holder});
     if (strcmp(kind, "unmark") == 0)
         return column("pg_advisory_unlock", "t");
     if (strcmp(kind, "lock") == 0)
@@ -1710,6 +1712,46 @@ static void test_away_relay_gives_lanes_to_peers(void **state)
     answer(0); /* lock: its share, as if none were away; it claims */
     expect_sent(0, all_away_sent);
     assert_true(S(0)->lanes.n_owned > 0 && S(0)->lanes.n_owned < LANE_COUNT);
+}
+
+static void capture_log(LogLevel level);
+static const char *logged(void);
+static int occurrences(const char *text, const char *what);
+
+/* Another session (a squatter: any login may take advisory locks) holds the away mark this
+ * relay's session wants: the try answers false, and the relay reads as healthy to the others and
+ * keeps its lanes. Its own log says so, naming the holder, once while the refusal lasts (not at
+ * every look); the mark taken at last, a later refusal is said again. On the old code the
+ * refusal was silent. */
+static void test_refused_mark_warned_once(void **state)
+{
+    start("1", "1", "60000");
+    T.members = "0,1";
+    bring_up(0);
+    while (fake_pg_pending(PG(0)))
+        answer(0);
+    relay_kafka_timed_out(T.r);
+    relay_kafka_timed_out(T.r);
+    assert_true(T.r->kafka_away);
+    T.mark_holder = "4242";
+    capture_log(LOG_WARN);
+    for (int look = 0; look < 3; look++) {
+        fire(&S(0)->rebalance_timer);
+        while (fake_pg_pending(PG(0)))
+            answer(0);
+        assert_int_equal(S(0)->lanes.mark, LANE_MARK_NONE); /* refused each time */
+    }
+    const char *text = logged();
+    if (occurrences(text, "lane mark refused") != 1)
+        fail_msg("three refused looks, want one warning: %s", text);
+    assert_non_null(strstr(text, "holder_pid=4242"));
+    assert_non_null(strstr(text, "mark=away"));
+    T.mark_holder = NULL; /* the squatter lets go: the next look takes the mark */
+    T.away = "0";
+    fire(&S(0)->rebalance_timer);
+    while (fake_pg_pending(PG(0)))
+        answer(0);
+    assert_int_equal(S(0)->lanes.mark, LANE_MARK_AWAY);
 }
 
 /* An away relay's trial, and the trial's failure, switch the session's mark lock between away
@@ -4056,6 +4098,7 @@ int main(void)
         cmocka_unit_test_teardown(test_rejoin_after_reconnect, teardown),
         cmocka_unit_test_teardown(test_members_replaced_between_looks, teardown),
         cmocka_unit_test_teardown(test_away_relay_gives_lanes_to_peers, teardown),
+        cmocka_unit_test_teardown(test_refused_mark_warned_once, teardown),
         cmocka_unit_test_teardown(test_away_trying_switch_takes_new_mark_first, teardown),
         cmocka_unit_test_teardown(test_one_purge_counts_one_timeout, teardown),
         cmocka_unit_test_teardown(test_away_relay_tries_soon_after_an_outage_for_everyone,

@@ -21,6 +21,9 @@
 # In A, D and E `status` (text and --json) and `check` name the stranger too (pid, what, role; check
 # as a warn line saying what to do), and say none once it has gone: before, only a relay with
 # --metrics-listen did, and status listed the relays' sessions alone.
+#  F. the marks of D held while the relay's Kafka is down: it wants its away mark and is refused;
+#     its own log says so, naming the holder's pid, once a session (on the old code it said
+#     nothing), and every event goes out once Kafka is back and the stranger gone.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -86,7 +89,7 @@ squat "$LANE_NS" 0 63 "$T/squat-a.out"
 _poll 10 holds "$T/squat-a.out" || fail "A: the stranger holds the 64 lane locks"
 A_PID=$(head -n 1 "$T/squat-a.out")
 relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0 \
-    --kafka reconnect.backoff.max.ms=500
+    --kafka reconnect.backoff.max.ms=500 --delivery-timeout 2000
 metrics_wait
 insert 1 20
 wait_for "A: the relay names the stranger in its log" 30 \
@@ -162,6 +165,21 @@ wait_for "E: ready again once it lets go" 30 ready_is 200
 commands_name_none E
 insert 41 50
 wait_for "E: events go out" 30 no_unsent_rows
+
+# --- F: the marks held while the relay's Kafka is down -----------------------------------------
+squat "$AWAY_NS" 0 2047 "$T/squat-f.out"
+_poll 10 holds "$T/squat-f.out" || fail "F: the stranger holds the mark locks of every slot"
+F_PID=$(head -n 1 "$T/squat-f.out")
+REFUSED="lane mark refused.*mark=away slot=[0-9]* holder_pid=$F_PID "
+broker_down
+insert 51 60
+wait_for "F: the relay, away, says its away mark was refused, naming the holder" 60 \
+    grep -q "$REFUSED" "$RELAY_LOG"
+check_eq "F: once a session (no slot said twice)" "" \
+    "$(grep -o "$REFUSED" "$RELAY_LOG" | grep -o 'slot=[0-9]*' | sort | uniq -d)"
+broker_up
+end_squat "$T/squat-f.out"
+wait_for "F: events go out once Kafka is back and the stranger gone" 60 no_unsent_rows
 check_delivered squat
 relay_stop
 check_eq "the relay exits 0" 0 "$?"
