@@ -322,8 +322,11 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
  * standby's hot_standby_feedback through its walsender), a replication slot's xmin, or a prepared
  * transaction; and whether the holder of kind $1 and id $2 (the one upkeep last logged, '' for
  * none) holds one still: the oldest by xids may be another while it does, and saying that it no
- * longer held was false. Last, the next transaction id (64 bits), by which upkeep dates a slot's
- * xmin: PostgreSQL keeps no start for a slot's snapshot (note_horizon). Ties go by kind and id,
+ * longer held was false. Then the next transaction id (64 bits, the snapshot's xmax), by which
+ * upkeep dates a slot's xmin: PostgreSQL keeps no start for a slot's snapshot (note_horizon);
+ * last, the holder's xmin (32 bits), placed against that id, not against age(), which counts
+ * from the next id to be assigned: past transactions still in flight, so that xmax - age fell
+ * before a slot whose xmin was past every commit. Ties go by kind and id,
  * so that one holder answers each look. Rows of other roles' sessions show only to a role with
  * pg_read_all_stats (docs/operations.md#dead-rows-and-old-snapshots). */
 #define SQL_HORIZON                                                                                \
@@ -332,20 +335,20 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " coalesce(a.state, '') AS state,"                                                             \
     " extract(epoch FROM pg_catalog.now() - coalesce(a.xact_start, a.backend_start))::float8 AS "  \
     "secs,"                                                                                        \
-    " pg_catalog.age(a.backend_xmin)::bigint AS xids"                                              \
+    " pg_catalog.age(a.backend_xmin)::bigint AS xids, a.backend_xmin::text::bigint AS xmin"        \
     " FROM pg_stat_activity a WHERE a.backend_xmin IS NOT NULL AND a.pid <> "                      \
     "pg_catalog.pg_backend_pid()"                                                                  \
     " UNION ALL SELECT 'replication slot', s.slot_name::text, '', CASE WHEN s.active THEN "        \
     "'active'"                                                                                     \
-    " ELSE 'inactive' END, NULL, pg_catalog.age(s.xmin)::bigint"                                   \
+    " ELSE 'inactive' END, NULL, pg_catalog.age(s.xmin)::bigint, s.xmin::text::bigint"             \
     " FROM pg_replication_slots s WHERE s.xmin IS NOT NULL"                                        \
     " UNION ALL SELECT 'prepared transaction', p.gid, '', 'prepared',"                             \
     " extract(epoch FROM pg_catalog.now() - p.prepared)::float8, "                                 \
-    "pg_catalog.age(p.transaction)::bigint"                                                        \
+    "pg_catalog.age(p.transaction)::bigint, p.transaction::text::bigint"                           \
     " FROM pg_prepared_xacts p)"                                                                   \
     " SELECT kind, who, app, state, secs, xids,"                                                   \
     " EXISTS (SELECT 1 FROM h l WHERE l.kind = $1::text AND l.who = $2::text),"                    \
-    " pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint FROM h"          \
+    " pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint, xmin FROM h"    \
     " ORDER BY xids DESC, kind, who LIMIT 1"
 
 /* Sent rows older than $1 seconds, at most `batch` (a number, as text) of them per statement,

@@ -1,6 +1,7 @@
 #include "upkeep.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,6 +257,17 @@ static double date_xmin(Upkeep *u, long long xmin, double now)
     return u->dated_since < 0 ? 0.0 : now - u->dated_since;
 }
 
+/* The 64-bit transaction id whose low 32 bits are `xid32`, within 2^31 of `next_xid` (64 bits):
+ * a slot's xmin may be a little past the snapshot's xmax (a standby knows of transactions not
+ * yet committed), never 2^31 away from it (wraparound stops the server first). */
+static long long xid_widen(long long next_xid, long long xid32)
+{
+    long long d = (long long)(uint32_t)((uint64_t)next_xid - (uint64_t)xid32);
+    if (d >= 2147483648LL)
+        d -= 4294967296LL;
+    return next_xid - d;
+}
+
 /* Sets the vacuum horizon gauges from SQL_HORIZON's row, and says once per holder when one has
  * held its snapshot for over --horizon-warn: dead row versions pile up behind it, in the outbox
  * as everywhere, and every claim walks them (docs/operations.md#dead-rows-and-old-snapshots). */
@@ -274,9 +286,16 @@ static void note_horizon(Upkeep *u, PGresult *r)
     long long xids = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
     long long next_xid = strtoll(PQgetvalue(r, 0, 7), NULL, 10);
     sample_next_xid(u, next_xid, now);
-    /* A slot has no start time of its own: its xmin is dated. */
-    double held = PQgetisnull(r, 0, 4) ? date_xmin(u, next_xid - xids, now)
-                                       : strtod(PQgetvalue(r, 0, 4), NULL);
+    /* A slot has no start time of its own: its xmin is dated, as 64 bits placed within 2^31 of
+     * next_xid (the snapshot's xmax, as the samples), not as next_xid - xids: age() counts from
+     * the next id to be assigned, past transactions in flight, and a slot whose xmin was past
+     * every commit then read as one before it, dated to that commit's first look, however long
+     * ago (a producer's transaction open after a quiet spell: "holds back vacuum", held nothing).
+     */
+    double held =
+        PQgetisnull(r, 0, 4)
+            ? date_xmin(u, xid_widen(next_xid, strtoll(PQgetvalue(r, 0, 8), NULL, 10)), now)
+            : strtod(PQgetvalue(r, 0, 4), NULL);
     double warn_s = u->cfg->horizon_warn_s > 0 ? (double)u->cfg->horizon_warn_s : 1e300;
     metrics_set_vacuum_horizon(xids, held);
     if (held >= warn_s && strcmp(holder, u->horizon_logged) != 0) {

@@ -23,6 +23,10 @@
 #  - OVERLAP: long queries on the standby that overlap move the slot's xmin on every few seconds,
 #    each time to one almost as old: the slot is logged once its horizon has stood past
 #    --horizon-warn (its xmin is dated, not timed from its last change).
+#  - QUIET: after a quiet spell longer than --horizon-warn, a producer's transaction that has a
+#    transaction id and has not committed yet does not make the slot (its xmin past every commit,
+#    holding nothing back) read as old: the slot's xmin is read against the same next transaction
+#    id as the samples, not as that id less age(), which counts the uncommitted one too.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -242,3 +246,46 @@ kill "$INSERTER" 2>/dev/null
 wait "$INSERTER" 2>/dev/null
 relay_stop
 check_eq "OVERLAP: the relay exits 0" 0 "$?"
+
+
+# --- QUIET: a transaction in flight after a quiet spell -------------------------------------------
+# The standby runs no query and nothing commits for longer than --horizon-warn: its feedback
+# keeps the slot's xmin at the next transaction id, holding nothing back. Then a producer's
+# transaction takes a transaction id and waits, idle, before its commit. age(xmin) counts from
+# the next id to be assigned (past the uncommitted one), the snapshot's xmax from the last
+# commit, so the xmin read as xmax - age was one before the slot's, and it was dated to when the
+# last commit before the quiet spell was first seen: "holds back vacuum" for a slot that held
+# nothing back.
+psql_q "CREATE TABLE quiet_t (x int)" >/dev/null || fail "QUIET: create the producer's table"
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0 \
+    --horizon-warn 4s --kafka reconnect.backoff.max.ms=500
+metrics_wait
+wait_for "QUIET: the vacuum horizon gauges are served" 30 has_gauge
+slot_quiet() { # the slot's xmin is the next transaction id: no commit behind it
+    [ "$(psql_q "SELECT xmin::text = pg_snapshot_xmax(pg_current_snapshot())::text
+                 FROM pg_replication_slots WHERE slot_name = 'horizon_slot'")" = t ]
+}
+wait_for "QUIET: the standby's feedback brings the slot's xmin to the next transaction id" 30 slot_quiet
+sleep 8 # the quiet spell, twice --horizon-warn, that the relay's first look dates from
+slot_quiet || fail "QUIET: nothing committed during the quiet spell (the slot's xmin moved)"
+mkfifo "$T/quiet.fifo"
+psql -XAtq <"$T/quiet.fifo" >"$T/quiet.out" 2>&1 &
+QUIET=$!
+_t_track "$QUIET"
+exec 7>"$T/quiet.fifo" # the producer's session, written to until its COMMIT below
+echo "BEGIN; INSERT INTO quiet_t VALUES (1); SELECT 'in-flight';" >&7
+in_flight() { grep -q in-flight "$T/quiet.out"; }
+_poll 10 in_flight || fail "QUIET: the producer's transaction has its transaction id"
+looked() { # a look saw the uncommitted transaction id: age(xmin) counts it
+    awk -v x="$(gauge outbox_vacuum_horizon_age_xids)" 'BEGIN { exit !(x >= 1) }'
+}
+wait_for "QUIET: the relay looks while the transaction is in flight" 30 looked
+check "QUIET: the slot, holding nothing back, is not logged as holding back vacuum" \
+    lacks "$RELAY_LOG" "holds back vacuum"
+check "QUIET: its held-seconds gauge is below --horizon-warn" \
+    awk -v h="$(gauge outbox_vacuum_horizon_held_seconds)" 'BEGIN { exit !(h < 4) }'
+echo "COMMIT;" >&7
+exec 7>&-
+wait "$QUIET"
+relay_stop
+check_eq "QUIET: the relay exits 0" 0 "$?"
