@@ -11,6 +11,7 @@
 #include "monotime.h"
 #include "metrics.h"
 #include "pg.h"
+#include "xiddate.h"
 #include "statements.h"
 #include "table.h"
 
@@ -23,9 +24,6 @@
 /* A vacuum horizon holder as "KIND WHO": the kind and a prepared transaction's gid (up to 200
  * bytes) whole, or two long gids that begin alike compare equal and the second is never logged. */
 #define HOLDER_MAX (32 + 1 + 256)
-/* How many (time, next transaction id) samples date a slot's xmin: thinned by half when full, so
- * that they reach back to the first look with a precision that coarsens with age. */
-#define XID_SAMPLES 64
 /* The session's bound, unless one at most as long is in force already (the URL's options, the
  * role's or the database's setting): a SET overrode a stricter one, so retention's DELETEs ran
  * up to 30 s where the operator allowed 5. */
@@ -91,18 +89,8 @@ struct Upkeep {
      * transaction's gid up to 200 bytes), and those parameters. */
     char horizon_logged_kind[32], horizon_logged_who[256];
     const char *horizon_params[2];
-    /* When (monotonic) each next transaction id was first seen, oldest first, the ids rising: a
-     * slot's xmin is dated by them (date_xmin). */
-    struct {
-        double at;
-        long long next_xid;
-    } xid_samples[XID_SAMPLES];
-    int n_xid_samples;
-    /* The last slot xmin dated (64 bits; -1 none) and since when it holds back vacuum (-1: no
-     * transaction after it yet), kept while the xmin stays, so that thinning the samples never
-     * makes one snapshot younger. */
-    long long dated_xmin;
-    double dated_since;
+    /* Dates a slot's xmin (note_horizon). */
+    XidDates xid_dates;
     /* Sessions seen holding lane-group locks no relay would hold (SQL_LANE_SQUATTERS): the last
      * look's slot holders without lanes (counted at the second look in a row), and the pids
      * logged, so each holder is named once. */
@@ -219,44 +207,6 @@ static void forget_horizon_holder(Upkeep *u)
     u->horizon_logged[0] = u->horizon_logged_kind[0] = u->horizon_logged_who[0] = '\0';
 }
 
-/* Notes the next transaction id a look saw, when it moved on since the last sample. */
-static void sample_next_xid(Upkeep *u, long long next_xid, double now)
-{
-    int n = u->n_xid_samples;
-    if (n > 0 && next_xid <= u->xid_samples[n - 1].next_xid)
-        return;
-    if (n == XID_SAMPLES) { /* keep the first and every other after it */
-        int kept = 1;
-        for (int i = 2; i < n; i += 2)
-            u->xid_samples[kept++] = u->xid_samples[i];
-        n = kept;
-    }
-    u->xid_samples[n].at = now;
-    u->xid_samples[n].next_xid = next_xid;
-    u->n_xid_samples = n + 1;
-}
-
-/* How long a slot whose xmin is `xmin` (64 bits) has held back vacuum: since the first look that
- * saw a transaction id past it, so since dead rows could be kept for it (a lower bound: the looks
- * come every few seconds, and before the first one, a relay restarted, nothing is known). A
- * slot's snapshot has no start in PostgreSQL. Timed by the slot's name, a healthy standby whose
- * hot_standby_feedback moves the xmin on every few seconds held for as long as the relay ran and
- * was logged as an old snapshot; timed from when its xmin last changed, a standby whose long
- * queries overlap (each change of the oldest leaves one almost as old) never was, however far
- * behind the horizon stood. Dated, both are what they are. 0 when no transaction came after it
- * (a quiet database holds nothing back). */
-static double date_xmin(Upkeep *u, long long xmin, double now)
-{
-    if (xmin != u->dated_xmin || u->dated_since < 0) {
-        u->dated_xmin = xmin;
-        u->dated_since = -1;
-        for (int i = 0; i < u->n_xid_samples && u->dated_since < 0; i++)
-            if (u->xid_samples[i].next_xid > xmin)
-                u->dated_since = u->xid_samples[i].at;
-    }
-    return u->dated_since < 0 ? 0.0 : now - u->dated_since;
-}
-
 /* The 64-bit transaction id whose low 32 bits are `xid32`, within 2^31 of `next_xid` (64 bits):
  * a slot's xmin may be a little past the snapshot's xmax (a standby knows of transactions not
  * yet committed), never 2^31 away from it (wraparound stops the server first). */
@@ -285,17 +235,21 @@ static void note_horizon(Upkeep *u, PGresult *r)
     double now = monotime_now();
     long long xids = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
     long long next_xid = strtoll(PQgetvalue(r, 0, 7), NULL, 10);
-    sample_next_xid(u, next_xid, now);
-    /* A slot has no start time of its own: its xmin is dated, as 64 bits placed within 2^31 of
-     * next_xid (the snapshot's xmax, as the samples), not as next_xid - xids: age() counts from
-     * the next id to be assigned, past transactions in flight, and a slot whose xmin was past
-     * every commit then read as one before it, dated to that commit's first look, however long
-     * ago (a producer's transaction open after a quiet spell: "holds back vacuum", held nothing).
-     */
-    double held =
-        PQgetisnull(r, 0, 4)
-            ? date_xmin(u, xid_widen(next_xid, strtoll(PQgetvalue(r, 0, 8), NULL, 10)), now)
-            : strtod(PQgetvalue(r, 0, 4), NULL);
+    xiddate_sample(&u->xid_dates, next_xid, now);
+    /* A slot has no start time of its own in PostgreSQL: its xmin is dated, since the first
+     * look that saw a transaction id past it, so since dead rows could be kept for it (a lower
+     * bound: before the first look, a relay restarted, nothing is known). Timed by the slot's
+     * name, a healthy standby whose hot_standby_feedback moves the xmin on every few seconds held
+     * for as long as the relay ran; timed from when its xmin last changed, a standby whose long
+     * queries overlap (each change of the oldest leaves one almost as old) never held, however
+     * far behind the horizon stood. Dated, both are what they are; 0 when no transaction came
+     * after it (a quiet database holds nothing back). The xmin is 64 bits placed within 2^31 of
+     * next_xid (the snapshot's xmax, as the samples), not next_xid - xids: age() counts from the
+     * next id to be assigned, past transactions in flight, and a slot whose xmin was past every
+     * commit then read as one before it, dated to that commit's first look, however long ago. */
+    long long slot_xmin = xid_widen(next_xid, strtoll(PQgetvalue(r, 0, 8), NULL, 10));
+    double held = PQgetisnull(r, 0, 4) ? xiddate_held(&u->xid_dates, slot_xmin, now)
+                                       : strtod(PQgetvalue(r, 0, 4), NULL);
     double warn_s = u->cfg->horizon_warn_s > 0 ? (double)u->cfg->horizon_warn_s : 1e300;
     metrics_set_vacuum_horizon(xids, held);
     if (held >= warn_s && strcmp(holder, u->horizon_logged) != 0) {
@@ -652,7 +606,7 @@ static Upkeep *upkeep_create(struct ev_loop *loop, const Config *cfg, bool gauge
     u->on_demand = on_demand;
     u->horizon_params[0] = u->horizon_logged_kind;
     u->horizon_params[1] = u->horizon_logged_who;
-    u->dated_xmin = -1; /* no slot xmin dated yet */
+    xiddate_init(&u->xid_dates);
     /* On demand, the first refresh comes at once, as a standing connection's does at setup. */
     u->gauge_due = on_demand && gauges;
     /* Never swept: the first tick sweeps, whatever the monotonic clock reads (it counts from the
