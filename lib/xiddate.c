@@ -12,11 +12,27 @@ void xiddate_sample(XidDates *d, long long next_xid, double now)
     int n = d->n;
     if (n > 0 && next_xid <= d->s[n - 1].next_xid)
         return;
-    if (n == XIDDATE_SAMPLES) { /* keep the first and every other after it */
-        int kept = 1;
-        for (int i = 2; i < n; i += 2)
-            d->s[kept++] = d->s[i];
-        n = kept;
+    if (n == XIDDATE_SAMPLES) {
+        /* Drop the sample whose loss coarsens a date least for its age: an id it dated is then
+         * dated by the next one, (at[i+1] - at[i-1]) at most, against (now - at[i-1]). The
+         * first (the lower bound for any older id) and the last stay. The samples space out
+         * geometrically: 64 date an id to within a third of its age after a year of looks every
+         * 5 s (0.67 of it at worst, measured).
+         * Thinned as "the first and every other after", a sample moved down an index at each
+         * thinning and was dropped at index 1: none but the first lived past six thinnings
+         * (16 minutes of looks every 5 s). */
+        int drop = 1;
+        double best = 2.0;
+        for (int i = 1; i < n - 1; i++) {
+            double cost = (d->s[i + 1].at - d->s[i - 1].at) / (now - d->s[i - 1].at);
+            if (cost < best) {
+                best = cost;
+                drop = i;
+            }
+        }
+        for (int i = drop; i < n - 1; i++)
+            d->s[i] = d->s[i + 1];
+        n--;
     }
     d->s[n].at = now;
     d->s[n].next_xid = next_xid;
