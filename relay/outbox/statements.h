@@ -323,7 +323,9 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
  * transaction; and whether the holder of kind $1 and id $2 (the one upkeep last logged, '' for
  * none) holds one still: the oldest by xids may be another while it does, and saying that it no
  * longer held was false. Then the next transaction id (64 bits, the snapshot's xmax), by which
- * upkeep dates a slot's xmin: PostgreSQL keeps no start for a slot's snapshot (note_horizon);
+ * upkeep dates a slot's xmin: PostgreSQL keeps no start for a slot's snapshot (note_horizon), nor
+ * for a walsender's, in no transaction (secs NULL: a standby's feedback without a slot, which,
+ * timed from the walsender's backend_start, held as long as the standby was connected);
  * last, the holder's xmin (32 bits), placed against that id, not against age(), which counts
  * from the next id to be assigned: past transactions still in flight, so that xmax - age fell
  * before a slot whose xmin was past every commit. Ties go by kind and id,
@@ -333,7 +335,7 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     "WITH h AS ("                                                                                  \
     " SELECT 'session' AS kind, a.pid::text AS who, coalesce(a.application_name, '') AS app,"      \
     " coalesce(a.state, '') AS state,"                                                             \
-    " extract(epoch FROM pg_catalog.now() - coalesce(a.xact_start, a.backend_start))::float8 AS "  \
+    " extract(epoch FROM pg_catalog.now() - a.xact_start)::float8 AS "                             \
     "secs,"                                                                                        \
     " pg_catalog.age(a.backend_xmin)::bigint AS xids, a.backend_xmin::text::bigint AS xmin"        \
     " FROM pg_stat_activity a WHERE a.backend_xmin IS NOT NULL AND a.pid <> "                      \

@@ -550,7 +550,8 @@ static void render_set(StrBuf *out, const Set *set)
     family_gauge(
         out, set, "outbox_vacuum_horizon_held_seconds",
         "How long the holder of that snapshot has been in its transaction (a "
-        "replication slot: since this relay first saw a transaction after its xmin); 0 when "
+        "replication slot, or a standby's feedback through its walsender: since this relay first "
+        "saw a transaction after its xmin); 0 when "
         "none.",
         horizon, DB(horizon_held_s), G_SECONDS);
 

@@ -236,9 +236,10 @@ static void note_horizon(Upkeep *u, PGresult *r)
     long long xids = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
     long long next_xid = strtoll(PQgetvalue(r, 0, 7), NULL, 10);
     xiddate_sample(&u->xid_dates, next_xid, now);
-    /* A slot has no start time of its own in PostgreSQL: its xmin is dated, since the first
-     * look that saw a transaction id past it, so since dead rows could be kept for it (a lower
-     * bound: before the first look, a relay restarted, nothing is known). Timed by the slot's
+    /* A slot, or a walsender holding a standby's feedback (in no transaction), has no start time
+     * of its own in PostgreSQL: its xmin is dated, since the first look that saw a transaction
+     * id past it, so since dead rows could be kept for it (a lower bound: before the first look,
+     * a relay restarted, nothing is known). Timed by the slot's
      * name, a healthy standby whose hot_standby_feedback moves the xmin on every few seconds held
      * for as long as the relay ran; timed from when its xmin last changed, a standby whose long
      * queries overlap (each change of the oldest leaves one almost as old) never held, however
@@ -247,8 +248,8 @@ static void note_horizon(Upkeep *u, PGresult *r)
      * next_xid (the snapshot's xmax, as the samples), not next_xid - xids: age() counts from the
      * next id to be assigned, past transactions in flight, and a slot whose xmin was past every
      * commit then read as one before it, dated to that commit's first look, however long ago. */
-    long long slot_xmin = xid_widen(next_xid, strtoll(PQgetvalue(r, 0, 8), NULL, 10));
-    double held = PQgetisnull(r, 0, 4) ? xiddate_held(&u->xid_dates, slot_xmin, now)
+    long long xmin = xid_widen(next_xid, strtoll(PQgetvalue(r, 0, 8), NULL, 10));
+    double held = PQgetisnull(r, 0, 4) ? xiddate_held(&u->xid_dates, xmin, now)
                                        : strtod(PQgetvalue(r, 0, 4), NULL);
     double warn_s = u->cfg->horizon_warn_s > 0 ? (double)u->cfg->horizon_warn_s : 1e300;
     metrics_set_vacuum_horizon(xids, held);

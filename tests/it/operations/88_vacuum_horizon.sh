@@ -27,6 +27,9 @@
 #    transaction id and has not committed yet does not make the slot (its xmin past every commit,
 #    holding nothing back) read as old: the slot's xmin is read against the same next transaction
 #    id as the samples, not as that id less age(), which counts the uncommitted one too.
+#  - SLOTLESS: a healthy standby with hot_standby_feedback and no slot (the feedback is its
+#    walsender's xmin, in no transaction) is not logged: its xmin is dated as a slot's, not timed
+#    from the walsender's start.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -289,3 +292,37 @@ exec 7>&-
 wait "$QUIET"
 relay_stop
 check_eq "QUIET: the relay exits 0" 0 "$?"
+
+# --- SLOTLESS: a healthy standby with hot_standby_feedback and no slot ----------------------------
+# Without a slot the feedback is the walsender's own xmin, a session whose xact_start is NULL:
+# timed from its backend_start, it held for as long as the standby stayed connected, and a
+# healthy standby was logged as an old snapshot once connected for --horizon-warn. Its xmin is
+# dated, as a slot's is.
+psql -XAtq -p "$SB_PORT" -c "ALTER SYSTEM SET primary_slot_name = ''" -c "SELECT pg_reload_conf()" \
+    >/dev/null || fail "SLOTLESS: the standby streams without its slot"
+slot_unused() {
+    [ "$(psql_q "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'horizon_slot' AND active")" = 0 ]
+}
+wait_for "SLOTLESS: the standby no longer uses the slot" 30 slot_unused
+psql_q "SELECT pg_drop_replication_slot('horizon_slot')" >/dev/null || fail "SLOTLESS: drop the slot"
+walsender_holds() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender'
+                 AND backend_xmin IS NOT NULL")" = 1 ]
+}
+wait_for "SLOTLESS: the standby's feedback gives its walsender an xmin" 30 walsender_holds
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0 \
+    --horizon-warn 4s --kafka reconnect.backoff.max.ms=500
+metrics_wait
+wait_for "SLOTLESS: the vacuum horizon gauges are served" 30 has_gauge
+first_wxmin=$(psql_q "SELECT backend_xmin FROM pg_stat_activity WHERE backend_type = 'walsender'")
+for g in $(seq 1 40); do # commits for three times --horizon-warn; the feedback moves the xmin on
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            VALUES ('n', 'n-$g', 'changed', '{\"seq\": $g}')"
+    sleep 0.3
+done
+check "SLOTLESS: (the feedback moved the walsender's xmin on meanwhile)" \
+    test "$(psql_q "SELECT backend_xmin FROM pg_stat_activity WHERE backend_type = 'walsender'")" != "$first_wxmin"
+check "SLOTLESS: a healthy standby's walsender is not logged as holding back vacuum" \
+    lacks "$RELAY_LOG" "holds back vacuum"
+relay_stop
+check_eq "SLOTLESS: the relay exits 0" 0 "$?"
