@@ -318,28 +318,31 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 
 /* ---- upkeep (relay/service/upkeep.c): its own connection ---- */
 
-/* The oldest snapshot holding back vacuum: a session's xmin (a long or forgotten transaction, a
- * standby's hot_standby_feedback through its walsender), a replication slot's xmin, or a prepared
- * transaction; and whether the holder of kind $1 and id $2 (the one upkeep last logged, '' for
- * none) holds one still: the oldest by xids may be another while it does, and saying that it no
- * longer held was false. Then the next transaction id (64 bits, the snapshot's xmax), by which
- * upkeep dates a slot's xmin: PostgreSQL keeps no start for a slot's snapshot (note_horizon), nor
- * for a walsender's, in no transaction (secs NULL: a standby's feedback without a slot, which,
- * timed from the walsender's backend_start, held as long as the standby was connected);
- * last, the holder's xmin (32 bits), placed against that id, not against age(), which counts
- * from the next id to be assigned: past transactions still in flight, so that xmax - age fell
- * before a slot whose xmin was past every commit. Ties go by kind and id,
- * so that one holder answers each look. Rows of other roles' sessions show only to a role with
+/* The oldest snapshot holding back vacuum: a session's xmin or transaction id, the older (a long
+ * or forgotten transaction, a standby's hot_standby_feedback through its walsender: a READ
+ * COMMITTED writer idle in its transaction has no xmin between statements, but its id holds
+ * vacuum back as well, and read by xmin alone a producer's forgotten BEGIN was never named), a
+ * replication slot's xmin, or a prepared transaction; and whether the holder of kind $1 and id $2
+ * (the one upkeep last logged, '' for none) holds one still: the oldest by xids may be another
+ * while it does, and saying that it no longer held was false. Then the next transaction id (64
+ * bits, the snapshot's xmax), by which upkeep dates a slot's xmin: PostgreSQL keeps no start for a
+ * slot's snapshot (note_horizon), nor for a walsender's, in no transaction (secs NULL: a standby's
+ * feedback without a slot, which, timed from the walsender's backend_start, held as long as the
+ * standby was connected); last, the holder's xmin (32 bits), placed against that id, not against
+ * age(), which counts from the next id to be assigned: past transactions still in flight, so that
+ * xmax - age fell before a slot whose xmin was past every commit. Ties go by kind and id, so that
+ * one holder answers each look. Rows of other roles' sessions show only to a role with
  * pg_read_all_stats (docs/operations.md#dead-rows-and-old-snapshots). */
 #define SQL_HORIZON                                                                                \
     "WITH h AS ("                                                                                  \
     " SELECT 'session' AS kind, a.pid::text AS who, coalesce(a.application_name, '') AS app,"      \
     " coalesce(a.state, '') AS state,"                                                             \
-    " extract(epoch FROM pg_catalog.now() - a.xact_start)::float8 AS "                             \
-    "secs,"                                                                                        \
-    " pg_catalog.age(a.backend_xmin)::bigint AS xids, a.backend_xmin::text::bigint AS xmin"        \
-    " FROM pg_stat_activity a WHERE a.backend_xmin IS NOT NULL AND a.pid <> "                      \
-    "pg_catalog.pg_backend_pid()"                                                                  \
+    " extract(epoch FROM pg_catalog.now() - a.xact_start)::float8 AS secs,"                        \
+    " pg_catalog.age(x.x)::bigint AS xids, x.x::text::bigint AS xmin"                              \
+    " FROM pg_stat_activity a CROSS JOIN LATERAL (SELECT CASE WHEN a.backend_xmin IS NULL"         \
+    " OR pg_catalog.age(a.backend_xid) > pg_catalog.age(a.backend_xmin) THEN a.backend_xid"        \
+    " ELSE a.backend_xmin END AS x) x"                                                             \
+    " WHERE x.x IS NOT NULL AND a.pid <> pg_catalog.pg_backend_pid()"                              \
     " UNION ALL SELECT 'replication slot', s.slot_name::text, '', CASE WHEN s.active THEN "        \
     "'active'"                                                                                     \
     " ELSE 'inactive' END, NULL, pg_catalog.age(s.xmin)::bigint, s.xmin::text::bigint"             \

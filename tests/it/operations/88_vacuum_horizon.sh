@@ -9,6 +9,8 @@
 #    application_name, and outbox_vacuum_horizon_age_xids counts the transactions committed since;
 #  - once the transaction ends, the relay logs "nothing holds back vacuum any more" (or, when
 #    another snapshot younger than --horizon-warn is the oldest left, that the one logged is gone);
+#  - IDLE: a READ COMMITTED writer idle in its transaction (no snapshot between statements, but a
+#    transaction id, which holds vacuum back as well) is named too;
 #  - PREP: two prepared transactions whose 150-byte names begin alike: once the older one, logged,
 #    is committed, the younger one is logged too (the holder logged was compared on 128 bytes);
 #  - HEALTHY: a healthy standby with hot_standby_feedback through a replication slot, while
@@ -88,6 +90,33 @@ released() {
 }
 wait_for "its end is logged" 20 released
 check_eq "the holder was logged once" 1 "$(grep -c "an old snapshot holds back vacuum" "$RELAY_LOG")"
+
+# IDLE: a producer's READ COMMITTED transaction that wrote a row and waits, idle, holds no
+# snapshot between its statements (backend_xmin NULL) but its transaction id holds vacuum back
+# all the same (PostgreSQL's horizon is the older of a session's xmin and xid): the forgotten
+# BEGIN of a writer, read by xmin alone, was never named.
+psql_q "CREATE TABLE idle_t (x int)" >/dev/null || fail "IDLE: create the writer's table"
+mkfifo "$T/idle.fifo"
+PGAPPNAME=idle-writer psql -XAtq <"$T/idle.fifo" >"$T/idle.out" 2>&1 &
+IDLE=$!
+_t_track "$IDLE"
+exec 8>"$T/idle.fifo" # the writer's session, written to until its COMMIT below
+echo "BEGIN; INSERT INTO idle_t VALUES (1); SELECT pg_backend_pid();" >&8
+idle_pid() { head -n 1 "$T/idle.out"; }
+has_idle_pid() { [ -n "$(idle_pid)" ]; }
+_poll 10 has_idle_pid || fail "IDLE: the writer holds its transaction id"
+for g in $(seq 1 20); do # transactions that commit behind it
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            VALUES ('i', 'i-$g', 'changed', '{\"seq\": $g}')"
+done
+idle_logged() {
+    grep -q "an old snapshot holds back vacuum.*holder=\"session\" id=\"$(idle_pid)\" application=\"idle-writer\"" \
+        "$RELAY_LOG"
+}
+wait_for "IDLE: the idle writer is named once past --horizon-warn" 20 idle_logged
+echo "COMMIT;" >&8
+exec 8>&-
+wait "$IDLE"
 relay_stop
 check_eq "the relay exits 0" 0 "$?"
 
