@@ -331,8 +331,12 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
  * standby was connected); last, the holder's xmin (32 bits), placed against that id, not against
  * age(), which counts from the next id to be assigned: past transactions still in flight, so that
  * xmax - age fell before a slot whose xmin was past every commit. Ties go by kind and id, so that
- * one holder answers each look. Rows of other roles' sessions show only to a role with
- * pg_read_all_stats (docs/operations.md#dead-rows-and-old-snapshots). */
+ * one holder answers each look. A lazy VACUUM's session (an autovacuum worker, or a VACUUM
+ * statement: pg_stat_progress_vacuum) is no holder: PostgreSQL's horizon skips a process in
+ * VACUUM, yet its snapshot, older than any taken since it began, was the oldest by xids, named
+ * for as long as it ran (an autovacuum of a large table: minutes to hours) in the place of a
+ * holder behind it. Rows of other roles' sessions show only to a role with pg_read_all_stats
+ * (docs/operations.md#dead-rows-and-old-snapshots). */
 #define SQL_HORIZON                                                                                \
     "WITH h AS ("                                                                                  \
     " SELECT 'session' AS kind, a.pid::text AS who, coalesce(a.application_name, '') AS app,"      \
@@ -342,7 +346,8 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " FROM pg_stat_activity a CROSS JOIN LATERAL (SELECT CASE WHEN a.backend_xmin IS NULL"         \
     " OR pg_catalog.age(a.backend_xid) > pg_catalog.age(a.backend_xmin) THEN a.backend_xid"        \
     " ELSE a.backend_xmin END AS x) x"                                                             \
-    " WHERE x.x IS NOT NULL AND a.pid <> pg_catalog.pg_backend_pid()"                              \
+    " WHERE x.x IS NOT NULL AND a.pid <> pg_catalog.pg_backend_pid() AND NOT EXISTS (SELECT"       \
+    " FROM pg_catalog.pg_stat_progress_vacuum v WHERE v.pid = a.pid)"                              \
     " UNION ALL SELECT 'replication slot', s.slot_name::text, '', CASE WHEN s.active THEN "        \
     "'active'"                                                                                     \
     " ELSE 'inactive' END, NULL, pg_catalog.age(s.xmin)::bigint, s.xmin::text::bigint"             \

@@ -10,7 +10,8 @@
 #  - once the transaction ends, the relay logs "nothing holds back vacuum any more" (or, when
 #    another snapshot younger than --horizon-warn is the oldest left, that the one logged is gone);
 #  - IDLE: a READ COMMITTED writer idle in its transaction (no snapshot between statements, but a
-#    transaction id, which holds vacuum back as well) is named too;
+#    transaction id, which holds vacuum back as well) is named too; a lazy VACUUM running
+#    meanwhile, its snapshot older, is not (PostgreSQL's horizon skips it; it was named instead);
 #  - PREP: two prepared transactions whose 150-byte names begin alike: once the older one, logged,
 #    is committed, the younger one is logged too (the holder logged was compared on 128 bytes);
 #  - HEALTHY: a healthy standby with hot_standby_feedback through a replication slot, while
@@ -96,6 +97,20 @@ check_eq "the holder was logged once" 1 "$(grep -c "an old snapshot holds back v
 # all the same (PostgreSQL's horizon is the older of a session's xmin and xid): the forgotten
 # BEGIN of a writer, read by xmin alone, was never named.
 psql_q "CREATE TABLE idle_t (x int)" >/dev/null || fail "IDLE: create the writer's table"
+# VACUUM (the same part): a lazy VACUUM's snapshot, older than the writer's id, holds nothing
+# back (PostgreSQL's horizon skips a process in VACUUM), yet it was the oldest by xids: named in
+# the writer's place, as an autovacuum worker on a large table was, for as long as it ran. Paced
+# to a page every 100 ms, it runs past the checks below, which cancel it.
+psql_q "CREATE TABLE vac_t AS SELECT g, repeat('v', 200) AS v FROM generate_series(1, 20000) g" \
+    >/dev/null || fail "VACUUM: create a table to vacuum"
+PGAPPNAME=slow-vacuum psql -XAtq -c "SET vacuum_cost_delay = 100" -c "SET vacuum_cost_limit = 1" \
+    -c "VACUUM vac_t" >"$T/vac.out" 2>&1 &
+VAC=$!
+_t_track "$VAC"
+vac_pid() { psql_q "SELECT pid FROM pg_stat_progress_vacuum WHERE relid = 'vac_t'::regclass"; }
+has_vac_pid() { [ -n "$(vac_pid)" ]; }
+_poll 10 has_vac_pid || fail "VACUUM: the vacuum runs"
+VAC_PID=$(vac_pid)
 mkfifo "$T/idle.fifo"
 PGAPPNAME=idle-writer psql -XAtq <"$T/idle.fifo" >"$T/idle.out" 2>&1 &
 IDLE=$!
@@ -114,6 +129,10 @@ idle_logged() {
         "$RELAY_LOG"
 }
 wait_for "IDLE: the idle writer is named once past --horizon-warn" 20 idle_logged
+check "VACUUM: the vacuum ran all along" has_vac_pid
+check "VACUUM: a lazy vacuum is never named" lacks "$RELAY_LOG" "id=\"$VAC_PID\""
+psql_q "SELECT pg_cancel_backend($VAC_PID)" >/dev/null
+wait "$VAC"
 echo "COMMIT;" >&8
 exec 8>&-
 wait "$IDLE"
