@@ -23,8 +23,8 @@
  * scraper: a handful of connections from a few addresses. Anyone who reaches the port could
  * otherwise hold every slot with idle or trickling connections, and an orchestrator whose
  * /healthz probe gets no answer restarts a healthy relay.
- *  - per address: HTTP_PER_IP_CONNECTIONS; a flood from one address is closed at accept and
- *    leaves the other addresses' slots free;
+ *  - per address: HTTP_PER_IP_CONNECTIONS, and as many lingering closes (linger_start); a flood
+ *    from one address is closed at accept and leaves the other addresses' slots free;
  *  - in all: HTTP_MAX_CONNECTIONS (lowered to half the descriptor limit when that is smaller,
  *    so a flood from many addresses cannot take the descriptors PostgreSQL and Kafka need);
  *    past conndeadline_room of them (all but a sixteenth), each new connection closes the
@@ -99,6 +99,7 @@ typedef struct Linger {
     ev_io io;
     ev_timer timer;
     unsigned long long left;
+    struct sockaddr_storage addr; /* the client's (HTTP_PER_IP_CONNECTIONS holds for lingers too) */
 } Linger;
 
 /* How libmicrohttpd shares the loop.
@@ -408,6 +409,17 @@ static void linger_start(HttpServer *s, const Pending *p)
 {
     if (s->stopping || s->open + s->lingering >= s->limit)
         return;
+    /* libmicrohttpd's per-address limit counts its open connections only, and a lingering one is
+     * no longer its: one address that posted again and again held up to the limit in all of
+     * them (each reading up to 64 MiB on the loop). At HTTP_PER_IP_CONNECTIONS lingering, the
+     * address's oldest, whose client has had its answer longest, makes way. */
+    Linger *oldest = NULL;
+    unsigned int mine = 0;
+    for (Linger *o = s->lingers; o; o = o->next)
+        if (same_address(&o->addr, &p->addr) && mine++ == 0)
+            oldest = o;
+    if (mine >= HTTP_PER_IP_CONNECTIONS)
+        linger_end(oldest);
     Linger *l = calloc(1, sizeof(*l));
     int fd = l ? fcntl(p->fd, F_DUPFD_CLOEXEC, 0) : -1;
     if (fd < 0) {
@@ -416,6 +428,7 @@ static void linger_start(HttpServer *s, const Pending *p)
     }
     shutdown(fd, SHUT_WR); /* done by libmicrohttpd (mark_closed) unless in turbo mode */
     l->server = s;
+    l->addr = p->addr;
     l->left = p->declared && p->declared < HTTP_LINGER_BYTES ? p->declared : HTTP_LINGER_BYTES;
     ev_io_init(&l->io, on_linger_io, fd, EV_READ);
     l->io.data = l;

@@ -637,6 +637,57 @@ static void test_linger_time_bounded(void **state)
         fail_msg("the linger of a client that never closes went on past 20 s");
 }
 
+/* One address's lingering closes are bounded as its open connections are: libmicrohttpd's
+ * per-address limit (16) counts open connections only, and a connection lingering is no longer
+ * one of them, so an address that posted 40 times, each time reading its 405 (the server closed
+ * its side) and sending on, had all 40 read and dropped on the loop, up to the limit in all.
+ * Now the address's oldest makes way for its newest: past 16, the oldest are closed (a send to
+ * them fails) and the newest still lingers. */
+static void test_linger_per_address_bounded(void **state)
+{
+    Fixture *f = *state;
+    enum { N = 40 };
+    int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = post_declaring(f, 1ULL << 30);
+        /* Its 405 read: libmicrohttpd has closed it (it lingers, or not) before the next. */
+        char buf[4096];
+        bool answered = false;
+        for (double until = monotime_now() + 20; !answered && monotime_now() < until;) {
+            ev_run(f->loop, EVRUN_NOWAIT);
+            answered = recv(fds[i], buf, sizeof(buf), 0) > 0;
+            if (!answered)
+                usleep(1000);
+        }
+        assert_true(answered);
+    }
+    /* A lingering connection takes the byte; an ended one answers it with a reset, and the
+     * next send fails. Bounded: at most 3 s (the lingers' own bound is 5 s). */
+    bool dead[N] = {false};
+    int n_dead = 0;
+    for (double until = monotime_now() + 3; n_dead < N - 16 && monotime_now() < until;) {
+        ev_run(f->loop, EVRUN_NOWAIT);
+        for (int i = 0; i < N; i++) {
+            char sink[4096];
+            while (!dead[i] && recv(fds[i], sink, sizeof(sink), 0) > 0)
+                ;
+            if (!dead[i] && send(fds[i], "x", 1, MSG_NOSIGNAL) < 0 && errno != EAGAIN &&
+                errno != EWOULDBLOCK) {
+                dead[i] = true;
+                n_dead++;
+            }
+        }
+        usleep(10000);
+    }
+    bool newest_alive = !dead[N - 1];
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    if (n_dead < N - 16)
+        fail_msg("%d of %d lingering closes from one address ended: want at least %d", n_dead, N,
+                 N - 16);
+    assert_true(newest_alive);
+}
+
 /* The answers to methods other than GET and HEAD (RFC 9110): a method HTTP defines is 405 with
  * Allow on a path the server serves and 404 on another (405 everywhere said every path exists),
  * a token HTTP does not define (or a known one in lower case) 501 on any path (it was 405, "not
@@ -806,6 +857,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_methods, setup, teardown),
         cmocka_unit_test_setup_teardown(test_linger_bytes_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_linger_time_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_linger_per_address_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_accepts_again_after_the_limit_emptied, setup_limit_48,
                                         teardown),
     };
