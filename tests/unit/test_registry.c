@@ -26,40 +26,7 @@
 #include "config.h"
 #include "registry.h"
 
-/* A lookup of a name ending in ".held" waits until held_release (at most 20 s), then is looked up
- * as localhost: a nameserver that has not answered yet. getaddrinfo below takes resolve.c's calls
- * (the executable's symbol comes first), as test_resolve's does. */
-static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t held_cond = PTHREAD_COND_INITIALIZER;
-static bool held_released;
-
-int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
-                struct addrinfo **res)
-{
-    int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **) =
-        (int (*)(const char *, const char *, const struct addrinfo *, struct addrinfo **))dlsym(
-            RTLD_NEXT, "getaddrinfo");
-    size_t n = node ? strlen(node) : 0;
-    if (n > 5 && strcmp(node + n - 5, ".held") == 0) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += 20;
-        pthread_mutex_lock(&held_lock);
-        while (!held_released && pthread_cond_timedwait(&held_cond, &held_lock, &until) == 0)
-            ;
-        pthread_mutex_unlock(&held_lock);
-        node = "localhost";
-    }
-    return real(node, service, hints, res);
-}
-
-static void held_release(void)
-{
-    pthread_mutex_lock(&held_lock);
-    held_released = true;
-    pthread_cond_broadcast(&held_cond);
-    pthread_mutex_unlock(&held_lock);
-}
+#include "fake_resolver.h" /* ".held" names: a nameserver that has not answered yet */
 
 /* Confluent's registry's answer for a subject it lacks. */
 static const char registry_404[] = "{\"error_code\": 40401, \"message\": \"Subject not found.\"}";

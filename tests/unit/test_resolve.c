@@ -20,46 +20,7 @@
 
 #include "resolve.h"
 
-static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t held_cond = PTHREAD_COND_INITIALIZER;
-static bool held_released;
-static int held_lookups; /* getaddrinfo calls for a ".held" name */
-
-/* Takes resolve.c's calls (the executable's symbol comes first): a ".held" name waits until
- * held_release, then is looked up as localhost. */
-int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
-                struct addrinfo **res)
-{
-    int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **) =
-        (int (*)(const char *, const char *, const struct addrinfo *, struct addrinfo **))dlsym(
-            RTLD_NEXT, "getaddrinfo");
-    size_t n = node ? strlen(node) : 0;
-    if (n > 5 && strcmp(node + n - 5, ".held") == 0) {
-        pthread_mutex_lock(&held_lock);
-        held_lookups++;
-        while (!held_released)
-            pthread_cond_wait(&held_cond, &held_lock);
-        pthread_mutex_unlock(&held_lock);
-        node = "localhost";
-    }
-    return real(node, service, hints, res);
-}
-
-static void held_release(void)
-{
-    pthread_mutex_lock(&held_lock);
-    held_released = true;
-    pthread_cond_broadcast(&held_cond);
-    pthread_mutex_unlock(&held_lock);
-}
-
-static int held_count(void)
-{
-    pthread_mutex_lock(&held_lock);
-    int n = held_lookups;
-    pthread_mutex_unlock(&held_lock);
-    return n;
-}
+#include "fake_resolver.h"
 
 static void test_needed(void **state)
 {
