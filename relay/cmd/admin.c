@@ -571,6 +571,19 @@ static int confirm_purge(PGconn *conn, const Config *cfg, char *max_seq, char *m
     return 0;
 }
 
+/* The batch a requeue or purge-dead error line names: the one id asked for, or where an --all
+ * run stood (after: the last id a batch changed, "" before the first). */
+static void batch_named(const Config *cfg, const char *id, const char *after, char *out,
+                        size_t size)
+{
+    if (!cfg->all)
+        snprintf(out, size, "id %s", id);
+    else if (*after)
+        snprintf(out, size, "ids above %s", after);
+    else
+        snprintf(out, size, "the first ids");
+}
+
 /* Runs sql (SQL_REQUEUE or SQL_PURGE_DEAD: $1 the id, or NULL for all) a batch at a time until a
  * batch comes back short, and reports how many rows it changed as `verb`. A failure after some
  * batches leaves them changed (each was committed) and says how many. A batch that gets no
@@ -579,6 +592,8 @@ static int confirm_purge(PGconn *conn, const Config *cfg, char *max_seq, char *m
 static int change_dead(const Config *cfg, const char *sql, const char *verb, bool ask)
 {
     admin_set_statement_timeout(cfg->statement_timeout_s);
+    const char *command =
+        strcmp(verb, "requeued") == 0 ? "requeue" : "purge-dead"; /* the lines name it */
     PGconn *conn = admin_connect(cfg->database_url);
     if (!conn)
         return admin_connect_exit_code();
@@ -633,12 +648,7 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb, boo
         if (!res) {
             if (strcmp(e.sqlstate, "55P03") == 0) {
                 char which[64];
-                if (!cfg->all)
-                    snprintf(which, sizeof(which), "id %s", id);
-                else if (*after)
-                    snprintf(which, sizeof(which), "ids above %s", after);
-                else
-                    snprintf(which, sizeof(which), "the first ids");
+                batch_named(cfg, id, after, which, sizeof(which));
                 /* 55P03 from lock_timeout: a row of the batch, or the table itself (a
                  * migration's ALTER, an open LOCK TABLE), which the UPDATE or DELETE waits for
                  * alike. */
@@ -646,9 +656,8 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb, boo
                           "transaction (a relay publishing its copy to the dead-letter topic, an "
                           "open transaction, a migration): nothing of the batch was changed. Run "
                           "the command again once it is released (pg_locks shows the holder)",
-                          "command=%s batch=\"%s\" done_before=%ld waited_ms=%ld",
-                          strcmp(verb, "requeued") == 0 ? "requeue" : "purge-dead", which, n,
-                          lock_ms);
+                          "command=%s batch=\"%s\" done_before=%ld waited_ms=%ld", command, which,
+                          n, lock_ms);
             }
             failed = true;
             break;
@@ -680,20 +689,14 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb, boo
          * would commit locally, without the standby): the batch commits when the standby
          * answers or leaves synchronous_standby_names, or not at all if the server stops. */
         char q[600], which[64];
-        if (!cfg->all)
-            snprintf(which, sizeof(which), "id %s", id);
-        else if (*after)
-            snprintf(which, sizeof(which), "ids above %s", after);
-        else
-            snprintf(which, sizeof(which), "the first ids");
+        batch_named(cfg, id, after, which, sizeof(which));
         log_error("a batch got no verdict from PostgreSQL: whether its events were changed is "
                   "unknown. A synchronous standby that does not answer holds a commit until it "
                   "answers or leaves synchronous_standby_names (pg_stat_activity shows the "
                   "session, application_name outbox-relay, waiting with wait_event SyncRep); once "
                   "no such session is left, `dead` lists the events still dead-lettered. Running "
                   "the command again is safe either way",
-                  "command=%s batch=\"%s, up to %d\" done_before=%ld error=%s",
-                  strcmp(verb, "requeued") == 0 ? "requeue" : "purge-dead", which,
+                  "command=%s batch=\"%s, up to %d\" done_before=%ld error=%s", command, which,
                   cfg->all ? ADMIN_DEAD_BATCH : 1, n, log_quote(db_error_text(&e), q, sizeof(q)));
         printf("%s %ld event%s before the batch whose outcome is unknown\n", verb, n,
                n == 1 ? "" : "s");
