@@ -1,8 +1,10 @@
 #include "table.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "db.h"
 #include "optval.h"
@@ -82,28 +84,44 @@ static bool add_placement(TableHeader **list, size_t *n, const char *column, con
     return true;
 }
 
-/* One "column:placement[:name]" entry (trimmed, split in place). The placements are Debezium's:
- * header (a Kafka header), envelope (a field of the value, beside "payload") and partition (the
- * message's partition; no name). */
+/* s without its leading and trailing white space, trimmed in place (as Java's String.trim,
+ * which Debezium applies to each part of a placement). */
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t len = strlen(s);
+    while (len > 0 && isspace((unsigned char)s[len - 1]))
+        s[--len] = '\0';
+    return s;
+}
+
+/* One "column:placement[:name]" entry, split in place. The placements are Debezium's: header (a
+ * Kafka header), envelope (a field of the value, beside "payload") and partition (the message's
+ * partition; no name). As Debezium reads them, each part is trimmed and the placement's case does
+ * not matter ("type : HEADER : eventType"): a connector's setting carries over as it is. */
 static bool parse_placement(TableMap *m, char *entry, char *err, size_t errlen)
 {
     char *placement = strchr(entry, ':');
     char *name = placement ? strchr(placement + 1, ':') : NULL;
-    if (placement)
-        *placement++ = '\0';
-    if (name)
-        *name++ = '\0';
-    if (!placement || strchr(name ? name : placement, ':'))
+    if (!placement || (name && strchr(name + 1, ':')))
         return optval_fail(err, errlen,
                            "additional-fields: expected COLUMN:header|envelope[:NAME] or "
                            "COLUMN:partition, got '%.60s'",
-                           entry);
+                           trim(entry));
+    *placement++ = '\0';
+    if (name)
+        *name++ = '\0';
+    entry = trim(entry);
+    placement = trim(placement);
+    if (name)
+        name = trim(name);
     if (!ident_ok("additional-fields: column", entry, err, errlen))
         return false;
     bool named = name != NULL;
     if (!name)
         name = entry;
-    if (strcmp(placement, "partition") == 0) {
+    if (strcasecmp(placement, "partition") == 0) {
         /* A partition has no name to take: one given would be dropped unseen. */
         if (named)
             return optval_fail(err, errlen,
@@ -116,14 +134,14 @@ static bool parse_placement(TableMap *m, char *entry, char *err, size_t errlen)
         m->partition = strdup(entry);
         return m->partition != NULL || optval_fail(err, errlen, "out of memory");
     }
-    if (strcmp(placement, "envelope") == 0) {
+    if (strcasecmp(placement, "envelope") == 0) {
         if (!*name || strcmp(name, "payload") == 0)
             return optval_fail(err, errlen, "additional-fields: envelope field name '%.40s' %s",
                                name, *name ? "is the payload's own" : "is empty");
         return add_placement(&m->envelope, &m->n_envelope, entry, name, "envelope field", err,
                              errlen);
     }
-    if (strcmp(placement, "header") != 0)
+    if (strcasecmp(placement, "header") != 0)
         return optval_fail(err, errlen,
                            "additional-fields: placement '%.20s' of column '%.40s' is not "
                            "supported (header, envelope or partition)",
@@ -143,15 +161,8 @@ static bool parse_placements(TableMap *m, const char *text, char *err, size_t er
         return optval_fail(err, errlen, "out of memory");
     bool ok = true;
     char *save = NULL;
-    for (char *entry = strtok_r(copy, ",", &save); ok && entry;
-         entry = strtok_r(NULL, ",", &save)) {
-        while (*entry == ' ')
-            entry++;
-        size_t len = strlen(entry);
-        while (len > 0 && entry[len - 1] == ' ')
-            entry[--len] = '\0';
+    for (char *entry = strtok_r(copy, ",", &save); ok && entry; entry = strtok_r(NULL, ",", &save))
         ok = parse_placement(m, entry, err, errlen);
-    }
     free(copy);
     return ok;
 }

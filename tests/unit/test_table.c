@@ -101,6 +101,28 @@ static void test_debezium_layout(void **state)
     table_map_free(&m);
 }
 
+/* A connector's table.fields.additional.placement carries over as Debezium reads it: each part
+ * trimmed (tabs too), the placement in any case. */
+static void test_debezium_placement_spelling(void **state)
+{
+    TableOptions o = {.layout = LAYOUT_DEBEZIUM,
+                      .additional_fields = " type : HEADER : eventType ,\tpart:Partition, "
+                                           "kind :Envelope\t"};
+    TableMap m;
+    char err[256] = "";
+    if (!table_map_init(&m, &o, err, sizeof(err))) {
+        table_map_free(&m);
+        fail_msg("placement refused: %s", err);
+    }
+    expect_sql(&m, "{o.extra_headers}",
+               "pg_catalog.jsonb_build_object('eventType', o.\"type\"::text)::text");
+    assert_string_equal(m.partition, "part");
+    assert_int_equal(m.n_envelope, 1);
+    assert_string_equal(m.envelope[0].column, "kind");
+    assert_string_equal(m.envelope[0].header, "kind");
+    table_map_free(&m);
+}
+
 /* The claims read created_at as text only when the messages carry the event's time: each claim
  * result held while its batch is in flight would otherwise carry 29 bytes a row for nothing. */
 static void test_created_at_text_only_for_event_time(void **state)
@@ -240,6 +262,7 @@ int main(void)
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_debezium_may_name_event_type_header),
         cmocka_unit_test(test_router_placements),
+        cmocka_unit_test(test_debezium_placement_spelling),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
