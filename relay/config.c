@@ -220,6 +220,13 @@ static const OptDef options[] = {
      .help = "text: the payload column's text form (jsonb, json, text); binary: a bytea column, "
              "published byte for byte",
      .choices = payload_formats},
+    {.name = "tombstone-on-empty-payload",
+     .type = OPT_BOOL,
+     .offset = FIELD(tombstone_on_empty_payload),
+     .metavar = "",
+     .help = "a NULL or blank (white space only) payload goes out as a tombstone, a null value, "
+             "also with envelope fields (default: only a NULL payload without envelope fields is "
+             "one) [Debezium: route.tombstone.on.empty.payload]"},
     {.name = "kafka",
      .type = OPT_LIST,
      .offset = FIELD(kafka),
@@ -738,6 +745,7 @@ static const OptAlias aliases[] = {
     {"route.topic.replacement", "topic-template"},
     {"table.fields.additional.placement", "additional-fields"},
     {"table.field.event.timestamp", "timestamp-column"},
+    {"route.tombstone.on.empty.payload", "tombstone-on-empty-payload"},
 };
 
 /* How an OptSource is said in an error. */
@@ -874,6 +882,7 @@ static const char *const database_keys[] = {"database-url",
                                             "horizon-warn",
                                             "timestamp-column",
                                             "payload-format",
+                                            "tombstone-on-empty-payload",
                                             "value-format",
                                             "subject-name-strategy",
                                             "schema-version",
@@ -2151,7 +2160,8 @@ static bool config_map_init(Config *cfg, char *err, size_t errlen)
                           cfg->additional_fields,
                           cfg->timestamp_column,
                           cfg->message_format == FORMAT_CLOUDEVENTS,
-                          cfg->payload_binary != 0};
+                          cfg->payload_binary != 0,
+                          cfg->tombstone_on_empty_payload};
     return table_map_init(&cfg->map, &table, err, errlen);
 }
 

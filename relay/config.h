@@ -102,7 +102,8 @@ typedef struct Config {
     char *seq_column, *event_id_column, *aggregate_type_column, *aggregate_id_column,
         *event_type_column, *payload_column, *headers_column, *additional_fields, *timestamp_column;
     int payload_binary; /* --payload-format: 0 text, 1 binary (a bytea column, byte for byte) */
-    TableMap map;       /* ...and resolved: what every statement is written for */
+    bool tombstone_on_empty_payload; /* a NULL or blank payload goes out as a tombstone */
+    TableMap map;                    /* ...and resolved: what every statement is written for */
     OptList kafka; /* librdkafka properties, passed through as given (validated by librdkafka at
                     * start-up), in order: config file entries, --kafka-file lines, flags */
     size_t kafka_from_file; /* of kafka, the config file's entries (--kafka-file goes after) */

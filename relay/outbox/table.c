@@ -175,6 +175,7 @@ bool table_map_init(TableMap *m, const TableOptions *o, char *err, size_t errlen
     m->identity_headers = d->identity_headers;
     m->event_time = o->event_time;
     m->payload_binary = o->payload_binary;
+    m->tombstone_on_empty = o->tombstone_on_empty;
 
     const char *table = o->table ? o->table : "outbox";
     const char *dot = strchr(table, '.');
@@ -382,20 +383,38 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
                            ? "pg_catalog.to_char(o.created_at AT TIME ZONE 'UTC', " SQL_ISO_UTC ")"
                            : "NULL::text");
     if (IS("o.payload")) {
-        if (m->n_envelope == 0)
-            return put(sb, "o.") && append_ident(sb, conn, m->payload, err, errlen);
-        /* Debezium's envelope placement: the value becomes {"payload": ..., field: ...}, each
-         * field as its column's JSON (json_build_object keeps the order given); a NULL payload
-         * stays a tombstone. */
-        if (!put(sb, "CASE WHEN o.") || !append_ident(sb, conn, m->payload, err, errlen) ||
-            !put(sb, " IS NULL THEN NULL ELSE pg_catalog.json_build_object('payload', o.") ||
-            !append_ident(sb, conn, m->payload, err, errlen))
+        /* Debezium's route.tombstone.on.empty.payload: a NULL payload, or one whose text Java's
+         * trim() leaves empty (white space and control characters, U+0001 to U+0020), makes a
+         * tombstone. A bytea payload is never blank to Debezium (a byte[]'s toString() is
+         * "[B@..."): only its NULL is. */
+        if (m->tombstone_on_empty &&
+            (!put(sb, "CASE WHEN o.") || !append_ident(sb, conn, m->payload, err, errlen) ||
+             !put(sb, " IS NULL") ||
+             (!m->payload_binary &&
+              (!put(sb, " OR o.") || !append_ident(sb, conn, m->payload, err, errlen) ||
+               !put(sb, "::text !~ '[^\\x01-\\x20]'"))) ||
+             !put(sb, " THEN NULL ELSE ")))
             return false;
-        for (size_t i = 0; i < m->n_envelope; i++)
-            if (!put(sb, ", ") || !append_literal(sb, conn, m->envelope[i].header, err, errlen) ||
-                !put(sb, ", o.") || !append_ident(sb, conn, m->envelope[i].column, err, errlen))
+        if (m->n_envelope == 0) {
+            if (!put(sb, "o.") || !append_ident(sb, conn, m->payload, err, errlen))
                 return false;
-        return put(sb, ") END");
+        } else {
+            /* Debezium's envelope placement: the value becomes {"payload": ..., field: ...},
+             * each field as its column's JSON (json_build_object keeps the order given). A NULL
+             * payload is null in it, as in Debezium's by default: only with
+             * route.tombstone.on.empty.payload is it a tombstone. */
+            if (!put(sb, "pg_catalog.json_build_object('payload', o.") ||
+                !append_ident(sb, conn, m->payload, err, errlen))
+                return false;
+            for (size_t i = 0; i < m->n_envelope; i++)
+                if (!put(sb, ", ") ||
+                    !append_literal(sb, conn, m->envelope[i].header, err, errlen) ||
+                    !put(sb, ", o.") || !append_ident(sb, conn, m->envelope[i].column, err, errlen))
+                    return false;
+            if (!put(sb, ")"))
+                return false;
+        }
+        return !m->tombstone_on_empty || put(sb, " END");
     }
     /* A bytea payload stays bytea: its text form is hex (the result's column type tells
      * batch.c to decode it), and octet_length counts its bytes. */

@@ -30,7 +30,11 @@ typedef struct TableHeader {
 typedef struct TableMap {
     TableLayout layout;
     bool payload_binary; /* bytea payload column: published byte for byte (--payload-format) */
-    char *schema;        /* NULL: found through the search_path */
+    /* A NULL or blank payload is a tombstone, also in an envelope (--tombstone-on-empty-payload,
+     * Debezium's route.tombstone.on.empty.payload); otherwise the value is what Debezium's
+     * default makes it: the payload column (a NULL one a tombstone), or the envelope. */
+    bool tombstone_on_empty;
+    char *schema; /* NULL: found through the search_path */
     char *name;
     char *seq; /* bigint column giving the order in which events are claimed */
     char *event_id;
@@ -60,6 +64,7 @@ typedef struct TableOptions {
     const char *timestamp_column;  /* the message timestamp (table.field.event.timestamp) */
     bool event_time;     /* the messages carry the event's time (--message-format cloudevents) */
     bool payload_binary; /* the payload column is bytea, sent as its bytes */
+    bool tombstone_on_empty; /* NULL or blank payloads are tombstones (TableMap says how) */
 } TableOptions;
 
 /* Resolves the options into m. On bad input (an empty or over-long name, a placement other than
@@ -141,8 +146,9 @@ typedef enum {
  *                      object text, or NULL::text without any
  *   {o.created_at_text} o.created_at as RFC 3339 text in UTC when m->event_time, else NULL::text
  *   {o.payload}        the value of row alias o: its payload column, or with envelope fields a
- *                      json object {"payload": <payload>, <field>: <column>, ...} (NULL payload:
- *                      NULL, a tombstone)
+ *                      json object {"payload": <payload>, <field>: <column>, ...} (a NULL
+ *                      payload in it as null); with m->tombstone_on_empty NULL, a tombstone,
+ *                      for a NULL payload and a text one of white space only
  *   {p.payload_text}   the text form of column payload of alias p (a claim's inner query): its
  *                      ::text, or with a binary payload its bytes as hex (batch.c decodes them)
  *   {o.timestamp_ms}   the timestamp column in ms since the epoch as text, or NULL::text

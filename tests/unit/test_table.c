@@ -217,9 +217,10 @@ static void test_router_placements(void **state)
     assert_int_equal(m.n_extra, 1);
     assert_int_equal(m.n_envelope, 2);
     assert_string_equal(m.partition, "part");
+    /* As Debezium's default: a NULL payload is null in the envelope, not a tombstone. */
     expect_sql(&m, "{o.payload}",
-               "CASE WHEN o.\"payload\" IS NULL THEN NULL ELSE pg_catalog.json_build_object("
-               "'payload', o.\"payload\", 'eventType', o.\"type\", 'tenant', o.\"tenant\") END");
+               "pg_catalog.json_build_object('payload', o.\"payload\", 'eventType', o.\"type\", "
+               "'tenant', o.\"tenant\")");
     expect_sql(&m, "{o.partition}", "o.\"part\"::text");
     expect_sql(
         &m, "{o.timestamp_ms}",
@@ -229,10 +230,25 @@ static void test_router_placements(void **state)
     expect_sql(&m, "{s.payload_hex_extra}", "0::bigint");
     table_map_free(&m);
 
+    /* route.tombstone.on.empty.payload: a NULL or blank payload is a tombstone. */
+    o.tombstone_on_empty = true;
+    assert_true(table_map_init(&m, &o, err, sizeof(err)));
+    expect_sql(&m, "{o.payload}",
+               "CASE WHEN o.\"payload\" IS NULL OR o.\"payload\"::text !~ '[^\\x01-\\x20]' THEN "
+               "NULL ELSE pg_catalog.json_build_object('payload', o.\"payload\", 'eventType', "
+               "o.\"type\", 'tenant', o.\"tenant\") END");
+    table_map_free(&m);
+
     TableOptions plain = {.layout = LAYOUT_RELAY, .payload_binary = true};
     assert_true(table_map_init(&m, &plain, err, sizeof(err)));
     expect_sql(&m, "{o.payload} {p.payload_text} {o.partition} {o.timestamp_ms}",
                "o.\"payload\" p.payload NULL::text NULL::text");
+    table_map_free(&m);
+    /* A bytea payload is never blank to Debezium: only its NULL is a tombstone. */
+    plain.tombstone_on_empty = true;
+    assert_true(table_map_init(&m, &plain, err, sizeof(err)));
+    expect_sql(&m, "{o.payload}",
+               "CASE WHEN o.\"payload\" IS NULL THEN NULL ELSE o.\"payload\" END");
     /* The budget counts a bytea payload as the result holds it: hex, \x and two digits a byte. */
     expect_sql(&m, "{s.payload_hex_extra}",
                "coalesce(pg_catalog.octet_length(s.text) + 2, 0)::bigint");

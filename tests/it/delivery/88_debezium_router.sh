@@ -13,8 +13,9 @@
 #     --order-scope partition it is refused at start-up with one line; a value
 #     that is no partition number is the row's fault, dead-lettered naming the column;
 #  4. the envelope placement (COLUMN:envelope[:NAME]): the value becomes
-#     {"payload": <payload>, NAME: <column>}, a NULL payload stays a tombstone; with a binary
-#     payload it is refused at start-up.
+#     {"payload": <payload>, NAME: <column>}, a NULL payload null in it (Debezium's default);
+#     with route.tombstone.on.empty.payload a NULL or blank payload is a tombstone instead; with
+#     a binary payload the envelope is refused at start-up.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -168,5 +169,31 @@ consume --topic outbox.event.env --to-end --timeout-ms 20000 >"$T/env.out"
 check_eq "4: the value is the envelope: payload and the fields" \
     '{"payload":{"n":[1,2],"seq":1},"eventType":"Created","tenant":7}' \
     "$(jq -c 'select(.headers.eventType == "Created") | .value | fromjson' "$T/env.out" | head -n 1)"
-check_eq "4: a NULL payload stays a tombstone" null \
-    "$(jq -c 'select(.headers.eventType == "Deleted") | .value' "$T/env.out" | head -n 1)"
+check_eq "4: a NULL payload is null in the envelope (Debezium's default), not a tombstone" \
+    '{"payload":null,"eventType":"Deleted","tenant":null}' \
+    "$(jq -c 'select(.headers.eventType == "Deleted") | .value | fromjson' "$T/env.out" | head -n 1)"
+
+# route.tombstone.on.empty.payload: a NULL payload and a blank one (Java's trim() leaves
+# nothing: spaces, a tab, a line break) are tombstones, with the envelope too; others are not.
+psql_q "CREATE TABLE env_text (
+            id uuid NOT NULL PRIMARY KEY DEFAULT gen_random_uuid(),
+            aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL,
+            payload text)" || fail "create env_text"
+ENVT=(--layout debezium --table env_text --route.tombstone.on.empty.payload=true
+    --table.fields.additional.placement 'type:envelope:eventType,type:header:eventType')
+relay_migrate "${ENVT[@]}" 2>"$T/migrate-envt.log"
+check_eq "4: migrate adopts env_text" 0 $?
+psql_q "INSERT INTO env_text (aggregatetype, aggregateid, type, payload)
+        VALUES ('envt', 't-1', 'Null', NULL), ('envt', 't-1', 'Blank', E' \\t\\n '),
+               ('envt', 't-1', 'Text', ' x ')" || fail "4: insert into env_text"
+relay_start "${ENVT[@]}" --database-url "$DATABASE_URL" --brokers "$BROKERS"
+envt_done() {
+    [ "$(psql_q "SELECT count(*) FROM env_text WHERE sent_at IS NULL")" = 0 ]
+}
+wait_for "4: the three env_text rows sent" 30 envt_done
+relay_stop
+consume --topic outbox.event.envt --to-end --timeout-ms 20000 >"$T/envt.out"
+check_eq "4: tombstone.on.empty.payload: NULL and blank payloads are tombstones, text is not" \
+    'Blank null|Null null|Text {"payload":" x ","eventType":"Text"}' \
+    "$(jq -r '"\(.headers.eventType) \(.value | if . == null then "null" else (fromjson | tojson) end)"' \
+        "$T/envt.out" | sort -u | paste -sd '|')"
