@@ -13,7 +13,10 @@
 #  4. names needing quotes (a schema, a table and columns with spaces, capitals and a double
 #     quote) work through flags: identifiers are quoted, never pasted;
 #  5. bad mappings fail cleanly: an unknown placement, a reserved header name and a
-#     non-integer order column, each with one line.
+#     non-integer order column, each with one line;
+#  6. with --kafka partitioner=murmur2 (docs/debezium.md, "Partitions") each key lands in the
+#     partition Kafka's Java producer, Kafka Connect's and so Debezium's, gives it
+#     (tests/tools/java_partition.py); the relay's default partitioner does not.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -154,3 +157,35 @@ check "5: uuid order column: says so" grep -q "must be bigint or integer" "$T/ba
     >"$T/bad.out" 2>&1
 check_eq "5: missing table: migrate exits 1" 1 $?
 check "5: missing table: names it" grep -q 'no_such_table' "$T/bad.out"
+
+# --- 6. ---
+# 40 keys on a 6-partition topic with the relay's default partitioner, 40 on another with murmur2.
+broker_cmd "create outbox.event.parity 6"
+broker_cmd "create outbox.event.parity2 6"
+insert_keys() { # AGGREGATE_TYPE
+    psql_q "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload)
+            SELECT gen_random_uuid(), '$1', 'key-' || g, 'Placed', '{}'
+            FROM generate_series(1, 40) g" || fail "6: insert $1"
+}
+in_java_partition() { # FILE: how many of its first copies are where Java's producer puts them
+    jq -c -s 'group_by(.headers.id) | map(.[0]) | .[]' "$1" |
+        python3 "$(dirname "$0")/../../tools/java_partition.py" 6 | awk '$2 == $3' | grep -c ''
+}
+insert_keys parity
+relay_start --config "$T/debezium.json" --database-url "$DATABASE_URL" --brokers "$BROKERS"
+wait_for "6: the 40 rows sent (default partitioner)" 30 no_unsent_rows
+relay_stop
+consume --topic outbox.event.parity --to-end --timeout-ms 20000 >"$T/parity-default.json"
+check_eq "6: default partitioner: 40 events" 40 \
+    "$(jq -s 'map(.headers.id) | unique | length' "$T/parity-default.json")"
+check "6: the default partitioner puts some keys elsewhere than Debezium did" \
+    test "$(in_java_partition "$T/parity-default.json")" -lt 40
+insert_keys parity2
+relay_start --config "$T/debezium.json" --database-url "$DATABASE_URL" --brokers "$BROKERS" \
+    --kafka partitioner=murmur2
+wait_for "6: the 40 rows sent (murmur2)" 30 no_unsent_rows
+relay_stop
+check_eq "6: relay exits 0" 0 $?
+consume --topic outbox.event.parity2 --to-end --timeout-ms 20000 >"$T/parity-murmur2.json"
+check_eq "6: murmur2: every key in the partition Debezium's producer gives it" 40 \
+    "$(in_java_partition "$T/parity-murmur2.json")"
