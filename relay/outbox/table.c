@@ -14,7 +14,7 @@
 /* PostgreSQL truncates longer identifiers (NAMEDATALEN - 1), which would silently name another
  * column than the one configured. */
 #define IDENT_MAX 63
-/* jsonb_build_object takes at most 100 arguments: two per header. */
+/* json_build_object takes at most 100 arguments: two per header. */
 #define EXTRA_MAX 32
 
 typedef struct LayoutDefaults {
@@ -367,7 +367,9 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
     if (IS("o.extra_headers")) {
         if (m->n_extra == 0)
             return put(sb, "NULL::text");
-        put(sb, "pg_catalog.jsonb_build_object(");
+        /* json, not jsonb: jsonb orders an object's keys by length, and the headers would then
+         * go out in that order; Debezium adds them in the order the placement gives. */
+        put(sb, "pg_catalog.json_build_object(");
         for (size_t i = 0; i < m->n_extra; i++) {
             if ((i > 0 && !put(sb, ", ")) ||
                 !append_literal(sb, conn, m->extra[i].header, err, errlen) || !put(sb, ", o.") ||

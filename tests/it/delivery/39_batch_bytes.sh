@@ -89,7 +89,7 @@ psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, n
     fail "B: insert"
 WIDE_H=$(psql_q "SELECT id FROM outbox WHERE aggregate_id = 'wide-h'")
 WIDE_N=$(psql_q "SELECT id FROM outbox WHERE payload->>'seq' = '62' AND aggregate_type = 'wide'")
-NOTE_BYTES="+ octet_length(jsonb_build_object('x-note', note::text)::text)" # the additional field
+NOTE_BYTES="+ octet_length(json_build_object('x-note', note::text)::text)" # the additional field, as claimed
 WIDE_H_BYTES=$(message_bytes "$NOTE_BYTES" "$WIDE_H")
 WIDE_N_BYTES=$(message_bytes "$NOTE_BYTES" "$WIDE_N")
 BUDGET_B=200000
