@@ -523,12 +523,23 @@ static bool add_row_headers(rd_kafka_headers_t *hdrs, const char *json, bool ide
     return true;
 }
 
-static void add_identity_headers(rd_kafka_headers_t *hdrs, const OutboxRow *row,
+/* The headers that go before the row's: in the Debezium layout (no identity_headers) id, as
+ * Debezium's Outbox Event Router adds it first; none in the relay's. */
+static void add_leading_headers(rd_kafka_headers_t *hdrs, const OutboxRow *row,
+                                bool identity_headers)
+{
+    if (!identity_headers)
+        rd_kafka_header_add(hdrs, "id", -1, row->event_id, -1);
+}
+
+/* The headers that go after the row's: in the relay's layout id, event_type and
+ * aggregate_type; none in the Debezium layout. */
+static void add_trailing_headers(rd_kafka_headers_t *hdrs, const OutboxRow *row,
                                  bool identity_headers)
 {
-    rd_kafka_header_add(hdrs, "id", -1, row->event_id, -1);
     if (!identity_headers)
         return;
+    rd_kafka_header_add(hdrs, "id", -1, row->event_id, -1);
     rd_kafka_header_add(hdrs, "event_type", -1, row->event_type, -1);
     rd_kafka_header_add(hdrs, "aggregate_type", -1, row->aggregate_type, -1);
 }
@@ -540,6 +551,7 @@ rd_kafka_headers_t *route_headers(const OutboxRow *row, bool identity_headers, c
      * grows for more. Each message in flight keeps it: eight slots cost 32 bytes a message. */
     rd_kafka_headers_t *hdrs = rd_kafka_headers_new(4);
     size_t count = 0, bytes = 0;
+    add_leading_headers(hdrs, row, identity_headers);
     if ((row->headers &&
          !add_row_headers(hdrs, row->headers, identity_headers, &count, &bytes, err, errlen)) ||
         (row->extra_headers && !add_row_headers(hdrs, row->extra_headers, identity_headers, &count,
@@ -547,7 +559,7 @@ rd_kafka_headers_t *route_headers(const OutboxRow *row, bool identity_headers, c
         rd_kafka_headers_destroy(hdrs);
         return NULL;
     }
-    add_identity_headers(hdrs, row, identity_headers);
+    add_trailing_headers(hdrs, row, identity_headers);
     return hdrs;
 }
 
@@ -559,7 +571,8 @@ rd_kafka_headers_t *route_dead_letter_headers(const OutboxRow *row, bool identit
     rd_kafka_headers_t *hdrs = route_headers(row, identity_headers, why, sizeof(why));
     if (!hdrs) {
         hdrs = rd_kafka_headers_new(8);
-        add_identity_headers(hdrs, row, identity_headers);
+        add_leading_headers(hdrs, row, identity_headers);
+        add_trailing_headers(hdrs, row, identity_headers);
     }
     snprintf(count, sizeof(count), "%d", attempts);
     rd_kafka_header_add(hdrs, "dlq.error", -1, error ? error : "", -1);

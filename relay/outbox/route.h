@@ -54,10 +54,11 @@ bool route_topic(const char *tmpl, const OutboxRow *row, char *out, size_t outle
  * values as they are, other JSON values as their compact JSON text (the column's text without
  * its white space: numbers as written), null as a header without a value; entries named as
  * route_header_reserved says are dropped so a row cannot spoof them), then id = event_id and, with
- * identity_headers, event_type and aggregate_type. Returns NULL with a reason in err when the
- * headers column is not a JSON object or the row's headers exceed ROUTE_HEADERS_MAX entries or
- * ROUTE_HEADERS_MAX_BYTES bytes. The caller owns the result (rd_kafka_headers_destroy, or hand it
- * to rd_kafka_producev). */
+ * identity_headers, event_type and aggregate_type. Without identity_headers (the Debezium
+ * layout) id comes first instead, as Debezium's Outbox Event Router adds it. Returns NULL with a
+ * reason in err when the headers column is not a JSON object or the row's headers exceed
+ * ROUTE_HEADERS_MAX entries or ROUTE_HEADERS_MAX_BYTES bytes. The caller owns the result
+ * (rd_kafka_headers_destroy, or hand it to rd_kafka_producev). */
 rd_kafka_headers_t *route_headers(const OutboxRow *row, bool identity_headers, char *err,
                                   size_t errlen);
 

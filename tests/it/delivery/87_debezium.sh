@@ -11,8 +11,8 @@
 #  2. every message matches its row, per aggregate in insert order;
 #  3. status and dead work on the adopted table;
 #  4. names needing quotes (a schema, a table and columns with spaces, capitals and a double
-#     quote) work through flags: identifiers are quoted, never pasted; the placed headers go
-#     out in the order given;
+#     quote) work through flags: identifiers are quoted, never pasted; the headers go out in
+#     Debezium's order: id, then the placed ones in the order given;
 #  5. bad mappings fail cleanly: an unknown placement, a reserved header name and a
 #     non-integer order column, each with one line;
 #  6. with --kafka partitioner=murmur2 (docs/debezium.md, "Partitions") each key lands in the
@@ -129,8 +129,9 @@ check_eq "4: key, text value, Tenant and kind headers" "i-1|plain text body|acme
     "$(jq -r '[.key, .value, .headers.Tenant, .headers.kind] | join("|")' "$T/issued.json")"
 check_eq "4: NULL payload and NULL header column" "null null Paid" \
     "$(jq -r '"\(.value) \(.headers.Tenant) \(.headers.kind)"' "$T/paid.json")"
-# Debezium adds the placed headers in the order given (Tenant, then kind), whatever their names.
-check_eq "4: the additional headers in the order given, then id" '["Tenant","kind","id"]' \
+# Debezium adds id first, then the placed headers in the order given (Tenant, then kind),
+# whatever their names.
+check_eq "4: id, then the additional headers in the order given" '["id","Tenant","kind"]' \
     "$(jq -c '[.header_list[][0]]' "$T/issued.json")"
 relay_stop
 check_eq "4: relay exits 0" 0 $?
