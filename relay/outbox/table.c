@@ -8,6 +8,7 @@
 
 #include "db.h"
 #include "optval.h"
+#include "route.h"
 #include "statements.h"
 #include "strbuf.h"
 
@@ -52,11 +53,12 @@ static bool pick(char **slot, const char *what, const char *given, const char *d
     return *slot != NULL || optval_fail(err, errlen, "out of memory");
 }
 
+/* A placed header name the relay would drop from every message (route_header_reserved: id in
+ * any case or shape, dlq.*, with identity_headers event_type and aggregate_type): refused at
+ * start-up rather than accepted and never sent. */
 static bool reserved_header(const TableMap *m, const char *name)
 {
-    return strcmp(name, "id") == 0 ||
-           (m->identity_headers &&
-            (strcmp(name, "event_type") == 0 || strcmp(name, "aggregate_type") == 0));
+    return route_header_reserved(name, m->identity_headers);
 }
 
 /* Appends {column, name} to *list (with *n entries), refusing a name already there. */

@@ -198,6 +198,14 @@ static void test_bad_options(void **state)
                       "needs a text payload");
     expect_init_error(&(TableOptions){.additional_fields = "type:header:event_type"},
                       "set by the relay itself");
+    /* Names every message would drop (route_header_reserved): refused, not accepted unsent. */
+    const char *dropped[] = {"ID", "Id", "dlq.error", "DLQ.x"};
+    for (size_t i = 0; i < sizeof(dropped) / sizeof(dropped[0]); i++) {
+        char spec[64];
+        snprintf(spec, sizeof(spec), "type:header:%s", dropped[i]);
+        expect_init_error(&(TableOptions){.layout = LAYOUT_DEBEZIUM, .additional_fields = spec},
+                          "set by the relay itself");
+    }
     expect_init_error(
         &(TableOptions){.layout = LAYOUT_DEBEZIUM, .additional_fields = "a:header:x, b:header:x"},
         "named twice");
