@@ -6,6 +6,7 @@
 #include <pwd.h>
 #include <limits.h>
 #include <netdb.h>
+#include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1397,19 +1398,37 @@ size_t db_host_conninfo(const PQconninfoOption *parsed, const char *host, const 
 
 void db_connect_params_host(DbConnectParams *p, int i, const char *session_attrs)
 {
+    /* Room for the host's own string was made by db_connect_params: this cannot fail. */
+    bool ok = db_connect_params_addr(p, i, NULL, session_attrs);
+    (void)ok;
+}
+
+bool db_connect_params_addr(DbConnectParams *p, int i, const char *hostaddr,
+                            const char *session_attrs)
+{
     /* An empty entry ("host=''", "port=,5433") is libpq's default (its socket directory, port
      * 5432), but an empty parameter is no entry for libpq, which then took PGHOST's or PGPORT's
      * (another server). The entries go as a connection string in the dbname, whose expansion
      * keeps an empty value (db_host_conninfo). Nothing to pass (an unparsable string, passed
      * whole): none. */
     const DbHost *h = &p->hosts[i];
+    hostaddr = hostaddr ? hostaddr : h->hostaddr;
     int n = p->nshared;
-    if (db_host_conninfo(p->parsed, h->host, h->hostaddr, h->port, p->target) > 0) {
+    if (hostaddr != h->hostaddr) {
+        /* An address of the name's own (db_connect_checked): longer than the room made. */
+        size_t len = db_host_conninfo(p->parsed, h->host, hostaddr, h->port, NULL);
+        char *grown = realloc(p->target, len + 1);
+        if (!grown)
+            return false;
+        p->target = grown;
+    }
+    if (db_host_conninfo(p->parsed, h->host, hostaddr, h->port, p->target) > 0) {
         p->keys[n] = "dbname", p->values[n++] = p->target;
         p->expand_dbname = 1;
     }
     p->keys[n] = "target_session_attrs", p->values[n++] = session_attrs;
     p->keys[n] = NULL, p->values[n] = NULL;
+    return true;
 }
 
 void db_connect_params_free(DbConnectParams *p)
@@ -1451,11 +1470,97 @@ PGconn *db_connect(const char *conninfo, const char *app, char *err, size_t errl
     return db_connect_checked(conninfo, app, NULL, err, errlen);
 }
 
+bool db_host_needs_lookup(const char *host)
+{
+    if (!host || !*host || host[0] == '/' || host[0] == '@')
+        return false;
+    unsigned char buf[sizeof(struct in6_addr)];
+    return inet_pton(AF_INET, host, buf) != 1 && inet_pton(AF_INET6, host, buf) != 1;
+}
+
+/* The most addresses of one name a command tries (as resolve.h's RESOLVE_MAX_ADDRS for run). */
+#define DB_MAX_ADDRS 16
+
+/* The addresses of host i of p, numeric, in getaddrinfo's order (libpq's), duplicates dropped,
+ * when its name is one to look up (db_host_needs_lookup), no hostaddr is given and the lists are
+ * single; into addrs (DB_MAX_ADDRS of NI_MAXHOST). Returns their number; 0 when there is nothing
+ * to look up or the lookup fails. Blocking: for the commands, never the relay's loop. */
+static int host_addresses(const DbConnectParams *p, int i, char (*addrs)[NI_MAXHOST])
+{
+    const DbHost *h = &p->hosts[i];
+    if ((h->hostaddr && *h->hostaddr) || !db_host_needs_lookup(h->host) || strchr(h->host, ',') ||
+        (h->port && strchr(h->port, ',')))
+        return 0;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    if (getaddrinfo(h->host, NULL, &hints, &ai) != 0)
+        return 0;
+    int n = 0;
+    for (const struct addrinfo *a = ai; a && n < DB_MAX_ADDRS; a = a->ai_next) {
+        if (getnameinfo(a->ai_addr, a->ai_addrlen, addrs[n], NI_MAXHOST, NULL, 0, NI_NUMERICHOST))
+            continue;
+        bool seen = false;
+        for (int k = 0; k < n && !seen; k++)
+            seen = strcmp(addrs[k], addrs[n]) == 0;
+        n += !seen;
+    }
+    freeaddrinfo(ai);
+    return n;
+}
+
+/* A connection to host i of p as it stands (db_connect_params_host or _addr), or NULL with why
+ * (one line) filled, *old and *version set when the server answered but is older than
+ * DB_MIN_SERVER_VERSION, and then the address it answered at in answered (NULL: not wanted). */
+static PGconn *attempt(const DbConnectParams *p, const char *conninfo, bool *old, int *version,
+                       char *answered, char *why, size_t whylen)
+{
+    PGconn *c = PQconnectdbParams(p->keys, p->values, p->expand_dbname);
+    if (PQstatus(c) != CONNECTION_OK) {
+        first_line(PQerrorMessage(c), why, whylen);
+        db_hide_password_tail(why, conninfo);
+    } else if (!db_version_supported(PQserverVersion(c), why, whylen)) {
+        *old = true;
+        *version = PQserverVersion(c);
+        if (answered)
+            snprintf(answered, NI_MAXHOST, "%s", PQhostaddr(c) ? PQhostaddr(c) : "");
+    } else {
+        return c;
+    }
+    PQfinish(c);
+    return NULL;
+}
+
+/* The old server that answered at host i of p (answered: the address it answered at) passed
+ * over for the name's later addresses, each tried alone with the name beside it, in libpq's
+ * order: libpq moves to a name's next address when one fails or is not the server
+ * target_session_attrs asks for, but not past a server only db_connect_checked refuses, so a
+ * name whose first address is an old server stopped the commands where run (which looks names
+ * up itself, pg.c) moved on. Returns a connection to a supported server, or NULL: the host then
+ * stays as libpq left it (old, its line unchanged). */
+static PGconn *later_addresses(DbConnectParams *p, int i, const char *answered,
+                               const char *session_attrs, const char *conninfo)
+{
+    char addrs[DB_MAX_ADDRS][NI_MAXHOST];
+    int n = host_addresses(p, i, addrs), from = n;
+    for (int k = 0; k < n && answered; k++)
+        if (strcmp(addrs[k], answered) == 0)
+            from = k + 1;
+    PGconn *conn = NULL;
+    for (int k = from; k < n && !conn; k++) {
+        bool old = false;
+        int version = 0;
+        char why[300];
+        if (db_connect_params_addr(p, i, addrs[k], session_attrs))
+            conn = attempt(p, conninfo, &old, &version, NULL, why, sizeof(why));
+    }
+    return conn;
+}
+
 /* What happened at each host of a db_connect_checked: refused for its server's version (old,
  * version), or failed otherwise (why; "" when not tried). */
 typedef struct HostOutcome {
     bool old;
     int version;
+    char answered[NI_MAXHOST]; /* old: the address it answered at */
     char why[300];
 } HostOutcome;
 
@@ -1512,21 +1617,19 @@ PGconn *db_connect_checked(const char *conninfo, const char *app, bool *unsuppor
      * then every host as any server. */
     for (int pass = 0; pass < (p.prefer_standby ? 2 : 1) && !conn; pass++) {
         for (int i = 0; i < p.nhosts && !conn; i++) {
-            if (out[i].old)
-                continue; /* it stays old */
-            db_connect_params_host(&p, i, !p.prefer_standby ? NULL : pass == 0 ? "standby" : "any");
-            PGconn *c = PQconnectdbParams(p.keys, p.values, p.expand_dbname);
-            if (PQstatus(c) != CONNECTION_OK) {
-                first_line(PQerrorMessage(c), out[i].why, sizeof(out[i].why));
-                db_hide_password_tail(out[i].why, conninfo);
-                PQfinish(c);
-            } else if (!db_version_supported(PQserverVersion(c), out[i].why, sizeof(out[i].why))) {
-                out[i].old = true;
-                out[i].version = PQserverVersion(c);
-                PQfinish(c);
-            } else {
-                conn = c;
+            if (out[i].old) {
+                /* It stays old; prefer-standby's second round asks the name's later addresses
+                 * for any server. */
+                if (pass == 1 && out[i].answered[0])
+                    conn = later_addresses(&p, i, out[i].answered, "any", conninfo);
+                continue;
             }
+            const char *attrs = !p.prefer_standby ? NULL : pass == 0 ? "standby" : "any";
+            db_connect_params_host(&p, i, attrs);
+            conn = attempt(&p, conninfo, &out[i].old, &out[i].version, out[i].answered, out[i].why,
+                           sizeof(out[i].why));
+            if (!conn && out[i].old)
+                conn = later_addresses(&p, i, out[i].answered, attrs, conninfo);
         }
     }
     if (!conn) {

@@ -194,6 +194,16 @@ bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p
  * session_attrs (NULL: as the user set it). */
 void db_connect_params_host(DbConnectParams *p, int i, const char *session_attrs);
 
+/* db_connect_params_host with hostaddr (one numeric address of the host's name, which goes
+ * beside it: TLS verification and the password file match on the name) in place of the host's
+ * own hostaddr (NULL: the host's own). False only when out of memory. */
+bool db_connect_params_addr(DbConnectParams *p, int i, const char *hostaddr,
+                            const char *session_attrs) __attribute__((warn_unused_result));
+
+/* Whether host is a name to look up: not empty, not a socket directory ("/...", "@..."), not a
+ * numeric IPv4 or IPv6 address. Pure. */
+bool db_host_needs_lookup(const char *host);
+
 /* Whether the connection string's setting o (from PQconninfoParse) goes to libpq as a parameter
  * every host's connection shares: a setting given, but the host's entries (host, hostaddr, port)
  * and those that go in the host's string (db_host_conninfo). Pure. */
@@ -230,7 +240,9 @@ bool db_version_supported(int server_version, char *err, size_t errlen)
  * then as any server), and any failure moving on to the next host (libpq stops at a server's
  * error after the start, an authentication failure say), so that a server older than
  * DB_MIN_SERVER_VERSION among the hosts is passed over for the next one (libpq would have
- * stopped at the first that answered). Server notices go to the debug log.
+ * stopped at the first that answered). A host name whose address that answered is an old server
+ * is looked up here (blocking: for the commands) and its later addresses tried one at a time,
+ * the name beside each, as run does. Server notices go to the debug log.
  * Returns NULL with one line in err when none is usable: with one host, libpq's first line (any
  * quoted text of the string holding an '@' hidden: the tail of a password whose '@' was not
  * percent-encoded) or db_version_supported's; with several, the old servers named with their

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db.h"
 #include "monotime.h"
 #include "sigmask.h"
 
@@ -68,10 +69,7 @@ static Late late[RESOLVE_MAX_RUNNING]; /* under lock */
 
 bool resolve_needed(const char *host)
 {
-    if (!host || !*host || host[0] == '/' || host[0] == '@')
-        return false;
-    unsigned char buf[sizeof(struct in6_addr)];
-    return inet_pton(AF_INET, host, buf) != 1 && inet_pton(AF_INET6, host, buf) != 1;
+    return db_host_needs_lookup(host); /* one rule for run and the commands */
 }
 
 /* Keeps a late answer for host (under lock): its own slot, a free one, or the oldest. */

@@ -11,6 +11,9 @@
 #     (before, libpq stopped at the first host that answered: exit 2); prefer-standby too; with
 #     two old hosts, exit 2 and one line naming each one's version; an old host and one that
 #     refuses, exit 1 naming both;
+#  1c. the same commands given a host name whose first address is the old server and second the
+#     real one (a hosts file of their own): they connect to the second and work (before, exit 2:
+#     libpq stops at the first address that answers); a name whose one address is old: exit 2;
 #  2. run with --databases: the old server's entry (b) is refused with the same line, never
 #     "connected", is not ready (/readyz names it and the versions, its rows stay unsent), while
 #     the other entry (a) delivers all its rows: one old server does not stop the others;
@@ -101,6 +104,63 @@ fails_with old-old "postgresql://postgres@127.0.0.1:$OLD_PORT,localhost:$OLD_POR
 DOWN_PORT=$(free_port) || fail "a free port"
 fails_with old-down "postgresql://postgres@127.0.0.1:$OLD_PORT,127.0.0.1:$DOWN_PORT/db_a?$OPTS" 1 \
     "server at 127.0.0.1:$OLD_PORT is 12.19; connection to server at .*port $DOWN_PORT failed"
+
+# --- 1c. the commands given a host name whose first address is the old server ---
+# pg-old-first.test, from a hosts file of the commands' own (bind-mounted in a mount namespace
+# made for each command alone), has two addresses on OLD_PORT: 127.0.0.1, the old server (the
+# proxy), then an address of this slot's own where socat forwards to the real server. libpq,
+# given the name, tries its addresses in order but stops at the first that answers, and only
+# the version check refuses an old one: before, every command exited 2 there, though run (which
+# looks names up itself) went on to the second address.
+if unshare -m --propagation private true 2>/dev/null && command -v socat >/dev/null; then
+    SECOND=127.77.${TEST_SLOT:-0}.17
+    socat "TCP-LISTEN:$OLD_PORT,bind=$SECOND,fork,reuseaddr" "TCP:127.0.0.1:$PGPORT" \
+        2>>"$T/socat.log" &
+    _t_track $!
+    second_listens() { ss -tlnH "src = $SECOND" | grep -q .; }
+    _poll 5 second_listens || fail "1c: socat listens on $SECOND:$OLD_PORT"
+    printf '127.0.0.1\tlocalhost\n127.0.0.1\tpg-old-first.test\n%s\tpg-old-first.test\n' \
+        "$SECOND" >"$T/hosts"
+    # in_hosts CMD...: CMD with $T/hosts as its /etc/hosts.
+    in_hosts() {
+        # shellcheck disable=SC2016 # $0 and $@ belong to the inner sh
+        unshare -m --propagation private sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' \
+            "$T/hosts" "$@"
+    }
+    check_eq "1c: the name's first address is the old server's (127.0.0.1)" 127.0.0.1 \
+        "$(in_hosts getent ahosts pg-old-first.test | awk 'NR == 1 {print $1}')"
+    NAMED="postgresql://postgres@pg-old-first.test:$OLD_PORT/db_a?$OPTS"
+    # works_named NAME ARGS...: `outbox-relay ARGS --database-url URL` (URL: $URL, else NAMED),
+    # its /etc/hosts ours, exits 0.
+    works_named() {
+        local name=$1 rc
+        shift
+        in_hosts timeout 30 "$RELAY_BIN" "$@" --database-url "${URL:-$NAMED}" \
+            >"$T/1c-$name.out" 2>&1
+        rc=$?
+        check_eq "1c: $name given the name exits 0" 0 "$rc" ||
+            sed -n '1,5s/^/#   /p' "$T/1c-$name.out"
+    }
+    works_named migrate migrate
+    works_named status status
+    works_named check check --brokers "$BROKERS"
+    works_named dead dead
+    works_named requeue requeue --all
+    works_named purge-dead purge-dead --all
+    works_named replay replay --from-id 1 --brokers "$BROKERS"
+    works_named verify verify --brokers "$BROKERS"
+    URL="$NAMED&target_session_attrs=prefer-standby" works_named status-prefer-standby status
+    URL="$NAMED&target_session_attrs=read-write" works_named status-read-write status
+    # The name's only address the old server: exit 2 and the line as before (no second try).
+    printf '127.0.0.1\tpg-old-only.test\n' >>"$T/hosts"
+    in_hosts timeout 30 "$RELAY_BIN" status \
+        --database-url "postgresql://postgres@pg-old-only.test:$OLD_PORT/db_a?$OPTS" \
+        >"$T/1c-old-only.out" 2>&1
+    check_eq "1c: a name whose one address is old: exit 2" 2 "$?"
+    check "1c: ... saying both versions" grep -qF "$LINE" "$T/1c-old-only.out"
+else
+    echo "# 1c skipped: no mount namespace (unshare -m) or no socat here"
+fi
 
 # --- 2. run with --databases: a on the real server, b behind the proxy ---
 "$RELAY_BIN" migrate --database-url "postgresql://postgres@127.0.0.1:$PGPORT/db_b" \
