@@ -1509,7 +1509,8 @@ static int host_addresses(const DbConnectParams *p, int i, char (*addrs)[NI_MAXH
 
 /* A connection to host i of p as it stands (db_connect_params_host or _addr), or NULL with why
  * (one line) filled, *old and *version set when the server answered but is older than
- * DB_MIN_SERVER_VERSION, and then the address it answered at in answered (NULL: not wanted). */
+ * DB_MIN_SERVER_VERSION, and the address libpq stopped at in answered (NULL: not wanted; "" when
+ * libpq names none). */
 static PGconn *attempt(const DbConnectParams *p, const char *conninfo, bool *old, int *version,
                        char *answered, char *why, size_t whylen)
 {
@@ -1517,6 +1518,8 @@ static PGconn *attempt(const DbConnectParams *p, const char *conninfo, bool *old
     if (PQstatus(c) != CONNECTION_OK) {
         first_line(PQerrorMessage(c), why, whylen);
         db_hide_password_tail(why, conninfo);
+        if (answered)
+            snprintf(answered, NI_MAXHOST, "%s", PQhostaddr(c) ? PQhostaddr(c) : "");
     } else if (!db_version_supported(PQserverVersion(c), why, whylen)) {
         *old = true;
         *version = PQserverVersion(c);
@@ -1529,13 +1532,15 @@ static PGconn *attempt(const DbConnectParams *p, const char *conninfo, bool *old
     return NULL;
 }
 
-/* The old server that answered at host i of p (answered: the address it answered at) passed
- * over for the name's later addresses, each tried alone with the name beside it, in libpq's
- * order: libpq moves to a name's next address when one fails or is not the server
- * target_session_attrs asks for, but not past a server only db_connect_checked refuses, so a
- * name whose first address is an old server stopped the commands where run (which looks names
- * up itself, pg.c) moved on. Returns a connection to a supported server, or NULL: the host then
- * stays as libpq left it (old, its line unchanged). */
+/* The address of host i of p that libpq stopped at (answered) passed over for the name's later
+ * addresses, each tried alone with the name beside it, in libpq's order. libpq moves to a name's
+ * next address when one refuses or times out, but not past one whose server is not the one
+ * target_session_attrs asks for (libpq 15 moves to the next host then: a name whose first
+ * address is a standby failed read-write), nor past a server only db_connect_checked refuses (an
+ * old one), nor past a server's error after the start: the commands stopped at the first address
+ * where run, which looks names up itself and tries each address alone (pg.c), moved on. Returns a
+ * connection to a supported server, or NULL: the host then stays as libpq left it (its line
+ * unchanged). */
 static PGconn *later_addresses(DbConnectParams *p, int i, const char *answered,
                                const char *session_attrs, const char *conninfo)
 {
@@ -1560,7 +1565,7 @@ static PGconn *later_addresses(DbConnectParams *p, int i, const char *answered,
 typedef struct HostOutcome {
     bool old;
     int version;
-    char answered[NI_MAXHOST]; /* old: the address it answered at */
+    char answered[NI_MAXHOST]; /* the address libpq stopped at ("": none) */
     char why[300];
 } HostOutcome;
 
@@ -1628,7 +1633,7 @@ PGconn *db_connect_checked(const char *conninfo, const char *app, bool *unsuppor
             db_connect_params_host(&p, i, attrs);
             conn = attempt(&p, conninfo, &out[i].old, &out[i].version, out[i].answered, out[i].why,
                            sizeof(out[i].why));
-            if (!conn && out[i].old)
+            if (!conn && out[i].answered[0])
                 conn = later_addresses(&p, i, out[i].answered, attrs, conninfo);
         }
     }

@@ -240,9 +240,11 @@ bool db_version_supported(int server_version, char *err, size_t errlen)
  * then as any server), and any failure moving on to the next host (libpq stops at a server's
  * error after the start, an authentication failure say), so that a server older than
  * DB_MIN_SERVER_VERSION among the hosts is passed over for the next one (libpq would have
- * stopped at the first that answered). A host name whose address that answered is an old server
- * is looked up here (blocking: for the commands) and its later addresses tried one at a time,
- * the name beside each, as run does. Server notices go to the debug log.
+ * stopped at the first that answered). A host name is tried whole by libpq first; when that
+ * fails or finds an old server, the name is looked up here (blocking: for the commands) and its
+ * addresses after the one libpq stopped at are tried one at a time, the name beside each, as run
+ * does (a name whose first address is a standby, read-write asked, or an old server). Server
+ * notices go to the debug log.
  * Returns NULL with one line in err when none is usable: with one host, libpq's first line (any
  * quoted text of the string holding an '@' hidden: the tail of a password whose '@' was not
  * percent-encoded) or db_version_supported's; with several, the old servers named with their
