@@ -198,13 +198,22 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
  * ("lanes-without-slot", "several-slots", "stray-marks"). Stray marks stall unseen otherwise: a
  * relay that cannot reach Kafka whose mark lock another session holds cannot mark itself away
  * (SQL_LANES_MARK answers false) and keeps its lanes, whose rows time out while other relays
- * reach Kafka. A slot without lanes ("slot-without-lanes") can be a relay's (joining; with many
- * members rendezvous hashing leaves some with none; or strangers hold its lanes): it counts only
- * while some lane has no owner (a slot that keeps a lane from being claimed), for sessions of
- * other roles than the relay's own, and only when still there at the upkeep's next look.
- * Columns: pid, what, lanes, slots, role, application, client address (the last three NULL
- * unless the relay's role may see that session). pg_locks is read once (MATERIALIZED, as
- * SQL_LANES_MEMBERS says why). */
+ * reach Kafka. A slot without lanes ("slot-without-lanes") can be a relay's for as long as a
+ * batch waits for Kafka: joining; away from Kafka (its lanes left to a relay that takes them
+ * only between batches); with many members rendezvous hashing leaves some with none; or
+ * strangers hold its lanes. It counts only while some lane has no owner (a slot that keeps a
+ * lane from being claimed), only when still there at the next look (upkeep.c, admin.c), and only
+ * for a session whose role is neither the caller's nor that of a session holding lanes as a relay
+ * does (one slot, no stray marks): status and check run as another role than the relays' (an
+ * operator's) named relays away from Kafka, and check told to terminate them. That role test
+ * excuses a stranger only of a role that already passes for a relay: any login can hold a slot
+ * and one lane, which no look tells from a relay (docs/security.md, "any database login").
+ * Columns: pid, what, lanes, slots, role, application, client address (the address NULL
+ * unless the caller's role may see that session; pg_stat_activity shows any session's role and
+ * application to any role, and the role test reads its usesysid: a NULL only once it ended). The
+ * types compared are the built-in operators' own (bigint with integer, oid with oid): no
+ * look-alike of the schema is called (docs/security.md, search_path). pg_locks is read once
+ * (MATERIALIZED, as SQL_LANES_MEMBERS says why). */
 #define SQUAT_LANES "pg_catalog.count(*) FILTER (WHERE l.classid = " LOCK_NS_LANE "::oid)"
 #define SQUAT_SLOTS "pg_catalog.count(*) FILTER (WHERE l.classid = " LOCK_NS_MEMBER "::oid)"
 #define SQUAT_STRAY_MARKS                                                                          \
@@ -215,17 +224,19 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 #define SQL_LANE_SQUATTERS                                                                         \
     "WITH k AS MATERIALIZED (SELECT pid, classid, objid FROM pg_locks"                             \
     " WHERE locktype = 'advisory' AND objsubid = 2 AND granted AND classid IN (" LOCK_NS_MEMBER    \
-    "::oid, " LOCK_NS_LANE "::oid, " LOCK_NS_AWAY "::oid) AND database = " SQUAT_DB ")"            \
-    " SELECT l.pid, CASE WHEN " SQUAT_STRAY_MARKS " > 0 THEN 'stray-marks'"                        \
-    " WHEN " SQUAT_SLOTS " = 0 THEN 'lanes-without-slot'"                                          \
-    " WHEN " SQUAT_SLOTS " > 1 THEN 'several-slots' ELSE 'slot-without-lanes' END,"                \
-    " " SQUAT_LANES ", " SQUAT_SLOTS ", a.usename::text, a.application_name,"                      \
-    " pg_catalog.host(a.client_addr)"                                                              \
-    " FROM k l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"                                      \
-    " GROUP BY l.pid, a.usename, a.application_name, a.client_addr"                                \
-    " HAVING " SQUAT_SLOTS " <> 1 OR " SQUAT_STRAY_MARKS " > 0"                                    \
-    " OR (" SQUAT_LANES " = 0 AND a.usename IS DISTINCT FROM CURRENT_USER"                         \
-    " AND (SELECT pg_catalog.count(*) FROM k o WHERE o.classid = " LOCK_NS_LANE "::oid) < 64)"     \
+    "::oid, " LOCK_NS_LANE "::oid, " LOCK_NS_AWAY "::oid) AND database = " SQUAT_DB "),"           \
+    " p AS MATERIALIZED (SELECT l.pid, " SQUAT_STRAY_MARKS " AS stray, " SQUAT_LANES " AS lanes,"  \
+    " " SQUAT_SLOTS " AS slots FROM k l GROUP BY l.pid)"                                           \
+    " SELECT p.pid, CASE WHEN p.stray > 0 THEN 'stray-marks'"                                      \
+    " WHEN p.slots = 0 THEN 'lanes-without-slot'"                                                  \
+    " WHEN p.slots > 1 THEN 'several-slots' ELSE 'slot-without-lanes' END,"                        \
+    " p.lanes, p.slots, a.usename::text, a.application_name, pg_catalog.host(a.client_addr)"       \
+    " FROM p LEFT JOIN pg_stat_activity a ON a.pid = p.pid"                                        \
+    " WHERE p.slots <> 1 OR p.stray > 0"                                                           \
+    " OR (p.lanes = 0 AND a.usename IS DISTINCT FROM CURRENT_USER"                                 \
+    " AND (SELECT pg_catalog.count(*) FROM k o WHERE o.classid = " LOCK_NS_LANE "::oid) < 64"      \
+    " AND NOT EXISTS (SELECT FROM p r JOIN pg_stat_activity ra ON ra.pid = r.pid"                  \
+    " WHERE r.lanes > 0 AND r.slots = 1 AND r.stray = 0 AND ra.usesysid = a.usesysid))"            \
     " ORDER BY 1"
 
 /* ---- status (relay/cmd/status.c) ---- */
