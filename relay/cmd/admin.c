@@ -13,6 +13,7 @@
 #include "db.h"
 #include "log.h"
 #include "monotime.h"
+#include "squatters.h"
 #include "statements.h"
 #include "table.h"
 
@@ -342,38 +343,29 @@ PGresult *admin_exec_unbounded(PGconn *conn, const TableMap *map, const char *tm
     return exec_template(conn, map, tmpl, nparams, params, expect, false);
 }
 
-static bool squat_slot_only(const PGresult *res, int row)
-{
-    return strcmp(PQgetvalue(res, row, 1), "slot-without-lanes") == 0;
-}
-
 PGresult *admin_lane_squatters(PGconn *conn, DbError *e)
 {
     PGresult *first = admin_query(conn, SQL_LANE_SQUATTERS, 0, NULL, e);
     if (!first)
         return NULL;
-    bool again = false;
+    SquatSeen seen_first = {0};
     for (int i = 0; i < PQntuples(first); i++)
-        again = again || squat_slot_only(first, i);
-    if (!again)
-        return first;
+        (void)squat_counts(first, i, NULL, &seen_first);
+    if (seen_first.n == 0)
+        return first; /* every row counts at once: no second look */
+    PQclear(first);
     struct timespec wait = {ADMIN_SQUAT_RECHECK_MS / 1000,
                             (ADMIN_SQUAT_RECHECK_MS % 1000) * 1000000L};
     while (nanosleep(&wait, &wait) != 0 && errno == EINTR)
         ;
     PGresult *now = admin_query(conn, SQL_LANE_SQUATTERS, 0, NULL, e);
-    /* The second look's rows, but a slot without lanes only where the first saw one too. */
+    /* The second look's rows that count (squatters.h). */
     PGresult *out = now ? PQcopyResult(now, PG_COPYRES_ATTRS) : NULL;
     bool copied = out != NULL;
+    SquatSeen seen_now = {0};
     for (int i = 0, k = 0; copied && i < PQntuples(now); i++) {
-        if (squat_slot_only(now, i)) {
-            bool seen = false;
-            for (int j = 0; j < PQntuples(first) && !seen; j++)
-                seen = squat_slot_only(first, j) &&
-                       strcmp(PQgetvalue(first, j, 0), PQgetvalue(now, i, 0)) == 0;
-            if (!seen)
-                continue;
-        }
+        if (!squat_counts(now, i, &seen_first, &seen_now))
+            continue;
         for (int col = 0; copied && col < PQnfields(now); col++)
             copied =
                 PQsetvalue(out, k, col, PQgetisnull(now, i, col) ? NULL : PQgetvalue(now, i, col),
@@ -386,7 +378,6 @@ PGresult *admin_lane_squatters(PGconn *conn, DbError *e)
         *e = (DbError){.conn_lost = false};
         snprintf(e->message, sizeof(e->message), "out of memory");
     }
-    PQclear(first);
     PQclear(now);
     return out;
 }

@@ -124,10 +124,10 @@ PGresult *admin_exec_unbounded(PGconn *conn, const TableMap *map, const char *tm
  * in its columns (SQL_LANE_SQUATTERS: pid, what, lanes, slots, role, application, client
  * address), as the relay's upkeep counts them: a "slot-without-lanes" holder, which can be a
  * relay joining, only when a second look ADMIN_SQUAT_RECHECK_MS later (taken only then) finds it
- * so again. For status and check, which said nothing of such sessions: only a relay with
- * --metrics-listen did. Blocks up to two statement bounds and the wait. Returns the rows that
- * count (the caller PQclears the result), or NULL with e filled in when a look failed (or no
- * memory was left: e->message says so). */
+ * so again (squatters.h, the rule the upkeep applies too). For status and check, which said
+ * nothing of such sessions: only a relay with --metrics-listen did. Blocks up to two statement
+ * bounds and the wait. Returns the rows that count (the caller PQclears the result), or NULL with
+ * e filled in when a look failed (or no memory was left: e->message says so). */
 PGresult *admin_lane_squatters(PGconn *conn, DbError *e);
 
 /* Prints the dead-lettered events (a table, or JSON lines with cfg->json) to stdout. Returns the

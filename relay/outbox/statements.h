@@ -202,7 +202,7 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
  * batch waits for Kafka: joining; away from Kafka (its lanes left to a relay that takes them
  * only between batches); with many members rendezvous hashing leaves some with none; or
  * strangers hold its lanes. It counts only while some lane has no owner (a slot that keeps a
- * lane from being claimed), only when still there at the next look (upkeep.c, admin.c), and only
+ * lane from being claimed), only when still there at the next look (squatters.h), and only
  * for a session whose role is neither the caller's nor that of a session holding lanes as a relay
  * does (one slot, no stray marks): status and check run as another role than the relays' (an
  * operator's) named relays away from Kafka, and check told to terminate them. That role test

@@ -12,6 +12,7 @@
 #include "metrics.h"
 #include "pg.h"
 #include "xiddate.h"
+#include "squatters.h"
 #include "statements.h"
 #include "table.h"
 
@@ -92,9 +93,9 @@ struct Upkeep {
     /* Dates a slot's xmin (note_horizon). */
     XidDates xid_dates;
     /* Sessions seen holding lane-group locks no relay would hold (SQL_LANE_SQUATTERS): the last
-     * look's slot holders without lanes (counted at the second look in a row), and the pids
-     * logged, so each holder is named once. */
-    int slot_only[UPKEEP_SQUATTERS_MAX], n_slot_only;
+     * look's slot holders without lanes (squatters.h: counted at the second look in a row), and
+     * the pids logged, so each holder is named once. */
+    SquatSeen slot_only;
     int logged[UPKEEP_SQUATTERS_MAX], n_logged;
     int squatters;       /* as of the last look */
     double squatters_at; /* monotime of the last look that answered (0: none yet) */
@@ -125,34 +126,27 @@ static bool pid_in(const int *pids, int n, int pid)
  * (no relay can claim them): that is worth an operator's attention, not a silent stall. */
 static void note_squatters(Upkeep *u, PGresult *r)
 {
-    int slot_only[UPKEEP_SQUATTERS_MAX], n_slot_only = 0;
+    SquatSeen slot_only = {0};
     int found[UPKEEP_SQUATTERS_MAX], n_found = 0;
     for (int i = 0; i < PQntuples(r) && n_found < UPKEEP_SQUATTERS_MAX; i++) {
+        if (!squat_counts(r, i, &u->slot_only, &slot_only))
+            continue; /* a relay joining, perhaps: counted if still so at the next look */
         int pid = atoi(PQgetvalue(r, i, 0));
-        const char *what = PQgetvalue(r, i, 1);
-        if (strcmp(what, "slot-without-lanes") == 0) {
-            if (n_slot_only == UPKEEP_SQUATTERS_MAX)
-                continue; /* more than a look names: the next looks find the rest */
-            slot_only[n_slot_only++] = pid;
-            if (!pid_in(u->slot_only, u->n_slot_only, pid))
-                continue; /* a relay joining, perhaps: counted if still so at the next look */
-        }
         found[n_found++] = pid;
         if (pid_in(u->logged, u->n_logged, pid))
             continue;
         char q1[160], q2[160], q3[80];
         log_warn("a session that is not a relay holds the lane group's locks: the aggregates of "
                  "its lanes wait until it ends, and the relay is not ready",
-                 "pid=%d what=%s lanes=%s slots=%s role=%s application=%s client=%s", pid, what,
-                 PQgetvalue(r, i, 2), PQgetvalue(r, i, 3),
+                 "pid=%d what=%s lanes=%s slots=%s role=%s application=%s client=%s", pid,
+                 PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), PQgetvalue(r, i, 3),
                  log_quote(PQgetvalue(r, i, 4), q1, sizeof(q1)),
                  log_quote(PQgetvalue(r, i, 5), q2, sizeof(q2)),
                  log_quote(PQgetvalue(r, i, 6), q3, sizeof(q3)));
     }
     if (n_found == 0 && u->squatters > 0)
         log_info("no session but relays holds the lane group's locks any more", NULL);
-    memcpy(u->slot_only, slot_only, sizeof(int) * (size_t)n_slot_only);
-    u->n_slot_only = n_slot_only;
+    u->slot_only = slot_only;
     memcpy(u->logged, found, sizeof(int) * (size_t)n_found);
     u->n_logged = n_found;
     u->squatters = n_found;
