@@ -61,6 +61,11 @@
  * many bytes (the declared length when smaller), as producer-demo does (docs/demos.md). */
 #define HTTP_LINGER_S 5.0
 #define HTTP_LINGER_BYTES (64ULL * 1024 * 1024)
+/* What all lingering closes together read and drop in one turn of the loop (on_linger_io); the
+ * rest waits for the next turn. Each may read 64 KiB a wake-up, and 1,024 of them from many
+ * addresses (the connection limit) read 64 MiB in one turn before the loop got back to
+ * PostgreSQL and Kafka. */
+#define HTTP_LINGER_TURN_BYTES (256u * 1024)
 /* A connection newer than CONNDEADLINE_YOUNG_S (conndeadline.h) is never "waiting for its
  * request" (make_room): its client may not have sent it yet. */
 
@@ -149,9 +154,12 @@ struct HttpServer {
     char shared_path[64];
     char large_path[64]; /* the path of the last large answer shared, kept after its time */
     size_t large_len;    /* and its length */
-    Linger *lingers, *lingers_tail; /* lingering closes, oldest first (linger_start) */
-    unsigned int lingering;         /* their number: counted against limit with the open ones */
-    bool stopping;                  /* http_server_free: no new lingering close */
+    Linger *lingers, *lingers_tail;    /* lingering closes, oldest first (linger_start) */
+    unsigned int lingering;            /* their number: counted against limit with the open ones */
+    bool stopping;                     /* http_server_free: no new lingering close */
+    unsigned int linger_turn;          /* ev_iteration of the turn linger_budget is for */
+    size_t linger_budget;              /* bytes lingering closes may still read in that turn */
+    unsigned long long linger_dropped; /* bytes they read and dropped, in all */
     char address[128];
 };
 
@@ -368,18 +376,29 @@ static void linger_end(Linger *l)
     free(l);
 }
 
-/* Reads and drops what the client sends, a few buffers a wake-up (the loop has other work; the
- * watcher is level-triggered and comes back), until it closes, errs, or left bytes are in. */
+/* Reads and drops what the client sends, a few buffers a wake-up and at most what is left of the
+ * turn's HTTP_LINGER_TURN_BYTES (the loop has other work; the watcher is level-triggered and
+ * comes back on the next turn), until it closes, errs, or left bytes are in. */
 static void on_linger_io(struct ev_loop *loop, ev_io *w, int revents)
 {
     Linger *l = w->data;
+    HttpServer *s = l->server;
     static char sink[16384]; /* dropped bytes: the loop's one thread is the only reader */
+    if (s->linger_turn != ev_iteration(loop)) {
+        s->linger_turn = ev_iteration(loop);
+        s->linger_budget = HTTP_LINGER_TURN_BYTES;
+    }
     for (int i = 0; i < 4; i++) {
-        ssize_t got = recv(w->fd, sink, sizeof(sink), MSG_DONTWAIT);
+        if (s->linger_budget == 0)
+            return; /* the turn's reads are spent: the next turn reads on */
+        size_t want = s->linger_budget < sizeof(sink) ? s->linger_budget : sizeof(sink);
+        ssize_t got = recv(w->fd, sink, want, MSG_DONTWAIT);
         if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
             return;
         if (got <= 0)
             break; /* the client closed (or reset) */
+        s->linger_budget -= (size_t)got;
+        s->linger_dropped += (unsigned long long)got;
         l->left = (unsigned long long)got >= l->left ? 0 : l->left - (unsigned long long)got;
         if (l->left == 0)
             break;
@@ -902,6 +921,11 @@ void http_server_set_header_deadline(HttpServer *s, double seconds)
 unsigned int http_server_connection_limit(const HttpServer *s)
 {
     return s->limit;
+}
+
+unsigned long long http_server_linger_dropped(const HttpServer *s)
+{
+    return s->linger_dropped;
 }
 
 const char *http_server_address(const HttpServer *s)

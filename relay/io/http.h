@@ -71,6 +71,10 @@ void http_server_set_header_deadline(HttpServer *s, double seconds);
  * one that has not sent its request (http.c says why). */
 unsigned int http_server_connection_limit(const HttpServer *s);
 
+/* Bytes the lingering closes of s (http.c: linger_start) have read and dropped since it started;
+ * the tests count them per turn of the loop. */
+unsigned long long http_server_linger_dropped(const HttpServer *s);
+
 /* The address actually bound, "HOST:PORT" (the real port when 0 was asked for). */
 const char *http_server_address(const HttpServer *s);
 

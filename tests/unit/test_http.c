@@ -571,12 +571,15 @@ static int answer_to(const Fixture *f, const char *req, char *buf, size_t buflen
     return strncmp(buf, "HTTP/1.1 ", 9) == 0 ? atoi(buf + 9) : -1;
 }
 
-/* A POST declaring a body of `declared` bytes on a new non-blocking connection; the headers
- * sent. */
-static int post_declaring(const Fixture *f, unsigned long long declared)
+/* A POST declaring a body of `declared` bytes on a new non-blocking connection from the loopback
+ * address src; the headers sent. */
+static int post_declaring_from(const Fixture *f, unsigned long long declared, const char *src)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_true(fd >= 0);
+    struct sockaddr_in from = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src, &from.sin_addr);
+    assert_int_equal(bind(fd, (struct sockaddr *)&from, sizeof(from)), 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)f->port)};
     inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
     assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
@@ -587,6 +590,11 @@ static int post_declaring(const Fixture *f, unsigned long long declared)
     assert_int_equal(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
     assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
     return fd;
+}
+
+static int post_declaring(const Fixture *f, unsigned long long declared)
+{
+    return post_declaring_from(f, declared, "127.0.0.1");
 }
 
 /* The lingering close of an answer sent before its body reads and drops at most 64 MiB: a client
@@ -686,6 +694,57 @@ static void test_linger_per_address_bounded(void **state)
         fail_msg("%d of %d lingering closes from one address ended: want at least %d", n_dead, N,
                  N - 16);
     assert_true(newest_alive);
+}
+
+/* All lingering closes together read at most 256 KiB (http.c: HTTP_LINGER_TURN_BYTES) in one
+ * turn of the loop, and read on in the next turns until every byte sent is in: 32 of them (16
+ * from each of two addresses, each having read its 405) with 128 KiB each waiting in the
+ * server's socket. Each read 64 KiB a wake-up, so one turn read up to 2 MiB; 1,024 from many
+ * addresses, 64 MiB, before the loop got back to anything else. */
+static void test_linger_reads_per_turn_bounded(void **state)
+{
+    Fixture *f = *state;
+    enum { N = 32, EACH = 128 * 1024 };
+    int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = post_declaring_from(f, 1ULL << 30, i % 2 ? "127.0.0.2" : "127.0.0.1");
+        char buf[4096];
+        bool answered = false;
+        for (double until = monotime_now() + 20; !answered && monotime_now() < until;) {
+            ev_run(f->loop, EVRUN_NOWAIT);
+            answered = recv(fds[i], buf, sizeof(buf), 0) > 0;
+            if (!answered)
+                usleep(1000);
+        }
+        assert_true(answered);
+    }
+    /* Everything sent before the loop turns again: loopback queues it in the server's socket. */
+    static char chunk[EACH];
+    memset(chunk, 'x', sizeof(chunk));
+    unsigned long long sent = 0;
+    for (int i = 0; i < N; i++) {
+        ssize_t n = send(fds[i], chunk, sizeof(chunk), MSG_NOSIGNAL);
+        assert_true(n > 0);
+        sent += (unsigned long long)n;
+    }
+    unsigned long long start = http_server_linger_dropped(f->server), most = 0, turns = 0;
+    for (double until = monotime_now() + 20;
+         http_server_linger_dropped(f->server) - start < sent && monotime_now() < until;) {
+        unsigned long long before = http_server_linger_dropped(f->server);
+        ev_run(f->loop, EVRUN_NOWAIT); /* one turn */
+        unsigned long long read = http_server_linger_dropped(f->server) - before;
+        most = read > most ? read : most;
+        turns++;
+    }
+    unsigned long long all = http_server_linger_dropped(f->server) - start;
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    if (most > 256 * 1024)
+        fail_msg("one turn of the loop read %llu bytes for lingering closes: want at most 262144",
+                 most);
+    if (all != sent)
+        fail_msg("lingering closes read %llu of the %llu bytes sent in %llu turns", all, sent,
+                 turns);
 }
 
 /* The answers to methods other than GET and HEAD (RFC 9110): a method HTTP defines is 405 with
@@ -858,6 +917,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_linger_bytes_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_linger_time_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_linger_per_address_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_linger_reads_per_turn_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_accepts_again_after_the_limit_emptied, setup_limit_48,
                                         teardown),
     };
