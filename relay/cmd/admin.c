@@ -422,8 +422,8 @@ int admin_dead(const Config *cfg)
     char after[32] = "", batch[32];
     snprintf(batch, sizeof(batch), "%d", ADMIN_DEAD_BATCH);
     for (;;) {
-        const char *params[5] = {NULL, *after ? after : NULL, batch, NULL, NULL};
-        PGresult *res = admin_exec(conn, &cfg->map, SQL_DEAD, 5, params, PGRES_TUPLES_OK);
+        const char *params[3] = {NULL, *after ? after : NULL, batch};
+        PGresult *res = admin_exec(conn, &cfg->map, SQL_DEAD, 3, params, PGRES_TUPLES_OK);
         if (!res) {
             rc = 1;
             break;
@@ -521,34 +521,31 @@ static bool setting_ms(PGconn *conn, const char *name, long *ms, DbError *e)
  * selection: a deletion is for good, and `purge-dead --all` typed for `dead` or `requeue --all`
  * deleted them all unasked. Asked only when stdin and stderr are a terminal: a script (no
  * terminal) goes on as it always has, and --yes skips the question (the caller). Nothing dead:
- * nothing to ask. Confirmed, max_seq and max_dead_at (32 and 64 bytes) get the bounds of what
- * was counted, for the purge to keep to: the question waits on a person, and an event that dies
- * meanwhile (a relay dead-letters a row, with a higher id or a lower one) was not among the N it
- * named, so the purge takes the events up to the highest id counted that died no later than the
- * latest death counted. Past the count's cap the highest id is not known (the count stops), and
- * the bound is the count's own time. Left to chance: an event whose death's transaction (a relay's
- * batch, begun before the latest death counted) commits after the count. Returns 0 to go on, 1
- * when not confirmed or the count failed (said). */
-static int confirm_purge(PGconn *conn, const Config *cfg, char *max_seq, char *max_dead_at)
+ * nothing to ask. Confirmed, *snapshot gets the snapshot the count read (malloc'd; the caller
+ * frees it), for the purge to keep to (SQL_DEAD_ROWS_COUNTED): the question waits on a person, and
+ * an event that dies meanwhile was not among the N it named. *counted gets N (0 when nothing was
+ * asked; past ADMIN_PURGE_COUNT_MAX, more). Returns 0 to go on, 1 when not confirmed or the count
+ * failed (said). */
+static int confirm_purge(PGconn *conn, const Config *cfg, char **snapshot, long *counted)
 {
     if (!isatty(STDIN_FILENO) || !isatty(STDERR_FILENO))
         return 0;
     char cap[32];
     snprintf(cap, sizeof(cap), "%ld", ADMIN_PURGE_COUNT_MAX + 1);
-    const char *params[5] = {NULL, NULL, cap, NULL, NULL};
-    PGresult *res = admin_exec(conn, &cfg->map, SQL_DEAD_COUNT, 5, params, PGRES_TUPLES_OK);
+    const char *params[4] = {NULL, NULL, cap, NULL};
+    PGresult *res = admin_exec(conn, &cfg->map, SQL_DEAD_COUNT, 4, params, PGRES_TUPLES_OK);
     if (!res)
         return 1;
     long n = strtol(PQgetvalue(res, 0, 0), NULL, 10);
-    if (n > 0 && n <= ADMIN_PURGE_COUNT_MAX) {
-        snprintf(max_seq, 32, "%s", PQgetvalue(res, 0, 1));
-        snprintf(max_dead_at, 64, "%s", PQgetvalue(res, 0, 2));
-    } else if (n > 0) {
-        snprintf(max_dead_at, 64, "%s", PQgetvalue(res, 0, 3));
+    if (n > 0 && !(*snapshot = strdup(PQgetvalue(res, 0, 1)))) {
+        PQclear(res);
+        fprintf(stderr, "purge-dead: out of memory; nothing changed\n");
+        return 1;
     }
     PQclear(res);
     if (n == 0)
         return 0;
+    *counted = n;
     if (n > ADMIN_PURGE_COUNT_MAX)
         fprintf(stderr, "purge more than %ld dead-lettered events for good? [y/N] ",
                 ADMIN_PURGE_COUNT_MAX);
@@ -583,14 +580,16 @@ static void batch_named(const Config *cfg, const char *id, const char *after, ch
 static int change_dead(const Config *cfg, const char *sql, const char *verb, bool ask)
 {
     admin_set_statement_timeout(cfg->statement_timeout_s);
-    const char *command =
-        strcmp(verb, "requeued") == 0 ? "requeue" : "purge-dead"; /* the lines name it */
+    bool purge = strcmp(verb, "requeued") != 0;             /* SQL_PURGE_DEAD takes $4 too */
+    const char *command = purge ? "purge-dead" : "requeue"; /* the lines name it */
     PGconn *conn = admin_connect(cfg->database_url);
     if (!conn)
         return admin_connect_exit_code();
-    /* The bounds of what the confirmation counted ($4, $5 of SQL_DEAD_ROWS; "" none). */
-    char max_seq[32] = "", max_dead_at[64] = "";
-    if (ask && confirm_purge(conn, cfg, max_seq, max_dead_at)) {
+    /* The snapshot the confirmation counted at ($4 of SQL_DEAD_ROWS_COUNTED; NULL: none), and N. */
+    char *snapshot = NULL;
+    long counted = 0;
+    if (ask && confirm_purge(conn, cfg, &snapshot, &counted)) {
+        free(snapshot);
         PQfinish(conn);
         return 1;
     }
@@ -622,6 +621,7 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb, boo
     if (!bounded || !setting_ms(conn, "lock_timeout", &lock_ms, &le)) {
         char q[600];
         log_error("query failed", "error=%s", log_quote(db_error_text(&le), q, sizeof(q)));
+        free(snapshot);
         PQfinish(conn);
         return 1;
     }
@@ -632,10 +632,9 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb, boo
     bool failed = false, no_verdict = false, warned = false;
     DbError e;
     for (;;) {
-        const char *params[5] = {cfg->all ? NULL : id, *after ? after : NULL, batch,
-                                 *max_seq ? max_seq : NULL, *max_dead_at ? max_dead_at : NULL};
-        PGresult *res = exec_template_e(conn, &cfg->map, sql, 5, params, PGRES_TUPLES_OK, true, &e,
-                                        &no_verdict);
+        const char *params[4] = {cfg->all ? NULL : id, *after ? after : NULL, batch, snapshot};
+        PGresult *res = exec_template_e(conn, &cfg->map, sql, purge ? 4 : 3, params,
+                                        PGRES_TUPLES_OK, true, &e, &no_verdict);
         if (!res) {
             if (strcmp(e.sqlstate, "55P03") == 0) {
                 char which[64];
@@ -672,6 +671,7 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb, boo
             break;
     }
     PQfinish(conn);
+    free(snapshot);
     char msg[64];
     snprintf(msg, sizeof(msg), "%s dead-lettered events", verb);
     if (no_verdict) {
@@ -706,6 +706,13 @@ static int change_dead(const Config *cfg, const char *sql, const char *verb, boo
     }
     log_info(msg, "count=%ld", n);
     printf("%s %ld event%s\n", verb, n, n == 1 ? "" : "s");
+    /* Fewer than the question named: the rest changed since the count (SQL_DEAD_ROWS_COUNTED), and
+     * are left for the operator to see again rather than deleted unseen. */
+    if (counted > 0 && counted <= ADMIN_PURGE_COUNT_MAX && n < counted)
+        printf("%ld of the %ld counted changed since the count (a relay recorded their copy to the "
+               "dead-letter topic, or they were requeued or deleted) and were left: `dead` lists "
+               "those still dead-lettered\n",
+               counted - n, counted);
     return 0;
 }
 

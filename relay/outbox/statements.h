@@ -277,15 +277,38 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
  * transaction of its own: a statement stays far within the commands' statement_timeout and holds
  * its row locks briefly, and the listing's memory is one batch, however many rows died. $1: one
  * event's {seq} (NULL: all); $2: the last {seq} of the batch before (NULL at first); $3: the rows
- * of a batch (ADMIN_DEAD_BATCH); $4, $5: the highest {seq} and the latest dead_at to take (NULL:
- * no bound), what purge-dead --all's confirmation counted (SQL_DEAD_COUNT), so that an event that
- * dies while the question waits is not deleted with the ones the operator agreed to. */
-#define SQL_DEAD_ROWS                                                                              \
+ * of a batch (ADMIN_DEAD_BATCH); $4 (SQL_DEAD_ROWS_COUNTED, below): the snapshot purge-dead --all's
+ * confirmation counted at (SQL_DEAD_COUNT; NULL: none), so that the purge deletes only the events
+ * dead in it, not one that died while the question waited. Bounds by id and dead_at did not: a
+ * death's dead_at is its transaction's start, so an event whose dying transaction (a relay's batch)
+ * began before the latest death counted and committed after the count was within both, and deleted
+ * unasked. A row's xmin tells which transaction wrote its version, and the snapshot which of them
+ * had committed: the version is taken when its xmin is visible in the snapshot. xmin is 32 bits,
+ * pg_visible_in_snapshot takes a full id: it is the one below this statement's own snapshot's
+ * xmax with the same low 32 bits (every version it sees was written below that xmax, and within
+ * 2^32 of it but for a frozen row older than that, whose stand-in is some older id: visible,
+ * unless it falls between the count and now, a window of seconds). A counted event whose row
+ * changed since (a relay recorded its copy to the dead-letter topic, published or failed) has a
+ * new version and is left: the purge then says fewer than counted (admin.c). A death written in
+ * a savepoint has the savepoint's id, which a snapshot does not list among the running ones: one
+ * still open at the count and committed after it is taken (the relay writes none). */
+/* A scalar subquery: evaluated once a statement (an InitPlan), not twice a row. */
+#define DEAD_XMAX_FULL                                                                             \
+    "(SELECT pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint)"
+#define DEAD_XMIN_FULL                                                                             \
+    "((" DEAD_XMAX_FULL " - ((" DEAD_XMAX_FULL " - xmin::text::bigint) % 4294967296"               \
+    " + 4294967296) % 4294967296)::text::pg_catalog.xid8)"
+#define SQL_DEAD_ROWS_WHERE(more)                                                                  \
     " FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL"                                  \
     " AND ($1::bigint IS NULL OR {seq} = $1::bigint)"                                              \
-    " AND ($2::bigint IS NULL OR {seq} > $2::bigint)"                                              \
-    " AND ($4::bigint IS NULL OR {seq} <= $4::bigint)"                                             \
-    " AND ($5::timestamptz IS NULL OR dead_at <= $5::timestamptz) ORDER BY {seq} LIMIT $3::bigint"
+    " AND ($2::bigint IS NULL OR {seq} > $2::bigint)" more " ORDER BY {seq} LIMIT $3::bigint"
+/* dead and requeue: $1 to $3 (they read any relation with the columns, a view too: no xmin). */
+#define SQL_DEAD_ROWS SQL_DEAD_ROWS_WHERE("")
+/* The confirmation's count and purge-dead: $4 too. */
+#define SQL_DEAD_ROWS_COUNTED                                                                      \
+    SQL_DEAD_ROWS_WHERE(" AND ($4::pg_catalog.pg_snapshot IS NULL OR"                              \
+                        " pg_catalog.pg_visible_in_snapshot(" DEAD_XMIN_FULL                       \
+                        ", $4::pg_catalog.pg_snapshot))")
 /* Why a copy is parked (a retry time of 'infinity', SQL_DEAD below): the relay parks it for this
  * reason alone, said in the row's copy failure (produce.c, copy_unfit) and by outbox-relay dead
  * (admin.c), long after the error line that said it may have rotated away. */
@@ -306,24 +329,23 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " CASE WHEN dead_letter_topic IS NULL AND next_attempt_at < 'infinity' THEN"                   \
     " pg_catalog.to_char(next_attempt_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"    \
     " ELSE '' END" SQL_DEAD_ROWS
-/* How many dead events there are, up to $3 (purge-dead --all's confirmation: $1, $2, $4, $5
- * NULL), the highest {seq} and latest dead_at among them, and the statement's time: the purge's
- * bounds ($4, $5 of SQL_PURGE_DEAD). The times are text in the session's own format, read back
- * by the same session. */
+/* How many dead events there are, up to $3 (purge-dead --all's confirmation: $1, $2, $4 NULL),
+ * and the statement's snapshot, which the count read: the purge's $4 (SQL_DEAD_ROWS_COUNTED). */
 #define SQL_DEAD_COUNT                                                                             \
-    "SELECT pg_catalog.count(*), pg_catalog.max(seq), pg_catalog.max(dead_at),"                    \
-    " pg_catalog.now() FROM (SELECT {seq} AS seq, dead_at" SQL_DEAD_ROWS ") d"
-/* The batch's rows, locked (b); the change (c) returns their count and the last {seq}. */
-#define SQL_DEAD_BATCH "WITH b AS (SELECT {seq} AS seq" SQL_DEAD_ROWS " FOR UPDATE)"
+    "SELECT pg_catalog.count(*), pg_catalog.pg_current_snapshot()::text"                           \
+    " FROM (SELECT {seq} AS seq" SQL_DEAD_ROWS_COUNTED ") d"
+/* The batch's rows (SQL_DEAD_ROWS or SQL_DEAD_ROWS_COUNTED), locked (b); the change (c) returns
+ * their count and the last {seq}. */
+#define SQL_DEAD_BATCH(rows) "WITH b AS (SELECT {seq} AS seq" rows " FOR UPDATE)"
 #define SQL_DEAD_CHANGED " SELECT pg_catalog.count(*), pg_catalog.max(seq) FROM c"
 #define SQL_REQUEUE                                                                                \
-    SQL_DEAD_BATCH                                                                                 \
+    SQL_DEAD_BATCH(SQL_DEAD_ROWS)                                                                  \
     ", c AS (UPDATE {table} o SET dead_at = NULL, rejections = 0,"                                 \
     " next_attempt_at = NULL, dead_letter_topic = NULL FROM b WHERE o.{seq} = b.seq"               \
     " RETURNING b.seq)" SQL_DEAD_CHANGED
 /* Deleting a dead event gives up on it for good; like requeue it touches dead rows only. */
 #define SQL_PURGE_DEAD                                                                             \
-    SQL_DEAD_BATCH                                                                                 \
+    SQL_DEAD_BATCH(SQL_DEAD_ROWS_COUNTED)                                                          \
     ", c AS (DELETE FROM {table} o USING b WHERE o.{seq} = b.seq RETURNING "                       \
     "b.seq)" SQL_DEAD_CHANGED
 

@@ -8,6 +8,11 @@
 #  3. the purge keeps to the events the question counted: events that die while it waits (an id
 #     above them, and one below) are not deleted with them. Before, "purge 2 ... [y/N]" answered y
 #     deleted 4.
+#  4. ... nor one whose death's transaction began before the count and committed after it (a
+#     relay's batch): its dead_at (its transaction's start) is older than the latest death counted
+#     and its id lower than the highest counted. Before, "purge 2 ... [y/N]" answered y deleted 3.
+#  5. a counted event whose row changed while the question waited (as when a relay records a failed
+#     copy to the dead-letter topic) is left, and the purge says so.
 #  2. dead's table shows an aggregate name whole up to some 500 bytes, and cuts a longer one with
 #     "..."; --json gives every name whole. Before, the table cut every name at 255 bytes unmarked.
 # shellcheck source=tests/lib.sh
@@ -127,5 +132,61 @@ check_eq "3: purge-dead --all, 2 events counted, 2 more dead before the answer y
 check "3: ... asked about the 2" grep -qF "$QUESTION" "$T/race.out"
 check "3: ... purged those 2" grep -q 'purged 2 events' "$T/race.out"
 check_eq "3: ... the 2 that died while it asked are still dead" "r-high r-low" \
+    "$(psql_q "SELECT string_agg(aggregate_id, ' ' ORDER BY aggregate_id) FROM outbox
+               WHERE dead_at IS NOT NULL AND sent_at IS NULL")"
+
+# --- 4. ---
+psql_q "DELETE FROM outbox" >/dev/null
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        VALUES ('order', 's-early', 'Broken', '{}')" >/dev/null
+# Another session dead-letters s-early in a transaction it keeps open (as a relay's batch does)
+# until the question is asked: its dead_at, now() of that transaction, is older than the deaths
+# of s-1 and s-2, committed after it began, and its id is the lowest.
+mkfifo "$T/early.in"
+psql -XAtq -v ON_ERROR_STOP=1 <"$T/early.in" >"$T/early.out" 2>&1 &
+early=$!
+_t_track "$early"
+exec 7>"$T/early.in"
+echo "BEGIN; UPDATE outbox SET attempts = 2, rejections = 2, dead_at = now(), last_error = 'x'
+      WHERE aggregate_id = 's-early'; SELECT 'dying';" >&7
+_poll 30 grep -qx dying "$T/early.out" || fail "4: the other session dead-letters s-early"
+insert_dead s-1
+insert_dead s-2
+# commit_then_yes: once the question is in race2.out, the other session commits; then types y.
+commit_then_yes() {
+    local i
+    for i in $(seq 300); do
+        if grep -qF '[y/N]' "$T/race2.out" 2>/dev/null; then break; fi
+        sleep 0.1
+    done
+    echo "COMMIT; SELECT 'committed';" >&7
+    _poll 30 grep -qx committed "$T/early.out" || fail "4: the other session commits"
+    printf 'y\n'
+}
+commit_then_yes | SHELL=/bin/bash timeout 30 script -q -e -c "$(tty_cmd purge-dead --all)" \
+    /dev/null >"$T/race2.out" 2>&1
+check_eq "4: purge-dead --all, 2 events counted, a third dying in a transaction begun before: exit 0" \
+    0 $?
+check "4: ... asked about the 2" grep -qF "$QUESTION" "$T/race2.out"
+check "4: ... purged those 2" grep -q 'purged 2 events' "$T/race2.out"
+check_eq "4: ... the one whose death committed after the count is still dead" "s-early" \
+    "$(psql_q "SELECT string_agg(aggregate_id, ' ' ORDER BY aggregate_id) FROM outbox
+               WHERE dead_at IS NOT NULL AND sent_at IS NULL")"
+exec 7>&-
+wait "$early" 2>/dev/null
+
+# --- 5. ---
+psql_q "DELETE FROM outbox" >/dev/null
+insert_dead t-1
+insert_dead t-2
+answer_later "$T/changed.out" "UPDATE outbox SET next_attempt_at = now() + interval '1 minute'
+                               WHERE aggregate_id = 't-1'" |
+    SHELL=/bin/bash timeout 30 script -q -e -c "$(tty_cmd purge-dead --all)" /dev/null \
+        >"$T/changed.out" 2>&1
+check_eq "5: purge-dead --all, 2 counted, one's row changed before the answer y: exit 0" 0 $?
+check "5: ... purged the other" grep -qE $'purged 1 event\r?$' "$T/changed.out"
+check "5: ... says the changed one was left" \
+    grep -qF '1 of the 2 counted changed since the count' "$T/changed.out"
+check_eq "5: ... which is still dead" "t-1" \
     "$(psql_q "SELECT string_agg(aggregate_id, ' ' ORDER BY aggregate_id) FROM outbox
                WHERE dead_at IS NOT NULL AND sent_at IS NULL")"
