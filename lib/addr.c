@@ -67,3 +67,14 @@ bool addr_request_method_known(const char *method)
             return true;
     return false;
 }
+
+bool addr_request_line_valid(const char *method, const char *target)
+{
+    if (!*method)
+        return false;
+    for (const char *c = method; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              strchr("!#$%&'*+-.^_`|~", *c)))
+            return false;
+    return strcmp(target, "*") != 0 || strcmp(method, "OPTIONS") == 0;
+}

@@ -28,4 +28,13 @@ const char *addr_request_path(const char *target);
  * 405 with Allow, or 404 when no such path is served (RFC 9110 15.5.6, 15.6.2). */
 bool addr_request_method_known(const char *method);
 
+/* Whether a request line's method and target are well formed (RFC 9112 section 3): the method a
+ * token (RFC 9110 5.6.2: letters, digits and !#$%&'*+-.^_`|~) and the target "*" (the
+ * asterisk-form, RFC 9112 3.2.4) with OPTIONS only. libmicrohttpd 0.9.75 hands any run of
+ * non-space bytes over as either; the servers answer a malformed line 400 (RFC 9112 3: an invalid
+ * request-line), where a method that is no token was 501, "not implemented", as if it could be,
+ * and "GET *" 404. OPTIONS * asks about the server in general (RFC 9110 9.3.7): each server
+ * answers it 200 with Allow. */
+bool addr_request_line_valid(const char *method, const char *target);
+
 #endif

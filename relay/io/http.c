@@ -796,6 +796,13 @@ static enum MHD_Result answer(HttpServer *s, struct MHD_Connection *conn, const 
      * for a known one the resource does not take (15.5.6), 404 where there is no resource: 405
      * everywhere said that every path exists, and named an unknown token "not allowed", as the
      * producer demo did not. */
+    if (!addr_request_line_valid(method, url)) {
+        strbuf_puts(&body, "bad request line\n");
+        return reply(s, conn, p, url, MHD_HTTP_BAD_REQUEST, &body, "text/plain; charset=utf-8",
+                     false);
+    }
+    if (strcmp(url, "*") == 0) /* OPTIONS *: the server in general, a ping (RFC 9110 9.3.7) */
+        return reply(s, conn, p, url, MHD_HTTP_OK, &body, "text/plain; charset=utf-8", true);
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
         bool served = false;
         for (const char *const *path = s->paths; path && *path && !served; path++)

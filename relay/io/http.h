@@ -53,8 +53,10 @@ typedef int (*HttpHandlerFn)(const char *path, StrBuf *body, const char **conten
 /* Listens on `listen` (HOST:PORT, see addr.h) and serves requests through fn on loop: GET and
  * HEAD go to fn. Another method HTTP defines is answered 405 with Allow: GET, HEAD on one of
  * paths (the paths fn serves, NULL-terminated, kept by pointer: static), 404 on any other; a
- * method HTTP does not define, 501 on any path (addr_request_method_known). Returns NULL with one
- * line in err when the address is malformed or cannot be bound. */
+ * method HTTP does not define, 501 on any path (addr_request_method_known); a malformed request
+ * line (a method that is no token, the target "*" with another method than OPTIONS) 400, and
+ * OPTIONS * 200 with Allow (addr_request_line_valid). Returns NULL with one line in err when the
+ * address is malformed or cannot be bound. */
 HttpServer *http_server_new(struct ev_loop *loop, const char *listen, const char *const *paths,
                             HttpHandlerFn fn, void *arg, char *err, size_t errlen);
 

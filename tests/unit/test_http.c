@@ -750,7 +750,10 @@ static void test_linger_reads_per_turn_bounded(void **state)
 /* The answers to methods other than GET and HEAD (RFC 9110): a method HTTP defines is 405 with
  * Allow on a path the server serves and 404 on another (405 everywhere said every path exists),
  * a token HTTP does not define (or a known one in lower case) 501 on any path (it was 405, "not
- * allowed", as if known), without Allow. */
+ * allowed", as if known), without Allow. A malformed request line (RFC 9112 3) is 400: a method
+ * that is no token (it was 501, as if it could be implemented), the target "*" with another
+ * method than OPTIONS (it was 404); OPTIONS * (the server in general, RFC 9110 9.3.7) is 200
+ * with Allow (it was 404). */
 static void test_methods(void **state)
 {
     Fixture *f = *state;
@@ -758,13 +761,16 @@ static void test_methods(void **state)
         const char *method, *path;
         int status;
         bool allow;
-    } cases[] = {{"POST", "/healthz", 405, true},  {"DELETE", "/readyz", 405, true},
-                 {"TRACE", "/healthz", 405, true}, {"OPTIONS", "/readyz", 405, true},
-                 {"PATCH", "/healthz", 405, true}, {"POST", "/nope", 404, false},
-                 {"OPTIONS", "/nope", 404, false}, {"FOO", "/healthz", 501, false},
-                 {"get", "/healthz", 501, false},  {"FOO", "/nope", 501, false},
-                 {"BREW", "/readyz", 501, false},  {"HEAD", "/healthz", 200, false},
-                 {"GET", "/healthz", 200, false}};
+    } cases[] = {{"POST", "/healthz", 405, true},    {"DELETE", "/readyz", 405, true},
+                 {"TRACE", "/healthz", 405, true},   {"OPTIONS", "/readyz", 405, true},
+                 {"PATCH", "/healthz", 405, true},   {"POST", "/nope", 404, false},
+                 {"OPTIONS", "/nope", 404, false},   {"FOO", "/healthz", 501, false},
+                 {"get", "/healthz", 501, false},    {"FOO", "/nope", 501, false},
+                 {"BREW", "/readyz", 501, false},    {"HEAD", "/healthz", 200, false},
+                 {"GET", "/healthz", 200, false},    {"OPTIONS", "*", 200, true},
+                 {"GET", "*", 400, false},           {"POST", "*", 400, false},
+                 {"G(T", "/healthz", 400, false},    {"GE\"T", "/nope", 400, false},
+                 {"G\x01T", "/healthz", 400, false}, {"{}", "/readyz", 400, false}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char req[128], buf[2048];
         snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: test\r\n\r\n", cases[i].method,
