@@ -300,6 +300,14 @@ static void route(Server *s, struct MHD_Connection *c, const char *url, const ch
      * such path is. */
     if (!addr_request_method_known(method)) {
         api_problem(r, 501, "method not implemented");
+    } else if (strcmp(url, "*") == 0) {
+        /* OPTIONS * (addr_request_line_valid let no other method through): the server in
+         * general, a ping (RFC 9110 9.3.7); it was 404. Allow: every method some path takes. */
+        free(r->body);
+        r->body = NULL;
+        r->status = 200;
+        r->content_type = "text/plain; charset=utf-8";
+        r->allow = "GET, HEAD, POST, PATCH";
     } else if (strcmp(url, "/orders") == 0 && strcmp(method, "POST") != 0) {
         not_allowed(r, "POST");
     } else if (strcmp(url, "/orders") == 0 && rq->too_large) {
@@ -454,7 +462,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = rq;
         const char *refused = NULL;
         int refused_status = 400;
-        if (length_ambiguous(c))
+        if (!addr_request_line_valid(method, url))
+            refused = "malformed request line: the method must be a token, and the target \"*\" "
+                      "comes with OPTIONS only";
+        else if (length_ambiguous(c))
             refused = "send one Content-Length header, or Transfer-Encoding without "
                       "Content-Length";
         else if (host_invalid(c, version))

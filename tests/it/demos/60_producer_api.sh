@@ -406,6 +406,22 @@ http get "/orders/$ID"
 check_eq "get (lower case) /orders/{id}: 501" 501 "$STATUS"
 http FOO /nope
 check_eq "FOO on an unknown path: 501" 501 "$STATUS"
+# RFC 9112 section 3: a method that is no token, or the target "*" with another method than
+# OPTIONS, makes a malformed request line: 400, and the connection closed (they were 501 and
+# 404). OPTIONS * asks about the server in general (RFC 9110 section 9.3.7): 200 with Allow (it
+# was 404).
+printf 'G(T /orders HTTP/1.1\r\nHost: x\r\n\r\n' >"$T/req.no-token"
+raw_http "$T/req.no-token"
+check_eq "G(T /orders (no token): 400, a problem document" "400 true" \
+    "$(raw_answers) $(grep -a -q '"status":400' "$T/raw" && echo true)"
+check "...and the connection is closed after it" raw_closes
+printf 'GET * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >"$T/req.get-star"
+raw_http "$T/req.get-star"
+check_eq "GET *: 400" 400 "$(raw_answers)"
+printf 'OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >"$T/req.options-star"
+raw_http "$T/req.options-star"
+check_eq "OPTIONS *: 200 with Allow: GET, HEAD, POST, PATCH" "200 true" \
+    "$(raw_answers) $(grep -a -q -i '^Allow: GET, HEAD, POST, PATCH' "$T/raw" && echo true)"
 # The method is the client's: its line quotes it (a quote in it left a line no logfmt reader
 # parses) and cuts it (a 4000-letter one made a 4000-letter line), as it does the path.
 http 'A"B' /orders
