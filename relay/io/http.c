@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -40,7 +41,8 @@
  *    it does. A connection carries one request: every answer is queued on the handler's first
  *    call, and libmicrohttpd 0.9.75 then closes the connection after it (MHD_queue_response
  *    before the request's end discards the rest of the connection: "Connection: close"); a body
- *    the client still sends after it is read and dropped for a while (linger_start);
+ *    or pipelined requests the client still sends after it are read and dropped for a while
+ *    (linger_start);
  *  - a client that sends nothing for HTTP_IDLE_TIMEOUT_S is dropped;
  *  - request line + headers must fit in HTTP_MEMORY_LIMIT bytes (else 431 or 414, and close);
  *  - an answer must be sent within HTTP_RESPONSE_DEADLINE_S of its request (http.h): a client that
@@ -413,11 +415,21 @@ static void on_linger_timer(struct ev_loop *loop, ev_timer *w, int revents)
     linger_end(w->data);
 }
 
+/* Whether bytes the client sent wait unread in fd's socket: requests pipelined behind the one
+ * answered (libmicrohttpd answers one a connection), which a close would answer with a reset. */
+static bool bytes_unread(int fd)
+{
+    int n = 0;
+    return ioctl(fd, FIONREAD, &n) == 0 && n > 0;
+}
+
 /* The lingering close of p, whose answer was sent before its request's body was read (every
  * answer is: see the limits at the top), called while libmicrohttpd closes it. Closed with the
  * body unread, the socket sends a reset, and a reset drops what the client has not yet read, the
  * answer among them: a client that sends its body before reading (1 MiB to POST /metrics) got a
- * reset or a broken pipe instead of its 405 (RFC 9112 9.6 asks for a half-close). So a
+ * reset or a broken pipe instead of its 405 (RFC 9112 9.6 asks for a half-close), and so did a
+ * client that sends GET requests pipelined before it reads (bytes_unread: only the first is
+ * answered, and the rest was unread at the close). So a
  * duplicate of the descriptor outlives libmicrohttpd's close (which shut the write side: the
  * client reads the end), and the loop reads and drops the client's bytes without ever waiting
  * on them. Bounded: HTTP_LINGER_S, HTTP_LINGER_BYTES (or the declared length), and counted
@@ -574,7 +586,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         Pending *p = *socket_context;
         if (p) {
             pending_unlink(p);
-            if (!p->closing && p->answered && p->body_unread)
+            if (!p->closing && p->answered && (p->body_unread || bytes_unread(p->fd)))
                 linger_start(s, p);
             if (!p->closing)
                 s->live--;

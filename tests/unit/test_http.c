@@ -747,6 +747,55 @@ static void test_linger_reads_per_turn_bounded(void **state)
                  turns);
 }
 
+/* The lingering close follows any answer the client is still sending after, not only one to a
+ * request that declared a body: a client that sends GET requests pipelined one after another
+ * (each connection answers one, then closes) before it reads got a reset while it still sent
+ * (its send failed), and so no answer. Now its 4 MiB go through and it reads its 200. */
+static void test_linger_after_pipelined(void **state)
+{
+    Fixture *f = *state;
+    static char reqs[65536];
+    size_t len = 0;
+    while (len + 64 < sizeof(reqs))
+        len += (size_t)snprintf(reqs + len, sizeof(reqs) - len,
+                                "GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n");
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)f->port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+    size_t sent = 0;
+    int err = 0;
+    for (double until = monotime_now() + 20;
+         !err && sent < (size_t)4 << 20 && monotime_now() < until;) {
+        ev_run(f->loop, EVRUN_NOWAIT);
+        ssize_t n = send(fd, reqs, len, MSG_NOSIGNAL);
+        if (n > 0)
+            sent += (size_t)n;
+        else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            err = errno;
+    }
+    char buf[4096];
+    size_t got = 0;
+    for (double until = monotime_now() + 20; !err && monotime_now() < until && got < 12;) {
+        ev_run(f->loop, EVRUN_NOWAIT);
+        ssize_t n = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
+        if (n > 0)
+            got += (size_t)n;
+        else if (n == 0)
+            break;
+        else if (errno != EAGAIN && errno != EWOULDBLOCK)
+            err = errno;
+    }
+    close(fd);
+    if (err)
+        fail_msg("pipelined GETs: %s after %zu bytes sent, %zu read", strerror(err), sent, got);
+    buf[got] = '\0';
+    if (strncmp(buf, "HTTP/1.1 200", 12) != 0)
+        fail_msg("pipelined GETs, %zu bytes sent: no 200 read (%zu bytes)", sent, got);
+}
+
 /* The answers to methods other than GET and HEAD (RFC 9110): a method HTTP defines is 405 with
  * Allow on a path the server serves and 404 on another (405 everywhere said every path exists),
  * a token HTTP does not define (or a known one in lower case) 501 on any path (it was 405, "not
@@ -924,6 +973,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_linger_time_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_linger_per_address_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_linger_reads_per_turn_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_linger_after_pipelined, setup, teardown),
         cmocka_unit_test_setup_teardown(test_accepts_again_after_the_limit_emptied, setup_limit_48,
                                         teardown),
     };
