@@ -161,8 +161,11 @@ static const OptDef options[] = {
      .def = "relay",
      .offset = FIELD(layout),
      .metavar = "LAYOUT",
-     .help = "default column names: relay (id, event_id, aggregate_type, aggregate_id, event_type, "
-             "payload, headers) or debezium (seq, id, aggregatetype, aggregateid, type, payload)",
+     .help =
+         "default column names: relay (id, event_id, aggregate_type, aggregate_id, event_type, "
+         "payload, headers) or debezium (seq, id, aggregatetype, aggregateid, type, payload; keys "
+         "placed by murmur2 as Debezium's Java producer does, unless --kafka names a "
+         "partitioner)",
      .choices = layouts},
     {.name = "seq-column",
      .type = OPT_STRING,

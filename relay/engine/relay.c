@@ -436,6 +436,7 @@ static Relay *relay_create(struct ev_loop *loop, const Config *cfg, rd_kafka_con
         rd_kafka_conf_destroy(kconf);
         return NULL;
     }
+    kafka_conf_layout_partitioner(kconf, cfg);
     r->kconf_template = rd_kafka_conf_dup(kconf);
     backoff_init(&r->recreate, RETRY_BASE_S, RETRY_CAP_S, 0);
     r->kafka = kafka_producer_new(loop, kconf, on_delivery, r, err, errlen);

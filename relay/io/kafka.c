@@ -346,6 +346,19 @@ void kafka_pins_close(KafkaPins *pins)
     }
 }
 
+void kafka_conf_layout_partitioner(rd_kafka_conf_t *conf, const Config *cfg)
+{
+    for (size_t i = 0; i < cfg->kafka.len; i++)
+        if (strcmp(cfg->kafka.items[i].key, "partitioner") == 0)
+            return; /* the operator's choice, checked by kafka_conf_build */
+    /* The relay sends every key, never a NULL one, so murmur2 and murmur2_random place alike; an
+     * empty aggregate id goes to one partition, in order, as with consistent. */
+    char ignored[256];
+    rd_kafka_conf_set(conf, "partitioner",
+                      cfg->layout == LAYOUT_DEBEZIUM ? "murmur2" : "consistent", ignored,
+                      sizeof(ignored));
+}
+
 rd_kafka_conf_t *kafka_conf_build(const Config *cfg, bool *runtime, char *err, size_t errlen)
 {
     if (runtime)

@@ -31,6 +31,14 @@ typedef void (*KafkaDeliveryFn)(void *opaque, rd_kafka_resp_err_t err, void *arg
  */
 rd_kafka_conf_t *kafka_conf_build(const Config *cfg, bool *runtime, char *err, size_t errlen);
 
+/* Gives conf, one database's copy of kafka_conf_build's result, the partitioner of that
+ * database's layout when no `partitioner` entry of cfg->kafka (--kafka, --kafka-file, the config
+ * file) names one: murmur2, the hash of Kafka's Java producer and so of Debezium's, for
+ * --layout debezium, so that an aggregate taken over from Debezium goes on in the partition
+ * Debezium put its earlier events in; the relay layout keeps kafka_conf_build's consistent.
+ * Changes conf in place; never fails (both values are librdkafka's own). */
+void kafka_conf_layout_partitioner(rd_kafka_conf_t *conf, const Config *cfg);
+
 /* Whether every TLS file conf names (ssl.ca.location, ssl.crl.location,
  * ssl.certificate.location, ssl.key.location, ssl.keystore.location, ssl.engine.location), when
  * security.protocol is ssl or sasl_ssl, is a regular file, a directory or absent: librdkafka

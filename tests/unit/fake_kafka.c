@@ -127,6 +127,12 @@ rd_kafka_conf_t *kafka_conf_build(const Config *cfg, bool *runtime, char *err, s
     return rd_kafka_conf_new();
 }
 
+void kafka_conf_layout_partitioner(rd_kafka_conf_t *conf, const Config *cfg)
+{
+    (void)conf;
+    (void)cfg;
+}
+
 void fake_kafka_set_files_refused(bool refused)
 {
     files_refused = refused;

@@ -70,6 +70,33 @@ static void test_protective_defaults(void **state)
     config_free(&cfg);
 }
 
+/* --layout debezium takes over topics Debezium's Java producer wrote: its keys must land where
+ * murmur2 put them, unless the operator names a partitioner; the relay layout stays consistent. */
+static void test_partitioner_follows_the_layout(void **state)
+{
+    struct {
+        const char *args[4];
+        const char *want;
+    } cases[] = {
+        {{NULL}, "consistent"},
+        {{"--layout", "debezium", NULL}, "murmur2"},
+        {{"--layout", "debezium", "--kafka", "partitioner=consistent"}, "consistent"},
+        {{"--layout", "debezium", "--kafka", "partitioner=fnv1a"}, "fnv1a"},
+        {{"--kafka", "partitioner=murmur2", NULL}, "murmur2"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        Config cfg;
+        char err[512] = "";
+        rd_kafka_conf_t *conf = build(&cfg, err, sizeof(err), cases[i].args[0], cases[i].args[1],
+                                      cases[i].args[2], cases[i].args[3], (char *)NULL);
+        assert_non_null(conf);
+        kafka_conf_layout_partitioner(conf, &cfg);
+        assert_prop(conf, "partitioner", cases[i].want);
+        rd_kafka_conf_destroy(conf);
+        config_free(&cfg);
+    }
+}
+
 static void test_flags_come_after_the_defaults(void **state)
 {
     Config cfg;
@@ -909,6 +936,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_protective_defaults),
+        cmocka_unit_test(test_partitioner_follows_the_layout),
         cmocka_unit_test(test_tls_files_must_be_regular),
         cmocka_unit_test(test_pinned_tls_file_is_the_one_checked),
         cmocka_unit_test(test_pins_text_matches_whole_numbers),

@@ -15,9 +15,10 @@
 #     Debezium's order: id, then the placed ones in the order given;
 #  5. bad mappings fail cleanly: an unknown placement, a reserved header name and a
 #     non-integer order column, each with one line;
-#  6. with --kafka partitioner=murmur2 (docs/debezium.md, "Partitions") each key lands in the
-#     partition Kafka's Java producer, Kafka Connect's and so Debezium's, gives it
-#     (tests/tools/java_partition.py); the relay's default partitioner does not.
+#  6. with the Debezium layout each key lands in the partition Kafka's Java producer, Kafka
+#     Connect's and so Debezium's, gives it (tests/tools/java_partition.py): the layout's
+#     default partitioner is murmur2 (docs/debezium.md, "Partitions"); with --kafka
+#     partitioner=consistent, the relay layout's default, some keys land elsewhere.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -164,7 +165,7 @@ check_eq "5: missing table: migrate exits 1" 1 $?
 check "5: missing table: names it" grep -q 'no_such_table' "$T/bad.out"
 
 # --- 6. ---
-# 40 keys on a 6-partition topic with the relay's default partitioner, 40 on another with murmur2.
+# 40 keys on a 6-partition topic with the layout's default partitioner, 40 on another with consistent.
 broker_cmd "create outbox.event.parity 6"
 broker_cmd "create outbox.event.parity2 6"
 insert_keys() { # AGGREGATE_TYPE
@@ -178,19 +179,21 @@ in_java_partition() { # FILE: how many of its first copies are where Java's prod
 }
 insert_keys parity
 relay_start --config "$T/debezium.json" --database-url "$DATABASE_URL" --brokers "$BROKERS"
-wait_for "6: the 40 rows sent (default partitioner)" 30 no_unsent_rows
+wait_for "6: the 40 rows sent (the layout's default partitioner)" 30 no_unsent_rows
 relay_stop
+check_eq "6: relay exits 0" 0 $?
 consume --topic outbox.event.parity --to-end --timeout-ms 20000 >"$T/parity-default.json"
 check_eq "6: default partitioner: 40 events" 40 \
     "$(jq -s 'map(.headers.id) | unique | length' "$T/parity-default.json")"
-check "6: the default partitioner puts some keys elsewhere than Debezium did" \
-    test "$(in_java_partition "$T/parity-default.json")" -lt 40
+check_eq "6: the layout's default: every key in the partition Debezium's producer gives it" 40 \
+    "$(in_java_partition "$T/parity-default.json")"
 insert_keys parity2
 relay_start --config "$T/debezium.json" --database-url "$DATABASE_URL" --brokers "$BROKERS" \
-    --kafka partitioner=murmur2
-wait_for "6: the 40 rows sent (murmur2)" 30 no_unsent_rows
+    --kafka partitioner=consistent
+wait_for "6: the 40 rows sent (consistent)" 30 no_unsent_rows
 relay_stop
-check_eq "6: relay exits 0" 0 $?
-consume --topic outbox.event.parity2 --to-end --timeout-ms 20000 >"$T/parity-murmur2.json"
-check_eq "6: murmur2: every key in the partition Debezium's producer gives it" 40 \
-    "$(in_java_partition "$T/parity-murmur2.json")"
+consume --topic outbox.event.parity2 --to-end --timeout-ms 20000 >"$T/parity-consistent.json"
+check_eq "6: consistent: 40 events" 40 \
+    "$(jq -s 'map(.headers.id) | unique | length' "$T/parity-consistent.json")"
+check "6: consistent (named) puts some keys elsewhere than Debezium did" \
+    test "$(in_java_partition "$T/parity-consistent.json")" -lt 40
