@@ -390,13 +390,24 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
         /* Debezium's route.tombstone.on.empty.payload: a NULL payload, or one whose text Java's
          * trim() leaves empty (white space and control characters, U+0001 to U+0020), makes a
          * tombstone. A bytea payload is never blank to Debezium (a byte[]'s toString() is
-         * "[B@..."): only its NULL is. */
+         * "[B@..."): only its NULL is; nor is a json or jsonb one (no JSON text is blank).
+         * This runs on every claimed row before the byte budget cuts the batch, on payloads
+         * still as stored (statements.c, SQL_WITHIN_BUDGET): the test must not convert them.
+         * So json and jsonb, whose ::text converts the whole value, are passed by their type,
+         * and a text payload is looked at by its first 64 characters (substr reads only that
+         * slice of a TOASTed value) before all of it, which only a blank start makes needed. */
         if (m->tombstone_on_empty &&
             (!put(sb, "CASE WHEN o.") || !append_ident(sb, conn, m->payload, err, errlen) ||
              !put(sb, " IS NULL") ||
              (!m->payload_binary &&
-              (!put(sb, " OR o.") || !append_ident(sb, conn, m->payload, err, errlen) ||
-               !put(sb, "::text !~ '[^\\x01-\\x20]'"))) ||
+              (!put(sb, " OR (pg_catalog.pg_typeof(o.") ||
+               !append_ident(sb, conn, m->payload, err, errlen) ||
+               !put(sb, ") <> ALL ('{pg_catalog.json,pg_catalog.jsonb}'::pg_catalog.regtype[])"
+                        " AND pg_catalog.substr(o.") ||
+               !append_ident(sb, conn, m->payload, err, errlen) ||
+               !put(sb, "::text, 1, 64) !~ '[^\\x01-\\x20]' AND o.") ||
+               !append_ident(sb, conn, m->payload, err, errlen) ||
+               !put(sb, "::text !~ '[^\\x01-\\x20]')"))) ||
              !put(sb, " THEN NULL ELSE ")))
             return false;
         if (m->n_envelope == 0) {

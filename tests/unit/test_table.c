@@ -241,10 +241,16 @@ static void test_router_placements(void **state)
     /* route.tombstone.on.empty.payload: a NULL or blank payload is a tombstone. */
     o.tombstone_on_empty = true;
     assert_true(table_map_init(&m, &o, err, sizeof(err)));
+    /* ...tested without converting a json or jsonb payload (never blank), and a text one by its
+     * first 64 characters first (a slice of its TOAST): the claim runs it on rows the byte
+     * budget then leaves out (88_debezium_router part 5). */
     expect_sql(&m, "{o.payload}",
-               "CASE WHEN o.\"payload\" IS NULL OR o.\"payload\"::text !~ '[^\\x01-\\x20]' THEN "
-               "NULL ELSE pg_catalog.json_build_object('payload', o.\"payload\", 'eventType', "
-               "o.\"type\", 'tenant', o.\"tenant\") END");
+               "CASE WHEN o.\"payload\" IS NULL OR (pg_catalog.pg_typeof(o.\"payload\") <> ALL "
+               "('{pg_catalog.json,pg_catalog.jsonb}'::pg_catalog.regtype[]) AND "
+               "pg_catalog.substr(o.\"payload\"::text, 1, 64) !~ '[^\\x01-\\x20]' AND "
+               "o.\"payload\"::text !~ '[^\\x01-\\x20]') THEN NULL ELSE "
+               "pg_catalog.json_build_object('payload', o.\"payload\", 'eventType', o.\"type\", "
+               "'tenant', o.\"tenant\") END");
     table_map_free(&m);
 
     TableOptions plain = {.layout = LAYOUT_RELAY, .payload_binary = true};
