@@ -2164,7 +2164,8 @@ static bool config_map_init(Config *cfg, char *err, size_t errlen)
                           cfg->timestamp_column,
                           cfg->message_format == FORMAT_CLOUDEVENTS,
                           cfg->payload_binary != 0,
-                          cfg->tombstone_on_empty_payload};
+                          cfg->tombstone_on_empty_payload,
+                          cfg->message_format == FORMAT_CLOUDEVENTS};
     return table_map_init(&cfg->map, &table, err, errlen);
 }
 

@@ -595,11 +595,19 @@ bool route_topic_name_check(const char *option, const char *topic, char *err, si
 static const char *const ce_names[] = {"ce_specversion", "ce_id",      "ce_source",   "ce_type",
                                        "ce_time",        "ce_subject", "content-type"};
 
+bool route_cloudevents_reserved(const char *name)
+{
+    for (size_t i = 0; i < sizeof(ce_names) / sizeof(ce_names[0]); i++)
+        if (name_shaped_like(name, ce_names[i], false))
+            return true;
+    return false;
+}
+
 bool route_cloudevents_add(rd_kafka_headers_t *hdrs, const OutboxRow *row, const char *source,
                            const char *content_type)
 {
     /* A row's own headers of these names, in any letter case, would make the event say
-     * something else (or say it twice); judged as route_header_reserved judges (name_shaped_like).
+     * something else (or say it twice); judged by route_cloudevents_reserved.
      * One name at a time, found afresh after each removal (removing while walking the list would
      * skip entries), with no cap: a row may bring up to ROUTE_HEADERS_MAX decoys, and any one
      * left in would stand ahead of the relay's own. The name is copied first, as removing frees
@@ -612,9 +620,8 @@ bool route_cloudevents_add(rd_kafka_headers_t *hdrs, const OutboxRow *row, const
         for (size_t idx = 0; !found && rd_kafka_header_get_all(hdrs, idx, &name, &value, &size) ==
                                            RD_KAFKA_RESP_ERR_NO_ERROR;
              idx++)
-            for (size_t i = 0; !found && i < sizeof(ce_names) / sizeof(ce_names[0]); i++)
-                if (name_shaped_like(name, ce_names[i], false) && !(found = strdup(name)))
-                    return false;
+            if (route_cloudevents_reserved(name) && !(found = strdup(name)))
+                return false;
         if (!found)
             break;
         rd_kafka_header_remove(hdrs, found);

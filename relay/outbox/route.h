@@ -73,6 +73,11 @@ rd_kafka_headers_t *route_dead_letter_headers(const OutboxRow *row, bool identit
 bool route_topic_name_check(const char *option, const char *topic, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
+/* True for a header name route_cloudevents_add replaces: one of its attributes' names (ce_id,
+ * content-type, ...), ASCII letters in any case, other characters judged by their shape as
+ * route_header_reserved judges them. */
+bool route_cloudevents_reserved(const char *name);
+
 /* Adds the CloudEvents attributes of a row (Kafka protocol binding, binary content mode:
  * ce_specversion 1.0, ce_id = event id, ce_source = source, ce_type = event type, ce_time =
  * created_at, ce_subject = aggregate id, content-type), replacing any header of those names the

@@ -54,11 +54,13 @@ static bool pick(char **slot, const char *what, const char *given, const char *d
 }
 
 /* A placed header name the relay would drop from every message (route_header_reserved: id in
- * any case or shape, dlq.*, with identity_headers event_type and aggregate_type): refused at
- * start-up rather than accepted and never sent. */
+ * any case or shape, dlq.*, with identity_headers event_type and aggregate_type; with
+ * CloudEvents its attributes' names, which route_cloudevents_add replaces): refused at start-up
+ * rather than accepted and never sent. */
 static bool reserved_header(const TableMap *m, const char *name)
 {
-    return route_header_reserved(name, m->identity_headers);
+    return route_header_reserved(name, m->identity_headers) ||
+           (m->cloudevents && route_cloudevents_reserved(name));
 }
 
 /* Appends {column, name} to *list (with *n entries), refusing a name already there. */
@@ -178,6 +180,7 @@ bool table_map_init(TableMap *m, const TableOptions *o, char *err, size_t errlen
     m->event_time = o->event_time;
     m->payload_binary = o->payload_binary;
     m->tombstone_on_empty = o->tombstone_on_empty;
+    m->cloudevents = o->cloudevents;
 
     const char *table = o->table ? o->table : "outbox";
     const char *dot = strchr(table, '.');

@@ -51,6 +51,7 @@ typedef struct TableMap {
     char *timestamp; /* column whose value is the message's timestamp; NULL: the produce time */
     bool identity_headers; /* also event_type and aggregate_type headers, besides id */
     bool event_time;       /* the claims read created_at as text (CloudEvents' time attribute) */
+    bool cloudevents;      /* the messages carry CloudEvents' headers (route_cloudevents_add) */
 } TableMap;
 
 /* The options as given; NULL for not set (the layout's default then applies). */
@@ -65,6 +66,8 @@ typedef struct TableOptions {
     bool event_time;     /* the messages carry the event's time (--message-format cloudevents) */
     bool payload_binary; /* the payload column is bytea, sent as its bytes */
     bool tombstone_on_empty; /* NULL or blank payloads are tombstones (TableMap says how) */
+    bool cloudevents; /* --message-format cloudevents: its ce_ and content-type headers replace
+                       * any of those names (route_cloudevents_add) */
 } TableOptions;
 
 /* Resolves the options into m. On bad input (an empty or over-long name, a placement other than

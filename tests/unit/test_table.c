@@ -206,6 +206,24 @@ static void test_bad_options(void **state)
         expect_init_error(&(TableOptions){.layout = LAYOUT_DEBEZIUM, .additional_fields = spec},
                           "set by the relay itself");
     }
+    /* With CloudEvents its attributes' names too (route_cloudevents_add replaces them), in any
+     * case; without it they are names like any other. */
+    const char *ce[] = {"ce_type", "CE_ID", "Content-Type", "ce_time"};
+    for (size_t i = 0; i < sizeof(ce) / sizeof(ce[0]); i++) {
+        char spec[64];
+        snprintf(spec, sizeof(spec), "type:header:%s", ce[i]);
+        expect_init_error(&(TableOptions){.layout = LAYOUT_DEBEZIUM,
+                                          .additional_fields = spec,
+                                          .cloudevents = true},
+                          "set by the relay itself");
+        TableMap plain;
+        char why[256] = "";
+        if (!table_map_init(&plain,
+                            &(TableOptions){.layout = LAYOUT_DEBEZIUM, .additional_fields = spec},
+                            why, sizeof(why)))
+            fail_msg("%s refused without CloudEvents: %s", spec, why);
+        table_map_free(&plain);
+    }
     expect_init_error(
         &(TableOptions){.layout = LAYOUT_DEBEZIUM, .additional_fields = "a:header:x, b:header:x"},
         "named twice");
