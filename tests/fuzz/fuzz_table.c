@@ -1,8 +1,10 @@
 /* fuzz_table: the table and column mapping (relay/outbox/table.c) — --table, the column options
  * and --additional-fields, from configuration — and the SQL written with it.
  *
- * Input: LAYOUT_BYTE TABLE \0 SEQ \0 EVENT_ID \0 AGGREGATE_TYPE \0 AGGREGATE_ID \0 EVENT_TYPE \0
- * PAYLOAD \0 HEADERS \0 ADDITIONAL_FIELDS (an empty part: the option is not set). Every mapping
+ * Input: FLAGS_BYTE TABLE \0 SEQ \0 EVENT_ID \0 AGGREGATE_TYPE \0 AGGREGATE_ID \0 EVENT_TYPE \0
+ * PAYLOAD \0 HEADERS \0 ADDITIONAL_FIELDS (an empty part: the option is not set). FLAGS_BYTE: bit 0
+ * the Debezium layout, bit 1 --tombstone-on-empty-payload, bit 2 --payload-format binary, bit 3
+ * --message-format cloudevents (which reserves more header names). Every mapping
  * that is accepted is expanded into a statement using every placeholder (and no ';' of its
  * own), which must not let a name out of its quotes: no ';' outside a quoted identifier or
  * literal. */
@@ -75,17 +77,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                       .event_type_column = part[5],
                       .payload_column = part[6],
                       .headers_column = part[7],
-                      .additional_fields = part[8]};
+                      .additional_fields = part[8],
+                      .tombstone_on_empty = (data[0] & 2) != 0,
+                      .payload_binary = (data[0] & 4) != 0,
+                      .cloudevents = (data[0] & 8) != 0};
     TableMap m;
     char err[512], shown[256];
     if (table_map_init(&m, &o, err, sizeof(err))) {
         (void)table_map_display(&m, shown, sizeof(shown));
         (void)table_map_is_own(&m, "public");
-        char *sql = table_sql(&m, conn,
-                              "SELECT o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, "
-                              "o.{event_type}, o.{payload}, {o.headers}, {o.extra_headers} FROM "
-                              "{table} o {unsent_idx} {retry_idx} {seq_idx} {sent_idx}",
-                              err, sizeof(err));
+        char *sql = table_sql(
+            &m, conn,
+            "SELECT o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, "
+            "o.{event_type}, o.{payload}, {o.payload}, {o.headers}, {o.extra_headers} FROM "
+            "{table} o {unsent_idx} {retry_idx} {seq_idx} {sent_idx}",
+            err, sizeof(err));
         if (sql) {
             /* The template has no ';' of its own: any outside quotes came from a name. */
             if (!semicolons_quoted(sql))
