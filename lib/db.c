@@ -1324,6 +1324,7 @@ bool db_connect_params(const char *conninfo, const char *app, DbConnectParams *p
     }
     if (!(p->target = malloc(most + 1)))
         return refuse(err, errlen, "out of memory");
+    p->target_room = most + 1;
     return true;
 }
 
@@ -1414,13 +1415,16 @@ bool db_connect_params_addr(DbConnectParams *p, int i, const char *hostaddr,
     const DbHost *h = &p->hosts[i];
     hostaddr = hostaddr ? hostaddr : h->hostaddr;
     int n = p->nshared;
-    if (hostaddr != h->hostaddr) {
-        /* An address of the name's own (db_connect_checked): longer than the room made. */
-        size_t len = db_host_conninfo(p->parsed, h->host, hostaddr, h->port, NULL);
+    size_t len = db_host_conninfo(p->parsed, h->host, hostaddr, h->port, NULL);
+    if (len + 1 > p->target_room) {
+        /* An address of the name's own (db_connect_checked) may need more than the room made.
+         * Grown only, never cut to this string: db_connect_params_host counts on the room for
+         * every host's own (a short name's address, then a longer name of the list, overflowed). */
         char *grown = realloc(p->target, len + 1);
         if (!grown)
             return false;
         p->target = grown;
+        p->target_room = len + 1;
     }
     if (db_host_conninfo(p->parsed, h->host, hostaddr, h->port, p->target) > 0) {
         p->keys[n] = "dbname", p->values[n++] = p->target;

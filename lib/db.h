@@ -177,6 +177,7 @@ typedef struct DbConnectParams {
     PQconninfoOption *parsed; /* owns the strings of values, or NULL (an unparsable string) */
     char *options;            /* owned: the user's options and the pinned search_path, or NULL */
     char *target; /* owned: the host's string (db_host_conninfo), for db_connect_params_host */
+    size_t target_room; /* bytes of target: never less than the longest host's own string */
 } DbConnectParams;
 
 /* Fills p for connections to conninfo (which, like app, must outlive p): the string's own

@@ -756,6 +756,32 @@ static void test_host_label_ipv6(void **state)
         assert_string_equal(db_host_label(&cases[i].h, out, sizeof(out)), cases[i].want);
 }
 
+/* One address of a short host name tried alone (db_connect_params_addr, as db_connect_checked
+ * does for a name's later addresses) leaves room for every host's own string: the room made for
+ * the longest host was cut down to the address's string, shorter than a long name of the list,
+ * and the next host's string was written past the end (ASan: heap-buffer-overflow). */
+static void test_connect_params_addr_keeps_room(void **state)
+{
+    (void)state;
+    char err[300];
+    unsetenv("PGSERVICE");
+    unsetenv("PGHOST");
+    unsetenv("PGHOSTADDR");
+    unsetenv("PGPORT");
+    const char *longname = "a-much-longer-host-name-of-the-list.db.internal.example.com";
+    char conninfo[256];
+    snprintf(conninfo, sizeof(conninfo), "host=pg,%s dbname=x", longname);
+    DbConnectParams p;
+    assert_true(db_connect_params(conninfo, "test_db", &p, err, sizeof(err)));
+    assert_int_equal(p.nhosts, 2);
+    assert_true(db_connect_params_addr(&p, 0, "10.0.0.1", NULL));
+    assert_non_null(strstr(p.target, "hostaddr='10.0.0.1'"));
+    db_connect_params_host(&p, 1, NULL);
+    assert_non_null(strstr(p.target, longname));
+    assert_null(strstr(p.target, "hostaddr"));
+    db_connect_params_free(&p);
+}
+
 /* libpq pairs the host, hostaddr and port lists one to one, wherever each comes from (the
  * string, its service file, PGHOST/PGHOSTADDR/PGPORT); lists it cannot pair fail every attempt
  * of run for ever. The check counted only the string's ports against the string's hosts. */
@@ -1277,6 +1303,7 @@ int main(void)
         cmocka_unit_test(test_same_database_spellings),
         cmocka_unit_test(test_host_label_ipv6),
         cmocka_unit_test(test_host_lists_paired),
+        cmocka_unit_test(test_connect_params_addr_keeps_room),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
