@@ -1536,6 +1536,19 @@ static PGconn *attempt(const DbConnectParams *p, const char *conninfo, bool *old
     return NULL;
 }
 
+/* What happened at each host of a db_connect_checked: refused for its server's version (old,
+ * version), or failed otherwise (why; "" when not tried); and whether one of its name's later
+ * addresses (later_addresses) failed otherwise than for its version (later_other: a retry may
+ * cure the host), with the first such one's line (later; "" when none). */
+typedef struct HostOutcome {
+    bool old;
+    int version;
+    char answered[NI_MAXHOST]; /* the address libpq stopped at ("": none) */
+    char why[300];
+    bool later_other;
+    char later[300];
+} HostOutcome;
+
 /* The address of host i of p that libpq stopped at (answered) passed over for the name's later
  * addresses, each tried alone with the name beside it, in libpq's order. libpq moves to a name's
  * next address when one refuses or times out, but not past one whose server is not the one
@@ -1545,36 +1558,40 @@ static PGconn *attempt(const DbConnectParams *p, const char *conninfo, bool *old
  * where run, which looks names up itself and tries each address alone (pg.c), moved on. Returns a
  * connection to a supported server, or NULL: the host then stays as libpq left it (its line
  * unchanged). */
-static PGconn *later_addresses(DbConnectParams *p, int i, const char *answered,
-                               const char *session_attrs, const char *conninfo)
+static PGconn *later_addresses(DbConnectParams *p, int i, HostOutcome *o, const char *session_attrs,
+                               const char *conninfo)
 {
     char addrs[DB_MAX_ADDRS][NI_MAXHOST];
     int n = host_addresses(p, i, addrs), from = n;
-    for (int k = 0; k < n && answered; k++)
-        if (strcmp(addrs[k], answered) == 0)
+    for (int k = 0; k < n; k++)
+        if (strcmp(addrs[k], o->answered) == 0)
             from = k + 1;
     PGconn *conn = NULL;
+    o->later_other = false;
+    o->later[0] = '\0';
     for (int k = from; k < n && !conn; k++) {
         bool old = false;
         int version = 0;
         char why[300];
-        if (db_connect_params_addr(p, i, addrs[k], session_attrs))
-            conn = attempt(p, conninfo, &old, &version, NULL, why, sizeof(why));
+        if (!db_connect_params_addr(p, i, addrs[k], session_attrs))
+            break;
+        conn = attempt(p, conninfo, &old, &version, NULL, why, sizeof(why));
+        /* A later address that failed otherwise than for its version (down, a standby, ...)
+         * makes the host one a retry may cure, old first address or not: the commands must not
+         * exit 2 ("every host is an old server") and migrate --connect-wait must wait. Its line
+         * goes beside the host's, the first such only (one line, bounded); an old server's
+         * would only repeat the host's version line. */
+        if (!conn && !old && !o->later_other) {
+            o->later_other = true;
+            snprintf(o->later, sizeof(o->later), "%s", why);
+        }
     }
     return conn;
 }
 
-/* What happened at each host of a db_connect_checked: refused for its server's version (old,
- * version), or failed otherwise (why; "" when not tried). */
-typedef struct HostOutcome {
-    bool old;
-    int version;
-    char answered[NI_MAXHOST]; /* the address libpq stopped at ("": none) */
-    char why[300];
-} HostOutcome;
-
 /* The one line of a db_connect_checked that no host of several served: the old servers first,
- * each named with its version, then the other hosts' failures. */
+ * each named with its version, then the other hosts' failures, each host's with its name's later
+ * address's (HostOutcome.later). */
 static void hosts_failed(const DbConnectParams *p, const HostOutcome *out, char *err, size_t errlen)
 {
     StrBuf line = {0};
@@ -1597,11 +1614,14 @@ static void hosts_failed(const DbConnectParams *p, const HostOutcome *out, char 
         strbuf_puts(&line, version_shown(out[i].version, shown, sizeof(shown)));
     }
     for (int i = 0; i < p->nhosts; i++) {
-        if (out[i].old || !out[i].why[0])
-            continue;
-        if (line.len)
-            strbuf_puts(&line, "; ");
-        strbuf_puts(&line, out[i].why);
+        const char *whys[2] = {out[i].old ? "" : out[i].why, out[i].later};
+        for (int k = 0; k < 2; k++) {
+            if (!whys[k][0])
+                continue;
+            if (line.len)
+                strbuf_puts(&line, "; ");
+            strbuf_puts(&line, whys[k]);
+        }
     }
     snprintf(err, errlen, "%s", line.s ? line.s : "out of memory");
     strbuf_free(&line);
@@ -1630,26 +1650,29 @@ PGconn *db_connect_checked(const char *conninfo, const char *app, bool *unsuppor
                 /* It stays old; prefer-standby's second round asks the name's later addresses
                  * for any server. */
                 if (pass == 1 && out[i].answered[0])
-                    conn = later_addresses(&p, i, out[i].answered, "any", conninfo);
+                    conn = later_addresses(&p, i, &out[i], "any", conninfo);
                 continue;
             }
             const char *attrs = !p.prefer_standby ? NULL : pass == 0 ? "standby" : "any";
             db_connect_params_host(&p, i, attrs);
             conn = attempt(&p, conninfo, &out[i].old, &out[i].version, out[i].answered, out[i].why,
                            sizeof(out[i].why));
+            out[i].later_other = false;
+            out[i].later[0] = '\0';
             if (!conn && out[i].answered[0])
-                conn = later_addresses(&p, i, out[i].answered, attrs, conninfo);
+                conn = later_addresses(&p, i, &out[i], attrs, conninfo);
         }
     }
     if (!conn) {
         bool all_old = true;
         for (int i = 0; i < p.nhosts; i++)
-            all_old = all_old && out[i].old;
+            all_old = all_old && out[i].old && !out[i].later_other;
         if (unsupported)
             *unsupported = all_old;
-        /* One host: its own line, as libpq or db_version_supported wrote it. */
+        /* One host: its own line, as libpq or db_version_supported wrote it (and its name's
+         * later address's, when one was tried). */
         if (p.nhosts == 1)
-            snprintf(err, errlen, "%s", out[0].why);
+            snprintf(err, errlen, "%s%s%s", out[0].why, out[0].later[0] ? "; " : "", out[0].later);
         else
             hosts_failed(&p, out, err, errlen);
     } else {

@@ -250,8 +250,10 @@ bool db_version_supported(int server_version, char *err, size_t errlen)
  * quoted text of the string holding an '@' hidden: the tail of a password whose '@' was not
  * percent-encoded) or db_version_supported's; with several, the old servers named with their
  * versions ("...; the server at HOST:PORT is 12.19, at ...") and each other host's failure after
- * them, "; " between. *unsupported is set true when every host was refused for its version: bad
- * input for a command, exit status 2, not a failure a retry cures. unsupported may be NULL. */
+ * them, "; " between; a name's later address that failed otherwise adds its line after its
+ * host's. *unsupported is set true when every host was refused for its version and no later
+ * address of a name failed otherwise: bad input for a command, exit status 2, not a failure a
+ * retry cures. unsupported may be NULL. */
 PGconn *db_connect_checked(const char *conninfo, const char *app, bool *unsupported, char *err,
                            size_t errlen);
 

@@ -14,6 +14,8 @@
 #  1c. the same commands given a host name whose first address is the old server and second the
 #     real one (a hosts file of their own): they connect to the second and work (before, exit 2:
 #     libpq stops at the first address that answers); a name whose one address is old: exit 2;
+#     a name whose first address is old and second down: exit 1 naming both, and migrate
+#     --connect-wait waits (before, exit 2 at once: "every host is an old server");
 #  2. run with --databases: the old server's entry (b) is refused with the same line, never
 #     "connected", is not ready (/readyz names it and the versions, its rows stay unsent), while
 #     the other entry (a) delivers all its rows: one old server does not stop the others;
@@ -158,6 +160,25 @@ if unshare -m --propagation private true 2>/dev/null && command -v socat >/dev/n
         >"$T/1c-old-only.out" 2>&1
     check_eq "1c: a name whose one address is old: exit 2" 2 "$?"
     check "1c: ... saying both versions" grep -qF "$LINE" "$T/1c-old-only.out"
+    # The name's first address old, its second down (nothing listens there): a failure a retry
+    # may cure, exit 1 with both addresses' lines, as for a host list (1b, old-down), and
+    # migrate --connect-wait waits for it. Before, exit 2 with the old server's line alone:
+    # "every host is an old server", and migrate gave up at once.
+    DOWN_ADDR=127.77.${TEST_SLOT:-0}.18
+    printf '127.0.0.1\tpg-old-down.test\n%s\tpg-old-down.test\n' "$DOWN_ADDR" >>"$T/hosts"
+    OLD_DOWN="postgresql://postgres@pg-old-down.test:$OLD_PORT/db_a?$OPTS"
+    in_hosts timeout 30 "$RELAY_BIN" status --database-url "$OLD_DOWN" >"$T/1c-old-down.out" 2>&1
+    check_eq "1c: a name whose first address is old and second down: exit 1" 1 "$?" ||
+        sed -n '1,5s/^/#   /p' "$T/1c-old-down.out"
+    check "1c: ... saying the old server's version" grep -qF "$LINE" "$T/1c-old-down.out"
+    check "1c: ... and the second address's failure" \
+        grep -qF "$DOWN_ADDR\\\", port $OLD_PORT failed" "$T/1c-old-down.out"
+    in_hosts timeout 30 "$RELAY_BIN" migrate --connect-wait 2s --database-url "$OLD_DOWN" \
+        >"$T/1c-old-down-migrate.out" 2>&1
+    check_eq "1c: migrate --connect-wait, the same name: exit 1" 1 "$?" ||
+        sed -n '1,5s/^/#   /p' "$T/1c-old-down-migrate.out"
+    check "1c: ... after waiting for it (retrying)" \
+        grep -qF "cannot connect to PostgreSQL yet, retrying" "$T/1c-old-down-migrate.out"
 else
     echo "# 1c skipped: no mount namespace (unshare -m) or no socat here"
 fi
