@@ -1513,27 +1513,39 @@ static int host_addresses(const DbConnectParams *p, int i, char (*addrs)[NI_MAXH
 
 /* A connection to host i of p as it stands (db_connect_params_host or _addr), or NULL with why
  * (one line) filled, *old and *version set when the server answered but is older than
- * DB_MIN_SERVER_VERSION, and the address libpq stopped at in answered (NULL: not wanted; "" when
- * libpq names none). */
+ * DB_MIN_SERVER_VERSION, the address libpq stopped at in answered (NULL: not wanted; "" when
+ * libpq names none) and libpq's whole message in *tried (NULL: not wanted; replaced, owned by the
+ * caller, NULL when out of memory): it names each address libpq tried and failed. */
 static PGconn *attempt(const DbConnectParams *p, const char *conninfo, bool *old, int *version,
-                       char *answered, char *why, size_t whylen)
+                       char *answered, char **tried, char *why, size_t whylen)
 {
     PGconn *c = PQconnectdbParams(p->keys, p->values, p->expand_dbname);
+    if (answered)
+        snprintf(answered, NI_MAXHOST, "%s", PQhostaddr(c) ? PQhostaddr(c) : "");
+    if (tried) {
+        free(*tried);
+        *tried = strdup(PQerrorMessage(c));
+    }
     if (PQstatus(c) != CONNECTION_OK) {
         first_line(PQerrorMessage(c), why, whylen);
         db_hide_password_tail(why, conninfo);
-        if (answered)
-            snprintf(answered, NI_MAXHOST, "%s", PQhostaddr(c) ? PQhostaddr(c) : "");
     } else if (!db_version_supported(PQserverVersion(c), why, whylen)) {
         *old = true;
         *version = PQserverVersion(c);
-        if (answered)
-            snprintf(answered, NI_MAXHOST, "%s", PQhostaddr(c) ? PQhostaddr(c) : "");
     } else {
         return c;
     }
     PQfinish(c);
     return NULL;
+}
+
+/* Whether libpq's message (attempt's tried) names addr as one it tried: libpq writes each failed
+ * address of a name as "\"NAME\" (ADDRESS), port P failed", in any language. */
+static bool libpq_tried(const char *tried, const char *addr)
+{
+    char named[NI_MAXHOST + 4];
+    snprintf(named, sizeof(named), "(%s),", addr);
+    return tried && strstr(tried, named);
 }
 
 /* What happened at each host of a db_connect_checked: refused for its server's version (old,
@@ -1544,13 +1556,15 @@ typedef struct HostOutcome {
     bool old;
     int version;
     char answered[NI_MAXHOST]; /* the address libpq stopped at ("": none) */
+    char *tried;               /* owned: libpq's message there (attempt), or NULL */
     char why[300];
     bool later_other;
     char later[300];
 } HostOutcome;
 
-/* The address of host i of p that libpq stopped at (answered) passed over for the name's later
- * addresses, each tried alone with the name beside it, in libpq's order. libpq moves to a name's
+/* The address of host i of p that libpq stopped at (o->answered) passed over for the name's
+ * other addresses that libpq left untried, each tried alone with the name beside it (o->later
+ * and o->later_other set from them). libpq moves to a name's
  * next address when one refuses or times out, but not past one whose server is not the one
  * target_session_attrs asks for (libpq 15 moves to the next host then: a name whose first
  * address is a standby failed read-write), nor past a server only db_connect_checked refuses (an
@@ -1562,20 +1576,33 @@ static PGconn *later_addresses(DbConnectParams *p, int i, HostOutcome *o, const 
                                const char *conninfo)
 {
     char addrs[DB_MAX_ADDRS][NI_MAXHOST];
-    int n = host_addresses(p, i, addrs), from = n;
+    int n = host_addresses(p, i, addrs), at = n;
     for (int k = 0; k < n; k++)
         if (strcmp(addrs[k], o->answered) == 0)
-            from = k + 1;
+            at = k;
+    /* This lookup's order need not be libpq's (a DNS server's round robin rotates a name's
+     * addresses at each answer), so the addresses after the one libpq stopped at here are not
+     * those it left untried. Where a server answered there (an old one, or one whose line libpq
+     * wrote: a standby for read-write, an authentication failure, a refusal), every other address
+     * is tried, from the one after it round to the one before, but those libpq's message names
+     * as tried and failed. Where none did (a silent address, which libpq names in no line: it
+     * stopped there as its last), only those after it here, as libpq's own order would have
+     * them: a silent address costs its connect_timeout once in the same order, and at most once
+     * more in another. */
+    bool round = o->old || libpq_tried(o->tried, o->answered);
     PGconn *conn = NULL;
     o->later_other = false;
     o->later[0] = '\0';
-    for (int k = from; k < n && !conn; k++) {
+    for (int j = 0; j < n && !conn; j++) {
+        int k = at < n ? (at + 1 + j) % n : j;
+        if (k == at || libpq_tried(o->tried, addrs[k]) || (!round && (at == n || k < at)))
+            continue;
         bool old = false;
         int version = 0;
         char why[300];
         if (!db_connect_params_addr(p, i, addrs[k], session_attrs))
             break;
-        conn = attempt(p, conninfo, &old, &version, NULL, why, sizeof(why));
+        conn = attempt(p, conninfo, &old, &version, NULL, NULL, why, sizeof(why));
         /* A later address that failed otherwise than for its version (down, a standby, ...)
          * makes the host one a retry may cure, old first address or not: the commands must not
          * exit 2 ("every host is an old server") and migrate --connect-wait must wait. Its line
@@ -1655,8 +1682,8 @@ PGconn *db_connect_checked(const char *conninfo, const char *app, bool *unsuppor
             }
             const char *attrs = !p.prefer_standby ? NULL : pass == 0 ? "standby" : "any";
             db_connect_params_host(&p, i, attrs);
-            conn = attempt(&p, conninfo, &out[i].old, &out[i].version, out[i].answered, out[i].why,
-                           sizeof(out[i].why));
+            conn = attempt(&p, conninfo, &out[i].old, &out[i].version, out[i].answered,
+                           &out[i].tried, out[i].why, sizeof(out[i].why));
             out[i].later_other = false;
             out[i].later[0] = '\0';
             if (!conn && out[i].answered[0])
@@ -1678,6 +1705,8 @@ PGconn *db_connect_checked(const char *conninfo, const char *app, bool *unsuppor
     } else {
         PQsetNoticeProcessor(conn, on_notice, NULL);
     }
+    for (int i = 0; i < p.nhosts; i++)
+        free(out[i].tried);
     free(out);
     db_connect_params_free(&p);
     return conn;
