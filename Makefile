@@ -119,7 +119,9 @@ $(1)/%.o: bin/gen/%.c | bin/.deps-ok
 endef
 
 NORMAL_FLAGS = $(CFLAGS)
-ASAN_FLAGS   = $(CFLAGS) $(SAN_FLAGS)
+# OUTBOX_TEST_KNOBS: the test-only settings (docs/development.md, "Test-only knobs") exist in the
+# sanitizer build the tests run, never in the build that is installed or packaged.
+ASAN_FLAGS   = $(CFLAGS) $(SAN_FLAGS) -DOUTBOX_TEST_KNOBS
 $(eval $(call variant_rules,bin/obj,CC,NORMAL_FLAGS))
 $(eval $(call variant_rules,bin/asan/obj,CC,ASAN_FLAGS))
 # The fuzz variant (bin/fuzz/obj, FUZZ_CC, FUZZ_OBJ_FLAGS) is stated with the fuzzers, below.
