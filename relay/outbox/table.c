@@ -319,6 +319,56 @@ static bool append_index_name(StrBuf *sb, PGconn *conn, const TableMap *m, const
                 : append_ident(sb, conn, name, err, errlen);
 }
 
+/* The value of row alias o: its payload, or with envelope (and envelope fields) the envelope
+ * built from o's columns; with m->tombstone_on_empty NULL for a NULL or blank payload, tested
+ * without converting the payload. */
+static bool expand_payload(StrBuf *sb, PGconn *conn, const TableMap *m, bool envelope, char *err,
+                           size_t errlen)
+{
+    /* Debezium's route.tombstone.on.empty.payload: a NULL payload, or one whose text Java's
+     * trim() leaves empty (white space and control characters, U+0001 to U+0020), makes a
+     * tombstone. A bytea payload is never blank to Debezium (a byte[]'s toString() is
+     * "[B@..."): only its NULL is; nor is a json or jsonb one (no JSON text is blank).
+     * This runs on every claimed row before the byte budget cuts the batch, on payloads
+     * still as stored (statements.c, SQL_WITHIN_BUDGET): the test must not convert them.
+     * So json and jsonb, whose ::text converts the whole value, are passed by their type,
+     * and a text payload is looked at by its first 64 characters (substr reads only that
+     * slice of a TOASTed value) before all of it, which only a blank start makes needed. */
+    if (m->tombstone_on_empty &&
+        (!put(sb, "CASE WHEN o.") || !append_ident(sb, conn, m->payload, err, errlen) ||
+         !put(sb, " IS NULL") ||
+         (!m->payload_binary &&
+          (!put(sb, " OR (pg_catalog.pg_typeof(o.") ||
+           !append_ident(sb, conn, m->payload, err, errlen) ||
+           !put(sb, ") <> ALL ('{pg_catalog.json,pg_catalog.jsonb}'::pg_catalog.regtype[])"
+                    " AND pg_catalog.substr(o.") ||
+           !append_ident(sb, conn, m->payload, err, errlen) ||
+           !put(sb, "::text, 1, 64) !~ '[^\\x01-\\x20]' AND o.") ||
+           !append_ident(sb, conn, m->payload, err, errlen) ||
+           !put(sb, "::text !~ '[^\\x01-\\x20]')"))) ||
+         !put(sb, " THEN NULL ELSE ")))
+        return false;
+    if (!envelope || m->n_envelope == 0) {
+        if (!put(sb, "o.") || !append_ident(sb, conn, m->payload, err, errlen))
+            return false;
+    } else {
+        /* Debezium's envelope placement: the value becomes {"payload": ..., field: ...},
+         * each field as its column's JSON (json_build_object keeps the order given). A NULL
+         * payload is null in it, as in Debezium's by default: only with
+         * route.tombstone.on.empty.payload is it a tombstone. */
+        if (!put(sb, "pg_catalog.json_build_object('payload', o.") ||
+            !append_ident(sb, conn, m->payload, err, errlen))
+            return false;
+        for (size_t i = 0; i < m->n_envelope; i++)
+            if (!put(sb, ", ") || !append_literal(sb, conn, m->envelope[i].header, err, errlen) ||
+                !put(sb, ", o.") || !append_ident(sb, conn, m->envelope[i].column, err, errlen))
+                return false;
+        if (!put(sb, ")"))
+            return false;
+    }
+    return !m->tombstone_on_empty || put(sb, " END");
+}
+
 static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char *token, size_t len,
                          char *err, size_t errlen)
 {
@@ -389,55 +439,56 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
         return put(sb, m->event_time
                            ? "pg_catalog.to_char(o.created_at AT TIME ZONE 'UTC', " SQL_ISO_UTC ")"
                            : "NULL::text");
-    if (IS("o.payload")) {
-        /* Debezium's route.tombstone.on.empty.payload: a NULL payload, or one whose text Java's
-         * trim() leaves empty (white space and control characters, U+0001 to U+0020), makes a
-         * tombstone. A bytea payload is never blank to Debezium (a byte[]'s toString() is
-         * "[B@..."): only its NULL is; nor is a json or jsonb one (no JSON text is blank).
-         * This runs on every claimed row before the byte budget cuts the batch, on payloads
-         * still as stored (statements.c, SQL_WITHIN_BUDGET): the test must not convert them.
-         * So json and jsonb, whose ::text converts the whole value, are passed by their type,
-         * and a text payload is looked at by its first 64 characters (substr reads only that
-         * slice of a TOASTed value) before all of it, which only a blank start makes needed. */
-        if (m->tombstone_on_empty &&
-            (!put(sb, "CASE WHEN o.") || !append_ident(sb, conn, m->payload, err, errlen) ||
-             !put(sb, " IS NULL") ||
-             (!m->payload_binary &&
-              (!put(sb, " OR (pg_catalog.pg_typeof(o.") ||
-               !append_ident(sb, conn, m->payload, err, errlen) ||
-               !put(sb, ") <> ALL ('{pg_catalog.json,pg_catalog.jsonb}'::pg_catalog.regtype[])"
-                        " AND pg_catalog.substr(o.") ||
-               !append_ident(sb, conn, m->payload, err, errlen) ||
-               !put(sb, "::text, 1, 64) !~ '[^\\x01-\\x20]' AND o.") ||
-               !append_ident(sb, conn, m->payload, err, errlen) ||
-               !put(sb, "::text !~ '[^\\x01-\\x20]')"))) ||
-             !put(sb, " THEN NULL ELSE ")))
-            return false;
-        if (m->n_envelope == 0) {
-            if (!put(sb, "o.") || !append_ident(sb, conn, m->payload, err, errlen))
+    /* {o.payload} builds the value from the row itself; a claim takes {o.claim_payload} and
+     * {o.envelope_columns} from the row and builds the envelope in {p.payload_text}, after the
+     * byte budget's cut by stored sizes (statements.c, SQL_WITHIN_BUDGET): json_build_object
+     * converts the payload to text, which must not happen to a row the budget leaves out. */
+    if (IS("o.payload"))
+        return expand_payload(sb, conn, m, true, err, errlen);
+    if (IS("o.claim_payload"))
+        return expand_payload(sb, conn, m, false, err, errlen);
+    /* The envelope fields carried through a claim's inner queries as stored (no conversion):
+     * o's columns, their names in the claim's row alias (envelope_1, ...), and their stored
+     * sizes for the budget's first cut. Empty without envelope fields. */
+    if (IS("o.envelope_columns")) {
+        for (size_t i = 0; i < m->n_envelope; i++)
+            if (!put(sb, ", o.") || !append_ident(sb, conn, m->envelope[i].column, err, errlen))
                 return false;
-        } else {
-            /* Debezium's envelope placement: the value becomes {"payload": ..., field: ...},
-             * each field as its column's JSON (json_build_object keeps the order given). A NULL
-             * payload is null in it, as in Debezium's by default: only with
-             * route.tombstone.on.empty.payload is it a tombstone. */
-            if (!put(sb, "pg_catalog.json_build_object('payload', o.") ||
-                !append_ident(sb, conn, m->payload, err, errlen))
-                return false;
-            for (size_t i = 0; i < m->n_envelope; i++)
-                if (!put(sb, ", ") ||
-                    !append_literal(sb, conn, m->envelope[i].header, err, errlen) ||
-                    !put(sb, ", o.") || !append_ident(sb, conn, m->envelope[i].column, err, errlen))
-                    return false;
-            if (!put(sb, ")"))
-                return false;
+        return true;
+    }
+    if (IS("envelope_names") || IS("r.envelope_bytes")) {
+        bool names = IS("envelope_names");
+        for (size_t i = 0; i < m->n_envelope; i++) {
+            char part[96];
+            if (names)
+                snprintf(part, sizeof(part), ", envelope_%zu", i + 1);
+            else
+                snprintf(part, sizeof(part),
+                         " + coalesce(pg_catalog.pg_column_size(r.envelope_%zu), 0)", i + 1);
+            put(sb, part);
         }
-        return !m->tombstone_on_empty || put(sb, " END");
+        return true;
     }
     /* A bytea payload stays bytea: its text form is hex (the result's column type tells
-     * batch.c to decode it), and octet_length counts its bytes. */
-    if (IS("p.payload_text"))
-        return put(sb, m->payload_binary ? "p.payload" : "p.payload::text");
+     * batch.c to decode it), and octet_length counts its bytes. With envelope fields (never
+     * with bytea) the text is the envelope, built from p's payload (NULL here when
+     * {o.claim_payload} made it a tombstone) and the fields {o.envelope_columns} carried. */
+    if (IS("p.payload_text")) {
+        if (m->n_envelope == 0)
+            return put(sb, m->payload_binary ? "p.payload" : "p.payload::text");
+        if (m->tombstone_on_empty && !put(sb, "CASE WHEN p.payload IS NULL THEN NULL ELSE "))
+            return false;
+        if (!put(sb, "pg_catalog.json_build_object('payload', p.payload"))
+            return false;
+        for (size_t i = 0; i < m->n_envelope; i++) {
+            char field[40];
+            snprintf(field, sizeof(field), ", p.envelope_%zu", i + 1);
+            if (!put(sb, ", ") || !append_literal(sb, conn, m->envelope[i].header, err, errlen) ||
+                !put(sb, field))
+                return false;
+        }
+        return put(sb, ")::text") && (!m->tombstone_on_empty || put(sb, " END"));
+    }
     /* What a payload holds in the claim's result beyond its bytes: a bytea arrives as its hex
      * text (\x and two digits a byte), so the budget counts that, not the bytes it decodes to. */
     if (IS("s.payload_hex_extra"))

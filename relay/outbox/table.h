@@ -152,8 +152,16 @@ typedef enum {
  *                      json object {"payload": <payload>, <field>: <column>, ...} (a NULL
  *                      payload in it as null); with m->tombstone_on_empty NULL, a tombstone,
  *                      for a NULL payload and a text one of white space only
+ *   {o.claim_payload}  what a claim takes of row alias o's payload: the column as stored (no
+ *                      conversion), NULL for a tombstone as in {o.payload}; never the envelope
+ *   {o.envelope_columns} ", o.<column>" for each envelope field, as stored ("" without any):
+ *                      a claim's last columns, named {envelope_names} (", envelope_1", ...)
+ *   {r.envelope_bytes} " + coalesce(pg_column_size(r.envelope_N), 0)" for each: their stored
+ *                      sizes, for the budget's first cut
  *   {p.payload_text}   the text form of column payload of alias p (a claim's inner query): its
- *                      ::text, or with a binary payload its bytes as hex (batch.c decodes them)
+ *                      ::text, or with a binary payload its bytes as hex (batch.c decodes them),
+ *                      or with envelope fields the envelope's text built from p.payload and
+ *                      p.envelope_N (NULL for a tombstone with m->tombstone_on_empty)
  *   {o.timestamp_ms}   the timestamp column in ms since the epoch as text, or NULL::text
  *   {o.partition}      the partition column as text, or NULL::text
  *   {payload_text}     the payload column's name as an SQL literal (check's look at its type)

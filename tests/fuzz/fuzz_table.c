@@ -89,7 +89,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *sql = table_sql(
             &m, conn,
             "SELECT o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, "
-            "o.{event_type}, o.{payload}, {o.payload}, {o.headers}, {o.extra_headers} FROM "
+            "o.{event_type}, o.{payload}, {o.payload}, {o.headers}, {o.extra_headers}, "
+            "{o.claim_payload}{o.envelope_columns}, {p.payload_text}, 0{r.envelope_bytes} FROM "
             "{table} o {unsent_idx} {retry_idx} {seq_idx} {sent_idx}",
             err, sizeof(err));
         if (sql) {

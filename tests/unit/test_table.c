@@ -252,7 +252,17 @@ static void test_router_placements(void **state)
         &m, "{o.timestamp_ms}",
         "CASE WHEN pg_catalog.isfinite(o.\"occurred_at\") THEN pg_catalog.floor(extract(epoch FROM "
         "o.\"occurred_at\") * 1000::numeric)::bigint::text ELSE o.\"occurred_at\"::text END");
-    expect_sql(&m, "{p.payload_text}", "p.payload::text");
+    /* A claim builds the envelope after the byte budget's cut by stored sizes, from the payload
+     * and the fields as stored (88_debezium_router part 6): the row carries them unconverted. */
+    expect_sql(&m, "{o.claim_payload}{o.envelope_columns}",
+               "o.\"payload\", o.\"type\", o.\"tenant\"");
+    expect_sql(&m, "msg_partition{envelope_names}", "msg_partition, envelope_1, envelope_2");
+    expect_sql(&m, "0{r.envelope_bytes}",
+               "0 + coalesce(pg_catalog.pg_column_size(r.envelope_1), 0) + "
+               "coalesce(pg_catalog.pg_column_size(r.envelope_2), 0)");
+    expect_sql(&m, "{p.payload_text}",
+               "pg_catalog.json_build_object('payload', p.payload, 'eventType', p.envelope_1, "
+               "'tenant', p.envelope_2)::text");
     expect_sql(&m, "{s.payload_hex_extra}", "0::bigint");
     table_map_free(&m);
 
@@ -269,12 +279,24 @@ static void test_router_placements(void **state)
                "o.\"payload\"::text !~ '[^\\x01-\\x20]') THEN NULL ELSE "
                "pg_catalog.json_build_object('payload', o.\"payload\", 'eventType', o.\"type\", "
                "'tenant', o.\"tenant\") END");
+    /* A claim tests the payload as stored, and a tombstone's envelope is not built. */
+    expect_sql(&m, "{o.claim_payload}",
+               "CASE WHEN o.\"payload\" IS NULL OR (pg_catalog.pg_typeof(o.\"payload\") <> ALL "
+               "('{pg_catalog.json,pg_catalog.jsonb}'::pg_catalog.regtype[]) AND "
+               "pg_catalog.substr(o.\"payload\"::text, 1, 64) !~ '[^\\x01-\\x20]' AND "
+               "o.\"payload\"::text !~ '[^\\x01-\\x20]') THEN NULL ELSE o.\"payload\" END");
+    expect_sql(&m, "{p.payload_text}",
+               "CASE WHEN p.payload IS NULL THEN NULL ELSE pg_catalog.json_build_object('payload', "
+               "p.payload, 'eventType', p.envelope_1, 'tenant', p.envelope_2)::text END");
     table_map_free(&m);
 
     TableOptions plain = {.layout = LAYOUT_RELAY, .payload_binary = true};
     assert_true(table_map_init(&m, &plain, err, sizeof(err)));
     expect_sql(&m, "{o.payload} {p.payload_text} {o.partition} {o.timestamp_ms}",
                "o.\"payload\" p.payload NULL::text NULL::text");
+    /* Without envelope fields the claim carries nothing more. */
+    expect_sql(&m, "{o.claim_payload}|{o.envelope_columns}|{envelope_names}|{r.envelope_bytes}",
+               "o.\"payload\"|||");
     table_map_free(&m);
     /* A bytea payload is never blank to Debezium: only its NULL is a tombstone. */
     plain.tombstone_on_empty = true;

@@ -18,7 +18,10 @@
 #     a binary payload the envelope is refused at start-up;
 #  5. route.tombstone.on.empty.payload costs a claim no conversion of the payloads the byte
 #     budget leaves out: with rows of 200 KB, one to a claim, the payloads' TOAST is read about
-#     once in all (pg_statio's TOAST block reads), not once per claim each row waited through.
+#     once in all (pg_statio's TOAST block reads), not once per claim each row waited through;
+#  6. nor does the envelope placement: the envelope of a row the budget leaves out is not built
+#     (the same count, on a table with an envelope field), and the envelope is what the budget
+#     counts: with --batch-bytes below two envelopes, each claim returns one.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -218,16 +221,16 @@ psql_q "INSERT INTO big_outbox (aggregatetype, aggregateid, type, payload)
         SELECT 'big', 'b-1', 'Big', (SELECT pg_catalog.jsonb_object_agg('k' || i,
                     pg_catalog.md5((g * 10000 + i)::text)) FROM generate_series(1, 4500) i)
         FROM generate_series(1, 16) g" || fail "5: insert"
-toast_blocks_read() { # the TOAST blocks of big_outbox read so far (from the buffers or the disk)
+toast_blocks_read() { # the TOAST blocks of table $1 read so far (from the buffers or the disk)
     psql_q "SELECT coalesce(toast_blks_read, 0) + coalesce(toast_blks_hit, 0)
-            FROM pg_statio_user_tables WHERE relname = 'big_outbox'"
+            FROM pg_statio_user_tables WHERE relname = '$1'"
 }
 other_backends_gone() { # ended sessions have flushed their statistics
     [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'
                  AND pid <> pg_backend_pid()")" = 0 ]
 }
 wait_for "5: no other session before the count" 30 other_backends_gone
-BEFORE=$(toast_blocks_read)
+BEFORE=$(toast_blocks_read big_outbox)
 TOAST_BLOCKS=$(psql_q "SELECT pg_catalog.pg_relation_size(reltoastrelid) / 8192 FROM pg_class
                        WHERE relname = 'big_outbox'")
 relay_start "${BIG[@]}" --database-url "$DATABASE_URL" --brokers "$BROKERS" \
@@ -239,8 +242,49 @@ wait_for "5: the 16 rows sent" 60 big_done
 relay_stop
 check_eq "5: relay exits 0" 0 $?
 wait_for "5: the relay's sessions ended" 30 other_backends_gone
-READ=$(($(toast_blocks_read) - BEFORE))
+READ=$(($(toast_blocks_read big_outbox) - BEFORE))
 echo "5: TOAST blocks read while sending: $READ; the table's TOAST: $TOAST_BLOCKS blocks"
 check "5: each payload's TOAST read about once ($READ blocks read, $TOAST_BLOCKS in the table)" \
     test "$READ" -le $((2 * TOAST_BLOCKS))
 check "5: the count is no zero: the reads were seen ($READ blocks)" test "$READ" -ge "$TOAST_BLOCKS"
+
+# --- 6: nor does the envelope: it is built for the rows the budget returns only ---
+# The same 16 rows of about 200 KB, with an envelope field and no tombstone test: claims that
+# built every claimed row's envelope (json_build_object converts the payload to text) read the
+# TOAST of rows they did not return, each several times over; claims that build it after the
+# budget's cut read it about once. 64 KiB holds one envelope (the payload's text and the field),
+# never two: a claim returning two would be over --batch-bytes.
+psql_q "CREATE TABLE big_env (
+            id uuid NOT NULL PRIMARY KEY DEFAULT gen_random_uuid(),
+            aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL,
+            payload jsonb, tenant int)" || fail "create big_env"
+BIGE=(--layout debezium --table big_env
+    --table.fields.additional.placement 'tenant:envelope,type:header:eventType')
+relay_migrate "${BIGE[@]}" 2>"$T/migrate-bige.log"
+check_eq "6: migrate adopts big_env" 0 $?
+psql_q "INSERT INTO big_env (aggregatetype, aggregateid, type, payload, tenant)
+        SELECT 'bige', 'e-1', 'Big', (SELECT pg_catalog.jsonb_object_agg('k' || i,
+                    pg_catalog.md5((g * 10000 + i)::text)) FROM generate_series(1, 4500) i), g
+        FROM generate_series(1, 16) g" || fail "6: insert"
+wait_for "6: no other session before the count" 30 other_backends_gone
+BEFORE=$(toast_blocks_read big_env)
+TOAST_BLOCKS=$(psql_q "SELECT pg_catalog.pg_relation_size(reltoastrelid) / 8192 FROM pg_class
+                       WHERE relname = 'big_env'")
+relay_start "${BIGE[@]}" --database-url "$DATABASE_URL" --brokers "$BROKERS" \
+    --batch-size 16 --batch-bytes 65536 --sessions 1
+bige_done() {
+    [ "$(psql_q "SELECT count(*) FROM big_env WHERE sent_at IS NULL")" = 0 ]
+}
+wait_for "6: the 16 rows sent" 60 bige_done
+relay_stop
+check_eq "6: relay exits 0" 0 $?
+wait_for "6: the relay's sessions ended" 30 other_backends_gone
+READ=$(($(toast_blocks_read big_env) - BEFORE))
+echo "6: TOAST blocks read while sending: $READ; the table's TOAST: $TOAST_BLOCKS blocks"
+check "6: each payload's TOAST read about once ($READ blocks read, $TOAST_BLOCKS in the table)" \
+    test "$READ" -le $((2 * TOAST_BLOCKS))
+check "6: the count is no zero: the reads were seen ($READ blocks)" test "$READ" -ge "$TOAST_BLOCKS"
+consume --topic outbox.event.bige --to-end --timeout-ms 20000 >"$T/bige.out"
+check_eq "6: each value is its envelope: the payload whole and the field" "16 16" \
+    "$(jq -r '.value | fromjson | "\(.tenant) \(.payload | length)"' "$T/bige.out" | sort -un \
+        | awk '{ n++; k += ($2 == 4500) } END { print n, k }')"
