@@ -107,6 +107,8 @@ typedef struct Linger {
     ev_timer timer;
     unsigned long long left;
     struct sockaddr_storage addr; /* the client's (HTTP_PER_IP_CONNECTIONS holds for lingers too) */
+    unsigned int round;           /* the last linger_round it read in (on_linger_io) */
+    bool owed;                    /* found the turn's reads spent in this round: reads first */
 } Linger;
 
 /* How libmicrohttpd shares the loop.
@@ -162,6 +164,8 @@ struct HttpServer {
     unsigned int linger_turn;          /* ev_iteration of the turn linger_budget is for */
     size_t linger_budget;              /* bytes lingering closes may still read in that turn */
     unsigned long long linger_dropped; /* bytes they read and dropped, in all */
+    unsigned int linger_round; /* the round of reads in which each reads once (linger_read) */
+    unsigned int linger_owed;  /* lingers owed a read in it (Linger.owed) */
     char address[128];
 };
 
@@ -360,9 +364,24 @@ static void warn_evicted(HttpServer *s)
     }
 }
 
+/* l has its read of the round: when it was the last one owed, the next round begins, in which
+ * every lingering close may read again. */
+static void linger_read(Linger *l)
+{
+    HttpServer *s = l->server;
+    l->round = s->linger_round;
+    if (l->owed) {
+        l->owed = false;
+        if (--s->linger_owed == 0)
+            s->linger_round++;
+    }
+}
+
 static void linger_end(Linger *l)
 {
     HttpServer *s = l->server;
+    if (l->owed)
+        linger_read(l); /* no longer owed: the round may end without it */
     ev_io_stop(s->loop, &l->io);
     ev_timer_stop(s->loop, &l->timer);
     close(l->io.fd);
@@ -380,7 +399,12 @@ static void linger_end(Linger *l)
 
 /* Reads and drops what the client sends, a few buffers a wake-up and at most what is left of the
  * turn's HTTP_LINGER_TURN_BYTES (the loop has other work; the watcher is level-triggered and
- * comes back on the next turn), until it closes, errs, or left bytes are in. */
+ * comes back on the next turn), until it closes, errs, or left bytes are in.
+ * The turn's reads go round: libev calls ready watchers in the same order turn after turn, so the
+ * first few spent every turn's budget and the rest read nothing until their 5 s ran out (their
+ * clients, still sending, then got a reset instead of the answer). So one that finds the budget
+ * spent is owed a read, and until every one owed has had it (a round), one that has read in the
+ * round lets them go first. */
 static void on_linger_io(struct ev_loop *loop, ev_io *w, int revents)
 {
     Linger *l = w->data;
@@ -390,6 +414,16 @@ static void on_linger_io(struct ev_loop *loop, ev_io *w, int revents)
         s->linger_turn = ev_iteration(loop);
         s->linger_budget = HTTP_LINGER_TURN_BYTES;
     }
+    if (!l->owed && l->round == s->linger_round && s->linger_owed > 0)
+        return; /* it has read in this round: those owed read first */
+    if (s->linger_budget == 0) {
+        if (!l->owed) {
+            l->owed = true;
+            s->linger_owed++;
+        }
+        return; /* the turn's reads are spent: it reads in a next turn, before the others */
+    }
+    linger_read(l);
     for (int i = 0; i < 4; i++) {
         if (s->linger_budget == 0)
             return; /* the turn's reads are spent: the next turn reads on */
@@ -461,6 +495,7 @@ static void linger_start(HttpServer *s, const Pending *p)
     l->server = s;
     l->addr = p->addr;
     l->left = p->declared && p->declared < HTTP_LINGER_BYTES ? p->declared : HTTP_LINGER_BYTES;
+    l->round = s->linger_round - 1; /* not read in this round */
     ev_io_init(&l->io, on_linger_io, fd, EV_READ);
     l->io.data = l;
     ev_timer_init(&l->timer, on_linger_timer, HTTP_LINGER_S, 0);

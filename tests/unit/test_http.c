@@ -747,6 +747,65 @@ static void test_linger_reads_per_turn_bounded(void **state)
                  turns);
 }
 
+/* The turn's reads (HTTP_LINGER_TURN_BYTES) go round the lingering closes, not to the same few
+ * every turn: 16 of them (8 from each of two addresses, each having read its 405) whose clients
+ * keep every socket full. The loop calls ready watchers in the same order turn after turn, and
+ * the first four (64 KiB each) spent the 256 KiB, so the other twelve read nothing: their
+ * clients, sending before reading, stalled until the 5 s bound closed them with a reset (here:
+ * eleven let their clients send 308 KiB more in 256 turns, the other five 2.5 to 18 MiB). Each
+ * must let its client send at least a quarter of what the most did (fairly, each reads some
+ * 16 KiB a turn). */
+static void test_linger_reads_shared(void **state)
+{
+    Fixture *f = *state;
+    enum { N = 16, TURNS = 256 };
+    int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = post_declaring_from(f, 1ULL << 30, i % 2 ? "127.0.0.2" : "127.0.0.1");
+        char buf[4096];
+        bool answered = false;
+        for (double until = monotime_now() + 20; !answered && monotime_now() < until;) {
+            ev_run(f->loop, EVRUN_NOWAIT);
+            answered = recv(fds[i], buf, sizeof(buf), 0) > 0;
+            if (!answered)
+                usleep(1000);
+        }
+        assert_true(answered);
+    }
+    static char chunk[16384];
+    memset(chunk, 'x', sizeof(chunk));
+    unsigned long long more[N] = {0};
+    int err = 0;
+    for (int turn = -1; turn < TURNS && !err; turn++) {
+        if (turn >= 0)
+            ev_run(f->loop, EVRUN_NOWAIT); /* one turn */
+        for (int i = 0; i < N && !err; i++)
+            for (;;) { /* each socket full again; turn -1 only fills them */
+                ssize_t n = send(fds[i], chunk, sizeof(chunk), MSG_NOSIGNAL);
+                if (n > 0 && turn >= 0)
+                    more[i] += (unsigned long long)n;
+                if (n > 0)
+                    continue;
+                if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+                    err = errno;
+                break;
+            }
+    }
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    if (err)
+        fail_msg("a lingering close ended during the test: %s", strerror(err));
+    unsigned long long least = ~0ULL, most = 0;
+    for (int i = 0; i < N; i++) {
+        least = more[i] < least ? more[i] : least;
+        most = more[i] > most ? more[i] : most;
+    }
+    if (least * 4 < most)
+        fail_msg("in %d turns the least read of %d lingering closes let its client send %llu "
+                 "bytes more, the most %llu: want at least a quarter of the most",
+                 TURNS, N, least, most);
+}
+
 /* The lingering close follows any answer the client is still sending after, not only one to a
  * request that declared a body: a client that sends GET requests pipelined one after another
  * (each connection answers one, then closes) before it reads got a reset while it still sent
@@ -974,6 +1033,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_linger_per_address_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_linger_reads_per_turn_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_linger_after_pipelined, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_linger_reads_shared, setup, teardown),
         cmocka_unit_test_setup_teardown(test_accepts_again_after_the_limit_emptied, setup_limit_48,
                                         teardown),
     };
