@@ -76,5 +76,18 @@ bool addr_request_line_valid(const char *method, const char *target)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
               strchr("!#$%&'*+-.^_`|~", *c)))
             return false;
-    return strcmp(target, "*") != 0 || strcmp(method, "OPTIONS") == 0;
+    if (strcmp(target, "*") == 0)
+        return strcmp(method, "OPTIONS") == 0;
+    if (strcmp(method, "CONNECT") == 0) /* authority-form, host:port (RFC 9112 3.2.3) */
+        return *target != '/' && strchr(target, ':') && !strchr(target, '/');
+    if (*target == '/')
+        return true; /* origin-form (an http or https absolute-form is its path by now) */
+    /* absolute-form with another scheme (RFC 3986 3.1: a letter, then letters, digits, + - .) */
+    const char *c = target;
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z')))
+        return false;
+    while ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+           (*c && strchr("+-.", *c)))
+        c++;
+    return *c == ':';
 }

@@ -29,12 +29,14 @@ const char *addr_request_path(const char *target);
 bool addr_request_method_known(const char *method);
 
 /* Whether a request line's method and target are well formed (RFC 9112 section 3): the method a
- * token (RFC 9110 5.6.2: letters, digits and !#$%&'*+-.^_`|~) and the target "*" (the
- * asterisk-form, RFC 9112 3.2.4) with OPTIONS only. libmicrohttpd 0.9.75 hands any run of
- * non-space bytes over as either; the servers answer a malformed line 400 (RFC 9112 3: an invalid
+ * token (RFC 9110 5.6.2: letters, digits and !#$%&'*+-.^_`|~) and the target one of the forms
+ * of RFC 9112 3.2 its method takes: "*" (the asterisk-form) with OPTIONS only, host:port (the
+ * authority-form) with CONNECT only, else a path (the origin-form: target as addr_request_path
+ * gives it) or an absolute URI ("scheme:..."). libmicrohttpd 0.9.75 hands any run of non-space
+ * bytes over as either; the servers answer a malformed line 400 (RFC 9112 3: an invalid
  * request-line), where a method that is no token was 501, "not implemented", as if it could be,
- * and "GET *" 404. OPTIONS * asks about the server in general (RFC 9110 9.3.7): each server
- * answers it 200 with Allow. */
+ * "GET *" and "GET healthz" 404, and "CONNECT /healthz" 405 with Allow. OPTIONS * asks about the
+ * server in general (RFC 9110 9.3.7): each server answers it 200 with Allow. */
 bool addr_request_line_valid(const char *method, const char *target);
 
 #endif

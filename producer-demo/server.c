@@ -463,8 +463,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const char *refused = NULL;
         int refused_status = 400;
         if (!addr_request_line_valid(method, url))
-            refused = "malformed request line: the method must be a token, and the target \"*\" "
-                      "comes with OPTIONS only";
+            refused = "malformed request line: the method must be a token, and the target a path "
+                      "or an absolute URI (\"*\" comes with OPTIONS only, host:port with CONNECT "
+                      "only)";
         else if (length_ambiguous(c))
             refused = "send one Content-Length header, or Transfer-Encoding without "
                       "Content-Length";

@@ -860,8 +860,9 @@ static void test_linger_after_pipelined(void **state)
  * a token HTTP does not define (or a known one in lower case) 501 on any path (it was 405, "not
  * allowed", as if known), without Allow. A malformed request line (RFC 9112 3) is 400: a method
  * that is no token (it was 501, as if it could be implemented), the target "*" with another
- * method than OPTIONS (it was 404); OPTIONS * (the server in general, RFC 9110 9.3.7) is 200
- * with Allow (it was 404). */
+ * method than OPTIONS (it was 404), a target that is neither a path nor an absolute URI ("GET
+ * healthz": it was 404) and CONNECT's with anything but host:port ("CONNECT /healthz": it was
+ * 405); OPTIONS * (the server in general, RFC 9110 9.3.7) is 200 with Allow (it was 404). */
 static void test_methods(void **state)
 {
     Fixture *f = *state;
@@ -869,16 +870,34 @@ static void test_methods(void **state)
         const char *method, *path;
         int status;
         bool allow;
-    } cases[] = {{"POST", "/healthz", 405, true},    {"DELETE", "/readyz", 405, true},
-                 {"TRACE", "/healthz", 405, true},   {"OPTIONS", "/readyz", 405, true},
-                 {"PATCH", "/healthz", 405, true},   {"POST", "/nope", 404, false},
-                 {"OPTIONS", "/nope", 404, false},   {"FOO", "/healthz", 501, false},
-                 {"get", "/healthz", 501, false},    {"FOO", "/nope", 501, false},
-                 {"BREW", "/readyz", 501, false},    {"HEAD", "/healthz", 200, false},
-                 {"GET", "/healthz", 200, false},    {"OPTIONS", "*", 200, true},
-                 {"GET", "*", 400, false},           {"POST", "*", 400, false},
-                 {"G(T", "/healthz", 400, false},    {"GE\"T", "/nope", 400, false},
-                 {"G\x01T", "/healthz", 400, false}, {"{}", "/readyz", 400, false}};
+    } cases[] = {{"POST", "/healthz", 405, true},
+                 {"DELETE", "/readyz", 405, true},
+                 {"TRACE", "/healthz", 405, true},
+                 {"OPTIONS", "/readyz", 405, true},
+                 {"PATCH", "/healthz", 405, true},
+                 {"POST", "/nope", 404, false},
+                 {"OPTIONS", "/nope", 404, false},
+                 {"FOO", "/healthz", 501, false},
+                 {"get", "/healthz", 501, false},
+                 {"FOO", "/nope", 501, false},
+                 {"BREW", "/readyz", 501, false},
+                 {"HEAD", "/healthz", 200, false},
+                 {"GET", "/healthz", 200, false},
+                 {"OPTIONS", "*", 200, true},
+                 {"GET", "*", 400, false},
+                 {"POST", "*", 400, false},
+                 {"G(T", "/healthz", 400, false},
+                 {"GE\"T", "/nope", 400, false},
+                 {"G\x01T", "/healthz", 400, false},
+                 {"{}", "/readyz", 400, false},
+                 {"GET", "healthz", 400, false},
+                 {"HEAD", "-x:/healthz", 400, false},
+                 {"GET", "1x:/healthz", 400, false},
+                 {"CONNECT", "/healthz", 400, false},
+                 {"CONNECT", "test", 400, false},
+                 {"CONNECT", "test:443", 404, false},
+                 {"POST", "ftp://h/healthz", 404, false},
+                 {"GET", "http://h/healthz", 200, false}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char req[128], buf[2048];
         snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: test\r\n\r\n", cases[i].method,

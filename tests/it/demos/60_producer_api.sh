@@ -418,6 +418,14 @@ check "...and the connection is closed after it" raw_closes
 printf 'GET * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >"$T/req.get-star"
 raw_http "$T/req.get-star"
 check_eq "GET *: 400" 400 "$(raw_answers)"
+# A target that is neither a path nor an absolute URI, and CONNECT's other than host:port: 400
+# too (they were 404 and 405).
+printf 'GET orders HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >"$T/req.no-slash"
+raw_http "$T/req.no-slash"
+check_eq "GET orders (no path): 400" 400 "$(raw_answers)"
+printf 'CONNECT /orders HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >"$T/req.connect-path"
+raw_http "$T/req.connect-path"
+check_eq "CONNECT /orders: 400" 400 "$(raw_answers)"
 printf 'OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >"$T/req.options-star"
 raw_http "$T/req.options-star"
 check_eq "OPTIONS *: 200 with Allow: GET, HEAD, POST, PATCH" "200 true" \
