@@ -284,10 +284,15 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
  * began before the latest death counted and committed after the count was within both, and deleted
  * unasked. A row's xmin tells which transaction wrote its version, and the snapshot which of them
  * had committed: the version is taken when its xmin is visible in the snapshot. xmin is 32 bits,
- * pg_visible_in_snapshot takes a full id: it is the one below this statement's own snapshot's
- * xmax with the same low 32 bits (every version it sees was written below that xmax, and within
- * 2^32 of it but for a frozen row older than that, whose stand-in is some older id: visible,
- * unless it falls between the count and now, a window of seconds). A counted event whose row
+ * pg_visible_in_snapshot takes a full id: it is the one with the same low 32 bits nearest to this
+ * statement's own snapshot's xmax, within 2^31 either side. Most versions the statement sees were
+ * written below that xmax; but a row the purge waits for (another session's lock) and that a
+ * transaction begun after the statement changes meanwhile is read again in its new version
+ * (PostgreSQL's recheck of FOR UPDATE), whose xmin is at or above the xmax: taken as the id below
+ * (2^32 less), as it was, in a cluster past its first 2^32 transactions (epoch 1 and on) that id
+ * was visible in the count's snapshot and the changed row was deleted (83_dead_terminal part 6).
+ * A frozen row older than 2^31 transactions stands for some other id: visible or left, never a
+ * row the count did not see. A counted event whose row
  * changed since (a relay recorded its copy to the dead-letter topic, published or failed) has a
  * new version and is left: the purge then says fewer than counted (admin.c). A death written in
  * a savepoint has the savepoint's id, which a snapshot does not list among the running ones: one
@@ -296,8 +301,8 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
 #define DEAD_XMAX_FULL                                                                             \
     "(SELECT pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint)"
 #define DEAD_XMIN_FULL                                                                             \
-    "((" DEAD_XMAX_FULL " - ((" DEAD_XMAX_FULL " - xmin::text::bigint) % 4294967296"               \
-    " + 4294967296) % 4294967296)::text::pg_catalog.xid8)"
+    "((" DEAD_XMAX_FULL " - ((" DEAD_XMAX_FULL " - xmin::text::bigint + 2147483648) % 4294967296"  \
+    " + 4294967296) % 4294967296 + 2147483648)::text::pg_catalog.xid8)"
 #define SQL_DEAD_ROWS_WHERE(more)                                                                  \
     " FROM {table} WHERE dead_at IS NOT NULL AND sent_at IS NULL"                                  \
     " AND ($1::bigint IS NULL OR {seq} = $1::bigint)"                                              \

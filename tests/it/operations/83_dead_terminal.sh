@@ -13,6 +13,11 @@
 #     and its id lower than the highest counted. Before, "purge 2 ... [y/N]" answered y deleted 3.
 #  5. a counted event whose row changed while the question waited (as when a relay records a failed
 #     copy to the dead-letter topic) is left, and the purge says so.
+#  6. ... also in a cluster past its first 2^32 transactions (epoch 1, pg_resetwal -e), when the
+#     counted row changes while the purge waits for a lock on the one before it: the purge reads
+#     the changed row's new version again (FOR UPDATE's recheck), whose xmin is newer than the
+#     purge's snapshot. Before, that xmin was taken as the id 2^32 below it, which the count's
+#     snapshot saw: the changed row was deleted.
 #  2. dead's table shows an aggregate name whole up to some 500 bytes, and cuts a longer one with
 #     "..."; --json gives every name whole. Before, the table cut every name at 255 bytes unmarked.
 # shellcheck source=tests/lib.sh
@@ -190,3 +195,48 @@ check "5: ... says the changed one was left" \
 check_eq "5: ... which is still dead" "t-1" \
     "$(psql_q "SELECT string_agg(aggregate_id, ' ' ORDER BY aggregate_id) FROM outbox
                WHERE dead_at IS NOT NULL AND sent_at IS NULL")"
+
+# --- 6. ---
+psql_q "DELETE FROM outbox" >/dev/null
+pg_stop
+_as_pg pg_resetwal -e 1 "$T/pg" >"$T/resetwal.log" 2>&1 || fail "6: pg_resetwal -e 1"
+pg_start
+check_eq "6: the cluster is at epoch 1" 1 \
+    "$(psql_q "SELECT pg_current_xact_id()::text::bigint >> 32")"
+insert_dead u-1
+insert_dead u-2
+# Another session holds u-1 locked (as a relay's batch does) until u-2 has changed.
+mkfifo "$T/lock.in"
+psql -XAtq -v ON_ERROR_STOP=1 <"$T/lock.in" >"$T/lock.out" 2>&1 &
+locker=$!
+_t_track "$locker"
+exec 8>"$T/lock.in"
+echo "BEGIN; SELECT 1 FROM outbox WHERE aggregate_id = 'u-1' FOR UPDATE; SELECT 'locked';" >&8
+_poll 30 grep -qx locked "$T/lock.out" || fail "6: the other session locks u-1"
+purge_waits() { [ "$(psql_q "SELECT count(*) FROM pg_locks WHERE NOT granted")" -gt 0 ]; }
+# yes_then_change: once the question is in epoch.out, types y; once the purge waits for u-1, u-2
+# changes (as when a relay records a failed copy) and the other session lets u-1 go.
+yes_then_change() {
+    local i
+    for i in $(seq 300); do
+        if grep -qF '[y/N]' "$T/epoch.out" 2>/dev/null; then break; fi
+        sleep 0.1
+    done
+    printf 'y\n'
+    _poll 30 purge_waits || fail "6: the purge waits for u-1"
+    psql_q "UPDATE outbox SET next_attempt_at = now() + interval '1 minute'
+            WHERE aggregate_id = 'u-2'" >/dev/null
+    echo "COMMIT; SELECT 'released';" >&8
+    _poll 30 grep -qx released "$T/lock.out" || fail "6: the other session lets u-1 go"
+}
+yes_then_change | SHELL=/bin/bash timeout 30 script -q -e -c "$(tty_cmd purge-dead --all)" \
+    /dev/null >"$T/epoch.out" 2>&1
+check_eq "6: epoch 1, purge-dead --all, u-2 changed while the purge waited for u-1: exit 0" 0 $?
+check "6: ... purged u-1" grep -qE $'purged 1 event\r?$' "$T/epoch.out"
+check "6: ... says the changed one was left" \
+    grep -qF '1 of the 2 counted changed since the count' "$T/epoch.out"
+check_eq "6: ... which is still dead" "u-2" \
+    "$(psql_q "SELECT string_agg(aggregate_id, ' ' ORDER BY aggregate_id) FROM outbox
+               WHERE dead_at IS NOT NULL AND sent_at IS NULL")"
+exec 8>&-
+wait "$locker" 2>/dev/null
