@@ -7,11 +7,19 @@ void xiddate_init(XidDates *d)
     d->dated_since = -1;
 }
 
-void xiddate_sample(XidDates *d, long long next_xid, double now)
+bool xiddate_sample(XidDates *d, long long next_xid, double now)
 {
     int n = d->n;
-    if (n > 0 && next_xid <= d->s[n - 1].next_xid)
-        return;
+    if (n > 0 && next_xid == d->s[n - 1].next_xid)
+        return false;
+    /* Kept, the samples took none of the new server's until its ids passed the old one's last,
+     * and dated its ids by when the old server passed them: a slot made after a failover was
+     * held since the old server's first look past its xmin (the relay's first look: days). */
+    bool reset = n > 0 && next_xid < d->s[n - 1].next_xid;
+    if (reset) {
+        xiddate_init(d);
+        n = 0;
+    }
     if (n == XIDDATE_SAMPLES) {
         /* Drop the sample whose loss coarsens a date least for its age: an id it dated is then
          * dated by the next one, (at[i+1] - at[i-1]) at most, against (now - at[i-1]). The
@@ -37,6 +45,7 @@ void xiddate_sample(XidDates *d, long long next_xid, double now)
     d->s[n].at = now;
     d->s[n].next_xid = next_xid;
     d->n = n + 1;
+    return reset;
 }
 
 double xiddate_held(XidDates *d, long long xid, double now)

@@ -5,6 +5,8 @@
 #ifndef OUTBOX_XIDDATE_H
 #define OUTBOX_XIDDATE_H
 
+#include <stdbool.h>
+
 /* How many samples are kept: thinned when full, so that they reach back to the first look with
  * a precision that coarsens with age. */
 #define XIDDATE_SAMPLES 64
@@ -27,8 +29,11 @@ typedef struct XidDates {
 void xiddate_init(XidDates *d);
 
 /* Notes that a look at time `now` saw `next_xid` (64 bits) as the next transaction id; a sample
- * only when it moved on since the last one. */
-void xiddate_sample(XidDates *d, long long next_xid, double now);
+ * only when it moved on since the last one. One below the last sample's is another server's (a
+ * failover to a standby that lagged, a restore: one server's next id never goes back), whose
+ * ids the samples never saw pass: they are dropped and dating starts over from this look.
+ * Returns true then (the caller says so), false otherwise. */
+bool xiddate_sample(XidDates *d, long long next_xid, double now);
 
 /* How long before `now` the samples first saw a transaction id past `xid` (64 bits): a lower
  * bound (before the first sample nothing is known). 0 when none has yet. */

@@ -229,7 +229,13 @@ static void note_horizon(Upkeep *u, PGresult *r)
     double now = monotime_now();
     long long xids = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
     long long next_xid = strtoll(PQgetvalue(r, 0, 7), NULL, 10);
-    xiddate_sample(&u->xid_dates, next_xid, now);
+    long long last_xid = u->xid_dates.n > 0 ? u->xid_dates.s[u->xid_dates.n - 1].next_xid : 0;
+    /* Once per step back (the samples then rise from it again): until then a slot's xmin was
+     * dated by another server's history. */
+    if (xiddate_sample(&u->xid_dates, next_xid, now))
+        log_info("the next transaction id went back: another server (a failover, a restore); "
+                 "replication slots are dated from this look on",
+                 "next_xid=%lld before=%lld", next_xid, last_xid);
     /* A slot, or a walsender holding a standby's feedback (in no transaction), has no start time
      * of its own in PostgreSQL: its xmin is dated, since the first look that saw a transaction
      * id past it, so since dead rows could be kept for it (a lower bound: before the first look,

@@ -2,6 +2,7 @@
  * in bounded memory, as the vacuum horizon look dates a replication slot's xmin. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
@@ -80,12 +81,38 @@ static void test_dated_id_never_younger(void **state)
     assert_true(last == 3600 - 5);
 }
 
+/* The next transaction id went backwards: the upkeep now looks at another server (a failover to
+ * a standby that lagged, a restore), whose ids the samples never saw pass. They are dropped, and
+ * dating starts over from this look, the first of that server: a slot made there after the
+ * failover is held from when it is first seen past, not from when the old server passed its id.
+ * Kept, the samples were never added to until the new server passed the old one's last id, and
+ * such a slot's xmin was dated by the old server's first sample past it: 900 s at once (a week's
+ * relay: a week), the held gauge's alert and --horizon-warn's line with it. */
+static void test_next_xid_backwards_starts_over(void **state)
+{
+    (void)state;
+    XidDates d;
+    xiddate_init(&d);
+    for (double t = 0; t <= 1000; t += 5)
+        look(&d, t);                               /* ids 1000 to 11000 */
+    assert_false(xiddate_sample(&d, 11000, 1005)); /* no transaction since: no reset */
+    /* A standby promoted at id 2500 (it had replayed the old server's first 150 s). */
+    bool reset = xiddate_sample(&d, 2500, 1010);
+    assert_true(xiddate_held(&d, 2400, 1010) == 0.0); /* first seen past now */
+    assert_false(xiddate_sample(&d, 2600, 1015));
+    assert_true(xiddate_held(&d, 2400, 1020) == 10.0);
+    assert_true(xiddate_held(&d, 2550, 1020) == 5.0);
+    assert_true(reset); /* said once, */
+    assert_int_equal(d.n, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dates_from_first_look_past),
         cmocka_unit_test(test_reaches_back_with_relative_precision),
         cmocka_unit_test(test_dated_id_never_younger),
+        cmocka_unit_test(test_next_xid_backwards_starts_over),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
