@@ -360,9 +360,14 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
  * or forgotten transaction, a standby's hot_standby_feedback through its walsender: a READ
  * COMMITTED writer idle in its transaction has no xmin between statements, but its id holds
  * vacuum back as well, and read by xmin alone a producer's forgotten BEGIN was never named), a
- * replication slot's xmin, or a prepared transaction; and whether the holder of kind $1 and id $2
- * (the one upkeep last logged, '' for none) holds one still: the oldest by xids may be another
- * while it does, and saying that it no longer held was false. Then the next transaction id (64
+ * replication slot's xmin, or a prepared transaction; and whether the holder of kind $1, id $2
+ * and start $3 (the one upkeep last logged, '' for none) holds one still: the oldest by xids may
+ * be another while it does, and saying that it no longer held was false. The start (last column:
+ * a session's xact_start, a prepared transaction's prepare time, as exact epoch text; '' for a
+ * slot or a walsender, which have none) tells a holder's next transaction from the one logged:
+ * by kind and id alone, a backend logged that ended its transaction and began another while a
+ * younger holder was the oldest still "held", and its new transaction, once past --horizon-warn
+ * and the oldest again, was never logged. Then the next transaction id (64
  * bits, the snapshot's xmax), by which upkeep dates a slot's xmin: PostgreSQL keeps no start for a
  * slot's snapshot (note_horizon), nor for a walsender's, in no transaction (secs NULL: a standby's
  * feedback without a slot, which, timed from the walsender's backend_start, held as long as the
@@ -380,7 +385,8 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " SELECT 'session' AS kind, a.pid::text AS who, coalesce(a.application_name, '') AS app,"      \
     " coalesce(a.state, '') AS state,"                                                             \
     " extract(epoch FROM pg_catalog.now() - a.xact_start)::float8 AS secs,"                        \
-    " pg_catalog.age(x.x)::bigint AS xids, x.x::text::bigint AS xmin"                              \
+    " pg_catalog.age(x.x)::bigint AS xids, x.x::text::bigint AS xmin,"                             \
+    " coalesce(extract(epoch FROM a.xact_start)::text, '') AS start"                               \
     " FROM pg_stat_activity a CROSS JOIN LATERAL (SELECT CASE WHEN a.backend_xmin IS NULL"         \
     " OR pg_catalog.age(a.backend_xid) > pg_catalog.age(a.backend_xmin) THEN a.backend_xid"        \
     " ELSE a.backend_xmin END AS x) x"                                                             \
@@ -388,15 +394,18 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " FROM pg_catalog.pg_stat_progress_vacuum v WHERE v.pid = a.pid)"                              \
     " UNION ALL SELECT 'replication slot', s.slot_name::text, '', CASE WHEN s.active THEN "        \
     "'active'"                                                                                     \
-    " ELSE 'inactive' END, NULL, pg_catalog.age(s.xmin)::bigint, s.xmin::text::bigint"             \
+    " ELSE 'inactive' END, NULL, pg_catalog.age(s.xmin)::bigint, s.xmin::text::bigint, ''"         \
     " FROM pg_replication_slots s WHERE s.xmin IS NOT NULL"                                        \
     " UNION ALL SELECT 'prepared transaction', p.gid, '', 'prepared',"                             \
     " extract(epoch FROM pg_catalog.now() - p.prepared)::float8, "                                 \
-    "pg_catalog.age(p.transaction)::bigint, p.transaction::text::bigint"                           \
+    "pg_catalog.age(p.transaction)::bigint, p.transaction::text::bigint,"                          \
+    " extract(epoch FROM p.prepared)::text"                                                        \
     " FROM pg_prepared_xacts p)"                                                                   \
     " SELECT kind, who, app, state, secs, xids,"                                                   \
-    " EXISTS (SELECT 1 FROM h l WHERE l.kind = $1::text AND l.who = $2::text),"                    \
-    " pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint, xmin FROM h"    \
+    " EXISTS (SELECT 1 FROM h l WHERE l.kind = $1::text AND l.who = $2::text"                      \
+    " AND l.start = $3::text),"                                                                    \
+    " pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint, xmin, start"    \
+    " FROM h"                                                                                      \
     " ORDER BY xids DESC, kind, who LIMIT 1"
 
 /* Sent rows older than $1 seconds, at most `batch` (a number, as text) of them per statement,

@@ -22,9 +22,11 @@
 /* Bounds every statement of this session: a backlog count over a huge table, say, gives up and
  * is retried at the next interval instead of piling up. */
 #define UPKEEP_STATEMENT_TIMEOUT_S 30
-/* A vacuum horizon holder as "KIND WHO": the kind and a prepared transaction's gid (up to 200
- * bytes) whole, or two long gids that begin alike compare equal and the second is never logged. */
-#define HOLDER_MAX (32 + 1 + 256)
+/* A vacuum horizon holder as "KIND WHO START": the kind and a prepared transaction's gid (up to
+ * 200 bytes) whole, or two long gids that begin alike compare equal and the second is never
+ * logged; and its transaction's start (SQL_HORIZON), so that its next one is another. */
+#define HOLDER_START_MAX 40
+#define HOLDER_MAX (32 + 1 + 256 + 1 + HOLDER_START_MAX)
 /* The session's bound, unless one at most as long is in force already (the URL's options, the
  * role's or the database's setting): a SET overrode a stricter one, so retention's DELETEs ran
  * up to 30 s where the operator allowed 5. */
@@ -89,8 +91,8 @@ struct Upkeep {
                                       * none */
     /* Its kind and id apart, SQL_HORIZON's parameters (the kind may hold a space; a prepared
      * transaction's gid up to 200 bytes), and those parameters. */
-    char horizon_logged_kind[32], horizon_logged_who[256];
-    const char *horizon_params[2];
+    char horizon_logged_kind[32], horizon_logged_who[256], horizon_logged_start[HOLDER_START_MAX];
+    const char *horizon_params[3];
     /* Dates a slot's xmin (note_horizon). */
     XidDates xid_dates;
     /* Sessions seen holding lane-group locks no relay would hold (SQL_LANE_SQUATTERS): the last
@@ -199,6 +201,7 @@ static void note_result(Upkeep *u, UpkeepTask task, const char *error)
 static void forget_horizon_holder(Upkeep *u)
 {
     u->horizon_logged[0] = u->horizon_logged_kind[0] = u->horizon_logged_who[0] = '\0';
+    u->horizon_logged_start[0] = '\0';
 }
 
 /* The 64-bit transaction id whose low 32 bits are `xid32`, within 2^31 of `next_xid` (64 bits):
@@ -225,7 +228,8 @@ static void note_horizon(Upkeep *u, PGresult *r)
         return;
     }
     char holder[HOLDER_MAX];
-    snprintf(holder, sizeof(holder), "%s %s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
+    snprintf(holder, sizeof(holder), "%s %s %s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1),
+             PQgetvalue(r, 0, 9));
     double now = monotime_now();
     long long xids = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
     long long next_xid = strtoll(PQgetvalue(r, 0, 7), NULL, 10);
@@ -266,6 +270,8 @@ static void note_horizon(Upkeep *u, PGresult *r)
         snprintf(u->horizon_logged, sizeof(u->horizon_logged), "%s", holder);
         snprintf(u->horizon_logged_kind, sizeof(u->horizon_logged_kind), "%s", PQgetvalue(r, 0, 0));
         snprintf(u->horizon_logged_who, sizeof(u->horizon_logged_who), "%s", PQgetvalue(r, 0, 1));
+        snprintf(u->horizon_logged_start, sizeof(u->horizon_logged_start), "%s",
+                 PQgetvalue(r, 0, 9));
     } else if (held < warn_s && u->horizon_logged[0] &&
                (strcmp(holder, u->horizon_logged) == 0 || strcmp(PQgetvalue(r, 0, 6), "t") != 0)) {
         /* The snapshot logged is gone, but another (younger than --horizon-warn) holds one:
@@ -462,7 +468,7 @@ static void kick(Upkeep *u)
             q[n++] = (PgQuery){u->sql[UPKEEP_BACKLOG], 0, NULL, false};
         if (u->oldest_sent)
             q[n++] = (PgQuery){u->sql[UPKEEP_RETENTION_OLDEST], 0, NULL, false};
-        q[n++] = (PgQuery){SQL_HORIZON, 2, u->horizon_params, false};
+        q[n++] = (PgQuery){SQL_HORIZON, 3, u->horizon_params, false};
         if (!pg_conn_send(u->pg, q, n, on_backlog, u))
             u->gauge_due = false;
         return;
@@ -634,6 +640,7 @@ static Upkeep *upkeep_create(struct ev_loop *loop, const Config *cfg, bool gauge
     u->interval = on_demand ? UPKEEP_ON_DEMAND_GAUGE_INTERVAL_S : test_gauge_interval();
     u->horizon_params[0] = u->horizon_logged_kind;
     u->horizon_params[1] = u->horizon_logged_who;
+    u->horizon_params[2] = u->horizon_logged_start;
     xiddate_init(&u->xid_dates);
     /* On demand, the first refresh comes at once, as a standing connection's does at setup. */
     u->gauge_due = on_demand && gauges;

@@ -33,6 +33,8 @@
 #  - SLOTLESS: a healthy standby with hot_standby_feedback and no slot (the feedback is its
 #    walsender's xmin, in no transaction) is not logged: its xmin is dated as a slot's, not timed
 #    from the walsender's start.
+#  - RENEW: a backend logged that ends its transaction and begins another while a younger holder
+#    is the oldest is logged again once its new transaction is the oldest and past --horizon-warn.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -380,3 +382,72 @@ check "SLOTLESS: a healthy standby's walsender is not logged as holding back vac
     lacks "$RELAY_LOG" "holds back vacuum"
 relay_stop
 check_eq "SLOTLESS: the relay exits 0" 0 "$?"
+
+# --- RENEW: a backend logged ends its transaction and begins another while a younger holder is
+# the oldest ------------------------------------------------------------------------------------
+# The holder logged was kept by kind and id alone ("session PID"): while the younger holder was
+# the oldest, the backend "held" still, in its new transaction, and once that one was the oldest
+# again and past --horizon-warn it was the holder logged, never logged itself. Here the younger
+# holder is a transaction whose id comes before the backend's new one, prepared a few seconds
+# after the backend began (a prepared transaction is timed from its PREPARE), so it stays below
+# --horizon-warn (6 s) while the backend's new transaction passes it.
+psql -XAtq -p "$SB_PORT" -c "ALTER SYSTEM SET hot_standby_feedback = off" -c "SELECT pg_reload_conf()" \
+    >/dev/null || fail "RENEW: the standby's feedback off"
+walsender_free() {
+    [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender'
+                 AND backend_xmin IS NOT NULL")" = 0 ]
+}
+wait_for "RENEW: the standby's feedback no longer holds the horizon" 30 walsender_free
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0 \
+    --horizon-warn 6s --kafka reconnect.backoff.max.ms=500
+metrics_wait
+mkfifo "$T/renew_a.fifo" "$T/renew_b.fifo"
+PGAPPNAME=renew-a psql -XAtq <"$T/renew_a.fifo" >"$T/renew_a.out" 2>&1 &
+RENEW_A=$!
+_t_track "$RENEW_A"
+exec 5>"$T/renew_a.fifo" # the backend's session, written to until its last COMMIT below
+echo "BEGIN; INSERT INTO idle_t VALUES (2); SELECT pg_backend_pid();" >&5
+a_pid() { head -n 1 "$T/renew_a.out"; }
+a_lines() { [ "$(wc -l <"$T/renew_a.out")" -ge "$1" ]; }
+_poll 10 a_lines 1 || fail "RENEW: the backend holds its first transaction id"
+for g in $(seq 1 20); do # transactions that commit behind it
+    psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+            VALUES ('r', 'r-$g', 'changed', '{\"seq\": $g}')"
+done
+a_logged() { # a_logged N: the backend was named N times
+    [ "$(grep -c "an old snapshot holds back vacuum.*holder=\"session\" id=\"$(a_pid)\"" \
+        "$RELAY_LOG")" = "$1" ]
+}
+wait_for "RENEW: the backend's first transaction is logged past --horizon-warn" 20 a_logged 1
+PGAPPNAME=renew-b psql -XAtq <"$T/renew_b.fifo" >"$T/renew_b.out" 2>&1 &
+RENEW_B=$!
+_t_track "$RENEW_B"
+exec 6>"$T/renew_b.fifo"
+echo "BEGIN; INSERT INTO idle_t VALUES (3); SELECT pg_backend_pid();" >&6
+b_lines() { [ "$(wc -l <"$T/renew_b.out")" = 1 ]; }
+_poll 10 b_lines || fail "RENEW: the younger holder has its transaction id"
+# One line, so that no look falls between the two transactions (the backend holds nothing there).
+echo "COMMIT; BEGIN; INSERT INTO idle_t VALUES (4); SELECT 'new';" >&5
+_poll 10 a_lines 2 || fail "RENEW: the backend holds its new transaction id"
+a_past() { # a_past S: the backend's new transaction is older than S seconds
+    [ "$(psql_q "SELECT now() - xact_start > interval '$1 s' FROM pg_stat_activity
+                 WHERE pid = $(a_pid)")" = t ]
+}
+wait_for "RENEW: the backend's new transaction runs 3 s" 20 a_past 3
+echo "PREPARE TRANSACTION 'renew-b';" >&6
+b_prepared() { [ "$(psql_q "SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'renew-b'")" = 1 ]; }
+_poll 10 b_prepared || fail "RENEW: the younger holder is prepared"
+wait_for "RENEW: the backend's new transaction runs past --horizon-warn" 20 a_past 7
+psql_q "COMMIT PREPARED 'renew-b'" >/dev/null || fail "RENEW: commit the younger holder"
+wait_for "RENEW: the backend's new transaction, the oldest again past --horizon-warn, is logged" \
+    20 a_logged 2
+b_unwarned() { # the younger holder, prepared or its session before, was never logged as holding
+    ! grep -q -e "holds back vacuum;.* id=\"renew-b\"" \
+        -e "holds back vacuum;.* id=\"$(head -n 1 "$T/renew_b.out")\"" "$RELAY_LOG"
+}
+check "RENEW: (the younger holder was never logged: it stayed below --horizon-warn)" b_unwarned
+echo "COMMIT;" >&5
+exec 5>&- 6>&-
+wait "$RENEW_A" "$RENEW_B"
+relay_stop
+check_eq "RENEW: the relay exits 0" 0 "$?"
