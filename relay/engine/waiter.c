@@ -24,10 +24,20 @@
  * database (1 s, say) that ends the wait before its lock_timeout ends it the same way
  * (query_canceled): as an error, every wait that reached the cap failed, no notification went out
  * (sessions of other relays that followed the wait slept on until their --poll-interval), and
- * this relay's sessions polled for WAITER_RETRY_S after each. */
+ * this relay's sessions polled for WAITER_RETRY_S after each. The connection check
+ * (client_connection_check_interval, pg.c: --session-timeout / 3, at least 1 s) is off for the
+ * statement: bounded by its lock_timeout and holding no lanes, it has nothing to give up early,
+ * and its notification is what the sessions asleep on it wait for, other relays' too. With the
+ * check on, a relay killed mid-wait had its wait ended by "connection to client lost" whenever
+ * the check came due before the wait's end, and nothing was notified: 4 kills of 4 with
+ * --session-timeout 3 s, the check then every second, as long as the longest wait
+ * (tests/it/delivery/33_wakeup.sh part 10); a longer timeout made it rarer, not impossible.
+ * pg_settings has the setting on PostgreSQL 14 and later only. */
 #define SQL_WAITER                                                                                 \
     "DO $waiter$BEGIN"                                                                             \
     " PERFORM pg_catalog.set_config('lock_timeout', '%ldms', true);"                               \
+    " PERFORM pg_catalog.set_config(name, '0', true) FROM pg_catalog.pg_settings"                  \
+    " WHERE name = 'client_connection_check_interval';"                                            \
     " BEGIN"                                                                                       \
     " PERFORM pg_catalog.pg_advisory_lock(" LOCK_KEY_WAKEUP "::bigint);"                           \
     " PERFORM pg_catalog.pg_advisory_unlock(" LOCK_KEY_WAKEUP "::bigint);"                         \

@@ -23,6 +23,8 @@
 #     queues for the lock, so another producer's insert meanwhile notifies, and its rows go out
 #     at once; the long transaction's row too, once it commits. So also under a statement_timeout
 #     of 1 s, which ends the waits of 1 s before their lock_timeout does.
+# 10. a relay killed while its waiter waits (--session-timeout 3 s): the wait runs to its end on
+#     the server and notifies; the connection check did not end it first.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -332,3 +334,37 @@ check "9: waits reached their cap of 1 s (the statement_timeout's)" \
     grep -q "waiting for producers' transactions.*lock_timeout_ms=1000" "$RELAY_LOG"
 check "9: the relay logged no failure of its waiter" lacks "$RELAY_LOG" "waiter failed"
 psql_q "ALTER DATABASE outbox RESET track_functions" >/dev/null || not_ok "9: reset track_functions"
+
+# --- 10. a relay killed while its waiter waits -------------------------------------------------
+# The waiter's wait ends with a notification, which wakes the sessions asleep on it, this relay's
+# and other relays'. A relay killed mid-wait leaves its wait running on the server, and the
+# notification must still go out at its end. With --session-timeout 3 s (1 s or more below),
+# the connection check (client_connection_check_interval, T/3 and at least 1 s: pg.c) came due
+# within almost every wait of 1 s: the backend found its client gone and ended with "FATAL:
+# connection to client lost" before the wait ended, and nothing was notified (the sessions of
+# other relays that slept on that wait slept on until their --poll-interval). A kill lands before
+# or after that check's moment in its wait: four kills, each must leave the wait to end.
+PGAPPNAME=slow10 slow_producer 300 "$(row9 long10)" >"$T/slow.out" 2>&1 &
+SLOW=$!
+_t_track "$SLOW"
+wait_for "10: a producer's transaction holds the wakeup lock shared (no relay runs)" 30 said held
+waiting_waiter() { # the waiter's server process while it queues for the wakeup lock
+    psql_q "SELECT pid FROM pg_stat_activity WHERE application_name = 'outbox-relay wakeup'
+            AND wait_event_type = 'Lock'"
+}
+has_waiting_waiter() { [ -n "$(waiting_waiter)" ]; }
+waiter_at_cap() { grep -q "waiting for producers' transactions.*lock_timeout_ms=1000" "$RELAY_LOG"; }
+backend_gone() { [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE pid = $1")" = 0 ]; }
+for kill10 in 1 2 3 4; do
+    relay_start "${OPTS[@]}" --sleep-after 1000 --session-timeout 3000
+    wait_for "10.$kill10: the relay's waiter waits its cap, 1 s" 30 waiter_at_cap
+    _poll 10 has_waiting_waiter
+    WAITER=$(waiting_waiter)
+    relay_kill
+    wait_for "10.$kill10: the killed relay's waiter process ends" 20 backend_gone "${WAITER:-0}"
+    check "10.$kill10: its wait ran to its end (and its notification), not ended by the connection check" \
+        lacks "$T/pg.log" "[${WAITER:-0}] FATAL:  connection to client lost"
+done
+psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'slow10'" \
+    >/dev/null || not_ok "10: end the producer's transaction"
+wait "$SLOW" 2>/dev/null || :
