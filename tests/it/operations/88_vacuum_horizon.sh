@@ -35,6 +35,8 @@
 #    from the walsender's start.
 #  - RENEW: a backend logged that ends its transaction and begins another while a younger holder
 #    is the oldest is logged again once its new transaction is the oldest and past --horizon-warn.
+#  - FAILOVER: the upkeep reconnecting to a standby promoted while it lagged (its next transaction
+#    id lower than the relay's samples) says so once and drops the samples.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -451,3 +453,66 @@ exec 5>&- 6>&-
 wait "$RENEW_A" "$RENEW_B"
 relay_stop
 check_eq "RENEW: the relay exits 0" 0 "$?"
+
+# --- FAILOVER: the upkeep reconnects to a server whose next transaction id is lower -------------
+# The standby stops receiving (a standby that lags); the primary commits transactions it never
+# sees, and a look samples them; then the primary stops and the standby is promoted on the
+# primary's port (the relay's URL unchanged, as a moved address would have it). Its next
+# transaction id is behind the samples: they are another server's, and are dropped (test_xiddate
+# shows what dating by them did: a slot made there was held since the old server passed its xmin).
+psql -XAtq -p "$SB_PORT" -c "ALTER SYSTEM SET primary_conninfo = ''" -c "SELECT pg_reload_conf()" \
+    >/dev/null || fail "FAILOVER: the standby stops receiving"
+sb_unfed() { [ "$(psql -XAtq -p "$SB_PORT" -c "SELECT count(*) FROM pg_stat_wal_receiver")" = 0 ]; }
+wait_for "FAILOVER: the standby receives no more" 30 sb_unfed
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0 \
+    --horizon-warn 6s --kafka reconnect.backoff.max.ms=500
+metrics_wait
+# A transaction held open behind them, so that a look that has seen them all is known: its age is
+# past them.
+mkfifo "$T/failover.fifo"
+psql -XAtq <"$T/failover.fifo" >/dev/null 2>&1 &
+FO=$!
+_t_track "$FO"
+exec 5>"$T/failover.fifo"
+echo "BEGIN; INSERT INTO idle_t VALUES (0);" >&5
+fo_holds() { [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL
+                          AND pid <> pg_backend_pid()")" -ge 1 ]; }
+_poll 10 fo_holds || fail "FAILOVER: a transaction holds its id"
+for g in $(seq 1 30); do # transactions the standby never sees
+    psql_q "INSERT INTO idle_t VALUES ($g)" >/dev/null
+done
+seen() { awk -v x="$(gauge outbox_vacuum_horizon_age_xids)" 'BEGIN { exit !(x >= 31) }'; }
+wait_for "FAILOVER: a look samples the primary's next transaction id past them" 30 seen
+echo "COMMIT;" >&5
+exec 5>&-
+wait "$FO"
+check_eq "FAILOVER: nothing said of a transaction id going back yet" 0 \
+    "$(grep -c "the next transaction id went back" "$RELAY_LOG")"
+pg_stop
+_as_pg pg_ctl -D "$SB" -m fast -w -t 30 stop >/dev/null 2>&1 || fail "FAILOVER: stop the standby"
+echo "port = $PGPORT" >>"$SB/postgresql.conf"
+_as_pg pg_ctl -D "$SB" -l "$T/standby.log" -w -t 30 start >/dev/null 2>&1 ||
+    fail "FAILOVER: start the standby on the primary's port"
+_as_pg pg_ctl -D "$SB" -w -t 30 promote >/dev/null 2>&1 || fail "FAILOVER: promote the standby"
+# A holder there: a look samples the next transaction id only when something holds vacuum back
+# (the samples date holders; with none, nothing is dated and nothing was sampled).
+psql -XAtq <"$T/failover.fifo" >/dev/null 2>&1 &
+FO=$!
+_t_track "$FO"
+exec 5>"$T/failover.fifo"
+echo "BEGIN; INSERT INTO idle_t VALUES (0);" >&5
+went_back() { grep -q "the next transaction id went back" "$RELAY_LOG"; }
+wait_for "FAILOVER: the relay says the next transaction id went back (samples dropped)" 60 went_back
+echo "COMMIT;" >&5
+exec 5>&-
+wait "$FO"
+grep "the next transaction id went back" "$RELAY_LOG" | sed 's/^/# /'
+back_by() { # the line's next_xid is below its before= (by 10 at least of the 31 unseen)
+    grep "the next transaction id went back" "$RELAY_LOG" | head -n 1 |
+        sed -n 's/.*next_xid=\([0-9]*\) before=\([0-9]*\).*/\1 \2/p' |
+        awk '{ exit !($2 - $1 >= 10) }'
+}
+check "FAILOVER: by the transactions the standby never saw" back_by
+check_eq "FAILOVER: said once" 1 "$(grep -c "the next transaction id went back" "$RELAY_LOG")"
+relay_stop
+check_eq "FAILOVER: the relay exits 0" 0 "$?"
