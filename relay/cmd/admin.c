@@ -343,22 +343,34 @@ PGresult *admin_exec_unbounded(PGconn *conn, const TableMap *map, const char *tm
     return exec_template(conn, map, tmpl, nparams, params, expect, false);
 }
 
-PGresult *admin_lane_squatters(PGconn *conn, DbError *e)
+PGresult *admin_lane_squatters(PGconn *conn, const TableMap *map, DbError *e)
 {
-    PGresult *first = admin_query(conn, SQL_LANE_SQUATTERS, 0, NULL, e);
-    if (!first)
+    char err[256];
+    char *sql = table_sql(map, conn, SQL_LANE_SQUATTERS, err, sizeof(err));
+    if (!sql) {
+        *e = (DbError){.conn_lost = false};
+        snprintf(e->message, sizeof(e->message), "%s", err);
         return NULL;
+    }
+    PGresult *first = admin_query(conn, sql, 0, NULL, e);
+    if (!first) {
+        free(sql);
+        return NULL;
+    }
     SquatSeen seen_first = {0};
     for (int i = 0; i < PQntuples(first); i++)
         (void)squat_counts(first, i, NULL, &seen_first);
-    if (seen_first.n == 0)
+    if (seen_first.n == 0) {
+        free(sql);
         return first; /* every row counts at once: no second look */
+    }
     PQclear(first);
     struct timespec wait = {ADMIN_SQUAT_RECHECK_MS / 1000,
                             (ADMIN_SQUAT_RECHECK_MS % 1000) * 1000000L};
     while (nanosleep(&wait, &wait) != 0 && errno == EINTR)
         ;
-    PGresult *now = admin_query(conn, SQL_LANE_SQUATTERS, 0, NULL, e);
+    PGresult *now = admin_query(conn, sql, 0, NULL, e);
+    free(sql);
     /* The second look's rows that count (squatters.h). */
     PGresult *out = now ? PQcopyResult(now, PG_COPYRES_ATTRS) : NULL;
     bool copied = out != NULL;

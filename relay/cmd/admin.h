@@ -124,11 +124,12 @@ PGresult *admin_exec_unbounded(PGconn *conn, const TableMap *map, const char *tm
  * in its columns (SQL_LANE_SQUATTERS: pid, what, lanes, slots, role, application, client
  * address), as the relay's upkeep counts them: a "slot-without-lanes" holder, which can be a
  * relay joining, only when a second look ADMIN_SQUAT_RECHECK_MS later (taken only then) finds it
- * so again (squatters.h, the rule the upkeep applies too). For status and check, which said
- * nothing of such sessions: only a relay with --metrics-listen did. Blocks up to two statement
+ * so again (squatters.h, the rule the upkeep applies too); map: the table, whose relays' roles
+ * (any that may UPDATE it) are never named for a slot without lanes. For status and check, which
+ * said nothing of such sessions: only a relay with --metrics-listen did. Blocks up to two statement
  * bounds and the wait. Returns the rows that count (the caller PQclears the result), or NULL with
  * e filled in when a look failed (or no memory was left: e->message says so). */
-PGresult *admin_lane_squatters(PGconn *conn, DbError *e);
+PGresult *admin_lane_squatters(PGconn *conn, const TableMap *map, DbError *e);
 
 /* Prints the dead-lettered events (a table, or JSON lines with cfg->json) to stdout. Returns the
  * exit status: 0, or 1 on a database error or a row --json cannot print (not UTF-8; logged, the

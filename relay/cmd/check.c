@@ -510,10 +510,10 @@ static void check_kafka(Checks *c, const Config *cfg, rd_kafka_conf_t *kconf)
  * as `run` starts), but the aggregates of the lanes such a session holds wait until it ends, a
  * relay away from Kafka whose mark it holds keeps its lanes, and before, only a relay with
  * --metrics-listen said so. */
-static void check_lane_squatters(Checks *c, PGconn *conn)
+static void check_lane_squatters(Checks *c, PGconn *conn, const TableMap *map)
 {
     DbError e;
-    PGresult *res = admin_lane_squatters(conn, &e);
+    PGresult *res = admin_lane_squatters(conn, map, &e);
     if (!res && strcmp(e.sqlstate, "42501") == 0) {
         /* pg_locks revoked: the privileges line names that already, as the problem it is. */
         say_warn(c, "lanes", "cannot look for sessions that hold the lane group's locks: %s",
@@ -590,7 +590,7 @@ int check_run(const Config *cfg, rd_kafka_conf_t *kconf)
                 check_payload_type(&c, conn, &cfg->map);
         }
         if (!c.pg_gone)
-            check_lane_squatters(&c, conn);
+            check_lane_squatters(&c, conn, &cfg->map);
         PQfinish(conn);
     }
     check_kafka(&c, cfg, kconf);

@@ -286,7 +286,7 @@ int status_run(const Config *cfg)
                            ? admin_exec(conn, &cfg->map, SQL_RELAYS, 0, NULL, PGRES_TUPLES_OK)
                            : NULL;
     /* On a standby there are none to see: the locks are the primary's, as the sessions are. */
-    PGresult *squat = relays ? admin_lane_squatters(conn, &e) : NULL;
+    PGresult *squat = relays ? admin_lane_squatters(conn, &cfg->map, &e) : NULL;
     if (relays && !squat) {
         char q[600];
         log_error("query failed", "error=%s", log_quote(e.message, q, sizeof(q)));

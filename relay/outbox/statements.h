@@ -203,17 +203,21 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
  * only between batches); with many members rendezvous hashing leaves some with none; or
  * strangers hold its lanes. It counts only while some lane has no owner (a slot that keeps a
  * lane from being claimed), only when still there at the next look (squatters.h), and only
- * for a session whose role is neither the caller's nor that of a session holding lanes as a relay
- * does (one slot, no stray marks): status and check run as another role than the relays' (an
- * operator's) named relays away from Kafka, and check told to terminate them. That role test
- * excuses a stranger only of a role that already passes for a relay: any login can hold a slot
- * and one lane, which no look tells from a relay (docs/security.md, "any database login").
+ * for a session whose role is neither the caller's nor one that may UPDATE the table (a relay's
+ * role may: it records sent rows and failures). status and check run as an operator's role
+ * named relays away from Kafka, and check told to terminate them; so did each relay's upkeep
+ * for relays logging in as different roles (one login per host, each a member of
+ * outbox_relay), which also made the relay delivering unready. Whoever may UPDATE the table can
+ * lose its events without any lock: the test excuses no neighbour outside that trust (a login
+ * holding one slot and one lane to pass for a relay excuses nothing else of its role). A table
+ * that does not exist ({table_text}, NULL) excuses no one.
  * Columns: pid, what, lanes, slots, role, application, client address (the address NULL
  * unless the caller's role may see that session; pg_stat_activity shows any session's role and
- * application to any role, and the role test reads its usesysid: a NULL only once it ended). The
- * types compared are the built-in operators' own (bigint with integer, oid with oid): no
- * look-alike of the schema is called (docs/security.md, search_path). pg_locks is read once
- * (MATERIALIZED, as SQL_LANES_MEMBERS says why). */
+ * application to any role, and the role test reads its usesysid: a NULL, not excused, only once
+ * it ended). The types compared are the built-in operators' own (bigint with integer, oid with
+ * oid): no look-alike of the schema is called (docs/security.md, search_path). A table template
+ * (table_sql: {table_text}). pg_locks is read once (MATERIALIZED, as SQL_LANES_MEMBERS says
+ * why). */
 #define SQUAT_LANES "pg_catalog.count(*) FILTER (WHERE l.classid = " LOCK_NS_LANE "::oid)"
 #define SQUAT_SLOTS "pg_catalog.count(*) FILTER (WHERE l.classid = " LOCK_NS_MEMBER "::oid)"
 #define SQUAT_STRAY_MARKS                                                                          \
@@ -235,8 +239,8 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " WHERE p.slots <> 1 OR p.stray > 0"                                                           \
     " OR (p.lanes = 0 AND a.usename IS DISTINCT FROM CURRENT_USER"                                 \
     " AND (SELECT pg_catalog.count(*) FROM k o WHERE o.classid = " LOCK_NS_LANE "::oid) < 64"      \
-    " AND NOT EXISTS (SELECT FROM p r JOIN pg_stat_activity ra ON ra.pid = r.pid"                  \
-    " WHERE r.lanes > 0 AND r.slots = 1 AND r.stray = 0 AND ra.usesysid = a.usesysid))"            \
+    " AND pg_catalog.has_any_column_privilege(a.usesysid,"                                         \
+    " pg_catalog.to_regclass({table_text})::pg_catalog.oid, 'UPDATE') IS NOT TRUE)"                \
     " ORDER BY 1"
 
 /* ---- status (relay/cmd/status.c) ---- */

@@ -35,7 +35,13 @@ static const char *const SQL_SETUP =
 static const char *const SQL_APPNAME = "SET application_name = 'outbox-relay upkeep'";
 
 /* Templates for the configured table (relay/outbox/table.h). */
-enum { UPKEEP_BACKLOG, UPKEEP_RETENTION, UPKEEP_RETENTION_OLDEST, UPKEEP_SQL_COUNT };
+enum {
+    UPKEEP_BACKLOG,
+    UPKEEP_RETENTION,
+    UPKEEP_RETENTION_OLDEST,
+    UPKEEP_SQUATTERS,
+    UPKEEP_SQL_COUNT
+};
 
 /* What a result or error belongs to (note_result), as its log lines name it: the backlog
  * refresh (the count, and the oldest sent row's age with --retention) apart from the quick looks
@@ -53,6 +59,7 @@ static const char *const sql_templates[UPKEEP_SQL_COUNT] = {
     [UPKEEP_BACKLOG] = SQL_BACKLOG,
     [UPKEEP_RETENTION] = SQL_RETENTION(STR(RETENTION_BATCH)),
     [UPKEEP_RETENTION_OLDEST] = SQL_RETENTION_OLDEST,
+    [UPKEEP_SQUATTERS] = SQL_LANE_SQUATTERS,
 };
 
 struct Upkeep {
@@ -463,7 +470,7 @@ static void kick(Upkeep *u)
         u->oldest_sent = u->backlog_sent && u->retention_s > 0;
         PgQuery q[4];
         int n = 0;
-        q[n++] = (PgQuery){SQL_LANE_SQUATTERS, 0, NULL, false};
+        q[n++] = (PgQuery){u->sql[UPKEEP_SQUATTERS], 0, NULL, false};
         if (u->backlog_sent)
             q[n++] = (PgQuery){u->sql[UPKEEP_BACKLOG], 0, NULL, false};
         if (u->oldest_sent)

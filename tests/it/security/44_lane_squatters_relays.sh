@@ -7,9 +7,9 @@
 # between batches. Its session holds a slot and no lanes while those lanes stay unowned, at both
 # of the commands' looks 2 s apart, for as long as its away backoff (2 x --delivery-timeout, the
 # second half random): on the old code status --json listed it (what=slot-without-lanes, role
-# postgres) and check told the operator to pg_terminate_backend it. A relay of the role of a
-# session that holds lanes as a relay does is no squatter; a stranger's slot without lanes, in
-# the same state of the group, is still named (status, its role; check, the statement).
+# postgres) and check told the operator to pg_terminate_backend it. A session of a role that may
+# UPDATE the table, as a relay's may, is no squatter; a stranger's slot without lanes, in the
+# same state of the group, is still named (status, its role; check, the statement).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
