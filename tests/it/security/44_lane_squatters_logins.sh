@@ -3,8 +3,8 @@
 # docs/security.md's "CREATE ROLE relay_login ... GRANT outbox_relay TO relay_login" has it, one
 # login per host) never name one another's session as a lane squatter: relay A (login relay_a) is
 # away from Kafka, holding its member slot without lanes while relay B (login relay_b) finishes a
-# batch that waits for Kafka (44_lane_squatters_relays has the scenario; A's --delivery-timeout
-# of 20 s makes its away backoff 20 to 40 s, longer than status and check take: check waits
+# batch that waits for Kafka (A's --delivery-timeout of 20 s makes its away backoff 20 to 40 s,
+# longer than status and check take: check waits
 # --statement-timeout for the brokers, which are down, so it gets 5s). B's own upkeep
 # (outbox_lane_squatters, /readyz) and status and check run as a monitoring login must not count
 # A's session: A's role may mark the table's rows as a relay does. On the old code (the role test
@@ -12,6 +12,9 @@
 # session as a squatter and turned B, the relay delivering, unready, and status named it. The
 # control: a stranger's slot without lanes (no grant on the table) in the same state is named by
 # both, even while another session of the stranger holds a slot and a lane as a relay does.
+# It replaces 44_lane_squatters_relays (cb5cec4), whose two relays shared one role: status and
+# check as a monitoring login meet the same privilege test whatever the relays' roles (on the code
+# before cb5cec4, which excused only the caller's role, both would name the away relay's session).
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
