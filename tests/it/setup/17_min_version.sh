@@ -99,9 +99,11 @@ fails_with() {
     check_eq "1b: status with $1 hosts exits $3" "$3" "$?"
     check "1b: ... saying '$4'" grep -qE "$4" "$T/$1.out"
 }
-# Both hosts old: exit 2, one line naming each server's version.
-fails_with old-old "postgresql://postgres@127.0.0.1:$OLD_PORT,localhost:$OLD_PORT/db_a?$OPTS" 2 \
-    "13 or later is required; the server at 127.0.0.1:$OLD_PORT is 12.19, at localhost:$OLD_PORT is 12.19\"$"
+# Both hosts old: exit 2, one line naming each server's version. Addresses, not a name such as
+# localhost: a Debian host's /etc/hosts gives localhost ::1 too, where nothing listens here, and a
+# host whose other address refuses is a failure a retry may cure (exit 1, old-down below).
+fails_with old-old "postgresql://postgres@127.0.0.1:$OLD_PORT,127.0.0.1:$OLD_PORT/db_a?$OPTS" 2 \
+    "13 or later is required; the server at 127.0.0.1:$OLD_PORT is 12.19, at 127.0.0.1:$OLD_PORT is 12.19\"$"
 # An old host and one that refuses: a failure a retry may cure (exit 1), both said.
 DOWN_PORT=$(free_port) || fail "a free port"
 fails_with old-down "postgresql://postgres@127.0.0.1:$OLD_PORT,127.0.0.1:$DOWN_PORT/db_a?$OPTS" 1 \
