@@ -355,16 +355,59 @@ waiting_waiter() { # the waiter's server process while it queues for the wakeup 
 has_waiting_waiter() { [ -n "$(waiting_waiter)" ]; }
 waiter_at_cap() { grep -q "waiting for producers' transactions.*lock_timeout_ms=1000" "$RELAY_LOG"; }
 backend_gone() { [ "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE pid = $1")" = 0 ]; }
+# A session LISTENs throughout, fed through a fifo: the waiter's notification itself is read,
+# by the process that sent it, since the server log alone passes as well for a waiter that ended
+# without a word or never reached its pg_notify. The waiter's earlier waits notified too: only
+# one heard after the kill counts.
+mkfifo "$T/listen10.in" || fail "10: mkfifo"
+psql -XAt <"$T/listen10.in" >"$T/listen10.out" 2>&1 &
+_t_track $!
+exec 7>"$T/listen10.in"
+# A subshell takes a SIGPIPE (a listener gone), not the test.
+ask10() { (echo "$1" >&7) 2>/dev/null; }
+ask10 "LISTEN outbox_relay; SELECT 'listening';"
+listening10() { grep -qx listening "$T/listen10.out"; }
+# heard10 PID: how many "guard left" the listener printed from PID (it prints what it heard after
+# each statement's result).
+heard10() {
+    grep -c "notification \"outbox_relay\" with payload \"guard left\" received from server process with PID $1\." \
+        "$T/listen10.out"
+}
+this_wait10() { # the waiter's process and its wait's start, while it queues for the lock
+    psql_q "SELECT pid || '|' || query_start FROM pg_stat_activity
+            WHERE application_name = 'outbox-relay wakeup' AND wait_event_type = 'Lock'"
+}
+# synced10 TAG: the listener answered TAG, so printed all it heard before it.
+synced10() { grep -qx "$1" "$T/listen10.out"; }
+heard10_more() { # heard10_more PID COUNT: more than COUNT heard from PID
+    ask10 "SELECT 1;"
+    [ "$(heard10 "$1")" -gt "$2" ]
+}
+wait_for "10: a listener listens" 10 listening10
 for kill10 in 1 2 3 4; do
     relay_start "${OPTS[@]}" --sleep-after 1000 --session-timeout 3000
     wait_for "10.$kill10: the relay's waiter waits its cap, 1 s" 30 waiter_at_cap
-    _poll 10 has_waiting_waiter
-    WAITER=$(waiting_waiter)
+    # What the waiter's earlier waits notified (committed before this wait began) is heard
+    # first, and the wait (its statement's start) is the same after: the kill lands in it.
+    for try10 in 1 2 3 4 5; do
+        _poll 10 has_waiting_waiter
+        WAIT10=$(this_wait10)
+        WAITER=${WAIT10%%|*}
+        ask10 "SELECT 'sync10.$kill10.$try10.a';"
+        _poll 10 synced10 "sync10.$kill10.$try10.a"
+        ask10 "SELECT 'sync10.$kill10.$try10.b';"
+        _poll 10 synced10 "sync10.$kill10.$try10.b"
+        HEARD=$(heard10 "${WAITER:-0}")
+        [ -n "$WAIT10" ] && [ "$(this_wait10)" = "$WAIT10" ] && break
+    done
     relay_kill
     wait_for "10.$kill10: the killed relay's waiter process ends" 20 backend_gone "${WAITER:-0}"
     check "10.$kill10: its wait ran to its end (and its notification), not ended by the connection check" \
         lacks "$T/pg.log" "[${WAITER:-0}] FATAL:  connection to client lost"
+    wait_for "10.$kill10: a listener hears its \"guard left\" (from that process, after the kill)" 10 \
+        heard10_more "${WAITER:-0}" "$HEARD"
 done
+exec 7>&-
 psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'slow10'" \
     >/dev/null || not_ok "10: end the producer's transaction"
 wait "$SLOW" 2>/dev/null || :
