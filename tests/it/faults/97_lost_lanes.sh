@@ -66,13 +66,16 @@ wait_for "the relay lost the follower's connection (its claim met the reset)" 30
     fail "connection lost"
 # The relay reconnects within a fraction of a second and may have ended the process already (a
 # loaded machine polls slower than that): its "ended" line is logged only for a process it found
-# alive, so either says the process outlived the connection.
+# alive, so either says the process outlived the connection. Waited for (10 s): the relay writes
+# that line once pg_terminate_backend's answer is back, after the process is gone, and a look in
+# between saw neither (the fresh-chroot run: 'outlived' exited 1, the line 0.12 s later). A
+# process the server ended by itself leaves no such line: the check still fails then.
 outlived() {
     [ -n "$(psql_q "SELECT 1 FROM pg_stat_activity WHERE pid = $LOST")" ] ||
         tail -n +$((mark + 1)) "$RELAY_LOG" |
         grep -q "msg=\"ended the server process of the lost connection; its lanes are free\" pid=$LOST "
 }
-check "the follower's server process outlived the connection" outlived
+check "the follower's server process outlived the connection" _poll 10 outlived
 
 # --- 2. (rows first: committed while the lost process may still hold the lanes) ---
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
