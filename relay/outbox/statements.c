@@ -233,23 +233,34 @@
  * builds the envelope ({p.payload_text}), whose text w counts whole. Built in rows_query,
  * json_build_object converted every claimed row's payload (measured with 528 KB jsonb payloads
  * and --batch-bytes 64 KiB, one row a claim: 3.4-4 times the claims' time; 88_debezium_router
- * part 6 counts the TOAST blocks read). */
+ * part 6 counts the TOAST blocks read). So do the headers column ({o.claim_headers}, named
+ * stored_headers) and the fields placed as headers ({o.extra_header_columns}; the claim's own
+ * extra_headers column is NULL): s converts them ({p.headers_text}, {p.extra_headers_text}),
+ * and w counts their texts. Converted in rows_query (o.headers::text, json_build_object), every
+ * claimed row's were read whole (88_debezium_router part 7). */
 #define CLAIM_COLUMNS(last_error)                                                                  \
-    TABLE_ROW_COLUMNS_PAYLOAD("{o.claim_payload}", last_error) "{o.envelope_columns}"
+    TABLE_ROW_COLUMNS_AS("{o.claim_payload}", "{o.claim_headers}", "NULL::text", last_error)       \
+    "{o.envelope_columns}{o.extra_header_columns}"
 #define ROW_NAMES                                                                                  \
-    "seq, event_id, aggregate_type, aggregate_id, event_type, payload, headers, attempts,"         \
-    " last_error, age, extra_headers, created_at, msg_ts, msg_partition{envelope_names}"
+    "seq, event_id, aggregate_type, aggregate_id, event_type, payload, stored_headers, attempts,"  \
+    " last_error, age, no_extra_headers, created_at, msg_ts, msg_partition{envelope_names}"       \
+    "{extra_header_names}"
 #define MESSAGE_ID_MAX "4096" /* of a row too large: the longest id or type still returned */
 /* A column of the rows of w: NULL when the row is too large and the value longer than that. */
 #define BUDGET_SMALL(col)                                                                          \
     " CASE WHEN w.too_big AND pg_catalog.octet_length(w." col "::text) > " MESSAGE_ID_MAX " THEN NULL"        \
     " ELSE w." col " END"
-/* The bytes of the columns other than the payload, as text (s) or as stored (p). */
+/* The bytes of the small columns, as text (s) or as stored (p). */
 #define BUDGET_OTHER_BYTES(f, x)                                                                   \
     " coalesce(" f "(" x ".event_id::text), 0) + coalesce(" f "(" x ".aggregate_type::text), 0)"   \
     " + coalesce(" f "(" x ".aggregate_id::text), 0) + coalesce(" f "(" x ".event_type::text), 0)" \
-    " + coalesce(" f "(" x ".headers), 0) + coalesce(" f "(" x ".extra_headers), 0)"               \
     " + coalesce(" f "(" x ".created_at), 0)"
+/* A row's bytes as the result holds it: the payload's text, the small columns and the headers'
+ * texts (s converts them once: v and w read its results). */
+#define BUDGET_TEXT_BYTES                                                                          \
+    " coalesce(pg_catalog.octet_length(s.text), 0)::bigint + s.other"                               \
+    " + coalesce(pg_catalog.octet_length(s.headers), 0)"                                            \
+    " + coalesce(pg_catalog.octet_length(s.extra_headers), 0)"
 #define SQL_WITHIN_BUDGET(rows_query)                                                              \
     "SELECT w.seq," BUDGET_SMALL("event_id") "," BUDGET_SMALL("aggregate_type") ","                \
     BUDGET_SMALL("aggregate_id") "," BUDGET_SMALL("event_type") ","                                \
@@ -260,14 +271,16 @@
     " CASE WHEN w.too_big THEN w.bytes END"                                                        \
     " FROM (SELECT v.*, pg_catalog.sum(CASE WHEN v.too_big THEN 0 ELSE v.bytes + v.hex_extra END)"           \
     " OVER (ORDER BY v.seq) AS held"                                                               \
-    " FROM (SELECT s.*, coalesce(pg_catalog.octet_length(s.text), 0)::bigint + s.other AS bytes,"             \
-    " {s.payload_hex_extra} AS hex_extra,"                                                         \
-    " coalesce(pg_catalog.octet_length(s.text), 0)::bigint + s.other > $4::bigint AS too_big"                 \
-    " FROM (SELECT p.*, {p.payload_text} AS text,"                                                  \
+    " FROM (SELECT s.*," BUDGET_TEXT_BYTES " AS bytes,"                                            \
+    " {s.payload_hex_extra} AS hex_extra," BUDGET_TEXT_BYTES " > $4::bigint AS too_big"            \
+    " FROM (SELECT p.*, {p.payload_text} AS text, {p.headers_text} AS headers,"                    \
+    " {p.extra_headers_text} AS extra_headers,"                                                    \
     BUDGET_OTHER_BYTES("pg_catalog.octet_length", "p") " AS other"                                            \
     " FROM (SELECT r.*, pg_catalog.row_number() OVER (ORDER BY r.seq) AS n,"                                  \
     " coalesce(pg_catalog.sum(coalesce(pg_catalog.pg_column_size(r.payload), 0) +"                                       \
-    BUDGET_OTHER_BYTES("pg_catalog.pg_column_size", "r") "{r.envelope_bytes}) OVER (ORDER BY r.seq"                             \
+    BUDGET_OTHER_BYTES("pg_catalog.pg_column_size", "r")                                           \
+    " + coalesce(pg_catalog.pg_column_size(r.stored_headers), 0)"                                  \
+    "{r.envelope_bytes}{r.extra_header_bytes}) OVER (ORDER BY r.seq"                               \
     " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before"                             \
     " FROM (" rows_query ") AS r(" ROW_NAMES ")) p"                                                \
     " WHERE p.n = 1 OR p.before < $3::bigint OFFSET 0) s) v) w"                                    \

@@ -413,25 +413,59 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
             return optval_fail(err, errlen, "the table has no headers column");
         return append_ident(sb, conn, m->headers, err, errlen);
     }
-    if (IS("o.headers")) {
+    /* A claim carries the headers column and the fields placed as headers as stored, and
+     * converts them to text ({p.headers_text}, {p.extra_headers_text}) after the byte budget's
+     * cut by stored sizes (statements.c, SQL_WITHIN_BUDGET), as it does the payload: converted
+     * in the claim's rows query, every claimed row's were read whole (39_batch_bytes,
+     * 88_debezium_router part 7 counts the TOAST blocks read). */
+    if (IS("o.headers") || IS("o.claim_headers") || IS("p.headers_text")) {
         if (!m->headers)
             return put(sb, "NULL::text");
+        if (IS("p.headers_text"))
+            return put(sb, "p.stored_headers::text");
         return put(sb, "o.") && append_ident(sb, conn, m->headers, err, errlen) &&
-               put(sb, "::text");
+               (IS("o.claim_headers") || put(sb, "::text"));
     }
-    if (IS("o.extra_headers")) {
+    if (IS("o.extra_headers") || IS("p.extra_headers_text")) {
         if (m->n_extra == 0)
             return put(sb, "NULL::text");
+        bool claimed = IS("p.extra_headers_text");
         /* json, not jsonb: jsonb orders an object's keys by length, and the headers would then
          * go out in that order; Debezium adds them in the order the placement gives. */
-        put(sb, "pg_catalog.json_build_object(");
+        if (!put(sb, "pg_catalog.json_build_object("))
+            return false;
         for (size_t i = 0; i < m->n_extra; i++) {
+            char field[48];
+            snprintf(field, sizeof(field), ", p.extra_header_%zu", i + 1);
             if ((i > 0 && !put(sb, ", ")) ||
-                !append_literal(sb, conn, m->extra[i].header, err, errlen) || !put(sb, ", o.") ||
-                !append_ident(sb, conn, m->extra[i].column, err, errlen) || !put(sb, "::text"))
+                !append_literal(sb, conn, m->extra[i].header, err, errlen) ||
+                (claimed ? !put(sb, field)
+                         : !put(sb, ", o.") ||
+                               !append_ident(sb, conn, m->extra[i].column, err, errlen)) ||
+                !put(sb, "::text"))
                 return false;
         }
         return put(sb, ")::text");
+    }
+    if (IS("o.extra_header_columns")) {
+        for (size_t i = 0; i < m->n_extra; i++)
+            if (!put(sb, ", o.") || !append_ident(sb, conn, m->extra[i].column, err, errlen))
+                return false;
+        return true;
+    }
+    if (IS("extra_header_names") || IS("r.extra_header_bytes")) {
+        bool names = IS("extra_header_names");
+        for (size_t i = 0; i < m->n_extra; i++) {
+            char part[96];
+            if (names)
+                snprintf(part, sizeof(part), ", extra_header_%zu", i + 1);
+            else
+                snprintf(part, sizeof(part),
+                         " + coalesce(pg_catalog.pg_column_size(r.extra_header_%zu), 0)", i + 1);
+            if (!put(sb, part))
+                return false;
+        }
+        return true;
     }
     /* Only the messages that carry the event's time need it: the text costs 29 bytes a row in
      * every claim result held while its batch is in flight. */

@@ -97,11 +97,15 @@ const char *table_map_display(const TableMap *m, char *buf, size_t buflen);
 /* The same with the payload as given (the claims take it as stored and convert it to text only
  * for the rows within their byte budget). */
 #define TABLE_ROW_COLUMNS_PAYLOAD(payload, last_error)                                             \
+    TABLE_ROW_COLUMNS_AS(payload, "{o.headers}", "{o.extra_headers}", last_error)
+/* The same with the headers and the additional fields placed as headers as given too (the
+ * claims take the headers column as stored, and the fields as further columns). */
+#define TABLE_ROW_COLUMNS_AS(payload, headers, extra_headers, last_error)                          \
     " o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, o.{event_type}, " payload ","   \
-    " {o.headers}, o.attempts, " last_error ","                                                    \
+    " " headers ", o.attempts, " last_error ","                                                    \
     " CASE WHEN pg_catalog.isfinite(o.created_at) THEN (extract(epoch FROM"                        \
     " pg_catalog.clock_timestamp() - o.created_at) * 1000000::numeric)::bigint END,"               \
-    " {o.extra_headers}, {o.created_at_text}, {o.timestamp_ms}, {o.partition}"
+    " " extra_headers ", {o.created_at_text}, {o.timestamp_ms}, {o.partition}"
 
 /* One claimed row, decoded from the columns below (engine/batch.c). Strings point into the query
  * result and stay valid while the batch lives; payload and headers are NULL for SQL NULL. */
@@ -147,6 +151,15 @@ typedef enum {
  *   {o.headers}        o.<headers column>::text, or NULL::text without one
  *   {o.extra_headers}  the extra header columns of row alias o, each as text, in one JSON
  *                      object text, or NULL::text without any
+ *   {o.claim_headers}  what a claim takes of row alias o's headers column: the column as stored
+ *                      (no conversion), or NULL::text without one
+ *   {o.extra_header_columns} ", o.<column>" for each field placed as a header, as stored (""
+ *                      without any): a claim's last columns, after {o.envelope_columns}, named
+ *                      {extra_header_names} (", extra_header_1", ...)
+ *   {r.extra_header_bytes} " + coalesce(pg_column_size(r.extra_header_N), 0)" for each: their
+ *                      stored sizes, for the budget's first cut
+ *   {p.headers_text}   {o.headers} from alias p's stored_headers (what {o.claim_headers} took)
+ *   {p.extra_headers_text} {o.extra_headers} built from alias p's extra_header_N
  *   {o.created_at_text} o.created_at as RFC 3339 text in UTC when m->event_time, else NULL::text
  *   {o.payload}        the value of row alias o: its payload column, or with envelope fields a
  *                      json object {"payload": <payload>, <field>: <column>, ...} (a NULL

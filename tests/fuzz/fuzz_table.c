@@ -90,7 +90,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             &m, conn,
             "SELECT o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, "
             "o.{event_type}, o.{payload}, {o.payload}, {o.headers}, {o.extra_headers}, "
-            "{o.claim_payload}{o.envelope_columns}, {p.payload_text}, 0{r.envelope_bytes} FROM "
+            "{o.claim_payload}{o.envelope_columns}, {p.payload_text}, 0{r.envelope_bytes}, "
+            "{o.claim_headers}{o.extra_header_columns}, {p.headers_text}, "
+            "{p.extra_headers_text}, 0{r.extra_header_bytes}{extra_header_names} FROM "
             "{table} o {unsent_idx} {retry_idx} {seq_idx} {sent_idx}",
             err, sizeof(err));
         if (sql) {

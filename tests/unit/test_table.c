@@ -60,6 +60,9 @@ static void test_relay_layout_is_own(void **state)
                " WHERE x = '{}' AND y = '{1,2}'",
                "SELECT o.\"id\", o.\"headers\"::text, NULL::text FROM \"outbox\" o"
                " WHERE x = '{}' AND y = '{1,2}'");
+    /* A claim carries the headers column as stored and converts it after the byte budget's cut
+     * (88_debezium_router part 7). */
+    expect_sql(&m, "{o.claim_headers} {p.headers_text}", "o.\"headers\" p.stored_headers::text");
     table_map_free(&m);
 }
 
@@ -159,6 +162,15 @@ static void test_quoting(void **state)
     expect_sql(&m, "{seq_idx_text} {sent_idx_text}", "'Out\"box_seq_idx' 'Out\"box_sent_at_idx'");
     expect_sql(&m, "{o.extra_headers}",
                "pg_catalog.json_build_object('it''s', o.\"a b\"::text, 'c', o.\"c\"::text)::text");
+    /* A claim carries the fields as stored and builds their object after the byte budget's cut
+     * (88_debezium_router part 7): the same text, from the claim's own names for them. */
+    expect_sql(&m, "{o.extra_header_columns}|{extra_header_names}|0{r.extra_header_bytes}",
+               ", o.\"a b\", o.\"c\"|, extra_header_1, extra_header_2|0 + "
+               "coalesce(pg_catalog.pg_column_size(r.extra_header_1), 0) + "
+               "coalesce(pg_catalog.pg_column_size(r.extra_header_2), 0)");
+    expect_sql(&m, "{p.extra_headers_text}",
+               "pg_catalog.json_build_object('it''s', p.extra_header_1::text, 'c', "
+               "p.extra_header_2::text)::text");
     table_map_free(&m);
 }
 
@@ -170,6 +182,11 @@ static void test_headers_none(void **state)
     assert_true(table_map_init(&m, &o, err, sizeof(err)));
     assert_null(m.headers);
     expect_sql(&m, "{o.headers}", "NULL::text");
+    expect_sql(&m, "{o.claim_headers} {p.headers_text}", "NULL::text NULL::text");
+    expect_sql(&m,
+               "{o.extra_header_columns}|{extra_header_names}|{r.extra_header_bytes}|"
+               "{p.extra_headers_text}",
+               "|||NULL::text");
     assert_null(table_sql(&m, conn, "{headers}", err, sizeof(err)));
     assert_null(table_sql(&m, conn, "{nonsense}", err, sizeof(err)));
     assert_non_null(strstr(err, "unknown placeholder {nonsense}"));
