@@ -505,6 +505,39 @@ static void check_kafka(Checks *c, const Config *cfg, rd_kafka_conf_t *kconf)
     rd_kafka_destroy(rk);
 }
 
+/* A prepared transaction holding the lane group's locks (row `row` of admin_lane_squatters, no
+ * pid): no session to end, so the advice is ROLLBACK PREPARED of its gid (quoted as a literal: a
+ * gid may hold any text). Its gid gone (ended between the reads): said so. */
+static void warn_prepared(Checks *c, PGresult *res, int row)
+{
+    /* Escaped first (a gid may hold controls: one warn line each), then quoted as a literal. A
+     * gid is up to 200 bytes, each escaped in at most 6. */
+    char gid[1300], literal[2 * sizeof(gid) + 3] = "'";
+    log_escape(PQgetvalue(res, row, 7), gid, sizeof(gid));
+    size_t n = 1;
+    for (const char *p = gid; *p; p++) {
+        if (*p == '\'')
+            literal[n++] = '\'';
+        literal[n++] = *p;
+    }
+    literal[n++] = '\'';
+    literal[n] = '\0';
+    char owner[200];
+    say_warn(c, "lanes",
+             "prepared transaction %s (owner %s, prepared %s s ago) is not a relay but holds the "
+             "lane group's locks (%s: %s lanes, %s member slots): the aggregates of the lanes it "
+             "holds, or that relays leave to its member slots, wait until it is committed or "
+             "rolled back, and relays with --metrics-listen are not ready; no session holds it "
+             "(pg_terminate_backend cannot end it): find who prepared it and end it, or roll it "
+             "back: ROLLBACK PREPARED %s",
+             PQgetisnull(res, row, 7) ? "(ended meanwhile)" : literal,
+             PQgetisnull(res, row, 4) ? "-"
+                                      : log_escape(PQgetvalue(res, row, 4), owner, sizeof(owner)),
+             PQgetisnull(res, row, 8) ? "-" : PQgetvalue(res, row, 8), PQgetvalue(res, row, 1),
+             PQgetvalue(res, row, 2), PQgetvalue(res, row, 3),
+             PQgetisnull(res, row, 7) ? "(none left)" : literal);
+}
+
 /* Sessions that hold the lane group's locks and cannot be relays (admin_lane_squatters, the
  * relay's own rule): a warn line for each, with what to do. Not a problem of the setup (exit 0
  * as `run` starts), but the aggregates of the lanes such a session holds wait until it ends, a
@@ -528,6 +561,10 @@ static void check_lane_squatters(Checks *c, PGconn *conn, const TableMap *map)
     if (PQntuples(res) == 0)
         say(c, true, "lanes", "no session but relays holds the lane group's locks");
     for (int i = 0; i < PQntuples(res); i++) {
+        if (PQgetisnull(res, i, 0)) {
+            warn_prepared(c, res, i);
+            continue;
+        }
         const char *pid = PQgetvalue(res, i, 0);
         /* What it stalls: a mark lock stalls no lanes of its own (SQL_LANE_SQUATTERS). */
         const char *stalls =

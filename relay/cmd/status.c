@@ -102,12 +102,15 @@ static json_t *squatters_json(PGresult *squat, bool *whole)
         return json_null();
     json_t *list = json_array();
     for (int i = 0; i < PQntuples(squat); i++) {
+        /* A prepared transaction: no pid, its gid and age instead (null for a session). */
         json_t *one = json_pack(
-            "{s:I, s:s, s:I, s:I, s:o, s:o, s:o}", "pid", (json_int_t)int_at(squat, i, 0), "what",
+            "{s:o, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "pid",
+            PQgetisnull(squat, i, 0) ? json_null() : json_integer(int_at(squat, i, 0)), "what",
             PQgetvalue(squat, i, 1), "lanes", (json_int_t)int_at(squat, i, 2), "slots",
             (json_int_t)int_at(squat, i, 3), "user", json_text_or_null(squat, i, 4),
             "application_name", json_text_or_null(squat, i, 5), "client_addr",
-            json_text_or_null(squat, i, 6));
+            json_text_or_null(squat, i, 6), "gid", json_text_or_null(squat, i, 7), "age_seconds",
+            PQgetisnull(squat, i, 8) ? json_null() : json_integer(int_at(squat, i, 8)));
         *whole = *whole && one != NULL;
         json_array_append_new(list, one);
     }
@@ -172,9 +175,15 @@ static void print_squatters(PGresult *squat)
     printf("  %-8s %-20s %-6s %-6s %-24s %-28s %s\n", "PID", "WHAT", "LANES", "SLOTS", "CLIENT",
            "APPLICATION", "USER");
     for (int i = 0; i < n; i++) {
-        char app_text[200], user_text[200];
-        printf("  %-8s %-20s %-6s %-6s %-24s %-28s %s\n", PQgetvalue(squat, i, 0),
-               PQgetvalue(squat, i, 1), PQgetvalue(squat, i, 2), PQgetvalue(squat, i, 3),
+        char app_text[200], user_text[200], gid_text[1300], who[1310];
+        /* A prepared transaction has no pid: named by its gid (escaped: any text). */
+        if (PQgetisnull(squat, i, 0))
+            snprintf(who, sizeof(who), "gid:%s",
+                     log_escape(PQgetvalue(squat, i, 7), gid_text, sizeof(gid_text)));
+        else
+            snprintf(who, sizeof(who), "%s", PQgetvalue(squat, i, 0));
+        printf("  %-8s %-20s %-6s %-6s %-24s %-28s %s\n", who, PQgetvalue(squat, i, 1),
+               PQgetvalue(squat, i, 2), PQgetvalue(squat, i, 3),
                PQgetisnull(squat, i, 6) ? "-" : PQgetvalue(squat, i, 6),
                PQgetisnull(squat, i, 5) || !*PQgetvalue(squat, i, 5)
                    ? "-"

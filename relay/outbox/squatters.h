@@ -3,9 +3,10 @@
  * A session holding a member slot without lanes ("slot-without-lanes") can be a relay joining:
  * it holds its slot a moment before it takes its lanes. So such a row counts only when the look
  * before found the same session so too; every other row ("lanes-without-slot", "several-slots",
- * "stray-marks": no relay holds those) counts at once. The relay's upkeep looks every gauge
- * interval and keeps the last look; `status` and `check` look twice, ADMIN_SQUAT_RECHECK_MS
- * apart, and only when the first look found such a row. One rule, one place: both call this. */
+ * "stray-marks", "prepared-transaction": no relay holds those) counts at once. The relay's upkeep
+ * looks every gauge interval and keeps the last look; `status` and `check` look twice,
+ * ADMIN_SQUAT_RECHECK_MS apart, and only when the first look found such a row. One rule, one place:
+ * both call this. */
 #ifndef OUTBOX_SQUATTERS_H
 #define OUTBOX_SQUATTERS_H
 

@@ -211,13 +211,22 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
  * lose its events without any lock: the test excuses no neighbour outside that trust (a login
  * holding one slot and one lane to pass for a relay excuses nothing else of its role). A table
  * that does not exist ({table_text}, NULL) excuses no one.
- * Columns: pid, what, lanes, slots, role, application, client address (the address NULL
- * unless the caller's role may see that session; pg_stat_activity shows any session's role and
- * application to any role, and the role test reads its usesysid: a NULL, not excused, only once
- * it ended). The types compared are the built-in operators' own (bigint with integer, oid with
- * oid): no look-alike of the schema is called (docs/security.md, search_path). A table template
- * (table_sql: {table_text}). pg_locks is read once (MATERIALIZED, as SQL_LANES_MEMBERS says
- * why). */
+ * A prepared transaction ("prepared-transaction") keeps the transaction-level advisory locks it
+ * took with no session at all (pg_locks: a NULL pid) until someone commits or rolls it back:
+ * never a relay (a relay prepares nothing), one row for each (grouped by its virtual transaction
+ * too, or all of them would be one row with no pid), and no session to end. It is named from
+ * pg_prepared_xacts (gid, owner, age), found by the xids its virtual transaction holds locks on
+ * (the transactionid rows k reads beside the advisory ones): the virtual transaction's text is
+ * no xid (PostgreSQL 15 shows a dummy backend's, 3/3 for xid 726).
+ * Columns: pid (NULL for a prepared transaction), what, lanes, slots, role (a prepared
+ * transaction's owner), application, client address (the address NULL unless the caller's role
+ * may see that session; pg_stat_activity shows any session's role and application to any role,
+ * and the role test reads its usesysid: a NULL, not excused, only once it ended), then for a
+ * prepared transaction its gid, its age in seconds (both NULL if it ended between the reads) and
+ * its xid (the relay's key for it), NULL otherwise. The types compared are the built-in operators'
+ * own (bigint with integer, oid with oid): no look-alike of the schema is called (docs/security.md,
+ * search_path). A table template (table_sql: {table_text}). pg_locks is read once (MATERIALIZED, as
+ * SQL_LANES_MEMBERS says why). */
 #define SQUAT_LANES "pg_catalog.count(*) FILTER (WHERE l.classid = " LOCK_NS_LANE "::oid)"
 #define SQUAT_SLOTS "pg_catalog.count(*) FILTER (WHERE l.classid = " LOCK_NS_MEMBER "::oid)"
 #define SQUAT_STRAY_MARKS                                                                          \
@@ -226,22 +235,30 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " AND l.objid::int IN (m.objid::int, m.objid::int + 1024)))"
 #define SQUAT_DB "(SELECT oid FROM pg_database WHERE datname = pg_catalog.current_database())"
 #define SQL_LANE_SQUATTERS                                                                         \
-    "WITH k AS MATERIALIZED (SELECT pid, classid, objid FROM pg_locks"                             \
-    " WHERE locktype = 'advisory' AND objsubid = 2 AND granted AND classid IN (" LOCK_NS_MEMBER    \
-    "::oid, " LOCK_NS_LANE "::oid, " LOCK_NS_AWAY "::oid) AND database = " SQUAT_DB "),"           \
-    " p AS MATERIALIZED (SELECT l.pid, " SQUAT_STRAY_MARKS " AS stray, " SQUAT_LANES " AS lanes,"  \
-    " " SQUAT_SLOTS " AS slots FROM k l GROUP BY l.pid)"                                           \
-    " SELECT p.pid, CASE WHEN p.stray > 0 THEN 'stray-marks'"                                      \
+    "WITH k AS MATERIALIZED (SELECT pid, CASE WHEN pid IS NULL THEN virtualtransaction END AS vx," \
+    " classid, objid, transactionid AS xid FROM pg_locks"                                          \
+    " WHERE (locktype = 'advisory' AND objsubid = 2 AND granted AND classid IN (" LOCK_NS_MEMBER   \
+    "::oid, " LOCK_NS_LANE "::oid, " LOCK_NS_AWAY "::oid) AND database = " SQUAT_DB ")"            \
+    " OR (locktype = 'transactionid' AND pid IS NULL AND granted)),"                               \
+    " p AS MATERIALIZED (SELECT l.pid, l.vx, " SQUAT_STRAY_MARKS " AS stray, " SQUAT_LANES         \
+    " AS lanes, " SQUAT_SLOTS " AS slots FROM k l WHERE l.xid IS NULL GROUP BY l.pid, l.vx)"       \
+    " SELECT p.pid, CASE WHEN p.vx IS NOT NULL THEN 'prepared-transaction'"                        \
+    " WHEN p.stray > 0 THEN 'stray-marks'"                                                         \
     " WHEN p.slots = 0 THEN 'lanes-without-slot'"                                                  \
     " WHEN p.slots > 1 THEN 'several-slots' ELSE 'slot-without-lanes' END,"                        \
-    " p.lanes, p.slots, a.usename::text, a.application_name, pg_catalog.host(a.client_addr)"       \
+    " p.lanes, p.slots, COALESCE(a.usename::text, x.owner::text), a.application_name,"             \
+    " pg_catalog.host(a.client_addr), x.gid,"                                                      \
+    " pg_catalog.floor(pg_catalog.date_part('epoch', pg_catalog.now() - x.prepared))::bigint,"     \
+    " x.transaction::text"                                                                         \
     " FROM p LEFT JOIN pg_stat_activity a ON a.pid = p.pid"                                        \
-    " WHERE p.slots <> 1 OR p.stray > 0"                                                           \
+    " LEFT JOIN pg_prepared_xacts x ON p.vx IS NOT NULL"                                           \
+    " AND EXISTS (SELECT FROM k t WHERE t.vx = p.vx AND t.xid = x.transaction)"                    \
+    " WHERE p.vx IS NOT NULL OR p.slots <> 1 OR p.stray > 0"                                       \
     " OR (p.lanes = 0 AND a.usename IS DISTINCT FROM CURRENT_USER"                                 \
     " AND (SELECT pg_catalog.count(*) FROM k o WHERE o.classid = " LOCK_NS_LANE "::oid) < 64"      \
     " AND pg_catalog.has_any_column_privilege(a.usesysid,"                                         \
     " pg_catalog.to_regclass({table_text})::pg_catalog.oid, 'UPDATE') IS NOT TRUE)"                \
-    " ORDER BY 1"
+    " ORDER BY 1, 8"
 
 /* ---- status (relay/cmd/status.c) ---- */
 

@@ -104,9 +104,10 @@ struct Upkeep {
     XidDates xid_dates;
     /* Sessions seen holding lane-group locks no relay would hold (SQL_LANE_SQUATTERS): the last
      * look's slot holders without lanes (squatters.h: counted at the second look in a row), and
-     * the pids logged, so each holder is named once. */
+     * the holders logged (squat_key), so each is named once. */
     SquatSeen slot_only;
-    int logged[UPKEEP_SQUATTERS_MAX], n_logged;
+    long long logged[UPKEEP_SQUATTERS_MAX];
+    int n_logged;
     int squatters;       /* as of the last look */
     double squatters_at; /* monotime of the last look that answered (0: none yet) */
     /* Its database's log context and metrics registry (current at upkeep_new), made current by
@@ -123,12 +124,21 @@ static void enter(const Upkeep *u)
 
 static void kick(Upkeep *u);
 
-static bool pid_in(const int *pids, int n, int pid)
+static bool key_in(const long long *keys, int n, long long key)
 {
     for (int i = 0; i < n; i++)
-        if (pids[i] == pid)
+        if (keys[i] == key)
             return true;
     return false;
+}
+
+/* Who row `row` of a SQL_LANE_SQUATTERS look is: its pid, or for a prepared transaction (no pid:
+ * every one of them would be the same "0") -1 - its xid, which no pid is. */
+static long long squat_key(PGresult *r, int row)
+{
+    if (PQgetisnull(r, row, 0))
+        return -1 - strtoll(PQgetvalue(r, row, 9), NULL, 10);
+    return atoi(PQgetvalue(r, row, 0));
 }
 
 /* Reads SQL_LANE_SQUATTERS: names each new holder once, says once when none is left, and keeps
@@ -137,19 +147,34 @@ static bool pid_in(const int *pids, int n, int pid)
 static void note_squatters(Upkeep *u, PGresult *r)
 {
     SquatSeen slot_only = {0};
-    int found[UPKEEP_SQUATTERS_MAX], n_found = 0;
+    long long found[UPKEEP_SQUATTERS_MAX];
+    int n_found = 0;
     for (int i = 0; i < PQntuples(r) && n_found < UPKEEP_SQUATTERS_MAX; i++) {
         if (!squat_counts(r, i, &u->slot_only, &slot_only))
             continue; /* a relay joining, perhaps: counted if still so at the next look */
-        int pid = atoi(PQgetvalue(r, i, 0));
-        found[n_found++] = pid;
-        if (pid_in(u->logged, u->n_logged, pid))
+        long long key = squat_key(r, i);
+        found[n_found++] = key;
+        if (key_in(u->logged, u->n_logged, key))
             continue;
         char q1[160], q2[160], q3[80];
+        if (PQgetisnull(r, i, 0)) {
+            /* No session to end: it waits for COMMIT PREPARED or ROLLBACK PREPARED. A gid is up
+             * to 200 bytes, each quoted in up to 2. */
+            char gid[420];
+            log_warn("a prepared transaction that is not a relay holds the lane group's locks: the "
+                     "aggregates of its lanes wait until it is committed or rolled back (ROLLBACK "
+                     "PREPARED), and the relay is not ready",
+                     "gid=%s owner=%s age_s=%s what=%s lanes=%s slots=%s",
+                     log_quote(PQgetvalue(r, i, 7), gid, sizeof(gid)),
+                     log_quote(PQgetvalue(r, i, 4), q2, sizeof(q2)),
+                     PQgetisnull(r, i, 8) ? "-" : PQgetvalue(r, i, 8), PQgetvalue(r, i, 1),
+                     PQgetvalue(r, i, 2), PQgetvalue(r, i, 3));
+            continue;
+        }
         log_warn("a session that is not a relay holds the lane group's locks: the aggregates of "
                  "its lanes wait until it ends, and the relay is not ready",
-                 "pid=%d what=%s lanes=%s slots=%s role=%s application=%s client=%s", pid,
-                 PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), PQgetvalue(r, i, 3),
+                 "pid=%s what=%s lanes=%s slots=%s role=%s application=%s client=%s",
+                 PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), PQgetvalue(r, i, 3),
                  log_quote(PQgetvalue(r, i, 4), q1, sizeof(q1)),
                  log_quote(PQgetvalue(r, i, 5), q2, sizeof(q2)),
                  log_quote(PQgetvalue(r, i, 6), q3, sizeof(q3)));
@@ -157,7 +182,7 @@ static void note_squatters(Upkeep *u, PGresult *r)
     if (n_found == 0 && u->squatters > 0)
         log_info("no session but relays holds the lane group's locks any more", NULL);
     u->slot_only = slot_only;
-    memcpy(u->logged, found, sizeof(int) * (size_t)n_found);
+    memcpy(u->logged, found, sizeof(found[0]) * (size_t)n_found);
     u->n_logged = n_found;
     u->squatters = n_found;
     metrics_set_lane_squatters(n_found);
