@@ -400,7 +400,10 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
  * VACUUM, yet its snapshot, older than any taken since it began, was the oldest by xids, named
  * for as long as it ran (an autovacuum of a large table: minutes to hours) in the place of a
  * holder behind it. Rows of other roles' sessions show only to a role with pg_read_all_stats
- * (docs/operations.md#dead-rows-and-old-snapshots). */
+ * (docs/operations.md#dead-rows-and-old-snapshots). After the holder's start, the server's
+ * identity: its system identifier, and its current WAL file's name, whose first 8 digits are its
+ * timeline ('' on a standby, where pg_walfile_name fails): a promoted standby (a new timeline) is
+ * another server even once its next transaction id has passed the old server's last. */
 #define SQL_HORIZON                                                                                \
     "WITH h AS ("                                                                                  \
     " SELECT 'session' AS kind, a.pid::text AS who, coalesce(a.application_name, '') AS app,"      \
@@ -425,7 +428,10 @@ extern const char *const session_sql_templates[SESSION_SQL_COUNT];
     " SELECT kind, who, app, state, secs, xids,"                                                   \
     " EXISTS (SELECT 1 FROM h l WHERE l.kind = $1::text AND l.who = $2::text"                      \
     " AND l.start = $3::text),"                                                                    \
-    " pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint, xmin, start"    \
+    " pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint, xmin, start,"   \
+    " (SELECT c.system_identifier::text FROM pg_catalog.pg_control_system() c),"                   \
+    " CASE WHEN pg_catalog.pg_is_in_recovery() THEN '' ELSE"                                       \
+    " pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()) END"                             \
     " FROM h"                                                                                      \
     " ORDER BY xids DESC, kind, who LIMIT 1"
 

@@ -100,8 +100,10 @@ struct Upkeep {
      * transaction's gid up to 200 bytes), and those parameters. */
     char horizon_logged_kind[32], horizon_logged_who[256], horizon_logged_start[HOLDER_START_MAX];
     const char *horizon_params[3];
-    /* Dates a slot's xmin (note_horizon). */
+    /* Dates a slot's xmin (note_horizon), by samples of the server with this system identifier
+     * and timeline (the last seen outside recovery), "" before the first look. */
     XidDates xid_dates;
+    char server_sysid[24], server_timeline[12];
     /* Sessions seen holding lane-group locks no relay would hold (SQL_LANE_SQUATTERS): the last
      * look's slot holders without lanes (squatters.h: counted at the second look in a row), and
      * the holders logged (squat_key), so each is named once. */
@@ -268,10 +270,37 @@ static void note_horizon(Upkeep *u, PGresult *r)
     long long last_xid = u->xid_dates.n > 0 ? u->xid_dates.s[u->xid_dates.n - 1].next_xid : 0;
     /* Once per step back (the samples then rise from it again): until then a slot's xmin was
      * dated by another server's history. */
-    if (xiddate_sample(&u->xid_dates, next_xid, now))
+    const char *sysid = PQgetvalue(r, 0, 10);
+    char timeline[sizeof(u->server_timeline)];
+    snprintf(timeline, sizeof(timeline), "%.8s", PQgetvalue(r, 0, 11));
+    bool another =
+        (u->server_sysid[0] && strcmp(sysid, u->server_sysid) != 0) ||
+        (u->server_timeline[0] && timeline[0] && strcmp(timeline, u->server_timeline) != 0);
+    bool went_back = xiddate_sample(&u->xid_dates, next_xid, now);
+    if (went_back)
         log_info("the next transaction id went back: another server (a failover, a restore); "
                  "replication slots are dated from this look on",
                  "next_xid=%lld before=%lld", next_xid, last_xid);
+    else if (another) {
+        /* A standby promoted passes the old server's last id within moments of writes: its next
+         * id no longer went back, and the old server's history dated its slots. A new timeline
+         * (a promotion, a point-in-time restore) or system identifier (another cluster) says
+         * so whatever the ids did; this look's sample is the new server's first. */
+        char q0[32], q1[32], q2[64], q3[64];
+        log_info("the server's timeline or system identifier changed: another server (a failover, "
+                 "a restore); replication slots are dated from this look on",
+                 "timeline=%s before=%s system_identifier=%s before_system_identifier=%s",
+                 log_quote(timeline, q0, sizeof(q0)), log_quote(u->server_timeline, q1, sizeof(q1)),
+                 log_quote(sysid, q2, sizeof(q2)), log_quote(u->server_sysid, q3, sizeof(q3)));
+        xiddate_init(&u->xid_dates);
+        xiddate_sample(&u->xid_dates, next_xid, now);
+    }
+    snprintf(u->server_sysid, sizeof(u->server_sysid), "%s", sysid);
+    /* A standby's timeline is unknown (""): the last known one stays, unless the samples started
+     * over at this look (a lagging standby's ids went back): they are then this server's, and its
+     * promotion (a timeline at last) is no other server. */
+    if (timeline[0] || went_back)
+        snprintf(u->server_timeline, sizeof(u->server_timeline), "%s", timeline);
     /* A slot, or a walsender holding a standby's feedback (in no transaction), has no start time
      * of its own in PostgreSQL: its xmin is dated, since the first look that saw a transaction
      * id past it, so since dead rows could be kept for it (a lower bound: before the first look,

@@ -37,6 +37,9 @@
 #    is the oldest is logged again once its new transaction is the oldest and past --horizon-warn.
 #  - FAILOVER: the upkeep reconnecting to a standby promoted while it lagged (its next transaction
 #    id lower than the relay's samples) says so once and drops the samples.
+#  - PROMOTED: a standby promoted that commits past the relay's last sample before it takes the
+#    primary's port (its next transaction id not lower) is another server too: its new timeline
+#    says so once and drops the samples.
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/../../lib.sh"
 t_setup
@@ -516,3 +519,62 @@ check "FAILOVER: by the transactions the standby never saw" back_by
 check_eq "FAILOVER: said once" 1 "$(grep -c "the next transaction id went back" "$RELAY_LOG")"
 relay_stop
 check_eq "FAILOVER: the relay exits 0" 0 "$?"
+
+# --- PROMOTED: a promoted standby whose ids already passed the relay's samples ------------------
+# Under any write load a promoted standby passes the old server's last id within moments: by the
+# next transaction id alone the samples were kept, nothing said, and the old server's history
+# dated the new one's slots. The server of FAILOVER (timeline 2, on the primary's port) is looked
+# at, then stops; a copy of it (the primary's data directory, no longer needed) starts as a
+# standby on a port of its own, is promoted (timeline 3), commits 100 transactions there and
+# takes the primary's port.
+relay_start --database-url "$DATABASE_URL" --brokers "$BROKERS" --metrics-listen 127.0.0.1:0 \
+    --kafka reconnect.backoff.max.ms=500
+metrics_wait
+psql -XAtq <"$T/failover.fifo" >/dev/null 2>&1 &
+FO=$!
+_t_track "$FO"
+exec 5>"$T/failover.fifo"
+echo "BEGIN; INSERT INTO idle_t VALUES (0);" >&5
+# A look that saw the holder (with none, the gauge reads 0 and nothing is sampled).
+looked() { awk -v x="$(gauge outbox_vacuum_horizon_age_xids)" 'BEGIN { exit !(x >= 1) }'; }
+wait_for "PROMOTED: a look samples the server of FAILOVER" 30 looked
+echo "COMMIT;" >&5
+exec 5>&-
+wait "$FO"
+before=$(psql_q "SELECT pg_snapshot_xmax(pg_current_snapshot())")
+_as_pg pg_ctl -D "$SB" -m fast -w -t 30 stop >/dev/null 2>&1 || fail "PROMOTED: stop the old server"
+rm -rf "$T/pg" && cp -a "$SB" "$T/pg" && _as_pg touch "$T/pg/standby.signal" ||
+    fail "PROMOTED: copy the old server as a standby"
+NEW_PORT=$(free_port) || fail "PROMOTED: a free port"
+_T_PG_STARTED=1
+_as_pg pg_ctl -D "$T/pg" -l "$T/pg.log" -o "-p $NEW_PORT" -w -t 30 start >/dev/null 2>&1 ||
+    fail "PROMOTED: start the standby on a port of its own"
+_as_pg pg_ctl -D "$T/pg" -w -t 30 promote >/dev/null 2>&1 || fail "PROMOTED: promote the standby"
+seq 1 100 | sed 's/.*/INSERT INTO idle_t VALUES (&);/' | psql -XAtq -v ON_ERROR_STOP=1 -p "$NEW_PORT" ||
+    fail "PROMOTED: 100 transactions on the promoted server"
+after=$(psql_q "SELECT pg_snapshot_xmax(pg_current_snapshot())" -p "$NEW_PORT")
+check "PROMOTED: the promoted server's next transaction id ($after) passed the old one's ($before)" \
+    test "$after" -gt "$before"
+_as_pg pg_ctl -D "$T/pg" -m fast -w -t 30 stop >/dev/null 2>&1 || fail "PROMOTED: stop it"
+_as_pg pg_ctl -D "$T/pg" -l "$T/pg.log" -w -t 30 start >/dev/null 2>&1 ||
+    fail "PROMOTED: start it on the primary's port"
+psql -XAtq <"$T/failover.fifo" >/dev/null 2>&1 &
+FO=$!
+_t_track "$FO"
+exec 5>"$T/failover.fifo"
+echo "BEGIN; INSERT INTO idle_t VALUES (0);" >&5
+changed() { grep -q "the server's timeline or system identifier changed" "$RELAY_LOG"; }
+wait_for "PROMOTED: the relay says the server's timeline changed (samples dropped)" 30 changed
+echo "COMMIT;" >&5
+exec 5>&-
+wait "$FO"
+grep "the server's timeline or system identifier changed" "$RELAY_LOG" | sed 's/^/# /'
+check "PROMOTED: from timeline 2 to 3, the same system identifier" \
+    grep -q 'timeline="00000003" before="00000002" system_identifier="\([0-9]*\)"'\
+' before_system_identifier="\1"' "$RELAY_LOG"
+check_eq "PROMOTED: said once" 1 \
+    "$(grep -c "the server's timeline or system identifier changed" "$RELAY_LOG")"
+check_eq "PROMOTED: nothing said of a transaction id going back" 0 \
+    "$(grep -c "the next transaction id went back" "$RELAY_LOG")"
+relay_stop
+check_eq "PROMOTED: the relay exits 0" 0 "$?"

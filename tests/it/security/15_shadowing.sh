@@ -40,7 +40,8 @@ pg_backend_pid pg_advisory_unlock pg_advisory_lock pg_try_advisory_lock
 pg_try_advisory_xact_lock_shared pg_advisory_xact_lock_shared pg_advisory_xact_lock to_char
 octet_length make_interval hashtextextended hashtext age pg_typeof host quote_ident random
 pg_sequence_last_value pg_column_size jsonb_typeof jsonb_build_object jsonb_object_agg inet_server_addr
-generate_series gen_random_uuid format string_agg date_part extract timezone"
+generate_series gen_random_uuid format string_agg date_part extract timezone pg_current_snapshot
+pg_snapshot_xmax pg_control_system pg_is_in_recovery pg_walfile_name pg_current_wal_lsn"
 AGGS="count min max sum array_agg"
 OPS="+ - * / ^ & | % = <> < > <= >= || ~~ ~ #>> ->>"
 
