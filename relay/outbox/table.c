@@ -369,6 +369,34 @@ static bool expand_payload(StrBuf *sb, PGconn *conn, const TableMap *m, bool env
     return !m->tombstone_on_empty || put(sb, " END");
 }
 
+/* What a claim carries of the fields placed as headers or in the envelope (fields, n), as stored,
+ * through its inner queries until the byte budget's first cut (statements.c, SQL_WITHIN_BUDGET):
+ * CARRY_COLUMNS o's columns (", o.col" each), CARRY_NAMES their names in the claim's row alias
+ * (", PREFIX_1", ...), CARRY_BYTES their stored sizes for that cut (" + coalesce(
+ * pg_column_size(r.PREFIX_1), 0)", ...). Nothing for no field. */
+typedef enum { CARRY_COLUMNS, CARRY_NAMES, CARRY_BYTES } Carried;
+
+static bool put_carried(StrBuf *sb, PGconn *conn, const TableHeader *fields, size_t n,
+                        const char *prefix, Carried what, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < n; i++) {
+        char part[96];
+        if (what == CARRY_COLUMNS) {
+            if (!put(sb, ", o.") || !append_ident(sb, conn, fields[i].column, err, errlen))
+                return false;
+            continue;
+        }
+        if (what == CARRY_NAMES)
+            snprintf(part, sizeof(part), ", %s_%zu", prefix, i + 1);
+        else
+            snprintf(part, sizeof(part), " + coalesce(pg_catalog.pg_column_size(r.%s_%zu), 0)",
+                     prefix, i + 1);
+        if (!put(sb, part))
+            return false;
+    }
+    return true;
+}
+
 static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char *token, size_t len,
                          char *err, size_t errlen)
 {
@@ -447,26 +475,12 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
         }
         return put(sb, ")::text");
     }
-    if (IS("o.extra_header_columns")) {
-        for (size_t i = 0; i < m->n_extra; i++)
-            if (!put(sb, ", o.") || !append_ident(sb, conn, m->extra[i].column, err, errlen))
-                return false;
-        return true;
-    }
-    if (IS("extra_header_names") || IS("r.extra_header_bytes")) {
-        bool names = IS("extra_header_names");
-        for (size_t i = 0; i < m->n_extra; i++) {
-            char part[96];
-            if (names)
-                snprintf(part, sizeof(part), ", extra_header_%zu", i + 1);
-            else
-                snprintf(part, sizeof(part),
-                         " + coalesce(pg_catalog.pg_column_size(r.extra_header_%zu), 0)", i + 1);
-            if (!put(sb, part))
-                return false;
-        }
-        return true;
-    }
+    if (IS("o.extra_header_columns") || IS("extra_header_names") || IS("r.extra_header_bytes"))
+        return put_carried(sb, conn, m->extra, m->n_extra, "extra_header",
+                           IS("o.extra_header_columns") ? CARRY_COLUMNS
+                           : IS("extra_header_names")   ? CARRY_NAMES
+                                                        : CARRY_BYTES,
+                           err, errlen);
     /* Only the messages that carry the event's time need it: the text costs 29 bytes a row in
      * every claim result held while its batch is in flight. */
     if (IS("o.created_at_text"))
@@ -484,25 +498,12 @@ static bool expand_token(StrBuf *sb, PGconn *conn, const TableMap *m, const char
     /* The envelope fields carried through a claim's inner queries as stored (no conversion):
      * o's columns, their names in the claim's row alias (envelope_1, ...), and their stored
      * sizes for the budget's first cut. Empty without envelope fields. */
-    if (IS("o.envelope_columns")) {
-        for (size_t i = 0; i < m->n_envelope; i++)
-            if (!put(sb, ", o.") || !append_ident(sb, conn, m->envelope[i].column, err, errlen))
-                return false;
-        return true;
-    }
-    if (IS("envelope_names") || IS("r.envelope_bytes")) {
-        bool names = IS("envelope_names");
-        for (size_t i = 0; i < m->n_envelope; i++) {
-            char part[96];
-            if (names)
-                snprintf(part, sizeof(part), ", envelope_%zu", i + 1);
-            else
-                snprintf(part, sizeof(part),
-                         " + coalesce(pg_catalog.pg_column_size(r.envelope_%zu), 0)", i + 1);
-            put(sb, part);
-        }
-        return true;
-    }
+    if (IS("o.envelope_columns") || IS("envelope_names") || IS("r.envelope_bytes"))
+        return put_carried(sb, conn, m->envelope, m->n_envelope, "envelope",
+                           IS("o.envelope_columns") ? CARRY_COLUMNS
+                           : IS("envelope_names")   ? CARRY_NAMES
+                                                    : CARRY_BYTES,
+                           err, errlen);
     /* A bytea payload stays bytea: its text form is hex (the result's column type tells
      * batch.c to decode it), and octet_length counts its bytes. With envelope fields (never
      * with bytea) the text is the envelope, built from p's payload (NULL here when
