@@ -597,6 +597,24 @@ static int post_declaring(const Fixture *f, unsigned long long declared)
     return post_declaring_from(f, declared, "127.0.0.1");
 }
 
+/* post_declaring_from a body of 1 GiB, then the loop turned until the 405 (sent before the body)
+ * is read, at most 20 s: libmicrohttpd has then closed the connection, which lingers (or not),
+ * before the caller goes on. */
+static int post_answered_from(const Fixture *f, const char *src)
+{
+    int fd = post_declaring_from(f, 1ULL << 30, src);
+    char buf[4096];
+    bool answered = false;
+    for (double until = monotime_now() + 20; !answered && monotime_now() < until;) {
+        ev_run(f->loop, EVRUN_NOWAIT);
+        answered = recv(fd, buf, sizeof(buf), 0) > 0;
+        if (!answered)
+            usleep(1000);
+    }
+    assert_true(answered);
+    return fd;
+}
+
 /* The lingering close of an answer sent before its body reads and drops at most 64 MiB: a client
  * declaring 1 GiB and sending without end is closed once about that much is in (what it sent
  * before its send fails: 64 MiB, plus what the two sockets' buffers hold). Without the bound
@@ -657,17 +675,8 @@ static void test_linger_per_address_bounded(void **state)
     enum { N = 40 };
     int fds[N];
     for (int i = 0; i < N; i++) {
-        fds[i] = post_declaring(f, 1ULL << 30);
         /* Its 405 read: libmicrohttpd has closed it (it lingers, or not) before the next. */
-        char buf[4096];
-        bool answered = false;
-        for (double until = monotime_now() + 20; !answered && monotime_now() < until;) {
-            ev_run(f->loop, EVRUN_NOWAIT);
-            answered = recv(fds[i], buf, sizeof(buf), 0) > 0;
-            if (!answered)
-                usleep(1000);
-        }
-        assert_true(answered);
+        fds[i] = post_answered_from(f, "127.0.0.1");
     }
     /* A lingering connection takes the byte; an ended one answers it with a reset, and the
      * next send fails. Bounded: at most 3 s (the lingers' own bound is 5 s). */
@@ -707,16 +716,7 @@ static void test_linger_reads_per_turn_bounded(void **state)
     enum { N = 32, EACH = 128 * 1024 };
     int fds[N];
     for (int i = 0; i < N; i++) {
-        fds[i] = post_declaring_from(f, 1ULL << 30, i % 2 ? "127.0.0.2" : "127.0.0.1");
-        char buf[4096];
-        bool answered = false;
-        for (double until = monotime_now() + 20; !answered && monotime_now() < until;) {
-            ev_run(f->loop, EVRUN_NOWAIT);
-            answered = recv(fds[i], buf, sizeof(buf), 0) > 0;
-            if (!answered)
-                usleep(1000);
-        }
-        assert_true(answered);
+        fds[i] = post_answered_from(f, i % 2 ? "127.0.0.2" : "127.0.0.1");
     }
     /* Everything sent before the loop turns again: loopback queues it in the server's socket. */
     static char chunk[EACH];
@@ -761,16 +761,7 @@ static void test_linger_reads_shared(void **state)
     enum { N = 16, TURNS = 256 };
     int fds[N];
     for (int i = 0; i < N; i++) {
-        fds[i] = post_declaring_from(f, 1ULL << 30, i % 2 ? "127.0.0.2" : "127.0.0.1");
-        char buf[4096];
-        bool answered = false;
-        for (double until = monotime_now() + 20; !answered && monotime_now() < until;) {
-            ev_run(f->loop, EVRUN_NOWAIT);
-            answered = recv(fds[i], buf, sizeof(buf), 0) > 0;
-            if (!answered)
-                usleep(1000);
-        }
-        assert_true(answered);
+        fds[i] = post_answered_from(f, i % 2 ? "127.0.0.2" : "127.0.0.1");
     }
     static char chunk[16384];
     memset(chunk, 'x', sizeof(chunk));
